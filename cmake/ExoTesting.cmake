@@ -1,0 +1,24 @@
+# Test helpers: one Catch2 main compiled once, and exo_add_test() to declare a
+# test executable with CTest labels.
+find_package(Catch2 2 REQUIRED)
+include(Catch)
+
+add_library(exo_catch_main STATIC ${CMAKE_SOURCE_DIR}/test/catch_main.cpp)
+target_link_libraries(exo_catch_main PUBLIC Catch2::Catch2)
+
+# exo_add_test(NAME name SOURCES a.cpp b.cpp LIBS lib... LABELS unit ...
+#              [TIMEOUT seconds])
+# Each Catch2 TEST_CASE becomes its own CTest test carrying LABELS.
+function(exo_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE exo_catch_main ${T_LIBS} exo_warnings)
+  catch_discover_tests(${T_NAME}
+    TEST_PREFIX "${T_NAME}: "
+    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+               ENVIRONMENT "XDG_RUNTIME_DIR=/tmp;EXO_TEST_BUILD_DIR=${CMAKE_BINARY_DIR}"
+    DISCOVERY_TIMEOUT 60)
+endfunction()

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs exo's build and test dependencies from Debian's packages.
+# Idempotent: packages already present are not touched, and apt-get runs only
+# when something is missing. Set EXO_SKIP_DEPS=1 to skip entirely.
+set -euo pipefail
+
+if [ "${EXO_SKIP_DEPS:-0}" = "1" ]; then exit 0; fi
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libcaf-dev libgecode-dev libsimdjson-dev libboost-dev libssl-dev catch2
+  libvulkan-dev mesa-vulkan-drivers glslc vulkan-tools
+  libopenblas-dev
+  hipcc libamdhip64-dev librocm-smi-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
