@@ -1,0 +1,274 @@
+#pragma once
+
+/// The device layer's one interface: backend -> device -> buffer, events.
+///
+/// Modelled on ggml's layering (registry -> device -> stream -> buffer), with
+/// the fixes its maintainers asked for: every operation's ordering is written
+/// down here, events are typed and belong to one device, and errors are
+/// values (see result.hpp). Nothing here knows about CAF.
+///
+/// Ordering rules (apply to every device of every backend):
+/// 1. Each device has one in-order queue. Operations on a device take effect
+///    in the order they were called, whichever thread calls them.
+/// 2. `write` returns once the host source may be reused (the data is on the
+///    device or staged); later operations on the device see the data.
+/// 3. `read` returns once the data is in host memory; it first waits for every
+///    operation submitted before it on that device.
+/// 4. `copy`, `elementwise` and `matmul` may return before they finish
+///    (asynchronous); their results are visible to later operations on the
+///    same device, to `read`, and to anyone after `synchronize` or after
+///    waiting on an event recorded after them.
+/// 5. `record` returns an event that completes when everything submitted
+///    before it on that device has completed. `wait(e)` blocks the host until
+///    `e` completes; an event of another device is refused (wrong_device).
+/// 6. `synchronize` blocks until everything submitted before it completed.
+/// 7. A buffer belongs to the device that allocated it; passing it to another
+///    device's operation is refused (wrong_device). Buffers must be destroyed
+///    before their device; destroying one frees it (after pending work).
+/// 8. Every offset and size is checked against the buffer: out_of_range.
+/// 9. All device methods are thread-safe (serialized per device).
+
+#include "backends/result.hpp"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace exo::backend {
+
+// -- identification ----------------------------------------------------------
+
+/// Which implementation drives a device.
+enum class backend_kind : std::uint8_t { cuda, hip, vulkan, cpu, sim };
+
+const char* to_string(backend_kind kind) noexcept;
+std::optional<backend_kind> parse_backend_kind(const std::string& name);
+
+/// How well exo supports a device (the seeds' classification).
+enum class support_level : std::uint8_t {
+  full,
+  partial,
+  experimental,
+  unsupported
+};
+
+const char* to_string(support_level level) noexcept;
+
+/// Capability flags: what a device can do natively. Optional operations a
+/// device lacks fall back to generic code (through host memory).
+enum capability : std::uint32_t {
+  cap_host_visible = 1u << 0,  ///< buffers can be mapped into host memory
+  cap_async = 1u << 1,         ///< operations may complete after they return
+  cap_peer_copy = 1u << 2,     ///< direct device-to-device copies to peers
+  cap_elementwise = 1u << 3,   ///< native element-wise kernels
+  cap_matmul = 1u << 4,        ///< native matrix products
+  cap_temperature = 1u << 5,   ///< can read its temperature
+  cap_power = 1u << 6,         ///< can read its power draw
+  cap_clock = 1u << 7,         ///< can read its current clock
+  cap_utilization = 1u << 8,   ///< can read its utilization
+  cap_fault_injection = 1u << 9, ///< simulated device: faults can be injected
+};
+
+/// What a device is. Readings a backend cannot make are empty, never
+/// invented.
+struct device_properties {
+  std::string id;           ///< stable across restarts ("vulkan:<uuid>")
+  backend_kind kind = backend_kind::cpu;
+  std::string name;         ///< "llvmpipe (LLVM 15.0.6, 256 bits)"
+  std::string vendor;       ///< "NVIDIA", "AMD", "Intel", "Mesa", ...
+  std::string architecture; ///< "sm_90", "gfx90a", "x86_64", ...
+  std::string driver_version;
+  std::string pci_bus_id;   ///< empty where not applicable
+  std::uint64_t total_memory = 0;
+  std::uint64_t max_allocation = 0; ///< largest single buffer
+  std::uint32_t compute_units = 0;
+  std::optional<std::uint32_t> clock_mhz;
+  std::optional<std::uint32_t> memory_clock_mhz;
+  std::optional<double> peak_flops;       ///< FP32 FLOP/s
+  std::optional<double> memory_bandwidth; ///< bytes/s
+  support_level support = support_level::full;
+  bool simulated = false; ///< a simulated device, never a real one
+  std::uint32_t capabilities = 0;
+
+  bool has(capability c) const noexcept {
+    return (capabilities & c) != 0;
+  }
+};
+
+/// Memory of one device, as the device sees it now.
+struct memory_info {
+  std::uint64_t total = 0;
+  std::uint64_t free = 0;
+  std::uint64_t used_by_exo = 0; ///< bytes in buffers allocated through us
+};
+
+/// One telemetry sample. An empty optional means "this device cannot tell".
+struct telemetry {
+  std::optional<double> temperature_c;
+  std::optional<double> power_w;
+  std::optional<std::uint32_t> clock_mhz;
+  std::optional<double> utilization; ///< 0..1
+  memory_info memory;
+};
+
+// -- buffers and events ------------------------------------------------------
+
+class device;
+
+/// Device memory. Owned through std::unique_ptr; destroying it frees it.
+class buffer {
+public:
+  buffer(device& owner, std::size_t size) noexcept;
+  virtual ~buffer();
+  buffer(const buffer&) = delete;
+  buffer& operator=(const buffer&) = delete;
+
+  std::size_t size() const noexcept {
+    return size_;
+  }
+  device& owner() const noexcept {
+    return *owner_;
+  }
+
+private:
+  device* owner_;
+  std::size_t size_;
+};
+
+/// A point in one device's queue. Cheap to copy; tied to its device.
+struct event {
+  std::uint64_t device_uid = 0; ///< the device instance it belongs to
+  std::uint64_t sequence = 0;   ///< position in that device's queue
+};
+
+/// Read-only and writable places in device memory: a buffer plus an offset.
+struct const_view {
+  const buffer* buf = nullptr;
+  std::size_t offset = 0;
+};
+struct mut_view {
+  buffer* buf = nullptr;
+  std::size_t offset = 0;
+};
+
+/// Element-wise operations on f32 vectors: out[i] = a[i] (op) b[i].
+enum class binary_op : std::uint8_t { add, mul };
+
+/// Dimensions of C[m x n] = A[m x k] * B, all f32 row-major. With
+/// transpose_b, B is stored as [n x k] (the weight layout of a linear layer).
+struct matmul_dims {
+  std::size_t m = 0;
+  std::size_t n = 0;
+  std::size_t k = 0;
+  bool transpose_b = false;
+};
+
+// -- device ------------------------------------------------------------------
+
+/// One device: the only way to its memory and its queue.
+class device {
+public:
+  device();
+  virtual ~device();
+  device(const device&) = delete;
+  device& operator=(const device&) = delete;
+
+  /// A process-unique number for this device instance (events carry it).
+  std::uint64_t uid() const noexcept {
+    return uid_;
+  }
+
+  virtual const device_properties& properties() const = 0;
+
+  // memory
+  virtual result<std::unique_ptr<buffer>> allocate(std::size_t bytes) = 0;
+  virtual memory_info memory() = 0;
+
+  // transfers (see the ordering rules at the top of this file)
+  virtual status write(buffer& dst, std::size_t offset, const void* src,
+                       std::size_t bytes)
+    = 0;
+  virtual status read(const buffer& src, std::size_t offset, void* dst,
+                      std::size_t bytes)
+    = 0;
+  virtual status copy(const buffer& src, std::size_t src_offset, buffer& dst,
+                      std::size_t dst_offset, std::size_t bytes)
+    = 0;
+
+  /// Optional: copy straight into a buffer of another device. The default
+  /// says unsupported; copy_between() then goes through host memory.
+  virtual status copy_to_peer(const buffer& src, std::size_t src_offset,
+                              buffer& dst, std::size_t dst_offset,
+                              std::size_t bytes);
+
+  /// Optional: a host pointer to the buffer's memory, valid while the buffer
+  /// lives, or nullptr. Callers must synchronize before touching it.
+  virtual void* host_pointer(buffer& buf);
+
+  // synchronization
+  virtual status synchronize() = 0;
+  virtual result<event> record() = 0;
+  virtual status wait(const event& e) = 0;
+  virtual result<bool> completed(const event& e) = 0;
+
+  // compute (f32). Defaults run on the host through read/write: a device
+  // without native kernels still computes correctly, only slower.
+  virtual status elementwise(binary_op op, const_view a, const_view b,
+                             mut_view out, std::size_t count);
+  virtual status matmul(const_view a, const_view b, mut_view c,
+                        const matmul_dims& dims);
+
+  // telemetry
+  virtual telemetry read_telemetry() = 0;
+
+protected:
+  /// Checks that `buf` belongs to this device and [offset, offset + bytes)
+  /// lies inside it.
+  status check_range(const buffer& buf, std::size_t offset,
+                     std::size_t bytes, const char* what) const;
+
+  /// Checks an event belongs to this device and is not from the future.
+  status check_event(const event& e, std::uint64_t submitted) const;
+
+private:
+  std::uint64_t uid_;
+};
+
+// -- backend -----------------------------------------------------------------
+
+/// One implementation (cpu, vulkan, cuda, hip, sim) and its devices.
+class backend {
+public:
+  virtual ~backend();
+
+  virtual backend_kind kind() const = 0;
+
+  /// Finds the devices. An error says why there are none ("CUDA driver not
+  /// found"); the factory reports it and goes on to the next backend.
+  virtual status initialize() = 0;
+
+  /// Releases every device. Buffers must have been destroyed already.
+  virtual void shutdown() = 0;
+
+  virtual std::size_t device_count() const = 0;
+  virtual device* device_at(std::size_t index) = 0;
+};
+
+// -- generic operations ------------------------------------------------------
+
+/// Copies between any two devices: the same device uses copy(); a peer path
+/// if the source has one; mapped host pointers when both are host-visible;
+/// otherwise bounded chunks through host memory (never one huge staging
+/// buffer). Synchronous: returns when the data is in `dst`.
+status copy_between(device& src_dev, const buffer& src, std::size_t src_offset,
+                    device& dst_dev, buffer& dst, std::size_t dst_offset,
+                    std::size_t bytes);
+
+/// Bytes of f32 data in a matrix, with overflow checks.
+result<std::size_t> f32_bytes(std::size_t rows, std::size_t cols);
+
+} // namespace exo::backend

@@ -1,0 +1,106 @@
+#include "backends/cpu/cpu_backend.hpp"
+
+#include "backends/host_device.hpp"
+#include "backends/host_info.hpp"
+
+#include <cblas.h>
+
+namespace exo::backend {
+
+namespace {
+
+/// The host CPU as a device.
+class cpu_device final : public host_device {
+public:
+  explicit cpu_device(cpu_options opts) : opts_(opts) {
+    auto id = host_info::read_cpu_identity();
+    props_.id = "cpu:0";
+    props_.kind = backend_kind::cpu;
+    props_.name = id.model_name;
+    props_.vendor = id.vendor;
+    props_.architecture = id.architecture;
+    props_.driver_version = std::string{"OpenBLAS "} + openblas_get_config();
+    props_.total_memory = opts.memory_limit != 0 ? opts.memory_limit
+                                                 : host_info::total_memory();
+    props_.max_allocation = props_.total_memory;
+    props_.compute_units = id.logical_cores;
+    props_.clock_mhz = host_info::cpu_clock_mhz();
+    props_.support = support_level::full;
+    props_.capabilities = cap_host_visible | cap_elementwise | cap_matmul
+                          | cap_clock | cap_utilization;
+    if (host_info::cpu_temperature_c())
+      props_.capabilities |= cap_temperature;
+  }
+
+  memory_info memory() override {
+    auto info = host_device::memory();
+    if (opts_.memory_limit == 0)
+      info.free = host_info::available_memory();
+    return info;
+  }
+
+  telemetry read_telemetry() override {
+    telemetry t;
+    t.memory = memory();
+    t.temperature_c = host_info::cpu_temperature_c();
+    t.clock_mhz = host_info::cpu_clock_mhz();
+    t.utilization = host_info::cpu_utilization();
+    return t;
+  }
+
+protected:
+  status reserve(std::size_t bytes, std::uint64_t used) override {
+    if (opts_.memory_limit != 0)
+      return host_device::reserve(bytes, used);
+    auto avail = host_info::available_memory();
+    if (bytes > avail)
+      return fail(errc::out_of_memory,
+                  "allocate: " + std::to_string(bytes)
+                    + " bytes requested, the host has "
+                    + std::to_string(avail) + " available");
+    return {};
+  }
+
+private:
+  cpu_options opts_;
+};
+
+class cpu_backend final : public backend {
+public:
+  explicit cpu_backend(cpu_options opts) : opts_(opts) {
+  }
+
+  backend_kind kind() const override {
+    return backend_kind::cpu;
+  }
+
+  status initialize() override {
+    if (!dev_)
+      dev_ = std::make_unique<cpu_device>(opts_);
+    return {};
+  }
+
+  void shutdown() override {
+    dev_.reset();
+  }
+
+  std::size_t device_count() const override {
+    return dev_ ? 1 : 0;
+  }
+
+  device* device_at(std::size_t index) override {
+    return index == 0 ? dev_.get() : nullptr;
+  }
+
+private:
+  cpu_options opts_;
+  std::unique_ptr<cpu_device> dev_;
+};
+
+} // namespace
+
+std::unique_ptr<backend> make_cpu_backend(cpu_options opts) {
+  return std::make_unique<cpu_backend>(opts);
+}
+
+} // namespace exo::backend

@@ -1,0 +1,312 @@
+#include "backends/sim/sim_backend.hpp"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <thread>
+
+namespace exo::backend {
+
+extern const char* const sim_profiles_json; // generated from config/
+
+// -- profiles ----------------------------------------------------------------
+
+result<std::vector<sim_profile>> parse_sim_profiles(const std::string& json) {
+  using namespace simdjson;
+  dom::parser parser;
+  dom::element doc;
+  if (auto err = parser.parse(json).get(doc))
+    return fail(errc::invalid_argument,
+                std::string{"sim profiles: not valid JSON: "}
+                  + error_message(err));
+  dom::array arr;
+  if (doc["profiles"].get_array().get(arr))
+    return fail(errc::invalid_argument,
+                "sim profiles: \"profiles\" must be an array");
+  std::vector<sim_profile> out;
+  std::size_t index = 0;
+  for (dom::element item : arr) {
+    auto path = "profiles[" + std::to_string(index++) + "]";
+    dom::object obj;
+    if (item.get_object().get(obj))
+      return fail(errc::invalid_argument, path + ": must be an object");
+    sim_profile p;
+    std::map<std::string, double*> numbers{
+      {"tflops", &p.flops},
+      {"bandwidth_gbs", &p.bandwidth},
+      {"idle_power_w", &p.idle_power_w},
+      {"peak_power_w", &p.peak_power_w},
+      {"thermal_resistance_c_per_w", &p.thermal_resistance},
+      {"thermal_capacitance_j_per_c", &p.thermal_capacitance},
+      {"ambient_c", &p.ambient_c},
+      {"throttle_c", &p.throttle_c}};
+    std::map<std::string, std::string*> strings{
+      {"name", &p.name},
+      {"display_name", &p.display_name},
+      {"vendor", &p.vendor},
+      {"architecture", &p.architecture}};
+    double memory_gib = 0, compute_units = 0;
+    numbers["memory_gib"] = &memory_gib;
+    numbers["compute_units"] = &compute_units;
+    for (auto field : obj) {
+      std::string key{field.key};
+      auto kpath = path + "." + key;
+      if (auto it = numbers.find(key); it != numbers.end()) {
+        double v = 0;
+        if (field.value.get_double().get(v)) {
+          int64_t iv = 0;
+          if (field.value.get_int64().get(iv))
+            return fail(errc::invalid_argument, kpath + ": must be a number");
+          v = static_cast<double>(iv);
+        }
+        *it->second = v;
+      } else if (auto is = strings.find(key); is != strings.end()) {
+        std::string_view sv;
+        if (field.value.get_string().get(sv))
+          return fail(errc::invalid_argument, kpath + ": must be a string");
+        *is->second = std::string{sv};
+      } else {
+        return fail(errc::invalid_argument, kpath + ": unknown key");
+      }
+    }
+    if (p.name.empty())
+      return fail(errc::invalid_argument, path + ".name: required");
+    auto positive = [&](const char* key, double v) -> status {
+      if (!(v > 0) || !std::isfinite(v))
+        return fail(errc::invalid_argument,
+                    path + "." + key + ": must be a positive number");
+      return {};
+    };
+    EXO_TRY(positive("memory_gib", memory_gib));
+    EXO_TRY(positive("tflops", p.flops));
+    EXO_TRY(positive("bandwidth_gbs", p.bandwidth));
+    EXO_TRY(positive("peak_power_w", p.peak_power_w));
+    EXO_TRY(positive("thermal_resistance_c_per_w", p.thermal_resistance));
+    EXO_TRY(positive("thermal_capacitance_j_per_c", p.thermal_capacitance));
+    if (p.idle_power_w < 0 || p.idle_power_w > p.peak_power_w)
+      return fail(errc::invalid_argument,
+                  path + ".idle_power_w: must be in [0, peak_power_w]");
+    if (p.throttle_c <= p.ambient_c)
+      return fail(errc::invalid_argument,
+                  path + ".throttle_c: must be above ambient_c");
+    if (memory_gib > 1 << 20)
+      return fail(errc::invalid_argument, path + ".memory_gib: too large");
+    p.memory_bytes = static_cast<std::uint64_t>(memory_gib * 1073741824.0);
+    p.compute_units = static_cast<std::uint32_t>(compute_units);
+    p.flops *= 1e12;
+    p.bandwidth *= 1e9;
+    if (p.display_name.empty())
+      p.display_name = "Simulated " + p.name;
+    if (p.vendor.empty())
+      p.vendor = "simulated";
+    for (auto& prev : out)
+      if (prev.name == p.name)
+        return fail(errc::invalid_argument,
+                    path + ".name: duplicate profile \"" + p.name + "\"");
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+const std::vector<sim_profile>& builtin_sim_profiles() {
+  static const std::vector<sim_profile> profiles = [] {
+    auto r = parse_sim_profiles(sim_profiles_json);
+    return r ? *r : std::vector<sim_profile>{};
+  }();
+  return profiles;
+}
+
+// -- device ------------------------------------------------------------------
+
+sim_device::sim_device(sim_profile profile, std::string id, double time_scale)
+  : profile_(std::move(profile)),
+    time_scale_(time_scale),
+    temp_c_(profile_.ambient_c + profile_.idle_power_w
+                                   * profile_.thermal_resistance),
+    last_power_w_(profile_.idle_power_w),
+    wall_start_(std::chrono::steady_clock::now()) {
+  props_.id = std::move(id);
+  props_.kind = backend_kind::sim;
+  props_.name = profile_.display_name;
+  props_.vendor = profile_.vendor;
+  props_.architecture = profile_.architecture;
+  props_.driver_version = "exo-sim 1";
+  props_.total_memory = profile_.memory_bytes;
+  props_.max_allocation = profile_.memory_bytes;
+  props_.compute_units = profile_.compute_units;
+  props_.peak_flops = profile_.flops;
+  props_.memory_bandwidth = profile_.bandwidth;
+  props_.support = support_level::experimental;
+  props_.simulated = true;
+  props_.capabilities = cap_host_visible | cap_elementwise | cap_matmul
+                        | cap_temperature | cap_power | cap_utilization
+                        | cap_fault_injection;
+}
+
+void sim_device::integrate(double power_w, double seconds) {
+  if (seconds <= 0)
+    return;
+  // Exact step of C dT/dt = P - (T - T_amb) / R for constant P.
+  double tau = profile_.thermal_resistance * profile_.thermal_capacitance;
+  double target = profile_.ambient_c + power_w * profile_.thermal_resistance;
+  temp_c_ = target + (temp_c_ - target) * std::exp(-seconds / tau);
+  now_ += seconds;
+  last_power_w_ = power_w;
+}
+
+void sim_device::catch_up_with_wall() {
+  if (time_scale_ <= 0)
+    return;
+  auto wall = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                            - wall_start_)
+                .count()
+              / time_scale_;
+  if (wall > now_)
+    integrate(profile_.idle_power_w, wall - now_);
+}
+
+status sim_device::admit(const char* what) {
+  while (hung_ && !gone_)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (gone_)
+    return fail(errc::device_lost,
+                std::string{what} + ": simulated device " + props_.id
+                  + " has vanished");
+  catch_up_with_wall();
+  if (std::string{what} == "allocate" && !fail_next_alloc_.empty()) {
+    auto reason = std::move(fail_next_alloc_);
+    fail_next_alloc_.clear();
+    return fail(errc::out_of_memory, "allocate: injected fault: " + reason);
+  }
+  return {};
+}
+
+void sim_device::account(double bytes, double flops) {
+  double seconds = std::max(flops / profile_.flops, bytes / profile_.bandwidth);
+  integrate(profile_.peak_power_w, seconds);
+  busy_since_read_ += seconds;
+  if (time_scale_ > 0)
+    std::this_thread::sleep_for(
+      std::chrono::duration<double>(seconds * time_scale_));
+}
+
+telemetry sim_device::read_telemetry() {
+  telemetry t;
+  t.memory = memory();
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (gone_)
+    return t;
+  catch_up_with_wall();
+  t.temperature_c = temp_c_;
+  t.power_w = last_power_w_;
+  double span = now_ - time_at_read_;
+  t.utilization = span > 0 ? std::min(1.0, busy_since_read_ / span) : 0.0;
+  busy_since_read_ = 0;
+  time_at_read_ = now_;
+  return t;
+}
+
+void sim_device::fail_next_allocation(std::string reason) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  fail_next_alloc_ = reason.empty() ? "simulated allocation failure" : reason;
+}
+
+void sim_device::vanish() {
+  gone_ = true;
+}
+
+void sim_device::hang(bool on) {
+  hung_ = on;
+}
+
+void sim_device::jump_temperature(double delta_c) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  temp_c_ += delta_c;
+}
+
+void sim_device::advance(double seconds) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  integrate(profile_.idle_power_w, seconds);
+}
+
+void sim_device::run_load(double power_w, double seconds) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  integrate(power_w, seconds);
+  busy_since_read_ += seconds;
+}
+
+double sim_device::now() const {
+  std::lock_guard<std::mutex> guard{const_cast<std::mutex&>(mtx_)};
+  return now_;
+}
+
+double sim_device::temperature() const {
+  std::lock_guard<std::mutex> guard{const_cast<std::mutex&>(mtx_)};
+  return temp_c_;
+}
+
+// -- backend -----------------------------------------------------------------
+
+namespace {
+
+class sim_backend final : public backend {
+public:
+  explicit sim_backend(sim_options opts) : opts_(std::move(opts)) {
+  }
+
+  backend_kind kind() const override {
+    return backend_kind::sim;
+  }
+
+  status initialize() override {
+    if (!devices_.empty())
+      return {};
+    const auto& profiles
+      = opts_.profiles.empty() ? builtin_sim_profiles() : opts_.profiles;
+    if (opts_.devices.empty())
+      return fail(errc::no_device, "no simulated devices configured");
+    std::map<std::string, int> counts;
+    for (auto& spec : opts_.devices) {
+      auto it = std::find_if(profiles.begin(), profiles.end(),
+                             [&](auto& p) { return p.name == spec.profile; });
+      if (it == profiles.end()) {
+        devices_.clear();
+        return fail(errc::invalid_argument,
+                    "unknown simulated device profile \"" + spec.profile
+                      + "\"");
+      }
+      auto id = spec.id.empty() ? "sim:" + spec.profile + ":"
+                                    + std::to_string(counts[spec.profile]++)
+                                : spec.id;
+      devices_.push_back(
+        std::make_unique<sim_device>(*it, id, opts_.time_scale));
+    }
+    return {};
+  }
+
+  void shutdown() override {
+    devices_.clear();
+  }
+
+  std::size_t device_count() const override {
+    return devices_.size();
+  }
+
+  device* device_at(std::size_t index) override {
+    return index < devices_.size() ? devices_[index].get() : nullptr;
+  }
+
+private:
+  sim_options opts_;
+  std::vector<std::unique_ptr<sim_device>> devices_;
+};
+
+} // namespace
+
+std::unique_ptr<backend> make_sim_backend(sim_options opts) {
+  return std::make_unique<sim_backend>(std::move(opts));
+}
+
+} // namespace exo::backend

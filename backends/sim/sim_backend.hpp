@@ -1,0 +1,114 @@
+#pragma once
+
+/// The sim backend: simulated devices built from named profiles. A simulated
+/// device computes real results on the host, enforces its memory capacity,
+/// spends time in proportion to its profile, heats up by a first-order RC
+/// model of its power draw, and takes injected faults. It always says it is
+/// simulated.
+
+#include "backends/host_device.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace exo::backend {
+
+/// What a simulated device is like.
+struct sim_profile {
+  std::string name;         ///< "a100-40g"
+  std::string display_name; ///< "Simulated A100-40G-like"
+  std::string vendor;
+  std::string architecture;
+  std::uint64_t memory_bytes = 0;
+  std::uint32_t compute_units = 0;
+  double flops = 0;                ///< FP32 FLOP/s
+  double bandwidth = 0;            ///< bytes/s
+  double idle_power_w = 0;
+  double peak_power_w = 0;
+  double thermal_resistance = 0;   ///< degrees C per watt
+  double thermal_capacitance = 0;  ///< joules per degree C
+  double ambient_c = 25;
+  double throttle_c = 90;
+};
+
+/// Parses a profile document ({"profiles": [...]}). Errors name the key path.
+result<std::vector<sim_profile>> parse_sim_profiles(const std::string& json);
+
+/// The profiles shipped in config/sim-profiles.json (compiled in).
+const std::vector<sim_profile>& builtin_sim_profiles();
+
+/// One simulated device to create.
+struct sim_device_spec {
+  std::string profile; ///< a profile name
+  std::string id;      ///< optional stable id; default "sim:<profile>:<n>"
+};
+
+struct sim_options {
+  std::vector<sim_profile> profiles; ///< empty: the built-in ones
+  std::vector<sim_device_spec> devices;
+  /// Wall seconds per simulated second; 0 runs on a virtual clock only (the
+  /// device never sleeps; tests and scenarios drive time with advance()).
+  double time_scale = 0;
+};
+
+/// A simulated device. Tests and scenarios reach its controls through
+/// dynamic_cast<sim_device*> on a device of the sim backend.
+class sim_device final : public host_device {
+public:
+  sim_device(sim_profile profile, std::string id, double time_scale);
+
+  telemetry read_telemetry() override;
+
+  // -- fault injection -------------------------------------------------------
+  /// The next allocation fails with out_of_memory and this reason.
+  void fail_next_allocation(std::string reason);
+  /// The device disappears: every later operation fails with device_lost.
+  void vanish();
+  bool vanished() const noexcept {
+    return gone_;
+  }
+  /// While set, every operation blocks (as a hung kernel would) until
+  /// cleared or the device vanishes.
+  void hang(bool on);
+  /// Adds delta degrees to the temperature at once.
+  void jump_temperature(double delta_c);
+
+  // -- simulated time --------------------------------------------------------
+  /// Lets idle time pass (the device cools toward ambient at idle power).
+  void advance(double seconds);
+  /// Runs at `power_w` for `seconds` of simulated time (a synthetic load).
+  void run_load(double power_w, double seconds);
+  /// Seconds on the device's simulated clock.
+  double now() const;
+  double temperature() const;
+  const sim_profile& profile() const noexcept {
+    return profile_;
+  }
+
+protected:
+  status admit(const char* what) override;
+  void account(double bytes, double flops) override;
+
+private:
+  void integrate(double power_w, double seconds); // lock held
+  void catch_up_with_wall(); // lock held
+
+  sim_profile profile_;
+  double time_scale_;
+  std::atomic<bool> gone_{false};
+  std::atomic<bool> hung_{false};
+  std::string fail_next_alloc_;
+  double now_ = 0;          // simulated seconds
+  double temp_c_;           // current temperature
+  double last_power_w_;
+  double busy_since_read_ = 0; // simulated busy seconds since last reading
+  double time_at_read_ = 0;
+  std::chrono::steady_clock::time_point wall_start_;
+};
+
+std::unique_ptr<backend> make_sim_backend(sim_options opts);
+
+} // namespace exo::backend
