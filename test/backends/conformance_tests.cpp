@@ -1,0 +1,352 @@
+// Backend conformance: the same checks against every device the factory
+// finds (cpu, simulated, vulkan on lavapipe, and GPUs where present).
+
+#include "backends/factory.hpp"
+#include "backends/host_kernels.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+using namespace exo::backend;
+
+namespace {
+
+registry& all_devices() {
+  static registry reg = [] {
+    factory_options opts;
+    opts.use_environment = false;
+    opts.sim.devices = {{"a100-40g", ""}, {"adreno-740", ""}};
+    auto r = registry::create(opts);
+    REQUIRE(r.ok());
+    return std::move(*r);
+  }();
+  return reg;
+}
+
+std::vector<std::uint8_t> random_bytes(std::mt19937& rng, std::size_t n) {
+  std::vector<std::uint8_t> v(n);
+  for (auto& b : v)
+    b = static_cast<std::uint8_t>(rng());
+  return v;
+}
+
+std::vector<float> random_floats(std::mt19937& rng, std::size_t n) {
+  std::uniform_real_distribution<float> d{-1.0f, 1.0f};
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = d(rng);
+  return v;
+}
+
+std::unique_ptr<buffer> alloc(device& dev, std::size_t n) {
+  auto r = dev.allocate(n);
+  REQUIRE(r.ok());
+  return std::move(*r);
+}
+
+void upload(device& dev, buffer& buf, const std::vector<float>& v) {
+  REQUIRE(dev.write(buf, 0, v.data(), v.size() * sizeof(float)).ok());
+}
+
+std::vector<float> download(device& dev, buffer& buf, std::size_t n) {
+  std::vector<float> v(n);
+  REQUIRE(dev.read(buf, 0, v.data(), n * sizeof(float)).ok());
+  return v;
+}
+
+void require_close(const std::vector<float>& got,
+                   const std::vector<float>& want, double rel) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    double tol = rel * std::max(1.0, std::fabs(static_cast<double>(want[i])));
+    INFO("element " << i);
+    REQUIRE(std::fabs(got[i] - want[i]) <= tol);
+  }
+}
+
+} // namespace
+
+TEST_CASE("the factory finds a cpu device and the configured simulated ones") {
+  auto devs = all_devices().devices();
+  int cpu = 0, sim = 0;
+  for (auto* d : devs) {
+    cpu += d->properties().kind == backend_kind::cpu;
+    sim += d->properties().kind == backend_kind::sim;
+  }
+  CHECK(cpu == 1);
+  CHECK(sim == 2);
+}
+
+TEST_CASE("every device describes itself completely and honestly") {
+  for (auto* dev : all_devices().devices()) {
+    auto& p = dev->properties();
+    DYNAMIC_SECTION(p.id) {
+      CHECK_FALSE(p.id.empty());
+      CHECK_FALSE(p.name.empty());
+      CHECK_FALSE(p.vendor.empty());
+      CHECK(p.total_memory > 0);
+      CHECK(p.max_allocation > 0);
+      CHECK(p.max_allocation <= p.total_memory);
+      CHECK(p.simulated == (p.kind == backend_kind::sim));
+      if (p.simulated)
+        CHECK(p.name.find("imulated") != std::string::npos);
+      auto t = dev->read_telemetry();
+      CHECK(t.memory.total == p.total_memory);
+      // A reading is present exactly when the device claims it can make it.
+      CHECK(t.temperature_c.has_value() == p.has(cap_temperature));
+      CHECK(t.power_w.has_value() == p.has(cap_power));
+      if (t.utilization)
+        CHECK((*t.utilization >= 0.0 && *t.utilization <= 1.0));
+    }
+  }
+}
+
+TEST_CASE("allocation of zero fails, small and unaligned sizes work") {
+  for (auto* dev : all_devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      auto zero = dev->allocate(0);
+      REQUIRE_FALSE(zero.ok());
+      CHECK(zero.err().code == errc::invalid_argument);
+      for (std::size_t n : {1u, 3u, 7u, 64u, 1000u, 4097u, 65537u}) {
+        auto b = alloc(*dev, n);
+        CHECK(b->size() == n);
+        CHECK(&b->owner() == dev);
+      }
+    }
+  }
+}
+
+TEST_CASE("an allocation larger than the device is an out-of-memory value") {
+  for (auto* dev : all_devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      auto too_big = dev->properties().total_memory + 1;
+      auto r = dev->allocate(static_cast<std::size_t>(too_big));
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.err().code == errc::out_of_memory);
+      CHECK_FALSE(r.err().message.empty());
+      // The device is still usable afterwards.
+      CHECK(dev->allocate(16).ok());
+    }
+  }
+}
+
+TEST_CASE("allocated bytes show up in the device's memory info") {
+  for (auto* dev : all_devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      auto before = dev->memory().used_by_exo;
+      {
+        auto b = alloc(*dev, 1 << 20);
+        CHECK(dev->memory().used_by_exo >= before + (1 << 20));
+      }
+      CHECK(dev->memory().used_by_exo == before);
+    }
+  }
+}
+
+TEST_CASE("copy round trips keep every byte at random sizes and offsets") {
+  std::mt19937 rng{42};
+  for (auto* dev : all_devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      auto buf = alloc(*dev, 1 << 20);
+      for (int round = 0; round < 40; ++round) {
+        std::size_t n = 1 + rng() % 70000;
+        std::size_t off = rng() % ((1 << 20) - n);
+        auto data = random_bytes(rng, n);
+        REQUIRE(dev->write(*buf, off, data.data(), n).ok());
+        std::vector<std::uint8_t> back(n);
+        REQUIRE(dev->read(*buf, off, back.data(), n).ok());
+        REQUIRE(back == data);
+      }
+    }
+  }
+}
+
+TEST_CASE("ranges outside a buffer are refused and change nothing") {
+  for (auto* dev : all_devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      auto buf = alloc(*dev, 256);
+      std::vector<std::uint8_t> data(256, 7);
+      REQUIRE(dev->write(*buf, 0, data.data(), 256).ok());
+      std::vector<std::uint8_t> junk(512, 9);
+      auto w = dev->write(*buf, 200, junk.data(), 57);
+      REQUIRE_FALSE(w.ok());
+      CHECK(w.err().code == errc::out_of_range);
+      CHECK(dev->write(*buf, 257, junk.data(), 0).err().code
+            == errc::out_of_range);
+      CHECK(dev->write(*buf, SIZE_MAX, junk.data(), 2).err().code
+            == errc::out_of_range);
+      CHECK(dev->read(*buf, 1, junk.data(), 256).err().code
+            == errc::out_of_range);
+      CHECK(dev->copy(*buf, 0, *buf, 128, 129).err().code
+            == errc::out_of_range);
+      std::vector<std::uint8_t> back(256);
+      REQUIRE(dev->read(*buf, 0, back.data(), 256).ok());
+      CHECK(back == data);
+    }
+  }
+}
+
+TEST_CASE("a buffer of another device is refused with wrong_device") {
+  auto devs = all_devices().devices();
+  REQUIRE(devs.size() >= 2);
+  auto a = alloc(*devs[0], 64);
+  auto b = alloc(*devs[1], 64);
+  CHECK(devs[0]->copy(*a, 0, *b, 0, 16).err().code == errc::wrong_device);
+  char tmp[16];
+  CHECK(devs[1]->read(*a, 0, tmp, 16).err().code == errc::wrong_device);
+}
+
+TEST_CASE("copies within a device move the bytes") {
+  std::mt19937 rng{7};
+  for (auto* dev : all_devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      auto a = alloc(*dev, 100000);
+      auto b = alloc(*dev, 100000);
+      auto data = random_bytes(rng, 100000);
+      REQUIRE(dev->write(*a, 0, data.data(), data.size()).ok());
+      REQUIRE(dev->copy(*a, 1000, *b, 3, 50000).ok());
+      std::vector<std::uint8_t> back(50000);
+      REQUIRE(dev->read(*b, 3, back.data(), back.size()).ok());
+      CHECK(std::equal(back.begin(), back.end(), data.begin() + 1000));
+    }
+  }
+}
+
+TEST_CASE("copies between every pair of devices move the bytes") {
+  std::mt19937 rng{9};
+  auto devs = all_devices().devices();
+  for (auto* src : devs)
+    for (auto* dst : devs) {
+      DYNAMIC_SECTION(src->properties().id << " -> " << dst->properties().id) {
+        // Larger than one staging chunk to exercise the chunked path.
+        std::size_t n = (9u << 20) + 123;
+        auto a = alloc(*src, n + 16);
+        auto b = alloc(*dst, n + 16);
+        auto data = random_bytes(rng, n);
+        REQUIRE(src->write(*a, 16, data.data(), n).ok());
+        REQUIRE(copy_between(*src, *a, 16, *dst, *b, 5, n).ok());
+        std::vector<std::uint8_t> back(n);
+        REQUIRE(dst->read(*b, 5, back.data(), n).ok());
+        CHECK(back == data);
+      }
+    }
+}
+
+TEST_CASE("element-wise kernels match the host") {
+  std::mt19937 rng{1};
+  for (auto* dev : all_devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      for (std::size_t n : {1u, 17u, 1000u, 65537u}) {
+        auto x = random_floats(rng, n), y = random_floats(rng, n);
+        auto a = alloc(*dev, n * 4), b = alloc(*dev, n * 4),
+             c = alloc(*dev, n * 4);
+        upload(*dev, *a, x);
+        upload(*dev, *b, y);
+        for (auto op : {binary_op::add, binary_op::mul}) {
+          REQUIRE(dev->elementwise(op, {a.get(), 0}, {b.get(), 0},
+                                   {c.get(), 0}, n)
+                    .ok());
+          std::vector<float> want(n);
+          host::elementwise(op, x.data(), y.data(), want.data(), n);
+          require_close(download(*dev, *c, n), want, 1e-6);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("matrix products match a double-precision reference") {
+  std::mt19937 rng{2};
+  struct shape {
+    std::size_t m, n, k;
+    bool t;
+  };
+  std::vector<shape> shapes{{1, 1, 1, false},   {1, 300, 257, true},
+                            {7, 5, 3, false},   {33, 65, 17, true},
+                            {64, 64, 64, false}, {100, 37, 129, true}};
+  for (auto* dev : all_devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      for (auto s : shapes) {
+        matmul_dims d{s.m, s.n, s.k, s.t};
+        auto x = random_floats(rng, s.m * s.k);
+        auto w = random_floats(rng, s.k * s.n);
+        auto a = alloc(*dev, x.size() * 4), b = alloc(*dev, w.size() * 4),
+             c = alloc(*dev, s.m * s.n * 4);
+        upload(*dev, *a, x);
+        upload(*dev, *b, w);
+        REQUIRE(dev->matmul({a.get(), 0}, {b.get(), 0}, {c.get(), 0}, d).ok());
+        std::vector<float> want(s.m * s.n);
+        host::matmul_reference(x.data(), w.data(), want.data(), d);
+        INFO("m=" << s.m << " n=" << s.n << " k=" << s.k << " t=" << s.t);
+        require_close(download(*dev, *c, s.m * s.n), want, 1e-4);
+      }
+    }
+  }
+}
+
+TEST_CASE("a matrix product with an undersized output is refused") {
+  for (auto* dev : all_devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      auto a = alloc(*dev, 16 * 4), b = alloc(*dev, 16 * 4),
+           c = alloc(*dev, 15 * 4);
+      auto st = dev->matmul({a.get(), 0}, {b.get(), 0}, {c.get(), 0},
+                            {4, 4, 4, false});
+      REQUIRE_FALSE(st.ok());
+      CHECK(st.err().code == errc::out_of_range);
+      CHECK(dev->matmul({a.get(), 0}, {b.get(), 0}, {c.get(), 0},
+                        {0, 4, 4, false})
+              .err()
+              .code
+            == errc::invalid_argument);
+    }
+  }
+}
+
+TEST_CASE("an event recorded after work completes after it, in order") {
+  std::mt19937 rng{3};
+  for (auto* dev : all_devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      std::size_t n = 128;
+      auto x = random_floats(rng, n * n);
+      auto a = alloc(*dev, n * n * 4), c = alloc(*dev, n * n * 4);
+      upload(*dev, *a, x);
+      REQUIRE(dev->matmul({a.get(), 0}, {a.get(), 0}, {c.get(), 0},
+                          {n, n, n, false})
+                .ok());
+      auto e1 = dev->record();
+      REQUIRE(e1.ok());
+      CHECK(e1->device_uid == dev->uid());
+      // Work after the event, then a second event: sequences increase.
+      REQUIRE(dev->copy(*c, 0, *a, 0, n * 4).ok());
+      auto e2 = dev->record();
+      REQUIRE(e2.ok());
+      CHECK(e2->sequence > e1->sequence);
+      REQUIRE(dev->wait(*e2).ok());
+      auto done = dev->completed(*e1);
+      REQUIRE(done.ok());
+      CHECK(*done);
+      // The copy after the matmul saw the matmul's result.
+      std::vector<float> want(n * n);
+      host::matmul_reference(x.data(), x.data(), want.data(),
+                             {n, n, n, false});
+      auto row = download(*dev, *a, n);
+      require_close(row, std::vector<float>(want.begin(), want.begin() + n),
+                    1e-4);
+      REQUIRE(dev->synchronize().ok());
+    }
+  }
+}
+
+TEST_CASE("an event of another device, or from the future, is refused") {
+  auto devs = all_devices().devices();
+  REQUIRE(devs.size() >= 2);
+  auto e = devs[0]->record();
+  REQUIRE(e.ok());
+  CHECK(devs[1]->wait(*e).err().code == errc::wrong_device);
+  CHECK(devs[1]->completed(*e).err().code == errc::wrong_device);
+  event future{devs[0]->uid(), e->sequence + 1000};
+  CHECK(devs[0]->wait(future).err().code == errc::invalid_argument);
+}

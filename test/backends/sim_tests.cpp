@@ -1,0 +1,165 @@
+// Simulated devices: profiles, capacity, simulated time, heat, and faults.
+
+#include "backends/sim/sim_backend.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <future>
+#include <thread>
+
+using namespace exo::backend;
+
+namespace {
+
+struct sim_fixture {
+  std::unique_ptr<backend> be;
+  sim_device* dev = nullptr;
+
+  explicit sim_fixture(const std::string& profile = "adreno-740") {
+    sim_options opts;
+    opts.devices = {{profile, ""}};
+    be = make_sim_backend(opts);
+    REQUIRE(be->initialize().ok());
+    dev = dynamic_cast<sim_device*>(be->device_at(0));
+    REQUIRE(dev != nullptr);
+  }
+};
+
+} // namespace
+
+TEST_CASE("the built-in profiles cover the documented device kinds") {
+  auto& profiles = builtin_sim_profiles();
+  for (auto name : {"a100-40g", "rtx-4090", "mi300x", "m2-max", "adreno-740",
+                    "arc-a770"}) {
+    INFO(name);
+    CHECK(std::any_of(profiles.begin(), profiles.end(),
+                      [&](auto& p) { return p.name == name; }));
+  }
+}
+
+TEST_CASE("a simulated device says it is simulated and mirrors its profile") {
+  sim_fixture f{"a100-40g"};
+  auto& p = f.dev->properties();
+  CHECK(p.simulated);
+  CHECK(p.kind == backend_kind::sim);
+  CHECK(p.id == "sim:a100-40g:0");
+  CHECK(p.name.find("Simulated") == 0);
+  CHECK(p.total_memory == 40ull << 30);
+  REQUIRE(p.peak_flops);
+  CHECK(*p.peak_flops == Approx(19.5e12));
+}
+
+TEST_CASE("a simulated device enforces its memory capacity") {
+  sim_fixture f{"adreno-740"}; // 8 GiB
+  auto a = f.dev->allocate(5ull << 30);
+  REQUIRE(a.ok());
+  auto b = f.dev->allocate(4ull << 30);
+  REQUIRE_FALSE(b.ok());
+  CHECK(b.err().code == errc::out_of_memory);
+  a->reset();
+  CHECK(f.dev->allocate(4ull << 30).ok());
+}
+
+TEST_CASE("work advances the simulated clock in proportion to the profile") {
+  sim_fixture slow{"adreno-740"};
+  sim_fixture fast{"rtx-4090"};
+  for (auto* dev : {slow.dev, fast.dev}) {
+    auto a = dev->allocate(1024 * 1024 * 4);
+    REQUIRE(a.ok());
+    REQUIRE(dev->matmul({a->get(), 0}, {a->get(), 0}, {a->get(), 0},
+                        {1024, 1024, 1024, false})
+              .ok());
+  }
+  // A roofline: max(FLOPs / peak FLOP/s, bytes / bandwidth). At 1024^3 both
+  // profiles are compute-bound: 2*1024^3 FLOP at 2 versus 82.6 TFLOP/s.
+  double flops = 2.0 * 1024 * 1024 * 1024;
+  CHECK(slow.dev->now() == Approx(flops / 2e12));
+  CHECK(slow.dev->now() / fast.dev->now() == Approx(82.6 / 2.0));
+}
+
+TEST_CASE("the temperature follows the RC model of the power drawn") {
+  sim_fixture f{"adreno-740"};
+  auto& p = f.dev->profile();
+  double idle_steady = p.ambient_c + p.idle_power_w * p.thermal_resistance;
+  CHECK(f.dev->temperature() == Approx(idle_steady));
+  double tau = p.thermal_resistance * p.thermal_capacitance;
+  f.dev->run_load(p.peak_power_w, tau);
+  double hot = p.ambient_c + p.peak_power_w * p.thermal_resistance;
+  double want = hot + (idle_steady - hot) * std::exp(-1.0);
+  CHECK(f.dev->temperature() == Approx(want).epsilon(1e-9));
+  auto t = f.dev->read_telemetry();
+  REQUIRE(t.temperature_c);
+  CHECK(*t.temperature_c == Approx(want));
+  REQUIRE(t.power_w);
+  CHECK(*t.power_w == Approx(p.peak_power_w));
+  // Cooling at idle goes back toward the idle steady state.
+  f.dev->advance(20 * tau);
+  CHECK(f.dev->temperature() == Approx(idle_steady).epsilon(1e-6));
+}
+
+TEST_CASE("an injected allocation failure hits exactly the next allocation") {
+  sim_fixture f;
+  f.dev->fail_next_allocation("test fault");
+  auto a = f.dev->allocate(64);
+  REQUIRE_FALSE(a.ok());
+  CHECK(a.err().code == errc::out_of_memory);
+  CHECK(a.err().message.find("test fault") != std::string::npos);
+  CHECK(f.dev->allocate(64).ok());
+}
+
+TEST_CASE("a vanished device fails every operation with device_lost") {
+  sim_fixture f;
+  auto a = f.dev->allocate(64);
+  REQUIRE(a.ok());
+  f.dev->vanish();
+  char tmp[8] = {};
+  CHECK(f.dev->write(**a, 0, tmp, 8).err().code == errc::device_lost);
+  CHECK(f.dev->allocate(8).err().code == errc::device_lost);
+  CHECK(f.dev->synchronize().err().code == errc::device_lost);
+  CHECK_FALSE(f.dev->read_telemetry().temperature_c.has_value());
+}
+
+TEST_CASE("a hung device blocks operations until the hang is released") {
+  sim_fixture f;
+  auto a = f.dev->allocate(64);
+  REQUIRE(a.ok());
+  f.dev->hang(true);
+  auto pending = std::async(std::launch::async,
+                            [&] { return f.dev->synchronize(); });
+  CHECK(pending.wait_for(std::chrono::milliseconds(50))
+        == std::future_status::timeout);
+  f.dev->hang(false);
+  CHECK(pending.get().ok());
+}
+
+TEST_CASE("a temperature jump is visible at once") {
+  sim_fixture f;
+  double before = f.dev->temperature();
+  f.dev->jump_temperature(30);
+  CHECK(f.dev->temperature() == Approx(before + 30));
+}
+
+TEST_CASE("profile documents with errors are refused with the key path") {
+  auto bad = [](const std::string& json) {
+    auto r = parse_sim_profiles(json);
+    REQUIRE_FALSE(r.ok());
+    return r.err().message;
+  };
+  CHECK(bad("{").find("not valid JSON") != std::string::npos);
+  CHECK(bad(R"({"profiles": 3})").find("must be an array")
+        != std::string::npos);
+  auto base = std::string{R"({"name":"x","memory_gib":1,"tflops":1,)"
+                          R"("bandwidth_gbs":1,"peak_power_w":10,)"
+                          R"("thermal_resistance_c_per_w":1,)"
+                          R"("thermal_capacitance_j_per_c":1)"};
+  CHECK(parse_sim_profiles(R"({"profiles":[)" + base + "}]}").ok());
+  CHECK(bad(R"({"profiles":[)" + base + R"(,"colour":"red"}]})")
+        == "profiles[0].colour: unknown key");
+  CHECK(bad(R"({"profiles":[)" + base + R"(,"tflops":"fast"}]})")
+        == "profiles[0].tflops: must be a number");
+  CHECK(bad(R"({"profiles":[)" + base + R"(,"tflops":-1}]})")
+        == "profiles[0].tflops: must be a positive number");
+  CHECK(bad(R"({"profiles":[)" + base + "}," + base + "}]}").find("duplicate")
+        != std::string::npos);
+}
