@@ -1,0 +1,221 @@
+#include "actors/audit/audit_log.hpp"
+
+#include "actors/audit/record.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace exo::audit {
+
+namespace {
+
+std::string sys_error(const std::string& what, const std::string& path) {
+  return what + " " + path + ": " + std::strerror(errno);
+}
+
+std::int64_t system_clock_us() {
+  using namespace std::chrono;
+  return duration_cast<microseconds>(system_clock::now().time_since_epoch())
+    .count();
+}
+
+/// Finds the last good record of `content`: returns the length of the good
+/// prefix and fills `last` (seq 0 when none). Counts dropped lines.
+std::size_t good_prefix(std::string_view content, record_reader& reader,
+                        record& last, std::size_t& dropped) {
+  auto end = content.size();
+  last.seq = 0;
+  while (end > 0) {
+    if (content[end - 1] != '\n') {
+      auto nl = content.rfind('\n', end - 1);
+      end = nl == std::string_view::npos ? 0 : nl + 1;
+      ++dropped;
+      continue;
+    }
+    std::size_t start = 0;
+    if (end >= 2) {
+      auto nl = content.rfind('\n', end - 2);
+      start = nl == std::string_view::npos ? 0 : nl + 1;
+    }
+    auto line = content.substr(start, end - 1 - start);
+    if (reader.read(line, last).empty())
+      return end;
+    last.seq = 0;
+    end = start;
+    ++dropped;
+  }
+  return 0;
+}
+
+} // namespace
+
+audit_log::audit_log(audit_log_options opts) : opts_(std::move(opts)) {
+  if (opts_.directory.empty())
+    throw audit_error("audit log: no directory given");
+  if (opts_.file_prefix.empty()
+      || opts_.file_prefix.find('/') != std::string::npos)
+    throw audit_error("audit log: invalid file prefix \"" + opts_.file_prefix
+                      + "\"");
+  if (opts_.buffer_records == 0)
+    throw audit_error("audit log: buffer_records must be at least 1");
+  if (opts_.max_file_bytes < 1024)
+    throw audit_error("audit log: max_file_bytes must be at least 1024");
+  if (!opts_.clock)
+    opts_.clock = system_clock_us;
+  std::error_code ec;
+  std::filesystem::create_directories(opts_.directory, ec);
+  if (ec)
+    throw audit_error("cannot create audit directory " + opts_.directory
+                      + ": " + ec.message());
+  recover();
+}
+
+audit_log::~audit_log() {
+  try {
+    flush();
+  } catch (...) {
+    // Nothing sensible to do in a destructor; the records stay unwritten.
+  }
+  if (fd_ >= 0)
+    ::close(fd_);
+}
+
+void audit_log::recover() {
+  auto files = list_log_files(opts_.directory, opts_.file_prefix);
+  prev_ = std::string{genesis_hash};
+  seq_ = 0;
+  if (files.empty()) {
+    open_file(1);
+    return;
+  }
+  record_reader reader;
+  record last;
+  // The newest file may end in a torn write: cut it back to its last good
+  // record. Older files were closed cleanly; a bad end there is tampering.
+  auto& newest = files.back();
+  auto content = read_file(newest.path);
+  auto keep = good_prefix(content, reader, last, recovery_.dropped_lines);
+  if (keep < content.size()) {
+    if (::truncate(newest.path.c_str(), static_cast<off_t>(keep)) != 0)
+      throw audit_error(sys_error("cannot truncate torn audit file",
+                                  newest.path));
+    recovery_.truncated_bytes = content.size() - keep;
+  }
+  for (auto i = files.size() - 1; last.seq == 0 && i-- > 0;) {
+    auto older = read_file(files[i].path);
+    std::size_t dropped = 0;
+    auto good = good_prefix(older, reader, last, dropped);
+    if (good != older.size())
+      throw audit_error("audit file " + files[i].path
+                        + " has a corrupt end; run `audit verify`");
+  }
+  if (last.seq != 0) {
+    seq_ = last.seq;
+    prev_ = last.hash;
+  }
+  recovery_.last_seq = seq_;
+  open_file(newest.index);
+}
+
+void audit_log::open_file(std::uint64_t index) {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  index_ = index;
+  path_ = (std::filesystem::path{opts_.directory}
+           / log_file_name(opts_.file_prefix, index))
+            .string();
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  if (fd_ < 0)
+    throw audit_error(sys_error("cannot open audit file", path_));
+  auto size = ::lseek(fd_, 0, SEEK_END);
+  if (size < 0)
+    throw audit_error(sys_error("cannot seek in audit file", path_));
+  file_bytes_ = static_cast<std::uint64_t>(size);
+  if (size == 0 && opts_.sync != fsync_policy::never) {
+    // Make the new file's directory entry durable too.
+    int dir = ::open(opts_.directory.c_str(), O_RDONLY | O_DIRECTORY);
+    if (dir >= 0) {
+      ::fsync(dir);
+      ::close(dir);
+    }
+  }
+}
+
+std::uint64_t audit_log::append(const event& ev) {
+  record r;
+  r.seq = seq_ + 1;
+  r.time_us = ev.time_us ? *ev.time_us : opts_.clock();
+  r.node = opts_.node;
+  r.principal = ev.principal;
+  r.type = ev.type;
+  r.level = ev.level;
+  r.details = ev.details;
+  r.prev = prev_;
+  auto line = seal_record(r, hasher_);
+  // Rotate first, so that a file never grows beyond its limit (unless a
+  // single record is larger than the limit).
+  if (file_bytes_ + buffer_.size() > 0
+      && file_bytes_ + buffer_.size() + line.size() > opts_.max_file_bytes)
+    rotate();
+  buffer_ += line;
+  ++buffered_;
+  seq_ = r.seq;
+  prev_ = std::move(r.hash);
+  if (opts_.sync == fsync_policy::every_record
+      || buffered_ >= opts_.buffer_records)
+    flush();
+  return seq_;
+}
+
+void audit_log::flush() {
+  if (buffered_ == 0)
+    return;
+  write_buffer();
+  if (opts_.sync != fsync_policy::never)
+    sync_file();
+}
+
+void audit_log::write_buffer() {
+  std::size_t done = 0;
+  while (done < buffer_.size()) {
+    auto n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      // Keep what was not written; the next flush retries it.
+      buffer_.erase(0, done);
+      file_bytes_ += done;
+      throw audit_error(sys_error("cannot write audit file", path_));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  file_bytes_ += buffer_.size();
+  buffer_.clear();
+  buffered_ = 0;
+}
+
+void audit_log::sync_file() {
+  if (::fdatasync(fd_) != 0)
+    throw audit_error(sys_error("cannot fsync audit file", path_));
+}
+
+void audit_log::rotate() {
+  flush();
+  if (opts_.sync == fsync_policy::never)
+    sync_file(); // a closed file must be complete before the next one starts
+  open_file(index_ + 1);
+}
+
+query_page audit_log::query(const audit_query& q) {
+  flush();
+  return query_directory(opts_.directory, opts_.file_prefix, q);
+}
+
+} // namespace exo::audit

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace exo::audit {
+
+/// Raised for I/O failures and bad arguments of the audit library; the
+/// message names the file and the problem.
+class audit_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// One file of a rotated log: `<prefix>-<index, 6+ digits>.jsonl`.
+struct log_file {
+  std::uint64_t index = 0;
+  std::string path;
+};
+
+/// Returns the name of file number `index`, e.g. "audit-000003.jsonl".
+std::string log_file_name(std::string_view prefix, std::uint64_t index);
+
+/// Lists the log files of `prefix` in `dir`, oldest first. Throws
+/// `audit_error` when `dir` cannot be read.
+std::vector<log_file> list_log_files(const std::string& dir,
+                                     std::string_view prefix);
+
+/// Reads a whole file. Throws `audit_error` naming the file on failure.
+std::string read_file(const std::string& path);
+
+/// Calls `fn(line, line_number, complete)` for every line of `content`
+/// (without the '\n'); the last line is incomplete when it has no '\n'.
+template <class F>
+void for_each_line(std::string_view content, F&& fn) {
+  std::size_t pos = 0;
+  std::size_t number = 1;
+  while (pos < content.size()) {
+    auto nl = content.find('\n', pos);
+    if (nl == std::string_view::npos) {
+      fn(content.substr(pos), number, false);
+      return;
+    }
+    if (!fn(content.substr(pos, nl - pos), number, true))
+      return;
+    pos = nl + 1;
+    ++number;
+  }
+}
+
+} // namespace exo::audit
