@@ -1,0 +1,168 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace exo::placement {
+
+/// Raised for a problem that is malformed (a bad file, a bad value, an
+/// unknown device name). The message names the offending key path.
+class problem_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// One device that may hold a contiguous range of layers.
+struct device {
+  /// Unique name of the device, e.g. "node-a/gpu0".
+  std::string id;
+  /// Node (machine) the device sits on; links are between nodes.
+  std::string node;
+  /// Free memory in bytes.
+  std::uint64_t memory_bytes = 0;
+  /// Sustained FLOP/s for the model's work. Must be > 0 unless
+  /// `layer_seconds` is given.
+  double flops = 0;
+  /// Memory bandwidth in bytes/s; when > 0 a layer takes at least
+  /// weight_bytes / memory_bandwidth (the decode roofline). 0 = not modelled.
+  double memory_bandwidth = 0;
+  /// Measured seconds per token for each layer; overrides `flops` when given.
+  std::vector<double> layer_seconds;
+  /// Thermal headroom in [0, 1] (1 = cold); shown in the device score only.
+  double thermal_headroom = 1.0;
+  /// Thermal cap: the most FLOPs per token this device may take. 0 = none.
+  double max_flops_per_token = 0;
+  /// The operator requires this device to be part of the plan.
+  bool pinned = false;
+  /// The operator excluded this device.
+  bool excluded = false;
+  /// The device is being drained: no new layers go to it.
+  bool drained = false;
+
+  /// True when the device may hold layers.
+  bool eligible() const { return !excluded && !drained; }
+};
+
+/// Latency (seconds) and bandwidth (bytes/s) of a link.
+struct link_spec {
+  double latency = 0;
+  double bandwidth = 0;
+};
+
+/// A link between two nodes (symmetric).
+struct link {
+  std::string a;
+  std::string b;
+  link_spec spec;
+};
+
+/// One model layer, in pipeline order.
+struct layer {
+  std::uint64_t weight_bytes = 0;
+  std::uint64_t kv_bytes_per_token = 0;
+  double flops_per_token = 0;
+  /// Bytes of activations this layer passes to the next one per token.
+  std::uint64_t activation_bytes = 0;
+};
+
+/// What is being served.
+struct request {
+  /// Tokens of context the KV cache must hold.
+  std::uint64_t context_length = 0;
+  /// Fraction of each device's free memory held back, in [0, 1).
+  double safety_margin = 0.05;
+};
+
+/// Layers first_layer..last_layer (inclusive) must run on `device`.
+struct layer_pin {
+  std::string device;
+  std::size_t first_layer = 0;
+  std::size_t last_layer = 0;
+};
+
+/// Operator constraints.
+struct constraints {
+  /// Most pipeline stages (devices used); 0 = no limit.
+  std::size_t max_stages = 0;
+  std::vector<layer_pin> pins;
+  /// Add `node_penalty` seconds to the objective per node used beyond one.
+  bool prefer_fewer_nodes = false;
+  double node_penalty = 0.001;
+};
+
+/// What to minimise.
+enum class objective_kind {
+  /// Per-token latency: sum of stage compute and transfers.
+  latency,
+  /// Throughput: the slowest stage or link (the bottleneck).
+  throughput,
+  /// blend_weight * latency + (1 - blend_weight) * bottleneck.
+  blend,
+};
+
+/// Returns "latency", "throughput" or "blend".
+const char* to_string(objective_kind k);
+
+/// Parses "latency", "throughput" or "blend"; nullopt otherwise.
+std::optional<objective_kind> parse_objective_kind(const std::string& s);
+
+struct objective {
+  objective_kind kind = objective_kind::latency;
+  /// Weight of latency in a blend, in [0, 1].
+  double blend_weight = 0.5;
+};
+
+/// A whole placement problem: a cluster snapshot, a model and a request.
+struct problem {
+  std::string model_name;
+  std::vector<device> devices;
+  std::vector<link> links;
+  /// The link between two devices on one node.
+  link_spec intra_node{5e-6, 50e9};
+  /// Used for node pairs without an explicit link; without it such pairs
+  /// are an error.
+  std::optional<link_spec> default_link;
+  std::vector<layer> layers;
+  struct request request;
+  struct constraints constraints;
+  struct objective objective;
+
+  /// Seconds device `d` needs for layer `l` per token.
+  double layer_seconds(std::size_t d, std::size_t l) const;
+  /// Bytes layer `l` needs on a device (weights + KV cache for the context).
+  std::uint64_t layer_memory(std::size_t l) const;
+  /// Bytes device `d` can give to layers (free memory less the margin).
+  std::uint64_t usable_memory(std::size_t d) const;
+  /// The link between nodes `a` and `b`; throws problem_error if none.
+  link_spec link_between(const std::string& a, const std::string& b) const;
+  /// Index of the device named `id`, or nullopt.
+  std::optional<std::size_t> find_device(const std::string& id) const;
+};
+
+/// Checks every value and reference of `p`; throws problem_error naming the
+/// key path of the first problem found (e.g. "devices[2].memory: must be
+/// > 0").
+void validate(const problem& p);
+
+/// Builds the layer list from plain per-layer numbers (e.g. from a GGUF
+/// header). All vectors must have the same length; throws problem_error.
+std::vector<layer>
+make_layers(const std::vector<std::uint64_t>& weight_bytes,
+            const std::vector<std::uint64_t>& kv_bytes_per_token,
+            const std::vector<double>& flops_per_token,
+            const std::vector<std::uint64_t>& activation_bytes);
+
+/// `count` copies of `l`.
+std::vector<layer> uniform_layers(std::size_t count, const layer& l);
+
+/// Formats bytes for people: "11.2 GiB", "512.0 MiB".
+std::string format_bytes(double bytes);
+
+/// Formats seconds for people: "12.35 ms", "840.0 us", "1.250 s".
+std::string format_seconds(double seconds);
+
+} // namespace exo::placement
