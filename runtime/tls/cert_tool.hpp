@@ -32,6 +32,13 @@ struct ca_options {
 
 /// How to issue a node or client certificate.
 struct cert_options {
+  cert_options() = default;
+
+  explicit cert_options(std::string cn, cert_role r = cert_role::node)
+    : name(std::move(cn)), role(r) {
+    // nop
+  }
+
   /// Common name: the node or client name (see validate_name).
   std::string name;
   cert_role role = cert_role::node;
