@@ -1,0 +1,36 @@
+#include "runtime/tls/caf_tls.hpp"
+
+#include <caf/actor_system_config.hpp>
+
+#include "runtime/tls/tls_error.hpp"
+
+namespace exo::tls {
+
+material_info apply_material(caf::actor_system_config& cfg,
+                             const material& files) {
+  auto info = check_material(files);
+  cfg.openssl_certificate = files.certificate;
+  cfg.openssl_key = files.key;
+  cfg.openssl_passphrase = files.passphrase;
+  cfg.openssl_cafile = files.cafile;
+  cfg.openssl_capath.clear();
+  require_authenticated_tls(cfg);
+  return info;
+}
+
+void require_authenticated_tls(const caf::actor_system_config& cfg) {
+  auto missing = [](const char* key) {
+    throw tls_error(tls_errc::invalid_argument,
+                    std::string{"openssl."} + key
+                      + " is not set: CAF would fall back to anonymous,"
+                        " unauthenticated TLS, which exo refuses");
+  };
+  if (cfg.openssl_certificate.empty())
+    missing("certificate");
+  if (cfg.openssl_key.empty())
+    missing("key");
+  if (cfg.openssl_cafile.empty())
+    missing("cafile");
+}
+
+} // namespace exo::tls

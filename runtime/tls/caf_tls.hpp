@@ -1,0 +1,28 @@
+#pragma once
+
+// Applies checked TLS material to a CAF 0.17 actor system config. Part of
+// exo_tls_caf (the only piece of runtime/tls that depends on CAF).
+
+#include "runtime/tls/material.hpp"
+
+namespace caf {
+class actor_system_config;
+} // namespace caf
+
+namespace exo::tls {
+
+/// Checks `files` with check_material and, only when they pass, sets
+/// `openssl.certificate`, `openssl.key`, `openssl.passphrase` and
+/// `openssl.cafile` of `cfg` (capath is cleared: trust is the cluster CA
+/// only). Call it before constructing the actor system; the caller loads
+/// caf::io::middleman and caf::openssl::manager as usual.
+/// @throws tls_error from check_material; `cfg` is untouched then.
+material_info apply_material(caf::actor_system_config& cfg,
+                             const material& files);
+
+/// Refuses a config that would run CAF's anonymous, unauthenticated TLS
+/// (no certificate, key or CA file set).
+/// @throws tls_error invalid_argument naming the missing setting.
+void require_authenticated_tls(const caf::actor_system_config& cfg);
+
+} // namespace exo::tls

@@ -1,0 +1,166 @@
+// Tests of exo_tls_caf: checked material applied to CAF 0.17 actor systems
+// that talk over caf::openssl on 127.0.0.1. Connections use the
+// asynchronous connect with a timeout, so a refused handshake never hangs.
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <optional>
+#include <set>
+#include <string>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+
+#include "runtime/tls/caf_tls.hpp"
+#include "runtime/tls/cert_tool.hpp"
+#include "runtime/tls/tls_error.hpp"
+#include "test/cluster/tls_test_util.hpp"
+
+using namespace exo::tls;
+using exo::tls::test::temp_dir;
+
+namespace {
+
+constexpr auto connect_timeout = std::chrono::seconds{20};
+
+/// A config with the TLS modules loaded, two scheduler threads and the
+/// given material applied.
+struct tls_config : caf::actor_system_config {
+  explicit tls_config(const material& files) {
+    load<caf::io::middleman>();
+    load<caf::openssl::manager>();
+    set("scheduler.max-threads", 2);
+    apply_material(*this, files);
+  }
+};
+
+/// Writes a CA and credentials named `names` into `dir`/`tag`-*.
+struct test_ca {
+  credential ca = create_ca();
+  std::string cafile;
+
+  test_ca(const temp_dir& dir, const std::string& tag) {
+    cafile = dir / (tag + "-ca.crt");
+    write_certificate(cafile, ca.cert);
+  }
+
+  material issue(const temp_dir& dir, const std::string& name,
+                 cert_role role = cert_role::node,
+                 const std::string& passphrase = {}) {
+    auto cred = issue_certificate(ca, cert_options{name, role});
+    auto stem = dir / name;
+    write_certificate(stem + ".crt", cred.cert);
+    write_private_key(stem + ".key", cred.key, passphrase);
+    return material{stem + ".crt", stem + ".key", passphrase, cafile, role};
+  }
+};
+
+caf::behavior echo_impl() {
+  return {
+    [](const std::string& text) { return "echo: " + text; },
+  };
+}
+
+/// Connects from `sys` to 127.0.0.1:`port` with a timeout; returns the
+/// remote actor or the error's text.
+std::pair<caf::actor, std::string> connect(caf::actor_system& sys,
+                                           uint16_t port) {
+  caf::scoped_actor self{sys};
+  std::pair<caf::actor, std::string> result;
+  self
+    ->request(sys.openssl_manager().actor_handle(), connect_timeout,
+              caf::connect_atom_v, std::string{"127.0.0.1"}, port)
+    .receive(
+      [&](const caf::node_id&, caf::strong_actor_ptr& ptr,
+          const std::set<std::string>&) {
+        if (ptr)
+          result.first = caf::actor_cast<caf::actor>(ptr);
+        else
+          result.second = "connected, but no actor published";
+      },
+      [&](caf::error& err) { result.second = sys.render(err); });
+  return result;
+}
+
+std::string ask(caf::actor_system& sys, const caf::actor& whom,
+                const std::string& text) {
+  caf::scoped_actor self{sys};
+  std::string reply;
+  self->request(whom, connect_timeout, text)
+    .receive([&](const std::string& r) { reply = r; },
+             [&](caf::error& err) { reply = "error: " + sys.render(err); });
+  return reply;
+}
+
+} // namespace
+
+TEST_CASE("applying material refuses anonymous TLS and bad material, "
+          "leaving the config untouched") {
+  temp_dir dir;
+  test_ca ca{dir, "c"};
+  caf::actor_system_config cfg;
+  CHECK_THROWS_AS(require_authenticated_tls(cfg), tls_error);
+  auto m = ca.issue(dir, "node-a", cert_role::node, "pass-word");
+  auto bad = m;
+  bad.passphrase = "wrong";
+  try {
+    apply_material(cfg, bad);
+    FAIL("wrong passphrase accepted");
+  } catch (const tls_error& err) {
+    CHECK(err.code() == tls_errc::bad_passphrase);
+  }
+  CHECK(cfg.openssl_key.empty());
+  bad = m;
+  bad.cafile.clear();
+  CHECK_THROWS_AS(apply_material(cfg, bad), tls_error);
+  CHECK(cfg.openssl_certificate.empty());
+  auto info = apply_material(cfg, m);
+  CHECK(info.common_name == "node-a");
+  CHECK(cfg.openssl_certificate == m.certificate);
+  CHECK(cfg.openssl_key == m.key);
+  CHECK(cfg.openssl_passphrase == "pass-word");
+  CHECK(cfg.openssl_cafile == m.cafile);
+  require_authenticated_tls(cfg);
+}
+
+TEST_CASE("actor systems with certificates from the same CA talk over TLS, "
+          "clients connect, one from another CA is refused") {
+  temp_dir dir;
+  test_ca cluster{dir, "cluster"};
+  test_ca stranger{dir, "stranger"};
+  // Node a's key is encrypted: CAF must get the passphrase from the config.
+  tls_config cfg_a{cluster.issue(dir, "node-a", cert_role::node, "a-pass")};
+  tls_config cfg_b{cluster.issue(dir, "node-b")};
+  tls_config cfg_c{stranger.issue(dir, "node-c")};
+  tls_config cfg_d{cluster.issue(dir, "alice", cert_role::client)};
+  caf::actor_system sys_a{cfg_a};
+  auto echo = sys_a.spawn(echo_impl);
+  auto port = caf::openssl::publish(echo, 0, "127.0.0.1");
+  REQUIRE(port);
+  {
+    caf::actor_system sys_c{cfg_c};
+    auto [remote, err] = connect(sys_c, *port);
+    INFO("stranger's connect failed with: " << err);
+    CHECK_FALSE(remote);
+    CHECK_FALSE(err.empty());
+  }
+  {
+    caf::actor_system sys_b{cfg_b};
+    auto [remote, err] = connect(sys_b, *port);
+    INFO("connect error: " << err);
+    REQUIRE(remote);
+    CHECK(ask(sys_b, remote, "hello") == "echo: hello");
+  }
+  {
+    // A client certificate (clientAuth only) may connect to a node.
+    caf::actor_system sys_d{cfg_d};
+    auto [remote, err] = connect(sys_d, *port);
+    INFO("client connect error: " << err);
+    REQUIRE(remote);
+    CHECK(ask(sys_d, remote, "from a client") == "echo: from a client");
+  }
+  sys_a.middleman().unpublish(echo, *port);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
