@@ -1,0 +1,86 @@
+#pragma once
+
+/// The device actor's pure core: opaque handles over pooled device buffers.
+///
+/// Handles are ids, never addresses: a handle from another pool, a freed
+/// handle or a forged one is simply unknown. Every offset and length a caller
+/// gives is checked against the size the caller asked for (not the pooled
+/// size behind it). Freed buffers stay cached by size class and are reused;
+/// when the device runs out of memory the cache is released and the
+/// allocation retried once.
+
+#include "backends/backend.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace exo::device {
+
+using backend::result;
+using backend::status;
+
+class buffer_pool {
+public:
+  /// Pools buffers of `dev`; keeps at most `cache_limit` bytes cached.
+  buffer_pool(backend::device& dev, std::uint64_t cache_limit,
+              std::uint64_t salt);
+  ~buffer_pool();
+
+  buffer_pool(const buffer_pool&) = delete;
+  buffer_pool& operator=(const buffer_pool&) = delete;
+
+  /// A new handle to at least `bytes` bytes of device memory.
+  result<std::uint64_t> allocate(std::uint64_t bytes);
+
+  /// Returns the handle's buffer to the pool.
+  status release(std::uint64_t handle);
+
+  /// The buffer behind a handle after checking [offset, offset + len) lies
+  /// inside the size that was asked for.
+  result<backend::buffer*> resolve(std::uint64_t handle, std::uint64_t offset,
+                                   std::uint64_t len) const;
+
+  /// The size a handle was allocated with, or an error.
+  result<std::uint64_t> size_of(std::uint64_t handle) const;
+
+  /// Frees every cached (unused) buffer.
+  void trim();
+
+  std::size_t live_handles() const noexcept {
+    return live_.size();
+  }
+  std::uint64_t live_bytes() const noexcept {
+    return live_bytes_;
+  }
+  std::uint64_t cached_bytes() const noexcept {
+    return cached_bytes_;
+  }
+  std::uint64_t reuse_count() const noexcept {
+    return reused_;
+  }
+
+  /// The pooled size for a request (a power of two from 4 KiB up to 64 MiB,
+  /// 1 MiB steps above).
+  static std::uint64_t size_class(std::uint64_t bytes) noexcept;
+
+private:
+  struct entry {
+    std::unique_ptr<backend::buffer> buf;
+    std::uint64_t size;
+  };
+
+  backend::device& dev_;
+  std::uint64_t cache_limit_;
+  std::uint64_t salt_;
+  std::uint64_t next_ = 1;
+  std::unordered_map<std::uint64_t, entry> live_;
+  std::multimap<std::uint64_t, std::unique_ptr<backend::buffer>> cache_;
+  std::uint64_t live_bytes_ = 0;
+  std::uint64_t cached_bytes_ = 0;
+  std::uint64_t reused_ = 0;
+};
+
+} // namespace exo::device

@@ -1,0 +1,392 @@
+#include "actors/device/device_actor.hpp"
+
+#include "actors/device/buffer_pool.hpp"
+#include "messages/errors.hpp"
+
+#include <caf/all.hpp>
+
+#include <random>
+
+namespace exo::device {
+
+device_info describe(backend::device& dev, const std::string& node) {
+  const auto& p = dev.properties();
+  device_info info;
+  info.id = p.id;
+  info.node = node;
+  info.backend = backend::to_string(p.kind);
+  info.name = p.name;
+  info.vendor = p.vendor;
+  info.architecture = p.architecture;
+  info.driver_version = p.driver_version;
+  info.pci_bus_id = p.pci_bus_id;
+  info.support = backend::to_string(p.support);
+  info.simulated = p.simulated;
+  info.total_memory = p.total_memory;
+  info.free_memory = dev.memory().free;
+  info.max_allocation = p.max_allocation;
+  info.compute_units = p.compute_units;
+  info.clock_mhz = p.clock_mhz.value_or(0);
+  info.peak_flops = p.peak_flops.value_or(0);
+  info.memory_bandwidth = p.memory_bandwidth.value_or(0);
+  info.capabilities = p.capabilities;
+  return info;
+}
+
+namespace {
+
+struct device_actor_state {
+  static inline const char* name = "exo.device";
+
+  backend::device* dev = nullptr;
+  device_actor_config cfg;
+  /// Destroyed with the state when the actor exits: buffers go back to the
+  /// device, which outlives the actor.
+  std::unique_ptr<buffer_pool> pool;
+  device_state state = device_state::ready;
+  std::string state_reason;
+  std::uint64_t operations = 0;
+  std::uint64_t errors = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+  std::string last_error;
+
+  /// Records a failed call; a lost device is gone for good.
+  caf::error failed(const backend::error& err) {
+    ++errors;
+    last_error = err.to_string();
+    if (err.code == backend::errc::device_lost) {
+      state = device_state::gone;
+      state_reason = err.message;
+    }
+    return to_caf_error(err);
+  }
+
+  /// Refuses work in states that allow none.
+  caf::error unusable() const {
+    if (state == device_state::failed)
+      return make_exo_error(exo_errc::failed_state,
+                            "device failed verification: " + state_reason);
+    if (state == device_state::gone)
+      return make_exo_error(exo_errc::device_lost,
+                            "device is gone: " + state_reason);
+    return caf::none;
+  }
+};
+
+using self_ptr = exo::device_actor::stateful_pointer<device_actor_state>;
+
+/// Checks a kernel call against the handles' sizes and runs it.
+backend::status run_kernel(device_actor_state& st, const kernel_call& call) {
+  using backend::errc;
+  using backend::fail;
+  auto need = [&](std::size_t inputs, std::size_t dims) -> backend::status {
+    if (call.inputs.size() != inputs || call.input_offsets.size() != inputs
+        || call.dims.size() != dims)
+      return fail(errc::invalid_argument,
+                  "compute " + call.op + ": expects " + std::to_string(inputs)
+                    + " inputs with offsets and " + std::to_string(dims)
+                    + " dims");
+    return {};
+  };
+  auto operand = [&](handle_id h, std::uint64_t off, std::uint64_t bytes)
+    -> backend::result<backend::buffer*> {
+    if (off % sizeof(float) != 0)
+      return fail(errc::invalid_argument,
+                  "compute " + call.op + ": offsets must be multiples of 4");
+    return st.pool->resolve(h, off, bytes);
+  };
+  if (call.op == "add" || call.op == "mul") {
+    EXO_TRY(need(2, 1));
+    auto bytes = backend::f32_bytes(call.dims[0], 1);
+    if (!bytes)
+      return bytes.err();
+    auto a = operand(call.inputs[0], call.input_offsets[0], *bytes);
+    auto b = operand(call.inputs[1], call.input_offsets[1], *bytes);
+    auto c = operand(call.output, call.output_offset, *bytes);
+    for (auto* r : {&a, &b, &c})
+      if (!*r)
+        return r->err();
+    auto op = call.op == "add" ? backend::binary_op::add
+                               : backend::binary_op::mul;
+    return st.dev->elementwise(op, {*a, call.input_offsets[0]},
+                               {*b, call.input_offsets[1]},
+                               {*c, call.output_offset}, call.dims[0]);
+  }
+  if (call.op == "matmul" || call.op == "matmul_t") {
+    EXO_TRY(need(2, 3));
+    backend::matmul_dims d{call.dims[0], call.dims[1], call.dims[2],
+                           call.op == "matmul_t"};
+    auto ab = backend::f32_bytes(d.m, d.k);
+    auto bb = backend::f32_bytes(d.k, d.n);
+    auto cb = backend::f32_bytes(d.m, d.n);
+    if (!ab || !bb || !cb || d.m == 0 || d.n == 0 || d.k == 0)
+      return fail(errc::invalid_argument,
+                  "compute " + call.op + ": bad dimensions");
+    auto a = operand(call.inputs[0], call.input_offsets[0], *ab);
+    auto b = operand(call.inputs[1], call.input_offsets[1], *bb);
+    auto c = operand(call.output, call.output_offset, *cb);
+    for (auto* r : {&a, &b, &c})
+      if (!*r)
+        return r->err();
+    return st.dev->matmul({*a, call.input_offsets[0]},
+                          {*b, call.input_offsets[1]},
+                          {*c, call.output_offset}, d);
+  }
+  return fail(errc::unsupported, "compute: unknown operation \"" + call.op
+                                   + "\"");
+}
+
+/// Sends [offset, offset + len) of a buffer to a peer device actor, one
+/// bounded chunk at a time, each acknowledged before the next.
+struct relay : std::enable_shared_from_this<relay> {
+  self_ptr self;
+  caf::actor peer;
+  handle_id src, dst;
+  std::uint64_t src_off, dst_off, len, done = 0;
+  caf::response_promise rp;
+
+  void step() {
+    auto& st = self->state;
+    if (done == len) {
+      rp.deliver(caf::ok_atom::value);
+      return;
+    }
+    if (auto err = st.unusable()) {
+      rp.deliver(err);
+      return;
+    }
+    auto n = std::min(max_chunk_bytes, len - done);
+    auto buf = st.pool->resolve(src, src_off + done, n);
+    if (!buf) {
+      rp.deliver(st.failed(buf.err()));
+      return;
+    }
+    chunk c;
+    c.bytes.resize(n);
+    auto rd = st.dev->read(**buf, src_off + done, c.bytes.data(), n);
+    if (!rd) {
+      rp.deliver(st.failed(rd.err()));
+      return;
+    }
+    st.bytes_out += n;
+    auto me = shared_from_this();
+    self
+      ->request(peer, st.cfg.peer_timeout, write_atom::value, dst,
+                dst_off + done, std::move(c))
+      .then(
+        [me, n](caf::atom_value) {
+          me->done += n;
+          me->step();
+        },
+        [me](caf::error& err) { me->rp.deliver(std::move(err)); });
+  }
+};
+
+exo::device_actor::behavior_type device_impl(self_ptr self,
+                                             backend::device* dev,
+                                             device_actor_config cfg) {
+  auto& st = self->state;
+  st.dev = dev;
+  st.cfg = std::move(cfg);
+  std::random_device rd;
+  auto salt = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  st.pool = std::make_unique<buffer_pool>(*dev, st.cfg.pool_cache_limit, salt);
+  if (!st.cfg.failed_reason.empty()) {
+    st.state = device_state::failed;
+    st.state_reason = st.cfg.failed_reason;
+  }
+  return {
+    [self](info_atom) {
+      auto& st = self->state;
+      auto info = describe(*st.dev, st.cfg.node);
+      info.state = st.state;
+      info.state_reason = st.state_reason;
+      return info;
+    },
+    [self](allocate_atom, std::uint64_t bytes) -> caf::result<handle_id> {
+      auto& st = self->state;
+      if (auto err = st.unusable())
+        return err;
+      ++st.operations;
+      auto h = st.pool->allocate(bytes);
+      if (!h)
+        return st.failed(h.err());
+      return *h;
+    },
+    [self](free_atom, handle_id h) -> caf::result<caf::atom_value> {
+      auto& st = self->state;
+      ++st.operations;
+      auto r = st.pool->release(h);
+      if (!r)
+        return make_exo_error(exo_errc::unknown_handle, r.err().message);
+      return caf::ok_atom::value;
+    },
+    [self](write_atom, handle_id h, std::uint64_t offset,
+           chunk& data) -> caf::result<caf::atom_value> {
+      auto& st = self->state;
+      if (auto err = st.unusable())
+        return err;
+      ++st.operations;
+      auto buf = st.pool->resolve(h, offset, data.bytes.size());
+      if (!buf)
+        return st.failed(buf.err());
+      auto w = st.dev->write(**buf, offset, data.bytes.data(),
+                             data.bytes.size());
+      if (!w)
+        return st.failed(w.err());
+      st.bytes_in += data.bytes.size();
+      return caf::ok_atom::value;
+    },
+    [self](read_atom, handle_id h, std::uint64_t offset,
+           std::uint64_t len) -> caf::result<chunk> {
+      auto& st = self->state;
+      if (auto err = st.unusable())
+        return err;
+      ++st.operations;
+      if (len > max_chunk_bytes)
+        return make_exo_error(exo_errc::invalid_argument,
+                              "read: " + std::to_string(len)
+                                + " bytes exceeds the chunk limit of "
+                                + std::to_string(max_chunk_bytes));
+      auto buf = st.pool->resolve(h, offset, len);
+      if (!buf)
+        return st.failed(buf.err());
+      chunk c;
+      c.bytes.resize(len);
+      auto r = st.dev->read(**buf, offset, c.bytes.data(), len);
+      if (!r)
+        return st.failed(r.err());
+      st.bytes_out += len;
+      return c;
+    },
+    [self](copy_atom, handle_id src, std::uint64_t src_off, caf::actor peer,
+           handle_id dst, std::uint64_t dst_off,
+           std::uint64_t len) -> caf::result<caf::atom_value> {
+      auto& st = self->state;
+      if (auto err = st.unusable())
+        return err;
+      ++st.operations;
+      auto from = st.pool->resolve(src, src_off, len);
+      if (!from)
+        return st.failed(from.err());
+      if (!peer)
+        return make_exo_error(exo_errc::invalid_argument,
+                              "copy: no destination device");
+      if (peer == caf::actor_cast<caf::actor>(self)) {
+        auto to = st.pool->resolve(dst, dst_off, len);
+        if (!to)
+          return st.failed(to.err());
+        auto c = st.dev->copy(**from, src_off, **to, dst_off, len);
+        if (!c)
+          return st.failed(c.err());
+        return caf::ok_atom::value;
+      }
+      auto r = std::make_shared<relay>();
+      r->self = self;
+      r->peer = std::move(peer);
+      r->src = src;
+      r->dst = dst;
+      r->src_off = src_off;
+      r->dst_off = dst_off;
+      r->len = len;
+      r->rp = self->make_response_promise();
+      r->step();
+      return r->rp;
+    },
+    [self](compute_atom, kernel_call& call) -> caf::result<caf::atom_value> {
+      auto& st = self->state;
+      if (auto err = st.unusable())
+        return err;
+      if (st.state == device_state::paused)
+        return make_exo_error(exo_errc::paused,
+                              "device is paused: " + st.state_reason);
+      ++st.operations;
+      auto r = run_kernel(st, call);
+      if (!r)
+        return st.failed(r.err());
+      return caf::ok_atom::value;
+    },
+    [self](sync_atom) -> caf::result<caf::atom_value> {
+      auto& st = self->state;
+      if (auto err = st.unusable())
+        return err;
+      ++st.operations;
+      auto s = st.dev->synchronize();
+      if (!s)
+        return st.failed(s.err());
+      return caf::ok_atom::value;
+    },
+    [self](telemetry_atom) {
+      auto& st = self->state;
+      auto t = st.dev->read_telemetry();
+      telemetry_sample s;
+      s.device = st.dev->properties().id;
+      s.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+      if (t.temperature_c)
+        s.temperature_c = *t.temperature_c;
+      if (t.power_w)
+        s.power_w = *t.power_w;
+      if (t.clock_mhz)
+        s.clock_mhz = *t.clock_mhz;
+      if (t.utilization)
+        s.utilization = *t.utilization;
+      s.memory_total = t.memory.total;
+      s.memory_free = t.memory.free;
+      s.memory_used_by_exo = t.memory.used_by_exo;
+      return s;
+    },
+    [self](pause_atom, std::string& reason) -> caf::result<caf::atom_value> {
+      auto& st = self->state;
+      if (auto err = st.unusable())
+        return err;
+      st.state = device_state::paused;
+      st.state_reason = std::move(reason);
+      return caf::ok_atom::value;
+    },
+    [self](resume_atom) -> caf::result<caf::atom_value> {
+      auto& st = self->state;
+      if (auto err = st.unusable())
+        return err;
+      st.state = device_state::ready;
+      st.state_reason.clear();
+      return caf::ok_atom::value;
+    },
+    [self](inspect_atom) {
+      auto& st = self->state;
+      actor_snapshot snap;
+      snap.name = "device/" + st.dev->properties().id;
+      snap.kind = "device";
+      snap.node = st.cfg.node;
+      snap.summary = std::string{to_string(st.state)} + ", "
+                     + std::to_string(st.pool->live_handles()) + " buffers";
+      snap.fields = {
+        {"state", to_string(st.state)},
+        {"state_reason", st.state_reason},
+        {"live_handles", std::to_string(st.pool->live_handles())},
+        {"live_bytes", std::to_string(st.pool->live_bytes())},
+        {"cached_bytes", std::to_string(st.pool->cached_bytes())},
+        {"pool_reuses", std::to_string(st.pool->reuse_count())},
+        {"operations", std::to_string(st.operations)},
+        {"errors", std::to_string(st.errors)},
+        {"bytes_in", std::to_string(st.bytes_in)},
+        {"bytes_out", std::to_string(st.bytes_out)},
+        {"last_error", st.last_error},
+        {"queue_depth", std::to_string(self->mailbox().size())},
+      };
+      return snap;
+    },
+  };
+}
+
+} // namespace
+
+exo::device_actor spawn_device_actor(caf::actor_system& sys,
+                                     backend::device& dev,
+                                     device_actor_config cfg) {
+  return sys.spawn<caf::detached>(device_impl, &dev, std::move(cfg));
+}
+
+} // namespace exo::device

@@ -1,0 +1,38 @@
+#pragma once
+
+/// The device actor: the only owner of one backend device. It serializes
+/// work on its mailbox, hands out opaque handles to pooled buffers, checks
+/// every offset and length, refuses new compute while paused, and turns the
+/// device's error values into exo errors. It runs detached (its own thread):
+/// device calls may block (a synchronize, a hung driver).
+
+#include "backends/backend.hpp"
+#include "messages/device.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <chrono>
+#include <string>
+
+namespace exo::device {
+
+struct device_actor_config {
+  std::string node;  ///< name of the node the device sits on
+  /// Bytes of freed buffers kept for reuse.
+  std::uint64_t pool_cache_limit = 256u << 20;
+  /// Timeout of each chunk a copy sends to a peer device actor.
+  std::chrono::milliseconds peer_timeout{10000};
+  /// Set when discovery could not verify the device: every operation but
+  /// info/inspect is refused with this reason.
+  std::string failed_reason;
+};
+
+/// Spawns the actor for `dev`, which must outlive it.
+exo::device_actor spawn_device_actor(caf::actor_system& sys,
+                                     backend::device& dev,
+                                     device_actor_config cfg);
+
+/// Builds the wire description of a device.
+device_info describe(backend::device& dev, const std::string& node);
+
+} // namespace exo::device

@@ -1,0 +1,1 @@
+// Anchors the precompiled CAF headers (see messages/CMakeLists.txt).

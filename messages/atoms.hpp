@@ -1,0 +1,31 @@
+#pragma once
+
+/// Every atom of exo's wire contract, in one place.
+
+#include <caf/atom.hpp>
+
+namespace exo {
+
+// device actor
+using info_atom = caf::atom_constant<caf::atom("info")>;
+using allocate_atom = caf::atom_constant<caf::atom("allocate")>;
+using free_atom = caf::atom_constant<caf::atom("free")>;
+using write_atom = caf::atom_constant<caf::atom("write")>;
+using read_atom = caf::atom_constant<caf::atom("read")>;
+using copy_atom = caf::atom_constant<caf::atom("copy")>;
+using sync_atom = caf::atom_constant<caf::atom("sync")>;
+using telemetry_atom = caf::atom_constant<caf::atom("telemetry")>;
+using pause_atom = caf::atom_constant<caf::atom("pause")>;
+using resume_atom = caf::atom_constant<caf::atom("resume")>;
+using compute_atom = caf::atom_constant<caf::atom("compute")>;
+using verify_atom = caf::atom_constant<caf::atom("verify")>;
+
+// node, directory, inspection
+using devices_atom = caf::atom_constant<caf::atom("devices")>;
+using rescan_atom = caf::atom_constant<caf::atom("rescan")>;
+using inspect_atom = caf::atom_constant<caf::atom("inspect")>;
+using actors_atom = caf::atom_constant<caf::atom("actors")>;
+using register_atom = caf::atom_constant<caf::atom("register")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
+} // namespace exo

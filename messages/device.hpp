@@ -1,0 +1,157 @@
+#pragma once
+
+/// The wire contract of a device actor: what it says about itself and the
+/// typed interface every peer uses to talk to it.
+///
+///   client ---- allocate(bytes) ----> device   -> handle (opaque id)
+///   client ---- write(h, off, chunk)-> device   -> unit   (bounds-checked)
+///   client ---- read(h, off, len) ---> device   -> chunk  (len bounded)
+///   client ---- copy(h, off, peer, h2, off2, len) -> device
+///                  device ---- write(h2, ...) ---> peer  (in bounded chunks)
+///   thermal --- pause / resume ------> device   (in-flight work finishes)
+
+#include "messages/atoms.hpp"
+
+#include <caf/meta/type_name.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/replies_to.hpp>
+
+#include <caf/optional.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace exo {
+
+/// The largest chunk of bytes one message may carry. CAF 0.17 serializes
+/// whole messages in memory and trusts a peer's length: bulk data always
+/// crosses in chunks no larger than this.
+constexpr std::uint64_t max_chunk_bytes = 4u << 20;
+
+/// Lifecycle of a device actor.
+enum class device_state : std::uint8_t { ready, busy, paused, failed, gone };
+
+const char* to_string(device_state s) noexcept;
+
+/// Bytes in a message (std::vector<uint8_t> is not a built-in CAF type).
+struct chunk {
+  std::vector<std::uint8_t> bytes;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chunk& x) {
+  return f(caf::meta::type_name("exo.chunk"), x.bytes);
+}
+
+/// What a device actor reports about its device.
+struct device_info {
+  std::string id;
+  std::string node;
+  std::string backend;
+  std::string name;
+  std::string vendor;
+  std::string architecture;
+  std::string driver_version;
+  std::string pci_bus_id;
+  std::string support;
+  bool simulated = false;
+  std::uint64_t total_memory = 0;
+  std::uint64_t free_memory = 0;
+  std::uint64_t max_allocation = 0;
+  std::uint32_t compute_units = 0;
+  std::uint32_t clock_mhz = 0;   ///< 0: unknown
+  double peak_flops = 0;         ///< 0: unknown
+  double memory_bandwidth = 0;   ///< 0: unknown
+  std::uint32_t capabilities = 0;
+  device_state state = device_state::ready;
+  std::string state_reason;      ///< why failed / paused / gone
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, device_info& x) {
+  return f(caf::meta::type_name("exo.device_info"), x.id, x.node, x.backend,
+           x.name, x.vendor, x.architecture, x.driver_version, x.pci_bus_id,
+           x.support, x.simulated, x.total_memory, x.free_memory,
+           x.max_allocation, x.compute_units, x.clock_mhz, x.peak_flops,
+           x.memory_bandwidth, x.capabilities, x.state, x.state_reason);
+}
+
+/// One telemetry sample. Readings the device cannot make are absent.
+struct telemetry_sample {
+  std::string device;
+  std::int64_t time_ns = 0; ///< system clock
+  caf::optional<double> temperature_c;
+  caf::optional<double> power_w;
+  caf::optional<std::uint32_t> clock_mhz;
+  caf::optional<double> utilization;
+  std::uint64_t memory_total = 0;
+  std::uint64_t memory_free = 0;
+  std::uint64_t memory_used_by_exo = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, telemetry_sample& x) {
+  return f(caf::meta::type_name("exo.telemetry_sample"), x.device, x.time_ns,
+           x.temperature_c, x.power_w, x.clock_mhz, x.utilization,
+           x.memory_total, x.memory_free, x.memory_used_by_exo);
+}
+
+/// A structured snapshot of an actor's state, for the inspection console.
+struct actor_snapshot {
+  std::string name;
+  std::string kind;
+  std::string node;
+  std::string summary;
+  std::map<std::string, std::string> fields;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, actor_snapshot& x) {
+  return f(caf::meta::type_name("exo.actor_snapshot"), x.name, x.kind,
+           x.node, x.summary, x.fields);
+}
+
+/// Opaque buffer handles: ids, never addresses.
+using handle_id = std::uint64_t;
+
+/// A compute request on buffers of one device. Every operand is a handle
+/// plus a byte offset; the device actor checks each against its size.
+///   "add", "mul":   out[i] = a[i] (op) b[i], dims = {count}
+///   "matmul":       C[m x n] = A[m x k] * B[k x n], dims = {m, n, k}
+///   "matmul_t":     C[m x n] = A[m x k] * B^T, B stored [n x k]
+struct kernel_call {
+  std::string op;
+  std::vector<handle_id> inputs;
+  std::vector<std::uint64_t> input_offsets;
+  handle_id output = 0;
+  std::uint64_t output_offset = 0;
+  std::vector<std::uint64_t> dims;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kernel_call& x) {
+  return f(caf::meta::type_name("exo.kernel_call"), x.op, x.inputs,
+           x.input_offsets, x.output, x.output_offset, x.dims);
+}
+
+/// The typed interface of a device actor.
+using device_actor = caf::typed_actor<
+  caf::replies_to<info_atom>::with<device_info>,
+  caf::replies_to<allocate_atom, std::uint64_t>::with<handle_id>,
+  caf::replies_to<free_atom, handle_id>::with<caf::atom_value>,
+  caf::replies_to<write_atom, handle_id, std::uint64_t,
+                  chunk>::with<caf::atom_value>,
+  caf::replies_to<read_atom, handle_id, std::uint64_t,
+                  std::uint64_t>::with<chunk>,
+  caf::replies_to<copy_atom, handle_id, std::uint64_t, caf::actor,
+                  handle_id, std::uint64_t, std::uint64_t>::with<caf::atom_value>,
+  caf::replies_to<compute_atom, kernel_call>::with<caf::atom_value>,
+  caf::replies_to<sync_atom>::with<caf::atom_value>,
+  caf::replies_to<telemetry_atom>::with<telemetry_sample>,
+  caf::replies_to<pause_atom, std::string>::with<caf::atom_value>,
+  caf::replies_to<resume_atom>::with<caf::atom_value>,
+  caf::replies_to<inspect_atom>::with<actor_snapshot>>;
+
+} // namespace exo

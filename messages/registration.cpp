@@ -1,0 +1,32 @@
+#include "messages/registration.hpp"
+
+#include "messages/device.hpp"
+#include "messages/errors.hpp"
+
+#include <caf/actor_system_config.hpp>
+
+namespace exo {
+
+const char* to_string(device_state s) noexcept {
+  switch (s) {
+    case device_state::ready: return "ready";
+    case device_state::busy: return "busy";
+    case device_state::paused: return "paused";
+    case device_state::failed: return "failed";
+    case device_state::gone: return "gone";
+  }
+  return "unknown";
+}
+
+void register_messages(caf::actor_system_config& cfg) {
+  cfg.add_message_type<chunk>("exo.chunk");
+  cfg.add_message_type<kernel_call>("exo.kernel_call");
+  cfg.add_message_type<device_info>("exo.device_info");
+  cfg.add_message_type<std::vector<device_info>>("exo.device_infos");
+  cfg.add_message_type<telemetry_sample>("exo.telemetry_sample");
+  cfg.add_message_type<actor_snapshot>("exo.actor_snapshot");
+  cfg.add_message_type<std::vector<actor_snapshot>>("exo.actor_snapshots");
+  add_error_category(cfg);
+}
+
+} // namespace exo

@@ -1,0 +1,96 @@
+// Handles over pooled buffers: opaque, bounds-checked, reused.
+
+#include "actors/device/buffer_pool.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace exo;
+using exo::device::buffer_pool;
+
+namespace {
+
+struct fixture {
+  std::unique_ptr<backend::backend> be = backend::make_cpu_backend(
+    backend::cpu_options{64u << 20});
+  backend::device* dev = nullptr;
+  fixture() {
+    REQUIRE(be->initialize().ok());
+    dev = be->device_at(0);
+  }
+};
+
+} // namespace
+
+TEST_CASE("size classes round up to powers of two, then to whole MiB") {
+  CHECK(buffer_pool::size_class(1) == 4096);
+  CHECK(buffer_pool::size_class(4096) == 4096);
+  CHECK(buffer_pool::size_class(4097) == 8192);
+  CHECK(buffer_pool::size_class(3u << 20) == 4u << 20);
+  CHECK(buffer_pool::size_class((64u << 20) + 1) == (65u << 20));
+}
+
+TEST_CASE("a freed buffer is reused for the next request of its class") {
+  fixture f;
+  buffer_pool pool{*f.dev, 1u << 20, 1234};
+  auto a = pool.allocate(5000);
+  REQUIRE(a.ok());
+  auto* first = *pool.resolve(*a, 0, 5000);
+  REQUIRE(pool.release(*a).ok());
+  CHECK(pool.cached_bytes() == 8192);
+  auto b = pool.allocate(6000);
+  REQUIRE(b.ok());
+  CHECK(*pool.resolve(*b, 0, 1) == first);
+  CHECK(pool.reuse_count() == 1);
+  CHECK(*b != *a);
+}
+
+TEST_CASE("ranges are checked against the size asked for, not the class") {
+  fixture f;
+  buffer_pool pool{*f.dev, 0, 99};
+  auto h = pool.allocate(100);
+  REQUIRE(h.ok());
+  CHECK(pool.resolve(*h, 0, 100).ok());
+  CHECK(pool.resolve(*h, 100, 0).ok());
+  CHECK(pool.resolve(*h, 0, 101).err().code == backend::errc::out_of_range);
+  CHECK(pool.resolve(*h, 101, 0).err().code == backend::errc::out_of_range);
+  CHECK(pool.resolve(*h, UINT64_MAX, 2).err().code
+        == backend::errc::out_of_range);
+}
+
+TEST_CASE("unknown, freed and forged handles are refused") {
+  fixture f;
+  buffer_pool pool{*f.dev, 0, 7};
+  auto h = pool.allocate(64);
+  REQUIRE(h.ok());
+  CHECK_FALSE(pool.resolve(*h + 1, 0, 1).ok());
+  REQUIRE(pool.release(*h).ok());
+  CHECK_FALSE(pool.resolve(*h, 0, 1).ok());
+  CHECK_FALSE(pool.release(*h).ok());
+  // Handles of another pool mean nothing here.
+  buffer_pool other{*f.dev, 0, 8};
+  auto h2 = other.allocate(64);
+  REQUIRE(h2.ok());
+  CHECK_FALSE(pool.resolve(*h2, 0, 1).ok());
+}
+
+TEST_CASE("when memory runs out the cache is released and the request "
+          "retried") {
+  fixture f; // 64 MiB device
+  buffer_pool pool{*f.dev, 64u << 20, 5};
+  auto a = pool.allocate(32u << 20);
+  auto b = pool.allocate(16u << 20);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(pool.release(*a).ok());
+  REQUIRE(pool.release(*b).ok());
+  CHECK(pool.cached_bytes() == (48u << 20));
+  // 40 MiB (class 64 MiB -> rounded) does not fit beside the cache.
+  auto c = pool.allocate(40u << 20);
+  REQUIRE(c.ok());
+  CHECK(pool.cached_bytes() == 0);
+  auto d = pool.allocate(60u << 20);
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.err().code == backend::errc::out_of_memory);
+  CHECK(pool.live_handles() == 1);
+}

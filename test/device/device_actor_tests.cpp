@@ -1,0 +1,249 @@
+// The device actor: handles, bounds, chunked copies between device actors,
+// pause, failure and loss — driven through real CAF messages.
+
+#include "actors/device/device_actor.hpp"
+#include "backends/factory.hpp"
+#include "messages/errors.hpp"
+#include "messages/registration.hpp"
+
+#include <caf/all.hpp>
+#include <catch2/catch.hpp>
+
+#include <numeric>
+#include <random>
+
+using namespace exo;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct config : caf::actor_system_config {
+  config() {
+    register_messages(*this);
+  }
+};
+
+struct fixture {
+  backend::registry reg;
+  config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  exo::device_actor cpu;
+  exo::device_actor sim;
+  backend::sim_device* sim_dev = nullptr;
+
+  fixture() {
+    backend::factory_options opts;
+    opts.use_environment = false;
+    opts.include = {"cpu", "sim"};
+    opts.sim.devices = {{"adreno-740", ""}};
+    auto r = backend::registry::create(opts);
+    REQUIRE(r.ok());
+    reg = std::move(*r);
+    auto devs = reg.devices();
+    REQUIRE(devs.size() == 2);
+    cpu = device::spawn_device_actor(sys, *devs[0], {"n1"});
+    sim = device::spawn_device_actor(sys, *devs[1], {"n1"});
+    sim_dev = dynamic_cast<backend::sim_device*>(devs[1]);
+  }
+
+  ~fixture() {
+    self->send_exit(cpu, caf::exit_reason::user_shutdown);
+    self->send_exit(sim, caf::exit_reason::user_shutdown);
+    self->wait_for(cpu, sim);
+  }
+
+  template <class T, class... Ts>
+  T ask(const exo::device_actor& dev, Ts&&... xs) {
+    T out{};
+    self->request(dev, 10s, std::forward<Ts>(xs)...)
+      .receive([&](T& x) { out = std::move(x); },
+               [&](caf::error& err) {
+                 FAIL("unexpected error: " << sys.render(err));
+               });
+    return out;
+  }
+
+  caf::error ask_error(const exo::device_actor& dev, caf::message msg) {
+    caf::error out;
+    self->request(caf::actor_cast<caf::actor>(dev), 10s, std::move(msg))
+      .receive([&](caf::message&) { FAIL("expected an error"); },
+               [&](caf::error& err) { out = std::move(err); });
+    return out;
+  }
+};
+
+chunk bytes_of(std::size_t n, std::uint8_t seed) {
+  chunk c;
+  c.bytes.resize(n);
+  std::iota(c.bytes.begin(), c.bytes.end(), seed);
+  return c;
+}
+
+exo_errc code_of(const caf::error& err) {
+  REQUIRE(err.category() == exo_error_category());
+  return static_cast<exo_errc>(err.code());
+}
+
+} // namespace
+
+TEST_CASE("a device actor describes its device and state") {
+  fixture f;
+  auto info = f.ask<device_info>(f.sim, info_atom::value);
+  CHECK(info.id == "sim:adreno-740:0");
+  CHECK(info.node == "n1");
+  CHECK(info.backend == "sim");
+  CHECK(info.simulated);
+  CHECK(info.state == device_state::ready);
+  CHECK(info.total_memory == 8ull << 30);
+}
+
+TEST_CASE("bytes written through a handle read back the same") {
+  fixture f;
+  auto h = f.ask<handle_id>(f.cpu, allocate_atom::value,
+                            std::uint64_t{100000});
+  auto data = bytes_of(5000, 3);
+  f.ask<caf::atom_value>(f.cpu, write_atom::value, h, std::uint64_t{777},
+                         data);
+  auto back = f.ask<chunk>(f.cpu, read_atom::value, h, std::uint64_t{777},
+                           std::uint64_t{5000});
+  CHECK(back.bytes == data.bytes);
+  f.ask<caf::atom_value>(f.cpu, free_atom::value, h);
+}
+
+TEST_CASE("a write past the end of an allocation is refused by name") {
+  fixture f;
+  auto h = f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{100});
+  auto err = f.ask_error(f.cpu, caf::make_message(write_atom::value, h,
+                                                  std::uint64_t{90},
+                                                  bytes_of(11, 0)));
+  CHECK(code_of(err) == exo_errc::out_of_range);
+  CHECK(error_message(err).find("exceeds allocation of 100 bytes")
+        != std::string::npos);
+}
+
+TEST_CASE("a read larger than one chunk is refused, not allocated") {
+  fixture f;
+  auto h = f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{100});
+  auto err = f.ask_error(f.cpu, caf::make_message(read_atom::value, h,
+                                                  std::uint64_t{0},
+                                                  std::uint64_t{1} << 40));
+  CHECK(code_of(err) == exo_errc::invalid_argument);
+}
+
+TEST_CASE("unknown and freed handles are refused") {
+  fixture f;
+  auto h = f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{64});
+  f.ask<caf::atom_value>(f.cpu, free_atom::value, h);
+  auto err = f.ask_error(f.cpu, caf::make_message(free_atom::value, h));
+  CHECK(code_of(err) == exo_errc::unknown_handle);
+  err = f.ask_error(f.cpu, caf::make_message(read_atom::value, h + 1,
+                                             std::uint64_t{0},
+                                             std::uint64_t{1}));
+  CHECK(code_of(err) == exo_errc::invalid_argument);
+}
+
+TEST_CASE("a copy to another device actor arrives whole, in chunks") {
+  fixture f;
+  std::uint64_t n = 3 * max_chunk_bytes + 12345;
+  auto src = f.ask<handle_id>(f.cpu, allocate_atom::value, n);
+  auto dst = f.ask<handle_id>(f.sim, allocate_atom::value, n + 8);
+  std::mt19937 rng{5};
+  std::vector<std::uint8_t> all(n);
+  for (auto& b : all)
+    b = static_cast<std::uint8_t>(rng());
+  for (std::uint64_t off = 0; off < n; off += max_chunk_bytes) {
+    chunk c;
+    auto len = std::min<std::uint64_t>(max_chunk_bytes, n - off);
+    c.bytes.assign(all.begin() + off, all.begin() + off + len);
+    f.ask<caf::atom_value>(f.cpu, write_atom::value, src, off, c);
+  }
+  f.ask<caf::atom_value>(f.cpu, copy_atom::value, src, std::uint64_t{0},
+                         caf::actor_cast<caf::actor>(f.sim), dst,
+                         std::uint64_t{8}, n);
+  for (std::uint64_t off = 0; off < n; off += max_chunk_bytes) {
+    auto len = std::min<std::uint64_t>(max_chunk_bytes, n - off);
+    auto back = f.ask<chunk>(f.sim, read_atom::value, dst, off + 8, len);
+    REQUIRE(std::equal(back.bytes.begin(), back.bytes.end(),
+                       all.begin() + off));
+  }
+}
+
+TEST_CASE("a paused device refuses new compute but still serves reads") {
+  fixture f;
+  auto a = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{16});
+  auto b = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{16});
+  std::vector<float> x{1, 2, 3, 4};
+  chunk c;
+  c.bytes.resize(16);
+  std::memcpy(c.bytes.data(), x.data(), 16);
+  f.ask<caf::atom_value>(f.sim, write_atom::value, a, std::uint64_t{0}, c);
+  kernel_call add{"add", {a, a}, {0, 0}, b, 0, {4}};
+  f.ask<caf::atom_value>(f.sim, compute_atom::value, add);
+  f.ask<caf::atom_value>(f.sim, pause_atom::value, std::string{"too hot"});
+  auto info = f.ask<device_info>(f.sim, info_atom::value);
+  CHECK(info.state == device_state::paused);
+  CHECK(info.state_reason == "too hot");
+  auto err = f.ask_error(f.sim, caf::make_message(compute_atom::value, add));
+  CHECK(code_of(err) == exo_errc::paused);
+  // The result of the work done before the pause is still there.
+  auto back = f.ask<chunk>(f.sim, read_atom::value, b, std::uint64_t{0},
+                           std::uint64_t{16});
+  std::vector<float> y(4);
+  std::memcpy(y.data(), back.bytes.data(), 16);
+  CHECK(y == std::vector<float>{2, 4, 6, 8});
+  f.ask<caf::atom_value>(f.sim, resume_atom::value);
+  f.ask<caf::atom_value>(f.sim, compute_atom::value, add);
+}
+
+TEST_CASE("compute calls are checked against their operands") {
+  fixture f;
+  auto a = f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{64});
+  kernel_call mm{"matmul", {a, a}, {0, 0}, a, 0, {4, 4, 4}};
+  CHECK(f.ask<caf::atom_value>(f.cpu, compute_atom::value, mm)
+        == caf::ok_atom::value);
+  mm.dims = {5, 4, 4}; // A would need 80 bytes
+  auto err = f.ask_error(f.cpu, caf::make_message(compute_atom::value, mm));
+  CHECK(code_of(err) == exo_errc::out_of_range);
+  kernel_call bad{"conv3d", {a}, {0}, a, 0, {1}};
+  err = f.ask_error(f.cpu, caf::make_message(compute_atom::value, bad));
+  CHECK(code_of(err) == exo_errc::unsupported);
+  kernel_call odd{"add", {a, a}, {2, 0}, a, 0, {4}};
+  err = f.ask_error(f.cpu, caf::make_message(compute_atom::value, odd));
+  CHECK(code_of(err) == exo_errc::invalid_argument);
+}
+
+TEST_CASE("a device that vanishes is marked gone and refuses work") {
+  fixture f;
+  auto h = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{64});
+  f.sim_dev->vanish();
+  auto err = f.ask_error(f.sim, caf::make_message(sync_atom::value));
+  CHECK(code_of(err) == exo_errc::device_lost);
+  auto info = f.ask<device_info>(f.sim, info_atom::value);
+  CHECK(info.state == device_state::gone);
+  err = f.ask_error(f.sim, caf::make_message(read_atom::value, h,
+                                             std::uint64_t{0},
+                                             std::uint64_t{1}));
+  CHECK(code_of(err) == exo_errc::device_lost);
+}
+
+TEST_CASE("telemetry carries the readings the device can make") {
+  fixture f;
+  auto s = f.ask<telemetry_sample>(f.sim, telemetry_atom::value);
+  CHECK(s.device == "sim:adreno-740:0");
+  CHECK(s.temperature_c);
+  CHECK(s.power_w);
+  CHECK(s.memory_total == 8ull << 30);
+  auto c = f.ask<telemetry_sample>(f.cpu, telemetry_atom::value);
+  CHECK_FALSE(c.power_w); // the cpu backend cannot read power
+}
+
+TEST_CASE("an actor snapshot reports counters for the console") {
+  fixture f;
+  f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{64});
+  auto snap = f.ask<actor_snapshot>(f.cpu, inspect_atom::value);
+  CHECK(snap.kind == "device");
+  CHECK(snap.name == "device/cpu:0");
+  CHECK(snap.fields.at("live_handles") == "1");
+  CHECK(snap.fields.at("operations") == "1");
+}
