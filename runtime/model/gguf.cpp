@@ -55,8 +55,8 @@ public:
     if (len > remaining()) {
       std::ostringstream os;
       os << "string length " << len << " of " << what << " at offset "
-         << pos_ - 8 << " exceeds the file (" << remaining()
-         << " bytes remain)";
+         << pos_ - 8 << " exceeds the file (truncated or corrupt, "
+         << remaining() << " bytes remain)";
       throw gguf_error(os.str());
     }
     std::string s(reinterpret_cast<const char*>(base_ + pos_), len);
@@ -143,7 +143,8 @@ gguf_value read_value(cursor& c, gguf_value_type t, const std::string& key,
       if (n > c.remaining() / min_encoded_size(etype)) {
         std::ostringstream os;
         os << "array count " << n << " of key '" << key
-           << "' exceeds the file (" << c.remaining() << " bytes remain)";
+           << "' exceeds the file (truncated or corrupt, " << c.remaining()
+           << " bytes remain)";
         throw gguf_error(os.str());
       }
       auto arr = std::make_shared<gguf_array>();
@@ -303,7 +304,8 @@ void gguf_file::parse_all() {
   // Each key/value needs at least 8 (key length) + 4 (type) + 1 bytes.
   if (n_kv > c.remaining() / 13)
     throw gguf_error("metadata count " + std::to_string(n_kv)
-                     + " exceeds what the file can hold");
+                     + " exceeds what the file can hold (truncated or "
+                       "corrupt)");
   for (uint64_t i = 0; i < n_kv; ++i) {
     gguf_kv kv;
     kv.key = c.read_string("metadata key");
@@ -332,7 +334,8 @@ void gguf_file::parse_all() {
   // Each tensor needs at least 8 (name) + 4 (n_dims) + 4 (type) + 8 bytes.
   if (n_tensors > c.remaining() / 24)
     throw gguf_error("tensor count " + std::to_string(n_tensors)
-                     + " exceeds what the file can hold");
+                     + " exceeds what the file can hold (truncated or "
+                       "corrupt)");
   tensors_.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
     tensor_info ti;

@@ -13,7 +13,7 @@ namespace exo::model {
 namespace {
 
 const char* words[] = {
-  "the",  "and",   "of",    "to",    "in",   "is",    "that",  "it",
+  "hello", "world", "the",  "and",   "of",    "to",    "in",   "is",    "that",  "it",
   "for",  "was",   "on",    "are",   "as",   "with",  "his",   "they",
   "at",   "be",    "this",  "have",  "from", "or",    "one",   "had",
   "by",   "word",  "but",   "not",   "what", "all",   "were",  "we",
@@ -25,7 +25,7 @@ const char* words[] = {
   "no",   "way",   "could", "people", "my",  "than",  "first", "water",
   "been", "call",  "who",   "oil",   "its",  "now",   "find",  "long",
   "down", "day",   "did",   "get",   "come", "made",  "may",   "part",
-  "hello", "world", "model", "token", "layer", "cluster", "device"};
+  "model", "token", "layer", "cluster", "device"};
 
 /// Uniform float in [-1, 1) from the generator, portable.
 float uniform(std::mt19937_64& rng) {
