@@ -11,4 +11,5 @@
 #include "actors/placement/plan_command.hpp"
 #include "actors/placement/problem.hpp"
 #include "actors/placement/problem_json.hpp"
+#include "actors/placement/random_problem.hpp"
 #include "actors/placement/solve.hpp"

@@ -1,0 +1,167 @@
+// JSON problem files: a valid file parses; every kind of bad input is an
+// error that names the key path.
+#include <catch2/catch.hpp>
+
+#include "actors/placement/problem_json.hpp"
+
+#include <string>
+
+using namespace exo::placement;
+
+namespace {
+
+const std::string valid = R"({
+  "devices": [
+    {"id": "a/gpu", "node": "a", "memory": "8GiB", "flops": 1e13},
+    {"id": "b/gpu", "node": "b", "memory": 4294967296, "flops": 5e12,
+     "memory_bandwidth": 4e11, "thermal_headroom": 0.5,
+     "max_flops_per_token": 1e10, "pinned": false, "excluded": false,
+     "drained": false}
+  ],
+  "links": [{"a": "a", "b": "b", "latency": 0.001, "bandwidth": 1e9}],
+  "intra_node_link": {"latency": 1e-5, "bandwidth": 2e10},
+  "model": {"name": "m", "layers": [
+    {"weight_bytes": "100MiB", "flops_per_token": 1e8},
+    {"count": 4, "weight_bytes": 1000000, "kv_bytes_per_token": 1024,
+     "flops_per_token": 2e8, "activation_bytes": 8192}
+  ]},
+  "request": {"context_length": 2048, "safety_margin": 0.1},
+  "constraints": {"max_stages": 2, "prefer_fewer_nodes": true,
+                  "node_penalty": 0.001,
+                  "pins": [{"device": "a/gpu", "first_layer": 0}]},
+  "objective": {"kind": "blend", "blend_weight": 0.25}
+})";
+
+/// `valid` with the first occurrence of `from` replaced by `to`.
+std::string with(const std::string& from, const std::string& to) {
+  auto s = valid;
+  auto at = s.find(from);
+  REQUIRE(at != std::string::npos);
+  s.replace(at, from.size(), to);
+  return s;
+}
+
+} // namespace
+
+TEST_CASE("a valid problem file is read completely") {
+  auto p = parse_problem_json(valid);
+  REQUIRE(p.devices.size() == 2);
+  CHECK(p.devices[0].memory_bytes == 8ull << 30);
+  CHECK(p.devices[1].memory_bandwidth == 4e11);
+  CHECK(p.devices[1].max_flops_per_token == 1e10);
+  REQUIRE(p.layers.size() == 5);
+  CHECK(p.layers[0].weight_bytes == 100ull << 20);
+  CHECK(p.layers[4].activation_bytes == 8192);
+  CHECK(p.request.context_length == 2048);
+  CHECK(p.constraints.max_stages == 2);
+  REQUIRE(p.constraints.pins.size() == 1);
+  CHECK(p.constraints.pins[0].last_layer == 0);
+  CHECK(p.objective.kind == objective_kind::blend);
+  CHECK(p.objective.blend_weight == 0.25);
+  CHECK(p.link_between("a", "b").latency == 0.001);
+}
+
+TEST_CASE("bad problem files are refused with the key path named") {
+  struct bad {
+    std::string from, to, error;
+  };
+  const bad cases[] = {
+    {"\"memory\": \"8GiB\"", "\"memory\": 0",
+     "devices[0].memory: must be > 0"},
+    {"\"memory\": \"8GiB\"", "\"memory\": \"8 potatoes\"",
+     "devices[0].memory: \"8 potatoes\" is not a byte count"},
+    {"\"memory\": \"8GiB\"", "\"memory\": true",
+     "devices[0].memory: expected a byte count"},
+    {"\"memory\": \"8GiB\"", "\"memroy\": 1",
+     "devices[0].memroy: unknown key"},
+    {"\"flops\": 1e13", "\"flops\": -1", "devices[0].flops: must be >= 0"},
+    {"\"flops\": 1e13", "\"flops\": 0", "devices[0].flops: must be > 0"},
+    {"\"flops\": 1e13", "\"flops\": \"fast\"",
+     "devices[0].flops: expected a number"},
+    {"\"thermal_headroom\": 0.5", "\"thermal_headroom\": 2",
+     "devices[1].thermal_headroom: must be in [0, 1]"},
+    {"\"pinned\": false", "\"pinned\": 1",
+     "devices[1].pinned: expected true or false"},
+    {"\"id\": \"b/gpu\"", "\"id\": \"a/gpu\"",
+     "devices[1].id: duplicate device id \"a/gpu\""},
+    {"{\"id\": \"a/gpu\", ", "{", "devices[0].id: missing"},
+    {"\"latency\": 0.001", "\"latency\": -1",
+     "links[0].latency: must be >= 0 seconds"},
+    {"\"bandwidth\": 1e9", "\"bandwidth\": 0",
+     "links[0].bandwidth: must be > 0 bytes/s"},
+    {"\"b\": \"b\", \"latency\"", "\"b\": \"z\", \"latency\"",
+     "links[0].b: unknown node \"z\""},
+    {"\"links\": [{\"a\": \"a\", \"b\": \"b\", \"latency\": 0.001, "
+     "\"bandwidth\": 1e9}],",
+     "", "links: no link between nodes \"a\" and \"b\""},
+    {"\"count\": 4", "\"count\": 0", "model.layers[1].count: must be >= 1"},
+    {"\"count\": 4", "\"count\": -4",
+     "model.layers[1].count: must be >= 0"},
+    {"\"flops_per_token\": 1e8", "\"flops_per_token\": -1e8",
+     "model.layers[0].flops_per_token: must be in [0, 1e18]"},
+    {"{\"weight_bytes\": \"100MiB\", \"flops_per_token\": 1e8}",
+     "{\"flops_per_token\": 1e8}", "model.layers[0].weight_bytes: missing"},
+    {"\"safety_margin\": 0.1", "\"safety_margin\": 1",
+     "request.safety_margin: must be in [0, 1)"},
+    {"\"context_length\": 2048", "\"context_length\": 1.5",
+     "request.context_length: expected a non-negative integer"},
+    {"\"first_layer\": 0", "\"first_layer\": 3, \"last_layer\": 1",
+     "constraints.pins[0].first_layer: must be <= last_layer"},
+    {"\"first_layer\": 0", "\"first_layer\": 0, \"last_layer\": 5",
+     "constraints.pins[0].last_layer: must be < 5"},
+    {"\"device\": \"a/gpu\"", "\"device\": \"nope\"",
+     "constraints.pins[0].device: unknown device \"nope\""},
+    {"\"kind\": \"blend\"", "\"kind\": \"fastest\"",
+     "objective.kind: must be latency, throughput or blend"},
+    {"\"blend_weight\": 0.25", "\"blend_weight\": 1.5",
+     "objective.blend_weight: must be in [0, 1]"},
+    {"\"request\"", "\"requests\"", "requests: unknown key"},
+    {"\"pins\": [{\"device\": \"a/gpu\", \"first_layer\": 0}]",
+     "\"pins\": {\"device\": \"a/gpu\"}", "constraints.pins: expected an array"},
+    {"\"intra_node_link\": {\"latency\": 1e-5, \"bandwidth\": 2e10}",
+     "\"intra_node_link\": [1]", "intra_node_link: expected an object"},
+    {"\"layers\": [", "\"layers\": [], \"x\": [", "model.x: unknown key"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.to);
+    auto text = with(c.from, c.to);
+    try {
+      parse_problem_json(text);
+      FAIL("accepted: " << c.error);
+    } catch (const problem_error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(c.error));
+    }
+  }
+}
+
+TEST_CASE("text that is not JSON is refused clearly") {
+  CHECK_THROWS_WITH(parse_problem_json("{\"devices\": ["),
+                    Catch::Contains("not valid JSON"));
+  CHECK_THROWS_WITH(parse_problem_json("[1, 2]"),
+                    Catch::Contains("expected an object"));
+  CHECK_THROWS_WITH(parse_problem_json(""),
+                    Catch::Contains("not valid JSON"));
+  CHECK_THROWS_WITH(read_problem_file("/nonexistent/problem.json"),
+                    Catch::Contains("cannot open the problem file"));
+}
+
+TEST_CASE("byte counts accept SI and binary units") {
+  CHECK(parse_byte_string("24GiB", "x") == 24ull << 30);
+  CHECK(parse_byte_string("1.5 GB", "x") == 1500000000ull);
+  CHECK(parse_byte_string("512 MiB", "x") == 512ull << 20);
+  CHECK(parse_byte_string("4096", "x") == 4096);
+  CHECK_THROWS_WITH(parse_byte_string("GiB", "dev.memory"),
+                    Catch::StartsWith("dev.memory: "));
+  CHECK_THROWS_AS(parse_byte_string("1..2GiB", "x"), problem_error);
+  CHECK_THROWS_AS(parse_byte_string("1e400GiB", "x"), problem_error);
+}
+
+TEST_CASE("layer lists can be built from plain numbers") {
+  auto layers = make_layers({1, 2}, {3, 4}, {5, 6}, {7, 8});
+  REQUIRE(layers.size() == 2);
+  CHECK(layers[1].weight_bytes == 2);
+  CHECK(layers[1].kv_bytes_per_token == 4);
+  CHECK(layers[1].flops_per_token == 6);
+  CHECK(layers[1].activation_bytes == 8);
+  CHECK_THROWS_AS(make_layers({1}, {}, {1}, {1}), problem_error);
+}

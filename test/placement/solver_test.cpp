@@ -1,0 +1,461 @@
+// The solvers: exact DP, Gecode model and brute force agree; plans never
+// break a constraint; infeasibility is explained; search is anytime and
+// cancellable.
+#include <catch2/catch.hpp>
+
+#include "actors/placement/all.hpp"
+
+#include <atomic>
+#include <functional>
+#include <limits>
+
+using namespace exo::placement;
+
+namespace {
+
+/// The optimum by enumerating every device sequence and every split.
+/// Returns nullopt when infeasible.
+std::optional<std::int64_t> brute_force(const cost_model& m) {
+  const int n = static_cast<int>(m.devices());
+  const int L = static_cast<int>(m.layers());
+  std::optional<std::int64_t> best;
+  assignment cur;
+  std::vector<char> used(n, 0);
+  std::function<void(int)> go = [&](int at) {
+    if (at == L) {
+      for (int d = 0; d < n; ++d)
+        if (m.must_use(d) && !used[d])
+          return;
+      auto v = m.evaluate(cur).objective;
+      if (!best || v < *best)
+        best = v;
+      return;
+    }
+    if (cur.size() >= m.max_stages())
+      return;
+    for (int d = 0; d < n; ++d) {
+      if (used[d])
+        continue;
+      used[d] = 1;
+      for (int e = at + 1; e <= m.max_end(d, at); ++e) {
+        cur.push_back({d, at, e});
+        go(e);
+        cur.pop_back();
+      }
+      used[d] = 0;
+    }
+  };
+  go(0);
+  return best;
+}
+
+problem small(std::uint64_t seed, objective_kind k, bool constraints) {
+  random_problem_options o;
+  o.seed = seed;
+  o.layers = 3 + seed % 5;
+  o.devices = 2 + seed % 3;
+  o.nodes = 1 + seed % 3;
+  o.identical = seed % 4 == 0 ? 1 : 0;
+  o.memory_slack = 1.1 + static_cast<double>(seed % 7) * 0.2;
+  o.thermal_caps = seed % 2 == 0;
+  o.operator_constraints = constraints;
+  o.objective = k;
+  return random_problem(o);
+}
+
+device make_device(const char* id, const char* node, std::uint64_t memory,
+                   double flops) {
+  device d;
+  d.id = id;
+  d.node = node;
+  d.memory_bytes = memory;
+  d.flops = flops;
+  return d;
+}
+
+gecode_options long_search() {
+  gecode_options g;
+  g.time_limit = std::chrono::milliseconds(20000);
+  return g;
+}
+
+} // namespace
+
+TEST_CASE("the exact solver and Gecode both match brute force on small "
+          "instances") {
+  int feasible = 0;
+  for (std::uint64_t seed = 1; seed <= 120; ++seed) {
+    auto kind = seed % 3 == 0 ? objective_kind::throughput
+                              : objective_kind::latency;
+    auto p = small(seed, kind, seed % 2 == 1);
+    p.constraints.prefer_fewer_nodes = seed % 5 == 0;
+    cost_model m(p);
+    auto bf = brute_force(m);
+    auto ex = solve_exact(m);
+    auto gc = solve_gecode(m, long_search());
+    INFO("seed " << seed);
+    REQUIRE(gc.complete);
+    if (!bf) {
+      CHECK(ex.status == exact_status::infeasible);
+      CHECK_FALSE(gc.best.has_value());
+      continue;
+    }
+    ++feasible;
+    REQUIRE(ex.status == exact_status::solved);
+    CHECK(ex.proven_optimal());
+    CHECK(ex.objective == *bf);
+    REQUIRE(gc.best.has_value());
+    CHECK(gc.objective == *bf);
+    CHECK(m.evaluate(*gc.best).objective == gc.objective);
+  }
+  CHECK(feasible > 60);
+}
+
+TEST_CASE("the exact solver and Gecode agree on hundreds of random "
+          "instances where both prove optimality") {
+  int compared = 0;
+  for (std::uint64_t seed = 1000; seed < 1300; ++seed) {
+    random_problem_options o;
+    o.seed = seed;
+    o.layers = 6 + seed % 10;
+    o.devices = 2 + seed % 5;
+    o.nodes = 1 + seed % 4;
+    o.identical = seed % 3;
+    o.memory_slack = 1.2 + static_cast<double>(seed % 5) * 0.3;
+    o.thermal_caps = seed % 4 == 0;
+    o.operator_constraints = seed % 3 == 0;
+    o.objective = static_cast<objective_kind>(seed % 3);
+    auto p = random_problem(o);
+    cost_model m(p);
+    auto ex = solve_exact(m);
+    gecode_options g;
+    g.time_limit = std::chrono::milliseconds(2000);
+    auto gc = solve_gecode(m, g);
+    INFO("seed " << seed);
+    if (!gc.complete)
+      continue;
+    if (ex.status == exact_status::infeasible) {
+      CHECK_FALSE(gc.best.has_value());
+      ++compared;
+      continue;
+    }
+    REQUIRE(ex.status == exact_status::solved);
+    REQUIRE(gc.best.has_value());
+    // For a blend the DP gives bounds around the optimum.
+    if (ex.proven_optimal())
+      CHECK(gc.objective == ex.objective);
+    CHECK(gc.objective <= ex.objective);
+    CHECK(gc.objective >= ex.lower_bound);
+    ++compared;
+  }
+  CHECK(compared >= 250);
+}
+
+TEST_CASE("plans from every solver never break a constraint") {
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    random_problem_options o;
+    o.seed = seed;
+    o.layers = 10 + seed % 20;
+    o.devices = 3 + seed % 6;
+    o.nodes = 1 + seed % 4;
+    o.thermal_caps = true;
+    o.operator_constraints = true;
+    o.memory_slack = 1.5;
+    o.objective = static_cast<objective_kind>(seed % 3);
+    auto p = random_problem(o);
+    for (auto s : {solver_kind::exact, solver_kind::gecode}) {
+      solve_options so;
+      so.solver = s;
+      so.time_limit = std::chrono::milliseconds(200);
+      std::vector<plan> seen;
+      auto r = solve(p, so, [&](const plan& x) { seen.push_back(x); });
+      INFO("seed " << seed << " solver " << to_string(s));
+      CHECK(r.notes.empty());
+      if (r.best) {
+        CHECK(check_plan(p, *r.best).empty());
+        CHECK(r.best->objective_seconds >= r.best->lower_bound_seconds
+                                             - 1e-12);
+      }
+      for (const auto& x : seen)
+        CHECK(check_plan(p, x).empty());
+    }
+  }
+}
+
+TEST_CASE("the plan checker reports each broken constraint") {
+  auto p = small(7, objective_kind::latency, false);
+  cost_model m(p);
+  auto r = solve_exact(m);
+  REQUIRE(r.status == exact_status::solved);
+  auto x = make_plan(m, r.best);
+  REQUIRE(check_plan(p, x).empty());
+  auto gap = x;
+  gap.stages.back().end_layer -= 1;
+  CHECK_FALSE(check_plan(p, gap).empty());
+  auto tight = p;
+  tight.devices[x.stages[0].device_index].memory_bytes = 1;
+  auto bad = check_plan(tight, x);
+  REQUIRE_FALSE(bad.empty());
+  CHECK(bad[0].find("usable") != std::string::npos);
+  auto twice = x;
+  twice.stages.push_back(x.stages[0]);
+  CHECK_FALSE(check_plan(p, twice).empty());
+  auto excluded = p;
+  excluded.devices[x.stages[0].device_index].excluded = true;
+  bad = check_plan(excluded, x);
+  REQUIRE_FALSE(bad.empty());
+  CHECK(bad[0].find("excluded") != std::string::npos);
+}
+
+TEST_CASE("sixteen devices in six classes are solved exactly") {
+  random_problem_options o;
+  o.layers = 80;
+  o.devices = 16;
+  o.nodes = 4;
+  o.seed = 3;
+  auto p = random_problem(o);
+  // Make 16 devices out of 6 kinds (same node, speed and memory).
+  for (std::size_t d = 6; d < 16; ++d) {
+    auto id = p.devices[d].id;
+    p.devices[d] = p.devices[d % 6];
+    p.devices[d].id = id;
+  }
+  cost_model m(p);
+  CHECK(m.classes() == 6);
+  auto r = solve_exact(m);
+  REQUIRE(r.status == exact_status::solved);
+  CHECK(r.proven_optimal());
+  CHECK(check_plan(p, make_plan(m, r.best)).empty());
+}
+
+TEST_CASE("devices on different nodes never share a class") {
+  auto p = small(2, objective_kind::latency, false);
+  p.devices.resize(2);
+  p.devices[1] = p.devices[0];
+  p.devices[1].id = "twin";
+  p.devices[1].node = p.devices[0].node == "n0" ? "n1" : "n0";
+  p.links = {{"n0", "n1", {1e-3, 1e9}}};
+  validate(p);
+  cost_model m(p);
+  CHECK(m.classes() == 2);
+  p.devices[1].node = p.devices[0].node;
+  cost_model same(p);
+  CHECK(same.classes() == 1);
+}
+
+TEST_CASE("a large node penalty keeps the plan on one node") {
+  random_problem_options o;
+  o.layers = 20;
+  o.devices = 4;
+  o.nodes = 2;
+  o.seed = 11;
+  o.memory_slack = 3.0;
+  auto p = random_problem(o);
+  for (auto& d : p.devices)
+    d.memory_bytes *= 4; // any one node can hold the model
+  p.constraints.prefer_fewer_nodes = true;
+  p.constraints.node_penalty = 100;
+  auto r = solve(p);
+  REQUIRE(r.status == solve_status::optimal);
+  CHECK(r.best->nodes_used == 1);
+}
+
+TEST_CASE("an infeasible problem gets explanations a person can act on") {
+  auto p = small(5, objective_kind::latency, false);
+  SECTION("every device is excluded") {
+    for (auto& d : p.devices)
+      d.excluded = true;
+    auto r = solve(p);
+    CHECK(r.status == solve_status::infeasible);
+    REQUIRE_FALSE(r.explanation.empty());
+    CHECK(r.explanation[0].find("every device is excluded")
+          != std::string::npos);
+  }
+  SECTION("a layer larger than every device") {
+    p.layers[0].weight_bytes = std::uint64_t{1} << 45;
+    auto r = solve(p);
+    CHECK(r.status == solve_status::infeasible);
+    bool found = false;
+    for (const auto& e : r.explanation)
+      found = found || e.find("layer 0 alone needs 32.0 TiB and no device "
+                              "has it") != std::string::npos;
+    CHECK(found);
+  }
+  SECTION("too little memory in total") {
+    for (auto& d : p.devices)
+      d.memory_bytes /= 4;
+    auto r = solve(p);
+    CHECK(r.status == solve_status::infeasible);
+    bool found = false;
+    for (const auto& e : r.explanation)
+      found = found || (e.find("total free memory is ") == 0
+                        && e.find(" short") != std::string::npos);
+    CHECK(found);
+  }
+  SECTION("layers pinned to an excluded device") {
+    p.devices[0].excluded = true;
+    p.constraints.pins.push_back({p.devices[0].id, 0, 1});
+    auto r = solve(p);
+    CHECK(r.status == solve_status::infeasible);
+    REQUIRE_FALSE(r.explanation.empty());
+    CHECK(r.explanation[0]
+          == "layers 0-1 are pinned to " + p.devices[0].id
+               + ", which is excluded");
+  }
+  SECTION("more pinned devices than stages") {
+    for (auto& d : p.devices)
+      d.pinned = true;
+    p.constraints.max_stages = 1;
+    auto r = solve(p);
+    CHECK(r.status == solve_status::infeasible);
+    bool found = false;
+    for (const auto& e : r.explanation)
+      found = found || e.find("must be used (pinned) but max_stages is 1")
+                         != std::string::npos;
+    CHECK(found);
+  }
+}
+
+namespace {
+
+problem medium() {
+  random_problem_options o;
+  o.layers = 40;
+  o.devices = 9;
+  o.nodes = 4;
+  o.seed = 42;
+  o.memory_slack = 2.0;
+  return random_problem(o);
+}
+
+} // namespace
+
+TEST_CASE("the anytime callback receives strictly improving plans") {
+  auto p = medium();
+  cost_model m(p);
+  gecode_options g;
+  g.time_limit = std::chrono::milliseconds(1500);
+  std::vector<std::int64_t> seen;
+  auto r = solve_gecode(m, g, [&](const assignment& a, std::int64_t v) {
+    CHECK(m.evaluate(a).objective == v);
+    seen.push_back(v);
+  });
+  REQUIRE(seen.size() >= 2);
+  for (std::size_t i = 1; i < seen.size(); ++i)
+    CHECK(seen[i] < seen[i - 1]);
+  CHECK(r.objective == seen.back());
+  // Through solve(): the exact plan first, then only better ones.
+  solve_options so;
+  so.solver = solver_kind::gecode;
+  so.time_limit = std::chrono::milliseconds(500);
+  std::vector<double> plans;
+  solve(p, so, [&](const plan& x) { plans.push_back(x.objective_seconds); });
+  for (std::size_t i = 1; i < plans.size(); ++i)
+    CHECK(plans[i] < plans[i - 1]);
+}
+
+TEST_CASE("raising the cancel flag stops the search") {
+  auto p = medium();
+  cost_model m(p);
+  std::atomic<bool> cancel{false};
+  gecode_options g;
+  g.time_limit = std::chrono::milliseconds(600000);
+  g.cancel = &cancel;
+  // Cancel from the first solution: the search must stop there.
+  auto r = solve_gecode(m, g, [&](const assignment&, std::int64_t) {
+    cancel = true;
+  });
+  CHECK(r.cancelled);
+  CHECK_FALSE(r.complete);
+  CHECK(r.solutions == 1);
+  REQUIRE(r.best.has_value());
+  // A raised flag stops the exact solver and solve() too.
+  CHECK(solve_exact(m, &cancel).status == exact_status::cancelled);
+  solve_options so;
+  so.time_limit = std::chrono::milliseconds(600000);
+  auto s = solve(p, so, {}, &cancel);
+  CHECK(s.cancelled);
+  CHECK(s.status == solve_status::no_plan);
+}
+
+TEST_CASE("Gecode search is deterministic") {
+  auto p = small(9, objective_kind::throughput, true);
+  cost_model m(p);
+  auto run = [&] {
+    std::vector<std::int64_t> v;
+    solve_gecode(m, long_search(),
+                 [&](const assignment&, std::int64_t x) { v.push_back(x); });
+    return v;
+  };
+  auto a = run();
+  CHECK(a == run());
+}
+
+TEST_CASE("a seeded Gecode search that finds nothing better proves the "
+          "seed optimal") {
+  auto p = small(13, objective_kind::latency, false);
+  cost_model m(p);
+  auto ex = solve_exact(m);
+  REQUIRE(ex.status == exact_status::solved);
+  auto g = long_search();
+  g.upper_bound = ex.objective;
+  auto r = solve_gecode(m, g);
+  CHECK(r.complete);
+  CHECK_FALSE(r.best.has_value());
+}
+
+TEST_CASE("the baseline splits layers in proportion to memory, largest "
+          "first") {
+  problem p;
+  p.devices = {make_device("small", "n0", 1000, 1e12),
+               make_device("big", "n0", 3000, 1e12)};
+  p.layers = uniform_layers(8, layer{10, 0, 1e9, 100});
+  validate(p);
+  cost_model m(p);
+  auto a = baseline_assignment(m);
+  REQUIRE(a.size() == 2);
+  CHECK(p.devices[m.problem_device(a[0].device)].id == "big");
+  CHECK(a[0].end - a[0].first == 6);
+  CHECK(a[1].end - a[1].first == 2);
+}
+
+TEST_CASE("the exact solver is never worse than the baseline when the "
+          "baseline fits") {
+  int compared = 0;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    random_problem_options o;
+    o.seed = seed;
+    o.layers = 32;
+    o.devices = 2 + seed % 6;
+    o.nodes = 1 + seed % 3;
+    o.memory_slack = 2.5;
+    auto p = random_problem(o);
+    solve_options so;
+    so.solver = solver_kind::exact;
+    auto r = solve(p, so);
+    REQUIRE(r.best.has_value());
+    if (!r.baseline_violations.empty())
+      continue;
+    ++compared;
+    CHECK(r.best->objective_units <= r.baseline->objective_units);
+  }
+  CHECK(compared > 10);
+}
+
+TEST_CASE("device scores weigh compute, memory, network, thermal and "
+          "bandwidth") {
+  problem p;
+  p.devices = {make_device("fast", "n0", 2000, 2e12),
+               make_device("slow", "n0", 1000, 1e12)};
+  p.devices[0].memory_bandwidth = 1e11;
+  p.devices[0].thermal_headroom = 1.0;
+  p.devices[1].memory_bandwidth = 5e10;
+  p.devices[1].thermal_headroom = 0.5;
+  p.layers = uniform_layers(2, layer{10, 0, 1e9, 100});
+  auto s = score_devices(p);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].total == Approx(1.0));
+  CHECK(s[1].compute == Approx(0.5));
+  CHECK(s[1].total == Approx(0.4 * 0.5 + 0.3 * 0.5 + 0.15 + 0.1 * 0.5
+                             + 0.05 * 0.5));
+}
