@@ -38,18 +38,29 @@ struct tls_config : caf::actor_system_config {
 
 /// Writes a CA and credentials named `names` into `dir`/`tag`-*.
 struct test_ca {
-  credential ca = create_ca();
+  key_algorithm algorithm;
+  credential ca;
   std::string cafile;
 
-  test_ca(const temp_dir& dir, const std::string& tag) {
+  test_ca(const temp_dir& dir, const std::string& tag,
+          key_algorithm alg = key_algorithm::ec_p256)
+    : algorithm(alg), ca(create_ca(ca_opts(alg))) {
     cafile = dir / (tag + "-ca.crt");
     write_certificate(cafile, ca.cert);
+  }
+
+  static ca_options ca_opts(key_algorithm alg) {
+    ca_options result;
+    result.algorithm = alg;
+    return result;
   }
 
   material issue(const temp_dir& dir, const std::string& name,
                  cert_role role = cert_role::node,
                  const std::string& passphrase = {}) {
-    auto cred = issue_certificate(ca, cert_options{name, role});
+    cert_options opts{name, role};
+    opts.algorithm = algorithm;
+    auto cred = issue_certificate(ca, opts);
     auto stem = dir / name;
     write_certificate(stem + ".crt", cred.cert);
     write_private_key(stem + ".key", cred.key, passphrase);
@@ -57,9 +68,12 @@ struct test_ca {
   }
 };
 
-caf::behavior echo_impl() {
+/// Replies `prefix` + text. (It takes an argument because CAF 0.17's spawn
+/// of a function without arguments dereferences a null pointer, which
+/// UBSan reports.)
+caf::behavior echo_impl(std::string prefix) {
   return {
-    [](const std::string& text) { return "echo: " + text; },
+    [prefix](const std::string& text) { return prefix + text; },
   };
 }
 
@@ -136,7 +150,7 @@ TEST_CASE("actor systems with certificates from the same CA talk over TLS, "
   tls_config cfg_c{stranger.issue(dir, "node-c")};
   tls_config cfg_d{cluster.issue(dir, "alice", cert_role::client)};
   caf::actor_system sys_a{cfg_a};
-  auto echo = sys_a.spawn(echo_impl);
+  auto echo = sys_a.spawn(echo_impl, std::string{"echo: "});
   auto port = caf::openssl::publish(echo, 0, "127.0.0.1");
   REQUIRE(port);
   {
@@ -160,6 +174,26 @@ TEST_CASE("actor systems with certificates from the same CA talk over TLS, "
     INFO("client connect error: " << err);
     REQUIRE(remote);
     CHECK(ask(sys_d, remote, "from a client") == "echo: from a client");
+  }
+  sys_a.middleman().unpublish(echo, *port);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("Ed25519 certificates also work with CAF's TLS") {
+  temp_dir dir;
+  test_ca cluster{dir, "ed", key_algorithm::ed25519};
+  tls_config cfg_a{cluster.issue(dir, "node-a")};
+  tls_config cfg_b{cluster.issue(dir, "node-b")};
+  caf::actor_system sys_a{cfg_a};
+  auto echo = sys_a.spawn(echo_impl, std::string{"echo: "});
+  auto port = caf::openssl::publish(echo, 0, "127.0.0.1");
+  REQUIRE(port);
+  {
+    caf::actor_system sys_b{cfg_b};
+    auto [remote, err] = connect(sys_b, *port);
+    INFO("connect error: " << err);
+    REQUIRE(remote);
+    CHECK(ask(sys_b, remote, "ed") == "echo: ed");
   }
   sys_a.middleman().unpublish(echo, *port);
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
