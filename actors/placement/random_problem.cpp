@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
+#include <string>
 
 namespace exo::placement {
 
@@ -85,11 +85,17 @@ problem random_problem(const random_problem_options& o) {
   for (std::size_t d = 0; d < D; ++d)
     p.devices[d].memory_bytes = static_cast<std::uint64_t>(
       static_cast<double>(need) * o.memory_slack * share[d] / sum / 0.95);
+  std::vector<char> present(N, 0);
+  for (const auto& d : p.devices)
+    present[std::stoul(d.node.substr(1))] = 1;
   for (std::size_t a = 0; a < N; ++a)
-    for (std::size_t b = a + 1; b < N; ++b)
-      p.links.push_back({"n" + std::to_string(a), "n" + std::to_string(b),
-                         link_spec{r.uniform(5e-5, 2e-3),
-                                   std::pow(10.0, r.uniform(8.0, 10.0))}});
+    for (std::size_t b = a + 1; b < N; ++b) {
+      link k{"n" + std::to_string(a), "n" + std::to_string(b),
+             link_spec{r.uniform(5e-5, 2e-3),
+                       std::pow(10.0, r.uniform(8.0, 10.0))}};
+      if (present[a] && present[b])
+        p.links.push_back(k);
+    }
   p.intra_node = link_spec{1e-5, 25e9};
   if (o.operator_constraints) {
     auto pd = r.below(D);
