@@ -19,9 +19,9 @@ local_material ensure_local_material(const std::string& state_dir,
   bool have_key = detail::path_exists(ca.key);
   if (have_cert != have_key)
     throw tls_error(tls_errc::io,
-                    "the local CA in '" + result.ca_dir + "' is incomplete ('"
-                      + (have_cert ? ca.key : ca.cert)
-                      + "' is missing); restore it or remove the other file");
+                    "the local CA in '" + result.ca_dir + "' is incomplete ('" +
+                        (have_cert ? ca.key : ca.cert) +
+                        "' is missing); restore it or remove the other file");
   if (!have_cert) {
     ca_options opts;
     opts.name = "exo local CA (" + node_name + ")";
@@ -48,12 +48,11 @@ local_material ensure_local_material(const std::string& state_dir,
   if (!have_node_cert && !have_node_key) {
     issue(false);
   } else if (have_node_cert != have_node_key) {
-    throw tls_error(tls_errc::io,
-                    "the node certificate in '" + result.ca_dir
-                      + "' is incomplete ('"
-                      + (have_node_cert ? result.files.key
-                                        : result.files.certificate)
-                      + "' is missing); restore it or remove the other file");
+    throw tls_error(
+        tls_errc::io,
+        "the node certificate in '" + result.ca_dir + "' is incomplete ('" +
+            (have_node_cert ? result.files.key : result.files.certificate) +
+            "' is missing); restore it or remove the other file");
   }
   material_info info;
   try {
@@ -67,22 +66,22 @@ local_material ensure_local_material(const std::string& state_dir,
   result.common_name = info.common_name;
   if (result.common_name != node_name)
     throw tls_error(tls_errc::name_mismatch,
-                    "'" + result.files.certificate + "' is for '"
-                      + result.common_name + "', not for node '" + node_name
-                      + "'");
-  result.instructions
-    = "exo-node is using a local cluster CA in " + result.ca_dir
-      + " (created on first start; keep " + ca.key
-      + " secret).\n"
-        "To let another node join, issue it a certificate from this CA:\n"
-        "  exo-cert issue-node --ca-dir "
-      + result.ca_dir
-      + " --name OTHER-NODE --out OUT-DIR\n"
-        "then copy OUT-DIR (OTHER-NODE.crt, OTHER-NODE.key, ca.crt) to that"
-        " machine and set its TLS certificate, key and CA file to them.\n"
-        "For a console or other client:\n"
-        "  exo-cert issue-client --ca-dir "
-      + result.ca_dir + " --name CLIENT --out OUT-DIR\n";
+                    "'" + result.files.certificate + "' is for '" +
+                        result.common_name + "', not for node '" + node_name +
+                        "'");
+  result.instructions =
+      "exo-node is using a local cluster CA in " + result.ca_dir +
+      " (created on first start; keep " + ca.key +
+      " secret).\n"
+      "To let another node join, issue it a certificate from this CA:\n"
+      "  exo-cert issue-node --ca-dir " +
+      result.ca_dir +
+      " --name OTHER-NODE --out OUT-DIR\n"
+      "then copy OUT-DIR (OTHER-NODE.crt, OTHER-NODE.key, ca.crt) to that"
+      " machine and set its TLS certificate, key and CA file to them.\n"
+      "For a console or other client:\n"
+      "  exo-cert issue-client --ca-dir " +
+      result.ca_dir + " --name CLIENT --out OUT-DIR\n";
   return result;
 }
 

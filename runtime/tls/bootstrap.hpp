@@ -8,8 +8,8 @@ namespace exo::tls {
 
 /// The TLS material of a node that was started without TLS configured.
 struct local_material {
-  material files;        ///< <state>/tls/{<node>.crt,<node>.key,ca.crt}
-  std::string ca_dir;    ///< <state>/tls (holds ca.key too)
+  material files;     ///< <state>/tls/{<node>.crt,<node>.key,ca.crt}
+  std::string ca_dir; ///< <state>/tls (holds ca.key too)
   bool created_ca = false;
   bool created_node_cert = false;
   std::string common_name;

@@ -21,8 +21,8 @@ material_info apply_material(caf::actor_system_config& cfg,
 void require_authenticated_tls(const caf::actor_system_config& cfg) {
   auto missing = [](const char* key) {
     throw tls_error(tls_errc::invalid_argument,
-                    std::string{"openssl."} + key
-                      + " is not set: CAF would fall back to anonymous,"
+                    std::string{"openssl."} + key +
+                        " is not set: CAF would fall back to anonymous,"
                         " unauthenticated TLS, which exo refuses");
   };
   if (cfg.openssl_certificate.empty())

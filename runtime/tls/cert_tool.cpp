@@ -19,15 +19,17 @@ namespace exo::tls {
 
 namespace {
 
-using x509_ptr = std::unique_ptr<X509, detail::openssl_deleter<X509, X509_free>>;
+using x509_ptr =
+    std::unique_ptr<X509, detail::openssl_deleter<X509, X509_free>>;
 
 constexpr int max_days = 36500;
 
 void check_days(int days) {
   if (days < 1 || days > max_days)
     throw tls_error(tls_errc::invalid_argument,
-                    "validity must be between 1 and " + std::to_string(max_days)
-                      + " days, got " + std::to_string(days));
+                    "validity must be between 1 and " +
+                        std::to_string(max_days) + " days, got " +
+                        std::to_string(days));
 }
 
 const EVP_MD* digest_for(const private_key& key) {
@@ -51,9 +53,8 @@ void set_serial(X509* cert) {
 void set_common_name(X509* cert, const std::string& name) {
   auto* subject = X509_get_subject_name(cert);
   if (X509_NAME_add_entry_by_txt(
-        subject, "CN", MBSTRING_UTF8,
-        reinterpret_cast<const unsigned char*>(name.c_str()), -1, -1, 0)
-      != 1)
+          subject, "CN", MBSTRING_UTF8,
+          reinterpret_cast<const unsigned char*>(name.c_str()), -1, -1, 0) != 1)
     detail::fail(tls_errc::invalid_argument,
                  "cannot use '" + name + "' as a common name");
 }
@@ -64,9 +65,9 @@ void add_ext(X509* cert, X509* issuer, int nid, const std::string& value) {
   X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
   auto* ext = X509V3_EXT_nconf_nid(nullptr, &ctx, nid, value.c_str());
   if (ext == nullptr)
-    detail::fail(tls_errc::invalid_argument,
-                 std::string{"invalid "} + OBJ_nid2sn(nid) + " value '" + value
-                   + "'");
+    detail::fail(tls_errc::invalid_argument, std::string{"invalid "} +
+                                                 OBJ_nid2sn(nid) + " value '" +
+                                                 value + "'");
   auto ok = X509_add_ext(cert, ext, -1);
   X509_EXTENSION_free(ext);
   if (ok != 1)
@@ -83,9 +84,9 @@ x509_ptr new_cert(const private_key& subject_key, std::chrono::seconds offset,
     detail::fail(tls_errc::internal, "cannot set the certificate version");
   set_serial(cert.get());
   auto secs = static_cast<long>(offset.count());
-  if (X509_gmtime_adj(X509_getm_notBefore(cert.get()), secs) == nullptr
-      || X509_time_adj_ex(X509_getm_notAfter(cert.get()), days, secs, nullptr)
-           == nullptr)
+  if (X509_gmtime_adj(X509_getm_notBefore(cert.get()), secs) == nullptr ||
+      X509_time_adj_ex(X509_getm_notAfter(cert.get()), days, secs, nullptr) ==
+          nullptr)
     detail::fail(tls_errc::internal, "cannot set the validity period");
   if (X509_set_pubkey(cert.get(), subject_key.native()) != 1)
     detail::fail(tls_errc::internal, "cannot set the public key");
@@ -105,8 +106,8 @@ void check_alt_name(const std::string& entry) {
       known = true;
   if (!known || entry.find_first_of(",\n\r") != std::string::npos)
     throw tls_error(tls_errc::invalid_argument,
-                    "bad subjectAltName entry '" + entry
-                      + "' (expected DNS:, IP:, URI: or email: and a value)");
+                    "bad subjectAltName entry '" + entry +
+                        "' (expected DNS:, IP:, URI: or email: and a value)");
 }
 
 std::string errno_text() {
@@ -127,22 +128,21 @@ void write_file(const std::string& path, const std::string& content,
                 mode_t mode, bool force, const std::string& what) {
   static std::atomic<unsigned> counter{0};
   if (!force && detail::path_exists(path))
-    throw tls_error(tls_errc::exists, "refusing to overwrite existing " + what
-                                        + " '" + path + "' (use --force)");
-  auto tmp = path + ".tmp." + std::to_string(::getpid()) + "."
-             + std::to_string(counter++);
+    throw tls_error(tls_errc::exists, "refusing to overwrite existing " + what +
+                                          " '" + path + "' (use --force)");
+  auto tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+             std::to_string(counter++);
   int fd = ::open(tmp.c_str(),
                   O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0)
-    throw tls_error(tls_errc::io, "cannot create " + what + " '" + path
-                                    + "': " + errno_text());
+    throw tls_error(tls_errc::io, "cannot create " + what + " '" + path +
+                                      "': " + errno_text());
   auto fail_io = [&](const std::string& action) {
     auto text = errno_text();
     ::close(fd);
     ::unlink(tmp.c_str());
-    throw tls_error(tls_errc::io,
-                    "cannot " + action + " " + what + " '" + path + "': "
-                      + text);
+    throw tls_error(tls_errc::io, "cannot " + action + " " + what + " '" +
+                                      path + "': " + text);
   };
   if (::fchmod(fd, mode) != 0)
     fail_io("set the mode of");
@@ -172,11 +172,11 @@ void write_file(const std::string& path, const std::string& content,
     auto err = errno;
     ::unlink(tmp.c_str());
     if (err == EEXIST)
-      throw tls_error(tls_errc::exists, "refusing to overwrite existing "
-                                          + what + " '" + path
-                                          + "' (use --force)");
-    throw tls_error(tls_errc::io, "cannot write " + what + " '" + path
-                                    + "': " + std::strerror(err));
+      throw tls_error(tls_errc::exists, "refusing to overwrite existing " +
+                                            what + " '" + path +
+                                            "' (use --force)");
+    throw tls_error(tls_errc::io, "cannot write " + what + " '" + path +
+                                      "': " + std::strerror(err));
   }
   ::unlink(tmp.c_str());
 }
@@ -185,17 +185,17 @@ void write_file(const std::string& path, const std::string& content,
 
 void validate_name(std::string_view name, std::string_view what) {
   auto bad = [&](const std::string& why) {
-    throw tls_error(tls_errc::invalid_argument,
-                    "invalid " + std::string{what} + " '" + std::string{name}
-                      + "': " + why);
+    throw tls_error(tls_errc::invalid_argument, "invalid " + std::string{what} +
+                                                    " '" + std::string{name} +
+                                                    "': " + why);
   };
   if (name.empty())
     bad("it is empty");
   if (name.size() > 64)
     bad("longer than 64 characters");
   for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-              || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!ok)
       bad("only letters, digits, '.', '_' and '-' are allowed");
   }
@@ -218,10 +218,10 @@ credential create_ca(const ca_options& options) {
   X509_set_issuer_name(cert.get(), X509_get_subject_name(cert.get()));
   add_ext(cert.get(), cert.get(), NID_basic_constraints,
           "critical,CA:TRUE,pathlen:0");
-  add_ext(cert.get(), cert.get(), NID_key_usage, "critical,keyCertSign,cRLSign");
+  add_ext(cert.get(), cert.get(), NID_key_usage,
+          "critical,keyCertSign,cRLSign");
   add_ext(cert.get(), cert.get(), NID_subject_key_identifier, "hash");
-  add_ext(cert.get(), cert.get(), NID_authority_key_identifier,
-          "keyid:always");
+  add_ext(cert.get(), cert.get(), NID_authority_key_identifier, "keyid:always");
   sign(cert.get(), key);
   return credential{certificate::adopt(cert.release()), key};
 }
@@ -233,17 +233,17 @@ credential issue_certificate(const credential& ca,
   for (auto& entry : options.alt_names)
     check_alt_name(entry);
   if (!ca.cert.is_ca())
-    throw tls_error(tls_errc::wrong_usage,
-                    "the issuing certificate '" + ca.cert.common_name()
-                      + "' is not a CA");
+    throw tls_error(tls_errc::wrong_usage, "the issuing certificate '" +
+                                               ca.cert.common_name() +
+                                               "' is not a CA");
   if (!ca.cert.matches(ca.key))
     throw tls_error(tls_errc::key_mismatch,
                     "the CA key does not belong to the CA certificate");
   auto key = private_key::generate(options.algorithm);
   auto cert = new_cert(key, options.start_offset, options.days);
   set_common_name(cert.get(), options.name);
-  if (X509_set_issuer_name(cert.get(), X509_get_subject_name(ca.cert.native()))
-      != 1)
+  if (X509_set_issuer_name(cert.get(),
+                           X509_get_subject_name(ca.cert.native())) != 1)
     detail::fail(tls_errc::internal, "cannot set the issuer name");
   auto* issuer = ca.cert.native();
   add_ext(cert.get(), issuer, NID_basic_constraints, "critical,CA:FALSE");
@@ -279,12 +279,13 @@ void make_private_dir(const std::string& dir) {
       continue;
     }
     if (errno != EEXIST)
-      throw tls_error(tls_errc::io, "cannot create directory '" + path
-                                      + "': " + errno_text());
+      throw tls_error(tls_errc::io, "cannot create directory '" + path +
+                                        "': " + errno_text());
     struct stat st;
     if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      throw tls_error(tls_errc::io, "'" + path + "' exists but is not a"
-                                                 " directory");
+      throw tls_error(tls_errc::io, "'" + path +
+                                        "' exists but is not a"
+                                        " directory");
   }
 }
 
@@ -320,8 +321,8 @@ ca_paths init_ca(const std::string& dir, const ca_options& options,
     for (auto* p : {&paths.key, &paths.cert})
       if (detail::path_exists(*p))
         throw tls_error(tls_errc::exists,
-                        "a CA already exists in '" + dir + "' ('" + *p
-                          + "'); refusing to overwrite it (use --force)");
+                        "a CA already exists in '" + dir + "' ('" + *p +
+                            "'); refusing to overwrite it (use --force)");
   }
   auto ca = create_ca(options);
   make_private_dir(dir);
@@ -338,9 +339,9 @@ credential load_ca(const std::string& dir, const std::string& passphrase) {
     throw tls_error(tls_errc::wrong_usage,
                     "'" + paths.cert + "' is not a CA certificate");
   if (!cert.matches(key))
-    throw tls_error(tls_errc::key_mismatch, "'" + paths.key
-                                              + "' does not belong to '"
-                                              + paths.cert + "'");
+    throw tls_error(tls_errc::key_mismatch, "'" + paths.key +
+                                                "' does not belong to '" +
+                                                paths.cert + "'");
   check_validity(cert, "the CA certificate '" + paths.cert + "'");
   return credential{cert, key};
 }
@@ -357,8 +358,8 @@ issued_paths issue_to_dir(const std::string& ca_dir,
   if (!force) {
     for (auto* p : {&paths.key, &paths.cert})
       if (detail::path_exists(*p))
-        throw tls_error(tls_errc::exists, "refusing to overwrite existing '"
-                                            + *p + "' (use --force)");
+        throw tls_error(tls_errc::exists, "refusing to overwrite existing '" +
+                                              *p + "' (use --force)");
   }
   auto ca = load_ca(ca_dir, ca_passphrase);
   auto ca_pem = ca.cert.to_pem();
@@ -369,9 +370,10 @@ issued_paths issue_to_dir(const std::string& ca_dir,
       write_ca_copy = false;
     else if (!force)
       throw tls_error(tls_errc::exists,
-                      "'" + paths.ca_cert + "' holds a different CA"
-                        " certificate; refusing to overwrite it (use"
-                        " --force)");
+                      "'" + paths.ca_cert +
+                          "' holds a different CA"
+                          " certificate; refusing to overwrite it (use"
+                          " --force)");
   }
   auto issued = issue_certificate(ca, options);
   make_private_dir(out_dir);

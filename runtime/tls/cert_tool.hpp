@@ -35,7 +35,7 @@ struct cert_options {
   cert_options() = default;
 
   explicit cert_options(std::string cn, cert_role r = cert_role::node)
-    : name(std::move(cn)), role(r) {
+      : name(std::move(cn)), role(r) {
     // nop
   }
 
@@ -63,8 +63,7 @@ credential create_ca(const ca_options& options = {});
 /// Issues a leaf certificate signed by `ca`: CN = options.name, SAN, key
 /// usage digitalSignature, EKU serverAuth+clientAuth (node) or clientAuth
 /// (client), random serial.
-credential issue_certificate(const credential& ca,
-                             const cert_options& options);
+credential issue_certificate(const credential& ca, const cert_options& options);
 
 // -- files --------------------------------------------------------------------
 
@@ -114,11 +113,9 @@ struct issued_paths {
 /// Issues a certificate from the CA in `ca_dir` and writes it, its key and a
 /// copy of the CA certificate to `out_dir` (created 0700). Refuses to replace
 /// existing files unless `force`.
-issued_paths issue_to_dir(const std::string& ca_dir,
-                          const std::string& ca_passphrase,
-                          const std::string& out_dir,
-                          const cert_options& options,
-                          const std::string& key_passphrase = {},
-                          bool force = false);
+issued_paths
+issue_to_dir(const std::string& ca_dir, const std::string& ca_passphrase,
+             const std::string& out_dir, const cert_options& options,
+             const std::string& key_passphrase = {}, bool force = false);
 
 } // namespace exo::tls

@@ -15,7 +15,8 @@ std::string name_text(const X509_NAME* name) {
   detail::bio_ptr bio{BIO_new(BIO_s_mem())};
   if (!bio || name == nullptr)
     return {};
-  X509_NAME_print_ex(bio.get(), name, 0, XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB);
+  X509_NAME_print_ex(bio.get(), name, 0,
+                     XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB);
   return detail::bio_contents(bio.get());
 }
 
@@ -103,7 +104,7 @@ std::string certificate::issuer() const {
 
 std::string certificate::serial_hex() const {
   detail::bn_ptr bn{
-    ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert_.get()), nullptr)};
+      ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert_.get()), nullptr)};
   if (!bn)
     return {};
   char* hex = BN_bn2hex(bn.get());
@@ -131,46 +132,47 @@ std::string certificate::fingerprint_sha256() const {
 std::vector<std::string> certificate::subject_alt_names() const {
   std::vector<std::string> result;
   auto* names = static_cast<GENERAL_NAMES*>(
-    X509_get_ext_d2i(cert_.get(), NID_subject_alt_name, nullptr, nullptr));
+      X509_get_ext_d2i(cert_.get(), NID_subject_alt_name, nullptr, nullptr));
   if (names == nullptr)
     return result;
   for (int i = 0; i < sk_GENERAL_NAME_num(names); ++i) {
     auto* gn = sk_GENERAL_NAME_value(names, i);
     auto str = [](const ASN1_STRING* s) {
-      return std::string{reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
-                         static_cast<size_t>(ASN1_STRING_length(s))};
+      return std::string{
+          reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+          static_cast<size_t>(ASN1_STRING_length(s))};
     };
     switch (gn->type) {
-      case GEN_DNS:
-        result.push_back("DNS:" + str(gn->d.dNSName));
-        break;
-      case GEN_URI:
-        result.push_back("URI:" + str(gn->d.uniformResourceIdentifier));
-        break;
-      case GEN_EMAIL:
-        result.push_back("email:" + str(gn->d.rfc822Name));
-        break;
-      case GEN_IPADD: {
-        auto* bytes = ASN1_STRING_get0_data(gn->d.iPAddress);
-        auto len = ASN1_STRING_length(gn->d.iPAddress);
-        std::string ip;
-        if (len == 4) {
-          for (int j = 0; j < 4; ++j)
-            ip += (j ? "." : "") + std::to_string(bytes[j]);
-        } else {
-          static constexpr char digits[] = "0123456789abcdef";
-          for (int j = 0; j < len; ++j) {
-            if (j > 0 && j % 2 == 0)
-              ip += ':';
-            ip += digits[bytes[j] >> 4];
-            ip += digits[bytes[j] & 0xF];
-          }
+    case GEN_DNS:
+      result.push_back("DNS:" + str(gn->d.dNSName));
+      break;
+    case GEN_URI:
+      result.push_back("URI:" + str(gn->d.uniformResourceIdentifier));
+      break;
+    case GEN_EMAIL:
+      result.push_back("email:" + str(gn->d.rfc822Name));
+      break;
+    case GEN_IPADD: {
+      auto* bytes = ASN1_STRING_get0_data(gn->d.iPAddress);
+      auto len = ASN1_STRING_length(gn->d.iPAddress);
+      std::string ip;
+      if (len == 4) {
+        for (int j = 0; j < 4; ++j)
+          ip += (j ? "." : "") + std::to_string(bytes[j]);
+      } else {
+        static constexpr char digits[] = "0123456789abcdef";
+        for (int j = 0; j < len; ++j) {
+          if (j > 0 && j % 2 == 0)
+            ip += ':';
+          ip += digits[bytes[j] >> 4];
+          ip += digits[bytes[j] & 0xF];
         }
-        result.push_back("IP:" + ip);
-        break;
       }
-      default:
-        result.push_back("(other)");
+      result.push_back("IP:" + ip);
+      break;
+    }
+    default:
+      result.push_back("(other)");
     }
   }
   GENERAL_NAMES_free(names);
@@ -209,14 +211,14 @@ bool certificate::has_digital_signature() const {
 
 bool certificate::has_server_auth() const {
   auto xku = X509_get_extended_key_usage(cert_.get());
-  return (X509_get_extension_flags(cert_.get()) & EXFLAG_XKUSAGE) != 0
-         && (xku & XKU_SSL_SERVER) != 0;
+  return (X509_get_extension_flags(cert_.get()) & EXFLAG_XKUSAGE) != 0 &&
+         (xku & XKU_SSL_SERVER) != 0;
 }
 
 bool certificate::has_client_auth() const {
   auto xku = X509_get_extended_key_usage(cert_.get());
-  return (X509_get_extension_flags(cert_.get()) & EXFLAG_XKUSAGE) != 0
-         && (xku & XKU_SSL_CLIENT) != 0;
+  return (X509_get_extension_flags(cert_.get()) & EXFLAG_XKUSAGE) != 0 &&
+         (xku & XKU_SSL_CLIENT) != 0;
 }
 
 bool certificate::matches(const private_key& key) const {
@@ -264,8 +266,8 @@ void check_usage(const certificate& cert, cert_role role,
   auto name = std::string{what};
   if (cert.is_ca())
     throw tls_error(tls_errc::wrong_usage,
-                    name + " is a CA certificate, not a " + to_string(role)
-                      + " certificate");
+                    name + " is a CA certificate, not a " + to_string(role) +
+                        " certificate");
   if (!cert.has_digital_signature())
     throw tls_error(tls_errc::wrong_usage,
                     name + " lacks the digitalSignature key usage");

@@ -25,7 +25,7 @@ const char* to_string(cert_role role) noexcept;
 
 /// An X.509 certificate (shared, immutable OpenSSL X509).
 class certificate {
-public:
+ public:
   using time_point = std::chrono::system_clock::time_point;
 
   /// Parses the first certificate of PEM text; `origin` names it in errors.
@@ -79,11 +79,9 @@ public:
   std::string describe() const;
 
   /// Returns the underlying OpenSSL object (still owned by this object).
-  X509* native() const noexcept {
-    return cert_.get();
-  }
+  X509* native() const noexcept { return cert_.get(); }
 
-private:
+ private:
   explicit certificate(std::shared_ptr<X509> cert) : cert_(std::move(cert)) {
     // nop
   }

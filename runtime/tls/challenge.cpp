@@ -46,10 +46,8 @@ signature sign_challenge(const private_key& key, const nonce& challenge,
   detail::error_queue_guard guard;
   auto msg = message_of(challenge, context);
   detail::md_ctx_ptr ctx{EVP_MD_CTX_new()};
-  if (!ctx
-      || EVP_DigestSignInit(ctx.get(), nullptr, digest_for(key.native()),
-                            nullptr, key.native())
-           != 1)
+  if (!ctx || EVP_DigestSignInit(ctx.get(), nullptr, digest_for(key.native()),
+                                 nullptr, key.native()) != 1)
     detail::fail(tls_errc::internal, "cannot start signing the challenge");
   size_t len = 0;
   auto* data = reinterpret_cast<const unsigned char*>(msg.data());
@@ -68,13 +66,12 @@ std::string verify_challenge(std::string_view cert_pem, const trust_store& ca,
   detail::error_queue_guard guard;
   if (cert_pem.size() > max_peer_cert_size)
     throw tls_error(tls_errc::invalid_argument,
-                    "peer certificate too large (" + std::to_string(
-                      cert_pem.size())
-                      + " bytes)");
+                    "peer certificate too large (" +
+                        std::to_string(cert_pem.size()) + " bytes)");
   if (sig.empty() || sig.size() > max_signature_size)
     throw tls_error(tls_errc::invalid_argument,
-                    "challenge signature has a bad size ("
-                      + std::to_string(sig.size()) + " bytes)");
+                    "challenge signature has a bad size (" +
+                        std::to_string(sig.size()) + " bytes)");
   auto cert = certificate::from_pem(cert_pem, "peer certificate");
   auto cn = cert.common_name();
   auto what = "peer certificate '" + cn + "'";
@@ -83,19 +80,18 @@ std::string verify_challenge(std::string_view cert_pem, const trust_store& ca,
   auto msg = message_of(challenge, context);
   auto* pub = X509_get0_pubkey(cert.native());
   detail::md_ctx_ptr ctx{EVP_MD_CTX_new()};
-  if (pub == nullptr || !ctx
-      || EVP_DigestVerifyInit(ctx.get(), nullptr, digest_for(pub), nullptr,
-                              pub)
-           != 1)
+  if (pub == nullptr || !ctx ||
+      EVP_DigestVerifyInit(ctx.get(), nullptr, digest_for(pub), nullptr, pub) !=
+          1)
     detail::fail(tls_errc::internal, "cannot start verifying the challenge");
   auto ok = EVP_DigestVerify(ctx.get(), sig.data(), sig.size(),
                              reinterpret_cast<const unsigned char*>(msg.data()),
                              msg.size());
   if (ok != 1)
     throw tls_error(tls_errc::bad_signature,
-                    "challenge signature does not verify with the key of "
-                      + what
-                      + " (wrong key, altered nonce or altered context)");
+                    "challenge signature does not verify with the key of " +
+                        what +
+                        " (wrong key, altered nonce or altered context)");
   return cn;
 }
 
@@ -108,8 +104,7 @@ signature sign_join(const private_key& key, const nonce& challenge,
 
 std::string verify_join(std::string_view cert_pem, const trust_store& ca,
                         const nonce& challenge, std::string_view claimed_name,
-                        std::string_view responder_name,
-                        const signature& sig) {
+                        std::string_view responder_name, const signature& sig) {
   validate_name(claimed_name, "claimed node name");
   validate_name(responder_name, "responder node name");
   auto cn = verify_challenge(cert_pem, ca, challenge,
@@ -117,8 +112,8 @@ std::string verify_join(std::string_view cert_pem, const trust_store& ca,
                              cert_role::node);
   if (cn != claimed_name)
     throw tls_error(tls_errc::name_mismatch,
-                    "node claims the name '" + std::string{claimed_name}
-                      + "' but its certificate is for '" + cn + "'");
+                    "node claims the name '" + std::string{claimed_name} +
+                        "' but its certificate is for '" + cn + "'");
   return cn;
 }
 

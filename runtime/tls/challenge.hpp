@@ -9,9 +9,8 @@
 //      |  -------- nonce (32 random bytes) ---> |
 //      |  <------- cert PEM, signature -------  |   sign(key, nonce,
 //      |                                        |        join_context(claimed,
-//      |  verify_join(cert, CA, nonce,          |                     responder))
-//      |              claimed, responder, sig)  |
-//      |   -> CN == claimed name, or refused    |
+//      |  verify_join(cert, CA, nonce,          | responder)) | claimed,
+//      responder, sig)  | |   -> CN == claimed name, or refused    |
 //
 // The context string binds the signature to both names and the protocol
 // version, so a proof cannot be replayed to another responder or for

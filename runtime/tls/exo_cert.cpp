@@ -126,8 +126,8 @@ int parse_days(const arguments& args, int fallback) {
       throw std::invalid_argument("trailing characters");
     return days;
   } catch (const std::exception&) {
-    throw usage_error("--days expects a whole number of days, got '" + *text
-                      + "'");
+    throw usage_error("--days expects a whole number of days, got '" + *text +
+                      "'");
   }
 }
 

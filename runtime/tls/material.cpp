@@ -10,8 +10,8 @@ material_info check_material(const material& files) {
   auto require = [](const std::string& value, const char* what) {
     if (value.empty())
       throw tls_error(tls_errc::invalid_argument,
-                      std::string{"no TLS "} + what
-                        + " configured; exo never runs without mutually"
+                      std::string{"no TLS "} + what +
+                          " configured; exo never runs without mutually"
                           " authenticated TLS");
   };
   require(files.certificate, "certificate");
@@ -23,8 +23,8 @@ material_info check_material(const material& files) {
   auto what = "certificate '" + files.certificate + "'";
   if (!cert.matches(key))
     throw tls_error(tls_errc::key_mismatch,
-                    "key file '" + files.key + "' does not belong to " + what
-                      + " (CN '" + cert.common_name() + "')");
+                    "key file '" + files.key + "' does not belong to " + what +
+                        " (CN '" + cert.common_name() + "')");
   ca.verify(cert, what);
   check_usage(cert, files.role, what);
   auto cn = cert.common_name();

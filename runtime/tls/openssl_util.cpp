@@ -38,8 +38,8 @@ error_queue_guard::~error_queue_guard() {
 bio_ptr read_bio(std::string_view data) {
   if (data.size() > max_pem_size)
     throw tls_error(tls_errc::invalid_argument,
-                    "PEM data too large (" + std::to_string(data.size())
-                      + " bytes)");
+                    "PEM data too large (" + std::to_string(data.size()) +
+                        " bytes)");
   bio_ptr bio{BIO_new_mem_buf(data.data(), static_cast<int>(data.size()))};
   if (!bio)
     fail(tls_errc::internal, "cannot allocate a memory BIO");
@@ -64,9 +64,7 @@ std::string read_file(const std::string& path, std::string_view what) {
                     "cannot open " + prefix + ": " + std::strerror(errno));
   struct closer {
     int fd;
-    ~closer() {
-      ::close(fd);
-    }
+    ~closer() { ::close(fd); }
   } close_fd{fd};
   struct stat st;
   if (::fstat(fd, &st) != 0)
@@ -76,8 +74,8 @@ std::string read_file(const std::string& path, std::string_view what) {
     throw tls_error(tls_errc::io, prefix + " is not a regular file");
   if (static_cast<size_t>(st.st_size) > max_pem_size)
     throw tls_error(tls_errc::not_pem,
-                    prefix + " is too large to be PEM material ("
-                      + std::to_string(st.st_size) + " bytes)");
+                    prefix + " is too large to be PEM material (" +
+                        std::to_string(st.st_size) + " bytes)");
   std::string result;
   char buf[4096];
   for (;;) {

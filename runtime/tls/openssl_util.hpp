@@ -16,24 +16,22 @@
 
 namespace exo::tls::detail {
 
-template <class T, void (*Free)(T*)>
+template<class T, void (*Free)(T*)>
 struct openssl_deleter {
-  void operator()(T* ptr) const noexcept {
-    Free(ptr);
-  }
+  void operator()(T* ptr) const noexcept { Free(ptr); }
 };
 
 using bio_ptr = std::unique_ptr<BIO, openssl_deleter<BIO, BIO_free_all>>;
 using bn_ptr = std::unique_ptr<BIGNUM, openssl_deleter<BIGNUM, BN_free>>;
-using md_ctx_ptr
-  = std::unique_ptr<EVP_MD_CTX, openssl_deleter<EVP_MD_CTX, EVP_MD_CTX_free>>;
-using pkey_ctx_ptr
-  = std::unique_ptr<EVP_PKEY_CTX,
+using md_ctx_ptr =
+    std::unique_ptr<EVP_MD_CTX, openssl_deleter<EVP_MD_CTX, EVP_MD_CTX_free>>;
+using pkey_ctx_ptr =
+    std::unique_ptr<EVP_PKEY_CTX,
                     openssl_deleter<EVP_PKEY_CTX, EVP_PKEY_CTX_free>>;
-using store_ptr
-  = std::unique_ptr<X509_STORE, openssl_deleter<X509_STORE, X509_STORE_free>>;
-using store_ctx_ptr
-  = std::unique_ptr<X509_STORE_CTX,
+using store_ptr =
+    std::unique_ptr<X509_STORE, openssl_deleter<X509_STORE, X509_STORE_free>>;
+using store_ctx_ptr =
+    std::unique_ptr<X509_STORE_CTX,
                     openssl_deleter<X509_STORE_CTX, X509_STORE_CTX_free>>;
 
 /// Largest PEM file or string exo_tls accepts (certificates and keys are a

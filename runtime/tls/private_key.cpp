@@ -41,12 +41,12 @@ private_key private_key::generate(key_algorithm algorithm) {
   detail::error_queue_guard guard;
   EVP_PKEY* key = nullptr;
   switch (algorithm) {
-    case key_algorithm::ec_p256:
-      key = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256");
-      break;
-    case key_algorithm::ed25519:
-      key = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519");
-      break;
+  case key_algorithm::ec_p256:
+    key = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256");
+    break;
+  case key_algorithm::ed25519:
+    key = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519");
+    break;
   }
   if (key == nullptr)
     detail::fail(tls_errc::internal, "cannot generate a private key");
@@ -65,8 +65,8 @@ private_key private_key::from_pem(std::string_view pem,
                     name + " holds no PEM private key (is it a certificate?)");
   auto bio = detail::read_bio(pem);
   password_state state{&passphrase};
-  auto* key = PEM_read_bio_PrivateKey(bio.get(), nullptr, password_callback,
-                                      &state);
+  auto* key =
+      PEM_read_bio_PrivateKey(bio.get(), nullptr, password_callback, &state);
   if (key == nullptr) {
     auto details = detail::drain_errors();
     if (state.asked && passphrase.empty())
@@ -74,13 +74,11 @@ private_key private_key::from_pem(std::string_view pem,
                       name + " is encrypted and needs a passphrase, but none"
                              " was given");
     if (state.asked)
-      throw tls_error(tls_errc::bad_passphrase,
-                      "wrong passphrase for " + name);
-    throw tls_error(tls_errc::not_pem, name + " is not a valid PEM private key"
-                                         + (details.empty() ? std::string{}
-                                                            : " (OpenSSL: "
-                                                                + details
-                                                                + ")"));
+      throw tls_error(tls_errc::bad_passphrase, "wrong passphrase for " + name);
+    throw tls_error(
+        tls_errc::not_pem,
+        name + " is not a valid PEM private key" +
+            (details.empty() ? std::string{} : " (OpenSSL: " + details + ")"));
   }
   return private_key{own(key)};
 }
@@ -98,15 +96,14 @@ std::string private_key::to_pem(const std::string& passphrase) const {
     detail::fail(tls_errc::internal, "cannot allocate a memory BIO");
   int ok;
   if (passphrase.empty()) {
-    ok = PEM_write_bio_PKCS8PrivateKey(bio.get(), key_.get(), nullptr,
-                                       nullptr, 0, nullptr, nullptr);
+    ok = PEM_write_bio_PKCS8PrivateKey(bio.get(), key_.get(), nullptr, nullptr,
+                                       0, nullptr, nullptr);
   } else {
     // The passphrase goes in as a buffer, never through a prompt.
     std::string pass = passphrase;
-    ok = PEM_write_bio_PKCS8PrivateKey(bio.get(), key_.get(),
-                                       EVP_aes_256_cbc(), pass.data(),
-                                       static_cast<int>(pass.size()), nullptr,
-                                       nullptr);
+    ok = PEM_write_bio_PKCS8PrivateKey(
+        bio.get(), key_.get(), EVP_aes_256_cbc(), pass.data(),
+        static_cast<int>(pass.size()), nullptr, nullptr);
   }
   if (ok != 1)
     detail::fail(tls_errc::internal, "cannot encode the private key as PEM");
@@ -118,9 +115,9 @@ std::string private_key::algorithm_name() const {
 }
 
 bool is_encrypted_key_pem(std::string_view pem) {
-  return pem.find("-----BEGIN ENCRYPTED PRIVATE KEY-----")
-           != std::string_view::npos
-         || pem.find("Proc-Type: 4,ENCRYPTED") != std::string_view::npos;
+  return pem.find("-----BEGIN ENCRYPTED PRIVATE KEY-----") !=
+             std::string_view::npos ||
+         pem.find("Proc-Type: 4,ENCRYPTED") != std::string_view::npos;
 }
 
 std::string describe_key(const EVP_PKEY* key) {
@@ -132,8 +129,7 @@ std::string describe_key(const EVP_PKEY* key) {
     char group[80] = {0};
     size_t len = 0;
     if (EVP_PKEY_get_utf8_string_param(key, "group", group, sizeof(group),
-                                       &len)
-        == 1) {
+                                       &len) == 1) {
       std::string name{group, len};
       if (name == "prime256v1")
         name = "P-256";

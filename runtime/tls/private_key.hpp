@@ -21,10 +21,9 @@ enum class key_algorithm {
 /// `openssl.passphrase`. Loading never prompts on the terminal: an encrypted
 /// key without a passphrase is an error.
 class private_key {
-public:
+ public:
   /// Generates a fresh key.
-  static private_key generate(key_algorithm algorithm
-                              = key_algorithm::ec_p256);
+  static private_key generate(key_algorithm algorithm = key_algorithm::ec_p256);
 
   /// Parses a PEM private key; `origin` names it in errors.
   /// @throws tls_error not_pem, passphrase_required or bad_passphrase.
@@ -45,11 +44,9 @@ public:
   std::string algorithm_name() const;
 
   /// Returns the underlying OpenSSL key (still owned by this object).
-  EVP_PKEY* native() const noexcept {
-    return key_.get();
-  }
+  EVP_PKEY* native() const noexcept { return key_.get(); }
 
-private:
+ private:
   explicit private_key(std::shared_ptr<EVP_PKEY> key) : key_(std::move(key)) {
     // nop
   }

@@ -30,17 +30,15 @@ const char* to_string(tls_errc code) noexcept;
 /// The one error type of `exo_tls`: every function reports failure by
 /// throwing it, with a message that names the file or party and the problem.
 class tls_error : public std::runtime_error {
-public:
+ public:
   tls_error(tls_errc code, const std::string& what)
-    : std::runtime_error(what), code_(code) {
+      : std::runtime_error(what), code_(code) {
     // nop
   }
 
-  tls_errc code() const noexcept {
-    return code_;
-  }
+  tls_errc code() const noexcept { return code_; }
 
-private:
+ private:
   tls_errc code_;
 };
 

@@ -12,8 +12,8 @@ namespace {
 void require_ca(const certificate& cert, const std::string& origin) {
   if (!cert.is_ca())
     throw tls_error(tls_errc::wrong_usage,
-                    origin + " holds '" + cert.common_name()
-                      + "', which is not a CA certificate");
+                    origin + " holds '" + cert.common_name() +
+                        "', which is not a CA certificate");
 }
 
 } // namespace
@@ -43,15 +43,14 @@ void check_validity(const certificate& cert, std::string_view what) {
   auto name = std::string{what};
   if (X509_cmp_current_time(X509_get0_notBefore(cert.native())) >= 0)
     throw tls_error(tls_errc::not_yet_valid,
-                    name + " is not valid yet (valid from "
-                      + cert.not_before_text() + ")");
+                    name + " is not valid yet (valid from " +
+                        cert.not_before_text() + ")");
   if (X509_cmp_current_time(X509_get0_notAfter(cert.native())) <= 0)
-    throw tls_error(tls_errc::expired, name + " expired on "
-                                         + cert.not_after_text());
+    throw tls_error(tls_errc::expired,
+                    name + " expired on " + cert.not_after_text());
 }
 
-void trust_store::verify(const certificate& cert,
-                         std::string_view what) const {
+void trust_store::verify(const certificate& cert, std::string_view what) const {
   detail::error_queue_guard guard;
   auto name = std::string{what};
   check_validity(cert, what);
@@ -70,40 +69,40 @@ void trust_store::verify(const certificate& cert,
   auto depth = X509_STORE_CTX_get_error_depth(ctx.get());
   std::string reason = X509_verify_cert_error_string(err);
   switch (err) {
-    case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
-      throw tls_error(tls_errc::self_signed,
-                      name + " is self-signed, not issued by the cluster CA");
-    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
-    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
-    case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
-    case X509_V_ERR_CERT_SIGNATURE_FAILURE:
-    case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
-      throw tls_error(tls_errc::untrusted, name + " (issuer '" + cert.issuer()
-                                             + "') is not signed by the"
-                                               " cluster CA: "
-                                             + reason);
-    case X509_V_ERR_CERT_HAS_EXPIRED:
-      throw tls_error(tls_errc::expired,
-                      depth == 0 ? name + " has expired"
-                                 : "the CA certificate that issued " + name
-                                     + " has expired");
-    case X509_V_ERR_CERT_NOT_YET_VALID:
-      throw tls_error(tls_errc::not_yet_valid,
-                      depth == 0 ? name + " is not valid yet"
-                                 : "the CA certificate that issued " + name
-                                     + " is not valid yet");
-    case X509_V_ERR_INVALID_CA:
-    case X509_V_ERR_INVALID_PURPOSE:
-    case X509_V_ERR_KEYUSAGE_NO_CERTSIGN:
-      throw tls_error(tls_errc::wrong_usage,
-                      name + " does not chain to the cluster CA with the"
-                             " right key usage: "
-                        + reason);
-    default:
-      throw tls_error(tls_errc::untrusted,
-                      name + " failed verification against the cluster CA: "
-                        + reason + " (at depth " + std::to_string(depth)
-                        + ")");
+  case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
+    throw tls_error(tls_errc::self_signed,
+                    name + " is self-signed, not issued by the cluster CA");
+  case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
+  case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
+  case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
+  case X509_V_ERR_CERT_SIGNATURE_FAILURE:
+  case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+    throw tls_error(tls_errc::untrusted, name + " (issuer '" + cert.issuer() +
+                                             "') is not signed by the"
+                                             " cluster CA: " +
+                                             reason);
+  case X509_V_ERR_CERT_HAS_EXPIRED:
+    throw tls_error(tls_errc::expired, depth == 0
+                                           ? name + " has expired"
+                                           : "the CA certificate that issued " +
+                                                 name + " has expired");
+  case X509_V_ERR_CERT_NOT_YET_VALID:
+    throw tls_error(tls_errc::not_yet_valid,
+                    depth == 0 ? name + " is not valid yet"
+                               : "the CA certificate that issued " + name +
+                                     " is not valid yet");
+  case X509_V_ERR_INVALID_CA:
+  case X509_V_ERR_INVALID_PURPOSE:
+  case X509_V_ERR_KEYUSAGE_NO_CERTSIGN:
+    throw tls_error(tls_errc::wrong_usage,
+                    name +
+                        " does not chain to the cluster CA with the"
+                        " right key usage: " +
+                        reason);
+  default:
+    throw tls_error(tls_errc::untrusted,
+                    name + " failed verification against the cluster CA: " +
+                        reason + " (at depth " + std::to_string(depth) + ")");
   }
 }
 

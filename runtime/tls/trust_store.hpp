@@ -10,7 +10,7 @@ namespace exo::tls {
 
 /// The cluster CA certificates a peer's certificate must chain to.
 class trust_store {
-public:
+ public:
   /// Trusts exactly `ca`.
   /// @throws tls_error wrong_usage when `ca` is not a CA certificate.
   explicit trust_store(certificate ca);
@@ -29,11 +29,9 @@ public:
   ///         wrong_usage.
   void verify(const certificate& cert, std::string_view what) const;
 
-  const std::vector<certificate>& certificates() const noexcept {
-    return cas_;
-  }
+  const std::vector<certificate>& certificates() const noexcept { return cas_; }
 
-private:
+ private:
   explicit trust_store(std::vector<certificate> cas);
 
   std::vector<certificate> cas_;

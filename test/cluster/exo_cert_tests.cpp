@@ -24,8 +24,8 @@ struct run_result {
 /// Runs exo-cert with `args` (already shell-quoted), stdin from /dev/null so
 /// that any prompt would fail instead of hanging.
 run_result exo_cert(const std::string& args) {
-  std::string cmd = std::string{"'"} + EXO_CERT_PATH + "' " + args
-                    + " </dev/null 2>&1";
+  std::string cmd =
+      std::string{"'"} + EXO_CERT_PATH + "' " + args + " </dev/null 2>&1";
   run_result result;
   auto* pipe = ::popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -77,8 +77,8 @@ TEST_CASE("exo-cert refuses bad usage with exit 2 and a reason") {
   r = exo_cert("init-ca --dir " + q(dir / "ca") + " --days");
   CHECK(r.status == 2);
   CHECK_THAT(r.output, Catch::Contains("needs a value"));
-  r = exo_cert("issue-node --ca-dir " + q(dir / "none") + " --name n --out "
-               + q(dir / "o"));
+  r = exo_cert("issue-node --ca-dir " + q(dir / "none") + " --name n --out " +
+               q(dir / "o"));
   CHECK(r.status == 2);
   CHECK_THAT(r.output, Catch::Contains("ca.crt"));
   r = exo_cert("show " + q(dir / "missing.pem"));
@@ -96,26 +96,28 @@ TEST_CASE("exo-cert creates a CA and issues node and client material that "
   auto r = exo_cert("init-ca --dir " + q(dir / "ca") + " --name 'Test CA'");
   REQUIRE(r.status == 0);
   CHECK_THAT(r.output, Catch::Contains("created CA 'Test CA'"));
-  r = exo_cert("issue-node --ca-dir " + q(dir / "ca")
-               + " --name node-a --out " + q(dir / "a")
-               + " --san IP:127.0.0.1 --days 30");
+  r = exo_cert("issue-node --ca-dir " + q(dir / "ca") +
+               " --name node-a --out " + q(dir / "a") +
+               " --san IP:127.0.0.1 --days 30");
   REQUIRE(r.status == 0);
-  auto node = check_material(material{dir / "a/node-a.crt",
-                                      dir / "a/node-a.key", {},
-                                      dir / "a/ca.crt"});
+  auto node = check_material(material{
+      dir / "a/node-a.crt", dir / "a/node-a.key", {}, dir / "a/ca.crt"});
   CHECK(node.common_name == "node-a");
   auto days_left = std::chrono::duration_cast<std::chrono::hours>(
-                     node.not_after - std::chrono::system_clock::now())
-                     .count()
-                   / 24;
+                       node.not_after - std::chrono::system_clock::now())
+                       .count() /
+                   24;
   CHECK(days_left >= 29);
   CHECK(days_left <= 30);
 
-  r = exo_cert("issue-client --ca-dir " + q(dir / "ca")
-               + " --name alice --out " + q(dir / "alice"));
+  r = exo_cert("issue-client --ca-dir " + q(dir / "ca") +
+               " --name alice --out " + q(dir / "alice"));
   REQUIRE(r.status == 0);
-  material client{dir / "alice/alice.crt", dir / "alice/alice.key", {},
-                  dir / "ca/ca.crt", cert_role::client};
+  material client{dir / "alice/alice.crt",
+                  dir / "alice/alice.key",
+                  {},
+                  dir / "ca/ca.crt",
+                  cert_role::client};
   CHECK(check_material(client).common_name == "alice");
   client.role = cert_role::node;
   CHECK_THROWS_AS(check_material(client), tls_error);
@@ -141,8 +143,8 @@ TEST_CASE("exo-cert never overwrites keys without --force") {
   CHECK_THAT(r.output, Catch::Contains("refusing to overwrite"));
   CHECK(certificate::load(dir / "ca/ca.crt").fingerprint_sha256() == before);
 
-  auto issue = "issue-node --ca-dir " + q(dir / "ca") + " --name n1 --out "
-               + q(dir / "n1");
+  auto issue = "issue-node --ca-dir " + q(dir / "ca") + " --name n1 --out " +
+               q(dir / "n1");
   REQUIRE(exo_cert(issue).status == 0);
   auto node_fp = certificate::load(dir / "n1/n1.crt").fingerprint_sha256();
   r = exo_cert(issue);
@@ -152,8 +154,8 @@ TEST_CASE("exo-cert never overwrites keys without --force") {
   CHECK(exo_cert(issue + " --force").status == 0);
   CHECK(certificate::load(dir / "n1/n1.crt").fingerprint_sha256() != node_fp);
 
-  r = exo_cert("issue-node --ca-dir " + q(dir / "ca")
-               + " --name ../evil --out " + q(dir / "e"));
+  r = exo_cert("issue-node --ca-dir " + q(dir / "ca") +
+               " --name ../evil --out " + q(dir / "e"));
   CHECK(r.status == 2);
   CHECK_THAT(r.output, Catch::Contains("invalid node name"));
 }
@@ -165,14 +167,13 @@ TEST_CASE("exo-cert protects keys with a passphrase file and needs it to "
   write_text(dir / "wrong.pass", "not it\n");
   write_text(dir / "node.pass", "node passphrase\n");
   write_text(dir / "empty.pass", "\n");
-  REQUIRE(exo_cert("init-ca --dir " + q(dir / "ca") + " --passphrase-file "
-                   + q(dir / "ca.pass"))
-            .status
-          == 0);
+  REQUIRE(exo_cert("init-ca --dir " + q(dir / "ca") + " --passphrase-file " +
+                   q(dir / "ca.pass"))
+              .status == 0);
   auto r = exo_cert("show " + q(dir / "ca/ca.key"));
   CHECK_THAT(r.output, Catch::Contains("encrypted:    yes"));
-  auto issue = "issue-node --ca-dir " + q(dir / "ca") + " --name n1 --out "
-               + q(dir / "n1");
+  auto issue = "issue-node --ca-dir " + q(dir / "ca") + " --name n1 --out " +
+               q(dir / "n1");
   r = exo_cert(issue);
   CHECK(r.status == 2);
   CHECK_THAT(r.output, Catch::Contains("needs a passphrase"));
@@ -182,8 +183,8 @@ TEST_CASE("exo-cert protects keys with a passphrase file and needs it to "
   r = exo_cert(issue + " --ca-passphrase-file " + q(dir / "empty.pass"));
   CHECK(r.status == 2);
   CHECK_THAT(r.output, Catch::Contains("is empty"));
-  r = exo_cert(issue + " --ca-passphrase-file " + q(dir / "ca.pass")
-               + " --passphrase-file " + q(dir / "node.pass"));
+  r = exo_cert(issue + " --ca-passphrase-file " + q(dir / "ca.pass") +
+               " --passphrase-file " + q(dir / "node.pass"));
   REQUIRE(r.status == 0);
   material m{dir / "n1/n1.crt", dir / "n1/n1.key", "node passphrase",
              dir / "n1/ca.crt"};

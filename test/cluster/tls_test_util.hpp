@@ -15,7 +15,7 @@ namespace exo::tls::test {
 
 /// A fresh directory under the system temp folder, removed on destruction.
 class temp_dir {
-public:
+ public:
   temp_dir() {
     auto base = std::filesystem::temp_directory_path() / "exo-tls-XXXXXX";
     std::string templ = base.string();
@@ -36,11 +36,9 @@ public:
     return path_ + "/" + name;
   }
 
-  const std::string& path() const {
-    return path_;
-  }
+  const std::string& path() const { return path_; }
 
-private:
+ private:
   std::string path_;
 };
 
@@ -54,9 +52,9 @@ inline credential self_signed_leaf(const std::string& cn) {
   X509_gmtime_adj(X509_getm_notAfter(x), 86400);
   X509_set_pubkey(x, key.native());
   auto* name = X509_get_subject_name(x);
-  X509_NAME_add_entry_by_txt(
-    name, "CN", MBSTRING_UTF8,
-    reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
+                             reinterpret_cast<const unsigned char*>(cn.c_str()),
+                             -1, -1, 0);
   X509_set_issuer_name(x, name);
   auto add = [x](int nid, const char* value) {
     X509V3_CTX ctx;

@@ -69,8 +69,11 @@ struct cluster_files {
   material issue(const std::string& stem, cert_options opts) {
     auto issued = issue_certificate(ca, opts);
     write_credential(dir, stem, issued);
-    return material{dir / (stem + ".crt"), dir / (stem + ".key"), {},
-                    dir / "ca.crt", opts.role};
+    return material{dir / (stem + ".crt"),
+                    dir / (stem + ".key"),
+                    {},
+                    dir / "ca.crt",
+                    opts.role};
   }
 };
 
@@ -133,32 +136,31 @@ TEST_CASE("Ed25519 keys work for the CA, nodes and challenges") {
   auto n = make_nonce();
   auto sig = sign_join(node.key, n, "node-e", "node-r");
   CHECK(verify_join(node.cert.to_pem(), trust_store{ca.cert}, n, "node-e",
-                    "node-r", sig)
-        == "node-e");
+                    "node-r", sig) == "node-e");
 }
 
 TEST_CASE("names that are not plain node names are refused") {
   auto ca = create_ca();
-  std::vector<std::string> bad_names{"",   "../etc",      "a/b",
-                                     "-rf", ".hidden",     "a|b",
-                                     "white space", std::string(65, 'x')};
+  std::vector<std::string> bad_names{
+      "",        "../etc", "a/b",         "-rf",
+      ".hidden", "a|b",    "white space", std::string(65, 'x')};
   for (auto& bad : bad_names)
     expect_error([&] { issue_certificate(ca, cert_options{bad}); },
                  tls_errc::invalid_argument, "invalid node name");
   expect_error(
-    [&] {
-      cert_options opts{"ok"};
-      opts.alt_names = {"DNS:x,URI:evil"};
-      issue_certificate(ca, opts);
-    },
-    tls_errc::invalid_argument, "subjectAltName");
+      [&] {
+        cert_options opts{"ok"};
+        opts.alt_names = {"DNS:x,URI:evil"};
+        issue_certificate(ca, opts);
+      },
+      tls_errc::invalid_argument, "subjectAltName");
   expect_error(
-    [&] {
-      cert_options opts{"ok"};
-      opts.days = 0;
-      issue_certificate(ca, opts);
-    },
-    tls_errc::invalid_argument, "validity");
+      [&] {
+        cert_options opts{"ok"};
+        opts.days = 0;
+        issue_certificate(ca, opts);
+      },
+      tls_errc::invalid_argument, "validity");
 }
 
 TEST_CASE("keys are written 0600, certificates 0644, new directories 0700") {
@@ -168,8 +170,8 @@ TEST_CASE("keys are written 0600, certificates 0644, new directories 0700") {
   CHECK(mode_of(dir / "a/b/ca") == 0700);
   CHECK(mode_of(paths.key) == 0600);
   CHECK(mode_of(paths.cert) == 0644);
-  auto issued = issue_to_dir(dir / "a/b/ca", {}, dir / "out",
-                             cert_options{"node-a"});
+  auto issued =
+      issue_to_dir(dir / "a/b/ca", {}, dir / "out", cert_options{"node-a"});
   CHECK(mode_of(dir / "out") == 0700);
   CHECK(mode_of(issued.key) == 0600);
   CHECK(mode_of(issued.cert) == 0644);
@@ -187,8 +189,8 @@ TEST_CASE("an existing key is never overwritten unless forced") {
   CHECK(certificate::load(paths.cert).fingerprint_sha256() != before);
   auto key = private_key::generate();
   write_private_key(dir / "k.key", key);
-  expect_error([&] { write_private_key(dir / "k.key", key); },
-               tls_errc::exists, "k.key");
+  expect_error([&] { write_private_key(dir / "k.key", key); }, tls_errc::exists,
+               "k.key");
 }
 
 TEST_CASE("an encrypted key is AES-256 PKCS#8 and loads only with its "
@@ -314,8 +316,8 @@ TEST_CASE("a certificate from another CA is refused") {
 
 TEST_CASE("a self-signed certificate is refused") {
   cluster_files files;
-  write_credential(files.dir, "selfie", exo::tls::test::self_signed_leaf(
-                                          "node-a"));
+  write_credential(files.dir, "selfie",
+                   exo::tls::test::self_signed_leaf("node-a"));
   auto m = files.node;
   m.certificate = files.dir / "selfie.crt";
   m.key = files.dir / "selfie.key";
@@ -348,8 +350,8 @@ TEST_CASE("a certificate with the wrong key usage is refused") {
 TEST_CASE("material without a CA file, key or certificate is refused as "
           "anonymous TLS") {
   cluster_files files;
-  for (auto field : {&material::certificate, &material::key,
-                     &material::cafile}) {
+  for (auto field :
+       {&material::certificate, &material::key, &material::cafile}) {
     auto m = files.node;
     m.*field = "";
     expect_error([&] { check_material(m); }, tls_errc::invalid_argument,
@@ -370,8 +372,8 @@ TEST_CASE("a node's first start creates a local CA and certificate, later "
   CHECK(mode_of(first.ca_dir) == 0700);
   CHECK(mode_of(first.ca_dir + "/ca.key") == 0600);
   CHECK(mode_of(first.files.key) == 0600);
-  CHECK_THAT(first.instructions, Catch::Contains("exo-cert issue-node --ca-dir "
-                                                 + first.ca_dir));
+  CHECK_THAT(first.instructions,
+             Catch::Contains("exo-cert issue-node --ca-dir " + first.ca_dir));
   auto fp = check_material(first.files).fingerprint;
 
   auto second = ensure_local_material(dir / "state", "node-a");
@@ -381,10 +383,10 @@ TEST_CASE("a node's first start creates a local CA and certificate, later "
   CHECK(check_material(second.files).fingerprint == fp);
 
   // Another node issued from the bootstrap CA is trusted by the first.
-  auto paths = issue_to_dir(first.ca_dir, {}, dir / "b",
-                            cert_options{"node-b"});
-  auto info = check_material(
-    material{paths.cert, paths.key, {}, first.files.cafile});
+  auto paths =
+      issue_to_dir(first.ca_dir, {}, dir / "b", cert_options{"node-b"});
+  auto info =
+      check_material(material{paths.cert, paths.key, {}, first.files.cafile});
   CHECK(info.common_name == "node-b");
 }
 
@@ -425,23 +427,21 @@ TEST_CASE("a valid join signature verifies and yields the certificate's "
   handshake_fixture f;
   auto sig = sign_join(f.node_a.key, f.challenge, "node-a", "node-r");
   CHECK(verify_join(f.node_a.cert.to_pem(), f.trust, f.challenge, "node-a",
-                    "node-r", sig)
-        == "node-a");
+                    "node-r", sig) == "node-a");
   auto ctx = join_context("node-a", "node-r");
   CHECK(verify_challenge(f.node_a.cert.to_pem(), f.trust, f.challenge, ctx,
-                         sig)
-        == "node-a");
+                         sig) == "node-a");
 }
 
 TEST_CASE("a join signature by another node's key is refused") {
   handshake_fixture f;
   auto sig = sign_join(f.node_b.key, f.challenge, "node-a", "node-r");
   expect_error(
-    [&] {
-      verify_join(f.node_a.cert.to_pem(), f.trust, f.challenge, "node-a",
-                  "node-r", sig);
-    },
-    tls_errc::bad_signature, "does not verify");
+      [&] {
+        verify_join(f.node_a.cert.to_pem(), f.trust, f.challenge, "node-a",
+                    "node-r", sig);
+      },
+      tls_errc::bad_signature, "does not verify");
 }
 
 TEST_CASE("a join certificate from another CA is refused") {
@@ -450,11 +450,11 @@ TEST_CASE("a join certificate from another CA is refused") {
   auto intruder = issue_certificate(other_ca, cert_options{"node-a"});
   auto sig = sign_join(intruder.key, f.challenge, "node-a", "node-r");
   expect_error(
-    [&] {
-      verify_join(intruder.cert.to_pem(), f.trust, f.challenge, "node-a",
-                  "node-r", sig);
-    },
-    tls_errc::untrusted, "not signed by the cluster CA");
+      [&] {
+        verify_join(intruder.cert.to_pem(), f.trust, f.challenge, "node-a",
+                    "node-r", sig);
+      },
+      tls_errc::untrusted, "not signed by the cluster CA");
 }
 
 TEST_CASE("a self-signed join certificate is refused") {
@@ -462,11 +462,11 @@ TEST_CASE("a self-signed join certificate is refused") {
   auto selfie = exo::tls::test::self_signed_leaf("node-a");
   auto sig = sign_join(selfie.key, f.challenge, "node-a", "node-r");
   expect_error(
-    [&] {
-      verify_join(selfie.cert.to_pem(), f.trust, f.challenge, "node-a",
-                  "node-r", sig);
-    },
-    tls_errc::self_signed, "self-signed");
+      [&] {
+        verify_join(selfie.cert.to_pem(), f.trust, f.challenge, "node-a",
+                    "node-r", sig);
+      },
+      tls_errc::self_signed, "self-signed");
 }
 
 TEST_CASE("a join signature over an altered nonce is refused") {
@@ -475,11 +475,11 @@ TEST_CASE("a join signature over an altered nonce is refused") {
   auto altered = f.challenge;
   altered[7] ^= 0x01;
   expect_error(
-    [&] {
-      verify_join(f.node_a.cert.to_pem(), f.trust, altered, "node-a",
-                  "node-r", sig);
-    },
-    tls_errc::bad_signature, "altered nonce");
+      [&] {
+        verify_join(f.node_a.cert.to_pem(), f.trust, altered, "node-a",
+                    "node-r", sig);
+      },
+      tls_errc::bad_signature, "altered nonce");
 }
 
 TEST_CASE("a join claiming a name other than the certificate's is refused") {
@@ -487,22 +487,22 @@ TEST_CASE("a join claiming a name other than the certificate's is refused") {
   // node-b signs honestly for the name it claims, but holds node-b's cert.
   auto sig = sign_join(f.node_b.key, f.challenge, "node-a", "node-r");
   expect_error(
-    [&] {
-      verify_join(f.node_b.cert.to_pem(), f.trust, f.challenge, "node-a",
-                  "node-r", sig);
-    },
-    tls_errc::name_mismatch, "claims the name 'node-a'");
+      [&] {
+        verify_join(f.node_b.cert.to_pem(), f.trust, f.challenge, "node-a",
+                    "node-r", sig);
+      },
+      tls_errc::name_mismatch, "claims the name 'node-a'");
 }
 
 TEST_CASE("a join proof made for another responder is refused") {
   handshake_fixture f;
   auto sig = sign_join(f.node_a.key, f.challenge, "node-a", "node-x");
   expect_error(
-    [&] {
-      verify_join(f.node_a.cert.to_pem(), f.trust, f.challenge, "node-a",
-                  "node-r", sig);
-    },
-    tls_errc::bad_signature, "does not verify");
+      [&] {
+        verify_join(f.node_a.cert.to_pem(), f.trust, f.challenge, "node-a",
+                    "node-r", sig);
+      },
+      tls_errc::bad_signature, "does not verify");
 }
 
 TEST_CASE("a join with an expired, client or malformed certificate is "
@@ -514,41 +514,41 @@ TEST_CASE("a join with an expired, client or malformed certificate is "
   auto expired = issue_certificate(f.ca, old);
   auto sig = sign_join(expired.key, f.challenge, "node-a", "node-r");
   expect_error(
-    [&] {
-      verify_join(expired.cert.to_pem(), f.trust, f.challenge, "node-a",
-                  "node-r", sig);
-    },
-    tls_errc::expired, "expired");
-  auto client = issue_certificate(f.ca, cert_options{"node-a",
-                                                     cert_role::client});
+      [&] {
+        verify_join(expired.cert.to_pem(), f.trust, f.challenge, "node-a",
+                    "node-r", sig);
+      },
+      tls_errc::expired, "expired");
+  auto client =
+      issue_certificate(f.ca, cert_options{"node-a", cert_role::client});
   sig = sign_join(client.key, f.challenge, "node-a", "node-r");
   expect_error(
-    [&] {
-      verify_join(client.cert.to_pem(), f.trust, f.challenge, "node-a",
-                  "node-r", sig);
-    },
-    tls_errc::wrong_usage, "serverAuth");
+      [&] {
+        verify_join(client.cert.to_pem(), f.trust, f.challenge, "node-a",
+                    "node-r", sig);
+      },
+      tls_errc::wrong_usage, "serverAuth");
   expect_error(
-    [&] {
-      verify_join("garbage", f.trust, f.challenge, "node-a", "node-r", sig);
-    },
-    tls_errc::not_pem, "peer certificate");
+      [&] {
+        verify_join("garbage", f.trust, f.challenge, "node-a", "node-r", sig);
+      },
+      tls_errc::not_pem, "peer certificate");
   expect_error(
-    [&] {
-      verify_join(f.node_a.cert.to_pem(), f.trust, f.challenge, "node-a",
-                  "node-r", signature(4096, 0x30));
-    },
-    tls_errc::invalid_argument, "bad size");
+      [&] {
+        verify_join(f.node_a.cert.to_pem(), f.trust, f.challenge, "node-a",
+                    "node-r", signature(4096, 0x30));
+      },
+      tls_errc::invalid_argument, "bad size");
   expect_error(
-    [&] {
-      verify_join(f.node_a.cert.to_pem(), f.trust, f.challenge, "node-a",
-                  "node-r", signature(70, 0x30));
-    },
-    tls_errc::bad_signature, "does not verify");
+      [&] {
+        verify_join(f.node_a.cert.to_pem(), f.trust, f.challenge, "node-a",
+                    "node-r", signature(70, 0x30));
+      },
+      tls_errc::bad_signature, "does not verify");
   expect_error(
-    [&] {
-      verify_join(std::string(20000, 'A'), f.trust, f.challenge, "node-a",
-                  "node-r", sig);
-    },
-    tls_errc::invalid_argument, "too large");
+      [&] {
+        verify_join(std::string(20000, 'A'), f.trust, f.challenge, "node-a",
+                    "node-r", sig);
+      },
+      tls_errc::invalid_argument, "too large");
 }
