@@ -55,10 +55,9 @@ hmac_sha256::hmac_sha256(std::string_view key) : keyed_(nullptr) {
     OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
     OSSL_PARAM_construct_end(),
   };
+  auto key_bytes = reinterpret_cast<const unsigned char*>(key.data());
   if (keyed_ == nullptr
-      || EVP_MAC_init(keyed_, reinterpret_cast<const unsigned char*>(key.data()),
-                      key.size(), params)
-           != 1) {
+      || EVP_MAC_init(keyed_, key_bytes, key.size(), params) != 1) {
     EVP_MAC_CTX_free(keyed_);
     throw std::runtime_error("cannot set up HMAC-SHA256 in OpenSSL");
   }
