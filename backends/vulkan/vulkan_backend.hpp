@@ -1,0 +1,27 @@
+#pragma once
+
+/// The Vulkan backend: every physical device with a compute queue, driven by
+/// compute shaders compiled to SPIR-V at build time. Runs for real on Mesa's
+/// lavapipe (a CPU device), which it reports as experimental.
+
+#include "backends/backend.hpp"
+
+#include <cstddef>
+#include <memory>
+
+namespace exo::backend {
+
+/// Settings of the Vulkan backend.
+struct vulkan_options {
+  /// Move data through staging buffers and vkCmdCopyBuffer even where the
+  /// buffers' memory is host-visible (the path discrete GPUs take; tests use
+  /// it to exercise that path on lavapipe). Such devices do not report
+  /// cap_host_visible.
+  bool force_staging = false;
+  /// Bytes per staging chunk (two chunks per device, allocated on first use).
+  std::size_t staging_chunk = std::size_t{8} << 20;
+};
+
+std::unique_ptr<backend> make_vulkan_backend(vulkan_options opts = {});
+
+} // namespace exo::backend

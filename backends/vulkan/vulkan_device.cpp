@@ -1,0 +1,1283 @@
+#include "backends/vulkan/vulkan_device.hpp"
+
+#include "backends/host_kernels.hpp"
+#include "backends/vulkan/vulkan_spirv.hpp"
+#include "backends/vulkan/vulkan_util.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+/// How a Vulkan device works:
+///
+/// - One queue. Asynchronous operations (copy, elementwise, matmul, staged
+///   writes) are recorded into the open *batch*: one command buffer plus a
+///   descriptor pool. Consecutive commands are separated by a global memory
+///   barrier, so each sees the results of the ones before (rule 4). A batch
+///   is submitted ("flushed") by record, synchronize, read, staged transfers,
+///   or once it holds `batch_commands` commands.
+/// - Each submission signals the next value of one timeline semaphore. An
+///   event is {uid, value}: it completes when the semaphore reaches value.
+///   The open batch will signal submitted_ + 1.
+/// - Every buffer remembers the last value that uses it (`last_use`). A
+///   host-side write into mapped memory first waits for that value, so it
+///   cannot overtake queued work on the same buffer (rule 1); freeing a
+///   buffer with pending work is deferred until its value completes.
+/// - Kernels bind buffers whole or by windows aligned down to
+///   minStorageBufferOffsetAlignment and get element offsets as push
+///   constants, so any offset that is a multiple of 4 bytes works.
+
+namespace exo::backend::vk {
+
+namespace {
+
+constexpr std::uint32_t batch_commands = 64;
+constexpr std::uint32_t max_batches = 8;
+constexpr std::uint32_t push_bytes = 64;
+constexpr std::uint32_t no_type = std::numeric_limits<std::uint32_t>::max();
+
+/// Push constants of elementwise.comp.
+struct elementwise_push {
+  std::uint32_t a_off, b_off, c_off, count, op;
+};
+
+/// Push constants of matmul.comp and matvec.comp.
+struct matmul_push {
+  std::uint32_t a_off, b_off, c_off, m, n, k, transpose_b, row_tile0,
+    col_tile0;
+};
+
+std::string hex(const std::uint8_t* bytes, std::size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    out += digits[bytes[i] >> 4];
+    out += digits[bytes[i] & 0xF];
+  }
+  return out;
+}
+
+std::string version_string(std::uint32_t v) {
+  return std::to_string(VK_API_VERSION_MAJOR(v)) + "."
+         + std::to_string(VK_API_VERSION_MINOR(v)) + "."
+         + std::to_string(VK_API_VERSION_PATCH(v));
+}
+
+bool aligned4(std::size_t x) {
+  return x % 4 == 0;
+}
+
+} // namespace
+
+class vulkan_device final : public device {
+public:
+  vulkan_device(VkPhysicalDevice physical, const vulkan_options& opts)
+    : phys_(physical), opts_(opts) {
+  }
+
+  ~vulkan_device() override;
+
+  status init(const std::vector<std::string>& taken_ids);
+
+  const device_properties& properties() const override {
+    return props_;
+  }
+
+  result<std::unique_ptr<buffer>> allocate(std::size_t bytes) override;
+  memory_info memory() override;
+
+  status write(buffer& dst, std::size_t offset, const void* src,
+               std::size_t bytes) override;
+  status read(const buffer& src, std::size_t offset, void* dst,
+              std::size_t bytes) override;
+  status copy(const buffer& src, std::size_t src_offset, buffer& dst,
+              std::size_t dst_offset, std::size_t bytes) override;
+  void* host_pointer(buffer& buf) override;
+
+  status synchronize() override;
+  result<event> record() override;
+  status wait(const event& e) override;
+  result<bool> completed(const event& e) override;
+
+  status elementwise(binary_op op, const_view a, const_view b, mut_view out,
+                     std::size_t count) override;
+  status matmul(const_view a, const_view b, mut_view c,
+                const matmul_dims& dims) override;
+
+  telemetry read_telemetry() override {
+    telemetry t;
+    t.memory = memory();
+    return t;
+  }
+
+private:
+  /// A VkBuffer with its own VkDeviceMemory, mapped when host-visible.
+  struct allocation {
+    VkBuffer buf = VK_NULL_HANDLE;
+    VkDeviceMemory mem = VK_NULL_HANDLE;
+    void* mapped = nullptr;
+    VkDeviceSize size = 0; ///< bytes of the memory object
+  };
+
+  class vk_buffer;
+
+  /// One command buffer and the descriptor sets its dispatches use.
+  struct batch {
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    VkDescriptorPool pool = VK_NULL_HANDLE;
+    std::uint64_t value = 0; ///< timeline value it signals (0: never used)
+    std::uint32_t sets = 0;
+    std::uint32_t commands = 0;
+  };
+
+  /// Memory to free once the timeline reaches `value`.
+  struct pending_free {
+    allocation alloc;
+    std::uint64_t value;
+    std::uint64_t bytes; ///< counted in used_
+  };
+
+  /// A storage-buffer binding window and the view's element offset in it.
+  struct binding {
+    VkBuffer buf;
+    VkDeviceSize offset;
+    VkDeviceSize range;
+    std::uint32_t elem_off;
+  };
+
+  enum kernel : std::uint8_t { k_elementwise, k_matmul, k_matvec, k_count };
+
+  // All private helpers run with mtx_ held.
+  status usable(const char* what);
+  status note(VkResult r, const std::string& what);
+  void init_properties();
+  status choose_memory_types();
+  result<allocation> create_allocation(VkDeviceSize size, std::uint32_t type,
+                                       bool map);
+  void destroy_allocation(allocation& a);
+  void release(allocation alloc, std::uint64_t last_use, std::uint64_t bytes);
+  status poll();
+  void retire();
+  status wait_value(std::uint64_t value);
+  result<batch*> open_batch();
+  void command(batch& b);
+  status flush();
+  status finish(batch& b);
+  status ensure_staging();
+  void flush_range(const allocation& a, VkDeviceSize off, VkDeviceSize n,
+                   bool coherent);
+  void invalidate_range(const allocation& a, VkDeviceSize off,
+                        VkDeviceSize n, bool coherent);
+  status ensure_pipeline(kernel k);
+  result<binding> bind(const buffer& buf, std::size_t offset,
+                       std::size_t bytes, const char* what);
+  result<batch*> prepare(kernel k, const binding (&b)[3]);
+  status check_view(const buffer* buf, std::size_t offset, std::size_t bytes,
+                    const char* what);
+
+  VkPhysicalDevice phys_;
+  vulkan_options opts_;
+  device_properties props_;
+
+  VkDevice dev_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  std::uint32_t family_ = 0;
+  VkCommandPool cmd_pool_ = VK_NULL_HANDLE;
+  VkSemaphore timeline_ = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
+  VkPipelineLayout pipe_layout_ = VK_NULL_HANDLE;
+  VkPipeline pipelines_[k_count] = {};
+
+  std::uint32_t mem_type_ = no_type;
+  std::uint32_t staging_type_ = no_type;
+  std::uint32_t heap_ = 0;
+  VkDeviceSize heap_size_ = 0;
+  bool mappable_ = false; ///< buffer memory is host-visible
+  bool direct_ = false;   ///< transfers memcpy into mapped buffers
+  bool coherent_ = false;
+  bool staging_coherent_ = false;
+  bool budget_ext_ = false;
+  VkDeviceSize atom_ = 1;
+  VkDeviceSize min_align_ = 1;
+  VkDeviceSize max_range_ = 0;
+  std::uint32_t max_groups_[3] = {1, 1, 1};
+
+  std::mutex mtx_;
+  std::uint64_t used_ = 0;
+  std::uint64_t submitted_ = 0; ///< last timeline value submitted
+  std::uint64_t completed_ = 0; ///< last timeline value seen complete
+  std::vector<batch> batches_;
+  int open_ = -1; ///< index of the open batch in batches_, or -1
+  std::vector<pending_free> deferred_;
+  allocation staging_[2];
+  std::uint64_t staging_use_[2] = {0, 0};
+  int staging_next_ = 0;
+  std::optional<error> fatal_; ///< once set, every operation fails with it
+};
+
+class vulkan_device::vk_buffer final : public buffer {
+public:
+  vk_buffer(vulkan_device& owner, std::size_t size, allocation a)
+    : buffer(owner, size), alloc(a), dev_(owner) {
+  }
+
+  ~vk_buffer() override {
+    dev_.release(alloc, last_use, size());
+  }
+
+  allocation alloc;
+  mutable std::uint64_t last_use = 0; ///< last timeline value using it
+
+private:
+  vulkan_device& dev_;
+};
+
+// -- setup -------------------------------------------------------------------
+
+status vulkan_device::init(const std::vector<std::string>& taken_ids) {
+  VkPhysicalDeviceProperties base;
+  vkGetPhysicalDeviceProperties(phys_, &base);
+  std::string label = base.deviceName;
+  if (base.apiVersion < VK_API_VERSION_1_2)
+    return fail(errc::unsupported, label + ": Vulkan "
+                                     + version_string(base.apiVersion)
+                                     + " is older than the 1.2 exo needs");
+  VkPhysicalDeviceVulkan12Features f12{};
+  f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+  VkPhysicalDeviceFeatures2 f2{};
+  f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+  f2.pNext = &f12;
+  vkGetPhysicalDeviceFeatures2(phys_, &f2);
+  if (!f12.timelineSemaphore)
+    return fail(errc::unsupported, label + ": no timeline semaphores");
+
+  std::uint32_t nfam = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(phys_, &nfam, nullptr);
+  std::vector<VkQueueFamilyProperties> fams(nfam);
+  vkGetPhysicalDeviceQueueFamilyProperties(phys_, &nfam, fams.data());
+  bool found = false;
+  for (std::uint32_t i = 0; i < nfam && !found; ++i)
+    if ((fams[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && fams[i].queueCount) {
+      family_ = i;
+      found = true;
+    }
+  if (!found)
+    return fail(errc::unsupported, label + ": no compute queue");
+
+  std::uint32_t next = 0;
+  vkEnumerateDeviceExtensionProperties(phys_, nullptr, &next, nullptr);
+  std::vector<VkExtensionProperties> exts(next);
+  vkEnumerateDeviceExtensionProperties(phys_, nullptr, &next, exts.data());
+  auto has_ext = [&](const char* name) {
+    return std::any_of(exts.begin(), exts.end(), [&](auto& e) {
+      return std::strcmp(e.extensionName, name) == 0;
+    });
+  };
+  budget_ext_ = has_ext(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  std::vector<const char*> enabled;
+  if (budget_ext_)
+    enabled.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+
+  float priority = 1.0f;
+  VkDeviceQueueCreateInfo qci{};
+  qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
+  qci.queueFamilyIndex = family_;
+  qci.queueCount = 1;
+  qci.pQueuePriorities = &priority;
+  VkPhysicalDeviceVulkan12Features want{};
+  want.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+  want.timelineSemaphore = VK_TRUE;
+  VkDeviceCreateInfo dci{};
+  dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
+  dci.pNext = &want;
+  dci.queueCreateInfoCount = 1;
+  dci.pQueueCreateInfos = &qci;
+  dci.enabledExtensionCount = static_cast<std::uint32_t>(enabled.size());
+  dci.ppEnabledExtensionNames = enabled.data();
+  if (auto r = vkCreateDevice(phys_, &dci, nullptr, &dev_); r != VK_SUCCESS) {
+    dev_ = VK_NULL_HANDLE;
+    return to_error(r, label + ": vkCreateDevice");
+  }
+  vkGetDeviceQueue(dev_, family_, 0, &queue_);
+
+  min_align_ = std::max<VkDeviceSize>(
+    1, base.limits.minStorageBufferOffsetAlignment);
+  max_range_ = base.limits.maxStorageBufferRange;
+  atom_ = std::max<VkDeviceSize>(1, base.limits.nonCoherentAtomSize);
+  for (int i = 0; i < 3; ++i)
+    max_groups_[i] = std::max<std::uint32_t>(
+      1, base.limits.maxComputeWorkGroupCount[i]);
+
+  VkCommandPoolCreateInfo cpi{};
+  cpi.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+  cpi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  cpi.queueFamilyIndex = family_;
+  if (auto r = vkCreateCommandPool(dev_, &cpi, nullptr, &cmd_pool_);
+      r != VK_SUCCESS)
+    return to_error(r, label + ": vkCreateCommandPool");
+
+  VkSemaphoreTypeCreateInfo sti{};
+  sti.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO;
+  sti.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+  sti.initialValue = 0;
+  VkSemaphoreCreateInfo sci{};
+  sci.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO;
+  sci.pNext = &sti;
+  if (auto r = vkCreateSemaphore(dev_, &sci, nullptr, &timeline_);
+      r != VK_SUCCESS)
+    return to_error(r, label + ": vkCreateSemaphore");
+
+  VkDescriptorSetLayoutBinding binds[3]{};
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    binds[i].binding = i;
+    binds[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    binds[i].descriptorCount = 1;
+    binds[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  }
+  VkDescriptorSetLayoutCreateInfo dli{};
+  dli.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
+  dli.bindingCount = 3;
+  dli.pBindings = binds;
+  if (auto r = vkCreateDescriptorSetLayout(dev_, &dli, nullptr, &set_layout_);
+      r != VK_SUCCESS)
+    return to_error(r, label + ": vkCreateDescriptorSetLayout");
+  VkPushConstantRange pcr{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
+  VkPipelineLayoutCreateInfo pli{};
+  pli.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
+  pli.setLayoutCount = 1;
+  pli.pSetLayouts = &set_layout_;
+  pli.pushConstantRangeCount = 1;
+  pli.pPushConstantRanges = &pcr;
+  if (auto r = vkCreatePipelineLayout(dev_, &pli, nullptr, &pipe_layout_);
+      r != VK_SUCCESS)
+    return to_error(r, label + ": vkCreatePipelineLayout");
+
+  EXO_TRY(choose_memory_types());
+  init_properties();
+  auto dups = std::count_if(taken_ids.begin(), taken_ids.end(),
+                            [&](const std::string& id) {
+                              return id.rfind(props_.id, 0) == 0;
+                            });
+  if (dups > 0)
+    props_.id += "#" + std::to_string(dups);
+  return {};
+}
+
+status vulkan_device::choose_memory_types() {
+  // The memory types a storage/transfer buffer may live in.
+  VkBufferCreateInfo bci{};
+  bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+  bci.size = 256;
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
+              | VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+              | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  VkBuffer probe = VK_NULL_HANDLE;
+  if (auto r = vkCreateBuffer(dev_, &bci, nullptr, &probe); r != VK_SUCCESS)
+    return to_error(r, "vkCreateBuffer");
+  VkMemoryRequirements req;
+  vkGetBufferMemoryRequirements(dev_, probe, &req);
+  vkDestroyBuffer(dev_, probe, nullptr);
+
+  VkPhysicalDeviceMemoryProperties mp;
+  vkGetPhysicalDeviceMemoryProperties(phys_, &mp);
+  // The main heap: the largest device-local one (the largest of all if none
+  // is device-local).
+  bool any_local = false;
+  for (std::uint32_t h = 0; h < mp.memoryHeapCount; ++h) {
+    bool local = mp.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT;
+    if ((local && !any_local) || (local == any_local
+                                  && mp.memoryHeaps[h].size > heap_size_)) {
+      heap_ = h;
+      heap_size_ = mp.memoryHeaps[h].size;
+      any_local = any_local || local;
+    }
+  }
+  auto allowed = [&](std::uint32_t t) {
+    return (req.memoryTypeBits & (1u << t)) != 0;
+  };
+  auto flags = [&](std::uint32_t t) {
+    return mp.memoryTypes[t].propertyFlags;
+  };
+  // Buffers: on the main heap, host-visible there if possible (lavapipe,
+  // integrated GPUs, resizable BAR).
+  for (std::uint32_t t = 0; t < mp.memoryTypeCount; ++t) {
+    if (!allowed(t) || mp.memoryTypes[t].heapIndex != heap_)
+      continue;
+    bool visible = flags(t) & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
+    if (mem_type_ == no_type
+        || (visible
+            && !(flags(mem_type_) & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)))
+      mem_type_ = t;
+  }
+  if (mem_type_ == no_type)
+    return fail(errc::unsupported, "no memory type for storage buffers");
+  mappable_ = flags(mem_type_) & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
+  coherent_ = flags(mem_type_) & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  direct_ = mappable_ && !opts_.force_staging;
+  // Staging: host-visible, coherent and cached preferred.
+  int best = -1;
+  for (std::uint32_t t = 0; t < mp.memoryTypeCount; ++t) {
+    if (!allowed(t) || !(flags(t) & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
+      continue;
+    int score = ((flags(t) & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) ? 2 : 0)
+                + ((flags(t) & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ? 1 : 0);
+    if (score > best) {
+      best = score;
+      staging_type_ = t;
+    }
+  }
+  if (!direct_ && staging_type_ == no_type)
+    return fail(errc::unsupported, "no host-visible memory for staging");
+  if (staging_type_ != no_type)
+    staging_coherent_ = flags(staging_type_)
+                        & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  return {};
+}
+
+void vulkan_device::init_properties() {
+  std::uint32_t next = 0;
+  vkEnumerateDeviceExtensionProperties(phys_, nullptr, &next, nullptr);
+  std::vector<VkExtensionProperties> exts(next);
+  vkEnumerateDeviceExtensionProperties(phys_, nullptr, &next, exts.data());
+  auto has_ext = [&](const char* name) {
+    return std::any_of(exts.begin(), exts.end(), [&](auto& e) {
+      return std::strcmp(e.extensionName, name) == 0;
+    });
+  };
+  VkPhysicalDeviceProperties2 p2{};
+  p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+  VkPhysicalDeviceIDProperties idp{};
+  idp.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES;
+  VkPhysicalDeviceDriverProperties drv{};
+  drv.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES;
+  VkPhysicalDeviceMaintenance3Properties m3{};
+  m3.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES;
+  VkPhysicalDevicePCIBusInfoPropertiesEXT pci{};
+  pci.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PCI_BUS_INFO_PROPERTIES_EXT;
+  VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{};
+  sm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV;
+  VkPhysicalDeviceShaderCorePropertiesAMD amd{};
+  amd.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD;
+  p2.pNext = &idp;
+  idp.pNext = &drv;
+  drv.pNext = &m3;
+  void** tail = &m3.pNext;
+  bool has_pci = has_ext(VK_EXT_PCI_BUS_INFO_EXTENSION_NAME);
+  bool has_sm = has_ext(VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME);
+  bool has_amd = has_ext(VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME);
+  if (has_pci) {
+    *tail = &pci;
+    tail = &pci.pNext;
+  }
+  if (has_sm) {
+    *tail = &sm;
+    tail = &sm.pNext;
+  }
+  if (has_amd) {
+    *tail = &amd;
+    tail = &amd.pNext;
+  }
+  vkGetPhysicalDeviceProperties2(phys_, &p2);
+  const auto& base = p2.properties;
+
+  props_.id = "vulkan:" + hex(idp.deviceUUID, VK_UUID_SIZE);
+  props_.kind = backend_kind::vulkan;
+  props_.name = base.deviceName;
+  props_.vendor = vendor_name(base.vendorID);
+  props_.architecture = device_type_name(base.deviceType);
+  props_.driver_version = std::string{drv.driverName};
+  if (drv.driverInfo[0] != '\0')
+    props_.driver_version += std::string{" "} + drv.driverInfo;
+  if (has_pci) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%04x:%02x:%02x.%x", pci.pciDomain,
+                  pci.pciBus, pci.pciDevice, pci.pciFunction);
+    props_.pci_bus_id = buf;
+  }
+  props_.total_memory = heap_size_;
+  props_.max_allocation = std::min<std::uint64_t>(m3.maxMemoryAllocationSize,
+                                                  heap_size_);
+  if (has_sm)
+    props_.compute_units = sm.shaderSMCount;
+  else if (has_amd)
+    props_.compute_units = amd.shaderEngineCount
+                           * amd.shaderArraysPerEngineCount
+                           * amd.computeUnitsPerShaderArray;
+  switch (base.deviceType) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      props_.support = support_level::full;
+      break;
+    default: props_.support = support_level::experimental;
+  }
+  props_.capabilities = cap_async | cap_elementwise | cap_matmul;
+  if (direct_)
+    props_.capabilities |= cap_host_visible;
+}
+
+vulkan_device::~vulkan_device() {
+  if (dev_ == VK_NULL_HANDLE)
+    return;
+  vkDeviceWaitIdle(dev_);
+  for (auto& p : deferred_)
+    destroy_allocation(p.alloc);
+  for (auto& s : staging_)
+    destroy_allocation(s);
+  for (auto& b : batches_)
+    vkDestroyDescriptorPool(dev_, b.pool, nullptr);
+  for (auto p : pipelines_)
+    vkDestroyPipeline(dev_, p, nullptr);
+  vkDestroyPipelineLayout(dev_, pipe_layout_, nullptr);
+  vkDestroyDescriptorSetLayout(dev_, set_layout_, nullptr);
+  vkDestroyCommandPool(dev_, cmd_pool_, nullptr);
+  vkDestroySemaphore(dev_, timeline_, nullptr);
+  vkDestroyDevice(dev_, nullptr);
+}
+
+// -- helpers -----------------------------------------------------------------
+
+status vulkan_device::usable(const char* what) {
+  if (fatal_)
+    return fail(fatal_->code, std::string{what} + ": " + fatal_->message);
+  return {};
+}
+
+status vulkan_device::note(VkResult r, const std::string& what) {
+  if (r == VK_SUCCESS)
+    return {};
+  auto err = to_error(r, what);
+  if (r == VK_ERROR_DEVICE_LOST)
+    fatal_ = err;
+  return err;
+}
+
+result<vulkan_device::allocation>
+vulkan_device::create_allocation(VkDeviceSize size, std::uint32_t type,
+                                 bool map) {
+  allocation a;
+  VkBufferCreateInfo bci{};
+  bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+  bci.size = (size + 3) / 4 * 4; // whole f32 words for the shaders
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
+              | VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+              | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  if (auto r = vkCreateBuffer(dev_, &bci, nullptr, &a.buf); r != VK_SUCCESS)
+    return to_error(r, "allocate: vkCreateBuffer");
+  VkMemoryRequirements req;
+  vkGetBufferMemoryRequirements(dev_, a.buf, &req);
+  if (!(req.memoryTypeBits & (1u << type))) {
+    destroy_allocation(a);
+    return fail(errc::driver_error, "allocate: memory type not allowed");
+  }
+  VkMemoryAllocateInfo mai{};
+  mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
+  mai.allocationSize = req.size;
+  mai.memoryTypeIndex = type;
+  if (auto r = vkAllocateMemory(dev_, &mai, nullptr, &a.mem);
+      r != VK_SUCCESS) {
+    a.mem = VK_NULL_HANDLE;
+    destroy_allocation(a);
+    return to_error(r, "allocate: vkAllocateMemory of "
+                         + std::to_string(req.size) + " bytes");
+  }
+  a.size = req.size;
+  if (auto r = vkBindBufferMemory(dev_, a.buf, a.mem, 0); r != VK_SUCCESS) {
+    destroy_allocation(a);
+    return to_error(r, "allocate: vkBindBufferMemory");
+  }
+  if (map) {
+    if (auto r = vkMapMemory(dev_, a.mem, 0, VK_WHOLE_SIZE, 0, &a.mapped);
+        r != VK_SUCCESS) {
+      destroy_allocation(a);
+      return to_error(r, "allocate: vkMapMemory");
+    }
+  }
+  return a;
+}
+
+void vulkan_device::destroy_allocation(allocation& a) {
+  // Freeing memory unmaps it.
+  if (a.buf != VK_NULL_HANDLE)
+    vkDestroyBuffer(dev_, a.buf, nullptr);
+  if (a.mem != VK_NULL_HANDLE)
+    vkFreeMemory(dev_, a.mem, nullptr);
+  a = allocation{};
+}
+
+void vulkan_device::release(allocation alloc, std::uint64_t last_use,
+                            std::uint64_t bytes) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  (void) poll();
+  if (fatal_ || last_use <= completed_) {
+    destroy_allocation(alloc);
+    used_ -= bytes;
+    return;
+  }
+  if (last_use > submitted_)
+    (void) flush(); // start the work so that the memory comes back
+  deferred_.push_back({alloc, last_use, bytes});
+}
+
+status vulkan_device::poll() {
+  std::uint64_t v = 0;
+  auto r = vkGetSemaphoreCounterValue(dev_, timeline_, &v);
+  EXO_TRY(note(r, "vkGetSemaphoreCounterValue"));
+  completed_ = std::max(completed_, v);
+  retire();
+  return {};
+}
+
+void vulkan_device::retire() {
+  auto it = std::remove_if(deferred_.begin(), deferred_.end(),
+                           [this](pending_free& p) {
+                             if (p.value > completed_)
+                               return false;
+                             destroy_allocation(p.alloc);
+                             used_ -= p.bytes;
+                             return true;
+                           });
+  deferred_.erase(it, deferred_.end());
+}
+
+status vulkan_device::wait_value(std::uint64_t value) {
+  if (value <= completed_)
+    return {};
+  if (value > submitted_)
+    EXO_TRY(flush());
+  VkSemaphoreWaitInfo wi{};
+  wi.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO;
+  wi.semaphoreCount = 1;
+  wi.pSemaphores = &timeline_;
+  wi.pValues = &value;
+  auto r = vkWaitSemaphores(dev_, &wi, std::numeric_limits<uint64_t>::max());
+  EXO_TRY(note(r, "vkWaitSemaphores"));
+  completed_ = std::max(completed_, value);
+  retire();
+  return {};
+}
+
+result<vulkan_device::batch*> vulkan_device::open_batch() {
+  if (open_ >= 0)
+    return &batches_[static_cast<std::size_t>(open_)];
+  EXO_TRY(poll());
+  int pick = -1;
+  for (std::size_t i = 0; i < batches_.size() && pick < 0; ++i)
+    if (batches_[i].value <= completed_)
+      pick = static_cast<int>(i);
+  if (pick < 0 && batches_.size() < max_batches) {
+    batch b;
+    VkCommandBufferAllocateInfo cai{};
+    cai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    cai.commandPool = cmd_pool_;
+    cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    cai.commandBufferCount = 1;
+    EXO_TRY(note(vkAllocateCommandBuffers(dev_, &cai, &b.cmd),
+                 "vkAllocateCommandBuffers"));
+    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                            3 * batch_commands};
+    VkDescriptorPoolCreateInfo dpi{};
+    dpi.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
+    dpi.maxSets = batch_commands;
+    dpi.poolSizeCount = 1;
+    dpi.pPoolSizes = &ps;
+    if (auto r = vkCreateDescriptorPool(dev_, &dpi, nullptr, &b.pool);
+        r != VK_SUCCESS) {
+      vkFreeCommandBuffers(dev_, cmd_pool_, 1, &b.cmd);
+      return note(r, "vkCreateDescriptorPool").err();
+    }
+    batches_.push_back(b);
+    pick = static_cast<int>(batches_.size() - 1);
+  }
+  if (pick < 0) {
+    // Every batch is in flight: wait for the oldest.
+    auto oldest = std::min_element(batches_.begin(), batches_.end(),
+                                   [](auto& x, auto& y) {
+                                     return x.value < y.value;
+                                   });
+    EXO_TRY(wait_value(oldest->value));
+    pick = static_cast<int>(oldest - batches_.begin());
+  }
+  auto& b = batches_[static_cast<std::size_t>(pick)];
+  EXO_TRY(note(vkResetDescriptorPool(dev_, b.pool, 0),
+               "vkResetDescriptorPool"));
+  EXO_TRY(note(vkResetCommandBuffer(b.cmd, 0), "vkResetCommandBuffer"));
+  VkCommandBufferBeginInfo bi{};
+  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  EXO_TRY(note(vkBeginCommandBuffer(b.cmd, &bi), "vkBeginCommandBuffer"));
+  b.value = submitted_ + 1;
+  b.sets = 0;
+  b.commands = 0;
+  open_ = pick;
+  return &b;
+}
+
+void vulkan_device::command(batch& b) {
+  if (b.commands++ == 0)
+    return;
+  VkMemoryBarrier mb{};
+  mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT
+                     | VK_ACCESS_TRANSFER_READ_BIT
+                     | VK_ACCESS_TRANSFER_WRITE_BIT;
+  auto stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+                | VK_PIPELINE_STAGE_TRANSFER_BIT;
+  vkCmdPipelineBarrier(b.cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0,
+                       nullptr);
+}
+
+status vulkan_device::flush() {
+  if (open_ < 0)
+    return {};
+  auto& b = batches_[static_cast<std::size_t>(open_)];
+  open_ = -1;
+  // Make the batch's writes visible to the host once it completes.
+  VkMemoryBarrier mb{};
+  mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT | VK_ACCESS_HOST_WRITE_BIT;
+  vkCmdPipelineBarrier(b.cmd,
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+                         | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0,
+                       nullptr);
+  auto r = vkEndCommandBuffer(b.cmd);
+  if (r == VK_SUCCESS) {
+    VkTimelineSemaphoreSubmitInfo ts{};
+    ts.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO;
+    ts.signalSemaphoreValueCount = 1;
+    ts.pSignalSemaphoreValues = &b.value;
+    VkSubmitInfo si{};
+    si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+    si.pNext = &ts;
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &b.cmd;
+    si.signalSemaphoreCount = 1;
+    si.pSignalSemaphores = &timeline_;
+    r = vkQueueSubmit(queue_, 1, &si, VK_NULL_HANDLE);
+  }
+  if (r != VK_SUCCESS) {
+    // Work that was promised is lost: nothing can be trusted any more, and
+    // waiting for its value would never end.
+    auto err = to_error(r, "vkQueueSubmit");
+    fatal_ = err;
+    b.value = 0;
+    return err;
+  }
+  submitted_ = b.value;
+  return {};
+}
+
+status vulkan_device::finish(batch& b) {
+  if (b.commands >= batch_commands || b.sets >= batch_commands)
+    return flush();
+  return {};
+}
+
+status vulkan_device::ensure_staging() {
+  for (auto& s : staging_) {
+    if (s.buf != VK_NULL_HANDLE)
+      continue;
+    auto a = create_allocation(opts_.staging_chunk, staging_type_, true);
+    if (!a)
+      return a.err();
+    s = *a;
+  }
+  return {};
+}
+
+void vulkan_device::flush_range(const allocation& a, VkDeviceSize off,
+                                VkDeviceSize n, bool coherent) {
+  if (coherent)
+    return;
+  VkMappedMemoryRange mr{};
+  mr.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE;
+  mr.memory = a.mem;
+  mr.offset = off / atom_ * atom_;
+  auto end = (off + n + atom_ - 1) / atom_ * atom_;
+  mr.size = end >= a.size ? VK_WHOLE_SIZE : end - mr.offset;
+  vkFlushMappedMemoryRanges(dev_, 1, &mr);
+}
+
+void vulkan_device::invalidate_range(const allocation& a, VkDeviceSize off,
+                                     VkDeviceSize n, bool coherent) {
+  if (coherent)
+    return;
+  VkMappedMemoryRange mr{};
+  mr.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE;
+  mr.memory = a.mem;
+  mr.offset = off / atom_ * atom_;
+  auto end = (off + n + atom_ - 1) / atom_ * atom_;
+  mr.size = end >= a.size ? VK_WHOLE_SIZE : end - mr.offset;
+  vkInvalidateMappedMemoryRanges(dev_, 1, &mr);
+}
+
+status vulkan_device::ensure_pipeline(kernel k) {
+  if (pipelines_[k] != VK_NULL_HANDLE)
+    return {};
+  const vulkan_spirv::blob* blobs[k_count] = {
+    &vulkan_spirv::elementwise, &vulkan_spirv::matmul, &vulkan_spirv::matvec};
+  VkShaderModuleCreateInfo smi{};
+  smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
+  smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
+  smi.pCode = blobs[k]->words;
+  VkShaderModule mod = VK_NULL_HANDLE;
+  EXO_TRY(note(vkCreateShaderModule(dev_, &smi, nullptr, &mod),
+               "vkCreateShaderModule"));
+  VkComputePipelineCreateInfo cpi{};
+  cpi.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
+  cpi.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+  cpi.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  cpi.stage.module = mod;
+  cpi.stage.pName = "main";
+  cpi.layout = pipe_layout_;
+  auto r = vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &cpi, nullptr,
+                                    &pipelines_[k]);
+  vkDestroyShaderModule(dev_, mod, nullptr);
+  if (r != VK_SUCCESS)
+    pipelines_[k] = VK_NULL_HANDLE;
+  return note(r, "vkCreateComputePipelines");
+}
+
+status vulkan_device::check_view(const buffer* buf, std::size_t offset,
+                                 std::size_t bytes, const char* what) {
+  if (buf == nullptr)
+    return fail(errc::invalid_argument, std::string{what} + ": null buffer");
+  EXO_TRY(check_range(*buf, offset, bytes, what));
+  if (!aligned4(offset))
+    return fail(errc::invalid_argument,
+                std::string{what} + ": offset " + std::to_string(offset)
+                  + " is not a multiple of 4 bytes");
+  return {};
+}
+
+result<vulkan_device::binding>
+vulkan_device::bind(const buffer& buf, std::size_t offset, std::size_t bytes,
+                    const char* what) {
+  VkDeviceSize start = offset / min_align_ * min_align_;
+  VkDeviceSize range = offset - start + bytes;
+  if (range > max_range_)
+    return fail(errc::unsupported,
+                std::string{what} + ": " + std::to_string(bytes)
+                  + " bytes exceed the device's largest storage binding of "
+                  + std::to_string(max_range_) + " bytes");
+  auto& vb = static_cast<const vk_buffer&>(buf);
+  return binding{vb.alloc.buf, start, range,
+                 static_cast<std::uint32_t>((offset - start) / 4)};
+}
+
+result<vulkan_device::batch*>
+vulkan_device::prepare(kernel k, const binding (&bs)[3]) {
+  EXO_TRY(ensure_pipeline(k));
+  auto b = open_batch();
+  if (!b)
+    return b.err();
+  if ((*b)->sets >= batch_commands) {
+    EXO_TRY(flush());
+    b = open_batch();
+    if (!b)
+      return b.err();
+  }
+  auto& bt = **b;
+  VkDescriptorSetAllocateInfo dai{};
+  dai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
+  dai.descriptorPool = bt.pool;
+  dai.descriptorSetCount = 1;
+  dai.pSetLayouts = &set_layout_;
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  EXO_TRY(note(vkAllocateDescriptorSets(dev_, &dai, &set),
+               "vkAllocateDescriptorSets"));
+  ++bt.sets;
+  VkDescriptorBufferInfo infos[3];
+  VkWriteDescriptorSet writes[3]{};
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    infos[i] = {bs[i].buf, bs[i].offset, bs[i].range};
+    writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+    writes[i].dstSet = set;
+    writes[i].dstBinding = i;
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  vkUpdateDescriptorSets(dev_, 3, writes, 0, nullptr);
+  command(bt);
+  vkCmdBindPipeline(bt.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipelines_[k]);
+  vkCmdBindDescriptorSets(bt.cmd, VK_PIPELINE_BIND_POINT_COMPUTE,
+                          pipe_layout_, 0, 1, &set, 0, nullptr);
+  return &bt;
+}
+
+// -- memory ------------------------------------------------------------------
+
+result<std::unique_ptr<buffer>> vulkan_device::allocate(std::size_t bytes) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("allocate"));
+  if (bytes == 0)
+    return fail(errc::invalid_argument, "allocate: size must be > 0");
+  if (bytes > props_.max_allocation)
+    return fail(errc::out_of_memory,
+                "allocate: " + std::to_string(bytes)
+                  + " bytes exceeds the device's largest allocation of "
+                  + std::to_string(props_.max_allocation));
+  EXO_TRY(poll());
+  if (!budget_ext_ && used_ + bytes > heap_size_)
+    return fail(errc::out_of_memory,
+                "allocate: " + std::to_string(bytes) + " bytes requested, "
+                  + std::to_string(heap_size_ - std::min(used_, heap_size_))
+                  + " free");
+  auto a = create_allocation(bytes, mem_type_, mappable_);
+  if (!a)
+    return a.err();
+  used_ += bytes;
+  return std::unique_ptr<buffer>{new vk_buffer(*this, bytes, *a)};
+}
+
+memory_info vulkan_device::memory() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (!fatal_)
+    (void) poll();
+  memory_info info;
+  info.total = heap_size_;
+  info.used_by_exo = used_;
+  info.free = heap_size_ > used_ ? heap_size_ - used_ : 0;
+  if (budget_ext_) {
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT bp{};
+    bp.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT;
+    VkPhysicalDeviceMemoryProperties2 mp{};
+    mp.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2;
+    mp.pNext = &bp;
+    vkGetPhysicalDeviceMemoryProperties2(phys_, &mp);
+    auto budget = bp.heapBudget[heap_];
+    auto usage = bp.heapUsage[heap_];
+    info.free = budget > usage ? budget - usage : 0;
+  }
+  return info;
+}
+
+void* vulkan_device::host_pointer(buffer& buf) {
+  if (&buf.owner() != this || !direct_)
+    return nullptr;
+  return static_cast<vk_buffer&>(buf).alloc.mapped;
+}
+
+// -- transfers ---------------------------------------------------------------
+
+status vulkan_device::write(buffer& dst, std::size_t offset, const void* src,
+                           std::size_t bytes) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("write"));
+  EXO_TRY(check_range(dst, offset, bytes, "write"));
+  if (bytes > 0 && src == nullptr)
+    return fail(errc::invalid_argument, "write: null host pointer");
+  if (bytes == 0)
+    return {};
+  auto& d = static_cast<vk_buffer&>(dst);
+  if (direct_) {
+    // Queued work on this buffer goes first (it may read the old data).
+    EXO_TRY(wait_value(d.last_use));
+    std::memcpy(static_cast<char*>(d.alloc.mapped) + offset, src, bytes);
+    flush_range(d.alloc, offset, bytes, coherent_);
+    return {};
+  }
+  EXO_TRY(ensure_staging());
+  auto* from = static_cast<const char*>(src);
+  for (std::size_t done = 0; done < bytes;) {
+    auto n = std::min(opts_.staging_chunk, bytes - done);
+    int slot = staging_next_;
+    staging_next_ ^= 1;
+    auto& s = staging_[slot];
+    EXO_TRY(wait_value(staging_use_[slot]));
+    std::memcpy(s.mapped, from + done, n);
+    flush_range(s, 0, n, staging_coherent_);
+    auto b = open_batch();
+    if (!b)
+      return b.err();
+    command(**b);
+    VkBufferCopy region{0, offset + done, n};
+    vkCmdCopyBuffer((*b)->cmd, s.buf, d.alloc.buf, 1, &region);
+    staging_use_[slot] = d.last_use = (*b)->value;
+    EXO_TRY(flush());
+    done += n;
+  }
+  return {};
+}
+
+status vulkan_device::read(const buffer& src, std::size_t offset, void* dst,
+                          std::size_t bytes) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("read"));
+  EXO_TRY(check_range(src, offset, bytes, "read"));
+  if (bytes > 0 && dst == nullptr)
+    return fail(errc::invalid_argument, "read: null host pointer");
+  auto& s = static_cast<const vk_buffer&>(src);
+  // Rule 3: everything submitted before the read completes first.
+  EXO_TRY(flush());
+  EXO_TRY(wait_value(submitted_));
+  if (bytes == 0)
+    return {};
+  auto* to = static_cast<char*>(dst);
+  if (direct_) {
+    invalidate_range(s.alloc, offset, bytes, coherent_);
+    std::memcpy(to, static_cast<const char*>(s.alloc.mapped) + offset, bytes);
+    return {};
+  }
+  EXO_TRY(ensure_staging());
+  // Two slots: the device fills one while the host drains the other.
+  int prev_slot = -1;
+  std::size_t prev_done = 0, prev_n = 0;
+  auto drain = [&]() -> status {
+    if (prev_slot < 0)
+      return {};
+    auto& st = staging_[prev_slot];
+    EXO_TRY(wait_value(staging_use_[prev_slot]));
+    invalidate_range(st, 0, prev_n, staging_coherent_);
+    std::memcpy(to + prev_done, st.mapped, prev_n);
+    return {};
+  };
+  for (std::size_t done = 0; done < bytes;) {
+    auto n = std::min(opts_.staging_chunk, bytes - done);
+    int slot = staging_next_;
+    staging_next_ ^= 1;
+    EXO_TRY(wait_value(staging_use_[slot]));
+    auto b = open_batch();
+    if (!b)
+      return b.err();
+    command(**b);
+    VkBufferCopy region{offset + done, 0, n};
+    vkCmdCopyBuffer((*b)->cmd, s.alloc.buf, staging_[slot].buf, 1, &region);
+    staging_use_[slot] = s.last_use = (*b)->value;
+    EXO_TRY(flush());
+    EXO_TRY(drain());
+    prev_slot = slot;
+    prev_done = done;
+    prev_n = n;
+    done += n;
+  }
+  return drain();
+}
+
+status vulkan_device::copy(const buffer& src, std::size_t src_offset,
+                           buffer& dst, std::size_t dst_offset,
+                           std::size_t bytes) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("copy"));
+  EXO_TRY(check_range(src, src_offset, bytes, "copy source"));
+  EXO_TRY(check_range(dst, dst_offset, bytes, "copy destination"));
+  if (bytes == 0)
+    return {};
+  auto& s = static_cast<const vk_buffer&>(src);
+  auto& d = static_cast<vk_buffer&>(dst);
+  bool overlap = &src == &dst && src_offset < dst_offset + bytes
+                 && dst_offset < src_offset + bytes;
+  if (overlap && src_offset == dst_offset)
+    return {};
+  auto b = open_batch();
+  if (!b)
+    return b.err();
+  auto& bt = **b;
+  if (!overlap) {
+    command(bt);
+    VkBufferCopy region{src_offset, dst_offset, bytes};
+    vkCmdCopyBuffer(bt.cmd, s.alloc.buf, d.alloc.buf, 1, &region);
+  } else {
+    // vkCmdCopyBuffer forbids overlapping regions: go through a scratch
+    // buffer, freed once the batch completes.
+    auto tmp = create_allocation(bytes, mem_type_, false);
+    if (!tmp)
+      return tmp.err();
+    command(bt);
+    VkBufferCopy in{src_offset, 0, bytes};
+    vkCmdCopyBuffer(bt.cmd, s.alloc.buf, tmp->buf, 1, &in);
+    command(bt);
+    VkBufferCopy out{0, dst_offset, bytes};
+    vkCmdCopyBuffer(bt.cmd, tmp->buf, d.alloc.buf, 1, &out);
+    deferred_.push_back({*tmp, bt.value, 0});
+  }
+  s.last_use = d.last_use = bt.value;
+  return finish(bt);
+}
+
+// -- synchronization ---------------------------------------------------------
+
+status vulkan_device::synchronize() {
+  std::uint64_t target = 0;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(usable("synchronize"));
+    EXO_TRY(flush());
+    target = submitted_;
+    if (target <= completed_)
+      return {};
+  }
+  // Wait without the lock: other threads may go on queueing work.
+  VkSemaphoreWaitInfo wi{};
+  wi.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO;
+  wi.semaphoreCount = 1;
+  wi.pSemaphores = &timeline_;
+  wi.pValues = &target;
+  auto r = vkWaitSemaphores(dev_, &wi, std::numeric_limits<uint64_t>::max());
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(note(r, "synchronize: vkWaitSemaphores"));
+  completed_ = std::max(completed_, target);
+  retire();
+  return {};
+}
+
+result<event> vulkan_device::record() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("record"));
+  EXO_TRY(flush());
+  return event{uid(), submitted_};
+}
+
+status vulkan_device::wait(const event& e) {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(check_event(e, submitted_));
+    EXO_TRY(usable("wait"));
+    if (e.sequence <= completed_)
+      return {};
+  }
+  VkSemaphoreWaitInfo wi{};
+  wi.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO;
+  wi.semaphoreCount = 1;
+  wi.pSemaphores = &timeline_;
+  wi.pValues = &e.sequence;
+  auto r = vkWaitSemaphores(dev_, &wi, std::numeric_limits<uint64_t>::max());
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(note(r, "wait: vkWaitSemaphores"));
+  completed_ = std::max(completed_, e.sequence);
+  retire();
+  return {};
+}
+
+result<bool> vulkan_device::completed(const event& e) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(check_event(e, submitted_));
+  EXO_TRY(usable("completed"));
+  EXO_TRY(poll());
+  return e.sequence <= completed_;
+}
+
+// -- compute -----------------------------------------------------------------
+
+status vulkan_device::elementwise(binary_op op, const_view a, const_view b,
+                                  mut_view out, std::size_t count) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("elementwise"));
+  if (op != binary_op::add && op != binary_op::mul)
+    return fail(errc::invalid_argument, "elementwise: unknown operation");
+  auto bytes = f32_bytes(count, 1);
+  if (!bytes)
+    return bytes.err();
+  EXO_TRY(check_view(a.buf, a.offset, *bytes, "elementwise a"));
+  EXO_TRY(check_view(b.buf, b.offset, *bytes, "elementwise b"));
+  EXO_TRY(check_view(out.buf, out.offset, *bytes, "elementwise output"));
+  // Each dispatch binds windows of at most maxStorageBufferRange bytes.
+  std::size_t chunk = static_cast<std::size_t>((max_range_ - min_align_) / 4);
+  chunk = std::min<std::size_t>(chunk, std::numeric_limits<std::int32_t>::max());
+  for (std::size_t done = 0; done < count;) {
+    auto n = std::min(chunk, count - done);
+    auto at = done * 4;
+    auto ba = bind(*a.buf, a.offset + at, n * 4, "elementwise a");
+    auto bb = bind(*b.buf, b.offset + at, n * 4, "elementwise b");
+    auto bc = bind(*out.buf, out.offset + at, n * 4, "elementwise output");
+    if (!ba || !bb || !bc)
+      return !ba ? ba.err() : !bb ? bb.err() : bc.err();
+    auto bt = prepare(k_elementwise, {*ba, *bb, *bc});
+    if (!bt)
+      return bt.err();
+    elementwise_push pc{ba->elem_off, bb->elem_off, bc->elem_off,
+                        static_cast<std::uint32_t>(n),
+                        op == binary_op::add ? 0u : 1u};
+    vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT,
+                       0, sizeof(pc), &pc);
+    auto groups = std::min<std::size_t>((n + 255) / 256, max_groups_[0]);
+    vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+    auto v = (*bt)->value;
+    static_cast<const vk_buffer*>(a.buf)->last_use = v;
+    static_cast<const vk_buffer*>(b.buf)->last_use = v;
+    static_cast<vk_buffer*>(out.buf)->last_use = v;
+    EXO_TRY(finish(**bt));
+    done += n;
+  }
+  return {};
+}
+
+status vulkan_device::matmul(const_view a, const_view b, mut_view c,
+                             const matmul_dims& dims) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("matmul"));
+  EXO_TRY(host::check_matmul_dims(dims));
+  auto sz = host::bytes_of(dims);
+  EXO_TRY(check_view(a.buf, a.offset, sz.a, "matmul a"));
+  EXO_TRY(check_view(b.buf, b.offset, sz.b, "matmul b"));
+  EXO_TRY(check_view(c.buf, c.offset, sz.c, "matmul c"));
+  auto ba = bind(*a.buf, a.offset, sz.a, "matmul a");
+  auto bb = bind(*b.buf, b.offset, sz.b, "matmul b");
+  auto bc = bind(*c.buf, c.offset, sz.c, "matmul c");
+  if (!ba || !bb || !bc)
+    return !ba ? ba.err() : !bb ? bb.err() : bc.err();
+  bool vec = dims.m == 1;
+  auto bt = prepare(vec ? k_matvec : k_matmul, {*ba, *bb, *bc});
+  if (!bt)
+    return bt.err();
+  auto cmd = (*bt)->cmd;
+  matmul_push pc{ba->elem_off,
+                 bb->elem_off,
+                 bc->elem_off,
+                 static_cast<std::uint32_t>(dims.m),
+                 static_cast<std::uint32_t>(dims.n),
+                 static_cast<std::uint32_t>(dims.k),
+                 dims.transpose_b ? 1u : 0u,
+                 0,
+                 0};
+  if (vec) {
+    auto want = dims.transpose_b ? dims.n : (dims.n + 255) / 256;
+    auto groups = std::min<std::size_t>(want, max_groups_[0]);
+    vkCmdPushConstants(cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                       sizeof(pc), &pc);
+    vkCmdDispatch(cmd, static_cast<std::uint32_t>(groups), 1, 1);
+  } else {
+    // 64x64 tiles, dispatched in slices within the group-count limits.
+    auto tiles_x = (dims.n + 63) / 64;
+    auto tiles_y = (dims.m + 63) / 64;
+    for (std::size_t y0 = 0; y0 < tiles_y; y0 += max_groups_[1])
+      for (std::size_t x0 = 0; x0 < tiles_x; x0 += max_groups_[0]) {
+        pc.row_tile0 = static_cast<std::uint32_t>(y0);
+        pc.col_tile0 = static_cast<std::uint32_t>(x0);
+        vkCmdPushConstants(cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                           sizeof(pc), &pc);
+        auto gx = std::min<std::size_t>(tiles_x - x0, max_groups_[0]);
+        auto gy = std::min<std::size_t>(tiles_y - y0, max_groups_[1]);
+        vkCmdDispatch(cmd, static_cast<std::uint32_t>(gx),
+                      static_cast<std::uint32_t>(gy), 1);
+      }
+  }
+  auto v = (*bt)->value;
+  static_cast<const vk_buffer*>(a.buf)->last_use = v;
+  static_cast<const vk_buffer*>(b.buf)->last_use = v;
+  static_cast<vk_buffer*>(c.buf)->last_use = v;
+  return finish(**bt);
+}
+
+// -- opening -----------------------------------------------------------------
+
+result<std::unique_ptr<device>>
+open_device(VkPhysicalDevice physical, const vulkan_options& opts,
+            const std::vector<std::string>& taken_ids) {
+  auto dev = std::make_unique<vulkan_device>(physical, opts);
+  if (auto st = dev->init(taken_ids); !st.ok())
+    return st.err();
+  return std::unique_ptr<device>{std::move(dev)};
+}
+
+} // namespace exo::backend::vk

@@ -1,0 +1,21 @@
+#pragma once
+
+/// The compute kernels of the Vulkan backend as SPIR-V, compiled from
+/// shaders/*.comp by glslc at build time and embedded by embed_spirv.cmake.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace exo::backend::vulkan_spirv {
+
+/// One SPIR-V module: `count` 32-bit words.
+struct blob {
+  const std::uint32_t* words;
+  std::size_t count;
+};
+
+extern const blob elementwise; ///< out = a (+|*) b, f32
+extern const blob matmul;      ///< tiled C = A * B (or B^T), f32
+extern const blob matvec;      ///< the m == 1 case of matmul
+
+} // namespace exo::backend::vulkan_spirv
