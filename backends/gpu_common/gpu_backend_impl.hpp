@@ -1,0 +1,709 @@
+#pragma once
+
+/// The device and backend of the CUDA and HIP backends, written once against
+/// the CUDA runtime's names. cuda_backend.cpp includes it after
+/// <cuda_runtime_api.h>; hip_backend.cpp after hip_runtime_compat.hpp, which
+/// maps those names to HIP's. Each instantiates it in its own
+/// namespace and supplies a platform type P:
+///
+///   struct P {
+///     static constexpr backend_kind kind;
+///     static constexpr gpu::api api;          // for error tables
+///     static constexpr const char* id_prefix; // "cuda"
+///     static constexpr const char* vendor;    // "NVIDIA"
+///     static constexpr const char* no_device_text; // "no CUDA device"
+///     static constexpr bool has_blas;         // else the tiled kernel
+///     static std::string driver_version(int v);
+///     static void describe(int ordinal, const cudaDeviceProp&,
+///                          device_properties&); // arch, uuid, FLOP/s
+///     static bool has_kernels(const device_properties&); // else host
+///     static int launch_binary(...), launch_matmul_tiled(...); // kernels
+///     static result<std::shared_ptr<gpu::management_library>>
+///     load_telemetry();
+///     struct blas;  // per device: status init(cudaStream_t),
+///                   // void destroy(), status matmul(a, b, c, dims)
+///   };
+///
+/// How the ordering rules of backend.hpp hold:
+/// - Each device owns one non-blocking stream; every operation is enqueued on
+///   it under the device's mutex, so operations take effect in call order.
+/// - write: bounded chunks go through two pinned staging buffers; a chunk is
+///   copied into a staging buffer once the event of that buffer's previous
+///   transfer has completed, then enqueued. The source may be reused on
+///   return; later work on the stream sees the data.
+/// - read: chunks are enqueued into the staging buffers (double-buffered) and
+///   copied out after their event completes, after all earlier work.
+/// - copy, elementwise, matmul are enqueued and return.
+/// - record enqueues a cudaEvent_t and numbers it; wait/completed use it.
+///   Events known complete are retired (in order: the stream is in order).
+/// - buffers come from the device's stream-ordered memory pool
+///   (cudaMallocAsync) and go back with cudaFreeAsync on the same stream,
+///   i.e. after pending work that uses them.
+/// - copy_to_peer orders itself with events in both directions: the copy
+///   waits for the destination's earlier work, and the destination's later
+///   work waits for the copy.
+
+#include "backends/backend.hpp"
+#include "backends/gpu_common/gpu_errors.hpp"
+#include "backends/gpu_common/gpu_options.hpp"
+#include "backends/gpu_common/gpu_properties.hpp"
+#include "backends/gpu_common/launch_geometry.hpp"
+#include "backends/gpu_common/telemetry_loader.hpp"
+#include "backends/host_kernels.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#ifndef EXO_GPU_IMPL_NS
+#  error "define EXO_GPU_IMPL_NS before including gpu_backend_impl.hpp"
+#endif
+
+/// The name of a runtime call as the runtime spells it: "cudaMallocAsync"
+/// here is "hipMallocAsync" under hip_runtime_compat.hpp.
+#define EXO_GPU_NAME(call) EXO_GPU_NAME_(call)
+#define EXO_GPU_NAME_(call) #call
+
+namespace exo::backend::EXO_GPU_IMPL_NS {
+
+template <class P>
+class gpu_device final : public device {
+public:
+  gpu_device(int ordinal, gpu_options opts) : ordinal_(ordinal), opts_(opts) {
+  }
+
+  ~gpu_device() override {
+    if (cudaSetDevice(ordinal_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (stream_ != nullptr)
+      (void)cudaStreamSynchronize(stream_);
+    for (auto& [seq, ev] : pending_)
+      (void)cudaEventDestroy(ev);
+    for (auto ev : free_events_)
+      (void)cudaEventDestroy(ev);
+    for (int i = 0; i < 2; ++i) {
+      if (staging_[i] != nullptr)
+        (void)cudaFreeHost(staging_[i]);
+      if (staging_done_[i] != nullptr)
+        (void)cudaEventDestroy(staging_done_[i]);
+    }
+    if (order_event_ != nullptr)
+      (void)cudaEventDestroy(order_event_);
+    blas_.destroy();
+    if (stream_ != nullptr)
+      (void)cudaStreamDestroy(stream_);
+    (void)cudaGetLastError();
+  }
+
+  /// Creates the stream, events and pool settings and reads the properties.
+  status open(std::shared_ptr<gpu::management_library> mgmt) {
+    EXO_TRY(check(cudaSetDevice(ordinal_), EXO_GPU_NAME(cudaSetDevice)));
+    EXO_TRY(check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                  EXO_GPU_NAME(cudaStreamCreateWithFlags)));
+    for (auto& ev : staging_done_)
+      EXO_TRY(check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                    EXO_GPU_NAME(cudaEventCreateWithFlags)));
+    EXO_TRY(check(cudaEventCreateWithFlags(&order_event_,
+                                           cudaEventDisableTiming),
+                  EXO_GPU_NAME(cudaEventCreateWithFlags)));
+    // Keep freed blocks in the pool instead of returning them to the driver
+    // at every synchronization: allocation then costs no driver call.
+    cudaMemPool_t pool;
+    EXO_TRY(check(cudaDeviceGetDefaultMemPool(&pool, ordinal_),
+                  EXO_GPU_NAME(cudaDeviceGetDefaultMemPool)));
+    std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
+    EXO_TRY(check(cudaMemPoolSetAttribute(
+                    pool, cudaMemPoolAttrReleaseThreshold, &keep),
+                  EXO_GPU_NAME(cudaMemPoolSetAttribute)));
+    EXO_TRY(blas_.init(stream_));
+    EXO_TRY(describe());
+    if (mgmt) {
+      auto probe = mgmt->probe(props_.pci_bus_id);
+      if (probe) {
+        probe_ = std::move(*probe);
+        props_.capabilities |= probe_->capabilities();
+      } else {
+        telemetry_reason_ = probe.err().message;
+      }
+    }
+    return {};
+  }
+
+  int ordinal() const noexcept {
+    return ordinal_;
+  }
+
+  /// Why the device has no telemetry, or empty.
+  void set_telemetry_reason(std::string why) {
+    telemetry_reason_ = std::move(why);
+  }
+
+  /// Marks that a peer path exists to another device of this backend.
+  void enable_peer_copy() {
+    props_.capabilities |= cap_peer_copy;
+  }
+
+  const device_properties& properties() const override {
+    return props_;
+  }
+
+  // -- memory ----------------------------------------------------------------
+
+  result<std::unique_ptr<buffer>> allocate(std::size_t bytes) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (bytes == 0)
+      return fail(errc::invalid_argument, "allocate: size must be > 0");
+    if (bytes > props_.total_memory)
+      return fail(errc::out_of_memory,
+                  "allocate: " + std::to_string(bytes)
+                    + " bytes requested, the device has "
+                    + std::to_string(props_.total_memory));
+    EXO_TRY(select());
+    void* ptr = nullptr;
+    EXO_TRY(check(cudaMallocAsync(&ptr, bytes, stream_), EXO_GPU_NAME(cudaMallocAsync)));
+    used_ += bytes;
+    return std::unique_ptr<buffer>{
+      std::make_unique<gpu_buffer>(*this, ptr, bytes)};
+  }
+
+  memory_info memory() override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return memory_locked();
+  }
+
+  // -- transfers -------------------------------------------------------------
+
+  status write(buffer& dst, std::size_t offset, const void* src,
+               std::size_t bytes) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(check_range(dst, offset, bytes, "write"));
+    if (bytes == 0)
+      return {};
+    if (src == nullptr)
+      return fail(errc::invalid_argument, "write: null host pointer");
+    EXO_TRY(select());
+    EXO_TRY(ensure_staging());
+    auto* out = ptr_of(dst) + offset;
+    auto* in = static_cast<const char*>(src);
+    gpu::chunk_plan plan{bytes, opts_.staging_bytes};
+    for (std::size_t i = 0; i < plan.count(); ++i) {
+      int slot = next_slot();
+      EXO_TRY(check(cudaEventSynchronize(staging_done_[slot]),
+                    EXO_GPU_NAME(cudaEventSynchronize)));
+      std::memcpy(staging_[slot], in + plan.offset(i), plan.size(i));
+      EXO_TRY(check(cudaMemcpyAsync(out + plan.offset(i), staging_[slot],
+                                    plan.size(i), cudaMemcpyHostToDevice,
+                                    stream_),
+                    EXO_GPU_NAME(cudaMemcpyAsync)));
+      EXO_TRY(check(cudaEventRecord(staging_done_[slot], stream_),
+                    EXO_GPU_NAME(cudaEventRecord)));
+    }
+    return {};
+  }
+
+  status read(const buffer& src, std::size_t offset, void* dst,
+              std::size_t bytes) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(check_range(src, offset, bytes, "read"));
+    if (bytes == 0)
+      return {};
+    if (dst == nullptr)
+      return fail(errc::invalid_argument, "read: null host pointer");
+    EXO_TRY(select());
+    EXO_TRY(ensure_staging());
+    auto* in = ptr_of(src) + offset;
+    auto* out = static_cast<char*>(dst);
+    gpu::chunk_plan plan{bytes, opts_.staging_bytes};
+    // Enqueue chunk i + 1 before copying chunk i out: the DMA engine and the
+    // host memcpy overlap.
+    int slots[2] = {-1, -1};
+    auto enqueue = [&](std::size_t i) -> status {
+      int slot = next_slot();
+      slots[i % 2] = slot;
+      EXO_TRY(check(cudaEventSynchronize(staging_done_[slot]),
+                    EXO_GPU_NAME(cudaEventSynchronize)));
+      EXO_TRY(check(cudaMemcpyAsync(staging_[slot], in + plan.offset(i),
+                                    plan.size(i), cudaMemcpyDeviceToHost,
+                                    stream_),
+                    EXO_GPU_NAME(cudaMemcpyAsync)));
+      return check(cudaEventRecord(staging_done_[slot], stream_),
+                   EXO_GPU_NAME(cudaEventRecord));
+    };
+    EXO_TRY(enqueue(0));
+    for (std::size_t i = 0; i < plan.count(); ++i) {
+      if (i + 1 < plan.count())
+        EXO_TRY(enqueue(i + 1));
+      int slot = slots[i % 2];
+      EXO_TRY(check(cudaEventSynchronize(staging_done_[slot]),
+                    EXO_GPU_NAME(cudaEventSynchronize)));
+      std::memcpy(out + plan.offset(i), staging_[slot], plan.size(i));
+    }
+    return {};
+  }
+
+  status copy(const buffer& src, std::size_t src_offset, buffer& dst,
+              std::size_t dst_offset, std::size_t bytes) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(check_range(src, src_offset, bytes, "copy source"));
+    EXO_TRY(check_range(dst, dst_offset, bytes, "copy destination"));
+    if (bytes == 0)
+      return {};
+    EXO_TRY(select());
+    auto* from = ptr_of(src) + src_offset;
+    auto* to = ptr_of(dst) + dst_offset;
+    bool overlap = &src == &dst && from < to + bytes && to < from + bytes;
+    if (!overlap)
+      return check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice,
+                                   stream_),
+                   EXO_GPU_NAME(cudaMemcpyAsync));
+    // Overlapping ranges: through a stream-ordered temporary, as memmove.
+    void* tmp = nullptr;
+    EXO_TRY(check(cudaMallocAsync(&tmp, bytes, stream_), EXO_GPU_NAME(cudaMallocAsync)));
+    auto st = check(cudaMemcpyAsync(tmp, from, bytes,
+                                    cudaMemcpyDeviceToDevice, stream_),
+                    EXO_GPU_NAME(cudaMemcpyAsync));
+    if (st)
+      st = check(cudaMemcpyAsync(to, tmp, bytes, cudaMemcpyDeviceToDevice,
+                                 stream_),
+                 EXO_GPU_NAME(cudaMemcpyAsync));
+    (void)cudaFreeAsync(tmp, stream_);
+    return st;
+  }
+
+  status copy_to_peer(const buffer& src, std::size_t src_offset, buffer& dst,
+                      std::size_t dst_offset, std::size_t bytes) override {
+    auto* peer = dynamic_cast<gpu_device*>(&dst.owner());
+    if (peer == nullptr)
+      return fail(errc::unsupported,
+                  "copy_to_peer: the destination is not a "
+                    + std::string{P::id_prefix} + " device");
+    if (peer == this)
+      return copy(src, src_offset, dst, dst_offset, bytes);
+    std::scoped_lock guard{mtx_, peer->mtx_};
+    EXO_TRY(check_range(src, src_offset, bytes, "copy_to_peer source"));
+    EXO_TRY(peer->check_range(dst, dst_offset, bytes,
+                              "copy_to_peer destination"));
+    if (bytes == 0)
+      return {};
+    // The copy runs on our stream after the peer's earlier work ...
+    EXO_TRY(peer->select());
+    EXO_TRY(check(cudaEventRecord(peer->order_event_, peer->stream_),
+                  EXO_GPU_NAME(cudaEventRecord)));
+    EXO_TRY(select());
+    EXO_TRY(check(cudaStreamWaitEvent(stream_, peer->order_event_, 0),
+                  EXO_GPU_NAME(cudaStreamWaitEvent)));
+    EXO_TRY(check(cudaMemcpyPeerAsync(ptr_of(dst) + dst_offset,
+                                      peer->ordinal_,
+                                      ptr_of(src) + src_offset, ordinal_,
+                                      bytes, stream_),
+                  EXO_GPU_NAME(cudaMemcpyPeerAsync)));
+    // ... and the peer's later work runs after the copy.
+    EXO_TRY(check(cudaEventRecord(order_event_, stream_), EXO_GPU_NAME(cudaEventRecord)));
+    EXO_TRY(peer->select());
+    return check(cudaStreamWaitEvent(peer->stream_, order_event_, 0),
+                 EXO_GPU_NAME(cudaStreamWaitEvent));
+  }
+
+  // -- synchronization -------------------------------------------------------
+
+  status synchronize() override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(select());
+    EXO_TRY(check(cudaStreamSynchronize(stream_), EXO_GPU_NAME(cudaStreamSynchronize)));
+    retire_through(submitted_);
+    return {};
+  }
+
+  result<event> record() override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(select());
+    cudaEvent_t ev = nullptr;
+    if (!free_events_.empty()) {
+      ev = free_events_.back();
+      free_events_.pop_back();
+    } else {
+      EXO_TRY(check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                    EXO_GPU_NAME(cudaEventCreateWithFlags)));
+    }
+    if (auto rc = cudaEventRecord(ev, stream_); rc != cudaSuccess) {
+      free_events_.push_back(ev);
+      return failure(EXO_GPU_NAME(cudaEventRecord), rc);
+    }
+    auto seq = ++submitted_;
+    pending_.emplace(seq, ev);
+    if (pending_.size() > max_pending_events)
+      prune();
+    return event{uid(), seq};
+  }
+
+  status wait(const event& e) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(check_event(e, submitted_));
+    auto it = pending_.find(e.sequence);
+    if (it == pending_.end())
+      return {}; // retired: known complete
+    EXO_TRY(select());
+    EXO_TRY(check(cudaEventSynchronize(it->second), EXO_GPU_NAME(cudaEventSynchronize)));
+    retire_through(e.sequence);
+    return {};
+  }
+
+  result<bool> completed(const event& e) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(check_event(e, submitted_));
+    auto it = pending_.find(e.sequence);
+    if (it == pending_.end())
+      return true;
+    EXO_TRY(select());
+    auto rc = cudaEventQuery(it->second);
+    if (rc == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    EXO_TRY(check(rc, EXO_GPU_NAME(cudaEventQuery)));
+    retire_through(e.sequence);
+    return true;
+  }
+
+  // -- compute ---------------------------------------------------------------
+
+  status elementwise(binary_op op, const_view a, const_view b, mut_view out,
+                     std::size_t count) override {
+    auto bytes = f32_bytes(count, 1);
+    if (!bytes)
+      return bytes.err();
+    if (!P::has_kernels(props_))
+      return device::elementwise(op, a, b, out, count);
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (a.buf == nullptr || b.buf == nullptr || out.buf == nullptr)
+      return fail(errc::invalid_argument, "elementwise: null buffer");
+    EXO_TRY(check_range(*a.buf, a.offset, *bytes, "elementwise input a"));
+    EXO_TRY(check_range(*b.buf, b.offset, *bytes, "elementwise input b"));
+    EXO_TRY(check_range(*out.buf, out.offset, *bytes, "elementwise output"));
+    if (count == 0)
+      return {};
+    EXO_TRY(select());
+    int rc = P::launch_binary(op, f32_of(a), f32_of(b), f32_of(out), count,
+                              stream_);
+    return launch_status("elementwise kernel", rc);
+  }
+
+  status matmul(const_view a, const_view b, mut_view c,
+                const matmul_dims& dims) override {
+    EXO_TRY(host::check_matmul_dims(dims));
+    bool tiled = opts_.tiled_matmul || !P::has_blas;
+    if (tiled && !P::has_kernels(props_))
+      return device::matmul(a, b, c, dims);
+    auto sz = host::bytes_of(dims);
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (a.buf == nullptr || b.buf == nullptr || c.buf == nullptr)
+      return fail(errc::invalid_argument, "matmul: null buffer");
+    EXO_TRY(check_range(*a.buf, a.offset, sz.a, "matmul input a"));
+    EXO_TRY(check_range(*b.buf, b.offset, sz.b, "matmul input b"));
+    EXO_TRY(check_range(*c.buf, c.offset, sz.c, "matmul output"));
+    EXO_TRY(select());
+    if (tiled)
+      return launch_status("matmul kernel",
+                           P::launch_matmul_tiled(f32_of(a), f32_of(b),
+                                                  f32_of(c), dims, stream_));
+    return blas_.matmul(f32_of(a), f32_of(b), f32_of(c), dims);
+  }
+
+  // -- telemetry -------------------------------------------------------------
+
+  telemetry read_telemetry() override {
+    telemetry t;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      t.memory = memory_locked();
+    }
+    if (probe_) {
+      auto s = probe_->sample();
+      t.temperature_c = s.temperature_c;
+      t.power_w = s.power_w;
+      t.clock_mhz = s.clock_mhz;
+      t.utilization = s.utilization;
+    }
+    return t;
+  }
+
+private:
+  /// Device memory from the stream-ordered pool.
+  class gpu_buffer final : public buffer {
+  public:
+    gpu_buffer(gpu_device& owner, void* ptr, std::size_t size)
+      : buffer(owner, size), ptr_(ptr) {
+    }
+    ~gpu_buffer() override {
+      static_cast<gpu_device&>(owner()).release(ptr_, size());
+    }
+    char* ptr() const noexcept {
+      return static_cast<char*>(ptr_);
+    }
+
+  private:
+    void* ptr_;
+  };
+
+  static constexpr std::size_t max_pending_events = 256;
+
+  static char* ptr_of(const buffer& buf) {
+    return static_cast<const gpu_buffer&>(buf).ptr();
+  }
+  static const float* f32_of(const_view v) {
+    return reinterpret_cast<const float*>(ptr_of(*v.buf) + v.offset);
+  }
+  static float* f32_of(mut_view v) {
+    return reinterpret_cast<float*>(ptr_of(*v.buf) + v.offset);
+  }
+
+  static exo::backend::error failure(const char* call, cudaError_t rc) {
+    (void)cudaGetLastError(); // clear a non-sticky error
+    return gpu::api_error(P::api, call, static_cast<int>(rc),
+                          cudaGetErrorString(rc));
+  }
+
+  static status check(cudaError_t rc, const char* call) {
+    if (rc == cudaSuccess)
+      return {};
+    return failure(call, rc);
+  }
+
+  static status launch_status(const char* what, int rc) {
+    if (rc == 0)
+      return {};
+    return failure(what, static_cast<cudaError_t>(rc));
+  }
+
+  /// Makes this device current for the calling thread.
+  status select() {
+    return check(cudaSetDevice(ordinal_), EXO_GPU_NAME(cudaSetDevice));
+  }
+
+  status ensure_staging() {
+    for (auto& s : staging_)
+      if (s == nullptr)
+        EXO_TRY(check(cudaMallocHost(&s, opts_.staging_bytes),
+                      EXO_GPU_NAME(cudaMallocHost)));
+    return {};
+  }
+
+  int next_slot() {
+    int s = slot_;
+    slot_ ^= 1;
+    return s;
+  }
+
+  memory_info memory_locked() {
+    memory_info info;
+    info.total = props_.total_memory;
+    info.used_by_exo = used_;
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    if (select() && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+      info.total = total_bytes;
+      info.free = free_bytes;
+    } else {
+      (void)cudaGetLastError();
+      info.free = info.total > used_ ? info.total - used_ : 0;
+    }
+    return info;
+  }
+
+  void release(void* ptr, std::size_t size) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (select())
+      (void)cudaFreeAsync(ptr, stream_);
+    (void)cudaGetLastError();
+    used_ -= std::min<std::uint64_t>(used_, size);
+  }
+
+  /// Returns the events up to `seq` to the free list (they completed).
+  void retire_through(std::uint64_t seq) {
+    auto end = pending_.upper_bound(seq);
+    for (auto it = pending_.begin(); it != end; ++it)
+      free_events_.push_back(it->second);
+    pending_.erase(pending_.begin(), end);
+  }
+
+  /// Retires the completed prefix of the pending events.
+  void prune() {
+    std::uint64_t done = 0;
+    for (auto& [seq, ev] : pending_) {
+      if (cudaEventQuery(ev) != cudaSuccess)
+        break;
+      done = seq;
+    }
+    (void)cudaGetLastError();
+    if (done != 0)
+      retire_through(done);
+  }
+
+  status describe() {
+    cudaDeviceProp prop;
+    EXO_TRY(check(cudaGetDeviceProperties(&prop, ordinal_),
+                  EXO_GPU_NAME(cudaGetDeviceProperties)));
+    props_.kind = P::kind;
+    props_.name = prop.name;
+    props_.vendor = P::vendor;
+    props_.total_memory = prop.totalGlobalMem;
+    props_.max_allocation = prop.totalGlobalMem;
+    props_.compute_units = static_cast<std::uint32_t>(prop.multiProcessorCount);
+    int khz = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, ordinal_)
+          == cudaSuccess
+        && khz > 0)
+      props_.clock_mhz = static_cast<std::uint32_t>(khz / 1000);
+    int mem_khz = 0;
+    if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, ordinal_)
+          == cudaSuccess
+        && mem_khz > 0) {
+      props_.memory_clock_mhz = static_cast<std::uint32_t>(mem_khz / 1000);
+      props_.memory_bandwidth = gpu::memory_bandwidth(
+        *props_.memory_clock_mhz,
+        static_cast<std::uint32_t>(prop.memoryBusWidth));
+    }
+    (void)cudaGetLastError();
+    char bus[32] = {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof(bus), ordinal_) == cudaSuccess)
+      props_.pci_bus_id = gpu::normalize_pci_bus_id(bus).value_or(bus);
+    (void)cudaGetLastError();
+    int version = 0;
+    if (cudaDriverGetVersion(&version) == cudaSuccess)
+      props_.driver_version = P::driver_version(version);
+    (void)cudaGetLastError();
+    P::describe(ordinal_, prop, props_);
+    props_.capabilities |= cap_async | cap_matmul | cap_elementwise;
+    if (props_.id.empty()) {
+      props_.id = std::string{P::id_prefix} + ":";
+      props_.id += !props_.pci_bus_id.empty() ? props_.pci_bus_id
+                                              : std::to_string(ordinal_);
+    }
+    return {};
+  }
+
+  int ordinal_;
+  gpu_options opts_;
+  device_properties props_;
+  std::mutex mtx_;
+  cudaStream_t stream_ = nullptr;
+  typename P::blas blas_;
+  void* staging_[2] = {nullptr, nullptr};
+  cudaEvent_t staging_done_[2] = {nullptr, nullptr};
+  int slot_ = 0;
+  cudaEvent_t order_event_ = nullptr;
+  std::map<std::uint64_t, cudaEvent_t> pending_;
+  std::vector<cudaEvent_t> free_events_;
+  std::uint64_t submitted_ = 0;
+  std::uint64_t used_ = 0;
+  std::unique_ptr<gpu::telemetry_probe> probe_;
+  std::string telemetry_reason_;
+};
+
+template <class P>
+class gpu_backend final : public backend {
+public:
+  explicit gpu_backend(gpu_options opts) : opts_(opts) {
+  }
+
+  ~gpu_backend() override {
+    shutdown();
+  }
+
+  backend_kind kind() const override {
+    return P::kind;
+  }
+
+  status initialize() override {
+    if (!devices_.empty())
+      return {};
+    int count = 0;
+    auto rc = cudaGetDeviceCount(&count);
+    if (rc != cudaSuccess) {
+      (void)cudaGetLastError();
+      auto code = static_cast<int>(rc);
+      if (gpu::means_absent(P::api, code))
+        return gpu::absent_error(P::api, EXO_GPU_NAME(cudaGetDeviceCount), code,
+                                 cudaGetErrorString(rc));
+      return gpu::api_error(P::api, EXO_GPU_NAME(cudaGetDeviceCount), code,
+                            cudaGetErrorString(rc));
+    }
+    if (count <= 0)
+      return fail(errc::no_device, std::string{P::no_device_text}
+                                     + " (cudaGetDeviceCount: 0 devices)");
+    std::shared_ptr<gpu::management_library> mgmt;
+    std::string why;
+    if (auto lib = P::load_telemetry())
+      mgmt = *lib;
+    else
+      why = lib.err().message;
+    std::string first_error;
+    for (int i = 0; i < count; ++i) {
+      auto dev = std::make_unique<gpu_device<P>>(i, opts_);
+      auto st = dev->open(mgmt);
+      if (!st) {
+        if (first_error.empty())
+          first_error = "device " + std::to_string(i) + ": "
+                        + st.err().message;
+        continue;
+      }
+      if (!mgmt)
+        dev->set_telemetry_reason(why);
+      devices_.push_back(std::move(dev));
+    }
+    if (devices_.empty())
+      return fail(errc::driver_error, first_error);
+    enable_peers();
+    return {};
+  }
+
+  void shutdown() override {
+    devices_.clear();
+  }
+
+  std::size_t device_count() const override {
+    return devices_.size();
+  }
+
+  device* device_at(std::size_t index) override {
+    return index < devices_.size() ? devices_[index].get() : nullptr;
+  }
+
+private:
+  /// Turns on direct access between every pair that supports it.
+  void enable_peers() {
+    for (auto& a : devices_)
+      for (auto& b : devices_) {
+        if (a == b)
+          continue;
+        int can = 0;
+        if (cudaDeviceCanAccessPeer(&can, a->ordinal(), b->ordinal())
+              != cudaSuccess
+            || can == 0) {
+          (void)cudaGetLastError();
+          continue;
+        }
+        if (cudaSetDevice(a->ordinal()) != cudaSuccess) {
+          (void)cudaGetLastError();
+          continue;
+        }
+        auto rc = cudaDeviceEnablePeerAccess(b->ordinal(), 0);
+        if (rc == cudaSuccess || rc == cudaErrorPeerAccessAlreadyEnabled)
+          a->enable_peer_copy();
+        (void)cudaGetLastError();
+      }
+  }
+
+  gpu_options opts_;
+  std::vector<std::unique_ptr<gpu_device<P>>> devices_;
+};
+
+} // namespace exo::backend::EXO_GPU_IMPL_NS

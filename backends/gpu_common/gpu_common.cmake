@@ -1,0 +1,16 @@
+# exo_gpu_common: host logic shared by the CUDA and HIP backends (error
+# tables, property parsing, launch geometry, dlopen telemetry, the kernels'
+# host references). Plain C++; built whenever a GPU backend or its tests
+# need it, whichever includes this file first.
+include_guard(GLOBAL)
+
+set(EXO_GPU_COMMON_DIR ${CMAKE_CURRENT_LIST_DIR})
+add_library(exo_gpu_common STATIC
+  ${EXO_GPU_COMMON_DIR}/gpu_errors.cpp
+  ${EXO_GPU_COMMON_DIR}/gpu_properties.cpp
+  ${EXO_GPU_COMMON_DIR}/launch_geometry.cpp
+  ${EXO_GPU_COMMON_DIR}/kernel_reference.cpp
+  ${EXO_GPU_COMMON_DIR}/telemetry_loader.cpp)
+target_link_libraries(exo_gpu_common
+  PUBLIC exo_backend_core ${CMAKE_DL_LIBS}
+  PRIVATE exo_warnings)

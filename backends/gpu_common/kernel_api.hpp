@@ -1,0 +1,46 @@
+#pragma once
+
+/// Host entry points of the shared GPU kernels (kernels.cuh), callable from
+/// host code compiled by g++. The including file defines EXO_GPU_KERNEL_NS
+/// (cuda_kernels or hip_kernels) so that both backends can live in one
+/// binary. Streams are passed as void* (cudaStream_t / hipStream_t).
+/// Every function returns 0 or the runtime's error code of the launch;
+/// a call with nothing to do launches nothing and returns 0.
+
+#include "backends/backend.hpp"
+
+#include <cstddef>
+
+#ifndef EXO_GPU_KERNEL_NS
+#  error "define EXO_GPU_KERNEL_NS before including kernel_api.hpp"
+#endif
+
+namespace exo::backend::EXO_GPU_KERNEL_NS {
+
+/// out[i] = a[i] (op) b[i].
+int launch_binary(binary_op op, const float* a, const float* b, float* out,
+                  std::size_t count, void* stream);
+
+/// out[i] = silu(gate[i]) * up[i].
+int launch_silu_mul(const float* gate, const float* up, float* out,
+                    std::size_t count, void* stream);
+
+/// out[r][i] = x[r][i] / rms(x[r]) * weight[i].
+int launch_rmsnorm(const float* x, const float* weight, float* out,
+                   std::size_t rows, std::size_t cols, float eps,
+                   void* stream);
+
+/// Softmax of each row of x[rows][cols].
+int launch_softmax_rows(const float* x, float* out, std::size_t rows,
+                        std::size_t cols, void* stream);
+
+/// Rotary position embedding of x[tokens][heads][head_dim], in place.
+int launch_rope(float* x, std::size_t tokens, std::size_t heads,
+                std::size_t head_dim, std::size_t pos0, float base,
+                void* stream);
+
+/// C = A * op(B), f32 row-major, shared-memory tiles (no BLAS needed).
+int launch_matmul_tiled(const float* a, const float* b, float* c,
+                        const matmul_dims& dims, void* stream);
+
+} // namespace exo::backend::EXO_GPU_KERNEL_NS

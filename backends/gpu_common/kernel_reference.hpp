@@ -1,0 +1,39 @@
+#pragma once
+
+/// The GPU kernels' algorithms run on the host, step for step, through the
+/// same math functions (kernel_math.hpp): the tiled product walks the same
+/// tiles with the same zero padding, the row kernels reduce the same way.
+/// Tests hold these to exo::backend::host and to double-precision formulas;
+/// the kernels then differ from them only in summation order.
+
+#include "backends/backend.hpp"
+
+#include <cstddef>
+
+namespace exo::backend::gpu::reference {
+
+void binary(binary_op op, const float* a, const float* b, float* out,
+            std::size_t count);
+
+/// The tiled matrix product of kernels.cuh, tile by tile.
+void tiled_matmul(const float* a, const float* b, float* c,
+                  const matmul_dims& dims);
+
+/// out[r][i] = x[r][i] / rms(x[r]) * weight[i].
+void rmsnorm(const float* x, const float* weight, float* out,
+             std::size_t rows, std::size_t cols, float eps);
+
+/// out[i] = silu(gate[i]) * up[i].
+void silu_mul(const float* gate, const float* up, float* out,
+              std::size_t count);
+
+/// Softmax of every row.
+void softmax_rows(const float* x, float* out, std::size_t rows,
+                  std::size_t cols);
+
+/// Rotates x[tokens][heads][head_dim] in place; token t is at position
+/// pos0 + t.
+void rope(float* x, std::size_t tokens, std::size_t heads,
+          std::size_t head_dim, std::size_t pos0, float base);
+
+} // namespace exo::backend::gpu::reference

@@ -1,0 +1,78 @@
+#pragma once
+
+/// Launch geometry of the GPU kernels, as plain host functions: grid and
+/// block sizes, tiling, the staging chunks of transfers, and the arguments
+/// of a row-major product through a column-major BLAS. Tested without a GPU.
+
+#include "backends/backend.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace exo::backend::gpu {
+
+/// Largest grid extent used in y and z (the CUDA/HIP limit is 65535); x is
+/// also capped there: kernels loop with a grid stride over the rest.
+constexpr std::uint32_t max_grid_extent = 65535;
+
+/// A one-dimensional launch: `grid` blocks of `block` threads. grid == 0
+/// means "nothing to launch".
+struct launch_1d {
+  std::uint32_t grid = 0;
+  std::uint32_t block = 0;
+};
+
+/// Element-wise kernels: block threads each, enough blocks to cover count
+/// once (capped at max_grid_extent; the kernel strides over the rest).
+launch_1d elementwise_launch(std::size_t count, std::uint32_t block = 256);
+
+/// Row kernels (rmsnorm, softmax): one block per row (capped; the kernel
+/// strides), threads = the next power of two >= cols, clamped to [32, 1024]
+/// so the shared-memory tree reduction stays a power of two.
+launch_1d row_launch(std::size_t rows, std::size_t cols);
+
+/// The tiled product's grid: x covers n, y covers m in tiles of
+/// math::matmul_tile (capped; the kernel strides over extra tiles).
+struct launch_2d {
+  std::uint32_t grid_x = 0;
+  std::uint32_t grid_y = 0;
+  std::uint32_t block_x = 0;
+  std::uint32_t block_y = 0;
+  std::size_t tiles_x = 0; ///< tiles needed along n
+  std::size_t tiles_y = 0; ///< tiles needed along m
+  std::size_t tiles_k = 0; ///< tile steps along k
+};
+launch_2d matmul_launch(const matmul_dims& dims);
+
+/// Splits `total` bytes into chunks of at most `chunk` bytes.
+struct chunk_plan {
+  std::size_t total = 0;
+  std::size_t chunk = 0;
+
+  std::size_t count() const noexcept {
+    return chunk == 0 ? 0 : (total + chunk - 1) / chunk;
+  }
+  std::size_t offset(std::size_t i) const noexcept {
+    return i * chunk;
+  }
+  std::size_t size(std::size_t i) const noexcept {
+    auto off = offset(i);
+    return off >= total ? 0 : (total - off < chunk ? total - off : chunk);
+  }
+};
+
+/// Operand order of one column-major GEMM that computes the row-major
+/// product C[m x n] = A * op(B): column-major C^T = op(B)^T * A^T, so the
+/// BLAS's first operand is B and its second is A.
+struct column_major_gemm {
+  bool transpose_first = false; ///< op of the first operand (B's storage)
+  int rows = 0;                 ///< rows of C^T (= n)
+  int cols = 0;                 ///< columns of C^T (= m)
+  int inner = 0;                ///< k
+  int ld_first = 0;             ///< leading dimension of B's storage
+  int ld_second = 0;            ///< leading dimension of A (= k)
+  int ld_result = 0;            ///< leading dimension of C (= n)
+};
+column_major_gemm row_major_as_column_major(const matmul_dims& dims);
+
+} // namespace exo::backend::gpu
