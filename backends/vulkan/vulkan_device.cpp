@@ -150,7 +150,13 @@ private:
     std::uint32_t elem_off;
   };
 
-  enum kernel : std::uint8_t { k_elementwise, k_matmul, k_matvec, k_count };
+  enum kernel : std::uint8_t {
+    k_elementwise,
+    k_matmul,
+    k_matvec,
+    k_matvec_subgroup,
+    k_count
+  };
 
   // All private helpers run with mtx_ held.
   status usable(const char* what);
@@ -202,6 +208,8 @@ private:
   bool coherent_ = false;
   bool staging_coherent_ = false;
   bool budget_ext_ = false;
+  bool subgroup_add_ = false; ///< subgroup arithmetic in compute shaders
+  std::uint32_t subgroup_size_ = 1;
   VkDeviceSize atom_ = 1;
   VkDeviceSize min_align_ = 1;
   VkDeviceSize max_range_ = 0;
@@ -483,8 +491,16 @@ void vulkan_device::init_properties() {
     *tail = &amd;
     tail = &amd.pNext;
   }
+  VkPhysicalDeviceSubgroupProperties sub{};
+  sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+  *tail = &sub;
   vkGetPhysicalDeviceProperties2(phys_, &p2);
   const auto& base = p2.properties;
+  subgroup_add_ = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT)
+                  && (sub.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT)
+                  && (sub.supportedOperations
+                      & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+  subgroup_size_ = std::max<std::uint32_t>(1, sub.subgroupSize);
 
   props_.id = "vulkan:" + hex(idp.deviceUUID, VK_UUID_SIZE);
   props_.kind = backend_kind::vulkan;
@@ -824,7 +840,8 @@ status vulkan_device::ensure_pipeline(kernel k) {
   if (pipelines_[k] != VK_NULL_HANDLE)
     return {};
   const vulkan_spirv::blob* blobs[k_count] = {
-    &vulkan_spirv::elementwise, &vulkan_spirv::matmul, &vulkan_spirv::matvec};
+    &vulkan_spirv::elementwise, &vulkan_spirv::matmul, &vulkan_spirv::matvec,
+    &vulkan_spirv::matvec_subgroup};
   VkShaderModuleCreateInfo smi{};
   smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
@@ -1227,7 +1244,9 @@ status vulkan_device::matmul(const_view a, const_view b, mut_view c,
   if (!ba || !bb || !bc)
     return !ba ? ba.err() : !bb ? bb.err() : bc.err();
   bool vec = dims.m == 1;
-  auto bt = prepare(vec ? k_matvec : k_matmul, {*ba, *bb, *bc});
+  bool sub = vec && dims.transpose_b && subgroup_add_;
+  auto bt = prepare(sub ? k_matvec_subgroup : vec ? k_matvec : k_matmul,
+                    {*ba, *bb, *bc});
   if (!bt)
     return bt.err();
   auto cmd = (*bt)->cmd;
@@ -1241,7 +1260,11 @@ status vulkan_device::matmul(const_view a, const_view b, mut_view c,
                  0,
                  0};
   if (vec) {
-    auto want = dims.transpose_b ? dims.n : (dims.n + 255) / 256;
+    // matvec_subgroup: one output per subgroup at a time.
+    std::size_t per_group = std::max<std::uint32_t>(1, 256 / subgroup_size_);
+    auto want = sub                ? (dims.n + per_group - 1) / per_group
+                : dims.transpose_b ? dims.n
+                                   : (dims.n + 255) / 256;
     auto groups = std::min<std::size_t>(want, max_groups_[0]);
     vkCmdPushConstants(cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                        sizeof(pc), &pc);

@@ -17,5 +17,7 @@ struct blob {
 extern const blob elementwise; ///< out = a (+|*) b, f32
 extern const blob matmul;      ///< tiled C = A * B (or B^T), f32
 extern const blob matvec;      ///< the m == 1 case of matmul
+/// matvec with B^T through subgroup arithmetic, where the device has it.
+extern const blob matvec_subgroup;
 
 } // namespace exo::backend::vulkan_spirv

@@ -1,12 +1,12 @@
 #version 450
 // C[m x n] = A[m x k] * B, f32 row-major. B is [k x n], or [n x k] when
 // transpose_b is set. Each 16x16 workgroup computes a 64x64 tile of C, each
-// invocation a 4x4 block of it, staging 64x16 slices of A and 16x64 slices
+// invocation a 4x4 block of it, staging 64x32 slices of A and 32x64 slices
 // of B through shared memory. Tiles past the edges are zero-filled.
 
 #define BM 64u
 #define BN 64u
-#define BK 16u
+#define BK 32u
 #define TM 4
 #define TN 4
 
@@ -44,8 +44,8 @@ void main() {
       acc[i][j] = 0.0;
 
   for (uint k0 = 0u; k0 < p.k; k0 += BK) {
-    // A slice: 64 rows x 16 k, four elements per invocation, along k.
-    for (uint i = 0u; i < 4u; ++i) {
+    // A slice: 64 rows x 32 k, eight elements per invocation, along k.
+    for (uint i = 0u; i < BK / 4u; ++i) {
       uint e = tid + i * 256u;
       uint r = e / BK;
       uint kk = e % BK;
@@ -56,8 +56,8 @@ void main() {
         v = a[p.a_off + gr * p.k + gk];
       as[kk][r] = v;
     }
-    // B slice: 16 k x 64 columns.
-    for (uint i = 0u; i < 4u; ++i) {
+    // B slice: 32 k x 64 columns.
+    for (uint i = 0u; i < BK / 4u; ++i) {
       uint e = tid + i * 256u;
       float v = 0.0;
       if (p.transpose_b != 0u) {

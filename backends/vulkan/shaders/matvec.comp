@@ -1,9 +1,11 @@
 #version 450
 // The m == 1 case of matmul: c[1 x n] = a[1 x k] * B.
 // B as [k x n]: each invocation owns one column and walks k, with a staged
-// through shared memory 256 values at a time.
+// through shared memory 256 values at a time (on lavapipe cheaper than
+// reading the same a[k] from the buffer in every invocation).
 // B as [n x k] (transpose_b): each workgroup owns one output at a time and
-// reduces a dot product over k in shared memory.
+// reduces a dot product over k in shared memory (matvec_subgroup.comp does
+// this without barriers where subgroup arithmetic exists).
 // Both loop over the outputs with a grid stride, so any n works.
 
 layout(local_size_x = 256) in;
