@@ -1,0 +1,300 @@
+// Conformance of the CUDA and HIP backends on a machine with the GPU (label
+// backend): the ordering rules of backend.hpp, transfers larger than the
+// staging buffers, the native kernels (cuBLAS and the shared tiled kernel)
+// against the host reference, events, peer copies. Without a device each
+// test WARNs why and returns: a clean skip, not a pass of anything.
+
+#include "backends/backend.hpp"
+#include "backends/gpu_common/gpu_properties.hpp"
+#include "backends/host_kernels.hpp"
+
+#ifdef EXO_TEST_CUDA
+#  include "backends/cuda/cuda_backend.hpp"
+#endif
+#ifdef EXO_TEST_HIP
+#  include "backends/hip/hip_backend.hpp"
+#endif
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace exo::backend;
+
+namespace {
+
+struct candidate {
+  const char* name;
+  std::function<std::unique_ptr<backend>(gpu_options)> make;
+};
+
+std::vector<candidate> candidates() {
+  std::vector<candidate> out;
+#ifdef EXO_TEST_CUDA
+  out.push_back({"cuda", [](gpu_options o) { return make_cuda_backend(o); }});
+#endif
+#ifdef EXO_TEST_HIP
+  out.push_back({"hip", [](gpu_options o) { return make_hip_backend(o); }});
+#endif
+  return out;
+}
+
+/// Small staging buffers, so that modest transfers take several chunks.
+constexpr std::size_t small_staging = std::size_t{1} << 20;
+
+/// Calls f(backend) for every GPU backend that has a device; WARNs for the
+/// others.
+void for_each_gpu(gpu_options opts,
+                  const std::function<void(const char*, backend&)>& f) {
+  bool any = false;
+  for (auto& c : candidates()) {
+    auto be = c.make(opts);
+    auto st = be->initialize();
+    if (!st.ok()) {
+      WARN("skipped " << c.name << ": " << st.err().message);
+      continue;
+    }
+    any = true;
+    f(c.name, *be);
+    be->shutdown();
+  }
+  if (!any)
+    WARN("no CUDA or HIP device: the GPU conformance checks did not run");
+}
+
+void for_each_gpu(const std::function<void(const char*, backend&)>& f) {
+  gpu_options opts;
+  opts.staging_bytes = small_staging;
+  for_each_gpu(opts, f);
+}
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng{seed};
+  std::uniform_real_distribution<float> d{-1.0f, 1.0f};
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = d(rng);
+  return v;
+}
+
+std::unique_ptr<buffer> alloc(device& dev, std::size_t n) {
+  auto r = dev.allocate(n);
+  REQUIRE(r.ok());
+  return std::move(*r);
+}
+
+void require_close(const std::vector<float>& got,
+                   const std::vector<float>& want, double rel) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    REQUIRE(std::fabs(got[i] - want[i])
+            <= rel * std::max(1.0, std::fabs(double{want[i]})));
+  }
+}
+
+} // namespace
+
+TEST_CASE("GPU devices report their properties from the runtime") {
+  for_each_gpu([](const char* name, backend& be) {
+    for (std::size_t i = 0; i < be.device_count(); ++i) {
+      auto& p = be.device_at(i)->properties();
+      INFO(name << " device " << i << ": " << p.name);
+      CHECK_FALSE(p.name.empty());
+      CHECK_FALSE(p.architecture.empty());
+      CHECK(p.total_memory > 0);
+      CHECK(p.compute_units > 0);
+      CHECK(gpu::normalize_pci_bus_id(p.pci_bus_id) == p.pci_bus_id);
+      CHECK(p.id.rfind(std::string{name} + ":", 0) == 0);
+      CHECK_FALSE(p.simulated);
+      CHECK(p.has(cap_async));
+    }
+  });
+}
+
+TEST_CASE("GPU transfers larger than the staging buffers keep every byte") {
+  for_each_gpu([](const char*, backend& be) {
+    auto& dev = *be.device_at(0);
+    std::size_t n = 3 * small_staging + 12345;
+    std::mt19937 rng{1};
+    std::vector<unsigned char> src(n);
+    for (auto& b : src)
+      b = static_cast<unsigned char>(rng());
+    auto buf = alloc(dev, n + 7);
+    REQUIRE(dev.write(*buf, 7, src.data(), n).ok());
+    std::vector<unsigned char> back(n);
+    REQUIRE(dev.read(*buf, 7, back.data(), n).ok());
+    CHECK(back == src);
+    // The host source may be reused as soon as write returns.
+    auto copy = src;
+    REQUIRE(dev.write(*buf, 0, src.data(), n).ok());
+    std::fill(src.begin(), src.end(), 0);
+    REQUIRE(dev.read(*buf, 0, back.data(), n).ok());
+    CHECK(back == copy);
+  });
+}
+
+TEST_CASE("GPU copies within a buffer behave like memmove") {
+  for_each_gpu([](const char*, backend& be) {
+    auto& dev = *be.device_at(0);
+    std::vector<unsigned char> v(1000);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<unsigned char>(i);
+    auto buf = alloc(dev, v.size());
+    REQUIRE(dev.write(*buf, 0, v.data(), v.size()).ok());
+    REQUIRE(dev.copy(*buf, 0, *buf, 100, 800).ok());
+    std::vector<unsigned char> back(v.size());
+    REQUIRE(dev.read(*buf, 0, back.data(), back.size()).ok());
+    auto want = v;
+    std::memmove(want.data() + 100, v.data(), 800);
+    CHECK(back == want);
+  });
+}
+
+TEST_CASE("GPU element-wise kernels match the host") {
+  for_each_gpu([](const char*, backend& be) {
+    auto& dev = *be.device_at(0);
+    for (std::size_t n : {1u, 255u, 100003u}) {
+      auto a = random_floats(n, 2);
+      auto b = random_floats(n, 3);
+      auto ba = alloc(dev, n * 4);
+      auto bb = alloc(dev, n * 4);
+      auto bc = alloc(dev, n * 4);
+      REQUIRE(dev.write(*ba, 0, a.data(), n * 4).ok());
+      REQUIRE(dev.write(*bb, 0, b.data(), n * 4).ok());
+      for (auto op : {binary_op::add, binary_op::mul}) {
+        REQUIRE(dev.elementwise(op, {ba.get(), 0}, {bb.get(), 0},
+                                {bc.get(), 0}, n)
+                  .ok());
+        std::vector<float> got(n), want(n);
+        REQUIRE(dev.read(*bc, 0, got.data(), n * 4).ok());
+        host::elementwise(op, a.data(), b.data(), want.data(), n);
+        CHECK(got == want);
+      }
+    }
+  });
+}
+
+TEST_CASE("GPU matrix products match the double-precision reference, "
+          "vendor BLAS and tiled kernel alike") {
+  for (bool tiled : {false, true}) {
+    gpu_options opts;
+    opts.tiled_matmul = tiled;
+    for_each_gpu(opts, [tiled](const char*, backend& be) {
+      auto& dev = *be.device_at(0);
+      using dims = matmul_dims;
+      for (auto d : {dims{1, 1, 1, false}, dims{1, 300, 129, true},
+                     dims{33, 47, 65, false}, dims{64, 64, 64, true},
+                     dims{257, 130, 70, false}}) {
+        INFO("tiled " << tiled << " " << d.m << "x" << d.n << "x" << d.k
+                      << " transpose_b " << d.transpose_b);
+        auto a = random_floats(d.m * d.k, 4);
+        auto b = random_floats(d.k * d.n, 5);
+        auto ba = alloc(dev, a.size() * 4);
+        auto bb = alloc(dev, b.size() * 4);
+        auto bc = alloc(dev, d.m * d.n * 4);
+        REQUIRE(dev.write(*ba, 0, a.data(), a.size() * 4).ok());
+        REQUIRE(dev.write(*bb, 0, b.data(), b.size() * 4).ok());
+        REQUIRE(dev.matmul({ba.get(), 0}, {bb.get(), 0}, {bc.get(), 0}, d)
+                  .ok());
+        std::vector<float> got(d.m * d.n), want(d.m * d.n);
+        REQUIRE(dev.read(*bc, 0, got.data(), got.size() * 4).ok());
+        host::matmul_reference(a.data(), b.data(), want.data(), d);
+        require_close(got, want, 1e-4);
+      }
+    });
+  }
+}
+
+TEST_CASE("GPU events complete in queue order and belong to their device") {
+  for_each_gpu([](const char*, backend& be) {
+    auto& dev = *be.device_at(0);
+    std::size_t n = 1 << 20;
+    auto a = random_floats(n, 6);
+    auto ba = alloc(dev, n * 4);
+    auto bc = alloc(dev, n * 4);
+    REQUIRE(dev.write(*ba, 0, a.data(), n * 4).ok());
+    std::vector<event> events;
+    for (int i = 0; i < 20; ++i) {
+      REQUIRE(dev.elementwise(binary_op::add, {ba.get(), 0}, {ba.get(), 0},
+                              {bc.get(), 0}, n)
+                .ok());
+      auto e = dev.record();
+      REQUIRE(e.ok());
+      events.push_back(*e);
+    }
+    REQUIRE(dev.wait(events.back()).ok());
+    for (auto& e : events) {
+      auto done = dev.completed(e);
+      REQUIRE(done.ok());
+      CHECK(*done);
+    }
+    event future{dev.uid(), events.back().sequence + 1};
+    CHECK(dev.wait(future).err().code == errc::invalid_argument);
+    event foreign{dev.uid() + 1000, 1};
+    CHECK(dev.wait(foreign).err().code == errc::wrong_device);
+  });
+}
+
+TEST_CASE("GPU allocations beyond the device are out-of-memory values") {
+  for_each_gpu([](const char*, backend& be) {
+    auto& dev = *be.device_at(0);
+    auto r = dev.allocate(dev.properties().total_memory + 1);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.err().code == errc::out_of_memory);
+    CHECK(dev.allocate(0).err().code == errc::invalid_argument);
+    auto before = dev.memory().used_by_exo;
+    {
+      auto b = alloc(dev, 1 << 20);
+      CHECK(dev.memory().used_by_exo == before + (1 << 20));
+    }
+    CHECK(dev.memory().used_by_exo == before);
+  });
+}
+
+TEST_CASE("GPU peer copies move the bytes between every pair of devices") {
+  for_each_gpu([](const char* name, backend& be) {
+    if (be.device_count() < 2) {
+      WARN(name << ": one device, no peer copies to check");
+      return;
+    }
+    std::size_t n = 3 * small_staging + 1;
+    std::vector<unsigned char> src(n);
+    for (std::size_t i = 0; i < n; ++i)
+      src[i] = static_cast<unsigned char>(i * 7);
+    for (std::size_t i = 0; i < be.device_count(); ++i)
+      for (std::size_t j = 0; j < be.device_count(); ++j) {
+        if (i == j)
+          continue;
+        auto& a = *be.device_at(i);
+        auto& b = *be.device_at(j);
+        auto ba = alloc(a, n);
+        auto bb = alloc(b, n);
+        REQUIRE(a.write(*ba, 0, src.data(), n).ok());
+        REQUIRE(copy_between(a, *ba, 0, b, *bb, 0, n).ok());
+        std::vector<unsigned char> back(n);
+        REQUIRE(b.read(*bb, 0, back.data(), n).ok());
+        CHECK(back == src);
+      }
+  });
+}
+
+TEST_CASE("GPU telemetry reports memory and only readings it can make") {
+  for_each_gpu([](const char*, backend& be) {
+    auto& dev = *be.device_at(0);
+    auto t = dev.read_telemetry();
+    CHECK(t.memory.total > 0);
+    CHECK(t.memory.free <= t.memory.total);
+    auto& p = dev.properties();
+    CHECK(t.temperature_c.has_value() == p.has(cap_temperature));
+    if (t.temperature_c)
+      CHECK((*t.temperature_c > 0 && *t.temperature_c < 150));
+    if (t.power_w)
+      CHECK(*t.power_w >= 0);
+  });
+}
