@@ -12,6 +12,7 @@
 #include <caf/fwd.hpp>
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 namespace exo::device {
@@ -25,6 +26,9 @@ struct device_actor_config {
   /// Set when discovery could not verify the device: every operation but
   /// info/inspect is refused with this reason.
   std::string failed_reason;
+  /// Kept alive as long as the actor: whatever owns the device (a backend
+  /// registry), so the device outlives every call the actor makes.
+  std::shared_ptr<void> keepalive;
 };
 
 /// Spawns the actor for `dev`, which must outlive it.

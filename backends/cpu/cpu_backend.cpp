@@ -19,7 +19,7 @@ public:
     props_.name = id.model_name;
     props_.vendor = id.vendor;
     props_.architecture = id.architecture;
-    props_.driver_version = std::string{"OpenBLAS "} + openblas_get_config();
+    props_.driver_version = openblas_get_config();
     props_.total_memory = opts.memory_limit != 0 ? opts.memory_limit
                                                  : host_info::total_memory();
     props_.max_allocation = props_.total_memory;

@@ -1,0 +1,93 @@
+#pragma once
+
+/// The settings of one exo-node, read from a JSON file with simdjson.
+///
+/// Every option has a default, so a node without a config file runs a single
+/// local node. Unknown keys, wrong types and out-of-range values are errors
+/// that name the key path ("network.port: must be an integer in [0, 65535]").
+/// config/README.md documents every key.
+
+#include "backends/factory.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace exo::config {
+
+/// A config that cannot be used; what() names the key path and the problem.
+class config_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct peer_address {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+struct node_section {
+  std::string name;      ///< default: the host name
+  std::string state_dir; ///< default: $XDG_STATE_HOME/exo or ~/.local/state/exo
+};
+
+struct network_section {
+  std::string listen = "127.0.0.1";
+  std::uint16_t port = 7700; ///< 0 picks a free port
+  std::vector<peer_address> seeds;
+  std::chrono::milliseconds heartbeat{250};
+  std::chrono::milliseconds failure_timeout{1500};
+  std::chrono::milliseconds connect_timeout{2000};
+};
+
+struct tls_section {
+  std::string certificate;
+  std::string key;
+  std::string passphrase_file;
+  std::string ca;
+
+  /// True when no TLS file is named (the node then bootstraps its own).
+  bool unset() const {
+    return certificate.empty() && key.empty() && ca.empty()
+           && passphrase_file.empty();
+  }
+};
+
+struct devices_section {
+  std::vector<std::string> include;
+  std::vector<std::string> exclude;
+  std::uint64_t cpu_memory_limit = 0; ///< bytes; 0: what the host has
+  std::vector<backend::sim_device_spec> simulated;
+  std::string sim_profiles_file;      ///< extra profiles (JSON)
+  double sim_time_scale = 0;
+  std::chrono::seconds rescan_interval{30}; ///< 0 disables periodic rescans
+  std::chrono::milliseconds telemetry_interval{1000};
+};
+
+struct node_config {
+  node_section node;
+  network_section network;
+  tls_section tls;
+  devices_section devices;
+  std::string log_level = "info";
+  std::string source = "<defaults>"; ///< where the settings came from
+
+  /// The factory options these settings ask for.
+  backend::factory_options factory_options() const;
+};
+
+/// The defaults: a single local node.
+node_config defaults();
+
+/// Parses a JSON document. Throws config_error.
+node_config parse(const std::string& json, const std::string& source);
+
+/// Reads and parses a file. Throws config_error (also for a missing file).
+node_config load(const std::string& path);
+
+/// "host:port" -> peer_address. Throws config_error naming `path`.
+peer_address parse_peer(const std::string& text, const std::string& path);
+
+} // namespace exo::config

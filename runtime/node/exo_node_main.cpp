@@ -1,0 +1,185 @@
+// exo-node: one node of an exo cluster.
+//
+//   exo-node [--config FILE]          run until SIGINT/SIGTERM
+//   exo-node --check-config FILE      validate a config (exit 0, or 2)
+//   exo-node --devices [--json] [--config FILE]
+//                                     discover, verify, print, exit
+//   exo-node plan --problem FILE ...  place a model on devices (no cluster)
+//   exo-node audit verify FILE...     verify audit logs
+//   exo-node --version | --help
+
+#include "actors/audit/audit_command.hpp"
+#include "actors/placement/plan_command.hpp"
+#include "messages/atoms.hpp"
+#include "runtime/node/runtime.hpp"
+
+#include <caf/all.hpp>
+
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <pthread.h>
+
+#ifndef EXO_VERSION
+#  define EXO_VERSION "0.0.0"
+#endif
+
+namespace {
+
+constexpr const char* usage = R"(usage: exo-node [OPTIONS]
+       exo-node plan --problem FILE.json [--objective latency|throughput|blend]
+                     [--time-limit MS] [--json] [--solver exact|gecode|both|baseline]
+       exo-node audit verify FILE... | audit query --dir D [...]
+
+Runs one node of an exo cluster until SIGINT or SIGTERM.
+
+Options:
+  --config FILE         node settings (JSON; see config/README.md). Without it
+                        every setting has its default: a single local node.
+  --check-config FILE   validate FILE and exit (0 valid, 2 invalid)
+  --devices             discover and verify every device, print them, exit
+  --json                with --devices: print JSON
+  --state-dir DIR       override node.state_dir
+  --name NAME           override node.name
+  --version             print the version and exit
+  --help                print this text and exit
+
+Environment:
+  EXO_BACKENDS          comma-separated backends to use (cuda,hip,vulkan,cpu,sim)
+)";
+
+[[noreturn]] void die(int code, const std::string& msg) {
+  std::cerr << "exo-node: " << msg << "\n";
+  std::exit(code);
+}
+
+struct options {
+  std::string config_file;
+  std::string check_file;
+  std::string state_dir;
+  std::string name;
+  bool devices = false;
+  bool json = false;
+};
+
+options parse_args(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* what) -> std::string {
+      if (i + 1 >= argc)
+        die(2, std::string{a} + " needs " + what + " (see --help)");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::cout << usage;
+      std::exit(0);
+    } else if (a == "--version") {
+      std::cout << "exo-node " << EXO_VERSION << "\n";
+      std::exit(0);
+    } else if (a == "--config") {
+      o.config_file = value("a file");
+    } else if (a.rfind("--config=", 0) == 0) {
+      o.config_file = a.substr(9);
+    } else if (a == "--check-config") {
+      o.check_file = value("a file");
+    } else if (a == "--devices") {
+      o.devices = true;
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "--state-dir") {
+      o.state_dir = value("a directory");
+    } else if (a == "--name") {
+      o.name = value("a name");
+    } else {
+      die(2, "unknown argument \"" + a + "\" (see --help)");
+    }
+  }
+  if (o.json && !o.devices)
+    die(2, "--json goes with --devices");
+  return o;
+}
+
+exo::config::node_config load_config(const options& o) {
+  try {
+    auto cfg = o.config_file.empty() ? exo::config::defaults()
+                                     : exo::config::load(o.config_file);
+    if (!o.state_dir.empty())
+      cfg.node.state_dir = o.state_dir;
+    if (!o.name.empty()) {
+      auto doc = "{\"node\": {\"name\": \"" + o.name + "\"}}";
+      cfg.node.name = exo::config::parse(doc, "--name").node.name;
+    }
+    return cfg;
+  } catch (const exo::config::config_error& e) {
+    die(2, std::string{"invalid config: "} + e.what());
+  }
+}
+
+int run_node(const options& o) {
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  auto cfg = load_config(o);
+  // Block the signals before any thread starts, so every thread inherits
+  // the mask and the main thread alone receives them in sigwait.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  exo::runtime rt{cfg};
+  try {
+    rt.start();
+  } catch (const exo::startup_error& e) {
+    die(1, e.what());
+  }
+  auto ready_ms
+    = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  std::cout << "exo-node " << cfg.node.name << " (config: " << cfg.source
+            << ", state: " << cfg.node.state_dir << ")\n"
+            << exo::discovery::format_table(rt.discovery());
+  std::cout << "exo-node " << cfg.node.name << " ready in " << std::fixed
+            << std::setprecision(1) << ready_ms << " ms" << std::endl;
+  int sig = 0;
+  sigwait(&set, &sig);
+  std::cout << "exo-node " << cfg.node.name << ": "
+            << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ", shutting down"
+            << std::endl;
+  rt.stop();
+  std::cout << "exo-node " << cfg.node.name << " stopped" << std::endl;
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "plan") == 0)
+    return exo::placement::run_plan_command(argc - 1, argv + 1, std::cout,
+                                            std::cerr);
+  if (argc >= 2 && std::strcmp(argv[1], "audit") == 0)
+    return exo::audit::run_audit_command(argc - 1, argv + 1, std::cout,
+                                         std::cerr);
+  auto o = parse_args(argc, argv);
+  if (!o.check_file.empty()) {
+    try {
+      auto cfg = exo::config::load(o.check_file);
+      std::cout << o.check_file << ": valid (node " << cfg.node.name << ")\n";
+      return 0;
+    } catch (const exo::config::config_error& e) {
+      std::cerr << "exo-node: invalid config: " << e.what() << "\n";
+      return 2;
+    }
+  }
+  if (o.devices) {
+    auto cfg = load_config(o);
+    try {
+      auto r = exo::discover_devices(cfg);
+      std::cout << (o.json ? exo::discovery::format_json(r)
+                           : exo::discovery::format_table(r));
+      return 0;
+    } catch (const exo::startup_error& e) {
+      die(1, e.what());
+    }
+  }
+  return run_node(o);
+}

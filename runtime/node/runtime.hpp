@@ -1,0 +1,69 @@
+#pragma once
+
+/// The embedding API: one exo node inside a process, either with an actor
+/// system of its own (what exo-node does) or inside the actor system of
+/// another CAF application (which must call exo::register_messages on its
+/// config first).
+///
+///   exo::config::node_config cfg = exo::config::load("node.json");
+///   exo::runtime rt{cfg};
+///   rt.start();                       // discovery, device actors, node
+///   caf::actor node = rt.node();      // ask it: devices_atom, inspect_atom
+///   rt.stop();                        // actors stopped, registry saved
+
+#include "runtime/config/node_config.hpp"
+#include "runtime/discovery/discovery.hpp"
+
+#include <caf/fwd.hpp>
+#include <caf/actor.hpp>
+
+#include <memory>
+#include <stdexcept>
+
+namespace exo {
+
+/// A node that could not start; what() says why.
+class startup_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+class runtime {
+public:
+  /// A runtime with an actor system of its own.
+  explicit runtime(config::node_config cfg);
+
+  /// A runtime inside an existing actor system (embedding).
+  runtime(caf::actor_system& sys, config::node_config cfg);
+
+  ~runtime();
+
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+
+  /// Creates the state directory, discovers and verifies devices, and
+  /// spawns the directory, node and device actors. Throws startup_error.
+  void start();
+
+  /// Stops every actor of this node and saves the device registry.
+  void stop();
+
+  caf::actor_system& system();
+  caf::actor node() const;
+  caf::actor directory() const;
+  const config::node_config& config() const noexcept;
+  const discovery::discovery_result& discovery() const noexcept;
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+/// Builds the actor system config every exo process uses: exo's messages,
+/// the io and openssl modules.
+std::unique_ptr<caf::actor_system_config> make_system_config();
+
+/// Runs discovery without any actor: for `exo-node --devices`.
+discovery::discovery_result discover_devices(const config::node_config& cfg);
+
+} // namespace exo

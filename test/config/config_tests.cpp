@@ -1,0 +1,155 @@
+// Node config files: defaults, every key, and a table of bad files each with
+// the message it must give.
+
+#include "runtime/config/node_config.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+using namespace exo::config;
+
+TEST_CASE("an empty config gives a single local node with every default") {
+  auto cfg = parse("{}", "test");
+  CHECK_FALSE(cfg.node.name.empty());
+  CHECK_FALSE(cfg.node.state_dir.empty());
+  CHECK(cfg.network.listen == "127.0.0.1");
+  CHECK(cfg.network.port == 7700);
+  CHECK(cfg.network.seeds.empty());
+  CHECK(cfg.tls.unset());
+  CHECK(cfg.devices.include.empty());
+  CHECK(cfg.devices.simulated.empty());
+  CHECK(cfg.log_level == "info");
+}
+
+TEST_CASE("every documented key is read") {
+  auto cfg = parse(R"({
+    "node": {"name": "gpu-box-1", "state_dir": "/var/lib/exo"},
+    "network": {"listen": "0.0.0.0", "port": 0,
+                "seeds": ["10.0.0.2:7700", "[::1]:7701"],
+                "heartbeat_ms": 100, "failure_timeout_ms": 900,
+                "connect_timeout_ms": 1500},
+    "tls": {"certificate": "n.crt", "key": "n.key", "ca": "ca.crt",
+            "passphrase_file": "pw"},
+    "devices": {"include": ["vulkan", "cpu", "sim"], "exclude": ["cuda"],
+                "cpu_memory_limit_mib": 2048,
+                "simulated": [{"profile": "a100-40g", "id": "sim:big"},
+                              {"profile": "adreno-740", "count": 2}],
+                "sim_time_scale": 0.5, "rescan_interval_s": 0,
+                "telemetry_interval_ms": 250},
+    "log": {"level": "debug"}
+  })",
+                   "test");
+  CHECK(cfg.node.name == "gpu-box-1");
+  CHECK(cfg.node.state_dir == "/var/lib/exo");
+  CHECK(cfg.network.listen == "0.0.0.0");
+  CHECK(cfg.network.port == 0);
+  REQUIRE(cfg.network.seeds.size() == 2);
+  CHECK(cfg.network.seeds[0].host == "10.0.0.2");
+  CHECK(cfg.network.seeds[0].port == 7700);
+  CHECK(cfg.network.seeds[1].host == "::1");
+  CHECK(cfg.network.heartbeat.count() == 100);
+  CHECK(cfg.network.failure_timeout.count() == 900);
+  CHECK(cfg.tls.certificate == "n.crt");
+  CHECK(cfg.tls.passphrase_file == "pw");
+  CHECK(cfg.devices.include.size() == 3);
+  CHECK(cfg.devices.exclude == std::vector<std::string>{"cuda"});
+  CHECK(cfg.devices.cpu_memory_limit == 2048ull << 20);
+  REQUIRE(cfg.devices.simulated.size() == 3);
+  CHECK(cfg.devices.simulated[0].id == "sim:big");
+  CHECK(cfg.devices.simulated[2].profile == "adreno-740");
+  CHECK(cfg.devices.sim_time_scale == 0.5);
+  CHECK(cfg.devices.rescan_interval.count() == 0);
+  CHECK(cfg.log_level == "debug");
+  auto f = cfg.factory_options();
+  CHECK(f.cpu.memory_limit == 2048ull << 20);
+  CHECK(f.sim.devices.size() == 3);
+}
+
+TEST_CASE("bad config files are refused with a message naming the key") {
+  struct row {
+    const char* json;
+    const char* message;
+  };
+  std::vector<row> table{
+    {"{", "test: not valid JSON"},
+    {"[]", "<document>: must be an object"},
+    {R"({"nodes": {}})", "nodes: unknown key"},
+    {R"({"node": 3})", "node: must be an object"},
+    {R"({"node": {"name": 3}})", "node.name: must be a string"},
+    {R"({"node": {"name": ""}})", "node.name: must not be empty"},
+    {R"({"node": {"name": "a b"}})", "node.name: may contain only"},
+    {R"({"node": {"colour": "red"}})", "node.colour: unknown key"},
+    {R"({"network": {"port": 99999}})",
+     "network.port: must be an integer in [0, 65535], got 99999"},
+    {R"({"network": {"port": -1}})", "network.port: must be an integer"},
+    {R"({"network": {"port": "7700"}})", "network.port: must be an integer"},
+    {R"({"network": {"port": 1.5}})", "network.port: must be an integer"},
+    {R"({"network": {"seeds": "a:1"}})",
+     "network.seeds: must be an array of strings"},
+    {R"({"network": {"seeds": ["nohost"]}})",
+     "network.seeds[0]: must be \"host:port\""},
+    {R"({"network": {"seeds": ["h:1", "h:0"]}})",
+     "network.seeds[1]: port must be an integer in [1, 65535]"},
+    {R"({"network": {"heartbeat_ms": 5}})",
+     "network.heartbeat_ms: must be an integer in [10, 60000]"},
+    {R"({"network": {"heartbeat_ms": 500, "failure_timeout_ms": 400}})",
+     "network.failure_timeout_ms: must be larger than heartbeat_ms"},
+    {R"({"tls": {"certificate": "a.crt"}})",
+     "tls: certificate, key and ca must be given together"},
+    {R"({"devices": {"include": ["metal"]}})",
+     "devices.include[0]: unknown backend \"metal\""},
+    {R"({"devices": {"exclude": [1]}})",
+     "devices.exclude[0]: must be a string"},
+    {R"({"devices": {"simulated": [{"profile": "h9000"}]}})",
+     "devices.simulated[0].profile: unknown profile \"h9000\""},
+    {R"({"devices": {"simulated": [{"count": 2}]}})",
+     "devices.simulated[0].profile: required"},
+    {R"({"devices": {"simulated": [{"profile": "m2-max", "count": 0}]}})",
+     "devices.simulated[0].count: must be an integer in [1, 64]"},
+    {R"({"devices": {"simulated": [{"profile": "m2-max", "speed": 2}]}})",
+     "devices.simulated[0].speed: unknown key"},
+    {R"({"devices": {"sim_time_scale": -1}})",
+     "devices.sim_time_scale: must be a number in"},
+    {R"({"devices": {"sim_profiles_file": "/nonexistent/p.json"}})",
+     "devices.sim_profiles_file: cannot read"},
+    {R"({"log": {"level": "loud"}})",
+     "log.level: must be one of error, warning, info, debug"},
+  };
+  for (auto& r : table) {
+    INFO(r.json);
+    try {
+      parse(r.json, "test");
+      FAIL("accepted");
+    } catch (const config_error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(r.message));
+    }
+  }
+}
+
+TEST_CASE("a missing config file is an error that names it") {
+  try {
+    load("/nonexistent/exo.json");
+    FAIL("accepted");
+  } catch (const config_error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("/nonexistent/exo.json"));
+  }
+}
+
+TEST_CASE("a profile file extends the simulated profiles") {
+  auto path = std::string{"/tmp/exo-config-test-profiles.json"};
+  {
+    std::ofstream out{path};
+    out << R"({"profiles": [{"name": "tiny", "memory_gib": 1, "tflops": 1,
+      "bandwidth_gbs": 10, "peak_power_w": 5, "thermal_resistance_c_per_w": 2,
+      "thermal_capacitance_j_per_c": 3}]})";
+  }
+  auto cfg = parse(R"({"devices": {"sim_profiles_file": ")" + path
+                     + R"(", "simulated": [{"profile": "tiny"}]}})",
+                   "test");
+  auto f = cfg.factory_options();
+  CHECK(std::any_of(f.sim.profiles.begin(), f.sim.profiles.end(),
+                    [](auto& p) { return p.name == "tiny"; }));
+  std::remove(path.c_str());
+}
