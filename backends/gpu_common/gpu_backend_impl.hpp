@@ -580,8 +580,8 @@ private:
     if (cudaDriverGetVersion(&version) == cudaSuccess)
       props_.driver_version = P::driver_version(version);
     (void)cudaGetLastError();
-    P::describe(ordinal_, prop, props_);
     props_.capabilities |= cap_async | cap_matmul | cap_elementwise;
+    P::describe(ordinal_, prop, props_); // may clear the kernel flags
     if (props_.id.empty()) {
       props_.id = std::string{P::id_prefix} + ":";
       props_.id += !props_.pci_bus_id.empty() ? props_.pci_bus_id
