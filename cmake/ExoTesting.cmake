@@ -19,6 +19,6 @@ function(exo_add_test)
   catch_discover_tests(${T_NAME}
     TEST_PREFIX "${T_NAME}: "
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-               ENVIRONMENT "XDG_RUNTIME_DIR=/tmp;EXO_TEST_BUILD_DIR=${CMAKE_BINARY_DIR}"
+               ENVIRONMENT XDG_RUNTIME_DIR=/tmp
     DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -18,7 +18,7 @@
 #include <csignal>
 #include <cstring>
 #include <iostream>
-#include <pthread.h>
+#include <unistd.h>
 
 #ifndef EXO_VERSION
 #  define EXO_VERSION "0.0.0"
@@ -47,6 +47,33 @@ Options:
 Environment:
   EXO_BACKENDS          comma-separated backends to use (cuda,hip,vulkan,cpu,sim)
 )";
+
+/// Signals arrive on a pipe: a handler may run on any thread (OpenBLAS
+/// starts threads before main, so masking in main alone is not enough).
+int signal_pipe[2] = {-1, -1};
+
+extern "C" void on_signal(int sig) {
+  unsigned char b = static_cast<unsigned char>(sig);
+  auto n = ::write(signal_pipe[1], &b, 1);
+  (void) n;
+}
+
+int wait_for_signal() {
+  unsigned char b = 0;
+  while (::read(signal_pipe[0], &b, 1) != 1) {
+  }
+  return b;
+}
+
+void install_signal_handlers() {
+  if (::pipe(signal_pipe) != 0)
+    return;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
 
 [[noreturn]] void die(int code, const std::string& msg) {
   std::cerr << "exo-node: " << msg << "\n";
@@ -120,13 +147,7 @@ int run_node(const options& o) {
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   auto cfg = load_config(o);
-  // Block the signals before any thread starts, so every thread inherits
-  // the mask and the main thread alone receives them in sigwait.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  install_signal_handlers();
   exo::runtime rt{cfg};
   try {
     rt.start();
@@ -140,8 +161,7 @@ int run_node(const options& o) {
             << exo::discovery::format_table(rt.discovery());
   std::cout << "exo-node " << cfg.node.name << " ready in " << std::fixed
             << std::setprecision(1) << ready_ms << " ms" << std::endl;
-  int sig = 0;
-  sigwait(&set, &sig);
+  int sig = wait_for_signal();
   std::cout << "exo-node " << cfg.node.name << ": "
             << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ", shutting down"
             << std::endl;

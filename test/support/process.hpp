@@ -1,0 +1,78 @@
+#pragma once
+
+/// Test support: run a program as a child process, capture its output, wait
+/// with a deadline, send it signals. Used by the tests that run real
+/// exo-node processes on 127.0.0.1.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace exo::test {
+
+/// The path of a program built in this build tree ("runtime/node/exo-node").
+std::string build_path(const std::string& relative);
+
+/// A fresh, empty temporary directory (removed by the caller or left in /tmp).
+std::string temp_dir(const std::string& prefix);
+
+/// Writes `text` to `path`.
+void write_file(const std::string& path, const std::string& text);
+std::string read_file(const std::string& path);
+
+class process {
+public:
+  /// Starts `argv[0]` with the given arguments; stdout and stderr are
+  /// captured (stderr into its own buffer).
+  explicit process(std::vector<std::string> argv,
+                   std::vector<std::string> env = {});
+  ~process(); ///< kills the child with SIGKILL if still running
+
+  process(const process&) = delete;
+  process& operator=(const process&) = delete;
+
+  pid_t pid() const noexcept {
+    return pid_;
+  }
+
+  /// Sends a signal.
+  void signal(int sig);
+
+  /// Waits for the exit; returns the exit code, 128 + signal when killed by
+  /// one, or -1 on timeout (the child keeps running).
+  int wait(std::chrono::milliseconds timeout);
+
+  /// Reads what is available; waits up to `timeout` for `needle` to show up
+  /// in stdout. Returns whether it did.
+  bool wait_for_output(const std::string& needle,
+                       std::chrono::milliseconds timeout);
+
+  const std::string& out();
+  const std::string& err();
+  bool running();
+
+private:
+  void pump(int timeout_ms);
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  int status_ = -1;
+  bool exited_ = false;
+  std::string out_;
+  std::string err_;
+};
+
+/// Runs a program to completion (deadline `timeout`), returning
+/// {exit code, stdout, stderr}.
+struct run_result {
+  int code;
+  std::string out;
+  std::string err;
+};
+run_result run(std::vector<std::string> argv,
+               std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+} // namespace exo::test
