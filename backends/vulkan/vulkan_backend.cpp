@@ -17,17 +17,12 @@ namespace {
 /// One VkInstance (API 1.2, no layers) and a device per usable physical
 /// device.
 class vulkan_backend final : public backend {
-public:
-  explicit vulkan_backend(vulkan_options opts) : opts_(opts) {
-  }
+ public:
+  explicit vulkan_backend(vulkan_options opts) : opts_(opts) {}
 
-  ~vulkan_backend() override {
-    shutdown();
-  }
+  ~vulkan_backend() override { shutdown(); }
 
-  backend_kind kind() const override {
-    return backend_kind::vulkan;
-  }
+  backend_kind kind() const override { return backend_kind::vulkan; }
 
   status initialize() override {
     if (instance_ != VK_NULL_HANDLE)
@@ -37,10 +32,10 @@ public:
       return vk::to_error(r, "Vulkan loader: vkEnumerateInstanceVersion");
     if (version < VK_API_VERSION_1_2)
       return fail(errc::unsupported,
-                  "Vulkan loader: instance version "
-                    + std::to_string(VK_API_VERSION_MAJOR(version)) + "."
-                    + std::to_string(VK_API_VERSION_MINOR(version))
-                    + " is older than 1.2");
+                  "Vulkan loader: instance version " +
+                      std::to_string(VK_API_VERSION_MAJOR(version)) + "." +
+                      std::to_string(VK_API_VERSION_MINOR(version)) +
+                      " is older than 1.2");
     std::uint32_t next = 0;
     vkEnumerateInstanceExtensionProperties(nullptr, &next, nullptr);
     std::vector<VkExtensionProperties> exts(next);
@@ -50,8 +45,7 @@ public:
     ici.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
     for (auto& e : exts)
       if (std::strcmp(e.extensionName,
-                      VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME)
-          == 0) {
+                      VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME) == 0) {
         // Lists devices of portability drivers (MoltenVK) too.
         enabled.push_back(VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME);
         ici.flags |= VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR;
@@ -66,8 +60,7 @@ public:
     ici.pApplicationInfo = &app;
     ici.enabledExtensionCount = static_cast<std::uint32_t>(enabled.size());
     ici.ppEnabledExtensionNames = enabled.data();
-    if (auto r = vkCreateInstance(&ici, nullptr, &instance_);
-        r != VK_SUCCESS) {
+    if (auto r = vkCreateInstance(&ici, nullptr, &instance_); r != VK_SUCCESS) {
       instance_ = VK_NULL_HANDLE;
       auto err = vk::to_error(r, "Vulkan loader: vkCreateInstance");
       if (r == VK_ERROR_INCOMPATIBLE_DRIVER)
@@ -113,15 +106,13 @@ public:
     instance_ = VK_NULL_HANDLE;
   }
 
-  std::size_t device_count() const override {
-    return devices_.size();
-  }
+  std::size_t device_count() const override { return devices_.size(); }
 
   device* device_at(std::size_t index) override {
     return index < devices_.size() ? devices_[index].get() : nullptr;
   }
 
-private:
+ private:
   vulkan_options opts_;
   VkInstance instance_ = VK_NULL_HANDLE;
   std::vector<std::unique_ptr<device>> devices_;

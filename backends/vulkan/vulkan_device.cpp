@@ -48,8 +48,7 @@ struct elementwise_push {
 
 /// Push constants of matmul.comp and matvec.comp.
 struct matmul_push {
-  std::uint32_t a_off, b_off, c_off, m, n, k, transpose_b, row_tile0,
-    col_tile0;
+  std::uint32_t a_off, b_off, c_off, m, n, k, transpose_b, row_tile0, col_tile0;
 };
 
 std::string hex(const std::uint8_t* bytes, std::size_t n) {
@@ -63,9 +62,9 @@ std::string hex(const std::uint8_t* bytes, std::size_t n) {
 }
 
 std::string version_string(std::uint32_t v) {
-  return std::to_string(VK_API_VERSION_MAJOR(v)) + "."
-         + std::to_string(VK_API_VERSION_MINOR(v)) + "."
-         + std::to_string(VK_API_VERSION_PATCH(v));
+  return std::to_string(VK_API_VERSION_MAJOR(v)) + "." +
+         std::to_string(VK_API_VERSION_MINOR(v)) + "." +
+         std::to_string(VK_API_VERSION_PATCH(v));
 }
 
 bool aligned4(std::size_t x) {
@@ -75,18 +74,15 @@ bool aligned4(std::size_t x) {
 } // namespace
 
 class vulkan_device final : public device {
-public:
+ public:
   vulkan_device(VkPhysicalDevice physical, const vulkan_options& opts)
-    : phys_(physical), opts_(opts) {
-  }
+      : phys_(physical), opts_(opts) {}
 
   ~vulkan_device() override;
 
   status init(const std::vector<std::string>& taken_ids);
 
-  const device_properties& properties() const override {
-    return props_;
-  }
+  const device_properties& properties() const override { return props_; }
 
   result<std::unique_ptr<buffer>> allocate(std::size_t bytes) override;
   memory_info memory() override;
@@ -115,7 +111,7 @@ public:
     return t;
   }
 
-private:
+ private:
   /// A VkBuffer with its own VkDeviceMemory, mapped when host-visible.
   struct allocation {
     VkBuffer buf = VK_NULL_HANDLE;
@@ -177,11 +173,11 @@ private:
   status ensure_staging();
   void flush_range(const allocation& a, VkDeviceSize off, VkDeviceSize n,
                    bool coherent);
-  void invalidate_range(const allocation& a, VkDeviceSize off,
-                        VkDeviceSize n, bool coherent);
+  void invalidate_range(const allocation& a, VkDeviceSize off, VkDeviceSize n,
+                        bool coherent);
   status ensure_pipeline(kernel k);
-  result<binding> bind(const buffer& buf, std::size_t offset,
-                       std::size_t bytes, const char* what);
+  result<binding> bind(const buffer& buf, std::size_t offset, std::size_t bytes,
+                       const char* what);
   result<batch*> prepare(kernel k, const binding (&b)[3]);
   status check_view(const buffer* buf, std::size_t offset, std::size_t bytes,
                     const char* what);
@@ -229,19 +225,16 @@ private:
 };
 
 class vulkan_device::vk_buffer final : public buffer {
-public:
+ public:
   vk_buffer(vulkan_device& owner, std::size_t size, allocation a)
-    : buffer(owner, size), alloc(a), dev_(owner) {
-  }
+      : buffer(owner, size), alloc(a), dev_(owner) {}
 
-  ~vk_buffer() override {
-    dev_.release(alloc, last_use, size());
-  }
+  ~vk_buffer() override { dev_.release(alloc, last_use, size()); }
 
   allocation alloc;
   mutable std::uint64_t last_use = 0; ///< last timeline value using it
 
-private:
+ private:
   vulkan_device& dev_;
 };
 
@@ -252,9 +245,9 @@ status vulkan_device::init(const std::vector<std::string>& taken_ids) {
   vkGetPhysicalDeviceProperties(phys_, &base);
   std::string label = base.deviceName;
   if (base.apiVersion < VK_API_VERSION_1_2)
-    return fail(errc::unsupported, label + ": Vulkan "
-                                     + version_string(base.apiVersion)
-                                     + " is older than the 1.2 exo needs");
+    return fail(errc::unsupported, label + ": Vulkan " +
+                                       version_string(base.apiVersion) +
+                                       " is older than the 1.2 exo needs");
   VkPhysicalDeviceVulkan12Features f12{};
   f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
   VkPhysicalDeviceFeatures2 f2{};
@@ -313,13 +306,13 @@ status vulkan_device::init(const std::vector<std::string>& taken_ids) {
   }
   vkGetDeviceQueue(dev_, family_, 0, &queue_);
 
-  min_align_ = std::max<VkDeviceSize>(
-    1, base.limits.minStorageBufferOffsetAlignment);
+  min_align_ =
+      std::max<VkDeviceSize>(1, base.limits.minStorageBufferOffsetAlignment);
   max_range_ = base.limits.maxStorageBufferRange;
   atom_ = std::max<VkDeviceSize>(1, base.limits.nonCoherentAtomSize);
   for (int i = 0; i < 3; ++i)
-    max_groups_[i] = std::max<std::uint32_t>(
-      1, base.limits.maxComputeWorkGroupCount[i]);
+    max_groups_[i] =
+        std::max<std::uint32_t>(1, base.limits.maxComputeWorkGroupCount[i]);
 
   VkCommandPoolCreateInfo cpi{};
   cpi.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
@@ -367,10 +360,9 @@ status vulkan_device::init(const std::vector<std::string>& taken_ids) {
 
   EXO_TRY(choose_memory_types());
   init_properties();
-  auto dups = std::count_if(taken_ids.begin(), taken_ids.end(),
-                            [&](const std::string& id) {
-                              return id.rfind(props_.id, 0) == 0;
-                            });
+  auto dups = std::count_if(
+      taken_ids.begin(), taken_ids.end(),
+      [&](const std::string& id) { return id.rfind(props_.id, 0) == 0; });
   if (dups > 0)
     props_.id += "#" + std::to_string(dups);
   return {};
@@ -381,9 +373,9 @@ status vulkan_device::choose_memory_types() {
   VkBufferCreateInfo bci{};
   bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
   bci.size = 256;
-  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
-              | VK_BUFFER_USAGE_TRANSFER_SRC_BIT
-              | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+              VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+              VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   VkBuffer probe = VK_NULL_HANDLE;
   if (auto r = vkCreateBuffer(dev_, &bci, nullptr, &probe); r != VK_SUCCESS)
@@ -399,8 +391,8 @@ status vulkan_device::choose_memory_types() {
   bool any_local = false;
   for (std::uint32_t h = 0; h < mp.memoryHeapCount; ++h) {
     bool local = mp.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT;
-    if ((local && !any_local) || (local == any_local
-                                  && mp.memoryHeaps[h].size > heap_size_)) {
+    if ((local && !any_local) ||
+        (local == any_local && mp.memoryHeaps[h].size > heap_size_)) {
       heap_ = h;
       heap_size_ = mp.memoryHeaps[h].size;
       any_local = any_local || local;
@@ -409,18 +401,15 @@ status vulkan_device::choose_memory_types() {
   auto allowed = [&](std::uint32_t t) {
     return (req.memoryTypeBits & (1u << t)) != 0;
   };
-  auto flags = [&](std::uint32_t t) {
-    return mp.memoryTypes[t].propertyFlags;
-  };
+  auto flags = [&](std::uint32_t t) { return mp.memoryTypes[t].propertyFlags; };
   // Buffers: on the main heap, host-visible there if possible (lavapipe,
   // integrated GPUs, resizable BAR).
   for (std::uint32_t t = 0; t < mp.memoryTypeCount; ++t) {
     if (!allowed(t) || mp.memoryTypes[t].heapIndex != heap_)
       continue;
     bool visible = flags(t) & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
-    if (mem_type_ == no_type
-        || (visible
-            && !(flags(mem_type_) & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)))
+    if (mem_type_ == no_type ||
+        (visible && !(flags(mem_type_) & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)))
       mem_type_ = t;
   }
   if (mem_type_ == no_type)
@@ -433,8 +422,8 @@ status vulkan_device::choose_memory_types() {
   for (std::uint32_t t = 0; t < mp.memoryTypeCount; ++t) {
     if (!allowed(t) || !(flags(t) & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
       continue;
-    int score = ((flags(t) & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) ? 2 : 0)
-                + ((flags(t) & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ? 1 : 0);
+    int score = ((flags(t) & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) ? 2 : 0) +
+                ((flags(t) & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ? 1 : 0);
     if (score > best) {
       best = score;
       staging_type_ = t;
@@ -443,8 +432,8 @@ status vulkan_device::choose_memory_types() {
   if (!direct_ && staging_type_ == no_type)
     return fail(errc::unsupported, "no host-visible memory for staging");
   if (staging_type_ != no_type)
-    staging_coherent_ = flags(staging_type_)
-                        & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    staging_coherent_ =
+        flags(staging_type_) & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
   return {};
 }
 
@@ -496,10 +485,10 @@ void vulkan_device::init_properties() {
   *tail = &sub;
   vkGetPhysicalDeviceProperties2(phys_, &p2);
   const auto& base = p2.properties;
-  subgroup_add_ = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT)
-                  && (sub.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT)
-                  && (sub.supportedOperations
-                      & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+  subgroup_add_ =
+      (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+      (sub.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
+      (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
   subgroup_size_ = std::max<std::uint32_t>(1, sub.subgroupSize);
 
   props_.id = "vulkan:" + hex(idp.deviceUUID, VK_UUID_SIZE);
@@ -517,20 +506,21 @@ void vulkan_device::init_properties() {
     props_.pci_bus_id = buf;
   }
   props_.total_memory = heap_size_;
-  props_.max_allocation = std::min<std::uint64_t>(m3.maxMemoryAllocationSize,
-                                                  heap_size_);
+  props_.max_allocation =
+      std::min<std::uint64_t>(m3.maxMemoryAllocationSize, heap_size_);
   if (has_sm)
     props_.compute_units = sm.shaderSMCount;
   else if (has_amd)
-    props_.compute_units = amd.shaderEngineCount
-                           * amd.shaderArraysPerEngineCount
-                           * amd.computeUnitsPerShaderArray;
+    props_.compute_units = amd.shaderEngineCount *
+                           amd.shaderArraysPerEngineCount *
+                           amd.computeUnitsPerShaderArray;
   switch (base.deviceType) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
-      props_.support = support_level::full;
-      break;
-    default: props_.support = support_level::experimental;
+  case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+  case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+    props_.support = support_level::full;
+    break;
+  default:
+    props_.support = support_level::experimental;
   }
   props_.capabilities = cap_async | cap_elementwise | cap_matmul;
   if (direct_)
@@ -580,9 +570,9 @@ vulkan_device::create_allocation(VkDeviceSize size, std::uint32_t type,
   VkBufferCreateInfo bci{};
   bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
   bci.size = (size + 3) / 4 * 4; // whole f32 words for the shaders
-  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
-              | VK_BUFFER_USAGE_TRANSFER_SRC_BIT
-              | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+              VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+              VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   if (auto r = vkCreateBuffer(dev_, &bci, nullptr, &a.buf); r != VK_SUCCESS)
     return to_error(r, "allocate: vkCreateBuffer");
@@ -596,12 +586,11 @@ vulkan_device::create_allocation(VkDeviceSize size, std::uint32_t type,
   mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
   mai.allocationSize = req.size;
   mai.memoryTypeIndex = type;
-  if (auto r = vkAllocateMemory(dev_, &mai, nullptr, &a.mem);
-      r != VK_SUCCESS) {
+  if (auto r = vkAllocateMemory(dev_, &mai, nullptr, &a.mem); r != VK_SUCCESS) {
     a.mem = VK_NULL_HANDLE;
     destroy_allocation(a);
-    return to_error(r, "allocate: vkAllocateMemory of "
-                         + std::to_string(req.size) + " bytes");
+    return to_error(r, "allocate: vkAllocateMemory of " +
+                           std::to_string(req.size) + " bytes");
   }
   a.size = req.size;
   if (auto r = vkBindBufferMemory(dev_, a.buf, a.mem, 0); r != VK_SUCCESS) {
@@ -630,14 +619,14 @@ void vulkan_device::destroy_allocation(allocation& a) {
 void vulkan_device::release(allocation alloc, std::uint64_t last_use,
                             std::uint64_t bytes) {
   std::lock_guard<std::mutex> guard{mtx_};
-  (void) poll();
+  (void)poll();
   if (fatal_ || last_use <= completed_) {
     destroy_allocation(alloc);
     used_ -= bytes;
     return;
   }
   if (last_use > submitted_)
-    (void) flush(); // start the work so that the memory comes back
+    (void)flush(); // start the work so that the memory comes back
   deferred_.push_back({alloc, last_use, bytes});
 }
 
@@ -713,16 +702,15 @@ result<vulkan_device::batch*> vulkan_device::open_batch() {
   }
   if (pick < 0) {
     // Every batch is in flight: wait for the oldest.
-    auto oldest = std::min_element(batches_.begin(), batches_.end(),
-                                   [](auto& x, auto& y) {
-                                     return x.value < y.value;
-                                   });
+    auto oldest =
+        std::min_element(batches_.begin(), batches_.end(),
+                         [](auto& x, auto& y) { return x.value < y.value; });
     EXO_TRY(wait_value(oldest->value));
     pick = static_cast<int>(oldest - batches_.begin());
   }
   auto& b = batches_[static_cast<std::size_t>(pick)];
-  EXO_TRY(note(vkResetDescriptorPool(dev_, b.pool, 0),
-               "vkResetDescriptorPool"));
+  EXO_TRY(
+      note(vkResetDescriptorPool(dev_, b.pool, 0), "vkResetDescriptorPool"));
   EXO_TRY(note(vkResetCommandBuffer(b.cmd, 0), "vkResetCommandBuffer"));
   VkCommandBufferBeginInfo bi{};
   bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
@@ -741,11 +729,10 @@ void vulkan_device::command(batch& b) {
   VkMemoryBarrier mb{};
   mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
   mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT
-                     | VK_ACCESS_TRANSFER_READ_BIT
-                     | VK_ACCESS_TRANSFER_WRITE_BIT;
-  auto stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
-                | VK_PIPELINE_STAGE_TRANSFER_BIT;
+  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                     VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  auto stages =
+      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
   vkCmdPipelineBarrier(b.cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0,
                        nullptr);
 }
@@ -760,11 +747,10 @@ status vulkan_device::flush() {
   mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
   mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
   mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT | VK_ACCESS_HOST_WRITE_BIT;
-  vkCmdPipelineBarrier(b.cmd,
-                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
-                         | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                       VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0,
-                       nullptr);
+  vkCmdPipelineBarrier(
+      b.cmd,
+      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+      VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
   auto r = vkEndCommandBuffer(b.cmd);
   if (r == VK_SUCCESS) {
     VkTimelineSemaphoreSubmitInfo ts{};
@@ -840,8 +826,8 @@ status vulkan_device::ensure_pipeline(kernel k) {
   if (pipelines_[k] != VK_NULL_HANDLE)
     return {};
   const vulkan_spirv::blob* blobs[k_count] = {
-    &vulkan_spirv::elementwise, &vulkan_spirv::matmul, &vulkan_spirv::matvec,
-    &vulkan_spirv::matvec_subgroup};
+      &vulkan_spirv::elementwise, &vulkan_spirv::matmul, &vulkan_spirv::matvec,
+      &vulkan_spirv::matvec_subgroup};
   VkShaderModuleCreateInfo smi{};
   smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
@@ -870,29 +856,30 @@ status vulkan_device::check_view(const buffer* buf, std::size_t offset,
     return fail(errc::invalid_argument, std::string{what} + ": null buffer");
   EXO_TRY(check_range(*buf, offset, bytes, what));
   if (!aligned4(offset))
-    return fail(errc::invalid_argument,
-                std::string{what} + ": offset " + std::to_string(offset)
-                  + " is not a multiple of 4 bytes");
+    return fail(errc::invalid_argument, std::string{what} + ": offset " +
+                                            std::to_string(offset) +
+                                            " is not a multiple of 4 bytes");
   return {};
 }
 
-result<vulkan_device::binding>
-vulkan_device::bind(const buffer& buf, std::size_t offset, std::size_t bytes,
-                    const char* what) {
+result<vulkan_device::binding> vulkan_device::bind(const buffer& buf,
+                                                   std::size_t offset,
+                                                   std::size_t bytes,
+                                                   const char* what) {
   VkDeviceSize start = offset / min_align_ * min_align_;
   VkDeviceSize range = offset - start + bytes;
   if (range > max_range_)
     return fail(errc::unsupported,
-                std::string{what} + ": " + std::to_string(bytes)
-                  + " bytes exceed the device's largest storage binding of "
-                  + std::to_string(max_range_) + " bytes");
+                std::string{what} + ": " + std::to_string(bytes) +
+                    " bytes exceed the device's largest storage binding of " +
+                    std::to_string(max_range_) + " bytes");
   auto& vb = static_cast<const vk_buffer&>(buf);
   return binding{vb.alloc.buf, start, range,
                  static_cast<std::uint32_t>((offset - start) / 4)};
 }
 
-result<vulkan_device::batch*>
-vulkan_device::prepare(kernel k, const binding (&bs)[3]) {
+result<vulkan_device::batch*> vulkan_device::prepare(kernel k,
+                                                     const binding (&bs)[3]) {
   EXO_TRY(ensure_pipeline(k));
   auto b = open_batch();
   if (!b)
@@ -927,8 +914,8 @@ vulkan_device::prepare(kernel k, const binding (&bs)[3]) {
   vkUpdateDescriptorSets(dev_, 3, writes, 0, nullptr);
   command(bt);
   vkCmdBindPipeline(bt.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipelines_[k]);
-  vkCmdBindDescriptorSets(bt.cmd, VK_PIPELINE_BIND_POINT_COMPUTE,
-                          pipe_layout_, 0, 1, &set, 0, nullptr);
+  vkCmdBindDescriptorSets(bt.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe_layout_,
+                          0, 1, &set, 0, nullptr);
   return &bt;
 }
 
@@ -941,15 +928,15 @@ result<std::unique_ptr<buffer>> vulkan_device::allocate(std::size_t bytes) {
     return fail(errc::invalid_argument, "allocate: size must be > 0");
   if (bytes > props_.max_allocation)
     return fail(errc::out_of_memory,
-                "allocate: " + std::to_string(bytes)
-                  + " bytes exceeds the device's largest allocation of "
-                  + std::to_string(props_.max_allocation));
+                "allocate: " + std::to_string(bytes) +
+                    " bytes exceeds the device's largest allocation of " +
+                    std::to_string(props_.max_allocation));
   EXO_TRY(poll());
   if (!budget_ext_ && used_ + bytes > heap_size_)
     return fail(errc::out_of_memory,
-                "allocate: " + std::to_string(bytes) + " bytes requested, "
-                  + std::to_string(heap_size_ - std::min(used_, heap_size_))
-                  + " free");
+                "allocate: " + std::to_string(bytes) + " bytes requested, " +
+                    std::to_string(heap_size_ - std::min(used_, heap_size_)) +
+                    " free");
   auto a = create_allocation(bytes, mem_type_, mappable_);
   if (!a)
     return a.err();
@@ -960,7 +947,7 @@ result<std::unique_ptr<buffer>> vulkan_device::allocate(std::size_t bytes) {
 memory_info vulkan_device::memory() {
   std::lock_guard<std::mutex> guard{mtx_};
   if (!fatal_)
-    (void) poll();
+    (void)poll();
   memory_info info;
   info.total = heap_size_;
   info.used_by_exo = used_;
@@ -988,7 +975,7 @@ void* vulkan_device::host_pointer(buffer& buf) {
 // -- transfers ---------------------------------------------------------------
 
 status vulkan_device::write(buffer& dst, std::size_t offset, const void* src,
-                           std::size_t bytes) {
+                            std::size_t bytes) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(usable("write"));
   EXO_TRY(check_range(dst, offset, bytes, "write"));
@@ -1028,7 +1015,7 @@ status vulkan_device::write(buffer& dst, std::size_t offset, const void* src,
 }
 
 status vulkan_device::read(const buffer& src, std::size_t offset, void* dst,
-                          std::size_t bytes) {
+                           std::size_t bytes) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(usable("read"));
   EXO_TRY(check_range(src, offset, bytes, "read"));
@@ -1092,8 +1079,8 @@ status vulkan_device::copy(const buffer& src, std::size_t src_offset,
     return {};
   auto& s = static_cast<const vk_buffer&>(src);
   auto& d = static_cast<vk_buffer&>(dst);
-  bool overlap = &src == &dst && src_offset < dst_offset + bytes
-                 && dst_offset < src_offset + bytes;
+  bool overlap = &src == &dst && src_offset < dst_offset + bytes &&
+                 dst_offset < src_offset + bytes;
   if (overlap && src_offset == dst_offset)
     return {};
   auto b = open_batch();
@@ -1200,7 +1187,8 @@ status vulkan_device::elementwise(binary_op op, const_view a, const_view b,
   EXO_TRY(check_view(out.buf, out.offset, *bytes, "elementwise output"));
   // Each dispatch binds windows of at most maxStorageBufferRange bytes.
   std::size_t chunk = static_cast<std::size_t>((max_range_ - min_align_) / 4);
-  chunk = std::min<std::size_t>(chunk, std::numeric_limits<std::int32_t>::max());
+  chunk =
+      std::min<std::size_t>(chunk, std::numeric_limits<std::int32_t>::max());
   for (std::size_t done = 0; done < count;) {
     auto n = std::min(chunk, count - done);
     auto at = done * 4;
@@ -1215,8 +1203,8 @@ status vulkan_device::elementwise(binary_op op, const_view a, const_view b,
     elementwise_push pc{ba->elem_off, bb->elem_off, bc->elem_off,
                         static_cast<std::uint32_t>(n),
                         op == binary_op::add ? 0u : 1u};
-    vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT,
-                       0, sizeof(pc), &pc);
+    vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                       sizeof(pc), &pc);
     auto groups = std::min<std::size_t>((n + 255) / 256, max_groups_[0]);
     vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
     auto v = (*bt)->value;
@@ -1245,7 +1233,9 @@ status vulkan_device::matmul(const_view a, const_view b, mut_view c,
     return !ba ? ba.err() : !bb ? bb.err() : bc.err();
   bool vec = dims.m == 1;
   bool sub = vec && dims.transpose_b && subgroup_add_;
-  auto bt = prepare(sub ? k_matvec_subgroup : vec ? k_matvec : k_matmul,
+  auto bt = prepare(sub   ? k_matvec_subgroup
+                    : vec ? k_matvec
+                          : k_matmul,
                     {*ba, *bb, *bc});
   if (!bt)
     return bt.err();

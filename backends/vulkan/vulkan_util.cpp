@@ -7,7 +7,8 @@ namespace exo::backend::vk {
 const char* result_name(VkResult r) noexcept {
   switch (r) {
 #define EXO_VK_NAME(x)                                                         \
-  case x: return #x;
+  case x:                                                                      \
+    return #x;
     EXO_VK_NAME(VK_SUCCESS)
     EXO_VK_NAME(VK_NOT_READY)
     EXO_VK_NAME(VK_TIMEOUT)
@@ -32,16 +33,20 @@ const char* result_name(VkResult r) noexcept {
     EXO_VK_NAME(VK_ERROR_FRAGMENTATION)
     EXO_VK_NAME(VK_ERROR_INVALID_OPAQUE_CAPTURE_ADDRESS)
 #undef EXO_VK_NAME
-    default: return "VK_ERROR_(unnamed)";
+  default:
+    return "VK_ERROR_(unnamed)";
   }
 }
 
 errc to_errc(VkResult r) noexcept {
   switch (r) {
-    case VK_ERROR_OUT_OF_DEVICE_MEMORY:
-    case VK_ERROR_OUT_OF_HOST_MEMORY: return errc::out_of_memory;
-    case VK_ERROR_DEVICE_LOST: return errc::device_lost;
-    default: return errc::driver_error;
+  case VK_ERROR_OUT_OF_DEVICE_MEMORY:
+  case VK_ERROR_OUT_OF_HOST_MEMORY:
+    return errc::out_of_memory;
+  case VK_ERROR_DEVICE_LOST:
+    return errc::device_lost;
+  default:
+    return errc::driver_error;
   }
 }
 
@@ -54,22 +59,38 @@ error to_error(VkResult r, const std::string& what) {
 
 std::string vendor_name(std::uint32_t id) {
   switch (id) {
-    case 0x10DE: return "NVIDIA";
-    case 0x1002: return "AMD";
-    case 0x1022: return "AMD";
-    case 0x8086: return "Intel";
-    case 0x13B5: return "ARM";
-    case 0x5143: return "Qualcomm";
-    case 0x1010: return "Imagination";
-    case 0x106B: return "Apple";
-    case 0x14E4: return "Broadcom";
-    case 0x10002: return "VeriSilicon";
-    case 0x10003: return "Kazan";
-    case 0x10004: return "Codeplay";
-    case 0x10005: return "Mesa";
-    case 0x10006: return "PoCL";
-    case 0x10007: return "MoltenVK";
-    default: break;
+  case 0x10DE:
+    return "NVIDIA";
+  case 0x1002:
+    return "AMD";
+  case 0x1022:
+    return "AMD";
+  case 0x8086:
+    return "Intel";
+  case 0x13B5:
+    return "ARM";
+  case 0x5143:
+    return "Qualcomm";
+  case 0x1010:
+    return "Imagination";
+  case 0x106B:
+    return "Apple";
+  case 0x14E4:
+    return "Broadcom";
+  case 0x10002:
+    return "VeriSilicon";
+  case 0x10003:
+    return "Kazan";
+  case 0x10004:
+    return "Codeplay";
+  case 0x10005:
+    return "Mesa";
+  case 0x10006:
+    return "PoCL";
+  case 0x10007:
+    return "MoltenVK";
+  default:
+    break;
   }
   char buf[32];
   std::snprintf(buf, sizeof(buf), "vendor 0x%X", id);
@@ -78,11 +99,16 @@ std::string vendor_name(std::uint32_t id) {
 
 const char* device_type_name(VkPhysicalDeviceType type) noexcept {
   switch (type) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "CPU";
-    default: return "other";
+  case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+    return "discrete GPU";
+  case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+    return "integrated GPU";
+  case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+    return "virtual GPU";
+  case VK_PHYSICAL_DEVICE_TYPE_CPU:
+    return "CPU";
+  default:
+    return "other";
   }
 }
 

@@ -89,8 +89,8 @@ void check_matmul(fixture& fx, const matmul_dims& d, std::size_t off_a,
   auto c = fx.alloc(off_c + got.size() * 4);
   REQUIRE(fx.dev->write(*a, off_a, ha.data(), ha.size() * 4).ok());
   REQUIRE(fx.dev->write(*b, off_b, hb.data(), hb.size() * 4).ok());
-  auto st = fx.dev->matmul({a.get(), off_a}, {b.get(), off_b},
-                           {c.get(), off_c}, d);
+  auto st =
+      fx.dev->matmul({a.get(), off_a}, {b.get(), off_b}, {c.get(), off_c}, d);
   if (!st.ok())
     FAIL(st.err().to_string());
   REQUIRE(fx.dev->read(*c, off_c, got.data(), got.size() * 4).ok());
@@ -147,9 +147,9 @@ TEST_CASE("without a Vulkan driver initialize explains that none exists") {
   REQUIRE_FALSE(st.ok());
   CHECK(st.err().code == errc::no_device);
   INFO(st.err().message);
-  CHECK((st.err().message.find("vkCreateInstance failed") != std::string::npos
-         || st.err().message.find("no Vulkan devices found")
-              != std::string::npos));
+  CHECK(
+      (st.err().message.find("vkCreateInstance failed") != std::string::npos ||
+       st.err().message.find("no Vulkan devices found") != std::string::npos));
   CHECK(be->device_count() == 0);
 }
 
@@ -204,8 +204,8 @@ TEST_CASE("vulkan write and read round-trip random sizes and offsets") {
         REQUIRE(fx.dev->write(*buf, off, data.data(), n).ok());
         std::copy(data.begin(), data.end(), mirror.begin() + off);
         auto roff = std::uniform_int_distribution<std::size_t>{0, size}(rng);
-        auto rn = std::uniform_int_distribution<std::size_t>{0, size - roff}(
-          rng);
+        auto rn =
+            std::uniform_int_distribution<std::size_t>{0, size - roff}(rng);
         std::vector<std::uint8_t> back(rn);
         REQUIRE(fx.dev->read(*buf, roff, back.data(), rn).ok());
         REQUIRE(std::equal(back.begin(), back.end(), mirror.begin() + roff));
@@ -266,8 +266,7 @@ TEST_CASE("vulkan buffers copy to and from a cpu device") {
       REQUIRE(fx.dev->read(*vbuf, 8, back.data(), back.size()).ok());
       CHECK(std::equal(back.begin(), back.end(), data.begin()));
       auto hout = host.allocate(data.size()).value();
-      REQUIRE(
-        copy_between(*fx.dev, *vbuf, 8, host, *hout, 100, 400'000).ok());
+      REQUIRE(copy_between(*fx.dev, *vbuf, 8, host, *hout, 100, 400'000).ok());
       REQUIRE(host.read(*hout, 100, back.data(), back.size()).ok());
       CHECK(std::equal(back.begin(), back.end(), data.begin()));
       hbuf.reset();
@@ -291,9 +290,10 @@ TEST_CASE("vulkan elementwise add and mul match the host") {
       auto c = fx.alloc(count * 4 + 20);
       REQUIRE(fx.dev->write(*a, 4, ha.data(), count * 4).ok());
       REQUIRE(fx.dev->write(*b, 12, hb.data(), count * 4).ok());
-      REQUIRE(fx.dev->elementwise(op, {a.get(), 4}, {b.get(), 12},
-                                  {c.get(), 20}, count)
-                .ok());
+      REQUIRE(fx.dev
+                  ->elementwise(op, {a.get(), 4}, {b.get(), 12}, {c.get(), 20},
+                                count)
+                  .ok());
       REQUIRE(fx.dev->read(*c, 20, got.data(), count * 4).ok());
       INFO("count " << count);
       CHECK(relative_error(got, want) < 1e-6);
@@ -303,9 +303,10 @@ TEST_CASE("vulkan elementwise add and mul match the host") {
   auto h = random_floats(rng, 777);
   auto buf = fx.alloc(777 * 4);
   REQUIRE(fx.dev->write(*buf, 0, h.data(), 777 * 4).ok());
-  REQUIRE(fx.dev->elementwise(binary_op::add, {buf.get(), 0}, {buf.get(), 0},
-                              {buf.get(), 0}, 777)
-            .ok());
+  REQUIRE(fx.dev
+              ->elementwise(binary_op::add, {buf.get(), 0}, {buf.get(), 0},
+                            {buf.get(), 0}, 777)
+              .ok());
   std::vector<float> got(777);
   REQUIRE(fx.dev->read(*buf, 0, got.data(), 777 * 4).ok());
   for (std::size_t i = 0; i < 777; ++i)
@@ -363,9 +364,10 @@ TEST_CASE("an event recorded after a matmul completes with the result") {
   std::vector<float> got(p, p + want.size());
   CHECK(relative_error(got, want) < 1e-4);
   // A later event orders after the earlier one.
-  REQUIRE(fx.dev->elementwise(binary_op::add, {c.get(), 0}, {c.get(), 0},
-                              {c.get(), 0}, want.size())
-            .ok());
+  REQUIRE(fx.dev
+              ->elementwise(binary_op::add, {c.get(), 0}, {c.get(), 0},
+                            {c.get(), 0}, want.size())
+              .ok());
   auto e2 = fx.dev->record();
   REQUIRE(e2.ok());
   CHECK(e2->sequence > e->sequence);
@@ -393,8 +395,8 @@ TEST_CASE("vulkan refuses events and buffers of other devices") {
   auto st = fx.dev->copy(*theirs, 0, *mine, 0, 16);
   REQUIRE_FALSE(st.ok());
   CHECK(st.err().code == errc::wrong_device);
-  st = fx.dev->elementwise(binary_op::add, {mine.get(), 0},
-                           {theirs.get(), 0}, {mine.get(), 0}, 4);
+  st = fx.dev->elementwise(binary_op::add, {mine.get(), 0}, {theirs.get(), 0},
+                           {mine.get(), 0}, 4);
   REQUIRE_FALSE(st.ok());
   CHECK(st.err().code == errc::wrong_device);
   CHECK(fx.dev->host_pointer(*theirs) == nullptr);
@@ -411,28 +413,22 @@ TEST_CASE("vulkan refuses out-of-range and misaligned views") {
   CHECK(code(fx.dev->write(*buf, 0, host.data(), 101)) == errc::out_of_range);
   CHECK(code(fx.dev->write(*buf, 101, host.data(), 0)) == errc::out_of_range);
   CHECK(code(fx.dev->read(*buf, 90, host.data(), 11)) == errc::out_of_range);
-  CHECK(code(fx.dev->read(*buf, std::size_t(-1), host.data(), 2))
-        == errc::out_of_range);
+  CHECK(code(fx.dev->read(*buf, std::size_t(-1), host.data(), 2)) ==
+        errc::out_of_range);
   CHECK(code(fx.dev->copy(*buf, 50, *buf, 0, 51)) == errc::out_of_range);
   CHECK(code(fx.dev->write(*buf, 0, nullptr, 4)) == errc::invalid_argument);
-  CHECK(code(fx.dev->elementwise(binary_op::add, {buf.get(), 0},
-                                 {buf.get(), 0}, {buf.get(), 4}, 25))
-        == errc::out_of_range);
-  CHECK(code(fx.dev->elementwise(binary_op::add, {buf.get(), 2},
-                                 {buf.get(), 0}, {buf.get(), 0}, 4))
-        == errc::invalid_argument);
-  CHECK(code(fx.dev->elementwise(binary_op::add, {nullptr, 0},
-                                 {buf.get(), 0}, {buf.get(), 0}, 4))
-        == errc::invalid_argument);
+  CHECK(code(fx.dev->elementwise(binary_op::add, {buf.get(), 0}, {buf.get(), 0},
+                                 {buf.get(), 4}, 25)) == errc::out_of_range);
+  CHECK(code(fx.dev->elementwise(binary_op::add, {buf.get(), 2}, {buf.get(), 0},
+                                 {buf.get(), 0}, 4)) == errc::invalid_argument);
+  CHECK(code(fx.dev->elementwise(binary_op::add, {nullptr, 0}, {buf.get(), 0},
+                                 {buf.get(), 0}, 4)) == errc::invalid_argument);
   CHECK(code(fx.dev->matmul({buf.get(), 0}, {buf.get(), 0}, {buf.get(), 0},
-                            {5, 6, 1, false}))
-        == errc::out_of_range);
+                            {5, 6, 1, false})) == errc::out_of_range);
   CHECK(code(fx.dev->matmul({buf.get(), 0}, {buf.get(), 6}, {buf.get(), 0},
-                            {2, 2, 2, false}))
-        == errc::invalid_argument);
+                            {2, 2, 2, false})) == errc::invalid_argument);
   CHECK(code(fx.dev->matmul({buf.get(), 0}, {buf.get(), 0}, {buf.get(), 0},
-                            {0, 2, 2, false}))
-        == errc::invalid_argument);
+                            {0, 2, 2, false})) == errc::invalid_argument);
   // Nothing above broke the device.
   REQUIRE(fx.dev->write(*buf, 0, host.data(), 100).ok());
   REQUIRE(fx.dev->synchronize().ok());
@@ -448,9 +444,10 @@ TEST_CASE("vulkan keeps order across many queued operations") {
   REQUIRE(fx.dev->write(*one, 0, ones.data(), n * 4).ok());
   REQUIRE(fx.dev->write(*acc, 0, zeros.data(), n * 4).ok());
   for (int i = 0; i < 200; ++i) {
-    REQUIRE(fx.dev->elementwise(binary_op::add, {acc.get(), 0},
-                                {one.get(), 0}, {acc.get(), 0}, n)
-              .ok());
+    REQUIRE(fx.dev
+                ->elementwise(binary_op::add, {acc.get(), 0}, {one.get(), 0},
+                              {acc.get(), 0}, n)
+                .ok());
     if (i == 100) {
       // A host write to a buffer with queued work waits for that work.
       REQUIRE(fx.dev->write(*one, 0, ones.data(), n * 4).ok());
