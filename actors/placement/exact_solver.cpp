@@ -184,6 +184,57 @@ dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
 
 } // namespace
 
+std::optional<std::int64_t> relaxed_lower_bound(const cost_model& m) {
+  const int n = static_cast<int>(m.devices());
+  const int L = static_cast<int>(m.layers());
+  if (n == 0 || L == 0)
+    return std::nullopt;
+  auto run = [&](bool sum) -> std::int64_t {
+    auto comb = [sum](std::int64_t a, std::int64_t b) {
+      return sum ? a + b : std::max(a, b);
+    };
+    std::vector<std::int64_t> f(static_cast<std::size_t>((L + 1) * n), inf);
+    auto at = [n](int l, int d) { return static_cast<std::size_t>(l * n + d); };
+    for (int d = 0; d < n; ++d)
+      for (int e = 1; e <= m.max_end(d, 0); ++e)
+        f[at(e, d)] = m.stage_time(d, 0, e);
+    for (int l = 1; l < L; ++l)
+      for (int d2 = 0; d2 < n; ++d2) {
+        std::int64_t best = inf;
+        for (int d = 0; d < n; ++d)
+          if (f[at(l, d)] < inf)
+            best = std::min(best, comb(f[at(l, d)], m.transfer(d, d2, l)));
+        if (best >= inf)
+          continue;
+        for (int e = l + 1; e <= m.max_end(d2, l); ++e)
+          f[at(e, d2)] = std::min(f[at(e, d2)],
+                                  comb(best, m.stage_time(d2, l, e)));
+      }
+    std::int64_t r = inf;
+    for (int d = 0; d < n; ++d)
+      r = std::min(r, f[at(L, d)]);
+    return r;
+  };
+  switch (m.kind()) {
+    case objective_kind::latency: {
+      auto a = run(true);
+      return a < inf ? std::optional<std::int64_t>(a) : std::nullopt;
+    }
+    case objective_kind::throughput: {
+      auto b = run(false);
+      return b < inf ? std::optional<std::int64_t>(b) : std::nullopt;
+    }
+    case objective_kind::blend: {
+      auto a = run(true);
+      if (a >= inf)
+        return std::nullopt;
+      auto b = run(false);
+      return m.combine(a, b, 0);
+    }
+  }
+  return std::nullopt;
+}
+
 std::size_t exact_state_count(const cost_model& m) {
   std::size_t ns = 1;
   const std::size_t cap = std::numeric_limits<std::size_t>::max() / 1024;

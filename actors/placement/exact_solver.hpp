@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "actors/placement/cost_model.hpp"
 
@@ -31,7 +32,13 @@ struct exact_result {
   /// better of the two optimal plans, so optimality is proven only when
   /// both are equal.
   std::int64_t lower_bound = 0;
-  /// Number of DP states (class-count vectors).
+  /// A cheap valid lower bound in objective units: the same program with
+/// devices allowed to repeat (no device subsets), stage limits, pinned
+/// devices and the node penalty dropped. O(L * n * (n + L)). nullopt when
+/// even the relaxation has no plan (then the problem is infeasible).
+std::optional<std::int64_t> relaxed_lower_bound(const cost_model& m);
+
+/// Number of DP states (class-count vectors).
   std::size_t states = 0;
   bool proven_optimal() const {
     return status == exact_status::solved && objective == lower_bound;
@@ -53,6 +60,12 @@ struct exact_result {
 exact_result solve_exact(const cost_model& m,
                          const std::atomic<bool>* cancel = nullptr,
                          std::size_t max_entries = 16'000'000);
+
+/// A cheap valid lower bound in objective units: the same program with
+/// devices allowed to repeat (no device subsets), stage limits, pinned
+/// devices and the node penalty dropped. O(L * n * (n + L)). nullopt when
+/// even the relaxation has no plan (then the problem is infeasible).
+std::optional<std::int64_t> relaxed_lower_bound(const cost_model& m);
 
 /// Number of DP states of `m` (product of class size + 1), saturating.
 std::size_t exact_state_count(const cost_model& m);

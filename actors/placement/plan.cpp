@@ -117,8 +117,8 @@ std::vector<std::string> check_plan(const problem& p, const plan& x) {
 
 void print_plan_table(std::ostream& out, const plan& x) {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "%-5s %-20s %-12s %-11s %12s %12s %12s %12s\n",
-                "stage", "device", "node", "layers", "compute", "transfer",
+  std::snprintf(buf, sizeof(buf),
+                "%-5s %-20s %-12s %-11s %12s %12s %12s %12s\n", "stage", "device", "node", "layers", "compute", "transfer",
                 "memory", "left");
   out << buf;
   for (std::size_t s = 0; s < x.stages.size(); ++s) {

@@ -117,10 +117,8 @@ std::uint64_t as_bytes(element e, const std::string& path) {
   fail(path, "expected a byte count (a number or a string like \"24GiB\")");
 }
 
-link_spec read_link_spec(element e, const std::string& path,
-                         std::initializer_list<std::string_view> extra = {}) {
+link_spec read_link_spec(element e, const std::string& path) {
   auto o = as_object(e, path);
-  (void) extra;
   link_spec s;
   s.latency = as_number(need(o, "latency", path), join(path, "latency"));
   s.bandwidth = as_number(need(o, "bandwidth", path),

@@ -97,6 +97,8 @@ solve_result solve(const problem& original, const solve_options& opts,
     res.baseline = std::move(b);
   }
   std::int64_t lower = static_lower_bound(m);
+  if (auto r = relaxed_lower_bound(m))
+    lower = std::max(lower, *r);
   std::optional<std::int64_t> best_units;
   bool proven = false;
   bool infeasible = false;

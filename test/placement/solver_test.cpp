@@ -82,7 +82,7 @@ gecode_options long_search() {
 } // namespace
 
 TEST_CASE("the exact solver and Gecode both match brute force on small "
-          "instances") {
+          "instances, and the relaxed bound stays below") {
   int feasible = 0;
   for (std::uint64_t seed = 1; seed <= 120; ++seed) {
     auto kind = seed % 3 == 0 ? objective_kind::throughput
@@ -101,6 +101,9 @@ TEST_CASE("the exact solver and Gecode both match brute force on small "
       continue;
     }
     ++feasible;
+    auto lb = relaxed_lower_bound(m);
+    REQUIRE(lb.has_value());
+    CHECK(*lb <= *bf);
     REQUIRE(ex.status == exact_status::solved);
     CHECK(ex.proven_optimal());
     CHECK(ex.objective == *bf);
