@@ -9,6 +9,9 @@ namespace exo::tls {
 local_material ensure_local_material(const std::string& state_dir,
                                      const std::string& node_name) {
   validate_name(node_name, "node name");
+  if (node_name == "ca")
+    throw tls_error(tls_errc::invalid_argument,
+                    "invalid node name 'ca': reserved for the local CA files");
   if (state_dir.empty())
     throw tls_error(tls_errc::invalid_argument, "no state directory given");
   local_material result;

@@ -352,6 +352,10 @@ issued_paths issue_to_dir(const std::string& ca_dir,
                           const cert_options& options,
                           const std::string& key_passphrase, bool force) {
   validate_name(options.name, std::string{to_string(options.role)} + " name");
+  if (options.name == "ca")
+    throw tls_error(tls_errc::invalid_argument,
+                    "the name 'ca' is reserved for the CA files ca.crt and"
+                    " ca.key");
   issued_paths paths{join(out_dir, options.name + ".crt"),
                      join(out_dir, options.name + ".key"),
                      join(out_dir, "ca.crt")};

@@ -158,6 +158,14 @@ TEST_CASE("exo-cert never overwrites keys without --force") {
                " --name ../evil --out " + q(dir / "e"));
   CHECK(r.status == 2);
   CHECK_THAT(r.output, Catch::Contains("invalid node name"));
+
+  // A node named "ca" would replace the CA's own files.
+  auto ca_key = certificate::load(dir / "ca/ca.crt").fingerprint_sha256();
+  r = exo_cert("issue-node --ca-dir " + q(dir / "ca") + " --name ca --out " +
+               q(dir / "ca") + " --force");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("reserved"));
+  CHECK(certificate::load(dir / "ca/ca.crt").fingerprint_sha256() == ca_key);
 }
 
 TEST_CASE("exo-cert protects keys with a passphrase file and needs it to "

@@ -398,6 +398,8 @@ TEST_CASE("bootstrap refuses a half-present local CA") {
                tls_errc::io, "incomplete");
   expect_error([&] { ensure_local_material(dir / "state2", "../x"); },
                tls_errc::invalid_argument, "invalid node name");
+  expect_error([&] { ensure_local_material(dir / "state3", "ca"); },
+               tls_errc::invalid_argument, "reserved");
 }
 
 // -- join handshake primitives ------------------------------------------------
