@@ -271,8 +271,14 @@ std::shared_ptr<gguf_file> gguf_file::open(const std::string& path) {
 std::shared_ptr<gguf_file> gguf_file::parse(const uint8_t* bytes,
                                             size_t size) {
   std::shared_ptr<gguf_file> f(new gguf_file);
-  f->owned_.assign(bytes, bytes + size);
-  f->base_ = f->owned_.data();
+  // Over-allocate so the copy starts on a 64-byte boundary, like a mapping
+  // (page-aligned) would: tensor data then keeps the file's alignment.
+  f->owned_.resize(size + 64);
+  auto addr = reinterpret_cast<uintptr_t>(f->owned_.data());
+  uint8_t* start = f->owned_.data() + ((64 - addr % 64) % 64);
+  if (size > 0)
+    std::memcpy(start, bytes, size);
+  f->base_ = start;
   f->size_ = size;
   f->parse_all();
   return f;
