@@ -160,7 +160,7 @@ decoded_token refuse(decision_code code, std::string reason) {
 }
 
 std::string parse_claims(std::string_view json, token_claims& c) {
-  simdjson::dom::parser parser;
+  thread_local simdjson::dom::parser parser; // reuses its buffers
   simdjson::dom::object obj;
   if (auto err = parser.parse(json.data(), json.size()).get(obj))
     return std::string{"payload is not a JSON object: "}

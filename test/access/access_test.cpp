@@ -1,4 +1,5 @@
 #include "actors/access/access_policy.hpp"
+#include "actors/access/audit_event.hpp"
 #include "actors/access/base64url.hpp"
 #include "actors/access/permission.hpp"
 #include "actors/access/token.hpp"
@@ -408,4 +409,26 @@ TEST_CASE("role and permission names round-trip") {
   }
   CHECK(parse_role("power-user") == role::power_user);
   CHECK_FALSE(parse_role("root"));
+}
+
+TEST_CASE("every denial maps to an audit event naming the reason") {
+  fake_clock clock;
+  token_issuer issuer{key};
+  access_policy policy{config(clock)};
+  auto token = issuer.issue(claims_for(role::monitor));
+  auto d = policy.check(token, permission::compute_run, "gpu0");
+  auto ev = make_audit_event(d, permission::compute_run, "gpu0");
+  CHECK(ev.type == exo::audit::event_type::access_denied);
+  CHECK(ev.level == exo::audit::severity::warning);
+  CHECK(ev.principal == "alice");
+  CHECK(ev.details.at("decision") == "permission_denied");
+  CHECK(ev.details.at("device") == "gpu0");
+  CHECK(ev.details.at("reason") == d.reason);
+  auto ok = policy.check(token, permission::device_list);
+  CHECK(make_audit_event(ok, permission::device_list).type
+        == exo::audit::event_type::access_granted);
+  decision q;
+  q.code = decision_code::quota_exceeded;
+  CHECK(make_audit_event(q, permission::memory_allocate).type
+        == exo::audit::event_type::quota_exceeded);
 }

@@ -1,3 +1,4 @@
+#include "actors/thermal/audit_event.hpp"
 #include "actors/thermal/thermal_policy.hpp"
 
 #include <catch2/catch.hpp>
@@ -202,4 +203,23 @@ TEST_CASE("invalid thermal settings are refused with the setting named") {
     thermal_policy(bad([](thermal_config& c) { c.prior.tau_s = 0; })),
     Catch::Contains("prior"));
   CHECK_NOTHROW(thermal_config{}.validate());
+}
+
+TEST_CASE("thermal transitions map to pause, resume and warn audit events") {
+  thermal_transition tr;
+  tr.from = thermal_state::warm;
+  tr.to = thermal_state::paused;
+  tr.temp_c = 84.25;
+  tr.reason = "predicted";
+  auto ev = make_audit_event(tr, "gpu3");
+  CHECK(ev.type == exo::audit::event_type::thermal_pause);
+  CHECK(ev.details.at("device") == "gpu3");
+  CHECK(ev.details.at("temp_c") == "84.25");
+  tr.from = thermal_state::paused;
+  tr.to = thermal_state::warm;
+  CHECK(make_audit_event(tr, "gpu3").type
+        == exo::audit::event_type::thermal_resume);
+  tr.from = thermal_state::normal;
+  CHECK(make_audit_event(tr, "gpu3").type
+        == exo::audit::event_type::thermal_warn);
 }
