@@ -1,5 +1,6 @@
 #include "messages/registration.hpp"
 
+#include "messages/cluster.hpp"
 #include "messages/device.hpp"
 #include "messages/errors.hpp"
 
@@ -18,6 +19,15 @@ const char* to_string(device_state s) noexcept {
   return "unknown";
 }
 
+const char* to_string(member_status s) noexcept {
+  switch (s) {
+    case member_status::alive: return "alive";
+    case member_status::dead: return "dead";
+    case member_status::left: return "left";
+  }
+  return "unknown";
+}
+
 void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<chunk>("exo.chunk");
   cfg.add_message_type<kernel_call>("exo.kernel_call");
@@ -26,6 +36,14 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<telemetry_sample>("exo.telemetry_sample");
   cfg.add_message_type<actor_snapshot>("exo.actor_snapshot");
   cfg.add_message_type<std::vector<actor_snapshot>>("exo.actor_snapshots");
+  cfg.add_message_type<link_info>("exo.link_info");
+  cfg.add_message_type<std::vector<link_info>>("exo.link_infos");
+  cfg.add_message_type<member_info>("exo.member_info");
+  cfg.add_message_type<member_view>("exo.member_view");
+  cfg.add_message_type<join_hello>("exo.join_hello");
+  cfg.add_message_type<join_challenge>("exo.join_challenge");
+  cfg.add_message_type<join_proof>("exo.join_proof");
+  cfg.add_message_type<console_reply>("exo.console_reply");
   add_error_category(cfg);
 }
 

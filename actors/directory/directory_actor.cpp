@@ -89,6 +89,26 @@ caf::behavior directory_impl(caf::stateful_actor<directory_state>* self,
       }
       return g->rp;
     },
+    [self](inspect_atom,
+           std::string& name) -> caf::result<caf::message> {
+      auto& st = self->state;
+      if (name == "directory") {
+        actor_snapshot me;
+        me.name = "directory";
+        me.kind = "directory";
+        me.node = st.node;
+        me.summary = std::to_string(st.members.size()) + " members";
+        for (auto& [addr, e] : st.members)
+          me.fields[e.name] = e.kind;
+        return caf::make_message(std::move(me));
+      }
+      for (auto& [addr, e] : st.members)
+        if (e.name == name)
+          return self->delegate(e.handle, inspect_atom::value);
+      return make_exo_error(exo_errc::invalid_argument,
+                            "no actor named \"" + name + "\" on node "
+                              + st.node);
+    },
     [self](inspect_atom) {
       actor_snapshot me;
       me.name = "directory";

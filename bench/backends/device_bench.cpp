@@ -138,6 +138,7 @@ void start_to_ready(const char* exo_node) {
   auto cfg = dir + "/node.json";
   FILE* f = std::fopen(cfg.c_str(), "w");
   std::fprintf(f, "{\"node\": {\"name\": \"bench\", \"state_dir\": \"%s\"},"
+                  " \"network\": {\"port\": 0},"
                   " \"devices\": {\"simulated\": [{\"profile\": \"m2-max\"}]}}",
                dir.c_str());
   std::fclose(f);

@@ -159,6 +159,10 @@ int run_node(const options& o) {
   std::cout << "exo-node " << cfg.node.name << " (config: " << cfg.source
             << ", state: " << cfg.node.state_dir << ")\n"
             << exo::discovery::format_table(rt.discovery());
+  if (!rt.tls_note().empty())
+    std::cout << rt.tls_note() << "\n";
+  std::cout << "exo-node " << cfg.node.name << " listening on "
+            << cfg.network.listen << ":" << rt.port() << " (TLS)\n";
   std::cout << "exo-node " << cfg.node.name << " ready in " << std::fixed
             << std::setprecision(1) << ready_ms << " ms" << std::endl;
   int sig = wait_for_signal();

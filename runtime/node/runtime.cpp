@@ -1,8 +1,19 @@
 #include "runtime/node/runtime.hpp"
 
 #include "actors/directory/directory_actor.hpp"
+#include "actors/membership/gate_actor.hpp"
 #include "actors/node/node_actor.hpp"
 #include "messages/registration.hpp"
+#include "runtime/tls/bootstrap.hpp"
+#include "runtime/tls/caf_tls.hpp"
+#include "runtime/tls/cert_tool.hpp"
+#include "runtime/tls/certificate.hpp"
+#include "runtime/tls/material.hpp"
+#include "runtime/tls/private_key.hpp"
+#include "runtime/tls/tls_error.hpp"
+#include "runtime/tls/trust_store.hpp"
+
+#include "messages/cluster.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -59,10 +70,50 @@ discovered run_discovery(const config::node_config& cfg) {
   return d;
 }
 
+/// The node's TLS material, checked before any actor system exists (CAF
+/// 0.17 hangs on a wrong passphrase).
+struct tls_setup {
+  tls::material files;
+  std::string note; ///< printed once (e.g. how to issue more certificates)
+};
+
+tls_setup resolve_tls(const config::node_config& cfg) {
+  tls_setup out;
+  try {
+    if (cfg.tls.unset()) {
+      auto local = tls::ensure_local_material(cfg.node.state_dir,
+                                              cfg.node.name);
+      out.files = local.files;
+      if (local.created_ca)
+        out.note = local.instructions;
+    } else {
+      out.files.certificate = cfg.tls.certificate;
+      out.files.key = cfg.tls.key;
+      out.files.cafile = cfg.tls.ca;
+      if (!cfg.tls.passphrase_file.empty())
+        out.files.passphrase
+          = tls::read_passphrase_file(cfg.tls.passphrase_file);
+    }
+    out.files.role = tls::cert_role::node;
+    auto info = tls::check_material(out.files);
+    if (info.common_name != cfg.node.name)
+      throw startup_error("the certificate " + out.files.certificate
+                          + " is for \"" + info.common_name
+                          + "\", but this node is named \""
+                          + cfg.node.name + "\"");
+  } catch (const tls::tls_error& e) {
+    throw startup_error(std::string{"TLS: "} + e.what());
+  }
+  return out;
+}
+
 } // namespace
 
 struct runtime::impl {
   config::node_config cfg;
+  tls_setup tls;
+  caf::actor gate;
+  std::uint16_t port = 0;
   std::unique_ptr<caf::actor_system_config> own_cfg;
   std::unique_ptr<caf::actor_system> own_sys;
   caf::actor_system* sys = nullptr;
@@ -99,14 +150,22 @@ void runtime::start() {
   if (d.running)
     return;
   make_dirs(d.cfg.node.state_dir);
+  d.tls = resolve_tls(d.cfg);
   d.found = run_discovery(d.cfg);
   if (d.sys == nullptr) {
     d.own_cfg = make_system_config();
+    tls::apply_material(*d.own_cfg, d.tls.files);
     // Plain (non-TLS) CAF nodes are never accepted: only the openssl
     // manager publishes. Without TLS material CAF 0.17 would run anonymous
     // TLS, so a node publishes only after its material is configured.
     d.own_sys = std::make_unique<caf::actor_system>(*d.own_cfg);
     d.sys = d.own_sys.get();
+  } else {
+    try {
+      tls::require_authenticated_tls(d.sys->config());
+    } catch (const tls::tls_error& e) {
+      throw startup_error(std::string{"TLS: "} + e.what());
+    }
   }
   d.directory = directory::spawn_directory(*d.sys, d.cfg.node.name);
   node::node_setup setup;
@@ -118,6 +177,41 @@ void runtime::start() {
   setup.directory = d.directory;
   d.node = node::spawn_node_actor(*d.sys, std::move(setup));
   d.running = true;
+  // The gate: membership, published over TLS.
+  membership::gate_config gc;
+  gc.name = d.cfg.node.name;
+  gc.host = d.cfg.network.listen;
+  gc.seeds = d.cfg.network.seeds;
+  gc.heartbeat = d.cfg.network.heartbeat;
+  gc.failure_timeout = d.cfg.network.failure_timeout;
+  gc.connect_timeout = d.cfg.network.connect_timeout;
+  gc.incarnation = static_cast<std::uint64_t>(
+    std::chrono::system_clock::now().time_since_epoch().count());
+  try {
+    gc.cert_pem = tls::certificate::load(d.tls.files.certificate).to_pem();
+    gc.key = std::make_shared<tls::private_key>(
+      tls::private_key::load(d.tls.files.key, d.tls.files.passphrase));
+    gc.ca = std::make_shared<tls::trust_store>(
+      tls::trust_store::load(d.tls.files.cafile));
+  } catch (const tls::tls_error& e) {
+    stop();
+    throw startup_error(std::string{"TLS: "} + e.what());
+  }
+  gc.node = d.node;
+  gc.directory = d.directory;
+  d.gate = membership::spawn_gate(*d.sys, std::move(gc));
+  caf::anon_send(d.directory, register_atom::value, std::string{"gate"},
+                 std::string{"gate"}, d.gate);
+  auto port = caf::openssl::publish(d.gate, d.cfg.network.port,
+                                    d.cfg.network.listen.c_str(), true);
+  if (!port) {
+    auto why = d.sys->render(port.error());
+    stop();
+    throw startup_error("cannot listen on " + d.cfg.network.listen + ":"
+                        + std::to_string(d.cfg.network.port) + ": " + why);
+  }
+  d.port = *port;
+  caf::anon_send(d.gate, caf::publish_atom::value, d.port);
 }
 
 void runtime::stop() {
@@ -127,6 +221,17 @@ void runtime::stop() {
   d.running = false;
   {
     caf::scoped_actor self{*d.sys};
+    if (d.gate) {
+      // Tell every peer we leave, so they need not wait for a timeout.
+      self->request(d.gate, std::chrono::seconds(2), console_atom::value,
+                    std::string{"leave"}, std::string{})
+        .receive([](caf::message&) {}, [](caf::error&) {});
+      if (d.port != 0)
+        d.sys->middleman().unpublish(d.gate, d.port);
+      self->send_exit(d.gate, caf::exit_reason::user_shutdown);
+      self->wait_for(d.gate);
+      d.gate = nullptr;
+    }
     // Ask for the device actors first, so we can wait for every one.
     std::vector<exo::device_actor> devs;
     self->request(d.node, std::chrono::seconds(5), devices_atom::value,
@@ -160,6 +265,18 @@ caf::actor_system& runtime::system() {
 
 caf::actor runtime::node() const {
   return impl_->node;
+}
+
+caf::actor runtime::gate() const {
+  return impl_->gate;
+}
+
+std::uint16_t runtime::port() const noexcept {
+  return impl_->port;
+}
+
+const std::string& runtime::tls_note() const noexcept {
+  return impl_->tls.note;
 }
 
 caf::actor runtime::directory() const {

@@ -51,6 +51,13 @@ public:
   caf::actor_system& system();
   caf::actor node() const;
   caf::actor directory() const;
+  /// The published gate (membership, console requests).
+  caf::actor gate() const;
+  /// The TLS port the gate listens on.
+  std::uint16_t port() const noexcept;
+  /// A note about TLS to show once (how to issue certificates for more
+  /// nodes), empty when there is nothing to say.
+  const std::string& tls_note() const noexcept;
   const config::node_config& config() const noexcept;
   const discovery::discovery_result& discovery() const noexcept;
 

@@ -19,7 +19,8 @@ std::string exo_node() {
 std::string config_with(const std::string& dir, const std::string& devices) {
   auto path = dir + "/node.json";
   write_file(path, R"({"node": {"name": "t1", "state_dir": ")" + dir
-                     + R"(/state"}, "devices": )" + devices + "}");
+                     + R"(/state"}, "network": {"port": 0}, "devices": )"
+                     + devices + "}");
   return path;
 }
 

@@ -1,0 +1,65 @@
+#pragma once
+
+/// The gate: a node's published actor and its membership. It is the only
+/// actor reachable over TLS. It runs the join handshake (both ends prove
+/// the certificate name they hold a key for), keeps the member view and
+/// spreads it by gossip with every heartbeat, detects failures (remote
+/// monitors for a fast verdict on a dropped connection, heartbeat silence
+/// as the backstop), chooses the coordinator deterministically, connects to
+/// seeds and to every member it learns of (asynchronously, with timeouts and
+/// backoff), and answers the console for the whole cluster.
+///
+/// Nothing but join/prove is accepted from a sender that has not proven
+/// its name; everything a peer sends is validated against size limits.
+
+#include "messages/cluster.hpp"
+#include "runtime/config/node_config.hpp"
+
+#include <caf/fwd.hpp>
+#include <caf/actor.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace exo::tls {
+class private_key;
+class trust_store;
+} // namespace exo::tls
+
+namespace exo::membership {
+
+struct gate_config {
+  std::string name;
+  std::string host;         ///< advertised address
+  std::uint16_t port = 0;   ///< advertised port (set after publishing)
+  std::vector<config::peer_address> seeds;
+  std::chrono::milliseconds heartbeat{250};
+  std::chrono::milliseconds failure_timeout{1500};
+  std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::milliseconds measure_interval{5000};
+  std::uint64_t incarnation = 0;
+  std::string cert_pem;                      ///< our certificate
+  std::shared_ptr<const tls::private_key> key;
+  std::shared_ptr<const tls::trust_store> ca;
+  caf::actor node;      ///< local node actor (devices)
+  caf::actor directory; ///< local directory (actors, inspect)
+};
+
+/// Spawns the gate. Send it (caf::publish_atom, std::uint16_t port) once it
+/// is published so it advertises the right port.
+caf::actor spawn_gate(caf::actor_system& sys, gate_config cfg);
+
+/// Console commands the gate answers, from authenticated clients and local
+/// actors, as (console_atom, command, argument):
+///   "nodes"       -> member_view
+///   "devices"     -> std::vector<device_info> of every alive member
+///   "links"       -> std::vector<link_info> of every member
+///   "actors"      -> std::vector<actor_snapshot> (argument: node, "" = ours)
+///   "inspect"     -> actor_snapshot (argument: "NODE/NAME" or "NAME")
+///   "coordinator" -> std::string
+///   "measure"     -> std::vector<link_info> after measuring now
+///   "leave"       -> ok once every peer was told we leave
+
+} // namespace exo::membership

@@ -1,0 +1,159 @@
+#pragma once
+
+/// The wire contract of the cluster: the join handshake, the member view
+/// spread by gossip, measured links, and the console's requests.
+///
+/// Join (both ends prove which certificate name they hold a key for; TLS
+/// alone only proves "some certificate of our CA"):
+///
+///   joiner J                                  responder R (published gate)
+///     | --- join(join_hello{J, nonce_J}) ----------> |
+///     | <-- join_challenge{R, nonce_R, cert_R,       |  sig_R = sign(key_R,
+///     |                    sig_R} ------------------ |    nonce_J, ctx(R, J))
+///     | verify sig_R against the CA and R's name     |
+///     | --- prove(join_proof{J, cert_J, sig_J,       |  sig_J = sign(key_J,
+///     |                      member_info J}) ------> |    nonce_R, ctx(J, R))
+///     |                                              | verify, refuse a name
+///     | <-- member_view ---------------------------- | that is alive elsewhere
+///
+/// After that both gates accept gossip (heartbeat + view) from each other.
+/// Everything a peer sends is bounded and validated before use.
+
+#include "messages/atoms.hpp"
+#include "messages/device.hpp"
+
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace exo {
+
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using prove_atom = caf::atom_constant<caf::atom("prove")>;
+using gossip_atom = caf::atom_constant<caf::atom("gossip")>;
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using bulk_atom = caf::atom_constant<caf::atom("bulk")>;
+using console_atom = caf::atom_constant<caf::atom("console")>;
+using links_atom = caf::atom_constant<caf::atom("links")>;
+using members_atom = caf::atom_constant<caf::atom("members")>;
+using measure_atom = caf::atom_constant<caf::atom("measure")>;
+
+/// Limits on what a peer may send.
+constexpr std::size_t max_members = 256;
+constexpr std::size_t max_devices_per_member = 256;
+constexpr std::size_t max_links_per_member = 256;
+constexpr std::size_t max_name_length = 64;
+constexpr std::size_t max_text_length = 1024;
+
+enum class member_status : std::uint8_t { alive, dead, left };
+
+const char* to_string(member_status s) noexcept;
+
+/// One measured link, from one node to another.
+struct link_info {
+  std::string from;
+  std::string to;
+  double rtt_p50_us = 0;
+  double rtt_p99_us = 0;
+  double jitter_us = 0;
+  double loss = 0;          ///< fraction of probes lost, 0..1
+  double bandwidth_bps = 0; ///< bytes per second
+  std::int64_t measured_ns = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, link_info& x) {
+  return f(caf::meta::type_name("exo.link_info"), x.from, x.to, x.rtt_p50_us,
+           x.rtt_p99_us, x.jitter_us, x.loss, x.bandwidth_bps,
+           x.measured_ns);
+}
+
+/// One member of the cluster as the view knows it.
+struct member_info {
+  std::string name;
+  std::string host;
+  std::uint16_t port = 0;
+  std::uint64_t incarnation = 0; ///< grows with every start of the node
+  member_status status = member_status::alive;
+  std::int64_t join_time_ns = 0;
+  std::string status_reason;
+  std::vector<device_info> devices;
+  std::vector<link_info> links; ///< links measured from this member
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, member_info& x) {
+  return f(caf::meta::type_name("exo.member_info"), x.name, x.host, x.port,
+           x.incarnation, x.status, x.join_time_ns, x.status_reason,
+           x.devices, x.links);
+}
+
+/// What a gate knows: every member, from the point of view of `from`.
+struct member_view {
+  std::string from;
+  std::vector<member_info> members;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, member_view& x) {
+  return f(caf::meta::type_name("exo.member_view"), x.from, x.members);
+}
+
+struct join_hello {
+  std::string claimed;              ///< the name the joiner claims
+  std::vector<std::uint8_t> nonce;  ///< 32 bytes for the responder to sign
+  bool client = false;              ///< a console/client, not a node
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_hello& x) {
+  return f(caf::meta::type_name("exo.join_hello"), x.claimed, x.nonce,
+           x.client);
+}
+
+struct join_challenge {
+  std::string responder;
+  std::vector<std::uint8_t> nonce; ///< 32 bytes for the joiner to sign
+  std::string cert_pem;            ///< the responder's certificate
+  std::vector<std::uint8_t> signature;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_challenge& x) {
+  return f(caf::meta::type_name("exo.join_challenge"), x.responder, x.nonce,
+           x.cert_pem, x.signature);
+}
+
+struct join_proof {
+  std::string claimed;
+  std::string cert_pem;
+  std::vector<std::uint8_t> signature;
+  member_info self; ///< ignored for clients
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_proof& x) {
+  return f(caf::meta::type_name("exo.join_proof"), x.claimed, x.cert_pem,
+           x.signature, x.self);
+}
+
+/// The reply to a console command: the part its command fills.
+struct console_reply {
+  std::string command;
+  member_view nodes;
+  std::vector<device_info> devices;
+  std::vector<link_info> links;
+  std::vector<actor_snapshot> actors; ///< one element for "inspect"
+  std::string text;                   ///< "coordinator", "leave"
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, console_reply& x) {
+  return f(caf::meta::type_name("exo.console_reply"), x.command, x.nodes,
+           x.devices, x.links, x.actors, x.text);
+}
+
+} // namespace exo

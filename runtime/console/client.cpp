@@ -1,0 +1,141 @@
+#include "runtime/console/client.hpp"
+
+#include "messages/registration.hpp"
+#include "runtime/tls/caf_tls.hpp"
+#include "runtime/tls/certificate.hpp"
+#include "runtime/tls/challenge.hpp"
+#include "runtime/tls/private_key.hpp"
+#include "runtime/tls/tls_error.hpp"
+#include "runtime/tls/trust_store.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+
+namespace exo::console {
+
+struct client::impl {
+  tls::material files;
+  std::string name;
+  std::chrono::milliseconds timeout;
+  std::unique_ptr<caf::actor_system_config> cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<tls::private_key> key;
+  std::unique_ptr<tls::trust_store> ca;
+  std::string cert_pem;
+  caf::actor gate;
+  std::string node;
+  /// One actor for the whole session: the gate authorises the actor that
+  /// completed the handshake, not the process.
+  std::unique_ptr<caf::scoped_actor> self;
+};
+
+client::client(tls::material files, std::chrono::milliseconds timeout)
+  : impl_(std::make_unique<impl>()) {
+  auto& d = *impl_;
+  d.files = std::move(files);
+  d.files.role = tls::cert_role::client;
+  d.timeout = timeout;
+  try {
+    auto info = tls::check_material(d.files);
+    d.name = info.common_name;
+    d.key = std::make_unique<tls::private_key>(
+      tls::private_key::load(d.files.key, d.files.passphrase));
+    d.ca = std::make_unique<tls::trust_store>(
+      tls::trust_store::load(d.files.cafile));
+    d.cert_pem = tls::certificate::load(d.files.certificate).to_pem();
+    d.cfg = std::make_unique<caf::actor_system_config>();
+    register_messages(*d.cfg);
+    d.cfg->load<caf::io::middleman>();
+    d.cfg->load<caf::openssl::manager>();
+    tls::apply_material(*d.cfg, d.files);
+  } catch (const tls::tls_error& e) {
+    throw client_error(std::string{"TLS: "} + e.what());
+  }
+  d.sys = std::make_unique<caf::actor_system>(*d.cfg);
+  d.self = std::make_unique<caf::scoped_actor>(*d.sys);
+}
+
+client::~client() {
+  impl_->self.reset();
+}
+
+const std::string& client::node_name() const noexcept {
+  return impl_->node;
+}
+
+std::string client::render(const caf::error& err) const {
+  return impl_->sys->render(err);
+}
+
+void client::connect(const std::string& host, std::uint16_t port) {
+  auto& d = *impl_;
+  auto& self = *d.self;
+  auto where = host + ":" + std::to_string(port);
+  caf::strong_actor_ptr ptr;
+  std::string failure;
+  self
+    ->request(d.sys->openssl_manager().actor_handle(), d.timeout,
+              caf::connect_atom::value, host, port)
+    .receive(
+      [&](const caf::node_id&, caf::strong_actor_ptr& p,
+          const std::set<std::string>&) { ptr = std::move(p); },
+      [&](caf::error& err) { failure = d.sys->render(err); });
+  if (!ptr)
+    throw client_error("cannot connect to " + where + ": "
+                       + (failure.empty() ? "no actor published" : failure)
+                       + (failure.find("handshake") != std::string::npos
+                            ? " (is the certificate from the cluster CA?)"
+                            : ""));
+  d.gate = caf::actor_cast<caf::actor>(ptr);
+  auto mine = tls::make_nonce();
+  join_hello hello{d.name, {mine.begin(), mine.end()}, true};
+  join_challenge ch;
+  self->request(d.gate, d.timeout, join_atom::value, hello)
+    .receive([&](join_challenge& c) { ch = std::move(c); },
+             [&](caf::error& err) { failure = d.sys->render(err); });
+  if (!failure.empty())
+    throw client_error("handshake with " + where + " failed: " + failure);
+  tls::nonce theirs{};
+  if (ch.nonce.size() != theirs.size()
+      || ch.cert_pem.size() > tls::max_peer_cert_size
+      || ch.signature.size() > tls::max_signature_size)
+    throw client_error("handshake with " + where + ": malformed challenge");
+  std::copy(ch.nonce.begin(), ch.nonce.end(), theirs.begin());
+  try {
+    d.node = tls::verify_join(ch.cert_pem, *d.ca, mine, ch.responder, d.name,
+                              ch.signature);
+  } catch (const tls::tls_error& e) {
+    throw client_error("the node at " + where
+                       + " did not prove its name: " + e.what());
+  }
+  join_proof proof;
+  proof.claimed = d.name;
+  proof.cert_pem = d.cert_pem;
+  proof.signature = tls::sign_challenge(
+    *d.key, theirs, tls::join_context(d.name, d.node));
+  self->request(d.gate, d.timeout, prove_atom::value, proof)
+    .receive([&](member_view&) {},
+             [&](caf::error& err) { failure = d.sys->render(err); });
+  if (!failure.empty())
+    throw client_error("node " + d.node + " refused us: " + failure);
+}
+
+console_reply client::ask(const std::string& command,
+                          const std::string& arg) {
+  auto& d = *impl_;
+  if (!d.gate)
+    throw client_error("not connected");
+  auto& self = *d.self;
+  console_reply out;
+  std::string failure;
+  auto timeout = command == "measure" ? d.timeout * 6 : d.timeout;
+  self->request(d.gate, timeout, console_atom::value, command, arg)
+    .receive([&](console_reply& r) { out = std::move(r); },
+             [&](caf::error& err) { failure = d.sys->render(err); });
+  if (!failure.empty())
+    throw client_error(failure);
+  return out;
+}
+
+} // namespace exo::console

@@ -1,0 +1,225 @@
+#include "runtime/console/render.hpp"
+
+#include "runtime/discovery/discovery.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <iomanip>
+#include <sstream>
+
+namespace exo::console {
+
+using discovery::json_escape;
+
+namespace {
+
+/// A table with columns sized to their widest cell.
+class text_table {
+public:
+  explicit text_table(std::vector<std::string> header)
+    : rows_{std::move(header)} {
+  }
+  void add(std::vector<std::string> row) {
+    rows_.push_back(std::move(row));
+  }
+  std::string str() const {
+    std::vector<std::size_t> w;
+    for (auto& r : rows_)
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        if (w.size() <= i)
+          w.push_back(0);
+        w[i] = std::max(w[i], r[i].size());
+      }
+    std::ostringstream out;
+    for (auto& r : rows_) {
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        out << r[i];
+        if (i + 1 < r.size())
+          out << std::string(w[i] - r[i].size() + 2, ' ');
+      }
+      out << "\n";
+    }
+    return out.str();
+  }
+
+private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string fixed(double v, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << v;
+  return out.str();
+}
+
+std::string gib(std::uint64_t b) {
+  return fixed(double(b) / double(1ull << 30), 1) + " GiB";
+}
+
+std::string num(double v) {
+  std::ostringstream out;
+  out << std::setprecision(12) << v;
+  return out.str();
+}
+
+} // namespace
+
+std::string table(const member_view& v, const std::string& coordinator) {
+  text_table t{{"NODE", "ADDRESS", "STATUS", "DEVICES", "ROLE", "NOTE"}};
+  for (auto& m : v.members)
+    t.add({m.name, m.host + ":" + std::to_string(m.port), to_string(m.status),
+           std::to_string(m.devices.size()),
+           m.name == coordinator ? "coordinator" : "", m.status_reason});
+  return t.str();
+}
+
+std::string table(const std::vector<device_info>& devices) {
+  text_table t{{"NODE", "DEVICE", "BACKEND", "MEMORY", "FREE", "STATE",
+                "NAME"}};
+  for (auto& d : devices)
+    t.add({d.node, d.id, d.backend, gib(d.total_memory), gib(d.free_memory),
+           std::string{to_string(d.state)}
+             + (d.state_reason.empty() ? "" : " (" + d.state_reason + ")"),
+           d.name});
+  return t.str();
+}
+
+std::string table(const std::vector<link_info>& links) {
+  text_table t{{"FROM", "TO", "RTT p50", "RTT p99", "JITTER", "LOSS",
+                "BANDWIDTH"}};
+  for (auto& l : links)
+    t.add({l.from, l.to, fixed(l.rtt_p50_us, 0) + " us",
+           fixed(l.rtt_p99_us, 0) + " us", fixed(l.jitter_us, 0) + " us",
+           fixed(l.loss * 100, 1) + "%",
+           fixed(l.bandwidth_bps / 1e6, 1) + " MB/s"});
+  return t.str();
+}
+
+std::string table(const std::vector<actor_snapshot>& actors) {
+  text_table t{{"NODE", "ACTOR", "KIND", "STATE"}};
+  for (auto& a : actors)
+    t.add({a.node, a.name, a.kind, a.summary});
+  return t.str();
+}
+
+std::string table(const actor_snapshot& a) {
+  std::ostringstream out;
+  out << a.name << " (" << a.kind << " on " << a.node << "): " << a.summary
+      << "\n";
+  text_table t{{"  FIELD", "VALUE"}};
+  for (auto& [k, v] : a.fields)
+    t.add({"  " + k, v});
+  out << t.str();
+  return out.str();
+}
+
+std::string json(const member_view& v, const std::string& coordinator) {
+  std::ostringstream out;
+  out << "{\"coordinator\": \"" << json_escape(coordinator)
+      << "\", \"nodes\": [";
+  for (std::size_t i = 0; i < v.members.size(); ++i) {
+    auto& m = v.members[i];
+    out << (i ? ", " : "") << "{\"name\": \"" << json_escape(m.name)
+        << "\", \"host\": \"" << json_escape(m.host)
+        << "\", \"port\": " << m.port << ", \"status\": \""
+        << to_string(m.status) << "\", \"incarnation\": " << m.incarnation
+        << ", \"devices\": " << m.devices.size() << ", \"reason\": \""
+        << json_escape(m.status_reason) << "\"}";
+  }
+  out << "]}\n";
+  return out.str();
+}
+
+std::string json(const std::vector<device_info>& devices) {
+  std::ostringstream out;
+  out << "[";
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    auto& d = devices[i];
+    out << (i ? ", " : "") << "{\"node\": \"" << json_escape(d.node)
+        << "\", \"id\": \"" << json_escape(d.id) << "\", \"backend\": \""
+        << json_escape(d.backend) << "\", \"name\": \"" << json_escape(d.name)
+        << "\", \"simulated\": " << (d.simulated ? "true" : "false")
+        << ", \"total_memory\": " << d.total_memory
+        << ", \"free_memory\": " << d.free_memory << ", \"state\": \""
+        << to_string(d.state) << "\"}";
+  }
+  out << "]\n";
+  return out.str();
+}
+
+std::string json(const std::vector<link_info>& links) {
+  std::ostringstream out;
+  out << "[";
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    auto& l = links[i];
+    out << (i ? ", " : "") << "{\"from\": \"" << json_escape(l.from)
+        << "\", \"to\": \"" << json_escape(l.to)
+        << "\", \"rtt_p50_us\": " << num(l.rtt_p50_us)
+        << ", \"rtt_p99_us\": " << num(l.rtt_p99_us)
+        << ", \"jitter_us\": " << num(l.jitter_us)
+        << ", \"loss\": " << num(l.loss)
+        << ", \"bandwidth_bps\": " << num(l.bandwidth_bps) << "}";
+  }
+  out << "]\n";
+  return out.str();
+}
+
+namespace {
+
+void snapshot_json(std::ostringstream& out, const actor_snapshot& a) {
+  out << "{\"node\": \"" << json_escape(a.node) << "\", \"name\": \""
+      << json_escape(a.name) << "\", \"kind\": \"" << json_escape(a.kind)
+      << "\", \"summary\": \"" << json_escape(a.summary)
+      << "\", \"fields\": {";
+  bool first = true;
+  for (auto& [k, v] : a.fields) {
+    out << (first ? "" : ", ") << "\"" << json_escape(k) << "\": \""
+        << json_escape(v) << "\"";
+    first = false;
+  }
+  out << "}}";
+}
+
+} // namespace
+
+std::string json(const std::vector<actor_snapshot>& actors) {
+  std::ostringstream out;
+  out << "[";
+  for (std::size_t i = 0; i < actors.size(); ++i) {
+    out << (i ? ", " : "");
+    snapshot_json(out, actors[i]);
+  }
+  out << "]\n";
+  return out.str();
+}
+
+std::string json(const actor_snapshot& a) {
+  std::ostringstream out;
+  snapshot_json(out, a);
+  out << "\n";
+  return out.str();
+}
+
+std::vector<std::string> split_words(const std::string& line) {
+  std::istringstream in{line};
+  std::vector<std::string> out;
+  std::string w;
+  while (in >> w)
+    out.push_back(w);
+  return out;
+}
+
+const char* help_text() {
+  return "commands:\n"
+         "  nodes               members of the cluster and their status\n"
+         "  devices             every device of every live node\n"
+         "  links               measured links (RTT, jitter, loss, bandwidth)\n"
+         "  measure             measure the links from the connected node now\n"
+         "  actors [NODE]       actors of a node (default: the connected one)\n"
+         "  inspect [NODE:]ACTOR  the state of one actor\n"
+         "  coordinator         the current coordinator\n"
+         "  help                this text\n"
+         "  quit                leave the console\n";
+}
+
+} // namespace exo::console

@@ -1,0 +1,330 @@
+// A cluster of real exo-node processes on 127.0.0.1: forming, converging,
+// noticing a SIGKILL within 3 s, re-choosing the coordinator, rejoining,
+// refusing strangers, and answering the console.
+
+#include "test/support/process.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <memory>
+#include <regex>
+#include <thread>
+
+using namespace exo::test;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+std::string exo_node() {
+  return build_path("runtime/node/exo-node");
+}
+std::string exo_cert() {
+  return build_path("runtime/tls/exo-cert");
+}
+std::string exo_console() {
+  return build_path("runtime/console/exo-console");
+}
+
+void must(const run_result& r) {
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+}
+
+/// A CA, node certificates and a client certificate in a temp dir.
+struct pki {
+  std::string dir = temp_dir("exo-cluster");
+  pki() {
+    must(run({exo_cert(), "init-ca", "--dir", dir + "/ca"}));
+    must(run({exo_cert(), "issue-client", "--ca-dir", dir + "/ca", "--name",
+              "ops", "--out", dir + "/ops"}));
+  }
+  void node(const std::string& name) {
+    must(run({exo_cert(), "issue-node", "--ca-dir", dir + "/ca", "--name",
+              name, "--out", dir + "/" + name, "--force"}));
+  }
+};
+
+/// One exo-node process.
+struct node_proc {
+  std::string name;
+  std::uint16_t port = 0;
+  std::unique_ptr<process> proc;
+};
+
+std::string node_config(const pki& p, const std::string& name,
+                        const std::string& cert_name, std::uint16_t port,
+                        const std::vector<std::uint16_t>& seeds) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < seeds.size(); ++i)
+    s += (i ? ", " : "") + std::string{"\"127.0.0.1:"}
+         + std::to_string(seeds[i]) + "\"";
+  s += "]";
+  auto dir = p.dir + "/" + cert_name;
+  auto path = dir + "/" + name + "-node.json";
+  write_file(path, R"({"node": {"name": ")" + name + R"(", "state_dir": ")"
+                     + dir + "/state-" + name + R"("},
+    "network": {"port": )" + std::to_string(port)
+                     + R"(, "seeds": )" + s + R"(, "heartbeat_ms": 200,
+                "failure_timeout_ms": 1500, "connect_timeout_ms": 1000},
+    "tls": {"certificate": ")" + dir + "/" + cert_name + R"(.crt", "key": ")"
+                     + dir + "/" + cert_name + R"(.key", "ca": ")" + dir
+                     + R"(/ca.crt"},
+    "devices": {"include": ["cpu", "sim"],
+                "simulated": [{"profile": "adreno-740"}],
+                "rescan_interval_s": 0}})");
+  return path;
+}
+
+node_proc start(const pki& p, const std::string& name, std::uint16_t port,
+                const std::vector<std::uint16_t>& seeds,
+                const std::string& cert_name = "") {
+  node_proc n;
+  n.name = name;
+  auto cfg = node_config(p, name, cert_name.empty() ? name : cert_name, port,
+                         seeds);
+  n.proc = std::make_unique<process>(
+    std::vector<std::string>{exo_node(), "--config", cfg});
+  REQUIRE(n.proc->wait_for_output("ready in", 30s));
+  std::smatch m;
+  auto out = n.proc->out();
+  REQUIRE(std::regex_search(out, m, std::regex{"listening on [^:]+:(\\d+)"}));
+  n.port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  return n;
+}
+
+run_result console(const pki& p, std::uint16_t port,
+                   std::vector<std::string> cmds, bool json = false,
+                   const std::string& client = "ops") {
+  std::vector<std::string> argv{exo_console(),
+                                "--connect",
+                                "127.0.0.1:" + std::to_string(port),
+                                "--cert",
+                                p.dir + "/" + client + "/" + client + ".crt",
+                                "--key",
+                                p.dir + "/" + client + "/" + client + ".key",
+                                "--ca",
+                                p.dir + "/ca/ca.crt",
+                                "--timeout-ms",
+                                "3000"};
+  for (auto& c : cmds) {
+    argv.push_back("--exec");
+    argv.push_back(c);
+  }
+  if (json)
+    argv.push_back("--json");
+  return run(argv, 30s);
+}
+
+/// Polls the console until `pred(out)` holds or `timeout` passes.
+template <class Pred>
+bool eventually(const pki& p, std::uint16_t port, const std::string& cmd,
+                Pred pred, std::chrono::milliseconds timeout) {
+  auto deadline = clock_type::now() + timeout;
+  for (;;) {
+    auto r = console(p, port, {cmd}, true);
+    if (r.code == 0 && pred(r.out))
+      return true;
+    if (clock_type::now() >= deadline) {
+      UNSCOPED_INFO("last output: " << r.out << r.err);
+      return false;
+    }
+    std::this_thread::sleep_for(250ms);
+  }
+}
+
+bool contains(const std::string& s, const std::string& what) {
+  return s.find(what) != std::string::npos;
+}
+
+std::string status_of(const std::string& json, const std::string& name) {
+  std::smatch m;
+  std::regex re{"\"name\": \"" + name
+                + "\", \"host\": \"[^\"]*\", \"port\": \\d+, \"status\": "
+                  "\"(\\w+)\""};
+  return std::regex_search(json, m, re) ? std::string{m[1]} : "";
+}
+
+} // namespace
+
+TEST_CASE("three nodes form a cluster, detect a SIGKILL within 3 s, "
+          "re-choose the coordinator and take the node back") {
+  pki p;
+  for (auto n : {"n1", "n2", "n3"})
+    p.node(n);
+  auto n1 = start(p, "n1", 0, {});
+  auto n2 = start(p, "n2", 0, {n1.port});
+  auto n3 = start(p, "n3", 0, {n2.port}); // knows only n2: learns n1 by gossip
+  for (auto* n : {&n1, &n2, &n3}) {
+    INFO("view of " << n->name);
+    CHECK(eventually(
+      p, n->port, "nodes",
+      [](const std::string& out) {
+        return status_of(out, "n1") == "alive"
+               && status_of(out, "n2") == "alive"
+               && status_of(out, "n3") == "alive";
+      },
+      15s));
+  }
+  auto coord = console(p, n3.port, {"coordinator"});
+  CHECK(coord.out == "n1\n");
+  // Every node's devices are visible from any node.
+  auto devs = console(p, n3.port, {"devices"});
+  REQUIRE(devs.code == 0);
+  for (auto n : {"n1", "n2", "n3"})
+    CHECK(contains(devs.out, std::string{n} + "  "));
+  CHECK(contains(devs.out, "sim:adreno-740:0"));
+
+  // SIGKILL the coordinator: dead everywhere within 3 s, n2 takes over.
+  auto killed_at = clock_type::now();
+  n1.proc->signal(SIGKILL);
+  CHECK(n1.proc->wait(10s) == 128 + SIGKILL);
+  for (auto* n : {&n2, &n3}) {
+    INFO("view of " << n->name);
+    CHECK(eventually(
+      p, n->port, "nodes",
+      [](const std::string& out) { return status_of(out, "n1") == "dead"; },
+      3s));
+  }
+  auto detected = clock_type::now() - killed_at;
+  CHECK(detected < 3s);
+  CHECK(console(p, n3.port, {"coordinator"}).out == "n2\n");
+  CHECK(console(p, n2.port, {"coordinator"}).out == "n2\n");
+
+  // Restart n1 under its name: it rejoins and is coordinator again.
+  auto again = start(p, "n1", 0, {n2.port});
+  for (auto* n : {&n2, &n3, &again}) {
+    INFO("view of " << n->name);
+    CHECK(eventually(
+      p, n->port, "nodes",
+      [](const std::string& out) { return status_of(out, "n1") == "alive"; },
+      10s));
+  }
+  CHECK(eventually(
+    p, n3.port, "coordinator",
+    [](const std::string& out) { return contains(out, "n1"); }, 5s));
+
+  // A graceful stop is seen at once as "left".
+  n3.proc->signal(SIGTERM);
+  CHECK(n3.proc->wait(20s) == 0);
+  CHECK(eventually(
+    p, n2.port, "nodes",
+    [](const std::string& out) { return status_of(out, "n3") == "left"; },
+    2s));
+}
+
+TEST_CASE("the console lists links, actors and inspects one, in tables and "
+          "JSON") {
+  pki p;
+  p.node("a");
+  p.node("b");
+  auto a = start(p, "a", 0, {});
+  auto b = start(p, "b", 0, {a.port});
+  REQUIRE(eventually(
+    p, a.port, "nodes",
+    [](const std::string& out) { return status_of(out, "b") == "alive"; },
+    15s));
+  auto m = console(p, a.port, {"measure"});
+  REQUIRE(m.code == 0);
+  CHECK(contains(m.out, "RTT p50"));
+  CHECK(contains(m.out, "MB/s"));
+  auto links = console(p, a.port, {"links"}, true);
+  CHECK(contains(links.out, "\"from\": \"a\", \"to\": \"b\""));
+  auto actors = console(p, b.port, {"actors a"});
+  REQUIRE(actors.code == 0);
+  CHECK(contains(actors.out, "device/cpu:0"));
+  CHECK(contains(actors.out, "gate"));
+  CHECK(contains(actors.out, "node"));
+  auto insp = console(p, b.port, {"inspect a:device/sim:adreno-740:0"});
+  REQUIRE(insp.code == 0);
+  CHECK(contains(insp.out, "live_handles"));
+  auto j = console(p, b.port, {"inspect gate"}, true);
+  CHECK(contains(j.out, "\"kind\": \"gate\""));
+  // Clear errors for bad input.
+  auto bad = console(p, a.port, {"frobnicate"});
+  CHECK(bad.code == 1);
+  CHECK(contains(bad.err, "unknown command \"frobnicate\""));
+  bad = console(p, a.port, {"inspect"});
+  CHECK(bad.code == 1);
+  CHECK(contains(bad.err, "inspect: expected 1 argument(s), got 0"));
+  bad = console(p, a.port, {"actors nowhere"});
+  CHECK(bad.code == 1);
+  CHECK(contains(bad.err, "no live node named \"nowhere\""));
+  CHECK(console(p, a.port, {"help"}).out.find("inspect") != std::string::npos);
+}
+
+TEST_CASE("strangers are refused and the node stays healthy") {
+  pki p;
+  p.node("h1");
+  auto h1 = start(p, "h1", 0, {});
+  auto port = std::to_string(h1.port);
+  // A client from another CA.
+  pki other;
+  auto r = console(other, h1.port, {"nodes"});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "cannot connect"));
+  // A self-signed client certificate: a CA certificate used as a client.
+  {
+    std::vector<std::string> argv{exo_console(),          "--connect",
+                                  "127.0.0.1:" + port,    "--cert",
+                                  other.dir + "/ca/ca.crt", "--key",
+                                  other.dir + "/ca/ca.key", "--ca",
+                                  p.dir + "/ca/ca.crt",   "--exec",
+                                  "nodes"};
+    auto s = run(argv, 30s);
+    CHECK(s.code != 0);
+  }
+  // No client certificate at all.
+  r = run({exo_console(), "--connect", "127.0.0.1:" + port, "--exec",
+           "nodes"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "never connects without a client certificate"));
+  // Plain TCP with garbage, and a plain-text CAF handshake attempt.
+  for (std::string junk : {std::string(4096, 'x'),
+                           std::string("\x00\x00\x00\x20garbage", 11)}) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(h1.port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))
+            == 0);
+    auto n = write(fd, junk.data(), junk.size());
+    CHECK(n > 0);
+    char buf[256];
+    timeval tv{2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    (void) read(fd, buf, sizeof(buf));
+    close(fd);
+  }
+  // A node that claims the name of the live node h1 (a real certificate
+  // for "h1" from our CA, as a second process), joining through h2.
+  p.node("h2");
+  auto h2 = start(p, "h2", 0, {h1.port});
+  REQUIRE(eventually(
+    p, h2.port, "nodes",
+    [](const std::string& out) { return status_of(out, "h1") == "alive"; },
+    15s));
+  p.node("h1"); // re-issue: same name, new key
+  auto impostor_cfg = node_config(p, "h1", "h1", 0, {h2.port, h1.port});
+  process impostor{{exo_node(), "--config", impostor_cfg}};
+  CHECK(impostor.wait_for_output("is in use by a live member", 20s));
+  impostor.signal(SIGKILL);
+  impostor.wait(10s);
+  // Still healthy: the console works and both know the real h1 alive.
+  r = console(p, h1.port, {"nodes"}, true);
+  REQUIRE(r.code == 0);
+  CHECK(status_of(r.out, "h1") == "alive");
+  r = console(p, h2.port, {"nodes"}, true);
+  CHECK(contains(r.out, "\"port\": " + port));
+  CHECK(status_of(r.out, "h1") == "alive");
+  CHECK(h1.proc->running());
+  auto g = console(p, h1.port, {"inspect gate"});
+  CHECK(contains(g.out, "joins_refused"));
+}
