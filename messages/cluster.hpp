@@ -147,13 +147,15 @@ struct console_reply {
   std::vector<device_info> devices;
   std::vector<link_info> links;
   std::vector<actor_snapshot> actors; ///< one element for "inspect"
-  std::string text;                   ///< "coordinator", "leave"
+  std::string text;                   ///< "coordinator", "leave"; services:
+                                      ///< the reply rendered for people
+  std::string json;                   ///< services: the reply as JSON
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, console_reply& x) {
   return f(caf::meta::type_name("exo.console_reply"), x.command, x.nodes,
-           x.devices, x.links, x.actors, x.text);
+           x.devices, x.links, x.actors, x.text, x.json);
 }
 
 } // namespace exo

@@ -58,6 +58,7 @@ struct gate_state {
   std::map<std::string, attempt> attempts;           // "host:port" -> backoff
   std::map<std::string, link_info> links;            // to -> link
   std::map<std::string, std::string> suspects;       // "host:port" -> name
+  std::map<std::string, caf::actor> services;        // console command -> handler
   caf::actor topology;
   std::uint64_t ticks = 0;
   std::uint64_t joins_accepted = 0;
@@ -575,6 +576,18 @@ caf::result<console_reply> console(self_ptr self, const std::string& cmd,
           });
     return rp;
   }
+  if (auto it = st.services.find(cmd); it != st.services.end()) {
+    auto rp = self->make_response_promise();
+    self->request(it->second, seconds(60), console_atom::value, cmd, arg)
+      .then([rp](console_reply& r) mutable { rp.deliver(std::move(r)); },
+            [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+    return rp;
+  }
+  if (cmd == "services") {
+    for (auto& [name, handler] : st.services)
+      reply.text += name + "\n";
+    return reply;
+  }
   return make_exo_error(exo_errc::invalid_argument,
                         "unknown command \"" + cmd + "\"");
 }
@@ -620,6 +633,16 @@ caf::behavior gate_impl(self_ptr self, gate_config cfg) {
       auto me = self_info(self);
       me.port = port;
       st.table = std::make_unique<member_table>(me);
+    },
+    [self](register_atom, std::string& command,
+           caf::actor& handler) -> caf::result<caf::atom_value> {
+      if (!is_local(self))
+        return denied();
+      if (!handler || command.empty())
+        return make_exo_error(exo_errc::invalid_argument,
+                              "register: command and handler required");
+      self->state.services[command] = handler;
+      return caf::ok_atom::value;
     },
     [self](tick_atom) {
       tick(self);

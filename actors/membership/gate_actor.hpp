@@ -61,5 +61,12 @@ caf::actor spawn_gate(caf::actor_system& sys, gate_config cfg);
 ///   "coordinator" -> std::string
 ///   "measure"     -> std::vector<link_info> after measuring now
 ///   "leave"       -> ok once every peer was told we leave
+///
+/// Services extend the console without touching the gate: a local actor
+/// sends the gate (register_atom, std::string command, caf::actor handler)
+/// and from then on the gate delegates (console_atom, command, argument)
+/// for that command to the handler, which replies with a console_reply
+/// (text for people, json for scripts). "help" lists built-ins and
+/// services.
 
 } // namespace exo::membership

@@ -107,6 +107,12 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
     return false;
   if (cmd == "help") {
     std::cout << console::help_text();
+    try {
+      auto services = c.ask("services", "");
+      if (!services.text.empty())
+        std::cout << "commands of this node's services:\n" << services.text;
+    } catch (const console::client_error&) {
+    }
     return true;
   }
   struct arity {
@@ -121,9 +127,26 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
   for (auto& k : known)
     if (cmd == k.name)
       a = &k;
-  if (a == nullptr)
-    return fail("unknown command \"" + cmd + "\" (type help)");
   auto nargs = words.size() - 1;
+  if (a == nullptr) {
+    // Not built in: a service of the node may answer it (e.g. "plan").
+    std::string rest;
+    for (std::size_t i = 1; i < words.size(); ++i)
+      rest += (i > 1 ? " " : "") + words[i];
+    try {
+      auto reply = c.ask(cmd, rest);
+      std::cout << (json ? reply.json : reply.text);
+      if (!json && !reply.text.empty() && reply.text.back() != '\n')
+        std::cout << "\n";
+      std::cout.flush();
+    } catch (const console::client_error& e) {
+      auto msg = std::string{e.what()};
+      if (msg.find("unknown command") != std::string::npos)
+        return fail("unknown command \"" + cmd + "\" (type help)");
+      return fail(msg);
+    }
+    return true;
+  }
   if (nargs < a->min || nargs > a->max)
     return fail(cmd + ": expected "
                 + (a->min == a->max ? std::to_string(a->min)

@@ -4,6 +4,7 @@
 #include "actors/membership/gate_actor.hpp"
 #include "actors/node/node_actor.hpp"
 #include "messages/registration.hpp"
+#include "runtime/node/services.hpp"
 #include "runtime/tls/bootstrap.hpp"
 #include "runtime/tls/caf_tls.hpp"
 #include "runtime/tls/cert_tool.hpp"
@@ -114,6 +115,7 @@ struct runtime::impl {
   tls_setup tls;
   caf::actor gate;
   std::uint16_t port = 0;
+  std::vector<service> services;
   std::unique_ptr<caf::actor_system_config> own_cfg;
   std::unique_ptr<caf::actor_system> own_sys;
   caf::actor_system* sys = nullptr;
@@ -212,6 +214,20 @@ void runtime::start() {
   }
   d.port = *port;
   caf::anon_send(d.gate, caf::publish_atom::value, d.port);
+  service_context ctx;
+  ctx.sys = d.sys;
+  ctx.cfg = &d.cfg;
+  ctx.node = d.node;
+  ctx.directory = d.directory;
+  ctx.gate = d.gate;
+  ctx.port = d.port;
+  d.services = spawn_services(ctx);
+  for (auto& svc : d.services) {
+    caf::anon_send(d.directory, register_atom::value, svc.name, svc.kind,
+                   svc.handle);
+    for (auto& cmd : svc.commands)
+      caf::anon_send(d.gate, register_atom::value, cmd, svc.handle);
+  }
 }
 
 void runtime::stop() {
@@ -221,6 +237,11 @@ void runtime::stop() {
   d.running = false;
   {
     caf::scoped_actor self{*d.sys};
+    for (auto& svc : d.services) {
+      self->send_exit(svc.handle, caf::exit_reason::user_shutdown);
+      self->wait_for(svc.handle);
+    }
+    d.services.clear();
     if (d.gate) {
       // Tell every peer we leave, so they need not wait for a timeout.
       self->request(d.gate, std::chrono::seconds(2), console_atom::value,

@@ -1,0 +1,44 @@
+#pragma once
+
+/// Node services: actors beyond the core (node, devices, directory, gate)
+/// that a node runs, each reachable from the console through the gate.
+/// runtime::start() calls spawn_services() after the gate is up; every
+/// returned actor is registered with the directory under its name, each of
+/// its console commands with the gate, and it is stopped (and waited for)
+/// by runtime::stop() before the node actor.
+///
+/// To add a service: write its spawn function and add one call to
+/// spawn_services() in services.cpp.
+
+#include "runtime/config/node_config.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+#include <string>
+#include <vector>
+
+namespace exo {
+
+/// What a service may use.
+struct service_context {
+  caf::actor_system* sys = nullptr;
+  const config::node_config* cfg = nullptr;
+  caf::actor node;      ///< devices_atom -> std::vector<device_info>, ...
+  caf::actor directory; ///< actors_atom, inspect_atom
+  caf::actor gate;      ///< (console_atom, "nodes"|"links"|..., arg)
+  std::uint16_t port = 0;
+};
+
+/// One running service.
+struct service {
+  std::string name;                  ///< directory name, e.g. "placement"
+  std::string kind;                  ///< directory kind
+  caf::actor handle;
+  std::vector<std::string> commands; ///< console commands it answers
+};
+
+/// Spawns every service of the node.
+std::vector<service> spawn_services(const service_context& ctx);
+
+} // namespace exo
