@@ -40,6 +40,7 @@ using console_atom = caf::atom_constant<caf::atom("console")>;
 using links_atom = caf::atom_constant<caf::atom("links")>;
 using members_atom = caf::atom_constant<caf::atom("members")>;
 using measure_atom = caf::atom_constant<caf::atom("measure")>;
+using broadcast_atom = caf::atom_constant<caf::atom("broadcast")>;
 
 /// Limits on what a peer may send.
 constexpr std::size_t max_members = 256;

@@ -644,6 +644,32 @@ caf::behavior gate_impl(self_ptr self, gate_config cfg) {
       self->state.services[command] = handler;
       return caf::ok_atom::value;
     },
+    [self](broadcast_atom, std::string& cmd,
+           std::string& arg) -> caf::result<std::uint64_t> {
+      if (!is_local(self))
+        return denied();
+      auto& st = self->state;
+      if (st.peers.empty())
+        return std::uint64_t{0};
+      struct tally {
+        std::uint64_t answered = 0;
+        std::size_t pending = 0;
+        caf::response_promise rp;
+        void one(bool ok) {
+          answered += ok ? 1 : 0;
+          if (--pending == 0)
+            rp.deliver(answered);
+        }
+      };
+      auto t = std::make_shared<tally>();
+      t->pending = st.peers.size();
+      t->rp = self->make_response_promise();
+      for (auto& [name, peer] : st.peers)
+        self->request(peer, seconds(2), console_atom::value, cmd, arg)
+          .then([t](console_reply&) { t->one(true); },
+                [t](caf::error&) { t->one(false); });
+      return t->rp;
+    },
     [self](tick_atom) {
       tick(self);
       self->delayed_send(self, self->state.cfg.heartbeat, tick_atom::value);
@@ -846,9 +872,9 @@ caf::behavior gate_impl(self_ptr self, gate_config cfg) {
     },
     [self](console_atom, std::string& cmd,
            std::string& arg) -> caf::result<console_reply> {
-      if (!is_client(self) && !is_local(self))
+      if (!is_client(self) && !is_local(self) && !is_peer(self))
         return denied();
-      if (cmd.size() > 64 || arg.size() > 256)
+      if (cmd.size() > 64 || arg.size() > 4096)
         return make_exo_error(exo_errc::invalid_argument,
                               "command too long");
       return console(self, cmd, arg);

@@ -66,7 +66,13 @@ caf::actor spawn_gate(caf::actor_system& sys, gate_config cfg);
 /// sends the gate (register_atom, std::string command, caf::actor handler)
 /// and from then on the gate delegates (console_atom, command, argument)
 /// for that command to the handler, which replies with a console_reply
-/// (text for people, json for scripts). "help" lists built-ins and
-/// services.
+/// (text for people, json for scripts). "services" lists them.
+///
+/// Services reach their peers on other nodes through the gate: a local
+/// actor sends (broadcast_atom, command, argument) and the gate sends
+/// (console_atom, command, argument) to every live peer gate, which
+/// delegates it to its own service; the reply is the number of peers that
+/// answered (std::uint64_t). Peer gates accept console commands from
+/// authenticated peers, so a service sees cluster-internal requests too.
 
 } // namespace exo::membership
