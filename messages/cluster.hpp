@@ -41,6 +41,7 @@ using links_atom = caf::atom_constant<caf::atom("links")>;
 using members_atom = caf::atom_constant<caf::atom("members")>;
 using measure_atom = caf::atom_constant<caf::atom("measure")>;
 using broadcast_atom = caf::atom_constant<caf::atom("broadcast")>;
+using service_atom = caf::atom_constant<caf::atom("service")>;
 
 /// Limits on what a peer may send.
 constexpr std::size_t max_members = 256;

@@ -670,6 +670,37 @@ caf::behavior gate_impl(self_ptr self, gate_config cfg) {
                 [t](caf::error&) { t->one(false); });
       return t->rp;
     },
+    [self](service_atom, std::string& node, std::string& service,
+           caf::message& m) -> caf::result<caf::message> {
+      if (!is_local(self))
+        return denied();
+      auto& st = self->state;
+      if (node == st.cfg.name) {
+        auto it = st.services.find(service);
+        if (it == st.services.end())
+          return make_exo_error(exo_errc::invalid_argument,
+                                "no service \"" + service + "\" on " + node);
+        return self->delegate(it->second, std::move(m));
+      }
+      auto peer = st.peers.find(node);
+      if (peer == st.peers.end())
+        return make_exo_error(exo_errc::invalid_argument,
+                              "no live node named \"" + node + "\"");
+      return self->delegate(peer->second, service_atom::value,
+                            std::move(service), std::move(m));
+    },
+    [self](service_atom, std::string& service,
+           caf::message& m) -> caf::result<caf::message> {
+      if (!is_peer(self) && !is_local(self))
+        return denied();
+      auto& st = self->state;
+      auto it = st.services.find(service);
+      if (it == st.services.end())
+        return make_exo_error(exo_errc::invalid_argument,
+                              "no service \"" + service + "\" on "
+                                + st.cfg.name);
+      return self->delegate(it->second, std::move(m));
+    },
     [self](tick_atom) {
       tick(self);
       self->delayed_send(self, self->state.cfg.heartbeat, tick_atom::value);

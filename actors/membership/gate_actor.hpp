@@ -74,5 +74,14 @@ caf::actor spawn_gate(caf::actor_system& sys, gate_config cfg);
 /// delegates it to its own service; the reply is the number of peers that
 /// answered (std::uint64_t). Peer gates accept console commands from
 /// authenticated peers, so a service sees cluster-internal requests too.
+///
+/// Typed requests between services of different nodes go through
+///   (service_atom, std::string node, std::string service, caf::message m)
+/// sent to the local gate: it forwards (service_atom, service, m) to the
+/// gate of `node` (or handles it itself when `node` is ours), which
+/// delegates `m` to its service registered under that name, and the reply
+/// (any registered type, actor handles included) comes back to the
+/// requester. Services register with (register_atom, name, handler) like
+/// console commands.
 
 } // namespace exo::membership
