@@ -1,6 +1,7 @@
 #include "actors/membership/gate_actor.hpp"
 
 #include "actors/membership/member_table.hpp"
+#include "actors/topology/topology_actor.hpp"
 #include "messages/errors.hpp"
 #include "runtime/tls/challenge.hpp"
 #include "runtime/tls/private_key.hpp"
@@ -339,113 +340,38 @@ void tick(self_ptr self) {
   }
 }
 
-/// Measures the link to one peer: round trips, then bulk throughput.
-struct measurement : std::enable_shared_from_this<measurement> {
-  self_ptr self;
-  std::string to;
-  caf::actor peer;
-  int pings_left = 20;
-  int lost = 0;
-  std::vector<double> rtts_us;
-  steady::time_point bulk_start;
-  int bulk_left = 0;
-  std::uint64_t bulk_bytes = 0;
-  std::function<void(link_info)> done;
-
-  void ping() {
-    if (pings_left-- == 0) {
-      bulk();
-      return;
-    }
-    auto me = shared_from_this();
-    auto t0 = steady::now();
-    self->request(peer, milliseconds{500}, ping_atom::value, wall_ns())
-      .then(
-        [me, t0](std::int64_t) {
-          me->rtts_us.push_back(
-            duration<double, std::micro>(steady::now() - t0).count());
-          me->ping();
-        },
-        [me](caf::error&) {
-          ++me->lost;
-          me->ping();
-        });
-  }
-
-  void bulk() {
-    constexpr int chunks = 8;
-    constexpr std::size_t chunk_bytes = 1u << 20;
-    auto me = shared_from_this();
-    bulk_left = chunks;
-    bulk_start = steady::now();
-    chunk c;
-    c.bytes.assign(chunk_bytes, 0x5a);
-    for (int i = 0; i < chunks; ++i)
-      self->request(peer, seconds{10}, bulk_atom::value, c)
-        .then(
-          [me](std::uint64_t n) {
-            me->bulk_bytes += n;
-            if (--me->bulk_left == 0)
-              me->finish();
-          },
-          [me](caf::error&) {
-            if (--me->bulk_left == 0)
-              me->finish();
-          });
-  }
-
-  void finish() {
-    link_info l;
-    l.from = self->state.cfg.name;
-    l.to = to;
-    auto secs = duration<double>(steady::now() - bulk_start).count();
-    l.bandwidth_bps = secs > 0 ? double(bulk_bytes) / secs : 0;
-    l.loss = double(lost) / 20.0;
-    if (!rtts_us.empty()) {
-      auto sorted = rtts_us;
-      std::sort(sorted.begin(), sorted.end());
-      l.rtt_p50_us = sorted[sorted.size() / 2];
-      l.rtt_p99_us = sorted[std::min(sorted.size() - 1,
-                                     (sorted.size() * 99) / 100)];
-      double jit = 0;
-      for (std::size_t i = 1; i < rtts_us.size(); ++i)
-        jit += std::abs(rtts_us[i] - rtts_us[i - 1]);
-      l.jitter_us = rtts_us.size() > 1 ? jit / double(rtts_us.size() - 1) : 0;
-    }
-    l.measured_ns = wall_ns();
-    done(l);
-  }
-};
-
-/// Measures every peer; calls `then` with all links once all are done.
+/// Asks the topology actor to measure every peer; calls `then` with all
+/// links once all are done (a failed measurement is left out).
 void measure_all(self_ptr self,
                  std::function<void(std::vector<link_info>)> then) {
   auto& st = self->state;
   auto results = std::make_shared<std::vector<link_info>>();
   auto left = std::make_shared<std::size_t>(st.peers.size());
-  if (*left == 0) {
+  if (*left == 0 || !st.topology) {
     then({});
     return;
   }
-  for (auto& [name, peer] : st.peers) {
-    auto m = std::make_shared<measurement>();
-    m->self = self;
-    m->to = name;
-    m->peer = peer;
-    m->done = [self, results, left, then](link_info l) {
-      self->state.links[l.to] = l;
-      results->push_back(l);
-      if (--*left == 0) {
-        std::vector<link_info> ls;
-        for (auto& [to, li] : self->state.links)
-          ls.push_back(li);
-        auto me = self_info(self);
-        self->state.table->update_self(me.devices, std::move(ls));
-        then(*results);
-      }
-    };
-    m->ping();
-  }
+  auto finish_one = [self, results, left, then] {
+    if (--*left == 0) {
+      std::vector<link_info> ls;
+      for (auto& [to, li] : self->state.links)
+        ls.push_back(li);
+      auto me = self_info(self);
+      self->state.table->update_self(me.devices, std::move(ls));
+      then(*results);
+    }
+  };
+  for (auto& [name, peer] : st.peers)
+    self
+      ->request(st.topology, seconds(30), measure_atom::value, st.cfg.name,
+                name, peer)
+      .then(
+        [self, results, finish_one](link_info& l) {
+          self->state.links[l.to] = l;
+          results->push_back(l);
+          finish_one();
+        },
+        [finish_one](caf::error&) { finish_one(); });
 }
 
 /// Collects the devices of every node into one console reply.
@@ -602,6 +528,8 @@ caf::behavior gate_impl(self_ptr self, gate_config cfg) {
   me.incarnation = st.cfg.incarnation;
   me.join_time_ns = wall_ns();
   st.table = std::make_unique<member_table>(me);
+  st.topology = topology::spawn_topology(self->system());
+  self->link_to(st.topology);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     if (auto it = st.peer_names.find(dm.source); it != st.peer_names.end()) {

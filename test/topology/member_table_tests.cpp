@@ -1,0 +1,102 @@
+// The member view: merging gossip, failure detection, coordinator choice,
+// refutation, and validation of what peers send.
+
+#include "actors/membership/member_table.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace exo;
+using namespace exo::membership;
+using namespace std::chrono_literals;
+
+namespace {
+
+member_info member(const std::string& name, std::uint64_t inc,
+                   member_status st = member_status::alive) {
+  member_info m;
+  m.name = name;
+  m.host = "127.0.0.1";
+  m.port = 7700;
+  m.incarnation = inc;
+  m.status = st;
+  return m;
+}
+
+const time_point t0{};
+
+} // namespace
+
+TEST_CASE("the coordinator is the alive member with the smallest name") {
+  member_table t{member("m", 1)};
+  CHECK(t.coordinator() == "m");
+  t.merge(member("b", 1), t0);
+  t.merge(member("z", 1), t0);
+  CHECK(t.coordinator() == "b");
+  t.mark("b", member_status::dead, "killed");
+  CHECK(t.coordinator() == "m");
+}
+
+TEST_CASE("a death verdict is final for an incarnation; a restart wins") {
+  member_table t{member("a", 1)};
+  t.merge(member("b", 5), t0);
+  CHECK(t.merge(member("b", 5, member_status::dead), t0));
+  CHECK_FALSE(t.alive("b"));
+  CHECK_FALSE(t.merge(member("b", 5), t0)); // stale alive claim
+  CHECK_FALSE(t.alive("b"));
+  CHECK(t.merge(member("b", 6), t0)); // restarted
+  CHECK(t.alive("b"));
+  CHECK_FALSE(t.merge(member("b", 5, member_status::left), t0));
+  CHECK(t.alive("b"));
+}
+
+TEST_CASE("silent members expire after the failure timeout") {
+  member_table t{member("a", 1)};
+  t.merge(member("b", 1), t0);
+  t.merge(member("c", 1), t0);
+  t.heard_from("c", t0 + 1000ms);
+  auto dead = t.expire(t0 + 1600ms, 1500ms);
+  CHECK(dead == std::vector<std::string>{"b"});
+  CHECK(t.alive("c"));
+  CHECK(t.alive("a")); // never ourselves
+  CHECK(t.find("b")->status_reason.find("no heartbeat") == 0);
+}
+
+TEST_CASE("claims about ourselves are ignored and refuted") {
+  member_table t{member("a", 10)};
+  member_view v;
+  v.members = {member("a", 10, member_status::dead)};
+  t.merge(v, t0);
+  CHECK(t.alive("a"));
+  CHECK(t.accuses_self(v));
+  t.bump_incarnation(10);
+  CHECK(t.self_incarnation() == 11);
+  CHECK_FALSE(t.accuses_self(v));
+}
+
+TEST_CASE("a completed handshake revives a member gossip called dead") {
+  member_table t{member("a", 1)};
+  t.merge(member("b", 3, member_status::dead), t0);
+  CHECK_FALSE(t.alive("b"));
+  t.revive("b", t0);
+  CHECK(t.alive("b"));
+}
+
+TEST_CASE("records from the network are validated against limits") {
+  auto ok = member("node-1", 1);
+  CHECK_FALSE(member_table::validate(ok));
+  auto bad = ok;
+  bad.name = "../etc";
+  CHECK(member_table::validate(bad));
+  bad = ok;
+  bad.name = std::string(65, 'x');
+  CHECK(member_table::validate(bad));
+  bad = ok;
+  bad.port = 0;
+  CHECK(member_table::validate(bad));
+  bad = ok;
+  bad.devices.resize(max_devices_per_member + 1);
+  CHECK(*member_table::validate(bad) == "member node-1: too many devices");
+  member_view v;
+  v.members.assign(max_members + 1, ok);
+  CHECK(*member_table::validate(v) == "view has too many members");
+}
