@@ -3,6 +3,7 @@
 #include "messages/cluster.hpp"
 #include "messages/device.hpp"
 #include "messages/errors.hpp"
+#include "messages/workload.hpp"
 
 #include <caf/actor_system_config.hpp>
 
@@ -44,6 +45,10 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<join_challenge>("exo.join_challenge");
   cfg.add_message_type<join_proof>("exo.join_proof");
   cfg.add_message_type<console_reply>("exo.console_reply");
+  // Workload (issue 5): shards, stage steps, model transfer.
+  cfg.add_message_type<stage_step>("exo.stage_step");
+  cfg.add_message_type<shard_spec>("exo.shard_spec");
+  cfg.add_message_type<shard_ready>("exo.shard_ready");
   add_error_category(cfg);
 }
 

@@ -1,0 +1,207 @@
+#include "actors/jobs/job_actor.hpp"
+
+#include "actors/shard/shard_actor.hpp"
+#include "messages/errors.hpp"
+#include "messages/workload.hpp"
+
+#include <caf/all.hpp>
+
+#include <memory>
+#include <stdexcept>
+
+namespace exo::jobs {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct sequence {
+  std::vector<std::int32_t> prompt;
+  std::size_t fed = 0; ///< prompt tokens sent so far
+  std::uint32_t pos = 0;
+  std::unique_ptr<model::sampler> smp;
+  bool done = false;
+};
+
+struct job_state {
+  job_setup cfg;
+  std::vector<sequence> seqs;
+  job_result result;
+  std::size_t prompts_left = 0;
+  std::size_t running = 0;
+  clock_type::time_point t0, t_prompts;
+  caf::response_promise rp;
+  bool started = false;
+  bool finished = false;
+  static inline const char* name = "exo.job";
+};
+
+using self_ptr = caf::stateful_actor<job_state>*;
+
+void send_step(self_ptr self, std::uint32_t j);
+
+void finish(self_ptr self, std::string error) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  st.finished = true;
+  auto now = clock_type::now();
+  if (st.prompts_left > 0)
+    st.t_prompts = now;
+  st.result.error = std::move(error);
+  st.result.total_s = std::chrono::duration<double>(now - st.t0).count();
+  st.result.prompt_s
+    = std::chrono::duration<double>(st.t_prompts - st.t0).count();
+  st.result.generation_s
+    = std::chrono::duration<double>(now - st.t_prompts).count();
+  for (auto& stage : st.cfg.stages)
+    self->send(stage, release_atom::value, st.cfg.id);
+  if (st.cfg.finish)
+    st.rp.deliver(st.cfg.finish(st.result));
+  else
+    st.rp.deliver(caf::ok_atom::value);
+  self->quit();
+}
+
+void on_logits(self_ptr self, std::uint32_t j, stage_step& s) {
+  auto& st = self->state;
+  auto& q = st.seqs[j];
+  if (s.x.size() != st.cfg.n_vocab) {
+    finish(self, "the last stage sent " + std::to_string(s.x.size())
+                   + " logits, expected " + std::to_string(st.cfg.n_vocab));
+    return;
+  }
+  q.pos += static_cast<std::uint32_t>(s.tokens.size());
+  if (q.fed < q.prompt.size()) { // more of the prompt to feed
+    send_step(self, j);
+    return;
+  }
+  auto& out = st.result.tokens[j];
+  if (out.empty() && q.pos == q.prompt.size()) { // prompt done
+    if (--st.prompts_left == 0)
+      st.t_prompts = clock_type::now();
+  }
+  st.result.logits[j] = std::move(s.x);
+  auto& logits = st.result.logits[j];
+  if (out.size() >= st.cfg.n_gen) {
+    q.done = true;
+  } else {
+    auto id = q.smp->sample(logits.data(), logits.size());
+    out.push_back(id);
+    ++st.result.generated_tokens;
+    if (st.cfg.on_token)
+      st.cfg.on_token(j, id);
+    if (out.size() >= st.cfg.n_gen || id == st.cfg.eos) {
+      q.done = true;
+    } else {
+      send_step(self, j);
+      return;
+    }
+  }
+  if (--st.running == 0)
+    finish(self, "");
+}
+
+void send_step(self_ptr self, std::uint32_t j) {
+  auto& st = self->state;
+  auto& q = st.seqs[j];
+  stage_step s;
+  s.job = st.cfg.id;
+  s.seq = j;
+  s.pos = q.pos;
+  if (q.fed < q.prompt.size()) {
+    auto n = std::min<std::size_t>(q.prompt.size() - q.fed,
+                                   shard::max_batch_tokens(st.cfg.n_embd));
+    s.tokens.assign(q.prompt.begin() + q.fed, q.prompt.begin() + q.fed + n);
+    q.fed += n;
+  } else {
+    s.tokens.push_back(st.result.tokens[j].back());
+  }
+  self->request(st.cfg.stages.front(), st.cfg.step_timeout,
+                forward_atom::value, std::move(s))
+    .then([self, j](stage_step& r) { on_logits(self, j, r); },
+          [self, j](caf::error& err) {
+            auto msg = error_message(err);
+            finish(self, "sequence " + std::to_string(j) + ": "
+                           + (msg.empty() ? self->system().render(err)
+                                          : msg));
+          });
+}
+
+caf::behavior job_impl(self_ptr self, job_setup cfg) {
+  self->state.cfg = std::move(cfg);
+  return {
+    [self](run_atom) -> caf::result<caf::message> {
+      auto& st = self->state;
+      if (st.started)
+        return make_exo_error(exo_errc::failed_state, "job already started");
+      st.started = true;
+      st.rp = self->make_response_promise();
+      st.t0 = clock_type::now();
+      auto m = st.cfg.prompts.size();
+      st.result.tokens.resize(m);
+      st.result.logits.resize(m);
+      st.seqs.resize(m);
+      if (m == 0 || st.cfg.stages.empty()) {
+        finish(self, "a job needs at least one sequence and one stage");
+        return st.rp;
+      }
+      for (std::size_t j = 0; j < m; ++j) {
+        auto& q = st.seqs[j];
+        q.prompt = st.cfg.prompts[j];
+        if (q.prompt.empty()) {
+          finish(self, "sequence " + std::to_string(j) + " has no tokens");
+          return st.rp;
+        }
+        st.result.prompt_tokens += q.prompt.size();
+        auto sp = st.cfg.sampling;
+        sp.seed += j;
+        q.smp = std::make_unique<model::sampler>(sp);
+      }
+      st.prompts_left = m;
+      st.running = m;
+      for (std::size_t j = 0; j < m; ++j)
+        send_step(self, static_cast<std::uint32_t>(j));
+      return st.rp;
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_job(caf::actor_system& sys, job_setup setup) {
+  return sys.spawn(job_impl, std::move(setup));
+}
+
+job_result run_job(caf::actor_system& sys, job_setup setup) {
+  auto out = std::make_shared<job_result>();
+  setup.finish = [out](job_result& r) {
+    *out = r;
+    return caf::make_message(caf::ok_atom::value);
+  };
+  auto job = spawn_job(sys, std::move(setup));
+  caf::scoped_actor self{sys};
+  bool ok = false;
+  std::string why;
+  self->request(job, caf::infinite, run_atom::value)
+    .receive([&](caf::ok_atom) { ok = true; },
+             [&](caf::error& err) { why = sys.render(err); });
+  if (!ok && out->error.empty())
+    out->error = why.empty() ? "the job ended without a result" : why;
+  return *out;
+}
+
+std::vector<std::uint32_t> even_split(std::uint32_t n_layer,
+                                      std::uint32_t k) {
+  if (k == 0 || k > n_layer)
+    throw std::invalid_argument(
+      "cannot split " + std::to_string(n_layer) + " layers into "
+      + std::to_string(k) + " stages");
+  std::vector<std::uint32_t> bounds{0};
+  for (std::uint32_t i = 1; i <= k; ++i)
+    bounds.push_back(static_cast<std::uint32_t>(
+      static_cast<std::uint64_t>(n_layer) * i / k));
+  return bounds;
+}
+
+} // namespace exo::jobs

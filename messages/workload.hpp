@@ -1,0 +1,102 @@
+#pragma once
+
+/// The wire contract of the workload: shards (a contiguous range of a
+/// model's layers on one device), the activations passed from stage to
+/// stage, and the weights sent to a node that lacks the model file.
+///
+/// One step of one sequence through a pipeline of K shards:
+///
+///   job --forward(stage_step)--> shard 0 --forward--> shard 1 ... shard K-1
+///    ^                         (each shard computes its layers, then      |
+///    |                          delegates the step to the next one)      |
+///    '---------------- stage_step (x = logits of the last row) ----------'
+///
+/// Several sequences are in flight at once: a shard serves one step at a
+/// time, so shard i works on sequence j while shard i+1 works on j-1.
+///
+/// Placing a shard on another node (through the gates, see gate_actor.hpp):
+///
+///   coordinator --(service_atom, node, "shards", (shard_atom, spec))--> gate
+///      shards service of `node`: model in <state_dir>/models/<sha256>/ ?
+///        no: --(fetch_atom, sha256, offset, len)--> spec.source -> chunk
+///            (bounded chunks, one in flight, whole file sha256-verified)
+///      <-- shard_ready{shard handle, device, bytes received}
+
+#include "messages/atoms.hpp"
+#include "messages/device.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace exo {
+
+using forward_atom = caf::atom_constant<caf::atom("forward")>;
+using shard_atom = caf::atom_constant<caf::atom("shard")>;
+using next_atom = caf::atom_constant<caf::atom("next")>;
+using release_atom = caf::atom_constant<caf::atom("release")>;
+using fetch_atom = caf::atom_constant<caf::atom("fetch")>;
+using run_atom = caf::atom_constant<caf::atom("run")>;
+
+/// Largest batch, sequence count and context a shard accepts from a peer.
+constexpr std::size_t max_sequences_per_shard = 1024;
+
+/// One batch of one sequence on its way through the stages. The first
+/// stage embeds `tokens`; every stage reads and writes `x` (n rows of
+/// n_embd floats, n = tokens.size()); the last stage replies with the
+/// logits of the last row in `x` (n_vocab floats). Bounded by
+/// max_chunk_bytes like every bulk message.
+struct stage_step {
+  std::uint64_t job = 0;
+  std::uint32_t seq = 0;
+  std::uint32_t pos = 0; ///< position of the first token in the sequence
+  std::vector<std::int32_t> tokens;
+  std::vector<float> x;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stage_step& x) {
+  return f(caf::meta::type_name("exo.stage_step"), x.job, x.seq, x.pos,
+           x.tokens, x.x);
+}
+
+/// What a shard is: layers [first, last) of a model on one device.
+struct shard_spec {
+  /// Path of the GGUF file, honoured only for requests from the same node;
+  /// other nodes use their model cache or fetch the file from `source`.
+  std::string model;
+  std::string sha256; ///< hex digest of the whole file
+  std::uint64_t size = 0;
+  std::uint32_t first = 0;
+  std::uint32_t last = 0;
+  std::uint32_t n_ctx = 0;  ///< context per sequence
+  std::string device;       ///< device id on that node; "" = the node picks
+  caf::actor source;        ///< answers (fetch_atom, sha256, offset, len)
+  caf::actor owner;         ///< the shard stops when its owner goes down
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_spec& x) {
+  return f(caf::meta::type_name("exo.shard_spec"), x.model, x.sha256, x.size,
+           x.first, x.last, x.n_ctx, x.device, x.source, x.owner);
+}
+
+/// A shard that is up and ready for forward steps.
+struct shard_ready {
+  caf::actor shard;
+  std::string node;
+  std::string device;      ///< device id
+  std::string device_name;
+  std::uint64_t bytes_received = 0; ///< model bytes fetched for it
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_ready& x) {
+  return f(caf::meta::type_name("exo.shard_ready"), x.shard, x.node,
+           x.device, x.device_name, x.bytes_received);
+}
+
+} // namespace exo

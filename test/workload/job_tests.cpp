@@ -1,0 +1,216 @@
+// Jobs through pipelines of shard actors in one process: the same tokens
+// and logits on one stage and on three, several sequences in flight equal
+// to running them one by one, and bad steps refused with a message.
+
+#include "actors/jobs/job_actor.hpp"
+#include "actors/shard/shard_actor.hpp"
+#include "messages/errors.hpp"
+#include "messages/registration.hpp"
+#include "messages/workload.hpp"
+#include "runtime/model/llama_model.hpp"
+#include "runtime/model/test_model.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <caf/all.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <unistd.h>
+
+using namespace exo;
+
+namespace {
+
+struct fixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::string path;
+  std::shared_ptr<const model::llama_model> model;
+
+  fixture() {
+    register_messages(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    path = (std::filesystem::temp_directory_path()
+            / ("exo-job-test-" + std::to_string(::getpid()) + ".gguf"))
+             .string();
+    model::test_model_options o;
+    o.layers = 4;
+    o.dim = 64;
+    o.ff = 128;
+    o.vocab = 400;
+    o.seed = 7;
+    model::make_test_model(o, path);
+    model = model::llama_model::load(path);
+  }
+  ~fixture() {
+    std::filesystem::remove(path);
+  }
+
+  std::vector<caf::actor> pipeline(const std::vector<std::uint32_t>& b) {
+    std::vector<caf::actor> stages;
+    for (std::size_t i = 0; i + 1 < b.size(); ++i) {
+      shard::shard_setup s;
+      s.model = model;
+      s.first = b[i];
+      s.last = b[i + 1];
+      s.n_ctx = 128;
+      stages.push_back(shard::spawn_shard(*sys, std::move(s)));
+    }
+    caf::scoped_actor self{*sys};
+    for (std::size_t i = 0; i + 1 < stages.size(); ++i)
+      self->request(stages[i], std::chrono::seconds(10), next_atom::value,
+                    stages[i + 1])
+        .receive([](caf::ok_atom) {},
+                 [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return stages;
+  }
+
+  void stop(std::vector<caf::actor>& stages) {
+    caf::scoped_actor self{*sys};
+    for (auto& s : stages) {
+      self->send_exit(s, caf::exit_reason::user_shutdown);
+      self->wait_for(s);
+    }
+  }
+
+  jobs::job_result run(const std::vector<std::uint32_t>& bounds,
+                       std::vector<std::vector<std::int32_t>> prompts,
+                       std::uint32_t n_gen, float temperature,
+                       std::uint64_t seed = 3) {
+    auto stages = pipeline(bounds);
+    jobs::job_setup j;
+    j.id = 1;
+    j.stages = stages;
+    j.n_embd = model->hparams().n_embd;
+    j.n_vocab = model->hparams().n_vocab;
+    j.prompts = std::move(prompts);
+    j.n_gen = n_gen;
+    j.sampling.temperature = temperature;
+    j.sampling.seed = seed;
+    auto r = jobs::run_job(*sys, std::move(j));
+    stop(stages);
+    return r;
+  }
+};
+
+std::vector<std::vector<std::int32_t>> prompts() {
+  return {{1, 17, 42, 99, 5}, {1, 200, 3}, {1, 7, 7, 7, 7, 7, 7}, {1, 250}};
+}
+
+float max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  float worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i])
+                              / std::max(1.0f, std::abs(b[i])));
+  return worst;
+}
+
+} // namespace
+
+TEST_CASE("one stage and three stages give the same tokens and logits",
+          "[workload]") {
+  fixture f;
+  for (float temperature : {0.0f, 0.8f}) {
+    auto one = f.run({0, 4}, {prompts()[0]}, 12, temperature);
+    auto three = f.run({0, 1, 3, 4}, {prompts()[0]}, 12, temperature);
+    REQUIRE(one.error.empty());
+    REQUIRE(three.error.empty());
+    CHECK(one.tokens[0].size() == 12);
+    CHECK(one.tokens == three.tokens);
+    CHECK(max_rel_diff(three.logits[0], one.logits[0]) <= 1e-4f);
+  }
+}
+
+TEST_CASE("a one-stage job gives the engine's own logits", "[workload]") {
+  fixture f;
+  auto r = f.run({0, 4}, {prompts()[0]}, 4, 0.0f);
+  REQUIRE(r.error.empty());
+  model::llama_pipeline pipe(f.model, {0, 4});
+  auto seq = pipe.new_sequence(128);
+  auto logits = pipe.eval(seq, prompts()[0]);
+  for (std::size_t i = 0; i + 1 < r.tokens[0].size(); ++i) {
+    CHECK(model::sampler::argmax(logits.data(), logits.size())
+          == r.tokens[0][i]);
+    logits = pipe.eval(seq, {r.tokens[0][i]});
+  }
+  CHECK(max_rel_diff(r.logits[0], logits) <= 1e-4f);
+}
+
+TEST_CASE("four sequences in flight give what running them one by one gives",
+          "[workload]") {
+  fixture f;
+  auto all = f.run({0, 2, 3, 4}, prompts(), 10, 0.7f, 11);
+  REQUIRE(all.error.empty());
+  REQUIRE(all.tokens.size() == 4);
+  CHECK(all.generated_tokens == 40);
+  for (std::size_t j = 0; j < 4; ++j) {
+    // Sequence j of a job is seeded with seed + j.
+    auto alone = f.run({0, 2, 3, 4}, {prompts()[j]}, 10, 0.7f, 11 + j);
+    REQUIRE(alone.error.empty());
+    CHECK(alone.tokens[0] == all.tokens[j]);
+    CHECK(max_rel_diff(alone.logits[0], all.logits[j]) <= 1e-4f);
+  }
+}
+
+TEST_CASE("a long prompt crosses the stages in bounded batches",
+          "[workload]") {
+  fixture f;
+  std::vector<std::int32_t> prompt;
+  for (int i = 0; i < 100; ++i)
+    prompt.push_back(1 + (i * 37) % 399);
+  auto r = f.run({0, 2, 4}, {prompt}, 3, 0.0f);
+  REQUIRE(r.error.empty());
+  model::llama_pipeline pipe(f.model, {0, 4});
+  auto seq = pipe.new_sequence(128);
+  auto logits = pipe.eval(seq, prompt);
+  CHECK(model::sampler::argmax(logits.data(), logits.size())
+        == r.tokens[0][0]);
+}
+
+TEST_CASE("a shard refuses steps out of order, too wide or off-vocabulary",
+          "[workload]") {
+  fixture f;
+  auto stages = f.pipeline({0, 4});
+  caf::scoped_actor self{*f.sys};
+  auto expect_error = [&](stage_step s, const std::string& needle) {
+    std::string msg;
+    self->request(stages[0], std::chrono::seconds(10), forward_atom::value,
+                  std::move(s))
+      .receive([](stage_step&) {},
+               [&](caf::error& e) { msg = error_message(e); });
+    INFO(msg);
+    CHECK(msg.find(needle) != std::string::npos);
+  };
+  stage_step late;
+  late.tokens = {1};
+  late.pos = 5;
+  expect_error(late, "starts at position 5");
+  stage_step empty;
+  expect_error(empty, "needs 1 to");
+  stage_step off;
+  off.seq = 2;
+  off.tokens = {100000};
+  expect_error(off, "shard:");
+  f.stop(stages);
+  stages = f.pipeline({0, 2, 4});
+  stage_step wrong_width;
+  wrong_width.tokens = {1};
+  wrong_width.x.resize(3);
+  std::string msg;
+  self->request(stages[1], std::chrono::seconds(10), forward_atom::value,
+                wrong_width)
+    .receive([](stage_step&) {},
+             [&](caf::error& e) { msg = error_message(e); });
+  CHECK(msg.find("expected 64 activations") != std::string::npos);
+  f.stop(stages);
+}
+
+TEST_CASE("layers split evenly into contiguous stages", "[workload]") {
+  CHECK(jobs::even_split(4, 1) == std::vector<std::uint32_t>{0, 4});
+  CHECK(jobs::even_split(4, 3) == std::vector<std::uint32_t>{0, 1, 2, 4});
+  CHECK(jobs::even_split(12, 2) == std::vector<std::uint32_t>{0, 6, 12});
+  CHECK_THROWS(jobs::even_split(2, 3));
+  CHECK_THROWS(jobs::even_split(2, 0));
+}
