@@ -2,6 +2,7 @@
 
 #include "messages/cluster.hpp"
 #include "messages/device.hpp"
+#include "messages/placement.hpp"
 #include "messages/errors.hpp"
 #include "messages/workload.hpp"
 
@@ -49,6 +50,12 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<stage_step>("exo.stage_step");
   cfg.add_message_type<shard_spec>("exo.shard_spec");
   cfg.add_message_type<shard_ready>("exo.shard_ready");
+  // placement (messages/placement.hpp)
+  cfg.add_message_type<plan_request>("exo.plan_request");
+  cfg.add_message_type<plan_stage_info>("exo.plan_stage_info");
+  cfg.add_message_type<plan_info>("exo.plan_info");
+  cfg.add_message_type<plan_job_info>("exo.plan_job_info");
+  cfg.add_message_type<std::vector<plan_job_info>>("exo.plan_job_infos");
   add_error_category(cfg);
 }
 

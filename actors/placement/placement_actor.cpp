@@ -1,0 +1,421 @@
+#include "actors/placement/placement_actor.hpp"
+
+#include "actors/placement/problem_json.hpp"
+#include "messages/atoms.hpp"
+#include "messages/errors.hpp"
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+namespace exo::placement {
+
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::int64_t wall_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+/// A job: what was asked, the model's layers, and the job's current plan.
+struct job {
+  plan_job_info info;
+  model_spec model;
+};
+
+struct placement_state {
+  static inline const char* name = "exo.placement";
+
+  placement_actor_config cfg;
+  /// The latest snapshot and the state re-planning compares against.
+  std::optional<member_view> snapshot;
+  std::optional<cluster_state> seen;
+  /// Changes seen since the last re-plan, and the generation of the newest.
+  std::vector<std::string> pending;
+  std::uint64_t generation = 0;
+  std::vector<job> jobs;
+  std::uint64_t next_job = 1;
+  std::uint64_t replans = 0;
+  std::uint64_t plans = 0;
+  std::string coordinator;
+};
+
+using self_ptr = caf::stateful_actor<placement_state>*;
+
+/// Takes a new snapshot in; schedules a debounced re-plan on a change.
+void observe(self_ptr self, member_view v) {
+  auto& st = self->state;
+  auto now = state_of(v);
+  st.snapshot = std::move(v);
+  if (!st.seen) {
+    st.seen = std::move(now);
+    return;
+  }
+  if (now == *st.seen)
+    return;
+  auto changes = describe_changes(*st.seen, now);
+  st.seen = std::move(now);
+  st.pending.insert(st.pending.end(), changes.begin(), changes.end());
+  ++st.generation;
+  self->delayed_send(self, st.cfg.debounce, replan_atom::value,
+                     st.generation);
+}
+
+objective objective_of(const plan_request& r) {
+  objective o;
+  o.kind = parse_objective_kind(r.objective).value_or(objective_kind::latency);
+  o.blend_weight = r.blend_weight;
+  return o;
+}
+
+/// Solves `r` for `m` on the latest snapshot. Blocking.
+plan_info solve_on_snapshot(self_ptr self, const plan_request& r,
+                            const model_spec& m) {
+  auto& st = self->state;
+  member_view empty;
+  const auto& view = st.snapshot ? *st.snapshot : empty;
+  std::uint64_t ctx = r.context_length ? r.context_length : m.context_train;
+  auto conv = to_problem(view, m, ctx, objective_of(r), st.cfg.conversion);
+  plan_info out;
+  try {
+    solve_options opts;
+    opts.time_limit = milliseconds{r.time_limit_ms};
+    out = to_plan_info(solve(conv.p, opts));
+  } catch (const problem_error& e) {
+    out.status = "error";
+    out.explanation.push_back(e.what());
+  }
+  if (out.objective.empty())
+    out.objective = r.objective;
+  out.notes.insert(out.notes.begin(), conv.notes.begin(), conv.notes.end());
+  out.planned_by = st.cfg.node_name;
+  out.planned_ns = wall_ns();
+  ++st.plans;
+  return out;
+}
+
+bool same_job(const plan_request& a, const plan_request& b) {
+  return a.model_path == b.model_path && a.context_length == b.context_length
+         && a.objective == b.objective && a.blend_weight == b.blend_weight;
+}
+
+/// Plans `r` now on the latest snapshot; keeps it as a job if asked.
+caf::expected<plan_job_info> plan_now(self_ptr self, const plan_request& r) {
+  auto& st = self->state;
+  if (!parse_objective_kind(r.objective))
+    return make_exo_error(exo_errc::invalid_argument,
+                          "objective must be latency, throughput or blend, "
+                          "not \""
+                            + r.objective + "\"");
+  if (!(r.blend_weight >= 0 && r.blend_weight <= 1))
+    return make_exo_error(exo_errc::invalid_argument,
+                          "blend weight must be in [0, 1]");
+  model_spec m;
+  try {
+    m = load_model_spec(r.model_path, r.context_length);
+  } catch (const problem_error& e) {
+    return make_exo_error(exo_errc::invalid_argument, e.what());
+  }
+  auto p = solve_on_snapshot(self, r, m);
+  if (!r.keep) {
+    plan_job_info out;
+    out.request = r;
+    out.plan = std::move(p);
+    return out;
+  }
+  for (auto& j : st.jobs)
+    if (same_job(j.info.request, r)) {
+      j.info.request = r;
+      j.info.plan = std::move(p);
+      j.info.stale = false;
+      j.model = std::move(m);
+      return j.info;
+    }
+  if (st.jobs.size() >= st.cfg.max_jobs)
+    return make_exo_error(exo_errc::invalid_argument,
+                          "too many jobs (" + std::to_string(st.cfg.max_jobs)
+                            + ")");
+  job j;
+  j.info.id = "job-" + std::to_string(st.next_job++);
+  j.info.request = r;
+  j.info.plan = std::move(p);
+  j.model = std::move(m);
+  st.jobs.push_back(std::move(j));
+  return st.jobs.back().info;
+}
+
+/// Re-plans every job on the latest snapshot, for the pending changes.
+void replan_all(self_ptr self) {
+  auto& st = self->state;
+  std::string reason;
+  for (auto& c : st.pending)
+    reason += (reason.empty() ? "" : "; ") + c;
+  st.pending.clear();
+  if (st.jobs.empty())
+    return;
+  ++st.replans;
+  for (auto& j : st.jobs) {
+    auto p = solve_on_snapshot(self, j.info.request, j.model);
+    // The old plan stays until a new one exists.
+    if (p.stages.empty()) {
+      j.info.stale = true;
+      j.info.plan.notes.push_back("re-plan found no plan (" + p.status
+                                  + "): keeping this one");
+      for (auto& e : p.explanation)
+        j.info.plan.notes.push_back(e);
+    } else {
+      j.info.stale = false;
+      j.info.plan = std::move(p);
+    }
+    ++j.info.replans;
+    j.info.last_reason = reason;
+    j.info.last_replan_ns = wall_ns();
+  }
+}
+
+/// Calls `then()` after a fresh snapshot from the gate (or at once without
+/// a gate, or with the last snapshot when the gate does not answer).
+template <class F>
+void with_fresh_snapshot(self_ptr self, F then) {
+  auto& st = self->state;
+  if (!st.cfg.gate) {
+    then();
+    return;
+  }
+  self
+    ->request(st.cfg.gate, seconds(3), console_atom::value,
+              std::string{"nodes"}, std::string{})
+    .then(
+      [self, then](console_reply& r) mutable {
+        self->state.coordinator = r.text;
+        observe(self, std::move(r.nodes));
+        then();
+      },
+      [then](caf::error&) mutable { then(); });
+}
+
+console_reply job_reply(const plan_job_info& j, bool json) {
+  console_reply out;
+  out.command = "plan";
+  out.json = render_json(j) + "\n";
+  out.text = json ? out.json : render_text(j);
+  return out;
+}
+
+caf::result<console_reply> console(self_ptr self, const std::string& cmd,
+                                   const std::string& arg) {
+  auto& st = self->state;
+  if (cmd == "plans") {
+    console_reply out;
+    out.command = cmd;
+    out.json = "[";
+    for (std::size_t i = 0; i < st.jobs.size(); ++i) {
+      out.json += (i ? "," : "") + render_json(st.jobs[i].info);
+      out.text += (i ? "\n" : "") + render_text(st.jobs[i].info);
+    }
+    out.json += "]\n";
+    if (st.jobs.empty())
+      out.text = "no jobs planned (use: plan MODEL.gguf)\n";
+    return out;
+  }
+  if (cmd != "plan")
+    return make_exo_error(exo_errc::invalid_argument,
+                          "placement: unknown command \"" + cmd + "\"");
+  plan_arguments a;
+  if (auto err = parse_plan_arguments(arg, a); !err.empty())
+    return make_exo_error(exo_errc::invalid_argument, "plan: " + err);
+  if (!a.problem_file.empty()) {
+    plan_info info;
+    try {
+      auto p = read_problem_file(a.problem_file);
+      solve_options opts;
+      opts.time_limit = milliseconds{a.request.time_limit_ms};
+      if (a.request.objective != "file") {
+        opts.objective = parse_objective_kind(a.request.objective);
+        opts.blend_weight = a.request.blend_weight;
+      }
+      info = to_plan_info(solve(p, opts));
+    } catch (const problem_error& e) {
+      return make_exo_error(exo_errc::invalid_argument,
+                            "plan: " + std::string{e.what()});
+    }
+    info.planned_by = st.cfg.node_name;
+    info.planned_ns = wall_ns();
+    console_reply out;
+    out.command = cmd;
+    out.json = render_json(info) + "\n";
+    out.text = a.json ? out.json : render_text(info);
+    return out;
+  }
+  auto rp = self->make_response_promise<console_reply>();
+  with_fresh_snapshot(self, [self, rp, a]() mutable {
+    auto j = plan_now(self, a.request);
+    if (!j) {
+      rp.deliver(j.error());
+      return;
+    }
+    auto out = job_reply(*j, a.json);
+    auto& co = self->state.coordinator;
+    if (!co.empty() && co != self->state.cfg.node_name)
+      out.text += "(planned on " + self->state.cfg.node_name
+                  + "; the coordinator is " + co + ")\n";
+    rp.deliver(std::move(out));
+  });
+  return rp;
+}
+
+caf::behavior placement_impl(self_ptr self, placement_actor_config cfg) {
+  self->state.cfg = std::move(cfg);
+  if (self->state.cfg.gate)
+    self->send(self, tick_atom::value);
+  return {
+    [self](tick_atom) {
+      with_fresh_snapshot(self, [] {});
+      self->delayed_send(self, self->state.cfg.poll_interval,
+                         tick_atom::value);
+    },
+    [self](replan_atom, std::uint64_t generation) {
+      // Only the timer of the newest change fires a re-plan.
+      if (generation == self->state.generation)
+        replan_all(self);
+    },
+    [self](snapshot_atom, member_view& v) {
+      observe(self, std::move(v));
+      return caf::ok_atom::value;
+    },
+    [self](plan_atom,
+           plan_request& r) -> caf::result<plan_job_info> {
+      auto rp = self->make_response_promise<plan_job_info>();
+      with_fresh_snapshot(self, [self, rp, r]() mutable {
+        auto j = plan_now(self, r);
+        if (j)
+          rp.deliver(std::move(*j));
+        else
+          rp.deliver(j.error());
+      });
+      return rp;
+    },
+    [self](plans_atom) {
+      std::vector<plan_job_info> out;
+      for (auto& j : self->state.jobs)
+        out.push_back(j.info);
+      return out;
+    },
+    [self](console_atom, std::string& cmd,
+           std::string& arg) -> caf::result<console_reply> {
+      return console(self, cmd, arg);
+    },
+    [self](inspect_atom) {
+      auto& st = self->state;
+      actor_snapshot s;
+      s.name = "placement";
+      s.kind = "placement";
+      s.node = st.cfg.node_name;
+      s.summary = std::to_string(st.jobs.size()) + " jobs, "
+                  + std::to_string(st.replans) + " re-plans";
+      s.fields = {{"jobs", std::to_string(st.jobs.size())},
+                  {"plans", std::to_string(st.plans)},
+                  {"replans", std::to_string(st.replans)},
+                  {"pending_changes", std::to_string(st.pending.size())},
+                  {"debounce_ms", std::to_string(st.cfg.debounce.count())}};
+      return s;
+    },
+  };
+}
+
+bool parse_uint(const std::string& s, std::uint32_t& out) {
+  if (s.empty() || s.size() > 9
+      || s.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  out = static_cast<std::uint32_t>(std::stoul(s));
+  return true;
+}
+
+} // namespace
+
+std::string parse_plan_arguments(const std::string& arg, plan_arguments& out) {
+  std::istringstream in{arg};
+  std::vector<std::string> words;
+  for (std::string w; in >> w;)
+    words.push_back(w);
+  bool objective_given = false;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const auto& w = words[i];
+    auto eq = w.find('=');
+    auto key = w.substr(0, eq);
+    auto value = eq == std::string::npos ? std::string{} : w.substr(eq + 1);
+    if (w == "--json") {
+      out.json = true;
+    } else if (w == "--problem") {
+      if (i + 1 >= words.size())
+        return "--problem needs a file";
+      out.problem_file = words[++i];
+    } else if (eq != std::string::npos && (key == "ctx" || key == "context")) {
+      if (!parse_uint(value, out.request.context_length))
+        return "ctx must be a whole number of tokens, not \"" + value + "\"";
+    } else if (eq != std::string::npos && key == "objective") {
+      if (!parse_objective_kind(value))
+        return "objective must be latency, throughput or blend, not \""
+               + value + "\"";
+      out.request.objective = value;
+      objective_given = true;
+    } else if (eq != std::string::npos && key == "blend") {
+      try {
+        std::size_t used = 0;
+        out.request.blend_weight = std::stod(value, &used);
+        if (used != value.size())
+          throw std::invalid_argument{value};
+      } catch (const std::exception&) {
+        return "blend must be a number in [0, 1], not \"" + value + "\"";
+      }
+      if (!(out.request.blend_weight >= 0 && out.request.blend_weight <= 1))
+        return "blend must be a number in [0, 1]";
+    } else if (eq != std::string::npos && key == "time-limit") {
+      if (!parse_uint(value, out.request.time_limit_ms)
+          || out.request.time_limit_ms == 0
+          || out.request.time_limit_ms > 50'000)
+        return "time-limit must be milliseconds in [1, 50000]";
+    } else if (eq != std::string::npos && key == "keep") {
+      if (value != "yes" && value != "no")
+        return "keep must be yes or no";
+      out.request.keep = value == "yes";
+    } else if (eq == std::string::npos && w.rfind("--", 0) != 0
+               && out.request.model_path.empty()) {
+      out.request.model_path = w;
+    } else {
+      return "unexpected argument \"" + w
+             + "\" (plan MODEL.gguf [ctx=N] "
+               "[objective=latency|throughput|blend] [blend=W] "
+               "[time-limit=MS] [keep=no], or plan --problem FILE.json)";
+    }
+  }
+  if (!out.problem_file.empty()) {
+    if (!out.request.model_path.empty())
+      return "give a model or --problem FILE, not both";
+    if (!objective_given)
+      out.request.objective = "file"; // the file's own objective
+    return {};
+  }
+  if (out.request.model_path.empty())
+    return "which model? plan MODEL.gguf [ctx=N] "
+           "[objective=latency|throughput|blend]";
+  return {};
+}
+
+std::vector<std::string> placement_commands() {
+  return {"plan", "plans"};
+}
+
+caf::actor spawn_placement_actor(caf::actor_system& sys,
+                                 placement_actor_config cfg) {
+  return sys.spawn<caf::detached>(placement_impl, std::move(cfg));
+}
+
+} // namespace exo::placement

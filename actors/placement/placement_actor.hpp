@@ -1,0 +1,79 @@
+#pragma once
+
+/// The placement actor: plans models on the live cluster and keeps the jobs
+/// it planned planned as the cluster changes. Detached (solve() blocks).
+///
+///   gate <-- (console_atom, "nodes", "") -- every poll_interval (and before
+///            every "plan") -- placement
+///   changes of members or device states (cluster_state) are collected;
+///   after `debounce` without a further change every job is re-planned,
+///   once, with the collected changes as its reason:
+///
+///     change --+-- change --+-- change ---- quiet for `debounce` --> re-plan
+///              |            |               (older timers are stale: each
+///              +- timer(g1) +- timer(g2)     carries its generation)
+///
+///   The old plan stays the job's plan until the new one is ready; a re-plan
+///   that finds no plan keeps the old one and marks the job stale.
+///
+/// Messages (messages/placement.hpp):
+///   (plan_atom, plan_request)      -> plan_job_info (plans now; kept as a
+///                                     job unless request.keep is false)
+///   (plans_atom)                   -> std::vector<plan_job_info>
+///   (snapshot_atom, member_view)   -> ok: a cluster snapshot as if polled
+///                                     (tests; a push from a future topology
+///                                     or jobs actor)
+///   (console_atom, cmd, arg)       -> console_reply, for the gate:
+///     plan MODEL.gguf [ctx=N] [objective=latency|throughput|blend]
+///          [blend=W] [time-limit=MS] [keep=no]
+///     plan --problem FILE.json [objective=...] [time-limit=MS]
+///     plans
+///   (inspect_atom)                 -> actor_snapshot (the directory)
+///
+/// Every node runs one and plans with its own gossiped member view (the same
+/// cluster everywhere); jobs live on the node that planned them. See
+/// docs/architecture.md, "Placement".
+
+#include "actors/placement/cluster_snapshot.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace exo::placement {
+
+struct placement_actor_config {
+  /// This node's name (shown as planned_by).
+  std::string node_name;
+  /// The local gate, polled for "nodes"; none: only snapshots sent with
+  /// snapshot_atom are seen.
+  caf::actor gate;
+  std::chrono::milliseconds poll_interval{500};
+  /// Quiet time after the last change before re-planning.
+  std::chrono::milliseconds debounce{500};
+  conversion_options conversion;
+  /// Most jobs kept; planning one more is refused.
+  std::size_t max_jobs = 64;
+};
+
+/// Spawns the placement actor (detached).
+caf::actor spawn_placement_actor(caf::actor_system& sys,
+                                 placement_actor_config cfg);
+
+/// The console commands it answers: "plan", "plans".
+std::vector<std::string> placement_commands();
+
+/// Parses the argument of the console's `plan` command into a request, or
+/// returns the reason it is wrong. `problem_file` is set for
+/// `--problem FILE`.
+struct plan_arguments {
+  plan_request request;
+  std::string problem_file;
+  bool json = false;
+};
+std::string parse_plan_arguments(const std::string& arg, plan_arguments& out);
+
+} // namespace exo::placement

@@ -1,0 +1,111 @@
+#pragma once
+
+/// The wire contract of the placement actor (actors/placement/
+/// placement_actor.hpp): plan requests, plans and the jobs it re-plans.
+///
+///   console/jobs -- (plan_atom, plan_request) --> placement -> plan_job_info
+///   console      -- (plans_atom) --> placement -> std::vector<plan_job_info>
+///   tests/push   -- (snapshot_atom, member_view) --> placement -> ok
+///
+/// Plans are plain numbers here; the solver's own types stay in the CAF-free
+/// core (actors/placement/plan.hpp).
+
+#include "messages/cluster.hpp"
+
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace exo {
+
+using plan_atom = caf::atom_constant<caf::atom("plan")>;
+using plans_atom = caf::atom_constant<caf::atom("plans")>;
+using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
+using replan_atom = caf::atom_constant<caf::atom("replan")>;
+
+/// What to plan: a model file, the context to serve and the objective.
+struct plan_request {
+  std::string model_path;             ///< a GGUF file on the planning node
+  std::uint32_t context_length = 0;   ///< 0: the model's training context
+  std::string objective = "latency";  ///< latency | throughput | blend
+  double blend_weight = 0.5;          ///< weight of latency in a blend
+  std::uint32_t time_limit_ms = 2000; ///< Gecode's limit (exact: unbounded)
+  bool keep = true; ///< keep it as a job, re-planned on cluster changes
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, plan_request& x) {
+  return f(caf::meta::type_name("exo.plan_request"), x.model_path,
+           x.context_length, x.objective, x.blend_weight, x.time_limit_ms,
+           x.keep);
+}
+
+/// One pipeline stage: a device and its layers [first_layer, end_layer).
+struct plan_stage_info {
+  std::string device; ///< "NODE/DEVICE-ID"
+  std::string node;
+  std::uint32_t first_layer = 0;
+  std::uint32_t end_layer = 0;
+  double compute_seconds = 0;  ///< per token
+  double transfer_seconds = 0; ///< per token, to the next stage
+  std::uint64_t memory_used_bytes = 0;
+  std::int64_t memory_left_bytes = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, plan_stage_info& x) {
+  return f(caf::meta::type_name("exo.plan_stage_info"), x.device, x.node,
+           x.first_layer, x.end_layer, x.compute_seconds, x.transfer_seconds,
+           x.memory_used_bytes, x.memory_left_bytes);
+}
+
+/// A plan (or why there is none).
+struct plan_info {
+  std::string status; ///< optimal | feasible | infeasible | no_plan | error
+  std::vector<plan_stage_info> stages;
+  std::string objective; ///< latency | throughput | blend
+  double objective_seconds = 0;
+  double latency_seconds = 0;
+  double bottleneck_seconds = 0;
+  double lower_bound_seconds = 0;
+  bool proven_optimal = false;
+  double solve_seconds = 0;
+  std::string solver;                   ///< exact | gecode | baseline
+  std::vector<std::string> explanation; ///< why there is no plan
+  std::vector<std::string> notes;       ///< devices left out, defaults used
+  std::string planned_by;               ///< the node that solved it
+  std::int64_t planned_ns = 0;          ///< system clock
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, plan_info& x) {
+  return f(caf::meta::type_name("exo.plan_info"), x.status, x.stages,
+           x.objective, x.objective_seconds, x.latency_seconds,
+           x.bottleneck_seconds, x.lower_bound_seconds, x.proven_optimal,
+           x.solve_seconds, x.solver, x.explanation, x.notes, x.planned_by,
+           x.planned_ns);
+}
+
+/// A job the placement actor keeps planned: its request, its current plan,
+/// and the last re-plan with its reason.
+struct plan_job_info {
+  std::string id; ///< "job-N"
+  plan_request request;
+  plan_info plan;
+  std::uint32_t replans = 0;  ///< re-plans after cluster changes
+  std::string last_reason;    ///< the changes behind the last re-plan
+  std::int64_t last_replan_ns = 0;
+  /// The last re-plan found no plan: `plan` is the previous one, kept.
+  bool stale = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, plan_job_info& x) {
+  return f(caf::meta::type_name("exo.plan_job_info"), x.id, x.request,
+           x.plan, x.replans, x.last_reason, x.last_replan_ns, x.stale);
+}
+
+} // namespace exo

@@ -1,0 +1,380 @@
+// The placement actor and its pure shell: cluster view -> problem, change
+// detection, console arguments, planning, re-planning with a reason, and
+// debouncing. Snapshots are fed directly (snapshot_atom); no gate, no TLS.
+
+#include "actors/placement/cluster_snapshot.hpp"
+#include "actors/placement/placement_actor.hpp"
+#include "messages/placement.hpp"
+#include "messages/registration.hpp"
+#include "runtime/model/test_model.hpp"
+#include "test/support/process.hpp"
+
+#include <caf/all.hpp>
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+using namespace exo;
+using namespace exo::placement;
+using namespace std::chrono_literals;
+
+namespace {
+
+device_info dev(const std::string& id, std::uint64_t free, double flops,
+                double bandwidth, device_state s = device_state::ready) {
+  device_info d;
+  d.id = id;
+  d.backend = "sim";
+  d.simulated = true;
+  d.total_memory = free;
+  d.free_memory = free;
+  d.peak_flops = flops;
+  d.memory_bandwidth = bandwidth;
+  d.state = s;
+  return d;
+}
+
+member_info member(const std::string& name, std::vector<device_info> devs,
+                   member_status s = member_status::alive) {
+  member_info m;
+  m.name = name;
+  m.host = "127.0.0.1";
+  m.status = s;
+  for (auto& d : devs)
+    d.node = name;
+  m.devices = std::move(devs);
+  return m;
+}
+
+link_info measured(const std::string& from, const std::string& to,
+                   double rtt_us, double bps) {
+  link_info l;
+  l.from = from;
+  l.to = to;
+  l.rtt_p50_us = rtt_us;
+  l.bandwidth_bps = bps;
+  return l;
+}
+
+/// A small llama GGUF file and its layer costs.
+struct small_model {
+  std::string path;
+  model_spec spec;
+  std::uint64_t total = 0; ///< bytes for ctx 64
+  small_model() {
+    path = test::temp_dir("exo-placement") + "/small.gguf";
+    model::test_model_options o;
+    o.layers = 6;
+    model::make_test_model(o, path);
+    spec = load_model_spec(path, 64);
+    for (auto& l : spec.layers)
+      total += l.weight_bytes + l.kv_bytes_per_token * 64;
+  }
+  /// Free memory that holds about 60% of the model: two devices needed.
+  std::uint64_t part() const {
+    return static_cast<std::uint64_t>(static_cast<double>(total) * 0.6
+                                      / 0.95);
+  }
+};
+
+struct actor_fixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<caf::scoped_actor> self;
+  caf::actor placement;
+  explicit actor_fixture(std::chrono::milliseconds debounce) {
+    register_messages(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    self = std::make_unique<caf::scoped_actor>(*sys);
+    placement_actor_config c;
+    c.node_name = "test";
+    c.debounce = debounce;
+    placement = spawn_placement_actor(*sys, c);
+  }
+  ~actor_fixture() {
+    (*self)->send_exit(placement, caf::exit_reason::user_shutdown);
+    (*self)->wait_for(placement);
+  }
+  void feed(member_view v) {
+    (*self)
+      ->request(placement, 10s, snapshot_atom::value, std::move(v))
+      .receive([](caf::atom_value) {},
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  }
+  plan_job_info plan(const std::string& path) {
+    plan_request r;
+    r.model_path = path;
+    r.context_length = 64;
+    plan_job_info out;
+    (*self)
+      ->request(placement, 60s, plan_atom::value, r)
+      .receive([&](plan_job_info& j) { out = std::move(j); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return out;
+  }
+  std::vector<plan_job_info> jobs() {
+    std::vector<plan_job_info> out;
+    (*self)
+      ->request(placement, 60s, plans_atom::value)
+      .receive([&](std::vector<plan_job_info>& xs) { out = std::move(xs); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return out;
+  }
+  /// Polls the jobs until `pred` holds (no timing assertion: a generous
+  /// deadline only turns a hang into a failure).
+  std::vector<plan_job_info>
+  wait_for(const std::function<bool(const std::vector<plan_job_info>&)>&
+             pred) {
+    auto deadline = std::chrono::steady_clock::now() + 120s;
+    for (;;) {
+      auto xs = jobs();
+      if (pred(xs) || std::chrono::steady_clock::now() > deadline)
+        return xs;
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+};
+
+bool uses(const plan_info& p, const std::string& device) {
+  for (auto& s : p.stages)
+    if (s.device == device)
+      return true;
+  return false;
+}
+
+} // namespace
+
+TEST_CASE("a cluster view becomes a problem: usable devices, defaults and "
+          "the worse link direction",
+          "[placement][snapshot]") {
+  member_view v;
+  v.from = "a";
+  auto a = member("a", {dev("sim0", 8ull << 30, 2e12, 67e9),
+                        dev("sim1", 8ull << 30, 2e12, 67e9,
+                            device_state::paused),
+                        dev("cpu0", 4ull << 30, 0, 0, device_state::busy)});
+  a.devices[1].state_reason = "too hot";
+  a.links = {measured("a", "c", 400, 1e9)};
+  auto b = member("b", {dev("sim0", 1ull << 30, 1e12, 1e10)},
+                  member_status::dead);
+  auto c = member("c", {dev("sim0", 16ull << 30, 4e12, 1e11)});
+  c.links = {measured("c", "a", 200, 5e8)};
+  v.members = {a, b, c};
+  model_spec m;
+  m.name = "m";
+  m.layers = uniform_layers(4, layer{1 << 20, 1024, 1e9, 4096});
+  objective obj;
+  obj.kind = objective_kind::throughput;
+  auto conv = to_problem(v, m, 128, obj);
+  const auto& p = conv.p;
+  REQUIRE(p.devices.size() == 3);
+  CHECK(p.devices[0].id == "a/sim0");
+  CHECK(p.devices[0].node == "a");
+  CHECK(p.devices[0].memory_bytes == 8ull << 30);
+  CHECK(p.devices[0].flops == 2e12);
+  CHECK(p.devices[0].memory_bandwidth == 67e9);
+  // A busy device is usable; no peak reported: the conservative defaults.
+  CHECK(p.devices[1].id == "a/cpu0");
+  CHECK(p.devices[1].flops == conversion_options{}.default_flops);
+  CHECK(p.devices[1].memory_bandwidth
+        == conversion_options{}.default_memory_bandwidth);
+  CHECK(p.devices[2].id == "c/sim0");
+  REQUIRE(p.links.size() == 1);
+  CHECK(p.links[0].a == "a");
+  CHECK(p.links[0].b == "c");
+  CHECK(p.links[0].spec.latency == Approx(200e-6)); // 400 us RTT, one way
+  CHECK(p.links[0].spec.bandwidth == Approx(5e8));  // the slower direction
+  REQUIRE(p.default_link);
+  CHECK(p.request.context_length == 128);
+  CHECK(p.objective.kind == objective_kind::throughput);
+  CHECK(p.layers.size() == 4);
+  auto has_note = [&](const std::string& s) {
+    for (auto& n : conv.notes)
+      if (n.find(s) != std::string::npos)
+        return true;
+    return false;
+  };
+  CHECK(has_note("a/sim1 left out: paused (too hot)"));
+  CHECK(has_note("member b left out: dead"));
+  CHECK(has_note("a/cpu0: no peak FLOP/s"));
+  CHECK_NOTHROW(validate(p));
+}
+
+TEST_CASE("changes of members and device states are described, nothing "
+          "else",
+          "[placement][snapshot]") {
+  member_view before;
+  before.members = {member("a", {dev("d0", 1 << 30, 1e12, 1e11),
+                                 dev("d1", 1 << 30, 1e12, 1e11)}),
+                    member("b", {dev("d0", 1 << 30, 1e12, 1e11)})};
+  auto after = before;
+  after.members[0].devices[0].state = device_state::paused;
+  after.members[0].devices[1].free_memory = 12345; // not a change
+  after.members[0].devices[1].state = device_state::busy; // still usable
+  after.members[1].status = member_status::dead;
+  after.members.push_back(member("c", {dev("d0", 1 << 30, 1e12, 1e11)}));
+  after.members[0].devices.push_back(dev("d2", 1 << 30, 1e12, 1e11));
+  CHECK(state_of(before) == state_of(before));
+  auto changes = describe_changes(state_of(before), state_of(after));
+  CHECK(changes
+        == std::vector<std::string>{"member b: alive -> dead",
+                                    "member c joined (alive)",
+                                    "device a/d0: ready -> paused",
+                                    "device a/d2 appeared (ready)"});
+  auto removed = before;
+  removed.members[0].devices.erase(removed.members[0].devices.begin());
+  CHECK(describe_changes(state_of(before), state_of(removed))
+        == std::vector<std::string>{"device a/d0 gone"});
+}
+
+TEST_CASE("the console's plan arguments are parsed and bad ones refused",
+          "[placement][console]") {
+  plan_arguments a;
+  CHECK(parse_plan_arguments("m.gguf ctx=512 objective=throughput "
+                             "time-limit=100 keep=no --json",
+                             a)
+          .empty());
+  CHECK(a.request.model_path == "m.gguf");
+  CHECK(a.request.context_length == 512);
+  CHECK(a.request.objective == "throughput");
+  CHECK(a.request.time_limit_ms == 100);
+  CHECK_FALSE(a.request.keep);
+  CHECK(a.json);
+  plan_arguments b;
+  CHECK(parse_plan_arguments("--problem p.json", b).empty());
+  CHECK(b.problem_file == "p.json");
+  CHECK(b.request.objective == "file");
+  plan_arguments c;
+  CHECK(parse_plan_arguments("", c).find("which model") != std::string::npos);
+  plan_arguments d;
+  CHECK(parse_plan_arguments("m.gguf objective=fast", d).find("objective")
+        != std::string::npos);
+  plan_arguments e;
+  CHECK(parse_plan_arguments("m.gguf ctx=-3", e).find("ctx")
+        != std::string::npos);
+  plan_arguments f;
+  CHECK(parse_plan_arguments("m.gguf other.gguf", f).find("unexpected")
+        != std::string::npos);
+}
+
+TEST_CASE("the placement actor answers a plan for a small cluster",
+          "[placement][actor]") {
+  small_model model;
+  actor_fixture fx{100ms};
+  member_view v;
+  v.members = {member("a", {dev("d0", model.part(), 2e12, 67e9)}),
+               member("b", {dev("d0", model.part(), 1e12, 67e9)})};
+  v.members[0].links = {measured("a", "b", 200, 1e9)};
+  fx.feed(v);
+  auto j = fx.plan(model.path);
+  INFO(render_text(j));
+  CHECK(j.id == "job-1");
+  CHECK(j.plan.status == "optimal");
+  CHECK(j.plan.proven_optimal);
+  CHECK(j.plan.planned_by == "test");
+  REQUIRE(j.plan.stages.size() == 2);
+  CHECK(uses(j.plan, "a/d0"));
+  CHECK(uses(j.plan, "b/d0"));
+  CHECK(j.plan.stages[0].first_layer == 0);
+  CHECK(j.plan.stages[0].end_layer == j.plan.stages[1].first_layer);
+  CHECK(j.plan.stages[1].end_layer == model.spec.layers.size());
+  for (auto& s : j.plan.stages) {
+    CHECK(s.compute_seconds > 0);
+    CHECK(s.memory_used_bytes > 0);
+    CHECK(s.memory_left_bytes >= 0);
+  }
+  CHECK(j.plan.stages[0].transfer_seconds > 0);
+  CHECK(j.plan.objective_seconds > 0);
+  CHECK(j.plan.lower_bound_seconds <= j.plan.objective_seconds + 1e-9);
+  CHECK(j.plan.solver == "exact");
+  // Planning the same request again updates the job, not a second one.
+  CHECK(fx.plan(model.path).id == "job-1");
+  CHECK(fx.jobs().size() == 1);
+  // The console renders it for people and scripts.
+  auto text = render_text(j);
+  CHECK(text.find("a/d0") != std::string::npos);
+  CHECK(render_json(j).find("\"stages\":[") != std::string::npos);
+}
+
+TEST_CASE("a job is re-planned, with the reason, when a device it uses "
+          "goes away",
+          "[placement][actor]") {
+  small_model model;
+  actor_fixture fx{100ms};
+  member_view v;
+  v.members = {member("a", {dev("d0", model.part(), 2e12, 67e9),
+                            dev("d1", model.part(), 1e12, 67e9)}),
+               member("b", {dev("d0", model.part(), 1e12, 67e9)})};
+  fx.feed(v);
+  auto j = fx.plan(model.path);
+  REQUIRE(j.plan.stages.size() == 2);
+  auto victim = j.plan.stages[0].device;
+  auto after = v;
+  for (auto& m : after.members)
+    for (auto& d : m.devices)
+      if (m.name + "/" + d.id == victim) {
+        d.state = device_state::gone;
+        d.state_reason = "vanished";
+      }
+  fx.feed(after);
+  auto xs = fx.wait_for([](const std::vector<plan_job_info>& xs) {
+    return xs.size() == 1 && xs[0].replans >= 1;
+  });
+  REQUIRE(xs.size() == 1);
+  INFO(render_text(xs[0]));
+  CHECK(xs[0].replans == 1);
+  CHECK(xs[0].last_reason == "device " + victim + ": ready -> gone");
+  CHECK_FALSE(xs[0].stale);
+  CHECK(xs[0].plan.stages.size() == 2);
+  CHECK_FALSE(uses(xs[0].plan, victim));
+  // No room left: the re-plan finds nothing and the old plan is kept.
+  auto second = xs[0].plan.stages[0].device;
+  auto worse = after;
+  for (auto& m : worse.members)
+    for (auto& d : m.devices)
+      if (m.name + "/" + d.id == second)
+        d.state = device_state::paused;
+  fx.feed(worse);
+  xs = fx.wait_for([](const std::vector<plan_job_info>& xs) {
+    return xs[0].replans >= 2;
+  });
+  CHECK(xs[0].replans == 2);
+  CHECK(xs[0].stale);
+  CHECK(xs[0].last_reason == "device " + second + ": ready -> paused");
+  CHECK(uses(xs[0].plan, second));
+}
+
+TEST_CASE("a burst of changes is collapsed into one re-plan",
+          "[placement][actor]") {
+  small_model model;
+  // The quiet time is long against sending four messages in a row, so the
+  // burst is in the mailbox before the first timer can fire.
+  actor_fixture fx{1500ms};
+  member_view v;
+  v.members = {member("a", {dev("d0", model.part(), 2e12, 67e9),
+                            dev("d1", model.part(), 1e12, 67e9)}),
+               member("b", {dev("d0", model.part(), 1e12, 67e9)})};
+  fx.feed(v);
+  REQUIRE(fx.plan(model.path).plan.stages.size() == 2);
+  auto s1 = v;
+  s1.members[0].devices[0].state = device_state::paused;
+  auto s2 = s1;
+  s2.members[0].devices[1].state = device_state::paused;
+  auto s3 = s2;
+  s3.members[0].devices[0].state = device_state::ready;
+  auto s4 = s3;
+  s4.members.push_back(member("c", {dev("d0", model.part(), 3e12, 67e9)}));
+  for (auto* s : {&s1, &s2, &s3, &s4})
+    (*fx.self)->send(fx.placement, snapshot_atom::value, *s);
+  auto xs = fx.wait_for([](const std::vector<plan_job_info>& xs) {
+    return xs[0].replans >= 1;
+  });
+  INFO(render_text(xs[0]));
+  CHECK(xs[0].replans == 1);
+  CHECK(xs[0].last_reason
+        == "device a/d0: ready -> paused; device a/d1: ready -> paused; "
+           "device a/d0: paused -> ready; member c joined (alive)");
+  CHECK_FALSE(uses(xs[0].plan, "a/d1"));
+}
