@@ -14,10 +14,14 @@
 ///    device or staged); later operations on the device see the data.
 /// 3. `read` returns once the data is in host memory; it first waits for every
 ///    operation submitted before it on that device.
-/// 4. `copy`, `elementwise` and `matmul` may return before they finish
-///    (asynchronous); their results are visible to later operations on the
-///    same device, to `read`, and to anyone after `synchronize` or after
-///    waiting on an event recorded after them.
+/// 4. `copy` and every compute operation (`elementwise`, `matmul`,
+///    `matmul_weights`, `rms_norm`, `rope`, `attention`, `silu_mul`) may
+///    return before they finish (asynchronous); their results are visible to
+///    later operations on the same device, to `read`, and to anyone after
+///    `synchronize` or after waiting on an event recorded after them. A
+///    compute operation reads its inputs as they are after every operation
+///    submitted before it on the device (a KV-cache row written by `copy` or
+///    `write` is seen by a later `attention`).
 /// 5. `record` returns an event that completes when everything submitted
 ///    before it on that device has completed. `wait(e)` blocks the host until
 ///    `e` completes; an event of another device is refused (wrong_device).
@@ -27,6 +31,13 @@
 ///    before their device; destroying one frees it (after pending work).
 /// 8. Every offset and size is checked against the buffer: out_of_range.
 /// 9. All device methods are thread-safe (serialized per device).
+/// 10. Compute operands are views (buffer + byte offset) of this device's
+///    buffers, every one checked against its buffer (rule 8). An output may
+///    be the very same view as an element-wise input (in place: `rms_norm`,
+///    `silu_mul`, `elementwise`); any other overlap of an output with an
+///    input is refused (invalid_argument). f32 and int32 operands sit at
+///    offsets that are multiples of 4, F16 and Q8_0 weights at multiples
+///    of 2 (invalid_argument otherwise).
 
 #include "backends/result.hpp"
 
@@ -71,6 +82,8 @@ enum capability : std::uint32_t {
   cap_clock = 1u << 7,         ///< can read its current clock
   cap_utilization = 1u << 8,   ///< can read its utilization
   cap_fault_injection = 1u << 9, ///< simulated device: faults can be injected
+  cap_model_ops = 1u << 10,    ///< native Llama operations (rms_norm, rope,
+                               ///< attention, silu_mul, matmul_weights)
 };
 
 /// What a device is. Readings a backend cannot make are empty, never
@@ -167,6 +180,54 @@ struct matmul_dims {
   bool transpose_b = false;
 };
 
+/// How a weight matrix is encoded (GGUF's encodings; the numbers are not
+/// GGUF's type ids).
+///   f32:  4 bytes per element.
+///   f16:  IEEE half, 2 bytes per element.
+///   q8_0: blocks of 32 elements, each 34 bytes: an IEEE half scale d, then
+///         32 int8 q; element = d * q. A row's length is a multiple of 32.
+enum class weight_type : std::uint8_t { f32, f16, q8_0 };
+
+const char* to_string(weight_type t) noexcept;
+
+/// Bytes of one row of `cols` elements of type t; an error when cols is not
+/// a whole number of blocks or the size overflows.
+result<std::size_t> weight_row_bytes(weight_type t, std::size_t cols);
+
+/// Rotary position embedding (llama.cpp's "normal" mode, the llama
+/// architecture's) over x[rows][heads][head_dim] (f32, rows contiguous,
+/// heads contiguous within a row). Row r is at position positions[r] (int32,
+/// one per row). Pairs (x[2i], x[2i+1]) with 2i < n_rot are rotated by
+/// theta = pos * freq_base^(-2i / n_rot), divided by freq_factors[i] when
+/// freq_factors are given (n_rot / 2 f32 values, Llama 3's rope_freqs);
+/// elements from n_rot on are left as they are.
+struct rope_dims {
+  std::size_t rows = 0;
+  std::size_t heads = 0;
+  std::size_t head_dim = 0;
+  std::size_t n_rot = 0;  ///< even, 2 <= n_rot <= head_dim
+  float freq_base = 10000.0f;
+};
+
+/// Causal grouped-query attention of `n_tokens` query rows at positions
+/// pos0 .. pos0 + n_tokens - 1 over a KV cache.
+///   q, out: [n_tokens][n_heads * head_dim] f32.
+///   k, v:   cache rows 0 .. pos0 + n_tokens - 1, each row `kv_stride` f32
+///           apart (kv_stride >= n_kv_heads * head_dim), holding n_kv_heads
+///           heads of head_dim. The caller has written the rows of the new
+///           tokens before (ordering rule 4).
+/// Query row t, head h attends to cache rows 0 .. pos0 + t of KV head
+/// h / (n_heads / n_kv_heads): out = softmax(scale * q.k) . v.
+struct attention_dims {
+  std::size_t n_tokens = 0;
+  std::size_t pos0 = 0;
+  std::size_t n_heads = 0;
+  std::size_t n_kv_heads = 0; ///< divides n_heads
+  std::size_t head_dim = 0;
+  std::size_t kv_stride = 0;  ///< f32 elements between cache rows
+  float scale = 1.0f;         ///< usually 1 / sqrt(head_dim)
+};
+
 // -- device ------------------------------------------------------------------
 
 /// One device: the only way to its memory and its queue.
@@ -222,6 +283,36 @@ public:
   virtual status matmul(const_view a, const_view b, mut_view c,
                         const matmul_dims& dims);
 
+  // compute: the operations of a Llama layer. Each has a host fallback
+  // (through read/write) and, where cap_model_ops is set, a native version.
+  // Numerics follow llama.cpp's CPU backend: F16 weights meet activations
+  // rounded to half, Q8_0 weights meet activations quantized to Q8_0 blocks.
+
+  /// C[m x n] = A[m x k] * W^T: A f32 row-major, W stored [n x k] (a linear
+  /// layer's weight: n rows of k elements) encoded as `type`. dims.k must be
+  /// a multiple of 32 for q8_0; dims.transpose_b is ignored (always [n x k]).
+  virtual status matmul_weights(const_view a, const_view w, weight_type type,
+                                mut_view c, const matmul_dims& dims);
+
+  /// out[r][i] = x[r][i] / sqrt(mean_i(x[r][i]^2) + eps) * weight[i] for
+  /// x, out [rows][dim] f32 and weight [dim] f32. out may equal x.
+  virtual status rms_norm(const_view x, const_view weight, mut_view out,
+                          std::size_t rows, std::size_t dim, float eps);
+
+  /// Rotates x in place (see rope_dims). positions: rows int32 values.
+  /// freq_factors: n_rot / 2 f32, or a view with a null buffer for none.
+  virtual status rope(mut_view x, const_view positions,
+                      const_view freq_factors, const rope_dims& dims);
+
+  /// out = causal grouped-query attention (see attention_dims).
+  virtual status attention(const_view q, const_view k, const_view v,
+                           mut_view out, const attention_dims& dims);
+
+  /// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i],
+  /// f32, i < count. out may equal gate or up.
+  virtual status silu_mul(const_view gate, const_view up, mut_view out,
+                          std::size_t count);
+
   // telemetry
   virtual telemetry read_telemetry() = 0;
 
@@ -230,6 +321,12 @@ protected:
   /// lies inside it.
   status check_range(const buffer& buf, std::size_t offset,
                      std::size_t bytes, const char* what) const;
+
+  /// Checks a compute operand: a non-null buffer of this device,
+  /// [offset, offset + bytes) inside it, offset a multiple of align.
+  status check_operand(const buffer* buf, std::size_t offset,
+                       std::size_t bytes, std::size_t align,
+                       const char* what) const;
 
   /// Checks an event belongs to this device and is not from the future.
   status check_event(const event& e, std::uint64_t submitted) const;
@@ -267,6 +364,13 @@ public:
 status copy_between(device& src_dev, const buffer& src, std::size_t src_offset,
                     device& dst_dev, buffer& dst, std::size_t dst_offset,
                     std::size_t bytes);
+
+/// Refuses an output range that overlaps an input range of the same buffer
+/// (invalid_argument), except the very same range when same_ok (in place).
+status check_disjoint(const buffer* in, std::size_t in_offset,
+                      std::size_t in_bytes, const buffer* out,
+                      std::size_t out_offset, std::size_t out_bytes,
+                      bool same_ok, const char* what);
 
 /// Bytes of f32 data in a matrix, with overflow checks.
 result<std::size_t> f32_bytes(std::size_t rows, std::size_t cols);

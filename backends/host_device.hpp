@@ -37,6 +37,16 @@ public:
                      std::size_t count) override;
   status matmul(const_view a, const_view b, mut_view c,
                 const matmul_dims& dims) override;
+  status matmul_weights(const_view a, const_view w, weight_type type,
+                        mut_view c, const matmul_dims& dims) override;
+  status rms_norm(const_view x, const_view weight, mut_view out,
+                  std::size_t rows, std::size_t dim, float eps) override;
+  status rope(mut_view x, const_view positions, const_view freq_factors,
+              const rope_dims& dims) override;
+  status attention(const_view q, const_view k, const_view v, mut_view out,
+                   const attention_dims& dims) override;
+  status silu_mul(const_view gate, const_view up, mut_view out,
+                  std::size_t count) override;
 
 protected:
   /// Hooks for subclasses, called with the lock held.
@@ -51,9 +61,15 @@ protected:
   std::mutex mtx_;
   std::uint64_t used_ = 0;
   std::uint64_t submitted_ = 0;
+  /// Threads of the matrix and attention kernels (OpenMP).
+  int threads_ = 1;
 
 private:
   class host_buffer;
+
+  /// The host address of offset `off` in a buffer of this device.
+  template <class T = float>
+  static T* at(const buffer* b, std::size_t off);
 };
 
 } // namespace exo::backend

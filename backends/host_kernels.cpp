@@ -1,8 +1,25 @@
 #include "backends/host_kernels.hpp"
 
 #include <cblas.h>
+#include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
+
+// OpenMP splits rows where the build has it; without it the loops run on
+// the caller's thread (and no unknown-pragma warning appears).
+#if defined(_OPENMP)
+#  define EXO_OMP_ROWS                                                      \
+    _Pragma("omp parallel for num_threads(threads) schedule(static) if (threads > 1)")
+#  define EXO_OMP_TOKENS                                                    \
+    _Pragma("omp parallel for num_threads(threads) schedule(dynamic) if (threads > 1 && n > 1)")
+#else
+#  define EXO_OMP_ROWS
+#  define EXO_OMP_TOKENS
+#endif
 
 namespace exo::backend::host {
 
@@ -68,6 +85,568 @@ status check_matmul_dims(const matmul_dims& d) {
 matmul_bytes bytes_of(const matmul_dims& d) noexcept {
   return {d.m * d.k * sizeof(float), d.k * d.n * sizeof(float),
           d.m * d.n * sizeof(float)};
+}
+
+// -- half precision and Q8_0 ------------------------------------------------
+
+float f16_to_f32(std::uint16_t h) noexcept {
+  std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1f;
+  std::uint32_t mant = h & 0x3ff;
+  std::uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else { // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ff;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000 | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+std::uint16_t f32_to_f16(float f) noexcept {
+  std::uint32_t x;
+  std::memcpy(&x, &f, 4);
+  std::uint32_t sign = (x >> 16) & 0x8000;
+  std::uint32_t absx = x & 0x7fffffff;
+  if (absx >= 0x7f800000) // inf or nan
+    return static_cast<std::uint16_t>(sign | 0x7c00
+                                      | (absx > 0x7f800000 ? 0x200 : 0));
+  if (absx >= 0x477ff000) // rounds to >= 65520: overflow to inf
+    return static_cast<std::uint16_t>(sign | 0x7c00);
+  if (absx < 0x38800000) { // subnormal half or zero
+    // value = absx as float; half subnormal unit is 2^-24.
+    float a;
+    std::memcpy(&a, &absx, 4);
+    float scaled = a * 16777216.0f; // 2^24, exact
+    auto m = static_cast<std::uint32_t>(std::nearbyint(scaled));
+    return static_cast<std::uint16_t>(sign | m);
+  }
+  std::uint32_t exp = (absx >> 23) - 127 + 15;
+  std::uint32_t mant = absx & 0x7fffff;
+  std::uint32_t h = (exp << 10) | (mant >> 13);
+  std::uint32_t rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+    ++h; // may carry into the exponent, which is correct
+  return static_cast<std::uint16_t>(sign | h);
+}
+
+void round_to_f16(const float* x, float* y, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    y[i] = f16_to_f32(f32_to_f16(x[i]));
+}
+
+void quantize_q8_0(const float* x, block_q8_0* y, std::size_t n) noexcept {
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      amax = std::fmax(amax, std::fabs(xb[j]));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[b].d = f32_to_f16(d);
+    for (int j = 0; j < 32; ++j)
+      y[b].qs[j] = static_cast<std::int8_t>(std::roundf(xb[j] * id));
+  }
+}
+
+void decode_row(weight_type t, const std::uint8_t* src, float* dst,
+                std::size_t n) noexcept {
+  switch (t) {
+    case weight_type::f32:
+      std::memcpy(dst, src, n * 4);
+      return;
+    case weight_type::f16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = f16_to_f32(h);
+      }
+      return;
+    case weight_type::q8_0:
+      for (std::size_t b = 0; b < n / 32; ++b) {
+        block_q8_0 blk;
+        std::memcpy(&blk, src + b * 34, 34);
+        float d = f16_to_f32(blk.d);
+        for (int j = 0; j < 32; ++j)
+          dst[b * 32 + j] = d * blk.qs[j];
+      }
+      return;
+  }
+}
+
+void encode_row(weight_type t, const float* src, std::uint8_t* dst,
+                std::size_t n) noexcept {
+  switch (t) {
+    case weight_type::f32:
+      std::memcpy(dst, src, n * 4);
+      return;
+    case weight_type::f16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h = f32_to_f16(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case weight_type::q8_0:
+      for (std::size_t b = 0; b < n / 32; ++b) {
+        block_q8_0 blk;
+        quantize_q8_0(src + b * 32, &blk, 32);
+        std::memcpy(dst + b * 34, &blk, 34);
+      }
+      return;
+  }
+}
+
+// -- dot kernels ------------------------------------------------------------
+
+namespace {
+
+bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2")
+                          && __builtin_cpu_supports("fma")
+                          && __builtin_cpu_supports("f16c");
+  return yes;
+}
+
+float dot_f32_scalar(const float* w, const float* x, std::size_t n) {
+  float s = 0.0f;
+  for (std::size_t i = 0; i < n; ++i)
+    s += w[i] * x[i];
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_hadd_ps(lo, lo);
+  lo = _mm_hadd_ps(lo, lo);
+  return _mm_cvtss_f32(lo);
+}
+
+__attribute__((target("avx2,fma"))) float
+dot_f32_avx2(const float* w, const float* x, std::size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8),
+                         _mm256_loadu_ps(x + i + 8), a1);
+  }
+  float s = hsum(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i)
+    s += w[i] * x[i];
+  return s;
+}
+
+float dot_f16_scalar(const std::uint16_t* w, const float* x, std::size_t n) {
+  float s = 0.0f;
+  for (std::size_t i = 0; i < n; ++i)
+    s += f16_to_f32(w[i]) * x[i];
+  return s;
+}
+
+__attribute__((target("avx2,fma,f16c"))) float
+dot_f16_avx2(const std::uint16_t* w, const float* x, std::size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 w0 = _mm256_cvtph_ps(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+    __m256 w1 = _mm256_cvtph_ps(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8)));
+    a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), a1);
+  }
+  float s = hsum(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i)
+    s += f16_to_f32(w[i]) * x[i];
+  return s;
+}
+
+float dot_q8_scalar(const std::uint8_t* w, const block_q8_0* x,
+                    std::size_t nb) {
+  float s = 0.0f;
+  for (std::size_t b = 0; b < nb; ++b) {
+    block_q8_0 wb;
+    std::memcpy(&wb, w + b * 34, 34);
+    std::int32_t acc = 0;
+    for (int j = 0; j < 32; ++j)
+      acc += std::int32_t{wb.qs[j]} * std::int32_t{x[b].qs[j]};
+    s += static_cast<float>(acc) * f16_to_f32(wb.d) * f16_to_f32(x[b].d);
+  }
+  return s;
+}
+
+__attribute__((target("avx2,fma,f16c"))) float
+dot_q8_avx2(const std::uint8_t* w, const block_q8_0* x, const float* xd,
+            std::size_t nb) {
+  __m256 acc = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < nb; ++b) {
+    const std::uint8_t* wb = w + b * 34;
+    std::uint16_t wd;
+    std::memcpy(&wd, wb, 2);
+    __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 2));
+    __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    // sign trick: |w| * sign(x, w) with maddubs, as ggml does.
+    __m256i ax = _mm256_sign_epi8(qw, qw);
+    __m256i sy = _mm256_sign_epi8(qx, qw);
+    __m256i p16 = _mm256_maddubs_epi16(ax, sy);
+    __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    __m256 d = _mm256_set1_ps(_cvtsh_ss(wd) * xd[b]);
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p32), acc);
+  }
+  return hsum(acc);
+}
+
+/// Activations prepared for the weight type: rounded to half for F16,
+/// quantized (and dequantized, for sgemm) for Q8_0.
+struct prepared_input {
+  std::vector<float> xf;       // rounded/dequantized activations
+  std::vector<block_q8_0> xq;  // Q8_0 activations (gemv path)
+  std::vector<float> xd;       // their scales as floats
+};
+
+void prepare(weight_type t, const float* x, std::size_t n, bool for_gemm,
+             prepared_input& p) {
+  if (t == weight_type::f16) {
+    p.xf.resize(n);
+    round_to_f16(x, p.xf.data(), n);
+  } else if (t == weight_type::q8_0) {
+    p.xq.resize(n / 32);
+    quantize_q8_0(x, p.xq.data(), n);
+    if (for_gemm) {
+      p.xf.resize(n);
+      decode_row(weight_type::q8_0,
+                 reinterpret_cast<const std::uint8_t*>(p.xq.data()),
+                 p.xf.data(), n);
+    } else {
+      p.xd.resize(n / 32);
+      for (std::size_t b = 0; b < n / 32; ++b)
+        p.xd[b] = f16_to_f32(p.xq[b].d);
+    }
+  }
+}
+
+std::size_t row_bytes_of(weight_type t, std::size_t cols) {
+  switch (t) {
+    case weight_type::f32: return cols * 4;
+    case weight_type::f16: return cols * 2;
+    case weight_type::q8_0: return cols / 32 * 34;
+  }
+  return 0;
+}
+
+/// y[t][r] = W[r] . x[t] for every row r of W and t < n_tokens.
+void gemv_rows(const std::uint8_t* wdata, weight_type type, std::size_t rows,
+               std::size_t cols, const float* x, const prepared_input& p,
+               std::size_t n_tokens, float* y, int threads) {
+  const bool simd = have_avx2();
+  const std::size_t rb = row_bytes_of(type, cols);
+  const long nrows = static_cast<long>(rows);
+  EXO_OMP_ROWS
+  for (long r = 0; r < nrows; ++r) {
+    const std::uint8_t* row = wdata + static_cast<std::size_t>(r) * rb;
+    for (std::size_t t = 0; t < n_tokens; ++t) {
+      float s = 0.0f;
+      switch (type) {
+        case weight_type::f32: {
+          auto* wr = reinterpret_cast<const float*>(row);
+          const float* xt = x + t * cols;
+          s = simd ? dot_f32_avx2(wr, xt, cols) : dot_f32_scalar(wr, xt, cols);
+          break;
+        }
+        case weight_type::f16: {
+          auto* wr = reinterpret_cast<const std::uint16_t*>(row);
+          const float* xt = p.xf.data() + t * cols;
+          s = simd ? dot_f16_avx2(wr, xt, cols) : dot_f16_scalar(wr, xt, cols);
+          break;
+        }
+        case weight_type::q8_0: {
+          std::size_t nb = cols / 32;
+          const block_q8_0* xt = p.xq.data() + t * nb;
+          s = simd ? dot_q8_avx2(row, xt, p.xd.data() + t * nb, nb)
+                   : dot_q8_scalar(row, xt, nb);
+          break;
+        }
+      }
+      y[t * rows + static_cast<std::size_t>(r)] = s;
+    }
+  }
+}
+
+} // namespace
+
+// -- the operations of a Llama layer ----------------------------------------
+
+void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
+                    float* c, const matmul_dims& dims, int threads) noexcept {
+  const std::size_t n_tokens = dims.m, rows = dims.n, cols = dims.k;
+  if (n_tokens == 0 || rows == 0)
+    return;
+  threads = std::max(1, threads);
+  const bool gemm = n_tokens >= 4;
+  prepared_input p;
+  prepare(t, a, cols * n_tokens, gemm, p);
+  if (!gemm) {
+    gemv_rows(w, t, rows, cols, a, p, n_tokens, c, threads);
+    return;
+  }
+  const int m = static_cast<int>(n_tokens);
+  const int k = static_cast<int>(cols);
+  if (t == weight_type::f32) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m,
+                static_cast<int>(rows), k, 1.0f, a, k,
+                reinterpret_cast<const float*>(w), k, 0.0f, c,
+                static_cast<int>(rows));
+    return;
+  }
+  // Dequantize blocks of rows and multiply each block with sgemm.
+  const std::size_t chunk = std::max<std::size_t>(16, (1u << 20) / cols);
+  const std::size_t rb = row_bytes_of(t, cols);
+  std::vector<float> tile(std::min(chunk, rows) * cols);
+  for (std::size_t r0 = 0; r0 < rows; r0 += chunk) {
+    std::size_t nr = std::min(chunk, rows - r0);
+    const long nrl = static_cast<long>(nr);
+    EXO_OMP_ROWS
+    for (long r = 0; r < nrl; ++r)
+      decode_row(t, w + (r0 + static_cast<std::size_t>(r)) * rb,
+                 tile.data() + static_cast<std::size_t>(r) * cols, cols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m,
+                static_cast<int>(nr), k, 1.0f, p.xf.data(), k, tile.data(), k,
+                0.0f, c + r0, static_cast<int>(rows));
+  }
+}
+
+void rms_norm(const float* x, const float* weight, float* out,
+              std::size_t rows, std::size_t dim, float eps) noexcept {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = out + r * dim;
+    double sum = 0.0;
+    for (std::size_t i = 0; i < dim; ++i)
+      sum += static_cast<double>(xr[i]) * xr[i];
+    const float mean = static_cast<float>(sum / static_cast<double>(dim));
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    for (std::size_t i = 0; i < dim; ++i)
+      yr[i] = xr[i] * scale * weight[i];
+  }
+}
+
+void rope_row(float* x, std::size_t heads, std::size_t head_dim,
+              std::size_t n_rot, std::int64_t pos, float freq_base,
+              const float* freq_factors) noexcept {
+  const float theta_scale
+    = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
+  // The cos/sin table is built by repeated multiplication, as in ggml.
+  constexpr std::size_t max_stack = 512;
+  float stack[max_stack];
+  std::vector<float> heap;
+  float* cs = stack;
+  if (n_rot > max_stack) {
+    heap.resize(n_rot);
+    cs = heap.data();
+  }
+  float theta = static_cast<float>(pos);
+  for (std::size_t i0 = 0; i0 + 1 < n_rot; i0 += 2) {
+    float ff = freq_factors ? freq_factors[i0 / 2] : 1.0f;
+    float t = theta / ff;
+    cs[i0] = std::cos(t);
+    cs[i0 + 1] = std::sin(t);
+    theta *= theta_scale;
+  }
+  for (std::size_t h = 0; h < heads; ++h) {
+    float* xh = x + h * head_dim;
+    for (std::size_t i0 = 0; i0 + 1 < n_rot; i0 += 2) {
+      const float c = cs[i0], s = cs[i0 + 1];
+      const float x0 = xh[i0], x1 = xh[i0 + 1];
+      xh[i0] = x0 * c - x1 * s;
+      xh[i0 + 1] = x0 * s + x1 * c;
+    }
+  }
+}
+
+void rope(float* x, const std::int32_t* positions, const float* freq_factors,
+          const rope_dims& d) noexcept {
+  const std::size_t row = d.heads * d.head_dim;
+  for (std::size_t r = 0; r < d.rows; ++r)
+    rope_row(x + r * row, d.heads, d.head_dim, d.n_rot, positions[r],
+             d.freq_base, freq_factors);
+}
+
+void softmax(float* x, std::size_t n) noexcept {
+  float mx = -INFINITY;
+  for (std::size_t i = 0; i < n; ++i)
+    mx = std::max(mx, x[i]);
+  double sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    float e = std::exp(x[i] - mx);
+    sum += e;
+    x[i] = e;
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (std::size_t i = 0; i < n; ++i)
+    x[i] *= inv;
+}
+
+void silu_mul(const float* gate, const float* up, float* out,
+              std::size_t count) noexcept {
+  for (std::size_t i = 0; i < count; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void attention_row(const float* q, const float* k, const float* v,
+                   std::size_t n_pos, std::size_t n_heads,
+                   std::size_t n_kv_heads, std::size_t head_dim,
+                   std::size_t kv_stride, float scale, float* out) noexcept {
+  const std::size_t group = n_heads / n_kv_heads;
+  const bool simd = have_avx2();
+  std::vector<float> scores(n_pos);
+  for (std::size_t h = 0; h < n_heads; ++h) {
+    const float* qh = q + h * head_dim;
+    const std::size_t kvh = (h / group) * head_dim;
+    for (std::size_t p = 0; p < n_pos; ++p) {
+      const float* kp = k + p * kv_stride + kvh;
+      float s = simd ? dot_f32_avx2(kp, qh, head_dim)
+                     : dot_f32_scalar(kp, qh, head_dim);
+      scores[p] = s * scale;
+    }
+    softmax(scores.data(), n_pos);
+    float* oh = out + h * head_dim;
+    std::fill(oh, oh + head_dim, 0.0f);
+    for (std::size_t p = 0; p < n_pos; ++p) {
+      const float* vp = v + p * kv_stride + kvh;
+      const float a = scores[p];
+      for (std::size_t d = 0; d < head_dim; ++d)
+        oh[d] += a * vp[d];
+    }
+  }
+}
+
+void attention(const float* q, const float* k, const float* v, float* out,
+               const attention_dims& d, int threads) noexcept {
+  const std::size_t row = d.n_heads * d.head_dim;
+  const long n = static_cast<long>(d.n_tokens);
+  threads = std::max(1, threads);
+  EXO_OMP_TOKENS
+  for (long t = 0; t < n; ++t) {
+    const auto ut = static_cast<std::size_t>(t);
+    attention_row(q + ut * row, k, v, d.pos0 + ut + 1, d.n_heads,
+                  d.n_kv_heads, d.head_dim, d.kv_stride, d.scale,
+                  out + ut * row);
+  }
+}
+
+// -- checks and sizes -------------------------------------------------------
+
+namespace {
+
+/// a * b, or nothing on overflow.
+bool mul_ok(std::size_t a, std::size_t b, std::size_t& out) {
+  if (b != 0 && a > std::numeric_limits<std::size_t>::max() / b)
+    return false;
+  out = a * b;
+  return true;
+}
+
+error overflow(const char* what) {
+  return {errc::invalid_argument, std::string{what} + ": size overflows"};
+}
+
+} // namespace
+
+result<weights_bytes> check_matmul_weights(weight_type t,
+                                           const matmul_dims& dims) {
+  matmul_dims d = dims;
+  d.transpose_b = true;
+  EXO_TRY(check_matmul_dims(d));
+  auto rb = weight_row_bytes(t, d.k);
+  if (!rb)
+    return error{rb.err().code, "matmul_weights: " + rb.err().message};
+  weights_bytes out{};
+  if (!mul_ok(*rb, d.n, out.w))
+    return overflow("matmul_weights");
+  auto sz = bytes_of(d);
+  out.a = sz.a;
+  out.c = sz.c;
+  return out;
+}
+
+result<std::size_t> check_rms_norm(std::size_t rows, std::size_t dim) {
+  if (rows == 0 || dim == 0)
+    return fail(errc::invalid_argument, "rms_norm: rows and dim must be > 0");
+  auto b = f32_bytes(rows, dim);
+  if (!b)
+    return overflow("rms_norm");
+  return *b;
+}
+
+result<rope_bytes> check_rope(const rope_dims& d) {
+  if (d.rows == 0 || d.heads == 0 || d.head_dim == 0)
+    return fail(errc::invalid_argument,
+                "rope: rows, heads and head_dim must be > 0");
+  if (d.n_rot < 2 || d.n_rot % 2 != 0 || d.n_rot > d.head_dim)
+    return fail(errc::invalid_argument,
+                "rope: n_rot must be even and in [2, head_dim], got "
+                  + std::to_string(d.n_rot));
+  if (!(d.freq_base > 0.0f) || !std::isfinite(d.freq_base))
+    return fail(errc::invalid_argument, "rope: freq_base must be > 0");
+  std::size_t row = 0;
+  if (!mul_ok(d.heads, d.head_dim, row))
+    return overflow("rope");
+  auto x = f32_bytes(d.rows, row);
+  if (!x || d.rows > static_cast<std::size_t>(
+                       std::numeric_limits<std::int32_t>::max()))
+    return overflow("rope");
+  return rope_bytes{*x, d.rows * 4, d.n_rot / 2 * 4};
+}
+
+result<attention_bytes> check_attention(const attention_dims& d) {
+  if (d.n_tokens == 0 || d.n_heads == 0 || d.n_kv_heads == 0
+      || d.head_dim == 0)
+    return fail(errc::invalid_argument, "attention: n_tokens, n_heads, "
+                                        "n_kv_heads and head_dim must be > 0");
+  if (d.n_heads % d.n_kv_heads != 0)
+    return fail(errc::invalid_argument,
+                "attention: n_kv_heads (" + std::to_string(d.n_kv_heads)
+                  + ") must divide n_heads (" + std::to_string(d.n_heads)
+                  + ")");
+  if (!std::isfinite(d.scale))
+    return fail(errc::invalid_argument, "attention: scale must be finite");
+  std::size_t kv_row = 0, q_row = 0;
+  if (!mul_ok(d.n_kv_heads, d.head_dim, kv_row)
+      || !mul_ok(d.n_heads, d.head_dim, q_row))
+    return overflow("attention");
+  if (d.kv_stride < kv_row)
+    return fail(errc::invalid_argument,
+                "attention: kv_stride " + std::to_string(d.kv_stride)
+                  + " is less than n_kv_heads * head_dim = "
+                  + std::to_string(kv_row));
+  constexpr auto limit
+    = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
+  if (d.pos0 > limit || d.n_tokens > limit - d.pos0)
+    return overflow("attention");
+  auto q = f32_bytes(d.n_tokens, q_row);
+  std::size_t last = 0, kv = 0;
+  if (!q || !mul_ok(d.pos0 + d.n_tokens - 1, d.kv_stride, last)
+      || last > std::numeric_limits<std::size_t>::max() - kv_row
+      || !mul_ok(last + kv_row, 4, kv))
+    return overflow("attention");
+  return attention_bytes{*q, kv};
 }
 
 } // namespace exo::backend::host

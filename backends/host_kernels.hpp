@@ -1,14 +1,24 @@
 #pragma once
 
 /// Host implementations of the compute operations, shared by the cpu and sim
-/// backends, by the generic fallbacks of device, and by tests that check GPU
-/// kernels against them. Plain pointers in, plain pointers out.
+/// backends, by the generic fallbacks of device, by the CPU model engine
+/// (runtime/model/ops.cpp calls these, so there is one implementation), and
+/// by tests that check GPU kernels against them. Plain pointers in, plain
+/// pointers out; callers check sizes first.
+///
+/// The Llama operations follow llama.cpp's CPU arithmetic: F16 weights meet
+/// activations rounded to half, Q8_0 weights meet activations quantized to
+/// Q8_0, rope angles come from repeated multiplication, softmax sums in
+/// double precision.
 
 #include "backends/backend.hpp"
 
 #include <cstddef>
+#include <cstdint>
 
 namespace exo::backend::host {
+
+// -- f32 element-wise and matrix products -----------------------------------
 
 /// out[i] = a[i] (op) b[i] for i < count.
 void elementwise(binary_op op, const float* a, const float* b, float* out,
@@ -33,5 +43,108 @@ struct matmul_bytes {
   std::size_t c;
 };
 matmul_bytes bytes_of(const matmul_dims& dims) noexcept;
+
+// -- half precision and Q8_0 ------------------------------------------------
+
+/// Converts IEEE half bits to float (exact).
+float f16_to_f32(std::uint16_t h) noexcept;
+
+/// Converts a float to IEEE half bits, rounding to nearest even.
+std::uint16_t f32_to_f16(float f) noexcept;
+
+/// y[i] = x[i] rounded to the nearest half (what llama.cpp does to
+/// activations that meet F16 weights). y may equal x.
+void round_to_f16(const float* x, float* y, std::size_t n) noexcept;
+
+/// One Q8_0 block as GGUF stores it: a half scale and 32 signed bytes.
+struct block_q8_0 {
+  std::uint16_t d;
+  std::int8_t qs[32];
+};
+static_assert(sizeof(block_q8_0) == 34, "Q8_0 blocks are 34 bytes");
+
+/// Quantizes n floats (a multiple of 32) to Q8_0 as ggml's reference does:
+/// d = max|x| / 127, q = round(x / d) (half away from zero).
+void quantize_q8_0(const float* x, block_q8_0* y, std::size_t n) noexcept;
+
+/// Decodes n elements of type t at src (row_bytes(t, n) bytes) to floats.
+void decode_row(weight_type t, const std::uint8_t* src, float* dst,
+                std::size_t n) noexcept;
+
+/// Encodes n floats as type t at dst (row_bytes(t, n) bytes).
+void encode_row(weight_type t, const float* src, std::uint8_t* dst,
+                std::size_t n) noexcept;
+
+// -- the operations of a Llama layer ----------------------------------------
+
+/// C[m x n] = A[m x k] * W^T, W stored [n x k] encoded as t (row-major rows
+/// of k elements). Matrix-vector kernels (AVX2 where the CPU has it) below 4
+/// rows of A, sgemm over dequantized tiles from 4 on. `threads` > 1 splits
+/// rows over OpenMP threads where the build has OpenMP.
+void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
+                    float* c, const matmul_dims& dims, int threads) noexcept;
+
+/// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, per row of dim
+/// elements (sum of squares in double). out may equal x.
+void rms_norm(const float* x, const float* weight, float* out,
+              std::size_t rows, std::size_t dim, float eps) noexcept;
+
+/// Rope of one row of `heads` heads at position pos (see rope_dims).
+/// freq_factors may be null.
+void rope_row(float* x, std::size_t heads, std::size_t head_dim,
+              std::size_t n_rot, std::int64_t pos, float freq_base,
+              const float* freq_factors) noexcept;
+
+/// Rope of dims.rows rows; row r at positions[r].
+void rope(float* x, const std::int32_t* positions, const float* freq_factors,
+          const rope_dims& dims) noexcept;
+
+/// In-place softmax of n elements (max subtracted, sum in double).
+void softmax(float* x, std::size_t n) noexcept;
+
+/// out[i] = silu(gate[i]) * up[i]. out may equal gate or up.
+void silu_mul(const float* gate, const float* up, float* out,
+              std::size_t count) noexcept;
+
+/// Attention of one query row (n_heads heads) over cache rows 0 .. n_pos-1
+/// of k and v (kv_stride floats apart); query head h reads KV head
+/// h / (n_heads / n_kv_heads). out: n_heads * head_dim.
+void attention_row(const float* q, const float* k, const float* v,
+                   std::size_t n_pos, std::size_t n_heads,
+                   std::size_t n_kv_heads, std::size_t head_dim,
+                   std::size_t kv_stride, float scale, float* out) noexcept;
+
+/// Causal attention of dims.n_tokens rows (see attention_dims); rows split
+/// over `threads` OpenMP threads.
+void attention(const float* q, const float* k, const float* v, float* out,
+               const attention_dims& dims, int threads) noexcept;
+
+// -- checks and sizes of the Llama operations ------------------------------
+
+/// Byte sizes of each operand of an operation, or the reason its dims are
+/// malformed (zero sizes, overflow, broken divisibility).
+struct weights_bytes {
+  std::size_t a;
+  std::size_t w;
+  std::size_t c;
+};
+result<weights_bytes> check_matmul_weights(weight_type t,
+                                           const matmul_dims& dims);
+
+/// rows x dim f32 (the x / out size; weight is dim f32).
+result<std::size_t> check_rms_norm(std::size_t rows, std::size_t dim);
+
+struct rope_bytes {
+  std::size_t x;
+  std::size_t positions;
+  std::size_t freq_factors;
+};
+result<rope_bytes> check_rope(const rope_dims& dims);
+
+struct attention_bytes {
+  std::size_t q;  ///< also out
+  std::size_t kv; ///< each of k and v
+};
+result<attention_bytes> check_attention(const attention_dims& dims);
 
 } // namespace exo::backend::host

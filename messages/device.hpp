@@ -117,10 +117,32 @@ typename Inspector::result_type inspect(Inspector& f, actor_snapshot& x) {
 using handle_id = std::uint64_t;
 
 /// A compute request on buffers of one device. Every operand is a handle
-/// plus a byte offset; the device actor checks each against its size.
-///   "add", "mul":   out[i] = a[i] (op) b[i], dims = {count}
-///   "matmul":       C[m x n] = A[m x k] * B[k x n], dims = {m, n, k}
+/// plus a byte offset; the device actor checks each against its size. All
+/// tensors are f32 row-major unless said otherwise; offsets are multiples
+/// of 4 (of 2 for F16 and Q8_0 weights). Shapes and numerics are those of
+/// backends/backend.hpp, which runs each call.
+///   "add", "mul":   out[i] = a[i] (op) b[i], inputs {a, b}, dims {count}
+///   "matmul":       C[m x n] = A[m x k] * B[k x n], inputs {A, B},
+///                   dims {m, n, k}
 ///   "matmul_t":     C[m x n] = A[m x k] * B^T, B stored [n x k]
+///   "matmul_f32", "matmul_f16", "matmul_q8_0":
+///                   C[m x n] = A[m x k] * W^T, W stored [n x k] in GGUF's
+///                   encoding (Q8_0: k/32 blocks of 34 bytes per row),
+///                   inputs {A, W}, dims {m, n, k}
+///   "rms_norm":     out[rows][dim] = x / rms(x) * weight[dim],
+///                   inputs {x, weight}, dims {rows, dim}, scalars {eps};
+///                   output may be x
+///   "rope":         output x[rows][heads][head_dim] rotated in place,
+///                   inputs {positions (int32 [rows])} or {positions,
+///                   freq_factors (f32 [n_rot/2])}, dims {rows, heads,
+///                   head_dim, n_rot}, scalars {freq_base}
+///   "attention":    out[n_tokens][n_heads*head_dim] = causal GQA of q rows
+///                   at positions pos0.. over K/V cache rows 0..pos0+t,
+///                   inputs {q, k_cache, v_cache}, dims {n_tokens, pos0,
+///                   n_heads, n_kv_heads, head_dim, kv_stride (floats)},
+///                   scalars {scale}
+///   "silu_mul":     out[i] = silu(gate[i]) * up[i], inputs {gate, up},
+///                   dims {count}; output may be gate or up
 struct kernel_call {
   std::string op;
   std::vector<handle_id> inputs;
@@ -128,12 +150,13 @@ struct kernel_call {
   handle_id output = 0;
   std::uint64_t output_offset = 0;
   std::vector<std::uint64_t> dims;
+  std::vector<float> scalars; ///< f32 parameters (eps, freq_base, scale)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kernel_call& x) {
   return f(caf::meta::type_name("exo.kernel_call"), x.op, x.inputs,
-           x.input_offsets, x.output, x.output_offset, x.dims);
+           x.input_offsets, x.output, x.output_offset, x.dims, x.scalars);
 }
 
 /// The typed interface of a device actor.

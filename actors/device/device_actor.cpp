@@ -1,6 +1,7 @@
 #include "actors/device/device_actor.hpp"
 
 #include "actors/device/buffer_pool.hpp"
+#include "backends/host_kernels.hpp"
 #include "messages/errors.hpp"
 
 #include <caf/all.hpp>
@@ -80,21 +81,38 @@ using self_ptr = exo::device_actor::stateful_pointer<device_actor_state>;
 backend::status run_kernel(device_actor_state& st, const kernel_call& call) {
   using backend::errc;
   using backend::fail;
-  auto need = [&](std::size_t inputs, std::size_t dims) -> backend::status {
+  auto need = [&](std::size_t inputs, std::size_t dims,
+                  std::size_t scalars = 0) -> backend::status {
     if (call.inputs.size() != inputs || call.input_offsets.size() != inputs
-        || call.dims.size() != dims)
+        || call.dims.size() != dims || call.scalars.size() != scalars)
       return fail(errc::invalid_argument,
                   "compute " + call.op + ": expects " + std::to_string(inputs)
-                    + " inputs with offsets and " + std::to_string(dims)
-                    + " dims");
+                    + " inputs with offsets, " + std::to_string(dims)
+                    + " dims and " + std::to_string(scalars) + " scalars");
     return {};
   };
-  auto operand = [&](handle_id h, std::uint64_t off, std::uint64_t bytes)
+  auto operand = [&](handle_id h, std::uint64_t off, std::uint64_t bytes,
+                     std::uint64_t align = sizeof(float))
     -> backend::result<backend::buffer*> {
-    if (off % sizeof(float) != 0)
+    if (off % align != 0)
       return fail(errc::invalid_argument,
-                  "compute " + call.op + ": offsets must be multiples of 4");
+                  "compute " + call.op + ": offsets must be multiples of "
+                    + std::to_string(align));
     return st.pool->resolve(h, off, bytes);
+  };
+  auto input = [&](std::size_t i, std::uint64_t bytes,
+                   std::uint64_t align = sizeof(float))
+    -> backend::result<backend::const_view> {
+    auto b = operand(call.inputs[i], call.input_offsets[i], bytes, align);
+    if (!b)
+      return b.err();
+    return backend::const_view{*b, call.input_offsets[i]};
+  };
+  auto output = [&](std::uint64_t bytes) -> backend::result<backend::mut_view> {
+    auto b = operand(call.output, call.output_offset, bytes);
+    if (!b)
+      return b.err();
+    return backend::mut_view{*b, call.output_offset};
   };
   if (call.op == "add" || call.op == "mul") {
     EXO_TRY(need(2, 1));
@@ -132,6 +150,90 @@ backend::status run_kernel(device_actor_state& st, const kernel_call& call) {
     return st.dev->matmul({*a, call.input_offsets[0]},
                           {*b, call.input_offsets[1]},
                           {*c, call.output_offset}, d);
+  }
+  if (call.op == "matmul_f32" || call.op == "matmul_f16"
+      || call.op == "matmul_q8_0") {
+    EXO_TRY(need(2, 3));
+    auto type = call.op == "matmul_f32"   ? backend::weight_type::f32
+                : call.op == "matmul_f16" ? backend::weight_type::f16
+                                          : backend::weight_type::q8_0;
+    backend::matmul_dims d{call.dims[0], call.dims[1], call.dims[2], true};
+    auto sz = backend::host::check_matmul_weights(type, d);
+    if (!sz)
+      return sz.err();
+    auto a = input(0, sz->a);
+    auto w = input(1, sz->w, type == backend::weight_type::f32 ? 4 : 2);
+    auto c = output(sz->c);
+    if (!a || !w || !c)
+      return !a ? a.err() : !w ? w.err() : c.err();
+    return st.dev->matmul_weights(*a, *w, type, *c, d);
+  }
+  if (call.op == "rms_norm") {
+    EXO_TRY(need(2, 2, 1));
+    auto bytes = backend::host::check_rms_norm(call.dims[0], call.dims[1]);
+    if (!bytes)
+      return bytes.err();
+    auto x = input(0, *bytes);
+    auto w = input(1, call.dims[1] * sizeof(float));
+    auto out = output(*bytes);
+    if (!x || !w || !out)
+      return !x ? x.err() : !w ? w.err() : out.err();
+    return st.dev->rms_norm(*x, *w, *out, call.dims[0], call.dims[1],
+                            call.scalars[0]);
+  }
+  if (call.op == "rope") {
+    auto n_in = call.inputs.size() == 2 ? 2 : 1;
+    EXO_TRY(need(n_in, 4, 1));
+    backend::rope_dims d{call.dims[0], call.dims[1], call.dims[2],
+                         call.dims[3], call.scalars[0]};
+    auto sz = backend::host::check_rope(d);
+    if (!sz)
+      return sz.err();
+    auto pos = input(0, sz->positions);
+    if (!pos)
+      return pos.err();
+    backend::const_view ff;
+    if (n_in == 2) {
+      auto f = input(1, sz->freq_factors);
+      if (!f)
+        return f.err();
+      ff = *f;
+    }
+    auto x = output(sz->x);
+    if (!x)
+      return x.err();
+    return st.dev->rope(*x, *pos, ff, d);
+  }
+  if (call.op == "attention") {
+    EXO_TRY(need(3, 6, 1));
+    backend::attention_dims d{call.dims[0], call.dims[1], call.dims[2],
+                              call.dims[3], call.dims[4], call.dims[5],
+                              call.scalars[0]};
+    auto sz = backend::host::check_attention(d);
+    if (!sz)
+      return sz.err();
+    auto q = input(0, sz->q);
+    auto k = input(1, sz->kv);
+    auto v = input(2, sz->kv);
+    auto out = output(sz->q);
+    for (auto* r : {&q, &k, &v})
+      if (!*r)
+        return r->err();
+    if (!out)
+      return out.err();
+    return st.dev->attention(*q, *k, *v, *out, d);
+  }
+  if (call.op == "silu_mul") {
+    EXO_TRY(need(2, 1));
+    auto bytes = backend::f32_bytes(call.dims[0], 1);
+    if (!bytes)
+      return bytes.err();
+    auto g = input(0, *bytes);
+    auto u = input(1, *bytes);
+    auto out = output(*bytes);
+    if (!g || !u || !out)
+      return !g ? g.err() : !u ? u.err() : out.err();
+    return st.dev->silu_mul(*g, *u, *out, call.dims[0]);
   }
   return fail(errc::unsupported, "compute: unknown operation \"" + call.op
                                    + "\"");

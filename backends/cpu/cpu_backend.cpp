@@ -5,6 +5,8 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+
 namespace exo::backend {
 
 namespace {
@@ -27,7 +29,8 @@ public:
     props_.clock_mhz = host_info::cpu_clock_mhz();
     props_.support = support_level::full;
     props_.capabilities = cap_host_visible | cap_elementwise | cap_matmul
-                          | cap_clock | cap_utilization;
+                          | cap_model_ops | cap_clock | cap_utilization;
+    threads_ = static_cast<int>(std::max<std::uint32_t>(1, id.logical_cores));
     if (host_info::cpu_temperature_c())
       props_.capabilities |= cap_temperature;
   }

@@ -141,7 +141,7 @@ sim_device::sim_device(sim_profile profile, std::string id, double time_scale)
   props_.support = support_level::experimental;
   props_.simulated = true;
   props_.capabilities = cap_host_visible | cap_elementwise | cap_matmul
-                        | cap_temperature | cap_power | cap_utilization
+                        | cap_model_ops | cap_temperature | cap_power | cap_utilization
                         | cap_fault_injection;
 }
 

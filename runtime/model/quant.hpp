@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/host_kernels.hpp"
 #include "runtime/model/gguf.hpp"
 
 namespace exo::model {
@@ -17,12 +18,9 @@ uint16_t f32_to_f16(float f);
 /// does to activations that meet F16 weights).
 void round_to_f16(const float* x, float* y, size_t n);
 
-/// One Q8_0 block as stored in GGUF: a half scale and 32 signed bytes.
-struct block_q8_0 {
-  uint16_t d;
-  int8_t qs[32];
-};
-static_assert(sizeof(block_q8_0) == 34, "Q8_0 blocks are 34 bytes");
+/// One Q8_0 block as stored in GGUF: a half scale and 32 signed bytes
+/// (the device layer's type; one implementation of the encoding).
+using block_q8_0 = backend::host::block_q8_0;
 
 /// Quantises `n` floats (a multiple of 32) to Q8_0 as ggml's reference does.
 void quantize_q8_0(const float* x, block_q8_0* y, size_t n);

@@ -3,12 +3,14 @@
 
 #include "actors/device/device_actor.hpp"
 #include "backends/factory.hpp"
+#include "backends/host_kernels.hpp"
 #include "messages/errors.hpp"
 #include "messages/registration.hpp"
 
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -178,7 +180,7 @@ TEST_CASE("a paused device refuses new compute but still serves reads") {
   c.bytes.resize(16);
   std::memcpy(c.bytes.data(), x.data(), 16);
   f.ask<caf::atom_value>(f.sim, write_atom::value, a, std::uint64_t{0}, c);
-  kernel_call add{"add", {a, a}, {0, 0}, b, 0, {4}};
+  kernel_call add{"add", {a, a}, {0, 0}, b, 0, {4}, {}};
   f.ask<caf::atom_value>(f.sim, compute_atom::value, add);
   f.ask<caf::atom_value>(f.sim, pause_atom::value, std::string{"too hot"});
   auto info = f.ask<device_info>(f.sim, info_atom::value);
@@ -199,16 +201,16 @@ TEST_CASE("a paused device refuses new compute but still serves reads") {
 TEST_CASE("compute calls are checked against their operands") {
   fixture f;
   auto a = f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{64});
-  kernel_call mm{"matmul", {a, a}, {0, 0}, a, 0, {4, 4, 4}};
+  kernel_call mm{"matmul", {a, a}, {0, 0}, a, 0, {4, 4, 4}, {}};
   CHECK(f.ask<caf::atom_value>(f.cpu, compute_atom::value, mm)
         == caf::ok_atom::value);
   mm.dims = {5, 4, 4}; // A would need 80 bytes
   auto err = f.ask_error(f.cpu, caf::make_message(compute_atom::value, mm));
   CHECK(code_of(err) == exo_errc::out_of_range);
-  kernel_call bad{"conv3d", {a}, {0}, a, 0, {1}};
+  kernel_call bad{"conv3d", {a}, {0}, a, 0, {1}, {}};
   err = f.ask_error(f.cpu, caf::make_message(compute_atom::value, bad));
   CHECK(code_of(err) == exo_errc::unsupported);
-  kernel_call odd{"add", {a, a}, {2, 0}, a, 0, {4}};
+  kernel_call odd{"add", {a, a}, {2, 0}, a, 0, {4}, {}};
   err = f.ask_error(f.cpu, caf::make_message(compute_atom::value, odd));
   CHECK(code_of(err) == exo_errc::invalid_argument);
 }
@@ -246,4 +248,94 @@ TEST_CASE("an actor snapshot reports counters for the console") {
   CHECK(snap.name == "device/cpu:0");
   CHECK(snap.fields.at("live_handles") == "1");
   CHECK(snap.fields.at("operations") == "1");
+}
+
+namespace {
+
+/// Writes floats (or any trivially copyable values) into a handle at 0.
+template <class T>
+void put(fixture& f, const exo::device_actor& dev, handle_id h,
+         const std::vector<T>& xs) {
+  chunk c;
+  c.bytes.resize(xs.size() * sizeof(T));
+  std::memcpy(c.bytes.data(), xs.data(), c.bytes.size());
+  f.ask<caf::atom_value>(dev, write_atom::value, h, std::uint64_t{0}, c);
+}
+
+std::vector<float> get(fixture& f, const exo::device_actor& dev, handle_id h,
+                       std::size_t count) {
+  auto back = f.ask<chunk>(dev, read_atom::value, h, std::uint64_t{0},
+                           std::uint64_t{count * 4});
+  std::vector<float> out(count);
+  std::memcpy(out.data(), back.bytes.data(), count * 4);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a shard runs a Llama layer's operations through compute calls") {
+  fixture f;
+  // rms_norm of 2 rows of 4, in place, then silu_mul, rope and attention.
+  auto x = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{32});
+  auto w = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{16});
+  auto pos = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{8});
+  auto out = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{32});
+  std::vector<float> hx{1, 2, 3, 4, -1, 0.5f, 2, 0};
+  std::vector<float> hw{1, 0.5f, 2, 1};
+  put(f, f.sim, x, hx);
+  put(f, f.sim, w, hw);
+  put(f, f.sim, pos, std::vector<std::int32_t>{3, 4});
+  kernel_call norm{"rms_norm", {x, w}, {0, 0}, x, 0, {2, 4}, {1e-5f}};
+  f.ask<caf::atom_value>(f.sim, compute_atom::value, norm);
+  std::vector<float> want(8);
+  backend::host::rms_norm(hx.data(), hw.data(), want.data(), 2, 4, 1e-5f);
+  CHECK(get(f, f.sim, x, 8) == want);
+  kernel_call rope{"rope", {pos}, {0}, x, 0, {2, 2, 2, 2}, {10000.0f}};
+  f.ask<caf::atom_value>(f.sim, compute_atom::value, rope);
+  std::vector<std::int32_t> hp{3, 4};
+  backend::host::rope(want.data(), hp.data(), nullptr, {2, 2, 2, 2, 10000});
+  CHECK(get(f, f.sim, x, 8) == want);
+  kernel_call silu{"silu_mul", {x, w}, {0, 0}, out, 0, {4}, {}};
+  f.ask<caf::atom_value>(f.sim, compute_atom::value, silu);
+  std::vector<float> s(4);
+  backend::host::silu_mul(want.data(), hw.data(), s.data(), 4);
+  auto got = get(f, f.sim, out, 4);
+  CHECK(got == s);
+  // One query row at position 1 over a two-row cache (x holds K and V).
+  kernel_call att{"attention", {x, x, x}, {0, 0, 0}, out, 0,
+                  {1, 1, 2, 1, 2, 4}, {0.5f}};
+  f.ask<caf::atom_value>(f.sim, compute_atom::value, att);
+  std::vector<float> a(4);
+  backend::host::attention(want.data(), want.data(), want.data(), a.data(),
+                           {1, 1, 2, 1, 2, 4, 0.5f}, 1);
+  CHECK(get(f, f.sim, out, 4) == a);
+}
+
+TEST_CASE("Llama compute calls are checked against their operands") {
+  fixture f;
+  auto a = f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{256});
+  auto b = f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{256});
+  auto code = [&](const kernel_call& k) {
+    return code_of(f.ask_error(f.cpu, caf::make_message(compute_atom::value,
+                                                        k)));
+  };
+  // A missing scalar, a Q8_0 row that is no whole block, a weight past its
+  // handle's end, an odd weight offset, heads that do not group.
+  CHECK(code(kernel_call{"rms_norm", {a, a}, {0, 0}, b, 0, {2, 4}, {}})
+        == exo_errc::invalid_argument);
+  CHECK(code(kernel_call{"matmul_q8_0", {a, b}, {0, 0}, b, 0, {1, 1, 16}, {}})
+        == exo_errc::invalid_argument);
+  CHECK(code(kernel_call{"matmul_q8_0", {a, b}, {0, 0}, a, 128, {1, 8, 32},
+                         {}})
+        == exo_errc::out_of_range);
+  CHECK(code(kernel_call{"matmul_f16", {a, b}, {0, 1}, a, 128, {1, 1, 32},
+                         {}})
+        == exo_errc::invalid_argument);
+  CHECK(code(kernel_call{"attention", {a, a, a}, {0, 0, 0}, b, 0,
+                         {1, 0, 3, 2, 4, 8}, {1.0f}})
+        == exo_errc::invalid_argument);
+  // The same shapes, well formed, run.
+  kernel_call ok{"matmul_q8_0", {a, b}, {0, 0}, a, 128, {1, 2, 32}, {}};
+  CHECK(f.ask<caf::atom_value>(f.cpu, compute_atom::value, ok)
+        == caf::ok_atom::value);
 }
