@@ -1,0 +1,524 @@
+// Conformance of the Llama operations (rms_norm, rope, attention, silu_mul,
+// F32/F16/Q8_0 matrix products) on every device the factory finds, against
+// double-precision references written here, independent of the backends'
+// host kernels.
+//
+// Bounds: f32 operations agree within 1e-4 relative (to max(1, |want|)).
+// Products with F16 weights see activations rounded to half (as llama.cpp
+// does), so they agree within 1e-3 of sum_i |a_i w_i| (half's rounding is
+// 2^-11 relative). Products with Q8_0 weights see activations quantized to
+// Q8_0, so each product term may be off by one quantization step of its
+// activation block: the bound is sum_i |w_i| * amax(block of a_i) / 127 +
+// 1e-3 * sum_i |a_i w_i|.
+
+#include "backends/factory.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+using namespace exo::backend;
+
+namespace {
+
+registry& devices() {
+  static registry reg = [] {
+    factory_options opts;
+    opts.use_environment = false;
+    opts.sim.devices = {{"a100-40g", ""}};
+    auto r = registry::create(opts);
+    REQUIRE(r.ok());
+    return std::move(*r);
+  }();
+  return reg;
+}
+
+std::vector<float> random_floats(std::mt19937& rng, std::size_t n,
+                                 float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d{lo, hi};
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = d(rng);
+  return v;
+}
+
+std::unique_ptr<buffer> alloc(device& dev, std::size_t n) {
+  auto r = dev.allocate(n);
+  REQUIRE(r.ok());
+  return std::move(*r);
+}
+
+template <class T>
+std::unique_ptr<buffer> upload(device& dev, const std::vector<T>& v,
+                               std::size_t offset = 0,
+                               std::size_t extra = 0) {
+  auto b = alloc(dev, offset + v.size() * sizeof(T) + extra);
+  REQUIRE(dev.write(*b, offset, v.data(), v.size() * sizeof(T)).ok());
+  return b;
+}
+
+std::vector<float> download(device& dev, const buffer& buf, std::size_t n,
+                            std::size_t offset = 0) {
+  std::vector<float> v(n);
+  REQUIRE(dev.read(buf, offset, v.data(), n * sizeof(float)).ok());
+  return v;
+}
+
+void require_close(const std::vector<float>& got,
+                   const std::vector<double>& want, double rel) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    double tol = rel * std::max(1.0, std::fabs(want[i]));
+    INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
+    REQUIRE(std::fabs(got[i] - want[i]) <= tol);
+  }
+}
+
+// -- encodings, written independently of backends/host_kernels ---------------
+
+/// IEEE half bits -> value, by the definition.
+double half_value(std::uint16_t h) {
+  int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  double v = exp == 0 ? std::ldexp(mant, -24)
+                      : std::ldexp(1024 + mant, exp - 25);
+  return sign ? -v : v;
+}
+
+/// value -> nearest IEEE half bits (ties to even), for finite values below
+/// 65504, computed in double where every step is exact.
+std::uint16_t half_bits(double x) {
+  std::uint16_t sign = x < 0 ? 0x8000 : 0;
+  double a = std::fabs(x);
+  if (a < std::ldexp(1.0, -14)) // subnormal: units of 2^-24
+    return static_cast<std::uint16_t>(
+      sign | static_cast<int>(std::nearbyint(std::ldexp(a, 24))));
+  int e = std::ilogb(a);
+  auto mant = static_cast<int>(std::nearbyint((std::ldexp(a, -e) - 1) * 1024));
+  if (mant == 1024) {
+    mant = 0;
+    ++e;
+  }
+  return static_cast<std::uint16_t>(sign | ((e + 15) << 10) | mant);
+}
+
+/// A weight matrix [rows x cols] encoded as t, and its exact values.
+struct encoded {
+  std::vector<std::uint8_t> bytes;
+  std::vector<double> values;
+};
+
+encoded encode(weight_type t, const std::vector<float>& w) {
+  encoded out;
+  out.values.resize(w.size());
+  switch (t) {
+    case weight_type::f32:
+      out.bytes.resize(w.size() * 4);
+      std::memcpy(out.bytes.data(), w.data(), out.bytes.size());
+      for (std::size_t i = 0; i < w.size(); ++i)
+        out.values[i] = w[i];
+      break;
+    case weight_type::f16:
+      out.bytes.resize(w.size() * 2);
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        auto h = half_bits(w[i]);
+        std::memcpy(out.bytes.data() + 2 * i, &h, 2);
+        out.values[i] = half_value(h);
+      }
+      break;
+    case weight_type::q8_0:
+      out.bytes.resize(w.size() / 32 * 34);
+      for (std::size_t b = 0; b < w.size() / 32; ++b) {
+        double amax = 0;
+        for (int j = 0; j < 32; ++j)
+          amax = std::max(amax, std::fabs(static_cast<double>(w[b * 32 + j])));
+        auto d = half_bits(amax / 127.0);
+        double dv = half_value(d);
+        std::uint8_t* blk = out.bytes.data() + b * 34;
+        std::memcpy(blk, &d, 2);
+        for (int j = 0; j < 32; ++j) {
+          double q = dv > 0 ? std::round(w[b * 32 + j] / dv) : 0.0;
+          q = std::max(-127.0, std::min(127.0, q));
+          auto qi = static_cast<std::int8_t>(q);
+          std::memcpy(blk + 2 + j, &qi, 1);
+          out.values[b * 32 + j] = dv * qi;
+        }
+      }
+      break;
+  }
+  return out;
+}
+
+// -- references ---------------------------------------------------------------
+
+std::vector<double> rms_norm_ref(const std::vector<float>& x,
+                                 const std::vector<float>& w,
+                                 std::size_t rows, std::size_t dim,
+                                 double eps) {
+  std::vector<double> y(rows * dim);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (std::size_t i = 0; i < dim; ++i)
+      ss += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+    double s = 1.0 / std::sqrt(ss / static_cast<double>(dim) + eps);
+    for (std::size_t i = 0; i < dim; ++i)
+      y[r * dim + i] = x[r * dim + i] * s * w[i];
+  }
+  return y;
+}
+
+std::vector<double> rope_ref(const std::vector<float>& x,
+                             const std::vector<std::int32_t>& pos,
+                             const std::vector<float>* ff,
+                             const rope_dims& d) {
+  std::vector<double> y(x.begin(), x.end());
+  for (std::size_t r = 0; r < d.rows; ++r)
+    for (std::size_t h = 0; h < d.heads; ++h) {
+      double* v = y.data() + (r * d.heads + h) * d.head_dim;
+      for (std::size_t i = 0; 2 * i < d.n_rot; ++i) {
+        double theta = pos[r]
+                       * std::pow(static_cast<double>(d.freq_base),
+                                  -2.0 * static_cast<double>(i)
+                                    / static_cast<double>(d.n_rot));
+        if (ff)
+          theta /= (*ff)[i];
+        double c = std::cos(theta), s = std::sin(theta);
+        double x0 = v[2 * i], x1 = v[2 * i + 1];
+        v[2 * i] = x0 * c - x1 * s;
+        v[2 * i + 1] = x0 * s + x1 * c;
+      }
+    }
+  return y;
+}
+
+std::vector<double> attention_ref(const std::vector<float>& q,
+                                  const std::vector<float>& k,
+                                  const std::vector<float>& v,
+                                  const attention_dims& d) {
+  const std::size_t row = d.n_heads * d.head_dim;
+  const std::size_t group = d.n_heads / d.n_kv_heads;
+  std::vector<double> out(d.n_tokens * row);
+  for (std::size_t t = 0; t < d.n_tokens; ++t)
+    for (std::size_t h = 0; h < d.n_heads; ++h) {
+      const std::size_t n_pos = d.pos0 + t + 1;
+      const std::size_t kvh = (h / group) * d.head_dim;
+      std::vector<double> s(n_pos);
+      double mx = -std::numeric_limits<double>::infinity();
+      for (std::size_t p = 0; p < n_pos; ++p) {
+        double acc = 0;
+        for (std::size_t i = 0; i < d.head_dim; ++i)
+          acc += static_cast<double>(q[t * row + h * d.head_dim + i])
+                 * k[p * d.kv_stride + kvh + i];
+        s[p] = acc * d.scale;
+        mx = std::max(mx, s[p]);
+      }
+      double sum = 0;
+      for (auto& x : s) {
+        x = std::exp(x - mx);
+        sum += x;
+      }
+      for (std::size_t i = 0; i < d.head_dim; ++i) {
+        double acc = 0;
+        for (std::size_t p = 0; p < n_pos; ++p)
+          acc += s[p] / sum * v[p * d.kv_stride + kvh + i];
+        out[t * row + h * d.head_dim + i] = acc;
+      }
+    }
+  return out;
+}
+
+const char* name(weight_type t) {
+  return to_string(t);
+}
+
+} // namespace
+
+TEST_CASE("rms_norm matches a double-precision reference, in place too") {
+  std::mt19937 rng{11};
+  for (auto* dev : devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      for (std::size_t dim : {1u, 7u, 64u, 257u, 2048u}) {
+        const std::size_t rows = 3;
+        auto x = random_floats(rng, rows * dim, -2.0f, 2.0f);
+        auto w = random_floats(rng, dim);
+        auto want = rms_norm_ref(x, w, rows, dim, 1e-5);
+        auto bx = upload(*dev, x), bw = upload(*dev, w);
+        auto out = alloc(*dev, x.size() * 4);
+        INFO("dim " << dim);
+        REQUIRE(dev->rms_norm({bx.get(), 0}, {bw.get(), 0}, {out.get(), 0},
+                              rows, dim, 1e-5f)
+                  .ok());
+        require_close(download(*dev, *out, x.size()), want, 1e-4);
+        REQUIRE(dev->rms_norm({bx.get(), 0}, {bw.get(), 0}, {bx.get(), 0},
+                              rows, dim, 1e-5f)
+                  .ok());
+        require_close(download(*dev, *bx, x.size()), want, 1e-4);
+      }
+    }
+  }
+}
+
+TEST_CASE("rope rotates adjacent pairs by position, leaving the rest") {
+  std::mt19937 rng{12};
+  for (auto* dev : devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      // Full rotation, partial rotation (n_rot < head_dim) with Llama 3
+      // frequency factors, and one large head.
+      struct shape {
+        std::size_t rows, heads, head_dim, n_rot;
+        float base;
+        bool factors;
+      };
+      for (auto s : {shape{3, 4, 16, 16, 10000.0f, false},
+                     shape{4, 3, 16, 10, 500000.0f, true},
+                     shape{2, 2, 128, 128, 10000.0f, false}}) {
+        rope_dims d{s.rows, s.heads, s.head_dim, s.n_rot, s.base};
+        auto x = random_floats(rng, s.rows * s.heads * s.head_dim);
+        std::vector<std::int32_t> pos(s.rows);
+        for (std::size_t r = 0; r < s.rows; ++r)
+          pos[r] = static_cast<std::int32_t>(r * 13 % 40);
+        auto ff = random_floats(rng, s.n_rot / 2, 1.0f, 8.0f);
+        auto want = rope_ref(x, pos, s.factors ? &ff : nullptr, d);
+        // x at an offset inside its buffer, to check offsets are honoured.
+        auto bx = upload(*dev, x, 64, 16);
+        auto bp = upload(*dev, pos);
+        auto bf = upload(*dev, ff);
+        const_view fv{s.factors ? bf.get() : nullptr, 0};
+        INFO("head_dim " << s.head_dim << " n_rot " << s.n_rot);
+        REQUIRE(dev->rope({bx.get(), 64}, {bp.get(), 0}, fv, d).ok());
+        auto got = download(*dev, *bx, x.size(), 64);
+        require_close(got, want, 1e-4);
+        for (std::size_t r = 0; r < s.rows * s.heads; ++r)
+          for (std::size_t i = s.n_rot; i < s.head_dim; ++i)
+            REQUIRE(got[r * s.head_dim + i] == x[r * s.head_dim + i]);
+      }
+    }
+  }
+}
+
+TEST_CASE("causal grouped-query attention matches a reference") {
+  std::mt19937 rng{13};
+  for (auto* dev : devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      struct shape {
+        std::size_t n_tokens, pos0, n_heads, n_kv_heads, head_dim, stride;
+      };
+      for (auto s : {shape{1, 0, 2, 2, 8, 16}, shape{3, 5, 4, 2, 16, 40},
+                     shape{1, 70, 8, 1, 64, 64}, shape{6, 0, 6, 3, 32, 96},
+                     shape{2, 300, 4, 4, 128, 512}}) {
+        attention_dims d{s.n_tokens, s.pos0, s.n_heads, s.n_kv_heads,
+                         s.head_dim, s.stride,
+                         1.0f / std::sqrt(static_cast<float>(s.head_dim))};
+        const std::size_t n_ctx = s.pos0 + s.n_tokens;
+        auto q = random_floats(rng, s.n_tokens * s.n_heads * s.head_dim,
+                               -2.0f, 2.0f);
+        auto k = random_floats(rng, n_ctx * s.stride, -2.0f, 2.0f);
+        auto v = random_floats(rng, n_ctx * s.stride);
+        auto want = attention_ref(q, k, v, d);
+        // Cache rows past the last position hold NaN: a kernel that looks
+        // past its causal prefix spoils its output.
+        std::vector<float> poison(4 * s.stride,
+                                  std::numeric_limits<float>::quiet_NaN());
+        auto bq = upload(*dev, q);
+        auto bk = alloc(*dev, (k.size() + poison.size()) * 4);
+        auto bv = alloc(*dev, (v.size() + poison.size()) * 4);
+        for (auto [b, src] : {std::pair{bk.get(), &k}, std::pair{bv.get(), &v}}) {
+          REQUIRE(dev->write(*b, 0, src->data(), src->size() * 4).ok());
+          REQUIRE(dev->write(*b, src->size() * 4, poison.data(),
+                             poison.size() * 4)
+                    .ok());
+        }
+        auto out = alloc(*dev, q.size() * 4);
+        INFO("n_tokens " << s.n_tokens << " pos0 " << s.pos0 << " heads "
+                         << s.n_heads << "/" << s.n_kv_heads);
+        REQUIRE(dev->attention({bq.get(), 0}, {bk.get(), 0}, {bv.get(), 0},
+                               {out.get(), 0}, d)
+                  .ok());
+        require_close(download(*dev, *out, q.size()), want, 1e-4);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention sees cache rows written by earlier operations") {
+  std::mt19937 rng{14};
+  for (auto* dev : devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      // Decode step by step: each step copies its K/V row into the cache
+      // on the device, then attends; the last step sees every row.
+      attention_dims d{1, 0, 2, 1, 8, 8, 0.35f};
+      const std::size_t steps = 5;
+      auto q = random_floats(rng, 16);
+      auto k = random_floats(rng, steps * 8), v = random_floats(rng, steps * 8);
+      auto bk = alloc(*dev, steps * 32), bv = alloc(*dev, steps * 32);
+      auto sk = upload(*dev, k), sv = upload(*dev, v), bq = upload(*dev, q);
+      auto out = alloc(*dev, 64);
+      for (std::size_t p = 0; p < steps; ++p) {
+        REQUIRE(dev->copy(*sk, p * 32, *bk, p * 32, 32).ok());
+        REQUIRE(dev->copy(*sv, p * 32, *bv, p * 32, 32).ok());
+        d.pos0 = p;
+        REQUIRE(dev->attention({bq.get(), 0}, {bk.get(), 0}, {bv.get(), 0},
+                               {out.get(), 0}, d)
+                  .ok());
+      }
+      require_close(download(*dev, *out, 16), attention_ref(q, k, v, d),
+                    1e-4);
+    }
+  }
+}
+
+TEST_CASE("silu_mul matches a double-precision reference, in place too") {
+  std::mt19937 rng{15};
+  for (auto* dev : devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      for (std::size_t n : {1u, 33u, 5000u}) {
+        auto g = random_floats(rng, n, -8.0f, 8.0f), u = random_floats(rng, n);
+        std::vector<double> want(n);
+        for (std::size_t i = 0; i < n; ++i)
+          want[i] = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+        auto bg = upload(*dev, g), bu = upload(*dev, u);
+        auto out = alloc(*dev, n * 4);
+        REQUIRE(dev->silu_mul({bg.get(), 0}, {bu.get(), 0}, {out.get(), 0}, n)
+                  .ok());
+        require_close(download(*dev, *out, n), want, 1e-4);
+        REQUIRE(dev->silu_mul({bg.get(), 0}, {bu.get(), 0}, {bg.get(), 0}, n)
+                  .ok());
+        require_close(download(*dev, *bg, n), want, 1e-4);
+      }
+    }
+  }
+}
+
+TEST_CASE("products with F32, F16 and Q8_0 weights meet their bounds") {
+  std::mt19937 rng{16};
+  struct shape {
+    std::size_t m, n, k;
+  };
+  // m < 4 takes matrix-vector paths, m >= 4 matrix-matrix ones.
+  std::vector<shape> shapes{{1, 1, 32},  {1, 300, 256}, {2, 37, 96},
+                            {5, 64, 128}, {17, 33, 512}, {1, 2048, 64}};
+  for (auto* dev : devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      for (auto t : {weight_type::f32, weight_type::f16, weight_type::q8_0}) {
+        for (auto s : shapes) {
+          auto a = random_floats(rng, s.m * s.k);
+          auto w = random_floats(rng, s.n * s.k);
+          auto enc = encode(t, w);
+          // The weights sit at an even, not 4-aligned, offset for F16/Q8_0.
+          const std::size_t woff = t == weight_type::f32 ? 8 : 6;
+          auto ba = upload(*dev, a);
+          auto bw = upload(*dev, enc.bytes, woff);
+          auto bc = alloc(*dev, s.m * s.n * 4);
+          matmul_dims d{s.m, s.n, s.k, true};
+          INFO(name(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k);
+          REQUIRE(dev->matmul_weights({ba.get(), 0}, {bw.get(), woff}, t,
+                                      {bc.get(), 0}, d)
+                    .ok());
+          auto got = download(*dev, *bc, s.m * s.n);
+          for (std::size_t i = 0; i < s.m; ++i)
+            for (std::size_t j = 0; j < s.n; ++j) {
+              double want = 0, mag = 0, step = 0;
+              for (std::size_t p = 0; p < s.k; ++p) {
+                double av = a[i * s.k + p], wv = enc.values[j * s.k + p];
+                want += av * wv;
+                mag += std::fabs(av * wv);
+              }
+              for (std::size_t b = 0; b < s.k / 32; ++b) {
+                double amax = 0, wsum = 0;
+                for (std::size_t p = b * 32; p < b * 32 + 32; ++p) {
+                  amax = std::max(amax, std::fabs(double{a[i * s.k + p]}));
+                  wsum += std::fabs(enc.values[j * s.k + p]);
+                }
+                step += wsum * amax / 127.0;
+              }
+              double tol = t == weight_type::f32
+                             ? 1e-4 * std::max(1.0, std::fabs(want))
+                           : t == weight_type::f16 ? 1e-3 * mag + 1e-6
+                                                   : step + 1e-3 * mag;
+              INFO("row " << i << " col " << j << ": got "
+                          << got[i * s.n + j] << ", want " << want);
+              REQUIRE(std::fabs(got[i * s.n + j] - want) <= tol);
+            }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("malformed Llama operations are refused with values, not crashes") {
+  for (auto* dev : devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      auto a = alloc(*dev, 4096), b = alloc(*dev, 4096);
+      auto code = [](const status& st) {
+        REQUIRE_FALSE(st.ok());
+        CHECK_FALSE(st.err().message.empty());
+        return st.err().code;
+      };
+      // Q8_0 rows must be whole blocks; weights must fit their buffer.
+      CHECK(code(dev->matmul_weights({a.get(), 0}, {b.get(), 0},
+                                     weight_type::q8_0, {a.get(), 2048},
+                                     {1, 4, 48, true}))
+            == errc::invalid_argument);
+      CHECK(code(dev->matmul_weights({a.get(), 0}, {b.get(), 0},
+                                     weight_type::f16, {a.get(), 2048},
+                                     {1, 64, 64, true}))
+            == errc::out_of_range);
+      // Odd weight offsets, overlapping outputs, null buffers.
+      CHECK(code(dev->matmul_weights({a.get(), 0}, {b.get(), 1},
+                                     weight_type::q8_0, {a.get(), 2048},
+                                     {1, 4, 32, true}))
+            == errc::invalid_argument);
+      CHECK(code(dev->matmul_weights({a.get(), 0}, {b.get(), 0},
+                                     weight_type::f32, {a.get(), 64},
+                                     {1, 4, 32, true}))
+            == errc::invalid_argument);
+      CHECK(code(dev->rms_norm({nullptr, 0}, {b.get(), 0}, {a.get(), 0}, 1,
+                               8, 1e-5f))
+            == errc::invalid_argument);
+      CHECK(code(dev->rms_norm({a.get(), 0}, {b.get(), 0}, {a.get(), 4}, 1,
+                               8, 1e-5f))
+            == errc::invalid_argument);
+      CHECK(code(dev->rms_norm({a.get(), 0}, {b.get(), 0}, {a.get(), 0}, 2,
+                               1024, 1e-5f))
+            == errc::out_of_range);
+      // Rope: n_rot odd or beyond head_dim; positions past the buffer.
+      CHECK(code(dev->rope({a.get(), 0}, {b.get(), 0}, {}, {1, 2, 8, 7}))
+            == errc::invalid_argument);
+      CHECK(code(dev->rope({a.get(), 0}, {b.get(), 0}, {}, {1, 2, 8, 10}))
+            == errc::invalid_argument);
+      CHECK(code(dev->rope({a.get(), 0}, {b.get(), 4092}, {}, {2, 2, 8, 8}))
+            == errc::out_of_range);
+      // Attention: heads that do not group, a stride shorter than a row, a
+      // cache too short for the last position.
+      attention_dims d{1, 0, 3, 2, 8, 16, 1.0f};
+      CHECK(code(dev->attention({a.get(), 0}, {b.get(), 0}, {b.get(), 0},
+                                {a.get(), 1024}, d))
+            == errc::invalid_argument);
+      d = {1, 0, 4, 2, 8, 15, 1.0f};
+      CHECK(code(dev->attention({a.get(), 0}, {b.get(), 0}, {b.get(), 0},
+                                {a.get(), 1024}, d))
+            == errc::invalid_argument);
+      d = {2, 254, 4, 2, 8, 16, 1.0f};
+      CHECK(code(dev->attention({a.get(), 0}, {b.get(), 0}, {b.get(), 0},
+                                {a.get(), 1024}, d))
+            == errc::out_of_range);
+      CHECK(code(dev->silu_mul({a.get(), 0}, {b.get(), 0}, {a.get(), 8}, 16))
+            == errc::invalid_argument);
+    }
+  }
+}
+
+TEST_CASE("Llama operations refuse buffers of another device") {
+  auto devs = devices().devices();
+  REQUIRE(devs.size() >= 2);
+  auto a = alloc(*devs[0], 1024), b = alloc(*devs[1], 1024);
+  auto st = devs[0]->silu_mul({a.get(), 0}, {b.get(), 0}, {a.get(), 512}, 16);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.err().code == errc::wrong_device);
+  st = devs[1]->rms_norm({b.get(), 0}, {a.get(), 0}, {b.get(), 512}, 1, 16,
+                         1e-5f);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.err().code == errc::wrong_device);
+}
