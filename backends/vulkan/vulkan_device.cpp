@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -30,7 +31,13 @@
 ///   buffer with pending work is deferred until its value completes.
 /// - Kernels bind buffers whole or by windows aligned down to
 ///   minStorageBufferOffsetAlignment and get element offsets as push
-///   constants, so any offset that is a multiple of 4 bytes works.
+///   constants, so any offset that is a multiple of 4 bytes works. F16 and
+///   Q8_0 weights are read as 32-bit words from a word-aligned window with
+///   a byte offset, so their offsets need only be even.
+/// - The Llama operations run natively (rms_norm, rope, attention,
+///   silu_mul through the element-wise shader, F16/Q8_0 products through
+///   matrix-vector shaders that walk the rows of A); attention heads wider
+///   than 256 fall back to the host path.
 
 namespace exo::backend::vk {
 
@@ -39,6 +46,9 @@ namespace {
 constexpr std::uint32_t batch_commands = 64;
 constexpr std::uint32_t max_batches = 8;
 constexpr std::uint32_t push_bytes = 64;
+/// Storage buffers per descriptor set; a kernel that uses fewer leaves the
+/// rest unwritten (allowed: they are not statically used).
+constexpr std::uint32_t max_bindings = 4;
 constexpr std::uint32_t no_type = std::numeric_limits<std::uint32_t>::max();
 
 /// Push constants of elementwise.comp.
@@ -50,6 +60,36 @@ struct elementwise_push {
 struct matmul_push {
   std::uint32_t a_off, b_off, c_off, m, n, k, transpose_b, row_tile0, col_tile0;
 };
+
+/// Push constants of matvec_f16.comp and matvec_q8_0.comp (w_off in bytes).
+struct weights_push {
+  std::uint32_t a_off, w_off, c_off, m, n, k;
+};
+
+/// Push constants of rms_norm.comp.
+struct rms_norm_push {
+  std::uint32_t x_off, w_off, o_off, rows, dim;
+  float eps;
+};
+
+/// Push constants of rope.comp.
+struct rope_push {
+  std::uint32_t x_off, pos_off, ff_off, rows, heads, head_dim, n_rot, has_ff;
+  float freq_base;
+};
+
+/// Push constants of attention.comp.
+struct attention_push {
+  std::uint32_t q_off, k_off, v_off, o_off, n_tokens, pos0, n_heads, n_kv_heads,
+      head_dim, kv_stride;
+  float scale;
+};
+
+/// attention.comp's workgroup: an invocation owns two output dimensions.
+constexpr std::size_t attention_max_head_dim = 256;
+
+/// Rows of W one workgroup of matvec_f16 / matvec_q8_0 owns at a time.
+constexpr std::size_t weight_rows_per_group = 4;
 
 std::string hex(const std::uint8_t* bytes, std::size_t n) {
   static const char digits[] = "0123456789abcdef";
@@ -104,6 +144,16 @@ class vulkan_device final : public device {
                      std::size_t count) override;
   status matmul(const_view a, const_view b, mut_view c,
                 const matmul_dims& dims) override;
+  status matmul_weights(const_view a, const_view w, weight_type type,
+                        mut_view c, const matmul_dims& dims) override;
+  status rms_norm(const_view x, const_view weight, mut_view out,
+                  std::size_t rows, std::size_t dim, float eps) override;
+  status rope(mut_view x, const_view positions, const_view freq_factors,
+              const rope_dims& dims) override;
+  status attention(const_view q, const_view k, const_view v, mut_view out,
+                   const attention_dims& dims) override;
+  status silu_mul(const_view gate, const_view up, mut_view out,
+                  std::size_t count) override;
 
   telemetry read_telemetry() override {
     telemetry t;
@@ -151,6 +201,11 @@ class vulkan_device final : public device {
     k_matmul,
     k_matvec,
     k_matvec_subgroup,
+    k_rms_norm,
+    k_rope,
+    k_attention,
+    k_matvec_f16,
+    k_matvec_q8_0,
     k_count
   };
 
@@ -178,7 +233,11 @@ class vulkan_device final : public device {
   status ensure_pipeline(kernel k);
   result<binding> bind(const buffer& buf, std::size_t offset, std::size_t bytes,
                        const char* what);
-  result<batch*> prepare(kernel k, const binding (&b)[3]);
+  result<batch*> prepare(kernel k, std::initializer_list<binding> bs);
+  status run_elementwise(std::uint32_t op, const_view a, const_view b,
+                         mut_view out, std::size_t count, const char* what);
+  /// Marks the buffers of a dispatch as used by the open batch `bt`.
+  void used_by(const batch& bt, std::initializer_list<const buffer*> bufs);
   status check_view(const buffer* buf, std::size_t offset, std::size_t bytes,
                     const char* what);
 
@@ -333,8 +392,8 @@ status vulkan_device::init(const std::vector<std::string>& taken_ids) {
       r != VK_SUCCESS)
     return to_error(r, label + ": vkCreateSemaphore");
 
-  VkDescriptorSetLayoutBinding binds[3]{};
-  for (std::uint32_t i = 0; i < 3; ++i) {
+  VkDescriptorSetLayoutBinding binds[max_bindings]{};
+  for (std::uint32_t i = 0; i < max_bindings; ++i) {
     binds[i].binding = i;
     binds[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     binds[i].descriptorCount = 1;
@@ -342,7 +401,7 @@ status vulkan_device::init(const std::vector<std::string>& taken_ids) {
   }
   VkDescriptorSetLayoutCreateInfo dli{};
   dli.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
-  dli.bindingCount = 3;
+  dli.bindingCount = max_bindings;
   dli.pBindings = binds;
   if (auto r = vkCreateDescriptorSetLayout(dev_, &dli, nullptr, &set_layout_);
       r != VK_SUCCESS)
@@ -522,7 +581,8 @@ void vulkan_device::init_properties() {
   default:
     props_.support = support_level::experimental;
   }
-  props_.capabilities = cap_async | cap_elementwise | cap_matmul;
+  props_.capabilities =
+      cap_async | cap_elementwise | cap_matmul | cap_model_ops;
   if (direct_)
     props_.capabilities |= cap_host_visible;
 }
@@ -686,7 +746,7 @@ result<vulkan_device::batch*> vulkan_device::open_batch() {
     EXO_TRY(note(vkAllocateCommandBuffers(dev_, &cai, &b.cmd),
                  "vkAllocateCommandBuffers"));
     VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                            3 * batch_commands};
+                            max_bindings * batch_commands};
     VkDescriptorPoolCreateInfo dpi{};
     dpi.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
     dpi.maxSets = batch_commands;
@@ -826,8 +886,11 @@ status vulkan_device::ensure_pipeline(kernel k) {
   if (pipelines_[k] != VK_NULL_HANDLE)
     return {};
   const vulkan_spirv::blob* blobs[k_count] = {
-      &vulkan_spirv::elementwise, &vulkan_spirv::matmul, &vulkan_spirv::matvec,
-      &vulkan_spirv::matvec_subgroup};
+      &vulkan_spirv::elementwise, &vulkan_spirv::matmul,
+      &vulkan_spirv::matvec,      &vulkan_spirv::matvec_subgroup,
+      &vulkan_spirv::rms_norm,    &vulkan_spirv::rope,
+      &vulkan_spirv::attention,   &vulkan_spirv::matvec_f16,
+      &vulkan_spirv::matvec_q8_0};
   VkShaderModuleCreateInfo smi{};
   smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
@@ -878,8 +941,8 @@ result<vulkan_device::binding> vulkan_device::bind(const buffer& buf,
                  static_cast<std::uint32_t>((offset - start) / 4)};
 }
 
-result<vulkan_device::batch*> vulkan_device::prepare(kernel k,
-                                                     const binding (&bs)[3]) {
+result<vulkan_device::batch*>
+vulkan_device::prepare(kernel k, std::initializer_list<binding> bs) {
   EXO_TRY(ensure_pipeline(k));
   auto b = open_batch();
   if (!b)
@@ -900,10 +963,13 @@ result<vulkan_device::batch*> vulkan_device::prepare(kernel k,
   EXO_TRY(note(vkAllocateDescriptorSets(dev_, &dai, &set),
                "vkAllocateDescriptorSets"));
   ++bt.sets;
-  VkDescriptorBufferInfo infos[3];
-  VkWriteDescriptorSet writes[3]{};
-  for (std::uint32_t i = 0; i < 3; ++i) {
-    infos[i] = {bs[i].buf, bs[i].offset, bs[i].range};
+  VkDescriptorBufferInfo infos[max_bindings];
+  VkWriteDescriptorSet writes[max_bindings]{};
+  auto count = static_cast<std::uint32_t>(
+      std::min<std::size_t>(bs.size(), max_bindings));
+  for (std::uint32_t i = 0; i < count; ++i) {
+    auto& b = bs.begin()[i];
+    infos[i] = {b.buf, b.offset, b.range};
     writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
     writes[i].dstSet = set;
     writes[i].dstBinding = i;
@@ -911,7 +977,7 @@ result<vulkan_device::batch*> vulkan_device::prepare(kernel k,
     writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     writes[i].pBufferInfo = &infos[i];
   }
-  vkUpdateDescriptorSets(dev_, 3, writes, 0, nullptr);
+  vkUpdateDescriptorSets(dev_, count, writes, 0, nullptr);
   command(bt);
   vkCmdBindPipeline(bt.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipelines_[k]);
   vkCmdBindDescriptorSets(bt.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe_layout_,
@@ -1175,16 +1241,45 @@ result<bool> vulkan_device::completed(const event& e) {
 
 status vulkan_device::elementwise(binary_op op, const_view a, const_view b,
                                   mut_view out, std::size_t count) {
-  std::lock_guard<std::mutex> guard{mtx_};
-  EXO_TRY(usable("elementwise"));
   if (op != binary_op::add && op != binary_op::mul)
     return fail(errc::invalid_argument, "elementwise: unknown operation");
+  return run_elementwise(op == binary_op::add ? 0u : 1u, a, b, out, count,
+                         "elementwise");
+}
+
+status vulkan_device::silu_mul(const_view gate, const_view up, mut_view out,
+                               std::size_t count) {
+  if (count == 0)
+    return fail(errc::invalid_argument, "silu_mul: count must be > 0");
   auto bytes = f32_bytes(count, 1);
   if (!bytes)
     return bytes.err();
-  EXO_TRY(check_view(a.buf, a.offset, *bytes, "elementwise a"));
-  EXO_TRY(check_view(b.buf, b.offset, *bytes, "elementwise b"));
-  EXO_TRY(check_view(out.buf, out.offset, *bytes, "elementwise output"));
+  // Checked here too (not only in run_elementwise) for the overlap rule.
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(check_view(gate.buf, gate.offset, *bytes, "silu_mul gate"));
+    EXO_TRY(check_view(up.buf, up.offset, *bytes, "silu_mul up"));
+    EXO_TRY(check_view(out.buf, out.offset, *bytes, "silu_mul out"));
+  }
+  EXO_TRY(check_disjoint(gate.buf, gate.offset, *bytes, out.buf, out.offset,
+                         *bytes, true, "silu_mul"));
+  EXO_TRY(check_disjoint(up.buf, up.offset, *bytes, out.buf, out.offset, *bytes,
+                         true, "silu_mul"));
+  return run_elementwise(2u, gate, up, out, count, "silu_mul");
+}
+
+status vulkan_device::run_elementwise(std::uint32_t op, const_view a,
+                                      const_view b, mut_view out,
+                                      std::size_t count, const char* what) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable(what));
+  auto bytes = f32_bytes(count, 1);
+  if (!bytes)
+    return bytes.err();
+  std::string name{what};
+  EXO_TRY(check_view(a.buf, a.offset, *bytes, (name + " a").c_str()));
+  EXO_TRY(check_view(b.buf, b.offset, *bytes, (name + " b").c_str()));
+  EXO_TRY(check_view(out.buf, out.offset, *bytes, (name + " output").c_str()));
   // Each dispatch binds windows of at most maxStorageBufferRange bytes.
   std::size_t chunk = static_cast<std::size_t>((max_range_ - min_align_) / 4);
   chunk =
@@ -1192,29 +1287,32 @@ status vulkan_device::elementwise(binary_op op, const_view a, const_view b,
   for (std::size_t done = 0; done < count;) {
     auto n = std::min(chunk, count - done);
     auto at = done * 4;
-    auto ba = bind(*a.buf, a.offset + at, n * 4, "elementwise a");
-    auto bb = bind(*b.buf, b.offset + at, n * 4, "elementwise b");
-    auto bc = bind(*out.buf, out.offset + at, n * 4, "elementwise output");
+    auto ba = bind(*a.buf, a.offset + at, n * 4, what);
+    auto bb = bind(*b.buf, b.offset + at, n * 4, what);
+    auto bc = bind(*out.buf, out.offset + at, n * 4, what);
     if (!ba || !bb || !bc)
       return !ba ? ba.err() : !bb ? bb.err() : bc.err();
     auto bt = prepare(k_elementwise, {*ba, *bb, *bc});
     if (!bt)
       return bt.err();
     elementwise_push pc{ba->elem_off, bb->elem_off, bc->elem_off,
-                        static_cast<std::uint32_t>(n),
-                        op == binary_op::add ? 0u : 1u};
+                        static_cast<std::uint32_t>(n), op};
     vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                        sizeof(pc), &pc);
     auto groups = std::min<std::size_t>((n + 255) / 256, max_groups_[0]);
     vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
-    auto v = (*bt)->value;
-    static_cast<const vk_buffer*>(a.buf)->last_use = v;
-    static_cast<const vk_buffer*>(b.buf)->last_use = v;
-    static_cast<vk_buffer*>(out.buf)->last_use = v;
+    used_by(**bt, {a.buf, b.buf, out.buf});
     EXO_TRY(finish(**bt));
     done += n;
   }
   return {};
+}
+
+void vulkan_device::used_by(const batch& bt,
+                            std::initializer_list<const buffer*> bufs) {
+  for (auto* b : bufs)
+    if (b != nullptr)
+      static_cast<const vk_buffer*>(b)->last_use = bt.value;
 }
 
 status vulkan_device::matmul(const_view a, const_view b, mut_view c,
@@ -1279,6 +1377,226 @@ status vulkan_device::matmul(const_view a, const_view b, mut_view c,
   static_cast<const vk_buffer*>(a.buf)->last_use = v;
   static_cast<const vk_buffer*>(b.buf)->last_use = v;
   static_cast<vk_buffer*>(c.buf)->last_use = v;
+  return finish(**bt);
+}
+
+// -- the operations of a Llama layer ------------------------------------------
+
+namespace {
+
+/// Whether every value fits the 32-bit push constants of the shaders.
+bool fits_u32(std::initializer_list<std::size_t> xs) {
+  for (auto x : xs)
+    if (x > std::numeric_limits<std::uint32_t>::max())
+      return false;
+  return true;
+}
+
+} // namespace
+
+status vulkan_device::matmul_weights(const_view a, const_view w,
+                                     weight_type type, mut_view c,
+                                     const matmul_dims& dims) {
+  auto sz = host::check_matmul_weights(type, dims);
+  if (!sz)
+    return sz.err();
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(usable("matmul_weights"));
+    EXO_TRY(check_operand(a.buf, a.offset, sz->a, 4, "matmul_weights a"));
+    EXO_TRY(check_operand(w.buf, w.offset, sz->w,
+                          type == weight_type::f32 ? 4 : 2,
+                          "matmul_weights w"));
+    EXO_TRY(check_operand(c.buf, c.offset, sz->c, 4, "matmul_weights c"));
+  }
+  EXO_TRY(check_disjoint(a.buf, a.offset, sz->a, c.buf, c.offset, sz->c, false,
+                         "matmul_weights"));
+  EXO_TRY(check_disjoint(w.buf, w.offset, sz->w, c.buf, c.offset, sz->c, false,
+                         "matmul_weights"));
+  matmul_dims d{dims.m, dims.n, dims.k, true};
+  if (type == weight_type::f32)
+    return matmul(a, w, c, d);
+  if (!fits_u32({sz->a / 4, sz->c / 4, dims.k * 2}))
+    return device::matmul_weights(a, w, type, c, dims);
+  std::lock_guard<std::mutex> guard{mtx_};
+  // The shader reads the weights as 32-bit words from the window's start:
+  // the window starts on a word (and the device's alignment) and ends on a
+  // word (buffers are whole words long); w_off is the even byte offset in it.
+  auto align = std::max<VkDeviceSize>(min_align_, 4);
+  VkDeviceSize wstart = w.offset / align * align;
+  VkDeviceSize wend = (w.offset + sz->w + 3) / 4 * 4;
+  result<binding> wb = binding{static_cast<const vk_buffer*>(w.buf)->alloc.buf,
+                               wstart, wend - wstart, 0};
+  if (wend - wstart > max_range_)
+    wb = fail(errc::unsupported,
+              "matmul_weights w: " + std::to_string(sz->w) +
+                  " bytes exceed the device's largest storage binding of " +
+                  std::to_string(max_range_) + " bytes");
+  auto ba = bind(*a.buf, a.offset, sz->a, "matmul_weights a");
+  auto bc = bind(*c.buf, c.offset, sz->c, "matmul_weights c");
+  if (!ba || !wb || !bc)
+    return !ba ? ba.err() : !wb ? wb.err() : bc.err();
+  auto bt = prepare(type == weight_type::f16 ? k_matvec_f16 : k_matvec_q8_0,
+                    {*ba, *wb, *bc});
+  if (!bt)
+    return bt.err();
+  weights_push pc{ba->elem_off,
+                  static_cast<std::uint32_t>(w.offset - wb->offset),
+                  bc->elem_off,
+                  static_cast<std::uint32_t>(dims.m),
+                  static_cast<std::uint32_t>(dims.n),
+                  static_cast<std::uint32_t>(dims.k)};
+  vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                     sizeof(pc), &pc);
+  auto groups = std::min<std::size_t>((dims.n + weight_rows_per_group - 1) /
+                                          weight_rows_per_group,
+                                      max_groups_[0]);
+  vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+  used_by(**bt, {a.buf, w.buf, c.buf});
+  return finish(**bt);
+}
+
+status vulkan_device::rms_norm(const_view x, const_view weight, mut_view out,
+                               std::size_t rows, std::size_t dim, float eps) {
+  auto bytes = host::check_rms_norm(rows, dim);
+  if (!bytes)
+    return bytes.err();
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("rms_norm"));
+  EXO_TRY(check_view(x.buf, x.offset, *bytes, "rms_norm x"));
+  EXO_TRY(check_view(weight.buf, weight.offset, dim * 4, "rms_norm weight"));
+  EXO_TRY(check_view(out.buf, out.offset, *bytes, "rms_norm out"));
+  EXO_TRY(check_disjoint(x.buf, x.offset, *bytes, out.buf, out.offset, *bytes,
+                         true, "rms_norm"));
+  EXO_TRY(check_disjoint(weight.buf, weight.offset, dim * 4, out.buf,
+                         out.offset, *bytes, false, "rms_norm"));
+  if (!fits_u32({*bytes / 4}))
+    return fail(errc::unsupported, "rms_norm: more than 2^32 elements");
+  auto bx = bind(*x.buf, x.offset, *bytes, "rms_norm x");
+  auto bw = bind(*weight.buf, weight.offset, dim * 4, "rms_norm weight");
+  auto bo = bind(*out.buf, out.offset, *bytes, "rms_norm out");
+  if (!bx || !bw || !bo)
+    return !bx ? bx.err() : !bw ? bw.err() : bo.err();
+  auto bt = prepare(k_rms_norm, {*bx, *bw, *bo});
+  if (!bt)
+    return bt.err();
+  rms_norm_push pc{bx->elem_off,
+                   bw->elem_off,
+                   bo->elem_off,
+                   static_cast<std::uint32_t>(rows),
+                   static_cast<std::uint32_t>(dim),
+                   eps};
+  vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                     sizeof(pc), &pc);
+  auto groups = std::min<std::size_t>(rows, max_groups_[0]);
+  vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+  used_by(**bt, {x.buf, weight.buf, out.buf});
+  return finish(**bt);
+}
+
+status vulkan_device::rope(mut_view x, const_view positions,
+                           const_view freq_factors, const rope_dims& dims) {
+  auto sz = host::check_rope(dims);
+  if (!sz)
+    return sz.err();
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("rope"));
+  EXO_TRY(check_view(x.buf, x.offset, sz->x, "rope x"));
+  EXO_TRY(check_view(positions.buf, positions.offset, sz->positions,
+                     "rope positions"));
+  EXO_TRY(check_disjoint(positions.buf, positions.offset, sz->positions, x.buf,
+                         x.offset, sz->x, false, "rope"));
+  const bool has_ff = freq_factors.buf != nullptr;
+  if (has_ff) {
+    EXO_TRY(check_view(freq_factors.buf, freq_factors.offset, sz->freq_factors,
+                       "rope freq_factors"));
+    EXO_TRY(check_disjoint(freq_factors.buf, freq_factors.offset,
+                           sz->freq_factors, x.buf, x.offset, sz->x, false,
+                           "rope"));
+  }
+  if (!fits_u32({sz->x / 4}))
+    return fail(errc::unsupported, "rope: more than 2^32 elements");
+  auto bx = bind(*x.buf, x.offset, sz->x, "rope x");
+  auto bp =
+      bind(*positions.buf, positions.offset, sz->positions, "rope positions");
+  // Without factors the positions stand in for the unused binding.
+  auto bf = has_ff ? bind(*freq_factors.buf, freq_factors.offset,
+                          sz->freq_factors, "rope freq_factors")
+                   : bp;
+  if (!bx || !bp || !bf)
+    return !bx ? bx.err() : !bp ? bp.err() : bf.err();
+  auto bt = prepare(k_rope, {*bx, *bp, *bf});
+  if (!bt)
+    return bt.err();
+  rope_push pc{bx->elem_off,
+               bp->elem_off,
+               bf->elem_off,
+               static_cast<std::uint32_t>(dims.rows),
+               static_cast<std::uint32_t>(dims.heads),
+               static_cast<std::uint32_t>(dims.head_dim),
+               static_cast<std::uint32_t>(dims.n_rot),
+               has_ff ? 1u : 0u,
+               dims.freq_base};
+  vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                     sizeof(pc), &pc);
+  auto pairs = dims.rows * dims.heads * (dims.n_rot / 2);
+  auto groups = std::min<std::size_t>((pairs + 255) / 256, max_groups_[0]);
+  vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+  used_by(**bt, {x.buf, positions.buf, freq_factors.buf});
+  return finish(**bt);
+}
+
+status vulkan_device::attention(const_view q, const_view k, const_view v,
+                                mut_view out, const attention_dims& dims) {
+  auto sz = host::check_attention(dims);
+  if (!sz)
+    return sz.err();
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(usable("attention"));
+    EXO_TRY(check_view(q.buf, q.offset, sz->q, "attention q"));
+    EXO_TRY(check_view(k.buf, k.offset, sz->kv, "attention k"));
+    EXO_TRY(check_view(v.buf, v.offset, sz->kv, "attention v"));
+    EXO_TRY(check_view(out.buf, out.offset, sz->q, "attention out"));
+  }
+  EXO_TRY(check_disjoint(q.buf, q.offset, sz->q, out.buf, out.offset, sz->q,
+                         false, "attention"));
+  EXO_TRY(check_disjoint(k.buf, k.offset, sz->kv, out.buf, out.offset, sz->q,
+                         false, "attention"));
+  EXO_TRY(check_disjoint(v.buf, v.offset, sz->kv, out.buf, out.offset, sz->q,
+                         false, "attention"));
+  // Heads wider than the shader's workgroup covers go through the host.
+  if (dims.head_dim > attention_max_head_dim ||
+      !fits_u32({sz->q / 4, sz->kv / 4, dims.n_tokens * dims.n_heads}))
+    return device::attention(q, k, v, out, dims);
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto bq = bind(*q.buf, q.offset, sz->q, "attention q");
+  auto bk = bind(*k.buf, k.offset, sz->kv, "attention k");
+  auto bv = bind(*v.buf, v.offset, sz->kv, "attention v");
+  auto bo = bind(*out.buf, out.offset, sz->q, "attention out");
+  for (auto* r : {&bq, &bk, &bv, &bo})
+    if (!*r)
+      return r->err();
+  auto bt = prepare(k_attention, {*bq, *bk, *bv, *bo});
+  if (!bt)
+    return bt.err();
+  attention_push pc{bq->elem_off,
+                    bk->elem_off,
+                    bv->elem_off,
+                    bo->elem_off,
+                    static_cast<std::uint32_t>(dims.n_tokens),
+                    static_cast<std::uint32_t>(dims.pos0),
+                    static_cast<std::uint32_t>(dims.n_heads),
+                    static_cast<std::uint32_t>(dims.n_kv_heads),
+                    static_cast<std::uint32_t>(dims.head_dim),
+                    static_cast<std::uint32_t>(dims.kv_stride),
+                    dims.scale};
+  vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                     sizeof(pc), &pc);
+  auto groups =
+      std::min<std::size_t>(dims.n_tokens * dims.n_heads, max_groups_[0]);
+  vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+  used_by(**bt, {q.buf, k.buf, v.buf, out.buf});
   return finish(**bt);
 }
 

@@ -19,5 +19,10 @@ extern const blob matmul;      ///< tiled C = A * B (or B^T), f32
 extern const blob matvec;      ///< the m == 1 case of matmul
 /// matvec with B^T through subgroup arithmetic, where the device has it.
 extern const blob matvec_subgroup;
+extern const blob rms_norm;    ///< rows normalised by their RMS, times a weight
+extern const blob rope;        ///< rotary embedding, llama "normal" mode
+extern const blob attention;   ///< causal grouped-query attention, KV cache
+extern const blob matvec_f16;  ///< C = A * W^T, W in IEEE half
+extern const blob matvec_q8_0; ///< C = A * W^T, W in GGUF's Q8_0 blocks
 
 } // namespace exo::backend::vulkan_spirv

@@ -307,7 +307,11 @@ TEST_CASE("causal grouped-query attention matches a reference") {
       };
       for (auto s : {shape{1, 0, 2, 2, 8, 16}, shape{3, 5, 4, 2, 16, 40},
                      shape{1, 70, 8, 1, 64, 64}, shape{6, 0, 6, 3, 32, 96},
-                     shape{2, 300, 4, 4, 128, 512}}) {
+                     shape{2, 300, 4, 4, 128, 512},
+                     // Past 1024 positions (Vulkan's score chunk), the widest
+                     // native head, and a head wider than that.
+                     shape{2, 1500, 2, 1, 64, 64}, shape{1, 9, 2, 2, 256, 512},
+                     shape{1, 3, 1, 1, 320, 320}}) {
         attention_dims d{s.n_tokens, s.pos0, s.n_heads, s.n_kv_heads,
                          s.head_dim, s.stride,
                          1.0f / std::sqrt(static_cast<float>(s.head_dim))};

@@ -1,5 +1,6 @@
 #version 450
-// out[i] = a[i] (op) b[i] for i < count; op 0 = add, 1 = mul.
+// out[i] = a[i] (op) b[i] for i < count; op 0 = add, 1 = mul,
+// 2 = silu(a) * b (the gated activation of a Llama feed-forward block).
 // Buffers are bound whole (or by aligned windows); the views' element offsets
 // come as push constants. A grid-stride loop covers any count.
 
@@ -22,6 +23,8 @@ void main() {
   for (uint i = gl_GlobalInvocationID.x; i < p.count; i += stride) {
     float x = a[p.a_off + i];
     float y = b[p.b_off + i];
-    c[p.c_off + i] = p.op == 0u ? x + y : x * y;
+    c[p.c_off + i] = p.op == 0u   ? x + y
+                     : p.op == 1u ? x * y
+                                  : x / (1.0 + exp(-x)) * y;
   }
 }
