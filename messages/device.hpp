@@ -175,6 +175,15 @@ using device_actor = caf::typed_actor<
   caf::replies_to<telemetry_atom>::with<telemetry_sample>,
   caf::replies_to<pause_atom, std::string>::with<caf::atom_value>,
   caf::replies_to<resume_atom>::with<caf::atom_value>,
-  caf::replies_to<inspect_atom>::with<actor_snapshot>>;
+  caf::replies_to<inspect_atom>::with<actor_snapshot>,
+  // Client-originated variants: the last element is a bearer token checked
+  // against the node's access policy (messages/access.hpp).
+  caf::replies_to<info_atom, std::string>::with<device_info>,
+  caf::replies_to<allocate_atom, std::uint64_t,
+                  std::string>::with<handle_id>,
+  caf::replies_to<free_atom, handle_id, std::string>::with<caf::atom_value>,
+  caf::replies_to<compute_atom, kernel_call,
+                  std::string>::with<caf::atom_value>,
+  caf::replies_to<sync_atom, std::string>::with<caf::atom_value>>;
 
 } // namespace exo

@@ -1,9 +1,11 @@
 #include "messages/registration.hpp"
 
+#include "messages/audit.hpp"
 #include "messages/cluster.hpp"
 #include "messages/device.hpp"
 #include "messages/placement.hpp"
 #include "messages/errors.hpp"
+#include "messages/thermal.hpp"
 #include "messages/workload.hpp"
 
 #include <caf/actor_system_config.hpp>
@@ -56,6 +58,10 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<plan_info>("exo.plan_info");
   cfg.add_message_type<plan_job_info>("exo.plan_job_info");
   cfg.add_message_type<std::vector<plan_job_info>>("exo.plan_job_infos");
+  // Safety (issue 6): audit sink, thermal monitors.
+  cfg.add_message_type<audit_entry>("exo.audit_entry");
+  cfg.add_message_type<thermal_status>("exo.thermal_status");
+  cfg.add_message_type<std::vector<thermal_status>>("exo.thermal_statuses");
   add_error_category(cfg);
 }
 

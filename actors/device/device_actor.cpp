@@ -1,7 +1,10 @@
 #include "actors/device/device_actor.hpp"
 
+#include "actors/access/audit_event.hpp"
+#include "actors/audit/event.hpp"
 #include "actors/device/buffer_pool.hpp"
 #include "backends/host_kernels.hpp"
+#include "messages/audit.hpp"
 #include "messages/errors.hpp"
 
 #include <caf/all.hpp>
@@ -51,6 +54,10 @@ struct device_actor_state {
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
   std::string last_error;
+  /// Quota held by token-bearing allocations: handle -> (principal, bytes).
+  std::unordered_map<handle_id, std::pair<std::string, std::uint64_t>>
+    owners;
+  std::uint64_t denials = 0;
 
   /// Records a failed call; a lost device is gone for good.
   caf::error failed(const backend::error& err) {
@@ -285,6 +292,121 @@ struct relay : std::enable_shared_from_this<relay> {
   }
 };
 
+// -- audit and access (issue 6) ---------------------------------------------
+
+/// Sends one audit event to the node's sink, if there is one.
+void audit_op(self_ptr self, audit::event_type type, std::string principal,
+              std::map<std::string, std::string> details,
+              audit::severity level = audit::severity::info) {
+  auto& st = self->state;
+  if (!st.cfg.audit)
+    return;
+  details.emplace("device", st.dev->properties().id);
+  audit_entry e;
+  e.type = static_cast<std::uint8_t>(type);
+  e.level = static_cast<std::uint8_t>(level);
+  e.principal = std::move(principal);
+  e.details = std::move(details);
+  caf::anon_send(st.cfg.audit, audit_atom::value, std::move(e));
+}
+
+/// Turns a refusal into an exo error (and an audit event).
+caf::error denied(self_ptr self, const access::decision& d,
+                  access::permission p) {
+  auto& st = self->state;
+  ++st.denials;
+  if (st.cfg.audit) {
+    auto ev = access::make_audit_event(d, p, st.dev->properties().id);
+    audit_entry e;
+    e.type = static_cast<std::uint8_t>(ev.type);
+    e.level = static_cast<std::uint8_t>(ev.level);
+    e.principal = d.principal;
+    e.details = std::move(ev.details);
+    caf::anon_send(st.cfg.audit, audit_atom::value, std::move(e));
+  }
+  auto code = d.code == access::decision_code::quota_exceeded
+                ? exo_errc::quota_exceeded
+                : exo_errc::access_denied;
+  return make_exo_error(code, std::string{access::to_string(d.code)} + ": "
+                                + d.reason);
+}
+
+/// Checks `token` for `p` on this device; the principal on success.
+caf::expected<std::string> authorize(self_ptr self, const std::string& token,
+                                     access::permission p) {
+  auto& st = self->state;
+  if (!st.cfg.access) {
+    access::decision d;
+    d.code = access::decision_code::permission_denied;
+    d.reason = "no access policy on this node";
+    return denied(self, d, p);
+  }
+  auto d = st.cfg.access->check(token, p, st.dev->properties().id);
+  if (!d)
+    return denied(self, d, p);
+  return std::move(d.principal);
+}
+
+caf::result<handle_id> do_allocate(self_ptr self, std::uint64_t bytes,
+                                   const std::string& principal) {
+  auto& st = self->state;
+  if (auto err = st.unusable())
+    return err;
+  ++st.operations;
+  auto h = st.pool->allocate(bytes);
+  if (!h)
+    return st.failed(h.err());
+  audit_op(self, audit::event_type::device_allocate, principal,
+           {{"bytes", std::to_string(bytes)}});
+  return *h;
+}
+
+caf::result<caf::atom_value> do_free(self_ptr self, handle_id h,
+                                     const std::string& principal) {
+  auto& st = self->state;
+  ++st.operations;
+  auto r = st.pool->release(h);
+  if (!r)
+    return make_exo_error(exo_errc::unknown_handle, r.err().message);
+  if (auto it = st.owners.find(h); it != st.owners.end()) {
+    if (st.cfg.access)
+      st.cfg.access->release(it->second.first, it->second.second);
+    st.owners.erase(it);
+  }
+  audit_op(self, audit::event_type::device_free, principal, {});
+  return caf::ok_atom::value;
+}
+
+caf::result<caf::atom_value> do_compute(self_ptr self, const kernel_call& call,
+                                        const std::string& principal) {
+  auto& st = self->state;
+  if (auto err = st.unusable())
+    return err;
+  if (st.state == device_state::paused)
+    return make_exo_error(exo_errc::paused,
+                          "device is paused: " + st.state_reason);
+  ++st.operations;
+  auto r = run_kernel(st, call);
+  if (!r)
+    return st.failed(r.err());
+  audit_op(self, audit::event_type::device_compute, principal,
+           {{"op", call.op}});
+  return caf::ok_atom::value;
+}
+
+caf::result<caf::atom_value> do_sync(self_ptr self,
+                                     const std::string& principal) {
+  auto& st = self->state;
+  if (auto err = st.unusable())
+    return err;
+  ++st.operations;
+  auto s = st.dev->synchronize();
+  if (!s)
+    return st.failed(s.err());
+  audit_op(self, audit::event_type::device_sync, principal, {});
+  return caf::ok_atom::value;
+}
+
 exo::device_actor::behavior_type device_impl(self_ptr self,
                                              backend::device* dev,
                                              device_actor_config cfg) {
@@ -307,22 +429,10 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       return info;
     },
     [self](allocate_atom, std::uint64_t bytes) -> caf::result<handle_id> {
-      auto& st = self->state;
-      if (auto err = st.unusable())
-        return err;
-      ++st.operations;
-      auto h = st.pool->allocate(bytes);
-      if (!h)
-        return st.failed(h.err());
-      return *h;
+      return do_allocate(self, bytes, {});
     },
     [self](free_atom, handle_id h) -> caf::result<caf::atom_value> {
-      auto& st = self->state;
-      ++st.operations;
-      auto r = st.pool->release(h);
-      if (!r)
-        return make_exo_error(exo_errc::unknown_handle, r.err().message);
-      return caf::ok_atom::value;
+      return do_free(self, h, {});
     },
     [self](write_atom, handle_id h, std::uint64_t offset,
            chunk& data) -> caf::result<caf::atom_value> {
@@ -382,8 +492,12 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
         auto c = st.dev->copy(**from, src_off, **to, dst_off, len);
         if (!c)
           return st.failed(c.err());
+        audit_op(self, audit::event_type::device_copy, {},
+                 {{"bytes", std::to_string(len)}});
         return caf::ok_atom::value;
       }
+      audit_op(self, audit::event_type::device_p2p_copy, {},
+               {{"bytes", std::to_string(len)}});
       auto r = std::make_shared<relay>();
       r->self = self;
       r->peer = std::move(peer);
@@ -397,27 +511,10 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       return r->rp;
     },
     [self](compute_atom, kernel_call& call) -> caf::result<caf::atom_value> {
-      auto& st = self->state;
-      if (auto err = st.unusable())
-        return err;
-      if (st.state == device_state::paused)
-        return make_exo_error(exo_errc::paused,
-                              "device is paused: " + st.state_reason);
-      ++st.operations;
-      auto r = run_kernel(st, call);
-      if (!r)
-        return st.failed(r.err());
-      return caf::ok_atom::value;
+      return do_compute(self, call, {});
     },
     [self](sync_atom) -> caf::result<caf::atom_value> {
-      auto& st = self->state;
-      if (auto err = st.unusable())
-        return err;
-      ++st.operations;
-      auto s = st.dev->synchronize();
-      if (!s)
-        return st.failed(s.err());
-      return caf::ok_atom::value;
+      return do_sync(self, {});
     },
     [self](telemetry_atom) {
       auto& st = self->state;
@@ -456,6 +553,57 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       st.state_reason.clear();
       return caf::ok_atom::value;
     },
+    // -- token-bearing variants (messages/access.hpp) ------------------------
+    [self](info_atom, const std::string& token) -> caf::result<device_info> {
+      auto who = authorize(self, token, access::permission::device_info);
+      if (!who)
+        return std::move(who.error());
+      auto& st = self->state;
+      auto info = describe(*st.dev, st.cfg.node);
+      info.state = st.state;
+      info.state_reason = st.state_reason;
+      return info;
+    },
+    [self](allocate_atom, std::uint64_t bytes,
+           const std::string& token) -> caf::result<handle_id> {
+      auto& st = self->state;
+      if (!st.cfg.access)
+        return std::move(
+          authorize(self, token, access::permission::memory_allocate)
+            .error());
+      auto d = st.cfg.access->reserve(token, st.dev->properties().id, bytes);
+      if (!d)
+        return denied(self, d, access::permission::memory_allocate);
+      auto r = do_allocate(self, bytes, d.principal);
+      if (r.flag == caf::rt_value && r.value.match_elements<handle_id>()) {
+        auto h = r.value.get_as<handle_id>(0);
+        st.owners.emplace(h, std::make_pair(d.principal, bytes));
+        return h;
+      }
+      st.cfg.access->release(d.principal, bytes);
+      return r;
+    },
+    [self](free_atom, handle_id h,
+           const std::string& token) -> caf::result<caf::atom_value> {
+      auto who = authorize(self, token, access::permission::memory_free);
+      if (!who)
+        return std::move(who.error());
+      return do_free(self, h, *who);
+    },
+    [self](compute_atom, kernel_call& call,
+           const std::string& token) -> caf::result<caf::atom_value> {
+      auto who = authorize(self, token, access::permission::compute_run);
+      if (!who)
+        return std::move(who.error());
+      return do_compute(self, call, *who);
+    },
+    [self](sync_atom,
+           const std::string& token) -> caf::result<caf::atom_value> {
+      auto who = authorize(self, token, access::permission::compute_sync);
+      if (!who)
+        return std::move(who.error());
+      return do_sync(self, *who);
+    },
     [self](inspect_atom) {
       auto& st = self->state;
       actor_snapshot snap;
@@ -476,6 +624,7 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
         {"bytes_in", std::to_string(st.bytes_in)},
         {"bytes_out", std::to_string(st.bytes_out)},
         {"last_error", st.last_error},
+        {"access_denials", std::to_string(st.denials)},
         {"queue_depth", std::to_string(self->mailbox().size())},
       };
       return snap;

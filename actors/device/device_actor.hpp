@@ -6,9 +6,11 @@
 /// device's error values into exo errors. It runs detached (its own thread):
 /// device calls may block (a synchronize, a hung driver).
 
+#include "actors/access/shared_policy.hpp"
 #include "backends/backend.hpp"
 #include "messages/device.hpp"
 
+#include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
 #include <chrono>
@@ -29,6 +31,14 @@ struct device_actor_config {
   /// Kept alive as long as the actor: whatever owns the device (a backend
   /// registry), so the device outlives every call the actor makes.
   std::shared_ptr<void> keepalive;
+  /// The node's audit sink (optional): allocate, free, copy, compute, sync
+  /// and every access denial are sent to it as (audit_atom, audit_entry).
+  caf::actor audit;
+  /// The node's access policy (optional). Token-bearing requests
+  /// (messages/access.hpp) are checked against it: permission, device scope,
+  /// memory quota (reserved on allocate, released on free) and rate limit.
+  /// Without a policy they are refused with access_denied.
+  std::shared_ptr<access::shared_policy> access;
 };
 
 /// Spawns the actor for `dev`, which must outlive it.

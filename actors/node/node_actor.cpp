@@ -33,6 +33,8 @@ void adopt(self_ptr self, const std::shared_ptr<backend::registry>& owner,
   device::device_actor_config dc;
   dc.node = st.setup.cfg.node.name;
   dc.keepalive = owner;
+  dc.audit = st.setup.audit;   // issue 6: audit sink
+  dc.access = st.setup.access; // issue 6: token checks
   if (!rec.verified)
     dc.failed_reason = rec.reason;
   auto handle = device::spawn_device_actor(self->system(), *rec.device, dc);

@@ -10,10 +10,12 @@
 ///   console <--- [device_info...] --- node
 ///   timer ---- tick ----> node: rescan, adopt new devices, mark gone ones
 
+#include "actors/access/shared_policy.hpp"
 #include "messages/device.hpp"
 #include "runtime/config/node_config.hpp"
 #include "runtime/discovery/discovery.hpp"
 
+#include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
 #include <map>
@@ -32,6 +34,9 @@ struct node_setup {
   std::shared_ptr<discovery::device_registry> known;
   std::string registry_path;
   caf::actor directory; ///< may be null
+  /// Safety (issue 6), handed to every device actor (both may be null).
+  caf::actor audit;
+  std::shared_ptr<access::shared_policy> access;
 };
 
 /// Spawns the node actor (detached: rescans block on drivers).

@@ -329,6 +329,68 @@ node_config parse(const std::string& json, const std::string& source) {
                       = std::chrono::milliseconds{as_integer(v, q, 10, 3600000)};
                   }}});
          }},
+        {"safety",
+         [&](element e, const std::string& p) {
+           // Issue 6: audit sink, thermal monitors, access control.
+           auto& sf = cfg.safety;
+           walk(e, p,
+                {{"audit_fsync",
+                  [&](element v, const std::string& q) {
+                    auto f = as_string(v, q);
+                    if (f != "every_record" && f != "every_flush"
+                        && f != "never")
+                      bad(q, "must be one of every_record, every_flush, "
+                             "never");
+                    sf.audit_fsync = f;
+                  }},
+                 {"audit_flush_interval_ms",
+                  [&](element v, const std::string& q) {
+                    sf.audit_flush_interval = std::chrono::milliseconds{
+                      as_integer(v, q, 10, 600000)};
+                  }},
+                 {"audit_max_file_mib",
+                  [&](element v, const std::string& q) {
+                    sf.audit_max_file_bytes
+                      = static_cast<std::uint64_t>(as_integer(v, q, 1, 65536))
+                        << 20;
+                  }},
+                 {"thermal_limit_c",
+                  [&](element v, const std::string& q) {
+                    sf.thermal_limit_c = as_number(v, q, 30, 150);
+                  }},
+                 {"thermal_margin_c",
+                  [&](element v, const std::string& q) {
+                    sf.thermal_margin_c = as_number(v, q, 0, 50);
+                  }},
+                 {"thermal_hysteresis_c",
+                  [&](element v, const std::string& q) {
+                    sf.thermal_hysteresis_c = as_number(v, q, 0.5, 60);
+                  }},
+                 {"thermal_horizon_s",
+                  [&](element v, const std::string& q) {
+                    sf.thermal_horizon_s = as_number(v, q, 0.01, 3600);
+                  }},
+                 {"thermal_min_dwell_s",
+                  [&](element v, const std::string& q) {
+                    sf.thermal_min_dwell_s = as_number(v, q, 0, 3600);
+                  }},
+                 {"access_key_file",
+                  [&](element v, const std::string& q) {
+                    sf.access_key_file = as_nonempty_string(v, q);
+                  }},
+                 {"access_rate_per_s",
+                  [&](element v, const std::string& q) {
+                    sf.access_rate_per_s = as_number(v, q, 0, 1e9);
+                  }},
+                 {"access_burst",
+                  [&](element v, const std::string& q) {
+                    sf.access_burst = as_number(v, q, 0, 1e9);
+                  }}});
+           if (sf.thermal_hysteresis_c <= sf.thermal_margin_c)
+             bad(p + ".thermal_hysteresis_c", "must exceed thermal_margin_c");
+           if (sf.access_rate_per_s > 0 && sf.access_burst < 1)
+             bad(p + ".access_burst", "must be at least 1 when a rate is set");
+         }},
         {"log",
          [&](element e, const std::string& p) {
            walk(e, p, {{"level", [&](element v, const std::string& q) {

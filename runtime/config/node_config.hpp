@@ -66,8 +66,27 @@ struct devices_section {
   std::chrono::milliseconds telemetry_interval{1000};
 };
 
+/// Safety (issue 6): the audit sink, thermal monitors and access control.
+struct safety_section {
+  // audit
+  std::string audit_fsync = "every_flush"; ///< every_record|every_flush|never
+  std::chrono::milliseconds audit_flush_interval{1000};
+  std::uint64_t audit_max_file_bytes = 64ull << 20;
+  // thermal (limits in C; the sampling interval is devices.telemetry_interval)
+  double thermal_limit_c = 90;
+  double thermal_margin_c = 5;
+  double thermal_hysteresis_c = 10;
+  double thermal_horizon_s = 10;
+  double thermal_min_dwell_s = 5;
+  // access
+  std::string access_key_file; ///< default: <state_dir>/access.key
+  double access_rate_per_s = 0; ///< per principal; 0: unlimited
+  double access_burst = 0;
+};
+
 struct node_config {
   node_section node;
+  safety_section safety;
   network_section network;
   tls_section tls;
   devices_section devices;

@@ -4,6 +4,7 @@
 #include "actors/membership/gate_actor.hpp"
 #include "actors/node/node_actor.hpp"
 #include "messages/registration.hpp"
+#include "runtime/node/safety.hpp"
 #include "runtime/node/services.hpp"
 #include "runtime/tls/bootstrap.hpp"
 #include "runtime/tls/caf_tls.hpp"
@@ -116,6 +117,7 @@ struct runtime::impl {
   caf::actor gate;
   std::uint16_t port = 0;
   std::vector<service> services;
+  safety_parts safety; // issue 6: audit sink, access policy
   std::unique_ptr<caf::actor_system_config> own_cfg;
   std::unique_ptr<caf::actor_system> own_sys;
   caf::actor_system* sys = nullptr;
@@ -177,6 +179,15 @@ void runtime::start() {
   setup.known = d.found.known;
   setup.registry_path = registry_path(d.cfg);
   setup.directory = d.directory;
+  // Safety (issue 6): audit sink and access policy before the devices.
+  try {
+    d.safety = start_safety(*d.sys, d.cfg, d.found.found.devices.size());
+  } catch (const std::exception& e) {
+    caf::anon_send_exit(d.directory, caf::exit_reason::user_shutdown);
+    throw startup_error(e.what());
+  }
+  setup.audit = d.safety.audit;
+  setup.access = d.safety.access;
   d.node = node::spawn_node_actor(*d.sys, std::move(setup));
   d.running = true;
   // The gate: membership, published over TLS.
@@ -221,6 +232,9 @@ void runtime::start() {
   ctx.directory = d.directory;
   ctx.gate = d.gate;
   ctx.port = d.port;
+  ctx.audit = d.safety.audit;
+  ctx.access = d.safety.access;
+  ctx.access_key = d.safety.key;
   d.services = spawn_services(ctx);
   for (auto& svc : d.services) {
     caf::anon_send(d.directory, register_atom::value, svc.name, svc.kind,
@@ -265,6 +279,7 @@ void runtime::stop() {
     for (auto& dev : devs)
       self->wait_for(dev);
   }
+  stop_safety(*d.sys, d.safety); // issue 6: the sink goes last
   std::string err;
   if (d.found.known)
     d.found.known->save(registry_path(d.cfg), err);

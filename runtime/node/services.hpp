@@ -10,6 +10,7 @@
 /// To add a service: write its spawn function and add one call to
 /// spawn_services() in services.cpp.
 
+#include "actors/access/shared_policy.hpp"
 #include "runtime/config/node_config.hpp"
 
 #include <caf/actor.hpp>
@@ -28,6 +29,11 @@ struct service_context {
   caf::actor directory; ///< actors_atom, inspect_atom
   caf::actor gate;      ///< (console_atom, "nodes"|"links"|..., arg)
   std::uint16_t port = 0;
+  /// Safety (issue 6): the node's audit sink, its shared access policy and
+  /// the HMAC key of its tokens (set by runtime::start before services).
+  caf::actor audit;
+  std::shared_ptr<access::shared_policy> access;
+  std::string access_key;
 };
 
 /// One running service.

@@ -1,0 +1,62 @@
+#pragma once
+
+/// The access service: issues and revokes bearer tokens for the node's
+/// shared policy (actors/access/shared_policy.hpp), which the device actors
+/// check on their own threads. Console command "token":
+///
+///   token issue principal=P role=R [devices=a,b|*] [quota=BYTES]
+///               [ttl=SECONDS] auth=ADMIN_TOKEN       -> the new token
+///   token revoke ID|principal=P auth=ADMIN_TOKEN      -> revoked everywhere
+///   token check TOKEN [perm=P] [device=D]             -> allow / code
+///
+/// Who is admin: the console's certificate name is not passed to services,
+/// so issue/revoke carry a token with the policy_admin permission in
+/// `auth=`. Every node verifies it itself with the shared HMAC key, so a
+/// request relayed from a peer is trusted no more than one from a client.
+/// The first admin token is written by the node to
+/// <state_dir>/access/admin.token (0600): holding it means having read
+/// access to a node's state directory.
+///
+/// A revocation is applied locally, then broadcast through the gate as
+/// ("token", "revoke ... relay=1") to every live peer (which does not relay
+/// it further), so it reaches every node within one round trip.
+/// Issue, revoke and every refusal are audited. Policy entries are swept
+/// every `sweep_interval`.
+
+#include "actors/access/shared_policy.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace exo::access {
+
+struct access_actor_config {
+  std::string node;
+  std::shared_ptr<shared_policy> policy;
+  std::string key; ///< the HMAC key (the same on every node)
+  caf::actor audit; ///< optional
+  caf::actor gate;  ///< optional: revocations reach peers through it
+  std::chrono::milliseconds sweep_interval{60000};
+  /// Longest lifetime of an issued token (also how long revocations of a
+  /// token id are kept).
+  std::int64_t max_ttl_s = 30 * 86400;
+};
+
+caf::actor spawn_access_actor(caf::actor_system& sys,
+                              access_actor_config cfg);
+
+/// Reads the key file at `path` (whitespace trimmed; at least 32 bytes),
+/// creating it (0600, 64 hex digits from a CSPRNG) when it does not exist.
+/// Throws std::runtime_error naming the file.
+std::string load_or_create_key(const std::string& path);
+
+/// Issues an admin token for `principal` valid for `ttl_s` seconds.
+std::string issue_admin_token(const std::string& key,
+                              const std::string& principal,
+                              std::int64_t ttl_s);
+
+} // namespace exo::access

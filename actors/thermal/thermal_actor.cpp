@@ -1,0 +1,405 @@
+#include "actors/thermal/thermal_actor.hpp"
+
+#include "actors/audit/event.hpp"
+#include "actors/thermal/audit_event.hpp"
+#include "messages/audit.hpp"
+#include "messages/cluster.hpp"
+
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <sstream>
+
+namespace exo::thermal {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// -- the monitor ------------------------------------------------------------
+
+struct monitor_state {
+  static inline const char* name = "exo.thermal";
+  thermal_actor_config cfg;
+  std::unique_ptr<thermal_policy> policy;
+  thermal_status status;
+  std::vector<caf::actor> subscribers;
+  bool sampling = false;
+};
+
+using monitor_ptr = caf::stateful_actor<monitor_state>*;
+using done_fn = std::function<void()>;
+
+void refresh_status(monitor_state& st) {
+  auto& p = *st.policy;
+  st.status.state = std::string{to_string(p.state())};
+  st.status.predicted_c = p.predicted_c();
+  st.status.fitted = p.fitted();
+  auto ttl = p.time_to_limit();
+  st.status.time_to_limit_s = ttl ? *ttl : -1;
+}
+
+void on_transition(monitor_ptr self, const thermal_transition& tr,
+                   done_fn done) {
+  auto& st = self->state;
+  ++st.status.transitions;
+  st.status.reason = tr.reason;
+  if (st.cfg.audit) {
+    auto ev = make_audit_event(tr, st.cfg.device);
+    audit_entry e;
+    e.type = static_cast<std::uint8_t>(ev.type);
+    e.level = static_cast<std::uint8_t>(ev.level);
+    e.details = std::move(ev.details);
+    e.details["node"] = st.cfg.node;
+    caf::anon_send(st.cfg.audit, audit_atom::value, std::move(e));
+  }
+  for (auto& sub : st.subscribers)
+    caf::anon_send(sub, thermal_atom::value, st.status);
+  auto finish = [done](caf::atom_value) { done(); };
+  auto failed = [self, done](caf::error& err) {
+    self->state.status.reason += " (device: " + self->system().render(err)
+                                 + ")";
+    done();
+  };
+  if (tr.to == thermal_state::paused)
+    self
+      ->request(st.cfg.target, 5s, pause_atom::value,
+                "thermal: " + tr.reason)
+      .then(finish, failed);
+  else if (tr.from == thermal_state::paused)
+    self->request(st.cfg.target, 5s, resume_atom::value)
+      .then(finish, failed);
+  else
+    done();
+}
+
+void sample(monitor_ptr self, done_fn done) {
+  auto& st = self->state;
+  if (st.sampling) {
+    done();
+    return;
+  }
+  st.sampling = true;
+  auto finish = [self, done] {
+    self->state.sampling = false;
+    done();
+  };
+  self->request(st.cfg.target, 5s, telemetry_atom::value)
+    .then(
+      [self, finish](telemetry_sample& s) {
+        auto& st = self->state;
+        if (!s.temperature_c) {
+          st.status.has_temperature = false;
+          st.status.state = "no temperature";
+          finish();
+          return;
+        }
+        st.status.has_temperature = true;
+        st.status.temp_c = *s.temperature_c;
+        st.status.power_w = s.power_w ? *s.power_w : 0.0;
+        thermal_sample ts{st.cfg.clock(), st.status.temp_c,
+                          st.status.power_w};
+        // Planned power: the device keeps drawing what it draws now.
+        auto tr = st.policy->observe(ts, st.status.power_w);
+        refresh_status(st);
+        if (tr)
+          on_transition(self, *tr, finish);
+        else
+          finish();
+      },
+      [self, finish](caf::error& err) {
+        self->state.status.reason = "telemetry: "
+                                    + self->system().render(err);
+        finish();
+      });
+}
+
+caf::behavior monitor_impl(monitor_ptr self, thermal_actor_config cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  if (!st.cfg.clock)
+    st.cfg.clock = [] {
+      return std::chrono::duration<double>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+    };
+  st.policy = std::make_unique<thermal_policy>(st.cfg.policy);
+  st.status.node = st.cfg.node;
+  st.status.device = st.cfg.device;
+  st.status.limit_c = st.cfg.policy.limit_c;
+  st.status.state = "normal";
+  st.status.time_to_limit_s = -1;
+  if (st.cfg.interval.count() > 0)
+    self->send(self, tick_atom::value);
+  return {
+    [self](tick_atom) {
+      sample(self, [self] {
+        self->delayed_send(self, self->state.cfg.interval, tick_atom::value);
+      });
+    },
+    [self](thermal_atom, tick_atom) -> caf::result<thermal_status> {
+      auto rp = self->make_response_promise<thermal_status>();
+      sample(self, [self, rp]() mutable { rp.deliver(self->state.status); });
+      return rp;
+    },
+    [self](thermal_atom) { return self->state.status; },
+    [self](thermal_atom, subscribe_atom, caf::actor& who) {
+      if (who)
+        self->state.subscribers.push_back(std::move(who));
+    },
+  };
+}
+
+// -- the service ------------------------------------------------------------
+
+struct peer_report {
+  std::vector<thermal_status> statuses;
+  std::chrono::steady_clock::time_point at;
+};
+
+struct service_state {
+  static inline const char* name = "exo.thermal_service";
+  thermal_service_config cfg;
+  std::vector<caf::actor> monitors;
+  std::vector<thermal_status> local;
+  std::map<std::string, peer_report> peers;
+};
+
+using service_ptr = caf::stateful_actor<service_state>*;
+
+/// Asks every monitor for its status; calls `done` with all answers.
+void gather(service_ptr self,
+            std::function<void(std::vector<thermal_status>)> done) {
+  auto& st = self->state;
+  if (st.monitors.empty()) {
+    done({});
+    return;
+  }
+  struct acc {
+    std::vector<thermal_status> xs;
+    std::size_t pending = 0;
+    std::function<void(std::vector<thermal_status>)> done;
+  };
+  auto a = std::make_shared<acc>();
+  a->pending = st.monitors.size();
+  a->done = std::move(done);
+  for (auto& m : st.monitors)
+    self->request(m, 5s, thermal_atom::value)
+      .then(
+        [a](thermal_status& s) {
+          a->xs.push_back(std::move(s));
+          if (--a->pending == 0)
+            a->done(std::move(a->xs));
+        },
+        [a](caf::error&) {
+          if (--a->pending == 0)
+            a->done(std::move(a->xs));
+        });
+}
+
+std::vector<thermal_status> cluster_view(service_state& st) {
+  auto xs = st.local;
+  auto stale = std::chrono::steady_clock::now() - 3 * st.cfg.report_interval;
+  for (auto& [node, rep] : st.peers)
+    if (rep.at >= stale && node != st.cfg.node)
+      xs.insert(xs.end(), rep.statuses.begin(), rep.statuses.end());
+  return xs;
+}
+
+std::string status_json(const std::vector<thermal_status>& xs) {
+  std::ostringstream o;
+  o << "{\"devices\":[";
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    auto& s = xs[i];
+    o << (i ? "," : "") << "{\"node\":\"" << s.node << "\",\"device\":\""
+      << s.device << "\",\"has_temperature\":"
+      << (s.has_temperature ? "true" : "false") << ",\"temp_c\":" << s.temp_c
+      << ",\"predicted_c\":" << s.predicted_c << ",\"limit_c\":" << s.limit_c
+      << ",\"time_to_limit_s\":" << s.time_to_limit_s << ",\"state\":\""
+      << s.state << "\"}";
+  }
+  o << "]}";
+  return o.str();
+}
+
+caf::behavior service_impl(service_ptr self, thermal_service_config cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  self->request(st.cfg.node_actor, 10s, devices_atom::value,
+                actors_atom::value)
+    .then(
+      [self](std::vector<exo::device_actor>& devs) {
+        for (auto& dev : devs)
+          self->request(dev, 10s, info_atom::value)
+            .then([self, dev](device_info& info) {
+              auto& st = self->state;
+              if (info.state == device_state::failed
+                  || info.state == device_state::gone)
+                return;
+              thermal_actor_config mc;
+              mc.node = st.cfg.node;
+              mc.device = info.id;
+              mc.target = dev;
+              mc.policy = st.cfg.policy;
+              mc.audit = st.cfg.audit;
+              mc.interval = st.cfg.interval;
+              auto m = spawn_thermal_actor(self->system(), std::move(mc));
+              self->link_to(m);
+              st.monitors.push_back(m);
+            });
+      },
+      [](caf::error&) {});
+  self->delayed_send(self, st.cfg.report_interval, tick_atom::value);
+  return {
+    [self](tick_atom) {
+      gather(self, [self](std::vector<thermal_status> xs) {
+        auto& st = self->state;
+        st.local = std::move(xs);
+        if (st.cfg.gate && !st.local.empty())
+          self
+            ->request(st.cfg.gate, 3s, broadcast_atom::value,
+                      std::string{"thermal"},
+                      "report " + encode_report(st.local))
+            .then([](std::uint64_t) {}, [](caf::error&) {});
+        self->delayed_send(self, st.cfg.report_interval, tick_atom::value);
+      });
+    },
+    [self](console_atom, const std::string&,
+           const std::string& arg) -> caf::result<console_reply> {
+      auto& st = self->state;
+      console_reply r;
+      r.command = "thermal";
+      if (arg.rfind("report ", 0) == 0) {
+        auto xs = decode_report(arg.substr(7));
+        if (!xs.empty())
+          st.peers[xs.front().node] = {std::move(xs),
+                                       std::chrono::steady_clock::now()};
+        return r;
+      }
+      auto rp = self->make_response_promise<console_reply>();
+      gather(self, [self, rp, r](std::vector<thermal_status> xs) mutable {
+        auto& st = self->state;
+        st.local = std::move(xs);
+        auto all = cluster_view(st);
+        r.text = render_overview(all);
+        r.json = status_json(all);
+        rp.deliver(std::move(r));
+      });
+      return rp;
+    },
+    [self](inspect_atom) {
+      auto& st = self->state;
+      actor_snapshot snap;
+      snap.name = "thermal";
+      snap.kind = "thermal";
+      snap.node = st.cfg.node;
+      snap.summary = std::to_string(st.monitors.size()) + " monitors";
+      return snap;
+    },
+  };
+}
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+} // namespace
+
+caf::actor spawn_thermal_actor(caf::actor_system& sys,
+                               thermal_actor_config cfg) {
+  return sys.spawn(monitor_impl, std::move(cfg));
+}
+
+caf::actor spawn_thermal_service(caf::actor_system& sys,
+                                 thermal_service_config cfg) {
+  return sys.spawn(service_impl, std::move(cfg));
+}
+
+std::string encode_report(const std::vector<thermal_status>& xs) {
+  std::ostringstream o;
+  for (auto& s : xs)
+    o << s.node << '|' << s.device << '|' << (s.has_temperature ? 1 : 0)
+      << '|' << s.temp_c << '|' << s.power_w << '|' << s.predicted_c << '|'
+      << s.limit_c << '|' << s.time_to_limit_s << '|' << s.state << ';';
+  return o.str();
+}
+
+std::vector<thermal_status> decode_report(const std::string& text) {
+  std::vector<thermal_status> out;
+  std::istringstream in{text};
+  std::string entry;
+  while (std::getline(in, entry, ';') && out.size() < 256) {
+    std::vector<std::string> f;
+    std::istringstream es{entry};
+    std::string field;
+    while (std::getline(es, field, '|'))
+      f.push_back(field);
+    if (f.size() != 9 || f[0].size() > 64 || f[1].size() > 128)
+      continue;
+    thermal_status s;
+    try {
+      s.node = f[0];
+      s.device = f[1];
+      s.has_temperature = f[2] == "1";
+      s.temp_c = std::stod(f[3]);
+      s.power_w = std::stod(f[4]);
+      s.predicted_c = std::stod(f[5]);
+      s.limit_c = std::stod(f[6]);
+      s.time_to_limit_s = std::stod(f[7]);
+      s.state = f[8].substr(0, 32);
+    } catch (...) {
+      continue;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::string render_overview(const std::vector<thermal_status>& xs) {
+  std::ostringstream o;
+  const thermal_status* hottest = nullptr;
+  std::vector<const thermal_status*> paused, blind;
+  for (auto& s : xs) {
+    if (!s.has_temperature) {
+      blind.push_back(&s);
+      continue;
+    }
+    if (!hottest || s.temp_c > hottest->temp_c)
+      hottest = &s;
+    if (s.state == "paused")
+      paused.push_back(&s);
+  }
+  o << "hottest: ";
+  if (hottest)
+    o << hottest->node << "/" << hottest->device << " " << fmt(hottest->temp_c)
+      << " C (limit " << fmt(hottest->limit_c) << " C)\n";
+  else
+    o << "none (no device reports a temperature)\n";
+  o << "paused: ";
+  if (paused.empty())
+    o << "none";
+  for (std::size_t i = 0; i < paused.size(); ++i)
+    o << (i ? ", " : "") << paused[i]->node << "/" << paused[i]->device;
+  o << "\n";
+  o << "NODE/DEVICE  TEMP  PREDICTED  LIMIT  TIME-TO-LIMIT  STATE\n";
+  for (auto& s : xs) {
+    o << s.node << "/" << s.device << "  ";
+    if (!s.has_temperature) {
+      o << "-  -  -  -  no temperature reading\n";
+      continue;
+    }
+    o << fmt(s.temp_c) << "  " << fmt(s.predicted_c) << "  "
+      << fmt(s.limit_c) << "  "
+      << (s.time_to_limit_s < 0 ? std::string{"never"}
+                                : fmt(s.time_to_limit_s) + " s")
+      << "  " << s.state << "\n";
+  }
+  return o.str();
+}
+
+} // namespace exo::thermal

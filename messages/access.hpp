@@ -1,0 +1,21 @@
+#pragma once
+
+/// The wire contract of access control. Client-originated device operations
+/// carry a bearer token (see actors/access/token.hpp) as their last element;
+/// the device actor checks it against the node's shared access policy.
+///
+///   client -- (allocate_atom, bytes, token) --> device -> handle
+///   client -- (free_atom, h, token) --> device
+///   client -- (compute_atom, kernel_call, token) --> device
+///   client -- (sync_atom, token) --> device
+///   client -- (info_atom, token) --> device
+///   console -- (console_atom, "token", "issue ..."|"revoke ..."|"check ...")
+///              --> access service; revocations reach peers by broadcast
+
+#include "messages/atoms.hpp"
+
+namespace exo {
+
+using token_atom = caf::atom_constant<caf::atom("token")>;
+
+} // namespace exo

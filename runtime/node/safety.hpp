@@ -1,0 +1,47 @@
+#pragma once
+
+/// Safety assembly (issue 6): the audit sink and the shared access policy
+/// exist before the node actor (so every device actor reports to and checks
+/// with them); the thermal, access and audit console services are spawned
+/// with the other services; the sink is stopped last, after the devices.
+
+#include "actors/access/shared_policy.hpp"
+#include "runtime/config/node_config.hpp"
+#include "runtime/node/services.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+#include <memory>
+#include <string>
+
+namespace exo {
+
+struct safety_parts {
+  caf::actor audit;
+  std::shared_ptr<access::shared_policy> access;
+  std::string key;
+  std::string admin_token_file;
+};
+
+/// Opens <state_dir>/audit, loads (or creates) the access key, writes the
+/// first admin token to <state_dir>/access/admin.token when missing, and
+/// audits config_load and backend_start. Throws std::runtime_error.
+safety_parts start_safety(caf::actor_system& sys,
+                          const config::node_config& cfg,
+                          std::size_t devices);
+
+/// Audits backend_stop, stops the sink and waits for it.
+void stop_safety(caf::actor_system& sys, safety_parts& parts);
+
+/// Console "thermal": one monitor per device of the node.
+service spawn_thermal_service(const service_context& ctx);
+
+/// Console "token": issue, revoke (broadcast to peers), check.
+service spawn_access_service(const service_context& ctx);
+
+/// Console "audit" (query, verify), forwarded to the sink; also audits
+/// member joins and leaves by watching the gate's member view.
+service spawn_audit_service(const service_context& ctx);
+
+} // namespace exo

@@ -1,0 +1,441 @@
+// The safety actors of issue 6 driven through real CAF messages: thermal
+// monitors pausing a simulated device before its limit, a pause in the
+// middle of work, token checks in the device actor, quotas, and the audit
+// sink recording all of it.
+
+#include "actors/access/access_actor.hpp"
+#include "actors/audit/audit_actor.hpp"
+#include "actors/device/device_actor.hpp"
+#include "actors/thermal/thermal_actor.hpp"
+#include "backends/factory.hpp"
+#include "backends/sim/sim_backend.hpp"
+#include "messages/access.hpp"
+#include "messages/cluster.hpp"
+#include "messages/errors.hpp"
+#include "messages/registration.hpp"
+#include "test/audit/temp_dir.hpp"
+
+#include <caf/all.hpp>
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+using namespace exo;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct config : caf::actor_system_config {
+  config() {
+    register_messages(*this);
+  }
+};
+
+const std::string key = "0123456789abcdef0123456789abcdef-test-key";
+
+std::int64_t now_s() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+std::string make_token(access::role r, std::string principal = "alice",
+                       std::vector<std::string> devices = {},
+                       std::uint64_t quota = access::unlimited_quota,
+                       std::int64_t ttl = 3600, std::string id = "") {
+  static int n = 0;
+  access::token_claims c;
+  c.id = id.empty() ? "id" + std::to_string(++n) : id;
+  c.principal = std::move(principal);
+  c.granted_role = r;
+  c.all_devices = devices.empty();
+  c.devices = std::move(devices);
+  c.quota_bytes = quota;
+  c.issued_at = now_s() - 10;
+  c.expires_at = c.issued_at + ttl;
+  return access::token_issuer{key}.issue(c);
+}
+
+bool is(const caf::error& err, exo_errc code) {
+  return err.category() == exo_error_category()
+         && err.code() == static_cast<std::uint8_t>(code);
+}
+
+struct fixture {
+  backend::registry reg;
+  config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  test::temp_dir dir;
+  caf::actor audit;
+  std::shared_ptr<access::shared_policy> policy;
+  exo::device_actor dev;
+  backend::sim_device* sim = nullptr;
+  std::string dev_id;
+
+  fixture() {
+    backend::factory_options opts;
+    opts.use_environment = false;
+    opts.include = {"sim"};
+    opts.sim.devices = {{"adreno-740", ""}};
+    auto r = backend::registry::create(opts);
+    REQUIRE(r.ok());
+    reg = std::move(*r);
+    auto devs = reg.devices();
+    backend::device* d = nullptr;
+    for (auto* x : devs)
+      if (auto* s = dynamic_cast<backend::sim_device*>(x)) {
+        sim = s;
+        d = x;
+      }
+    REQUIRE(sim != nullptr);
+    dev_id = d->properties().id;
+    audit::audit_actor_config ac;
+    ac.log.directory = dir.path() + "/audit";
+    ac.log.node = "n1";
+    audit = audit::spawn_audit_actor(sys, ac);
+    access::access_config pc;
+    pc.key = key;
+    policy = std::make_shared<access::shared_policy>(pc);
+    device::device_actor_config dc;
+    dc.node = "n1";
+    dc.audit = audit;
+    dc.access = policy;
+    dev = device::spawn_device_actor(sys, *d, dc);
+  }
+
+  ~fixture() {
+    self->send_exit(dev, caf::exit_reason::user_shutdown);
+    self->send_exit(audit, caf::exit_reason::user_shutdown);
+    self->wait_for(dev, audit);
+  }
+
+  /// Runs a request; returns the error (none on success), result in `out`.
+  template <class T, class Handle, class... Ts>
+  caf::error ask(T& out, const Handle& h, Ts&&... xs) {
+    caf::error failed;
+    self->request(h, 10s, std::forward<Ts>(xs)...)
+      .receive([&](T& x) { out = std::move(x); },
+               [&](caf::error& e) { failed = std::move(e); });
+    return failed;
+  }
+
+  console_reply console(const caf::actor& h, const std::string& cmd,
+                        const std::string& arg, caf::error* err = nullptr) {
+    console_reply r;
+    auto e = ask(r, h, console_atom::value, cmd, arg);
+    if (err)
+      *err = e;
+    else
+      REQUIRE_FALSE(e);
+    return r;
+  }
+
+  /// Flushes the sink and counts records of `type`.
+  std::size_t audited(const std::string& type) {
+    std::uint64_t seq = 0;
+    REQUIRE_FALSE(ask(seq, audit, audit_atom::value, caf::flush_atom::value));
+    auto r = console(audit, "audit", "query type=" + type + " limit=10000");
+    std::size_t n = 0;
+    for (auto p = r.json.find("\"seq\""); p != std::string::npos;
+         p = r.json.find("\"seq\"", p + 1))
+      ++n;
+    return n;
+  }
+
+  handle_id buffer(std::uint64_t floats) {
+    handle_id h = 0;
+    REQUIRE_FALSE(ask(h, dev, allocate_atom::value, floats * 4));
+    return h;
+  }
+
+  kernel_call add_call(handle_id a, handle_id b, handle_id c,
+                       std::uint64_t n) {
+    kernel_call k;
+    k.op = "add";
+    k.inputs = {a, b};
+    k.input_offsets = {0, 0};
+    k.output = c;
+    k.dims = {n};
+    return k;
+  }
+
+  thermal::thermal_config policy_for_profile() {
+    thermal::thermal_config tc;
+    auto& p = sim->profile();
+    tc.limit_c = p.throttle_c;  // 70 C for adreno-740
+    tc.margin_c = 5;
+    tc.hysteresis_c = 10;
+    tc.interval_s = 0.5;
+    tc.horizon_s = 10;
+    tc.min_dwell_s = 2;
+    tc.prior.resistance_c_per_w = p.thermal_resistance;
+    tc.prior.tau_s = p.thermal_resistance * p.thermal_capacitance;
+    tc.prior.ambient_c = p.ambient_c;
+    return tc;
+  }
+
+  caf::actor monitor() {
+    thermal::thermal_actor_config mc;
+    mc.node = "n1";
+    mc.device = dev_id;
+    mc.target = dev;
+    mc.policy = policy_for_profile();
+    mc.audit = audit;
+    mc.interval = 0ms; // sampled by the test, on the simulated clock
+    auto* s = sim;
+    mc.clock = [s] { return s->now(); };
+    return thermal::spawn_thermal_actor(sys, std::move(mc));
+  }
+
+  thermal_status tick(const caf::actor& m) {
+    thermal_status st;
+    REQUIRE_FALSE(ask(st, m, thermal_atom::value, tick_atom::value));
+    return st;
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(fixture, "a hot device is paused before its limit and "
+                          "resumed after cooling",
+                 "[thermal]") {
+  auto m = monitor();
+  auto limit = sim->profile().throttle_c;
+  double max_temp = 0;
+  bool paused = false, resumed = false;
+  int refused = 0;
+  for (int i = 0; i < 1200 && !resumed; ++i) {
+    device_info info;
+    REQUIRE_FALSE(ask(info, dev, info_atom::value));
+    if (info.state == device_state::paused) {
+      sim->advance(0.5); // no new compute: it cools
+      ++refused;
+    } else {
+      sim->run_load(sim->profile().peak_power_w, 0.5);
+    }
+    max_temp = std::max(max_temp, sim->temperature());
+    auto st = tick(m);
+    if (st.state == "paused")
+      paused = true;
+    if (paused && st.state != "paused")
+      resumed = true;
+  }
+  CHECK(paused);
+  CHECK(resumed);
+  CHECK(refused > 0);
+  CHECK(max_temp < limit);
+  device_info info;
+  REQUIRE_FALSE(ask(info, dev, info_atom::value));
+  CHECK(info.state == device_state::ready);
+  CHECK(audited("thermal_pause") >= 1);
+  CHECK(audited("thermal_resume") >= 1);
+  self->send_exit(m, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_METHOD(fixture, "a pause in the middle of work loses no request",
+                 "[thermal]") {
+  auto m = monitor();
+  constexpr std::uint64_t n = 1024;
+  auto a = buffer(n), b = buffer(n), c = buffer(n);
+  // Ten computes in flight, then the monitor sees a jump to the limit.
+  std::vector<caf::error> results(10);
+  std::vector<decltype(self->request(dev, 10s, compute_atom::value,
+                                     add_call(a, b, c, n)))>
+    handles;
+  for (int i = 0; i < 10; ++i)
+    handles.push_back(
+      self->request(dev, 10s, compute_atom::value, add_call(a, b, c, n)));
+  sim->jump_temperature(sim->profile().throttle_c - sim->temperature());
+  auto st = tick(m); // telemetry queues behind the computes; then pause
+  CHECK(st.state == "paused");
+  int ok = 0;
+  for (auto& h : handles)
+    h.receive([&](caf::atom_value) { ++ok; }, [&](caf::error&) {});
+  CHECK(ok == 10);
+  caf::atom_value out;
+  auto err = ask(out, dev, compute_atom::value, add_call(a, b, c, n));
+  CHECK(is(err, exo_errc::paused));
+  CHECK(error_message(err).find("paused") != std::string::npos);
+  // Reads, writes and syncs are still served while paused.
+  CHECK_FALSE(ask(out, dev, sync_atom::value));
+  // Cool down; the monitor resumes after its dwell time.
+  for (int i = 0; i < 100 && st.state == "paused"; ++i) {
+    sim->advance(1.0);
+    st = tick(m);
+  }
+  CHECK(st.state != "paused");
+  CHECK_FALSE(ask(out, dev, compute_atom::value, add_call(a, b, c, n)));
+  self->send_exit(m, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_METHOD(fixture, "devices without temperature are listed as such",
+                 "[thermal]") {
+  std::vector<thermal_status> xs(2);
+  xs[0].node = "n1";
+  xs[0].device = "gpu0";
+  xs[0].has_temperature = true;
+  xs[0].temp_c = 71;
+  xs[0].limit_c = 90;
+  xs[0].state = "paused";
+  xs[1].node = "n2";
+  xs[1].device = "cpu0";
+  xs[1].state = "no temperature";
+  auto text = thermal::render_overview(xs);
+  CHECK(text.find("hottest: n1/gpu0 71.0 C") != std::string::npos);
+  CHECK(text.find("paused: n1/gpu0") != std::string::npos);
+  CHECK(text.find("n2/cpu0  -  -  -  -  no temperature reading")
+        != std::string::npos);
+  auto back = thermal::decode_report(thermal::encode_report(xs));
+  REQUIRE(back.size() == 2);
+  CHECK(back[0].device == "gpu0");
+  CHECK_FALSE(back[1].has_temperature);
+  CHECK(thermal::decode_report("garbage|x;||;").empty());
+}
+
+TEST_CASE_METHOD(fixture, "the role-by-permission matrix holds through the "
+                          "device actor",
+                 "[access]") {
+  constexpr std::uint64_t n = 16;
+  auto a = buffer(n), b = buffer(n), c = buffer(n);
+  for (auto r : {access::role::monitor, access::role::user,
+                 access::role::power_user, access::role::admin}) {
+    CAPTURE(access::to_string(r));
+    auto perms = access::role_permissions(r);
+    auto token = make_token(r, std::string{access::to_string(r)});
+    device_info info;
+    CHECK(!ask(info, dev, info_atom::value, token)
+          == perms.contains(access::permission::device_info));
+    handle_id h = 0;
+    auto err = ask(h, dev, allocate_atom::value, std::uint64_t{64}, token);
+    CHECK(!err == perms.contains(access::permission::memory_allocate));
+    if (err)
+      CHECK(is(err, exo_errc::access_denied));
+    auto victim = buffer(4);
+    caf::atom_value out;
+    CHECK(!ask(out, dev, free_atom::value, victim, token)
+          == perms.contains(access::permission::memory_free));
+    CHECK(!ask(out, dev, compute_atom::value, add_call(a, b, c, n), token)
+          == perms.contains(access::permission::compute_run));
+    CHECK(!ask(out, dev, sync_atom::value, token)
+          == perms.contains(access::permission::compute_sync));
+  }
+  // monitor: allocate, free, compute and sync denied -> four denials.
+  CHECK(audited("access_denied") == 4);
+}
+
+TEST_CASE_METHOD(fixture, "expired, revoked, forged and truncated tokens "
+                          "are refused and audited",
+                 "[access]") {
+  caf::atom_value out;
+  auto good = make_token(access::role::user, "bob", {}, access::unlimited_quota,
+                         3600, "good1");
+  CHECK_FALSE(ask(out, dev, sync_atom::value, good));
+  auto expired = make_token(access::role::user, "bob", {},
+                            access::unlimited_quota, 1);
+  auto forged = good;
+  forged[forged.size() / 2] = forged[forged.size() / 2] == 'A' ? 'B' : 'A';
+  auto truncated = good.substr(0, good.rfind('.'));
+  auto other_key = access::token_issuer{std::string(40, 'k')};
+  access::token_claims claims;
+  claims.id = "x";
+  claims.principal = "mallory";
+  claims.granted_role = access::role::admin;
+  claims.all_devices = true;
+  claims.issued_at = now_s();
+  claims.expires_at = now_s() + 60;
+  auto wrong_key = other_key.issue(claims);
+  for (auto& t : {expired, forged, truncated, wrong_key, std::string{}}) {
+    auto err = ask(out, dev, sync_atom::value, t);
+    CHECK(is(err, exo_errc::access_denied));
+  }
+  policy->revoke_token("good1", now_s() + 3600);
+  auto err = ask(out, dev, sync_atom::value, good);
+  CHECK(is(err, exo_errc::access_denied));
+  CHECK(error_message(err).find("revoked") != std::string::npos);
+  CHECK(audited("access_denied") == 6);
+}
+
+TEST_CASE_METHOD(fixture, "tokens are scoped to devices", "[access]") {
+  caf::atom_value out;
+  auto elsewhere = make_token(access::role::user, "carol", {"cpu:0"});
+  auto err = ask(out, dev, sync_atom::value, elsewhere);
+  CHECK(is(err, exo_errc::access_denied));
+  CHECK(error_message(err).find("device_out_of_scope") != std::string::npos);
+  auto here = make_token(access::role::user, "carol", {dev_id});
+  CHECK_FALSE(ask(out, dev, sync_atom::value, here));
+}
+
+TEST_CASE_METHOD(fixture, "an allocation over quota fails with a quota error "
+                          "and an audit event",
+                 "[access]") {
+  auto token = make_token(access::role::user, "dave", {}, 1000);
+  handle_id h1 = 0, h2 = 0;
+  REQUIRE_FALSE(ask(h1, dev, allocate_atom::value, std::uint64_t{600}, token));
+  auto err = ask(h2, dev, allocate_atom::value, std::uint64_t{600}, token);
+  CHECK(is(err, exo_errc::quota_exceeded));
+  CHECK(policy->usage("dave") == 600);
+  caf::atom_value out;
+  // Freeing releases the quota.
+  REQUIRE_FALSE(ask(out, dev, free_atom::value, h1, token));
+  CHECK(policy->usage("dave") == 0);
+  CHECK_FALSE(ask(h2, dev, allocate_atom::value, std::uint64_t{600}, token));
+  CHECK(audited("quota_exceeded") == 1);
+  CHECK(audited("device_allocate") >= 2);
+  CHECK(audited("device_free") >= 1);
+}
+
+TEST_CASE_METHOD(fixture, "the access service issues and revokes tokens for "
+                          "admins only",
+                 "[access]") {
+  access::access_actor_config ac;
+  ac.node = "n1";
+  ac.policy = policy;
+  ac.key = key;
+  ac.audit = audit;
+  auto svc = access::spawn_access_actor(sys, ac);
+  auto admin = access::issue_admin_token(key, "root", 600);
+  auto user = make_token(access::role::user, "eve");
+  caf::error err;
+  console(svc, "token", "issue principal=frank role=user", &err);
+  CHECK(err);
+  console(svc, "token", "issue principal=frank role=user auth=" + user, &err);
+  CHECK(err);
+  auto r = console(svc, "token",
+                   "issue principal=frank role=user ttl=60 auth=" + admin);
+  auto token = r.text.substr(0, r.text.find('\n'));
+  CHECK(console(svc, "token", "check " + token + " perm=compute_run").text
+        == "allow\n");
+  CHECK(console(svc, "token", "check " + token + " perm=policy_admin")
+          .text.rfind("permission_denied", 0)
+        == 0);
+  caf::atom_value out;
+  CHECK_FALSE(ask(out, dev, sync_atom::value, token));
+  console(svc, "token", "revoke principal=frank auth=" + admin);
+  CHECK(console(svc, "token", "check " + token).text.rfind("revoked", 0)
+        == 0);
+  CHECK(is(ask(out, dev, sync_atom::value, token), exo_errc::access_denied));
+  CHECK(audited("token_issued") == 1);
+  CHECK(audited("token_revoked") == 1);
+  self->send_exit(svc, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_METHOD(fixture, "the audit sink answers queries and verifies its "
+                          "chain",
+                 "[audit]") {
+  for (int i = 0; i < 5; ++i)
+    buffer(4);
+  CHECK(audited("device_allocate") == 5);
+  auto page = console(audit, "audit", "query type=device_allocate limit=2");
+  CHECK(page.json.find("\"next_cursor\"") != std::string::npos);
+  auto v = console(audit, "audit", "verify");
+  CHECK(v.json.rfind("{\"ok\":true", 0) == 0);
+  caf::error err;
+  console(audit, "audit", "query type=nonsense", &err);
+  CHECK(err);
+  // An entry of an unknown type is dropped, not written.
+  audit_entry bad;
+  bad.type = 200;
+  self->send(audit, audit_atom::value, bad);
+  CHECK(audited("device_allocate") == 5);
+}
