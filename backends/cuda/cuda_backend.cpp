@@ -66,6 +66,37 @@ struct cuda_platform {
     return cuda_kernels::launch_matmul_tiled(a, b, c, dims, stream);
   }
 
+  static int launch_rmsnorm(const float* x, const float* w, float* out,
+                            std::size_t rows, std::size_t cols, float eps,
+                            cudaStream_t stream) {
+    return cuda_kernels::launch_rmsnorm(x, w, out, rows, cols, eps, stream);
+  }
+
+  static int launch_silu_mul(const float* gate, const float* up, float* out,
+                             std::size_t count, cudaStream_t stream) {
+    return cuda_kernels::launch_silu_mul(gate, up, out, count, stream);
+  }
+
+  static int launch_rope_rows(float* x, const std::int32_t* positions,
+                              const float* freq_factors,
+                              const rope_dims& dims, cudaStream_t stream) {
+    return cuda_kernels::launch_rope_rows(x, positions, freq_factors, dims,
+                                  stream);
+  }
+
+  static int launch_attention(const float* q, const float* k, const float* v,
+                              float* out, const attention_dims& dims,
+                              cudaStream_t stream) {
+    return cuda_kernels::launch_attention(q, k, v, out, dims, stream);
+  }
+
+  static int launch_matmul_weights(const float* a, const void* w,
+                                   weight_type type, float* c,
+                                   const matmul_dims& dims,
+                                   cudaStream_t stream) {
+    return cuda_kernels::launch_matmul_weights(a, w, type, c, dims, stream);
+  }
+
   static result<std::shared_ptr<gpu::management_library>> load_telemetry() {
     return gpu::load_nvml();
   }

@@ -17,7 +17,9 @@
 ///     static void describe(int ordinal, const cudaDeviceProp&,
 ///                          device_properties&); // arch, uuid, FLOP/s
 ///     static bool has_kernels(const device_properties&); // else host
-///     static int launch_binary(...), launch_matmul_tiled(...); // kernels
+///     static int launch_binary(...), launch_matmul_tiled(...), // kernels
+///       launch_rmsnorm(...), launch_silu_mul(...), launch_rope_rows(...),
+///       launch_attention(...), launch_matmul_weights(...);
 ///     static result<std::shared_ptr<gpu::management_library>>
 ///     load_telemetry();
 ///     struct blas;  // per device: status init(cudaStream_t),
@@ -33,7 +35,7 @@
 ///   return; later work on the stream sees the data.
 /// - read: chunks are enqueued into the staging buffers (double-buffered) and
 ///   copied out after their event completes, after all earlier work.
-/// - copy, elementwise, matmul are enqueued and return.
+/// - copy and every compute operation are enqueued and return.
 /// - record enqueues a cudaEvent_t and numbers it; wait/completed use it.
 ///   Events known complete are retired (in order: the stream is in order).
 /// - buffers come from the device's stream-ordered memory pool
@@ -47,6 +49,7 @@
 #include "backends/gpu_common/gpu_errors.hpp"
 #include "backends/gpu_common/gpu_options.hpp"
 #include "backends/gpu_common/gpu_properties.hpp"
+#include "backends/gpu_common/kernel_math.hpp"
 #include "backends/gpu_common/launch_geometry.hpp"
 #include "backends/gpu_common/telemetry_loader.hpp"
 #include "backends/host_kernels.hpp"
@@ -417,6 +420,142 @@ public:
     return blas_.matmul(f32_of(a), f32_of(b), f32_of(c), dims);
   }
 
+  // -- the operations of a Llama layer --------------------------------------
+  // Kernels of gpu_common/kernels.cuh where the device has them, the host
+  // fallbacks of device otherwise. F32 weights go through matmul (cuBLAS or
+  // the tiled kernel).
+
+  status matmul_weights(const_view a, const_view w, weight_type type,
+                        mut_view c, const matmul_dims& dims) override {
+    auto sz = host::check_matmul_weights(type, dims);
+    if (!sz)
+      return sz.err();
+    if (!P::has_kernels(props_))
+      return device::matmul_weights(a, w, type, c, dims);
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      EXO_TRY(check_operand(a.buf, a.offset, sz->a, 4, "matmul_weights a"));
+      EXO_TRY(check_operand(w.buf, w.offset, sz->w,
+                            type == weight_type::f32 ? 4 : 2,
+                            "matmul_weights w"));
+      EXO_TRY(check_operand(c.buf, c.offset, sz->c, 4, "matmul_weights c"));
+    }
+    EXO_TRY(check_disjoint(a.buf, a.offset, sz->a, c.buf, c.offset, sz->c,
+                           false, "matmul_weights"));
+    EXO_TRY(check_disjoint(w.buf, w.offset, sz->w, c.buf, c.offset, sz->c,
+                           false, "matmul_weights"));
+    if (type == weight_type::f32)
+      return matmul(a, w, c, {dims.m, dims.n, dims.k, true});
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(select());
+    return launch_status("matmul_weights kernel",
+                         P::launch_matmul_weights(
+                           f32_of(a), ptr_of(*w.buf) + w.offset, type,
+                           f32_of(c), dims, stream_));
+  }
+
+  status rms_norm(const_view x, const_view weight, mut_view out,
+                  std::size_t rows, std::size_t dim, float eps) override {
+    auto bytes = host::check_rms_norm(rows, dim);
+    if (!bytes)
+      return bytes.err();
+    if (!P::has_kernels(props_))
+      return device::rms_norm(x, weight, out, rows, dim, eps);
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(check_operand(x.buf, x.offset, *bytes, 4, "rms_norm x"));
+    EXO_TRY(check_operand(weight.buf, weight.offset, dim * 4, 4,
+                          "rms_norm weight"));
+    EXO_TRY(check_operand(out.buf, out.offset, *bytes, 4, "rms_norm out"));
+    EXO_TRY(check_disjoint(x.buf, x.offset, *bytes, out.buf, out.offset,
+                           *bytes, true, "rms_norm"));
+    EXO_TRY(check_disjoint(weight.buf, weight.offset, dim * 4, out.buf,
+                           out.offset, *bytes, false, "rms_norm"));
+    EXO_TRY(select());
+    return launch_status("rms_norm kernel",
+                         P::launch_rmsnorm(f32_of(x), f32_of(weight),
+                                           f32_of(out), rows, dim, eps,
+                                           stream_));
+  }
+
+  status rope(mut_view x, const_view positions, const_view freq_factors,
+              const rope_dims& dims) override {
+    auto sz = host::check_rope(dims);
+    if (!sz)
+      return sz.err();
+    if (!P::has_kernels(props_))
+      return device::rope(x, positions, freq_factors, dims);
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(check_operand(x.buf, x.offset, sz->x, 4, "rope x"));
+    EXO_TRY(check_operand(positions.buf, positions.offset, sz->positions, 4,
+                          "rope positions"));
+    EXO_TRY(check_disjoint(positions.buf, positions.offset, sz->positions,
+                           x.buf, x.offset, sz->x, false, "rope"));
+    const float* ff = nullptr;
+    if (freq_factors.buf != nullptr) {
+      EXO_TRY(check_operand(freq_factors.buf, freq_factors.offset,
+                            sz->freq_factors, 4, "rope freq_factors"));
+      EXO_TRY(check_disjoint(freq_factors.buf, freq_factors.offset,
+                             sz->freq_factors, x.buf, x.offset, sz->x, false,
+                             "rope"));
+      ff = f32_of(freq_factors);
+    }
+    EXO_TRY(select());
+    return launch_status(
+      "rope kernel",
+      P::launch_rope_rows(f32_of(x),
+                          reinterpret_cast<const std::int32_t*>(
+                            ptr_of(*positions.buf) + positions.offset),
+                          ff, dims, stream_));
+  }
+
+  status attention(const_view q, const_view k, const_view v, mut_view out,
+                   const attention_dims& dims) override {
+    auto sz = host::check_attention(dims);
+    if (!sz)
+      return sz.err();
+    if (!P::has_kernels(props_)
+        || dims.head_dim > 2 * gpu::math::attention_threads)
+      return device::attention(q, k, v, out, dims);
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(check_operand(q.buf, q.offset, sz->q, 4, "attention q"));
+    EXO_TRY(check_operand(k.buf, k.offset, sz->kv, 4, "attention k"));
+    EXO_TRY(check_operand(v.buf, v.offset, sz->kv, 4, "attention v"));
+    EXO_TRY(check_operand(out.buf, out.offset, sz->q, 4, "attention out"));
+    EXO_TRY(check_disjoint(q.buf, q.offset, sz->q, out.buf, out.offset,
+                           sz->q, false, "attention"));
+    EXO_TRY(check_disjoint(k.buf, k.offset, sz->kv, out.buf, out.offset,
+                           sz->q, false, "attention"));
+    EXO_TRY(check_disjoint(v.buf, v.offset, sz->kv, out.buf, out.offset,
+                           sz->q, false, "attention"));
+    EXO_TRY(select());
+    return launch_status("attention kernel",
+                         P::launch_attention(f32_of(q), f32_of(k), f32_of(v),
+                                             f32_of(out), dims, stream_));
+  }
+
+  status silu_mul(const_view gate, const_view up, mut_view out,
+                  std::size_t count) override {
+    auto bytes = f32_bytes(count, 1);
+    if (!bytes)
+      return bytes.err();
+    if (count == 0)
+      return fail(errc::invalid_argument, "silu_mul: count must be > 0");
+    if (!P::has_kernels(props_))
+      return device::silu_mul(gate, up, out, count);
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(check_operand(gate.buf, gate.offset, *bytes, 4, "silu_mul gate"));
+    EXO_TRY(check_operand(up.buf, up.offset, *bytes, 4, "silu_mul up"));
+    EXO_TRY(check_operand(out.buf, out.offset, *bytes, 4, "silu_mul out"));
+    EXO_TRY(check_disjoint(gate.buf, gate.offset, *bytes, out.buf,
+                           out.offset, *bytes, true, "silu_mul"));
+    EXO_TRY(check_disjoint(up.buf, up.offset, *bytes, out.buf, out.offset,
+                           *bytes, true, "silu_mul"));
+    EXO_TRY(select());
+    return launch_status("silu_mul kernel",
+                         P::launch_silu_mul(f32_of(gate), f32_of(up),
+                                            f32_of(out), count, stream_));
+  }
+
   // -- telemetry -------------------------------------------------------------
 
   telemetry read_telemetry() override {
@@ -580,7 +719,8 @@ private:
     if (cudaDriverGetVersion(&version) == cudaSuccess)
       props_.driver_version = P::driver_version(version);
     (void)cudaGetLastError();
-    props_.capabilities |= cap_async | cap_matmul | cap_elementwise;
+    props_.capabilities |= cap_async | cap_matmul | cap_elementwise
+                           | cap_model_ops;
     P::describe(ordinal_, prop, props_); // may clear the kernel flags
     if (props_.id.empty()) {
       props_.id = std::string{P::id_prefix} + ":";

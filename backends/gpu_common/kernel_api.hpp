@@ -10,6 +10,7 @@
 #include "backends/backend.hpp"
 
 #include <cstddef>
+#include <cstdint>
 
 #ifndef EXO_GPU_KERNEL_NS
 #  error "define EXO_GPU_KERNEL_NS before including kernel_api.hpp"
@@ -42,5 +43,22 @@ int launch_rope(float* x, std::size_t tokens, std::size_t heads,
 /// C = A * op(B), f32 row-major, shared-memory tiles (no BLAS needed).
 int launch_matmul_tiled(const float* a, const float* b, float* c,
                         const matmul_dims& dims, void* stream);
+
+/// Rope of x[rows][heads][head_dim] in place (see rope_dims): row r at
+/// positions[r]; freq_factors (n_rot / 2) may be null.
+int launch_rope_rows(float* x, const std::int32_t* positions,
+                     const float* freq_factors, const rope_dims& dims,
+                     void* stream);
+
+/// Causal grouped-query attention (see attention_dims); needs head_dim <=
+/// 2 * gpu::math::attention_threads (callers fall back beyond).
+int launch_attention(const float* q, const float* k, const float* v,
+                     float* out, const attention_dims& dims, void* stream);
+
+/// C[m x n] = A[m x k] * W^T with W [n x k] in F16 or Q8_0 at an even
+/// address; activations rounded / quantized as llama.cpp does. One block per
+/// row of W walks the rows of A.
+int launch_matmul_weights(const float* a, const void* w, weight_type type,
+                          float* c, const matmul_dims& dims, void* stream);
 
 } // namespace exo::backend::EXO_GPU_KERNEL_NS

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #  define EXO_HD __host__ __device__
@@ -91,6 +92,100 @@ EXO_HD inline float matmul_tile_step(const float* as, const float* bs,
   for (unsigned p = 0; p < matmul_tile; ++p)
     acc += as[ty * matmul_tile + p] * bs[p * matmul_tile + tx];
   return acc;
+}
+
+// -- the Llama operations ----------------------------------------------------
+
+/// The rotation angle of pair `pair` (0 .. n_rot/2-1) at position pos, as
+/// rope_dims defines it: pos * base^(-2 pair / n_rot) / factor (factor 1
+/// without freq_factors).
+EXO_HD inline float rope_theta(std::int32_t pos, std::size_t pair,
+                               std::size_t n_rot, float base, float factor) {
+  float exponent = -2.0f * static_cast<float>(pair)
+                   / static_cast<float>(n_rot);
+  return static_cast<float>(pos) * powf(base, exponent) / factor;
+}
+
+/// IEEE half bits to float (exact).
+EXO_HD inline float half_to_float(std::uint16_t h) {
+  std::uint32_t exp = (h >> 10) & 0x1fu;
+  std::uint32_t mant = h & 0x3ffu;
+  float v;
+  if (exp == 0)
+    v = ldexpf(static_cast<float>(mant), -24);
+  else if (exp == 31)
+    v = mant != 0 ? NAN : INFINITY;
+  else
+    v = ldexpf(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
+  return (h & 0x8000u) != 0 ? -v : v;
+}
+
+/// x rounded to the nearest half (ties to even) and back: what llama.cpp
+/// does to activations that meet F16 weights. Overflow gives infinity.
+EXO_HD inline float round_to_half(float x) {
+  std::uint32_t bits;
+  memcpy(&bits, &x, 4);
+  std::uint32_t absx = bits & 0x7fffffffu;
+  if (absx >= 0x7f800000u || absx < 0x33000000u) // inf/nan, or rounds to 0
+    return absx < 0x33000000u ? x * 0.0f : x;
+  if (absx >= 0x477ff000u) // rounds to >= 65520
+    return x > 0 ? INFINITY : -INFINITY;
+  // The unit in the last place of a half near x: 2^-24 for subnormal halves,
+  // else 2^(e - 10). Adding and subtracting 1.5 * 2^23 units rounds to it
+  // (ties to even) in float arithmetic; done with exact scaling instead.
+  int e = static_cast<int>(absx >> 23) - 127;
+  int ulp_exp = e < -14 ? -24 : e - 10;
+  float scaled = ldexpf(x, -ulp_exp);          // exact: a power-of-two scale
+  float rounded = rintf(scaled);               // ties to even
+  return ldexpf(rounded, ulp_exp);
+}
+
+/// Q8_0 quantization of one 32-element block: the scale d = max|x| / 127
+/// (stored as half, returned as its float value in *d_half) and q[i] =
+/// round(x[i] / d), half away from zero, as ggml's reference does.
+EXO_HD inline void quantize_q8_block(const float* x, float* d_half,
+                                     std::int8_t* q) {
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i)
+    amax = fmaxf(amax, fabsf(x[i]));
+  float d = amax / 127.0f;
+  float id = d != 0.0f ? 1.0f / d : 0.0f;
+  *d_half = round_to_half(d);
+  for (int i = 0; i < 32; ++i)
+    q[i] = static_cast<std::int8_t>(roundf(x[i] * id));
+}
+
+/// One Q8_0 weight block (34 bytes at w: half scale, 32 int8) times a
+/// quantized activation block (scale dx, quants qx): the integer dot
+/// product scaled by both scales.
+EXO_HD inline float q8_block_dot(const std::uint8_t* w, float dx,
+                                 const std::int8_t* qx) {
+  std::uint16_t dw;
+  memcpy(&dw, w, 2);
+  std::int32_t acc = 0;
+  for (int i = 0; i < 32; ++i)
+    acc += static_cast<std::int32_t>(static_cast<std::int8_t>(w[2 + i]))
+           * qx[i];
+  return static_cast<float>(acc) * half_to_float(dw) * dx;
+}
+
+/// Scores per chunk of the attention kernel's online softmax (shared
+/// memory holds one chunk).
+constexpr std::size_t attention_chunk = 1024;
+
+/// Threads of an attention block; a thread owns output dimensions i and
+/// i + attention_threads, so head_dim <= 2 * attention_threads.
+constexpr unsigned attention_threads = 128;
+
+/// Merges a chunk into the running softmax state: with the running maximum
+/// m (meaningless while first), running sum l, the chunk's maximum cmax,
+/// returns the new maximum and sets *correction, the factor by which the
+/// old sum and accumulators shrink.
+EXO_HD inline float online_max(bool first, float m, float cmax,
+                               float* correction) {
+  float nm = first ? cmax : fmaxf(m, cmax);
+  *correction = first ? 0.0f : expf(m - nm);
+  return nm;
 }
 
 } // namespace exo::backend::gpu::math

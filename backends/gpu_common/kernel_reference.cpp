@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 namespace exo::backend::gpu::reference {
 
@@ -94,6 +96,96 @@ void rope(float* x, std::size_t tokens, std::size_t heads,
         math::rope_rotate(v[2 * p], v[2 * p + 1], angle, &v[2 * p],
                           &v[2 * p + 1]);
       }
+    }
+}
+
+void rope_rows(float* x, const std::int32_t* positions,
+               const float* freq_factors, const rope_dims& d) {
+  for (std::size_t r = 0; r < d.rows; ++r)
+    for (std::size_t h = 0; h < d.heads; ++h) {
+      float* v = x + (r * d.heads + h) * d.head_dim;
+      for (std::size_t p = 0; p < d.n_rot / 2; ++p) {
+        float theta = math::rope_theta(
+          positions[r], p, d.n_rot, d.freq_base,
+          freq_factors != nullptr ? freq_factors[p] : 1.0f);
+        math::rope_rotate(v[2 * p], v[2 * p + 1], theta, &v[2 * p],
+                          &v[2 * p + 1]);
+      }
+    }
+}
+
+void attention(const float* q, const float* k, const float* v, float* out,
+               const attention_dims& d) {
+  const std::size_t group = d.n_heads / d.n_kv_heads;
+  const std::size_t row = d.n_heads * d.head_dim;
+  std::vector<float> sc(math::attention_chunk);
+  std::vector<float> acc(d.head_dim);
+  for (std::size_t t = 0; t < d.n_tokens; ++t)
+    for (std::size_t h = 0; h < d.n_heads; ++h) {
+      const float* qh = q + t * row + h * d.head_dim;
+      const std::size_t kvh = (h / group) * d.head_dim;
+      const std::size_t n_pos = d.pos0 + t + 1;
+      float mx = 0, l = 0;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (std::size_t c0 = 0; c0 < n_pos; c0 += math::attention_chunk) {
+        std::size_t cn = std::min(math::attention_chunk, n_pos - c0);
+        float cmax = -INFINITY;
+        for (std::size_t j = 0; j < cn; ++j) {
+          const float* kr = k + (c0 + j) * d.kv_stride + kvh;
+          float s = 0;
+          for (std::size_t i = 0; i < d.head_dim; ++i)
+            s += qh[i] * kr[i];
+          sc[j] = s * d.scale;
+          cmax = std::max(cmax, sc[j]);
+        }
+        float corr;
+        float nm = math::online_max(c0 == 0, mx, cmax, &corr);
+        float csum = 0;
+        for (std::size_t j = 0; j < cn; ++j) {
+          sc[j] = std::exp(sc[j] - nm);
+          csum += sc[j];
+        }
+        l = l * corr + csum;
+        for (std::size_t i = 0; i < d.head_dim; ++i) {
+          acc[i] *= corr;
+          for (std::size_t j = 0; j < cn; ++j)
+            acc[i] += sc[j] * v[(c0 + j) * d.kv_stride + kvh + i];
+        }
+        mx = nm;
+      }
+      float* oh = out + t * row + h * d.head_dim;
+      for (std::size_t i = 0; i < d.head_dim; ++i)
+        oh[i] = acc[i] / l;
+    }
+}
+
+void matmul_weights(const float* a, const void* w, weight_type type,
+                    float* c, const matmul_dims& d) {
+  if (type == weight_type::f32) {
+    tiled_matmul(a, static_cast<const float*>(w), c, {d.m, d.n, d.k, true});
+    return;
+  }
+  const auto* wb = static_cast<const std::uint8_t*>(w);
+  const std::size_t nb = d.k / 32;
+  for (std::size_t j = 0; j < d.n; ++j)
+    for (std::size_t t = 0; t < d.m; ++t) {
+      const float* at = a + t * d.k;
+      float s = 0;
+      if (type == weight_type::f16) {
+        for (std::size_t i = 0; i < d.k; ++i) {
+          std::uint16_t h;
+          std::memcpy(&h, wb + (j * d.k + i) * 2, 2);
+          s += math::half_to_float(h) * math::round_to_half(at[i]);
+        }
+      } else {
+        for (std::size_t b = 0; b < nb; ++b) {
+          float dx;
+          std::int8_t qx[32];
+          math::quantize_q8_block(at + b * 32, &dx, qx);
+          s += math::q8_block_dot(wb + (j * nb + b) * 34, dx, qx);
+        }
+      }
+      c[t * d.n + j] = s;
     }
 }
 

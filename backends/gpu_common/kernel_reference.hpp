@@ -9,6 +9,7 @@
 #include "backends/backend.hpp"
 
 #include <cstddef>
+#include <cstdint>
 
 namespace exo::backend::gpu::reference {
 
@@ -35,5 +36,20 @@ void softmax_rows(const float* x, float* out, std::size_t rows,
 /// pos0 + t.
 void rope(float* x, std::size_t tokens, std::size_t heads,
           std::size_t head_dim, std::size_t pos0, float base);
+
+/// rope_rows_kernel: x[rows][heads][head_dim] in place, row r at
+/// positions[r], freq_factors may be null.
+void rope_rows(float* x, const std::int32_t* positions,
+               const float* freq_factors, const rope_dims& dims);
+
+/// attention_kernel: the same chunks of scores and the same online softmax
+/// (sums in the kernel's order within a thread, sequential across them).
+void attention(const float* q, const float* k, const float* v, float* out,
+               const attention_dims& dims);
+
+/// matvec_f16_kernel / matvec_q8_0_kernel: the same per-element (F16) and
+/// per-block (Q8_0) arithmetic, summed sequentially.
+void matmul_weights(const float* a, const void* w, weight_type type,
+                    float* c, const matmul_dims& dims);
 
 } // namespace exo::backend::gpu::reference

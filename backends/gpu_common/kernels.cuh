@@ -131,6 +131,135 @@ __global__ void matmul_tiled_kernel(const float* a, const float* b, float* c,
   }
 }
 
+__global__ void rope_rows_kernel(float* x, const std::int32_t* pos,
+                                 const float* ff, std::size_t rows,
+                                 std::size_t heads, std::size_t head_dim,
+                                 std::size_t n_rot, float base) {
+  std::size_t half = n_rot / 2;
+  std::size_t n = rows * heads * half;
+  std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    std::size_t pair = i % half;
+    std::size_t rh = i / half; // row * heads + head
+    std::size_t r = rh / heads;
+    float theta = m::rope_theta(pos[r], pair, n_rot, base,
+                                ff != nullptr ? ff[pair] : 1.0f);
+    float* v = x + rh * head_dim + 2 * pair;
+    m::rope_rotate(v[0], v[1], theta, &v[0], &v[1]);
+  }
+}
+
+/// One block of attention_threads per (query row, head) at a time; scores
+/// of a chunk of positions in shared memory, online softmax across chunks.
+__global__ void attention_kernel(const float* q, const float* k,
+                                 const float* v, float* out,
+                                 attention_dims d) {
+  constexpr unsigned threads = m::attention_threads;
+  __shared__ float qs[2 * threads];
+  __shared__ float sc[m::attention_chunk];
+  __shared__ float red[threads];
+  unsigned tid = threadIdx.x;
+  std::size_t group = d.n_heads / d.n_kv_heads;
+  std::size_t row = d.n_heads * d.head_dim;
+  std::size_t d1 = tid + threads;
+  for (std::size_t th = blockIdx.x; th < d.n_tokens * d.n_heads;
+       th += gridDim.x) {
+    std::size_t t = th / d.n_heads;
+    std::size_t h = th % d.n_heads;
+    std::size_t kvh = (h / group) * d.head_dim;
+    std::size_t n_pos = d.pos0 + t + 1;
+    const float* qh = q + t * row + h * d.head_dim;
+    for (std::size_t i = tid; i < d.head_dim; i += threads)
+      qs[i] = qh[i];
+    __syncthreads();
+    float mx = 0, l = 0, acc0 = 0, acc1 = 0;
+    for (std::size_t c0 = 0; c0 < n_pos; c0 += m::attention_chunk) {
+      std::size_t cn = n_pos - c0 < m::attention_chunk ? n_pos - c0
+                                                       : m::attention_chunk;
+      float lmax = -INFINITY;
+      for (std::size_t j = tid; j < cn; j += threads) {
+        const float* kr = k + (c0 + j) * d.kv_stride + kvh;
+        float s = 0;
+        for (std::size_t i = 0; i < d.head_dim; ++i)
+          s += qs[i] * kr[i];
+        s *= d.scale;
+        sc[j] = s;
+        lmax = fmaxf(lmax, s);
+      }
+      float corr;
+      float nm = m::online_max(c0 == 0, mx, block_reduce(lmax, red, false),
+                               &corr);
+      float lsum = 0;
+      for (std::size_t j = tid; j < cn; j += threads) {
+        float e = expf(sc[j] - nm);
+        sc[j] = e;
+        lsum += e;
+      }
+      l = l * corr + block_reduce(lsum, red, true);
+      acc0 *= corr;
+      acc1 *= corr;
+      for (std::size_t j = 0; j < cn; ++j) {
+        float e = sc[j];
+        const float* vr = v + (c0 + j) * d.kv_stride + kvh;
+        if (tid < d.head_dim)
+          acc0 += e * vr[tid];
+        if (d1 < d.head_dim)
+          acc1 += e * vr[d1];
+      }
+      mx = nm;
+      __syncthreads(); // sc is read by all before the next chunk
+    }
+    float* oh = out + t * row + h * d.head_dim;
+    if (tid < d.head_dim)
+      oh[tid] = acc0 / l;
+    if (d1 < d.head_dim)
+      oh[d1] = acc1 / l;
+    __syncthreads(); // qs is read by all before the next (row, head)
+  }
+}
+
+/// One block per row j of W (grid-stride), for every row of A in turn.
+__global__ void matvec_f16_kernel(const float* a, const std::uint16_t* w,
+                                  float* c, std::size_t mm, std::size_t nn,
+                                  std::size_t kk) {
+  __shared__ float red[max_row_threads];
+  for (std::size_t j = blockIdx.x; j < nn; j += gridDim.x) {
+    const std::uint16_t* wr = w + j * kk;
+    for (std::size_t t = 0; t < mm; ++t) {
+      const float* at = a + t * kk;
+      float s = 0;
+      for (std::size_t i = threadIdx.x; i < kk; i += blockDim.x)
+        s += m::half_to_float(wr[i]) * m::round_to_half(at[i]);
+      float total = block_reduce(s, red, true);
+      if (threadIdx.x == 0)
+        c[t * nn + j] = total;
+    }
+  }
+}
+
+__global__ void matvec_q8_0_kernel(const float* a, const std::uint8_t* w,
+                                   float* c, std::size_t mm, std::size_t nn,
+                                   std::size_t kk) {
+  __shared__ float red[max_row_threads];
+  std::size_t nb = kk / 32;
+  for (std::size_t j = blockIdx.x; j < nn; j += gridDim.x) {
+    const std::uint8_t* wr = w + j * nb * 34;
+    for (std::size_t t = 0; t < mm; ++t) {
+      float s = 0;
+      for (std::size_t b = threadIdx.x; b < nb; b += blockDim.x) {
+        float dx;
+        std::int8_t qx[32];
+        m::quantize_q8_block(a + t * kk + b * 32, &dx, qx);
+        s += m::q8_block_dot(wr + b * 34, dx, qx);
+      }
+      float total = block_reduce(s, red, true);
+      if (threadIdx.x == 0)
+        c[t * nn + j] = total;
+    }
+  }
+}
+
 cudaStream_t as_stream(void* s) {
   return static_cast<cudaStream_t>(s);
 }
@@ -204,6 +333,45 @@ int launch_matmul_tiled(const float* a, const float* b, float* c,
   dim3 block{g.block_x, g.block_y, 1};
   matmul_tiled_kernel<<<grid, block, 0, as_stream(stream)>>>(
     a, b, c, d.m, d.n, d.k, d.transpose_b, g.tiles_x, g.tiles_y, g.tiles_k);
+  return last_error();
+}
+
+int launch_rope_rows(float* x, const std::int32_t* positions,
+                     const float* freq_factors, const rope_dims& d,
+                     void* stream) {
+  auto g = gpu::elementwise_launch(d.rows * d.heads * (d.n_rot / 2));
+  if (g.grid == 0)
+    return 0;
+  rope_rows_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+    x, positions, freq_factors, d.rows, d.heads, d.head_dim, d.n_rot,
+    d.freq_base);
+  return last_error();
+}
+
+int launch_attention(const float* q, const float* k, const float* v,
+                     float* out, const attention_dims& d, void* stream) {
+  auto g = gpu::attention_launch(d);
+  if (g.grid == 0)
+    return 0;
+  attention_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(q, k, v, out,
+                                                              d);
+  return last_error();
+}
+
+int launch_matmul_weights(const float* a, const void* w, weight_type type,
+                          float* c, const matmul_dims& d, void* stream) {
+  auto g = gpu::weights_launch(type, d);
+  if (g.grid == 0)
+    return 0;
+  if (type == weight_type::f16)
+    matvec_f16_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+      a, static_cast<const std::uint16_t*>(w), c, d.m, d.n, d.k);
+  else if (type == weight_type::q8_0)
+    matvec_q8_0_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+      a, static_cast<const std::uint8_t*>(w), c, d.m, d.n, d.k);
+  else
+    return launch_matmul_tiled(a, static_cast<const float*>(w), c,
+                               {d.m, d.n, d.k, true}, stream);
   return last_error();
 }
 

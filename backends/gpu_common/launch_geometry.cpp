@@ -45,6 +45,22 @@ launch_2d matmul_launch(const matmul_dims& d) {
   return g;
 }
 
+launch_1d attention_launch(const attention_dims& d) {
+  if (d.n_tokens == 0 || d.n_heads == 0 || d.head_dim == 0)
+    return {};
+  return {capped_blocks(d.n_tokens * d.n_heads, 1), math::attention_threads};
+}
+
+launch_1d weights_launch(weight_type type, const matmul_dims& d) {
+  if (d.m == 0 || d.n == 0 || d.k == 0)
+    return {};
+  std::size_t work = type == weight_type::q8_0 ? d.k / 32 : d.k;
+  std::uint32_t threads = 32;
+  while (threads < work && threads < 256)
+    threads *= 2;
+  return {capped_blocks(d.n, 1), threads};
+}
+
 column_major_gemm row_major_as_column_major(const matmul_dims& d) {
   column_major_gemm g;
   g.transpose_first = d.transpose_b;

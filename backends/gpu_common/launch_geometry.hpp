@@ -44,6 +44,15 @@ struct launch_2d {
 };
 launch_2d matmul_launch(const matmul_dims& dims);
 
+/// The attention kernel: one block of math::attention_threads per (query
+/// row, head), capped (the kernel strides).
+launch_1d attention_launch(const attention_dims& dims);
+
+/// The F16 / Q8_0 matrix-vector kernels: one block per row of W (n),
+/// capped (the kernel strides); threads a power of two, at most 256, that
+/// covers the row's elements (F16) or blocks (Q8_0) where it can.
+launch_1d weights_launch(weight_type type, const matmul_dims& dims);
+
 /// Splits `total` bytes into chunks of at most `chunk` bytes.
 struct chunk_plan {
   std::size_t total = 0;

@@ -5,6 +5,7 @@
 include(${CMAKE_SOURCE_DIR}/backends/gpu_common/gpu_common.cmake)
 exo_add_test(NAME gpu_common_tests
   SOURCES ${CMAKE_SOURCE_DIR}/test/backends/gpu/gpu_common_tests.cpp
+          ${CMAKE_SOURCE_DIR}/test/backends/gpu/gpu_model_kernel_tests.cpp
   LIBS exo_gpu_common
   LABELS unit)
 

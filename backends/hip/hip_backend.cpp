@@ -56,7 +56,7 @@ struct hip_platform {
     out.support = compiled_for(out.architecture) ? support_level::full
                                                   : support_level::partial;
     if (out.support != support_level::full)
-      out.capabilities &= ~(cap_elementwise | cap_matmul);
+      out.capabilities &= ~(cap_elementwise | cap_matmul | cap_model_ops);
   }
 
   static bool has_kernels(const device_properties& props) {
@@ -73,6 +73,37 @@ struct hip_platform {
                                  const matmul_dims& dims,
                                  hipStream_t stream) {
     return hip_kernels::launch_matmul_tiled(a, b, c, dims, stream);
+  }
+
+  static int launch_rmsnorm(const float* x, const float* w, float* out,
+                            std::size_t rows, std::size_t cols, float eps,
+                            hipStream_t stream) {
+    return hip_kernels::launch_rmsnorm(x, w, out, rows, cols, eps, stream);
+  }
+
+  static int launch_silu_mul(const float* gate, const float* up, float* out,
+                             std::size_t count, hipStream_t stream) {
+    return hip_kernels::launch_silu_mul(gate, up, out, count, stream);
+  }
+
+  static int launch_rope_rows(float* x, const std::int32_t* positions,
+                              const float* freq_factors,
+                              const rope_dims& dims, hipStream_t stream) {
+    return hip_kernels::launch_rope_rows(x, positions, freq_factors, dims,
+                                  stream);
+  }
+
+  static int launch_attention(const float* q, const float* k, const float* v,
+                              float* out, const attention_dims& dims,
+                              hipStream_t stream) {
+    return hip_kernels::launch_attention(q, k, v, out, dims, stream);
+  }
+
+  static int launch_matmul_weights(const float* a, const void* w,
+                                   weight_type type, float* c,
+                                   const matmul_dims& dims,
+                                   hipStream_t stream) {
+    return hip_kernels::launch_matmul_weights(a, w, type, c, dims, stream);
   }
 
   static result<std::shared_ptr<gpu::management_library>> load_telemetry() {

@@ -1,0 +1,163 @@
+// The GPU kernels of the Llama operations (rope with positions, attention,
+// F16 / Q8_0 products), checked without a GPU: their per-element math
+// (kernel_math.hpp) against the host's bit for bit where the arithmetic is
+// the same, and their host replicas (kernel_reference.hpp) against
+// exo::backend::host, which the conformance suite holds to double-precision
+// references.
+
+#include "backends/gpu_common/kernel_math.hpp"
+#include "backends/gpu_common/kernel_reference.hpp"
+#include "backends/gpu_common/launch_geometry.hpp"
+#include "backends/host_kernels.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+using namespace exo::backend;
+using namespace exo::backend::gpu;
+
+namespace {
+
+std::vector<float> random_floats(std::size_t n, unsigned seed,
+                                 float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng{seed};
+  std::uniform_real_distribution<float> d{lo, hi};
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = d(rng);
+  return v;
+}
+
+void require_close(const std::vector<float>& got,
+                   const std::vector<float>& want, double rel) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": " << got[i] << " vs " << want[i]);
+    REQUIRE(std::fabs(got[i] - want[i])
+            <= rel * std::max(1.0, std::fabs(double{want[i]})));
+  }
+}
+
+std::uint32_t bits_of(float x) {
+  std::uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+
+} // namespace
+
+TEST_CASE("the kernels' half conversions agree with the host's bit for bit") {
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    auto hh = static_cast<std::uint16_t>(h);
+    float a = math::half_to_float(hh), b = host::f16_to_f32(hh);
+    if (std::isnan(b)) {
+      CHECK(std::isnan(a));
+      continue;
+    }
+    INFO("half " << h);
+    REQUIRE(bits_of(a) == bits_of(b));
+  }
+  // Rounding: ties, subnormals, overflow, signed zeros and random values.
+  std::vector<float> xs{0.0f,     -0.0f,  1.0f,     65504.0f, 65519.0f,
+                        65520.0f, 1e-8f,  2.98e-8f, 6.0e-8f,  1.0f + 1.0f / 2048,
+                        1.0f + 3.0f / 2048, -3.14159f, 1e5f, 6.1e-5f};
+  for (auto x : random_floats(20000, 1, -70000.0f, 70000.0f))
+    xs.push_back(x);
+  for (auto x : random_floats(20000, 2, -1e-3f, 1e-3f))
+    xs.push_back(x);
+  for (auto x : xs) {
+    float want;
+    host::round_to_f16(&x, &want, 1);
+    INFO("x = " << x);
+    REQUIRE(bits_of(math::round_to_half(x)) == bits_of(want));
+  }
+}
+
+TEST_CASE("the kernels' Q8_0 block math matches the host's quantization") {
+  auto x = random_floats(32 * 64, 3, -4.0f, 4.0f);
+  std::fill(x.begin(), x.begin() + 32, 0.0f); // an all-zero block
+  for (std::size_t b = 0; b < 64; ++b) {
+    float dx;
+    std::int8_t q[32];
+    math::quantize_q8_block(x.data() + b * 32, &dx, q);
+    host::block_q8_0 want;
+    host::quantize_q8_0(x.data() + b * 32, &want, 32);
+    CHECK(bits_of(dx) == bits_of(host::f16_to_f32(want.d)));
+    for (int i = 0; i < 32; ++i)
+      REQUIRE(q[i] == want.qs[i]);
+  }
+}
+
+TEST_CASE("the rope kernel's rows match the host's rope at any positions") {
+  rope_dims d{4, 3, 16, 10, 500000.0f};
+  auto x = random_floats(4 * 3 * 16, 4);
+  auto ff = random_floats(5, 5, 1.0f, 8.0f);
+  std::vector<std::int32_t> pos{0, 7, 2, 300};
+  for (bool factors : {false, true}) {
+    auto got = x, want = x;
+    reference::rope_rows(got.data(), pos.data(),
+                         factors ? ff.data() : nullptr, d);
+    host::rope(want.data(), pos.data(), factors ? ff.data() : nullptr, d);
+    require_close(got, want, 1e-4);
+  }
+}
+
+TEST_CASE("the attention kernel's online softmax matches the host") {
+  struct shape {
+    std::size_t n_tokens, pos0, n_heads, n_kv_heads, head_dim, stride;
+  };
+  // One chunk, and a context spanning three chunks of 1024 scores.
+  for (auto s : {shape{3, 5, 4, 2, 16, 40}, shape{2, 2100, 2, 1, 64, 64}}) {
+    attention_dims d{s.n_tokens, s.pos0, s.n_heads, s.n_kv_heads, s.head_dim,
+                     s.stride, 0.125f};
+    std::size_t ctx = s.pos0 + s.n_tokens;
+    auto q = random_floats(s.n_tokens * s.n_heads * s.head_dim, 6, -2, 2);
+    auto k = random_floats(ctx * s.stride, 7, -2, 2);
+    auto v = random_floats(ctx * s.stride, 8);
+    std::vector<float> got(q.size()), want(q.size());
+    reference::attention(q.data(), k.data(), v.data(), got.data(), d);
+    host::attention(q.data(), k.data(), v.data(), want.data(), d, 1);
+    require_close(got, want, 1e-4);
+  }
+}
+
+TEST_CASE("the F16 and Q8_0 product kernels match the host's numerics") {
+  matmul_dims d{3, 20, 96, true};
+  auto a = random_floats(d.m * d.k, 9);
+  auto w = random_floats(d.n * d.k, 10);
+  for (auto t : {weight_type::f16, weight_type::q8_0}) {
+    auto rb = weight_row_bytes(t, d.k);
+    REQUIRE(rb.ok());
+    std::vector<std::uint8_t> enc(*rb * d.n);
+    for (std::size_t j = 0; j < d.n; ++j)
+      host::encode_row(t, w.data() + j * d.k, enc.data() + j * *rb, d.k);
+    std::vector<float> got(d.m * d.n), want(d.m * d.n);
+    reference::matmul_weights(a.data(), enc.data(), t, got.data(), d);
+    host::matmul_weights(a.data(), enc.data(), t, want.data(), d, 1);
+    INFO(to_string(t));
+    // Same rounding and quantization of activations: only the order of
+    // summation differs.
+    require_close(got, want, 1e-5);
+  }
+}
+
+TEST_CASE("attention and product launches cover their work") {
+  auto g = attention_launch({3, 0, 8, 2, 64, 128, 1.0f});
+  CHECK(g.grid == 24);
+  CHECK(g.block == math::attention_threads);
+  CHECK(attention_launch({0, 0, 8, 2, 64, 128, 1.0f}).grid == 0);
+  auto big = attention_launch({4096, 0, 64, 8, 128, 1024, 1.0f});
+  CHECK(big.grid == max_grid_extent); // the kernel strides over the rest
+  auto f16 = weights_launch(weight_type::f16, {1, 4096, 4096, true});
+  CHECK(f16.grid == 4096);
+  CHECK(f16.block == 256);
+  auto q8 = weights_launch(weight_type::q8_0, {1, 10, 64, true});
+  CHECK(q8.grid == 10);
+  CHECK(q8.block == 32);
+  CHECK(weights_launch(weight_type::q8_0, {1, 0, 64, true}).grid == 0);
+}
