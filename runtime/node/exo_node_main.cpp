@@ -11,6 +11,7 @@
 #include "actors/audit/audit_command.hpp"
 #include "actors/placement/plan_command.hpp"
 #include "messages/atoms.hpp"
+#include "runtime/node/run_command.hpp"
 #include "runtime/node/runtime.hpp"
 
 #include <caf/all.hpp>
@@ -183,6 +184,8 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "audit") == 0)
     return exo::audit::run_audit_command(argc - 1, argv + 1, std::cout,
                                          std::cerr);
+  if (argc >= 2 && std::strcmp(argv[1], "run") == 0)
+    return exo::run_command(argc - 1, argv + 1, std::cout, std::cerr);
   auto o = parse_args(argc, argv);
   if (!o.check_file.empty()) {
     try {

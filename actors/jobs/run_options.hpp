@@ -1,0 +1,38 @@
+#pragma once
+
+/// The options of a job, shared by `exo-node run` and the console's `run`:
+///   --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
+///   [--top-k K] [--top-p P] [--stages K] [--sequences M] [--ctx C]
+///   [--logits-out FILE]
+
+#include "runtime/model/sampler.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace exo::jobs {
+
+struct run_options {
+  std::string model;
+  std::string prompt;
+  std::uint32_t n_gen = 16;
+  model::sampler_params sampling;
+  std::uint32_t stages = 0;    ///< 0: one per node (cluster) or 1 (local)
+  std::uint32_t sequences = 1; ///< M copies of the prompt, in flight at once
+  std::uint32_t n_ctx = 0;     ///< 0: prompt + n, at most the model's
+  std::string logits_out;
+  std::string config;          ///< local runs: node config file
+  std::string state_dir;       ///< local runs: state directory override
+};
+
+/// Parses the words after "run"; throws std::invalid_argument with a
+/// message naming the option. `local` allows --config/--state-dir.
+run_options parse_run_options(const std::vector<std::string>& words,
+                              bool local);
+
+/// Splits a console argument into words: blanks separate, "double" and
+/// 'single' quotes group, backslash escapes inside double quotes.
+std::vector<std::string> split_words(const std::string& text);
+
+} // namespace exo::jobs

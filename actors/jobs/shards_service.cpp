@@ -1,0 +1,566 @@
+#include "actors/jobs/shards_service.hpp"
+
+#include "actors/jobs/job_actor.hpp"
+#include "actors/jobs/run_options.hpp"
+#include "actors/jobs/simple_placement.hpp"
+#include "actors/shard/model_cache.hpp"
+#include "actors/shard/shard_actor.hpp"
+#include "messages/cluster.hpp"
+#include "messages/errors.hpp"
+#include "messages/workload.hpp"
+#include "runtime/model/tokenizer.hpp"
+
+#include <caf/all.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+namespace exo::jobs {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+struct waiter {
+  shard_spec spec;
+  caf::response_promise rp;
+};
+
+struct download {
+  std::unique_ptr<shard::model_download> file;
+  caf::actor source;
+  std::uint64_t size = 0;
+  std::vector<waiter> waiters;
+};
+
+struct running_shard {
+  caf::actor handle;
+  std::string text;
+};
+
+struct service_state {
+  std::string node;
+  std::string state_dir;
+  caf::actor node_actor;
+  caf::actor gate;
+  std::map<std::string, std::weak_ptr<const model::llama_model>> models;
+  std::map<std::string, std::string> offered; ///< sha256 -> path
+  std::map<std::string, download> downloads;
+  std::vector<running_shard> shards;
+  std::uint64_t bytes_served = 0;
+  std::uint64_t jobs = 0;
+  static inline const char* name = "exo.shards";
+};
+
+using self_ptr = caf::stateful_actor<service_state>*;
+
+caf::error fail(exo_errc code, std::string what) {
+  return make_exo_error(code, std::move(what));
+}
+
+std::string render(self_ptr self, const caf::error& err) {
+  auto msg = error_message(err);
+  return msg.empty() ? self->system().render(err) : msg;
+}
+
+std::shared_ptr<const model::llama_model>
+load_model(self_ptr self, const std::string& key, const std::string& path) {
+  auto& st = self->state;
+  if (auto it = st.models.find(key); it != st.models.end())
+    if (auto m = it->second.lock())
+      return m;
+  std::shared_ptr<const model::llama_model> m = model::llama_model::load(path);
+  st.models[key] = m;
+  return m;
+}
+
+/// Picks the device and spawns the shard once the model file is at `path`.
+void start_shard(self_ptr self, shard_spec spec, std::string path,
+                 std::uint64_t received, caf::response_promise rp) {
+  std::shared_ptr<const model::llama_model> m;
+  try {
+    m = load_model(self, spec.sha256.empty() ? path : spec.sha256, path);
+  } catch (const std::exception& e) {
+    rp.deliver(fail(exo_errc::invalid_argument,
+                    self->state.node + ": model " + path + ": " + e.what()));
+    return;
+  }
+  self->request(self->state.node_actor, 10s, devices_atom::value,
+                actors_atom::value)
+    .then(
+      [self, spec, m, received, rp](std::vector<device_actor>& hs) mutable {
+        struct gather {
+          std::vector<std::pair<device_info, device_actor>> found;
+          std::size_t pending = 0;
+        };
+        auto g = std::make_shared<gather>();
+        g->pending = hs.size();
+        auto done = [self, spec, m, received, rp, g]() mutable {
+          std::vector<device_info> infos;
+          for (auto& f : g->found)
+            if (spec.device.empty() || f.first.id == spec.device)
+              infos.push_back(f.first);
+          auto order = stage_order(infos);
+          if (order.empty()) {
+            rp.deliver(fail(exo_errc::no_device,
+                            self->state.node + ": no usable device"
+                              + (spec.device.empty() ? ""
+                                                     : " " + spec.device)));
+            return;
+          }
+          device_actor dev;
+          for (auto& f : g->found)
+            if (f.first.id == order.front().id)
+              dev = f.second;
+          shard::shard_setup s;
+          s.model = m;
+          s.first = spec.first;
+          s.last = spec.last;
+          s.n_ctx = spec.n_ctx;
+          s.device = dev;
+          s.device_id = order.front().id;
+          s.node = self->state.node;
+          s.owner = spec.owner;
+          caf::actor h;
+          try {
+            h = shard::spawn_shard(self->system(), std::move(s));
+          } catch (const std::exception& e) {
+            rp.deliver(fail(exo_errc::invalid_argument,
+                            self->state.node + ": " + e.what()));
+            return;
+          }
+          self->link_to(h);
+          self->state.shards.push_back(
+            {h, "layers [" + std::to_string(spec.first) + ", "
+                  + std::to_string(spec.last) + ") on " + order.front().id
+                  + " (" + order.front().name + ")"});
+          rp.deliver(shard_ready{h, self->state.node, order.front().id,
+                                 order.front().name, received});
+        };
+        if (hs.empty()) {
+          done();
+          return;
+        }
+        for (auto& h : hs)
+          self->request(h, 5s, info_atom::value)
+            .then(
+              [g, h, done](device_info& info) mutable {
+                g->found.emplace_back(std::move(info), h);
+                if (--g->pending == 0)
+                  done();
+              },
+              [g, done](caf::error&) mutable {
+                if (--g->pending == 0)
+                  done();
+              });
+      },
+      [self, rp](caf::error& err) mutable {
+        rp.deliver(fail(exo_errc::no_device,
+                        "cannot list devices: " + render(self, err)));
+      });
+}
+
+void fail_download(self_ptr self, const std::string& sha,
+                   const std::string& why) {
+  auto it = self->state.downloads.find(sha);
+  if (it == self->state.downloads.end())
+    return;
+  auto waiters = std::move(it->second.waiters);
+  self->state.downloads.erase(it);
+  for (auto& w : waiters)
+    w.rp.deliver(fail(exo_errc::invalid_argument,
+                      self->state.node + ": model transfer: " + why));
+}
+
+void fetch_next(self_ptr self, const std::string& sha) {
+  auto& st = self->state;
+  auto it = st.downloads.find(sha);
+  if (it == st.downloads.end())
+    return;
+  auto& dl = it->second;
+  auto off = dl.file->received();
+  auto len = std::min<std::uint64_t>(max_chunk_bytes, dl.size - off);
+  if (len == 0) {
+    std::string path;
+    try {
+      path = dl.file->finish();
+    } catch (const std::exception& e) {
+      fail_download(self, sha, e.what());
+      return;
+    }
+    auto waiters = std::move(dl.waiters);
+    auto size = dl.size;
+    st.downloads.erase(it);
+    for (auto& w : waiters)
+      start_shard(self, std::move(w.spec), path, size, std::move(w.rp));
+    return;
+  }
+  self->request(dl.source, 60s, fetch_atom::value, sha, off, len)
+    .then(
+      [self, sha, len](chunk& c) {
+        auto it = self->state.downloads.find(sha);
+        if (it == self->state.downloads.end())
+          return;
+        if (c.bytes.size() != len) {
+          fail_download(self, sha, "a chunk of the wrong size");
+          return;
+        }
+        try {
+          it->second.file->append(c.bytes.data(), c.bytes.size());
+        } catch (const std::exception& e) {
+          fail_download(self, sha, e.what());
+          return;
+        }
+        fetch_next(self, sha);
+      },
+      [self, sha](caf::error& err) {
+        fail_download(self, sha, render(self, err));
+      });
+}
+
+caf::result<shard_ready> on_shard(self_ptr self, shard_spec& spec) {
+  auto& st = self->state;
+  auto sender = self->current_sender();
+  bool local = sender && sender->node() == self->node();
+  auto rp = self->make_response_promise();
+  if (local && !spec.model.empty()) {
+    start_shard(self, std::move(spec), spec.model, 0, rp);
+    return rp;
+  }
+  if (!shard::is_sha256(spec.sha256))
+    return fail(exo_errc::invalid_argument,
+                "shard: the model's sha256 is missing or malformed");
+  auto cached = shard::cached_model_path(st.state_dir, spec.sha256);
+  bool have = false;
+  try {
+    have = ::access(cached.c_str(), R_OK) == 0
+           && shard::file_sha256(cached) == spec.sha256;
+  } catch (const std::exception&) {
+    have = false;
+  }
+  if (have) {
+    start_shard(self, std::move(spec), cached, 0, rp);
+    return rp;
+  }
+  if (!spec.source)
+    return fail(exo_errc::invalid_argument,
+                st.node + " lacks the model and no source was named");
+  auto sha = spec.sha256;
+  auto it = st.downloads.find(sha);
+  if (it == st.downloads.end()) {
+    download dl;
+    try {
+      dl.file = std::make_unique<shard::model_download>(st.state_dir, sha,
+                                                        spec.size);
+    } catch (const std::exception& e) {
+      return fail(exo_errc::invalid_argument, e.what());
+    }
+    dl.source = spec.source;
+    dl.size = spec.size;
+    dl.waiters.push_back({std::move(spec), rp});
+    st.downloads.emplace(sha, std::move(dl));
+    fetch_next(self, sha);
+  } else {
+    it->second.waiters.push_back({std::move(spec), rp});
+  }
+  return rp;
+}
+
+caf::result<chunk> on_fetch(self_ptr self, const std::string& sha,
+                            std::uint64_t offset, std::uint64_t len) {
+  auto& st = self->state;
+  auto it = st.offered.find(sha);
+  if (it == st.offered.end())
+    return fail(exo_errc::access_denied, "fetch: model not offered here");
+  if (len == 0 || len > max_chunk_bytes)
+    return fail(exo_errc::out_of_range, "fetch: length out of range");
+  int fd = ::open(it->second.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return fail(exo_errc::invalid_argument, "fetch: cannot open model");
+  chunk c;
+  c.bytes.resize(len);
+  auto n = ::pread(fd, c.bytes.data(), len, static_cast<off_t>(offset));
+  ::close(fd);
+  if (n < 0 || static_cast<std::uint64_t>(n) != len)
+    return fail(exo_errc::out_of_range, "fetch: range outside the model");
+  st.bytes_served += len;
+  return c;
+}
+
+/// One cluster run, from placement to reply.
+struct cluster_run {
+  run_options opts;
+  std::shared_ptr<const model::llama_model> model;
+  std::shared_ptr<model::tokenizer> tok;
+  std::vector<std::int32_t> prompt;
+  std::string sha;
+  std::uint64_t size = 0;
+  std::vector<stage_place> plan;
+  std::vector<shard_ready> ready;
+  std::size_t pending = 0;
+  std::string error;
+  caf::response_promise rp;
+  std::string streamed;
+};
+
+void end_run(self_ptr self, std::shared_ptr<cluster_run> run,
+             std::string error) {
+  for (auto& r : run->ready)
+    if (r.shard)
+      self->send_exit(r.shard, caf::exit_reason::user_shutdown);
+  if (!error.empty())
+    run->rp.deliver(fail(exo_errc::failed_state, "run: " + error));
+}
+
+void start_job(self_ptr self, std::shared_ptr<cluster_run> run) {
+  auto& hp = run->model->hparams();
+  job_setup j;
+  j.id = ++self->state.jobs;
+  for (auto& r : run->ready)
+    j.stages.push_back(r.shard);
+  j.n_embd = hp.n_embd;
+  j.n_vocab = hp.n_vocab;
+  j.prompts.assign(run->opts.sequences, run->prompt);
+  j.n_gen = run->opts.n_gen;
+  j.sampling = run->opts.sampling;
+  j.eos = run->tok->eos();
+  auto tok = run->tok;
+  j.on_token = [tok, run](std::uint32_t seq, std::int32_t id) {
+    if (seq != 0)
+      return;
+    auto piece = tok->piece(id);
+    std::cout << piece << std::flush;
+  };
+  j.finish = [self, run, tok](job_result& r) {
+    std::ostringstream out;
+    out << "placement:\n" << describe(run->plan);
+    std::uint64_t sent = 0;
+    for (auto& s : run->ready)
+      sent += s.bytes_received;
+    out << "model " << run->sha.substr(0, 12) << ": " << sent
+        << " bytes sent to nodes that lacked it\n";
+    if (!r.error.empty())
+      return caf::make_message(
+        fail(exo_errc::failed_state, "run: " + r.error));
+    for (std::size_t i = 0; i < r.tokens.size(); ++i)
+      out << (r.tokens.size() > 1 ? "sequence " + std::to_string(i) + ": "
+                                  : std::string{"text: "})
+          << run->opts.prompt << tok->decode(r.tokens[i]) << "\n";
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "prompt: %llu tokens in %.3f s (%.1f tokens/s)\n"
+                  "generation: %llu tokens in %.3f s (%.1f tokens/s), "
+                  "%u sequence(s) in flight\n",
+                  static_cast<unsigned long long>(r.prompt_tokens),
+                  r.prompt_s, r.prompt_tps(),
+                  static_cast<unsigned long long>(r.generated_tokens),
+                  r.generation_s, r.generation_tps(),
+                  static_cast<unsigned>(r.tokens.size()));
+    out << line;
+    console_reply reply;
+    reply.command = "run";
+    reply.text = out.str();
+    std::ostringstream js;
+    js << "{\"tokens\": [";
+    for (std::size_t i = 0; i < r.tokens[0].size(); ++i)
+      js << (i ? ", " : "") << r.tokens[0][i];
+    js << "], \"bytes_sent\": " << sent << ", \"prompt_tps\": "
+       << r.prompt_tps() << ", \"generation_tps\": " << r.generation_tps()
+       << "}";
+    reply.json = js.str();
+    return caf::make_message(std::move(reply));
+  };
+  auto job = spawn_job(self->system(), std::move(j));
+  std::cout << run->opts.prompt << std::flush;
+  self->request(job, caf::infinite, run_atom::value)
+    .then(
+      [self, run](console_reply& r) {
+        std::cout << std::endl;
+        end_run(self, run, "");
+        run->rp.deliver(std::move(r));
+      },
+      [self, run](caf::error& err) {
+        std::cout << std::endl;
+        end_run(self, run, render(self, err));
+      });
+}
+
+void link_stages(self_ptr self, std::shared_ptr<cluster_run> run) {
+  auto n = run->ready.size();
+  if (n == 1) {
+    start_job(self, run);
+    return;
+  }
+  run->pending = n - 1;
+  for (std::size_t i = 0; i + 1 < n; ++i)
+    self->request(run->ready[i].shard, 10s, next_atom::value,
+                  run->ready[i + 1].shard)
+      .then(
+        [self, run](caf::ok_atom) {
+          if (--run->pending == 0)
+            start_job(self, run);
+        },
+        [self, run](caf::error& err) {
+          if (run->error.empty()) {
+            run->error = render(self, err);
+            end_run(self, run, run->error);
+          }
+        });
+}
+
+void place_and_start(self_ptr self, std::shared_ptr<cluster_run> run,
+                     const member_view& view) {
+  std::vector<std::pair<std::string, std::vector<device_info>>> members;
+  for (auto& m : view.members)
+    if (m.status == member_status::alive && m.name == self->state.node)
+      members.emplace(members.begin(), m.name, m.devices);
+  for (auto& m : view.members)
+    if (m.status == member_status::alive && m.name != self->state.node)
+      members.emplace_back(m.name, m.devices);
+  auto& hp = run->model->hparams();
+  auto k = run->opts.stages != 0
+             ? run->opts.stages
+             : std::min<std::uint32_t>(
+               static_cast<std::uint32_t>(members.size()), hp.n_layer);
+  try {
+    run->plan = simple_placement(hp.n_layer, k, members);
+  } catch (const std::exception& e) {
+    end_run(self, run, e.what());
+    return;
+  }
+  std::cout << "placement:\n" << describe(run->plan) << std::flush;
+  run->ready.resize(k);
+  run->pending = k;
+  auto n_ctx = run->opts.n_ctx != 0
+                 ? run->opts.n_ctx
+                 : static_cast<std::uint32_t>(run->prompt.size()
+                                              + run->opts.n_gen);
+  for (std::uint32_t i = 0; i < k; ++i) {
+    auto& p = run->plan[i];
+    shard_spec spec;
+    if (p.node == self->state.node)
+      spec.model = run->opts.model;
+    spec.sha256 = run->sha;
+    spec.size = run->size;
+    spec.first = p.first;
+    spec.last = p.last;
+    spec.n_ctx = n_ctx;
+    spec.device = p.device;
+    spec.source = caf::actor_cast<caf::actor>(self);
+    spec.owner = caf::actor_cast<caf::actor>(self);
+    self->request(self->state.gate, 600s, service_atom::value, p.node,
+                  std::string{"shards"},
+                  caf::make_message(shard_atom::value, std::move(spec)))
+      .then(
+        [self, run, i](shard_ready& r) {
+          run->ready[i] = std::move(r);
+          if (--run->pending == 0 && run->error.empty())
+            link_stages(self, run);
+        },
+        [self, run, i](caf::error& err) {
+          auto why = "stage " + std::to_string(i) + " on "
+                     + run->plan[i].node + ": " + render(self, err);
+          if (run->error.empty()) {
+            run->error = why;
+            if (--run->pending == 0)
+              end_run(self, run, run->error);
+          } else if (--run->pending == 0) {
+            end_run(self, run, run->error);
+          }
+        });
+  }
+}
+
+caf::result<console_reply> on_run(self_ptr self, const std::string& arg) {
+  auto run = std::make_shared<cluster_run>();
+  try {
+    run->opts = parse_run_options(split_words(arg), false);
+    run->model = model::llama_model::load(run->opts.model);
+    run->tok = std::make_shared<model::tokenizer>(
+      model::tokenizer::from_gguf(run->model->file()));
+    run->prompt = run->tok->encode(run->opts.prompt, run->tok->add_bos());
+    if (run->prompt.empty())
+      throw std::invalid_argument("the prompt gives no tokens");
+    auto ctx = run->prompt.size() + run->opts.n_gen;
+    if (ctx > run->model->hparams().n_ctx_train
+        || (run->opts.n_ctx != 0 && ctx > run->opts.n_ctx))
+      throw std::invalid_argument("prompt plus -n exceed the context");
+    run->sha = shard::file_sha256(run->opts.model);
+    run->size = shard::file_size(run->opts.model);
+  } catch (const std::exception& e) {
+    return fail(exo_errc::invalid_argument, std::string{"run: "} + e.what());
+  }
+  self->state.offered[run->sha] = run->opts.model;
+  run->rp = self->make_response_promise();
+  self->request(self->state.gate, 10s, console_atom::value,
+                std::string{"nodes"}, std::string{})
+    .then(
+      [self, run](console_reply& r) { place_and_start(self, run, r.nodes); },
+      [self, run](caf::error& err) {
+        end_run(self, run, "cannot read the member view: "
+                             + render(self, err));
+      });
+  return run->rp;
+}
+
+caf::behavior service_impl(self_ptr self, service_state init) {
+  self->state = std::move(init);
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    auto& shards = self->state.shards;
+    for (auto it = shards.begin(); it != shards.end(); ++it)
+      if (it->handle.address() == msg.source) {
+        shards.erase(it);
+        return;
+      }
+    self->quit(msg.reason);
+  });
+  return {
+    [self](shard_atom, shard_spec& spec) -> caf::result<shard_ready> {
+      return on_shard(self, spec);
+    },
+    [self](fetch_atom, std::string& sha, std::uint64_t offset,
+           std::uint64_t len) -> caf::result<chunk> {
+      return on_fetch(self, sha, offset, len);
+    },
+    [self](console_atom, std::string& cmd,
+           std::string& arg) -> caf::result<console_reply> {
+      if (cmd == "run")
+        return on_run(self, arg);
+      console_reply r;
+      r.command = cmd;
+      std::ostringstream js;
+      js << "{\"shards\": " << self->state.shards.size()
+         << ", \"bytes_served\": " << self->state.bytes_served << "}";
+      for (auto& s : self->state.shards)
+        r.text += s.text + "\n";
+      if (r.text.empty())
+        r.text = "no shards on " + self->state.node + "\n";
+      r.json = js.str();
+      return r;
+    },
+  };
+}
+
+} // namespace
+
+service spawn_shards_service(const service_context& ctx) {
+  service_state init;
+  init.node = ctx.cfg->node.name;
+  init.state_dir = ctx.cfg->node.state_dir;
+  init.node_actor = ctx.node;
+  init.gate = ctx.gate;
+  service s;
+  s.name = "shards";
+  s.kind = "shards";
+  s.handle = ctx.sys->spawn<caf::detached>(service_impl, std::move(init));
+  s.commands = {"shards", "run"};
+  return s;
+}
+
+} // namespace exo::jobs

@@ -1,0 +1,32 @@
+#pragma once
+
+/// The "shards" node service, on every node (detached: it maps and hashes
+/// model files). Through the gate it answers, from any node:
+///
+///   (shard_atom, shard_spec)   -> shard_ready: a shard for the layer range
+///       on one of this node's devices. The model comes from spec.model
+///       (requests from this node only), else from the model cache
+///       <state_dir>/models/<sha256>/model.gguf, else it is fetched from
+///       spec.source in bounded chunks (one in flight, whole file
+///       SHA-256-verified, then cached: a second run sends nothing).
+///   (fetch_atom, sha256, offset, len) -> chunk, for a model this node
+///       offered in a run it coordinates (nothing else is served).
+///
+/// Console commands:
+///   run --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
+///       [--stages K] [--sequences M]
+///       places K stages (default: one per live node) with
+///       simple_placement, starts the shards through the gates, links them,
+///       runs the job and replies with the placement, the text, the bytes
+///       of model sent and tokens/s. The node that receives the command
+///       coordinates the job; its stdout shows tokens as they come.
+///   shards  -> the shards running on this node.
+
+#include "runtime/node/services.hpp"
+
+namespace exo::jobs {
+
+/// Spawns the service: name "shards", commands "shards" and "run".
+service spawn_shards_service(const service_context& ctx);
+
+} // namespace exo::jobs

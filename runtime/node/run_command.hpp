@@ -1,0 +1,25 @@
+#pragma once
+
+/// `exo-node run`: one job on this node, through the runtime.
+///
+///   exo-node run --model FILE.gguf --prompt TEXT [-n N] [--seed S]
+///     [--temperature T] [--top-k K] [--top-p P] [--stages K]
+///     [--sequences M] [--ctx C] [--logits-out FILE] [--config FILE]
+///     [--state-dir DIR]
+///
+/// Starts the node (discovery, device actors; its gate on a free port, no
+/// seeds), places K stages (default 1) on its devices with
+/// jobs::simple_placement (one of every backend first: cpu, sim, vulkan),
+/// spawns a shard per stage bound to its device actor, streams sequence 0's
+/// text to stdout as it is produced and prints tokens/s. --logits-out
+/// writes the last logits of sequence 0, one per line (%.9g).
+/// Exit status: 0, 2 on bad arguments or model, 1 when the job fails.
+
+#include <iosfwd>
+
+namespace exo {
+
+/// argv[0] is "run".
+int run_command(int argc, char** argv, std::ostream& out, std::ostream& err);
+
+} // namespace exo
