@@ -1,0 +1,225 @@
+// The workload as users run it, with real processes on 127.0.0.1:
+// `exo-node run` on one stage and on three (cpu, sim and, where present,
+// vulkan) gives the same tokens and logits; two exo-node processes run a
+// job across both through the console's `run`, the node without the model
+// receives it once, and the tokens equal those of one stage on one node.
+
+#include "runtime/model/test_model.hpp"
+#include "test/support/process.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+using namespace exo::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string exo_node() {
+  return build_path("runtime/node/exo-node");
+}
+std::string exo_cert() {
+  return build_path("runtime/tls/exo-cert");
+}
+std::string exo_console() {
+  return build_path("runtime/console/exo-console");
+}
+
+void must(const run_result& r) {
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+}
+
+std::vector<double> read_numbers(const std::string& path) {
+  std::ifstream in{path};
+  std::vector<double> out;
+  double x;
+  while (in >> x)
+    out.push_back(x);
+  return out;
+}
+
+std::string make_model(const std::string& dir) {
+  exo::model::test_model_options o;
+  o.layers = 6;
+  o.dim = 64;
+  o.ff = 128;
+  o.vocab = 512;
+  o.seed = 21;
+  auto path = dir + "/model.gguf";
+  exo::model::make_test_model(o, path);
+  return path;
+}
+
+std::string line_after(const std::string& out, const std::string& prefix) {
+  auto at = out.find(prefix);
+  if (at == std::string::npos)
+    return "";
+  auto end = out.find('\n', at);
+  return out.substr(at + prefix.size(), end - at - prefix.size());
+}
+
+struct pki {
+  std::string dir = temp_dir("exo-workload");
+  pki() {
+    must(run({exo_cert(), "init-ca", "--dir", dir + "/ca"}));
+    must(run({exo_cert(), "issue-client", "--ca-dir", dir + "/ca", "--name",
+              "ops", "--out", dir + "/ops"}));
+  }
+  void node(const std::string& name) {
+    must(run({exo_cert(), "issue-node", "--ca-dir", dir + "/ca", "--name",
+              name, "--out", dir + "/" + name, "--force"}));
+  }
+};
+
+struct node_proc {
+  std::uint16_t port = 0;
+  std::unique_ptr<process> proc;
+};
+
+node_proc start(const pki& p, const std::string& name,
+                const std::vector<std::uint16_t>& seeds) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < seeds.size(); ++i)
+    s += (i ? ", " : "") + std::string{"\"127.0.0.1:"}
+         + std::to_string(seeds[i]) + "\"";
+  s += "]";
+  auto dir = p.dir + "/" + name;
+  auto cfg = dir + "/node.json";
+  write_file(cfg, R"({"node": {"name": ")" + name + R"(", "state_dir": ")"
+                    + dir + R"(/state"},
+    "network": {"port": 0, "seeds": )" + s + R"(, "heartbeat_ms": 200,
+                "failure_timeout_ms": 3000, "connect_timeout_ms": 1000},
+    "tls": {"certificate": ")" + dir + "/" + name + R"(.crt", "key": ")"
+                    + dir + "/" + name + R"(.key", "ca": ")" + dir
+                    + R"(/ca.crt"},
+    "devices": {"include": ["cpu", "sim"],
+                "simulated": [{"profile": "adreno-740"}],
+                "rescan_interval_s": 0}})");
+  node_proc n;
+  n.proc = std::make_unique<process>(
+    std::vector<std::string>{exo_node(), "--config", cfg});
+  REQUIRE(n.proc->wait_for_output("ready in", 30s));
+  std::smatch m;
+  auto out = n.proc->out();
+  REQUIRE(std::regex_search(out, m, std::regex{"listening on [^:]+:(\\d+)"}));
+  n.port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  return n;
+}
+
+run_result console(const pki& p, std::uint16_t port, const std::string& cmd,
+                   bool json = false) {
+  std::vector<std::string> argv{exo_console(),
+                                "--connect",
+                                "127.0.0.1:" + std::to_string(port),
+                                "--cert",
+                                p.dir + "/ops/ops.crt",
+                                "--key",
+                                p.dir + "/ops/ops.key",
+                                "--ca",
+                                p.dir + "/ca/ca.crt",
+                                "--timeout-ms",
+                                "60000",
+                                "--exec",
+                                cmd};
+  if (json)
+    argv.push_back("--json");
+  return run(argv, 120s);
+}
+
+} // namespace
+
+TEST_CASE("exo-node run gives the same tokens and logits on one stage and "
+          "on three stages over cpu, sim and vulkan devices",
+          "[workload][process]") {
+  auto dir = temp_dir("exo-run");
+  auto model = make_model(dir);
+  write_file(dir + "/node.json", R"({"node": {"name": "solo",
+    "state_dir": ")" + dir + R"(/state"},
+    "devices": {"include": ["cpu", "sim", "vulkan"],
+                "simulated": [{"profile": "adreno-740"}],
+                "rescan_interval_s": 0}})");
+  auto go = [&](const std::string& stages) {
+    auto r = run({exo_node(), "run", "--model", model, "--prompt",
+                  "the quick brown fox", "-n", "16", "--seed", "9",
+                  "--temperature", "0.8", "--stages", stages, "--config",
+                  dir + "/node.json", "--logits-out",
+                  dir + "/logits" + stages + ".txt"},
+                 120s);
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    return r.out;
+  };
+  auto one = go("1");
+  auto three = go("3");
+  CHECK(three.find("stage 2: layers [4, 6)") != std::string::npos);
+  CHECK(three.find("sim:") != std::string::npos);
+  CHECK(three.find("tokens/s") != std::string::npos);
+  // The generated text (the line after the placement) is the same.
+  auto text = [](const std::string& out) {
+    return line_after(out, "the quick brown fox");
+  };
+  CHECK(!text(one).empty());
+  CHECK(text(one) == text(three));
+  auto a = read_numbers(dir + "/logits1.txt");
+  auto b = read_numbers(dir + "/logits3.txt");
+  REQUIRE(a.size() == 512);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    REQUIRE(std::abs(a[i] - b[i]) <= 1e-4 * std::max(1.0, std::abs(a[i])));
+}
+
+TEST_CASE("two nodes run a job across both; the node without the model "
+          "receives it once and the tokens equal one stage's",
+          "[workload][process]") {
+  pki p;
+  p.node("alpha");
+  p.node("beta");
+  auto a = start(p, "alpha", {});
+  auto b = start(p, "beta", {a.port});
+  auto model = make_model(p.dir);
+  // Wait until alpha sees beta alive.
+  bool joined = false;
+  for (int i = 0; i < 60 && !joined; ++i) {
+    auto r = console(p, a.port, "nodes");
+    joined = r.out.find("beta") != std::string::npos
+             && r.out.find("dead") == std::string::npos;
+    if (!joined)
+      std::this_thread::sleep_for(250ms);
+  }
+  REQUIRE(joined);
+  auto job = "run --model " + model
+             + " --prompt \"once upon a time\" -n 12 --seed 4";
+  auto solo = console(p, a.port, job + " --stages 1");
+  INFO(solo.out << solo.err);
+  REQUIRE(solo.code == 0);
+  auto across = console(p, a.port, job + " --stages 3");
+  INFO(across.out << across.err);
+  REQUIRE(across.code == 0);
+  CHECK(across.out.find("on alpha") != std::string::npos);
+  CHECK(across.out.find("on beta") != std::string::npos);
+  CHECK(line_after(across.out, "text: ") == line_after(solo.out, "text: "));
+  CHECK(!line_after(solo.out, "text: ").empty());
+  auto sent = [](const std::string& out) {
+    std::smatch m;
+    std::regex re{": (\\d+) bytes sent"};
+    return std::regex_search(out, m, re) ? std::stoull(m[1]) : 0ull;
+  };
+  CHECK(sent(across.out) > 0);
+  // A second run finds the model in beta's cache: nothing is sent.
+  auto again = console(p, a.port, job + " --stages 2");
+  INFO(again.out << again.err);
+  REQUIRE(again.code == 0);
+  CHECK(sent(again.out) == 0);
+  CHECK(line_after(again.out, "text: ") == line_after(solo.out, "text: "));
+  a.proc->signal(SIGTERM);
+  b.proc->signal(SIGTERM);
+  CHECK(a.proc->wait(30s) == 0);
+  CHECK(b.proc->wait(30s) == 0);
+}
