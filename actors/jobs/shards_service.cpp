@@ -197,8 +197,11 @@ void fetch_next(self_ptr self, const std::string& sha) {
     auto waiters = std::move(dl.waiters);
     auto size = dl.size;
     st.downloads.erase(it);
-    for (auto& w : waiters)
+    // The bytes crossed once: count them for the first shard only.
+    for (auto& w : waiters) {
       start_shard(self, std::move(w.spec), path, size, std::move(w.rp));
+      size = 0;
+    }
     return;
   }
   self->request(dl.source, 60s, fetch_atom::value, sha, off, len)

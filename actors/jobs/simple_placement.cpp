@@ -11,7 +11,7 @@ namespace exo::jobs {
 namespace {
 
 int backend_rank(const std::string& b) {
-  static const char* order[] = {"cpu", "sim", "vulkan", "cuda", "hip"};
+  static const char* order[] = {"cpu", "vulkan", "cuda", "hip", "sim"};
   for (int i = 0; i < 5; ++i)
     if (b == order[i])
       return i;

@@ -3,7 +3,8 @@
 /// The placement a job uses until the placement service places it: layers
 /// split evenly into K contiguous stages, stage i on member i mod N (the
 /// coordinator first), and on each member its usable devices taken in turn,
-/// one of every backend first (cpu, sim, vulkan, cuda, hip), so that K
+/// one of every backend first (cpu, vulkan, cuda, hip, then simulated
+/// ones), so that K
 /// stages on one node spread over as many kinds of device as it has.
 
 #include "messages/device.hpp"

@@ -9,7 +9,7 @@
 ///
 /// Starts the node (discovery, device actors; its gate on a free port, no
 /// seeds), places K stages (default 1) on its devices with
-/// jobs::simple_placement (one of every backend first: cpu, sim, vulkan),
+/// jobs::simple_placement (one of every backend first: cpu, vulkan, sim),
 /// spawns a shard per stage bound to its device actor, streams sequence 0's
 /// text to stdout as it is produced and prints tokens/s. --logits-out
 /// writes the last logits of sequence 0, one per line (%.9g).
