@@ -418,4 +418,14 @@ caf::actor spawn_placement_actor(caf::actor_system& sys,
   return sys.spawn<caf::detached>(placement_impl, std::move(cfg));
 }
 
+caf::actor spawn_placement_actor(caf::actor_system& sys, std::string node_name,
+                                 caf::actor gate,
+                                 std::chrono::milliseconds poll_interval) {
+  placement_actor_config cfg;
+  cfg.node_name = std::move(node_name);
+  cfg.gate = std::move(gate);
+  cfg.poll_interval = poll_interval;
+  return spawn_placement_actor(sys, std::move(cfg));
+}
+
 } // namespace exo::placement

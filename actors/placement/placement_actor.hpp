@@ -63,6 +63,12 @@ struct placement_actor_config {
 caf::actor spawn_placement_actor(caf::actor_system& sys,
                                  placement_actor_config cfg);
 
+/// Spawns a node's placement service: named `node_name`, polling `gate`
+/// every `poll_interval`, the other settings at their defaults.
+caf::actor spawn_placement_actor(caf::actor_system& sys, std::string node_name,
+                                 caf::actor gate,
+                                 std::chrono::milliseconds poll_interval);
+
 /// The console commands it answers: "plan", "plans".
 std::vector<std::string> placement_commands();
 

@@ -239,8 +239,20 @@ void runtime::start() {
   for (auto& svc : d.services) {
     caf::anon_send(d.directory, register_atom::value, svc.name, svc.kind,
                    svc.handle);
-    for (auto& cmd : svc.commands)
-      caf::anon_send(d.gate, register_atom::value, cmd, svc.handle);
+    // The gate takes registrations from local senders only (an anonymous
+    // message may come from anywhere), and "ready" must mean the console
+    // reaches every service: register from a scoped actor and wait.
+    caf::scoped_actor reg{*d.sys};
+    for (auto& cmd : svc.commands) {
+      caf::error failed;
+      reg->request(d.gate, std::chrono::seconds(5), register_atom::value, cmd,
+                   svc.handle)
+        .receive([](caf::atom_value) {},
+                 [&](caf::error& err) { failed = std::move(err); });
+      if (failed)
+        throw startup_error("cannot register console command \"" + cmd
+                            + "\": " + d.sys->render(failed));
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 #include "runtime/node/services.hpp"
 
 #include "actors/jobs/shards_service.hpp"
-
+#include "actors/placement/placement_actor.hpp"
 #include "runtime/node/safety.hpp"
 
 #include <caf/all.hpp>
@@ -13,6 +13,12 @@ std::vector<service> spawn_services(const service_context& ctx) {
   (void) ctx;
   // One call per service, e.g.:
   //   out.push_back(placement::spawn_service(ctx));
+  // placement: plans models on the live cluster, re-plans its jobs.
+  out.push_back({"placement", "placement",
+                 placement::spawn_placement_actor(
+                   *ctx.sys, ctx.cfg->node.name, ctx.gate,
+                   ctx.cfg->network.heartbeat * 2),
+                 placement::placement_commands()});
   // safety (issue 6, runtime/node/safety.hpp): audit, thermal, tokens.
   out.push_back(spawn_audit_service(ctx));
   out.push_back(spawn_thermal_service(ctx));
