@@ -274,9 +274,12 @@ caf::behavior service_impl(service_ptr self, thermal_service_config cfg) {
       r.command = "thermal";
       if (arg.rfind("report ", 0) == 0) {
         auto xs = decode_report(arg.substr(7));
-        if (!xs.empty())
-          st.peers[xs.front().node] = {std::move(xs),
-                                       std::chrono::steady_clock::now()};
+        if (!xs.empty()) {
+          // Name first: in `a[k] = {std::move(xs), ...}` the right side is
+          // evaluated first (C++17), which would leave xs empty for k.
+          auto node = xs.front().node;
+          st.peers[node] = {std::move(xs), std::chrono::steady_clock::now()};
+        }
         return r;
       }
       auto rp = self->make_response_promise<console_reply>();
