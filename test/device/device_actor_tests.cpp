@@ -44,8 +44,10 @@ struct fixture {
     reg = std::move(*r);
     auto devs = reg.devices();
     REQUIRE(devs.size() == 2);
-    cpu = device::spawn_device_actor(sys, *devs[0], {"n1"});
-    sim = device::spawn_device_actor(sys, *devs[1], {"n1"});
+    device::device_actor_config cfg;
+    cfg.node = "n1";
+    cpu = device::spawn_device_actor(sys, *devs[0], cfg);
+    sim = device::spawn_device_actor(sys, *devs[1], cfg);
     sim_dev = dynamic_cast<backend::sim_device*>(devs[1]);
   }
 
