@@ -121,11 +121,17 @@ double raw_tcp_gbs(std::size_t total) {
 
 } // namespace
 
-int main() {
+int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   auto p = make_pki();
   config cfg_a{p.node("a")};
   config cfg_b{p.node("b")};
+  // CAF options (for example --scheduler.policy=sharing) apply to both ends.
+  for (auto* cfg : {&cfg_a, &cfg_b})
+    if (auto err = cfg->parse(argc, argv)) {
+      std::fprintf(stderr, "bad option: %s\n", caf::to_string(err).c_str());
+      return 2;
+    }
   caf::actor_system sys_a{cfg_a};
   caf::actor_system sys_b{cfg_b};
   auto far = sys_b.spawn(echo);
