@@ -275,11 +275,15 @@ std::string format_table(const discovery_result& r) {
         << "\n";
   }
   out << "Devices:\n";
-  out << "  " << std::left << std::setw(28) << "ID" << std::setw(8)
+  // Vulkan ids carry the 32-hex-digit device UUID: widen the column to fit.
+  int id_width = 28;
+  for (auto& d : r.devices)
+    id_width = std::max(id_width, static_cast<int>(d.id.size()) + 2);
+  out << "  " << std::left << std::setw(id_width) << "ID" << std::setw(8)
       << "BACKEND" << std::setw(12) << "MEMORY" << std::setw(10) << "STATUS"
       << "NAME\n";
   for (auto& d : r.devices) {
-    out << "  " << std::left << std::setw(28) << d.id << std::setw(8)
+    out << "  " << std::left << std::setw(id_width) << d.id << std::setw(8)
         << d.backend << std::setw(12) << human_bytes(d.total_memory)
         << std::setw(10) << (d.verified ? "verified" : "FAILED") << d.name
         << (d.simulated && d.name.find("imulated") == std::string::npos
