@@ -61,6 +61,7 @@ struct config : caf::actor_system_config {
     load<caf::io::middleman>();
     load<caf::openssl::manager>();
     exo::tls::apply_material(*this, m);
+    exo::tls::apply_transport_settings(*this);
   }
 };
 
@@ -188,7 +189,7 @@ int main(int argc, char** argv) {
   std::printf("one-way small messages: %.0f msgs/s (%llu in %.2f s)\n",
               double(n) / secs, static_cast<unsigned long long>(n), secs);
   // 3. Bulk streaming, 4 MiB chunks, 4 in flight.
-  constexpr int chunks = 64;
+  constexpr int chunks = 128;
   constexpr int window = 4;
   exo::chunk c;
   c.bytes.assign(exo::max_chunk_bytes, 0x5a);

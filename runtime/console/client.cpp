@@ -49,6 +49,7 @@ client::client(tls::material files, std::chrono::milliseconds timeout)
     d.cfg->load<caf::io::middleman>();
     d.cfg->load<caf::openssl::manager>();
     tls::apply_material(*d.cfg, d.files);
+    tls::apply_transport_settings(*d.cfg);
   } catch (const tls::tls_error& e) {
     throw client_error(std::string{"TLS: "} + e.what());
   }

@@ -132,6 +132,7 @@ std::unique_ptr<caf::actor_system_config> make_system_config() {
   register_messages(*cfg);
   cfg->load<caf::io::middleman>();
   cfg->load<caf::openssl::manager>();
+  tls::apply_transport_settings(*cfg);
   return cfg;
 }
 

@@ -18,6 +18,10 @@ material_info apply_material(caf::actor_system_config& cfg,
   return info;
 }
 
+void apply_transport_settings(caf::actor_system_config& cfg) {
+  cfg.set("middleman.workers", 0);
+}
+
 void require_authenticated_tls(const caf::actor_system_config& cfg) {
   auto missing = [](const char* key) {
     throw tls_error(tls_errc::invalid_argument,

@@ -20,6 +20,14 @@ namespace exo::tls {
 material_info apply_material(caf::actor_system_config& cfg,
                              const material& files);
 
+/// Transport settings every exo actor system uses (nodes, consoles, tests,
+/// benches): BASP messages are deserialised on the multiplexer thread
+/// (`middleman.workers` = 0) instead of being handed to a worker pool
+/// first. On small machines the extra thread hop dominated remote round
+/// trips: transport_bench measured p50 480-540 us with CAF's default
+/// (one worker on 2 cores) and 177 us without (docs/benchmarks.md).
+void apply_transport_settings(caf::actor_system_config& cfg);
+
 /// Refuses a config that would run CAF's anonymous, unauthenticated TLS
 /// (no certificate, key or CA file set).
 /// @throws tls_error invalid_argument naming the missing setting.
