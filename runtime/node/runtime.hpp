@@ -3,7 +3,8 @@
 /// The embedding API: one exo node inside a process, either with an actor
 /// system of its own (what exo-node does) or inside the actor system of
 /// another CAF application (which must call exo::register_messages on its
-/// config first).
+/// config first, load the io and openssl modules, and should call
+/// exo::tls::apply_transport_settings for fast remote round trips).
 ///
 ///   exo::config::node_config cfg = exo::config::load("node.json");
 ///   exo::runtime rt{cfg};
@@ -67,7 +68,7 @@ private:
 };
 
 /// Builds the actor system config every exo process uses: exo's messages,
-/// the io and openssl modules.
+/// the io and openssl modules, exo's transport settings.
 std::unique_ptr<caf::actor_system_config> make_system_config();
 
 /// Runs discovery without any actor: for `exo-node --devices`.
