@@ -75,12 +75,23 @@ void decode_row(weight_type t, const std::uint8_t* src, float* dst,
 void encode_row(weight_type t, const float* src, std::uint8_t* dst,
                 std::size_t n) noexcept;
 
+// -- instruction sets ---------------------------------------------------------
+
+/// The kernels pick the widest instruction set the CPU has (scalar, AVX2 +
+/// FMA + F16C, AVX-512F). limit_isa caps it for the whole process, so that
+/// tests and benchmarks can run the narrower paths on a wider CPU. Not for
+/// use while kernels run on other threads.
+enum class isa { scalar = 0, avx2 = 1, avx512 = 2 };
+void limit_isa(isa widest) noexcept;
+
 // -- the operations of a Llama layer ----------------------------------------
 
 /// C[m x n] = A[m x k] * W^T, W stored [n x k] encoded as t (row-major rows
 /// of k elements). Matrix-vector kernels (AVX2 where the CPU has it) below 4
-/// rows of A, sgemm over dequantized tiles from 4 on. `threads` > 1 splits
-/// rows over OpenMP threads where the build has OpenMP.
+/// rows of A; from 4 on, weights decoded into packed F32 panels and an
+/// AVX-512 or AVX2 register-tiled kernel (OpenBLAS sgemm over dequantized
+/// tiles on CPUs without AVX2). `threads` > 1 splits rows over OpenMP
+/// threads where the build has OpenMP.
 void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
                     float* c, const matmul_dims& dims, int threads) noexcept;
 

@@ -182,11 +182,11 @@ int cmd_info(int argc, char** argv) {
 }
 
 int cmd_run(int argc, char** argv) {
-  auto a = parse_args(argc, argv, 2, {}, nullptr);
+  auto a = parse_args(argc, argv, 2, {"print-ids"}, nullptr);
   for (auto& [k, v] : a)
     if (k != "model" && k != "prompt" && k != "n" && k != "seed"
         && k != "temperature" && k != "threads" && k != "logits-out"
-        && k != "top-k" && k != "top-p" && k != "ctx")
+        && k != "top-k" && k != "top-p" && k != "ctx" && k != "print-ids")
       throw usage_error("unknown option --" + k);
   if (!a.count("model"))
     throw usage_error("run needs --model FILE");
@@ -246,6 +246,17 @@ int cmd_run(int argc, char** argv) {
   std::printf("generation: %zu tokens in %.3f s (%.1f tokens/s), "
               "%d thread(s)\n",
               out.size(), tg, out.size() / (tg > 0 ? tg : 1e-9), threads);
+  if (a.count("print-ids")) {
+    // Token ids for token-for-token comparisons (llama.cpp, the cluster).
+    auto join = [](const std::vector<int32_t>& ids) {
+      std::string s;
+      for (auto id : ids)
+        s += (s.empty() ? "" : " ") + std::to_string(id);
+      return s;
+    };
+    std::printf("prompt ids: %s\n", join(prompt).c_str());
+    std::printf("generated ids: %s\n", join(out).c_str());
+  }
   if (a.count("logits-out")) {
     std::FILE* f = std::fopen(a["logits-out"].c_str(), "w");
     if (!f)
@@ -266,7 +277,7 @@ void usage() {
     "       exo-model info FILE\n"
     "       exo-model run --model FILE --prompt TEXT [-n N] [--seed S]\n"
     "         [--temperature T] [--top-k K] [--top-p P] [--threads N]\n"
-    "         [--ctx C] [--logits-out FILE]\n",
+    "         [--ctx C] [--logits-out FILE] [--print-ids]\n",
     stderr);
 }
 
