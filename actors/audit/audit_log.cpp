@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace exo::audit {
@@ -72,6 +73,11 @@ audit_log::audit_log(audit_log_options opts) : opts_(std::move(opts)) {
   if (ec)
     throw audit_error("cannot create audit directory " + opts_.directory
                       + ": " + ec.message());
+  // The log names principals and what they did: only the node's user may
+  // list or read it (0700 folder, 0600 files, also for older files).
+  if (::chmod(opts_.directory.c_str(), 0700) != 0)
+    throw audit_error(sys_error("cannot make the audit directory private",
+                                opts_.directory));
   recover();
 }
 
@@ -87,6 +93,10 @@ audit_log::~audit_log() {
 
 void audit_log::recover() {
   auto files = list_log_files(opts_.directory, opts_.file_prefix);
+  for (auto& f : files)
+    if (::chmod(f.path.c_str(), 0600) != 0)
+      throw audit_error(sys_error("cannot make the audit file private",
+                                  f.path));
   prev_ = std::string{genesis_hash};
   seq_ = 0;
   if (files.empty()) {
@@ -131,7 +141,7 @@ void audit_log::open_file(std::uint64_t index) {
   path_ = (std::filesystem::path{opts_.directory}
            / log_file_name(opts_.file_prefix, index))
             .string();
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   if (fd_ < 0)
     throw audit_error(sys_error("cannot open audit file", path_));
   auto size = ::lseek(fd_, 0, SEEK_END);

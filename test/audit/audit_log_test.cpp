@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <sstream>
 
 using namespace exo::audit;
@@ -272,6 +273,46 @@ TEST_CASE("reopening a log continues its sequence and chain") {
   auto res = verify({path}, {true});
   CHECK(res.ok);
   CHECK(res.records == 5);
+}
+
+TEST_CASE("the audit folder is private (0700) and its files 0600") {
+  namespace fs = std::filesystem;
+  temp_dir dir;
+  auto opts = options(dir);
+  opts.directory = dir.file("audit");
+  // An existing folder and an older file with looser modes are tightened.
+  fs::create_directories(opts.directory);
+  fs::permissions(opts.directory, fs::perms::owner_all | fs::perms::group_read
+                                    | fs::perms::group_exec
+                                    | fs::perms::others_read
+                                    | fs::perms::others_exec);
+  {
+    audit_log log{opts};
+    log.append(make_event(0));
+  }
+  auto file = opts.directory + "/audit-000001.jsonl";
+  REQUIRE(fs::exists(file));
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write
+                          | fs::perms::group_read | fs::perms::others_read);
+  audit_log log{opts};
+  log.append(make_event(1));
+  log.flush();
+  auto mode = [](const std::string& p) {
+    return fs::status(p).permissions() & fs::perms::mask;
+  };
+  CHECK(mode(opts.directory) == fs::perms::owner_all);
+  CHECK(mode(file) == (fs::perms::owner_read | fs::perms::owner_write));
+  // A file started by rotation is private too.
+  opts.max_file_bytes = 1024;
+  opts.directory = dir.file("rotated");
+  audit_log small{opts};
+  for (std::size_t i = 0; i < 40; ++i)
+    small.append(make_event(i));
+  small.flush();
+  CHECK(small.current_file() != opts.directory + "/audit-000001.jsonl");
+  CHECK(mode(small.current_file())
+        == (fs::perms::owner_read | fs::perms::owner_write));
+  CHECK(mode(opts.directory) == fs::perms::owner_all);
 }
 
 TEST_CASE("rotation starts numbered files and carries the chain across them") {
