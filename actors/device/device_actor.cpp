@@ -331,6 +331,23 @@ caf::error denied(self_ptr self, const access::decision& d,
                                 + d.reason);
 }
 
+/// Operations without a token are for actors of this node only (shards,
+/// thermal monitors, the node and its console services): they are trusted
+/// in-process principals. A device actor is never published or handed to
+/// a peer, but should a handle leak, a message from another node (or one
+/// without a sender, whose origin cannot be told) must carry a token: it is
+/// refused, and audited, like any other denial.
+caf::error foreign(self_ptr self, access::permission p) {
+  const auto& sender = self->current_sender();
+  if (sender && sender->node() == self->node())
+    return caf::none;
+  access::decision d;
+  d.code = access::decision_code::permission_denied;
+  d.reason = "an operation without a token is accepted only from an actor "
+             "of this node";
+  return denied(self, d, p);
+}
+
 /// Checks `token` for `p` on this device; the principal on success.
 caf::expected<std::string> authorize(self_ptr self, const std::string& token,
                                      access::permission p) {
@@ -421,7 +438,9 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
     st.state_reason = st.cfg.failed_reason;
   }
   return {
-    [self](info_atom) {
+    [self](info_atom) -> caf::result<device_info> {
+      if (auto err = foreign(self, access::permission::device_info))
+        return err;
       auto& st = self->state;
       auto info = describe(*st.dev, st.cfg.node);
       info.state = st.state;
@@ -429,13 +448,19 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       return info;
     },
     [self](allocate_atom, std::uint64_t bytes) -> caf::result<handle_id> {
+      if (auto err = foreign(self, access::permission::memory_allocate))
+        return err;
       return do_allocate(self, bytes, {});
     },
     [self](free_atom, handle_id h) -> caf::result<caf::atom_value> {
+      if (auto err = foreign(self, access::permission::memory_free))
+        return err;
       return do_free(self, h, {});
     },
     [self](write_atom, handle_id h, std::uint64_t offset,
            chunk& data) -> caf::result<caf::atom_value> {
+      if (auto err = foreign(self, access::permission::memory_copy))
+        return err;
       auto& st = self->state;
       if (auto err = st.unusable())
         return err;
@@ -452,6 +477,8 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
     },
     [self](read_atom, handle_id h, std::uint64_t offset,
            std::uint64_t len) -> caf::result<chunk> {
+      if (auto err = foreign(self, access::permission::memory_copy))
+        return err;
       auto& st = self->state;
       if (auto err = st.unusable())
         return err;
@@ -475,6 +502,8 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
     [self](copy_atom, handle_id src, std::uint64_t src_off, caf::actor peer,
            handle_id dst, std::uint64_t dst_off,
            std::uint64_t len) -> caf::result<caf::atom_value> {
+      if (auto err = foreign(self, access::permission::p2p_copy))
+        return err;
       auto& st = self->state;
       if (auto err = st.unusable())
         return err;
@@ -511,12 +540,18 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       return r->rp;
     },
     [self](compute_atom, kernel_call& call) -> caf::result<caf::atom_value> {
+      if (auto err = foreign(self, access::permission::compute_run))
+        return err;
       return do_compute(self, call, {});
     },
     [self](sync_atom) -> caf::result<caf::atom_value> {
+      if (auto err = foreign(self, access::permission::compute_sync))
+        return err;
       return do_sync(self, {});
     },
-    [self](telemetry_atom) {
+    [self](telemetry_atom) -> caf::result<telemetry_sample> {
+      if (auto err = foreign(self, access::permission::monitoring_read))
+        return err;
       auto& st = self->state;
       auto t = st.dev->read_telemetry();
       telemetry_sample s;
@@ -538,6 +573,8 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       return s;
     },
     [self](pause_atom, std::string& reason) -> caf::result<caf::atom_value> {
+      if (auto err = foreign(self, access::permission::policy_admin))
+        return err;
       auto& st = self->state;
       if (auto err = st.unusable())
         return err;
@@ -546,6 +583,8 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       return caf::ok_atom::value;
     },
     [self](resume_atom) -> caf::result<caf::atom_value> {
+      if (auto err = foreign(self, access::permission::policy_admin))
+        return err;
       auto& st = self->state;
       if (auto err = st.unusable())
         return err;
@@ -604,7 +643,9 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
         return std::move(who.error());
       return do_sync(self, *who);
     },
-    [self](inspect_atom) {
+    [self](inspect_atom) -> caf::result<actor_snapshot> {
+      if (auto err = foreign(self, access::permission::monitoring_read))
+        return err;
       auto& st = self->state;
       actor_snapshot snap;
       snap.name = "device/" + st.dev->properties().id;

@@ -5,6 +5,13 @@
 /// every offset and length, refuses new compute while paused, and turns the
 /// device's error values into exo errors. It runs detached (its own thread):
 /// device calls may block (a synchronize, a hung driver).
+///
+/// Who may send what (issue 6): the token-bearing variants
+/// (messages/access.hpp) are for clients and are always checked against the
+/// node's access policy. The variants without a token are for actors of the
+/// same node (shards, thermal monitors, the node, console services), which
+/// are trusted in-process principals; from an actor of another node, or
+/// with no sender at all, they are refused with access_denied and audited.
 
 #include "actors/access/shared_policy.hpp"
 #include "backends/backend.hpp"

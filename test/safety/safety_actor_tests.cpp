@@ -28,6 +28,8 @@ namespace {
 struct config : caf::actor_system_config {
   config() {
     register_messages(*this);
+    // Plain (test-only) networking, to reach a device from a second node.
+    load<caf::io::middleman>();
   }
 };
 
@@ -354,6 +356,52 @@ TEST_CASE_METHOD(fixture, "expired, revoked, forged and truncated tokens "
   CHECK(is(err, exo_errc::access_denied));
   CHECK(error_message(err).find("revoked") != std::string::npos);
   CHECK(audited("access_denied") == 6);
+}
+
+TEST_CASE_METHOD(fixture, "operations without a token are served only to "
+                          "actors of the device's own node",
+                 "[access]") {
+  // Locally (a shard, a monitor, this scoped actor): trusted, no token.
+  caf::atom_value out;
+  REQUIRE_FALSE(ask(out, dev, sync_atom::value));
+  // The same device reached from another actor system (another node).
+  auto port = caf::io::publish(dev, 0, "127.0.0.1");
+  REQUIRE(port);
+  config other_cfg;
+  caf::actor_system other{other_cfg};
+  auto remote = caf::io::remote_actor<exo::device_actor>(other, "127.0.0.1",
+                                                          *port);
+  REQUIRE(remote);
+  caf::scoped_actor peer{other};
+  // `out` only names the reply type.
+  auto remote_ask = [&](auto out, auto... xs) {
+    caf::error failed;
+    peer->request(*remote, 10s, xs...)
+      .receive([&](decltype(out)&) {},
+               [&](caf::error& e) { failed = std::move(e); });
+    return failed;
+  };
+  auto ok = caf::atom_value{};
+  for (auto err :
+       {remote_ask(ok, sync_atom::value),
+        remote_ask(handle_id{}, allocate_atom::value, std::uint64_t{64}),
+        remote_ask(device_info{}, info_atom::value),
+        remote_ask(telemetry_sample{}, telemetry_atom::value),
+        remote_ask(ok, pause_atom::value, std::string{"remote"})}) {
+    CHECK(is(err, exo_errc::access_denied));
+    CHECK(error_message(err).find("without a token") != std::string::npos);
+  }
+  // With a token the remote request is checked like any client's.
+  auto token = make_token(access::role::user, "remote-user");
+  CHECK_FALSE(remote_ask(ok, sync_atom::value, token));
+  CHECK(is(remote_ask(ok, sync_atom::value, std::string{"exo1.forged"}),
+           exo_errc::access_denied));
+  // Still ready (the remote pause was refused), and every refusal audited.
+  device_info info;
+  REQUIRE_FALSE(ask(info, dev, info_atom::value));
+  CHECK(info.state == device_state::ready);
+  CHECK(audited("access_denied") == 6);
+  sys.middleman().unpublish(dev, *port);
 }
 
 TEST_CASE_METHOD(fixture, "tokens are scoped to devices", "[access]") {
