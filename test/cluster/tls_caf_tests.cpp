@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <optional>
 #include <set>
 #include <string>
@@ -12,6 +13,14 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "runtime/tls/caf_tls.hpp"
 #include "runtime/tls/cert_tool.hpp"
@@ -214,6 +223,105 @@ TEST_CASE("Ed25519 certificates also work with CAF's TLS") {
     REQUIRE(remote);
     CHECK(ask(sys_b, remote, "ed") == "echo: ed");
   }
+  sys_a.middleman().unpublish(echo, *port);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+/// Sends one BASP header announcing `payload_len` bytes over a raw TLS
+/// connection made with `m`, then reads until the peer closes or
+/// `patience` passes. Returns whether the peer closed the connection.
+bool peer_closes_after_header(std::uint16_t port, const material& m,
+                              std::uint32_t payload_len,
+                              std::chrono::seconds patience) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  REQUIRE(ctx);
+  REQUIRE(SSL_CTX_use_certificate_file(ctx, m.certificate.c_str(),
+                                       SSL_FILETYPE_PEM) == 1);
+  REQUIRE(SSL_CTX_use_PrivateKey_file(ctx, m.key.c_str(), SSL_FILETYPE_PEM)
+          == 1);
+  REQUIRE(SSL_CTX_load_verify_locations(ctx, m.cafile.c_str(), nullptr)
+          == 1);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))
+          == 0);
+  timeval tv{static_cast<long>(patience.count()), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  SSL* ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  REQUIRE(SSL_connect(ssl) == 1);
+  // operation client_handshake (1), padding, flags, the length (big
+  // endian), operation data and actor ids (zero).
+  unsigned char header[32] = {1, 0, 0, 0};
+  header[4] = static_cast<unsigned char>(payload_len >> 24);
+  header[5] = static_cast<unsigned char>(payload_len >> 16);
+  header[6] = static_cast<unsigned char>(payload_len >> 8);
+  header[7] = static_cast<unsigned char>(payload_len);
+  REQUIRE(SSL_write(ssl, header, sizeof(header)) == sizeof(header));
+  bool closed = false;
+  auto deadline = std::chrono::steady_clock::now() + patience;
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    ERR_clear_error();
+    int rc = SSL_read(ssl, buf, sizeof(buf));
+    if (rc > 0)
+      continue; // the server's own handshake
+    int e = SSL_get_error(ssl, rc);
+    closed = e == SSL_ERROR_ZERO_RETURN || e == SSL_ERROR_SYSCALL
+             || e == SSL_ERROR_SSL;
+    break;
+  }
+  SSL_free(ssl);
+  close(fd);
+  SSL_CTX_free(ctx);
+  return closed;
+}
+
+} // namespace
+
+/// The process's peak resident set, in KiB (VmHWM).
+long peak_rss_kib() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  long kib = -1;
+  char line[256];
+  while (f && std::fgets(line, sizeof(line), f))
+    if (std::sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+      break;
+  if (f)
+    std::fclose(f);
+  return kib;
+}
+
+TEST_CASE("a peer announcing an oversized message is dropped before "
+          "anything is allocated, and the node stays healthy") {
+  temp_dir dir;
+  test_ca cluster{dir, "cluster"};
+  tls_config cfg_a{cluster.issue(dir, "node-a")};
+  auto peer = cluster.issue(dir, "mallory");
+  caf::actor_system sys_a{cfg_a};
+  auto echo = sys_a.spawn(echo_impl, std::string{"echo: "});
+  auto port = caf::openssl::publish(echo, 0, "127.0.0.1");
+  REQUIRE(port);
+  // 4000 MiB announced: without the guard CAF sizes (and zeroes) a buffer
+  // for it, which took 11 s and 4 GB here before the connection went.
+  auto rss_before = peak_rss_kib();
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(peer_closes_after_header(*port, peer, 4000u << 20,
+                                 std::chrono::seconds{20}));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds{5});
+  CHECK(peak_rss_kib() - rss_before < 256 * 1024);
+  // Healthy afterwards: a real peer connects and talks.
+  tls_config cfg_b{cluster.issue(dir, "node-b")};
+  caf::actor_system sys_b{cfg_b};
+  auto [remote, err] = connect(sys_b, *port);
+  INFO("connect error: " << err);
+  REQUIRE(remote);
+  CHECK(ask(sys_b, remote, "still there?") == "echo: still there?");
   sys_a.middleman().unpublish(echo, *port);
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }
