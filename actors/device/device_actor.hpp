@@ -12,6 +12,8 @@
 /// same node (shards, thermal monitors, the node, console services), which
 /// are trusted in-process principals; from an actor of another node, or
 /// with no sender at all, they are refused with access_denied and audited.
+/// The one exception is inspect_atom (counters only), which the console's
+/// `inspect` delegates across nodes.
 
 #include "actors/access/shared_policy.hpp"
 #include "backends/backend.hpp"

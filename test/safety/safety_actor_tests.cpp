@@ -391,6 +391,9 @@ TEST_CASE_METHOD(fixture, "operations without a token are served only to "
     CHECK(is(err, exo_errc::access_denied));
     CHECK(error_message(err).find("without a token") != std::string::npos);
   }
+  // A snapshot (counters only) is served: the console's `inspect` reaches
+  // devices of other nodes delegated through their gate.
+  CHECK_FALSE(remote_ask(actor_snapshot{}, inspect_atom::value));
   // With a token the remote request is checked like any client's.
   auto token = make_token(access::role::user, "remote-user");
   CHECK_FALSE(remote_ask(ok, sync_atom::value, token));
