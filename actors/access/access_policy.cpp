@@ -215,7 +215,13 @@ void access_policy::revoke_token(const std::string& token_id,
 }
 
 void access_policy::revoke_principal(const std::string& principal) {
-  state_of(principal).revoked_through = unix_seconds(cfg_.clock());
+  revoke_principal(principal, unix_seconds(cfg_.clock()));
+}
+
+void access_policy::revoke_principal(const std::string& principal,
+                                     std::int64_t through) {
+  auto& ps = state_of(principal);
+  ps.revoked_through = std::max(ps.revoked_through, through);
   ++epoch_;
 }
 

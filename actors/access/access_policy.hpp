@@ -77,6 +77,10 @@ public:
   /// Revokes every token of `principal` issued up to now.
   void revoke_principal(const std::string& principal);
 
+  /// Revokes every token of `principal` issued up to `through` (Unix
+  /// seconds); an earlier revocation through a later time stays.
+  void revoke_principal(const std::string& principal, std::int64_t through);
+
   /// Overrides the rate limit of one principal (rate 0: unlimited).
   /// Throws `std::invalid_argument` for a negative rate or a burst below 1.
   void set_rate_limit(const std::string& principal, double rate_per_s,

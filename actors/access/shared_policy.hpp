@@ -1,11 +1,13 @@
 #pragma once
 
 #include "actors/access/access_policy.hpp"
+#include "actors/access/revocation_store.hpp"
 
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace exo::access {
 
@@ -51,6 +53,17 @@ public:
   void revoke_principal(const std::string& principal) {
     std::lock_guard<std::mutex> guard{mtx_};
     policy_.revoke_principal(principal);
+  }
+
+  void revoke_principal(const std::string& principal, std::int64_t through) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    policy_.revoke_principal(principal, through);
+  }
+
+  /// Applies revocations loaded from a revocation_store.
+  void apply(const std::vector<revocation>& rs) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    apply_revocations(policy_, rs);
   }
 
   std::size_t sweep() {
