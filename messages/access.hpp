@@ -9,6 +9,8 @@
 ///   client -- (compute_atom, kernel_call, token) --> device
 ///   client -- (sync_atom, token) --> device
 ///   client -- (info_atom, token) --> device
+///   console -- (console_atom, "dev", "sync DEVICE auth=TOKEN" ...) --> dev
+///              service of that node, which sends the variants above
 ///   console -- (console_atom, "token", "issue ..."|"revoke ..."|"check ...")
 ///              --> access service; revocations reach peers by broadcast
 

@@ -1,6 +1,7 @@
 #include "actors/access/access_actor.hpp"
 
 #include "actors/access/audit_event.hpp"
+#include "actors/access/revocation_store.hpp"
 #include "actors/audit/event.hpp"
 #include "messages/access.hpp"
 #include "messages/audit.hpp"
@@ -245,33 +246,77 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
       return std::move(admin.error());
     audit::event ev;
     ev.type = audit::event_type::token_revoked;
+    bool relayed = kv.count("relay") > 0;
+    auto now = unix_now();
+    revocation rev;
     if (kv.count("principal")) {
-      st.cfg.policy->revoke_principal(kv["principal"]);
+      // Through the revoking node's time: a relay carries it, bounded by
+      // this node's own clock below and a minute of skew above.
+      auto through = now;
+      if (relayed && kv.count("through")) {
+        try {
+          std::int64_t given = std::stoll(kv["through"]);
+          through = std::max(now, std::min(given, now + 60));
+        } catch (...) {
+          return usage("through must be an integer");
+        }
+      }
+      rev = {revocation::kind::principal, kv["principal"], through};
       ev.details["subject"] = kv["principal"];
+      ev.details["through"] = std::to_string(through);
     } else if (plain.size() == 1) {
-      st.cfg.policy->revoke_token(plain[0], unix_now() + st.cfg.max_ttl_s);
+      rev = {revocation::kind::token, plain[0], now + st.cfg.max_ttl_s};
       ev.details["token_id"] = plain[0];
     } else {
       return usage("revoke needs a token id or principal=P");
     }
+    if (rev.name.empty() || rev.name.size() > 256)
+      return usage("a token id or principal has 1 to 256 characters");
+    if (rev.what == revocation::kind::principal)
+      st.cfg.policy->revoke_principal(rev.name, rev.at);
+    else
+      st.cfg.policy->revoke_token(rev.name, rev.at);
     ++st.revoked;
-    bool relayed = kv.count("relay") > 0;
+    std::string persisted = "true";
+    if (!st.cfg.revocations_file.empty()) {
+      try {
+        revocation_store{st.cfg.revocations_file}.append(rev);
+      } catch (const std::exception& e) {
+        persisted = e.what();
+      }
+    } else {
+      persisted = "false";
+    }
     ev.details["relayed"] = relayed ? "true" : "false";
+    ev.details["persisted"] = persisted;
     audit_event(st, ev, *admin);
     r.text = "revoked on " + st.cfg.node + "\n";
+    if (persisted != "true" && !st.cfg.revocations_file.empty())
+      r.text += "warning: not persisted: " + persisted + "\n";
     if (relayed || !st.cfg.gate) {
       r.json = "{\"revoked\":true,\"peers\":0}";
       return r;
     }
+    auto relay = "revoke "
+                 + (rev.what == revocation::kind::principal
+                      ? "principal=" + rev.name
+                          + " through=" + std::to_string(rev.at)
+                      : rev.name)
+                 + " auth=" + kv["auth"] + " relay=1";
     auto rp = self->make_response_promise<console_reply>();
+    auto t0 = std::chrono::steady_clock::now();
     self
       ->request(st.cfg.gate, std::chrono::seconds(3), broadcast_atom::value,
-                std::string{"token"}, arg + " relay=1")
+                std::string{"token"}, std::move(relay))
       .then(
-        [rp, r](std::uint64_t peers) mutable {
-          r.text += "told " + std::to_string(peers) + " peers\n";
+        [rp, r, t0](std::uint64_t peers) mutable {
+          auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count();
+          r.text += "told " + std::to_string(peers) + " peers in "
+                    + std::to_string(ms) + " ms\n";
           r.json = "{\"revoked\":true,\"peers\":" + std::to_string(peers)
-                   + "}";
+                   + ",\"broadcast_ms\":" + std::to_string(ms) + "}";
           rp.deliver(std::move(r));
         },
         [rp, r](caf::error&) mutable {

@@ -17,9 +17,15 @@
 /// <state_dir>/access/admin.token (0600): holding it means having read
 /// access to a node's state directory.
 ///
-/// A revocation is applied locally, then broadcast through the gate as
-/// ("token", "revoke ... relay=1") to every live peer (which does not relay
-/// it further), so it reaches every node within one round trip.
+/// A revocation is applied locally and appended to the revocations file
+/// (fsynced, so it survives a restart), then broadcast through the gate as
+/// ("token", "revoke ... relay=1 through=T") to every live peer (which
+/// applies and persists it but does not relay it further), so it reaches
+/// every node within one round trip; the reply says how many peers applied
+/// it and how long that took. A principal's revocation covers tokens issued
+/// up to T, the revoking node's clock (a peer whose clock is ahead uses its
+/// own, never less). A node that is down during the broadcast does not
+/// learn of it.
 /// Issue, revoke and every refusal are audited. Policy entries are swept
 /// every `sweep_interval`.
 
@@ -34,6 +40,10 @@
 
 namespace exo::access {
 
+/// Longest lifetime of a token the node issues (the first admin token's
+/// too); a principal's revocation is kept this long.
+inline constexpr std::int64_t max_token_ttl_s = 30 * 86400;
+
 struct access_actor_config {
   std::string node;
   std::shared_ptr<shared_policy> policy;
@@ -43,7 +53,11 @@ struct access_actor_config {
   std::chrono::milliseconds sweep_interval{60000};
   /// Longest lifetime of an issued token (also how long revocations of a
   /// token id are kept).
-  std::int64_t max_ttl_s = 30 * 86400;
+  std::int64_t max_ttl_s = max_token_ttl_s;
+  /// Where revocations are appended (revocation_store) so that they survive
+  /// a restart; empty: kept in memory only. The node loads the file into
+  /// the policy before any device actor exists (runtime/node/safety.cpp).
+  std::string revocations_file;
 };
 
 caf::actor spawn_access_actor(caf::actor_system& sys,

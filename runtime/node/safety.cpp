@@ -1,9 +1,12 @@
 #include "runtime/node/safety.hpp"
 
 #include "actors/access/access_actor.hpp"
+#include "actors/access/device_request.hpp"
+#include "actors/access/revocation_store.hpp"
 #include "actors/audit/audit_actor.hpp"
 #include "actors/thermal/thermal_actor.hpp"
 #include "messages/audit.hpp"
+#include "messages/device.hpp"
 #include "messages/cluster.hpp"
 
 #include <caf/all.hpp>
@@ -12,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <map>
 #include <stdexcept>
 
@@ -56,14 +60,29 @@ safety_parts start_safety(caf::actor_system& sys,
   pc.rate_per_s = sf.access_rate_per_s;
   pc.burst = sf.access_burst;
   out.access = std::make_shared<access::shared_policy>(pc);
-  // The first admin token: whoever can read the state directory is admin.
   auto dir = cfg.node.state_dir + "/access";
   ::mkdir(dir.c_str(), 0700);
+  // Revocations survive a restart: applied before any device actor exists.
+  out.revocations_file = dir + "/revocations";
+  std::size_t restored = 0, skipped = 0;
+  try {
+    access::revocation_store store{out.revocations_file};
+    auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+    auto rs = store.load(now, access::max_token_ttl_s);
+    out.access->apply(rs);
+    restored = rs.size();
+    skipped = store.skipped();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string{"access: "} + e.what());
+  }
+  // The first admin token: whoever can read the state directory is admin.
   out.admin_token_file = dir + "/admin.token";
   struct stat sb;
   if (::stat(out.admin_token_file.c_str(), &sb) != 0) {
     auto token = access::issue_admin_token(out.key, "admin@" + cfg.node.name,
-                                           30 * 86400) + "\n";
+                                           access::max_token_ttl_s) + "\n";
     int fd = ::open(out.admin_token_file.c_str(),
                     O_WRONLY | O_CREAT | O_EXCL, 0600);
     if (fd >= 0) {
@@ -77,7 +96,10 @@ safety_parts start_safety(caf::actor_system& sys,
                 {"file", out.admin_token_file}});
   }
   send_event(out.audit, audit::event_type::config_load,
-             {{"source", cfg.source}, {"key_file", key_file}});
+             {{"source", cfg.source},
+              {"key_file", key_file},
+              {"revocations_restored", std::to_string(restored)},
+              {"revocation_lines_skipped", std::to_string(skipped)}});
   send_event(out.audit, audit::event_type::backend_start,
              {{"devices", std::to_string(devices)}});
   return out;
@@ -119,6 +141,8 @@ service spawn_access_service(const service_context& ctx) {
   ac.key = ctx.access_key;
   ac.audit = ctx.audit;
   ac.gate = ctx.gate;
+  ac.max_ttl_s = access::max_token_ttl_s;
+  ac.revocations_file = ctx.cfg->node.state_dir + "/access/revocations";
   auto h = access::spawn_access_actor(*ctx.sys, std::move(ac));
   return {"access", "access", h, {"token"}};
 }
@@ -180,6 +204,116 @@ caf::behavior audit_service(caf::stateful_actor<audit_service_state>* self,
 }
 
 } // namespace
+
+namespace {
+
+/// Console "dev": clients' device operations on this node's devices, always
+/// as the token-bearing variants (actors/access/device_request.hpp). The
+/// service itself holds no rights: the device actor checks the token.
+caf::behavior device_service(caf::event_based_actor* self,
+                             caf::actor node_actor) {
+  using access::device_request;
+  return {
+    [self, node_actor](console_atom, const std::string&,
+                       const std::string& arg) -> caf::result<console_reply> {
+      device_request req;
+      auto why = access::parse_device_request(arg, req);
+      if (!why.empty())
+        return caf::make_error(caf::sec::invalid_argument,
+                               "dev: " + why + " ("
+                                 + access::device_request_usage() + ")");
+      auto rp = self->make_response_promise<console_reply>();
+      auto fail = [rp](caf::error& err) mutable { rp.deliver(std::move(err)); };
+      // Finds the device by id among this node's device actors (asked
+      // without a token: the service is an actor of this node), then sends
+      // the client's operation with the client's token.
+      self->request(node_actor, std::chrono::seconds(5), devices_atom::value,
+                    actors_atom::value)
+        .then(
+          [self, rp, req, fail](std::vector<device_actor>& hs) mutable {
+            struct search {
+              std::size_t pending = 0;
+              device_actor found;
+            };
+            auto s = std::make_shared<search>();
+            s->pending = hs.size();
+            auto finish = [self, rp, req, s, fail]() mutable {
+              if (!s->found) {
+                rp.deliver(caf::make_error(caf::sec::invalid_argument,
+                                           "dev: no device \"" + req.device
+                                             + "\" on this node"));
+                return;
+              }
+              auto reply = [rp](std::string text) mutable {
+                console_reply r;
+                r.command = "dev";
+                r.json = "{\"result\":\"" + text + "\"}";
+                r.text = std::move(text) + "\n";
+                rp.deliver(std::move(r));
+              };
+              auto to = std::chrono::seconds(10);
+              using op = device_request::op;
+              switch (req.what) {
+                case op::info:
+                  self->request(s->found, to, info_atom::value, req.token)
+                    .then([reply](device_info& i) mutable {
+                            reply(i.id + " " + std::string{to_string(i.state)});
+                          },
+                          fail);
+                  break;
+                case op::allocate:
+                  self
+                    ->request(s->found, to, allocate_atom::value, req.bytes,
+                              req.token)
+                    .then([reply](handle_id h) mutable {
+                            reply(std::to_string(h));
+                          },
+                          fail);
+                  break;
+                case op::free:
+                  self
+                    ->request(s->found, to, free_atom::value, req.handle,
+                              req.token)
+                    .then([reply](caf::atom_value) mutable { reply("ok"); },
+                          fail);
+                  break;
+                case op::sync:
+                  self->request(s->found, to, sync_atom::value, req.token)
+                    .then([reply](caf::atom_value) mutable { reply("ok"); },
+                          fail);
+                  break;
+              }
+            };
+            if (hs.empty()) {
+              finish();
+              return;
+            }
+            for (auto& h : hs)
+              self->request(h, std::chrono::seconds(5), info_atom::value)
+                .then(
+                  [s, h, req, finish](device_info& i) mutable {
+                    if (i.id == req.device)
+                      s->found = h;
+                    if (--s->pending == 0)
+                      finish();
+                  },
+                  [s, finish](caf::error&) mutable {
+                    if (--s->pending == 0)
+                      finish();
+                  });
+          },
+          fail);
+      return rp;
+    },
+  };
+}
+
+} // namespace
+
+service spawn_device_service(const service_context& ctx) {
+  auto h = ctx.sys->spawn(device_service, ctx.node);
+  return {"dev", "dev", h, {"dev"}};
+}
 
 service spawn_audit_service(const service_context& ctx) {
   auto h = ctx.sys->spawn(audit_service, ctx.audit, ctx.gate,

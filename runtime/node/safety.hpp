@@ -22,9 +22,11 @@ struct safety_parts {
   std::shared_ptr<access::shared_policy> access;
   std::string key;
   std::string admin_token_file;
+  std::string revocations_file; ///< <state_dir>/access/revocations
 };
 
-/// Opens <state_dir>/audit, loads (or creates) the access key, writes the
+/// Opens <state_dir>/audit, loads (or creates) the access key, applies the
+/// revocations kept in <state_dir>/access/revocations, writes the
 /// first admin token to <state_dir>/access/admin.token when missing, and
 /// audits config_load and backend_start. Throws std::runtime_error.
 safety_parts start_safety(caf::actor_system& sys,
@@ -39,6 +41,10 @@ service spawn_thermal_service(const service_context& ctx);
 
 /// Console "token": issue, revoke (broadcast to peers), check.
 service spawn_access_service(const service_context& ctx);
+
+/// Console "dev": a client's device operation on this node, always sent to
+/// the device actor with the client's token (actors/access/device_request.hpp).
+service spawn_device_service(const service_context& ctx);
 
 /// Console "audit" (query, verify), forwarded to the sink; also audits
 /// member joins and leaves by watching the gate's member view.

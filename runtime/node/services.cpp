@@ -23,6 +23,7 @@ std::vector<service> spawn_services(const service_context& ctx) {
   out.push_back(spawn_audit_service(ctx));
   out.push_back(spawn_thermal_service(ctx));
   out.push_back(spawn_access_service(ctx));
+  out.push_back(spawn_device_service(ctx));
   // shards (issue 5): shards for peers, model transfer, console `run`.
   out.push_back(jobs::spawn_shards_service(ctx));
   return out;

@@ -1,0 +1,283 @@
+// Access control across a cluster of real exo-node processes on 127.0.0.1
+// (issue 6): tokens issued on one node work on every node; expired,
+// forged and truncated tokens are refused everywhere; only an admin may
+// issue or revoke; a revocation made through one node's console reaches
+// every node within 1 s and refuses the principal's next device operation
+// everywhere; it survives a restart; every refusal is audited. The thermal
+// overview of the console covers the whole cluster.
+
+#include "test/support/process.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <memory>
+#include <regex>
+#include <thread>
+
+using namespace exo::test;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+std::string exo_node() {
+  return build_path("runtime/node/exo-node");
+}
+std::string exo_cert() {
+  return build_path("runtime/tls/exo-cert");
+}
+std::string exo_console() {
+  return build_path("runtime/console/exo-console");
+}
+
+void must(const run_result& r) {
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+}
+
+bool contains(const std::string& s, const std::string& what) {
+  return s.find(what) != std::string::npos;
+}
+
+/// A CA, node certificates, a client certificate and the cluster's shared
+/// access key (tokens are HMAC-signed with it and checked on every node).
+struct cluster {
+  std::string dir = temp_dir("exo-access");
+  std::string key_file = dir + "/access.key";
+
+  cluster() {
+    must(run({exo_cert(), "init-ca", "--dir", dir + "/ca"}));
+    must(run({exo_cert(), "issue-client", "--ca-dir", dir + "/ca", "--name",
+              "ops", "--out", dir + "/ops"}));
+    write_file(key_file, "6f1c0e4d2b8a7f3e9d5c1b0a8f7e6d5c4b3a29181706f5e4d3c2"
+                         "b1a09f8e7d6c\n");
+  }
+
+  std::string state_dir(const std::string& name) const {
+    return dir + "/" + name + "/state";
+  }
+
+  std::unique_ptr<process> start(const std::string& name,
+                                 std::uint16_t& port,
+                                 const std::vector<std::uint16_t>& seeds) {
+    if (port == 0)
+      must(run({exo_cert(), "issue-node", "--ca-dir", dir + "/ca", "--name",
+                name, "--out", dir + "/" + name, "--force"}));
+    std::string s = "[";
+    for (std::size_t i = 0; i < seeds.size(); ++i)
+      s += (i ? ", " : "") + std::string{"\"127.0.0.1:"}
+           + std::to_string(seeds[i]) + "\"";
+    s += "]";
+    auto d = dir + "/" + name;
+    auto cfg = d + "/node.json";
+    write_file(cfg, R"({"node": {"name": ")" + name + R"(", "state_dir": ")"
+                      + state_dir(name) + R"("},
+      "network": {"port": )" + std::to_string(port) + R"(, "seeds": )" + s
+                      + R"(, "heartbeat_ms": 200, "failure_timeout_ms": 1500,
+                  "connect_timeout_ms": 1000},
+      "tls": {"certificate": ")" + d + "/" + name + R"(.crt", "key": ")" + d
+                      + "/" + name + R"(.key", "ca": ")" + d + R"(/ca.crt"},
+      "safety": {"access_key_file": ")" + key_file + R"("},
+      "devices": {"include": ["sim"],
+                  "simulated": [{"profile": "adreno-740"}],
+                  "rescan_interval_s": 0}})");
+    auto p = std::make_unique<process>(
+      std::vector<std::string>{exo_node(), "--config", cfg});
+    REQUIRE(p->wait_for_output("ready in", 60s));
+    std::smatch m;
+    auto out = p->out();
+    REQUIRE(
+      std::regex_search(out, m, std::regex{"listening on [^:]+:(\\d+)"}));
+    port = static_cast<std::uint16_t>(std::stoi(m[1]));
+    return p;
+  }
+
+  run_result console(std::uint16_t port, const std::string& cmd,
+                     bool json = false) const {
+    std::vector<std::string> argv{exo_console(),
+                                  "--connect",
+                                  "127.0.0.1:" + std::to_string(port),
+                                  "--cert",
+                                  dir + "/ops/ops.crt",
+                                  "--key",
+                                  dir + "/ops/ops.key",
+                                  "--ca",
+                                  dir + "/ca/ca.crt",
+                                  "--timeout-ms",
+                                  "10000",
+                                  "--exec",
+                                  cmd};
+    if (json)
+      argv.push_back("--json");
+    return run(argv, 60s);
+  }
+
+  /// Polls `cmd` on `port` until `pred(result)` holds or `timeout` passes.
+  template <class Pred>
+  bool eventually(std::uint16_t port, const std::string& cmd, Pred pred,
+                  std::chrono::milliseconds timeout) const {
+    auto deadline = clock_type::now() + timeout;
+    for (;;) {
+      auto r = console(port, cmd, true);
+      if (pred(r))
+        return true;
+      if (clock_type::now() >= deadline) {
+        UNSCOPED_INFO("last output of " << cmd << ": " << r.out << r.err);
+        return false;
+      }
+      std::this_thread::sleep_for(200ms);
+    }
+  }
+};
+
+const std::string device = "sim:adreno-740:0";
+
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
+
+} // namespace
+
+TEST_CASE("tokens are checked on every node, and a revocation through one "
+          "console refuses the principal everywhere within 1 s") {
+  cluster c;
+  std::uint16_t p1 = 0, p2 = 0, p3 = 0;
+  auto n1 = c.start("a1", p1, {});
+  auto n2 = c.start("a2", p2, {p1});
+  auto n3 = c.start("a3", p3, {p1});
+  const std::vector<std::uint16_t> ports{p1, p2, p3};
+  for (auto port : ports)
+    REQUIRE(c.eventually(
+      port, "nodes",
+      [](const run_result& r) {
+        return r.code == 0
+               && std::regex_search(
+                 r.out, std::regex{"(\"status\": \"alive\"[^]*){3}"});
+      },
+      30s));
+  // The console's cluster thermal overview covers every node's devices
+  // (peers push their reports every 2 s).
+  for (auto port : {p1, p3}) {
+    CHECK(c.eventually(
+      port, "thermal",
+      [](const run_result& r) {
+        return r.code == 0 && contains(r.out, "\"a1\"")
+               && contains(r.out, "\"a2\"") && contains(r.out, "\"a3\"");
+      },
+      30s));
+    auto t = c.console(port, "thermal");
+    INFO(t.out << t.err);
+    CHECK(contains(t.out, "hottest: "));
+    CHECK(contains(t.out, "paused: none"));
+    CHECK(contains(t.out, "TIME-TO-LIMIT"));
+    for (auto n : {"a1", "a2", "a3"})
+      CHECK(contains(t.out, std::string{n} + "/" + device));
+  }
+  auto admin = first_line(read_file(c.state_dir("a1") + "/access/admin.token"));
+  REQUIRE(admin.rfind("exo1.", 0) == 0);
+
+  // Issue through a1's console; the token works on every node.
+  auto issue = [&](const std::string& principal, const std::string& extra) {
+    auto r = c.console(p1, "token issue principal=" + principal
+                             + " role=user " + extra + " auth=" + admin);
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    return first_line(r.out);
+  };
+  auto alice = issue("alice", "ttl=600");
+  auto bob = issue("bob", "ttl=600");
+  auto brief = issue("brief", "ttl=1");
+  for (auto port : ports) {
+    INFO("node port " << port);
+    auto r = c.console(port, "dev sync " + device + " auth=" + alice);
+    INFO(r.out << r.err);
+    CHECK(r.code == 0);
+    CHECK(r.out == "ok\n");
+    auto h = c.console(port, "dev alloc " + device + " 4096 auth=" + bob);
+    CHECK(h.code == 0);
+    auto f = c.console(port, "dev free " + device + " " + first_line(h.out)
+                               + " auth=" + bob);
+    INFO("alloc: " << h.out << h.err << " free: " << f.out << f.err);
+    CHECK(f.code == 0);
+  }
+
+  // Only an admin issues or revokes: alice's own token is not enough.
+  for (auto cmd : {"token issue principal=mallory role=admin auth=" + alice,
+                   "token revoke principal=bob auth=" + alice,
+                   std::string{"token revoke principal=bob"}}) {
+    auto r = c.console(p2, cmd);
+    CHECK(r.code == 1);
+    CHECK(contains(r.err, "admin required"));
+  }
+
+  // Forged, truncated, empty and expired tokens are refused on every node.
+  auto forged = alice;
+  auto mid = forged.size() / 2;
+  forged[mid] = forged[mid] == 'A' ? 'B' : 'A';
+  auto truncated = alice.substr(0, alice.rfind('.'));
+  REQUIRE(c.eventually(
+    p1, "dev sync " + device + " auth=" + brief,
+    [](const run_result& r) { return contains(r.err, "expired"); }, 20s));
+  struct bad_token {
+    std::string token, code;
+  };
+  for (auto& bt : {bad_token{forged, "bad_signature"},
+                   bad_token{truncated, "truncated"},
+                   bad_token{"", "malformed"},
+                   bad_token{brief, "expired"}}) {
+    for (auto port : ports) {
+      INFO("node port " << port << ", expecting " << bt.code);
+      auto r = c.console(port, "dev sync " + device + " auth=" + bt.token);
+      CHECK(r.code == 1);
+      CHECK(contains(r.err, bt.code));
+    }
+  }
+
+  // Revoke alice through a2's console (not the node that issued).
+  auto rev = c.console(p2, "token revoke principal=alice auth=" + admin, true);
+  INFO(rev.out << rev.err);
+  REQUIRE(rev.code == 0);
+  CHECK(contains(rev.out, "\"peers\":2"));
+  std::smatch m;
+  REQUIRE(std::regex_search(rev.out, m, std::regex{"\"broadcast_ms\":(\\d+)"}));
+  CHECK(std::stoi(m[1]) < 1000);
+  // The revoke has returned: alice's very next operation fails everywhere,
+  // with no waiting; bob is untouched.
+  for (auto port : ports) {
+    INFO("node port " << port);
+    auto r = c.console(port, "dev sync " + device + " auth=" + alice);
+    CHECK(r.code == 1);
+    CHECK(contains(r.err, "revoked"));
+    CHECK(c.console(port, "dev sync " + device + " auth=" + bob).code == 0);
+  }
+
+  // The revocation survives a restart of a node (a3, under its state dir).
+  n3->signal(SIGTERM);
+  CHECK(n3->wait(30s) == 0);
+  n3 = c.start("a3", p3, {p1});
+  {
+    auto r = c.console(p3, "dev sync " + device + " auth=" + alice);
+    CHECK(r.code == 1);
+    CHECK(contains(r.err, "revoked"));
+    CHECK(c.console(p3, "dev sync " + device + " auth=" + bob).code == 0);
+  }
+
+  // Every refusal is audited on the node that refused it.
+  for (auto port : ports) {
+    INFO("node port " << port);
+    auto q = c.console(port, "audit query type=access_denied principal=alice "
+                             "limit=100",
+                       true);
+    CHECK(q.code == 0);
+    CHECK(contains(q.out, "\"type\":\"access_denied\""));
+    CHECK(contains(q.out, "revoked"));
+  }
+  auto forged_q = c.console(p1, "audit query type=access_denied limit=1000",
+                            true);
+  CHECK(contains(forged_q.out, "bad_signature"));
+  CHECK(contains(forged_q.out, "truncated"));
+  auto revoked_q = c.console(p3, "audit query type=token_revoked limit=10",
+                             true);
+  CHECK(contains(revoked_q.out, "alice"));
+}
