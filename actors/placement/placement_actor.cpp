@@ -1,6 +1,8 @@
 #include "actors/placement/placement_actor.hpp"
 
 #include "actors/placement/problem_json.hpp"
+#include "actors/audit/event.hpp"
+#include "messages/audit.hpp"
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
 
@@ -106,6 +108,34 @@ bool same_job(const plan_request& a, const plan_request& b) {
          && a.objective == b.objective && a.blend_weight == b.blend_weight;
 }
 
+/// Audits a placement decision (issue 6): plans and re-plans alike.
+void audit_plan(self_ptr self, const std::string& job, const plan_request& r,
+                const plan_info& p, const std::string& why, bool stale) {
+  auto& st = self->state;
+  if (!st.cfg.audit)
+    return;
+  std::string stages;
+  for (auto& s : p.stages)
+    stages += (stages.empty() ? "" : " ") + s.device + "["
+              + std::to_string(s.first_layer) + ","
+              + std::to_string(s.end_layer) + ")";
+  audit_entry e;
+  e.type = static_cast<std::uint8_t>(audit::event_type::placement_decided);
+  e.level = static_cast<std::uint8_t>(
+    p.stages.empty() || stale ? audit::severity::warning
+                              : audit::severity::info);
+  e.details = {{"job", job.empty() ? "-" : job},
+               {"model", r.model_path},
+               {"objective", r.objective},
+               {"status", p.status},
+               {"solver", p.solver},
+               {"stages", stages.empty() ? "-" : stages},
+               {"why", why},
+               {"stale", stale ? "true" : "false"},
+               {"planned_by", st.cfg.node_name}};
+  self->send(st.cfg.audit, audit_atom::value, std::move(e));
+}
+
 /// Plans `r` now on the latest snapshot; keeps it as a job if asked.
 caf::expected<plan_job_info> plan_now(self_ptr self, const plan_request& r) {
   auto& st = self->state;
@@ -125,6 +155,7 @@ caf::expected<plan_job_info> plan_now(self_ptr self, const plan_request& r) {
   }
   auto p = solve_on_snapshot(self, r, m);
   if (!r.keep) {
+    audit_plan(self, {}, r, p, "request", false);
     plan_job_info out;
     out.request = r;
     out.plan = std::move(p);
@@ -132,6 +163,7 @@ caf::expected<plan_job_info> plan_now(self_ptr self, const plan_request& r) {
   }
   for (auto& j : st.jobs)
     if (same_job(j.info.request, r)) {
+      audit_plan(self, j.info.id, r, p, "request", false);
       j.info.request = r;
       j.info.plan = std::move(p);
       j.info.stale = false;
@@ -144,6 +176,7 @@ caf::expected<plan_job_info> plan_now(self_ptr self, const plan_request& r) {
                             + ")");
   job j;
   j.info.id = "job-" + std::to_string(st.next_job++);
+  audit_plan(self, j.info.id, r, p, "request", false);
   j.info.request = r;
   j.info.plan = std::move(p);
   j.model = std::move(m);
@@ -177,6 +210,8 @@ void replan_all(self_ptr self) {
     ++j.info.replans;
     j.info.last_reason = reason;
     j.info.last_replan_ns = wall_ns();
+    audit_plan(self, j.info.id, j.info.request, j.info.plan,
+               "re-plan: " + reason, j.info.stale);
   }
 }
 

@@ -57,6 +57,10 @@ struct placement_actor_config {
   conversion_options conversion;
   /// Most jobs kept; planning one more is refused.
   std::size_t max_jobs = 64;
+  /// The node's audit sink (optional): every plan and re-plan is sent as a
+  /// placement_decided event (audit_atom, audit_entry) naming the job, the
+  /// model, the outcome, the stages and why it was planned.
+  caf::actor audit;
 };
 
 /// Spawns the placement actor (detached).

@@ -4,6 +4,8 @@
 
 #include "actors/placement/cluster_snapshot.hpp"
 #include "actors/placement/placement_actor.hpp"
+#include "actors/audit/event.hpp"
+#include "messages/audit.hpp"
 #include "messages/placement.hpp"
 #include "messages/registration.hpp"
 #include "runtime/model/test_model.hpp"
@@ -84,14 +86,26 @@ struct actor_fixture {
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<caf::scoped_actor> self;
   caf::actor placement;
-  explicit actor_fixture(std::chrono::milliseconds debounce) {
+  /// With `audited`, the scoped actor is the audit sink.
+  explicit actor_fixture(std::chrono::milliseconds debounce,
+                         bool audited = false) {
     register_messages(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
     self = std::make_unique<caf::scoped_actor>(*sys);
     placement_actor_config c;
     c.node_name = "test";
     c.debounce = debounce;
+    if (audited)
+      c.audit = caf::actor_cast<caf::actor>(*self);
     placement = spawn_placement_actor(*sys, c);
+  }
+  /// The next audit event sent to the scoped actor.
+  audit_entry next_audit() {
+    audit_entry out;
+    (*self)->receive(
+      [&](audit_atom, audit_entry& e) { out = std::move(e); },
+      caf::after(60s) >> [] { FAIL("no audit event within 60 s"); });
+    return out;
   }
   ~actor_fixture() {
     (*self)->send_exit(placement, caf::exit_reason::user_shutdown);
@@ -296,6 +310,39 @@ TEST_CASE("the placement actor answers a plan for a small cluster",
   auto text = render_text(j);
   CHECK(text.find("a/d0") != std::string::npos);
   CHECK(render_json(j).find("\"stages\":[") != std::string::npos);
+}
+
+TEST_CASE("every plan and re-plan is audited as placement_decided",
+          "[placement][actor][audit]") {
+  small_model model;
+  actor_fixture fx{100ms, true};
+  member_view v;
+  v.members = {member("a", {dev("d0", model.part(), 2e12, 67e9),
+                            dev("d1", model.part(), 1e12, 67e9)}),
+               member("b", {dev("d0", model.part(), 1e12, 67e9)})};
+  fx.feed(v);
+  auto j = fx.plan(model.path);
+  REQUIRE(j.plan.stages.size() == 2);
+  auto e = fx.next_audit();
+  CHECK(e.type
+        == static_cast<std::uint8_t>(audit::event_type::placement_decided));
+  CHECK(e.details["job"] == "job-1");
+  CHECK(e.details["model"] == model.path);
+  CHECK(e.details["status"] == "optimal");
+  CHECK(e.details["why"] == "request");
+  CHECK(e.details["stages"].find(j.plan.stages[0].device + "[0,")
+        != std::string::npos);
+  // A device of the plan goes away: the re-plan is audited with its reason.
+  auto victim = j.plan.stages[0].device;
+  for (auto& m : v.members)
+    for (auto& d : m.devices)
+      if (m.name + "/" + d.id == victim)
+        d.state = device_state::gone;
+  fx.feed(v);
+  e = fx.next_audit();
+  CHECK(e.details["job"] == "job-1");
+  CHECK(e.details["why"].rfind("re-plan: device " + victim, 0) == 0);
+  CHECK(e.details["stages"].find(victim) == std::string::npos);
 }
 
 TEST_CASE("a job is re-planned, with the reason, when a device it uses "
