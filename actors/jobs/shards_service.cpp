@@ -1,10 +1,12 @@
 #include "actors/jobs/shards_service.hpp"
 
+#include "actors/audit/event.hpp"
 #include "actors/jobs/job_actor.hpp"
 #include "actors/jobs/run_options.hpp"
 #include "actors/jobs/simple_placement.hpp"
 #include "actors/shard/model_cache.hpp"
 #include "actors/shard/shard_actor.hpp"
+#include "messages/audit.hpp"
 #include "messages/cluster.hpp"
 #include "messages/errors.hpp"
 #include "messages/workload.hpp"
@@ -49,6 +51,7 @@ struct service_state {
   std::string state_dir;
   caf::actor node_actor;
   caf::actor gate;
+  caf::actor audit; ///< job_submitted / job_finished (issue 6); optional
   std::map<std::string, std::weak_ptr<const model::llama_model>> models;
   std::map<std::string, std::string> offered; ///< sha256 -> path
   std::map<std::string, download> downloads;
@@ -321,6 +324,21 @@ void end_run(self_ptr self, std::shared_ptr<cluster_run> run,
     run->rp.deliver(fail(exo_errc::failed_state, "run: " + error));
 }
 
+/// Sends one job event to the node's audit sink, if there is one.
+void audit_job(self_ptr self, audit::event_type type,
+               std::map<std::string, std::string> details,
+               audit::severity level = audit::severity::info) {
+  auto& st = self->state;
+  if (!st.audit)
+    return;
+  audit_entry e;
+  e.type = static_cast<std::uint8_t>(type);
+  e.level = static_cast<std::uint8_t>(level);
+  e.details = std::move(details);
+  e.details["node"] = st.node;
+  self->send(st.audit, audit_atom::value, std::move(e));
+}
+
 void start_job(self_ptr self, std::shared_ptr<cluster_run> run) {
   auto& hp = run->model->hparams();
   job_setup j;
@@ -379,18 +397,34 @@ void start_job(self_ptr self, std::shared_ptr<cluster_run> run) {
     reply.json = js.str();
     return caf::make_message(std::move(reply));
   };
+  auto job_id = std::to_string(j.id);
+  std::string stages;
+  for (auto& r : run->ready)
+    stages += (stages.empty() ? "" : " ") + r.node + "/" + r.device;
+  audit_job(self, audit::event_type::job_submitted,
+            {{"job", job_id},
+             {"model", run->sha.substr(0, 16)},
+             {"stages", stages},
+             {"sequences", std::to_string(run->opts.sequences)},
+             {"n_gen", std::to_string(run->opts.n_gen)}});
   auto job = spawn_job(self->system(), std::move(j));
   std::cout << run->opts.prompt << std::flush;
   self->request(job, caf::infinite, run_atom::value)
     .then(
-      [self, run](console_reply& r) {
+      [self, run, job_id](console_reply& r) {
         std::cout << std::endl;
+        audit_job(self, audit::event_type::job_finished,
+                  {{"job", job_id}, {"outcome", "ok"}});
         end_run(self, run, "");
         run->rp.deliver(std::move(r));
       },
-      [self, run](caf::error& err) {
+      [self, run, job_id](caf::error& err) {
         std::cout << std::endl;
-        end_run(self, run, render(self, err));
+        auto why = render(self, err);
+        audit_job(self, audit::event_type::job_finished,
+                  {{"job", job_id}, {"outcome", "error"}, {"error", why}},
+                  audit::severity::warning);
+        end_run(self, run, why);
       });
 }
 
@@ -558,6 +592,7 @@ service spawn_shards_service(const service_context& ctx) {
   init.state_dir = ctx.cfg->node.state_dir;
   init.node_actor = ctx.node;
   init.gate = ctx.gate;
+  init.audit = ctx.audit;
   service s;
   s.name = "shards";
   s.kind = "shards";

@@ -14,10 +14,13 @@ std::vector<service> spawn_services(const service_context& ctx) {
   // One call per service, e.g.:
   //   out.push_back(placement::spawn_service(ctx));
   // placement: plans models on the live cluster, re-plans its jobs.
+  placement::placement_actor_config pc;
+  pc.node_name = ctx.cfg->node.name;
+  pc.gate = ctx.gate;
+  pc.poll_interval = ctx.cfg->network.heartbeat * 2;
+  pc.audit = ctx.audit; // placement decisions are audited (issue 6)
   out.push_back({"placement", "placement",
-                 placement::spawn_placement_actor(
-                   *ctx.sys, ctx.cfg->node.name, ctx.gate,
-                   ctx.cfg->network.heartbeat * 2),
+                 placement::spawn_placement_actor(*ctx.sys, std::move(pc)),
                  placement::placement_commands()});
   // safety (issue 6, runtime/node/safety.hpp): audit, thermal, tokens.
   out.push_back(spawn_audit_service(ctx));

@@ -218,6 +218,20 @@ TEST_CASE("two nodes run a job across both; the node without the model "
   REQUIRE(again.code == 0);
   CHECK(sent(again.out) == 0);
   CHECK(line_after(again.out, "text: ") == line_after(solo.out, "text: "));
+  // The coordinator audited each job's submission and end (issue 6).
+  for (auto type : {"job_submitted", "job_finished"}) {
+    auto q = console(p, a.port, std::string{"audit query type="} + type);
+    INFO(q.out << q.err);
+    CHECK(q.code == 0);
+    std::size_t n = 0;
+    for (auto at = q.out.find(type); at != std::string::npos;
+         at = q.out.find(type, at + 1))
+      ++n;
+    CHECK(n == 3);
+  }
+  CHECK(console(p, a.port, "audit query type=job_finished").out.find(
+          "outcome=ok")
+        != std::string::npos);
   a.proc->signal(SIGTERM);
   b.proc->signal(SIGTERM);
   CHECK(a.proc->wait(30s) == 0);
