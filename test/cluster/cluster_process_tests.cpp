@@ -242,6 +242,7 @@ TEST_CASE("the console lists links, actors and inspects one, in tables and "
   CHECK(contains(actors.out, "gate"));
   CHECK(contains(actors.out, "node"));
   auto insp = console(p, b.port, {"inspect a:device/sim:adreno-740:0"});
+  INFO(insp.out << insp.err);
   REQUIRE(insp.code == 0);
   CHECK(contains(insp.out, "live_handles"));
   auto j = console(p, b.port, {"inspect gate"}, true);
