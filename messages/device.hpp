@@ -6,6 +6,7 @@
 ///   client ---- allocate(bytes) ----> device   -> handle (opaque id)
 ///   client ---- write(h, off, chunk)-> device   -> unit   (bounds-checked)
 ///   client ---- read(h, off, len) ---> device   -> chunk  (len bounded)
+///   client ---- compute(kernel_call) or compute([kernel_call...]) -> device
 ///   client ---- copy(h, off, peer, h2, off2, len) -> device
 ///                  device ---- write(h2, ...) ---> peer  (in bounded chunks)
 ///   thermal --- pause / resume ------> device   (in-flight work finishes)
@@ -159,7 +160,14 @@ typename Inspector::result_type inspect(Inspector& f, kernel_call& x) {
            x.input_offsets, x.output, x.output_offset, x.dims, x.scalars);
 }
 
-/// The typed interface of a device actor.
+/// The most kernel_calls one batched compute request may carry.
+constexpr std::size_t max_kernel_batch = 4096;
+
+/// The typed interface of a device actor. (compute_atom,
+/// std::vector<kernel_call>) runs up to max_kernel_batch calls in order with
+/// one reply (a shard's forward step): each call is checked like a single
+/// one, and the first failure stops the batch with an error naming its
+/// index. Like the other token-less requests it is for actors of this node.
 using device_actor = caf::typed_actor<
   caf::replies_to<info_atom>::with<device_info>,
   caf::replies_to<allocate_atom, std::uint64_t>::with<handle_id>,
@@ -171,6 +179,8 @@ using device_actor = caf::typed_actor<
   caf::replies_to<copy_atom, handle_id, std::uint64_t, caf::actor,
                   handle_id, std::uint64_t, std::uint64_t>::with<caf::atom_value>,
   caf::replies_to<compute_atom, kernel_call>::with<caf::atom_value>,
+  caf::replies_to<compute_atom,
+                  std::vector<kernel_call>>::with<caf::atom_value>,
   caf::replies_to<sync_atom>::with<caf::atom_value>,
   caf::replies_to<telemetry_atom>::with<telemetry_sample>,
   caf::replies_to<pause_atom, std::string>::with<caf::atom_value>,

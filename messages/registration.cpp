@@ -35,6 +35,7 @@ const char* to_string(member_status s) noexcept {
 void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<chunk>("exo.chunk");
   cfg.add_message_type<kernel_call>("exo.kernel_call");
+  cfg.add_message_type<std::vector<kernel_call>>("exo.kernel_calls");
   cfg.add_message_type<device_info>("exo.device_info");
   cfg.add_message_type<std::vector<device_info>>("exo.device_infos");
   cfg.add_message_type<telemetry_sample>("exo.telemetry_sample");

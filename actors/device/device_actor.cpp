@@ -50,6 +50,7 @@ struct device_actor_state {
   device_state state = device_state::ready;
   std::string state_reason;
   std::uint64_t operations = 0;
+  std::uint64_t kernel_calls = 0; ///< compute calls run, batched or single
   std::uint64_t errors = 0;
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
@@ -403,11 +404,42 @@ caf::result<caf::atom_value> do_compute(self_ptr self, const kernel_call& call,
     return make_exo_error(exo_errc::paused,
                           "device is paused: " + st.state_reason);
   ++st.operations;
+  ++st.kernel_calls;
   auto r = run_kernel(st, call);
   if (!r)
     return st.failed(r.err());
   audit_op(self, audit::event_type::device_compute, principal,
            {{"op", call.op}});
+  return caf::ok_atom::value;
+}
+
+/// Runs a batch of kernel calls in order (one reply for a shard's step);
+/// the first failure stops it. One audit event for the whole batch.
+caf::result<caf::atom_value>
+do_compute_batch(self_ptr self, const std::vector<kernel_call>& calls,
+                 const std::string& principal) {
+  auto& st = self->state;
+  if (auto err = st.unusable())
+    return err;
+  if (st.state == device_state::paused)
+    return make_exo_error(exo_errc::paused,
+                          "device is paused: " + st.state_reason);
+  if (calls.size() > max_kernel_batch)
+    return make_exo_error(exo_errc::invalid_argument,
+                          "compute: a batch of " + std::to_string(calls.size())
+                            + " calls exceeds the limit of "
+                            + std::to_string(max_kernel_batch));
+  ++st.operations;
+  st.kernel_calls += calls.size();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    auto r = run_kernel(st, calls[i]);
+    if (!r)
+      return st.failed(backend::fail(
+        r.err().code, "batch call " + std::to_string(i) + " ("
+                        + calls[i].op + "): " + r.err().message));
+  }
+  audit_op(self, audit::event_type::device_compute, principal,
+           {{"op", "batch"}, {"calls", std::to_string(calls.size())}});
   return caf::ok_atom::value;
 }
 
@@ -544,6 +576,12 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
         return err;
       return do_compute(self, call, {});
     },
+    [self](compute_atom,
+           std::vector<kernel_call>& calls) -> caf::result<caf::atom_value> {
+      if (auto err = foreign(self, access::permission::compute_run))
+        return err;
+      return do_compute_batch(self, calls, {});
+    },
     [self](sync_atom) -> caf::result<caf::atom_value> {
       if (auto err = foreign(self, access::permission::compute_sync))
         return err;
@@ -662,6 +700,7 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
         {"cached_bytes", std::to_string(st.pool->cached_bytes())},
         {"pool_reuses", std::to_string(st.pool->reuse_count())},
         {"operations", std::to_string(st.operations)},
+        {"kernel_calls", std::to_string(st.kernel_calls)},
         {"errors", std::to_string(st.errors)},
         {"bytes_in", std::to_string(st.bytes_in)},
         {"bytes_out", std::to_string(st.bytes_out)},

@@ -217,6 +217,43 @@ TEST_CASE("compute calls are checked against their operands") {
   CHECK(code_of(err) == exo_errc::invalid_argument);
 }
 
+TEST_CASE("a batch of compute calls runs in order with one reply") {
+  fixture f;
+  auto a = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{16});
+  auto b = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{16});
+  std::vector<float> x{1, 2, 3, 4};
+  chunk c;
+  c.bytes.resize(16);
+  std::memcpy(c.bytes.data(), x.data(), 16);
+  f.ask<caf::atom_value>(f.sim, write_atom::value, a, std::uint64_t{0}, c);
+  // b = a + a, then b = b * a: the second call sees the first's result.
+  std::vector<kernel_call> calls{{"add", {a, a}, {0, 0}, b, 0, {4}, {}},
+                                 {"mul", {b, a}, {0, 0}, b, 0, {4}, {}}};
+  CHECK(f.ask<caf::atom_value>(f.sim, compute_atom::value, calls)
+        == caf::ok_atom::value);
+  auto back = f.ask<chunk>(f.sim, read_atom::value, b, std::uint64_t{0},
+                           std::uint64_t{16});
+  std::vector<float> y(4);
+  std::memcpy(y.data(), back.bytes.data(), 16);
+  CHECK(y == std::vector<float>{2, 8, 18, 32});
+  auto snap = f.ask<actor_snapshot>(f.sim, inspect_atom::value);
+  CHECK(snap.fields["kernel_calls"] == "2");
+  // Each call is bounds-checked; the failing one is named by its index.
+  calls.push_back({"add", {a, a}, {0, 0}, b, 8, {4}, {}});
+  auto err = f.ask_error(f.sim, caf::make_message(compute_atom::value, calls));
+  CHECK(code_of(err) == exo_errc::out_of_range);
+  CHECK(error_message(err).find("batch call 2") != std::string::npos);
+  // Too many calls at once.
+  std::vector<kernel_call> many(max_kernel_batch + 1, calls[0]);
+  err = f.ask_error(f.sim, caf::make_message(compute_atom::value, many));
+  CHECK(code_of(err) == exo_errc::invalid_argument);
+  // A paused device refuses the batch.
+  f.ask<caf::atom_value>(f.sim, pause_atom::value, std::string{"hot"});
+  calls.pop_back();
+  err = f.ask_error(f.sim, caf::make_message(compute_atom::value, calls));
+  CHECK(code_of(err) == exo_errc::paused);
+}
+
 TEST_CASE("a device that vanishes is marked gone and refuses work") {
   fixture f;
   auto h = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{64});
