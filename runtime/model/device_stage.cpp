@@ -1,0 +1,537 @@
+#include "runtime/model/device_stage.hpp"
+
+#include "runtime/model/quant.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace exo::model {
+
+using backend::errc;
+using backend::fail;
+using backend::result;
+using backend::status;
+
+const char* op_name(op_kind k) noexcept {
+  switch (k) {
+    case op_kind::add: return "add";
+    case op_kind::matmul_f32: return "matmul_f32";
+    case op_kind::matmul_f16: return "matmul_f16";
+    case op_kind::matmul_q8_0: return "matmul_q8_0";
+    case op_kind::rms_norm: return "rms_norm";
+    case op_kind::rope: return "rope";
+    case op_kind::attention: return "attention";
+    case op_kind::silu_mul: return "silu_mul";
+  }
+  return "unknown";
+}
+
+device_ops::~device_ops() = default;
+
+// -- backend_ops ---------------------------------------------------------------
+
+backend_ops::backend_ops(backend::device& dev) : dev_(dev) {
+}
+
+backend_ops::~backend_ops() {
+  // Pending work on a buffer finishes before it is freed (ordering rule 7).
+  bufs_.clear();
+}
+
+result<device_handle> backend_ops::allocate(std::uint64_t bytes) {
+  if (bytes > std::numeric_limits<std::size_t>::max())
+    return fail(errc::out_of_memory, "allocation too large");
+  auto b = dev_.allocate(static_cast<std::size_t>(bytes));
+  if (!b)
+    return b.err();
+  auto h = next_++;
+  bufs_.emplace(h, std::move(*b));
+  return h;
+}
+
+status backend_ops::free(device_handle h) {
+  if (bufs_.erase(h) == 0)
+    return fail(errc::invalid_argument,
+                "free: unknown buffer " + std::to_string(h));
+  return {};
+}
+
+result<backend::buffer*> backend_ops::find(device_handle h) const {
+  auto it = bufs_.find(h);
+  if (it == bufs_.end())
+    return fail(errc::invalid_argument,
+                "unknown buffer " + std::to_string(h));
+  return it->second.get();
+}
+
+status backend_ops::write(device_handle h, std::uint64_t offset,
+                          const void* src, std::uint64_t bytes) {
+  auto b = find(h);
+  if (!b)
+    return b.err();
+  return dev_.write(**b, offset, src, bytes);
+}
+
+status backend_ops::read(device_handle h, std::uint64_t offset, void* dst,
+                         std::uint64_t bytes) {
+  auto b = find(h);
+  if (!b)
+    return b.err();
+  return dev_.read(**b, offset, dst, bytes);
+}
+
+status backend_ops::run(const std::vector<device_op>& ops) {
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    auto s = run_one(ops[i]);
+    if (!s)
+      return fail(s.err().code, std::string{op_name(ops[i].kind)} + " (op "
+                                  + std::to_string(i) + "): "
+                                  + s.err().message);
+  }
+  return {};
+}
+
+status backend_ops::run_one(const device_op& op) {
+  auto need = [&](std::size_t in_min, std::size_t in_max, std::size_t dims,
+                  std::size_t scalars) -> status {
+    if (op.inputs.size() < in_min || op.inputs.size() > in_max
+        || op.dims.size() != dims || op.scalars.size() != scalars)
+      return fail(errc::invalid_argument, "wrong operand count");
+    return {};
+  };
+  std::vector<backend::const_view> in;
+  auto resolve = [&]() -> status {
+    for (auto& o : op.inputs) {
+      auto b = find(o.buf);
+      if (!b)
+        return b.err();
+      in.push_back({*b, static_cast<std::size_t>(o.offset)});
+    }
+    return {};
+  };
+  auto out_buf = find(op.output.buf);
+  if (!out_buf)
+    return out_buf.err();
+  backend::mut_view out{*out_buf, static_cast<std::size_t>(op.output.offset)};
+  const auto& d = op.dims;
+  switch (op.kind) {
+    case op_kind::add:
+      EXO_TRY(need(2, 2, 1, 0));
+      EXO_TRY(resolve());
+      return dev_.elementwise(backend::binary_op::add, in[0], in[1], out,
+                              d[0]);
+    case op_kind::matmul_f32:
+    case op_kind::matmul_f16:
+    case op_kind::matmul_q8_0: {
+      EXO_TRY(need(2, 2, 3, 0));
+      EXO_TRY(resolve());
+      auto t = op.kind == op_kind::matmul_f32   ? backend::weight_type::f32
+               : op.kind == op_kind::matmul_f16 ? backend::weight_type::f16
+                                                : backend::weight_type::q8_0;
+      return dev_.matmul_weights(in[0], in[1], t, out,
+                                 {d[0], d[1], d[2], true});
+    }
+    case op_kind::rms_norm:
+      EXO_TRY(need(2, 2, 2, 1));
+      EXO_TRY(resolve());
+      return dev_.rms_norm(in[0], in[1], out, d[0], d[1], op.scalars[0]);
+    case op_kind::rope: {
+      EXO_TRY(need(1, 2, 4, 1));
+      EXO_TRY(resolve());
+      backend::const_view ff = in.size() == 2 ? in[1] : backend::const_view{};
+      return dev_.rope(out, in[0], ff,
+                       {d[0], d[1], d[2], d[3], op.scalars[0]});
+    }
+    case op_kind::attention:
+      EXO_TRY(need(3, 3, 6, 1));
+      EXO_TRY(resolve());
+      return dev_.attention(in[0], in[1], in[2], out,
+                            {d[0], d[1], d[2], d[3], d[4], d[5],
+                             op.scalars[0]});
+    case op_kind::silu_mul:
+      EXO_TRY(need(2, 2, 1, 0));
+      EXO_TRY(resolve());
+      return dev_.silu_mul(in[0], in[1], out, d[0]);
+  }
+  return fail(errc::unsupported, "unknown operation");
+}
+
+status backend_ops::synchronize() {
+  return dev_.synchronize();
+}
+
+std::string backend_ops::where() const {
+  return dev_.properties().id;
+}
+
+// -- device_stage --------------------------------------------------------------
+
+namespace {
+
+result<op_kind> matmul_kind(tensor_type t) {
+  switch (t) {
+    case tensor_type::f32: return op_kind::matmul_f32;
+    case tensor_type::f16: return op_kind::matmul_f16;
+    case tensor_type::q8_0: return op_kind::matmul_q8_0;
+  }
+  return fail(errc::unsupported, std::string{"weights of type "}
+                                   + to_string(t)
+                                   + " have no device operation");
+}
+
+device_operand at(device_handle h, std::uint64_t offset = 0) {
+  return {h, offset};
+}
+
+} // namespace
+
+device_stage::device_stage(std::shared_ptr<const llama_model> model,
+                           std::uint32_t first, std::uint32_t last,
+                           device_ops& ops, device_stage_options opts)
+  : model_(std::move(model)),
+    first_(first),
+    last_(last),
+    ops_(ops),
+    opts_(opts) {
+}
+
+result<std::unique_ptr<device_stage>>
+device_stage::create(std::shared_ptr<const llama_model> model,
+                     std::uint32_t first, std::uint32_t last,
+                     device_ops& ops, device_stage_options opts) {
+  if (!model)
+    return fail(errc::invalid_argument, "device stage: no model");
+  auto n_layer = model->hparams().n_layer;
+  if (first >= last || last > n_layer)
+    return fail(errc::invalid_argument,
+                "device stage: layer range [" + std::to_string(first) + ", "
+                  + std::to_string(last) + ") is not inside [0, "
+                  + std::to_string(n_layer) + ")");
+  if (opts.max_tokens == 0 || opts.max_tokens > (1u << 16)
+      || opts.max_logit_rows == 0 || opts.max_logit_rows > opts.max_tokens
+      || opts.upload_chunk_bytes < 64 || opts.max_ops_per_run == 0)
+    return fail(errc::invalid_argument, "device stage: bad options");
+  std::unique_ptr<device_stage> st{
+    new device_stage(std::move(model), first, last, ops, opts)};
+  auto s = st->upload_all();
+  if (!s)
+    return fail(s.err().code, "device stage [" + std::to_string(first) + ", "
+                                + std::to_string(last) + ") on "
+                                + ops.where() + ": " + s.err().message);
+  return st;
+}
+
+device_stage::~device_stage() {
+  for (auto& c : caches_) {
+    (void) ops_.free(c.second.k);
+    (void) ops_.free(c.second.v);
+  }
+  for (auto h : owned_)
+    (void) ops_.free(h);
+}
+
+result<device_handle> device_stage::alloc(std::uint64_t bytes) {
+  auto h = ops_.allocate(bytes);
+  if (!h)
+    return h.err();
+  owned_.push_back(*h);
+  return *h;
+}
+
+result<device_handle> device_stage::upload(const void* data,
+                                           std::uint64_t bytes) {
+  auto h = alloc(bytes);
+  if (!h)
+    return h.err();
+  auto* p = static_cast<const std::uint8_t*>(data);
+  for (std::uint64_t done = 0; done < bytes;) {
+    auto n = std::min(opts_.upload_chunk_bytes, bytes - done);
+    EXO_TRY(ops_.write(*h, done, p + done, n));
+    done += n;
+  }
+  weight_bytes_ += bytes;
+  return *h;
+}
+
+result<device_stage::matrix>
+device_stage::upload_matrix(const ops::matrix_view& m) {
+  auto kind = matmul_kind(m.type);
+  if (!kind)
+    return kind.err();
+  matrix out;
+  out.kind = *kind;
+  out.rows = m.rows;
+  out.cols = m.cols;
+  auto h = upload(m.data, row_bytes(m.type, m.cols) * m.rows);
+  if (!h)
+    return h.err();
+  out.buf = *h;
+  return out;
+}
+
+status device_stage::upload_all() {
+  auto& hp = model_->hparams();
+  const std::uint64_t e = hp.n_embd, nq = hp.n_embd_q(), ff = hp.n_ff,
+                      T = opts_.max_tokens;
+  // Weights, layer by layer.
+  for (std::uint32_t l = first_; l < last_; ++l) {
+    auto& L = model_->layer(l);
+    layer dl;
+    auto an = upload(L.attn_norm, e * 4);
+    if (!an)
+      return an.err();
+    dl.attn_norm = *an;
+    auto fn = upload(L.ffn_norm, e * 4);
+    if (!fn)
+      return fn.err();
+    dl.ffn_norm = *fn;
+    std::pair<const ops::matrix_view*, matrix*> ms[] = {
+      {&L.wq, &dl.wq},   {&L.wk, &dl.wk}, {&L.wv, &dl.wv},
+      {&L.wo, &dl.wo},   {&L.gate, &dl.gate}, {&L.up, &dl.up},
+      {&L.down, &dl.down}};
+    for (auto& [src, dst] : ms) {
+      auto m = upload_matrix(*src);
+      if (!m)
+        return fail(m.err().code, "layer " + std::to_string(l) + ": "
+                                    + m.err().message);
+      *dst = *m;
+    }
+    layers_.push_back(dl);
+  }
+  if (model_->rope_freqs()) {
+    auto h = upload(model_->rope_freqs(), std::uint64_t{hp.n_rot / 2} * 4);
+    if (!h)
+      return h.err();
+    rope_freqs_ = *h;
+  }
+  if (is_last()) {
+    auto h = upload(model_->output_norm(), e * 4);
+    if (!h)
+      return h.err();
+    output_norm_ = *h;
+    auto m = upload_matrix(model_->output());
+    if (!m)
+      return m.err();
+    output_ = *m;
+  }
+  // Scratch for max_tokens rows. io: activations, then the positions.
+  struct {
+    device_handle* h;
+    std::uint64_t floats;
+  } scratch[] = {{&io_, T * (e + 1)}, {&cur_, T * e},  {&q_, T * nq},
+                 {&att_, T * nq},     {&tmp_, T * e},  {&g_, T * ff},
+                 {&u_, T * ff}};
+  for (auto& s : scratch) {
+    auto h = alloc(s.floats * 4);
+    if (!h)
+      return h.err();
+    *s.h = *h;
+  }
+  if (is_last()) {
+    auto h = alloc(std::uint64_t{opts_.max_logit_rows} * hp.n_vocab * 4);
+    if (!h)
+      return h.err();
+    logits_ = *h;
+  }
+  return {};
+}
+
+result<cache_id> device_stage::new_cache(std::uint32_t n_ctx) {
+  if (n_ctx == 0)
+    return fail(errc::invalid_argument,
+                "a KV cache needs a context of at least one token");
+  auto& hp = model_->hparams();
+  const std::uint64_t bytes = std::uint64_t{last_ - first_} * n_ctx
+                              * hp.n_embd_kv() * sizeof(float);
+  cache c;
+  c.capacity = n_ctx;
+  c.bytes = 2 * bytes;
+  auto k = ops_.allocate(bytes);
+  if (!k)
+    return k.err();
+  auto v = ops_.allocate(bytes);
+  if (!v) {
+    (void) ops_.free(*k);
+    return v.err();
+  }
+  c.k = *k;
+  c.v = *v;
+  auto id = next_cache_++;
+  caches_.emplace(id, c);
+  cache_bytes_ += c.bytes;
+  return id;
+}
+
+status device_stage::drop_cache(cache_id id) {
+  auto it = caches_.find(id);
+  if (it == caches_.end())
+    return fail(errc::invalid_argument,
+                "unknown KV cache " + std::to_string(id));
+  auto s1 = ops_.free(it->second.k);
+  auto s2 = ops_.free(it->second.v);
+  cache_bytes_ -= it->second.bytes;
+  caches_.erase(it);
+  return !s1 ? s1 : s2;
+}
+
+result<std::uint32_t> device_stage::n_past(cache_id id) const {
+  auto it = caches_.find(id);
+  if (it == caches_.end())
+    return fail(errc::invalid_argument,
+                "unknown KV cache " + std::to_string(id));
+  return it->second.n_past;
+}
+
+result<std::uint32_t> device_stage::capacity(cache_id id) const {
+  auto it = caches_.find(id);
+  if (it == caches_.end())
+    return fail(errc::invalid_argument,
+                "unknown KV cache " + std::to_string(id));
+  return it->second.capacity;
+}
+
+status device_stage::embed(const std::int32_t* tokens, std::size_t n,
+                           float* x) const {
+  if (!is_first())
+    return fail(errc::invalid_argument,
+                "embed called on a stage that does not start at layer 0");
+  auto& hp = model_->hparams();
+  auto& w = model_->token_embd();
+  const std::size_t rb = row_bytes(w.type, w.cols);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || static_cast<std::uint32_t>(tokens[i]) >= hp.n_vocab)
+      return fail(errc::invalid_argument,
+                  "token id " + std::to_string(tokens[i])
+                    + " is outside the vocabulary of "
+                    + std::to_string(hp.n_vocab));
+    dequantize(w.type, w.data + static_cast<std::size_t>(tokens[i]) * rb,
+               x + i * hp.n_embd, hp.n_embd);
+  }
+  return {};
+}
+
+status device_stage::run_batched(const std::vector<device_op>& ops) {
+  if (ops.size() <= opts_.max_ops_per_run) {
+    EXO_TRY(ops_.run(ops));
+  } else {
+    for (std::size_t i = 0; i < ops.size(); i += opts_.max_ops_per_run) {
+      auto end = std::min(ops.size(), i + opts_.max_ops_per_run);
+      EXO_TRY(ops_.run(std::vector<device_op>(ops.begin() + i,
+                                              ops.begin() + end)));
+    }
+  }
+  ops_run_ += ops.size();
+  return {};
+}
+
+status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
+                             std::size_t n, float* logits,
+                             std::size_t logit_rows) {
+  auto it = caches_.find(id);
+  if (it == caches_.end())
+    return fail(errc::invalid_argument,
+                "unknown KV cache " + std::to_string(id));
+  auto& c = it->second;
+  if (n == 0 || n > opts_.max_tokens)
+    return fail(errc::invalid_argument,
+                "a forward needs 1 to " + std::to_string(opts_.max_tokens)
+                  + " tokens, not " + std::to_string(n));
+  if (pos != c.n_past)
+    return fail(errc::invalid_argument,
+                "step at position " + std::to_string(pos) + ", cache holds "
+                  + std::to_string(c.n_past));
+  if (std::uint64_t{pos} + n > c.capacity)
+    return fail(errc::out_of_range,
+                "context full: " + std::to_string(pos) + " + "
+                  + std::to_string(n) + " tokens exceed the "
+                  + std::to_string(c.capacity) + "-token KV cache");
+  if (!x)
+    return fail(errc::invalid_argument, "no activations");
+  if (is_last()
+      && (!logits || logit_rows == 0 || logit_rows > n
+          || logit_rows > opts_.max_logit_rows))
+    return fail(errc::invalid_argument,
+                "the last stage needs room for 1 to "
+                  + std::to_string(std::min<std::size_t>(
+                    n, opts_.max_logit_rows))
+                  + " rows of logits");
+  auto& hp = model_->hparams();
+  const std::uint64_t e = hp.n_embd, nkv = hp.n_embd_kv(), ff = hp.n_ff,
+                      N = n;
+  // One write: n rows of activations, then n int32 positions.
+  const std::uint64_t x_bytes = N * e * 4, pos_off = x_bytes;
+  staging_.resize(x_bytes + N * 4);
+  std::memcpy(staging_.data(), x, x_bytes);
+  for (std::size_t t = 0; t < n; ++t) {
+    auto p = static_cast<std::int32_t>(pos + t);
+    std::memcpy(staging_.data() + pos_off + t * 4, &p, 4);
+  }
+  EXO_TRY(ops_.write(io_, 0, staging_.data(), staging_.size()));
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+  const std::uint64_t layer_kv = std::uint64_t{c.capacity} * nkv * 4;
+  std::vector<device_op> ops;
+  ops.reserve((last_ - first_) * 16 + 2);
+  auto mm = [&](const matrix& w, device_operand a, device_operand out) {
+    ops.push_back({w.kind, {a, at(w.buf)}, out, {N, w.rows, w.cols}, {}});
+  };
+  auto rope = [&](device_operand xv, std::uint64_t heads) {
+    device_op op{op_kind::rope, {at(io_, pos_off)}, xv,
+                 {N, heads, hp.head_dim, hp.n_rot}, {hp.rope_freq_base}};
+    if (rope_freqs_)
+      op.inputs.push_back(at(rope_freqs_));
+    ops.push_back(std::move(op));
+  };
+  for (std::uint32_t l = first_; l < last_; ++l) {
+    auto& L = layers_[l - first_];
+    const std::uint64_t kv0 = (l - first_) * layer_kv;
+    const std::uint64_t row = kv0 + std::uint64_t{pos} * nkv * 4;
+    ops.push_back({op_kind::rms_norm, {at(io_), at(L.attn_norm)}, at(cur_),
+                   {N, e}, {hp.rms_eps}});
+    mm(L.wq, at(cur_), at(q_));
+    // K and V land in the cache rows of the new positions directly.
+    mm(L.wk, at(cur_), at(c.k, row));
+    mm(L.wv, at(cur_), at(c.v, row));
+    rope(at(q_), hp.n_head);
+    rope(at(c.k, row), hp.n_head_kv);
+    ops.push_back({op_kind::attention,
+                   {at(q_), at(c.k, kv0), at(c.v, kv0)},
+                   at(att_),
+                   {N, pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv},
+                   {scale}});
+    mm(L.wo, at(att_), at(tmp_));
+    ops.push_back({op_kind::add, {at(io_), at(tmp_)}, at(io_), {N * e}, {}});
+    ops.push_back({op_kind::rms_norm, {at(io_), at(L.ffn_norm)}, at(cur_),
+                   {N, e}, {hp.rms_eps}});
+    mm(L.gate, at(cur_), at(g_));
+    mm(L.up, at(cur_), at(u_));
+    ops.push_back(
+      {op_kind::silu_mul, {at(g_), at(u_)}, at(g_), {N * ff}, {}});
+    mm(L.down, at(g_), at(tmp_));
+    ops.push_back({op_kind::add, {at(io_), at(tmp_)}, at(io_), {N * e}, {}});
+  }
+  const std::uint64_t R = logit_rows;
+  if (is_last()) {
+    ops.push_back({op_kind::rms_norm,
+                   {at(io_, (N - R) * e * 4), at(output_norm_)},
+                   at(cur_),
+                   {R, e},
+                   {hp.rms_eps}});
+    ops.push_back({output_.kind,
+                   {at(cur_), at(output_.buf)},
+                   at(logits_),
+                   {R, output_.rows, output_.cols},
+                   {}});
+  }
+  EXO_TRY(run_batched(ops));
+  if (is_last())
+    EXO_TRY(ops_.read(logits_, 0, logits, R * hp.n_vocab * 4));
+  else
+    EXO_TRY(ops_.read(io_, 0, x, x_bytes));
+  c.n_past += static_cast<std::uint32_t>(n);
+  return {};
+}
+
+} // namespace exo::model

@@ -1,0 +1,286 @@
+// model::device_stage on every device the factory finds (cpu, Vulkan on
+// lavapipe, a simulated A100; CUDA/HIP where built) against the host engine
+// (llama_stage) for F32, F16 and Q8_0 test models: multi-token batches,
+// single tokens, several sequences, two stages.
+//
+// Tolerances, relative to max(1, |logit|):
+//   F32  1e-4: both sides compute in f32 with the same operations; only the
+//        summation order may differ (the bound for F32).
+//   F16  1e-2: the device layer's contract for a product with F16 weights
+//        (test/backends/model_ops_conformance.cpp) is 1e-3 of
+//        sum_i |a_i w_i|, and for these random weights that sum is several
+//        times |y|; the difference then passes through four layers.
+//   Q8_0 2e-2: activations are quantized to Q8_0 blocks on both sides; a
+//        tiny difference can move one activation by a whole step
+//        (amax/127 of its block, ~1%), which the following layers carry.
+// Measured (printed as warnings): cpu and sim 0 for every type (they run
+// the host kernels the engine runs, bit for bit); Vulkan on lavapipe
+// 2.4e-6 (F32), 2.8e-3 (F16), 1e-6 (Q8_0).
+
+#include "backends/factory.hpp"
+#include "backends/sim/sim_backend.hpp"
+#include "runtime/model/device_stage.hpp"
+#include "runtime/model/llama_model.hpp"
+#include "runtime/model/test_model.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <unistd.h>
+
+using namespace exo;
+using namespace exo::model;
+
+namespace {
+
+backend::registry& devices() {
+  static backend::registry reg = [] {
+    backend::factory_options opts;
+    opts.use_environment = false;
+    opts.sim.devices = {{"a100-40g", ""}};
+    auto r = backend::registry::create(opts);
+    REQUIRE(r.ok());
+    return std::move(*r);
+  }();
+  return reg;
+}
+
+struct temp_model {
+  std::string path;
+  std::shared_ptr<const llama_model> model;
+  explicit temp_model(tensor_type type, std::uint64_t seed = 5) {
+    path = (std::filesystem::temp_directory_path()
+            / ("exo-device-stage-" + std::to_string(::getpid()) + "-"
+               + to_string(type) + ".gguf"))
+             .string();
+    test_model_options o;
+    o.layers = 4;
+    o.dim = 64;
+    o.ff = 128;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.vocab = 400;
+    o.type = type;
+    o.seed = seed;
+    make_test_model(o, path);
+    model = llama_model::load(path);
+  }
+  ~temp_model() {
+    std::filesystem::remove(path);
+  }
+};
+
+/// Forwards to another device_ops and counts what goes through.
+struct counting_ops final : device_ops {
+  device_ops& inner;
+  std::uint64_t writes = 0, largest_write = 0, runs = 0, ops = 0, reads = 0;
+  explicit counting_ops(device_ops& i) : inner(i) {
+  }
+  backend::result<device_handle> allocate(std::uint64_t b) override {
+    return inner.allocate(b);
+  }
+  backend::status free(device_handle h) override {
+    return inner.free(h);
+  }
+  backend::status write(device_handle h, std::uint64_t o, const void* s,
+                        std::uint64_t b) override {
+    ++writes;
+    largest_write = std::max(largest_write, b);
+    return inner.write(h, o, s, b);
+  }
+  backend::status read(device_handle h, std::uint64_t o, void* d,
+                       std::uint64_t b) override {
+    ++reads;
+    return inner.read(h, o, d, b);
+  }
+  backend::status run(const std::vector<device_op>& v) override {
+    ++runs;
+    ops += v.size();
+    return inner.run(v);
+  }
+  backend::status synchronize() override {
+    return inner.synchronize();
+  }
+  std::string where() const override {
+    return inner.where();
+  }
+};
+
+double tolerance(tensor_type t) {
+  return t == tensor_type::f32 ? 1e-4 : t == tensor_type::f16 ? 1e-2 : 2e-2;
+}
+
+double worst(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  double w = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    w = std::max(w, std::fabs(double{got[i]} - want[i])
+                      / std::max(1.0, std::fabs(double{want[i]})));
+  return w;
+}
+
+/// Two sequences, each a multi-token prompt then single tokens,
+/// interleaved, through stages [0, 2) and [2, 4) on `dev`; every step's
+/// logits compared with the host pipeline's.
+void compare_on(backend::device& dev, const temp_model& tm, tensor_type type) {
+  INFO("device " << dev.properties().id << ", " << to_string(type));
+  auto& hp = tm.model->hparams();
+  backend_ops base(dev);
+  counting_ops ops(base);
+  device_stage_options opts;
+  opts.max_tokens = 16;
+  opts.max_logit_rows = 16;
+  opts.upload_chunk_bytes = 4096; // many pieces even for this small model
+  auto used0 = dev.memory().used_by_exo;
+  auto s0 = device_stage::create(tm.model, 0, 2, ops, opts);
+  REQUIRE(s0.ok());
+  auto s1 = device_stage::create(tm.model, 2, 4, ops, opts);
+  REQUIRE(s1.ok());
+  auto& a = **s0;
+  auto& b = **s1;
+  CHECK(ops.largest_write <= 4096);
+  CHECK(a.weight_bytes() > 0);
+  CHECK(b.weight_bytes() > a.weight_bytes()); // holds the output head
+
+  llama_pipeline ref(tm.model, {0, 2, 4});
+  const std::uint32_t n_ctx = 32;
+  std::vector<std::vector<std::vector<std::int32_t>>> steps = {
+    {{1, 17, 42, 99, 5}, {7}, {250}, {3}},
+    {{1, 200, 3, 9, 9, 11, 12}, {4}, {399}}};
+  std::vector<llama_pipeline::sequence> rseq;
+  std::vector<std::pair<cache_id, cache_id>> dseq;
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    rseq.push_back(ref.new_sequence(n_ctx));
+    auto c0 = a.new_cache(n_ctx);
+    auto c1 = b.new_cache(n_ctx);
+    REQUIRE(c0.ok());
+    REQUIRE(c1.ok());
+    dseq.emplace_back(*c0, *c1);
+  }
+  // Weights and caches live on the device, not in host memory.
+  CHECK(dev.memory().used_by_exo - used0
+        >= a.weight_bytes() + b.weight_bytes() + a.cache_bytes()
+             + b.cache_bytes());
+  CHECK(a.cache_bytes() == 2 * 2 * 2 * n_ctx * hp.n_embd_kv() * 4);
+
+  auto* sim = dynamic_cast<backend::sim_device*>(&dev);
+  double t0 = sim ? sim->now() : 0;
+  double w = 0;
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      if (i >= steps[s].size())
+        continue;
+      auto& toks = steps[s][i];
+      const std::size_t n = toks.size();
+      auto want = ref.eval(rseq[s], toks, true);
+      auto pos = *a.n_past(dseq[s].first);
+      std::vector<float> x(n * hp.n_embd), logits(n * hp.n_vocab);
+      REQUIRE(a.embed(toks.data(), n, x.data()).ok());
+      auto runs = ops.runs, reads = ops.reads;
+      auto f0 = a.forward(dseq[s].first, pos, x.data(), n);
+      INFO((f0.ok() ? "" : f0.err().to_string()));
+      REQUIRE(f0.ok());
+      auto f1 = b.forward(dseq[s].second, pos, x.data(), n, logits.data(), n);
+      INFO((f1.ok() ? "" : f1.err().to_string()));
+      REQUIRE(f1.ok());
+      CHECK(ops.runs - runs == 2);   // one batch of operations per stage
+      CHECK(ops.reads - reads == 2); // one read back per stage
+      w = std::max(w, worst(logits, want));
+      CHECK(*a.n_past(dseq[s].first) == pos + n);
+    }
+  WARN(dev.properties().id << " " << to_string(type)
+                           << ": worst relative logit difference " << w);
+  CHECK(w <= tolerance(type));
+  if (sim) // the work ran on the simulated device's clock
+    CHECK(sim->now() > t0);
+  for (auto& d : dseq) {
+    CHECK(a.drop_cache(d.first).ok());
+    CHECK(b.drop_cache(d.second).ok());
+  }
+  CHECK(a.cache_bytes() == 0);
+}
+
+} // namespace
+
+TEST_CASE("a device stage gives the host engine's logits on every device",
+          "[device_stage]") {
+  for (auto type : {tensor_type::f32, tensor_type::f16, tensor_type::q8_0}) {
+    temp_model tm(type);
+    for (auto* dev : devices().devices())
+      compare_on(*dev, tm, type);
+  }
+}
+
+TEST_CASE("a device stage covers cpu, Vulkan and a simulated device",
+          "[device_stage]") {
+  std::vector<std::string> kinds;
+  for (auto* dev : devices().devices())
+    kinds.push_back(backend::to_string(dev->properties().kind));
+  auto has = [&](const char* k) {
+    return std::find(kinds.begin(), kinds.end(), k) != kinds.end();
+  };
+  CHECK(has("cpu"));
+  CHECK(has("sim"));
+  if (!has("vulkan"))
+    WARN("no Vulkan device here: the Vulkan comparison did not run");
+}
+
+TEST_CASE("a one-stage model on a device frees what it allocated",
+          "[device_stage]") {
+  temp_model tm(tensor_type::f32);
+  auto& dev = *devices().devices().front();
+  backend_ops ops(dev);
+  {
+    auto st = device_stage::create(tm.model, 0, 4, ops);
+    REQUIRE(st.ok());
+    auto c = (*st)->new_cache(8);
+    REQUIRE(c.ok());
+    CHECK(ops.live_buffers() > 0);
+  }
+  CHECK(ops.live_buffers() == 0);
+}
+
+TEST_CASE("a device stage checks ranges, positions, context and tokens",
+          "[device_stage]") {
+  temp_model tm(tensor_type::f32);
+  auto& dev = *devices().devices().front();
+  backend_ops ops(dev);
+  auto& hp = tm.model->hparams();
+  CHECK_FALSE(device_stage::create(tm.model, 2, 2, ops).ok());
+  CHECK_FALSE(device_stage::create(tm.model, 0, 5, ops).ok());
+  device_stage_options opts;
+  opts.max_tokens = 4;
+  auto st = device_stage::create(tm.model, 0, 4, ops, opts);
+  REQUIRE(st.ok());
+  auto& s = **st;
+  auto c = s.new_cache(6);
+  REQUIRE(c.ok());
+  CHECK_FALSE(s.new_cache(0).ok());
+  std::vector<float> x(8 * hp.n_embd), logits(hp.n_vocab);
+  auto msg = [](const backend::status& r) {
+    return r.ok() ? std::string{} : r.err().message;
+  };
+  std::int32_t bad_tok = 400;
+  CHECK(msg(s.embed(&bad_tok, 1, x.data())).find("outside the vocabulary")
+        != std::string::npos);
+  CHECK(msg(s.forward(*c, 1, x.data(), 1, logits.data()))
+          .find("step at position 1")
+        != std::string::npos);
+  CHECK(msg(s.forward(*c, 0, x.data(), 5, logits.data())).find("1 to 4")
+        != std::string::npos);
+  CHECK(msg(s.forward(*c + 100, 0, x.data(), 1, logits.data()))
+          .find("unknown KV cache")
+        != std::string::npos);
+  CHECK_FALSE(s.forward(*c, 0, x.data(), 1, nullptr).ok());
+  std::int32_t toks[4] = {1, 2, 3, 4};
+  REQUIRE(s.embed(toks, 4, x.data()).ok());
+  REQUIRE(s.forward(*c, 0, x.data(), 4, logits.data()).ok());
+  REQUIRE(s.embed(toks, 2, x.data()).ok());
+  REQUIRE(s.forward(*c, 4, x.data(), 2, logits.data()).ok());
+  CHECK(msg(s.forward(*c, 6, x.data(), 1, logits.data()))
+          .find("context full")
+        != std::string::npos);
+  CHECK(*s.n_past(*c) == 6);
+}
