@@ -1,5 +1,6 @@
 #include "actors/shard/shard_actor.hpp"
 
+#include "actors/shard/actor_device_ops.hpp"
 #include "messages/errors.hpp"
 
 #include <caf/all.hpp>
@@ -14,12 +15,16 @@ namespace {
 
 struct shard_state {
   shard_setup cfg;
-  std::unique_ptr<model::llama_stage> stage;
-  std::map<std::pair<std::uint64_t, std::uint32_t>, model::kv_cache> caches;
+  /// Declared before the stage: the stage frees its buffers through it.
+  std::unique_ptr<actor_device_ops> ops;
+  std::unique_ptr<model::device_stage> stage;
+  std::string init_error; ///< why the stage could not be set up
+  std::map<std::pair<std::uint64_t, std::uint32_t>, model::cache_id> caches;
   caf::actor next;
   std::uint64_t steps = 0;
   std::uint64_t tokens = 0;
   double busy_s = 0;
+  double upload_s = 0;
   static inline const char* name = "exo.shard";
 };
 
@@ -29,14 +34,25 @@ caf::error bad(std::string what) {
   return make_exo_error(exo_errc::invalid_argument, std::move(what));
 }
 
-/// Runs the step's layers; returns an error, or none with `s` updated.
+caf::error device_failed(const backend::error& err) {
+  auto e = err;
+  e.message = "shard: " + e.message;
+  return to_caf_error(e);
+}
+
+/// Runs the step's layers on the device; returns an error, or none with
+/// `s` updated.
 caf::error compute(shard_state& st, stage_step& s) {
+  if (!st.stage)
+    return make_exo_error(exo_errc::failed_state,
+                          "shard: " + st.init_error);
   auto& hp = st.cfg.model->hparams();
+  auto& stage = *st.stage;
   const std::size_t n = s.tokens.size();
   if (n == 0 || n > max_batch_tokens(hp.n_embd))
     return bad("shard: a step needs 1 to "
                + std::to_string(max_batch_tokens(hp.n_embd)) + " tokens");
-  if (!st.stage->is_first() && s.x.size() != n * hp.n_embd)
+  if (!stage.is_first() && s.x.size() != n * hp.n_embd)
     return bad("shard: expected " + std::to_string(n * hp.n_embd)
                + " activations, got " + std::to_string(s.x.size()));
   auto key = std::make_pair(s.job, s.seq);
@@ -48,37 +64,66 @@ caf::error compute(shard_state& st, stage_step& s) {
     if (st.caches.size() >= max_sequences_per_shard)
       return make_exo_error(exo_errc::out_of_memory,
                             "shard: too many sequences");
-    it = st.caches.emplace(key, st.stage->make_cache(st.cfg.n_ctx)).first;
+    auto c = stage.new_cache(st.cfg.n_ctx);
+    if (!c)
+      return device_failed(c.err());
+    it = st.caches.emplace(key, *c).first;
   }
-  auto& cache = it->second;
-  if (s.pos != cache.n_past())
+  auto id = it->second;
+  auto past = stage.n_past(id);
+  auto cap = stage.capacity(id);
+  if (!past || !cap)
+    return device_failed(!past ? past.err() : cap.err());
+  if (s.pos != *past)
     return bad("shard: step at position " + std::to_string(s.pos)
-               + ", cache holds " + std::to_string(cache.n_past()));
-  if (s.pos + n > cache.capacity())
-    return bad("shard: context of " + std::to_string(cache.capacity())
+               + ", cache holds " + std::to_string(*past));
+  if (std::uint64_t{s.pos} + n > *cap)
+    return bad("shard: context of " + std::to_string(*cap)
                + " tokens exceeded");
-  try {
-    if (st.stage->is_first()) {
-      s.x.resize(n * hp.n_embd);
-      st.stage->embed(s.tokens.data(), n, s.x.data());
-    }
-    st.stage->forward(s.x.data(), n, cache);
-    if (st.stage->is_last()) {
-      std::vector<float> logits(hp.n_vocab);
-      st.stage->head(s.x.data() + (n - 1) * hp.n_embd, 1, logits.data());
-      s.x = std::move(logits);
-    }
-  } catch (const std::exception& e) {
-    return bad(std::string{"shard: "} + e.what());
+  if (stage.is_first()) {
+    s.x.resize(n * hp.n_embd);
+    if (auto e = stage.embed(s.tokens.data(), n, s.x.data()); !e)
+      return bad("shard: " + e.err().message);
+  }
+  if (stage.is_last()) {
+    std::vector<float> logits(hp.n_vocab);
+    if (auto f = stage.forward(id, s.pos, s.x.data(), n, logits.data(), 1);
+        !f)
+      return device_failed(f.err());
+    s.x = std::move(logits);
+  } else if (auto f = stage.forward(id, s.pos, s.x.data(), n); !f) {
+    return device_failed(f.err());
   }
   return caf::none;
+}
+
+/// Uploads the stage's weights to the device (blocking: the shard is
+/// detached). A failure is kept and answered to every step.
+void set_up(self_ptr self) {
+  auto& st = self->state;
+  auto t0 = std::chrono::steady_clock::now();
+  st.ops = std::make_unique<actor_device_ops>(self->system(), st.cfg.device,
+                                              st.cfg.device_id);
+  model::device_stage_options o;
+  o.max_tokens = max_batch_tokens(st.cfg.model->hparams().n_embd);
+  o.max_logit_rows = 1;
+  o.upload_chunk_bytes = max_chunk_bytes;
+  o.max_ops_per_run = max_kernel_batch;
+  auto stage = model::device_stage::create(st.cfg.model, st.cfg.first,
+                                           st.cfg.last, *st.ops, o);
+  if (stage)
+    st.stage = std::move(*stage);
+  else
+    st.init_error = stage.err().to_string();
+  st.upload_s = std::chrono::duration<double>(
+                  std::chrono::steady_clock::now() - t0)
+                  .count();
 }
 
 caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  st.stage = std::make_unique<model::llama_stage>(st.cfg.model, st.cfg.first,
-                                                  st.cfg.last);
+  set_up(self);
   if (st.cfg.owner) {
     self->monitor(st.cfg.owner);
     self->set_down_handler([self](caf::down_msg& dm) {
@@ -97,7 +142,7 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
                      .count();
       ++st.steps;
       st.tokens += s.tokens.size();
-      if (st.stage->is_last())
+      if (st.cfg.last == st.cfg.model->hparams().n_layer)
         return caf::make_message(std::move(s));
       if (!st.next)
         return make_exo_error(exo_errc::failed_state,
@@ -109,9 +154,17 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
       return caf::ok_atom::value;
     },
     [self](release_atom, std::uint64_t job) {
-      auto& caches = self->state.caches;
-      for (auto it = caches.begin(); it != caches.end();)
-        it = it->first.first == job ? caches.erase(it) : std::next(it);
+      auto& st = self->state;
+      auto& caches = st.caches;
+      for (auto it = caches.begin(); it != caches.end();) {
+        if (it->first.first != job) {
+          ++it;
+          continue;
+        }
+        if (st.stage)
+          (void) st.stage->drop_cache(it->second);
+        it = caches.erase(it);
+      }
       return caf::ok_atom::value;
     },
     [self](inspect_atom) {
@@ -129,6 +182,16 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
       snap.fields["steps"] = std::to_string(st.steps);
       snap.fields["tokens"] = std::to_string(st.tokens);
       snap.fields["busy_s"] = std::to_string(st.busy_s);
+      snap.fields["compute"] = st.stage ? "device" : "none: " + st.init_error;
+      snap.fields["upload_s"] = std::to_string(st.upload_s);
+      if (st.stage) {
+        snap.fields["weight_bytes"] = std::to_string(st.stage->weight_bytes());
+        snap.fields["kv_cache_bytes"] =
+          std::to_string(st.stage->cache_bytes());
+        snap.fields["device_ops"] = std::to_string(st.stage->ops_run());
+      }
+      if (st.ops)
+        snap.fields["device_requests"] = std::to_string(st.ops->requests());
       return snap;
     },
   };
@@ -151,6 +214,8 @@ caf::actor spawn_shard(caf::actor_system& sys, shard_setup setup) {
                              + ", " + std::to_string(setup.last)
                              + ") is not inside [0, "
                              + std::to_string(n_layer) + ")");
+  if (!setup.device)
+    throw model::model_error("shard: no device to compute on");
   if (setup.n_ctx == 0)
     setup.n_ctx = setup.model->hparams().n_ctx_train;
   return sys.spawn<caf::detached>(shard_impl, std::move(setup));

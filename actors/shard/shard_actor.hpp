@@ -1,24 +1,30 @@
 #pragma once
 
-/// The shard: a contiguous range of a model's layers [first, last) bound to
-/// one device actor, with a KV cache per (job, sequence). It runs detached
-/// (a forward step blocks its thread for the step's math) and answers:
+/// The shard: a contiguous range of a model's layers [first, last) computed
+/// on one device actor, with a KV cache per (job, sequence) resident on that
+/// device. It runs detached: it talks to its device with synchronous
+/// requests (actor_device_ops) and answers:
 ///
 ///   (forward_atom, stage_step)  -> stage_step of the last stage (logits);
 ///                                  other stages compute and delegate the
 ///                                  step to the next shard
 ///   (next_atom, caf::actor)     -> ok   the next stage (none: last stage)
-///   (release_atom, job)         -> ok   drops the job's KV caches
+///   (release_atom, job)         -> ok   frees the job's KV caches
 ///   (inspect_atom)              -> actor_snapshot
+///
+/// On start it uploads its layers' weights to the device in pieces of at
+/// most max_chunk_bytes (model::device_stage); if that fails, every step is
+/// answered with the reason. A step costs three requests to the device
+/// actor: one write (activations, or embeddings computed on the host by the
+/// first stage, plus positions), one batch of kernel calls (every layer,
+/// and the final norm and output head on the last stage), one read
+/// (activations out, or the last row's logits). Activations travel between
+/// stages in the stage_step, through host memory.
 ///
 /// Every input is checked: batch size against max_chunk_bytes, the
 /// activation length against n_embd, the position against the cache (steps
 /// of one sequence must arrive in order), token ids against the vocabulary.
-///
-/// Today the math runs on the host through model::llama_stage (the same
-/// code as exo-model); the device actor is the shard's binding (its id is
-/// reported with the placement). See
-/// docs/architecture.md, "Workload".
+/// See docs/architecture.md, "Workload".
 
 #include "messages/device.hpp"
 #include "messages/workload.hpp"
@@ -37,13 +43,14 @@ struct shard_setup {
   std::uint32_t first = 0;
   std::uint32_t last = 0;
   std::uint32_t n_ctx = 0;  ///< context per sequence
-  device_actor device;      ///< the device it is bound to
+  device_actor device;      ///< the device it computes on (required)
   std::string device_id;
   std::string node;
   caf::actor owner;         ///< stops when the owner goes down (optional)
 };
 
-/// Spawns a shard (detached).
+/// Spawns a shard (detached); throws model_error for a bad layer range or
+/// a missing device.
 caf::actor spawn_shard(caf::actor_system& sys, shard_setup setup);
 
 /// The largest batch (tokens of one step) the job may send for a model

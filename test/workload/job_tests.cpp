@@ -1,9 +1,13 @@
 // Jobs through pipelines of shard actors in one process: the same tokens
 // and logits on one stage and on three, several sequences in flight equal
-// to running them one by one, and bad steps refused with a message.
+// to running them one by one, and bad steps refused with a message. Shards
+// compute on device actors: stage i on the i-th of this machine's devices
+// (cpu, Vulkan where present, a simulated A100), round robin.
 
+#include "actors/device/device_actor.hpp"
 #include "actors/jobs/job_actor.hpp"
 #include "actors/shard/shard_actor.hpp"
+#include "backends/factory.hpp"
 #include "messages/errors.hpp"
 #include "messages/registration.hpp"
 #include "messages/workload.hpp"
@@ -22,15 +26,36 @@ using namespace exo;
 
 namespace {
 
+backend::registry& registry() {
+  static backend::registry reg = [] {
+    backend::factory_options opts;
+    opts.use_environment = false;
+    opts.include = {"cpu", "vulkan", "sim"};
+    opts.sim.devices = {{"a100-40g", ""}};
+    auto r = backend::registry::create(opts);
+    REQUIRE(r.ok());
+    return std::move(*r);
+  }();
+  return reg;
+}
+
 struct fixture {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::string path;
   std::shared_ptr<const model::llama_model> model;
+  std::vector<backend::device*> devs;
+  std::vector<device_actor> dev_actors;
 
   fixture() {
     register_messages(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
+    devs = registry().devices();
+    for (auto* d : devs) {
+      device::device_actor_config dc;
+      dc.node = "test";
+      dev_actors.push_back(device::spawn_device_actor(*sys, *d, dc));
+    }
     path = (std::filesystem::temp_directory_path()
             / ("exo-job-test-" + std::to_string(::getpid()) + ".gguf"))
              .string();
@@ -44,10 +69,24 @@ struct fixture {
     model = model::llama_model::load(path);
   }
   ~fixture() {
+    caf::scoped_actor self{*sys};
+    for (auto& d : dev_actors) {
+      self->send_exit(d, caf::exit_reason::user_shutdown);
+      self->wait_for(d);
+    }
     std::filesystem::remove(path);
   }
 
-  std::vector<caf::actor> pipeline(const std::vector<std::uint32_t>& b) {
+  /// The device actor of the first device of `kind`, or of the first one.
+  std::size_t device_index(const std::string& kind) const {
+    for (std::size_t i = 0; i < devs.size(); ++i)
+      if (kind == backend::to_string(devs[i]->properties().kind))
+        return i;
+    return 0;
+  }
+
+  std::vector<caf::actor> pipeline(const std::vector<std::uint32_t>& b,
+                                   std::vector<std::size_t> on = {}) {
     std::vector<caf::actor> stages;
     for (std::size_t i = 0; i + 1 < b.size(); ++i) {
       shard::shard_setup s;
@@ -55,6 +94,10 @@ struct fixture {
       s.first = b[i];
       s.last = b[i + 1];
       s.n_ctx = 128;
+      auto d = i < on.size() ? on[i] : i % devs.size();
+      s.device = dev_actors[d];
+      s.device_id = devs[d]->properties().id;
+      s.node = "test";
       stages.push_back(shard::spawn_shard(*sys, std::move(s)));
     }
     caf::scoped_actor self{*sys};
@@ -213,4 +256,75 @@ TEST_CASE("layers split evenly into contiguous stages", "[workload]") {
   CHECK(jobs::even_split(12, 2) == std::vector<std::uint32_t>{0, 6, 12});
   CHECK_THROWS(jobs::even_split(2, 3));
   CHECK_THROWS(jobs::even_split(2, 0));
+}
+
+TEST_CASE("a shard computes on its device and keeps its KV cache there",
+          "[workload]") {
+  fixture f;
+  auto si = f.device_index("sim");
+  auto* sim = dynamic_cast<backend::sim_device*>(f.devs[si]);
+  REQUIRE(sim != nullptr);
+  caf::scoped_actor self{*f.sys};
+  auto snapshot = [&](const caf::actor& a) {
+    actor_snapshot out;
+    self->request(a, std::chrono::seconds(10), inspect_atom::value)
+      .receive([&](actor_snapshot& s) { out = std::move(s); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return out;
+  };
+  auto num = [](actor_snapshot& s, const char* k) {
+    return std::stoull(s.fields[k]);
+  };
+  auto dev = caf::actor_cast<caf::actor>(f.dev_actors[si]);
+  auto before = snapshot(dev);
+  auto stages = f.pipeline({0, 4}, {si});
+  auto sh = snapshot(stages[0]);
+  CHECK(sh.fields["compute"] == "device");
+  auto weights = num(sh, "weight_bytes");
+  CHECK(weights > 0);
+  // The weights were uploaded to the device.
+  auto loaded = snapshot(dev);
+  CHECK(num(loaded, "live_bytes") - num(before, "live_bytes") >= weights);
+  CHECK(num(loaded, "bytes_in") - num(before, "bytes_in") >= weights);
+
+  const double t0 = sim->now();
+  stage_step s;
+  s.job = 9;
+  s.tokens = {1, 17, 42, 99, 5};
+  std::vector<float> logits;
+  self->request(stages[0], std::chrono::seconds(30), forward_atom::value, s)
+    .receive([&](stage_step& r) { logits = std::move(r.x); },
+             [](caf::error& e) { FAIL(error_message(e)); });
+  REQUIRE(logits.size() == f.model->hparams().n_vocab);
+  // The math ran on the simulated device's clock, as kernel calls...
+  CHECK(sim->now() > t0);
+  auto after = snapshot(dev);
+  CHECK(num(after, "kernel_calls") - num(loaded, "kernel_calls") >= 4 * 14);
+  // ... and the sequence's KV cache (4 layers x 128 positions x 32 floats,
+  // K and V) lives in the device's memory.
+  sh = snapshot(stages[0]);
+  const std::uint64_t kv = 2ull * 4 * 128 * f.model->hparams().n_embd_kv() * 4;
+  CHECK(num(sh, "kv_cache_bytes") == kv);
+  CHECK(num(after, "live_bytes") - num(loaded, "live_bytes") >= kv);
+  // The device's logits are the host engine's.
+  model::llama_pipeline pipe(f.model, {0, 4});
+  auto seq = pipe.new_sequence(128);
+  CHECK(max_rel_diff(logits, pipe.eval(seq, s.tokens)) <= 1e-4f);
+  // Releasing the job frees the cache on the device.
+  self->request(stages[0], std::chrono::seconds(10), release_atom::value,
+                std::uint64_t{9})
+    .receive([](caf::ok_atom) {}, [](caf::error& e) { FAIL(error_message(e)); });
+  sh = snapshot(stages[0]);
+  CHECK(num(sh, "kv_cache_bytes") == 0);
+  f.stop(stages);
+}
+
+TEST_CASE("a shard without a device is refused", "[workload]") {
+  fixture f;
+  shard::shard_setup s;
+  s.model = f.model;
+  s.first = 0;
+  s.last = 4;
+  CHECK_THROWS_WITH(shard::spawn_shard(*f.sys, std::move(s)),
+                    Catch::Contains("no device"));
 }

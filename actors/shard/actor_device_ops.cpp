@@ -1,0 +1,156 @@
+#include "actors/shard/actor_device_ops.hpp"
+
+#include "messages/errors.hpp"
+
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace exo::shard {
+
+using backend::errc;
+using backend::fail;
+
+backend::error to_backend_error(const caf::error& err) {
+  if (err.category() == exo_error_category()) {
+    auto code = static_cast<exo_errc>(err.code());
+    auto msg = error_message(err);
+    if (code >= exo_errc::unsupported && code <= exo_errc::wrong_device)
+      return fail(static_cast<errc>(static_cast<int>(code) - 1), msg);
+    if (code == exo_errc::unknown_handle || code == exo_errc::access_denied)
+      return fail(errc::invalid_argument, msg);
+    if (code == exo_errc::failed_state)
+      return fail(errc::device_lost, msg);
+    return fail(errc::driver_error, msg);
+  }
+  if (err == caf::sec::request_timeout)
+    return fail(errc::timeout, "the device actor did not answer in time");
+  return fail(errc::device_lost, "device actor: " + caf::to_string(err));
+}
+
+struct actor_device_ops::impl {
+  impl(caf::actor_system& sys, device_actor d, std::chrono::milliseconds t)
+    : self(sys), dev(std::move(d)), timeout(t) {
+  }
+  caf::scoped_actor self;
+  device_actor dev;
+  std::chrono::milliseconds timeout;
+
+  /// One synchronous request; `on_value` takes the reply.
+  template <class F, class... Ts>
+  backend::status ask(F on_value, Ts&&... xs) {
+    if (!dev)
+      return fail(errc::no_device, "no device actor");
+    backend::status out;
+    self->request(dev, timeout, std::forward<Ts>(xs)...)
+      .receive(on_value,
+               [&](caf::error& err) { out = to_backend_error(err); });
+    return out;
+  }
+};
+
+actor_device_ops::actor_device_ops(caf::actor_system& sys, device_actor dev,
+                                   std::string where,
+                                   std::chrono::milliseconds timeout)
+  : impl_(std::make_unique<impl>(sys, std::move(dev), timeout)),
+    where_(std::move(where)) {
+}
+
+actor_device_ops::~actor_device_ops() = default;
+
+backend::result<model::device_handle>
+actor_device_ops::allocate(std::uint64_t bytes) {
+  ++requests_;
+  handle_id h = 0;
+  auto s = impl_->ask([&](handle_id x) { h = x; }, allocate_atom::value,
+                      bytes);
+  if (!s)
+    return s.err();
+  return h;
+}
+
+backend::status actor_device_ops::free(model::device_handle h) {
+  if (!impl_->dev)
+    return fail(errc::no_device, "no device actor");
+  ++requests_;
+  // The reply (ok or unknown handle) comes back to the scoped actor and is
+  // dropped: nothing waits on a free.
+  impl_->self->send(impl_->dev, free_atom::value, h);
+  return {};
+}
+
+backend::status actor_device_ops::write(model::device_handle h,
+                                        std::uint64_t offset, const void* src,
+                                        std::uint64_t bytes) {
+  auto* p = static_cast<const std::uint8_t*>(src);
+  for (std::uint64_t done = 0; done < bytes;) {
+    auto n = std::min(max_chunk_bytes, bytes - done);
+    chunk c;
+    c.bytes.assign(p + done, p + done + n);
+    ++requests_;
+    EXO_TRY(impl_->ask([](caf::atom_value) {}, write_atom::value, h,
+                       offset + done, std::move(c)));
+    done += n;
+  }
+  return {};
+}
+
+backend::status actor_device_ops::read(model::device_handle h,
+                                       std::uint64_t offset, void* dst,
+                                       std::uint64_t bytes) {
+  auto* p = static_cast<std::uint8_t*>(dst);
+  for (std::uint64_t done = 0; done < bytes;) {
+    auto n = std::min(max_chunk_bytes, bytes - done);
+    backend::status bad_size;
+    ++requests_;
+    EXO_TRY(impl_->ask(
+      [&](chunk& c) {
+        if (c.bytes.size() != n)
+          bad_size = fail(errc::driver_error,
+                          "read: the device actor sent "
+                            + std::to_string(c.bytes.size()) + " bytes, not "
+                            + std::to_string(n));
+        else
+          std::memcpy(p + done, c.bytes.data(), n);
+      },
+      read_atom::value, h, offset + done, n));
+    EXO_TRY(bad_size);
+    done += n;
+  }
+  return {};
+}
+
+backend::status
+actor_device_ops::run(const std::vector<model::device_op>& ops) {
+  for (std::size_t i = 0; i < ops.size(); i += max_kernel_batch) {
+    auto end = std::min(ops.size(), i + max_kernel_batch);
+    std::vector<kernel_call> calls;
+    calls.reserve(end - i);
+    for (std::size_t j = i; j < end; ++j) {
+      auto& op = ops[j];
+      kernel_call c;
+      c.op = model::op_name(op.kind);
+      for (auto& in : op.inputs) {
+        c.inputs.push_back(in.buf);
+        c.input_offsets.push_back(in.offset);
+      }
+      c.output = op.output.buf;
+      c.output_offset = op.output.offset;
+      c.dims = op.dims;
+      c.scalars = op.scalars;
+      calls.push_back(std::move(c));
+    }
+    ++requests_;
+    EXO_TRY(impl_->ask([](caf::atom_value) {}, compute_atom::value,
+                       std::move(calls)));
+  }
+  return {};
+}
+
+backend::status actor_device_ops::synchronize() {
+  ++requests_;
+  return impl_->ask([](caf::atom_value) {}, sync_atom::value);
+}
+
+} // namespace exo::shard

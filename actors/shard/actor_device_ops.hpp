@@ -1,0 +1,56 @@
+#pragma once
+
+/// model::device_ops over a device actor (messages/device.hpp): the way a
+/// shard computes on its device. Every call is a synchronous request
+/// through a caf::scoped_actor, so it is for blocking contexts only (the
+/// shard runs detached). Writes and reads cross in pieces of at most
+/// max_chunk_bytes; a batch of operations becomes one (compute_atom,
+/// std::vector<kernel_call>) request of at most max_kernel_batch calls.
+
+#include "messages/device.hpp"
+#include "runtime/model/device_stage.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace exo::shard {
+
+class actor_device_ops final : public model::device_ops {
+public:
+  actor_device_ops(caf::actor_system& sys, device_actor dev,
+                   std::string where,
+                   std::chrono::milliseconds timeout = std::chrono::minutes(5));
+  ~actor_device_ops() override;
+
+  backend::result<model::device_handle> allocate(std::uint64_t bytes) override;
+  /// Sends the free without waiting for its reply.
+  backend::status free(model::device_handle h) override;
+  backend::status write(model::device_handle h, std::uint64_t offset,
+                        const void* src, std::uint64_t bytes) override;
+  backend::status read(model::device_handle h, std::uint64_t offset,
+                       void* dst, std::uint64_t bytes) override;
+  backend::status run(const std::vector<model::device_op>& ops) override;
+  backend::status synchronize() override;
+  std::string where() const override {
+    return where_;
+  }
+
+  /// Requests made so far (each one message round trip).
+  std::uint64_t requests() const noexcept {
+    return requests_;
+  }
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+  std::string where_;
+  std::uint64_t requests_ = 0;
+};
+
+/// The device layer's error for a CAF error from a device actor.
+backend::error to_backend_error(const caf::error& err);
+
+} // namespace exo::shard
