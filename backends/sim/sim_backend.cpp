@@ -180,6 +180,9 @@ status sim_device::admit(const char* what) {
     fail_next_alloc_.clear();
     return fail(errc::out_of_memory, "allocate: injected fault: " + reason);
   }
+  if (std::string{what} == "allocate" && fail_allocs_)
+    return fail(errc::out_of_memory,
+                "allocate: injected fault: every allocation fails");
   return {};
 }
 
@@ -211,6 +214,15 @@ telemetry sim_device::read_telemetry() {
 void sim_device::fail_next_allocation(std::string reason) {
   std::lock_guard<std::mutex> guard{mtx_};
   fail_next_alloc_ = reason.empty() ? "simulated allocation failure" : reason;
+}
+
+void sim_device::fail_allocations(bool on) {
+  fail_allocs_ = on;
+}
+
+const std::vector<std::string>& sim_fault_names() {
+  static const std::vector<std::string> names{"fail_allocations", "vanished"};
+  return names;
 }
 
 void sim_device::vanish() {
@@ -280,8 +292,18 @@ public:
       auto id = spec.id.empty() ? "sim:" + spec.profile + ":"
                                     + std::to_string(counts[spec.profile]++)
                                 : spec.id;
-      devices_.push_back(
-        std::make_unique<sim_device>(*it, id, opts_.time_scale));
+      if (!spec.fault.empty() && spec.fault != "fail_allocations"
+          && spec.fault != "vanished") {
+        devices_.clear();
+        return fail(errc::invalid_argument,
+                    "unknown simulated device fault \"" + spec.fault + "\"");
+      }
+      auto dev = std::make_unique<sim_device>(*it, id, opts_.time_scale);
+      if (spec.fault == "fail_allocations")
+        dev->fail_allocations(true);
+      else if (spec.fault == "vanished")
+        dev->vanish();
+      devices_.push_back(std::move(dev));
     }
     return {};
   }

@@ -44,7 +44,14 @@ const std::vector<sim_profile>& builtin_sim_profiles();
 struct sim_device_spec {
   std::string profile; ///< a profile name
   std::string id;      ///< optional stable id; default "sim:<profile>:<n>"
+  /// A fault present from the start (for scenarios): empty, or one of
+  /// sim_fault_names(): "fail_allocations" (every allocation fails) or
+  /// "vanished" (every operation fails with device_lost).
+  std::string fault = {};
 };
+
+/// The faults a sim_device_spec may name.
+const std::vector<std::string>& sim_fault_names();
 
 struct sim_options {
   std::vector<sim_profile> profiles; ///< empty: the built-in ones
@@ -65,6 +72,8 @@ public:
   // -- fault injection -------------------------------------------------------
   /// The next allocation fails with out_of_memory and this reason.
   void fail_next_allocation(std::string reason);
+  /// While set, every allocation fails with out_of_memory.
+  void fail_allocations(bool on);
   /// The device disappears: every later operation fails with device_lost.
   void vanish();
   bool vanished() const noexcept {
@@ -100,6 +109,7 @@ private:
   double time_scale_;
   std::atomic<bool> gone_{false};
   std::atomic<bool> hung_{false};
+  std::atomic<bool> fail_allocs_{false};
   std::string fail_next_alloc_;
   double now_ = 0;          // simulated seconds
   double temp_c_;           // current temperature

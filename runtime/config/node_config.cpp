@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -298,9 +299,19 @@ node_config parse(const std::string& json, const std::string& source) {
                              [&](element x, const std::string& r) {
                                spec.id = as_nonempty_string(x, r);
                              }},
-                            {"count", [&](element x, const std::string& r) {
+                            {"count",
+                             [&](element x, const std::string& r) {
                                count = static_cast<std::size_t>(
                                  as_integer(x, r, 1, 64));
+                             }},
+                            {"fault", [&](element x, const std::string& r) {
+                               spec.fault = as_nonempty_string(x, r);
+                               auto& ok = backend::sim_fault_names();
+                               if (std::find(ok.begin(), ok.end(), spec.fault)
+                                   == ok.end())
+                                 bad(r, "unknown fault \"" + spec.fault
+                                          + "\" (expected fail_allocations "
+                                            "or vanished)");
                              }}});
                       if (spec.profile.empty())
                         bad(ip + ".profile", "required");

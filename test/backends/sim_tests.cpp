@@ -108,6 +108,25 @@ TEST_CASE("an injected allocation failure hits exactly the next allocation") {
   CHECK(f.dev->allocate(64).ok());
 }
 
+TEST_CASE("a fault named in the spec is there from the start") {
+  sim_options opts;
+  opts.devices = {{"m2-max", "", "fail_allocations"},
+                  {"m2-max", "", "vanished"}};
+  auto be = make_sim_backend(opts);
+  REQUIRE(be->initialize().ok());
+  for (int i = 0; i < 2; ++i) {
+    auto a = be->device_at(0)->allocate(64);
+    REQUIRE_FALSE(a.ok());
+    CHECK(a.err().code == errc::out_of_memory);
+    CHECK(a.err().message.find("every allocation fails") != std::string::npos);
+  }
+  CHECK(be->device_at(1)->allocate(64).err().code == errc::device_lost);
+  sim_options bad;
+  bad.devices = {{"m2-max", "", "melt"}};
+  CHECK(make_sim_backend(bad)->initialize().err().code
+        == errc::invalid_argument);
+}
+
 TEST_CASE("a vanished device fails every operation with device_lost") {
   sim_fixture f;
   auto a = f.dev->allocate(64);

@@ -110,6 +110,8 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "devices.simulated[0].count: must be an integer in [1, 64]"},
     {R"({"devices": {"simulated": [{"profile": "m2-max", "speed": 2}]}})",
      "devices.simulated[0].speed: unknown key"},
+    {R"({"devices": {"simulated": [{"profile": "m2-max", "fault": "melt"}]}})",
+     "devices.simulated[0].fault: unknown fault \"melt\""},
     {R"({"devices": {"sim_time_scale": -1}})",
      "devices.sim_time_scale: must be a number in"},
     {R"({"devices": {"sim_profiles_file": "/nonexistent/p.json"}})",
