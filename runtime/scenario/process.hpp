@@ -1,0 +1,48 @@
+#pragma once
+
+/// Child processes for the scenario runner: a long-running one whose output
+/// goes to a log file (exo-node), and a bounded run with captured output
+/// (exo-console, exo-model). Children die with the runner (PR_SET_PDEATHSIG)
+/// and never inherit EXO_BACKENDS.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace exo::scenario {
+
+/// Set by SIGINT/SIGTERM once install_interrupt_handlers() ran; every wait
+/// of the runner checks it.
+bool interrupted() noexcept;
+void install_interrupt_handlers();
+
+/// Starts argv[0] with stdout and stderr appended to `log_path`.
+/// Throws std::runtime_error when it cannot.
+pid_t spawn_logged(const std::vector<std::string>& argv,
+                   const std::string& log_path);
+
+/// Whether `pid` still runs; when it has ended, `status` gets its exit
+/// status (128 + signal when killed by one).
+bool still_running(pid_t pid, int& status);
+
+/// Waits up to `timeout` for `pid` to end: its exit status (128 + signal),
+/// or -1 when it still runs.
+int wait_exit(pid_t pid, std::chrono::milliseconds timeout);
+
+/// SIGTERM, up to `grace` to end, then SIGKILL; reaps the child.
+void terminate(pid_t pid, std::chrono::milliseconds grace);
+
+struct captured {
+  int code = -1; ///< exit status (128 + signal); -1: timed out (killed)
+  std::string out;
+  std::string err;
+  double seconds = 0;
+};
+
+/// Runs argv[0] to completion within `timeout` (killed after it).
+captured run_captured(const std::vector<std::string>& argv,
+                      std::chrono::milliseconds timeout);
+
+} // namespace exo::scenario

@@ -1,0 +1,853 @@
+#include "runtime/scenario/runner.hpp"
+
+#include "runtime/scenario/process.hpp"
+#include "runtime/tls/cert_tool.hpp"
+#include "runtime/tls/tls_error.hpp"
+
+#include <openssl/rand.h>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+namespace exo::scenario {
+
+namespace {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+/// A step that did not hold; what() is the reason.
+struct step_failed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct interrupted_error : std::runtime_error {
+  interrupted_error() : std::runtime_error("interrupted") {
+  }
+};
+
+double since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+std::string secs(double s) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(s < 10 ? 2 : 1) << s << " s";
+  return os.str();
+}
+
+milliseconds ms(double seconds) {
+  return milliseconds{static_cast<long long>(seconds * 1000)};
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out{path, std::ios::binary | std::ios::trunc};
+  out << text;
+  if (!out)
+    throw std::runtime_error("cannot write " + path);
+}
+
+std::string tail(const std::string& text, std::size_t lines) {
+  std::size_t at = text.size();
+  for (std::size_t n = 0; at > 0 && n <= lines; --at)
+    if (text[at - 1] == '\n')
+      ++n;
+  return text.substr(at == 0 ? 0 : at + 1);
+}
+
+std::string indent(const std::string& text, const std::string& pad = "      ") {
+  std::string out;
+  std::istringstream in{text};
+  for (std::string line; std::getline(in, line);)
+    out += pad + line + "\n";
+  return out;
+}
+
+std::string json_str(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string self_dir() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string{"."} : p.parent_path().string();
+}
+
+bool executable(const std::string& path) {
+  return !path.empty() && access(path.c_str(), X_OK) == 0
+         && fs::is_regular_file(path);
+}
+
+/// Finds a program of the project (see runner_options::bin_dir).
+std::string find_tool(const std::string& name, const std::string& sub,
+                      const std::string& bin_dir) {
+  std::vector<std::string> dirs;
+  if (!bin_dir.empty())
+    dirs.push_back(bin_dir);
+  else {
+    if (const char* e = std::getenv("EXO_BIN_DIR"); e && *e)
+      dirs.push_back(e);
+    auto here = self_dir();
+    dirs.push_back(here);
+    dirs.push_back(here + "/../" + sub); // the build tree: runtime/<sub>/
+    if (const char* path = std::getenv("PATH")) {
+      std::istringstream in{path};
+      for (std::string d; std::getline(in, d, ':');)
+        if (!d.empty())
+          dirs.push_back(d);
+    }
+  }
+  for (auto& d : dirs)
+    if (executable(d + "/" + name))
+      return fs::weakly_canonical(d + "/" + name).string();
+  throw std::runtime_error("cannot find " + name
+                           + (bin_dir.empty() ? " (set --bin-dir or EXO_BIN_DIR)"
+                                              : " in " + bin_dir));
+}
+
+struct live_node {
+  const node_spec* spec = nullptr;
+  pid_t pid = -1;
+  bool running = false;
+  int starts = 0;
+  std::uint16_t port = 0;
+  std::string log; ///< the log of the latest start
+};
+
+class runner {
+public:
+  runner(const scenario& sc, const runner_options& o, std::ostream& out)
+    : sc_(sc), opts_(o), out_(out) {
+  }
+
+  ~runner() {
+    cleanup();
+  }
+
+  int go();
+
+private:
+  // -- set-up -----------------------------------------------------------------
+  void make_dir();
+  void make_pki();
+  void make_model();
+  void start_node(live_node& n, bool quiet_start = false);
+  void cleanup();
+
+  // -- helpers ----------------------------------------------------------------
+  live_node& node(const std::string& name) {
+    return nodes_.at(name);
+  }
+  live_node& running_node(const std::string& name) {
+    auto& n = node(name);
+    refresh(n);
+    if (!n.running)
+      throw step_failed("node " + name + " is not running");
+    return n;
+  }
+  void refresh(live_node& n);
+  std::vector<live_node*> running_nodes();
+  captured console(live_node& n, const std::string& cmd, bool json,
+                   milliseconds timeout);
+  void check_interrupt() {
+    if (interrupted())
+      throw interrupted_error{};
+  }
+  void pause() {
+    auto until = clock_type::now() + milliseconds{sc_.timing.poll_ms};
+    while (clock_type::now() < until) {
+      check_interrupt();
+      std::this_thread::sleep_for(milliseconds{10});
+    }
+  }
+  double bound(const step& s) const {
+    return s.within_s > 0 ? s.within_s : sc_.timing.default_within_s;
+  }
+  /// Polls `probe` (which returns "" when the condition holds, else what it
+  /// saw) until it holds or `seconds` pass from `t0`.
+  template <class Probe>
+  void eventually(clock_type::time_point t0, double seconds,
+                  const std::string& what, Probe probe) {
+    std::string last;
+    for (;;) {
+      check_interrupt();
+      last = probe();
+      if (last.empty())
+        return;
+      if (since(t0) >= seconds)
+        throw step_failed(what + " not within " + secs(seconds) + "; last: "
+                          + last);
+      pause();
+    }
+  }
+  /// The members as `on` sees them; "" with `members` set, or the reason.
+  std::string view(live_node& on, std::vector<member_status>& members,
+                   std::string& coordinator);
+  void log_verbose(const std::string& text) {
+    if (opts_.verbose)
+      out_ << indent(text) << std::flush;
+  }
+
+  // -- steps ------------------------------------------------------------------
+  std::string run_step(const step& s);
+  std::string do_converge(const step& s);
+  std::string do_console(const step& s);
+  std::string do_kill(const step& s);
+  std::string do_stop(const step& s);
+  std::string do_start(const step& s);
+  std::string do_plan(const step& s);
+  std::string do_run(const step& s);
+  std::string expect_seen(const std::string& who, const std::string& status,
+                          clock_type::time_point t0, double seconds,
+                          const std::vector<live_node*>& observers);
+
+  const scenario& sc_;
+  runner_options opts_;
+  std::ostream& out_;
+  std::string dir_;
+  std::string node_bin_, console_bin_, model_bin_;
+  std::string model_path_;
+  std::map<std::string, live_node> nodes_;
+  std::vector<std::string> order_; ///< node names in file order
+  bool cleaned_ = false;
+};
+
+void runner::make_dir() {
+  std::string tmpl = "/tmp/exo-scenario-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr)
+    throw std::runtime_error("cannot create a temp dir in /tmp");
+  dir_ = buf.data();
+}
+
+void runner::make_pki() {
+  auto pki = dir_ + "/pki";
+  tls::make_private_dir(pki);
+  auto ca = tls::create_ca(tls::ca_options{});
+  tls::write_certificate(pki + "/ca.crt", ca.cert);
+  tls::write_private_key(pki + "/ca.key", ca.key);
+  for (auto& name : order_) {
+    auto c = tls::issue_certificate(ca, tls::cert_options{name});
+    tls::write_certificate(pki + "/" + name + ".crt", c.cert);
+    tls::write_private_key(pki + "/" + name + ".key", c.key);
+  }
+  auto client = tls::issue_certificate(
+    ca, tls::cert_options{"scenario-runner", tls::cert_role::client});
+  tls::write_certificate(pki + "/client.crt", client.cert);
+  tls::write_private_key(pki + "/client.key", client.key);
+  // One access key for the whole cluster (config/README.md).
+  unsigned char key[32];
+  if (RAND_bytes(key, sizeof key) != 1)
+    throw std::runtime_error("OpenSSL's RAND_bytes failed");
+  std::string hex;
+  char b[3];
+  for (auto k : key) {
+    std::snprintf(b, sizeof b, "%02x", k);
+    hex += b;
+  }
+  write_text(pki + "/access.key", hex + "\n");
+  chmod((pki + "/access.key").c_str(), 0600);
+}
+
+void runner::make_model() {
+  auto& m = *sc_.model;
+  model_path_ = dir_ + "/model.gguf";
+  std::vector<std::string> argv{model_bin_, "make-test", "--out", model_path_,
+                                "--layers", std::to_string(m.layers),
+                                "--dim", std::to_string(m.dim),
+                                "--ff", std::to_string(m.ff),
+                                "--heads", std::to_string(m.heads),
+                                "--kv-heads", std::to_string(m.kv_heads),
+                                "--vocab", std::to_string(m.vocab),
+                                "--seed", std::to_string(m.seed)};
+  auto r = run_captured(argv, milliseconds{120000});
+  if (r.code != 0)
+    throw std::runtime_error("exo-model make-test failed (status "
+                             + std::to_string(r.code) + "): " + r.err);
+}
+
+void runner::refresh(live_node& n) {
+  int status = 0;
+  if (n.running && !still_running(n.pid, status)) {
+    n.running = false;
+    n.pid = -1;
+  }
+}
+
+std::vector<live_node*> runner::running_nodes() {
+  std::vector<live_node*> out;
+  for (auto& name : order_) {
+    auto& n = node(name);
+    refresh(n);
+    if (n.running)
+      out.push_back(&n);
+  }
+  return out;
+}
+
+void runner::start_node(live_node& n, bool quiet_start) {
+  auto& spec = *n.spec;
+  auto& t = sc_.timing;
+  auto ndir = dir_ + "/" + spec.name;
+  fs::create_directories(ndir);
+  // Seeds: the named ones that run; when none of them does (or the topology
+  // gives none, as to the first node of a star), every running node, so that
+  // a restarted node finds the cluster. Only an explicit "seeds": [] or the
+  // topology "none" keep a node alone.
+  std::vector<std::uint16_t> seeds;
+  auto names = sc_.seeds_of(spec);
+  for (auto& s : names) {
+    auto& peer = node(s);
+    refresh(peer);
+    if (peer.running)
+      seeds.push_back(peer.port);
+  }
+  bool alone = spec.seeds_given ? spec.seeds.empty() : sc_.topology == "none";
+  if (seeds.empty() && !alone)
+    for (auto* p : running_nodes())
+      if (p != &n)
+        seeds.push_back(p->port);
+  std::string seed_list;
+  for (auto p : seeds)
+    seed_list += std::string{seed_list.empty() ? "" : ", "} + "\"127.0.0.1:"
+                 + std::to_string(p) + "\"";
+  std::string include;
+  for (auto& b : spec.backends)
+    include += (include.empty() ? "" : ", ") + json_str(b);
+  if (!spec.simulated.empty())
+    include += std::string{include.empty() ? "" : ", "} + "\"sim\"";
+  std::string sims;
+  for (auto& d : spec.simulated) {
+    sims += std::string{sims.empty() ? "" : ", "} + "{\"profile\": "
+            + json_str(d.profile) + ", \"count\": " + std::to_string(d.count);
+    if (!d.fault.empty())
+      sims += ", \"fault\": " + json_str(d.fault);
+    sims += "}";
+  }
+  auto pki = dir_ + "/pki/";
+  auto cfg = "{\"node\": {\"name\": " + json_str(spec.name)
+             + ", \"state_dir\": " + json_str(ndir + "/state") + "},\n"
+             + " \"network\": {\"listen\": \"127.0.0.1\", \"port\": 0, "
+               "\"seeds\": ["
+             + seed_list + "], \"heartbeat_ms\": "
+             + std::to_string(t.heartbeat_ms) + ", \"failure_timeout_ms\": "
+             + std::to_string(t.failure_timeout_ms)
+             + ", \"connect_timeout_ms\": "
+             + std::to_string(t.connect_timeout_ms) + "},\n"
+             + " \"tls\": {\"certificate\": " + json_str(pki + spec.name + ".crt")
+             + ", \"key\": " + json_str(pki + spec.name + ".key")
+             + ", \"ca\": " + json_str(pki + "ca.crt") + "},\n"
+             + " \"devices\": {\"include\": [" + include + "], \"simulated\": ["
+             + sims + "], \"cpu_memory_limit_mib\": "
+             + std::to_string(spec.cpu_memory_limit_mib)
+             + ", \"rescan_interval_s\": 0},\n"
+             + " \"safety\": {\"access_key_file\": "
+             + json_str(pki + "access.key") + "}}\n";
+  auto cfg_path = ndir + "/node.json";
+  write_text(cfg_path, cfg);
+  ++n.starts;
+  n.log = ndir + "/node-" + std::to_string(n.starts) + ".log";
+  log_verbose("start " + spec.name + ": " + node_bin_ + " --config "
+              + cfg_path + " (log " + n.log + ")");
+  auto t0 = clock_type::now();
+  n.pid = spawn_logged({node_bin_, "--config", cfg_path}, n.log);
+  n.running = true;
+  static const std::regex port_re{"listening on [^ ]*:(\\d+)"};
+  for (;;) {
+    check_interrupt();
+    auto text = read_text(n.log);
+    if (text.find(" ready in ") != std::string::npos) {
+      std::smatch m;
+      if (!std::regex_search(text, m, port_re))
+        throw step_failed("node " + spec.name
+                          + " is ready but named no port; log:\n"
+                          + indent(tail(text, 15)));
+      n.port = static_cast<std::uint16_t>(std::stoi(m[1]));
+      break;
+    }
+    int status = 0;
+    if (!still_running(n.pid, status)) {
+      n.running = false;
+      n.pid = -1;
+      throw step_failed("node " + spec.name + " exited with status "
+                        + std::to_string(status) + " while starting; log:\n"
+                        + indent(tail(text, 15)));
+    }
+    if (since(t0) > t.start_timeout_s)
+      throw step_failed("node " + spec.name + " not ready within "
+                        + secs(t.start_timeout_s) + "; log:\n"
+                        + indent(tail(text, 15)));
+    std::this_thread::sleep_for(milliseconds{50});
+  }
+  if (quiet_start)
+    return;
+  out_ << "  started " << spec.name << " on 127.0.0.1:" << n.port << " in "
+       << secs(since(t0)) << "\n"
+       << std::flush;
+}
+
+void runner::cleanup() {
+  if (cleaned_)
+    return;
+  cleaned_ = true;
+  for (auto& [name, n] : nodes_) {
+    if (n.pid > 0)
+      terminate(n.pid, milliseconds{5000});
+    n.pid = -1;
+    n.running = false;
+  }
+  if (dir_.empty())
+    return;
+  if (opts_.keep) {
+    out_ << "kept " << dir_ << " (configs, logs, PKI)\n";
+  } else {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+}
+
+captured runner::console(live_node& n, const std::string& cmd, bool json,
+                         milliseconds timeout) {
+  auto pki = dir_ + "/pki/";
+  auto request_ms = std::max<long long>(
+    100, std::min<long long>(600000, timeout.count()));
+  std::vector<std::string> argv{console_bin_,
+                                "--connect",
+                                "127.0.0.1:" + std::to_string(n.port),
+                                "--cert",
+                                pki + "client.crt",
+                                "--key",
+                                pki + "client.key",
+                                "--ca",
+                                pki + "ca.crt",
+                                "--timeout-ms",
+                                std::to_string(request_ms),
+                                "--exec",
+                                cmd};
+  if (json)
+    argv.push_back("--json");
+  // The console's own connect and request are bounded; leave it room.
+  auto r = run_captured(argv, timeout + milliseconds{15000});
+  check_interrupt();
+  if (opts_.verbose) {
+    out_ << "      " << n.spec->name << "> " << cmd << (json ? " --json" : "")
+         << "  (status " << r.code << ", " << secs(r.seconds) << ")\n"
+         << indent(r.out + r.err, "        ") << std::flush;
+  }
+  return r;
+}
+
+std::string runner::view(live_node& on, std::vector<member_status>& members,
+                         std::string& coordinator) {
+  auto r = console(on, "nodes", true,
+                   milliseconds{sc_.timing.console_timeout_ms});
+  if (r.code != 0)
+    return on.spec->name + ": exo-console status " + std::to_string(r.code)
+           + " " + tail(r.err, 2);
+  std::string why;
+  if (!parse_nodes(r.out, members, coordinator, why))
+    return on.spec->name + ": " + why;
+  return {};
+}
+
+std::string runner::do_converge(const step& s) {
+  std::vector<live_node*> on;
+  if (s.on.empty())
+    on = running_nodes();
+  else
+    for (auto& name : s.on)
+      on.push_back(&running_node(name));
+  if (on.empty())
+    throw step_failed("no node is running");
+  auto want = s.alive >= 0 ? s.alive : static_cast<int>(running_nodes().size());
+  auto t0 = clock_type::now();
+  std::string agreed;
+  eventually(t0, bound(s), std::to_string(want) + " alive members", [&] {
+    std::string common;
+    for (auto* n : on) {
+      std::vector<member_status> members;
+      std::string co;
+      if (auto err = view(*n, members, co); !err.empty())
+        return err;
+      int alive = 0;
+      std::string seen;
+      for (auto& m : members) {
+        alive += m.status == "alive";
+        seen += (seen.empty() ? "" : ", ") + m.name + "=" + m.status;
+      }
+      if (alive != want)
+        return n->spec->name + " sees " + std::to_string(alive)
+               + " alive (" + seen + ")";
+      if (!s.coordinator.empty() && co != s.coordinator)
+        return n->spec->name + " names coordinator \"" + co + "\"";
+      if (!common.empty() && co != common)
+        return "coordinators differ: " + common + " and " + co;
+      common = co;
+    }
+    agreed = common;
+    return std::string{};
+  });
+  std::string names;
+  for (auto* n : on)
+    names += (names.empty() ? "" : ", ") + n->spec->name;
+  return std::to_string(want) + " alive as seen by " + names
+         + "; coordinator " + agreed;
+}
+
+std::string runner::do_console(const step& s) {
+  auto& n = running_node(s.node);
+  auto t0 = clock_type::now();
+  auto timeout = milliseconds{sc_.timing.console_timeout_ms};
+  if (!s.poll) {
+    auto r = console(n, s.command, s.json, std::max(timeout, ms(bound(s))));
+    if (auto why = check(s.expect, r.code, r.out, r.err); !why.empty())
+      throw step_failed(why + "; output:\n" + indent(tail(r.out + r.err, 20)));
+    return "\"" + s.command + "\" on " + s.node;
+  }
+  captured last;
+  eventually(t0, bound(s), "\"" + s.command + "\" as expected", [&] {
+    last = console(n, s.command, s.json, timeout);
+    auto why = check(s.expect, last.code, last.out, last.err);
+    return why.empty() ? why
+                       : why + "; output:\n" + indent(tail(last.out + last.err, 20));
+  });
+  return "\"" + s.command + "\" on " + s.node + " after " + secs(since(t0));
+}
+
+/// Polls every observer until it reports `who` with `status`.
+std::string runner::expect_seen(const std::string& who,
+                                const std::string& status,
+                                clock_type::time_point t0, double seconds,
+                                const std::vector<live_node*>& observers) {
+  std::vector<bool> done(observers.size(), false);
+  std::vector<double> when(observers.size(), 0);
+  eventually(t0, seconds, who + " " + status + " everywhere", [&] {
+    for (std::size_t i = 0; i < observers.size(); ++i) {
+      if (done[i])
+        continue;
+      std::vector<member_status> members;
+      std::string co;
+      if (auto err = view(*observers[i], members, co); !err.empty())
+        return err;
+      auto st = status_of(members, who);
+      if (st != status)
+        return observers[i]->spec->name + " sees " + who + " as \""
+               + (st.empty() ? "absent" : st) + "\"";
+      done[i] = true;
+      when[i] = since(t0);
+    }
+    return std::string{};
+  });
+  std::string out;
+  for (std::size_t i = 0; i < observers.size(); ++i)
+    out += (out.empty() ? "" : ", ") + observers[i]->spec->name + " after "
+           + secs(when[i]);
+  return out;
+}
+
+std::string runner::do_kill(const step& s) {
+  auto& victim = running_node(s.node);
+  std::vector<live_node*> survivors;
+  for (auto* n : running_nodes())
+    if (n != &victim)
+      survivors.push_back(n);
+  // Who coordinates now (as a survivor sees it)?
+  std::string before;
+  if (!survivors.empty()) {
+    std::vector<member_status> members;
+    if (auto err = view(*survivors.front(), members, before); !err.empty())
+      throw step_failed("before the kill: " + err);
+  }
+  auto t0 = clock_type::now();
+  kill(victim.pid, SIGKILL);
+  auto code = wait_exit(victim.pid, milliseconds{10000});
+  victim.running = false;
+  victim.pid = -1;
+  if (code != 128 + SIGKILL)
+    throw step_failed("node " + s.node + " ended with status "
+                      + std::to_string(code) + " instead of SIGKILL");
+  if (survivors.empty())
+    return "killed " + s.node + " (no node left to notice)";
+  auto seen = expect_seen(s.node, "dead", t0, bound(s), survivors);
+  std::string result = "dead on " + seen;
+  if (!s.coordinator.empty() || before == s.node) {
+    std::string now;
+    eventually(t0, bound(s), "a new coordinator", [&] {
+      std::string common;
+      for (auto* n : survivors) {
+        std::vector<member_status> members;
+        std::string co;
+        if (auto err = view(*n, members, co); !err.empty())
+          return err;
+        if (co == s.node || co.empty())
+          return n->spec->name + " still names \"" + co + "\"";
+        if (!s.coordinator.empty() && co != s.coordinator)
+          return n->spec->name + " names \"" + co + "\", expected "
+                 + s.coordinator;
+        if (!common.empty() && co != common)
+          return "coordinators differ: " + common + " and " + co;
+        common = co;
+      }
+      now = common;
+      return std::string{};
+    });
+    result += "; coordinator " + before + " -> " + now + " after "
+              + secs(since(t0));
+  }
+  return result;
+}
+
+std::string runner::do_stop(const step& s) {
+  auto& n = running_node(s.node);
+  std::vector<live_node*> others;
+  for (auto* o : running_nodes())
+    if (o != &n)
+      others.push_back(o);
+  auto t0 = clock_type::now();
+  kill(n.pid, SIGTERM);
+  auto code = wait_exit(n.pid, ms(sc_.timing.stop_timeout_s));
+  if (code < 0) {
+    terminate(n.pid, milliseconds{1000});
+    n.running = false;
+    n.pid = -1;
+    throw step_failed("node " + s.node + " did not stop within "
+                      + secs(sc_.timing.stop_timeout_s) + " (killed); log:\n"
+                      + indent(tail(read_text(n.log), 10)));
+  }
+  n.running = false;
+  n.pid = -1;
+  if (code != 0)
+    throw step_failed("node " + s.node + " stopped with status "
+                      + std::to_string(code) + "; log:\n"
+                      + indent(tail(read_text(n.log), 10)));
+  auto stopped = since(t0);
+  if (others.empty())
+    return "stopped in " + secs(stopped);
+  return "stopped in " + secs(stopped) + "; left on "
+         + expect_seen(s.node, "left", t0, bound(s), others);
+}
+
+std::string runner::do_start(const step& s) {
+  auto& n = node(s.node);
+  refresh(n);
+  if (n.running)
+    throw step_failed("node " + s.node + " is already running");
+  auto t0 = clock_type::now();
+  start_node(n, true);
+  auto ready = since(t0);
+  auto seen = expect_seen(s.node, "alive", t0, bound(s), running_nodes());
+  return "ready on 127.0.0.1:" + std::to_string(n.port) + " in " + secs(ready)
+         + "; alive on " + seen;
+}
+
+std::string runner::do_plan(const step& s) {
+  auto& n = running_node(s.node);
+  auto cmd = "plan " + model_path_ + (s.command.empty() ? "" : " " + s.command);
+  auto r = console(n, cmd, s.json,
+                   std::max(milliseconds{sc_.timing.console_timeout_ms},
+                            ms(bound(s))));
+  if (auto why = check(s.expect, r.code, r.out, r.err); !why.empty())
+    throw step_failed(why + "; output:\n" + indent(tail(r.out + r.err, 20)));
+  if (s.json)
+    return "planned on " + s.node + " (JSON as expected)";
+  auto first = r.out.substr(0, r.out.find('\n'));
+  if (first.size() > 100)
+    first = first.substr(0, 100) + "...";
+  return "planned on " + s.node + ": " + first;
+}
+
+std::string runner::do_run(const step& s) {
+  auto& n = running_node(s.node);
+  auto cmd = "run --model " + model_path_ + " --prompt \"" + s.prompt
+             + "\" -n " + std::to_string(s.tokens) + " --seed "
+             + std::to_string(s.seed);
+  if (s.stages > 0)
+    cmd += " --stages " + std::to_string(s.stages);
+  auto r = console(n, cmd, false,
+                   std::max(milliseconds{sc_.timing.console_timeout_ms},
+                            ms(bound(s))));
+  if (auto why = check(s.expect, r.code, r.out, r.err); !why.empty())
+    throw step_failed(why + "; output:\n" + indent(tail(r.out + r.err, 20)));
+  if (s.expect.exit_code != 0)
+    return "failed as expected";
+  static const std::regex gen_re{
+    "generation: (\\d+) tokens in [0-9.]+ s \\(([0-9.]+) tokens/s\\)"};
+  std::smatch m;
+  if (!std::regex_search(r.out, m, gen_re) || std::stoi(m[1]) < 1)
+    throw step_failed("no tokens generated; output:\n"
+                      + indent(tail(r.out + r.err, 20)));
+  auto text_at = r.out.find("text: ");
+  if (text_at == std::string::npos)
+    throw step_failed("no text in the reply; output:\n"
+                      + indent(tail(r.out, 20)));
+  return std::string{m[1]} + " tokens at " + std::string{m[2]}
+         + " tokens/s on " + s.node;
+}
+
+std::string runner::run_step(const step& s) {
+  switch (s.kind) {
+    case step_kind::converge: return do_converge(s);
+    case step_kind::console: return do_console(s);
+    case step_kind::kill: return do_kill(s);
+    case step_kind::stop: return do_stop(s);
+    case step_kind::start: return do_start(s);
+    case step_kind::plan: return do_plan(s);
+    case step_kind::run: return do_run(s);
+    case step_kind::sleep: {
+      auto until = clock_type::now() + ms(s.seconds);
+      while (clock_type::now() < until) {
+        check_interrupt();
+        std::this_thread::sleep_for(milliseconds{20});
+      }
+      return "slept " + secs(s.seconds);
+    }
+  }
+  return {};
+}
+
+std::string describe(const step& s) {
+  if (!s.title.empty())
+    return s.title;
+  std::string d = s.verb.empty() ? to_string(s.kind) : s.verb;
+  switch (s.kind) {
+    case step_kind::converge:
+      d += s.alive >= 0 ? " to " + std::to_string(s.alive) + " alive"
+                        : " (every running node alive)";
+      break;
+    case step_kind::console: d += " " + s.node + ": " + s.command; break;
+    case step_kind::run: d += " on " + s.node + ": \"" + s.prompt + "\""; break;
+    case step_kind::sleep: d += " " + secs(s.seconds); break;
+    default: d += " " + s.node;
+  }
+  return d;
+}
+
+int runner::go() {
+  auto t_all = clock_type::now();
+  for (auto& n : sc_.nodes) {
+    order_.push_back(n.name);
+    nodes_[n.name].spec = &n;
+  }
+  auto total = sc_.steps.size();
+  int failed = 0;
+  std::size_t passed = 0;
+  try {
+    node_bin_ = find_tool("exo-node", "node", opts_.bin_dir);
+    console_bin_ = find_tool("exo-console", "console", opts_.bin_dir);
+    if (sc_.model)
+      model_bin_ = find_tool("exo-model", "model", opts_.bin_dir);
+    make_dir();
+    out_ << "scenario " << sc_.name << ": " << sc_.nodes.size() << " node(s), "
+         << total << " step(s), work dir " << dir_ << "\n";
+    if (!sc_.description.empty())
+      out_ << "  " << sc_.description << "\n";
+    out_ << std::flush;
+    make_pki();
+    if (sc_.model)
+      make_model();
+    for (auto& name : order_)
+      if (node(name).spec->start)
+        start_node(node(name));
+  } catch (const interrupted_error&) {
+    out_ << "interrupted\n";
+    cleanup();
+    return 130;
+  } catch (const std::exception& e) {
+    out_ << "setup FAILED: " << e.what() << "\n";
+    cleanup();
+    out_ << "scenario " << sc_.name << ": FAIL (setup)\n";
+    return 1;
+  }
+  for (std::size_t i = 0; i < total; ++i) {
+    auto& s = sc_.steps[i];
+    std::ostringstream label;
+    label << "[" << (i + 1) << "/" << total << "] " << describe(s);
+    if (failed) {
+      out_ << label.str() << " ... SKIPPED\n";
+      continue;
+    }
+    out_ << label.str() << " ..." << (opts_.verbose ? "\n" : " ")
+         << std::flush;
+    auto t0 = clock_type::now();
+    try {
+      auto detail = run_step(s);
+      out_ << (opts_.verbose ? "  " : "") << "PASS (" << secs(since(t0))
+           << ")" << (detail.empty() ? "" : " " + detail) << "\n";
+      ++passed;
+    } catch (const interrupted_error&) {
+      out_ << "interrupted\n";
+      cleanup();
+      return 130;
+    } catch (const step_failed& e) {
+      out_ << (opts_.verbose ? "  " : "") << "FAIL (" << secs(since(t0))
+           << ")\n"
+           << indent(std::string{s.path} + ": " + e.what());
+      failed = 1;
+    } catch (const std::exception& e) {
+      out_ << (opts_.verbose ? "  " : "") << "FAIL (" << secs(since(t0))
+           << ")\n"
+           << indent(std::string{s.path} + ": error: " + e.what());
+      failed = 1;
+    }
+    out_ << std::flush;
+    if (failed) {
+      // The end of every node's latest log helps to see why.
+      for (auto& name : order_) {
+        auto& n = node(name);
+        if (!n.log.empty())
+          out_ << "  log of " << name << " (" << n.log << "), last lines:\n"
+               << indent(tail(read_text(n.log), 8));
+      }
+    }
+  }
+  cleanup();
+  out_ << "scenario " << sc_.name << ": " << (failed ? "FAIL" : "PASS") << " ("
+       << passed << "/" << total << " steps passed in " << secs(since(t_all))
+       << ")\n"
+       << std::flush;
+  return failed ? 1 : 0;
+}
+
+} // namespace
+
+int run(const scenario& sc, const runner_options& opts, std::ostream& out) {
+  try {
+    runner r{sc, opts, out};
+    return r.go();
+  } catch (const std::exception& e) {
+    out << "exo-scenario: error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+} // namespace exo::scenario

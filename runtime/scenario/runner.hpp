@@ -1,0 +1,29 @@
+#pragma once
+
+/// The scenario runner: brings a parsed scenario up as real exo-node
+/// processes on 127.0.0.1 (a throwaway PKI made with exo_tls, one node
+/// config per node, port 0), runs its steps with exo-console, prints each
+/// step with PASS/FAIL and its timing, and always stops its processes and
+/// removes its temp dir (unless keep).
+
+#include "runtime/scenario/scenario.hpp"
+
+#include <iosfwd>
+#include <string>
+
+namespace exo::scenario {
+
+struct runner_options {
+  bool keep = false;    ///< leave the temp dir (logs, configs, PKI)
+  bool verbose = false; ///< print every command and its output
+  /// Where exo-node, exo-console and exo-model are; empty: $EXO_BIN_DIR,
+  /// next to this program, its build-tree siblings, then $PATH.
+  std::string bin_dir;
+};
+
+/// Runs `sc`; prints to `out`. Returns 0 when every step passed, 1 when one
+/// failed (or the cluster could not be brought up), 130 when interrupted.
+/// Never throws.
+int run(const scenario& sc, const runner_options& opts, std::ostream& out);
+
+} // namespace exo::scenario

@@ -1,0 +1,763 @@
+#include "runtime/scenario/scenario.hpp"
+
+#include "backends/factory.hpp"
+#include "backends/sim/sim_backend.hpp"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace exo::scenario {
+
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw scenario_error(path + ": " + what);
+}
+
+std::string join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+std::string at(const std::string& path, std::size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+using handler = std::function<void(element, const std::string&)>;
+
+/// Calls the handler of each key; an unknown key is an error.
+void walk(element obj, const std::string& path,
+          const std::map<std::string, handler>& handlers) {
+  simdjson::dom::object fields;
+  if (obj.type() != element_type::OBJECT || obj.get_object().get(fields))
+    bad(path.empty() ? "<document>" : path, "must be an object");
+  for (auto field : fields) {
+    std::string key{field.key};
+    auto it = handlers.find(key);
+    if (it == handlers.end()) {
+      std::string known;
+      for (auto& [k, _] : handlers)
+        known += (known.empty() ? "" : ", ") + k;
+      bad(join(path, key), "unknown key (expected one of: " + known + ")");
+    }
+    it->second(field.value, join(path, key));
+  }
+}
+
+std::string as_string(element e, const std::string& path) {
+  std::string_view sv;
+  if (e.type() != element_type::STRING || e.get_string().get(sv))
+    bad(path, "must be a string");
+  return std::string{sv};
+}
+
+std::string as_nonempty_string(element e, const std::string& path) {
+  auto s = as_string(e, path);
+  if (s.empty())
+    bad(path, "must not be empty");
+  return s;
+}
+
+bool as_bool(element e, const std::string& path) {
+  bool b = false;
+  if (e.type() != element_type::BOOL || e.get_bool().get(b))
+    bad(path, "must be true or false");
+  return b;
+}
+
+std::int64_t as_integer(element e, const std::string& path, std::int64_t lo,
+                        std::int64_t hi) {
+  auto range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  std::int64_t v = 0;
+  if (e.type() == element_type::INT64)
+    v = e.get_int64().value_unsafe();
+  else if (e.type() == element_type::UINT64)
+    bad(path, "must be an integer in " + range + ", got "
+                + std::to_string(e.get_uint64().value_unsafe()));
+  else
+    bad(path, "must be an integer in " + range);
+  if (v < lo || v > hi)
+    bad(path, "must be an integer in " + range + ", got " + std::to_string(v));
+  return v;
+}
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+double as_number(element e, const std::string& path, double lo, double hi) {
+  double v = 0;
+  switch (e.type()) {
+    case element_type::INT64: v = double(e.get_int64().value_unsafe()); break;
+    case element_type::UINT64: v = double(e.get_uint64().value_unsafe()); break;
+    case element_type::DOUBLE: v = e.get_double().value_unsafe(); break;
+    default: bad(path, "must be a number in [" + fmt(lo) + ", " + fmt(hi) + "]");
+  }
+  if (!(v >= lo && v <= hi))
+    bad(path, "must be a number in [" + fmt(lo) + ", " + fmt(hi) + "], got "
+                + fmt(v));
+  return v;
+}
+
+simdjson::dom::array as_array(element e, const std::string& path,
+                              const char* of) {
+  simdjson::dom::array items;
+  if (e.type() != element_type::ARRAY || e.get_array().get(items))
+    bad(path, std::string{"must be an array of "} + of);
+  return items;
+}
+
+/// A string or an array of strings (non-empty each).
+std::vector<std::string> as_strings(element e, const std::string& path) {
+  if (e.type() == element_type::STRING)
+    return {as_nonempty_string(e, path)};
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  for (auto item : as_array(e, path, "strings"))
+    out.push_back(as_nonempty_string(item, at(path, i++)));
+  return out;
+}
+
+void check_name(const std::string& name, const std::string& path) {
+  if (name.size() > 64)
+    bad(path, "must be at most 64 characters");
+  if (name.front() == '.' || name.front() == '-')
+    bad(path, "must not start with '.' or '-'");
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'
+          || c == '.'))
+      bad(path, "may contain only letters, digits, '-', '_' and '.'");
+}
+
+const std::set<std::string>& real_backends() {
+  static const std::set<std::string> names{"cpu", "vulkan", "cuda", "hip",
+                                           "rocm"};
+  return names;
+}
+
+simulated_device parse_simulated(element e, const std::string& path) {
+  simulated_device d;
+  walk(e, path,
+       {{"profile",
+         [&](element v, const std::string& p) {
+           d.profile = as_nonempty_string(v, p);
+           auto& profiles = backend::builtin_sim_profiles();
+           if (std::none_of(profiles.begin(), profiles.end(),
+                            [&](auto& x) { return x.name == d.profile; })) {
+             std::string names;
+             for (auto& x : profiles)
+               names += (names.empty() ? "" : ", ") + x.name;
+             bad(p, "unknown profile \"" + d.profile + "\" (expected one of: "
+                      + names + ")");
+           }
+         }},
+        {"count",
+         [&](element v, const std::string& p) {
+           d.count = static_cast<int>(as_integer(v, p, 1, 64));
+         }},
+        {"fault", [&](element v, const std::string& p) {
+           d.fault = as_nonempty_string(v, p);
+           auto& ok = backend::sim_fault_names();
+           if (std::find(ok.begin(), ok.end(), d.fault) == ok.end())
+             bad(p, "unknown fault \"" + d.fault
+                      + "\" (expected fail_allocations or vanished)");
+         }}});
+  if (d.profile.empty())
+    bad(join(path, "profile"), "required");
+  return d;
+}
+
+node_spec parse_node(element e, const std::string& path) {
+  node_spec n;
+  bool backends_given = false;
+  walk(e, path,
+       {{"name",
+         [&](element v, const std::string& p) {
+           n.name = as_nonempty_string(v, p);
+           check_name(n.name, p);
+         }},
+        {"devices",
+         [&](element v, const std::string& p) {
+           walk(v, p,
+                {{"backends",
+                  [&](element x, const std::string& q) {
+                    backends_given = true;
+                    n.backends.clear();
+                    std::size_t i = 0;
+                    for (auto item : as_array(x, q, "strings")) {
+                      auto qi = at(q, i++);
+                      auto b = as_nonempty_string(item, qi);
+                      if (b == "sim")
+                        bad(qi, "list simulated devices under "
+                                "devices.simulated, not as a backend");
+                      if (!real_backends().count(b))
+                        bad(qi, "unknown backend \"" + b
+                                  + "\" (expected cpu, vulkan, cuda, hip or "
+                                    "rocm)");
+                      n.backends.push_back(b);
+                    }
+                  }},
+                 {"simulated",
+                  [&](element x, const std::string& q) {
+                    std::size_t i = 0;
+                    for (auto item : as_array(x, q, "objects"))
+                      n.simulated.push_back(parse_simulated(item, at(q, i++)));
+                  }},
+                 {"cpu_memory_limit_mib", [&](element x, const std::string& q) {
+                    n.cpu_memory_limit_mib = static_cast<std::uint64_t>(
+                      as_integer(x, q, 0, 1 << 24));
+                  }}});
+         }},
+        {"seeds",
+         [&](element v, const std::string& p) {
+           n.seeds_given = true;
+           std::size_t i = 0;
+           for (auto item : as_array(v, p, "node names"))
+             n.seeds.push_back(as_nonempty_string(item, at(p, i++)));
+         }},
+        {"start", [&](element v, const std::string& p) {
+           n.start = as_bool(v, p);
+         }}});
+  if (n.name.empty())
+    bad(join(path, "name"), "required");
+  if (n.backends.empty() && n.simulated.empty())
+    bad(join(path, "devices"), "a node needs a backend or a simulated device");
+  (void) backends_given;
+  return n;
+}
+
+/// Reads "expect" into `x`.
+void parse_expect(element e, const std::string& path, expectation& x) {
+  walk(e, path,
+       {{"exit",
+         [&](element v, const std::string& p) {
+           x.exit_code = static_cast<int>(as_integer(v, p, 0, 255));
+         }},
+        {"contains",
+         [&](element v, const std::string& p) { x.contains = as_strings(v, p); }},
+        {"excludes",
+         [&](element v, const std::string& p) { x.excludes = as_strings(v, p); }},
+        {"json", [&](element v, const std::string& p) {
+           (void) p;
+           x.json = simdjson::minify(v);
+         }}});
+}
+
+struct step_fields {
+  std::set<std::string> allowed;
+  std::set<std::string> required;
+};
+
+const std::map<step_kind, step_fields>& step_table() {
+  static const std::map<step_kind, step_fields> t{
+    {step_kind::converge,
+     {{"alive", "on", "coordinator", "within_s"}, {}}},
+    {step_kind::console,
+     {{"node", "command", "json", "expect", "within_s", "poll"},
+      {"node", "command"}}},
+    {step_kind::kill, {{"node", "within_s", "coordinator"}, {"node"}}},
+    {step_kind::stop, {{"node", "within_s"}, {"node"}}},
+    {step_kind::start, {{"node", "within_s"}, {"node"}}},
+    {step_kind::plan,
+     {{"node", "args", "json", "expect", "within_s"}, {"node"}}},
+    {step_kind::run,
+     {{"node", "prompt", "tokens", "stages", "seed", "expect", "within_s"},
+      {"node", "prompt"}}},
+    {step_kind::sleep, {{"seconds"}, {"seconds"}}},
+  };
+  return t;
+}
+
+std::optional<step_kind> parse_kind(const std::string& s) {
+  static const std::map<std::string, step_kind> names{
+    {"converge", step_kind::converge}, {"console", step_kind::console},
+    {"kill", step_kind::kill},         {"stop", step_kind::stop},
+    {"start", step_kind::start},       {"restart", step_kind::start},
+    {"plan", step_kind::plan},         {"run", step_kind::run},
+    {"sleep", step_kind::sleep}};
+  auto it = names.find(s);
+  if (it == names.end())
+    return std::nullopt;
+  return it->second;
+}
+
+step parse_step(element e, const std::string& path) {
+  simdjson::dom::object fields;
+  if (e.type() != element_type::OBJECT || e.get_object().get(fields))
+    bad(path, "must be an object");
+  element doel;
+  if (fields["do"].get(doel))
+    bad(join(path, "do"), "required (one of converge, console, kill, stop, "
+                          "start, restart, plan, run, sleep)");
+  auto name = as_nonempty_string(doel, join(path, "do"));
+  auto kind = parse_kind(name);
+  if (!kind)
+    bad(join(path, "do"), "unknown step \"" + name
+                            + "\" (expected one of converge, console, kill, "
+                              "stop, start, restart, plan, run, sleep)");
+  step s;
+  s.kind = *kind;
+  s.path = path;
+  s.verb = name;
+  auto& rules = step_table().at(*kind);
+  std::set<std::string> seen;
+  std::map<std::string, handler> h{
+    {"do", [](element, const std::string&) {}},
+    {"name",
+     [&](element v, const std::string& p) { s.title = as_nonempty_string(v, p); }},
+    {"node",
+     [&](element v, const std::string& p) { s.node = as_nonempty_string(v, p); }},
+    {"alive",
+     [&](element v, const std::string& p) {
+       s.alive = static_cast<int>(as_integer(v, p, 0, 64));
+     }},
+    {"on",
+     [&](element v, const std::string& p) {
+       std::size_t i = 0;
+       for (auto item : as_array(v, p, "node names"))
+         s.on.push_back(as_nonempty_string(item, at(p, i++)));
+     }},
+    {"coordinator",
+     [&](element v, const std::string& p) {
+       s.coordinator = as_nonempty_string(v, p);
+     }},
+    {"command",
+     [&](element v, const std::string& p) {
+       s.command = as_nonempty_string(v, p);
+     }},
+    {"args",
+     [&](element v, const std::string& p) { s.command = as_string(v, p); }},
+    {"json", [&](element v, const std::string& p) { s.json = as_bool(v, p); }},
+    {"poll", [&](element v, const std::string& p) { s.poll = as_bool(v, p); }},
+    {"expect",
+     [&](element v, const std::string& p) { parse_expect(v, p, s.expect); }},
+    {"prompt",
+     [&](element v, const std::string& p) {
+       s.prompt = as_nonempty_string(v, p);
+       if (!prompt_ok(s.prompt))
+         bad(p, "must not contain '\"', '\\' or a line break");
+     }},
+    {"tokens",
+     [&](element v, const std::string& p) {
+       s.tokens = static_cast<int>(as_integer(v, p, 1, 512));
+     }},
+    {"stages",
+     [&](element v, const std::string& p) {
+       s.stages = static_cast<int>(as_integer(v, p, 1, 64));
+     }},
+    {"seed",
+     [&](element v, const std::string& p) {
+       s.seed = static_cast<int>(as_integer(v, p, 0, 1 << 30));
+     }},
+    {"within_s",
+     [&](element v, const std::string& p) {
+       s.within_s = as_number(v, p, 0.1, 600);
+     }},
+    {"seconds",
+     [&](element v, const std::string& p) {
+       s.seconds = as_number(v, p, 0, 600);
+     }},
+  };
+  for (auto field : fields) {
+    std::string key{field.key};
+    auto p = join(path, key);
+    if (key != "do" && key != "name" && !rules.allowed.count(key)) {
+      std::string known = "do, name";
+      for (auto& k : rules.allowed)
+        known += ", " + k;
+      bad(p, "unknown key for a \"" + name + "\" step (expected one of: "
+               + known + ")");
+    }
+    seen.insert(key);
+    h.at(key)(field.value, p);
+  }
+  for (auto& k : rules.required)
+    if (!seen.count(k))
+      bad(join(path, k), "required for a \"" + name + "\" step");
+  if (s.kind == step_kind::console && s.expect.json.size() > 0 && !s.json)
+    bad(join(path, "expect.json"), "needs \"json\": true (the command's JSON "
+                                   "output)");
+  if (s.kind == step_kind::console && s.poll && s.within_s < 0)
+    bad(join(path, "poll"), "needs within_s (the bound of the retries)");
+  if (s.kind == step_kind::plan && s.expect.json.size() > 0)
+    s.json = true;
+  return s;
+}
+
+void check_model(model_spec& m, const std::string& path) {
+  if (m.dim % m.heads != 0)
+    bad(join(path, "heads"), "must divide dim (" + std::to_string(m.dim) + ")");
+  if (m.heads % m.kv_heads != 0)
+    bad(join(path, "kv_heads"),
+        "must divide heads (" + std::to_string(m.heads) + ")");
+  if ((m.dim / m.heads) % 2 != 0)
+    bad(join(path, "dim"), "dim / heads must be even (rotary embedding)");
+}
+
+/// Cross-checks: names unique, seeds and step nodes known, counts possible.
+void validate(scenario& sc) {
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < sc.nodes.size(); ++i) {
+    auto& n = sc.nodes[i];
+    auto p = at("nodes", i);
+    if (!names.insert(n.name).second)
+      bad(p + ".name", "duplicate node name \"" + n.name + "\"");
+  }
+  for (std::size_t i = 0; i < sc.nodes.size(); ++i) {
+    auto& n = sc.nodes[i];
+    for (std::size_t k = 0; k < n.seeds.size(); ++k) {
+      auto p = at(at("nodes", i) + ".seeds", k);
+      if (!names.count(n.seeds[k]))
+        bad(p, "no node named \"" + n.seeds[k] + "\"");
+      if (n.seeds[k] == n.name)
+        bad(p, "a node cannot seed itself");
+    }
+  }
+  bool needs_model = false;
+  for (auto& s : sc.steps) {
+    if (!s.node.empty() && !names.count(s.node))
+      bad(s.path + ".node", "no node named \"" + s.node + "\"");
+    for (std::size_t k = 0; k < s.on.size(); ++k)
+      if (!names.count(s.on[k]))
+        bad(at(s.path + ".on", k), "no node named \"" + s.on[k] + "\"");
+    if (!s.coordinator.empty() && !names.count(s.coordinator))
+      bad(s.path + ".coordinator",
+          "no node named \"" + s.coordinator + "\"");
+    if (s.alive > static_cast<int>(sc.nodes.size()))
+      bad(s.path + ".alive", "the scenario has only "
+                               + std::to_string(sc.nodes.size()) + " node(s)");
+    needs_model = needs_model || s.kind == step_kind::plan
+                  || s.kind == step_kind::run;
+  }
+  if (needs_model && !sc.model)
+    sc.model = model_spec{};
+}
+
+} // namespace
+
+const char* to_string(step_kind k) noexcept {
+  switch (k) {
+    case step_kind::converge: return "converge";
+    case step_kind::console: return "console";
+    case step_kind::kill: return "kill";
+    case step_kind::stop: return "stop";
+    case step_kind::start: return "start";
+    case step_kind::plan: return "plan";
+    case step_kind::run: return "run";
+    case step_kind::sleep: return "sleep";
+  }
+  return "?";
+}
+
+const node_spec* scenario::find(const std::string& n) const {
+  for (auto& x : nodes)
+    if (x.name == n)
+      return &x;
+  return nullptr;
+}
+
+std::vector<std::string> scenario::seeds_of(const node_spec& node) const {
+  if (node.seeds_given)
+    return node.seeds;
+  std::size_t i = 0;
+  while (i < nodes.size() && nodes[i].name != node.name)
+    ++i;
+  if (i == 0 || i >= nodes.size() || topology == "none")
+    return {};
+  if (topology == "chain")
+    return {nodes[i - 1].name};
+  return {nodes[0].name}; // star
+}
+
+bool prompt_ok(const std::string& prompt) {
+  return prompt.find_first_of("\"\\\r\n") == std::string::npos;
+}
+
+scenario parse(const std::string& json, const std::string& source) {
+  simdjson::dom::parser parser;
+  element doc;
+  if (auto err = parser.parse(json).get(doc))
+    throw scenario_error(source + ": not valid JSON: "
+                         + simdjson::error_message(err));
+  scenario sc;
+  bool have_nodes = false, have_steps = false;
+  walk(doc, "",
+       {{"name",
+         [&](element v, const std::string& p) {
+           sc.name = as_nonempty_string(v, p);
+         }},
+        {"description",
+         [&](element v, const std::string& p) {
+           sc.description = as_string(v, p);
+         }},
+        {"topology",
+         [&](element v, const std::string& p) {
+           sc.topology = as_string(v, p);
+           if (sc.topology != "star" && sc.topology != "chain"
+               && sc.topology != "none")
+             bad(p, "must be one of star, chain, none");
+         }},
+        {"nodes",
+         [&](element v, const std::string& p) {
+           have_nodes = true;
+           std::size_t i = 0;
+           for (auto item : as_array(v, p, "objects"))
+             sc.nodes.push_back(parse_node(item, at(p, i++)));
+           if (sc.nodes.empty())
+             bad(p, "must name at least one node");
+           if (sc.nodes.size() > 16)
+             bad(p, "at most 16 nodes");
+         }},
+        {"timing",
+         [&](element v, const std::string& p) {
+           auto& t = sc.timing;
+           walk(v, p,
+                {{"heartbeat_ms",
+                  [&](element x, const std::string& q) {
+                    t.heartbeat_ms = static_cast<int>(as_integer(x, q, 10, 60000));
+                  }},
+                 {"failure_timeout_ms",
+                  [&](element x, const std::string& q) {
+                    t.failure_timeout_ms
+                      = static_cast<int>(as_integer(x, q, 50, 600000));
+                  }},
+                 {"connect_timeout_ms",
+                  [&](element x, const std::string& q) {
+                    t.connect_timeout_ms
+                      = static_cast<int>(as_integer(x, q, 50, 600000));
+                  }},
+                 {"start_timeout_s",
+                  [&](element x, const std::string& q) {
+                    t.start_timeout_s = as_number(x, q, 1, 600);
+                  }},
+                 {"stop_timeout_s",
+                  [&](element x, const std::string& q) {
+                    t.stop_timeout_s = as_number(x, q, 1, 600);
+                  }},
+                 {"console_timeout_ms",
+                  [&](element x, const std::string& q) {
+                    t.console_timeout_ms
+                      = static_cast<int>(as_integer(x, q, 100, 600000));
+                  }},
+                 {"poll_ms",
+                  [&](element x, const std::string& q) {
+                    t.poll_ms = static_cast<int>(as_integer(x, q, 10, 10000));
+                  }},
+                 {"default_within_s", [&](element x, const std::string& q) {
+                    t.default_within_s = as_number(x, q, 0.1, 600);
+                  }}});
+           if (t.failure_timeout_ms <= t.heartbeat_ms)
+             bad(join(p, "failure_timeout_ms"),
+                 "must be larger than heartbeat_ms");
+         }},
+        {"model",
+         [&](element v, const std::string& p) {
+           model_spec m;
+           auto num = [&](int& field, std::int64_t lo, std::int64_t hi) {
+             return [&field, lo, hi](element x, const std::string& q) {
+               field = static_cast<int>(as_integer(x, q, lo, hi));
+             };
+           };
+           walk(v, p,
+                {{"layers", num(m.layers, 1, 64)},
+                 {"dim", num(m.dim, 8, 1024)},
+                 {"ff", num(m.ff, 8, 4096)},
+                 {"heads", num(m.heads, 1, 64)},
+                 {"kv_heads", num(m.kv_heads, 1, 64)},
+                 {"vocab", num(m.vocab, 300, 32000)},
+                 {"seed", num(m.seed, 0, 1 << 30)}});
+           check_model(m, p);
+           sc.model = m;
+         }},
+        {"steps", [&](element v, const std::string& p) {
+           have_steps = true;
+           std::size_t i = 0;
+           for (auto item : as_array(v, p, "objects"))
+             sc.steps.push_back(parse_step(item, at(p, i++)));
+           if (sc.steps.empty())
+             bad(p, "must list at least one step");
+         }}});
+  if (sc.name.empty())
+    bad("name", "required");
+  if (!have_nodes)
+    bad("nodes", "required");
+  if (!have_steps)
+    bad("steps", "required");
+  validate(sc);
+  return sc;
+}
+
+scenario load(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  if (!in)
+    throw scenario_error(path + ": cannot read the file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse(ss.str(), path);
+}
+
+// -- expectation checks -------------------------------------------------------
+
+namespace {
+
+bool contains_el(element a, element e, const std::string& path,
+                 std::string& why) {
+  auto where = path.empty() ? std::string{"<top>"} : path;
+  auto is_num = [](element_type t) {
+    return t == element_type::INT64 || t == element_type::UINT64
+           || t == element_type::DOUBLE;
+  };
+  auto num = [](element x) {
+    switch (x.type()) {
+      case element_type::INT64: return double(x.get_int64().value_unsafe());
+      case element_type::UINT64: return double(x.get_uint64().value_unsafe());
+      default: return x.get_double().value_unsafe();
+    }
+  };
+  if (is_num(e.type())) {
+    if (!is_num(a.type()) || num(a) != num(e)) {
+      why = where + ": expected " + simdjson::minify(e) + ", got "
+            + simdjson::minify(a);
+      return false;
+    }
+    return true;
+  }
+  if (a.type() != e.type()) {
+    why = where + ": expected " + simdjson::minify(e) + ", got "
+          + simdjson::minify(a);
+    return false;
+  }
+  switch (e.type()) {
+    case element_type::OBJECT: {
+      simdjson::dom::object ao, eo;
+      if (a.get_object().get(ao) || e.get_object().get(eo))
+        return false;
+      for (auto field : eo) {
+        element av;
+        std::string key{field.key};
+        if (ao[key].get(av)) {
+          why = join(path, key) + ": missing";
+          return false;
+        }
+        if (!contains_el(av, field.value, join(path, key), why))
+          return false;
+      }
+      return true;
+    }
+    case element_type::ARRAY: {
+      simdjson::dom::array aa, ea;
+      if (a.get_array().get(aa) || e.get_array().get(ea))
+        return false;
+      for (auto ev : ea) {
+        bool found = false;
+        std::string inner;
+        for (auto av : aa) {
+          if (contains_el(av, ev, path + "[]", inner)) {
+            found = true;
+            break;
+          }
+        }
+        if (!found) {
+          why = where + ": no element matches " + simdjson::minify(ev);
+          return false;
+        }
+      }
+      return true;
+    }
+    default:
+      if (simdjson::minify(a) != simdjson::minify(e)) {
+        why = where + ": expected " + simdjson::minify(e) + ", got "
+              + simdjson::minify(a);
+        return false;
+      }
+      return true;
+  }
+}
+
+} // namespace
+
+bool json_contains(const std::string& actual, const std::string& expected,
+                   std::string& why) {
+  simdjson::dom::parser pa, pe;
+  element a, e;
+  if (auto err = pa.parse(actual).get(a)) {
+    why = std::string{"the output is not JSON: "} + simdjson::error_message(err);
+    return false;
+  }
+  if (auto err = pe.parse(expected).get(e)) {
+    why = std::string{"the expected value is not JSON: "}
+          + simdjson::error_message(err);
+    return false;
+  }
+  return contains_el(a, e, "", why);
+}
+
+std::string check(const expectation& x, int exit_code, const std::string& out,
+                  const std::string& err) {
+  if (exit_code != x.exit_code)
+    return "exit status " + std::to_string(exit_code) + ", expected "
+           + std::to_string(x.exit_code);
+  auto all = out + err;
+  for (auto& s : x.contains)
+    if (all.find(s) == std::string::npos)
+      return "output lacks \"" + s + "\"";
+  for (auto& s : x.excludes)
+    if (all.find(s) != std::string::npos)
+      return "output has \"" + s + "\"";
+  if (!x.json.empty()) {
+    std::string why;
+    if (!json_contains(out, x.json, why))
+      return "JSON does not match: " + why;
+  }
+  return {};
+}
+
+bool parse_nodes(const std::string& json, std::vector<member_status>& out,
+                 std::string& coordinator, std::string& why) {
+  simdjson::dom::parser p;
+  element doc;
+  if (auto err = p.parse(json).get(doc)) {
+    why = std::string{"not JSON: "} + simdjson::error_message(err);
+    return false;
+  }
+  std::string_view co;
+  simdjson::dom::array nodes;
+  if (doc["coordinator"].get_string().get(co)
+      || doc["nodes"].get_array().get(nodes)) {
+    why = "not the output of nodes --json";
+    return false;
+  }
+  coordinator = std::string{co};
+  out.clear();
+  for (auto n : nodes) {
+    std::string_view name, status;
+    if (n["name"].get_string().get(name)
+        || n["status"].get_string().get(status)) {
+      why = "a member without name or status";
+      return false;
+    }
+    out.push_back({std::string{name}, std::string{status}});
+  }
+  return true;
+}
+
+std::string status_of(const std::vector<member_status>& members,
+                      const std::string& name) {
+  for (auto& m : members)
+    if (m.name == name)
+      return m.status;
+  return {};
+}
+
+} // namespace exo::scenario

@@ -1,0 +1,159 @@
+#pragma once
+
+/// Scenarios: declarative heterogeneous test clusters (scenarios/README.md).
+///
+/// A scenario file (JSON, read with simdjson) names its nodes, their devices
+/// (real backends and simulated devices by profile, with optional faults),
+/// how they seed each other, timing knobs, an optional generated test model,
+/// and a list of steps with expectations. This header holds the pure part:
+/// the parsed form, the parser (strict: unknown keys, wrong types and bad
+/// values are errors that name the key path) and the expectation checks.
+/// runner.hpp brings a scenario up with real exo-node processes.
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace exo::scenario {
+
+/// A scenario file that cannot be used; what() names the key path.
+class scenario_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct simulated_device {
+  std::string profile; ///< a profile of config/sim-profiles.json
+  int count = 1;       ///< 1..64
+  std::string fault;   ///< "", "fail_allocations" or "vanished"
+};
+
+struct node_spec {
+  std::string name;
+  std::vector<std::string> backends{"cpu"}; ///< devices.include (real ones)
+  std::vector<simulated_device> simulated;
+  std::vector<std::string> seeds; ///< names of other nodes
+  bool seeds_given = false;       ///< false: seeds follow the topology
+  bool start = true;              ///< started before the first step
+  std::uint64_t cpu_memory_limit_mib = 0;
+};
+
+struct timing_spec {
+  int heartbeat_ms = 200;
+  int failure_timeout_ms = 1500;
+  int connect_timeout_ms = 1000;
+  double start_timeout_s = 90;   ///< a node's "ready" line
+  double stop_timeout_s = 30;    ///< a graceful stop
+  int console_timeout_ms = 5000; ///< exo-console --timeout-ms
+  int poll_ms = 250;             ///< between checks of a condition
+  double default_within_s = 30;  ///< bound of a step that gives none
+};
+
+struct model_spec {
+  int layers = 4;
+  int dim = 64;
+  int ff = 128;
+  int heads = 4;
+  int kv_heads = 4;
+  int vocab = 512;
+  int seed = 7;
+};
+
+/// What a command's output must satisfy.
+struct expectation {
+  int exit_code = 0;                  ///< exo-console's exit status
+  std::vector<std::string> contains;  ///< substrings of stdout (+ stderr)
+  std::vector<std::string> excludes;  ///< substrings that must be absent
+  std::string json;                   ///< minified JSON that must be
+                                      ///< contained in stdout (see
+                                      ///< json_contains); empty: none
+};
+
+enum class step_kind { converge, console, kill, stop, start, plan, run, sleep };
+
+const char* to_string(step_kind k) noexcept;
+
+struct step {
+  step_kind kind = step_kind::sleep;
+  std::string path;  ///< "steps[3]" (for messages)
+  std::string verb;  ///< the "do" as written ("restart" is a start)
+  std::string title; ///< optional "name" of the step
+  std::string node;  ///< the node it acts on / asks
+  // converge
+  int alive = -1;                 ///< -1: the number of running nodes
+  std::vector<std::string> on;    ///< nodes asked; empty: every running one
+  std::string coordinator;        ///< expected coordinator; empty: any
+  // console / plan / run
+  std::string command; ///< console: the command line; plan: extra args
+  bool json = false;   ///< console: pass --json
+  expectation expect;
+  // run
+  std::string prompt;
+  int tokens = 8;
+  int stages = 0; ///< 0: the node's default
+  int seed = 1;
+  // kill / stop / start / converge / console / plan / run: the bound
+  double within_s = -1; ///< -1: timing.default_within_s
+  bool poll = false;    ///< console: retry until within_s passes
+  // sleep
+  double seconds = 0;
+};
+
+struct scenario {
+  std::string name;
+  std::string description;
+  std::string topology = "star"; ///< star, chain or none
+  std::vector<node_spec> nodes;
+  timing_spec timing;
+  std::optional<model_spec> model; ///< generated when plan/run steps exist
+  std::vector<step> steps;
+
+  const node_spec* find(const std::string& name) const;
+  /// The seeds of `node` (names) by its own list or the topology.
+  std::vector<std::string> seeds_of(const node_spec& node) const;
+};
+
+/// Parses a scenario document; `source` prefixes a JSON syntax error.
+/// Throws scenario_error naming the key path ("steps[2].node: ...").
+scenario parse(const std::string& json, const std::string& source);
+
+/// Reads and parses a file. Throws scenario_error (also for a missing file).
+scenario load(const std::string& path);
+
+// -- expectation checks (pure) -----------------------------------------------
+
+/// Whether `actual` (a JSON text) contains `expected` (a JSON text): objects
+/// match when every expected key is present with a matching value (extra
+/// keys are fine), arrays when every expected element matches some element
+/// of the actual array, scalars when equal (numbers by value). Sets `why`
+/// when it does not hold.
+bool json_contains(const std::string& actual, const std::string& expected,
+                   std::string& why);
+
+/// Checks a command's result against an expectation; returns "" when it
+/// holds, else the reason.
+std::string check(const expectation& e, int exit_code, const std::string& out,
+                  const std::string& err);
+
+/// One member as `exo-console --json --exec nodes` reports it.
+struct member_status {
+  std::string name;
+  std::string status; ///< alive, suspect, dead, left, ...
+};
+
+/// Parses the output of `nodes --json`: the members and the coordinator.
+/// Returns false (with `why`) when it is not that shape.
+bool parse_nodes(const std::string& json, std::vector<member_status>& out,
+                 std::string& coordinator, std::string& why);
+
+/// The status of `name` in `members`, or "" when it is not listed.
+std::string status_of(const std::vector<member_status>& members,
+                      const std::string& name);
+
+/// Whether a `run` step's prompt can pass through the console's command line
+/// (no '"', '\\' or line break).
+bool prompt_ok(const std::string& prompt);
+
+} // namespace exo::scenario

@@ -1,0 +1,339 @@
+// Scenario files: parsing, the errors bad files give (naming the key path),
+// the expectation checks, and exo-scenario's exit status for a bad file.
+
+#include "runtime/scenario/scenario.hpp"
+#include "test/support/process.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+using namespace exo::scenario;
+
+namespace {
+
+const char* minimal = R"({"name": "m", "nodes": [{"name": "a"}],
+  "steps": [{"do": "sleep", "seconds": 0}]})";
+
+} // namespace
+
+TEST_CASE("a full scenario is read with every key") {
+  auto sc = parse(R"({
+    "name": "full", "description": "d", "topology": "chain",
+    "timing": {"heartbeat_ms": 100, "failure_timeout_ms": 900,
+               "connect_timeout_ms": 700, "start_timeout_s": 40,
+               "stop_timeout_s": 20, "console_timeout_ms": 4000,
+               "poll_ms": 100, "default_within_s": 12.5},
+    "model": {"layers": 2, "dim": 32, "ff": 64, "heads": 4, "kv_heads": 2,
+              "vocab": 400, "seed": 3},
+    "nodes": [
+      {"name": "a", "devices": {"backends": ["cpu", "vulkan"],
+                                "simulated": [{"profile": "a100-40g", "count": 2},
+                                              {"profile": "m2-max",
+                                               "fault": "fail_allocations"}],
+                                "cpu_memory_limit_mib": 512}},
+      {"name": "b", "start": false},
+      {"name": "c", "seeds": ["a", "b"]}
+    ],
+    "steps": [
+      {"do": "converge", "alive": 2, "on": ["a"], "coordinator": "a",
+       "within_s": 20, "name": "first"},
+      {"do": "console", "node": "a", "command": "devices", "json": true,
+       "poll": true, "within_s": 5,
+       "expect": {"exit": 0, "contains": "cpu:0", "excludes": ["x", "y"],
+                  "json": [{"node": "a"}]}},
+      {"do": "kill", "node": "a", "within_s": 3, "coordinator": "c"},
+      {"do": "stop", "node": "c"},
+      {"do": "restart", "node": "a"},
+      {"do": "start", "node": "b"},
+      {"do": "plan", "node": "b", "args": "ctx=64", "expect": {"json": {}}},
+      {"do": "run", "node": "b", "prompt": "hi there", "tokens": 4,
+       "stages": 2, "seed": 9},
+      {"do": "sleep", "seconds": 0.5}
+    ]})",
+                  "t");
+  CHECK(sc.name == "full");
+  CHECK(sc.topology == "chain");
+  CHECK(sc.timing.heartbeat_ms == 100);
+  CHECK(sc.timing.default_within_s == 12.5);
+  REQUIRE(sc.model);
+  CHECK(sc.model->kv_heads == 2);
+  REQUIRE(sc.nodes.size() == 3);
+  auto& a = sc.nodes[0];
+  CHECK(a.backends == std::vector<std::string>{"cpu", "vulkan"});
+  REQUIRE(a.simulated.size() == 2);
+  CHECK(a.simulated[0].count == 2);
+  CHECK(a.simulated[1].fault == "fail_allocations");
+  CHECK(a.cpu_memory_limit_mib == 512);
+  CHECK_FALSE(sc.nodes[1].start);
+  // Topology: chain seeds the previous node; explicit seeds win.
+  CHECK(sc.seeds_of(sc.nodes[0]).empty());
+  CHECK(sc.seeds_of(sc.nodes[1]) == std::vector<std::string>{"a"});
+  CHECK(sc.seeds_of(sc.nodes[2]) == std::vector<std::string>{"a", "b"});
+  REQUIRE(sc.steps.size() == 9);
+  CHECK(sc.steps[0].kind == step_kind::converge);
+  CHECK(sc.steps[0].title == "first");
+  CHECK(sc.steps[0].on == std::vector<std::string>{"a"});
+  CHECK(sc.steps[1].expect.contains == std::vector<std::string>{"cpu:0"});
+  CHECK(sc.steps[1].expect.json == R"([{"node":"a"}])");
+  CHECK(sc.steps[1].poll);
+  CHECK(sc.steps[2].kind == step_kind::kill);
+  CHECK(sc.steps[2].within_s == 3);
+  CHECK(sc.steps[4].kind == step_kind::start); // restart is start
+  CHECK(sc.steps[4].verb == "restart");
+  CHECK(sc.steps[6].json);                     // plan with expect.json
+  CHECK(sc.steps[6].command == "ctx=64");
+  CHECK(sc.steps[7].prompt == "hi there");
+  CHECK(sc.steps[7].stages == 2);
+  CHECK(sc.steps[8].path == "steps[8]");
+}
+
+TEST_CASE("defaults: star topology, cpu only, a model only when needed") {
+  auto sc = parse(R"({"name": "d", "nodes": [{"name": "a"}, {"name": "b"},
+    {"name": "c"}], "steps": [{"do": "converge"}]})",
+                  "t");
+  CHECK(sc.topology == "star");
+  CHECK(sc.nodes[1].backends == std::vector<std::string>{"cpu"});
+  CHECK(sc.seeds_of(sc.nodes[2]) == std::vector<std::string>{"a"});
+  CHECK(sc.steps[0].alive == -1);
+  CHECK_FALSE(sc.model);
+  auto with_run = parse(R"({"name": "r", "nodes": [{"name": "a"}],
+    "steps": [{"do": "run", "node": "a", "prompt": "x"}]})",
+                        "t");
+  REQUIRE(with_run.model);
+  CHECK(with_run.model->layers == 4);
+  CHECK(parse(minimal, "t").steps.size() == 1);
+}
+
+TEST_CASE("bad scenario files are refused with a message naming the key") {
+  struct row {
+    const char* json;
+    const char* message;
+  };
+  auto nodes = std::string{R"("nodes": [{"name": "a"}, {"name": "b"}])"};
+  auto with_steps = [&](const std::string& steps) {
+    return R"({"name": "s", )" + nodes + R"(, "steps": [)" + steps + "]}";
+  };
+  auto with_node = [](const std::string& node) {
+    return R"({"name": "s", "nodes": [)" + node
+           + R"(], "steps": [{"do": "sleep", "seconds": 1}]})";
+  };
+  std::vector<std::pair<std::string, std::string>> table{
+    {"{", "t: not valid JSON"},
+    {"[]", "<document>: must be an object"},
+    {R"({"nodes": [{"name": "a"}], "steps": [{"do": "converge"}]})",
+     "name: required"},
+    {R"({"name": "s", "steps": [{"do": "converge"}]})", "nodes: required"},
+    {R"({"name": "s", "nodes": [{"name": "a"}]})", "steps: required"},
+    {R"({"name": "s", "nodes": [], "steps": []})",
+     "nodes: must name at least one node"},
+    {R"({"name": "s", "nodez": []})", "nodez: unknown key (expected one of"},
+    {R"({"name": 5})", "name: must be a string"},
+    {R"({"name": "s", "topology": "ring"})",
+     "topology: must be one of star, chain, none"},
+    {R"({"name": "s", "timing": {"heartbeat_ms": 5}})",
+     "timing.heartbeat_ms: must be an integer in [10, 60000], got 5"},
+    {R"({"name": "s", "timing": {"heartbeat_ms": 500, "failure_timeout_ms": 400}})",
+     "timing.failure_timeout_ms: must be larger than heartbeat_ms"},
+    {R"({"name": "s", "timing": {"poll_ms": "fast"}})",
+     "timing.poll_ms: must be an integer in [10, 10000]"},
+    {R"({"name": "s", "timing": {"start_timeout_s": 0}})",
+     "timing.start_timeout_s: must be a number in [1, 600], got 0"},
+    {R"({"name": "s", "timing": {"jitter": 1}})", "timing.jitter: unknown key"},
+    {R"({"name": "s", "model": {"dim": 30, "heads": 4}})",
+     "model.heads: must divide dim (30)"},
+    {R"({"name": "s", "model": {"heads": 4, "kv_heads": 3}})",
+     "model.kv_heads: must divide heads (4)"},
+    {R"({"name": "s", "model": {"layers": 0}})",
+     "model.layers: must be an integer in [1, 64], got 0"},
+    {with_node(R"({"devices": {}})"), "nodes[0].name: required"},
+    {with_node(R"({"name": "a b"})"),
+     "nodes[0].name: may contain only letters, digits"},
+    {with_node(R"({"name": "-a"})"),
+     "nodes[0].name: must not start with '.' or '-'"},
+    {with_node(R"({"name": "a", "colour": "red"})"),
+     "nodes[0].colour: unknown key"},
+    {with_node(R"({"name": "a", "start": "yes"})"),
+     "nodes[0].start: must be true or false"},
+    {with_node(R"({"name": "a", "devices": {"backends": ["metal"]}})"),
+     "nodes[0].devices.backends[0]: unknown backend \"metal\""},
+    {with_node(R"({"name": "a", "devices": {"backends": ["sim"]}})"),
+     "nodes[0].devices.backends[0]: list simulated devices under"},
+    {with_node(R"({"name": "a", "devices": {"backends": []}})"),
+     "nodes[0].devices: a node needs a backend or a simulated device"},
+    {with_node(R"({"name": "a", "devices": {"simulated": [{"profile": "h9000"}]}})"),
+     "nodes[0].devices.simulated[0].profile: unknown profile \"h9000\""},
+    {with_node(R"({"name": "a", "devices": {"simulated": [{"count": 2}]}})"),
+     "nodes[0].devices.simulated[0].profile: required"},
+    {with_node(
+       R"({"name": "a", "devices": {"simulated": [{"profile": "m2-max", "count": 65}]}})"),
+     "nodes[0].devices.simulated[0].count: must be an integer in [1, 64], got 65"},
+    {with_node(
+       R"({"name": "a", "devices": {"simulated": [{"profile": "m2-max", "fault": "melt"}]}})"),
+     "nodes[0].devices.simulated[0].fault: unknown fault \"melt\""},
+    {with_node(R"({"name": "a", "devices": {"simulated": {"profile": "m2-max"}}})"),
+     "nodes[0].devices.simulated: must be an array of objects"},
+    {with_node(R"({"name": "a", "seeds": ["zz"]})"),
+     "nodes[0].seeds[0]: no node named \"zz\""},
+    {with_node(R"({"name": "a", "seeds": ["a"]})"),
+     "nodes[0].seeds[0]: a node cannot seed itself"},
+    {R"({"name": "s", "nodes": [{"name": "a"}, {"name": "a"}], "steps": [{"do": "converge"}]})",
+     "nodes[1].name: duplicate node name \"a\""},
+    {with_steps(R"({"node": "a"})"), "steps[0].do: required"},
+    {with_steps(R"({"do": "explode"})"), "steps[0].do: unknown step \"explode\""},
+    {with_steps(R"(3)"), "steps[0]: must be an object"},
+    {with_steps(R"({"do": "kill"})"),
+     "steps[0].node: required for a \"kill\" step"},
+    {with_steps(R"({"do": "kill", "node": "c"})"),
+     "steps[0].node: no node named \"c\""},
+    {with_steps(R"({"do": "kill", "node": "a", "prompt": "x"})"),
+     "steps[0].prompt: unknown key for a \"kill\" step"},
+    {with_steps(R"({"do": "sleep", "seconds": 0}, {"do": "sleep"})"),
+     "steps[1].seconds: required for a \"sleep\" step"},
+    {with_steps(R"({"do": "sleep", "seconds": 601})"),
+     "steps[0].seconds: must be a number in [0, 600], got 601"},
+    {with_steps(R"({"do": "converge", "alive": 3})"),
+     "steps[0].alive: the scenario has only 2 node(s)"},
+    {with_steps(R"({"do": "converge", "on": ["a", "q"]})"),
+     "steps[0].on[1]: no node named \"q\""},
+    {with_steps(R"({"do": "kill", "node": "a", "coordinator": "q"})"),
+     "steps[0].coordinator: no node named \"q\""},
+    {with_steps(R"({"do": "kill", "node": "a", "within_s": 0})"),
+     "steps[0].within_s: must be a number in [0.1, 600], got 0"},
+    {with_steps(R"({"do": "console", "node": "a"})"),
+     "steps[0].command: required for a \"console\" step"},
+    {with_steps(R"({"do": "console", "node": "a", "command": ""})"),
+     "steps[0].command: must not be empty"},
+    {with_steps(
+       R"({"do": "console", "node": "a", "command": "nodes", "expect": {"json": {}}})"),
+     "steps[0].expect.json: needs \"json\": true"},
+    {with_steps(
+       R"({"do": "console", "node": "a", "command": "nodes", "poll": true})"),
+     "steps[0].poll: needs within_s"},
+    {with_steps(
+       R"({"do": "console", "node": "a", "command": "nodes", "expect": {"exit": 256}})"),
+     "steps[0].expect.exit: must be an integer in [0, 255], got 256"},
+    {with_steps(
+       R"({"do": "console", "node": "a", "command": "nodes", "expect": {"contains": [1]}})"),
+     "steps[0].expect.contains[0]: must be a string"},
+    {with_steps(
+       R"({"do": "console", "node": "a", "command": "nodes", "expect": {"regex": "x"}})"),
+     "steps[0].expect.regex: unknown key"},
+    {with_steps(R"({"do": "run", "node": "a", "prompt": "say \"hi\""})"),
+     "steps[0].prompt: must not contain '\"'"},
+    {with_steps(R"({"do": "run", "node": "a", "prompt": "x", "tokens": 0})"),
+     "steps[0].tokens: must be an integer in [1, 512], got 0"},
+    {with_steps(R"({"do": "run", "node": "a"})"),
+     "steps[0].prompt: required for a \"run\" step"},
+    {with_steps(R"({"do": "plan", "node": "a", "args": 3})"),
+     "steps[0].args: must be a string"},
+  };
+  for (auto& [json, message] : table) {
+    INFO(json);
+    try {
+      parse(json, "t");
+      FAIL("accepted");
+    } catch (const scenario_error& e) {
+      CHECK_THAT(e.what(), Catch::StartsWith(message));
+    }
+  }
+}
+
+TEST_CASE("every example scenario in scenarios/ is valid") {
+  int n = 0;
+  for (auto& f : std::filesystem::directory_iterator(EXO_SCENARIOS_DIR)) {
+    if (f.path().extension() != ".json")
+      continue;
+    INFO(f.path());
+    auto sc = load(f.path().string());
+    CHECK(!sc.steps.empty());
+    ++n;
+  }
+  CHECK(n >= 3);
+  CHECK_THROWS_WITH(load("/nonexistent/s.json"),
+                    "/nonexistent/s.json: cannot read the file");
+}
+
+TEST_CASE("JSON containment: objects by keys, arrays by any element") {
+  std::string why;
+  auto actual = R"({"coordinator": "n1", "nodes": [
+    {"name": "n1", "status": "alive", "port": 7},
+    {"name": "n2", "status": "dead", "port": 8}]})";
+  CHECK(json_contains(actual, R"({"coordinator": "n1"})", why));
+  CHECK(json_contains(actual, R"({"nodes": [{"name": "n2", "status": "dead"},
+                                            {"name": "n1"}]})",
+                      why));
+  CHECK(json_contains(actual, R"({"nodes": [{"port": 8.0}]})", why));
+  CHECK(json_contains(actual, R"({})", why));
+  CHECK_FALSE(json_contains(actual, R"({"coordinator": "n2"})", why));
+  CHECK(why == R"(coordinator: expected "n2", got "n1")");
+  CHECK_FALSE(json_contains(actual, R"({"leader": "n1"})", why));
+  CHECK(why == "leader: missing");
+  CHECK_FALSE(
+    json_contains(actual, R"({"nodes": [{"name": "n2", "status": "alive"}]})",
+                  why));
+  CHECK_THAT(why, Catch::StartsWith("nodes: no element matches"));
+  CHECK_FALSE(json_contains(actual, R"({"nodes": {"name": "n1"}})", why));
+  CHECK_FALSE(json_contains("not json", "{}", why));
+  CHECK_THAT(why, Catch::StartsWith("the output is not JSON"));
+  CHECK(json_contains("[1, true, null, \"x\"]", "[null, \"x\", 1]", why));
+  CHECK_FALSE(json_contains("[1, 2]", "[3]", why));
+}
+
+TEST_CASE("expectations: exit status, substrings, JSON") {
+  expectation e;
+  CHECK(check(e, 0, "anything", "").empty());
+  CHECK(check(e, 1, "", "boom") == "exit status 1, expected 0");
+  e.exit_code = 1;
+  e.contains = {"unknown command"};
+  CHECK(check(e, 1, "", "error: unknown command \"x\"").empty());
+  CHECK(check(e, 1, "", "error: other") == "output lacks \"unknown command\"");
+  e = {};
+  e.excludes = {"dead"};
+  CHECK(check(e, 0, "n1 dead", "") == "output has \"dead\"");
+  e = {};
+  e.json = R"({"a":1})";
+  CHECK(check(e, 0, R"({"a": 1, "b": 2})", "").empty());
+  CHECK_THAT(check(e, 0, R"({"a": 2})", ""),
+             Catch::StartsWith("JSON does not match: a: expected 1, got 2"));
+}
+
+TEST_CASE("the output of nodes --json is read") {
+  std::vector<member_status> m;
+  std::string co, why;
+  REQUIRE(parse_nodes(R"({"coordinator": "n2", "nodes": [
+    {"name": "n1", "host": "127.0.0.1", "port": 1, "status": "dead"},
+    {"name": "n2", "host": "127.0.0.1", "port": 2, "status": "alive"}]})",
+                      m, co, why));
+  CHECK(co == "n2");
+  REQUIRE(m.size() == 2);
+  CHECK(status_of(m, "n1") == "dead");
+  CHECK(status_of(m, "n2") == "alive");
+  CHECK(status_of(m, "n3").empty());
+  CHECK_FALSE(parse_nodes("[]", m, co, why));
+  CHECK(why == "not the output of nodes --json");
+}
+
+TEST_CASE("exo-scenario exits 2 with the reason for a bad file") {
+  auto dir = exo::test::temp_dir("exo-scenario-bad");
+  auto file = dir + "/bad.json";
+  exo::test::write_file(file, R"({"name": "s", "nodes": [{"name": "a"}],
+    "steps": [{"do": "kill", "node": "b"}]})");
+  auto exe = exo::test::build_path("runtime/scenario/exo-scenario");
+  auto r = exo::test::run({exe, "run", file});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("invalid scenario: steps[0].node: no node "
+                                    "named \"b\""));
+  r = exo::test::run({exe, "check", file});
+  CHECK(r.code == 2);
+  r = exo::test::run({exe, "check", std::string{EXO_SCENARIOS_DIR}
+                                      + "/failover.json"});
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("ok"));
+  r = exo::test::run({exe, "run"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("run needs a scenario FILE.json"));
+  r = exo::test::run({exe, "frob", file});
+  CHECK(r.code == 2);
+  std::filesystem::remove_all(dir);
+}
