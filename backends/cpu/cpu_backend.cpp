@@ -6,10 +6,31 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdlib>
+
+#include <sched.h>
 
 namespace exo::backend {
 
 namespace {
+
+/// Threads for the device's kernels: the CPUs this process may run on (a
+/// node pinned with taskset to one core gets one: two OpenMP threads on one
+/// core spin in each other's barriers), at most OMP_NUM_THREADS when set.
+int usable_threads(std::uint32_t logical_cores) {
+  int n = static_cast<int>(std::max<std::uint32_t>(1, logical_cores));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+    n = std::min(n, CPU_COUNT(&set));
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (end != env && v > 0)
+      n = std::min<long>(n, v);
+  }
+  return std::max(1, n);
+}
 
 /// The host CPU as a device.
 class cpu_device final : public host_device {
@@ -30,7 +51,7 @@ public:
     props_.support = support_level::full;
     props_.capabilities = cap_host_visible | cap_elementwise | cap_matmul
                           | cap_model_ops | cap_clock | cap_utilization;
-    threads_ = static_cast<int>(std::max<std::uint32_t>(1, id.logical_cores));
+    threads_ = usable_threads(id.logical_cores);
     if (host_info::cpu_temperature_c())
       props_.capabilities |= cap_temperature;
   }
