@@ -18,7 +18,16 @@ function(exo_add_test)
   target_link_libraries(${T_NAME} PRIVATE exo_catch_main ${T_LIBS} exo_warnings)
   catch_discover_tests(${T_NAME}
     TEST_PREFIX "${T_NAME}: "
-    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    PROPERTIES TIMEOUT ${T_TIMEOUT}
                ENVIRONMENT XDG_RUNTIME_DIR=/tmp
-    DISCOVERY_TIMEOUT 60)
+    TEST_LIST ${T_NAME}_TESTS)
+  # Labels are set by a script CTest runs after Catch's list of tests:
+  # through catch_discover_tests' PROPERTIES a list of labels loses its
+  # separators, so "slow" became a property name and TIMEOUT was dropped.
+  set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}_labels.cmake")
+  file(WRITE "${labels_file}"
+    "foreach(t IN LISTS ${T_NAME}_TESTS)\n"
+    "  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${T_LABELS}\")\n"
+    "endforeach()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
 endfunction()

@@ -36,7 +36,7 @@ TEST_CASE("the coordinator is the alive member with the smallest name") {
   CHECK(t.coordinator() == "m");
 }
 
-TEST_CASE("a death verdict is final for an incarnation; a restart wins") {
+TEST_CASE("a death verdict is final for an incarnation, a restart wins") {
   member_table t{member("a", 1)};
   t.merge(member("b", 5), t0);
   CHECK(t.merge(member("b", 5, member_status::dead), t0));

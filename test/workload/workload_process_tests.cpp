@@ -175,7 +175,7 @@ TEST_CASE("exo-node run gives the same tokens and logits on one stage and "
     REQUIRE(std::abs(a[i] - b[i]) <= 1e-4 * std::max(1.0, std::abs(a[i])));
 }
 
-TEST_CASE("two nodes run a job across both; the node without the model "
+TEST_CASE("two nodes run a job across both: the node without the model "
           "receives it once and the tokens equal one stage's",
           "[workload][process]") {
   pki p;
