@@ -6,6 +6,12 @@
 ///   console/jobs -- (plan_atom, plan_request) --> placement -> plan_job_info
 ///   console      -- (plans_atom) --> placement -> std::vector<plan_job_info>
 ///   tests/push   -- (snapshot_atom, member_view) --> placement -> ok
+///   tests/push   -- (snapshot_atom, member_view,
+///                    std::vector<thermal_status>) --> placement -> ok
+///
+/// Across nodes these go through the gates as (service_atom, coordinator,
+/// "plan", message): every node forwards its console's `plan`/`plans` and
+/// the workload's `run` asks the coordinator's placement service.
 ///
 /// Plans are plain numbers here; the solver's own types stay in the CAF-free
 /// core (actors/placement/plan.hpp).
@@ -26,6 +32,25 @@ using plans_atom = caf::atom_constant<caf::atom("plans")>;
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using replan_atom = caf::atom_constant<caf::atom("replan")>;
 
+/// One model layer as placement sees it (actors/placement/problem.hpp,
+/// `layer`): what a node that has the model file sends to the coordinator,
+/// which may lack it.
+struct plan_layer_info {
+  std::uint64_t weight_bytes = 0;
+  std::uint64_t kv_bytes_per_token = 0;
+  double flops_per_token = 0;
+  std::uint64_t activation_bytes = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, plan_layer_info& x) {
+  return f(caf::meta::type_name("exo.plan_layer_info"), x.weight_bytes,
+           x.kv_bytes_per_token, x.flops_per_token, x.activation_bytes);
+}
+
+/// The most layers a plan request may carry.
+constexpr std::size_t max_plan_layers = 4096;
+
 /// What to plan: a model file, the context to serve and the objective.
 struct plan_request {
   std::string model_path;             ///< a GGUF file on the planning node
@@ -34,13 +59,19 @@ struct plan_request {
   double blend_weight = 0.5;          ///< weight of latency in a blend
   std::uint32_t time_limit_ms = 2000; ///< Gecode's limit (exact: unbounded)
   bool keep = true; ///< keep it as a job, re-planned on cluster changes
+  /// The model's layers, read by the node that has the file; empty: the
+  /// planning node reads model_path itself.
+  std::vector<plan_layer_info> layers;
+  std::string model_name;          ///< with layers: the model's name
+  std::uint32_t context_train = 0; ///< with layers: its training context
+  std::string origin;              ///< the node that asked (forwarded)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, plan_request& x) {
   return f(caf::meta::type_name("exo.plan_request"), x.model_path,
            x.context_length, x.objective, x.blend_weight, x.time_limit_ms,
-           x.keep);
+           x.keep, x.layers, x.model_name, x.context_train, x.origin);
 }
 
 /// One pipeline stage: a device and its layers [first_layer, end_layer).

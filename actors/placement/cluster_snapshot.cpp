@@ -1,6 +1,9 @@
 #include "actors/placement/cluster_snapshot.hpp"
 
+#include <simdjson.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -24,7 +27,67 @@ std::string json_list(const std::vector<std::string>& xs) {
   return out + "]";
 }
 
+std::string celsius(double c) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f C", c);
+  return buf;
+}
+
+/// "(71.0 C, predicted 84.0 C, limit 90.0 C)", or "" without a reading.
+std::string thermal_figures(const thermal_status& t) {
+  if (!t.has_temperature)
+    return {};
+  return " (" + celsius(t.temp_c) + ", predicted " + celsius(t.predicted_c)
+         + ", limit " + celsius(t.limit_c) + ")";
+}
+
 } // namespace
+
+thermal_view to_thermal_view(const std::vector<thermal_status>& xs) {
+  thermal_view out;
+  for (auto& x : xs)
+    out[qualified_device_id(x.node, x.device)] = x;
+  return out;
+}
+
+std::optional<thermal_view> parse_thermal_json(const std::string& json) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (parser.parse(json).get(doc))
+    return std::nullopt;
+  simdjson::dom::array devices;
+  if (doc["devices"].get_array().get(devices))
+    return std::nullopt;
+  thermal_view out;
+  for (auto e : devices) {
+    if (out.size() >= 1024)
+      break;
+    thermal_status t;
+    std::string_view node, device, state;
+    if (e["node"].get_string().get(node) || e["device"].get_string().get(device)
+        || e["state"].get_string().get(state) || node.empty()
+        || device.empty() || node.size() > max_name_length
+        || device.size() > 128 || state.size() > 32)
+      continue;
+    t.node = std::string{node};
+    t.device = std::string{device};
+    t.state = std::string{state};
+    bool has = false;
+    if (!e["has_temperature"].get_bool().get(has))
+      t.has_temperature = has;
+    double x = 0;
+    if (!e["temp_c"].get_double().get(x))
+      t.temp_c = x;
+    if (!e["predicted_c"].get_double().get(x))
+      t.predicted_c = x;
+    if (!e["limit_c"].get_double().get(x))
+      t.limit_c = x;
+    if (!e["time_to_limit_s"].get_double().get(x))
+      t.time_to_limit_s = x;
+    out[qualified_device_id(t.node, t.device)] = std::move(t);
+  }
+  return out;
+}
 
 std::string qualified_device_id(const std::string& node,
                                 const std::string& id) {
@@ -33,7 +96,8 @@ std::string qualified_device_id(const std::string& node,
 
 conversion to_problem(const member_view& v, const model_spec& m,
                       std::uint64_t context_length, const objective& obj,
-                      const conversion_options& opts) {
+                      const conversion_options& opts,
+                      const thermal_view& thermal) {
   conversion out;
   auto& p = out.p;
   p.model_name = m.name;
@@ -64,6 +128,12 @@ conversion to_problem(const member_view& v, const model_spec& m,
         out.notes.push_back("device " + id + " left out: no free memory");
         continue;
       }
+      auto th = thermal.find(id);
+      if (th != thermal.end() && th->second.state == "paused") {
+        out.notes.push_back("device " + id + " left out: thermally paused"
+                            + thermal_figures(th->second));
+        continue;
+      }
       device x;
       x.id = id;
       x.node = mem.name;
@@ -80,6 +150,17 @@ conversion to_problem(const member_view& v, const model_spec& m,
       }
       if (!(x.memory_bandwidth > 0))
         x.memory_bandwidth = opts.default_memory_bandwidth;
+      if (th != thermal.end() && th->second.state == "warm") {
+        auto f = std::clamp(opts.warm_speed_factor, 1e-3, 1.0);
+        x.flops *= f;
+        x.memory_bandwidth *= f;
+        x.thermal_headroom = f;
+        out.notes.push_back("device " + id + ": thermally warm"
+                            + thermal_figures(th->second)
+                            + ", speed taken at "
+                            + std::to_string(static_cast<int>(f * 100 + 0.5))
+                            + "%");
+      }
       p.devices.push_back(std::move(x));
     }
   }
@@ -107,14 +188,23 @@ conversion to_problem(const member_view& v, const model_spec& m,
   return out;
 }
 
-cluster_state state_of(const member_view& v) {
+cluster_state state_of(const member_view& v, const thermal_view& thermal) {
   cluster_state s;
   for (auto& m : v.members) {
     s.members[m.name] = to_string(m.status);
     if (m.status != member_status::alive)
       continue;
-    for (auto& d : m.devices)
-      s.devices[qualified_device_id(m.name, d.id)] = state_word(d.state);
+    for (auto& d : m.devices) {
+      auto id = qualified_device_id(m.name, d.id);
+      s.devices[id] = state_word(d.state);
+      auto th = thermal.find(id);
+      // Only the states that change the problem; anything else the
+      // thermal service says ("normal", a device without a sensor) is
+      // normal here.
+      if (th != thermal.end()
+          && (th->second.state == "warm" || th->second.state == "paused"))
+        s.thermal[id] = th->second.state;
+    }
   }
   return s;
 }
@@ -153,7 +243,54 @@ std::vector<std::string> describe_changes(const cluster_state& before,
   for (auto& [id, state] : before.devices)
     if (!after.devices.count(id) && !changed_members.count(node_of(id)))
       out.push_back("device " + id + " gone");
+  // Thermal transitions of devices present before and after (absent from
+  // the map: normal).
+  auto thermal_of = [](const cluster_state& s, const std::string& id) {
+    auto it = s.thermal.find(id);
+    return it == s.thermal.end() ? std::string{"normal"} : it->second;
+  };
+  for (auto& [id, state] : after.devices) {
+    if (changed_members.count(node_of(id)) || !before.devices.count(id))
+      continue;
+    auto was = thermal_of(before, id), now = thermal_of(after, id);
+    if (was != now)
+      out.push_back("device " + id + " thermal: " + was + " -> " + now);
+  }
   return out;
+}
+
+void attach_model(plan_request& r, const model_spec& m) {
+  r.layers.clear();
+  r.layers.reserve(m.layers.size());
+  for (auto& l : m.layers)
+    r.layers.push_back(plan_layer_info{l.weight_bytes, l.kv_bytes_per_token,
+                                       l.flops_per_token,
+                                       l.activation_bytes});
+  r.model_name = m.name;
+  r.context_train = m.context_train;
+}
+
+model_spec model_of(const plan_request& r) {
+  if (r.layers.size() > max_plan_layers)
+    throw problem_error("the request carries "
+                        + std::to_string(r.layers.size())
+                        + " layers, more than "
+                        + std::to_string(max_plan_layers));
+  model_spec m;
+  if (!r.model_name.empty())
+    m.name = r.model_name;
+  else
+    m.name = r.model_path.substr(r.model_path.find_last_of('/') + 1);
+  m.context_train = r.context_train;
+  for (auto& l : r.layers) {
+    layer x;
+    x.weight_bytes = l.weight_bytes;
+    x.kv_bytes_per_token = l.kv_bytes_per_token;
+    x.flops_per_token = l.flops_per_token;
+    x.activation_bytes = l.activation_bytes;
+    m.layers.push_back(x);
+  }
+  return m;
 }
 
 plan_info to_plan_info(const solve_result& r) {
@@ -251,7 +388,9 @@ std::string render_text(const plan_job_info& j) {
   std::ostringstream out;
   out << j.id << ": " << j.request.model_path << "  ctx="
       << j.request.context_length << "  objective=" << j.request.objective
-      << "  re-plans=" << j.replans << (j.stale ? "  STALE" : "") << "\n";
+      << "  re-plans=" << j.replans << (j.stale ? "  STALE" : "")
+      << (j.request.origin.empty() ? "" : "  asked-on=" + j.request.origin)
+      << "\n";
   if (!j.last_reason.empty())
     out << "last re-plan: " << j.last_reason << "\n";
   out << render_text(j.plan);

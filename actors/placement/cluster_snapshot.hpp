@@ -15,6 +15,12 @@
 ///   (simulated devices report their profile figures and run by the same
 ///   roofline); a device reporting 0 gets the conservative defaults below
 ///   and a note.
+/// - thermal state (the thermal service's statuses, by "NODE/DEVICE-ID"):
+///   a paused device is left out with a note; a warm one stays but its
+///   FLOP/s and memory bandwidth are taken at `warm_speed_factor` (and its
+///   thermal headroom shown as that factor), so the solver moves work to
+///   cooler devices without making a lone warm device unusable. Devices
+///   without a status count as normal.
 /// - links: each measured link (either direction) gives latency = rtt_p50 / 2
 ///   (one way) and its bandwidth; of two directions the worse of each figure
 ///   is kept. Pairs never measured, or measured without a bandwidth, use the
@@ -26,9 +32,11 @@
 #include "actors/placement/solve.hpp"
 #include "messages/cluster.hpp"
 #include "messages/placement.hpp"
+#include "messages/thermal.hpp"
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +54,22 @@ struct conversion_options {
   link_spec default_link{1e-3, 100e6};
   /// Fraction of each device's free memory held back.
   double safety_margin = 0.05;
+  /// Speed (FLOP/s and memory bandwidth) a thermally warm device is taken
+  /// at, as a fraction of what it reports, in (0, 1].
+  double warm_speed_factor = 0.5;
 };
+
+/// Thermal statuses by "NODE/DEVICE-ID".
+using thermal_view = std::map<std::string, thermal_status>;
+
+/// Indexes statuses by "NODE/DEVICE-ID".
+thermal_view to_thermal_view(const std::vector<thermal_status>& xs);
+
+/// Reads the thermal service's console JSON ({"devices": [{"node",
+/// "device", "has_temperature", "temp_c", "predicted_c", "limit_c",
+/// "time_to_limit_s", "state"}, ...]}). Malformed entries are skipped; a
+/// document that is not such an object gives nothing. At most 1024 entries.
+std::optional<thermal_view> parse_thermal_json(const std::string& json);
 
 /// A problem built from a cluster view, with notes for people about what was
 /// left out or assumed.
@@ -63,27 +86,40 @@ std::string qualified_device_id(const std::string& node,
 /// on the cluster `v`. Does not validate (solve() does).
 conversion to_problem(const member_view& v, const model_spec& m,
                       std::uint64_t context_length, const objective& obj,
-                      const conversion_options& opts = {});
+                      const conversion_options& opts = {},
+                      const thermal_view& thermal = {});
 
-/// What re-planning watches: member statuses and the usable state of every
-/// device of an alive member ("ready" stands for ready and busy).
+/// What re-planning watches: member statuses, the usable state of every
+/// device of an alive member ("ready" stands for ready and busy) and the
+/// thermal state of those devices that are not normal.
 struct cluster_state {
   std::map<std::string, std::string> members; ///< name -> status
   std::map<std::string, std::string> devices; ///< NODE/ID -> state
+  std::map<std::string, std::string> thermal; ///< NODE/ID -> warm | paused
   bool operator==(const cluster_state& o) const {
-    return members == o.members && devices == o.devices;
+    return members == o.members && devices == o.devices
+           && thermal == o.thermal;
   }
   bool operator!=(const cluster_state& o) const { return !(*this == o); }
 };
 
-cluster_state state_of(const member_view& v);
+cluster_state state_of(const member_view& v, const thermal_view& thermal = {});
 
 /// The changes from `before` to `after`, one sentence each ("member b:
 /// alive -> dead", "device a/sim0: ready -> paused", "device a/sim1
-/// appeared", "device a/sim1 gone"). Devices of a member that changed status
-/// are covered by the member's sentence.
+/// appeared", "device a/sim1 gone", "device a/sim0 thermal: normal ->
+/// warm"). Devices of a member that changed status are covered by the
+/// member's sentence.
 std::vector<std::string> describe_changes(const cluster_state& before,
                                           const cluster_state& after);
+
+/// Puts `m`'s layers into `r` (for a planning node that lacks the file).
+void attach_model(plan_request& r, const model_spec& m);
+
+/// The model a request carries in its layers (model_name or the file name,
+/// context_train). Throws problem_error when it carries more than
+/// max_plan_layers.
+model_spec model_of(const plan_request& r);
 
 /// The wire form of a solve result.
 plan_info to_plan_info(const solve_result& r);

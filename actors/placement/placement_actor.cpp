@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -46,7 +47,10 @@ struct placement_state {
   std::uint64_t next_job = 1;
   std::uint64_t replans = 0;
   std::uint64_t plans = 0;
+  std::uint64_t forwarded = 0;
   std::string coordinator;
+  /// The latest thermal statuses (kept when a poll fails).
+  thermal_view thermal;
 };
 
 using self_ptr = caf::stateful_actor<placement_state>*;
@@ -54,7 +58,7 @@ using self_ptr = caf::stateful_actor<placement_state>*;
 /// Takes a new snapshot in; schedules a debounced re-plan on a change.
 void observe(self_ptr self, member_view v) {
   auto& st = self->state;
-  auto now = state_of(v);
+  auto now = state_of(v, st.thermal);
   st.snapshot = std::move(v);
   if (!st.seen) {
     st.seen = std::move(now);
@@ -84,7 +88,8 @@ plan_info solve_on_snapshot(self_ptr self, const plan_request& r,
   member_view empty;
   const auto& view = st.snapshot ? *st.snapshot : empty;
   std::uint64_t ctx = r.context_length ? r.context_length : m.context_train;
-  auto conv = to_problem(view, m, ctx, objective_of(r), st.cfg.conversion);
+  auto conv = to_problem(view, m, ctx, objective_of(r), st.cfg.conversion,
+                         st.thermal);
   plan_info out;
   try {
     solve_options opts;
@@ -149,7 +154,11 @@ caf::expected<plan_job_info> plan_now(self_ptr self, const plan_request& r) {
                           "blend weight must be in [0, 1]");
   model_spec m;
   try {
-    m = load_model_spec(r.model_path, r.context_length);
+    // A forwarded request carries the layers: this node may lack the file.
+    m = r.layers.empty() ? load_model_spec(r.model_path, r.context_length)
+                         : model_of(r);
+    if (m.layers.empty())
+      throw problem_error("the model has no layers");
   } catch (const problem_error& e) {
     return make_exo_error(exo_errc::invalid_argument, e.what());
   }
@@ -230,10 +239,49 @@ void with_fresh_snapshot(self_ptr self, F then) {
     .then(
       [self, then](console_reply& r) mutable {
         self->state.coordinator = r.text;
-        observe(self, std::move(r.nodes));
-        then();
+        auto view = std::make_shared<member_view>(std::move(r.nodes));
+        // The thermal service (through the gate) knows this node's devices
+        // and what its peers reported; without it the last statuses stay.
+        self
+          ->request(self->state.cfg.gate, seconds(3), console_atom::value,
+                    std::string{"thermal"}, std::string{})
+          .then(
+            [self, view, then](console_reply& t) mutable {
+              if (auto th = parse_thermal_json(t.json))
+                self->state.thermal = std::move(*th);
+              observe(self, std::move(*view));
+              then();
+            },
+            [self, view, then](caf::error&) mutable {
+              observe(self, std::move(*view));
+              then();
+            });
       },
       [then](caf::error&) mutable { then(); });
+}
+
+/// The coordinator's name when it is another node that requests should go
+/// to (known from the latest "nodes" poll), else "".
+std::string forward_target(self_ptr self) {
+  auto& st = self->state;
+  if (!st.cfg.gate || st.coordinator.empty()
+      || st.coordinator == st.cfg.node_name)
+    return {};
+  return st.coordinator;
+}
+
+/// Sends `msg` to the placement service of `node` through the gate.
+template <class... Ts>
+auto ask_placement(self_ptr self, const std::string& node,
+                   std::chrono::milliseconds timeout, Ts&&... xs) {
+  return self->request(self->state.cfg.gate, timeout, service_atom::value,
+                       node, std::string{placement_service},
+                       caf::make_message(std::forward<Ts>(xs)...));
+}
+
+std::string render_error(self_ptr self, const caf::error& err) {
+  auto msg = error_message(err);
+  return msg.empty() ? self->system().render(err) : msg;
 }
 
 console_reply job_reply(const plan_job_info& j, bool json) {
@@ -244,21 +292,96 @@ console_reply job_reply(const plan_job_info& j, bool json) {
   return out;
 }
 
+console_reply jobs_reply(const std::vector<plan_job_info>& jobs) {
+  console_reply out;
+  out.command = "plans";
+  out.json = "[";
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    out.json += (i ? "," : "") + render_json(jobs[i]);
+    out.text += (i ? "\n" : "") + render_text(jobs[i]);
+  }
+  out.json += "]\n";
+  if (jobs.empty())
+    out.text = "no jobs planned (use: plan MODEL.gguf)\n";
+  return out;
+}
+
+std::vector<plan_job_info> job_infos(self_ptr self) {
+  std::vector<plan_job_info> out;
+  for (auto& j : self->state.jobs)
+    out.push_back(j.info);
+  return out;
+}
+
+/// `plans` on a node that is not the coordinator: the coordinator's jobs.
+void forward_plans(self_ptr self, const std::string& co,
+                   caf::response_promise rp) {
+  ++self->state.forwarded;
+  ask_placement(self, co, seconds(10), plans_atom::value)
+    .then(
+      [rp, co](std::vector<plan_job_info>& xs) mutable {
+        auto out = jobs_reply(xs);
+        out.text += "(jobs kept by the coordinator " + co + ")\n";
+        rp.deliver(std::move(out));
+      },
+      [self, rp, co](caf::error& err) mutable {
+        rp.deliver(make_exo_error(exo_errc::failed_state,
+                                  "plans: the coordinator " + co
+                                    + " did not answer: "
+                                    + render_error(self, err)));
+      });
+}
+
+/// `plan MODEL` on a node that is not the coordinator: this node reads the
+/// model's layers (the coordinator may lack the file) and the coordinator
+/// plans, on its snapshot, and keeps the job.
+void forward_plan(self_ptr self, const std::string& co, plan_arguments a,
+                  caf::response_promise rp) {
+  auto& st = self->state;
+  try {
+    attach_model(a.request,
+                 load_model_spec(a.request.model_path,
+                                 a.request.context_length));
+  } catch (const problem_error& e) {
+    rp.deliver(make_exo_error(exo_errc::invalid_argument,
+                              "plan: " + std::string{e.what()}));
+    return;
+  }
+  a.request.origin = st.cfg.node_name;
+  ++st.forwarded;
+  auto limit = milliseconds{a.request.time_limit_ms} + seconds(30);
+  ask_placement(self, co, limit, plan_atom::value, a.request)
+    .then(
+      [self, rp, a, co](plan_job_info& j) mutable {
+        auto out = job_reply(j, a.json);
+        if (!a.json)
+          out.text += "(asked on " + self->state.cfg.node_name
+                      + ", planned by the coordinator " + co + ")\n";
+        rp.deliver(std::move(out));
+      },
+      [self, rp, co](caf::error& err) mutable {
+        rp.deliver(make_exo_error(exo_errc::failed_state,
+                                  "plan: the coordinator " + co
+                                    + " did not answer: "
+                                    + render_error(self, err)));
+      });
+}
+
 caf::result<console_reply> console(self_ptr self, const std::string& cmd,
                                    const std::string& arg) {
   auto& st = self->state;
   if (cmd == "plans") {
-    console_reply out;
-    out.command = cmd;
-    out.json = "[";
-    for (std::size_t i = 0; i < st.jobs.size(); ++i) {
-      out.json += (i ? "," : "") + render_json(st.jobs[i].info);
-      out.text += (i ? "\n" : "") + render_text(st.jobs[i].info);
-    }
-    out.json += "]\n";
-    if (st.jobs.empty())
-      out.text = "no jobs planned (use: plan MODEL.gguf)\n";
-    return out;
+    if (!st.cfg.gate)
+      return jobs_reply(job_infos(self));
+    auto rp = self->make_response_promise<console_reply>();
+    with_fresh_snapshot(self, [self, rp]() mutable {
+      auto co = forward_target(self);
+      if (co.empty())
+        rp.deliver(jobs_reply(job_infos(self)));
+      else
+        forward_plans(self, co, rp);
+    });
+    return rp;
   }
   if (cmd != "plan")
     return make_exo_error(exo_errc::invalid_argument,
@@ -291,17 +414,16 @@ caf::result<console_reply> console(self_ptr self, const std::string& cmd,
   }
   auto rp = self->make_response_promise<console_reply>();
   with_fresh_snapshot(self, [self, rp, a]() mutable {
+    if (auto co = forward_target(self); !co.empty()) {
+      forward_plan(self, co, std::move(a), rp);
+      return;
+    }
     auto j = plan_now(self, a.request);
     if (!j) {
       rp.deliver(j.error());
       return;
     }
-    auto out = job_reply(*j, a.json);
-    auto& co = self->state.coordinator;
-    if (!co.empty() && co != self->state.cfg.node_name)
-      out.text += "(planned on " + self->state.cfg.node_name
-                  + "; the coordinator is " + co + ")\n";
-    rp.deliver(std::move(out));
+    rp.deliver(job_reply(*j, a.json));
   });
   return rp;
 }
@@ -325,6 +447,11 @@ caf::behavior placement_impl(self_ptr self, placement_actor_config cfg) {
       observe(self, std::move(v));
       return caf::ok_atom::value;
     },
+    [self](snapshot_atom, member_view& v, std::vector<thermal_status>& xs) {
+      self->state.thermal = to_thermal_view(xs);
+      observe(self, std::move(v));
+      return caf::ok_atom::value;
+    },
     [self](plan_atom,
            plan_request& r) -> caf::result<plan_job_info> {
       auto rp = self->make_response_promise<plan_job_info>();
@@ -337,12 +464,7 @@ caf::behavior placement_impl(self_ptr self, placement_actor_config cfg) {
       });
       return rp;
     },
-    [self](plans_atom) {
-      std::vector<plan_job_info> out;
-      for (auto& j : self->state.jobs)
-        out.push_back(j.info);
-      return out;
-    },
+    [self](plans_atom) { return job_infos(self); },
     [self](console_atom, std::string& cmd,
            std::string& arg) -> caf::result<console_reply> {
       return console(self, cmd, arg);
@@ -358,6 +480,9 @@ caf::behavior placement_impl(self_ptr self, placement_actor_config cfg) {
       s.fields = {{"jobs", std::to_string(st.jobs.size())},
                   {"plans", std::to_string(st.plans)},
                   {"replans", std::to_string(st.replans)},
+                  {"forwarded", std::to_string(st.forwarded)},
+                  {"coordinator", st.coordinator},
+                  {"thermal_devices", std::to_string(st.thermal.size())},
                   {"pending_changes", std::to_string(st.pending.size())},
                   {"debounce_ms", std::to_string(st.cfg.debounce.count())}};
       return s;

@@ -23,6 +23,8 @@
 ///   (snapshot_atom, member_view)   -> ok: a cluster snapshot as if polled
 ///                                     (tests; a push from a future topology
 ///                                     or jobs actor)
+///   (snapshot_atom, member_view, std::vector<thermal_status>)
+///                                  -> ok: the same with thermal statuses
 ///   (console_atom, cmd, arg)       -> console_reply, for the gate:
 ///     plan MODEL.gguf [ctx=N] [objective=latency|throughput|blend]
 ///          [blend=W] [time-limit=MS] [keep=no]
@@ -30,9 +32,19 @@
 ///     plans
 ///   (inspect_atom)                 -> actor_snapshot (the directory)
 ///
-/// Every node runs one and plans with its own gossiped member view (the same
-/// cluster everywhere); jobs live on the node that planned them. See
-/// docs/architecture.md, "Placement".
+/// Every node runs one, but the coordinator (the gate's deterministic choice:
+/// the alive member with the smallest name) plans for the cluster: on any
+/// other node the console's `plan MODEL` reads the model's layers locally
+/// and sends (plan_atom, plan_request) through the gates to the
+/// coordinator's service, `plans` asks for the coordinator's jobs. Requests
+/// that arrive as plan_atom/plans_atom are always answered where they
+/// arrive (no forwarding loops), and `plan --problem FILE` is solved locally
+/// (it needs no cluster). Jobs live on the coordinator that planned them:
+/// when it dies they are gone with it; the next coordinator plans anew when
+/// asked (`plan MODEL` again). Each poll also reads the thermal service's
+/// statuses (console "thermal" through the gate): paused devices are left
+/// out, warm ones slowed, and a thermal transition re-plans like any other
+/// change. See docs/architecture.md, "Placement".
 
 #include "actors/placement/cluster_snapshot.hpp"
 
@@ -62,6 +74,10 @@ struct placement_actor_config {
   /// model, the outcome, the stages and why it was planned.
   caf::actor audit;
 };
+
+/// The gate service name the placement actor is reachable under from other
+/// nodes: (service_atom, node, placement_service, message).
+constexpr const char* placement_service = "plan";
 
 /// Spawns the placement actor (detached).
 caf::actor spawn_placement_actor(caf::actor_system& sys,

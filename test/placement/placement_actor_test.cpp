@@ -425,3 +425,213 @@ TEST_CASE("a burst of changes is collapsed into one re-plan",
            "device a/d0: paused -> ready; member c joined (alive)");
   CHECK_FALSE(uses(xs[0].plan, "a/d1"));
 }
+
+// -- thermal state as an input (issue 4: "thermal headroom or cap") --------
+
+namespace {
+
+thermal_status thermal(const std::string& node, const std::string& device,
+                       const std::string& state, double temp = 70) {
+  thermal_status t;
+  t.node = node;
+  t.device = device;
+  t.has_temperature = true;
+  t.temp_c = temp;
+  t.predicted_c = temp + 5;
+  t.limit_c = 90;
+  t.state = state;
+  return t;
+}
+
+} // namespace
+
+TEST_CASE("the thermal service's JSON is read and malformed entries are "
+          "skipped",
+          "[placement][snapshot][thermal]") {
+  // The form of the thermal service's console reply (status_json).
+  auto th = parse_thermal_json(
+    R"({"devices":[{"node":"a","device":"sim:x:0","has_temperature":true,)"
+    R"("temp_c":71.5,"predicted_c":84,"limit_c":90,"time_to_limit_s":-1,)"
+    R"("state":"warm"},{"node":"b","device":"cpu0","has_temperature":false,)"
+    R"("temp_c":0,"predicted_c":0,"limit_c":90,"time_to_limit_s":-1,)"
+    R"("state":"normal"},{"device":"nameless","state":"paused"},)"
+    R"({"node":"c","device":"d","state":7}]})");
+  REQUIRE(th);
+  REQUIRE(th->size() == 2);
+  auto& w = th->at("a/sim:x:0");
+  CHECK(w.state == "warm");
+  CHECK(w.has_temperature);
+  CHECK(w.temp_c == Approx(71.5));
+  CHECK(w.predicted_c == Approx(84));
+  CHECK(w.limit_c == Approx(90));
+  CHECK(th->at("b/cpu0").state == "normal");
+  CHECK_FALSE(th->at("b/cpu0").has_temperature);
+  CHECK_FALSE(parse_thermal_json("not json"));
+  CHECK_FALSE(parse_thermal_json(R"({"nodes":[]})"));
+  CHECK(parse_thermal_json(R"({"devices":[]})")->empty());
+  auto idx = to_thermal_view({thermal("a", "d0", "paused")});
+  CHECK(idx.at("a/d0").state == "paused");
+}
+
+TEST_CASE("a paused device is left out and a warm one slowed in the problem",
+          "[placement][snapshot][thermal]") {
+  member_view v;
+  v.members = {member("a", {dev("d0", 8ull << 30, 2e12, 67e9),
+                            dev("d1", 8ull << 30, 2e12, 67e9),
+                            dev("d2", 8ull << 30, 2e12, 67e9)})};
+  model_spec m;
+  m.name = "m";
+  m.layers = uniform_layers(4, layer{1 << 20, 1024, 1e9, 4096});
+  auto th = to_thermal_view({thermal("a", "d0", "paused", 88),
+                             thermal("a", "d1", "warm", 80),
+                             thermal("a", "d2", "normal", 40)});
+  conversion_options opts;
+  opts.warm_speed_factor = 0.25;
+  auto conv = to_problem(v, m, 128, objective{}, opts, th);
+  REQUIRE(conv.p.devices.size() == 2);
+  CHECK(conv.p.devices[0].id == "a/d1");
+  CHECK(conv.p.devices[0].flops == Approx(0.5e12));
+  CHECK(conv.p.devices[0].memory_bandwidth == Approx(67e9 * 0.25));
+  CHECK(conv.p.devices[0].thermal_headroom == Approx(0.25));
+  CHECK(conv.p.devices[1].id == "a/d2");
+  CHECK(conv.p.devices[1].flops == 2e12);
+  CHECK(conv.p.devices[1].thermal_headroom == 1.0);
+  auto has_note = [&](const std::string& s) {
+    for (auto& n : conv.notes)
+      if (n.find(s) != std::string::npos)
+        return true;
+    return false;
+  };
+  CHECK(has_note("a/d0 left out: thermally paused (88.0 C, predicted "
+                 "93.0 C, limit 90.0 C)"));
+  CHECK(has_note("a/d1: thermally warm (80.0 C"));
+  CHECK(has_note("speed taken at 25%"));
+  // Without statuses nothing changes.
+  CHECK(to_problem(v, m, 128, objective{}).p.devices.size() == 3);
+  // The solver moves work off the warm device: alone it is slower.
+  auto solved = solve(conv.p);
+  REQUIRE(solved.best);
+  for (auto& s : solved.best->stages)
+    CHECK(s.device_id == "a/d2");
+}
+
+TEST_CASE("thermal transitions are changes, described with the device",
+          "[placement][snapshot][thermal]") {
+  member_view v;
+  v.members = {member("a", {dev("d0", 1 << 30, 1e12, 1e11),
+                            dev("d1", 1 << 30, 1e12, 1e11)}),
+               member("b", {dev("d0", 1 << 30, 1e12, 1e11)})};
+  auto cold = state_of(v);
+  CHECK(cold == state_of(v, to_thermal_view({thermal("a", "d0", "normal")})));
+  // Whatever else the thermal service says (a device without a sensor) is
+  // normal for placement.
+  CHECK(cold
+        == state_of(v, to_thermal_view({thermal("a", "d1", "no temperature"),
+                                        thermal("b", "d0", "")})));
+  auto warm = state_of(v, to_thermal_view({thermal("a", "d0", "warm"),
+                                           thermal("b", "d0", "paused")}));
+  CHECK(warm != cold);
+  CHECK(describe_changes(cold, warm)
+        == std::vector<std::string>{"device a/d0 thermal: normal -> warm",
+                                    "device b/d0 thermal: normal -> paused"});
+  CHECK(describe_changes(warm, cold)
+        == std::vector<std::string>{"device a/d0 thermal: warm -> normal",
+                                    "device b/d0 thermal: paused -> normal"});
+  // A member that changed status covers its devices' thermal state.
+  auto dead = v;
+  dead.members[1].status = member_status::dead;
+  CHECK(describe_changes(warm, state_of(dead))
+        == std::vector<std::string>{"member b: alive -> dead",
+                                    "device a/d0 thermal: warm -> normal"});
+}
+
+TEST_CASE("a thermal transition re-plans a job with the reason named",
+          "[placement][actor][thermal]") {
+  small_model model;
+  actor_fixture fx{100ms};
+  member_view v;
+  v.members = {member("a", {dev("d0", model.part(), 2e12, 67e9),
+                            dev("d1", model.part(), 1e12, 67e9)}),
+               member("b", {dev("d0", model.part(), 1e12, 67e9)})};
+  auto feed = [&](std::vector<thermal_status> xs) {
+    (*fx.self)
+      ->request(fx.placement, 10s, snapshot_atom::value, v, std::move(xs))
+      .receive([](caf::atom_value) {},
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  };
+  feed({});
+  auto j = fx.plan(model.path);
+  REQUIRE(j.plan.stages.size() == 2);
+  auto victim = j.plan.stages[0].device;
+  auto slash = victim.find('/');
+  feed({thermal(victim.substr(0, slash), victim.substr(slash + 1),
+                "paused", 89)});
+  auto xs = fx.wait_for([](const std::vector<plan_job_info>& xs) {
+    return xs.size() == 1 && xs[0].replans >= 1;
+  });
+  REQUIRE(xs.size() == 1);
+  INFO(render_text(xs[0]));
+  CHECK(xs[0].replans == 1);
+  CHECK(xs[0].last_reason == "device " + victim + " thermal: normal -> paused");
+  CHECK_FALSE(xs[0].stale);
+  CHECK_FALSE(uses(xs[0].plan, victim));
+  // Cooling down is a change too.
+  feed({thermal(victim.substr(0, slash), victim.substr(slash + 1),
+                "normal", 50)});
+  xs = fx.wait_for([](const std::vector<plan_job_info>& xs) {
+    return xs[0].replans >= 2;
+  });
+  CHECK(xs[0].last_reason == "device " + victim + " thermal: paused -> normal");
+}
+
+// -- requests forwarded to the coordinator ---------------------------------
+
+TEST_CASE("a plan request carries the model's layers to a planner that "
+          "lacks the file",
+          "[placement][actor]") {
+  small_model model;
+  plan_request r;
+  r.model_path = "/nowhere/on/this/node.gguf";
+  r.context_length = 64;
+  attach_model(r, model.spec);
+  r.origin = "b";
+  REQUIRE(r.layers.size() == model.spec.layers.size());
+  auto back = model_of(r);
+  CHECK(back.name == model.spec.name);
+  CHECK(back.context_train == model.spec.context_train);
+  REQUIRE(back.layers.size() == model.spec.layers.size());
+  for (std::size_t i = 0; i < back.layers.size(); ++i) {
+    CHECK(back.layers[i].weight_bytes == model.spec.layers[i].weight_bytes);
+    CHECK(back.layers[i].kv_bytes_per_token
+          == model.spec.layers[i].kv_bytes_per_token);
+    CHECK(back.layers[i].flops_per_token
+          == model.spec.layers[i].flops_per_token);
+    CHECK(back.layers[i].activation_bytes
+          == model.spec.layers[i].activation_bytes);
+  }
+  auto huge = r;
+  huge.layers.resize(max_plan_layers + 1);
+  CHECK_THROWS_AS(model_of(huge), problem_error);
+
+  actor_fixture fx{100ms};
+  member_view v;
+  v.members = {member("a", {dev("d0", model.part(), 2e12, 67e9)}),
+               member("b", {dev("d0", model.part(), 1e12, 67e9)})};
+  fx.feed(v);
+  plan_job_info j;
+  (*fx.self)
+    ->request(fx.placement, 60s, plan_atom::value, r)
+    .receive([&](plan_job_info& x) { j = std::move(x); },
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  INFO(render_text(j));
+  CHECK(j.plan.status == "optimal");
+  CHECK(j.plan.stages.size() == 2);
+  CHECK(j.request.origin == "b");
+  CHECK(render_text(j).find("asked-on=b") != std::string::npos);
+  // Without layers the file must be there.
+  r.layers.clear();
+  (*fx.self)
+    ->request(fx.placement, 60s, plan_atom::value, r)
+    .receive([](plan_job_info&) { FAIL("planned a missing file"); },
+             [](caf::error&) {});
+}
