@@ -4,11 +4,14 @@
 #include "actors/jobs/job_actor.hpp"
 #include "actors/jobs/run_options.hpp"
 #include "actors/jobs/simple_placement.hpp"
+#include "actors/jobs/solver_placement.hpp"
+#include "actors/placement/placement_actor.hpp"
 #include "actors/shard/model_cache.hpp"
 #include "actors/shard/shard_actor.hpp"
 #include "messages/audit.hpp"
 #include "messages/cluster.hpp"
 #include "messages/errors.hpp"
+#include "messages/placement.hpp"
 #include "messages/workload.hpp"
 #include "runtime/model/tokenizer.hpp"
 
@@ -308,6 +311,7 @@ struct cluster_run {
   std::string sha;
   std::uint64_t size = 0;
   std::vector<stage_place> plan;
+  std::string placement_text; ///< how it was placed, for the reply
   std::vector<shard_ready> ready;
   std::size_t pending = 0;
   std::string error;
@@ -360,7 +364,7 @@ void start_job(self_ptr self, std::shared_ptr<cluster_run> run) {
   };
   j.finish = [self, run, tok](job_result& r) {
     std::ostringstream out;
-    out << "placement:\n" << describe(run->plan);
+    out << run->placement_text;
     std::uint64_t sent = 0;
     for (auto& s : run->ready)
       sent += s.bytes_received;
@@ -451,27 +455,10 @@ void link_stages(self_ptr self, std::shared_ptr<cluster_run> run) {
         });
 }
 
-void place_and_start(self_ptr self, std::shared_ptr<cluster_run> run,
-                     const member_view& view) {
-  std::vector<std::pair<std::string, std::vector<device_info>>> members;
-  for (auto& m : view.members)
-    if (m.status == member_status::alive && m.name == self->state.node)
-      members.emplace(members.begin(), m.name, m.devices);
-  for (auto& m : view.members)
-    if (m.status == member_status::alive && m.name != self->state.node)
-      members.emplace_back(m.name, m.devices);
-  auto& hp = run->model->hparams();
-  auto k = run->opts.stages != 0
-             ? run->opts.stages
-             : std::min<std::uint32_t>(
-               static_cast<std::uint32_t>(members.size()), hp.n_layer);
-  try {
-    run->plan = simple_placement(hp.n_layer, k, members);
-  } catch (const std::exception& e) {
-    end_run(self, run, e.what());
-    return;
-  }
-  std::cout << "placement:\n" << describe(run->plan) << std::flush;
+/// Starts the shards of `run->plan` through the gates, then the job.
+void start_stages(self_ptr self, std::shared_ptr<cluster_run> run) {
+  std::cout << run->placement_text << std::flush;
+  auto k = static_cast<std::uint32_t>(run->plan.size());
   run->ready.resize(k);
   run->pending = k;
   auto n_ctx = run->opts.n_ctx != 0
@@ -514,6 +501,71 @@ void place_and_start(self_ptr self, std::shared_ptr<cluster_run> run,
   }
 }
 
+/// Chooses the stages: an even split with --stages K, else the plan of the
+/// coordinator's placement service (the solver, on the live cluster).
+void place_and_start(self_ptr self, std::shared_ptr<cluster_run> run,
+                     const member_view& view, std::string coordinator) {
+  auto& hp = run->model->hparams();
+  auto n_ctx = run->opts.n_ctx != 0
+                 ? run->opts.n_ctx
+                 : static_cast<std::uint32_t>(run->prompt.size()
+                                              + run->opts.n_gen);
+  if (run->opts.stages != 0) {
+    std::vector<std::pair<std::string, std::vector<device_info>>> members;
+    for (auto& m : view.members)
+      if (m.status == member_status::alive && m.name == self->state.node)
+        members.emplace(members.begin(), m.name, m.devices);
+    for (auto& m : view.members)
+      if (m.status == member_status::alive && m.name != self->state.node)
+        members.emplace_back(m.name, m.devices);
+    try {
+      run->plan = simple_placement(hp.n_layer, run->opts.stages, members);
+    } catch (const std::exception& e) {
+      end_run(self, run, e.what());
+      return;
+    }
+    run->placement_text = "placement: even split into "
+                          + std::to_string(run->opts.stages)
+                          + " stages (--stages)\n" + describe(run->plan);
+    start_stages(self, run);
+    return;
+  }
+  plan_request req;
+  try {
+    req = run_plan_request(run->opts.model, n_ctx, run->opts.sequences,
+                           self->state.node);
+  } catch (const std::exception& e) {
+    end_run(self, run, e.what());
+    return;
+  }
+  if (coordinator.empty())
+    coordinator = self->state.node;
+  auto limit = std::chrono::milliseconds{req.time_limit_ms} + 30s;
+  self
+    ->request(self->state.gate, limit, service_atom::value, coordinator,
+              std::string{placement::placement_service},
+              caf::make_message(plan_atom::value, std::move(req)))
+    .then(
+      [self, run, view, n_layer = hp.n_layer](plan_job_info& j) {
+        try {
+          run->plan = stages_of(j.plan, view, n_layer);
+        } catch (const std::exception& e) {
+          end_run(self, run,
+                  std::string{e.what()} + " (--stages K splits evenly)");
+          return;
+        }
+        run->placement_text = "placement (solver):\n"
+                              + describe_plan(j.plan) + describe(run->plan);
+        start_stages(self, run);
+      },
+      [self, run, coordinator](caf::error& err) {
+        end_run(self, run,
+                "the placement service of " + coordinator
+                  + " did not answer: " + render(self, err)
+                  + " (--stages K splits evenly without it)");
+      });
+}
+
 caf::result<console_reply> on_run(self_ptr self, const std::string& arg) {
   auto run = std::make_shared<cluster_run>();
   try {
@@ -538,7 +590,10 @@ caf::result<console_reply> on_run(self_ptr self, const std::string& arg) {
   self->request(self->state.gate, 10s, console_atom::value,
                 std::string{"nodes"}, std::string{})
     .then(
-      [self, run](console_reply& r) { place_and_start(self, run, r.nodes); },
+      [self, run](console_reply& r) {
+        // r.text names the coordinator, whose placement service plans.
+        place_and_start(self, run, r.nodes, r.text);
+      },
       [self, run](caf::error& err) {
         end_run(self, run, "cannot read the member view: "
                              + render(self, err));

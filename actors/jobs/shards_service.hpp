@@ -15,11 +15,17 @@
 /// Console commands:
 ///   run --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
 ///       [--stages K] [--sequences M]
-///       places K stages (default: one per live node) with
-///       simple_placement, starts the shards through the gates, links them,
-///       runs the job and replies with the placement, the text, the bytes
-///       of model sent and tokens/s. The node that receives the command
-///       coordinates the job; its stdout shows tokens as they come.
+///       asks the coordinator's placement service (through the gates) for
+///       a plan of the model on the live cluster (free memory, measured
+///       links, device speed, thermal state; objective latency, or
+///       throughput with M > 1) and uses its stages (device, layer range);
+///       with --stages K it splits the layers evenly instead
+///       (simple_placement). It starts the shards through the gates, links
+///       them, runs the job and replies with the placement (the solver's
+///       table: per stage device, layers, compute and transfer time, proven
+///       optimal or not, planned by), the text, the bytes of model sent and
+///       tokens/s. The node that receives the command coordinates the job;
+///       its stdout shows tokens as they come.
 ///   shards  -> the shards running on this node.
 
 #include "runtime/node/services.hpp"

@@ -1,6 +1,8 @@
 #pragma once
 
-/// The placement a job uses until the placement service places it: layers
+/// The placement a job uses when asked for an even split (`run --stages K`,
+/// and `exo-node run` on one node); otherwise the placement service's
+/// solver places it (solver_placement.hpp). Layers
 /// split evenly into K contiguous stages, stage i on member i mod N (the
 /// coordinator first), and on each member its usable devices taken in turn,
 /// one of every backend first (cpu, vulkan, cuda, hip, then simulated

@@ -1,7 +1,9 @@
 // Placement on a live cluster of real exo-node processes on 127.0.0.1: two
 // nodes with one small simulated device each, a model that fits on neither
 // alone, `exo-console --exec "plan MODEL.gguf"`, and a re-plan when a node
-// is killed.
+// is killed; `plan` on a node that is not the coordinator answered by the
+// coordinator, `run` on the solver's stages, and a new coordinator after
+// the old one dies.
 
 #include "actors/placement/model_spec.hpp"
 #include "runtime/model/test_model.hpp"
@@ -40,26 +42,26 @@ bool contains(const std::string& s, const std::string& what) {
 }
 
 /// A CA, a client certificate, node certificates, a model (about 4 MiB) and
-/// a profile of a simulated device that holds 60% of it. Each node has one
-/// such device and (as the CPU fallback) a CPU limited to 1 MiB: no node
-/// holds the model alone.
+/// a profile of a simulated device that holds `share` (60%) of it. Each node
+/// has one such device and (as the CPU fallback) a CPU limited to 1 MiB: no
+/// node holds the model alone.
 struct cluster_files {
   std::string dir = temp_dir("exo-placement-cluster");
   std::string model = dir + "/small.gguf";
-  cluster_files() {
+  explicit cluster_files(double share = 0.6, std::uint32_t dim = 128) {
     must(run({exo_cert(), "init-ca", "--dir", dir + "/ca"}));
     must(run({exo_cert(), "issue-client", "--ca-dir", dir + "/ca", "--name",
               "ops", "--out", dir + "/ops"}));
     exo::model::test_model_options o;
     o.layers = 6;
-    o.dim = 128;
-    o.ff = 256;
+    o.dim = dim;
+    o.ff = 2 * dim;
     exo::model::make_test_model(o, model);
     auto spec = exo::placement::load_model_spec(model, 64);
     double total = 0;
     for (auto& l : spec.layers)
       total += static_cast<double>(l.weight_bytes + l.kv_bytes_per_token * 64);
-    auto gib = total * 0.6 / 0.95 / 1073741824.0;
+    auto gib = total * share / 0.95 / 1073741824.0;
     write_file(dir + "/profiles.json",
                R"({"profiles": [{"name": "tiny", "memory_gib": )"
                  + std::to_string(gib) + R"(, "compute_units": 4,
@@ -112,7 +114,8 @@ node_proc start(const cluster_files& f, const std::string& name,
 }
 
 run_result console(const cluster_files& f, std::uint16_t port,
-                   const std::string& cmd, bool json) {
+                   const std::string& cmd, bool json,
+                   std::chrono::seconds timeout = 10s) {
   std::vector<std::string> argv{exo_console(),
                                 "--connect",
                                 "127.0.0.1:" + std::to_string(port),
@@ -123,12 +126,12 @@ run_result console(const cluster_files& f, std::uint16_t port,
                                 "--ca",
                                 f.dir + "/ca/ca.crt",
                                 "--timeout-ms",
-                                "10000",
+                                std::to_string(timeout.count() * 1000),
                                 "--exec",
                                 cmd};
   if (json)
     argv.push_back("--json");
-  return run(argv, 60s);
+  return run(argv, timeout + 60s);
 }
 
 /// Polls the console until `pred(out)` holds or `timeout` passes.
@@ -193,4 +196,77 @@ TEST_CASE("plan in the console places a model on both nodes' devices and "
   auto after = console(f, a.port, "plans", false);
   CHECK(contains(after.out, "last re-plan: member b"));
   CHECK(contains(after.out, "STALE"));
+}
+
+TEST_CASE("the coordinator plans for the cluster: plan on another node is "
+          "forwarded, run uses the solver's stages, a new coordinator plans",
+          "[placement][cluster][workload]") {
+  // Devices that hold 80% of the model: still none alone. The cost model
+  // does not count what a running shard allocates besides its layers
+  // (scratch for 64 tokens of activations, logits): the model is large
+  // enough (layers of about 10 MB, about 60 MB in all) that the solver's 5%
+  // safety margin covers that, and none of its layers fits the 1 MiB CPUs.
+  cluster_files f{0.8, 512};
+  f.node_cert("a");
+  f.node_cert("b");
+  // "a" sorts first: it is the coordinator while alive.
+  auto a = start(f, "a", {});
+  auto b = start(f, "b", {a.port});
+  auto plan = "plan " + f.model + " ctx=64";
+  // Asked on b, planned by a, on both nodes' devices.
+  CHECK(eventually(
+    f, b.port, plan,
+    [](const std::string& out) {
+      return contains(out, "\"status\":\"optimal\"")
+             && contains(out, "\"planned_by\":\"a\"")
+             && contains(out, "\"node\":\"a\"")
+             && contains(out, "\"node\":\"b\"");
+    },
+    60s));
+  auto text = console(f, b.port, plan, false);
+  INFO(text.out << text.err);
+  REQUIRE(text.code == 0);
+  CHECK(contains(text.out, "planned by a"));
+  CHECK(contains(text.out, "asked on b, planned by the coordinator a"));
+  // The job is kept on the coordinator: both nodes list the same job.
+  auto on_a = console(f, a.port, "plans", false);
+  auto on_b = console(f, b.port, "plans", false);
+  INFO(on_a.out << on_b.out << on_b.err);
+  CHECK(contains(on_a.out, "job-1: " + f.model));
+  CHECK(contains(on_a.out, "asked-on=b"));
+  CHECK(contains(on_b.out, "job-1: " + f.model));
+  CHECK(contains(on_b.out, "jobs kept by the coordinator a"));
+
+  // A run on b asks a's solver: no node holds the model alone, so the
+  // stages span both simulated devices, and the plan is printed.
+  auto run_cmd = "run --model " + f.model
+                 + " --prompt \"hello world\" -n 6 --seed 3";
+  auto ran = console(f, b.port, run_cmd, false, 240s);
+  INFO(ran.out << ran.err);
+  REQUIRE(ran.code == 0);
+  CHECK(contains(ran.out, "placement (solver):"));
+  CHECK(contains(ran.out, "proven optimal: yes"));
+  CHECK(contains(ran.out, "planned by a"));
+  CHECK(contains(ran.out, "on a sim:tiny:0"));
+  CHECK(contains(ran.out, "on b sim:tiny:0"));
+  CHECK(contains(ran.out, "text: hello world"));
+
+  // The coordinator dies: b becomes the coordinator and plans itself (the
+  // model does not fit on b alone, so it says why).
+  a.proc->signal(SIGKILL);
+  CHECK(a.proc->wait(10s) == 128 + SIGKILL);
+  CHECK(eventually(
+    f, b.port, plan,
+    [](const std::string& out) {
+      return contains(out, "\"planned_by\":\"b\"")
+             && contains(out, "\"status\":\"infeasible\"");
+    },
+    60s));
+  // a's jobs died with it; b keeps its own from now on.
+  auto after = console(f, b.port, "plans", false);
+  INFO(after.out << after.err);
+  CHECK(contains(after.out, "job-1: " + f.model));
+  CHECK(contains(after.out, "planned by b"));
+  b.proc->signal(SIGTERM);
+  CHECK(b.proc->wait(30s) == 0);
 }
