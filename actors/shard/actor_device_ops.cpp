@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 namespace exo::shard {
 
@@ -52,9 +53,11 @@ struct actor_device_ops::impl {
 
 actor_device_ops::actor_device_ops(caf::actor_system& sys, device_actor dev,
                                    std::string where,
-                                   std::chrono::milliseconds timeout)
+                                   std::chrono::milliseconds timeout,
+                                   std::chrono::milliseconds pause_patience)
   : impl_(std::make_unique<impl>(sys, std::move(dev), timeout)),
-    where_(std::move(where)) {
+    where_(std::move(where)),
+    pause_patience_(pause_patience) {
 }
 
 actor_device_ops::~actor_device_ops() = default;
@@ -141,9 +144,36 @@ actor_device_ops::run(const std::vector<model::device_op>& ops) {
       c.scalars = op.scalars;
       calls.push_back(std::move(c));
     }
-    ++requests_;
-    EXO_TRY(impl_->ask([](caf::atom_value) {}, compute_atom::value,
-                       std::move(calls)));
+    // A paused device (thermal monitor, operator) refuses the whole batch
+    // before running any of it: wait for it to resume and send the same
+    // batch again, so a pause delays the step instead of losing it.
+    const auto give_up = std::chrono::steady_clock::now() + pause_patience_;
+    for (;;) {
+      if (!impl_->dev)
+        return fail(errc::no_device, "no device actor");
+      ++requests_;
+      bool paused = false;
+      backend::status out;
+      impl_->self->request(impl_->dev, impl_->timeout, compute_atom::value, calls)
+        .receive([](caf::atom_value) {},
+                 [&](caf::error& err) {
+                   paused = err.category() == exo_error_category()
+                            && static_cast<exo_errc>(err.code())
+                                 == exo_errc::paused;
+                   if (!paused)
+                     out = to_backend_error(err);
+                 });
+      if (!paused) {
+        EXO_TRY(out);
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= give_up)
+        return fail(errc::timeout,
+                    where_ + ": the device stayed paused for longer than "
+                      + std::to_string(pause_patience_.count()) + " ms");
+      ++pause_waits_;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
   return {};
 }

@@ -6,6 +6,9 @@
 /// shard runs detached). Writes and reads cross in pieces of at most
 /// max_chunk_bytes; a batch of operations becomes one (compute_atom,
 /// std::vector<kernel_call>) request of at most max_kernel_batch calls.
+/// A batch refused because the device is paused is sent again every 20 ms
+/// until the device resumes (at most `pause_patience`, below the job's
+/// 120 s step timeout): a thermal pause delays a step, it does not fail it.
 
 #include "messages/device.hpp"
 #include "runtime/model/device_stage.hpp"
@@ -22,7 +25,9 @@ class actor_device_ops final : public model::device_ops {
 public:
   actor_device_ops(caf::actor_system& sys, device_actor dev,
                    std::string where,
-                   std::chrono::milliseconds timeout = std::chrono::minutes(5));
+                   std::chrono::milliseconds timeout = std::chrono::minutes(5),
+                   std::chrono::milliseconds pause_patience =
+                     std::chrono::seconds(100));
   ~actor_device_ops() override;
 
   backend::result<model::device_handle> allocate(std::uint64_t bytes) override;
@@ -43,11 +48,18 @@ public:
     return requests_;
   }
 
+  /// Batches sent again because the device was paused.
+  std::uint64_t pause_waits() const noexcept {
+    return pause_waits_;
+  }
+
 private:
   struct impl;
   std::unique_ptr<impl> impl_;
   std::string where_;
+  std::chrono::milliseconds pause_patience_;
   std::uint64_t requests_ = 0;
+  std::uint64_t pause_waits_ = 0;
 };
 
 /// The device layer's error for a CAF error from a device actor.

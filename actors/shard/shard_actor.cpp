@@ -190,8 +190,10 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
           std::to_string(st.stage->cache_bytes());
         snap.fields["device_ops"] = std::to_string(st.stage->ops_run());
       }
-      if (st.ops)
+      if (st.ops) {
         snap.fields["device_requests"] = std::to_string(st.ops->requests());
+        snap.fields["pause_waits"] = std::to_string(st.ops->pause_waits());
+      }
       return snap;
     },
   };
