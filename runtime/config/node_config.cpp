@@ -61,6 +61,12 @@ std::string as_string(element e, const std::string& path) {
   return std::string{sv};
 }
 
+bool as_bool(element e, const std::string& path) {
+  if (e.type() != element_type::BOOL)
+    bad(path, "must be true or false");
+  return e.get_bool().value_unsafe();
+}
+
 std::string as_nonempty_string(element e, const std::string& path) {
   auto s = as_string(e, path);
   if (s.empty())
@@ -396,6 +402,10 @@ node_config parse(const std::string& json, const std::string& source) {
                  {"access_burst",
                   [&](element v, const std::string& q) {
                     sf.access_burst = as_number(v, q, 0, 1e9);
+                  }},
+                 {"console_requires_token",
+                  [&](element v, const std::string& q) {
+                    sf.console_requires_token = as_bool(v, q);
                   }}});
            if (sf.thermal_hysteresis_c <= sf.thermal_margin_c)
              bad(p + ".thermal_hysteresis_c", "must exceed thermal_margin_c");

@@ -82,6 +82,11 @@ struct safety_section {
   std::string access_key_file; ///< default: <state_dir>/access.key
   double access_rate_per_s = 0; ///< per principal; 0: unlimited
   double access_burst = 0;
+  /// Console commands from clients need a token with the command's
+  /// permission (actors/access/console_rule.hpp). Off: a command without a
+  /// token is served on the client certificate alone; one with a token is
+  /// still checked.
+  bool console_requires_token = false;
 };
 
 struct node_config {

@@ -130,6 +130,19 @@ TEST_CASE("bad config files are refused with a message naming the key") {
   }
 }
 
+TEST_CASE("console commands need a token only when the node says so") {
+  CHECK_FALSE(parse("{}", "test").safety.console_requires_token);
+  CHECK(parse(R"({"safety": {"console_requires_token": true}})", "test")
+          .safety.console_requires_token);
+  try {
+    parse(R"({"safety": {"console_requires_token": "yes"}})", "test");
+    FAIL("accepted");
+  } catch (const config_error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("safety.console_requires_token: "
+                                         "must be true or false"));
+  }
+}
+
 TEST_CASE("a missing config file is an error that names it") {
   try {
     load("/nonexistent/exo.json");
