@@ -12,6 +12,7 @@
 /// Nothing but join/prove is accepted from a sender that has not proven
 /// its name; everything a peer sends is validated against size limits.
 
+#include "actors/access/shared_policy.hpp"
 #include "messages/cluster.hpp"
 #include "runtime/config/node_config.hpp"
 
@@ -45,6 +46,14 @@ struct gate_config {
   std::shared_ptr<const tls::trust_store> ca;
   caf::actor node;      ///< local node actor (devices)
   caf::actor directory; ///< local directory (actors, inspect)
+  /// Safety (issue 6): clients' console commands are checked against this
+  /// policy (actors/access/console_rule.hpp); refusals and client reads
+  /// (device_list, monitoring_read) go to the audit sink. Both optional.
+  std::shared_ptr<access::shared_policy> access;
+  caf::actor audit;
+  /// Refuse a client's console command that carries no auth=TOKEN (and
+  /// the typed devices/actors/inspect requests of clients).
+  bool console_requires_token = false;
 };
 
 /// Spawns the gate. Send it (caf::publish_atom, std::uint16_t port) once it
@@ -61,6 +70,15 @@ caf::actor spawn_gate(caf::actor_system& sys, gate_config cfg);
 ///   "coordinator" -> std::string
 ///   "measure"     -> std::vector<link_info> after measuring now
 ///   "leave"       -> ok once every peer was told we leave
+///
+/// Every console command of a client is checked first, in one place
+/// (access::console_permission / console_rule): with `auth=TOKEN` in the
+/// argument the token must hold the command's permission (the word is
+/// taken out before the command runs; "dev" and "token" get it unchanged
+/// and check it themselves); without one the command is served only when
+/// `console_requires_token` is off. A refusal is an access_denied error
+/// and an access_denied audit event. Commands from peers and from actors
+/// of the node are not checked (they are the cluster's own traffic).
 ///
 /// Services extend the console without touching the gate: a local actor
 /// sends the gate (register_atom, std::string command, caf::actor handler)

@@ -127,6 +127,19 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
   for (auto& k : known)
     if (cmd == k.name)
       a = &k;
+  // auth=TOKEN is not an argument of a built-in command: it is sent along
+  // and the gate checks it (and takes it out) before the command runs.
+  std::string auth;
+  if (a != nullptr) {
+    for (auto it = words.begin() + 1; it != words.end();) {
+      if (it->rfind("auth=", 0) == 0) {
+        auth += (auth.empty() ? "" : " ") + *it;
+        it = words.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
   auto nargs = words.size() - 1;
   if (a == nullptr) {
     // Not built in: a service of the node may answer it (e.g. "plan").
@@ -155,6 +168,8 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
                 + " argument(s), got " + std::to_string(nargs)
                 + " (type help)");
   std::string arg = nargs > 0 ? words[1] : "";
+  if (!auth.empty())
+    arg += (arg.empty() ? "" : " ") + auth;
   console_reply reply;
   try {
     reply = c.ask(cmd, arg);

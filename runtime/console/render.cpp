@@ -219,7 +219,9 @@ const char* help_text() {
          "  inspect [NODE:]ACTOR  the state of one actor\n"
          "  coordinator         the current coordinator\n"
          "  help                this text\n"
-         "  quit                leave the console\n";
+         "  quit                leave the console\n"
+         "any command takes auth=TOKEN: checked against the token's "
+         "permissions\n";
 }
 
 } // namespace exo::console

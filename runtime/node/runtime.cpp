@@ -213,6 +213,10 @@ void runtime::start() {
   }
   gc.node = d.node;
   gc.directory = d.directory;
+  // Clients' console commands are checked against tokens (issue 6).
+  gc.access = d.safety.access;
+  gc.audit = d.safety.audit;
+  gc.console_requires_token = d.cfg.safety.console_requires_token;
   d.gate = membership::spawn_gate(*d.sys, std::move(gc));
   caf::anon_send(d.directory, register_atom::value, std::string{"gate"},
                  std::string{"gate"}, d.gate);
