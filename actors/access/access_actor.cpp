@@ -290,6 +290,17 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
     ev.details["relayed"] = relayed ? "true" : "false";
     ev.details["persisted"] = persisted;
     audit_event(st, ev, *admin);
+    // The node's policy changed (a revocation entry): policy_change, apart
+    // from token_revoked, which records the admin's act.
+    audit::event change;
+    change.type = audit::event_type::policy_change;
+    change.details = {{"change", "revocation_added"},
+                      {"kind", rev.what == revocation::kind::principal
+                                 ? "principal"
+                                 : "token"},
+                      {"name", rev.name},
+                      {"relayed", relayed ? "true" : "false"}};
+    audit_event(st, change, *admin);
     r.text = "revoked on " + st.cfg.node + "\n";
     if (persisted != "true" && !st.cfg.revocations_file.empty())
       r.text += "warning: not persisted: " + persisted + "\n";
@@ -340,6 +351,8 @@ caf::behavior access_impl(self_ptr self, access_actor_config cfg) {
       return handle(self, arg);
     },
     [self](tick_atom) {
+      // Not audited: a sweep forgets only what can no longer matter
+      // (expired tokens' cache entries and revocations, idle principals).
       self->state.cfg.policy->sweep();
       self->delayed_send(self, self->state.cfg.sweep_interval,
                          tick_atom::value);

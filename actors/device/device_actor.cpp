@@ -635,6 +635,9 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       auto who = authorize(self, token, access::permission::device_info);
       if (!who)
         return std::move(who.error());
+      // A client's read (console "dev info"); the token-less info the
+      // node's own actors ask for all the time is not audited.
+      audit_op(self, audit::event_type::device_info, std::move(*who), {});
       auto& st = self->state;
       auto info = describe(*st.dev, st.cfg.node);
       info.state = st.state;
