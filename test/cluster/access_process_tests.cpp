@@ -4,7 +4,9 @@
 // issue or revoke; a revocation made through one node's console reaches
 // every node within 1 s and refuses the principal's next device operation
 // everywhere; it survives a restart; every refusal is audited. The thermal
-// overview of the console covers the whole cluster.
+// overview of the console covers the whole cluster. Clients' console
+// commands are checked against a token's permission (strictly, when the
+// node requires a token), and client reads and policy changes are audited.
 
 #include "test/support/process.hpp"
 
@@ -45,6 +47,9 @@ bool contains(const std::string& s, const std::string& what) {
 struct cluster {
   std::string dir = temp_dir("exo-access");
   std::string key_file = dir + "/access.key";
+  /// Extra keys of every node's "safety" object, e.g.
+  /// `, "console_requires_token": true`.
+  std::string safety_extra;
 
   cluster() {
     must(run({exo_cert(), "init-ca", "--dir", dir + "/ca"}));
@@ -78,7 +83,8 @@ struct cluster {
                   "connect_timeout_ms": 1000},
       "tls": {"certificate": ")" + d + "/" + name + R"(.crt", "key": ")" + d
                       + "/" + name + R"(.key", "ca": ")" + d + R"(/ca.crt"},
-      "safety": {"access_key_file": ")" + key_file + R"("},
+      "safety": {"access_key_file": ")" + key_file + "\"" + safety_extra
+                      + R"(},
       "devices": {"include": ["sim"],
                   "simulated": [{"profile": "adreno-740"}],
                   "rescan_interval_s": 0}})");
@@ -280,4 +286,136 @@ TEST_CASE("tokens are checked on every node, and a revocation through one "
   auto revoked_q = c.console(p3, "audit query type=token_revoked limit=10",
                              true);
   CHECK(contains(revoked_q.out, "alice"));
+}
+
+namespace {
+
+/// The first admin token of a node, and tokens issued with it.
+struct tokens {
+  const cluster& c;
+  std::uint16_t port;
+  std::string admin;
+
+  tokens(const cluster& cl, std::uint16_t p, const std::string& node)
+    : c(cl), port(p),
+      admin(first_line(read_file(cl.state_dir(node) + "/access/admin.token"))) {
+  }
+
+  std::string issue(const std::string& principal, const std::string& role) {
+    auto r = c.console(port, "token issue principal=" + principal + " role="
+                               + role + " ttl=600 auth=" + admin);
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    return first_line(r.out);
+  }
+};
+
+/// Polls the node's audit log (with the admin token) until a record of
+/// `type` holding every string of `needles` appears (the sink flushes
+/// every second).
+bool audited(const cluster& c, std::uint16_t port, const std::string& admin,
+             const std::string& type,
+             const std::vector<std::string>& needles) {
+  return c.eventually(
+    port, "audit query type=" + type + " limit=1000 auth=" + admin,
+    [&](const run_result& r) {
+      if (r.code != 0 || !contains(r.out, "\"type\":\"" + type + "\""))
+        return false;
+      for (auto& n : needles)
+        if (!contains(r.out, n))
+          return false;
+      return true;
+    },
+    15s);
+}
+
+} // namespace
+
+TEST_CASE("a monitor token may list devices but is refused run and audit; "
+          "client reads, device info and policy changes are audited") {
+  cluster c;
+  std::uint16_t p1 = 0;
+  auto n1 = c.start("m1", p1, {});
+  tokens t{c, p1, "m1"};
+  auto watcher = t.issue("watcher", "monitor");
+
+  // Allowed by the monitor role.
+  auto d = c.console(p1, "devices auth=" + watcher);
+  INFO(d.out << d.err);
+  CHECK(d.code == 0);
+  CHECK(contains(d.out, device));
+  auto th = c.console(p1, "thermal auth=" + watcher);
+  CHECK(th.code == 0);
+  auto info = c.console(p1, "dev info " + device + " auth=" + watcher);
+  INFO(info.out << info.err);
+  CHECK(info.code == 0);
+
+  // Refused: job_submit and audit_read are not the monitor's.
+  auto run = c.console(p1, "run model.gguf prompt=hi auth=" + watcher);
+  INFO(run.out << run.err);
+  CHECK(run.code == 1);
+  CHECK(contains(run.err, "permission_denied"));
+  auto aud = c.console(p1, "audit query type=access_denied auth=" + watcher);
+  INFO(aud.out << aud.err);
+  CHECK(aud.code == 1);
+  CHECK(contains(aud.err, "permission_denied"));
+  auto plan = c.console(p1, "plan model.gguf keep=no auth=" + watcher);
+  CHECK(plan.code == 1);
+  CHECK(contains(plan.err, "permission_denied"));
+
+  // Lenient (the default): no token is served on the certificate alone, but
+  // a token that is shown is checked.
+  CHECK(c.console(p1, "devices").code == 0);
+  auto forged = c.console(p1, "devices auth=exo1.not.valid");
+  CHECK(forged.code == 1);
+  CHECK(contains(forged.err, "devices: "));
+
+  // A policy change: a revocation.
+  auto rev = c.console(p1, "token revoke principal=nobody auth=" + t.admin);
+  INFO(rev.out << rev.err);
+  CHECK(rev.code == 0);
+
+  // Every refusal is audited with the command, and the four read/change
+  // types appear.
+  CHECK(audited(c, p1, t.admin, "access_denied",
+                {"\"principal\":\"watcher\"", "\"command\":\"run\"",
+                 "\"command\":\"audit\"", "\"command\":\"plan\"",
+                 "\"permission\":\"job_submit\"",
+                 "\"permission\":\"audit_read\""}));
+  CHECK(audited(c, p1, t.admin, "device_list",
+                {"\"principal\":\"watcher\"", "\"client\":\"ops\""}));
+  CHECK(audited(c, p1, t.admin, "monitoring_read",
+                {"\"principal\":\"watcher\"", "\"command\":\"thermal\""}));
+  CHECK(audited(c, p1, t.admin, "device_info",
+                {"\"principal\":\"watcher\"", device}));
+  CHECK(audited(c, p1, t.admin, "policy_change",
+                {"revocation_added", "nobody"}));
+}
+
+TEST_CASE("a node that requires tokens refuses console commands without "
+          "one, and audits the refusal") {
+  cluster c;
+  c.safety_extra = R"(, "console_requires_token": true)";
+  std::uint16_t p1 = 0;
+  auto n1 = c.start("s1", p1, {});
+  tokens t{c, p1, "s1"};
+  // "token" and "dev" check auth= themselves: issuing still works.
+  auto watcher = t.issue("watcher", "monitor");
+  auto user = t.issue("worker", "user");
+  for (auto cmd : {"devices", "nodes", "thermal", "audit query limit=1"}) {
+    INFO(cmd);
+    auto r = c.console(p1, cmd);
+    CHECK(r.code == 1);
+    CHECK(contains(r.err, "no auth=TOKEN given"));
+  }
+  auto d = c.console(p1, "devices auth=" + watcher);
+  INFO(d.out << d.err);
+  CHECK(d.code == 0);
+  CHECK(contains(d.out, device));
+  CHECK(c.console(p1, "nodes auth=" + watcher).code == 0);
+  CHECK(c.console(p1, "dev sync " + device + " auth=" + user).code == 0);
+  CHECK(c.console(p1, "leave auth=" + user).code == 1);
+  CHECK(audited(c, p1, t.admin, "access_denied",
+                {"\"command\":\"devices\"", "\"token\":\"no\"",
+                 "\"client\":\"ops\"", "\"command\":\"leave\""}));
 }
