@@ -78,6 +78,7 @@ struct member_info {
   std::string name;
   std::string host;
   std::uint16_t port = 0;
+  std::uint16_t bulk_port = 0;   ///< its bulk channel; 0: none
   std::uint64_t incarnation = 0; ///< grows with every start of the node
   member_status status = member_status::alive;
   std::int64_t join_time_ns = 0;
@@ -89,7 +90,7 @@ struct member_info {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, member_info& x) {
   return f(caf::meta::type_name("exo.member_info"), x.name, x.host, x.port,
-           x.incarnation, x.status, x.join_time_ns, x.status_reason,
+           x.bulk_port, x.incarnation, x.status, x.join_time_ns, x.status_reason,
            x.devices, x.links);
 }
 

@@ -18,8 +18,10 @@
 ///
 ///   coordinator --(service_atom, node, "shards", (shard_atom, spec))--> gate
 ///      shards service of `node`: model in <state_dir>/models/<sha256>/ ?
-///        no: --(fetch_atom, sha256, offset, len)--> spec.source -> chunk
-///            (bounded chunks, one in flight, whole file sha256-verified)
+///        no: fetches it from the bulk channel of spec.source_node (its
+///            address from this node's member view; TLS, the server's
+///            certificate must name that node; whole file
+///            sha256-verified, then cached; runtime/tls/bulk_channel.hpp)
 ///      <-- shard_ready{shard handle, device, bytes received}
 
 #include "messages/atoms.hpp"
@@ -38,7 +40,6 @@ using forward_atom = caf::atom_constant<caf::atom("forward")>;
 using shard_atom = caf::atom_constant<caf::atom("shard")>;
 using next_atom = caf::atom_constant<caf::atom("next")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
-using fetch_atom = caf::atom_constant<caf::atom("fetch")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 
 /// Largest batch, sequence count and context a shard accepts from a peer.
@@ -74,14 +75,14 @@ struct shard_spec {
   std::uint32_t last = 0;
   std::uint32_t n_ctx = 0;  ///< context per sequence
   std::string device;       ///< device id on that node; "" = the node picks
-  caf::actor source;        ///< answers (fetch_atom, sha256, offset, len)
+  std::string source_node;  ///< the member whose bulk channel serves it
   caf::actor owner;         ///< the shard stops when its owner goes down
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_spec& x) {
   return f(caf::meta::type_name("exo.shard_spec"), x.model, x.sha256, x.size,
-           x.first, x.last, x.n_ctx, x.device, x.source, x.owner);
+           x.first, x.last, x.n_ctx, x.device, x.source_node, x.owner);
 }
 
 /// A shard that is up and ready for forward steps.

@@ -14,6 +14,7 @@
 #include "messages/placement.hpp"
 #include "messages/workload.hpp"
 #include "runtime/model/tokenizer.hpp"
+#include "runtime/tls/bulk_channel.hpp"
 
 #include <caf/all.hpp>
 
@@ -37,12 +38,17 @@ struct waiter {
   caf::response_promise rp;
 };
 
+/// A model file on its way from a peer's bulk channel. The fetching
+/// worker writes `file` until it reports back; the service does not touch
+/// it meanwhile.
 struct download {
-  std::unique_ptr<shard::model_download> file;
-  caf::actor source;
+  std::shared_ptr<shard::model_download> file;
   std::uint64_t size = 0;
   std::vector<waiter> waiters;
 };
+
+/// (fetched_atom, sha256, error): a download worker is done ("" = ok).
+using fetched_atom = caf::atom_constant<caf::atom("fetched")>;
 
 struct running_shard {
   caf::actor handle;
@@ -59,7 +65,8 @@ struct service_state {
   std::map<std::string, std::string> offered; ///< sha256 -> path
   std::map<std::string, download> downloads;
   std::vector<running_shard> shards;
-  std::uint64_t bytes_served = 0;
+  tls::material tls; ///< for bulk_fetch
+  std::shared_ptr<tls::bulk_blobs> blobs; ///< what the bulk channel serves
   std::uint64_t jobs = 0;
   static inline const char* name = "exo.shards";
 };
@@ -184,52 +191,79 @@ void fail_download(self_ptr self, const std::string& sha,
                       self->state.node + ": model transfer: " + why));
 }
 
-void fetch_next(self_ptr self, const std::string& sha) {
+/// Ends a download: the file is verified and in the cache (or not), and
+/// every shard waiting for it starts (or fails).
+void finish_download(self_ptr self, const std::string& sha,
+                     const std::string& error) {
   auto& st = self->state;
   auto it = st.downloads.find(sha);
   if (it == st.downloads.end())
     return;
-  auto& dl = it->second;
-  auto off = dl.file->received();
-  auto len = std::min<std::uint64_t>(max_chunk_bytes, dl.size - off);
-  if (len == 0) {
-    std::string path;
-    try {
-      path = dl.file->finish();
-    } catch (const std::exception& e) {
-      fail_download(self, sha, e.what());
-      return;
-    }
-    auto waiters = std::move(dl.waiters);
-    auto size = dl.size;
-    st.downloads.erase(it);
-    // The bytes crossed once: count them for the first shard only.
-    for (auto& w : waiters) {
-      start_shard(self, std::move(w.spec), path, size, std::move(w.rp));
-      size = 0;
-    }
+  if (!error.empty()) {
+    fail_download(self, sha, error);
     return;
   }
-  self->request(dl.source, 60s, fetch_atom::value, sha, off, len)
+  std::string path;
+  try {
+    path = it->second.file->finish();
+  } catch (const std::exception& e) {
+    fail_download(self, sha, e.what());
+    return;
+  }
+  auto waiters = std::move(it->second.waiters);
+  auto size = it->second.size;
+  st.downloads.erase(it);
+  // The bytes crossed once: count them for the first shard only.
+  for (auto& w : waiters) {
+    start_shard(self, std::move(w.spec), path, size, std::move(w.rp));
+    size = 0;
+  }
+}
+
+/// Fetches the model from `source`'s bulk channel, whose address this node
+/// takes from its own member view (never from the request), on a detached
+/// worker: the transfer blocks, the service does not.
+void start_download(self_ptr self, const std::string& sha,
+                    const std::string& source) {
+  self
+    ->request(self->state.gate, 10s, console_atom::value,
+              std::string{"nodes"}, std::string{})
     .then(
-      [self, sha, len](chunk& c) {
-        auto it = self->state.downloads.find(sha);
-        if (it == self->state.downloads.end())
+      [self, sha, source](console_reply& r) {
+        auto& st = self->state;
+        auto it = st.downloads.find(sha);
+        if (it == st.downloads.end())
           return;
-        if (c.bytes.size() != len) {
-          fail_download(self, sha, "a chunk of the wrong size");
+        const member_info* m = nullptr;
+        for (auto& x : r.nodes.members)
+          if (x.name == source && x.status == member_status::alive)
+            m = &x;
+        if (m == nullptr || m->bulk_port == 0) {
+          fail_download(self, sha,
+                        source + " is not a live member with a bulk channel");
           return;
         }
-        try {
-          it->second.file->append(c.bytes.data(), c.bytes.size());
-        } catch (const std::exception& e) {
-          fail_download(self, sha, e.what());
-          return;
-        }
-        fetch_next(self, sha);
+        auto file = it->second.file;
+        auto size = it->second.size;
+        auto service = caf::actor_cast<caf::actor>(self);
+        self->system().spawn<caf::detached>(
+          [file, size, sha, source, service, files = st.tls, host = m->host,
+           port = m->bulk_port](caf::event_based_actor* w) {
+            std::string error;
+            try {
+              tls::bulk_fetch(files, host, port, source, sha, 0, size,
+                              [&](const std::uint8_t* d, std::size_t n) {
+                                file->append(d, n);
+                              });
+            } catch (const std::exception& e) {
+              error = e.what();
+            }
+            w->send(service, fetched_atom::value, sha, error);
+          });
       },
       [self, sha](caf::error& err) {
-        fail_download(self, sha, render(self, err));
+        fail_download(self, sha,
+                      "cannot read the member view: " + render(self, err));
       });
 }
 
@@ -257,7 +291,7 @@ caf::result<shard_ready> on_shard(self_ptr self, shard_spec& spec) {
     start_shard(self, std::move(spec), cached, 0, rp);
     return rp;
   }
-  if (!spec.source)
+  if (spec.source_node.empty())
     return fail(exo_errc::invalid_argument,
                 st.node + " lacks the model and no source was named");
   auto sha = spec.sha256;
@@ -265,41 +299,20 @@ caf::result<shard_ready> on_shard(self_ptr self, shard_spec& spec) {
   if (it == st.downloads.end()) {
     download dl;
     try {
-      dl.file = std::make_unique<shard::model_download>(st.state_dir, sha,
+      dl.file = std::make_shared<shard::model_download>(st.state_dir, sha,
                                                         spec.size);
     } catch (const std::exception& e) {
       return fail(exo_errc::invalid_argument, e.what());
     }
-    dl.source = spec.source;
     dl.size = spec.size;
+    auto source = spec.source_node;
     dl.waiters.push_back({std::move(spec), rp});
     st.downloads.emplace(sha, std::move(dl));
-    fetch_next(self, sha);
+    start_download(self, sha, source);
   } else {
     it->second.waiters.push_back({std::move(spec), rp});
   }
   return rp;
-}
-
-caf::result<chunk> on_fetch(self_ptr self, const std::string& sha,
-                            std::uint64_t offset, std::uint64_t len) {
-  auto& st = self->state;
-  auto it = st.offered.find(sha);
-  if (it == st.offered.end())
-    return fail(exo_errc::access_denied, "fetch: model not offered here");
-  if (len == 0 || len > max_chunk_bytes)
-    return fail(exo_errc::out_of_range, "fetch: length out of range");
-  int fd = ::open(it->second.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return fail(exo_errc::invalid_argument, "fetch: cannot open model");
-  chunk c;
-  c.bytes.resize(len);
-  auto n = ::pread(fd, c.bytes.data(), len, static_cast<off_t>(offset));
-  ::close(fd);
-  if (n < 0 || static_cast<std::uint64_t>(n) != len)
-    return fail(exo_errc::out_of_range, "fetch: range outside the model");
-  st.bytes_served += len;
-  return c;
 }
 
 /// One cluster run, from placement to reply.
@@ -476,7 +489,7 @@ void start_stages(self_ptr self, std::shared_ptr<cluster_run> run) {
     spec.last = p.last;
     spec.n_ctx = n_ctx;
     spec.device = p.device;
-    spec.source = caf::actor_cast<caf::actor>(self);
+    spec.source_node = self->state.node;
     spec.owner = caf::actor_cast<caf::actor>(self);
     self->request(self->state.gate, 600s, service_atom::value, p.node,
                   std::string{"shards"},
@@ -585,7 +598,16 @@ caf::result<console_reply> on_run(self_ptr self, const std::string& arg) {
   } catch (const std::exception& e) {
     return fail(exo_errc::invalid_argument, std::string{"run: "} + e.what());
   }
-  self->state.offered[run->sha] = run->opts.model;
+  if (!self->state.offered.count(run->sha)) {
+    // Peers without the model fetch it from this node's bulk channel.
+    try {
+      if (self->state.blobs)
+        self->state.blobs->add_file(run->sha, run->opts.model);
+    } catch (const std::exception& e) {
+      return fail(exo_errc::invalid_argument, std::string{"run: "} + e.what());
+    }
+    self->state.offered[run->sha] = run->opts.model;
+  }
   run->rp = self->make_response_promise();
   self->request(self->state.gate, 10s, console_atom::value,
                 std::string{"nodes"}, std::string{})
@@ -616,9 +638,8 @@ caf::behavior service_impl(self_ptr self, service_state init) {
     [self](shard_atom, shard_spec& spec) -> caf::result<shard_ready> {
       return on_shard(self, spec);
     },
-    [self](fetch_atom, std::string& sha, std::uint64_t offset,
-           std::uint64_t len) -> caf::result<chunk> {
-      return on_fetch(self, sha, offset, len);
+    [self](fetched_atom, std::string& sha, std::string& error) {
+      finish_download(self, sha, error);
     },
     [self](console_atom, std::string& cmd,
            std::string& arg) -> caf::result<console_reply> {
@@ -628,7 +649,7 @@ caf::behavior service_impl(self_ptr self, service_state init) {
       r.command = cmd;
       std::ostringstream js;
       js << "{\"shards\": " << self->state.shards.size()
-         << ", \"bytes_served\": " << self->state.bytes_served << "}";
+         << ", \"models_offered\": " << self->state.offered.size() << "}";
       for (auto& s : self->state.shards)
         r.text += s.text + "\n";
       if (r.text.empty())
@@ -648,6 +669,8 @@ service spawn_shards_service(const service_context& ctx) {
   init.node_actor = ctx.node;
   init.gate = ctx.gate;
   init.audit = ctx.audit;
+  init.tls = ctx.tls;
+  init.blobs = ctx.blobs;
   service s;
   s.name = "shards";
   s.kind = "shards";

@@ -7,10 +7,10 @@
 ///       on one of this node's devices. The model comes from spec.model
 ///       (requests from this node only), else from the model cache
 ///       <state_dir>/models/<sha256>/model.gguf, else it is fetched from
-///       spec.source in bounded chunks (one in flight, whole file
-///       SHA-256-verified, then cached: a second run sends nothing).
-///   (fetch_atom, sha256, offset, len) -> chunk, for a model this node
-///       offered in a run it coordinates (nothing else is served).
+///       the bulk channel of member spec.source_node (runtime/tls/
+///       bulk_channel.hpp; whole file SHA-256-verified, then cached: a
+///       second run sends nothing). The node's bulk channel serves the
+///       models offered in runs this node coordinates, nothing else.
 ///
 /// Console commands:
 ///   run --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]

@@ -612,6 +612,7 @@ caf::behavior gate_impl(self_ptr self, gate_config cfg) {
   me.name = st.cfg.name;
   me.host = st.cfg.host;
   me.port = st.cfg.port;
+  me.bulk_port = st.cfg.bulk_port;
   me.incarnation = st.cfg.incarnation;
   me.join_time_ns = wall_ns();
   st.table = std::make_unique<member_table>(me);

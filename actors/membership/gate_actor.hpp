@@ -35,6 +35,7 @@ struct gate_config {
   std::string name;
   std::string host;         ///< advertised address
   std::uint16_t port = 0;   ///< advertised port (set after publishing)
+  std::uint16_t bulk_port = 0; ///< the node's bulk channel (0: none)
   std::vector<config::peer_address> seeds;
   std::chrono::milliseconds heartbeat{250};
   std::chrono::milliseconds failure_timeout{1500};

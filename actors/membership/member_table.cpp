@@ -61,6 +61,7 @@ bool member_table::merge(const member_info& m, time_point now) {
     cur.links = m.links;
     cur.host = m.host;
     cur.port = m.port;
+    cur.bulk_port = m.bulk_port;
   }
   return changed;
 }

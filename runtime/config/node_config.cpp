@@ -216,6 +216,11 @@ node_config parse(const std::string& json, const std::string& source) {
                     n.port = static_cast<std::uint16_t>(
                       as_integer(v, q, 0, 65535));
                   }},
+                 {"bulk_port",
+                  [&](element v, const std::string& q) {
+                    n.bulk_port = static_cast<std::uint16_t>(
+                      as_integer(v, q, 0, 65535));
+                  }},
                  {"seeds",
                   [&](element v, const std::string& q) {
                     auto list = as_string_list(v, q);

@@ -36,6 +36,9 @@ struct node_section {
 struct network_section {
   std::string listen = "127.0.0.1";
   std::uint16_t port = 7700; ///< 0 picks a free port
+  /// The bulk channel's TLS port (runtime/tls/bulk_channel.hpp) on the same
+  /// address; 0 picks a free one (members learn it by gossip).
+  std::uint16_t bulk_port = 0;
   std::vector<peer_address> seeds;
   std::chrono::milliseconds heartbeat{250};
   std::chrono::milliseconds failure_timeout{1500};

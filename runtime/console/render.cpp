@@ -121,7 +121,8 @@ std::string json(const member_view& v, const std::string& coordinator) {
     auto& m = v.members[i];
     out << (i ? ", " : "") << "{\"name\": \"" << json_escape(m.name)
         << "\", \"host\": \"" << json_escape(m.host)
-        << "\", \"port\": " << m.port << ", \"status\": \""
+        << "\", \"port\": " << m.port << ", \"bulk_port\": " << m.bulk_port
+        << ", \"status\": \""
         << to_string(m.status) << "\", \"incarnation\": " << m.incarnation
         << ", \"devices\": " << m.devices.size() << ", \"reason\": \""
         << json_escape(m.status_reason) << "\"}";

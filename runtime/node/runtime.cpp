@@ -7,6 +7,7 @@
 #include "runtime/node/safety.hpp"
 #include "runtime/node/services.hpp"
 #include "runtime/tls/bootstrap.hpp"
+#include "runtime/tls/bulk_channel.hpp"
 #include "runtime/tls/caf_tls.hpp"
 #include "runtime/tls/cert_tool.hpp"
 #include "runtime/tls/certificate.hpp"
@@ -116,6 +117,9 @@ struct runtime::impl {
   tls_setup tls;
   caf::actor gate;
   std::uint16_t port = 0;
+  /// The bulk channel: model files for peers, off CAF's connection.
+  std::shared_ptr<tls::bulk_blobs> blobs;
+  std::unique_ptr<tls::bulk_server> bulk;
   std::vector<service> services;
   safety_parts safety; // issue 6: audit sink, access policy
   std::unique_ptr<caf::actor_system_config> own_cfg;
@@ -217,6 +221,18 @@ void runtime::start() {
   gc.access = d.safety.access;
   gc.audit = d.safety.audit;
   gc.console_requires_token = d.cfg.safety.console_requires_token;
+  // The bulk channel listens beside the gate; members learn its port.
+  try {
+    d.blobs = std::make_shared<tls::bulk_blobs>();
+    tls::bulk_server::options bo;
+    bo.host = d.cfg.network.listen;
+    bo.port = d.cfg.network.bulk_port;
+    d.bulk = std::make_unique<tls::bulk_server>(d.tls.files, d.blobs, bo);
+  } catch (const std::exception& e) {
+    stop();
+    throw startup_error(std::string{"bulk channel: "} + e.what());
+  }
+  gc.bulk_port = d.bulk->port();
   d.gate = membership::spawn_gate(*d.sys, std::move(gc));
   caf::anon_send(d.directory, register_atom::value, std::string{"gate"},
                  std::string{"gate"}, d.gate);
@@ -240,6 +256,8 @@ void runtime::start() {
   ctx.audit = d.safety.audit;
   ctx.access = d.safety.access;
   ctx.access_key = d.safety.key;
+  ctx.tls = d.tls.files;
+  ctx.blobs = d.blobs;
   d.services = spawn_services(ctx);
   for (auto& svc : d.services) {
     caf::anon_send(d.directory, register_atom::value, svc.name, svc.kind,
@@ -273,6 +291,7 @@ void runtime::stop() {
       self->wait_for(svc.handle);
     }
     d.services.clear();
+    d.bulk.reset(); // joins its threads; nothing is served any more
     if (d.gate) {
       // Tell every peer we leave, so they need not wait for a timeout.
       self->request(d.gate, std::chrono::seconds(2), console_atom::value,

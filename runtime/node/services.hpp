@@ -12,12 +12,18 @@
 
 #include "actors/access/shared_policy.hpp"
 #include "runtime/config/node_config.hpp"
+#include "runtime/tls/material.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace exo::tls {
+class bulk_blobs;
+} // namespace exo::tls
 
 namespace exo {
 
@@ -34,6 +40,10 @@ struct service_context {
   caf::actor audit;
   std::shared_ptr<access::shared_policy> access;
   std::string access_key;
+  /// The node's TLS files (for bulk_fetch) and the blobs its bulk channel
+  /// serves (runtime/tls/bulk_channel.hpp).
+  tls::material tls;
+  std::shared_ptr<tls::bulk_blobs> blobs;
 };
 
 /// One running service.

@@ -146,8 +146,8 @@ bool contains(const std::string& s, const std::string& what) {
 std::string status_of(const std::string& json, const std::string& name) {
   std::smatch m;
   std::regex re{"\"name\": \"" + name
-                + "\", \"host\": \"[^\"]*\", \"port\": \\d+, \"status\": "
-                  "\"(\\w+)\""};
+                + "\", \"host\": \"[^\"]*\", \"port\": \\d+, "
+                  "\"bulk_port\": [1-9]\\d*, \"status\": \"(\\w+)\""};
   return std::regex_search(json, m, re) ? std::string{m[1]} : "";
 }
 

@@ -26,7 +26,7 @@ TEST_CASE("an empty config gives a single local node with every default") {
 TEST_CASE("every documented key is read") {
   auto cfg = parse(R"({
     "node": {"name": "gpu-box-1", "state_dir": "/var/lib/exo"},
-    "network": {"listen": "0.0.0.0", "port": 0,
+    "network": {"listen": "0.0.0.0", "port": 0, "bulk_port": 7710,
                 "seeds": ["10.0.0.2:7700", "[::1]:7701"],
                 "heartbeat_ms": 100, "failure_timeout_ms": 900,
                 "connect_timeout_ms": 1500},
@@ -45,6 +45,7 @@ TEST_CASE("every documented key is read") {
   CHECK(cfg.node.state_dir == "/var/lib/exo");
   CHECK(cfg.network.listen == "0.0.0.0");
   CHECK(cfg.network.port == 0);
+  CHECK(cfg.network.bulk_port == 7710);
   REQUIRE(cfg.network.seeds.size() == 2);
   CHECK(cfg.network.seeds[0].host == "10.0.0.2");
   CHECK(cfg.network.seeds[0].port == 7700);
@@ -84,6 +85,8 @@ TEST_CASE("bad config files are refused with a message naming the key") {
     {R"({"network": {"port": 99999}})",
      "network.port: must be an integer in [0, 65535], got 99999"},
     {R"({"network": {"port": -1}})", "network.port: must be an integer"},
+    {R"({"network": {"bulk_port": 70000}})",
+     "network.bulk_port: must be an integer in [0, 65535], got 70000"},
     {R"({"network": {"port": "7700"}})", "network.port: must be an integer"},
     {R"({"network": {"port": 1.5}})", "network.port: must be an integer"},
     {R"({"network": {"seeds": "a:1"}})",
