@@ -198,6 +198,68 @@ void quantize_q8_0(const float* x, block_q8_0* y, std::size_t n) noexcept {
   }
 }
 
+namespace {
+
+/// One block as llama.cpp's x86 quantize_row_q8_0 computes it.
+void quantize_act_block_scalar(const float* x, block_q8_0* y) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j)
+    amax = std::max(amax, std::fabs(x[j]));
+  y->d = f32_to_f16(amax / 127.0f);
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    // Ties to even (the default rounding mode), as _mm256_round_ps; NaN
+    // and out-of-range values saturate like the packs that store them.
+    const float v = std::nearbyint(x[j] * id);
+    y->qs[j] = static_cast<std::int8_t>(
+      !(v >= -128.0f) ? -128 : v > 127.0f ? 127 : static_cast<int>(v));
+  }
+}
+
+__attribute__((target("avx2,fma,f16c"))) void
+quantize_act_avx2(const float* x, block_q8_0* y, std::size_t nb) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (std::size_t b = 0; b < nb; ++b, x += 32) {
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i)
+      v[i] = _mm256_loadu_ps(x + 8 * i);
+    __m256 mx = _mm256_andnot_ps(sign, v[0]);
+    for (int i = 1; i < 4; ++i)
+      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(mx, 1),
+                           _mm256_castps256_ps128(mx));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    y[b].d = f32_to_f16(amax / 127.0f);
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i)
+      q[i] = _mm256_cvtps_epi32(_mm256_round_ps(
+        _mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i q01 = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i q23 = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i bytes = _mm256_permutevar8x32_epi32(
+      _mm256_packs_epi16(q01, q23), perm);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs), bytes);
+  }
+}
+
+bool have_avx2_fma_f16c();
+
+} // namespace
+
+void quantize_q8_0_activations(const float* x, block_q8_0* y,
+                               std::size_t n) noexcept {
+  if (have_avx2_fma_f16c()) {
+    quantize_act_avx2(x, y, n / 32);
+    return;
+  }
+  for (std::size_t b = 0; b < n / 32; ++b)
+    quantize_act_block_scalar(x + b * 32, y + b);
+}
+
 void decode_row(weight_type t, const std::uint8_t* src, float* dst,
                 std::size_t n) noexcept {
   switch (t) {
@@ -258,6 +320,10 @@ bool have_avx2() {
               >= static_cast<int>(isa::avx2);
 }
 
+bool have_avx2_fma_f16c() {
+  return have_avx2();
+}
+
 float dot_f32_scalar(const float* w, const float* x, std::size_t n) {
   float s = 0.0f;
   for (std::size_t i = 0; i < n; ++i)
@@ -314,18 +380,42 @@ dot_f16_avx2(const std::uint16_t* w, const float* x, std::size_t n) {
   return s;
 }
 
+// Q8_0 x Q8_0 dot products follow llama.cpp's x86 CPU kernels exactly
+// (ggml_vec_dot_q8_0_q8_0 for one token, tinyBLAS_Q0_AVX for batches; both
+// compute the same): eight float lanes, lane L takes the exact integer sum of
+// the products 4L..4L+3 of each 32-block, times float(d_w) * float(d_a)
+// (rounded to float), fused-added to the lane in block order; at the end
+// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). Every path below
+// (scalar, AVX2, AVX-512 VNNI; one token or a batch; any thread count)
+// computes exactly this, so all agree bit for bit.
+
+float hsum_lanes(const float* l) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
 float dot_q8_scalar(const std::uint8_t* w, const block_q8_0* x,
-                    std::size_t nb) {
-  float s = 0.0f;
+                    const float* xd, std::size_t nb) {
+  float lane[8] = {};
   for (std::size_t b = 0; b < nb; ++b) {
     block_q8_0 wb;
     std::memcpy(&wb, w + b * 34, 34);
-    std::int32_t acc = 0;
-    for (int j = 0; j < 32; ++j)
-      acc += std::int32_t{wb.qs[j]} * std::int32_t{x[b].qs[j]};
-    s += static_cast<float>(acc) * f16_to_f32(wb.d) * f16_to_f32(x[b].d);
+    const float s = f16_to_f32(wb.d) * xd[b];
+    for (int l = 0; l < 8; ++l) {
+      std::int32_t acc = 0;
+      for (int j = 4 * l; j < 4 * l + 4; ++j)
+        acc += std::int32_t{wb.qs[j]} * std::int32_t{x[b].qs[j]};
+      lane[l] = std::fma(s, static_cast<float>(acc), lane[l]);
+    }
   }
-  return s;
+  return hsum_lanes(lane);
+}
+
+/// The horizontal sum of hsum_lanes on eight lanes (ggml's hsum_float_8).
+__attribute__((target("avx2,fma"))) inline float hsum_q8(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
 }
 
 __attribute__((target("avx2,fma,f16c"))) float
@@ -346,35 +436,28 @@ dot_q8_avx2(const std::uint8_t* w, const block_q8_0* x, const float* xd,
     __m256 d = _mm256_set1_ps(_cvtsh_ss(wd) * xd[b]);
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p32), acc);
   }
-  return hsum(acc);
+  return hsum_q8(acc);
 }
 
 /// Activations prepared for the weight type: rounded to half for F16,
 /// quantized (and dequantized, for sgemm) for Q8_0.
 struct prepared_input {
-  std::vector<float> xf;       // rounded/dequantized activations
-  std::vector<block_q8_0> xq;  // Q8_0 activations (gemv path)
+  std::vector<float> xf;       // activations rounded to half (F16)
+  std::vector<block_q8_0> xq;  // Q8_0 activations
   std::vector<float> xd;       // their scales as floats
 };
 
-void prepare(weight_type t, const float* x, std::size_t n, bool for_gemm,
+void prepare(weight_type t, const float* x, std::size_t n,
              prepared_input& p) {
   if (t == weight_type::f16) {
     p.xf.resize(n);
     round_to_f16(x, p.xf.data(), n);
   } else if (t == weight_type::q8_0) {
     p.xq.resize(n / 32);
-    quantize_q8_0(x, p.xq.data(), n);
-    if (for_gemm) {
-      p.xf.resize(n);
-      decode_row(weight_type::q8_0,
-                 reinterpret_cast<const std::uint8_t*>(p.xq.data()),
-                 p.xf.data(), n);
-    } else {
-      p.xd.resize(n / 32);
-      for (std::size_t b = 0; b < n / 32; ++b)
-        p.xd[b] = f16_to_f32(p.xq[b].d);
-    }
+    p.xd.resize(n / 32);
+    quantize_q8_0_activations(x, p.xq.data(), n);
+    for (std::size_t b = 0; b < n / 32; ++b)
+      p.xd[b] = f16_to_f32(p.xq[b].d);
   }
 }
 
@@ -416,7 +499,7 @@ void gemv_rows(const std::uint8_t* wdata, weight_type type, std::size_t rows,
           std::size_t nb = cols / 32;
           const block_q8_0* xt = p.xq.data() + t * nb;
           s = simd ? dot_q8_avx2(row, xt, p.xd.data() + t * nb, nb)
-                   : dot_q8_scalar(row, xt, nb);
+                   : dot_q8_scalar(row, xt, p.xd.data() + t * nb, nb);
           break;
         }
       }
@@ -428,7 +511,7 @@ void gemv_rows(const std::uint8_t* wdata, weight_type type, std::size_t rows,
 
 // -- batched products: packed panels, own micro-kernels ----------------------
 //
-// From 4 tokens on, the weight rows are decoded (F16 with F16C, Q8_0 blocks)
+// From 4 tokens on, F32 and F16 weight rows are decoded (F16 with F16C)
 // into F32 panels packed for an outer-product micro-kernel: a tile of W
 // rows (32 with AVX-512, 16 with AVX2) is stored [k][W], and the kernel keeps
 // MT tokens x W rows of C in registers, broadcasting one activation per
@@ -461,29 +544,10 @@ decode_row_f16c(const std::uint8_t* src, float* dst, std::size_t n) {
   }
 }
 
-/// Decodes one Q8_0 row (n a multiple of 32): d * q, 8 lanes at a time.
-__attribute__((target("avx2,fma,f16c"))) void
-decode_row_q8_avx2(const std::uint8_t* src, float* dst, std::size_t n) {
-  for (std::size_t b = 0; b < n / 32; ++b) {
-    const std::uint8_t* blk = src + b * 34;
-    std::uint16_t h;
-    std::memcpy(&h, blk, 2);
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
-    for (int j = 0; j < 32; j += 8) {
-      const __m128i q8 =
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + j));
-      const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
-      _mm256_storeu_ps(dst + b * 32 + j, _mm256_mul_ps(d, q));
-    }
-  }
-}
-
 void decode_row_fast(weight_type t, const std::uint8_t* src, float* dst,
                      std::size_t n) {
   if (t == weight_type::f16 && have_avx2())
     decode_row_f16c(src, dst, n);
-  else if (t == weight_type::q8_0 && have_avx2())
-    decode_row_q8_avx2(src, dst, n);
   else
     decode_row(t, src, dst, n);
 }
@@ -644,6 +708,320 @@ void gemm_packed(const float* x, std::size_t m, const std::uint8_t* w,
     }
   }
 }
+
+// -- batched Q8_0 products: int8 block dot products ---------------------------
+//
+// The numerics of dot_q8_scalar (see there), computed for a tile of weight
+// rows x tokens at once. AVX-512 VNNI: each zmm holds two tokens' eight
+// lanes for one weight row; activations are stored offset to unsigned
+// (a + 128) so that vpdpbusd multiplies them with the signed weights
+// directly, and its accumulator starts at -128 * (sum of the weights of the
+// lane), which makes every lane the exact signed sum. AVX2: ggml's sign trick
+// (|w| times a with w's sign) with maddubs, one token per ymm. Weight rows
+// go in groups of 4 (split over threads); the group's scales and VNNI
+// corrections are computed once and stay in L1 while all tokens pass.
+
+#if defined(_OPENMP)
+#  define EXO_OMP_GROUPS                                                   \
+    _Pragma("omp parallel for num_threads(threads) schedule(dynamic, 4) if (threads > 1 && groups > 1)")
+#else
+#  define EXO_OMP_GROUPS
+#endif
+
+bool have_vnni() {
+  static const bool yes = __builtin_cpu_supports("avx512vnni")
+                          && __builtin_cpu_supports("avx512bw")
+                          && __builtin_cpu_supports("avx512vl");
+  return yes && have_avx512();
+}
+
+constexpr std::size_t q8_group = 4; // weight rows per group
+constexpr std::size_t q8_pairs = 4; // token pairs per VNNI tile
+constexpr std::size_t q8_tokens = 4; // tokens per AVX2 tile
+
+/// Activations of m tokens laid out for the VNNI kernel: per pair of tokens
+/// and block, 64 bytes (a + 128 of both tokens) and 16 scales (8 copies of
+/// each token's d). A missing second token is a zero block with scale 0.
+struct q8_pairs_buf {
+  std::vector<std::uint8_t> u;
+  std::vector<float> d;
+};
+
+void pack_pairs(const prepared_input& p, std::size_t m, std::size_t nb,
+                q8_pairs_buf& out) {
+  const std::size_t pairs = (m + 1) / 2;
+  out.u.resize(pairs * nb * 64);
+  out.d.resize(pairs * nb * 16);
+  for (std::size_t pr = 0; pr < pairs; ++pr) {
+    for (std::size_t b = 0; b < nb; ++b) {
+      std::uint8_t* u = out.u.data() + (pr * nb + b) * 64;
+      float* d = out.d.data() + (pr * nb + b) * 16;
+      for (std::size_t h = 0; h < 2; ++h) {
+        const std::size_t t = 2 * pr + h;
+        const bool real = t < m;
+        const block_q8_0* blk = real ? &p.xq[t * nb + b] : nullptr;
+        for (int j = 0; j < 32; ++j)
+          u[h * 32 + j] = static_cast<std::uint8_t>(
+            (real ? static_cast<std::uint8_t>(blk->qs[j]) : 0) ^ 0x80u);
+        std::fill(d + h * 8, d + h * 8 + 8, real ? p.xd[t * nb + b] : 0.0f);
+      }
+    }
+  }
+}
+
+/// Per weight row of a group and block: the scale as float and, for VNNI,
+/// -128 times each lane's sum of weights.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void
+group_corrections(const std::uint8_t* w, std::size_t rb, std::size_t nr,
+                  std::size_t nb, std::int32_t* corr) {
+  const __m256i c128 = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (std::size_t r = 0; r < nr; ++r) {
+    for (std::size_t b = 0; b < nb; ++b) {
+      const __m256i q = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(w + r * rb + b * 34 + 2));
+      const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), c128, q);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(corr + (r * nb + b) * 8),
+                          _mm256_sub_epi32(_mm256_setzero_si256(), s));
+    }
+  }
+}
+
+void group_scales(const std::uint8_t* w, std::size_t rb, std::size_t nr,
+                  std::size_t nb, float* dw) {
+  for (std::size_t r = 0; r < nr; ++r) {
+    for (std::size_t b = 0; b < nb; ++b) {
+      std::uint16_t h;
+      std::memcpy(&h, w + r * rb + b * 34, 2);
+      dw[r * nb + b] = f16_to_f32(h);
+    }
+  }
+}
+
+/// C rows r0.. (R of them) for TP token pairs from pair p0, AVX-512 VNNI.
+template <int R, int TP>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) void
+q8_tile_vnni(const std::uint8_t* w, std::size_t rb, const std::int32_t* corr,
+             const float* dw, const std::uint8_t* u, const float* ud,
+             std::size_t nb, float* c, std::size_t ldc, std::size_t t0,
+             std::size_t m) {
+  // The masked forms with every lane set: GCC 12 warns about the
+  // undefined pass-through operand of the plain intrinsics.
+  constexpr __mmask8 all8 = 0xff;
+  constexpr __mmask16 all16 = 0xffff;
+  __m512 acc[R][TP];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int i = 0; i < TP; ++i)
+      acc[r][i] = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < nb; ++b) {
+    __m512i av[TP];
+    __m512 ad[TP];
+#pragma GCC unroll 4
+    for (int i = 0; i < TP; ++i) {
+      av[i] = _mm512_loadu_si512(u + (static_cast<std::size_t>(i) * nb + b) * 64);
+      ad[i] = _mm512_loadu_ps(ud + (static_cast<std::size_t>(i) * nb + b) * 16);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const std::size_t rbk = static_cast<std::size_t>(r) * nb + b;
+      const __m512i wq = _mm512_maskz_broadcast_i64x4(all8, _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(w + static_cast<std::size_t>(r) * rb
+                                         + b * 34 + 2)));
+      const __m512i cr = _mm512_maskz_broadcast_i64x4(all8, _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(corr + rbk * 8)));
+      const __m512 d = _mm512_set1_ps(dw[rbk]);
+#pragma GCC unroll 4
+      for (int i = 0; i < TP; ++i) {
+        const __m512i s = _mm512_dpbusd_epi32(cr, av[i], wq);
+        acc[r][i] = _mm512_fmadd_ps(_mm512_mul_ps(d, ad[i]),
+                                    _mm512_maskz_cvtepi32_ps(all16, s),
+                                    acc[r][i]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int i = 0; i < TP; ++i) {
+      const std::size_t t = t0 + 2 * static_cast<std::size_t>(i);
+      const __m256 lo = _mm256_castpd_ps(
+        _mm512_maskz_extractf64x4_pd(0xf, _mm512_castps_pd(acc[r][i]), 0));
+      const __m256 hi = _mm256_castpd_ps(
+        _mm512_maskz_extractf64x4_pd(0xf, _mm512_castps_pd(acc[r][i]), 1));
+      c[t * ldc + static_cast<std::size_t>(r)] = hsum_q8(lo);
+      if (t + 1 < m)
+        c[(t + 1) * ldc + static_cast<std::size_t>(r)] = hsum_q8(hi);
+    }
+  }
+}
+
+using q8_vnni_fn = void (*)(const std::uint8_t*, std::size_t,
+                            const std::int32_t*, const float*,
+                            const std::uint8_t*, const float*, std::size_t,
+                            float*, std::size_t, std::size_t, std::size_t);
+
+template <int R>
+q8_vnni_fn q8_vnni_for(std::size_t tp) {
+  switch (tp) {
+    case 1: return &q8_tile_vnni<R, 1>;
+    case 2: return &q8_tile_vnni<R, 2>;
+    case 3: return &q8_tile_vnni<R, 3>;
+    default: return &q8_tile_vnni<R, 4>;
+  }
+}
+
+q8_vnni_fn q8_vnni_for(std::size_t r, std::size_t tp) {
+  switch (r) {
+    case 1: return q8_vnni_for<1>(tp);
+    case 2: return q8_vnni_for<2>(tp);
+    case 3: return q8_vnni_for<3>(tp);
+    default: return q8_vnni_for<4>(tp);
+  }
+}
+
+void gemm_q8_vnni(const prepared_input& p, std::size_t m,
+                  const std::uint8_t* w, std::size_t rows, std::size_t k,
+                  float* c, int threads) {
+  const std::size_t nb = k / 32, rb = nb * 34;
+  const std::size_t pairs = (m + 1) / 2;
+  thread_local q8_pairs_buf packed;
+  pack_pairs(p, m, nb, packed);
+  const q8_pairs_buf& act = packed;
+  const long groups = static_cast<long>((rows + q8_group - 1) / q8_group);
+  EXO_OMP_GROUPS
+  for (long g = 0; g < groups; ++g) {
+    const std::size_t r0 = static_cast<std::size_t>(g) * q8_group;
+    const std::size_t nr = std::min(q8_group, rows - r0);
+    const std::uint8_t* wg = w + r0 * rb;
+    thread_local std::vector<std::int32_t> corr;
+    thread_local std::vector<float> dw;
+    corr.resize(q8_group * nb * 8);
+    dw.resize(q8_group * nb);
+    group_corrections(wg, rb, nr, nb, corr.data());
+    group_scales(wg, rb, nr, nb, dw.data());
+    for (std::size_t p0 = 0; p0 < pairs; p0 += q8_pairs) {
+      const std::size_t tp = std::min(q8_pairs, pairs - p0);
+      q8_vnni_for(nr, tp)(wg, rb, corr.data(), dw.data(),
+                          act.u.data() + p0 * nb * 64,
+                          act.d.data() + p0 * nb * 16, nb, c + r0, rows,
+                          2 * p0, m);
+    }
+  }
+}
+
+/// C rows r0.. (R of them) for T tokens from t0, AVX2 (sign trick).
+template <int R, int T>
+__attribute__((target("avx2,fma,f16c"))) void
+q8_tile_avx2(const std::uint8_t* w, std::size_t rb, const float* dw,
+             const block_q8_0* x, const float* xd, std::size_t nb, float* c,
+             std::size_t ldc) {
+  __m256 acc[R][T];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int i = 0; i < T; ++i)
+      acc[r][i] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (std::size_t b = 0; b < nb; ++b) {
+    __m256i av[T];
+#pragma GCC unroll 4
+    for (int i = 0; i < T; ++i)
+      av[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+        x[static_cast<std::size_t>(i) * nb + b].qs));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+        w + static_cast<std::size_t>(r) * rb + b * 34 + 2));
+      const __m256i aw = _mm256_sign_epi8(wq, wq);
+      const __m256 d = _mm256_set1_ps(dw[static_cast<std::size_t>(r) * nb + b]);
+#pragma GCC unroll 4
+      for (int i = 0; i < T; ++i) {
+        const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(av[i], wq));
+        const __m256 q = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        const __m256 s = _mm256_mul_ps(
+          d, _mm256_set1_ps(xd[static_cast<std::size_t>(i) * nb + b]));
+        acc[r][i] = _mm256_fmadd_ps(s, q, acc[r][i]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int i = 0; i < T; ++i)
+      c[static_cast<std::size_t>(i) * ldc + static_cast<std::size_t>(r)] =
+        hsum_q8(acc[r][i]);
+}
+
+using q8_avx2_fn = void (*)(const std::uint8_t*, std::size_t, const float*,
+                            const block_q8_0*, const float*, std::size_t,
+                            float*, std::size_t);
+
+template <int R>
+q8_avx2_fn q8_avx2_for(std::size_t t) {
+  switch (t) {
+    case 1: return &q8_tile_avx2<R, 1>;
+    case 2: return &q8_tile_avx2<R, 2>;
+    case 3: return &q8_tile_avx2<R, 3>;
+    default: return &q8_tile_avx2<R, 4>;
+  }
+}
+
+q8_avx2_fn q8_avx2_for(std::size_t r, std::size_t t) {
+  switch (r) {
+    case 1: return q8_avx2_for<1>(t);
+    default: return q8_avx2_for<2>(t);
+  }
+}
+
+void gemm_q8_avx2(const prepared_input& p, std::size_t m,
+                  const std::uint8_t* w, std::size_t rows, std::size_t k,
+                  float* c, int threads) {
+  const std::size_t nb = k / 32, rb = nb * 34;
+  const long groups = static_cast<long>((rows + q8_group - 1) / q8_group);
+  EXO_OMP_GROUPS
+  for (long g = 0; g < groups; ++g) {
+    const std::size_t r0 = static_cast<std::size_t>(g) * q8_group;
+    const std::size_t nr = std::min(q8_group, rows - r0);
+    thread_local std::vector<float> dw;
+    dw.resize(q8_group * nb);
+    group_scales(w + r0 * rb, rb, nr, nb, dw.data());
+    for (std::size_t t0 = 0; t0 < m; t0 += q8_tokens) {
+      const std::size_t nt = std::min(q8_tokens, m - t0);
+      for (std::size_t r = 0; r < nr; r += 2) {
+        const std::size_t rr = std::min<std::size_t>(2, nr - r);
+        q8_avx2_for(rr, nt)(w + (r0 + r) * rb, rb, dw.data() + r * nb,
+                            p.xq.data() + t0 * nb, p.xd.data() + t0 * nb, nb,
+                            c + t0 * rows + r0 + r, rows);
+      }
+    }
+  }
+}
+
+void gemm_q8_scalar(const prepared_input& p, std::size_t m,
+                    const std::uint8_t* w, std::size_t rows, std::size_t k,
+                    float* c, int threads) {
+  const std::size_t nb = k / 32, rb = nb * 34;
+  const long nrows = static_cast<long>(rows);
+  EXO_OMP_ROWS
+  for (long r = 0; r < nrows; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    for (std::size_t t = 0; t < m; ++t)
+      c[t * rows + ur] = dot_q8_scalar(w + ur * rb, p.xq.data() + t * nb,
+                                       p.xd.data() + t * nb, nb);
+  }
+}
+
+/// C[m x rows] = Q8_0(X) * W^T for Q8_0 weights, any m >= 1.
+void gemm_q8(const prepared_input& p, std::size_t m, const std::uint8_t* w,
+             std::size_t rows, std::size_t k, float* c, int threads) {
+  if (have_vnni())
+    gemm_q8_vnni(p, m, w, rows, k, c, threads);
+  else if (have_avx2())
+    gemm_q8_avx2(p, m, w, rows, k, c, threads);
+  else
+    gemm_q8_scalar(p, m, w, rows, k, c, threads);
+}
 } // namespace
 
 // -- the operations of a Llama layer ----------------------------------------
@@ -654,10 +1032,13 @@ void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
   if (n_tokens == 0 || rows == 0)
     return;
   threads = std::max(1, threads);
-  const bool gemm = n_tokens >= 4;
   prepared_input p;
-  prepare(t, a, cols * n_tokens, gemm, p);
-  if (!gemm) {
+  prepare(t, a, cols * n_tokens, p);
+  if (t == weight_type::q8_0 && n_tokens > 1) {
+    gemm_q8(p, n_tokens, w, rows, cols, c, threads);
+    return;
+  }
+  if (n_tokens < 4) {
     gemv_rows(w, t, rows, cols, a, p, n_tokens, c, threads);
     return;
   }

@@ -67,6 +67,14 @@ static_assert(sizeof(block_q8_0) == 34, "Q8_0 blocks are 34 bytes");
 /// d = max|x| / 127, q = round(x / d) (half away from zero).
 void quantize_q8_0(const float* x, block_q8_0* y, std::size_t n) noexcept;
 
+/// Quantizes n activations (a multiple of 32) to Q8_0 as llama.cpp's x86
+/// CPU backend does before every product with Q8_0 weights:
+/// d = half(max|x| / 127), q = x * (127 / max|x|) rounded half to even.
+/// Differs from quantize_q8_0 (the file format's reference) in the last
+/// bit of some q.
+void quantize_q8_0_activations(const float* x, block_q8_0* y,
+                               std::size_t n) noexcept;
+
 /// Decodes n elements of type t at src (row_bytes(t, n) bytes) to floats.
 void decode_row(weight_type t, const std::uint8_t* src, float* dst,
                 std::size_t n) noexcept;
@@ -87,11 +95,15 @@ void limit_isa(isa widest) noexcept;
 // -- the operations of a Llama layer ----------------------------------------
 
 /// C[m x n] = A[m x k] * W^T, W stored [n x k] encoded as t (row-major rows
-/// of k elements). Matrix-vector kernels (AVX2 where the CPU has it) below 4
-/// rows of A; from 4 on, weights decoded into packed F32 panels and an
-/// AVX-512 or AVX2 register-tiled kernel (OpenBLAS sgemm over dequantized
-/// tiles on CPUs without AVX2). `threads` > 1 splits rows over OpenMP
-/// threads where the build has OpenMP.
+/// of k elements). F32 and F16: matrix-vector kernels (AVX2 where the CPU
+/// has it) below 4 rows of A; from 4 on, weights decoded into packed F32
+/// panels and an AVX-512 or AVX2 register-tiled kernel (OpenBLAS sgemm over
+/// dequantized tiles on CPUs without AVX2). Q8_0: activations quantized by
+/// quantize_q8_0_activations, then int8 block dot products summed exactly
+/// as llama.cpp sums them (a matrix-vector kernel for one row, register
+/// tiles with AVX-512 VNNI or AVX2 for more; every path, any row count and
+/// any thread count give the same bits). `threads` > 1 splits rows over
+/// OpenMP threads where the build has OpenMP.
 void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
                     float* c, const matmul_dims& dims, int threads) noexcept;
 

@@ -67,8 +67,8 @@ TEST_CASE("rounding arrays to half matches the scalar rounding bit for bit") {
 
 TEST_CASE("batched products equal the matrix-vector products within bounds "
           "at every tile remainder") {
-  // Batches of 4 tokens and more take the packed kernels; below 4 the
-  // matrix-vector ones. Rows cross tile (16/32) and panel boundaries, token
+  // F32/F16 batches of 4 tokens and more take the packed kernels, below 4
+  // the matrix-vector ones; Q8_0 batches of 2 and more the int8 tiles. Rows cross tile (16/32) and panel boundaries, token
   // counts leave every remainder of the 6/8-token register tiles.
   std::mt19937 rng{11};
   struct shape {
@@ -99,13 +99,188 @@ TEST_CASE("batched products equal the matrix-vector products within bounds "
                                single.data() + i * s.n, d1, 1);
         }
         for (std::size_t i = 0; i < s.m * s.n; ++i) {
-          // Same products, another summation order; Q8_0 differs more: the
-          // matrix-vector path multiplies quantized activations exactly in
-          // integers, the batched one their dequantized floats.
-          const double tol = t == weight_type::q8_0 ? 1e-3 * s.k : 1e-5 * s.k;
+          // F32 and F16: same products, another summation order. Q8_0: the
+          // same block sums in the same order on both paths, bit for bit.
           INFO("isa " << int(widest) << " type " << int(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k
                       << " threads=" << threads << " at " << i);
-          REQUIRE(std::fabs(double{batched[i]} - single[i]) <= tol);
+          if (t == weight_type::q8_0)
+            REQUIRE(bits_of(batched[i]) == bits_of(single[i]));
+          else
+            REQUIRE(std::fabs(double{batched[i]} - single[i]) <= 1e-5 * s.k);
+        }
+      }
+    }
+  }
+  host::limit_isa(host::isa::avx512);
+}
+
+namespace {
+
+/// Q8_0 weights: random blocks, some with -128 (legal in a file, never
+/// written by ggml's quantizer) and some all zero.
+std::vector<std::uint8_t> random_q8_weights(std::mt19937& rng, std::size_t n,
+                                            std::size_t k) {
+  const std::size_t rb = k / 32 * 34;
+  std::vector<std::uint8_t> w(n * rb);
+  std::uniform_int_distribution<int> q{-128, 127};
+  std::uniform_real_distribution<float> d{1e-4f, 0.05f};
+  for (std::size_t r = 0; r < n; ++r) {
+    for (std::size_t b = 0; b < k / 32; ++b) {
+      host::block_q8_0 blk;
+      const int kind = q(rng) & 15;
+      blk.d = host::f32_to_f16(kind == 0 ? 0.0f : d(rng));
+      for (auto& v : blk.qs)
+        v = static_cast<std::int8_t>(kind == 1 ? -128 : kind == 2 ? 0 : q(rng));
+      std::memcpy(w.data() + r * rb + b * 34, &blk, 34);
+    }
+  }
+  return w;
+}
+
+} // namespace
+
+TEST_CASE("activations quantize to Q8_0 as llama.cpp's x86 quantizer does, "
+          "SIMD and scalar alike") {
+  // d = half(max / 127); q = x * (127 / max) rounded half to even.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;
+  x[1] = 2.5f;
+  x[2] = -2.5f;
+  x[3] = 3.5f;
+  x[4] = -0.5f;
+  x[5] = 126.5f;
+  for (auto widest : {host::isa::avx512, host::isa::scalar}) {
+    host::limit_isa(widest);
+    host::block_q8_0 y;
+    host::quantize_q8_0_activations(x.data(), &y, 32);
+    CHECK(host::f16_to_f32(y.d) == 1.0f);
+    CHECK(int{y.qs[0]} == 127);
+    CHECK(int{y.qs[1]} == 2);
+    CHECK(int{y.qs[2]} == -2);
+    CHECK(int{y.qs[3]} == 4);
+    CHECK(int{y.qs[4]} == 0);
+    CHECK(int{y.qs[5]} == 126);
+  }
+  std::mt19937 rng{5};
+  std::vector<float> xs;
+  for (float scale : {1e-6f, 1.0f, 300.0f, 6e4f})
+    for (auto v : random_floats(rng, 32 * 200, -scale, scale))
+      xs.push_back(v);
+  xs.resize(xs.size() + 32, 0.0f); // an all-zero block
+  for (std::size_t i = 0; i < 32 * 50; ++i) // small integers: many ties
+    xs.push_back(static_cast<float>(static_cast<int>(rng() % 255) - 127) / 2);
+  const std::size_t nb = xs.size() / 32;
+  std::vector<host::block_q8_0> want(nb), got(nb);
+  host::limit_isa(host::isa::scalar);
+  host::quantize_q8_0_activations(xs.data(), want.data(), xs.size());
+  host::limit_isa(host::isa::avx512);
+  host::quantize_q8_0_activations(xs.data(), got.data(), xs.size());
+  for (std::size_t b = 0; b < nb; ++b) {
+    INFO("block " << b);
+    REQUIRE(got[b].d == want[b].d);
+    REQUIRE(std::memcmp(got[b].qs, want[b].qs, 32) == 0);
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      amax = std::max(amax, std::fabs(xs[b * 32 + j]));
+    const double d = amax / 127.0;
+    for (int j = 0; j < 32; ++j) // within half a step, up to float rounding
+      REQUIRE(std::fabs(xs[b * 32 + j] - d * want[b].qs[j])
+              <= d * (0.5 + 1e-5));
+  }
+}
+
+TEST_CASE("Q8_0 products give the same bits on every path, row count and "
+          "thread count") {
+  // The scalar kernel, AVX2 (maddubs) and AVX-512 VNNI, one token or a
+  // batch at every remainder of the 4-row and 2/4/8-token tiles, 1 or 2
+  // threads: all compute llama.cpp's eight-lane block sums.
+  std::mt19937 rng{23};
+  struct shape {
+    std::size_t m, n, k;
+  };
+  std::vector<shape> shapes{{1, 5, 32},   {2, 7, 64},    {3, 9, 96},
+                            {11, 13, 256}, {17, 6, 512}, {83, 21, 768},
+                            {5, 70, 2048}};
+  for (std::size_t m = 1; m <= 19; ++m)
+    shapes.push_back({m, 4 + m % 5, 128});
+  for (auto s : shapes) {
+    auto a = random_floats(rng, s.m * s.k, -3.0f, 3.0f);
+    auto w = random_q8_weights(rng, s.n, s.k);
+    matmul_dims d{s.m, s.n, s.k, true};
+    // The reference: the scalar kernel, one row at a time.
+    host::limit_isa(host::isa::scalar);
+    std::vector<float> want(s.m * s.n);
+    for (std::size_t i = 0; i < s.m; ++i)
+      host::matmul_weights(a.data() + i * s.k, w.data(), weight_type::q8_0,
+                           want.data() + i * s.n, {1, s.n, s.k, true}, 1);
+    for (auto widest : {host::isa::scalar, host::isa::avx2, host::isa::avx512})
+      for (int threads : {1, 2}) {
+        host::limit_isa(widest);
+        std::vector<float> got(s.m * s.n);
+        host::matmul_weights(a.data(), w.data(), weight_type::q8_0,
+                             got.data(), d, threads);
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          INFO("isa " << int(widest) << " m=" << s.m << " n=" << s.n
+                      << " k=" << s.k << " threads=" << threads << " at "
+                      << i);
+          REQUIRE(bits_of(got[i]) == bits_of(want[i]));
+        }
+      }
+  }
+  host::limit_isa(host::isa::avx512);
+}
+
+TEST_CASE("Q8_0 products agree with a double-precision reference within "
+          "their bounds") {
+  // Against the exact sum of d_w q_w d_a q_a (activations quantized as the
+  // kernels do): float error only, each block's term and the lane sums
+  // rounded, at most (blocks + 4) ulps of the sum of |terms|. Against the
+  // unquantized activations: one quantization step per activation, as the
+  // conformance suite bounds every backend.
+  std::mt19937 rng{31};
+  for (auto widest : {host::isa::avx512, host::isa::avx2, host::isa::scalar}) {
+    host::limit_isa(widest);
+    for (std::size_t k : {32, 96, 768, 2048}) {
+      const std::size_t m = 9, n = 11, nb = k / 32;
+      auto a = random_floats(rng, m * k, -2.0f, 2.0f);
+      auto wf = random_floats(rng, n * k, -1.0f, 1.0f);
+      std::vector<std::uint8_t> w(n * nb * 34);
+      for (std::size_t r = 0; r < n; ++r)
+        host::encode_row(weight_type::q8_0, wf.data() + r * k,
+                         w.data() + r * nb * 34, k);
+      std::vector<float> got(m * n);
+      host::matmul_weights(a.data(), w.data(), weight_type::q8_0, got.data(),
+                           {m, n, k, true}, 1);
+      std::vector<host::block_q8_0> aq(m * nb);
+      host::quantize_q8_0_activations(a.data(), aq.data(), m * k);
+      for (std::size_t i = 0; i < m; ++i) {
+        for (std::size_t r = 0; r < n; ++r) {
+          double exact = 0, mag = 0, step = 0, mag_f = 0, plain = 0;
+          for (std::size_t b = 0; b < nb; ++b) {
+            host::block_q8_0 wb;
+            std::memcpy(&wb, w.data() + (r * nb + b) * 34, 34);
+            const auto& ab = aq[i * nb + b];
+            const double dw = host::f16_to_f32(wb.d),
+                         da = host::f16_to_f32(ab.d);
+            double amax = 0;
+            for (int j = 0; j < 32; ++j)
+              amax = std::max(amax, std::fabs(double{a[i * k + b * 32 + j]}));
+            for (int j = 0; j < 32; ++j) {
+              const double term = dw * wb.qs[j] * da * ab.qs[j];
+              const double av = a[i * k + b * 32 + j];
+              exact += term;
+              mag += std::fabs(term);
+              plain += dw * wb.qs[j] * av;
+              mag_f += std::fabs(dw * wb.qs[j] * av);
+              step += std::fabs(dw * wb.qs[j]) * amax / 127;
+            }
+          }
+          const double g = got[i * n + r];
+          INFO("isa " << int(widest) << " k=" << k << " row " << r
+                      << " token " << i);
+          REQUIRE(std::fabs(g - exact)
+                  <= static_cast<double>(nb + 4) * 0x1p-23 * mag);
+          REQUIRE(std::fabs(g - plain) <= step + 1e-5 * mag_f);
         }
       }
     }
