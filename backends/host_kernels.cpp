@@ -1080,7 +1080,7 @@ void rms_norm(const float* x, const float* weight, float* out,
     float* yr = out + r * dim;
     double sum = 0.0;
     for (std::size_t i = 0; i < dim; ++i)
-      sum += static_cast<double>(xr[i]) * xr[i];
+      sum += static_cast<double>(xr[i] * xr[i]); // float squares, as ggml
     const float mean = static_cast<float>(sum / static_cast<double>(dim));
     const float scale = 1.0f / std::sqrt(mean + eps);
     for (std::size_t i = 0; i < dim; ++i)

@@ -108,7 +108,7 @@ void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
                     float* c, const matmul_dims& dims, int threads) noexcept;
 
 /// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, per row of dim
-/// elements (sum of squares in double). out may equal x.
+/// elements (float squares summed in double, as ggml). out may equal x.
 void rms_norm(const float* x, const float* weight, float* out,
               std::size_t rows, std::size_t dim, float eps) noexcept;
 
