@@ -18,12 +18,15 @@
 ///
 ///   coordinator --(service_atom, node, "shards", (shard_atom, spec))--> gate
 ///      shards service of `node`: model in <state_dir>/models/<sha256>/ ?
-///        no: fetches it from the bulk channel of spec.source_node (its
-///            address from this node's member view; TLS, the server's
-///            certificate must name that node; whole file
-///            sha256-verified, then cached; runtime/tls/bulk_channel.hpp)
+///        no: fetches the parts it lacks (spec.parts: the header and the
+///            tensors of its layer range, each SHA-256-verified) from the
+///            bulk channel of spec.source_node (its address from this
+///            node's member view; TLS, the server's certificate must name
+///            that node; runtime/tls/bulk_channel.hpp), caches them
+///            (shard::partial_model)
 ///      <-- shard_ready{shard handle, device, bytes received}
 
+#include "actors/shard/model_cache.hpp" // model_part: plain data, no CAF
 #include "messages/atoms.hpp"
 #include "messages/device.hpp"
 
@@ -76,13 +79,17 @@ struct shard_spec {
   std::uint32_t n_ctx = 0;  ///< context per sequence
   std::string device;       ///< device id on that node; "" = the node picks
   std::string source_node;  ///< the member whose bulk channel serves it
+  /// The byte ranges of the file this stage needs, with their digests
+  /// (model::stage_file_ranges): all a node without the file receives.
+  std::vector<shard::model_part> parts;
   caf::actor owner;         ///< the shard stops when its owner goes down
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_spec& x) {
   return f(caf::meta::type_name("exo.shard_spec"), x.model, x.sha256, x.size,
-           x.first, x.last, x.n_ctx, x.device, x.source_node, x.owner);
+           x.first, x.last, x.n_ctx, x.device, x.source_node, x.parts,
+           x.owner);
 }
 
 /// A shard that is up and ready for forward steps.

@@ -13,6 +13,7 @@
 #include "messages/errors.hpp"
 #include "messages/placement.hpp"
 #include "messages/workload.hpp"
+#include "runtime/model/stage_ranges.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "runtime/tls/bulk_channel.hpp"
 
@@ -38,16 +39,17 @@ struct waiter {
   caf::response_promise rp;
 };
 
-/// A model file on its way from a peer's bulk channel. The fetching
+/// Parts of a model on their way from a peer's bulk channel. The fetching
 /// worker writes `file` until it reports back; the service does not touch
-/// it meanwhile.
+/// it meanwhile. Shards asking for the same model meanwhile wait, then are
+/// served (or fetch what they still miss) when it is done.
 struct download {
-  std::shared_ptr<shard::model_download> file;
-  std::uint64_t size = 0;
+  std::shared_ptr<shard::partial_model> file;
   std::vector<waiter> waiters;
 };
 
-/// (fetched_atom, sha256, error): a download worker is done ("" = ok).
+/// (fetched_atom, sha256, error, bytes): a download worker is done
+/// ("" = ok), having received `bytes`.
 using fetched_atom = caf::atom_constant<caf::atom("fetched")>;
 
 struct running_shard {
@@ -66,6 +68,8 @@ struct service_state {
   std::map<std::string, download> downloads;
   std::vector<running_shard> shards;
   tls::material tls; ///< for bulk_fetch
+  /// Parts with digests per "sha256:first:last", computed once.
+  std::map<std::string, std::vector<shard::model_part>> parts;
   std::shared_ptr<tls::bulk_blobs> blobs; ///< what the bulk channel serves
   std::uint64_t jobs = 0;
   static inline const char* name = "exo.shards";
@@ -191,10 +195,14 @@ void fail_download(self_ptr self, const std::string& sha,
                       self->state.node + ": model transfer: " + why));
 }
 
-/// Ends a download: the file is verified and in the cache (or not), and
-/// every shard waiting for it starts (or fails).
+void place_or_fetch(self_ptr self, shard_spec spec, caf::response_promise rp,
+                    std::uint64_t received);
+
+/// Ends a download: its parts are verified and recorded (or not), and every
+/// shard waiting for the model starts, fetches what it still misses, or
+/// fails.
 void finish_download(self_ptr self, const std::string& sha,
-                     const std::string& error) {
+                     const std::string& error, std::uint64_t bytes) {
   auto& st = self->state;
   auto it = st.downloads.find(sha);
   if (it == st.downloads.end())
@@ -203,33 +211,27 @@ void finish_download(self_ptr self, const std::string& sha,
     fail_download(self, sha, error);
     return;
   }
-  std::string path;
-  try {
-    path = it->second.file->finish();
-  } catch (const std::exception& e) {
-    fail_download(self, sha, e.what());
-    return;
-  }
   auto waiters = std::move(it->second.waiters);
-  auto size = it->second.size;
   st.downloads.erase(it);
+  st.models.erase(sha); // new shards map the file with its new parts
   // The bytes crossed once: count them for the first shard only.
   for (auto& w : waiters) {
-    start_shard(self, std::move(w.spec), path, size, std::move(w.rp));
-    size = 0;
+    place_or_fetch(self, std::move(w.spec), std::move(w.rp), bytes);
+    bytes = 0;
   }
 }
 
-/// Fetches the model from `source`'s bulk channel, whose address this node
-/// takes from its own member view (never from the request), on a detached
-/// worker: the transfer blocks, the service does not.
+/// Fetches `parts` of the model from `source`'s bulk channel, whose address
+/// this node takes from its own member view (never from the request), on a
+/// detached worker: the transfer blocks, the service does not.
 void start_download(self_ptr self, const std::string& sha,
-                    const std::string& source) {
+                    const std::string& source,
+                    std::vector<shard::model_part> parts) {
   self
     ->request(self->state.gate, 10s, console_atom::value,
               std::string{"nodes"}, std::string{})
     .then(
-      [self, sha, source](console_reply& r) {
+      [self, sha, source, parts](console_reply& r) {
         auto& st = self->state;
         auto it = st.downloads.find(sha);
         if (it == st.downloads.end())
@@ -244,27 +246,67 @@ void start_download(self_ptr self, const std::string& sha,
           return;
         }
         auto file = it->second.file;
-        auto size = it->second.size;
         auto service = caf::actor_cast<caf::actor>(self);
         self->system().spawn<caf::detached>(
-          [file, size, sha, source, service, files = st.tls, host = m->host,
+          [file, parts, sha, source, service, files = st.tls, host = m->host,
            port = m->bulk_port](caf::event_based_actor* w) {
             std::string error;
+            std::uint64_t bytes = 0;
             try {
-              tls::bulk_fetch(files, host, port, source, sha, 0, size,
+              tls::bulk_session session{files, host, port, source};
+              for (auto& part : parts) {
+                file->begin(part);
+                session.fetch(sha, part.offset, part.length,
                               [&](const std::uint8_t* d, std::size_t n) {
-                                file->append(d, n);
+                                file->write(d, n);
                               });
+                file->commit();
+                bytes += part.length;
+              }
             } catch (const std::exception& e) {
               error = e.what();
             }
-            w->send(service, fetched_atom::value, sha, error);
+            w->send(service, fetched_atom::value, sha, error, bytes);
           });
       },
       [self, sha](caf::error& err) {
         fail_download(self, sha,
                       "cannot read the member view: " + render(self, err));
       });
+}
+
+/// Starts the shard when this node holds every part of the model it
+/// needs, else fetches the missing ones first.
+void place_or_fetch(self_ptr self, shard_spec spec, caf::response_promise rp,
+                    std::uint64_t received) {
+  auto& st = self->state;
+  auto sha = spec.sha256;
+  if (auto it = st.downloads.find(sha); it != st.downloads.end()) {
+    it->second.waiters.push_back({std::move(spec), std::move(rp)});
+    return;
+  }
+  std::shared_ptr<shard::partial_model> file;
+  std::vector<shard::model_part> missing;
+  try {
+    file = std::make_shared<shard::partial_model>(st.state_dir, sha,
+                                                  spec.size);
+    missing = file->missing(spec.parts);
+  } catch (const std::exception& e) {
+    rp.deliver(fail(exo_errc::invalid_argument,
+                    st.node + ": model cache: " + e.what()));
+    return;
+  }
+  if (missing.empty()) {
+    auto path = file->path();
+    start_shard(self, std::move(spec), path, received, std::move(rp));
+    return;
+  }
+  auto source = spec.source_node;
+  download dl;
+  dl.file = std::move(file);
+  dl.waiters.push_back({std::move(spec), std::move(rp)});
+  st.downloads.emplace(sha, std::move(dl));
+  start_download(self, sha, source, std::move(missing));
 }
 
 caf::result<shard_ready> on_shard(self_ptr self, shard_spec& spec) {
@@ -279,39 +321,16 @@ caf::result<shard_ready> on_shard(self_ptr self, shard_spec& spec) {
   if (!shard::is_sha256(spec.sha256))
     return fail(exo_errc::invalid_argument,
                 "shard: the model's sha256 is missing or malformed");
-  auto cached = shard::cached_model_path(st.state_dir, spec.sha256);
-  bool have = false;
   try {
-    have = ::access(cached.c_str(), R_OK) == 0
-           && shard::file_sha256(cached) == spec.sha256;
-  } catch (const std::exception&) {
-    have = false;
-  }
-  if (have) {
-    start_shard(self, std::move(spec), cached, 0, rp);
-    return rp;
+    shard::check_parts(spec.parts, spec.size);
+  } catch (const std::exception& e) {
+    return fail(exo_errc::invalid_argument,
+                std::string{"shard: "} + e.what());
   }
   if (spec.source_node.empty())
     return fail(exo_errc::invalid_argument,
                 st.node + " lacks the model and no source was named");
-  auto sha = spec.sha256;
-  auto it = st.downloads.find(sha);
-  if (it == st.downloads.end()) {
-    download dl;
-    try {
-      dl.file = std::make_shared<shard::model_download>(st.state_dir, sha,
-                                                        spec.size);
-    } catch (const std::exception& e) {
-      return fail(exo_errc::invalid_argument, e.what());
-    }
-    dl.size = spec.size;
-    auto source = spec.source_node;
-    dl.waiters.push_back({std::move(spec), rp});
-    st.downloads.emplace(sha, std::move(dl));
-    start_download(self, sha, source);
-  } else {
-    it->second.waiters.push_back({std::move(spec), rp});
-  }
+  place_or_fetch(self, std::move(spec), rp, 0);
   return rp;
 }
 
@@ -331,6 +350,24 @@ struct cluster_run {
   caf::response_promise rp;
   std::string streamed;
 };
+
+/// The parts of the run's model a stage of layers [first, last) needs,
+/// with their digests (hashed once per model and range).
+std::vector<shard::model_part>
+stage_parts(self_ptr self, const cluster_run& run, std::uint32_t first,
+            std::uint32_t last) {
+  auto key = run.sha + ":" + std::to_string(first) + ":"
+             + std::to_string(last);
+  auto& memo = self->state.parts;
+  if (auto it = memo.find(key); it != memo.end())
+    return it->second;
+  std::vector<shard::model_part> out;
+  for (auto& r : model::stage_file_ranges(*run.model, first, last))
+    out.push_back({r.offset, r.length,
+                   shard::range_sha256(run.opts.model, r.offset, r.length)});
+  memo[key] = out;
+  return out;
+}
 
 void end_run(self_ptr self, std::shared_ptr<cluster_run> run,
              std::string error) {
@@ -472,6 +509,17 @@ void link_stages(self_ptr self, std::shared_ptr<cluster_run> run) {
 void start_stages(self_ptr self, std::shared_ptr<cluster_run> run) {
   std::cout << run->placement_text << std::flush;
   auto k = static_cast<std::uint32_t>(run->plan.size());
+  // What a node without the file receives: its stage's parts.
+  std::vector<std::vector<shard::model_part>> parts(k);
+  try {
+    for (std::uint32_t i = 0; i < k; ++i)
+      if (run->plan[i].node != self->state.node)
+        parts[i] = stage_parts(self, *run, run->plan[i].first,
+                               run->plan[i].last);
+  } catch (const std::exception& e) {
+    end_run(self, run, e.what());
+    return;
+  }
   run->ready.resize(k);
   run->pending = k;
   auto n_ctx = run->opts.n_ctx != 0
@@ -490,6 +538,7 @@ void start_stages(self_ptr self, std::shared_ptr<cluster_run> run) {
     spec.n_ctx = n_ctx;
     spec.device = p.device;
     spec.source_node = self->state.node;
+    spec.parts = std::move(parts[i]);
     spec.owner = caf::actor_cast<caf::actor>(self);
     self->request(self->state.gate, 600s, service_atom::value, p.node,
                   std::string{"shards"},
@@ -638,9 +687,8 @@ caf::behavior service_impl(self_ptr self, service_state init) {
     [self](shard_atom, shard_spec& spec) -> caf::result<shard_ready> {
       return on_shard(self, spec);
     },
-    [self](fetched_atom, std::string& sha, std::string& error) {
-      finish_download(self, sha, error);
-    },
+    [self](fetched_atom, std::string& sha, std::string& error,
+           std::uint64_t bytes) { finish_download(self, sha, error, bytes); },
     [self](console_atom, std::string& cmd,
            std::string& arg) -> caf::result<console_reply> {
       if (cmd == "run")

@@ -2,9 +2,11 @@
 
 #include <openssl/evp.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -113,70 +115,206 @@ std::string cached_model_path(const std::string& state_dir,
   return state_dir + "/models/" + sha256 + "/model.gguf";
 }
 
-struct model_download::impl {
-  std::string dir;
-  std::string tmp;
-  std::string sha256;
-  std::uint64_t size = 0;
-  std::FILE* f = nullptr;
+std::string range_sha256(const std::string& path, std::uint64_t offset,
+                         std::uint64_t length) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw model_cache_error("cannot open " + path + ": "
+                            + std::strerror(errno));
   digest d;
-  bool done = false;
+  std::vector<char> buf(1 << 20);
+  std::uint64_t done = 0;
+  while (done < length) {
+    auto want = static_cast<std::size_t>(
+      std::min<std::uint64_t>(buf.size(), length - done));
+    auto n = ::pread(fd, buf.data(), want,
+                     static_cast<off_t>(offset + done));
+    if (n <= 0) {
+      ::close(fd);
+      throw model_cache_error("cannot read " + std::to_string(length)
+                              + " bytes at " + std::to_string(offset)
+                              + " of " + path);
+    }
+    d.update(buf.data(), static_cast<std::size_t>(n));
+    done += static_cast<std::uint64_t>(n);
+  }
+  ::close(fd);
+  return d.hex();
+}
+
+void check_parts(const std::vector<model_part>& parts, std::uint64_t size) {
+  if (size == 0 || size > max_model_bytes)
+    throw model_cache_error("model size " + std::to_string(size)
+                            + " is out of range");
+  if (parts.empty() || parts.size() > max_model_parts)
+    throw model_cache_error("a model transfer names "
+                            + std::to_string(parts.size())
+                            + " parts (1 to "
+                            + std::to_string(max_model_parts) + ")");
+  if (parts.front().offset != 0)
+    throw model_cache_error("the first part must start at offset 0");
+  std::uint64_t end = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    auto& p = parts[i];
+    auto what = "part " + std::to_string(i);
+    if (!is_sha256(p.sha256))
+      throw model_cache_error(what + " has no well-formed SHA-256");
+    if (p.length == 0)
+      throw model_cache_error(what + " is empty");
+    if (i > 0 && p.offset < end)
+      throw model_cache_error(what + " overlaps or precedes part "
+                              + std::to_string(i - 1));
+    if (p.offset > size || p.length > size - p.offset)
+      throw model_cache_error(what + " lies outside the "
+                              + std::to_string(size) + "-byte model");
+    end = p.offset + p.length;
+  }
+}
+
+struct partial_model::impl {
+  std::string dir;
+  std::string file;
+  std::string manifest;
+  std::uint64_t size = 0;
+  int fd = -1;
+  std::vector<model_part> held;
+  // The part being received.
+  bool receiving = false;
+  model_part part;
+  std::uint64_t got = 0;
+  std::unique_ptr<digest> d;
 };
 
-model_download::model_download(const std::string& state_dir,
-                               const std::string& sha256, std::uint64_t size)
+partial_model::partial_model(const std::string& state_dir,
+                             const std::string& sha256, std::uint64_t size)
   : impl_(std::make_unique<impl>()) {
   if (!is_sha256(sha256))
     throw model_cache_error("not a SHA-256 digest: \"" + sha256 + "\"");
+  if (size == 0 || size > max_model_bytes)
+    throw model_cache_error("model size " + std::to_string(size)
+                            + " is out of range");
+  auto& m = *impl_;
   make_dir(state_dir + "/models");
-  impl_->dir = state_dir + "/models/" + sha256;
-  make_dir(impl_->dir);
-  impl_->tmp = impl_->dir + "/model.gguf.part"
-               + std::to_string(static_cast<long>(::getpid()));
-  impl_->sha256 = sha256;
-  impl_->size = size;
-  impl_->f = std::fopen(impl_->tmp.c_str(), "wb");
-  if (impl_->f == nullptr)
-    throw model_cache_error("cannot write " + impl_->tmp + ": "
+  m.dir = state_dir + "/models/" + sha256;
+  make_dir(m.dir);
+  m.file = m.dir + "/model.gguf";
+  m.manifest = m.dir + "/parts";
+  m.size = size;
+  m.fd = ::open(m.file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (m.fd < 0)
+    throw model_cache_error("cannot open " + m.file + ": "
                             + std::strerror(errno));
+  struct stat sb {};
+  bool fresh = ::fstat(m.fd, &sb) != 0
+               || static_cast<std::uint64_t>(sb.st_size) != size;
+  if (!fresh) {
+    // Read the manifest; a line that does not parse ends it (a crash in
+    // the middle of an append leaves at most one torn last line).
+    if (std::FILE* f = std::fopen(m.manifest.c_str(), "r")) {
+      unsigned long long off = 0, len = 0;
+      char sha[65];
+      while (std::fscanf(f, "%llu %llu %64s", &off, &len, sha) == 3) {
+        model_part p{off, len, sha};
+        if (!is_sha256(p.sha256) || p.offset > size
+            || p.length > size - p.offset)
+          break;
+        m.held.push_back(std::move(p));
+      }
+      std::fclose(f);
+    }
+  } else {
+    std::remove(m.manifest.c_str());
+    if (::ftruncate(m.fd, 0) != 0
+        || ::ftruncate(m.fd, static_cast<off_t>(size)) != 0)
+      throw model_cache_error("cannot size " + m.file + ": "
+                              + std::strerror(errno));
+  }
 }
 
-model_download::~model_download() {
-  if (impl_->f != nullptr)
-    std::fclose(impl_->f);
-  if (!impl_->done)
-    std::remove(impl_->tmp.c_str());
+partial_model::~partial_model() {
+  if (impl_->fd >= 0)
+    ::close(impl_->fd);
 }
 
-void model_download::append(const std::uint8_t* data, std::size_t n) {
-  if (received_ + n > impl_->size)
+std::vector<model_part>
+partial_model::missing(const std::vector<model_part>& wanted) const {
+  std::vector<model_part> out;
+  for (auto& w : wanted)
+    if (std::find(impl_->held.begin(), impl_->held.end(), w)
+        == impl_->held.end())
+      out.push_back(w);
+  return out;
+}
+
+void partial_model::begin(const model_part& part) {
+  auto& m = *impl_;
+  if (part.offset > m.size || part.length > m.size - part.offset)
+    throw model_cache_error("a part lies outside the model");
+  m.receiving = true;
+  m.part = part;
+  m.got = 0;
+  m.d = std::make_unique<digest>();
+}
+
+void partial_model::write(const std::uint8_t* data, std::size_t n) {
+  auto& m = *impl_;
+  if (!m.receiving)
+    throw model_cache_error("write without begin");
+  if (n > m.part.length - m.got)
     throw model_cache_error("the sender sent more than the "
-                            + std::to_string(impl_->size)
-                            + " bytes it announced");
-  if (std::fwrite(data, 1, n, impl_->f) != n)
-    throw model_cache_error("cannot write " + impl_->tmp);
-  impl_->d.update(data, n);
-  received_ += n;
+                            + std::to_string(m.part.length)
+                            + " bytes of the part");
+  m.d->update(data, n);
+  std::size_t done = 0;
+  while (done < n) {
+    auto w = ::pwrite(m.fd, data + done, n - done,
+                      static_cast<off_t>(m.part.offset + m.got + done));
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      throw model_cache_error("cannot write " + m.file + ": "
+                              + std::strerror(errno));
+    done += static_cast<std::size_t>(w);
+  }
+  m.got += n;
 }
 
-std::string model_download::finish() {
-  if (received_ != impl_->size)
-    throw model_cache_error("received " + std::to_string(received_)
-                            + " of " + std::to_string(impl_->size)
-                            + " bytes");
-  auto got = impl_->d.hex();
-  if (got != impl_->sha256)
-    throw model_cache_error("SHA-256 mismatch: expected " + impl_->sha256
-                            + ", received " + got);
-  if (std::fflush(impl_->f) != 0 || ::fsync(::fileno(impl_->f)) != 0)
-    throw model_cache_error("cannot flush " + impl_->tmp);
-  std::fclose(impl_->f);
-  impl_->f = nullptr;
-  auto path = impl_->dir + "/model.gguf";
-  if (std::rename(impl_->tmp.c_str(), path.c_str()) != 0)
-    throw model_cache_error("cannot move " + impl_->tmp + " to " + path);
-  impl_->done = true;
-  return path;
+void partial_model::commit() {
+  auto& m = *impl_;
+  if (!m.receiving)
+    throw model_cache_error("commit without begin");
+  m.receiving = false;
+  if (m.got != m.part.length)
+    throw model_cache_error("received " + std::to_string(m.got) + " of "
+                            + std::to_string(m.part.length)
+                            + " bytes of a part");
+  auto got = m.d->hex();
+  if (got != m.part.sha256)
+    throw model_cache_error("SHA-256 mismatch in the part at offset "
+                            + std::to_string(m.part.offset) + ": expected "
+                            + m.part.sha256 + ", received " + got);
+  if (::fdatasync(m.fd) != 0)
+    throw model_cache_error("cannot flush " + m.file);
+  std::FILE* f = std::fopen(m.manifest.c_str(), "a");
+  if (f == nullptr)
+    throw model_cache_error("cannot write " + m.manifest);
+  std::fprintf(f, "%llu %llu %s\n",
+               static_cast<unsigned long long>(m.part.offset),
+               static_cast<unsigned long long>(m.part.length),
+               m.part.sha256.c_str());
+  bool ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  std::fclose(f);
+  if (!ok)
+    throw model_cache_error("cannot flush " + m.manifest);
+  m.held.push_back(m.part);
+}
+
+std::string partial_model::path() const {
+  return impl_->file;
+}
+
+std::uint64_t partial_model::size() const {
+  return impl_->size;
 }
 
 } // namespace exo::shard

@@ -130,6 +130,25 @@ void read_exact(SSL* ssl, void* buf, std::size_t n, const char* what) {
   }
 }
 
+/// Reads exactly n bytes; false when the peer closed the connection before
+/// the first byte (a clean end between requests), throws otherwise.
+bool read_first(SSL* ssl, void* buf, std::size_t n) {
+  ERR_clear_error();
+  errno = 0;
+  std::size_t got = 0;
+  if (SSL_read_ex(ssl, buf, n, &got) != 1) {
+    auto err = SSL_get_error(ssl, 0);
+    if (err == SSL_ERROR_ZERO_RETURN
+        || (err == SSL_ERROR_SYSCALL && errno == 0))
+      return false;
+    throw std::runtime_error(describe_io_error(ssl, 0, "bulk request"));
+  }
+  if (got < n)
+    read_exact(ssl, static_cast<unsigned char*>(buf) + got, n - got,
+               "bulk request");
+  return true;
+}
+
 void write_all(SSL* ssl, const void* buf, std::size_t n, const char* what) {
   auto* p = static_cast<const unsigned char*>(buf);
   while (n > 0) {
@@ -319,6 +338,49 @@ struct bulk_server::impl {
     }
   }
 
+  /// Answers one request whose first 8 bytes are in `head`; false when it
+  /// was refused (the connection then ends).
+  bool serve_request(SSL* ssl, const unsigned char* head) {
+    auto id_len = static_cast<std::size_t>(get_be(head + 6, 2));
+    if (get_be(head, 4) != magic || get_be(head + 4, 2) != version
+        || id_len == 0 || id_len > bulk_max_id) {
+      refuse(ssl, bad_request, "malformed bulk request");
+      return false;
+    }
+    std::string id(id_len, '\0');
+    read_exact(ssl, id.data(), id_len, "bulk request");
+    unsigned char range[16];
+    read_exact(ssl, range, sizeof(range), "bulk request");
+    auto offset = get_be(range, 8);
+    auto length = get_be(range + 8, 8);
+    auto blob = blobs->find(id);
+    if (!blob.data) {
+      refuse(ssl, unknown_blob, "blob " + id + " is not served here");
+      return false;
+    }
+    if (offset > blob.size || length > blob.size - offset) {
+      refuse(ssl, out_of_range,
+             "range [" + std::to_string(offset) + ", +"
+               + std::to_string(length) + ") lies outside blob " + id + " ("
+               + std::to_string(blob.size) + " bytes)");
+      return false;
+    }
+    std::vector<unsigned char> out;
+    put_u32(out, ok);
+    put_u32(out, 0);
+    write_all(ssl, out.data(), out.size(), "bulk response");
+    auto* p = blob.data + offset;
+    for (std::uint64_t left = length; left > 0;) {
+      auto n = static_cast<std::size_t>(std::min<std::uint64_t>(left, piece));
+      write_all(ssl, p, n, "bulk data");
+      p += n;
+      left -= n;
+      n_bytes += n;
+    }
+    ++n_served;
+    return true;
+  }
+
   void serve(int fd) {
     block_sigpipe();
     set_timeouts(fd, opts.io_timeout);
@@ -339,46 +401,14 @@ struct bulk_server::impl {
                "the bulk channel serves cluster nodes only");
         return;
       }
-      unsigned char head[8];
-      read_exact(ssl.get(), head, sizeof(head), "bulk request");
-      auto id_len = static_cast<std::size_t>(get_be(head + 6, 2));
-      if (get_be(head, 4) != magic || get_be(head + 4, 2) != version
-          || id_len == 0 || id_len > bulk_max_id) {
-        refuse(ssl.get(), bad_request, "malformed bulk request");
-        return;
+      // Requests follow one another until the client closes.
+      for (;;) {
+        unsigned char head[8];
+        if (!read_first(ssl.get(), head, sizeof(head)))
+          break; // closed cleanly between requests
+        if (!serve_request(ssl.get(), head))
+          return;
       }
-      std::string id(id_len, '\0');
-      read_exact(ssl.get(), id.data(), id_len, "bulk request");
-      unsigned char range[16];
-      read_exact(ssl.get(), range, sizeof(range), "bulk request");
-      auto offset = get_be(range, 8);
-      auto length = get_be(range + 8, 8);
-      auto blob = blobs->find(id);
-      if (!blob.data) {
-        refuse(ssl.get(), unknown_blob, "blob " + id + " is not served here");
-        return;
-      }
-      if (offset > blob.size || length > blob.size - offset) {
-        refuse(ssl.get(), out_of_range,
-               "range [" + std::to_string(offset) + ", +"
-                 + std::to_string(length) + ") lies outside blob " + id
-                 + " (" + std::to_string(blob.size) + " bytes)");
-        return;
-      }
-      std::vector<unsigned char> out;
-      put_u32(out, ok);
-      put_u32(out, 0);
-      write_all(ssl.get(), out.data(), out.size(), "bulk response");
-      auto* p = blob.data + offset;
-      for (std::uint64_t left = length; left > 0;) {
-        auto n = static_cast<std::size_t>(std::min<std::uint64_t>(left,
-                                                                  piece));
-        write_all(ssl.get(), p, n, "bulk data");
-        p += n;
-        left -= n;
-        n_bytes += n;
-      }
-      ++n_served;
       ERR_clear_error();
       SSL_shutdown(ssl.get());
     } catch (const std::exception&) {
@@ -512,21 +542,25 @@ bulk_server_stats bulk_server::stats() const {
           impl_->n_refused.load(), impl_->n_bytes.load()};
 }
 
-// -- bulk_fetch ---------------------------------------------------------------
+// -- bulk_session / bulk_fetch -------------------------------------------------
 
-void bulk_fetch(const material& files, const std::string& host,
-                std::uint16_t port, const std::string& expected_node,
-                const std::string& id, std::uint64_t offset,
-                std::uint64_t length,
-                const std::function<void(const std::uint8_t*, std::size_t)>&
-                  sink,
-                std::chrono::milliseconds io_timeout) {
-  if (id.empty() || id.size() > bulk_max_id)
-    throw std::runtime_error("bulk fetch: blob id must have 1 to "
-                             + std::to_string(bulk_max_id) + " characters");
-  auto where = expected_node + " (" + host + ":" + std::to_string(port) + ")";
+struct bulk_session::impl {
+  ssl_ctx_ptr ctx{nullptr, SSL_CTX_free};
+  unique_fd sock;
+  ssl_ptr ssl{nullptr, SSL_free};
+  std::string where;
+  bool broken = false;
+};
+
+bulk_session::bulk_session(const material& files, const std::string& host,
+                           std::uint16_t port,
+                           const std::string& expected_node,
+                           std::chrono::milliseconds io_timeout)
+  : impl_(std::make_unique<impl>()) {
+  auto& d = *impl_;
+  d.where = expected_node + " (" + host + ":" + std::to_string(port) + ")";
   sigpipe_guard no_sigpipe;
-  auto ctx = make_context(files, false);
+  d.ctx = make_context(files, false);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -538,7 +572,6 @@ void bulk_fetch(const material& files, const std::string& host,
     throw std::runtime_error("bulk fetch: cannot resolve " + host + ": "
                              + ::gai_strerror(rc));
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard{res, ::freeaddrinfo};
-  unique_fd sock;
   std::string why = "no address";
   for (auto* a = res; a; a = a->ai_next) {
     unique_fd fd{::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0)};
@@ -546,35 +579,60 @@ void bulk_fetch(const material& files, const std::string& host,
       continue;
     set_timeouts(fd.fd, io_timeout);
     if (::connect(fd.fd, a->ai_addr, a->ai_addrlen) == 0) {
-      std::swap(sock.fd, fd.fd);
+      std::swap(d.sock.fd, fd.fd);
       break;
     }
     why = std::strerror(errno);
   }
-  if (sock.fd < 0)
-    throw std::runtime_error("bulk fetch: cannot connect to " + where + ": "
-                             + why);
-  ssl_ptr ssl{SSL_new(ctx.get()), SSL_free};
-  if (!ssl || SSL_set_fd(ssl.get(), sock.fd) != 1)
+  if (d.sock.fd < 0)
+    throw std::runtime_error("bulk fetch: cannot connect to " + d.where
+                             + ": " + why);
+  d.ssl.reset(SSL_new(d.ctx.get()));
+  if (!d.ssl || SSL_set_fd(d.ssl.get(), d.sock.fd) != 1)
     detail::fail(tls_errc::internal, "bulk fetch: SSL_new failed");
   ERR_clear_error();
-  if (SSL_connect(ssl.get()) != 1) {
-    auto verify = SSL_get_verify_result(ssl.get());
+  if (SSL_connect(d.ssl.get()) != 1) {
+    auto verify = SSL_get_verify_result(d.ssl.get());
     auto detail_text = openssl_errors();
     throw tls_error(verify != X509_V_OK ? tls_errc::untrusted
                                         : tls_errc::internal,
-                    "bulk fetch: TLS handshake with " + where + " failed"
+                    "bulk fetch: TLS handshake with " + d.where + " failed"
                       + (verify != X509_V_OK
                            ? std::string{": "}
                                + X509_verify_cert_error_string(verify)
                            : detail_text));
   }
-  auto name = peer_name(ssl.get());
+  auto name = peer_name(d.ssl.get());
   if (name != expected_node)
     throw tls_error(tls_errc::name_mismatch,
                     "bulk fetch: the server at " + host + ":" + port_text
                       + " presented a certificate for \"" + name
                       + "\", not \"" + expected_node + "\"");
+}
+
+bulk_session::~bulk_session() {
+  auto& d = *impl_;
+  if (d.ssl && !d.broken) {
+    sigpipe_guard no_sigpipe;
+    ERR_clear_error();
+    SSL_shutdown(d.ssl.get());
+  }
+  ERR_clear_error();
+}
+
+void bulk_session::fetch(
+  const std::string& id, std::uint64_t offset, std::uint64_t length,
+  const std::function<void(const std::uint8_t*, std::size_t)>& sink) {
+  auto& d = *impl_;
+  if (id.empty() || id.size() > bulk_max_id)
+    throw std::runtime_error("bulk fetch: blob id must have 1 to "
+                             + std::to_string(bulk_max_id) + " characters");
+  if (d.broken)
+    throw std::runtime_error("bulk fetch: the session with " + d.where
+                             + " failed before");
+  sigpipe_guard no_sigpipe;
+  d.broken = true; // until this fetch completes
+  auto* ssl = d.ssl.get();
   std::vector<unsigned char> req;
   put_u32(req, magic);
   put_u16(req, version);
@@ -582,32 +640,44 @@ void bulk_fetch(const material& files, const std::string& host,
   req.insert(req.end(), id.begin(), id.end());
   put_u64(req, offset);
   put_u64(req, length);
-  write_all(ssl.get(), req.data(), req.size(), "bulk fetch: request");
+  write_all(ssl, req.data(), req.size(), "bulk fetch: request");
   unsigned char head[8];
-  read_exact(ssl.get(), head, sizeof(head), "bulk fetch: response");
+  read_exact(ssl, head, sizeof(head), "bulk fetch: response");
   auto code = static_cast<std::uint32_t>(get_be(head, 4));
   auto msg_len = static_cast<std::uint32_t>(get_be(head + 4, 4));
   if (msg_len > max_message)
-    throw std::runtime_error("bulk fetch: " + where
+    throw std::runtime_error("bulk fetch: " + d.where
                              + " sent a malformed response");
   std::string msg(msg_len, '\0');
   if (msg_len > 0)
-    read_exact(ssl.get(), msg.data(), msg_len, "bulk fetch: response");
+    read_exact(ssl, msg.data(), msg_len, "bulk fetch: response");
   if (code != ok)
-    throw std::runtime_error("bulk fetch: " + where + " refused: "
+    throw std::runtime_error("bulk fetch: " + d.where + " refused: "
                              + (msg.empty() ? "status " + std::to_string(code)
                                             : msg));
   std::vector<std::uint8_t> buf(
     static_cast<std::size_t>(std::min<std::uint64_t>(length, piece)));
   for (std::uint64_t left = length; left > 0;) {
     auto n = static_cast<std::size_t>(std::min<std::uint64_t>(left, piece));
-    read_exact(ssl.get(), buf.data(), n, "bulk fetch: data");
+    read_exact(ssl, buf.data(), n, "bulk fetch: data");
     sink(buf.data(), n);
     left -= n;
   }
-  ERR_clear_error();
-  SSL_shutdown(ssl.get());
-  ERR_clear_error();
+  d.broken = false;
+}
+
+void bulk_fetch(const material& files, const std::string& host,
+                std::uint16_t port, const std::string& expected_node,
+                const std::string& id, std::uint64_t offset,
+                std::uint64_t length,
+                const std::function<void(const std::uint8_t*, std::size_t)>&
+                  sink,
+                std::chrono::milliseconds io_timeout) {
+  if (id.empty() || id.size() > bulk_max_id)
+    throw std::runtime_error("bulk fetch: blob id must have 1 to "
+                             + std::to_string(bulk_max_id) + " characters");
+  bulk_session s{files, host, port, expected_node, io_timeout};
+  s.fetch(id, offset, length, sink);
 }
 
 } // namespace exo::tls

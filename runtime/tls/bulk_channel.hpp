@@ -26,7 +26,8 @@
 ///            | u64 offset | u64 length
 ///   response u32 status (0 = ok) | u32 message length (<= 1024) | message
 ///            then, when ok, exactly `length` bytes of the blob
-/// One request per connection.
+/// Requests follow one another on a connection until the client closes it;
+/// a refused request ends the connection.
 
 #include "runtime/tls/material.hpp"
 
@@ -109,8 +110,37 @@ class bulk_server {
   std::unique_ptr<impl> impl_;
 };
 
+/// A connection to one bulk server for several fetches in a row (one TLS
+/// handshake). Blocking; one thread at a time.
+class bulk_session {
+ public:
+  /// Connects to host:port; the server's certificate must name
+  /// `expected_node`.
+  /// @throws tls_error for bad material or another server;
+  ///         std::runtime_error when it cannot connect.
+  bulk_session(const material& files, const std::string& host,
+               std::uint16_t port, const std::string& expected_node,
+               std::chrono::milliseconds io_timeout
+               = std::chrono::milliseconds{10000});
+  ~bulk_session();
+  bulk_session(const bulk_session&) = delete;
+  bulk_session& operator=(const bulk_session&) = delete;
+
+  /// Fetches `length` bytes at `offset` of blob `id`; calls `sink` with
+  /// consecutive pieces (at most 4 MiB). After a refusal or an error the
+  /// session is unusable. @throws std::runtime_error naming the server.
+  void fetch(const std::string& id, std::uint64_t offset,
+             std::uint64_t length,
+             const std::function<void(const std::uint8_t*, std::size_t)>&
+               sink);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
 /// Fetches `length` bytes at `offset` of blob `id` from the bulk server at
-/// host:port, whose certificate must name `expected_node`. Calls `sink` with
+/// host:port (one bulk_session, one fetch), whose certificate must name `expected_node`. Calls `sink` with
 /// consecutive pieces (at most 4 MiB each) as they are decrypted; `sink`
 /// may throw to abort. Returns when all `length` bytes have arrived.
 /// @throws tls_error for bad material or a server that is not

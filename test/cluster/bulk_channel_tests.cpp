@@ -128,6 +128,23 @@ TEST_CASE("the bulk channel streams byte ranges of registered blobs") {
     // The server is still healthy.
     CHECK(fetch(p, srv, "beta", "alpha", "file", 0, 10).size() == 10);
   }
+  SECTION("one session fetches several ranges over one connection") {
+    bulk_session s{p.files("beta"), "127.0.0.1", srv.port(), "alpha"};
+    std::vector<std::uint8_t> got;
+    auto sink = [&](const std::uint8_t* d, std::size_t n) {
+      got.insert(got.end(), d, d + n);
+    };
+    s.fetch("file", 0, 1000, sink);
+    s.fetch("mem", 1000, data.size() - 1000, sink);
+    CHECK(got == data);
+    CHECK(srv.stats().connections == 1);
+    CHECK(srv.stats().served == 2);
+    // A refused request ends the session.
+    CHECK_THROWS_WITH(s.fetch("nope", 0, 1, sink),
+                      Catch::Contains("not served here"));
+    CHECK_THROWS_WITH(s.fetch("file", 0, 1, sink),
+                      Catch::Contains("failed before"));
+  }
   SECTION("a sink that throws aborts the fetch with its error") {
     CHECK_THROWS_WITH(bulk_fetch(p.files("beta"), "127.0.0.1", srv.port(),
                                  "alpha", "file", 0, data.size(),

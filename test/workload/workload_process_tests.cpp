@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include <cmath>
 #include <csignal>
 #include <fstream>
@@ -211,13 +213,25 @@ TEST_CASE("two nodes run a job across both: the node without the model "
     std::regex re{": (\\d+) bytes sent"};
     return std::regex_search(out, m, re) ? std::stoull(m[1]) : 0ull;
   };
+  // beta runs layers [2, 4) of 6: it receives the header and those two
+  // layers, not the whole file.
+  auto whole = std::filesystem::file_size(model);
   CHECK(sent(across.out) > 0);
-  // A second run finds the model in beta's cache: nothing is sent.
-  auto again = console(p, a.port, job + " --stages 2");
+  CHECK(sent(across.out) < whole / 2);
+  // The same run again finds those parts in beta's cache: nothing is sent.
+  auto again = console(p, a.port, job + " --stages 3");
   INFO(again.out << again.err);
   REQUIRE(again.code == 0);
   CHECK(sent(again.out) == 0);
   CHECK(line_after(again.out, "text: ") == line_after(solo.out, "text: "));
+  // Two stages: beta runs [3, 6) and the output head; it receives layers 4
+  // and 5 and the head, not layer 3 again.
+  auto more = console(p, a.port, job + " --stages 2");
+  INFO(more.out << more.err);
+  REQUIRE(more.code == 0);
+  CHECK(sent(more.out) > 0);
+  CHECK(sent(more.out) < whole);
+  CHECK(line_after(more.out, "text: ") == line_after(solo.out, "text: "));
   // The coordinator audited each job's submission and end (issue 6).
   for (auto type : {"job_submitted", "job_finished"}) {
     auto q = console(p, a.port, std::string{"audit query type="} + type);
@@ -227,7 +241,7 @@ TEST_CASE("two nodes run a job across both: the node without the model "
     for (auto at = q.out.find(type); at != std::string::npos;
          at = q.out.find(type, at + 1))
       ++n;
-    CHECK(n == 3);
+    CHECK(n == 4);
   }
   CHECK(console(p, a.port, "audit query type=job_finished").out.find(
           "outcome=ok")
