@@ -2,7 +2,7 @@
 
 #include "backends/sim/sim_backend.hpp"
 
-#include <simdjson.h>
+#include "runtime/config/strict_json.hpp"
 
 #include <unistd.h>
 
@@ -18,108 +18,7 @@ namespace exo::config {
 
 namespace {
 
-using simdjson::dom::element;
-using simdjson::dom::element_type;
-
-[[noreturn]] void bad(const std::string& path, const std::string& what) {
-  throw config_error(path + ": " + what);
-}
-
-std::string join(const std::string& path, const std::string& key) {
-  return path.empty() ? key : path + "." + key;
-}
-
-/// Calls the handler of each key; an unknown key is an error.
-using handler = std::function<void(element, const std::string&)>;
-
-void walk(element obj, const std::string& path,
-          const std::map<std::string, handler>& handlers) {
-  if (obj.type() != element_type::OBJECT)
-    bad(path.empty() ? "<document>" : path, "must be an object");
-  simdjson::dom::object fields;
-  if (obj.get_object().get(fields))
-    bad(path.empty() ? "<document>" : path, "must be an object");
-  for (auto field : fields) {
-    std::string key{field.key};
-    auto it = handlers.find(key);
-    if (it == handlers.end()) {
-      std::string known;
-      for (auto& [k, _] : handlers)
-        known += (known.empty() ? "" : ", ") + k;
-      bad(join(path, key), "unknown key (expected one of: " + known + ")");
-    }
-    it->second(field.value, join(path, key));
-  }
-}
-
-std::string as_string(element e, const std::string& path) {
-  if (e.type() != element_type::STRING)
-    bad(path, "must be a string");
-  std::string_view sv;
-  if (e.get_string().get(sv))
-    bad(path, "must be a string");
-  return std::string{sv};
-}
-
-bool as_bool(element e, const std::string& path) {
-  if (e.type() != element_type::BOOL)
-    bad(path, "must be true or false");
-  return e.get_bool().value_unsafe();
-}
-
-std::string as_nonempty_string(element e, const std::string& path) {
-  auto s = as_string(e, path);
-  if (s.empty())
-    bad(path, "must not be empty");
-  return s;
-}
-
-std::int64_t as_integer(element e, const std::string& path, std::int64_t lo,
-                        std::int64_t hi) {
-  std::int64_t v = 0;
-  if (e.type() == element_type::INT64)
-    v = e.get_int64().value_unsafe();
-  else if (e.type() == element_type::UINT64)
-    v = INT64_MAX;
-  else
-    bad(path, "must be an integer in [" + std::to_string(lo) + ", "
-                + std::to_string(hi) + "]");
-  if (v < lo || v > hi)
-    bad(path, "must be an integer in [" + std::to_string(lo) + ", "
-                + std::to_string(hi) + "], got "
-                + (e.type() == element_type::UINT64
-                     ? std::to_string(e.get_uint64().value_unsafe())
-                     : std::to_string(v)));
-  return v;
-}
-
-double as_number(element e, const std::string& path, double lo, double hi) {
-  double v = 0;
-  switch (e.type()) {
-    case element_type::INT64: v = double(e.get_int64().value_unsafe()); break;
-    case element_type::UINT64: v = double(e.get_uint64().value_unsafe()); break;
-    case element_type::DOUBLE: v = e.get_double().value_unsafe(); break;
-    default: bad(path, "must be a number");
-  }
-  if (!(v >= lo && v <= hi))
-    bad(path, "must be a number in [" + std::to_string(lo) + ", "
-                + std::to_string(hi) + "]");
-  return v;
-}
-
-std::vector<std::string> as_string_list(element e, const std::string& path) {
-  if (e.type() != element_type::ARRAY)
-    bad(path, "must be an array of strings");
-  std::vector<std::string> out;
-  std::size_t i = 0;
-  simdjson::dom::array items;
-  if (e.get_array().get(items))
-    bad(path, "must be an array of strings");
-  for (auto item : items)
-    out.push_back(
-      as_nonempty_string(item, path + "[" + std::to_string(i++) + "]"));
-  return out;
-}
+using namespace json;
 
 std::vector<std::string> as_backend_list(element e, const std::string& path) {
   auto names = as_string_list(e, path);
@@ -160,7 +59,8 @@ void check_node_name(const std::string& name, const std::string& path) {
 peer_address parse_peer(const std::string& text, const std::string& path) {
   auto colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
-    bad(path, "must be \"host:port\", got \"" + text + "\"");
+    throw config_error(path + ": must be \"host:port\", got \"" + text
+                       + "\"");
   peer_address p;
   p.host = text.substr(0, colon);
   if (p.host.size() > 2 && p.host.front() == '[' && p.host.back() == ']')
@@ -169,7 +69,8 @@ peer_address parse_peer(const std::string& text, const std::string& path) {
   char* end = nullptr;
   auto v = std::strtol(port.c_str(), &end, 10);
   if (*end != '\0' || v < 1 || v > 65535)
-    bad(path, "port must be an integer in [1, 65535], got \"" + port + "\"");
+    throw config_error(path + ": port must be an integer in [1, 65535], got \""
+                       + port + "\"");
   p.port = static_cast<std::uint16_t>(v);
   return p;
 }
@@ -182,7 +83,9 @@ node_config defaults() {
   return cfg;
 }
 
-node_config parse(const std::string& json, const std::string& source) {
+namespace {
+
+node_config parse_document(const std::string& json, const std::string& source) {
   simdjson::dom::parser parser;
   element doc;
   if (auto err = parser.parse(json).get(doc))
@@ -456,6 +359,16 @@ node_config parse(const std::string& json, const std::string& source) {
     }
   }
   return cfg;
+}
+
+} // namespace
+
+node_config parse(const std::string& json, const std::string& source) {
+  try {
+    return parse_document(json, source);
+  } catch (const json::json_error& e) {
+    throw config_error(e.what());
+  }
 }
 
 node_config load(const std::string& path) {
