@@ -786,8 +786,25 @@ group_corrections(const std::uint8_t* w, std::size_t rb, std::size_t nr,
   }
 }
 
+/// The scales of a group's rows as floats (F16C: exact, like f16_to_f32).
+__attribute__((target("avx2,f16c"))) void
+group_scales_f16c(const std::uint8_t* w, std::size_t rb, std::size_t nr,
+                  std::size_t nb, float* dw) {
+  for (std::size_t r = 0; r < nr; ++r) {
+    for (std::size_t b = 0; b < nb; ++b) {
+      std::uint16_t h;
+      std::memcpy(&h, w + r * rb + b * 34, 2);
+      dw[r * nb + b] = _cvtsh_ss(h);
+    }
+  }
+}
+
 void group_scales(const std::uint8_t* w, std::size_t rb, std::size_t nr,
                   std::size_t nb, float* dw) {
+  if (have_avx2()) {
+    group_scales_f16c(w, rb, nr, nb, dw);
+    return;
+  }
   for (std::size_t r = 0; r < nr; ++r) {
     for (std::size_t b = 0; b < nb; ++b) {
       std::uint16_t h;
