@@ -31,6 +31,9 @@ using plan_atom = caf::atom_constant<caf::atom("plan")>;
 using plans_atom = caf::atom_constant<caf::atom("plans")>;
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using replan_atom = caf::atom_constant<caf::atom("replan")>;
+/// (unplan_atom, job id) -> bool: drops a kept job (a run that ended);
+/// false when there was no such job.
+using unplan_atom = caf::atom_constant<caf::atom("unplan")>;
 
 /// One model layer as placement sees it (actors/placement/problem.hpp,
 /// `layer`): what a node that has the model file sends to the coordinator,
@@ -65,13 +68,25 @@ struct plan_request {
   std::string model_name;          ///< with layers: the model's name
   std::uint32_t context_train = 0; ///< with layers: its training context
   std::string origin;              ///< the node that asked (forwarded)
+  /// With layers: a stage's working memory beyond its layers (placement's
+  /// stage_extras: every stage, the first, the last).
+  std::uint64_t stage_bytes = 0;
+  std::uint64_t first_stage_bytes = 0;
+  std::uint64_t last_stage_bytes = 0;
+  /// Sequences in flight, each with its own KV cache of context_length.
+  std::uint32_t sequences = 1;
+  /// A running job this plan is for ("NODE#N", the console's `run`); kept
+  /// jobs with different runs are different jobs. "" for `plan`.
+  std::string run;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, plan_request& x) {
   return f(caf::meta::type_name("exo.plan_request"), x.model_path,
            x.context_length, x.objective, x.blend_weight, x.time_limit_ms,
-           x.keep, x.layers, x.model_name, x.context_train, x.origin);
+           x.keep, x.layers, x.model_name, x.context_train, x.origin,
+           x.stage_bytes, x.first_stage_bytes, x.last_stage_bytes,
+           x.sequences, x.run);
 }
 
 /// One pipeline stage: a device and its layers [first_layer, end_layer).

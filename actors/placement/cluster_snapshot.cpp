@@ -102,6 +102,7 @@ conversion to_problem(const member_view& v, const model_spec& m,
   auto& p = out.p;
   p.model_name = m.name;
   p.layers = m.layers;
+  p.stage_memory_extra = m.extras;
   p.request.context_length = context_length;
   p.request.safety_margin = opts.safety_margin;
   p.objective = obj;
@@ -268,6 +269,9 @@ void attach_model(plan_request& r, const model_spec& m) {
                                        l.activation_bytes});
   r.model_name = m.name;
   r.context_train = m.context_train;
+  r.stage_bytes = m.extras.every_stage;
+  r.first_stage_bytes = m.extras.first_stage;
+  r.last_stage_bytes = m.extras.last_stage;
 }
 
 model_spec model_of(const plan_request& r) {
@@ -282,6 +286,9 @@ model_spec model_of(const plan_request& r) {
   else
     m.name = r.model_path.substr(r.model_path.find_last_of('/') + 1);
   m.context_train = r.context_train;
+  m.extras.every_stage = r.stage_bytes;
+  m.extras.first_stage = r.first_stage_bytes;
+  m.extras.last_stage = r.last_stage_bytes;
   for (auto& l : r.layers) {
     layer x;
     x.weight_bytes = l.weight_bytes;
@@ -389,6 +396,10 @@ std::string render_text(const plan_job_info& j) {
   out << j.id << ": " << j.request.model_path << "  ctx="
       << j.request.context_length << "  objective=" << j.request.objective
       << "  re-plans=" << j.replans << (j.stale ? "  STALE" : "")
+      << (j.request.sequences > 1
+            ? "  sequences=" + std::to_string(j.request.sequences)
+            : std::string{})
+      << (j.request.run.empty() ? "" : "  run=" + j.request.run)
       << (j.request.origin.empty() ? "" : "  asked-on=" + j.request.origin)
       << "\n";
   if (!j.last_reason.empty())
@@ -402,7 +413,9 @@ std::string render_json(const plan_job_info& j) {
   out << "{\"id\":\"" << json_escape(j.id) << "\",\"model\":\""
       << json_escape(j.request.model_path)
       << "\",\"context_length\":" << j.request.context_length
-      << ",\"objective\":\"" << json_escape(j.request.objective)
+      << ",\"sequences\":" << j.request.sequences
+      << ",\"run\":\"" << json_escape(j.request.run)
+      << "\",\"objective\":\"" << json_escape(j.request.objective)
       << "\",\"replans\":" << j.replans << ",\"last_reason\":\""
       << json_escape(j.last_reason)
       << "\",\"last_replan_ns\":" << j.last_replan_ns

@@ -82,22 +82,27 @@ cost_model::cost_model(const problem& p) : p_(&p) {
     for (auto l = pin.first_layer; l <= pin.last_layer; ++l)
       owner[l] = (owner[l] == -1 || owner[l] == d) ? d : -2;
   }
-  // max_end: memory, thermal cap and foreign pinned layers, all exact.
+  // max_end: memory (layers plus the stage's working memory: every stage's,
+  // the first stage's from b = 0, the last stage's at e = L), thermal cap
+  // and foreign pinned layers, all exact. Feasible ends stay a range
+  // b+1..max_end: the last stage's extra only removes e = L.
   max_end_.assign(n * (L + 1), 0);
+  const auto& extra = p.stage_memory_extra;
   for (std::size_t d = 0; d < n; ++d) {
     auto pd = dev_[d];
     const auto cap = p.usable_memory(pd);
     const double fcap = p.devices[pd].max_flops_per_token;
     for (std::size_t b = 0; b <= L; ++b) {
       std::size_t e = b;
-      std::uint64_t mem = 0;
+      std::uint64_t mem = extra.every_stage + (b == 0 ? extra.first_stage : 0);
       double fl = 0;
       while (e < L) {
         if (owner[e] != -1 && owner[e] != static_cast<long>(pd))
           break;
         mem += p.layer_memory(e);
         fl += p.layers[e].flops_per_token;
-        if (mem > cap || (fcap > 0 && fl > fcap))
+        const auto need = mem + (e + 1 == L ? extra.last_stage : 0);
+        if (need > cap || (fcap > 0 && fl > fcap))
           break;
         ++e;
       }

@@ -34,7 +34,8 @@ struct evaluation {
 ///
 /// Times are in ticks (0.1 us, coarser only when a problem's times would
 /// overflow Gecode's integers). Stage times come from rounded prefix sums,
-/// so rounding errs by at most one tick per stage. Memory, thermal caps and
+/// so rounding errs by at most one tick per stage. Memory (a stage's layers
+/// plus its working memory, problem::stage_memory), thermal caps and
 /// pinned layers are folded exactly (in bytes and FLOPs) into one table,
 /// max_end(d, b): the largest end e such that device d may run [b, e).
 /// Only eligible devices (not excluded, not drained) are in the model.

@@ -65,9 +65,7 @@ std::vector<std::string> explain_infeasible(const problem& p) {
       }
     if (lo == L || !p.devices[d].eligible())
       continue;
-    std::uint64_t need = 0;
-    for (auto l = lo; l <= hi; ++l)
-      need += p.layer_memory(l);
+    const std::uint64_t need = p.stage_memory(lo, hi + 1);
     if (need > p.usable_memory(d))
       out.push_back(layers_text(lo, hi) + " pinned to " + p.devices[d].id
                     + " need " + gib(need) + " but it has "
@@ -104,11 +102,18 @@ std::vector<std::string> explain_infeasible(const problem& p) {
     }
   std::size_t too_big = 0;
   for (std::size_t l = 0; l < L; ++l) {
-    if (p.layer_memory(l) <= largest)
+    // The smallest stage holding layer l: the layer and its stage's
+    // working memory.
+    const auto alone = p.stage_memory(l, l + 1);
+    if (alone <= largest)
       continue;
+    const auto over = p.stage_overhead(l, l + 1);
     if (too_big++ < 3)
       out.push_back("layer " + std::to_string(l) + " alone needs "
-                    + gib(p.layer_memory(l))
+                    + gib(alone)
+                    + (over > 0 ? " (" + gib(over) + " of it the stage's "
+                                    "working memory)"
+                                : std::string{})
                     + " and no device has it (the most usable is "
                     + gib(largest) + " on " + p.devices[largest_d].id + ")");
   }
@@ -129,34 +134,81 @@ std::vector<std::string> explain_infeasible(const problem& p) {
       break;
     }
   }
-  // Total memory, over the devices a plan may use.
-  std::uint64_t need = 0;
+  // Total memory, over the devices a plan may use. A plan of k stages
+  // needs the layers plus k stages' working memory (and the first and last
+  // stages' extras) and has at most the k largest devices: the model fits
+  // nowhere when every k falls short; the smallest shortfall is reported.
+  const auto& extra = p.stage_memory_extra;
+  std::uint64_t layers_need = 0;
   for (std::size_t l = 0; l < L; ++l)
-    need += p.layer_memory(l);
+    layers_need += p.layer_memory(l);
+  auto need_k = [&](std::size_t k) {
+    return layers_need + k * extra.every_stage + extra.first_stage
+           + extra.last_stage;
+  };
   std::vector<std::uint64_t> caps;
   for (auto d : elig)
     caps.push_back(p.usable_memory(d));
   std::sort(caps.begin(), caps.end(), std::greater<>());
-  std::uint64_t have_all = 0, have = 0;
-  for (std::size_t i = 0; i < caps.size(); ++i) {
-    have_all += caps[i];
-    if (i < max_st)
-      have += caps[i];
-  }
-  if (need > have_all)
-    out.push_back("total free memory is " + gib(need - have_all)
-                  + " short: the model needs " + gib(need) + " (context "
+  struct fit {
+    std::size_t k = 0;
+    std::uint64_t need = 0, have = 0;
+    bool short_of() const { return need > have; }
+  };
+  // The k (up to `limit`) whose shortfall is smallest (or that fits).
+  auto best_k = [&](std::size_t limit) {
+    fit best;
+    std::uint64_t have = 0;
+    for (std::size_t k = 1; k <= limit && k <= caps.size(); ++k) {
+      have += caps[k - 1];
+      fit f{k, need_k(k), have};
+      auto gap = [](const fit& x) {
+        return static_cast<long double>(x.need)
+               - static_cast<long double>(x.have);
+      };
+      if (best.k == 0 || gap(f) < gap(best))
+        best = f;
+    }
+    return best;
+  };
+  const auto all = best_k(caps.size());
+  const auto limited = best_k(max_st);
+  const std::string working =
+    extra.every_stage + extra.first_stage + extra.last_stage > 0
+      ? ", with " + gib(extra.every_stage) + " of working memory per stage"
+          + (extra.first_stage > 0
+               ? " + " + gib(extra.first_stage) + " on the first"
+               : std::string{})
+          + (extra.last_stage > 0
+               ? " + " + gib(extra.last_stage) + " on the last"
+               : std::string{})
+      : std::string{};
+  const std::uint64_t need = all.need;
+  const std::uint64_t have = limited.have;
+  if (all.short_of())
+    out.push_back("total free memory is " + gib(all.need - all.have)
+                  + " short: the model needs " + gib(all.need) + " (context "
                   + std::to_string(p.request.context_length)
-                  + " tokens, safety margin "
+                  + " tokens"
+                  + (p.request.sequences > 1
+                       ? " x " + std::to_string(p.request.sequences)
+                           + " sequences"
+                       : std::string{})
+                  + working + ", safety margin "
                   + std::to_string(static_cast<int>(
                       p.request.safety_margin * 100 + 0.5))
-                  + "%) and the " + std::to_string(elig.size())
-                  + " usable devices have " + gib(have_all));
-  else if (need > have)
+                  + "%) and the "
+                  + (all.k == caps.size()
+                       ? std::to_string(elig.size()) + " usable devices have "
+                       : std::to_string(all.k)
+                           + " largest usable devices have ")
+                  + gib(all.have));
+  else if (limited.short_of())
     out.push_back("with at most " + std::to_string(max_st)
-                  + " stages the largest devices give " + gib(have)
-                  + ", " + gib(need - have) + " short of the "
-                  + gib(need) + " needed; raise max_stages");
+                  + " stages the largest devices give " + gib(limited.have)
+                  + ", " + gib(limited.need - limited.have)
+                  + " short of the " + gib(limited.need)
+                  + " needed; raise max_stages");
   if (out.empty())
     out.push_back("the layers do not pack into contiguous ranges on the "
                   "devices (need " + gib(need) + ", usable " + gib(have)

@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -90,6 +91,7 @@ plan_info solve_on_snapshot(self_ptr self, const plan_request& r,
   std::uint64_t ctx = r.context_length ? r.context_length : m.context_train;
   auto conv = to_problem(view, m, ctx, objective_of(r), st.cfg.conversion,
                          st.thermal);
+  conv.p.request.sequences = std::max<std::uint32_t>(r.sequences, 1);
   plan_info out;
   try {
     solve_options opts;
@@ -110,7 +112,8 @@ plan_info solve_on_snapshot(self_ptr self, const plan_request& r,
 
 bool same_job(const plan_request& a, const plan_request& b) {
   return a.model_path == b.model_path && a.context_length == b.context_length
-         && a.objective == b.objective && a.blend_weight == b.blend_weight;
+         && a.objective == b.objective && a.blend_weight == b.blend_weight
+         && a.sequences == b.sequences && a.run == b.run;
 }
 
 /// Audits a placement decision (issue 6): plans and re-plans alike.
@@ -179,6 +182,15 @@ caf::expected<plan_job_info> plan_now(self_ptr self, const plan_request& r) {
       j.model = std::move(m);
       return j.info;
     }
+  if (st.jobs.size() >= st.cfg.max_jobs && !r.run.empty()) {
+    // A run whose end never reached us (its node died) must not block new
+    // runs: the oldest run's job makes room.
+    auto old = std::find_if(st.jobs.begin(), st.jobs.end(), [](const job& x) {
+      return !x.info.request.run.empty();
+    });
+    if (old != st.jobs.end())
+      st.jobs.erase(old);
+  }
   if (st.jobs.size() >= st.cfg.max_jobs)
     return make_exo_error(exo_errc::invalid_argument,
                           "too many jobs (" + std::to_string(st.cfg.max_jobs)
@@ -465,6 +477,15 @@ caf::behavior placement_impl(self_ptr self, placement_actor_config cfg) {
       return rp;
     },
     [self](plans_atom) { return job_infos(self); },
+    [self](unplan_atom, const std::string& id) {
+      auto& jobs = self->state.jobs;
+      auto it = std::find_if(jobs.begin(), jobs.end(),
+                             [&](const job& j) { return j.info.id == id; });
+      if (it == jobs.end())
+        return false;
+      jobs.erase(it);
+      return true;
+    },
     [self](console_atom, std::string& cmd,
            std::string& arg) -> caf::result<console_reply> {
       return console(self, cmd, arg);

@@ -20,6 +20,10 @@
 ///   (plan_atom, plan_request)      -> plan_job_info (plans now; kept as a
 ///                                     job unless request.keep is false)
 ///   (plans_atom)                   -> std::vector<plan_job_info>
+///   (unplan_atom, job id)          -> bool: drops a kept job (the console's
+///                                     `run` registers its plan, with
+///                                     request.run set, and drops it when
+///                                     the run ends)
 ///   (snapshot_atom, member_view)   -> ok: a cluster snapshot as if polled
 ///                                     (tests; a push from a future topology
 ///                                     or jobs actor)

@@ -26,8 +26,7 @@ plan make_plan(const cost_model& m, const assignment& a) {
       st.transfer_seconds = static_cast<double>(m.transfer(
                               a[s].device, a[s + 1].device, a[s].end))
                             * m.tick_seconds();
-    for (auto l = st.first_layer; l < st.end_layer; ++l)
-      st.memory_used_bytes += p.layer_memory(l);
+    st.memory_used_bytes = p.stage_memory(st.first_layer, st.end_layer);
     st.memory_left_bytes = static_cast<std::int64_t>(d.memory_bytes)
                            - static_cast<std::int64_t>(st.memory_used_bytes);
     x.stages.push_back(std::move(st));
@@ -75,17 +74,20 @@ std::vector<std::string> check_plan(const problem& p, const plan& x) {
       out.push_back(name + ": the device is excluded");
     if (d.drained)
       out.push_back(name + ": the device is drained");
-    std::uint64_t mem = 0;
+    const std::uint64_t mem = p.stage_memory(st.first_layer, st.end_layer);
     double fl = 0;
-    for (auto l = st.first_layer; l < st.end_layer; ++l) {
-      mem += p.layer_memory(l);
+    for (auto l = st.first_layer; l < st.end_layer; ++l)
       fl += p.layers[l].flops_per_token;
-    }
     auto cap = p.usable_memory(st.device_index);
-    if (mem > cap)
+    if (mem > cap) {
+      auto over = p.stage_overhead(st.first_layer, st.end_layer);
       out.push_back(name + " needs " + format_bytes(static_cast<double>(mem))
+                    + (over > 0 ? " (" + format_bytes(static_cast<double>(over))
+                                    + " of it working memory)"
+                                : std::string{})
                     + " but only " + format_bytes(static_cast<double>(cap))
                     + " is usable");
+    }
     if (d.max_flops_per_token > 0 && fl > d.max_flops_per_token) {
       char buf[96];
       std::snprintf(buf, sizeof(buf), "%.3g FLOPs per token, over its "

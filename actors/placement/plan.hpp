@@ -24,7 +24,8 @@ struct stage {
   double compute_seconds = 0;
   /// Seconds per token to pass activations to the next stage (0 for last).
   double transfer_seconds = 0;
-  /// Bytes of weights + KV cache this stage holds.
+  /// Bytes the stage needs: weights, KV caches and working memory
+  /// (problem::stage_memory).
   std::uint64_t memory_used_bytes = 0;
   /// Free memory left on the device after loading the stage.
   std::int64_t memory_left_bytes = 0;

@@ -68,7 +68,23 @@ double problem::layer_seconds(std::size_t d, std::size_t l) const {
 
 std::uint64_t problem::layer_memory(std::size_t l) const {
   return layers[l].weight_bytes
-         + layers[l].kv_bytes_per_token * request.context_length;
+         + layers[l].kv_bytes_per_token * request.context_length
+             * request.sequences;
+}
+
+std::uint64_t problem::stage_overhead(std::size_t first,
+                                      std::size_t end) const {
+  const auto& x = stage_memory_extra;
+  return x.every_stage + (first == 0 ? x.first_stage : 0)
+         + (end == layers.size() ? x.last_stage : 0);
+}
+
+std::uint64_t problem::stage_memory(std::size_t first,
+                                    std::size_t end) const {
+  std::uint64_t m = stage_overhead(first, end);
+  for (auto l = first; l < end; ++l)
+    m += layer_memory(l);
+  return m;
 }
 
 std::uint64_t problem::usable_memory(std::size_t d) const {
@@ -156,13 +172,25 @@ void validate(const problem& p) {
       fail(path + ".flops_per_token", "must be in [0, 1e18]");
     long double need = static_cast<long double>(y.weight_bytes)
                        + static_cast<long double>(y.kv_bytes_per_token)
-                           * p.request.context_length;
+                           * p.request.context_length
+                           * p.request.sequences;
     if (need > 1e18L)
       fail(path, "needs more than 1e18 bytes (weights + KV cache)");
     total += need;
     if (y.activation_bytes > (std::uint64_t{1} << 50))
       fail(path + ".activation_bytes", "must be < 1 PiB");
   }
+  const auto& extra = p.stage_memory_extra;
+  const std::pair<const char*, std::uint64_t> extras[] = {
+    {"model.stage_bytes", extra.every_stage},
+    {"model.first_stage_bytes", extra.first_stage},
+    {"model.last_stage_bytes", extra.last_stage}};
+  for (const auto& [path, bytes] : extras)
+    if (bytes > (std::uint64_t{1} << 60))
+      fail(path, "must be < 1 EiB");
+  total += static_cast<long double>(p.devices.size() + 2)
+           * static_cast<long double>(extra.every_stage + extra.first_stage
+                                      + extra.last_stage);
   if (total > 1e18L)
     fail("model.layers", "need more than 1e18 bytes in total");
   for (std::size_t i = 0; i < p.devices.size(); ++i)
@@ -193,6 +221,8 @@ void validate(const problem& p) {
     fail("request.safety_margin", "must be in [0, 1)");
   if (p.request.context_length > (std::uint64_t{1} << 32))
     fail("request.context_length", "must be < 2^32 tokens");
+  if (p.request.sequences == 0 || p.request.sequences > 65536)
+    fail("request.sequences", "must be in [1, 65536]");
   for (std::size_t i = 0; i < p.constraints.pins.size(); ++i) {
     const auto& pin = p.constraints.pins[i];
     auto path = "constraints.pins[" + std::to_string(i) + "]";

@@ -69,10 +69,26 @@ struct layer {
   std::uint64_t activation_bytes = 0;
 };
 
+/// Bytes a stage allocates besides its layers' weights and KV caches:
+/// working buffers (activations for a batch, attention scratch), and the
+/// extras of the stages holding the first and the last layer (logits
+/// buffer; an embedding table a runtime keeps on the device). exo's device
+/// stages fill these from the model (model_spec.hpp).
+struct stage_extras {
+  /// On every stage.
+  std::uint64_t every_stage = 0;
+  /// Also on the stage that holds layer 0.
+  std::uint64_t first_stage = 0;
+  /// Also on the stage that holds the last layer.
+  std::uint64_t last_stage = 0;
+};
+
 /// What is being served.
 struct request {
   /// Tokens of context the KV cache must hold.
   std::uint64_t context_length = 0;
+  /// Sequences in flight at once, each with a KV cache of context_length.
+  std::uint64_t sequences = 1;
   /// Fraction of each device's free memory held back, in [0, 1).
   double safety_margin = 0.05;
 };
@@ -127,14 +143,24 @@ struct problem {
   /// are an error.
   std::optional<link_spec> default_link;
   std::vector<layer> layers;
+  /// Working memory of a stage beyond its layers.
+  stage_extras stage_memory_extra;
   struct request request;
   struct constraints constraints;
   struct objective objective;
 
   /// Seconds device `d` needs for layer `l` per token.
   double layer_seconds(std::size_t d, std::size_t l) const;
-  /// Bytes layer `l` needs on a device (weights + KV cache for the context).
+  /// Bytes layer `l` needs on a device (weights + KV caches for the
+  /// context of every sequence).
   std::uint64_t layer_memory(std::size_t l) const;
+  /// Bytes a stage of layers [first, end) allocates besides its layers
+  /// (stage_memory_extra; end == layers.size() for the last stage).
+  std::uint64_t stage_overhead(std::size_t first, std::size_t end) const;
+  /// Bytes a stage of layers [first, end) needs on its device: its layers
+  /// plus stage_overhead(). What every solver, the plan checker and the
+  /// plan's memory figures count.
+  std::uint64_t stage_memory(std::size_t first, std::size_t end) const;
   /// Bytes device `d` can give to layers (free memory less the margin).
   std::uint64_t usable_memory(std::size_t d) const;
   /// The link between nodes `a` and `b`; throws problem_error if none.

@@ -165,10 +165,18 @@ device read_device(element e, const std::string& path) {
 void read_model(element e, problem& p) {
   const std::string path = "model";
   auto o = as_object(e, path);
-  only_keys(o, path, {"name", "layers"});
+  only_keys(o, path,
+            {"name", "layers", "stage_bytes", "first_stage_bytes",
+             "last_stage_bytes"});
   element v;
   if (has(o, "name", v))
     p.model_name = as_string(v, "model.name");
+  if (has(o, "stage_bytes", v))
+    p.stage_memory_extra.every_stage = as_bytes(v, "model.stage_bytes");
+  if (has(o, "first_stage_bytes", v))
+    p.stage_memory_extra.first_stage = as_bytes(v, "model.first_stage_bytes");
+  if (has(o, "last_stage_bytes", v))
+    p.stage_memory_extra.last_stage = as_bytes(v, "model.last_stage_bytes");
   const std::string lp = "model.layers";
   std::size_t i = 0;
   for (auto x : as_array(need(o, "layers", path), lp)) {
@@ -296,10 +304,12 @@ problem parse_problem_json(std::string_view text) {
   read_model(need(o, "model", ""), p);
   if (has(o, "request", v)) {
     auto ro = as_object(v, "request");
-    only_keys(ro, "request", {"context_length", "safety_margin"});
+    only_keys(ro, "request", {"context_length", "sequences", "safety_margin"});
     element x;
     if (has(ro, "context_length", x))
       p.request.context_length = as_count(x, "request.context_length");
+    if (has(ro, "sequences", x))
+      p.request.sequences = as_count(x, "request.sequences");
     if (has(ro, "safety_margin", x))
       p.request.safety_margin = as_number(x, "request.safety_margin");
   }

@@ -54,6 +54,14 @@ problem random_problem(const random_problem_options& o) {
     p.layers.push_back(y);
     need += y.weight_bytes + y.kv_bytes_per_token * p.request.context_length;
   }
+  if (o.working_memory) {
+    auto& x = p.stage_memory_extra;
+    x.every_stage = static_cast<std::uint64_t>(base * r.uniform(0.05, 0.3));
+    x.first_stage = static_cast<std::uint64_t>(base * r.uniform(0.0, 0.5));
+    x.last_stage = static_cast<std::uint64_t>(base * r.uniform(0.2, 1.0));
+    need += x.every_stage * std::max<std::size_t>(o.devices / 2, 1)
+            + x.first_stage + x.last_stage;
+  }
   const auto D = std::max<std::size_t>(o.devices, 1);
   const auto N = std::max<std::size_t>(std::min(o.nodes, D), 1);
   std::vector<double> share(D);

@@ -22,6 +22,9 @@ struct random_problem_options {
   /// Pin one small layer range to a random device, pin one device, exclude
   /// one device, limit the stages.
   bool operator_constraints = false;
+  /// Give stages working memory (stage_extras): every stage 5-30% of a
+  /// layer, the first up to half a layer, the last 20-100%.
+  bool working_memory = false;
   objective_kind objective = objective_kind::latency;
   std::uint64_t seed = 1;
 };

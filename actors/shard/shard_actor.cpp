@@ -104,9 +104,8 @@ void set_up(self_ptr self) {
   auto t0 = std::chrono::steady_clock::now();
   st.ops = std::make_unique<actor_device_ops>(self->system(), st.cfg.device,
                                               st.cfg.device_id);
-  model::device_stage_options o;
-  o.max_tokens = max_batch_tokens(st.cfg.model->hparams().n_embd);
-  o.max_logit_rows = 1;
+  // The options placement counts with (model::device_stage_memory).
+  auto o = model::shard_stage_options(st.cfg.model->hparams());
   o.upload_chunk_bytes = max_chunk_bytes;
   o.max_ops_per_run = max_kernel_batch;
   auto stage = model::device_stage::create(st.cfg.model, st.cfg.first,
@@ -201,10 +200,13 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
 
 } // namespace
 
+// Placement sizes a stage's scratch with model::shard_stage_options(),
+// which cannot see the wire's limit.
+static_assert(max_chunk_bytes == model::default_upload_chunk_bytes,
+              "model::default_upload_chunk_bytes must be max_chunk_bytes");
+
 std::uint32_t max_batch_tokens(std::uint32_t n_embd) {
-  auto per_token = static_cast<std::uint64_t>(n_embd) * sizeof(float);
-  auto n = max_chunk_bytes / (per_token == 0 ? 1 : per_token);
-  return static_cast<std::uint32_t>(n == 0 ? 1 : (n > 512 ? 512 : n));
+  return model::batch_tokens_for(n_embd, max_chunk_bytes);
 }
 
 caf::actor spawn_shard(caf::actor_system& sys, shard_setup setup) {

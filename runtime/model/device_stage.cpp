@@ -3,6 +3,7 @@
 #include "runtime/model/quant.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -185,7 +186,70 @@ device_operand at(device_handle h, std::uint64_t offset = 0) {
   return {h, offset};
 }
 
+/// Floats of each scratch buffer for T rows, in create()'s order: io
+/// (activations, then T int32 positions), cur, q, att, tmp, gate, up.
+std::array<std::uint64_t, 7> scratch_floats(const llama_hparams& hp,
+                                            std::uint64_t T) {
+  const std::uint64_t e = hp.n_embd, nq = hp.n_embd_q(), ff = hp.n_ff;
+  return {T * (e + 1), T * e, T * nq, T * nq, T * e, T * ff, T * ff};
+}
+
+/// Bytes of the logits buffer of the last stage.
+std::uint64_t logits_buffer_bytes(const llama_hparams& hp,
+                                  const device_stage_options& o) {
+  return std::uint64_t{o.max_logit_rows} * hp.n_vocab * 4;
+}
+
+std::uint64_t matrix_bytes(const ops::matrix_view& m) {
+  return row_bytes(m.type, m.cols) * m.rows;
+}
+
 } // namespace
+
+std::uint32_t batch_tokens_for(std::uint32_t n_embd,
+                               std::uint64_t chunk_bytes) {
+  auto per_token = std::uint64_t{n_embd} * sizeof(float);
+  auto n = chunk_bytes / (per_token == 0 ? 1 : per_token);
+  return static_cast<std::uint32_t>(n == 0 ? 1 : (n > 512 ? 512 : n));
+}
+
+device_stage_options shard_stage_options(const llama_hparams& hp) {
+  device_stage_options o;
+  o.max_tokens = batch_tokens_for(hp.n_embd);
+  o.max_logit_rows = 1;
+  return o;
+}
+
+stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
+                                 std::uint32_t last,
+                                 const device_stage_options& o) {
+  const auto& hp = m.hparams();
+  if (first >= last || last > hp.n_layer)
+    throw model_error("stage memory: layer range [" + std::to_string(first)
+                      + ", " + std::to_string(last) + ") is not inside [0, "
+                      + std::to_string(hp.n_layer) + ")");
+  const std::uint64_t e = hp.n_embd;
+  stage_memory r;
+  for (std::uint32_t l = first; l < last; ++l) {
+    const auto& L = m.layer(l);
+    r.layer_weight_bytes += 2 * e * 4; // attn_norm, ffn_norm
+    for (const auto* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up,
+                          &L.down})
+      r.layer_weight_bytes += matrix_bytes(*w);
+  }
+  if (m.rope_freqs())
+    r.rope_bytes = std::uint64_t{hp.n_rot / 2} * 4;
+  const bool is_last = last == hp.n_layer;
+  if (is_last) {
+    r.head_bytes = e * 4 + matrix_bytes(m.output());
+    r.logits_bytes = logits_buffer_bytes(hp, o);
+  }
+  for (auto f : scratch_floats(hp, o.max_tokens))
+    r.scratch_bytes += f * 4;
+  r.kv_bytes_per_token = 2 * std::uint64_t{last - first} * hp.n_embd_kv()
+                         * sizeof(float);
+  return r;
+}
 
 device_stage::device_stage(std::shared_ptr<const llama_model> model,
                            std::uint32_t first, std::uint32_t last,
@@ -264,7 +328,7 @@ device_stage::upload_matrix(const ops::matrix_view& m) {
   out.kind = *kind;
   out.rows = m.rows;
   out.cols = m.cols;
-  auto h = upload(m.data, row_bytes(m.type, m.cols) * m.rows);
+  auto h = upload(m.data, matrix_bytes(m));
   if (!h)
     return h.err();
   out.buf = *h;
@@ -273,8 +337,7 @@ device_stage::upload_matrix(const ops::matrix_view& m) {
 
 status device_stage::upload_all() {
   auto& hp = model_->hparams();
-  const std::uint64_t e = hp.n_embd, nq = hp.n_embd_q(), ff = hp.n_ff,
-                      T = opts_.max_tokens;
+  const std::uint64_t e = hp.n_embd;
   // Weights, layer by layer.
   for (std::uint32_t l = first_; l < last_; ++l) {
     auto& L = model_->layer(l);
@@ -316,21 +379,18 @@ status device_stage::upload_all() {
       return m.err();
     output_ = *m;
   }
-  // Scratch for max_tokens rows. io: activations, then the positions.
-  struct {
-    device_handle* h;
-    std::uint64_t floats;
-  } scratch[] = {{&io_, T * (e + 1)}, {&cur_, T * e},  {&q_, T * nq},
-                 {&att_, T * nq},     {&tmp_, T * e},  {&g_, T * ff},
-                 {&u_, T * ff}};
-  for (auto& s : scratch) {
-    auto h = alloc(s.floats * 4);
+  // Scratch for max_tokens rows (sizes shared with device_stage_memory).
+  // io: activations, then the positions.
+  device_handle* scratch[] = {&io_, &cur_, &q_, &att_, &tmp_, &g_, &u_};
+  const auto floats = scratch_floats(hp, opts_.max_tokens);
+  for (std::size_t i = 0; i < floats.size(); ++i) {
+    auto h = alloc(floats[i] * 4);
     if (!h)
       return h.err();
-    *s.h = *h;
+    *scratch[i] = *h;
   }
   if (is_last()) {
-    auto h = alloc(std::uint64_t{opts_.max_logit_rows} * hp.n_vocab * 4);
+    auto h = alloc(logits_buffer_bytes(hp, opts_));
     if (!h)
       return h.err();
     logits_ = *h;

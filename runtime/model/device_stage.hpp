@@ -122,6 +122,10 @@ private:
   std::map<device_handle, std::unique_ptr<backend::buffer>> bufs_;
 };
 
+/// The wire's max_chunk_bytes (messages/device.hpp, which this CAF-free
+/// library cannot include; actors/shard checks that the two agree).
+constexpr std::uint64_t default_upload_chunk_bytes = 4u << 20;
+
 /// Options of a device stage.
 struct device_stage_options {
   /// The most tokens one forward may carry (sizes the scratch buffers).
@@ -131,10 +135,67 @@ struct device_stage_options {
   /// Weights are written in pieces of at most this many bytes (the wire's
   /// max_chunk_bytes: a device actor on another thread receives each piece
   /// as one message).
-  std::uint64_t upload_chunk_bytes = 4u << 20;
+  std::uint64_t upload_chunk_bytes = default_upload_chunk_bytes;
   /// The most operations handed to device_ops::run at once.
   std::size_t max_ops_per_run = 4096;
 };
+
+/// The most tokens one step of a shard may carry for a model `n_embd`
+/// wide: a step's rows of activations stay within `chunk_bytes`, and at
+/// most 512 (at least 1).
+std::uint32_t batch_tokens_for(std::uint32_t n_embd,
+                               std::uint64_t chunk_bytes
+                               = default_upload_chunk_bytes);
+
+/// The options a shard (actors/shard) runs its stage with: batches of
+/// batch_tokens_for(n_embd) rows, one row of logits per step. Placement
+/// sizes a stage's working memory with the same options.
+device_stage_options shard_stage_options(const llama_hparams& hp);
+
+/// What a device stage of layers [first, last) allocates on its device,
+/// buffer by buffer as create() and new_cache() allocate them (create()
+/// sizes its scratch from the same function, so the two cannot drift).
+/// The token embedding is not on the device: the first stage looks rows up
+/// on the host (embed()).
+struct stage_memory {
+  /// Norms and matrices of the stage's layers.
+  std::uint64_t layer_weight_bytes = 0;
+  /// Last stage: the output norm and the output head (token_embd when
+  /// tied).
+  std::uint64_t head_bytes = 0;
+  /// The rope_freqs table, on every stage, when the model has one.
+  std::uint64_t rope_bytes = 0;
+  /// Scratch for max_tokens rows: activations and positions, the normed
+  /// row, q, the attention output, a temporary, gate and up.
+  std::uint64_t scratch_bytes = 0;
+  /// Last stage: max_logit_rows rows of n_vocab floats.
+  std::uint64_t logits_bytes = 0;
+  /// K and V of every layer of the stage for one position of one sequence
+  /// (f32); new_cache(n_ctx) allocates n_ctx times this.
+  std::uint64_t kv_bytes_per_token = 0;
+
+  /// Uploaded once by create().
+  std::uint64_t weight_bytes() const {
+    return layer_weight_bytes + head_bytes + rope_bytes;
+  }
+  /// Allocated by create() besides the weights.
+  std::uint64_t working_bytes() const {
+    return scratch_bytes + logits_bytes;
+  }
+  /// Everything, with `sequences` KV caches of `n_ctx` positions each.
+  std::uint64_t total(std::uint64_t n_ctx,
+                      std::uint64_t sequences = 1) const {
+    return weight_bytes() + working_bytes()
+           + kv_bytes_per_token * n_ctx * sequences;
+  }
+};
+
+/// The memory of a device stage of `m`'s layers [first, last) with options
+/// `o`. Weights are counted at the size create() uploads (the file's
+/// tensor bytes for F32, F16 and Q8_0). Throws model_error for a bad range.
+stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
+                                 std::uint32_t last,
+                                 const device_stage_options& o);
 
 /// Identifies one sequence's KV cache in a stage.
 using cache_id = std::uint64_t;

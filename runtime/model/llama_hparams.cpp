@@ -91,7 +91,6 @@ std::vector<layer_cost> layer_costs(const gguf_file& f, const llama_hparams& hp,
     c.activation_bytes = uint64_t{hp.n_embd} * sizeof(float);
   }
   auto& embd = f.tensor("token_embd.weight");
-  out.front().weight_bytes += embd.n_bytes;
   auto& last = out.back();
   last.weight_bytes += f.tensor("output_norm.weight").n_bytes;
   auto* head = f.find_tensor("output.weight");

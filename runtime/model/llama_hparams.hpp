@@ -34,9 +34,10 @@ struct llama_hparams {
   static llama_hparams from_gguf(const gguf_file& f);
 };
 
-/// What one layer costs, for the placement solver. The first layer also
-/// carries the token embedding; the last carries the final norm and the
-/// output head (the embedding again when the head is tied).
+/// What one layer costs, for the placement solver. The last layer also
+/// carries the final norm and the output head (the embedding when the head
+/// is tied). The token embedding is in no layer: a stage looks its rows up
+/// on the host and never puts the table on a device (device_stage.hpp).
 struct layer_cost {
   uint64_t weight_bytes = 0;       ///< Bytes of the layer's tensors.
   uint64_t kv_bytes_per_token = 0; ///< K and V cache bytes (f32) per token.

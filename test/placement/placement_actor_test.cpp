@@ -74,10 +74,14 @@ struct small_model {
     for (auto& l : spec.layers)
       total += l.weight_bytes + l.kv_bytes_per_token * 64;
   }
-  /// Free memory that holds about 60% of the model: two devices needed.
+  /// Free memory that holds about 60% of the model's layers and a stage's
+  /// working memory (the last stage's too): two devices needed.
   std::uint64_t part() const {
-    return static_cast<std::uint64_t>(static_cast<double>(total) * 0.6
-                                      / 0.95);
+    const auto& x = spec.extras;
+    return static_cast<std::uint64_t>(
+      (static_cast<double>(total) * 0.6
+       + static_cast<double>(x.every_stage + x.first_stage + x.last_stage))
+      / 0.95);
   }
 };
 

@@ -20,12 +20,13 @@ const std::string valid = R"({
   ],
   "links": [{"a": "a", "b": "b", "latency": 0.001, "bandwidth": 1e9}],
   "intra_node_link": {"latency": 1e-5, "bandwidth": 2e10},
-  "model": {"name": "m", "layers": [
+  "model": {"name": "m", "stage_bytes": "2MiB", "last_stage_bytes": 4096,
+            "layers": [
     {"weight_bytes": "100MiB", "flops_per_token": 1e8},
     {"count": 4, "weight_bytes": 1000000, "kv_bytes_per_token": 1024,
      "flops_per_token": 2e8, "activation_bytes": 8192}
   ]},
-  "request": {"context_length": 2048, "safety_margin": 0.1},
+  "request": {"context_length": 2048, "sequences": 2, "safety_margin": 0.1},
   "constraints": {"max_stages": 2, "prefer_fewer_nodes": true,
                   "node_penalty": 0.001,
                   "pins": [{"device": "a/gpu", "first_layer": 0}]},
@@ -53,6 +54,14 @@ TEST_CASE("a valid problem file is read completely") {
   CHECK(p.layers[0].weight_bytes == 100ull << 20);
   CHECK(p.layers[4].activation_bytes == 8192);
   CHECK(p.request.context_length == 2048);
+  CHECK(p.request.sequences == 2);
+  CHECK(p.stage_memory_extra.every_stage == 2ull << 20);
+  CHECK(p.stage_memory_extra.first_stage == 0); // the default
+  CHECK(p.stage_memory_extra.last_stage == 4096);
+  // A stage's memory: its layers (KV for 2 sequences) and working memory.
+  CHECK(p.layer_memory(1) == 1000000 + 1024 * 2048 * 2);
+  CHECK(p.stage_memory(0, 1) == (100ull << 20) + (2ull << 20));
+  CHECK(p.stage_memory(1, 5) == 4 * p.layer_memory(1) + (2ull << 20) + 4096);
   CHECK(p.constraints.max_stages == 2);
   REQUIRE(p.constraints.pins.size() == 1);
   CHECK(p.constraints.pins[0].last_layer == 0);
@@ -116,6 +125,16 @@ TEST_CASE("bad problem files are refused with the key path named") {
     {"\"blend_weight\": 0.25", "\"blend_weight\": 1.5",
      "objective.blend_weight: must be in [0, 1]"},
     {"\"request\"", "\"requests\"", "requests: unknown key"},
+    {"\"sequences\": 2", "\"sequences\": 0",
+     "request.sequences: must be in [1, 65536]"},
+    {"\"stage_bytes\": \"2MiB\"", "\"stage_bytes\": -1",
+     "model.stage_bytes: must be >= 0"},
+    {"\"stage_bytes\": \"2MiB\"", "\"stage_bytes\": \"lots\"",
+     "model.stage_bytes: \"lots\" is not a byte count"},
+    {"\"last_stage_bytes\": 4096", "\"last_stage_bytes\": \"2EiB\"",
+     "model.last_stage_bytes: \"2EiB\" is not a byte count"},
+    {"\"last_stage_bytes\": 4096", "\"first_stage_bytes\": \"2000000TiB\"",
+     "model.first_stage_bytes: must be < 1 EiB"},
     {"\"pins\": [{\"device\": \"a/gpu\", \"first_layer\": 0}]",
      "\"pins\": {\"device\": \"a/gpu\"}",
      "constraints.pins: expected an array"},

@@ -49,7 +49,8 @@ std::optional<std::int64_t> brute_force(const cost_model& m) {
   return best;
 }
 
-problem small(std::uint64_t seed, objective_kind k, bool constraints) {
+problem small(std::uint64_t seed, objective_kind k, bool constraints,
+              bool working_memory = false) {
   random_problem_options o;
   o.seed = seed;
   o.layers = 3 + seed % 5;
@@ -59,6 +60,7 @@ problem small(std::uint64_t seed, objective_kind k, bool constraints) {
   o.memory_slack = 1.1 + static_cast<double>(seed % 7) * 0.2;
   o.thermal_caps = seed % 2 == 0;
   o.operator_constraints = constraints;
+  o.working_memory = working_memory;
   o.objective = k;
   return random_problem(o);
 }
@@ -87,7 +89,7 @@ TEST_CASE("the exact solver and Gecode both match brute force on small "
   for (std::uint64_t seed = 1; seed <= 120; ++seed) {
     auto kind = seed % 3 == 0 ? objective_kind::throughput
                               : objective_kind::latency;
-    auto p = small(seed, kind, seed % 2 == 1);
+    auto p = small(seed, kind, seed % 2 == 1, seed % 3 == 1);
     p.constraints.prefer_fewer_nodes = seed % 5 == 0;
     cost_model m(p);
     auto bf = brute_force(m);
@@ -127,6 +129,7 @@ TEST_CASE("the exact solver and Gecode agree on hundreds of random "
     o.memory_slack = 1.2 + static_cast<double>(seed % 5) * 0.3;
     o.thermal_caps = seed % 4 == 0;
     o.operator_constraints = seed % 3 == 0;
+    o.working_memory = seed % 2 == 0;
     o.objective = static_cast<objective_kind>(seed % 3);
     auto p = random_problem(o);
     cost_model m(p);
@@ -164,6 +167,7 @@ TEST_CASE("plans from every solver never break a constraint") {
     o.thermal_caps = true;
     o.operator_constraints = true;
     o.memory_slack = 1.5;
+    o.working_memory = seed % 2 == 1;
     o.objective = static_cast<objective_kind>(seed % 3);
     auto p = random_problem(o);
     for (auto s : {solver_kind::exact, solver_kind::gecode}) {
@@ -182,6 +186,72 @@ TEST_CASE("plans from every solver never break a constraint") {
       for (const auto& x : seen)
         CHECK(check_plan(p, x).empty());
     }
+  }
+}
+
+TEST_CASE("a stage's working memory keeps a tight device from being "
+          "overfilled") {
+  // Four 100 MB layers; a fast device with 450 MB and a slow one with
+  // plenty. Without working memory all four fit on the fast device; with
+  // 50 MB per stage and 80 MB more on the last they do not (530 MB).
+  problem p;
+  p.devices = {make_device("fast", "a", 450'000'000, 1e13),
+               make_device("slow", "a", 10'000'000'000, 1e11)};
+  layer y;
+  y.weight_bytes = 100'000'000;
+  y.flops_per_token = 1e9;
+  y.activation_bytes = 4096;
+  p.layers = uniform_layers(4, y);
+  p.request.safety_margin = 0;
+  auto without = p;
+  p.stage_memory_extra.every_stage = 50'000'000;
+  p.stage_memory_extra.last_stage = 80'000'000;
+  for (auto s : {solver_kind::exact, solver_kind::gecode}) {
+    INFO("solver " << to_string(s));
+    solve_options so;
+    so.solver = s;
+    auto naive = solve(without, so);
+    REQUIRE(naive.best);
+    REQUIRE(naive.best->stages.size() == 1);
+    CHECK(naive.best->stages[0].device_id == "fast");
+    // That plan overflows the fast device once working memory counts.
+    auto broken = check_plan(p, *naive.best);
+    REQUIRE(broken.size() == 1);
+    CHECK(broken[0] == "stage 0 on fast needs "
+                         + format_bytes(530e6) + " ("
+                         + format_bytes(130e6)
+                         + " of it working memory) but only "
+                         + format_bytes(450e6) + " is usable");
+    auto r = solve(p, so);
+    REQUIRE(r.best);
+    CHECK(r.status == solve_status::optimal);
+    CHECK(check_plan(p, *r.best).empty());
+    REQUIRE(r.best->stages.size() == 2);
+    std::size_t fast_layers = 0;
+    for (const auto& st : r.best->stages) {
+      CHECK(st.memory_used_bytes
+            == p.stage_memory(st.first_layer, st.end_layer));
+      CHECK(st.memory_left_bytes >= 0);
+      if (st.device_id == "fast")
+        fast_layers = st.end_layer - st.first_layer;
+    }
+    CHECK(fast_layers == 3); // 300 MB + 50 (+ 80 if last) <= 450 MB
+    CHECK(r.best->stages.back().memory_used_bytes
+          >= 80'000'000 + 50'000'000 + 100'000'000);
+  }
+  SECTION("working memory alone can make a problem infeasible") {
+    p.devices.pop_back();
+    p.stage_memory_extra.every_stage = 400'000'000;
+    auto r = solve(p);
+    CHECK(r.status == solve_status::infeasible);
+    bool found = false;
+    for (const auto& e : r.explanation)
+      found = found
+              || e.find("layer 1 alone needs " + format_bytes(500e6) + " ("
+                        + format_bytes(400e6)
+                        + " of it the stage's working memory)")
+                   == 0;
+    CHECK(found);
   }
 }
 

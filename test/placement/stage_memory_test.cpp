@@ -1,0 +1,129 @@
+// A stage's memory as placement counts it (load_model_spec ->
+// problem::stage_memory) equals model::device_stage_memory and what a
+// device stage really allocates, measured by the device's own accounting
+// (memory().used_by_exo), for every layer range of generated test models:
+// weights, scratch for a shard's batch, logits on the last stage, and the
+// KV caches of two sequences.
+#include <catch2/catch.hpp>
+
+#include "actors/placement/model_spec.hpp"
+#include "actors/placement/problem.hpp"
+#include "backends/factory.hpp"
+#include "runtime/model/device_stage.hpp"
+#include "runtime/model/llama_model.hpp"
+#include "runtime/model/test_model.hpp"
+
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+using namespace exo;
+
+namespace {
+
+backend::device& sim_device() {
+  static backend::registry reg = [] {
+    backend::factory_options opts;
+    opts.use_environment = false;
+    opts.include = {"sim"};
+    opts.sim.devices = {{"a100-40g", ""}};
+    auto r = backend::registry::create(opts);
+    REQUIRE(r.ok());
+    return std::move(*r);
+  }();
+  for (auto& d : reg.devices())
+    if (d->properties().id.rfind("sim", 0) == 0)
+      return *d;
+  FAIL("no simulated device");
+  throw std::logic_error("unreachable");
+}
+
+struct temp_model {
+  std::string path;
+  explicit temp_model(const model::test_model_options& o,
+                      const std::string& tag) {
+    path = (std::filesystem::temp_directory_path()
+            / ("exo-stage-memory-" + std::to_string(::getpid()) + "-" + tag
+               + ".gguf"))
+             .string();
+    model::make_test_model(o, path);
+  }
+  ~temp_model() { std::filesystem::remove(path); }
+};
+
+} // namespace
+
+TEST_CASE("placement counts exactly what a shard's device stage allocates") {
+  struct variant {
+    const char* tag;
+    model::tensor_type type;
+    bool tied;
+  };
+  const variant variants[] = {{"f32", model::tensor_type::f32, false},
+                              {"q8", model::tensor_type::q8_0, false},
+                              {"f16-tied", model::tensor_type::f16, true}};
+  const std::uint32_t n_ctx = 40, sequences = 2;
+  auto& dev = sim_device();
+  for (const auto& v : variants) {
+    INFO("model " << v.tag);
+    model::test_model_options o;
+    o.layers = 4;
+    o.dim = 64;
+    o.ff = 128;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.vocab = 400;
+    o.type = v.type;
+    o.tied = v.tied;
+    temp_model tm(o, v.tag);
+    auto spec = placement::load_model_spec(tm.path, n_ctx);
+    REQUIRE(spec.layers.size() == 4);
+    placement::problem p;
+    p.layers = spec.layers;
+    p.stage_memory_extra = spec.extras;
+    p.request.context_length = n_ctx;
+    p.request.sequences = sequences;
+    // The token embedding is not on the device: nothing extra on the first.
+    CHECK(spec.extras.first_stage == 0);
+    CHECK(spec.extras.every_stage > 0);
+    CHECK(spec.extras.last_stage == 400u * 4); // one row of logits
+
+    auto m = model::llama_model::load(tm.path);
+    const auto opts = model::shard_stage_options(m->hparams());
+    CHECK(opts.max_tokens == model::batch_tokens_for(64));
+    for (std::uint32_t first = 0; first < 4; ++first)
+      for (std::uint32_t last = first + 1; last <= 4; ++last) {
+        INFO("layers [" << first << ", " << last << ")");
+        auto want = model::device_stage_memory(*m, first, last, opts);
+        CHECK(p.stage_memory(first, last) == want.total(n_ctx, sequences));
+        model::backend_ops ops(dev);
+        const auto before = dev.memory().used_by_exo;
+        {
+          auto st = model::device_stage::create(m, first, last, ops, opts);
+          REQUIRE(st.ok());
+          CHECK((*st)->weight_bytes() == want.weight_bytes());
+          CHECK(dev.memory().used_by_exo - before
+                == want.weight_bytes() + want.working_bytes());
+          for (std::uint32_t s = 0; s < sequences; ++s)
+            REQUIRE((*st)->new_cache(n_ctx).ok());
+          CHECK((*st)->cache_bytes()
+                == want.kv_bytes_per_token * n_ctx * sequences);
+          // Everything the stage holds, by the device's own accounting.
+          CHECK(dev.memory().used_by_exo - before
+                == p.stage_memory(first, last));
+        }
+        CHECK(dev.memory().used_by_exo == before);
+      }
+  }
+}
+
+TEST_CASE("a stage's memory refuses a range outside the model") {
+  model::test_model_options o;
+  temp_model tm(o, "range");
+  auto m = model::llama_model::load(tm.path);
+  const auto opts = model::shard_stage_options(m->hparams());
+  CHECK_THROWS_AS(model::device_stage_memory(*m, 1, 1, opts),
+                  model::model_error);
+  CHECK_THROWS_AS(model::device_stage_memory(*m, 0, 3, opts),
+                  model::model_error);
+}
