@@ -447,17 +447,28 @@ struct prepared_input {
   std::vector<float> xd;       // their scales as floats
 };
 
-void prepare(weight_type t, const float* x, std::size_t n,
-             prepared_input& p) {
+/// Prepares `rows` rows of `cols` activations; Q8_0 rows are quantized on
+/// `threads` threads (the result does not depend on how they split).
+void prepare(weight_type t, const float* x, std::size_t rows,
+             std::size_t cols, prepared_input& p, int threads) {
+  const std::size_t n = rows * cols;
   if (t == weight_type::f16) {
     p.xf.resize(n);
     round_to_f16(x, p.xf.data(), n);
   } else if (t == weight_type::q8_0) {
-    p.xq.resize(n / 32);
-    p.xd.resize(n / 32);
-    quantize_q8_0_activations(x, p.xq.data(), n);
-    for (std::size_t b = 0; b < n / 32; ++b)
-      p.xd[b] = f16_to_f32(p.xq[b].d);
+    const std::size_t nb = cols / 32;
+    p.xq.resize(rows * nb);
+    p.xd.resize(rows * nb);
+    const long nrows = static_cast<long>(rows);
+#if defined(_OPENMP)
+#  pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && nrows > 1)
+#endif
+    for (long r = 0; r < nrows; ++r) {
+      const std::size_t b0 = static_cast<std::size_t>(r) * nb;
+      quantize_q8_0_activations(x + b0 * 32, p.xq.data() + b0, cols);
+      for (std::size_t b = b0; b < b0 + nb; ++b)
+        p.xd[b] = f16_to_f32(p.xq[b].d);
+    }
   }
 }
 
@@ -1050,7 +1061,7 @@ void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
     return;
   threads = std::max(1, threads);
   prepared_input p;
-  prepare(t, a, cols * n_tokens, p);
+  prepare(t, a, n_tokens, cols, p, threads);
   if (t == weight_type::q8_0 && n_tokens > 1) {
     gemm_q8(p, n_tokens, w, rows, cols, c, threads);
     return;
