@@ -18,7 +18,7 @@ struct run_options {
   std::string prompt;
   std::uint32_t n_gen = 16;
   model::sampler_params sampling;
-  std::uint32_t stages = 0;    ///< 0: the solver's plan (cluster) or 1
+  std::uint32_t stages = 0;    ///< 0: the solver's plan (cluster or node)
                                ///< (local); K: an even split
   std::uint32_t sequences = 1; ///< M copies of the prompt, in flight at once
   std::uint32_t n_ctx = 0;     ///< 0: prompt + n, at most the model's

@@ -349,6 +349,10 @@ struct cluster_run {
   std::string error;
   caf::response_promise rp;
   std::string streamed;
+  /// The placement job kept for this run and the node keeping it (the
+  /// coordinator), dropped when the run ends; "" with --stages.
+  std::string plan_job;
+  std::string planner;
 };
 
 /// The parts of the run's model a stage of layers [first, last) needs,
@@ -374,6 +378,17 @@ void end_run(self_ptr self, std::shared_ptr<cluster_run> run,
   for (auto& r : run->ready)
     if (r.shard)
       self->send_exit(r.shard, caf::exit_reason::user_shutdown);
+  if (!run->plan_job.empty()) {
+    // The coordinator stops re-planning the ended run. A request, not a
+    // send: the answer must come back to a handler (an unexpected answer
+    // is refused with an error, and an error message stops an actor).
+    self
+      ->request(self->state.gate, 10s, service_atom::value, run->planner,
+                std::string{placement::placement_service},
+                caf::make_message(unplan_atom::value, run->plan_job))
+      .then([](bool) {}, [](caf::error&) {});
+    run->plan_job.clear();
+  }
   if (!error.empty())
     run->rp.deliver(fail(exo_errc::failed_state, "run: " + error));
 }
@@ -594,8 +609,11 @@ void place_and_start(self_ptr self, std::shared_ptr<cluster_run> run,
   }
   plan_request req;
   try {
+    // Kept as a job of the placement service while the run lasts.
+    static std::atomic<std::uint64_t> runs{0};
     req = run_plan_request(run->opts.model, n_ctx, run->opts.sequences,
-                           self->state.node);
+                           self->state.node,
+                           self->state.node + "#" + std::to_string(++runs));
   } catch (const std::exception& e) {
     end_run(self, run, e.what());
     return;
@@ -608,7 +626,10 @@ void place_and_start(self_ptr self, std::shared_ptr<cluster_run> run,
               std::string{placement::placement_service},
               caf::make_message(plan_atom::value, std::move(req)))
     .then(
-      [self, run, view, n_layer = hp.n_layer](plan_job_info& j) {
+      [self, run, view, coordinator,
+       n_layer = hp.n_layer](plan_job_info& j) {
+        run->plan_job = j.id;
+        run->planner = coordinator;
         try {
           run->plan = stages_of(j.plan, view, n_layer);
         } catch (const std::exception& e) {
@@ -617,7 +638,10 @@ void place_and_start(self_ptr self, std::shared_ptr<cluster_run> run,
           return;
         }
         run->placement_text = "placement (solver):\n"
-                              + describe_plan(j.plan) + describe(run->plan);
+                              + describe_plan(j.plan) + describe(run->plan)
+                              + "kept as " + j.id + " by " + coordinator
+                              + ": re-planned while the run lasts "
+                                "(plans)\n";
         start_stages(self, run);
       },
       [self, run, coordinator](caf::error& err) {

@@ -23,7 +23,10 @@
 ///   (unplan_atom, job id)          -> bool: drops a kept job (the console's
 ///                                     `run` registers its plan, with
 ///                                     request.run set, and drops it when
-///                                     the run ends)
+///                                     the run ends; ask it with a
+///                                     request: an unexpected bool sent
+///                                     back is refused with an error, and
+///                                     an error message stops this actor)
 ///   (snapshot_atom, member_view)   -> ok: a cluster snapshot as if polled
 ///                                     (tests; a push from a future topology
 ///                                     or jobs actor)

@@ -3,6 +3,7 @@
 #include "actors/jobs/job_actor.hpp"
 #include "actors/jobs/run_options.hpp"
 #include "actors/jobs/simple_placement.hpp"
+#include "actors/jobs/solver_placement.hpp"
 #include "actors/shard/shard_actor.hpp"
 #include "messages/workload.hpp"
 #include "runtime/model/tokenizer.hpp"
@@ -52,8 +53,6 @@ int run_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
   try {
     o = jobs::parse_run_options(
       std::vector<std::string>(argv + 1, argv + argc), true);
-    if (o.stages == 0)
-      o.stages = 1;
     cfg = o.config.empty() ? config::defaults() : config::load(o.config);
     if (!o.state_dir.empty())
       cfg.node.state_dir = o.state_dir;
@@ -73,7 +72,7 @@ int run_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
         "prompt (" + std::to_string(prompt.size()) + " tokens) plus -n "
         + std::to_string(o.n_gen) + " exceed the context of "
         + std::to_string(std::min(o.n_ctx, m->hparams().n_ctx_train)));
-    if (o.stages > m->hparams().n_layer)
+    if (o.stages != 0 && o.stages > m->hparams().n_layer)
       throw std::invalid_argument(
         "--stages " + std::to_string(o.stages) + " exceeds the model's "
         + std::to_string(m->hparams().n_layer) + " layers");
@@ -108,13 +107,27 @@ static int run_job_on(runtime& rt, const jobs::run_options& o,
     infos.push_back(d.first);
   std::vector<jobs::stage_place> plan;
   try {
-    plan = jobs::simple_placement(m->hparams().n_layer, o.stages,
-                                  {{cfg.node.name, infos}});
+    if (o.stages != 0) {
+      plan = jobs::simple_placement(m->hparams().n_layer, o.stages,
+                                    {{cfg.node.name, infos}});
+      out << "placement: even split into " << o.stages
+          << " stage(s) (--stages)\n";
+    } else {
+      // The solver on this node's own devices: the same problem the
+      // placement service would build for a cluster of this node alone.
+      auto req = jobs::run_plan_request(o.model, o.n_ctx, o.sequences,
+                                        cfg.node.name);
+      auto view = jobs::single_node_view(cfg.node.name, infos);
+      auto solved = jobs::plan_locally(req, view, cfg.node.name);
+      plan = jobs::stages_of(solved, view, m->hparams().n_layer);
+      out << "placement (solver):\n" << jobs::describe_plan(solved);
+    }
   } catch (const std::exception& e) {
-    err << "exo-node run: " << e.what() << "\n";
+    err << "exo-node run: " << e.what()
+        << (o.stages == 0 ? " (--stages K splits evenly)" : "") << "\n";
     return 1;
   }
-  out << "placement:\n" << jobs::describe(plan);
+  out << jobs::describe(plan);
   std::vector<caf::actor> stages;
   for (auto& p : plan) {
     shard::shard_setup s;
@@ -175,7 +188,7 @@ static int run_job_on(runtime& rt, const jobs::run_options& o,
                   r.prompt_s, r.prompt_tps(),
                   static_cast<unsigned long long>(r.generated_tokens),
                   r.generation_s, r.generation_tps(), o.sequences,
-                  o.stages);
+                  static_cast<unsigned>(plan.size()));
     out << line;
     if (!o.logits_out.empty()) {
       std::FILE* f = std::fopen(o.logits_out.c_str(), "w");

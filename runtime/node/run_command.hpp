@@ -8,8 +8,13 @@
 ///     [--state-dir DIR]
 ///
 /// Starts the node (discovery, device actors; its gate on a free port, no
-/// seeds), places K stages (default 1) on its devices with
-/// jobs::simple_placement (one of every backend first: cpu, vulkan, sim),
+/// seeds), places the model on its devices with the placement solver
+/// (jobs::plan_locally: the problem the placement service builds for this
+/// node alone, every stage's working memory counted; objective latency, or
+/// throughput with --sequences M > 1) and prints the solver's table, or
+/// with --stages K splits evenly with jobs::simple_placement (one of every
+/// backend first: cpu, vulkan, sim); no plan (the model does not fit) is
+/// exit 1 with the solver's explanation. It then
 /// spawns a shard per stage bound to its device actor, streams sequence 0's
 /// text to stdout as it is produced and prints tokens/s. --logits-out
 /// writes the last logits of sequence 0, one per line (%.9g).

@@ -42,7 +42,8 @@ bool contains(const std::string& s, const std::string& what) {
 }
 
 /// A CA, a client certificate, node certificates, a model (about 4 MiB) and
-/// a profile of a simulated device that holds `share` (60%) of it. Each node
+/// a profile of a simulated device that holds `share` (60%) of its layers
+/// and a stage's working memory. Each node
 /// has one such device and (as the CPU fallback) a CPU limited to 1 MiB: no
 /// node holds the model alone.
 struct cluster_files {
@@ -61,7 +62,13 @@ struct cluster_files {
     double total = 0;
     for (auto& l : spec.layers)
       total += static_cast<double>(l.weight_bytes + l.kv_bytes_per_token * 64);
-    auto gib = total * share / 0.95 / 1073741824.0;
+    // A stage's working memory (scratch for a batch, the last stage's
+    // logits) comes on top of its share of the layers.
+    const auto& x = spec.extras;
+    auto gib = (total * share
+                + static_cast<double>(x.every_stage + x.first_stage
+                                      + x.last_stage))
+               / 0.95 / 1073741824.0;
     write_file(dir + "/profiles.json",
                R"({"profiles": [{"name": "tiny", "memory_gib": )"
                  + std::to_string(gib) + R"(, "compute_units": 4,
@@ -201,11 +208,9 @@ TEST_CASE("plan in the console places a model on both nodes' devices and "
 TEST_CASE("the coordinator plans for the cluster: plan on another node is "
           "forwarded, run uses the solver's stages, a new coordinator plans",
           "[placement][cluster][workload]") {
-  // Devices that hold 80% of the model: still none alone. The cost model
-  // does not count what a running shard allocates besides its layers
-  // (scratch for 64 tokens of activations, logits): the model is large
-  // enough (layers of about 10 MB, about 60 MB in all) that the solver's 5%
-  // safety margin covers that, and none of its layers fits the 1 MiB CPUs.
+  // Devices that hold 80% of the model's layers and a stage's working
+  // memory (which the solver counts: scratch for a shard's batch, logits):
+  // still none alone, and no stage fits the 1 MiB CPUs.
   cluster_files f{0.8, 512};
   f.node_cert("a");
   f.node_cert("b");
@@ -250,6 +255,16 @@ TEST_CASE("the coordinator plans for the cluster: plan on another node is "
   CHECK(contains(ran.out, "on a sim:tiny:0"));
   CHECK(contains(ran.out, "on b sim:tiny:0"));
   CHECK(contains(ran.out, "text: hello world"));
+  // The run's plan was a job of the coordinator while it ran (re-planned on
+  // changes like any job) and is dropped now that the run has ended.
+  CHECK(contains(ran.out, "kept as job-2 by a"));
+  CHECK(eventually(
+    f, a.port, "plans",
+    [](const std::string& out) {
+      return contains(out, "\"id\":\"job-1\"")
+             && !contains(out, "\"id\":\"job-2\"");
+    },
+    60s));
 
   // The coordinator dies: b becomes the coordinator and plans itself (the
   // model does not fit on b alone, so it says why).

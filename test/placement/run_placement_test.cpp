@@ -6,14 +6,21 @@
 #include "actors/jobs/solver_placement.hpp"
 #include "actors/placement/cluster_snapshot.hpp"
 #include "actors/placement/model_spec.hpp"
+#include "actors/placement/placement_actor.hpp"
+#include "messages/registration.hpp"
 #include "runtime/model/test_model.hpp"
 #include "test/support/process.hpp"
 
+#include <caf/all.hpp>
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <functional>
 #include <stdexcept>
+#include <thread>
 
 using namespace exo;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -65,6 +72,17 @@ TEST_CASE("a run's plan request carries the model's layers and its needs",
   CHECK(one.model_name == "m.gguf");
   // Several sequences in flight: the slowest stage matters.
   CHECK(jobs::run_plan_request(path, 40, 4, "b").objective == "throughput");
+  // A stage's working memory travels with the layers.
+  CHECK(one.stage_bytes == spec.extras.every_stage);
+  CHECK(one.stage_bytes > 0);
+  CHECK(one.last_stage_bytes == spec.extras.last_stage);
+  CHECK(one.first_stage_bytes == spec.extras.first_stage);
+  // A console run names itself: kept as a job while it runs, its
+  // sequences' KV caches counted.
+  auto run = jobs::run_plan_request(path, 40, 3, "b", "b#7");
+  CHECK(run.keep);
+  CHECK(run.run == "b#7");
+  CHECK(run.sequences == 3);
   CHECK_THROWS_AS(jobs::run_plan_request(path + ".missing", 40, 1, "b"),
                   std::invalid_argument);
 }
@@ -121,4 +139,149 @@ TEST_CASE("the solver's plan becomes the job's stages and a plan that does not "
   auto short_plan = p;
   short_plan.stages[1].end_layer = 5;
   refused(short_plan, "end at layer 5 of 6");
+}
+
+namespace {
+
+device_info sim_device(const std::string& node, const std::string& id,
+                       double flops, device_state s = device_state::ready) {
+  device_info d;
+  d.id = id;
+  d.node = node;
+  d.backend = "sim";
+  d.simulated = true;
+  d.total_memory = d.free_memory = 1ull << 30;
+  d.peak_flops = flops;
+  d.memory_bandwidth = 100e9;
+  d.state = s;
+  return d;
+}
+
+member_info node(const std::string& name, std::vector<device_info> devs,
+                 member_status s = member_status::alive) {
+  member_info m;
+  m.name = name;
+  m.host = "127.0.0.1";
+  m.status = s;
+  m.devices = std::move(devs);
+  return m;
+}
+
+} // namespace
+
+// What the console's `run` does with its plan (actors/jobs/shards_service):
+// asks with run_plan_request(..., run id), keeps the job id, and sends
+// (unplan_atom, id) when the run ends.
+TEST_CASE("a running job's plan is re-planned with the reason when a node "
+          "dies or a device pauses, and dropped when the run ends",
+          "[placement][jobs]") {
+  auto path = test::temp_dir("exo-run-replan") + "/m.gguf";
+  model::test_model_options o;
+  o.layers = 4;
+  model::make_test_model(o, path);
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  placement::placement_actor_config pc;
+  pc.node_name = "a";
+  pc.debounce = 100ms;
+  auto placement = placement::spawn_placement_actor(sys, pc);
+  auto feed = [&](member_view v) {
+    self->request(placement, 10s, snapshot_atom::value, std::move(v))
+      .receive([](caf::atom_value) {},
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  };
+  auto plan = [&](const plan_request& r) {
+    plan_job_info out;
+    self->request(placement, 60s, plan_atom::value, r)
+      .receive([&](plan_job_info& j) { out = std::move(j); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return out;
+  };
+  auto jobs_now = [&] {
+    std::vector<plan_job_info> out;
+    self->request(placement, 60s, plans_atom::value)
+      .receive([&](std::vector<plan_job_info>& xs) { out = std::move(xs); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return out;
+  };
+  // Polls until `pred` holds; the deadline only turns a hang into a
+  // failure (no timing is asserted).
+  auto wait_for = [&](const std::function<bool(
+                        const std::vector<plan_job_info>&)>& pred) {
+    auto deadline = std::chrono::steady_clock::now() + 120s;
+    for (;;) {
+      auto xs = jobs_now();
+      if (pred(xs) || std::chrono::steady_clock::now() > deadline)
+        return xs;
+      std::this_thread::sleep_for(20ms);
+    }
+  };
+  auto unplan = [&](const std::string& id) {
+    bool out = false;
+    self->request(placement, 10s, unplan_atom::value, id)
+      .receive([&](bool x) { out = x; },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return out;
+  };
+  member_view v;
+  v.members = {node("a", {sim_device("a", "sim:fast:0", 4e12),
+                          sim_device("a", "sim:slow:0", 1e12)}),
+               node("b", {sim_device("b", "sim:mid:0", 2e12)})};
+  feed(v);
+  auto j = plan(jobs::run_plan_request(path, 40, 1, "a", "a#1"));
+  REQUIRE_FALSE(j.id.empty());
+  REQUIRE_FALSE(j.plan.stages.empty());
+  // A second run of the same model is a job of its own.
+  auto k = plan(jobs::run_plan_request(path, 40, 1, "a", "a#2"));
+  CHECK(k.id != j.id);
+  CHECK(unplan(k.id));
+  auto xs = jobs_now();
+  REQUIRE(xs.size() == 1);
+  CHECK(xs[0].id == j.id);
+  CHECK(xs[0].request.run == "a#1");
+  CHECK(placement::render_text(xs[0]).find("run=a#1") != std::string::npos);
+
+  // Node b dies.
+  auto dead = v;
+  dead.members[1].status = member_status::dead;
+  feed(dead);
+  xs = wait_for([](const std::vector<plan_job_info>& ys) {
+    return ys.size() == 1 && ys[0].replans >= 1;
+  });
+  REQUIRE(xs.size() == 1);
+  INFO(placement::render_text(xs[0]));
+  CHECK(xs[0].replans == 1);
+  CHECK(xs[0].last_reason == "member b: alive -> dead");
+  CHECK_FALSE(xs[0].stale);
+  for (auto& s : xs[0].plan.stages)
+    CHECK(s.node == "a");
+  CHECK(placement::render_text(xs[0]).find(
+          "last re-plan: member b: alive -> dead")
+        != std::string::npos);
+
+  // The device it runs on pauses: the plan moves off it.
+  auto used = xs[0].plan.stages[0].device;
+  auto paused = dead;
+  for (auto& d : paused.members[0].devices)
+    if ("a/" + d.id == used)
+      d.state = device_state::paused;
+  feed(paused);
+  xs = wait_for([](const std::vector<plan_job_info>& ys) {
+    return ys.size() == 1 && ys[0].replans >= 2;
+  });
+  REQUIRE(xs.size() == 1);
+  CHECK(xs[0].replans == 2);
+  CHECK(xs[0].last_reason == "device " + used + ": ready -> paused");
+  CHECK_FALSE(xs[0].stale);
+  for (auto& s : xs[0].plan.stages)
+    CHECK(s.device != used);
+
+  // The run ends: its job is gone, and a second release finds nothing.
+  CHECK(unplan(j.id));
+  CHECK(jobs_now().empty());
+  CHECK_FALSE(unplan(j.id));
+  self->send_exit(placement, caf::exit_reason::user_shutdown);
+  self->wait_for(placement);
 }
