@@ -18,6 +18,8 @@ namespace {
 struct row {
   std::size_t layers, devices, nodes, identical;
   objective_kind kind;
+  /// Stages have working memory (stage_extras), marked "+wm".
+  bool working = false;
 };
 
 } // namespace
@@ -27,7 +29,7 @@ int main(int argc, char** argv) {
   std::printf("placement benchmark: solver 'both' (exact DP, Gecode when "
               "unproven), Gecode alone limited to %ld ms, 1 thread\n\n",
               gecode_ms);
-  std::printf("%-10s %3s %3s %5s %7s %-7s %10s %6s %7s | %-14s | %9s %s\n",
+  std::printf("%-13s %3s %3s %5s %7s %-7s %10s %6s %7s | %-14s | %9s %s\n",
               "objective", "L", "D", "nodes", "classes", "solver", "time ms",
               "proven", "gap %", "gecode alone", "base/ours",
               "base breaks memory");
@@ -42,6 +44,10 @@ int main(int argc, char** argv) {
   rows.push_back({80, 10, 8, 0, objective_kind::throughput});
   rows.push_back({80, 16, 8, 10, objective_kind::throughput});
   rows.push_back({80, 10, 8, 0, objective_kind::blend});
+  // Working memory per stage (and on the first and last stage).
+  rows.push_back({80, 10, 8, 0, objective_kind::latency, true});
+  rows.push_back({80, 16, 8, 10, objective_kind::latency, true});
+  rows.push_back({80, 10, 8, 0, objective_kind::throughput, true});
   int seed = 0;
   for (const auto& r : rows) {
     random_problem_options o;
@@ -50,9 +56,12 @@ int main(int argc, char** argv) {
     o.nodes = r.nodes;
     o.identical = r.identical;
     o.objective = r.kind;
+    o.working_memory = r.working;
     o.memory_slack = 1.3;
     o.seed = static_cast<std::uint64_t>(100 + seed++);
     auto p = random_problem(o);
+    const std::string label = std::string{to_string(r.kind)}
+                              + (r.working ? "+wm" : "");
     cost_model m(p);
     solve_options so;
     so.time_limit = std::chrono::milliseconds(gecode_ms);
@@ -70,8 +79,8 @@ int main(int argc, char** argv) {
                     g.solve_seconds * 1e3, gap);
     }
     if (!res.best) {
-      std::printf("%-10s %3zu %3zu %5zu %7zu %-7s %10.1f  (no plan: %s)\n",
-                  to_string(r.kind), r.layers, r.devices, r.nodes,
+      std::printf("%-13s %3zu %3zu %5zu %7zu %-7s %10.1f  (no plan: %s)\n",
+                  label.c_str(), r.layers, r.devices, r.nodes,
                   m.classes(), "-", res.solve_seconds * 1e3,
                   to_string(res.status));
       continue;
@@ -82,9 +91,9 @@ int main(int argc, char** argv) {
                    : 0;
     double ratio = res.baseline->objective_seconds / b.objective_seconds;
     bool breaks = !res.baseline_violations.empty();
-    std::printf("%-10s %3zu %3zu %5zu %7zu %-7s %10.1f %6s %7.2f | %-14s | "
+    std::printf("%-13s %3zu %3zu %5zu %7zu %-7s %10.1f %6s %7.2f | %-14s | "
                 "%9.2f %s\n",
-                to_string(r.kind), r.layers, r.devices, r.nodes, m.classes(),
+                label.c_str(), r.layers, r.devices, r.nodes, m.classes(),
                 b.solver.c_str(), res.solve_seconds * 1e3,
                 b.proven_optimal ? "yes" : "no", gap, gec, ratio,
                 breaks ? "yes" : "no");
