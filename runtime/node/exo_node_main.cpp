@@ -31,6 +31,10 @@ constexpr const char* usage = R"(usage: exo-node [OPTIONS]
        exo-node plan --problem FILE.json [--objective latency|throughput|blend]
                      [--time-limit MS] [--json] [--solver exact|gecode|both|baseline]
        exo-node audit verify FILE... | audit query --dir D [...]
+       exo-node run --model FILE.gguf --prompt TEXT [-n N] [--stages K]
+                    [--sequences M] [--ctx C] [...]  (one job on this node:
+                    the solver places it on the node's devices; --stages K
+                    splits evenly; see runtime/node/run_command.hpp)
 
 Runs one node of an exo cluster until SIGINT or SIGTERM.
 
