@@ -78,7 +78,7 @@ std::vector<stage_place> stages_of(const plan_info& p,
                                    const member_view& view,
                                    std::uint32_t n_layer) {
   if (p.stages.empty()) {
-    std::string why = "the placement service found no plan (" + p.status
+    std::string why = "the placement solver found no plan (" + p.status
                       + ")";
     for (auto& e : p.explanation)
       why += "; " + e;
