@@ -197,11 +197,14 @@ std::vector<std::string> explain_infeasible(const problem& p) {
                   + working + ", safety margin "
                   + std::to_string(static_cast<int>(
                       p.request.safety_margin * 100 + 0.5))
-                  + "%) and the "
-                  + (all.k == caps.size()
-                       ? std::to_string(elig.size()) + " usable devices have "
-                       : std::to_string(all.k)
-                           + " largest usable devices have ")
+                  + "%) and "
+                  + (caps.size() == 1 ? std::string{"the one usable device has "}
+                     : all.k == caps.size()
+                       ? "the " + std::to_string(caps.size())
+                           + " usable devices have "
+                     : all.k == 1 ? std::string{"the largest usable device has "}
+                                  : "the " + std::to_string(all.k)
+                                      + " largest usable devices have ")
                   + gib(all.have));
   else if (limited.short_of())
     out.push_back("with at most " + std::to_string(max_st)

@@ -252,6 +252,18 @@ TEST_CASE("a stage's working memory keeps a tight device from being "
                         + " of it the stage's working memory)")
                    == 0;
     CHECK(found);
+    found = false;
+    for (const auto& e : r.explanation)
+      found = found
+              || (e.find("total free memory is ") == 0
+                  && e.find("with " + format_bytes(400e6)
+                            + " of working memory per stage + "
+                            + format_bytes(80e6) + " on the last")
+                       != std::string::npos
+                  && e.find("and the one usable device has "
+                            + format_bytes(450e6))
+                       != std::string::npos);
+    CHECK(found);
   }
 }
 
