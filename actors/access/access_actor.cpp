@@ -2,6 +2,7 @@
 
 #include "actors/access/audit_event.hpp"
 #include "actors/access/revocation_store.hpp"
+#include "actors/access/revocation_sync.hpp"
 #include "actors/audit/event.hpp"
 #include "messages/access.hpp"
 #include "messages/audit.hpp"
@@ -16,8 +17,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
+#include <cstdio>
 #include <fstream>
+#include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -101,6 +106,15 @@ struct access_state {
   std::uint64_t issued = 0;
   std::uint64_t revoked = 0;
   std::uint64_t refused = 0;
+  /// Revocation catch-up (revocation_sync.hpp): what this node knows, and
+  /// the incarnation of each member it exchanged lists with.
+  std::unique_ptr<hmac_sha256> sync_mac;
+  revocation_set known;
+  std::map<std::string, std::uint64_t> synced;
+  std::set<std::string> syncing;
+  std::uint64_t sync_learned = 0;
+  std::uint64_t sync_rejected = 0;
+  std::uint64_t limits_set = 0;
 };
 
 using self_ptr = caf::stateful_actor<access_state>*;
@@ -124,7 +138,9 @@ caf::error usage(const std::string& why) {
                            + " (token issue principal=P role=R "
                              "[devices=a,b|*] [quota=BYTES] [ttl=S] "
                              "auth=ADMIN | token revoke ID|principal=P "
-                             "auth=ADMIN | token check TOKEN [perm=P] "
+                             "auth=ADMIN | token limit principal=P "
+                             "rate=N[/s] [burst=B] auth=ADMIN | token limits "
+                             "auth=TOKEN | token check TOKEN [perm=P] "
                              "[device=D])");
 }
 
@@ -147,6 +163,115 @@ admin_of(access_state& st, const std::map<std::string, std::string>& kv) {
                          "token: admin required: "
                            + std::string{to_string(d.code)} + ": "
                            + d.reason);
+}
+
+/// Applies a revocation to the policy, remembers it for catch-up, appends
+/// it to the revocations file and audits it (token_revoked, and
+/// policy_change: the node's policy changed). `relayed` is "false" (an
+/// admin's command here), "true" (a peer's relay) or "sync" (catch-up from
+/// `from`). Returns "true" when persisted, "false" without a file, else
+/// why it was not.
+std::string apply_revocation(access_state& st, const revocation& rev,
+                             const std::string& admin,
+                             const std::string& relayed,
+                             const std::string& from) {
+  if (rev.what == revocation::kind::principal)
+    st.cfg.policy->revoke_principal(rev.name, rev.at);
+  else
+    st.cfg.policy->revoke_token(rev.name, rev.at);
+  st.known.add(rev);
+  ++st.revoked;
+  std::string persisted = "true";
+  if (!st.cfg.revocations_file.empty()) {
+    try {
+      revocation_store{st.cfg.revocations_file}.append(rev);
+    } catch (const std::exception& e) {
+      persisted = e.what();
+    }
+  } else {
+    persisted = "false";
+  }
+  audit::event ev;
+  ev.type = audit::event_type::token_revoked;
+  if (rev.what == revocation::kind::principal) {
+    ev.details["subject"] = rev.name;
+    ev.details["through"] = std::to_string(rev.at);
+  } else {
+    ev.details["token_id"] = rev.name;
+  }
+  ev.details["relayed"] = relayed;
+  ev.details["persisted"] = persisted;
+  if (!from.empty())
+    ev.details["from"] = from;
+  audit_event(st, ev, admin);
+  audit::event change;
+  change.type = audit::event_type::policy_change;
+  change.details = {{"change", "revocation_added"},
+                    {"kind", rev.what == revocation::kind::principal
+                               ? "principal"
+                               : "token"},
+                    {"name", rev.name},
+                    {"relayed", relayed}};
+  if (!from.empty())
+    change.details["from"] = from;
+  audit_event(st, change, admin);
+  return persisted;
+}
+
+/// A rate or burst: a number in [0, 1e6], optionally followed by "/s".
+bool parse_rate(std::string text, double& out) {
+  if (text.size() > 2 && text.compare(text.size() - 2, 2, "/s") == 0)
+    text.resize(text.size() - 2);
+  if (text.empty() || text.size() > 32)
+    return false;
+  for (char c : text)
+    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '.'))
+      return false;
+  try {
+    std::size_t used = 0;
+    out = std::stod(text, &used);
+    return used == text.size() && std::isfinite(out) && out >= 0
+           && out <= 1e6;
+  } catch (...) {
+    return false;
+  }
+}
+
+/// A number without trailing zeros ("0.5", "10").
+std::string number_text(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
+/// Relays `relay` (a "token" command with relay=1) to every live peer
+/// through the gate, then replies `r` with how many applied it.
+caf::result<console_reply> broadcast(self_ptr self, console_reply r,
+                                     std::string relay,
+                                     const std::string& what) {
+  auto& st = self->state;
+  auto rp = self->make_response_promise<console_reply>();
+  auto t0 = std::chrono::steady_clock::now();
+  self
+    ->request(st.cfg.gate, std::chrono::seconds(3), broadcast_atom::value,
+              std::string{"token"}, std::move(relay))
+    .then(
+      [rp, r, t0, what](std::uint64_t peers) mutable {
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+        r.text += "told " + std::to_string(peers) + " peers in "
+                  + std::to_string(ms) + " ms\n";
+        r.json = "{\"" + what + "\":true,\"peers\":" + std::to_string(peers)
+                 + ",\"broadcast_ms\":" + std::to_string(ms) + "}";
+        rp.deliver(std::move(r));
+      },
+      [rp, r, what](caf::error&) mutable {
+        r.text += "could not reach the peers\n";
+        r.json = "{\"" + what + "\":true,\"peers\":-1}";
+        rp.deliver(std::move(r));
+      });
+  return rp;
 }
 
 caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
@@ -244,8 +369,6 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
     auto admin = admin_of(st, kv);
     if (!admin)
       return std::move(admin.error());
-    audit::event ev;
-    ev.type = audit::event_type::token_revoked;
     bool relayed = kv.count("relay") > 0;
     auto now = unix_now();
     revocation rev;
@@ -262,45 +385,15 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
         }
       }
       rev = {revocation::kind::principal, kv["principal"], through};
-      ev.details["subject"] = kv["principal"];
-      ev.details["through"] = std::to_string(through);
     } else if (plain.size() == 1) {
       rev = {revocation::kind::token, plain[0], now + st.cfg.max_ttl_s};
-      ev.details["token_id"] = plain[0];
     } else {
       return usage("revoke needs a token id or principal=P");
     }
     if (rev.name.empty() || rev.name.size() > 256)
       return usage("a token id or principal has 1 to 256 characters");
-    if (rev.what == revocation::kind::principal)
-      st.cfg.policy->revoke_principal(rev.name, rev.at);
-    else
-      st.cfg.policy->revoke_token(rev.name, rev.at);
-    ++st.revoked;
-    std::string persisted = "true";
-    if (!st.cfg.revocations_file.empty()) {
-      try {
-        revocation_store{st.cfg.revocations_file}.append(rev);
-      } catch (const std::exception& e) {
-        persisted = e.what();
-      }
-    } else {
-      persisted = "false";
-    }
-    ev.details["relayed"] = relayed ? "true" : "false";
-    ev.details["persisted"] = persisted;
-    audit_event(st, ev, *admin);
-    // The node's policy changed (a revocation entry): policy_change, apart
-    // from token_revoked, which records the admin's act.
-    audit::event change;
-    change.type = audit::event_type::policy_change;
-    change.details = {{"change", "revocation_added"},
-                      {"kind", rev.what == revocation::kind::principal
-                                 ? "principal"
-                                 : "token"},
-                      {"name", rev.name},
-                      {"relayed", relayed ? "true" : "false"}};
-    audit_event(st, change, *admin);
+    auto persisted = apply_revocation(st, rev, *admin,
+                                      relayed ? "true" : "false", "");
     r.text = "revoked on " + st.cfg.node + "\n";
     if (persisted != "true" && !st.cfg.revocations_file.empty())
       r.text += "warning: not persisted: " + persisted + "\n";
@@ -314,37 +407,198 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
                           + " through=" + std::to_string(rev.at)
                       : rev.name)
                  + " auth=" + kv["auth"] + " relay=1";
-    auto rp = self->make_response_promise<console_reply>();
-    auto t0 = std::chrono::steady_clock::now();
-    self
-      ->request(st.cfg.gate, std::chrono::seconds(3), broadcast_atom::value,
-                std::string{"token"}, std::move(relay))
-      .then(
-        [rp, r, t0](std::uint64_t peers) mutable {
-          auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count();
-          r.text += "told " + std::to_string(peers) + " peers in "
-                    + std::to_string(ms) + " ms\n";
-          r.json = "{\"revoked\":true,\"peers\":" + std::to_string(peers)
-                   + ",\"broadcast_ms\":" + std::to_string(ms) + "}";
-          rp.deliver(std::move(r));
-        },
-        [rp, r](caf::error&) mutable {
-          r.text += "could not reach the peers\n";
-          r.json = "{\"revoked\":true,\"peers\":-1}";
-          rp.deliver(std::move(r));
-        });
-    return rp;
+    return broadcast(self, std::move(r), std::move(relay), "revoked");
+  }
+  if (sub == "limit") {
+    auto admin = admin_of(st, kv);
+    if (!admin)
+      return std::move(admin.error());
+    bool relayed = kv.count("relay") > 0;
+    auto principal = kv["principal"];
+    if (principal.empty() || principal.size() > 128)
+      return usage("limit needs principal=P (1 to 128 characters)");
+    if (!kv.count("rate"))
+      return usage("limit needs rate=N (operations per second, 0: none)");
+    double rate = 0, burst = 0;
+    if (!parse_rate(kv["rate"], rate))
+      return usage("rate=\"" + kv["rate"].substr(0, 32)
+                   + "\" is not a number of operations per second in [0, "
+                     "1000000] (e.g. rate=5/s)");
+    burst = std::max(1.0, std::ceil(rate));
+    if (kv.count("burst") && !parse_rate(kv["burst"], burst))
+      return usage("burst must be a number in [1, 1000000]");
+    if (rate > 0 && burst < 1)
+      return usage("burst must be a number in [1, 1000000]");
+    try {
+      st.cfg.policy->set_rate_limit(principal, rate, burst);
+    } catch (const std::invalid_argument& e) {
+      return usage(e.what());
+    }
+    ++st.limits_set;
+    audit::event change;
+    change.type = audit::event_type::policy_change;
+    change.details = {{"change", "rate_limit"},
+                      {"subject", principal},
+                      {"rate_per_s", number_text(rate)},
+                      {"burst", number_text(burst)},
+                      {"relayed", relayed ? "true" : "false"}};
+    audit_event(st, change, *admin);
+    r.text = "rate limit of " + principal + " on " + st.cfg.node + ": "
+             + (rate > 0 ? number_text(rate) + "/s, burst "
+                             + number_text(burst)
+                         : std::string{"none"})
+             + "\n";
+    if (relayed || !st.cfg.gate) {
+      r.json = "{\"limited\":true,\"peers\":0}";
+      return r;
+    }
+    return broadcast(self, std::move(r),
+                     "limit principal=" + principal + " rate="
+                       + number_text(rate) + " burst=" + number_text(burst)
+                       + " auth=" + kv["auth"] + " relay=1",
+                     "limited");
+  }
+  if (sub == "limits") {
+    auto it = kv.find("auth");
+    decision d;
+    if (it == kv.end()) {
+      d.code = decision_code::malformed;
+      d.reason = "no auth=TOKEN given";
+    } else {
+      d = st.cfg.policy->check(it->second, permission::monitoring_read);
+    }
+    if (!d) {
+      ++st.refused;
+      audit_event(st, make_audit_event(d, permission::monitoring_read),
+                  d.principal);
+      return caf::make_error(caf::sec::invalid_argument,
+                             "token limits: " + std::string{to_string(d.code)}
+                               + ": " + d.reason);
+    }
+    auto def = st.cfg.policy->default_rate_limit();
+    auto line = [](const rate_limit_info& l) {
+      return l.principal + " "
+             + (l.rate_per_s > 0 ? number_text(l.rate_per_s) + "/s burst "
+                                     + number_text(l.burst)
+                                 : std::string{"unlimited"})
+             + "\n";
+    };
+    r.text = "PRINCIPAL RATE on " + st.cfg.node + "\n" + line(def);
+    r.json = "{\"node\":\"" + st.cfg.node + "\",\"limits\":[";
+    bool first = true;
+    auto all = st.cfg.policy->rate_limits();
+    all.insert(all.begin(), def);
+    for (auto& l : all) {
+      if (&l != &all.front())
+        r.text += line(l);
+      r.json += std::string{first ? "" : ","} + "{\"principal\":\""
+                + l.principal + "\",\"rate_per_s\":"
+                + number_text(l.rate_per_s) + ",\"burst\":"
+                + number_text(l.burst) + "}";
+      first = false;
+    }
+    r.json += "]}";
+    return r;
   }
   return usage("unknown subcommand \"" + sub + "\"");
+}
+
+/// (resync_atom): poll the member view for members to exchange revocation
+/// lists with (revocation_sync.hpp). Sent to the actor itself only.
+using resync_atom = caf::atom_constant<caf::atom("resync")>;
+
+/// Applies the entries of a peer's list that this node lacks; returns the
+/// valid entries the list held (to answer with what the peer lacks), or
+/// an error when the list was refused whole.
+caf::expected<std::vector<revocation>>
+learn(access_state& st, const std::string& text, const std::string& from) {
+  auto d = decode_revocations(text, *st.sync_mac, unix_now(),
+                              st.cfg.max_ttl_s);
+  if (!d.error.empty()) {
+    ++st.sync_rejected;
+    return caf::make_error(caf::sec::invalid_argument,
+                           "token sync: " + d.error);
+  }
+  st.sync_rejected += d.rejected;
+  for (auto& rev : d.accepted) {
+    if (st.known.knows(rev))
+      continue;
+    apply_revocation(st, rev, "", "sync", from);
+    ++st.sync_learned;
+  }
+  return std::move(d.accepted);
+}
+
+/// Sends `peer` this node's revocation list through the gate; applies
+/// the entries it answers with (those this node lacked).
+void sync_with(self_ptr self, const std::string& peer,
+               std::uint64_t incarnation) {
+  auto& st = self->state;
+  st.syncing.insert(peer);
+  st.known.sweep(unix_now(), st.cfg.max_ttl_s);
+  auto text = encode_revocations(st.known.entries(), *st.sync_mac);
+  self
+    ->request(st.cfg.gate, std::chrono::seconds(5), service_atom::value, peer,
+              std::string{"token"},
+              caf::make_message(token_atom::value, st.cfg.node,
+                                std::move(text)))
+    .then(
+      [self, peer, incarnation](std::string& missing) {
+        auto& st = self->state;
+        st.syncing.erase(peer);
+        if (learn(st, missing, peer))
+          st.synced[peer] = incarnation;
+      },
+      [self, peer](caf::error&) {
+        // Not reachable yet (e.g. the gate has not connected): retried
+        // at the next poll.
+        self->state.syncing.erase(peer);
+      });
+}
+
+void poll_members(self_ptr self) {
+  auto& st = self->state;
+  self
+    ->request(st.cfg.gate, std::chrono::seconds(2), console_atom::value,
+              std::string{"nodes"}, std::string{})
+    .then(
+      [self](console_reply& r) {
+        auto& st = self->state;
+        std::set<std::string> alive;
+        for (auto& m : r.nodes.members) {
+          if (m.name == st.cfg.node || m.status != member_status::alive)
+            continue;
+          alive.insert(m.name);
+          auto it = st.synced.find(m.name);
+          if ((it == st.synced.end() || it->second != m.incarnation)
+              && !st.syncing.count(m.name))
+            sync_with(self, m.name, m.incarnation);
+        }
+        // A member that is gone is synced again when it comes back.
+        for (auto it = st.synced.begin(); it != st.synced.end();)
+          it = alive.count(it->first) ? std::next(it) : st.synced.erase(it);
+      },
+      [](caf::error&) {});
 }
 
 caf::behavior access_impl(self_ptr self, access_actor_config cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.issuer = std::make_unique<token_issuer>(st.cfg.key);
+  st.sync_mac = std::make_unique<hmac_sha256>(st.cfg.key);
+  // What the node knows already (start_safety applied the same file).
+  if (!st.cfg.revocations_file.empty()) {
+    try {
+      revocation_store store{st.cfg.revocations_file};
+      for (auto& rev : store.load(unix_now(), st.cfg.max_ttl_s))
+        st.known.add(rev);
+    } catch (const std::exception&) {
+      // start_safety refused to start on an unreadable file already.
+    }
+  }
   self->delayed_send(self, st.cfg.sweep_interval, tick_atom::value);
+  if (st.cfg.gate && st.cfg.sync_interval.count() > 0)
+    self->send(self, resync_atom::value);
   return {
     [self](console_atom, const std::string&,
            const std::string& arg) -> caf::result<console_reply> {
@@ -357,6 +611,22 @@ caf::behavior access_impl(self_ptr self, access_actor_config cfg) {
       self->delayed_send(self, self->state.cfg.sweep_interval,
                          tick_atom::value);
     },
+    [self](resync_atom) {
+      poll_members(self);
+      self->delayed_send(self, self->state.cfg.sync_interval,
+                         resync_atom::value);
+    },
+    // A peer's revocation list (through its gate's service_atom, which
+    // only authenticated peers reach); answered with what the peer lacks.
+    [self](token_atom, const std::string& from,
+           const std::string& text) -> caf::result<std::string> {
+      auto& st = self->state;
+      auto theirs = learn(st, text, from.substr(0, 64));
+      if (!theirs)
+        return std::move(theirs.error());
+      return encode_revocations(st.known.missing_from(*theirs),
+                                *st.sync_mac);
+    },
     [self](inspect_atom) {
       auto& st = self->state;
       actor_snapshot snap;
@@ -367,7 +637,11 @@ caf::behavior access_impl(self_ptr self, access_actor_config cfg) {
                      + " cached tokens";
       snap.fields = {{"issued", std::to_string(st.issued)},
                      {"revoked", std::to_string(st.revoked)},
-                     {"refused", std::to_string(st.refused)}};
+                     {"refused", std::to_string(st.refused)},
+                     {"revocations_known", std::to_string(st.known.size())},
+                     {"sync_learned", std::to_string(st.sync_learned)},
+                     {"sync_rejected", std::to_string(st.sync_rejected)},
+                     {"limits_set", std::to_string(st.limits_set)}};
       return snap;
     },
   };

@@ -7,6 +7,9 @@
 ///   token issue principal=P role=R [devices=a,b|*] [quota=BYTES]
 ///               [ttl=SECONDS] auth=ADMIN_TOKEN       -> the new token
 ///   token revoke ID|principal=P auth=ADMIN_TOKEN      -> revoked everywhere
+///   token limit principal=P rate=N[/s] [burst=B] auth=ADMIN_TOKEN
+///                                                     -> set everywhere
+///   token limits auth=TOKEN (monitoring_read)          -> the rate limits
 ///   token check TOKEN [perm=P] [device=D]             -> allow / code
 ///
 /// Who is admin: the console's certificate name is not passed to services,
@@ -24,8 +27,28 @@
 /// every node within one round trip; the reply says how many peers applied
 /// it and how long that took. A principal's revocation covers tokens issued
 /// up to T, the revoking node's clock (a peer whose clock is ahead uses its
-/// own, never less). A node that is down during the broadcast does not
-/// learn of it.
+/// own, never less).
+///
+/// Catch-up (actors/access/revocation_sync.hpp): a node that was down or
+/// not yet joined during the broadcast learns every revocation when it
+/// (re)joins. Every `sync_interval` the service reads the gate's member
+/// view; to each member it sees alive with an incarnation it has not
+/// exchanged lists with yet, it sends (through the gate, service "token")
+/// (token_atom, node, list): its revocations, each with an HMAC made with
+/// the access key. The peer applies and persists what it lacks (audited
+/// token_revoked + policy_change with relayed "sync") and answers with
+/// what the sender lacks, which the sender applies the same way. Trust is
+/// the relay path's: an entry is applied because it carries a MAC made
+/// with the shared key, as a relayed revoke carries an admin token made
+/// with it; lists and entries are bounded and validated.
+///
+/// A rate limit (`token limit`, rate 0: unlimited; burst defaults to the
+/// rate rounded up, at least 1) replaces the principal's limit from the
+/// node's default (safety.access_rate_per_s / access_burst) and is relayed
+/// to every live peer like a revocation (audited as policy_change
+/// "rate_limit" on every node). Limits are kept in memory only: a node
+/// that restarts (or was down during the relay) has the default again
+/// until an admin repeats the command.
 /// Issue, revoke and every refusal are audited. Policy entries are swept
 /// every `sweep_interval`.
 
@@ -58,6 +81,10 @@ struct access_actor_config {
   /// a restart; empty: kept in memory only. The node loads the file into
   /// the policy before any device actor exists (runtime/node/safety.cpp).
   std::string revocations_file;
+  /// How often the member view is polled for members to exchange
+  /// revocation lists with (catch-up of revocations a node missed);
+  /// 0: never. Needs `gate`.
+  std::chrono::milliseconds sync_interval{500};
 };
 
 caf::actor spawn_access_actor(caf::actor_system& sys,

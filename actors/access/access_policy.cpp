@@ -1,5 +1,6 @@
 #include "actors/access/access_policy.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -233,6 +234,18 @@ void access_policy::set_rate_limit(const std::string& principal,
   ps.burst = burst;
   ps.custom_rate = true;
   ps.bucket_started = false;
+}
+
+std::vector<rate_limit_info> access_policy::rate_limits() const {
+  std::vector<rate_limit_info> out;
+  for (auto& [name, ps] : principals_)
+    if (ps.custom_rate)
+      out.push_back({name, ps.rate, ps.burst});
+  std::sort(out.begin(), out.end(),
+            [](const rate_limit_info& a, const rate_limit_info& b) {
+              return a.principal < b.principal;
+            });
+  return out;
 }
 
 std::size_t access_policy::sweep() {

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace exo::access {
 
@@ -39,6 +40,13 @@ struct access_config {
   std::size_t cache_capacity = 65536;
   /// Wall clock; defaults to the system clock. Injectable for tests.
   std::function<std::chrono::system_clock::time_point()> clock;
+};
+
+/// A principal's own rate limit (set_rate_limit).
+struct rate_limit_info {
+  std::string principal;
+  double rate_per_s = 0; ///< 0: unlimited
+  double burst = 0;
 };
 
 /// Checks bearer tokens: signature (constant time), expiry, revocation,
@@ -85,6 +93,14 @@ public:
   /// Throws `std::invalid_argument` for a negative rate or a burst below 1.
   void set_rate_limit(const std::string& principal, double rate_per_s,
                       double burst);
+
+  /// The principals with their own rate limit, by name.
+  std::vector<rate_limit_info> rate_limits() const;
+
+  /// The default limit (access_config::rate_per_s, burst).
+  rate_limit_info default_rate_limit() const {
+    return {"*", cfg_.rate_per_s, cfg_.burst};
+  }
 
   /// Drops expired cache entries and revocations of expired tokens, and
   /// forgets idle principals. Returns how many entries were dropped.

@@ -60,6 +60,23 @@ public:
     policy_.revoke_principal(principal, through);
   }
 
+  /// Throws std::invalid_argument like access_policy::set_rate_limit.
+  void set_rate_limit(const std::string& principal, double rate_per_s,
+                      double burst) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    policy_.set_rate_limit(principal, rate_per_s, burst);
+  }
+
+  std::vector<rate_limit_info> rate_limits() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return policy_.rate_limits();
+  }
+
+  rate_limit_info default_rate_limit() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return policy_.default_rate_limit();
+  }
+
   /// Applies revocations loaded from a revocation_store.
   void apply(const std::vector<revocation>& rs) {
     std::lock_guard<std::mutex> guard{mtx_};
