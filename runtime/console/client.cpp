@@ -12,7 +12,47 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include <sys/stat.h>
+
 namespace exo::console {
+
+std::string read_token_file(const std::string& path) {
+  auto where = "--token-file " + path + ": ";
+  struct stat sb;
+  if (::stat(path.c_str(), &sb) == 0 && !S_ISREG(sb.st_mode))
+    throw client_error(where + "not a regular file: cannot read the token");
+  std::ifstream in{path, std::ios::binary};
+  if (!in)
+    throw client_error(where + "cannot read the token: "
+                       + std::strerror(errno));
+  std::string text(16 * 1024 + 1, '\0');
+  in.read(&text[0], static_cast<std::streamsize>(text.size()));
+  if (in.bad())
+    throw client_error(where + "cannot read the token");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > 16 * 1024)
+    throw client_error(where + "larger than 16 KiB: not a token file");
+  text = text.substr(0, text.find('\n'));
+  auto space = [](unsigned char c) { return std::isspace(c) != 0; };
+  while (!text.empty() && space(static_cast<unsigned char>(text.back())))
+    text.pop_back();
+  std::size_t start = 0;
+  while (start < text.size() && space(static_cast<unsigned char>(text[start])))
+    ++start;
+  text.erase(0, start);
+  if (text.empty())
+    throw client_error(where + "the file holds no token (empty first line)");
+  for (unsigned char c : text)
+    if (c <= ' ' || c >= 0x7f)
+      throw client_error(where + "the token holds whitespace or control "
+                                 "characters");
+  return text;
+}
 
 struct client::impl {
   tls::material files;

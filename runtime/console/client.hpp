@@ -23,6 +23,12 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// Reads a bearer token from `path` (exo-console --token-file): the first
+/// line, surrounding whitespace trimmed. Throws client_error naming the file
+/// (never the token) when it is missing, unreadable, empty, larger than
+/// 16 KiB or holds whitespace or control characters inside the token.
+std::string read_token_file(const std::string& path);
+
 class client {
 public:
   /// Checks the material (a client certificate) and starts an actor system

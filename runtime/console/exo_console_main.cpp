@@ -1,11 +1,13 @@
 // exo-console: look inside a running exo cluster.
 //
 //   exo-console --connect HOST:PORT --cert C --key K --ca CA [--exec CMD]
-//               [--json]
+//               [--json] [--token-file FILE]
 //
 // Connects to one node over mutual TLS with a client certificate (made with
 // `exo-cert issue-client`), proves its name, and runs commands: nodes,
 // devices, links, measure, actors [NODE], inspect [NODE:]ACTOR, coordinator.
+// With --token-file every command carries auth=TOKEN (the file's first
+// line) unless it names one itself; the token is never printed.
 
 #include "runtime/config/node_config.hpp"
 #include "runtime/console/client.hpp"
@@ -23,17 +25,23 @@ namespace {
 
 constexpr const char* usage = R"(usage: exo-console --connect HOST:PORT --cert FILE --key FILE --ca FILE
                    [--passphrase-file FILE] [--exec "COMMAND"] [--json]
-                   [--timeout-ms N]
+                   [--timeout-ms N] [--token-file FILE]
 
 Connects to an exo node with a client certificate and inspects the cluster.
 Without --exec it reads commands interactively (line editing, history in
 ~/.exo_console_history). Type "help" for the commands.
+
+--token-file FILE  send the bearer token in FILE's first line with every
+                   command (as auth=TOKEN; a command that names auth=
+                   itself keeps its own), for nodes that check tokens
+                   (safety.console_requires_token) and for dev/token.
 )";
 
 struct options {
   std::string connect;
   exo::tls::material files;
   std::string passphrase_file;
+  std::string token_file;
   std::vector<std::string> exec;
   bool json = false;
   long timeout_ms = 5000;
@@ -66,6 +74,10 @@ options parse(int argc, char** argv) {
       o.files.cafile = value();
     } else if (a == "--passphrase-file") {
       o.passphrase_file = value();
+    } else if (a == "--token-file") {
+      o.token_file = value();
+      if (o.token_file.empty())
+        die(2, "--token-file needs a file name");
     } else if (a == "--exec") {
       o.exec.push_back(value());
     } else if (a == "--json") {
@@ -92,11 +104,19 @@ options parse(int argc, char** argv) {
 /// Runs one command line; returns false when the console should quit.
 /// Errors are printed and counted in `failures`.
 bool run_command(exo::console::client& c, const std::string& line, bool json,
-                 int& failures) {
+                 int& failures, const std::string& token) {
   using namespace exo;
   auto words = console::split_words(line);
   if (words.empty())
     return true;
+  // --token-file: the token goes with every command that names none.
+  if (!token.empty()) {
+    bool named = false;
+    for (std::size_t i = 1; i < words.size(); ++i)
+      named = named || words[i].rfind("auth=", 0) == 0;
+    if (!named)
+      words.push_back("auth=" + token);
+  }
   auto& cmd = words[0];
   auto fail = [&](const std::string& msg) {
     std::cerr << "error: " << msg << "\n";
@@ -108,7 +128,8 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
   if (cmd == "help") {
     std::cout << console::help_text();
     try {
-      auto services = c.ask("services", "");
+      auto services = c.ask("services",
+                            token.empty() ? "" : "auth=" + token);
       if (!services.text.empty())
         std::cout << "commands of this node's services:\n" << services.text;
     } catch (const console::client_error&) {
@@ -218,13 +239,21 @@ int main(int argc, char** argv) {
       die(2, e.what());
     }
   }
+  std::string token;
+  if (!o.token_file.empty()) {
+    try {
+      token = exo::console::read_token_file(o.token_file);
+    } catch (const exo::console::client_error& e) {
+      die(2, e.what());
+    }
+  }
   try {
     exo::console::client c{o.files, std::chrono::milliseconds{o.timeout_ms}};
     c.connect(where.host, where.port);
     int failures = 0;
     if (!o.exec.empty()) {
       for (auto& line : o.exec)
-        if (!run_command(c, line, o.json, failures))
+        if (!run_command(c, line, o.json, failures, token))
           break;
       return failures == 0 ? 0 : 1;
     }
@@ -236,7 +265,7 @@ int main(int argc, char** argv) {
                                       : std::string{}};
     while (auto line = ed.read("exo> ")) {
       ed.add_history(*line);
-      if (!run_command(c, *line, o.json, failures))
+      if (!run_command(c, *line, o.json, failures, token))
         break;
     }
     return 0;

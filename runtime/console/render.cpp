@@ -222,7 +222,8 @@ const char* help_text() {
          "  help                this text\n"
          "  quit                leave the console\n"
          "any command takes auth=TOKEN: checked against the token's "
-         "permissions\n";
+         "permissions\n"
+         "(exo-console --token-file FILE adds it to every command)\n";
 }
 
 } // namespace exo::console
