@@ -44,6 +44,9 @@ using shard_atom = caf::atom_constant<caf::atom("shard")>;
 using next_atom = caf::atom_constant<caf::atom("next")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
+/// (cancel_atom) -> bool: a job stops at the next token boundary (true
+/// when it was still running).
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 
 /// Largest batch, sequence count and context a shard accepts from a peer.
 constexpr std::size_t max_sequences_per_shard = 1024;

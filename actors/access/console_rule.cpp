@@ -14,7 +14,8 @@ console_requirement console_permission(std::string_view cmd,
     return need(permission::device_list);
   if (cmd == "nodes" || cmd == "links" || cmd == "coordinator"
       || cmd == "actors" || cmd == "inspect" || cmd == "measure"
-      || cmd == "services" || cmd == "plans" || cmd == "shards")
+      || cmd == "services" || cmd == "plans" || cmd == "shards"
+      || cmd == "jobs")
     return need(permission::monitoring_read);
   if (cmd == "thermal") {
     // Peers push their reports as "thermal report ..."; from a client that
@@ -29,6 +30,8 @@ console_requirement console_permission(std::string_view cmd,
     return need(permission::audit_read);
   if (cmd == "run" || cmd == "plan")
     return need(permission::job_submit);
+  if (cmd == "cancel")
+    return need(permission::job_cancel);
   return need(permission::policy_admin);
 }
 

@@ -27,11 +27,12 @@ struct console_requirement {
 ///
 ///   devices                                  device_list
 ///   nodes links coordinator actors inspect
-///   measure services plans shards            monitoring_read
+///   measure services plans shards jobs       monitoring_read
 ///   thermal                                  thermal_read
 ///   thermal report ...  (a peer's push)      policy_admin
 ///   audit (query, verify)                    audit_read
 ///   run, plan                                job_submit
+///   cancel                                   job_cancel
 ///   leave                                    policy_admin
 ///   dev, token                               by_service
 ///   anything else                            policy_admin (fail closed: a

@@ -33,6 +33,7 @@ struct job_state {
   caf::response_promise rp;
   bool started = false;
   bool finished = false;
+  bool cancelling = false;
   static inline const char* name = "exo.job";
 };
 
@@ -66,6 +67,14 @@ void finish(self_ptr self, std::string error) {
 void on_logits(self_ptr self, std::uint32_t j, stage_step& s) {
   auto& st = self->state;
   auto& q = st.seqs[j];
+  if (st.cancelling) { // a token boundary: this sequence stops here
+    q.done = true;
+    if (--st.running == 0) {
+      st.result.cancelled = true;
+      finish(self, "");
+    }
+    return;
+  }
   if (s.x.size() != st.cfg.n_vocab) {
     finish(self, "the last stage sent " + std::to_string(s.x.size())
                    + " logits, expected " + std::to_string(st.cfg.n_vocab));
@@ -138,6 +147,13 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       st.started = true;
       st.rp = self->make_response_promise();
       st.t0 = clock_type::now();
+      if (st.cancelling) { // cancelled before it started
+        st.result.tokens.resize(st.cfg.prompts.size());
+        st.result.logits.resize(st.cfg.prompts.size());
+        st.result.cancelled = true;
+        finish(self, "");
+        return st.rp;
+      }
       auto m = st.cfg.prompts.size();
       st.result.tokens.resize(m);
       st.result.logits.resize(m);
@@ -163,6 +179,13 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       for (std::size_t j = 0; j < m; ++j)
         send_step(self, static_cast<std::uint32_t>(j));
       return st.rp;
+    },
+    [self](cancel_atom) {
+      auto& st = self->state;
+      if (st.finished || st.cancelling)
+        return false;
+      st.cancelling = true;
+      return true;
     },
   };
 }

@@ -11,6 +11,11 @@
 ///
 ///   caller --(run_atom)--> job --forward--> shard 0 --> ... --> shard K-1
 ///   caller <-- finish(result) --'  <--- logits ---------------------'
+///
+/// (cancel_atom) -> bool stops the job at the next token boundary: no new
+/// step is sent, the steps in flight are awaited (their logits are not
+/// sampled), then the job releases its KV caches in every stage and
+/// answers (run_atom) with what it generated so far and `cancelled` set.
 
 #include "runtime/model/sampler.hpp"
 
@@ -36,6 +41,7 @@ struct job_result {
   double generation_s = 0; ///< from then until the end
   double total_s = 0;
   std::string error;       ///< empty on success
+  bool cancelled = false;  ///< stopped by (cancel_atom); tokens: so far
 
   double prompt_tps() const {
     return prompt_s > 0 ? prompt_tokens / prompt_s : 0;

@@ -57,6 +57,19 @@ struct running_shard {
   std::string text;
 };
 
+/// A job this node coordinates (console `jobs`, `cancel`).
+struct running_job {
+  caf::actor job;
+  std::string model;
+  std::string stages;
+  std::uint32_t sequences = 0;
+  std::uint32_t n_gen = 0;
+  std::chrono::steady_clock::time_point started;
+  /// Tokens generated so far (written by the job, read by the service).
+  std::shared_ptr<std::atomic<std::uint64_t>> tokens;
+  bool cancel_requested = false;
+};
+
 struct service_state {
   std::string node;
   std::string state_dir;
@@ -72,6 +85,7 @@ struct service_state {
   std::map<std::string, std::vector<shard::model_part>> parts;
   std::shared_ptr<tls::bulk_blobs> blobs; ///< what the bulk channel serves
   std::uint64_t jobs = 0;
+  std::map<std::uint64_t, running_job> running; ///< by job id
   static inline const char* name = "exo.shards";
 };
 
@@ -421,15 +435,20 @@ void start_job(self_ptr self, std::shared_ptr<cluster_run> run) {
   j.sampling = run->opts.sampling;
   j.eos = run->tok->eos();
   auto tok = run->tok;
-  j.on_token = [tok, run](std::uint32_t seq, std::int32_t id) {
+  auto produced = std::make_shared<std::atomic<std::uint64_t>>(0);
+  auto cancelled = std::make_shared<bool>(false);
+  auto id = j.id;
+  j.on_token = [tok, run, produced](std::uint32_t seq, std::int32_t t) {
+    produced->fetch_add(1, std::memory_order_relaxed);
     if (seq != 0)
       return;
-    auto piece = tok->piece(id);
+    auto piece = tok->piece(t);
     std::cout << piece << std::flush;
   };
-  j.finish = [self, run, tok](job_result& r) {
+  j.finish = [self, run, tok, cancelled, id](job_result& r) {
     std::ostringstream out;
-    out << run->placement_text;
+    out << "job " << id << "\n" << run->placement_text;
+    *cancelled = r.cancelled;
     std::uint64_t sent = 0;
     for (auto& s : run->ready)
       sent += s.bytes_received;
@@ -453,6 +472,10 @@ void start_job(self_ptr self, std::shared_ptr<cluster_run> run) {
                   r.generation_s, r.generation_tps(),
                   static_cast<unsigned>(r.tokens.size()));
     out << line;
+    if (r.cancelled)
+      out << "cancelled: job " << id << " stopped after "
+          << r.generated_tokens << " generated tokens (of "
+          << run->opts.n_gen << " per sequence)\n";
     console_reply reply;
     reply.command = "run";
     reply.text = out.str();
@@ -462,7 +485,8 @@ void start_job(self_ptr self, std::shared_ptr<cluster_run> run) {
       js << (i ? ", " : "") << r.tokens[0][i];
     js << "], \"bytes_sent\": " << sent << ", \"prompt_tps\": "
        << r.prompt_tps() << ", \"generation_tps\": " << r.generation_tps()
-       << "}";
+       << ", \"job\": " << id
+       << ", \"cancelled\": " << (r.cancelled ? "true" : "false") << "}";
     reply.json = js.str();
     return caf::make_message(std::move(reply));
   };
@@ -477,18 +501,30 @@ void start_job(self_ptr self, std::shared_ptr<cluster_run> run) {
              {"sequences", std::to_string(run->opts.sequences)},
              {"n_gen", std::to_string(run->opts.n_gen)}});
   auto job = spawn_job(self->system(), std::move(j));
-  std::cout << run->opts.prompt << std::flush;
+  auto& rj = self->state.running[id];
+  rj.job = job;
+  rj.model = run->sha.substr(0, 12);
+  rj.stages = stages;
+  rj.sequences = run->opts.sequences;
+  rj.n_gen = run->opts.n_gen;
+  rj.started = std::chrono::steady_clock::now();
+  rj.tokens = produced;
+  std::cout << "job " << job_id << " started (cancel " << job_id << ")\n"
+            << run->opts.prompt << std::flush;
   self->request(job, caf::infinite, run_atom::value)
     .then(
-      [self, run, job_id](console_reply& r) {
+      [self, run, job_id, id, cancelled](console_reply& r) {
         std::cout << std::endl;
+        self->state.running.erase(id);
         audit_job(self, audit::event_type::job_finished,
-                  {{"job", job_id}, {"outcome", "ok"}});
+                  {{"job", job_id},
+                   {"outcome", *cancelled ? "cancelled" : "ok"}});
         end_run(self, run, "");
         run->rp.deliver(std::move(r));
       },
-      [self, run, job_id](caf::error& err) {
+      [self, run, job_id, id](caf::error& err) {
         std::cout << std::endl;
+        self->state.running.erase(id);
         auto why = render(self, err);
         audit_job(self, audit::event_type::job_finished,
                   {{"job", job_id}, {"outcome", "error"}, {"error", why}},
@@ -696,6 +732,86 @@ caf::result<console_reply> on_run(self_ptr self, const std::string& arg) {
   return run->rp;
 }
 
+/// Console `jobs`: the runs this node coordinates.
+console_reply list_jobs(self_ptr self) {
+  auto& st = self->state;
+  console_reply r;
+  r.command = "jobs";
+  std::ostringstream text, js;
+  js << "{\"node\": \"" << st.node << "\", \"jobs\": [";
+  if (st.running.empty())
+    text << "no running jobs on " << st.node << "\n";
+  else
+    text << "JOB  MODEL         TOKENS  SEQS  N     SECONDS  STAGES\n";
+  bool first = true;
+  auto now = std::chrono::steady_clock::now();
+  for (auto& [id, j] : st.running) {
+    auto secs = std::chrono::duration<double>(now - j.started).count();
+    auto tokens = j.tokens->load(std::memory_order_relaxed);
+    char line[160];
+    std::snprintf(line, sizeof line, "%-4llu %-13s %-7llu %-5u %-5u %-8.1f ",
+                  static_cast<unsigned long long>(id), j.model.c_str(),
+                  static_cast<unsigned long long>(tokens), j.sequences,
+                  j.n_gen, secs);
+    text << line << j.stages << (j.cancel_requested ? " (cancelling)" : "")
+         << "\n";
+    js << (first ? "" : ", ") << "{\"job\": " << id << ", \"model\": \""
+       << j.model << "\", \"tokens\": " << tokens
+       << ", \"cancelling\": " << (j.cancel_requested ? "true" : "false")
+       << "}";
+    first = false;
+  }
+  js << "]}";
+  r.text = text.str();
+  r.json = js.str();
+  return r;
+}
+
+/// Console `cancel JOB`: the job stops at its next token boundary and its
+/// `run` answers with what it produced so far.
+caf::result<console_reply> cancel_job(self_ptr self, const std::string& arg) {
+  auto& st = self->state;
+  auto words = split_words(arg);
+  auto usage = [&](const std::string& why) {
+    return fail(exo_errc::invalid_argument,
+                "cancel: " + why + " (cancel JOB, the id `jobs` lists)");
+  };
+  if (words.size() != 1)
+    return usage("one job id expected");
+  auto& w = words[0];
+  if (w.empty() || w.size() > 19
+      || w.find_first_not_of("0123456789") != std::string::npos)
+    return usage("\"" + w.substr(0, 32) + "\" is not a job id");
+  auto id = std::stoull(w);
+  auto it = st.running.find(id);
+  if (it == st.running.end())
+    return fail(exo_errc::invalid_argument,
+                "cancel: no running job " + w + " on " + st.node
+                  + " (jobs lists the runs this node coordinates)");
+  it->second.cancel_requested = true;
+  auto rp = self->make_response_promise<console_reply>();
+  self->request(it->second.job, 10s, cancel_atom::value)
+    .then(
+      [rp, w](bool stopping) mutable {
+        console_reply r;
+        r.command = "cancel";
+        r.text = stopping ? "cancelling job " + w
+                              + ": it stops at the next token\n"
+                          : "job " + w + " is already ending\n";
+        r.json = std::string{"{\"job\": "} + w + ", \"cancelling\": "
+                 + (stopping ? "true" : "false") + "}";
+        rp.deliver(std::move(r));
+      },
+      [rp, w](caf::error&) mutable {
+        console_reply r;
+        r.command = "cancel";
+        r.text = "job " + w + " has ended\n";
+        r.json = std::string{"{\"job\": "} + w + ", \"cancelling\": false}";
+        rp.deliver(std::move(r));
+      });
+  return rp;
+}
+
 caf::behavior service_impl(self_ptr self, service_state init) {
   self->state = std::move(init);
   self->set_exit_handler([self](caf::exit_msg& msg) {
@@ -717,6 +833,10 @@ caf::behavior service_impl(self_ptr self, service_state init) {
            std::string& arg) -> caf::result<console_reply> {
       if (cmd == "run")
         return on_run(self, arg);
+      if (cmd == "jobs")
+        return list_jobs(self);
+      if (cmd == "cancel")
+        return cancel_job(self, arg);
       console_reply r;
       r.command = cmd;
       std::ostringstream js;
@@ -747,7 +867,7 @@ service spawn_shards_service(const service_context& ctx) {
   s.name = "shards";
   s.kind = "shards";
   s.handle = ctx.sys->spawn<caf::detached>(service_impl, std::move(init));
-  s.commands = {"shards", "run"};
+  s.commands = {"shards", "run", "jobs", "cancel"};
   return s;
 }
 

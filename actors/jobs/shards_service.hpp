@@ -25,14 +25,24 @@
 ///       table: per stage device, layers, compute and transfer time, proven
 ///       optimal or not, planned by), the text, the bytes of model sent and
 ///       tokens/s. The node that receives the command coordinates the job;
-///       its stdout shows tokens as they come.
+///       its stdout shows "job N started" and the tokens as they come. The
+///       reply starts with "job N".
+///   jobs    -> the runs this node coordinates: id, model, tokens so far.
+///   cancel N -> job N stops at its next token boundary (in-flight steps
+///       are awaited, no new token is sampled), releases its stages' KV
+///       caches, and its `run` replies with the text so far and a
+///       "cancelled: job N stopped after T generated tokens" line;
+///       audited job_finished with outcome "cancelled". The gate checks
+///       job_cancel (jobs: monitoring_read). Job ids are per coordinating
+///       node: cancel on the node the run was sent to.
 ///   shards  -> the shards running on this node.
 
 #include "runtime/node/services.hpp"
 
 namespace exo::jobs {
 
-/// Spawns the service: name "shards", commands "shards" and "run".
+/// Spawns the service: name "shards", commands "shards", "run", "jobs",
+/// "cancel".
 service spawn_shards_service(const service_context& ctx);
 
 } // namespace exo::jobs

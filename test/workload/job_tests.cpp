@@ -373,3 +373,81 @@ TEST_CASE("a shard without a device is refused", "[workload]") {
   CHECK_THROWS_WITH(shard::spawn_shard(*f.sys, std::move(s)),
                     Catch::Contains("no device"));
 }
+
+TEST_CASE("a cancelled job stops at the next token and keeps what it made "
+          "and releases its KV caches", "[workload]") {
+  fixture f;
+  auto si = f.device_index("sim");
+  auto stages = f.pipeline({0, 2, 4}, {si, si});
+  caf::scoped_actor self{*f.sys};
+  auto kv_bytes = [&](const caf::actor& a) {
+    std::uint64_t out = ~0ull;
+    self->request(a, std::chrono::seconds(10), inspect_atom::value)
+      .receive(
+        [&](actor_snapshot& s) { out = std::stoull(s.fields["kv_cache_bytes"]); },
+        [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return out;
+  };
+  auto setup = [&](std::uint64_t id, std::uint32_t n_gen) {
+    jobs::job_setup j;
+    j.id = id;
+    j.stages = stages;
+    j.n_embd = f.model->hparams().n_embd;
+    j.n_vocab = f.model->hparams().n_vocab;
+    j.prompts = {{1, 17, 42, 99, 5}};
+    j.n_gen = n_gen;
+    j.sampling.temperature = 0.7f;
+    j.sampling.seed = 5;
+    return j;
+  };
+  // Cancelled from its own token callback after the third token: the
+  // cancel is queued before the fourth step's logits come back.
+  auto result = std::make_shared<jobs::job_result>();
+  auto handle = std::make_shared<caf::actor>();
+  auto j = setup(21, 100);
+  auto seen = std::make_shared<int>(0);
+  j.on_token = [handle, seen](std::uint32_t, std::int32_t) {
+    if (++*seen == 3)
+      caf::anon_send(*handle, cancel_atom::value);
+  };
+  j.finish = [result](jobs::job_result& r) {
+    *result = r;
+    return caf::make_message(caf::ok_atom::value);
+  };
+  *handle = jobs::spawn_job(*f.sys, std::move(j));
+  self->request(*handle, std::chrono::seconds(60), run_atom::value)
+    .receive([](caf::ok_atom) {},
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  CHECK(result->cancelled);
+  CHECK(result->error.empty());
+  REQUIRE(result->tokens.size() == 1);
+  CHECK(result->tokens[0].size() == 3);
+  CHECK(result->generated_tokens == 3);
+  // What it made is what an uncancelled job makes first.
+  auto full = jobs::run_job(*f.sys, setup(22, 3));
+  CHECK(full.error.empty());
+  CHECK_FALSE(full.cancelled);
+  CHECK(full.tokens[0] == result->tokens[0]);
+  // Every stage released the job's KV cache.
+  for (auto& s : stages)
+    CHECK(kv_bytes(s) == 0);
+  // Cancelled before it ran: nothing generated, still an answer.
+  auto early = std::make_shared<jobs::job_result>();
+  auto j2 = setup(23, 10);
+  j2.finish = [early](jobs::job_result& r) {
+    *early = r;
+    return caf::make_message(caf::ok_atom::value);
+  };
+  auto job2 = jobs::spawn_job(*f.sys, std::move(j2));
+  bool stopping = false;
+  self->request(job2, std::chrono::seconds(10), cancel_atom::value)
+    .receive([&](bool b) { stopping = b; },
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  CHECK(stopping);
+  self->request(job2, std::chrono::seconds(60), run_atom::value)
+    .receive([](caf::ok_atom) {},
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  CHECK(early->cancelled);
+  CHECK(early->generated_tokens == 0);
+  f.stop(stages);
+}

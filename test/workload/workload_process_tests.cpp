@@ -251,3 +251,66 @@ TEST_CASE("two nodes run a job across both: the node without the model "
   CHECK(a.proc->wait(30s) == 0);
   CHECK(b.proc->wait(30s) == 0);
 }
+
+TEST_CASE("a running job is listed with its id and cancelled from another "
+          "console and its run replies with the text so far and cancelled",
+          "[workload][process]") {
+  pki p;
+  p.node("gamma");
+  auto g = start(p, "gamma", {});
+  // A long run: 64 sequences of 4000 tokens each on a small model, greedy
+  // (this model and prompt never sample end-of-sequence): far longer than
+  // the test waits unless cancelled.
+  exo::model::test_model_options o;
+  o.layers = 2;
+  o.dim = 64;
+  o.ff = 128;
+  o.vocab = 512;
+  o.ctx = 4096;
+  o.seed = 5;
+  auto model = p.dir + "/long.gguf";
+  exo::model::make_test_model(o, model);
+  process runner{{exo_console(), "--connect",
+                  "127.0.0.1:" + std::to_string(g.port), "--cert",
+                  p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
+                  "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
+                  "--exec",
+                  "run --model " + model
+                    + " --prompt \"once upon a time\" -n 4000 --seed 2 "
+                      "--temperature 0 --sequences 64 --stages 1"}};
+  // The node prints the id when the job starts.
+  REQUIRE(g.proc->wait_for_output("job 1 started", 120s));
+  auto listed = console(p, g.port, "jobs");
+  INFO(listed.out << listed.err);
+  CHECK(listed.code == 0);
+  CHECK(listed.out.find("JOB") != std::string::npos);
+  CHECK(listed.out.find("\n1 ") != std::string::npos);
+  // Bad ids are clear errors.
+  auto bad = console(p, g.port, "cancel x1");
+  CHECK(bad.code == 1);
+  CHECK(bad.err.find("is not a job id") != std::string::npos);
+  auto none = console(p, g.port, "cancel 99");
+  CHECK(none.code == 1);
+  CHECK(none.err.find("no running job 99") != std::string::npos);
+  auto c = console(p, g.port, "cancel 1");
+  INFO(c.out << c.err);
+  CHECK(c.code == 0);
+  CHECK(c.out.find("cancelling job 1") != std::string::npos);
+  REQUIRE(runner.wait(60s) == 0);
+  auto out = runner.out();
+  INFO(out << runner.err());
+  CHECK(out.find("job 1\n") != std::string::npos);
+  CHECK(out.find("sequence 0: once upon a time") != std::string::npos);
+  CHECK(out.find("cancelled: job 1 stopped after ") != std::string::npos);
+  auto after = out.find("stopped after ");
+  REQUIRE(after != std::string::npos);
+  auto made = std::stoull(out.substr(after + 14));
+  CHECK(made < 64ull * 4000);
+  // Gone from the list; the KV caches of its stage were released with it.
+  auto empty = console(p, g.port, "jobs");
+  CHECK(empty.out.find("no running jobs") != std::string::npos);
+  auto q = console(p, g.port, "audit query type=job_finished");
+  CHECK(q.out.find("outcome=cancelled") != std::string::npos);
+  g.proc->signal(SIGTERM);
+  CHECK(g.proc->wait(30s) == 0);
+}
