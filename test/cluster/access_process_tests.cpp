@@ -434,3 +434,228 @@ TEST_CASE("a node that requires tokens refuses console commands without "
                 {"\"command\":\"devices\"", "\"token\":\"no\"",
                  "\"client\":\"ops\"", "\"command\":\"leave\""}));
 }
+
+namespace {
+
+/// Waits until every node of `ports` sees `n` members alive.
+void all_alive(const cluster& c, const std::vector<std::uint16_t>& ports,
+               std::size_t n) {
+  for (auto port : ports)
+    REQUIRE(c.eventually(
+      port, "nodes",
+      [n](const run_result& r) {
+        return r.code == 0 && occurrences(r.out, "\"status\": \"alive\"") >= n;
+      },
+      60s));
+}
+
+/// The value of "key":"VALUE" in a JSON reply ("" when absent).
+std::string json_string(const std::string& s, const std::string& key) {
+  auto at = s.find("\"" + key + "\":\"");
+  if (at == std::string::npos)
+    return "";
+  at += key.size() + 4;
+  return s.substr(at, s.find('"', at) - at);
+}
+
+} // namespace
+
+TEST_CASE("a node that was down during a revocation learns it from its "
+          "peers within seconds of rejoining, and persists it") {
+  cluster c;
+  std::uint16_t p1 = 0, p2 = 0, p3 = 0;
+  auto n1 = c.start("c1", p1, {});
+  auto n2 = c.start("c2", p2, {p1});
+  auto n3 = c.start("c3", p3, {p1});
+  all_alive(c, {p1, p2, p3}, 3);
+  tokens t{c, p1, "c1"};
+  auto alice = t.issue("alice", "user");
+  auto bob = t.issue("bob", "user");
+  auto dave_r = c.console(p1, "token issue principal=dave role=user ttl=600 "
+                              "auth=" + t.admin, true);
+  INFO(dave_r.out << dave_r.err);
+  REQUIRE(dave_r.code == 0);
+  auto dave = json_string(dave_r.out, "token");
+  auto dave_id = json_string(dave_r.out, "id");
+  REQUIRE(!dave_id.empty());
+  for (auto& tk : {alice, bob, dave})
+    REQUIRE(c.console(p3, "dev sync " + device + " auth=" + tk).code == 0);
+
+  // c3 goes down; alice (by principal) and dave's token (by id) are
+  // revoked meanwhile, through c1 and c2.
+  n3->signal(SIGTERM);
+  REQUIRE(n3->wait(30s) == 0);
+  auto r1 = c.console(p1, "token revoke principal=alice auth=" + t.admin);
+  INFO(r1.out << r1.err);
+  REQUIRE(r1.code == 0);
+  auto r2 = c.console(p2, "token revoke " + dave_id + " auth=" + t.admin);
+  INFO(r2.out << r2.err);
+  REQUIRE(r2.code == 0);
+  CHECK(c.console(p2, "dev sync " + device + " auth=" + alice).code == 1);
+
+  // c3 comes back with its old state: its own file lacks both.
+  auto before = read_file(c.state_dir("c3") + "/access/revocations");
+  CHECK(!contains(before, "alice"));
+  CHECK(!contains(before, dave_id));
+  n3 = c.start("c3", p3, {p1});
+  auto t0 = clock_type::now();
+  CHECK(c.eventually(
+    p3, "dev sync " + device + " auth=" + alice,
+    [](const run_result& r) {
+      return r.code == 1 && contains(r.err, "revoked");
+    },
+    30s));
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+                clock_type::now() - t0)
+                .count();
+  UNSCOPED_INFO("c3 refused alice " << took << " ms after it was ready");
+  CHECK(took < 20000); // ~1-2 s unloaded; generous for a loaded machine
+  auto d = c.console(p3, "dev sync " + device + " auth=" + dave);
+  CHECK(d.code == 1);
+  CHECK(contains(d.err, "revoked"));
+  CHECK(c.console(p3, "dev sync " + device + " auth=" + bob).code == 0);
+
+  // Learnt for good: in c3's revocations file, and audited as caught up.
+  auto after = read_file(c.state_dir("c3") + "/access/revocations");
+  CHECK(contains(after, "principal alice "));
+  CHECK(contains(after, "token " + dave_id + " "));
+  CHECK(audited(c, p3, t.admin, "policy_change",
+                {"revocation_added", "\"relayed\":\"sync\"", "alice",
+                 dave_id}));
+  // And after another restart without peers' help it still refuses.
+  n3->signal(SIGTERM);
+  REQUIRE(n3->wait(30s) == 0);
+  n1->signal(SIGTERM);
+  n2->signal(SIGTERM);
+  CHECK(n1->wait(30s) == 0);
+  CHECK(n2->wait(30s) == 0);
+  std::uint16_t alone = 0;
+  n3 = c.start("c3", alone, {});
+  auto r = c.console(alone, "dev sync " + device + " auth=" + alice);
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "revoked"));
+}
+
+TEST_CASE("an admin lowers a principal's rate limit on every node and "
+          "its device operations beyond it are refused and audited") {
+  cluster c;
+  std::uint16_t p1 = 0, p2 = 0;
+  auto n1 = c.start("l1", p1, {});
+  auto n2 = c.start("l2", p2, {p1});
+  all_alive(c, {p1, p2}, 2);
+  tokens t{c, p1, "l1"};
+  auto carol = t.issue("carol", "user");
+  auto erin = t.issue("erin", "user");
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(c.console(p2, "dev sync " + device + " auth=" + carol).code == 0);
+
+  // Bad input and non-admins are refused with a clear error.
+  for (auto& [cmd, why] :
+       std::vector<std::pair<std::string, std::string>>{
+         {"token limit principal=carol rate=fast auth=" + t.admin, "rate="},
+         {"token limit principal=carol rate=-1 auth=" + t.admin, "rate="},
+         {"token limit principal=carol rate=5 burst=0.5 auth=" + t.admin,
+          "burst"},
+         {"token limit rate=5 auth=" + t.admin, "principal=P"},
+         {"token limit principal=carol auth=" + t.admin, "rate=N"},
+         {"token limit principal=carol rate=5 auth=" + erin, "admin required"},
+         {"token limits", "no auth=TOKEN"}}) {
+    INFO(cmd);
+    auto r = c.console(p1, cmd);
+    CHECK(r.code == 1);
+    CHECK(contains(r.err, why));
+  }
+
+  // One operation per 100 s, burst 1: the next one passes, then refused.
+  auto set = c.console(p1, "token limit principal=carol rate=0.01/s burst=1 "
+                           "auth=" + t.admin, true);
+  INFO(set.out << set.err);
+  REQUIRE(set.code == 0);
+  CHECK(contains(set.out, "\"peers\":1"));
+  auto shown = c.console(p2, "token limits auth=" + erin, true);
+  INFO(shown.out << shown.err);
+  CHECK(shown.code == 0);
+  CHECK(contains(shown.out, "{\"principal\":\"carol\",\"rate_per_s\":0.01,"
+                            "\"burst\":1}"));
+  for (auto port : {p1, p2}) {
+    INFO("node port " << port);
+    auto ok = c.console(port, "dev sync " + device + " auth=" + carol);
+    INFO(ok.out << ok.err);
+    CHECK(ok.code == 0);
+    auto refused = c.console(port, "dev sync " + device + " auth=" + carol);
+    CHECK(refused.code == 1);
+    CHECK(contains(refused.err, "rate_limited"));
+    // Others keep the default (no limit).
+    CHECK(c.console(port, "dev sync " + device + " auth=" + erin).code == 0);
+    CHECK(c.console(port, "dev sync " + device + " auth=" + erin).code == 0);
+    CHECK(audited(c, port, t.admin, "rate_limited",
+                  {"\"principal\":\"carol\"", "\"decision\":\"rate_limited\"",
+                   device}));
+    CHECK(audited(c, port, t.admin, "policy_change",
+                  {"\"change\":\"rate_limit\"", "\"subject\":\"carol\"",
+                   "\"rate_per_s\":\"0.01\""}));
+  }
+  // Raised again (0: unlimited): carol works at once.
+  REQUIRE(c.console(p2, "token limit principal=carol rate=0 auth=" + t.admin)
+            .code
+          == 0);
+  for (auto port : {p1, p2})
+    CHECK(c.console(port, "dev sync " + device + " auth=" + carol).code == 0);
+}
+
+TEST_CASE("exo-console --token-file sends the token with every command "
+          "and never prints it and a missing or empty file is a clear error") {
+  cluster c;
+  c.safety_extra = R"(, "console_requires_token": true)";
+  std::uint16_t p1 = 0;
+  auto n1 = c.start("f1", p1, {});
+  tokens t{c, p1, "f1"};
+  auto watcher = t.issue("watcher", "monitor");
+  auto with_file = [&](const std::string& file, const std::string& cmd) {
+    return run({exo_console(), "--connect",
+                "127.0.0.1:" + std::to_string(p1), "--cert",
+                c.dir + "/ops/ops.crt", "--key", c.dir + "/ops/ops.key",
+                "--ca", c.dir + "/ca/ca.crt", "--timeout-ms", "10000",
+                "--token-file", file, "--exec", cmd},
+               60s);
+  };
+  auto good = c.dir + "/watcher.token";
+  write_file(good, "  " + watcher + "  \n");
+  for (auto cmd : {"devices", "nodes", "thermal"}) {
+    INFO(cmd);
+    auto r = with_file(good, cmd);
+    INFO(r.out << r.err);
+    CHECK(r.code == 0);
+    CHECK(!contains(r.out + r.err, watcher));
+  }
+  CHECK(contains(with_file(good, "devices").out, device));
+  // The token's permissions still hold: a monitor may not run jobs.
+  auto run_r = with_file(good, "run model.gguf prompt=hi");
+  CHECK(run_r.code == 1);
+  CHECK(contains(run_r.err, "permission_denied"));
+  CHECK(!contains(run_r.out + run_r.err, watcher));
+  // A command naming its own auth= keeps it.
+  auto own = with_file(good, "devices auth=exo1.not.valid");
+  CHECK(own.code == 1);
+  // Without the file the node refuses.
+  CHECK(c.console(p1, "devices").code == 1);
+
+  auto empty = c.dir + "/empty.token";
+  write_file(empty, "\n");
+  auto spaced = c.dir + "/spaced.token";
+  write_file(spaced, watcher.substr(0, 10) + " " + watcher.substr(10) + "\n");
+  for (auto& [file, why] :
+       std::vector<std::pair<std::string, std::string>>{
+         {c.dir + "/missing.token", "cannot read the token"},
+         {empty, "holds no token"},
+         {spaced, "whitespace"},
+         {c.dir, "token"}}) {
+    INFO(file);
+    auto r = with_file(file, "devices");
+    INFO(r.out << r.err);
+    CHECK(r.code == 2);
+    CHECK(contains(r.err, "--token-file " + file));
+    CHECK(contains(r.err, why));
+    CHECK(!contains(r.err, watcher.substr(10)));
+  }
+}
