@@ -11,8 +11,13 @@
 ///   client -- (info_atom, token) --> device
 ///   console -- (console_atom, "dev", "sync DEVICE auth=TOKEN" ...) --> dev
 ///              service of that node, which sends the variants above
-///   console -- (console_atom, "token", "issue ..."|"revoke ..."|"check ...")
-///              --> access service; revocations reach peers by broadcast
+///   console -- (console_atom, "token", "issue ..."|"revoke ..."|"limit ..."
+///              |"limits ..."|"check ...") --> access service; revocations
+///              and limits reach live peers by broadcast
+///   access service -- (service_atom, peer, "token", (token_atom, node,
+///              list)) --> gate --> the peer's access service -> the
+///              entries the sender lacks (std::string): revocation
+///              catch-up, see actors/access/revocation_sync.hpp
 
 #include "messages/atoms.hpp"
 

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <cmath>
 #include <map>
@@ -218,30 +219,38 @@ std::string apply_revocation(access_state& st, const revocation& rev,
   return persisted;
 }
 
-/// A rate or burst: a number in [0, 1e6], optionally followed by "/s".
+/// A rate or burst: a decimal number in [0, 1000000] with at most three
+/// digits after the point, optionally followed by "/s" (so that the text
+/// a node relays, number_text, is exactly what it applied).
 bool parse_rate(std::string text, double& out) {
   if (text.size() > 2 && text.compare(text.size() - 2, 2, "/s") == 0)
     text.resize(text.size() - 2);
-  if (text.empty() || text.size() > 32)
+  if (text.empty() || text.size() > 16)
     return false;
-  for (char c : text)
-    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '.'))
-      return false;
-  try {
-    std::size_t used = 0;
-    out = std::stod(text, &used);
-    return used == text.size() && std::isfinite(out) && out >= 0
-           && out <= 1e6;
-  } catch (...) {
+  auto dot = text.find('.');
+  auto digits = [](const std::string& t) {
+    return !t.empty()
+           && t.find_first_not_of("0123456789") == std::string::npos;
+  };
+  if (dot == std::string::npos ? !digits(text)
+                               : !digits(text.substr(0, dot))
+                                   || !digits(text.substr(dot + 1))
+                                   || text.size() - dot - 1 > 3)
     return false;
-  }
+  out = std::strtod(text.c_str(), nullptr);
+  return std::isfinite(out) && out >= 0 && out <= 1e6;
 }
 
-/// A number without trailing zeros ("0.5", "10").
+/// A rate as parse_rate reads it: fixed point, trailing zeros dropped.
 std::string number_text(double x) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
+  std::snprintf(buf, sizeof buf, "%.3f", x);
+  std::string s = buf;
+  while (s.back() == '0')
+    s.pop_back();
+  if (s.back() == '.')
+    s.pop_back();
+  return s;
 }
 
 /// Relays `relay` (a "token" command with relay=1) to every live peer
@@ -423,12 +432,14 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
     if (!parse_rate(kv["rate"], rate))
       return usage("rate=\"" + kv["rate"].substr(0, 32)
                    + "\" is not a number of operations per second in [0, "
-                     "1000000] (e.g. rate=5/s)");
+                     "1000000] with at most 3 decimals (e.g. rate=5/s)");
     burst = std::max(1.0, std::ceil(rate));
     if (kv.count("burst") && !parse_rate(kv["burst"], burst))
-      return usage("burst must be a number in [1, 1000000]");
+      return usage("burst must be a number in [1, 1000000] with at most 3 "
+                   "decimals");
     if (rate > 0 && burst < 1)
-      return usage("burst must be a number in [1, 1000000]");
+      return usage("burst must be a number in [1, 1000000] with at most 3 "
+                   "decimals");
     try {
       st.cfg.policy->set_rate_limit(principal, rate, burst);
     } catch (const std::invalid_argument& e) {

@@ -461,7 +461,7 @@ std::string json_string(const std::string& s, const std::string& key) {
 } // namespace
 
 TEST_CASE("a node that was down during a revocation learns it from its "
-          "peers within seconds of rejoining, and persists it") {
+          "peers within seconds of rejoining and persists it") {
   cluster c;
   std::uint16_t p1 = 0, p2 = 0, p3 = 0;
   auto n1 = c.start("c1", p1, {});
@@ -554,6 +554,9 @@ TEST_CASE("an admin lowers a principal's rate limit on every node and "
        std::vector<std::pair<std::string, std::string>>{
          {"token limit principal=carol rate=fast auth=" + t.admin, "rate="},
          {"token limit principal=carol rate=-1 auth=" + t.admin, "rate="},
+         {"token limit principal=carol rate=0.0001 auth=" + t.admin,
+          "at most 3 decimals"},
+         {"token limit principal=carol rate=1e3 auth=" + t.admin, "rate="},
          {"token limit principal=carol rate=5 burst=0.5 auth=" + t.admin,
           "burst"},
          {"token limit rate=5 auth=" + t.admin, "principal=P"},
