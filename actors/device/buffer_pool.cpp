@@ -36,7 +36,11 @@ result<std::uint64_t> buffer_pool::allocate(std::uint64_t bytes) {
   if (cls > dev_.properties().max_allocation)
     cls = bytes; // no room to round up: ask for exactly what is needed
   std::unique_ptr<backend::buffer> buf;
-  if (auto it = cache_.find(cls); it != cache_.end()) {
+  auto it = cache_.find(cls);
+  if (it == cache_.end())
+    it = cache_.find(bytes); // one allocated unrounded (below)
+  if (it != cache_.end()) {
+    cls = it->first;
     buf = std::move(it->second);
     cache_.erase(it);
     cached_bytes_ -= cls;
@@ -46,6 +50,11 @@ result<std::uint64_t> buffer_pool::allocate(std::uint64_t bytes) {
     if (!made && made.err().code == errc::out_of_memory && !cache_.empty()) {
       trim();
       made = dev_.allocate(static_cast<std::size_t>(cls));
+    }
+    if (!made && made.err().code == errc::out_of_memory && cls > bytes) {
+      // Rounding is for reuse, never a reason to fail: placement counts
+      // the bytes asked for, so a plan that fits them must run.
+      made = dev_.allocate(static_cast<std::size_t>(bytes));
     }
     if (!made)
       return made.err();

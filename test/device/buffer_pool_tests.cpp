@@ -94,3 +94,20 @@ TEST_CASE("when memory runs out the cache is released and the request "
   CHECK(d.err().code == backend::errc::out_of_memory);
   CHECK(pool.live_handles() == 1);
 }
+
+TEST_CASE("a request that fits only unrounded gets exactly what it asked "
+          "for") {
+  fixture f; // 64 MiB device
+  buffer_pool pool{*f.dev, 64u << 20, 9};
+  auto a = pool.allocate(8u << 20);
+  REQUIRE(a.ok());
+  // Class 64 MiB would not fit beside 8 MiB; 50 MiB does.
+  auto b = pool.allocate(50u << 20);
+  REQUIRE(b.ok());
+  CHECK(*pool.size_of(*b) == (50u << 20));
+  REQUIRE(pool.release(*b).ok());
+  // The exact-size buffer is reused for the same request.
+  auto c = pool.allocate(50u << 20);
+  REQUIRE(c.ok());
+  CHECK(pool.reuse_count() == 1);
+}
