@@ -84,7 +84,7 @@ TEST_CASE("auth= is taken out of a console argument, the rest kept as is") {
   CHECK_FALSE(a.has_token);
 }
 
-TEST_CASE("strict refuses a command without a token; lenient serves it; a "
+TEST_CASE("strict refuses a command without a token, lenient serves it, a "
           "token is checked either way") {
   auto read = need(permission::device_list);
   const console_requirement svc{console_requirement::kind::by_service,
@@ -102,7 +102,7 @@ TEST_CASE("strict refuses a command without a token; lenient serves it; a "
 }
 
 TEST_CASE("a monitor token may list devices and read thermal state but not "
-          "run jobs or read the audit log; power users may") {
+          "run jobs or read the audit log, power users may") {
   const std::string key = "0123456789abcdef0123456789abcdef-console";
   access_config cfg;
   cfg.key = key;

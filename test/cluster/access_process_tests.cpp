@@ -346,7 +346,7 @@ bool audited(const cluster& c, std::uint16_t port, const std::string& admin,
 
 } // namespace
 
-TEST_CASE("a monitor token may list devices but is refused run and audit; "
+TEST_CASE("a monitor token may list devices but is refused run and audit, "
           "client reads, device info and policy changes are audited") {
   cluster c;
   std::uint16_t p1 = 0;
