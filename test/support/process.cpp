@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,6 +53,9 @@ process::process(std::vector<std::string> argv,
   if (pid_ < 0)
     throw std::runtime_error("fork failed");
   if (pid_ == 0) {
+    // A test killed before its destructors run (a signal, a pipe closed
+    // under it) must not leave exo-node processes behind.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     dup2(out[1], 1);
     dup2(err[1], 2);
     close(out[0]);
