@@ -261,9 +261,11 @@ void start_download(self_ptr self, const std::string& sha,
         }
         auto file = it->second.file;
         auto service = caf::actor_cast<caf::actor>(self);
+        // The id goes as an argument: CAF 0.17 dereferences a null
+        // shared_ptr<tuple<>> for a spawn without one (UBSan reports it).
         self->system().spawn<caf::detached>(
-          [file, parts, sha, source, service, files = st.tls, host = m->host,
-           port = m->bulk_port](caf::event_based_actor* w) {
+          [file, parts, source, service, files = st.tls, host = m->host,
+           port = m->bulk_port](caf::event_based_actor* w, std::string sha) {
             std::string error;
             std::uint64_t bytes = 0;
             try {
@@ -281,7 +283,8 @@ void start_download(self_ptr self, const std::string& sha,
               error = e.what();
             }
             w->send(service, fetched_atom::value, sha, error, bytes);
-          });
+          },
+          sha);
       },
       [self, sha](caf::error& err) {
         fail_download(self, sha,
