@@ -19,8 +19,6 @@
 
 #include <caf/all.hpp>
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>

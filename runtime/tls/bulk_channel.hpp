@@ -31,7 +31,6 @@
 
 #include "runtime/tls/material.hpp"
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
