@@ -15,14 +15,11 @@
 #if defined(_OPENMP)
 #  define EXO_OMP_ROWS                                                      \
     _Pragma("omp parallel for num_threads(threads) schedule(static) if (threads > 1)")
-#  define EXO_OMP_TOKENS                                                    \
-    _Pragma("omp parallel for num_threads(threads) schedule(dynamic) if (threads > 1 && n > 1)")
 #  define EXO_OMP_PANELS                                             \
     _Pragma("omp parallel for num_threads(threads) schedule(dynamic) if (threads > 1 && panels > 1)")
 #else
 #  define EXO_OMP_PANELS
 #  define EXO_OMP_ROWS
-#  define EXO_OMP_TOKENS
 #endif
 
 namespace exo::backend::host {
@@ -1143,8 +1140,11 @@ void rope_row(float* x, std::size_t heads, std::size_t head_dim,
     for (std::size_t i0 = 0; i0 + 1 < n_rot; i0 += 2) {
       const float c = cs[i0], s = cs[i0 + 1];
       const float x0 = xh[i0], x1 = xh[i0 + 1];
-      xh[i0] = x0 * c - x1 * s;
-      xh[i0 + 1] = x0 * s + x1 * c;
+      // ggml's rotate_pairs as GCC contracts and vectorizes it in the
+      // x86 builds: x0 c - x1 s and x1 c + x0 s, each with one fused
+      // multiply-add (the second product rounded first).
+      xh[i0] = std::fma(x0, c, -(x1 * s));
+      xh[i0 + 1] = std::fma(x1, c, x0 * s);
     }
   }
 }
@@ -1172,54 +1172,8 @@ void softmax(float* x, std::size_t n) noexcept {
     x[i] *= inv;
 }
 
-void silu_mul(const float* gate, const float* up, float* out,
-              std::size_t count) noexcept {
-  for (std::size_t i = 0; i < count; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
-}
-
-void attention_row(const float* q, const float* k, const float* v,
-                   std::size_t n_pos, std::size_t n_heads,
-                   std::size_t n_kv_heads, std::size_t head_dim,
-                   std::size_t kv_stride, float scale, float* out) noexcept {
-  const std::size_t group = n_heads / n_kv_heads;
-  const bool simd = have_avx2();
-  std::vector<float> scores(n_pos);
-  for (std::size_t h = 0; h < n_heads; ++h) {
-    const float* qh = q + h * head_dim;
-    const std::size_t kvh = (h / group) * head_dim;
-    for (std::size_t p = 0; p < n_pos; ++p) {
-      const float* kp = k + p * kv_stride + kvh;
-      float s = simd ? dot_f32_avx2(kp, qh, head_dim)
-                     : dot_f32_scalar(kp, qh, head_dim);
-      scores[p] = s * scale;
-    }
-    softmax(scores.data(), n_pos);
-    float* oh = out + h * head_dim;
-    std::fill(oh, oh + head_dim, 0.0f);
-    for (std::size_t p = 0; p < n_pos; ++p) {
-      const float* vp = v + p * kv_stride + kvh;
-      const float a = scores[p];
-      for (std::size_t d = 0; d < head_dim; ++d)
-        oh[d] += a * vp[d];
-    }
-  }
-}
-
-void attention(const float* q, const float* k, const float* v, float* out,
-               const attention_dims& d, int threads) noexcept {
-  const std::size_t row = d.n_heads * d.head_dim;
-  const long n = static_cast<long>(d.n_tokens);
-  threads = std::max(1, threads);
-  EXO_OMP_TOKENS
-  for (long t = 0; t < n; ++t) {
-    const auto ut = static_cast<std::size_t>(t);
-    attention_row(q + ut * row, k, v, d.pos0 + ut + 1, d.n_heads,
-                  d.n_kv_heads, d.head_dim, d.kv_stride, d.scale,
-                  out + ut * row);
-  }
+isa widest_isa() noexcept {
+  return have_avx512() ? isa::avx512 : have_avx2() ? isa::avx2 : isa::scalar;
 }
 
 // -- checks and sizes -------------------------------------------------------

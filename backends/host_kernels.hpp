@@ -92,6 +92,10 @@ void encode_row(weight_type t, const float* src, std::uint8_t* dst,
 enum class isa { scalar = 0, avx2 = 1, avx512 = 2 };
 void limit_isa(isa widest) noexcept;
 
+/// The widest instruction set the kernels use now: what the CPU has (AVX2
+/// counts with FMA and F16C, AVX-512 with AVX-512F), capped by limit_isa.
+isa widest_isa() noexcept;
+
 // -- the operations of a Llama layer ----------------------------------------
 
 /// C[m x n] = A[m x k] * W^T, W stored [n x k] encoded as t (row-major rows
@@ -125,22 +129,43 @@ void rope(float* x, const std::int32_t* positions, const float* freq_factors,
 /// In-place softmax of n elements (max subtracted, sum in double).
 void softmax(float* x, std::size_t n) noexcept;
 
-/// out[i] = silu(gate[i]) * up[i]. out may equal gate or up.
+/// ggml's vector expf (ggml_v_expf, the AVX-512 build) on one float: a
+/// polynomial with at most 1.5 ulp of error, 0 below about -104 and
+/// infinity above about 88.4. Not libm's expf.
+float expf_ggml(float x) noexcept;
+
+/// out[i] = silu(gate[i]) * up[i] as ggml_vec_swiglu_f32 computes it (the
+/// AVX-512 build of llama.cpp, bit for bit, on every instruction set):
+/// gate / (1 + expf_ggml(0 - gate)) * up for each whole group of 16
+/// elements from the start, gate / (1 + expf(-gate)) * up (libm expf) for
+/// the count % 16 left at the end. ggml starts its groups at every row of
+/// the feed-forward width, so rows of n_ff elements give ggml's bits when
+/// n_ff is a multiple of 16 (every Llama model's is). out may equal gate or
+/// up.
 void silu_mul(const float* gate, const float* up, float* out,
               std::size_t count) noexcept;
 
-/// Attention of one query row (n_heads heads) over cache rows 0 .. n_pos-1
-/// of k and v (kv_stride floats apart); query head h reads KV head
-/// h / (n_heads / n_kv_heads). out: n_heads * head_dim.
-void attention_row(const float* q, const float* k, const float* v,
-                   std::size_t n_pos, std::size_t n_heads,
-                   std::size_t n_kv_heads, std::size_t head_dim,
-                   std::size_t kv_stride, float scale, float* out) noexcept;
-
-/// Causal attention of dims.n_tokens rows (see attention_dims); rows split
-/// over `threads` OpenMP threads.
+/// Causal attention of dims.n_tokens rows (see attention_dims) as
+/// llama.cpp's CPU flash attention computes it over its F16 KV cache
+/// (ggml_compute_forward_flash_attn_ext_f16 with one thread, AVX-512
+/// build), bit for bit on every instruction set and thread count. K and V
+/// are rounded to half where read (the cache holds F32 here). Batches of
+/// fewer than 64 tokens, or heads not a multiple of 16 wide, take ggml's
+/// one_chunk path: Q rounded to half, scores by ggml_vec_dot_f16's order,
+/// an online softmax with libm expf, the weighted V sum in a half
+/// accumulator rounded after every cell, then divided by the sum. Batches
+/// of 64 tokens and more take the tiled path: F32 Q, scores and V sums as
+/// fused multiply-add chains over 64-cell tiles (simd_gemm), each tile's
+/// softmax through expf_ggml summed per 16 lanes in double. (ggml's
+/// split-KV path for one token over 512 cells or more equals one_chunk on
+/// one thread; with more threads llama.cpp merges partial sums and differs
+/// in the last bits.) (token, head) pairs are split over `threads` OpenMP
+/// threads; the result does not depend on how.
 void attention(const float* q, const float* k, const float* v, float* out,
                const attention_dims& dims, int threads) noexcept;
+
+/// Whether attention takes the tiled path for dims.
+bool attention_tiled_path(const attention_dims& dims) noexcept;
 
 // -- checks and sizes of the Llama operations ------------------------------
 

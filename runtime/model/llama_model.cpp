@@ -174,13 +174,8 @@ void llama_stage::forward(float* x, size_t n, kv_cache& cache) const {
     }
     const float* kc = cache.k(l, 0);
     const float* vc = cache.v(l, 0);
-    const long nl = static_cast<long>(n);
-    const int nt = ops::threads();
-#pragma omp parallel for num_threads(nt) schedule(dynamic) if (nt > 1 && n > 1)
-    for (long t = 0; t < nl; ++t)
-      ops::attention(q.data() + t * nq, kc, vc, pos0 + t + 1, hp.n_head,
-                     hp.n_head_kv, hp.head_dim, nkv, scale,
-                     att.data() + t * nq);
+    ops::attention(q.data(), kc, vc, n, pos0, hp.n_head, hp.n_head_kv,
+                   hp.head_dim, nkv, scale, att.data());
     ops::matmul(L.wo, att.data(), n, tmp.data());
     ops::add(x, tmp.data(), n * e);
     for (size_t t = 0; t < n; ++t)

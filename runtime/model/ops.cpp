@@ -67,11 +67,12 @@ void add(float* y, const float* x, size_t n) {
     y[i] += x[i];
 }
 
-void attention(const float* q, const float* k, const float* v, size_t n_pos,
-               size_t n_head, size_t n_head_kv, size_t head_dim,
-               size_t kv_stride, float scale, float* out) {
-  host::attention_row(q, k, v, n_pos, n_head, n_head_kv, head_dim, kv_stride,
-                      scale, out);
+void attention(const float* q, const float* k, const float* v,
+               size_t n_tokens, size_t pos0, size_t n_head, size_t n_head_kv,
+               size_t head_dim, size_t kv_stride, float scale, float* out) {
+  backend::attention_dims d{n_tokens, pos0,      n_head, n_head_kv,
+                            head_dim, kv_stride, scale};
+  host::attention(q, k, v, out, d, n_threads_);
 }
 
 } // namespace exo::model::ops

@@ -49,12 +49,15 @@ void silu_gate(const float* gate, const float* up, float* out, size_t n);
 /// y[i] += x[i].
 void add(float* y, const float* x, size_t n);
 
-/// Causal grouped-query attention of one query token over n_pos cached
-/// positions. q: n_head*head_dim; k and v: n_pos rows of kv_stride floats
-/// (n_head_kv heads of head_dim each); out: n_head*head_dim. Query head h
-/// reads KV head h / (n_head / n_head_kv). Scores are scaled by `scale`.
-void attention(const float* q, const float* k, const float* v, size_t n_pos,
-               size_t n_head, size_t n_head_kv, size_t head_dim,
-               size_t kv_stride, float scale, float* out);
+/// Causal grouped-query attention of n_tokens query rows at positions
+/// pos0 .. pos0 + n_tokens - 1 over a KV cache (backend::attention_dims),
+/// as llama.cpp's CPU flash attention over an F16 cache computes it. q, out:
+/// n_tokens rows of n_head*head_dim; k and v: cache rows 0 .. pos0 +
+/// n_tokens - 1 of kv_stride floats (n_head_kv heads of head_dim each).
+/// The whole batch goes in one call: llama.cpp's arithmetic depends on the
+/// batch size (from 64 tokens on it tiles). Rows split over the threads.
+void attention(const float* q, const float* k, const float* v,
+               size_t n_tokens, size_t pos0, size_t n_head, size_t n_head_kv,
+               size_t head_dim, size_t kv_stride, float scale, float* out);
 
 } // namespace exo::model::ops

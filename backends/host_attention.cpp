@@ -1,0 +1,725 @@
+// Attention and SwiGLU as llama.cpp's CPU backend computes them, bit for
+// bit: ggml's flash attention over the F16 KV cache
+// (ggml_compute_forward_flash_attn_ext_f16 in ggml-cpu/ops.cpp) and
+// ggml_vec_swiglu_f32 with ggml's vector expf (ggml-cpu/vec.h). The AVX-512
+// build of ggml is the one reproduced (its vector widths and reduction
+// orders); the AVX2 and scalar paths here compute the same operations on
+// narrower registers and give the same bits (tested).
+
+#include "backends/host_kernels.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(_OPENMP)
+#define EXO_OMP_PARALLEL                                                       \
+  _Pragma("omp parallel num_threads(threads) if (threads > 1 && jobs > 1)")
+#define EXO_OMP_FOR _Pragma("omp for schedule(dynamic)")
+#else
+#define EXO_OMP_PARALLEL
+#define EXO_OMP_FOR
+#endif
+
+namespace exo::backend::host {
+
+namespace {
+
+constexpr float inf = std::numeric_limits<float>::infinity();
+
+/// ggml's flash attention tiles (GGML_FA_TILE_Q = GGML_FA_TILE_KV): batches
+/// of at least this many tokens take the tiled path.
+constexpr std::size_t fa_tile = 64;
+
+// -- ggml_v_expf ------------------------------------------------------------
+
+// The constants of ggml_v_expf (ARM's optimized-routines expf).
+constexpr float ex_shift = 0x1.8p23f;
+constexpr float ex_log2e = 0x1.715476p+0f;
+constexpr float ex_ln2_hi = 0x1.62e4p-1f;
+constexpr float ex_ln2_lo = 0x1.7f7d1cp-20f;
+constexpr float ex_c5 = 0x1.0e4020p-7f;
+constexpr float ex_c4 = 0x1.573e2ep-5f;
+constexpr float ex_c3 = 0x1.555e66p-3f;
+constexpr float ex_c2 = 0x1.fffdb6p-2f;
+constexpr float ex_c1 = 0x1.ffffecp-1f;
+
+/// 2^e for -126 <= e <= 127 (a normal float, exact).
+inline float pow2(int e) {
+  const auto bits = static_cast<std::uint32_t>(e + 127) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+/// j * 2^e rounded once, as _mm512_scalef_ps does, for |e| <= 192 and
+/// 0.5 < |j| < 2: out of the normal exponents, a first exact step leaves a
+/// single rounding to the second.
+inline float scalef(float j, int e) {
+  if (e > 127)
+    return j * pow2(e - 127) * pow2(127);
+  if (e < -126)
+    return j * pow2(e + 126) * pow2(-126);
+  return j * pow2(e);
+}
+
+/// ggml_v_expf's AVX-512 version, one lane.
+float expf_lane(float x) {
+  const float z = std::fma(x, ex_log2e, ex_shift);
+  const float n = z - ex_shift;
+  const float b = std::fma(-n, ex_ln2_lo, std::fma(-n, ex_ln2_hi, x));
+  if (std::isnan(n))
+    return n;
+  if (std::fabs(n) > 192.0f)
+    return n <= 0.0f ? 0.0f : inf;
+  const float u = b * b;
+  const float j = std::fma(
+      std::fma(std::fma(ex_c5, b, ex_c4), u, std::fma(ex_c3, b, ex_c2)), u,
+      std::fma(ex_c1, b, 1.0f));
+  return scalef(j, static_cast<int>(n));
+}
+
+__attribute__((target("avx512f"))) inline __m512 expf_avx512(__m512 x) {
+  // ggml_v_expf (ggml-cpu/vec.h, __AVX512F__), unchanged.
+  const __m512 r = _mm512_set1_ps(ex_shift);
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(ex_log2e), r);
+  const __m512 n = _mm512_sub_ps(z, r);
+  const __m512 b =
+      _mm512_fnmadd_ps(n, _mm512_set1_ps(ex_ln2_lo),
+                       _mm512_fnmadd_ps(n, _mm512_set1_ps(ex_ln2_hi), x));
+  const __mmask16 d =
+      _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
+  const __m512 u = _mm512_mul_ps(b, b);
+  const __m512 j = _mm512_fmadd_ps(
+      _mm512_fmadd_ps(
+          _mm512_fmadd_ps(_mm512_set1_ps(ex_c5), b, _mm512_set1_ps(ex_c4)), u,
+          _mm512_fmadd_ps(_mm512_set1_ps(ex_c3), b, _mm512_set1_ps(ex_c2))),
+      u, _mm512_fmadd_ps(_mm512_set1_ps(ex_c1), b, _mm512_set1_ps(1.0f)));
+  const __m512 res = _mm512_maskz_scalef_ps(0xffff, j, n);
+  if (_mm512_kortestz(d, d))
+    return res;
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 alt = _mm512_mask_blend_ps(
+      _mm512_cmp_ps_mask(n, zero, _CMP_LE_OQ), _mm512_set1_ps(inf), zero);
+  return _mm512_mask_blend_ps(d, res, alt);
+}
+
+/// 2^e as floats for integral e in [-126, 127] (lanes outside give garbage
+/// that the caller does not select).
+__attribute__((target("avx2,fma"))) inline __m256 pow2_avx2(__m256 e) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(e), _mm256_set1_epi32(127)), 23));
+}
+
+/// expf_avx512 on eight lanes with AVX2 (not ggml's AVX2 expf, which rounds
+/// differently): scalef done as in scalef() above.
+__attribute__((target("avx2,fma"))) inline __m256 expf_avx2(__m256 x) {
+  const __m256 r = _mm256_set1_ps(ex_shift);
+  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(ex_log2e), r);
+  const __m256 n = _mm256_sub_ps(z, r);
+  const __m256 b =
+      _mm256_fnmadd_ps(n, _mm256_set1_ps(ex_ln2_lo),
+                       _mm256_fnmadd_ps(n, _mm256_set1_ps(ex_ln2_hi), x));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 j = _mm256_fmadd_ps(
+      _mm256_fmadd_ps(
+          _mm256_fmadd_ps(_mm256_set1_ps(ex_c5), b, _mm256_set1_ps(ex_c4)), u,
+          _mm256_fmadd_ps(_mm256_set1_ps(ex_c3), b, _mm256_set1_ps(ex_c2))),
+      u, _mm256_fmadd_ps(_mm256_set1_ps(ex_c1), b, _mm256_set1_ps(1.0f)));
+  // e2 = 127 above 127, -126 below -126, else 0; e1 = n - e2.
+  const __m256 hi = _mm256_cmp_ps(n, _mm256_set1_ps(127.0f), _CMP_GT_OQ);
+  const __m256 lo = _mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
+  const __m256 e2 = _mm256_or_ps(_mm256_and_ps(hi, _mm256_set1_ps(127.0f)),
+                                 _mm256_and_ps(lo, _mm256_set1_ps(-126.0f)));
+  const __m256 e1 = _mm256_sub_ps(n, e2);
+  const __m256 big = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), n),
+                                   _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+  // Lanes past 192 (and NaN lanes, through their NaN j) are fixed below;
+  // keep their exponents in range so the integer conversion is harmless.
+  const __m256 safe_e1 = _mm256_andnot_ps(big, e1);
+  const __m256 e2_or_zero = _mm256_andnot_ps(big, e2);
+  __m256 res = _mm256_mul_ps(_mm256_mul_ps(j, pow2_avx2(safe_e1)),
+                             pow2_avx2(e2_or_zero));
+  const __m256 is_nan = _mm256_cmp_ps(n, n, _CMP_UNORD_Q);
+  res = _mm256_blendv_ps(res, n, is_nan);
+  const __m256 alt = _mm256_andnot_ps(
+      _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ), _mm256_set1_ps(inf));
+  return _mm256_blendv_ps(res, alt, big);
+}
+
+// -- widths -------------------------------------------------------------------
+
+bool use_avx512() {
+  return widest_isa() == isa::avx512;
+}
+bool use_avx2() {
+  return widest_isa() >= isa::avx2;
+}
+
+inline float round_half(float x) {
+  return f16_to_f32(f32_to_f16(x));
+}
+
+/// _mm512_reduce_add_ps's order on 16 lanes (GCC's and Clang's alike):
+/// halves, then quarters, then pairs.
+inline float reduce16(const float* l) {
+  float t3[8], t6[4];
+  for (int i = 0; i < 8; ++i)
+    t3[i] = l[i + 8] + l[i];
+  for (int i = 0; i < 4; ++i)
+    t6[i] = t3[i + 4] + t3[i];
+  return (t6[0] + t6[2]) + (t6[1] + t6[3]);
+}
+
+__attribute__((target("avx2"))) inline float reduce8_avx2(__m256 t3) {
+  __m128 t6 =
+      _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+  __m128 t8 = _mm_add_ps(t6, _mm_permute_ps(t6, 0x4e));
+  return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
+}
+
+__attribute__((target("avx512f"))) inline float reduce16_avx512(__m512 v) {
+  const __m512d w = _mm512_castps_pd(v);
+  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, w, 1));
+  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, w, 0));
+  return reduce8_avx2(_mm256_add_ps(hi, lo));
+}
+
+// -- SwiGLU -------------------------------------------------------------------
+
+/// silu(x) * g on whole 16-lane groups as ggml_vec_swiglu_f32: x / (1 +
+/// v_expf(0 - x)) * g. Returns how many elements it did.
+std::size_t swiglu_groups_scalar(const float* x, const float* g, float* y,
+                                 std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (std::size_t l = i; l < i + 16; ++l)
+      y[l] = x[l] / (1.0f + expf_lane(0.0f - x[l])) * g[l];
+  return i;
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 swiglu8_avx2(const float* x,
+                                                               const float* g) {
+  const __m256 xv = _mm256_loadu_ps(x);
+  const __m256 e = expf_avx2(_mm256_sub_ps(_mm256_setzero_ps(), xv));
+  return _mm256_mul_ps(
+      _mm256_div_ps(xv, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
+      _mm256_loadu_ps(g));
+}
+
+__attribute__((target("avx2,fma"))) std::size_t
+swiglu_groups_avx2(const float* x, const float* g, float* y, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_ps(y + i, swiglu8_avx2(x + i, g + i));
+    _mm256_storeu_ps(y + i + 8, swiglu8_avx2(x + i + 8, g + i + 8));
+  }
+  return i;
+}
+
+__attribute__((target("avx512f"))) std::size_t
+swiglu_groups_avx512(const float* x, const float* g, float* y, std::size_t n) {
+  std::size_t i = 0;
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; i + 16 <= n; i += 16) {
+    __m512 xv = _mm512_loadu_ps(x + i);
+    __m512 e = expf_avx512(_mm512_sub_ps(_mm512_setzero_ps(), xv));
+    _mm512_storeu_ps(y + i,
+                     _mm512_mul_ps(_mm512_div_ps(xv, _mm512_add_ps(one, e)),
+                                   _mm512_loadu_ps(g + i)));
+  }
+  return i;
+}
+
+// -- one_chunk: ggml_compute_forward_flash_attn_ext_f16_one_chunk ------------
+
+/// ggml_vec_dot_f16 of a K row (rounded to half here) with Q (already
+/// rounded): four 16-lane accumulators over blocks of 64, reduced as
+/// GGML_F16_VEC_REDUCE, then the rest of the row in double.
+float dot_f16_scalar(const float* k, const float* q, std::size_t n) {
+  const std::size_t np = n & ~std::size_t{63};
+  float acc[64] = {};
+  for (std::size_t i = 0; i < np; i += 64)
+    for (std::size_t m = 0; m < 64; ++m)
+      acc[m] = std::fma(round_half(k[i + m]), q[i + m], acc[m]);
+  float l[16];
+  for (std::size_t m = 0; m < 16; ++m)
+    l[m] = (acc[m] + acc[32 + m]) + (acc[16 + m] + acc[48 + m]);
+  double sum = reduce16(l);
+  for (std::size_t i = np; i < n; ++i)
+    sum += static_cast<double>(round_half(k[i]) * q[i]);
+  return static_cast<float>(sum);
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline __m256
+load_half_avx2(const float* p) {
+  return _mm256_cvtph_ps(
+      _mm256_cvtps_ph(_mm256_loadu_ps(p), _MM_FROUND_TO_NEAREST_INT));
+}
+
+__attribute__((target("avx2,fma,f16c"))) float
+dot_f16_avx2(const float* k, const float* q, std::size_t n) {
+  const std::size_t np = n & ~std::size_t{63};
+  __m256 a[8];
+  for (auto& v : a)
+    v = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < np; i += 64)
+    for (int j = 0; j < 8; ++j)
+      a[j] = _mm256_fmadd_ps(load_half_avx2(k + i + 8 * j),
+                             _mm256_loadu_ps(q + i + 8 * j), a[j]);
+  // a[2j], a[2j+1]: lanes 0-7 and 8-15 of ggml's accumulator j.
+  __m256 lo =
+      _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
+  __m256 hi =
+      _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
+  double sum = reduce8_avx2(_mm256_add_ps(hi, lo));
+  for (std::size_t i = np; i < n; ++i)
+    sum += static_cast<double>(round_half(k[i]) * q[i]);
+  return static_cast<float>(sum);
+}
+
+// The maskz forms (all lanes) instead of the plain intrinsics, whose GCC 12
+// definitions start from an uninitialized register and warn.
+__attribute__((target("avx512f"))) inline __m512 round_half_avx512(__m512 x) {
+  return _mm512_maskz_cvtph_ps(
+      0xffff, _mm512_maskz_cvtps_ph(0xffff, x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+__attribute__((target("avx512f"))) inline __m512
+load_half_avx512(const float* p) {
+  return round_half_avx512(_mm512_loadu_ps(p));
+}
+
+__attribute__((target("avx512f"))) float
+dot_f16_avx512(const float* k, const float* q, std::size_t n) {
+  const std::size_t np = n & ~std::size_t{63};
+  __m512 a[4];
+  for (auto& v : a)
+    v = _mm512_setzero_ps();
+  for (std::size_t i = 0; i < np; i += 64)
+    for (int j = 0; j < 4; ++j)
+      a[j] = _mm512_fmadd_ps(load_half_avx512(k + i + 16 * j),
+                             _mm512_loadu_ps(q + i + 16 * j), a[j]);
+  double sum = reduce16_avx512(
+      _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
+  for (std::size_t i = np; i < n; ++i)
+    sum += static_cast<double>(round_half(k[i]) * q[i]);
+  return static_cast<float>(sum);
+}
+
+/// ggml_vec_scale_f16: acc = half(acc * s), element by element.
+void scale_f16_scalar(float* acc, float s, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    acc[i] = round_half(acc[i] * s);
+}
+
+/// ggml_vec_mad_f16: acc = half(fma(half(v), w, acc)) (the SIMD part and,
+/// in the build compared against, the leftovers alike).
+void mad_f16_scalar(float* acc, const float* v, float w, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    acc[i] = round_half(std::fma(round_half(v[i]), w, acc[i]));
+}
+
+__attribute__((target("avx2,fma,f16c"))) void
+scale_f16_avx2(float* acc, float s, std::size_t n) {
+  const __m256 sv = _mm256_set1_ps(s);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 r = _mm256_mul_ps(_mm256_loadu_ps(acc + i), sv);
+    _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm256_cvtps_ph(
+                                  r, _MM_FROUND_TO_NEAREST_INT)));
+  }
+  scale_f16_scalar(acc + i, s, n - i);
+}
+
+__attribute__((target("avx2,fma,f16c"))) void
+mad_f16_avx2(float* acc, const float* v, float w, std::size_t n) {
+  const __m256 wv = _mm256_set1_ps(w);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 r =
+        _mm256_fmadd_ps(load_half_avx2(v + i), wv, _mm256_loadu_ps(acc + i));
+    _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm256_cvtps_ph(
+                                  r, _MM_FROUND_TO_NEAREST_INT)));
+  }
+  mad_f16_scalar(acc + i, v + i, w, n - i);
+}
+
+__attribute__((target("avx512f"))) void scale_f16_avx512(float* acc, float s,
+                                                         std::size_t n) {
+  const __m512 sv = _mm512_set1_ps(s);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 r = _mm512_mul_ps(_mm512_loadu_ps(acc + i), sv);
+    _mm512_storeu_ps(acc + i, round_half_avx512(r));
+  }
+  scale_f16_scalar(acc + i, s, n - i);
+}
+
+__attribute__((target("avx512f"))) void
+mad_f16_avx512(float* acc, const float* v, float w, std::size_t n) {
+  const __m512 wv = _mm512_set1_ps(w);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 r =
+        _mm512_fmadd_ps(load_half_avx512(v + i), wv, _mm512_loadu_ps(acc + i));
+    _mm512_storeu_ps(acc + i, round_half_avx512(r));
+  }
+  mad_f16_scalar(acc + i, v + i, w, n - i);
+}
+
+struct chunk_kernels {
+  float (*dot)(const float*, const float*, std::size_t);
+  void (*scale)(float*, float, std::size_t);
+  void (*mad)(float*, const float*, float, std::size_t);
+};
+
+chunk_kernels chunk_kernels_now() {
+  if (use_avx512())
+    return {dot_f16_avx512, scale_f16_avx512, mad_f16_avx512};
+  if (use_avx2())
+    return {dot_f16_avx2, scale_f16_avx2, mad_f16_avx2};
+  return {dot_f16_scalar, scale_f16_scalar, mad_f16_scalar};
+}
+
+/// One query head over cache rows 0 .. n_pos-1 (k, v at its KV head,
+/// `stride` floats apart), as one_chunk does with an F16 cache: Q rounded
+/// to half, online softmax with expf, the V sum in a half accumulator.
+/// qh and acc: head_dim floats of scratch.
+void one_chunk_head(const chunk_kernels& kf, const float* q, const float* k,
+                    const float* v, std::size_t n_pos, std::size_t hd,
+                    std::size_t stride, float scale, float* qh, float* acc,
+                    float* out) {
+  round_to_f16(q, qh, hd);
+  std::fill(acc, acc + hd, 0.0f);
+  float S = 0.0f;
+  float M = -inf;
+  for (std::size_t ic = 0; ic < n_pos; ++ic) {
+    float s = kf.dot(k + ic * stride, qh, hd);
+    s = s * scale;
+    s += 0.0f; // the mask of a visible cell
+    const float m_old = M;
+    float ms = 1.0f;
+    float vs = 1.0f;
+    if (s > M) {
+      M = s;
+      ms = std::exp(m_old - M);
+      kf.scale(acc, ms, hd);
+    } else {
+      vs = std::exp(s - M);
+    }
+    kf.mad(acc, v + ic * stride, vs, hd);
+    const float scaled = S * ms; // two roundings, not a fused multiply-add
+    S = scaled + vs;
+  }
+  const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
+  for (std::size_t d = 0; d < hd; ++d)
+    out[d] = acc[d] * s_inv;
+}
+
+// -- tiled: ggml_compute_forward_flash_attn_ext_tiled -----------------------
+//
+// ggml computes 64 query rows x 64 cache cells at a time with simd_gemm:
+// every score is a chain of fused multiply-adds over head_dim from zero
+// (Q in F32, K widened from half), every output element a chain over the
+// tile's cells continuing from its value. Rows do not interact, masked
+// cells weigh exactly 0 (fma(0, v, a) == a) and a tile without a visible
+// cell changes nothing, so computing row by row over the visible cells of
+// each tile gives ggml's bits.
+
+/// One KV head's cache tile, rounded to half: kt[d][c] (transposed, as ggml
+/// packs it) and vt[c][d], cells past `cells` zero.
+struct kv_tile {
+  std::vector<float> kt, vt;
+  std::size_t cells = 0;
+};
+
+void pack_tile(const float* k, const float* v, std::size_t c0,
+               std::size_t cells, std::size_t hd, std::size_t stride,
+               kv_tile& t) {
+  t.kt.assign(hd * fa_tile, 0.0f);
+  t.vt.assign(fa_tile * hd, 0.0f);
+  t.cells = cells;
+  std::vector<float> row(hd);
+  for (std::size_t c = 0; c < cells; ++c) {
+    round_to_f16(k + (c0 + c) * stride, row.data(), hd);
+    for (std::size_t d = 0; d < hd; ++d)
+      t.kt[d * fa_tile + c] = row[d];
+    round_to_f16(v + (c0 + c) * stride, t.vt.data() + c * hd, hd);
+  }
+}
+
+/// kq[c] = sum over d of q[d] * kt[d][c], one fused multiply-add per d in
+/// order, from 0 (simd_gemm's chain for each score).
+void tile_scores_scalar(const float* q, const float* kt, std::size_t hd,
+                        float* kq) {
+  std::fill(kq, kq + fa_tile, 0.0f);
+  for (std::size_t d = 0; d < hd; ++d)
+    for (std::size_t c = 0; c < fa_tile; ++c)
+      kq[c] = std::fma(kt[d * fa_tile + c], q[d], kq[c]);
+}
+
+__attribute__((target("avx2,fma"))) void
+tile_scores_avx2(const float* q, const float* kt, std::size_t hd, float* kq) {
+  __m256 a[8];
+  for (auto& x : a)
+    x = _mm256_setzero_ps();
+  for (std::size_t d = 0; d < hd; ++d) {
+    const __m256 qd = _mm256_set1_ps(q[d]);
+    for (int j = 0; j < 8; ++j)
+      a[j] =
+          _mm256_fmadd_ps(_mm256_loadu_ps(kt + d * fa_tile + 8 * j), qd, a[j]);
+  }
+  for (int j = 0; j < 8; ++j)
+    _mm256_storeu_ps(kq + 8 * j, a[j]);
+}
+
+__attribute__((target("avx512f"))) void
+tile_scores_avx512(const float* q, const float* kt, std::size_t hd, float* kq) {
+  __m512 a[4];
+  for (auto& x : a)
+    x = _mm512_setzero_ps();
+  for (std::size_t d = 0; d < hd; ++d) {
+    const __m512 qd = _mm512_set1_ps(q[d]);
+    for (int j = 0; j < 4; ++j)
+      a[j] =
+          _mm512_fmadd_ps(_mm512_loadu_ps(kt + d * fa_tile + 16 * j), qd, a[j]);
+  }
+  for (int j = 0; j < 4; ++j)
+    _mm512_storeu_ps(kq + 16 * j, a[j]);
+}
+
+/// ggml_vec_soft_max_f32 over the 64 scores: p = v_expf(x - max) in place;
+/// returns the double sum of each 16-lane group's reduce_add.
+double tile_softmax_scalar(float* kq, float max) {
+  double sum = 0.0;
+  for (std::size_t g = 0; g < fa_tile; g += 16) {
+    for (std::size_t l = g; l < g + 16; ++l)
+      kq[l] = expf_lane(kq[l] - max);
+    sum += static_cast<double>(reduce16(kq + g));
+  }
+  return sum;
+}
+
+__attribute__((target("avx2,fma"))) double tile_softmax_avx2(float* kq,
+                                                             float max) {
+  double sum = 0.0;
+  const __m256 mv = _mm256_set1_ps(max);
+  for (std::size_t g = 0; g < fa_tile; g += 16) {
+    __m256 lo = expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(kq + g), mv));
+    __m256 hi = expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(kq + g + 8), mv));
+    _mm256_storeu_ps(kq + g, lo);
+    _mm256_storeu_ps(kq + g + 8, hi);
+    sum += static_cast<double>(reduce8_avx2(_mm256_add_ps(hi, lo)));
+  }
+  return sum;
+}
+
+__attribute__((target("avx512f"))) double tile_softmax_avx512(float* kq,
+                                                              float max) {
+  double sum = 0.0;
+  const __m512 mv = _mm512_set1_ps(max);
+  for (std::size_t g = 0; g < fa_tile; g += 16) {
+    __m512 p = expf_avx512(_mm512_sub_ps(_mm512_loadu_ps(kq + g), mv));
+    _mm512_storeu_ps(kq + g, p);
+    sum += static_cast<double>(reduce16_avx512(p));
+  }
+  return sum;
+}
+
+/// acc[d] = fma(vt[c][d], p[c], acc[d]) for c = 0 .. cells-1 in order.
+void tile_values_scalar(const float* p, const float* vt, std::size_t cells,
+                        std::size_t hd, float* acc) {
+  for (std::size_t c = 0; c < cells; ++c)
+    for (std::size_t d = 0; d < hd; ++d)
+      acc[d] = std::fma(vt[c * hd + d], p[c], acc[d]);
+}
+
+__attribute__((target("avx2,fma"))) void
+tile_values_avx2(const float* p, const float* vt, std::size_t cells,
+                 std::size_t hd, float* acc) {
+  std::size_t d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    __m256 a = _mm256_loadu_ps(acc + d);
+    for (std::size_t c = 0; c < cells; ++c)
+      a = _mm256_fmadd_ps(_mm256_loadu_ps(vt + c * hd + d),
+                          _mm256_set1_ps(p[c]), a);
+    _mm256_storeu_ps(acc + d, a);
+  }
+  for (; d < hd; ++d)
+    for (std::size_t c = 0; c < cells; ++c)
+      acc[d] = std::fma(vt[c * hd + d], p[c], acc[d]);
+}
+
+__attribute__((target("avx512f"))) void
+tile_values_avx512(const float* p, const float* vt, std::size_t cells,
+                   std::size_t hd, float* acc) {
+  std::size_t d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    __m512 a = _mm512_loadu_ps(acc + d);
+    for (std::size_t c = 0; c < cells; ++c)
+      a = _mm512_fmadd_ps(_mm512_loadu_ps(vt + c * hd + d),
+                          _mm512_set1_ps(p[c]), a);
+    _mm512_storeu_ps(acc + d, a);
+  }
+  for (; d < hd; ++d)
+    for (std::size_t c = 0; c < cells; ++c)
+      acc[d] = std::fma(vt[c * hd + d], p[c], acc[d]);
+}
+
+struct tile_kernels {
+  void (*scores)(const float*, const float*, std::size_t, float*);
+  double (*softmax)(float*, float);
+  void (*values)(const float*, const float*, std::size_t, std::size_t, float*);
+};
+
+tile_kernels tile_kernels_now() {
+  if (use_avx512())
+    return {tile_scores_avx512, tile_softmax_avx512, tile_values_avx512};
+  if (use_avx2())
+    return {tile_scores_avx2, tile_softmax_avx2, tile_values_avx2};
+  return {tile_scores_scalar, tile_softmax_scalar, tile_values_scalar};
+}
+
+/// The running state of one query row and head in the tiled path.
+struct row_state {
+  float S = 0.0f;
+  float M = -inf;
+};
+
+/// One query row (at position pos) of one head meets tile t starting at
+/// cell c0: ggml's per-row steps of the tiled loop.
+void tile_row(const tile_kernels& kf, const float* q, const kv_tile& t,
+              std::size_t c0, std::size_t pos, std::size_t hd, float scale,
+              row_state& st, float* acc) {
+  const std::size_t visible = std::min(t.cells, pos + 1 - c0);
+  float kq[fa_tile];
+  kf.scores(q, t.kt.data(), hd, kq);
+  for (std::size_t c = 0; c < fa_tile; ++c)
+    kq[c] = c < visible ? kq[c] * scale + 0.0f : -inf;
+  float tile_max = -inf;
+  for (float x : kq)
+    tile_max = tile_max > x ? tile_max : x; // ggml_vec_max_f32's MAX
+  if (tile_max == -inf)
+    return;
+  const float m_old = st.M;
+  const float m_new = std::fmax(m_old, tile_max);
+  if (m_new > m_old) {
+    const float ms = std::exp(m_old - m_new);
+    for (std::size_t d = 0; d < hd; ++d)
+      acc[d] *= ms;
+    st.S *= ms;
+  }
+  st.M = m_new;
+  st.S = static_cast<float>(static_cast<double>(st.S) + kf.softmax(kq, m_new));
+  kf.values(kq, t.vt.data(), visible, hd, acc);
+}
+
+void attention_tiled(const float* q, const float* k, const float* v, float* out,
+                     const attention_dims& d, int threads) {
+  const std::size_t hd = d.head_dim;
+  const std::size_t group = d.n_heads / d.n_kv_heads;
+  const std::size_t row = d.n_heads * hd;
+  const std::size_t blocks = (d.n_tokens + fa_tile - 1) / fa_tile;
+  const long jobs = static_cast<long>(d.n_kv_heads * blocks);
+  const tile_kernels kf = tile_kernels_now();
+  EXO_OMP_PARALLEL {
+    kv_tile t;
+    std::vector<float> acc;
+    std::vector<row_state> st;
+    EXO_OMP_FOR
+    for (long job = 0; job < jobs; ++job) {
+      const auto uj = static_cast<std::size_t>(job);
+      const std::size_t g = uj / blocks; // KV head
+      const std::size_t t0 = (uj % blocks) * fa_tile;
+      const std::size_t t1 = std::min(d.n_tokens, t0 + fa_tile);
+      const std::size_t rows = (t1 - t0) * group;
+      acc.assign(rows * hd, 0.0f);
+      st.assign(rows, row_state{});
+      const std::size_t end = d.pos0 + t1; // cells any row of the block sees
+      for (std::size_t c0 = 0; c0 < end; c0 += fa_tile) {
+        pack_tile(k + g * hd, v + g * hd, c0, std::min(fa_tile, end - c0), hd,
+                  d.kv_stride, t);
+        for (std::size_t tt = t0; tt < t1; ++tt) {
+          const std::size_t pos = d.pos0 + tt;
+          if (pos < c0)
+            continue; // no visible cell in this tile
+          for (std::size_t j = 0; j < group; ++j) {
+            const std::size_t h = g * group + j;
+            const std::size_t r = (tt - t0) * group + j;
+            tile_row(kf, q + tt * row + h * hd, t, c0, pos, hd, d.scale, st[r],
+                     acc.data() + r * hd);
+          }
+        }
+      }
+      for (std::size_t tt = t0; tt < t1; ++tt)
+        for (std::size_t j = 0; j < group; ++j) {
+          const std::size_t r = (tt - t0) * group + j;
+          const float s = st[r].S;
+          const float s_inv = s == 0.0f ? 0.0f : 1.0f / s;
+          float* o = out + tt * row + (g * group + j) * hd;
+          for (std::size_t e = 0; e < hd; ++e)
+            o[e] = acc[r * hd + e] * s_inv;
+        }
+    }
+  }
+}
+
+void attention_chunked(const float* q, const float* k, const float* v,
+                       float* out, const attention_dims& d, int threads) {
+  const std::size_t hd = d.head_dim;
+  const std::size_t group = d.n_heads / d.n_kv_heads;
+  const std::size_t row = d.n_heads * hd;
+  const long jobs = static_cast<long>(d.n_tokens * d.n_heads);
+  const chunk_kernels kf = chunk_kernels_now();
+  EXO_OMP_PARALLEL {
+    std::vector<float> scratch(2 * hd);
+    EXO_OMP_FOR
+    for (long job = 0; job < jobs; ++job) {
+      const auto uj = static_cast<std::size_t>(job);
+      const std::size_t t = uj / d.n_heads;
+      const std::size_t h = uj % d.n_heads;
+      const std::size_t kvh = (h / group) * hd;
+      one_chunk_head(kf, q + t * row + h * hd, k + kvh, v + kvh, d.pos0 + t + 1,
+                     hd, d.kv_stride, d.scale, scratch.data(),
+                     scratch.data() + hd, out + t * row + h * hd);
+    }
+  }
+}
+
+} // namespace
+
+float expf_ggml(float x) noexcept {
+  return expf_lane(x);
+}
+
+void silu_mul(const float* gate, const float* up, float* out,
+              std::size_t count) noexcept {
+  std::size_t i = use_avx512() ? swiglu_groups_avx512(gate, up, out, count)
+                  : use_avx2() ? swiglu_groups_avx2(gate, up, out, count)
+                               : swiglu_groups_scalar(gate, up, out, count);
+  for (; i < count; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i]; // ggml_silu_f32 (libm expf)
+  }
+}
+
+bool attention_tiled_path(const attention_dims& d) noexcept {
+  return d.n_tokens >= fa_tile && d.head_dim % 16 == 0;
+}
+
+void attention(const float* q, const float* k, const float* v, float* out,
+               const attention_dims& d, int threads) noexcept {
+  threads = std::max(1, threads);
+  if (attention_tiled_path(d))
+    attention_tiled(q, k, v, out, d, threads);
+  else
+    attention_chunked(q, k, v, out, d, threads);
+}
+
+} // namespace exo::backend::host

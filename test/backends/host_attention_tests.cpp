@@ -1,0 +1,476 @@
+// The host attention and SwiGLU kernels against a plain scalar transcription
+// of llama.cpp's CPU code (ggml-cpu/ops.cpp
+// ggml_compute_forward_flash_attn_ext_f16_one_chunk and _tiled, vec.h/vec.cpp
+// ggml_vec_dot_f16, ggml_vec_mad_f16, ggml_vec_scale_f16,
+// ggml_vec_soft_max_f32, ggml_v_expf and ggml_vec_swiglu_f32 of the AVX-512
+// build, simd-gemm.h): bit for bit, on every instruction set the CPU has and
+// any thread count. The transcription keeps ggml's data layout (an F16 cache
+// padded to 256 cells, 0 / -inf masks, 64 x 64 tiles), so it also checks
+// that exo's row-by-row shortcuts (no padding, no mask, skipped cells) give
+// ggml's bits.
+
+#include "backends/backend.hpp"
+#include "backends/host_kernels.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+using namespace exo::backend;
+
+namespace {
+
+constexpr float inf = std::numeric_limits<float>::infinity();
+
+std::uint32_t bits_of(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+using f16 = std::uint16_t;
+f16 to_f16(float x) {
+  return host::f32_to_f16(x);
+}
+float to_f32(f16 h) {
+  return host::f16_to_f32(h);
+}
+
+// -- ggml, transcribed --------------------------------------------------------
+
+/// _mm512_reduce_add_ps.
+float reduce_add_16(const float* x) {
+  float t3[8], t6[4];
+  for (int i = 0; i < 8; ++i)
+    t3[i] = x[i + 8] + x[i];
+  for (int i = 0; i < 4; ++i)
+    t6[i] = t3[i + 4] + t3[i];
+  float t8[2] = {t6[0] + t6[2], t6[1] + t6[3]};
+  return t8[0] + t8[1];
+}
+
+/// ggml_v_expf (__AVX512F__), one lane; _mm512_scalef_ps as ldexpf.
+float v_expf(float x) {
+  const float r = 0x1.8p23f;
+  const float z = std::fma(x, 0x1.715476p+0f, r);
+  const float n = z - r;
+  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+  const bool d = std::fabs(n) > 192.0f;
+  const float u = b * b;
+  const float j =
+      std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                        std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+               u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+  if (!d)
+    return std::ldexp(j, static_cast<int>(n));
+  return n <= 0.0f ? 0.0f : inf;
+}
+
+/// ggml_vec_swiglu_f32.
+void vec_swiglu(int n, float* y, const float* x, const float* g) {
+  int i = 0;
+  for (; i + 15 < n; i += 16)
+    for (int l = i; l < i + 16; ++l)
+      y[l] = x[l] / (1.0f + v_expf(0.0f - x[l])) * g[l];
+  for (; i < n; ++i)
+    y[i] = x[i] / (1.0f + std::exp(-x[i])) * g[i];
+}
+
+/// ggml_vec_dot_f16 (GGML_F16_STEP 64, GGML_F16_EPR 16).
+float vec_dot_f16(int n, const f16* x, const f16* y) {
+  double sumf = 0.0;
+  const int np = n & ~63;
+  float sum[4][16] = {};
+  for (int i = 0; i < np; i += 64)
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 16; ++l)
+        sum[j][l] = std::fma(to_f32(x[i + 16 * j + l]),
+                             to_f32(y[i + 16 * j + l]), sum[j][l]);
+  for (int l = 0; l < 16; ++l) {
+    sum[0][l] = sum[0][l] + sum[2][l];
+    sum[1][l] = sum[1][l] + sum[3][l];
+    sum[0][l] = sum[0][l] + sum[1][l];
+  }
+  sumf = reduce_add_16(sum[0]);
+  for (int i = np; i < n; ++i)
+    sumf += static_cast<double>(to_f32(x[i]) * to_f32(y[i]));
+  return static_cast<float>(sumf);
+}
+
+/// ggml_vec_mad_f16 (the SIMD part; the x86 build fuses the leftovers too).
+void vec_mad_f16(int n, f16* y, const f16* x, float v) {
+  for (int i = 0; i < n; ++i)
+    y[i] = to_f16(std::fma(to_f32(x[i]), v, to_f32(y[i])));
+}
+
+/// ggml_vec_scale_f16.
+void vec_scale_f16(int n, f16* y, float v) {
+  for (int i = 0; i < n; ++i)
+    y[i] = to_f16(to_f32(y[i]) * v);
+}
+
+/// ggml_vec_soft_max_f32 (16-lane groups; n is a multiple of 16 here).
+double vec_soft_max(int n, float* y, const float* x, float max) {
+  double sum = 0.0;
+  for (int i = 0; i + 15 < n; i += 16) {
+    float val[16];
+    for (int l = 0; l < 16; ++l)
+      val[l] = v_expf(x[i + l] - max);
+    std::memcpy(y + i, val, sizeof val);
+    sum += static_cast<double>(reduce_add_16(val));
+  }
+  return sum;
+}
+
+/// simd_gemm: C[M x N] += A[M x K] * B[K x N], each element a chain of
+/// fused multiply-adds over K in order (N a multiple of 16).
+void simd_gemm(float* c, const float* a, const float* b, int m, int k, int n) {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      float acc = c[i * n + j];
+      for (int kk = 0; kk < k; ++kk)
+        acc = std::fma(b[kk * n + j], a[i * k + kk], acc);
+      c[i * n + j] = acc;
+    }
+}
+
+/// llama.cpp's view of exo's cache: F16 K and V of n_kv cells (padded to a
+/// multiple of 256 with zero cells, as its cleared cache), a 0 / -inf causal
+/// mask, Q as [n_heads][n_tokens][DK] rows.
+struct ggml_case {
+  int dk = 0, n_tokens = 0, n_heads = 0, n_kv_heads = 0, n_kv = 0;
+  float scale = 1.0f;
+  std::vector<float> q;   // [n_heads][n_tokens][dk]
+  std::vector<f16> k, v;  // [n_kv_heads][n_kv][dk]
+  std::vector<f16> mask;  // [n_tokens][n_kv]
+  std::vector<float> out; // [n_tokens][n_heads][dk]
+
+  ggml_case(const std::vector<float>& qx, const std::vector<float>& kx,
+            const std::vector<float>& vx, const attention_dims& d)
+      : dk(static_cast<int>(d.head_dim)),
+        n_tokens(static_cast<int>(d.n_tokens)),
+        n_heads(static_cast<int>(d.n_heads)),
+        n_kv_heads(static_cast<int>(d.n_kv_heads)),
+        scale(d.scale) {
+    const int used = static_cast<int>(d.pos0 + d.n_tokens);
+    n_kv = (used + 255) / 256 * 256;
+    q.resize(static_cast<std::size_t>(n_heads * n_tokens * dk));
+    for (int h = 0; h < n_heads; ++h)
+      for (int t = 0; t < n_tokens; ++t)
+        for (int i = 0; i < dk; ++i)
+          q[(h * n_tokens + t) * dk + i] = qx[(t * n_heads + h) * dk + i];
+    k.assign(static_cast<std::size_t>(n_kv_heads * n_kv * dk), 0);
+    v.assign(k.size(), 0);
+    for (int g = 0; g < n_kv_heads; ++g)
+      for (int c = 0; c < used; ++c)
+        for (int i = 0; i < dk; ++i) {
+          std::size_t src = c * d.kv_stride + g * dk + i;
+          k[(g * n_kv + c) * dk + i] = to_f16(kx[src]);
+          v[(g * n_kv + c) * dk + i] = to_f16(vx[src]);
+        }
+    mask.resize(static_cast<std::size_t>(n_tokens * n_kv));
+    for (int t = 0; t < n_tokens; ++t)
+      for (int c = 0; c < n_kv; ++c)
+        mask[t * n_kv + c] =
+            to_f16(c <= static_cast<int>(d.pos0) + t ? 0.0f : -inf);
+    out.resize(static_cast<std::size_t>(n_tokens * n_heads * dk));
+  }
+
+  const f16* k_row(int g, int c) const {
+    return k.data() + (g * n_kv + c) * dk;
+  }
+  const f16* v_row(int g, int c) const {
+    return v.data() + (g * n_kv + c) * dk;
+  }
+  float* out_row(int t, int h) { return out.data() + (t * n_heads + h) * dk; }
+
+  /// ggml_compute_forward_flash_attn_ext_f16_one_chunk, all rows.
+  void one_chunk() {
+    const int group = n_heads / n_kv_heads;
+    std::vector<f16> q16(dk), vkq16(dk);
+    std::vector<float> vkq32(dk);
+    for (int h = 0; h < n_heads; ++h)
+      for (int t = 0; t < n_tokens; ++t) {
+        float S = 0.0f, M = -inf;
+        std::fill(vkq16.begin(), vkq16.end(), f16{0});
+        const f16* mp = mask.data() + t * n_kv;
+        const float* pq = q.data() + (h * n_tokens + t) * dk;
+        for (int i = 0; i < dk; ++i)
+          q16[i] = to_f16(pq[i]);
+        for (int ic = 0; ic < n_kv; ++ic) {
+          const float mv = 1.0f * to_f32(mp[ic]);
+          if (mv == -inf)
+            continue;
+          float s = vec_dot_f16(dk, k_row(h / group, ic), q16.data());
+          s = s * scale;
+          s += mv;
+          const float Mold = M;
+          float ms = 1.0f, vs = 1.0f;
+          if (s > M) {
+            M = s;
+            ms = std::exp(Mold - M);
+            vec_scale_f16(dk, vkq16.data(), ms);
+          } else {
+            vs = std::exp(s - M);
+          }
+          vec_mad_f16(dk, vkq16.data(), v_row(h / group, ic), vs);
+          S = S * ms + vs; // this file is compiled without contraction
+        }
+        for (int d = 0; d < dk; ++d)
+          vkq32[d] = to_f32(vkq16[d]);
+        const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
+        for (int d = 0; d < dk; ++d)
+          out_row(t, h)[d] = vkq32[d] * S_inv;
+      }
+  }
+
+  /// ggml_compute_forward_flash_attn_ext_tiled, all rows.
+  void tiled() {
+    constexpr int QT = 64, KT = 64;
+    const int group = n_heads / n_kv_heads;
+    std::vector<float> Q(QT * dk), KQ(QT * KT), mask32(QT * KT), VKQ(QT * dk),
+        V32(KT * dk), K32(KT * dk);
+    const int nr = n_heads * n_tokens;
+    int ir = 0;
+    while (ir < nr) {
+      const int iq2 = ir / n_tokens, iq1 = ir % n_tokens;
+      const int rows = std::min(QT, std::min(nr - ir, n_tokens - iq1));
+      float S[QT], M[QT];
+      for (int i = 0; i < QT; ++i) {
+        S[i] = 0.0f;
+        M[i] = -inf;
+      }
+      std::fill(VKQ.begin(), VKQ.end(), 0.0f);
+      std::fill(mask32.begin(), mask32.end(), 0.0f);
+      const int ik2 = iq2 / group;
+      for (int tq = 0; tq < QT; ++tq)
+        for (int i = 0; i < dk; ++i)
+          Q[tq * dk + i] =
+              tq < rows ? q[(iq2 * n_tokens + iq1 + tq) * dk + i] : 0.0f;
+      std::fill(K32.begin(), K32.end(), 0.0f);
+      std::fill(V32.begin(), V32.end(), 0.0f);
+      for (int ic = 0; ic < n_kv; ic += KT) {
+        const int kv_tile = std::min(KT, n_kv - ic);
+        bool can_skip = true;
+        for (int tq = 0; tq < rows; ++tq) {
+          const f16* mp = mask.data() + (iq1 + tq) * n_kv;
+          for (int tk = 0; tk < kv_tile; ++tk) {
+            mask32[tq * KT + tk] = 1.0f * to_f32(mp[ic + tk]);
+            if (mask32[tq * KT + tk] != -inf)
+              can_skip = false;
+          }
+          for (int tk = kv_tile; tk < KT; ++tk)
+            mask32[tq * KT + tk] = -inf;
+        }
+        if (can_skip)
+          continue;
+        for (int tk = 0; tk < kv_tile; ++tk)
+          for (int d = 0; d < dk; ++d)
+            K32[d * KT + tk] = to_f32(k_row(ik2, ic + tk)[d]);
+        std::fill(KQ.begin(), KQ.end(), 0.0f);
+        simd_gemm(KQ.data(), Q.data(), K32.data(), QT, dk, KT);
+        for (auto& x : KQ)
+          x *= scale;
+        for (int tq = 0; tq < QT; ++tq)
+          for (int tk = kv_tile; tk < KT; ++tk)
+            KQ[tq * KT + tk] = -inf;
+        for (int i = 0; i < rows * KT; ++i)
+          KQ[i] = KQ[i] + mask32[i];
+        bool skip[QT] = {};
+        for (int tq = 0; tq < QT; ++tq) {
+          float* row = KQ.data() + tq * KT;
+          float tile_max = -inf;
+          for (int i = 0; i < KT; ++i)
+            tile_max = tile_max > row[i] ? tile_max : row[i];
+          if (tile_max == -inf) {
+            skip[tq] = true;
+            continue;
+          }
+          const float Mold = M[tq];
+          const float Mnew = std::fmax(Mold, tile_max);
+          if (Mnew > Mold) {
+            const float ms = std::exp(Mold - Mnew);
+            for (int d = 0; d < dk; ++d)
+              VKQ[tq * dk + d] *= ms;
+            S[tq] *= ms;
+          }
+          M[tq] = Mnew;
+          S[tq] += vec_soft_max(KT, row, row, Mnew);
+        }
+        for (int tk = 0; tk < kv_tile; ++tk)
+          for (int d = 0; d < dk; ++d)
+            V32[tk * dk + d] = to_f32(v_row(ik2, ic + tk)[d]);
+        for (int tq = 0; tq < QT; ++tq)
+          if (skip[tq])
+            std::fill(KQ.begin() + tq * KT, KQ.begin() + (tq + 1) * KT, 0.0f);
+        simd_gemm(VKQ.data(), KQ.data(), V32.data(), QT, KT, dk);
+      }
+      for (int tq = 0; tq < rows; ++tq) {
+        const float S_inv = S[tq] == 0.0f ? 0.0f : 1.0f / S[tq];
+        for (int d = 0; d < dk; ++d)
+          out_row(iq1 + tq, iq2)[d] = VKQ[tq * dk + d] * S_inv;
+      }
+      ir += rows;
+    }
+  }
+};
+
+/// ggml's choice for one thread: tiled from 64 tokens when DV % 16 == 0;
+/// the split-KV path (one token, >= 512 cells) is one_chunk on one thread.
+std::vector<float> ggml_attention(const std::vector<float>& q,
+                                  const std::vector<float>& k,
+                                  const std::vector<float>& v,
+                                  const attention_dims& d) {
+  ggml_case c(q, k, v, d);
+  if (d.n_tokens >= 64 && d.head_dim % 16 == 0)
+    c.tiled();
+  else
+    c.one_chunk();
+  return c.out;
+}
+
+std::vector<float> random_floats(std::mt19937& rng, std::size_t n, float lo,
+                                 float hi) {
+  std::uniform_real_distribution<float> d{lo, hi};
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = d(rng);
+  return v;
+}
+
+std::vector<host::isa> isas() {
+  // limit_isa caps at what the CPU has, so every cap is safe to try.
+  return {host::isa::avx512, host::isa::avx2, host::isa::scalar};
+}
+
+void require_same_bits(const std::vector<float>& got,
+                       const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": " << got[i] << " vs " << want[i]);
+    REQUIRE(bits_of(got[i]) == bits_of(want[i]));
+  }
+}
+
+} // namespace
+
+TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
+  std::mt19937 rng{21};
+  struct shape {
+    std::size_t n_tokens, pos0, n_heads, n_kv_heads, head_dim, stride;
+    float qk_range;
+  };
+  // one_chunk: single tokens (also past 512 cells, ggml's split-KV path),
+  // 63 tokens, a head of 80 (leftovers after 64), a head of 24; tiled: 64
+  // and 130 tokens (a partial Q tile) with GQA and heads of 64 and 128; a
+  // 70-token batch with heads of 24 stays one_chunk. Large score ranges
+  // make the online softmax rescale often.
+  for (auto s :
+       {shape{1, 0, 2, 2, 64, 128, 1.0f}, shape{1, 37, 4, 2, 128, 256, 3.0f},
+        shape{1, 600, 8, 2, 64, 128, 2.0f}, shape{63, 5, 4, 1, 64, 64, 2.0f},
+        shape{5, 9, 2, 1, 80, 80, 2.0f}, shape{3, 2, 2, 2, 24, 48, 1.0f},
+        shape{64, 0, 4, 4, 64, 256, 2.0f}, shape{130, 20, 4, 2, 128, 256, 1.5f},
+        shape{65, 530, 2, 1, 64, 64, 4.0f}, shape{70, 0, 2, 1, 24, 24, 1.0f}}) {
+    attention_dims d{s.n_tokens,
+                     s.pos0,
+                     s.n_heads,
+                     s.n_kv_heads,
+                     s.head_dim,
+                     s.stride,
+                     1.0f / std::sqrt(static_cast<float>(s.head_dim))};
+    const std::size_t n_ctx = s.pos0 + s.n_tokens;
+    auto q = random_floats(rng, s.n_tokens * s.n_heads * s.head_dim,
+                           -s.qk_range, s.qk_range);
+    auto k = random_floats(rng, n_ctx * s.stride, -s.qk_range, s.qk_range);
+    auto v = random_floats(rng, n_ctx * s.stride, -1.0f, 1.0f);
+    INFO("n_tokens " << s.n_tokens << " pos0 " << s.pos0 << " heads "
+                     << s.n_heads << "/" << s.n_kv_heads << " head_dim "
+                     << s.head_dim);
+    CHECK(host::attention_tiled_path(d) ==
+          (s.n_tokens >= 64 && s.head_dim % 16 == 0));
+    const auto want = ggml_attention(q, k, v, d);
+    for (auto widest : isas())
+      for (int threads : {1, 3}) {
+        INFO("isa " << static_cast<int>(widest) << " threads " << threads);
+        host::limit_isa(widest);
+        std::vector<float> got(q.size());
+        host::attention(q.data(), k.data(), v.data(), got.data(), d, threads);
+        require_same_bits(got, want);
+      }
+    host::limit_isa(host::isa::avx512);
+  }
+}
+
+TEST_CASE("attention reads K and V as halves: pre-rounded caches change "
+          "nothing") {
+  std::mt19937 rng{22};
+  for (std::size_t n_tokens : {std::size_t{4}, std::size_t{64}}) {
+    attention_dims d{n_tokens, 7, 4, 2, 64, 128, 0.125f};
+    auto q = random_floats(rng, n_tokens * 4 * 64, -2.0f, 2.0f);
+    auto k = random_floats(rng, (7 + n_tokens) * 128, -2.0f, 2.0f);
+    auto v = random_floats(rng, k.size(), -1.0f, 1.0f);
+    std::vector<float> kr(k.size()), vr(v.size());
+    host::round_to_f16(k.data(), kr.data(), k.size());
+    host::round_to_f16(v.data(), vr.data(), v.size());
+    std::vector<float> a(q.size()), b(q.size());
+    host::attention(q.data(), k.data(), v.data(), a.data(), d, 1);
+    host::attention(q.data(), kr.data(), vr.data(), b.data(), d, 1);
+    require_same_bits(a, b);
+  }
+}
+
+TEST_CASE("silu_mul computes ggml_vec_swiglu_f32 bit for bit") {
+  std::mt19937 rng{23};
+  std::vector<float> special{0.0f,    -0.0f,  1.0f,    -1.0f,   88.0f,   88.5f,
+                             89.0f,   -88.0f, -103.0f, -104.0f, -110.0f, 200.0f,
+                             -200.0f, 1e-30f, -1e-30f, 20.0f};
+  for (std::size_t n : {std::size_t{1}, std::size_t{15}, std::size_t{16},
+                        std::size_t{33}, std::size_t{1543}}) {
+    auto g = random_floats(rng, n, -12.0f, 12.0f);
+    for (std::size_t i = 0; i < special.size() && i < n; ++i)
+      g[i] = special[i];
+    auto u = random_floats(rng, n, -2.0f, 2.0f);
+    std::vector<float> want(n);
+    vec_swiglu(static_cast<int>(n), want.data(), g.data(), u.data());
+    for (auto widest : isas()) {
+      INFO("n " << n << " isa " << static_cast<int>(widest));
+      host::limit_isa(widest);
+      std::vector<float> got(n);
+      host::silu_mul(g.data(), u.data(), got.data(), n);
+      require_same_bits(got, want);
+      std::vector<float> in_place = g; // out == gate
+      host::silu_mul(in_place.data(), u.data(), in_place.data(), n);
+      require_same_bits(in_place, want);
+    }
+    host::limit_isa(host::isa::avx512);
+  }
+}
+
+TEST_CASE("expf_ggml is ggml's vector expf, within 3 ulp of exp") {
+  std::mt19937 rng{24};
+  auto xs = random_floats(rng, 20000, -100.0f, 88.0f);
+  for (float x :
+       {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, 88.3f, -87.0f, -100.0f, -103.9f})
+    xs.push_back(x);
+  for (float x : xs) {
+    INFO("x = " << x);
+    const float got = host::expf_ggml(x);
+    REQUIRE(bits_of(got) == bits_of(v_expf(x)));
+    const double want = std::exp(static_cast<double>(x));
+    // ggml states 1.45 ulp plus rounding; counted in units of the exact
+    // value's binade it reaches 2.1 here. Beneath about -87.3 the result is
+    // subnormal: absolute steps of 2^-149.
+    const double ulp =
+        std::max(std::ldexp(1.0, std::ilogb(want) - 23), std::ldexp(1.0, -149));
+    REQUIRE(std::fabs(got - want) <= 3 * ulp);
+  }
+  CHECK(host::expf_ggml(-inf) == 0.0f);
+  CHECK(host::expf_ggml(-200.0f) == 0.0f);
+  CHECK(host::expf_ggml(200.0f) == inf);
+  CHECK(std::isnan(host::expf_ggml(std::nanf(""))));
+}
