@@ -217,7 +217,13 @@ struct rope_dims {
 ///           heads of head_dim. The caller has written the rows of the new
 ///           tokens before (ordering rule 4).
 /// Query row t, head h attends to cache rows 0 .. pos0 + t of KV head
-/// h / (n_heads / n_kv_heads): out = softmax(scale * q.k) . v.
+/// h / (n_heads / n_kv_heads): out = softmax(scale * q.k) . v, where every
+/// K and V value is first rounded to the nearest half (ties to even), as
+/// llama.cpp's F16 KV cache holds it. Rounding where read keeps the cache
+/// F32 in memory and the graph unchanged, and makes every backend see the
+/// same keys and values; a cache stored as half would give the same
+/// results. The cpu and sim devices compute llama.cpp's CPU flash attention
+/// bit for bit (host::attention); GPU kernels sum in F32.
 struct attention_dims {
   std::size_t n_tokens = 0;
   std::size_t pos0 = 0;

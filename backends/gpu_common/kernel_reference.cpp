@@ -134,7 +134,7 @@ void attention(const float* q, const float* k, const float* v, float* out,
           const float* kr = k + (c0 + j) * d.kv_stride + kvh;
           float s = 0;
           for (std::size_t i = 0; i < d.head_dim; ++i)
-            s += qh[i] * kr[i];
+            s += qh[i] * math::round_to_half(kr[i]);
           sc[j] = s * d.scale;
           cmax = std::max(cmax, sc[j]);
         }
@@ -149,7 +149,8 @@ void attention(const float* q, const float* k, const float* v, float* out,
         for (std::size_t i = 0; i < d.head_dim; ++i) {
           acc[i] *= corr;
           for (std::size_t j = 0; j < cn; ++j)
-            acc[i] += sc[j] * v[(c0 + j) * d.kv_stride + kvh + i];
+            acc[i] += sc[j]
+                      * math::round_to_half(v[(c0 + j) * d.kv_stride + kvh + i]);
         }
         mx = nm;
       }

@@ -152,6 +152,7 @@ __global__ void rope_rows_kernel(float* x, const std::int32_t* pos,
 
 /// One block of attention_threads per (query row, head) at a time; scores
 /// of a chunk of positions in shared memory, online softmax across chunks.
+/// K and V are rounded to half where read (the attention contract).
 __global__ void attention_kernel(const float* q, const float* k,
                                  const float* v, float* out,
                                  attention_dims d) {
@@ -182,7 +183,7 @@ __global__ void attention_kernel(const float* q, const float* k,
         const float* kr = k + (c0 + j) * d.kv_stride + kvh;
         float s = 0;
         for (std::size_t i = 0; i < d.head_dim; ++i)
-          s += qs[i] * kr[i];
+          s += qs[i] * m::round_to_half(kr[i]);
         s *= d.scale;
         sc[j] = s;
         lmax = fmaxf(lmax, s);
@@ -203,9 +204,9 @@ __global__ void attention_kernel(const float* q, const float* k,
         float e = sc[j];
         const float* vr = v + (c0 + j) * d.kv_stride + kvh;
         if (tid < d.head_dim)
-          acc0 += e * vr[tid];
+          acc0 += e * m::round_to_half(vr[tid]);
         if (d1 < d.head_dim)
-          acc1 += e * vr[d1];
+          acc1 += e * m::round_to_half(vr[d1]);
       }
       mx = nm;
       __syncthreads(); // sc is read by all before the next chunk

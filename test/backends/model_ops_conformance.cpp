@@ -200,6 +200,9 @@ std::vector<double> attention_ref(const std::vector<float>& q,
   const std::size_t row = d.n_heads * d.head_dim;
   const std::size_t group = d.n_heads / d.n_kv_heads;
   std::vector<double> out(d.n_tokens * row);
+  // The contract: keys and values are read as halves (llama.cpp's F16 KV
+  // cache); everything else in double.
+  auto half = [](float x) { return half_value(half_bits(x)); };
   for (std::size_t t = 0; t < d.n_tokens; ++t)
     for (std::size_t h = 0; h < d.n_heads; ++h) {
       const std::size_t n_pos = d.pos0 + t + 1;
@@ -210,7 +213,7 @@ std::vector<double> attention_ref(const std::vector<float>& q,
         double acc = 0;
         for (std::size_t i = 0; i < d.head_dim; ++i)
           acc += static_cast<double>(q[t * row + h * d.head_dim + i])
-                 * k[p * d.kv_stride + kvh + i];
+                 * half(k[p * d.kv_stride + kvh + i]);
         s[p] = acc * d.scale;
         mx = std::max(mx, s[p]);
       }
@@ -222,11 +225,24 @@ std::vector<double> attention_ref(const std::vector<float>& q,
       for (std::size_t i = 0; i < d.head_dim; ++i) {
         double acc = 0;
         for (std::size_t p = 0; p < n_pos; ++p)
-          acc += s[p] / sum * v[p * d.kv_stride + kvh + i];
+          acc += s[p] / sum * half(v[p * d.kv_stride + kvh + i]);
         out[t * row + h * d.head_dim + i] = acc;
       }
     }
   return out;
+}
+
+/// GPU kernels sum in F32 (1e-4). The cpu and sim devices compute
+/// llama.cpp's CPU flash attention: below 64 tokens Q is rounded to half
+/// (scores move by about 2^-11 of |q||k|) and the weighted sum of V sits in
+/// a half accumulator rounded after every position (11 significant bits);
+/// 4 * 2^-11 bounds both (1e-3 is the most seen here). GPU devices hand
+/// heads wider than 256 to the host kernel.
+double attention_bound(device& dev, const attention_dims& d) {
+  auto k = dev.properties().kind;
+  return k == backend_kind::cpu || k == backend_kind::sim || d.head_dim > 256
+           ? 2e-3
+           : 1e-4;
 }
 
 const char* name(weight_type t) {
@@ -340,7 +356,8 @@ TEST_CASE("causal grouped-query attention matches a reference") {
         REQUIRE(dev->attention({bq.get(), 0}, {bk.get(), 0}, {bv.get(), 0},
                                {out.get(), 0}, d)
                   .ok());
-        require_close(download(*dev, *out, q.size()), want, 1e-4);
+        require_close(download(*dev, *out, q.size()), want,
+                      attention_bound(*dev, d));
       }
     }
   }
@@ -368,7 +385,7 @@ TEST_CASE("attention sees cache rows written by earlier operations") {
                   .ok());
       }
       require_close(download(*dev, *out, 16), attention_ref(q, k, v, d),
-                    1e-4);
+                    attention_bound(*dev, d));
     }
   }
 }

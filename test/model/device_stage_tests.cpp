@@ -108,8 +108,15 @@ struct counting_ops final : device_ops {
   }
 };
 
+/// Relative logit difference allowed between a device and the host engine
+/// (cpu and sim devices give 0). GPU attention reads the same half keys and
+/// values but sums in F32, while the host computes llama.cpp's CPU flash
+/// attention (Q in half, a half accumulator: 2^-11 relative per attention
+/// output); seen on lavapipe: F32 2.3e-3, F16 3.3e-3, Q8_0 8e-2 (each
+/// activation that crosses a Q8_0 rounding step moves the logits by about
+/// 1e-2, see docs/benchmarks.md).
 double tolerance(tensor_type t) {
-  return t == tensor_type::f32 ? 1e-4 : t == tensor_type::f16 ? 1e-2 : 2e-2;
+  return t == tensor_type::f32 ? 5e-3 : t == tensor_type::f16 ? 1e-2 : 1.5e-1;
 }
 
 double worst(const std::vector<float>& got, const std::vector<float>& want) {

@@ -25,6 +25,17 @@ double half_to_double(uint16_t h) {
   return (h & 0x8000) ? -v : v;
 }
 
+/// x rounded to the nearest half (ties to even; no overflow here): how
+/// llama.cpp's F16 KV cache, and so exo's attention, holds keys and values.
+double round_half(double x) {
+  if (x == 0)
+    return x;
+  int e;
+  std::frexp(x, &e);
+  const int q = std::max(e - 11, -24); // 11 significant bits, or 2^-24 steps
+  return std::nearbyint(std::ldexp(x, -q)) * std::ldexp(1.0, q);
+}
+
 /// A tensor decoded to doubles, rows of ne[0].
 struct ref_tensor {
   size_t cols = 0, rows = 1;
@@ -130,7 +141,7 @@ std::vector<vec> reference_logits(const gguf_file& f,
         for (size_t j = 0; j <= t; ++j) {
           double d = 0;
           for (size_t i = 0; i < hd; ++i)
-            d += q[t][h * hd + i] * k[j][g * hd + i];
+            d += q[t][h * hd + i] * round_half(k[j][g * hd + i]);
           s[j] = d / std::sqrt(double(hd));
           mx = std::max(mx, s[j]);
         }
@@ -139,7 +150,7 @@ std::vector<vec> reference_logits(const gguf_file& f,
           sum += (e = std::exp(e - mx));
         for (size_t j = 0; j <= t; ++j)
           for (size_t i = 0; i < hd; ++i)
-            att[h * hd + i] += s[j] / sum * v[j][g * hd + i];
+            att[h * hd + i] += s[j] / sum * round_half(v[j][g * hd + i]);
       }
       auto o = matvec(wo, att);
       for (size_t i = 0; i < n_embd; ++i)
@@ -226,17 +237,22 @@ std::vector<int32_t> greedy(const llama_pipeline& pipe,
 
 } // namespace
 
+// The reference reads keys and values as halves, as llama.cpp's F16 KV cache
+// holds them; otherwise it computes in double. exo's attention, as
+// llama.cpp's, also rounds Q to half and sums softmax x V in a half
+// accumulator for batches under 64 tokens: 2^-11 relative on the attention
+// output, about 2.5e-4 on these logits (1e-4 before, with F32 attention).
 TEST_CASE("F32 logits agree with the double-precision reference within "
-          "1e-4 relative",
+          "5e-4 relative",
           "[llama]") {
-  CHECK(worst_error(small(tensor_type::f32)) < 1e-4);
+  CHECK(worst_error(small(tensor_type::f32)) < 5e-4);
 }
 
 TEST_CASE("a tied output head uses the token embedding like the reference",
           "[llama]") {
   auto o = small(tensor_type::f32, true);
   CHECK(model_from(o)->hparams().tied_output);
-  CHECK(worst_error(o) < 1e-4);
+  CHECK(worst_error(o) < 5e-4);
 }
 
 TEST_CASE("F16 logits agree with the reference within 1e-2 relative "

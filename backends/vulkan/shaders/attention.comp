@@ -5,7 +5,9 @@
 // h / (n_heads / n_kv_heads). Positions go in chunks of CHUNK scores kept in
 // shared memory, with an online softmax (running maximum and sum) across
 // chunks, so any context length works. Invocation i owns output dimensions
-// i and i + WG: head_dim <= 2 * WG (the host falls back beyond).
+// i and i + WG: head_dim <= 2 * WG (the host falls back beyond). K and V are
+// rounded to half where read, as llama.cpp's F16 cache holds them (the
+// attention contract in backends/backend.hpp).
 
 layout(local_size_x = 128) in;
 
@@ -34,6 +36,12 @@ const uint CHUNK = 1024u;
 shared float qs[2u * WG];
 shared float sc[CHUNK];
 shared float red[WG];
+
+// x rounded to the nearest half (packHalf2x16 rounds to nearest even on the
+// drivers exo runs on, as in matvec_f16.comp).
+float half_round(float x) {
+  return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x;
+}
 
 float reduce(float val, bool is_max) {
   uint tid = gl_LocalInvocationID.x;
@@ -75,7 +83,7 @@ void main() {
         uint kb = p.k_off + (c0 + j) * p.kv_stride + kvh;
         float s = 0.0;
         for (uint i = 0u; i < p.head_dim; ++i)
-          s += qs[i] * k[kb + i];
+          s += qs[i] * half_round(k[kb + i]);
         s *= p.scale;
         sc[j] = s;
         lmax = max(lmax, s);
@@ -99,9 +107,9 @@ void main() {
         float e = sc[j];
         uint vr = vb + j * p.kv_stride;
         if (tid < p.head_dim)
-          acc0 += e * v[vr + tid];
+          acc0 += e * half_round(v[vr + tid]);
         if (d1 < p.head_dim)
-          acc1 += e * v[vr + d1];
+          acc1 += e * half_round(v[vr + d1]);
       }
       m = nm;
       barrier(); // sc is read by all before the next chunk overwrites it

@@ -122,7 +122,12 @@ TEST_CASE("the attention kernel's online softmax matches the host") {
     std::vector<float> got(q.size()), want(q.size());
     reference::attention(q.data(), k.data(), v.data(), got.data(), d);
     host::attention(q.data(), k.data(), v.data(), want.data(), d, 1);
-    require_close(got, want, 1e-4);
+    // Both read K and V as halves; the host then computes llama.cpp's
+    // one_chunk path (Q in half, a half accumulator), the kernel sums in
+    // F32. The half accumulator keeps 11 significant bits and is rounded
+    // after every position; 4 * 2^-11 bounds what that leaves (7e-4 seen
+    // over 2102 positions).
+    require_close(got, want, 2e-3);
   }
 }
 
