@@ -20,6 +20,9 @@ material_info apply_material(caf::actor_system_config& cfg,
 
 void apply_transport_settings(caf::actor_system_config& cfg) {
   cfg.set("middleman.workers", 0);
+  // An idle scheduler worker sleeps on its condition variable (woken by
+  // the next enqueue) instead of polling with 50 us sleeps first.
+  cfg.set("work-stealing.moderate-poll-attempts", 0);
 }
 
 void require_authenticated_tls(const caf::actor_system_config& cfg) {

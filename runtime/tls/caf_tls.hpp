@@ -26,6 +26,12 @@ material_info apply_material(caf::actor_system_config& cfg,
 /// first. On small machines the extra thread hop dominated remote round
 /// trips: transport_bench measured p50 480-540 us with CAF's default
 /// (one worker on 2 cores) and 177 us without (docs/benchmarks.md).
+/// Idle scheduler workers go straight from their short spin to waiting on
+/// their condition variable (`work-stealing.moderate-poll-attempts` = 0):
+/// CAF's default moderate phase sleeps 50 us at a time (plus the kernel's
+/// 50 us timer slack) and does not wake on enqueue, which put one such
+/// sleep into every request that found its actor's worker idle: p50 300 us
+/// with it, 115-140 us without, on the same 2-core VM in the same minutes.
 void apply_transport_settings(caf::actor_system_config& cfg);
 
 /// Refuses a config that would run CAF's anonymous, unauthenticated TLS
