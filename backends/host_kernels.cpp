@@ -1140,11 +1140,11 @@ void rope_row(float* x, std::size_t heads, std::size_t head_dim,
     for (std::size_t i0 = 0; i0 + 1 < n_rot; i0 += 2) {
       const float c = cs[i0], s = cs[i0 + 1];
       const float x0 = xh[i0], x1 = xh[i0 + 1];
-      // ggml's rotate_pairs as GCC contracts and vectorizes it in the
-      // x86 builds: x0 c - x1 s and x1 c + x0 s, each with one fused
-      // multiply-add (the second product rounded first).
+      // ggml's rotate_pairs as GCC contracts it in llama.cpp's x86 builds
+      // (checked against node-llama-cpp's zen4 library): one fused
+      // multiply-add each, x1 s and x1 c rounded first.
       xh[i0] = std::fma(x0, c, -(x1 * s));
-      xh[i0 + 1] = std::fma(x1, c, x0 * s);
+      xh[i0 + 1] = std::fma(x0, s, x1 * c);
     }
   }
 }
