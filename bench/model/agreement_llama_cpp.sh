@@ -8,6 +8,9 @@
 # Defaults: build, q8_0, 64 tokens, seeds 1-8; models of 6 layers, 512
 # wide, ff 1536, 8/4 heads, vocabulary 2048. llama.cpp comes from the
 # node-llama-cpp package as in compare_llama_cpp.sh (not a dependency).
+# The default prompt is 83 tokens with these models, so llama.cpp's flash
+# attention takes its tiled path for it (64 tokens and more); set
+# AGREEMENT_PROMPT to another prompt (a short one: the one_chunk path).
 set -euo pipefail
 BUILD=${1:-build}
 TYPE=${2:-q8_0}
@@ -21,7 +24,7 @@ EXO_MODEL="$BUILD/runtime/model/exo-model"
 PROBE="$(dirname "$0")/llama_cpp_probe.mjs"
 WORK=$(mktemp -d /tmp/exo-agreement-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-PROMPT="In a distant valley the river carved stone for ten thousand years while travellers passed through it with lanterns and maps, arguing about"
+PROMPT=${AGREEMENT_PROMPT:-"In a distant valley the river carved stone for ten thousand years while travellers passed through it with lanterns and maps, arguing about"}
 
 total=0
 for seed in "${SEEDS[@]}"; do
