@@ -39,7 +39,12 @@ for seed in "${SEEDS[@]}"; do
   while [ "$same" -lt "$N" ] && [ "${a[$same]:-x}" = "${b[$same]:-y}" ]; do
     same=$((same + 1))
   done
-  [ "$same" -eq "$N" ] && total=$((total + 1))
-  printf '  %-5s seed %-3s same for %d/%d tokens\n' "$TYPE" "$seed" "$same" "$N"
+  # Both may stop early at the end-of-sequence token, which both print.
+  n=$N
+  [ "$same" -lt "$N" ] && [ "$same" -eq "${#a[@]}" ] \
+    && [ "$same" -eq "${#b[@]}" ] && n=$same
+  [ "$same" -eq "$n" ] && total=$((total + 1))
+  printf '  %-5s seed %-3s same for %d/%d tokens%s\n' "$TYPE" "$seed" "$same" \
+    "$N" "$([ "$n" -lt "$N" ] && echo ", both then stop" || true)"
 done
 printf '  %d of %d seeds the same throughout\n' "$total" "${#SEEDS[@]}"

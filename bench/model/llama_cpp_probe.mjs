@@ -25,12 +25,14 @@ const tokens = model.tokens.shouldPrependBosToken
 const out = [];
 const t0 = performance.now();
 let tFirst = null;
-// evaluate() processes the prompt as one batch, then yields each token.
-for await (const t of seq.evaluate(tokens, {temperature: 0})) {
+// evaluate() processes the prompt as one batch, then yields each token
+// (the end-of-sequence token too, which exo prints before it stops).
+const options = {temperature: 0, yieldEogToken: true};
+for await (const t of seq.evaluate(tokens, options)) {
   if (tFirst === null)
     tFirst = performance.now();
   out.push(t);
-  if (out.length >= nGen + 1)
+  if (out.length >= nGen + 1 || model.isEogToken(t))
     break;
 }
 const t1 = performance.now();
