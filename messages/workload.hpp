@@ -47,6 +47,11 @@ using run_atom = caf::atom_constant<caf::atom("run")>;
 /// (cancel_atom) -> bool: a job stops at the next token boundary (true
 /// when it was still running).
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+/// (inbox_atom, job, seq, bytes) -> (handle_id, caf::actor device): a
+/// shard allocates, on its device, a buffer that its previous stage on
+/// the same node copies the sequence's activations into (see
+/// stage_step::on_device). Refused for senders of other nodes.
+using inbox_atom = caf::atom_constant<caf::atom("inbox")>;
 
 /// Largest batch, sequence count and context a shard accepts from a peer.
 constexpr std::size_t max_sequences_per_shard = 1024;
@@ -56,18 +61,24 @@ constexpr std::size_t max_sequences_per_shard = 1024;
 /// n_embd floats, n = tokens.size()); the last stage replies with the
 /// logits of the last row in `x` (n_vocab floats). Bounded by
 /// max_chunk_bytes like every bulk message.
+///
+/// Between two stages of one node the activations do not travel in the
+/// message: the sender copies them, device to device (messages/device.hpp
+/// copy_atom), into the buffer the receiver allocated for the sequence
+/// (inbox_atom), and sends the step with `on_device` set and `x` empty.
 struct stage_step {
   std::uint64_t job = 0;
   std::uint32_t seq = 0;
   std::uint32_t pos = 0; ///< position of the first token in the sequence
   std::vector<std::int32_t> tokens;
   std::vector<float> x;
+  bool on_device = false; ///< x is in the receiver's inbox for (job, seq)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stage_step& x) {
   return f(caf::meta::type_name("exo.stage_step"), x.job, x.seq, x.pos,
-           x.tokens, x.x);
+           x.tokens, x.x, x.on_device);
 }
 
 /// What a shard is: layers [first, last) of a model on one device.

@@ -178,6 +178,17 @@ actor_device_ops::run(const std::vector<model::device_op>& ops) {
   return {};
 }
 
+backend::status actor_device_ops::copy_to(model::device_handle src,
+                                          std::uint64_t src_off,
+                                          const caf::actor& peer,
+                                          model::device_handle dst,
+                                          std::uint64_t dst_off,
+                                          std::uint64_t bytes) {
+  ++requests_;
+  return impl_->ask([](caf::atom_value) {}, copy_atom::value, src, src_off,
+                    peer, dst, dst_off, bytes);
+}
+
 backend::status actor_device_ops::synchronize() {
   ++requests_;
   return impl_->ask([](caf::atom_value) {}, sync_atom::value);

@@ -43,6 +43,13 @@ public:
     return where_;
   }
 
+  /// Copies `bytes` from buffer `src` of this device into buffer `dst` of
+  /// device actor `peer` (this one or another of the same node): a device
+  /// copy on one device, else the device actor relays bounded chunks.
+  backend::status copy_to(model::device_handle src, std::uint64_t src_off,
+                          const caf::actor& peer, model::device_handle dst,
+                          std::uint64_t dst_off, std::uint64_t bytes);
+
   /// Requests made so far (each one message round trip).
   std::uint64_t requests() const noexcept {
     return requests_;

@@ -13,19 +13,43 @@ namespace exo::shard {
 
 namespace {
 
+using seq_key = std::pair<std::uint64_t, std::uint32_t>; ///< (job, seq)
+
+/// A buffer on a device that a sequence's activations are copied into.
+struct inbox {
+  model::device_handle buf = 0; ///< 0: none (the host path is used)
+  std::uint64_t bytes = 0;
+  caf::actor device;            ///< the device actor the buffer is on
+};
+
 struct shard_state {
   shard_setup cfg;
   /// Declared before the stage: the stage frees its buffers through it.
   std::unique_ptr<actor_device_ops> ops;
   std::unique_ptr<model::device_stage> stage;
   std::string init_error; ///< why the stage could not be set up
-  std::map<std::pair<std::uint64_t, std::uint32_t>, model::cache_id> caches;
+  std::map<seq_key, model::cache_id> caches;
+  /// Buffers on this shard's device that the previous stage (same node)
+  /// copies each sequence's activations into.
+  std::map<seq_key, inbox> inboxes;
+  /// The next stage's inboxes (same node), asked for once per sequence;
+  /// buf 0 where it refused.
+  std::map<seq_key, inbox> next_inboxes;
+  std::unique_ptr<caf::scoped_actor> asker; ///< asks the next stage
   caf::actor next;
   std::uint64_t steps = 0;
   std::uint64_t tokens = 0;
+  std::uint64_t device_handoffs = 0; ///< steps passed on by device copy
+  std::uint64_t host_handoffs = 0;   ///< steps passed on in the message
   double busy_s = 0;
   double upload_s = 0;
   static inline const char* name = "exo.shard";
+
+  ~shard_state() {
+    if (ops)
+      for (auto& kv : inboxes)
+        (void) ops->free(kv.second.buf);
+  }
 };
 
 using self_ptr = caf::stateful_actor<shard_state>*;
@@ -41,8 +65,10 @@ caf::error device_failed(const backend::error& err) {
 }
 
 /// Runs the step's layers on the device; returns an error, or none with
-/// `s` updated.
-caf::error compute(shard_state& st, stage_step& s) {
+/// `s` updated (x: the activations out, unless io.keep_out leaves them on
+/// the device; the logits on the last stage).
+caf::error compute(shard_state& st, stage_step& s,
+                   const model::device_stage::device_io& io) {
   if (!st.stage)
     return make_exo_error(exo_errc::failed_state,
                           "shard: " + st.init_error);
@@ -52,7 +78,7 @@ caf::error compute(shard_state& st, stage_step& s) {
   if (n == 0 || n > max_batch_tokens(hp.n_embd))
     return bad("shard: a step needs 1 to "
                + std::to_string(max_batch_tokens(hp.n_embd)) + " tokens");
-  if (!stage.is_first() && s.x.size() != n * hp.n_embd)
+  if (!stage.is_first() && !s.on_device && s.x.size() != n * hp.n_embd)
     return bad("shard: expected " + std::to_string(n * hp.n_embd)
                + " activations, got " + std::to_string(s.x.size()));
   auto key = std::make_pair(s.job, s.seq);
@@ -84,17 +110,87 @@ caf::error compute(shard_state& st, stage_step& s) {
     s.x.resize(n * hp.n_embd);
     if (auto e = stage.embed(s.tokens.data(), n, s.x.data()); !e)
       return bad("shard: " + e.err().message);
+  } else if (s.on_device && !io.keep_out && !stage.is_last()) {
+    s.x.resize(n * hp.n_embd); // the activations out come to the host
   }
+  float* x = s.x.empty() ? nullptr : s.x.data();
   if (stage.is_last()) {
     std::vector<float> logits(hp.n_vocab);
-    if (auto f = stage.forward(id, s.pos, s.x.data(), n, logits.data(), 1);
-        !f)
+    if (auto f = stage.forward(id, s.pos, x, n, logits.data(), 1, io); !f)
       return device_failed(f.err());
     s.x = std::move(logits);
-  } else if (auto f = stage.forward(id, s.pos, s.x.data(), n); !f) {
+  } else if (auto f = stage.forward(id, s.pos, x, n, nullptr, 1, io); !f) {
     return device_failed(f.err());
   }
   return caf::none;
+}
+
+/// The next stage's inbox for the step's sequence when the next stage is
+/// on this node and has one large enough, else null (the activations go
+/// in the message). Asks the next stage once per sequence.
+const inbox* next_inbox(self_ptr self, const stage_step& s,
+                        std::uint64_t bytes) {
+  auto& st = self->state;
+  if (!st.next || st.next.node() != self->node() || !st.stage
+      || st.stage->is_last())
+    return nullptr;
+  auto key = seq_key{s.job, s.seq};
+  auto it = st.next_inboxes.find(key);
+  if (it == st.next_inboxes.end()) {
+    inbox ib;
+    if (!st.asker)
+      st.asker = std::make_unique<caf::scoped_actor>(self->system());
+    (*st.asker)
+      ->request(st.next, std::chrono::minutes(5), inbox_atom::value, s.job,
+                s.seq, bytes)
+      .receive(
+        [&](handle_id h, caf::actor& dev) {
+          ib.buf = h;
+          ib.bytes = bytes;
+          ib.device = std::move(dev);
+        },
+        [](caf::error&) {}); // refused: this sequence takes the host path
+    it = st.next_inboxes.emplace(key, std::move(ib)).first;
+  }
+  auto& ib = it->second;
+  return ib.buf != 0 && ib.device && bytes <= ib.bytes ? &ib : nullptr;
+}
+
+/// Allocates (or finds) the inbox of a sequence on this shard's device.
+caf::result<handle_id, caf::actor>
+open_inbox(self_ptr self, std::uint64_t job, std::uint32_t seq,
+           std::uint64_t bytes) {
+  auto& st = self->state;
+  auto sender = self->current_sender();
+  if (!sender || sender->node() != self->node())
+    return make_exo_error(exo_errc::access_denied,
+                          "shard: inboxes are for stages of this node");
+  if (!st.stage)
+    return make_exo_error(exo_errc::failed_state, "shard: " + st.init_error);
+  const auto& hp = st.cfg.model->hparams();
+  const std::uint64_t most = std::uint64_t{max_batch_tokens(hp.n_embd)}
+                             * hp.n_embd * 4;
+  if (st.stage->is_first())
+    return bad("shard: the first stage takes tokens, not activations");
+  if (bytes == 0 || bytes > most || bytes % (std::uint64_t{hp.n_embd} * 4))
+    return bad("shard: an inbox holds whole rows of at most "
+               + std::to_string(most) + " bytes, not "
+               + std::to_string(bytes));
+  auto key = seq_key{job, seq};
+  auto it = st.inboxes.find(key);
+  if (it != st.inboxes.end() && it->second.bytes >= bytes)
+    return caf::make_result(handle_id{it->second.buf}, it->second.device);
+  if (it == st.inboxes.end() && st.inboxes.size() >= max_sequences_per_shard)
+    return make_exo_error(exo_errc::out_of_memory,
+                          "shard: too many sequences");
+  auto h = st.ops->allocate(bytes);
+  if (!h)
+    return device_failed(h.err());
+  if (it != st.inboxes.end())
+    (void) st.ops->free(it->second.buf);
+  inbox ib{*h, bytes, caf::actor_cast<caf::actor>(st.cfg.device)};
+  st.inboxes[key] = ib;
+  return caf::make_result(handle_id{ib.buf}, ib.device);
 }
 
 /// Uploads the stage's weights to the device (blocking: the shard is
@@ -134,8 +230,41 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
     [self](forward_atom, stage_step& s) -> caf::result<caf::message> {
       auto& st = self->state;
       auto t0 = std::chrono::steady_clock::now();
-      if (auto err = compute(st, s))
+      const std::uint64_t row_bytes =
+        std::uint64_t{st.cfg.model->hparams().n_embd} * 4;
+      model::device_stage::device_io io;
+      if (s.on_device) { // the previous stage copied x into our inbox
+        auto ib = st.inboxes.find(seq_key{s.job, s.seq});
+        if (ib == st.inboxes.end() || !s.x.empty())
+          return bad("shard: sequence " + std::to_string(s.seq)
+                     + " has no activations on this device");
+        if (s.tokens.size() * row_bytes > ib->second.bytes)
+          return bad("shard: the step is larger than its inbox");
+        io.in = {ib->second.buf, 0};
+      }
+      const inbox* out = nullptr;
+      if (st.next && !s.tokens.empty()
+          && s.tokens.size() <= max_batch_tokens(
+               st.cfg.model->hparams().n_embd))
+        out = next_inbox(self, s, s.tokens.size() * row_bytes);
+      io.keep_out = out != nullptr;
+      if (auto err = compute(st, s, io))
         return err;
+      s.on_device = false;
+      if (out) { // a device copy into the next stage's inbox
+        auto bytes = s.tokens.size() * row_bytes;
+        auto act = st.stage->activations();
+        if (auto c = st.ops->copy_to(act.buf, act.offset, out->device,
+                                     out->buf, 0, bytes)) {
+          s.x.clear();
+          s.on_device = true;
+        } else { // the copy failed: send this step through the host
+          s.x.resize(bytes / 4);
+          if (auto r = st.ops->read(act.buf, act.offset, s.x.data(), bytes);
+              !r)
+            return device_failed(r.err());
+        }
+      }
       st.busy_s += std::chrono::duration<double>(
                      std::chrono::steady_clock::now() - t0)
                      .count();
@@ -146,10 +275,14 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
       if (!st.next)
         return make_exo_error(exo_errc::failed_state,
                               "shard: no next stage set");
+      ++(s.on_device ? st.device_handoffs : st.host_handoffs);
       return self->delegate(st.next, forward_atom::value, std::move(s));
     },
+    [self](inbox_atom, std::uint64_t job, std::uint32_t seq,
+           std::uint64_t bytes) { return open_inbox(self, job, seq, bytes); },
     [self](next_atom, caf::actor& next) {
       self->state.next = std::move(next);
+      self->state.next_inboxes.clear(); // they were the old next stage's
       return caf::ok_atom::value;
     },
     [self](release_atom, std::uint64_t job) {
@@ -164,6 +297,16 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
           (void) st.stage->drop_cache(it->second);
         it = caches.erase(it);
       }
+      for (auto it = st.inboxes.begin(); it != st.inboxes.end();) {
+        if (it->first.first != job) {
+          ++it;
+          continue;
+        }
+        (void) st.ops->free(it->second.buf);
+        it = st.inboxes.erase(it);
+      }
+      for (auto it = st.next_inboxes.begin(); it != st.next_inboxes.end();)
+        it = it->first.first == job ? st.next_inboxes.erase(it) : ++it;
       return caf::ok_atom::value;
     },
     [self](inspect_atom) {
@@ -181,6 +324,9 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
       snap.fields["steps"] = std::to_string(st.steps);
       snap.fields["tokens"] = std::to_string(st.tokens);
       snap.fields["busy_s"] = std::to_string(st.busy_s);
+      snap.fields["device_handoffs"] = std::to_string(st.device_handoffs);
+      snap.fields["host_handoffs"] = std::to_string(st.host_handoffs);
+      snap.fields["inboxes"] = std::to_string(st.inboxes.size());
       snap.fields["compute"] = st.stage ? "device" : "none: " + st.init_error;
       snap.fields["upload_s"] = std::to_string(st.upload_s);
       if (st.stage) {

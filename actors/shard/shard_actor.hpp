@@ -19,7 +19,10 @@
 /// first stage, plus positions), one batch of kernel calls (every layer,
 /// and the final norm and output head on the last stage), one read
 /// (activations out, or the last row's logits). Activations travel between
-/// stages in the stage_step, through host memory.
+/// stages of different nodes in the stage_step; between stages of one node
+/// by a device copy into the next stage's inbox for the sequence
+///   (inbox_atom, job, seq, bytes) -> (handle_id, device actor)
+/// (same-node senders only), the step then carries on_device and no x.
 ///
 /// Every input is checked: batch size against max_chunk_bytes, the
 /// activation length against n_embd, the position against the cache (steps

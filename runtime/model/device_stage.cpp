@@ -489,6 +489,12 @@ status device_stage::run_batched(const std::vector<device_op>& ops) {
 status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
                              std::size_t n, float* logits,
                              std::size_t logit_rows) {
+  return forward(id, pos, x, n, logits, logit_rows, device_io{});
+}
+
+status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
+                             std::size_t n, float* logits,
+                             std::size_t logit_rows, const device_io& dio) {
   auto it = caches_.find(id);
   if (it == caches_.end())
     return fail(errc::invalid_argument,
@@ -507,7 +513,9 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
                 "context full: " + std::to_string(pos) + " + "
                   + std::to_string(n) + " tokens exceed the "
                   + std::to_string(c.capacity) + "-token KV cache");
-  if (!x)
+  const bool x_from_device = dio.in.buf != 0;
+  const bool x_to_device = dio.keep_out && !is_last();
+  if (!x && (!x_from_device || (!is_last() && !x_to_device)))
     return fail(errc::invalid_argument, "no activations");
   if (is_last()
       && (!logits || logit_rows == 0 || logit_rows > n
@@ -520,15 +528,21 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
   auto& hp = model_->hparams();
   const std::uint64_t e = hp.n_embd, nkv = hp.n_embd_kv(), ff = hp.n_ff,
                       N = n;
-  // One write: n rows of activations, then n int32 positions.
+  // One write: n rows of activations (unless they are on the device
+  // already), then n int32 positions.
   const std::uint64_t x_bytes = N * e * 4, pos_off = x_bytes;
-  staging_.resize(x_bytes + N * 4);
-  std::memcpy(staging_.data(), x, x_bytes);
+  const std::uint64_t skip = x_from_device ? x_bytes : 0;
+  staging_.resize(x_bytes + N * 4 - skip);
+  if (!x_from_device)
+    std::memcpy(staging_.data(), x, x_bytes);
   for (std::size_t t = 0; t < n; ++t) {
     auto p = static_cast<std::int32_t>(pos + t);
-    std::memcpy(staging_.data() + pos_off + t * 4, &p, 4);
+    std::memcpy(staging_.data() + pos_off - skip + t * 4, &p, 4);
   }
-  EXO_TRY(ops_.write(io_, 0, staging_.data(), staging_.size()));
+  EXO_TRY(ops_.write(io_, skip, staging_.data(), staging_.size()));
+  // The residual stream lives in io_; activations from the device are
+  // read where they are by the first layer, which writes io_.
+  const device_operand x_in = x_from_device ? dio.in : at(io_);
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
   const std::uint64_t layer_kv = std::uint64_t{c.capacity} * nkv * 4;
@@ -548,7 +562,8 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
     auto& L = layers_[l - first_];
     const std::uint64_t kv0 = (l - first_) * layer_kv;
     const std::uint64_t row = kv0 + std::uint64_t{pos} * nkv * 4;
-    ops.push_back({op_kind::rms_norm, {at(io_), at(L.attn_norm)}, at(cur_),
+    const device_operand resid = l == first_ ? x_in : at(io_);
+    ops.push_back({op_kind::rms_norm, {resid, at(L.attn_norm)}, at(cur_),
                    {N, e}, {hp.rms_eps}});
     mm(L.wq, at(cur_), at(q_));
     // K and V land in the cache rows of the new positions directly.
@@ -562,7 +577,7 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
                    {N, pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv},
                    {scale}});
     mm(L.wo, at(att_), at(tmp_));
-    ops.push_back({op_kind::add, {at(io_), at(tmp_)}, at(io_), {N * e}, {}});
+    ops.push_back({op_kind::add, {resid, at(tmp_)}, at(io_), {N * e}, {}});
     ops.push_back({op_kind::rms_norm, {at(io_), at(L.ffn_norm)}, at(cur_),
                    {N, e}, {hp.rms_eps}});
     mm(L.gate, at(cur_), at(g_));
@@ -588,7 +603,7 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
   EXO_TRY(run_batched(ops));
   if (is_last())
     EXO_TRY(ops_.read(logits_, 0, logits, R * hp.n_vocab * 4));
-  else
+  else if (!x_to_device)
     EXO_TRY(ops_.read(io_, 0, x, x_bytes));
   c.n_past += static_cast<std::uint32_t>(n);
   return {};

@@ -275,6 +275,29 @@ public:
                           std::size_t n, float* logits = nullptr,
                           std::size_t logit_rows = 1);
 
+  /// Where a forward's activations come from and go to when they stay on
+  /// devices between the stages of one node (a device copy instead of a
+  /// trip through host memory).
+  struct device_io {
+    /// Activations in: n rows of n_embd floats in a buffer of this
+    /// stage's device (the first layer reads them there); buf 0: from x.
+    device_operand in;
+    /// Not the last stage: leave the activations out on the device, in
+    /// activations(), instead of reading them into x.
+    bool keep_out = false;
+  };
+  /// forward() with activations on the device as `io` says; x may be null
+  /// when both ends stay on the device.
+  backend::status forward(cache_id id, std::uint32_t pos, float* x,
+                          std::size_t n, float* logits,
+                          std::size_t logit_rows, const device_io& io);
+  /// The activations out of the last forward of a stage that is not the
+  /// last (n rows of n_embd floats from offset 0), valid until the next
+  /// forward.
+  device_operand activations() const noexcept {
+    return {io_, 0};
+  }
+
 private:
   struct matrix {
     device_handle buf = 0;

@@ -170,6 +170,94 @@ TEST_CASE("one stage and three stages give the same tokens and logits",
   }
 }
 
+TEST_CASE("stages of one node pass activations by device copy",
+          "[workload]") {
+  fixture f;
+  auto job = [&](std::vector<caf::actor>& stages) {
+    jobs::job_setup j;
+    j.id = 5;
+    j.stages = stages;
+    j.n_embd = f.model->hparams().n_embd;
+    j.n_vocab = f.model->hparams().n_vocab;
+    j.prompts = {prompts()[0], prompts()[1]};
+    j.n_gen = 8;
+    auto r = jobs::run_job(*f.sys, std::move(j));
+    REQUIRE(r.error.empty());
+    return r;
+  };
+  auto cpu = f.device_index("cpu");
+  auto lone = f.pipeline({0, 4}, {cpu});
+  auto one = job(lone);
+  f.stop(lone);
+  // Three stages on one device (a device copy on it): bit for bit the one
+  // stage's logits. Then on three devices of this node (the device actor
+  // relays the copy to its peer): GPU attention sums in F32 where the
+  // host kernel keeps llama.cpp's half accumulator.
+  std::vector<std::vector<std::size_t>> layouts{
+    {cpu, cpu, cpu}, {0, 1 % f.devs.size(), 2 % f.devs.size()}};
+  for (auto& on : layouts) {
+    auto stages = f.pipeline({0, 1, 3, 4}, on);
+    auto r = job(stages);
+    CHECK(r.tokens == one.tokens);
+    const bool same_device = on[0] == on[1] && on[1] == on[2];
+    for (std::size_t k = 0; k < 2; ++k) {
+      if (same_device)
+        CHECK(r.logits[k] == one.logits[k]);
+      else
+        CHECK(max_rel_diff(r.logits[k], one.logits[k]) <= 5e-3f);
+    }
+    caf::scoped_actor self{*f.sys};
+    for (std::size_t i = 0; i + 1 < stages.size(); ++i)
+      self->request(stages[i], std::chrono::seconds(10), inspect_atom::value)
+        .receive(
+          [&](actor_snapshot& snap) {
+            // Every step of both sequences went on by device copy.
+            CHECK(snap.fields["host_handoffs"] == "0");
+            CHECK(snap.fields["device_handoffs"] == snap.fields["steps"]);
+            CHECK(snap.fields["device_handoffs"] != "0");
+          },
+          [](caf::error& e) { FAIL(caf::to_string(e)); });
+    // Stage 2 and 3 hold one inbox per sequence until the job releases
+    // them (run_job's end sent the release; ask after it is processed).
+    self->request(stages[1], std::chrono::seconds(10), inspect_atom::value)
+      .receive([&](actor_snapshot& snap) { CHECK(snap.fields["inboxes"] == "0"); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    f.stop(stages);
+  }
+}
+
+TEST_CASE("a shard refuses inbox requests it cannot honour", "[workload]") {
+  fixture f;
+  auto stages = f.pipeline({0, 2, 4}, {0, 0});
+  caf::scoped_actor self{*f.sys};
+  auto refused = [&](caf::actor& to, std::uint64_t bytes,
+                     const std::string& why) {
+    self->request(to, std::chrono::seconds(10), inbox_atom::value,
+                  std::uint64_t{1}, std::uint32_t{0}, bytes)
+      .receive([&](handle_id, caf::actor&) { FAIL("accepted " << bytes); },
+               [&](caf::error& e) {
+                 CHECK_THAT(error_message(e), Catch::Contains(why));
+               });
+  };
+  const std::uint64_t row = f.model->hparams().n_embd * 4;
+  refused(stages[0], row, "first stage");
+  refused(stages[1], 0, "whole rows");
+  refused(stages[1], row + 1, "whole rows");
+  refused(stages[1], std::uint64_t{1} << 40, "whole rows");
+  // A step that claims activations on the device without an inbox.
+  stage_step s;
+  s.job = 9;
+  s.tokens = {1};
+  s.on_device = true;
+  self->request(stages[1], std::chrono::seconds(10), forward_atom::value, s)
+    .receive([](stage_step&) { FAIL("accepted"); },
+             [&](caf::error& e) {
+               CHECK_THAT(error_message(e),
+                          Catch::Contains("no activations on this device"));
+             });
+  f.stop(stages);
+}
+
 TEST_CASE("a one-stage job gives the engine's own logits", "[workload]") {
   fixture f;
   auto r = f.run({0, 4}, {prompts()[0]}, 4, 0.0f);

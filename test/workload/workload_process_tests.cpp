@@ -173,8 +173,11 @@ TEST_CASE("exo-node run gives the same tokens and logits on one stage and "
   auto b = read_numbers(dir + "/logits3.txt");
   REQUIRE(a.size() == 512);
   REQUIRE(a.size() == b.size());
+  // The stages sit on cpu, Vulkan and sim devices: GPU attention sums in
+  // F32 where the host kernel keeps llama.cpp's half accumulator (the
+  // bound job_tests states for the same mix).
   for (std::size_t i = 0; i < a.size(); ++i)
-    REQUIRE(std::abs(a[i] - b[i]) <= 1e-4 * std::max(1.0, std::abs(a[i])));
+    REQUIRE(std::abs(a[i] - b[i]) <= 5e-3 * std::max(1.0, std::abs(a[i])));
 }
 
 TEST_CASE("two nodes run a job across both: the node without the model "
