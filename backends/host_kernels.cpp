@@ -321,60 +321,193 @@ bool have_avx2_fma_f16c() {
   return have_avx2();
 }
 
-float dot_f32_scalar(const float* w, const float* x, std::size_t n) {
-  float s = 0.0f;
-  for (std::size_t i = 0; i < n; ++i)
-    s += w[i] * x[i];
-  return s;
+bool have_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes && have_avx2()
+         && isa_limit.load(std::memory_order_relaxed)
+              >= static_cast<int>(isa::avx512);
 }
 
-__attribute__((target("avx2,fma"))) float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v);
-  __m128 hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_hadd_ps(lo, lo);
-  lo = _mm_hadd_ps(lo, lo);
-  return _mm_cvtss_f32(lo);
+// F32 and F16 products follow llama.cpp's CPU backend as built for AVX-512
+// (the zen4/icelake/... variants) bit for bit, on every path:
+//
+// - One token, and batches llamafile_sgemm declines (k not a multiple of 16
+//   or a row count not a multiple of 4): ggml_vec_dot_f32 / _f16 for each
+//   output. Four accumulators of 16 float lanes over k in steps of 64
+//   (accumulator j, lane L takes the fused multiply-adds of elements
+//   64i + 16j + L), then (acc0 + acc2) + (acc1 + acc3) lane by lane, then
+//   _mm512_reduce_add_ps (reduce16 below). The last n % 64 elements are
+//   added one by one: F32 as GCC compiled ggml's leftover loop (vectorised
+//   epilogues of 16 and then 8 elements add the rounded products in order,
+//   the final < 8 elements are fused multiply-adds; see the disassembly of
+//   ggml_vec_dot_f32 in libggml-cpu-zen4.so), F16 in double (sumf is
+//   ggml_float there; the products of two halves are exact in float).
+// - Batches of 2 tokens and more otherwise: tinyBLAS (llamafile's sgemm,
+//   KN = 16): per output one 16-lane accumulator of fused multiply-adds over
+//   k in steps of 16, then reduce16.
+//
+// F16 activations are rounded to half first in both (ggml converts src1 to
+// F16, the vec_dot_type of F16 weights). AVX2 emulates each 16-lane vector
+// with two 8-lane ones, scalar code with std::fma per lane; the reduction is
+// the same tree everywhere, so every ISA, token count split and thread count
+// gives the same bits.
+
+/// _mm512_reduce_add_ps as GCC's avx512fintrin.h defines it.
+inline float reduce16(const float* v) {
+  float t3[8], t6[4];
+  for (int i = 0; i < 8; ++i)
+    t3[i] = v[i + 8] + v[i];
+  for (int i = 0; i < 4; ++i)
+    t6[i] = t3[i + 4] + t3[i];
+  return (t6[0] + t6[2]) + (t6[1] + t6[3]);
 }
 
-__attribute__((target("avx2,fma"))) float
-dot_f32_avx2(const float* w, const float* x, std::size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+/// a * b rounded to float, never contracted into a following addition.
+inline float mul_rounded(float a, float b) {
+  float p = a * b;
+  __asm__("" : "+x"(p));
+  return p;
+}
+
+/// The elements ggml_vec_dot_f32 leaves after its 64-element steps.
+inline float leftover_f32(const float* w, const float* x, std::size_t r,
+                          float s) {
+  std::size_t plain = r >= 16 ? r & ~std::size_t{15} : 0;
+  if (r - plain >= 8)
+    plain += 8;
   std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8),
-                         _mm256_loadu_ps(x + i + 8), a1);
-  }
-  float s = hsum(_mm256_add_ps(a0, a1));
-  for (; i < n; ++i)
-    s += w[i] * x[i];
+  for (; i < plain; ++i)
+    s += mul_rounded(w[i], x[i]);
+  for (; i < r; ++i)
+    s = std::fma(w[i], x[i], s);
   return s;
 }
 
-float dot_f16_scalar(const std::uint16_t* w, const float* x, std::size_t n) {
-  float s = 0.0f;
-  for (std::size_t i = 0; i < n; ++i)
-    s += f16_to_f32(w[i]) * x[i];
-  return s;
+inline float leftover_f16(const std::uint16_t* w, const float* x,
+                          std::size_t r, float s) {
+  double d = s;
+  for (std::size_t i = 0; i < r; ++i)
+    d += static_cast<double>(f16_to_f32(w[i]) * x[i]); // exact in float
+  return static_cast<float>(d);
 }
 
+template <bool F16>
+float vec_dot_scalar(const void* wv, const float* x, std::size_t n) {
+  const auto* wf = static_cast<const float*>(wv);
+  const auto* wh = static_cast<const std::uint16_t*>(wv);
+  float acc[4][16] = {};
+  const std::size_t np = n & ~std::size_t{63};
+  for (std::size_t i = 0; i < np; i += 64)
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 16; ++l) {
+        const std::size_t e = i + 16 * j + l;
+        acc[j][l] = std::fma(F16 ? f16_to_f32(wh[e]) : wf[e], x[e], acc[j][l]);
+      }
+  float v[16];
+  for (int l = 0; l < 16; ++l)
+    v[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+  const float s = reduce16(v);
+  return F16 ? leftover_f16(wh + np, x + np, n - np, s)
+             : leftover_f32(wf + np, x + np, n - np, s);
+}
+
+/// reduce16 on lanes 0-7 in lo and 8-15 in hi.
+__attribute__((target("avx2,fma"))) inline float reduce16_avx2(__m256 lo,
+                                                                __m256 hi) {
+  const __m256 t3 = _mm256_add_ps(hi, lo);
+  const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1),
+                               _mm256_castps256_ps128(t3));
+  const __m128 t8 = _mm_add_ps(t6, _mm_permute_ps(t6, 0x4e));
+  return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_movehdup_ps(t8));
+}
+
+/// Eight floats of F32 or F16 weights from element i.
+template <bool F16>
+__attribute__((target("avx2,fma,f16c"))) inline __m256
+load8(const void* w, std::size_t i) {
+  if constexpr (F16)
+    return _mm256_cvtph_ps(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(w) + i)));
+  else
+    return _mm256_loadu_ps(static_cast<const float*>(w) + i);
+}
+
+template <bool F16>
+__attribute__((target("avx512f"))) inline __m512 load16(const void* w,
+                                                        std::size_t i) {
+  if constexpr (F16)
+    return _mm512_maskz_cvtph_ps(
+      0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                static_cast<const std::uint16_t*>(w) + i)));
+  else
+    return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+}
+
+/// _mm512_reduce_add_ps (the same tree as reduce16_avx2), written with the
+/// zero-masked extract that GCC 12 does not warn about.
+__attribute__((target("avx512f,avx2,fma"))) inline float
+reduce16_avx512(__m512 v) {
+  const __m512d d = _mm512_castps_pd(v);
+  return reduce16_avx2(
+    _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 0)),
+    _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 1)));
+}
+
+template <bool F16>
 __attribute__((target("avx2,fma,f16c"))) float
-dot_f16_avx2(const std::uint16_t* w, const float* x, std::size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256 w0 = _mm256_cvtph_ps(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
-    __m256 w1 = _mm256_cvtph_ps(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8)));
-    a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);
-    a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), a1);
-  }
-  float s = hsum(_mm256_add_ps(a0, a1));
-  for (; i < n; ++i)
-    s += f16_to_f32(w[i]) * x[i];
-  return s;
+vec_dot_avx2(const void* w, const float* x, std::size_t n) {
+  __m256 lo[4], hi[4];
+  for (int j = 0; j < 4; ++j)
+    lo[j] = hi[j] = _mm256_setzero_ps();
+  const std::size_t np = n & ~std::size_t{63};
+  for (std::size_t i = 0; i < np; i += 64)
+    for (int j = 0; j < 4; ++j) {
+      const std::size_t e = i + 16 * j;
+      lo[j] = _mm256_fmadd_ps(load8<F16>(w, e), _mm256_loadu_ps(x + e), lo[j]);
+      hi[j] = _mm256_fmadd_ps(load8<F16>(w, e + 8), _mm256_loadu_ps(x + e + 8),
+                              hi[j]);
+    }
+  const __m256 l = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]),
+                                 _mm256_add_ps(lo[1], lo[3]));
+  const __m256 h = _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]),
+                                 _mm256_add_ps(hi[1], hi[3]));
+  const float s = reduce16_avx2(l, h);
+  if constexpr (F16)
+    return leftover_f16(static_cast<const std::uint16_t*>(w) + np, x + np,
+                        n - np, s);
+  else
+    return leftover_f32(static_cast<const float*>(w) + np, x + np, n - np, s);
+}
+
+template <bool F16>
+__attribute__((target("avx512f,avx2,fma,f16c"))) float
+vec_dot_avx512(const void* w, const float* x, std::size_t n) {
+  __m512 acc[4];
+  for (int j = 0; j < 4; ++j)
+    acc[j] = _mm512_setzero_ps();
+  const std::size_t np = n & ~std::size_t{63};
+  for (std::size_t i = 0; i < np; i += 64)
+    for (int j = 0; j < 4; ++j)
+      acc[j] = _mm512_fmadd_ps(load16<F16>(w, i + 16 * j),
+                               _mm512_loadu_ps(x + i + 16 * j), acc[j]);
+  const float s = reduce16_avx512(_mm512_add_ps(
+    _mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])));
+  if constexpr (F16)
+    return leftover_f16(static_cast<const std::uint16_t*>(w) + np, x + np,
+                        n - np, s);
+  else
+    return leftover_f32(static_cast<const float*>(w) + np, x + np, n - np, s);
+}
+
+using dot_fn = float (*)(const void*, const float*, std::size_t);
+
+/// ggml_vec_dot_f32 (F16 false) or ggml_vec_dot_f16 on the widest ISA.
+dot_fn vec_dot_for(bool f16) {
+  if (have_avx512())
+    return f16 ? &vec_dot_avx512<true> : &vec_dot_avx512<false>;
+  if (have_avx2())
+    return f16 ? &vec_dot_avx2<true> : &vec_dot_avx2<false>;
+  return f16 ? &vec_dot_scalar<true> : &vec_dot_scalar<false>;
 }
 
 // Q8_0 x Q8_0 dot products follow llama.cpp's x86 CPU kernels exactly
@@ -478,11 +611,14 @@ std::size_t row_bytes_of(weight_type t, std::size_t cols) {
   return 0;
 }
 
-/// y[t][r] = W[r] . x[t] for every row r of W and t < n_tokens.
+/// y[t][r] = W[r] . x[t] for every row r of W and t < n_tokens: ggml's
+/// vec_dot order for F32/F16 (one token, or batches tinyBLAS declines).
 void gemv_rows(const std::uint8_t* wdata, weight_type type, std::size_t rows,
                std::size_t cols, const float* x, const prepared_input& p,
                std::size_t n_tokens, float* y, int threads) {
   const bool simd = have_avx2();
+  const dot_fn dot = vec_dot_for(type == weight_type::f16);
+  const float* xs = type == weight_type::f16 ? p.xf.data() : x;
   const std::size_t rb = row_bytes_of(type, cols);
   const long nrows = static_cast<long>(rows);
   EXO_OMP_ROWS
@@ -490,229 +626,163 @@ void gemv_rows(const std::uint8_t* wdata, weight_type type, std::size_t rows,
     const std::uint8_t* row = wdata + static_cast<std::size_t>(r) * rb;
     for (std::size_t t = 0; t < n_tokens; ++t) {
       float s = 0.0f;
-      switch (type) {
-        case weight_type::f32: {
-          auto* wr = reinterpret_cast<const float*>(row);
-          const float* xt = x + t * cols;
-          s = simd ? dot_f32_avx2(wr, xt, cols) : dot_f32_scalar(wr, xt, cols);
-          break;
-        }
-        case weight_type::f16: {
-          auto* wr = reinterpret_cast<const std::uint16_t*>(row);
-          const float* xt = p.xf.data() + t * cols;
-          s = simd ? dot_f16_avx2(wr, xt, cols) : dot_f16_scalar(wr, xt, cols);
-          break;
-        }
-        case weight_type::q8_0: {
-          std::size_t nb = cols / 32;
-          const block_q8_0* xt = p.xq.data() + t * nb;
-          s = simd ? dot_q8_avx2(row, xt, p.xd.data() + t * nb, nb)
-                   : dot_q8_scalar(row, xt, p.xd.data() + t * nb, nb);
-          break;
-        }
+      if (type == weight_type::q8_0) {
+        std::size_t nb = cols / 32;
+        const block_q8_0* xt = p.xq.data() + t * nb;
+        s = simd ? dot_q8_avx2(row, xt, p.xd.data() + t * nb, nb)
+                 : dot_q8_scalar(row, xt, p.xd.data() + t * nb, nb);
+      } else {
+        s = dot(row, xs + t * cols, cols);
       }
       y[t * rows + static_cast<std::size_t>(r)] = s;
     }
   }
 }
 
-
-// -- batched products: packed panels, own micro-kernels ----------------------
+// -- batched F32/F16 products: tinyBLAS's order ------------------------------
 //
-// From 4 tokens on, F32 and F16 weight rows are decoded (F16 with F16C)
-// into F32 panels packed for an outer-product micro-kernel: a tile of W
-// rows (32 with AVX-512, 16 with AVX2) is stored [k][W], and the kernel keeps
-// MT tokens x W rows of C in registers, broadcasting one activation per
-// token and k. Each weight is decoded once per call and reused by every
-// token; a panel (about 256 KiB) stays in L2 while all tokens pass over it.
-// Why not OpenBLAS here: its run-time CPU detection falls back to the
-// generic SSE3 ("Prescott") kernels on CPUs newer than the packaged build
-// knows (this machine's Xeon among them), which made prompts 2-3x slower
-// than llama.cpp on the same file. OpenBLAS stays the fallback for CPUs
-// without AVX2 and for the generic `matmul`.
+// llamafile_sgemm's tinyBLAS<16> order per output (see the comment above
+// have_avx512): the kernels compute tiles of weight rows x tokens, each
+// output in its own 16-lane accumulator (AVX-512: one zmm; AVX2: two ymm;
+// scalar: 16 floats), so that a tile's weight and activation loads are
+// shared while every output keeps exactly tinyBLAS's chain of fused
+// multiply-adds. Rows go in panels of about 256 KiB of weights (split over
+// threads) that stay in L2 while every block of tokens passes over them.
+// F16 weights are widened with F16C/AVX-512F as they are loaded.
 
-bool have_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes && have_avx2()
-         && isa_limit.load(std::memory_order_relaxed)
-              >= static_cast<int>(isa::avx512);
-}
-
-/// Decodes one weight row to floats: F16 through F16C where available.
-__attribute__((target("avx2,fma,f16c"))) void
-decode_row_f16c(const std::uint8_t* src, float* dst, std::size_t n) {
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(
-                                reinterpret_cast<const __m128i*>(src + 2 * i))));
-  for (; i < n; ++i) {
-    std::uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    dst[i] = f16_to_f32(h);
-  }
-}
-
-void decode_row_fast(weight_type t, const std::uint8_t* src, float* dst,
-                     std::size_t n) {
-  if (t == weight_type::f16 && have_avx2())
-    decode_row_f16c(src, dst, n);
-  else
-    decode_row(t, src, dst, n);
-}
-
-/// Packs `nr` rows starting at `w` (row stride rb) into tiles of `width`
-/// rows laid out [k][width]; rows past nr are zero. `rows_buf` holds
-/// width x k floats: a tile's rows are decoded there first, then transposed
-/// in blocks of 16 k so that reads and writes both stay in L1.
-void pack_tiles(const std::uint8_t* w, weight_type t, std::size_t rb,
-                std::size_t nr, std::size_t k, std::size_t width,
-                float* packed, float* rows_buf) {
-  const std::size_t tiles = (nr + width - 1) / width;
-  for (std::size_t tile = 0; tile < tiles; ++tile) {
-    float* dst = packed + tile * width * k;
-    for (std::size_t j = 0; j < width; ++j) {
-      const std::size_t r = tile * width + j;
-      if (r < nr)
-        decode_row_fast(t, w + r * rb, rows_buf + j * k, k);
-      else
-        std::fill(rows_buf + j * k, rows_buf + (j + 1) * k, 0.0f);
+/// C[j * ldc + i] for RM = 4 rows i (stride rb) and RN tokens j (stride k).
+template <int RN, bool F16>
+__attribute__((target("avx512f,avx2,fma,f16c"))) void
+tiny_tile_avx512(const std::uint8_t* w, std::size_t rb, const float* x,
+                 std::size_t k, float* c, std::size_t ldc) {
+  constexpr int RM = 4;
+  __m512 acc[RN][RM];
+#pragma GCC unroll 8
+  for (int j = 0; j < RN; ++j)
+#pragma GCC unroll 4
+    for (int i = 0; i < RM; ++i)
+      acc[j][i] = _mm512_setzero_ps();
+  for (std::size_t l = 0; l < k; l += 16) {
+    __m512 a[RM];
+#pragma GCC unroll 4
+    for (int i = 0; i < RM; ++i)
+      a[i] = load16<F16>(w + static_cast<std::size_t>(i) * rb, l);
+#pragma GCC unroll 8
+    for (int j = 0; j < RN; ++j) {
+      const __m512 b = _mm512_loadu_ps(x + static_cast<std::size_t>(j) * k + l);
+#pragma GCC unroll 4
+      for (int i = 0; i < RM; ++i)
+        acc[j][i] = _mm512_fmadd_ps(a[i], b, acc[j][i]);
     }
-    for (std::size_t k0 = 0; k0 < k; k0 += 16) {
-      const std::size_t k1 = std::min(k, k0 + 16);
-      for (std::size_t j = 0; j < width; ++j) {
-        const float* src = rows_buf + j * k;
-        for (std::size_t kk = k0; kk < k1; ++kk)
-          dst[kk * width + j] = src[kk];
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < RN; ++j)
+#pragma GCC unroll 4
+    for (int i = 0; i < RM; ++i)
+      c[static_cast<std::size_t>(j) * ldc + static_cast<std::size_t>(i)]
+        = reduce16_avx512(acc[j][i]);
+}
+
+/// The same for RM = 2 rows, each 16-lane accumulator as two ymm.
+template <int RN, bool F16>
+__attribute__((target("avx2,fma,f16c"))) void
+tiny_tile_avx2(const std::uint8_t* w, std::size_t rb, const float* x,
+               std::size_t k, float* c, std::size_t ldc) {
+  constexpr int RM = 2;
+  __m256 lo[RN][RM], hi[RN][RM];
+#pragma GCC unroll 4
+  for (int j = 0; j < RN; ++j)
+#pragma GCC unroll 2
+    for (int i = 0; i < RM; ++i)
+      lo[j][i] = hi[j][i] = _mm256_setzero_ps();
+  for (std::size_t l = 0; l < k; l += 16) {
+    __m256 al[RM], ah[RM];
+#pragma GCC unroll 2
+    for (int i = 0; i < RM; ++i) {
+      al[i] = load8<F16>(w + static_cast<std::size_t>(i) * rb, l);
+      ah[i] = load8<F16>(w + static_cast<std::size_t>(i) * rb, l + 8);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; ++j) {
+      const float* xj = x + static_cast<std::size_t>(j) * k + l;
+      const __m256 bl = _mm256_loadu_ps(xj), bh = _mm256_loadu_ps(xj + 8);
+#pragma GCC unroll 2
+      for (int i = 0; i < RM; ++i) {
+        lo[j][i] = _mm256_fmadd_ps(al[i], bl, lo[j][i]);
+        hi[j][i] = _mm256_fmadd_ps(ah[i], bh, hi[j][i]);
       }
     }
   }
+#pragma GCC unroll 4
+  for (int j = 0; j < RN; ++j)
+#pragma GCC unroll 2
+    for (int i = 0; i < RM; ++i)
+      c[static_cast<std::size_t>(j) * ldc + static_cast<std::size_t>(i)]
+        = reduce16_avx2(lo[j][i], hi[j][i]);
 }
 
-/// C[MT x 32] (first `valid` columns stored) = X[MT x k] * tile, AVX-512.
-template <int MT>
-__attribute__((target("avx512f"))) void
-tile_avx512(const float* x, std::size_t k, const float* tile, float* c,
-            std::size_t ldc, std::size_t valid) {
-  __m512 a0[MT], a1[MT];
-#pragma GCC unroll 16
-  for (int i = 0; i < MT; ++i)
-    a0[i] = a1[i] = _mm512_setzero_ps();
-  for (std::size_t kk = 0; kk < k; ++kk) {
-    const __m512 w0 = _mm512_loadu_ps(tile + kk * 32);
-    const __m512 w1 = _mm512_loadu_ps(tile + kk * 32 + 16);
-#pragma GCC unroll 16
-    for (int i = 0; i < MT; ++i) {
-      const __m512 xv = _mm512_set1_ps(x[static_cast<std::size_t>(i) * k + kk]);
-      a0[i] = _mm512_fmadd_ps(xv, w0, a0[i]);
-      a1[i] = _mm512_fmadd_ps(xv, w1, a1[i]);
-    }
-  }
-  const auto bits = [](std::size_t n) {
-    return static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << n) - 1u);
-  };
-  const __mmask16 m0 = bits(valid);
-  const __mmask16 m1 = bits(valid > 16 ? valid - 16 : 0);
-#pragma GCC unroll 16
-  for (int i = 0; i < MT; ++i) {
-    _mm512_mask_storeu_ps(c + static_cast<std::size_t>(i) * ldc, m0, a0[i]);
-    _mm512_mask_storeu_ps(c + static_cast<std::size_t>(i) * ldc + 16, m1,
-                          a1[i]);
-  }
+/// The same for one row and one token, in scalar code.
+template <int RN, bool F16>
+void tiny_tile_scalar(const std::uint8_t* w, std::size_t, const float* x,
+                      std::size_t k, float* c, std::size_t) {
+  static_assert(RN == 1, "one token at a time");
+  const auto* wf = reinterpret_cast<const float*>(w);
+  const auto* wh = reinterpret_cast<const std::uint16_t*>(w);
+  float acc[16] = {};
+  for (std::size_t l = 0; l < k; l += 16)
+    for (std::size_t e = 0; e < 16; ++e)
+      acc[e] = std::fma(F16 ? f16_to_f32(wh[l + e]) : wf[l + e], x[l + e],
+                        acc[e]);
+  *c = reduce16(acc);
 }
 
-/// C[MT x 16] (first `valid` columns stored) = X[MT x k] * tile, AVX2.
-template <int MT>
-__attribute__((target("avx2,fma"))) void
-tile_avx2(const float* x, std::size_t k, const float* tile, float* c,
-          std::size_t ldc, std::size_t valid) {
-  __m256 a0[MT], a1[MT];
-#pragma GCC unroll 16
-  for (int i = 0; i < MT; ++i)
-    a0[i] = a1[i] = _mm256_setzero_ps();
-  for (std::size_t kk = 0; kk < k; ++kk) {
-    const __m256 w0 = _mm256_loadu_ps(tile + kk * 16);
-    const __m256 w1 = _mm256_loadu_ps(tile + kk * 16 + 8);
-#pragma GCC unroll 16
-    for (int i = 0; i < MT; ++i) {
-      const __m256 xv = _mm256_broadcast_ss(x + static_cast<std::size_t>(i) * k + kk);
-      a0[i] = _mm256_fmadd_ps(xv, w0, a0[i]);
-      a1[i] = _mm256_fmadd_ps(xv, w1, a1[i]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < MT; ++i) {
-    alignas(32) float row[16];
-    _mm256_store_ps(row, a0[i]);
-    _mm256_store_ps(row + 8, a1[i]);
-    std::memcpy(c + static_cast<std::size_t>(i) * ldc, row, valid * 4);
-  }
-}
+using tiny_fn = void (*)(const std::uint8_t*, std::size_t, const float*,
+                         std::size_t, float*, std::size_t);
 
-using tile_fn = void (*)(const float*, std::size_t, const float*, float*,
-                         std::size_t, std::size_t);
-
-template <int MT>
-struct avx512_tile {
-  static void run(const float* x, std::size_t k, const float* t, float* c,
-                  std::size_t ldc, std::size_t v) {
-    tile_avx512<MT>(x, k, t, c, ldc, v);
-  }
+struct tiny_kernels {
+  std::size_t rm, tn; // rows and tokens per tile
+  tiny_fn fn[6];      // by tokens - 1
 };
 
-template <int MT>
-struct avx2_tile {
-  static void run(const float* x, std::size_t k, const float* t, float* c,
-                  std::size_t ldc, std::size_t v) {
-    tile_avx2<MT>(x, k, t, c, ldc, v);
-  }
-};
-
-/// The kernel of one ISA for mt (1..8) tokens.
-template <template <int> class K>
-tile_fn tile_for(std::size_t mt) {
-  switch (mt) {
-    case 1: return &K<1>::run;
-    case 2: return &K<2>::run;
-    case 3: return &K<3>::run;
-    case 4: return &K<4>::run;
-    case 5: return &K<5>::run;
-    case 6: return &K<6>::run;
-    case 7: return &K<7>::run;
-    default: return &K<8>::run;
-  }
+template <bool F16>
+tiny_kernels tiny_kernels_for() {
+  if (have_avx512())
+    return {4, 6,
+            {&tiny_tile_avx512<1, F16>, &tiny_tile_avx512<2, F16>,
+             &tiny_tile_avx512<3, F16>, &tiny_tile_avx512<4, F16>,
+             &tiny_tile_avx512<5, F16>, &tiny_tile_avx512<6, F16>}};
+  if (have_avx2())
+    return {2, 2, {&tiny_tile_avx2<1, F16>, &tiny_tile_avx2<2, F16>}};
+  return {1, 1, {&tiny_tile_scalar<1, F16>}};
 }
 
-/// C[m x rows] = X[m x k] * W^T with packed panels (AVX2 or AVX-512).
-void gemm_packed(const float* x, std::size_t m, const std::uint8_t* w,
-                 weight_type t, std::size_t rows, std::size_t k, float* c,
-                 int threads) {
-  const bool wide = have_avx512();
-  const std::size_t width = wide ? 32 : 16;
-  const std::size_t max_mt = wide ? 8 : 6;
+/// Whether llamafile_sgemm takes C[m x rows] = X[m x k] * W^T (F32 or F16
+/// weights, AVX-512 build): from 2 tokens, k a multiple of 16, rows of 4.
+bool tinyblas_takes(std::size_t m, std::size_t rows, std::size_t k) {
+  return m >= 2 && k % 16 == 0 && rows % 4 == 0;
+}
+
+/// C[m x rows] = X[m x k] * W^T in tinyBLAS's order (tinyblas_takes).
+void gemm_tiny(const float* x, std::size_t m, const std::uint8_t* w,
+               weight_type t, std::size_t rows, std::size_t k, float* c,
+               int threads) {
+  const tiny_kernels kern = t == weight_type::f16 ? tiny_kernels_for<true>()
+                                                  : tiny_kernels_for<false>();
   const std::size_t rb = row_bytes_of(t, k);
-  // About 256 KiB of packed weights per panel, whole tiles.
-  std::size_t panel = (std::size_t{256} << 10) / (4 * k) / width * width;
-  panel = std::max(panel, width);
+  // About 256 KiB of weights per panel, whole groups of 4 rows, and at
+  // least two panels per thread where the rows allow.
+  std::size_t panel = std::max<std::size_t>(4, (std::size_t{256} << 10) / rb / 4 * 4);
+  const auto per = static_cast<std::size_t>(2 * threads);
+  panel = std::min(panel, std::max<std::size_t>(4, (rows / per + 3) / 4 * 4));
   const long panels = static_cast<long>((rows + panel - 1) / panel);
   EXO_OMP_PANELS
   for (long pi = 0; pi < panels; ++pi) {
     const std::size_t r0 = static_cast<std::size_t>(pi) * panel;
-    const std::size_t nr = std::min(panel, rows - r0);
-    const std::size_t tiles = (nr + width - 1) / width;
-    // One buffer per thread, reused across calls: no zeroing, no faults.
-    thread_local std::vector<float> packed;
-    if (packed.size() < (tiles + 1) * width * k)
-      packed.resize((tiles + 1) * width * k);
-    float* rowbuf = packed.data() + tiles * width * k;
-    pack_tiles(w + r0 * rb, t, rb, nr, k, width, packed.data(), rowbuf);
-    for (std::size_t t0 = 0; t0 < m; t0 += max_mt) {
-      const std::size_t mt = std::min(max_mt, m - t0);
-      const tile_fn fn = wide ? tile_for<avx512_tile>(mt)
-                              : tile_for<avx2_tile>(mt);
-      for (std::size_t tile = 0; tile < tiles; ++tile)
-        fn(x + t0 * k, k, packed.data() + tile * width * k,
-           c + t0 * rows + r0 + tile * width, rows,
-           std::min(width, nr - tile * width));
+    const std::size_t r1 = std::min(rows, r0 + panel);
+    for (std::size_t t0 = 0; t0 < m; t0 += kern.tn) {
+      const tiny_fn fn = kern.fn[std::min(kern.tn, m - t0) - 1];
+      for (std::size_t r = r0; r < r1; r += kern.rm)
+        fn(w + r * rb, rb, x + t0 * k, k, c + t0 * rows + r, rows);
     }
   }
 }
@@ -1063,39 +1133,12 @@ void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
     gemm_q8(p, n_tokens, w, rows, cols, c, threads);
     return;
   }
-  if (n_tokens < 4) {
-    gemv_rows(w, t, rows, cols, a, p, n_tokens, c, threads);
+  if (t != weight_type::q8_0 && tinyblas_takes(n_tokens, rows, cols)) {
+    gemm_tiny(t == weight_type::f32 ? a : p.xf.data(), n_tokens, w, t, rows,
+              cols, c, threads);
     return;
   }
-  if (have_avx2()) {
-    gemm_packed(t == weight_type::f32 ? a : p.xf.data(), n_tokens, w, t, rows,
-                cols, c, threads);
-    return;
-  }
-  const int m = static_cast<int>(n_tokens);
-  const int k = static_cast<int>(cols);
-  if (t == weight_type::f32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m,
-                static_cast<int>(rows), k, 1.0f, a, k,
-                reinterpret_cast<const float*>(w), k, 0.0f, c,
-                static_cast<int>(rows));
-    return;
-  }
-  // Dequantize blocks of rows and multiply each block with sgemm.
-  const std::size_t chunk = std::max<std::size_t>(16, (1u << 20) / cols);
-  const std::size_t rb = row_bytes_of(t, cols);
-  std::vector<float> tile(std::min(chunk, rows) * cols);
-  for (std::size_t r0 = 0; r0 < rows; r0 += chunk) {
-    std::size_t nr = std::min(chunk, rows - r0);
-    const long nrl = static_cast<long>(nr);
-    EXO_OMP_ROWS
-    for (long r = 0; r < nrl; ++r)
-      decode_row(t, w + (r0 + static_cast<std::size_t>(r)) * rb,
-                 tile.data() + static_cast<std::size_t>(r) * cols, cols);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m,
-                static_cast<int>(nr), k, 1.0f, p.xf.data(), k, tile.data(), k,
-                0.0f, c + r0, static_cast<int>(rows));
-  }
+  gemv_rows(w, t, rows, cols, a, p, n_tokens, c, threads);
 }
 
 void rms_norm(const float* x, const float* weight, float* out,

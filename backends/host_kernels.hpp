@@ -99,10 +99,12 @@ isa widest_isa() noexcept;
 // -- the operations of a Llama layer ----------------------------------------
 
 /// C[m x n] = A[m x k] * W^T, W stored [n x k] encoded as t (row-major rows
-/// of k elements). F32 and F16: matrix-vector kernels (AVX2 where the CPU
-/// has it) below 4 rows of A; from 4 on, weights decoded into packed F32
-/// panels and an AVX-512 or AVX2 register-tiled kernel (OpenBLAS sgemm over
-/// dequantized tiles on CPUs without AVX2). Q8_0: activations quantized by
+/// of k elements). F32 and F16 (activations rounded to half first) compute
+/// exactly what llama.cpp's AVX-512 CPU backend computes: ggml_vec_dot_f32/
+/// _f16's order for one row of A (and batches llamafile_sgemm declines: k
+/// not a multiple of 16 or n not of 4), tinyBLAS's 16-lane order for two
+/// rows and more; AVX-512, AVX2 and scalar code give the same bits. Q8_0:
+/// activations quantized by
 /// quantize_q8_0_activations, then int8 block dot products summed exactly
 /// as llama.cpp sums them (a matrix-vector kernel for one row, register
 /// tiles with AVX-512 VNNI or AVX2 for more; every path, any row count and

@@ -1,5 +1,5 @@
-// The host kernels' fast paths (F16C conversions, the packed batched
-// product) against their scalar definitions.
+// The host kernels' fast paths (F16C conversions, the batched products)
+// against their scalar definitions and llama.cpp's CPU order.
 
 #include "backends/backend.hpp"
 #include "backends/host_kernels.hpp"
@@ -67,8 +67,9 @@ TEST_CASE("rounding arrays to half matches the scalar rounding bit for bit") {
 
 TEST_CASE("batched products equal the matrix-vector products within bounds "
           "at every tile remainder") {
-  // F32/F16 batches of 4 tokens and more take the packed kernels, below 4
-  // the matrix-vector ones; Q8_0 batches of 2 and more the int8 tiles. Rows cross tile (16/32) and panel boundaries, token
+  // F32/F16 batches of 2 tokens and more take tinyBLAS's order where k is a
+  // multiple of 16 and n of 4, the matrix-vector (vec_dot) order otherwise;
+  // Q8_0 batches of 2 and more the int8 tiles. Rows cross tile (16/32) and panel boundaries, token
   // counts leave every remainder of the 6/8-token register tiles.
   std::mt19937 rng{11};
   struct shape {
@@ -281,6 +282,145 @@ TEST_CASE("Q8_0 products agree with a double-precision reference within "
           REQUIRE(std::fabs(g - exact)
                   <= static_cast<double>(nb + 4) * 0x1p-23 * mag);
           REQUIRE(std::fabs(g - plain) <= step + 1e-5 * mag_f);
+        }
+      }
+    }
+  }
+  host::limit_isa(host::isa::avx512);
+}
+
+namespace {
+
+// A plain transcription of what llama.cpp's AVX-512 CPU backend computes for
+// F32/F16 weights (ggml-cpu vec.cpp, simd-mappings.h, llamafile/sgemm.cpp,
+// GCC's avx512fintrin.h), one lane at a time. This file is compiled for
+// baseline x86-64, which has no FMA instruction, so GCC contracts nothing:
+// the fused steps are the explicit std::fma calls.
+namespace ggml_ref {
+
+/// _mm512_reduce_add_ps: __MM512_REDUCE_OP (+) on 16 lanes.
+float reduce_add_ps(const float* a) {
+  float t3[8], t6[4], t8[2];
+  for (int i = 0; i < 8; ++i)
+    t3[i] = a[8 + i] + a[i]; // upper 256 bits + lower
+  for (int i = 0; i < 4; ++i)
+    t6[i] = t3[4 + i] + t3[i]; // upper 128 bits + lower
+  for (int i = 0; i < 2; ++i)
+    t8[i] = t6[i] + t6[i + 2]; // + shuffle {2, 3, 0, 1}
+  return t8[0] + t8[1];
+}
+
+/// GGML_F32_STEP 64, GGML_F32_EPR 16, GGML_F32_ARR 4; GGML_F32x16_REDUCE.
+void vec_sums(const float* x, const float* y, int n, float* lanes) {
+  float sum[4][16] = {};
+  const int np = n & ~63;
+  for (int i = 0; i < np; i += 64)
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 16; ++l)
+        sum[j][l] = std::fma(x[i + j * 16 + l], y[i + j * 16 + l], sum[j][l]);
+  for (int l = 0; l < 16; ++l) {
+    sum[0][l] += sum[2][l]; // offset 2
+    sum[1][l] += sum[3][l];
+    sum[0][l] += sum[1][l]; // offset 1
+    lanes[l] = sum[0][l];
+  }
+}
+
+float vec_dot_f32(const float* x, const float* y, int n) {
+  float lanes[16];
+  vec_sums(x, y, n, lanes);
+  float sumf = reduce_add_ps(lanes);
+  // Leftovers `sumf += x[i]*y[i]` as GCC built them for zen4: epilogues of
+  // 16 and then 8 elements add rounded products in order, the rest fuse.
+  const int np = n & ~63, r = n - np;
+  int plain = r >= 16 ? r / 16 * 16 : 0;
+  if (r - plain >= 8)
+    plain += 8;
+  for (int i = np; i < n; ++i)
+    sumf = i < np + plain ? sumf + x[i] * y[i] : std::fma(x[i], y[i], sumf);
+  return sumf;
+}
+
+/// F16 weights and activations (the F32 activations rounded to half).
+float vec_dot_f16(const std::vector<float>& x, const std::vector<float>& y,
+                  int n) {
+  float lanes[16];
+  vec_sums(x.data(), y.data(), n, lanes);
+  double sumf = reduce_add_ps(lanes); // ggml_float
+  for (int i = n & ~63; i < n; ++i)
+    sumf += static_cast<double>(x[i] * y[i]);
+  return static_cast<float>(sumf);
+}
+
+/// tinyBLAS<16>::gemm_bloc for one output: Cv = madd(A, B, Cv), hsum.
+float tinyblas(const float* a, const float* b, int k) {
+  float cv[16] = {};
+  for (int l = 0; l < k; l += 16)
+    for (int i = 0; i < 16; ++i)
+      cv[i] = std::fma(a[l + i], b[l + i], cv[i]);
+  return reduce_add_ps(cv);
+}
+
+} // namespace ggml_ref
+
+std::vector<float> halves(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i)
+    out[i] = host::f16_to_f32(host::f32_to_f16(v[i]));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("F32 and F16 products compute llama.cpp's vec_dot and tinyBLAS "
+          "orders bit for bit on every path") {
+  // One token: ggml_vec_dot_f32/_f16. Two tokens and more: tinyBLAS where
+  // llamafile_sgemm takes the product (k % 16 == 0, rows % 4 == 0),
+  // vec_dot per output otherwise. k covers the vec_dot leftovers (none, < 8,
+  // 8-15, 16 + < 8, 32 + 8 + < 8) and sgemm's refusal (k % 16 != 0).
+  std::mt19937 rng{23};
+  const std::size_t ks[] = {16, 48, 64, 77, 100, 520, 1000};
+  const std::size_t ms[] = {1, 2, 7, 64, 130};
+  const std::size_t ns[] = {8, 6};
+  for (auto t : {weight_type::f32, weight_type::f16})
+  for (auto k : ks)
+  for (auto n : ns) {
+    const std::size_t m_max = 130;
+    auto a = random_floats(rng, m_max * k, -1.0f, 1.0f);
+    auto w = random_floats(rng, n * k, -1.0f, 1.0f);
+    const bool f16 = t == weight_type::f16;
+    const std::size_t rb = *weight_row_bytes(t, k);
+    std::vector<std::uint8_t> enc(n * rb);
+    for (std::size_t r = 0; r < n; ++r)
+      host::encode_row(t, w.data() + r * k, enc.data() + r * rb, k);
+    const auto ah = f16 ? halves(a) : a;
+    const auto wh = f16 ? halves(w) : w;
+    for (auto m : ms) {
+      const bool sgemm = m >= 2 && k % 16 == 0 && n % 4 == 0;
+      std::vector<float> want(m * n);
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t r = 0; r < n; ++r) {
+          const float* wr = wh.data() + r * k;
+          const float* ai = ah.data() + i * k;
+          const int ki = static_cast<int>(k);
+          want[i * n + r]
+            = sgemm ? ggml_ref::tinyblas(wr, ai, ki)
+              : f16 ? ggml_ref::vec_dot_f16(
+                        std::vector<float>(wr, wr + k),
+                        std::vector<float>(ai, ai + k), ki)
+                    : ggml_ref::vec_dot_f32(wr, ai, ki);
+        }
+      for (auto widest : {host::isa::avx512, host::isa::avx2, host::isa::scalar})
+      for (int threads : {1, 2}) {
+        host::limit_isa(widest);
+        std::vector<float> got(m * n);
+        host::matmul_weights(a.data(), enc.data(), t, got.data(),
+                             matmul_dims{m, n, k, true}, threads);
+        for (std::size_t i = 0; i < m * n; ++i) {
+          INFO("type " << int(t) << " isa " << int(widest) << " m=" << m
+                       << " n=" << n << " k=" << k << " threads=" << threads
+                       << " at " << i);
+          REQUIRE(bits_of(got[i]) == bits_of(want[i]));
         }
       }
     }
