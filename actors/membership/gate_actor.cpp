@@ -834,11 +834,24 @@ caf::behavior gate_impl(self_ptr self, gate_config cfg) {
         st.table->bump_incarnation(seen);
         st.log("refuted a claim that we are dead");
       }
+      std::vector<std::string> was_alive;
+      for (auto& m : v.members)
+        if (m.status != member_status::alive && m.name != st.cfg.name
+            && st.table->alive(m.name))
+          was_alive.push_back(m.name);
       st.table->merge(v, now);
       for (auto& m : v.members)
         if (m.status != member_status::alive && st.peers.count(m.name)
             && m.name != name && !st.table->alive(m.name))
           drop_peer(self, m.name);
+      // A verdict learned by gossip is logged like one of our own, so the
+      // log tells when each node learned of each death.
+      for (auto& gone : was_alive)
+        if (auto* m = st.table->find(gone); m && !st.table->alive(gone))
+          st.log("member " + gone
+                 + (m->status == member_status::left ? " left"
+                                                     : " is dead")
+                 + ": reported by " + name);
     },
     [self](leave_atom) -> caf::result<caf::atom_value> {
       auto& st = self->state;

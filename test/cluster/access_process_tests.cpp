@@ -8,7 +8,7 @@
 // commands are checked against a token's permission (strictly, when the
 // node requires a token), and client reads and policy changes are audited.
 
-#include "test/support/process.hpp"
+#include "test/support/pki.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -39,21 +39,6 @@ std::size_t occurrences(const std::string& s, const std::string& what) {
   return n;
 }
 
-std::string exo_node() {
-  return build_path("runtime/node/exo-node");
-}
-std::string exo_cert() {
-  return build_path("runtime/tls/exo-cert");
-}
-std::string exo_console() {
-  return build_path("runtime/console/exo-console");
-}
-
-void must(const run_result& r) {
-  INFO(r.out << r.err);
-  REQUIRE(r.code == 0);
-}
-
 bool contains(const std::string& s, const std::string& what) {
   return s.find(what) != std::string::npos;
 }
@@ -68,9 +53,7 @@ struct cluster {
   std::string safety_extra;
 
   cluster() {
-    must(run({exo_cert(), "init-ca", "--dir", dir + "/ca"}));
-    must(run({exo_cert(), "issue-client", "--ca-dir", dir + "/ca", "--name",
-              "ops", "--out", dir + "/ops"}));
+    make_ca(dir);
     write_file(key_file, "6f1c0e4d2b8a7f3e9d5c1b0a8f7e6d5c4b3a29181706f5e4d3c2"
                          "b1a09f8e7d6c\n");
   }
@@ -83,8 +66,7 @@ struct cluster {
                                  std::uint16_t& port,
                                  const std::vector<std::uint16_t>& seeds) {
     if (port == 0)
-      must(run({exo_cert(), "issue-node", "--ca-dir", dir + "/ca", "--name",
-                name, "--out", dir + "/" + name, "--force"}));
+      issue_node(dir, name);
     std::string s = "[";
     for (std::size_t i = 0; i < seeds.size(); ++i)
       s += (i ? ", " : "") + std::string{"\"127.0.0.1:"}

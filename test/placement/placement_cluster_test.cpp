@@ -7,7 +7,7 @@
 
 #include "actors/placement/model_spec.hpp"
 #include "runtime/model/test_model.hpp"
-#include "test/support/process.hpp"
+#include "test/support/pki.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -22,21 +22,6 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-std::string exo_node() {
-  return build_path("runtime/node/exo-node");
-}
-std::string exo_cert() {
-  return build_path("runtime/tls/exo-cert");
-}
-std::string exo_console() {
-  return build_path("runtime/console/exo-console");
-}
-
-void must(const run_result& r) {
-  INFO(r.out << r.err);
-  REQUIRE(r.code == 0);
-}
-
 bool contains(const std::string& s, const std::string& what) {
   return s.find(what) != std::string::npos;
 }
@@ -50,9 +35,7 @@ struct cluster_files {
   std::string dir = temp_dir("exo-placement-cluster");
   std::string model = dir + "/small.gguf";
   explicit cluster_files(double share = 0.6, std::uint32_t dim = 128) {
-    must(run({exo_cert(), "init-ca", "--dir", dir + "/ca"}));
-    must(run({exo_cert(), "issue-client", "--ca-dir", dir + "/ca", "--name",
-              "ops", "--out", dir + "/ops"}));
+    make_ca(dir);
     exo::model::test_model_options o;
     o.layers = 6;
     o.dim = dim;
@@ -78,8 +61,7 @@ struct cluster_files {
       "throttle_c": 70}]})");
   }
   void node_cert(const std::string& name) {
-    must(run({exo_cert(), "issue-node", "--ca-dir", dir + "/ca", "--name",
-              name, "--out", dir + "/" + name, "--force"}));
+    issue_node(dir, name);
   }
 };
 

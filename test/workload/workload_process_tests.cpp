@@ -5,7 +5,7 @@
 // receives it once, and the tokens equal those of one stage on one node.
 
 #include "runtime/model/test_model.hpp"
-#include "test/support/process.hpp"
+#include "test/support/pki.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -22,21 +22,6 @@ using namespace exo::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string exo_node() {
-  return build_path("runtime/node/exo-node");
-}
-std::string exo_cert() {
-  return build_path("runtime/tls/exo-cert");
-}
-std::string exo_console() {
-  return build_path("runtime/console/exo-console");
-}
-
-void must(const run_result& r) {
-  INFO(r.out << r.err);
-  REQUIRE(r.code == 0);
-}
 
 std::vector<double> read_numbers(const std::string& path) {
   std::ifstream in{path};
@@ -67,18 +52,6 @@ std::string line_after(const std::string& out, const std::string& prefix) {
   return out.substr(at + prefix.size(), end - at - prefix.size());
 }
 
-struct pki {
-  std::string dir = temp_dir("exo-workload");
-  pki() {
-    must(run({exo_cert(), "init-ca", "--dir", dir + "/ca"}));
-    must(run({exo_cert(), "issue-client", "--ca-dir", dir + "/ca", "--name",
-              "ops", "--out", dir + "/ops"}));
-  }
-  void node(const std::string& name) {
-    must(run({exo_cert(), "issue-node", "--ca-dir", dir + "/ca", "--name",
-              name, "--out", dir + "/" + name, "--force"}));
-  }
-};
 
 struct node_proc {
   std::uint16_t port = 0;
@@ -183,7 +156,7 @@ TEST_CASE("exo-node run gives the same tokens and logits on one stage and "
 TEST_CASE("two nodes run a job across both: the node without the model "
           "receives it once and the tokens equal one stage's",
           "[workload][process]") {
-  pki p;
+  pki p{"exo-workload"};
   p.node("alpha");
   p.node("beta");
   auto a = start(p, "alpha", {});
@@ -258,7 +231,7 @@ TEST_CASE("two nodes run a job across both: the node without the model "
 TEST_CASE("a running job is listed with its id and cancelled from another "
           "console and its run replies with the text so far and cancelled",
           "[workload][process]") {
-  pki p;
+  pki p{"exo-workload"};
   p.node("gamma");
   auto g = start(p, "gamma", {});
   // A long run: 64 sequences of 4000 tokens each on a small model, greedy
