@@ -571,6 +571,50 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       r->step();
       return r->rp;
     },
+    [self](compute_atom, handle_id in, std::uint64_t in_off, chunk& data,
+           std::vector<kernel_call>& calls, handle_id out,
+           std::uint64_t out_off, std::uint64_t out_len) -> caf::result<chunk> {
+      if (auto err = foreign(self, access::permission::compute_run))
+        return err;
+      if (auto err = foreign(self, access::permission::memory_copy))
+        return err;
+      auto& st = self->state;
+      if (auto err = st.unusable())
+        return err;
+      if (st.state == device_state::paused) // before the write
+        return make_exo_error(exo_errc::paused,
+                              "device is paused: " + st.state_reason);
+      if (out_len > max_chunk_bytes)
+        return make_exo_error(exo_errc::invalid_argument,
+                              "step: reading " + std::to_string(out_len)
+                                + " bytes exceeds the chunk limit of "
+                                + std::to_string(max_chunk_bytes));
+      if (!data.bytes.empty()) {
+        auto buf = st.pool->resolve(in, in_off, data.bytes.size());
+        if (!buf)
+          return st.failed(buf.err());
+        auto w = st.dev->write(**buf, in_off, data.bytes.data(),
+                               data.bytes.size());
+        if (!w)
+          return st.failed(w.err());
+        st.bytes_in += data.bytes.size();
+      }
+      auto r = do_compute_batch(self, calls, {});
+      if (r.flag == caf::rt_error)
+        return std::move(r.err);
+      chunk c;
+      if (out_len > 0) {
+        auto buf = st.pool->resolve(out, out_off, out_len);
+        if (!buf)
+          return st.failed(buf.err());
+        c.bytes.resize(out_len);
+        auto rd = st.dev->read(**buf, out_off, c.bytes.data(), out_len);
+        if (!rd)
+          return st.failed(rd.err());
+        st.bytes_out += out_len;
+      }
+      return c;
+    },
     [self](compute_atom, kernel_call& call) -> caf::result<caf::atom_value> {
       if (auto err = foreign(self, access::permission::compute_run))
         return err;

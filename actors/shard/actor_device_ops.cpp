@@ -124,26 +124,94 @@ backend::status actor_device_ops::read(model::device_handle h,
   return {};
 }
 
+namespace {
+
+/// The wire form of ops[begin, end).
+std::vector<kernel_call> to_calls(const std::vector<model::device_op>& ops,
+                                  std::size_t begin, std::size_t end) {
+  std::vector<kernel_call> calls;
+  calls.reserve(end - begin);
+  for (std::size_t j = begin; j < end; ++j) {
+    auto& op = ops[j];
+    kernel_call c;
+    c.op = model::op_name(op.kind);
+    for (auto& in : op.inputs) {
+      c.inputs.push_back(in.buf);
+      c.input_offsets.push_back(in.offset);
+    }
+    c.output = op.output.buf;
+    c.output_offset = op.output.offset;
+    c.dims = op.dims;
+    c.scalars = op.scalars;
+    calls.push_back(std::move(c));
+  }
+  return calls;
+}
+
+bool is_paused(const caf::error& err) {
+  return err.category() == exo_error_category()
+         && static_cast<exo_errc>(err.code()) == exo_errc::paused;
+}
+
+} // namespace
+
+backend::status actor_device_ops::step(
+  model::device_handle in, std::uint64_t in_offset, const void* src,
+  std::uint64_t in_bytes, const std::vector<model::device_op>& ops,
+  model::device_handle out, std::uint64_t out_offset, void* dst,
+  std::uint64_t out_bytes) {
+  if (in_bytes > max_chunk_bytes || out_bytes > max_chunk_bytes
+      || ops.size() > max_kernel_batch)
+    return device_ops::step(in, in_offset, src, in_bytes, ops, out,
+                            out_offset, dst, out_bytes);
+  chunk data;
+  auto* p = static_cast<const std::uint8_t*>(src);
+  if (in_bytes > 0)
+    data.bytes.assign(p, p + in_bytes);
+  auto calls = to_calls(ops, 0, ops.size());
+  // A paused device refuses the step before writing: wait and send it
+  // again, as run() does.
+  const auto give_up = std::chrono::steady_clock::now() + pause_patience_;
+  for (;;) {
+    if (!impl_->dev)
+      return fail(errc::no_device, "no device actor");
+    ++requests_;
+    bool paused = false;
+    backend::status status;
+    impl_->self
+      ->request(impl_->dev, impl_->timeout, compute_atom::value, in,
+                in_offset, data, calls, out, out_offset, out_bytes)
+      .receive(
+        [&](chunk& r) {
+          if (r.bytes.size() != out_bytes)
+            status = fail(errc::driver_error,
+                          "step: the device actor sent "
+                            + std::to_string(r.bytes.size())
+                            + " bytes, not " + std::to_string(out_bytes));
+          else if (out_bytes > 0)
+            std::memcpy(dst, r.bytes.data(), out_bytes);
+        },
+        [&](caf::error& err) {
+          paused = is_paused(err);
+          if (!paused)
+            status = to_backend_error(err);
+        });
+    if (!paused)
+      return status;
+    if (std::chrono::steady_clock::now() >= give_up)
+      return fail(errc::timeout,
+                  where_ + ": the device stayed paused for longer than "
+                    + std::to_string(pause_patience_.count()) + " ms");
+    ++pause_waits_;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 backend::status
 actor_device_ops::run(const std::vector<model::device_op>& ops) {
   for (std::size_t i = 0; i < ops.size(); i += max_kernel_batch) {
     auto end = std::min(ops.size(), i + max_kernel_batch);
-    std::vector<kernel_call> calls;
-    calls.reserve(end - i);
-    for (std::size_t j = i; j < end; ++j) {
-      auto& op = ops[j];
-      kernel_call c;
-      c.op = model::op_name(op.kind);
-      for (auto& in : op.inputs) {
-        c.inputs.push_back(in.buf);
-        c.input_offsets.push_back(in.offset);
-      }
-      c.output = op.output.buf;
-      c.output_offset = op.output.offset;
-      c.dims = op.dims;
-      c.scalars = op.scalars;
-      calls.push_back(std::move(c));
-    }
+    auto calls = to_calls(ops, i, end);
     // A paused device (thermal monitor, operator) refuses the whole batch
     // before running any of it: wait for it to resume and send the same
     // batch again, so a pause delays the step instead of losing it.
@@ -157,9 +225,7 @@ actor_device_ops::run(const std::vector<model::device_op>& ops) {
       impl_->self->request(impl_->dev, impl_->timeout, compute_atom::value, calls)
         .receive([](caf::atom_value) {},
                  [&](caf::error& err) {
-                   paused = err.category() == exo_error_category()
-                            && static_cast<exo_errc>(err.code())
-                                 == exo_errc::paused;
+                   paused = is_paused(err);
                    if (!paused)
                      out = to_backend_error(err);
                  });

@@ -39,6 +39,13 @@ public:
                        void* dst, std::uint64_t bytes) override;
   backend::status run(const std::vector<model::device_op>& ops) override;
   backend::status synchronize() override;
+  /// One (compute_atom, in, ..., out, ...) request when the pieces fit the
+  /// wire's limits (chunk and batch sizes), else write, run and read.
+  backend::status step(model::device_handle in, std::uint64_t in_offset,
+                       const void* src, std::uint64_t in_bytes,
+                       const std::vector<model::device_op>& ops,
+                       model::device_handle out, std::uint64_t out_offset,
+                       void* dst, std::uint64_t out_bytes) override;
   std::string where() const override {
     return where_;
   }

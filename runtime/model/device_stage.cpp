@@ -31,6 +31,19 @@ const char* op_name(op_kind k) noexcept {
 
 device_ops::~device_ops() = default;
 
+status device_ops::step(device_handle in, std::uint64_t in_offset,
+                        const void* src, std::uint64_t in_bytes,
+                        const std::vector<device_op>& ops, device_handle out,
+                        std::uint64_t out_offset, void* dst,
+                        std::uint64_t out_bytes) {
+  if (in_bytes > 0)
+    EXO_TRY(write(in, in_offset, src, in_bytes));
+  EXO_TRY(run(ops));
+  if (out_bytes > 0)
+    EXO_TRY(read(out, out_offset, dst, out_bytes));
+  return {};
+}
+
 // -- backend_ops ---------------------------------------------------------------
 
 backend_ops::backend_ops(backend::device& dev) : dev_(dev) {
@@ -539,7 +552,6 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
     auto p = static_cast<std::int32_t>(pos + t);
     std::memcpy(staging_.data() + pos_off - skip + t * 4, &p, 4);
   }
-  EXO_TRY(ops_.write(io_, skip, staging_.data(), staging_.size()));
   // The residual stream lives in io_; activations from the device are
   // read where they are by the first layer, which writes io_.
   const device_operand x_in = x_from_device ? dio.in : at(io_);
@@ -600,11 +612,30 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
                    {R, output_.rows, output_.cols},
                    {}});
   }
-  EXO_TRY(run_batched(ops));
-  if (is_last())
-    EXO_TRY(ops_.read(logits_, 0, logits, R * hp.n_vocab * 4));
-  else if (!x_to_device)
-    EXO_TRY(ops_.read(io_, 0, x, x_bytes));
+  // One write, the operations and one read: a single step request when
+  // the operations fit one run.
+  device_handle out = 0;
+  void* dst = nullptr;
+  std::uint64_t out_bytes = 0;
+  if (is_last()) {
+    out = logits_;
+    dst = logits;
+    out_bytes = R * hp.n_vocab * 4;
+  } else if (!x_to_device) {
+    out = io_;
+    dst = x;
+    out_bytes = x_bytes;
+  }
+  if (ops.size() <= opts_.max_ops_per_run) {
+    EXO_TRY(ops_.step(io_, skip, staging_.data(), staging_.size(), ops, out,
+                      0, dst, out_bytes));
+    ops_run_ += ops.size();
+  } else {
+    EXO_TRY(ops_.write(io_, skip, staging_.data(), staging_.size()));
+    EXO_TRY(run_batched(ops));
+    if (out_bytes > 0)
+      EXO_TRY(ops_.read(out, 0, dst, out_bytes));
+  }
   c.n_past += static_cast<std::uint32_t>(n);
   return {};
 }

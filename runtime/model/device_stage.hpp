@@ -84,6 +84,15 @@ public:
   /// Runs the operations in order; stops at the first failure.
   virtual backend::status run(const std::vector<device_op>& ops) = 0;
   virtual backend::status synchronize() = 0;
+  /// A whole step: writes `in_bytes` from `src` at (in, in_offset) (none
+  /// when 0), runs `ops`, reads `out_bytes` from (out, out_offset) into
+  /// `dst` (none when 0). The default makes the three calls; a device
+  /// behind a mailbox does it in one request.
+  virtual backend::status step(device_handle in, std::uint64_t in_offset,
+                               const void* src, std::uint64_t in_bytes,
+                               const std::vector<device_op>& ops,
+                               device_handle out, std::uint64_t out_offset,
+                               void* dst, std::uint64_t out_bytes);
   /// What the operations run on ("cpu:0"), for messages.
   virtual std::string where() const = 0;
 };

@@ -403,6 +403,19 @@ TEST_CASE("a shard computes on its device and keeps its KV cache there",
   model::llama_pipeline pipe(f.model, {0, 4});
   auto seq = pipe.new_sequence(128);
   CHECK(max_rel_diff(logits, pipe.eval(seq, s.tokens)) <= 1e-4f);
+  // A further step is one request to the device actor: the write, the
+  // batch of calls and the read travel together.
+  auto requests = num(sh, "device_requests");
+  stage_step next;
+  next.job = 9;
+  next.pos = 5;
+  next.tokens = {7};
+  self->request(stages[0], std::chrono::seconds(30), forward_atom::value, next)
+    .receive([&](stage_step& r) { logits = std::move(r.x); },
+             [](caf::error& e) { FAIL(error_message(e)); });
+  sh = snapshot(stages[0]);
+  CHECK(num(sh, "device_requests") == requests + 1);
+  CHECK(max_rel_diff(logits, pipe.eval(seq, next.tokens)) <= 1e-4f);
   // Releasing the job frees the cache on the device.
   self->request(stages[0], std::chrono::seconds(10), release_atom::value,
                 std::uint64_t{9})
