@@ -14,10 +14,10 @@
 ///
 /// On start it uploads its layers' weights to the device in pieces of at
 /// most max_chunk_bytes (model::device_stage); if that fails, every step is
-/// answered with the reason. A step costs three requests to the device
-/// actor: one write (activations, or embeddings computed on the host by the
-/// first stage, plus positions), one batch of kernel calls (every layer,
-/// and the final norm and output head on the last stage), one read
+/// answered with the reason. A step is one request to the device actor
+/// (device_ops::step): a write (activations, or embeddings computed on the
+/// host by the first stage, plus positions), a batch of kernel calls (every
+/// layer, and the final norm and output head on the last stage), a read
 /// (activations out, or the last row's logits). Activations travel between
 /// stages of different nodes in the stage_step; between stages of one node
 /// by a device copy into the next stage's inbox for the sequence
