@@ -7,6 +7,7 @@
 // narrower registers and give the same bits (tested).
 
 #include "backends/host_kernels.hpp"
+#include "backends/host_reduce.hpp"
 
 #include <immintrin.h>
 
@@ -165,31 +166,6 @@ inline float round_half(float x) {
   return f16_to_f32(f32_to_f16(x));
 }
 
-/// _mm512_reduce_add_ps's order on 16 lanes (GCC's and Clang's alike):
-/// halves, then quarters, then pairs.
-inline float reduce16(const float* l) {
-  float t3[8], t6[4];
-  for (int i = 0; i < 8; ++i)
-    t3[i] = l[i + 8] + l[i];
-  for (int i = 0; i < 4; ++i)
-    t6[i] = t3[i + 4] + t3[i];
-  return (t6[0] + t6[2]) + (t6[1] + t6[3]);
-}
-
-__attribute__((target("avx2"))) inline float reduce8_avx2(__m256 t3) {
-  __m128 t6 =
-      _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
-  __m128 t8 = _mm_add_ps(t6, _mm_permute_ps(t6, 0x4e));
-  return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
-}
-
-__attribute__((target("avx512f"))) inline float reduce16_avx512(__m512 v) {
-  const __m512d w = _mm512_castps_pd(v);
-  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, w, 1));
-  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, w, 0));
-  return reduce8_avx2(_mm256_add_ps(hi, lo));
-}
-
 // -- SwiGLU -------------------------------------------------------------------
 
 /// silu(x) * g on whole 16-lane groups as ggml_vec_swiglu_f32: x / (1 +
@@ -277,7 +253,7 @@ dot_f16_avx2(const float* k, const float* q, std::size_t n) {
       _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
   __m256 hi =
       _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
-  double sum = reduce8_avx2(_mm256_add_ps(hi, lo));
+  double sum = reduce16_avx2(lo, hi);
   for (std::size_t i = np; i < n; ++i)
     sum += static_cast<double>(round_half(k[i]) * q[i]);
   return static_cast<float>(sum);
@@ -515,7 +491,7 @@ __attribute__((target("avx2,fma"))) double tile_softmax_avx2(float* kq,
     __m256 hi = expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(kq + g + 8), mv));
     _mm256_storeu_ps(kq + g, lo);
     _mm256_storeu_ps(kq + g + 8, hi);
-    sum += static_cast<double>(reduce8_avx2(_mm256_add_ps(hi, lo)));
+    sum += static_cast<double>(reduce16_avx2(lo, hi));
   }
   return sum;
 }

@@ -1,4 +1,5 @@
 #include "backends/host_kernels.hpp"
+#include "backends/host_reduce.hpp"
 
 #include <cblas.h>
 #include <immintrin.h>
@@ -336,12 +337,13 @@ bool have_avx512() {
 //   output. Four accumulators of 16 float lanes over k in steps of 64
 //   (accumulator j, lane L takes the fused multiply-adds of elements
 //   64i + 16j + L), then (acc0 + acc2) + (acc1 + acc3) lane by lane, then
-//   _mm512_reduce_add_ps (reduce16 below). The last n % 64 elements are
-//   added one by one: F32 as GCC compiled ggml's leftover loop (vectorised
-//   epilogues of 16 and then 8 elements add the rounded products in order,
-//   the final < 8 elements are fused multiply-adds; see the disassembly of
-//   ggml_vec_dot_f32 in libggml-cpu-zen4.so), F16 in double (sumf is
-//   ggml_float there; the products of two halves are exact in float).
+//   _mm512_reduce_add_ps (reduce16, host_reduce.hpp). The last n % 64
+//   elements are added one by one: F32 as GCC compiled ggml's leftover
+//   loop (vectorised epilogues of 16 and then 8 elements add the rounded
+//   products in order, the final < 8 elements are fused multiply-adds; see
+//   the disassembly of ggml_vec_dot_f32 in libggml-cpu-zen4.so), F16 in
+//   double (sumf is ggml_float there; the products of two halves are exact
+//   in float).
 // - Batches of 2 tokens and more otherwise: tinyBLAS (llamafile's sgemm,
 //   KN = 16): per output one 16-lane accumulator of fused multiply-adds over
 //   k in steps of 16, then reduce16.
@@ -351,16 +353,6 @@ bool have_avx512() {
 // with two 8-lane ones, scalar code with std::fma per lane; the reduction is
 // the same tree everywhere, so every ISA, token count split and thread count
 // gives the same bits.
-
-/// _mm512_reduce_add_ps as GCC's avx512fintrin.h defines it.
-inline float reduce16(const float* v) {
-  float t3[8], t6[4];
-  for (int i = 0; i < 8; ++i)
-    t3[i] = v[i + 8] + v[i];
-  for (int i = 0; i < 4; ++i)
-    t6[i] = t3[i + 4] + t3[i];
-  return (t6[0] + t6[2]) + (t6[1] + t6[3]);
-}
 
 /// a * b rounded to float, never contracted into a following addition.
 inline float mul_rounded(float a, float b) {
@@ -411,16 +403,6 @@ float vec_dot_scalar(const void* wv, const float* x, std::size_t n) {
              : leftover_f32(wf + np, x + np, n - np, s);
 }
 
-/// reduce16 on lanes 0-7 in lo and 8-15 in hi.
-__attribute__((target("avx2,fma"))) inline float reduce16_avx2(__m256 lo,
-                                                                __m256 hi) {
-  const __m256 t3 = _mm256_add_ps(hi, lo);
-  const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1),
-                               _mm256_castps256_ps128(t3));
-  const __m128 t8 = _mm_add_ps(t6, _mm_permute_ps(t6, 0x4e));
-  return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_movehdup_ps(t8));
-}
-
 /// Eight floats of F32 or F16 weights from element i.
 template <bool F16>
 __attribute__((target("avx2,fma,f16c"))) inline __m256
@@ -441,16 +423,6 @@ __attribute__((target("avx512f"))) inline __m512 load16(const void* w,
                 static_cast<const std::uint16_t*>(w) + i)));
   else
     return _mm512_loadu_ps(static_cast<const float*>(w) + i);
-}
-
-/// _mm512_reduce_add_ps (the same tree as reduce16_avx2), written with the
-/// zero-masked extract that GCC 12 does not warn about.
-__attribute__((target("avx512f,avx2,fma"))) inline float
-reduce16_avx512(__m512 v) {
-  const __m512d d = _mm512_castps_pd(v);
-  return reduce16_avx2(
-    _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 0)),
-    _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, d, 1)));
 }
 
 template <bool F16>

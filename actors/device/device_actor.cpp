@@ -247,6 +247,38 @@ backend::status run_kernel(device_actor_state& st, const kernel_call& call) {
                                    + "\"");
 }
 
+/// Writes `data` at `offset` of handle `h`: the body of a write request
+/// and of a step's input. An empty error means it was written.
+caf::error write_into(self_ptr self, handle_id h, std::uint64_t offset,
+                      const chunk& data) {
+  auto& st = self->state;
+  auto buf = st.pool->resolve(h, offset, data.bytes.size());
+  if (!buf)
+    return st.failed(buf.err());
+  auto w = st.dev->write(**buf, offset, data.bytes.data(), data.bytes.size());
+  if (!w)
+    return st.failed(w.err());
+  st.bytes_in += data.bytes.size();
+  return {};
+}
+
+/// Reads `len` bytes at `offset` of handle `h` into `out`: the body of a
+/// read request and of a step's output. `len` must be within the chunk
+/// limit.
+caf::error read_from(self_ptr self, handle_id h, std::uint64_t offset,
+                     std::uint64_t len, chunk& out) {
+  auto& st = self->state;
+  auto buf = st.pool->resolve(h, offset, len);
+  if (!buf)
+    return st.failed(buf.err());
+  out.bytes.resize(len);
+  auto r = st.dev->read(**buf, offset, out.bytes.data(), len);
+  if (!r)
+    return st.failed(r.err());
+  st.bytes_out += len;
+  return {};
+}
+
 /// Sends [offset, offset + len) of a buffer to a peer device actor, one
 /// bounded chunk at a time, each acknowledged before the next.
 struct relay : std::enable_shared_from_this<relay> {
@@ -267,19 +299,11 @@ struct relay : std::enable_shared_from_this<relay> {
       return;
     }
     auto n = std::min(max_chunk_bytes, len - done);
-    auto buf = st.pool->resolve(src, src_off + done, n);
-    if (!buf) {
-      rp.deliver(st.failed(buf.err()));
-      return;
-    }
     chunk c;
-    c.bytes.resize(n);
-    auto rd = st.dev->read(**buf, src_off + done, c.bytes.data(), n);
-    if (!rd) {
-      rp.deliver(st.failed(rd.err()));
+    if (auto err = read_from(self, src, src_off + done, n, c)) {
+      rp.deliver(err);
       return;
     }
-    st.bytes_out += n;
     auto me = shared_from_this();
     self
       ->request(peer, st.cfg.peer_timeout, write_atom::value, dst,
@@ -497,14 +521,8 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       if (auto err = st.unusable())
         return err;
       ++st.operations;
-      auto buf = st.pool->resolve(h, offset, data.bytes.size());
-      if (!buf)
-        return st.failed(buf.err());
-      auto w = st.dev->write(**buf, offset, data.bytes.data(),
-                             data.bytes.size());
-      if (!w)
-        return st.failed(w.err());
-      st.bytes_in += data.bytes.size();
+      if (auto err = write_into(self, h, offset, data))
+        return err;
       return caf::ok_atom::value;
     },
     [self](read_atom, handle_id h, std::uint64_t offset,
@@ -520,15 +538,9 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
                               "read: " + std::to_string(len)
                                 + " bytes exceeds the chunk limit of "
                                 + std::to_string(max_chunk_bytes));
-      auto buf = st.pool->resolve(h, offset, len);
-      if (!buf)
-        return st.failed(buf.err());
       chunk c;
-      c.bytes.resize(len);
-      auto r = st.dev->read(**buf, offset, c.bytes.data(), len);
-      if (!r)
-        return st.failed(r.err());
-      st.bytes_out += len;
+      if (auto err = read_from(self, h, offset, len, c))
+        return err;
       return c;
     },
     [self](copy_atom, handle_id src, std::uint64_t src_off, caf::actor peer,
@@ -589,30 +601,16 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
                               "step: reading " + std::to_string(out_len)
                                 + " bytes exceeds the chunk limit of "
                                 + std::to_string(max_chunk_bytes));
-      if (!data.bytes.empty()) {
-        auto buf = st.pool->resolve(in, in_off, data.bytes.size());
-        if (!buf)
-          return st.failed(buf.err());
-        auto w = st.dev->write(**buf, in_off, data.bytes.data(),
-                               data.bytes.size());
-        if (!w)
-          return st.failed(w.err());
-        st.bytes_in += data.bytes.size();
-      }
+      if (!data.bytes.empty())
+        if (auto err = write_into(self, in, in_off, data))
+          return err;
       auto r = do_compute_batch(self, calls, {});
       if (r.flag == caf::rt_error)
         return std::move(r.err);
       chunk c;
-      if (out_len > 0) {
-        auto buf = st.pool->resolve(out, out_off, out_len);
-        if (!buf)
-          return st.failed(buf.err());
-        c.bytes.resize(out_len);
-        auto rd = st.dev->read(**buf, out_off, c.bytes.data(), out_len);
-        if (!rd)
-          return st.failed(rd.err());
-        st.bytes_out += out_len;
-      }
+      if (out_len > 0)
+        if (auto err = read_from(self, out, out_off, out_len, c))
+          return err;
       return c;
     },
     [self](compute_atom, kernel_call& call) -> caf::result<caf::atom_value> {

@@ -30,6 +30,15 @@ backend::error to_backend_error(const caf::error& err) {
   return fail(errc::device_lost, "device actor: " + caf::to_string(err));
 }
 
+namespace {
+
+bool is_paused(const caf::error& err) {
+  return err.category() == exo_error_category()
+         && static_cast<exo_errc>(err.code()) == exo_errc::paused;
+}
+
+} // namespace
+
 struct actor_device_ops::impl {
   impl(caf::actor_system& sys, device_actor d, std::chrono::milliseconds t)
     : self(sys), dev(std::move(d)), timeout(t) {
@@ -47,6 +56,20 @@ struct actor_device_ops::impl {
     self->request(dev, timeout, std::forward<Ts>(xs)...)
       .receive(on_value,
                [&](caf::error& err) { out = to_backend_error(err); });
+    return out;
+  }
+
+  /// Like ask, but a refusal because the device is paused sets `paused`
+  /// instead of failing.
+  template <class F, class... Ts>
+  backend::status ask_or_paused(bool& paused, F on_value, Ts&&... xs) {
+    backend::status out;
+    self->request(dev, timeout, std::forward<Ts>(xs)...)
+      .receive(on_value, [&](caf::error& err) {
+        paused = is_paused(err);
+        if (!paused)
+          out = to_backend_error(err);
+      });
     return out;
   }
 };
@@ -148,12 +171,27 @@ std::vector<kernel_call> to_calls(const std::vector<model::device_op>& ops,
   return calls;
 }
 
-bool is_paused(const caf::error& err) {
-  return err.category() == exo_error_category()
-         && static_cast<exo_errc>(err.code()) == exo_errc::paused;
-}
-
 } // namespace
+
+backend::status actor_device_ops::retry_while_paused(
+  const std::function<backend::status(bool& paused)>& send) {
+  const auto give_up = std::chrono::steady_clock::now() + pause_patience_;
+  for (;;) {
+    if (!impl_->dev)
+      return fail(errc::no_device, "no device actor");
+    ++requests_;
+    bool paused = false;
+    auto status = send(paused);
+    if (!paused)
+      return status;
+    if (std::chrono::steady_clock::now() >= give_up)
+      return fail(errc::timeout,
+                  where_ + ": the device stayed paused for longer than "
+                    + std::to_string(pause_patience_.count()) + " ms");
+    ++pause_waits_;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
 
 backend::status actor_device_ops::step(
   model::device_handle in, std::uint64_t in_offset, const void* src,
@@ -169,42 +207,24 @@ backend::status actor_device_ops::step(
   if (in_bytes > 0)
     data.bytes.assign(p, p + in_bytes);
   auto calls = to_calls(ops, 0, ops.size());
-  // A paused device refuses the step before writing: wait and send it
-  // again, as run() does.
-  const auto give_up = std::chrono::steady_clock::now() + pause_patience_;
-  for (;;) {
-    if (!impl_->dev)
-      return fail(errc::no_device, "no device actor");
-    ++requests_;
-    bool paused = false;
+  // A paused device refuses the step before writing it.
+  return retry_while_paused([&](bool& paused) {
     backend::status status;
-    impl_->self
-      ->request(impl_->dev, impl_->timeout, compute_atom::value, in,
-                in_offset, data, calls, out, out_offset, out_bytes)
-      .receive(
-        [&](chunk& r) {
-          if (r.bytes.size() != out_bytes)
-            status = fail(errc::driver_error,
-                          "step: the device actor sent "
-                            + std::to_string(r.bytes.size())
-                            + " bytes, not " + std::to_string(out_bytes));
-          else if (out_bytes > 0)
-            std::memcpy(dst, r.bytes.data(), out_bytes);
-        },
-        [&](caf::error& err) {
-          paused = is_paused(err);
-          if (!paused)
-            status = to_backend_error(err);
-        });
-    if (!paused)
-      return status;
-    if (std::chrono::steady_clock::now() >= give_up)
-      return fail(errc::timeout,
-                  where_ + ": the device stayed paused for longer than "
-                    + std::to_string(pause_patience_.count()) + " ms");
-    ++pause_waits_;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+    auto sent = impl_->ask_or_paused(
+      paused,
+      [&](chunk& r) {
+        if (r.bytes.size() != out_bytes)
+          status = fail(errc::driver_error,
+                        "step: the device actor sent "
+                          + std::to_string(r.bytes.size()) + " bytes, not "
+                          + std::to_string(out_bytes));
+        else if (out_bytes > 0)
+          std::memcpy(dst, r.bytes.data(), out_bytes);
+      },
+      compute_atom::value, in, in_offset, data, calls, out, out_offset,
+      out_bytes);
+    return sent ? status : sent;
+  });
 }
 
 backend::status
@@ -213,33 +233,11 @@ actor_device_ops::run(const std::vector<model::device_op>& ops) {
     auto end = std::min(ops.size(), i + max_kernel_batch);
     auto calls = to_calls(ops, i, end);
     // A paused device (thermal monitor, operator) refuses the whole batch
-    // before running any of it: wait for it to resume and send the same
-    // batch again, so a pause delays the step instead of losing it.
-    const auto give_up = std::chrono::steady_clock::now() + pause_patience_;
-    for (;;) {
-      if (!impl_->dev)
-        return fail(errc::no_device, "no device actor");
-      ++requests_;
-      bool paused = false;
-      backend::status out;
-      impl_->self->request(impl_->dev, impl_->timeout, compute_atom::value, calls)
-        .receive([](caf::atom_value) {},
-                 [&](caf::error& err) {
-                   paused = is_paused(err);
-                   if (!paused)
-                     out = to_backend_error(err);
-                 });
-      if (!paused) {
-        EXO_TRY(out);
-        break;
-      }
-      if (std::chrono::steady_clock::now() >= give_up)
-        return fail(errc::timeout,
-                    where_ + ": the device stayed paused for longer than "
-                      + std::to_string(pause_patience_.count()) + " ms");
-      ++pause_waits_;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    // before running any of it, so the same batch can be sent again.
+    EXO_TRY(retry_while_paused([&](bool& paused) {
+      return impl_->ask_or_paused(paused, [](caf::atom_value) {},
+                                  compute_atom::value, calls);
+    }));
   }
   return {};
 }

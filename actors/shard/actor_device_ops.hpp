@@ -16,6 +16,7 @@
 #include <caf/fwd.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -68,6 +69,12 @@ public:
   }
 
 private:
+  /// Sends a request (`send` makes one and returns its outcome) again
+  /// every 20 ms while the device refuses it as paused, for at most
+  /// pause_patience_.
+  backend::status
+  retry_while_paused(const std::function<backend::status(bool& paused)>& send);
+
   struct impl;
   std::unique_ptr<impl> impl_;
   std::string where_;

@@ -3,6 +3,7 @@
 
 #include "backends/factory.hpp"
 #include "backends/host_kernels.hpp"
+#include "test/support/random.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -11,6 +12,8 @@
 #include <random>
 
 using namespace exo::backend;
+
+using exo::test::random_floats;
 
 namespace {
 
@@ -30,14 +33,6 @@ std::vector<std::uint8_t> random_bytes(std::mt19937& rng, std::size_t n) {
   std::vector<std::uint8_t> v(n);
   for (auto& b : v)
     b = static_cast<std::uint8_t>(rng());
-  return v;
-}
-
-std::vector<float> random_floats(std::mt19937& rng, std::size_t n) {
-  std::uniform_real_distribution<float> d{-1.0f, 1.0f};
-  std::vector<float> v(n);
-  for (auto& x : v)
-    x = d(rng);
   return v;
 }
 

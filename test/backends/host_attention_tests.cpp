@@ -11,6 +11,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/host_kernels.hpp"
+#include "test/support/random.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -22,6 +23,8 @@
 #include <vector>
 
 using namespace exo::backend;
+
+using exo::test::random_floats;
 
 namespace {
 
@@ -332,15 +335,6 @@ std::vector<float> ggml_attention(const std::vector<float>& q,
   else
     c.one_chunk();
   return c.out;
-}
-
-std::vector<float> random_floats(std::mt19937& rng, std::size_t n, float lo,
-                                 float hi) {
-  std::uniform_real_distribution<float> d{lo, hi};
-  std::vector<float> v(n);
-  for (auto& x : v)
-    x = d(rng);
-  return v;
 }
 
 std::vector<host::isa> isas() {

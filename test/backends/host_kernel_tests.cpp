@@ -3,6 +3,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/host_kernels.hpp"
+#include "test/support/random.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -13,21 +14,14 @@
 
 using namespace exo::backend;
 
+using exo::test::random_floats;
+
 namespace {
 
 std::uint32_t bits_of(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
-}
-
-std::vector<float> random_floats(std::mt19937& rng, std::size_t n, float lo,
-                                 float hi) {
-  std::uniform_real_distribution<float> d{lo, hi};
-  std::vector<float> v(n);
-  for (auto& x : v)
-    x = d(rng);
-  return v;
 }
 
 } // namespace

@@ -12,6 +12,7 @@
 // 1e-3 * sum_i |a_i w_i|.
 
 #include "backends/factory.hpp"
+#include "test/support/random.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -21,6 +22,8 @@
 #include <random>
 
 using namespace exo::backend;
+
+using exo::test::random_floats;
 
 namespace {
 
@@ -34,15 +37,6 @@ registry& devices() {
     return std::move(*r);
   }();
   return reg;
-}
-
-std::vector<float> random_floats(std::mt19937& rng, std::size_t n,
-                                 float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> d{lo, hi};
-  std::vector<float> v(n);
-  for (auto& x : v)
-    x = d(rng);
-  return v;
 }
 
 std::unique_ptr<buffer> alloc(device& dev, std::size_t n) {

@@ -10,6 +10,7 @@
 #include "backends/gpu_common/launch_geometry.hpp"
 #include "backends/gpu_common/telemetry_loader.hpp"
 #include "backends/host_kernels.hpp"
+#include "test/support/random.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -24,11 +25,7 @@ namespace {
 
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
   std::mt19937 rng{seed};
-  std::uniform_real_distribution<float> d{-1.0f, 1.0f};
-  std::vector<float> v(n);
-  for (auto& x : v)
-    x = d(rng);
-  return v;
+  return exo::test::random_floats(rng, n);
 }
 
 void require_close(const std::vector<float>& got,
