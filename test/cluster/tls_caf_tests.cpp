@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <set>
 #include <string>
@@ -18,11 +19,14 @@
 #include <openssl/ssl.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "runtime/tls/caf_tls.hpp"
+#include "runtime/tls/sigpipe_mask_cache.hpp"
 #include "runtime/tls/cert_tool.hpp"
 #include "runtime/tls/tls_error.hpp"
 #include "test/cluster/tls_test_util.hpp"
@@ -223,6 +227,63 @@ TEST_CASE("Ed25519 certificates also work with CAF's TLS") {
     REQUIRE(remote);
     CHECK(ask(sys_b, remote, "ed") == "echo: ed");
   }
+  sys_a.middleman().unpublish(echo, *port);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+/// How many threads of this process block SIGPIPE
+/// (/proc/self/task/*/status, SigBlk).
+int threads_blocking_sigpipe() {
+  int count = 0;
+  auto* dir = opendir("/proc/self/task");
+  REQUIRE(dir);
+  while (auto* e = readdir(dir)) {
+    if (e->d_name[0] == '.')
+      continue;
+    std::ifstream status{std::string{"/proc/self/task/"} + e->d_name
+                         + "/status"};
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("SigBlk:", 0) == 0
+          && (std::stoull(line.substr(7), nullptr, 16)
+              & (1ull << (SIGPIPE - 1)))
+               != 0)
+        ++count;
+  }
+  closedir(dir);
+  return count;
+}
+
+} // namespace
+
+TEST_CASE("the threads that ran CAF's TLS keep SIGPIPE blocked after "
+          "traffic (CAF's per-call masking is replaced)") {
+  REQUIRE(exo::tls::sigpipe_cache::finds_caf_openssl());
+  temp_dir dir;
+  test_ca cluster{dir, "mask"};
+  tls_config cfg_a{cluster.issue(dir, "node-a")};
+  tls_config cfg_b{cluster.issue(dir, "node-b")};
+  caf::actor_system sys_a{cfg_a};
+  auto echo = sys_a.spawn(echo_impl, std::string{"echo: "});
+  auto port = caf::openssl::publish(echo, 0, "127.0.0.1");
+  REQUIRE(port);
+  {
+    caf::actor_system sys_b{cfg_b};
+    auto [remote, err] = connect(sys_b, *port);
+    INFO("connect error: " << err);
+    REQUIRE(remote);
+    for (int i = 0; i < 20; ++i)
+      REQUIRE(ask(sys_b, remote, "x") == "echo: x");
+    // CAF restores the mask after each call; with the cache, the two
+    // multiplexer threads (at least) keep SIGPIPE blocked.
+    CHECK(threads_blocking_sigpipe() >= 2);
+  }
+  // The test's own thread was never touched.
+  sigset_t cur;
+  pthread_sigmask(SIG_BLOCK, nullptr, &cur);
+  CHECK(sigismember(&cur, SIGPIPE) == 0);
   sys_a.middleman().unpublish(echo, *port);
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }
