@@ -9,15 +9,21 @@
 
 namespace exo::backend {
 
-/// Host memory, 64-byte aligned (a cache line; enough for any SIMD load).
+/// Host memory, 64-byte aligned (a cache line; enough for any SIMD load):
+/// from the device's huge-page arena when large, else from malloc.
 class host_device::host_buffer : public buffer {
 public:
-  host_buffer(host_device& owner, std::size_t size, void* mem)
-    : buffer(owner, size), mem_(mem), owner_(owner) {
+  host_buffer(host_device& owner, std::size_t size, void* mem,
+              std::size_t arena_bytes)
+    : buffer(owner, size), mem_(mem), arena_bytes_(arena_bytes),
+      owner_(owner) {
   }
   ~host_buffer() override {
-    std::free(mem_);
     std::lock_guard<std::mutex> guard{owner_.mtx_};
+    if (arena_bytes_ > 0)
+      owner_.arena_.release(mem_, arena_bytes_);
+    else
+      std::free(mem_);
     owner_.used_ -= size();
   }
   char* data() const noexcept {
@@ -26,6 +32,7 @@ public:
 
 private:
   void* mem_;
+  std::size_t arena_bytes_; // 0: from malloc
   host_device& owner_;
 };
 
@@ -47,13 +54,16 @@ result<std::unique_ptr<buffer>> host_device::allocate(std::size_t bytes) {
                   + std::to_string(props_.max_allocation));
   EXO_TRY(reserve(bytes, used_));
   auto rounded = (bytes + alignment - 1) / alignment * alignment;
-  void* mem = std::aligned_alloc(alignment, rounded);
+  const bool large = arena_.takes(rounded);
+  void* mem = large ? arena_.allocate(rounded)
+                    : std::aligned_alloc(alignment, rounded);
   if (mem == nullptr)
     return fail(errc::out_of_memory, "allocate: the host refused "
                                        + std::to_string(bytes) + " bytes");
   used_ += bytes;
   ++submitted_;
-  return std::unique_ptr<buffer>{new host_buffer(*this, bytes, mem)};
+  return std::unique_ptr<buffer>{
+    new host_buffer(*this, bytes, mem, large ? rounded : 0)};
 }
 
 memory_info host_device::memory() {

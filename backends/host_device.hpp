@@ -6,6 +6,7 @@
 /// rules of backend.hpp hold trivially.
 
 #include "backends/backend.hpp"
+#include "backends/huge_page_arena.hpp"
 
 #include <mutex>
 
@@ -63,6 +64,8 @@ protected:
   std::uint64_t submitted_ = 0;
   /// Threads of the matrix and attention kernels (OpenMP).
   int threads_ = 1;
+  /// Where buffers of 256 KiB and more live (huge_page_arena.hpp).
+  huge_page_arena arena_;
 
 private:
   class host_buffer;

@@ -1,12 +1,20 @@
-// One shard's step, three ways, on the cpu device with one thread: the host
-// engine (model::llama_stage, what shards ran before), model::device_stage
+// One shard's step on the cpu device with one thread: the host engine
+// (model::llama_stage, reading the mapped model file), model::device_stage
 // straight over the backend device, and device_stage through a device
-// actor (what a shard runs: one write, one batched compute request, one
-// read per step). F32 test model of the workload benchmark (12 layers, 512
-// wide, ff 1536, vocabulary 2048); one stage of all layers, single-token
-// decode steps after a 16-token prompt (run with OMP_NUM_THREADS=1
-// OPENBLAS_NUM_THREADS=1, as the target does). Rounds interleave the three so
-// that machine load hits them alike; the best round of each is printed.
+// actor (what a shard runs: one request per step). F32 test model of the
+// workload benchmark (12 layers, 512 wide, ff 1536, vocabulary 2048); one
+// stage of all layers, single-token decode steps after a 16-token prompt
+// (run with OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, as the target does).
+//
+// All stages are built once and kept side by side; their decode steps
+// alternate one by one (the order rotating each time), so a change of the
+// machine's speed hits all alike. Two instances of the same stage can
+// differ by up to ~10% on this VM (where their memory landed), so each
+// device path runs three instances with their own buffers, and a second
+// set of direct instances is timed as a control: its distance from the
+// first is the noise floor. Printed: the median step of each path, and the
+// medians of the paired ratios (each cycle's step over the host's and over
+// the direct path's in the same cycle).
 //
 //   shard_step_bench [STEPS]
 
@@ -22,11 +30,13 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
+#include <memory>
+#include <vector>
 #include <unistd.h>
 
 using namespace exo;
@@ -36,57 +46,99 @@ namespace {
 
 constexpr std::uint32_t prompt = 16;
 
-/// Seconds per decode step of `stage` over `ops` (prompt, then `steps`
-/// single tokens), or -1 on an error.
-double time_device(const std::shared_ptr<const model::llama_model>& m,
-                   model::device_ops& ops, int steps) {
-  auto st = model::device_stage::create(m, 0, m->hparams().n_layer, ops);
-  if (!st) {
-    std::printf("error: %s\n", st.err().to_string().c_str());
-    return -1;
-  }
-  auto& s = **st;
-  auto& hp = m->hparams();
-  auto c = s.new_cache(prompt + steps + 1);
+std::vector<std::int32_t> prompt_tokens(const model::llama_model& m) {
   std::vector<std::int32_t> toks(prompt);
   for (std::uint32_t i = 0; i < prompt; ++i)
-    toks[i] = 1 + static_cast<std::int32_t>(i * 37 % (hp.n_vocab - 1));
-  std::vector<float> x(prompt * hp.n_embd), logits(hp.n_vocab);
-  (void) s.embed(toks.data(), prompt, x.data());
-  if (!s.forward(*c, 0, x.data(), prompt, logits.data()))
-    return -1;
-  auto t0 = clock_type::now();
-  for (int i = 0; i < steps; ++i) {
-    std::int32_t t = 1 + i;
-    (void) s.embed(&t, 1, x.data());
-    if (!s.forward(*c, prompt + i, x.data(), 1, logits.data()))
-      return -1;
-  }
-  return std::chrono::duration<double>(clock_type::now() - t0).count()
-         / steps;
+    toks[i] = 1
+              + static_cast<std::int32_t>(i * 37 % (m.hparams().n_vocab - 1));
+  return toks;
 }
 
-double time_host(const std::shared_ptr<const model::llama_model>& m,
-                 int steps) {
-  model::llama_stage s(m, 0, m->hparams().n_layer);
-  auto& hp = m->hparams();
-  auto c = s.make_cache(prompt + steps + 1);
-  std::vector<std::int32_t> toks(prompt);
-  for (std::uint32_t i = 0; i < prompt; ++i)
-    toks[i] = 1 + static_cast<std::int32_t>(i * 37 % (hp.n_vocab - 1));
-  std::vector<float> x(prompt * hp.n_embd), logits(hp.n_vocab);
-  s.embed(toks.data(), prompt, x.data());
-  s.forward(x.data(), prompt, c);
-  s.head(x.data() + (prompt - 1) * hp.n_embd, 1, logits.data());
-  auto t0 = clock_type::now();
-  for (int i = 0; i < steps; ++i) {
-    std::int32_t t = 1 + i;
-    s.embed(&t, 1, x.data());
-    s.forward(x.data(), 1, c);
-    s.head(x.data(), 1, logits.data());
+/// A stage that decodes one token per call after its prompt.
+struct decode_path {
+  virtual ~decode_path() = default;
+  /// Seconds for decode step `i`, or a negative value on an error.
+  virtual double step(std::uint32_t i) = 0;
+};
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+struct device_path : decode_path {
+  std::unique_ptr<model::device_stage> stage;
+  model::cache_id cache = 0;
+  std::vector<float> x, logits;
+
+  /// Nothing on an error (printed).
+  static std::unique_ptr<device_path>
+  create(const std::shared_ptr<const model::llama_model>& m,
+         model::device_ops& ops, int steps) {
+    auto st = model::device_stage::create(m, 0, m->hparams().n_layer, ops);
+    if (!st) {
+      std::printf("error: %s\n", st.err().to_string().c_str());
+      return nullptr;
+    }
+    auto p = std::make_unique<device_path>();
+    p->stage = std::move(*st);
+    auto& hp = m->hparams();
+    auto c = p->stage->new_cache(prompt + steps + 1);
+    if (!c) {
+      std::printf("error: %s\n", c.err().to_string().c_str());
+      return nullptr;
+    }
+    p->cache = *c;
+    p->x.resize(prompt * hp.n_embd);
+    p->logits.resize(hp.n_vocab);
+    auto toks = prompt_tokens(*m);
+    (void) p->stage->embed(toks.data(), prompt, p->x.data());
+    if (!p->stage->forward(p->cache, 0, p->x.data(), prompt,
+                           p->logits.data()))
+      return nullptr;
+    return p;
   }
-  return std::chrono::duration<double>(clock_type::now() - t0).count()
-         / steps;
+
+  double step(std::uint32_t i) override {
+    auto t0 = clock_type::now();
+    std::int32_t t = 1 + static_cast<std::int32_t>(i);
+    (void) stage->embed(&t, 1, x.data());
+    if (!stage->forward(cache, prompt + i, x.data(), 1, logits.data()))
+      return -1;
+    return seconds_since(t0);
+  }
+};
+
+struct host_path : decode_path {
+  model::llama_stage stage;
+  model::kv_cache cache;
+  std::vector<float> x, logits;
+
+  host_path(const std::shared_ptr<const model::llama_model>& m, int steps)
+    : stage(m, 0, m->hparams().n_layer),
+      cache(stage.make_cache(prompt + steps + 1)) {
+    auto& hp = m->hparams();
+    x.resize(prompt * hp.n_embd);
+    logits.resize(hp.n_vocab);
+    auto toks = prompt_tokens(*m);
+    stage.embed(toks.data(), prompt, x.data());
+    stage.forward(x.data(), prompt, cache);
+    stage.head(x.data() + (prompt - 1) * hp.n_embd, 1, logits.data());
+  }
+
+  double step(std::uint32_t i) override {
+    auto t0 = clock_type::now();
+    std::int32_t t = 1 + static_cast<std::int32_t>(i);
+    stage.embed(&t, 1, x.data());
+    stage.forward(x.data(), 1, cache);
+    stage.head(x.data(), 1, logits.data());
+    return seconds_since(t0);
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 } // namespace
@@ -124,31 +176,89 @@ int main(int argc, char** argv) {
   // workers wait instead of polling every 50 us, which on one core took
   // 5-15% of the device actor's compute time.
   tls::apply_transport_settings(cfg);
-  double best[3] = {1e30, 1e30, 1e30};
+  constexpr int empty_steps = 2000;
+  double empty_us = 0;
+  // Four paths; each device path has `copies` instances, each with its own
+  // buffers. times[p][i]: the mean of path p's instances at decode step i.
+  constexpr int n_paths = 4;
+  constexpr int copies = 3;
+  std::vector<std::vector<double>> times(n_paths,
+                                         std::vector<double>(steps));
   {
     caf::actor_system sys{cfg};
     device::device_actor_config dc;
     dc.node = "bench";
     auto da = device::spawn_device_actor(sys, dev, dc);
-    for (int round = 0; round < 3; ++round) {
-      best[0] = std::min(best[0], time_host(m, steps));
-      model::backend_ops direct(dev);
-      best[1] = std::min(best[1], time_device(m, direct, steps));
-      shard::actor_device_ops via(sys, da, dev.properties().id);
-      best[2] = std::min(best[2], time_device(m, via, steps));
+    model::backend_ops direct(dev);
+    shard::actor_device_ops via(sys, da, dev.properties().id);
+    // (path, instance), built in an interleaved order so that no path gets
+    // all the early or all the late memory.
+    std::vector<std::pair<int, std::unique_ptr<decode_path>>> runs;
+    runs.emplace_back(0, std::make_unique<host_path>(m, steps));
+    for (int c = 0; c < copies; ++c)
+      for (int p = 1; p < n_paths; ++p) {
+        auto r = device_path::create(m, p == 3 ? static_cast<model::device_ops&>(via)
+                                               : direct,
+                                     steps);
+        if (!r)
+          return 1;
+        runs.emplace_back(p, std::move(r));
+      }
+    const auto n = runs.size();
+    for (int i = 0; i < steps; ++i) {
+      double sum[n_paths] = {};
+      for (std::size_t k = 0; k < n; ++k) {
+        auto& [p, run] = runs[(static_cast<std::size_t>(i) + k) % n];
+        auto t = run->step(static_cast<std::uint32_t>(i));
+        if (t < 0) {
+          std::printf("error: decode step %d failed\n", i);
+          return 1;
+        }
+        sum[p] += t;
+      }
+      for (int p = 0; p < n_paths; ++p)
+        times[p][i] = p == 0 ? sum[p] : sum[p] / copies;
     }
+    // The fixed cost of a request: a step with no operations, 2 KiB in and
+    // 8 KiB out, as a decode step of this model moves.
+    auto h = via.allocate(std::uint64_t{1} << 16);
+    if (!h)
+      return 1;
+    std::vector<float> in(512), out(2048);
+    const std::vector<model::device_op> none;
+    auto t0 = clock_type::now();
+    for (int i = 0; i < empty_steps; ++i)
+      if (!via.step(*h, 0, in.data(), 2048, none, *h, 0, out.data(), 8192))
+        return 1;
+    empty_us = seconds_since(t0) / empty_steps * 1e6;
+    (void) via.free(*h);
+    runs.clear();
     caf::anon_send_exit(da, caf::exit_reason::user_shutdown);
   }
   std::printf("model: 12 layers, 512 wide, ff 1536, F32, vocabulary 2048; "
               "cpu device, 1 thread; %d decode steps after %u prompt "
-              "tokens, best of 3 rounds\n",
-              steps, prompt);
-  const char* names[3] = {"host engine (llama_stage)",
-                          "device_stage on the cpu device",
-                          "device_stage through the device actor"};
-  for (int i = 0; i < 3; ++i)
-    std::printf("%-40s %8.3f ms/token %8.1f tokens/s %+6.1f%%\n", names[i],
-                best[i] * 1e3, 1.0 / best[i],
-                (best[i] / best[0] - 1.0) * 100.0);
+              "tokens; %d instances of each device path, all alternating "
+              "step by step\n",
+              steps, prompt, copies);
+  const char* names[n_paths] = {
+    "host engine (llama_stage)", "device_stage on the cpu device",
+    "the same, other instances (control)",
+    "device_stage through the device actor"};
+  std::printf("%-40s %14s %11s %16s %16s\n", "path", "median ms/tok",
+              "tokens/s", "paired vs host", "paired vs direct");
+  for (int p = 0; p < n_paths; ++p) {
+    std::vector<double> vs_host(steps), vs_direct(steps);
+    for (int i = 0; i < steps; ++i) {
+      vs_host[i] = times[p][i] / times[0][i];
+      vs_direct[i] = times[p][i] / times[1][i];
+    }
+    auto med = median(times[p]);
+    std::printf("%-40s %14.3f %11.1f %+15.1f%% %+15.1f%%\n", names[p],
+                med * 1e3, 1.0 / med, (median(vs_host) - 1) * 100,
+                (median(vs_direct) - 1) * 100);
+  }
+  std::printf("one empty step through the device actor: %.1f us (mean of "
+              "%d)\n",
+              empty_us, empty_steps);
   return 0;
 }
