@@ -2,13 +2,14 @@
 # Workload benchmark (issue 5): tokens/s of one job with 4 sequences in
 # flight on one node (one stage) and pipelined over two nodes (two stages),
 # each exo-node pinned to one core with one BLAS/OpenMP thread.
-#   bench/workload/workload_bench.sh BUILD [LAYERS DIM FF N]
+#   bench/workload/workload_bench.sh BUILD [LAYERS DIM FF N [f32|f16|q8_0]]
 set -euo pipefail
 BUILD=${1:-build}
 LAYERS=${2:-12}
 DIM=${3:-512}
 FF=${4:-1536}
 N=${5:-48}
+TYPE=${6:-f32}
 NODE="$BUILD/runtime/node/exo-node"
 CERT="$BUILD/runtime/tls/exo-cert"
 CONSOLE="$BUILD/runtime/console/exo-console"
@@ -17,7 +18,7 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 WORK=$(mktemp -d /tmp/exo-bench-XXXXXX)
 "$BUILD/runtime/model/exo-model" make-test --out "$WORK/model.gguf" \
   --layers "$LAYERS" --dim "$DIM" --ff "$FF" --heads 8 --kv-heads 4 \
-  --vocab 2048 --ctx 512 >/dev/null
+  --vocab 2048 --ctx 512 --type "$TYPE" >/dev/null
 "$CERT" init-ca --dir "$WORK/ca" >/dev/null
 "$CERT" issue-client --ca-dir "$WORK/ca" --name ops --out "$WORK/ops" >/dev/null
 pids=()
@@ -57,7 +58,7 @@ for _ in $(seq 1 40); do
 done
 job="run --model $WORK/model.gguf --prompt \"Once upon a time\" -n $N"
 con "$job --stages 2 --sequences 1" >/dev/null # warm-up, sends the model
-echo "model: $LAYERS layers, $DIM wide, ff $FF, F32; -n $N per sequence"
+echo "model: $LAYERS layers, $DIM wide, ff $FF, $TYPE; -n $N per sequence"
 for spec in "1 1" "1 4" "2 1" "2 4"; do
   set -- $spec
   out=$(con "$job --stages $1 --sequences $2")
