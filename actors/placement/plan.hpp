@@ -8,6 +8,7 @@
 
 #include "actors/placement/cost_model.hpp"
 #include "actors/placement/problem.hpp"
+#include "runtime/text/json_escape.hpp"
 
 namespace exo::placement {
 
@@ -66,7 +67,6 @@ void print_plan_table(std::ostream& out, const plan& x);
 /// Writes `x` as one JSON object.
 void write_plan_json(std::ostream& out, const plan& x);
 
-/// Escapes `s` for a JSON string literal (without the quotes).
-std::string json_escape(const std::string& s);
+using text::json_escape;
 
 } // namespace exo::placement

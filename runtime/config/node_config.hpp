@@ -8,6 +8,7 @@
 /// config/README.md documents every key.
 
 #include "backends/factory.hpp"
+#include "runtime/config/peer_address.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -16,17 +17,6 @@
 #include <vector>
 
 namespace exo::config {
-
-/// A config that cannot be used; what() names the key path and the problem.
-class config_error : public std::runtime_error {
-public:
-  using std::runtime_error::runtime_error;
-};
-
-struct peer_address {
-  std::string host;
-  std::uint16_t port = 0;
-};
 
 struct node_section {
   std::string name;      ///< default: the host name
@@ -113,8 +103,5 @@ node_config parse(const std::string& json, const std::string& source);
 
 /// Reads and parses a file. Throws config_error (also for a missing file).
 node_config load(const std::string& path);
-
-/// "host:port" -> peer_address. Throws config_error naming `path`.
-peer_address parse_peer(const std::string& text, const std::string& path);
 
 } // namespace exo::config

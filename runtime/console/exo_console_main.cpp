@@ -9,7 +9,7 @@
 // With --token-file every command carries auth=TOKEN (the file's first
 // line) unless it names one itself; the token is never printed.
 
-#include "runtime/config/node_config.hpp"
+#include "runtime/config/peer_address.hpp"
 #include "runtime/console/client.hpp"
 #include "runtime/console/line_editor.hpp"
 #include "runtime/console/render.hpp"

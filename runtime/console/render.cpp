@@ -1,6 +1,6 @@
 #include "runtime/console/render.hpp"
 
-#include "runtime/discovery/discovery.hpp"
+#include "runtime/text/json_escape.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,7 +9,7 @@
 
 namespace exo::console {
 
-using discovery::json_escape;
+using text::json_escape;
 
 namespace {
 

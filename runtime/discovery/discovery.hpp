@@ -7,6 +7,7 @@
 /// disappeared.
 
 #include "backends/factory.hpp"
+#include "runtime/text/json_escape.hpp"
 
 #include <cstdint>
 #include <string>
@@ -85,7 +86,6 @@ discovery_result discover(backend::registry& reg, device_registry& registry,
 std::string format_table(const discovery_result& r);
 std::string format_json(const discovery_result& r);
 
-/// Escapes a string for a JSON string literal (without the quotes).
-std::string json_escape(const std::string& s);
+using text::json_escape;
 
 } // namespace exo::discovery
