@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 
 namespace exo::backend {
 
@@ -51,7 +52,9 @@ void huge_page_arena::unmap(region& r) {
 }
 
 void* huge_page_arena::allocate(std::size_t bytes) {
-  if (bytes == 0)
+  // Rounding up (to a granule, a region, a huge page of slack) must not
+  // wrap around.
+  if (bytes == 0 || bytes > SIZE_MAX - 2 * region_bytes_ - huge_page)
     return nullptr;
   const auto need = round_up(bytes, granule);
   auto take = [need](region& r) -> void* {

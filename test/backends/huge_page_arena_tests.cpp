@@ -50,6 +50,9 @@ TEST_CASE("the arena takes large buffers only, page-aligned inside 2 MiB-"
   CHECK_FALSE(arena.takes((256 << 10) - 1));
   CHECK(arena.takes(256 << 10));
   CHECK(arena.allocate(0) == nullptr);
+  CHECK(arena.allocate(SIZE_MAX) == nullptr); // no wrap-around to a tiny block
+  CHECK(arena.allocate(SIZE_MAX - 4096) == nullptr);
+  CHECK(arena.regions() == 0);
   void* a = arena.allocate(300 << 10);
   REQUIRE(a != nullptr);
   CHECK(addr(a) % huge_page_arena::granule == 0);
