@@ -202,13 +202,13 @@ backend::status actor_device_ops::step(
       || ops.size() > max_kernel_batch)
     return device_ops::step(in, in_offset, src, in_bytes, ops, out,
                             out_offset, dst, out_bytes);
-  chunk data;
   auto* p = static_cast<const std::uint8_t*>(src);
-  if (in_bytes > 0)
-    data.bytes.assign(p, p + in_bytes);
-  auto calls = to_calls(ops, 0, ops.size());
-  // A paused device refuses the step before writing it.
+  // A paused device refuses the step before writing it. Each attempt builds
+  // its own input and calls, moved into the message rather than copied.
   return retry_while_paused([&](bool& paused) {
+    chunk data;
+    if (in_bytes > 0)
+      data.bytes.assign(p, p + in_bytes);
     backend::status status;
     auto sent = impl_->ask_or_paused(
       paused,
@@ -221,8 +221,8 @@ backend::status actor_device_ops::step(
         else if (out_bytes > 0)
           std::memcpy(dst, r.bytes.data(), out_bytes);
       },
-      compute_atom::value, in, in_offset, data, calls, out, out_offset,
-      out_bytes);
+      compute_atom::value, in, in_offset, std::move(data),
+      to_calls(ops, 0, ops.size()), out, out_offset, out_bytes);
     return sent ? status : sent;
   });
 }
