@@ -1,7 +1,7 @@
 #include "actors/access/token.hpp"
 
 #include "actors/access/base64url.hpp"
-#include "actors/audit/json_escape.hpp"
+#include "runtime/text/json_escape.hpp"
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -98,7 +98,7 @@ std::string token_issuer::issue(const token_claims& c) const {
     throw std::invalid_argument("token claims: empty principal");
   if (c.expires_at <= c.issued_at)
     throw std::invalid_argument("token claims: expiry must follow issue time");
-  using exo::audit::append_json_string;
+  using exo::text::append_json_string;
   std::string json = "{\"v\":1,\"jti\":";
   append_json_string(json, c.id);
   json += ",\"sub\":";

@@ -1,6 +1,6 @@
 #include "actors/audit/audit_actor.hpp"
 
-#include "actors/audit/json_escape.hpp"
+#include "runtime/text/json_escape.hpp"
 #include "actors/audit/log_files.hpp"
 #include "actors/audit/verify.hpp"
 #include "messages/cluster.hpp"
@@ -11,6 +11,8 @@
 #include <sstream>
 
 namespace exo::audit {
+
+using text::append_json_string;
 
 audit_entry to_entry(const event& ev) {
   audit_entry e;

@@ -1,10 +1,12 @@
 #include "actors/audit/record.hpp"
 
-#include "actors/audit/json_escape.hpp"
+#include "runtime/text/json_escape.hpp"
 
 #include <simdjson.h>
 
 namespace exo::audit {
+
+using text::append_json_string;
 
 namespace {
 

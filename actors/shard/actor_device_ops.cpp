@@ -32,6 +32,20 @@ backend::error to_backend_error(const caf::error& err) {
 
 namespace {
 
+/// Copies a reply of `n` bytes to `dst`; an error naming `what` when the
+/// device actor sent another size.
+backend::status take_chunk(const chunk& c, void* dst, std::uint64_t n,
+                           const char* what) {
+  if (c.bytes.size() != n)
+    return fail(errc::driver_error,
+                std::string{what} + ": the device actor sent "
+                  + std::to_string(c.bytes.size()) + " bytes, not "
+                  + std::to_string(n));
+  if (n > 0)
+    std::memcpy(dst, c.bytes.data(), n);
+  return {};
+}
+
 bool is_paused(const caf::error& err) {
   return err.category() == exo_error_category()
          && static_cast<exo_errc>(err.code()) == exo_errc::paused;
@@ -131,15 +145,7 @@ backend::status actor_device_ops::read(model::device_handle h,
     backend::status bad_size;
     ++requests_;
     EXO_TRY(impl_->ask(
-      [&](chunk& c) {
-        if (c.bytes.size() != n)
-          bad_size = fail(errc::driver_error,
-                          "read: the device actor sent "
-                            + std::to_string(c.bytes.size()) + " bytes, not "
-                            + std::to_string(n));
-        else
-          std::memcpy(p + done, c.bytes.data(), n);
-      },
+      [&](chunk& c) { bad_size = take_chunk(c, p + done, n, "read"); },
       read_atom::value, h, offset + done, n));
     EXO_TRY(bad_size);
     done += n;
@@ -212,15 +218,7 @@ backend::status actor_device_ops::step(
     backend::status status;
     auto sent = impl_->ask_or_paused(
       paused,
-      [&](chunk& r) {
-        if (r.bytes.size() != out_bytes)
-          status = fail(errc::driver_error,
-                        "step: the device actor sent "
-                          + std::to_string(r.bytes.size()) + " bytes, not "
-                          + std::to_string(out_bytes));
-        else if (out_bytes > 0)
-          std::memcpy(dst, r.bytes.data(), out_bytes);
-      },
+      [&](chunk& r) { status = take_chunk(r, dst, out_bytes, "step"); },
       compute_atom::value, in, in_offset, std::move(data),
       to_calls(ops, 0, ops.size()), out, out_offset, out_bytes);
     return sent ? status : sent;

@@ -1,4 +1,4 @@
-#include "actors/audit/json_escape.hpp"
+#include "runtime/text/json_escape.hpp"
 #include "actors/audit/record.hpp"
 
 #include <catch2/catch.hpp>
@@ -6,6 +6,7 @@
 #include <simdjson.h>
 
 using namespace exo::audit;
+using exo::text::append_json_string;
 
 namespace {
 

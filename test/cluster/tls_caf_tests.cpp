@@ -120,6 +120,28 @@ std::string ask(caf::actor_system& sys, const caf::actor& whom,
   return reply;
 }
 
+/// Publishes an echo actor on a system made with `server`, connects to it
+/// from a second system made with `client`, and runs `f(client_system,
+/// remote_echo)` while both are up.
+template <class F>
+void with_echo_link(const material& server, const material& client, F f) {
+  tls_config cfg_a{server};
+  tls_config cfg_b{client};
+  caf::actor_system sys_a{cfg_a};
+  auto echo = sys_a.spawn(echo_impl, std::string{"echo: "});
+  auto port = caf::openssl::publish(echo, 0, "127.0.0.1");
+  REQUIRE(port);
+  {
+    caf::actor_system sys_b{cfg_b};
+    auto [remote, err] = connect(sys_b, *port);
+    INFO("connect error: " << err);
+    REQUIRE(remote);
+    f(sys_b, remote);
+  }
+  sys_a.middleman().unpublish(echo, *port);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
 } // namespace
 
 TEST_CASE("applying material refuses anonymous TLS and bad material, "
@@ -214,21 +236,10 @@ TEST_CASE("actor systems with certificates from the same CA talk over TLS, "
 TEST_CASE("Ed25519 certificates also work with CAF's TLS") {
   temp_dir dir;
   test_ca cluster{dir, "ed", key_algorithm::ed25519};
-  tls_config cfg_a{cluster.issue(dir, "node-a")};
-  tls_config cfg_b{cluster.issue(dir, "node-b")};
-  caf::actor_system sys_a{cfg_a};
-  auto echo = sys_a.spawn(echo_impl, std::string{"echo: "});
-  auto port = caf::openssl::publish(echo, 0, "127.0.0.1");
-  REQUIRE(port);
-  {
-    caf::actor_system sys_b{cfg_b};
-    auto [remote, err] = connect(sys_b, *port);
-    INFO("connect error: " << err);
-    REQUIRE(remote);
-    CHECK(ask(sys_b, remote, "ed") == "echo: ed");
-  }
-  sys_a.middleman().unpublish(echo, *port);
-  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+  with_echo_link(cluster.issue(dir, "node-a"), cluster.issue(dir, "node-b"),
+                 [](caf::actor_system& sys_b, const caf::actor& remote) {
+                   CHECK(ask(sys_b, remote, "ed") == "echo: ed");
+                 });
 }
 
 namespace {
@@ -263,29 +274,19 @@ TEST_CASE("the threads that ran CAF's TLS keep SIGPIPE blocked after "
   REQUIRE(exo::tls::sigpipe_cache::finds_caf_openssl());
   temp_dir dir;
   test_ca cluster{dir, "mask"};
-  tls_config cfg_a{cluster.issue(dir, "node-a")};
-  tls_config cfg_b{cluster.issue(dir, "node-b")};
-  caf::actor_system sys_a{cfg_a};
-  auto echo = sys_a.spawn(echo_impl, std::string{"echo: "});
-  auto port = caf::openssl::publish(echo, 0, "127.0.0.1");
-  REQUIRE(port);
-  {
-    caf::actor_system sys_b{cfg_b};
-    auto [remote, err] = connect(sys_b, *port);
-    INFO("connect error: " << err);
-    REQUIRE(remote);
-    for (int i = 0; i < 20; ++i)
-      REQUIRE(ask(sys_b, remote, "x") == "echo: x");
-    // CAF restores the mask after each call; with the cache, the two
-    // multiplexer threads (at least) keep SIGPIPE blocked.
-    CHECK(threads_blocking_sigpipe() >= 2);
-  }
+  with_echo_link(cluster.issue(dir, "node-a"), cluster.issue(dir, "node-b"),
+                 [](caf::actor_system& sys_b, const caf::actor& remote) {
+                   for (int i = 0; i < 20; ++i)
+                     REQUIRE(ask(sys_b, remote, "x") == "echo: x");
+                   // CAF restores the mask after each call; with the
+                   // cache, the two multiplexer threads (at least) keep
+                   // SIGPIPE blocked.
+                   CHECK(threads_blocking_sigpipe() >= 2);
+                 });
   // The test's own thread was never touched.
   sigset_t cur;
   pthread_sigmask(SIG_BLOCK, nullptr, &cur);
   CHECK(sigismember(&cur, SIGPIPE) == 0);
-  sys_a.middleman().unpublish(echo, *port);
-  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }
 
 namespace {
