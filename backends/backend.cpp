@@ -97,8 +97,8 @@ result<std::size_t> weight_row_bytes(weight_type t, std::size_t cols) {
 
 // -- buffer ------------------------------------------------------------------
 
-buffer::buffer(device& owner, std::size_t size) noexcept
-  : owner_(&owner), size_(size) {
+buffer::buffer(device& owner, std::size_t size, bool read_only) noexcept
+  : owner_(&owner), size_(size), read_only_(read_only) {
 }
 
 buffer::~buffer() = default;
@@ -123,6 +123,27 @@ status device::copy_to_peer(const buffer&, std::size_t, buffer&, std::size_t,
 
 void* device::host_pointer(buffer&) {
   return nullptr;
+}
+
+result<std::unique_ptr<buffer>>
+device::adopt_host(const void*, std::size_t, std::shared_ptr<const void>) {
+  return fail(errc::unsupported, properties().id
+                                   + " cannot read host memory in place");
+}
+
+status device::check_writable(const buffer& buf, const char* what) {
+  if (buf.read_only())
+    return fail(errc::invalid_argument,
+                std::string{what} + ": the buffer is read-only (host memory "
+                                    "adopted in place)");
+  return {};
+}
+
+status device::check_output(const buffer* buf, std::size_t offset,
+                            std::size_t bytes, std::size_t align,
+                            const char* what) const {
+  EXO_TRY(check_operand(buf, offset, bytes, align, what));
+  return check_writable(*buf, what);
 }
 
 status device::check_range(const buffer& buf, std::size_t offset,

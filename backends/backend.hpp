@@ -135,7 +135,9 @@ class device;
 /// Device memory. Owned through std::unique_ptr; destroying it frees it.
 class buffer {
 public:
-  buffer(device& owner, std::size_t size) noexcept;
+  /// `read_only`: memory the device may only read (device::adopt_host);
+  /// every write into it is refused.
+  buffer(device& owner, std::size_t size, bool read_only = false) noexcept;
   virtual ~buffer();
   buffer(const buffer&) = delete;
   buffer& operator=(const buffer&) = delete;
@@ -146,10 +148,14 @@ public:
   device& owner() const noexcept {
     return *owner_;
   }
+  bool read_only() const noexcept {
+    return read_only_;
+  }
 
 private:
   device* owner_;
   std::size_t size_;
+  bool read_only_;
 };
 
 /// A point in one device's queue. Cheap to copy; tied to its device.
@@ -255,6 +261,15 @@ public:
   virtual result<std::unique_ptr<buffer>> allocate(std::size_t bytes) = 0;
   virtual memory_info memory() = 0;
 
+  /// Optional: `bytes` of host memory at `data`, read in place as a
+  /// read-only buffer (no copy) while `keep` holds that memory alive: a
+  /// host device's weights straight from the mapped model file. It counts
+  /// against the device's memory like an allocation of `bytes`. The default
+  /// says unsupported; callers then allocate and write.
+  virtual result<std::unique_ptr<buffer>>
+  adopt_host(const void* data, std::size_t bytes,
+             std::shared_ptr<const void> keep);
+
   // transfers (see the ordering rules at the top of this file)
   virtual status write(buffer& dst, std::size_t offset, const void* src,
                        std::size_t bytes)
@@ -333,6 +348,15 @@ protected:
   status check_operand(const buffer* buf, std::size_t offset,
                        std::size_t bytes, std::size_t align,
                        const char* what) const;
+
+  /// check_operand for an operation's output: also refuses a read-only
+  /// buffer (adopt_host).
+  status check_output(const buffer* buf, std::size_t offset,
+                      std::size_t bytes, std::size_t align,
+                      const char* what) const;
+
+  /// Refuses a read-only buffer as the target of a write.
+  static status check_writable(const buffer& buf, const char* what);
 
   /// Checks an event belongs to this device and is not from the future.
   status check_event(const event& e, std::uint64_t submitted) const;

@@ -10,7 +10,8 @@
 namespace exo::backend {
 
 /// Host memory, 64-byte aligned (a cache line; enough for any SIMD load):
-/// from the device's huge-page arena when large, else from malloc.
+/// from the device's huge-page arena when large, else from malloc; or,
+/// read-only, the caller's memory (adopt_host), which `keep_` holds alive.
 class host_device::host_buffer : public buffer {
 public:
   host_buffer(host_device& owner, std::size_t size, void* mem,
@@ -18,22 +19,32 @@ public:
     : buffer(owner, size), mem_(mem), arena_bytes_(arena_bytes),
       owner_(owner) {
   }
+  host_buffer(host_device& owner, std::size_t size, const void* mem,
+              std::shared_ptr<const void> keep)
+    : buffer(owner, size, true), mem_(const_cast<void*>(mem)),
+      arena_bytes_(0), owner_(owner), keep_(std::move(keep)) {
+  }
   ~host_buffer() override {
     std::lock_guard<std::mutex> guard{owner_.mtx_};
-    if (arena_bytes_ > 0)
+    if (keep_) {
+      // The caller's memory: nothing to free.
+    } else if (arena_bytes_ > 0) {
       owner_.arena_.release(mem_, arena_bytes_);
-    else
+    } else {
       std::free(mem_);
+    }
     owner_.used_ -= size();
   }
+  /// Writable only when !read_only() (every write path checks that).
   char* data() const noexcept {
     return static_cast<char*>(mem_);
   }
 
 private:
   void* mem_;
-  std::size_t arena_bytes_; // 0: from malloc
+  std::size_t arena_bytes_; // 0: from malloc, or adopted
   host_device& owner_;
+  std::shared_ptr<const void> keep_; // set: adopted, not ours to free
 };
 
 namespace {
@@ -66,6 +77,25 @@ result<std::unique_ptr<buffer>> host_device::allocate(std::size_t bytes) {
     new host_buffer(*this, bytes, mem, large ? rounded : 0)};
 }
 
+result<std::unique_ptr<buffer>>
+host_device::adopt_host(const void* data, std::size_t bytes,
+                        std::shared_ptr<const void> keep) {
+  if (!adopts_host_memory_)
+    return device::adopt_host(data, bytes, std::move(keep));
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(admit("adopt_host"));
+  if (bytes == 0)
+    return fail(errc::invalid_argument, "adopt_host: size must be > 0");
+  if (data == nullptr || !keep)
+    return fail(errc::invalid_argument,
+                "adopt_host: no memory, or nothing keeps it alive");
+  EXO_TRY(reserve(bytes, used_));
+  used_ += bytes;
+  ++submitted_;
+  return std::unique_ptr<buffer>{
+    new host_buffer(*this, bytes, data, std::move(keep))};
+}
+
 memory_info host_device::memory() {
   std::lock_guard<std::mutex> guard{mtx_};
   memory_info info;
@@ -80,6 +110,7 @@ status host_device::write(buffer& dst, std::size_t offset, const void* src,
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("write"));
   EXO_TRY(check_range(dst, offset, bytes, "write"));
+  EXO_TRY(check_writable(dst, "write"));
   if (bytes > 0 && src == nullptr)
     return fail(errc::invalid_argument, "write: null host pointer");
   if (bytes > 0)
@@ -111,6 +142,7 @@ status host_device::copy(const buffer& src, std::size_t src_offset,
   EXO_TRY(admit("copy"));
   EXO_TRY(check_range(src, src_offset, bytes, "copy source"));
   EXO_TRY(check_range(dst, dst_offset, bytes, "copy destination"));
+  EXO_TRY(check_writable(dst, "copy destination"));
   if (bytes > 0)
     std::memmove(static_cast<host_buffer&>(dst).data() + dst_offset,
                  static_cast<const host_buffer&>(src).data() + src_offset,
@@ -121,7 +153,8 @@ status host_device::copy(const buffer& src, std::size_t src_offset,
 }
 
 void* host_device::host_pointer(buffer& buf) {
-  if (&buf.owner() != this)
+  // No writable pointer into adopted (read-only) memory.
+  if (&buf.owner() != this || buf.read_only())
     return nullptr;
   return static_cast<host_buffer&>(buf).data();
 }
@@ -162,6 +195,7 @@ status host_device::elementwise(binary_op op, const_view a, const_view b,
   EXO_TRY(check_range(*a.buf, a.offset, *bytes, "elementwise a"));
   EXO_TRY(check_range(*b.buf, b.offset, *bytes, "elementwise b"));
   EXO_TRY(check_range(*out.buf, out.offset, *bytes, "elementwise output"));
+  EXO_TRY(check_writable(*out.buf, "elementwise output"));
   auto ptr = [](const buffer* b, std::size_t off) {
     return reinterpret_cast<float*>(
       static_cast<const host_buffer*>(b)->data() + off);
@@ -184,6 +218,7 @@ status host_device::matmul(const_view a, const_view b, mut_view c,
   EXO_TRY(check_range(*a.buf, a.offset, sz.a, "matmul a"));
   EXO_TRY(check_range(*b.buf, b.offset, sz.b, "matmul b"));
   EXO_TRY(check_range(*c.buf, c.offset, sz.c, "matmul c"));
+  EXO_TRY(check_writable(*c.buf, "matmul c"));
   auto ptr = [](const buffer* b, std::size_t off) {
     return reinterpret_cast<float*>(
       static_cast<const host_buffer*>(b)->data() + off);
@@ -214,7 +249,7 @@ status host_device::matmul_weights(const_view a, const_view w,
   EXO_TRY(check_operand(w.buf, w.offset, sz->w,
                         type == weight_type::f32 ? 4 : 2,
                         "matmul_weights w"));
-  EXO_TRY(check_operand(c.buf, c.offset, sz->c, 4, "matmul_weights c"));
+  EXO_TRY(check_output(c.buf, c.offset, sz->c, 4, "matmul_weights c"));
   EXO_TRY(check_disjoint(a.buf, a.offset, sz->a, c.buf, c.offset, sz->c,
                          false, "matmul_weights"));
   EXO_TRY(check_disjoint(w.buf, w.offset, sz->w, c.buf, c.offset, sz->c,
@@ -238,7 +273,7 @@ status host_device::rms_norm(const_view x, const_view weight, mut_view out,
   EXO_TRY(check_operand(x.buf, x.offset, *bytes, 4, "rms_norm x"));
   EXO_TRY(check_operand(weight.buf, weight.offset, dim * 4, 4,
                         "rms_norm weight"));
-  EXO_TRY(check_operand(out.buf, out.offset, *bytes, 4, "rms_norm out"));
+  EXO_TRY(check_output(out.buf, out.offset, *bytes, 4, "rms_norm out"));
   EXO_TRY(check_disjoint(x.buf, x.offset, *bytes, out.buf, out.offset,
                          *bytes, true, "rms_norm"));
   EXO_TRY(check_disjoint(weight.buf, weight.offset, dim * 4, out.buf,
@@ -258,7 +293,7 @@ status host_device::rope(mut_view x, const_view positions,
   auto sz = host::check_rope(dims);
   if (!sz)
     return sz.err();
-  EXO_TRY(check_operand(x.buf, x.offset, sz->x, 4, "rope x"));
+  EXO_TRY(check_output(x.buf, x.offset, sz->x, 4, "rope x"));
   EXO_TRY(check_operand(positions.buf, positions.offset, sz->positions, 4,
                         "rope positions"));
   EXO_TRY(check_disjoint(positions.buf, positions.offset, sz->positions,
@@ -291,7 +326,7 @@ status host_device::attention(const_view q, const_view k, const_view v,
   EXO_TRY(check_operand(q.buf, q.offset, sz->q, 4, "attention q"));
   EXO_TRY(check_operand(k.buf, k.offset, sz->kv, 4, "attention k"));
   EXO_TRY(check_operand(v.buf, v.offset, sz->kv, 4, "attention v"));
-  EXO_TRY(check_operand(out.buf, out.offset, sz->q, 4, "attention out"));
+  EXO_TRY(check_output(out.buf, out.offset, sz->q, 4, "attention out"));
   EXO_TRY(check_disjoint(q.buf, q.offset, sz->q, out.buf, out.offset, sz->q,
                          false, "attention"));
   EXO_TRY(check_disjoint(k.buf, k.offset, sz->kv, out.buf, out.offset, sz->q,
@@ -324,7 +359,7 @@ status host_device::silu_mul(const_view gate, const_view up, mut_view out,
     return fail(errc::invalid_argument, "silu_mul: count must be > 0");
   EXO_TRY(check_operand(gate.buf, gate.offset, *bytes, 4, "silu_mul gate"));
   EXO_TRY(check_operand(up.buf, up.offset, *bytes, 4, "silu_mul up"));
-  EXO_TRY(check_operand(out.buf, out.offset, *bytes, 4, "silu_mul out"));
+  EXO_TRY(check_output(out.buf, out.offset, *bytes, 4, "silu_mul out"));
   EXO_TRY(check_disjoint(gate.buf, gate.offset, *bytes, out.buf, out.offset,
                          *bytes, true, "silu_mul"));
   EXO_TRY(check_disjoint(up.buf, up.offset, *bytes, out.buf, out.offset,

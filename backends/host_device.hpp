@@ -19,6 +19,10 @@ public:
   }
 
   result<std::unique_ptr<buffer>> allocate(std::size_t bytes) override;
+  /// In place when adopts_host_memory_ (the cpu device), else unsupported.
+  result<std::unique_ptr<buffer>>
+  adopt_host(const void* data, std::size_t bytes,
+             std::shared_ptr<const void> keep) override;
   memory_info memory() override;
 
   status write(buffer& dst, std::size_t offset, const void* src,
@@ -64,6 +68,10 @@ protected:
   std::uint64_t submitted_ = 0;
   /// Threads of the matrix and attention kernels (OpenMP).
   int threads_ = 1;
+  /// Whether adopt_host reads host memory in place. The cpu device does;
+  /// a simulated device keeps "device memory" of its own (uploads cost
+  /// simulated time).
+  bool adopts_host_memory_ = false;
   /// Where buffers of 256 KiB and more live (huge_page_arena.hpp).
   huge_page_arena arena_;
 

@@ -9,6 +9,7 @@ namespace exo {
 // device actor
 using info_atom = caf::atom_constant<caf::atom("info")>;
 using allocate_atom = caf::atom_constant<caf::atom("allocate")>;
+using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
 using free_atom = caf::atom_constant<caf::atom("free")>;
 using write_atom = caf::atom_constant<caf::atom("write")>;
 using read_atom = caf::atom_constant<caf::atom("read")>;

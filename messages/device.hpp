@@ -4,6 +4,7 @@
 /// typed interface every peer uses to talk to it.
 ///
 ///   client ---- allocate(bytes) ----> device   -> handle (opaque id)
+///   client ---- adopt(host_region) -> device   -> handle (same node only)
 ///   client ---- write(h, off, chunk)-> device   -> unit   (bounds-checked)
 ///   client ---- read(h, off, len) ---> device   -> chunk  (len bounded)
 ///   client ---- compute(kernel_call) or compute([kernel_call...]) -> device
@@ -17,10 +18,12 @@
 #include <caf/typed_actor.hpp>
 #include <caf/replies_to.hpp>
 
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/optional.hpp>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +33,18 @@ namespace exo {
 /// whole messages in memory and trusts a peer's length: bulk data always
 /// crosses in chunks no larger than this.
 constexpr std::uint64_t max_chunk_bytes = 4u << 20;
+
+/// Memory of the sender's process that a host device reads in place
+/// (backend::device::adopt_host): a shard's weights where the model file is
+/// mapped. It holds a pointer, so it never crosses the network: it has no
+/// inspect (CAF cannot serialize it, and a peer cannot name it), and the
+/// device actor takes it only from an actor of its own node.
+struct host_region {
+  const void* data = nullptr;
+  std::uint64_t bytes = 0;
+  /// Keeps the memory alive while the device reads it.
+  std::shared_ptr<const void> keep;
+};
 
 /// Lifecycle of a device actor.
 enum class device_state : std::uint8_t { ready, busy, paused, failed, gone };
@@ -181,6 +196,7 @@ using device_actor = caf::typed_actor<
                   std::uint64_t>::with<chunk>,
   caf::replies_to<info_atom>::with<device_info>,
   caf::replies_to<allocate_atom, std::uint64_t>::with<handle_id>,
+  caf::replies_to<adopt_atom, host_region>::with<handle_id>,
   caf::replies_to<free_atom, handle_id>::with<caf::atom_value>,
   caf::replies_to<write_atom, handle_id, std::uint64_t,
                   chunk>::with<caf::atom_value>,
@@ -207,3 +223,5 @@ using device_actor = caf::typed_actor<
   caf::replies_to<sync_atom, std::string>::with<caf::atom_value>>;
 
 } // namespace exo
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(exo::host_region)

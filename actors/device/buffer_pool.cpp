@@ -60,6 +60,25 @@ result<std::uint64_t> buffer_pool::allocate(std::uint64_t bytes) {
       return made.err();
     buf = std::move(*made);
   }
+  return add(std::move(buf), bytes);
+}
+
+result<std::uint64_t> buffer_pool::adopt(const void* data, std::uint64_t bytes,
+                                         std::shared_ptr<const void> keep) {
+  if (bytes > SIZE_MAX)
+    return fail(errc::out_of_memory, "adopt: too large");
+  auto made = dev_.adopt_host(data, static_cast<std::size_t>(bytes), keep);
+  if (!made && made.err().code == errc::out_of_memory && !cache_.empty()) {
+    trim();
+    made = dev_.adopt_host(data, static_cast<std::size_t>(bytes), keep);
+  }
+  if (!made)
+    return made.err();
+  return add(std::move(*made), bytes);
+}
+
+std::uint64_t buffer_pool::add(std::unique_ptr<backend::buffer> buf,
+                               std::uint64_t bytes) {
   // Ids are a salted counter: unique, opaque, and meaningless elsewhere.
   auto id = (next_++ * 0x9E3779B97F4A7C15ull) ^ salt_;
   live_.emplace(id, entry{std::move(buf), bytes});
@@ -74,7 +93,8 @@ status buffer_pool::release(std::uint64_t handle) {
                 "free: unknown handle " + std::to_string(handle));
   auto cls = it->second.buf->size();
   live_bytes_ -= it->second.size;
-  if (cached_bytes_ + cls <= cache_limit_) {
+  // Adopted memory is its owner's: never handed out again.
+  if (!it->second.buf->read_only() && cached_bytes_ + cls <= cache_limit_) {
     cache_.emplace(cls, std::move(it->second.buf));
     cached_bytes_ += cls;
   }

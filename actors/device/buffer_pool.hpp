@@ -35,6 +35,12 @@ public:
   /// A new handle to at least `bytes` bytes of device memory.
   result<std::uint64_t> allocate(std::uint64_t bytes);
 
+  /// A new handle to `bytes` of host memory at `data` that the device reads
+  /// in place (backend::device::adopt_host), kept alive by `keep`; never
+  /// pooled: released, it goes back to its owner.
+  result<std::uint64_t> adopt(const void* data, std::uint64_t bytes,
+                              std::shared_ptr<const void> keep);
+
   /// Returns the handle's buffer to the pool.
   status release(std::uint64_t handle);
 
@@ -67,6 +73,9 @@ public:
   static std::uint64_t size_class(std::uint64_t bytes) noexcept;
 
 private:
+  /// Registers a live buffer under a new handle.
+  std::uint64_t add(std::unique_ptr<backend::buffer> buf, std::uint64_t bytes);
+
   struct entry {
     std::unique_ptr<backend::buffer> buf;
     std::uint64_t size;

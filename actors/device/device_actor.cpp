@@ -403,6 +403,23 @@ caf::result<handle_id> do_allocate(self_ptr self, std::uint64_t bytes,
   return *h;
 }
 
+/// Host memory of this process read in place (host devices); a device that
+/// cannot says unsupported, which is an answer, not a device error.
+caf::result<handle_id> do_adopt(self_ptr self, host_region r) {
+  auto& st = self->state;
+  if (auto err = st.unusable())
+    return err;
+  ++st.operations;
+  auto h = st.pool->adopt(r.data, r.bytes, std::move(r.keep));
+  if (!h)
+    return h.err().code == backend::errc::unsupported
+             ? to_caf_error(h.err())
+             : st.failed(h.err());
+  audit_op(self, audit::event_type::device_allocate, {},
+           {{"bytes", std::to_string(r.bytes)}, {"in_place", "true"}});
+  return *h;
+}
+
 caf::result<caf::atom_value> do_free(self_ptr self, handle_id h,
                                      const std::string& principal) {
   auto& st = self->state;
@@ -507,6 +524,11 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       if (auto err = foreign(self, access::permission::memory_allocate))
         return err;
       return do_allocate(self, bytes, {});
+    },
+    [self](adopt_atom, host_region& r) -> caf::result<handle_id> {
+      if (auto err = foreign(self, access::permission::memory_allocate))
+        return err;
+      return do_adopt(self, std::move(r));
     },
     [self](free_atom, handle_id h) -> caf::result<caf::atom_value> {
       if (auto err = foreign(self, access::permission::memory_free))

@@ -110,6 +110,23 @@ actor_device_ops::allocate(std::uint64_t bytes) {
   return h;
 }
 
+backend::result<model::device_handle>
+actor_device_ops::adopt_host(const void* data, std::uint64_t bytes,
+                             std::shared_ptr<const void> keep) {
+  if (adopt_unsupported_)
+    return fail(errc::unsupported,
+                where_ + " cannot read host memory in place");
+  ++requests_;
+  handle_id h = 0;
+  auto s = impl_->ask([&](handle_id x) { h = x; }, adopt_atom::value,
+                      host_region{data, bytes, std::move(keep)});
+  if (!s) {
+    adopt_unsupported_ = s.err().code == errc::unsupported;
+    return s.err();
+  }
+  return h;
+}
+
 backend::status actor_device_ops::free(model::device_handle h) {
   if (!impl_->dev)
     return fail(errc::no_device, "no device actor");

@@ -38,6 +38,11 @@ public:
                         const void* src, std::uint64_t bytes) override;
   backend::status read(model::device_handle h, std::uint64_t offset,
                        void* dst, std::uint64_t bytes) override;
+  /// Sends the region (this process's memory) to the device actor, which
+  /// is on this node; after one "unsupported" it stops asking.
+  backend::result<model::device_handle>
+  adopt_host(const void* data, std::uint64_t bytes,
+             std::shared_ptr<const void> keep) override;
   backend::status run(const std::vector<model::device_op>& ops) override;
   backend::status synchronize() override;
   /// One (compute_atom, in, ..., out, ...) request when the pieces fit the
@@ -78,6 +83,8 @@ private:
   struct impl;
   std::unique_ptr<impl> impl_;
   std::string where_;
+  /// The device said it cannot read host memory in place.
+  bool adopt_unsupported_ = false;
   std::chrono::milliseconds pause_patience_;
   std::uint64_t requests_ = 0;
   std::uint64_t pause_waits_ = 0;

@@ -52,6 +52,7 @@ public:
     props_.capabilities = cap_host_visible | cap_elementwise | cap_matmul
                           | cap_model_ops | cap_clock | cap_utilization;
     threads_ = usable_threads(id.logical_cores);
+    adopts_host_memory_ = opts.weights_in_place;
     if (host_info::cpu_temperature_c())
       props_.capabilities |= cap_temperature;
   }

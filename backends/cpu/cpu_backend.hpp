@@ -14,6 +14,10 @@ struct cpu_options {
   /// Most bytes the cpu device may hand out; 0 means "what the OS reports
   /// available at allocation time".
   std::uint64_t memory_limit = 0;
+  /// Stages read weights where the model file is mapped instead of copying
+  /// them (device::adopt_host); false: the device says unsupported and
+  /// stages copy (for file systems whose mappings get only 4 KiB pages).
+  bool weights_in_place = true;
 };
 
 std::unique_ptr<backend> make_cpu_backend(cpu_options opts = {});

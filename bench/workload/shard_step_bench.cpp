@@ -1,7 +1,9 @@
 // One shard's step on the cpu device with one thread: the host engine
 // (model::llama_stage, reading the mapped model file), model::device_stage
-// straight over the backend device, and device_stage through a device
-// actor (what a shard runs: one request per step). F32 test model of the
+// straight over the backend device, device_stage through a device actor
+// (what a shard runs: one request per step), and device_stage with its
+// weights copied into device buffers instead of read in place from the
+// mapped file (device_stage_options::weights_in_place). F32 test model of the
 // workload benchmark (12 layers, 512 wide, ff 1536, vocabulary 2048); one
 // stage of all layers, single-token decode steps after a 16-token prompt
 // (run with OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, as the target does).
@@ -73,8 +75,11 @@ struct device_path : decode_path {
   /// Nothing on an error (printed).
   static std::unique_ptr<device_path>
   create(const std::shared_ptr<const model::llama_model>& m,
-         model::device_ops& ops, int steps) {
-    auto st = model::device_stage::create(m, 0, m->hparams().n_layer, ops);
+         model::device_ops& ops, int steps, bool in_place) {
+    model::device_stage_options so;
+    so.weights_in_place = in_place;
+    auto st =
+      model::device_stage::create(m, 0, m->hparams().n_layer, ops, so);
     if (!st) {
       std::printf("error: %s\n", st.err().to_string().c_str());
       return nullptr;
@@ -178,9 +183,11 @@ int main(int argc, char** argv) {
   tls::apply_transport_settings(cfg);
   constexpr int empty_steps = 2000;
   double empty_us = 0;
-  // Four paths; each device path has `copies` instances, each with its own
-  // buffers. times[p][i]: the mean of path p's instances at decode step i.
-  constexpr int n_paths = 4;
+  // Five paths; each device path has `copies` instances, each with its own
+  // buffers (weights read in place from the mapped file, but for path 4,
+  // which copies them into device buffers). times[p][i]: the mean of path
+  // p's instances at decode step i.
+  constexpr int n_paths = 5;
   constexpr int copies = 3;
   std::vector<std::vector<double>> times(n_paths,
                                          std::vector<double>(steps));
@@ -197,9 +204,9 @@ int main(int argc, char** argv) {
     runs.emplace_back(0, std::make_unique<host_path>(m, steps));
     for (int c = 0; c < copies; ++c)
       for (int p = 1; p < n_paths; ++p) {
-        auto r = device_path::create(m, p == 3 ? static_cast<model::device_ops&>(via)
-                                               : direct,
-                                     steps);
+        auto r = device_path::create(
+          m, p == 3 ? static_cast<model::device_ops&>(via) : direct, steps,
+          p != 4);
         if (!r)
           return 1;
         runs.emplace_back(p, std::move(r));
@@ -243,7 +250,8 @@ int main(int argc, char** argv) {
   const char* names[n_paths] = {
     "host engine (llama_stage)", "device_stage on the cpu device",
     "the same, other instances (control)",
-    "device_stage through the device actor"};
+    "device_stage through the device actor",
+    "device_stage, weights copied to the device"};
   std::printf("%-40s %14s %11s %16s %16s\n", "path", "median ms/tok",
               "tokens/s", "paired vs host", "paired vs direct");
   for (int p = 0; p < n_paths; ++p) {

@@ -173,6 +173,10 @@ node_config parse_document(const std::string& json, const std::string& source) {
                           as_integer(v, q, 0, std::int64_t{1} << 30))
                         << 20;
                   }},
+                 {"cpu_weights_in_place",
+                  [&](element v, const std::string& q) {
+                    d.cpu_weights_in_place = as_bool(v, q);
+                  }},
                  {"simulated",
                   [&](element v, const std::string& q) {
                     if (v.type() != element_type::ARRAY)
@@ -368,6 +372,7 @@ backend::factory_options node_config::factory_options() const {
   o.include = devices.include;
   o.exclude = devices.exclude;
   o.cpu.memory_limit = devices.cpu_memory_limit;
+  o.cpu.weights_in_place = devices.cpu_weights_in_place;
   o.sim.devices = devices.simulated;
   o.sim.time_scale = devices.sim_time_scale;
   if (!devices.sim_profiles_file.empty()) {

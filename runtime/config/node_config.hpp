@@ -52,6 +52,8 @@ struct devices_section {
   std::vector<std::string> include;
   std::vector<std::string> exclude;
   std::uint64_t cpu_memory_limit = 0; ///< bytes; 0: what the host has
+  /// The cpu device reads weights in place from the mapped model file.
+  bool cpu_weights_in_place = true;
   std::vector<backend::sim_device_spec> simulated;
   std::string sim_profiles_file;      ///< extra profiles (JSON)
   double sim_time_scale = 0;

@@ -31,6 +31,11 @@ const char* op_name(op_kind k) noexcept {
 
 device_ops::~device_ops() = default;
 
+result<device_handle> device_ops::adopt_host(const void*, std::uint64_t,
+                                             std::shared_ptr<const void>) {
+  return fail(errc::unsupported, where() + " cannot read host memory in place");
+}
+
 status device_ops::step(device_handle in, std::uint64_t in_offset,
                         const void* src, std::uint64_t in_bytes,
                         const std::vector<device_op>& ops, device_handle out,
@@ -94,6 +99,20 @@ status backend_ops::read(device_handle h, std::uint64_t offset, void* dst,
   if (!b)
     return b.err();
   return dev_.read(**b, offset, dst, bytes);
+}
+
+result<device_handle> backend_ops::adopt_host(const void* data,
+                                              std::uint64_t bytes,
+                                              std::shared_ptr<const void> keep) {
+  if (bytes > std::numeric_limits<std::size_t>::max())
+    return fail(errc::out_of_memory, "adopt_host: too large");
+  auto b = dev_.adopt_host(data, static_cast<std::size_t>(bytes),
+                           std::move(keep));
+  if (!b)
+    return b.err();
+  auto h = next_++;
+  bufs_.emplace(h, std::move(*b));
+  return h;
 }
 
 status backend_ops::run(const std::vector<device_op>& ops) {
@@ -319,6 +338,18 @@ result<device_handle> device_stage::alloc(std::uint64_t bytes) {
 
 result<device_handle> device_stage::upload(const void* data,
                                            std::uint64_t bytes) {
+  if (opts_.weights_in_place) {
+    // The model (its mapping) outlives every buffer of this stage.
+    auto a = ops_.adopt_host(data, bytes, model_);
+    if (a) {
+      owned_.push_back(*a);
+      weight_bytes_ += bytes;
+      in_place_bytes_ += bytes;
+      return *a;
+    }
+    if (a.err().code != errc::unsupported)
+      return a.err();
+  }
   auto h = alloc(bytes);
   if (!h)
     return h.err();

@@ -81,6 +81,14 @@ public:
   virtual backend::status read(device_handle h, std::uint64_t offset,
                                void* dst, std::uint64_t bytes)
     = 0;
+  /// A read-only buffer over `bytes` of this process's memory at `data`,
+  /// read in place (no copy) while `keep` holds that memory alive: weights
+  /// straight from the mapped model file on a device that reads host memory
+  /// (backend::device::adopt_host). errc::unsupported (the default) when the
+  /// device cannot; the caller then allocates and writes.
+  virtual backend::result<device_handle>
+  adopt_host(const void* data, std::uint64_t bytes,
+             std::shared_ptr<const void> keep);
   /// Runs the operations in order; stops at the first failure.
   virtual backend::status run(const std::vector<device_op>& ops) = 0;
   virtual backend::status synchronize() = 0;
@@ -111,6 +119,9 @@ public:
                         const void* src, std::uint64_t bytes) override;
   backend::status read(device_handle h, std::uint64_t offset, void* dst,
                        std::uint64_t bytes) override;
+  backend::result<device_handle>
+  adopt_host(const void* data, std::uint64_t bytes,
+             std::shared_ptr<const void> keep) override;
   backend::status run(const std::vector<device_op>& ops) override;
   backend::status synchronize() override;
   std::string where() const override;
@@ -147,6 +158,11 @@ struct device_stage_options {
   std::uint64_t upload_chunk_bytes = default_upload_chunk_bytes;
   /// The most operations handed to device_ops::run at once.
   std::size_t max_ops_per_run = 4096;
+  /// On a device that reads host memory in place (the cpu device), use the
+  /// weights where the model file is mapped instead of copying them
+  /// (device_ops::adopt_host): no second copy in memory, nothing to upload,
+  /// and the same pages the host engine reads.
+  bool weights_in_place = true;
 };
 
 /// The most tokens one step of a shard may carry for a model `n_embd`
@@ -242,9 +258,15 @@ public:
     return opts_;
   }
 
-  /// Bytes of weights on the device (uploaded once by create()).
+  /// Bytes of weights on the device (uploaded once by create(), or read
+  /// in place).
   std::uint64_t weight_bytes() const noexcept {
     return weight_bytes_;
+  }
+  /// The part of weight_bytes() read in place from the mapped model file
+  /// (options().weights_in_place on a device that can).
+  std::uint64_t weight_bytes_in_place() const noexcept {
+    return in_place_bytes_;
   }
   /// Bytes of KV cache on the device, all sequences together.
   std::uint64_t cache_bytes() const noexcept {
@@ -352,6 +374,7 @@ private:
   std::map<cache_id, cache> caches_;
   cache_id next_cache_ = 1;
   std::uint64_t weight_bytes_ = 0;
+  std::uint64_t in_place_bytes_ = 0;
   std::uint64_t cache_bytes_ = 0;
   std::uint64_t ops_run_ = 0;
   std::vector<std::uint8_t> staging_;

@@ -1,6 +1,7 @@
 // Backend conformance: the same checks against every device the factory
 // finds (cpu, simulated, vulkan on lavapipe, and GPUs where present).
 
+#include "backends/cpu/cpu_backend.hpp"
 #include "backends/factory.hpp"
 #include "backends/host_kernels.hpp"
 #include "test/support/random.hpp"
@@ -344,4 +345,92 @@ TEST_CASE("an event of another device, or from the future, is refused") {
   CHECK(devs[1]->completed(*e).err().code == errc::wrong_device);
   event future{devs[0]->uid(), e->sequence + 1000};
   CHECK(devs[0]->wait(future).err().code == errc::invalid_argument);
+}
+
+TEST_CASE("host memory adopted in place is read, counted, never written, and "
+          "kept alive; devices that cannot say unsupported") {
+  std::mt19937 rng{9};
+  const std::size_t m = 3, n = 40, k = 24;
+  for (auto* dev : all_devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      auto w = std::make_shared<std::vector<float>>(random_floats(rng, n * k));
+      const auto original = *w;
+      std::weak_ptr<std::vector<float>> alive = w;
+      auto before = dev->memory().used_by_exo;
+      auto adopted = dev->adopt_host(w->data(), w->size() * 4, w);
+      const float* data = w->data();
+      w.reset(); // the buffer alone keeps the weights alive
+      if (dev->properties().kind != backend_kind::cpu) {
+        REQUIRE_FALSE(adopted.ok());
+        CHECK(adopted.err().code == errc::unsupported);
+        CHECK(alive.expired());
+        continue;
+      }
+      REQUIRE(adopted.ok());
+      auto& wb = **adopted;
+      CHECK(wb.read_only());
+      CHECK_FALSE(alive.expired());
+      CHECK(dev->memory().used_by_exo == before + n * k * 4);
+      CHECK(dev->host_pointer(wb) == nullptr); // no writable pointer
+
+      // Products read it like any buffer.
+      auto x = random_floats(rng, m * k);
+      auto a = alloc(*dev, x.size() * 4), c = alloc(*dev, m * n * 4);
+      upload(*dev, *a, x);
+      matmul_dims d{m, n, k, true};
+      REQUIRE(dev->matmul_weights({a.get(), 0}, {&wb, 0}, weight_type::f32,
+                                  {c.get(), 0}, d)
+                .ok());
+      std::vector<float> want(m * n);
+      host::matmul_reference(x.data(), original.data(), want.data(), d);
+      require_close(download(*dev, *c, m * n), want, 1e-4);
+      std::vector<float> back(n * k);
+      REQUIRE(dev->read(wb, 0, back.data(), back.size() * 4).ok());
+      CHECK(back == original);
+
+      // Every way of writing into it is refused, naming why.
+      auto is_read_only = [](const status& s) {
+        return !s.ok() && s.err().code == errc::invalid_argument
+               && s.err().message.find("read-only") != std::string::npos;
+      };
+      CHECK(is_read_only(dev->write(wb, 0, x.data(), 4)));
+      CHECK(is_read_only(dev->copy(*a, 0, wb, 0, 4)));
+      CHECK(is_read_only(copy_between(*dev, *a, 0, *dev, wb, 0, 4)));
+      CHECK(is_read_only(
+        dev->elementwise(binary_op::add, {a.get(), 0}, {a.get(), 0},
+                         {&wb, 0}, 4)));
+      CHECK(is_read_only(dev->matmul_weights({a.get(), 0}, {c.get(), 0},
+                                             weight_type::f32, {&wb, 0},
+                                             {1, 1, 4, true})));
+      CHECK(is_read_only(dev->rms_norm({a.get(), 0}, {a.get(), 0}, {&wb, 0},
+                                       1, 4, 1e-5f)));
+      CHECK(is_read_only(dev->silu_mul({a.get(), 0}, {a.get(), 0}, {&wb, 0},
+                                       4)));
+      CHECK(std::equal(original.begin(), original.end(), data));
+
+      // Bad regions.
+      CHECK(dev->adopt_host(nullptr, 16, std::make_shared<int>(0)).err().code
+            == errc::invalid_argument);
+      CHECK(dev->adopt_host(data, 16, nullptr).err().code
+            == errc::invalid_argument);
+      CHECK(dev->adopt_host(data, 0, std::make_shared<int>(0)).err().code
+            == errc::invalid_argument);
+
+      adopted->reset(); // freeing it hands the memory back, uncounted
+      CHECK(alive.expired());
+      CHECK(dev->memory().used_by_exo == before + m * k * 4 + m * n * 4);
+    }
+  }
+}
+
+TEST_CASE("a cpu device configured to copy weights does not adopt host "
+          "memory") {
+  cpu_options o;
+  o.weights_in_place = false;
+  auto be = make_cpu_backend(o);
+  REQUIRE(be->initialize().ok());
+  auto mem = std::make_shared<std::vector<float>>(16, 1.0f);
+  auto r = be->device_at(0)->adopt_host(mem->data(), 64, mem);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.err().code == errc::unsupported);
 }

@@ -20,6 +20,7 @@ TEST_CASE("an empty config gives a single local node with every default") {
   CHECK(cfg.tls.unset());
   CHECK(cfg.devices.include.empty());
   CHECK(cfg.devices.simulated.empty());
+  CHECK(cfg.devices.cpu_weights_in_place);
   CHECK(cfg.log_level == "info");
 }
 
@@ -33,7 +34,7 @@ TEST_CASE("every documented key is read") {
     "tls": {"certificate": "n.crt", "key": "n.key", "ca": "ca.crt",
             "passphrase_file": "pw"},
     "devices": {"include": ["vulkan", "cpu", "sim"], "exclude": ["cuda"],
-                "cpu_memory_limit_mib": 2048,
+                "cpu_memory_limit_mib": 2048, "cpu_weights_in_place": false,
                 "simulated": [{"profile": "a100-40g", "id": "sim:big"},
                               {"profile": "adreno-740", "count": 2}],
                 "sim_time_scale": 0.5, "rescan_interval_s": 0,
@@ -65,6 +66,7 @@ TEST_CASE("every documented key is read") {
   CHECK(cfg.log_level == "debug");
   auto f = cfg.factory_options();
   CHECK(f.cpu.memory_limit == 2048ull << 20);
+  CHECK_FALSE(f.cpu.weights_in_place);
   CHECK(f.sim.devices.size() == 3);
 }
 
@@ -103,6 +105,8 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "tls: certificate, key and ca must be given together"},
     {R"({"devices": {"include": ["metal"]}})",
      "devices.include[0]: unknown backend \"metal\""},
+    {R"({"devices": {"cpu_weights_in_place": "yes"}})",
+     "devices.cpu_weights_in_place: must be"},
     {R"({"devices": {"exclude": [1]}})",
      "devices.exclude[0]: must be a string"},
     {R"({"devices": {"simulated": [{"profile": "h9000"}]}})",

@@ -111,3 +111,23 @@ TEST_CASE("a request that fits only unrounded gets exactly what it asked "
   REQUIRE(c.ok());
   CHECK(pool.reuse_count() == 1);
 }
+
+TEST_CASE("adopted host memory gets a checked handle and is never pooled") {
+  fixture f;
+  buffer_pool pool{*f.dev, 1u << 20, 7};
+  auto mem = std::make_shared<std::vector<float>>(3000, 1.5f);
+  std::weak_ptr<std::vector<float>> alive = mem;
+  auto h = pool.adopt(mem->data(), mem->size() * 4, mem);
+  mem.reset();
+  REQUIRE(h.ok());
+  CHECK(pool.live_bytes() == 12000);
+  auto* buf = *pool.resolve(*h, 0, 12000);
+  CHECK(buf->read_only());
+  CHECK(pool.resolve(*h, 0, 12001).err().code == backend::errc::out_of_range);
+  REQUIRE(pool.release(*h).ok());
+  // Handed back to its owner, not cached for the next allocation.
+  CHECK(alive.expired());
+  CHECK(pool.cached_bytes() == 0);
+  CHECK(pool.live_bytes() == 0);
+  CHECK_FALSE(pool.resolve(*h, 0, 1).ok());
+}

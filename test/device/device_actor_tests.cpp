@@ -115,6 +115,38 @@ TEST_CASE("bytes written through a handle read back the same") {
   f.ask<caf::atom_value>(f.cpu, free_atom::value, h);
 }
 
+TEST_CASE("a cpu device actor reads this process's memory in place; a "
+          "simulated one says unsupported") {
+  fixture f;
+  auto mem = std::make_shared<chunk>(bytes_of(3000, 5));
+  std::weak_ptr<chunk> alive = mem;
+  auto h = f.ask<handle_id>(f.cpu, adopt_atom::value,
+                            host_region{mem->bytes.data(), 3000, mem});
+  auto back = f.ask<chunk>(f.cpu, read_atom::value, h, std::uint64_t{100},
+                           std::uint64_t{2000});
+  CHECK(std::equal(back.bytes.begin(), back.bytes.end(),
+                   mem->bytes.begin() + 100));
+  // Read-only: a write is refused and changes nothing.
+  auto err = f.ask_error(f.cpu, caf::make_message(write_atom::value, h,
+                                                  std::uint64_t{0},
+                                                  bytes_of(10, 0)));
+  CHECK(error_message(err).find("read-only") != std::string::npos);
+  CHECK(mem->bytes == bytes_of(3000, 5).bytes);
+  mem.reset();
+  CHECK_FALSE(alive.expired()); // the device holds it while the handle lives
+  f.ask<caf::atom_value>(f.cpu, free_atom::value, h);
+  CHECK(alive.expired());
+
+  auto other = std::make_shared<chunk>(bytes_of(64, 1));
+  auto refused = f.ask_error(
+    f.sim, caf::make_message(adopt_atom::value,
+                             host_region{other->bytes.data(), 64, other}));
+  CHECK(code_of(refused) == exo_errc::unsupported);
+  // An answer, not a device failure.
+  CHECK(f.ask<device_info>(f.sim, info_atom::value).state
+        == device_state::ready);
+}
+
 TEST_CASE("a write past the end of an allocation is refused by name") {
   fixture f;
   auto h = f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{100});

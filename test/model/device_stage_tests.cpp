@@ -75,8 +75,21 @@ struct temp_model {
 /// Forwards to another device_ops and counts what goes through.
 struct counting_ops final : device_ops {
   device_ops& inner;
-  std::uint64_t writes = 0, largest_write = 0, runs = 0, ops = 0, reads = 0;
-  explicit counting_ops(device_ops& i) : inner(i) {
+  bool pass_adopt; ///< forward adopt_host (else: unsupported, so copies)
+  std::uint64_t writes = 0, largest_write = 0, runs = 0, ops = 0, reads = 0,
+                adopted = 0;
+  explicit counting_ops(device_ops& i, bool adopt = false)
+    : inner(i), pass_adopt(adopt) {
+  }
+  backend::result<device_handle>
+  adopt_host(const void* d, std::uint64_t b,
+             std::shared_ptr<const void> keep) override {
+    if (!pass_adopt)
+      return device_ops::adopt_host(d, b, std::move(keep));
+    auto h = inner.adopt_host(d, b, std::move(keep));
+    if (h)
+      adopted += b;
+    return h;
   }
   backend::result<device_handle> allocate(std::uint64_t b) override {
     return inner.allocate(b);
@@ -130,12 +143,15 @@ double worst(const std::vector<float>& got, const std::vector<float>& want) {
 
 /// Two sequences, each a multi-token prompt then single tokens,
 /// interleaved, through stages [0, 2) and [2, 4) on `dev`; every step's
-/// logits compared with the host pipeline's.
-void compare_on(backend::device& dev, const temp_model& tm, tensor_type type) {
-  INFO("device " << dev.properties().id << ", " << to_string(type));
+/// logits compared with the host pipeline's. `in_place`: weights read where
+/// the file is mapped when the device can (the cpu device), else copied.
+void compare_on(backend::device& dev, const temp_model& tm, tensor_type type,
+                bool in_place) {
+  INFO("device " << dev.properties().id << ", " << to_string(type)
+                 << (in_place ? ", weights in place" : ", weights copied"));
   auto& hp = tm.model->hparams();
   backend_ops base(dev);
-  counting_ops ops(base);
+  counting_ops ops(base, in_place);
   device_stage_options opts;
   opts.max_tokens = 16;
   opts.max_logit_rows = 16;
@@ -150,6 +166,15 @@ void compare_on(backend::device& dev, const temp_model& tm, tensor_type type) {
   CHECK(ops.largest_write <= 4096);
   CHECK(a.weight_bytes() > 0);
   CHECK(b.weight_bytes() > a.weight_bytes()); // holds the output head
+  // Only the cpu device reads host memory in place; the others (and the
+  // cpu device when not asked) get copies.
+  const bool adopts =
+    in_place && dev.properties().kind == backend::backend_kind::cpu;
+  CHECK(a.weight_bytes_in_place() == (adopts ? a.weight_bytes() : 0));
+  CHECK(b.weight_bytes_in_place() == (adopts ? b.weight_bytes() : 0));
+  CHECK(ops.adopted == a.weight_bytes_in_place() + b.weight_bytes_in_place());
+  if (adopts) // nothing uploaded: writes carry only activations
+    CHECK(ops.writes == 0);
 
   llama_pipeline ref(tm.model, {0, 2, 4});
   const std::uint32_t n_ctx = 32;
@@ -216,7 +241,8 @@ TEST_CASE("a device stage gives the host engine's logits on every device",
   for (auto type : {tensor_type::f32, tensor_type::f16, tensor_type::q8_0}) {
     temp_model tm(type);
     for (auto* dev : devices().devices())
-      compare_on(*dev, tm, type);
+      for (bool in_place : {true, false})
+        compare_on(*dev, tm, type, in_place);
   }
 }
 

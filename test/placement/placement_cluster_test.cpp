@@ -183,6 +183,8 @@ TEST_CASE("plan in the console places a model on both nodes' devices and "
     },
     60s));
   auto after = console(f, a.port, "plans", false);
+  INFO("plans on a: " << after.out << after.err << "\nnode a's log:\n"
+                      << a.proc->out());
   CHECK(contains(after.out, "last re-plan: member b"));
   CHECK(contains(after.out, "STALE"));
 }
