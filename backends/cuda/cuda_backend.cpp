@@ -1,6 +1,7 @@
 #include "backends/cuda/cuda_backend.hpp"
 
-#include <cublas_v2.h>
+#include "backends/cuda/cublas_library.hpp"
+
 #include <cuda_runtime_api.h>
 
 #define EXO_GPU_KERNEL_NS cuda_kernels
@@ -13,14 +14,15 @@ namespace exo::backend::cuda_impl {
 
 namespace {
 
-error blas_failure(const char* call, cublasStatus_t st) {
+error blas_failure(const cuda::cublas_api& api, const char* call,
+                   cublasStatus_t st) {
   auto code = st == CUBLAS_STATUS_ALLOC_FAILED ? errc::out_of_memory
               : st == CUBLAS_STATUS_NOT_INITIALIZED ? errc::no_device
               : st == CUBLAS_STATUS_INVALID_VALUE ? errc::invalid_argument
               : st == CUBLAS_STATUS_NOT_SUPPORTED ? errc::unsupported
                                                   : errc::driver_error;
-  return fail(code, std::string{call} + ": " + cublasGetStatusName(st) + ": "
-                      + cublasGetStatusString(st));
+  return fail(code, std::string{call} + ": " + api.status_name(st) + ": "
+                      + api.status_string(st));
 }
 
 /// NVIDIA specifics for gpu_backend_impl.hpp.
@@ -102,24 +104,30 @@ struct cuda_platform {
   }
 
   /// cuBLAS on the device's stream; row-major through the transposition
-  /// trick (gpu::row_major_as_column_major).
+  /// trick (gpu::row_major_as_column_major). The library is loaded when
+  /// the first device initializes (cublas_library.hpp).
   struct blas {
+    std::shared_ptr<const cuda::cublas_api> api;
     cublasHandle_t handle = nullptr;
 
     status init(cudaStream_t stream) {
-      if (auto st = cublasCreate(&handle); st != CUBLAS_STATUS_SUCCESS) {
+      auto loaded = cuda::process_cublas();
+      if (!loaded)
+        return loaded.err();
+      api = *loaded;
+      if (auto st = api->create(&handle); st != CUBLAS_STATUS_SUCCESS) {
         handle = nullptr;
-        return blas_failure("cublasCreate", st);
+        return blas_failure(*api, "cublasCreate", st);
       }
-      if (auto st = cublasSetStream(handle, stream);
+      if (auto st = api->set_stream(handle, stream);
           st != CUBLAS_STATUS_SUCCESS)
-        return blas_failure("cublasSetStream", st);
+        return blas_failure(*api, "cublasSetStream", st);
       return {};
     }
 
     void destroy() {
       if (handle != nullptr)
-        cublasDestroy(handle);
+        api->destroy(handle);
       handle = nullptr;
     }
 
@@ -128,13 +136,13 @@ struct cuda_platform {
       auto g = gpu::row_major_as_column_major(dims);
       const float one = 1.0f;
       const float zero = 0.0f;
-      auto st = cublasSgemm(handle,
+      auto st = api->sgemm(handle,
                             g.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N,
                             CUBLAS_OP_N, g.rows, g.cols, g.inner, &one, b,
                             g.ld_first, a, g.ld_second, &zero, c,
                             g.ld_result);
       if (st != CUBLAS_STATUS_SUCCESS)
-        return blas_failure("cublasSgemm", st);
+        return blas_failure(*api, "cublasSgemm", st);
       return {};
     }
   };

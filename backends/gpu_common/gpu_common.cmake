@@ -9,6 +9,7 @@ add_library(exo_gpu_common STATIC
   ${EXO_GPU_COMMON_DIR}/gpu_errors.cpp
   ${EXO_GPU_COMMON_DIR}/gpu_properties.cpp
   ${EXO_GPU_COMMON_DIR}/launch_geometry.cpp
+  ${EXO_GPU_COMMON_DIR}/shared_library.cpp
   ${EXO_GPU_COMMON_DIR}/kernel_reference.cpp
   ${EXO_GPU_COMMON_DIR}/telemetry_loader.cpp)
 target_link_libraries(exo_gpu_common

@@ -2,10 +2,7 @@
 
 #include "backends/gpu_common/gpu_errors.hpp"
 #include "backends/gpu_common/gpu_properties.hpp"
-
-#include <dlfcn.h>
-
-#include <mutex>
+#include "backends/gpu_common/shared_library.hpp"
 
 namespace exo::backend::gpu {
 
@@ -43,53 +40,6 @@ const std::vector<std::string>& rocm_smi_library_names() {
 }
 
 namespace {
-
-// -- dlopen ------------------------------------------------------------------
-
-/// An open shared library; closes it on destruction.
-class shared_library {
-public:
-  shared_library() = default;
-  explicit shared_library(void* handle) : handle_(handle) {
-  }
-  shared_library(const shared_library&) = delete;
-  shared_library& operator=(const shared_library&) = delete;
-  ~shared_library() {
-    if (handle_ != nullptr)
-      dlclose(handle_);
-  }
-
-  /// The symbol `name` as a function pointer of type F, or nullptr.
-  template <class F>
-  F symbol(const char* name) const {
-    return reinterpret_cast<F>(dlsym(handle_, name));
-  }
-
-private:
-  void* handle_ = nullptr;
-};
-
-/// dlopen of the first loadable name, or an error listing every attempt.
-result<std::unique_ptr<shared_library>>
-open_first(const char* what, const std::vector<std::string>& names) {
-  std::string tried;
-  // dlerror() is process-global; serialize our use of it.
-  static std::mutex mtx;
-  std::lock_guard<std::mutex> guard{mtx};
-  for (auto& name : names) {
-    dlerror();
-    if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))
-      return std::make_unique<shared_library>(h);
-    const char* why = dlerror();
-    if (!tried.empty())
-      tried += "; ";
-    tried += "dlopen " + name + ": " + (why != nullptr ? why : "failed");
-  }
-  if (names.empty())
-    tried = "no library names given";
-  return fail(errc::unsupported,
-              std::string{what} + " not available (" + tried + ")");
-}
 
 // -- NVML --------------------------------------------------------------------
 
