@@ -53,6 +53,41 @@ std::size_t good_prefix(std::string_view content, record_reader& reader,
   return 0;
 }
 
+/// good_prefix over a file, reading only as much of its end as it needs:
+/// a growing tail (from 64 KiB) until it holds a good record or is the
+/// whole file. Startup then costs the same with a file of a few records or
+/// of 64 MiB. The tail's first line may be cut: it is left out until the
+/// tail reaches the file's start, so lines are the whole file's lines and
+/// the answer is good_prefix's on the whole file.
+std::uint64_t good_prefix_of(const std::string& path, record_reader& reader,
+                             record& last, std::size_t& dropped,
+                             std::uint64_t& size) {
+  for (std::uint64_t window = 64 << 10;; window *= 2) {
+    auto tail = read_tail(path, window);
+    size = tail.size;
+    std::string_view content{tail.bytes};
+    std::uint64_t base = tail.offset;
+    if (base > 0) { // skip the (possibly cut) first line
+      auto nl = content.find('\n');
+      if (nl == std::string_view::npos) {
+        if (window >= tail.size)
+          return 0;
+        continue;
+      }
+      content.remove_prefix(nl + 1);
+      base += nl + 1;
+    }
+    std::size_t lines = 0;
+    auto keep = good_prefix(content, reader, last, lines);
+    if (last.seq != 0 || tail.offset == 0) {
+      dropped += lines;
+      return last.seq != 0 ? base + keep : 0;
+    }
+    if (window >= (std::uint64_t{1} << 62))
+      return 0;
+  }
+}
+
 } // namespace
 
 audit_log::audit_log(audit_log_options opts) : opts_(std::move(opts)) {
@@ -108,19 +143,20 @@ void audit_log::recover() {
   // The newest file may end in a torn write: cut it back to its last good
   // record. Older files were closed cleanly; a bad end there is tampering.
   auto& newest = files.back();
-  auto content = read_file(newest.path);
-  auto keep = good_prefix(content, reader, last, recovery_.dropped_lines);
-  if (keep < content.size()) {
+  std::uint64_t size = 0;
+  auto keep =
+    good_prefix_of(newest.path, reader, last, recovery_.dropped_lines, size);
+  if (keep < size) {
     if (::truncate(newest.path.c_str(), static_cast<off_t>(keep)) != 0)
       throw audit_error(sys_error("cannot truncate torn audit file",
                                   newest.path));
-    recovery_.truncated_bytes = content.size() - keep;
+    recovery_.truncated_bytes = size - keep;
   }
   for (auto i = files.size() - 1; last.seq == 0 && i-- > 0;) {
-    auto older = read_file(files[i].path);
     std::size_t dropped = 0;
-    auto good = good_prefix(older, reader, last, dropped);
-    if (good != older.size())
+    std::uint64_t older = 0;
+    auto good = good_prefix_of(files[i].path, reader, last, dropped, older);
+    if (good != older)
       throw audit_error("audit file " + files[i].path
                         + " has a corrupt end; run `audit verify`");
   }

@@ -7,6 +7,10 @@
 #include <fstream>
 #include <sstream>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 namespace exo::audit {
 
 std::string log_file_name(std::string_view prefix, std::uint64_t index) {
@@ -52,14 +56,40 @@ std::vector<log_file> list_log_files(const std::string& dir,
 }
 
 std::string read_file(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
+  return read_tail(path, UINT64_MAX).bytes;
+}
+
+file_tail read_tail(const std::string& path, std::uint64_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
     throw audit_error("cannot open " + path + ": " + std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad())
-    throw audit_error("cannot read " + path);
-  return std::move(buf).str();
+  struct stat sb {};
+  if (::fstat(fd, &sb) != 0) {
+    auto err = errno;
+    ::close(fd);
+    throw audit_error("cannot read " + path + ": " + std::strerror(err));
+  }
+  file_tail out;
+  out.size = static_cast<std::uint64_t>(sb.st_size);
+  auto n = std::min(out.size, max_bytes);
+  out.offset = out.size - n;
+  // One allocation and one pass: a log file reaches tens of MB.
+  out.bytes.resize(static_cast<std::size_t>(n));
+  std::size_t done = 0;
+  while (done < n) {
+    auto r = ::pread(fd, out.bytes.data() + done, n - done,
+                     static_cast<off_t>(out.offset + done));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      auto err = r < 0 ? std::strerror(errno) : "the file shrank while read";
+      ::close(fd);
+      throw audit_error("cannot read " + path + ": " + err);
+    }
+    done += static_cast<std::size_t>(r);
+  }
+  ::close(fd);
+  return out;
 }
 
 } // namespace exo::audit

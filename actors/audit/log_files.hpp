@@ -32,6 +32,15 @@ std::vector<log_file> list_log_files(const std::string& dir,
 /// Reads a whole file. Throws `audit_error` naming the file on failure.
 std::string read_file(const std::string& path);
 
+/// The end of a file: its size and its last `max_bytes` bytes (all of it
+/// when smaller). Throws `audit_error` naming the file on failure.
+struct file_tail {
+  std::uint64_t size = 0;   ///< of the whole file
+  std::uint64_t offset = 0; ///< where `bytes` starts in the file
+  std::string bytes;
+};
+file_tail read_tail(const std::string& path, std::uint64_t max_bytes);
+
 /// Calls `fn(line, line_number, complete)` for every line of `content`
 /// (without the '\n'); the last line is incomplete when it has no '\n'.
 template <class F>

@@ -1,5 +1,6 @@
 #include "actors/audit/audit_command.hpp"
 #include "actors/audit/audit_log.hpp"
+#include "actors/audit/log_files.hpp"
 #include "actors/audit/record.hpp"
 #include "actors/audit/verify.hpp"
 #include "test/audit/temp_dir.hpp"
@@ -245,6 +246,49 @@ TEST_CASE("a torn last line is truncated on open and the chain continues") {
   CHECK(res.ok);
   CHECK_FALSE(res.torn_tail);
   CHECK(res.last_seq == 6);
+}
+
+TEST_CASE("a large log is recovered from its end, whatever the torn tail's "
+          "length") {
+  temp_dir dir;
+  // About 1 MB of records: recovery reads a growing window from the end.
+  auto path = write_log(dir, 6000);
+  auto good = slurp(path);
+  REQUIRE(good.size() > (512u << 10));
+  struct tail_case {
+    std::string tail;
+    std::size_t dropped;
+  };
+  // A short cut record; a torn tail longer than the first window (64 KiB)
+  // with no newline; and whole garbage lines spanning several windows.
+  std::string garbage_lines;
+  for (int i = 0; i < 3000; ++i)
+    garbage_lines += std::string(90, 'x') + "\n";
+  for (auto& c : {tail_case{"{\"seq\":6001,\"ti", 1},
+                  tail_case{std::string(200u << 10, 'y'), 1},
+                  tail_case{garbage_lines, 3000}}) {
+    spit(path, good + c.tail);
+    audit_log log{options(dir)};
+    CHECK(log.recovery().truncated_bytes == c.tail.size());
+    CHECK(log.recovery().dropped_lines == c.dropped);
+    CHECK(log.recovery().last_seq == 6000);
+    CHECK(slurp(path) == good);
+  }
+  {
+    audit_log log{options(dir)};
+    CHECK(log.recovery().truncated_bytes == 0);
+    CHECK(log.append(make_event(6000)) == 6001);
+  }
+  CHECK(verify({path}, {true}).ok);
+  // What recovery reads: the end of the file only.
+  auto tail = read_tail(path, 100);
+  auto all = slurp(path);
+  CHECK(tail.size == all.size());
+  CHECK(tail.offset == all.size() - 100);
+  CHECK(tail.bytes == all.substr(all.size() - 100));
+  CHECK(read_tail(path, 1u << 30).bytes == all);
+  CHECK_THROWS_WITH(read_tail(dir.path() + "/none.jsonl", 10),
+                    Catch::Contains("cannot open"));
 }
 
 TEST_CASE("a tail of zero bytes after a crash is dropped on open") {
