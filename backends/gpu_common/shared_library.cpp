@@ -23,7 +23,11 @@ open_first(const char* what, const std::vector<std::string>& names) {
   std::lock_guard<std::mutex> guard{mtx};
   for (auto& name : names) {
     dlerror();
-    if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))
+    // RTLD_NODELETE: a vendor library is never unmapped. Unloading one
+    // (cuBLAS links its own libstdc++) leaves memory that its static
+    // initializers allocated pointing into nothing, and its atexit work
+    // would run from an unmapped image.
+    if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE))
       return std::make_unique<shared_library>(h);
     const char* why = dlerror();
     if (!tried.empty())

@@ -14,7 +14,7 @@
 
 namespace exo::backend::gpu {
 
-/// An open shared library; closes it on destruction.
+/// An open shared library; dlclose on destruction (the image stays mapped).
 class shared_library {
 public:
   explicit shared_library(void* handle) : handle_(handle) {
@@ -35,7 +35,8 @@ private:
   void* handle_;
 };
 
-/// dlopen (RTLD_NOW | RTLD_LOCAL) of the first of `names` that loads, or
+/// dlopen (RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE: never unmapped) of the
+/// first of `names` that loads, or
 /// errc::unsupported naming `what` and every attempt with dlerror's reason.
 result<std::unique_ptr<shared_library>>
 open_first(const char* what, const std::vector<std::string>& names);
