@@ -7,6 +7,7 @@
 // narrower registers and give the same bits (tested).
 
 #include "backends/host_kernels.hpp"
+#include "backends/host_parallel.hpp"
 #include "backends/host_reduce.hpp"
 
 #include <immintrin.h>
@@ -18,14 +19,6 @@
 #include <limits>
 #include <vector>
 
-#if defined(_OPENMP)
-#define EXO_OMP_PARALLEL                                                       \
-  _Pragma("omp parallel num_threads(threads) if (threads > 1 && jobs > 1)")
-#define EXO_OMP_FOR _Pragma("omp for schedule(dynamic)")
-#else
-#define EXO_OMP_PARALLEL
-#define EXO_OMP_FOR
-#endif
 
 namespace exo::backend::host {
 
@@ -604,46 +597,49 @@ void attention_tiled(const float* q, const float* k, const float* v, float* out,
   const std::size_t blocks = (d.n_tokens + fa_tile - 1) / fa_tile;
   const long jobs = static_cast<long>(d.n_kv_heads * blocks);
   const tile_kernels kf = tile_kernels_now();
-  EXO_OMP_PARALLEL {
+  struct scratch {
     kv_tile t;
     std::vector<float> acc;
     std::vector<row_state> st;
-    EXO_OMP_FOR
-    for (long job = 0; job < jobs; ++job) {
-      const auto uj = static_cast<std::size_t>(job);
-      const std::size_t g = uj / blocks; // KV head
-      const std::size_t t0 = (uj % blocks) * fa_tile;
-      const std::size_t t1 = std::min(d.n_tokens, t0 + fa_tile);
-      const std::size_t rows = (t1 - t0) * group;
-      acc.assign(rows * hd, 0.0f);
-      st.assign(rows, row_state{});
-      const std::size_t end = d.pos0 + t1; // cells any row of the block sees
-      for (std::size_t c0 = 0; c0 < end; c0 += fa_tile) {
-        pack_tile(k + g * hd, v + g * hd, c0, std::min(fa_tile, end - c0), hd,
-                  d.kv_stride, t);
-        for (std::size_t tt = t0; tt < t1; ++tt) {
-          const std::size_t pos = d.pos0 + tt;
-          if (pos < c0)
-            continue; // no visible cell in this tile
-          for (std::size_t j = 0; j < group; ++j) {
-            const std::size_t h = g * group + j;
-            const std::size_t r = (tt - t0) * group + j;
-            tile_row(kf, q + tt * row + h * hd, t, c0, pos, hd, d.scale, st[r],
-                     acc.data() + r * hd);
-          }
+  };
+  auto make = [] { return scratch{}; };
+  for_each_job(jobs, threads, make, [&](long job, scratch& sc) {
+    auto& t = sc.t;
+    auto& acc = sc.acc;
+    auto& st = sc.st;
+    const auto uj = static_cast<std::size_t>(job);
+    const std::size_t g = uj / blocks; // KV head
+    const std::size_t t0 = (uj % blocks) * fa_tile;
+    const std::size_t t1 = std::min(d.n_tokens, t0 + fa_tile);
+    const std::size_t rows = (t1 - t0) * group;
+    acc.assign(rows * hd, 0.0f);
+    st.assign(rows, row_state{});
+    const std::size_t end = d.pos0 + t1; // cells any row of the block sees
+    for (std::size_t c0 = 0; c0 < end; c0 += fa_tile) {
+      pack_tile(k + g * hd, v + g * hd, c0, std::min(fa_tile, end - c0), hd,
+                d.kv_stride, t);
+      for (std::size_t tt = t0; tt < t1; ++tt) {
+        const std::size_t pos = d.pos0 + tt;
+        if (pos < c0)
+          continue; // no visible cell in this tile
+        for (std::size_t j = 0; j < group; ++j) {
+          const std::size_t h = g * group + j;
+          const std::size_t r = (tt - t0) * group + j;
+          tile_row(kf, q + tt * row + h * hd, t, c0, pos, hd, d.scale, st[r],
+                   acc.data() + r * hd);
         }
       }
-      for (std::size_t tt = t0; tt < t1; ++tt)
-        for (std::size_t j = 0; j < group; ++j) {
-          const std::size_t r = (tt - t0) * group + j;
-          const float s = st[r].S;
-          const float s_inv = s == 0.0f ? 0.0f : 1.0f / s;
-          float* o = out + tt * row + (g * group + j) * hd;
-          for (std::size_t e = 0; e < hd; ++e)
-            o[e] = acc[r * hd + e] * s_inv;
-        }
     }
-  }
+    for (std::size_t tt = t0; tt < t1; ++tt)
+      for (std::size_t j = 0; j < group; ++j) {
+        const std::size_t r = (tt - t0) * group + j;
+        const float s = st[r].S;
+        const float s_inv = s == 0.0f ? 0.0f : 1.0f / s;
+        float* o = out + tt * row + (g * group + j) * hd;
+        for (std::size_t e = 0; e < hd; ++e)
+          o[e] = acc[r * hd + e] * s_inv;
+      }
+  });
 }
 
 void attention_chunked(const float* q, const float* k, const float* v,
@@ -653,10 +649,9 @@ void attention_chunked(const float* q, const float* k, const float* v,
   const std::size_t row = d.n_heads * hd;
   const long jobs = static_cast<long>(d.n_tokens * d.n_heads);
   const chunk_kernels kf = chunk_kernels_now();
-  EXO_OMP_PARALLEL {
-    std::vector<float> scratch(2 * hd);
-    EXO_OMP_FOR
-    for (long job = 0; job < jobs; ++job) {
+  for_each_job(
+    jobs, threads, [&] { return std::vector<float>(2 * hd); },
+    [&](long job, std::vector<float>& scratch) {
       const auto uj = static_cast<std::size_t>(job);
       const std::size_t t = uj / d.n_heads;
       const std::size_t h = uj % d.n_heads;
@@ -664,8 +659,7 @@ void attention_chunked(const float* q, const float* k, const float* v,
       one_chunk_head(kf, q + t * row + h * hd, k + kvh, v + kvh, d.pos0 + t + 1,
                      hd, d.kv_stride, d.scale, scratch.data(),
                      scratch.data() + hd, out + t * row + h * hd);
-    }
-  }
+    });
 }
 
 } // namespace

@@ -1,4 +1,6 @@
 #include "backends/host_kernels.hpp"
+
+#include "backends/host_parallel.hpp"
 #include "backends/host_reduce.hpp"
 
 #include <cblas.h>
@@ -14,13 +16,10 @@
 // OpenMP splits rows where the build has it; without it the loops run on
 // the caller's thread (and no unknown-pragma warning appears).
 #if defined(_OPENMP)
-#  define EXO_OMP_ROWS                                                      \
-    _Pragma("omp parallel for num_threads(threads) schedule(static) if (threads > 1)")
 #  define EXO_OMP_PANELS                                             \
     _Pragma("omp parallel for num_threads(threads) schedule(dynamic) if (threads > 1 && panels > 1)")
 #else
 #  define EXO_OMP_PANELS
-#  define EXO_OMP_ROWS
 #endif
 
 namespace exo::backend::host {
@@ -601,8 +600,7 @@ void gemv_rows(const std::uint8_t* wdata, weight_type type, std::size_t rows,
   const float* xs = type == weight_type::f16 ? p.xf.data() : x;
   const std::size_t rb = row_bytes_of(type, cols);
   const long nrows = static_cast<long>(rows);
-  EXO_OMP_ROWS
-  for (long r = 0; r < nrows; ++r) {
+  for_each_index(nrows, threads, [&](long r) {
     const std::uint8_t* row = wdata + static_cast<std::size_t>(r) * rb;
     for (std::size_t t = 0; t < n_tokens; ++t) {
       float s = 0.0f;
@@ -616,7 +614,7 @@ void gemv_rows(const std::uint8_t* wdata, weight_type type, std::size_t rows,
       }
       y[t * rows + static_cast<std::size_t>(r)] = s;
     }
-  }
+  });
 }
 
 // -- batched F32/F16 products: tinyBLAS's order ------------------------------
@@ -1078,13 +1076,12 @@ void gemm_q8_scalar(const prepared_input& p, std::size_t m,
                     float* c, int threads) {
   const std::size_t nb = k / 32, rb = nb * 34;
   const long nrows = static_cast<long>(rows);
-  EXO_OMP_ROWS
-  for (long r = 0; r < nrows; ++r) {
+  for_each_index(nrows, threads, [&](long r) {
     const auto ur = static_cast<std::size_t>(r);
     for (std::size_t t = 0; t < m; ++t)
       c[t * rows + ur] = dot_q8_scalar(w + ur * rb, p.xq.data() + t * nb,
                                        p.xd.data() + t * nb, nb);
-  }
+  });
 }
 
 /// C[m x rows] = Q8_0(X) * W^T for Q8_0 weights, any m >= 1.
