@@ -331,6 +331,8 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
       snap.fields["upload_s"] = std::to_string(st.upload_s);
       if (st.stage) {
         snap.fields["weight_bytes"] = std::to_string(st.stage->weight_bytes());
+        snap.fields["weight_bytes_in_place"] =
+          std::to_string(st.stage->weight_bytes_in_place());
         snap.fields["kv_cache_bytes"] =
           std::to_string(st.stage->cache_bytes());
         snap.fields["device_ops"] = std::to_string(st.stage->ops_run());

@@ -425,6 +425,56 @@ TEST_CASE("a shard computes on its device and keeps its KV cache there",
   f.stop(stages);
 }
 
+TEST_CASE("a shard on the cpu device reads its weights where the model is "
+          "mapped; on a simulated device it uploads them",
+          "[workload]") {
+  fixture f;
+  caf::scoped_actor self{*f.sys};
+  auto snapshot = [&](const caf::actor& a) {
+    actor_snapshot out;
+    self->request(a, std::chrono::seconds(10), inspect_atom::value)
+      .receive([&](actor_snapshot& s) { out = std::move(s); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return out;
+  };
+  auto num = [](actor_snapshot& s, const char* k) {
+    return std::stoull(s.fields[k]);
+  };
+  for (const char* kind : {"cpu", "sim"}) {
+    INFO(kind);
+    auto di = f.device_index(kind);
+    auto dev = caf::actor_cast<caf::actor>(f.dev_actors[di]);
+    auto before = snapshot(dev);
+    auto stages = f.pipeline({0, 4}, {di});
+    auto sh = snapshot(stages[0]);
+    auto weights = num(sh, "weight_bytes");
+    REQUIRE(weights > 0);
+    auto loaded = snapshot(dev);
+    // Counted on the device either way (placement's accounting holds).
+    CHECK(num(loaded, "live_bytes") - num(before, "live_bytes") >= weights);
+    const bool cpu = std::string{kind} == "cpu";
+    CHECK(num(sh, "weight_bytes_in_place") == (cpu ? weights : 0));
+    // In place: nothing crossed to the device actor (bytes_in counts
+    // written bytes); copied: every weight was written.
+    auto written = num(loaded, "bytes_in") - num(before, "bytes_in");
+    if (cpu)
+      CHECK(written < weights / 100);
+    else
+      CHECK(written >= weights);
+    stage_step s;
+    s.job = 3;
+    s.tokens = {1, 17, 42, 99, 5};
+    std::vector<float> logits;
+    self->request(stages[0], std::chrono::seconds(30), forward_atom::value, s)
+      .receive([&](stage_step& r) { logits = std::move(r.x); },
+               [](caf::error& e) { FAIL(error_message(e)); });
+    model::llama_pipeline pipe(f.model, {0, 4});
+    auto seq = pipe.new_sequence(128);
+    CHECK(max_rel_diff(logits, pipe.eval(seq, s.tokens)) <= 1e-4f);
+    f.stop(stages);
+  }
+}
+
 TEST_CASE("a step sent while its device is paused waits, then completes "
           "with the same logits", "[workload]") {
   fixture f;
