@@ -607,7 +607,8 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
     },
     [self](compute_atom, handle_id in, std::uint64_t in_off, chunk& data,
            std::vector<kernel_call>& calls, handle_id out,
-           std::uint64_t out_off, std::uint64_t out_len) -> caf::result<chunk> {
+           std::uint64_t out_off, std::uint64_t out_len)
+      -> caf::result<chunk, std::vector<kernel_call>> {
       if (auto err = foreign(self, access::permission::compute_run))
         return err;
       if (auto err = foreign(self, access::permission::memory_copy))
@@ -633,7 +634,7 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       if (out_len > 0)
         if (auto err = read_from(self, out, out_off, out_len, c))
           return err;
-      return c;
+      return {std::move(c), std::move(calls)};
     },
     [self](compute_atom, kernel_call& call) -> caf::result<caf::atom_value> {
       if (auto err = foreign(self, access::permission::compute_run))

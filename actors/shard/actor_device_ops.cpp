@@ -173,27 +173,32 @@ backend::status actor_device_ops::read(model::device_handle h,
 namespace {
 
 /// The wire form of ops[begin, end).
-std::vector<kernel_call> to_calls(const std::vector<model::device_op>& ops,
-                                  std::size_t begin, std::size_t end) {
-  std::vector<kernel_call> calls;
-  calls.reserve(end - begin);
+/// Writes ops[begin, end) as kernel calls into `calls`, reusing the
+/// vectors already there (a shard's steps repeat the same calls).
+void fill_calls(const std::vector<model::device_op>& ops, std::size_t begin,
+                std::size_t end, std::vector<kernel_call>& calls) {
+  calls.resize(end - begin);
   for (std::size_t j = begin; j < end; ++j) {
     auto& op = ops[j];
-    kernel_call c;
+    auto& c = calls[j - begin];
     c.op = model::op_name(op.kind);
-    // One allocation per vector: a step sends ~170 calls.
-    c.inputs.reserve(op.inputs.size());
-    c.input_offsets.reserve(op.inputs.size());
+    c.inputs.clear();
+    c.input_offsets.clear();
     for (auto& in : op.inputs) {
       c.inputs.push_back(in.buf);
       c.input_offsets.push_back(in.offset);
     }
     c.output = op.output.buf;
     c.output_offset = op.output.offset;
-    c.dims = op.dims;
-    c.scalars = op.scalars;
-    calls.push_back(std::move(c));
+    c.dims.assign(op.dims.begin(), op.dims.end());
+    c.scalars.assign(op.scalars.begin(), op.scalars.end());
   }
+}
+
+std::vector<kernel_call> to_calls(const std::vector<model::device_op>& ops,
+                                  std::size_t begin, std::size_t end) {
+  std::vector<kernel_call> calls;
+  fill_calls(ops, begin, end, calls);
   return calls;
 }
 
@@ -235,12 +240,18 @@ backend::status actor_device_ops::step(
     chunk data;
     if (in_bytes > 0)
       data.bytes.assign(p, p + in_bytes);
+    // The calls of the last step come back with its reply (see
+    // messages/device.hpp); a refused attempt loses them, the next builds.
+    fill_calls(ops, 0, ops.size(), spare_calls_);
     backend::status status;
     auto sent = impl_->ask_or_paused(
       paused,
-      [&](chunk& r) { status = take_chunk(r, dst, out_bytes, "step"); },
+      [&](chunk& r, std::vector<kernel_call>& back) {
+        status = take_chunk(r, dst, out_bytes, "step");
+        spare_calls_ = std::move(back);
+      },
       compute_atom::value, in, in_offset, std::move(data),
-      to_calls(ops, 0, ops.size()), out, out_offset, out_bytes);
+      std::move(spare_calls_), out, out_offset, out_bytes);
     return sent ? status : sent;
   });
 }

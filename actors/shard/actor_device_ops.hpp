@@ -85,6 +85,9 @@ private:
   std::string where_;
   /// The device said it cannot read host memory in place.
   bool adopt_unsupported_ = false;
+  /// The last step's kernel calls, returned by the device actor and
+  /// refilled by the next step.
+  std::vector<kernel_call> spare_calls_;
   std::chrono::milliseconds pause_patience_;
   std::uint64_t requests_ = 0;
   std::uint64_t pause_waits_ = 0;

@@ -589,60 +589,66 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
   const std::uint64_t layer_kv = std::uint64_t{c.capacity} * nkv * 4;
-  std::vector<device_op> ops;
-  ops.reserve((last_ - first_) * 16 + 2);
+  // The operations go into the stage's own list, slot by slot: a step
+  // has the same ~170 operations as the last one, so their vectors keep
+  // their storage and a step allocates nothing here.
+  auto& ops = op_list_;
+  std::size_t n_ops = 0;
+  auto add = [&](op_kind kind, std::initializer_list<device_operand> in,
+                 device_operand out, std::initializer_list<std::uint64_t> dims,
+                 std::initializer_list<float> scalars) -> device_op& {
+    if (n_ops == ops.size())
+      ops.emplace_back();
+    auto& op = ops[n_ops++];
+    op.kind = kind;
+    op.inputs.assign(in);
+    op.output = out;
+    op.dims.assign(dims);
+    op.scalars.assign(scalars);
+    return op;
+  };
   auto mm = [&](const matrix& w, device_operand a, device_operand out) {
-    ops.push_back({w.kind, {a, at(w.buf)}, out, {N, w.rows, w.cols}, {}});
+    add(w.kind, {a, at(w.buf)}, out, {N, w.rows, w.cols}, {});
   };
   auto rope = [&](device_operand xv, std::uint64_t heads) {
-    device_op op{op_kind::rope, {at(io_, pos_off)}, xv,
-                 {N, heads, hp.head_dim, hp.n_rot}, {hp.rope_freq_base}};
+    auto& op = add(op_kind::rope, {at(io_, pos_off)}, xv,
+                   {N, heads, hp.head_dim, hp.n_rot}, {hp.rope_freq_base});
     if (rope_freqs_)
       op.inputs.push_back(at(rope_freqs_));
-    ops.push_back(std::move(op));
   };
   for (std::uint32_t l = first_; l < last_; ++l) {
     auto& L = layers_[l - first_];
     const std::uint64_t kv0 = (l - first_) * layer_kv;
     const std::uint64_t row = kv0 + std::uint64_t{pos} * nkv * 4;
     const device_operand resid = l == first_ ? x_in : at(io_);
-    ops.push_back({op_kind::rms_norm, {resid, at(L.attn_norm)}, at(cur_),
-                   {N, e}, {hp.rms_eps}});
+    add(op_kind::rms_norm, {resid, at(L.attn_norm)}, at(cur_), {N, e},
+        {hp.rms_eps});
     mm(L.wq, at(cur_), at(q_));
     // K and V land in the cache rows of the new positions directly.
     mm(L.wk, at(cur_), at(c.k, row));
     mm(L.wv, at(cur_), at(c.v, row));
     rope(at(q_), hp.n_head);
     rope(at(c.k, row), hp.n_head_kv);
-    ops.push_back({op_kind::attention,
-                   {at(q_), at(c.k, kv0), at(c.v, kv0)},
-                   at(att_),
-                   {N, pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv},
-                   {scale}});
+    add(op_kind::attention, {at(q_), at(c.k, kv0), at(c.v, kv0)}, at(att_),
+        {N, pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv}, {scale});
     mm(L.wo, at(att_), at(tmp_));
-    ops.push_back({op_kind::add, {resid, at(tmp_)}, at(io_), {N * e}, {}});
-    ops.push_back({op_kind::rms_norm, {at(io_), at(L.ffn_norm)}, at(cur_),
-                   {N, e}, {hp.rms_eps}});
+    add(op_kind::add, {resid, at(tmp_)}, at(io_), {N * e}, {});
+    add(op_kind::rms_norm, {at(io_), at(L.ffn_norm)}, at(cur_), {N, e},
+        {hp.rms_eps});
     mm(L.gate, at(cur_), at(g_));
     mm(L.up, at(cur_), at(u_));
-    ops.push_back(
-      {op_kind::silu_mul, {at(g_), at(u_)}, at(g_), {N * ff}, {}});
+    add(op_kind::silu_mul, {at(g_), at(u_)}, at(g_), {N * ff}, {});
     mm(L.down, at(g_), at(tmp_));
-    ops.push_back({op_kind::add, {at(io_), at(tmp_)}, at(io_), {N * e}, {}});
+    add(op_kind::add, {at(io_), at(tmp_)}, at(io_), {N * e}, {});
   }
   const std::uint64_t R = logit_rows;
   if (is_last()) {
-    ops.push_back({op_kind::rms_norm,
-                   {at(io_, (N - R) * e * 4), at(output_norm_)},
-                   at(cur_),
-                   {R, e},
-                   {hp.rms_eps}});
-    ops.push_back({output_.kind,
-                   {at(cur_), at(output_.buf)},
-                   at(logits_),
-                   {R, output_.rows, output_.cols},
-                   {}});
+    add(op_kind::rms_norm, {at(io_, (N - R) * e * 4), at(output_norm_)},
+        at(cur_), {R, e}, {hp.rms_eps});
+    add(output_.kind, {at(cur_), at(output_.buf)}, at(logits_),
+        {R, output_.rows, output_.cols}, {});
   }
+  ops.resize(n_ops); // shrinks only when the step's shape changed
   // One write, the operations and one read: a single step request when
   // the operations fit one run.
   device_handle out = 0;

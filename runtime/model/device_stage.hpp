@@ -378,6 +378,8 @@ private:
   std::uint64_t cache_bytes_ = 0;
   std::uint64_t ops_run_ = 0;
   std::vector<std::uint8_t> staging_;
+  /// The last step's operations, rewritten in place by the next.
+  std::vector<device_op> op_list_;
 };
 
 } // namespace exo::model
