@@ -172,7 +172,6 @@ backend::status actor_device_ops::read(model::device_handle h,
 
 namespace {
 
-/// The wire form of ops[begin, end).
 /// Writes ops[begin, end) as kernel calls into `calls`, reusing the
 /// vectors already there (a shard's steps repeat the same calls).
 void fill_calls(const std::vector<model::device_op>& ops, std::size_t begin,
@@ -195,6 +194,7 @@ void fill_calls(const std::vector<model::device_op>& ops, std::size_t begin,
   }
 }
 
+/// The wire form of ops[begin, end).
 std::vector<kernel_call> to_calls(const std::vector<model::device_op>& ops,
                                   std::size_t begin, std::size_t end) {
   std::vector<kernel_call> calls;

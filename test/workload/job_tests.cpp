@@ -152,6 +152,20 @@ float max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
+/// An actor's counters for the console (inspect_atom).
+actor_snapshot snapshot_of(caf::scoped_actor& self, const caf::actor& a) {
+  actor_snapshot out;
+  self->request(a, std::chrono::seconds(10), inspect_atom::value)
+    .receive([&](actor_snapshot& s) { out = std::move(s); },
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  return out;
+}
+
+/// A numeric field of a snapshot.
+std::uint64_t num(actor_snapshot& s, const char* k) {
+  return std::stoull(s.fields[k]);
+}
+
 } // namespace
 
 TEST_CASE("one stage and three stages give the same tokens and logits",
@@ -358,16 +372,7 @@ TEST_CASE("a shard computes on its device and keeps its KV cache there",
   auto* sim = dynamic_cast<backend::sim_device*>(f.devs[si]);
   REQUIRE(sim != nullptr);
   caf::scoped_actor self{*f.sys};
-  auto snapshot = [&](const caf::actor& a) {
-    actor_snapshot out;
-    self->request(a, std::chrono::seconds(10), inspect_atom::value)
-      .receive([&](actor_snapshot& s) { out = std::move(s); },
-               [](caf::error& e) { FAIL(caf::to_string(e)); });
-    return out;
-  };
-  auto num = [](actor_snapshot& s, const char* k) {
-    return std::stoull(s.fields[k]);
-  };
+  auto snapshot = [&](const caf::actor& a) { return snapshot_of(self, a); };
   auto dev = caf::actor_cast<caf::actor>(f.dev_actors[si]);
   auto before = snapshot(dev);
   auto stages = f.pipeline({0, 4}, {si});
@@ -430,16 +435,7 @@ TEST_CASE("a shard on the cpu device reads its weights where the model is "
           "[workload]") {
   fixture f;
   caf::scoped_actor self{*f.sys};
-  auto snapshot = [&](const caf::actor& a) {
-    actor_snapshot out;
-    self->request(a, std::chrono::seconds(10), inspect_atom::value)
-      .receive([&](actor_snapshot& s) { out = std::move(s); },
-               [](caf::error& e) { FAIL(caf::to_string(e)); });
-    return out;
-  };
-  auto num = [](actor_snapshot& s, const char* k) {
-    return std::stoull(s.fields[k]);
-  };
+  auto snapshot = [&](const caf::actor& a) { return snapshot_of(self, a); };
   for (const char* kind : {"cpu", "sim"}) {
     INFO(kind);
     auto di = f.device_index(kind);
