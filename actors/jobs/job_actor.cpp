@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 
@@ -21,6 +22,8 @@ struct sequence {
   std::uint32_t pos = 0;
   std::unique_ptr<model::sampler> smp;
   bool done = false;
+  bool waiting = false;        ///< a step is in flight
+  clock_type::time_point sent; ///< when it was sent
 };
 
 struct job_state {
@@ -126,15 +129,51 @@ void send_step(self_ptr self, std::uint32_t j) {
   } else {
     s.tokens.push_back(st.result.tokens[j].back());
   }
-  self->request(st.cfg.stages.front(), st.cfg.step_timeout,
-                forward_atom::value, std::move(s))
-    .then([self, j](stage_step& r) { on_logits(self, j, r); },
+  q.waiting = true;
+  q.sent = clock_type::now();
+  // No timeout on the request itself: the watchdog enforces step_timeout
+  // (a CAF request timeout woke the clock thread twice per token).
+  self->request(st.cfg.stages.front(), caf::infinite, forward_atom::value,
+                std::move(s))
+    .then([self, j](stage_step& r) {
+            self->state.seqs[j].waiting = false;
+            on_logits(self, j, r);
+          },
           [self, j](caf::error& err) {
+            self->state.seqs[j].waiting = false;
             auto msg = error_message(err);
             finish(self, "sequence " + std::to_string(j) + ": "
                            + (msg.empty() ? self->system().render(err)
                                           : msg));
           });
+}
+
+/// How often the watchdog looks at the steps in flight.
+std::chrono::milliseconds watchdog_period(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 4, std::chrono::milliseconds{1},
+                    std::chrono::milliseconds{1000});
+}
+
+/// Ends the job when a step has been in flight for longer than
+/// step_timeout (a stage or device that stopped answering), else looks
+/// again a watchdog period later.
+void watch(self_ptr self) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  auto now = clock_type::now();
+  for (std::size_t j = 0; j < st.seqs.size(); ++j) {
+    auto& q = st.seqs[j];
+    if (q.waiting && now - q.sent > st.cfg.step_timeout) {
+      finish(self, "sequence " + std::to_string(j)
+                     + ": no answer from the pipeline within "
+                     + std::to_string(st.cfg.step_timeout.count())
+                     + " ms (the step timeout)");
+      return;
+    }
+  }
+  self->delayed_send(self, watchdog_period(st.cfg.step_timeout),
+                     tick_atom::value);
 }
 
 caf::behavior job_impl(self_ptr self, job_setup cfg) {
@@ -178,7 +217,13 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       st.running = m;
       for (std::size_t j = 0; j < m; ++j)
         send_step(self, static_cast<std::uint32_t>(j));
+      self->delayed_send(self, watchdog_period(st.cfg.step_timeout),
+                         tick_atom::value);
       return st.rp;
+    },
+    [self](tick_atom) {
+      if (self->current_sender() == self->ctrl()) // its own timer only
+        watch(self);
     },
     [self](cancel_atom) {
       auto& st = self->state;

@@ -60,6 +60,8 @@ struct job_setup {
   std::uint32_t n_gen = 16;
   model::sampler_params sampling; ///< sequence j is seeded with seed + j
   std::int32_t eos = -1;          ///< stop a sequence there (-1: never)
+  /// A step in flight for longer ends the job with an error naming the
+  /// sequence (checked by a watchdog every step_timeout / 4, at most 1 s).
   std::chrono::milliseconds step_timeout{120000};
   /// Called in the job's context for every token, as it is produced.
   std::function<void(std::uint32_t seq, std::int32_t token)> on_token;

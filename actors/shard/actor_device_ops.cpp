@@ -73,12 +73,16 @@ struct actor_device_ops::impl {
     return out;
   }
 
-  /// Like ask, but a refusal because the device is paused sets `paused`
-  /// instead of failing.
+  /// Like ask, for compute: a refusal because the device is paused sets
+  /// `paused` instead of failing. No timeout of its own: a request timeout
+  /// wakes CAF's clock thread when it is set and again when it is
+  /// cancelled, twice per step; the job's step watchdog reports a device
+  /// that stops answering, and a device actor that exits answers every
+  /// request it holds with an error.
   template <class F, class... Ts>
   backend::status ask_or_paused(bool& paused, F on_value, Ts&&... xs) {
     backend::status out;
-    self->request(dev, timeout, std::forward<Ts>(xs)...)
+    self->request(dev, caf::infinite, std::forward<Ts>(xs)...)
       .receive(on_value, [&](caf::error& err) {
         paused = is_paused(err);
         if (!paused)

@@ -6,6 +6,9 @@
 /// shard runs detached). Writes and reads cross in pieces of at most
 /// max_chunk_bytes; a batch of operations becomes one (compute_atom,
 /// std::vector<kernel_call>) request of at most max_kernel_batch calls.
+/// Compute requests (step, run) have no timeout of their own: the job's
+/// step watchdog covers a device that stops answering (`timeout` applies
+/// to the others: allocate, write, read, copy, sync).
 /// A batch refused because the device is paused is sent again every 20 ms
 /// until the device resumes (at most `pause_patience`, below the job's
 /// 120 s step timeout): a thermal pause delays a step, it does not fail it.

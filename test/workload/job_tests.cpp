@@ -601,3 +601,36 @@ TEST_CASE("a cancelled job stops at the next token and keeps what it made "
   CHECK(early->generated_tokens == 0);
   f.stop(stages);
 }
+
+TEST_CASE("a step no stage answers ends the job at its step timeout with "
+          "the sequence named", "[workload]") {
+  fixture f;
+  // A first stage that takes steps and never answers them (a stuck device
+  // behind it), and answers everything else.
+  auto held = std::make_shared<std::vector<caf::response_promise>>();
+  auto silent = f.sys->spawn([held](caf::event_based_actor* self)
+                               -> caf::behavior {
+    return {
+      [self, held](forward_atom, stage_step&) {
+        held->push_back(self->make_response_promise());
+      },
+      [](release_atom, std::uint64_t) { return caf::ok_atom::value; },
+    };
+  });
+  jobs::job_setup j;
+  j.id = 31;
+  j.stages = {silent};
+  j.n_embd = f.model->hparams().n_embd;
+  j.n_vocab = f.model->hparams().n_vocab;
+  j.prompts = {{1, 17}, {1, 5}};
+  j.n_gen = 4;
+  j.step_timeout = std::chrono::milliseconds(200);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = jobs::run_job(*f.sys, std::move(j));
+  auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(r.error.find("sequence 0: no answer from the pipeline within 200 ms")
+        != std::string::npos);
+  CHECK(r.generated_tokens == 0);
+  CHECK(waited >= std::chrono::milliseconds(200));
+  caf::anon_send_exit(silent, caf::exit_reason::user_shutdown);
+}
