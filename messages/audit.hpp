@@ -3,6 +3,8 @@
 /// The wire contract of the audit sink: any local actor sends it events.
 ///
 ///   any actor -- (audit_atom, audit_entry) --> audit sink   (no reply)
+///   device    -- (audit_atom, std::vector<audit_entry>) --> sink (no reply;
+///                held-back compute events, each with its time_us)
 ///   console   -- (console_atom, "audit", "query ..."|"verify") --> sink
 
 #include "messages/atoms.hpp"

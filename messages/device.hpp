@@ -211,6 +211,7 @@ using device_actor = caf::typed_actor<
   caf::replies_to<compute_atom,
                   std::vector<kernel_call>>::with<caf::atom_value>,
   caf::replies_to<sync_atom>::with<caf::atom_value>,
+  caf::reacts_to<tick_atom>, // sends held-back audit events
   caf::replies_to<telemetry_atom>::with<telemetry_sample>,
   caf::replies_to<pause_atom, std::string>::with<caf::atom_value>,
   caf::replies_to<resume_atom>::with<caf::atom_value>,

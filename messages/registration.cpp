@@ -61,6 +61,7 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<plan_job_info>>("exo.plan_job_infos");
   // Safety (issue 6): audit sink, thermal monitors.
   cfg.add_message_type<audit_entry>("exo.audit_entry");
+  cfg.add_message_type<std::vector<audit_entry>>("exo.audit_entries");
   cfg.add_message_type<thermal_status>("exo.thermal_status");
   cfg.add_message_type<std::vector<thermal_status>>("exo.thermal_statuses");
   add_error_category(cfg);

@@ -157,6 +157,28 @@ console_reply run_verify(audit_state& st) {
   return r;
 }
 
+/// Appends one entry to the log; an unknown type or level is dropped.
+void take(audit_state& st, audit_entry& e) {
+  ++st.received;
+  if (e.type >= event_type_count || e.level > 4) {
+    ++st.dropped;
+    return;
+  }
+  event ev;
+  ev.type = static_cast<event_type>(e.type);
+  ev.level = static_cast<severity>(e.level);
+  ev.principal = std::move(e.principal);
+  ev.details = std::move(e.details);
+  if (e.time_us != 0)
+    ev.time_us = e.time_us;
+  try {
+    st.log->append(ev);
+  } catch (const std::exception& x) {
+    ++st.dropped;
+    st.last_error = x.what();
+  }
+}
+
 caf::behavior audit_impl(self_ptr self, audit_actor_config cfg,
                          std::shared_ptr<audit_log> log) {
   auto& st = self->state;
@@ -173,26 +195,10 @@ caf::behavior audit_impl(self_ptr self, audit_actor_config cfg,
   }
   self->delayed_send(self, st.cfg.flush_interval, tick_atom::value);
   return {
-    [self](audit_atom, audit_entry& e) {
-      auto& st = self->state;
-      ++st.received;
-      if (e.type >= event_type_count || e.level > 4) {
-        ++st.dropped;
-        return;
-      }
-      event ev;
-      ev.type = static_cast<event_type>(e.type);
-      ev.level = static_cast<severity>(e.level);
-      ev.principal = std::move(e.principal);
-      ev.details = std::move(e.details);
-      if (e.time_us != 0)
-        ev.time_us = e.time_us;
-      try {
-        st.log->append(ev);
-      } catch (const std::exception& x) {
-        ++st.dropped;
-        st.last_error = x.what();
-      }
+    [self](audit_atom, audit_entry& e) { take(self->state, e); },
+    [self](audit_atom, std::vector<audit_entry>& es) {
+      for (auto& e : es)
+        take(self->state, e);
     },
     [self](audit_atom, caf::flush_atom) -> std::uint64_t {
       auto& st = self->state;

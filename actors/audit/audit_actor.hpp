@@ -6,6 +6,8 @@
 /// console:
 ///
 ///   any local actor -- (audit_atom, audit_entry) --> sink      (no reply)
+///   device actor -- (audit_atom, std::vector<audit_entry>) --> sink
+///                   (no reply; entries in order, each as above)
 ///   console -- (console_atom, "audit", "query [type=T] [principal=P]
 ///              [since=TIME] [until=TIME] [after=SEQ] [limit=N]") -> reply
 ///   console -- (console_atom, "audit", "verify") -> reply (chain check)

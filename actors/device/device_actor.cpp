@@ -59,6 +59,14 @@ struct device_actor_state {
   std::unordered_map<handle_id, std::pair<std::string, std::uint64_t>>
     owners;
   std::uint64_t denials = 0;
+  /// Compute events not yet sent to the audit sink (cfg.audit_batch_interval).
+  std::vector<audit_entry> audit_batch;
+  bool audit_tick_armed = false; ///< a tick_atom will send audit_batch
+
+  ~device_actor_state() {
+    if (cfg.audit && !audit_batch.empty())
+      caf::anon_send(cfg.audit, audit_atom::value, std::move(audit_batch));
+  }
 
   /// Records a failed call; a lost device is gone for good.
   caf::error failed(const backend::error& err) {
@@ -319,10 +327,25 @@ struct relay : std::enable_shared_from_this<relay> {
 
 // -- audit and access (issue 6) ---------------------------------------------
 
-/// Sends one audit event to the node's sink, if there is one.
+/// The most compute events sent to the sink in one message.
+constexpr std::size_t audit_batch_max = 256;
+
+/// Sends the compute events held back so far (see audit_batch_interval).
+void send_audit_batch(self_ptr self) {
+  auto& st = self->state;
+  if (st.audit_batch.empty())
+    return;
+  caf::anon_send(st.cfg.audit, audit_atom::value, std::move(st.audit_batch));
+  st.audit_batch = {};
+  st.audit_batch.reserve(16);
+}
+
+/// Sends one audit event to the node's sink, if there is one. A `batched`
+/// one (a compute batch) may wait in audit_batch, with its own time.
 void audit_op(self_ptr self, audit::event_type type, std::string principal,
               std::map<std::string, std::string> details,
-              audit::severity level = audit::severity::info) {
+              audit::severity level = audit::severity::info,
+              bool batched = false) {
   auto& st = self->state;
   if (!st.cfg.audit)
     return;
@@ -332,6 +355,20 @@ void audit_op(self_ptr self, audit::event_type type, std::string principal,
   e.level = static_cast<std::uint8_t>(level);
   e.principal = std::move(principal);
   e.details = std::move(details);
+  if (batched && st.cfg.audit_batch_interval.count() > 0) {
+    e.time_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+    st.audit_batch.push_back(std::move(e));
+    if (st.audit_batch.size() >= audit_batch_max) {
+      send_audit_batch(self);
+    } else if (!st.audit_tick_armed) {
+      st.audit_tick_armed = true;
+      self->delayed_send(self, st.cfg.audit_batch_interval, tick_atom::value);
+    }
+    return;
+  }
+  send_audit_batch(self); // the device's events reach the sink in order
   caf::anon_send(st.cfg.audit, audit_atom::value, std::move(e));
 }
 
@@ -347,6 +384,7 @@ caf::error denied(self_ptr self, const access::decision& d,
     e.level = static_cast<std::uint8_t>(ev.level);
     e.principal = d.principal;
     e.details = std::move(ev.details);
+    send_audit_batch(self);
     caf::anon_send(st.cfg.audit, audit_atom::value, std::move(e));
   }
   auto code = d.code == access::decision_code::quota_exceeded
@@ -480,7 +518,8 @@ do_compute_batch(self_ptr self, const std::vector<kernel_call>& calls,
                         + calls[i].op + "): " + r.err().message));
   }
   audit_op(self, audit::event_type::device_compute, principal,
-           {{"op", "batch"}, {"calls", std::to_string(calls.size())}});
+           {{"op", "batch"}, {"calls", std::to_string(calls.size())}},
+           audit::severity::info, true);
   return caf::ok_atom::value;
 }
 
@@ -651,6 +690,10 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       if (auto err = foreign(self, access::permission::compute_sync))
         return err;
       return do_sync(self, {});
+    },
+    [self](tick_atom) { // audit_batch_interval after a held-back event
+      self->state.audit_tick_armed = false;
+      send_audit_batch(self);
     },
     [self](telemetry_atom) -> caf::result<telemetry_sample> {
       if (auto err = foreign(self, access::permission::monitoring_read))

@@ -43,6 +43,14 @@ struct device_actor_config {
   /// The node's audit sink (optional): allocate, free, copy, compute, sync
   /// and every access denial are sent to it as (audit_atom, audit_entry).
   caf::actor audit;
+  /// Batched compute (a shard's step: one event per token) is audited in
+  /// groups: each event stamped with its own time, sent to the sink as
+  /// (audit_atom, std::vector<audit_entry>) at most this long after the
+  /// first of the group, when the group is full, before any other event of
+  /// this device and when the actor exits. One message per step woke the
+  /// sink's thread at every token. Zero sends each event at once (the node
+  /// does so when its audit log fsyncs every record).
+  std::chrono::milliseconds audit_batch_interval{100};
   /// The node's access policy (optional). Token-bearing requests
   /// (messages/access.hpp) are checked against it: permission, device scope,
   /// memory quota (reserved on allocate, released on free) and rate limit.

@@ -18,7 +18,9 @@
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 using namespace exo;
 using namespace std::chrono_literals;
@@ -489,4 +491,114 @@ TEST_CASE_METHOD(fixture, "the audit sink answers queries and verifies its "
   bad.type = 200;
   self->send(audit, audit_atom::value, bad);
   CHECK(audited("device_allocate") == 5);
+}
+
+namespace {
+
+/// The types of the records a query reply lists, in order.
+std::vector<std::string> types_in(const std::string& json) {
+  std::vector<std::string> out;
+  const std::string key = "\"type\":\"";
+  for (auto p = json.find(key); p != std::string::npos;
+       p = json.find(key, p + 1)) {
+    auto b = p + key.size();
+    out.push_back(json.substr(b, json.find('"', b) - b));
+  }
+  return out;
+}
+
+/// The "time" fields of the records a query reply lists.
+std::vector<std::int64_t> times_in(const std::string& json) {
+  std::vector<std::int64_t> out;
+  const std::string key = "\"time\":";
+  for (auto p = json.find(key); p != std::string::npos;
+       p = json.find(key, p + 1))
+    out.push_back(std::stoll(json.substr(p + key.size())));
+  return out;
+}
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+} // namespace
+
+TEST_CASE_METHOD(fixture, "compute batches are audited in groups, each "
+                          "record with its own time and in the device's "
+                          "order",
+                 "[audit]") {
+  auto a = buffer(8), b = buffer(8), c = buffer(8), d = buffer(8);
+  std::vector<kernel_call> batch{add_call(a, b, c, 8), add_call(c, b, a, 8)};
+  auto compute = [&] {
+    caf::atom_value ok;
+    auto err = ask(ok, dev, compute_atom::value, batch);
+    INFO(sys.render(err));
+    REQUIRE_FALSE(err);
+  };
+  auto t0 = now_us();
+  for (int i = 0; i < 5; ++i)
+    compute();
+  auto t1 = now_us();
+  // The next event of another kind reaches the sink after the held-back
+  // ones.
+  caf::atom_value ok;
+  REQUIRE_FALSE(ask(ok, dev, free_atom::value, d));
+  CHECK(audited("device_compute") == 5);
+  auto all = console(audit, "audit", "query limit=100").json;
+  auto types = types_in(all);
+  std::vector<std::string> want{"device_allocate", "device_allocate",
+                                "device_allocate", "device_allocate",
+                                "device_compute",
+                                "device_compute",  "device_compute",
+                                "device_compute",  "device_compute",
+                                "device_free"};
+  CHECK(types == want);
+  // Each compute record has the time it ran, not the time it was sent.
+  auto q = console(audit, "audit", "query type=device_compute limit=100");
+  auto times = times_in(q.json);
+  REQUIRE(times.size() == 5);
+  for (auto t : times) {
+    CHECK(t >= t0);
+    CHECK(t <= t1);
+  }
+  CHECK(std::is_sorted(times.begin(), times.end()));
+  CHECK(q.json.find("\"calls\":\"2\"") != std::string::npos);
+  // Without any other event, the group is sent within the interval.
+  compute();
+  compute();
+  bool arrived = false;
+  for (int i = 0; i < 200 && !arrived; ++i) {
+    arrived = audited("device_compute") == 7;
+    if (!arrived)
+      std::this_thread::sleep_for(25ms);
+  }
+  CHECK(arrived);
+}
+
+TEST_CASE_METHOD(fixture, "a device actor that exits sends the compute "
+                          "records it held back",
+                 "[audit]") {
+  device::device_actor_config dc;
+  dc.node = "n1";
+  dc.audit = audit;
+  dc.audit_batch_interval = std::chrono::hours(1);
+  auto slow = device::spawn_device_actor(sys, *reg.devices().front(), dc);
+  handle_id a = 0;
+  REQUIRE_FALSE(ask(a, slow, allocate_atom::value, std::uint64_t{32}));
+  std::vector<kernel_call> batch{add_call(a, a, a, 8)};
+  caf::atom_value ok;
+  for (int i = 0; i < 3; ++i)
+    REQUIRE_FALSE(ask(ok, slow, compute_atom::value, batch));
+  self->send_exit(slow, caf::exit_reason::user_shutdown);
+  self->wait_for(slow);
+  // The sink has the records once it has read what the exit sent.
+  bool arrived = false;
+  for (int i = 0; i < 200 && !arrived; ++i) {
+    arrived = audited("device_compute") == 3;
+    if (!arrived)
+      std::this_thread::sleep_for(25ms);
+  }
+  CHECK(arrived);
 }
