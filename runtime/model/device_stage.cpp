@@ -115,9 +115,22 @@ result<device_handle> backend_ops::adopt_host(const void* data,
   return h;
 }
 
+namespace {
+
+result<backend::buffer*> find_in(const void* ctx, device_handle h) {
+  return static_cast<const backend_ops*>(ctx)->find(h);
+}
+
+} // namespace
+
 status backend_ops::run(const std::vector<device_op>& ops) {
+  return run_device_ops(dev_, ops, &find_in, this);
+}
+
+status run_device_ops(backend::device& dev, const std::vector<device_op>& ops,
+                      buffer_finder find, const void* ctx) {
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    auto s = run_one(ops[i]);
+    auto s = run_device_op(dev, ops[i], find, ctx);
     if (!s)
       return fail(s.err().code, std::string{op_name(ops[i].kind)} + " (op "
                                   + std::to_string(i) + "): "
@@ -126,7 +139,8 @@ status backend_ops::run(const std::vector<device_op>& ops) {
   return {};
 }
 
-status backend_ops::run_one(const device_op& op) {
+status run_device_op(backend::device& dev, const device_op& op,
+                     buffer_finder find, const void* ctx) {
   auto need = [&](std::size_t in_min, std::size_t in_max, std::size_t dims,
                   std::size_t scalars) -> status {
     if (op.inputs.size() < in_min || op.inputs.size() > in_max
@@ -134,17 +148,18 @@ status backend_ops::run_one(const device_op& op) {
       return fail(errc::invalid_argument, "wrong operand count");
     return {};
   };
-  std::vector<backend::const_view> in;
+  // At most three inputs: no allocation per operation.
+  std::array<backend::const_view, 3> in{};
   auto resolve = [&]() -> status {
-    for (auto& o : op.inputs) {
-      auto b = find(o.buf);
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      auto b = find(ctx, op.inputs[i].buf);
       if (!b)
         return b.err();
-      in.push_back({*b, static_cast<std::size_t>(o.offset)});
+      in[i] = {*b, static_cast<std::size_t>(op.inputs[i].offset)};
     }
     return {};
   };
-  auto out_buf = find(op.output.buf);
+  auto out_buf = find(ctx, op.output.buf);
   if (!out_buf)
     return out_buf.err();
   backend::mut_view out{*out_buf, static_cast<std::size_t>(op.output.offset)};
@@ -153,8 +168,8 @@ status backend_ops::run_one(const device_op& op) {
     case op_kind::add:
       EXO_TRY(need(2, 2, 1, 0));
       EXO_TRY(resolve());
-      return dev_.elementwise(backend::binary_op::add, in[0], in[1], out,
-                              d[0]);
+      return dev.elementwise(backend::binary_op::add, in[0], in[1], out,
+                             d[0]);
     case op_kind::matmul_f32:
     case op_kind::matmul_f16:
     case op_kind::matmul_q8_0: {
@@ -163,30 +178,30 @@ status backend_ops::run_one(const device_op& op) {
       auto t = op.kind == op_kind::matmul_f32   ? backend::weight_type::f32
                : op.kind == op_kind::matmul_f16 ? backend::weight_type::f16
                                                 : backend::weight_type::q8_0;
-      return dev_.matmul_weights(in[0], in[1], t, out,
-                                 {d[0], d[1], d[2], true});
+      return dev.matmul_weights(in[0], in[1], t, out,
+                                {d[0], d[1], d[2], true});
     }
     case op_kind::rms_norm:
       EXO_TRY(need(2, 2, 2, 1));
       EXO_TRY(resolve());
-      return dev_.rms_norm(in[0], in[1], out, d[0], d[1], op.scalars[0]);
+      return dev.rms_norm(in[0], in[1], out, d[0], d[1], op.scalars[0]);
     case op_kind::rope: {
       EXO_TRY(need(1, 2, 4, 1));
       EXO_TRY(resolve());
-      backend::const_view ff = in.size() == 2 ? in[1] : backend::const_view{};
-      return dev_.rope(out, in[0], ff,
-                       {d[0], d[1], d[2], d[3], op.scalars[0]});
+      backend::const_view ff = op.inputs.size() == 2 ? in[1]
+                                                     : backend::const_view{};
+      return dev.rope(out, in[0], ff, {d[0], d[1], d[2], d[3], op.scalars[0]});
     }
     case op_kind::attention:
       EXO_TRY(need(3, 3, 6, 1));
       EXO_TRY(resolve());
-      return dev_.attention(in[0], in[1], in[2], out,
-                            {d[0], d[1], d[2], d[3], d[4], d[5],
-                             op.scalars[0]});
+      return dev.attention(in[0], in[1], in[2], out,
+                           {d[0], d[1], d[2], d[3], d[4], d[5],
+                            op.scalars[0]});
     case op_kind::silu_mul:
       EXO_TRY(need(2, 2, 1, 0));
       EXO_TRY(resolve());
-      return dev_.silu_mul(in[0], in[1], out, d[0]);
+      return dev.silu_mul(in[0], in[1], out, d[0]);
   }
   return fail(errc::unsupported, "unknown operation");
 }

@@ -7,8 +7,9 @@
 ///
 /// The stage reaches its device only through `device_ops`, so the same code
 /// runs over a backend::device in this process (backend_ops, below) and
-/// over a device actor (actors/shard/actor_device_ops.hpp). Per forward it
-/// makes one write (activations and positions), one batch of compute
+/// over a device actor's buffer pool, on the actor's thread
+/// (actors/device/pool_ops.hpp, where a shard's stage lives). Per forward
+/// it makes one write (activations and positions), one batch of compute
 /// operations and one read (activations, or logits on the last stage).
 ///
 /// The math is llama_stage's, operation for operation: RMSNorm with the
@@ -94,8 +95,8 @@ public:
   virtual backend::status synchronize() = 0;
   /// A whole step: writes `in_bytes` from `src` at (in, in_offset) (none
   /// when 0), runs `ops`, reads `out_bytes` from (out, out_offset) into
-  /// `dst` (none when 0). The default makes the three calls; a device
-  /// behind a mailbox does it in one request.
+  /// `dst` (none when 0). The default makes the three calls; an
+  /// implementation that pays per call (a remote device) may make it one.
   virtual backend::status step(device_handle in, std::uint64_t in_offset,
                                const void* src, std::uint64_t in_bytes,
                                const std::vector<device_op>& ops,
@@ -104,6 +105,22 @@ public:
   /// What the operations run on ("cpu:0"), for messages.
   virtual std::string where() const = 0;
 };
+
+/// Finds the buffer behind a handle (ctx: the finder's owner).
+using buffer_finder = backend::result<backend::buffer*> (*)(const void* ctx,
+                                                           device_handle h);
+
+/// Runs one operation on `dev`, its buffers found by `find`: the one
+/// executor of device_op (backend_ops here; a device actor's pool for the
+/// stages it hosts). The device checks every view against its buffer.
+backend::status run_device_op(backend::device& dev, const device_op& op,
+                              buffer_finder find, const void* ctx);
+
+/// run_device_op over `ops` in order; the first failure stops it, named
+/// with its operation and index.
+backend::status run_device_ops(backend::device& dev,
+                               const std::vector<device_op>& ops,
+                               buffer_finder find, const void* ctx);
 
 /// device_ops straight over a backend::device of this process (tests,
 /// benchmarks, a single-process engine). The device must outlive it;
@@ -133,9 +150,10 @@ public:
     return bufs_.size();
   }
 
-private:
-  backend::status run_one(const device_op& op);
+  /// The buffer behind a handle of this object.
   backend::result<backend::buffer*> find(device_handle h) const;
+
+private:
 
   backend::device& dev_;
   device_handle next_ = 1;
