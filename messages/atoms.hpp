@@ -28,5 +28,6 @@ using inspect_atom = caf::atom_constant<caf::atom("inspect")>;
 using actors_atom = caf::atom_constant<caf::atom("actors")>;
 using register_atom = caf::atom_constant<caf::atom("register")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using task_atom = caf::atom_constant<caf::atom("task")>;
 
 } // namespace exo

@@ -11,6 +11,8 @@
 ///   client ---- copy(h, off, peer, h2, off2, len) -> device
 ///                  device ---- write(h2, ...) ---> peer  (in bounded chunks)
 ///   thermal --- pause / resume ------> device   (in-flight work finishes)
+///   shard ----- task(device_task) ---> device   (this process only: a
+///                  closure run on the device's thread; answers itself)
 
 #include "messages/atoms.hpp"
 
@@ -21,7 +23,10 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/optional.hpp>
 
+#include <caf/response_promise.hpp>
+
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,6 +49,31 @@ struct host_region {
   std::uint64_t bytes = 0;
   /// Keeps the memory alive while the device reads it.
   std::shared_ptr<const void> keep;
+};
+
+namespace device {
+class task_context; // actors/device/device_task.hpp
+} // namespace device
+
+/// Work an actor of this node runs on a device actor's own thread, with the
+/// device in reach (device::task_context: device_ops over the actor's pool,
+/// so the actor's handles): a shard's stage lives there and each of its
+/// steps is one task, not a batch of kernel calls crossing the mailbox.
+/// It holds a closure, so it never crosses the network: it has no inspect
+/// and CAF cannot deserialize it.
+///
+/// `run` answers the request through the promise it is given (deliver, or
+/// delegate onwards, now or later on the device actor's thread). While the
+/// device is paused, compute tasks are held and run, in order, when it
+/// resumes; ordered tasks (a stage's set-up, release, teardown) are held
+/// too while any task is held, so they stay behind the steps sent before
+/// them; immediate ones (inspect) run at once. Every kernel a task runs is
+/// counted and audited as one compute batch.
+enum class task_kind : std::uint8_t { compute, ordered, immediate };
+
+struct device_task {
+  task_kind kind = task_kind::ordered;
+  std::function<void(device::task_context&, caf::response_promise&)> run;
 };
 
 /// Lifecycle of a device actor.
@@ -212,6 +242,7 @@ using device_actor = caf::typed_actor<
                   std::vector<kernel_call>>::with<caf::atom_value>,
   caf::replies_to<sync_atom>::with<caf::atom_value>,
   caf::reacts_to<tick_atom>, // sends held-back audit events
+  caf::reacts_to<task_atom, device_task>, // answered by the task itself
   caf::replies_to<telemetry_atom>::with<telemetry_sample>,
   caf::replies_to<pause_atom, std::string>::with<caf::atom_value>,
   caf::replies_to<resume_atom>::with<caf::atom_value>,
@@ -229,3 +260,4 @@ using device_actor = caf::typed_actor<
 } // namespace exo
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(exo::host_region)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(exo::device_task)

@@ -3,12 +3,15 @@
 #include "actors/access/audit_event.hpp"
 #include "actors/audit/event.hpp"
 #include "actors/device/buffer_pool.hpp"
+#include "actors/device/device_task.hpp"
+#include "actors/device/pool_ops.hpp"
 #include "backends/host_kernels.hpp"
 #include "messages/audit.hpp"
 #include "messages/errors.hpp"
 
 #include <caf/all.hpp>
 
+#include <deque>
 #include <random>
 
 namespace exo::device {
@@ -47,6 +50,19 @@ struct device_actor_state {
   /// Destroyed with the state when the actor exits: buffers go back to the
   /// device, which outlives the actor.
   std::unique_ptr<buffer_pool> pool;
+  /// The device over the pool for device tasks (a hosted stage keeps it;
+  /// detached when the actor exits).
+  std::shared_ptr<pool_ops> ops;
+  /// Tasks held while the device is paused, in order (device_task). Those
+  /// still held when the actor exits are answered with an error: their
+  /// requesters (a job's steps) would otherwise wait for nothing.
+  struct held_task {
+    device_task task;
+    caf::response_promise rp;
+  };
+  std::deque<held_task> held;
+  std::uint64_t tasks = 0;         ///< device tasks run
+  std::uint64_t compute_tasks = 0; ///< of which compute (a shard's steps)
   device_state state = device_state::ready;
   std::string state_reason;
   std::uint64_t operations = 0;
@@ -64,6 +80,12 @@ struct device_actor_state {
   bool audit_tick_armed = false; ///< a tick_atom will send audit_batch
 
   ~device_actor_state() {
+    if (ops) // before the pool goes: a stage elsewhere may still hold it
+      ops->detach();
+    for (auto& h : held)
+      h.rp.deliver(make_exo_error(exo_errc::failed_state,
+                                  "the device actor exited while the task "
+                                  "waited for the device to resume"));
     if (cfg.audit && !audit_batch.empty())
       caf::anon_send(cfg.audit, audit_atom::value, std::move(audit_batch));
   }
@@ -536,6 +558,92 @@ caf::result<caf::atom_value> do_sync(self_ptr self,
   return caf::ok_atom::value;
 }
 
+// -- device tasks ---------------------------------------------------------------
+
+} // namespace
+
+task_context::~task_context() = default;
+
+namespace {
+
+/// What a task sees of this actor (device_task.hpp).
+class actor_task_context final : public task_context {
+public:
+  actor_task_context(self_ptr self, bool waited)
+    : self_(self), waited_(waited) {
+  }
+
+  std::shared_ptr<model::device_ops> ops() override {
+    return self_->state.ops;
+  }
+
+  backend::status copy(handle_id src, std::uint64_t src_off, handle_id dst,
+                       std::uint64_t dst_off, std::uint64_t bytes) override {
+    return self_->state.ops->copy(src, src_off, dst, dst_off, bytes);
+  }
+
+  void write_to_peer(const caf::actor& peer, handle_id dst,
+                     std::uint64_t offset, chunk data,
+                     std::function<void(const caf::error&)> done) override {
+    self_
+      ->request(peer, self_->state.cfg.peer_timeout, write_atom::value, dst,
+                offset, std::move(data))
+      .then([done](caf::atom_value) { done(caf::none); },
+            [done](caf::error& err) { done(err); });
+  }
+
+  caf::actor device() const override {
+    return caf::actor_cast<caf::actor>(self_);
+  }
+
+  bool waited_for_resume() const override {
+    return waited_;
+  }
+
+private:
+  self_ptr self_;
+  bool waited_;
+};
+
+/// Runs a task now; the kernels it ran count as one compute batch.
+void run_task(self_ptr self, device_task& t, caf::response_promise& rp,
+              bool waited) {
+  auto& st = self->state;
+  if (auto err = st.unusable()) {
+    rp.deliver(err);
+    return;
+  }
+  ++st.tasks;
+  if (t.kind == task_kind::compute)
+    ++st.compute_tasks;
+  const auto ops_before = st.ops->ops_run();
+  const auto copies_before = st.ops->copies();
+  actor_task_context ctx{self, waited};
+  t.run(ctx, rp);
+  const auto n = st.ops->ops_run() - ops_before;
+  const auto copies = st.ops->copies() - copies_before;
+  if (n > 0 || copies > 0) {
+    ++st.operations;
+    st.kernel_calls += n;
+    std::map<std::string, std::string> details{
+      {"op", "batch"}, {"calls", std::to_string(n)}};
+    if (copies > 0)
+      details.emplace("copies", std::to_string(copies));
+    audit_op(self, audit::event_type::device_compute, {}, std::move(details),
+             audit::severity::info, true);
+  }
+}
+
+/// Runs the compute tasks held while the device was paused, in order.
+void run_held(self_ptr self) {
+  auto& st = self->state;
+  while (!st.held.empty() && st.state != device_state::paused) {
+    auto h = std::move(st.held.front());
+    st.held.pop_front();
+    run_task(self, h.task, h.rp, true);
+  }
+}
+
 exo::device_actor::behavior_type device_impl(self_ptr self,
                                              backend::device* dev,
                                              device_actor_config cfg) {
@@ -545,6 +653,25 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
   std::random_device rd;
   auto salt = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
   st.pool = std::make_unique<buffer_pool>(*dev, st.cfg.pool_cache_limit, salt);
+  // Device tasks allocate and free through these, audited like requests.
+  pool_ops::hooks hooks;
+  hooks.on_error = [self](const backend::error& err) {
+    (void) self->state.failed(err);
+  };
+  hooks.on_allocate = [self](std::uint64_t bytes, bool in_place) {
+    ++self->state.operations;
+    std::map<std::string, std::string> details{
+      {"bytes", std::to_string(bytes)}};
+    if (in_place)
+      details.emplace("in_place", "true");
+    audit_op(self, audit::event_type::device_allocate, {},
+             std::move(details));
+  };
+  hooks.on_free = [self] {
+    ++self->state.operations;
+    audit_op(self, audit::event_type::device_free, {}, {});
+  };
+  st.ops = std::make_shared<pool_ops>(*dev, *st.pool, std::move(hooks));
   if (!st.cfg.failed_reason.empty()) {
     st.state = device_state::failed;
     st.state_reason = st.cfg.failed_reason;
@@ -691,6 +818,29 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
         return err;
       return do_sync(self, {});
     },
+    // Not checked with foreign(): a device_task holds a closure, so it can
+    // only come from this process (CAF cannot deserialize it).
+    [self](task_atom, device_task& t) -> caf::result<void> {
+      auto& st = self->state;
+      // Checked before the promise is made: making it takes the sender
+      // from the request, and an error returned after that reaches no one.
+      if (!t.run)
+        return make_exo_error(exo_errc::invalid_argument,
+                              "task: nothing to run");
+      if (auto err = st.unusable())
+        return err;
+      auto rp = self->make_response_promise();
+      // Held while paused (compute), or behind what is held (ordered).
+      bool hold = (t.kind == task_kind::compute
+                   && st.state == device_state::paused)
+                  || (t.kind == task_kind::ordered && !st.held.empty());
+      if (hold) {
+        st.held.push_back({std::move(t), rp});
+        return rp;
+      }
+      run_task(self, t, rp, false);
+      return rp;
+    },
     [self](tick_atom) { // audit_batch_interval after a held-back event
       self->state.audit_tick_armed = false;
       send_audit_batch(self);
@@ -736,6 +886,7 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
         return err;
       st.state = device_state::ready;
       st.state_reason.clear();
+      run_held(self);
       return caf::ok_atom::value;
     },
     // -- token-bearing variants (messages/access.hpp) ------------------------
@@ -813,8 +964,11 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
         {"operations", std::to_string(st.operations)},
         {"kernel_calls", std::to_string(st.kernel_calls)},
         {"errors", std::to_string(st.errors)},
-        {"bytes_in", std::to_string(st.bytes_in)},
-        {"bytes_out", std::to_string(st.bytes_out)},
+        {"bytes_in", std::to_string(st.bytes_in + st.ops->bytes_written())},
+        {"bytes_out", std::to_string(st.bytes_out + st.ops->bytes_read())},
+        {"tasks", std::to_string(st.tasks)},
+        {"compute_tasks", std::to_string(st.compute_tasks)},
+        {"held_tasks", std::to_string(st.held.size())},
         {"last_error", st.last_error},
         {"access_denials", std::to_string(st.denials)},
         {"queue_depth", std::to_string(self->mailbox().size())},

@@ -14,6 +14,13 @@
 /// with no sender at all, they are refused with access_denied and audited.
 /// The one exception is inspect_atom (counters only), which the console's
 /// `inspect` delegates across nodes.
+///
+/// Device tasks (task_atom, device_task) run a closure of this process on
+/// the actor's thread with the device in reach (device_task.hpp): shards
+/// keep their stage here and run each step as one task, which reaches the
+/// kernels directly instead of as kernel_call messages. A task's kernels
+/// count as one audited compute batch; compute tasks are held (in order)
+/// while the device is paused and run when it resumes.
 
 #include "actors/access/shared_policy.hpp"
 #include "backends/backend.hpp"

@@ -2,6 +2,7 @@
 // pause, failure and loss — driven through real CAF messages.
 
 #include "actors/device/device_actor.hpp"
+#include "actors/device/device_task.hpp"
 #include "backends/factory.hpp"
 #include "backends/host_kernels.hpp"
 #include "messages/errors.hpp"
@@ -409,4 +410,152 @@ TEST_CASE("Llama compute calls are checked against their operands") {
   kernel_call ok{"matmul_q8_0", {a, b}, {0, 0}, a, 128, {1, 2, 32}, {}};
   CHECK(f.ask<caf::atom_value>(f.cpu, compute_atom::value, ok)
         == caf::ok_atom::value);
+}
+
+// -- device tasks (messages/device.hpp, actors/device/device_task.hpp) -----
+
+namespace {
+
+/// A task that runs `f(ctx)` and answers with the string it returns.
+template <class F>
+device_task task_of(task_kind kind, F f) {
+  device_task t;
+  t.kind = kind;
+  t.run = [f](device::task_context& ctx, caf::response_promise& rp) mutable {
+    rp.deliver(f(ctx));
+  };
+  return t;
+}
+
+} // namespace
+
+TEST_CASE("a device task computes with the actor's handles on its thread") {
+  fixture f;
+  auto a = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{16});
+  auto b = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{16});
+  auto before = f.ask<actor_snapshot>(f.sim, inspect_atom::value);
+  // b = a + a, written, run and read inside one task.
+  auto t = task_of(task_kind::compute, [a, b](device::task_context& ctx) {
+    auto ops = ctx.ops();
+    std::vector<float> x{1, 2, 3, 4}, y(4);
+    if (!ops->write(a, 0, x.data(), 16))
+      return std::string{"write failed"};
+    model::device_op add{model::op_kind::add, {{a, 0}, {a, 0}}, {b, 0}, {4},
+                         {}};
+    if (auto r = ops->run({add}); !r)
+      return r.err().to_string();
+    if (!ops->read(b, 0, y.data(), 16))
+      return std::string{"read failed"};
+    return std::to_string(y[0]) + " " + std::to_string(y[3]);
+  });
+  std::string out;
+  f.self->request(caf::actor_cast<caf::actor>(f.sim), 10s, task_atom::value,
+                  std::move(t))
+    .receive([&](std::string& s) { out = s; },
+             [&](caf::error& err) { FAIL(f.sys.render(err)); });
+  CHECK(out == "2.000000 8.000000");
+  auto after = f.ask<actor_snapshot>(f.sim, inspect_atom::value);
+  auto n = [](actor_snapshot& s, const char* k) {
+    return std::stoull(s.fields[k]);
+  };
+  CHECK(n(after, "kernel_calls") == n(before, "kernel_calls") + 1);
+  CHECK(n(after, "compute_tasks") == n(before, "compute_tasks") + 1);
+  CHECK(n(after, "bytes_in") == n(before, "bytes_in") + 16);
+  CHECK(n(after, "bytes_out") == n(before, "bytes_out") + 16);
+  // What a task writes is checked against the handle's size, and a handle
+  // the actor never gave out is refused; the same handles still work
+  // through messages.
+  t = task_of(task_kind::compute, [a](device::task_context& ctx) {
+    std::vector<float> x(8);
+    auto past = ctx.ops()->write(a, 8, x.data(), 16);
+    auto unknown = ctx.ops()->write(a + 1000, 0, x.data(), 4);
+    return (past ? std::string{"written"} : past.err().message) + " | "
+           + (unknown ? std::string{"written"} : unknown.err().message);
+  });
+  f.self->request(caf::actor_cast<caf::actor>(f.sim), 10s, task_atom::value,
+                  std::move(t))
+    .receive([&](std::string& s) { out = s; },
+             [&](caf::error& err) { FAIL(f.sys.render(err)); });
+  INFO(out);
+  CHECK(out.find("written") == std::string::npos);
+  auto back = f.ask<chunk>(f.sim, read_atom::value, b, std::uint64_t{0},
+                           std::uint64_t{16});
+  std::vector<float> y(4);
+  std::memcpy(y.data(), back.bytes.data(), 16);
+  CHECK(y == std::vector<float>{2, 4, 6, 8});
+}
+
+TEST_CASE("while a device is paused its compute tasks wait, ordered tasks "
+          "stay behind them and immediate ones answer") {
+  fixture f;
+  auto dev = caf::actor_cast<caf::actor>(f.sim);
+  f.ask<caf::atom_value>(f.sim, pause_atom::value, std::string{"hot"});
+  // Appended to on the device's thread only; read here after the answers.
+  auto order = std::make_shared<std::vector<std::string>>();
+  auto note = [order](const char* name) {
+    return [order, name](device::task_context& ctx) {
+      order->push_back(name);
+      return std::string{name} + (ctx.waited_for_resume() ? " waited" : "");
+    };
+  };
+  f.self->send(dev, task_atom::value,
+               task_of(task_kind::compute, note("step")));
+  f.self->send(dev, task_atom::value,
+               task_of(task_kind::ordered, note("release")));
+  std::string out;
+  f.self->request(dev, 10s, task_atom::value,
+                  task_of(task_kind::immediate, note("inspect")))
+    .receive([&](std::string& s) { out = s; },
+             [&](caf::error& err) { FAIL(f.sys.render(err)); });
+  CHECK(out == "inspect");
+  auto snap = f.ask<actor_snapshot>(f.sim, inspect_atom::value);
+  CHECK(snap.fields["held_tasks"] == "2");
+  f.ask<caf::atom_value>(f.sim, resume_atom::value);
+  std::vector<std::string> answers;
+  for (int i = 0; i < 2; ++i)
+    f.self->receive([&](std::string& s) { answers.push_back(s); },
+                    caf::after(10s) >> [] { FAIL("no answer"); });
+  CHECK(answers == std::vector<std::string>{"step waited", "release waited"});
+  CHECK(*order == std::vector<std::string>{"inspect", "step", "release"});
+  snap = f.ask<actor_snapshot>(f.sim, inspect_atom::value);
+  CHECK(snap.fields["held_tasks"] == "0");
+}
+
+TEST_CASE("a task held when its device actor exits is answered with an "
+          "error, and what it kept of the device stops working") {
+  fixture f;
+  auto dev = caf::actor_cast<caf::actor>(f.sim);
+  auto a = f.ask<handle_id>(f.sim, allocate_atom::value, std::uint64_t{16});
+  // A task keeps the device's ops past the actor, as a stage may.
+  std::shared_ptr<model::device_ops> kept;
+  f.self->request(dev, 10s, task_atom::value,
+                  task_of(task_kind::ordered,
+                          [&kept](device::task_context& ctx) {
+                            kept = ctx.ops();
+                            return std::string{"ok"};
+                          }))
+    .receive([](std::string&) {},
+             [&](caf::error& err) { FAIL(f.sys.render(err)); });
+  REQUIRE(kept);
+  f.ask<caf::atom_value>(f.sim, pause_atom::value, std::string{"hot"});
+  f.self->send(dev, task_atom::value,
+               task_of(task_kind::compute, [](device::task_context&) {
+                 return std::string{"ran"};
+               }));
+  auto held = f.ask<actor_snapshot>(f.sim, inspect_atom::value);
+  REQUIRE(held.fields["held_tasks"] == "1");
+  f.self->send_exit(dev, caf::exit_reason::user_shutdown);
+  caf::error err;
+  f.self->receive([&](std::string&) { FAIL("the held task ran"); },
+                  [&](caf::error& e) { err = e; },
+                  caf::after(10s) >> [] { FAIL("no answer"); });
+  CHECK(code_of(err) == exo_errc::failed_state);
+  CHECK(error_message(err).find("exited") != std::string::npos);
+  f.self->wait_for(dev);
+  // The pool is gone: the kept ops refuse, and a free does nothing.
+  float x = 1;
+  auto w = kept->write(a, 0, &x, 4);
+  REQUIRE(!w);
+  CHECK(w.err().code == backend::errc::device_lost);
+  (void) kept->free(a);
 }
