@@ -2,8 +2,9 @@
 
 /// The shard: a contiguous range of a model's layers [first, last) computed
 /// on one device actor, with a KV cache per (job, sequence) resident on that
-/// device. It runs detached: it talks to its device with synchronous
-/// requests (actor_device_ops) and answers:
+/// device. The shard is an event-based actor; its stage (model::device_stage
+/// with the KV caches) lives on the device actor's thread and is touched
+/// only there, by device tasks (messages/device.hpp). It answers:
 ///
 ///   (forward_atom, stage_step)  -> stage_step of the last stage (logits);
 ///                                  other stages compute and delegate the
@@ -12,15 +13,18 @@
 ///   (release_atom, job)         -> ok   frees the job's KV caches
 ///   (inspect_atom)              -> actor_snapshot
 ///
-/// On start it uploads its layers' weights to the device in pieces of at
-/// most max_chunk_bytes (model::device_stage); if that fails, every step is
-/// answered with the reason. A step is one request to the device actor
-/// (device_ops::step): a write (activations, or embeddings computed on the
-/// host by the first stage, plus positions), a batch of kernel calls (every
-/// layer, and the final norm and output head on the last stage), a read
-/// (activations out, or the last row's logits). Activations travel between
-/// stages of different nodes in the stage_step; between stages of one node
-/// by a device copy into the next stage's inbox for the sequence
+/// On start it sends its device a task that creates the stage: the layers'
+/// weights read in place (cpu) or uploaded in pieces of at most
+/// max_chunk_bytes; if that fails, every step is answered with the reason.
+/// A step is checked here, then delegated to the device as one task: a
+/// write (activations, or embeddings computed on the host by the first
+/// stage, plus positions), the kernels of every layer (and the final norm
+/// and output head on the last stage) run directly on the device's pool,
+/// a read (activations out, or the last row's logits) -- and the task
+/// itself delegates the step to the next stage, so a step costs no
+/// round trip through the shard. Activations travel between stages of
+/// different nodes in the stage_step; between stages of one node by a
+/// device copy into the next stage's inbox for the sequence
 ///   (inbox_atom, job, seq, bytes) -> (handle_id, device actor)
 /// (same-node senders only), the step then carries on_device and no x.
 ///
@@ -52,7 +56,7 @@ struct shard_setup {
   caf::actor owner;         ///< stops when the owner goes down (optional)
 };
 
-/// Spawns a shard (detached); throws model_error for a bad layer range or
+/// Spawns a shard; throws model_error for a bad layer range or
 /// a missing device.
 caf::actor spawn_shard(caf::actor_system& sys, shard_setup setup);
 

@@ -1,7 +1,8 @@
 // One shard's step on the cpu device with one thread: the host engine
 // (model::llama_stage, reading the mapped model file), model::device_stage
-// straight over the backend device, device_stage through a device actor
-// (what a shard runs: one request per step), and device_stage with its
+// straight over the backend device, device_stage hosted by a device actor
+// (what a shard runs: one device task per step, asked from another
+// thread), and device_stage with its
 // weights copied into device buffers instead of read in place from the
 // mapped file (device_stage_options::weights_in_place). F32 test model of the
 // workload benchmark (12 layers, 512 wide, ff 1536, vocabulary 2048); one
@@ -21,7 +22,7 @@
 //   shard_step_bench [STEPS]
 
 #include "actors/device/device_actor.hpp"
-#include "actors/shard/actor_device_ops.hpp"
+#include "actors/device/device_task.hpp"
 #include "backends/factory.hpp"
 #include "messages/registration.hpp"
 #include "runtime/model/device_stage.hpp"
@@ -68,6 +69,8 @@ double seconds_since(clock_type::time_point t0) {
 }
 
 struct device_path : decode_path {
+  /// Kept alive by a stage hosted by a device actor (destroyed last).
+  std::shared_ptr<model::device_ops> keep_ops;
   std::unique_ptr<model::device_stage> stage;
   model::cache_id cache = 0;
   std::vector<float> x, logits;
@@ -140,6 +143,66 @@ struct host_path : decode_path {
   }
 };
 
+/// A device_stage on a device actor's thread, as a shard keeps it: built
+/// by one device task, each decode step one more, asked from this thread
+/// (what a shard's step costs beyond the math: two mailboxes and a
+/// thread wake-up).
+struct task_path : decode_path {
+  caf::scoped_actor& self;
+  caf::actor dev; ///< untyped: a task's answer is the task's own
+  std::shared_ptr<device_path> hosted;
+
+  task_path(caf::scoped_actor& s, const device_actor& d)
+    : self(s), dev(caf::actor_cast<caf::actor>(d)) {
+  }
+
+  /// Runs `f(ctx)` on the device's thread; false on an error (printed).
+  template <class F>
+  bool ask(F f) {
+    device_task t;
+    t.kind = task_kind::compute;
+    t.run = [f](device::task_context& ctx, caf::response_promise& rp) {
+      if (f(ctx))
+        rp.deliver(caf::ok_atom::value);
+      else
+        rp.deliver(caf::make_error(caf::sec::runtime_error, "task failed"));
+    };
+    bool ok = false;
+    self->request(dev, caf::infinite, task_atom::value, std::move(t))
+      .receive([&](caf::ok_atom) { ok = true; },
+               [&](caf::error& e) {
+                 std::printf("error: %s\n", caf::to_string(e).c_str());
+               });
+    return ok;
+  }
+
+  static std::unique_ptr<task_path>
+  create(caf::scoped_actor& s, const device_actor& d,
+         const std::shared_ptr<const model::llama_model>& m, int steps) {
+    auto p = std::make_unique<task_path>(s, d);
+    auto* raw = p.get();
+    if (!p->ask([raw, m, steps](device::task_context& ctx) {
+          auto ops = ctx.ops();
+          auto r = device_path::create(m, *ops, steps, true);
+          if (!r)
+            return false;
+          r->keep_ops = std::move(ops);
+          raw->hosted = std::move(r);
+          return true;
+        }))
+      return nullptr;
+    return p;
+  }
+
+  double step(std::uint32_t i) override {
+    auto t0 = clock_type::now();
+    auto h = hosted;
+    if (!ask([h, i](device::task_context&) { return h->step(i) >= 0; }))
+      return -1;
+    return seconds_since(t0);
+  }
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   auto n = v.size();
@@ -197,16 +260,18 @@ int main(int argc, char** argv) {
     dc.node = "bench";
     auto da = device::spawn_device_actor(sys, dev, dc);
     model::backend_ops direct(dev);
-    shard::actor_device_ops via(sys, da, dev.properties().id);
+    caf::scoped_actor self{sys};
     // (path, instance), built in an interleaved order so that no path gets
     // all the early or all the late memory.
     std::vector<std::pair<int, std::unique_ptr<decode_path>>> runs;
     runs.emplace_back(0, std::make_unique<host_path>(m, steps));
     for (int c = 0; c < copies; ++c)
       for (int p = 1; p < n_paths; ++p) {
-        auto r = device_path::create(
-          m, p == 3 ? static_cast<model::device_ops&>(via) : direct, steps,
-          p != 4);
+        std::unique_ptr<decode_path> r;
+        if (p == 3)
+          r = task_path::create(self, da, m, steps);
+        else
+          r = device_path::create(m, direct, steps, p != 4);
         if (!r)
           return 1;
         runs.emplace_back(p, std::move(r));
@@ -226,19 +291,13 @@ int main(int argc, char** argv) {
       for (int p = 0; p < n_paths; ++p)
         times[p][i] = p == 0 ? sum[p] : sum[p] / copies;
     }
-    // The fixed cost of a request: a step with no operations, 2 KiB in and
-    // 8 KiB out, as a decode step of this model moves.
-    auto h = via.allocate(std::uint64_t{1} << 16);
-    if (!h)
-      return 1;
-    std::vector<float> in(512), out(2048);
-    const std::vector<model::device_op> none;
+    // The fixed cost of a step's task: one that computes nothing.
+    task_path empty{self, da};
     auto t0 = clock_type::now();
     for (int i = 0; i < empty_steps; ++i)
-      if (!via.step(*h, 0, in.data(), 2048, none, *h, 0, out.data(), 8192))
+      if (!empty.ask([](device::task_context&) { return true; }))
         return 1;
     empty_us = seconds_since(t0) / empty_steps * 1e6;
-    (void) via.free(*h);
     runs.clear();
     caf::anon_send_exit(da, caf::exit_reason::user_shutdown);
   }
@@ -250,7 +309,7 @@ int main(int argc, char** argv) {
   const char* names[n_paths] = {
     "host engine (llama_stage)", "device_stage on the cpu device",
     "the same, other instances (control)",
-    "device_stage through the device actor",
+    "device_stage hosted by the device actor",
     "device_stage, weights copied to the device"};
   std::printf("%-40s %14s %11s %16s %16s\n", "path", "median ms/tok",
               "tokens/s", "paired vs host", "paired vs direct");
@@ -265,8 +324,8 @@ int main(int argc, char** argv) {
                 med * 1e3, 1.0 / med, (median(vs_host) - 1) * 100,
                 (median(vs_direct) - 1) * 100);
   }
-  std::printf("one empty step through the device actor: %.1f us (mean of "
-              "%d)\n",
+  std::printf("one empty device task, asked and answered: %.1f us (mean "
+              "of %d)\n",
               empty_us, empty_steps);
   return 0;
 }

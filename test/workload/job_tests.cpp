@@ -162,8 +162,11 @@ actor_snapshot snapshot_of(caf::scoped_actor& self, const caf::actor& a) {
 }
 
 /// A numeric field of a snapshot.
-std::uint64_t num(actor_snapshot& s, const char* k) {
-  return std::stoull(s.fields[k]);
+std::uint64_t num(const actor_snapshot& s, const char* k) {
+  auto it = s.fields.find(k);
+  INFO(s.name << " has no field " << k);
+  REQUIRE(it != s.fields.end());
+  return std::stoull(it->second);
 }
 
 } // namespace
@@ -408,9 +411,9 @@ TEST_CASE("a shard computes on its device and keeps its KV cache there",
   model::llama_pipeline pipe(f.model, {0, 4});
   auto seq = pipe.new_sequence(128);
   CHECK(max_rel_diff(logits, pipe.eval(seq, s.tokens)) <= 1e-4f);
-  // A further step is one request to the device actor: the write, the
-  // batch of calls and the read travel together.
-  auto requests = num(sh, "device_requests");
+  // A further step is one task on the device actor's thread: the write,
+  // the batch of calls and the read travel together.
+  auto tasks = num(snapshot(dev), "compute_tasks");
   stage_step next;
   next.job = 9;
   next.pos = 5;
@@ -418,8 +421,7 @@ TEST_CASE("a shard computes on its device and keeps its KV cache there",
   self->request(stages[0], std::chrono::seconds(30), forward_atom::value, next)
     .receive([&](stage_step& r) { logits = std::move(r.x); },
              [](caf::error& e) { FAIL(error_message(e)); });
-  sh = snapshot(stages[0]);
-  CHECK(num(sh, "device_requests") == requests + 1);
+  CHECK(num(snapshot(dev), "compute_tasks") == tasks + 1);
   CHECK(max_rel_diff(logits, pipe.eval(seq, next.tokens)) <= 1e-4f);
   // Releasing the job frees the cache on the device.
   self->request(stages[0], std::chrono::seconds(10), release_atom::value,
@@ -486,18 +488,18 @@ TEST_CASE("a step sent while its device is paused waits, then completes "
   s.tokens = {1, 17, 42, 99, 5};
   // The step goes out while the device is paused ...
   self->send(stages[0], forward_atom::value, s);
-  auto pause_waits = [&] {
-    std::uint64_t n = 0;
-    self->request(stages[0], std::chrono::seconds(10), inspect_atom::value)
-      .receive([&](actor_snapshot& snap) {
-                 n = std::stoull(snap.fields["pause_waits"]);
-               },
-               [](caf::error& e) { FAIL(error_message(e)); });
-    return n;
+  auto dev_snapshot = [&] {
+    return snapshot_of(self, caf::actor_cast<caf::actor>(dev));
   };
-  // ... and is held back (the shard is busy waiting, so inspect queues
-  // behind the step: ask the device instead and only then resume).
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // ... and is held by the device (waited for without a fixed sleep: the
+  // shard checks it and hands it over, the device holds it).
+  for (int i = 0; i < 2000 && num(dev_snapshot(), "held_tasks") == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(num(dev_snapshot(), "held_tasks") == 1);
+  // The shard still answers while its device is paused: no step ran yet.
+  auto sh = snapshot_of(self, stages[0]);
+  CHECK(num(sh, "steps") == 0);
+  CHECK(num(sh, "pause_waits") == 0);
   self->request(dev, std::chrono::seconds(10), resume_atom::value)
     .receive([](caf::atom_value) {}, [](caf::error& e) { FAIL(error_message(e)); });
   std::vector<float> logits;
@@ -506,8 +508,11 @@ TEST_CASE("a step sent while its device is paused waits, then completes "
                 caf::after(std::chrono::seconds(60)) >> [] {
                   FAIL("the step never completed");
                 });
+  CHECK(num(dev_snapshot(), "held_tasks") == 0);
+  sh = snapshot_of(self, stages[0]);
+  CHECK(num(sh, "steps") == 1);
+  CHECK(num(sh, "pause_waits") == 1);
   REQUIRE(logits.size() == f.model->hparams().n_vocab);
-  CHECK(pause_waits() > 0);
   model::llama_pipeline pipe(f.model, {0, 4});
   auto seq = pipe.new_sequence(128);
   CHECK(max_rel_diff(logits, pipe.eval(seq, s.tokens)) <= 1e-4f);
