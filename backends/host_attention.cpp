@@ -356,19 +356,24 @@ chunk_kernels chunk_kernels_now() {
   return {dot_f16_scalar, scale_f16_scalar, mad_f16_scalar};
 }
 
-/// One query head over cache rows 0 .. n_pos-1 (k, v at its KV head,
-/// `stride` floats apart), as one_chunk does with an F16 cache: Q rounded
-/// to half, online softmax with expf, the V sum in a half accumulator.
-/// qh and acc: head_dim floats of scratch.
-void one_chunk_head(const chunk_kernels& kf, const float* q, const float* k,
-                    const float* v, std::size_t n_pos, std::size_t hd,
-                    std::size_t stride, float scale, float* qh, float* acc,
-                    float* out) {
-  round_to_f16(q, qh, hd);
+/// The running maximum and sum of one_chunk's online softmax.
+struct softmax_state {
+  float M = -inf;
+  float S = 0.0f;
+};
+
+/// One query head (qh: Q already rounded to half) over cache rows
+/// c0 .. c1-1 (k, v at its KV head, `stride` floats apart), as one_chunk
+/// does with an F16 cache: online softmax with expf, the V sum in a half
+/// accumulator `acc` (head_dim floats, left unnormalized).
+softmax_state one_chunk_cells(const chunk_kernels& kf, const float* qh,
+                              const float* k, const float* v, std::size_t c0,
+                              std::size_t c1, std::size_t hd,
+                              std::size_t stride, float scale, float* acc) {
   std::fill(acc, acc + hd, 0.0f);
   float S = 0.0f;
   float M = -inf;
-  for (std::size_t ic = 0; ic < n_pos; ++ic) {
+  for (std::size_t ic = c0; ic < c1; ++ic) {
     float s = kf.dot(k + ic * stride, qh, hd);
     s = s * scale;
     s += 0.0f; // the mask of a visible cell
@@ -386,9 +391,73 @@ void one_chunk_head(const chunk_kernels& kf, const float* q, const float* k,
     const float scaled = S * ms; // two roundings, not a fused multiply-add
     S = scaled + vs;
   }
+  return {M, S};
+}
+
+/// One query head over cache rows 0 .. n_pos-1 as one_chunk computes it
+/// (one_chunk_cells, then divided by the sum). qh and acc: head_dim floats
+/// of scratch.
+void one_chunk_head(const chunk_kernels& kf, const float* q, const float* k,
+                    const float* v, std::size_t n_pos, std::size_t hd,
+                    std::size_t stride, float scale, float* qh, float* acc,
+                    float* out) {
+  round_to_f16(q, qh, hd);
+  const float S =
+    one_chunk_cells(kf, qh, k, v, 0, n_pos, hd, stride, scale, acc).S;
   const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
   for (std::size_t d = 0; d < hd; ++d)
     out[d] = acc[d] * s_inv;
+}
+
+/// The KV length llama.cpp's graph sees for a sequence of n_pos cells: the
+/// cache's used cells padded to a multiple of 256 (llama_kv_cache::
+/// get_n_kv; the padding cells are masked).
+std::size_t llama_kv_length(std::size_t n_pos) {
+  return (n_pos + 255) / 256 * 256;
+}
+
+/// One token's query head as ggml's split-KV path computes it with
+/// `splits` threads (one token over 512 padded cells or more): the padded
+/// length cut into `splits` chunks of ceil(n_kv / splits) cells, one_chunk
+/// over each chunk's visible cells (M, S and the half accumulator widened
+/// to F32), then ggml_flash_attn_ext_reduce_partials: chunks merged in
+/// order, each rescaled by expf of its maximum's distance to the running
+/// one, the running sum and output as GCC contracts them
+/// (fma(old, scale_old, chunk * scale_new)), finally divided by the sum.
+/// scratch: 3 * head_dim floats.
+void split_kv_head(const chunk_kernels& kf, const float* q, const float* k,
+                   const float* v, std::size_t n_pos, std::size_t hd,
+                   std::size_t stride, float scale, std::size_t splits,
+                   float* scratch, float* out) {
+  float* qh = scratch;
+  float* acc = scratch + hd;
+  float* fin = scratch + 2 * hd;
+  round_to_f16(q, qh, hd);
+  const std::size_t n_kv = llama_kv_length(n_pos);
+  const std::size_t chunk = (n_kv + splits - 1) / splits;
+  std::fill(fin, fin + hd, 0.0f);
+  float M = -inf;
+  float S = 0.0f;
+  for (std::size_t c0 = 0; c0 < n_kv && c0 < n_pos; c0 += chunk) {
+    const std::size_t c1 = std::min(c0 + chunk, n_pos);
+    const auto part =
+      one_chunk_cells(kf, qh, k, v, c0, c1, hd, stride, scale, acc);
+    if (part.S == 0.0f)
+      continue;
+    const float m_new = std::fmax(M, part.M);
+    const float scale_old = std::exp(M - m_new);
+    const float scale_new = std::exp(part.M - m_new);
+    for (std::size_t d = 0; d < hd; ++d)
+      fin[d] = std::fma(fin[d], scale_old, acc[d] * scale_new);
+    S = std::fma(S, scale_old, part.S * scale_new);
+    M = m_new;
+  }
+  if (S != 0.0f) {
+    const float s_inv = 1.0f / S;
+    for (std::size_t d = 0; d < hd; ++d)
+      fin[d] *= s_inv;
+  }
+  std::copy(fin, fin + hd, out);
 }
 
 // -- tiled: ggml_compute_forward_flash_attn_ext_tiled -----------------------
@@ -643,22 +712,31 @@ void attention_tiled(const float* q, const float* k, const float* v, float* out,
 }
 
 void attention_chunked(const float* q, const float* k, const float* v,
-                       float* out, const attention_dims& d, int threads) {
+                       float* out, const attention_dims& d, int threads,
+                       int llama_threads) {
   const std::size_t hd = d.head_dim;
   const std::size_t group = d.n_heads / d.n_kv_heads;
   const std::size_t row = d.n_heads * hd;
   const long jobs = static_cast<long>(d.n_tokens * d.n_heads);
   const chunk_kernels kf = chunk_kernels_now();
+  const bool split = attention_split_kv(d, llama_threads);
   for_each_job(
-    jobs, threads, [&] { return std::vector<float>(2 * hd); },
+    jobs, threads, [&] { return std::vector<float>(3 * hd); },
     [&](long job, std::vector<float>& scratch) {
       const auto uj = static_cast<std::size_t>(job);
       const std::size_t t = uj / d.n_heads;
       const std::size_t h = uj % d.n_heads;
       const std::size_t kvh = (h / group) * hd;
-      one_chunk_head(kf, q + t * row + h * hd, k + kvh, v + kvh, d.pos0 + t + 1,
-                     hd, d.kv_stride, d.scale, scratch.data(),
-                     scratch.data() + hd, out + t * row + h * hd);
+      if (split)
+        split_kv_head(kf, q + h * hd, k + kvh, v + kvh, d.pos0 + 1, hd,
+                      d.kv_stride, d.scale,
+                      static_cast<std::size_t>(llama_threads), scratch.data(),
+                      out + h * hd);
+      else
+        one_chunk_head(kf, q + t * row + h * hd, k + kvh, v + kvh,
+                       d.pos0 + t + 1, hd, d.kv_stride, d.scale,
+                       scratch.data(), scratch.data() + hd,
+                       out + t * row + h * hd);
     });
 }
 
@@ -683,13 +761,19 @@ bool attention_tiled_path(const attention_dims& d) noexcept {
   return d.n_tokens >= fa_tile && d.head_dim % 16 == 0;
 }
 
+bool attention_split_kv(const attention_dims& d, int llama_threads) noexcept {
+  return llama_threads > 1 && d.n_tokens == 1
+         && llama_kv_length(d.pos0 + 1) >= 512;
+}
+
 void attention(const float* q, const float* k, const float* v, float* out,
-               const attention_dims& d, int threads) noexcept {
+               const attention_dims& d, int threads,
+               int llama_threads) noexcept {
   threads = std::max(1, threads);
   if (attention_tiled_path(d))
     attention_tiled(q, k, v, out, d, threads);
   else
-    attention_chunked(q, k, v, out, d, threads);
+    attention_chunked(q, k, v, out, d, threads, llama_threads);
 }
 
 } // namespace exo::backend::host

@@ -335,7 +335,7 @@ status host_device::attention(const_view q, const_view k, const_view v,
                          false, "attention"));
   host::attention(at(q.buf, q.offset), at(k.buf, k.offset),
                   at(v.buf, v.offset), at(out.buf, out.offset), dims,
-                  threads_);
+                  threads_, llama_threads_);
   ++submitted_;
   // Each query row reads its causal prefix of K and V once per KV head.
   double ctx = static_cast<double>(dims.pos0)

@@ -68,6 +68,8 @@ protected:
   std::uint64_t submitted_ = 0;
   /// Threads of the matrix and attention kernels (OpenMP).
   int threads_ = 1;
+  /// Whose attention bits (host::attention's llama_threads).
+  int llama_threads_ = 1;
   /// Whether adopt_host reads host memory in place. The cpu device does;
   /// a simulated device keeps "device memory" of its own (uploads cost
   /// simulated time).

@@ -158,16 +158,27 @@ void silu_mul(const float* gate, const float* up, float* out,
 /// accumulator rounded after every cell, then divided by the sum. Batches
 /// of 64 tokens and more take the tiled path: F32 Q, scores and V sums as
 /// fused multiply-add chains over 64-cell tiles (simd_gemm), each tile's
-/// softmax through expf_ggml summed per 16 lanes in double. (ggml's
-/// split-KV path for one token over 512 cells or more equals one_chunk on
-/// one thread; with more threads llama.cpp merges partial sums and differs
-/// in the last bits.) (token, head) pairs are split over `threads` OpenMP
-/// threads; the result does not depend on how.
+/// softmax through expf_ggml summed per 16 lanes in double. (token, head)
+/// pairs are split over `threads` OpenMP threads; the result does not
+/// depend on how.
+///
+/// One token over 512 cells or more (llama.cpp pads its KV length to a
+/// multiple of 256, so from position 256 on) takes ggml's split-KV path,
+/// whose bits depend on llama.cpp's thread count: on one thread it is
+/// one_chunk; on N it cuts the cells into N chunks and merges their
+/// partial sums. `llama_threads` is the thread count of the llama.cpp whose
+/// bits to give: 1 (the default, and exo's answer everywhere unless a user
+/// asks) is one_chunk; N > 1 reproduces `llama.cpp -t N`.
 void attention(const float* q, const float* k, const float* v, float* out,
-               const attention_dims& dims, int threads) noexcept;
+               const attention_dims& dims, int threads,
+               int llama_threads = 1) noexcept;
 
 /// Whether attention takes the tiled path for dims.
 bool attention_tiled_path(const attention_dims& dims) noexcept;
+
+/// Whether attention takes the split-KV path for dims and llama_threads.
+bool attention_split_kv(const attention_dims& dims,
+                        int llama_threads) noexcept;
 
 // -- checks and sizes of the Llama operations ------------------------------
 

@@ -53,6 +53,7 @@ public:
                           | cap_model_ops | cap_clock | cap_utilization;
     threads_ = usable_threads(id.logical_cores);
     adopts_host_memory_ = opts.weights_in_place;
+    llama_threads_ = std::max(1, opts.llama_threads);
     if (host_info::cpu_temperature_c())
       props_.capabilities |= cap_temperature;
   }

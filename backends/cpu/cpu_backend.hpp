@@ -18,6 +18,9 @@ struct cpu_options {
   /// them (device::adopt_host); false: the device says unsupported and
   /// stages copy (for file systems whose mappings get only 4 KiB pages).
   bool weights_in_place = true;
+  /// The thread count of the llama.cpp whose attention bits the device
+  /// gives (host::attention): 1, the default, whatever threads it runs.
+  int llama_threads = 1;
 };
 
 std::unique_ptr<backend> make_cpu_backend(cpu_options opts = {});

@@ -11,6 +11,9 @@
 # The default prompt is 83 tokens with these models, so llama.cpp's flash
 # attention takes its tiled path for it (64 tokens and more); set
 # AGREEMENT_PROMPT to another prompt (a short one: the one_chunk path).
+# LLAMA_THREADS=N runs llama.cpp with N threads and exo with
+# --llama-threads N (its split-KV decode from position 256: use N of 300
+# or more to reach it); EXO_THREADS sets exo's own threads (default 1).
 set -euo pipefail
 BUILD=${1:-build}
 TYPE=${2:-q8_0}
@@ -32,8 +35,9 @@ for seed in "${SEEDS[@]}"; do
   "$EXO_MODEL" make-test --out "$m" --type "$TYPE" --layers 6 --dim 512 \
     --ff 1536 --heads 8 --kv-heads 4 --vocab 2048 --seed "$seed" >/dev/null
   read -ra a <<<"$("$EXO_MODEL" run --model "$m" --prompt "$PROMPT" -n "$N" \
-    --threads 1 --ctx 1024 --print-ids | sed -n 's/^generated ids: //p')"
-  read -ra b <<<"$(node "$PROBE" "$m" "$PROMPT" "$N" 1 2>/dev/null \
+    --threads "${EXO_THREADS:-1}" --llama-threads "${LLAMA_THREADS:-1}" \
+    --ctx 1024 --print-ids | sed -n 's/^generated ids: //p')"
+  read -ra b <<<"$(node "$PROBE" "$m" "$PROMPT" "$N" "${LLAMA_THREADS:-1}" 2>/dev/null \
     | sed -n 's/^generated ids: //p')"
   same=0
   while [ "$same" -lt "$N" ] && [ "${a[$same]:-x}" = "${b[$same]:-y}" ]; do

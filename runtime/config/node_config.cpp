@@ -177,6 +177,11 @@ node_config parse_document(const std::string& json, const std::string& source) {
                   [&](element v, const std::string& q) {
                     d.cpu_weights_in_place = as_bool(v, q);
                   }},
+                 {"cpu_llama_threads",
+                  [&](element v, const std::string& q) {
+                    d.cpu_llama_threads =
+                      static_cast<int>(as_integer(v, q, 1, 1024));
+                  }},
                  {"simulated",
                   [&](element v, const std::string& q) {
                     if (v.type() != element_type::ARRAY)
@@ -373,6 +378,7 @@ backend::factory_options node_config::factory_options() const {
   o.exclude = devices.exclude;
   o.cpu.memory_limit = devices.cpu_memory_limit;
   o.cpu.weights_in_place = devices.cpu_weights_in_place;
+  o.cpu.llama_threads = devices.cpu_llama_threads;
   o.sim.devices = devices.simulated;
   o.sim.time_scale = devices.sim_time_scale;
   if (!devices.sim_profiles_file.empty()) {

@@ -54,6 +54,9 @@ struct devices_section {
   std::uint64_t cpu_memory_limit = 0; ///< bytes; 0: what the host has
   /// The cpu device reads weights in place from the mapped model file.
   bool cpu_weights_in_place = true;
+  /// The cpu device gives the attention bits of llama.cpp run with this
+  /// many threads (1: one thread's, whatever the device runs).
+  int cpu_llama_threads = 1;
   std::vector<backend::sim_device_spec> simulated;
   std::string sim_profiles_file;      ///< extra profiles (JSON)
   double sim_time_scale = 0;

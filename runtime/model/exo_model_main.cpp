@@ -5,7 +5,7 @@
 //   exo-model info m.gguf
 //   exo-model run --model m.gguf --prompt "hello world" -n 16 [--seed S]
 //     [--temperature T] [--top-k K] [--top-p P] [--threads N]
-//     [--logits-out FILE]
+//     [--llama-threads N] [--logits-out FILE]
 //
 // Exit status: 0 on success, 2 on bad arguments or a bad model file.
 
@@ -186,7 +186,8 @@ int cmd_run(int argc, char** argv) {
   for (auto& [k, v] : a)
     if (k != "model" && k != "prompt" && k != "n" && k != "seed"
         && k != "temperature" && k != "threads" && k != "logits-out"
-        && k != "top-k" && k != "top-p" && k != "ctx" && k != "print-ids")
+        && k != "top-k" && k != "top-p" && k != "ctx" && k != "print-ids"
+        && k != "llama-threads")
       throw usage_error("unknown option --" + k);
   if (!a.count("model"))
     throw usage_error("run needs --model FILE");
@@ -203,6 +204,14 @@ int cmd_run(int argc, char** argv) {
     a.count("threads") ? static_cast<int>(to_uint("threads", a["threads"]))
                        : 1;
   ops::set_threads(threads);
+  // The bits of llama.cpp run with this many threads (its split-KV decode
+  // from position 256); 1 by default, whatever --threads is.
+  if (a.count("llama-threads")) {
+    const auto lt = to_uint("llama-threads", a["llama-threads"]);
+    if (lt == 0 || lt > 1024)
+      throw usage_error("--llama-threads must be 1 to 1024");
+    ops::set_llama_threads(static_cast<int>(lt));
+  }
 
   auto model = llama_model::load(a["model"]);
   auto& hp = model->hparams();
@@ -277,7 +286,8 @@ void usage() {
     "       exo-model info FILE\n"
     "       exo-model run --model FILE --prompt TEXT [-n N] [--seed S]\n"
     "         [--temperature T] [--top-k K] [--top-p P] [--threads N]\n"
-    "         [--ctx C] [--logits-out FILE] [--print-ids]\n",
+    "         [--ctx C] [--logits-out FILE] [--print-ids]\n"
+    "         [--llama-threads N]  (give llama.cpp -t N's bits)\n",
     stderr);
 }
 

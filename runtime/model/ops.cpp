@@ -17,6 +17,7 @@ namespace {
 namespace host = exo::backend::host;
 
 int n_threads_ = 1;
+int n_llama_threads_ = 1;
 
 backend::weight_type weight_type_of(tensor_type t) {
   switch (t) {
@@ -36,6 +37,14 @@ void set_threads(int n) {
 
 int threads() {
   return n_threads_;
+}
+
+void set_llama_threads(int n) {
+  n_llama_threads_ = std::max(1, n);
+}
+
+int llama_threads() {
+  return n_llama_threads_;
 }
 
 void matmul(const matrix_view& w, const float* x, size_t n_tokens, float* y) {
@@ -72,7 +81,7 @@ void attention(const float* q, const float* k, const float* v,
                size_t head_dim, size_t kv_stride, float scale, float* out) {
   backend::attention_dims d{n_tokens, pos0,      n_head, n_head_kv,
                             head_dim, kv_stride, scale};
-  host::attention(q, k, v, out, d, n_threads_);
+  host::attention(q, k, v, out, d, n_threads_, n_llama_threads_);
 }
 
 } // namespace exo::model::ops

@@ -25,6 +25,13 @@ void set_threads(int n);
 /// Returns the thread count last set with set_threads (1 by default).
 int threads();
 
+/// The thread count of the llama.cpp whose attention bits to give (1 by
+/// default; host::attention): decode steps from position 256 on merge
+/// per-thread partial sums in llama.cpp when it runs on more than one
+/// thread, and then differ from one thread's in the last bits.
+void set_llama_threads(int n);
+int llama_threads();
+
 /// y[t*rows + r] = sum_c W[r, c] * x[t*cols + c] for t < n_tokens.
 /// F16 weights see activations rounded to half, Q8_0 weights see activations
 /// quantised to Q8_0 (as in llama.cpp). Uses sgemm for batches.

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -433,4 +434,44 @@ TEST_CASE("a cpu device configured to copy weights does not adopt host "
   auto r = be->device_at(0)->adopt_host(mem->data(), 64, mem);
   REQUIRE_FALSE(r.ok());
   CHECK(r.err().code == errc::unsupported);
+}
+
+TEST_CASE("a cpu device gives the attention bits of the llama.cpp thread "
+          "count it is configured with") {
+  // One token at position 300: 512 padded cells, llama.cpp's split-KV
+  // path, whose bits depend on its thread count (host::attention).
+  attention_dims d{1, 300, 4, 2, 64, 128, 0.125f};
+  std::mt19937 rng{5};
+  auto q = random_floats(rng, 4 * 64, -3.0f, 3.0f);
+  auto kv = random_floats(rng, 301 * 128, -3.0f, 3.0f);
+  auto on_device = [&](int llama_threads) {
+    cpu_options o;
+    o.llama_threads = llama_threads;
+    auto be = make_cpu_backend(o);
+    REQUIRE(be->initialize().ok());
+    auto* dev = be->device_at(0);
+    auto qb = dev->allocate(q.size() * 4);
+    auto kb = dev->allocate(kv.size() * 4);
+    auto ob = dev->allocate(q.size() * 4);
+    REQUIRE((qb.ok() && kb.ok() && ob.ok()));
+    REQUIRE(dev->write(**qb, 0, q.data(), q.size() * 4).ok());
+    REQUIRE(dev->write(**kb, 0, kv.data(), kv.size() * 4).ok());
+    REQUIRE(dev->attention({qb->get(), 0}, {kb->get(), 0}, {kb->get(), 0},
+                           {ob->get(), 0}, d)
+              .ok());
+    std::vector<float> out(q.size());
+    REQUIRE(dev->read(**ob, 0, out.data(), out.size() * 4).ok());
+    return out;
+  };
+  for (int lt : {1, 2, 3}) {
+    INFO("llama.cpp threads " << lt);
+    std::vector<float> want(q.size());
+    host::attention(q.data(), kv.data(), kv.data(), want.data(), d, 1, lt);
+    auto got = on_device(lt);
+    CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
+  }
+  // The split path does differ from one thread's here.
+  auto one = on_device(1);
+  auto two = on_device(2);
+  CHECK(std::memcmp(one.data(), two.data(), one.size() * 4) != 0);
 }

@@ -232,6 +232,69 @@ struct ggml_case {
       }
   }
 
+  /// ggml_compute_forward_flash_attn_ext_f16's split-KV path with nth
+  /// threads (one token): one_chunk over each thread's chunk of the padded
+  /// cells, partials (M, S, VKQ widened to F32), then
+  /// ggml_flash_attn_ext_reduce_partials. The merge's two products are
+  /// contracted as GCC does in llama.cpp's build: the first one fused.
+  void split(int nth) {
+    REQUIRE(n_tokens == 1);
+    const int group = n_heads / n_kv_heads;
+    const int chunk_size = (n_kv + nth - 1) / nth;
+    std::vector<f16> q16(dk), vkq16(dk);
+    std::vector<float> fin(dk);
+    const f16* mp = mask.data();
+    for (int h = 0; h < n_heads; ++h) {
+      const float* pq = q.data() + h * dk;
+      for (int i = 0; i < dk; ++i)
+        q16[i] = to_f16(pq[i]);
+      float M_final = -inf, S_final = 0.0f;
+      std::fill(fin.begin(), fin.end(), 0.0f);
+      for (int c = 0; c < nth; ++c) {
+        const int ic_start = c * chunk_size;
+        if (ic_start >= n_kv)
+          continue; // M = -inf, S = 0
+        const int ic_end = std::min(ic_start + chunk_size, n_kv);
+        float S = 0.0f, M = -inf;
+        std::fill(vkq16.begin(), vkq16.end(), f16{0});
+        for (int ic = ic_start; ic < ic_end; ++ic) {
+          const float mv = 1.0f * to_f32(mp[ic]);
+          if (mv == -inf)
+            continue;
+          float s = vec_dot_f16(dk, k_row(h / group, ic), q16.data());
+          s = s * scale;
+          s += mv;
+          const float Mold = M;
+          float ms = 1.0f, vs = 1.0f;
+          if (s > M) {
+            M = s;
+            ms = std::exp(Mold - M);
+            vec_scale_f16(dk, vkq16.data(), ms);
+          } else {
+            vs = std::exp(s - M);
+          }
+          vec_mad_f16(dk, vkq16.data(), v_row(h / group, ic), vs);
+          S = S * ms + vs;
+        }
+        if (S == 0.0f)
+          continue;
+        const float M_new = std::fmax(M_final, M);
+        const float scale_old = std::exp(M_final - M_new);
+        const float scale_new = std::exp(M - M_new);
+        for (int d = 0; d < dk; ++d)
+          fin[d] = std::fma(fin[d], scale_old, to_f32(vkq16[d]) * scale_new);
+        S_final = std::fma(S_final, scale_old, S * scale_new);
+        M_final = M_new;
+      }
+      if (S_final != 0.0f) {
+        const float S_inv = 1.0f / S_final;
+        for (auto& x : fin)
+          x *= S_inv;
+      }
+      std::copy(fin.begin(), fin.end(), out_row(0, h));
+    }
+  }
+
   /// ggml_compute_forward_flash_attn_ext_tiled, all rows.
   void tiled() {
     constexpr int QT = 64, KT = 64;
@@ -323,15 +386,18 @@ struct ggml_case {
   }
 };
 
-/// ggml's choice for one thread: tiled from 64 tokens when DV % 16 == 0;
-/// the split-KV path (one token, >= 512 cells) is one_chunk on one thread.
+/// ggml's choice with nth threads: tiled from 64 tokens when DV % 16 == 0;
+/// the split-KV path for one token over >= 512 padded cells (one_chunk on
+/// one thread).
 std::vector<float> ggml_attention(const std::vector<float>& q,
                                   const std::vector<float>& k,
                                   const std::vector<float>& v,
-                                  const attention_dims& d) {
+                                  const attention_dims& d, int nth = 1) {
   ggml_case c(q, k, v, d);
   if (d.n_tokens >= 64 && d.head_dim % 16 == 0)
     c.tiled();
+  else if (d.n_tokens == 1 && c.n_kv >= 512 && nth > 1)
+    c.split(nth);
   else
     c.one_chunk();
   return c.out;
@@ -359,14 +425,19 @@ TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
     std::size_t n_tokens, pos0, n_heads, n_kv_heads, head_dim, stride;
     float qk_range;
   };
-  // one_chunk: single tokens (also past 512 cells, ggml's split-KV path),
+  // one_chunk: single tokens (from position 256, 512 padded cells, ggml's
+  // split-KV path with more than one llama.cpp thread: 3 threads over 512
+  // cells leave a chunk with no visible cell, over 1280 every chunk has
+  // some),
   // 63 tokens, a head of 80 (leftovers after 64), a head of 24; tiled: 64
   // and 130 tokens (a partial Q tile) with GQA and heads of 64 and 128; a
   // 70-token batch with heads of 24 stays one_chunk. Large score ranges
   // make the online softmax rescale often.
   for (auto s :
        {shape{1, 0, 2, 2, 64, 128, 1.0f}, shape{1, 37, 4, 2, 128, 256, 3.0f},
-        shape{1, 600, 8, 2, 64, 128, 2.0f}, shape{63, 5, 4, 1, 64, 64, 2.0f},
+        shape{1, 600, 8, 2, 64, 128, 2.0f}, shape{1, 256, 4, 2, 64, 64, 3.0f},
+        shape{1, 255, 4, 2, 64, 64, 3.0f}, shape{1, 1100, 2, 1, 80, 80, 2.0f},
+        shape{63, 5, 4, 1, 64, 64, 2.0f},
         shape{5, 9, 2, 1, 80, 80, 2.0f}, shape{3, 2, 2, 2, 24, 48, 1.0f},
         shape{64, 0, 4, 4, 64, 256, 2.0f}, shape{130, 20, 4, 2, 128, 256, 1.5f},
         shape{65, 530, 2, 1, 64, 64, 4.0f}, shape{70, 0, 2, 1, 24, 24, 1.0f}}) {
@@ -387,15 +458,23 @@ TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
                      << s.head_dim);
     CHECK(host::attention_tiled_path(d) ==
           (s.n_tokens >= 64 && s.head_dim % 16 == 0));
-    const auto want = ggml_attention(q, k, v, d);
-    for (auto widest : isas())
-      for (int threads : {1, 3}) {
-        INFO("isa " << static_cast<int>(widest) << " threads " << threads);
-        host::limit_isa(widest);
-        std::vector<float> got(q.size());
-        host::attention(q.data(), k.data(), v.data(), got.data(), d, threads);
-        require_same_bits(got, want);
-      }
+    // llama.cpp's bits with 1, 2 and 3 threads (they differ only on the
+    // split-KV path); exo's own thread count changes nothing.
+    for (int llama_threads : {1, 2, 3}) {
+      const auto want = ggml_attention(q, k, v, d, llama_threads);
+      CHECK(host::attention_split_kv(d, llama_threads)
+            == (s.n_tokens == 1 && s.pos0 >= 256 && llama_threads > 1));
+      for (auto widest : isas())
+        for (int threads : {1, 3}) {
+          INFO("isa " << static_cast<int>(widest) << " threads " << threads
+                      << " llama.cpp threads " << llama_threads);
+          host::limit_isa(widest);
+          std::vector<float> got(q.size());
+          host::attention(q.data(), k.data(), v.data(), got.data(), d,
+                          threads, llama_threads);
+          require_same_bits(got, want);
+        }
+    }
     host::limit_isa(host::isa::avx512);
   }
 }

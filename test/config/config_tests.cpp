@@ -21,6 +21,7 @@ TEST_CASE("an empty config gives a single local node with every default") {
   CHECK(cfg.devices.include.empty());
   CHECK(cfg.devices.simulated.empty());
   CHECK(cfg.devices.cpu_weights_in_place);
+  CHECK(cfg.devices.cpu_llama_threads == 1);
   CHECK(cfg.log_level == "info");
 }
 
@@ -35,6 +36,7 @@ TEST_CASE("every documented key is read") {
             "passphrase_file": "pw"},
     "devices": {"include": ["vulkan", "cpu", "sim"], "exclude": ["cuda"],
                 "cpu_memory_limit_mib": 2048, "cpu_weights_in_place": false,
+                "cpu_llama_threads": 4,
                 "simulated": [{"profile": "a100-40g", "id": "sim:big"},
                               {"profile": "adreno-740", "count": 2}],
                 "sim_time_scale": 0.5, "rescan_interval_s": 0,
@@ -58,6 +60,7 @@ TEST_CASE("every documented key is read") {
   CHECK(cfg.devices.include.size() == 3);
   CHECK(cfg.devices.exclude == std::vector<std::string>{"cuda"});
   CHECK(cfg.devices.cpu_memory_limit == 2048ull << 20);
+  CHECK(cfg.devices.cpu_llama_threads == 4);
   REQUIRE(cfg.devices.simulated.size() == 3);
   CHECK(cfg.devices.simulated[0].id == "sim:big");
   CHECK(cfg.devices.simulated[2].profile == "adreno-740");
@@ -107,6 +110,8 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "devices.include[0]: unknown backend \"metal\""},
     {R"({"devices": {"cpu_weights_in_place": "yes"}})",
      "devices.cpu_weights_in_place: must be"},
+    {R"({"devices": {"cpu_llama_threads": 0}})",
+     "devices.cpu_llama_threads: must be an integer in [1, 1024]"},
     {R"({"devices": {"exclude": [1]}})",
      "devices.exclude[0]: must be a string"},
     {R"({"devices": {"simulated": [{"profile": "h9000"}]}})",
