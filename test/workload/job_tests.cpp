@@ -207,9 +207,9 @@ TEST_CASE("stages of one node pass activations by device copy",
   auto one = job(lone);
   f.stop(lone);
   // Three stages on one device (a device copy on it): bit for bit the one
-  // stage's logits. Then on three devices of this node (the device actor
-  // relays the copy to its peer): GPU attention sums in F32 where the
-  // host kernel keeps llama.cpp's half accumulator.
+  // stage's logits. Then on three devices of this node (the step's task
+  // writes the activations into the peer device's inbox): GPU attention
+  // sums in F32 where the host kernel keeps llama.cpp's half accumulator.
   std::vector<std::vector<std::size_t>> layouts{
     {cpu, cpu, cpu}, {0, 1 % f.devs.size(), 2 % f.devs.size()}};
   for (auto& on : layouts) {
