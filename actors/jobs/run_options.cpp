@@ -76,6 +76,8 @@ run_options parse_run_options(const std::vector<std::string>& words,
       o.config = v;
     else if (k == "--state-dir" && local)
       o.state_dir = v;
+    else if (k == "--llama-threads" && local)
+      o.llama_threads = to_u32(k, v, 1, 1024);
     else
       throw std::invalid_argument("unknown option " + k);
   }

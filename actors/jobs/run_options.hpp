@@ -4,6 +4,8 @@
 ///   --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
 ///   [--top-k K] [--top-p P] [--stages K] [--sequences M] [--ctx C]
 ///   [--logits-out FILE]
+/// and, for `exo-node run` only, [--config FILE] [--state-dir DIR]
+/// [--llama-threads N].
 
 #include "runtime/model/sampler.hpp"
 
@@ -25,6 +27,9 @@ struct run_options {
   std::string logits_out;
   std::string config;          ///< local runs: node config file
   std::string state_dir;       ///< local runs: state directory override
+  /// local runs: the cpu device gives llama.cpp -t N's attention bits
+  /// (devices.cpu_llama_threads); 0: the config's.
+  std::uint32_t llama_threads = 0;
 };
 
 /// Parses the words after "run"; throws std::invalid_argument with a

@@ -32,7 +32,8 @@ constexpr const char* usage = R"(usage: exo-node [OPTIONS]
                      [--time-limit MS] [--json] [--solver exact|gecode|both|baseline]
        exo-node audit verify FILE... | audit query --dir D [...]
        exo-node run --model FILE.gguf --prompt TEXT [-n N] [--stages K]
-                    [--sequences M] [--ctx C] [...]  (one job on this node:
+                    [--sequences M] [--ctx C] [--llama-threads N] [...]
+                    (one job on this node:
                     the solver places it on the node's devices; --stages K
                     splits evenly; see runtime/node/run_command.hpp)
 

@@ -56,6 +56,8 @@ int run_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
     cfg = o.config.empty() ? config::defaults() : config::load(o.config);
     if (!o.state_dir.empty())
       cfg.node.state_dir = o.state_dir;
+    if (o.llama_threads != 0)
+      cfg.devices.cpu_llama_threads = static_cast<int>(o.llama_threads);
     cfg.network.port = 0;
     cfg.network.seeds.clear();
     m = model::llama_model::load(o.model);

@@ -5,7 +5,7 @@
 ///   exo-node run --model FILE.gguf --prompt TEXT [-n N] [--seed S]
 ///     [--temperature T] [--top-k K] [--top-p P] [--stages K]
 ///     [--sequences M] [--ctx C] [--logits-out FILE] [--config FILE]
-///     [--state-dir DIR]
+///     [--state-dir DIR] [--llama-threads N]
 ///
 /// Starts the node (discovery, device actors; its gate on a free port, no
 /// seeds), places the model on its devices with the placement solver
@@ -18,6 +18,8 @@
 /// spawns a shard per stage bound to its device actor, streams sequence 0's
 /// text to stdout as it is produced and prints tokens/s. --logits-out
 /// writes the last logits of sequence 0, one per line (%.9g).
+/// --llama-threads N: the cpu device gives the attention bits of llama.cpp
+/// run with N threads (devices.cpu_llama_threads, config/README.md).
 /// Exit status: 0, 2 on bad arguments or model, 1 when the job fails.
 
 #include <iosfwd>

@@ -25,6 +25,9 @@ inline std::string exo_cert() {
 inline std::string exo_console() {
   return build_path("runtime/console/exo-console");
 }
+inline std::string exo_model() {
+  return build_path("runtime/model/exo-model");
+}
 
 /// Requires a zero exit, showing the program's output otherwise.
 inline void must(const run_result& r) {

@@ -290,3 +290,60 @@ TEST_CASE("a running job is listed with its id and cancelled from another "
   g.proc->signal(SIGTERM);
   CHECK(g.proc->wait(30s) == 0);
 }
+
+TEST_CASE("exo-node run --llama-threads gives exo-model's logits for the "
+          "same llama.cpp thread count, past position 256",
+          "[workload][process]") {
+  auto dir = temp_dir("exo-llama-threads");
+  exo::model::test_model_options o;
+  o.layers = 2;
+  o.dim = 64;
+  o.ff = 128;
+  o.vocab = 512;
+  o.ctx = 1024;
+  o.seed = 5;
+  auto model = dir + "/model.gguf";
+  exo::model::make_test_model(o, model);
+  write_file(dir + "/node.json", R"({"node": {"name": "solo",
+    "state_dir": ")" + dir + R"(/state"},
+    "devices": {"include": ["cpu"], "rescan_interval_s": 0}})");
+  // A prompt of a few hundred tokens: the generated tokens' decode steps
+  // sit past position 256, where llama.cpp's attention splits its cells
+  // over its threads (the prompt itself is one batch, never split).
+  std::string prompt;
+  for (int i = 0; i < 9; ++i)
+    prompt += "the quick brown fox jumps over the lazy dog ";
+  auto node = [&](const std::string& tag, std::vector<std::string> extra) {
+    std::vector<std::string> argv{exo_node(), "run", "--model", model,
+                                  "--prompt", prompt, "-n", "3",
+                                  "--stages", "1", "--config",
+                                  dir + "/node.json", "--logits-out",
+                                  dir + "/" + tag + ".txt"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto r = run(argv, 120s);
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    // Three tokens generated: the last logits are a decode step's.
+    REQUIRE(r.out.find("generation: 3 tokens") != std::string::npos);
+    std::smatch m;
+    REQUIRE(std::regex_search(r.out, m, std::regex{"prompt: (\\d+) tokens"}));
+    REQUIRE(std::stoi(m[1]) > 256);
+    return read_numbers(dir + "/" + tag + ".txt");
+  };
+  auto engine = [&](const std::string& tag, const std::string& threads) {
+    auto r = run({exo_model(), "run", "--model", model, "--prompt", prompt,
+                  "-n", "3", "--llama-threads", threads, "--logits-out",
+                  dir + "/" + tag + ".txt"},
+                 120s);
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    return read_numbers(dir + "/" + tag + ".txt");
+  };
+  auto one = node("node1", {});
+  auto two = node("node2", {"--llama-threads", "2"});
+  REQUIRE(one.size() == 512);
+  CHECK(one == engine("engine1", "1"));
+  CHECK(two == engine("engine2", "2"));
+  // The split-KV bits do differ from one thread's.
+  CHECK(one != two);
+}
