@@ -435,8 +435,8 @@ TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
   // make the online softmax rescale often.
   for (auto s :
        {shape{1, 0, 2, 2, 64, 128, 1.0f}, shape{1, 37, 4, 2, 128, 256, 3.0f},
-        shape{1, 600, 8, 2, 64, 128, 2.0f}, shape{1, 256, 4, 2, 64, 64, 3.0f},
-        shape{1, 255, 4, 2, 64, 64, 3.0f}, shape{1, 1100, 2, 1, 80, 80, 2.0f},
+        shape{1, 600, 8, 2, 64, 128, 2.0f}, shape{1, 256, 4, 2, 64, 128, 3.0f},
+        shape{1, 255, 4, 2, 64, 128, 3.0f}, shape{1, 1100, 2, 1, 80, 80, 2.0f},
         shape{63, 5, 4, 1, 64, 64, 2.0f},
         shape{5, 9, 2, 1, 80, 80, 2.0f}, shape{3, 2, 2, 2, 24, 48, 1.0f},
         shape{64, 0, 4, 4, 64, 256, 2.0f}, shape{130, 20, 4, 2, 128, 256, 1.5f},

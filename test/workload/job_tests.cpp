@@ -613,15 +613,20 @@ TEST_CASE("a step no stage answers ends the job at its step timeout with "
   // A first stage that takes steps and never answers them (a stuck device
   // behind it), and answers everything else.
   auto held = std::make_shared<std::vector<caf::response_promise>>();
-  auto silent = f.sys->spawn([held](caf::event_based_actor* self)
-                               -> caf::behavior {
-    return {
-      [self, held](forward_atom, stage_step&) {
-        held->push_back(self->make_response_promise());
-      },
-      [](release_atom, std::uint64_t) { return caf::ok_atom::value; },
-    };
-  });
+  // (held goes in as an argument: CAF 0.17 spawning a functor without
+  // arguments binds a reference to a null tuple, which UBSan reports.)
+  auto silent = f.sys->spawn(
+    [](caf::event_based_actor* self,
+       std::shared_ptr<std::vector<caf::response_promise>> held)
+      -> caf::behavior {
+      return {
+        [self, held](forward_atom, stage_step&) {
+          held->push_back(self->make_response_promise());
+        },
+        [](release_atom, std::uint64_t) { return caf::ok_atom::value; },
+      };
+    },
+    held);
   jobs::job_setup j;
   j.id = 31;
   j.stages = {silent};
