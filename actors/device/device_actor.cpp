@@ -68,8 +68,6 @@ struct device_actor_state {
   std::uint64_t operations = 0;
   std::uint64_t kernel_calls = 0; ///< compute calls run, batched or single
   std::uint64_t errors = 0;
-  std::uint64_t bytes_in = 0;
-  std::uint64_t bytes_out = 0;
   std::string last_error;
   /// Quota held by token-bearing allocations: handle -> (principal, bytes).
   std::unordered_map<handle_id, std::pair<std::string, std::uint64_t>>
@@ -278,17 +276,15 @@ backend::status run_kernel(device_actor_state& st, const kernel_call& call) {
 }
 
 /// Writes `data` at `offset` of handle `h`: the body of a write request
-/// and of a step's input. An empty error means it was written.
+/// and of a step's input, through the ops device tasks use (which count
+/// the bytes and report a failure to the state). An empty error means it
+/// was written.
 caf::error write_into(self_ptr self, handle_id h, std::uint64_t offset,
                       const chunk& data) {
-  auto& st = self->state;
-  auto buf = st.pool->resolve(h, offset, data.bytes.size());
-  if (!buf)
-    return st.failed(buf.err());
-  auto w = st.dev->write(**buf, offset, data.bytes.data(), data.bytes.size());
+  auto w = self->state.ops->write(h, offset, data.bytes.data(),
+                                  data.bytes.size());
   if (!w)
-    return st.failed(w.err());
-  st.bytes_in += data.bytes.size();
+    return to_caf_error(w.err());
   return {};
 }
 
@@ -297,15 +293,10 @@ caf::error write_into(self_ptr self, handle_id h, std::uint64_t offset,
 /// limit.
 caf::error read_from(self_ptr self, handle_id h, std::uint64_t offset,
                      std::uint64_t len, chunk& out) {
-  auto& st = self->state;
-  auto buf = st.pool->resolve(h, offset, len);
-  if (!buf)
-    return st.failed(buf.err());
   out.bytes.resize(len);
-  auto r = st.dev->read(**buf, offset, out.bytes.data(), len);
+  auto r = self->state.ops->read(h, offset, out.bytes.data(), len);
   if (!r)
-    return st.failed(r.err());
-  st.bytes_out += len;
+    return to_caf_error(r.err());
   return {};
 }
 
@@ -964,8 +955,8 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
         {"operations", std::to_string(st.operations)},
         {"kernel_calls", std::to_string(st.kernel_calls)},
         {"errors", std::to_string(st.errors)},
-        {"bytes_in", std::to_string(st.bytes_in + st.ops->bytes_written())},
-        {"bytes_out", std::to_string(st.bytes_out + st.ops->bytes_read())},
+        {"bytes_in", std::to_string(st.ops->bytes_written())},
+        {"bytes_out", std::to_string(st.ops->bytes_read())},
         {"tasks", std::to_string(st.tasks)},
         {"compute_tasks", std::to_string(st.compute_tasks)},
         {"held_tasks", std::to_string(st.held.size())},

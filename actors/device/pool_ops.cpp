@@ -24,10 +24,19 @@ pool_ops::pool_ops(backend::device& dev, buffer_pool& pool, hooks h)
     hooks_(std::move(h)) {
 }
 
-status pool_ops::device_failed(status s) {
+status pool_ops::reported(status s) {
   if (!s && hooks_.on_error)
     hooks_.on_error(s.err());
   return s;
+}
+
+result<backend::buffer*> pool_ops::resolve(model::device_handle h,
+                                           std::uint64_t offset,
+                                           std::uint64_t bytes) {
+  auto b = pool_->resolve(h, offset, bytes);
+  if (!b && hooks_.on_error)
+    hooks_.on_error(b.err());
+  return b;
 }
 
 result<model::device_handle> pool_ops::allocate(std::uint64_t bytes) {
@@ -57,10 +66,10 @@ status pool_ops::write(model::device_handle h, std::uint64_t offset,
   std::lock_guard<std::mutex> guard{mx_};
   if (!pool_)
     return gone();
-  auto b = pool_->resolve(h, offset, bytes);
+  auto b = resolve(h, offset, bytes);
   if (!b)
     return b.err();
-  EXO_TRY(device_failed(dev_->write(**b, offset, src, bytes)));
+  EXO_TRY(reported(dev_->write(**b, offset, src, bytes)));
   bytes_written_ += bytes;
   return {};
 }
@@ -70,10 +79,10 @@ status pool_ops::read(model::device_handle h, std::uint64_t offset,
   std::lock_guard<std::mutex> guard{mx_};
   if (!pool_)
     return gone();
-  auto b = pool_->resolve(h, offset, bytes);
+  auto b = resolve(h, offset, bytes);
   if (!b)
     return b.err();
-  EXO_TRY(device_failed(dev_->read(**b, offset, dst, bytes)));
+  EXO_TRY(reported(dev_->read(**b, offset, dst, bytes)));
   bytes_read_ += bytes;
   return {};
 }
@@ -97,14 +106,14 @@ status pool_ops::run(const std::vector<model::device_op>& ops) {
   if (!pool_)
     return gone();
   ops_run_ += ops.size();
-  return device_failed(model::run_device_ops(*dev_, ops, &find_in, pool_));
+  return reported(model::run_device_ops(*dev_, ops, &find_in, pool_));
 }
 
 status pool_ops::synchronize() {
   std::lock_guard<std::mutex> guard{mx_};
   if (!pool_)
     return gone();
-  return device_failed(dev_->synchronize());
+  return reported(dev_->synchronize());
 }
 
 std::string pool_ops::where() const {
@@ -117,14 +126,14 @@ status pool_ops::copy(model::device_handle src, std::uint64_t src_off,
   std::lock_guard<std::mutex> guard{mx_};
   if (!pool_)
     return gone();
-  auto from = pool_->resolve(src, src_off, bytes);
+  auto from = resolve(src, src_off, bytes);
   if (!from)
     return from.err();
-  auto to = pool_->resolve(dst, dst_off, bytes);
+  auto to = resolve(dst, dst_off, bytes);
   if (!to)
     return to.err();
   ++copies_;
-  return device_failed(dev_->copy(**from, src_off, **to, dst_off, bytes));
+  return reported(dev_->copy(**from, src_off, **to, dst_off, bytes));
 }
 
 void pool_ops::detach() {

@@ -23,10 +23,11 @@ namespace exo::device {
 
 class pool_ops final : public model::device_ops {
 public:
-  /// What the device actor hears of the calls: every failure of the
-  /// device itself (not of a bad handle or range), which it counts as its
-  /// own calls' failures; and every allocation (bytes, whether read in
-  /// place) and free, which it audits.
+  /// What the device actor hears of the calls: every failure (a bad
+  /// handle or range, or the device's own; not a device that cannot read
+  /// host memory in place), which it counts as its own calls' failures;
+  /// and every allocation (bytes, whether read in place) and free, which
+  /// it audits.
   struct hooks {
     std::function<void(const backend::error&)> on_error;
     std::function<void(std::uint64_t bytes, bool in_place)> on_allocate;
@@ -70,8 +71,12 @@ public:
   }
 
 private:
-  /// A device failure, reported to on_error.
-  status device_failed(status s);
+  /// `s`, reported to on_error when it is a failure.
+  status reported(status s);
+  /// The buffer behind `h` for [offset, offset + bytes); a failure is
+  /// reported. Called with mx_ held and the pool attached.
+  result<backend::buffer*> resolve(model::device_handle h,
+                                   std::uint64_t offset, std::uint64_t bytes);
 
   mutable std::mutex mx_;
   backend::device* dev_;

@@ -154,7 +154,6 @@ public:
   backend::result<backend::buffer*> find(device_handle h) const;
 
 private:
-
   backend::device& dev_;
   device_handle next_ = 1;
   std::map<device_handle, std::unique_ptr<backend::buffer>> bufs_;

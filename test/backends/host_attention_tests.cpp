@@ -192,43 +192,55 @@ struct ggml_case {
   }
   float* out_row(int t, int h) { return out.data() + (t * n_heads + h) * dk; }
 
+  /// ggml_compute_forward_flash_attn_ext_f16_one_chunk for query row t of
+  /// head h (q16: the row rounded to half) over cells [ic_start, ic_end):
+  /// its running maximum and sum, the V sum left in vkq16, unnormalized.
+  std::pair<float, float> chunk_partial(int h, int t, const f16* q16,
+                                        int ic_start, int ic_end,
+                                        std::vector<f16>& vkq16) const {
+    const int group = n_heads / n_kv_heads;
+    float S = 0.0f, M = -inf;
+    std::fill(vkq16.begin(), vkq16.end(), f16{0});
+    const f16* mp = mask.data() + t * n_kv;
+    for (int ic = ic_start; ic < ic_end; ++ic) {
+      const float mv = 1.0f * to_f32(mp[ic]);
+      if (mv == -inf)
+        continue;
+      float s = vec_dot_f16(dk, k_row(h / group, ic), q16);
+      s = s * scale;
+      s += mv;
+      const float Mold = M;
+      float ms = 1.0f, vs = 1.0f;
+      if (s > M) {
+        M = s;
+        ms = std::exp(Mold - M);
+        vec_scale_f16(dk, vkq16.data(), ms);
+      } else {
+        vs = std::exp(s - M);
+      }
+      vec_mad_f16(dk, vkq16.data(), v_row(h / group, ic), vs);
+      S = S * ms + vs; // this file is compiled without contraction
+    }
+    return {M, S};
+  }
+
+  /// Query row t of head h rounded to half, as one_chunk converts it.
+  void q_half(int h, int t, std::vector<f16>& q16) const {
+    const float* pq = q.data() + (h * n_tokens + t) * dk;
+    for (int i = 0; i < dk; ++i)
+      q16[i] = to_f16(pq[i]);
+  }
+
   /// ggml_compute_forward_flash_attn_ext_f16_one_chunk, all rows.
   void one_chunk() {
-    const int group = n_heads / n_kv_heads;
     std::vector<f16> q16(dk), vkq16(dk);
-    std::vector<float> vkq32(dk);
     for (int h = 0; h < n_heads; ++h)
       for (int t = 0; t < n_tokens; ++t) {
-        float S = 0.0f, M = -inf;
-        std::fill(vkq16.begin(), vkq16.end(), f16{0});
-        const f16* mp = mask.data() + t * n_kv;
-        const float* pq = q.data() + (h * n_tokens + t) * dk;
-        for (int i = 0; i < dk; ++i)
-          q16[i] = to_f16(pq[i]);
-        for (int ic = 0; ic < n_kv; ++ic) {
-          const float mv = 1.0f * to_f32(mp[ic]);
-          if (mv == -inf)
-            continue;
-          float s = vec_dot_f16(dk, k_row(h / group, ic), q16.data());
-          s = s * scale;
-          s += mv;
-          const float Mold = M;
-          float ms = 1.0f, vs = 1.0f;
-          if (s > M) {
-            M = s;
-            ms = std::exp(Mold - M);
-            vec_scale_f16(dk, vkq16.data(), ms);
-          } else {
-            vs = std::exp(s - M);
-          }
-          vec_mad_f16(dk, vkq16.data(), v_row(h / group, ic), vs);
-          S = S * ms + vs; // this file is compiled without contraction
-        }
-        for (int d = 0; d < dk; ++d)
-          vkq32[d] = to_f32(vkq16[d]);
+        q_half(h, t, q16);
+        const float S = chunk_partial(h, t, q16.data(), 0, n_kv, vkq16).second;
         const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
         for (int d = 0; d < dk; ++d)
-          out_row(t, h)[d] = vkq32[d] * S_inv;
+          out_row(t, h)[d] = to_f32(vkq16[d]) * S_inv;
       }
   }
 
@@ -239,15 +251,11 @@ struct ggml_case {
   /// contracted as GCC does in llama.cpp's build: the first one fused.
   void split(int nth) {
     REQUIRE(n_tokens == 1);
-    const int group = n_heads / n_kv_heads;
     const int chunk_size = (n_kv + nth - 1) / nth;
     std::vector<f16> q16(dk), vkq16(dk);
     std::vector<float> fin(dk);
-    const f16* mp = mask.data();
     for (int h = 0; h < n_heads; ++h) {
-      const float* pq = q.data() + h * dk;
-      for (int i = 0; i < dk; ++i)
-        q16[i] = to_f16(pq[i]);
+      q_half(h, 0, q16);
       float M_final = -inf, S_final = 0.0f;
       std::fill(fin.begin(), fin.end(), 0.0f);
       for (int c = 0; c < nth; ++c) {
@@ -255,27 +263,8 @@ struct ggml_case {
         if (ic_start >= n_kv)
           continue; // M = -inf, S = 0
         const int ic_end = std::min(ic_start + chunk_size, n_kv);
-        float S = 0.0f, M = -inf;
-        std::fill(vkq16.begin(), vkq16.end(), f16{0});
-        for (int ic = ic_start; ic < ic_end; ++ic) {
-          const float mv = 1.0f * to_f32(mp[ic]);
-          if (mv == -inf)
-            continue;
-          float s = vec_dot_f16(dk, k_row(h / group, ic), q16.data());
-          s = s * scale;
-          s += mv;
-          const float Mold = M;
-          float ms = 1.0f, vs = 1.0f;
-          if (s > M) {
-            M = s;
-            ms = std::exp(Mold - M);
-            vec_scale_f16(dk, vkq16.data(), ms);
-          } else {
-            vs = std::exp(s - M);
-          }
-          vec_mad_f16(dk, vkq16.data(), v_row(h / group, ic), vs);
-          S = S * ms + vs;
-        }
+        const auto [M, S] =
+          chunk_partial(h, 0, q16.data(), ic_start, ic_end, vkq16);
         if (S == 0.0f)
           continue;
         const float M_new = std::fmax(M_final, M);

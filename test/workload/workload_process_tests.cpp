@@ -32,13 +32,20 @@ std::vector<double> read_numbers(const std::string& path) {
   return out;
 }
 
-std::string make_model(const std::string& dir) {
+/// The tests' model: 6 layers, 64 wide, vocabulary 512.
+exo::model::test_model_options model_options() {
   exo::model::test_model_options o;
   o.layers = 6;
   o.dim = 64;
   o.ff = 128;
   o.vocab = 512;
   o.seed = 21;
+  return o;
+}
+
+std::string make_model(const std::string& dir,
+                       const exo::model::test_model_options& o =
+                         model_options()) {
   auto path = dir + "/model.gguf";
   exo::model::make_test_model(o, path);
   return path;
@@ -295,15 +302,11 @@ TEST_CASE("exo-node run --llama-threads gives exo-model's logits for the "
           "same llama.cpp thread count, past position 256",
           "[workload][process]") {
   auto dir = temp_dir("exo-llama-threads");
-  exo::model::test_model_options o;
+  auto o = model_options();
   o.layers = 2;
-  o.dim = 64;
-  o.ff = 128;
-  o.vocab = 512;
   o.ctx = 1024;
   o.seed = 5;
-  auto model = dir + "/model.gguf";
-  exo::model::make_test_model(o, model);
+  auto model = make_model(dir, o);
   write_file(dir + "/node.json", R"({"node": {"name": "solo",
     "state_dir": ")" + dir + R"(/state"},
     "devices": {"include": ["cpu"], "rescan_interval_s": 0}})");
