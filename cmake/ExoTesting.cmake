@@ -24,10 +24,16 @@ function(exo_add_test)
   # Labels are set by a script CTest runs after Catch's list of tests:
   # through catch_discover_tests' PROPERTIES a list of labels loses its
   # separators, so "slow" became a property name and TIMEOUT was dropped.
+  # Under the sanitizers the tests (and the exo-node processes they start)
+  # also get UBSan's suppressions of CAF's own header code (cmake/ubsan.supp).
+  set(extra "")
+  if(EXO_SANITIZE)
+    set(extra " ENVIRONMENT \"XDG_RUNTIME_DIR=/tmp;UBSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/cmake/ubsan.supp:print_stacktrace=1\"")
+  endif()
   set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}_labels.cmake")
   file(WRITE "${labels_file}"
     "foreach(t IN LISTS ${T_NAME}_TESTS)\n"
-    "  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${T_LABELS}\")\n"
+    "  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${T_LABELS}\"${extra})\n"
     "endforeach()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
 endfunction()
