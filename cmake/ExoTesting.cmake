@@ -4,6 +4,20 @@ find_package(Catch2 2 REQUIRED)
 include(Catch)
 
 add_library(exo_catch_main STATIC ${CMAKE_SOURCE_DIR}/test/catch_main.cpp)
+
+# Test-only npm tools (scripts/test-tools.sh installs them; `make test` runs
+# it first). A test that needs one and finds it missing exits with 77,
+# which CTest reports as skipped ("Not Run"), never as passed.
+if(DEFINED ENV{EXO_TEST_TOOLS})
+  set(EXO_TEST_TOOLS_DEFAULT "$ENV{EXO_TEST_TOOLS}")
+elseif(DEFINED ENV{XDG_CACHE_HOME})
+  set(EXO_TEST_TOOLS_DEFAULT "$ENV{XDG_CACHE_HOME}/exo-test-tools")
+else()
+  set(EXO_TEST_TOOLS_DEFAULT "$ENV{HOME}/.cache/exo-test-tools")
+endif()
+set(EXO_TEST_TOOLS "${EXO_TEST_TOOLS_DEFAULT}" CACHE PATH
+    "Folder of the test-only npm tools (scripts/test-tools.sh)")
+set(EXO_TEST_SKIP_CODE 77)
 target_link_libraries(exo_catch_main PUBLIC Catch2::Catch2)
 
 # exo_add_test(NAME name SOURCES a.cpp b.cpp LIBS lib... LABELS unit ...
@@ -19,21 +33,38 @@ function(exo_add_test)
   catch_discover_tests(${T_NAME}
     TEST_PREFIX "${T_NAME}: "
     PROPERTIES TIMEOUT ${T_TIMEOUT}
-               ENVIRONMENT XDG_RUNTIME_DIR=/tmp
+               SKIP_RETURN_CODE ${EXO_TEST_SKIP_CODE}
     TEST_LIST ${T_NAME}_TESTS)
   # Labels are set by a script CTest runs after Catch's list of tests:
   # through catch_discover_tests' PROPERTIES a list of labels loses its
   # separators, so "slow" became a property name and TIMEOUT was dropped.
   # Under the sanitizers the tests (and the exo-node processes they start)
   # also get UBSan's suppressions of CAF's own header code (cmake/ubsan.supp).
-  set(extra "")
+  # The environment goes the same way (a list of variables).
+  set(env "XDG_RUNTIME_DIR=/tmp;EXO_TEST_TOOLS=${EXO_TEST_TOOLS}")
   if(EXO_SANITIZE)
-    set(extra " ENVIRONMENT \"XDG_RUNTIME_DIR=/tmp;UBSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/cmake/ubsan.supp:print_stacktrace=1\"")
+    set(env "${env};UBSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/cmake/ubsan.supp:print_stacktrace=1")
   endif()
+  set(extra " ENVIRONMENT \"${env}\"")
   set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}_labels.cmake")
   file(WRITE "${labels_file}"
     "foreach(t IN LISTS ${T_NAME}_TESTS)\n"
     "  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${T_LABELS}\"${extra})\n"
     "endforeach()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
+endfunction()
+
+# exo_add_script_test(NAME name COMMAND cmd... LABELS l... [TIMEOUT s]):
+# a test that is a script (bash, node), with the same environment and skip
+# convention (exit 77 = skipped) as exo_add_test's.
+function(exo_add_script_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "COMMAND;LABELS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_test(NAME ${T_NAME} COMMAND ${T_COMMAND})
+  set(env "XDG_RUNTIME_DIR=/tmp;EXO_TEST_TOOLS=${EXO_TEST_TOOLS};EXO_TEST_BUILD_DIR=${CMAKE_BINARY_DIR};EXO_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}"
+    TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE ${EXO_TEST_SKIP_CODE}
+    ENVIRONMENT "${env}")
 endfunction()
