@@ -2,7 +2,7 @@
 
 /// Host implementations of the compute operations, shared by the cpu and sim
 /// backends, by the generic fallbacks of device, by the CPU model engine
-/// (runtime/model/ops.cpp calls these, so there is one implementation), and
+/// (core/model/ops.cpp calls these, so there is one implementation), and
 /// by tests that check GPU kernels against them. Plain pointers in, plain
 /// pointers out; callers check sizes first.
 ///

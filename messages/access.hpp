@@ -1,7 +1,7 @@
 #pragma once
 
 /// The wire contract of access control. Client-originated device operations
-/// carry a bearer token (see actors/access/token.hpp) as their last element;
+/// carry a bearer token (see core/access/token.hpp) as their last element;
 /// the device actor checks it against the node's shared access policy.
 ///
 ///   client -- (allocate_atom, bytes, token) --> device -> handle
@@ -17,7 +17,7 @@
 ///   access service -- (service_atom, peer, "token", (token_atom, node,
 ///              list)) --> gate --> the peer's access service -> the
 ///              entries the sender lacks (std::string): revocation
-///              catch-up, see actors/access/revocation_sync.hpp
+///              catch-up, see core/access/revocation_sync.hpp
 
 #include "messages/atoms.hpp"
 

@@ -20,7 +20,7 @@ namespace exo {
 using audit_atom = caf::atom_constant<caf::atom("audit")>;
 
 /// One audit event as a message. `type` and `level` are the values of
-/// exo::audit::event_type and exo::audit::severity (actors/audit/event.hpp);
+/// exo::audit::event_type and exo::audit::severity (core/audit/event.hpp);
 /// the sink drops entries with values it does not know.
 struct audit_entry {
   std::uint8_t type = 0;

@@ -14,7 +14,7 @@
 /// the workload's `run` asks the coordinator's placement service.
 ///
 /// Plans are plain numbers here; the solver's own types stay in the CAF-free
-/// core (actors/placement/plan.hpp).
+/// core (core/placement/plan.hpp).
 
 #include "messages/cluster.hpp"
 
@@ -35,7 +35,7 @@ using replan_atom = caf::atom_constant<caf::atom("replan")>;
 /// false when there was no such job.
 using unplan_atom = caf::atom_constant<caf::atom("unplan")>;
 
-/// One model layer as placement sees it (actors/placement/problem.hpp,
+/// One model layer as placement sees it (core/placement/problem.hpp,
 /// `layer`): what a node that has the model file sends to the coordinator,
 /// which may lack it.
 struct plan_layer_info {

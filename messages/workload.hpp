@@ -22,11 +22,11 @@
 ///            tensors of its layer range, each SHA-256-verified) from the
 ///            bulk channel of spec.source_node (its address from this
 ///            node's member view; TLS, the server's certificate must name
-///            that node; runtime/tls/bulk_channel.hpp), caches them
-///            (shard::partial_model)
+///            that node; core/tls/bulk_channel.hpp), caches them
+///            (workload::partial_model)
 ///      <-- shard_ready{shard handle, device, bytes received}
 
-#include "actors/shard/model_cache.hpp" // model_part: plain data, no CAF
+#include "core/workload/model_cache.hpp" // model_part: plain data, no CAF
 #include "messages/atoms.hpp"
 #include "messages/device.hpp"
 
@@ -95,7 +95,7 @@ struct shard_spec {
   std::string source_node;  ///< the member whose bulk channel serves it
   /// The byte ranges of the file this stage needs, with their digests
   /// (model::stage_file_ranges): all a node without the file receives.
-  std::vector<shard::model_part> parts;
+  std::vector<workload::model_part> parts;
   caf::actor owner;         ///< the shard stops when its owner goes down
 };
 

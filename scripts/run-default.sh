@@ -34,9 +34,9 @@ wait "$pid"
 echo
 echo "== a prompt across a local cluster of two exo-node processes =="
 WORK=$(mktemp -d /tmp/exo-run-XXXXXX)
-CERT="$BUILD/runtime/tls/exo-cert"
+CERT="$BUILD/runtime/tools/exo-cert"
 CONSOLE="$BUILD/runtime/console/exo-console"
-"$BUILD/runtime/model/exo-model" make-test --out "$WORK/model.gguf" \
+"$BUILD/runtime/tools/exo-model" make-test --out "$WORK/model.gguf" \
   --layers 8 --dim 256 --ff 768 --heads 8 --kv-heads 4 --vocab 1024 >/dev/null
 "$CERT" init-ca --dir "$WORK/ca" >/dev/null
 "$CERT" issue-client --ca-dir "$WORK/ca" --name ops --out "$WORK/ops" >/dev/null

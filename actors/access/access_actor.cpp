@@ -1,9 +1,9 @@
 #include "actors/access/access_actor.hpp"
 
-#include "actors/access/audit_event.hpp"
-#include "actors/access/revocation_store.hpp"
-#include "actors/access/revocation_sync.hpp"
-#include "actors/audit/event.hpp"
+#include "core/access/audit_event.hpp"
+#include "core/access/revocation_store.hpp"
+#include "core/access/revocation_sync.hpp"
+#include "core/audit/event.hpp"
 #include "messages/access.hpp"
 #include "messages/audit.hpp"
 #include "messages/cluster.hpp"

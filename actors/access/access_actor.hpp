@@ -1,7 +1,7 @@
 #pragma once
 
 /// The access service: issues and revokes bearer tokens for the node's
-/// shared policy (actors/access/shared_policy.hpp), which the device actors
+/// shared policy (core/access/shared_policy.hpp), which the device actors
 /// check on their own threads. Console command "token":
 ///
 ///   token issue principal=P role=R [devices=a,b|*] [quota=BYTES]
@@ -29,7 +29,7 @@
 /// up to T, the revoking node's clock (a peer whose clock is ahead uses its
 /// own, never less).
 ///
-/// Catch-up (actors/access/revocation_sync.hpp): a node that was down or
+/// Catch-up (core/access/revocation_sync.hpp): a node that was down or
 /// not yet joined during the broadcast learns every revocation when it
 /// (re)joins. Every `sync_interval` the service reads the gate's member
 /// view; to each member it sees alive with an incarnation it has not
@@ -52,7 +52,7 @@
 /// Issue, revoke and every refusal are audited. Policy entries are swept
 /// every `sweep_interval`.
 
-#include "actors/access/shared_policy.hpp"
+#include "core/access/shared_policy.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>

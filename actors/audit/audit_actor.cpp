@@ -1,8 +1,8 @@
 #include "actors/audit/audit_actor.hpp"
 
-#include "runtime/text/json_escape.hpp"
-#include "actors/audit/log_files.hpp"
-#include "actors/audit/verify.hpp"
+#include "core/text/json_escape.hpp"
+#include "core/audit/log_files.hpp"
+#include "core/audit/verify.hpp"
 #include "messages/cluster.hpp"
 
 #include <caf/all.hpp>

@@ -16,8 +16,8 @@
 /// TIME is µs since the Unix epoch or UTC ISO 8601. Entries whose type or
 /// severity is unknown are counted and dropped, never written.
 
-#include "actors/audit/audit_log.hpp"
-#include "actors/audit/query.hpp"
+#include "core/audit/audit_log.hpp"
+#include "core/audit/query.hpp"
 #include "messages/audit.hpp"
 
 #include <caf/actor.hpp>

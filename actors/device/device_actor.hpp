@@ -22,7 +22,7 @@
 /// count as one audited compute batch; compute tasks are held (in order)
 /// while the device is paused and run when it resumes.
 
-#include "actors/access/shared_policy.hpp"
+#include "core/access/shared_policy.hpp"
 #include "backends/backend.hpp"
 #include "messages/device.hpp"
 

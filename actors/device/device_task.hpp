@@ -6,7 +6,7 @@
 
 #include "backends/result.hpp"
 #include "messages/device.hpp"
-#include "runtime/model/device_stage.hpp"
+#include "core/model/device_stage.hpp"
 
 #include <caf/actor.hpp>
 

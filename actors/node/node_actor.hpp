@@ -10,10 +10,10 @@
 ///   console <--- [device_info...] --- node
 ///   timer ---- tick ----> node: rescan, adopt new devices, mark gone ones
 
-#include "actors/access/shared_policy.hpp"
+#include "core/access/shared_policy.hpp"
 #include "messages/device.hpp"
-#include "runtime/config/node_config.hpp"
-#include "runtime/discovery/discovery.hpp"
+#include "core/config/node_config.hpp"
+#include "core/discovery/discovery.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>

@@ -26,10 +26,10 @@
 ///   is kept. Pairs never measured, or measured without a bandwidth, use the
 ///   conservative default link.
 
-#include "actors/placement/model_spec.hpp"
-#include "actors/placement/plan.hpp"
-#include "actors/placement/problem.hpp"
-#include "actors/placement/solve.hpp"
+#include "core/placement/model_spec.hpp"
+#include "core/placement/plan.hpp"
+#include "core/placement/problem.hpp"
+#include "core/placement/solve.hpp"
 #include "messages/cluster.hpp"
 #include "messages/placement.hpp"
 #include "messages/thermal.hpp"

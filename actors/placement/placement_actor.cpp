@@ -1,7 +1,7 @@
 #include "actors/placement/placement_actor.hpp"
 
-#include "actors/placement/problem_json.hpp"
-#include "actors/audit/event.hpp"
+#include "core/placement/problem_json.hpp"
+#include "core/audit/event.hpp"
 #include "messages/audit.hpp"
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"

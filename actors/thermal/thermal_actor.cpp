@@ -1,7 +1,7 @@
 #include "actors/thermal/thermal_actor.hpp"
 
-#include "actors/audit/event.hpp"
-#include "actors/thermal/audit_event.hpp"
+#include "core/audit/event.hpp"
+#include "core/thermal/audit_event.hpp"
 #include "messages/audit.hpp"
 #include "messages/cluster.hpp"
 

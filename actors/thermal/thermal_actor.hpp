@@ -22,7 +22,7 @@
 /// every `report_interval` each node's service broadcasts
 /// ("thermal", "report ...") through the gate and caches what peers report.
 
-#include "actors/thermal/thermal_policy.hpp"
+#include "core/thermal/thermal_policy.hpp"
 #include "messages/device.hpp"
 #include "messages/thermal.hpp"
 

@@ -3,9 +3,9 @@
 // (MAC + payload parse) of a token not seen before.
 // Run: bench_audit (or build/bench/audit/access_bench).
 
-#include "actors/access/access_policy.hpp"
-#include "actors/access/shared_policy.hpp"
-#include "actors/access/token.hpp"
+#include "core/access/access_policy.hpp"
+#include "core/access/shared_policy.hpp"
+#include "core/access/token.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -2,8 +2,8 @@
 // policy, the latency one append adds to a device operation, and the rate of
 // `verify`. Run: bench_audit (or build/bench/audit/audit_bench [DIR]).
 
-#include "actors/audit/audit_log.hpp"
-#include "actors/audit/verify.hpp"
+#include "core/audit/audit_log.hpp"
+#include "core/audit/verify.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -5,8 +5,8 @@
 //
 //   device_bench [path/to/exo-node]
 
-#include "backends/factory.hpp"
-#include "runtime/discovery/discovery.hpp"
+#include "backends/factory/factory.hpp"
+#include "core/discovery/discovery.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>

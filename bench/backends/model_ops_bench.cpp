@@ -9,7 +9,7 @@
 //
 //   model_ops_bench [--quick]
 
-#include "backends/factory.hpp"
+#include "backends/factory/factory.hpp"
 #include "backends/host_kernels.hpp"
 
 #include <algorithm>

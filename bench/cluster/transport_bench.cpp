@@ -3,15 +3,15 @@
 //   - small-message request/response round trip, p50 and p99;
 //   - one-way small-message throughput;
 //   - bulk streaming in 4 MiB chunks (a window in flight) in GB/s;
-//   - the bulk channel (runtime/tls/bulk_channel.hpp): one 1 GiB range
+//   - the bulk channel (core/tls/bulk_channel.hpp): one 1 GiB range
 //     fetched over its own mutual-TLS connection, in GB/s;
 // and raw loopback TCP measured in the same run, for comparison.
 
 #include "messages/cluster.hpp"
 #include "messages/registration.hpp"
-#include "runtime/tls/bulk_channel.hpp"
-#include "runtime/tls/caf_tls.hpp"
-#include "runtime/tls/cert_tool.hpp"
+#include "core/tls/bulk_channel.hpp"
+#include "runtime/system/caf_tls.hpp"
+#include "core/tls/cert_tool.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>

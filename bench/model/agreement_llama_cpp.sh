@@ -23,7 +23,7 @@ SEEDS=("$@")
 [ ${#SEEDS[@]} -gt 0 ] || SEEDS=(1 2 3 4 5 6 7 8)
 : "${LLAMA_NODE_DIR:?set LLAMA_NODE_DIR to a folder with node_modules/node-llama-cpp}"
 export LLAMA_NODE_DIR
-EXO_MODEL="$BUILD/runtime/model/exo-model"
+EXO_MODEL="$BUILD/runtime/tools/exo-model"
 PROBE="$(dirname "$0")/llama_cpp_probe.mjs"
 WORK=$(mktemp -d /tmp/exo-agreement-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT

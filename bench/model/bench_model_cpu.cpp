@@ -16,10 +16,10 @@
 
 #include <unistd.h>
 
-#include "runtime/model/llama_model.hpp"
-#include "runtime/model/ops.hpp"
-#include "runtime/model/sampler.hpp"
-#include "runtime/model/test_model.hpp"
+#include "core/model/llama_model.hpp"
+#include "core/model/ops.hpp"
+#include "core/model/sampler.hpp"
+#include "core/model/test_model.hpp"
 
 using namespace exo::model;
 using clock_type = std::chrono::steady_clock;

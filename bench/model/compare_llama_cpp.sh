@@ -12,7 +12,7 @@ set -euo pipefail
 BUILD=${1:-build}
 RUNS=${2:-3}
 : "${LLAMA_NODE_DIR:?set LLAMA_NODE_DIR to a folder with node_modules/node-llama-cpp}"
-EXO_MODEL="$BUILD/runtime/model/exo-model"
+EXO_MODEL="$BUILD/runtime/tools/exo-model"
 PROBE="$(dirname "$0")/llama_cpp_probe.mjs"
 WORK=$(mktemp -d /tmp/exo-vs-llama-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "actors/placement/all.hpp"
+#include "core/placement/all.hpp"
 
 using namespace exo::placement;
 

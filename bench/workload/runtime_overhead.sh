@@ -19,7 +19,7 @@ export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 WORK=$(mktemp -d /tmp/exo-overhead-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-"$BUILD/runtime/model/exo-model" make-test --out "$WORK/model.gguf" \
+"$BUILD/runtime/tools/exo-model" make-test --out "$WORK/model.gguf" \
   --layers "$LAYERS" --dim "$DIM" --ff "$FF" --heads 8 --kv-heads 4 \
   --vocab 2048 --ctx 512 --type "$TYPE" >/dev/null
 cat >"$WORK/node.json" <<JSON
@@ -29,7 +29,7 @@ JSON
 prompt="Once upon a time"
 rate() { sed -n 's/^generation: .*(\([0-9.]*\) tokens\/s.*/\1/p'; }
 engine() {
-  taskset -c "$CORE" "$BUILD/runtime/model/exo-model" run \
+  taskset -c "$CORE" "$BUILD/runtime/tools/exo-model" run \
     --model "$WORK/model.gguf" --prompt "$prompt" -n "$N" --threads 1 2>&1 |
     rate
 }

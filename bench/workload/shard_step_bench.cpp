@@ -23,13 +23,13 @@
 
 #include "actors/device/device_actor.hpp"
 #include "actors/device/device_task.hpp"
-#include "backends/factory.hpp"
+#include "backends/factory/factory.hpp"
 #include "messages/registration.hpp"
-#include "runtime/model/device_stage.hpp"
-#include "runtime/model/llama_model.hpp"
-#include "runtime/model/ops.hpp"
-#include "runtime/model/test_model.hpp"
-#include "runtime/tls/caf_tls.hpp"
+#include "core/model/device_stage.hpp"
+#include "core/model/llama_model.hpp"
+#include "core/model/ops.hpp"
+#include "core/model/test_model.hpp"
+#include "runtime/system/caf_tls.hpp"
 
 #include <caf/all.hpp>
 

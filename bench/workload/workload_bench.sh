@@ -11,12 +11,12 @@ FF=${4:-1536}
 N=${5:-48}
 TYPE=${6:-f32}
 NODE="$BUILD/runtime/node/exo-node"
-CERT="$BUILD/runtime/tls/exo-cert"
+CERT="$BUILD/runtime/tools/exo-cert"
 CONSOLE="$BUILD/runtime/console/exo-console"
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 WORK=$(mktemp -d /tmp/exo-bench-XXXXXX)
-"$BUILD/runtime/model/exo-model" make-test --out "$WORK/model.gguf" \
+"$BUILD/runtime/tools/exo-model" make-test --out "$WORK/model.gguf" \
   --layers "$LAYERS" --dim "$DIM" --ff "$FF" --heads 8 --kv-heads 4 \
   --vocab 2048 --ctx 512 --type "$TYPE" >/dev/null
 "$CERT" init-ca --dir "$WORK/ca" >/dev/null

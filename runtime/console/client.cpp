@@ -1,12 +1,12 @@
 #include "runtime/console/client.hpp"
 
 #include "messages/registration.hpp"
-#include "runtime/tls/caf_tls.hpp"
-#include "runtime/tls/certificate.hpp"
-#include "runtime/tls/challenge.hpp"
-#include "runtime/tls/private_key.hpp"
-#include "runtime/tls/tls_error.hpp"
-#include "runtime/tls/trust_store.hpp"
+#include "runtime/system/caf_tls.hpp"
+#include "core/tls/certificate.hpp"
+#include "core/tls/challenge.hpp"
+#include "core/tls/private_key.hpp"
+#include "core/tls/tls_error.hpp"
+#include "core/tls/trust_store.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>

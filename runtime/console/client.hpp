@@ -5,7 +5,7 @@
 /// sends console commands. Every wait has a timeout.
 
 #include "messages/cluster.hpp"
-#include "runtime/tls/material.hpp"
+#include "core/tls/material.hpp"
 
 #include <caf/fwd.hpp>
 #include <caf/actor.hpp>

@@ -9,12 +9,12 @@
 // With --token-file every command carries auth=TOKEN (the file's first
 // line) unless it names one itself; the token is never printed.
 
-#include "runtime/config/peer_address.hpp"
+#include "core/config/peer_address.hpp"
 #include "runtime/console/client.hpp"
 #include "runtime/console/line_editor.hpp"
 #include "runtime/console/render.hpp"
-#include "runtime/tls/cert_tool.hpp"
-#include "runtime/tls/tls_error.hpp"
+#include "core/tls/cert_tool.hpp"
+#include "core/tls/tls_error.hpp"
 
 #include <caf/all.hpp>
 

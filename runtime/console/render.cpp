@@ -1,6 +1,6 @@
 #include "runtime/console/render.hpp"
 
-#include "runtime/text/json_escape.hpp"
+#include "core/text/json_escape.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -8,8 +8,8 @@
 //   exo-node audit verify FILE...     verify audit logs
 //   exo-node --version | --help
 
-#include "actors/audit/audit_command.hpp"
-#include "actors/placement/plan_command.hpp"
+#include "core/audit/audit_command.hpp"
+#include "core/placement/plan_command.hpp"
 #include "messages/atoms.hpp"
 #include "runtime/node/run_command.hpp"
 #include "runtime/node/runtime.hpp"

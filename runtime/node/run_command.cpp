@@ -1,12 +1,12 @@
 #include "runtime/node/run_command.hpp"
 
-#include "actors/jobs/job_actor.hpp"
-#include "actors/jobs/run_options.hpp"
-#include "actors/jobs/simple_placement.hpp"
-#include "actors/jobs/solver_placement.hpp"
-#include "actors/shard/shard_actor.hpp"
+#include "actors/workload/job_actor.hpp"
+#include "core/workload/run_options.hpp"
+#include "actors/workload/simple_placement.hpp"
+#include "actors/workload/solver_placement.hpp"
+#include "actors/workload/shard_actor.hpp"
 #include "messages/workload.hpp"
-#include "runtime/model/tokenizer.hpp"
+#include "core/tokenizer/tokenizer.hpp"
 #include "runtime/node/runtime.hpp"
 
 #include <caf/all.hpp>
@@ -38,20 +38,20 @@ node_devices(caf::actor_system& sys, const caf::actor& node) {
 
 } // namespace
 
-static int run_job_on(runtime& rt, const jobs::run_options& o,
+static int run_job_on(runtime& rt, const workload::run_options& o,
                std::shared_ptr<const model::llama_model> m,
                std::shared_ptr<model::tokenizer> tok,
                const std::vector<std::int32_t>& prompt, std::ostream& out,
                std::ostream& err);
 
 int run_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
-  jobs::run_options o;
+  workload::run_options o;
   std::shared_ptr<const model::llama_model> m;
   std::shared_ptr<model::tokenizer> tok;
   std::vector<std::int32_t> prompt;
   config::node_config cfg;
   try {
-    o = jobs::parse_run_options(
+    o = workload::parse_run_options(
       std::vector<std::string>(argv + 1, argv + argc), true);
     cfg = o.config.empty() ? config::defaults() : config::load(o.config);
     if (!o.state_dir.empty())
@@ -96,7 +96,7 @@ int run_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
   return code;
 }
 
-static int run_job_on(runtime& rt, const jobs::run_options& o,
+static int run_job_on(runtime& rt, const workload::run_options& o,
                std::shared_ptr<const model::llama_model> m,
                std::shared_ptr<model::tokenizer> tok,
                const std::vector<std::int32_t>& prompt, std::ostream& out,
@@ -107,32 +107,32 @@ static int run_job_on(runtime& rt, const jobs::run_options& o,
   std::vector<device_info> infos;
   for (auto& d : devs)
     infos.push_back(d.first);
-  std::vector<jobs::stage_place> plan;
+  std::vector<workload::stage_place> plan;
   try {
     if (o.stages != 0) {
-      plan = jobs::simple_placement(m->hparams().n_layer, o.stages,
+      plan = workload::simple_placement(m->hparams().n_layer, o.stages,
                                     {{cfg.node.name, infos}});
       out << "placement: even split into " << o.stages
           << " stage(s) (--stages)\n";
     } else {
       // The solver on this node's own devices: the same problem the
       // placement service would build for a cluster of this node alone.
-      auto req = jobs::run_plan_request(o.model, o.n_ctx, o.sequences,
+      auto req = workload::run_plan_request(o.model, o.n_ctx, o.sequences,
                                         cfg.node.name);
-      auto view = jobs::single_node_view(cfg.node.name, infos);
-      auto solved = jobs::plan_locally(req, view, cfg.node.name);
-      plan = jobs::stages_of(solved, view, m->hparams().n_layer);
-      out << "placement (solver):\n" << jobs::describe_plan(solved);
+      auto view = workload::single_node_view(cfg.node.name, infos);
+      auto solved = workload::plan_locally(req, view, cfg.node.name);
+      plan = workload::stages_of(solved, view, m->hparams().n_layer);
+      out << "placement (solver):\n" << workload::describe_plan(solved);
     }
   } catch (const std::exception& e) {
     err << "exo-node run: " << e.what()
         << (o.stages == 0 ? " (--stages K splits evenly)" : "") << "\n";
     return 1;
   }
-  out << jobs::describe(plan);
+  out << workload::describe(plan);
   std::vector<caf::actor> stages;
   for (auto& p : plan) {
-    shard::shard_setup s;
+    workload::shard_setup s;
     s.model = m;
     s.first = p.first;
     s.last = p.last;
@@ -142,7 +142,7 @@ static int run_job_on(runtime& rt, const jobs::run_options& o,
     for (auto& d : devs)
       if (d.first.id == p.device)
         s.device = d.second;
-    stages.push_back(shard::spawn_shard(sys, std::move(s)));
+    stages.push_back(workload::spawn_shard(sys, std::move(s)));
   }
   {
     caf::scoped_actor self{sys};
@@ -150,7 +150,7 @@ static int run_job_on(runtime& rt, const jobs::run_options& o,
       self->request(stages[i], 10s, next_atom::value, stages[i + 1])
         .receive([](caf::ok_atom) {}, [](caf::error&) {});
   }
-  jobs::job_setup j;
+  workload::job_setup j;
   j.id = 1;
   j.stages = stages;
   j.n_embd = m->hparams().n_embd;
@@ -164,7 +164,7 @@ static int run_job_on(runtime& rt, const jobs::run_options& o,
       out << tok->piece(id) << std::flush;
   };
   out << o.prompt << std::flush;
-  auto r = jobs::run_job(sys, std::move(j));
+  auto r = workload::run_job(sys, std::move(j));
   out << "\n";
   {
     caf::scoped_actor self{sys};

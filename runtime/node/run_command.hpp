@@ -9,10 +9,10 @@
 ///
 /// Starts the node (discovery, device actors; its gate on a free port, no
 /// seeds), places the model on its devices with the placement solver
-/// (jobs::plan_locally: the problem the placement service builds for this
+/// (workload::plan_locally: the problem the placement service builds for this
 /// node alone, every stage's working memory counted; objective latency, or
 /// throughput with --sequences M > 1) and prints the solver's table, or
-/// with --stages K splits evenly with jobs::simple_placement (one of every
+/// with --stages K splits evenly with workload::simple_placement (one of every
 /// backend first: cpu, vulkan, sim); no plan (the model does not fit) is
 /// exit 1 with the solver's explanation. It then
 /// spawns a shard per stage bound to its device actor, streams sequence 0's

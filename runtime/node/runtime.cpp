@@ -1,20 +1,20 @@
 #include "runtime/node/runtime.hpp"
 
 #include "actors/directory/directory_actor.hpp"
-#include "actors/membership/gate_actor.hpp"
+#include "actors/cluster/gate_actor.hpp"
 #include "actors/node/node_actor.hpp"
 #include "messages/registration.hpp"
 #include "runtime/node/safety.hpp"
 #include "runtime/node/services.hpp"
-#include "runtime/tls/bootstrap.hpp"
-#include "runtime/tls/bulk_channel.hpp"
-#include "runtime/tls/caf_tls.hpp"
-#include "runtime/tls/cert_tool.hpp"
-#include "runtime/tls/certificate.hpp"
-#include "runtime/tls/material.hpp"
-#include "runtime/tls/private_key.hpp"
-#include "runtime/tls/tls_error.hpp"
-#include "runtime/tls/trust_store.hpp"
+#include "core/tls/bootstrap.hpp"
+#include "core/tls/bulk_channel.hpp"
+#include "runtime/system/caf_tls.hpp"
+#include "core/tls/cert_tool.hpp"
+#include "core/tls/certificate.hpp"
+#include "core/tls/material.hpp"
+#include "core/tls/private_key.hpp"
+#include "core/tls/tls_error.hpp"
+#include "core/tls/trust_store.hpp"
 
 #include "messages/cluster.hpp"
 
@@ -196,7 +196,7 @@ void runtime::start() {
   d.node = node::spawn_node_actor(*d.sys, std::move(setup));
   d.running = true;
   // The gate: membership, published over TLS.
-  membership::gate_config gc;
+  cluster::gate_config gc;
   gc.name = d.cfg.node.name;
   gc.host = d.cfg.network.listen;
   gc.seeds = d.cfg.network.seeds;
@@ -233,7 +233,7 @@ void runtime::start() {
     throw startup_error(std::string{"bulk channel: "} + e.what());
   }
   gc.bulk_port = d.bulk->port();
-  d.gate = membership::spawn_gate(*d.sys, std::move(gc));
+  d.gate = cluster::spawn_gate(*d.sys, std::move(gc));
   caf::anon_send(d.directory, register_atom::value, std::string{"gate"},
                  std::string{"gate"}, d.gate);
   auto port = caf::openssl::publish(d.gate, d.cfg.network.port,

@@ -12,8 +12,8 @@
 ///   caf::actor node = rt.node();      // ask it: devices_atom, inspect_atom
 ///   rt.stop();                        // actors stopped, registry saved
 
-#include "runtime/config/node_config.hpp"
-#include "runtime/discovery/discovery.hpp"
+#include "core/config/node_config.hpp"
+#include "core/discovery/discovery.hpp"
 
 #include <caf/fwd.hpp>
 #include <caf/actor.hpp>

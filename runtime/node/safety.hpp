@@ -2,12 +2,12 @@
 
 /// Safety assembly (issue 6): the audit sink and the shared access policy
 /// exist before the node actor (so every device actor reports to and checks
-/// with them); the thermal, access and audit console services are spawned
-/// with the other services; the sink is stopped last, after the devices.
+/// with them); the thermal, access, audit and dev console services are
+/// spawned with the other services (services.cpp); the sink is stopped
+/// last, after the devices.
 
-#include "actors/access/shared_policy.hpp"
-#include "runtime/config/node_config.hpp"
-#include "runtime/node/services.hpp"
+#include "core/access/shared_policy.hpp"
+#include "core/config/node_config.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
@@ -35,19 +35,5 @@ safety_parts start_safety(caf::actor_system& sys,
 
 /// Audits backend_stop, stops the sink and waits for it.
 void stop_safety(caf::actor_system& sys, safety_parts& parts);
-
-/// Console "thermal": one monitor per device of the node.
-service spawn_thermal_service(const service_context& ctx);
-
-/// Console "token": issue, revoke (broadcast to peers), check.
-service spawn_access_service(const service_context& ctx);
-
-/// Console "dev": a client's device operation on this node, always sent to
-/// the device actor with the client's token (actors/access/device_request.hpp).
-service spawn_device_service(const service_context& ctx);
-
-/// Console "audit" (query, verify), forwarded to the sink; also audits
-/// member joins and leaves by watching the gate's member view.
-service spawn_audit_service(const service_context& ctx);
 
 } // namespace exo

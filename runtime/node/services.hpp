@@ -1,58 +1,14 @@
 #pragma once
 
-/// Node services: actors beyond the core (node, devices, directory, gate)
-/// that a node runs, each reachable from the console through the gate.
-/// runtime::start() calls spawn_services() after the gate is up; every
-/// returned actor is registered with the directory under its name, each of
-/// its console commands with the gate, and it is stopped (and waited for)
-/// by runtime::stop() before the node actor.
-///
-/// To add a service: write its spawn function and add one call to
-/// spawn_services() in services.cpp.
+/// The services every node runs (actors/service/service.hpp says what a
+/// service is). To add one: write its spawn function (an actor in actors/)
+/// and add one call to spawn_services() in services.cpp.
 
-#include "actors/access/shared_policy.hpp"
-#include "runtime/config/node_config.hpp"
-#include "runtime/tls/material.hpp"
+#include "actors/service/service.hpp"
 
-#include <caf/actor.hpp>
-#include <caf/fwd.hpp>
-
-#include <memory>
-#include <string>
 #include <vector>
 
-namespace exo::tls {
-class bulk_blobs;
-} // namespace exo::tls
-
 namespace exo {
-
-/// What a service may use.
-struct service_context {
-  caf::actor_system* sys = nullptr;
-  const config::node_config* cfg = nullptr;
-  caf::actor node;      ///< devices_atom -> std::vector<device_info>, ...
-  caf::actor directory; ///< actors_atom, inspect_atom
-  caf::actor gate;      ///< (console_atom, "nodes"|"links"|..., arg)
-  std::uint16_t port = 0;
-  /// Safety (issue 6): the node's audit sink, its shared access policy and
-  /// the HMAC key of its tokens (set by runtime::start before services).
-  caf::actor audit;
-  std::shared_ptr<access::shared_policy> access;
-  std::string access_key;
-  /// The node's TLS files (for bulk_fetch) and the blobs its bulk channel
-  /// serves (runtime/tls/bulk_channel.hpp).
-  tls::material tls;
-  std::shared_ptr<tls::bulk_blobs> blobs;
-};
-
-/// One running service.
-struct service {
-  std::string name;                  ///< directory name, e.g. "placement"
-  std::string kind;                  ///< directory kind
-  caf::actor handle;
-  std::vector<std::string> commands; ///< console commands it answers
-};
 
 /// Spawns every service of the node.
 std::vector<service> spawn_services(const service_context& ctx);

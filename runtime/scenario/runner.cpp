@@ -1,8 +1,8 @@
 #include "runtime/scenario/runner.hpp"
 
 #include "runtime/scenario/process.hpp"
-#include "runtime/tls/cert_tool.hpp"
-#include "runtime/tls/tls_error.hpp"
+#include "core/tls/cert_tool.hpp"
+#include "core/tls/tls_error.hpp"
 
 #include <openssl/rand.h>
 
@@ -765,7 +765,7 @@ int runner::go() {
     node_bin_ = find_tool("exo-node", "node", opts_.bin_dir);
     console_bin_ = find_tool("exo-console", "console", opts_.bin_dir);
     if (sc_.model)
-      model_bin_ = find_tool("exo-model", "model", opts_.bin_dir);
+      model_bin_ = find_tool("exo-model", "tools", opts_.bin_dir);
     make_dir();
     out_ << "scenario " << sc_.name << ": " << sc_.nodes.size() << " node(s), "
          << total << " step(s), work dir " << dir_ << "\n";

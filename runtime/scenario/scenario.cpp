@@ -1,9 +1,9 @@
 #include "runtime/scenario/scenario.hpp"
 
-#include "backends/factory.hpp"
+#include "backends/factory/factory.hpp"
 #include "backends/sim/sim_backend.hpp"
 
-#include "runtime/config/strict_json.hpp"
+#include "core/config/strict_json.hpp"
 
 #include <algorithm>
 #include <cmath>

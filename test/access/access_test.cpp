@@ -1,8 +1,8 @@
-#include "actors/access/access_policy.hpp"
-#include "actors/access/audit_event.hpp"
-#include "actors/access/base64url.hpp"
-#include "actors/access/permission.hpp"
-#include "actors/access/token.hpp"
+#include "core/access/access_policy.hpp"
+#include "core/access/audit_event.hpp"
+#include "core/access/base64url.hpp"
+#include "core/access/permission.hpp"
+#include "core/access/token.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -2,9 +2,9 @@
 // auth= is taken out of the argument, the strict/lenient rule, and the
 // decision a role's token gets for each command (no actors involved).
 
-#include "actors/access/access_policy.hpp"
-#include "actors/access/console_rule.hpp"
-#include "actors/access/token.hpp"
+#include "core/access/access_policy.hpp"
+#include "core/access/console_rule.hpp"
+#include "core/access/token.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 // The console's "dev" command line: what a client's device operation says.
 
-#include "actors/access/device_request.hpp"
+#include "core/access/device_request.hpp"
 
 #include <catch2/catch.hpp>
 

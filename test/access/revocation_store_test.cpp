@@ -1,8 +1,8 @@
 // Revocations that survive a restart: the store's file format, recovery
 // from a torn or garbled file, pruning, and applying it to a policy.
 
-#include "actors/access/access_policy.hpp"
-#include "actors/access/revocation_store.hpp"
+#include "core/access/access_policy.hpp"
+#include "core/access/revocation_store.hpp"
 #include "test/audit/temp_dir.hpp"
 
 #include <catch2/catch.hpp>

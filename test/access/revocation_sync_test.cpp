@@ -1,7 +1,7 @@
 // Revocation catch-up between nodes, the pure part: the MAC'd wire list,
 // its validation and bounds, and the set that says what a peer lacks.
 
-#include "actors/access/revocation_sync.hpp"
+#include "core/access/revocation_sync.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
-#include "actors/audit/audit_command.hpp"
-#include "actors/audit/audit_log.hpp"
-#include "actors/audit/log_files.hpp"
-#include "actors/audit/record.hpp"
-#include "actors/audit/verify.hpp"
+#include "core/audit/audit_command.hpp"
+#include "core/audit/audit_log.hpp"
+#include "core/audit/log_files.hpp"
+#include "core/audit/record.hpp"
+#include "core/audit/verify.hpp"
 #include "test/audit/temp_dir.hpp"
 
 #include <catch2/catch.hpp>

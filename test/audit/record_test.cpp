@@ -1,5 +1,5 @@
-#include "runtime/text/json_escape.hpp"
-#include "actors/audit/record.hpp"
+#include "core/text/json_escape.hpp"
+#include "core/audit/record.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -2,7 +2,7 @@
 // finds (cpu, simulated, vulkan on lavapipe, and GPUs where present).
 
 #include "backends/cpu/cpu_backend.hpp"
-#include "backends/factory.hpp"
+#include "backends/factory/factory.hpp"
 #include "backends/host_kernels.hpp"
 #include "test/support/random.hpp"
 

@@ -1,7 +1,7 @@
 // The factory's choices: priority, include/exclude, environment override,
 // the CPU fallback and clear reports for absent backends.
 
-#include "backends/factory.hpp"
+#include "backends/factory/factory.hpp"
 
 #include <catch2/catch.hpp>
 

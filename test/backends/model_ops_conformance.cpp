@@ -11,7 +11,7 @@
 // activation block: the bound is sum_i |w_i| * amax(block of a_i) / 127 +
 // 1e-3 * sum_i |a_i w_i|.
 
-#include "backends/factory.hpp"
+#include "backends/factory/factory.hpp"
 #include "test/support/random.hpp"
 
 #include <catch2/catch.hpp>

@@ -1,8 +1,8 @@
-// The bulk channel (runtime/tls/bulk_channel.hpp): blobs streamed over
+// The bulk channel (core/tls/bulk_channel.hpp): blobs streamed over
 // mutually authenticated TLS on 127.0.0.1, and everything it must refuse.
 
-#include "runtime/tls/bulk_channel.hpp"
-#include "runtime/tls/tls_error.hpp"
+#include "core/tls/bulk_channel.hpp"
+#include "core/tls/tls_error.hpp"
 #include "test/cluster/tls_test_util.hpp"
 
 #include <catch2/catch.hpp>

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <sys/wait.h>
 
-#include "runtime/tls/cert_tool.hpp"
-#include "runtime/tls/material.hpp"
-#include "runtime/tls/tls_error.hpp"
+#include "core/tls/cert_tool.hpp"
+#include "core/tls/material.hpp"
+#include "core/tls/tls_error.hpp"
 #include "test/cluster/tls_test_util.hpp"
 
 using namespace exo::tls;

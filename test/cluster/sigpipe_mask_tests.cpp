@@ -1,8 +1,8 @@
-// SIGPIPE around CAF's OpenSSL calls (runtime/tls/sigpipe_mask_cache.cpp):
+// SIGPIPE around CAF's OpenSSL calls (core/tls/sigpipe_mask_cache.cpp):
 // blocked once per thread and kept, never delivered, and other code's
 // signal masks unchanged.
 
-#include "runtime/tls/sigpipe_mask_cache.hpp"
+#include "core/tls/sigpipe_mask_cache.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -25,10 +25,10 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "runtime/tls/caf_tls.hpp"
-#include "runtime/tls/sigpipe_mask_cache.hpp"
-#include "runtime/tls/cert_tool.hpp"
-#include "runtime/tls/tls_error.hpp"
+#include "runtime/system/caf_tls.hpp"
+#include "core/tls/sigpipe_mask_cache.hpp"
+#include "core/tls/cert_tool.hpp"
+#include "core/tls/tls_error.hpp"
 #include "test/cluster/tls_test_util.hpp"
 
 using namespace exo::tls;

@@ -9,7 +9,7 @@
 
 #include <openssl/x509v3.h>
 
-#include "runtime/tls/cert_tool.hpp"
+#include "core/tls/cert_tool.hpp"
 
 namespace exo::tls::test {
 

@@ -8,12 +8,12 @@
 #include <set>
 #include <sys/stat.h>
 
-#include "runtime/tls/bootstrap.hpp"
-#include "runtime/tls/cert_tool.hpp"
-#include "runtime/tls/challenge.hpp"
-#include "runtime/tls/material.hpp"
-#include "runtime/tls/tls_error.hpp"
-#include "runtime/tls/trust_store.hpp"
+#include "core/tls/bootstrap.hpp"
+#include "core/tls/cert_tool.hpp"
+#include "core/tls/challenge.hpp"
+#include "core/tls/material.hpp"
+#include "core/tls/tls_error.hpp"
+#include "core/tls/trust_store.hpp"
 #include "test/cluster/tls_test_util.hpp"
 
 using namespace exo::tls;

@@ -1,7 +1,7 @@
 // Node config files: defaults, every key, and a table of bad files each with
 // the message it must give.
 
-#include "runtime/config/node_config.hpp"
+#include "core/config/node_config.hpp"
 
 #include <catch2/catch.hpp>
 

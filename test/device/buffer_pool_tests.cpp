@@ -1,6 +1,6 @@
 // Handles over pooled buffers: opaque, bounds-checked, reused.
 
-#include "actors/device/buffer_pool.hpp"
+#include "core/device/buffer_pool.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 
 #include <catch2/catch.hpp>

@@ -3,7 +3,7 @@
 
 #include "actors/device/device_actor.hpp"
 #include "actors/device/device_task.hpp"
-#include "backends/factory.hpp"
+#include "backends/factory/factory.hpp"
 #include "backends/host_kernels.hpp"
 #include "messages/errors.hpp"
 #include "messages/registration.hpp"

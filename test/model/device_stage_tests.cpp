@@ -17,11 +17,11 @@
 // the host kernels the engine runs, bit for bit); Vulkan on lavapipe
 // 2.4e-6 (F32), 2.8e-3 (F16), 1e-6 (Q8_0).
 
-#include "backends/factory.hpp"
+#include "backends/factory/factory.hpp"
 #include "backends/sim/sim_backend.hpp"
-#include "runtime/model/device_stage.hpp"
-#include "runtime/model/llama_model.hpp"
-#include "runtime/model/test_model.hpp"
+#include "core/model/device_stage.hpp"
+#include "core/model/llama_model.hpp"
+#include "core/model/test_model.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -7,13 +7,13 @@
 #include <fstream>
 #include <random>
 
-#include "runtime/model/gguf.hpp"
-#include "runtime/model/gguf_writer.hpp"
-#include "runtime/model/llama_hparams.hpp"
-#include "runtime/model/llama_model.hpp"
-#include "runtime/model/quant.hpp"
-#include "runtime/model/test_model.hpp"
-#include "runtime/model/tokenizer.hpp"
+#include "core/gguf/gguf.hpp"
+#include "core/gguf/gguf_writer.hpp"
+#include "core/model/llama_hparams.hpp"
+#include "core/model/llama_model.hpp"
+#include "core/gguf/quant.hpp"
+#include "core/model/test_model.hpp"
+#include "core/tokenizer/tokenizer.hpp"
 #include "test/model/temp_file.hpp"
 
 using namespace exo::model;

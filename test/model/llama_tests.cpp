@@ -7,10 +7,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "runtime/model/gguf.hpp"
-#include "runtime/model/llama_model.hpp"
-#include "runtime/model/sampler.hpp"
-#include "runtime/model/test_model.hpp"
+#include "core/gguf/gguf.hpp"
+#include "core/model/llama_model.hpp"
+#include "core/model/sampler.hpp"
+#include "core/model/test_model.hpp"
 #include "test/model/temp_file.hpp"
 
 using namespace exo::model;

@@ -3,7 +3,7 @@
 #include <map>
 #include <vector>
 
-#include "runtime/model/sampler.hpp"
+#include "core/model/sampler.hpp"
 
 using namespace exo::model;
 

@@ -3,8 +3,8 @@
 // elsewhere, as in a node's sparse model cache) computes the stage exactly
 // as the whole file does.
 
-#include "runtime/model/stage_ranges.hpp"
-#include "runtime/model/test_model.hpp"
+#include "core/model/stage_ranges.hpp"
+#include "core/model/test_model.hpp"
 #include "test/model/temp_file.hpp"
 
 #include <catch2/catch.hpp>

@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
-#include "runtime/model/gguf.hpp"
-#include "runtime/model/test_model.hpp"
-#include "runtime/model/tokenizer.hpp"
+#include "core/gguf/gguf.hpp"
+#include "core/model/test_model.hpp"
+#include "core/tokenizer/tokenizer.hpp"
 
 using namespace exo::model;
 

@@ -1,6 +1,6 @@
 // Discovery: verification, the persistent registry, appeared/vanished.
 
-#include "runtime/discovery/discovery.hpp"
+#include "core/discovery/discovery.hpp"
 #include "test/support/process.hpp"
 
 #include <catch2/catch.hpp>

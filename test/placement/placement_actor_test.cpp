@@ -4,11 +4,11 @@
 
 #include "actors/placement/cluster_snapshot.hpp"
 #include "actors/placement/placement_actor.hpp"
-#include "actors/audit/event.hpp"
+#include "core/audit/event.hpp"
 #include "messages/audit.hpp"
 #include "messages/placement.hpp"
 #include "messages/registration.hpp"
-#include "runtime/model/test_model.hpp"
+#include "core/model/test_model.hpp"
 #include "test/support/process.hpp"
 
 #include <caf/all.hpp>

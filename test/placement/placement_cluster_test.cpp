@@ -5,8 +5,8 @@
 // coordinator, `run` on the solver's stages, and a new coordinator after
 // the old one dies.
 
-#include "actors/placement/model_spec.hpp"
-#include "runtime/model/test_model.hpp"
+#include "core/placement/model_spec.hpp"
+#include "core/model/test_model.hpp"
 #include "test/support/pki.hpp"
 
 #include <catch2/catch.hpp>

@@ -1,7 +1,7 @@
 // The `plan` command: exit codes, table and JSON output, bad arguments.
 #include <catch2/catch.hpp>
 
-#include "actors/placement/plan_command.hpp"
+#include "core/placement/plan_command.hpp"
 
 #include <cstdio>
 #include <fstream>

@@ -2,7 +2,7 @@
 // error that names the key path.
 #include <catch2/catch.hpp>
 
-#include "actors/placement/problem_json.hpp"
+#include "core/placement/problem_json.hpp"
 
 #include <string>
 

@@ -5,9 +5,9 @@
 // it and fail to allocate) gets three layers, the CPU the fourth, and the
 // job runs. --stages K still splits evenly.
 
-#include "actors/placement/model_spec.hpp"
-#include "actors/placement/problem.hpp"
-#include "runtime/model/test_model.hpp"
+#include "core/placement/model_spec.hpp"
+#include "core/placement/problem.hpp"
+#include "core/model/test_model.hpp"
 #include "test/support/process.hpp"
 
 #include <catch2/catch.hpp>

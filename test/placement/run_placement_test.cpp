@@ -1,14 +1,14 @@
-// The workload's side of placement (actors/jobs/solver_placement): the plan
+// The workload's side of placement (actors/workload/solver_placement): the plan
 // request a `run` sends to the coordinator carries the model's layers, and
 // the solver's plan becomes the stages the job starts, checked against the
 // member view.
 
-#include "actors/jobs/solver_placement.hpp"
+#include "actors/workload/solver_placement.hpp"
 #include "actors/placement/cluster_snapshot.hpp"
-#include "actors/placement/model_spec.hpp"
+#include "core/placement/model_spec.hpp"
 #include "actors/placement/placement_actor.hpp"
 #include "messages/registration.hpp"
-#include "runtime/model/test_model.hpp"
+#include "core/model/test_model.hpp"
 #include "test/support/process.hpp"
 
 #include <caf/all.hpp>
@@ -60,7 +60,7 @@ TEST_CASE("a run's plan request carries the model's layers and its needs",
   model::test_model_options o;
   o.layers = 5;
   model::make_test_model(o, path);
-  auto one = jobs::run_plan_request(path, 40, 1, "b");
+  auto one = workload::run_plan_request(path, 40, 1, "b");
   CHECK(one.model_path == path);
   CHECK(one.context_length == 40);
   CHECK(one.objective == "latency");
@@ -71,7 +71,7 @@ TEST_CASE("a run's plan request carries the model's layers and its needs",
   CHECK(one.layers[2].weight_bytes == spec.layers[2].weight_bytes);
   CHECK(one.model_name == "m.gguf");
   // Several sequences in flight: the slowest stage matters.
-  CHECK(jobs::run_plan_request(path, 40, 4, "b").objective == "throughput");
+  CHECK(workload::run_plan_request(path, 40, 4, "b").objective == "throughput");
   // A stage's working memory travels with the layers.
   CHECK(one.stage_bytes == spec.extras.every_stage);
   CHECK(one.stage_bytes > 0);
@@ -79,11 +79,11 @@ TEST_CASE("a run's plan request carries the model's layers and its needs",
   CHECK(one.first_stage_bytes == spec.extras.first_stage);
   // A console run names itself: kept as a job while it runs, its
   // sequences' KV caches counted.
-  auto run = jobs::run_plan_request(path, 40, 3, "b", "b#7");
+  auto run = workload::run_plan_request(path, 40, 3, "b", "b#7");
   CHECK(run.keep);
   CHECK(run.run == "b#7");
   CHECK(run.sequences == 3);
-  CHECK_THROWS_AS(jobs::run_plan_request(path + ".missing", 40, 1, "b"),
+  CHECK_THROWS_AS(workload::run_plan_request(path + ".missing", 40, 1, "b"),
                   std::invalid_argument);
 }
 
@@ -100,7 +100,7 @@ TEST_CASE("the solver's plan becomes the job's stages and a plan that does not "
   p.objective = "latency";
   p.planned_by = "a";
   p.stages = {stage("b", "sim:x:0", 0, 2), stage("a", "sim:tiny:0", 2, 6)};
-  auto st = jobs::stages_of(p, v, 6);
+  auto st = workload::stages_of(p, v, 6);
   REQUIRE(st.size() == 2);
   CHECK(st[0].node == "b");
   CHECK(st[0].device == "sim:x:0");
@@ -111,14 +111,14 @@ TEST_CASE("the solver's plan becomes the job's stages and a plan that does not "
   CHECK(st[1].device == "sim:tiny:0");
   CHECK(st[1].first == 2);
   CHECK(st[1].last == 6);
-  auto text = jobs::describe_plan(p);
+  auto text = workload::describe_plan(p);
   CHECK(text.find("b/sim:x:0") != std::string::npos);
   CHECK(text.find("proven optimal: yes") != std::string::npos);
   CHECK(text.find("planned by a") != std::string::npos);
 
   auto refused = [&](plan_info q, const std::string& why) {
     try {
-      jobs::stages_of(q, v, 6);
+      workload::stages_of(q, v, 6);
       FAIL("accepted: " << why);
     } catch (const std::invalid_argument& e) {
       INFO(e.what());
@@ -169,7 +169,7 @@ member_info node(const std::string& name, std::vector<device_info> devs,
 
 } // namespace
 
-// What the console's `run` does with its plan (actors/jobs/shards_service):
+// What the console's `run` does with its plan (actors/workload/shards_service):
 // asks with run_plan_request(..., run id), keeps the job id, and sends
 // (unplan_atom, id) when the run ends.
 TEST_CASE("a running job's plan is re-planned with the reason when a node "
@@ -230,11 +230,11 @@ TEST_CASE("a running job's plan is re-planned with the reason when a node "
                           sim_device("a", "sim:slow:0", 1e12)}),
                node("b", {sim_device("b", "sim:mid:0", 2e12)})};
   feed(v);
-  auto j = plan(jobs::run_plan_request(path, 40, 1, "a", "a#1"));
+  auto j = plan(workload::run_plan_request(path, 40, 1, "a", "a#1"));
   REQUIRE_FALSE(j.id.empty());
   REQUIRE_FALSE(j.plan.stages.empty());
   // A second run of the same model is a job of its own.
-  auto k = plan(jobs::run_plan_request(path, 40, 1, "a", "a#2"));
+  auto k = plan(workload::run_plan_request(path, 40, 1, "a", "a#2"));
   CHECK(k.id != j.id);
   CHECK(unplan(k.id));
   auto xs = jobs_now();

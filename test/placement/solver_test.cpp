@@ -3,7 +3,7 @@
 // cancellable.
 #include <catch2/catch.hpp>
 
-#include "actors/placement/all.hpp"
+#include "core/placement/all.hpp"
 
 #include <atomic>
 #include <functional>

@@ -6,12 +6,12 @@
 // KV caches of two sequences.
 #include <catch2/catch.hpp>
 
-#include "actors/placement/model_spec.hpp"
-#include "actors/placement/problem.hpp"
-#include "backends/factory.hpp"
-#include "runtime/model/device_stage.hpp"
-#include "runtime/model/llama_model.hpp"
-#include "runtime/model/test_model.hpp"
+#include "core/placement/model_spec.hpp"
+#include "core/placement/problem.hpp"
+#include "backends/factory/factory.hpp"
+#include "core/model/device_stage.hpp"
+#include "core/model/llama_model.hpp"
+#include "core/model/test_model.hpp"
 
 #include <filesystem>
 #include <string>

@@ -7,7 +7,7 @@
 #include "actors/audit/audit_actor.hpp"
 #include "actors/device/device_actor.hpp"
 #include "actors/thermal/thermal_actor.hpp"
-#include "backends/factory.hpp"
+#include "backends/factory/factory.hpp"
 #include "backends/sim/sim_backend.hpp"
 #include "messages/access.hpp"
 #include "messages/cluster.hpp"
@@ -16,6 +16,7 @@
 #include "test/audit/temp_dir.hpp"
 
 #include <caf/all.hpp>
+#include <caf/io/all.hpp>
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -20,13 +20,13 @@ inline std::string exo_node() {
   return build_path("runtime/node/exo-node");
 }
 inline std::string exo_cert() {
-  return build_path("runtime/tls/exo-cert");
+  return build_path("runtime/tools/exo-cert");
 }
 inline std::string exo_console() {
   return build_path("runtime/console/exo-console");
 }
 inline std::string exo_model() {
-  return build_path("runtime/model/exo-model");
+  return build_path("runtime/tools/exo-model");
 }
 
 /// Requires a zero exit, showing the program's output otherwise.

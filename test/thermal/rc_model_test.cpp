@@ -1,5 +1,5 @@
-#include "actors/thermal/rc_fitter.hpp"
-#include "actors/thermal/rc_model.hpp"
+#include "core/thermal/rc_fitter.hpp"
+#include "core/thermal/rc_model.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,5 +1,5 @@
-#include "actors/thermal/audit_event.hpp"
-#include "actors/thermal/thermal_policy.hpp"
+#include "core/thermal/audit_event.hpp"
+#include "core/thermal/thermal_policy.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,12 +1,12 @@
 // The member view: merging gossip, failure detection, coordinator choice,
 // refutation, and validation of what peers send.
 
-#include "actors/membership/member_table.hpp"
+#include "actors/cluster/member_table.hpp"
 
 #include <catch2/catch.hpp>
 
 using namespace exo;
-using namespace exo::membership;
+using namespace exo::cluster;
 using namespace std::chrono_literals;
 
 namespace {

@@ -5,14 +5,14 @@
 // (cpu, Vulkan where present, a simulated A100), round robin.
 
 #include "actors/device/device_actor.hpp"
-#include "actors/jobs/job_actor.hpp"
-#include "actors/shard/shard_actor.hpp"
-#include "backends/factory.hpp"
+#include "actors/workload/job_actor.hpp"
+#include "actors/workload/shard_actor.hpp"
+#include "backends/factory/factory.hpp"
 #include "messages/errors.hpp"
 #include "messages/registration.hpp"
 #include "messages/workload.hpp"
-#include "runtime/model/llama_model.hpp"
-#include "runtime/model/test_model.hpp"
+#include "core/model/llama_model.hpp"
+#include "core/model/test_model.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -91,7 +91,7 @@ struct fixture {
                                    std::vector<std::size_t> on = {}) {
     std::vector<caf::actor> stages;
     for (std::size_t i = 0; i + 1 < b.size(); ++i) {
-      shard::shard_setup s;
+      workload::shard_setup s;
       s.model = model;
       s.first = b[i];
       s.last = b[i + 1];
@@ -100,7 +100,7 @@ struct fixture {
       s.device = dev_actors[d];
       s.device_id = devs[d]->properties().id;
       s.node = "test";
-      stages.push_back(shard::spawn_shard(*sys, std::move(s)));
+      stages.push_back(workload::spawn_shard(*sys, std::move(s)));
     }
     caf::scoped_actor self{*sys};
     for (std::size_t i = 0; i + 1 < stages.size(); ++i)
@@ -119,12 +119,12 @@ struct fixture {
     }
   }
 
-  jobs::job_result run(const std::vector<std::uint32_t>& bounds,
+  workload::job_result run(const std::vector<std::uint32_t>& bounds,
                        std::vector<std::vector<std::int32_t>> prompts,
                        std::uint32_t n_gen, float temperature,
                        std::uint64_t seed = 3) {
     auto stages = pipeline(bounds);
-    jobs::job_setup j;
+    workload::job_setup j;
     j.id = 1;
     j.stages = stages;
     j.n_embd = model->hparams().n_embd;
@@ -133,7 +133,7 @@ struct fixture {
     j.n_gen = n_gen;
     j.sampling.temperature = temperature;
     j.sampling.seed = seed;
-    auto r = jobs::run_job(*sys, std::move(j));
+    auto r = workload::run_job(*sys, std::move(j));
     stop(stages);
     return r;
   }
@@ -191,14 +191,14 @@ TEST_CASE("stages of one node pass activations by device copy",
           "[workload]") {
   fixture f;
   auto job = [&](std::vector<caf::actor>& stages) {
-    jobs::job_setup j;
+    workload::job_setup j;
     j.id = 5;
     j.stages = stages;
     j.n_embd = f.model->hparams().n_embd;
     j.n_vocab = f.model->hparams().n_vocab;
     j.prompts = {prompts()[0], prompts()[1]};
     j.n_gen = 8;
-    auto r = jobs::run_job(*f.sys, std::move(j));
+    auto r = workload::run_job(*f.sys, std::move(j));
     REQUIRE(r.error.empty());
     return r;
   };
@@ -361,11 +361,11 @@ TEST_CASE("a shard refuses steps out of order, too wide or off-vocabulary",
 }
 
 TEST_CASE("layers split evenly into contiguous stages", "[workload]") {
-  CHECK(jobs::even_split(4, 1) == std::vector<std::uint32_t>{0, 4});
-  CHECK(jobs::even_split(4, 3) == std::vector<std::uint32_t>{0, 1, 2, 4});
-  CHECK(jobs::even_split(12, 2) == std::vector<std::uint32_t>{0, 6, 12});
-  CHECK_THROWS(jobs::even_split(2, 3));
-  CHECK_THROWS(jobs::even_split(2, 0));
+  CHECK(workload::even_split(4, 1) == std::vector<std::uint32_t>{0, 4});
+  CHECK(workload::even_split(4, 3) == std::vector<std::uint32_t>{0, 1, 2, 4});
+  CHECK(workload::even_split(12, 2) == std::vector<std::uint32_t>{0, 6, 12});
+  CHECK_THROWS(workload::even_split(2, 3));
+  CHECK_THROWS(workload::even_split(2, 0));
 }
 
 TEST_CASE("a shard computes on its device and keeps its KV cache there",
@@ -521,11 +521,11 @@ TEST_CASE("a step sent while its device is paused waits, then completes "
 
 TEST_CASE("a shard without a device is refused", "[workload]") {
   fixture f;
-  shard::shard_setup s;
+  workload::shard_setup s;
   s.model = f.model;
   s.first = 0;
   s.last = 4;
-  CHECK_THROWS_WITH(shard::spawn_shard(*f.sys, std::move(s)),
+  CHECK_THROWS_WITH(workload::spawn_shard(*f.sys, std::move(s)),
                     Catch::Contains("no device"));
 }
 
@@ -544,7 +544,7 @@ TEST_CASE("a cancelled job stops at the next token and keeps what it made "
     return out;
   };
   auto setup = [&](std::uint64_t id, std::uint32_t n_gen) {
-    jobs::job_setup j;
+    workload::job_setup j;
     j.id = id;
     j.stages = stages;
     j.n_embd = f.model->hparams().n_embd;
@@ -557,7 +557,7 @@ TEST_CASE("a cancelled job stops at the next token and keeps what it made "
   };
   // Cancelled from its own token callback after the third token: the
   // cancel is queued before the fourth step's logits come back.
-  auto result = std::make_shared<jobs::job_result>();
+  auto result = std::make_shared<workload::job_result>();
   auto handle = std::make_shared<caf::actor>();
   auto j = setup(21, 100);
   auto seen = std::make_shared<int>(0);
@@ -565,11 +565,11 @@ TEST_CASE("a cancelled job stops at the next token and keeps what it made "
     if (++*seen == 3)
       caf::anon_send(*handle, cancel_atom::value);
   };
-  j.finish = [result](jobs::job_result& r) {
+  j.finish = [result](workload::job_result& r) {
     *result = r;
     return caf::make_message(caf::ok_atom::value);
   };
-  *handle = jobs::spawn_job(*f.sys, std::move(j));
+  *handle = workload::spawn_job(*f.sys, std::move(j));
   self->request(*handle, std::chrono::seconds(60), run_atom::value)
     .receive([](caf::ok_atom) {},
              [](caf::error& e) { FAIL(caf::to_string(e)); });
@@ -579,7 +579,7 @@ TEST_CASE("a cancelled job stops at the next token and keeps what it made "
   CHECK(result->tokens[0].size() == 3);
   CHECK(result->generated_tokens == 3);
   // What it made is what an uncancelled job makes first.
-  auto full = jobs::run_job(*f.sys, setup(22, 3));
+  auto full = workload::run_job(*f.sys, setup(22, 3));
   CHECK(full.error.empty());
   CHECK_FALSE(full.cancelled);
   CHECK(full.tokens[0] == result->tokens[0]);
@@ -587,13 +587,13 @@ TEST_CASE("a cancelled job stops at the next token and keeps what it made "
   for (auto& s : stages)
     CHECK(kv_bytes(s) == 0);
   // Cancelled before it ran: nothing generated, still an answer.
-  auto early = std::make_shared<jobs::job_result>();
+  auto early = std::make_shared<workload::job_result>();
   auto j2 = setup(23, 10);
-  j2.finish = [early](jobs::job_result& r) {
+  j2.finish = [early](workload::job_result& r) {
     *early = r;
     return caf::make_message(caf::ok_atom::value);
   };
-  auto job2 = jobs::spawn_job(*f.sys, std::move(j2));
+  auto job2 = workload::spawn_job(*f.sys, std::move(j2));
   bool stopping = false;
   self->request(job2, std::chrono::seconds(10), cancel_atom::value)
     .receive([&](bool b) { stopping = b; },
@@ -627,7 +627,7 @@ TEST_CASE("a step no stage answers ends the job at its step timeout with "
       };
     },
     held);
-  jobs::job_setup j;
+  workload::job_setup j;
   j.id = 31;
   j.stages = {silent};
   j.n_embd = f.model->hparams().n_embd;
@@ -636,7 +636,7 @@ TEST_CASE("a step no stage answers ends the job at its step timeout with "
   j.n_gen = 4;
   j.step_timeout = std::chrono::milliseconds(200);
   auto t0 = std::chrono::steady_clock::now();
-  auto r = jobs::run_job(*f.sys, std::move(j));
+  auto r = workload::run_job(*f.sys, std::move(j));
   auto waited = std::chrono::steady_clock::now() - t0;
   CHECK(r.error.find("sequence 0: no answer from the pipeline within 200 ms")
         != std::string::npos);

@@ -4,7 +4,7 @@
 // job across both through the console's `run`, the node without the model
 // receives it once, and the tokens equal those of one stage on one node.
 
-#include "runtime/model/test_model.hpp"
+#include "core/model/test_model.hpp"
 #include "test/support/pki.hpp"
 
 #include <catch2/catch.hpp>

@@ -3,7 +3,7 @@
 // clear no_device value, print nothing, and leave the backend usable; with a
 // device, it must find it. The factory must report the reason and go on.
 
-#include "backends/factory.hpp"
+#include "backends/factory/factory.hpp"
 
 #if defined(EXO_TEST_CUDA)
 #  include "backends/cuda/cuda_backend.hpp"

@@ -1,0 +1,96 @@
+#pragma once
+
+/// The membership's pure core: the member view, how gossip merges into it,
+/// failure detection from heartbeat times, and the deterministic choice of
+/// the coordinator. No actors, no clocks of its own: callers pass `now`.
+///
+/// Merge rule for one name: a higher incarnation (a later start of that
+/// node) wins; for the same incarnation the "worse" status wins
+/// (left > dead > alive), so a death verdict is final for that incarnation
+/// and a restarted node comes back with a new one. Claims about ourselves
+/// from others are ignored: we know best whether we are alive.
+
+#include "messages/cluster.hpp"
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace exo::cluster {
+
+using time_point = std::chrono::steady_clock::time_point;
+
+class member_table {
+public:
+  explicit member_table(member_info self);
+
+  const std::string& self_name() const noexcept {
+    return self_;
+  }
+
+  /// Replaces our own record's devices and links.
+  void update_self(std::vector<device_info> devices,
+                   std::vector<link_info> links);
+
+  /// Merges one record (from gossip or a handshake). Returns whether the
+  /// view changed.
+  bool merge(const member_info& m, time_point now);
+
+  /// Merges every record of a view.
+  bool merge(const member_view& v, time_point now);
+
+  /// A heartbeat (or any message) from `name` arrived.
+  void heard_from(const std::string& name, time_point now);
+
+  /// Marks alive members silent for longer than `timeout` as dead; returns
+  /// their names.
+  std::vector<std::string> expire(time_point now,
+                                  std::chrono::milliseconds timeout);
+
+  /// Marks a member dead / left (this incarnation). Returns whether it
+  /// changed.
+  bool mark(const std::string& name, member_status status,
+            const std::string& reason);
+
+  /// Direct proof of life (a completed handshake) beats hearsay: marks
+  /// `name` alive again even if gossip had declared it dead.
+  void revive(const std::string& name, time_point now);
+
+  /// Whether `v` claims we are dead or gone (at our incarnation or later).
+  bool accuses_self(const member_view& v) const;
+
+  /// Refutes such a claim: our incarnation becomes larger than any seen.
+  void bump_incarnation(std::uint64_t above);
+
+  std::uint64_t self_incarnation() const;
+
+  bool alive(const std::string& name) const;
+  const member_info* find(const std::string& name) const;
+
+  /// The alive member with the smallest name (ourselves included).
+  std::string coordinator() const;
+
+  /// Every member, sorted by name.
+  member_view view() const;
+
+  /// Names of alive members other than ourselves.
+  std::vector<std::string> alive_peers() const;
+
+  /// Checks a record from the network against the size limits and naming
+  /// rules; returns the problem, or nothing when it is fine.
+  static std::optional<std::string> validate(const member_info& m);
+  static std::optional<std::string> validate(const member_view& v);
+  static bool valid_name(const std::string& name);
+
+private:
+  struct entry {
+    member_info info;
+    time_point last_heard;
+  };
+  std::string self_;
+  std::map<std::string, entry> members_;
+};
+
+} // namespace exo::cluster

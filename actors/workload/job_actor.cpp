@@ -1,0 +1,275 @@
+#include "actors/workload/job_actor.hpp"
+
+#include "actors/workload/shard_actor.hpp"
+#include "messages/errors.hpp"
+#include "messages/workload.hpp"
+
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <memory>
+#include <stdexcept>
+
+namespace exo::workload {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct sequence {
+  std::vector<std::int32_t> prompt;
+  std::size_t fed = 0; ///< prompt tokens sent so far
+  std::uint32_t pos = 0;
+  std::unique_ptr<model::sampler> smp;
+  bool done = false;
+  bool waiting = false;        ///< a step is in flight
+  clock_type::time_point sent; ///< when it was sent
+};
+
+struct job_state {
+  job_setup cfg;
+  std::vector<sequence> seqs;
+  job_result result;
+  std::size_t prompts_left = 0;
+  std::size_t running = 0;
+  clock_type::time_point t0, t_prompts;
+  caf::response_promise rp;
+  bool started = false;
+  bool finished = false;
+  bool cancelling = false;
+  static inline const char* name = "exo.job";
+};
+
+using self_ptr = caf::stateful_actor<job_state>*;
+
+void send_step(self_ptr self, std::uint32_t j);
+
+void finish(self_ptr self, std::string error) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  st.finished = true;
+  auto now = clock_type::now();
+  if (st.prompts_left > 0)
+    st.t_prompts = now;
+  st.result.error = std::move(error);
+  st.result.total_s = std::chrono::duration<double>(now - st.t0).count();
+  st.result.prompt_s
+    = std::chrono::duration<double>(st.t_prompts - st.t0).count();
+  st.result.generation_s
+    = std::chrono::duration<double>(now - st.t_prompts).count();
+  for (auto& stage : st.cfg.stages)
+    self->send(stage, release_atom::value, st.cfg.id);
+  if (st.cfg.finish)
+    st.rp.deliver(st.cfg.finish(st.result));
+  else
+    st.rp.deliver(caf::ok_atom::value);
+  self->quit();
+}
+
+void on_logits(self_ptr self, std::uint32_t j, stage_step& s) {
+  auto& st = self->state;
+  auto& q = st.seqs[j];
+  if (st.cancelling) { // a token boundary: this sequence stops here
+    q.done = true;
+    if (--st.running == 0) {
+      st.result.cancelled = true;
+      finish(self, "");
+    }
+    return;
+  }
+  if (s.x.size() != st.cfg.n_vocab) {
+    finish(self, "the last stage sent " + std::to_string(s.x.size())
+                   + " logits, expected " + std::to_string(st.cfg.n_vocab));
+    return;
+  }
+  q.pos += static_cast<std::uint32_t>(s.tokens.size());
+  if (q.fed < q.prompt.size()) { // more of the prompt to feed
+    send_step(self, j);
+    return;
+  }
+  auto& out = st.result.tokens[j];
+  if (out.empty() && q.pos == q.prompt.size()) { // prompt done
+    if (--st.prompts_left == 0)
+      st.t_prompts = clock_type::now();
+  }
+  st.result.logits[j] = std::move(s.x);
+  auto& logits = st.result.logits[j];
+  if (out.size() >= st.cfg.n_gen) {
+    q.done = true;
+  } else {
+    auto id = q.smp->sample(logits.data(), logits.size());
+    out.push_back(id);
+    ++st.result.generated_tokens;
+    if (st.cfg.on_token)
+      st.cfg.on_token(j, id);
+    if (out.size() >= st.cfg.n_gen || id == st.cfg.eos) {
+      q.done = true;
+    } else {
+      send_step(self, j);
+      return;
+    }
+  }
+  if (--st.running == 0)
+    finish(self, "");
+}
+
+void send_step(self_ptr self, std::uint32_t j) {
+  auto& st = self->state;
+  auto& q = st.seqs[j];
+  stage_step s;
+  s.job = st.cfg.id;
+  s.seq = j;
+  s.pos = q.pos;
+  if (q.fed < q.prompt.size()) {
+    auto n = std::min<std::size_t>(q.prompt.size() - q.fed,
+                                   workload::max_batch_tokens(st.cfg.n_embd));
+    s.tokens.assign(q.prompt.begin() + q.fed, q.prompt.begin() + q.fed + n);
+    q.fed += n;
+  } else {
+    s.tokens.push_back(st.result.tokens[j].back());
+  }
+  q.waiting = true;
+  q.sent = clock_type::now();
+  // No timeout on the request itself: the watchdog enforces step_timeout
+  // (a CAF request timeout woke the clock thread twice per token).
+  self->request(st.cfg.stages.front(), caf::infinite, forward_atom::value,
+                std::move(s))
+    .then([self, j](stage_step& r) {
+            self->state.seqs[j].waiting = false;
+            on_logits(self, j, r);
+          },
+          [self, j](caf::error& err) {
+            self->state.seqs[j].waiting = false;
+            auto msg = error_message(err);
+            finish(self, "sequence " + std::to_string(j) + ": "
+                           + (msg.empty() ? self->system().render(err)
+                                          : msg));
+          });
+}
+
+/// How often the watchdog looks at the steps in flight.
+std::chrono::milliseconds watchdog_period(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 4, std::chrono::milliseconds{1},
+                    std::chrono::milliseconds{1000});
+}
+
+/// Ends the job when a step has been in flight for longer than
+/// step_timeout (a stage or device that stopped answering), else looks
+/// again a watchdog period later.
+void watch(self_ptr self) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  auto now = clock_type::now();
+  for (std::size_t j = 0; j < st.seqs.size(); ++j) {
+    auto& q = st.seqs[j];
+    if (q.waiting && now - q.sent > st.cfg.step_timeout) {
+      finish(self, "sequence " + std::to_string(j)
+                     + ": no answer from the pipeline within "
+                     + std::to_string(st.cfg.step_timeout.count())
+                     + " ms (the step timeout)");
+      return;
+    }
+  }
+  self->delayed_send(self, watchdog_period(st.cfg.step_timeout),
+                     tick_atom::value);
+}
+
+caf::behavior job_impl(self_ptr self, job_setup cfg) {
+  self->state.cfg = std::move(cfg);
+  return {
+    [self](run_atom) -> caf::result<caf::message> {
+      auto& st = self->state;
+      if (st.started)
+        return make_exo_error(exo_errc::failed_state, "job already started");
+      st.started = true;
+      st.rp = self->make_response_promise();
+      st.t0 = clock_type::now();
+      if (st.cancelling) { // cancelled before it started
+        st.result.tokens.resize(st.cfg.prompts.size());
+        st.result.logits.resize(st.cfg.prompts.size());
+        st.result.cancelled = true;
+        finish(self, "");
+        return st.rp;
+      }
+      auto m = st.cfg.prompts.size();
+      st.result.tokens.resize(m);
+      st.result.logits.resize(m);
+      st.seqs.resize(m);
+      if (m == 0 || st.cfg.stages.empty()) {
+        finish(self, "a job needs at least one sequence and one stage");
+        return st.rp;
+      }
+      for (std::size_t j = 0; j < m; ++j) {
+        auto& q = st.seqs[j];
+        q.prompt = st.cfg.prompts[j];
+        if (q.prompt.empty()) {
+          finish(self, "sequence " + std::to_string(j) + " has no tokens");
+          return st.rp;
+        }
+        st.result.prompt_tokens += q.prompt.size();
+        auto sp = st.cfg.sampling;
+        sp.seed += j;
+        q.smp = std::make_unique<model::sampler>(sp);
+      }
+      st.prompts_left = m;
+      st.running = m;
+      for (std::size_t j = 0; j < m; ++j)
+        send_step(self, static_cast<std::uint32_t>(j));
+      self->delayed_send(self, watchdog_period(st.cfg.step_timeout),
+                         tick_atom::value);
+      return st.rp;
+    },
+    [self](tick_atom) {
+      if (self->current_sender() == self->ctrl()) // its own timer only
+        watch(self);
+    },
+    [self](cancel_atom) {
+      auto& st = self->state;
+      if (st.finished || st.cancelling)
+        return false;
+      st.cancelling = true;
+      return true;
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_job(caf::actor_system& sys, job_setup setup) {
+  return sys.spawn(job_impl, std::move(setup));
+}
+
+job_result run_job(caf::actor_system& sys, job_setup setup) {
+  auto out = std::make_shared<job_result>();
+  setup.finish = [out](job_result& r) {
+    *out = r;
+    return caf::make_message(caf::ok_atom::value);
+  };
+  auto job = spawn_job(sys, std::move(setup));
+  caf::scoped_actor self{sys};
+  bool ok = false;
+  std::string why;
+  self->request(job, caf::infinite, run_atom::value)
+    .receive([&](caf::ok_atom) { ok = true; },
+             [&](caf::error& err) { why = sys.render(err); });
+  if (!ok && out->error.empty())
+    out->error = why.empty() ? "the job ended without a result" : why;
+  return *out;
+}
+
+std::vector<std::uint32_t> even_split(std::uint32_t n_layer,
+                                      std::uint32_t k) {
+  if (k == 0 || k > n_layer)
+    throw std::invalid_argument(
+      "cannot split " + std::to_string(n_layer) + " layers into "
+      + std::to_string(k) + " stages");
+  std::vector<std::uint32_t> bounds{0};
+  for (std::uint32_t i = 1; i <= k; ++i)
+    bounds.push_back(static_cast<std::uint32_t>(
+      static_cast<std::uint64_t>(n_layer) * i / k));
+  return bounds;
+}
+
+} // namespace exo::workload

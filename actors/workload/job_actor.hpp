@@ -1,0 +1,83 @@
+#pragma once
+
+/// The job: M sequences generated through a pipeline of shards. It feeds
+/// each sequence's prompt in bounded batches, samples every next token
+/// from the last stage's logits (a seeded sampler per sequence) and feeds
+/// it back, until -n tokens or end-of-sequence. All M sequences are in
+/// flight at once, so while shard i works on sequence j, shard i+1 works
+/// on sequence j-1 (pipeline parallelism); with M = 1 the stages take
+/// turns. Generation per sequence is independent of M: results equal
+/// running the sequences one by one.
+///
+///   caller --(run_atom)--> job --forward--> shard 0 --> ... --> shard K-1
+///   caller <-- finish(result) --'  <--- logits ---------------------'
+///
+/// (cancel_atom) -> bool stops the job at the next token boundary: no new
+/// step is sent, the steps in flight are awaited (their logits are not
+/// sampled), then the job releases its KV caches in every stage and
+/// answers (run_atom) with what it generated so far and `cancelled` set.
+
+#include "core/model/sampler.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+#include <caf/message.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace exo::workload {
+
+/// What a job produced.
+struct job_result {
+  std::vector<std::vector<std::int32_t>> tokens; ///< generated, per sequence
+  std::vector<std::vector<float>> logits; ///< last logits, per sequence
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t generated_tokens = 0;
+  double prompt_s = 0;     ///< until the last prompt's logits arrived
+  double generation_s = 0; ///< from then until the end
+  double total_s = 0;
+  std::string error;       ///< empty on success
+  bool cancelled = false;  ///< stopped by (cancel_atom); tokens: so far
+
+  double prompt_tps() const {
+    return prompt_s > 0 ? prompt_tokens / prompt_s : 0;
+  }
+  double generation_tps() const {
+    return generation_s > 0 ? generated_tokens / generation_s : 0;
+  }
+};
+
+struct job_setup {
+  std::uint64_t id = 0;
+  std::vector<caf::actor> stages; ///< in order, each told its next stage
+  std::uint32_t n_embd = 0;
+  std::uint32_t n_vocab = 0;
+  std::vector<std::vector<std::int32_t>> prompts; ///< one per sequence
+  std::uint32_t n_gen = 16;
+  model::sampler_params sampling; ///< sequence j is seeded with seed + j
+  std::int32_t eos = -1;          ///< stop a sequence there (-1: never)
+  /// A step in flight for longer ends the job with an error naming the
+  /// sequence (checked by a watchdog every step_timeout / 4, at most 1 s).
+  std::chrono::milliseconds step_timeout{120000};
+  /// Called in the job's context for every token, as it is produced.
+  std::function<void(std::uint32_t seq, std::int32_t token)> on_token;
+  /// Turns the result into the reply to (run_atom).
+  std::function<caf::message(job_result&)> finish;
+};
+
+/// Spawns a job; it answers one (run_atom) with finish(result) and quits.
+/// It releases its sequences' KV caches in every stage when done.
+caf::actor spawn_job(caf::actor_system& sys, job_setup setup);
+
+/// Runs a job and waits for it (for programs and tests).
+job_result run_job(caf::actor_system& sys, job_setup setup);
+
+/// Splits n_layer layers into k contiguous ranges as evenly as possible:
+/// the bounds {0, ..., n_layer} (k + 1 of them).
+std::vector<std::uint32_t> even_split(std::uint32_t n_layer, std::uint32_t k);
+
+} // namespace exo::workload

@@ -1,0 +1,518 @@
+#include "actors/workload/shard_actor.hpp"
+
+#include "actors/device/device_task.hpp"
+#include "messages/errors.hpp"
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <utility>
+
+namespace exo::workload {
+
+namespace {
+
+using seq_key = std::pair<std::uint64_t, std::uint32_t>; ///< (job, seq)
+
+/// A buffer on a device that a sequence's activations are copied into.
+struct inbox {
+  handle_id buf = 0; ///< 0: none (the host path is used)
+  std::uint64_t bytes = 0;
+  caf::actor device; ///< the device actor the buffer is on
+};
+
+/// The stage and what lives with it on the device. Touched only inside
+/// device tasks, on the device actor's thread; the shard actor only holds
+/// the pointer and hands it to its tasks.
+struct hosted_stage {
+  /// Declared before the stage: the stage frees its buffers through it.
+  std::shared_ptr<model::device_ops> ops;
+  std::unique_ptr<model::device_stage> stage;
+  std::string init_error = "the stage is not set up yet";
+  std::map<seq_key, model::cache_id> caches;
+  std::uint64_t steps = 0;
+  std::uint64_t tokens = 0;
+  std::uint64_t device_handoffs = 0; ///< steps passed on by device copy
+  std::uint64_t host_handoffs = 0;   ///< steps passed on in the message
+  std::uint64_t pause_waits = 0;     ///< steps held while the device paused
+  double busy_s = 0;
+  double upload_s = 0;
+};
+
+struct shard_state {
+  shard_setup cfg;
+  caf::actor device; ///< cfg.device, dynamically typed: tasks are delegated
+  std::shared_ptr<hosted_stage> hosted;
+  /// Buffers on this shard's device that the previous stage (same node)
+  /// copies each sequence's activations into.
+  std::map<seq_key, inbox> inboxes;
+  /// The next stage's inboxes (same node), asked for once per sequence;
+  /// buf 0 where it refused.
+  std::map<seq_key, inbox> next_inboxes;
+  caf::actor next;
+  static inline const char* name = "exo.shard";
+
+  bool is_first() const {
+    return cfg.first == 0;
+  }
+  bool is_last() const {
+    return cfg.last == cfg.model->hparams().n_layer;
+  }
+  std::uint64_t row_bytes() const {
+    return std::uint64_t{cfg.model->hparams().n_embd} * 4;
+  }
+
+  ~shard_state();
+};
+
+/// Frees buffers of a device on its thread (and lets go of `keep` there):
+/// a task with no answer.
+device_task free_task(std::vector<handle_id> bufs,
+                      std::shared_ptr<hosted_stage> keep = nullptr) {
+  device_task t;
+  t.run = [bufs = std::move(bufs), keep = std::move(keep)](
+            device::task_context& ctx, caf::response_promise&) mutable {
+    auto ops = ctx.ops();
+    for (auto b : bufs)
+      (void) ops->free(b);
+    keep.reset();
+  };
+  return t;
+}
+
+shard_state::~shard_state() {
+  if (!device)
+    return;
+  // The stage is destroyed on its device's thread (it frees its buffers
+  // through the device's pool); if the device actor is gone, wherever the
+  // message is dropped (the pool has released everything by then).
+  std::vector<handle_id> bufs;
+  for (auto& kv : inboxes)
+    bufs.push_back(kv.second.buf);
+  caf::anon_send(device, task_atom::value,
+                 free_task(std::move(bufs), std::move(hosted)));
+}
+
+using self_ptr = caf::stateful_actor<shard_state>*;
+
+caf::error bad(std::string what) {
+  return make_exo_error(exo_errc::invalid_argument, std::move(what));
+}
+
+caf::error device_failed(const backend::error& err) {
+  auto e = err;
+  e.message = "shard: " + e.message;
+  return to_caf_error(e);
+}
+
+/// Runs the step's layers on the device (inside a device task); returns an
+/// error, or none with `s` updated (x: the activations out, unless
+/// io.keep_out leaves them on the device; the logits on the last stage).
+caf::error compute(hosted_stage& h, const model::llama_model& m,
+                   std::uint32_t n_ctx, stage_step& s,
+                   const model::device_stage::device_io& io) {
+  if (!h.stage)
+    return make_exo_error(exo_errc::failed_state, "shard: " + h.init_error);
+  auto& hp = m.hparams();
+  auto& stage = *h.stage;
+  const std::size_t n = s.tokens.size();
+  auto key = std::make_pair(s.job, s.seq);
+  auto it = h.caches.find(key);
+  if (it == h.caches.end()) {
+    if (s.pos != 0)
+      return bad("shard: sequence " + std::to_string(s.seq)
+                 + " starts at position " + std::to_string(s.pos));
+    if (h.caches.size() >= max_sequences_per_shard)
+      return make_exo_error(exo_errc::out_of_memory,
+                            "shard: too many sequences");
+    auto c = stage.new_cache(n_ctx);
+    if (!c)
+      return device_failed(c.err());
+    it = h.caches.emplace(key, *c).first;
+  }
+  auto id = it->second;
+  auto past = stage.n_past(id);
+  auto cap = stage.capacity(id);
+  if (!past || !cap)
+    return device_failed(!past ? past.err() : cap.err());
+  if (s.pos != *past)
+    return bad("shard: step at position " + std::to_string(s.pos)
+               + ", cache holds " + std::to_string(*past));
+  if (std::uint64_t{s.pos} + n > *cap)
+    return bad("shard: context of " + std::to_string(*cap)
+               + " tokens exceeded");
+  if (stage.is_first()) {
+    s.x.resize(n * hp.n_embd);
+    if (auto e = stage.embed(s.tokens.data(), n, s.x.data()); !e)
+      return bad("shard: " + e.err().message);
+  } else if (s.on_device && !io.keep_out && !stage.is_last()) {
+    s.x.resize(n * hp.n_embd); // the activations out come to the host
+  }
+  float* x = s.x.empty() ? nullptr : s.x.data();
+  if (stage.is_last()) {
+    std::vector<float> logits(hp.n_vocab);
+    if (auto f = stage.forward(id, s.pos, x, n, logits.data(), 1, io); !f)
+      return device_failed(f.err());
+    s.x = std::move(logits);
+  } else if (auto f = stage.forward(id, s.pos, x, n, nullptr, 1, io); !f) {
+    return device_failed(f.err());
+  }
+  return caf::none;
+}
+
+/// Answers a computed step (last stage), or passes it to the next stage
+/// with the job still waiting on the answer.
+void pass_on(hosted_stage& h, stage_step& s, const caf::actor& next,
+             bool last, caf::response_promise& rp) {
+  if (last) {
+    rp.deliver(std::move(s));
+    return;
+  }
+  if (!next) {
+    rp.deliver(make_exo_error(exo_errc::failed_state,
+                              "shard: no next stage set"));
+    return;
+  }
+  ++(s.on_device ? h.device_handoffs : h.host_handoffs);
+  rp.delegate(next, forward_atom::value, std::move(s));
+}
+
+/// A step as a device task: compute, then hand the activations to the
+/// next stage (into its inbox by a device copy when it has one on this
+/// node, else in the message) or answer with the logits.
+device_task step_task(self_ptr self, stage_step s,
+                      model::device_stage::device_io io, inbox out) {
+  auto& st = self->state;
+  device_task t;
+  t.kind = task_kind::compute;
+  t.run = [h = st.hosted, model = st.cfg.model, n_ctx = st.cfg.n_ctx,
+           s = std::move(s), io, out = std::move(out), next = st.next,
+           last = st.is_last()](device::task_context& ctx,
+                                caf::response_promise& rp) mutable {
+    auto t0 = std::chrono::steady_clock::now();
+    if (ctx.waited_for_resume())
+      ++h->pause_waits;
+    if (auto err = compute(*h, *model, n_ctx, s, io)) {
+      rp.deliver(std::move(err));
+      return;
+    }
+    auto done = [&] {
+      h->busy_s += std::chrono::duration<double>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count();
+      ++h->steps;
+      h->tokens += s.tokens.size();
+    };
+    s.on_device = false;
+    if (out.buf == 0) {
+      done();
+      pass_on(*h, s, next, last, rp);
+      return;
+    }
+    // The activations stayed on this device: copy them into the next
+    // stage's inbox, or send them in the message if that fails.
+    const std::uint64_t bytes =
+      s.tokens.size() * std::uint64_t{model->hparams().n_embd} * 4;
+    auto act = h->stage->activations();
+    if (out.device == ctx.device()) {
+      if (ctx.copy(act.buf, act.offset, out.buf, 0, bytes)) {
+        s.x.clear();
+        s.on_device = true;
+        done();
+        pass_on(*h, s, next, last, rp);
+        return;
+      }
+    }
+    s.x.resize(bytes / 4);
+    if (auto r = ctx.ops()->read(act.buf, act.offset, s.x.data(), bytes); !r) {
+      rp.deliver(device_failed(r.err()));
+      return;
+    }
+    done();
+    if (out.device == ctx.device()) { // the copy failed: the host path
+      pass_on(*h, s, next, last, rp);
+      return;
+    }
+    // Another device of this node: one write into its inbox (a step's
+    // activations fit one chunk), then the step goes on without them.
+    chunk c;
+    c.bytes.resize(bytes);
+    std::memcpy(c.bytes.data(), s.x.data(), bytes);
+    ctx.write_to_peer(
+      out.device, out.buf, 0, std::move(c),
+      [h, s = std::move(s), next, rp](const caf::error& err) mutable {
+        if (!err) {
+          s.x.clear();
+          s.on_device = true;
+        }
+        pass_on(*h, s, next, false, rp);
+      });
+  };
+  return t;
+}
+
+/// Sends the step to the device as a task; the answer (or the next
+/// stage's) goes to whoever asked.
+caf::result<caf::message> dispatch(self_ptr self, stage_step s,
+                                   model::device_stage::device_io io,
+                                   inbox out, caf::response_promise rp) {
+  auto& st = self->state;
+  io.keep_out = out.buf != 0;
+  rp.delegate(st.device, task_atom::value,
+              step_task(self, std::move(s), io, std::move(out)));
+  return rp;
+}
+
+/// Allocates (or finds) the inbox of a sequence on this shard's device.
+caf::result<handle_id, caf::actor>
+open_inbox(self_ptr self, std::uint64_t job, std::uint32_t seq,
+           std::uint64_t bytes) {
+  auto& st = self->state;
+  auto sender = self->current_sender();
+  if (!sender || sender->node() != self->node())
+    return make_exo_error(exo_errc::access_denied,
+                          "shard: inboxes are for stages of this node");
+  const auto& hp = st.cfg.model->hparams();
+  const std::uint64_t most = std::uint64_t{max_batch_tokens(hp.n_embd)}
+                             * hp.n_embd * 4;
+  if (st.is_first())
+    return bad("shard: the first stage takes tokens, not activations");
+  if (bytes == 0 || bytes > most || bytes % (std::uint64_t{hp.n_embd} * 4))
+    return bad("shard: an inbox holds whole rows of at most "
+               + std::to_string(most) + " bytes, not "
+               + std::to_string(bytes));
+  auto key = seq_key{job, seq};
+  auto it = st.inboxes.find(key);
+  if (it != st.inboxes.end() && it->second.bytes >= bytes)
+    return caf::make_result(handle_id{it->second.buf}, it->second.device);
+  if (it == st.inboxes.end() && st.inboxes.size() >= max_sequences_per_shard)
+    return make_exo_error(exo_errc::out_of_memory,
+                          "shard: too many sequences");
+  auto rp = self->make_response_promise();
+  self->request(st.cfg.device, std::chrono::minutes(5), allocate_atom::value,
+                bytes)
+    .then(
+      [self, key, bytes, rp](handle_id h) mutable {
+        auto& st = self->state;
+        auto old = st.inboxes.find(key);
+        if (old != st.inboxes.end())
+          self->send(st.device, task_atom::value,
+                     free_task({old->second.buf}));
+        st.inboxes[key] = inbox{h, bytes, st.device};
+        rp.deliver(h, st.device);
+      },
+      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
+/// Creates the stage on the device's thread: its weights read in place or
+/// uploaded there directly. A failure is kept and answered to every step.
+void set_up(self_ptr self) {
+  auto& st = self->state;
+  st.hosted = std::make_shared<hosted_stage>();
+  device_task t;
+  t.run = [h = st.hosted, cfg = st.cfg](device::task_context& ctx,
+                                        caf::response_promise&) {
+    auto t0 = std::chrono::steady_clock::now();
+    h->ops = ctx.ops();
+    // The options placement counts with (model::device_stage_memory).
+    auto o = model::shard_stage_options(cfg.model->hparams());
+    o.upload_chunk_bytes = max_chunk_bytes;
+    auto stage = model::device_stage::create(cfg.model, cfg.first, cfg.last,
+                                             *h->ops, o);
+    if (stage)
+      h->stage = std::move(*stage);
+    else
+      h->init_error = stage.err().to_string();
+    h->upload_s = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+  };
+  // Tasks run in the order they are sent: every step comes after this.
+  self->send(st.cfg.device, task_atom::value, std::move(t));
+}
+
+caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.device = caf::actor_cast<caf::actor>(st.cfg.device);
+  set_up(self);
+  if (st.cfg.owner) {
+    self->monitor(st.cfg.owner);
+    self->set_down_handler([self](caf::down_msg& dm) {
+      if (dm.source == self->state.cfg.owner)
+        self->quit(caf::exit_reason::user_shutdown);
+    });
+  }
+  return {
+    [self](forward_atom, stage_step& s) -> caf::result<caf::message> {
+      auto& st = self->state;
+      const auto& hp = st.cfg.model->hparams();
+      const std::size_t n = s.tokens.size();
+      if (n == 0 || n > max_batch_tokens(hp.n_embd))
+        return bad("shard: a step needs 1 to "
+                   + std::to_string(max_batch_tokens(hp.n_embd))
+                   + " tokens");
+      if (!st.is_first() && !s.on_device && s.x.size() != n * hp.n_embd)
+        return bad("shard: expected " + std::to_string(n * hp.n_embd)
+                   + " activations, got " + std::to_string(s.x.size()));
+      const std::uint64_t bytes = n * st.row_bytes();
+      model::device_stage::device_io io;
+      if (s.on_device) { // the previous stage copied x into our inbox
+        auto ib = st.inboxes.find(seq_key{s.job, s.seq});
+        if (ib == st.inboxes.end() || !s.x.empty())
+          return bad("shard: sequence " + std::to_string(s.seq)
+                     + " has no activations on this device");
+        if (bytes > ib->second.bytes)
+          return bad("shard: the step is larger than its inbox");
+        io.in = {ib->second.buf, 0};
+      }
+      auto rp = self->make_response_promise();
+      // The next stage's inbox, when it is on this node: asked for once
+      // per sequence (refused: the activations go in the message).
+      if (!st.next || st.next.node() != self->node() || st.is_last())
+        return dispatch(self, std::move(s), io, inbox{}, rp);
+      auto key = seq_key{s.job, s.seq};
+      if (auto it = st.next_inboxes.find(key); it != st.next_inboxes.end()) {
+        auto& ib = it->second;
+        bool fits = ib.buf != 0 && ib.device && bytes <= ib.bytes;
+        return dispatch(self, std::move(s), io, fits ? ib : inbox{}, rp);
+      }
+      self
+        ->request(st.next, std::chrono::minutes(5), inbox_atom::value, s.job,
+                  s.seq, bytes)
+        .then(
+          [self, key, bytes, s, io, rp](handle_id h, caf::actor& dev) mutable {
+            inbox ib{h, bytes, std::move(dev)};
+            self->state.next_inboxes[key] = ib;
+            dispatch(self, std::move(s), io, ib, rp);
+          },
+          [self, key, s, io, rp](caf::error&) mutable {
+            self->state.next_inboxes[key] = inbox{};
+            dispatch(self, std::move(s), io, inbox{}, rp);
+          });
+      return rp;
+    },
+    [self](inbox_atom, std::uint64_t job, std::uint32_t seq,
+           std::uint64_t bytes) { return open_inbox(self, job, seq, bytes); },
+    [self](next_atom, caf::actor& next) {
+      self->state.next = std::move(next);
+      self->state.next_inboxes.clear(); // they were the old next stage's
+      return caf::ok_atom::value;
+    },
+    [self](release_atom, std::uint64_t job) -> caf::result<caf::message> {
+      auto& st = self->state;
+      std::vector<handle_id> bufs;
+      for (auto it = st.inboxes.begin(); it != st.inboxes.end();) {
+        if (it->first.first != job) {
+          ++it;
+          continue;
+        }
+        bufs.push_back(it->second.buf);
+        it = st.inboxes.erase(it);
+      }
+      for (auto it = st.next_inboxes.begin(); it != st.next_inboxes.end();)
+        it = it->first.first == job ? st.next_inboxes.erase(it) : ++it;
+      // The caches go on the device's thread, after the job's last steps.
+      device_task t;
+      t.run = [h = st.hosted, job, bufs = std::move(bufs)](
+                device::task_context& ctx, caf::response_promise& rp) {
+        auto ops = ctx.ops();
+        for (auto b : bufs)
+          (void) ops->free(b);
+        for (auto it = h->caches.begin(); it != h->caches.end();) {
+          if (it->first.first != job) {
+            ++it;
+            continue;
+          }
+          if (h->stage)
+            (void) h->stage->drop_cache(it->second);
+          it = h->caches.erase(it);
+        }
+        rp.deliver(caf::ok_atom::value);
+      };
+      return self->delegate(st.device, task_atom::value, std::move(t));
+    },
+    [self](inspect_atom) -> caf::result<actor_snapshot> {
+      auto& st = self->state;
+      actor_snapshot snap;
+      snap.name = "shard-" + std::to_string(st.cfg.first) + "-"
+                  + std::to_string(st.cfg.last);
+      snap.kind = "shard";
+      snap.node = st.cfg.node;
+      snap.summary = "layers [" + std::to_string(st.cfg.first) + ", "
+                     + std::to_string(st.cfg.last) + ") on "
+                     + st.cfg.device_id;
+      snap.fields["device"] = st.cfg.device_id;
+      snap.fields["inboxes"] = std::to_string(st.inboxes.size());
+      // The rest lives with the stage, on the device's thread.
+      device_task t;
+      t.kind = task_kind::immediate; // answers while the device is paused
+      t.run = [h = st.hosted, snap](device::task_context&,
+                                    caf::response_promise& rp) mutable {
+        snap.fields["sequences"] = std::to_string(h->caches.size());
+        snap.fields["steps"] = std::to_string(h->steps);
+        snap.fields["tokens"] = std::to_string(h->tokens);
+        snap.fields["busy_s"] = std::to_string(h->busy_s);
+        snap.fields["device_handoffs"] = std::to_string(h->device_handoffs);
+        snap.fields["host_handoffs"] = std::to_string(h->host_handoffs);
+        snap.fields["pause_waits"] = std::to_string(h->pause_waits);
+        snap.fields["compute"] = h->stage ? "device"
+                                          : "none: " + h->init_error;
+        snap.fields["upload_s"] = std::to_string(h->upload_s);
+        if (h->stage) {
+          auto& stage = *h->stage;
+          snap.fields["weight_bytes"] = std::to_string(stage.weight_bytes());
+          snap.fields["weight_bytes_in_place"] =
+            std::to_string(stage.weight_bytes_in_place());
+          snap.fields["kv_cache_bytes"] = std::to_string(stage.cache_bytes());
+          snap.fields["device_ops"] = std::to_string(stage.ops_run());
+        }
+        rp.deliver(std::move(snap));
+      };
+      auto rp = self->make_response_promise();
+      self->request(st.device, std::chrono::seconds(30), task_atom::value,
+                    std::move(t))
+        .then([rp](actor_snapshot& full) mutable { rp.deliver(full); },
+              [rp, snap](caf::error& err) mutable {
+                // The device actor is gone or stuck: what the shard knows.
+                snap.fields["compute"] = "unknown: the device actor did "
+                                         "not answer ("
+                                         + caf::to_string(err) + ")";
+                rp.deliver(snap);
+              });
+      return rp;
+    },
+  };
+}
+
+} // namespace
+
+// Placement sizes a stage's scratch with model::shard_stage_options(),
+// which cannot see the wire's limit.
+static_assert(max_chunk_bytes == model::default_upload_chunk_bytes,
+              "model::default_upload_chunk_bytes must be max_chunk_bytes");
+
+std::uint32_t max_batch_tokens(std::uint32_t n_embd) {
+  return model::batch_tokens_for(n_embd, max_chunk_bytes);
+}
+
+caf::actor spawn_shard(caf::actor_system& sys, shard_setup setup) {
+  if (!setup.model)
+    throw model::model_error("shard: no model");
+  auto n_layer = setup.model->hparams().n_layer;
+  if (setup.first >= setup.last || setup.last > n_layer)
+    throw model::model_error("shard: layer range [" + std::to_string(setup.first)
+                             + ", " + std::to_string(setup.last)
+                             + ") is not inside [0, "
+                             + std::to_string(n_layer) + ")");
+  if (!setup.device)
+    throw model::model_error("shard: no device to compute on");
+  if (setup.n_ctx == 0)
+    setup.n_ctx = setup.model->hparams().n_ctx_train;
+  return sys.spawn(shard_impl, std::move(setup));
+}
+
+} // namespace exo::workload

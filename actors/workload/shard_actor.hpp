@@ -1,0 +1,67 @@
+#pragma once
+
+/// The shard: a contiguous range of a model's layers [first, last) computed
+/// on one device actor, with a KV cache per (job, sequence) resident on that
+/// device. The shard is an event-based actor; its stage (model::device_stage
+/// with the KV caches) lives on the device actor's thread and is touched
+/// only there, by device tasks (messages/device.hpp). It answers:
+///
+///   (forward_atom, stage_step)  -> stage_step of the last stage (logits);
+///                                  other stages compute and delegate the
+///                                  step to the next shard
+///   (next_atom, caf::actor)     -> ok   the next stage (none: last stage)
+///   (release_atom, job)         -> ok   frees the job's KV caches
+///   (inspect_atom)              -> actor_snapshot
+///
+/// On start it sends its device a task that creates the stage: the layers'
+/// weights read in place (cpu) or uploaded in pieces of at most
+/// max_chunk_bytes; if that fails, every step is answered with the reason.
+/// A step is checked here, then delegated to the device as one task: a
+/// write (activations, or embeddings computed on the host by the first
+/// stage, plus positions), the kernels of every layer (and the final norm
+/// and output head on the last stage) run directly on the device's pool,
+/// a read (activations out, or the last row's logits) -- and the task
+/// itself delegates the step to the next stage, so a step costs no
+/// round trip through the shard. Activations travel between stages of
+/// different nodes in the stage_step; between stages of one node by a
+/// device copy into the next stage's inbox for the sequence
+///   (inbox_atom, job, seq, bytes) -> (handle_id, device actor)
+/// (same-node senders only), the step then carries on_device and no x.
+///
+/// Every input is checked: batch size against max_chunk_bytes, the
+/// activation length against n_embd, the position against the cache (steps
+/// of one sequence must arrive in order), token ids against the vocabulary.
+/// See docs/architecture.md, "Workload".
+
+#include "messages/device.hpp"
+#include "messages/workload.hpp"
+#include "core/model/llama_model.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+#include <memory>
+#include <string>
+
+namespace exo::workload {
+
+struct shard_setup {
+  std::shared_ptr<const model::llama_model> model;
+  std::uint32_t first = 0;
+  std::uint32_t last = 0;
+  std::uint32_t n_ctx = 0;  ///< context per sequence
+  device_actor device;      ///< the device it computes on (required)
+  std::string device_id;
+  std::string node;
+  caf::actor owner;         ///< stops when the owner goes down (optional)
+};
+
+/// Spawns a shard; throws model_error for a bad layer range or
+/// a missing device.
+caf::actor spawn_shard(caf::actor_system& sys, shard_setup setup);
+
+/// The largest batch (tokens of one step) the job may send for a model
+/// with these widths: activations and logits stay within max_chunk_bytes.
+std::uint32_t max_batch_tokens(std::uint32_t n_embd);
+
+} // namespace exo::workload

@@ -1,0 +1,124 @@
+#include "actors/workload/solver_placement.hpp"
+
+#include "actors/placement/cluster_snapshot.hpp"
+#include "core/placement/model_spec.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace exo::workload {
+
+plan_request run_plan_request(const std::string& model, std::uint32_t n_ctx,
+                              std::uint32_t sequences,
+                              const std::string& origin,
+                              const std::string& run) {
+  plan_request r;
+  r.model_path = model;
+  r.context_length = n_ctx;
+  r.sequences = sequences == 0 ? 1 : sequences;
+  r.objective = sequences > 1 ? "throughput" : "latency";
+  r.keep = !run.empty();
+  r.run = run;
+  r.origin = origin;
+  try {
+    placement::attach_model(r, placement::load_model_spec(model, n_ctx));
+  } catch (const placement::problem_error& e) {
+    throw std::invalid_argument(e.what());
+  }
+  return r;
+}
+
+member_view single_node_view(const std::string& node,
+                             const std::vector<device_info>& devices) {
+  member_view v;
+  v.from = node;
+  member_info m;
+  m.name = node;
+  m.status = member_status::alive;
+  m.devices = devices;
+  v.members.push_back(std::move(m));
+  return v;
+}
+
+plan_info plan_locally(const plan_request& r, const member_view& view,
+                       const std::string& node) {
+  plan_info out;
+  try {
+    auto m = r.layers.empty()
+               ? placement::load_model_spec(r.model_path, r.context_length)
+               : placement::model_of(r);
+    placement::objective obj;
+    obj.kind = placement::parse_objective_kind(r.objective)
+                 .value_or(placement::objective_kind::latency);
+    obj.blend_weight = r.blend_weight;
+    const std::uint64_t ctx = r.context_length ? r.context_length
+                                               : m.context_train;
+    auto conv = placement::to_problem(view, m, ctx, obj);
+    conv.p.request.sequences = std::max<std::uint32_t>(r.sequences, 1);
+    placement::solve_options opts;
+    opts.time_limit = std::chrono::milliseconds{r.time_limit_ms};
+    out = placement::to_plan_info(placement::solve(conv.p, opts));
+    out.notes.insert(out.notes.begin(), conv.notes.begin(),
+                     conv.notes.end());
+  } catch (const placement::problem_error& e) {
+    out.status = "error";
+    out.explanation.push_back(e.what());
+  }
+  if (out.objective.empty())
+    out.objective = r.objective;
+  out.planned_by = node;
+  out.planned_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  return out;
+}
+
+std::vector<stage_place> stages_of(const plan_info& p,
+                                   const member_view& view,
+                                   std::uint32_t n_layer) {
+  if (p.stages.empty()) {
+    std::string why = "the placement solver found no plan (" + p.status
+                      + ")";
+    for (auto& e : p.explanation)
+      why += "; " + e;
+    throw std::invalid_argument(why);
+  }
+  std::vector<stage_place> out;
+  std::uint32_t next = 0;
+  for (auto& s : p.stages) {
+    auto prefix = s.node + "/";
+    if (s.device.rfind(prefix, 0) != 0)
+      throw std::invalid_argument("plan: device \"" + s.device
+                                  + "\" is not on node \"" + s.node + "\"");
+    auto id = s.device.substr(prefix.size());
+    const device_info* found = nullptr;
+    for (auto& m : view.members)
+      if (m.name == s.node && m.status == member_status::alive)
+        for (auto& d : m.devices)
+          if (d.id == id)
+            found = &d;
+    if (!found)
+      throw std::invalid_argument("plan: no device " + s.device
+                                  + " on an alive member");
+    if (s.first_layer != next || s.end_layer <= s.first_layer
+        || s.end_layer > n_layer)
+      throw std::invalid_argument(
+        "plan: stage layers [" + std::to_string(s.first_layer) + ", "
+        + std::to_string(s.end_layer) + ") do not continue at layer "
+        + std::to_string(next) + " of " + std::to_string(n_layer));
+    next = s.end_layer;
+    out.push_back({s.first_layer, s.end_layer, s.node, id, found->name});
+  }
+  if (next != n_layer)
+    throw std::invalid_argument("plan: the stages end at layer "
+                                + std::to_string(next) + " of "
+                                + std::to_string(n_layer));
+  return out;
+}
+
+std::string describe_plan(const plan_info& p) {
+  return placement::render_text(p);
+}
+
+} // namespace exo::workload

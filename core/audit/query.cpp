@@ -1,0 +1,115 @@
+#include "core/audit/query.hpp"
+
+#include "core/audit/log_files.hpp"
+
+#include <cstdio>
+#include <ctime>
+
+namespace exo::audit {
+
+bool matches(const audit_query& q, const record& r) noexcept {
+  if (q.since_us && r.time_us < *q.since_us)
+    return false;
+  if (q.until_us && r.time_us >= *q.until_us)
+    return false;
+  if (q.principal && r.principal != *q.principal)
+    return false;
+  if (q.type && r.type != *q.type)
+    return false;
+  return r.seq > q.after_seq;
+}
+
+query_page query_directory(const std::string& dir, const std::string& prefix,
+                           const audit_query& q) {
+  query_page page;
+  if (q.limit == 0)
+    return page;
+  record_reader reader;
+  record r;
+  std::size_t skipped = 0;
+  bool done = false;
+  for (auto& file : list_log_files(dir, prefix)) {
+    auto content = read_file(file.path);
+    for_each_line(content, [&](std::string_view line, std::size_t,
+                               bool complete) {
+      if (!complete || !reader.read(line, r, false).empty()) {
+        ++page.skipped_lines;
+        return true;
+      }
+      if (!matches(q, r))
+        return true;
+      if (skipped < q.offset) {
+        ++skipped;
+        return true;
+      }
+      if (page.records.size() == q.limit) {
+        page.next_cursor = page.records.back().seq;
+        done = true;
+        return false;
+      }
+      page.records.push_back(r);
+      return true;
+    });
+    if (done)
+      break;
+  }
+  return page;
+}
+
+std::optional<std::int64_t> parse_time(std::string_view text) noexcept {
+  if (text.empty())
+    return std::nullopt;
+  bool all_digits = true;
+  for (char c : text)
+    all_digits = all_digits && c >= '0' && c <= '9';
+  if (all_digits) {
+    if (text.size() > 18)
+      return std::nullopt;
+    std::int64_t v = 0;
+    for (char c : text)
+      v = v * 10 + (c - '0');
+    return v;
+  }
+  // YYYY-MM-DDTHH:MM:SS[.ffffff][Z]
+  if (text.size() < 19 || text.size() > 40)
+    return std::nullopt;
+  char buf[48] = {};
+  text.copy(buf, text.size());
+  std::tm tm{};
+  int consumed = 0;
+  if (std::sscanf(buf, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon,
+                  &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed)
+        != 6
+      || consumed != 19)
+    return std::nullopt;
+  if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31
+      || tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60)
+    return std::nullopt;
+  std::int64_t frac = 0;
+  std::size_t pos = 19;
+  if (pos < text.size() && text[pos] == '.') {
+    ++pos;
+    int digits = 0;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+      if (digits < 6) {
+        frac = frac * 10 + (text[pos] - '0');
+        ++digits;
+      }
+      ++pos;
+    }
+    if (digits == 0)
+      return std::nullopt;
+    for (; digits < 6; ++digits)
+      frac *= 10;
+  }
+  if (pos < text.size() && text[pos] == 'Z')
+    ++pos;
+  if (pos != text.size())
+    return std::nullopt;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  auto secs = timegm(&tm);
+  return static_cast<std::int64_t>(secs) * 1000000 + frac;
+}
+
+} // namespace exo::audit

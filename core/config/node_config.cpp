@@ -1,0 +1,396 @@
+#include "core/config/node_config.hpp"
+
+#include "backends/sim/sim_backend.hpp"
+
+#include "core/config/strict_json.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace exo::config {
+
+namespace {
+
+using namespace json;
+
+std::vector<std::string> as_backend_list(element e, const std::string& path) {
+  auto names = as_string_list(e, path);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (!backend::parse_backend_kind(names[i]))
+      bad(path + "[" + std::to_string(i) + "]",
+          "unknown backend \"" + names[i]
+            + "\" (expected cuda, hip, rocm, vulkan, cpu or sim)");
+  return names;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0')
+    return "exo-node";
+  return buf;
+}
+
+std::string default_state_dir() {
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x)
+    return std::string{x} + "/exo";
+  if (const char* h = std::getenv("HOME"); h && *h)
+    return std::string{h} + "/.local/state/exo";
+  return "./exo-state";
+}
+
+void check_node_name(const std::string& name, const std::string& path) {
+  if (name.size() > 64)
+    bad(path, "must be at most 64 characters");
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'
+          || c == '.'))
+      bad(path, "may contain only letters, digits, '-', '_' and '.'");
+}
+
+} // namespace
+
+node_config defaults() {
+  node_config cfg;
+  cfg.node.name = host_name();
+  check_node_name(cfg.node.name, "node.name");
+  cfg.node.state_dir = default_state_dir();
+  return cfg;
+}
+
+namespace {
+
+node_config parse_document(const std::string& json, const std::string& source) {
+  simdjson::dom::parser parser;
+  element doc;
+  if (auto err = parser.parse(json).get(doc))
+    throw config_error(source + ": not valid JSON: "
+                       + simdjson::error_message(err));
+  auto cfg = defaults();
+  cfg.source = source;
+  walk(doc, "",
+       {{"node",
+         [&](element e, const std::string& p) {
+           walk(e, p,
+                {{"name",
+                  [&](element v, const std::string& q) {
+                    cfg.node.name = as_nonempty_string(v, q);
+                    check_node_name(cfg.node.name, q);
+                  }},
+                 {"state_dir", [&](element v, const std::string& q) {
+                    cfg.node.state_dir = as_nonempty_string(v, q);
+                  }}});
+         }},
+        {"network",
+         [&](element e, const std::string& p) {
+           auto& n = cfg.network;
+           walk(e, p,
+                {{"listen",
+                  [&](element v, const std::string& q) {
+                    n.listen = as_nonempty_string(v, q);
+                  }},
+                 {"port",
+                  [&](element v, const std::string& q) {
+                    n.port = static_cast<std::uint16_t>(
+                      as_integer(v, q, 0, 65535));
+                  }},
+                 {"bulk_port",
+                  [&](element v, const std::string& q) {
+                    n.bulk_port = static_cast<std::uint16_t>(
+                      as_integer(v, q, 0, 65535));
+                  }},
+                 {"seeds",
+                  [&](element v, const std::string& q) {
+                    auto list = as_string_list(v, q);
+                    n.seeds.clear();
+                    for (std::size_t i = 0; i < list.size(); ++i)
+                      n.seeds.push_back(parse_peer(
+                        list[i], q + "[" + std::to_string(i) + "]"));
+                  }},
+                 {"heartbeat_ms",
+                  [&](element v, const std::string& q) {
+                    n.heartbeat = std::chrono::milliseconds{
+                      as_integer(v, q, 10, 60000)};
+                  }},
+                 {"failure_timeout_ms",
+                  [&](element v, const std::string& q) {
+                    n.failure_timeout = std::chrono::milliseconds{
+                      as_integer(v, q, 50, 600000)};
+                  }},
+                 {"connect_timeout_ms", [&](element v, const std::string& q) {
+                    n.connect_timeout = std::chrono::milliseconds{
+                      as_integer(v, q, 50, 600000)};
+                  }}});
+           if (n.failure_timeout <= n.heartbeat)
+             bad(p + ".failure_timeout_ms",
+                 "must be larger than heartbeat_ms");
+         }},
+        {"tls",
+         [&](element e, const std::string& p) {
+           auto& t = cfg.tls;
+           walk(e, p,
+                {{"certificate",
+                  [&](element v, const std::string& q) {
+                    t.certificate = as_nonempty_string(v, q);
+                  }},
+                 {"key",
+                  [&](element v, const std::string& q) {
+                    t.key = as_nonempty_string(v, q);
+                  }},
+                 {"passphrase_file",
+                  [&](element v, const std::string& q) {
+                    t.passphrase_file = as_nonempty_string(v, q);
+                  }},
+                 {"ca", [&](element v, const std::string& q) {
+                    t.ca = as_nonempty_string(v, q);
+                  }}});
+           if (!t.unset()
+               && (t.certificate.empty() || t.key.empty() || t.ca.empty()))
+             bad(p, "certificate, key and ca must be given together");
+         }},
+        {"devices",
+         [&](element e, const std::string& p) {
+           auto& d = cfg.devices;
+           walk(e, p,
+                {{"include",
+                  [&](element v, const std::string& q) {
+                    d.include = as_backend_list(v, q);
+                  }},
+                 {"exclude",
+                  [&](element v, const std::string& q) {
+                    d.exclude = as_backend_list(v, q);
+                  }},
+                 {"cpu_memory_limit_mib",
+                  [&](element v, const std::string& q) {
+                    d.cpu_memory_limit
+                      = static_cast<std::uint64_t>(
+                          as_integer(v, q, 0, std::int64_t{1} << 30))
+                        << 20;
+                  }},
+                 {"cpu_weights_in_place",
+                  [&](element v, const std::string& q) {
+                    d.cpu_weights_in_place = as_bool(v, q);
+                  }},
+                 {"cpu_llama_threads",
+                  [&](element v, const std::string& q) {
+                    d.cpu_llama_threads =
+                      static_cast<int>(as_integer(v, q, 1, 1024));
+                  }},
+                 {"simulated",
+                  [&](element v, const std::string& q) {
+                    if (v.type() != element_type::ARRAY)
+                      bad(q, "must be an array of objects");
+                    std::size_t i = 0;
+                    simdjson::dom::array items;
+                    if (v.get_array().get(items))
+                      bad(q, "must be an array of objects");
+                    for (auto item : items) {
+                      auto ip = q + "[" + std::to_string(i++) + "]";
+                      backend::sim_device_spec spec;
+                      std::size_t count = 1;
+                      walk(item, ip,
+                           {{"profile",
+                             [&](element x, const std::string& r) {
+                               spec.profile = as_nonempty_string(x, r);
+                             }},
+                            {"id",
+                             [&](element x, const std::string& r) {
+                               spec.id = as_nonempty_string(x, r);
+                             }},
+                            {"count",
+                             [&](element x, const std::string& r) {
+                               count = static_cast<std::size_t>(
+                                 as_integer(x, r, 1, 64));
+                             }},
+                            {"fault", [&](element x, const std::string& r) {
+                               spec.fault = as_nonempty_string(x, r);
+                               auto& ok = backend::sim_fault_names();
+                               if (std::find(ok.begin(), ok.end(), spec.fault)
+                                   == ok.end())
+                                 bad(r, "unknown fault \"" + spec.fault
+                                          + "\" (expected fail_allocations "
+                                            "or vanished)");
+                             }}});
+                      if (spec.profile.empty())
+                        bad(ip + ".profile", "required");
+                      if (!spec.id.empty() && count > 1)
+                        bad(ip + ".id", "cannot be combined with count > 1");
+                      for (std::size_t k = 0; k < count; ++k)
+                        d.simulated.push_back(spec);
+                    }
+                  }},
+                 {"sim_profiles_file",
+                  [&](element v, const std::string& q) {
+                    d.sim_profiles_file = as_nonempty_string(v, q);
+                  }},
+                 {"sim_time_scale",
+                  [&](element v, const std::string& q) {
+                    d.sim_time_scale = as_number(v, q, 0, 1000);
+                  }},
+                 {"rescan_interval_s",
+                  [&](element v, const std::string& q) {
+                    d.rescan_interval
+                      = std::chrono::seconds{as_integer(v, q, 0, 86400)};
+                  }},
+                 {"telemetry_interval_ms",
+                  [&](element v, const std::string& q) {
+                    d.telemetry_interval
+                      = std::chrono::milliseconds{as_integer(v, q, 10, 3600000)};
+                  }}});
+         }},
+        {"safety",
+         [&](element e, const std::string& p) {
+           // Issue 6: audit sink, thermal monitors, access control.
+           auto& sf = cfg.safety;
+           walk(e, p,
+                {{"audit_fsync",
+                  [&](element v, const std::string& q) {
+                    auto f = as_string(v, q);
+                    if (f != "every_record" && f != "every_flush"
+                        && f != "never")
+                      bad(q, "must be one of every_record, every_flush, "
+                             "never");
+                    sf.audit_fsync = f;
+                  }},
+                 {"audit_flush_interval_ms",
+                  [&](element v, const std::string& q) {
+                    sf.audit_flush_interval = std::chrono::milliseconds{
+                      as_integer(v, q, 10, 600000)};
+                  }},
+                 {"audit_max_file_mib",
+                  [&](element v, const std::string& q) {
+                    sf.audit_max_file_bytes
+                      = static_cast<std::uint64_t>(as_integer(v, q, 1, 65536))
+                        << 20;
+                  }},
+                 {"thermal_limit_c",
+                  [&](element v, const std::string& q) {
+                    sf.thermal_limit_c = as_number(v, q, 30, 150);
+                  }},
+                 {"thermal_margin_c",
+                  [&](element v, const std::string& q) {
+                    sf.thermal_margin_c = as_number(v, q, 0, 50);
+                  }},
+                 {"thermal_hysteresis_c",
+                  [&](element v, const std::string& q) {
+                    sf.thermal_hysteresis_c = as_number(v, q, 0.5, 60);
+                  }},
+                 {"thermal_horizon_s",
+                  [&](element v, const std::string& q) {
+                    sf.thermal_horizon_s = as_number(v, q, 0.01, 3600);
+                  }},
+                 {"thermal_min_dwell_s",
+                  [&](element v, const std::string& q) {
+                    sf.thermal_min_dwell_s = as_number(v, q, 0, 3600);
+                  }},
+                 {"access_key_file",
+                  [&](element v, const std::string& q) {
+                    sf.access_key_file = as_nonempty_string(v, q);
+                  }},
+                 {"access_rate_per_s",
+                  [&](element v, const std::string& q) {
+                    sf.access_rate_per_s = as_number(v, q, 0, 1e9);
+                  }},
+                 {"access_burst",
+                  [&](element v, const std::string& q) {
+                    sf.access_burst = as_number(v, q, 0, 1e9);
+                  }},
+                 {"console_requires_token",
+                  [&](element v, const std::string& q) {
+                    sf.console_requires_token = as_bool(v, q);
+                  }}});
+           if (sf.thermal_hysteresis_c <= sf.thermal_margin_c)
+             bad(p + ".thermal_hysteresis_c", "must exceed thermal_margin_c");
+           if (sf.access_rate_per_s > 0 && sf.access_burst < 1)
+             bad(p + ".access_burst", "must be at least 1 when a rate is set");
+         }},
+        {"log",
+         [&](element e, const std::string& p) {
+           walk(e, p, {{"level", [&](element v, const std::string& q) {
+                          auto l = as_string(v, q);
+                          if (l != "error" && l != "warning" && l != "info"
+                              && l != "debug")
+                            bad(q, "must be one of error, warning, info, "
+                                   "debug");
+                          cfg.log_level = l;
+                        }}});
+         }}});
+  // Simulated profiles must exist (built-in or from the named file).
+  auto profiles = backend::builtin_sim_profiles();
+  if (!cfg.devices.sim_profiles_file.empty()) {
+    std::ifstream in{cfg.devices.sim_profiles_file};
+    if (!in)
+      bad("devices.sim_profiles_file",
+          "cannot read \"" + cfg.devices.sim_profiles_file + "\"");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto extra = backend::parse_sim_profiles(ss.str());
+    if (!extra)
+      bad("devices.sim_profiles_file", extra.err().message);
+    profiles.insert(profiles.end(), extra->begin(), extra->end());
+  }
+  for (std::size_t i = 0; i < cfg.devices.simulated.size(); ++i) {
+    auto& name = cfg.devices.simulated[i].profile;
+    bool known = false;
+    for (auto& p : profiles)
+      known = known || p.name == name;
+    if (!known) {
+      std::string names;
+      for (auto& p : profiles)
+        names += (names.empty() ? "" : ", ") + p.name;
+      bad("devices.simulated[" + std::to_string(i) + "].profile",
+          "unknown profile \"" + name + "\" (known: " + names + ")");
+    }
+  }
+  return cfg;
+}
+
+} // namespace
+
+node_config parse(const std::string& json, const std::string& source) {
+  try {
+    return parse_document(json, source);
+  } catch (const json::json_error& e) {
+    throw config_error(e.what());
+  }
+}
+
+node_config load(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  if (!in)
+    throw config_error(path + ": cannot open the config file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (ss.str().size() > (16u << 20))
+    throw config_error(path + ": config file larger than 16 MiB");
+  return parse(ss.str(), path);
+}
+
+backend::factory_options node_config::factory_options() const {
+  backend::factory_options o;
+  o.include = devices.include;
+  o.exclude = devices.exclude;
+  o.cpu.memory_limit = devices.cpu_memory_limit;
+  o.cpu.weights_in_place = devices.cpu_weights_in_place;
+  o.cpu.llama_threads = devices.cpu_llama_threads;
+  o.sim.devices = devices.simulated;
+  o.sim.time_scale = devices.sim_time_scale;
+  if (!devices.sim_profiles_file.empty()) {
+    o.sim.profiles = backend::builtin_sim_profiles();
+    std::ifstream in{devices.sim_profiles_file};
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (auto extra = backend::parse_sim_profiles(ss.str()))
+      o.sim.profiles.insert(o.sim.profiles.end(), extra->begin(),
+                            extra->end());
+  }
+  return o;
+}
+
+} // namespace exo::config

@@ -1,0 +1,112 @@
+#pragma once
+
+/// The settings of one exo-node, read from a JSON file with simdjson.
+///
+/// Every option has a default, so a node without a config file runs a single
+/// local node. Unknown keys, wrong types and out-of-range values are errors
+/// that name the key path ("network.port: must be an integer in [0, 65535]").
+/// config/README.md documents every key.
+
+#include "backends/factory/factory.hpp"
+#include "core/config/peer_address.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace exo::config {
+
+struct node_section {
+  std::string name;      ///< default: the host name
+  std::string state_dir; ///< default: $XDG_STATE_HOME/exo or ~/.local/state/exo
+};
+
+struct network_section {
+  std::string listen = "127.0.0.1";
+  std::uint16_t port = 7700; ///< 0 picks a free port
+  /// The bulk channel's TLS port (core/tls/bulk_channel.hpp) on the same
+  /// address; 0 picks a free one (members learn it by gossip).
+  std::uint16_t bulk_port = 0;
+  std::vector<peer_address> seeds;
+  std::chrono::milliseconds heartbeat{250};
+  std::chrono::milliseconds failure_timeout{1500};
+  std::chrono::milliseconds connect_timeout{2000};
+};
+
+struct tls_section {
+  std::string certificate;
+  std::string key;
+  std::string passphrase_file;
+  std::string ca;
+
+  /// True when no TLS file is named (the node then bootstraps its own).
+  bool unset() const {
+    return certificate.empty() && key.empty() && ca.empty()
+           && passphrase_file.empty();
+  }
+};
+
+struct devices_section {
+  std::vector<std::string> include;
+  std::vector<std::string> exclude;
+  std::uint64_t cpu_memory_limit = 0; ///< bytes; 0: what the host has
+  /// The cpu device reads weights in place from the mapped model file.
+  bool cpu_weights_in_place = true;
+  /// The cpu device gives the attention bits of llama.cpp run with this
+  /// many threads (1: one thread's, whatever the device runs).
+  int cpu_llama_threads = 1;
+  std::vector<backend::sim_device_spec> simulated;
+  std::string sim_profiles_file;      ///< extra profiles (JSON)
+  double sim_time_scale = 0;
+  std::chrono::seconds rescan_interval{30}; ///< 0 disables periodic rescans
+  std::chrono::milliseconds telemetry_interval{1000};
+};
+
+/// Safety (issue 6): the audit sink, thermal monitors and access control.
+struct safety_section {
+  // audit
+  std::string audit_fsync = "every_flush"; ///< every_record|every_flush|never
+  std::chrono::milliseconds audit_flush_interval{1000};
+  std::uint64_t audit_max_file_bytes = 64ull << 20;
+  // thermal (limits in C; the sampling interval is devices.telemetry_interval)
+  double thermal_limit_c = 90;
+  double thermal_margin_c = 5;
+  double thermal_hysteresis_c = 10;
+  double thermal_horizon_s = 10;
+  double thermal_min_dwell_s = 5;
+  // access
+  std::string access_key_file; ///< default: <state_dir>/access.key
+  double access_rate_per_s = 0; ///< per principal; 0: unlimited
+  double access_burst = 0;
+  /// Console commands from clients need a token with the command's
+  /// permission (core/access/console_rule.hpp). Off: a command without a
+  /// token is served on the client certificate alone; one with a token is
+  /// still checked.
+  bool console_requires_token = false;
+};
+
+struct node_config {
+  node_section node;
+  safety_section safety;
+  network_section network;
+  tls_section tls;
+  devices_section devices;
+  std::string log_level = "info";
+  std::string source = "<defaults>"; ///< where the settings came from
+
+  /// The factory options these settings ask for.
+  backend::factory_options factory_options() const;
+};
+
+/// The defaults: a single local node.
+node_config defaults();
+
+/// Parses a JSON document. Throws config_error.
+node_config parse(const std::string& json, const std::string& source);
+
+/// Reads and parses a file. Throws config_error (also for a missing file).
+node_config load(const std::string& path);
+
+} // namespace exo::config

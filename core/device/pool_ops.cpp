@@ -1,0 +1,145 @@
+#include "core/device/pool_ops.hpp"
+
+namespace exo::device {
+
+using backend::errc;
+using backend::fail;
+
+namespace {
+
+status gone() {
+  return fail(errc::device_lost, "the device actor has stopped");
+}
+
+result<backend::buffer*> find_in(const void* ctx, model::device_handle h) {
+  return static_cast<const buffer_pool*>(ctx)->resolve(h, 0, 0);
+}
+
+} // namespace
+
+pool_ops::pool_ops(backend::device& dev, buffer_pool& pool, hooks h)
+  : dev_(&dev),
+    pool_(&pool),
+    where_(dev.properties().id),
+    hooks_(std::move(h)) {
+}
+
+status pool_ops::reported(status s) {
+  if (!s && hooks_.on_error)
+    hooks_.on_error(s.err());
+  return s;
+}
+
+result<backend::buffer*> pool_ops::resolve(model::device_handle h,
+                                           std::uint64_t offset,
+                                           std::uint64_t bytes) {
+  auto b = pool_->resolve(h, offset, bytes);
+  if (!b && hooks_.on_error)
+    hooks_.on_error(b.err());
+  return b;
+}
+
+result<model::device_handle> pool_ops::allocate(std::uint64_t bytes) {
+  std::lock_guard<std::mutex> guard{mx_};
+  if (!pool_)
+    return gone().err();
+  auto h = pool_->allocate(bytes);
+  if (!h && hooks_.on_error)
+    hooks_.on_error(h.err());
+  if (h && hooks_.on_allocate)
+    hooks_.on_allocate(bytes, false);
+  return h;
+}
+
+status pool_ops::free(model::device_handle h) {
+  std::lock_guard<std::mutex> guard{mx_};
+  if (!pool_)
+    return {}; // the pool released everything with the actor
+  EXO_TRY(pool_->release(h));
+  if (hooks_.on_free)
+    hooks_.on_free();
+  return {};
+}
+
+status pool_ops::write(model::device_handle h, std::uint64_t offset,
+                       const void* src, std::uint64_t bytes) {
+  std::lock_guard<std::mutex> guard{mx_};
+  if (!pool_)
+    return gone();
+  auto b = resolve(h, offset, bytes);
+  if (!b)
+    return b.err();
+  EXO_TRY(reported(dev_->write(**b, offset, src, bytes)));
+  bytes_written_ += bytes;
+  return {};
+}
+
+status pool_ops::read(model::device_handle h, std::uint64_t offset,
+                      void* dst, std::uint64_t bytes) {
+  std::lock_guard<std::mutex> guard{mx_};
+  if (!pool_)
+    return gone();
+  auto b = resolve(h, offset, bytes);
+  if (!b)
+    return b.err();
+  EXO_TRY(reported(dev_->read(**b, offset, dst, bytes)));
+  bytes_read_ += bytes;
+  return {};
+}
+
+result<model::device_handle>
+pool_ops::adopt_host(const void* data, std::uint64_t bytes,
+                     std::shared_ptr<const void> keep) {
+  std::lock_guard<std::mutex> guard{mx_};
+  if (!pool_)
+    return gone().err();
+  auto h = pool_->adopt(data, bytes, std::move(keep));
+  if (!h && h.err().code != errc::unsupported && hooks_.on_error)
+    hooks_.on_error(h.err());
+  if (h && hooks_.on_allocate)
+    hooks_.on_allocate(bytes, true);
+  return h;
+}
+
+status pool_ops::run(const std::vector<model::device_op>& ops) {
+  std::lock_guard<std::mutex> guard{mx_};
+  if (!pool_)
+    return gone();
+  ops_run_ += ops.size();
+  return reported(model::run_device_ops(*dev_, ops, &find_in, pool_));
+}
+
+status pool_ops::synchronize() {
+  std::lock_guard<std::mutex> guard{mx_};
+  if (!pool_)
+    return gone();
+  return reported(dev_->synchronize());
+}
+
+std::string pool_ops::where() const {
+  return where_;
+}
+
+status pool_ops::copy(model::device_handle src, std::uint64_t src_off,
+                      model::device_handle dst, std::uint64_t dst_off,
+                      std::uint64_t bytes) {
+  std::lock_guard<std::mutex> guard{mx_};
+  if (!pool_)
+    return gone();
+  auto from = resolve(src, src_off, bytes);
+  if (!from)
+    return from.err();
+  auto to = resolve(dst, dst_off, bytes);
+  if (!to)
+    return to.err();
+  ++copies_;
+  return reported(dev_->copy(**from, src_off, **to, dst_off, bytes));
+}
+
+void pool_ops::detach() {
+  std::lock_guard<std::mutex> guard{mx_};
+  pool_ = nullptr;
+  dev_ = nullptr;
+}
+
+} // namespace exo::device

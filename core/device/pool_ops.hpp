@@ -1,0 +1,92 @@
+#pragma once
+
+/// model::device_ops over a device actor's buffer pool: how work that runs
+/// on the device actor's own thread (device tasks, messages/device.hpp)
+/// computes. A shard's stage lives there: its steps run the device's
+/// kernels directly, with the pool's handles, instead of crossing the
+/// mailbox as kernel calls. Offsets and lengths of writes, reads and copies
+/// are checked against the size each handle was allocated with; the device
+/// checks every kernel's views against its buffers.
+///
+/// Only the device actor's thread calls it while the actor lives. An
+/// object that holds it (a stage) may be destroyed elsewhere once the actor
+/// is gone: the actor detaches it first, and from then on every call fails
+/// with device_lost and a free does nothing (a mutex orders the two).
+
+#include "core/device/buffer_pool.hpp"
+#include "core/model/device_stage.hpp"
+
+#include <functional>
+#include <mutex>
+
+namespace exo::device {
+
+class pool_ops final : public model::device_ops {
+public:
+  /// What the device actor hears of the calls: every failure (a bad
+  /// handle or range, or the device's own; not a device that cannot read
+  /// host memory in place), which it counts as its own calls' failures;
+  /// and every allocation (bytes, whether read in place) and free, which
+  /// it audits.
+  struct hooks {
+    std::function<void(const backend::error&)> on_error;
+    std::function<void(std::uint64_t bytes, bool in_place)> on_allocate;
+    std::function<void()> on_free;
+  };
+
+  pool_ops(backend::device& dev, buffer_pool& pool, hooks h);
+
+  result<model::device_handle> allocate(std::uint64_t bytes) override;
+  status free(model::device_handle h) override;
+  status write(model::device_handle h, std::uint64_t offset, const void* src,
+               std::uint64_t bytes) override;
+  status read(model::device_handle h, std::uint64_t offset, void* dst,
+              std::uint64_t bytes) override;
+  result<model::device_handle>
+  adopt_host(const void* data, std::uint64_t bytes,
+             std::shared_ptr<const void> keep) override;
+  status run(const std::vector<model::device_op>& ops) override;
+  status synchronize() override;
+  std::string where() const override;
+
+  /// Copies `bytes` between two buffers of this device.
+  status copy(model::device_handle src, std::uint64_t src_off,
+              model::device_handle dst, std::uint64_t dst_off,
+              std::uint64_t bytes);
+
+  /// The pool and device are going away.
+  void detach();
+
+  std::uint64_t ops_run() const noexcept {
+    return ops_run_;
+  }
+  std::uint64_t bytes_written() const noexcept {
+    return bytes_written_;
+  }
+  std::uint64_t bytes_read() const noexcept {
+    return bytes_read_;
+  }
+  std::uint64_t copies() const noexcept {
+    return copies_;
+  }
+
+private:
+  /// `s`, reported to on_error when it is a failure.
+  status reported(status s);
+  /// The buffer behind `h` for [offset, offset + bytes); a failure is
+  /// reported. Called with mx_ held and the pool attached.
+  result<backend::buffer*> resolve(model::device_handle h,
+                                   std::uint64_t offset, std::uint64_t bytes);
+
+  mutable std::mutex mx_;
+  backend::device* dev_;
+  buffer_pool* pool_;
+  std::string where_;
+  hooks hooks_;
+  std::uint64_t ops_run_ = 0;
+  std::uint64_t copies_ = 0;
+  std::uint64_t bytes_written_ = 0;
+  std::uint64_t bytes_read_ = 0;
+};
+
+} // namespace exo::device

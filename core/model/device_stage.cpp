@@ -1,0 +1,695 @@
+#include "core/model/device_stage.hpp"
+
+#include "core/gguf/quant.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace exo::model {
+
+using backend::errc;
+using backend::fail;
+using backend::result;
+using backend::status;
+
+const char* op_name(op_kind k) noexcept {
+  switch (k) {
+    case op_kind::add: return "add";
+    case op_kind::matmul_f32: return "matmul_f32";
+    case op_kind::matmul_f16: return "matmul_f16";
+    case op_kind::matmul_q8_0: return "matmul_q8_0";
+    case op_kind::rms_norm: return "rms_norm";
+    case op_kind::rope: return "rope";
+    case op_kind::attention: return "attention";
+    case op_kind::silu_mul: return "silu_mul";
+  }
+  return "unknown";
+}
+
+device_ops::~device_ops() = default;
+
+result<device_handle> device_ops::adopt_host(const void*, std::uint64_t,
+                                             std::shared_ptr<const void>) {
+  return fail(errc::unsupported, where() + " cannot read host memory in place");
+}
+
+status device_ops::step(device_handle in, std::uint64_t in_offset,
+                        const void* src, std::uint64_t in_bytes,
+                        const std::vector<device_op>& ops, device_handle out,
+                        std::uint64_t out_offset, void* dst,
+                        std::uint64_t out_bytes) {
+  if (in_bytes > 0)
+    EXO_TRY(write(in, in_offset, src, in_bytes));
+  EXO_TRY(run(ops));
+  if (out_bytes > 0)
+    EXO_TRY(read(out, out_offset, dst, out_bytes));
+  return {};
+}
+
+// -- backend_ops ---------------------------------------------------------------
+
+backend_ops::backend_ops(backend::device& dev) : dev_(dev) {
+}
+
+backend_ops::~backend_ops() {
+  // Pending work on a buffer finishes before it is freed (ordering rule 7).
+  bufs_.clear();
+}
+
+result<device_handle> backend_ops::allocate(std::uint64_t bytes) {
+  if (bytes > std::numeric_limits<std::size_t>::max())
+    return fail(errc::out_of_memory, "allocation too large");
+  auto b = dev_.allocate(static_cast<std::size_t>(bytes));
+  if (!b)
+    return b.err();
+  auto h = next_++;
+  bufs_.emplace(h, std::move(*b));
+  return h;
+}
+
+status backend_ops::free(device_handle h) {
+  if (bufs_.erase(h) == 0)
+    return fail(errc::invalid_argument,
+                "free: unknown buffer " + std::to_string(h));
+  return {};
+}
+
+result<backend::buffer*> backend_ops::find(device_handle h) const {
+  auto it = bufs_.find(h);
+  if (it == bufs_.end())
+    return fail(errc::invalid_argument,
+                "unknown buffer " + std::to_string(h));
+  return it->second.get();
+}
+
+status backend_ops::write(device_handle h, std::uint64_t offset,
+                          const void* src, std::uint64_t bytes) {
+  auto b = find(h);
+  if (!b)
+    return b.err();
+  return dev_.write(**b, offset, src, bytes);
+}
+
+status backend_ops::read(device_handle h, std::uint64_t offset, void* dst,
+                         std::uint64_t bytes) {
+  auto b = find(h);
+  if (!b)
+    return b.err();
+  return dev_.read(**b, offset, dst, bytes);
+}
+
+result<device_handle> backend_ops::adopt_host(const void* data,
+                                              std::uint64_t bytes,
+                                              std::shared_ptr<const void> keep) {
+  if (bytes > std::numeric_limits<std::size_t>::max())
+    return fail(errc::out_of_memory, "adopt_host: too large");
+  auto b = dev_.adopt_host(data, static_cast<std::size_t>(bytes),
+                           std::move(keep));
+  if (!b)
+    return b.err();
+  auto h = next_++;
+  bufs_.emplace(h, std::move(*b));
+  return h;
+}
+
+namespace {
+
+result<backend::buffer*> find_in(const void* ctx, device_handle h) {
+  return static_cast<const backend_ops*>(ctx)->find(h);
+}
+
+} // namespace
+
+status backend_ops::run(const std::vector<device_op>& ops) {
+  return run_device_ops(dev_, ops, &find_in, this);
+}
+
+status run_device_ops(backend::device& dev, const std::vector<device_op>& ops,
+                      buffer_finder find, const void* ctx) {
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    auto s = run_device_op(dev, ops[i], find, ctx);
+    if (!s)
+      return fail(s.err().code, std::string{op_name(ops[i].kind)} + " (op "
+                                  + std::to_string(i) + "): "
+                                  + s.err().message);
+  }
+  return {};
+}
+
+status run_device_op(backend::device& dev, const device_op& op,
+                     buffer_finder find, const void* ctx) {
+  auto need = [&](std::size_t in_min, std::size_t in_max, std::size_t dims,
+                  std::size_t scalars) -> status {
+    if (op.inputs.size() < in_min || op.inputs.size() > in_max
+        || op.dims.size() != dims || op.scalars.size() != scalars)
+      return fail(errc::invalid_argument, "wrong operand count");
+    return {};
+  };
+  // At most three inputs: no allocation per operation.
+  std::array<backend::const_view, 3> in{};
+  auto resolve = [&]() -> status {
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      auto b = find(ctx, op.inputs[i].buf);
+      if (!b)
+        return b.err();
+      in[i] = {*b, static_cast<std::size_t>(op.inputs[i].offset)};
+    }
+    return {};
+  };
+  auto out_buf = find(ctx, op.output.buf);
+  if (!out_buf)
+    return out_buf.err();
+  backend::mut_view out{*out_buf, static_cast<std::size_t>(op.output.offset)};
+  const auto& d = op.dims;
+  switch (op.kind) {
+    case op_kind::add:
+      EXO_TRY(need(2, 2, 1, 0));
+      EXO_TRY(resolve());
+      return dev.elementwise(backend::binary_op::add, in[0], in[1], out,
+                             d[0]);
+    case op_kind::matmul_f32:
+    case op_kind::matmul_f16:
+    case op_kind::matmul_q8_0: {
+      EXO_TRY(need(2, 2, 3, 0));
+      EXO_TRY(resolve());
+      auto t = op.kind == op_kind::matmul_f32   ? backend::weight_type::f32
+               : op.kind == op_kind::matmul_f16 ? backend::weight_type::f16
+                                                : backend::weight_type::q8_0;
+      return dev.matmul_weights(in[0], in[1], t, out,
+                                {d[0], d[1], d[2], true});
+    }
+    case op_kind::rms_norm:
+      EXO_TRY(need(2, 2, 2, 1));
+      EXO_TRY(resolve());
+      return dev.rms_norm(in[0], in[1], out, d[0], d[1], op.scalars[0]);
+    case op_kind::rope: {
+      EXO_TRY(need(1, 2, 4, 1));
+      EXO_TRY(resolve());
+      backend::const_view ff = op.inputs.size() == 2 ? in[1]
+                                                     : backend::const_view{};
+      return dev.rope(out, in[0], ff, {d[0], d[1], d[2], d[3], op.scalars[0]});
+    }
+    case op_kind::attention:
+      EXO_TRY(need(3, 3, 6, 1));
+      EXO_TRY(resolve());
+      return dev.attention(in[0], in[1], in[2], out,
+                           {d[0], d[1], d[2], d[3], d[4], d[5],
+                            op.scalars[0]});
+    case op_kind::silu_mul:
+      EXO_TRY(need(2, 2, 1, 0));
+      EXO_TRY(resolve());
+      return dev.silu_mul(in[0], in[1], out, d[0]);
+  }
+  return fail(errc::unsupported, "unknown operation");
+}
+
+status backend_ops::synchronize() {
+  return dev_.synchronize();
+}
+
+std::string backend_ops::where() const {
+  return dev_.properties().id;
+}
+
+// -- device_stage --------------------------------------------------------------
+
+namespace {
+
+result<op_kind> matmul_kind(tensor_type t) {
+  switch (t) {
+    case tensor_type::f32: return op_kind::matmul_f32;
+    case tensor_type::f16: return op_kind::matmul_f16;
+    case tensor_type::q8_0: return op_kind::matmul_q8_0;
+  }
+  return fail(errc::unsupported, std::string{"weights of type "}
+                                   + to_string(t)
+                                   + " have no device operation");
+}
+
+device_operand at(device_handle h, std::uint64_t offset = 0) {
+  return {h, offset};
+}
+
+/// Floats of each scratch buffer for T rows, in create()'s order: io
+/// (activations, then T int32 positions), cur, q, att, tmp, gate, up.
+std::array<std::uint64_t, 7> scratch_floats(const llama_hparams& hp,
+                                            std::uint64_t T) {
+  const std::uint64_t e = hp.n_embd, nq = hp.n_embd_q(), ff = hp.n_ff;
+  return {T * (e + 1), T * e, T * nq, T * nq, T * e, T * ff, T * ff};
+}
+
+/// Bytes of the logits buffer of the last stage.
+std::uint64_t logits_buffer_bytes(const llama_hparams& hp,
+                                  const device_stage_options& o) {
+  return std::uint64_t{o.max_logit_rows} * hp.n_vocab * 4;
+}
+
+std::uint64_t matrix_bytes(const ops::matrix_view& m) {
+  return row_bytes(m.type, m.cols) * m.rows;
+}
+
+} // namespace
+
+std::uint32_t batch_tokens_for(std::uint32_t n_embd,
+                               std::uint64_t chunk_bytes) {
+  auto per_token = std::uint64_t{n_embd} * sizeof(float);
+  auto n = chunk_bytes / (per_token == 0 ? 1 : per_token);
+  return static_cast<std::uint32_t>(n == 0 ? 1 : (n > 512 ? 512 : n));
+}
+
+device_stage_options shard_stage_options(const llama_hparams& hp) {
+  device_stage_options o;
+  o.max_tokens = batch_tokens_for(hp.n_embd);
+  o.max_logit_rows = 1;
+  return o;
+}
+
+stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
+                                 std::uint32_t last,
+                                 const device_stage_options& o) {
+  const auto& hp = m.hparams();
+  if (first >= last || last > hp.n_layer)
+    throw model_error("stage memory: layer range [" + std::to_string(first)
+                      + ", " + std::to_string(last) + ") is not inside [0, "
+                      + std::to_string(hp.n_layer) + ")");
+  const std::uint64_t e = hp.n_embd;
+  stage_memory r;
+  for (std::uint32_t l = first; l < last; ++l) {
+    const auto& L = m.layer(l);
+    r.layer_weight_bytes += 2 * e * 4; // attn_norm, ffn_norm
+    for (const auto* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up,
+                          &L.down})
+      r.layer_weight_bytes += matrix_bytes(*w);
+  }
+  if (m.rope_freqs())
+    r.rope_bytes = std::uint64_t{hp.n_rot / 2} * 4;
+  const bool is_last = last == hp.n_layer;
+  if (is_last) {
+    r.head_bytes = e * 4 + matrix_bytes(m.output());
+    r.logits_bytes = logits_buffer_bytes(hp, o);
+  }
+  for (auto f : scratch_floats(hp, o.max_tokens))
+    r.scratch_bytes += f * 4;
+  r.kv_bytes_per_token = 2 * std::uint64_t{last - first} * hp.n_embd_kv()
+                         * sizeof(float);
+  return r;
+}
+
+device_stage::device_stage(std::shared_ptr<const llama_model> model,
+                           std::uint32_t first, std::uint32_t last,
+                           device_ops& ops, device_stage_options opts)
+  : model_(std::move(model)),
+    first_(first),
+    last_(last),
+    ops_(ops),
+    opts_(opts) {
+}
+
+result<std::unique_ptr<device_stage>>
+device_stage::create(std::shared_ptr<const llama_model> model,
+                     std::uint32_t first, std::uint32_t last,
+                     device_ops& ops, device_stage_options opts) {
+  if (!model)
+    return fail(errc::invalid_argument, "device stage: no model");
+  auto n_layer = model->hparams().n_layer;
+  if (first >= last || last > n_layer)
+    return fail(errc::invalid_argument,
+                "device stage: layer range [" + std::to_string(first) + ", "
+                  + std::to_string(last) + ") is not inside [0, "
+                  + std::to_string(n_layer) + ")");
+  if (opts.max_tokens == 0 || opts.max_tokens > (1u << 16)
+      || opts.max_logit_rows == 0 || opts.max_logit_rows > opts.max_tokens
+      || opts.upload_chunk_bytes < 64 || opts.max_ops_per_run == 0)
+    return fail(errc::invalid_argument, "device stage: bad options");
+  std::unique_ptr<device_stage> st{
+    new device_stage(std::move(model), first, last, ops, opts)};
+  auto s = st->upload_all();
+  if (!s)
+    return fail(s.err().code, "device stage [" + std::to_string(first) + ", "
+                                + std::to_string(last) + ") on "
+                                + ops.where() + ": " + s.err().message);
+  return st;
+}
+
+device_stage::~device_stage() {
+  for (auto& c : caches_) {
+    (void) ops_.free(c.second.k);
+    (void) ops_.free(c.second.v);
+  }
+  for (auto h : owned_)
+    (void) ops_.free(h);
+}
+
+result<device_handle> device_stage::alloc(std::uint64_t bytes) {
+  auto h = ops_.allocate(bytes);
+  if (!h)
+    return h.err();
+  owned_.push_back(*h);
+  return *h;
+}
+
+result<device_handle> device_stage::upload(const void* data,
+                                           std::uint64_t bytes) {
+  if (opts_.weights_in_place) {
+    // The model (its mapping) outlives every buffer of this stage.
+    auto a = ops_.adopt_host(data, bytes, model_);
+    if (a) {
+      owned_.push_back(*a);
+      weight_bytes_ += bytes;
+      in_place_bytes_ += bytes;
+      return *a;
+    }
+    if (a.err().code != errc::unsupported)
+      return a.err();
+  }
+  auto h = alloc(bytes);
+  if (!h)
+    return h.err();
+  auto* p = static_cast<const std::uint8_t*>(data);
+  for (std::uint64_t done = 0; done < bytes;) {
+    auto n = std::min(opts_.upload_chunk_bytes, bytes - done);
+    EXO_TRY(ops_.write(*h, done, p + done, n));
+    done += n;
+  }
+  weight_bytes_ += bytes;
+  return *h;
+}
+
+result<device_stage::matrix>
+device_stage::upload_matrix(const ops::matrix_view& m) {
+  auto kind = matmul_kind(m.type);
+  if (!kind)
+    return kind.err();
+  matrix out;
+  out.kind = *kind;
+  out.rows = m.rows;
+  out.cols = m.cols;
+  auto h = upload(m.data, matrix_bytes(m));
+  if (!h)
+    return h.err();
+  out.buf = *h;
+  return out;
+}
+
+status device_stage::upload_all() {
+  auto& hp = model_->hparams();
+  const std::uint64_t e = hp.n_embd;
+  // Weights, layer by layer.
+  for (std::uint32_t l = first_; l < last_; ++l) {
+    auto& L = model_->layer(l);
+    layer dl;
+    auto an = upload(L.attn_norm, e * 4);
+    if (!an)
+      return an.err();
+    dl.attn_norm = *an;
+    auto fn = upload(L.ffn_norm, e * 4);
+    if (!fn)
+      return fn.err();
+    dl.ffn_norm = *fn;
+    std::pair<const ops::matrix_view*, matrix*> ms[] = {
+      {&L.wq, &dl.wq},   {&L.wk, &dl.wk}, {&L.wv, &dl.wv},
+      {&L.wo, &dl.wo},   {&L.gate, &dl.gate}, {&L.up, &dl.up},
+      {&L.down, &dl.down}};
+    for (auto& [src, dst] : ms) {
+      auto m = upload_matrix(*src);
+      if (!m)
+        return fail(m.err().code, "layer " + std::to_string(l) + ": "
+                                    + m.err().message);
+      *dst = *m;
+    }
+    layers_.push_back(dl);
+  }
+  if (model_->rope_freqs()) {
+    auto h = upload(model_->rope_freqs(), std::uint64_t{hp.n_rot / 2} * 4);
+    if (!h)
+      return h.err();
+    rope_freqs_ = *h;
+  }
+  if (is_last()) {
+    auto h = upload(model_->output_norm(), e * 4);
+    if (!h)
+      return h.err();
+    output_norm_ = *h;
+    auto m = upload_matrix(model_->output());
+    if (!m)
+      return m.err();
+    output_ = *m;
+  }
+  // Scratch for max_tokens rows (sizes shared with device_stage_memory).
+  // io: activations, then the positions.
+  device_handle* scratch[] = {&io_, &cur_, &q_, &att_, &tmp_, &g_, &u_};
+  const auto floats = scratch_floats(hp, opts_.max_tokens);
+  for (std::size_t i = 0; i < floats.size(); ++i) {
+    auto h = alloc(floats[i] * 4);
+    if (!h)
+      return h.err();
+    *scratch[i] = *h;
+  }
+  if (is_last()) {
+    auto h = alloc(logits_buffer_bytes(hp, opts_));
+    if (!h)
+      return h.err();
+    logits_ = *h;
+  }
+  return {};
+}
+
+result<cache_id> device_stage::new_cache(std::uint32_t n_ctx) {
+  if (n_ctx == 0)
+    return fail(errc::invalid_argument,
+                "a KV cache needs a context of at least one token");
+  auto& hp = model_->hparams();
+  const std::uint64_t bytes = std::uint64_t{last_ - first_} * n_ctx
+                              * hp.n_embd_kv() * sizeof(float);
+  cache c;
+  c.capacity = n_ctx;
+  c.bytes = 2 * bytes;
+  auto k = ops_.allocate(bytes);
+  if (!k)
+    return k.err();
+  auto v = ops_.allocate(bytes);
+  if (!v) {
+    (void) ops_.free(*k);
+    return v.err();
+  }
+  c.k = *k;
+  c.v = *v;
+  auto id = next_cache_++;
+  caches_.emplace(id, c);
+  cache_bytes_ += c.bytes;
+  return id;
+}
+
+status device_stage::drop_cache(cache_id id) {
+  auto it = caches_.find(id);
+  if (it == caches_.end())
+    return fail(errc::invalid_argument,
+                "unknown KV cache " + std::to_string(id));
+  auto s1 = ops_.free(it->second.k);
+  auto s2 = ops_.free(it->second.v);
+  cache_bytes_ -= it->second.bytes;
+  caches_.erase(it);
+  return !s1 ? s1 : s2;
+}
+
+result<std::uint32_t> device_stage::n_past(cache_id id) const {
+  auto it = caches_.find(id);
+  if (it == caches_.end())
+    return fail(errc::invalid_argument,
+                "unknown KV cache " + std::to_string(id));
+  return it->second.n_past;
+}
+
+result<std::uint32_t> device_stage::capacity(cache_id id) const {
+  auto it = caches_.find(id);
+  if (it == caches_.end())
+    return fail(errc::invalid_argument,
+                "unknown KV cache " + std::to_string(id));
+  return it->second.capacity;
+}
+
+status device_stage::embed(const std::int32_t* tokens, std::size_t n,
+                           float* x) const {
+  if (!is_first())
+    return fail(errc::invalid_argument,
+                "embed called on a stage that does not start at layer 0");
+  auto& hp = model_->hparams();
+  auto& w = model_->token_embd();
+  const std::size_t rb = row_bytes(w.type, w.cols);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || static_cast<std::uint32_t>(tokens[i]) >= hp.n_vocab)
+      return fail(errc::invalid_argument,
+                  "token id " + std::to_string(tokens[i])
+                    + " is outside the vocabulary of "
+                    + std::to_string(hp.n_vocab));
+    dequantize(w.type, w.data + static_cast<std::size_t>(tokens[i]) * rb,
+               x + i * hp.n_embd, hp.n_embd);
+  }
+  return {};
+}
+
+status device_stage::run_batched(const std::vector<device_op>& ops) {
+  if (ops.size() <= opts_.max_ops_per_run) {
+    EXO_TRY(ops_.run(ops));
+  } else {
+    for (std::size_t i = 0; i < ops.size(); i += opts_.max_ops_per_run) {
+      auto end = std::min(ops.size(), i + opts_.max_ops_per_run);
+      EXO_TRY(ops_.run(std::vector<device_op>(ops.begin() + i,
+                                              ops.begin() + end)));
+    }
+  }
+  ops_run_ += ops.size();
+  return {};
+}
+
+status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
+                             std::size_t n, float* logits,
+                             std::size_t logit_rows) {
+  return forward(id, pos, x, n, logits, logit_rows, device_io{});
+}
+
+status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
+                             std::size_t n, float* logits,
+                             std::size_t logit_rows, const device_io& dio) {
+  auto it = caches_.find(id);
+  if (it == caches_.end())
+    return fail(errc::invalid_argument,
+                "unknown KV cache " + std::to_string(id));
+  auto& c = it->second;
+  if (n == 0 || n > opts_.max_tokens)
+    return fail(errc::invalid_argument,
+                "a forward needs 1 to " + std::to_string(opts_.max_tokens)
+                  + " tokens, not " + std::to_string(n));
+  if (pos != c.n_past)
+    return fail(errc::invalid_argument,
+                "step at position " + std::to_string(pos) + ", cache holds "
+                  + std::to_string(c.n_past));
+  if (std::uint64_t{pos} + n > c.capacity)
+    return fail(errc::out_of_range,
+                "context full: " + std::to_string(pos) + " + "
+                  + std::to_string(n) + " tokens exceed the "
+                  + std::to_string(c.capacity) + "-token KV cache");
+  const bool x_from_device = dio.in.buf != 0;
+  const bool x_to_device = dio.keep_out && !is_last();
+  if (!x && (!x_from_device || (!is_last() && !x_to_device)))
+    return fail(errc::invalid_argument, "no activations");
+  if (is_last()
+      && (!logits || logit_rows == 0 || logit_rows > n
+          || logit_rows > opts_.max_logit_rows))
+    return fail(errc::invalid_argument,
+                "the last stage needs room for 1 to "
+                  + std::to_string(std::min<std::size_t>(
+                    n, opts_.max_logit_rows))
+                  + " rows of logits");
+  auto& hp = model_->hparams();
+  const std::uint64_t e = hp.n_embd, nkv = hp.n_embd_kv(), ff = hp.n_ff,
+                      N = n;
+  // One write: n rows of activations (unless they are on the device
+  // already), then n int32 positions.
+  const std::uint64_t x_bytes = N * e * 4, pos_off = x_bytes;
+  const std::uint64_t skip = x_from_device ? x_bytes : 0;
+  staging_.resize(x_bytes + N * 4 - skip);
+  if (!x_from_device)
+    std::memcpy(staging_.data(), x, x_bytes);
+  for (std::size_t t = 0; t < n; ++t) {
+    auto p = static_cast<std::int32_t>(pos + t);
+    std::memcpy(staging_.data() + pos_off - skip + t * 4, &p, 4);
+  }
+  // The residual stream lives in io_; activations from the device are
+  // read where they are by the first layer, which writes io_.
+  const device_operand x_in = x_from_device ? dio.in : at(io_);
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+  const std::uint64_t layer_kv = std::uint64_t{c.capacity} * nkv * 4;
+  // The operations go into the stage's own list, slot by slot: a step
+  // has the same ~170 operations as the last one, so their vectors keep
+  // their storage and a step allocates nothing here.
+  auto& ops = op_list_;
+  std::size_t n_ops = 0;
+  auto add = [&](op_kind kind, std::initializer_list<device_operand> in,
+                 device_operand out, std::initializer_list<std::uint64_t> dims,
+                 std::initializer_list<float> scalars) -> device_op& {
+    if (n_ops == ops.size())
+      ops.emplace_back();
+    auto& op = ops[n_ops++];
+    op.kind = kind;
+    op.inputs.assign(in);
+    op.output = out;
+    op.dims.assign(dims);
+    op.scalars.assign(scalars);
+    return op;
+  };
+  auto mm = [&](const matrix& w, device_operand a, device_operand out) {
+    add(w.kind, {a, at(w.buf)}, out, {N, w.rows, w.cols}, {});
+  };
+  auto rope = [&](device_operand xv, std::uint64_t heads) {
+    auto& op = add(op_kind::rope, {at(io_, pos_off)}, xv,
+                   {N, heads, hp.head_dim, hp.n_rot}, {hp.rope_freq_base});
+    if (rope_freqs_)
+      op.inputs.push_back(at(rope_freqs_));
+  };
+  for (std::uint32_t l = first_; l < last_; ++l) {
+    auto& L = layers_[l - first_];
+    const std::uint64_t kv0 = (l - first_) * layer_kv;
+    const std::uint64_t row = kv0 + std::uint64_t{pos} * nkv * 4;
+    const device_operand resid = l == first_ ? x_in : at(io_);
+    add(op_kind::rms_norm, {resid, at(L.attn_norm)}, at(cur_), {N, e},
+        {hp.rms_eps});
+    mm(L.wq, at(cur_), at(q_));
+    // K and V land in the cache rows of the new positions directly.
+    mm(L.wk, at(cur_), at(c.k, row));
+    mm(L.wv, at(cur_), at(c.v, row));
+    rope(at(q_), hp.n_head);
+    rope(at(c.k, row), hp.n_head_kv);
+    add(op_kind::attention, {at(q_), at(c.k, kv0), at(c.v, kv0)}, at(att_),
+        {N, pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv}, {scale});
+    mm(L.wo, at(att_), at(tmp_));
+    add(op_kind::add, {resid, at(tmp_)}, at(io_), {N * e}, {});
+    add(op_kind::rms_norm, {at(io_), at(L.ffn_norm)}, at(cur_), {N, e},
+        {hp.rms_eps});
+    mm(L.gate, at(cur_), at(g_));
+    mm(L.up, at(cur_), at(u_));
+    add(op_kind::silu_mul, {at(g_), at(u_)}, at(g_), {N * ff}, {});
+    mm(L.down, at(g_), at(tmp_));
+    add(op_kind::add, {at(io_), at(tmp_)}, at(io_), {N * e}, {});
+  }
+  const std::uint64_t R = logit_rows;
+  if (is_last()) {
+    add(op_kind::rms_norm, {at(io_, (N - R) * e * 4), at(output_norm_)},
+        at(cur_), {R, e}, {hp.rms_eps});
+    add(output_.kind, {at(cur_), at(output_.buf)}, at(logits_),
+        {R, output_.rows, output_.cols}, {});
+  }
+  ops.resize(n_ops); // shrinks only when the step's shape changed
+  // One write, the operations and one read: a single step request when
+  // the operations fit one run.
+  device_handle out = 0;
+  void* dst = nullptr;
+  std::uint64_t out_bytes = 0;
+  if (is_last()) {
+    out = logits_;
+    dst = logits;
+    out_bytes = R * hp.n_vocab * 4;
+  } else if (!x_to_device) {
+    out = io_;
+    dst = x;
+    out_bytes = x_bytes;
+  }
+  if (ops.size() <= opts_.max_ops_per_run) {
+    EXO_TRY(ops_.step(io_, skip, staging_.data(), staging_.size(), ops, out,
+                      0, dst, out_bytes));
+    ops_run_ += ops.size();
+  } else {
+    EXO_TRY(ops_.write(io_, skip, staging_.data(), staging_.size()));
+    EXO_TRY(run_batched(ops));
+    if (out_bytes > 0)
+      EXO_TRY(ops_.read(out, 0, dst, out_bytes));
+  }
+  c.n_past += static_cast<std::uint32_t>(n);
+  return {};
+}
+
+} // namespace exo::model

@@ -1,0 +1,402 @@
+#pragma once
+
+/// A pipeline stage that computes on a device: layers [first, last) of a
+/// llama_model run as the device layer's Llama operations (backends/
+/// backend.hpp: matmul_weights, rms_norm, rope, attention, silu_mul, add),
+/// with the weights uploaded once and the KV caches resident on the device.
+///
+/// The stage reaches its device only through `device_ops`, so the same code
+/// runs over a backend::device in this process (backend_ops, below) and
+/// over a device actor's buffer pool, on the actor's thread
+/// (core/device/pool_ops.hpp, where a shard's stage lives). Per forward
+/// it makes one write (activations and positions), one batch of compute
+/// operations and one read (activations, or logits on the last stage).
+///
+/// The math is llama_stage's, operation for operation: RMSNorm with the
+/// file's eps, Q/K/V projections, llama.cpp's "normal" rotary mode with the
+/// file's frequency base, n_rot and rope_freqs, grouped-query causal
+/// attention scaled by 1/sqrt(head_dim), output projection, residual,
+/// RMSNorm, SwiGLU, residual; the last stage adds the final norm and the
+/// output head. The token embedding stays on the host (a row lookup).
+///
+/// No exceptions: every failure is a backend::error value.
+
+#include "backends/backend.hpp"
+#include "core/model/llama_model.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace exo::model {
+
+/// A buffer on the device behind a device_ops (an opaque id; 0 is none).
+using device_handle = std::uint64_t;
+
+/// The operations of the device layer a stage uses (the vocabulary of
+/// messages/device.hpp's kernel_call, whose names op_name() gives).
+enum class op_kind : std::uint8_t {
+  add,          ///< inputs {a, b}, dims {count}; output may be a
+  matmul_f32,   ///< inputs {A, W}, dims {m, n, k}: C = A * W^T
+  matmul_f16,
+  matmul_q8_0,
+  rms_norm,     ///< inputs {x, weight}, dims {rows, dim}, scalars {eps}
+  rope,         ///< output x rotated in place, inputs {positions} or
+                ///< {positions, freq_factors}, dims {rows, heads, head_dim,
+                ///< n_rot}, scalars {freq_base}
+  attention,    ///< inputs {q, k, v}, dims {n_tokens, pos0, n_heads,
+                ///< n_kv_heads, head_dim, kv_stride}, scalars {scale}
+  silu_mul,     ///< inputs {gate, up}, dims {count}; output may be gate
+};
+
+/// "add", "matmul_f32", ... (kernel_call's op names).
+const char* op_name(op_kind k) noexcept;
+
+struct device_operand {
+  device_handle buf = 0;
+  std::uint64_t offset = 0; ///< bytes
+};
+
+/// One compute operation on buffers of one device.
+struct device_op {
+  op_kind kind = op_kind::add;
+  std::vector<device_operand> inputs;
+  device_operand output;
+  std::vector<std::uint64_t> dims;
+  std::vector<float> scalars;
+};
+
+/// What a stage needs from a device. Ordering is the device layer's (one
+/// in-order queue): a read sees every operation run before it.
+class device_ops {
+public:
+  virtual ~device_ops();
+  virtual backend::result<device_handle> allocate(std::uint64_t bytes) = 0;
+  /// Frees a buffer; may finish after it returns.
+  virtual backend::status free(device_handle h) = 0;
+  virtual backend::status write(device_handle h, std::uint64_t offset,
+                                const void* src, std::uint64_t bytes)
+    = 0;
+  virtual backend::status read(device_handle h, std::uint64_t offset,
+                               void* dst, std::uint64_t bytes)
+    = 0;
+  /// A read-only buffer over `bytes` of this process's memory at `data`,
+  /// read in place (no copy) while `keep` holds that memory alive: weights
+  /// straight from the mapped model file on a device that reads host memory
+  /// (backend::device::adopt_host). errc::unsupported (the default) when the
+  /// device cannot; the caller then allocates and writes.
+  virtual backend::result<device_handle>
+  adopt_host(const void* data, std::uint64_t bytes,
+             std::shared_ptr<const void> keep);
+  /// Runs the operations in order; stops at the first failure.
+  virtual backend::status run(const std::vector<device_op>& ops) = 0;
+  virtual backend::status synchronize() = 0;
+  /// A whole step: writes `in_bytes` from `src` at (in, in_offset) (none
+  /// when 0), runs `ops`, reads `out_bytes` from (out, out_offset) into
+  /// `dst` (none when 0). The default makes the three calls; an
+  /// implementation that pays per call (a remote device) may make it one.
+  virtual backend::status step(device_handle in, std::uint64_t in_offset,
+                               const void* src, std::uint64_t in_bytes,
+                               const std::vector<device_op>& ops,
+                               device_handle out, std::uint64_t out_offset,
+                               void* dst, std::uint64_t out_bytes);
+  /// What the operations run on ("cpu:0"), for messages.
+  virtual std::string where() const = 0;
+};
+
+/// Finds the buffer behind a handle (ctx: the finder's owner).
+using buffer_finder = backend::result<backend::buffer*> (*)(const void* ctx,
+                                                           device_handle h);
+
+/// Runs one operation on `dev`, its buffers found by `find`: the one
+/// executor of device_op (backend_ops here; a device actor's pool for the
+/// stages it hosts). The device checks every view against its buffer.
+backend::status run_device_op(backend::device& dev, const device_op& op,
+                              buffer_finder find, const void* ctx);
+
+/// run_device_op over `ops` in order; the first failure stops it, named
+/// with its operation and index.
+backend::status run_device_ops(backend::device& dev,
+                               const std::vector<device_op>& ops,
+                               buffer_finder find, const void* ctx);
+
+/// device_ops straight over a backend::device of this process (tests,
+/// benchmarks, a single-process engine). The device must outlive it;
+/// destroying it frees every buffer still allocated.
+class backend_ops final : public device_ops {
+public:
+  explicit backend_ops(backend::device& dev);
+  ~backend_ops() override;
+
+  backend::result<device_handle> allocate(std::uint64_t bytes) override;
+  backend::status free(device_handle h) override;
+  backend::status write(device_handle h, std::uint64_t offset,
+                        const void* src, std::uint64_t bytes) override;
+  backend::status read(device_handle h, std::uint64_t offset, void* dst,
+                       std::uint64_t bytes) override;
+  backend::result<device_handle>
+  adopt_host(const void* data, std::uint64_t bytes,
+             std::shared_ptr<const void> keep) override;
+  backend::status run(const std::vector<device_op>& ops) override;
+  backend::status synchronize() override;
+  std::string where() const override;
+
+  backend::device& device() const noexcept {
+    return dev_;
+  }
+  std::size_t live_buffers() const noexcept {
+    return bufs_.size();
+  }
+
+  /// The buffer behind a handle of this object.
+  backend::result<backend::buffer*> find(device_handle h) const;
+
+private:
+  backend::device& dev_;
+  device_handle next_ = 1;
+  std::map<device_handle, std::unique_ptr<backend::buffer>> bufs_;
+};
+
+/// The wire's max_chunk_bytes (messages/device.hpp, which this CAF-free
+/// library cannot include; actors/workload/shard_actor checks that the two agree).
+constexpr std::uint64_t default_upload_chunk_bytes = 4u << 20;
+
+/// Options of a device stage.
+struct device_stage_options {
+  /// The most tokens one forward may carry (sizes the scratch buffers).
+  std::uint32_t max_tokens = 64;
+  /// The most rows of logits one forward of the last stage may return.
+  std::uint32_t max_logit_rows = 1;
+  /// Weights are written in pieces of at most this many bytes (the wire's
+  /// max_chunk_bytes: a device actor on another thread receives each piece
+  /// as one message).
+  std::uint64_t upload_chunk_bytes = default_upload_chunk_bytes;
+  /// The most operations handed to device_ops::run at once.
+  std::size_t max_ops_per_run = 4096;
+  /// On a device that reads host memory in place (the cpu device), use the
+  /// weights where the model file is mapped instead of copying them
+  /// (device_ops::adopt_host): no second copy in memory, nothing to upload,
+  /// and the same pages the host engine reads.
+  bool weights_in_place = true;
+};
+
+/// The most tokens one step of a shard may carry for a model `n_embd`
+/// wide: a step's rows of activations stay within `chunk_bytes`, and at
+/// most 512 (at least 1).
+std::uint32_t batch_tokens_for(std::uint32_t n_embd,
+                               std::uint64_t chunk_bytes
+                               = default_upload_chunk_bytes);
+
+/// The options a shard (actors/workload/shard_actor) runs its stage with: batches of
+/// batch_tokens_for(n_embd) rows, one row of logits per step. Placement
+/// sizes a stage's working memory with the same options.
+device_stage_options shard_stage_options(const llama_hparams& hp);
+
+/// What a device stage of layers [first, last) allocates on its device,
+/// buffer by buffer as create() and new_cache() allocate them (create()
+/// sizes its scratch from the same function, so the two cannot drift).
+/// The token embedding is not on the device: the first stage looks rows up
+/// on the host (embed()).
+struct stage_memory {
+  /// Norms and matrices of the stage's layers.
+  std::uint64_t layer_weight_bytes = 0;
+  /// Last stage: the output norm and the output head (token_embd when
+  /// tied).
+  std::uint64_t head_bytes = 0;
+  /// The rope_freqs table, on every stage, when the model has one.
+  std::uint64_t rope_bytes = 0;
+  /// Scratch for max_tokens rows: activations and positions, the normed
+  /// row, q, the attention output, a temporary, gate and up.
+  std::uint64_t scratch_bytes = 0;
+  /// Last stage: max_logit_rows rows of n_vocab floats.
+  std::uint64_t logits_bytes = 0;
+  /// K and V of every layer of the stage for one position of one sequence
+  /// (f32); new_cache(n_ctx) allocates n_ctx times this.
+  std::uint64_t kv_bytes_per_token = 0;
+
+  /// Uploaded once by create().
+  std::uint64_t weight_bytes() const {
+    return layer_weight_bytes + head_bytes + rope_bytes;
+  }
+  /// Allocated by create() besides the weights.
+  std::uint64_t working_bytes() const {
+    return scratch_bytes + logits_bytes;
+  }
+  /// Everything, with `sequences` KV caches of `n_ctx` positions each.
+  std::uint64_t total(std::uint64_t n_ctx,
+                      std::uint64_t sequences = 1) const {
+    return weight_bytes() + working_bytes()
+           + kv_bytes_per_token * n_ctx * sequences;
+  }
+};
+
+/// The memory of a device stage of `m`'s layers [first, last) with options
+/// `o`. Weights are counted at the size create() uploads (the file's
+/// tensor bytes for F32, F16 and Q8_0). Throws model_error for a bad range.
+stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
+                                 std::uint32_t last,
+                                 const device_stage_options& o);
+
+/// Identifies one sequence's KV cache in a stage.
+using cache_id = std::uint64_t;
+
+class device_stage {
+public:
+  /// Checks the range, allocates and uploads the stage's weights through
+  /// `ops` (which must outlive the stage) and its scratch buffers.
+  static backend::result<std::unique_ptr<device_stage>>
+  create(std::shared_ptr<const llama_model> model, std::uint32_t first,
+         std::uint32_t last, device_ops& ops,
+         device_stage_options opts = {});
+
+  /// Frees every buffer (weights, scratch, caches) through the ops.
+  ~device_stage();
+  device_stage(const device_stage&) = delete;
+  device_stage& operator=(const device_stage&) = delete;
+
+  std::uint32_t first() const noexcept {
+    return first_;
+  }
+  std::uint32_t last() const noexcept {
+    return last_;
+  }
+  bool is_first() const noexcept {
+    return first_ == 0;
+  }
+  bool is_last() const noexcept {
+    return last_ == model_->hparams().n_layer;
+  }
+  const llama_model& model() const noexcept {
+    return *model_;
+  }
+  const device_stage_options& options() const noexcept {
+    return opts_;
+  }
+
+  /// Bytes of weights on the device (uploaded once by create(), or read
+  /// in place).
+  std::uint64_t weight_bytes() const noexcept {
+    return weight_bytes_;
+  }
+  /// The part of weight_bytes() read in place from the mapped model file
+  /// (options().weights_in_place on a device that can).
+  std::uint64_t weight_bytes_in_place() const noexcept {
+    return in_place_bytes_;
+  }
+  /// Bytes of KV cache on the device, all sequences together.
+  std::uint64_t cache_bytes() const noexcept {
+    return cache_bytes_;
+  }
+  /// Operations run through device_ops so far.
+  std::uint64_t ops_run() const noexcept {
+    return ops_run_;
+  }
+
+  /// A KV cache of `n_ctx` positions for a new sequence, on the device.
+  backend::result<cache_id> new_cache(std::uint32_t n_ctx);
+  /// Frees a sequence's cache.
+  backend::status drop_cache(cache_id id);
+  /// Positions stored in a cache (an error for an unknown id).
+  backend::result<std::uint32_t> n_past(cache_id id) const;
+  backend::result<std::uint32_t> capacity(cache_id id) const;
+  std::size_t caches() const noexcept {
+    return caches_.size();
+  }
+
+  /// Host embedding lookup of the first stage: n rows of n_embd floats.
+  /// An error for a token id outside the vocabulary or another stage.
+  backend::status embed(const std::int32_t* tokens, std::size_t n,
+                        float* x) const;
+
+  /// Runs the stage over n tokens at positions pos .. pos + n - 1 of the
+  /// cache's sequence: x holds n rows of n_embd floats (activations in).
+  /// pos must equal the cache's n_past (steps of a sequence arrive in
+  /// order) and pos + n must fit the cache; 1 <= n <= max_tokens.
+  ///   - not the last stage: x is overwritten with the activations out;
+  ///   - last stage: `logits` receives the logits of the last
+  ///     `logit_rows` rows (1 <= logit_rows <= min(n, max_logit_rows)),
+  ///     x is left as given.
+  /// On success the cache advances by n; on failure it does not.
+  backend::status forward(cache_id id, std::uint32_t pos, float* x,
+                          std::size_t n, float* logits = nullptr,
+                          std::size_t logit_rows = 1);
+
+  /// Where a forward's activations come from and go to when they stay on
+  /// devices between the stages of one node (a device copy instead of a
+  /// trip through host memory).
+  struct device_io {
+    /// Activations in: n rows of n_embd floats in a buffer of this
+    /// stage's device (the first layer reads them there); buf 0: from x.
+    device_operand in;
+    /// Not the last stage: leave the activations out on the device, in
+    /// activations(), instead of reading them into x.
+    bool keep_out = false;
+  };
+  /// forward() with activations on the device as `io` says; x may be null
+  /// when both ends stay on the device.
+  backend::status forward(cache_id id, std::uint32_t pos, float* x,
+                          std::size_t n, float* logits,
+                          std::size_t logit_rows, const device_io& io);
+  /// The activations out of the last forward of a stage that is not the
+  /// last (n rows of n_embd floats from offset 0), valid until the next
+  /// forward.
+  device_operand activations() const noexcept {
+    return {io_, 0};
+  }
+
+private:
+  struct matrix {
+    device_handle buf = 0;
+    op_kind kind = op_kind::matmul_f32;
+    std::uint64_t rows = 0, cols = 0;
+  };
+  struct layer {
+    device_handle attn_norm = 0, ffn_norm = 0;
+    matrix wq, wk, wv, wo, gate, up, down;
+  };
+  struct cache {
+    device_handle k = 0, v = 0;
+    std::uint32_t capacity = 0;
+    std::uint32_t n_past = 0;
+    std::uint64_t bytes = 0;
+  };
+
+  device_stage(std::shared_ptr<const llama_model> model, std::uint32_t first,
+               std::uint32_t last, device_ops& ops,
+               device_stage_options opts);
+
+  backend::status upload_all();
+  backend::result<device_handle> upload(const void* data,
+                                        std::uint64_t bytes);
+  backend::result<matrix> upload_matrix(const ops::matrix_view& m);
+  backend::result<device_handle> alloc(std::uint64_t bytes);
+  backend::status run_batched(const std::vector<device_op>& ops);
+
+  std::shared_ptr<const llama_model> model_;
+  std::uint32_t first_, last_;
+  device_ops& ops_;
+  device_stage_options opts_;
+
+  std::vector<device_handle> owned_; ///< every buffer but the caches'
+  std::vector<layer> layers_;
+  device_handle rope_freqs_ = 0;
+  device_handle output_norm_ = 0;
+  matrix output_;
+  /// Scratch: io (activations, then positions), cur, q, att, tmp, gate,
+  /// up, logits.
+  device_handle io_ = 0, cur_ = 0, q_ = 0, att_ = 0, tmp_ = 0, g_ = 0,
+                u_ = 0, logits_ = 0;
+  std::map<cache_id, cache> caches_;
+  cache_id next_cache_ = 1;
+  std::uint64_t weight_bytes_ = 0;
+  std::uint64_t in_place_bytes_ = 0;
+  std::uint64_t cache_bytes_ = 0;
+  std::uint64_t ops_run_ = 0;
+  std::vector<std::uint8_t> staging_;
+  /// The last step's operations, rewritten in place by the next.
+  std::vector<device_op> op_list_;
+};
+
+} // namespace exo::model

@@ -1,0 +1,87 @@
+#include "core/model/ops.hpp"
+
+#include <algorithm>
+
+#include <cblas.h>
+
+#include "backends/host_kernels.hpp"
+
+// The arithmetic lives in backends/host_kernels.cpp, shared with the cpu and
+// simulated devices: the engine and the device operations are one
+// implementation.
+
+namespace exo::model::ops {
+
+namespace {
+
+namespace host = exo::backend::host;
+
+int n_threads_ = 1;
+int n_llama_threads_ = 1;
+
+backend::weight_type weight_type_of(tensor_type t) {
+  switch (t) {
+    case tensor_type::f32: return backend::weight_type::f32;
+    case tensor_type::f16: return backend::weight_type::f16;
+    case tensor_type::q8_0: return backend::weight_type::q8_0;
+  }
+  return backend::weight_type::f32;
+}
+
+} // namespace
+
+void set_threads(int n) {
+  n_threads_ = std::max(1, n);
+  openblas_set_num_threads(n_threads_);
+}
+
+int threads() {
+  return n_threads_;
+}
+
+void set_llama_threads(int n) {
+  n_llama_threads_ = std::max(1, n);
+}
+
+int llama_threads() {
+  return n_llama_threads_;
+}
+
+void matmul(const matrix_view& w, const float* x, size_t n_tokens, float* y) {
+  if (n_tokens == 0 || w.rows == 0)
+    return;
+  backend::matmul_dims d{n_tokens, w.rows, w.cols, true};
+  host::matmul_weights(x, w.data, weight_type_of(w.type), y, d, n_threads_);
+}
+
+void rmsnorm(const float* x, const float* w, float* y, size_t n, float eps) {
+  host::rms_norm(x, w, y, 1, n, eps);
+}
+
+void rope(float* x, size_t n_heads, size_t head_dim, size_t n_rot, int64_t pos,
+          float freq_base, const float* freq_factors) {
+  host::rope_row(x, n_heads, head_dim, n_rot, pos, freq_base, freq_factors);
+}
+
+void softmax(float* x, size_t n) {
+  host::softmax(x, n);
+}
+
+void silu_gate(const float* gate, const float* up, float* out, size_t n) {
+  host::silu_mul(gate, up, out, n);
+}
+
+void add(float* y, const float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    y[i] += x[i];
+}
+
+void attention(const float* q, const float* k, const float* v,
+               size_t n_tokens, size_t pos0, size_t n_head, size_t n_head_kv,
+               size_t head_dim, size_t kv_stride, float scale, float* out) {
+  backend::attention_dims d{n_tokens, pos0,      n_head, n_head_kv,
+                            head_dim, kv_stride, scale};
+  host::attention(q, k, v, out, d, n_threads_, n_llama_threads_);
+}
+
+} // namespace exo::model::ops

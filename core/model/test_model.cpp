@@ -1,0 +1,241 @@
+#include "core/model/test_model.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "core/tokenizer/tokenizer.hpp"
+
+namespace exo::model {
+
+namespace {
+
+const char* words[] = {
+  "hello", "world", "the",  "and",   "of",    "to",    "in",   "is",    "that",  "it",
+  "for",  "was",   "on",    "are",   "as",   "with",  "his",   "they",
+  "at",   "be",    "this",  "have",  "from", "or",    "one",   "had",
+  "by",   "word",  "but",   "not",   "what", "all",   "were",  "we",
+  "when", "your",  "can",   "said",  "there", "use",  "an",    "each",
+  "which", "she",  "do",    "how",   "their", "if",   "will",  "up",
+  "other", "about", "out",  "many",  "then", "them",  "these", "so",
+  "some", "her",   "would", "make",  "like", "him",   "into",  "time",
+  "has",  "look",  "two",   "more",  "write", "go",   "see",   "number",
+  "no",   "way",   "could", "people", "my",  "than",  "first", "water",
+  "been", "call",  "who",   "oil",   "its",  "now",   "find",  "long",
+  "down", "day",   "did",   "get",   "come", "made",  "may",   "part",
+  "model", "token", "layer", "cluster", "device"};
+
+/// Uniform float in [-1, 1) from the generator, portable.
+float uniform(std::mt19937_64& rng) {
+  return static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-52
+                            - 1.0);
+}
+
+struct vocab {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  std::vector<std::string> merges;
+  uint32_t bos = 0, eos = 0;
+};
+
+vocab llama_vocab(uint32_t n, std::mt19937_64& rng) {
+  vocab v;
+  auto add = [&](const std::string& s, float score, token_kind k) {
+    v.tokens.push_back(s);
+    v.scores.push_back(score);
+    v.types.push_back(static_cast<int32_t>(k));
+  };
+  add("<unk>", 0.0f, token_kind::unknown);
+  add("<s>", 0.0f, token_kind::control);
+  add("</s>", 0.0f, token_kind::control);
+  v.bos = 1;
+  v.eos = 2;
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    add(buf, 0.0f, token_kind::byte);
+  }
+  std::set<std::string> have;
+  const std::string sp = "\xE2\x96\x81";
+  add(sp, -1000.0f, token_kind::normal);
+  have.insert(sp);
+  for (char c = '!'; c <= '~'; ++c) {
+    add(std::string(1, c), -1000.0f, token_kind::normal);
+    have.insert(std::string(1, c));
+  }
+  const size_t min = v.tokens.size() + 8;
+  if (n < min)
+    throw gguf_error("a llama test vocabulary needs at least "
+                     + std::to_string(min) + " tokens, not "
+                     + std::to_string(n));
+  // Merged pieces: every prefix of "▁word" and "word", so that each is
+  // reachable by merging two pieces already in the vocabulary.
+  float score = -1.0f;
+  auto add_piece = [&](const std::string& s) {
+    if (v.tokens.size() >= n || have.count(s))
+      return;
+    have.insert(s);
+    add(s, score, token_kind::normal);
+    score -= 1.0f;
+  };
+  for (auto* w : words) {
+    std::string full = sp + w;
+    for (size_t k = 4; k <= full.size(); ++k)
+      add_piece(full.substr(0, k));
+    std::string plain = w;
+    for (size_t k = 2; k <= plain.size(); ++k)
+      add_piece(plain.substr(0, k));
+  }
+  // Fill the rest with concatenations of random existing normal pieces.
+  const size_t first_normal = 3 + 256;
+  while (v.tokens.size() < n) {
+    auto a = v.tokens[first_normal + rng() % (v.tokens.size() - first_normal)];
+    auto b = v.tokens[first_normal + 1 + rng() % 94]; // a single character
+    add_piece(a + b);
+    if (have.size() > 100000)
+      break;
+  }
+  return v;
+}
+
+vocab gpt2_vocab(uint32_t n, std::mt19937_64& rng) {
+  vocab v;
+  std::set<std::string> have;
+  for (int b = 0; b < 256; ++b) {
+    auto s = gpt2_byte_to_unicode(static_cast<uint8_t>(b));
+    v.tokens.push_back(s);
+    have.insert(s);
+  }
+  if (n < 256 + 8)
+    throw gguf_error("a gpt2 test vocabulary needs at least 264 tokens, not "
+                     + std::to_string(n));
+  const size_t normal_limit = n - 1; // the last is <|endoftext|>
+  auto merge = [&](const std::string& a, const std::string& b) {
+    if (v.tokens.size() >= normal_limit || have.count(a + b)
+        || !have.count(a) || !have.count(b))
+      return;
+    v.merges.push_back(a + " " + b);
+    v.tokens.push_back(a + b);
+    have.insert(a + b);
+  };
+  const std::string g = gpt2_byte_to_unicode(' '); // "Ġ"
+  for (auto* w : words) {
+    for (auto prefix : {g, std::string()}) {
+      std::string cur = prefix.empty() ? std::string(1, w[0]) : prefix;
+      size_t k = prefix.empty() ? 1 : 0;
+      for (; w[k] != 0; ++k) {
+        std::string ch(1, w[k]);
+        merge(cur, ch);
+        cur += ch;
+      }
+    }
+  }
+  while (v.tokens.size() < normal_limit) {
+    auto a = v.tokens[rng() % v.tokens.size()];
+    auto b = v.tokens[rng() % 256];
+    merge(a, b);
+    if (have.size() > 100000)
+      break;
+  }
+  v.tokens.push_back("<|endoftext|>");
+  v.scores.assign(v.tokens.size(), 0.0f);
+  v.types.assign(v.tokens.size(), static_cast<int32_t>(token_kind::normal));
+  v.types.back() = static_cast<int32_t>(token_kind::control);
+  v.bos = v.eos = static_cast<uint32_t>(v.tokens.size() - 1);
+  return v;
+}
+
+} // namespace
+
+gguf_writer build_test_model(const test_model_options& o) {
+  if (o.layers == 0 || o.dim == 0 || o.ff == 0 || o.heads == 0
+      || o.kv_heads == 0 || o.ctx == 0)
+    throw gguf_error("test model sizes must be positive");
+  if (o.dim % o.heads != 0 || o.heads % o.kv_heads != 0
+      || (o.dim / o.heads) % 2 != 0)
+    throw gguf_error("dim must split into an even head size and heads into "
+                     "kv-heads");
+  if (o.type == tensor_type::q8_0 && (o.dim % 32 != 0 || o.ff % 32 != 0))
+    throw gguf_error("Q8_0 needs dim and ff to be multiples of 32");
+  if (o.tokenizer != "llama" && o.tokenizer != "gpt2")
+    throw gguf_error("unknown tokenizer '" + o.tokenizer
+                     + "' (llama or gpt2)");
+  std::mt19937_64 rng(o.seed);
+  vocab v = o.tokenizer == "llama" ? llama_vocab(o.vocab, rng)
+                                   : gpt2_vocab(o.vocab, rng);
+  const uint32_t n_vocab = static_cast<uint32_t>(v.tokens.size());
+  const uint32_t head_dim = o.dim / o.heads;
+
+  gguf_writer w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", "exo test model");
+  w.set_u32("general.alignment", 32);
+  w.set_u32("llama.block_count", o.layers);
+  w.set_u32("llama.context_length", o.ctx);
+  w.set_u32("llama.embedding_length", o.dim);
+  w.set_u32("llama.feed_forward_length", o.ff);
+  w.set_u32("llama.attention.head_count", o.heads);
+  w.set_u32("llama.attention.head_count_kv", o.kv_heads);
+  w.set_f32("llama.rope.freq_base", o.rope_base);
+  w.set_u32("llama.rope.dimension_count", head_dim);
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", o.rms_eps);
+  w.set_u32("general.file_type", o.type == tensor_type::f32   ? 0
+                                 : o.type == tensor_type::f16 ? 1
+                                                              : 7);
+  w.set_string("tokenizer.ggml.model", o.tokenizer);
+  w.set_string("tokenizer.ggml.pre", "default");
+  w.set_strings("tokenizer.ggml.tokens", v.tokens);
+  w.set_f32s("tokenizer.ggml.scores", v.scores);
+  w.set_i32s("tokenizer.ggml.token_type", v.types);
+  if (!v.merges.empty())
+    w.set_strings("tokenizer.ggml.merges", v.merges);
+  w.set_u32("tokenizer.ggml.bos_token_id", v.bos);
+  w.set_u32("tokenizer.ggml.eos_token_id", v.eos);
+  if (o.tokenizer == "llama")
+    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.set_bool("tokenizer.ggml.add_bos_token", o.tokenizer == "llama");
+
+  // Matrices uniform in +-1/sqrt(inputs) keep activations near unit size;
+  // norms near 1; the embedding uniform in +-1.
+  auto matrix = [&](const std::string& name, uint32_t in, uint32_t out,
+                    float scale) {
+    std::vector<float> m(size_t{in} * out);
+    for (auto& x : m)
+      x = uniform(rng) * scale;
+    w.add_tensor(name, {in, out}, o.type, m);
+  };
+  auto norm = [&](const std::string& name) {
+    std::vector<float> m(o.dim);
+    for (auto& x : m)
+      x = 1.0f + 0.1f * uniform(rng);
+    w.add_tensor(name, {o.dim}, tensor_type::f32, m);
+  };
+  const float s_in = 1.0f / std::sqrt(static_cast<float>(o.dim));
+  const float s_ff = 1.0f / std::sqrt(static_cast<float>(o.ff));
+  matrix("token_embd.weight", o.dim, n_vocab, 1.0f);
+  for (uint32_t l = 0; l < o.layers; ++l) {
+    auto p = "blk." + std::to_string(l) + ".";
+    norm(p + "attn_norm.weight");
+    matrix(p + "attn_q.weight", o.dim, o.dim, s_in);
+    matrix(p + "attn_k.weight", o.dim, o.kv_heads * head_dim, s_in);
+    matrix(p + "attn_v.weight", o.dim, o.kv_heads * head_dim, s_in);
+    matrix(p + "attn_output.weight", o.dim, o.dim, s_in);
+    norm(p + "ffn_norm.weight");
+    matrix(p + "ffn_gate.weight", o.dim, o.ff, s_in);
+    matrix(p + "ffn_up.weight", o.dim, o.ff, s_in);
+    matrix(p + "ffn_down.weight", o.ff, o.dim, s_ff);
+  }
+  norm("output_norm.weight");
+  if (!o.tied)
+    matrix("output.weight", o.dim, n_vocab, s_in * 4.0f);
+  return w;
+}
+
+void make_test_model(const test_model_options& o, const std::string& path) {
+  build_test_model(o).write(path);
+}
+
+} // namespace exo::model

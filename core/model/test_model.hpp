@@ -1,0 +1,36 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/gguf/gguf.hpp"
+#include "core/gguf/gguf_writer.hpp"
+
+namespace exo::model {
+
+/// The shape and contents of a generated llama test model.
+struct test_model_options {
+  uint32_t layers = 2;
+  uint32_t dim = 64;
+  uint32_t ff = 128;
+  uint32_t heads = 4;
+  uint32_t kv_heads = 2;
+  uint32_t vocab = 512;
+  uint32_t ctx = 256;
+  tensor_type type = tensor_type::f32; ///< Of the matrices (norms: F32).
+  std::string tokenizer = "llama";     ///< "llama" or "gpt2".
+  uint64_t seed = 1;
+  bool tied = false; ///< Leave out output.weight (head tied to embedding).
+  float rope_base = 10000.0f;
+  float rms_eps = 1e-5f;
+};
+
+/// Builds a valid llama GGUF with random weights (deterministic for a seed)
+/// and a usable vocabulary: all 256 byte tokens plus merged pieces. Throws
+/// gguf_error for inconsistent options (e.g. a vocabulary too small).
+gguf_writer build_test_model(const test_model_options& o);
+
+/// build_test_model(o).write(path).
+void make_test_model(const test_model_options& o, const std::string& path);
+
+} // namespace exo::model

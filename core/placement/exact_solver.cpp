@@ -1,0 +1,295 @@
+#include "core/placement/exact_solver.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+namespace exo::placement {
+
+namespace {
+
+constexpr std::int64_t inf = std::numeric_limits<std::int64_t>::max() / 4;
+constexpr int start_marker = 255;
+
+struct dp_out {
+  exact_status status = exact_status::infeasible;
+  assignment best;
+  std::int64_t value = 0;
+};
+
+/// One DP run; `sum` selects latency (sum) or bottleneck (max) costs. The
+/// node penalty is added to the final value in both cases.
+dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
+              std::size_t max_entries) {
+  dp_out out;
+  const int L = static_cast<int>(m.layers());
+  const int K = static_cast<int>(m.classes());
+  const std::size_t W = static_cast<std::size_t>(L) + 1;
+  std::vector<int> size(K), rep(K), node(K);
+  std::vector<char> must(K);
+  std::vector<std::size_t> stride(K);
+  std::size_t ns = 1;
+  for (int k = 0; k < K; ++k) {
+    size[k] = static_cast<int>(m.class_members(k).size());
+    rep[k] = m.class_members(k)[0];
+    node[k] = m.node(rep[k]);
+    must[k] = m.must_use(rep[k]);
+    stride[k] = ns;
+    ns *= static_cast<std::size_t>(size[k] + 1);
+  }
+  const std::size_t entries = ns * W * static_cast<std::size_t>(K);
+  if (exact_state_count(m) > max_entries || entries > max_entries) {
+    out.status = exact_status::too_large;
+    return out;
+  }
+  const auto max_st = static_cast<int>(m.max_stages());
+  std::vector<std::int64_t> f(entries, inf);
+  std::vector<std::int32_t> par(entries, -1);
+  auto at = [&](std::size_t s, int l, int k) {
+    return (s * W + static_cast<std::size_t>(l)) * K + k;
+  };
+  auto combine = [sum](std::int64_t a, std::int64_t b) {
+    return sum ? a + b : std::max(a, b);
+  };
+  // First stages.
+  for (int k = 0; k < K; ++k) {
+    int me = m.max_end(rep[k], 0);
+    for (int e = 1; e <= me; ++e) {
+      auto i = at(stride[k], e, k);
+      f[i] = m.stage_time(rep[k], 0, e);
+      par[i] = start_marker;
+    }
+  }
+  std::vector<int> c(K);
+  for (std::size_t S = 1; S < ns; ++S) {
+    if (cancel && cancel->load(std::memory_order_relaxed)) {
+      out.status = exact_status::cancelled;
+      return out;
+    }
+    int used = 0;
+    std::size_t r = S;
+    for (int k = 0; k < K; ++k) {
+      c[k] = static_cast<int>(r % static_cast<std::size_t>(size[k] + 1));
+      r /= static_cast<std::size_t>(size[k] + 1);
+      used += c[k];
+    }
+    if (used >= max_st)
+      continue;
+    for (int l = 1; l < L; ++l) {
+      const std::int64_t* row = &f[at(S, l, 0)];
+      bool any = false;
+      for (int k = 0; k < K && !any; ++k)
+        any = row[k] < inf;
+      if (!any)
+        continue;
+      for (int k2 = 0; k2 < K; ++k2) {
+        if (c[k2] >= size[k2])
+          continue;
+        const int me = m.max_end(rep[k2], l);
+        if (me <= l)
+          continue;
+        std::int64_t best = inf;
+        int arg = -1;
+        for (int k = 0; k < K; ++k) {
+          if (row[k] >= inf)
+            continue;
+          auto v = combine(row[k], m.transfer_nodes(node[k], node[k2], l));
+          if (v < best) {
+            best = v;
+            arg = k;
+          }
+        }
+        const std::size_t S2 = S + stride[k2];
+        const std::int64_t base = m.cum_time(rep[k2], l);
+        for (int e = l + 1; e <= me; ++e) {
+          auto v = combine(best, m.cum_time(rep[k2], e) - base);
+          auto i = at(S2, e, k2);
+          if (v < f[i]) {
+            f[i] = v;
+            par[i] = (l << 8) | arg;
+          }
+        }
+      }
+    }
+  }
+  // Final states: pinned classes complete, stage limit, node penalty.
+  std::int64_t best = inf;
+  std::size_t best_s = 0;
+  int best_k = -1;
+  std::vector<char> seen(m.nodes());
+  for (std::size_t S = 1; S < ns; ++S) {
+    int used = 0;
+    bool ok = true;
+    std::size_t r = S;
+    std::fill(seen.begin(), seen.end(), 0);
+    int nodes = 0;
+    for (int k = 0; k < K; ++k) {
+      c[k] = static_cast<int>(r % static_cast<std::size_t>(size[k] + 1));
+      r /= static_cast<std::size_t>(size[k] + 1);
+      used += c[k];
+      if (must[k] && c[k] != size[k])
+        ok = false;
+      if (c[k] > 0 && !seen[node[k]]) {
+        seen[node[k]] = 1;
+        ++nodes;
+      }
+    }
+    if (!ok || used > max_st)
+      continue;
+    const std::int64_t pen = m.node_penalty() * (nodes - 1);
+    for (int k = 0; k < K; ++k) {
+      if (c[k] == 0)
+        continue;
+      auto v = f[at(S, L, k)];
+      if (v < inf && v + pen < best) {
+        best = v + pen;
+        best_s = S;
+        best_k = k;
+      }
+    }
+  }
+  if (best_k < 0) {
+    out.status = exact_status::infeasible;
+    return out;
+  }
+  // Walk the parents back, then give each stage a concrete device.
+  struct piece {
+    int k, first, end;
+  };
+  std::vector<piece> pieces;
+  std::size_t S = best_s;
+  int l = L;
+  int k = best_k;
+  for (;;) {
+    auto p = par[at(S, l, k)];
+    int first = p >> 8;
+    int kp = p & 0xff;
+    pieces.push_back({k, first, l});
+    S -= stride[k];
+    if (kp == start_marker)
+      break;
+    l = first;
+    k = kp;
+  }
+  std::reverse(pieces.begin(), pieces.end());
+  std::vector<int> next(K, 0);
+  for (const auto& pc : pieces)
+    out.best.push_back(
+      {m.class_members(pc.k)[static_cast<std::size_t>(next[pc.k]++)], pc.first,
+       pc.end});
+  out.status = exact_status::solved;
+  out.value = best;
+  return out;
+}
+
+} // namespace
+
+std::optional<std::int64_t> relaxed_lower_bound(const cost_model& m) {
+  const int n = static_cast<int>(m.devices());
+  const int L = static_cast<int>(m.layers());
+  if (n == 0 || L == 0)
+    return std::nullopt;
+  auto run = [&](bool sum) -> std::int64_t {
+    auto comb = [sum](std::int64_t a, std::int64_t b) {
+      return sum ? a + b : std::max(a, b);
+    };
+    std::vector<std::int64_t> f(static_cast<std::size_t>((L + 1) * n), inf);
+    auto at = [n](int l, int d) { return static_cast<std::size_t>(l * n + d); };
+    for (int d = 0; d < n; ++d)
+      for (int e = 1; e <= m.max_end(d, 0); ++e)
+        f[at(e, d)] = m.stage_time(d, 0, e);
+    for (int l = 1; l < L; ++l)
+      for (int d2 = 0; d2 < n; ++d2) {
+        std::int64_t best = inf;
+        for (int d = 0; d < n; ++d)
+          if (f[at(l, d)] < inf)
+            best = std::min(best, comb(f[at(l, d)], m.transfer(d, d2, l)));
+        if (best >= inf)
+          continue;
+        for (int e = l + 1; e <= m.max_end(d2, l); ++e)
+          f[at(e, d2)] = std::min(f[at(e, d2)],
+                                  comb(best, m.stage_time(d2, l, e)));
+      }
+    std::int64_t r = inf;
+    for (int d = 0; d < n; ++d)
+      r = std::min(r, f[at(L, d)]);
+    return r;
+  };
+  switch (m.kind()) {
+    case objective_kind::latency: {
+      auto a = run(true);
+      return a < inf ? std::optional<std::int64_t>(a) : std::nullopt;
+    }
+    case objective_kind::throughput: {
+      auto b = run(false);
+      return b < inf ? std::optional<std::int64_t>(b) : std::nullopt;
+    }
+    case objective_kind::blend: {
+      auto a = run(true);
+      if (a >= inf)
+        return std::nullopt;
+      auto b = run(false);
+      return m.combine(a, b, 0);
+    }
+  }
+  return std::nullopt;
+}
+
+std::size_t exact_state_count(const cost_model& m) {
+  std::size_t ns = 1;
+  const std::size_t cap = std::numeric_limits<std::size_t>::max() / 1024;
+  for (std::size_t k = 0; k < m.classes(); ++k) {
+    ns *= m.class_members(static_cast<int>(k)).size() + 1;
+    if (ns > cap)
+      return cap;
+  }
+  return ns;
+}
+
+exact_result solve_exact(const cost_model& m, const std::atomic<bool>* cancel,
+                         std::size_t max_entries) {
+  exact_result res;
+  res.states = exact_state_count(m);
+  if (m.devices() == 0 || m.layers() == 0) {
+    res.status = exact_status::infeasible;
+    return res;
+  }
+  if (m.kind() != objective_kind::blend) {
+    auto r = run_dp(m, m.kind() == objective_kind::latency, cancel,
+                    max_entries);
+    res.status = r.status;
+    if (r.status == exact_status::solved) {
+      res.best = std::move(r.best);
+      res.objective = m.evaluate(res.best).objective;
+      res.lower_bound = res.objective;
+    }
+    return res;
+  }
+  // Blend: the optimum of each part bounds the blend from below; the better
+  // of the two optimal plans bounds it from above.
+  auto a = run_dp(m, true, cancel, max_entries);
+  if (a.status != exact_status::solved) {
+    res.status = a.status;
+    return res;
+  }
+  auto b = run_dp(m, false, cancel, max_entries);
+  if (b.status != exact_status::solved) {
+    res.status = b.status;
+    return res;
+  }
+  const std::int64_t w = m.blend_percent();
+  res.lower_bound = w * a.value + (100 - w) * b.value;
+  auto oa = m.evaluate(a.best).objective;
+  auto ob = m.evaluate(b.best).objective;
+  res.status = exact_status::solved;
+  if (oa <= ob) {
+    res.best = std::move(a.best);
+    res.objective = oa;
+  } else {
+    res.best = std::move(b.best);
+    res.objective = ob;
+  }
+  return res;
+}
+
+} // namespace exo::placement

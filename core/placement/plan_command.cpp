@@ -1,0 +1,188 @@
+#include "core/placement/plan_command.hpp"
+
+#include "core/placement/problem_json.hpp"
+#include "core/placement/solve.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <ostream>
+#include <string>
+
+namespace exo::placement {
+
+namespace {
+
+constexpr const char* usage =
+  "usage: plan --problem FILE.json [--objective latency|throughput|blend]\n"
+  "            [--blend-weight W] [--time-limit MS] [--json]\n"
+  "            [--solver exact|gecode|both|baseline]\n";
+
+struct bad_args {
+  std::string what;
+};
+
+std::string num(double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), "%.9g", v);
+  return b;
+}
+
+void write_strings(std::ostream& out, const std::vector<std::string>& v) {
+  out << "[";
+  for (std::size_t i = 0; i < v.size(); ++i)
+    out << (i ? "," : "") << "\"" << json_escape(v[i]) << "\"";
+  out << "]";
+}
+
+void write_json(std::ostream& out, const solve_result& r) {
+  out << "{\"status\":\"" << to_string(r.status) << "\",\"plan\":";
+  if (r.best)
+    write_plan_json(out, *r.best);
+  else
+    out << "null";
+  out << ",\"explanation\":";
+  write_strings(out, r.explanation);
+  out << ",\"baseline\":";
+  if (r.baseline)
+    write_plan_json(out, *r.baseline);
+  else
+    out << "null";
+  out << ",\"baseline_violations\":";
+  write_strings(out, r.baseline_violations);
+  out << ",\"notes\":";
+  write_strings(out, r.notes);
+  out << ",\"device_scores\":[";
+  for (std::size_t i = 0; i < r.scores.size(); ++i) {
+    const auto& s = r.scores[i];
+    out << (i ? "," : "") << "{\"device\":\"" << json_escape(s.device_id)
+        << "\",\"total\":" << num(s.total) << ",\"compute\":"
+        << num(s.compute) << ",\"memory\":" << num(s.memory)
+        << ",\"network\":" << num(s.network) << ",\"thermal\":"
+        << num(s.thermal) << ",\"bandwidth\":" << num(s.bandwidth) << "}";
+  }
+  out << "]}\n";
+}
+
+void write_text(std::ostream& out, const solve_result& r) {
+  if (r.best)
+    print_plan_table(out, *r.best);
+  if (r.baseline && r.best && r.best->solver != "baseline") {
+    out << "baseline (memory-proportional): "
+        << format_seconds(r.baseline->objective_seconds);
+    if (r.best->objective_seconds > 0)
+      out << ", " << num(r.baseline->objective_seconds
+                         / r.best->objective_seconds)
+          << "x ours";
+    out << (r.baseline_violations.empty() ? ", fits memory"
+                                          : ", breaks a constraint: "
+                                              + r.baseline_violations[0])
+        << "\n";
+  }
+  for (const auto& n : r.notes)
+    out << "note: " << n << "\n";
+  char buf[160];
+  out << "device scores (why a device ranks where it does; not the "
+         "objective):\n";
+  std::snprintf(buf, sizeof(buf), "  %-20s %6s %8s %7s %8s %8s %9s\n",
+                "device", "score", "compute", "memory", "network", "thermal",
+                "bandwidth");
+  out << buf;
+  for (const auto& s : r.scores) {
+    std::snprintf(buf, sizeof(buf),
+                  "  %-20s %6.3f %8.2f %7.2f %8.2f %8.2f %9.2f\n",
+                  s.device_id.c_str(), s.total, s.compute, s.memory, s.network,
+                  s.thermal, s.bandwidth);
+    out << buf;
+  }
+}
+
+} // namespace
+
+int run_plan_command(int argc, char** argv, std::ostream& out,
+                     std::ostream& err) {
+  std::string file;
+  bool json = false;
+  solve_options opts;
+  try {
+    int i = 1;
+    if (i < argc && std::string(argv[i]) == "plan")
+      ++i;
+    auto value = [&](const std::string& flag) -> std::string {
+      if (i + 1 >= argc)
+        throw bad_args{flag + " needs a value"};
+      return argv[++i];
+    };
+    for (; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "--help" || a == "-h") {
+        out << usage;
+        return 0;
+      } else if (a == "--problem") {
+        file = value(a);
+      } else if (a == "--json") {
+        json = true;
+      } else if (a == "--objective") {
+        auto v = value(a);
+        opts.objective = parse_objective_kind(v);
+        if (!opts.objective)
+          throw bad_args{"--objective must be latency, throughput or blend, "
+                         "not \"" + v + "\""};
+      } else if (a == "--blend-weight") {
+        auto v = value(a);
+        char* end = nullptr;
+        double w = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end != '\0' || !(w >= 0 && w <= 1))
+          throw bad_args{"--blend-weight must be a number in [0, 1], not \""
+                         + v + "\""};
+        opts.blend_weight = w;
+      } else if (a == "--time-limit") {
+        auto v = value(a);
+        char* end = nullptr;
+        long ms = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || ms <= 0 || ms > 86400000)
+          throw bad_args{"--time-limit must be milliseconds in [1, 86400000]"
+                         ", not \"" + v + "\""};
+        opts.time_limit = std::chrono::milliseconds(ms);
+      } else if (a == "--solver") {
+        auto v = value(a);
+        auto k = parse_solver_kind(v);
+        if (!k)
+          throw bad_args{"--solver must be exact, gecode, both or baseline, "
+                         "not \"" + v + "\""};
+        opts.solver = *k;
+      } else {
+        throw bad_args{"unknown argument \"" + a + "\""};
+      }
+    }
+    if (file.empty())
+      throw bad_args{"--problem FILE.json is required"};
+  } catch (const bad_args& e) {
+    err << "error: " << e.what << "\n" << usage;
+    return 2;
+  }
+  solve_result r;
+  try {
+    auto p = read_problem_file(file);
+    r = solve(p, opts);
+  } catch (const problem_error& e) {
+    err << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    err << "error: out of memory while solving " << file << "\n";
+    return 2;
+  }
+  if (json)
+    write_json(out, r);
+  else
+    write_text(out, r);
+  if (r.best && r.status != solve_status::infeasible)
+    return 0;
+  err << (r.status == solve_status::infeasible ? "infeasible: "
+                                                : "no plan: ");
+  for (std::size_t i = 0; i < r.explanation.size(); ++i)
+    err << (i ? "; " : "") << r.explanation[i];
+  err << "\n";
+  return 1;
+}
+
+} // namespace exo::placement

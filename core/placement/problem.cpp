@@ -1,0 +1,292 @@
+#include "core/placement/problem.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+namespace exo::placement {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw problem_error(path + ": " + what);
+}
+
+std::string at(const char* base, std::size_t i) {
+  return std::string(base) + "[" + std::to_string(i) + "]";
+}
+
+bool finite_non_negative(double x) {
+  return std::isfinite(x) && x >= 0;
+}
+
+bool finite_positive(double x) {
+  return std::isfinite(x) && x > 0;
+}
+
+void check_link(const std::string& path, const link_spec& s) {
+  if (!finite_non_negative(s.latency))
+    fail(path + ".latency", "must be >= 0 seconds");
+  if (!finite_positive(s.bandwidth))
+    fail(path + ".bandwidth", "must be > 0 bytes/s");
+}
+
+} // namespace
+
+const char* to_string(objective_kind k) {
+  switch (k) {
+    case objective_kind::latency:
+      return "latency";
+    case objective_kind::throughput:
+      return "throughput";
+    case objective_kind::blend:
+      return "blend";
+  }
+  return "?";
+}
+
+std::optional<objective_kind> parse_objective_kind(const std::string& s) {
+  if (s == "latency")
+    return objective_kind::latency;
+  if (s == "throughput")
+    return objective_kind::throughput;
+  if (s == "blend")
+    return objective_kind::blend;
+  return std::nullopt;
+}
+
+double problem::layer_seconds(std::size_t d, std::size_t l) const {
+  const auto& dev = devices[d];
+  if (!dev.layer_seconds.empty())
+    return dev.layer_seconds[l];
+  double t = layers[l].flops_per_token / dev.flops;
+  if (dev.memory_bandwidth > 0)
+    t = std::max(t, static_cast<double>(layers[l].weight_bytes)
+                      / dev.memory_bandwidth);
+  return t;
+}
+
+std::uint64_t problem::layer_memory(std::size_t l) const {
+  return layers[l].weight_bytes
+         + layers[l].kv_bytes_per_token * request.context_length
+             * request.sequences;
+}
+
+std::uint64_t problem::stage_overhead(std::size_t first,
+                                      std::size_t end) const {
+  const auto& x = stage_memory_extra;
+  return x.every_stage + (first == 0 ? x.first_stage : 0)
+         + (end == layers.size() ? x.last_stage : 0);
+}
+
+std::uint64_t problem::stage_memory(std::size_t first,
+                                    std::size_t end) const {
+  std::uint64_t m = stage_overhead(first, end);
+  for (auto l = first; l < end; ++l)
+    m += layer_memory(l);
+  return m;
+}
+
+std::uint64_t problem::usable_memory(std::size_t d) const {
+  auto m = static_cast<long double>(devices[d].memory_bytes);
+  return static_cast<std::uint64_t>(
+    std::floor(m * (1.0L - static_cast<long double>(request.safety_margin))));
+}
+
+link_spec problem::link_between(const std::string& a,
+                                const std::string& b) const {
+  if (a == b)
+    return intra_node;
+  for (const auto& l : links)
+    if ((l.a == a && l.b == b) || (l.a == b && l.b == a))
+      return l.spec;
+  if (default_link)
+    return *default_link;
+  throw problem_error("links: no link between nodes \"" + a + "\" and \"" + b
+                      + "\" (add one, or a default_link)");
+}
+
+std::optional<std::size_t> problem::find_device(const std::string& id) const {
+  for (std::size_t i = 0; i < devices.size(); ++i)
+    if (devices[i].id == id)
+      return i;
+  return std::nullopt;
+}
+
+void validate(const problem& p) {
+  if (p.layers.empty())
+    fail("model.layers", "must not be empty");
+  if (p.layers.size() > 100000)
+    fail("model.layers", "more than 100000 layers");
+  if (p.devices.empty())
+    fail("devices", "must not be empty");
+  if (p.devices.size() > 250)
+    fail("devices", "more than 250 devices");
+  const auto n_layers = p.layers.size();
+  std::set<std::string> ids;
+  std::set<std::string> nodes;
+  for (std::size_t i = 0; i < p.devices.size(); ++i) {
+    const auto& d = p.devices[i];
+    auto path = at("devices", i);
+    if (d.id.empty())
+      fail(path + ".id", "must not be empty");
+    if (!ids.insert(d.id).second)
+      fail(path + ".id", "duplicate device id \"" + d.id + "\"");
+    if (d.node.empty())
+      fail(path + ".node", "must not be empty");
+    nodes.insert(d.node);
+    if (d.memory_bytes == 0)
+      fail(path + ".memory", "must be > 0");
+    if (d.memory_bytes > (std::uint64_t{1} << 60))
+      fail(path + ".memory", "must be < 1 EiB");
+    if (!finite_non_negative(d.flops))
+      fail(path + ".flops", "must be >= 0");
+    if (d.layer_seconds.empty()) {
+      if (!(d.flops > 0))
+        fail(path + ".flops",
+             "must be > 0 (or give layer_seconds for every layer)");
+    } else {
+      if (d.layer_seconds.size() != n_layers)
+        fail(path + ".layer_seconds",
+             "has " + std::to_string(d.layer_seconds.size())
+               + " entries, the model has " + std::to_string(n_layers)
+               + " layers");
+      for (std::size_t l = 0; l < n_layers; ++l)
+        if (!finite_non_negative(d.layer_seconds[l])
+            || d.layer_seconds[l] > 3600)
+          fail(path + ".layer_seconds[" + std::to_string(l) + "]",
+               "must be in [0, 3600] seconds");
+    }
+    if (!finite_non_negative(d.memory_bandwidth))
+      fail(path + ".memory_bandwidth", "must be >= 0");
+    if (!(d.thermal_headroom >= 0 && d.thermal_headroom <= 1))
+      fail(path + ".thermal_headroom", "must be in [0, 1]");
+    if (!finite_non_negative(d.max_flops_per_token))
+      fail(path + ".max_flops_per_token", "must be >= 0");
+  }
+  long double total = 0;
+  for (std::size_t l = 0; l < n_layers; ++l) {
+    const auto& y = p.layers[l];
+    auto path = "model.layers[" + std::to_string(l) + "]";
+    if (!finite_non_negative(y.flops_per_token) || y.flops_per_token > 1e18)
+      fail(path + ".flops_per_token", "must be in [0, 1e18]");
+    long double need = static_cast<long double>(y.weight_bytes)
+                       + static_cast<long double>(y.kv_bytes_per_token)
+                           * p.request.context_length
+                           * p.request.sequences;
+    if (need > 1e18L)
+      fail(path, "needs more than 1e18 bytes (weights + KV cache)");
+    total += need;
+    if (y.activation_bytes > (std::uint64_t{1} << 50))
+      fail(path + ".activation_bytes", "must be < 1 PiB");
+  }
+  const auto& extra = p.stage_memory_extra;
+  const std::pair<const char*, std::uint64_t> extras[] = {
+    {"model.stage_bytes", extra.every_stage},
+    {"model.first_stage_bytes", extra.first_stage},
+    {"model.last_stage_bytes", extra.last_stage}};
+  for (const auto& [path, bytes] : extras)
+    if (bytes > (std::uint64_t{1} << 60))
+      fail(path, "must be < 1 EiB");
+  total += static_cast<long double>(p.devices.size() + 2)
+           * static_cast<long double>(extra.every_stage + extra.first_stage
+                                      + extra.last_stage);
+  if (total > 1e18L)
+    fail("model.layers", "need more than 1e18 bytes in total");
+  for (std::size_t i = 0; i < p.devices.size(); ++i)
+    if (p.devices[i].layer_seconds.empty())
+      for (std::size_t l = 0; l < n_layers; ++l)
+        if (p.layer_seconds(i, l) > 3600)
+          fail(at("devices", i) + ".flops",
+               "is too low: layer " + std::to_string(l)
+                 + " would take more than an hour per token");
+  check_link("intra_node_link", p.intra_node);
+  if (p.default_link)
+    check_link("default_link", *p.default_link);
+  for (std::size_t i = 0; i < p.links.size(); ++i) {
+    const auto& k = p.links[i];
+    auto path = at("links", i);
+    if (!nodes.count(k.a))
+      fail(path + ".a", "unknown node \"" + k.a + "\"");
+    if (!nodes.count(k.b))
+      fail(path + ".b", "unknown node \"" + k.b + "\"");
+    if (k.a == k.b)
+      fail(path, "links a node to itself (use intra_node_link)");
+    check_link(path, k.spec);
+  }
+  for (auto i = nodes.begin(); i != nodes.end(); ++i)
+    for (auto j = std::next(i); j != nodes.end(); ++j)
+      p.link_between(*i, *j); // throws when missing
+  if (!(p.request.safety_margin >= 0 && p.request.safety_margin < 1))
+    fail("request.safety_margin", "must be in [0, 1)");
+  if (p.request.context_length > (std::uint64_t{1} << 32))
+    fail("request.context_length", "must be < 2^32 tokens");
+  if (p.request.sequences == 0 || p.request.sequences > 65536)
+    fail("request.sequences", "must be in [1, 65536]");
+  for (std::size_t i = 0; i < p.constraints.pins.size(); ++i) {
+    const auto& pin = p.constraints.pins[i];
+    auto path = "constraints.pins[" + std::to_string(i) + "]";
+    if (!p.find_device(pin.device))
+      fail(path + ".device", "unknown device \"" + pin.device + "\"");
+    if (pin.first_layer > pin.last_layer)
+      fail(path + ".first_layer", "must be <= last_layer");
+    if (pin.last_layer >= n_layers)
+      fail(path + ".last_layer", "must be < " + std::to_string(n_layers)
+                                   + " (the number of layers)");
+  }
+  if (!finite_non_negative(p.constraints.node_penalty)
+      || p.constraints.node_penalty > 3600)
+    fail("constraints.node_penalty", "must be in [0, 3600] seconds");
+  if (!(p.objective.blend_weight >= 0 && p.objective.blend_weight <= 1))
+    fail("objective.blend_weight", "must be in [0, 1]");
+}
+
+std::vector<layer>
+make_layers(const std::vector<std::uint64_t>& weight_bytes,
+            const std::vector<std::uint64_t>& kv_bytes_per_token,
+            const std::vector<double>& flops_per_token,
+            const std::vector<std::uint64_t>& activation_bytes) {
+  auto n = weight_bytes.size();
+  if (kv_bytes_per_token.size() != n || flops_per_token.size() != n
+      || activation_bytes.size() != n)
+    throw problem_error("make_layers: the four per-layer lists differ in "
+                        "length");
+  std::vector<layer> out(n);
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = layer{weight_bytes[i], kv_bytes_per_token[i], flops_per_token[i],
+                   activation_bytes[i]};
+  return out;
+}
+
+std::vector<layer> uniform_layers(std::size_t count, const layer& l) {
+  return std::vector<layer>(count, l);
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  double v = bytes;
+  while (std::fabs(v) >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0)
+    std::snprintf(buf, sizeof(buf), "%.0f B", v);
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string format_seconds(double s) {
+  char buf[64];
+  if (s >= 1)
+    std::snprintf(buf, sizeof(buf), "%.3f s", s);
+  else if (s >= 1e-3)
+    std::snprintf(buf, sizeof(buf), "%.2f ms", s * 1e3);
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f us", s * 1e6);
+  return buf;
+}
+
+} // namespace exo::placement

@@ -1,0 +1,200 @@
+#include "core/placement/solve.hpp"
+
+#include "core/placement/baseline.hpp"
+#include "core/placement/cost_model.hpp"
+#include "core/placement/exact_solver.hpp"
+#include "core/placement/explain.hpp"
+#include "core/placement/gecode_solver.hpp"
+
+#include <algorithm>
+
+namespace exo::placement {
+
+const char* to_string(solver_kind k) {
+  switch (k) {
+    case solver_kind::exact:
+      return "exact";
+    case solver_kind::gecode:
+      return "gecode";
+    case solver_kind::both:
+      return "both";
+    case solver_kind::baseline:
+      return "baseline";
+  }
+  return "?";
+}
+
+std::optional<solver_kind> parse_solver_kind(const std::string& s) {
+  for (auto k : {solver_kind::exact, solver_kind::gecode, solver_kind::both,
+                 solver_kind::baseline})
+    if (s == to_string(k))
+      return k;
+  return std::nullopt;
+}
+
+const char* to_string(solve_status s) {
+  switch (s) {
+    case solve_status::optimal:
+      return "optimal";
+    case solve_status::feasible:
+      return "feasible";
+    case solve_status::infeasible:
+      return "infeasible";
+    case solve_status::no_plan:
+      return "no_plan";
+  }
+  return "?";
+}
+
+namespace {
+
+/// A simple valid lower bound: each layer on its fastest device.
+std::int64_t static_lower_bound(const cost_model& m) {
+  const int L = static_cast<int>(m.layers());
+  std::int64_t lat = 0;
+  for (int l = 0; l < L; ++l) {
+    std::int64_t best = -1;
+    for (int d = 0; d < static_cast<int>(m.devices()); ++d) {
+      auto t = m.stage_time(d, l, l + 1);
+      best = best < 0 ? t : std::min(best, t);
+    }
+    lat += std::max<std::int64_t>(best, 0);
+  }
+  auto ms = static_cast<std::int64_t>(std::max<std::size_t>(m.max_stages(), 1));
+  return m.combine(lat, (lat + ms - 1) / ms, 0);
+}
+
+} // namespace
+
+solve_result solve(const problem& original, const solve_options& opts,
+                   const plan_callback& on_improved,
+                   const std::atomic<bool>* cancel) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                         - t0)
+      .count();
+  };
+  problem p = original;
+  if (opts.objective)
+    p.objective.kind = *opts.objective;
+  if (opts.blend_weight)
+    p.objective.blend_weight = *opts.blend_weight;
+  validate(p);
+  solve_result res;
+  res.scores = score_devices(p);
+  const cost_model m(p);
+  if (m.devices() == 0) {
+    res.status = solve_status::infeasible;
+    res.explanation = explain_infeasible(p);
+    res.solve_seconds = elapsed();
+    return res;
+  }
+  {
+    auto b = make_plan(m, baseline_assignment(m));
+    b.solver = "baseline";
+    res.baseline_violations = check_plan(p, b);
+    res.baseline = std::move(b);
+  }
+  std::int64_t lower = static_lower_bound(m);
+  if (auto r = relaxed_lower_bound(m))
+    lower = std::max(lower, *r);
+  std::optional<std::int64_t> best_units;
+  bool proven = false;
+  bool infeasible = false;
+  // Accepts a plan from a solver: checked, strictly better, reported.
+  auto accept = [&](const assignment& a, const char* solver) {
+    auto x = make_plan(m, a);
+    x.solver = solver;
+    auto bad = check_plan(p, x);
+    if (!bad.empty()) {
+      res.notes.push_back(std::string("internal error: the ") + solver
+                          + " solver produced an invalid plan: " + bad[0]);
+      return;
+    }
+    if (best_units && x.objective_units >= *best_units)
+      return;
+    best_units = x.objective_units;
+    x.lower_bound_seconds = m.to_seconds(lower);
+    x.solve_seconds = elapsed();
+    res.best = x;
+    if (on_improved)
+      on_improved(x);
+  };
+
+  if (opts.solver == solver_kind::baseline) {
+    res.best = res.baseline;
+    res.best->solve_seconds = elapsed();
+    res.best->lower_bound_seconds = m.to_seconds(lower);
+    if (res.baseline_violations.empty()) {
+      res.status = solve_status::feasible;
+    } else {
+      res.status = solve_status::infeasible;
+      res.explanation = res.baseline_violations;
+    }
+    res.solve_seconds = elapsed();
+    res.lower_bound_seconds = m.to_seconds(lower);
+    return res;
+  }
+
+  if (opts.solver == solver_kind::exact || opts.solver == solver_kind::both) {
+    auto r = solve_exact(m, cancel, opts.exact_max_entries);
+    switch (r.status) {
+      case exact_status::solved:
+        lower = std::max(lower, r.lower_bound);
+        accept(r.best, "exact");
+        proven = r.proven_optimal();
+        break;
+      case exact_status::infeasible:
+        infeasible = true;
+        proven = true;
+        break;
+      case exact_status::too_large:
+        res.notes.push_back(
+          "exact solver skipped: " + std::to_string(r.states)
+          + " states of device classes are too many for its table");
+        break;
+      case exact_status::cancelled:
+        res.cancelled = true;
+        break;
+    }
+  }
+  const bool run_gecode = opts.solver == solver_kind::gecode
+                          || (opts.solver == solver_kind::both && !proven
+                              && !res.cancelled);
+  if (run_gecode) {
+    gecode_options g;
+    g.time_limit = opts.time_limit;
+    g.cancel = cancel;
+    g.upper_bound = best_units;
+    auto r = solve_gecode(
+      m, g, [&](const assignment& a, std::int64_t) { accept(a, "gecode"); });
+    res.cancelled = res.cancelled || r.cancelled;
+    if (r.complete) {
+      proven = true;
+      infeasible = !best_units.has_value();
+    }
+  }
+  if (infeasible) {
+    res.status = solve_status::infeasible;
+    res.explanation = explain_infeasible(p);
+  } else if (res.best) {
+    if (proven)
+      lower = best_units.value_or(lower);
+    res.best->lower_bound_seconds = m.to_seconds(lower);
+    res.best->proven_optimal = proven;
+    res.status = proven ? solve_status::optimal : solve_status::feasible;
+  } else {
+    res.status = solve_status::no_plan;
+    res.explanation.push_back(
+      res.cancelled ? "the search was cancelled before any plan was found"
+                    : "the time limit ran out before any plan was found");
+  }
+  res.lower_bound_seconds = m.to_seconds(lower);
+  res.solve_seconds = elapsed();
+  if (res.best)
+    res.best->solve_seconds = res.solve_seconds;
+  return res;
+}
+
+} // namespace exo::placement

@@ -1,0 +1,44 @@
+#pragma once
+
+/// The options of a job, shared by `exo-node run` and the console's `run`:
+///   --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
+///   [--top-k K] [--top-p P] [--stages K] [--sequences M] [--ctx C]
+///   [--logits-out FILE]
+/// and, for `exo-node run` only, [--config FILE] [--state-dir DIR]
+/// [--llama-threads N].
+
+#include "core/model/sampler.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace exo::workload {
+
+struct run_options {
+  std::string model;
+  std::string prompt;
+  std::uint32_t n_gen = 16;
+  model::sampler_params sampling;
+  std::uint32_t stages = 0;    ///< 0: the solver's plan (cluster or node)
+                               ///< (local); K: an even split
+  std::uint32_t sequences = 1; ///< M copies of the prompt, in flight at once
+  std::uint32_t n_ctx = 0;     ///< 0: prompt + n, at most the model's
+  std::string logits_out;
+  std::string config;          ///< local runs: node config file
+  std::string state_dir;       ///< local runs: state directory override
+  /// local runs: the cpu device gives llama.cpp -t N's attention bits
+  /// (devices.cpu_llama_threads); 0: the config's.
+  std::uint32_t llama_threads = 0;
+};
+
+/// Parses the words after "run"; throws std::invalid_argument with a
+/// message naming the option. `local` allows --config/--state-dir.
+run_options parse_run_options(const std::vector<std::string>& words,
+                              bool local);
+
+/// Splits a console argument into words: blanks separate, "double" and
+/// 'single' quotes group, backslash escapes inside double quotes.
+std::vector<std::string> split_words(const std::string& text);
+
+} // namespace exo::workload

@@ -1,0 +1,319 @@
+// exo-model: make, inspect and run llama GGUF files on the CPU.
+//
+//   exo-model make-test --out m.gguf --layers 2 --dim 64 --ff 128 --heads 4
+//     ...
+//   exo-model info m.gguf
+//   exo-model run --model m.gguf --prompt "hello world" -n 16 [--seed S]
+//     [--temperature T] [--top-k K] [--top-p P] [--threads N]
+//     [--llama-threads N] [--logits-out FILE]
+//
+// Exit status: 0 on success, 2 on bad arguments or a bad model file.
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/gguf/gguf.hpp"
+#include "core/model/llama_hparams.hpp"
+#include "core/model/llama_model.hpp"
+#include "core/model/ops.hpp"
+#include "core/model/sampler.hpp"
+#include "core/model/test_model.hpp"
+#include "core/tokenizer/tokenizer.hpp"
+
+using namespace exo::model;
+
+namespace {
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// --key value pairs (and bare flags in `flags`) after the subcommand.
+std::map<std::string, std::string>
+parse_args(int argc, char** argv, int from,
+           const std::vector<std::string>& flags,
+           std::vector<std::string>* positional) {
+  std::map<std::string, std::string> out;
+  for (int i = from; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.size() > 1 && a[0] == '-') {
+      while (!a.empty() && a[0] == '-')
+        a.erase(0, 1);
+      bool flag = false;
+      for (auto& f : flags)
+        flag = flag || f == a;
+      if (flag) {
+        out[a] = "1";
+      } else {
+        if (i + 1 >= argc)
+          throw usage_error("option --" + a + " needs a value");
+        out[a] = argv[++i];
+      }
+    } else if (positional) {
+      positional->push_back(a);
+    } else {
+      throw usage_error("unexpected argument '" + a + "'");
+    }
+  }
+  return out;
+}
+
+uint64_t to_uint(const std::string& key, const std::string& v) {
+  try {
+    size_t used = 0;
+    auto x = std::stoull(v, &used);
+    if (used != v.size() || v[0] == '-')
+      throw std::invalid_argument(v);
+    return x;
+  } catch (const std::exception&) {
+    throw usage_error("--" + key + " needs a non-negative integer, not '" + v
+                      + "'");
+  }
+}
+
+float to_float(const std::string& key, const std::string& v) {
+  try {
+    size_t used = 0;
+    auto x = std::stof(v, &used);
+    if (used != v.size())
+      throw std::invalid_argument(v);
+    return x;
+  } catch (const std::exception&) {
+    throw usage_error("--" + key + " needs a number, not '" + v + "'");
+  }
+}
+
+tensor_type parse_type(const std::string& s) {
+  if (s == "f32" || s == "F32")
+    return tensor_type::f32;
+  if (s == "f16" || s == "F16")
+    return tensor_type::f16;
+  if (s == "q8_0" || s == "Q8_0")
+    return tensor_type::q8_0;
+  throw usage_error("--type must be f32, f16 or q8_0, not '" + s + "'");
+}
+
+int cmd_make_test(int argc, char** argv) {
+  auto a = parse_args(argc, argv, 2, {"tied"}, nullptr);
+  test_model_options o;
+  for (auto& [k, v] : a) {
+    if (k == "out" || k == "tied")
+      continue;
+    else if (k == "layers")
+      o.layers = static_cast<uint32_t>(to_uint(k, v));
+    else if (k == "dim")
+      o.dim = static_cast<uint32_t>(to_uint(k, v));
+    else if (k == "ff")
+      o.ff = static_cast<uint32_t>(to_uint(k, v));
+    else if (k == "heads")
+      o.heads = static_cast<uint32_t>(to_uint(k, v));
+    else if (k == "kv-heads")
+      o.kv_heads = static_cast<uint32_t>(to_uint(k, v));
+    else if (k == "vocab")
+      o.vocab = static_cast<uint32_t>(to_uint(k, v));
+    else if (k == "ctx")
+      o.ctx = static_cast<uint32_t>(to_uint(k, v));
+    else if (k == "seed")
+      o.seed = to_uint(k, v);
+    else if (k == "type")
+      o.type = parse_type(v);
+    else if (k == "tokenizer")
+      o.tokenizer = v;
+    else
+      throw usage_error("unknown option --" + k);
+  }
+  o.tied = a.count("tied") != 0;
+  if (!a.count("out"))
+    throw usage_error("make-test needs --out FILE");
+  make_test_model(o, a["out"]);
+  std::printf("wrote %s\n", a["out"].c_str());
+  return 0;
+}
+
+int cmd_info(int argc, char** argv) {
+  std::vector<std::string> pos;
+  parse_args(argc, argv, 2, {}, &pos);
+  if (pos.size() != 1)
+    throw usage_error("info needs exactly one FILE");
+  auto f = gguf_file::open(pos[0]);
+  std::printf("GGUF v%u, %zu metadata keys, %zu tensors, alignment %llu, "
+              "data at %llu, %llu bytes\n",
+              f->version(), f->metadata().size(), f->tensors().size(),
+              static_cast<unsigned long long>(f->alignment()),
+              static_cast<unsigned long long>(f->data_offset()),
+              static_cast<unsigned long long>(f->file_size()));
+  std::printf("\nmetadata:\n");
+  for (auto& kv : f->metadata())
+    std::printf("  %-44s %-8s %s\n", kv.key.c_str(), to_string(kv.type),
+                to_display_string(kv.value).c_str());
+  std::printf("\ntensors:\n");
+  for (auto& t : f->tensors()) {
+    std::string shape;
+    for (auto d : t.ne)
+      shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+    std::printf("  %-28s %-5s %-16s %12llu bytes @ %llu\n", t.name.c_str(),
+                to_string(t.type), shape.c_str(),
+                static_cast<unsigned long long>(t.n_bytes),
+                static_cast<unsigned long long>(t.offset));
+  }
+  auto hp = llama_hparams::from_gguf(*f);
+  std::printf("\nllama: layers %u, embd %u, ff %u, heads %u, kv heads %u, "
+              "head dim %u, rope dims %u base %g, eps %g, vocab %u, ctx %u%s\n",
+              hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head, hp.n_head_kv,
+              hp.head_dim, hp.n_rot, hp.rope_freq_base, hp.rms_eps,
+              hp.n_vocab, hp.n_ctx_train,
+              hp.tied_output ? ", output tied to token_embd" : "");
+  std::printf("\nper-layer costs (attention at ctx/2):\n");
+  std::printf("  %5s %14s %14s %16s %12s\n", "layer", "weight bytes",
+              "kv bytes/tok", "flops/tok", "act bytes");
+  auto costs = layer_costs(*f, hp);
+  for (size_t l = 0; l < costs.size(); ++l)
+    std::printf("  %5zu %14llu %14llu %16llu %12llu\n", l,
+                static_cast<unsigned long long>(costs[l].weight_bytes),
+                static_cast<unsigned long long>(costs[l].kv_bytes_per_token),
+                static_cast<unsigned long long>(costs[l].flops_per_token),
+                static_cast<unsigned long long>(costs[l].activation_bytes));
+  return 0;
+}
+
+int cmd_run(int argc, char** argv) {
+  auto a = parse_args(argc, argv, 2, {"print-ids"}, nullptr);
+  for (auto& [k, v] : a)
+    if (k != "model" && k != "prompt" && k != "n" && k != "seed"
+        && k != "temperature" && k != "threads" && k != "logits-out"
+        && k != "top-k" && k != "top-p" && k != "ctx" && k != "print-ids"
+        && k != "llama-threads")
+      throw usage_error("unknown option --" + k);
+  if (!a.count("model"))
+    throw usage_error("run needs --model FILE");
+  const uint64_t n_gen = a.count("n") ? to_uint("n", a["n"]) : 16;
+  sampler_params sp;
+  sp.seed = a.count("seed") ? to_uint("seed", a["seed"]) : 0;
+  sp.temperature =
+    a.count("temperature") ? to_float("temperature", a["temperature"]) : 0.0f;
+  if (a.count("top-k"))
+    sp.top_k = static_cast<uint32_t>(to_uint("top-k", a["top-k"]));
+  if (a.count("top-p"))
+    sp.top_p = to_float("top-p", a["top-p"]);
+  const int threads =
+    a.count("threads") ? static_cast<int>(to_uint("threads", a["threads"]))
+                       : 1;
+  ops::set_threads(threads);
+  // The bits of llama.cpp run with this many threads (its split-KV decode
+  // from position 256); 1 by default, whatever --threads is.
+  if (a.count("llama-threads")) {
+    const auto lt = to_uint("llama-threads", a["llama-threads"]);
+    if (lt == 0 || lt > 1024)
+      throw usage_error("--llama-threads must be 1 to 1024");
+    ops::set_llama_threads(static_cast<int>(lt));
+  }
+
+  auto model = llama_model::load(a["model"]);
+  auto& hp = model->hparams();
+  auto tok = tokenizer::from_gguf(model->file());
+  auto prompt = tok.encode(a["prompt"], tok.add_bos());
+  if (prompt.empty())
+    throw usage_error("the prompt gives no tokens (and the model has no BOS)");
+  const uint32_t n_ctx =
+    a.count("ctx") ? static_cast<uint32_t>(to_uint("ctx", a["ctx"]))
+                   : hp.n_ctx_train;
+  if (prompt.size() + n_gen > n_ctx)
+    throw usage_error("prompt (" + std::to_string(prompt.size())
+                      + " tokens) plus -n " + std::to_string(n_gen)
+                      + " exceed the context of " + std::to_string(n_ctx));
+  llama_pipeline pipe(model, {0, hp.n_layer});
+  auto seq = pipe.new_sequence(n_ctx);
+  sampler smp(sp);
+
+  using clock = std::chrono::steady_clock;
+  std::fputs(a["prompt"].c_str(), stdout);
+  std::fflush(stdout);
+  auto t0 = clock::now();
+  auto logits = pipe.eval(seq, prompt);
+  auto t1 = clock::now();
+  std::vector<int32_t> out;
+  for (uint64_t i = 0; i < n_gen; ++i) {
+    auto id = smp.sample(logits.data(), hp.n_vocab);
+    out.push_back(id);
+    std::fputs(tok.piece(id).c_str(), stdout);
+    std::fflush(stdout);
+    if (id == tok.eos())
+      break;
+    if (i + 1 < n_gen)
+      logits = pipe.eval(seq, {id});
+  }
+  auto t2 = clock::now();
+  const double tp = std::chrono::duration<double>(t1 - t0).count();
+  const double tg = std::chrono::duration<double>(t2 - t1).count();
+  std::printf("\n\nprompt: %zu tokens in %.3f s (%.1f tokens/s)\n",
+              prompt.size(), tp, prompt.size() / tp);
+  std::printf("generation: %zu tokens in %.3f s (%.1f tokens/s), "
+              "%d thread(s)\n",
+              out.size(), tg, out.size() / (tg > 0 ? tg : 1e-9), threads);
+  if (a.count("print-ids")) {
+    // Token ids for token-for-token comparisons (llama.cpp, the cluster).
+    auto join = [](const std::vector<int32_t>& ids) {
+      std::string s;
+      for (auto id : ids)
+        s += (s.empty() ? "" : " ") + std::to_string(id);
+      return s;
+    };
+    std::printf("prompt ids: %s\n", join(prompt).c_str());
+    std::printf("generated ids: %s\n", join(out).c_str());
+  }
+  if (a.count("logits-out")) {
+    std::FILE* f = std::fopen(a["logits-out"].c_str(), "w");
+    if (!f)
+      throw usage_error("cannot write '" + a["logits-out"] + "'");
+    for (auto v : logits)
+      std::fprintf(f, "%.9g\n", v);
+    std::fclose(f);
+  }
+  return 0;
+}
+
+void usage() {
+  std::fputs(
+    "usage: exo-model make-test --out FILE [--layers N] [--dim D] [--ff F]\n"
+    "         [--heads H] [--kv-heads K] [--vocab V] [--ctx C]\n"
+    "         [--type f32|f16|q8_0] [--tokenizer llama|gpt2] [--seed S]\n"
+    "         [--tied]\n"
+    "       exo-model info FILE\n"
+    "       exo-model run --model FILE --prompt TEXT [-n N] [--seed S]\n"
+    "         [--temperature T] [--top-k K] [--top-p P] [--threads N]\n"
+    "         [--ctx C] [--logits-out FILE] [--print-ids]\n"
+    "         [--llama-threads N]  (give llama.cpp -t N's bits)\n",
+    stderr);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage();
+    return 2;
+  }
+  std::string cmd = argv[1];
+  try {
+    if (cmd == "make-test")
+      return cmd_make_test(argc, argv);
+    if (cmd == "info")
+      return cmd_info(argc, argv);
+    if (cmd == "run")
+      return cmd_run(argc, argv);
+    usage();
+    return 2;
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "exo-model: %s\n", e.what());
+    usage();
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "exo-model: %s\n", e.what());
+    return 2;
+  }
+}
