@@ -8,7 +8,7 @@
 // commands are checked against a token's permission (strictly, when the
 // node requires a token), and client reads and policy changes are audited.
 
-#include "test/support/pki.hpp"
+#include "test/support/cluster.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -39,21 +39,17 @@ std::size_t occurrences(const std::string& s, const std::string& what) {
   return n;
 }
 
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
-
 /// A CA, node certificates, a client certificate and the cluster's shared
 /// access key (tokens are HMAC-signed with it and checked on every node).
 struct cluster {
-  std::string dir = temp_dir("exo-access");
+  pki p{"exo-access"};
+  std::string dir = p.dir;
   std::string key_file = dir + "/access.key";
   /// Extra keys of every node's "safety" object, e.g.
   /// `, "console_requires_token": true`.
   std::string safety_extra;
 
   cluster() {
-    make_ca(dir);
     write_file(key_file, "6f1c0e4d2b8a7f3e9d5c1b0a8f7e6d5c4b3a29181706f5e4d3c2"
                          "b1a09f8e7d6c\n");
   }
@@ -62,77 +58,37 @@ struct cluster {
     return dir + "/" + name + "/state";
   }
 
+  /// Starts `name` on `port` (0: a new node with a fresh certificate on a
+  /// free port, which is written back; else a restart on that port).
   std::unique_ptr<process> start(const std::string& name,
                                  std::uint16_t& port,
                                  const std::vector<std::uint16_t>& seeds) {
     if (port == 0)
-      issue_node(dir, name);
-    std::string s = "[";
-    for (std::size_t i = 0; i < seeds.size(); ++i)
-      s += (i ? ", " : "") + std::string{"\"127.0.0.1:"}
-           + std::to_string(seeds[i]) + "\"";
-    s += "]";
-    auto d = dir + "/" + name;
-    auto cfg = d + "/node.json";
-    write_file(cfg, R"({"node": {"name": ")" + name + R"(", "state_dir": ")"
-                      + state_dir(name) + R"("},
-      "network": {"port": )" + std::to_string(port) + R"(, "seeds": )" + s
-                      + R"(, "heartbeat_ms": 200, "failure_timeout_ms": 1500,
-                  "connect_timeout_ms": 1000},
-      "tls": {"certificate": ")" + d + "/" + name + R"(.crt", "key": ")" + d
-                      + "/" + name + R"(.key", "ca": ")" + d + R"(/ca.crt"},
-      "safety": {"access_key_file": ")" + key_file + "\"" + safety_extra
-                      + R"(},
-      "devices": {"include": ["sim"],
+      p.node(name);
+    node_options o{name};
+    o.port = port;
+    o.seeds = seeds;
+    o.state_dir = state_dir(name);
+    o.devices = R"({"include": ["sim"],
                   "simulated": [{"profile": "adreno-740"}],
-                  "rescan_interval_s": 0}})");
-    auto p = std::make_unique<process>(
-      std::vector<std::string>{exo_node(), "--config", cfg});
-    REQUIRE(p->wait_for_output("ready in", 60s));
-    auto out = p->out();
-    auto at = out.find("listening on ");
-    REQUIRE(at != std::string::npos);
-    auto colon = out.find(':', at);
-    REQUIRE(colon != std::string::npos);
-    port = static_cast<std::uint16_t>(number_at(out, colon + 1));
-    return p;
+                  "rescan_interval_s": 0})";
+    o.extra = R"(, "safety": {"access_key_file": ")" + key_file + "\""
+              + safety_extra + "}";
+    auto n = start_node(p, o);
+    port = n.port;
+    return std::move(n.proc);
   }
 
   run_result console(std::uint16_t port, const std::string& cmd,
                      bool json = false) const {
-    std::vector<std::string> argv{exo_console(),
-                                  "--connect",
-                                  "127.0.0.1:" + std::to_string(port),
-                                  "--cert",
-                                  dir + "/ops/ops.crt",
-                                  "--key",
-                                  dir + "/ops/ops.key",
-                                  "--ca",
-                                  dir + "/ca/ca.crt",
-                                  "--timeout-ms",
-                                  "10000",
-                                  "--exec",
-                                  cmd};
-    if (json)
-      argv.push_back("--json");
-    return run(argv, 60s);
+    return exo::test::console(p, port, {cmd}, {json});
   }
 
   /// Polls `cmd` on `port` until `pred(result)` holds or `timeout` passes.
   template <class Pred>
   bool eventually(std::uint16_t port, const std::string& cmd, Pred pred,
                   std::chrono::milliseconds timeout) const {
-    auto deadline = clock_type::now() + timeout;
-    for (;;) {
-      auto r = console(port, cmd, true);
-      if (pred(r))
-        return true;
-      if (clock_type::now() >= deadline) {
-        UNSCOPED_INFO("last output of " << cmd << ": " << r.out << r.err);
-        return false;
-      }
-      std::this_thread::sleep_for(200ms);
-    }
+    return poll_console(p, port, cmd, pred, timeout);
   }
 };
 

@@ -2,7 +2,7 @@
 // noticing a SIGKILL within 3 s, re-choosing the coordinator, rejoining,
 // refusing strangers, and answering the console.
 
-#include "test/support/pki.hpp"
+#include "test/support/cluster.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -24,98 +24,6 @@ using clock_type = std::chrono::steady_clock;
 namespace {
 
 
-/// One exo-node process.
-struct node_proc {
-  std::string name;
-  std::uint16_t port = 0;
-  std::unique_ptr<process> proc;
-};
-
-std::string node_config(const pki& p, const std::string& name,
-                        const std::string& cert_name, std::uint16_t port,
-                        const std::vector<std::uint16_t>& seeds) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < seeds.size(); ++i)
-    s += (i ? ", " : "") + std::string{"\"127.0.0.1:"}
-         + std::to_string(seeds[i]) + "\"";
-  s += "]";
-  auto dir = p.dir + "/" + cert_name;
-  auto path = dir + "/" + name + "-node.json";
-  write_file(path, R"({"node": {"name": ")" + name + R"(", "state_dir": ")"
-                     + dir + "/state-" + name + R"("},
-    "network": {"port": )" + std::to_string(port)
-                     + R"(, "seeds": )" + s + R"(, "heartbeat_ms": 200,
-                "failure_timeout_ms": 1500, "connect_timeout_ms": 1000},
-    "tls": {"certificate": ")" + dir + "/" + cert_name + R"(.crt", "key": ")"
-                     + dir + "/" + cert_name + R"(.key", "ca": ")" + dir
-                     + R"(/ca.crt"},
-    "devices": {"include": ["cpu", "sim"],
-                "simulated": [{"profile": "adreno-740"}],
-                "rescan_interval_s": 0}})");
-  return path;
-}
-
-node_proc start(const pki& p, const std::string& name, std::uint16_t port,
-                const std::vector<std::uint16_t>& seeds,
-                const std::string& cert_name = "") {
-  node_proc n;
-  n.name = name;
-  auto cfg = node_config(p, name, cert_name.empty() ? name : cert_name, port,
-                         seeds);
-  n.proc = std::make_unique<process>(
-    std::vector<std::string>{exo_node(), "--config", cfg});
-  REQUIRE(n.proc->wait_for_output("ready in", 30s));
-  std::smatch m;
-  auto out = n.proc->out();
-  REQUIRE(std::regex_search(out, m, std::regex{"listening on [^:]+:(\\d+)"}));
-  n.port = static_cast<std::uint16_t>(std::stoi(m[1]));
-  return n;
-}
-
-run_result console(const pki& p, std::uint16_t port,
-                   std::vector<std::string> cmds, bool json = false,
-                   const std::string& client = "ops") {
-  std::vector<std::string> argv{exo_console(),
-                                "--connect",
-                                "127.0.0.1:" + std::to_string(port),
-                                "--cert",
-                                p.dir + "/" + client + "/" + client + ".crt",
-                                "--key",
-                                p.dir + "/" + client + "/" + client + ".key",
-                                "--ca",
-                                p.dir + "/ca/ca.crt",
-                                "--timeout-ms",
-                                "3000"};
-  for (auto& c : cmds) {
-    argv.push_back("--exec");
-    argv.push_back(c);
-  }
-  if (json)
-    argv.push_back("--json");
-  return run(argv, 30s);
-}
-
-/// Polls the console until `pred(out)` holds or `timeout` passes.
-template <class Pred>
-bool eventually(const pki& p, std::uint16_t port, const std::string& cmd,
-                Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = clock_type::now() + timeout;
-  for (;;) {
-    auto r = console(p, port, {cmd}, true);
-    if (r.code == 0 && pred(r.out))
-      return true;
-    if (clock_type::now() >= deadline) {
-      UNSCOPED_INFO("last output: " << r.out << r.err);
-      return false;
-    }
-    std::this_thread::sleep_for(250ms);
-  }
-}
-
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
-
 std::string status_of(const std::string& json, const std::string& name) {
   std::smatch m;
   std::regex re{"\"name\": \"" + name
@@ -131,9 +39,9 @@ TEST_CASE("three nodes form a cluster, detect a SIGKILL within 3 s, "
   pki p{"exo-cluster"};
   for (auto n : {"n1", "n2", "n3"})
     p.node(n);
-  auto n1 = start(p, "n1", 0, {});
-  auto n2 = start(p, "n2", 0, {n1.port});
-  auto n3 = start(p, "n3", 0, {n2.port}); // knows only n2: learns n1 by gossip
+  auto n1 = start_node(p, {"n1"});
+  auto n2 = start_node(p, node_options{"n2"}.seed(n1.port));
+  auto n3 = start_node(p, node_options{"n3"}.seed(n2.port)); // knows only n2: learns n1 by gossip
   for (auto* n : {&n1, &n2, &n3}) {
     INFO("view of " << n->name);
     CHECK(eventually(
@@ -180,7 +88,7 @@ TEST_CASE("three nodes form a cluster, detect a SIGKILL within 3 s, "
   CHECK(console(p, n2.port, {"coordinator"}).out == "n2\n");
 
   // Restart n1 under its name: it rejoins and is coordinator again.
-  auto again = start(p, "n1", 0, {n2.port});
+  auto again = start_node(p, node_options{"n1"}.seed(n2.port));
   for (auto* n : {&n2, &n3, &again}) {
     INFO("view of " << n->name);
     CHECK(eventually(
@@ -206,8 +114,8 @@ TEST_CASE("the console lists links, actors and inspects one, in tables and "
   pki p{"exo-cluster"};
   p.node("a");
   p.node("b");
-  auto a = start(p, "a", 0, {});
-  auto b = start(p, "b", 0, {a.port});
+  auto a = start_node(p, {"a"});
+  auto b = start_node(p, node_options{"b"}.seed(a.port));
   REQUIRE(eventually(
     p, a.port, "nodes",
     [](const std::string& out) { return status_of(out, "b") == "alive"; },
@@ -216,7 +124,7 @@ TEST_CASE("the console lists links, actors and inspects one, in tables and "
   REQUIRE(m.code == 0);
   CHECK(contains(m.out, "RTT p50"));
   CHECK(contains(m.out, "MB/s"));
-  auto links = console(p, a.port, {"links"}, true);
+  auto links = console(p, a.port, {"links"}, {true});
   CHECK(contains(links.out, "\"from\": \"a\", \"to\": \"b\""));
   auto actors = console(p, b.port, {"actors a"});
   REQUIRE(actors.code == 0);
@@ -227,7 +135,7 @@ TEST_CASE("the console lists links, actors and inspects one, in tables and "
   INFO(insp.out << insp.err);
   REQUIRE(insp.code == 0);
   CHECK(contains(insp.out, "live_handles"));
-  auto j = console(p, b.port, {"inspect gate"}, true);
+  auto j = console(p, b.port, {"inspect gate"}, {true});
   CHECK(contains(j.out, "\"kind\": \"gate\""));
   // Clear errors for bad input.
   auto bad = console(p, a.port, {"frobnicate"});
@@ -245,7 +153,7 @@ TEST_CASE("the console lists links, actors and inspects one, in tables and "
 TEST_CASE("strangers are refused and the node stays healthy") {
   pki p{"exo-cluster"};
   p.node("h1");
-  auto h1 = start(p, "h1", 0, {});
+  auto h1 = start_node(p, {"h1"});
   auto port = std::to_string(h1.port);
   // A client from another CA.
   pki other{"exo-cluster"};
@@ -289,22 +197,22 @@ TEST_CASE("strangers are refused and the node stays healthy") {
   // A node that claims the name of the live node h1 (a real certificate
   // for "h1" from our CA, as a second process), joining through h2.
   p.node("h2");
-  auto h2 = start(p, "h2", 0, {h1.port});
+  auto h2 = start_node(p, node_options{"h2"}.seed(h1.port));
   REQUIRE(eventually(
     p, h2.port, "nodes",
     [](const std::string& out) { return status_of(out, "h1") == "alive"; },
     15s));
   p.node("h1"); // re-issue: same name, new key
-  auto impostor_cfg = node_config(p, "h1", "h1", 0, {h2.port, h1.port});
+  auto impostor_cfg = write_node_config(p, node_options{"h1"}.seed(h2.port).seed(h1.port));
   process impostor{{exo_node(), "--config", impostor_cfg}};
   CHECK(impostor.wait_for_output("is in use by a live member", 20s));
   impostor.signal(SIGKILL);
   impostor.wait(10s);
   // Still healthy: the console works and both know the real h1 alive.
-  r = console(p, h1.port, {"nodes"}, true);
+  r = console(p, h1.port, {"nodes"}, {true});
   REQUIRE(r.code == 0);
   CHECK(status_of(r.out, "h1") == "alive");
-  r = console(p, h2.port, {"nodes"}, true);
+  r = console(p, h2.port, {"nodes"}, {true});
   CHECK(contains(r.out, "\"port\": " + port));
   CHECK(status_of(r.out, "h1") == "alive");
   CHECK(h1.proc->running());

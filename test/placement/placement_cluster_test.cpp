@@ -7,7 +7,7 @@
 
 #include "core/placement/model_spec.hpp"
 #include "core/model/test_model.hpp"
-#include "test/support/pki.hpp"
+#include "test/support/cluster.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -22,20 +22,16 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
-
 /// A CA, a client certificate, node certificates, a model (about 4 MiB) and
 /// a profile of a simulated device that holds `share` (60%) of its layers
 /// and a stage's working memory. Each node
 /// has one such device and (as the CPU fallback) a CPU limited to 1 MiB: no
 /// node holds the model alone.
 struct cluster_files {
-  std::string dir = temp_dir("exo-placement-cluster");
+  pki p{"exo-placement-cluster"};
+  std::string dir = p.dir;
   std::string model = dir + "/small.gguf";
   explicit cluster_files(double share = 0.6, std::uint32_t dim = 128) {
-    make_ca(dir);
     exo::model::test_model_options o;
     o.layers = 6;
     o.dim = dim;
@@ -61,84 +57,22 @@ struct cluster_files {
       "throttle_c": 70}]})");
   }
   void node_cert(const std::string& name) {
-    issue_node(dir, name);
+    p.node(name);
   }
 };
 
-struct node_proc {
-  std::uint16_t port = 0;
-  std::unique_ptr<process> proc;
-};
-
+/// A node with one "tiny" simulated device and a CPU limited to 1 MiB.
 node_proc start(const cluster_files& f, const std::string& name,
                 const std::vector<std::uint16_t>& seeds) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < seeds.size(); ++i)
-    s += (i ? ", " : "") + std::string{"\"127.0.0.1:"}
-         + std::to_string(seeds[i]) + "\"";
-  s += "]";
-  auto dir = f.dir + "/" + name;
-  auto cfg = dir + "/node.json";
-  write_file(cfg, R"({"node": {"name": ")" + name + R"(", "state_dir": ")"
-                    + dir + R"(/state"},
-    "network": {"port": 0, "seeds": )" + s + R"(, "heartbeat_ms": 200,
-                "failure_timeout_ms": 1500, "connect_timeout_ms": 1000},
-    "tls": {"certificate": ")" + dir + "/" + name + R"(.crt", "key": ")"
-                    + dir + "/" + name + R"(.key", "ca": ")" + dir
-                    + R"(/ca.crt"},
-    "devices": {"include": ["sim"], "sim_profiles_file": ")"
-                    + f.dir + R"(/profiles.json",
+  node_options o{name};
+  o.seeds = seeds;
+  o.state_dir = f.dir + "/" + name + "/state";
+  o.devices = R"({"include": ["sim"], "sim_profiles_file": ")" + f.dir
+              + R"(/profiles.json",
                 "simulated": [{"profile": "tiny"}],
                 "cpu_memory_limit_mib": 1,
-                "rescan_interval_s": 0}})");
-  node_proc n;
-  n.proc = std::make_unique<process>(
-    std::vector<std::string>{exo_node(), "--config", cfg});
-  REQUIRE(n.proc->wait_for_output("ready in", 30s));
-  std::smatch m;
-  auto out = n.proc->out();
-  REQUIRE(std::regex_search(out, m, std::regex{"listening on [^:]+:(\\d+)"}));
-  n.port = static_cast<std::uint16_t>(std::stoi(m[1]));
-  return n;
-}
-
-run_result console(const cluster_files& f, std::uint16_t port,
-                   const std::string& cmd, bool json,
-                   std::chrono::seconds timeout = 10s) {
-  std::vector<std::string> argv{exo_console(),
-                                "--connect",
-                                "127.0.0.1:" + std::to_string(port),
-                                "--cert",
-                                f.dir + "/ops/ops.crt",
-                                "--key",
-                                f.dir + "/ops/ops.key",
-                                "--ca",
-                                f.dir + "/ca/ca.crt",
-                                "--timeout-ms",
-                                std::to_string(timeout.count() * 1000),
-                                "--exec",
-                                cmd};
-  if (json)
-    argv.push_back("--json");
-  return run(argv, timeout + 60s);
-}
-
-/// Polls the console until `pred(out)` holds or `timeout` passes.
-template <class Pred>
-bool eventually(const cluster_files& f, std::uint16_t port,
-                const std::string& cmd, Pred pred,
-                std::chrono::milliseconds timeout) {
-  auto deadline = clock_type::now() + timeout;
-  for (;;) {
-    auto r = console(f, port, cmd, true);
-    if (r.code == 0 && pred(r.out))
-      return true;
-    if (clock_type::now() >= deadline) {
-      UNSCOPED_INFO("last output: " << r.out << r.err);
-      return false;
-    }
-    std::this_thread::sleep_for(250ms);
-  }
+                "rescan_interval_s": 0})";
+  return start_node(f.p, o);
 }
 
 } // namespace
@@ -154,21 +88,21 @@ TEST_CASE("plan in the console places a model on both nodes' devices and "
   auto plan = "plan " + f.model + " ctx=64";
   // Once both nodes see each other's device, the plan needs both.
   CHECK(eventually(
-    f, b.port, plan,
+    f.p, b.port, plan,
     [](const std::string& out) {
       return contains(out, "\"status\":\"optimal\"")
              && contains(out, "\"node\":\"a\"")
              && contains(out, "\"node\":\"b\"");
     },
     60s));
-  auto text = console(f, a.port, plan, false);
+  auto text = console(f.p, a.port, {plan});
   INFO(text.out << text.err);
   REQUIRE(text.code == 0);
   CHECK(contains(text.out, "a/sim:tiny:0"));
   CHECK(contains(text.out, "b/sim:tiny:0"));
   CHECK(contains(text.out, "proven optimal: yes"));
   CHECK(contains(text.out, "planned by a"));
-  auto plans = console(f, a.port, "plans", false);
+  auto plans = console(f.p, a.port, {"plans"});
   CHECK(contains(plans.out, "job-1: " + f.model));
 
   // Kill b: a's job is re-planned, finds no room on a alone, keeps the old
@@ -176,13 +110,13 @@ TEST_CASE("plan in the console places a model on both nodes' devices and "
   b.proc->signal(SIGKILL);
   CHECK(b.proc->wait(10s) == 128 + SIGKILL);
   CHECK(eventually(
-    f, a.port, "plans",
+    f.p, a.port, "plans",
     [](const std::string& out) {
       return contains(out, "member b")
              && contains(out, "\"stale\":true");
     },
     60s));
-  auto after = console(f, a.port, "plans", false);
+  auto after = console(f.p, a.port, {"plans"});
   INFO("plans on a: " << after.out << after.err << "\nnode a's log:\n"
                       << a.proc->out());
   CHECK(contains(after.out, "last re-plan: member b"));
@@ -204,7 +138,7 @@ TEST_CASE("the coordinator plans for the cluster: plan on another node is "
   auto plan = "plan " + f.model + " ctx=64";
   // Asked on b, planned by a, on both nodes' devices.
   CHECK(eventually(
-    f, b.port, plan,
+    f.p, b.port, plan,
     [](const std::string& out) {
       return contains(out, "\"status\":\"optimal\"")
              && contains(out, "\"planned_by\":\"a\"")
@@ -212,14 +146,14 @@ TEST_CASE("the coordinator plans for the cluster: plan on another node is "
              && contains(out, "\"node\":\"b\"");
     },
     60s));
-  auto text = console(f, b.port, plan, false);
+  auto text = console(f.p, b.port, {plan});
   INFO(text.out << text.err);
   REQUIRE(text.code == 0);
   CHECK(contains(text.out, "planned by a"));
   CHECK(contains(text.out, "asked on b, planned by the coordinator a"));
   // The job is kept on the coordinator: both nodes list the same job.
-  auto on_a = console(f, a.port, "plans", false);
-  auto on_b = console(f, b.port, "plans", false);
+  auto on_a = console(f.p, a.port, {"plans"});
+  auto on_b = console(f.p, b.port, {"plans"});
   INFO(on_a.out << on_b.out << on_b.err);
   CHECK(contains(on_a.out, "job-1: " + f.model));
   CHECK(contains(on_a.out, "asked-on=b"));
@@ -230,7 +164,7 @@ TEST_CASE("the coordinator plans for the cluster: plan on another node is "
   // stages span both simulated devices, and the plan is printed.
   auto run_cmd = "run --model " + f.model
                  + " --prompt \"hello world\" -n 6 --seed 3";
-  auto ran = console(f, b.port, run_cmd, false, 240s);
+  auto ran = console(f.p, b.port, {run_cmd}, {false, 240s});
   INFO(ran.out << ran.err);
   REQUIRE(ran.code == 0);
   CHECK(contains(ran.out, "placement (solver):"));
@@ -243,7 +177,7 @@ TEST_CASE("the coordinator plans for the cluster: plan on another node is "
   // changes like any job) and is dropped now that the run has ended.
   CHECK(contains(ran.out, "kept as job-2 by a"));
   CHECK(eventually(
-    f, a.port, "plans",
+    f.p, a.port, "plans",
     [](const std::string& out) {
       return contains(out, "\"id\":\"job-1\"")
              && !contains(out, "\"id\":\"job-2\"");
@@ -255,14 +189,14 @@ TEST_CASE("the coordinator plans for the cluster: plan on another node is "
   a.proc->signal(SIGKILL);
   CHECK(a.proc->wait(10s) == 128 + SIGKILL);
   CHECK(eventually(
-    f, b.port, plan,
+    f.p, b.port, plan,
     [](const std::string& out) {
       return contains(out, "\"planned_by\":\"b\"")
              && contains(out, "\"status\":\"infeasible\"");
     },
     60s));
   // a's jobs died with it; b keeps its own from now on.
-  auto after = console(f, b.port, "plans", false);
+  auto after = console(f.p, b.port, {"plans"});
   INFO(after.out << after.err);
   CHECK(contains(after.out, "job-1: " + f.model));
   CHECK(contains(after.out, "planned by b"));
