@@ -1,0 +1,170 @@
+// Heartbeats, gossip and failure detection (a member table merged from
+// every peer's view; silence past failure_timeout or a failed reconnect is
+// death), and the periodic measurement of links to every peer.
+
+#include "actors/cluster/gate_state.hpp"
+
+#include "actors/topology/topology_actor.hpp"
+
+#include <algorithm>
+
+namespace exo::cluster::detail {
+
+using namespace std::chrono;
+
+namespace {
+
+/// One heartbeat: gossip to every peer, expire the silent, connect.
+void tick(self_ptr self) {
+  auto& st = self->state;
+  ++st.ticks;
+  auto now = steady::now();
+  for (auto& name : st.table->expire(now, st.cfg.failure_timeout)) {
+    drop_peer(self, name);
+    st.log("member " + name + " is dead: no heartbeat");
+  }
+  auto v = st.table->view();
+  for (auto& [name, peer] : st.peers)
+    self->send(peer, gossip_atom::value, v);
+  // Forget half-finished joins nobody completed.
+  for (auto it = st.pending.begin(); it != st.pending.end();)
+    it = it->second.deadline < now ? st.pending.erase(it) : std::next(it);
+  connect_missing(self);
+  // Refresh our devices every second or so.
+  auto every = std::max<std::int64_t>(
+      1, 1000 / std::max<std::int64_t>(1, st.cfg.heartbeat.count()));
+  if (st.cfg.node && st.ticks % static_cast<std::uint64_t>(every) == 1) {
+    self->request(st.cfg.node, seconds(5), devices_atom::value)
+        .then(
+            [self](std::vector<device_info>& devs) {
+              auto& st = self->state;
+              std::vector<link_info> ls;
+              for (auto& [to, l] : st.links)
+                ls.push_back(l);
+              st.table->update_self(std::move(devs), std::move(ls));
+            },
+            [](caf::error&) {});
+  }
+}
+
+} // namespace
+
+void mark_dead(self_ptr self, const std::string& name,
+               const std::string& reason) {
+  auto& st = self->state;
+  drop_peer(self, name);
+  if (st.table->mark(name, member_status::dead, reason))
+    st.log("member " + name + " is dead: " + reason);
+}
+
+/// Asks the topology actor to measure every peer; calls `then` with all
+/// links once all are done (a failed measurement is left out).
+void measure_all(self_ptr self,
+                 std::function<void(std::vector<link_info>)> then) {
+  auto& st = self->state;
+  auto results = std::make_shared<std::vector<link_info>>();
+  auto left = std::make_shared<std::size_t>(st.peers.size());
+  if (*left == 0 || !st.topology) {
+    then({});
+    return;
+  }
+  auto finish_one = [self, results, left, then] {
+    if (--*left == 0) {
+      std::vector<link_info> ls;
+      for (auto& [to, li] : self->state.links)
+        ls.push_back(li);
+      auto me = self_info(self);
+      self->state.table->update_self(me.devices, std::move(ls));
+      then(*results);
+    }
+  };
+  for (auto& [name, peer] : st.peers)
+    self->request(st.topology, seconds(30), measure_atom::value, st.cfg.name,
+                  name, peer)
+        .then(
+            [self, results, finish_one](link_info& l) {
+              self->state.links[l.to] = l;
+              results->push_back(l);
+              finish_one();
+            },
+            [finish_one](caf::error&) { finish_one(); });
+}
+
+void on_down(self_ptr self, caf::down_msg& dm) {
+  auto& st = self->state;
+  if (auto it = st.peer_names.find(dm.source); it != st.peer_names.end()) {
+    auto name = it->second;
+    drop_peer(self, name);
+    auto* m = st.table->find(name);
+    if (m == nullptr || m->status != member_status::alive)
+      return;
+    // A dropped connection is a suspicion, not a verdict: CAF 0.17 can
+    // drop healthy TLS connections when another one closes. The member
+    // with the smaller name reconnects at once; a refused or failed
+    // reconnect makes the member dead (a killed node is found within
+    // milliseconds), and heartbeat silence is the backstop on both ends.
+    if (st.cfg.name < name) {
+      auto key = m->host + ":" + std::to_string(m->port);
+      st.suspects[key] = name;
+      st.attempts[key] = attempt{};
+      try_connect(self, m->host, m->port);
+    }
+  }
+  st.clients.erase(dm.source);
+}
+
+caf::message_handler health_handlers(self_ptr self) {
+  return {
+      [self](tick_atom) {
+        tick(self);
+        self->delayed_send(self, self->state.cfg.heartbeat, tick_atom::value);
+      },
+      [self](measure_atom) {
+        measure_all(self, [](std::vector<link_info>) {});
+        self->delayed_send(self, self->state.cfg.measure_interval,
+                           measure_atom::value);
+      },
+      [self](gossip_atom, member_view& v) {
+        auto& st = self->state;
+        if (!is_peer(self))
+          return;
+        auto name = st.peer_names[caf::actor_cast<caf::actor_addr>(
+            self->current_sender())];
+        if (auto err = member_table::validate(v)) {
+          st.log("ignored gossip from " + name + ": " + *err);
+          return;
+        }
+        ++st.gossip_in;
+        auto now = steady::now();
+        st.table->heard_from(name, now);
+        // Someone declared us dead: refute with a larger incarnation.
+        if (st.table->accuses_self(v)) {
+          std::uint64_t seen = 0;
+          for (auto& m : v.members)
+            if (m.name == st.cfg.name)
+              seen = std::max(seen, m.incarnation);
+          st.table->bump_incarnation(seen);
+          st.log("refuted a claim that we are dead");
+        }
+        std::vector<std::string> was_alive;
+        for (auto& m : v.members)
+          if (m.status != member_status::alive && m.name != st.cfg.name &&
+              st.table->alive(m.name))
+            was_alive.push_back(m.name);
+        st.table->merge(v, now);
+        for (auto& m : v.members)
+          if (m.status != member_status::alive && st.peers.count(m.name) &&
+              m.name != name && !st.table->alive(m.name))
+            drop_peer(self, m.name);
+        // A verdict learned by gossip is logged like one of our own, so the
+        // log tells when each node learned of each death.
+        for (auto& gone : was_alive)
+          if (auto* m = st.table->find(gone); m && !st.table->alive(gone))
+            st.log("member " + gone +
+                   (m->status == member_status::left ? " left" : " is dead") +
+                   ": reported by " + name);
+      },
+  };
+}
+
+} // namespace exo::cluster::detail

@@ -1,0 +1,146 @@
+#pragma once
+
+/// The gate's state and the functions its files share. Internal to
+/// actors/cluster: the gate is one actor whose handlers live in files by
+/// concern:
+///   gate_actor.cpp    assembly, sender checks, service routing
+///   gate_join.cpp     joining and admission (the TLS-backed handshake)
+///   gate_health.cpp   heartbeats, gossip, failure detection, link
+///                     measurement
+///   gate_leave.cpp    leaving the cluster
+///   gate_console.cpp  console commands and inspection (checked against
+///                     the access policy)
+
+#include "actors/cluster/gate_actor.hpp"
+#include "actors/cluster/member_table.hpp"
+#include "core/tls/challenge.hpp"
+#include "messages/cluster.hpp"
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace exo::cluster::detail {
+
+using steady = std::chrono::steady_clock;
+
+/// A join we answered and whose proof we wait for.
+struct pending_join {
+  tls::nonce nonce;
+  std::string claimed;
+  bool client = false;
+  steady::time_point deadline;
+};
+
+/// Backoff of one address we try to connect to.
+struct attempt {
+  steady::time_point next_try{};
+  std::chrono::milliseconds delay{200};
+  bool in_flight = false;
+  bool is_self = false;
+  std::string peer; ///< the member this address led to, once joined
+};
+
+struct gate_state {
+  static inline const char* name = "exo.gate";
+
+  gate_config cfg;
+  std::unique_ptr<member_table> table;
+  std::map<std::string, caf::actor> peers;           // name -> remote gate
+  std::map<caf::actor_addr, std::string> peer_names; // sender -> name
+  std::map<caf::actor_addr, std::string> clients;    // sender -> client name
+  std::map<caf::actor_addr, pending_join> pending;
+  std::map<std::string, attempt> attempts;     // "host:port" -> backoff
+  std::map<std::string, link_info> links;      // to -> link
+  std::map<std::string, std::string> suspects; // "host:port" -> name
+  std::map<std::string, caf::actor> services;  // console command -> handler
+  caf::actor topology;
+  std::uint64_t ticks = 0;
+  std::uint64_t joins_accepted = 0;
+  std::uint64_t joins_refused = 0;
+  std::uint64_t gossip_in = 0;
+  std::string last_refusal;
+
+  void log(const std::string& line) const {
+    std::cout << "exo-node " << cfg.name << ": " << line << std::endl;
+  }
+};
+
+using self_ptr = caf::stateful_actor<gate_state>*;
+
+// -- gate_actor.cpp -----------------------------------------------------------
+
+/// This node's own entry of the member table.
+member_info self_info(self_ptr self);
+
+/// Whether the current sender is an actor of this node.
+bool is_local(self_ptr self);
+
+/// The sender is an authenticated peer gate, or another actor (e.g. a
+/// topology actor) of a node whose gate proved its name to us.
+bool is_peer(self_ptr self);
+
+/// The sender is a console client that completed the join handshake.
+bool is_client(self_ptr self);
+
+/// A client whose typed requests (devices, actors, inspect) are refused
+/// because this node wants a token with every client request, and those
+/// carry none.
+bool tokenless_client(self_ptr self);
+
+/// The error for a sender that has not completed the join handshake.
+caf::error denied();
+
+// -- gate_join.cpp ------------------------------------------------------------
+
+/// Forgets the connection to `name` (if any).
+void drop_peer(self_ptr self, const std::string& name);
+
+/// Connects to host:port and runs the join handshake, with backoff.
+void try_connect(self_ptr self, const std::string& host, std::uint16_t port);
+
+/// Connects to every seed and every alive member we have no link to.
+void connect_missing(self_ptr self);
+
+/// join and prove: admission of nodes and console clients.
+caf::message_handler join_handlers(self_ptr self);
+
+// -- gate_health.cpp ----------------------------------------------------------
+
+/// Declares `name` dead for `reason`.
+void mark_dead(self_ptr self, const std::string& name,
+               const std::string& reason);
+
+/// Asks the topology actor to measure every peer; calls `then` with all
+/// links once all are done (a failed measurement is left out).
+void measure_all(self_ptr self,
+                 std::function<void(std::vector<link_info>)> then);
+
+/// A monitored peer or client went away.
+void on_down(self_ptr self, caf::down_msg& dm);
+
+/// tick, measure and gossip: heartbeats and failure detection.
+caf::message_handler health_handlers(self_ptr self);
+
+// -- gate_leave.cpp -----------------------------------------------------------
+
+/// The console's `leave`: tells every peer we leave; `reply` once all
+/// answered or timed out.
+caf::result<console_reply> leave_cluster(self_ptr self, console_reply reply);
+
+/// A peer that leaves.
+caf::message_handler leave_handlers(self_ptr self);
+
+// -- gate_console.cpp ---------------------------------------------------------
+
+/// devices, actors, inspect and console: what clients and peers may ask.
+caf::message_handler console_handlers(self_ptr self);
+
+} // namespace exo::cluster::detail
