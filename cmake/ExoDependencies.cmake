@@ -23,6 +23,9 @@ set_target_properties(CAF::openssl PROPERTIES
   INTERFACE_LINK_LIBRARIES "CAF::io;OpenSSL::SSL;OpenSSL::Crypto")
 
 find_package(simdjson REQUIRED)
+# JSON output (one writer: core/text/json.hpp) and the programs' arguments.
+find_package(nlohmann_json 3 REQUIRED)
+find_package(CLI11 REQUIRED)
 
 # Gecode: no CMake package in Debian; libraries named gecodeXXX.
 find_path(GECODE_INCLUDE_DIR gecode/int.hh REQUIRED)

@@ -11,6 +11,7 @@ packages=(
   libcaf-dev libgecode-dev libsimdjson-dev libboost-dev libssl-dev catch2
   libvulkan-dev mesa-vulkan-drivers glslc vulkan-tools
   libopenblas-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev
   hipcc libamdhip64-dev librocm-smi-dev
 )
 

@@ -4,6 +4,7 @@
 #include "core/access/revocation_store.hpp"
 #include "core/access/revocation_sync.hpp"
 #include "core/audit/event.hpp"
+#include "core/text/json.hpp"
 #include "messages/access.hpp"
 #include "messages/audit.hpp"
 #include "messages/cluster.hpp"
@@ -271,13 +272,13 @@ caf::result<console_reply> broadcast(self_ptr self, console_reply r,
                     .count();
         r.text += "told " + std::to_string(peers) + " peers in "
                   + std::to_string(ms) + " ms\n";
-        r.json = "{\"" + what + "\":true,\"peers\":" + std::to_string(peers)
-                 + ",\"broadcast_ms\":" + std::to_string(ms) + "}";
+        r.json = text::compact(
+          {{what, true}, {"peers", peers}, {"broadcast_ms", ms}});
         rp.deliver(std::move(r));
       },
       [rp, r, what](caf::error&) mutable {
         r.text += "could not reach the peers\n";
-        r.json = "{\"" + what + "\":true,\"peers\":-1}";
+        r.json = text::compact({{what, true}, {"peers", -1}});
         rp.deliver(std::move(r));
       });
   return rp;
@@ -318,8 +319,8 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
     }
     r.text = std::string{to_string(d.code)}
              + (d.reason.empty() ? "" : ": " + d.reason) + "\n";
-    r.json = "{\"decision\":\"" + std::string{to_string(d.code)}
-             + "\",\"principal\":\"" + d.principal + "\"}";
+    r.json = text::compact(
+      {{"decision", to_string(d.code)}, {"principal", d.principal}});
     return r;
   }
   if (sub == "issue") {
@@ -371,7 +372,7 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
                   {"expires_at", std::to_string(c.expires_at)}};
     audit_event(st, ev, *admin);
     r.text = token + "\n";
-    r.json = "{\"token\":\"" + token + "\",\"id\":\"" + c.id + "\"}";
+    r.json = text::compact({{"token", token}, {"id", c.id}});
     return r;
   }
   if (sub == "revoke") {
@@ -407,7 +408,7 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
     if (persisted != "true" && !st.cfg.revocations_file.empty())
       r.text += "warning: not persisted: " + persisted + "\n";
     if (relayed || !st.cfg.gate) {
-      r.json = "{\"revoked\":true,\"peers\":0}";
+      r.json = text::compact({{"revoked", true}, {"peers", 0}});
       return r;
     }
     auto relay = "revoke "
@@ -460,7 +461,7 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
                          : std::string{"none"})
              + "\n";
     if (relayed || !st.cfg.gate) {
-      r.json = "{\"limited\":true,\"peers\":0}";
+      r.json = text::compact({{"limited", true}, {"peers", 0}});
       return r;
     }
     return broadcast(self, std::move(r),
@@ -495,20 +496,17 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
              + "\n";
     };
     r.text = "PRINCIPAL RATE on " + st.cfg.node + "\n" + line(def);
-    r.json = "{\"node\":\"" + st.cfg.node + "\",\"limits\":[";
-    bool first = true;
+    text::json limits = text::json::array();
     auto all = st.cfg.policy->rate_limits();
     all.insert(all.begin(), def);
     for (auto& l : all) {
       if (&l != &all.front())
         r.text += line(l);
-      r.json += std::string{first ? "" : ","} + "{\"principal\":\""
-                + l.principal + "\",\"rate_per_s\":"
-                + number_text(l.rate_per_s) + ",\"burst\":"
-                + number_text(l.burst) + "}";
-      first = false;
+      limits.push_back({{"principal", l.principal},
+                        {"rate_per_s", text::number(l.rate_per_s)},
+                        {"burst", text::number(l.burst)}});
     }
-    r.json += "]}";
+    r.json = text::compact({{"node", st.cfg.node}, {"limits", limits}});
     return r;
   }
   return usage("unknown subcommand \"" + sub + "\"");

@@ -20,13 +20,6 @@ const char* state_word(device_state s) {
   return usable(s) ? "ready" : to_string(s);
 }
 
-std::string json_list(const std::vector<std::string>& xs) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < xs.size(); ++i)
-    out += (i ? ",\"" : "\"") + json_escape(xs[i]) + "\"";
-  return out + "]";
-}
-
 std::string celsius(double c) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f C", c);
@@ -377,18 +370,22 @@ std::string render_text(const plan_info& x) {
   return out.str();
 }
 
+namespace {
+
+text::json to_json(const plan_info& x) {
+  return {{"status", x.status},
+          {"plan", x.stages.empty() ? text::json(nullptr)
+                                    : plan_to_json(from_plan_info(x))},
+          {"explanation", x.explanation},
+          {"notes", x.notes},
+          {"planned_by", x.planned_by},
+          {"planned_ns", x.planned_ns}};
+}
+
+} // namespace
+
 std::string render_json(const plan_info& x) {
-  std::ostringstream out;
-  out << "{\"status\":\"" << json_escape(x.status) << "\",\"plan\":";
-  if (x.stages.empty())
-    out << "null";
-  else
-    write_plan_json(out, from_plan_info(x));
-  out << ",\"explanation\":" << json_list(x.explanation)
-      << ",\"notes\":" << json_list(x.notes) << ",\"planned_by\":\""
-      << json_escape(x.planned_by) << "\",\"planned_ns\":" << x.planned_ns
-      << "}";
-  return out.str();
+  return text::compact(to_json(x));
 }
 
 std::string render_text(const plan_job_info& j) {
@@ -409,19 +406,17 @@ std::string render_text(const plan_job_info& j) {
 }
 
 std::string render_json(const plan_job_info& j) {
-  std::ostringstream out;
-  out << "{\"id\":\"" << json_escape(j.id) << "\",\"model\":\""
-      << json_escape(j.request.model_path)
-      << "\",\"context_length\":" << j.request.context_length
-      << ",\"sequences\":" << j.request.sequences
-      << ",\"run\":\"" << json_escape(j.request.run)
-      << "\",\"objective\":\"" << json_escape(j.request.objective)
-      << "\",\"replans\":" << j.replans << ",\"last_reason\":\""
-      << json_escape(j.last_reason)
-      << "\",\"last_replan_ns\":" << j.last_replan_ns
-      << ",\"stale\":" << (j.stale ? "true" : "false")
-      << ",\"result\":" << render_json(j.plan) << "}";
-  return out.str();
+  return text::compact({{"id", j.id},
+                        {"model", j.request.model_path},
+                        {"context_length", j.request.context_length},
+                        {"sequences", j.request.sequences},
+                        {"run", j.request.run},
+                        {"objective", j.request.objective},
+                        {"replans", j.replans},
+                        {"last_reason", j.last_reason},
+                        {"last_replan_ns", j.last_replan_ns},
+                        {"stale", j.stale},
+                        {"result", to_json(j.plan)}});
 }
 
 } // namespace exo::placement

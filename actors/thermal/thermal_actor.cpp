@@ -1,6 +1,7 @@
 #include "actors/thermal/thermal_actor.hpp"
 
 #include "core/audit/event.hpp"
+#include "core/text/json.hpp"
 #include "core/thermal/audit_event.hpp"
 #include "messages/audit.hpp"
 #include "messages/cluster.hpp"
@@ -210,19 +211,17 @@ std::vector<thermal_status> cluster_view(service_state& st) {
 }
 
 std::string status_json(const std::vector<thermal_status>& xs) {
-  std::ostringstream o;
-  o << "{\"devices\":[";
-  for (std::size_t i = 0; i < xs.size(); ++i) {
-    auto& s = xs[i];
-    o << (i ? "," : "") << "{\"node\":\"" << s.node << "\",\"device\":\""
-      << s.device << "\",\"has_temperature\":"
-      << (s.has_temperature ? "true" : "false") << ",\"temp_c\":" << s.temp_c
-      << ",\"predicted_c\":" << s.predicted_c << ",\"limit_c\":" << s.limit_c
-      << ",\"time_to_limit_s\":" << s.time_to_limit_s << ",\"state\":\""
-      << s.state << "\"}";
-  }
-  o << "]}";
-  return o.str();
+  text::json devices = text::json::array();
+  for (auto& s : xs)
+    devices.push_back({{"node", s.node},
+                       {"device", s.device},
+                       {"has_temperature", s.has_temperature},
+                       {"temp_c", text::number(s.temp_c, 6)},
+                       {"predicted_c", text::number(s.predicted_c, 6)},
+                       {"limit_c", text::number(s.limit_c, 6)},
+                       {"time_to_limit_s", text::number(s.time_to_limit_s, 6)},
+                       {"state", s.state}});
+  return text::compact({{"devices", devices}});
 }
 
 caf::behavior service_impl(service_ptr self, thermal_service_config cfg) {

@@ -1,5 +1,7 @@
 #include "core/discovery/discovery.hpp"
 
+#include "core/text/json.hpp"
+
 #include <simdjson.h>
 
 #include <algorithm>
@@ -68,25 +70,26 @@ void device_registry::update(const std::vector<device_record>& seen,
 }
 
 std::string device_registry::to_json() const {
-  std::ostringstream out;
-  out << "{\n  \"version\": 1,\n  \"devices\": [";
+  // One device per line: a file people read and diff.
+  std::string out = "{\n  \"version\": 1,\n  \"devices\": [";
   for (std::size_t i = 0; i < records_.size(); ++i) {
     auto& r = records_[i];
-    out << (i ? ",\n" : "\n") << "    {\"id\": \"" << json_escape(r.id)
-        << "\", \"backend\": \"" << json_escape(r.backend)
-        << "\", \"name\": \"" << json_escape(r.name) << "\", \"vendor\": \""
-        << json_escape(r.vendor) << "\", \"driver_version\": \""
-        << json_escape(r.driver_version)
-        << "\", \"total_memory\": " << r.total_memory
-        << ", \"simulated\": " << (r.simulated ? "true" : "false")
-        << ", \"verified\": " << (r.verified ? "true" : "false")
-        << ", \"reason\": \"" << json_escape(r.reason)
-        << "\", \"verify_ms\": " << std::fixed << std::setprecision(3)
-        << r.verify_ms << ", \"first_seen\": " << r.first_seen
-        << ", \"last_seen\": " << r.last_seen << "}";
+    out += i ? ",\n    " : "\n    ";
+    out += text::spaced({{"id", r.id},
+                         {"backend", r.backend},
+                         {"name", r.name},
+                         {"vendor", r.vendor},
+                         {"driver_version", r.driver_version},
+                         {"total_memory", r.total_memory},
+                         {"simulated", r.simulated},
+                         {"verified", r.verified},
+                         {"reason", r.reason},
+                         {"verify_ms", r.verify_ms},
+                         {"first_seen", r.first_seen},
+                         {"last_seen", r.last_seen}});
   }
-  out << "\n  ]\n}\n";
-  return out.str();
+  out += "\n  ]\n}\n";
+  return out;
 }
 
 device_registry device_registry::from_json(const std::string& json,
@@ -284,38 +287,32 @@ std::string format_table(const discovery_result& r) {
 }
 
 std::string format_json(const discovery_result& r) {
-  std::ostringstream out;
-  out << "{\"backends\": [";
-  for (std::size_t i = 0; i < r.backends.size(); ++i) {
-    auto& b = r.backends[i];
-    out << (i ? ", " : "") << "{\"name\": \"" << backend::to_string(b.kind)
-        << "\", \"built\": " << (b.built ? "true" : "false")
-        << ", \"active\": " << (b.active ? "true" : "false")
-        << ", \"devices\": " << b.devices << ", \"reason\": \""
-        << json_escape(b.reason) << "\"}";
-  }
-  out << "], \"devices\": [";
-  for (std::size_t i = 0; i < r.devices.size(); ++i) {
-    auto& d = r.devices[i];
-    out << (i ? ", " : "") << "{\"id\": \"" << json_escape(d.id)
-        << "\", \"backend\": \"" << d.backend << "\", \"name\": \""
-        << json_escape(d.name) << "\", \"vendor\": \"" << json_escape(d.vendor)
-        << "\", \"driver_version\": \"" << json_escape(d.driver_version)
-        << "\", \"total_memory\": " << d.total_memory
-        << ", \"simulated\": " << (d.simulated ? "true" : "false")
-        << ", \"verified\": " << (d.verified ? "true" : "false")
-        << ", \"reason\": \"" << json_escape(d.reason)
-        << "\", \"verify_ms\": " << d.verify_ms << "}";
-  }
-  out << "], \"appeared\": [";
-  for (std::size_t i = 0; i < r.appeared.size(); ++i)
-    out << (i ? ", " : "") << "\"" << json_escape(r.appeared[i]) << "\"";
-  out << "], \"disappeared\": [";
-  for (std::size_t i = 0; i < r.disappeared.size(); ++i)
-    out << (i ? ", " : "") << "\"" << json_escape(r.disappeared[i]) << "\"";
-  out << "], \"warm\": " << (r.warm ? "true" : "false")
-      << ", \"elapsed_ms\": " << r.elapsed_ms << "}\n";
-  return out.str();
+  text::json backends = text::json::array();
+  for (auto& b : r.backends)
+    backends.push_back({{"name", backend::to_string(b.kind)},
+                        {"built", b.built},
+                        {"active", b.active},
+                        {"devices", b.devices},
+                        {"reason", b.reason}});
+  text::json devices = text::json::array();
+  for (auto& d : r.devices)
+    devices.push_back({{"id", d.id},
+                       {"backend", d.backend},
+                       {"name", d.name},
+                       {"vendor", d.vendor},
+                       {"driver_version", d.driver_version},
+                       {"total_memory", d.total_memory},
+                       {"simulated", d.simulated},
+                       {"verified", d.verified},
+                       {"reason", d.reason},
+                       {"verify_ms", d.verify_ms}});
+  return text::spaced({{"backends", backends},
+                       {"devices", devices},
+                       {"appeared", r.appeared},
+                       {"disappeared", r.disappeared},
+                       {"warm", r.warm},
+                       {"elapsed_ms", r.elapsed_ms}})
+         + "\n";
 }
 
 } // namespace exo::discovery

@@ -150,39 +150,32 @@ void print_plan_table(std::ostream& out, const plan& x) {
 }
 
 
-namespace {
-
-std::string num(double v) {
-  char b[64];
-  std::snprintf(b, sizeof(b), "%.9g", v);
-  return b;
+text::json plan_to_json(const plan& x) {
+  auto num = [](double v) { return text::number(v); };
+  text::json stages = text::json::array();
+  for (const auto& st : x.stages)
+    stages.push_back({{"device", st.device_id},
+                      {"node", st.node},
+                      {"first_layer", st.first_layer},
+                      {"last_layer", st.end_layer - 1},
+                      {"compute_seconds", num(st.compute_seconds)},
+                      {"transfer_seconds", num(st.transfer_seconds)},
+                      {"memory_used_bytes", st.memory_used_bytes},
+                      {"memory_left_bytes", st.memory_left_bytes}});
+  return {{"objective", to_string(x.objective)},
+          {"objective_seconds", num(x.objective_seconds)},
+          {"latency_seconds", num(x.latency_seconds)},
+          {"bottleneck_seconds", num(x.bottleneck_seconds)},
+          {"nodes_used", x.nodes_used},
+          {"lower_bound_seconds", num(x.lower_bound_seconds)},
+          {"proven_optimal", x.proven_optimal},
+          {"solve_seconds", num(x.solve_seconds)},
+          {"solver", x.solver},
+          {"stages", stages}};
 }
 
-} // namespace
-
 void write_plan_json(std::ostream& out, const plan& x) {
-  out << "{\"objective\":\"" << to_string(x.objective) << "\""
-      << ",\"objective_seconds\":" << num(x.objective_seconds)
-      << ",\"latency_seconds\":" << num(x.latency_seconds)
-      << ",\"bottleneck_seconds\":" << num(x.bottleneck_seconds)
-      << ",\"nodes_used\":" << x.nodes_used
-      << ",\"lower_bound_seconds\":" << num(x.lower_bound_seconds)
-      << ",\"proven_optimal\":" << (x.proven_optimal ? "true" : "false")
-      << ",\"solve_seconds\":" << num(x.solve_seconds) << ",\"solver\":\""
-      << json_escape(x.solver) << "\",\"stages\":[";
-  for (std::size_t s = 0; s < x.stages.size(); ++s) {
-    const auto& st = x.stages[s];
-    if (s)
-      out << ",";
-    out << "{\"device\":\"" << json_escape(st.device_id) << "\",\"node\":\""
-        << json_escape(st.node) << "\",\"first_layer\":" << st.first_layer
-        << ",\"last_layer\":" << st.end_layer - 1
-        << ",\"compute_seconds\":" << num(st.compute_seconds)
-        << ",\"transfer_seconds\":" << num(st.transfer_seconds)
-        << ",\"memory_used_bytes\":" << st.memory_used_bytes
-        << ",\"memory_left_bytes\":" << st.memory_left_bytes << "}";
-  }
-  out << "]}";
+  out << text::compact(plan_to_json(x));
 }
 
 } // namespace exo::placement

@@ -8,6 +8,7 @@
 
 #include "core/placement/cost_model.hpp"
 #include "core/placement/problem.hpp"
+#include "core/text/json.hpp"
 #include "core/text/json_escape.hpp"
 
 namespace exo::placement {
@@ -65,6 +66,8 @@ std::vector<std::string> check_plan(const problem& p, const plan& x);
 void print_plan_table(std::ostream& out, const plan& x);
 
 /// Writes `x` as one JSON object.
+/// The plan as JSON (core/text/json.hpp), and written compact.
+text::json plan_to_json(const plan& x);
 void write_plan_json(std::ostream& out, const plan& x);
 
 using text::json_escape;

@@ -27,40 +27,26 @@ std::string num(double v) {
   return b;
 }
 
-void write_strings(std::ostream& out, const std::vector<std::string>& v) {
-  out << "[";
-  for (std::size_t i = 0; i < v.size(); ++i)
-    out << (i ? "," : "") << "\"" << json_escape(v[i]) << "\"";
-  out << "]";
-}
-
 void write_json(std::ostream& out, const solve_result& r) {
-  out << "{\"status\":\"" << to_string(r.status) << "\",\"plan\":";
-  if (r.best)
-    write_plan_json(out, *r.best);
-  else
-    out << "null";
-  out << ",\"explanation\":";
-  write_strings(out, r.explanation);
-  out << ",\"baseline\":";
-  if (r.baseline)
-    write_plan_json(out, *r.baseline);
-  else
-    out << "null";
-  out << ",\"baseline_violations\":";
-  write_strings(out, r.baseline_violations);
-  out << ",\"notes\":";
-  write_strings(out, r.notes);
-  out << ",\"device_scores\":[";
-  for (std::size_t i = 0; i < r.scores.size(); ++i) {
-    const auto& s = r.scores[i];
-    out << (i ? "," : "") << "{\"device\":\"" << json_escape(s.device_id)
-        << "\",\"total\":" << num(s.total) << ",\"compute\":"
-        << num(s.compute) << ",\"memory\":" << num(s.memory)
-        << ",\"network\":" << num(s.network) << ",\"thermal\":"
-        << num(s.thermal) << ",\"bandwidth\":" << num(s.bandwidth) << "}";
-  }
-  out << "]}\n";
+  auto num = [](double v) { return text::number(v); };
+  text::json scores = text::json::array();
+  for (const auto& s : r.scores)
+    scores.push_back({{"device", s.device_id},
+                      {"total", num(s.total)},
+                      {"compute", num(s.compute)},
+                      {"memory", num(s.memory)},
+                      {"network", num(s.network)},
+                      {"thermal", num(s.thermal)},
+                      {"bandwidth", num(s.bandwidth)}});
+  text::json j = {
+    {"status", to_string(r.status)},
+    {"plan", r.best ? plan_to_json(*r.best) : text::json(nullptr)},
+    {"explanation", r.explanation},
+    {"baseline", r.baseline ? plan_to_json(*r.baseline) : text::json(nullptr)},
+    {"baseline_violations", r.baseline_violations},
+    {"notes", r.notes},
+    {"device_scores", scores}};
+  out << text::compact(j) << "\n";
 }
 
 void write_text(std::ostream& out, const solve_result& r) {

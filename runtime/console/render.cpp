@@ -1,6 +1,6 @@
 #include "runtime/console/render.hpp"
 
-#include "core/text/json_escape.hpp"
+#include "core/text/json.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,8 +8,6 @@
 #include <sstream>
 
 namespace exo::console {
-
-using text::json_escape;
 
 namespace {
 
@@ -54,12 +52,6 @@ std::string fixed(double v, int digits) {
 
 std::string gib(std::uint64_t b) {
   return fixed(double(b) / double(1ull << 30), 1) + " GiB";
-}
-
-std::string num(double v) {
-  std::ostringstream out;
-  out << std::setprecision(12) << v;
-  return out.str();
 }
 
 } // namespace
@@ -114,91 +106,71 @@ std::string table(const actor_snapshot& a) {
 }
 
 std::string json(const member_view& v, const std::string& coordinator) {
-  std::ostringstream out;
-  out << "{\"coordinator\": \"" << json_escape(coordinator)
-      << "\", \"nodes\": [";
-  for (std::size_t i = 0; i < v.members.size(); ++i) {
-    auto& m = v.members[i];
-    out << (i ? ", " : "") << "{\"name\": \"" << json_escape(m.name)
-        << "\", \"host\": \"" << json_escape(m.host)
-        << "\", \"port\": " << m.port << ", \"bulk_port\": " << m.bulk_port
-        << ", \"status\": \""
-        << to_string(m.status) << "\", \"incarnation\": " << m.incarnation
-        << ", \"devices\": " << m.devices.size() << ", \"reason\": \""
-        << json_escape(m.status_reason) << "\"}";
-  }
-  out << "]}\n";
-  return out.str();
+  text::json nodes = text::json::array();
+  for (auto& m : v.members)
+    nodes.push_back({{"name", m.name},
+                     {"host", m.host},
+                     {"port", m.port},
+                     {"bulk_port", m.bulk_port},
+                     {"status", to_string(m.status)},
+                     {"incarnation", m.incarnation},
+                     {"devices", m.devices.size()},
+                     {"reason", m.status_reason}});
+  return text::spaced({{"coordinator", coordinator}, {"nodes", nodes}})
+         + "\n";
 }
 
 std::string json(const std::vector<device_info>& devices) {
-  std::ostringstream out;
-  out << "[";
-  for (std::size_t i = 0; i < devices.size(); ++i) {
-    auto& d = devices[i];
-    out << (i ? ", " : "") << "{\"node\": \"" << json_escape(d.node)
-        << "\", \"id\": \"" << json_escape(d.id) << "\", \"backend\": \""
-        << json_escape(d.backend) << "\", \"name\": \"" << json_escape(d.name)
-        << "\", \"simulated\": " << (d.simulated ? "true" : "false")
-        << ", \"total_memory\": " << d.total_memory
-        << ", \"free_memory\": " << d.free_memory << ", \"state\": \""
-        << to_string(d.state) << "\"}";
-  }
-  out << "]\n";
-  return out.str();
+  text::json out = text::json::array();
+  for (auto& d : devices)
+    out.push_back({{"node", d.node},
+                   {"id", d.id},
+                   {"backend", d.backend},
+                   {"name", d.name},
+                   {"simulated", d.simulated},
+                   {"total_memory", d.total_memory},
+                   {"free_memory", d.free_memory},
+                   {"state", to_string(d.state)}});
+  return text::spaced(out) + "\n";
 }
 
 std::string json(const std::vector<link_info>& links) {
-  std::ostringstream out;
-  out << "[";
-  for (std::size_t i = 0; i < links.size(); ++i) {
-    auto& l = links[i];
-    out << (i ? ", " : "") << "{\"from\": \"" << json_escape(l.from)
-        << "\", \"to\": \"" << json_escape(l.to)
-        << "\", \"rtt_p50_us\": " << num(l.rtt_p50_us)
-        << ", \"rtt_p99_us\": " << num(l.rtt_p99_us)
-        << ", \"jitter_us\": " << num(l.jitter_us)
-        << ", \"loss\": " << num(l.loss)
-        << ", \"bandwidth_bps\": " << num(l.bandwidth_bps) << "}";
-  }
-  out << "]\n";
-  return out.str();
+  text::json out = text::json::array();
+  for (auto& l : links)
+    out.push_back({{"from", l.from},
+                   {"to", l.to},
+                   {"rtt_p50_us", text::number(l.rtt_p50_us, 12)},
+                   {"rtt_p99_us", text::number(l.rtt_p99_us, 12)},
+                   {"jitter_us", text::number(l.jitter_us, 12)},
+                   {"loss", text::number(l.loss, 12)},
+                   {"bandwidth_bps", text::number(l.bandwidth_bps, 12)}});
+  return text::spaced(out) + "\n";
 }
 
 namespace {
 
-void snapshot_json(std::ostringstream& out, const actor_snapshot& a) {
-  out << "{\"node\": \"" << json_escape(a.node) << "\", \"name\": \""
-      << json_escape(a.name) << "\", \"kind\": \"" << json_escape(a.kind)
-      << "\", \"summary\": \"" << json_escape(a.summary)
-      << "\", \"fields\": {";
-  bool first = true;
-  for (auto& [k, v] : a.fields) {
-    out << (first ? "" : ", ") << "\"" << json_escape(k) << "\": \""
-        << json_escape(v) << "\"";
-    first = false;
-  }
-  out << "}}";
+text::json snapshot_json(const actor_snapshot& a) {
+  text::json fields = text::json::object();
+  for (auto& [k, v] : a.fields)
+    fields[k] = v;
+  return {{"node", a.node},
+          {"name", a.name},
+          {"kind", a.kind},
+          {"summary", a.summary},
+          {"fields", fields}};
 }
 
 } // namespace
 
 std::string json(const std::vector<actor_snapshot>& actors) {
-  std::ostringstream out;
-  out << "[";
-  for (std::size_t i = 0; i < actors.size(); ++i) {
-    out << (i ? ", " : "");
-    snapshot_json(out, actors[i]);
-  }
-  out << "]\n";
-  return out.str();
+  text::json out = text::json::array();
+  for (auto& a : actors)
+    out.push_back(snapshot_json(a));
+  return text::spaced(out) + "\n";
 }
 
 std::string json(const actor_snapshot& a) {
-  std::ostringstream out;
-  snapshot_json(out, a);
-  out << "\n";
-  return out.str();
+  return text::spaced(snapshot_json(a)) + "\n";
 }
 
 std::vector<std::string> split_words(const std::string& line) {

@@ -1,5 +1,7 @@
 #include "runtime/scenario/runner.hpp"
 
+#include "core/text/json.hpp"
+
 #include "runtime/scenario/process.hpp"
 #include "core/tls/cert_tool.hpp"
 #include "core/tls/tls_error.hpp"
@@ -84,16 +86,6 @@ std::string indent(const std::string& text, const std::string& pad = "      ") {
   for (std::string line; std::getline(in, line);)
     out += pad + line + "\n";
   return out;
-}
-
-std::string json_str(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += '\\';
-    out += c;
-  }
-  return out + "\"";
 }
 
 std::string self_dir() {
@@ -337,42 +329,40 @@ void runner::start_node(live_node& n, bool quiet_start) {
     for (auto* p : running_nodes())
       if (p != &n)
         seeds.push_back(p->port);
-  std::string seed_list;
+  text::json seed_list = text::json::array();
   for (auto p : seeds)
-    seed_list += std::string{seed_list.empty() ? "" : ", "} + "\"127.0.0.1:"
-                 + std::to_string(p) + "\"";
-  std::string include;
-  for (auto& b : spec.backends)
-    include += (include.empty() ? "" : ", ") + json_str(b);
+    seed_list.push_back("127.0.0.1:" + std::to_string(p));
+  text::json include = spec.backends;
   if (!spec.simulated.empty())
-    include += std::string{include.empty() ? "" : ", "} + "\"sim\"";
-  std::string sims;
+    include.push_back("sim");
+  text::json sims = text::json::array();
   for (auto& d : spec.simulated) {
-    sims += std::string{sims.empty() ? "" : ", "} + "{\"profile\": "
-            + json_str(d.profile) + ", \"count\": " + std::to_string(d.count);
+    text::json sim = {{"profile", d.profile}, {"count", d.count}};
     if (!d.fault.empty())
-      sims += ", \"fault\": " + json_str(d.fault);
-    sims += "}";
+      sim["fault"] = d.fault;
+    sims.push_back(std::move(sim));
   }
   auto pki = dir_ + "/pki/";
-  auto cfg = "{\"node\": {\"name\": " + json_str(spec.name)
-             + ", \"state_dir\": " + json_str(ndir + "/state") + "},\n"
-             + " \"network\": {\"listen\": \"127.0.0.1\", \"port\": 0, "
-               "\"seeds\": ["
-             + seed_list + "], \"heartbeat_ms\": "
-             + std::to_string(t.heartbeat_ms) + ", \"failure_timeout_ms\": "
-             + std::to_string(t.failure_timeout_ms)
-             + ", \"connect_timeout_ms\": "
-             + std::to_string(t.connect_timeout_ms) + "},\n"
-             + " \"tls\": {\"certificate\": " + json_str(pki + spec.name + ".crt")
-             + ", \"key\": " + json_str(pki + spec.name + ".key")
-             + ", \"ca\": " + json_str(pki + "ca.crt") + "},\n"
-             + " \"devices\": {\"include\": [" + include + "], \"simulated\": ["
-             + sims + "], \"cpu_memory_limit_mib\": "
-             + std::to_string(spec.cpu_memory_limit_mib)
-             + ", \"rescan_interval_s\": 0},\n"
-             + " \"safety\": {\"access_key_file\": "
-             + json_str(pki + "access.key") + "}}\n";
+  text::json cfg_json = {
+    {"node", {{"name", spec.name}, {"state_dir", ndir + "/state"}}},
+    {"network",
+     {{"listen", "127.0.0.1"},
+      {"port", 0},
+      {"seeds", seed_list},
+      {"heartbeat_ms", t.heartbeat_ms},
+      {"failure_timeout_ms", t.failure_timeout_ms},
+      {"connect_timeout_ms", t.connect_timeout_ms}}},
+    {"tls",
+     {{"certificate", pki + spec.name + ".crt"},
+      {"key", pki + spec.name + ".key"},
+      {"ca", pki + "ca.crt"}}},
+    {"devices",
+     {{"include", include},
+      {"simulated", sims},
+      {"cpu_memory_limit_mib", spec.cpu_memory_limit_mib},
+      {"rescan_interval_s", 0}}},
+    {"safety", {{"access_key_file", pki + "access.key"}}}};
+  auto cfg = cfg_json.dump(2) + "\n";
   auto cfg_path = ndir + "/node.json";
   write_text(cfg_path, cfg);
   ++n.starts;
