@@ -8,6 +8,11 @@
 ///   monitor -- (thermal_atom, thermal_status) --> subscribers (jobs)
 ///   anyone  -- (thermal_atom) --> monitor -> thermal_status
 ///   anyone  -- (thermal_atom, subscribe_atom, caf::actor) --> monitor
+///
+/// Between the thermal services of the nodes, every report_interval
+/// (through the gates: broadcast_atom with a typed message):
+///   service -- (thermal_atom, report_atom, std::vector<thermal_status>)
+///           --> every peer's service -> ok (checked: thermal::check_report)
 
 #include "messages/atoms.hpp"
 
@@ -20,6 +25,7 @@ namespace exo {
 
 using thermal_atom = caf::atom_constant<caf::atom("thermal")>;
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
+using report_atom = caf::atom_constant<caf::atom("report")>;
 
 /// What a thermal monitor knows about its device.
 struct thermal_status {

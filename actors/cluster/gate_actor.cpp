@@ -55,6 +55,33 @@ std::int64_t wall_ns() {
       .count();
 }
 
+/// Sends `m` to every peer gate; the reply is how many answered with a
+/// `Reply`.
+template<class Reply>
+caf::result<std::uint64_t> broadcast(self_ptr self, const caf::message& m) {
+  auto& st = self->state;
+  if (st.peers.empty())
+    return std::uint64_t{0};
+  struct tally {
+    std::uint64_t answered = 0;
+    std::size_t pending = 0;
+    caf::response_promise rp;
+    void one(bool ok) {
+      answered += ok ? 1 : 0;
+      if (--pending == 0)
+        rp.deliver(answered);
+    }
+  };
+  auto t = std::make_shared<tally>();
+  t->pending = st.peers.size();
+  t->rp = self->make_response_promise();
+  for (auto& [name, peer] : st.peers)
+    self->request(peer, seconds(2), m)
+        .then([t](Reply&) { t->one(true); },
+              [t](caf::error&) { t->one(false); });
+  return t->rp;
+}
+
 caf::message_handler core_handlers(self_ptr self) {
   return {
       [self](caf::publish_atom, std::uint16_t port) {
@@ -78,27 +105,17 @@ caf::message_handler core_handlers(self_ptr self) {
              std::string& arg) -> caf::result<std::uint64_t> {
         if (!is_local(self))
           return denied();
-        auto& st = self->state;
-        if (st.peers.empty())
-          return std::uint64_t{0};
-        struct tally {
-          std::uint64_t answered = 0;
-          std::size_t pending = 0;
-          caf::response_promise rp;
-          void one(bool ok) {
-            answered += ok ? 1 : 0;
-            if (--pending == 0)
-              rp.deliver(answered);
-          }
-        };
-        auto t = std::make_shared<tally>();
-        t->pending = st.peers.size();
-        t->rp = self->make_response_promise();
-        for (auto& [name, peer] : st.peers)
-          self->request(peer, seconds(2), console_atom::value, cmd, arg)
-              .then([t](console_reply&) { t->one(true); },
-                    [t](caf::error&) { t->one(false); });
-        return t->rp;
+        return broadcast<console_reply>(
+            self, caf::make_message(console_atom::value, std::move(cmd),
+                                    std::move(arg)));
+      },
+      [self](broadcast_atom, std::string& service,
+             caf::message& m) -> caf::result<std::uint64_t> {
+        if (!is_local(self))
+          return denied();
+        return broadcast<caf::atom_value>(
+            self, caf::make_message(service_atom::value, std::move(service),
+                                    std::move(m)));
       },
       [self](service_atom, std::string& node, std::string& service,
              caf::message& m) -> caf::result<caf::message> {
@@ -161,10 +178,10 @@ caf::behavior gate_impl(self_ptr self, gate_config cfg) {
   self->send(self, tick_atom::value);
   self->delayed_send(self, milliseconds{500}, measure_atom::value);
   return core_handlers(self)
-    .or_else(join_handlers(self))
-    .or_else(health_handlers(self))
-    .or_else(leave_handlers(self))
-    .or_else(console_handlers(self));
+      .or_else(join_handlers(self))
+      .or_else(health_handlers(self))
+      .or_else(leave_handlers(self))
+      .or_else(console_handlers(self));
 }
 
 } // namespace

@@ -93,6 +93,10 @@ caf::actor spawn_gate(caf::actor_system& sys, gate_config cfg);
 /// delegates it to its own service; the reply is the number of peers that
 /// answered (std::uint64_t). Peer gates accept console commands from
 /// authenticated peers, so a service sees cluster-internal requests too.
+/// Typed: (broadcast_atom, std::string service, caf::message m) sends
+/// (service_atom, service, m) to every live peer gate, which delegates `m`
+/// to its service of that name, which answers ok; the reply counts the
+/// peers that did (the thermal reports travel so).
 ///
 /// Typed requests between services of different nodes go through
 ///   (service_atom, std::string node, std::string service, caf::message m)

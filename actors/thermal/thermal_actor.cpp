@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -61,18 +62,15 @@ void on_transition(monitor_ptr self, const thermal_transition& tr,
     caf::anon_send(sub, thermal_atom::value, st.status);
   auto finish = [done](caf::atom_value) { done(); };
   auto failed = [self, done](caf::error& err) {
-    self->state.status.reason += " (device: " + self->system().render(err)
-                                 + ")";
+    self->state.status.reason +=
+        " (device: " + self->system().render(err) + ")";
     done();
   };
   if (tr.to == thermal_state::paused)
-    self
-      ->request(st.cfg.target, 5s, pause_atom::value,
-                "thermal: " + tr.reason)
-      .then(finish, failed);
+    self->request(st.cfg.target, 5s, pause_atom::value, "thermal: " + tr.reason)
+        .then(finish, failed);
   else if (tr.from == thermal_state::paused)
-    self->request(st.cfg.target, 5s, resume_atom::value)
-      .then(finish, failed);
+    self->request(st.cfg.target, 5s, resume_atom::value).then(finish, failed);
   else
     done();
 }
@@ -89,33 +87,33 @@ void sample(monitor_ptr self, done_fn done) {
     done();
   };
   self->request(st.cfg.target, 5s, telemetry_atom::value)
-    .then(
-      [self, finish](telemetry_sample& s) {
-        auto& st = self->state;
-        if (!s.temperature_c) {
-          st.status.has_temperature = false;
-          st.status.state = "no temperature";
-          finish();
-          return;
-        }
-        st.status.has_temperature = true;
-        st.status.temp_c = *s.temperature_c;
-        st.status.power_w = s.power_w ? *s.power_w : 0.0;
-        thermal_sample ts{st.cfg.clock(), st.status.temp_c,
-                          st.status.power_w};
-        // Planned power: the device keeps drawing what it draws now.
-        auto tr = st.policy->observe(ts, st.status.power_w);
-        refresh_status(st);
-        if (tr)
-          on_transition(self, *tr, finish);
-        else
-          finish();
-      },
-      [self, finish](caf::error& err) {
-        self->state.status.reason = "telemetry: "
-                                    + self->system().render(err);
-        finish();
-      });
+      .then(
+          [self, finish](telemetry_sample& s) {
+            auto& st = self->state;
+            if (!s.temperature_c) {
+              st.status.has_temperature = false;
+              st.status.state = "no temperature";
+              finish();
+              return;
+            }
+            st.status.has_temperature = true;
+            st.status.temp_c = *s.temperature_c;
+            st.status.power_w = s.power_w ? *s.power_w : 0.0;
+            thermal_sample ts{st.cfg.clock(), st.status.temp_c,
+                              st.status.power_w};
+            // Planned power: the device keeps drawing what it draws now.
+            auto tr = st.policy->observe(ts, st.status.power_w);
+            refresh_status(st);
+            if (tr)
+              on_transition(self, *tr, finish);
+            else
+              finish();
+          },
+          [self, finish](caf::error& err) {
+            self->state.status.reason =
+                "telemetry: " + self->system().render(err);
+            finish();
+          });
 }
 
 caf::behavior monitor_impl(monitor_ptr self, thermal_actor_config cfg) {
@@ -124,8 +122,8 @@ caf::behavior monitor_impl(monitor_ptr self, thermal_actor_config cfg) {
   if (!st.cfg.clock)
     st.cfg.clock = [] {
       return std::chrono::duration<double>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
+                 std::chrono::steady_clock::now().time_since_epoch())
+          .count();
     };
   st.policy = std::make_unique<thermal_policy>(st.cfg.policy);
   st.status.node = st.cfg.node;
@@ -136,21 +134,21 @@ caf::behavior monitor_impl(monitor_ptr self, thermal_actor_config cfg) {
   if (st.cfg.interval.count() > 0)
     self->send(self, tick_atom::value);
   return {
-    [self](tick_atom) {
-      sample(self, [self] {
-        self->delayed_send(self, self->state.cfg.interval, tick_atom::value);
-      });
-    },
-    [self](thermal_atom, tick_atom) -> caf::result<thermal_status> {
-      auto rp = self->make_response_promise<thermal_status>();
-      sample(self, [self, rp]() mutable { rp.deliver(self->state.status); });
-      return rp;
-    },
-    [self](thermal_atom) { return self->state.status; },
-    [self](thermal_atom, subscribe_atom, caf::actor& who) {
-      if (who)
-        self->state.subscribers.push_back(std::move(who));
-    },
+      [self](tick_atom) {
+        sample(self, [self] {
+          self->delayed_send(self, self->state.cfg.interval, tick_atom::value);
+        });
+      },
+      [self](thermal_atom, tick_atom) -> caf::result<thermal_status> {
+        auto rp = self->make_response_promise<thermal_status>();
+        sample(self, [self, rp]() mutable { rp.deliver(self->state.status); });
+        return rp;
+      },
+      [self](thermal_atom) { return self->state.status; },
+      [self](thermal_atom, subscribe_atom, caf::actor& who) {
+        if (who)
+          self->state.subscribers.push_back(std::move(who));
+      },
   };
 }
 
@@ -189,16 +187,16 @@ void gather(service_ptr self,
   a->done = std::move(done);
   for (auto& m : st.monitors)
     self->request(m, 5s, thermal_atom::value)
-      .then(
-        [a](thermal_status& s) {
-          a->xs.push_back(std::move(s));
-          if (--a->pending == 0)
-            a->done(std::move(a->xs));
-        },
-        [a](caf::error&) {
-          if (--a->pending == 0)
-            a->done(std::move(a->xs));
-        });
+        .then(
+            [a](thermal_status& s) {
+              a->xs.push_back(std::move(s));
+              if (--a->pending == 0)
+                a->done(std::move(a->xs));
+            },
+            [a](caf::error&) {
+              if (--a->pending == 0)
+                a->done(std::move(a->xs));
+            });
 }
 
 std::vector<thermal_status> cluster_view(service_state& st) {
@@ -227,80 +225,82 @@ std::string status_json(const std::vector<thermal_status>& xs) {
 caf::behavior service_impl(service_ptr self, thermal_service_config cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  self->request(st.cfg.node_actor, 10s, devices_atom::value,
-                actors_atom::value)
-    .then(
-      [self](std::vector<exo::device_actor>& devs) {
-        for (auto& dev : devs)
-          self->request(dev, 10s, info_atom::value)
-            .then([self, dev](device_info& info) {
-              auto& st = self->state;
-              if (info.state == device_state::failed
-                  || info.state == device_state::gone)
-                return;
-              thermal_actor_config mc;
-              mc.node = st.cfg.node;
-              mc.device = info.id;
-              mc.target = dev;
-              mc.policy = st.cfg.policy;
-              mc.audit = st.cfg.audit;
-              mc.interval = st.cfg.interval;
-              auto m = spawn_thermal_actor(self->system(), std::move(mc));
-              self->link_to(m);
-              st.monitors.push_back(m);
-            });
-      },
-      [](caf::error&) {});
+  self->request(st.cfg.node_actor, 10s, devices_atom::value, actors_atom::value)
+      .then(
+          [self](std::vector<exo::device_actor>& devs) {
+            for (auto& dev : devs)
+              self->request(dev, 10s, info_atom::value)
+                  .then([self, dev](device_info& info) {
+                    auto& st = self->state;
+                    if (info.state == device_state::failed ||
+                        info.state == device_state::gone)
+                      return;
+                    thermal_actor_config mc;
+                    mc.node = st.cfg.node;
+                    mc.device = info.id;
+                    mc.target = dev;
+                    mc.policy = st.cfg.policy;
+                    mc.audit = st.cfg.audit;
+                    mc.interval = st.cfg.interval;
+                    auto m = spawn_thermal_actor(self->system(), std::move(mc));
+                    self->link_to(m);
+                    st.monitors.push_back(m);
+                  });
+          },
+          [](caf::error&) {});
   self->delayed_send(self, st.cfg.report_interval, tick_atom::value);
   return {
-    [self](tick_atom) {
-      gather(self, [self](std::vector<thermal_status> xs) {
+      [self](tick_atom) {
+        gather(self, [self](std::vector<thermal_status> xs) {
+          auto& st = self->state;
+          st.local = std::move(xs);
+          if (st.cfg.gate && !st.local.empty())
+            self->request(st.cfg.gate, 3s, broadcast_atom::value,
+                          std::string{"thermal"},
+                          caf::make_message(thermal_atom::value,
+                                            report_atom::value, st.local))
+                .then([](std::uint64_t) {}, [](caf::error&) {});
+          self->delayed_send(self, st.cfg.report_interval, tick_atom::value);
+        });
+      },
+      // A peer's thermal service reports its devices (through the gates).
+      [self](thermal_atom, report_atom,
+             std::vector<thermal_status>& xs) -> caf::result<caf::atom_value> {
         auto& st = self->state;
-        st.local = std::move(xs);
-        if (st.cfg.gate && !st.local.empty())
-          self
-            ->request(st.cfg.gate, 3s, broadcast_atom::value,
-                      std::string{"thermal"},
-                      "report " + encode_report(st.local))
-            .then([](std::uint64_t) {}, [](caf::error&) {});
-        self->delayed_send(self, st.cfg.report_interval, tick_atom::value);
-      });
-    },
-    [self](console_atom, const std::string&,
-           const std::string& arg) -> caf::result<console_reply> {
-      auto& st = self->state;
-      console_reply r;
-      r.command = "thermal";
-      if (arg.rfind("report ", 0) == 0) {
-        auto xs = decode_report(arg.substr(7));
-        if (!xs.empty()) {
-          // Name first: in `a[k] = {std::move(xs), ...}` the right side is
-          // evaluated first (C++17), which would leave xs empty for k.
-          auto node = xs.front().node;
+        if (auto bad = check_report(xs))
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "thermal report: " + *bad);
+        // Name first: in `a[k] = {std::move(xs), ...}` the right side is
+        // evaluated first (C++17), which would leave xs empty for k.
+        auto node = xs.front().node;
+        if (node != st.cfg.node)
           st.peers[node] = {std::move(xs), std::chrono::steady_clock::now()};
-        }
-        return r;
-      }
-      auto rp = self->make_response_promise<console_reply>();
-      gather(self, [self, rp, r](std::vector<thermal_status> xs) mutable {
+        return caf::ok_atom::value;
+      },
+      [self](console_atom, const std::string&,
+             const std::string&) -> caf::result<console_reply> {
+        console_reply r;
+        r.command = "thermal";
+        auto rp = self->make_response_promise<console_reply>();
+        gather(self, [self, rp, r](std::vector<thermal_status> xs) mutable {
+          auto& st = self->state;
+          st.local = std::move(xs);
+          auto all = cluster_view(st);
+          r.text = render_overview(all);
+          r.json = status_json(all);
+          rp.deliver(std::move(r));
+        });
+        return rp;
+      },
+      [self](inspect_atom) {
         auto& st = self->state;
-        st.local = std::move(xs);
-        auto all = cluster_view(st);
-        r.text = render_overview(all);
-        r.json = status_json(all);
-        rp.deliver(std::move(r));
-      });
-      return rp;
-    },
-    [self](inspect_atom) {
-      auto& st = self->state;
-      actor_snapshot snap;
-      snap.name = "thermal";
-      snap.kind = "thermal";
-      snap.node = st.cfg.node;
-      snap.summary = std::to_string(st.monitors.size()) + " monitors";
-      return snap;
-    },
+        actor_snapshot snap;
+        snap.name = "thermal";
+        snap.kind = "thermal";
+        snap.node = st.cfg.node;
+        snap.summary = std::to_string(st.monitors.size()) + " monitors";
+        return snap;
+      },
   };
 }
 
@@ -322,44 +322,24 @@ caf::actor spawn_thermal_service(caf::actor_system& sys,
   return sys.spawn(service_impl, std::move(cfg));
 }
 
-std::string encode_report(const std::vector<thermal_status>& xs) {
-  std::ostringstream o;
-  for (auto& s : xs)
-    o << s.node << '|' << s.device << '|' << (s.has_temperature ? 1 : 0)
-      << '|' << s.temp_c << '|' << s.power_w << '|' << s.predicted_c << '|'
-      << s.limit_c << '|' << s.time_to_limit_s << '|' << s.state << ';';
-  return o.str();
-}
-
-std::vector<thermal_status> decode_report(const std::string& text) {
-  std::vector<thermal_status> out;
-  std::istringstream in{text};
-  std::string entry;
-  while (std::getline(in, entry, ';') && out.size() < 256) {
-    std::vector<std::string> f;
-    std::istringstream es{entry};
-    std::string field;
-    while (std::getline(es, field, '|'))
-      f.push_back(field);
-    if (f.size() != 9 || f[0].size() > 64 || f[1].size() > 128)
-      continue;
-    thermal_status s;
-    try {
-      s.node = f[0];
-      s.device = f[1];
-      s.has_temperature = f[2] == "1";
-      s.temp_c = std::stod(f[3]);
-      s.power_w = std::stod(f[4]);
-      s.predicted_c = std::stod(f[5]);
-      s.limit_c = std::stod(f[6]);
-      s.time_to_limit_s = std::stod(f[7]);
-      s.state = f[8].substr(0, 32);
-    } catch (...) {
-      continue;
-    }
-    out.push_back(std::move(s));
+std::optional<std::string> check_report(const std::vector<thermal_status>& xs) {
+  if (xs.empty() || xs.size() > max_report_statuses)
+    return "a report carries 1 to " + std::to_string(max_report_statuses) +
+           " statuses, not " + std::to_string(xs.size());
+  for (auto& s : xs) {
+    if (s.node != xs.front().node)
+      return "a report mixes nodes (" + xs.front().node.substr(0, 64) +
+             " and " + s.node.substr(0, 64) + ")";
+    if (s.node.empty() || s.node.size() > 64 || s.device.empty() ||
+        s.device.size() > 128 || s.state.size() > 32 || s.reason.size() > 512)
+      return "a status with a name or state of bad length";
+    for (double v :
+         {s.temp_c, s.power_w, s.predicted_c, s.limit_c, s.time_to_limit_s})
+      if (!std::isfinite(v))
+        return "status of " + s.device.substr(0, 128) +
+               " holds a number that is not finite";
   }
-  return out;
+  return std::nullopt;
 }
 
 std::string render_overview(const std::vector<thermal_status>& xs) {
@@ -395,8 +375,8 @@ std::string render_overview(const std::vector<thermal_status>& xs) {
       o << "-  -  -  -  no temperature reading\n";
       continue;
     }
-    o << fmt(s.temp_c) << "  " << fmt(s.predicted_c) << "  "
-      << fmt(s.limit_c) << "  "
+    o << fmt(s.temp_c) << "  " << fmt(s.predicted_c) << "  " << fmt(s.limit_c)
+      << "  "
       << (s.time_to_limit_s < 0 ? std::string{"never"}
                                 : fmt(s.time_to_limit_s) + " s")
       << "  " << s.state << "\n";

@@ -19,8 +19,9 @@
 /// Service ("thermal" in the directory and the console): asks the node for
 /// its device actors, spawns one monitor per device, and answers console
 /// `thermal` with a cluster overview. Peers' statuses arrive by broadcast:
-/// every `report_interval` each node's service broadcasts
-/// ("thermal", "report ...") through the gate and caches what peers report.
+/// every `report_interval` each node's service broadcasts a typed report
+/// (thermal_atom, report_atom, statuses) through the gate to the "thermal"
+/// service of every peer, which checks it (check_report) and caches it.
 
 #include "core/thermal/thermal_policy.hpp"
 #include "messages/device.hpp"
@@ -67,10 +68,14 @@ struct thermal_service_config {
 caf::actor spawn_thermal_service(caf::actor_system& sys,
                                  thermal_service_config cfg);
 
-/// Encodes statuses for a broadcast report, and back. Decoding skips
-/// malformed entries and keeps at most 256.
-std::string encode_report(const std::vector<thermal_status>& xs);
-std::vector<thermal_status> decode_report(const std::string& text);
+/// The most statuses one node's report may carry.
+constexpr std::size_t max_report_statuses = 256;
+
+/// Checks a report a peer's thermal service sent (typed, but untrusted):
+/// 1 to max_report_statuses statuses of one node, names of bounded length,
+/// finite numbers. Returns what is wrong, or nothing.
+std::optional<std::string>
+check_report(const std::vector<thermal_status>& xs);
 
 /// The console overview: hottest device, paused devices, time to limit.
 std::string render_overview(const std::vector<thermal_status>& xs);

@@ -20,6 +20,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <cstring>
 #include <thread>
 
@@ -291,11 +293,20 @@ TEST_CASE_METHOD(fixture, "devices without temperature are listed as such",
   CHECK(text.find("paused: n1/gpu0") != std::string::npos);
   CHECK(text.find("n2/cpu0  -  -  -  -  no temperature reading")
         != std::string::npos);
-  auto back = thermal::decode_report(thermal::encode_report(xs));
-  REQUIRE(back.size() == 2);
-  CHECK(back[0].device == "gpu0");
-  CHECK_FALSE(back[1].has_temperature);
-  CHECK(thermal::decode_report("garbage|x;||;").empty());
+  // A peer's report is typed but untrusted: one node, bounded, finite.
+  CHECK(thermal::check_report(xs) == std::optional<std::string>{
+          "a report mixes nodes (n1 and n2)"});
+  xs[1].node = "n1";
+  CHECK_FALSE(thermal::check_report(xs));
+  CHECK(thermal::check_report({})->find("1 to 256") != std::string::npos);
+  auto bad = xs;
+  bad[0].temp_c = std::numeric_limits<double>::quiet_NaN();
+  CHECK(thermal::check_report(bad)->find("not finite") != std::string::npos);
+  bad = xs;
+  bad[1].device = std::string(200, 'd');
+  CHECK(thermal::check_report(bad)->find("bad length") != std::string::npos);
+  CHECK(thermal::check_report(std::vector<thermal_status>(257, xs[0]))
+          ->find("not 257") != std::string::npos);
 }
 
 TEST_CASE_METHOD(fixture, "the role-by-permission matrix holds through the "
