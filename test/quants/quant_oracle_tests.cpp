@@ -319,23 +319,3 @@ TEST_CASE("F16 and BF16 dot products stay within a few ulps of ggml's") {
     CHECK(worst < 1e-5);
   }
 }
-
-TEST_CASE("the portable and SIMD paths agree when the ISA is limited") {
-  oracle();
-  std::mt19937 rng{23};
-  for (ggml_type t : block_dot_formats) {
-    const std::size_t n = 1024;
-    auto ws = rows_of(n, 7);
-    auto as = rows_of(n, 8);
-    std::vector<std::uint8_t> w(*row_bytes(t, n)),
-      a(*row_bytes(info(t).dot_type, n));
-    quantize_row(t, ws[1].x.data(), w.data(), n);
-    quantize_activations(info(t).dot_type, as[0].x.data(), a.data(), n);
-    const float wide = vec_dot(t, n, w.data(), a.data());
-    host::limit_isa(host::isa::scalar);
-    const float narrow = vec_dot(t, n, w.data(), a.data());
-    host::limit_isa(host::isa::avx512);
-    INFO(name(t));
-    CHECK(same_float(wide, narrow));
-  }
-}
