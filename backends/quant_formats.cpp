@@ -1416,42 +1416,90 @@ EXO_AVX2 float dot_q5_1_avx2(std::size_t nb, const block_q5_1* x,
   return hsum8_avx2(acc) + summs;
 }
 
-/// int16 scale vector: a in the low 8 int16, b in the high 8.
-EXO_AVX2 inline __m256i scale_pair(int a, int b) {
-  return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(b)),
-                          _mm_set1_epi16(static_cast<short>(a)));
-}
-
 EXO_AVX2 inline __m256i load32(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+/// Byte shuffles that spread int16 scales over the 16 int16 of a vector:
+/// pair_masks[k] puts scale 2k (of the 8 in a 128-bit lane) in the low 8
+/// int16 and scale 2k + 1 in the high 8; one_masks[i] puts scale i in all.
+struct shuffle_masks {
+  alignas(32) std::uint8_t pair[4][32];
+  alignas(32) std::uint8_t one[8][32];
+  shuffle_masks() {
+    for (int k = 0; k < 4; ++k)
+      for (int b = 0; b < 32; ++b)
+        pair[k][b] = static_cast<std::uint8_t>(4 * k + (b >= 16 ? 2 : 0)
+                                               + (b & 1));
+    for (int i = 0; i < 8; ++i)
+      for (int b = 0; b < 32; ++b)
+        one[i][b] = static_cast<std::uint8_t>(2 * i + (b & 1));
+  }
+};
+const shuffle_masks masks;
+
+/// The 8 int16 scales of 128-bit half h of sc16, in both halves.
+EXO_AVX2 inline __m256i half_of(__m256i sc16, int h) {
+  return h ? _mm256_permute2x128_si256(sc16, sc16, 0x11)
+           : _mm256_permute2x128_si256(sc16, sc16, 0x00);
+}
+
+EXO_AVX2 inline __m256i pair_of(__m256i half, int k) {
+  return _mm256_shuffle_epi8(half, load32(masks.pair[k]));
+}
+
+/// Q4_K/Q5_K's 12 scale bytes as 8 scales (bytes 0..7) and 8 minimums
+/// (bytes 8..15), the 6-bit fields unpacked.
+inline __m128i k4_unpack(const std::uint8_t* s12) {
+  std::uint32_t u[3];
+  std::memcpy(u, s12, 12);
+  const std::uint32_t low6 = 0x3f3f3f3f, nib = 0x0f0f0f0f, top2 = 0x03030303;
+  const std::uint32_t sc_lo = u[0] & low6;
+  const std::uint32_t sc_hi = (u[2] & nib) | (((u[0] >> 6) & top2) << 4);
+  const std::uint32_t mn_lo = u[1] & low6;
+  const std::uint32_t mn_hi = ((u[2] >> 4) & nib) | (((u[1] >> 6) & top2) << 4);
+  return _mm_set_epi32(static_cast<int>(mn_hi), static_cast<int>(mn_lo),
+                       static_cast<int>(sc_hi), static_cast<int>(sc_lo));
+}
+
+/// Q3_K's 12 scale bytes as 16 signed scales (minus 32) in int8.
+inline __m128i q3k_unpack(const std::uint8_t* s12) {
+  std::uint32_t u[3];
+  std::memcpy(u, s12, 12);
+  const std::uint32_t nib = 0x0f0f0f0f, top2 = 0x03030303;
+  const __m128i v = _mm_set_epi32(
+    static_cast<int>(((u[1] >> 4) & nib) | (((u[2] >> 6) & top2) << 4)),
+    static_cast<int>(((u[0] >> 4) & nib) | (((u[2] >> 4) & top2) << 4)),
+    static_cast<int>((u[1] & nib) | (((u[2] >> 2) & top2) << 4)),
+    static_cast<int>((u[0] & nib) | ((u[2] & top2) << 4)));
+  return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
 EXO_AVX2 float dot_q2_k_avx2(std::size_t nb, const block_q2_k* x,
                              const block_q8_k* y) {
   __m256 acc = _mm256_setzero_ps();
   const __m256i m3 = _mm256_set1_epi8(3);
+  const __m128i m4 = _mm_set1_epi8(0xF);
   for (std::size_t i = 0; i < nb; ++i) {
     const float d = y[i].d * h2f_avx2(x[i].d);
     const float dmin = -y[i].d * h2f_avx2(x[i].dmin);
     const __m128i packed
       = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
-    const __m256i mins = _mm256_cvtepu8_epi16(
-      _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF)));
+    const __m256i mins
+      = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
     const __m256i prod = _mm256_madd_epi16(mins, load32(y[i].bsums));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
+    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
     __m256i sumi = _mm256_setzero_si256();
     const std::int8_t* q8 = y[i].qs;
-    for (int half = 0; half < 2; ++half) {
-      const __m256i bits = load32(x[i].qs + 32 * half);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i half = half_of(sc16, h);
+      const __m256i bits = load32(x[i].qs + 32 * h);
       for (int k = 0; k < 4; ++k, q8 += 32) {
-        const __m256i q = _mm256_and_si256(
-          _mm256_srli_epi16(bits, 2 * k), m3);
-        const int g = 8 * half + 2 * k;
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
         const __m256i p = _mm256_maddubs_epi16(q, load32(q8));
-        sumi = _mm256_add_epi32(
-          sumi, _mm256_madd_epi16(scale_pair(x[i].scales[g] & 0xF,
-                                             x[i].scales[g + 1] & 0xF),
-                                  p));
+        sumi = _mm256_add_epi32(sumi,
+                                _mm256_madd_epi16(pair_of(half, k), p));
       }
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -1466,30 +1514,39 @@ EXO_AVX2 float dot_q3_k_avx2(std::size_t nb, const block_q3_k* x,
   const __m256i four = _mm256_set1_epi8(4);
   for (std::size_t i = 0; i < nb; ++i) {
     const float d = y[i].d * h2f_avx2(x[i].d);
-    int sc[16];
-    q3k_scales(x[i].scales, sc);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(q3k_unpack(x[i].scales));
     const __m256i hbits = load32(x[i].hmask);
     __m256i sumi = _mm256_setzero_si256();
     const std::int8_t* q8 = y[i].qs;
-    for (int half = 0; half < 2; ++half) {
-      const __m256i bits = load32(x[i].qs + 32 * half);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i half = half_of(sc16, h);
+      const __m256i bits = load32(x[i].qs + 32 * h);
       for (int k = 0; k < 4; ++k, q8 += 32) {
-        const int bit = 4 * half + k;
         const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
-        const __m256i mask = _mm256_set1_epi8(static_cast<char>(1 << bit));
-        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mask),
-                                              mask);
-        const __m256i q = _mm256_sub_epi8(lo, _mm256_andnot_si256(set, four));
-        const int g = 8 * half + 2 * k;
-        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q),
-                                               _mm256_sign_epi8(load32(q8), q));
-        sumi = _mm256_add_epi32(
-          sumi, _mm256_madd_epi16(scale_pair(sc[g], sc[g + 1]), p));
+        // 4 where the high bit is clear, subtracted (values -4..3).
+        const __m256i mask = _mm256_set1_epi8(static_cast<char>(1 << (4 * h + k)));
+        const __m256i off = _mm256_andnot_si256(
+          _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mask), mask), four);
+        const __m256i qy = load32(q8);
+        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(lo, qy),
+                                           _mm256_maddubs_epi16(off, qy));
+        sumi = _mm256_add_epi32(sumi,
+                                _mm256_madd_epi16(pair_of(half, k), p));
       }
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }
   return hsum8_avx2(acc);
+}
+
+/// The minimum term of Q4_K/Q5_K: 4 int32 lanes, lane l = m[2l] * (b[4l] +
+/// b[4l+1]) + m[2l+1] * (b[4l+2] + b[4l+3]).
+EXO_AVX2 inline __m128i k4_min_lanes(__m256i mins_and_scales,
+                                     const std::int16_t* bsums) {
+  const __m256i bs = load32(bsums);
+  const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs),
+                                       _mm256_extracti128_si256(bs, 1));
+  return _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), pairs);
 }
 
 EXO_AVX2 float dot_q4_k_avx2(std::size_t nb, const block_q4_k* x,
@@ -1500,18 +1557,10 @@ EXO_AVX2 float dot_q4_k_avx2(std::size_t nb, const block_q4_k* x,
   for (std::size_t i = 0; i < nb; ++i) {
     const float d = y[i].d * h2f_avx2(x[i].d);
     const float dmin = -y[i].d * h2f_avx2(x[i].dmin);
-    int sc[8], mn[8];
-    k4_scales(x[i].scales, sc, mn);
-    const __m256i bs = load32(y[i].bsums);
-    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs),
-                                         _mm256_extracti128_si256(bs, 1));
-    const __m128i mins = _mm_setr_epi16(
-      static_cast<short>(mn[0]), static_cast<short>(mn[1]),
-      static_cast<short>(mn[2]), static_cast<short>(mn[3]),
-      static_cast<short>(mn[4]), static_cast<short>(mn[5]),
-      static_cast<short>(mn[6]), static_cast<short>(mn[7]));
-    const __m128i prod = _mm_madd_epi16(mins, pairs);
-    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+    const __m256i ms = _mm256_cvtepu8_epi16(k4_unpack(x[i].scales));
+    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin),
+                         _mm_cvtepi32_ps(k4_min_lanes(ms, y[i].bsums)), acc_m);
+    const __m256i scales = half_of(ms, 0);
     __m256i sumi = _mm256_setzero_si256();
     const std::int8_t* q8 = y[i].qs;
     for (int j = 0; j < 4; ++j, q8 += 64) {
@@ -1519,10 +1568,10 @@ EXO_AVX2 float dot_q4_k_avx2(std::size_t nb, const block_q4_k* x,
       const __m256i lo = _mm256_and_si256(bits, m4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
       const __m256i pl = _mm256_madd_epi16(
-        _mm256_set1_epi16(static_cast<short>(sc[2 * j])),
+        _mm256_shuffle_epi8(scales, load32(masks.one[2 * j])),
         _mm256_maddubs_epi16(lo, load32(q8)));
       const __m256i ph = _mm256_madd_epi16(
-        _mm256_set1_epi16(static_cast<short>(sc[2 * j + 1])),
+        _mm256_shuffle_epi8(scales, load32(masks.one[2 * j + 1])),
         _mm256_maddubs_epi16(hi, load32(q8 + 32)));
       sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
     }
@@ -1542,12 +1591,12 @@ EXO_AVX2 float dot_q5_k_avx2(std::size_t nb, const block_q5_k* x,
   for (std::size_t i = 0; i < nb; ++i) {
     const float d = y[i].d * h2f_avx2(x[i].d);
     const float dmin = -y[i].d * h2f_avx2(x[i].dmin);
-    int sc[8], mn[8];
-    k4_scales(x[i].scales, sc, mn);
-    int total = 0;
-    for (int j = 0; j < 8; ++j)
-      total += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-    summs = add_q5k_min(summs, dmin, total);
+    const __m256i ms = _mm256_cvtepu8_epi16(k4_unpack(x[i].scales));
+    __m128i t = k4_min_lanes(ms, y[i].bsums);
+    t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 1));
+    summs = add_q5k_min(summs, dmin, _mm_cvtsi128_si32(t));
+    const __m256i scales = half_of(ms, 0);
     const __m256i hbits = load32(x[i].qh);
     __m256i sumi = _mm256_setzero_si256();
     const std::int8_t* q8 = y[i].qs;
@@ -1564,10 +1613,10 @@ EXO_AVX2 float dot_q5_k_avx2(std::size_t nb, const block_q5_k* x,
       const __m256i hi = _mm256_or_si256(
         _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hhi);
       const __m256i pl = _mm256_madd_epi16(
-        _mm256_set1_epi16(static_cast<short>(sc[2 * j])),
+        _mm256_shuffle_epi8(scales, load32(masks.one[2 * j])),
         _mm256_maddubs_epi16(lo, load32(q8)));
       const __m256i ph = _mm256_madd_epi16(
-        _mm256_set1_epi16(static_cast<short>(sc[2 * j + 1])),
+        _mm256_shuffle_epi8(scales, load32(masks.one[2 * j + 1])),
         _mm256_maddubs_epi16(hi, load32(q8 + 32)));
       sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
     }
@@ -1583,31 +1632,30 @@ EXO_AVX2 float dot_q6_k_avx2(std::size_t nb, const block_q6_k* x,
   const __m256i m3 = _mm256_set1_epi8(3);
   for (std::size_t i = 0; i < nb; ++i) {
     const float d = y[i].d * h2f_avx2(x[i].d);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
     __m256i sumi = _mm256_setzero_si256();
     const std::int8_t* q8 = y[i].qs;
-    for (int half = 0; half < 2; ++half) {
-      const __m256i l0 = load32(x[i].ql + 64 * half);
-      const __m256i l1 = load32(x[i].ql + 64 * half + 32);
-      const __m256i h = load32(x[i].qh + 32 * half);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i half = half_of(sc16, h);
+      const __m256i l0 = load32(x[i].ql + 64 * h);
+      const __m256i l1 = load32(x[i].ql + 64 * h + 32);
+      const __m256i hb = load32(x[i].qh + 32 * h);
       for (int k = 0; k < 4; ++k, q8 += 32) {
         const __m256i lbits = (k & 1) ? l1 : l0;
         const __m256i lo = k < 2 ? _mm256_and_si256(lbits, m4)
                                  : _mm256_and_si256(
                                      _mm256_srli_epi16(lbits, 4), m4);
         const __m256i hi = _mm256_slli_epi16(
-          _mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m3), 4);
-        const __m256i q = _mm256_or_si256(lo, hi);
-        const int g = 8 * half + 2 * k;
-        const __m256i p = _mm256_maddubs_epi16(q, load32(q8));
-        sumi = _mm256_add_epi32(
-          sumi, _mm256_madd_epi16(
-                  scale_pair(x[i].scales[g], x[i].scales[g + 1]), p));
+          _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3), 4);
+        const __m256i p = _mm256_maddubs_epi16(_mm256_or_si256(lo, hi),
+                                               load32(q8));
+        sumi = _mm256_add_epi32(sumi,
+                                _mm256_madd_epi16(pair_of(half, k), p));
       }
     }
     // ggml takes the offset of 32 off per pair of groups, through the
     // group sums of the activations.
-    const __m256i sc16 = _mm256_cvtepi8_epi16(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
     sumi = _mm256_sub_epi32(
       sumi, _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(y[i].bsums)), 5));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
