@@ -25,27 +25,27 @@ namespace {
 /// qk_k as an int, for the loops over a super-block.
 constexpr int kqk = static_cast<int>(qk_k);
 
-// -- the descriptor table -------------------------------------------------------
+// -- the descriptor table -----------------------------------------------------
 
 constexpr type_info table[] = {
-  {ggml_type::f32, "f32", 1, 4, ggml_type::f32, true},
-  {ggml_type::f16, "f16", 1, 2, ggml_type::f16, true},
-  {ggml_type::q4_0, "q4_0", 32, 18, ggml_type::q8_0, true},
-  {ggml_type::q4_1, "q4_1", 32, 20, ggml_type::q8_1, true},
-  {ggml_type::q5_0, "q5_0", 32, 22, ggml_type::q8_0, true},
-  {ggml_type::q5_1, "q5_1", 32, 24, ggml_type::q8_1, true},
-  {ggml_type::q8_0, "q8_0", 32, 34, ggml_type::q8_0, true},
-  {ggml_type::q8_1, "q8_1", 32, 36, ggml_type::q8_1, false},
-  {ggml_type::q2_k, "q2_K", kqk, 84, ggml_type::q8_k, true},
-  {ggml_type::q3_k, "q3_K", kqk, 110, ggml_type::q8_k, true},
-  {ggml_type::q4_k, "q4_K", kqk, 144, ggml_type::q8_k, true},
-  {ggml_type::q5_k, "q5_K", kqk, 176, ggml_type::q8_k, true},
-  {ggml_type::q6_k, "q6_K", kqk, 210, ggml_type::q8_k, true},
-  {ggml_type::q8_k, "q8_K", kqk, 292, ggml_type::q8_k, false},
-  {ggml_type::bf16, "bf16", 1, 2, ggml_type::bf16, true},
+    {ggml_type::f32, "f32", 1, 4, ggml_type::f32, true},
+    {ggml_type::f16, "f16", 1, 2, ggml_type::f16, true},
+    {ggml_type::q4_0, "q4_0", 32, 18, ggml_type::q8_0, true},
+    {ggml_type::q4_1, "q4_1", 32, 20, ggml_type::q8_1, true},
+    {ggml_type::q5_0, "q5_0", 32, 22, ggml_type::q8_0, true},
+    {ggml_type::q5_1, "q5_1", 32, 24, ggml_type::q8_1, true},
+    {ggml_type::q8_0, "q8_0", 32, 34, ggml_type::q8_0, true},
+    {ggml_type::q8_1, "q8_1", 32, 36, ggml_type::q8_1, false},
+    {ggml_type::q2_k, "q2_K", kqk, 84, ggml_type::q8_k, true},
+    {ggml_type::q3_k, "q3_K", kqk, 110, ggml_type::q8_k, true},
+    {ggml_type::q4_k, "q4_K", kqk, 144, ggml_type::q8_k, true},
+    {ggml_type::q5_k, "q5_K", kqk, 176, ggml_type::q8_k, true},
+    {ggml_type::q6_k, "q6_K", kqk, 210, ggml_type::q8_k, true},
+    {ggml_type::q8_k, "q8_K", kqk, 292, ggml_type::q8_k, false},
+    {ggml_type::bf16, "bf16", 1, 2, ggml_type::bf16, true},
 };
 
-// -- scalar helpers -------------------------------------------------------------
+// -- scalar helpers -----------------------------------------------------------
 
 float h2f(std::uint16_t h) noexcept {
   return host::f16_to_f32(h);
@@ -77,11 +77,11 @@ std::int32_t round_i32(float x) noexcept {
   return trunc_i32(std::round(x));
 }
 
-template <class T>
+template<class T>
 T imin(T a, T b) {
   return a < b ? a : b;
 }
-template <class T>
+template<class T>
 T imax(T a, T b) {
   return a > b ? a : b;
 }
@@ -107,7 +107,7 @@ void q3k_scales(const std::uint8_t* s, int out[16]) noexcept {
   }
 }
 
-// -- the scale searches of the K-quants (ggml-quants.c) -------------------------
+// -- the scale searches of the K-quants (ggml-quants.c) -----------------------
 
 float make_qx_quants(int n, int nmax, const float* x, std::int8_t* L,
                      int rmse_type) {
@@ -161,8 +161,7 @@ float make_qx_quants(int n, int nmax, const float* x, std::int8_t* L,
     if (suml2 > 0 && sumlx * sumlx > best * suml2) {
       for (int i = 0; i < n; ++i) {
         int l = nearest_int(iscale * x[i]);
-        L[i] = static_cast<std::int8_t>(nmax
-                                        + imax(-nmax, imin(nmax - 1, l)));
+        L[i] = static_cast<std::int8_t>(nmax + imax(-nmax, imin(nmax - 1, l)));
       }
       scale = sumlx / suml2;
       best = scale * sumlx;
@@ -315,9 +314,9 @@ void quantize_q4_0(const float* x, block_q4_0& y) {
   y.d = f2h(d);
   for (int j = 0; j < 16; ++j) {
     auto q0 = static_cast<std::uint8_t>(
-      imin<int>(15, static_cast<std::int8_t>(trunc_i32(x[j] * id + 8.5f))));
+        imin<int>(15, static_cast<std::int8_t>(trunc_i32(x[j] * id + 8.5f))));
     auto q1 = static_cast<std::uint8_t>(imin<int>(
-      15, static_cast<std::int8_t>(trunc_i32(x[16 + j] * id + 8.5f))));
+        15, static_cast<std::int8_t>(trunc_i32(x[16 + j] * id + 8.5f))));
     y.qs[j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
   }
 }
@@ -337,9 +336,10 @@ void quantize_q4_1(const float* x, block_q4_1& y) {
   y.m = f2h(min);
   for (int j = 0; j < 16; ++j) {
     auto q0 = static_cast<std::uint8_t>(imin<int>(
-      15, static_cast<std::int8_t>(trunc_i32((x[j] - min) * id + 0.5f))));
+        15, static_cast<std::int8_t>(trunc_i32((x[j] - min) * id + 0.5f))));
     auto q1 = static_cast<std::uint8_t>(imin<int>(
-      15, static_cast<std::int8_t>(trunc_i32((x[16 + j] - min) * id + 0.5f))));
+        15,
+        static_cast<std::int8_t>(trunc_i32((x[16 + j] - min) * id + 0.5f))));
     y.qs[j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
   }
 }
@@ -358,10 +358,10 @@ void quantize_q5_0(const float* x, block_q5_0& y) {
   y.d = f2h(d);
   std::uint32_t qh = 0;
   for (int j = 0; j < 16; ++j) {
-    auto q0 = static_cast<std::uint8_t>(imin<int>(
-      31, static_cast<std::int8_t>(trunc_i32(x[j] * id + 16.5f))));
+    auto q0 = static_cast<std::uint8_t>(
+        imin<int>(31, static_cast<std::int8_t>(trunc_i32(x[j] * id + 16.5f))));
     auto q1 = static_cast<std::uint8_t>(imin<int>(
-      31, static_cast<std::int8_t>(trunc_i32(x[16 + j] * id + 16.5f))));
+        31, static_cast<std::int8_t>(trunc_i32(x[16 + j] * id + 16.5f))));
     y.qs[j] = static_cast<std::uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
     qh |= ((q0 & 0x10u) >> 4) << j;
     qh |= ((q1 & 0x10u) >> 4) << (j + 16);
@@ -385,8 +385,8 @@ void quantize_q5_1(const float* x, block_q5_1& y) {
   std::uint32_t qh = 0;
   for (int j = 0; j < 16; ++j) {
     auto q0 = static_cast<std::uint8_t>(trunc_i32((x[j] - min) * id + 0.5f));
-    auto q1
-      = static_cast<std::uint8_t>(trunc_i32((x[16 + j] - min) * id + 0.5f));
+    auto q1 =
+        static_cast<std::uint8_t>(trunc_i32((x[16 + j] - min) * id + 0.5f));
     y.qs[j] = static_cast<std::uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
     qh |= ((q0 & 0x10u) >> 4) << j;
     qh |= ((q1 & 0x10u) >> 4) << (j + 16);
@@ -474,8 +474,8 @@ void quantize_q2_k(const float* x, block_q2_k& y) {
   for (int j = 0; j < kqk; j += 128)
     for (int l = 0; l < 32; ++l)
       y.qs[j / 4 + l] = static_cast<std::uint8_t>(
-        L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4)
-        | (L[j + l + 96] << 6));
+          L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
+          (L[j + l + 96] << 6));
 }
 
 void quantize_q3_k(const float* x, block_q3_k& y) {
@@ -500,11 +500,11 @@ void quantize_q3_k(const float* x, block_q3_k& y) {
       if (j < 8)
         y.scales[j] = static_cast<std::uint8_t>(l & 0xF);
       else
-        y.scales[j - 8] = static_cast<std::uint8_t>(y.scales[j - 8]
-                                                    | ((l & 0xF) << 4));
+        y.scales[j - 8] =
+            static_cast<std::uint8_t>(y.scales[j - 8] | ((l & 0xF) << 4));
       l = static_cast<std::int8_t>(l >> 4);
-      y.scales[j % 4 + 8]
-        = static_cast<std::uint8_t>(y.scales[j % 4 + 8] | (l << (2 * (j / 4))));
+      y.scales[j % 4 + 8] =
+          static_cast<std::uint8_t>(y.scales[j % 4 + 8] | (l << (2 * (j / 4))));
     }
     y.d = f2h(1 / iscale);
   } else {
@@ -537,8 +537,8 @@ void quantize_q3_k(const float* x, block_q3_k& y) {
   for (int j = 0; j < kqk; j += 128)
     for (int l = 0; l < 32; ++l)
       y.qs[j / 4 + l] = static_cast<std::uint8_t>(
-        L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4)
-        | (L[j + l + 96] << 6));
+          L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
+          (L[j + l + 96] << 6));
 }
 
 /// The part Q4_K and Q5_K share: scales, minimums and the levels L
@@ -577,10 +577,10 @@ void quantize_k_scales(const float* x, int nmax, float rmin, int nstep,
       scales12[j] = ls;
       scales12[j + 4] = lm;
     } else {
-      scales12[j + 4] = static_cast<std::uint8_t>((ls & 0xF)
-                                                  | ((lm & 0xF) << 4));
-      scales12[j - 4]
-        = static_cast<std::uint8_t>(scales12[j - 4] | ((ls >> 4) << 6));
+      scales12[j + 4] =
+          static_cast<std::uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
+      scales12[j - 4] =
+          static_cast<std::uint8_t>(scales12[j - 4] | ((ls >> 4) << 6));
       scales12[j] = static_cast<std::uint8_t>(scales12[j] | ((lm >> 4) << 6));
     }
   }
@@ -660,8 +660,8 @@ void quantize_q6_k(const float* x, block_q6_k& y) {
   float iscale = -128.f / max_scale;
   y.d = f2h(1 / iscale);
   for (int ib = 0; ib < 16; ++ib)
-    y.scales[ib]
-      = static_cast<std::int8_t>(imin(127, nearest_int(iscale * scales[ib])));
+    y.scales[ib] =
+        static_cast<std::int8_t>(imin(127, nearest_int(iscale * scales[ib])));
   for (int j = 0; j < 16; ++j) {
     float d = h2f(y.d) * y.scales[j];
     if (!d)
@@ -682,8 +682,8 @@ void quantize_q6_k(const float* x, block_q6_k& y) {
       ql[l] = static_cast<std::uint8_t>(q1 | (q3 << 4));
       ql[l + 32] = static_cast<std::uint8_t>(q2 | (q4 << 4));
       qh[l] = static_cast<std::uint8_t>(
-        (L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2)
-        | ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6));
+          (L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) |
+          ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6));
     }
     ql += 64;
     qh += 32;
@@ -722,8 +722,8 @@ void quantize_q8_k(const float* x, block_q8_k& y) {
 std::int8_t act_round(float v) noexcept {
   float r = std::nearbyint(v);
   std::int32_t i = (r >= -2147483648.f && r < 2147483648.f)
-                     ? static_cast<std::int32_t>(r)
-                     : INT_MIN;
+                       ? static_cast<std::int32_t>(r)
+                       : INT_MIN;
   return static_cast<std::int8_t>(imax(-128, imin(127, i)));
 }
 
@@ -741,220 +741,216 @@ float act_block(const float* x, std::int8_t* q, std::uint16_t& d_bits) {
   return d;
 }
 
-// -- dequantizers -----------------------------------------------------------------
+// -- dequantizers -------------------------------------------------------------
 
-template <class Block>
+template<class Block>
 const Block* blocks(const void* p) {
   return static_cast<const Block*>(p);
 }
 
-void dequantize_blocks(ggml_type t, const void* src, float* y,
-                       std::size_t nb) {
+void dequantize_blocks(ggml_type t, const void* src, float* y, std::size_t nb) {
   switch (t) {
-    case ggml_type::q4_0:
-      for (std::size_t i = 0; i < nb; ++i, y += 32) {
-        const auto& b = blocks<block_q4_0>(src)[i];
-        const float d = h2f(b.d);
-        for (int j = 0; j < 16; ++j) {
-          y[j] = ((b.qs[j] & 0x0F) - 8) * d;
-          y[j + 16] = ((b.qs[j] >> 4) - 8) * d;
-        }
+  case ggml_type::q4_0:
+    for (std::size_t i = 0; i < nb; ++i, y += 32) {
+      const auto& b = blocks<block_q4_0>(src)[i];
+      const float d = h2f(b.d);
+      for (int j = 0; j < 16; ++j) {
+        y[j] = ((b.qs[j] & 0x0F) - 8) * d;
+        y[j + 16] = ((b.qs[j] >> 4) - 8) * d;
       }
-      return;
-    case ggml_type::q4_1:
-      for (std::size_t i = 0; i < nb; ++i, y += 32) {
-        const auto& b = blocks<block_q4_1>(src)[i];
-        const float d = h2f(b.d);
-        const float m = h2f(b.m);
-        for (int j = 0; j < 16; ++j) {
-          y[j] = (b.qs[j] & 0x0F) * d + m;
-          y[j + 16] = (b.qs[j] >> 4) * d + m;
-        }
+    }
+    return;
+  case ggml_type::q4_1:
+    for (std::size_t i = 0; i < nb; ++i, y += 32) {
+      const auto& b = blocks<block_q4_1>(src)[i];
+      const float d = h2f(b.d);
+      const float m = h2f(b.m);
+      for (int j = 0; j < 16; ++j) {
+        y[j] = (b.qs[j] & 0x0F) * d + m;
+        y[j + 16] = (b.qs[j] >> 4) * d + m;
       }
-      return;
-    case ggml_type::q5_0:
-      for (std::size_t i = 0; i < nb; ++i, y += 32) {
-        const auto& b = blocks<block_q5_0>(src)[i];
-        const float d = h2f(b.d);
-        std::uint32_t qh;
-        std::memcpy(&qh, b.qh, 4);
-        for (int j = 0; j < 16; ++j) {
-          const int h0 = ((qh >> j) << 4) & 0x10;
-          const int h1 = (qh >> (j + 12)) & 0x10;
-          y[j] = (((b.qs[j] & 0x0F) | h0) - 16) * d;
-          y[j + 16] = (((b.qs[j] >> 4) | h1) - 16) * d;
-        }
+    }
+    return;
+  case ggml_type::q5_0:
+    for (std::size_t i = 0; i < nb; ++i, y += 32) {
+      const auto& b = blocks<block_q5_0>(src)[i];
+      const float d = h2f(b.d);
+      std::uint32_t qh;
+      std::memcpy(&qh, b.qh, 4);
+      for (int j = 0; j < 16; ++j) {
+        const int h0 = ((qh >> j) << 4) & 0x10;
+        const int h1 = (qh >> (j + 12)) & 0x10;
+        y[j] = (((b.qs[j] & 0x0F) | h0) - 16) * d;
+        y[j + 16] = (((b.qs[j] >> 4) | h1) - 16) * d;
       }
-      return;
-    case ggml_type::q5_1:
-      for (std::size_t i = 0; i < nb; ++i, y += 32) {
-        const auto& b = blocks<block_q5_1>(src)[i];
-        const float d = h2f(b.d);
-        const float m = h2f(b.m);
-        std::uint32_t qh;
-        std::memcpy(&qh, b.qh, 4);
-        for (int j = 0; j < 16; ++j) {
-          const int h0 = ((qh >> j) << 4) & 0x10;
-          const int h1 = (qh >> (j + 12)) & 0x10;
-          y[j] = ((b.qs[j] & 0x0F) | h0) * d + m;
-          y[j + 16] = ((b.qs[j] >> 4) | h1) * d + m;
-        }
+    }
+    return;
+  case ggml_type::q5_1:
+    for (std::size_t i = 0; i < nb; ++i, y += 32) {
+      const auto& b = blocks<block_q5_1>(src)[i];
+      const float d = h2f(b.d);
+      const float m = h2f(b.m);
+      std::uint32_t qh;
+      std::memcpy(&qh, b.qh, 4);
+      for (int j = 0; j < 16; ++j) {
+        const int h0 = ((qh >> j) << 4) & 0x10;
+        const int h1 = (qh >> (j + 12)) & 0x10;
+        y[j] = ((b.qs[j] & 0x0F) | h0) * d + m;
+        y[j + 16] = ((b.qs[j] >> 4) | h1) * d + m;
       }
-      return;
-    case ggml_type::q8_0:
-      for (std::size_t i = 0; i < nb; ++i, y += 32) {
-        const auto& b = blocks<block_q8_0>(src)[i];
-        const float d = h2f(b.d);
-        for (int j = 0; j < 32; ++j)
-          y[j] = b.qs[j] * d;
-      }
-      return;
-    case ggml_type::q8_1:
-      for (std::size_t i = 0; i < nb; ++i, y += 32) {
-        const auto& b = blocks<block_q8_1>(src)[i];
-        const float d = h2f(b.d);
-        for (int j = 0; j < 32; ++j)
-          y[j] = b.qs[j] * d;
-      }
-      return;
-    case ggml_type::q2_k:
-      for (std::size_t i = 0; i < nb; ++i) {
-        const auto& b = blocks<block_q2_k>(src)[i];
-        const float d = h2f(b.d);
-        const float min = h2f(b.dmin);
-        const std::uint8_t* q = b.qs;
-        int is = 0;
-        for (int n = 0; n < kqk; n += 128) {
-          int shift = 0;
-          for (int j = 0; j < 4; ++j) {
-            for (int half = 0; half < 2; ++half) {
-              std::uint8_t sc = b.scales[is++];
-              float dl = d * (sc & 0xF);
-              float ml = min * (sc >> 4);
-              for (int l = 0; l < 16; ++l)
-                *y++ = dl * ((q[l + 16 * half] >> shift) & 3) - ml;
-            }
-            shift += 2;
-          }
-          q += 32;
-        }
-      }
-      return;
-    case ggml_type::q3_k:
-      for (std::size_t i = 0; i < nb; ++i) {
-        const auto& b = blocks<block_q3_k>(src)[i];
-        const float d_all = h2f(b.d);
-        int sc[16];
-        q3k_scales(b.scales, sc);
-        const std::uint8_t* q = b.qs;
-        std::uint8_t m = 1;
-        int is = 0;
-        for (int n = 0; n < kqk; n += 128) {
-          int shift = 0;
-          for (int j = 0; j < 4; ++j) {
-            for (int half = 0; half < 2; ++half) {
-              float dl = d_all * sc[is++];
-              for (int l = 16 * half; l < 16 * half + 16; ++l)
-                *y++ = dl
-                       * (((q[l] >> shift) & 3) - ((b.hmask[l] & m) ? 0 : 4));
-            }
-            shift += 2;
-            m = static_cast<std::uint8_t>(m << 1);
-          }
-          q += 32;
-        }
-      }
-      return;
-    case ggml_type::q4_k:
-      for (std::size_t i = 0; i < nb; ++i) {
-        const auto& b = blocks<block_q4_k>(src)[i];
-        const float d = h2f(b.d);
-        const float min = h2f(b.dmin);
-        const std::uint8_t* q = b.qs;
+    }
+    return;
+  case ggml_type::q8_0:
+    for (std::size_t i = 0; i < nb; ++i, y += 32) {
+      const auto& b = blocks<block_q8_0>(src)[i];
+      const float d = h2f(b.d);
+      for (int j = 0; j < 32; ++j)
+        y[j] = b.qs[j] * d;
+    }
+    return;
+  case ggml_type::q8_1:
+    for (std::size_t i = 0; i < nb; ++i, y += 32) {
+      const auto& b = blocks<block_q8_1>(src)[i];
+      const float d = h2f(b.d);
+      for (int j = 0; j < 32; ++j)
+        y[j] = b.qs[j] * d;
+    }
+    return;
+  case ggml_type::q2_k:
+    for (std::size_t i = 0; i < nb; ++i) {
+      const auto& b = blocks<block_q2_k>(src)[i];
+      const float d = h2f(b.d);
+      const float min = h2f(b.dmin);
+      const std::uint8_t* q = b.qs;
+      int is = 0;
+      for (int n = 0; n < kqk; n += 128) {
+        int shift = 0;
         for (int j = 0; j < 4; ++j) {
-          std::uint8_t sc, m;
-          scale_min_k4(2 * j, b.scales, sc, m);
-          const float d1 = d * sc;
-          const float m1 = min * m;
-          scale_min_k4(2 * j + 1, b.scales, sc, m);
-          const float d2 = d * sc;
-          const float m2 = min * m;
-          for (int l = 0; l < 32; ++l)
-            *y++ = d1 * (q[l] & 0xF) - m1;
-          for (int l = 0; l < 32; ++l)
-            *y++ = d2 * (q[l] >> 4) - m2;
-          q += 32;
-        }
-      }
-      return;
-    case ggml_type::q5_k:
-      for (std::size_t i = 0; i < nb; ++i) {
-        const auto& b = blocks<block_q5_k>(src)[i];
-        const float d = h2f(b.d);
-        const float min = h2f(b.dmin);
-        const std::uint8_t* ql = b.qs;
-        std::uint8_t u1 = 1, u2 = 2;
-        for (int j = 0; j < 4; ++j) {
-          std::uint8_t sc, m;
-          scale_min_k4(2 * j, b.scales, sc, m);
-          const float d1 = d * sc;
-          const float m1 = min * m;
-          scale_min_k4(2 * j + 1, b.scales, sc, m);
-          const float d2 = d * sc;
-          const float m2 = min * m;
-          for (int l = 0; l < 32; ++l)
-            *y++ = d1 * ((ql[l] & 0xF) + (b.qh[l] & u1 ? 16 : 0)) - m1;
-          for (int l = 0; l < 32; ++l)
-            *y++ = d2 * ((ql[l] >> 4) + (b.qh[l] & u2 ? 16 : 0)) - m2;
-          ql += 32;
-          u1 = static_cast<std::uint8_t>(u1 << 2);
-          u2 = static_cast<std::uint8_t>(u2 << 2);
-        }
-      }
-      return;
-    case ggml_type::q6_k:
-      for (std::size_t i = 0; i < nb; ++i) {
-        const auto& b = blocks<block_q6_k>(src)[i];
-        const float d = h2f(b.d);
-        const std::uint8_t* ql = b.ql;
-        const std::uint8_t* qh = b.qh;
-        const std::int8_t* sc = b.scales;
-        for (int n = 0; n < kqk; n += 128) {
-          for (int l = 0; l < 32; ++l) {
-            int is = l / 16;
-            const int q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32;
-            const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4))
-                           - 32;
-            const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-            const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4))
-                           - 32;
-            y[l] = d * sc[is] * q1;
-            y[l + 32] = d * sc[is + 2] * q2;
-            y[l + 64] = d * sc[is + 4] * q3;
-            y[l + 96] = d * sc[is + 6] * q4;
+          for (int half = 0; half < 2; ++half) {
+            std::uint8_t sc = b.scales[is++];
+            float dl = d * (sc & 0xF);
+            float ml = min * (sc >> 4);
+            for (int l = 0; l < 16; ++l)
+              *y++ = dl * ((q[l + 16 * half] >> shift) & 3) - ml;
           }
-          y += 128;
-          ql += 64;
-          qh += 32;
-          sc += 8;
+          shift += 2;
         }
+        q += 32;
       }
-      return;
-    case ggml_type::q8_k:
-      for (std::size_t i = 0; i < nb; ++i) {
-        const auto& b = blocks<block_q8_k>(src)[i];
-        for (int j = 0; j < kqk; ++j)
-          *y++ = b.d * b.qs[j];
+    }
+    return;
+  case ggml_type::q3_k:
+    for (std::size_t i = 0; i < nb; ++i) {
+      const auto& b = blocks<block_q3_k>(src)[i];
+      const float d_all = h2f(b.d);
+      int sc[16];
+      q3k_scales(b.scales, sc);
+      const std::uint8_t* q = b.qs;
+      std::uint8_t m = 1;
+      int is = 0;
+      for (int n = 0; n < kqk; n += 128) {
+        int shift = 0;
+        for (int j = 0; j < 4; ++j) {
+          for (int half = 0; half < 2; ++half) {
+            float dl = d_all * sc[is++];
+            for (int l = 16 * half; l < 16 * half + 16; ++l)
+              *y++ = dl * (((q[l] >> shift) & 3) - ((b.hmask[l] & m) ? 0 : 4));
+          }
+          shift += 2;
+          m = static_cast<std::uint8_t>(m << 1);
+        }
+        q += 32;
       }
-      return;
-    case ggml_type::f32:
-    case ggml_type::f16:
-    case ggml_type::bf16:
-      return; // element formats: handled by dequantize_row
+    }
+    return;
+  case ggml_type::q4_k:
+    for (std::size_t i = 0; i < nb; ++i) {
+      const auto& b = blocks<block_q4_k>(src)[i];
+      const float d = h2f(b.d);
+      const float min = h2f(b.dmin);
+      const std::uint8_t* q = b.qs;
+      for (int j = 0; j < 4; ++j) {
+        std::uint8_t sc, m;
+        scale_min_k4(2 * j, b.scales, sc, m);
+        const float d1 = d * sc;
+        const float m1 = min * m;
+        scale_min_k4(2 * j + 1, b.scales, sc, m);
+        const float d2 = d * sc;
+        const float m2 = min * m;
+        for (int l = 0; l < 32; ++l)
+          *y++ = d1 * (q[l] & 0xF) - m1;
+        for (int l = 0; l < 32; ++l)
+          *y++ = d2 * (q[l] >> 4) - m2;
+        q += 32;
+      }
+    }
+    return;
+  case ggml_type::q5_k:
+    for (std::size_t i = 0; i < nb; ++i) {
+      const auto& b = blocks<block_q5_k>(src)[i];
+      const float d = h2f(b.d);
+      const float min = h2f(b.dmin);
+      const std::uint8_t* ql = b.qs;
+      std::uint8_t u1 = 1, u2 = 2;
+      for (int j = 0; j < 4; ++j) {
+        std::uint8_t sc, m;
+        scale_min_k4(2 * j, b.scales, sc, m);
+        const float d1 = d * sc;
+        const float m1 = min * m;
+        scale_min_k4(2 * j + 1, b.scales, sc, m);
+        const float d2 = d * sc;
+        const float m2 = min * m;
+        for (int l = 0; l < 32; ++l)
+          *y++ = d1 * ((ql[l] & 0xF) + (b.qh[l] & u1 ? 16 : 0)) - m1;
+        for (int l = 0; l < 32; ++l)
+          *y++ = d2 * ((ql[l] >> 4) + (b.qh[l] & u2 ? 16 : 0)) - m2;
+        ql += 32;
+        u1 = static_cast<std::uint8_t>(u1 << 2);
+        u2 = static_cast<std::uint8_t>(u2 << 2);
+      }
+    }
+    return;
+  case ggml_type::q6_k:
+    for (std::size_t i = 0; i < nb; ++i) {
+      const auto& b = blocks<block_q6_k>(src)[i];
+      const float d = h2f(b.d);
+      const std::uint8_t* ql = b.ql;
+      const std::uint8_t* qh = b.qh;
+      const std::int8_t* sc = b.scales;
+      for (int n = 0; n < kqk; n += 128) {
+        for (int l = 0; l < 32; ++l) {
+          int is = l / 16;
+          const int q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32;
+          const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+          const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+          const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+          y[l] = d * sc[is] * q1;
+          y[l + 32] = d * sc[is + 2] * q2;
+          y[l + 64] = d * sc[is + 4] * q3;
+          y[l + 96] = d * sc[is + 6] * q4;
+        }
+        y += 128;
+        ql += 64;
+        qh += 32;
+        sc += 8;
+      }
+    }
+    return;
+  case ggml_type::q8_k:
+    for (std::size_t i = 0; i < nb; ++i) {
+      const auto& b = blocks<block_q8_k>(src)[i];
+      for (int j = 0; j < kqk; ++j)
+        *y++ = b.d * b.qs[j];
+    }
+    return;
+  case ggml_type::f32:
+  case ggml_type::f16:
+  case ggml_type::bf16:
+    return; // element formats: handled by dequantize_row
   }
 }
 
-// -- the portable dot products ---------------------------------------------------
+// -- the portable dot products ------------------------------------------------
 // Each mirrors the lane structure of ggml's AVX2 kernel: 8 int32 lanes per
 // block, lane l holding the products of the elements e with e % 32 in
 // [4l, 4l + 4) (times their sub-block scale), converted to float and fused
@@ -1100,8 +1096,8 @@ float dot_q2_k_portable(std::size_t nb, const block_q2_k* x,
     const float dmin = -y[i].d * h2f(x[i].dmin);
     lanes_i mins;
     for (int l = 0; l < 8; ++l)
-      mins[l] = (x[i].scales[2 * l] >> 4) * y[i].bsums[2 * l]
-                + (x[i].scales[2 * l + 1] >> 4) * y[i].bsums[2 * l + 1];
+      mins[l] = (x[i].scales[2 * l] >> 4) * y[i].bsums[2 * l] +
+                (x[i].scales[2 * l + 1] >> 4) * y[i].bsums[2 * l + 1];
     fma_lanes(acc, dmin, mins);
     int q[kqk], sc[16];
     for (int g = 0; g < 16; ++g)
@@ -1227,8 +1223,8 @@ float dot_q6_k_portable(std::size_t nb, const block_q6_k* x,
     lanes_i s;
     lanes256(q, sc, 16, y[i].qs, s);
     for (int l = 0; l < 8; ++l)
-      s[l] -= 32 * (sc[2 * l] * y[i].bsums[2 * l]
-                    + sc[2 * l + 1] * y[i].bsums[2 * l + 1]);
+      s[l] -= 32 * (sc[2 * l] * y[i].bsums[2 * l] +
+                    sc[2 * l + 1] * y[i].bsums[2 * l + 1]);
     fma_lanes(acc, d, s);
   }
   return hsum8(acc);
@@ -1238,7 +1234,7 @@ float dot_q6_k_portable(std::size_t nb, const block_q6_k* x,
 /// ggml_vec_dot_bf16's AVX-512F build, reduced in double; F32 and F16 the
 /// same way (see the header: their exact matrix products are
 /// host::matmul_weights').
-template <class LoadX, class LoadY>
+template<class LoadX, class LoadY>
 float dot_elements(std::size_t n, LoadX wx, LoadY ay) {
   float c1[16] = {}, c2[16] = {};
   std::size_t i = 0;
@@ -1268,8 +1264,9 @@ float dot_element_row(ggml_type t, std::size_t n, const void* w,
   if (t == ggml_type::f32) {
     auto x = static_cast<const float*>(w);
     auto y = static_cast<const float*>(a);
-    return dot_elements(n, [x](std::size_t i) { return x[i]; },
-                        [y](std::size_t i) { return y[i]; });
+    return dot_elements(
+        n, [x](std::size_t i) { return x[i]; },
+        [y](std::size_t i) { return y[i]; });
   }
   auto bits = [](const void* p, std::size_t i) {
     std::uint16_t h;
@@ -1278,19 +1275,19 @@ float dot_element_row(ggml_type t, std::size_t n, const void* w,
   };
   if (t == ggml_type::f16)
     return dot_elements(
-      n, [&](std::size_t i) { return h2f(bits(w, i)); },
-      [&](std::size_t i) { return h2f(bits(a, i)); });
+        n, [&](std::size_t i) { return h2f(bits(w, i)); },
+        [&](std::size_t i) { return h2f(bits(a, i)); });
   return dot_elements(
-    n, [&](std::size_t i) { return bf16_to_f32(bits(w, i)); },
-    [&](std::size_t i) { return bf16_to_f32(bits(a, i)); });
+      n, [&](std::size_t i) { return bf16_to_f32(bits(w, i)); },
+      [&](std::size_t i) { return bf16_to_f32(bits(a, i)); });
 }
 
-// -- the AVX2 dot products ---------------------------------------------------------
+// -- the AVX2 dot products ----------------------------------------------------
 
 bool have_avx2() noexcept {
-  static const bool yes = __builtin_cpu_supports("avx2")
-                          && __builtin_cpu_supports("fma")
-                          && __builtin_cpu_supports("f16c");
+  static const bool yes = __builtin_cpu_supports("avx2") &&
+                          __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
   return yes && host::widest_isa() != host::isa::scalar;
 }
 
@@ -1309,8 +1306,8 @@ EXO_AVX2 inline float h2f_avx2(std::uint16_t h) {
 
 /// 8 int32 lanes of 4-byte dot products of signed x and signed y.
 EXO_AVX2 inline __m256i dot_i8(__m256i x, __m256i y) {
-  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x),
-                                         _mm256_sign_epi8(y, x));
+  const __m256i p =
+      _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
   return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
@@ -1332,11 +1329,11 @@ EXO_AVX2 inline __m256i bit_bytes(const std::uint8_t* p) {
   std::uint32_t v;
   std::memcpy(&v, p, 4);
   const __m256i spread = _mm256_shuffle_epi8(
-    _mm256_set1_epi32(static_cast<int>(v)),
-    _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                      0x0101010101010101, 0x0000000000000000));
-  const __m256i bit = _mm256_set1_epi64x(
-    static_cast<long long>(0x8040201008040201ULL));
+      _mm256_set1_epi32(static_cast<int>(v)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                        0x0101010101010101, 0x0000000000000000));
+  const __m256i bit =
+      _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
 }
 
@@ -1347,8 +1344,8 @@ EXO_AVX2 float dot_q4_0_avx2(std::size_t nb, const block_q4_0* x,
   for (std::size_t i = 0; i < nb; ++i) {
     const __m256 d = _mm256_set1_ps(h2f_avx2(x[i].d) * h2f_avx2(y[i].d));
     const __m256i qx = _mm256_sub_epi8(nibbles(x[i].qs), eight);
-    const __m256i qy
-      = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+    const __m256i qy =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
   }
   return hsum8_avx2(acc);
@@ -1361,10 +1358,10 @@ EXO_AVX2 float dot_q5_0_avx2(std::size_t nb, const block_q5_0* x,
   for (std::size_t i = 0; i < nb; ++i) {
     const __m256 d = _mm256_set1_ps(h2f_avx2(x[i].d) * h2f_avx2(y[i].d));
     const __m256i hi = _mm256_and_si256(bit_bytes(x[i].qh), sixteen);
-    const __m256i qx
-      = _mm256_sub_epi8(_mm256_or_si256(nibbles(x[i].qs), hi), sixteen);
-    const __m256i qy
-      = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+    const __m256i qx =
+        _mm256_sub_epi8(_mm256_or_si256(nibbles(x[i].qs), hi), sixteen);
+    const __m256i qy =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
   }
   return hsum8_avx2(acc);
@@ -1375,10 +1372,10 @@ EXO_AVX2 float dot_q8_0_avx2(std::size_t nb, const block_q8_0* x,
   __m256 acc = _mm256_setzero_ps();
   for (std::size_t i = 0; i < nb; ++i) {
     const __m256 d = _mm256_set1_ps(h2f_avx2(x[i].d) * h2f_avx2(y[i].d));
-    const __m256i qx
-      = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
-    const __m256i qy
-      = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+    const __m256i qx =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
+    const __m256i qy =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
   }
   return hsum8_avx2(acc);
@@ -1391,8 +1388,8 @@ EXO_AVX2 float dot_q4_1_avx2(std::size_t nb, const block_q4_1* x,
   for (std::size_t i = 0; i < nb; ++i) {
     summs = add_min_term(summs, h2f_avx2(x[i].m), h2f_avx2(y[i].s));
     const __m256 d = _mm256_set1_ps(h2f_avx2(x[i].d) * h2f_avx2(y[i].d));
-    const __m256i qy
-      = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+    const __m256i qy =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8(nibbles(x[i].qs), qy)),
                           acc);
   }
@@ -1409,8 +1406,8 @@ EXO_AVX2 float dot_q5_1_avx2(std::size_t nb, const block_q5_1* x,
     const __m256 d = _mm256_set1_ps(h2f_avx2(x[i].d) * h2f_avx2(y[i].d));
     const __m256i hi = _mm256_and_si256(bit_bytes(x[i].qh), sixteen);
     const __m256i qx = _mm256_or_si256(nibbles(x[i].qs), hi);
-    const __m256i qy
-      = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+    const __m256i qy =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8(qx, qy)), acc);
   }
   return hsum8_avx2(acc) + summs;
@@ -1429,8 +1426,8 @@ struct shuffle_masks {
   shuffle_masks() {
     for (int k = 0; k < 4; ++k)
       for (int b = 0; b < 32; ++b)
-        pair[k][b] = static_cast<std::uint8_t>(4 * k + (b >= 16 ? 2 : 0)
-                                               + (b & 1));
+        pair[k][b] =
+            static_cast<std::uint8_t>(4 * k + (b >= 16 ? 2 : 0) + (b & 1));
     for (int i = 0; i < 8; ++i)
       for (int b = 0; b < 32; ++b)
         one[i][b] = static_cast<std::uint8_t>(2 * i + (b & 1));
@@ -1468,10 +1465,10 @@ inline __m128i q3k_unpack(const std::uint8_t* s12) {
   std::memcpy(u, s12, 12);
   const std::uint32_t nib = 0x0f0f0f0f, top2 = 0x03030303;
   const __m128i v = _mm_set_epi32(
-    static_cast<int>(((u[1] >> 4) & nib) | (((u[2] >> 6) & top2) << 4)),
-    static_cast<int>(((u[0] >> 4) & nib) | (((u[2] >> 4) & top2) << 4)),
-    static_cast<int>((u[1] & nib) | (((u[2] >> 2) & top2) << 4)),
-    static_cast<int>((u[0] & nib) | ((u[2] & top2) << 4)));
+      static_cast<int>(((u[1] >> 4) & nib) | (((u[2] >> 6) & top2) << 4)),
+      static_cast<int>(((u[0] >> 4) & nib) | (((u[2] >> 4) & top2) << 4)),
+      static_cast<int>((u[1] & nib) | (((u[2] >> 2) & top2) << 4)),
+      static_cast<int>((u[0] & nib) | ((u[2] & top2) << 4)));
   return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
@@ -1483,10 +1480,10 @@ EXO_AVX2 float dot_q2_k_avx2(std::size_t nb, const block_q2_k* x,
   for (std::size_t i = 0; i < nb; ++i) {
     const float d = y[i].d * h2f_avx2(x[i].d);
     const float dmin = -y[i].d * h2f_avx2(x[i].dmin);
-    const __m128i packed
-      = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
-    const __m256i mins
-      = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+    const __m128i packed =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
+    const __m256i mins =
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
     const __m256i prod = _mm256_madd_epi16(mins, load32(y[i].bsums));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
     const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
@@ -1498,8 +1495,7 @@ EXO_AVX2 float dot_q2_k_avx2(std::size_t nb, const block_q2_k* x,
       for (int k = 0; k < 4; ++k, q8 += 32) {
         const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
         const __m256i p = _mm256_maddubs_epi16(q, load32(q8));
-        sumi = _mm256_add_epi32(sumi,
-                                _mm256_madd_epi16(pair_of(half, k), p));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pair_of(half, k), p));
       }
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -1524,14 +1520,14 @@ EXO_AVX2 float dot_q3_k_avx2(std::size_t nb, const block_q3_k* x,
       for (int k = 0; k < 4; ++k, q8 += 32) {
         const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
         // 4 where the high bit is clear, subtracted (values -4..3).
-        const __m256i mask = _mm256_set1_epi8(static_cast<char>(1 << (4 * h + k)));
+        const __m256i mask =
+            _mm256_set1_epi8(static_cast<char>(1 << (4 * h + k)));
         const __m256i off = _mm256_andnot_si256(
-          _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mask), mask), four);
+            _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mask), mask), four);
         const __m256i qy = load32(q8);
         const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(lo, qy),
                                            _mm256_maddubs_epi16(off, qy));
-        sumi = _mm256_add_epi32(sumi,
-                                _mm256_madd_epi16(pair_of(half, k), p));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pair_of(half, k), p));
       }
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -1568,11 +1564,11 @@ EXO_AVX2 float dot_q4_k_avx2(std::size_t nb, const block_q4_k* x,
       const __m256i lo = _mm256_and_si256(bits, m4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
       const __m256i pl = _mm256_madd_epi16(
-        _mm256_shuffle_epi8(scales, load32(masks.one[2 * j])),
-        _mm256_maddubs_epi16(lo, load32(q8)));
+          _mm256_shuffle_epi8(scales, load32(masks.one[2 * j])),
+          _mm256_maddubs_epi16(lo, load32(q8)));
       const __m256i ph = _mm256_madd_epi16(
-        _mm256_shuffle_epi8(scales, load32(masks.one[2 * j + 1])),
-        _mm256_maddubs_epi16(hi, load32(q8 + 32)));
+          _mm256_shuffle_epi8(scales, load32(masks.one[2 * j + 1])),
+          _mm256_maddubs_epi16(hi, load32(q8 + 32)));
       sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -1603,21 +1599,20 @@ EXO_AVX2 float dot_q5_k_avx2(std::size_t nb, const block_q5_k* x,
     for (int j = 0; j < 4; ++j, q8 += 64) {
       const __m256i bits = load32(x[i].qs + 32 * j);
       const __m256i mlo = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
-      const __m256i mhi
-        = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
+      const __m256i mhi = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
       const __m256i hlo = _mm256_and_si256(
-        _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mlo), mlo), sixteen);
+          _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mlo), mlo), sixteen);
       const __m256i hhi = _mm256_and_si256(
-        _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mhi), mhi), sixteen);
+          _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mhi), mhi), sixteen);
       const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), hlo);
       const __m256i hi = _mm256_or_si256(
-        _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hhi);
+          _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hhi);
       const __m256i pl = _mm256_madd_epi16(
-        _mm256_shuffle_epi8(scales, load32(masks.one[2 * j])),
-        _mm256_maddubs_epi16(lo, load32(q8)));
+          _mm256_shuffle_epi8(scales, load32(masks.one[2 * j])),
+          _mm256_maddubs_epi16(lo, load32(q8)));
       const __m256i ph = _mm256_madd_epi16(
-        _mm256_shuffle_epi8(scales, load32(masks.one[2 * j + 1])),
-        _mm256_maddubs_epi16(hi, load32(q8 + 32)));
+          _mm256_shuffle_epi8(scales, load32(masks.one[2 * j + 1])),
+          _mm256_maddubs_epi16(hi, load32(q8 + 32)));
       sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -1633,7 +1628,7 @@ EXO_AVX2 float dot_q6_k_avx2(std::size_t nb, const block_q6_k* x,
   for (std::size_t i = 0; i < nb; ++i) {
     const float d = y[i].d * h2f_avx2(x[i].d);
     const __m256i sc16 = _mm256_cvtepi8_epi16(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
     __m256i sumi = _mm256_setzero_si256();
     const std::int8_t* q8 = y[i].qs;
     for (int h = 0; h < 2; ++h) {
@@ -1643,21 +1638,21 @@ EXO_AVX2 float dot_q6_k_avx2(std::size_t nb, const block_q6_k* x,
       const __m256i hb = load32(x[i].qh + 32 * h);
       for (int k = 0; k < 4; ++k, q8 += 32) {
         const __m256i lbits = (k & 1) ? l1 : l0;
-        const __m256i lo = k < 2 ? _mm256_and_si256(lbits, m4)
-                                 : _mm256_and_si256(
-                                     _mm256_srli_epi16(lbits, 4), m4);
+        const __m256i lo =
+            k < 2 ? _mm256_and_si256(lbits, m4)
+                  : _mm256_and_si256(_mm256_srli_epi16(lbits, 4), m4);
         const __m256i hi = _mm256_slli_epi16(
-          _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3), 4);
-        const __m256i p = _mm256_maddubs_epi16(_mm256_or_si256(lo, hi),
-                                               load32(q8));
-        sumi = _mm256_add_epi32(sumi,
-                                _mm256_madd_epi16(pair_of(half, k), p));
+            _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3), 4);
+        const __m256i p =
+            _mm256_maddubs_epi16(_mm256_or_si256(lo, hi), load32(q8));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pair_of(half, k), p));
       }
     }
     // ggml takes the offset of 32 off per pair of groups, through the
     // group sums of the activations.
     sumi = _mm256_sub_epi32(
-      sumi, _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(y[i].bsums)), 5));
+        sumi,
+        _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(y[i].bsums)), 5));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }
   return hsum8_avx2(acc);
@@ -1683,13 +1678,13 @@ float dot_blocks(ggml_type t, std::size_t n, const void* w, const void* a,
     EXO_DOT(q4_k, block_q4_k, block_q8_k)
     EXO_DOT(q5_k, block_q5_k, block_q8_k)
     EXO_DOT(q6_k, block_q6_k, block_q8_k)
-    case ggml_type::f32:
-    case ggml_type::f16:
-    case ggml_type::bf16:
-      return dot_element_row(t, n, w, a);
-    case ggml_type::q8_1:
-    case ggml_type::q8_k:
-      return 0.0f; // activation formats: no weights
+  case ggml_type::f32:
+  case ggml_type::f16:
+  case ggml_type::bf16:
+    return dot_element_row(t, n, w, a);
+  case ggml_type::q8_1:
+  case ggml_type::q8_k:
+    return 0.0f; // activation formats: no weights
   }
 #undef EXO_DOT
   return 0.0f;
@@ -1701,7 +1696,7 @@ error invalid(std::string what) {
 
 } // namespace
 
-// -- the table ------------------------------------------------------------------
+// -- the table ----------------------------------------------------------------
 
 const type_info* all_types(std::size_t& count) noexcept {
   count = sizeof table / sizeof table[0];
@@ -1728,31 +1723,30 @@ const char* name(ggml_type t) noexcept {
 result<std::size_t> row_bytes(ggml_type t, std::size_t n) {
   const type_info* p = find_type(static_cast<std::uint32_t>(t));
   if (!p)
-    return invalid("unknown ggml type id "
-                   + std::to_string(static_cast<std::uint32_t>(t)));
+    return invalid("unknown ggml type id " +
+                   std::to_string(static_cast<std::uint32_t>(t)));
   if (n % p->block_size != 0)
-    return invalid(std::string("a row of ") + p->name + " holds whole blocks of "
-                   + std::to_string(p->block_size) + " elements, not "
-                   + std::to_string(n));
+    return invalid(std::string("a row of ") + p->name +
+                   " holds whole blocks of " + std::to_string(p->block_size) +
+                   " elements, not " + std::to_string(n));
   const std::size_t nb = n / p->block_size;
   if (nb > std::numeric_limits<std::size_t>::max() / p->block_bytes)
-    return invalid(std::string("a row of ") + std::to_string(n) + " "
-                   + p->name + " elements overflows the address space");
+    return invalid(std::string("a row of ") + std::to_string(n) + " " +
+                   p->name + " elements overflows the address space");
   return nb * p->block_bytes;
 }
 
-result<std::size_t> matrix_bytes(ggml_type t, std::size_t rows,
-                                 std::size_t n) {
+result<std::size_t> matrix_bytes(ggml_type t, std::size_t rows, std::size_t n) {
   auto rb = row_bytes(t, n);
   if (!rb)
     return rb;
   if (rows != 0 && *rb > std::numeric_limits<std::size_t>::max() / rows)
-    return invalid(std::to_string(rows) + " rows of " + std::to_string(n)
-                   + " " + name(t) + " elements overflow the address space");
+    return invalid(std::to_string(rows) + " rows of " + std::to_string(n) +
+                   " " + name(t) + " elements overflow the address space");
   return *rb * rows;
 }
 
-// -- conversions ------------------------------------------------------------------
+// -- conversions --------------------------------------------------------------
 
 std::uint16_t f32_to_bf16(float f) noexcept {
   std::uint32_t u;
@@ -1775,42 +1769,67 @@ void quantize_row(ggml_type t, const float* x, void* dst,
   auto* out = static_cast<std::uint8_t*>(dst);
   const std::size_t bb = info(t).block_bytes;
   switch (t) {
-    case ggml_type::f32:
-      std::memcpy(dst, x, n * 4);
-      return;
-    case ggml_type::f16:
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::uint16_t h = f2h(x[i]);
-        std::memcpy(out + 2 * i, &h, 2);
-      }
-      return;
-    case ggml_type::bf16:
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::uint16_t h = f32_to_bf16(x[i]);
-        std::memcpy(out + 2 * i, &h, 2);
-      }
-      return;
-    default:
-      break;
+  case ggml_type::f32:
+    std::memcpy(dst, x, n * 4);
+    return;
+  case ggml_type::f16:
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint16_t h = f2h(x[i]);
+      std::memcpy(out + 2 * i, &h, 2);
+    }
+    return;
+  case ggml_type::bf16:
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint16_t h = f32_to_bf16(x[i]);
+      std::memcpy(out + 2 * i, &h, 2);
+    }
+    return;
+  default:
+    break;
   }
   const std::size_t bs = info(t).block_size;
   for (std::size_t i = 0; i < nb; ++i) {
     const float* xb = x + i * bs;
     void* yb = out + i * bb;
     switch (t) {
-      case ggml_type::q4_0: quantize_q4_0(xb, *static_cast<block_q4_0*>(yb)); break;
-      case ggml_type::q4_1: quantize_q4_1(xb, *static_cast<block_q4_1*>(yb)); break;
-      case ggml_type::q5_0: quantize_q5_0(xb, *static_cast<block_q5_0*>(yb)); break;
-      case ggml_type::q5_1: quantize_q5_1(xb, *static_cast<block_q5_1*>(yb)); break;
-      case ggml_type::q8_0: quantize_q8_0(xb, *static_cast<block_q8_0*>(yb)); break;
-      case ggml_type::q8_1: quantize_q8_1(xb, *static_cast<block_q8_1*>(yb)); break;
-      case ggml_type::q2_k: quantize_q2_k(xb, *static_cast<block_q2_k*>(yb)); break;
-      case ggml_type::q3_k: quantize_q3_k(xb, *static_cast<block_q3_k*>(yb)); break;
-      case ggml_type::q4_k: quantize_q4_k(xb, *static_cast<block_q4_k*>(yb)); break;
-      case ggml_type::q5_k: quantize_q5_k(xb, *static_cast<block_q5_k*>(yb)); break;
-      case ggml_type::q6_k: quantize_q6_k(xb, *static_cast<block_q6_k*>(yb)); break;
-      case ggml_type::q8_k: quantize_q8_k(xb, *static_cast<block_q8_k*>(yb)); break;
-      default: break;
+    case ggml_type::q4_0:
+      quantize_q4_0(xb, *static_cast<block_q4_0*>(yb));
+      break;
+    case ggml_type::q4_1:
+      quantize_q4_1(xb, *static_cast<block_q4_1*>(yb));
+      break;
+    case ggml_type::q5_0:
+      quantize_q5_0(xb, *static_cast<block_q5_0*>(yb));
+      break;
+    case ggml_type::q5_1:
+      quantize_q5_1(xb, *static_cast<block_q5_1*>(yb));
+      break;
+    case ggml_type::q8_0:
+      quantize_q8_0(xb, *static_cast<block_q8_0*>(yb));
+      break;
+    case ggml_type::q8_1:
+      quantize_q8_1(xb, *static_cast<block_q8_1*>(yb));
+      break;
+    case ggml_type::q2_k:
+      quantize_q2_k(xb, *static_cast<block_q2_k*>(yb));
+      break;
+    case ggml_type::q3_k:
+      quantize_q3_k(xb, *static_cast<block_q3_k*>(yb));
+      break;
+    case ggml_type::q4_k:
+      quantize_q4_k(xb, *static_cast<block_q4_k*>(yb));
+      break;
+    case ggml_type::q5_k:
+      quantize_q5_k(xb, *static_cast<block_q5_k*>(yb));
+      break;
+    case ggml_type::q6_k:
+      quantize_q6_k(xb, *static_cast<block_q6_k*>(yb));
+      break;
+    case ggml_type::q8_k:
+      quantize_q8_k(xb, *static_cast<block_q8_k*>(yb));
+      break;
+    default:
+      break;
     }
   }
 }
@@ -1819,66 +1838,66 @@ void dequantize_row(ggml_type t, const void* src, float* dst,
                     std::size_t n) noexcept {
   const auto* in = static_cast<const std::uint8_t*>(src);
   switch (t) {
-    case ggml_type::f32:
-      std::memcpy(dst, src, n * 4);
-      return;
-    case ggml_type::f16:
-    case ggml_type::bf16:
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint16_t h;
-        std::memcpy(&h, in + 2 * i, 2);
-        dst[i] = t == ggml_type::f16 ? h2f(h) : bf16_to_f32(h);
-      }
-      return;
-    default:
-      dequantize_blocks(t, src, dst, n / info(t).block_size);
-      return;
+  case ggml_type::f32:
+    std::memcpy(dst, src, n * 4);
+    return;
+  case ggml_type::f16:
+  case ggml_type::bf16:
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, in + 2 * i, 2);
+      dst[i] = t == ggml_type::f16 ? h2f(h) : bf16_to_f32(h);
+    }
+    return;
+  default:
+    dequantize_blocks(t, src, dst, n / info(t).block_size);
+    return;
   }
 }
 
 void quantize_activations(ggml_type t, const float* x, void* dst,
                           std::size_t n) noexcept {
   switch (t) {
-    case ggml_type::q8_0: {
-      auto* y = static_cast<block_q8_0*>(dst);
-      for (std::size_t i = 0; i < n / 32; ++i)
-        act_block(x + 32 * i, y[i].qs, y[i].d);
-      return;
+  case ggml_type::q8_0: {
+    auto* y = static_cast<block_q8_0*>(dst);
+    for (std::size_t i = 0; i < n / 32; ++i)
+      act_block(x + 32 * i, y[i].qs, y[i].d);
+    return;
+  }
+  case ggml_type::q8_1: {
+    auto* y = static_cast<block_q8_1*>(dst);
+    for (std::size_t i = 0; i < n / 32; ++i) {
+      const float d = act_block(x + 32 * i, y[i].qs, y[i].d);
+      int sum = 0;
+      for (int j = 0; j < 32; ++j)
+        sum += y[i].qs[j];
+      y[i].s = f2h(d * static_cast<float>(sum));
     }
-    case ggml_type::q8_1: {
-      auto* y = static_cast<block_q8_1*>(dst);
-      for (std::size_t i = 0; i < n / 32; ++i) {
-        const float d = act_block(x + 32 * i, y[i].qs, y[i].d);
-        int sum = 0;
-        for (int j = 0; j < 32; ++j)
-          sum += y[i].qs[j];
-        y[i].s = f2h(d * static_cast<float>(sum));
-      }
-      return;
-    }
-    default:
-      quantize_row(t, x, dst, n);
-      return;
+    return;
+  }
+  default:
+    quantize_row(t, x, dst, n);
+    return;
   }
 }
 
-// -- dot products ---------------------------------------------------------------------
+// -- dot products -------------------------------------------------------------
 
 bool vec_dot_has_simd(ggml_type w) noexcept {
   switch (w) {
-    case ggml_type::q4_0:
-    case ggml_type::q4_1:
-    case ggml_type::q5_0:
-    case ggml_type::q5_1:
-    case ggml_type::q8_0:
-    case ggml_type::q2_k:
-    case ggml_type::q3_k:
-    case ggml_type::q4_k:
-    case ggml_type::q5_k:
-    case ggml_type::q6_k:
-      return have_avx2();
-    default:
-      return false;
+  case ggml_type::q4_0:
+  case ggml_type::q4_1:
+  case ggml_type::q5_0:
+  case ggml_type::q5_1:
+  case ggml_type::q8_0:
+  case ggml_type::q2_k:
+  case ggml_type::q3_k:
+  case ggml_type::q4_k:
+  case ggml_type::q5_k:
+  case ggml_type::q6_k:
+    return have_avx2();
+  default:
+    return false;
   }
 }
 
@@ -1897,8 +1916,8 @@ result<bool> matmul_quant(const void* w, ggml_type t, std::size_t rows,
                           float* out, int threads) {
   const type_info* p = find_type(static_cast<std::uint32_t>(t));
   if (!p || !p->weights)
-    return invalid(std::string("matmul_quant: ") + name(t)
-                   + " is not a weight format");
+    return invalid(std::string("matmul_quant: ") + name(t) +
+                   " is not a weight format");
   if (!w || !a || !out)
     return invalid("matmul_quant: null operand");
   auto wb = matrix_bytes(t, rows, k);
@@ -1934,8 +1953,8 @@ result<bool> matmul_quant(const void* w, ggml_type t, std::size_t rows,
   host::for_each_index(static_cast<long>(rows), threads, [&](long r) {
     const std::uint8_t* row = wbytes + static_cast<std::size_t>(r) * rb;
     for (std::size_t i = 0; i < m; ++i)
-      out[i * rows + static_cast<std::size_t>(r)]
-        = dot_blocks(t, k, row, q.data() + i * act, simd);
+      out[i * rows + static_cast<std::size_t>(r)] =
+          dot_blocks(t, k, row, q.data() + i * act, simd);
   });
   return true;
 }

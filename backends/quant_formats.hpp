@@ -187,10 +187,9 @@ const char* name(ggml_type t) noexcept;
 result<std::size_t> row_bytes(ggml_type t, std::size_t n);
 
 /// Bytes of rows x n elements of type t, with the same checks.
-result<std::size_t> matrix_bytes(ggml_type t, std::size_t rows,
-                                 std::size_t n);
+result<std::size_t> matrix_bytes(ggml_type t, std::size_t rows, std::size_t n);
 
-// -- conversions ---------------------------------------------------------------
+// -- conversions --------------------------------------------------------------
 
 /// Float to bfloat16 bits as ggml rounds it (nearest even; NaNs stay quiet
 /// NaNs).
@@ -220,7 +219,7 @@ void dequantize_row(ggml_type t, const void* src, float* dst,
 void quantize_activations(ggml_type t, const float* src, void* dst,
                           std::size_t n) noexcept;
 
-// -- dot products ---------------------------------------------------------------
+// -- dot products -------------------------------------------------------------
 
 /// The dot product of n weights of type w with n activations already in
 /// info(w).dot_type, as ggml_vec_dot_<w>_<dot type> of llama.cpp's x86

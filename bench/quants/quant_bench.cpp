@@ -30,14 +30,14 @@ std::string tools_dir() {
 }
 
 /// Best GFLOP/s of `run` (one matrix-vector product) over repeated timings.
-template <class F>
+template<class F>
 double gflops(std::size_t rows, std::size_t k, F&& run) {
   using clock = std::chrono::steady_clock;
   double best = 0;
   const auto start = clock::now();
   int reps = 0;
-  while (reps < 5
-         || std::chrono::duration<double>(clock::now() - start).count() < 0.4) {
+  while (reps < 5 ||
+         std::chrono::duration<double>(clock::now() - start).count() < 0.4) {
     const auto t0 = clock::now();
     run();
     const double s = std::chrono::duration<double>(clock::now() - t0).count();
@@ -75,11 +75,10 @@ int main(int argc, char** argv) {
     v = g(rng);
   for (auto& v : a)
     v = 50 * g(rng);
-  const ggml_type formats[] = {ggml_type::q4_0, ggml_type::q4_1,
-                               ggml_type::q5_0, ggml_type::q5_1,
-                               ggml_type::q8_0, ggml_type::q2_k,
-                               ggml_type::q3_k, ggml_type::q4_k,
-                               ggml_type::q5_k, ggml_type::q6_k};
+  const ggml_type formats[] = {
+      ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
+      ggml_type::q8_0, ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k,
+      ggml_type::q5_k, ggml_type::q6_k};
   for (ggml_type t : formats) {
     const std::size_t rb = *row_bytes(t, k);
     const ggml_type at = info(t).dot_type;

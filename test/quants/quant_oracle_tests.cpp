@@ -42,15 +42,15 @@ int id(ggml_type t) {
 }
 
 const ggml_type weight_formats[] = {
-  ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
-  ggml_type::q8_0, ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k,
-  ggml_type::q5_k, ggml_type::q6_k, ggml_type::f16,  ggml_type::bf16,
+    ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
+    ggml_type::q8_0, ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k,
+    ggml_type::q5_k, ggml_type::q6_k, ggml_type::f16,  ggml_type::bf16,
 };
 
 const ggml_type block_dot_formats[] = {
-  ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
-  ggml_type::q8_0, ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k,
-  ggml_type::q5_k, ggml_type::q6_k,
+    ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
+    ggml_type::q8_0, ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k,
+    ggml_type::q5_k, ggml_type::q6_k,
 };
 
 /// A named input row.
@@ -160,7 +160,7 @@ TEST_CASE("the reference quantizers write ggml's bytes for every format") {
         INFO(name(t) << " n=" << n << " " << r.what);
         const std::size_t bytes = *row_bytes(t, n);
         std::vector<std::uint8_t> mine(bytes, 0), chunk(bytes, 0),
-          ref(bytes, 0);
+            ref(bytes, 0);
         quantize_row(t, r.x.data(), mine.data(), n);
         o.quantize_chunk(id(t), r.x.data(), chunk.data(), 0, 1,
                          static_cast<std::int64_t>(n), nullptr);
@@ -222,8 +222,8 @@ TEST_CASE("activations are quantized as ggml's CPU backend does") {
         const std::size_t bytes = *row_bytes(t, n);
         std::vector<std::uint8_t> mine(bytes, 0), theirs(bytes, 0);
         quantize_activations(t, r.x.data(), mine.data(), n);
-        o.get_type_traits_cpu(id(t))->from_float(
-          r.x.data(), theirs.data(), static_cast<std::int64_t>(n));
+        o.get_type_traits_cpu(id(t))->from_float(r.x.data(), theirs.data(),
+                                                 static_cast<std::int64_t>(n));
         INFO("first differing byte " << first_diff(mine, theirs));
         CHECK(mine == theirs);
       }
@@ -265,14 +265,14 @@ TEST_CASE("block dot products are ggml's vec_dot bit for bit") {
           const row& ar = as[(i * 3 + 1) % as.size()];
           ca->from_float(ar.x.data(), a.data(), static_cast<std::int64_t>(n));
           float theirs = 0;
-          c->vec_dot(static_cast<int>(n), &theirs, 0, w.data(), 0, a.data(),
-                     0, 1);
+          c->vec_dot(static_cast<int>(n), &theirs, 0, w.data(), 0, a.data(), 0,
+                     1);
           const float fast = vec_dot(t, n, w.data(), a.data());
           const float portable = vec_dot_portable(t, n, w.data(), a.data());
           INFO(name(t) << " n=" << n << " weights " << ws[i].what
-                       << (variant ? " (random bytes)" : "")
-                       << ", activations " << ar.what << ": ggml " << theirs
-                       << " simd " << fast << " portable " << portable);
+                       << (variant ? " (random bytes)" : "") << ", activations "
+                       << ar.what << ": ggml " << theirs << " simd " << fast
+                       << " portable " << portable);
           CHECK(same_float(fast, theirs));
           CHECK(same_float(portable, theirs));
           ++compared;

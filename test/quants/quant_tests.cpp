@@ -20,9 +20,9 @@ namespace host = exo::backend::host;
 namespace {
 
 const ggml_type weight_formats[] = {
-  ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
-  ggml_type::q8_0, ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k,
-  ggml_type::q5_k, ggml_type::q6_k, ggml_type::f16,  ggml_type::bf16,
+    ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
+    ggml_type::q8_0, ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k,
+    ggml_type::q5_k, ggml_type::q6_k, ggml_type::f16,  ggml_type::bf16,
 };
 
 std::vector<float> gaussian(std::size_t n, std::uint32_t seed,
@@ -89,12 +89,10 @@ TEST_CASE("quantize then dequantize stays within each format's error") {
     double rms; // relative RMS error of Gaussian rows
   };
   const bound bounds[] = {
-    {ggml_type::q8_0, 0.01}, {ggml_type::q6_k, 0.02},
-    {ggml_type::q5_0, 0.05}, {ggml_type::q5_1, 0.05},
-    {ggml_type::q5_k, 0.04}, {ggml_type::q4_0, 0.11},
-    {ggml_type::q4_1, 0.11}, {ggml_type::q4_k, 0.08},
-    {ggml_type::q3_k, 0.2},  {ggml_type::q2_k, 0.4},
-    {ggml_type::f16, 1e-3},  {ggml_type::bf16, 5e-3},
+      {ggml_type::q8_0, 0.01}, {ggml_type::q6_k, 0.02}, {ggml_type::q5_0, 0.05},
+      {ggml_type::q5_1, 0.05}, {ggml_type::q5_k, 0.04}, {ggml_type::q4_0, 0.11},
+      {ggml_type::q4_1, 0.11}, {ggml_type::q4_k, 0.08}, {ggml_type::q3_k, 0.2},
+      {ggml_type::q2_k, 0.4},  {ggml_type::f16, 1e-3},  {ggml_type::bf16, 5e-3},
   };
   const std::size_t n = 4096;
   auto x = gaussian(n, 1, 0.05f);
@@ -135,7 +133,7 @@ TEST_CASE("zeros quantize to zeros and non-finite input does not crash") {
     dequantize_row(t, q.data(), y.data(), n);
     std::vector<std::uint8_t> a(*row_bytes(info(t).dot_type, n));
     quantize_activations(info(t).dot_type, odd.data(), a.data(), n);
-    (void) vec_dot(t, n, q.data(), a.data());
+    (void)vec_dot(t, n, q.data(), a.data());
   }
 }
 
@@ -149,7 +147,7 @@ TEST_CASE("the portable and SIMD dot products give the same bits") {
       auto w = gaussian(n, 10 + seed, seed == 3 ? 30.0f : 0.03f);
       auto a = gaussian(n, 20 + seed);
       std::vector<std::uint8_t> wq(*row_bytes(t, n)),
-        aq(*row_bytes(info(t).dot_type, n));
+          aq(*row_bytes(info(t).dot_type, n));
       quantize_row(t, w.data(), wq.data(), n);
       quantize_activations(info(t).dot_type, a.data(), aq.data(), n);
       const float simd = vec_dot(t, n, wq.data(), aq.data());
@@ -203,6 +201,6 @@ TEST_CASE("matmul_quant refuses what it cannot multiply") {
   CHECK_FALSE(matmul_quant(w.data(), static_cast<ggml_type>(16), 2, 256,
                            a.data(), 1, out.data(), 1));
   CHECK(out[0] == 7.0f);
-  CHECK(matmul_quant(w.data(), ggml_type::q4_k, 2, 256, a.data(), 1,
-                     out.data(), 1));
+  CHECK(matmul_quant(w.data(), ggml_type::q4_k, 2, 256, a.data(), 1, out.data(),
+                     1));
 }

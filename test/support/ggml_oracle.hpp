@@ -62,9 +62,7 @@ struct oracle {
                                 std::int64_t n_per_row,
                                 const float* imatrix) = nullptr;
 
-  bool ok() const {
-    return error.empty();
-  }
+  bool ok() const { return error.empty(); }
 };
 
 inline std::vector<std::string> list_dir(const std::string& dir) {
@@ -84,8 +82,8 @@ inline std::vector<std::string> list_dir(const std::string& dir) {
 inline oracle& load(const std::string& tools) {
   static oracle o = [&] {
     oracle r;
-    const std::string bins
-      = tools + "/node_modules/@node-llama-cpp/linux-x64/bins";
+    const std::string bins =
+        tools + "/node_modules/@node-llama-cpp/linux-x64/bins";
     for (const auto& sub : list_dir(bins)) {
       const std::string d = bins + "/" + sub;
       for (const auto& f : list_dir(d))
@@ -96,16 +94,16 @@ inline oracle& load(const std::string& tools) {
       r.error = "no libggml-base.so under " + bins;
       return r;
     }
-    r.base = dlopen((r.dir + "/libggml-base.so").c_str(),
-                    RTLD_NOW | RTLD_GLOBAL);
+    r.base =
+        dlopen((r.dir + "/libggml-base.so").c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (!r.base) {
       r.error = std::string("dlopen libggml-base.so: ") + dlerror();
       return r;
     }
     int best = 0;
     for (const auto& f : list_dir(r.dir)) {
-      if (f.rfind("libggml-cpu-", 0) != 0
-          || f.size() < 3 || f.compare(f.size() - 3, 3, ".so") != 0)
+      if (f.rfind("libggml-cpu-", 0) != 0 || f.size() < 3 ||
+          f.compare(f.size() - 3, 3, ".so") != 0)
         continue;
       void* h = dlopen((r.dir + "/" + f).c_str(), RTLD_NOW | RTLD_LOCAL);
       if (!h)
@@ -126,23 +124,23 @@ inline oracle& load(const std::string& tools) {
       r.error = "no libggml-cpu-*.so in " + r.dir + " runs on this CPU";
       return r;
     }
-    r.get_type_traits = reinterpret_cast<const type_traits* (*) (int)>(
-      dlsym(r.base, "ggml_get_type_traits"));
+    r.get_type_traits = reinterpret_cast<const type_traits* (*)(int)>(
+        dlsym(r.base, "ggml_get_type_traits"));
     r.quantize_chunk = reinterpret_cast<decltype(r.quantize_chunk)>(
-      dlsym(r.base, "ggml_quantize_chunk"));
-    r.get_type_traits_cpu = reinterpret_cast<const type_traits_cpu* (*) (int)>(
-      dlsym(r.cpu, "ggml_get_type_traits_cpu"));
+        dlsym(r.base, "ggml_quantize_chunk"));
+    r.get_type_traits_cpu = reinterpret_cast<const type_traits_cpu* (*)(int)>(
+        dlsym(r.cpu, "ggml_get_type_traits_cpu"));
     auto cpu_init = reinterpret_cast<void (*)()>(dlsym(r.cpu, "ggml_cpu_init"));
-    if (!r.get_type_traits || !r.quantize_chunk || !r.get_type_traits_cpu
-        || !cpu_init) {
+    if (!r.get_type_traits || !r.quantize_chunk || !r.get_type_traits_cpu ||
+        !cpu_init) {
       r.error = "ggml entry points missing in " + r.dir;
       return r;
     }
     cpu_init();
     // The layouts declared above must match: Q4_K is 144 bytes per 256.
     const type_traits* q4k = r.get_type_traits(12);
-    if (!q4k || q4k->blck_size != 256 || q4k->type_size != 144
-        || !q4k->is_quantized) {
+    if (!q4k || q4k->blck_size != 256 || q4k->type_size != 144 ||
+        !q4k->is_quantized) {
       r.error = "ggml_type_traits does not have the expected layout";
       return r;
     }
