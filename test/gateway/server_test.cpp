@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 using namespace exo::gateway;
@@ -269,6 +270,14 @@ TEST_CASE("1000 idle connections are bounded by the connection limit") {
   auto o = options(backend);
   o.limits.max_connections = 64;
   o.limits.request_timeout = 120s; // idle ones stay until the clients go
+  // Both ends live in this process: 2000 descriptors and some.
+  rlimit lim{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &lim) == 0);
+  if (lim.rlim_cur < 4096 && lim.rlim_max > lim.rlim_cur) {
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 4096);
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  REQUIRE(lim.rlim_cur >= 2200);
   server srv{o};
   auto port = srv.start();
   std::vector<std::unique_ptr<client_socket>> idle;
