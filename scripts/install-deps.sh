@@ -13,6 +13,9 @@ packages=(
   libopenblas-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev
   hipcc libamdhip64-dev librocm-smi-dev
+  # Test tools: the gateway tests drive the server with curl and lint
+  # /metrics with promtool (package prometheus).
+  curl prometheus
 )
 
 missing=()

@@ -1,0 +1,67 @@
+#pragma once
+
+/// Errors of the OpenAI-compatible API: an HTTP status and OpenAI's error
+/// object, `{"error":{"message","type","param","code"}}`, which every
+/// OpenAI client library reads to raise its own exception types
+/// (BadRequestError for 400, AuthenticationError for 401, NotFoundError for
+/// 404, RateLimitError for 429, InternalServerError for 5xx).
+
+#include <string>
+
+namespace exo::gateway {
+
+/// One refused request: the status to answer with and the error object.
+struct api_error {
+  /// HTTP status: 400, 401, 404, 405, 413, 429, 431, 503, ...
+  int status = 400;
+  /// What went wrong, for people; names the offending value.
+  std::string message;
+  /// OpenAI's error type: invalid_request_error, authentication_error,
+  /// not_found_error, rate_limit_error, server_error, ...
+  std::string type = "invalid_request_error";
+  /// The request field at fault ("max_tokens", "messages[2].content"), or
+  /// empty (written as null).
+  std::string param;
+  /// A stable machine-readable code ("invalid_type", "model_not_found"),
+  /// or empty (written as null).
+  std::string code;
+};
+
+/// 400: a field of the request is missing, of the wrong type or out of
+/// range.
+api_error invalid_request(std::string message, std::string param = {},
+                          std::string code = "invalid_value");
+
+/// 400: the body is not JSON (or not an object).
+api_error invalid_json(std::string message);
+
+/// 401: a missing or refused bearer token.
+api_error unauthorized(std::string message);
+
+/// 404: the model of the request is not served here.
+api_error model_not_found(const std::string& model);
+
+/// 404: no such endpoint.
+api_error unknown_endpoint(const std::string& method,
+                           const std::string& target);
+
+/// 405: the endpoint exists but not for this method.
+api_error method_not_allowed(const std::string& method,
+                             const std::string& target);
+
+/// 413: the body is larger than `limit` bytes.
+api_error body_too_large(std::size_t limit);
+
+/// 431: the request line and headers are larger than `limit` bytes.
+api_error headers_too_large(std::size_t limit);
+
+/// 429: `limit` requests are already admitted (queued or running).
+api_error queue_full(std::size_t limit);
+
+/// 503: no capacity to run the request (no connection slot, no device).
+api_error unavailable(std::string message);
+
+/// The error object as compact JSON, without a trailing newline.
+std::string to_json(const api_error& e);
+
+} // namespace exo::gateway

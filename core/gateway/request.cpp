@@ -1,0 +1,373 @@
+#include "core/gateway/request.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace exo::gateway {
+
+namespace {
+
+using json = nlohmann::json;
+
+/// Thrown inside the parser only; parse_request turns it into its result.
+struct refused {
+  api_error error;
+};
+
+[[noreturn]] void refuse(std::string message, std::string param,
+                         std::string code = "invalid_value") {
+  throw refused{invalid_request(std::move(message), std::move(param),
+                                std::move(code))};
+}
+
+const char* type_name(const json& v) {
+  return v.type_name(); // "null", "object", "array", "string", ...
+}
+
+[[noreturn]] void wrong_type(const std::string& param, const json& v,
+                             const char* expected) {
+  refuse("Invalid type for '" + param + "': expected " + expected
+           + ", but got " + type_name(v) + ".",
+         param, "invalid_type");
+}
+
+std::string get_string(const json& v, const std::string& param) {
+  if (!v.is_string())
+    wrong_type(param, v, "a string");
+  return v.get<std::string>();
+}
+
+bool get_bool(const json& v, const std::string& param) {
+  if (!v.is_boolean())
+    wrong_type(param, v, "a boolean");
+  return v.get<bool>();
+}
+
+double get_number(const json& v, const std::string& param, double lo,
+                  double hi) {
+  if (!v.is_number())
+    wrong_type(param, v, "a number");
+  double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    refuse("Invalid value for '" + param + "': " + v.dump()
+             + " is not in [" + json(lo).dump() + ", " + json(hi).dump()
+             + "].",
+           param);
+  return x;
+}
+
+std::int64_t get_integer(const json& v, const std::string& param) {
+  if (v.is_number_integer())
+    return v.is_number_unsigned()
+               && v.get<std::uint64_t>()
+                    > std::uint64_t(std::numeric_limits<std::int64_t>::max())
+             ? (refuse("Invalid value for '" + param + "': " + v.dump()
+                         + " is too large.",
+                       param),
+                0)
+             : v.get<std::int64_t>();
+  // 16.0 is an integer too (JSON has one number type).
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.0e15)
+      return static_cast<std::int64_t>(d);
+  }
+  wrong_type(param, v, "an integer");
+}
+
+/// Text of a message's content: a string, or an array of parts of which
+/// only {"type":"text","text":...} are understood.
+std::string get_content(const json& v, const std::string& param) {
+  if (v.is_string())
+    return v.get<std::string>();
+  if (!v.is_array())
+    wrong_type(param, v, "a string or an array of content parts");
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    auto p = param + "[" + std::to_string(i) + "]";
+    auto& part = v[i];
+    if (!part.is_object())
+      wrong_type(p, part, "an object");
+    auto t = part.find("type");
+    if (t == part.end())
+      refuse("Missing required parameter: '" + p + ".type'.", p + ".type",
+             "missing_required_parameter");
+    auto type = get_string(*t, p + ".type");
+    if (type != "text")
+      refuse("Content parts of type '" + type
+               + "' are not supported: only 'text'.",
+             p + ".type", "unsupported_value");
+    auto text = part.find("text");
+    if (text == part.end())
+      refuse("Missing required parameter: '" + p + ".text'.", p + ".text",
+             "missing_required_parameter");
+    out += get_string(*text, p + ".text");
+  }
+  return out;
+}
+
+std::vector<chat_message> get_messages(const json& v,
+                                       const request_limits& limits) {
+  if (!v.is_array())
+    wrong_type("messages", v, "an array");
+  if (v.empty())
+    refuse("Invalid 'messages': empty array. Expected an array with minimum "
+           "length 1.",
+           "messages", "empty_array");
+  if (v.size() > limits.max_messages)
+    refuse("Invalid 'messages': " + std::to_string(v.size())
+             + " messages, more than the limit of "
+             + std::to_string(limits.max_messages) + ".",
+           "messages", "array_above_max_length");
+  static const std::set<std::string> roles{"system", "developer", "user",
+                                           "assistant", "tool"};
+  std::vector<chat_message> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    auto p = "messages[" + std::to_string(i) + "]";
+    auto& m = v[i];
+    if (!m.is_object())
+      wrong_type(p, m, "an object");
+    chat_message msg;
+    auto role = m.find("role");
+    if (role == m.end())
+      refuse("Missing required parameter: '" + p + ".role'.", p + ".role",
+             "missing_required_parameter");
+    msg.role = get_string(*role, p + ".role");
+    if (roles.count(msg.role) == 0)
+      refuse("Invalid value: '" + msg.role + "'. Supported values are: "
+               "'system', 'developer', 'user', 'assistant' and 'tool'.",
+             p + ".role");
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      if (msg.role != "assistant")
+        refuse("Missing required parameter: '" + p + ".content'.",
+               p + ".content", "missing_required_parameter");
+    } else {
+      msg.content = get_content(*content, p + ".content");
+    }
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      if (it.key() == "role" || it.key() == "content")
+        continue;
+      if (it.key() == "name") {
+        msg.name = get_string(it.value(), p + ".name");
+        continue;
+      }
+      refuse("Unrecognized parameter: '" + p + "." + it.key()
+               + "' (tools and function calls are not supported).",
+             p + "." + it.key(), "unknown_parameter");
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+std::vector<std::string> get_stop(const json& v) {
+  std::vector<std::string> out;
+  if (v.is_null())
+    return out;
+  if (v.is_string()) {
+    out.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    if (v.size() > 4)
+      refuse("Invalid 'stop': " + std::to_string(v.size())
+               + " stop sequences, at most 4 are allowed.",
+             "stop", "array_above_max_length");
+    for (std::size_t i = 0; i < v.size(); ++i)
+      out.push_back(get_string(v[i], "stop[" + std::to_string(i) + "]"));
+  } else {
+    wrong_type("stop", v, "a string or an array of strings");
+  }
+  for (auto& s : out)
+    if (s.empty())
+      refuse("Invalid 'stop': a stop sequence may not be empty.", "stop");
+  return out;
+}
+
+/// Fields OpenAI defines that exo does not implement: accepted only with
+/// their neutral value, so that nothing a client asks for is silently
+/// ignored.
+bool neutral_unsupported(const std::string& key, const json& v) {
+  if (v.is_null())
+    return key == "logprobs" || key == "top_logprobs" || key == "suffix"
+           || key == "logit_bias" || key == "response_format"
+           || key == "best_of" || key == "echo"
+           || key == "frequency_penalty" || key == "presence_penalty"
+           || key == "metadata" || key == "store"
+           || key == "parallel_tool_calls";
+  if (key == "frequency_penalty" || key == "presence_penalty")
+    return v.is_number() && v.get<double>() == 0.0;
+  if (key == "logprobs" || key == "echo" || key == "store")
+    return v.is_boolean() && !v.get<bool>();
+  if (key == "best_of")
+    return v.is_number_integer() && v.get<std::int64_t>() == 1;
+  if (key == "logit_bias" || key == "metadata")
+    return v.is_object() && v.empty();
+  if (key == "response_format")
+    return v.is_object() && v.size() == 1 && v.contains("type")
+           && v["type"] == "text";
+  return false;
+}
+
+completion_request parse(endpoint_kind kind, const json& body,
+                         const request_limits& limits,
+                         const model_filter& known_model) {
+  if (!body.is_object())
+    throw refused{invalid_json(std::string{"expected an object, got "}
+                               + type_name(body))};
+  const bool chat = kind == endpoint_kind::chat_completions;
+  completion_request r;
+  r.kind = kind;
+  std::optional<std::int64_t> max_tokens;
+  std::optional<std::int64_t> max_completion_tokens;
+  bool have_stream_options = false;
+  bool have_model = false;
+  bool have_input = false;
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const auto& key = it.key();
+    const auto& v = it.value();
+    if (key == "model") {
+      r.model = get_string(v, key);
+      have_model = true;
+    } else if (key == "prompt" && !chat) {
+      if (v.is_array() && v.size() == 1 && v[0].is_string())
+        r.prompt = v[0].get<std::string>();
+      else if (v.is_array() && (v.empty() || !v[0].is_string()))
+        refuse("Invalid 'prompt': token arrays are not supported; send the "
+               "prompt as a string.",
+               key, "unsupported_value");
+      else if (v.is_array())
+        refuse("Invalid 'prompt': " + std::to_string(v.size())
+                 + " prompts in one request are not supported (n = 1).",
+               key, "unsupported_value");
+      else
+        r.prompt = get_string(v, key);
+      have_input = true;
+    } else if (key == "messages" && chat) {
+      r.messages = get_messages(v, limits);
+      have_input = true;
+    } else if (key == "max_tokens") {
+      if (!v.is_null())
+        max_tokens = get_integer(v, key);
+    } else if (key == "max_completion_tokens" && chat) {
+      if (!v.is_null())
+        max_completion_tokens = get_integer(v, key);
+    } else if (key == "temperature") {
+      if (!v.is_null())
+        r.temperature = get_number(v, key, 0.0, 2.0);
+    } else if (key == "top_p") {
+      if (!v.is_null()) {
+        r.top_p = get_number(v, key, 0.0, 1.0);
+        if (r.top_p == 0.0)
+          refuse("Invalid value for 'top_p': must be greater than 0.", key);
+      }
+    } else if (key == "seed") {
+      if (!v.is_null())
+        r.seed = get_integer(v, key);
+    } else if (key == "stop") {
+      r.stop = get_stop(v);
+    } else if (key == "n") {
+      if (!v.is_null() && get_integer(v, key) != 1)
+        refuse("Invalid value for 'n': " + v.dump()
+                 + ". exo generates one choice per request (n = 1).",
+               key, "unsupported_value");
+    } else if (key == "stream") {
+      if (!v.is_null())
+        r.stream = get_bool(v, key);
+    } else if (key == "stream_options") {
+      if (v.is_null())
+        continue;
+      if (!v.is_object())
+        wrong_type(key, v, "an object");
+      have_stream_options = true;
+      for (auto o = v.begin(); o != v.end(); ++o) {
+        if (o.key() == "include_usage")
+          r.include_usage = get_bool(o.value(), "stream_options.include_usage");
+        else
+          refuse("Unrecognized parameter: 'stream_options." + o.key() + "'.",
+                 "stream_options." + o.key(), "unknown_parameter");
+      }
+    } else if (key == "user") {
+      if (!v.is_null())
+        r.user = get_string(v, key);
+    } else if (neutral_unsupported(key, v)) {
+      continue;
+    } else if (key == "prompt" || key == "messages"
+               || key == "max_completion_tokens") {
+      refuse("Unrecognized parameter: '" + key + "' (this is /v1/"
+               + (chat ? "chat/completions" : "completions") + ").",
+             key, "unknown_parameter");
+    } else {
+      refuse("Unrecognized or unsupported parameter: '" + key + "' = "
+               + v.dump().substr(0, 64) + ".",
+             key, "unknown_parameter");
+    }
+  }
+  if (!have_model)
+    refuse("Missing required parameter: 'model'.", "model",
+           "missing_required_parameter");
+  if (!have_input)
+    refuse(std::string{"Missing required parameter: '"}
+             + (chat ? "messages" : "prompt") + "'.",
+           chat ? "messages" : "prompt", "missing_required_parameter");
+  if (max_tokens && max_completion_tokens
+      && *max_tokens != *max_completion_tokens)
+    refuse("'max_tokens' and 'max_completion_tokens' disagree; send one.",
+           "max_tokens");
+  r.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
+  if (r.max_tokens) {
+    auto param = max_completion_tokens ? "max_completion_tokens"
+                                       : "max_tokens";
+    if (*r.max_tokens < 1)
+      refuse(std::string{"Invalid '"} + param + "': "
+               + std::to_string(*r.max_tokens) + ". Expected at least 1.",
+             param);
+    if (*r.max_tokens > limits.max_tokens)
+      refuse(std::string{"Invalid '"} + param + "': "
+               + std::to_string(*r.max_tokens)
+               + " is larger than the limit of "
+               + std::to_string(limits.max_tokens) + " tokens.",
+             param);
+  }
+  if (have_stream_options && !r.stream)
+    refuse("The 'stream_options' parameter is only allowed when 'stream' is "
+           "enabled.",
+           "stream_options");
+  if (known_model && !known_model(r.model))
+    throw refused{model_not_found(r.model)};
+  return r;
+}
+
+} // namespace
+
+parsed_request parse_request(endpoint_kind kind, std::string_view body,
+                             const request_limits& limits,
+                             const model_filter& known_model) {
+  parsed_request out;
+  if (body.size() > limits.max_body_bytes) {
+    out.error = body_too_large(limits.max_body_bytes);
+    return out;
+  }
+  json doc = json::parse(body, nullptr, false);
+  if (doc.is_discarded()) {
+    // Parse again with exceptions for the position and reason.
+    try {
+      auto again = json::parse(body);
+      (void) again;
+      out.error = invalid_json("not valid JSON");
+    } catch (const json::parse_error& e) {
+      out.error = invalid_json(e.what());
+    }
+    return out;
+  }
+  try {
+    out.request = parse(kind, doc, limits, known_model);
+  } catch (const refused& r) {
+    out.error = r.error;
+  }
+  return out;
+}
+
+} // namespace exo::gateway

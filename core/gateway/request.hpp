@@ -1,0 +1,88 @@
+#pragma once
+
+/// OpenAI request bodies of `POST /v1/completions` and
+/// `POST /v1/chat/completions`, parsed into one typed request and
+/// validated: every wrong type, out-of-range value, unknown field or model
+/// is refused with an api_error that names the field.
+
+#include "core/gateway/api_error.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace exo::gateway {
+
+/// The endpoint a request came to.
+enum class endpoint_kind {
+  completions,      ///< `/v1/completions`: a prompt, text out.
+  chat_completions, ///< `/v1/chat/completions`: messages, a message out.
+};
+
+/// One message of a chat: the content parts of type "text" joined.
+struct chat_message {
+  /// system, developer, user, assistant or tool.
+  std::string role;
+  std::string content;
+  /// The optional participant name.
+  std::string name;
+};
+
+/// A validated completion request, what the coordinator runs.
+struct completion_request {
+  endpoint_kind kind = endpoint_kind::completions;
+  std::string model;
+  /// The prompt (completions only).
+  std::string prompt;
+  /// The conversation (chat only; at least one message).
+  std::vector<chat_message> messages;
+  /// Most tokens to generate (max_tokens or max_completion_tokens); absent:
+  /// until the end of text or the context.
+  std::optional<std::int64_t> max_tokens;
+  /// Sampling temperature in [0, 2]; 0 is greedy.
+  double temperature = 1.0;
+  /// Nucleus sampling mass in (0, 1].
+  double top_p = 1.0;
+  /// The sampler's seed, when the client chose one.
+  std::optional<std::int64_t> seed;
+  /// Up to four stop strings, none empty.
+  std::vector<std::string> stop;
+  /// Answer as server-sent events.
+  bool stream = false;
+  /// With stream: one last chunk carrying the usage.
+  bool include_usage = false;
+  /// The end user's identifier, for logs.
+  std::string user;
+};
+
+/// Bounds a request must respect.
+struct request_limits {
+  /// Largest body accepted (413 above).
+  std::size_t max_body_bytes = 1 << 20;
+  /// Largest max_tokens accepted (the context of the largest model).
+  std::int64_t max_tokens = 1 << 17;
+  /// Most chat messages.
+  std::size_t max_messages = 1024;
+};
+
+/// A parse result: a request, or the error to answer with.
+struct parsed_request {
+  std::optional<completion_request> request;
+  api_error error;
+  explicit operator bool() const noexcept { return request.has_value(); }
+};
+
+/// Whether a model id is served here.
+using model_filter = std::function<bool(const std::string&)>;
+
+/// Parses and validates the body of a request to `kind`. `known_model`
+/// decides which model ids exist (404 for the others); an empty filter
+/// accepts every id.
+parsed_request parse_request(endpoint_kind kind, std::string_view body,
+                             const request_limits& limits,
+                             const model_filter& known_model = {});
+
+} // namespace exo::gateway

@@ -1,0 +1,253 @@
+#include "core/gateway/response.hpp"
+
+#include "core/text/json.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+namespace exo::gateway {
+
+namespace {
+
+using text::json;
+
+bool is_chat(endpoint_kind k) {
+  return k == endpoint_kind::chat_completions;
+}
+
+json usage_json(const usage& u) {
+  json out;
+  out["prompt_tokens"] = u.prompt_tokens;
+  out["completion_tokens"] = u.completion_tokens;
+  out["total_tokens"] = u.prompt_tokens + u.completion_tokens;
+  return out;
+}
+
+json head_json(const response_head& head, const char* object) {
+  json out;
+  out["id"] = head.id;
+  out["object"] = object;
+  out["created"] = head.created;
+  out["model"] = head.model;
+  return out;
+}
+
+const char* chunk_object(endpoint_kind k) {
+  return is_chat(k) ? "chat.completion.chunk" : "text_completion";
+}
+
+} // namespace
+
+const char* to_string(finish_reason r) {
+  return r == finish_reason::stop ? "stop" : "length";
+}
+
+std::string completion_body(endpoint_kind kind, const response_head& head,
+                            std::string_view text, finish_reason reason,
+                            const usage& u) {
+  auto out = head_json(head, is_chat(kind) ? "chat.completion"
+                                           : "text_completion");
+  json choice;
+  if (is_chat(kind)) {
+    choice["index"] = 0;
+    json message;
+    message["role"] = "assistant";
+    message["content"] = std::string{text};
+    choice["message"] = std::move(message);
+    choice["logprobs"] = nullptr;
+  } else {
+    choice["text"] = std::string{text};
+    choice["index"] = 0;
+    choice["logprobs"] = nullptr;
+  }
+  choice["finish_reason"] = to_string(reason);
+  out["choices"] = json::array({std::move(choice)});
+  out["usage"] = usage_json(u);
+  return text::compact(out);
+}
+
+std::string text_chunk(endpoint_kind kind, const response_head& head,
+                       std::string_view text, bool first,
+                       bool include_usage) {
+  auto out = head_json(head, chunk_object(kind));
+  json choice;
+  if (is_chat(kind)) {
+    choice["index"] = 0;
+    json delta = json::object();
+    if (first)
+      delta["role"] = "assistant";
+    delta["content"] = std::string{text};
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = std::string{text};
+    choice["index"] = 0;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = nullptr;
+  out["choices"] = json::array({std::move(choice)});
+  if (include_usage)
+    out["usage"] = nullptr;
+  return sse_event(text::compact(out));
+}
+
+std::string finish_chunk(endpoint_kind kind, const response_head& head,
+                         finish_reason reason, bool include_usage) {
+  auto out = head_json(head, chunk_object(kind));
+  json choice;
+  if (is_chat(kind)) {
+    choice["index"] = 0;
+    choice["delta"] = json::object();
+  } else {
+    choice["text"] = "";
+    choice["index"] = 0;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = to_string(reason);
+  out["choices"] = json::array({std::move(choice)});
+  if (include_usage)
+    out["usage"] = nullptr;
+  return sse_event(text::compact(out));
+}
+
+std::string usage_chunk(endpoint_kind kind, const response_head& head,
+                        const usage& u) {
+  auto out = head_json(head, chunk_object(kind));
+  out["choices"] = json::array();
+  out["usage"] = usage_json(u);
+  return sse_event(text::compact(out));
+}
+
+std::string error_event(const api_error& e) {
+  return sse_event(to_json(e));
+}
+
+std::string sse_event(std::string_view json) {
+  std::string out;
+  out.reserve(json.size() + 8);
+  out += "data: ";
+  out += json;
+  out += "\n\n";
+  return out;
+}
+
+std::string sse_done() {
+  return "data: [DONE]\n\n";
+}
+
+std::string models_body(const std::vector<model_entry>& models) {
+  json data = json::array();
+  for (auto& m : models) {
+    json e;
+    e["id"] = m.id;
+    e["object"] = "model";
+    e["created"] = m.created;
+    e["owned_by"] = m.owned_by;
+    data.push_back(std::move(e));
+  }
+  json out;
+  out["object"] = "list";
+  out["data"] = std::move(data);
+  return text::compact(out);
+}
+
+std::string health_body(bool ready, std::string_view why) {
+  if (ready)
+    return R"({"status":"ok"})";
+  json err;
+  err["code"] = 503;
+  err["message"] = std::string{why};
+  err["type"] = "unavailable_error";
+  json out;
+  out["error"] = std::move(err);
+  return text::compact(out);
+}
+
+id_generator::id_generator() : id_generator(std::random_device{}()
+                                             ^ (std::uint64_t{
+                                                  std::random_device{}()}
+                                                << 32)) {
+}
+
+id_generator::id_generator(std::uint64_t nonce) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx",
+                static_cast<unsigned long long>(nonce));
+  nonce_ = buf;
+}
+
+std::string id_generator::next(endpoint_kind kind) {
+  auto n = counter_.fetch_add(1, std::memory_order_relaxed) + 1;
+  return (is_chat(kind) ? "chatcmpl-" : "cmpl-") + nonce_ + "-"
+         + std::to_string(n);
+}
+
+std::size_t complete_utf8_prefix(std::string_view s) {
+  // Look at most 3 bytes back for the lead byte of a sequence that is not
+  // finished.
+  std::size_t n = s.size();
+  for (std::size_t back = 1; back <= 3 && back <= n; ++back) {
+    auto c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80)
+      continue; // a continuation byte: keep looking for the lead
+    std::size_t need = (c & 0xE0) == 0xC0   ? 2
+                       : (c & 0xF0) == 0xE0 ? 3
+                       : (c & 0xF8) == 0xF0 ? 4
+                                            : 1;
+    return need > back ? n - back : n;
+  }
+  return n;
+}
+
+stop_filter::stop_filter(std::vector<std::string> stops)
+  : stops_(std::move(stops)) {
+  // Empty stop strings would match everywhere; parse_request refuses them.
+  stops_.erase(std::remove_if(stops_.begin(), stops_.end(),
+                              [](auto& s) { return s.empty(); }),
+               stops_.end());
+}
+
+std::string stop_filter::feed(std::string_view piece) {
+  if (stopped_)
+    return {};
+  held_ += piece;
+  // The earliest complete match ends the text.
+  std::size_t cut = std::string::npos;
+  for (auto& s : stops_) {
+    auto at = held_.find(s);
+    if (at < cut)
+      cut = at;
+  }
+  if (cut != std::string::npos) {
+    stopped_ = true;
+    std::string out = held_.substr(0, cut);
+    held_.clear();
+    return out;
+  }
+  // Hold back the longest suffix that is a proper prefix of a stop string.
+  std::size_t keep = 0;
+  for (auto& s : stops_) {
+    for (std::size_t len = std::min(s.size() - 1, held_.size()); len > keep;
+         --len) {
+      if (held_.compare(held_.size() - len, len, s, 0, len) == 0) {
+        keep = len;
+        break;
+      }
+    }
+  }
+  std::size_t release = complete_utf8_prefix(
+    std::string_view{held_}.substr(0, held_.size() - keep));
+  std::string out = held_.substr(0, release);
+  held_.erase(0, release);
+  return out;
+}
+
+std::string stop_filter::flush() {
+  if (stopped_)
+    return {};
+  std::string out;
+  out.swap(held_);
+  return out;
+}
+
+} // namespace exo::gateway

@@ -1,0 +1,131 @@
+#pragma once
+
+/// OpenAI response shapes: completion and chat.completion objects, the
+/// streaming chunks (`text_completion`, `chat.completion.chunk`) in
+/// server-sent-event framing ending in `data: [DONE]`, the model list and
+/// the `/health` body (llama-server's).
+
+#include "core/gateway/request.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace exo::gateway {
+
+/// Why generation ended.
+enum class finish_reason {
+  stop,   ///< End of text or a stop string.
+  length, ///< max_tokens or the context was reached.
+};
+
+/// "stop" or "length".
+const char* to_string(finish_reason r);
+
+/// Token counts of one request.
+struct usage {
+  std::int64_t prompt_tokens = 0;
+  std::int64_t completion_tokens = 0;
+};
+
+/// What identifies a response: id, creation time, model.
+struct response_head {
+  std::string id;
+  /// Seconds since the Unix epoch.
+  std::int64_t created = 0;
+  std::string model;
+};
+
+/// A whole (non-streamed) answer: a `text_completion` object for
+/// completions, a `chat.completion` object for chat, as compact JSON.
+std::string completion_body(endpoint_kind kind, const response_head& head,
+                            std::string_view text, finish_reason reason,
+                            const usage& u);
+
+/// One streamed chunk carrying `text` (and the assistant role when
+/// `first` for chat), as an SSE event. With `include_usage` the chunk has
+/// `"usage": null`, as OpenAI's.
+std::string text_chunk(endpoint_kind kind, const response_head& head,
+                       std::string_view text, bool first,
+                       bool include_usage);
+
+/// The chunk that ends the choice with its finish_reason, as an SSE event.
+std::string finish_chunk(endpoint_kind kind, const response_head& head,
+                         finish_reason reason, bool include_usage);
+
+/// The last chunk of a stream with include_usage: no choices, the usage;
+/// as an SSE event.
+std::string usage_chunk(endpoint_kind kind, const response_head& head,
+                        const usage& u);
+
+/// An error inside a started stream: `data: {"error":...}` as an SSE event.
+std::string error_event(const api_error& e);
+
+/// `data: <json>\n\n`.
+std::string sse_event(std::string_view json);
+
+/// `data: [DONE]\n\n`, the end of every stream.
+std::string sse_done();
+
+/// One model of `/v1/models`.
+struct model_entry {
+  std::string id;
+  std::int64_t created = 0;
+  std::string owned_by = "exo";
+};
+
+/// `{"object":"list","data":[{"id","object":"model","created",
+/// "owned_by"}]}`.
+std::string models_body(const std::vector<model_entry>& models);
+
+/// `/health` as llama-server answers it: `{"status":"ok"}` when ready,
+/// otherwise its 503 error body naming `why` ("Loading model").
+std::string health_body(bool ready, std::string_view why = "Loading model");
+
+/// Makes response ids: a prefix, a random part fixed per generator and a
+/// counter ("chatcmpl-3f2a9c01d4e5b6a7-12"). Thread-safe.
+class id_generator {
+public:
+  id_generator();
+  /// Seeded explicitly (tests).
+  explicit id_generator(std::uint64_t nonce);
+  /// "cmpl-..." for completions, "chatcmpl-..." for chat.
+  std::string next(endpoint_kind kind);
+
+private:
+  std::string nonce_;
+  std::atomic<std::uint64_t> counter_{0};
+};
+
+/// Applies stop strings to text that arrives in pieces: text that could be
+/// the start of a stop string is held back until it is known not to be;
+/// on a match everything from the stop string on is dropped (OpenAI does
+/// not return the stop string). Also holds back an incomplete UTF-8
+/// sequence at the end, so every piece it releases is whole characters.
+class stop_filter {
+public:
+  explicit stop_filter(std::vector<std::string> stops = {});
+
+  /// Adds `piece`; returns the text that may be sent now.
+  std::string feed(std::string_view piece);
+
+  /// Whether a stop string was found (feed() returns "" afterwards).
+  bool stopped() const noexcept { return stopped_; }
+
+  /// At the end of generation: the text still held back.
+  std::string flush();
+
+private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+/// Length of the longest prefix of `s` that does not end inside a UTF-8
+/// sequence (an incomplete trailing sequence of at most 3 bytes is left
+/// out; invalid bytes count as whole characters).
+std::size_t complete_utf8_prefix(std::string_view s);
+
+} // namespace exo::gateway

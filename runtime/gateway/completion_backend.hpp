@@ -1,0 +1,101 @@
+#pragma once
+
+/// The gateway's side of the contract with whatever runs completions (the
+/// job coordinator, or a test backend): the server parses and admits a
+/// request, hands it to completion_backend::complete with a token_sink,
+/// and turns what the sink receives into the HTTP answer (one JSON object,
+/// or server-sent events).
+///
+/// ```
+///  client --POST--> server --complete(req, sink)--> backend
+///                     ^                               |
+///                     |   token(text) ... token(text) |  any thread,
+///                     '-- finish(reason, usage) ------'  never blocks
+///
+///  token() answers: open   go on
+///                   full   the client reads slower than tokens come:
+///                          pause until the on_ready callback runs
+///                   closed stop (client gone, stop string matched, server
+///                          stopping), then call finish or fail
+/// ```
+///
+/// Rules: complete() returns without waiting for generation; exactly one
+/// of finish() or fail() follows every complete(), from any thread, also
+/// after the sink closed (that is when the admission slot is given back);
+/// the sink's calls never block and may be made from any thread.
+
+#include "core/gateway/api_error.hpp"
+#include "core/gateway/prometheus.hpp"
+#include "core/gateway/request.hpp"
+#include "core/gateway/response.hpp"
+
+#include <functional>
+#include <memory>
+#include <string_view>
+
+namespace exo::gateway {
+
+/// What token() tells the backend.
+enum class sink_state {
+  open,   ///< Go on.
+  full,   ///< Pause until on_ready's callback runs.
+  closed, ///< Stop generating; then call finish() or fail().
+};
+
+/// Receives the output of one completion. Thread-safe.
+class token_sink {
+public:
+  virtual ~token_sink() = default;
+
+  /// One generated token's text (may end inside a UTF-8 character: the
+  /// gateway holds incomplete characters back).
+  virtual sink_state token(std::string_view text) = 0;
+
+  /// Generation ended. `u.prompt_tokens` is the prompt's length in tokens;
+  /// the gateway counts the completion tokens itself (the tokens it was
+  /// given before it closed).
+  virtual void finish(finish_reason reason, usage u) = 0;
+
+  /// Generation failed (e.g. unavailable() when no device can take it).
+  /// Before the first token this is the HTTP answer (status and error
+  /// object); in a started stream an error event ends it.
+  virtual void fail(api_error e) = 0;
+
+  /// Runs `fn` once, on a gateway thread, when there is room again after
+  /// token() answered full, or when the sink closes. Replaces an earlier
+  /// callback; runs at once on the caller's thread if there is room.
+  virtual void on_ready(std::function<void()> fn) = 0;
+
+  /// Runs `fn` once when the sink closes (client disconnected, a stop
+  /// string matched, a slow client overran its buffer, the server stops):
+  /// the backend cancels the job and frees its KV cache. Runs at once if
+  /// already closed.
+  virtual void on_close(std::function<void()> fn) = 0;
+
+  /// Whether the sink is closed.
+  virtual bool closed() const = 0;
+};
+
+/// Runs completions; what the job coordinator implements.
+class completion_backend {
+public:
+  virtual ~completion_backend() = default;
+
+  /// Starts `req` (validated: the model is one of the server's models);
+  /// returns at once. See the rules above.
+  virtual void complete(const completion_request& req,
+                        std::shared_ptr<token_sink> sink) = 0;
+};
+
+/// Adds metric families to each `/metrics` scrape (device gauges with
+/// prometheus::write_device_gauges, cluster counters).
+class metrics_source {
+public:
+  virtual ~metrics_source() = default;
+
+  /// Appends families to `w`; called on a gateway thread per scrape, so it
+  /// answers from what it already has and never waits on the cluster.
+  virtual void collect(prometheus::text_writer& w) = 0;
+};
+
+} // namespace exo::gateway

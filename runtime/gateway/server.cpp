@@ -1,0 +1,1051 @@
+#include "runtime/gateway/server.hpp"
+
+#include "core/gateway/prometheus.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+namespace exo::gateway {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using steady = std::chrono::steady_clock;
+
+class session;
+class stream_sink;
+
+// -- server state -------------------------------------------------------------
+
+/// What every session and sink shares. Lives until the last of them.
+struct server::state {
+  server_options opts;
+  std::unique_ptr<net::io_context> ioc;
+  std::optional<tcp::acceptor> acceptor;
+  std::vector<std::thread> threads;
+  std::uint16_t port = 0;
+  id_generator ids;
+  std::atomic<bool> stopping{false};
+
+  std::atomic<std::size_t> connections{0};
+  std::atomic<std::size_t> in_flight{0};
+
+  mutable std::mutex mx; // guards everything below
+  std::map<const session*, std::weak_ptr<session>> sessions;
+  std::map<const stream_sink*, std::weak_ptr<stream_sink>> sinks;
+  server_stats stats;
+  std::map<std::pair<std::string, int>, std::uint64_t> requests;
+  std::uint64_t tokens = 0;
+  prometheus::histogram request_seconds{
+    {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60}};
+  prometheus::histogram ttft_seconds{
+    {0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
+  prometheus::histogram token_seconds{
+    {0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
+
+  explicit state(server_options o) : opts(std::move(o)) {
+  }
+
+  void count_request(const std::string& endpoint, int status,
+                     double seconds) {
+    std::lock_guard<std::mutex> guard{mx};
+    ++requests[{endpoint, status}];
+    ++stats.requests;
+    request_seconds.observe(seconds);
+  }
+
+  bool known_model(const std::string& id) const {
+    for (auto& m : opts.models)
+      if (m.id == id)
+        return true;
+    return false;
+  }
+
+  std::string metrics_text();
+};
+
+// -- the sink -----------------------------------------------------------------
+
+/// The token_sink of one admitted completion: collects text under a mutex
+/// and asks its session (on the session's strand) to write it.
+class stream_sink : public token_sink,
+                    public std::enable_shared_from_this<stream_sink> {
+public:
+  using flush_fn = std::function<void()>;
+
+  stream_sink(std::shared_ptr<server::state> st, completion_request req,
+              response_head head, net::any_io_executor strand,
+              std::weak_ptr<session> owner)
+    : st_(std::move(st)),
+      req_(std::move(req)),
+      head_(std::move(head)),
+      filter_(req_.stop),
+      strand_(std::move(strand)),
+      owner_(std::move(owner)),
+      started_(steady::now()),
+      last_token_(started_) {
+  }
+
+  sink_state token(std::string_view text) override;
+  void finish(finish_reason reason, usage u) override;
+  void fail(api_error e) override;
+  void on_ready(std::function<void()> fn) override;
+  void on_close(std::function<void()> fn) override;
+  bool closed() const override {
+    std::lock_guard<std::mutex> guard{mx_};
+    return closed_;
+  }
+
+  /// Closes the sink (client gone, server stopping); runs the callbacks.
+  void close(bool client_gone);
+
+  /// Detaches from the io_context: nothing is posted any more.
+  void detach() {
+    {
+      std::lock_guard<std::mutex> guard{mx_};
+      detached_ = true;
+    }
+    close(false);
+  }
+
+  /// Takes the bytes to write (called on the strand). `done` is set when
+  /// they are the last of the answer.
+  struct batch {
+    std::string bytes;
+    bool done = false;
+    bool error_before_start = false;
+    api_error error;
+  };
+  batch take();
+
+  /// A write of `n` bytes completed (on the strand): may fire on_ready.
+  void written();
+
+  bool streaming() const {
+    return req_.stream;
+  }
+
+private:
+  void schedule_locked(); // mx_ held
+  void release_slot();
+
+  std::shared_ptr<server::state> st_;
+  completion_request req_;
+  response_head head_;
+  mutable std::mutex mx_;
+  stop_filter filter_;
+  std::string pending_;  // stream: SSE bytes not yet taken
+  std::string text_;     // non-stream: the answer so far
+  std::int64_t tokens_ = 0;
+  bool first_ = true;
+  bool closed_ = false;
+  bool finished_ = false;
+  bool detached_ = false;
+  bool flush_posted_ = false;
+  bool full_ = false;
+  bool done_ = false; // the last bytes are in pending_ / the answer is ready
+  std::optional<api_error> early_error_;
+  std::function<void()> ready_cb_;
+  std::vector<std::function<void()>> close_cbs_;
+  net::any_io_executor strand_;
+  std::weak_ptr<session> owner_;
+  steady::time_point started_;
+  steady::time_point last_token_;
+};
+
+// -- the session --------------------------------------------------------------
+
+/// One connection: reads requests one at a time, answers them.
+class session : public std::enable_shared_from_this<session> {
+public:
+  session(tcp::socket socket, std::shared_ptr<server::state> st)
+    : socket_(std::move(socket)), timer_(socket_.get_executor()),
+      st_(std::move(st)) {
+  }
+
+  ~session() {
+    st_->connections.fetch_sub(1);
+    std::lock_guard<std::mutex> guard{st_->mx};
+    st_->sessions.erase(this);
+    st_->stats.connections = st_->connections.load();
+  }
+
+  void start() {
+    read_request();
+  }
+
+  net::any_io_executor get_executor() {
+    return socket_.get_executor();
+  }
+
+  /// Answers 503 (too many connections) and closes.
+  void refuse() {
+    send_error(unavailable("Too many connections: the limit of "
+                           + std::to_string(st_->opts.limits.max_connections)
+                           + " is reached; retry later"),
+               false);
+  }
+
+  /// Closes the socket (server stopping); runs on the strand.
+  void shutdown() {
+    beast::error_code ec;
+    socket_.close(ec);
+    timer_.cancel();
+  }
+
+  /// The sink has bytes (or the end) for this connection.
+  void flush();
+
+  /// The client is gone or the server stops: drop the connection.
+  void abort_stream() {
+    beast::error_code ec;
+    socket_.close(ec);
+  }
+
+private:
+  void arm(std::chrono::milliseconds d, bool count_timeout) {
+    timer_.expires_after(d);
+    timer_.async_wait([self = shared_from_this(),
+                       count_timeout](beast::error_code ec) {
+      if (ec)
+        return;
+      if (count_timeout) {
+        std::lock_guard<std::mutex> guard{self->st_->mx};
+        ++self->st_->stats.timeouts;
+      }
+      beast::error_code ignored;
+      self->socket_.close(ignored);
+    });
+  }
+
+  void read_request() {
+    parser_.emplace();
+    parser_->header_limit(
+      static_cast<std::uint32_t>(st_->opts.limits.max_header_bytes));
+    parser_->body_limit(st_->opts.limits.max_body_bytes);
+    arm(st_->opts.limits.request_timeout, true);
+    http::async_read_header(
+      socket_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, std::size_t) {
+        self->on_header(ec);
+      });
+  }
+
+  /// Whether `ec` is a parse error answered with a status (then answers).
+  bool answer_read_error(beast::error_code ec) {
+    if (ec == http::error::header_limit) {
+      send_error(headers_too_large(st_->opts.limits.max_header_bytes), false);
+      return true;
+    }
+    if (ec == http::error::body_limit) {
+      send_error(body_too_large(st_->opts.limits.max_body_bytes), false);
+      return true;
+    }
+    if (ec.category()
+          == http::make_error_code(http::error::end_of_stream).category()
+        && ec != http::error::end_of_stream
+        && ec != http::error::partial_message) {
+      send_error(invalid_request("Malformed HTTP request: " + ec.message(),
+                                 {}, "bad_request"),
+                 false);
+      return true;
+    }
+    return false;
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) {
+      timer_.cancel();
+      if (!answer_read_error(ec))
+        close_now();
+      return;
+    }
+    started_ = steady::now();
+    auto& req = parser_->get();
+    if (beast::iequals(req[http::field::expect], "100-continue")) {
+      auto cont = std::make_shared<std::string>(
+        "HTTP/1.1 100 Continue\r\n\r\n");
+      net::async_write(socket_, net::buffer(*cont),
+                       [self = shared_from_this(),
+                        cont](beast::error_code ec, std::size_t) {
+                         if (ec)
+                           return self->close_now();
+                         self->read_body();
+                       });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    if (parser_->is_done())
+      return on_read({});
+    http::async_read(socket_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec,
+                                                 std::size_t) {
+                       self->on_read(ec);
+                     });
+  }
+
+  void on_read(beast::error_code ec) {
+    timer_.cancel();
+    if (ec) {
+      if (!answer_read_error(ec))
+        close_now();
+      return;
+    }
+    keep_alive_ = parser_->get().keep_alive();
+    handle();
+  }
+
+  void handle();
+  void handle_completion(endpoint_kind kind);
+
+  bool authorized() {
+    if (!st_->opts.verify_token)
+      return true;
+    auto h = parser_->get()[http::field::authorization];
+    std::string_view v{h.data(), h.size()};
+    if (v.size() < 7
+        || !beast::iequals(beast::string_view{v.data(), 7}, "Bearer ")) {
+      send_error(unauthorized("Missing bearer token: send 'Authorization: "
+                              "Bearer <token>'"),
+                 keep_alive_);
+      return false;
+    }
+    auto token = v.substr(7);
+    if (!st_->opts.verify_token(token)) {
+      send_error(unauthorized("Incorrect or revoked API key"), keep_alive_);
+      return false;
+    }
+    return true;
+  }
+
+  void send(int status, std::string body, const char* content_type,
+            bool keep_alive, const char* retry_after = nullptr) {
+    auto res = std::make_shared<http::response<http::string_body>>(
+      static_cast<http::status>(status), 11);
+    res->set(http::field::server, "exo");
+    res->set(http::field::content_type, content_type);
+    if (retry_after)
+      res->set(http::field::retry_after, retry_after);
+    res->keep_alive(keep_alive);
+    res->body() = std::move(body);
+    res->prepare_payload();
+    if (!endpoint_.empty())
+      st_->count_request(endpoint_, status,
+                         std::chrono::duration<double>(steady::now()
+                                                       - started_)
+                           .count());
+    arm(st_->opts.limits.write_timeout, false);
+    http::async_write(socket_, *res,
+                      [self = shared_from_this(), res,
+                       keep_alive](beast::error_code ec, std::size_t) {
+                        self->timer_.cancel();
+                        if (ec)
+                          return self->close_now();
+                        if (self->watching_) {
+                          // A completion's answer: the watch's handler
+                          // goes on once the cancel reaches it.
+                          self->answer_done_ = true;
+                          beast::error_code ignored;
+                          self->socket_.cancel(ignored);
+                          return;
+                        }
+                        self->after_response(keep_alive);
+                      });
+  }
+
+  void send_error(const api_error& e, bool keep_alive) {
+    send(e.status, to_json(e), "application/json", keep_alive,
+         e.status == 429 || e.status == 503 ? "1" : nullptr);
+  }
+
+  void after_response(bool keep_alive) {
+    endpoint_.clear();
+    if (keep_alive && !st_->stopping)
+      return read_request();
+    linger_close();
+  }
+
+  /// Half-closes and discards what the client still sends (a refused
+  /// body), for at most one second and into a fixed buffer, so the client
+  /// reads the answer instead of a reset.
+  void linger_close() {
+    beast::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec)
+      return close_now();
+    arm(std::chrono::milliseconds{1000}, false);
+    drain();
+  }
+
+  void drain() {
+    socket_.async_read_some(net::buffer(scratch_),
+                            [self = shared_from_this()](beast::error_code ec,
+                                                        std::size_t) {
+                              if (ec)
+                                return self->close_now();
+                              self->drain();
+                            });
+  }
+
+  void close_now() {
+    timer_.cancel();
+    beast::error_code ec;
+    socket_.close(ec);
+  }
+
+  /// While a completion runs: a read that notices the client leaving.
+  /// Pipelined bytes are kept for the next request (up to the header
+  /// limit; beyond it the watch stops).
+  void watch() {
+    if (buffer_.size() >= st_->opts.limits.max_header_bytes)
+      return;
+    watching_ = true;
+    auto room = st_->opts.limits.max_header_bytes - buffer_.size();
+    socket_.async_read_some(
+      buffer_.prepare(room),
+      [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+        self->watching_ = false;
+        if (!ec) {
+          self->buffer_.commit(n);
+          if (!self->answer_done_)
+            return self->watch();
+        }
+        if (self->answer_done_) {
+          // The answer is out and the watch was cancelled for the next
+          // request (or ended by the client).
+          if (ec && ec != net::error::operation_aborted)
+            return self->close_now();
+          return self->after_response(self->keep_alive_);
+        }
+        // The client went away in the middle of its answer.
+        {
+          std::lock_guard<std::mutex> guard{self->st_->mx};
+          ++self->st_->stats.client_disconnects;
+        }
+        if (auto sink = self->sink_)
+          sink->close(true);
+        self->close_now();
+      });
+  }
+
+  void write_stream(std::string bytes, bool done);
+  void answer_finished();
+
+  tcp::socket socket_;
+  net::steady_timer timer_;
+  std::shared_ptr<server::state> st_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::array<char, 4096> scratch_{};
+  bool keep_alive_ = false;
+  steady::time_point started_;
+  std::string endpoint_;
+
+  // The completion in progress.
+  std::shared_ptr<stream_sink> sink_;
+  bool watching_ = false;
+  bool writing_ = false;
+  bool header_sent_ = false;
+  bool answer_done_ = false;
+  std::optional<http::response<http::empty_body>> stream_res_;
+  std::optional<http::response_serializer<http::empty_body>> stream_sr_;
+  std::string write_buf_;
+};
+
+// -- stream_sink --------------------------------------------------------------
+
+void stream_sink::schedule_locked() {
+  if (flush_posted_ || detached_)
+    return;
+  flush_posted_ = true;
+  net::post(strand_, [owner = owner_] {
+    if (auto s = owner.lock())
+      s->flush();
+  });
+}
+
+sink_state stream_sink::token(std::string_view text) {
+  std::vector<std::function<void()>> cbs;
+  sink_state result = sink_state::open;
+  {
+    std::lock_guard<std::mutex> guard{mx_};
+    if (closed_ || finished_)
+      return sink_state::closed;
+    ++tokens_;
+    auto now = steady::now();
+    {
+      std::lock_guard<std::mutex> stats_guard{st_->mx};
+      ++st_->tokens;
+      std::chrono::duration<double> d = now - (tokens_ == 1 ? started_
+                                                            : last_token_);
+      (tokens_ == 1 ? st_->ttft_seconds : st_->token_seconds)
+        .observe(d.count());
+    }
+    last_token_ = now;
+    auto out = filter_.feed(text);
+    if (req_.stream) {
+      if (!out.empty()) {
+        pending_ += text_chunk(req_.kind, head_, out, first_,
+                               req_.include_usage);
+        first_ = false;
+      }
+      {
+        std::lock_guard<std::mutex> stats_guard{st_->mx};
+        if (pending_.size() > st_->stats.peak_stream_buffer)
+          st_->stats.peak_stream_buffer = pending_.size();
+      }
+      if (pending_.size() > st_->opts.limits.stream_hard_limit) {
+        // The backend ignored `full`: the slow client is dropped.
+        closed_ = true;
+        cbs.swap(close_cbs_);
+        if (ready_cb_)
+          cbs.push_back(std::move(ready_cb_));
+        ready_cb_ = nullptr;
+        if (!detached_)
+          net::post(strand_, [owner = owner_] {
+            if (auto s = owner.lock())
+              s->abort_stream();
+          });
+        result = sink_state::closed;
+      } else {
+        if (!pending_.empty())
+          schedule_locked();
+        if (pending_.size() >= st_->opts.limits.stream_buffer_bytes) {
+          full_ = true;
+          result = sink_state::full;
+        }
+      }
+    } else {
+      text_ += out;
+    }
+    if (filter_.stopped() && !closed_) {
+      closed_ = true;
+      cbs.swap(close_cbs_);
+      if (ready_cb_)
+        cbs.push_back(std::move(ready_cb_));
+      ready_cb_ = nullptr;
+      result = sink_state::closed;
+    }
+  }
+  for (auto& f : cbs)
+    f();
+  return result;
+}
+
+void stream_sink::release_slot() {
+  st_->in_flight.fetch_sub(1);
+}
+
+void stream_sink::finish(finish_reason reason, usage u) {
+  {
+    std::lock_guard<std::mutex> guard{mx_};
+    if (finished_)
+      return;
+    finished_ = true;
+    if (filter_.stopped())
+      reason = finish_reason::stop;
+    u.completion_tokens = tokens_;
+    auto tail = filter_.flush();
+    if (req_.stream) {
+      if (!tail.empty())
+        pending_ += text_chunk(req_.kind, head_, tail, first_,
+                               req_.include_usage);
+      if (first_ && tail.empty()) // an empty answer still names the role
+        pending_ += text_chunk(req_.kind, head_, "", true,
+                               req_.include_usage);
+      first_ = false;
+      pending_ += finish_chunk(req_.kind, head_, reason, req_.include_usage);
+      if (req_.include_usage)
+        pending_ += usage_chunk(req_.kind, head_, u);
+      pending_ += sse_done();
+    } else {
+      text_ += tail;
+      pending_ = completion_body(req_.kind, head_, text_, reason, u);
+    }
+    done_ = true;
+    schedule_locked();
+  }
+  release_slot();
+}
+
+void stream_sink::fail(api_error e) {
+  {
+    std::lock_guard<std::mutex> guard{mx_};
+    if (finished_)
+      return;
+    finished_ = true;
+    if (req_.stream && !first_) {
+      pending_ += error_event(e);
+      pending_ += sse_done();
+    } else {
+      early_error_ = std::move(e);
+    }
+    done_ = true;
+    schedule_locked();
+  }
+  release_slot();
+}
+
+void stream_sink::on_ready(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> guard{mx_};
+    if (full_ && !closed_) {
+      ready_cb_ = std::move(fn);
+      return;
+    }
+  }
+  fn();
+}
+
+void stream_sink::on_close(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> guard{mx_};
+    if (!closed_) {
+      close_cbs_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+void stream_sink::close(bool client_gone) {
+  std::vector<std::function<void()>> cbs;
+  {
+    std::lock_guard<std::mutex> guard{mx_};
+    if (closed_)
+      return;
+    closed_ = true;
+    cbs.swap(close_cbs_);
+    if (ready_cb_)
+      cbs.push_back(std::move(ready_cb_));
+    ready_cb_ = nullptr;
+  }
+  (void) client_gone;
+  for (auto& f : cbs)
+    f();
+}
+
+stream_sink::batch stream_sink::take() {
+  std::lock_guard<std::mutex> guard{mx_};
+  flush_posted_ = false;
+  batch b;
+  if (early_error_) {
+    b.error_before_start = true;
+    b.error = *early_error_;
+    b.done = true;
+    return b;
+  }
+  if (!req_.stream && !done_)
+    return b; // the whole answer goes at once
+  b.bytes.swap(pending_);
+  b.done = done_;
+  return b;
+}
+
+void stream_sink::written() {
+  std::function<void()> cb;
+  {
+    std::lock_guard<std::mutex> guard{mx_};
+    if (full_ && pending_.size() < st_->opts.limits.stream_buffer_bytes / 2) {
+      full_ = false;
+      cb = std::move(ready_cb_);
+      ready_cb_ = nullptr;
+    }
+  }
+  if (cb)
+    cb();
+}
+
+// -- session: routes ----------------------------------------------------------
+
+void session::handle() {
+  auto& req = parser_->get();
+  std::string target{req.target().data(), req.target().size()};
+  auto path = target.substr(0, target.find('?'));
+  auto method = req.method();
+  std::string method_name{req.method_string().data(),
+                          req.method_string().size()};
+  auto only = [&](http::verb v) {
+    if (method == v)
+      return true;
+    endpoint_ = path;
+    send_error(method_not_allowed(method_name, path), keep_alive_);
+    return false;
+  };
+  if (path == "/health") {
+    if (!only(http::verb::get))
+      return;
+    endpoint_ = path;
+    bool ready = !st_->opts.ready || st_->opts.ready();
+    return send(ready ? 200 : 503, health_body(ready), "application/json",
+                keep_alive_);
+  }
+  if (path == "/v1/models") {
+    if (!only(http::verb::get))
+      return;
+    endpoint_ = path;
+    if (!authorized())
+      return;
+    return send(200, models_body(st_->opts.models), "application/json",
+                keep_alive_);
+  }
+  if (path == "/metrics") {
+    if (!only(http::verb::get))
+      return;
+    endpoint_ = path;
+    if (!authorized())
+      return;
+    return send(200, st_->metrics_text(),
+                prometheus::text_writer::content_type, keep_alive_);
+  }
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    if (!only(http::verb::post))
+      return;
+    endpoint_ = path;
+    if (!authorized())
+      return;
+    return handle_completion(path == "/v1/completions"
+                               ? endpoint_kind::completions
+                               : endpoint_kind::chat_completions);
+  }
+  endpoint_ = "other";
+  send_error(unknown_endpoint(method_name, path), keep_alive_);
+}
+
+void session::handle_completion(endpoint_kind kind) {
+  request_limits limits = st_->opts.requests;
+  limits.max_body_bytes = st_->opts.limits.max_body_bytes;
+  auto parsed = parse_request(
+    kind, parser_->get().body(), limits,
+    [this](const std::string& id) { return st_->known_model(id); });
+  if (!parsed)
+    return send_error(parsed.error, keep_alive_);
+  if (!st_->opts.backend)
+    return send_error(unavailable("No backend runs completions on this "
+                                  "server"),
+                      keep_alive_);
+  if (st_->in_flight.fetch_add(1) >= st_->opts.limits.max_queued) {
+    st_->in_flight.fetch_sub(1);
+    return send_error(queue_full(st_->opts.limits.max_queued), keep_alive_);
+  }
+  response_head head{st_->ids.next(kind),
+                     std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count(),
+                     parsed.request->model};
+  sink_ = std::make_shared<stream_sink>(st_, *parsed.request, std::move(head),
+                                        socket_.get_executor(),
+                                        weak_from_this());
+  {
+    std::lock_guard<std::mutex> guard{st_->mx};
+    st_->sinks[sink_.get()] = sink_;
+  }
+  header_sent_ = false;
+  answer_done_ = false;
+  writing_ = false;
+  watch();
+  try {
+    st_->opts.backend->complete(*parsed.request, sink_);
+  } catch (const std::exception& e) {
+    sink_->fail(api_error{500, std::string{"The backend failed: "} + e.what(),
+                          "server_error", {}, "backend_error"});
+  }
+}
+
+void session::flush() {
+  if (!sink_ || writing_ || answer_done_)
+    return;
+  auto b = sink_->take();
+  if (b.error_before_start) {
+    answer_finished();
+    return send_error(b.error, keep_alive_);
+  }
+  if (!sink_->streaming()) {
+    if (!b.done)
+      return;
+    answer_finished();
+    return send(200, std::move(b.bytes), "application/json", keep_alive_);
+  }
+  if (b.bytes.empty() && !b.done)
+    return;
+  write_stream(std::move(b.bytes), b.done);
+}
+
+void session::answer_finished() {
+  std::lock_guard<std::mutex> guard{st_->mx};
+  st_->sinks.erase(sink_.get());
+  // sink_ stays referenced until the next request: its backend may still
+  // hold it, and the watch's handler reads it.
+}
+
+void session::write_stream(std::string bytes, bool done) {
+  writing_ = true;
+  write_buf_ = std::move(bytes);
+  auto self = shared_from_this();
+  auto after = [self, done](beast::error_code ec, std::size_t) {
+    self->timer_.cancel();
+    self->writing_ = false;
+    if (ec) {
+      if (self->sink_)
+        self->sink_->close(true);
+      return self->close_now();
+    }
+    self->sink_->written();
+    if (!done)
+      return self->flush();
+    // The last chunk.
+    self->writing_ = true;
+    self->arm(self->st_->opts.limits.write_timeout, false);
+    net::async_write(self->socket_, http::make_chunk_last(),
+                     [self](beast::error_code ec, std::size_t) {
+                       self->timer_.cancel();
+                       self->writing_ = false;
+                       self->answer_finished();
+                       self->answer_done_ = true;
+                       self->st_->count_request(
+                         self->endpoint_, 200,
+                         std::chrono::duration<double>(steady::now()
+                                                       - self->started_)
+                           .count());
+                       if (ec)
+                         return self->close_now();
+                       if (self->watching_) {
+                         // The watch's handler continues with the next
+                         // request once the cancel reaches it.
+                         beast::error_code ignored;
+                         self->socket_.cancel(ignored);
+                         return;
+                       }
+                       self->after_response(self->keep_alive_);
+                     });
+  };
+  arm(st_->opts.limits.write_timeout, false);
+  if (!header_sent_) {
+    header_sent_ = true;
+    stream_res_.emplace(http::status::ok, 11);
+    stream_res_->set(http::field::server, "exo");
+    stream_res_->set(http::field::content_type, "text/event-stream");
+    stream_res_->set(http::field::cache_control, "no-cache");
+    stream_res_->keep_alive(keep_alive_);
+    stream_res_->chunked(true);
+    stream_sr_.emplace(*stream_res_);
+    http::async_write_header(
+      socket_, *stream_sr_,
+      [self, after](beast::error_code ec, std::size_t) {
+        if (ec)
+          return after(ec, 0);
+        if (self->write_buf_.empty())
+          return after({}, 0);
+        net::async_write(self->socket_,
+                         http::make_chunk(net::buffer(self->write_buf_)),
+                         after);
+      });
+    return;
+  }
+  if (write_buf_.empty())
+    return after({}, 0);
+  net::async_write(socket_, http::make_chunk(net::buffer(write_buf_)), after);
+}
+
+// -- metrics ------------------------------------------------------------------
+
+std::string server::state::metrics_text() {
+  prometheus::text_writer w;
+  {
+    std::lock_guard<std::mutex> guard{mx};
+    w.family("exo_http_requests_total", "HTTP requests answered, by "
+             "endpoint and status.", prometheus::metric_type::counter);
+    for (auto& [key, n] : requests)
+      w.sample({{"endpoint", key.first}, {"status", std::to_string(key.second)}},
+               static_cast<double>(n));
+    w.family("exo_http_request_duration_seconds", "Time from a request's "
+             "arrival to the end of its answer.",
+             prometheus::metric_type::histogram);
+    w.sample({}, request_seconds);
+    w.family("exo_tokens_generated_total", "Tokens delivered to clients.",
+             prometheus::metric_type::counter);
+    w.sample({}, static_cast<double>(tokens));
+    w.family("exo_time_to_first_token_seconds", "Time from admission to a "
+             "completion's first token.",
+             prometheus::metric_type::histogram);
+    w.sample({}, ttft_seconds);
+    w.family("exo_token_latency_seconds", "Time between consecutive tokens "
+             "of a completion.", prometheus::metric_type::histogram);
+    w.sample({}, token_seconds);
+    w.family("exo_gateway_connections", "HTTP connections open.",
+             prometheus::metric_type::gauge);
+    w.sample({}, static_cast<double>(connections.load()));
+    w.family("exo_gateway_queue_depth", "Completions admitted and not "
+             "finished (waiting or running).",
+             prometheus::metric_type::gauge);
+    w.sample({}, static_cast<double>(in_flight.load()));
+    w.family("exo_gateway_refused_connections_total", "Connections refused "
+             "at the connection limit.", prometheus::metric_type::counter);
+    w.sample({}, static_cast<double>(stats.refused_connections));
+    w.family("exo_gateway_client_disconnects_total", "Completions whose "
+             "client went away before the end.",
+             prometheus::metric_type::counter);
+    w.sample({}, static_cast<double>(stats.client_disconnects));
+  }
+  if (opts.metrics)
+    opts.metrics->collect(w);
+  return w.str();
+}
+
+// -- server -------------------------------------------------------------------
+
+namespace {
+
+void do_accept(const std::shared_ptr<server::state>& st) {
+  st->acceptor->async_accept(
+    net::make_strand(*st->ioc),
+    [st](beast::error_code ec, tcp::socket socket) {
+      if (ec) {
+        if (ec == net::error::operation_aborted || st->stopping)
+          return;
+        // EMFILE and friends: try again on the next turn, not in a loop.
+        auto t = std::make_shared<net::steady_timer>(*st->ioc);
+        t->expires_after(std::chrono::milliseconds{50});
+        t->async_wait([st, t](beast::error_code) {
+          if (!st->stopping)
+            do_accept(st);
+        });
+        return;
+      }
+      if (st->opts.limits.socket_send_buffer > 0) {
+        beast::error_code ignored;
+        socket.set_option(net::socket_base::send_buffer_size(
+                            st->opts.limits.socket_send_buffer),
+                          ignored);
+      }
+      bool over = st->connections.fetch_add(1)
+                  >= st->opts.limits.max_connections;
+      auto s = std::make_shared<session>(std::move(socket), st);
+      {
+        std::lock_guard<std::mutex> guard{st->mx};
+        st->sessions[s.get()] = s;
+        st->stats.connections = st->connections.load();
+        if (!over && st->stats.connections > st->stats.peak_connections)
+          st->stats.peak_connections = st->stats.connections;
+        if (over)
+          ++st->stats.refused_connections;
+      }
+      if (over)
+        s->refuse();
+      else
+        s->start();
+      do_accept(st);
+    });
+}
+
+} // namespace
+
+server::server(server_options opts)
+  : state_(std::make_shared<state>(std::move(opts))) {
+}
+
+server::~server() {
+  stop();
+}
+
+std::uint16_t server::start() {
+  auto& st = *state_;
+  st.ioc = std::make_unique<net::io_context>(
+    static_cast<int>(std::max(1u, st.opts.threads)));
+  beast::error_code ec;
+  auto addr = net::ip::make_address(st.opts.host, ec);
+  if (ec)
+    throw std::runtime_error("gateway: invalid listen address '"
+                             + st.opts.host + "': " + ec.message());
+  tcp::endpoint ep{addr, st.opts.port};
+  st.acceptor.emplace(*st.ioc);
+  auto fail = [&](const char* what) {
+    throw std::runtime_error("gateway: cannot " + std::string{what} + " "
+                             + st.opts.host + ":"
+                             + std::to_string(st.opts.port) + ": "
+                             + ec.message());
+  };
+  st.acceptor->open(ep.protocol(), ec);
+  if (ec)
+    fail("open");
+  st.acceptor->set_option(net::socket_base::reuse_address(true), ec);
+  st.acceptor->bind(ep, ec);
+  if (ec)
+    fail("bind");
+  st.acceptor->listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    fail("listen on");
+  st.port = st.acceptor->local_endpoint().port();
+  do_accept(state_);
+  for (unsigned i = 0; i < std::max(1u, st.opts.threads); ++i)
+    st.threads.emplace_back([ioc = st.ioc.get()] { ioc->run(); });
+  return st.port;
+}
+
+void server::stop() {
+  auto& st = *state_;
+  if (st.stopping.exchange(true) || !st.ioc)
+    return;
+  net::post(*st.ioc, [s = state_] {
+    beast::error_code ignored;
+    s->acceptor->close(ignored);
+  });
+  std::vector<std::shared_ptr<session>> sessions;
+  std::vector<std::shared_ptr<stream_sink>> sinks;
+  {
+    std::lock_guard<std::mutex> guard{st.mx};
+    for (auto& [_, w] : st.sessions)
+      if (auto s = w.lock())
+        sessions.push_back(std::move(s));
+    for (auto& [_, w] : st.sinks)
+      if (auto s = w.lock())
+        sinks.push_back(std::move(s));
+  }
+  for (auto& s : sessions)
+    net::post(s->get_executor(), [s] { s->shutdown(); });
+  sessions.clear();
+  st.ioc->stop();
+  for (auto& t : st.threads)
+    t.join();
+  st.threads.clear();
+  // No handler runs any more: sinks stop posting, backends see them close.
+  {
+    std::lock_guard<std::mutex> guard{st.mx};
+    for (auto& [_, w] : st.sinks)
+      if (auto s = w.lock())
+        sinks.push_back(std::move(s));
+  }
+  for (auto& s : sinks)
+    s->detach();
+  sinks.clear();
+  st.acceptor.reset();
+  // Destroys the handlers still queued and with them the sessions.
+  st.ioc.reset();
+}
+
+std::uint16_t server::port() const {
+  return state_->port;
+}
+
+server_stats server::stats() const {
+  std::lock_guard<std::mutex> guard{state_->mx};
+  auto s = state_->stats;
+  s.connections = state_->connections.load();
+  s.in_flight = state_->in_flight.load();
+  return s;
+}
+
+} // namespace exo::gateway

@@ -1,0 +1,163 @@
+#include "scripted_backend.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace exo::gateway::testing {
+
+client_socket::client_socket(std::uint16_t port, int rcvbuf) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd_ < 0)
+    throw std::runtime_error(std::string{"socket: "} + std::strerror(errno));
+  if (rcvbuf > 0)
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    auto e = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw std::runtime_error(std::string{"connect: "} + std::strerror(e));
+  }
+}
+
+client_socket::~client_socket() {
+  close();
+}
+
+void client_socket::close() {
+  if (fd_ >= 0)
+    ::close(fd_);
+  fd_ = -1;
+}
+
+bool client_socket::send(const std::string& bytes) {
+  std::size_t off = 0;
+  while (off < bytes.size()) {
+    auto n = ::send(fd_, bytes.data() + off, bytes.size() - off,
+                    MSG_NOSIGNAL);
+    if (n <= 0)
+      return false;
+    off += std::size_t(n);
+  }
+  return true;
+}
+
+std::string client_socket::read_all(std::chrono::milliseconds bound) {
+  std::string out;
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  char buf[16384];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      break;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, int(left.count())) <= 0)
+      break;
+    auto n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0)
+      break;
+    out.append(buf, std::size_t(n));
+  }
+  return out;
+}
+
+bool client_socket::closed_within(std::chrono::milliseconds bound) {
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  char buf[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, int(left.count())) <= 0)
+      continue;
+    auto n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0)
+      return true;
+  }
+}
+
+http_reply parse_reply(const std::string& raw) {
+  http_reply r;
+  auto end = raw.find("\r\n\r\n");
+  if (end == std::string::npos || raw.compare(0, 9, "HTTP/1.1 ") != 0)
+    throw std::runtime_error("not an HTTP response: " + raw.substr(0, 200));
+  r.status = std::stoi(raw.substr(9, 3));
+  std::size_t pos = raw.find("\r\n") + 2;
+  while (pos < end) {
+    auto eol = raw.find("\r\n", pos);
+    auto line = raw.substr(pos, eol - pos);
+    auto colon = line.find(':');
+    auto name = line.substr(0, colon);
+    for (auto& c : name)
+      c = char(std::tolower(static_cast<unsigned char>(c)));
+    auto value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(' '));
+    r.headers[name] = value;
+    pos = eol + 2;
+  }
+  auto rest = raw.substr(end + 4);
+  if (r.headers["transfer-encoding"] == "chunked") {
+    std::size_t p = 0;
+    for (;;) {
+      auto eol = rest.find("\r\n", p);
+      if (eol == std::string::npos)
+        throw std::runtime_error("truncated chunked body");
+      auto size = std::stoul(rest.substr(p, eol - p), nullptr, 16);
+      if (size == 0)
+        break;
+      r.body += rest.substr(eol + 2, size);
+      p = eol + 2 + size + 2;
+    }
+  } else if (r.headers.count("content-length")) {
+    r.body = rest.substr(0, std::stoul(r.headers["content-length"]));
+  } else {
+    r.body = rest;
+  }
+  return r;
+}
+
+http_reply http_exchange(std::uint16_t port, const std::string& raw) {
+  client_socket s{port};
+  s.send(raw);
+  return parse_reply(s.read_all());
+}
+
+std::string post(const std::string& path, const std::string& body,
+                 const std::string& extra_headers) {
+  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+         + "Content-Type: application/json\r\nConnection: close\r\n"
+         + extra_headers + "Content-Length: " + std::to_string(body.size())
+         + "\r\n\r\n" + body;
+}
+
+std::vector<std::string> sse_payloads(const std::string& body) {
+  std::vector<std::string> out;
+  std::size_t p = 0;
+  while (p < body.size()) {
+    auto end = body.find("\n\n", p);
+    if (end == std::string::npos)
+      throw std::runtime_error("an SSE event without its blank line");
+    auto ev = body.substr(p, end - p);
+    if (ev.compare(0, 6, "data: ") != 0)
+      throw std::runtime_error("an SSE event that is not data: " + ev);
+    out.push_back(ev.substr(6));
+    p = end + 2;
+  }
+  return out;
+}
+
+} // namespace exo::gateway::testing

@@ -1,0 +1,216 @@
+#include "core/gateway/request.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace exo::gateway;
+
+namespace {
+
+const request_limits limits{};
+
+model_filter only(std::string id) {
+  return [id](const std::string& m) { return m == id; };
+}
+
+parsed_request chat(const std::string& body) {
+  return parse_request(endpoint_kind::chat_completions, body, limits,
+                       only("tiny"));
+}
+
+parsed_request completion(const std::string& body) {
+  return parse_request(endpoint_kind::completions, body, limits,
+                       only("tiny"));
+}
+
+} // namespace
+
+TEST_CASE("a full chat request becomes a typed request") {
+  auto r = chat(R"({"model":"tiny","messages":[
+      {"role":"system","content":"be brief"},
+      {"role":"user","content":[{"type":"text","text":"hel"},
+                                {"type":"text","text":"lo"}],"name":"ann"}],
+    "max_completion_tokens":16,"temperature":0,"top_p":0.5,"seed":-7,
+    "stop":["\n","END"],"n":1,"stream":true,
+    "stream_options":{"include_usage":true},"user":"u1",
+    "frequency_penalty":0,"logprobs":false})");
+  REQUIRE(r);
+  auto& q = *r.request;
+  CHECK(q.kind == endpoint_kind::chat_completions);
+  CHECK(q.model == "tiny");
+  REQUIRE(q.messages.size() == 2);
+  CHECK(q.messages[0].role == "system");
+  CHECK(q.messages[0].content == "be brief");
+  CHECK(q.messages[1].content == "hello");
+  CHECK(q.messages[1].name == "ann");
+  CHECK(q.max_tokens == 16);
+  CHECK(q.temperature == 0.0);
+  CHECK(q.top_p == 0.5);
+  CHECK(q.seed == -7);
+  CHECK(q.stop == std::vector<std::string>{"\n", "END"});
+  CHECK(q.stream);
+  CHECK(q.include_usage);
+  CHECK(q.user == "u1");
+}
+
+TEST_CASE("a completion request takes a prompt and a single stop string") {
+  auto r = completion(
+    R"({"model":"tiny","prompt":"once upon","max_tokens":8,"stop":"."})");
+  REQUIRE(r);
+  CHECK(r.request->prompt == "once upon");
+  CHECK(r.request->max_tokens == 8);
+  CHECK(r.request->stop == std::vector<std::string>{"."});
+  CHECK_FALSE(r.request->stream);
+  CHECK(r.request->temperature == 1.0);
+  auto one = completion(R"({"model":"tiny","prompt":["just one"]})");
+  REQUIRE(one);
+  CHECK(one.request->prompt == "just one");
+  CHECK_FALSE(one.request->max_tokens);
+}
+
+TEST_CASE("malformed JSON is a 400 invalid_json naming the position") {
+  auto r = chat(R"({"model":"tiny","messages":[)");
+  REQUIRE_FALSE(r);
+  CHECK(r.error.status == 400);
+  CHECK(r.error.code == "invalid_json");
+  CHECK(r.error.message.find("parse error") != std::string::npos);
+  auto not_object = chat("[1,2]");
+  CHECK(not_object.error.status == 400);
+  CHECK(not_object.error.code == "invalid_json");
+  auto bad_utf8 = chat("{\"model\":\"\xff\"}");
+  CHECK(bad_utf8.error.code == "invalid_json");
+}
+
+TEST_CASE("wrong types are refused with the field named") {
+  struct c {
+    const char* body;
+    const char* param;
+  };
+  for (auto& t : {
+         c{R"({"model":1,"messages":[{"role":"user","content":"x"}]})",
+           "model"},
+         c{R"({"model":"tiny","messages":"hi"})", "messages"},
+         c{R"({"model":"tiny","messages":[{"role":"user","content":5}]})",
+           "messages[0].content"},
+         c{R"({"model":"tiny","messages":[{"role":7,"content":"x"}]})",
+           "messages[0].role"},
+         c{R"({"model":"tiny","messages":[{"role":"user","content":"x"}],
+              "max_tokens":"5"})",
+           "max_tokens"},
+         c{R"({"model":"tiny","messages":[{"role":"user","content":"x"}],
+              "max_tokens":2.5})",
+           "max_tokens"},
+         c{R"({"model":"tiny","messages":[{"role":"user","content":"x"}],
+              "temperature":"hot"})",
+           "temperature"},
+         c{R"({"model":"tiny","messages":[{"role":"user","content":"x"}],
+              "stream":1})",
+           "stream"},
+         c{R"({"model":"tiny","messages":[{"role":"user","content":"x"}],
+              "stop":[1]})",
+           "stop[0]"},
+         c{R"({"model":"tiny","messages":[{"role":"user","content":"x"}],
+              "stream":true,"stream_options":{"include_usage":"yes"}})",
+           "stream_options.include_usage"},
+       }) {
+    INFO(t.body);
+    auto r = chat(t.body);
+    REQUIRE_FALSE(r);
+    CHECK(r.error.status == 400);
+    CHECK(r.error.type == "invalid_request_error");
+    CHECK(r.error.param == t.param);
+  }
+}
+
+TEST_CASE("out-of-range values and n other than 1 are refused") {
+  auto with = [](const std::string& extra) {
+    return chat(R"({"model":"tiny","messages":[{"role":"user","content":"x"}],)"
+                + extra + "}");
+  };
+  CHECK(with(R"("temperature":2.5)").error.param == "temperature");
+  CHECK(with(R"("temperature":-0.1)").error.param == "temperature");
+  CHECK(with(R"("top_p":0)").error.param == "top_p");
+  CHECK(with(R"("top_p":1.5)").error.param == "top_p");
+  CHECK(with(R"("max_tokens":0)").error.param == "max_tokens");
+  auto huge = with(R"("max_tokens":1000000000000)");
+  CHECK(huge.error.status == 400);
+  CHECK(huge.error.message.find("larger than the limit") != std::string::npos);
+  CHECK(with(R"("max_tokens":99999999999999999999)").error.param
+        == "max_tokens");
+  auto n = with(R"("n":2)");
+  CHECK(n.error.status == 400);
+  CHECK(n.error.param == "n");
+  CHECK(with(R"("n":1)"));
+  CHECK(with(R"("stop":["a","b","c","d","e"])").error.param == "stop");
+  CHECK(with(R"("stop":"")").error.param == "stop");
+  CHECK(with(R"("stream_options":{"include_usage":true})").error.param
+        == "stream_options");
+  CHECK(with(R"("max_tokens":4,"max_completion_tokens":5)").error.param
+        == "max_tokens");
+}
+
+TEST_CASE("unknown fields and unsupported features are refused, not "
+          "ignored") {
+  auto with = [](const std::string& extra) {
+    return chat(R"({"model":"tiny","messages":[{"role":"user","content":"x"}],)"
+                + extra + "}");
+  };
+  auto unknown = with(R"("temprature":0.5)");
+  CHECK(unknown.error.status == 400);
+  CHECK(unknown.error.param == "temprature");
+  CHECK(unknown.error.code == "unknown_parameter");
+  CHECK(with(R"("presence_penalty":0.5)").error.param == "presence_penalty");
+  CHECK(with(R"("presence_penalty":0)"));
+  CHECK(with(R"("logprobs":true)").error.param == "logprobs");
+  auto image = chat(R"({"model":"tiny","messages":[{"role":"user","content":
+      [{"type":"image_url","image_url":{"url":"x"}}]}]})");
+  CHECK(image.error.param == "messages[0].content[0].type");
+  auto tools = chat(R"({"model":"tiny","messages":[{"role":"user",
+      "content":"x","tool_calls":[]}]})");
+  CHECK(tools.error.param == "messages[0].tool_calls");
+  CHECK(completion(R"({"model":"tiny","prompt":[1,2,3]})").error.param
+        == "prompt");
+  CHECK(completion(R"({"model":"tiny","prompt":["a","b"]})").error.param
+        == "prompt");
+  CHECK(completion(R"({"model":"tiny","messages":[]})").error.param
+        == "messages");
+}
+
+TEST_CASE("missing fields, empty messages and unknown models") {
+  CHECK(chat(R"({"messages":[{"role":"user","content":"x"}]})").error.param
+        == "model");
+  CHECK(chat(R"({"model":"tiny"})").error.param == "messages");
+  CHECK(chat(R"({"model":"tiny","messages":[]})").error.param == "messages");
+  CHECK(completion(R"({"model":"tiny"})").error.param == "prompt");
+  CHECK(chat(R"({"model":"tiny","messages":[{"role":"wizard","content":"x"}]})")
+          .error.param
+        == "messages[0].role");
+  auto unknown = chat(R"({"model":"huge","messages":[{"role":"user","content":"x"}]})");
+  CHECK(unknown.error.status == 404);
+  CHECK(unknown.error.code == "model_not_found");
+  CHECK(unknown.error.message.find("'huge'") != std::string::npos);
+}
+
+TEST_CASE("a body over the limit is a 413 before it is parsed") {
+  request_limits small;
+  small.max_body_bytes = 64;
+  std::string body = R"({"model":"tiny","prompt":")" + std::string(100, 'a')
+                     + "\"}";
+  auto r = parse_request(endpoint_kind::completions, body, small);
+  REQUIRE_FALSE(r);
+  CHECK(r.error.status == 413);
+  CHECK(r.error.message.find("64 bytes") != std::string::npos);
+}
+
+TEST_CASE("the error object has OpenAI's shape with null param and code") {
+  auto e = invalid_request("bad", "max_tokens", "invalid_type");
+  CHECK(to_json(e)
+        == R"({"error":{"message":"bad","type":"invalid_request_error",)"
+           R"("param":"max_tokens","code":"invalid_type"}})");
+  api_error plain{500, "boom", "server_error", {}, {}};
+  CHECK(to_json(plain)
+        == R"({"error":{"message":"boom","type":"server_error",)"
+           R"("param":null,"code":null}})");
+  CHECK(queue_full(8).status == 429);
+  CHECK(unavailable("no device").status == 503);
+  CHECK(unauthorized("no token").status == 401);
+}

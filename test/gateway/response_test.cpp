@@ -1,0 +1,153 @@
+#include "core/gateway/response.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <catch2/catch.hpp>
+
+using namespace exo::gateway;
+using nlohmann::json;
+
+namespace {
+
+const response_head head{"chatcmpl-x-1", 1700000000, "tiny"};
+
+/// The JSON of one SSE event, checking the framing.
+json event_json(const std::string& event) {
+  REQUIRE(event.rfind("data: ", 0) == 0);
+  REQUIRE(event.size() > 8);
+  REQUIRE(event.substr(event.size() - 2) == "\n\n");
+  return json::parse(event.substr(6, event.size() - 8));
+}
+
+} // namespace
+
+TEST_CASE("a chat completion object carries the message, reason and usage") {
+  auto j = json::parse(completion_body(endpoint_kind::chat_completions, head,
+                                       "hi there", finish_reason::length,
+                                       {5, 2}));
+  CHECK(j["id"] == "chatcmpl-x-1");
+  CHECK(j["object"] == "chat.completion");
+  CHECK(j["created"] == 1700000000);
+  CHECK(j["model"] == "tiny");
+  REQUIRE(j["choices"].size() == 1);
+  CHECK(j["choices"][0]["index"] == 0);
+  CHECK(j["choices"][0]["message"]["role"] == "assistant");
+  CHECK(j["choices"][0]["message"]["content"] == "hi there");
+  CHECK(j["choices"][0]["finish_reason"] == "length");
+  CHECK(j["usage"] == json{{"prompt_tokens", 5},
+                           {"completion_tokens", 2},
+                           {"total_tokens", 7}});
+}
+
+TEST_CASE("a text completion object carries the text") {
+  auto j = json::parse(completion_body(endpoint_kind::completions,
+                                       {"cmpl-x-2", 1, "tiny"}, "abc",
+                                       finish_reason::stop, {1, 3}));
+  CHECK(j["object"] == "text_completion");
+  CHECK(j["choices"][0]["text"] == "abc");
+  CHECK(j["choices"][0]["finish_reason"] == "stop");
+  CHECK(j["choices"][0]["logprobs"].is_null());
+  CHECK(j["usage"]["total_tokens"] == 4);
+}
+
+TEST_CASE("chat stream chunks: role first, deltas, finish, usage, DONE") {
+  auto first = event_json(text_chunk(endpoint_kind::chat_completions, head,
+                                     "Hel", true, true));
+  CHECK(first["object"] == "chat.completion.chunk");
+  CHECK(first["choices"][0]["delta"]["role"] == "assistant");
+  CHECK(first["choices"][0]["delta"]["content"] == "Hel");
+  CHECK(first["choices"][0]["finish_reason"].is_null());
+  CHECK(first.contains("usage"));
+  CHECK(first["usage"].is_null());
+  auto next = event_json(text_chunk(endpoint_kind::chat_completions, head,
+                                    "lo", false, false));
+  CHECK_FALSE(next["choices"][0]["delta"].contains("role"));
+  CHECK_FALSE(next.contains("usage"));
+  auto fin = event_json(finish_chunk(endpoint_kind::chat_completions, head,
+                                     finish_reason::stop, false));
+  CHECK(fin["choices"][0]["delta"] == json::object());
+  CHECK(fin["choices"][0]["finish_reason"] == "stop");
+  auto use = event_json(usage_chunk(endpoint_kind::chat_completions, head,
+                                    {3, 2}));
+  CHECK(use["choices"] == json::array());
+  CHECK(use["usage"]["total_tokens"] == 5);
+  CHECK(sse_done() == "data: [DONE]\n\n");
+}
+
+TEST_CASE("completion stream chunks are text_completion objects") {
+  auto c = event_json(text_chunk(endpoint_kind::completions, head, "a\"b\n",
+                                 true, false));
+  CHECK(c["object"] == "text_completion");
+  CHECK(c["choices"][0]["text"] == "a\"b\n");
+}
+
+TEST_CASE("an error inside a stream is one SSE event with the error "
+          "object") {
+  auto e = event_json(error_event(unavailable("device lost")));
+  CHECK(e["error"]["message"] == "device lost");
+  CHECK(e["error"]["type"] == "server_error");
+}
+
+TEST_CASE("the model list and health bodies") {
+  auto m = json::parse(models_body({{"tiny", 5, "exo"}, {"big", 6, "me"}}));
+  CHECK(m["object"] == "list");
+  REQUIRE(m["data"].size() == 2);
+  CHECK(m["data"][1] == json{{"id", "big"},
+                             {"object", "model"},
+                             {"created", 6},
+                             {"owned_by", "me"}});
+  CHECK(health_body(true) == R"({"status":"ok"})");
+  auto h = json::parse(health_body(false));
+  CHECK(h["error"]["code"] == 503);
+  CHECK(h["error"]["message"] == "Loading model");
+}
+
+TEST_CASE("ids carry the endpoint's prefix and never repeat") {
+  id_generator ids{0xabcdefu};
+  CHECK(ids.next(endpoint_kind::chat_completions)
+        == "chatcmpl-0000000000abcdef-1");
+  CHECK(ids.next(endpoint_kind::completions) == "cmpl-0000000000abcdef-2");
+  id_generator a, b;
+  CHECK(a.next(endpoint_kind::completions)
+        != b.next(endpoint_kind::completions));
+}
+
+TEST_CASE("a stop string split over pieces ends the text before it") {
+  stop_filter f{{"END"}};
+  std::string out;
+  for (auto piece : {"hello E", "N", "D and more"})
+    out += f.feed(piece);
+  CHECK(f.stopped());
+  CHECK(out == "hello ");
+  CHECK(f.feed("late") == "");
+  CHECK(f.flush() == "");
+}
+
+TEST_CASE("text that only looks like a stop string's start is released") {
+  stop_filter f{{"\n\n", "STOP"}};
+  CHECK(f.feed("ab\n") == "ab");
+  CHECK(f.feed("c") == "\nc");
+  CHECK(f.feed("ST") == "");
+  CHECK(f.feed("AY") == "STAY");
+  CHECK(f.feed("x\n") == "x");
+  CHECK(f.flush() == "\n");
+  CHECK_FALSE(f.stopped());
+}
+
+TEST_CASE("the earliest of several stop strings wins") {
+  stop_filter f{{"bc", "b"}};
+  CHECK(f.feed("abcd") == "a");
+  CHECK(f.stopped());
+}
+
+TEST_CASE("an incomplete UTF-8 character is held until it is whole") {
+  // U+00E9 (2 bytes), U+20AC (3 bytes), U+1F600 (4 bytes), split.
+  stop_filter f;
+  CHECK(f.feed("caf\xc3") == "caf");
+  CHECK(f.feed("\xa9 \xe2\x82") == "\xc3\xa9 ");
+  CHECK(f.feed("\xac\xf0\x9f\x98") == "\xe2\x82\xac");
+  CHECK(f.feed("\x80") == "\xf0\x9f\x98\x80");
+  CHECK(complete_utf8_prefix("ab") == 2);
+  CHECK(complete_utf8_prefix("a\xe2\x82") == 1);
+  CHECK(complete_utf8_prefix("\x80\x80\x80\x80") == 4);
+}

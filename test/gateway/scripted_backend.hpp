@@ -1,0 +1,188 @@
+#pragma once
+
+/// Test support for the gateway: a completion_backend that emits a known
+/// token sequence (test-only; the server under test is the real one), and
+/// a plain-socket HTTP client.
+
+#include "runtime/gateway/completion_backend.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace exo::gateway::testing {
+
+/// Emits `tokens` (at most max_tokens of them) on a thread per request,
+/// honouring the sink's back-pressure and closing, and records what it saw.
+class scripted_backend : public completion_backend {
+public:
+  explicit scripted_backend(std::vector<std::string> tokens,
+                            std::int64_t prompt_tokens = 3)
+    : tokens_(std::move(tokens)), prompt_tokens_(prompt_tokens) {
+  }
+
+  ~scripted_backend() override {
+    release();
+    for (auto& t : threads_)
+      t.join();
+  }
+
+  /// Requests wait before their first token until release().
+  void hold() {
+    std::lock_guard<std::mutex> guard{mx_};
+    held_ = true;
+  }
+
+  void release() {
+    {
+      std::lock_guard<std::mutex> guard{mx_};
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+
+  void complete(const completion_request& req,
+                std::shared_ptr<token_sink> sink) override {
+    std::lock_guard<std::mutex> guard{mx_};
+    ++started_;
+    requests_.push_back(req);
+    threads_.emplace_back([this, req, sink] { run(req, sink); });
+    cv_.notify_all();
+  }
+
+  /// Waits (bounded) until `pred` holds over the counters.
+  bool wait_until(const std::function<bool()>& pred,
+                  std::chrono::seconds bound = std::chrono::seconds{30}) {
+    std::unique_lock<std::mutex> lock{mx_};
+    return cv_.wait_for(lock, bound, pred);
+  }
+
+  int started() const {
+    return started_;
+  }
+  int closes_seen() const {
+    return closes_seen_;
+  }
+  int pauses() const {
+    return pauses_;
+  }
+  int finished() const {
+    return finished_;
+  }
+  std::vector<completion_request> requests() {
+    std::lock_guard<std::mutex> guard{mx_};
+    return requests_;
+  }
+
+private:
+  void run(completion_request req, std::shared_ptr<token_sink> sink) {
+    // Shared with the callbacks, which may run after this function ends.
+    auto flags = std::make_shared<std::pair<bool, bool>>(true, false);
+    bool& ready = flags->first;
+    bool& closed = flags->second;
+    sink->on_close([this, flags] {
+      std::lock_guard<std::mutex> guard{mx_};
+      flags->second = true;
+      ++closes_seen_;
+      cv_.notify_all();
+    });
+    {
+      std::unique_lock<std::mutex> lock{mx_};
+      cv_.wait(lock, [&] { return !held_ || closed; });
+    }
+    std::size_t n = tokens_.size();
+    if (req.max_tokens && std::size_t(*req.max_tokens) < n)
+      n = std::size_t(*req.max_tokens);
+    std::size_t i = 0;
+    for (; i < n; ++i) {
+      auto s = sink->token(tokens_[i]);
+      if (s == sink_state::closed)
+        break;
+      if (s == sink_state::full) {
+        {
+          std::lock_guard<std::mutex> guard{mx_};
+          ++pauses_;
+          ready = false;
+          cv_.notify_all();
+        }
+        sink->on_ready([this, flags] {
+          std::lock_guard<std::mutex> guard{mx_};
+          flags->first = true;
+          cv_.notify_all();
+        });
+        std::unique_lock<std::mutex> lock{mx_};
+        cv_.wait(lock, [&] { return ready || closed; });
+      }
+    }
+    sink->finish(i < tokens_.size() && i == n ? finish_reason::length
+                                              : finish_reason::stop,
+                 usage{prompt_tokens_, 0});
+    std::lock_guard<std::mutex> guard{mx_};
+    ++finished_;
+    cv_.notify_all();
+  }
+
+  std::vector<std::string> tokens_;
+  std::int64_t prompt_tokens_;
+  std::mutex mx_;
+  std::condition_variable cv_;
+  bool held_ = false;
+  int started_ = 0;
+  int closes_seen_ = 0;
+  int pauses_ = 0;
+  int finished_ = 0;
+  std::vector<completion_request> requests_;
+  std::vector<std::thread> threads_;
+};
+
+/// A parsed HTTP response.
+struct http_reply {
+  int status = 0;
+  std::map<std::string, std::string> headers; // lower-case names
+  std::string body;                           // de-chunked
+};
+
+/// A blocking client socket on 127.0.0.1.
+class client_socket {
+public:
+  explicit client_socket(std::uint16_t port, int rcvbuf = 0);
+  ~client_socket();
+  client_socket(const client_socket&) = delete;
+  client_socket& operator=(const client_socket&) = delete;
+
+  bool send(const std::string& bytes);
+  /// Reads until the peer closes or `bound` passes; returns what came.
+  std::string read_all(std::chrono::milliseconds bound
+                       = std::chrono::seconds{30});
+  /// Whether the peer closed (read returns 0 or an error) within `bound`.
+  bool closed_within(std::chrono::milliseconds bound);
+  void close();
+  int fd() const {
+    return fd_;
+  }
+
+private:
+  int fd_ = -1;
+};
+
+/// Parses a whole response (status line, headers, body by length or
+/// chunks).
+http_reply parse_reply(const std::string& raw);
+
+/// Sends `raw` on a new connection and reads the reply (the request should
+/// say Connection: close).
+http_reply http_exchange(std::uint16_t port, const std::string& raw);
+
+/// A request with a JSON body.
+std::string post(const std::string& path, const std::string& body,
+                 const std::string& extra_headers = {});
+
+/// The `data:` payloads of an SSE body, in order.
+std::vector<std::string> sse_payloads(const std::string& body);
+
+} // namespace exo::gateway::testing

@@ -1,0 +1,426 @@
+#include "runtime/gateway/server.hpp"
+#include "scripted_backend.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+using namespace exo::gateway;
+using namespace exo::gateway::testing;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::vector<std::string> tokens{"Hello", ",", " wor", "ld", "!",
+                                      " caf", "\xc3", "\xa9", " end"};
+
+std::string joined(std::size_t n = tokens.size()) {
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i)
+    s += tokens[i];
+  return s;
+}
+
+server_options options(std::shared_ptr<completion_backend> backend) {
+  server_options o;
+  o.models = {{"tiny", 1700000000, "exo"}, {"other", 1700000001, "exo"}};
+  o.backend = std::move(backend);
+  o.threads = 2;
+  return o;
+}
+
+std::string chat_body(bool stream, const std::string& extra = {}) {
+  return R"({"model":"tiny","messages":[{"role":"user","content":"hi"}],)"
+         + std::string{"\"stream\":"} + (stream ? "true" : "false") + extra
+         + "}";
+}
+
+/// Polls `pred` until it holds (bounded; no timing is asserted).
+template <class Pred>
+bool eventually(Pred pred, std::chrono::seconds bound = 30s) {
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred())
+      return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+/// The text of a chat stream, checking every chunk's shape on the way.
+std::string stream_text(const std::string& body, json* usage = nullptr,
+                        std::string* reason = nullptr) {
+  auto events = sse_payloads(body);
+  REQUIRE(events.size() >= 2);
+  REQUIRE(events.back() == "[DONE]");
+  std::string text;
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    auto j = json::parse(events[i]);
+    if (j.contains("error"))
+      FAIL("error event: " << events[i]);
+    if (j["choices"].empty()) {
+      if (usage)
+        *usage = j["usage"];
+      continue;
+    }
+    CHECK(j["object"] == "chat.completion.chunk");
+    auto& c = j["choices"][0];
+    if (!c["finish_reason"].is_null() && reason)
+      *reason = c["finish_reason"];
+    if (c["delta"].contains("content"))
+      text += c["delta"]["content"].get<std::string>();
+  }
+  return text;
+}
+
+std::string run_curl(const std::string& args) {
+  std::string out;
+  auto* p = ::popen(("curl -sS --max-time 30 " + args + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0)
+    out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("curl gets /health and /v1/models like llama-server's") {
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  server srv{options(backend)};
+  auto port = std::to_string(srv.start());
+  auto health = run_curl("-i http://127.0.0.1:" + port + "/health");
+  CHECK(health.find("HTTP/1.1 200 OK") == 0);
+  CHECK(health.find("{\"status\":\"ok\"}") != std::string::npos);
+  auto models = json::parse(run_curl("http://127.0.0.1:" + port
+                                     + "/v1/models"));
+  CHECK(models["object"] == "list");
+  REQUIRE(models["data"].size() == 2);
+  CHECK(models["data"][0]["id"] == "tiny");
+  CHECK(models["data"][0]["object"] == "model");
+}
+
+TEST_CASE("a chat completion returns the backend's tokens as one message") {
+  auto backend = std::make_shared<scripted_backend>(tokens, 7);
+  server srv{options(backend)};
+  auto port = srv.start();
+  auto r = http_exchange(port, post("/v1/chat/completions", chat_body(false)));
+  REQUIRE(r.status == 200);
+  CHECK(r.headers["content-type"] == "application/json");
+  auto j = json::parse(r.body);
+  CHECK(j["object"] == "chat.completion");
+  CHECK(j["model"] == "tiny");
+  CHECK(j["id"].get<std::string>().rfind("chatcmpl-", 0) == 0);
+  CHECK(j["choices"][0]["message"]["content"] == joined());
+  CHECK(j["choices"][0]["finish_reason"] == "stop");
+  CHECK(j["usage"]["prompt_tokens"] == 7);
+  CHECK(j["usage"]["completion_tokens"] == int(tokens.size()));
+}
+
+TEST_CASE("a streamed chat arrives as SSE chunks ending in [DONE]") {
+  auto backend = std::make_shared<scripted_backend>(tokens, 4);
+  server srv{options(backend)};
+  auto port = srv.start();
+  auto r = http_exchange(port, post("/v1/chat/completions",
+                               chat_body(true, R"(,"stream_options":)"
+                                               R"({"include_usage":true})")));
+  REQUIRE(r.status == 200);
+  CHECK(r.headers["content-type"] == "text/event-stream");
+  CHECK(r.headers["transfer-encoding"] == "chunked");
+  json usage;
+  std::string reason;
+  CHECK(stream_text(r.body, &usage, &reason) == joined());
+  CHECK(reason == "stop");
+  CHECK(usage["prompt_tokens"] == 4);
+  CHECK(usage["completion_tokens"] == int(tokens.size()));
+  // The split "é" never reaches the client as half a character.
+  CHECK(r.body.find("\\ufffd") == std::string::npos);
+}
+
+TEST_CASE("max_tokens ends a completion with finish_reason length") {
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  server srv{options(backend)};
+  auto port = srv.start();
+  auto r = http_exchange(port, post("/v1/completions",
+                               R"({"model":"tiny","prompt":"x",)"
+                               R"("max_tokens":3})"));
+  REQUIRE(r.status == 200);
+  auto j = json::parse(r.body);
+  CHECK(j["object"] == "text_completion");
+  CHECK(j["choices"][0]["text"] == joined(3));
+  CHECK(j["choices"][0]["finish_reason"] == "length");
+  CHECK(backend->requests().at(0).max_tokens == 3);
+}
+
+TEST_CASE("a stop string ends the stream before it and closes the sink") {
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  server srv{options(backend)};
+  auto port = srv.start();
+  auto r = http_exchange(port, post("/v1/chat/completions",
+                               chat_body(true, R"(,"stop":"world")")));
+  REQUIRE(r.status == 200);
+  std::string reason;
+  CHECK(stream_text(r.body, nullptr, &reason) == "Hello, ");
+  CHECK(reason == "stop");
+  CHECK(backend->wait_until([&] { return backend->closes_seen() == 1; }));
+}
+
+TEST_CASE("bad requests are answered in OpenAI's error shape") {
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  server srv{options(backend)};
+  auto port = srv.start();
+  auto p = std::to_string(port);
+  auto malformed = json::parse(run_curl(
+    "-H 'Content-Type: application/json' -d '{\"model\":' "
+    "http://127.0.0.1:" + p + "/v1/chat/completions"));
+  CHECK(malformed["error"]["type"] == "invalid_request_error");
+  CHECK(malformed["error"]["code"] == "invalid_json");
+  CHECK(run_curl("-o /dev/null -w '%{http_code}' -d '{\"model\":' "
+                 "http://127.0.0.1:" + p + "/v1/chat/completions")
+        == "400");
+  auto unknown = http_exchange(port, post("/v1/chat/completions",
+                                     R"({"model":"nope","messages":[)"
+                                     R"({"role":"user","content":"x"}]})"));
+  CHECK(unknown.status == 404);
+  CHECK(json::parse(unknown.body)["error"]["code"] == "model_not_found");
+  auto n2 = http_exchange(port, post("/v1/chat/completions",
+                                chat_body(false, R"(,"n":2)")));
+  CHECK(n2.status == 400);
+  CHECK(json::parse(n2.body)["error"]["param"] == "n");
+  auto wrong_method = http_exchange(port, "GET /v1/chat/completions HTTP/1.1\r\n"
+                                     "Host: x\r\nConnection: close\r\n\r\n");
+  CHECK(wrong_method.status == 405);
+  auto nowhere = http_exchange(port, "GET /v2/nothing HTTP/1.1\r\n"
+                                "Host: x\r\nConnection: close\r\n\r\n");
+  CHECK(nowhere.status == 404);
+  CHECK(json::parse(nowhere.body)["error"]["message"]
+        == "Unknown endpoint: GET /v2/nothing");
+  auto garbage = http_exchange(port, "NOT HTTP AT ALL\r\n\r\n");
+  CHECK(garbage.status == 400);
+  CHECK(backend->started() == 0);
+}
+
+TEST_CASE("a 100 MB body is refused with 413 before it is read") {
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  server srv{options(backend)};
+  auto port = srv.start();
+  client_socket s{port};
+  s.send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+         "Content-Type: application/json\r\nContent-Length: 104857600\r\n"
+         "\r\n{\"model\":\"tiny\",\"messages\":[");
+  auto r = parse_reply(s.read_all());
+  CHECK(r.status == 413);
+  CHECK(json::parse(r.body)["error"]["code"] == "request_too_large");
+  // curl, which sends Expect: 100-continue for a large body, gets the 413
+  // without sending it.
+  auto big = std::string(2 << 20, 'x');
+  auto path = "/tmp/exo-gateway-big-" + std::to_string(port);
+  {
+    auto* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    std::fwrite(big.data(), 1, big.size(), f);
+    std::fclose(f);
+  }
+  auto code = run_curl("-o /dev/null -w '%{http_code}' --data-binary @" + path
+                       + " http://127.0.0.1:" + std::to_string(port)
+                       + "/v1/completions");
+  std::remove(path.c_str());
+  CHECK(code == "413");
+  CHECK(backend->started() == 0);
+}
+
+TEST_CASE("headers over the limit are refused with 431") {
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  auto o = options(backend);
+  o.limits.max_header_bytes = 1024;
+  server srv{o};
+  auto port = srv.start();
+  auto r = http_exchange(port, "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: "
+                            + std::string(4096, 'a') + "\r\n\r\n");
+  CHECK(r.status == 431);
+}
+
+TEST_CASE("a request that arrives too slowly (slowloris) is closed") {
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  auto o = options(backend);
+  o.limits.request_timeout = 300ms;
+  server srv{o};
+  auto port = srv.start();
+  client_socket s{port};
+  s.send("GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: a");
+  CHECK(s.closed_within(30s));
+  CHECK(srv.stats().timeouts >= 1);
+  // The server still answers others.
+  CHECK(http_exchange(port, "GET /health HTTP/1.1\r\nHost: x\r\n"
+                       "Connection: close\r\n\r\n")
+          .status
+        == 200);
+}
+
+TEST_CASE("1000 idle connections are bounded by the connection limit") {
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  auto o = options(backend);
+  o.limits.max_connections = 64;
+  o.limits.request_timeout = 120s; // idle ones stay until the clients go
+  // Both ends live in this process: 2000 descriptors and some.
+  rlimit lim{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &lim) == 0);
+  if (lim.rlim_cur < 4096 && lim.rlim_max > lim.rlim_cur) {
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 4096);
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  REQUIRE(lim.rlim_cur >= 2200);
+  server srv{o};
+  auto port = srv.start();
+  std::vector<std::unique_ptr<client_socket>> idle;
+  for (int i = 0; i < 1000; ++i)
+    idle.push_back(std::make_unique<client_socket>(port));
+  CHECK(eventually([&] { return srv.stats().refused_connections == 936; }));
+  auto st = srv.stats();
+  CHECK(st.peak_connections == 64);
+  // A refused connection reads a 503 in OpenAI's shape, then the close.
+  auto refused = parse_reply(idle.back()->read_all());
+  CHECK(refused.status == 503);
+  CHECK(json::parse(refused.body)["error"]["code"] == "unavailable");
+  // The clients leave; the server serves again.
+  idle.clear();
+  CHECK(eventually([&] { return srv.stats().connections == 0; }));
+  CHECK(http_exchange(port, "GET /health HTTP/1.1\r\nHost: x\r\n"
+                       "Connection: close\r\n\r\n")
+          .status
+        == 200);
+}
+
+TEST_CASE("bearer tokens are checked on every endpoint but /health") {
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  auto o = options(backend);
+  o.verify_token = [](std::string_view t) { return t == "sk-good"; };
+  server srv{o};
+  auto port = srv.start();
+  auto get = [&](const std::string& path, const std::string& auth) {
+    return http_exchange(port, "GET " + path + " HTTP/1.1\r\nHost: x\r\n" + auth
+                            + "Connection: close\r\n\r\n");
+  };
+  auto none = get("/v1/models", "");
+  CHECK(none.status == 401);
+  CHECK(json::parse(none.body)["error"]["code"] == "invalid_api_key");
+  CHECK(get("/v1/models", "Authorization: Bearer sk-bad\r\n").status == 401);
+  CHECK(get("/v1/models", "Authorization: Bearer sk-good\r\n").status == 200);
+  CHECK(get("/metrics", "").status == 401);
+  CHECK(get("/health", "").status == 200);
+  CHECK(http_exchange(port, post("/v1/chat/completions", chat_body(false)))
+          .status
+        == 401);
+  CHECK(backend->started() == 0);
+}
+
+TEST_CASE("more admitted completions than the queue holds get 429") {
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  backend->hold();
+  auto o = options(backend);
+  o.limits.max_queued = 2;
+  server srv{o};
+  auto port = srv.start();
+  client_socket a{port}, b{port};
+  a.send(post("/v1/chat/completions", chat_body(true)));
+  b.send(post("/v1/chat/completions", chat_body(false)));
+  REQUIRE(backend->wait_until([&] { return backend->started() == 2; }));
+  auto third = http_exchange(port, post("/v1/chat/completions", chat_body(false)));
+  CHECK(third.status == 429);
+  CHECK(third.headers["retry-after"] == "1");
+  CHECK(json::parse(third.body)["error"]["type"] == "rate_limit_error");
+  backend->release();
+  CHECK(stream_text(parse_reply(a.read_all()).body) == joined());
+  CHECK(json::parse(parse_reply(b.read_all()).body)["choices"][0]["message"]
+                   ["content"]
+        == joined());
+  CHECK(eventually([&] { return srv.stats().in_flight == 0; }));
+  CHECK(http_exchange(port, post("/v1/chat/completions", chat_body(false)))
+          .status
+        == 200);
+}
+
+TEST_CASE("a client that disconnects closes its sink and frees its slot") {
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  backend->hold();
+  server srv{options(backend)};
+  auto port = srv.start();
+  {
+    client_socket c{port};
+    c.send(post("/v1/chat/completions", chat_body(true)));
+    REQUIRE(backend->wait_until([&] { return backend->started() == 1; }));
+  } // the client goes away before any token
+  CHECK(backend->wait_until([&] { return backend->closes_seen() == 1; }));
+  CHECK(backend->wait_until([&] { return backend->finished() == 1; }));
+  CHECK(eventually([&] { return srv.stats().in_flight == 0; }));
+  CHECK(srv.stats().client_disconnects == 1);
+}
+
+TEST_CASE("a slow streaming reader gets back-pressure, then every token") {
+  // 3000 tokens of 400 bytes: far more than the socket buffers hold.
+  std::vector<std::string> many;
+  std::string expected;
+  for (int i = 0; i < 3000; ++i) {
+    char head[16];
+    std::snprintf(head, sizeof head, "<%05d>", i);
+    many.push_back(head + std::string(393, 'a' + i % 26));
+    expected += many.back();
+  }
+  auto backend = std::make_shared<scripted_backend>(many);
+  auto o = options(backend);
+  o.limits.socket_send_buffer = 16 * 1024;
+  o.limits.stream_buffer_bytes = 8 * 1024;
+  server srv{o};
+  auto port = srv.start();
+  client_socket c{port, 4096};
+  c.send(post("/v1/chat/completions", chat_body(true)));
+  // The client reads nothing: the backend is told to pause.
+  REQUIRE(backend->wait_until([&] { return backend->pauses() >= 1; }));
+  CHECK(backend->finished() == 0);
+  auto body = parse_reply(c.read_all(60s)).body;
+  CHECK(stream_text(body) == expected);
+  CHECK(backend->finished() == 1);
+  // What the gateway held stayed near the buffer limit (one chunk over).
+  CHECK(srv.stats().peak_stream_buffer < 8 * 1024 + 1024);
+}
+
+TEST_CASE("keep-alive connections carry several requests") {
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  server srv{options(backend)};
+  auto port = srv.start();
+  client_socket c{port};
+  auto body = chat_body(true);
+  std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                    "Content-Length: "
+                    + std::to_string(body.size()) + "\r\n\r\n" + body;
+  c.send(req + "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  auto raw = c.read_all();
+  auto second = raw.find("HTTP/1.1 200", 10);
+  REQUIRE(second != std::string::npos);
+  CHECK(stream_text(parse_reply(raw.substr(0, second)).body) == joined());
+  CHECK(parse_reply(raw.substr(second)).body == R"({"status":"ok"})");
+}
+
+TEST_CASE("a backend failure before the first token is the HTTP answer") {
+  struct failing : completion_backend {
+    void complete(const completion_request&,
+                  std::shared_ptr<token_sink> sink) override {
+      sink->fail(unavailable("no device can hold the model"));
+    }
+  };
+  server srv{options(std::make_shared<failing>())};
+  auto port = srv.start();
+  auto r = http_exchange(port, post("/v1/chat/completions", chat_body(true)));
+  CHECK(r.status == 503);
+  CHECK(json::parse(r.body)["error"]["message"]
+        == "no device can hold the model");
+  CHECK(srv.stats().in_flight == 0);
+}
