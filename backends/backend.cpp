@@ -171,7 +171,7 @@ status device::check_view(op_kind kind, const char* name,
     return fail(errc::out_of_range,
                 what() + ": range [" + std::to_string(offset) + ", "
                   + std::to_string(offset) + "+" + std::to_string(bytes)
-                  + ") exceeds " + (limited ? "the allocation" : "buffer")
+                  + ") exceeds " + (limited ? "allocation" : "buffer")
                   + " of " + std::to_string(size) + " bytes");
   if (align > 1 && offset % align != 0)
     return fail(errc::invalid_argument,
