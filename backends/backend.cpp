@@ -139,13 +139,6 @@ status device::check_writable(const buffer& buf, const char* what) {
   return {};
 }
 
-status device::check_output(const buffer* buf, std::size_t offset,
-                            std::size_t bytes, std::size_t align,
-                            const char* what) const {
-  EXO_TRY(check_operand(buf, offset, bytes, align, what));
-  return check_writable(*buf, what);
-}
-
 status device::check_range(const buffer& buf, std::size_t offset,
                            std::size_t bytes, const char* what) const {
   if (&buf.owner() != this)
@@ -160,16 +153,32 @@ status device::check_range(const buffer& buf, std::size_t offset,
   return {};
 }
 
-status device::check_operand(const buffer* buf, std::size_t offset,
-                             std::size_t bytes, std::size_t align,
-                             const char* what) const {
+status device::check_view(op_kind kind, const char* name,
+                          const buffer* buf, std::size_t offset,
+                          std::size_t limit, std::size_t bytes,
+                          std::size_t align, bool output) const {
+  auto what = [&] { return std::string{to_string(kind)} + " " + name; };
   if (buf == nullptr)
-    return fail(errc::invalid_argument, std::string{what} + ": null buffer");
-  EXO_TRY(check_range(*buf, offset, bytes, what));
+    return fail(errc::invalid_argument, what() + ": null buffer");
+  if (&buf->owner() != this)
+    return fail(errc::wrong_device,
+                what() + ": buffer belongs to another device");
+  auto size = buf->size();
+  const bool limited = limit != 0 && limit < size;
+  if (limited)
+    size = limit;
+  if (offset > size || bytes > size - offset)
+    return fail(errc::out_of_range,
+                what() + ": range [" + std::to_string(offset) + ", "
+                  + std::to_string(offset) + "+" + std::to_string(bytes)
+                  + ") exceeds " + (limited ? "allocation" : "buffer")
+                  + " of " + std::to_string(size) + " bytes");
   if (align > 1 && offset % align != 0)
     return fail(errc::invalid_argument,
-                std::string{what} + ": offset " + std::to_string(offset)
+                what() + ": offset " + std::to_string(offset)
                   + " is not a multiple of " + std::to_string(align));
+  if (output)
+    return check_writable(*buf, what().c_str());
   return {};
 }
 
@@ -196,41 +205,202 @@ status device::check_event(const event& e, std::uint64_t submitted) const {
   return {};
 }
 
+// -- compute: checks, once ---------------------------------------------------
+
 namespace {
 
-/// Reads `bytes` at v into host floats.
-status fetch(device& dev, const_view v, std::size_t bytes,
-             std::vector<float>& out) {
-  out.resize(bytes / sizeof(float));
-  if (v.buf == nullptr)
-    return fail(errc::invalid_argument, "null buffer");
-  return dev.read(*v.buf, v.offset, out.data(), bytes);
+std::size_t weight_align(weight_type t) {
+  return t == weight_type::f32 ? 4 : 2;
+}
+
+op_kind weights_kind(weight_type t) {
+  switch (t) {
+    case weight_type::f16: return op_kind::matmul_f16;
+    case weight_type::q8_0: return op_kind::matmul_q8_0;
+    case weight_type::f32: break;
+  }
+  return op_kind::matmul_f32;
+}
+
+/// Prefixes a dims error with the operation's name when it lacks one.
+error named(op_kind kind, error e) {
+  std::string name = to_string(kind);
+  if (e.message.compare(0, name.size(), name) != 0)
+    e.message = name + ": " + e.message;
+  return e;
+}
+
+/// Refuses an output overlapping an input except in place where allowed.
+status disjoint(op_kind kind, const_view in, std::size_t in_bytes,
+                mut_view out, std::size_t out_bytes) {
+  return check_disjoint(in.buf, in.offset, in_bytes, out.buf, out.offset,
+                        out_bytes, rule_of(kind).in_place, to_string(kind));
 }
 
 } // namespace
 
 status device::elementwise(binary_op op, const_view a, const_view b,
                            mut_view out, std::size_t count) {
+  if (op != binary_op::add && op != binary_op::mul)
+    return fail(errc::invalid_argument, "elementwise: unknown operation "
+                                          + std::to_string(static_cast<int>(
+                                            op)));
+  const auto kind = op == binary_op::add ? op_kind::add : op_kind::mul;
   auto bytes = f32_bytes(count, 1);
   if (!bytes)
-    return bytes.err();
-  if (out.buf == nullptr)
-    return fail(errc::invalid_argument, "elementwise: null output buffer");
-  EXO_TRY(check_range(*out.buf, out.offset, *bytes, "elementwise output"));
-  std::vector<float> ha, hb, hc(count);
-  EXO_TRY(fetch(*this, a, *bytes, ha));
-  EXO_TRY(fetch(*this, b, *bytes, hb));
-  host::elementwise(op, ha.data(), hb.data(), hc.data(), count);
-  return write(*out.buf, out.offset, hc.data(), *bytes);
+    return named(kind, bytes.err());
+  EXO_TRY(check_view(kind, "a", a.buf, a.offset, a.limit, *bytes, 4, false));
+  EXO_TRY(check_view(kind, "b", b.buf, b.offset, b.limit, *bytes, 4, false));
+  EXO_TRY(check_view(kind, "out", out.buf, out.offset, out.limit, *bytes, 4,
+                     true));
+  EXO_TRY(disjoint(kind, a, *bytes, out, *bytes));
+  EXO_TRY(disjoint(kind, b, *bytes, out, *bytes));
+  return do_elementwise(op, a, b, out, count);
 }
 
 status device::matmul(const_view a, const_view b, mut_view c,
                       const matmul_dims& dims) {
-  EXO_TRY(host::check_matmul_dims(dims));
+  const auto kind = dims.transpose_b ? op_kind::matmul_t : op_kind::matmul;
+  if (auto st = host::check_matmul_dims(dims); !st)
+    return named(kind, st.err());
   auto sz = host::bytes_of(dims);
-  if (c.buf == nullptr)
-    return fail(errc::invalid_argument, "matmul: null output buffer");
-  EXO_TRY(check_range(*c.buf, c.offset, sz.c, "matmul output"));
+  EXO_TRY(check_view(kind, "a", a.buf, a.offset, a.limit, sz.a, 4, false));
+  EXO_TRY(check_view(kind, "b", b.buf, b.offset, b.limit, sz.b, 4, false));
+  EXO_TRY(check_view(kind, "c", c.buf, c.offset, c.limit, sz.c, 4, true));
+  EXO_TRY(disjoint(kind, a, sz.a, c, sz.c));
+  EXO_TRY(disjoint(kind, b, sz.b, c, sz.c));
+  return do_matmul(a, b, c, dims);
+}
+
+status device::matmul_weights(const_view a, const_view w, weight_type type,
+                              mut_view c, const matmul_dims& dims) {
+  if (type != weight_type::f32 && type != weight_type::f16
+      && type != weight_type::q8_0)
+    return fail(errc::invalid_argument,
+                "matmul_weights: unknown weight type "
+                  + std::to_string(static_cast<int>(type)));
+  const auto kind = weights_kind(type);
+  auto sz = host::check_matmul_weights(type, dims);
+  if (!sz)
+    return named(kind, sz.err());
+  EXO_TRY(check_view(kind, "a", a.buf, a.offset, a.limit, sz->a, 4, false));
+  EXO_TRY(check_view(kind, "w", w.buf, w.offset, w.limit, sz->w,
+                     weight_align(type), false));
+  EXO_TRY(check_view(kind, "c", c.buf, c.offset, c.limit, sz->c, 4, true));
+  EXO_TRY(disjoint(kind, a, sz->a, c, sz->c));
+  EXO_TRY(disjoint(kind, w, sz->w, c, sz->c));
+  matmul_dims d = dims;
+  d.transpose_b = true;
+  return do_matmul_weights(a, w, type, c, d);
+}
+
+status device::rms_norm(const_view x, const_view weight, mut_view out,
+                        std::size_t rows, std::size_t dim, float eps) {
+  constexpr auto kind = op_kind::rms_norm;
+  auto bytes = host::check_rms_norm(rows, dim);
+  if (!bytes)
+    return bytes.err();
+  const auto wbytes = dim * 4; // no overflow: rows * dim * 4 fits
+  EXO_TRY(check_view(kind, "x", x.buf, x.offset, x.limit, *bytes, 4, false));
+  EXO_TRY(check_view(kind, "weight", weight.buf, weight.offset, weight.limit,
+                     wbytes, 4, false));
+  EXO_TRY(check_view(kind, "out", out.buf, out.offset, out.limit, *bytes, 4,
+                     true));
+  EXO_TRY(disjoint(kind, x, *bytes, out, *bytes));
+  // The weight is never the output, not even in place.
+  EXO_TRY(check_disjoint(weight.buf, weight.offset, wbytes, out.buf,
+                         out.offset, *bytes, false, "rms_norm"));
+  return do_rms_norm(x, weight, out, rows, dim, eps);
+}
+
+status device::rope(mut_view x, const_view positions,
+                    const_view freq_factors, const rope_dims& dims) {
+  constexpr auto kind = op_kind::rope;
+  auto sz = host::check_rope(dims);
+  if (!sz)
+    return sz.err();
+  EXO_TRY(check_view(kind, "x", x.buf, x.offset, x.limit, sz->x, 4, true));
+  EXO_TRY(check_view(kind, "positions", positions.buf, positions.offset,
+                     positions.limit, sz->positions, 4, false));
+  EXO_TRY(disjoint(kind, positions, sz->positions, x, sz->x));
+  if (freq_factors.buf != nullptr) {
+    EXO_TRY(check_view(kind, "freq_factors", freq_factors.buf,
+                       freq_factors.offset, freq_factors.limit,
+                       sz->freq_factors, 4, false));
+    EXO_TRY(disjoint(kind, freq_factors, sz->freq_factors, x, sz->x));
+  }
+  return do_rope(x, positions, freq_factors, dims);
+}
+
+status device::attention(const_view q, const_view k, const_view v,
+                         mut_view out, const attention_dims& dims) {
+  constexpr auto kind = op_kind::attention;
+  auto sz = host::check_attention(dims);
+  if (!sz)
+    return sz.err();
+  EXO_TRY(check_view(kind, "q", q.buf, q.offset, q.limit, sz->q, 4, false));
+  EXO_TRY(check_view(kind, "k", k.buf, k.offset, k.limit, sz->kv, 4, false));
+  EXO_TRY(check_view(kind, "v", v.buf, v.offset, v.limit, sz->kv, 4, false));
+  EXO_TRY(check_view(kind, "out", out.buf, out.offset, out.limit, sz->q, 4,
+                     true));
+  EXO_TRY(disjoint(kind, q, sz->q, out, sz->q));
+  EXO_TRY(disjoint(kind, k, sz->kv, out, sz->q));
+  EXO_TRY(disjoint(kind, v, sz->kv, out, sz->q));
+  return do_attention(q, k, v, out, dims);
+}
+
+status device::silu_mul(const_view gate, const_view up, mut_view out,
+                        std::size_t count) {
+  constexpr auto kind = op_kind::silu_mul;
+  if (count == 0)
+    return fail(errc::invalid_argument, "silu_mul: count must be > 0");
+  auto bytes = f32_bytes(count, 1);
+  if (!bytes)
+    return named(kind, bytes.err());
+  EXO_TRY(check_view(kind, "gate", gate.buf, gate.offset, gate.limit, *bytes,
+                     4, false));
+  EXO_TRY(check_view(kind, "up", up.buf, up.offset, up.limit, *bytes, 4,
+                     false));
+  EXO_TRY(check_view(kind, "out", out.buf, out.offset, out.limit, *bytes, 4,
+                     true));
+  EXO_TRY(disjoint(kind, gate, *bytes, out, *bytes));
+  EXO_TRY(disjoint(kind, up, *bytes, out, *bytes));
+  return do_silu_mul(gate, up, out, count);
+}
+
+// -- compute: host fallbacks -------------------------------------------------
+
+namespace {
+
+/// Reads `bytes` at v into host floats.
+status fetch(device& dev, const_view v, std::size_t bytes,
+             std::vector<float>& out) {
+  out.resize(bytes / sizeof(float));
+  return dev.read(*v.buf, v.offset, out.data(), bytes);
+}
+
+/// Reads `bytes` raw bytes at v.
+status fetch_bytes(device& dev, const_view v, std::size_t bytes,
+                   std::vector<std::uint8_t>& out) {
+  out.resize(bytes);
+  return dev.read(*v.buf, v.offset, out.data(), bytes);
+}
+
+} // namespace
+
+status device::do_elementwise(binary_op op, const_view a, const_view b,
+                              mut_view out, std::size_t count) {
+  const auto bytes = count * sizeof(float);
+  std::vector<float> ha, hb, hc(count);
+  EXO_TRY(fetch(*this, a, bytes, ha));
+  EXO_TRY(fetch(*this, b, bytes, hb));
+  host::elementwise(op, ha.data(), hb.data(), hc.data(), count);
+  return write(*out.buf, out.offset, hc.data(), bytes);
+}
+
+status device::do_matmul(const_view a, const_view b, mut_view c,
+                         const matmul_dims& dims) {
+  auto sz = host::bytes_of(dims);
   std::vector<float> ha, hb, hc(sz.c / sizeof(float));
   EXO_TRY(fetch(*this, a, sz.a, ha));
   EXO_TRY(fetch(*this, b, sz.b, hb));
@@ -238,38 +408,12 @@ status device::matmul(const_view a, const_view b, mut_view c,
   return write(*c.buf, c.offset, hc.data(), sz.c);
 }
 
-// -- fallbacks of the Llama operations ---------------------------------------
-
-namespace {
-
-/// Reads `bytes` raw bytes at v.
-status fetch_bytes(device& dev, const_view v, std::size_t bytes,
-                   std::vector<std::uint8_t>& out) {
-  out.resize(bytes);
-  if (v.buf == nullptr)
-    return fail(errc::invalid_argument, "null buffer");
-  return dev.read(*v.buf, v.offset, out.data(), bytes);
-}
-
-std::size_t weight_align(weight_type t) {
-  return t == weight_type::f32 ? 4 : 2;
-}
-
-} // namespace
-
-status device::matmul_weights(const_view a, const_view w, weight_type type,
-                              mut_view c, const matmul_dims& dims) {
-  auto sz = host::check_matmul_weights(type, dims);
+status device::do_matmul_weights(const_view a, const_view w,
+                                 weight_type type, mut_view c,
+                                 const matmul_dims& dims) {
+  auto sz = host::check_matmul_weights(type, dims); // sizes only: checked
   if (!sz)
     return sz.err();
-  EXO_TRY(check_operand(a.buf, a.offset, sz->a, 4, "matmul_weights a"));
-  EXO_TRY(check_operand(w.buf, w.offset, sz->w, weight_align(type),
-                        "matmul_weights w"));
-  EXO_TRY(check_operand(c.buf, c.offset, sz->c, 4, "matmul_weights c"));
-  EXO_TRY(check_disjoint(a.buf, a.offset, sz->a, c.buf, c.offset, sz->c,
-                         false, "matmul_weights"));
-  EXO_TRY(check_disjoint(w.buf, w.offset, sz->w, c.buf, c.offset, sz->c,
-                         false, "matmul_weights"));
   std::vector<float> ha, hc(sz->c / sizeof(float));
   std::vector<std::uint8_t> hw;
   EXO_TRY(fetch(*this, a, sz->a, ha));
@@ -278,44 +422,22 @@ status device::matmul_weights(const_view a, const_view w, weight_type type,
   return write(*c.buf, c.offset, hc.data(), sz->c);
 }
 
-status device::rms_norm(const_view x, const_view weight, mut_view out,
-                        std::size_t rows, std::size_t dim, float eps) {
-  auto bytes = host::check_rms_norm(rows, dim);
-  if (!bytes)
-    return bytes.err();
-  EXO_TRY(check_operand(x.buf, x.offset, *bytes, 4, "rms_norm x"));
-  EXO_TRY(check_operand(weight.buf, weight.offset, dim * 4, 4,
-                        "rms_norm weight"));
-  EXO_TRY(check_operand(out.buf, out.offset, *bytes, 4, "rms_norm out"));
-  EXO_TRY(check_disjoint(x.buf, x.offset, *bytes, out.buf, out.offset,
-                         *bytes, true, "rms_norm"));
-  EXO_TRY(check_disjoint(weight.buf, weight.offset, dim * 4, out.buf,
-                         out.offset, *bytes, false, "rms_norm"));
+status device::do_rms_norm(const_view x, const_view weight, mut_view out,
+                           std::size_t rows, std::size_t dim, float eps) {
+  const auto bytes = rows * dim * sizeof(float);
   std::vector<float> hx, hw;
-  EXO_TRY(fetch(*this, x, *bytes, hx));
+  EXO_TRY(fetch(*this, x, bytes, hx));
   EXO_TRY(fetch(*this, weight, dim * 4, hw));
   host::rms_norm(hx.data(), hw.data(), hx.data(), rows, dim, eps);
-  return write(*out.buf, out.offset, hx.data(), *bytes);
+  return write(*out.buf, out.offset, hx.data(), bytes);
 }
 
-status device::rope(mut_view x, const_view positions,
-                    const_view freq_factors, const rope_dims& dims) {
-  auto sz = host::check_rope(dims);
+status device::do_rope(mut_view x, const_view positions,
+                       const_view freq_factors, const rope_dims& dims) {
+  auto sz = host::check_rope(dims); // sizes only: checked
   if (!sz)
     return sz.err();
-  EXO_TRY(check_operand(x.buf, x.offset, sz->x, 4, "rope x"));
-  EXO_TRY(check_operand(positions.buf, positions.offset, sz->positions, 4,
-                        "rope positions"));
-  EXO_TRY(check_disjoint(positions.buf, positions.offset, sz->positions,
-                         x.buf, x.offset, sz->x, false, "rope"));
   const bool ff = freq_factors.buf != nullptr;
-  if (ff) {
-    EXO_TRY(check_operand(freq_factors.buf, freq_factors.offset,
-                          sz->freq_factors, 4, "rope freq_factors"));
-    EXO_TRY(check_disjoint(freq_factors.buf, freq_factors.offset,
-                           sz->freq_factors, x.buf, x.offset, sz->x, false,
-                           "rope"));
-  }
   std::vector<float> hx, hf;
   std::vector<std::int32_t> hp(dims.rows);
   EXO_TRY(fetch(*this, {x.buf, x.offset}, sz->x, hx));
@@ -326,20 +448,11 @@ status device::rope(mut_view x, const_view positions,
   return write(*x.buf, x.offset, hx.data(), sz->x);
 }
 
-status device::attention(const_view q, const_view k, const_view v,
-                         mut_view out, const attention_dims& dims) {
-  auto sz = host::check_attention(dims);
+status device::do_attention(const_view q, const_view k, const_view v,
+                            mut_view out, const attention_dims& dims) {
+  auto sz = host::check_attention(dims); // sizes only: checked
   if (!sz)
     return sz.err();
-  EXO_TRY(check_operand(q.buf, q.offset, sz->q, 4, "attention q"));
-  EXO_TRY(check_operand(k.buf, k.offset, sz->kv, 4, "attention k"));
-  EXO_TRY(check_operand(v.buf, v.offset, sz->kv, 4, "attention v"));
-  EXO_TRY(check_operand(out.buf, out.offset, sz->q, 4, "attention out"));
-  for (auto [in, off, bytes] : {std::tuple{q.buf, q.offset, sz->q},
-                                std::tuple{k.buf, k.offset, sz->kv},
-                                std::tuple{v.buf, v.offset, sz->kv}})
-    EXO_TRY(check_disjoint(in, off, bytes, out.buf, out.offset, sz->q, false,
-                           "attention"));
   std::vector<float> hq, hk, hv, ho(sz->q / sizeof(float));
   EXO_TRY(fetch(*this, q, sz->q, hq));
   EXO_TRY(fetch(*this, k, sz->kv, hk));
@@ -348,25 +461,14 @@ status device::attention(const_view q, const_view k, const_view v,
   return write(*out.buf, out.offset, ho.data(), sz->q);
 }
 
-status device::silu_mul(const_view gate, const_view up, mut_view out,
-                        std::size_t count) {
-  auto bytes = f32_bytes(count, 1);
-  if (!bytes)
-    return bytes.err();
-  if (count == 0)
-    return fail(errc::invalid_argument, "silu_mul: count must be > 0");
-  EXO_TRY(check_operand(gate.buf, gate.offset, *bytes, 4, "silu_mul gate"));
-  EXO_TRY(check_operand(up.buf, up.offset, *bytes, 4, "silu_mul up"));
-  EXO_TRY(check_operand(out.buf, out.offset, *bytes, 4, "silu_mul out"));
-  EXO_TRY(check_disjoint(gate.buf, gate.offset, *bytes, out.buf, out.offset,
-                         *bytes, true, "silu_mul"));
-  EXO_TRY(check_disjoint(up.buf, up.offset, *bytes, out.buf, out.offset,
-                         *bytes, true, "silu_mul"));
+status device::do_silu_mul(const_view gate, const_view up, mut_view out,
+                           std::size_t count) {
+  const auto bytes = count * sizeof(float);
   std::vector<float> hg, hu;
-  EXO_TRY(fetch(*this, gate, *bytes, hg));
-  EXO_TRY(fetch(*this, up, *bytes, hu));
+  EXO_TRY(fetch(*this, gate, bytes, hg));
+  EXO_TRY(fetch(*this, up, bytes, hu));
   host::silu_mul(hg.data(), hu.data(), hg.data(), count);
-  return write(*out.buf, out.offset, hg.data(), *bytes);
+  return write(*out.buf, out.offset, hg.data(), bytes);
 }
 
 backend::~backend() = default;
@@ -434,6 +536,47 @@ result<std::size_t> f32_bytes(std::size_t rows, std::size_t cols) {
   if (n > max / sizeof(float))
     return fail(errc::invalid_argument, "tensor size overflows");
   return n * sizeof(float);
+}
+
+status run(device& dev, const op_call& call) {
+  EXO_TRY(check_counts(call.kind, call.n_inputs, call.n_dims,
+                       call.n_scalars));
+  const auto& in = call.inputs;
+  const auto& d = call.dims;
+  const float s0 = call.scalars[0];
+  switch (call.kind) {
+    case op_kind::add:
+    case op_kind::mul:
+      return dev.elementwise(call.kind == op_kind::add ? binary_op::add
+                                                       : binary_op::mul,
+                             in[0], in[1], call.output, d[0]);
+    case op_kind::matmul:
+    case op_kind::matmul_t:
+      return dev.matmul(in[0], in[1], call.output,
+                        {d[0], d[1], d[2], call.kind == op_kind::matmul_t});
+    case op_kind::matmul_f32:
+    case op_kind::matmul_f16:
+    case op_kind::matmul_q8_0: {
+      auto t = call.kind == op_kind::matmul_f32   ? weight_type::f32
+               : call.kind == op_kind::matmul_f16 ? weight_type::f16
+                                                  : weight_type::q8_0;
+      return dev.matmul_weights(in[0], in[1], t, call.output,
+                                {d[0], d[1], d[2], true});
+    }
+    case op_kind::rms_norm:
+      return dev.rms_norm(in[0], in[1], call.output, d[0], d[1], s0);
+    case op_kind::rope:
+      return dev.rope(call.output, in[0],
+                      call.n_inputs == 2 ? in[1] : const_view{},
+                      {d[0], d[1], d[2], d[3], s0});
+    case op_kind::attention:
+      return dev.attention(in[0], in[1], in[2], call.output,
+                           {d[0], d[1], d[2], d[3], d[4], d[5], s0});
+    case op_kind::silu_mul:
+      return dev.silu_mul(in[0], in[1], call.output, d[0]);
+  }
+  return fail(errc::unsupported, "unknown operation "
+                                   + std::to_string(to_wire(call.kind)));
 }
 
 } // namespace exo::backend

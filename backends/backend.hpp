@@ -39,6 +39,7 @@
 ///    offsets that are multiples of 4, F16 and Q8_0 weights at multiples
 ///    of 2 (invalid_argument otherwise).
 
+#include "backends/ops.hpp"
 #include "backends/result.hpp"
 
 #include <atomic>
@@ -165,13 +166,18 @@ struct event {
 };
 
 /// Read-only and writable places in device memory: a buffer plus an offset.
+/// `limit`, when not 0, is where the caller's part of the buffer ends (a
+/// pooled buffer may be larger than the handle that names it): an operand
+/// must then lie below it as well as inside the buffer.
 struct const_view {
   const buffer* buf = nullptr;
   std::size_t offset = 0;
+  std::size_t limit = 0;
 };
 struct mut_view {
   buffer* buf = nullptr;
   std::size_t offset = 0;
+  std::size_t limit = 0;
 };
 
 /// Element-wise operations on f32 vectors: out[i] = a[i] (op) b[i].
@@ -297,63 +303,77 @@ public:
   virtual status wait(const event& e) = 0;
   virtual result<bool> completed(const event& e) = 0;
 
-  // compute (f32). Defaults run on the host through read/write: a device
-  // without native kernels still computes correctly, only slower.
-  virtual status elementwise(binary_op op, const_view a, const_view b,
-                             mut_view out, std::size_t count);
-  virtual status matmul(const_view a, const_view b, mut_view c,
-                        const matmul_dims& dims);
+  // compute. Each public method checks every operand once against the op
+  // table's rules (ops.hpp) and rule 10 (ownership, range, alignment,
+  // overlap, dims, read-only outputs), then calls its do_* method, which
+  // may assume checked input. Failures name the operation and operand.
 
-  // compute: the operations of a Llama layer. Each has a host fallback
-  // (through read/write) and, where cap_model_ops is set, a native version.
-  // Numerics follow llama.cpp's CPU backend: F16 weights meet activations
-  // rounded to half, Q8_0 weights meet activations quantized to Q8_0 blocks.
+  /// out[i] = a[i] (op) b[i], f32, i < count. out may equal a or b.
+  status elementwise(binary_op op, const_view a, const_view b, mut_view out,
+                     std::size_t count);
+  /// C[m x n] = A[m x k] * B (B^T with transpose_b), all f32.
+  status matmul(const_view a, const_view b, mut_view c,
+                const matmul_dims& dims);
+
+  // compute: the operations of a Llama layer. Numerics follow llama.cpp's
+  // CPU backend: F16 weights meet activations rounded to half, Q8_0 weights
+  // meet activations quantized to Q8_0 blocks.
 
   /// C[m x n] = A[m x k] * W^T: A f32 row-major, W stored [n x k] (a linear
   /// layer's weight: n rows of k elements) encoded as `type`. dims.k must be
   /// a multiple of 32 for q8_0; dims.transpose_b is ignored (always [n x k]).
-  virtual status matmul_weights(const_view a, const_view w, weight_type type,
-                                mut_view c, const matmul_dims& dims);
+  status matmul_weights(const_view a, const_view w, weight_type type,
+                        mut_view c, const matmul_dims& dims);
 
   /// out[r][i] = x[r][i] / sqrt(mean_i(x[r][i]^2) + eps) * weight[i] for
   /// x, out [rows][dim] f32 and weight [dim] f32. out may equal x.
-  virtual status rms_norm(const_view x, const_view weight, mut_view out,
-                          std::size_t rows, std::size_t dim, float eps);
+  status rms_norm(const_view x, const_view weight, mut_view out,
+                  std::size_t rows, std::size_t dim, float eps);
 
   /// Rotates x in place (see rope_dims). positions: rows int32 values.
   /// freq_factors: n_rot / 2 f32, or a view with a null buffer for none.
-  virtual status rope(mut_view x, const_view positions,
-                      const_view freq_factors, const rope_dims& dims);
+  status rope(mut_view x, const_view positions, const_view freq_factors,
+              const rope_dims& dims);
 
   /// out = causal grouped-query attention (see attention_dims).
-  virtual status attention(const_view q, const_view k, const_view v,
-                           mut_view out, const attention_dims& dims);
+  status attention(const_view q, const_view k, const_view v, mut_view out,
+                   const attention_dims& dims);
 
   /// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i],
-  /// f32, i < count. out may equal gate or up.
-  virtual status silu_mul(const_view gate, const_view up, mut_view out,
-                          std::size_t count);
+  /// f32, i < count > 0. out may equal gate or up.
+  status silu_mul(const_view gate, const_view up, mut_view out,
+                  std::size_t count);
 
   // telemetry
   virtual telemetry read_telemetry() = 0;
 
 protected:
+  // compute, called by the public methods above with checked operands
+  // (every view of this device, inside its buffer and limit, aligned, not
+  // overlapping the output except in place where allowed; dims valid; a
+  // known binary_op). The defaults run on the host through read and write:
+  // a device without native kernels still computes correctly, only slower.
+  // An override may call them as its fallback.
+  virtual status do_elementwise(binary_op op, const_view a, const_view b,
+                                mut_view out, std::size_t count);
+  virtual status do_matmul(const_view a, const_view b, mut_view c,
+                           const matmul_dims& dims);
+  virtual status do_matmul_weights(const_view a, const_view w,
+                                   weight_type type, mut_view c,
+                                   const matmul_dims& dims);
+  virtual status do_rms_norm(const_view x, const_view weight, mut_view out,
+                             std::size_t rows, std::size_t dim, float eps);
+  virtual status do_rope(mut_view x, const_view positions,
+                         const_view freq_factors, const rope_dims& dims);
+  virtual status do_attention(const_view q, const_view k, const_view v,
+                              mut_view out, const attention_dims& dims);
+  virtual status do_silu_mul(const_view gate, const_view up, mut_view out,
+                             std::size_t count);
+
   /// Checks that `buf` belongs to this device and [offset, offset + bytes)
   /// lies inside it.
   status check_range(const buffer& buf, std::size_t offset,
                      std::size_t bytes, const char* what) const;
-
-  /// Checks a compute operand: a non-null buffer of this device,
-  /// [offset, offset + bytes) inside it, offset a multiple of align.
-  status check_operand(const buffer* buf, std::size_t offset,
-                       std::size_t bytes, std::size_t align,
-                       const char* what) const;
-
-  /// check_operand for an operation's output: also refuses a read-only
-  /// buffer (adopt_host).
-  status check_output(const buffer* buf, std::size_t offset,
-                      std::size_t bytes, std::size_t align,
-                      const char* what) const;
 
   /// Refuses a read-only buffer as the target of a write.
   static status check_writable(const buffer& buf, const char* what);
@@ -362,6 +382,14 @@ protected:
   status check_event(const event& e, std::uint64_t submitted) const;
 
 private:
+  /// Checks operand `name` of an operation of `kind`: a non-null buffer
+  /// of this device, [offset, offset + bytes) inside it and below the
+  /// view's limit, offset a multiple of align; for an output, a writable
+  /// buffer.
+  status check_view(op_kind kind, const char* name, const buffer* buf,
+                    std::size_t offset, std::size_t limit, std::size_t bytes,
+                    std::size_t align, bool output) const;
+
   std::uint64_t uid_;
 };
 
@@ -404,5 +432,25 @@ status check_disjoint(const buffer* in, std::size_t in_offset,
 
 /// Bytes of f32 data in a matrix, with overflow checks.
 result<std::size_t> f32_bytes(std::size_t rows, std::size_t cols);
+
+/// One compute operation as data: an op kind, its operand views, dims and
+/// scalars, in the order of the op table (ops.hpp). Fixed capacity: making
+/// one allocates nothing.
+struct op_call {
+  op_kind kind = op_kind::add;
+  std::array<const_view, max_op_inputs> inputs{};
+  std::size_t n_inputs = 0;
+  mut_view output;
+  std::array<std::uint64_t, max_op_dims> dims{};
+  std::size_t n_dims = 0;
+  std::array<float, max_op_scalars> scalars{};
+  std::size_t n_scalars = 0;
+};
+
+/// Runs `call` on `dev`: checks its counts against the op table
+/// (check_counts), then calls the device's method for its kind, which
+/// checks the operands. The one generic entry of the device actor and the
+/// stage executor.
+status run(device& dev, const op_call& call);
 
 } // namespace exo::backend

@@ -183,53 +183,7 @@ result<bool> host_device::completed(const event& e) {
   return true;
 }
 
-status host_device::elementwise(binary_op op, const_view a, const_view b,
-                                mut_view out, std::size_t count) {
-  std::lock_guard<std::mutex> guard{mtx_};
-  EXO_TRY(admit("elementwise"));
-  auto bytes = f32_bytes(count, 1);
-  if (!bytes)
-    return bytes.err();
-  if (a.buf == nullptr || b.buf == nullptr || out.buf == nullptr)
-    return fail(errc::invalid_argument, "elementwise: null buffer");
-  EXO_TRY(check_range(*a.buf, a.offset, *bytes, "elementwise a"));
-  EXO_TRY(check_range(*b.buf, b.offset, *bytes, "elementwise b"));
-  EXO_TRY(check_range(*out.buf, out.offset, *bytes, "elementwise output"));
-  EXO_TRY(check_writable(*out.buf, "elementwise output"));
-  auto ptr = [](const buffer* b, std::size_t off) {
-    return reinterpret_cast<float*>(
-      static_cast<const host_buffer*>(b)->data() + off);
-  };
-  host::elementwise(op, ptr(a.buf, a.offset), ptr(b.buf, b.offset),
-                    ptr(out.buf, out.offset), count);
-  ++submitted_;
-  account(3.0 * static_cast<double>(*bytes), static_cast<double>(count));
-  return {};
-}
-
-status host_device::matmul(const_view a, const_view b, mut_view c,
-                           const matmul_dims& dims) {
-  std::lock_guard<std::mutex> guard{mtx_};
-  EXO_TRY(admit("matmul"));
-  EXO_TRY(host::check_matmul_dims(dims));
-  auto sz = host::bytes_of(dims);
-  if (a.buf == nullptr || b.buf == nullptr || c.buf == nullptr)
-    return fail(errc::invalid_argument, "matmul: null buffer");
-  EXO_TRY(check_range(*a.buf, a.offset, sz.a, "matmul a"));
-  EXO_TRY(check_range(*b.buf, b.offset, sz.b, "matmul b"));
-  EXO_TRY(check_range(*c.buf, c.offset, sz.c, "matmul c"));
-  EXO_TRY(check_writable(*c.buf, "matmul c"));
-  auto ptr = [](const buffer* b, std::size_t off) {
-    return reinterpret_cast<float*>(
-      static_cast<const host_buffer*>(b)->data() + off);
-  };
-  host::matmul(ptr(a.buf, a.offset), ptr(b.buf, b.offset),
-               ptr(c.buf, c.offset), dims);
-  ++submitted_;
-  account(static_cast<double>(sz.a + sz.b + sz.c),
-          2.0 * static_cast<double>(dims.m) * dims.n * dims.k);
-  return {};
-}
+// Compute: the operands were checked by device's public methods.
 
 template <class T>
 T* host_device::at(const buffer* b, std::size_t off) {
@@ -237,23 +191,39 @@ T* host_device::at(const buffer* b, std::size_t off) {
                               + off);
 }
 
-status host_device::matmul_weights(const_view a, const_view w,
-                                   weight_type type, mut_view c,
-                                   const matmul_dims& dims) {
+status host_device::do_elementwise(binary_op op, const_view a, const_view b,
+                                   mut_view out, std::size_t count) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(admit("elementwise"));
+  host::elementwise(op, at(a.buf, a.offset), at(b.buf, b.offset),
+                    at(out.buf, out.offset), count);
+  ++submitted_;
+  account(3.0 * 4.0 * static_cast<double>(count),
+          static_cast<double>(count));
+  return {};
+}
+
+status host_device::do_matmul(const_view a, const_view b, mut_view c,
+                              const matmul_dims& dims) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(admit("matmul"));
+  auto sz = host::bytes_of(dims);
+  host::matmul(at(a.buf, a.offset), at(b.buf, b.offset),
+               at(c.buf, c.offset), dims);
+  ++submitted_;
+  account(static_cast<double>(sz.a + sz.b + sz.c),
+          2.0 * static_cast<double>(dims.m) * dims.n * dims.k);
+  return {};
+}
+
+status host_device::do_matmul_weights(const_view a, const_view w,
+                                      weight_type type, mut_view c,
+                                      const matmul_dims& dims) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("matmul_weights"));
-  auto sz = host::check_matmul_weights(type, dims);
+  auto sz = host::check_matmul_weights(type, dims); // sizes only: checked
   if (!sz)
     return sz.err();
-  EXO_TRY(check_operand(a.buf, a.offset, sz->a, 4, "matmul_weights a"));
-  EXO_TRY(check_operand(w.buf, w.offset, sz->w,
-                        type == weight_type::f32 ? 4 : 2,
-                        "matmul_weights w"));
-  EXO_TRY(check_output(c.buf, c.offset, sz->c, 4, "matmul_weights c"));
-  EXO_TRY(check_disjoint(a.buf, a.offset, sz->a, c.buf, c.offset, sz->c,
-                         false, "matmul_weights"));
-  EXO_TRY(check_disjoint(w.buf, w.offset, sz->w, c.buf, c.offset, sz->c,
-                         false, "matmul_weights"));
   host::matmul_weights(at(a.buf, a.offset),
                        at<const std::uint8_t>(w.buf, w.offset), type,
                        at(c.buf, c.offset), dims, threads_);
@@ -263,76 +233,42 @@ status host_device::matmul_weights(const_view a, const_view w,
   return {};
 }
 
-status host_device::rms_norm(const_view x, const_view weight, mut_view out,
-                             std::size_t rows, std::size_t dim, float eps) {
+status host_device::do_rms_norm(const_view x, const_view weight,
+                                mut_view out, std::size_t rows,
+                                std::size_t dim, float eps) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("rms_norm"));
-  auto bytes = host::check_rms_norm(rows, dim);
-  if (!bytes)
-    return bytes.err();
-  EXO_TRY(check_operand(x.buf, x.offset, *bytes, 4, "rms_norm x"));
-  EXO_TRY(check_operand(weight.buf, weight.offset, dim * 4, 4,
-                        "rms_norm weight"));
-  EXO_TRY(check_output(out.buf, out.offset, *bytes, 4, "rms_norm out"));
-  EXO_TRY(check_disjoint(x.buf, x.offset, *bytes, out.buf, out.offset,
-                         *bytes, true, "rms_norm"));
-  EXO_TRY(check_disjoint(weight.buf, weight.offset, dim * 4, out.buf,
-                         out.offset, *bytes, false, "rms_norm"));
   host::rms_norm(at(x.buf, x.offset), at(weight.buf, weight.offset),
                  at(out.buf, out.offset), rows, dim, eps);
   ++submitted_;
-  account(2.0 * static_cast<double>(*bytes) + 4.0 * static_cast<double>(dim),
+  const auto bytes = 4.0 * static_cast<double>(rows) * dim;
+  account(2.0 * bytes + 4.0 * static_cast<double>(dim),
           3.0 * static_cast<double>(rows) * dim);
   return {};
 }
 
-status host_device::rope(mut_view x, const_view positions,
-                         const_view freq_factors, const rope_dims& dims) {
+status host_device::do_rope(mut_view x, const_view positions,
+                            const_view freq_factors, const rope_dims& dims) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("rope"));
-  auto sz = host::check_rope(dims);
-  if (!sz)
-    return sz.err();
-  EXO_TRY(check_output(x.buf, x.offset, sz->x, 4, "rope x"));
-  EXO_TRY(check_operand(positions.buf, positions.offset, sz->positions, 4,
-                        "rope positions"));
-  EXO_TRY(check_disjoint(positions.buf, positions.offset, sz->positions,
-                         x.buf, x.offset, sz->x, false, "rope"));
-  const float* ff = nullptr;
-  if (freq_factors.buf != nullptr) {
-    EXO_TRY(check_operand(freq_factors.buf, freq_factors.offset,
-                          sz->freq_factors, 4, "rope freq_factors"));
-    EXO_TRY(check_disjoint(freq_factors.buf, freq_factors.offset,
-                           sz->freq_factors, x.buf, x.offset, sz->x, false,
-                           "rope"));
-    ff = at(freq_factors.buf, freq_factors.offset);
-  }
+  const float* ff = freq_factors.buf != nullptr
+                      ? at(freq_factors.buf, freq_factors.offset)
+                      : nullptr;
   host::rope(at(x.buf, x.offset),
              at<const std::int32_t>(positions.buf, positions.offset), ff,
              dims);
   ++submitted_;
-  account(2.0 * static_cast<double>(sz->x),
+  const auto x_bytes = 4.0 * static_cast<double>(dims.rows) * dims.heads
+                       * dims.head_dim;
+  account(2.0 * x_bytes,
           3.0 * static_cast<double>(dims.rows) * dims.heads * dims.n_rot);
   return {};
 }
 
-status host_device::attention(const_view q, const_view k, const_view v,
-                              mut_view out, const attention_dims& dims) {
+status host_device::do_attention(const_view q, const_view k, const_view v,
+                                 mut_view out, const attention_dims& dims) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("attention"));
-  auto sz = host::check_attention(dims);
-  if (!sz)
-    return sz.err();
-  EXO_TRY(check_operand(q.buf, q.offset, sz->q, 4, "attention q"));
-  EXO_TRY(check_operand(k.buf, k.offset, sz->kv, 4, "attention k"));
-  EXO_TRY(check_operand(v.buf, v.offset, sz->kv, 4, "attention v"));
-  EXO_TRY(check_output(out.buf, out.offset, sz->q, 4, "attention out"));
-  EXO_TRY(check_disjoint(q.buf, q.offset, sz->q, out.buf, out.offset, sz->q,
-                         false, "attention"));
-  EXO_TRY(check_disjoint(k.buf, k.offset, sz->kv, out.buf, out.offset, sz->q,
-                         false, "attention"));
-  EXO_TRY(check_disjoint(v.buf, v.offset, sz->kv, out.buf, out.offset, sz->q,
-                         false, "attention"));
   host::attention(at(q.buf, q.offset), at(k.buf, k.offset),
                   at(v.buf, v.offset), at(out.buf, out.offset), dims,
                   threads_, llama_threads_);
@@ -342,32 +278,23 @@ status host_device::attention(const_view q, const_view k, const_view v,
                + 0.5 * static_cast<double>(dims.n_tokens + 1);
   double kv_bytes = 2.0 * 4.0 * ctx * static_cast<double>(dims.n_kv_heads)
                     * static_cast<double>(dims.head_dim);
-  account(2.0 * static_cast<double>(sz->q) + kv_bytes,
+  const auto q_bytes = 4.0 * static_cast<double>(dims.n_tokens)
+                       * dims.n_heads * dims.head_dim;
+  account(2.0 * q_bytes + kv_bytes,
           4.0 * ctx * static_cast<double>(dims.n_tokens) * dims.n_heads
             * dims.head_dim);
   return {};
 }
 
-status host_device::silu_mul(const_view gate, const_view up, mut_view out,
-                             std::size_t count) {
+status host_device::do_silu_mul(const_view gate, const_view up, mut_view out,
+                                std::size_t count) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("silu_mul"));
-  auto bytes = f32_bytes(count, 1);
-  if (!bytes)
-    return bytes.err();
-  if (count == 0)
-    return fail(errc::invalid_argument, "silu_mul: count must be > 0");
-  EXO_TRY(check_operand(gate.buf, gate.offset, *bytes, 4, "silu_mul gate"));
-  EXO_TRY(check_operand(up.buf, up.offset, *bytes, 4, "silu_mul up"));
-  EXO_TRY(check_output(out.buf, out.offset, *bytes, 4, "silu_mul out"));
-  EXO_TRY(check_disjoint(gate.buf, gate.offset, *bytes, out.buf, out.offset,
-                         *bytes, true, "silu_mul"));
-  EXO_TRY(check_disjoint(up.buf, up.offset, *bytes, out.buf, out.offset,
-                         *bytes, true, "silu_mul"));
   host::silu_mul(at(gate.buf, gate.offset), at(up.buf, up.offset),
                  at(out.buf, out.offset), count);
   ++submitted_;
-  account(3.0 * static_cast<double>(*bytes), 5.0 * static_cast<double>(count));
+  account(3.0 * 4.0 * static_cast<double>(count),
+          5.0 * static_cast<double>(count));
   return {};
 }
 

@@ -38,22 +38,22 @@ public:
   status wait(const event& e) override;
   result<bool> completed(const event& e) override;
 
-  status elementwise(binary_op op, const_view a, const_view b, mut_view out,
-                     std::size_t count) override;
-  status matmul(const_view a, const_view b, mut_view c,
-                const matmul_dims& dims) override;
-  status matmul_weights(const_view a, const_view w, weight_type type,
-                        mut_view c, const matmul_dims& dims) override;
-  status rms_norm(const_view x, const_view weight, mut_view out,
-                  std::size_t rows, std::size_t dim, float eps) override;
-  status rope(mut_view x, const_view positions, const_view freq_factors,
-              const rope_dims& dims) override;
-  status attention(const_view q, const_view k, const_view v, mut_view out,
-                   const attention_dims& dims) override;
-  status silu_mul(const_view gate, const_view up, mut_view out,
-                  std::size_t count) override;
-
 protected:
+  status do_elementwise(binary_op op, const_view a, const_view b,
+                        mut_view out, std::size_t count) override;
+  status do_matmul(const_view a, const_view b, mut_view c,
+                   const matmul_dims& dims) override;
+  status do_matmul_weights(const_view a, const_view w, weight_type type,
+                           mut_view c, const matmul_dims& dims) override;
+  status do_rms_norm(const_view x, const_view weight, mut_view out,
+                     std::size_t rows, std::size_t dim, float eps) override;
+  status do_rope(mut_view x, const_view positions, const_view freq_factors,
+                 const rope_dims& dims) override;
+  status do_attention(const_view q, const_view k, const_view v, mut_view out,
+                      const attention_dims& dims) override;
+  status do_silu_mul(const_view gate, const_view up, mut_view out,
+                     std::size_t count) override;
+
   /// Hooks for subclasses, called with the lock held.
   /// Before any operation: a refusal (vanished, paused...) or nothing.
   virtual status admit(const char* what);

@@ -162,35 +162,41 @@ typename Inspector::result_type inspect(Inspector& f, actor_snapshot& x) {
 /// Opaque buffer handles: ids, never addresses.
 using handle_id = std::uint64_t;
 
-/// A compute request on buffers of one device. Every operand is a handle
-/// plus a byte offset; the device actor checks each against its size. All
-/// tensors are f32 row-major unless said otherwise; offsets are multiples
-/// of 4 (of 2 for F16 and Q8_0 weights). Shapes and numerics are those of
-/// backends/backend.hpp, which runs each call.
-///   "add", "mul":   out[i] = a[i] (op) b[i], inputs {a, b}, dims {count}
-///   "matmul":       C[m x n] = A[m x k] * B[k x n], inputs {A, B},
-///                   dims {m, n, k}
-///   "matmul_t":     C[m x n] = A[m x k] * B^T, B stored [n x k]
-///   "matmul_f32", "matmul_f16", "matmul_q8_0":
-///                   C[m x n] = A[m x k] * W^T, W stored [n x k] in GGUF's
-///                   encoding (Q8_0: k/32 blocks of 34 bytes per row),
-///                   inputs {A, W}, dims {m, n, k}
-///   "rms_norm":     out[rows][dim] = x / rms(x) * weight[dim],
-///                   inputs {x, weight}, dims {rows, dim}, scalars {eps};
-///                   output may be x
-///   "rope":         output x[rows][heads][head_dim] rotated in place,
-///                   inputs {positions (int32 [rows])} or {positions,
-///                   freq_factors (f32 [n_rot/2])}, dims {rows, heads,
-///                   head_dim, n_rot}, scalars {freq_base}
-///   "attention":    out[n_tokens][n_heads*head_dim] = causal GQA of q rows
-///                   at positions pos0.. over K/V cache rows 0..pos0+t,
-///                   inputs {q, k_cache, v_cache}, dims {n_tokens, pos0,
-///                   n_heads, n_kv_heads, head_dim, kv_stride (floats)},
-///                   scalars {scale}
-///   "silu_mul":     out[i] = silu(gate[i]) * up[i], inputs {gate, up},
-///                   dims {count}; output may be gate or up
+/// A compute request on buffers of one device. `op` is the operation's
+/// number, backend::to_wire(backend::op_kind) (backends/ops.hpp, whose
+/// table gives each operation's inputs, dims and scalars, in the order these
+/// vectors hold them, and its name for messages). Every operand is a handle
+/// plus a byte offset; the device checks each against the handle's size.
+/// All tensors are f32 row-major unless said otherwise; offsets are
+/// multiples of 4 (of 2 for F16 and Q8_0 weights). Shapes and numerics are
+/// those of backends/backend.hpp, which runs each call (backend::run). A
+/// peer is never trusted: an unknown number, or counts of inputs, offsets,
+/// dims or scalars that do not match the table, are refused with an error
+/// naming the problem. In short:
+///   add, mul:    out[i] = a[i] (op) b[i], inputs {a, b}, dims {count}
+///   matmul:      C[m x n] = A[m x k] * B[k x n], inputs {A, B},
+///                dims {m, n, k}
+///   matmul_t:    C[m x n] = A[m x k] * B^T, B stored [n x k]
+///   matmul_f32, matmul_f16, matmul_q8_0:
+///                C[m x n] = A[m x k] * W^T, W stored [n x k] in GGUF's
+///                encoding (Q8_0: k/32 blocks of 34 bytes per row),
+///                inputs {A, W}, dims {m, n, k}
+///   rms_norm:    out[rows][dim] = x / rms(x) * weight[dim],
+///                inputs {x, weight}, dims {rows, dim}, scalars {eps};
+///                output may be x
+///   rope:        output x[rows][heads][head_dim] rotated in place,
+///                inputs {positions (int32 [rows])} or {positions,
+///                freq_factors (f32 [n_rot/2])}, dims {rows, heads,
+///                head_dim, n_rot}, scalars {freq_base}
+///   attention:   out[n_tokens][n_heads*head_dim] = causal GQA of q rows
+///                at positions pos0.. over K/V cache rows 0..pos0+t,
+///                inputs {q, k_cache, v_cache}, dims {n_tokens, pos0,
+///                n_heads, n_kv_heads, head_dim, kv_stride (floats)},
+///                scalars {scale}
+///   silu_mul:    out[i] = silu(gate[i]) * up[i], inputs {gate, up},
+///                dims {count}; output may be gate or up
 struct kernel_call {
-  std::string op;
+  std::uint8_t op = 0; ///< backend::op_kind's wire number; 0 is none
   std::vector<handle_id> inputs;
   std::vector<std::uint64_t> input_offsets;
   handle_id output = 0;

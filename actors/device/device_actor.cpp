@@ -5,12 +5,12 @@
 #include "core/device/buffer_pool.hpp"
 #include "actors/device/device_task.hpp"
 #include "core/device/pool_ops.hpp"
-#include "backends/host_kernels.hpp"
 #include "messages/audit.hpp"
 #include "messages/errors.hpp"
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <random>
 
@@ -113,166 +113,54 @@ struct device_actor_state {
 
 using self_ptr = exo::device_actor::stateful_pointer<device_actor_state>;
 
-/// Checks a kernel call against the handles' sizes and runs it.
+/// The name of a kernel call's operation, for messages: the table's, or
+/// the number a peer sent.
+std::string op_label(std::uint8_t op) {
+  if (auto kind = backend::op_from_wire(op))
+    return backend::to_string(*kind);
+  return "op " + std::to_string(op);
+}
+
+/// Decodes a kernel call (its op number with the op table, its handles
+/// with the pool) and runs it through backend::run, which checks the counts
+/// against the table and every operand against its handle's size.
 backend::status run_kernel(device_actor_state& st, const kernel_call& call) {
   using backend::errc;
   using backend::fail;
-  auto need = [&](std::size_t inputs, std::size_t dims,
-                  std::size_t scalars = 0) -> backend::status {
-    if (call.inputs.size() != inputs || call.input_offsets.size() != inputs
-        || call.dims.size() != dims || call.scalars.size() != scalars)
-      return fail(errc::invalid_argument,
-                  "compute " + call.op + ": expects " + std::to_string(inputs)
-                    + " inputs with offsets, " + std::to_string(dims)
-                    + " dims and " + std::to_string(scalars) + " scalars");
-    return {};
-  };
-  auto operand = [&](handle_id h, std::uint64_t off, std::uint64_t bytes,
-                     std::uint64_t align = sizeof(float))
-    -> backend::result<backend::buffer*> {
-    if (off % align != 0)
-      return fail(errc::invalid_argument,
-                  "compute " + call.op + ": offsets must be multiples of "
-                    + std::to_string(align));
-    return st.pool->resolve(h, off, bytes);
-  };
-  auto input = [&](std::size_t i, std::uint64_t bytes,
-                   std::uint64_t align = sizeof(float))
-    -> backend::result<backend::const_view> {
-    auto b = operand(call.inputs[i], call.input_offsets[i], bytes, align);
-    if (!b)
-      return b.err();
-    return backend::const_view{*b, call.input_offsets[i]};
-  };
-  auto output = [&](std::uint64_t bytes) -> backend::result<backend::mut_view> {
-    auto b = operand(call.output, call.output_offset, bytes);
-    if (!b)
-      return b.err();
-    return backend::mut_view{*b, call.output_offset};
-  };
-  if (call.op == "add" || call.op == "mul") {
-    EXO_TRY(need(2, 1));
-    auto bytes = backend::f32_bytes(call.dims[0], 1);
-    if (!bytes)
-      return bytes.err();
-    auto a = operand(call.inputs[0], call.input_offsets[0], *bytes);
-    auto b = operand(call.inputs[1], call.input_offsets[1], *bytes);
-    auto c = operand(call.output, call.output_offset, *bytes);
-    for (auto* r : {&a, &b, &c})
-      if (!*r)
-        return r->err();
-    auto op = call.op == "add" ? backend::binary_op::add
-                               : backend::binary_op::mul;
-    return st.dev->elementwise(op, {*a, call.input_offsets[0]},
-                               {*b, call.input_offsets[1]},
-                               {*c, call.output_offset}, call.dims[0]);
+  auto kind = backend::op_from_wire(call.op);
+  if (!kind)
+    return fail(errc::unsupported, "compute: unknown operation number "
+                                     + std::to_string(call.op));
+  if (call.input_offsets.size() != call.inputs.size())
+    return fail(errc::invalid_argument,
+                std::string{"compute "} + backend::to_string(*kind) + ": "
+                  + std::to_string(call.inputs.size()) + " inputs but "
+                  + std::to_string(call.input_offsets.size()) + " offsets");
+  // More operands than any operation takes: refused, named, by the table
+  // (backend::run checks the counts of everything else).
+  if (call.inputs.size() > backend::max_op_inputs
+      || call.dims.size() > backend::max_op_dims
+      || call.scalars.size() > backend::max_op_scalars)
+    return backend::check_counts(*kind, call.inputs.size(), call.dims.size(),
+                                 call.scalars.size());
+  backend::op_call c;
+  c.kind = *kind;
+  c.n_inputs = call.inputs.size();
+  for (std::size_t i = 0; i < call.inputs.size(); ++i) {
+    auto v = st.pool->view(call.inputs[i], call.input_offsets[i]);
+    if (!v)
+      return v.err();
+    c.inputs[i] = {v->buf, v->offset, v->limit};
   }
-  if (call.op == "matmul" || call.op == "matmul_t") {
-    EXO_TRY(need(2, 3));
-    backend::matmul_dims d{call.dims[0], call.dims[1], call.dims[2],
-                           call.op == "matmul_t"};
-    auto ab = backend::f32_bytes(d.m, d.k);
-    auto bb = backend::f32_bytes(d.k, d.n);
-    auto cb = backend::f32_bytes(d.m, d.n);
-    if (!ab || !bb || !cb || d.m == 0 || d.n == 0 || d.k == 0)
-      return fail(errc::invalid_argument,
-                  "compute " + call.op + ": bad dimensions");
-    auto a = operand(call.inputs[0], call.input_offsets[0], *ab);
-    auto b = operand(call.inputs[1], call.input_offsets[1], *bb);
-    auto c = operand(call.output, call.output_offset, *cb);
-    for (auto* r : {&a, &b, &c})
-      if (!*r)
-        return r->err();
-    return st.dev->matmul({*a, call.input_offsets[0]},
-                          {*b, call.input_offsets[1]},
-                          {*c, call.output_offset}, d);
-  }
-  if (call.op == "matmul_f32" || call.op == "matmul_f16"
-      || call.op == "matmul_q8_0") {
-    EXO_TRY(need(2, 3));
-    auto type = call.op == "matmul_f32"   ? backend::weight_type::f32
-                : call.op == "matmul_f16" ? backend::weight_type::f16
-                                          : backend::weight_type::q8_0;
-    backend::matmul_dims d{call.dims[0], call.dims[1], call.dims[2], true};
-    auto sz = backend::host::check_matmul_weights(type, d);
-    if (!sz)
-      return sz.err();
-    auto a = input(0, sz->a);
-    auto w = input(1, sz->w, type == backend::weight_type::f32 ? 4 : 2);
-    auto c = output(sz->c);
-    if (!a || !w || !c)
-      return !a ? a.err() : !w ? w.err() : c.err();
-    return st.dev->matmul_weights(*a, *w, type, *c, d);
-  }
-  if (call.op == "rms_norm") {
-    EXO_TRY(need(2, 2, 1));
-    auto bytes = backend::host::check_rms_norm(call.dims[0], call.dims[1]);
-    if (!bytes)
-      return bytes.err();
-    auto x = input(0, *bytes);
-    auto w = input(1, call.dims[1] * sizeof(float));
-    auto out = output(*bytes);
-    if (!x || !w || !out)
-      return !x ? x.err() : !w ? w.err() : out.err();
-    return st.dev->rms_norm(*x, *w, *out, call.dims[0], call.dims[1],
-                            call.scalars[0]);
-  }
-  if (call.op == "rope") {
-    auto n_in = call.inputs.size() == 2 ? 2 : 1;
-    EXO_TRY(need(n_in, 4, 1));
-    backend::rope_dims d{call.dims[0], call.dims[1], call.dims[2],
-                         call.dims[3], call.scalars[0]};
-    auto sz = backend::host::check_rope(d);
-    if (!sz)
-      return sz.err();
-    auto pos = input(0, sz->positions);
-    if (!pos)
-      return pos.err();
-    backend::const_view ff;
-    if (n_in == 2) {
-      auto f = input(1, sz->freq_factors);
-      if (!f)
-        return f.err();
-      ff = *f;
-    }
-    auto x = output(sz->x);
-    if (!x)
-      return x.err();
-    return st.dev->rope(*x, *pos, ff, d);
-  }
-  if (call.op == "attention") {
-    EXO_TRY(need(3, 6, 1));
-    backend::attention_dims d{call.dims[0], call.dims[1], call.dims[2],
-                              call.dims[3], call.dims[4], call.dims[5],
-                              call.scalars[0]};
-    auto sz = backend::host::check_attention(d);
-    if (!sz)
-      return sz.err();
-    auto q = input(0, sz->q);
-    auto k = input(1, sz->kv);
-    auto v = input(2, sz->kv);
-    auto out = output(sz->q);
-    for (auto* r : {&q, &k, &v})
-      if (!*r)
-        return r->err();
-    if (!out)
-      return out.err();
-    return st.dev->attention(*q, *k, *v, *out, d);
-  }
-  if (call.op == "silu_mul") {
-    EXO_TRY(need(2, 1));
-    auto bytes = backend::f32_bytes(call.dims[0], 1);
-    if (!bytes)
-      return bytes.err();
-    auto g = input(0, *bytes);
-    auto u = input(1, *bytes);
-    auto out = output(*bytes);
-    if (!g || !u || !out)
-      return !g ? g.err() : !u ? u.err() : out.err();
-    return st.dev->silu_mul(*g, *u, *out, call.dims[0]);
-  }
-  return fail(errc::unsupported, "compute: unknown operation \"" + call.op
-                                   + "\"");
+  auto out = st.pool->view(call.output, call.output_offset);
+  if (!out)
+    return out.err();
+  c.output = *out;
+  c.n_dims = call.dims.size();
+  std::copy(call.dims.begin(), call.dims.end(), c.dims.begin());
+  c.n_scalars = call.scalars.size();
+  std::copy(call.scalars.begin(), call.scalars.end(), c.scalars.begin());
+  return backend::run(*st.dev, c);
 }
 
 /// Writes `data` at `offset` of handle `h`: the body of a write request
@@ -501,7 +389,7 @@ caf::result<caf::atom_value> do_compute(self_ptr self, const kernel_call& call,
   if (!r)
     return st.failed(r.err());
   audit_op(self, audit::event_type::device_compute, principal,
-           {{"op", call.op}});
+           {{"op", op_label(call.op)}});
   return caf::ok_atom::value;
 }
 
@@ -528,7 +416,7 @@ do_compute_batch(self_ptr self, const std::vector<kernel_call>& calls,
     if (!r)
       return st.failed(backend::fail(
         r.err().code, "batch call " + std::to_string(i) + " ("
-                        + calls[i].op + "): " + r.err().message));
+                        + op_label(calls[i].op) + "): " + r.err().message));
   }
   audit_op(self, audit::event_type::device_compute, principal,
            {{"op", "batch"}, {"calls", std::to_string(calls.size())}},

@@ -377,41 +377,29 @@ public:
   }
 
   // -- compute ---------------------------------------------------------------
+  // Operands arrive checked (device's public methods); host fallbacks are
+  // device's do_* methods.
 
-  status elementwise(binary_op op, const_view a, const_view b, mut_view out,
-                     std::size_t count) override {
-    auto bytes = f32_bytes(count, 1);
-    if (!bytes)
-      return bytes.err();
+protected:
+  status do_elementwise(binary_op op, const_view a, const_view b,
+                        mut_view out, std::size_t count) override {
     if (!P::has_kernels(props_))
-      return device::elementwise(op, a, b, out, count);
-    std::lock_guard<std::mutex> guard{mtx_};
-    if (a.buf == nullptr || b.buf == nullptr || out.buf == nullptr)
-      return fail(errc::invalid_argument, "elementwise: null buffer");
-    EXO_TRY(check_range(*a.buf, a.offset, *bytes, "elementwise input a"));
-    EXO_TRY(check_range(*b.buf, b.offset, *bytes, "elementwise input b"));
-    EXO_TRY(check_range(*out.buf, out.offset, *bytes, "elementwise output"));
+      return device::do_elementwise(op, a, b, out, count);
     if (count == 0)
       return {};
+    std::lock_guard<std::mutex> guard{mtx_};
     EXO_TRY(select());
     int rc = P::launch_binary(op, f32_of(a), f32_of(b), f32_of(out), count,
                               stream_);
     return launch_status("elementwise kernel", rc);
   }
 
-  status matmul(const_view a, const_view b, mut_view c,
-                const matmul_dims& dims) override {
-    EXO_TRY(host::check_matmul_dims(dims));
+  status do_matmul(const_view a, const_view b, mut_view c,
+                   const matmul_dims& dims) override {
     bool tiled = opts_.tiled_matmul || !P::has_blas;
     if (tiled && !P::has_kernels(props_))
-      return device::matmul(a, b, c, dims);
-    auto sz = host::bytes_of(dims);
+      return device::do_matmul(a, b, c, dims);
     std::lock_guard<std::mutex> guard{mtx_};
-    if (a.buf == nullptr || b.buf == nullptr || c.buf == nullptr)
-      return fail(errc::invalid_argument, "matmul: null buffer");
-    EXO_TRY(check_range(*a.buf, a.offset, sz.a, "matmul input a"));
-    EXO_TRY(check_range(*b.buf, b.offset, sz.b, "matmul input b"));
-    EXO_TRY(check_range(*c.buf, c.offset, sz.c, "matmul output"));
     EXO_TRY(select());
     if (tiled)
       return launch_status("matmul kernel",
@@ -422,30 +410,15 @@ public:
 
   // -- the operations of a Llama layer --------------------------------------
   // Kernels of gpu_common/kernels.cuh where the device has them, the host
-  // fallbacks of device otherwise. F32 weights go through matmul (cuBLAS or
-  // the tiled kernel).
+  // fallbacks of device otherwise. F32 weights go through do_matmul (cuBLAS
+  // or the tiled kernel).
 
-  status matmul_weights(const_view a, const_view w, weight_type type,
-                        mut_view c, const matmul_dims& dims) override {
-    auto sz = host::check_matmul_weights(type, dims);
-    if (!sz)
-      return sz.err();
+  status do_matmul_weights(const_view a, const_view w, weight_type type,
+                           mut_view c, const matmul_dims& dims) override {
     if (!P::has_kernels(props_))
-      return device::matmul_weights(a, w, type, c, dims);
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      EXO_TRY(check_operand(a.buf, a.offset, sz->a, 4, "matmul_weights a"));
-      EXO_TRY(check_operand(w.buf, w.offset, sz->w,
-                            type == weight_type::f32 ? 4 : 2,
-                            "matmul_weights w"));
-      EXO_TRY(check_operand(c.buf, c.offset, sz->c, 4, "matmul_weights c"));
-    }
-    EXO_TRY(check_disjoint(a.buf, a.offset, sz->a, c.buf, c.offset, sz->c,
-                           false, "matmul_weights"));
-    EXO_TRY(check_disjoint(w.buf, w.offset, sz->w, c.buf, c.offset, sz->c,
-                           false, "matmul_weights"));
+      return device::do_matmul_weights(a, w, type, c, dims);
     if (type == weight_type::f32)
-      return matmul(a, w, c, {dims.m, dims.n, dims.k, true});
+      return do_matmul(a, w, c, {dims.m, dims.n, dims.k, true});
     std::lock_guard<std::mutex> guard{mtx_};
     EXO_TRY(select());
     return launch_status("matmul_weights kernel",
@@ -454,22 +427,11 @@ public:
                            f32_of(c), dims, stream_));
   }
 
-  status rms_norm(const_view x, const_view weight, mut_view out,
-                  std::size_t rows, std::size_t dim, float eps) override {
-    auto bytes = host::check_rms_norm(rows, dim);
-    if (!bytes)
-      return bytes.err();
+  status do_rms_norm(const_view x, const_view weight, mut_view out,
+                     std::size_t rows, std::size_t dim, float eps) override {
     if (!P::has_kernels(props_))
-      return device::rms_norm(x, weight, out, rows, dim, eps);
+      return device::do_rms_norm(x, weight, out, rows, dim, eps);
     std::lock_guard<std::mutex> guard{mtx_};
-    EXO_TRY(check_operand(x.buf, x.offset, *bytes, 4, "rms_norm x"));
-    EXO_TRY(check_operand(weight.buf, weight.offset, dim * 4, 4,
-                          "rms_norm weight"));
-    EXO_TRY(check_operand(out.buf, out.offset, *bytes, 4, "rms_norm out"));
-    EXO_TRY(check_disjoint(x.buf, x.offset, *bytes, out.buf, out.offset,
-                           *bytes, true, "rms_norm"));
-    EXO_TRY(check_disjoint(weight.buf, weight.offset, dim * 4, out.buf,
-                           out.offset, *bytes, false, "rms_norm"));
     EXO_TRY(select());
     return launch_status("rms_norm kernel",
                          P::launch_rmsnorm(f32_of(x), f32_of(weight),
@@ -477,28 +439,13 @@ public:
                                            stream_));
   }
 
-  status rope(mut_view x, const_view positions, const_view freq_factors,
-              const rope_dims& dims) override {
-    auto sz = host::check_rope(dims);
-    if (!sz)
-      return sz.err();
+  status do_rope(mut_view x, const_view positions, const_view freq_factors,
+                 const rope_dims& dims) override {
     if (!P::has_kernels(props_))
-      return device::rope(x, positions, freq_factors, dims);
+      return device::do_rope(x, positions, freq_factors, dims);
+    const float* ff
+      = freq_factors.buf != nullptr ? f32_of(freq_factors) : nullptr;
     std::lock_guard<std::mutex> guard{mtx_};
-    EXO_TRY(check_operand(x.buf, x.offset, sz->x, 4, "rope x"));
-    EXO_TRY(check_operand(positions.buf, positions.offset, sz->positions, 4,
-                          "rope positions"));
-    EXO_TRY(check_disjoint(positions.buf, positions.offset, sz->positions,
-                           x.buf, x.offset, sz->x, false, "rope"));
-    const float* ff = nullptr;
-    if (freq_factors.buf != nullptr) {
-      EXO_TRY(check_operand(freq_factors.buf, freq_factors.offset,
-                            sz->freq_factors, 4, "rope freq_factors"));
-      EXO_TRY(check_disjoint(freq_factors.buf, freq_factors.offset,
-                             sz->freq_factors, x.buf, x.offset, sz->x, false,
-                             "rope"));
-      ff = f32_of(freq_factors);
-    }
     EXO_TRY(select());
     return launch_status(
       "rope kernel",
@@ -508,53 +455,30 @@ public:
                           ff, dims, stream_));
   }
 
-  status attention(const_view q, const_view k, const_view v, mut_view out,
-                   const attention_dims& dims) override {
-    auto sz = host::check_attention(dims);
-    if (!sz)
-      return sz.err();
+  status do_attention(const_view q, const_view k, const_view v, mut_view out,
+                      const attention_dims& dims) override {
     if (!P::has_kernels(props_)
         || dims.head_dim > 2 * gpu::math::attention_threads)
-      return device::attention(q, k, v, out, dims);
+      return device::do_attention(q, k, v, out, dims);
     std::lock_guard<std::mutex> guard{mtx_};
-    EXO_TRY(check_operand(q.buf, q.offset, sz->q, 4, "attention q"));
-    EXO_TRY(check_operand(k.buf, k.offset, sz->kv, 4, "attention k"));
-    EXO_TRY(check_operand(v.buf, v.offset, sz->kv, 4, "attention v"));
-    EXO_TRY(check_operand(out.buf, out.offset, sz->q, 4, "attention out"));
-    EXO_TRY(check_disjoint(q.buf, q.offset, sz->q, out.buf, out.offset,
-                           sz->q, false, "attention"));
-    EXO_TRY(check_disjoint(k.buf, k.offset, sz->kv, out.buf, out.offset,
-                           sz->q, false, "attention"));
-    EXO_TRY(check_disjoint(v.buf, v.offset, sz->kv, out.buf, out.offset,
-                           sz->q, false, "attention"));
     EXO_TRY(select());
     return launch_status("attention kernel",
                          P::launch_attention(f32_of(q), f32_of(k), f32_of(v),
                                              f32_of(out), dims, stream_));
   }
 
-  status silu_mul(const_view gate, const_view up, mut_view out,
-                  std::size_t count) override {
-    auto bytes = f32_bytes(count, 1);
-    if (!bytes)
-      return bytes.err();
-    if (count == 0)
-      return fail(errc::invalid_argument, "silu_mul: count must be > 0");
+  status do_silu_mul(const_view gate, const_view up, mut_view out,
+                     std::size_t count) override {
     if (!P::has_kernels(props_))
-      return device::silu_mul(gate, up, out, count);
+      return device::do_silu_mul(gate, up, out, count);
     std::lock_guard<std::mutex> guard{mtx_};
-    EXO_TRY(check_operand(gate.buf, gate.offset, *bytes, 4, "silu_mul gate"));
-    EXO_TRY(check_operand(up.buf, up.offset, *bytes, 4, "silu_mul up"));
-    EXO_TRY(check_operand(out.buf, out.offset, *bytes, 4, "silu_mul out"));
-    EXO_TRY(check_disjoint(gate.buf, gate.offset, *bytes, out.buf,
-                           out.offset, *bytes, true, "silu_mul"));
-    EXO_TRY(check_disjoint(up.buf, up.offset, *bytes, out.buf, out.offset,
-                           *bytes, true, "silu_mul"));
     EXO_TRY(select());
     return launch_status("silu_mul kernel",
                          P::launch_silu_mul(f32_of(gate), f32_of(up),
                                             f32_of(out), count, stream_));
   }
+
+public:
 
   // -- telemetry -------------------------------------------------------------
 

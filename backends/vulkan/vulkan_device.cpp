@@ -107,10 +107,6 @@ std::string version_string(std::uint32_t v) {
          std::to_string(VK_API_VERSION_PATCH(v));
 }
 
-bool aligned4(std::size_t x) {
-  return x % 4 == 0;
-}
-
 } // namespace
 
 class vulkan_device final : public device {
@@ -140,21 +136,24 @@ class vulkan_device final : public device {
   status wait(const event& e) override;
   result<bool> completed(const event& e) override;
 
-  status elementwise(binary_op op, const_view a, const_view b, mut_view out,
+protected:
+  // Operands arrive checked (device's public methods).
+  status do_elementwise(binary_op op, const_view a, const_view b,
+                        mut_view out, std::size_t count) override;
+  status do_matmul(const_view a, const_view b, mut_view c,
+                   const matmul_dims& dims) override;
+  status do_matmul_weights(const_view a, const_view w, weight_type type,
+                           mut_view c, const matmul_dims& dims) override;
+  status do_rms_norm(const_view x, const_view weight, mut_view out,
+                     std::size_t rows, std::size_t dim, float eps) override;
+  status do_rope(mut_view x, const_view positions, const_view freq_factors,
+                 const rope_dims& dims) override;
+  status do_attention(const_view q, const_view k, const_view v, mut_view out,
+                      const attention_dims& dims) override;
+  status do_silu_mul(const_view gate, const_view up, mut_view out,
                      std::size_t count) override;
-  status matmul(const_view a, const_view b, mut_view c,
-                const matmul_dims& dims) override;
-  status matmul_weights(const_view a, const_view w, weight_type type,
-                        mut_view c, const matmul_dims& dims) override;
-  status rms_norm(const_view x, const_view weight, mut_view out,
-                  std::size_t rows, std::size_t dim, float eps) override;
-  status rope(mut_view x, const_view positions, const_view freq_factors,
-              const rope_dims& dims) override;
-  status attention(const_view q, const_view k, const_view v, mut_view out,
-                   const attention_dims& dims) override;
-  status silu_mul(const_view gate, const_view up, mut_view out,
-                  std::size_t count) override;
 
+public:
   telemetry read_telemetry() override {
     telemetry t;
     t.memory = memory();
@@ -238,8 +237,6 @@ class vulkan_device final : public device {
                          mut_view out, std::size_t count, const char* what);
   /// Marks the buffers of a dispatch as used by the open batch `bt`.
   void used_by(const batch& bt, std::initializer_list<const buffer*> bufs);
-  status check_view(const buffer* buf, std::size_t offset, std::size_t bytes,
-                    const char* what);
 
   VkPhysicalDevice phys_;
   vulkan_options opts_;
@@ -913,18 +910,6 @@ status vulkan_device::ensure_pipeline(kernel k) {
   return note(r, "vkCreateComputePipelines");
 }
 
-status vulkan_device::check_view(const buffer* buf, std::size_t offset,
-                                 std::size_t bytes, const char* what) {
-  if (buf == nullptr)
-    return fail(errc::invalid_argument, std::string{what} + ": null buffer");
-  EXO_TRY(check_range(*buf, offset, bytes, what));
-  if (!aligned4(offset))
-    return fail(errc::invalid_argument, std::string{what} + ": offset " +
-                                            std::to_string(offset) +
-                                            " is not a multiple of 4 bytes");
-  return {};
-}
-
 result<vulkan_device::binding> vulkan_device::bind(const buffer& buf,
                                                    std::size_t offset,
                                                    std::size_t bytes,
@@ -1239,32 +1224,15 @@ result<bool> vulkan_device::completed(const event& e) {
 
 // -- compute -----------------------------------------------------------------
 
-status vulkan_device::elementwise(binary_op op, const_view a, const_view b,
-                                  mut_view out, std::size_t count) {
-  if (op != binary_op::add && op != binary_op::mul)
-    return fail(errc::invalid_argument, "elementwise: unknown operation");
+status vulkan_device::do_elementwise(binary_op op, const_view a,
+                                     const_view b, mut_view out,
+                                     std::size_t count) {
   return run_elementwise(op == binary_op::add ? 0u : 1u, a, b, out, count,
                          "elementwise");
 }
 
-status vulkan_device::silu_mul(const_view gate, const_view up, mut_view out,
-                               std::size_t count) {
-  if (count == 0)
-    return fail(errc::invalid_argument, "silu_mul: count must be > 0");
-  auto bytes = f32_bytes(count, 1);
-  if (!bytes)
-    return bytes.err();
-  // Checked here too (not only in run_elementwise) for the overlap rule.
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    EXO_TRY(check_view(gate.buf, gate.offset, *bytes, "silu_mul gate"));
-    EXO_TRY(check_view(up.buf, up.offset, *bytes, "silu_mul up"));
-    EXO_TRY(check_view(out.buf, out.offset, *bytes, "silu_mul out"));
-  }
-  EXO_TRY(check_disjoint(gate.buf, gate.offset, *bytes, out.buf, out.offset,
-                         *bytes, true, "silu_mul"));
-  EXO_TRY(check_disjoint(up.buf, up.offset, *bytes, out.buf, out.offset, *bytes,
-                         true, "silu_mul"));
+status vulkan_device::do_silu_mul(const_view gate, const_view up,
+                                  mut_view out, std::size_t count) {
   return run_elementwise(2u, gate, up, out, count, "silu_mul");
 }
 
@@ -1273,13 +1241,6 @@ status vulkan_device::run_elementwise(std::uint32_t op, const_view a,
                                       std::size_t count, const char* what) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(usable(what));
-  auto bytes = f32_bytes(count, 1);
-  if (!bytes)
-    return bytes.err();
-  std::string name{what};
-  EXO_TRY(check_view(a.buf, a.offset, *bytes, (name + " a").c_str()));
-  EXO_TRY(check_view(b.buf, b.offset, *bytes, (name + " b").c_str()));
-  EXO_TRY(check_view(out.buf, out.offset, *bytes, (name + " output").c_str()));
   // Each dispatch binds windows of at most maxStorageBufferRange bytes.
   std::size_t chunk = static_cast<std::size_t>((max_range_ - min_align_) / 4);
   chunk =
@@ -1315,15 +1276,11 @@ void vulkan_device::used_by(const batch& bt,
       static_cast<const vk_buffer*>(b)->last_use = bt.value;
 }
 
-status vulkan_device::matmul(const_view a, const_view b, mut_view c,
-                             const matmul_dims& dims) {
+status vulkan_device::do_matmul(const_view a, const_view b, mut_view c,
+                                const matmul_dims& dims) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(usable("matmul"));
-  EXO_TRY(host::check_matmul_dims(dims));
   auto sz = host::bytes_of(dims);
-  EXO_TRY(check_view(a.buf, a.offset, sz.a, "matmul a"));
-  EXO_TRY(check_view(b.buf, b.offset, sz.b, "matmul b"));
-  EXO_TRY(check_view(c.buf, c.offset, sz.c, "matmul c"));
   auto ba = bind(*a.buf, a.offset, sz.a, "matmul a");
   auto bb = bind(*b.buf, b.offset, sz.b, "matmul b");
   auto bc = bind(*c.buf, c.offset, sz.c, "matmul c");
@@ -1394,31 +1351,19 @@ bool fits_u32(std::initializer_list<std::size_t> xs) {
 
 } // namespace
 
-status vulkan_device::matmul_weights(const_view a, const_view w,
-                                     weight_type type, mut_view c,
-                                     const matmul_dims& dims) {
-  auto sz = host::check_matmul_weights(type, dims);
+status vulkan_device::do_matmul_weights(const_view a, const_view w,
+                                        weight_type type, mut_view c,
+                                        const matmul_dims& dims) {
+  auto sz = host::check_matmul_weights(type, dims); // sizes only: checked
   if (!sz)
     return sz.err();
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    EXO_TRY(usable("matmul_weights"));
-    EXO_TRY(check_operand(a.buf, a.offset, sz->a, 4, "matmul_weights a"));
-    EXO_TRY(check_operand(w.buf, w.offset, sz->w,
-                          type == weight_type::f32 ? 4 : 2,
-                          "matmul_weights w"));
-    EXO_TRY(check_operand(c.buf, c.offset, sz->c, 4, "matmul_weights c"));
-  }
-  EXO_TRY(check_disjoint(a.buf, a.offset, sz->a, c.buf, c.offset, sz->c, false,
-                         "matmul_weights"));
-  EXO_TRY(check_disjoint(w.buf, w.offset, sz->w, c.buf, c.offset, sz->c, false,
-                         "matmul_weights"));
   matmul_dims d{dims.m, dims.n, dims.k, true};
   if (type == weight_type::f32)
-    return matmul(a, w, c, d);
+    return do_matmul(a, w, c, d);
   if (!fits_u32({sz->a / 4, sz->c / 4, dims.k * 2}))
-    return device::matmul_weights(a, w, type, c, dims);
+    return device::do_matmul_weights(a, w, type, c, dims);
   std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("matmul_weights"));
   // The shader reads the weights as 32-bit words from the window's start:
   // the window starts on a word (and the device's alignment) and ends on a
   // word (buffers are whole words long); w_off is the even byte offset in it.
@@ -1456,20 +1401,14 @@ status vulkan_device::matmul_weights(const_view a, const_view w,
   return finish(**bt);
 }
 
-status vulkan_device::rms_norm(const_view x, const_view weight, mut_view out,
-                               std::size_t rows, std::size_t dim, float eps) {
-  auto bytes = host::check_rms_norm(rows, dim);
+status vulkan_device::do_rms_norm(const_view x, const_view weight,
+                                  mut_view out, std::size_t rows,
+                                  std::size_t dim, float eps) {
+  auto bytes = host::check_rms_norm(rows, dim); // sizes only: checked
   if (!bytes)
     return bytes.err();
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(usable("rms_norm"));
-  EXO_TRY(check_view(x.buf, x.offset, *bytes, "rms_norm x"));
-  EXO_TRY(check_view(weight.buf, weight.offset, dim * 4, "rms_norm weight"));
-  EXO_TRY(check_view(out.buf, out.offset, *bytes, "rms_norm out"));
-  EXO_TRY(check_disjoint(x.buf, x.offset, *bytes, out.buf, out.offset, *bytes,
-                         true, "rms_norm"));
-  EXO_TRY(check_disjoint(weight.buf, weight.offset, dim * 4, out.buf,
-                         out.offset, *bytes, false, "rms_norm"));
   if (!fits_u32({*bytes / 4}))
     return fail(errc::unsupported, "rms_norm: more than 2^32 elements");
   auto bx = bind(*x.buf, x.offset, *bytes, "rms_norm x");
@@ -1494,26 +1433,15 @@ status vulkan_device::rms_norm(const_view x, const_view weight, mut_view out,
   return finish(**bt);
 }
 
-status vulkan_device::rope(mut_view x, const_view positions,
-                           const_view freq_factors, const rope_dims& dims) {
-  auto sz = host::check_rope(dims);
+status vulkan_device::do_rope(mut_view x, const_view positions,
+                              const_view freq_factors,
+                              const rope_dims& dims) {
+  auto sz = host::check_rope(dims); // sizes only: checked
   if (!sz)
     return sz.err();
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(usable("rope"));
-  EXO_TRY(check_view(x.buf, x.offset, sz->x, "rope x"));
-  EXO_TRY(check_view(positions.buf, positions.offset, sz->positions,
-                     "rope positions"));
-  EXO_TRY(check_disjoint(positions.buf, positions.offset, sz->positions, x.buf,
-                         x.offset, sz->x, false, "rope"));
   const bool has_ff = freq_factors.buf != nullptr;
-  if (has_ff) {
-    EXO_TRY(check_view(freq_factors.buf, freq_factors.offset, sz->freq_factors,
-                       "rope freq_factors"));
-    EXO_TRY(check_disjoint(freq_factors.buf, freq_factors.offset,
-                           sz->freq_factors, x.buf, x.offset, sz->x, false,
-                           "rope"));
-  }
   if (!fits_u32({sz->x / 4}))
     return fail(errc::unsupported, "rope: more than 2^32 elements");
   auto bx = bind(*x.buf, x.offset, sz->x, "rope x");
@@ -1546,30 +1474,18 @@ status vulkan_device::rope(mut_view x, const_view positions,
   return finish(**bt);
 }
 
-status vulkan_device::attention(const_view q, const_view k, const_view v,
-                                mut_view out, const attention_dims& dims) {
-  auto sz = host::check_attention(dims);
+status vulkan_device::do_attention(const_view q, const_view k,
+                                   const_view v, mut_view out,
+                                   const attention_dims& dims) {
+  auto sz = host::check_attention(dims); // sizes only: checked
   if (!sz)
     return sz.err();
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    EXO_TRY(usable("attention"));
-    EXO_TRY(check_view(q.buf, q.offset, sz->q, "attention q"));
-    EXO_TRY(check_view(k.buf, k.offset, sz->kv, "attention k"));
-    EXO_TRY(check_view(v.buf, v.offset, sz->kv, "attention v"));
-    EXO_TRY(check_view(out.buf, out.offset, sz->q, "attention out"));
-  }
-  EXO_TRY(check_disjoint(q.buf, q.offset, sz->q, out.buf, out.offset, sz->q,
-                         false, "attention"));
-  EXO_TRY(check_disjoint(k.buf, k.offset, sz->kv, out.buf, out.offset, sz->q,
-                         false, "attention"));
-  EXO_TRY(check_disjoint(v.buf, v.offset, sz->kv, out.buf, out.offset, sz->q,
-                         false, "attention"));
   // Heads wider than the shader's workgroup covers go through the host.
   if (dims.head_dim > attention_max_head_dim ||
       !fits_u32({sz->q / 4, sz->kv / 4, dims.n_tokens * dims.n_heads}))
-    return device::attention(q, k, v, out, dims);
+    return device::do_attention(q, k, v, out, dims);
   std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("attention"));
   auto bq = bind(*q.buf, q.offset, sz->q, "attention q");
   auto bk = bind(*k.buf, k.offset, sz->kv, "attention k");
   auto bv = bind(*v.buf, v.offset, sz->kv, "attention v");

@@ -118,6 +118,17 @@ result<backend::buffer*> buffer_pool::resolve(std::uint64_t handle,
   return it->second.buf.get();
 }
 
+result<backend::mut_view> buffer_pool::view(std::uint64_t handle,
+                                            std::uint64_t offset) const {
+  auto it = live_.find(handle);
+  if (it == live_.end())
+    return fail(errc::invalid_argument,
+                "unknown handle " + std::to_string(handle));
+  return backend::mut_view{it->second.buf.get(),
+                           static_cast<std::size_t>(offset),
+                           static_cast<std::size_t>(it->second.size)};
+}
+
 result<std::uint64_t> buffer_pool::size_of(std::uint64_t handle) const {
   auto it = live_.find(handle);
   if (it == live_.end())

@@ -49,6 +49,11 @@ public:
   result<backend::buffer*> resolve(std::uint64_t handle, std::uint64_t offset,
                                    std::uint64_t len) const;
 
+  /// The view of `offset` in a handle's buffer, limited to the size that
+  /// was asked for (the device checks each operand's range against it).
+  result<backend::mut_view> view(std::uint64_t handle,
+                                 std::uint64_t offset) const;
+
   /// The size a handle was allocated with, or an error.
   result<std::uint64_t> size_of(std::uint64_t handle) const;
 

@@ -11,8 +11,9 @@ status gone() {
   return fail(errc::device_lost, "the device actor has stopped");
 }
 
-result<backend::buffer*> find_in(const void* ctx, model::device_handle h) {
-  return static_cast<const buffer_pool*>(ctx)->resolve(h, 0, 0);
+result<backend::mut_view> find_in(const void* ctx, model::device_handle h,
+                                  std::uint64_t offset) {
+  return static_cast<const buffer_pool*>(ctx)->view(h, offset);
 }
 
 } // namespace

@@ -15,20 +15,6 @@ using backend::fail;
 using backend::result;
 using backend::status;
 
-const char* op_name(op_kind k) noexcept {
-  switch (k) {
-    case op_kind::add: return "add";
-    case op_kind::matmul_f32: return "matmul_f32";
-    case op_kind::matmul_f16: return "matmul_f16";
-    case op_kind::matmul_q8_0: return "matmul_q8_0";
-    case op_kind::rms_norm: return "rms_norm";
-    case op_kind::rope: return "rope";
-    case op_kind::attention: return "attention";
-    case op_kind::silu_mul: return "silu_mul";
-  }
-  return "unknown";
-}
-
 device_ops::~device_ops() = default;
 
 result<device_handle> device_ops::adopt_host(const void*, std::uint64_t,
@@ -117,8 +103,12 @@ result<device_handle> backend_ops::adopt_host(const void* data,
 
 namespace {
 
-result<backend::buffer*> find_in(const void* ctx, device_handle h) {
-  return static_cast<const backend_ops*>(ctx)->find(h);
+result<backend::mut_view> find_in(const void* ctx, device_handle h,
+                                  std::uint64_t offset) {
+  auto b = static_cast<const backend_ops*>(ctx)->find(h);
+  if (!b)
+    return b.err();
+  return backend::mut_view{*b, static_cast<std::size_t>(offset), 0};
 }
 
 } // namespace
@@ -132,7 +122,7 @@ status run_device_ops(backend::device& dev, const std::vector<device_op>& ops,
   for (std::size_t i = 0; i < ops.size(); ++i) {
     auto s = run_device_op(dev, ops[i], find, ctx);
     if (!s)
-      return fail(s.err().code, std::string{op_name(ops[i].kind)} + " (op "
+      return fail(s.err().code, std::string{to_string(ops[i].kind)} + " (op "
                                   + std::to_string(i) + "): "
                                   + s.err().message);
   }
@@ -141,69 +131,31 @@ status run_device_ops(backend::device& dev, const std::vector<device_op>& ops,
 
 status run_device_op(backend::device& dev, const device_op& op,
                      buffer_finder find, const void* ctx) {
-  auto need = [&](std::size_t in_min, std::size_t in_max, std::size_t dims,
-                  std::size_t scalars) -> status {
-    if (op.inputs.size() < in_min || op.inputs.size() > in_max
-        || op.dims.size() != dims || op.scalars.size() != scalars)
-      return fail(errc::invalid_argument, "wrong operand count");
-    return {};
-  };
-  // At most three inputs: no allocation per operation.
-  std::array<backend::const_view, 3> in{};
-  auto resolve = [&]() -> status {
-    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
-      auto b = find(ctx, op.inputs[i].buf);
-      if (!b)
-        return b.err();
-      in[i] = {*b, static_cast<std::size_t>(op.inputs[i].offset)};
-    }
-    return {};
-  };
-  auto out_buf = find(ctx, op.output.buf);
-  if (!out_buf)
-    return out_buf.err();
-  backend::mut_view out{*out_buf, static_cast<std::size_t>(op.output.offset)};
-  const auto& d = op.dims;
-  switch (op.kind) {
-    case op_kind::add:
-      EXO_TRY(need(2, 2, 1, 0));
-      EXO_TRY(resolve());
-      return dev.elementwise(backend::binary_op::add, in[0], in[1], out,
-                             d[0]);
-    case op_kind::matmul_f32:
-    case op_kind::matmul_f16:
-    case op_kind::matmul_q8_0: {
-      EXO_TRY(need(2, 2, 3, 0));
-      EXO_TRY(resolve());
-      auto t = op.kind == op_kind::matmul_f32   ? backend::weight_type::f32
-               : op.kind == op_kind::matmul_f16 ? backend::weight_type::f16
-                                                : backend::weight_type::q8_0;
-      return dev.matmul_weights(in[0], in[1], t, out,
-                                {d[0], d[1], d[2], true});
-    }
-    case op_kind::rms_norm:
-      EXO_TRY(need(2, 2, 2, 1));
-      EXO_TRY(resolve());
-      return dev.rms_norm(in[0], in[1], out, d[0], d[1], op.scalars[0]);
-    case op_kind::rope: {
-      EXO_TRY(need(1, 2, 4, 1));
-      EXO_TRY(resolve());
-      backend::const_view ff = op.inputs.size() == 2 ? in[1]
-                                                     : backend::const_view{};
-      return dev.rope(out, in[0], ff, {d[0], d[1], d[2], d[3], op.scalars[0]});
-    }
-    case op_kind::attention:
-      EXO_TRY(need(3, 3, 6, 1));
-      EXO_TRY(resolve());
-      return dev.attention(in[0], in[1], in[2], out,
-                           {d[0], d[1], d[2], d[3], d[4], d[5],
-                            op.scalars[0]});
-    case op_kind::silu_mul:
-      EXO_TRY(need(2, 2, 1, 0));
-      EXO_TRY(resolve());
-      return dev.silu_mul(in[0], in[1], out, d[0]);
+  // More operands than any operation takes: refused, named, by the table
+  // (backend::run checks the counts of everything else).
+  if (op.inputs.size() > backend::max_op_inputs
+      || op.dims.size() > backend::max_op_dims
+      || op.scalars.size() > backend::max_op_scalars)
+    return backend::check_counts(op.kind, op.inputs.size(), op.dims.size(),
+                                 op.scalars.size());
+  backend::op_call call;
+  call.kind = op.kind;
+  call.n_inputs = op.inputs.size();
+  for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+    auto v = find(ctx, op.inputs[i].buf, op.inputs[i].offset);
+    if (!v)
+      return v.err();
+    call.inputs[i] = {v->buf, v->offset, v->limit};
   }
-  return fail(errc::unsupported, "unknown operation");
+  auto out = find(ctx, op.output.buf, op.output.offset);
+  if (!out)
+    return out.err();
+  call.output = *out;
+  call.n_dims = op.dims.size();
+  std::copy(op.dims.begin(), op.dims.end(), call.dims.begin());
+  call.n_scalars = op.scalars.size();
+  std::copy(op.scalars.begin(), op.scalars.end(), call.scalars.begin());
+  return backend::run(dev, call);
 }
 
 status backend_ops::synchronize() {

@@ -35,31 +35,18 @@ namespace exo::model {
 /// A buffer on the device behind a device_ops (an opaque id; 0 is none).
 using device_handle = std::uint64_t;
 
-/// The operations of the device layer a stage uses (the vocabulary of
-/// messages/device.hpp's kernel_call, whose names op_name() gives).
-enum class op_kind : std::uint8_t {
-  add,          ///< inputs {a, b}, dims {count}; output may be a
-  matmul_f32,   ///< inputs {A, W}, dims {m, n, k}: C = A * W^T
-  matmul_f16,
-  matmul_q8_0,
-  rms_norm,     ///< inputs {x, weight}, dims {rows, dim}, scalars {eps}
-  rope,         ///< output x rotated in place, inputs {positions} or
-                ///< {positions, freq_factors}, dims {rows, heads, head_dim,
-                ///< n_rot}, scalars {freq_base}
-  attention,    ///< inputs {q, k, v}, dims {n_tokens, pos0, n_heads,
-                ///< n_kv_heads, head_dim, kv_stride}, scalars {scale}
-  silu_mul,     ///< inputs {gate, up}, dims {count}; output may be gate
-};
-
-/// "add", "matmul_f32", ... (kernel_call's op names).
-const char* op_name(op_kind k) noexcept;
+/// The operations a stage runs are the device layer's (backend::op_kind,
+/// backends/ops.hpp): add, matmul_f32/f16/q8_0, rms_norm, rope, attention,
+/// silu_mul, with the operand rules of its op table.
+using backend::op_kind;
 
 struct device_operand {
   device_handle buf = 0;
   std::uint64_t offset = 0; ///< bytes
 };
 
-/// One compute operation on buffers of one device.
+/// One compute operation on buffers of one device: a backend::op_call
+/// whose operands are handles (run_device_op resolves them to views).
 struct device_op {
   op_kind kind = op_kind::add;
   std::vector<device_operand> inputs;
@@ -106,13 +93,16 @@ public:
   virtual std::string where() const = 0;
 };
 
-/// Finds the buffer behind a handle (ctx: the finder's owner).
-using buffer_finder = backend::result<backend::buffer*> (*)(const void* ctx,
-                                                           device_handle h);
+/// The view of `offset` in the buffer behind a handle (ctx: the finder's
+/// owner), its limit the size the handle was allocated with where that is
+/// less than the buffer's (a pooled buffer).
+using buffer_finder = backend::result<backend::mut_view> (*)(
+  const void* ctx, device_handle h, std::uint64_t offset);
 
-/// Runs one operation on `dev`, its buffers found by `find`: the one
-/// executor of device_op (backend_ops here; a device actor's pool for the
-/// stages it hosts). The device checks every view against its buffer.
+/// Runs one operation on `dev`, its buffers found by `find`, through
+/// backend::run: the one executor of device_op (backend_ops here; a device
+/// actor's pool for the stages it hosts). The device checks the counts
+/// against the op table and every view against its buffer and limit.
 backend::status run_device_op(backend::device& dev, const device_op& op,
                               buffer_finder find, const void* ctx);
 

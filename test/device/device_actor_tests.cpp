@@ -17,6 +17,16 @@
 
 using namespace exo;
 using namespace std::chrono_literals;
+using backend::op_kind;
+
+namespace {
+
+/// A kernel_call's op number.
+constexpr std::uint8_t wire(op_kind k) {
+  return backend::to_wire(k);
+}
+
+} // namespace
 
 namespace {
 
@@ -215,7 +225,7 @@ TEST_CASE("a paused device refuses new compute but still serves reads") {
   c.bytes.resize(16);
   std::memcpy(c.bytes.data(), x.data(), 16);
   f.ask<caf::atom_value>(f.sim, write_atom::value, a, std::uint64_t{0}, c);
-  kernel_call add{"add", {a, a}, {0, 0}, b, 0, {4}, {}};
+  kernel_call add{wire(op_kind::add), {a, a}, {0, 0}, b, 0, {4}, {}};
   f.ask<caf::atom_value>(f.sim, compute_atom::value, add);
   f.ask<caf::atom_value>(f.sim, pause_atom::value, std::string{"too hot"});
   auto info = f.ask<device_info>(f.sim, info_atom::value);
@@ -236,18 +246,84 @@ TEST_CASE("a paused device refuses new compute but still serves reads") {
 TEST_CASE("compute calls are checked against their operands") {
   fixture f;
   auto a = f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{64});
-  kernel_call mm{"matmul", {a, a}, {0, 0}, a, 0, {4, 4, 4}, {}};
+  auto c = f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{64});
+  kernel_call mm{wire(op_kind::matmul), {a, a}, {0, 0}, c, 0, {4, 4, 4}, {}};
   CHECK(f.ask<caf::atom_value>(f.cpu, compute_atom::value, mm)
         == caf::ok_atom::value);
-  mm.dims = {5, 4, 4}; // A would need 80 bytes
+  // A would need 80 bytes: past the handle's 64 even where the pooled
+  // buffer behind it is larger.
+  mm.dims = {5, 4, 4};
   auto err = f.ask_error(f.cpu, caf::make_message(compute_atom::value, mm));
   CHECK(code_of(err) == exo_errc::out_of_range);
-  kernel_call bad{"conv3d", {a}, {0}, a, 0, {1}, {}};
-  err = f.ask_error(f.cpu, caf::make_message(compute_atom::value, bad));
-  CHECK(code_of(err) == exo_errc::unsupported);
-  kernel_call odd{"add", {a, a}, {2, 0}, a, 0, {4}, {}};
+  CHECK(error_message(err).find("matmul a") != std::string::npos);
+  // The output may not overlap an input (backend.hpp, rule 10).
+  mm.dims = {4, 4, 4};
+  mm.output = a;
+  err = f.ask_error(f.cpu, caf::make_message(compute_atom::value, mm));
+  CHECK(code_of(err) == exo_errc::invalid_argument);
+  CHECK(error_message(err).find("overlaps") != std::string::npos);
+  kernel_call odd{wire(op_kind::add), {a, a}, {2, 0}, c, 0, {4}, {}};
   err = f.ask_error(f.cpu, caf::make_message(compute_atom::value, odd));
   CHECK(code_of(err) == exo_errc::invalid_argument);
+  CHECK(error_message(err).find("add a: offset 2") != std::string::npos);
+}
+
+TEST_CASE("a kernel_call is decoded with the op table and never trusted") {
+  fixture f;
+  auto a = f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{64});
+  auto c = f.ask<handle_id>(f.cpu, allocate_atom::value, std::uint64_t{64});
+  auto refusal = [&](const kernel_call& k) {
+    auto err = f.ask_error(f.cpu, caf::make_message(compute_atom::value, k));
+    return std::make_pair(code_of(err), error_message(err));
+  };
+  // Numbers outside the table, 0 (a default kernel_call) among them.
+  for (std::uint8_t op : {std::uint8_t{0}, std::uint8_t{12},
+                          std::uint8_t{200}}) {
+    auto [code, msg] = refusal({op, {a, a}, {0, 0}, c, 0, {4}, {}});
+    CHECK(code == exo_errc::unsupported);
+    CHECK(msg.find("unknown operation number " + std::to_string(op))
+          != std::string::npos);
+  }
+  // Wrong counts of inputs, dims and scalars, each named.
+  auto [code, msg] = refusal({wire(op_kind::add), {a}, {0}, c, 0, {4}, {}});
+  CHECK(code == exo_errc::invalid_argument);
+  CHECK(msg.find("add: expects 2 inputs (a, b), got 1") != std::string::npos);
+  std::tie(code, msg) = refusal(
+    {wire(op_kind::rope), {a, a, a}, {0, 0, 0}, c, 0, {1, 1, 2, 2}, {1e4f}});
+  CHECK(code == exo_errc::invalid_argument);
+  CHECK(msg.find("rope: expects 1 or 2 inputs (positions, freq_factors), "
+                 "got 3")
+        != std::string::npos);
+  std::tie(code, msg) = refusal(
+    {wire(op_kind::silu_mul), {a, a}, {0, 0}, c, 0, {4, 4}, {}});
+  CHECK(code == exo_errc::invalid_argument);
+  CHECK(msg.find("silu_mul: expects 1 dims (count), got 2")
+        != std::string::npos);
+  std::tie(code, msg) = refusal(
+    {wire(op_kind::rms_norm), {a, a}, {0, 0}, c, 0, {2, 4}, {}});
+  CHECK(code == exo_errc::invalid_argument);
+  CHECK(msg.find("rms_norm: expects 1 scalars (eps), got 0")
+        != std::string::npos);
+  // More operands than any operation takes are refused the same way.
+  std::tie(code, msg) = refusal({wire(op_kind::mul), {a, a, a, a},
+                                 {0, 0, 0, 0}, c, 0, {4}, {}});
+  CHECK(code == exo_errc::invalid_argument);
+  CHECK(msg.find("mul: expects 2 inputs (a, b), got 4") != std::string::npos);
+  // Inputs and their offsets must pair up.
+  std::tie(code, msg)
+    = refusal({wire(op_kind::add), {a, a}, {0}, c, 0, {4}, {}});
+  CHECK(code == exo_errc::invalid_argument);
+  CHECK(msg.find("2 inputs but 1 offsets") != std::string::npos);
+  // A batch names the failing call by index and by the table's name.
+  std::vector<kernel_call> batch{
+    {wire(op_kind::add), {a, a}, {0, 0}, c, 0, {4}, {}},
+    {wire(op_kind::mul), {a}, {0}, c, 0, {4}, {}}};
+  auto err = f.ask_error(f.cpu, caf::make_message(compute_atom::value,
+                                                  batch));
+  CHECK(error_message(err).find("batch call 1 (mul)") != std::string::npos);
+  batch[1].op = 99;
+  err = f.ask_error(f.cpu, caf::make_message(compute_atom::value, batch));
+  CHECK(error_message(err).find("batch call 1 (op 99)") != std::string::npos);
 }
 
 TEST_CASE("a batch of compute calls runs in order with one reply") {
@@ -260,8 +336,8 @@ TEST_CASE("a batch of compute calls runs in order with one reply") {
   std::memcpy(c.bytes.data(), x.data(), 16);
   f.ask<caf::atom_value>(f.sim, write_atom::value, a, std::uint64_t{0}, c);
   // b = a + a, then b = b * a: the second call sees the first's result.
-  std::vector<kernel_call> calls{{"add", {a, a}, {0, 0}, b, 0, {4}, {}},
-                                 {"mul", {b, a}, {0, 0}, b, 0, {4}, {}}};
+  std::vector<kernel_call> calls{{wire(op_kind::add), {a, a}, {0, 0}, b, 0, {4}, {}},
+                                 {wire(op_kind::mul), {b, a}, {0, 0}, b, 0, {4}, {}}};
   CHECK(f.ask<caf::atom_value>(f.sim, compute_atom::value, calls)
         == caf::ok_atom::value);
   auto back = f.ask<chunk>(f.sim, read_atom::value, b, std::uint64_t{0},
@@ -272,7 +348,7 @@ TEST_CASE("a batch of compute calls runs in order with one reply") {
   auto snap = f.ask<actor_snapshot>(f.sim, inspect_atom::value);
   CHECK(snap.fields["kernel_calls"] == "2");
   // Each call is bounds-checked; the failing one is named by its index.
-  calls.push_back({"add", {a, a}, {0, 0}, b, 8, {4}, {}});
+  calls.push_back({wire(op_kind::add), {a, a}, {0, 0}, b, 8, {4}, {}});
   auto err = f.ask_error(f.sim, caf::make_message(compute_atom::value, calls));
   CHECK(code_of(err) == exo_errc::out_of_range);
   CHECK(error_message(err).find("batch call 2") != std::string::npos);
@@ -357,24 +433,24 @@ TEST_CASE("a shard runs a Llama layer's operations through compute calls") {
   put(f, f.sim, x, hx);
   put(f, f.sim, w, hw);
   put(f, f.sim, pos, std::vector<std::int32_t>{3, 4});
-  kernel_call norm{"rms_norm", {x, w}, {0, 0}, x, 0, {2, 4}, {1e-5f}};
+  kernel_call norm{wire(op_kind::rms_norm), {x, w}, {0, 0}, x, 0, {2, 4}, {1e-5f}};
   f.ask<caf::atom_value>(f.sim, compute_atom::value, norm);
   std::vector<float> want(8);
   backend::host::rms_norm(hx.data(), hw.data(), want.data(), 2, 4, 1e-5f);
   CHECK(get(f, f.sim, x, 8) == want);
-  kernel_call rope{"rope", {pos}, {0}, x, 0, {2, 2, 2, 2}, {10000.0f}};
+  kernel_call rope{wire(op_kind::rope), {pos}, {0}, x, 0, {2, 2, 2, 2}, {10000.0f}};
   f.ask<caf::atom_value>(f.sim, compute_atom::value, rope);
   std::vector<std::int32_t> hp{3, 4};
   backend::host::rope(want.data(), hp.data(), nullptr, {2, 2, 2, 2, 10000});
   CHECK(get(f, f.sim, x, 8) == want);
-  kernel_call silu{"silu_mul", {x, w}, {0, 0}, out, 0, {4}, {}};
+  kernel_call silu{wire(op_kind::silu_mul), {x, w}, {0, 0}, out, 0, {4}, {}};
   f.ask<caf::atom_value>(f.sim, compute_atom::value, silu);
   std::vector<float> s(4);
   backend::host::silu_mul(want.data(), hw.data(), s.data(), 4);
   auto got = get(f, f.sim, out, 4);
   CHECK(got == s);
   // One query row at position 1 over a two-row cache (x holds K and V).
-  kernel_call att{"attention", {x, x, x}, {0, 0, 0}, out, 0,
+  kernel_call att{wire(op_kind::attention), {x, x, x}, {0, 0, 0}, out, 0,
                   {1, 1, 2, 1, 2, 4}, {0.5f}};
   f.ask<caf::atom_value>(f.sim, compute_atom::value, att);
   std::vector<float> a(4);
@@ -393,21 +469,21 @@ TEST_CASE("Llama compute calls are checked against their operands") {
   };
   // A missing scalar, a Q8_0 row that is no whole block, a weight past its
   // handle's end, an odd weight offset, heads that do not group.
-  CHECK(code(kernel_call{"rms_norm", {a, a}, {0, 0}, b, 0, {2, 4}, {}})
+  CHECK(code(kernel_call{wire(op_kind::rms_norm), {a, a}, {0, 0}, b, 0, {2, 4}, {}})
         == exo_errc::invalid_argument);
-  CHECK(code(kernel_call{"matmul_q8_0", {a, b}, {0, 0}, b, 0, {1, 1, 16}, {}})
+  CHECK(code(kernel_call{wire(op_kind::matmul_q8_0), {a, b}, {0, 0}, b, 0, {1, 1, 16}, {}})
         == exo_errc::invalid_argument);
-  CHECK(code(kernel_call{"matmul_q8_0", {a, b}, {0, 0}, a, 128, {1, 8, 32},
+  CHECK(code(kernel_call{wire(op_kind::matmul_q8_0), {a, b}, {0, 0}, a, 128, {1, 8, 32},
                          {}})
         == exo_errc::out_of_range);
-  CHECK(code(kernel_call{"matmul_f16", {a, b}, {0, 1}, a, 128, {1, 1, 32},
+  CHECK(code(kernel_call{wire(op_kind::matmul_f16), {a, b}, {0, 1}, a, 128, {1, 1, 32},
                          {}})
         == exo_errc::invalid_argument);
-  CHECK(code(kernel_call{"attention", {a, a, a}, {0, 0, 0}, b, 0,
+  CHECK(code(kernel_call{wire(op_kind::attention), {a, a, a}, {0, 0, 0}, b, 0,
                          {1, 0, 3, 2, 4, 8}, {1.0f}})
         == exo_errc::invalid_argument);
   // The same shapes, well formed, run.
-  kernel_call ok{"matmul_q8_0", {a, b}, {0, 0}, a, 128, {1, 2, 32}, {}};
+  kernel_call ok{wire(op_kind::matmul_q8_0), {a, b}, {0, 0}, a, 128, {1, 2, 32}, {}};
   CHECK(f.ask<caf::atom_value>(f.cpu, compute_atom::value, ok)
         == caf::ok_atom::value);
 }
@@ -440,7 +516,7 @@ TEST_CASE("a device task computes with the actor's handles on its thread") {
     std::vector<float> x{1, 2, 3, 4}, y(4);
     if (!ops->write(a, 0, x.data(), 16))
       return std::string{"write failed"};
-    model::device_op add{model::op_kind::add, {{a, 0}, {a, 0}}, {b, 0}, {4},
+    model::device_op add{op_kind::add, {{a, 0}, {a, 0}}, {b, 0}, {4},
                          {}};
     if (auto r = ops->run({add}); !r)
       return r.err().to_string();

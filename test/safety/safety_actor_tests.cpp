@@ -159,7 +159,7 @@ struct fixture {
   kernel_call add_call(handle_id a, handle_id b, handle_id c,
                        std::uint64_t n) {
     kernel_call k;
-    k.op = "add";
+    k.op = backend::to_wire(backend::op_kind::add);
     k.inputs = {a, b};
     k.input_offsets = {0, 0};
     k.output = c;

@@ -1,0 +1,102 @@
+#pragma once
+
+/// The device layer's one vocabulary of compute operations: every operation
+/// a device offers, with its operand rules, in one table.
+///
+/// The device's public compute methods (backend.hpp) and the generic
+/// `run(device&, const op_call&)` check operands against these rules once;
+/// the device actor decodes a kernel_call's op number with op_from_wire and
+/// the stage executor (core/model/device_stage) names its operations with
+/// op_kind. Nothing decodes op names from strings at run time: names are
+/// for messages only.
+///
+///   add, mul     inputs {a, b}, dims {count}
+///   matmul       inputs {a, b} (B stored [k x n]), dims {m, n, k}
+///   matmul_t     inputs {a, b} (B stored [n x k]), dims {m, n, k}
+///   matmul_f32, matmul_f16, matmul_q8_0
+///                inputs {a, w} (W stored [n x k] in the named encoding),
+///                dims {m, n, k}
+///   rms_norm     inputs {x, weight}, dims {rows, dim}, scalars {eps}
+///   rope         inputs {positions} or {positions, freq_factors},
+///                dims {rows, heads, head_dim, n_rot}, scalars {freq_base}
+///   attention    inputs {q, k, v}, dims {n_tokens, pos0, n_heads,
+///                n_kv_heads, head_dim, kv_stride}, scalars {scale}
+///   silu_mul     inputs {gate, up}, dims {count}
+///
+/// The output is `out` (`c` for the products); rope rotates its output `x`
+/// in place.
+
+#include "backends/result.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+namespace exo::backend {
+
+/// A compute operation. The numbers are the wire's (kernel_call::op):
+/// never reuse one; 0 is no operation.
+enum class op_kind : std::uint8_t {
+  add = 1,         ///< out[i] = a[i] + b[i]
+  mul = 2,         ///< out[i] = a[i] * b[i]
+  matmul = 3,      ///< C = A * B, all f32
+  matmul_t = 4,    ///< C = A * B^T, all f32
+  matmul_f32 = 5,  ///< C = A * W^T, W f32 (matmul_weights)
+  matmul_f16 = 6,  ///< C = A * W^T, W IEEE half
+  matmul_q8_0 = 7, ///< C = A * W^T, W Q8_0 blocks
+  rms_norm = 8,
+  rope = 9,
+  attention = 10,
+  silu_mul = 11,
+};
+
+/// The most inputs, dims and scalars any operation takes.
+constexpr std::size_t max_op_inputs = 3;
+constexpr std::size_t max_op_dims = 6;
+constexpr std::size_t max_op_scalars = 1;
+
+/// The operand rules of one operation: how many of each it takes and their
+/// names (for messages). Byte sizes, alignment and overlap follow from the
+/// dims; backend.hpp's compute methods check them.
+struct op_rule {
+  op_kind kind;
+  const char* name;
+  std::uint8_t min_inputs; ///< less than max_inputs: optional last inputs
+  std::uint8_t max_inputs;
+  std::uint8_t n_dims;
+  std::uint8_t n_scalars;
+  std::array<const char*, max_op_inputs> inputs;
+  const char* output;
+  std::array<const char*, max_op_dims> dims;
+  std::array<const char*, max_op_scalars> scalars;
+  /// Whether the output may be the very same view as an input (in place);
+  /// any other overlap of output and input is refused.
+  bool in_place;
+};
+
+/// Every operation, in the order of their numbers.
+const std::array<op_rule, 11>& op_rules() noexcept;
+
+/// The rules of `kind` (an op_kind outside the table is never made: see
+/// op_from_wire).
+const op_rule& rule_of(op_kind kind) noexcept;
+
+/// "add", "matmul_q8_0", ...
+const char* to_string(op_kind kind) noexcept;
+
+/// The wire number of `kind`.
+constexpr std::uint8_t to_wire(op_kind kind) noexcept {
+  return static_cast<std::uint8_t>(kind);
+}
+
+/// The operation with wire number `n`, or none for a number outside the
+/// table.
+std::optional<op_kind> op_from_wire(std::uint8_t n) noexcept;
+
+/// Checks the counts of a call of `kind` against its rule: an
+/// invalid_argument naming the operation, what it expects and what it got.
+status check_counts(op_kind kind, std::size_t n_inputs, std::size_t n_dims,
+                    std::size_t n_scalars);
+
+} // namespace exo::backend
