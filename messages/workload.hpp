@@ -17,7 +17,7 @@
 /// Placing a shard on another node (through the gates, see gate_actor.hpp):
 ///
 ///   coordinator --(service_atom, node, "shards", (shard_atom, spec))--> gate
-///      shards service of `node`: model in <state_dir>/models/<sha256>/ ?
+///      shard host of `node` ("shards"): model in <state_dir>/models/<sha256>/ ?
 ///        no: fetches the parts it lacks (spec.parts: the header and the
 ///            tensors of its layer range, each SHA-256-verified) from the
 ///            bulk channel of spec.source_node (its address from this
@@ -138,7 +138,8 @@ typename Inspector::result_type inspect(Inspector& f, shard_ready& x) {
            x.device, x.device_name, x.bytes_received);
 }
 
-/// A job's request on the wire (core/workload/job_request.hpp).
+// A job's request on the wire (core/workload/job_request.hpp).
+
 namespace model {
 
 template <class Inspector>

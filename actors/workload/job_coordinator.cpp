@@ -360,9 +360,11 @@ void place_and_start(self_ptr self, const run_ptr& run,
       end_run(self, run, e.what());
       return;
     }
+    // Worded as each program always printed it (exo-node run: "stage(s)").
     run->placement_text = "placement: even split into "
                           + std::to_string(req.stages)
-                          + " stages (--stages)\n" + describe(run->plan);
+                          + (st.cfg.gate ? " stages" : " stage(s)")
+                          + " (--stages)\n" + describe(run->plan);
     start_stages(self, run);
     return;
   }

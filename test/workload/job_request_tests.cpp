@@ -67,7 +67,7 @@ TEST_CASE("prompt plus n_gen beyond --ctx is refused naming --ctx",
            "more than --ctx 100");
 }
 
-TEST_CASE("--ctx beyond the training context is refused even when the "
+TEST_CASE("a --ctx beyond the training context is refused even when the "
           "prompt fits",
           "[workload][job_request]") {
   auto why = refusal([] { context_for(4, 4, 257, limits()); });
