@@ -17,7 +17,8 @@
 /// Placing a shard on another node (through the gates, see gate_actor.hpp):
 ///
 ///   coordinator --(service_atom, node, "shards", (shard_atom, spec))--> gate
-///      shard host of `node` ("shards"): model in <state_dir>/models/<sha256>/ ?
+///      shard host of `node` ("shards"): model in
+///        <state_dir>/models/<sha256>/ ?
 ///        no: fetches the parts it lacks (spec.parts: the header and the
 ///            tensors of its layer range, each SHA-256-verified) from the
 ///            bulk channel of spec.source_node (its address from this
