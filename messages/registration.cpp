@@ -53,6 +53,11 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<stage_step>("exo.stage_step");
   cfg.add_message_type<shard_spec>("exo.shard_spec");
   cfg.add_message_type<shard_ready>("exo.shard_ready");
+  cfg.add_message_type<workload::job_request>("exo.job_request");
+  cfg.add_message_type<job_placed>("exo.job_placed");
+  cfg.add_message_type<job_started>("exo.job_started");
+  cfg.add_message_type<job_token>("exo.job_token");
+  cfg.add_message_type<job_report>("exo.job_report");
   // placement (messages/placement.hpp)
   cfg.add_message_type<plan_request>("exo.plan_request");
   cfg.add_message_type<plan_stage_info>("exo.plan_stage_info");

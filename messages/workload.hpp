@@ -17,7 +17,8 @@
 /// Placing a shard on another node (through the gates, see gate_actor.hpp):
 ///
 ///   coordinator --(service_atom, node, "shards", (shard_atom, spec))--> gate
-///      shards service of `node`: model in <state_dir>/models/<sha256>/ ?
+///      shard host of `node` ("shards"): model in
+///        <state_dir>/models/<sha256>/ ?
 ///        no: fetches the parts it lacks (spec.parts: the header and the
 ///            tensors of its layer range, each SHA-256-verified) from the
 ///            bulk channel of spec.source_node (its address from this
@@ -25,7 +26,24 @@
 ///            that node; core/tls/bulk_channel.hpp), caches them
 ///            (workload::partial_model)
 ///      <-- shard_ready{shard handle, device, bytes received}
+///
+/// A job, from whoever asks (the console's `run`, `exo-node run`, later the
+/// HTTP gateway) to the node's job coordinator (actors/workload/
+/// job_coordinator.hpp), which validates, places, starts and links the
+/// stages, runs the job and reports:
+///
+///   caller --(run_atom, job_request, listener)--> coordinator
+///     listener <-- job_placed{how the stages were placed}
+///     listener <-- job_started{job id}
+///     listener <-- job_token{job, seq, token, piece}   (each, as produced)
+///   caller <-- job_report{tokens, texts, tokens/s, cancelled}
+///          or an error: invalid_argument (the request breaks a rule of
+///          core/workload/job_request.hpp), failed_state (placement, a
+///          stage or the job failed)
+///
+/// A local listener receives every event before the caller the report.
 
+#include "core/workload/job_request.hpp" // job_request: plain data
 #include "core/workload/model_cache.hpp" // model_part: plain data, no CAF
 #include "messages/atoms.hpp"
 #include "messages/device.hpp"
@@ -119,6 +137,97 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_ready& x) {
   return f(caf::meta::type_name("exo.shard_ready"), x.shard, x.node,
            x.device, x.device_name, x.bytes_received);
+}
+
+// A job's request on the wire (core/workload/job_request.hpp).
+
+namespace model {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampler_params& x) {
+  return f(caf::meta::type_name("exo.sampler_params"), x.temperature,
+           x.top_k, x.top_p, x.seed);
+}
+
+} // namespace model
+
+namespace workload {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_request& x) {
+  return f(caf::meta::type_name("exo.job_request"), x.model, x.prompt,
+           x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
+           x.keep_logits);
+}
+
+} // namespace workload
+
+/// How a job's stages were placed: the solver's table or the even split,
+/// then one line per stage. Sent before the stages start.
+struct job_placed {
+  std::string text;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_placed& x) {
+  return f(caf::meta::type_name("exo.job_placed"), x.text);
+}
+
+/// The job's stages are linked and its first steps are on their way.
+struct job_started {
+  std::uint64_t job = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_started& x) {
+  return f(caf::meta::type_name("exo.job_started"), x.job);
+}
+
+/// One generated token of one sequence, with its text.
+struct job_token {
+  std::uint64_t job = 0;
+  std::uint32_t seq = 0;
+  std::int32_t token = 0;
+  std::string piece;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_token& x) {
+  return f(caf::meta::type_name("exo.job_token"), x.job, x.seq, x.token,
+           x.piece);
+}
+
+/// The end of a job that ran (cancelled or not): what it generated and
+/// how fast. A job that failed ends with an error instead.
+struct job_report {
+  std::uint64_t job = 0;
+  std::string placement;          ///< job_placed's text
+  std::uint32_t stages = 0;
+  std::string model_sha256;       ///< "" when the job stayed on one node
+  std::uint64_t bytes_sent = 0;   ///< model bytes sent to other nodes
+  std::vector<std::vector<std::int32_t>> tokens; ///< per sequence
+  std::vector<std::string> texts; ///< the generated text, per sequence
+  std::vector<float> logits;      ///< sequence 0's last (keep_logits)
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t generated_tokens = 0;
+  double prompt_s = 0;
+  double generation_s = 0;
+  bool cancelled = false;
+
+  double prompt_tps() const {
+    return prompt_s > 0 ? prompt_tokens / prompt_s : 0;
+  }
+  double generation_tps() const {
+    return generation_s > 0 ? generated_tokens / generation_s : 0;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_report& x) {
+  return f(caf::meta::type_name("exo.job_report"), x.job, x.placement,
+           x.stages, x.model_sha256, x.bytes_sent, x.tokens, x.texts,
+           x.logits, x.prompt_tokens, x.generated_tokens, x.prompt_s,
+           x.generation_s, x.cancelled);
 }
 
 } // namespace exo

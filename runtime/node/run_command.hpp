@@ -7,20 +7,25 @@
 ///     [--sequences M] [--ctx C] [--logits-out FILE] [--config FILE]
 ///     [--state-dir DIR] [--llama-threads N]
 ///
-/// Starts the node (discovery, device actors; its gate on a free port, no
-/// seeds), places the model on its devices with the placement solver
-/// (workload::plan_locally: the problem the placement service builds for this
-/// node alone, every stage's working memory counted; objective latency, or
-/// throughput with --sequences M > 1) and prints the solver's table, or
-/// with --stages K splits evenly with workload::simple_placement (one of every
-/// backend first: cpu, vulkan, sim); no plan (the model does not fit) is
-/// exit 1 with the solver's explanation. It then
-/// spawns a shard per stage bound to its device actor, streams sequence 0's
-/// text to stdout as it is produced and prints tokens/s. --logits-out
-/// writes the last logits of sequence 0, one per line (%.9g).
+/// Starts the node (discovery, device actors, its services; its gate on a
+/// free port, no seeds) and hands the job to a job coordinator of this node
+/// alone (actors/workload/job_coordinator.hpp: the one the console's `run`
+/// uses, without a gate), which validates it (core/workload/
+/// job_request.hpp), places the model on the node's devices with the
+/// placement solver (workload::plan_locally: the problem the placement
+/// service builds for this node alone, every stage's working memory
+/// counted; objective latency, or throughput with --sequences M > 1), or
+/// with --stages K splits evenly (workload::simple_placement: one of every
+/// backend first: cpu, vulkan, sim), starts a shard per stage through the
+/// node's shard host and runs the job. This prints the placement (the
+/// solver's table), streams sequence 0's text to stdout as it is produced
+/// and prints tokens/s; no plan (the model does not fit) is exit 1 with
+/// the solver's explanation. --logits-out writes the last logits of
+/// sequence 0, one per line (%.9g).
 /// --llama-threads N: the cpu device gives the attention bits of llama.cpp
 /// run with N threads (devices.cpu_llama_threads, config/README.md).
-/// Exit status: 0, 2 on bad arguments or model, 1 when the job fails.
+/// Exit status: 0; 2 on bad arguments or a request the coordinator refuses
+/// (model, context, sampling); 1 when the node, placement or job fails.
 
 #include <iosfwd>
 

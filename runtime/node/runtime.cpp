@@ -343,6 +343,13 @@ caf::actor runtime::gate() const {
   return impl_->gate;
 }
 
+caf::actor runtime::service_actor(const std::string& name) const {
+  for (auto& svc : impl_->services)
+    if (svc.name == name)
+      return svc.handle;
+  return {};
+}
+
 std::uint16_t runtime::port() const noexcept {
   return impl_->port;
 }

@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 namespace exo {
 
@@ -54,6 +55,9 @@ public:
   caf::actor directory() const;
   /// The published gate (membership, console requests).
   caf::actor gate() const;
+  /// The node service registered as `name` ("shards", "jobs", ...; see
+  /// runtime/node/services.cpp); an invalid handle when there is none.
+  caf::actor service_actor(const std::string& name) const;
   /// The TLS port the gate listens on.
   std::uint16_t port() const noexcept;
   /// A note about TLS to show once (how to issue certificates for more

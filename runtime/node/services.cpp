@@ -1,6 +1,7 @@
 #include "runtime/node/services.hpp"
 
-#include "actors/workload/shards_service.hpp"
+#include "actors/workload/job_coordinator.hpp"
+#include "actors/workload/shard_host.hpp"
 #include "actors/placement/placement_actor.hpp"
 #include "actors/access/access_actor.hpp"
 #include "actors/audit/audit_service.hpp"
@@ -68,8 +69,10 @@ std::vector<service> spawn_services(const service_context& ctx) {
   out.push_back(spawn_thermal_service(ctx));
   out.push_back(spawn_access_service(ctx));
   out.push_back(spawn_device_service(ctx));
-  // shards (issue 5): shards for peers, model transfer, console `run`.
-  out.push_back(workload::spawn_shards_service(ctx));
+  // shards (issue 5): shards for job coordinators, model transfer.
+  out.push_back(workload::spawn_shard_host(ctx));
+  // jobs: the job coordinator (console `run`, `jobs`, `cancel`).
+  out.push_back(workload::spawn_jobs_service(ctx));
   return out;
 }
 

@@ -169,7 +169,7 @@ member_info node(const std::string& name, std::vector<device_info> devs,
 
 } // namespace
 
-// What the console's `run` does with its plan (actors/workload/shards_service):
+// What the console's `run` does with its plan (actors/workload/job_coordinator):
 // asks with run_plan_request(..., run id), keeps the job id, and sends
 // (unplan_atom, id) when the run ends.
 TEST_CASE("a running job's plan is re-planned with the reason when a node "

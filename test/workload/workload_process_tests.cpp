@@ -350,3 +350,50 @@ TEST_CASE("exo-node run --llama-threads gives exo-model's logits for the "
   // The split-KV bits do differ from one thread's.
   CHECK(one != two);
 }
+
+TEST_CASE("the console's run and exo-node run refuse the same over-long "
+          "request with the same message",
+          "[workload][process]") {
+  pki p{"exo-workload"};
+  p.node("delta");
+  auto d = start(p, "delta", {});
+  // The tests' model has a training context of 256 tokens.
+  auto model = make_model(p.dir);
+  auto words = std::string{"--model "} + model
+               + " --prompt \"once upon a time\" -n 300 --stages 1";
+  auto via_console = console(p, d.port, "run " + words);
+  INFO(via_console.out << via_console.err);
+  CHECK(via_console.code != 0);
+  auto via_node = run({exo_node(), "run", "--model", model, "--prompt",
+                       "once upon a time", "-n", "300", "--stages", "1",
+                       "--state-dir", p.dir + "/solo"},
+                      120s);
+  INFO(via_node.out << via_node.err);
+  CHECK(via_node.code == 2);
+  // The rule's message, after each program's own prefix.
+  std::smatch m;
+  std::regex rule{"prompt \\(\\d+ tokens\\) plus -n 300 need a context of "
+                  "\\d+ tokens, more than the model's training context of "
+                  "256"};
+  REQUIRE(std::regex_search(via_node.err, m, rule));
+  auto message = m.str();
+  CHECK(via_node.err.find("exo-node run: " + message) != std::string::npos);
+  CHECK(via_console.err.find("run: " + message) != std::string::npos);
+  // A --ctx beyond the training context is refused alike on both paths
+  // (the console's run used to pass it on to the shards).
+  auto ctx_console = console(p, d.port, "run " + words + " -n 4 --ctx 512");
+  auto ctx_node = run({exo_node(), "run", "--model", model, "--prompt",
+                       "once upon a time", "-n", "4", "--ctx", "512",
+                       "--state-dir", p.dir + "/solo"},
+                      120s);
+  std::string ctx_rule = "--ctx 512 exceeds the model's training context "
+                         "of 256 tokens";
+  CHECK(ctx_console.err.find(ctx_rule) != std::string::npos);
+  CHECK(ctx_node.err.find(ctx_rule) != std::string::npos);
+  CHECK(ctx_node.code == 2);
+  // Nothing was started for either refused run.
+  CHECK(console(p, d.port, "jobs").out.find("no running jobs")
+        != std::string::npos);
+  d.proc->signal(SIGTERM);
+  CHECK(d.proc->wait(30s) == 0);
+}

@@ -1,0 +1,764 @@
+#include "actors/workload/job_coordinator.hpp"
+
+#include "actors/placement/placement_actor.hpp"
+#include "actors/workload/job_actor.hpp"
+#include "actors/workload/simple_placement.hpp"
+#include "actors/workload/solver_placement.hpp"
+#include "core/audit/event.hpp"
+#include "core/model/stage_ranges.hpp"
+#include "core/tls/bulk_channel.hpp"
+#include "core/tokenizer/tokenizer.hpp"
+#include "core/workload/job_request.hpp"
+#include "core/workload/model_cache.hpp"
+#include "core/workload/run_options.hpp"
+#include "messages/audit.hpp"
+#include "messages/cluster.hpp"
+#include "messages/errors.hpp"
+#include "messages/placement.hpp"
+#include "messages/workload.hpp"
+
+#include <caf/all.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+namespace exo::workload {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+/// Where a job's events go: a listener actor, the node's stdout (the
+/// console's `run`), or nowhere. `token` is called in the job's context.
+struct job_sink {
+  std::function<void(const job_placed&)> placed;
+  std::function<void(const job_started&)> started;
+  std::function<void(const job_token&)> token;
+  /// Called once, in the coordinator's context, with the report or the
+  /// error that ended the job.
+  std::function<void(caf::expected<job_report>)> done;
+};
+
+/// A job this node coordinates (console `jobs`, `cancel`).
+struct running_job {
+  caf::actor job;
+  std::string model;
+  std::string stages;
+  std::uint32_t sequences = 0;
+  std::uint32_t n_gen = 0;
+  std::chrono::steady_clock::time_point started;
+  /// Tokens generated so far (written by the job, read by the coordinator).
+  std::shared_ptr<std::atomic<std::uint64_t>> tokens;
+  bool cancel_requested = false;
+};
+
+struct coordinator_state {
+  job_coordinator_config cfg;
+  std::map<std::string, std::string> offered; ///< sha256 -> path
+  /// Parts with digests per "sha256:first:last", computed once.
+  std::map<std::string, std::vector<workload::model_part>> parts;
+  std::uint64_t jobs = 0;
+  std::map<std::uint64_t, running_job> running; ///< by job id
+  static inline const char* name = "exo.job_coordinator";
+};
+
+using self_ptr = caf::stateful_actor<coordinator_state>*;
+
+/// One job, from its request to its report.
+struct job_run {
+  prepared_job job;
+  job_sink sink;
+  std::string sha; ///< "" without a gate (the job stays on this node)
+  std::uint64_t size = 0;
+  std::vector<stage_place> plan;
+  std::string placement_text; ///< how it was placed
+  std::vector<shard_ready> ready;
+  std::size_t pending = 0;
+  std::string error;
+  /// The placement job kept for this run and the node keeping it (the
+  /// coordinator), dropped when the run ends; "" without one.
+  std::string plan_job;
+  std::string planner;
+  bool ended = false;
+};
+
+using run_ptr = std::shared_ptr<job_run>;
+
+caf::error fail(exo_errc code, std::string what) {
+  return make_exo_error(code, std::move(what));
+}
+
+std::string render(self_ptr self, const caf::error& err) {
+  auto msg = error_message(err);
+  return msg.empty() ? self->system().render(err) : msg;
+}
+
+/// Stops the run's stages, drops its kept plan and, with an error, ends it.
+void end_run(self_ptr self, const run_ptr& run, std::string error) {
+  for (auto& r : run->ready)
+    if (r.shard)
+      self->send_exit(r.shard, caf::exit_reason::user_shutdown);
+  if (!run->plan_job.empty()) {
+    // The coordinator stops re-planning the ended run. A request, not a
+    // send: the answer must come back to a handler (an unexpected answer
+    // is refused with an error, and an error message stops an actor).
+    self
+      ->request(self->state.cfg.gate, 10s, service_atom::value, run->planner,
+                std::string{placement::placement_service},
+                caf::make_message(unplan_atom::value, run->plan_job))
+      .then([](bool) {}, [](caf::error&) {});
+    run->plan_job.clear();
+  }
+  if (!error.empty() && !run->ended) {
+    run->ended = true;
+    run->sink.done(fail(exo_errc::failed_state, std::move(error)));
+  }
+}
+
+/// Sends one job event to the node's audit sink, if there is one.
+void audit_job(self_ptr self, audit::event_type type,
+               std::map<std::string, std::string> details,
+               audit::severity level = audit::severity::info) {
+  auto& st = self->state;
+  if (!st.cfg.audit)
+    return;
+  audit_entry e;
+  e.type = static_cast<std::uint8_t>(type);
+  e.level = static_cast<std::uint8_t>(level);
+  e.details = std::move(details);
+  e.details["node"] = st.cfg.node;
+  self->send(st.cfg.audit, audit_atom::value, std::move(e));
+}
+
+/// The parts of the run's model a stage of layers [first, last) needs,
+/// with their digests (hashed once per model and range).
+std::vector<workload::model_part> stage_parts(self_ptr self,
+                                              const job_run& run,
+                                              std::uint32_t first,
+                                              std::uint32_t last) {
+  auto key = run.sha + ":" + std::to_string(first) + ":"
+             + std::to_string(last);
+  auto& memo = self->state.parts;
+  if (auto it = memo.find(key); it != memo.end())
+    return it->second;
+  std::vector<workload::model_part> out;
+  auto& path = run.job.request.model;
+  for (auto& r : model::stage_file_ranges(*run.job.model, first, last))
+    out.push_back(
+      {r.offset, r.length, workload::range_sha256(path, r.offset, r.length)});
+  memo[key] = out;
+  return out;
+}
+
+/// The job's report, built in the job's context when it ends.
+job_report make_report(const job_run& run, std::uint64_t id,
+                       const job_result& r) {
+  job_report out;
+  out.job = id;
+  out.placement = run.placement_text;
+  out.stages = static_cast<std::uint32_t>(run.ready.size());
+  out.model_sha256 = run.sha;
+  for (auto& s : run.ready)
+    out.bytes_sent += s.bytes_received;
+  out.tokens = r.tokens;
+  for (auto& t : r.tokens)
+    out.texts.push_back(run.job.tokenizer->decode(t));
+  if (run.job.request.keep_logits && !r.logits.empty())
+    out.logits = r.logits[0];
+  out.prompt_tokens = r.prompt_tokens;
+  out.generated_tokens = r.generated_tokens;
+  out.prompt_s = r.prompt_s;
+  out.generation_s = r.generation_s;
+  out.cancelled = r.cancelled;
+  return out;
+}
+
+void start_job(self_ptr self, const run_ptr& run) {
+  auto& req = run->job.request;
+  auto& hp = run->job.model->hparams();
+  job_setup j;
+  j.id = ++self->state.jobs;
+  for (auto& r : run->ready)
+    j.stages.push_back(r.shard);
+  j.n_embd = hp.n_embd;
+  j.n_vocab = hp.n_vocab;
+  j.prompts.assign(req.sequences, run->job.prompt);
+  j.n_gen = req.n_gen;
+  j.sampling = req.sampling;
+  j.eos = run->job.tokenizer->eos();
+  auto id = j.id;
+  auto tok = run->job.tokenizer;
+  auto produced = std::make_shared<std::atomic<std::uint64_t>>(0);
+  j.on_token = [run, tok, produced, id](std::uint32_t seq, std::int32_t t) {
+    produced->fetch_add(1, std::memory_order_relaxed);
+    if (run->sink.token)
+      run->sink.token(job_token{id, seq, t, tok->piece(t)});
+  };
+  j.finish = [run, id](job_result& r) {
+    if (!r.error.empty())
+      return caf::make_message(fail(exo_errc::failed_state, r.error));
+    return caf::make_message(make_report(*run, id, r));
+  };
+  auto job_id = std::to_string(id);
+  std::string stages;
+  for (auto& r : run->ready)
+    stages += (stages.empty() ? "" : " ") + r.node + "/" + r.device;
+  audit_job(self, audit::event_type::job_submitted,
+            {{"job", job_id},
+             {"model", run->sha.substr(0, 16)},
+             {"stages", stages},
+             {"sequences", std::to_string(req.sequences)},
+             {"n_gen", std::to_string(req.n_gen)}});
+  auto job = spawn_job(self->system(), std::move(j));
+  auto& rj = self->state.running[id];
+  rj.job = job;
+  rj.model = run->sha.empty() ? req.model : run->sha.substr(0, 12);
+  rj.stages = stages;
+  rj.sequences = req.sequences;
+  rj.n_gen = req.n_gen;
+  rj.started = std::chrono::steady_clock::now();
+  rj.tokens = produced;
+  if (run->sink.started)
+    run->sink.started(job_started{id});
+  self->request(job, caf::infinite, run_atom::value)
+    .then(
+      [self, run, job_id, id](job_report& r) {
+        self->state.running.erase(id);
+        audit_job(self, audit::event_type::job_finished,
+                  {{"job", job_id},
+                   {"outcome", r.cancelled ? "cancelled" : "ok"}});
+        end_run(self, run, "");
+        if (!run->ended) {
+          run->ended = true;
+          run->sink.done(std::move(r));
+        }
+      },
+      [self, run, job_id, id](caf::error& err) {
+        self->state.running.erase(id);
+        auto why = render(self, err);
+        audit_job(self, audit::event_type::job_finished,
+                  {{"job", job_id}, {"outcome", "error"}, {"error", why}},
+                  audit::severity::warning);
+        end_run(self, run, why);
+      });
+}
+
+void link_stages(self_ptr self, const run_ptr& run) {
+  auto n = run->ready.size();
+  if (n == 1) {
+    start_job(self, run);
+    return;
+  }
+  run->pending = n - 1;
+  for (std::size_t i = 0; i + 1 < n; ++i)
+    self
+      ->request(run->ready[i].shard, 10s, next_atom::value,
+                run->ready[i + 1].shard)
+      .then(
+        [self, run](caf::ok_atom) {
+          if (--run->pending == 0 && run->error.empty())
+            start_job(self, run);
+        },
+        [self, run](caf::error& err) {
+          if (run->error.empty()) {
+            run->error = render(self, err);
+            end_run(self, run, run->error);
+          }
+        });
+}
+
+/// Starts the shards of `run->plan` on their nodes' shard hosts, then
+/// links them and runs the job.
+void start_stages(self_ptr self, const run_ptr& run) {
+  auto& st = self->state;
+  if (run->sink.placed)
+    run->sink.placed(job_placed{run->placement_text});
+  auto k = static_cast<std::uint32_t>(run->plan.size());
+  // What a node without the file receives: its stage's parts.
+  std::vector<std::vector<workload::model_part>> parts(k);
+  try {
+    for (std::uint32_t i = 0; i < k; ++i)
+      if (run->plan[i].node != st.cfg.node)
+        parts[i] = stage_parts(self, *run, run->plan[i].first,
+                               run->plan[i].last);
+  } catch (const std::exception& e) {
+    end_run(self, run, e.what());
+    return;
+  }
+  run->ready.resize(k);
+  run->pending = k;
+  for (std::uint32_t i = 0; i < k; ++i) {
+    auto& p = run->plan[i];
+    shard_spec spec;
+    if (p.node == st.cfg.node)
+      spec.model = run->job.request.model;
+    spec.sha256 = run->sha;
+    spec.size = run->size;
+    spec.first = p.first;
+    spec.last = p.last;
+    spec.n_ctx = run->job.n_ctx;
+    spec.device = p.device;
+    spec.source_node = st.cfg.node;
+    spec.parts = std::move(parts[i]);
+    spec.owner = caf::actor_cast<caf::actor>(self);
+    auto on_ready = [self, run, i](shard_ready& r) {
+      run->ready[i] = std::move(r);
+      if (--run->pending == 0 && run->error.empty())
+        link_stages(self, run);
+    };
+    auto on_error = [self, run, i](caf::error& err) {
+      auto why = "stage " + std::to_string(i) + " on " + run->plan[i].node
+                 + ": " + render(self, err);
+      if (run->error.empty())
+        run->error = why;
+      if (--run->pending == 0)
+        end_run(self, run, run->error);
+    };
+    auto msg = caf::make_message(shard_atom::value, std::move(spec));
+    if (st.cfg.gate)
+      self
+        ->request(st.cfg.gate, 600s, service_atom::value, p.node,
+                  std::string{"shards"}, std::move(msg))
+        .then(on_ready, on_error);
+    else
+      self->request(st.cfg.shard_host, 600s, std::move(msg))
+        .then(on_ready, on_error);
+  }
+}
+
+/// The alive members of `view` with their devices, this node first.
+std::vector<std::pair<std::string, std::vector<device_info>>>
+members_of(self_ptr self, const member_view& view) {
+  std::vector<std::pair<std::string, std::vector<device_info>>> out;
+  auto& node = self->state.cfg.node;
+  for (auto& m : view.members)
+    if (m.status == member_status::alive && m.name == node)
+      out.emplace(out.begin(), m.name, m.devices);
+  for (auto& m : view.members)
+    if (m.status == member_status::alive && m.name != node)
+      out.emplace_back(m.name, m.devices);
+  return out;
+}
+
+/// Chooses the stages: an even split with stages K, else the solver's plan
+/// (the coordinating node's placement service with a gate, solved here
+/// without one).
+void place_and_start(self_ptr self, const run_ptr& run,
+                     const member_view& view, std::string coordinator) {
+  auto& st = self->state;
+  auto& req = run->job.request;
+  auto n_layer = run->job.model->hparams().n_layer;
+  if (req.stages != 0) {
+    try {
+      run->plan = simple_placement(n_layer, req.stages,
+                                   members_of(self, view));
+    } catch (const std::exception& e) {
+      end_run(self, run, e.what());
+      return;
+    }
+    // Worded as each program always printed it (exo-node run: "stage(s)").
+    run->placement_text = "placement: even split into "
+                          + std::to_string(req.stages)
+                          + (st.cfg.gate ? " stages" : " stage(s)")
+                          + " (--stages)\n" + describe(run->plan);
+    start_stages(self, run);
+    return;
+  }
+  if (!st.cfg.gate) {
+    // The solver on this node's own devices: the same problem the
+    // placement service would build for a cluster of this node alone.
+    try {
+      auto preq = run_plan_request(req.model, run->job.n_ctx, req.sequences,
+                                   st.cfg.node);
+      auto solved = plan_locally(preq, view, st.cfg.node);
+      run->plan = stages_of(solved, view, n_layer);
+      run->placement_text = "placement (solver):\n" + describe_plan(solved)
+                            + describe(run->plan);
+    } catch (const std::exception& e) {
+      end_run(self, run,
+              std::string{e.what()} + " (--stages K splits evenly)");
+      return;
+    }
+    start_stages(self, run);
+    return;
+  }
+  plan_request preq;
+  try {
+    // Kept as a job of the placement service while the run lasts.
+    static std::atomic<std::uint64_t> runs{0};
+    preq = run_plan_request(req.model, run->job.n_ctx, req.sequences,
+                            st.cfg.node,
+                            st.cfg.node + "#" + std::to_string(++runs));
+  } catch (const std::exception& e) {
+    end_run(self, run, e.what());
+    return;
+  }
+  if (coordinator.empty())
+    coordinator = st.cfg.node;
+  auto limit = std::chrono::milliseconds{preq.time_limit_ms} + 30s;
+  self
+    ->request(st.cfg.gate, limit, service_atom::value, coordinator,
+              std::string{placement::placement_service},
+              caf::make_message(plan_atom::value, std::move(preq)))
+    .then(
+      [self, run, view, coordinator, n_layer](plan_job_info& j) {
+        run->plan_job = j.id;
+        run->planner = coordinator;
+        try {
+          run->plan = stages_of(j.plan, view, n_layer);
+        } catch (const std::exception& e) {
+          end_run(self, run,
+                  std::string{e.what()} + " (--stages K splits evenly)");
+          return;
+        }
+        run->placement_text = "placement (solver):\n"
+                              + describe_plan(j.plan) + describe(run->plan)
+                              + "kept as " + j.id + " by " + coordinator
+                              + ": re-planned while the run lasts "
+                                "(plans)\n";
+        start_stages(self, run);
+      },
+      [self, run, coordinator](caf::error& err) {
+        end_run(self, run,
+                "the placement service of " + coordinator
+                  + " did not answer: " + render(self, err)
+                  + " (--stages K splits evenly without it)");
+      });
+}
+
+/// Places a run on this node alone: its devices as a one-member view.
+void place_locally(self_ptr self, const run_ptr& run) {
+  auto& st = self->state;
+  self->request(st.cfg.node_actor, 10s, devices_atom::value,
+                actors_atom::value)
+    .then(
+      [self, run](std::vector<device_actor>& hs) {
+        struct gather {
+          std::vector<device_info> found;
+          std::size_t pending = 0;
+        };
+        auto g = std::make_shared<gather>();
+        g->pending = hs.size();
+        auto done = [self, run, g] {
+          auto view = single_node_view(self->state.cfg.node, g->found);
+          place_and_start(self, run, view, self->state.cfg.node);
+        };
+        if (hs.empty()) {
+          done();
+          return;
+        }
+        for (auto& h : hs)
+          self->request(h, 10s, info_atom::value)
+            .then(
+              [g, done](device_info& info) {
+                g->found.push_back(std::move(info));
+                if (--g->pending == 0)
+                  done();
+              },
+              [g, done](caf::error&) {
+                if (--g->pending == 0)
+                  done();
+              });
+      },
+      [self, run](caf::error& err) {
+        end_run(self, run, "cannot list devices: " + render(self, err));
+      });
+}
+
+/// Validates `req` and starts placing it; the sink hears the rest. Returns
+/// the error of a request that breaks a rule (nothing started then).
+caf::error start_run(self_ptr self, job_request req, job_sink sink) {
+  auto& st = self->state;
+  auto run = std::make_shared<job_run>();
+  run->sink = std::move(sink);
+  try {
+    run->job = prepare_job(std::move(req));
+    if (st.cfg.gate) { // peers may need the file: name it by its digest
+      run->sha = workload::file_sha256(run->job.request.model);
+      run->size = workload::file_size(run->job.request.model);
+    }
+  } catch (const std::exception& e) {
+    return fail(exo_errc::invalid_argument, e.what());
+  }
+  if (st.cfg.gate && !st.offered.count(run->sha)) {
+    // Peers without the model fetch it from this node's bulk channel.
+    try {
+      if (st.cfg.blobs)
+        st.cfg.blobs->add_file(run->sha, run->job.request.model);
+    } catch (const std::exception& e) {
+      return fail(exo_errc::invalid_argument, e.what());
+    }
+    st.offered[run->sha] = run->job.request.model;
+  }
+  if (!st.cfg.gate) {
+    place_locally(self, run);
+    return {};
+  }
+  self
+    ->request(st.cfg.gate, 10s, console_atom::value, std::string{"nodes"},
+              std::string{})
+    .then(
+      [self, run](console_reply& r) {
+        // r.text names the coordinator, whose placement service plans.
+        place_and_start(self, run, r.nodes, r.text);
+      },
+      [self, run](caf::error& err) {
+        end_run(self, run,
+                "cannot read the member view: " + render(self, err));
+      });
+  return {};
+}
+
+/// A sink that sends every event to `listener` (none: no events).
+job_sink listener_sink(caf::actor listener,
+                       caf::typed_response_promise<job_report> rp) {
+  job_sink s;
+  if (listener) {
+    s.placed = [listener](const job_placed& e) {
+      caf::anon_send(listener, e);
+    };
+    s.started = [listener](const job_started& e) {
+      caf::anon_send(listener, e);
+    };
+    s.token = [listener](const job_token& e) { caf::anon_send(listener, e); };
+  }
+  s.done = [rp](caf::expected<job_report> r) mutable {
+    if (r)
+      rp.deliver(std::move(*r));
+    else
+      rp.deliver(std::move(r.error()));
+  };
+  return s;
+}
+
+// -- console commands ---------------------------------------------------------
+
+/// The reply of the console's `run`.
+console_reply run_reply(const job_report& r, const std::string& prompt,
+                        std::uint32_t n_gen) {
+  std::ostringstream out;
+  out << "job " << r.job << "\n" << r.placement;
+  out << "model " << r.model_sha256.substr(0, 12) << ": " << r.bytes_sent
+      << " bytes sent to nodes that lacked it\n";
+  for (std::size_t i = 0; i < r.texts.size(); ++i)
+    out << (r.texts.size() > 1 ? "sequence " + std::to_string(i) + ": "
+                               : std::string{"text: "})
+        << prompt << r.texts[i] << "\n";
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "prompt: %llu tokens in %.3f s (%.1f tokens/s)\n"
+                "generation: %llu tokens in %.3f s (%.1f tokens/s), "
+                "%u sequence(s) in flight\n",
+                static_cast<unsigned long long>(r.prompt_tokens), r.prompt_s,
+                r.prompt_tps(),
+                static_cast<unsigned long long>(r.generated_tokens),
+                r.generation_s, r.generation_tps(),
+                static_cast<unsigned>(r.tokens.size()));
+  out << line;
+  if (r.cancelled)
+    out << "cancelled: job " << r.job << " stopped after "
+        << r.generated_tokens << " generated tokens (of " << n_gen
+        << " per sequence)\n";
+  console_reply reply;
+  reply.command = "run";
+  reply.text = out.str();
+  std::ostringstream js;
+  js << "{\"tokens\": [";
+  if (!r.tokens.empty())
+    for (std::size_t i = 0; i < r.tokens[0].size(); ++i)
+      js << (i ? ", " : "") << r.tokens[0][i];
+  js << "], \"bytes_sent\": " << r.bytes_sent
+     << ", \"prompt_tps\": " << r.prompt_tps()
+     << ", \"generation_tps\": " << r.generation_tps()
+     << ", \"job\": " << r.job
+     << ", \"cancelled\": " << (r.cancelled ? "true" : "false") << "}";
+  reply.json = js.str();
+  return reply;
+}
+
+/// Console `run`: the job's events go to this node's stdout, its report
+/// to the console.
+caf::result<console_reply> console_run(self_ptr self, const std::string& arg) {
+  job_request req;
+  try {
+    req = make_job_request(parse_run_options(split_words(arg), false));
+  } catch (const std::exception& e) {
+    return fail(exo_errc::invalid_argument, std::string{"run: "} + e.what());
+  }
+  auto rp = self->make_response_promise<console_reply>();
+  auto prompt = req.prompt;
+  auto n_gen = req.n_gen;
+  auto began = std::make_shared<bool>(false);
+  job_sink s;
+  s.placed = [](const job_placed& e) { std::cout << e.text << std::flush; };
+  s.started = [prompt, began](const job_started& e) {
+    *began = true;
+    std::cout << "job " << e.job << " started (cancel " << e.job << ")\n"
+              << prompt << std::flush;
+  };
+  s.token = [](const job_token& e) {
+    if (e.seq == 0)
+      std::cout << e.piece << std::flush;
+  };
+  s.done = [rp, prompt, n_gen, began](caf::expected<job_report> r) mutable {
+    if (*began)
+      std::cout << std::endl;
+    if (r)
+      rp.deliver(run_reply(*r, prompt, n_gen));
+    else
+      rp.deliver(fail(exo_errc::failed_state,
+                      "run: " + error_message(r.error())));
+  };
+  // The promise owns the request from here: errors go through it too.
+  if (auto err = start_run(self, std::move(req), std::move(s)))
+    rp.deliver(
+      fail(exo_errc::invalid_argument, "run: " + error_message(err)));
+  return rp;
+}
+
+/// Console `jobs`: the runs this node coordinates.
+console_reply list_jobs(self_ptr self) {
+  auto& st = self->state;
+  console_reply r;
+  r.command = "jobs";
+  std::ostringstream text, js;
+  js << "{\"node\": \"" << st.cfg.node << "\", \"jobs\": [";
+  if (st.running.empty())
+    text << "no running jobs on " << st.cfg.node << "\n";
+  else
+    text << "JOB  MODEL         TOKENS  SEQS  N     SECONDS  STAGES\n";
+  bool first = true;
+  auto now = std::chrono::steady_clock::now();
+  for (auto& [id, j] : st.running) {
+    auto secs = std::chrono::duration<double>(now - j.started).count();
+    auto tokens = j.tokens->load(std::memory_order_relaxed);
+    char line[160];
+    std::snprintf(line, sizeof line, "%-4llu %-13s %-7llu %-5u %-5u %-8.1f ",
+                  static_cast<unsigned long long>(id), j.model.c_str(),
+                  static_cast<unsigned long long>(tokens), j.sequences,
+                  j.n_gen, secs);
+    text << line << j.stages << (j.cancel_requested ? " (cancelling)" : "")
+         << "\n";
+    js << (first ? "" : ", ") << "{\"job\": " << id << ", \"model\": \""
+       << j.model << "\", \"tokens\": " << tokens
+       << ", \"cancelling\": " << (j.cancel_requested ? "true" : "false")
+       << "}";
+    first = false;
+  }
+  js << "]}";
+  r.text = text.str();
+  r.json = js.str();
+  return r;
+}
+
+/// Asks job `id` to stop at its next token boundary; `then(bool)` gets
+/// whether it was still running. False at once when it is not ours.
+template <class F>
+void cancel(self_ptr self, std::uint64_t id, F then) {
+  auto it = self->state.running.find(id);
+  if (it == self->state.running.end()) {
+    then(false);
+    return;
+  }
+  it->second.cancel_requested = true;
+  self->request(it->second.job, 10s, cancel_atom::value)
+    .then([then](bool stopping) mutable { then(stopping); },
+          [then](caf::error&) mutable { then(false); });
+}
+
+/// Console `cancel JOB`: the job stops at its next token boundary and its
+/// `run` answers with what it produced so far.
+caf::result<console_reply> console_cancel(self_ptr self,
+                                          const std::string& arg) {
+  auto& st = self->state;
+  auto words = split_words(arg);
+  auto usage = [&](const std::string& why) {
+    return fail(exo_errc::invalid_argument,
+                "cancel: " + why + " (cancel JOB, the id `jobs` lists)");
+  };
+  if (words.size() != 1)
+    return usage("one job id expected");
+  auto& w = words[0];
+  if (w.empty() || w.size() > 19
+      || w.find_first_not_of("0123456789") != std::string::npos)
+    return usage("\"" + w.substr(0, 32) + "\" is not a job id");
+  auto id = std::stoull(w);
+  if (st.running.count(id) == 0)
+    return fail(exo_errc::invalid_argument,
+                "cancel: no running job " + w + " on " + st.cfg.node
+                  + " (jobs lists the runs this node coordinates)");
+  auto rp = self->make_response_promise<console_reply>();
+  cancel(self, id, [rp, w](bool stopping) mutable {
+    console_reply r;
+    r.command = "cancel";
+    r.text = stopping
+               ? "cancelling job " + w + ": it stops at the next token\n"
+               : "job " + w + " has ended\n";
+    r.json = std::string{"{\"job\": "} + w + ", \"cancelling\": "
+             + (stopping ? "true" : "false") + "}";
+    rp.deliver(std::move(r));
+  });
+  return rp;
+}
+
+caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
+  self->state.cfg = std::move(cfg);
+  return {
+    [self](run_atom, job_request& req,
+           caf::actor& listener) -> caf::result<job_report> {
+      auto rp = self->make_response_promise<job_report>();
+      // The promise owns the request from here: errors go through it too.
+      if (auto err = start_run(self, std::move(req),
+                               listener_sink(std::move(listener), rp)))
+        rp.deliver(std::move(err));
+      return rp;
+    },
+    [self](cancel_atom, std::uint64_t id) -> caf::result<bool> {
+      auto rp = self->make_response_promise<bool>();
+      cancel(self, id, [rp](bool stopping) mutable { rp.deliver(stopping); });
+      return rp;
+    },
+    [self](console_atom, std::string& cmd,
+           std::string& arg) -> caf::result<console_reply> {
+      if (cmd == "run")
+        return console_run(self, arg);
+      if (cmd == "jobs")
+        return list_jobs(self);
+      if (cmd == "cancel")
+        return console_cancel(self, arg);
+      return fail(exo_errc::invalid_argument,
+                  "the jobs service has no command " + cmd);
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_job_coordinator(caf::actor_system& sys,
+                                 job_coordinator_config cfg) {
+  if (!cfg.gate && !cfg.shard_host)
+    throw std::invalid_argument(
+      "a job coordinator without a gate needs this node's shard host");
+  return sys.spawn<caf::detached>(coordinator_impl, std::move(cfg));
+}
+
+service spawn_jobs_service(const service_context& ctx) {
+  job_coordinator_config cfg;
+  cfg.node = ctx.cfg->node.name;
+  cfg.node_actor = ctx.node;
+  cfg.gate = ctx.gate;
+  cfg.audit = ctx.audit;
+  cfg.blobs = ctx.blobs;
+  service s;
+  s.name = "jobs";
+  s.kind = "jobs";
+  s.handle = spawn_job_coordinator(*ctx.sys, std::move(cfg));
+  s.commands = {"run", "jobs", "cancel"};
+  return s;
+}
+
+} // namespace exo::workload

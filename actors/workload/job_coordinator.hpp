@@ -1,0 +1,81 @@
+#pragma once
+
+/// The job coordinator: the one place a job goes through, whoever asks for
+/// it (the console's `run`, `exo-node run`, later the HTTP gateway). For
+/// each request it
+///
+///   1. validates it (core/workload/job_request.hpp: model, context,
+///      sampling, sequences, stages), refusing with invalid_argument;
+///   2. places it: with stages K an even split (simple_placement.hpp) over
+///      the alive members, this node first; else the solver's plan
+///      (solver_placement.hpp) from the coordinating node's placement
+///      service (with a gate: kept and re-planned while the job lasts) or
+///      solved here on this node's own devices (without one);
+///   3. starts one shard per stage through the shard hosts (shard_host.hpp;
+///      remote ones through the gate, with the parts of the model they may
+///      lack), links them and runs the job (job_actor.hpp);
+///   4. streams job_placed, job_started and every job_token to the
+///      listener, and answers with a job_report (or failed_state naming the
+///      stage, the placement or the job's error).
+///
+///   caller --(run_atom, job_request, listener)----------> coordinator
+///     (with a gate) --(service_atom, node, "shards", (shard_atom, spec))
+///                                     --> gate --> shard host of `node`
+///     (without)     --(shard_atom, spec)--> this node's shard host
+///                  <-- shard_ready, per stage
+///     shard i --(next_atom, shard i+1)
+///     job --(run_atom)--> ... job_result
+///   caller <-- job_report
+///
+/// It also answers
+///   (cancel_atom, job id) -> bool: the job stops at its next token
+///       boundary (false when it is not running here);
+/// and, as the node service "jobs", the console commands
+///   run --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
+///       [--top-k K] [--top-p P] [--stages K] [--sequences M] [--ctx C]
+///       the reply: "job N", the placement, the bytes of model sent, the
+///       text and tokens/s; this node's stdout shows the placement, "job N
+///       started" and the tokens as they come;
+///   jobs    -> the jobs this node coordinates: id, model, tokens so far;
+///   cancel N -> job N stops at its next token boundary; its `run` replies
+///       with the text so far and "cancelled: job N stopped after T
+///       generated tokens". Job ids are per coordinating node.
+/// With an audit sink, job_submitted and job_finished (outcome ok,
+/// cancelled or error) are audited.
+
+#include "actors/service/service.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+#include <memory>
+#include <string>
+
+namespace exo::tls {
+class bulk_blobs;
+} // namespace exo::tls
+
+namespace exo::workload {
+
+struct job_coordinator_config {
+  std::string node;    ///< this node's name
+  caf::actor node_actor; ///< devices_atom: this node's devices
+  /// With a gate: the cluster (member view, the placement service, the
+  /// shard hosts of every node). Without: this node alone.
+  caf::actor gate;
+  caf::actor shard_host; ///< this node's; required without a gate
+  caf::actor audit;      ///< optional
+  /// What this node's bulk channel serves: the models of the jobs it
+  /// coordinates, for peers that lack them (optional).
+  std::shared_ptr<tls::bulk_blobs> blobs;
+};
+
+/// Spawns a coordinator (detached: it maps and hashes model files).
+caf::actor spawn_job_coordinator(caf::actor_system& sys,
+                                 job_coordinator_config cfg);
+
+/// Spawns the node service: name "jobs", commands "run", "jobs",
+/// "cancel"; a coordinator with the node's gate.
+service spawn_jobs_service(const service_context& ctx);
+
+} // namespace exo::workload

@@ -1,0 +1,111 @@
+#include "core/workload/job_request.hpp"
+
+#include "core/model/llama_model.hpp"
+#include "core/tokenizer/tokenizer.hpp"
+#include "core/workload/run_options.hpp"
+
+#include <cmath>
+#include <sstream>
+
+namespace exo::workload {
+
+namespace {
+
+std::string number(float x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
+}
+
+} // namespace
+
+job_request make_job_request(const run_options& o) {
+  job_request r;
+  r.model = o.model;
+  r.prompt = o.prompt;
+  r.n_gen = o.n_gen;
+  r.sampling = o.sampling;
+  r.stages = o.stages;
+  r.sequences = o.sequences;
+  r.n_ctx = o.n_ctx;
+  r.keep_logits = !o.logits_out.empty();
+  return r;
+}
+
+std::uint32_t context_for(std::size_t prompt_tokens, std::uint32_t n_gen,
+                          std::uint32_t n_ctx, const model_limits& limits) {
+  auto train = limits.n_ctx_train;
+  if (n_ctx != 0 && train != 0 && n_ctx > train)
+    throw job_error("--ctx " + std::to_string(n_ctx)
+                    + " exceeds the model's training context of "
+                    + std::to_string(train) + " tokens");
+  auto need = static_cast<std::uint64_t>(prompt_tokens) + n_gen;
+  std::uint64_t limit = n_ctx != 0 ? n_ctx : train;
+  if (limit == 0) // no --ctx and no stated training context
+    limit = UINT32_MAX;
+  if (need > limit)
+    throw job_error(
+      "prompt (" + std::to_string(prompt_tokens) + " tokens) plus -n "
+      + std::to_string(n_gen) + " need a context of " + std::to_string(need)
+      + " tokens, more than "
+      + (n_ctx != 0 ? "--ctx " + std::to_string(n_ctx)
+                    : "the model's training context of "
+                        + std::to_string(train)));
+  return n_ctx != 0 ? n_ctx : static_cast<std::uint32_t>(need);
+}
+
+void check_sampling(const model::sampler_params& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0.0f
+      || p.temperature > max_temperature)
+    throw job_error("--temperature must be a finite number in [0, "
+                    + number(max_temperature) + "], not "
+                    + number(p.temperature));
+  if (!std::isfinite(p.top_p) || p.top_p < 0.0f || p.top_p > 1.0f)
+    throw job_error("--top-p must be a number in [0, 1], not "
+                    + number(p.top_p));
+}
+
+std::uint32_t validate(const job_request& r, std::size_t prompt_tokens,
+                       const model_limits& limits) {
+  if (prompt_tokens == 0)
+    throw job_error("the prompt gives no tokens");
+  if (r.sequences < 1 || r.sequences > max_job_sequences)
+    throw job_error("--sequences must be in [1, "
+                    + std::to_string(max_job_sequences) + "], not "
+                    + std::to_string(r.sequences));
+  if (r.stages > limits.n_layer)
+    throw job_error("--stages " + std::to_string(r.stages)
+                    + " exceeds the model's "
+                    + std::to_string(limits.n_layer) + " layers");
+  check_sampling(r.sampling);
+  return context_for(prompt_tokens, r.n_gen, r.n_ctx, limits);
+}
+
+prepared_job prepare_job(job_request r) {
+  prepared_job p;
+  if (r.model.empty())
+    throw job_error("a job needs a model file (--model FILE)");
+  try {
+    p.model = model::llama_model::load(r.model);
+    p.tokenizer = std::make_shared<model::tokenizer>(
+      model::tokenizer::from_gguf(p.model->file()));
+  } catch (const std::exception& e) {
+    throw job_error("model " + r.model + ": " + e.what());
+  }
+  try {
+    p.prompt = p.tokenizer->encode(r.prompt, p.tokenizer->add_bos());
+  } catch (const std::exception& e) {
+    throw job_error(std::string{"the prompt cannot be tokenized: "}
+                    + e.what());
+  }
+  auto& hp = p.model->hparams();
+  model_limits limits;
+  limits.n_layer = hp.n_layer;
+  limits.n_vocab = hp.n_vocab;
+  limits.n_ctx_train = hp.n_ctx_train;
+  p.n_ctx = validate(r, p.prompt.size(), limits);
+  p.request = std::move(r);
+  return p;
+}
+
+} // namespace exo::workload

@@ -1,0 +1,102 @@
+#pragma once
+
+/// A job request and its validation: what every way of starting a job (the
+/// console's `run`, `exo-node run`, later the HTTP gateway) asks for, and
+/// the rules it must pass before anything is placed. Plain data and pure
+/// functions, no actor system: the job coordinator
+/// (actors/workload/job_coordinator.hpp) calls prepare_job() on every
+/// request, so both paths refuse the same request with the same message.
+///
+/// The rules, each failing with job_error naming the problem:
+///   - the model file is readable as a GGUF model with a tokenizer;
+///   - the prompt gives at least one token;
+///   - sequences in [1, max_job_sequences];
+///   - stages 0 (the solver's plan) or in [1, n_layer];
+///   - temperature finite in [0, max_temperature], top-p in [0, 1];
+///   - the context (context_for): --ctx at most the model's training
+///     context, and prompt + n_gen at most --ctx, or at most the training
+///     context without --ctx.
+
+#include "core/model/sampler.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace exo::model {
+class llama_model;
+class tokenizer;
+} // namespace exo::model
+
+namespace exo::workload {
+
+struct run_options;
+
+/// Most sequences one job keeps in flight.
+constexpr std::uint32_t max_job_sequences = 256;
+
+/// Highest sampling temperature a job accepts.
+constexpr float max_temperature = 100.0f;
+
+/// A request that breaks a rule; what() names the rule and the values.
+class job_error : public std::invalid_argument {
+public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// What a caller asks for: M sequences of one prompt through a model.
+struct job_request {
+  std::string model;  ///< path of the GGUF file on the coordinating node
+  std::string prompt; ///< text, tokenized with the model's vocabulary
+  std::uint32_t n_gen = 16; ///< tokens to generate per sequence
+  model::sampler_params sampling;
+  std::uint32_t stages = 0;    ///< 0: the solver's plan; K: an even split
+  std::uint32_t sequences = 1; ///< copies of the prompt in flight at once
+  std::uint32_t n_ctx = 0;     ///< 0: prompt + n_gen
+  bool keep_logits = false;    ///< report sequence 0's last logits
+};
+
+/// The job part of a program's or console command's options.
+job_request make_job_request(const run_options& o);
+
+/// What the rules read from a model.
+struct model_limits {
+  std::uint32_t n_layer = 0;
+  std::uint32_t n_vocab = 0;
+  std::uint32_t n_ctx_train = 0; ///< 0: the model states none
+};
+
+/// The context per sequence a job of `prompt_tokens` tokens plus `n_gen`
+/// needs: `n_ctx` when given, else prompt + n_gen. Throws job_error when
+/// `n_ctx` exceeds the training context, or prompt + n_gen exceeds `n_ctx`
+/// (or the training context when `n_ctx` is 0).
+std::uint32_t context_for(std::size_t prompt_tokens, std::uint32_t n_gen,
+                          std::uint32_t n_ctx, const model_limits& limits);
+
+/// Checks the sampling parameters; throws job_error.
+void check_sampling(const model::sampler_params& p);
+
+/// Checks every rule that does not need the model file (sequences, stages,
+/// sampling, context) and returns the context per sequence. Throws
+/// job_error.
+std::uint32_t validate(const job_request& r, std::size_t prompt_tokens,
+                       const model_limits& limits);
+
+/// A request that passed every rule, with what its checks loaded.
+struct prepared_job {
+  job_request request;
+  std::shared_ptr<const model::llama_model> model;
+  std::shared_ptr<model::tokenizer> tokenizer;
+  std::vector<std::int32_t> prompt; ///< the prompt's tokens
+  std::uint32_t n_ctx = 0;          ///< context per sequence
+};
+
+/// Loads the model and its tokenizer, tokenizes the prompt and applies
+/// every rule. Throws job_error naming the problem (a model that cannot be
+/// read included).
+prepared_job prepare_job(job_request r);
+
+} // namespace exo::workload

@@ -1,0 +1,205 @@
+// A job request's rules (core/workload/job_request.hpp): each rule refuses
+// what breaks it with a message naming the problem, and accepts the limit.
+
+#include "core/model/test_model.hpp"
+#include "core/workload/job_request.hpp"
+#include "core/workload/run_options.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <unistd.h>
+
+using namespace exo::workload;
+
+namespace {
+
+model_limits limits() {
+  model_limits l;
+  l.n_layer = 6;
+  l.n_vocab = 512;
+  l.n_ctx_train = 256;
+  return l;
+}
+
+/// The message a call throws as job_error ("" when it does not throw).
+template <class F>
+std::string refusal(F f) {
+  try {
+    f();
+  } catch (const job_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace
+
+TEST_CASE("the context is prompt plus n_gen unless --ctx is given",
+          "[workload][job_request]") {
+  CHECK(context_for(10, 20, 0, limits()) == 30);
+  CHECK(context_for(10, 20, 100, limits()) == 100);
+  // Exactly the training context is allowed, with or without --ctx.
+  CHECK(context_for(200, 56, 0, limits()) == 256);
+  CHECK(context_for(200, 56, 256, limits()) == 256);
+  // A model that states no training context limits nothing.
+  auto none = limits();
+  none.n_ctx_train = 0;
+  CHECK(context_for(5000, 5000, 0, none) == 10000);
+}
+
+TEST_CASE("prompt plus n_gen beyond the training context is refused with "
+          "both numbers named",
+          "[workload][job_request]") {
+  auto why = refusal([] { context_for(200, 57, 0, limits()); });
+  CHECK(why
+        == "prompt (200 tokens) plus -n 57 need a context of 257 tokens, "
+           "more than the model's training context of 256");
+}
+
+TEST_CASE("prompt plus n_gen beyond --ctx is refused naming --ctx",
+          "[workload][job_request]") {
+  auto why = refusal([] { context_for(10, 91, 100, limits()); });
+  CHECK(why
+        == "prompt (10 tokens) plus -n 91 need a context of 101 tokens, "
+           "more than --ctx 100");
+}
+
+TEST_CASE("a --ctx beyond the training context is refused even when the "
+          "prompt fits",
+          "[workload][job_request]") {
+  auto why = refusal([] { context_for(4, 4, 257, limits()); });
+  CHECK(why == "--ctx 257 exceeds the model's training context of 256 "
+               "tokens");
+}
+
+TEST_CASE("a huge n_gen does not wrap the context arithmetic",
+          "[workload][job_request]") {
+  auto none = limits();
+  none.n_ctx_train = 0;
+  auto why = refusal(
+    [&] { context_for(UINT32_MAX, UINT32_MAX, 0, none); });
+  CHECK(why.find("need a context of 8589934590 tokens") != std::string::npos);
+}
+
+TEST_CASE("sampling parameters out of range are refused by name",
+          "[workload][job_request]") {
+  exo::model::sampler_params p;
+  CHECK(refusal([&] { check_sampling(p); }).empty());
+  p.temperature = 100.0f;
+  p.top_p = 0.0f;
+  CHECK(refusal([&] { check_sampling(p); }).empty());
+  p.top_p = 1.0f;
+  CHECK(refusal([&] { check_sampling(p); }).empty());
+  p.temperature = -0.5f;
+  CHECK(refusal([&] { check_sampling(p); })
+        == "--temperature must be a finite number in [0, 100], not -0.5");
+  p.temperature = std::numeric_limits<float>::quiet_NaN();
+  CHECK(refusal([&] { check_sampling(p); }).find("--temperature must be")
+        == 0);
+  p.temperature = std::numeric_limits<float>::infinity();
+  CHECK(refusal([&] { check_sampling(p); }).find("--temperature must be")
+        == 0);
+  p.temperature = 0.8f;
+  p.top_p = 1.5f;
+  CHECK(refusal([&] { check_sampling(p); })
+        == "--top-p must be a number in [0, 1], not 1.5");
+  p.top_p = -0.1f;
+  CHECK(refusal([&] { check_sampling(p); }).find("--top-p must be") == 0);
+}
+
+TEST_CASE("a request's sequences, stages and prompt are checked against the "
+          "model",
+          "[workload][job_request]") {
+  job_request r;
+  r.n_gen = 8;
+  CHECK(validate(r, 4, limits()) == 12);
+  CHECK(refusal([&] { validate(r, 0, limits()); })
+        == "the prompt gives no tokens");
+  r.sequences = 0;
+  CHECK(refusal([&] { validate(r, 4, limits()); })
+        == "--sequences must be in [1, 256], not 0");
+  r.sequences = 257;
+  CHECK(refusal([&] { validate(r, 4, limits()); })
+        == "--sequences must be in [1, 256], not 257");
+  r.sequences = 256;
+  r.stages = 6;
+  CHECK(refusal([&] { validate(r, 4, limits()); }).empty());
+  r.stages = 7;
+  CHECK(refusal([&] { validate(r, 4, limits()); })
+        == "--stages 7 exceeds the model's 6 layers");
+  r.stages = 0;
+  r.sampling.temperature = -1.0f;
+  CHECK(refusal([&] { validate(r, 4, limits()); }).find("--temperature")
+        == 0);
+  r.sampling.temperature = 0.0f;
+  r.n_gen = 300;
+  CHECK(refusal([&] { validate(r, 4, limits()); })
+          .find("more than the model's training context of 256")
+        != std::string::npos);
+}
+
+TEST_CASE("a job request takes the job part of the run options",
+          "[workload][job_request]") {
+  auto o = parse_run_options({"--model", "m.gguf", "--prompt", "hi", "-n",
+                              "7", "--seed", "3", "--temperature", "0.5",
+                              "--stages", "2", "--sequences", "4", "--ctx",
+                              "64", "--logits-out", "l.txt"},
+                             true);
+  auto r = make_job_request(o);
+  CHECK(r.model == "m.gguf");
+  CHECK(r.prompt == "hi");
+  CHECK(r.n_gen == 7);
+  CHECK(r.sampling.seed == 3);
+  CHECK(r.sampling.temperature == 0.5f);
+  CHECK(r.stages == 2);
+  CHECK(r.sequences == 4);
+  CHECK(r.n_ctx == 64);
+  CHECK(r.keep_logits);
+}
+
+TEST_CASE("preparing a job loads the model, tokenizes the prompt and applies "
+          "the rules",
+          "[workload][job_request]") {
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path()
+             / ("exo-job-request-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  exo::model::test_model_options o;
+  o.layers = 3;
+  o.dim = 32;
+  o.ff = 64;
+  o.vocab = 512;
+  o.ctx = 64;
+  auto path = (dir / "model.gguf").string();
+  exo::model::make_test_model(o, path);
+  job_request r;
+  r.model = path;
+  r.prompt = "once upon a time";
+  r.n_gen = 5;
+  auto p = prepare_job(r);
+  REQUIRE(p.model);
+  REQUIRE(p.tokenizer);
+  CHECK(!p.prompt.empty());
+  CHECK(p.n_ctx == p.prompt.size() + 5);
+  CHECK(p.request.prompt == r.prompt);
+  // The same request with more tokens than the model's 64 of context.
+  r.n_gen = 64;
+  auto why = refusal([&] { prepare_job(r); });
+  CHECK(why.find("more than the model's training context of 64")
+        != std::string::npos);
+  r.n_gen = 5;
+  r.stages = 4;
+  CHECK(refusal([&] { prepare_job(r); })
+        == "--stages 4 exceeds the model's 3 layers");
+  // A file that is no model names the file.
+  r.model = (dir / "missing.gguf").string();
+  why = refusal([&] { prepare_job(r); });
+  CHECK(why.find("model " + r.model + ": ") == 0);
+  r.model = "";
+  CHECK(refusal([&] { prepare_job(r); }).find("needs a model file")
+        != std::string::npos);
+  fs::remove_all(dir);
+}
