@@ -5,7 +5,7 @@
 // receives it once, and the tokens equal those of one stage on one node.
 
 #include "core/model/test_model.hpp"
-#include "test/support/pki.hpp"
+#include "test/support/cluster.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -60,59 +60,20 @@ std::string line_after(const std::string& out, const std::string& prefix) {
 }
 
 
-struct node_proc {
-  std::uint16_t port = 0;
-  std::unique_ptr<process> proc;
-};
-
+/// A node with the cpu and a simulated device (failure timeout 3 s: the
+/// runs below keep a core busy).
 node_proc start(const pki& p, const std::string& name,
                 const std::vector<std::uint16_t>& seeds) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < seeds.size(); ++i)
-    s += (i ? ", " : "") + std::string{"\"127.0.0.1:"}
-         + std::to_string(seeds[i]) + "\"";
-  s += "]";
-  auto dir = p.dir + "/" + name;
-  auto cfg = dir + "/node.json";
-  write_file(cfg, R"({"node": {"name": ")" + name + R"(", "state_dir": ")"
-                    + dir + R"(/state"},
-    "network": {"port": 0, "seeds": )" + s + R"(, "heartbeat_ms": 200,
-                "failure_timeout_ms": 3000, "connect_timeout_ms": 1000},
-    "tls": {"certificate": ")" + dir + "/" + name + R"(.crt", "key": ")"
-                    + dir + "/" + name + R"(.key", "ca": ")" + dir
-                    + R"(/ca.crt"},
-    "devices": {"include": ["cpu", "sim"],
-                "simulated": [{"profile": "adreno-740"}],
-                "rescan_interval_s": 0}})");
-  node_proc n;
-  n.proc = std::make_unique<process>(
-    std::vector<std::string>{exo_node(), "--config", cfg});
-  REQUIRE(n.proc->wait_for_output("ready in", 30s));
-  std::smatch m;
-  auto out = n.proc->out();
-  REQUIRE(std::regex_search(out, m, std::regex{"listening on [^:]+:(\\d+)"}));
-  n.port = static_cast<std::uint16_t>(std::stoi(m[1]));
-  return n;
+  node_options o{name};
+  o.seeds = seeds;
+  o.failure_timeout_ms = 3000;
+  o.state_dir = p.dir + "/" + name + "/state";
+  return start_node(p, o);
 }
 
 run_result console(const pki& p, std::uint16_t port, const std::string& cmd,
                    bool json = false) {
-  std::vector<std::string> argv{exo_console(),
-                                "--connect",
-                                "127.0.0.1:" + std::to_string(port),
-                                "--cert",
-                                p.dir + "/ops/ops.crt",
-                                "--key",
-                                p.dir + "/ops/ops.key",
-                                "--ca",
-                                p.dir + "/ca/ca.crt",
-                                "--timeout-ms",
-                                "60000",
-                                "--exec",
-                                cmd};
-  if (json)
-    argv.push_back("--json");
-  return run(argv, 120s);
+  return exo::test::console(p, port, {cmd}, {json, std::chrono::seconds(60)});
 }
 
 } // namespace
