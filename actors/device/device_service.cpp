@@ -1,5 +1,7 @@
 #include "actors/device/device_service.hpp"
 
+#include "core/text/json.hpp"
+
 #include "core/access/device_request.hpp"
 #include "messages/cluster.hpp"
 #include "messages/device.hpp"
@@ -49,11 +51,11 @@ caf::behavior device_service(caf::event_based_actor* self,
                                              + "\" on this node"));
                 return;
               }
-              auto reply = [rp](std::string text) mutable {
+              auto reply = [rp](std::string msg) mutable {
                 console_reply r;
                 r.command = "dev";
-                r.json = "{\"result\":\"" + text + "\"}";
-                r.text = std::move(text) + "\n";
+                r.json = text::compact({{"result", msg}});
+                r.text = std::move(msg) + "\n";
                 rp.deliver(std::move(r));
               };
               auto to = std::chrono::seconds(10);

@@ -1,5 +1,7 @@
 #include "actors/workload/job_coordinator.hpp"
 
+#include "core/text/json.hpp"
+
 #include "actors/placement/placement_actor.hpp"
 #include "actors/workload/job_actor.hpp"
 #include "actors/workload/simple_placement.hpp"
@@ -566,17 +568,14 @@ console_reply run_reply(const job_report& r, const std::string& prompt,
   console_reply reply;
   reply.command = "run";
   reply.text = out.str();
-  std::ostringstream js;
-  js << "{\"tokens\": [";
-  if (!r.tokens.empty())
-    for (std::size_t i = 0; i < r.tokens[0].size(); ++i)
-      js << (i ? ", " : "") << r.tokens[0][i];
-  js << "], \"bytes_sent\": " << r.bytes_sent
-     << ", \"prompt_tps\": " << r.prompt_tps()
-     << ", \"generation_tps\": " << r.generation_tps()
-     << ", \"job\": " << r.job
-     << ", \"cancelled\": " << (r.cancelled ? "true" : "false") << "}";
-  reply.json = js.str();
+  reply.json = text::spaced(
+    {{"tokens", r.tokens.empty() ? text::json::array()
+                                 : text::json(r.tokens[0])},
+     {"bytes_sent", r.bytes_sent},
+     {"prompt_tps", text::number(r.prompt_tps(), 6)},
+     {"generation_tps", text::number(r.generation_tps(), 6)},
+     {"job", r.job},
+     {"cancelled", r.cancelled}});
   return reply;
 }
 
@@ -625,13 +624,12 @@ console_reply list_jobs(self_ptr self) {
   auto& st = self->state;
   console_reply r;
   r.command = "jobs";
-  std::ostringstream text, js;
-  js << "{\"node\": \"" << st.cfg.node << "\", \"jobs\": [";
+  std::ostringstream table;
+  text::json jobs = text::json::array();
   if (st.running.empty())
-    text << "no running jobs on " << st.cfg.node << "\n";
+    table << "no running jobs on " << st.cfg.node << "\n";
   else
-    text << "JOB  MODEL         TOKENS  SEQS  N     SECONDS  STAGES\n";
-  bool first = true;
+    table << "JOB  MODEL         TOKENS  SEQS  N     SECONDS  STAGES\n";
   auto now = std::chrono::steady_clock::now();
   for (auto& [id, j] : st.running) {
     auto secs = std::chrono::duration<double>(now - j.started).count();
@@ -641,17 +639,15 @@ console_reply list_jobs(self_ptr self) {
                   static_cast<unsigned long long>(id), j.model.c_str(),
                   static_cast<unsigned long long>(tokens), j.sequences,
                   j.n_gen, secs);
-    text << line << j.stages << (j.cancel_requested ? " (cancelling)" : "")
+    table << line << j.stages << (j.cancel_requested ? " (cancelling)" : "")
          << "\n";
-    js << (first ? "" : ", ") << "{\"job\": " << id << ", \"model\": \""
-       << j.model << "\", \"tokens\": " << tokens
-       << ", \"cancelling\": " << (j.cancel_requested ? "true" : "false")
-       << "}";
-    first = false;
+    jobs.push_back({{"job", id},
+                    {"model", j.model},
+                    {"tokens", tokens},
+                    {"cancelling", j.cancel_requested}});
   }
-  js << "]}";
-  r.text = text.str();
-  r.json = js.str();
+  r.text = table.str();
+  r.json = text::spaced({{"node", st.cfg.node}, {"jobs", jobs}});
   return r;
 }
 
@@ -692,14 +688,13 @@ caf::result<console_reply> console_cancel(self_ptr self,
                 "cancel: no running job " + w + " on " + st.cfg.node
                   + " (jobs lists the runs this node coordinates)");
   auto rp = self->make_response_promise<console_reply>();
-  cancel(self, id, [rp, w](bool stopping) mutable {
+  cancel(self, id, [rp, w, id](bool stopping) mutable {
     console_reply r;
     r.command = "cancel";
     r.text = stopping
                ? "cancelling job " + w + ": it stops at the next token\n"
                : "job " + w + " has ended\n";
-    r.json = std::string{"{\"job\": "} + w + ", \"cancelling\": "
-             + (stopping ? "true" : "false") + "}";
+    r.json = text::spaced({{"job", id}, {"cancelling", stopping}});
     rp.deliver(std::move(r));
   });
   return rp;

@@ -1,5 +1,7 @@
 #include "actors/workload/shard_host.hpp"
 
+#include "core/text/json.hpp"
+
 #include "actors/workload/shard_actor.hpp"
 #include "actors/workload/simple_placement.hpp"
 #include "core/tls/bulk_channel.hpp"
@@ -340,8 +342,7 @@ caf::behavior shard_host_impl(self_ptr self, host_state init) {
         r.text += s.text + "\n";
       if (r.text.empty())
         r.text = "no shards on " + self->state.node + "\n";
-      r.json = "{\"shards\": " + std::to_string(self->state.shards.size())
-               + "}";
+      r.json = text::spaced({{"shards", self->state.shards.size()}});
       return r;
     },
   };
