@@ -24,6 +24,13 @@ set_target_properties(CAF::openssl PROPERTIES
 
 find_package(simdjson REQUIRED)
 
+# PCRE2 (8-bit, Unicode properties): the tokenizers' pre-tokenizer regexes.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+
+# nlohmann-json: reading Hugging Face tokenizer.json files.
+find_package(nlohmann_json 3 REQUIRED)
+
 # Gecode: no CMake package in Debian; libraries named gecodeXXX.
 find_path(GECODE_INCLUDE_DIR gecode/int.hh REQUIRED)
 set(_gecode_libs)

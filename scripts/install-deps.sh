@@ -10,7 +10,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libcaf-dev libgecode-dev libsimdjson-dev libboost-dev libssl-dev catch2
   libvulkan-dev mesa-vulkan-drivers glslc vulkan-tools
-  libopenblas-dev
+  libopenblas-dev libpcre2-dev nlohmann-json3-dev
   hipcc libamdhip64-dev librocm-smi-dev
 )
 
