@@ -272,3 +272,22 @@ TEST_CASE("bad tokenizer.json files are refused with the problem named",
                                        100),
                     Catch::Contains("outside the vocabulary size 100"));
 }
+
+TEST_CASE("long runs of one character class split without a regex limit",
+          "[tokenizer]") {
+  for (const char* pre : {"llama-bpe", "qwen2", "gpt-2", "smollm",
+                          "default"}) {
+    INFO("pre-tokenizer " << pre);
+    pretokenizer p(pretokenizer::regexes_for(pre));
+    for (const char* unit : {" ", "a", "1", "\n", "!", "\xE4\xB8\xAD",
+                             " \n"}) {
+      std::string text;
+      for (int i = 0; i < 200000; ++i)
+        text += unit;
+      std::string joined;
+      for (auto& w : p.split(text + "x"))
+        joined += w;
+      CHECK(joined == text + "x");
+    }
+  }
+}
