@@ -10,15 +10,15 @@ namespace exo::model {
 /// A GGUF vocabulary (the tokenizer.ggml.* keys) as llama.cpp's
 /// convert_hf_to_gguf.py writes it for a Hugging Face tokenizer.
 struct hf_vocab {
-  std::string model;              ///< "gpt2" or "llama"
-  std::string pre;                ///< "llama-bpe", "qwen2", ... ("default")
+  std::string model; ///< "gpt2" or "llama"
+  std::string pre;   ///< "llama-bpe", "qwen2", ... ("default")
   std::vector<std::string> tokens;
-  std::vector<float> scores;      ///< Empty for "gpt2".
-  std::vector<int32_t> types;     ///< token_kind values.
-  std::vector<std::string> merges; ///< "a b"; empty for "llama".
+  std::vector<float> scores;                      ///< Empty for "gpt2".
+  std::vector<int32_t> types;                     ///< token_kind values.
+  std::vector<std::string> merges;                ///< "a b"; empty for "llama".
   int64_t bos = -1, eos = -1, unk = -1, pad = -1; ///< -1: not written.
-  std::optional<bool> add_bos, add_eos; ///< Unset: not written.
-  std::string chat_template;      ///< Empty: not written.
+  std::optional<bool> add_bos, add_eos;           ///< Unset: not written.
+  std::string chat_template;                      ///< Empty: not written.
 };
 
 /// Converts the text of a tokenizer.json (and of its tokenizer_config.json,
@@ -43,7 +43,6 @@ hf_vocab hf_vocab_from_json(const std::string& tokenizer_json,
 
 /// hf_vocab_from_json on the files at the paths (`config_path` may be "").
 hf_vocab load_hf_vocab(const std::string& tokenizer_path,
-                       const std::string& config_path,
-                       uint32_t vocab_size = 0);
+                       const std::string& config_path, uint32_t vocab_size = 0);
 
 } // namespace exo::model

@@ -13,16 +13,16 @@ namespace {
 // contractions are spelled case by case (no inline (?i:...)), as llama.cpp
 // adapted them from tokenizer.json.
 const char* const gpt2_regex =
-  "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+"
-  "|\\s+(?!\\S)";
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+"
+    "|\\s+(?!\\S)";
 const char* const llama3_regex =
-  "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-  "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-  "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char* const qwen2_regex =
-  "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-  "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-  "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 size_t utf8_len(unsigned char c) {
   static const size_t lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1,
@@ -69,10 +69,10 @@ std::string sanitize_utf8(const std::string& s) {
     } else if ((c & 0xF0) == 0xE0 && cont(i + 1) && cont(i + 2)) {
       cp = ((c & 0x0Fu) << 12) | ((s[i + 1] & 0x3Fu) << 6) | (s[i + 2] & 0x3F);
       n = 3;
-    } else if ((c & 0xF8) == 0xF0 && cont(i + 1) && cont(i + 2)
-               && cont(i + 3)) {
-      cp = ((c & 0x07u) << 18) | ((s[i + 1] & 0x3Fu) << 12)
-           | ((s[i + 2] & 0x3Fu) << 6) | (s[i + 3] & 0x3F);
+    } else if ((c & 0xF8) == 0xF0 && cont(i + 1) && cont(i + 2) &&
+               cont(i + 3)) {
+      cp = ((c & 0x07u) << 18) | ((s[i + 1] & 0x3Fu) << 12) |
+           ((s[i + 2] & 0x3Fu) << 6) | (s[i + 3] & 0x3F);
       n = 4;
     }
     // Like llama.cpp, an overlong form is re-encoded in its shortest form;
@@ -95,19 +95,19 @@ struct pretokenizer::impl {
 };
 
 pretokenizer::pretokenizer(const std::vector<std::string>& regexes)
-  : impl_(std::make_unique<impl>()) {
+    : impl_(std::make_unique<impl>()) {
   for (auto& re : regexes) {
     int err = 0;
     PCRE2_SIZE at = 0;
-    auto* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(re.data()),
-                               re.size(), PCRE2_UTF | PCRE2_UCP, &err, &at,
-                               nullptr);
+    auto* code =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(re.data()), re.size(),
+                      PCRE2_UTF | PCRE2_UCP, &err, &at, nullptr);
     if (code == nullptr) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof msg);
-      throw gguf_error("pre-tokenizer regex '" + re + "' does not compile at "
-                       + std::to_string(at) + ": "
-                       + reinterpret_cast<const char*>(msg));
+      throw gguf_error("pre-tokenizer regex '" + re + "' does not compile at " +
+                       std::to_string(at) + ": " +
+                       reinterpret_cast<const char*>(msg));
     }
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE); // optional: speed only
     impl_->codes.push_back(code);
@@ -122,23 +122,22 @@ std::vector<std::string> pretokenizer::regexes_for(const std::string& pre) {
   if (pre == "default" || pre.empty())
     return {"[\\p{P}\\$\\+<=>\\^~\\|]+", gpt2_regex, "\\p{N}+",
             "[0-9][0-9][0-9]"};
-  if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe"
-      || pre == "dbrx" || pre == "smaug-bpe")
+  if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" ||
+      pre == "dbrx" || pre == "smaug-bpe")
     return {llama3_regex};
   if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2")
     return {qwen2_regex};
-  if (pre == "gpt-2" || pre == "gpt2" || pre == "phi-2" || pre == "mpt"
-      || pre == "olmo")
+  if (pre == "gpt-2" || pre == "gpt2" || pre == "phi-2" || pre == "mpt" ||
+      pre == "olmo")
     return {gpt2_regex};
   if (pre == "smollm" || pre == "starcoder" || pre == "refact")
     return {"\\p{N}", gpt2_regex};
-  throw gguf_error("unknown pre-tokenizer '" + pre
-                   + "' in tokenizer.ggml.pre (supported: default, "
-                     "llama-bpe, qwen2, gpt-2, smollm and their aliases)");
+  throw gguf_error("unknown pre-tokenizer '" + pre +
+                   "' in tokenizer.ggml.pre (supported: default, "
+                   "llama-bpe, qwen2, gpt-2, smollm and their aliases)");
 }
 
-std::vector<std::string>
-pretokenizer::split(const std::string& text) const {
+std::vector<std::string> pretokenizer::split(const std::string& text) const {
   std::vector<std::string> pieces{text};
   if (text.empty())
     return {};
@@ -161,10 +160,9 @@ pretokenizer::split(const std::string& text) const {
           pcre2_match_data_free(md);
           PCRE2_UCHAR msg[256];
           pcre2_get_error_message(rc, msg, sizeof msg);
-          throw gguf_error(std::string("pre-tokenizer regex failed on a ")
-                           + std::to_string(chunk.size())
-                           + "-byte piece: "
-                           + reinterpret_cast<const char*>(msg));
+          throw gguf_error(std::string("pre-tokenizer regex failed on a ") +
+                           std::to_string(chunk.size()) + "-byte piece: " +
+                           reinterpret_cast<const char*>(msg));
         }
         const auto* ov = pcre2_get_ovector_pointer(md);
         const size_t start = ov[0], end = ov[1];

@@ -12,7 +12,7 @@ namespace exo::model {
 /// one left. Text between two matches stays a piece of its own, so no byte
 /// is ever lost.
 class pretokenizer {
-public:
+ public:
   /// Compiles `regexes`; throws gguf_error naming the regex that does not
   /// compile.
   explicit pretokenizer(const std::vector<std::string>& regexes);
@@ -28,7 +28,7 @@ public:
   /// Splits `text` (valid UTF-8, see sanitize_utf8) into words.
   std::vector<std::string> split(const std::string& text) const;
 
-private:
+ private:
   struct impl;
   std::unique_ptr<impl> impl_;
 };

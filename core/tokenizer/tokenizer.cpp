@@ -20,18 +20,18 @@ constexpr uint32_t attr_byte = 1u << 5;
 
 uint32_t attr_of(int32_t type) {
   switch (static_cast<token_kind>(type)) {
-    case token_kind::normal:
-      return attr_normal;
-    case token_kind::unknown:
-      return attr_unknown;
-    case token_kind::control:
-      return attr_control;
-    case token_kind::user_defined:
-      return attr_user_defined;
-    case token_kind::unused:
-      return attr_unused;
-    case token_kind::byte:
-      return attr_byte;
+  case token_kind::normal:
+    return attr_normal;
+  case token_kind::unknown:
+    return attr_unknown;
+  case token_kind::control:
+    return attr_control;
+  case token_kind::user_defined:
+    return attr_user_defined;
+  case token_kind::unused:
+    return attr_unused;
+  case token_kind::byte:
+    return attr_byte;
   }
   return 0; // undefined
 }
@@ -66,10 +66,10 @@ struct byte_map {
   byte_map() {
     int n = 0;
     for (int b = 0; b < 256; ++b) {
-      bool direct = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC)
-                    || (b >= 0xAE && b <= 0xFF);
-      uint32_t cp = direct ? static_cast<uint32_t>(b)
-                           : static_cast<uint32_t>(256 + n++);
+      bool direct = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) ||
+                    (b >= 0xAE && b <= 0xFF);
+      uint32_t cp =
+          direct ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
       to_unicode[b] = utf8(cp);
       from_unicode[to_unicode[b]] = static_cast<uint8_t>(b);
     }
@@ -126,27 +126,54 @@ bpe_settings settings_for(const std::string& pre) {
 }
 
 // Texts by which llama.cpp recognises special tokens the file does not name.
-const char* const eot_texts[] = {
-  "<|eot_id|>",    "<|im_end|>", "<|end|>", "<end_of_turn>",
-  "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
-  "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
-  "<end_of_utterance>"};
-const char* const eog_texts[] = {
-  "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-  "<|flush|>", "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>",
-  "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-  "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-  "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
-  "[e~["};
+const char* const eot_texts[] = {"<|eot_id|>",
+                                 "<|im_end|>",
+                                 "<|end|>",
+                                 "<end_of_turn>",
+                                 "<|endoftext|>",
+                                 "<|end_of_text|>",
+                                 "<EOT>",
+                                 "_<EOT>",
+                                 "[EOT]",
+                                 "<\xEF\xBD\x9C"
+                                 "end\xE2\x96\x81"
+                                 "of\xE2\x96\x81"
+                                 "sentence\xEF\xBD\x9C>",
+                                 "<end_of_utterance>"};
+const char* const eog_texts[] = {"<|eot_id|>",
+                                 "<|im_end|>",
+                                 "<|end|>",
+                                 "<|return|>",
+                                 "<|call|>",
+                                 "<|flush|>",
+                                 "<|calls|>",
+                                 "<end_of_turn>",
+                                 "<|endoftext|>",
+                                 "</s>",
+                                 "<|eom_id|>",
+                                 "<EOT>",
+                                 "_<EOT>",
+                                 "[EOT]",
+                                 "[EOS]",
+                                 "<|end_of_text|>",
+                                 "<end_of_utterance>",
+                                 "<eos>",
+                                 "<turn|>",
+                                 "<|tool_response>",
+                                 "<\xEF\xBD\x9C"
+                                 "end\xE2\x96\x81"
+                                 "of\xE2\x96\x81"
+                                 "sentence\xEF\xBD\x9C>",
+                                 "[e~["};
 const char* const fim_pre_texts[] = {
-  "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>",
-  "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"};
+    "<|fim_prefix|>",    "<fim-prefix>",    "<fim_prefix>", "<PRE>",
+    "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"};
 const char* const fim_suf_texts[] = {
-  "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>",
-  "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"};
+    "<|fim_suffix|>",    "<fim-suffix>",    "<fim_suffix>", "<SUF>",
+    "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"};
 const char* const fim_mid_texts[] = {
-  "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>",
-  "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"};
+    "<|fim_middle|>",    "<fim-middle>",    "<fim_middle>", "<MID>",
+    "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"};
 const char* const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>",
                                      "<PAD>", "[PAD]"};
 const char* const fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>",
@@ -179,8 +206,8 @@ tokenizer tokenizer::from_gguf(const gguf_file& f) {
     if (t.pre_.empty())
       t.pre_ = "default";
     // Throws for an unknown name before anything else is read.
-    t.pretok_ = std::make_unique<pretokenizer>(
-      pretokenizer::regexes_for(t.pre_));
+    t.pretok_ =
+        std::make_unique<pretokenizer>(pretokenizer::regexes_for(t.pre_));
     auto s = settings_for(t.pre_);
     t.clean_spaces_ = s.clean_spaces;
     t.ignore_merges_ = s.ignore_merges;
@@ -190,8 +217,8 @@ tokenizer tokenizer::from_gguf(const gguf_file& f) {
       throw gguf_error("tokenizer.ggml.merges is missing: a gpt2 (BPE) "
                        "vocabulary needs its merges");
   } else {
-    throw gguf_error("unsupported tokenizer model '" + t.kind_
-                     + "' in tokenizer.ggml.model (supported: llama, gpt2)");
+    throw gguf_error("unsupported tokenizer model '" + t.kind_ +
+                     "' in tokenizer.ggml.model (supported: llama, gpt2)");
   }
   if (f.find("tokenizer.ggml.add_space_prefix"))
     t.add_space_prefix_ = f.get_bool("tokenizer.ggml.add_space_prefix");
@@ -207,9 +234,9 @@ tokenizer tokenizer::from_gguf(const gguf_file& f) {
   if (f.find("tokenizer.ggml.token_type")) {
     auto& a = f.get_array("tokenizer.ggml.token_type");
     if (a.values.size() != n)
-      throw gguf_error("tokenizer.ggml.token_type has "
-                       + std::to_string(a.values.size())
-                       + " entries for " + std::to_string(n) + " tokens");
+      throw gguf_error("tokenizer.ggml.token_type has " +
+                       std::to_string(a.values.size()) + " entries for " +
+                       std::to_string(n) + " tokens");
     for (size_t i = 0; i < n; ++i) {
       if (auto* v = std::get_if<int64_t>(&a.values[i]))
         t.types_[i] = static_cast<int32_t>(*v);
@@ -222,9 +249,9 @@ tokenizer tokenizer::from_gguf(const gguf_file& f) {
   if (f.find("tokenizer.ggml.scores")) {
     auto& a = f.get_array("tokenizer.ggml.scores");
     if (a.values.size() != n)
-      throw gguf_error("tokenizer.ggml.scores has "
-                       + std::to_string(a.values.size())
-                       + " entries for " + std::to_string(n) + " tokens");
+      throw gguf_error("tokenizer.ggml.scores has " +
+                       std::to_string(a.values.size()) + " entries for " +
+                       std::to_string(n) + " tokens");
     for (size_t i = 0; i < n; ++i) {
       if (auto* d = std::get_if<double>(&a.values[i]))
         t.scores_[i] = static_cast<float>(*d);
@@ -240,9 +267,9 @@ tokenizer tokenizer::from_gguf(const gguf_file& f) {
     if (word.empty()) // as llama.cpp names an empty token
       word = "[EMPTY_" + std::to_string(i) + "]";
     if (!t.ids_.emplace(word, static_cast<int32_t>(i)).second)
-      throw gguf_error("duplicate token in tokenizer.ggml.tokens: '" + word
-                       + "' has ids " + std::to_string(t.ids_.at(word))
-                       + " and " + std::to_string(i));
+      throw gguf_error("duplicate token in tokenizer.ggml.tokens: '" + word +
+                       "' has ids " + std::to_string(t.ids_.at(word)) +
+                       " and " + std::to_string(i));
     t.attrs_[i] = attr_of(t.types_[i]);
   }
 
@@ -252,12 +279,12 @@ tokenizer tokenizer::from_gguf(const gguf_file& f) {
     for (size_t r = 0; r < merges.size(); ++r) {
       auto sp = merges[r].find(' ', 1);
       if (sp == std::string::npos)
-        throw gguf_error("tokenizer.ggml.merges entry " + std::to_string(r)
-                         + " ('" + merges[r]
-                         + "') is not two pieces separated by a space");
+        throw gguf_error("tokenizer.ggml.merges entry " + std::to_string(r) +
+                         " ('" + merges[r] +
+                         "') is not two pieces separated by a space");
       t.merge_rank_.emplace(
-        std::make_pair(merges[r].substr(0, sp), merges[r].substr(sp + 1)),
-        static_cast<int32_t>(r));
+          std::make_pair(merges[r].substr(0, sp), merges[r].substr(sp + 1)),
+          static_cast<int32_t>(r));
     }
   }
 
@@ -271,8 +298,8 @@ tokenizer tokenizer::from_gguf(const gguf_file& f) {
       return;
     auto v = f.get_uint(key);
     if (v >= n)
-      throw gguf_error("key '" + key + "' names token " + std::to_string(v)
-                       + " outside the vocabulary of " + std::to_string(n));
+      throw gguf_error("key '" + key + "' names token " + std::to_string(v) +
+                       " outside the vocabulary of " + std::to_string(n));
     id = static_cast<int32_t>(v);
   };
   id_key("tokenizer.ggml.bos_token_id", t.bos_);
@@ -306,8 +333,8 @@ tokenizer tokenizer::from_gguf(const gguf_file& f) {
         return;
       }
   };
-  int32_t fim_pre = -1, fim_suf = -1, fim_mid = -1, fim_pad = -1,
-          fim_rep = -1, fim_sep = -1;
+  int32_t fim_pre = -1, fim_suf = -1, fim_mid = -1, fim_pad = -1, fim_rep = -1,
+          fim_sep = -1;
   detect(eot_texts, t.eot_);
   const char* const eom_texts[] = {"<|eom_id|>"};
   detect(eom_texts, t.eom_);
@@ -318,8 +345,8 @@ tokenizer tokenizer::from_gguf(const gguf_file& f) {
   detect(fim_rep_texts, fim_rep);
   detect(fim_sep_texts, fim_sep);
   for (size_t i = 0; i < n; ++i)
-    if ((t.attrs_[i] & attr_control)
-        && t.pieces_[i].find("unused") != std::string::npos)
+    if ((t.attrs_[i] & attr_control) &&
+        t.pieces_[i].find("unused") != std::string::npos)
       t.attrs_[i] |= attr_unused;
 
   // The end-of-generation set.
@@ -348,9 +375,9 @@ tokenizer tokenizer::from_gguf(const gguf_file& f) {
 
 void tokenizer::check_id(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= pieces_.size())
-    throw gguf_error("token id " + std::to_string(id)
-                     + " is outside the vocabulary of "
-                     + std::to_string(pieces_.size()));
+    throw gguf_error("token id " + std::to_string(id) +
+                     " is outside the vocabulary of " +
+                     std::to_string(pieces_.size()));
 }
 
 const std::string& tokenizer::raw_piece(int32_t id) const {
@@ -372,8 +399,8 @@ int32_t tokenizer::byte_token(uint8_t b) const {
     if (auto it = ids_.find(std::string(1, static_cast<char>(b)));
         it != ids_.end())
       return it->second;
-    throw gguf_error("the vocabulary has no token for byte "
-                     + std::string(buf) + " (byte fallback)");
+    throw gguf_error("the vocabulary has no token for byte " +
+                     std::string(buf) + " (byte fallback)");
   }
   auto it = ids_.find(gpt2_byte_to_unicode(b));
   return it == ids_.end() ? -1 : it->second;
@@ -585,7 +612,8 @@ void tokenizer::bpe_word(const std::string& word,
     q.pop();
     auto& l = sym[b.left];
     auto& r = sym[b.right];
-    if (l.len == 0 || r.len == 0 || text_of(b.left) + text_of(b.right) != b.text)
+    if (l.len == 0 || r.len == 0 ||
+        text_of(b.left) + text_of(b.right) != b.text)
       continue; // stale
     l.len += r.len;
     r.len = 0;
@@ -622,8 +650,8 @@ std::string tokenizer::piece_text(int32_t id) const {
     }
     std::string out;
     for (size_t i = 0; i < p.size();) {
-      size_t n = std::min(utf8_len(static_cast<unsigned char>(p[i])),
-                          p.size() - i);
+      size_t n =
+          std::min(utf8_len(static_cast<unsigned char>(p[i])), p.size() - i);
       auto ch = p.substr(i, n);
       auto it = bytes().from_unicode.find(ch);
       if (it != bytes().from_unicode.end()) {
@@ -684,8 +712,8 @@ std::string tokenizer::detokenize(const std::vector<int32_t>& ids,
   n = 1;
   for (size_t i = 1; i < total; ++i) { // " ' "
     const char x = text[i];
-    if (x == '\'' && i + 1 < total && text[i - 1] == ' '
-        && text[i + 1] == ' ') {
+    if (x == '\'' && i + 1 < total && text[i - 1] == ' ' &&
+        text[i + 1] == ' ') {
       --n;
       text[++i] = '\0';
     }

@@ -34,7 +34,7 @@ enum class token_kind : int32_t {
 /// Control and unknown tokens are found in text only when asked
 /// (`parse_special`); user-defined tokens always are.
 class tokenizer {
-public:
+ public:
   /// Reads tokenizer.ggml.*; throws gguf_error naming the problem for a
   /// missing or malformed vocabulary, an unknown model or pre-tokenizer,
   /// missing merges, or a token id outside the vocabulary.
@@ -46,44 +46,24 @@ public:
   tokenizer& operator=(tokenizer&&) noexcept;
 
   /// "llama" or "gpt2".
-  const std::string& kind() const {
-    return kind_;
-  }
+  const std::string& kind() const { return kind_; }
   /// The pre-tokenizer name ("default" for "llama").
-  const std::string& pre() const {
-    return pre_;
-  }
-  size_t size() const {
-    return pieces_.size();
-  }
+  const std::string& pre() const { return pre_; }
+  size_t size() const { return pieces_.size(); }
   /// Special token ids, or -1 when the vocabulary has none.
-  int32_t bos() const {
-    return bos_;
-  }
-  int32_t eos() const {
-    return eos_;
-  }
-  int32_t eot() const {
-    return eot_;
-  }
+  int32_t bos() const { return bos_; }
+  int32_t eos() const { return eos_; }
+  int32_t eot() const { return eot_; }
   /// Whether the file asks for a BOS token in front of prompts.
-  bool add_bos() const {
-    return add_bos_;
-  }
+  bool add_bos() const { return add_bos_; }
   /// Whether the file asks for an EOS token after prompts.
-  bool add_eos() const {
-    return add_eos_;
-  }
+  bool add_eos() const { return add_eos_; }
 
   /// Whether generating `id` ends the generation (EOS, EOT, <|eot_id|>,
   /// <|im_end|>, <|end_of_text|>, ... as llama.cpp derives the set).
-  bool is_eog(int32_t id) const {
-    return eog_.count(id) != 0;
-  }
+  bool is_eog(int32_t id) const { return eog_.count(id) != 0; }
   /// The end-of-generation set, ascending.
-  const std::set<int32_t>& eog_ids() const {
-    return eog_;
-  }
+  const std::set<int32_t>& eog_ids() const { return eog_; }
 
   /// The token's type as the file gives it.
   token_kind type(int32_t id) const;
@@ -107,8 +87,7 @@ public:
   /// the SPM leading space of the first token removed, BPE's
   /// clean_up_tokenization_spaces applied where the pre-tokenizer asks.
   /// Throws gguf_error for an id outside the vocabulary.
-  std::string detokenize(const std::vector<int32_t>& ids,
-                         bool special) const;
+  std::string detokenize(const std::vector<int32_t>& ids, bool special) const;
 
   /// Decodes generated ids to text for display: special tokens left out and
   /// the leading SPM space of the first piece removed. Throws gguf_error for
@@ -118,11 +97,11 @@ public:
   /// The token's string as stored in the vocabulary.
   const std::string& raw_piece(int32_t id) const;
 
-private:
+ private:
   struct pair_hash {
     size_t operator()(const std::pair<std::string, std::string>& p) const {
-      return std::hash<std::string>{}(p.first)
-             ^ (std::hash<std::string>{}(p.second) << 1);
+      return std::hash<std::string>{}(p.first) ^
+             (std::hash<std::string>{}(p.second) << 1);
     }
   };
 
@@ -141,7 +120,7 @@ private:
   std::vector<uint32_t> attrs_; // llama.cpp's llama_token_attr bits
   std::unordered_map<std::string, int32_t> ids_;
   std::unordered_map<std::pair<std::string, std::string>, int32_t, pair_hash>
-    merge_rank_;
+      merge_rank_;
   std::vector<int32_t> special_cache_; // longest text first
   std::set<int32_t> eog_;
   std::unique_ptr<pretokenizer> pretok_;

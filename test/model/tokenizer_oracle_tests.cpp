@@ -29,54 +29,59 @@ namespace {
 
 /// Prompts covering what pre-tokenizers disagree on.
 const std::vector<std::string> corpus = {
-  "",
-  " ",
-  "Hello world",
-  "hello world, how are you today?",
-  "  two leading spaces and two trailing  ",
-  "     five spaces",
-  "it's they're I'LL we've he'd you'Re O'Neil's",
-  "don't won't can't shouldn't",
-  "12345 3.14159 1,000,000 2024-11-25 007 +49 (0)30",
-  "1 22 333 4444 55555 666666 7777777",
-  "tabs\tand\nnew\n\nlines\r\n\r\nend",
-  "\n\n\n",
-  "line one\n  indented line\n\ttabbed\n",
-  "x",
-  "a  b   c    d",
-  "\xC3\x9Cn\xC3\xAF" "c\xC3\xB6" "d\xC3\xA9 fa\xC3\xA7" "ade na\xC3\xAFve "
-  "\xC3\x9F\xC3\xA6\xC3\xB8",
-  "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE3\x83\x86\xE3\x82\xAD"
-  "\xE3\x82\xB9\xE3\x83\x88 \xE4\xB8\xAD\xE6\x96\x87\xE6\xB5\x8B\xE8\xAF\x95",
-  "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 \xD0\xA0\xD1\x83\xD1\x81\xD1\x81"
-  "\xD0\xBA\xD0\xB8\xD0\xB9 \xCE\x95\xCE\xBB\xCE\xBB\xCE\xB7\xCE\xBD\xCE"
-  "\xB9\xCE\xBA\xCE\xAC \xD8\xA7\xD9\x84\xD8\xB9\xD8\xB1\xD8\xA8\xD9\x8A"
-  "\xD8\xA9",
-  "emoji \xF0\x9F\x98\x80\xF0\x9F\x8E\x89\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD "
-  "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91"
-  "\xA7",
-  "math: x\xC2\xB2 + y\xC2\xB2 = z\xC2\xB2, \xE2\x88\x91 \xE2\x88\x9A" "2 "
-  "\xCF\x80\xE2\x89\x88" "3.14",
-  "nbsp\xC2\xA0here and\xE3\x80\x80ideographic space",
-  "code: for (int i = 0; i < n; ++i) { sum += a[i]; }",
-  "def f(x):\n    return x ** 2  # square\n",
-  "URL https://example.com/path?q=1&r=2#frag email@example.org",
-  "!!! ??? ... ,,, ;;; ::: --- ___ *** ### @@@",
-  "'quoted' \"double\" `back` \xE2\x80\x9Csmart\xE2\x80\x9D",
-  "<|begin_of_text|>hi<|eot_id|>",
-  "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
-  "<|start_header_id|>assistant<|end_header_id|>\n\n",
-  "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\n"
-  "Hello<|im_end|>\n<|im_start|>assistant\n",
-  "<think>\nreasoning\n</think>\n\nanswer <tool_call>{}</tool_call>",
-  "<s>[INST] hi [/INST] hello</s><s>[INST] again [/INST]",
-  "<|endoftext|><|end_of_text|></s><unk>",
-  "text<|im_end|>more<|eot_id|>and<|im_start|>",
-  "mixed 123abc ABC123 a1b2c3 \xE2\x85\xA0\xE2\x85\xA1 \xD9\xA1\xD9\xA2",
-  "The quick brown fox jumps over the lazy dog. THE QUICK BROWN FOX!",
-  "   \n   \n   ",
-  "trailing newline\n",
-  " leading space",
+    "",
+    " ",
+    "Hello world",
+    "hello world, how are you today?",
+    "  two leading spaces and two trailing  ",
+    "     five spaces",
+    "it's they're I'LL we've he'd you'Re O'Neil's",
+    "don't won't can't shouldn't",
+    "12345 3.14159 1,000,000 2024-11-25 007 +49 (0)30",
+    "1 22 333 4444 55555 666666 7777777",
+    "tabs\tand\nnew\n\nlines\r\n\r\nend",
+    "\n\n\n",
+    "line one\n  indented line\n\ttabbed\n",
+    "x",
+    "a  b   c    d",
+    "\xC3\x9Cn\xC3\xAF"
+    "c\xC3\xB6"
+    "d\xC3\xA9 fa\xC3\xA7"
+    "ade na\xC3\xAFve "
+    "\xC3\x9F\xC3\xA6\xC3\xB8",
+    "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE3\x83\x86\xE3\x82\xAD"
+    "\xE3\x82\xB9\xE3\x83\x88 \xE4\xB8\xAD\xE6\x96\x87\xE6\xB5\x8B\xE8\xAF\x95",
+    "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 \xD0\xA0\xD1\x83\xD1\x81\xD1\x81"
+    "\xD0\xBA\xD0\xB8\xD0\xB9 \xCE\x95\xCE\xBB\xCE\xBB\xCE\xB7\xCE\xBD\xCE"
+    "\xB9\xCE\xBA\xCE\xAC \xD8\xA7\xD9\x84\xD8\xB9\xD8\xB1\xD8\xA8\xD9\x8A"
+    "\xD8\xA9",
+    "emoji \xF0\x9F\x98\x80\xF0\x9F\x8E\x89\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD "
+    "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91"
+    "\xA7",
+    "math: x\xC2\xB2 + y\xC2\xB2 = z\xC2\xB2, \xE2\x88\x91 \xE2\x88\x9A"
+    "2 "
+    "\xCF\x80\xE2\x89\x88"
+    "3.14",
+    "nbsp\xC2\xA0here and\xE3\x80\x80ideographic space",
+    "code: for (int i = 0; i < n; ++i) { sum += a[i]; }",
+    "def f(x):\n    return x ** 2  # square\n",
+    "URL https://example.com/path?q=1&r=2#frag email@example.org",
+    "!!! ??? ... ,,, ;;; ::: --- ___ *** ### @@@",
+    "'quoted' \"double\" `back` \xE2\x80\x9Csmart\xE2\x80\x9D",
+    "<|begin_of_text|>hi<|eot_id|>",
+    "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\n"
+    "Hello<|im_end|>\n<|im_start|>assistant\n",
+    "<think>\nreasoning\n</think>\n\nanswer <tool_call>{}</tool_call>",
+    "<s>[INST] hi [/INST] hello</s><s>[INST] again [/INST]",
+    "<|endoftext|><|end_of_text|></s><unk>",
+    "text<|im_end|>more<|eot_id|>and<|im_start|>",
+    "mixed 123abc ABC123 a1b2c3 \xE2\x85\xA0\xE2\x85\xA1 \xD9\xA1\xD9\xA2",
+    "The quick brown fox jumps over the lazy dog. THE QUICK BROWN FOX!",
+    "   \n   \n   ",
+    "trailing newline\n",
+    " leading space",
 };
 
 /// The node program on PATH; skips the test without one.
@@ -107,9 +112,9 @@ oracle_result run_oracle(const std::string& package, uint32_t vocab_size,
                          const std::string& pre = "") {
   auto node_llama = exo::test::require_tool("node-llama-cpp");
   auto dir = exo::test::require_tool(package) + "/models/";
-  (void) node_llama;
+  (void)node_llama;
   auto vocab = std::make_shared<hf_vocab>(load_hf_vocab(
-    dir + "tokenizer.json", dir + "tokenizer_config.json", vocab_size));
+      dir + "tokenizer.json", dir + "tokenizer_config.json", vocab_size));
   if (!pre.empty())
     vocab->pre = pre;
   test_model_options o;
@@ -125,9 +130,10 @@ oracle_result run_oracle(const std::string& package, uint32_t vocab_size,
   make_test_model(o, model);
   exo::test::write_file(tmp + "/prompts.json", json(corpus).dump());
   exo::test::process node(
-    {find_node(), std::string(EXO_SOURCE_DIR) + "/test/model/llama_tokenize.mjs",
-     exo::test::tools_dir(), model, tmp + "/prompts.json", tmp + "/out.json",
-     std::to_string(vocab->tokens.size())});
+      {find_node(),
+       std::string(EXO_SOURCE_DIR) + "/test/model/llama_tokenize.mjs",
+       exo::test::tools_dir(), model, tmp + "/prompts.json", tmp + "/out.json",
+       std::to_string(vocab->tokens.size())});
   int rc = node.wait(std::chrono::minutes(4));
   INFO("node stderr: " << node.err());
   REQUIRE(rc == 0);
@@ -157,10 +163,10 @@ size_t compare(const oracle_result& r) {
     CHECK(plain == want["plain"].get<std::vector<int32_t>>());
     CHECK(special == want["special"].get<std::vector<int32_t>>());
     CHECK(t.detokenize(plain, false) == want["detok_plain"].get<std::string>());
-    CHECK(t.detokenize(special, true)
-          == want["detok_special"].get<std::string>());
-    CHECK(t.detokenize(special, false)
-          == want["detok_special_hidden"].get<std::string>());
+    CHECK(t.detokenize(special, true) ==
+          want["detok_special"].get<std::string>());
+    CHECK(t.detokenize(special, false) ==
+          want["detok_special_hidden"].get<std::string>());
   }
   return corpus.size();
 }
