@@ -101,6 +101,7 @@ TEST_CASE("a vocabulary too small for the tokenizer is refused",
 // ---- real-model rules (llama.cpp's llama_vocab), without the test tools --
 
 #include <memory>
+#include <random>
 
 #include "core/tokenizer/hf_vocab.hpp"
 #include "core/tokenizer/pretokenizer.hpp"
@@ -290,4 +291,40 @@ TEST_CASE("long runs of one character class split without a regex limit",
       CHECK(joined == text + "x");
     }
   }
+}
+
+TEST_CASE("damaged BPE vocabularies are refused or tokenize safely",
+          "[tokenizer]") {
+  // Random byte flips in a GGUF with a byte-level BPE vocabulary (merges,
+  // pre-tokenizer name, token types, special ids): every outcome is either
+  // a gguf_error or a tokenizer that encodes and decodes without fault.
+  test_model_options o;
+  o.layers = 1;
+  o.dim = 32;
+  o.ff = 32;
+  o.heads = 2;
+  o.kv_heads = 1;
+  o.vocab_from = std::make_shared<hf_vocab>(tiny_vocab(300));
+  const auto good = build_test_model(o).bytes();
+  std::mt19937_64 rng(7);
+  int refused = 0, accepted = 0;
+  for (int i = 0; i < 1500; ++i) {
+    auto b = good;
+    const size_t header = std::min<size_t>(b.size(), 8000);
+    for (int k = 0, n = 1 + static_cast<int>(rng() % 6); k < n; ++k)
+      b[rng() % header] ^= static_cast<uint8_t>(1 + rng() % 255);
+    try {
+      auto f = gguf_file::parse(b.data(), b.size());
+      auto t = tokenizer::from_gguf(*f);
+      for (auto& s : samples) {
+        auto ids = t.tokenize(s + "<|eot_id|><think>", true, true);
+        (void)t.detokenize(ids, true);
+      }
+      ++accepted;
+    } catch (const gguf_error&) {
+      ++refused;
+    }
+  }
+  CHECK(refused + accepted == 1500);
+  CHECK(refused > 100);
 }
