@@ -23,9 +23,14 @@ set_target_properties(CAF::openssl PROPERTIES
   INTERFACE_LINK_LIBRARIES "CAF::io;OpenSSL::SSL;OpenSSL::Crypto")
 
 find_package(simdjson REQUIRED)
-# JSON output (one writer: core/text/json.hpp) and the programs' arguments.
+# nlohmann-json: the one JSON writer (core/text/json.hpp), tokenizer.json
+# files, the gateway's requests; CLI11: the programs' arguments.
 find_package(nlohmann_json 3 REQUIRED)
 find_package(CLI11 REQUIRED)
+
+# PCRE2 (8-bit, Unicode properties): the tokenizers' pre-tokenizer regexes.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 
 # Gecode: no CMake package in Debian; libraries named gecodeXXX.
 find_path(GECODE_INCLUDE_DIR gecode/int.hh REQUIRED)

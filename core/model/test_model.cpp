@@ -160,12 +160,27 @@ gguf_writer build_test_model(const test_model_options& o) {
                      "kv-heads");
   if (o.type == tensor_type::q8_0 && (o.dim % 32 != 0 || o.ff % 32 != 0))
     throw gguf_error("Q8_0 needs dim and ff to be multiples of 32");
-  if (o.tokenizer != "llama" && o.tokenizer != "gpt2")
+  if (!o.vocab_from && o.tokenizer != "llama" && o.tokenizer != "gpt2")
     throw gguf_error("unknown tokenizer '" + o.tokenizer
                      + "' (llama or gpt2)");
   std::mt19937_64 rng(o.seed);
-  vocab v = o.tokenizer == "llama" ? llama_vocab(o.vocab, rng)
-                                   : gpt2_vocab(o.vocab, rng);
+  vocab v;
+  std::string model = o.tokenizer, pre = "default";
+  if (o.vocab_from) {
+    const auto& h = *o.vocab_from;
+    if (h.tokens.empty() || h.types.size() != h.tokens.size()
+        || (!h.scores.empty() && h.scores.size() != h.tokens.size()))
+      throw gguf_error("the vocabulary to copy is empty or inconsistent");
+    v.tokens = h.tokens;
+    v.scores = h.scores;
+    v.types = h.types;
+    v.merges = h.merges;
+    model = h.model;
+    pre = h.pre;
+  } else {
+    v = o.tokenizer == "llama" ? llama_vocab(o.vocab, rng)
+                               : gpt2_vocab(o.vocab, rng);
+  }
   const uint32_t n_vocab = static_cast<uint32_t>(v.tokens.size());
   const uint32_t head_dim = o.dim / o.heads;
 
@@ -185,18 +200,37 @@ gguf_writer build_test_model(const test_model_options& o) {
   w.set_u32("general.file_type", o.type == tensor_type::f32   ? 0
                                  : o.type == tensor_type::f16 ? 1
                                                               : 7);
-  w.set_string("tokenizer.ggml.model", o.tokenizer);
-  w.set_string("tokenizer.ggml.pre", "default");
+  w.set_string("tokenizer.ggml.model", model);
+  w.set_string("tokenizer.ggml.pre", pre);
   w.set_strings("tokenizer.ggml.tokens", v.tokens);
-  w.set_f32s("tokenizer.ggml.scores", v.scores);
+  if (!v.scores.empty())
+    w.set_f32s("tokenizer.ggml.scores", v.scores);
   w.set_i32s("tokenizer.ggml.token_type", v.types);
   if (!v.merges.empty())
     w.set_strings("tokenizer.ggml.merges", v.merges);
-  w.set_u32("tokenizer.ggml.bos_token_id", v.bos);
-  w.set_u32("tokenizer.ggml.eos_token_id", v.eos);
-  if (o.tokenizer == "llama")
-    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
-  w.set_bool("tokenizer.ggml.add_bos_token", o.tokenizer == "llama");
+  if (o.vocab_from) {
+    const auto& h = *o.vocab_from;
+    auto id = [&](const char* key, int64_t value) {
+      if (value >= 0)
+        w.set_u32(key, static_cast<uint32_t>(value));
+    };
+    id("tokenizer.ggml.bos_token_id", h.bos);
+    id("tokenizer.ggml.eos_token_id", h.eos);
+    id("tokenizer.ggml.unknown_token_id", h.unk);
+    id("tokenizer.ggml.padding_token_id", h.pad);
+    if (h.add_bos)
+      w.set_bool("tokenizer.ggml.add_bos_token", *h.add_bos);
+    if (h.add_eos)
+      w.set_bool("tokenizer.ggml.add_eos_token", *h.add_eos);
+    if (!h.chat_template.empty())
+      w.set_string("tokenizer.chat_template", h.chat_template);
+  } else {
+    w.set_u32("tokenizer.ggml.bos_token_id", v.bos);
+    w.set_u32("tokenizer.ggml.eos_token_id", v.eos);
+    if (o.tokenizer == "llama")
+      w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+    w.set_bool("tokenizer.ggml.add_bos_token", o.tokenizer == "llama");
+  }
 
   // Matrices uniform in +-1/sqrt(inputs) keep activations near unit size;
   // norms near 1; the embedding uniform in +-1.

@@ -1,10 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/gguf/gguf.hpp"
 #include "core/gguf/gguf_writer.hpp"
+#include "core/tokenizer/hf_vocab.hpp"
 
 namespace exo::model {
 
@@ -19,6 +21,9 @@ struct test_model_options {
   uint32_t ctx = 256;
   tensor_type type = tensor_type::f32; ///< Of the matrices (norms: F32).
   std::string tokenizer = "llama";     ///< "llama" or "gpt2".
+  /// A real vocabulary (hf_vocab_from_json) used instead of a generated
+  /// one; `vocab` and `tokenizer` are then ignored.
+  std::shared_ptr<const hf_vocab> vocab_from;
   uint64_t seed = 1;
   bool tied = false; ///< Leave out output.weight (head tied to embedding).
   float rope_base = 10000.0f;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -102,7 +103,8 @@ int cmd_make_test(int argc, char** argv) {
   auto a = parse_args(argc, argv, 2, {"tied"}, nullptr);
   test_model_options o;
   for (auto& [k, v] : a) {
-    if (k == "out" || k == "tied")
+    if (k == "out" || k == "tied" || k == "vocab-from"
+        || k == "tokenizer-config")
       continue;
     else if (k == "layers")
       o.layers = static_cast<uint32_t>(to_uint(k, v));
@@ -128,6 +130,15 @@ int cmd_make_test(int argc, char** argv) {
       throw usage_error("unknown option --" + k);
   }
   o.tied = a.count("tied") != 0;
+  // --vocab-from tokenizer.json [--tokenizer-config tokenizer_config.json]:
+  // the vocabulary converted as convert_hf_to_gguf.py does (--vocab, when
+  // given, pads it to the embedding rows).
+  if (a.count("vocab-from"))
+    o.vocab_from = std::make_shared<hf_vocab>(load_hf_vocab(
+      a["vocab-from"], a.count("tokenizer-config") ? a["tokenizer-config"] : "",
+      a.count("vocab") ? o.vocab : 0));
+  else if (a.count("tokenizer-config"))
+    throw usage_error("--tokenizer-config needs --vocab-from");
   if (!a.count("out"))
     throw usage_error("make-test needs --out FILE");
   make_test_model(o, a["out"]);
@@ -282,7 +293,8 @@ void usage() {
     "usage: exo-model make-test --out FILE [--layers N] [--dim D] [--ff F]\n"
     "         [--heads H] [--kv-heads K] [--vocab V] [--ctx C]\n"
     "         [--type f32|f16|q8_0] [--tokenizer llama|gpt2] [--seed S]\n"
-    "         [--tied]\n"
+    "         [--tied] [--vocab-from tokenizer.json\n"
+    "         [--tokenizer-config tokenizer_config.json]]\n"
     "       exo-model info FILE\n"
     "       exo-model run --model FILE --prompt TEXT [-n N] [--seed S]\n"
     "         [--temperature T] [--top-k K] [--top-p P] [--threads N]\n"
