@@ -24,6 +24,9 @@ set_target_properties(CAF::openssl PROPERTIES
 
 find_package(simdjson REQUIRED)
 
+# nlohmann-json (values and JSON output of the chat templates).
+find_package(nlohmann_json 3 REQUIRED)
+
 # Gecode: no CMake package in Debian; libraries named gecodeXXX.
 find_path(GECODE_INCLUDE_DIR gecode/int.hh REQUIRED)
 set(_gecode_libs)

@@ -8,7 +8,8 @@ if [ "${EXO_SKIP_DEPS:-0}" = "1" ]; then exit 0; fi
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libcaf-dev libgecode-dev libsimdjson-dev libboost-dev libssl-dev catch2
+  libcaf-dev libgecode-dev libsimdjson-dev nlohmann-json3-dev libboost-dev
+  libssl-dev catch2
   libvulkan-dev mesa-vulkan-drivers glslc vulkan-tools
   libopenblas-dev
   hipcc libamdhip64-dev librocm-smi-dev

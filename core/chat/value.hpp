@@ -1,0 +1,185 @@
+#pragma once
+
+/// The values a chat template computes with. They follow the reference
+/// renderer (@huggingface/jinja, itself JavaScript): integers and floats are
+/// distinct kinds, arrays, objects and namespaces have reference semantics,
+/// objects keep their insertion order, `undefined` and `none` are distinct.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace exo::chat {
+
+class value;
+class interpreter;
+struct environment;
+
+/// Positional and keyword arguments of a call.
+struct call_args {
+  std::vector<value> positional;
+  std::vector<std::pair<std::string, value>> keyword;
+
+  /// The keyword argument `name`, or nullptr.
+  const value* find(std::string_view name) const;
+};
+
+/// A callable: built-in functions and methods, macros, `caller`.
+struct function {
+  std::string name;
+  std::function<value(interpreter&, call_args&,
+                      const std::shared_ptr<environment>&)>
+    call;
+};
+
+using array = std::vector<value>;
+
+/// An insertion-ordered string-keyed map.
+struct object {
+  std::vector<std::pair<std::string, value>> entries;
+
+  value* find(std::string_view key);
+  const value* find(std::string_view key) const;
+  void set(const std::string& key, value v);
+};
+
+/// One template value.
+class value {
+public:
+  enum class kind {
+    undefined,
+    none,
+    boolean,
+    integer,
+    floating,
+    string,
+    array,
+    tuple,
+    object,
+    name_space,
+    function,
+  };
+
+  value() = default;
+  static value none();
+  static value boolean(bool b);
+  static value integer(int64_t i);
+  static value floating(double d);
+  static value string(std::string s);
+  static value make_array(array items = {}, bool tuple = false);
+  static value make_object(object obj = {});
+  static value make_namespace(object obj = {});
+  static value make_function(function fn);
+
+  /// Converts JSON as JavaScript's JSON.parse + the reference's conversion
+  /// would: integral numbers become integers, object keys that are array
+  /// indices come first in ascending order, the rest in document order.
+  static value from_json(const nlohmann::ordered_json& j);
+
+  kind type() const noexcept {
+    return kind_;
+  }
+  bool is(kind k) const noexcept {
+    return kind_ == k;
+  }
+  bool is_undefined() const noexcept {
+    return kind_ == kind::undefined;
+  }
+  bool is_none() const noexcept {
+    return kind_ == kind::none;
+  }
+  bool is_number() const noexcept {
+    return kind_ == kind::integer || kind_ == kind::floating;
+  }
+  bool is_array() const noexcept {
+    return kind_ == kind::array || kind_ == kind::tuple;
+  }
+  bool is_string() const noexcept {
+    return kind_ == kind::string;
+  }
+  /// Objects and namespaces (attribute containers).
+  bool is_mapping_like() const noexcept {
+    return kind_ == kind::object || kind_ == kind::name_space;
+  }
+
+  bool as_bool() const noexcept {
+    return b_;
+  }
+  int64_t as_int() const noexcept {
+    return i_;
+  }
+  double as_double() const noexcept {
+    return kind_ == kind::integer ? static_cast<double>(i_) : d_;
+  }
+  const std::string& as_string() const noexcept {
+    return s_;
+  }
+  array& items() const {
+    return *arr_;
+  }
+  object& fields() const {
+    return *obj_;
+  }
+  const function& fn() const {
+    return *fn_;
+  }
+
+  /// Identity of the shared container (arrays, objects, functions).
+  const void* identity() const noexcept;
+
+  /// Python-style truthiness as the reference computes it.
+  bool truthy() const;
+
+  /// A readable kind name for error messages ("string", "array"...).
+  const char* type_name() const noexcept;
+
+private:
+  kind kind_ = kind::undefined;
+  bool b_ = false;
+  int64_t i_ = 0;
+  double d_ = 0;
+  std::string s_;
+  std::shared_ptr<array> arr_;
+  std::shared_ptr<object> obj_;
+  std::shared_ptr<function> fn_;
+};
+
+/// JavaScript's Number.prototype.toString for `d`.
+std::string js_number(double d);
+
+/// How a value prints in output (`{{ x }}`): floats keep ".0", booleans are
+/// "true"/"false", containers are JSON with undefined as "undefined".
+std::string to_output(const value& v);
+
+/// How a value converts when concatenated with `~` or `+` (JavaScript's
+/// String(x.value)): floats print without ".0".
+std::string to_concat(const value& v);
+
+/// Options of the tojson filter.
+struct json_options {
+  int indent = 0; ///< 0: compact
+  bool ensure_ascii = false;
+  bool sort_keys = false;
+  bool has_separators = false;
+  std::string item_separator;
+  std::string key_separator;
+  bool undefined_as_null = true;
+};
+
+/// JSON as the reference's tojson writes it (Python's json.dumps spacing:
+/// ", " and ": " by default). Throws std::invalid_argument for functions.
+std::string to_json(const value& v, const json_options& opts = {});
+
+/// Loose equality of two values (JavaScript's `==` on the raw values).
+bool loose_equal(const value& a, const value& b);
+
+/// Strict equality (JavaScript's `===` on the raw values; `in` uses it).
+bool strict_equal(const value& a, const value& b);
+
+} // namespace exo::chat
