@@ -23,7 +23,7 @@ struct limits {
   /// Most bytes of output, and of any one string computed on the way.
   std::size_t max_output_bytes = std::size_t{16} << 20;
   /// Most elements of any one list (range(), +, split...).
-  std::size_t max_items = 1'000'000;
+  std::size_t max_items = 100'000;
   /// Most loop iterations over the whole render.
   std::uint64_t max_loop_iterations = 1'000'000;
   /// Most nested macro calls.
