@@ -26,8 +26,8 @@ value bound(const std::string& name, const std::string& self, method m) {
 }
 
 bool is_word(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-         || (c >= '0' && c <= '9') || c == '_';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '_';
 }
 
 value arg(call_args& args, std::size_t i, const char* keyword) {
@@ -39,8 +39,8 @@ value arg(call_args& args, std::size_t i, const char* keyword) {
   return value{};
 }
 
-value starts_or_ends(interpreter& in, const std::string& self,
-                     call_args& args, bool starts) {
+value starts_or_ends(interpreter& in, const std::string& self, call_args& args,
+                     bool starts) {
   const char* name = starts ? "startswith" : "endswith";
   if (args.positional.empty())
     fail(in, std::string(name) + "() needs an argument");
@@ -102,7 +102,8 @@ value split(interpreter& in, const std::string& self, call_args& args) {
     fail(in, "split(): empty separator");
   std::size_t start = 0;
   while (true) {
-    bool limited = maxsplit != -1 && static_cast<int64_t>(out.size()) >= maxsplit;
+    bool limited =
+        maxsplit != -1 && static_cast<int64_t>(out.size()) >= maxsplit;
     auto hit = limited ? std::string::npos : self.find(s, start);
     if (hit == std::string::npos) {
       out.push_back(value::string(self.substr(start)));
@@ -158,8 +159,8 @@ std::string capitalize(const std::string& s) {
 value object_get(interpreter& in, const value& self, call_args& args) {
   auto key = arg(args, 0, nullptr);
   if (!key.is_string())
-    fail(in, std::string("object key must be a string, got ")
-               + key.type_name());
+    fail(in,
+         std::string("object key must be a string, got ") + key.type_name());
   if (auto* v = self.fields().find(key.as_string()))
     return *v;
   if (args.positional.size() > 1)
@@ -187,8 +188,8 @@ value dictsort(interpreter& in, const value& self, call_args& args) {
     case_sensitive = cs.as_bool();
   }
   if (!by.is_undefined()) {
-    if (!by.is_string()
-        || (by.as_string() != "key" && by.as_string() != "value"))
+    if (!by.is_string() ||
+        (by.as_string() != "key" && by.as_string() != "value"))
       fail(in, "dictsort: by must be 'key' or 'value'");
     by_value = by.as_string() == "value";
   }
@@ -246,14 +247,14 @@ value make_namespace(interpreter& in, call_args& args) {
         entries.set(k, v);
     } else if (src.is_array()) {
       for (auto& pair : src.items()) {
-        if (!pair.is_array() || pair.items().size() != 2
-            || !pair.items()[0].is_string())
+        if (!pair.is_array() || pair.items().size() != 2 ||
+            !pair.items()[0].is_string())
           fail(in, "namespace() expects a mapping or [key, value] pairs");
         entries.set(pair.items()[0].as_string(), pair.items()[1]);
       }
     } else {
-      fail(in, std::string("namespace(): a ") + src.type_name()
-                 + " is not iterable");
+      fail(in, std::string("namespace(): a ") + src.type_name() +
+                   " is not iterable");
     }
   }
   for (auto& [k, v] : args.keyword)
@@ -284,8 +285,10 @@ value range_fn(interpreter& in, call_args& args) {
   // Count first so that a huge range is refused before it is built.
   long double span = step > 0 ? static_cast<long double>(stop) - start
                               : static_cast<long double>(start) - stop;
-  long double count = span <= 0 ? 0 : (span + std::abs(static_cast<long double>(step)) - 1)
-                                         / std::abs(static_cast<long double>(step));
+  long double count =
+      span <= 0 ? 0
+                : (span + std::abs(static_cast<long double>(step)) - 1) /
+                      std::abs(static_cast<long double>(step));
   if (count > static_cast<long double>(in.limit().max_items))
     in.check_items(in.current(), in.limit().max_items + 1);
   array out;
@@ -298,17 +301,15 @@ value range_fn(interpreter& in, call_args& args) {
 
 std::string strftime_now(const std::string& format) {
   static const char* months_long[] = {
-    "January", "February", "March",     "April",   "May",      "June",
-    "July",    "August",   "September", "October", "November", "December"};
+      "January", "February", "March",     "April",   "May",      "June",
+      "July",    "August",   "September", "October", "November", "December"};
   static const char* months_short[] = {"Jan", "Feb", "Mar", "Apr",
                                        "May", "Jun", "Jul", "Aug",
                                        "Sep", "Oct", "Nov", "Dec"};
   auto now = std::time(nullptr);
   std::tm tm{};
   localtime_r(&now, &tm);
-  auto pad2 = [](int n) {
-    return (n < 10 ? "0" : "") + std::to_string(n);
-  };
+  auto pad2 = [](int n) { return (n < 10 ? "0" : "") + std::to_string(n); };
   std::string out;
   for (std::size_t i = 0; i < format.size(); ++i) {
     if (format[i] != '%' || i + 1 >= format.size()) {
@@ -317,41 +318,40 @@ std::string strftime_now(const std::string& format) {
     }
     char c = format[i + 1];
     switch (c) {
-      case 'Y':
-        out += std::to_string(tm.tm_year + 1900);
-        break;
-      case 'm':
-        out += pad2(tm.tm_mon + 1);
-        break;
-      case 'd':
-        out += pad2(tm.tm_mday);
-        break;
-      case 'b':
-        out += months_short[tm.tm_mon];
-        break;
-      case 'B':
-        out += months_long[tm.tm_mon];
-        break;
-      case 'H':
-        out += pad2(tm.tm_hour);
-        break;
-      case 'M':
-        out += pad2(tm.tm_min);
-        break;
-      case '%':
-        out += '%';
-        break;
-      default:
-        out += '%';
-        out += c;
+    case 'Y':
+      out += std::to_string(tm.tm_year + 1900);
+      break;
+    case 'm':
+      out += pad2(tm.tm_mon + 1);
+      break;
+    case 'd':
+      out += pad2(tm.tm_mday);
+      break;
+    case 'b':
+      out += months_short[tm.tm_mon];
+      break;
+    case 'B':
+      out += months_long[tm.tm_mon];
+      break;
+    case 'H':
+      out += pad2(tm.tm_hour);
+      break;
+    case 'M':
+      out += pad2(tm.tm_min);
+      break;
+    case '%':
+      out += '%';
+      break;
+    default:
+      out += '%';
+      out += c;
     }
     ++i;
   }
   return out;
 }
 
-value global(const char* name,
-             value (*body)(interpreter&, call_args&)) {
+value global(const char* name, value (*body)(interpreter&, call_args&)) {
   function fn;
   fn.name = name;
   fn.call = [body](interpreter& in, call_args& args, const env_ptr&) {
@@ -420,50 +420,52 @@ value string_member(const value& s, const std::string& name) {
   if (name == "length")
     return value::integer(static_cast<int64_t>(unicode::utf16_length(self)));
   if (name == "upper")
-    return bound(name, self, [](interpreter&, const std::string& x,
-                                call_args&) {
-      return value::string(unicode::to_upper(x));
-    });
+    return bound(name, self,
+                 [](interpreter&, const std::string& x, call_args&) {
+                   return value::string(unicode::to_upper(x));
+                 });
   if (name == "lower")
-    return bound(name, self, [](interpreter&, const std::string& x,
-                                call_args&) {
-      return value::string(unicode::to_lower(x));
-    });
+    return bound(name, self,
+                 [](interpreter&, const std::string& x, call_args&) {
+                   return value::string(unicode::to_lower(x));
+                 });
   // The reference ignores the characters argument of strip/lstrip/rstrip
   // and always strips whitespace; so does exo, to render identically.
   if (name == "strip")
-    return bound(name, self, [](interpreter&, const std::string& x,
-                                call_args&) {
-      return value::string(std::string(unicode::trim(x)));
-    });
+    return bound(name, self,
+                 [](interpreter&, const std::string& x, call_args&) {
+                   return value::string(std::string(unicode::trim(x)));
+                 });
   if (name == "lstrip")
-    return bound(name, self, [](interpreter&, const std::string& x,
-                                call_args&) {
-      return value::string(std::string(unicode::trim_start(x)));
-    });
+    return bound(name, self,
+                 [](interpreter&, const std::string& x, call_args&) {
+                   return value::string(std::string(unicode::trim_start(x)));
+                 });
   if (name == "rstrip")
-    return bound(name, self, [](interpreter&, const std::string& x,
-                                call_args&) {
-      return value::string(std::string(unicode::trim_end(x)));
-    });
+    return bound(name, self,
+                 [](interpreter&, const std::string& x, call_args&) {
+                   return value::string(std::string(unicode::trim_end(x)));
+                 });
   if (name == "title")
-    return bound(name, self, [](interpreter&, const std::string& x,
-                                call_args&) { return value::string(title(x)); });
+    return bound(name, self,
+                 [](interpreter&, const std::string& x, call_args&) {
+                   return value::string(title(x));
+                 });
   if (name == "capitalize")
-    return bound(name, self, [](interpreter&, const std::string& x,
-                                call_args&) {
-      return value::string(capitalize(x));
-    });
+    return bound(name, self,
+                 [](interpreter&, const std::string& x, call_args&) {
+                   return value::string(capitalize(x));
+                 });
   if (name == "startswith")
-    return bound(name, self, [](interpreter& in, const std::string& x,
-                                call_args& a) {
-      return starts_or_ends(in, x, a, true);
-    });
+    return bound(name, self,
+                 [](interpreter& in, const std::string& x, call_args& a) {
+                   return starts_or_ends(in, x, a, true);
+                 });
   if (name == "endswith")
-    return bound(name, self, [](interpreter& in, const std::string& x,
-                                call_args& a) {
-      return starts_or_ends(in, x, a, false);
-    });
+    return bound(name, self,
+                 [](interpreter& in, const std::string& x, call_args& a) {
+                   return starts_or_ends(in, x, a, false);
+                 });
   if (name == "split")
     return bound(name, self, split);
   if (name == "replace")
@@ -472,8 +474,8 @@ value string_member(const value& s, const std::string& name) {
 }
 
 value object_member(const value& obj, const std::string& name) {
-  if (name == "get" || name == "items" || name == "keys" || name == "values"
-      || name == "dictsort")
+  if (name == "get" || name == "items" || name == "keys" || name == "values" ||
+      name == "dictsort")
     return object_method(name, obj);
   return value{};
 }
@@ -487,13 +489,14 @@ void add_globals(environment& env) {
   env.set("None", value::none());
   env.set("namespace", global("namespace", make_namespace));
   env.set("range", global("range", range_fn));
-  env.set("raise_exception",
-          global("raise_exception", [](interpreter& in, call_args& args) -> value {
-            std::string message = args.positional.empty()
-                                    ? "undefined"
-                                    : to_concat(args.positional[0]);
-            in.fail(in.current(), message, error_kind::raised);
-          }));
+  env.set(
+      "raise_exception",
+      global("raise_exception", [](interpreter& in, call_args& args) -> value {
+        std::string message = args.positional.empty()
+                                  ? "undefined"
+                                  : to_concat(args.positional[0]);
+        in.fail(in.current(), message, error_kind::raised);
+      }));
   env.set("strftime_now",
           global("strftime_now", [](interpreter& in, call_args& args) {
             if (args.positional.empty() || !args.positional[0].is_string())
@@ -505,16 +508,16 @@ void add_globals(environment& env) {
 namespace {
 
 const char* const test_names[] = {
-  "boolean", "callable", "odd",      "even",    "false",    "true",
-  "none",    "string",   "number",   "integer", "iterable", "mapping",
-  "sequence", "lower",   "upper",    "defined", "undefined", "equalto",
-  "eq"};
+    "boolean",  "callable",  "odd",      "even",   "false",
+    "true",     "none",      "string",   "number", "integer",
+    "iterable", "mapping",   "sequence", "lower",  "upper",
+    "defined",  "undefined", "equalto",  "eq"};
 
 } // namespace
 
 bool has_test(const std::string& name) {
-  return std::find(std::begin(test_names), std::end(test_names), name)
-         != std::end(test_names);
+  return std::find(std::begin(test_names), std::end(test_names), name) !=
+         std::end(test_names);
 }
 
 bool run_test(interpreter& in, const std::string& name, const value& v,
@@ -586,8 +589,8 @@ int compare(interpreter& in, const value& a, const value& b,
     auto y = case_sensitive ? b.as_string() : unicode::to_lower(b.as_string());
     return x < y ? -1 : (x > y ? 1 : 0);
   }
-  fail(in, std::string("cannot compare a ") + a.type_name() + " with a "
-             + b.type_name());
+  fail(in, std::string("cannot compare a ") + a.type_name() + " with a " +
+               b.type_name());
 }
 
 value attribute_path(const value& item, const std::string& path) {
@@ -603,8 +606,8 @@ value attribute_path(const value& item, const std::string& path) {
     } else if (cur.is_array()) {
       char* end = nullptr;
       long idx = std::strtol(part.c_str(), &end, 10);
-      if (end == part.c_str() || idx < 0
-          || static_cast<std::size_t>(idx) >= cur.items().size())
+      if (end == part.c_str() || idx < 0 ||
+          static_cast<std::size_t>(idx) >= cur.items().size())
         return value{};
       cur = cur.items()[static_cast<std::size_t>(idx)];
     } else {

@@ -30,9 +30,8 @@ nlohmann::ordered_json variables(const nlohmann::ordered_json& messages,
   if (opts.extra.is_object()) {
     for (auto it = opts.extra.begin(); it != opts.extra.end(); ++it) {
       if (vars.contains(it.key()))
-        throw template_error(error_kind::render,
-                             "extra variable '" + it.key()
-                               + "' is already set");
+        throw template_error(error_kind::render, "extra variable '" + it.key() +
+                                                     "' is already set");
       vars[it.key()] = it.value();
     }
   }
@@ -56,7 +55,9 @@ std::string render(const std::string& template_source,
 
 std::string end_of_turn(const compiled_template& tmpl, const options& opts) {
   // A content no template would produce by itself.
-  static const std::string probe = "\x1e" "exo-probe-7f3a" "\x1e";
+  static const std::string probe = "\x1e"
+                                   "exo-probe-7f3a"
+                                   "\x1e";
   auto messages = to_json({{"user", "Hi"}, {"assistant", probe}});
   options o = opts;
   o.add_generation_prompt = false;

@@ -51,13 +51,11 @@ nlohmann::ordered_json to_json(const std::vector<message>& messages);
 
 /// Renders `tmpl` for `messages` (a JSON array of message objects).
 std::string render(const compiled_template& tmpl,
-                   const nlohmann::ordered_json& messages,
-                   const options& opts);
+                   const nlohmann::ordered_json& messages, const options& opts);
 
 /// Parses and renders `template_source` in one step. Throws template_error.
 std::string render(const std::string& template_source,
-                   const nlohmann::ordered_json& messages,
-                   const options& opts);
+                   const nlohmann::ordered_json& messages, const options& opts);
 
 /// The text a template puts after an assistant message's content, up to
 /// the next turn: found by rendering a probe conversation (user, assistant)

@@ -26,30 +26,22 @@ const char* to_string(error_kind k);
 /// characters); `raise_exception`'s own message is kept verbatim in
 /// `detail()`.
 class template_error : public std::runtime_error {
-public:
+ public:
   template_error(error_kind kind, std::string detail, std::size_t line = 0,
                  std::size_t column = 0);
 
-  error_kind kind() const noexcept {
-    return kind_;
-  }
+  error_kind kind() const noexcept { return kind_; }
 
   /// The problem without the position prefix.
-  const std::string& detail() const noexcept {
-    return detail_;
-  }
+  const std::string& detail() const noexcept { return detail_; }
 
   /// 1-based line of the offending place, 0 when unknown.
-  std::size_t line() const noexcept {
-    return line_;
-  }
+  std::size_t line() const noexcept { return line_; }
 
   /// 1-based column (characters) of the offending place, 0 when unknown.
-  std::size_t column() const noexcept {
-    return column_;
-  }
+  std::size_t column() const noexcept { return column_; }
 
-private:
+ private:
   error_kind kind_;
   std::string detail_;
   std::size_t line_;

@@ -218,8 +218,7 @@ value interpreter::apply_filter(const node& at, const value& operand,
     if (operand.is_string()) {
       if (name == "int") {
         int64_t v = 0;
-        return parse_int(operand.as_string(), v) ? value::integer(v)
-                                                 : fallback;
+        return parse_int(operand.as_string(), v) ? value::integer(v) : fallback;
       }
       double d = 0;
       return parse_float(operand.as_string(), d) ? value::floating(d)
@@ -290,18 +289,13 @@ value interpreter::apply_filter(const node& at, const value& operand,
       else if (attr.is(k::integer))
         path = std::to_string(attr.as_int());
       array out = items;
-      std::stable_sort(out.begin(), out.end(),
-                       [&](const value& a, const value& b) {
-                         auto x = path.empty()
-                                    ? a
-                                    : builtins::attribute_path(a, path);
-                         auto y = path.empty()
-                                    ? b
-                                    : builtins::attribute_path(b, path);
-                         int r = builtins::compare(*this, x, y,
-                                                   case_sensitive);
-                         return reverse ? r > 0 : r < 0;
-                       });
+      std::stable_sort(
+          out.begin(), out.end(), [&](const value& a, const value& b) {
+            auto x = path.empty() ? a : builtins::attribute_path(a, path);
+            auto y = path.empty() ? b : builtins::attribute_path(b, path);
+            int r = builtins::compare(*this, x, y, case_sensitive);
+            return reverse ? r > 0 : r < 0;
+          });
       return value::make_array(std::move(out));
     }
     if (name == "selectattr" || name == "rejectattr") {
@@ -316,12 +310,11 @@ value interpreter::apply_filter(const node& at, const value& operand,
         fail(at, name + " needs an attribute name");
       auto attr = args.positional[0].as_string();
       std::string test = args.positional.size() > 1
-                           ? args.positional[1].as_string()
-                           : std::string();
+                             ? args.positional[1].as_string()
+                             : std::string();
       if (!test.empty() && !builtins::has_test(test))
         fail(at, "unknown test '" + test + "'");
-      value other = args.positional.size() > 2 ? args.positional[2]
-                                               : value{};
+      value other = args.positional.size() > 2 ? args.positional[2] : value{};
       array out;
       for (auto& item : items) {
         auto* v = item.fields().find(attr);
@@ -346,8 +339,7 @@ value interpreter::apply_filter(const node& at, const value& operand,
         if (!item.is_mapping_like())
           fail(at, "map: the items must be mappings");
         auto v = builtins::attribute_path(item, attr->as_string());
-        out.push_back(v.is_undefined() && fallback != nullptr ? *fallback
-                                                              : v);
+        out.push_back(v.is_undefined() && fallback != nullptr ? *fallback : v);
       }
       return value::make_array(std::move(out));
     }
@@ -360,7 +352,7 @@ value interpreter::apply_filter(const node& at, const value& operand,
       std::string pad(4, ' ');
       if (width.is(k::integer))
         pad.assign(static_cast<std::size_t>(
-                     std::clamp<int64_t>(width.as_int(), 0, 1024)),
+                       std::clamp<int64_t>(width.as_int(), 0, 1024)),
                    ' ');
       else if (width.is_string())
         pad = width.as_string();
@@ -378,8 +370,8 @@ value interpreter::apply_filter(const node& at, const value& operand,
       return unknown();
     if (name == "length")
       return value::integer(static_cast<int64_t>(unicode::utf16_length(s)));
-    if (name == "upper" || name == "lower" || name == "title"
-        || name == "capitalize") {
+    if (name == "upper" || name == "lower" || name == "title" ||
+        name == "capitalize") {
       auto method = builtins::string_member(operand, name);
       call_args none;
       return method.fn().call(*this, none, env);
@@ -403,7 +395,7 @@ value interpreter::apply_filter(const node& at, const value& operand,
       if (points.empty())
         return value{};
       return value::string(
-        std::string(name == "first" ? points.front() : points.back()));
+          std::string(name == "first" ? points.front() : points.back()));
     }
     return unknown();
   }
@@ -412,9 +404,9 @@ value interpreter::apply_filter(const node& at, const value& operand,
       return unknown();
     if (name == "abs")
       return operand.is(k::integer)
-               ? value::integer(operand.as_int() < 0 ? -operand.as_int()
-                                                     : operand.as_int())
-               : value::floating(std::fabs(operand.as_double()));
+                 ? value::integer(operand.as_int() < 0 ? -operand.as_int()
+                                                       : operand.as_int())
+                 : value::floating(std::fabs(operand.as_double()));
     if (name == "int") {
       if (operand.is(k::integer))
         return operand;
@@ -438,7 +430,7 @@ value interpreter::apply_filter(const node& at, const value& operand,
     }
     if (!is_call && name == "length")
       return value::integer(
-        static_cast<int64_t>(operand.fields().entries.size()));
+          static_cast<int64_t>(operand.fields().entries.size()));
     auto method = builtins::object_member(operand, name);
     if (method.is(k::function))
       return method.fn().call(*this, args, env);

@@ -28,7 +28,7 @@ value environment::lookup(const std::string& name) const {
 }
 
 interpreter::interpreter(std::string_view source, const limits& lim)
-  : source_(source), limits_(lim) {
+    : source_(source), limits_(lim) {
   // nop
 }
 
@@ -36,8 +36,8 @@ interpreter::call_guard::call_guard(interpreter& in) : self(in) {
   if (++self.call_depth_ > self.limits_.max_call_depth) {
     --self.call_depth_;
     self.fail(self.current(),
-              "macro calls nest deeper than "
-                + std::to_string(self.limits_.max_call_depth),
+              "macro calls nest deeper than " +
+                  std::to_string(self.limits_.max_call_depth),
               error_kind::limit);
   }
 }
@@ -55,15 +55,14 @@ void interpreter::fail(const node& n, const std::string& what,
 void interpreter::check_size(const node& n, const std::string& s) const {
   if (s.size() > limits_.max_output_bytes)
     fail(n,
-         "output exceeds " + std::to_string(limits_.max_output_bytes)
-           + " bytes",
+         "output exceeds " + std::to_string(limits_.max_output_bytes) +
+             " bytes",
          error_kind::limit);
 }
 
 void interpreter::check_items(const node& n, std::size_t count) const {
   if (count > limits_.max_items)
-    fail(n,
-         "a list exceeds " + std::to_string(limits_.max_items) + " items",
+    fail(n, "a list exceeds " + std::to_string(limits_.max_items) + " items",
          error_kind::limit);
 }
 
@@ -103,13 +102,13 @@ std::string interpreter::block(const std::vector<node_ptr>& body,
 value interpreter::eval(const node& n, const env_ptr& env) {
   if (++steps_ > limits_.max_steps)
     fail(n,
-         "evaluation takes more than " + std::to_string(limits_.max_steps)
-           + " steps",
+         "evaluation takes more than " + std::to_string(limits_.max_steps) +
+             " steps",
          error_kind::limit);
   if (depth_ >= limits_.max_eval_depth)
     fail(n,
-         "evaluation nests deeper than "
-           + std::to_string(limits_.max_eval_depth),
+         "evaluation nests deeper than " +
+             std::to_string(limits_.max_eval_depth),
          error_kind::limit);
   ++depth_;
   auto* saved = current_;
@@ -127,81 +126,81 @@ value interpreter::eval(const node& n, const env_ptr& env) {
 
 value interpreter::eval_node(const node& n, const env_ptr& env) {
   switch (n.kind) {
-    case node_kind::text:
-    case node_kind::string:
-      return value::string(n.name);
-    case node_kind::comment:
-      return value::none();
-    case node_kind::set:
-      return eval_set(n, env);
-    case node_kind::if_:
-      return value::string(
+  case node_kind::text:
+  case node_kind::string:
+    return value::string(n.name);
+  case node_kind::comment:
+    return value::none();
+  case node_kind::set:
+    return eval_set(n, env);
+  case node_kind::if_:
+    return value::string(
         block(eval(*n.a, env).truthy() ? n.body : n.alternate, env));
-    case node_kind::for_:
-      return eval_for(n, env);
-    case node_kind::macro:
-      return eval_macro(n, env);
-    case node_kind::call_block:
-      return eval_call_block(n, env);
-    case node_kind::filter_block: {
-      auto text = value::string(block(n.body, env));
-      return apply_filter(n, text, *n.a, env);
+  case node_kind::for_:
+    return eval_for(n, env);
+  case node_kind::macro:
+    return eval_macro(n, env);
+  case node_kind::call_block:
+    return eval_call_block(n, env);
+  case node_kind::filter_block: {
+    auto text = value::string(block(n.body, env));
+    return apply_filter(n, text, *n.a, env);
+  }
+  case node_kind::break_:
+    throw loop_break{};
+  case node_kind::continue_:
+    throw loop_continue{};
+  case node_kind::integer:
+    return value::integer(n.int_value);
+  case node_kind::floating:
+    return value::floating(n.float_value);
+  case node_kind::array:
+  case node_kind::tuple: {
+    array items;
+    items.reserve(n.args.size());
+    for (auto& e : n.args)
+      items.push_back(eval(*e, env));
+    return value::make_array(std::move(items), n.kind == node_kind::tuple);
+  }
+  case node_kind::object: {
+    object obj;
+    for (std::size_t i = 0; i + 1 < n.args.size(); i += 2) {
+      auto key = eval(*n.args[i], env);
+      if (!key.is_string())
+        fail(*n.args[i], std::string("mapping keys must be strings, got ") +
+                             key.type_name());
+      obj.set(key.as_string(), eval(*n.args[i + 1], env));
     }
-    case node_kind::break_:
-      throw loop_break{};
-    case node_kind::continue_:
-      throw loop_continue{};
-    case node_kind::integer:
-      return value::integer(n.int_value);
-    case node_kind::floating:
-      return value::floating(n.float_value);
-    case node_kind::array:
-    case node_kind::tuple: {
-      array items;
-      items.reserve(n.args.size());
-      for (auto& e : n.args)
-        items.push_back(eval(*e, env));
-      return value::make_array(std::move(items), n.kind == node_kind::tuple);
-    }
-    case node_kind::object: {
-      object obj;
-      for (std::size_t i = 0; i + 1 < n.args.size(); i += 2) {
-        auto key = eval(*n.args[i], env);
-        if (!key.is_string())
-          fail(*n.args[i], std::string("mapping keys must be strings, got ")
-                             + key.type_name());
-        obj.set(key.as_string(), eval(*n.args[i + 1], env));
-      }
-      return value::make_object(std::move(obj));
-    }
-    case node_kind::identifier:
-      return env->lookup(n.name);
-    case node_kind::member:
-      return eval_member(n, env);
-    case node_kind::call:
-      return eval_call(n, env);
-    case node_kind::unary:
-      return eval_unary(n, env);
-    case node_kind::binary:
-      return eval_binary(n, env);
-    case node_kind::filter: {
-      auto operand = eval(*n.a, env);
-      return apply_filter(n, operand, *n.b, env);
-    }
-    case node_kind::test:
-      return eval_test(n, env);
-    case node_kind::select:
-      if (!eval(*n.b, env).truthy())
-        return value{};
-      return eval(*n.a, env);
-    case node_kind::ternary:
-      return eval(*n.a, env).truthy() ? eval(*n.b, env) : eval(*n.c, env);
-    case node_kind::slice:
-      fail(n, "a slice is only valid inside '[]'");
-    case node_kind::keyword_arg:
-    case node_kind::spread:
-    case node_kind::keyword_spread:
-      fail(n, "argument syntax outside a call");
+    return value::make_object(std::move(obj));
+  }
+  case node_kind::identifier:
+    return env->lookup(n.name);
+  case node_kind::member:
+    return eval_member(n, env);
+  case node_kind::call:
+    return eval_call(n, env);
+  case node_kind::unary:
+    return eval_unary(n, env);
+  case node_kind::binary:
+    return eval_binary(n, env);
+  case node_kind::filter: {
+    auto operand = eval(*n.a, env);
+    return apply_filter(n, operand, *n.b, env);
+  }
+  case node_kind::test:
+    return eval_test(n, env);
+  case node_kind::select:
+    if (!eval(*n.b, env).truthy())
+      return value{};
+    return eval(*n.a, env);
+  case node_kind::ternary:
+    return eval(*n.a, env).truthy() ? eval(*n.b, env) : eval(*n.c, env);
+  case node_kind::slice:
+    fail(n, "a slice is only valid inside '[]'");
+  case node_kind::keyword_arg:
+  case node_kind::spread:
+  case node_kind::keyword_spread:
+    fail(n, "argument syntax outside a call");
   }
   fail(n, "unknown syntax node");
 }
@@ -216,9 +215,9 @@ value interpreter::eval_set(const node& n, const env_ptr& env) {
       fail(n, std::string("cannot unpack a ") + rhs.type_name() + " in set");
     auto& items = rhs.items();
     if (items.size() != target.args.size())
-      fail(n, std::string("too ")
-                + (target.args.size() > items.size() ? "few" : "many")
-                + " items to unpack in set");
+      fail(n, std::string("too ") +
+                  (target.args.size() > items.size() ? "few" : "many") +
+                  " items to unpack in set");
     for (std::size_t i = 0; i < items.size(); ++i) {
       if (target.args[i]->kind != node_kind::identifier)
         fail(*target.args[i], "can only unpack into names");
@@ -227,8 +226,8 @@ value interpreter::eval_set(const node& n, const env_ptr& env) {
   } else if (target.kind == node_kind::member) {
     auto object = eval(*target.a, env);
     if (!object.is(value::kind::name_space))
-      fail(n, std::string("cannot assign an attribute of a ")
-                + object.type_name() + " (only of a namespace)");
+      fail(n, std::string("cannot assign an attribute of a ") +
+                  object.type_name() + " (only of a namespace)");
     if (target.flag || target.b->kind != node_kind::identifier)
       fail(n, "can only assign a namespace attribute by name");
     object.fields().set(target.b->name, std::move(rhs));
@@ -250,9 +249,9 @@ void bind_loop_target(interpreter& in, const node& target, const value& item,
     in.fail(target, std::string("cannot unpack a ") + item.type_name());
   auto& items = item.items();
   if (items.size() != target.args.size())
-    in.fail(target, std::string("too ")
-                      + (target.args.size() > items.size() ? "few" : "many")
-                      + " items to unpack");
+    in.fail(target, std::string("too ") +
+                        (target.args.size() > items.size() ? "few" : "many") +
+                        " items to unpack");
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (target.args[i]->kind != node_kind::identifier)
       in.fail(*target.args[i], "can only unpack into names");
@@ -277,8 +276,8 @@ value interpreter::eval_for(const node& n, const env_ptr& env) {
   auto count_iteration = [&] {
     if (++iterations_ > limits_.max_loop_iterations)
       fail(n,
-           "loops run more than "
-             + std::to_string(limits_.max_loop_iterations) + " iterations",
+           "loops run more than " +
+               std::to_string(limits_.max_loop_iterations) + " iterations",
            error_kind::limit);
   };
   if (n.c) {
@@ -306,10 +305,10 @@ value interpreter::eval_for(const node& n, const env_ptr& env) {
     loop.set("first", value::boolean(i == 0));
     loop.set("last", value::boolean(i == len - 1));
     loop.set("length", value::integer(len));
-    loop.set("previtem", i > 0 ? items[static_cast<std::size_t>(i - 1)]
-                               : value{});
-    loop.set("nextitem", i < len - 1 ? items[static_cast<std::size_t>(i + 1)]
-                                     : value{});
+    loop.set("previtem",
+             i > 0 ? items[static_cast<std::size_t>(i - 1)] : value{});
+    loop.set("nextitem",
+             i < len - 1 ? items[static_cast<std::size_t>(i + 1)] : value{});
     scope->set("loop", value::make_object(std::move(loop)));
     bind_loop_target(*this, *n.a, items[static_cast<std::size_t>(i)], *scope);
     try {
@@ -339,9 +338,9 @@ bool mentions(const node* n, const std::string& name) {
     return false;
   if (n->kind == node_kind::identifier && n->name == name)
     return true;
-  return mentions(n->a.get(), name) || mentions(n->b.get(), name)
-         || mentions(n->c.get(), name) || mentions(n->args, name)
-         || mentions(n->body, name) || mentions(n->alternate, name);
+  return mentions(n->a.get(), name) || mentions(n->b.get(), name) ||
+         mentions(n->c.get(), name) || mentions(n->args, name) ||
+         mentions(n->body, name) || mentions(n->alternate, name);
 }
 
 bool mentions(const std::vector<node_ptr>& nodes, const std::string& name) {
@@ -387,8 +386,8 @@ void interpreter::bind_parameters(const node& at, const std::string& display,
       kw.set(k, v);
     scope->set("kwargs", value::make_object(std::move(kw)));
   } else if (!keywords.empty()) {
-    fail(at, "macro " + display + " takes no keyword argument '"
-               + keywords.front().first + "'");
+    fail(at, "macro " + display + " takes no keyword argument '" +
+                 keywords.front().first + "'");
   }
   if (mentions(body, "varargs")) {
     array rest;
@@ -396,8 +395,8 @@ void interpreter::bind_parameters(const node& at, const std::string& display,
       rest.push_back(args.positional[i]);
     scope->set("varargs", value::make_array(std::move(rest)));
   } else if (args.positional.size() > params.size()) {
-    fail(at, "macro " + display + " takes not more than "
-               + std::to_string(params.size()) + " argument(s)");
+    fail(at, "macro " + display + " takes not more than " +
+                 std::to_string(params.size()) + " argument(s)");
   }
   for (auto* p : pending)
     scope->set(p->name, eval(*p->a, scope));
@@ -427,8 +426,7 @@ value interpreter::eval_call_block(const node& n, const env_ptr& env) {
                            const env_ptr&) -> value {
     call_guard guard{in};
     auto local = std::make_shared<environment>(env);
-    in.bind_parameters(in.current(), "None", def->args, def->body, args,
-                       local);
+    in.bind_parameters(in.current(), "None", def->args, def->body, args, local);
     return value::string(in.block(def->body, local));
   };
   auto& call = *n.a;
@@ -451,8 +449,8 @@ call_args interpreter::eval_args(const std::vector<node_ptr>& args,
         fail(*a, std::string("cannot unpack a ") + v.type_name());
       for (auto& item : v.items())
         out.positional.push_back(item);
-    } else if (a->kind != node_kind::keyword_arg
-               && a->kind != node_kind::keyword_spread) {
+    } else if (a->kind != node_kind::keyword_arg &&
+               a->kind != node_kind::keyword_spread) {
       out.positional.push_back(eval(*a, env));
     }
   }
@@ -467,8 +465,8 @@ call_args interpreter::eval_args(const std::vector<node_ptr>& args,
     } else if (a->kind == node_kind::keyword_spread) {
       auto v = eval(*a->a, env);
       if (!v.is(value::kind::object))
-        fail(*a, std::string("argument after ** must be a mapping, not a ")
-                   + v.type_name());
+        fail(*a, std::string("argument after ** must be a mapping, not a ") +
+                     v.type_name());
       for (auto& [k, item] : v.fields().entries)
         add(*a, k, item);
     }
@@ -481,11 +479,12 @@ value interpreter::eval_call(const node& n, const env_ptr& env) {
   auto fn = eval(*n.a, env);
   if (!fn.is(value::kind::function)) {
     std::string what = n.a->kind == node_kind::identifier
-                         ? "'" + n.a->name + "' is "
-                         : std::string("the callee is ");
-    fail(n, what + (fn.is_undefined() ? "undefined" : std::string("a ")
-                                                         + fn.type_name())
-              + ", not a function");
+                           ? "'" + n.a->name + "' is "
+                           : std::string("the callee is ");
+    fail(n, what +
+                (fn.is_undefined() ? "undefined"
+                                   : std::string("a ") + fn.type_name()) +
+                ", not a function");
   }
   auto result = fn.fn().call(*this, args, env);
   if (result.is_string())
@@ -520,8 +519,8 @@ value interpreter::eval_slice(const node& n, const value& object,
   int64_t stop = 0;
   if (step > 0) {
     start = start_v.is_undefined() ? 0 : start_v.as_int();
-    start = start < 0 ? std::max<int64_t>(len + start, 0)
-                      : std::min(start, len);
+    start =
+        start < 0 ? std::max<int64_t>(len + start, 0) : std::min(start, len);
     stop = stop_v.is_undefined() ? len : stop_v.as_int();
     stop = stop < 0 ? std::max<int64_t>(len + stop, 0) : std::min(stop, len);
   } else {
@@ -529,8 +528,8 @@ value interpreter::eval_slice(const node& n, const value& object,
     start = start < 0 ? std::max<int64_t>(len + start, -1)
                       : std::min(start, len - 1);
     stop = stop_v.is_undefined() ? -1 : stop_v.as_int();
-    stop = stop < -1 ? std::max<int64_t>(len + stop, -1)
-                     : std::min(stop, len - 1);
+    stop =
+        stop < -1 ? std::max<int64_t>(len + stop, -1) : std::min(stop, len - 1);
   }
   int64_t dir = step > 0 ? 1 : -1;
   if (object.is_string()) {
@@ -559,8 +558,8 @@ value interpreter::eval_member(const node& n, const env_ptr& env) {
   }
   if (object.is_mapping_like()) {
     if (!property.is_string())
-      fail(n, std::string("cannot look up a ") + property.type_name()
-                + " key in a " + object.type_name());
+      fail(n, std::string("cannot look up a ") + property.type_name() +
+                  " key in a " + object.type_name());
     if (auto* v = object.fields().find(property.as_string()))
       return *v;
     if (object.is(value::kind::object))
@@ -586,12 +585,12 @@ value interpreter::eval_member(const node& n, const env_ptr& env) {
         return value::integer(static_cast<int64_t>(object.items().size()));
       return value{};
     }
-    fail(n, std::string("cannot index a ") + object.type_name() + " with a "
-              + property.type_name());
+    fail(n, std::string("cannot index a ") + object.type_name() + " with a " +
+                property.type_name());
   }
   if (!property.is_string())
-    fail(n, std::string("cannot index a ") + object.type_name() + " with a "
-              + property.type_name());
+    fail(n, std::string("cannot index a ") + object.type_name() + " with a " +
+                property.type_name());
   return value{};
 }
 
@@ -619,8 +618,7 @@ bool numeric_like(const value& v) {
 }
 
 double numeric(const value& v) {
-  return v.is(value::kind::boolean) ? (v.as_bool() ? 1.0 : 0.0)
-                                    : v.as_double();
+  return v.is(value::kind::boolean) ? (v.as_bool() ? 1.0 : 0.0) : v.as_double();
 }
 
 } // namespace
@@ -658,16 +656,16 @@ value interpreter::eval_binary(const node& n, const env_ptr& env) {
     double r = std::pow(a, b);
     if (!std::isfinite(r))
       fail(n, "the power is not a finite real number");
-    if (left.is(value::kind::floating) || right.is(value::kind::floating)
-        || b < 0)
+    if (left.is(value::kind::floating) || right.is(value::kind::floating) ||
+        b < 0)
       return value::floating(r);
     if (std::fabs(r) >= 9.2e18)
       fail(n, "integer overflow");
     return value::integer(static_cast<int64_t>(r));
   }
   if (left.is_number() && right.is_number()) {
-    bool is_float = left.is(value::kind::floating)
-                    || right.is(value::kind::floating);
+    bool is_float =
+        left.is(value::kind::floating) || right.is(value::kind::floating);
     double a = left.as_double();
     double b = right.as_double();
     if (op == "+" || op == "-" || op == "*") {
@@ -749,8 +747,8 @@ value interpreter::eval_binary(const node& n, const env_ptr& env) {
     bool has = right.fields().find(left.as_string()) != nullptr;
     return value::boolean(has == (op == "in"));
   }
-  fail(n, "unsupported operator '" + op + "' between a " + left.type_name()
-            + " and a " + right.type_name());
+  fail(n, "unsupported operator '" + op + "' between a " + left.type_name() +
+              " and a " + right.type_name());
 }
 
 value interpreter::eval_test(const node& n, const env_ptr& env) {

@@ -40,7 +40,7 @@ struct environment {
   std::shared_ptr<environment> parent;
 
   explicit environment(std::shared_ptr<environment> up = nullptr)
-    : parent(std::move(up)) {
+      : parent(std::move(up)) {
     // nop
   }
 
@@ -49,15 +49,13 @@ struct environment {
   value lookup(const std::string& name) const;
 
   /// Sets `name` in this scope.
-  void set(const std::string& name, value v) {
-    vars[name] = std::move(v);
-  }
+  void set(const std::string& name, value v) { vars[name] = std::move(v); }
 };
 
 using env_ptr = std::shared_ptr<environment>;
 
 class interpreter {
-public:
+ public:
   interpreter(std::string_view source, const limits& lim);
 
   /// A global scope with the built-in names (true, false, none, namespace,
@@ -84,13 +82,9 @@ public:
   void check_items(const node& n, std::size_t count) const;
 
   /// The node being evaluated (for positions in built-in errors).
-  const node& current() const {
-    return *current_;
-  }
+  const node& current() const { return *current_; }
 
-  const limits& limit() const {
-    return limits_;
-  }
+  const limits& limit() const { return limits_; }
 
   /// Counts one call level; throws when the depth limit is passed.
   struct call_guard {
@@ -99,7 +93,7 @@ public:
     ~call_guard();
   };
 
-private:
+ private:
   value eval_node(const node& n, const env_ptr& env);
   value eval_set(const node& n, const env_ptr& env);
   value eval_for(const node& n, const env_ptr& env);

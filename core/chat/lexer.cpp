@@ -9,56 +9,56 @@ namespace exo::chat {
 
 const char* to_string(token_kind k) {
   switch (k) {
-    case token_kind::text:
-      return "text";
-    case token_kind::number:
-      return "number";
-    case token_kind::string:
-      return "string";
-    case token_kind::identifier:
-      return "identifier";
-    case token_kind::equals:
-      return "'='";
-    case token_kind::open_paren:
-      return "'('";
-    case token_kind::close_paren:
-      return "')'";
-    case token_kind::open_statement:
-      return "'{%'";
-    case token_kind::close_statement:
-      return "'%}'";
-    case token_kind::open_expression:
-      return "'{{'";
-    case token_kind::close_expression:
-      return "'}}'";
-    case token_kind::open_square:
-      return "'['";
-    case token_kind::close_square:
-      return "']'";
-    case token_kind::open_curly:
-      return "'{'";
-    case token_kind::close_curly:
-      return "'}'";
-    case token_kind::comma:
-      return "','";
-    case token_kind::dot:
-      return "'.'";
-    case token_kind::colon:
-      return "':'";
-    case token_kind::pipe:
-      return "'|'";
-    case token_kind::additive:
-      return "operator";
-    case token_kind::multiplicative:
-      return "operator";
-    case token_kind::exponent:
-      return "'**'";
-    case token_kind::comparison:
-      return "comparison";
-    case token_kind::unary:
-      return "unary operator";
-    case token_kind::comment:
-      return "comment";
+  case token_kind::text:
+    return "text";
+  case token_kind::number:
+    return "number";
+  case token_kind::string:
+    return "string";
+  case token_kind::identifier:
+    return "identifier";
+  case token_kind::equals:
+    return "'='";
+  case token_kind::open_paren:
+    return "'('";
+  case token_kind::close_paren:
+    return "')'";
+  case token_kind::open_statement:
+    return "'{%'";
+  case token_kind::close_statement:
+    return "'%}'";
+  case token_kind::open_expression:
+    return "'{{'";
+  case token_kind::close_expression:
+    return "'}}'";
+  case token_kind::open_square:
+    return "'['";
+  case token_kind::close_square:
+    return "']'";
+  case token_kind::open_curly:
+    return "'{'";
+  case token_kind::close_curly:
+    return "'}'";
+  case token_kind::comma:
+    return "','";
+  case token_kind::dot:
+    return "'.'";
+  case token_kind::colon:
+    return "':'";
+  case token_kind::pipe:
+    return "'|'";
+  case token_kind::additive:
+    return "operator";
+  case token_kind::multiplicative:
+    return "operator";
+  case token_kind::exponent:
+    return "'**'";
+  case token_kind::comparison:
+    return "comparison";
+  case token_kind::unary:
+    return "unary operator";
+  case token_kind::comment:
+    return "comment";
   }
   return "token";
 }
@@ -100,10 +100,10 @@ bool line_terminator_before(const mapped& m, std::size_t i) {
   if (c == '\n' || c == '\r')
     return true;
   // U+2028 / U+2029 end with 0xA8 / 0xA9 after E2 80.
-  return i >= 3 && static_cast<unsigned char>(m.s[i - 3]) == 0xE2
-         && static_cast<unsigned char>(m.s[i - 2]) == 0x80
-         && (static_cast<unsigned char>(c) == 0xA8
-             || static_cast<unsigned char>(c) == 0xA9);
+  return i >= 3 && static_cast<unsigned char>(m.s[i - 3]) == 0xE2 &&
+         static_cast<unsigned char>(m.s[i - 2]) == 0x80 &&
+         (static_cast<unsigned char>(c) == 0xA8 ||
+          static_cast<unsigned char>(c) == 0xA9);
 }
 
 /// lstrip_blocks: spaces and tabs from a line start up to `{%`, `{#`, `{-`.
@@ -115,8 +115,8 @@ mapped lstrip_blocks(const mapped& in) {
       std::size_t j = i;
       while (j < s.size() && (s[j] == ' ' || s[j] == '\t'))
         ++j;
-      if (j + 1 < s.size() && s[j] == '{'
-          && (s[j + 1] == '%' || s[j + 1] == '#' || s[j + 1] == '-')) {
+      if (j + 1 < s.size() && s[j] == '{' &&
+          (s[j + 1] == '%' || s[j + 1] == '#' || s[j + 1] == '-')) {
         i = j;
       }
       // Copy at least the character at i so that the scan moves on.
@@ -136,8 +136,8 @@ mapped trim_blocks(const mapped& in) {
   const auto& s = in.s;
   for (std::size_t i = 0; i < s.size(); ++i) {
     out.push(s[i], in.at[i]);
-    if (i + 2 < s.size() && (s[i] == '#' || s[i] == '%' || s[i] == '-')
-        && s[i + 1] == '}' && s[i + 2] == '\n') {
+    if (i + 2 < s.size() && (s[i] == '#' || s[i] == '%' || s[i] == '-') &&
+        s[i + 1] == '}' && s[i + 2] == '\n') {
       out.push(s[i + 1], in.at[i + 1]);
       i += 2; // skip the newline
     }
@@ -224,8 +224,8 @@ mapped preprocess(std::string_view source) {
 }
 
 bool is_word(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-         || (c >= '0' && c <= '9') || c == '_';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '_';
 }
 
 bool is_digit(char c) {
@@ -248,33 +248,47 @@ struct operator_entry {
 };
 
 constexpr operator_entry operator_table[] = {
-  {"{%", token_kind::open_statement},  {"%}", token_kind::close_statement},
-  {"{{", token_kind::open_expression}, {"}}", token_kind::close_expression},
-  {"(", token_kind::open_paren},       {")", token_kind::close_paren},
-  {"{", token_kind::open_curly},       {"}", token_kind::close_curly},
-  {"[", token_kind::open_square},      {"]", token_kind::close_square},
-  {",", token_kind::comma},            {".", token_kind::dot},
-  {":", token_kind::colon},            {"|", token_kind::pipe},
-  {"<=", token_kind::comparison},      {">=", token_kind::comparison},
-  {"==", token_kind::comparison},      {"!=", token_kind::comparison},
-  {"<", token_kind::comparison},       {">", token_kind::comparison},
-  {"+", token_kind::additive},         {"-", token_kind::additive},
-  {"~", token_kind::additive},         {"**", token_kind::exponent},
-  {"*", token_kind::multiplicative},   {"//", token_kind::multiplicative},
-  {"/", token_kind::multiplicative},   {"%", token_kind::multiplicative},
-  {"=", token_kind::equals},
+    {"{%", token_kind::open_statement},
+    {"%}", token_kind::close_statement},
+    {"{{", token_kind::open_expression},
+    {"}}", token_kind::close_expression},
+    {"(", token_kind::open_paren},
+    {")", token_kind::close_paren},
+    {"{", token_kind::open_curly},
+    {"}", token_kind::close_curly},
+    {"[", token_kind::open_square},
+    {"]", token_kind::close_square},
+    {",", token_kind::comma},
+    {".", token_kind::dot},
+    {":", token_kind::colon},
+    {"|", token_kind::pipe},
+    {"<=", token_kind::comparison},
+    {">=", token_kind::comparison},
+    {"==", token_kind::comparison},
+    {"!=", token_kind::comparison},
+    {"<", token_kind::comparison},
+    {">", token_kind::comparison},
+    {"+", token_kind::additive},
+    {"-", token_kind::additive},
+    {"~", token_kind::additive},
+    {"**", token_kind::exponent},
+    {"*", token_kind::multiplicative},
+    {"//", token_kind::multiplicative},
+    {"/", token_kind::multiplicative},
+    {"%", token_kind::multiplicative},
+    {"=", token_kind::equals},
 };
 
 class lexer {
-public:
+ public:
   lexer(std::string_view source, mapped m)
-    : source_(source), m_(std::move(m)), s_(m_.s) {
+      : source_(source), m_(std::move(m)), s_(m_.s) {
     // nop
   }
 
   std::vector<token> run();
 
-private:
+ private:
   [[noreturn]] void fail(const std::string& what, std::size_t at) const {
     auto origin = at < m_.at.size() ? m_.at[at] : source_.size();
     auto p = locate(source_, origin);
@@ -403,31 +417,31 @@ void lexer::lex_string(char quote) {
     }
     flush_high();
     switch (e) {
-      case 'n':
-        out += '\n';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'v':
-        out += '\v';
-        break;
-      case '\'':
-      case '"':
-      case '\\':
-        out += e;
-        break;
-      default:
-        fail(std::string("unknown escape sequence \\") + e, pos_ - 2);
+    case 'n':
+      out += '\n';
+      break;
+    case 't':
+      out += '\t';
+      break;
+    case 'r':
+      out += '\r';
+      break;
+    case 'b':
+      out += '\b';
+      break;
+    case 'f':
+      out += '\f';
+      break;
+    case 'v':
+      out += '\v';
+      break;
+    case '\'':
+    case '"':
+    case '\\':
+      out += e;
+      break;
+    default:
+      fail(std::string("unknown escape sequence \\") + e, pos_ - 2);
     }
   }
   flush_high();
@@ -440,8 +454,8 @@ void lexer::lex_number(std::string prefix, std::size_t start) {
   while (pos_ < s_.size() && is_digit(s_[pos_]))
     num += s_[pos_++];
   bool after_dot = !tokens_.empty() && tokens_.back().kind == token_kind::dot;
-  if (!after_dot && pos_ + 1 < s_.size() && s_[pos_] == '.'
-      && is_digit(s_[pos_ + 1])) {
+  if (!after_dot && pos_ + 1 < s_.size() && s_[pos_] == '.' &&
+      is_digit(s_[pos_ + 1])) {
     num += s_[pos_++];
     while (pos_ < s_.size() && is_digit(s_[pos_]))
       num += s_[pos_++];
@@ -453,14 +467,13 @@ std::vector<token> lexer::run() {
   while (pos_ < s_.size()) {
     bool any = false;
     auto last = last_kind(any);
-    if (!any || last == token_kind::close_statement
-        || last == token_kind::close_expression
-        || last == token_kind::comment) {
+    if (!any || last == token_kind::close_statement ||
+        last == token_kind::close_expression || last == token_kind::comment) {
       auto start = pos_;
-      while (pos_ < s_.size()
-             && !(s_[pos_] == '{' && pos_ + 1 < s_.size()
-                  && (s_[pos_ + 1] == '%' || s_[pos_ + 1] == '{'
-                      || s_[pos_ + 1] == '#')))
+      while (pos_ < s_.size() &&
+             !(s_[pos_] == '{' && pos_ + 1 < s_.size() &&
+               (s_[pos_ + 1] == '%' || s_[pos_ + 1] == '{' ||
+                s_[pos_ + 1] == '#')))
         ++pos_;
       if (pos_ > start) {
         push(token_kind::text, s_.substr(start, pos_ - start), start);
@@ -500,10 +513,10 @@ std::vector<token> lexer::run() {
       last = last_kind(any);
       if (!any || last == token_kind::text)
         fail(std::string("unexpected character '") + c + "'", pos_);
-      bool binary = last == token_kind::identifier
-                    || last == token_kind::number || last == token_kind::string
-                    || last == token_kind::close_paren
-                    || last == token_kind::close_square;
+      bool binary = last == token_kind::identifier ||
+                    last == token_kind::number || last == token_kind::string ||
+                    last == token_kind::close_paren ||
+                    last == token_kind::close_square;
       if (!binary) {
         ++pos_;
         if (pos_ < s_.size() && is_digit(s_[pos_]))
@@ -520,14 +533,14 @@ std::vector<token> lexer::run() {
         continue;
       if (s_.compare(pos_, lit.size(), lit) != 0)
         continue;
-      if (op.kind == token_kind::open_statement
-          || op.kind == token_kind::open_expression) {
+      if (op.kind == token_kind::open_statement ||
+          op.kind == token_kind::open_expression) {
         open_tag(op.kind, lit.size());
         if (op.kind == token_kind::open_expression)
           curly_depth_ = 0;
       } else {
-        if (op.kind == token_kind::close_statement
-            || op.kind == token_kind::close_expression)
+        if (op.kind == token_kind::close_statement ||
+            op.kind == token_kind::close_expression)
           in_tag_ = false;
         else if (op.kind == token_kind::open_curly)
           ++curly_depth_;
@@ -563,8 +576,8 @@ std::vector<token> lexer::run() {
   }
   if (in_tag_) {
     bool stmt = tag_kind_ == token_kind::open_statement;
-    fail(std::string("unterminated tag: '") + (stmt ? "{%" : "{{")
-           + "' has no matching '" + (stmt ? "%}" : "}}") + "'",
+    fail(std::string("unterminated tag: '") + (stmt ? "{%" : "{{") +
+             "' has no matching '" + (stmt ? "%}" : "}}") + "'",
          tag_open_);
   }
   return std::move(tokens_);

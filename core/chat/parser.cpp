@@ -13,9 +13,9 @@ namespace exo::chat {
 namespace {
 
 class parser {
-public:
+ public:
   parser(std::string_view source, const std::vector<token>& tokens)
-    : source_(source), tokens_(tokens) {
+      : source_(source), tokens_(tokens) {
     // nop
   }
 
@@ -26,19 +26,17 @@ public:
     return out;
   }
 
-private:
+ private:
   /// Bounds the recursion of nested expressions and blocks.
   struct depth_guard {
     parser& p;
     explicit depth_guard(parser& self) : p(self) {
       if (++p.depth_ > max_parse_depth)
-        p.fail("template nests deeper than "
-                 + std::to_string(max_parse_depth) + " levels",
+        p.fail("template nests deeper than " + std::to_string(max_parse_depth) +
+                   " levels",
                p.here());
     }
-    ~depth_guard() {
-      --p.depth_;
-    }
+    ~depth_guard() { --p.depth_; }
   };
 
   [[noreturn]] void fail(const std::string& what, std::size_t offset) const {
@@ -57,16 +55,16 @@ private:
       return "the end of the template";
     auto& t = tokens_[pos_];
     switch (t.kind) {
-      case token_kind::identifier:
-        return "'" + t.text + "'";
-      case token_kind::number:
-        return "number " + t.text;
-      case token_kind::string:
-        return "a string literal";
-      case token_kind::text:
-        return "text";
-      default:
-        return to_string(t.kind);
+    case token_kind::identifier:
+      return "'" + t.text + "'";
+    case token_kind::number:
+      return "number " + t.text;
+    case token_kind::string:
+      return "a string literal";
+    case token_kind::text:
+      return "text";
+    default:
+      return to_string(t.kind);
     }
   }
 
@@ -75,8 +73,8 @@ private:
   }
 
   bool is_identifier(const char* name, std::size_t ahead = 0) const {
-    return is(token_kind::identifier, ahead)
-           && tokens_[pos_ + ahead].text == name;
+    return is(token_kind::identifier, ahead) &&
+           tokens_[pos_ + ahead].text == name;
   }
 
   bool is_statement(std::initializer_list<const char*> names) const {
@@ -89,16 +87,15 @@ private:
 
   const token& expect(token_kind k, const char* what) {
     if (!is(k))
-      fail(std::string("expected ") + what + " but found "
-             + describe_current(),
+      fail(std::string("expected ") + what + " but found " + describe_current(),
            here());
     return tokens_[pos_++];
   }
 
   void expect_identifier(const char* name) {
     if (!is_identifier(name))
-      fail(std::string("expected '") + name + "' but found "
-             + describe_current(),
+      fail(std::string("expected '") + name + "' but found " +
+               describe_current(),
            here());
     ++pos_;
   }
@@ -106,14 +103,14 @@ private:
   /// Parses statements until one of `names` opens; fails at the end of the
   /// template naming the block that was left open.
   void parse_until(std::vector<node_ptr>& out,
-                   std::initializer_list<const char*> names,
-                   const char* block, std::size_t opened_at) {
+                   std::initializer_list<const char*> names, const char* block,
+                   std::size_t opened_at) {
     while (!is_statement(names)) {
       if (pos_ >= tokens_.size()) {
         auto p = locate(source_, opened_at);
-        fail(std::string("unexpected end of template: '{% ") + block
-               + " %}' opened at line " + std::to_string(p.line)
-               + " column " + std::to_string(p.column) + " is never closed",
+        fail(std::string("unexpected end of template: '{% ") + block +
+                 " %}' opened at line " + std::to_string(p.line) + " column " +
+                 std::to_string(p.column) + " is never closed",
              source_.size());
       }
       out.push_back(parse_any());
@@ -134,26 +131,26 @@ private:
     depth_guard guard{*this};
     auto& t = tokens_[pos_];
     switch (t.kind) {
-      case token_kind::comment: {
-        ++pos_;
-        return make(node_kind::comment, t.offset);
-      }
-      case token_kind::text: {
-        ++pos_;
-        auto n = make(node_kind::text, t.offset);
-        n->name = t.text;
-        return n;
-      }
-      case token_kind::open_statement:
-        return parse_statement();
-      case token_kind::open_expression: {
-        ++pos_;
-        auto e = parse_expression();
-        expect(token_kind::close_expression, "'}}'");
-        return e;
-      }
-      default:
-        fail("unexpected " + describe_current() + " outside a tag", here());
+    case token_kind::comment: {
+      ++pos_;
+      return make(node_kind::comment, t.offset);
+    }
+    case token_kind::text: {
+      ++pos_;
+      auto n = make(node_kind::text, t.offset);
+      n->name = t.text;
+      return n;
+    }
+    case token_kind::open_statement:
+      return parse_statement();
+    case token_kind::open_expression: {
+      ++pos_;
+      auto e = parse_expression();
+      expect(token_kind::close_expression, "'}}'");
+      return e;
+    }
+    default:
+      fail("unexpected " + describe_current() + " outside a tag", here());
     }
   }
 
@@ -161,8 +158,8 @@ private:
     auto open_at = tokens_[pos_].offset;
     ++pos_; // {%
     if (!is(token_kind::identifier))
-      fail("expected a statement name after '{%' but found "
-             + describe_current(),
+      fail("expected a statement name after '{%' but found " +
+               describe_current(),
            here());
     auto word = tokens_[pos_].text;
     ++pos_;
@@ -268,8 +265,8 @@ private:
       fail("expected a loop variable (a name or names) after 'for'",
            n->a->offset);
     if (!is_identifier("in"))
-      fail("expected 'in' after the loop variable but found "
-             + describe_current(),
+      fail("expected 'in' after the loop variable but found " +
+               describe_current(),
            here());
     ++pos_;
     auto iterable = parse_expression();
@@ -455,8 +452,8 @@ private:
   }
 
   node_ptr parse_unary_sign() {
-    if ((is(token_kind::unary) || is(token_kind::additive))
-        && (tokens_[pos_].text == "-" || tokens_[pos_].text == "+")) {
+    if ((is(token_kind::unary) || is(token_kind::additive)) &&
+        (tokens_[pos_].text == "-" || tokens_[pos_].text == "+")) {
       depth_guard guard{*this};
       auto n = make(node_kind::unary, here());
       n->name = tokens_[pos_++].text;
@@ -493,8 +490,8 @@ private:
         fail("argument unpacking is not allowed in parameters", at);
       if (kw_spread || spread) {
         ++pos_;
-        auto n = make(kw_spread ? node_kind::keyword_spread : node_kind::spread,
-                      at);
+        auto n =
+            make(kw_spread ? node_kind::keyword_spread : node_kind::spread, at);
         n->a = parse_expression();
         out.push_back(std::move(n));
       } else {
@@ -513,16 +510,16 @@ private:
                           : "a positional argument follows a keyword argument",
                arg->offset);
         }
-        if (parameters && arg->kind != node_kind::identifier
-            && arg->kind != node_kind::keyword_arg)
+        if (parameters && arg->kind != node_kind::identifier &&
+            arg->kind != node_kind::keyword_arg)
           fail("expected a parameter name", arg->offset);
         out.push_back(std::move(arg));
       }
       if (is(token_kind::comma))
         ++pos_;
       else if (!is(token_kind::close_paren))
-        fail("expected ',' or ')' in an argument list but found "
-               + describe_current(),
+        fail("expected ',' or ')' in an argument list but found " +
+                 describe_current(),
              here());
     }
     ++pos_; // )
@@ -541,8 +538,8 @@ private:
         expect(token_kind::close_square, "']'");
       } else {
         auto property = parse_primary();
-        if (property->kind != node_kind::identifier
-            && property->kind != node_kind::integer)
+        if (property->kind != node_kind::identifier &&
+            property->kind != node_kind::integer)
           fail("expected a name or an integer after '.'", property->offset);
         n->b = std::move(property);
       }
@@ -608,62 +605,61 @@ private:
       fail("unexpected end of template in an expression", here());
     auto& t = tokens_[pos_++];
     switch (t.kind) {
-      case token_kind::number:
-        return parse_number(t);
-      case token_kind::string: {
-        auto n = make(node_kind::string, t.offset);
-        n->name = t.text;
-        while (is(token_kind::string))
-          n->name += tokens_[pos_++].text;
-        return n;
+    case token_kind::number:
+      return parse_number(t);
+    case token_kind::string: {
+      auto n = make(node_kind::string, t.offset);
+      n->name = t.text;
+      while (is(token_kind::string))
+        n->name += tokens_[pos_++].text;
+      return n;
+    }
+    case token_kind::identifier: {
+      auto n = make(node_kind::identifier, t.offset);
+      n->name = t.text;
+      return n;
+    }
+    case token_kind::open_paren: {
+      auto e = parse_sequence(false);
+      expect(token_kind::close_paren, "')'");
+      return e;
+    }
+    case token_kind::open_square: {
+      auto n = make(node_kind::array, t.offset);
+      while (!is(token_kind::close_square)) {
+        if (pos_ >= tokens_.size())
+          fail("unexpected end of template in a list", here());
+        n->args.push_back(parse_expression());
+        if (is(token_kind::comma))
+          ++pos_;
+        else if (!is(token_kind::close_square))
+          fail("expected ',' or ']' in a list but found " + describe_current(),
+               here());
       }
-      case token_kind::identifier: {
-        auto n = make(node_kind::identifier, t.offset);
-        n->name = t.text;
-        return n;
+      ++pos_;
+      return n;
+    }
+    case token_kind::open_curly: {
+      auto n = make(node_kind::object, t.offset);
+      while (!is(token_kind::close_curly)) {
+        if (pos_ >= tokens_.size())
+          fail("unexpected end of template in a mapping", here());
+        n->args.push_back(parse_expression());
+        expect(token_kind::colon, "':' in a mapping");
+        n->args.push_back(parse_expression());
+        if (is(token_kind::comma))
+          ++pos_;
+        else if (!is(token_kind::close_curly))
+          fail("expected ',' or '}' in a mapping but found " +
+                   describe_current(),
+               here());
       }
-      case token_kind::open_paren: {
-        auto e = parse_sequence(false);
-        expect(token_kind::close_paren, "')'");
-        return e;
-      }
-      case token_kind::open_square: {
-        auto n = make(node_kind::array, t.offset);
-        while (!is(token_kind::close_square)) {
-          if (pos_ >= tokens_.size())
-            fail("unexpected end of template in a list", here());
-          n->args.push_back(parse_expression());
-          if (is(token_kind::comma))
-            ++pos_;
-          else if (!is(token_kind::close_square))
-            fail("expected ',' or ']' in a list but found "
-                   + describe_current(),
-                 here());
-        }
-        ++pos_;
-        return n;
-      }
-      case token_kind::open_curly: {
-        auto n = make(node_kind::object, t.offset);
-        while (!is(token_kind::close_curly)) {
-          if (pos_ >= tokens_.size())
-            fail("unexpected end of template in a mapping", here());
-          n->args.push_back(parse_expression());
-          expect(token_kind::colon, "':' in a mapping");
-          n->args.push_back(parse_expression());
-          if (is(token_kind::comma))
-            ++pos_;
-          else if (!is(token_kind::close_curly))
-            fail("expected ',' or '}' in a mapping but found "
-                   + describe_current(),
-                 here());
-        }
-        ++pos_;
-        return n;
-      }
-      default:
-        --pos_;
-        fail("unexpected " + describe_current() + " in an expression", here());
+      ++pos_;
+      return n;
+    }
+    default:
+      --pos_;
+      fail("unexpected " + describe_current() + " in an expression", here());
     }
   }
 

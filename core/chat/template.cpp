@@ -6,7 +6,7 @@
 namespace exo::chat {
 
 compiled_template::compiled_template(std::string source)
-  : source_(std::move(source)) {
+    : source_(std::move(source)) {
   program_ = parse(source_, tokenize(source_));
 }
 
@@ -21,8 +21,8 @@ std::string compiled_template::render(const nlohmann::ordered_json& variables,
     for (auto it = variables.begin(); it != variables.end(); ++it) {
       if (globals->vars.count(it.key()) != 0)
         throw template_error(error_kind::render,
-                             "variable '" + it.key()
-                               + "' would shadow a built-in name");
+                             "variable '" + it.key() +
+                                 "' would shadow a built-in name");
       globals->set(it.key(), value::from_json(it.value()));
     }
   }

@@ -14,7 +14,7 @@
 namespace exo::chat {
 
 class compiled_template {
-public:
+ public:
   /// Parses `source`; throws template_error (syntax, with line and column).
   explicit compiled_template(std::string source);
 
@@ -28,11 +28,9 @@ public:
   std::string render(const nlohmann::ordered_json& variables,
                      const limits& lim = {}) const;
 
-  const std::string& source() const noexcept {
-    return source_;
-  }
+  const std::string& source() const noexcept { return source_; }
 
-private:
+ private:
   std::string source_;
   std::vector<node_ptr> program_;
 };

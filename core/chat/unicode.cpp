@@ -66,12 +66,23 @@ void append(std::string& out, char32_t c) {
 
 bool is_space(char32_t c) {
   switch (c) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20:
-    case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F:
-    case 0x205F: case 0x3000: case 0xFEFF:
-      return true;
-    default:
-      return c >= 0x2000 && c <= 0x200A;
+  case 0x09:
+  case 0x0A:
+  case 0x0B:
+  case 0x0C:
+  case 0x0D:
+  case 0x20:
+  case 0xA0:
+  case 0x1680:
+  case 0x2028:
+  case 0x2029:
+  case 0x202F:
+  case 0x205F:
+  case 0x3000:
+  case 0xFEFF:
+    return true;
+  default:
+    return c >= 0x2000 && c <= 0x200A;
   }
 }
 
@@ -130,8 +141,8 @@ char32_t lower_of(char32_t c) {
     return (c >= 'A' && c <= 'Z') ? c + 32 : c;
   if ((c >= 0xC0 && c <= 0xDE && c != 0xD7))
     return c + 32;
-  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138
-      && c != 0x149 && c != 0x178 && c != 0x17F) {
+  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 &&
+      c != 0x149 && c != 0x178 && c != 0x17F) {
     bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
     if (odd_upper)
       return (c % 2 == 1) ? c + 1 : c;
@@ -157,8 +168,8 @@ char32_t upper_of(char32_t c) {
     return c - 32;
   if (c == 0xFF)
     return 0x178;
-  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138
-      && c != 0x149 && c != 0x178) {
+  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 &&
+      c != 0x149 && c != 0x178) {
     if (c == 0x17F)
       return 'S';
     bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);

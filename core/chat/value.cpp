@@ -128,54 +128,54 @@ bool is_array_index(const std::string& key, uint64_t& out) {
 value value::from_json(const nlohmann::ordered_json& j) {
   using t = nlohmann::ordered_json::value_t;
   switch (j.type()) {
-    case t::null:
-    case t::discarded:
-      return none();
-    case t::boolean:
-      return boolean(j.get<bool>());
-    case t::number_integer:
-      return integer(j.get<int64_t>());
-    case t::number_unsigned: {
-      auto u = j.get<uint64_t>();
-      if (u > static_cast<uint64_t>(INT64_MAX))
-        return floating(static_cast<double>(u));
-      return integer(static_cast<int64_t>(u));
+  case t::null:
+  case t::discarded:
+    return none();
+  case t::boolean:
+    return boolean(j.get<bool>());
+  case t::number_integer:
+    return integer(j.get<int64_t>());
+  case t::number_unsigned: {
+    auto u = j.get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX))
+      return floating(static_cast<double>(u));
+    return integer(static_cast<int64_t>(u));
+  }
+  case t::number_float: {
+    auto d = j.get<double>();
+    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.2e18)
+      return integer(static_cast<int64_t>(d));
+    return floating(d);
+  }
+  case t::string:
+    return string(j.get<std::string>());
+  case t::array: {
+    array items;
+    items.reserve(j.size());
+    for (auto& e : j)
+      items.push_back(from_json(e));
+    return make_array(std::move(items));
+  }
+  case t::object: {
+    std::vector<std::pair<uint64_t, std::string>> indexed;
+    std::vector<std::string> named;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      uint64_t n = 0;
+      if (is_array_index(it.key(), n))
+        indexed.emplace_back(n, it.key());
+      else
+        named.push_back(it.key());
     }
-    case t::number_float: {
-      auto d = j.get<double>();
-      if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.2e18)
-        return integer(static_cast<int64_t>(d));
-      return floating(d);
-    }
-    case t::string:
-      return string(j.get<std::string>());
-    case t::array: {
-      array items;
-      items.reserve(j.size());
-      for (auto& e : j)
-        items.push_back(from_json(e));
-      return make_array(std::move(items));
-    }
-    case t::object: {
-      std::vector<std::pair<uint64_t, std::string>> indexed;
-      std::vector<std::string> named;
-      for (auto it = j.begin(); it != j.end(); ++it) {
-        uint64_t n = 0;
-        if (is_array_index(it.key(), n))
-          indexed.emplace_back(n, it.key());
-        else
-          named.push_back(it.key());
-      }
-      std::sort(indexed.begin(), indexed.end());
-      object obj;
-      for (auto& [n, key] : indexed)
-        obj.set(key, from_json(j.at(key)));
-      for (auto& key : named)
-        obj.set(key, from_json(j.at(key)));
-      return make_object(std::move(obj));
-    }
-    case t::binary:
-      break;
+    std::sort(indexed.begin(), indexed.end());
+    object obj;
+    for (auto& [n, key] : indexed)
+      obj.set(key, from_json(j.at(key)));
+    for (auto& key : named)
+      obj.set(key, from_json(j.at(key)));
+    return make_object(std::move(obj));
+  }
+  case t::binary:
+    break;
   }
   throw std::invalid_argument("unsupported JSON value (binary)");
 }
@@ -194,53 +194,53 @@ const void* value::identity() const noexcept {
 
 bool value::truthy() const {
   switch (kind_) {
-    case kind::undefined:
-    case kind::none:
-      return false;
-    case kind::boolean:
-      return b_;
-    case kind::integer:
-      return i_ != 0;
-    case kind::floating:
-      return d_ != 0 && !std::isnan(d_);
-    case kind::string:
-      return !s_.empty();
-    case kind::array:
-    case kind::tuple:
-      return !arr_->empty();
-    case kind::object:
-      return !obj_->entries.empty();
-    case kind::name_space:
-    case kind::function:
-      return true;
+  case kind::undefined:
+  case kind::none:
+    return false;
+  case kind::boolean:
+    return b_;
+  case kind::integer:
+    return i_ != 0;
+  case kind::floating:
+    return d_ != 0 && !std::isnan(d_);
+  case kind::string:
+    return !s_.empty();
+  case kind::array:
+  case kind::tuple:
+    return !arr_->empty();
+  case kind::object:
+    return !obj_->entries.empty();
+  case kind::name_space:
+  case kind::function:
+    return true;
   }
   return false;
 }
 
 const char* value::type_name() const noexcept {
   switch (kind_) {
-    case kind::undefined:
-      return "undefined";
-    case kind::none:
-      return "none";
-    case kind::boolean:
-      return "boolean";
-    case kind::integer:
-      return "integer";
-    case kind::floating:
-      return "float";
-    case kind::string:
-      return "string";
-    case kind::array:
-      return "array";
-    case kind::tuple:
-      return "tuple";
-    case kind::object:
-      return "object";
-    case kind::name_space:
-      return "namespace";
-    case kind::function:
-      return "function";
+  case kind::undefined:
+    return "undefined";
+  case kind::none:
+    return "none";
+  case kind::boolean:
+    return "boolean";
+  case kind::integer:
+    return "integer";
+  case kind::floating:
+    return "float";
+  case kind::string:
+    return "string";
+  case kind::array:
+    return "array";
+  case kind::tuple:
+    return "tuple";
+  case kind::object:
+    return "object";
+  case kind::name_space:
+    return "namespace";
+  case kind::function:
+    return "function";
   }
   return "value";
 }
@@ -271,8 +271,8 @@ std::string js_number(double d) {
   if (k <= n && n <= 21) {
     out += digits + std::string(static_cast<std::size_t>(n - k), '0');
   } else if (0 < n && n <= 21) {
-    out += digits.substr(0, static_cast<std::size_t>(n)) + "."
-           + digits.substr(static_cast<std::size_t>(n));
+    out += digits.substr(0, static_cast<std::size_t>(n)) + "." +
+           digits.substr(static_cast<std::size_t>(n));
   } else if (-6 < n && n <= 0) {
     out += "0." + std::string(static_cast<std::size_t>(-n), '0') + digits;
   } else {
@@ -305,35 +305,35 @@ void append_json_string(std::string& out, std::string_view s) {
   for (char ch : s) {
     auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out += hex[c >> 4];
-          out += hex[c & 15];
-        } else {
-          out += ch;
-        }
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\b':
+      out += "\\b";
+      break;
+    case '\f':
+      out += "\\f";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    default:
+      if (c < 0x20) {
+        out += "\\u00";
+        out += hex[c >> 4];
+        out += hex[c & 15];
+      } else {
+        out += ch;
+      }
     }
   }
   out += '"';
@@ -383,87 +383,86 @@ void write_json(std::string& out, const value& v, const json_options& opts,
     item_sep = ",";
   }
   switch (v.type()) {
-    case k::none:
-      out += "null";
-      return;
-    case k::undefined:
-      out += opts.undefined_as_null ? "null" : "undefined";
-      return;
-    case k::boolean:
-      out += v.as_bool() ? "true" : "false";
-      return;
-    case k::integer:
-      out += std::to_string(v.as_int());
-      return;
-    case k::floating:
-      out += std::isfinite(v.as_double()) ? js_number(v.as_double()) : "null";
-      return;
-    case k::string:
-      if (opts.ensure_ascii) {
-        std::string tmp;
-        append_json_string(tmp, v.as_string());
-        out += ascii_safe(tmp);
-      } else {
-        append_json_string(out, v.as_string());
-      }
-      return;
-    case k::array:
-    case k::tuple:
-    case k::object:
-    case k::name_space: {
-      std::string indent_unit(static_cast<std::size_t>(std::max(0, opts.indent)),
-                              ' ');
-      std::string base = "\n";
-      for (int i = 0; i < depth; ++i)
-        base += indent_unit;
-      std::string child = base + indent_unit;
-      bool pretty = opts.indent > 0;
-      if (v.is_array()) {
-        auto& items = v.items();
-        out += '[';
-        for (std::size_t i = 0; i < items.size(); ++i) {
-          if (i > 0)
-            out += item_sep;
-          if (pretty)
-            out += child;
-          write_json(out, items[i], opts, depth + 1);
-        }
-        if (pretty && !items.empty())
-          out += base;
-        out += ']';
-        return;
-      }
-      std::vector<const std::pair<std::string, value>*> entries;
-      for (auto& e : v.fields().entries)
-        entries.push_back(&e);
-      if (opts.sort_keys)
-        std::stable_sort(entries.begin(), entries.end(),
-                         [](auto* a, auto* b) {
-                           return locale_less(a->first, b->first);
-                         });
-      out += '{';
-      for (std::size_t i = 0; i < entries.size(); ++i) {
+  case k::none:
+    out += "null";
+    return;
+  case k::undefined:
+    out += opts.undefined_as_null ? "null" : "undefined";
+    return;
+  case k::boolean:
+    out += v.as_bool() ? "true" : "false";
+    return;
+  case k::integer:
+    out += std::to_string(v.as_int());
+    return;
+  case k::floating:
+    out += std::isfinite(v.as_double()) ? js_number(v.as_double()) : "null";
+    return;
+  case k::string:
+    if (opts.ensure_ascii) {
+      std::string tmp;
+      append_json_string(tmp, v.as_string());
+      out += ascii_safe(tmp);
+    } else {
+      append_json_string(out, v.as_string());
+    }
+    return;
+  case k::array:
+  case k::tuple:
+  case k::object:
+  case k::name_space: {
+    std::string indent_unit(static_cast<std::size_t>(std::max(0, opts.indent)),
+                            ' ');
+    std::string base = "\n";
+    for (int i = 0; i < depth; ++i)
+      base += indent_unit;
+    std::string child = base + indent_unit;
+    bool pretty = opts.indent > 0;
+    if (v.is_array()) {
+      auto& items = v.items();
+      out += '[';
+      for (std::size_t i = 0; i < items.size(); ++i) {
         if (i > 0)
           out += item_sep;
         if (pretty)
           out += child;
-        if (opts.ensure_ascii) {
-          std::string tmp;
-          append_json_string(tmp, entries[i]->first);
-          out += ascii_safe(tmp);
-        } else {
-          append_json_string(out, entries[i]->first);
-        }
-        out += key_sep;
-        write_json(out, entries[i]->second, opts, depth + 1);
+        write_json(out, items[i], opts, depth + 1);
       }
-      if (pretty && !entries.empty())
+      if (pretty && !items.empty())
         out += base;
-      out += '}';
+      out += ']';
       return;
     }
-    case k::function:
-      break;
+    std::vector<const std::pair<std::string, value>*> entries;
+    for (auto& e : v.fields().entries)
+      entries.push_back(&e);
+    if (opts.sort_keys)
+      std::stable_sort(entries.begin(), entries.end(), [](auto* a, auto* b) {
+        return locale_less(a->first, b->first);
+      });
+    out += '{';
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (i > 0)
+        out += item_sep;
+      if (pretty)
+        out += child;
+      if (opts.ensure_ascii) {
+        std::string tmp;
+        append_json_string(tmp, entries[i]->first);
+        out += ascii_safe(tmp);
+      } else {
+        append_json_string(out, entries[i]->first);
+      }
+      out += key_sep;
+      write_json(out, entries[i]->second, opts, depth + 1);
+    }
+    if (pretty && !entries.empty())
+      out += base;
+    out += '}';
+    return;
+  }
+  case k::function:
+    break;
   }
   throw std::invalid_argument("cannot convert a function to JSON");
 }
@@ -479,27 +478,27 @@ std::string to_json(const value& v, const json_options& opts) {
 std::string to_output(const value& v) {
   using k = value::kind;
   switch (v.type()) {
-    case k::undefined:
-    case k::none:
-      return "";
-    case k::boolean:
-      return v.as_bool() ? "true" : "false";
-    case k::integer:
-      return std::to_string(v.as_int());
-    case k::floating:
-      return float_output(v.as_double());
-    case k::string:
-      return v.as_string();
-    case k::array:
-    case k::tuple:
-    case k::object:
-    case k::name_space: {
-      json_options opts;
-      opts.undefined_as_null = false;
-      return to_json(v, opts);
-    }
-    case k::function:
-      return "[function " + v.fn().name + "]";
+  case k::undefined:
+  case k::none:
+    return "";
+  case k::boolean:
+    return v.as_bool() ? "true" : "false";
+  case k::integer:
+    return std::to_string(v.as_int());
+  case k::floating:
+    return float_output(v.as_double());
+  case k::string:
+    return v.as_string();
+  case k::array:
+  case k::tuple:
+  case k::object:
+  case k::name_space: {
+    json_options opts;
+    opts.undefined_as_null = false;
+    return to_json(v, opts);
+  }
+  case k::function:
+    return "[function " + v.fn().name + "]";
   }
   return "";
 }
@@ -507,24 +506,24 @@ std::string to_output(const value& v) {
 std::string to_concat(const value& v) {
   using k = value::kind;
   switch (v.type()) {
-    case k::undefined:
-      return "undefined";
-    case k::none:
-      return "null";
-    case k::floating:
-      return js_number(v.as_double());
-    case k::array:
-    case k::tuple: {
-      std::string out;
-      for (std::size_t i = 0; i < v.items().size(); ++i)
-        out += i == 0 ? "[object Object]" : ",[object Object]";
-      return out;
-    }
-    case k::object:
-    case k::name_space:
-      return "[object Map]";
-    default:
-      return to_output(v);
+  case k::undefined:
+    return "undefined";
+  case k::none:
+    return "null";
+  case k::floating:
+    return js_number(v.as_double());
+  case k::array:
+  case k::tuple: {
+    std::string out;
+    for (std::size_t i = 0; i < v.items().size(); ++i)
+      out += i == 0 ? "[object Object]" : ",[object Object]";
+    return out;
+  }
+  case k::object:
+  case k::name_space:
+    return "[object Map]";
+  default:
+    return to_output(v);
   }
 }
 
@@ -535,30 +534,30 @@ namespace {
 double js_to_number(const value& v) {
   using k = value::kind;
   switch (v.type()) {
-    case k::boolean:
-      return v.as_bool() ? 1 : 0;
-    case k::integer:
-    case k::floating:
-      return v.as_double();
-    case k::string: {
-      auto t = std::string(unicode::trim(v.as_string()));
-      if (t.empty())
-        return 0;
-      if (t == "Infinity" || t == "+Infinity")
-        return HUGE_VAL;
-      if (t == "-Infinity")
-        return -HUGE_VAL;
-      for (char c : t)
-        if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '.'
-              || c == 'e' || c == 'E' || c == '+' || c == '-' || c == 'x'
-              || c == 'X' || std::isxdigit(static_cast<unsigned char>(c))))
-          return NAN;
-      char* end = nullptr;
-      double d = std::strtod(t.c_str(), &end);
-      return (end == t.c_str() + t.size()) ? d : NAN;
-    }
-    default:
-      return NAN;
+  case k::boolean:
+    return v.as_bool() ? 1 : 0;
+  case k::integer:
+  case k::floating:
+    return v.as_double();
+  case k::string: {
+    auto t = std::string(unicode::trim(v.as_string()));
+    if (t.empty())
+      return 0;
+    if (t == "Infinity" || t == "+Infinity")
+      return HUGE_VAL;
+    if (t == "-Infinity")
+      return -HUGE_VAL;
+    for (char c : t)
+      if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '.' ||
+            c == 'e' || c == 'E' || c == '+' || c == '-' || c == 'x' ||
+            c == 'X' || std::isxdigit(static_cast<unsigned char>(c))))
+        return NAN;
+    char* end = nullptr;
+    double d = std::strtod(t.c_str(), &end);
+    return (end == t.c_str() + t.size()) ? d : NAN;
+  }
+  default:
+    return NAN;
   }
 }
 
@@ -577,15 +576,15 @@ bool strict_equal(const value& a, const value& b) {
   if (a.type() != b.type())
     return false;
   switch (a.type()) {
-    case k::undefined:
-    case k::none:
-      return true;
-    case k::boolean:
-      return a.as_bool() == b.as_bool();
-    case k::string:
-      return a.as_string() == b.as_string();
-    default:
-      return false;
+  case k::undefined:
+  case k::none:
+    return true;
+  case k::boolean:
+    return a.as_bool() == b.as_bool();
+  case k::string:
+    return a.as_string() == b.as_string();
+  default:
+    return false;
   }
 }
 

@@ -35,7 +35,7 @@ struct function {
   std::string name;
   std::function<value(interpreter&, call_args&,
                       const std::shared_ptr<environment>&)>
-    call;
+      call;
 };
 
 using array = std::vector<value>;
@@ -51,7 +51,7 @@ struct object {
 
 /// One template value.
 class value {
-public:
+ public:
   enum class kind {
     undefined,
     none,
@@ -82,53 +82,31 @@ public:
   /// indices come first in ascending order, the rest in document order.
   static value from_json(const nlohmann::ordered_json& j);
 
-  kind type() const noexcept {
-    return kind_;
-  }
-  bool is(kind k) const noexcept {
-    return kind_ == k;
-  }
-  bool is_undefined() const noexcept {
-    return kind_ == kind::undefined;
-  }
-  bool is_none() const noexcept {
-    return kind_ == kind::none;
-  }
+  kind type() const noexcept { return kind_; }
+  bool is(kind k) const noexcept { return kind_ == k; }
+  bool is_undefined() const noexcept { return kind_ == kind::undefined; }
+  bool is_none() const noexcept { return kind_ == kind::none; }
   bool is_number() const noexcept {
     return kind_ == kind::integer || kind_ == kind::floating;
   }
   bool is_array() const noexcept {
     return kind_ == kind::array || kind_ == kind::tuple;
   }
-  bool is_string() const noexcept {
-    return kind_ == kind::string;
-  }
+  bool is_string() const noexcept { return kind_ == kind::string; }
   /// Objects and namespaces (attribute containers).
   bool is_mapping_like() const noexcept {
     return kind_ == kind::object || kind_ == kind::name_space;
   }
 
-  bool as_bool() const noexcept {
-    return b_;
-  }
-  int64_t as_int() const noexcept {
-    return i_;
-  }
+  bool as_bool() const noexcept { return b_; }
+  int64_t as_int() const noexcept { return i_; }
   double as_double() const noexcept {
     return kind_ == kind::integer ? static_cast<double>(i_) : d_;
   }
-  const std::string& as_string() const noexcept {
-    return s_;
-  }
-  array& items() const {
-    return *arr_;
-  }
-  object& fields() const {
-    return *obj_;
-  }
-  const function& fn() const {
-    return *fn_;
-  }
+  const std::string& as_string() const noexcept { return s_; }
+  array& items() const { return *arr_; }
+  object& fields() const { return *obj_; }
+  const function& fn() const { return *fn_; }
 
   /// Identity of the shared container (arrays, objects, functions).
   const void* identity() const noexcept;
@@ -139,7 +117,7 @@ public:
   /// A readable kind name for error messages ("string", "array"...).
   const char* type_name() const noexcept;
 
-private:
+ private:
   kind kind_ = kind::undefined;
   bool b_ = false;
   int64_t i_ = 0;

@@ -31,8 +31,8 @@ chat::template_error error_of(const std::string& src,
   throw; // unreachable
 }
 
-const std::string chatml
-  = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n'"
+const std::string chatml =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n'"
     " + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
     "{% endif %}";
@@ -44,13 +44,13 @@ TEST_CASE("a ChatML template renders system, user and the generation "
   chat::options opts;
   opts.add_generation_prompt = true;
   auto messages = chat::to_json({{"system", "Be brief."}, {"user", "Hi"}});
-  CHECK(chat::render(chatml, messages, opts)
-        == "<|im_start|>system\nBe brief.<|im_end|>\n"
-           "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(chat::render(chatml, messages, opts) ==
+        "<|im_start|>system\nBe brief.<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   opts.add_generation_prompt = false;
-  CHECK(chat::render(chatml, messages, opts)
-        == "<|im_start|>system\nBe brief.<|im_end|>\n"
-           "<|im_start|>user\nHi<|im_end|>\n");
+  CHECK(chat::render(chatml, messages, opts) ==
+        "<|im_start|>system\nBe brief.<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n");
 }
 
 TEST_CASE("whitespace control, trim_blocks and lstrip_blocks apply as in "
@@ -69,51 +69,46 @@ TEST_CASE("loops expose loop.index, first, last, length and take else") {
   CHECK(render("{% for x in xs %}{{ loop.index }}{{ x }}"
                "{% if loop.first %}F{% endif %}{% if loop.last %}L{% endif %}"
                "/{{ loop.length }} {% endfor %}",
-               vars)
-        == "1aF/3 2b/3 3cL/3 ");
+               vars) == "1aF/3 2b/3 3cL/3 ");
   CHECK(render("{% for x in [] %}x{% else %}none{% endfor %}") == "none");
   CHECK(render("{% for x in xs if x != 'b' %}{{ loop.index0 }}{{ x }}"
                "{% endfor %}",
-               vars)
-        == "0a1c");
+               vars) == "0a1c");
 }
 
 TEST_CASE("namespace() carries values out of a loop; set does not") {
   CHECK(render("{% set ns = namespace(n=0) %}{% set m = 0 %}"
                "{% for i in range(4) %}{% set ns.n = ns.n + i %}"
-               "{% set m = 9 %}{% endfor %}{{ ns.n }} {{ m }}")
-        == "6 0");
+               "{% set m = 9 %}{% endfor %}{{ ns.n }} {{ m }}") == "6 0");
 }
 
 TEST_CASE("filters, tests and string methods give the reference's results") {
-  CHECK(render("{{ '  x '|trim }}|{{ [1,2]|length }}|{{ 'ab'|upper }}")
-        == "x|2|AB");
-  CHECK(render("{{ {'a': [1, 2.5, none, 'q\"']}|tojson }}")
-        == "{\"a\": [1, 2.5, null, \"q\\\"\"]}");
-  CHECK(render("{{ x|default('d') }} {{ none is none }} {{ x is defined }}")
-        == "d true false");
+  CHECK(render("{{ '  x '|trim }}|{{ [1,2]|length }}|{{ 'ab'|upper }}") ==
+        "x|2|AB");
+  CHECK(render("{{ {'a': [1, 2.5, none, 'q\"']}|tojson }}") ==
+        "{\"a\": [1, 2.5, null, \"q\\\"\"]}");
+  CHECK(render("{{ x|default('d') }} {{ none is none }} {{ x is defined }}") ==
+        "d true false");
   CHECK(render("{{ 'a-b-c'.split('-') }} {{ 'abc'.startswith('ab') }} "
-               "{{ 'abc'[::-1] }} {{ 'abc'[1:] }}")
-        == "[\"a\", \"b\", \"c\"] true cba bc");
-  CHECK(render("{{ 1.0 }} {{ 7 / 2 }} {{ 7 // 2 }} {{ 'a' ~ 2.0 }}")
-        == "1.0 3.5 3 a2");
+               "{{ 'abc'[::-1] }} {{ 'abc'[1:] }}") ==
+        "[\"a\", \"b\", \"c\"] true cba bc");
+  CHECK(render("{{ 1.0 }} {{ 7 / 2 }} {{ 7 // 2 }} {{ 'a' ~ 2.0 }}") ==
+        "1.0 3.5 3 a2");
   // The reference ignores strip()'s argument and strips whitespace.
   CHECK(render("[{{ '\\n x \\n'.strip('\\n') }}]") == "[x]");
 }
 
 TEST_CASE("Unicode content keeps its bytes; lengths count UTF-16 units") {
   json vars = {{"s", "h\xC3\xA9llo \xF0\x9F\x98\x80"}};
-  CHECK(render("{{ s }}|{{ s|length }}|{{ s[1] }}|{{ s[-2:] }}", vars)
-        == "h\xC3\xA9llo \xF0\x9F\x98\x80|8|\xC3\xA9| \xF0\x9F\x98\x80");
+  CHECK(render("{{ s }}|{{ s|length }}|{{ s[1] }}|{{ s[-2:] }}", vars) ==
+        "h\xC3\xA9llo \xF0\x9F\x98\x80|8|\xC3\xA9| \xF0\x9F\x98\x80");
 }
 
 TEST_CASE("macros take defaults and keyword arguments; call passes caller") {
   CHECK(render("{% macro m(a, b='B') %}{{ a }}{{ b }}{% endmacro %}"
-               "{{ m(1) }} {{ m(1, b=2) }}")
-        == "1B 12");
+               "{{ m(1) }} {{ m(1, b=2) }}") == "1B 12");
   CHECK(render("{% macro w() %}[{{ caller() }}]{% endmacro %}"
-               "{% call w() %}in{% endcall %}")
-        == "[in]");
+               "{% call w() %}in{% endcall %}") == "[in]");
 }
 
 TEST_CASE("an unterminated tag is a syntax error naming its line and "
@@ -158,8 +153,7 @@ TEST_CASE("raise_exception ends the render with the template's message") {
   CHECK(e.kind() == chat::error_kind::raised);
   CHECK(e.detail() == "Conversation must start with a user message");
   CHECK(std::string(e.what()).find("Conversation must start with a user "
-                                   "message")
-        != std::string::npos);
+                                   "message") != std::string::npos);
   json fine = {{"messages", chat::to_json({{"user", "x"}})}};
   CHECK(render(tmpl, fine) == "ok");
 }
@@ -189,7 +183,8 @@ TEST_CASE("output size, list growth and recursion are bounded") {
   auto list = error_of("{% set ns = namespace(l=[1]) %}{% for i in range(64) "
                        "%}{% set ns.l = ns.l + ns.l %}{% endfor %}");
   CHECK(list.kind() == chat::error_kind::limit);
-  auto deep = error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  auto deep =
+      error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   CHECK(deep.kind() == chat::error_kind::limit);
   std::string nested(5000, '(');
   auto parse = error_of("{{ " + nested + "1" + std::string(5000, ')') + " }}");
@@ -204,21 +199,21 @@ TEST_CASE("the end of turn is read from the template, not guessed") {
   CHECK(chat::stop_strings(t, opts) == std::vector<std::string>{"<|im_end|>"});
 
   chat::compiled_template llama3{
-    "{% for m in messages %}{{ '<|start_header_id|>' + m.role + "
-    "'<|end_header_id|>\\n\\n' + m.content | trim + '<|eot_id|>' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>"
-    "assistant<|end_header_id|>\\n\\n' }}{% endif %}"};
+      "{% for m in messages %}{{ '<|start_header_id|>' + m.role + "
+      "'<|end_header_id|>\\n\\n' + m.content | trim + '<|eot_id|>' }}"
+      "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>"
+      "assistant<|end_header_id|>\\n\\n' }}{% endif %}"};
   chat::options l3;
   l3.eos_token = "<|end_of_text|>";
   CHECK(chat::end_of_turn(llama3, l3) == "<|eot_id|>");
-  CHECK(chat::stop_strings(llama3, l3)
-        == std::vector<std::string>{"<|eot_id|>", "<|end_of_text|>"});
+  CHECK(chat::stop_strings(llama3, l3) ==
+        std::vector<std::string>{"<|eot_id|>", "<|end_of_text|>"});
   auto messages = chat::to_json({{"user", "Hi"}});
-  CHECK(chat::generation_prompt(llama3, messages, l3)
-        == "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  CHECK(chat::generation_prompt(llama3, messages, l3) ==
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
 
-  auto [at, len] = chat::find_stop("Hello!<|eot_id|>junk",
-                                   chat::stop_strings(llama3, l3));
+  auto [at, len] =
+      chat::find_stop("Hello!<|eot_id|>junk", chat::stop_strings(llama3, l3));
   CHECK(at == 6);
   CHECK(len == std::string("<|eot_id|>").size());
 }

@@ -90,51 +90,54 @@ struct conversation {
 std::vector<conversation> conversations() {
   const std::string unicode = "H\xC3\xA9llo w\xC3\xB6rld \xE2\x80\x94 "
                               "\xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x8C\x8D "
-                              "\xC3\xBC" "n\xC3\xAF" "c\xC3\xB8" "d\xC3\xA9";
+                              "\xC3\xBC"
+                              "n\xC3\xAF"
+                              "c\xC3\xB8"
+                              "d\xC3\xA9";
   const std::string tricky = "He said \"hi\" and 'bye'\nLine 2\n\n  indented"
                              "\ttab \\ backslash {{ not a tag }} {% raw %} "
                              "</s> <|im_end|>";
   return {
-    {"user only", json::array({msg("user", "What is 2+2?")}), true},
-    {"system and user",
-     json::array({msg("system", "You are terse."), msg("user", "Hello")}),
-     false},
-    {"multi-turn with system",
-     json::array({msg("system", "Answer in French."), msg("user", "Hi"),
-                  msg("assistant", "Bonjour !"),
-                  msg("user", "How are you?")}),
-     false},
-    {"multi-turn without system",
-     json::array({msg("user", "One"), msg("assistant", "Two"),
-                  msg("user", "Three"), msg("assistant", "Four"),
-                  msg("user", "Five")}),
-     true},
-    {"unicode",
-     json::array({msg("user", unicode),
-                  msg("assistant", "\xC3\x87" "a va ? \xF0\x9F\x98\x80"),
-                  msg("user", "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E "
-                              "\xD0\xBF\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5"
-                              "\xD1\x82")}),
-     true},
-    {"quotes and newlines",
-     json::array({msg("system", "  spaced system \n"),
-                  msg("user", tricky)}),
-     false},
-    {"whitespace around content",
-     json::array({msg("user", "\n\n  padded  \n"),
-                  msg("assistant", "  reply\n")}),
-     true},
-    {"thinking assistant",
-     json::array({msg("user", "Think first."),
-                  msg("assistant", "<think>\nSome reasoning.\n</think>\n\n"
-                                   "The answer."),
-                  msg("user", "And now?")}),
-     true},
+      {"user only", json::array({msg("user", "What is 2+2?")}), true},
+      {"system and user",
+       json::array({msg("system", "You are terse."), msg("user", "Hello")}),
+       false},
+      {"multi-turn with system",
+       json::array({msg("system", "Answer in French."), msg("user", "Hi"),
+                    msg("assistant", "Bonjour !"),
+                    msg("user", "How are you?")}),
+       false},
+      {"multi-turn without system",
+       json::array({msg("user", "One"), msg("assistant", "Two"),
+                    msg("user", "Three"), msg("assistant", "Four"),
+                    msg("user", "Five")}),
+       true},
+      {"unicode",
+       json::array({msg("user", unicode),
+                    msg("assistant", "\xC3\x87"
+                                     "a va ? \xF0\x9F\x98\x80"),
+                    msg("user", "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E "
+                                "\xD0\xBF\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5"
+                                "\xD1\x82")}),
+       true},
+      {"quotes and newlines",
+       json::array({msg("system", "  spaced system \n"), msg("user", tricky)}),
+       false},
+      {"whitespace around content",
+       json::array(
+           {msg("user", "\n\n  padded  \n"), msg("assistant", "  reply\n")}),
+       true},
+      {"thinking assistant",
+       json::array({msg("user", "Think first."),
+                    msg("assistant", "<think>\nSome reasoning.\n</think>\n\n"
+                                     "The answer."),
+                    msg("user", "And now?")}),
+       true},
   };
 }
 
 bool file_exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
 }
 
@@ -164,12 +167,10 @@ TEST_CASE("chat templates render byte-identical to @huggingface/jinja") {
                                   token_text(config, "eos_token"), true));
   }
   templates.push_back(from_data("chatml.jinja", nullptr, "<|im_end|>"));
+  templates.push_back(from_data("mistral_instruct.jinja", "<s>", "</s>", true));
   templates.push_back(
-    from_data("mistral_instruct.jinja", "<s>", "</s>", true));
-  templates.push_back(
-    from_data("llama31.jinja", "<|begin_of_text|>", "<|eot_id|>"));
-  templates.push_back(
-    from_data("smollm2.jinja", nullptr, "<|im_end|>"));
+      from_data("llama31.jinja", "<|begin_of_text|>", "<|eot_id|>"));
+  templates.push_back(from_data("smollm2.jinja", nullptr, "<|im_end|>"));
   templates.push_back(from_data("qwen25.jinja", nullptr, "<|im_end|>"));
   templates.push_back(from_data("features.jinja", "<s>", "</s>"));
 
@@ -197,28 +198,28 @@ TEST_CASE("chat templates render byte-identical to @huggingface/jinja") {
     }
   }
   // Extra variables real templates read.
-  json tools = json::array({json{
-    {"type", "function"},
-    {"function",
-     {{"name", "get_weather"},
-      {"description", "Weather for a city, \"now\"."},
-      {"parameters",
-       {{"type", "object"},
-        {"properties", {{"city", {{"type", "string"}}}}},
-        {"required", json::array({"city"})}}}}}}});
+  json tools =
+      json::array({json{{"type", "function"},
+                        {"function",
+                         {{"name", "get_weather"},
+                          {"description", "Weather for a city, \"now\"."},
+                          {"parameters",
+                           {{"type", "object"},
+                            {"properties", {{"city", {{"type", "string"}}}}},
+                            {"required", json::array({"city"})}}}}}}});
   auto tool_chat = json::array(
-    {msg("system", "Use tools."), msg("user", "Weather in Paris?"),
-     json{{"role", "assistant"},
-          {"content", ""},
-          {"tool_calls",
-           json::array({json{{"type", "function"},
-                             {"function",
-                              {{"name", "get_weather"},
-                               {"arguments", {{"city", "Paris"}}}}}}})}},
-     msg("tool", "{\"temp\": 21}"), msg("user", "Thanks")});
+      {msg("system", "Use tools."), msg("user", "Weather in Paris?"),
+       json{{"role", "assistant"},
+            {"content", ""},
+            {"tool_calls",
+             json::array({json{{"type", "function"},
+                               {"function",
+                                {{"name", "get_weather"},
+                                 {"arguments", {{"city", "Paris"}}}}}}})}},
+       msg("tool", "{\"temp\": 21}"), msg("user", "Thanks")});
   for (auto& t : templates) {
-    if (t.name == "qwen3" || t.name == "qwen25.jinja"
-        || t.name == "llama31.jinja") {
+    if (t.name == "qwen3" || t.name == "qwen25.jinja" ||
+        t.name == "llama31.jinja") {
       add(t, "tools", tool_chat, true, json{{"tools", tools}});
     }
     if (t.name == "qwen3") {
@@ -241,9 +242,9 @@ TEST_CASE("chat templates render byte-identical to @huggingface/jinja") {
     input["cases"].push_back({{"template", c.template_name}, {"vars", c.vars}});
   test::write_file(dir + "/cases.json", input.dump());
   auto script = std::string(EXO_CHAT_TEST_DIR) + "/render_reference.cjs";
-  auto res = test::run({"/usr/bin/env", "node", script, dir + "/cases.json",
-                        dir + "/out.json"},
-                       std::chrono::seconds(120));
+  auto res = test::run(
+      {"/usr/bin/env", "node", script, dir + "/cases.json", dir + "/out.json"},
+      std::chrono::seconds(120));
   INFO("node stderr: " << res.err);
   if (res.code == test::skip_exit_code)
     test::skip_test("the reference renderer cannot run: " + res.err);
@@ -281,8 +282,8 @@ TEST_CASE("chat templates render byte-identical to @huggingface/jinja") {
       CHECK_FALSE(our_error.empty());
       // A raise_exception message comes through verbatim.
       if (raised) {
-        bool verbatim = our_error.find(ref["error"].get<std::string>())
-                        != std::string::npos;
+        bool verbatim = our_error.find(ref["error"].get<std::string>()) !=
+                        std::string::npos;
         CHECK(verbatim);
       }
       ++both_raised;
