@@ -71,8 +71,15 @@ std::string end_of_turn(const compiled_template& tmpl, const options& opts) {
   if (at == std::string::npos)
     return {};
   auto tail = unicode::trim(std::string_view{text}.substr(at + probe.size()));
-  // Up to the first whitespace: what ends this turn, not the next one.
+  // A special-token-like marker ("<|eot_id|>", "</s>", "<end_of_turn>")
+  // ends at its '>': whatever follows opens the next turn. Otherwise the
+  // marker runs up to the first whitespace.
   std::size_t end = 0;
+  if (!tail.empty() && tail[0] == '<') {
+    auto close = tail.find('>');
+    if (close != std::string_view::npos)
+      return std::string(tail.substr(0, close + 1));
+  }
   while (end < tail.size() && unicode::space_at(tail, end) == 0)
     unicode::decode(tail, end);
   return std::string(tail.substr(0, end));

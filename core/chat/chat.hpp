@@ -59,9 +59,11 @@ std::string render(const std::string& template_source,
 
 /// The text a template puts after an assistant message's content, up to
 /// the next turn: found by rendering a probe conversation (user, assistant)
-/// and reading what follows the assistant's content; surrounding whitespace
-/// is dropped ("<|im_end|>", "<|eot_id|>", "</s>"). Empty when the template
-/// puts nothing there or cannot render the probe.
+/// and reading what follows the assistant's content, without surrounding
+/// whitespace: a marker that starts with '<' ends at its first '>' (what
+/// follows opens the next turn), any other at the first whitespace
+/// ("<|im_end|>", "<|eot_id|>", "</s>"). Empty when the template puts
+/// nothing there or cannot render the probe.
 std::string end_of_turn(const compiled_template& tmpl, const options& opts);
 
 /// The strings at which generation should stop: the template's end of turn

