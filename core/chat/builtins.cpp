@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <stdexcept>
 #include <utility>
 
 namespace exo::chat::builtins {
@@ -130,9 +131,12 @@ value replace_method(interpreter& in, const std::string& self,
     n = count.as_int();
   else if (!count.is_none() && !count.is_undefined())
     fail(in, "replace(): count must be an integer or none");
-  auto out = replace(self, a.as_string(), b.as_string(), n);
-  in.check_size(in.current(), out);
-  return value::string(std::move(out));
+  try {
+    return value::string(replace(self, a.as_string(), b.as_string(), n,
+                                 in.limit().max_output_bytes));
+  } catch (const std::length_error& e) {
+    in.fail(in.current(), e.what(), error_kind::limit);
+  }
 }
 
 std::string title(const std::string& s) {
@@ -384,17 +388,24 @@ value string_at(const std::string& s, int64_t index) {
 }
 
 std::string replace(const std::string& s, const std::string& old_value,
-                    const std::string& new_value, int64_t count) {
+                    const std::string& new_value, int64_t count,
+                    std::size_t max_bytes) {
   if (count == 0)
     return s;
   auto remaining = count < 0 ? INT64_MAX : count;
   std::string out;
+  auto check = [&] {
+    if (out.size() > max_bytes)
+      throw std::length_error("replace() result exceeds " +
+                              std::to_string(max_bytes) + " bytes");
+  };
   if (old_value.empty()) {
     auto points = unicode::code_points(s);
     for (std::size_t i = 0; i <= points.size(); ++i) {
       if (remaining > 0) {
         out += new_value;
         --remaining;
+        check();
       }
       if (i < points.size())
         out += points[i];
@@ -408,6 +419,7 @@ std::string replace(const std::string& s, const std::string& old_value,
       break;
     out.append(s, start, hit - start);
     out += new_value;
+    check();
     start = hit + old_value.size();
     --remaining;
   }

@@ -38,9 +38,11 @@ int compare(interpreter& in, const value& a, const value& b,
 value attribute_path(const value& item, const std::string& path);
 
 /// Python's str.replace(old, new, count) as the reference implements it
-/// (an empty `old` matches between every two characters).
+/// (an empty `old` matches between every two characters). Throws
+/// std::length_error when the result would pass `max_bytes`.
 std::string replace(const std::string& s, const std::string& old_value,
-                    const std::string& new_value, int64_t count);
+                    const std::string& new_value, int64_t count,
+                    std::size_t max_bytes);
 
 /// String.prototype.at(i) on UTF-16 units; undefined when out of range.
 value string_at(const std::string& s, int64_t index);

@@ -91,7 +91,7 @@ std::string join_part(const value& v) {
 }
 
 std::string indent(const std::string& s, const std::string& pad, bool first,
-                   bool blank) {
+                   bool blank, std::size_t max_bytes) {
   std::string out;
   std::size_t start = 0;
   bool is_first = true;
@@ -103,6 +103,9 @@ std::string indent(const std::string& s, const std::string& pad, bool first,
     if (!skip)
       out += pad;
     out += line;
+    if (out.size() > max_bytes)
+      throw std::length_error("indent result exceeds " +
+                              std::to_string(max_bytes) + " bytes");
     if (nl == std::string::npos)
       break;
     out += '\n';
@@ -124,10 +127,6 @@ value interpreter::apply_filter(const node& at, const value& operand,
     args = eval_args(filter.args, env);
   auto unknown = [&]() -> value {
     fail(at, "unknown filter '" + name + "' for a " + operand.type_name());
-  };
-  auto checked = [&](std::string s) {
-    check_size(at, s);
-    return value::string(std::move(s));
   };
 
   // -- by name, whatever the operand ----------------------------------------
@@ -161,11 +160,7 @@ value interpreter::apply_filter(const node& at, const value& operand,
     } else if (!seps.is_undefined() && !seps.is_none()) {
       fail(at, "tojson: separators must be two strings");
     }
-    try {
-      return checked(to_json(operand, opts));
-    } catch (const std::invalid_argument& e) {
-      fail(at, std::string("tojson: ") + e.what());
-    }
+    return value::string(json_text(at, operand, opts));
   }
   if (name == "default") {
     auto fallback = arg(args, 0, "default_value");
@@ -257,11 +252,7 @@ value interpreter::apply_filter(const node& at, const value& operand,
       if (name == "string") {
         json_options opts;
         opts.undefined_as_null = false;
-        try {
-          return checked(to_json(operand, opts));
-        } catch (const std::invalid_argument& e) {
-          fail(at, std::string("string: ") + e.what());
-        }
+        return value::string(json_text(at, operand, opts));
       }
       if (name == "unique") {
         array out;
@@ -360,7 +351,12 @@ value interpreter::apply_filter(const node& at, const value& operand,
         fail(at, "indent: width must be an integer");
       auto first = arg(args, 1, "first");
       auto blank = arg(args, 2, "blank");
-      return checked(indent(s, pad, first.truthy(), blank.truthy()));
+      try {
+        return value::string(indent(s, pad, first.truthy(), blank.truthy(),
+                                    limits_.max_output_bytes));
+      } catch (const std::length_error& e) {
+        fail(at, e.what(), error_kind::limit);
+      }
     }
     if (name == "replace") {
       auto method = builtins::string_member(operand, "replace");
@@ -379,7 +375,12 @@ value interpreter::apply_filter(const node& at, const value& operand,
     if (name == "trim")
       return value::string(std::string(unicode::trim(s)));
     if (name == "indent")
-      return value::string(indent(s, "    ", false, false));
+      try {
+        return value::string(
+            indent(s, "    ", false, false, limits_.max_output_bytes));
+      } catch (const std::length_error& e) {
+        fail(at, e.what(), error_kind::limit);
+      }
     if (name == "join" || name == "string")
       return operand;
     if (name == "int") {

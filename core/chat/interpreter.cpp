@@ -4,7 +4,9 @@
 #include "core/chat/lexer.hpp"
 #include "core/chat/unicode.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <utility>
 
 namespace exo::chat {
@@ -66,6 +68,18 @@ void interpreter::check_items(const node& n, std::size_t count) const {
          error_kind::limit);
 }
 
+std::string interpreter::json_text(const node& n, const value& v,
+                                   json_options opts, bool output) const {
+  opts.max_bytes = std::min(opts.max_bytes, limits_.max_output_bytes);
+  try {
+    return output ? to_output(v, opts.max_bytes) : to_json(v, opts);
+  } catch (const std::length_error& e) {
+    fail(n, e.what(), error_kind::limit);
+  } catch (const std::invalid_argument& e) {
+    fail(n, e.what());
+  }
+}
+
 env_ptr interpreter::make_globals() {
   auto env = std::make_shared<environment>();
   builtins::add_globals(*env);
@@ -93,7 +107,7 @@ std::string interpreter::block(const std::vector<node_ptr>& body,
     if (v.is_string())
       out += v.as_string();
     else
-      out += to_output(v);
+      out += json_text(*statement, v, {}, true);
     check_size(*statement, out);
   }
   return out;

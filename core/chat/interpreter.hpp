@@ -81,6 +81,11 @@ class interpreter {
   /// Throws a limit error at `n` when `count` exceeds the list limit.
   void check_items(const node& n, std::size_t count) const;
 
+  /// to_json (or, with `output`, to_output) within the output limit; its
+  /// failures become template_errors at `n`.
+  std::string json_text(const node& n, const value& v, json_options opts,
+                        bool output = false) const;
+
   /// The node being evaluated (for positions in built-in errors).
   const node& current() const { return *current_; }
 

@@ -374,6 +374,13 @@ bool locale_less(const std::string& a, const std::string& b) {
 void write_json(std::string& out, const value& v, const json_options& opts,
                 int depth) {
   using k = value::kind;
+  if (depth > max_json_depth)
+    throw std::invalid_argument("values nest deeper than " +
+                                std::to_string(max_json_depth) +
+                                " levels (a circular reference?)");
+  if (out.size() > opts.max_bytes)
+    throw std::length_error("JSON text exceeds " +
+                            std::to_string(opts.max_bytes) + " bytes");
   std::string item_sep = ", ";
   std::string key_sep = ": ";
   if (opts.has_separators) {
@@ -472,10 +479,13 @@ void write_json(std::string& out, const value& v, const json_options& opts,
 std::string to_json(const value& v, const json_options& opts) {
   std::string out;
   write_json(out, v, opts, 0);
+  if (out.size() > opts.max_bytes)
+    throw std::length_error("JSON text exceeds " +
+                            std::to_string(opts.max_bytes) + " bytes");
   return out;
 }
 
-std::string to_output(const value& v) {
+std::string to_output(const value& v, std::size_t max_bytes) {
   using k = value::kind;
   switch (v.type()) {
   case k::undefined:
@@ -495,6 +505,7 @@ std::string to_output(const value& v) {
   case k::name_space: {
     json_options opts;
     opts.undefined_as_null = false;
+    opts.max_bytes = max_bytes;
     return to_json(v, opts);
   }
   case k::function:

@@ -132,8 +132,10 @@ class value {
 std::string js_number(double d);
 
 /// How a value prints in output (`{{ x }}`): floats keep ".0", booleans are
-/// "true"/"false", containers are JSON with undefined as "undefined".
-std::string to_output(const value& v);
+/// "true"/"false", containers are JSON with undefined as "undefined" (the
+/// exceptions of to_json, with `max_bytes`).
+std::string to_output(const value& v,
+                      std::size_t max_bytes = static_cast<std::size_t>(-1));
 
 /// How a value converts when concatenated with `~` or `+` (JavaScript's
 /// String(x.value)): floats print without ".0".
@@ -148,10 +150,18 @@ struct json_options {
   std::string item_separator;
   std::string key_separator;
   bool undefined_as_null = true;
+  /// Longest output; past it to_json throws std::length_error.
+  std::size_t max_bytes = static_cast<std::size_t>(-1);
 };
 
+/// Deepest nesting to_json writes (deeper: a circular reference, most
+/// likely); past it to_json throws std::invalid_argument.
+constexpr int max_json_depth = 256;
+
 /// JSON as the reference's tojson writes it (Python's json.dumps spacing:
-/// ", " and ": " by default). Throws std::invalid_argument for functions.
+/// ", " and ": " by default). Throws std::invalid_argument for functions
+/// and nesting deeper than max_json_depth, std::length_error past
+/// `opts.max_bytes`.
 std::string to_json(const value& v, const json_options& opts = {});
 
 /// Loose equality of two values (JavaScript's `==` on the raw values).

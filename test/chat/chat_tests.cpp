@@ -6,7 +6,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <iterator>
+#include <random>
 #include <string>
+#include <vector>
 
 using namespace exo;
 using json = nlohmann::ordered_json;
@@ -221,4 +225,96 @@ TEST_CASE("the end of turn is read from the template, not guessed") {
 TEST_CASE("a variable may not shadow a built-in name") {
   chat::compiled_template t{"{{ x }}"};
   CHECK_THROWS_AS(t.render(json{{"range", 1}}), chat::template_error);
+}
+
+TEST_CASE("mangled templates either render or fail with a template_error") {
+  // Deterministic mutations of real-shaped templates: deleted, duplicated
+  // and inserted template syntax. Nothing may crash, hang or throw anything
+  // but a template_error.
+  const std::vector<std::string> files = {
+      "chatml.jinja",    "mistral_instruct.jinja", "llama2_chat.jinja",
+      "llama31.jinja",   "qwen25.jinja",           "features.jinja",
+      "edge_cases.jinja"};
+  const std::string syntax = "{}%#-'\"()[]|.,:=~+*/ \n\\";
+  std::mt19937 rng{1234};
+  chat::limits lim;
+  lim.max_steps = 200'000;
+  lim.max_loop_iterations = 10'000;
+  lim.max_output_bytes = 1 << 20;
+  json vars = {{"messages", chat::to_json({{"system", "S"},
+                                           {"user", "U \"q\" \n"},
+                                           {"assistant", "A"},
+                                           {"user", "B"}})},
+               {"add_generation_prompt", true},
+               {"bos_token", "<s>"},
+               {"eos_token", "</s>"}};
+  std::size_t rendered = 0;
+  std::size_t refused = 0;
+  for (auto& file : files) {
+    std::ifstream in{std::string(EXO_CHAT_TEST_DIR) + "/data/" + file};
+    REQUIRE(in);
+    std::string original{std::istreambuf_iterator<char>(in), {}};
+    for (int round = 0; round < 150; ++round) {
+      auto src = original;
+      int edits = 1 + static_cast<int>(rng() % 4);
+      for (int e = 0; e < edits && !src.empty(); ++e) {
+        auto at = rng() % src.size();
+        switch (rng() % 3) {
+        case 0:
+          src.erase(at, 1 + rng() % 3);
+          break;
+        case 1:
+          src.insert(at, 1, syntax[rng() % syntax.size()]);
+          break;
+        default:
+          src.insert(at, src.substr(at, 1 + rng() % 8));
+        }
+      }
+      try {
+        chat::compiled_template t{src};
+        t.render(vars, lim);
+        ++rendered;
+      } catch (const chat::template_error&) {
+        ++refused;
+      } catch (const std::exception& e) {
+        FAIL("a mangled " << file << " threw " << e.what() << "\n" << src);
+      }
+    }
+  }
+  CHECK(rendered + refused == files.size() * 150);
+  CHECK(refused > 0);
+}
+
+TEST_CASE("self-referencing and exploding values fail instead of "
+          "recursing or allocating without bound") {
+  auto cycle = error_of("{% set ns = namespace() %}{% set ns.me = ns %}"
+                        "{{ ns|tojson }}");
+  CHECK(cycle.kind() == chat::error_kind::render);
+  CHECK(std::string(cycle.what()).find("circular") != std::string::npos);
+  auto printed = error_of("{% set ns = namespace() %}{% set ns.me = ns %}"
+                          "{{ ns }}");
+  CHECK(printed.kind() == chat::error_kind::render);
+  chat::limits lim;
+  lim.max_output_bytes = 100'000;
+  // Each level repeats the previous eight times by reference: tiny in
+  // memory, 8^10 elements as text.
+  std::string fan = "{% set a = [1, 2, 3] %}";
+  for (int i = 0; i < 10; ++i)
+    fan += "{% set a = [a, a, a, a, a, a, a, a] %}";
+  CHECK(error_of(fan + "{{ a|tojson }}", json::object(), lim).kind() ==
+        chat::error_kind::limit);
+  CHECK(error_of(fan + "{{ a }}", json::object(), lim).kind() ==
+        chat::error_kind::limit);
+  auto grown = error_of("{% set ns = namespace(s='0123456789') %}"
+                        "{% for i in range(10) %}"
+                        "{% set ns.s = ns.s.replace('', ns.s) %}"
+                        "{% endfor %}",
+                        json::object(), lim);
+  CHECK(grown.kind() == chat::error_kind::limit);
+  auto indented = error_of("{% set ns = namespace(s='a\\nb\\nc') %}"
+                           "{% for i in range(30) %}"
+                           "{% set ns.s = ns.s ~ '\\n' ~ ns.s|indent(1000) %}"
+                           "{% endfor %}",
+                           json::object(), lim);
+  CHECK(indented.kind() == chat::error_kind::limit);
 }
