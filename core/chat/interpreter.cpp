@@ -135,7 +135,13 @@ value interpreter::eval(const node& n, const env_ptr& env) {
       self.current_ = saved;
     }
   } guard{*this, saved};
-  return eval_node(n, env);
+  try {
+    return eval_node(n, env);
+  } catch (const std::length_error& e) {
+    fail(n, e.what(), error_kind::limit);
+  } catch (const std::invalid_argument& e) {
+    fail(n, e.what());
+  }
 }
 
 value interpreter::eval_node(const node& n, const env_ptr& env) {
@@ -244,7 +250,18 @@ value interpreter::eval_set(const node& n, const env_ptr& env) {
                   object.type_name() + " (only of a namespace)");
     if (target.flag || target.b->kind != node_kind::identifier)
       fail(n, "can only assign a namespace attribute by name");
-    object.fields().set(target.b->name, std::move(rhs));
+    // No cycles: a namespace never holds what could lead back to it.
+    if (rhs.holds_references())
+      fail(n, "a namespace attribute cannot hold a namespace or a function, "
+              "nor a list or mapping with one");
+    if (rhs.depth() + 1 > max_value_depth)
+      fail(n,
+           "values nest deeper than " + std::to_string(max_value_depth) +
+               " levels",
+           error_kind::limit);
+    auto& fields = object.fields();
+    fields.depth = std::max(fields.depth, rhs.depth() + 1);
+    fields.set(target.b->name, std::move(rhs));
   } else {
     fail(n, "cannot assign to this expression");
   }

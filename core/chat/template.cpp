@@ -3,6 +3,8 @@
 #include "core/chat/lexer.hpp"
 #include "core/chat/parser.hpp"
 
+#include <stdexcept>
+
 namespace exo::chat {
 
 compiled_template::compiled_template(std::string source)
@@ -23,7 +25,12 @@ std::string compiled_template::render(const nlohmann::ordered_json& variables,
         throw template_error(error_kind::render,
                              "variable '" + it.key() +
                                  "' would shadow a built-in name");
-      globals->set(it.key(), value::from_json(it.value()));
+      try {
+        globals->set(it.key(), value::from_json(it.value()));
+      } catch (const std::length_error& e) {
+        throw template_error(error_kind::limit,
+                             "variable '" + it.key() + "': " + e.what());
+      }
     }
   }
   return in.render(program_, globals);

@@ -77,9 +77,34 @@ value value::string(std::string s) {
   return v;
 }
 
+namespace {
+
+/// Depth and reference flag of a container of `items`; throws
+/// std::length_error past max_value_depth.
+template<class Range, class Get>
+std::pair<std::uint32_t, bool> measure(const Range& items, Get get) {
+  std::uint32_t depth = 0;
+  bool refs = false;
+  for (auto& item : items) {
+    const value& v = get(item);
+    depth = std::max(depth, v.depth());
+    refs = refs || v.holds_references();
+  }
+  if (depth + 1 > max_value_depth)
+    throw std::length_error("values nest deeper than " +
+                            std::to_string(max_value_depth) + " levels");
+  return {depth + 1, refs};
+}
+
+} // namespace
+
 value value::make_array(array items, bool tuple) {
   value v;
   v.kind_ = tuple ? kind::tuple : kind::array;
+  auto [depth, refs] =
+      measure(items, [](const value& x) -> const value& { return x; });
+  v.depth_ = depth;
+  v.refs_ = refs;
   v.arr_ = std::make_shared<array>(std::move(items));
   return v;
 }
@@ -87,6 +112,10 @@ value value::make_array(array items, bool tuple) {
 value value::make_object(object obj) {
   value v;
   v.kind_ = kind::object;
+  auto [depth, refs] = measure(
+      obj.entries, [](const auto& e) -> const value& { return e.second; });
+  obj.depth = depth;
+  v.refs_ = refs;
   v.obj_ = std::make_shared<object>(std::move(obj));
   return v;
 }
@@ -94,8 +123,20 @@ value value::make_object(object obj) {
 value value::make_namespace(object obj) {
   value v;
   v.kind_ = kind::name_space;
+  auto [depth, refs] = measure(
+      obj.entries, [](const auto& e) -> const value& { return e.second; });
+  if (refs)
+    throw std::invalid_argument("a namespace cannot hold a namespace or a "
+                                "function, nor a list or mapping with one");
+  obj.depth = depth;
   v.obj_ = std::make_shared<object>(std::move(obj));
   return v;
+}
+
+std::uint32_t value::depth() const noexcept {
+  if (obj_)
+    return obj_->depth;
+  return depth_;
 }
 
 value value::make_function(function fn) {

@@ -43,11 +43,18 @@ using array = std::vector<value>;
 /// An insertion-ordered string-keyed map.
 struct object {
   std::vector<std::pair<std::string, value>> entries;
+  /// Nesting depth of the values held (kept current for namespaces).
+  std::uint32_t depth = 1;
 
   value* find(std::string_view key);
   const value* find(std::string_view key) const;
   void set(const std::string& key, value v);
 };
+
+/// Deepest nesting of lists, mappings and namespaces a value may have;
+/// past it the factories throw std::length_error. It bounds the recursion
+/// of destroying, comparing and printing values.
+constexpr std::uint32_t max_value_depth = 128;
 
 /// One template value.
 class value {
@@ -108,6 +115,16 @@ class value {
   object& fields() const { return *obj_; }
   const function& fn() const { return *fn_; }
 
+  /// Nesting depth: 0 for scalars, 1 + the deepest element for containers.
+  std::uint32_t depth() const noexcept;
+
+  /// Whether this is, or contains, a namespace or a function: values that
+  /// may refer back to scopes, which a namespace attribute may not hold
+  /// (so that no reference cycle can form).
+  bool holds_references() const noexcept {
+    return kind_ == kind::name_space || kind_ == kind::function || refs_;
+  }
+
   /// Identity of the shared container (arrays, objects, functions).
   const void* identity() const noexcept;
 
@@ -126,6 +143,8 @@ class value {
   std::shared_ptr<array> arr_;
   std::shared_ptr<object> obj_;
   std::shared_ptr<function> fn_;
+  std::uint32_t depth_ = 0;
+  bool refs_ = false;
 };
 
 /// JavaScript's Number.prototype.toString for `d`.

@@ -285,15 +285,7 @@ TEST_CASE("mangled templates either render or fail with a template_error") {
   CHECK(refused > 0);
 }
 
-TEST_CASE("self-referencing and exploding values fail instead of "
-          "recursing or allocating without bound") {
-  auto cycle = error_of("{% set ns = namespace() %}{% set ns.me = ns %}"
-                        "{{ ns|tojson }}");
-  CHECK(cycle.kind() == chat::error_kind::render);
-  CHECK(std::string(cycle.what()).find("circular") != std::string::npos);
-  auto printed = error_of("{% set ns = namespace() %}{% set ns.me = ns %}"
-                          "{{ ns }}");
-  CHECK(printed.kind() == chat::error_kind::render);
+TEST_CASE("exploding values fail instead of allocating without bound") {
   chat::limits lim;
   lim.max_output_bytes = 100'000;
   // Each level repeats the previous eight times by reference: tiny in
@@ -317,4 +309,33 @@ TEST_CASE("self-referencing and exploding values fail instead of "
                            "{% endfor %}",
                            json::object(), lim);
   CHECK(indented.kind() == chat::error_kind::limit);
+}
+
+TEST_CASE("a namespace cannot hold what leads back to it, and values nest "
+          "at most max_value_depth deep") {
+  auto self = error_of("{% set ns = namespace() %}{% set ns.me = ns %}");
+  CHECK(self.kind() == chat::error_kind::render);
+  CHECK(std::string(self.what()).find("namespace") != std::string::npos);
+  CHECK(
+      error_of("{% set ns = namespace() %}{% set ns.l = [1, [ns]] %}").kind() ==
+      chat::error_kind::render);
+  CHECK(error_of("{% macro m() %}{% set ns.f = caller %}{% endmacro %}"
+                 "{% set ns = namespace() %}{% call m() %}x{% endcall %}")
+            .kind() == chat::error_kind::render);
+  CHECK(error_of("{% set ns = namespace() %}"
+                 "{% set other = namespace(inner=ns) %}")
+            .kind() == chat::error_kind::render);
+  // Plain values in namespaces and namespaces in lists stay allowed.
+  CHECK(render("{% set ns = namespace(l=[]) %}{% set ns.l = ns.l + [1] %}"
+               "{% set both = [ns, ns] %}{{ both|length }}{{ ns.l }}") ==
+        "2[1]");
+  auto deep = error_of("{% set ns = namespace(a=[]) %}"
+                       "{% for i in range(1000) %}{% set ns.a = [ns.a] %}"
+                       "{% endfor %}");
+  CHECK(deep.kind() == chat::error_kind::limit);
+  json nested = json::array();
+  for (int i = 0; i < 200; ++i)
+    nested = json::array({nested});
+  CHECK_THROWS_AS(render("{{ x|length }}", json{{"x", nested}}),
+                  chat::template_error);
 }
