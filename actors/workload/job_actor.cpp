@@ -103,7 +103,7 @@ void on_logits(self_ptr self, std::uint32_t j, stage_step& s) {
     ++st.result.generated_tokens;
     if (st.cfg.on_token)
       st.cfg.on_token(j, id);
-    if (out.size() >= st.cfg.n_gen || id == st.cfg.eos) {
+    if (out.size() >= st.cfg.n_gen || st.cfg.eog.count(id) != 0) {
       q.done = true;
     } else {
       send_step(self, j);

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <set>
 #include <vector>
 
 namespace exo::workload {
@@ -59,7 +60,9 @@ struct job_setup {
   std::vector<std::vector<std::int32_t>> prompts; ///< one per sequence
   std::uint32_t n_gen = 16;
   model::sampler_params sampling; ///< sequence j is seeded with seed + j
-  std::int32_t eos = -1;          ///< stop a sequence there (-1: never)
+  /// End-of-generation tokens (EOS, EOT, <|eot_id|>, <|im_end|>...): a
+  /// sequence stops at any of them.
+  std::set<std::int32_t> eog;
   /// A step in flight for longer ends the job with an error naming the
   /// sequence (checked by a watchdog every step_timeout / 4, at most 1 s).
   std::chrono::milliseconds step_timeout{120000};

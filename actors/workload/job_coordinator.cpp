@@ -191,7 +191,7 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.prompts.assign(req.sequences, run->job.prompt);
   j.n_gen = req.n_gen;
   j.sampling = req.sampling;
-  j.eos = run->job.tokenizer->eos();
+  j.eog = run->job.tokenizer->eog_ids();
   auto id = j.id;
   auto tok = run->job.tokenizer;
   auto produced = std::make_shared<std::atomic<std::uint64_t>>(0);
