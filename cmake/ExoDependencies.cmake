@@ -32,6 +32,9 @@ find_package(CLI11 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 
+# CLI11 (header-only): the programs' command lines (core/cli).
+find_package(CLI11 CONFIG REQUIRED)
+
 # Gecode: no CMake package in Debian; libraries named gecodeXXX.
 find_path(GECODE_INCLUDE_DIR gecode/int.hh REQUIRED)
 set(_gecode_libs)

@@ -9,6 +9,7 @@ if [ "${EXO_SKIP_DEPS:-0}" = "1" ]; then exit 0; fi
 packages=(
   build-essential cmake ninja-build pkg-config
   libcaf-dev libgecode-dev libsimdjson-dev libboost-dev libssl-dev catch2
+  libcli11-dev
   libvulkan-dev mesa-vulkan-drivers glslc vulkan-tools
   libopenblas-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev

@@ -1,5 +1,6 @@
 #include "actors/access/access_actor.hpp"
 
+#include "core/console/commands.hpp"
 #include "core/access/audit_event.hpp"
 #include "core/access/revocation_store.hpp"
 #include "core/access/revocation_sync.hpp"
@@ -286,19 +287,19 @@ caf::result<console_reply> broadcast(self_ptr self, console_reply r,
 
 caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
   auto& st = self->state;
-  std::istringstream in{arg};
-  std::string sub;
-  in >> sub;
-  std::map<std::string, std::string> kv;
-  std::vector<std::string> plain;
-  std::string w;
-  while (in >> w) {
-    auto eq = w.find('=');
-    if (eq == std::string::npos)
-      plain.push_back(w);
-    else
-      kv[w.substr(0, eq)] = w.substr(eq + 1);
+  console::parsed_command p;
+  try {
+    p = console::parse_command("token", arg);
+  } catch (const console::command_error& e) {
+    return usage(e.what());
   }
+  const auto& sub = p.sub;
+  // Options by name (auth= among them, empty when not given) and the
+  // positional words, as the handlers below read them.
+  auto kv = p.values;
+  if (p.has_auth)
+    kv["auth"] = p.auth;
+  const auto& plain = p.args;
   console_reply r;
   r.command = "token";
   if (sub == "check") {
@@ -341,11 +342,11 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
     if (devs == "*") {
       c.all_devices = true;
     } else {
-      std::istringstream ds{devs};
-      std::string d;
-      while (std::getline(ds, d, ','))
-        if (!d.empty())
-          c.devices.push_back(d);
+      for (std::size_t b = 0, e = 0; b <= devs.size(); b = e + 1) {
+        e = std::min(devs.find(',', b), devs.size());
+        if (e > b)
+          c.devices.push_back(devs.substr(b, e - b));
+      }
     }
     std::int64_t ttl = 86400;
     try {

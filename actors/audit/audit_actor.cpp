@@ -4,6 +4,7 @@
 #include "core/text/json_escape.hpp"
 #include "core/audit/log_files.hpp"
 #include "core/audit/verify.hpp"
+#include "core/console/commands.hpp"
 #include "messages/cluster.hpp"
 
 #include <caf/all.hpp>
@@ -30,50 +31,42 @@ void emit(const caf::actor& sink, const event& ev) {
     caf::anon_send(sink, audit_atom::value, to_entry(ev));
 }
 
-std::string parse_query_args(const std::string& args, audit_query& q) {
-  std::istringstream in{args};
-  std::string word;
-  while (in >> word) {
-    auto eq = word.find('=');
-    if (eq == std::string::npos)
-      return "expected key=value, got \"" + word + "\"";
-    auto key = word.substr(0, eq);
-    auto val = word.substr(eq + 1);
-    auto number = [&](std::uint64_t& out) {
-      try {
-        std::size_t used = 0;
-        out = std::stoull(val, &used);
-        return used == val.size();
-      } catch (...) {
-        return false;
-      }
-    };
-    if (key == "type") {
-      auto t = parse_event_type(val);
-      if (!t)
-        return "unknown event type \"" + val + "\"";
-      q.type = *t;
-    } else if (key == "principal") {
-      q.principal = val;
-    } else if (key == "since" || key == "until") {
-      auto t = parse_time(val);
-      if (!t)
-        return key + ": not a time (µs since the epoch or ISO 8601 UTC)";
-      (key == "since" ? q.since_us : q.until_us) = *t;
-    } else if (key == "after") {
-      if (!number(q.after_seq))
-        return "after: not a sequence number";
-    } else if (key == "limit") {
-      std::uint64_t n = 0;
-      if (!number(n) || n == 0 || n > 10000)
-        return "limit: must be an integer in [1, 10000]";
-      q.limit = static_cast<std::size_t>(n);
-    } else {
-      return "unknown key \"" + key
-             + "\" (expected type, principal, since, until, after, limit)";
-    }
+namespace {
+
+/// The query of a parsed "audit query"; returns an error message.
+std::string query_of(const console::parsed_command& p, audit_query& q) {
+  if (p.has("type")) {
+    auto t = parse_event_type(p.text("type"));
+    if (!t)
+      return "unknown event type \"" + p.text("type") + "\"";
+    q.type = *t;
   }
+  if (p.has("principal"))
+    q.principal = p.text("principal");
+  for (const char* key : {"since", "until"}) {
+    if (!p.has(key))
+      continue;
+    auto t = parse_time(p.text(key));
+    if (!t)
+      return std::string{key}
+             + ": not a time (µs since the epoch or ISO 8601 UTC)";
+    (std::string{key} == "since" ? q.since_us : q.until_us) = *t;
+  }
+  if (p.has("after"))
+    q.after_seq = p.count("after", 0);
+  if (p.has("limit"))
+    q.limit = static_cast<std::size_t>(p.count("limit", q.limit));
   return {};
+}
+
+} // namespace
+
+std::string parse_query_args(const std::string& args, audit_query& q) {
+  try {
+    return query_of(console::parse_command("audit", "query " + args), q);
+  } catch (const console::command_error& e) {
+    return e.what();
+  }
 }
 
 namespace {
@@ -221,30 +214,31 @@ caf::behavior audit_impl(self_ptr self, audit_actor_config cfg,
     [self](console_atom, const std::string& cmd,
            const std::string& arg) -> caf::result<console_reply> {
       auto& st = self->state;
-      std::istringstream in{arg};
-      std::string sub;
-      in >> sub;
-      std::string rest;
-      std::getline(in, rest);
+      console::parsed_command p;
       try {
-        if (sub == "query") {
+        p = console::parse_command("audit", arg);
+      } catch (const console::command_error& e) {
+        return caf::make_error(caf::sec::invalid_argument,
+                               std::string{"audit: "} + e.what()
+                                 + " (help audit)");
+      }
+      try {
+        if (p.sub == "query") {
           audit_query q;
-          auto err = parse_query_args(rest, q);
+          auto err = query_of(p, q);
           if (!err.empty())
             return caf::make_error(caf::sec::invalid_argument,
                                    "audit query: " + err);
           return render_query(st.log->query(q));
         }
-        if (sub == "verify")
+        if (p.sub == "verify")
           return run_verify(st);
       } catch (const std::exception& x) {
         return caf::make_error(caf::sec::runtime_error,
                                std::string{"audit: "} + x.what());
       }
       return caf::make_error(caf::sec::invalid_argument,
-                             "usage: audit query [type=T] [principal=P] "
-                             "[since=TIME] [until=TIME] [after=SEQ] "
-                             "[limit=N] | audit verify");
+                             "audit: query or verify (help audit)");
     },
     [self](inspect_atom) {
       auto& st = self->state;

@@ -1,5 +1,7 @@
 #include "actors/placement/placement_actor.hpp"
 
+#include "core/console/commands.hpp"
+
 #include "core/placement/problem_json.hpp"
 #include "core/audit/event.hpp"
 #include "messages/audit.hpp"
@@ -511,76 +513,43 @@ caf::behavior placement_impl(self_ptr self, placement_actor_config cfg) {
   };
 }
 
-bool parse_uint(const std::string& s, std::uint32_t& out) {
-  if (s.empty() || s.size() > 9
-      || s.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  out = static_cast<std::uint32_t>(std::stoul(s));
-  return true;
-}
 
 } // namespace
 
 std::string parse_plan_arguments(const std::string& arg, plan_arguments& out) {
-  std::istringstream in{arg};
-  std::vector<std::string> words;
-  for (std::string w; in >> w;)
-    words.push_back(w);
-  bool objective_given = false;
-  for (std::size_t i = 0; i < words.size(); ++i) {
-    const auto& w = words[i];
-    auto eq = w.find('=');
-    auto key = w.substr(0, eq);
-    auto value = eq == std::string::npos ? std::string{} : w.substr(eq + 1);
-    if (w == "--json") {
-      out.json = true;
-    } else if (w == "--problem") {
-      if (i + 1 >= words.size())
-        return "--problem needs a file";
-      out.problem_file = words[++i];
-    } else if (eq != std::string::npos && (key == "ctx" || key == "context")) {
-      if (!parse_uint(value, out.request.context_length))
-        return "ctx must be a whole number of tokens, not \"" + value + "\"";
-    } else if (eq != std::string::npos && key == "objective") {
-      if (!parse_objective_kind(value))
-        return "objective must be latency, throughput or blend, not \""
-               + value + "\"";
-      out.request.objective = value;
-      objective_given = true;
-    } else if (eq != std::string::npos && key == "blend") {
-      try {
-        std::size_t used = 0;
-        out.request.blend_weight = std::stod(value, &used);
-        if (used != value.size())
-          throw std::invalid_argument{value};
-      } catch (const std::exception&) {
-        return "blend must be a number in [0, 1], not \"" + value + "\"";
-      }
-      if (!(out.request.blend_weight >= 0 && out.request.blend_weight <= 1))
-        return "blend must be a number in [0, 1]";
-    } else if (eq != std::string::npos && key == "time-limit") {
-      if (!parse_uint(value, out.request.time_limit_ms)
-          || out.request.time_limit_ms == 0
-          || out.request.time_limit_ms > 50'000)
-        return "time-limit must be milliseconds in [1, 50000]";
-    } else if (eq != std::string::npos && key == "keep") {
-      if (value != "yes" && value != "no")
-        return "keep must be yes or no";
-      out.request.keep = value == "yes";
-    } else if (eq == std::string::npos && w.rfind("--", 0) != 0
-               && out.request.model_path.empty()) {
-      out.request.model_path = w;
-    } else {
-      return "unexpected argument \"" + w
-             + "\" (plan MODEL.gguf [ctx=N] "
-               "[objective=latency|throughput|blend] [blend=W] "
-               "[time-limit=MS] [keep=no], or plan --problem FILE.json)";
-    }
+  console::parsed_command p;
+  try {
+    p = console::parse_command("plan", arg);
+  } catch (const console::command_error& e) {
+    return std::string{e.what()}
+           + " (plan MODEL.gguf [ctx=N] [objective=latency|throughput|blend]"
+             " [blend=W] [time-limit=MS] [keep=no], or plan --problem "
+             "FILE.json)";
   }
+  out.json = p.has("json");
+  out.problem_file = p.text("problem");
+  if (!p.args.empty())
+    out.request.model_path = p.args[0];
+  if (p.has("ctx")) {
+    auto n = p.count("ctx", 0);
+    if (n > 999'999'999)
+      return "ctx must be a whole number of tokens, not \"" + p.text("ctx")
+             + "\"";
+    out.request.context_length = static_cast<std::uint32_t>(n);
+  }
+  if (p.has("objective"))
+    out.request.objective = p.text("objective");
+  if (p.has("blend"))
+    out.request.blend_weight = p.number("blend", 0);
+  if (p.has("time-limit"))
+    out.request.time_limit_ms
+      = static_cast<std::uint32_t>(p.count("time-limit", 0));
+  if (p.has("keep"))
+    out.request.keep = p.text("keep") == "yes";
   if (!out.problem_file.empty()) {
     if (!out.request.model_path.empty())
       return "give a model or --problem FILE, not both";
-    if (!objective_given)
+    if (!p.has("objective"))
       out.request.objective = "file"; // the file's own objective
     return {};
   }

@@ -1,5 +1,7 @@
 #include "actors/thermal/thermal_actor.hpp"
 
+#include "core/console/commands.hpp"
+
 #include "core/audit/event.hpp"
 #include "core/text/json.hpp"
 #include "core/thermal/audit_event.hpp"
@@ -278,9 +280,15 @@ caf::behavior service_impl(service_ptr self, thermal_service_config cfg) {
         return caf::ok_atom::value;
       },
       [self](console_atom, const std::string&,
-             const std::string&) -> caf::result<console_reply> {
+             const std::string& arg) -> caf::result<console_reply> {
         console_reply r;
         r.command = "thermal";
+        try {
+          console::parse_command("thermal", arg);
+        } catch (const console::command_error& e) {
+          return caf::make_error(caf::sec::invalid_argument,
+                                 std::string{"thermal: "} + e.what());
+        }
         auto rp = self->make_response_promise<console_reply>();
         gather(self, [self, rp, r](std::vector<thermal_status> xs) mutable {
           auto& st = self->state;

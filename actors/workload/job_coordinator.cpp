@@ -7,6 +7,7 @@
 #include "actors/workload/simple_placement.hpp"
 #include "actors/workload/solver_placement.hpp"
 #include "core/audit/event.hpp"
+#include "core/console/commands.hpp"
 #include "core/model/stage_ranges.hpp"
 #include "core/tls/bulk_channel.hpp"
 #include "core/tokenizer/tokenizer.hpp"
@@ -579,12 +580,33 @@ console_reply run_reply(const job_report& r, const std::string& prompt,
   return reply;
 }
 
+/// The options of a console `run`, parsed and range-checked with the
+/// console's command table (the same bounds as exo-node run's).
+run_options run_options_of(const console::parsed_command& p) {
+  run_options o;
+  o.model = p.text("model");
+  if (o.model.empty())
+    throw std::invalid_argument("run needs --model FILE");
+  o.prompt = p.text("prompt");
+  o.n_gen = static_cast<std::uint32_t>(p.count("n", o.n_gen));
+  o.sampling.seed = p.count("seed", o.sampling.seed);
+  o.sampling.temperature = static_cast<float>(
+    p.number("temperature", o.sampling.temperature));
+  o.sampling.top_k = static_cast<std::uint32_t>(
+    p.count("top-k", o.sampling.top_k));
+  o.sampling.top_p = static_cast<float>(p.number("top-p", o.sampling.top_p));
+  o.stages = static_cast<std::uint32_t>(p.count("stages", o.stages));
+  o.sequences = static_cast<std::uint32_t>(p.count("sequences", o.sequences));
+  o.n_ctx = static_cast<std::uint32_t>(p.count("ctx", o.n_ctx));
+  return o;
+}
+
 /// Console `run`: the job's events go to this node's stdout, its report
 /// to the console.
 caf::result<console_reply> console_run(self_ptr self, const std::string& arg) {
   job_request req;
   try {
-    req = make_job_request(parse_run_options(split_words(arg), false));
+    req = make_job_request(run_options_of(console::parse_command("run", arg)));
   } catch (const std::exception& e) {
     return fail(exo_errc::invalid_argument, std::string{"run: "} + e.what());
   }
@@ -671,17 +693,17 @@ void cancel(self_ptr self, std::uint64_t id, F then) {
 caf::result<console_reply> console_cancel(self_ptr self,
                                           const std::string& arg) {
   auto& st = self->state;
-  auto words = split_words(arg);
-  auto usage = [&](const std::string& why) {
+  console::parsed_command p;
+  try {
+    p = console::parse_command("cancel", arg);
+  } catch (const console::command_error& e) {
     return fail(exo_errc::invalid_argument,
-                "cancel: " + why + " (cancel JOB, the id `jobs` lists)");
-  };
-  if (words.size() != 1)
-    return usage("one job id expected");
-  auto& w = words[0];
-  if (w.empty() || w.size() > 19
-      || w.find_first_not_of("0123456789") != std::string::npos)
-    return usage("\"" + w.substr(0, 32) + "\" is not a job id");
+                std::string{e.what()} + " (cancel JOB, the id `jobs` lists)");
+  }
+  auto& w = p.args[0];
+  if (w.size() > 19)
+    return fail(exo_errc::invalid_argument,
+                "cancel: \"" + w.substr(0, 32) + "\" is not a job id");
   auto id = std::stoull(w);
   if (st.running.count(id) == 0)
     return fail(exo_errc::invalid_argument,

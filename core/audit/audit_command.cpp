@@ -1,6 +1,7 @@
 #include "core/audit/audit_command.hpp"
 
 #include "core/audit/log_files.hpp"
+#include "core/cli/program.hpp"
 #include "core/audit/query.hpp"
 #include "core/audit/verify.hpp"
 
@@ -12,12 +13,6 @@
 namespace exo::audit {
 
 namespace {
-
-constexpr const char* usage =
-  "usage: audit verify [--from-genesis] FILE...\n"
-  "       audit query --dir D [--prefix audit] [--type T] [--principal P]\n"
-  "                   [--since TIME] [--until TIME] [--after SEQ]\n"
-  "                   [--offset N] [--limit N]\n";
 
 bool parse_count(const std::string& text, std::uint64_t& out) {
   if (text.empty() || text.size() > 18)
@@ -31,20 +26,11 @@ bool parse_count(const std::string& text, std::uint64_t& out) {
   return true;
 }
 
-int run_verify(const std::vector<std::string>& args, std::ostream& out,
+int run_verify(const verify_options& opts,
+               const std::vector<std::string>& files, std::ostream& out,
                std::ostream& err) {
-  verify_options opts;
-  std::vector<std::string> files;
-  for (auto& a : args) {
-    if (a == "--from-genesis")
-      opts.require_genesis = true;
-    else if (a.size() > 1 && a[0] == '-')
-      return err << "audit verify: unknown option " << a << "\n" << usage, 2;
-    else
-      files.push_back(a);
-  }
   if (files.empty())
-    return err << "audit verify: no files given\n" << usage, 2;
+    return err << "audit verify: no files given (see --help)\n", 2;
   auto res = verify(files, opts);
   if (!res.ok) {
     out << "FAIL: ";
@@ -70,52 +56,60 @@ int run_verify(const std::vector<std::string>& args, std::ostream& out,
   return 0;
 }
 
-int run_query(const std::vector<std::string>& args, std::ostream& out,
-              std::ostream& err) {
-  audit_query q;
+/// The text values of `audit query`, checked after parsing.
+struct query_args {
   std::string dir;
   std::string prefix = "audit";
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    auto& opt = args[i];
-    if (i + 1 >= args.size())
-      return err << "audit query: " << opt << " needs a value\n" << usage, 2;
-    auto& val = args[++i];
+  std::string type, principal, since, until, after, offset, limit;
+};
+
+int run_query(const CLI::App& cmd, const query_args& a, std::ostream& out,
+              std::ostream& err) {
+  audit_query q;
+  const auto& dir = a.dir;
+  const auto& prefix = a.prefix;
+  auto given = [&](const char* name) { return cmd.count(name) > 0; };
+  if (given("--type")) {
+    auto t = parse_event_type(a.type);
+    if (!t)
+      return err << "audit query: unknown event type \"" << a.type
+                 << "\"\n",
+             2;
+    q.type = t;
+  }
+  if (given("--principal"))
+    q.principal = a.principal;
+  for (auto* opt : {"--since", "--until"}) {
+    if (!given(opt))
+      continue;
+    auto& val = std::string{opt} == "--since" ? a.since : a.until;
+    auto t = parse_time(val);
+    if (!t)
+      return err << "audit query: invalid time \"" << val
+                 << "\" (µs since the epoch or YYYY-MM-DDTHH:MM:SSZ)\n",
+             2;
+    (std::string{opt} == "--since" ? q.since_us : q.until_us) = t;
+  }
+  for (auto* opt : {"--after", "--offset", "--limit"}) {
+    if (!given(opt))
+      continue;
+    std::string o = opt;
+    auto& val = o == "--after" ? a.after : o == "--offset" ? a.offset
+                                                          : a.limit;
     std::uint64_t n = 0;
-    if (opt == "--dir") {
-      dir = val;
-    } else if (opt == "--prefix") {
-      prefix = val;
-    } else if (opt == "--type") {
-      auto t = parse_event_type(val);
-      if (!t)
-        return err << "audit query: unknown event type \"" << val << "\"\n", 2;
-      q.type = t;
-    } else if (opt == "--principal") {
-      q.principal = val;
-    } else if (opt == "--since" || opt == "--until") {
-      auto t = parse_time(val);
-      if (!t)
-        return err << "audit query: invalid time \"" << val
-                   << "\" (µs since the epoch or YYYY-MM-DDTHH:MM:SSZ)\n",
-               2;
-      (opt == "--since" ? q.since_us : q.until_us) = t;
-    } else if (opt == "--after" || opt == "--offset" || opt == "--limit") {
-      if (!parse_count(val, n))
-        return err << "audit query: " << opt << " needs a number, not \""
-                   << val << "\"\n",
-               2;
-      if (opt == "--after")
-        q.after_seq = n;
-      else if (opt == "--offset")
-        q.offset = n;
-      else
-        q.limit = n;
-    } else {
-      return err << "audit query: unknown option " << opt << "\n" << usage, 2;
-    }
+    if (!parse_count(val, n))
+      return err << "audit query: " << o << " needs a number, not \"" << val
+                 << "\"\n",
+             2;
+    if (o == "--after")
+      q.after_seq = n;
+    else if (o == "--offset")
+      q.offset = n;
+    else
+      q.limit = n;
   }
   if (dir.empty())
-    return err << "audit query: --dir is required\n" << usage, 2;
+    return err << "audit query: --dir is required (see --help)\n", 2;
   auto page = query_directory(dir, prefix, q);
   std::string line;
   for (auto& r : page.records) {
@@ -136,19 +130,48 @@ int run_query(const std::vector<std::string>& args, std::ostream& out,
 int run_audit_command(int argc, char** argv, std::ostream& out,
                       std::ostream& err) {
   try {
-    if (argc < 2 || argv == nullptr)
-      return err << usage, 2;
-    std::string sub = argv[1] ? argv[1] : "";
-    std::vector<std::string> args;
-    for (int i = 2; i < argc; ++i)
-      args.emplace_back(argv[i] ? argv[i] : "");
-    if (sub == "verify")
-      return run_verify(args, out, err);
-    if (sub == "query")
-      return run_query(args, out, err);
-    if (sub == "-h" || sub == "--help" || sub == "help")
-      return out << usage, 0;
-    return err << "audit: unknown subcommand \"" << sub << "\"\n" << usage, 2;
+    if (argc < 1 || argv == nullptr)
+      return err << "audit: no arguments\n", 2;
+    CLI::App app{"Verifies and queries audit logs (hash-chained JSON lines).",
+                 "exo-node audit"};
+    cli::configure(app);
+    app.require_subcommand(1);
+    verify_options vopts;
+    std::vector<std::string> files;
+    auto* verify_cmd = app.add_subcommand(
+      "verify", "check the hash chain of FILE... (one log, in order)");
+    verify_cmd->add_flag("--from-genesis", vopts.require_genesis,
+                         "the chain must start at sequence number 1");
+    verify_cmd->add_option("files", files, "the log files")
+      ->type_name("FILE...");
+    query_args qa;
+    auto* query_cmd = app.add_subcommand(
+      "query", "print the records of a log folder that match");
+    query_cmd->add_option("--dir", qa.dir, "the log folder")
+      ->type_name("D");
+    query_cmd->add_option("--prefix", qa.prefix, "file prefix (audit)");
+    query_cmd->add_option("--type", qa.type, "event type")->type_name("T");
+    query_cmd->add_option("--principal", qa.principal, "who acted")
+      ->type_name("P");
+    query_cmd->add_option("--since", qa.since,
+                          "µs since the epoch or YYYY-MM-DDTHH:MM:SSZ")
+      ->type_name("TIME");
+    query_cmd->add_option("--until", qa.until, "as --since")
+      ->type_name("TIME");
+    query_cmd->add_option("--after", qa.after,
+                          "only records after this sequence number")
+      ->type_name("SEQ");
+    query_cmd->add_option("--offset", qa.offset, "skip N matches")
+      ->type_name("N");
+    query_cmd->add_option("--limit", qa.limit, "at most N records")
+      ->type_name("N");
+    app.footer("Exit status: 0 success, 1 verification failed, 2 bad usage "
+               "or unreadable files.");
+    if (auto code = cli::parse(app, argc, argv, out, err, "audit: "))
+      return *code;
+    if (verify_cmd->parsed())
+      return run_verify(vopts, files, out, err);
+    return run_query(*query_cmd, qa, out, err);
   } catch (const std::exception& e) {
     err << "audit: " << e.what() << "\n";
     return 2;

@@ -1,5 +1,6 @@
 #include "core/placement/plan_command.hpp"
 
+#include "core/cli/program.hpp"
 #include "core/placement/problem_json.hpp"
 #include "core/placement/solve.hpp"
 
@@ -11,11 +12,6 @@
 namespace exo::placement {
 
 namespace {
-
-constexpr const char* usage =
-  "usage: plan --problem FILE.json [--objective latency|throughput|blend]\n"
-  "            [--blend-weight W] [--time-limit MS] [--json]\n"
-  "            [--solver exact|gecode|both|baseline]\n";
 
 struct bad_args {
   std::string what;
@@ -89,61 +85,72 @@ int run_plan_command(int argc, char** argv, std::ostream& out,
   std::string file;
   bool json = false;
   solve_options opts;
+  std::string objective, blend_weight, time_limit, solver;
+  bool in_node = argc > 0 && std::string(argv[0]) == "plan";
+  CLI::App app{"Places a model on devices: prints the plan for a JSON "
+               "problem file, without any cluster.",
+               in_node ? "exo-node plan" : "exo-plan"};
+  cli::configure(app);
+  app.add_option("--problem", file, "the placement problem (JSON)")
+    ->type_name("FILE.json");
+  app.add_option("--objective", objective,
+                 "latency, throughput or blend (default: the file's)")
+    ->type_name("latency|throughput|blend");
+  app.add_option("--blend-weight", blend_weight,
+                 "weight of latency in blend, in [0, 1]")
+    ->type_name("W");
+  app.add_option("--time-limit", time_limit,
+                 "solver time limit in milliseconds")
+    ->type_name("MS");
+  app.add_flag("--json", json, "print JSON");
+  app.add_option("--solver", solver, "which solver runs")
+    ->type_name("exact|gecode|both|baseline");
+  app.footer("Exit status: 0 with a plan, 1 infeasible or no plan, "
+             "2 bad input.");
+  // A leading "plan" word (exo-node plan ...) is the command, not an
+  // argument.
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i)
+    if (i > 1 || std::string(argv[i]) != "plan")
+      args.emplace_back(argv[i]);
+  if (auto code = cli::parse(app, std::move(args), out, err, "error: "))
+    return *code;
   try {
-    int i = 1;
-    if (i < argc && std::string(argv[i]) == "plan")
-      ++i;
-    auto value = [&](const std::string& flag) -> std::string {
-      if (i + 1 >= argc)
-        throw bad_args{flag + " needs a value"};
-      return argv[++i];
-    };
-    for (; i < argc; ++i) {
-      std::string a = argv[i];
-      if (a == "--help" || a == "-h") {
-        out << usage;
-        return 0;
-      } else if (a == "--problem") {
-        file = value(a);
-      } else if (a == "--json") {
-        json = true;
-      } else if (a == "--objective") {
-        auto v = value(a);
-        opts.objective = parse_objective_kind(v);
-        if (!opts.objective)
-          throw bad_args{"--objective must be latency, throughput or blend, "
-                         "not \"" + v + "\""};
-      } else if (a == "--blend-weight") {
-        auto v = value(a);
-        char* end = nullptr;
-        double w = std::strtod(v.c_str(), &end);
-        if (v.empty() || *end != '\0' || !(w >= 0 && w <= 1))
-          throw bad_args{"--blend-weight must be a number in [0, 1], not \""
-                         + v + "\""};
-        opts.blend_weight = w;
-      } else if (a == "--time-limit") {
-        auto v = value(a);
-        char* end = nullptr;
-        long ms = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || ms <= 0 || ms > 86400000)
-          throw bad_args{"--time-limit must be milliseconds in [1, 86400000]"
-                         ", not \"" + v + "\""};
-        opts.time_limit = std::chrono::milliseconds(ms);
-      } else if (a == "--solver") {
-        auto v = value(a);
-        auto k = parse_solver_kind(v);
-        if (!k)
-          throw bad_args{"--solver must be exact, gecode, both or baseline, "
-                         "not \"" + v + "\""};
-        opts.solver = *k;
-      } else {
-        throw bad_args{"unknown argument \"" + a + "\""};
-      }
+    if (app.count("--objective") > 0) {
+      opts.objective = parse_objective_kind(objective);
+      if (!opts.objective)
+        throw bad_args{"--objective must be latency, throughput or blend, "
+                       "not \"" + objective + "\""};
+    }
+    if (app.count("--blend-weight") > 0) {
+      auto& v = blend_weight;
+      char* end = nullptr;
+      double w = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(w >= 0 && w <= 1))
+        throw bad_args{"--blend-weight must be a number in [0, 1], not \""
+                       + v + "\""};
+      opts.blend_weight = w;
+    }
+    if (app.count("--time-limit") > 0) {
+      auto& v = time_limit;
+      char* end = nullptr;
+      long ms = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || ms <= 0 || ms > 86400000)
+        throw bad_args{"--time-limit must be milliseconds in [1, 86400000]"
+                       ", not \"" + v + "\""};
+      opts.time_limit = std::chrono::milliseconds(ms);
+    }
+    if (app.count("--solver") > 0) {
+      auto k = parse_solver_kind(solver);
+      if (!k)
+        throw bad_args{"--solver must be exact, gecode, both or baseline, "
+                       "not \"" + solver + "\""};
+      opts.solver = *k;
     }
     if (file.empty())
       throw bad_args{"--problem FILE.json is required"};
   } catch (const bad_args& e) {
-    err << "error: " << e.what << "\n" << usage;
+    err << "error: " << e.what << " (see --help)\n";
     return 2;
   }
   solve_result r;

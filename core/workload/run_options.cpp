@@ -1,5 +1,7 @@
 #include "core/workload/run_options.hpp"
 
+#include "core/cli/program.hpp"
+
 #include <stdexcept>
 
 namespace exo::workload {
@@ -42,82 +44,96 @@ std::uint32_t to_u32(const std::string& key, const std::string& v,
 
 } // namespace
 
+namespace {
+
+/// The text of each option, converted and checked after parsing.
+struct run_words {
+  std::string n, seed, temperature, top_k, top_p, stages, sequences, ctx;
+  std::string llama_threads;
+};
+
+/// The options of a run on `app`; `local` adds exo-node run's own.
+void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
+  cli::configure(app);
+  app.add_option("--model", o.model, "the model (GGUF)")->type_name("FILE");
+  app.add_option("--prompt", o.prompt, "the prompt")->type_name("TEXT");
+  app.add_option("-n,--n", w.n, "tokens to generate (16)")->type_name("N");
+  app.add_option("--seed", w.seed, "sampling seed")->type_name("S");
+  app.add_option("--temperature", w.temperature, "0: greedy")
+    ->type_name("T");
+  app.add_option("--top-k", w.top_k, "sample from the K most likely")
+    ->type_name("K");
+  app.add_option("--top-p", w.top_p, "nucleus sampling")->type_name("P");
+  app.add_option("--stages", w.stages,
+                 "split evenly into K stages (default: the solver's plan)")
+    ->type_name("K");
+  app.add_option("--sequences", w.sequences,
+                 "M copies of the prompt in flight at once")
+    ->type_name("M");
+  app.add_option("--ctx", w.ctx, "context length (default: prompt + n)")
+    ->type_name("C");
+  if (!local)
+    return;
+  app.add_option("--logits-out", o.logits_out,
+                 "write sequence 0's last logits, one per line")
+    ->type_name("FILE");
+  app.add_option("--config", o.config, "node settings (JSON)")
+    ->type_name("FILE");
+  app.add_option("--state-dir", o.state_dir, "override node.state_dir")
+    ->type_name("DIR");
+  app.add_option("--llama-threads", w.llama_threads,
+                 "the cpu device runs llama.cpp's bits with N threads")
+    ->type_name("N");
+}
+
+constexpr const char* run_description
+  = "Runs one job: places the model (the solver's plan, or an even split "
+    "with --stages), streams sequence 0's text and prints tokens/s.";
+
+} // namespace
+
 run_options parse_run_options(const std::vector<std::string>& words,
                               bool local) {
   run_options o;
-  for (std::size_t i = 0; i < words.size(); ++i) {
-    const auto& k = words[i];
-    if (i + 1 >= words.size())
-      throw std::invalid_argument(k + " needs a value");
-    const auto& v = words[++i];
-    if (k == "--model")
-      o.model = v;
-    else if (k == "--prompt")
-      o.prompt = v;
-    else if (k == "-n" || k == "--n")
-      o.n_gen = to_u32(k, v, 0, 1u << 20);
-    else if (k == "--seed")
-      o.sampling.seed = to_uint(k, v);
-    else if (k == "--temperature")
-      o.sampling.temperature = to_float(k, v);
-    else if (k == "--top-k")
-      o.sampling.top_k = to_u32(k, v, 0, 1u << 30);
-    else if (k == "--top-p")
-      o.sampling.top_p = to_float(k, v);
-    else if (k == "--stages")
-      o.stages = to_u32(k, v, 1, 1024);
-    else if (k == "--sequences")
-      o.sequences = to_u32(k, v, 1, 256);
-    else if (k == "--ctx")
-      o.n_ctx = to_u32(k, v, 1, 1u << 24);
-    else if (k == "--logits-out" && local)
-      o.logits_out = v;
-    else if (k == "--config" && local)
-      o.config = v;
-    else if (k == "--state-dir" && local)
-      o.state_dir = v;
-    else if (k == "--llama-threads" && local)
-      o.llama_threads = to_u32(k, v, 1, 1024);
-    else
-      throw std::invalid_argument("unknown option " + k);
+  run_words w;
+  CLI::App app{run_description, "run"};
+  describe(app, o, w, local);
+  if (cli::parse_or_throw(app, words)) {
+    o.help = true;
+    return o;
   }
+  auto given = [&](const char* name) { return app.count(name) > 0; };
+  if (given("-n"))
+    o.n_gen = to_u32("-n", w.n, 0, 1u << 20);
+  if (given("--seed"))
+    o.sampling.seed = to_uint("--seed", w.seed);
+  if (given("--temperature"))
+    o.sampling.temperature = to_float("--temperature", w.temperature);
+  if (given("--top-k"))
+    o.sampling.top_k = to_u32("--top-k", w.top_k, 0, 1u << 30);
+  if (given("--top-p"))
+    o.sampling.top_p = to_float("--top-p", w.top_p);
+  if (given("--stages"))
+    o.stages = to_u32("--stages", w.stages, 1, 1024);
+  if (given("--sequences"))
+    o.sequences = to_u32("--sequences", w.sequences, 1, 256);
+  if (given("--ctx"))
+    o.n_ctx = to_u32("--ctx", w.ctx, 1, 1u << 24);
+  if (local && given("--llama-threads"))
+    o.llama_threads = to_u32("--llama-threads", w.llama_threads, 1, 1024);
   if (o.model.empty())
     throw std::invalid_argument("run needs --model FILE");
   return o;
 }
 
-std::vector<std::string> split_words(const std::string& text) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool in_word = false;
-  char quote = 0;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (quote != 0) {
-      if (c == quote)
-        quote = 0;
-      else if (c == '\\' && quote == '"' && i + 1 < text.size())
-        cur += text[++i];
-      else
-        cur += c;
-    } else if (c == '"' || c == '\'') {
-      quote = c;
-      in_word = true;
-    } else if (c == ' ' || c == '\t' || c == '\n') {
-      if (in_word)
-        out.push_back(cur);
-      cur.clear();
-      in_word = false;
-    } else {
-      cur += c;
-      in_word = true;
-    }
-  }
-  if (quote != 0)
-    throw std::invalid_argument("unterminated quote");
-  if (in_word)
-    out.push_back(cur);
-  return out;
+std::string run_options_help(bool local) {
+  run_options o;
+  run_words w;
+  CLI::App app{run_description, local ? "exo-node run" : "run"};
+  describe(app, o, w, local);
+  app.footer("Exit status: 0, 2 on bad arguments or model, 1 when the job "
+             "fails.");
+  return app.help();
 }
 
 } // namespace exo::workload

@@ -30,15 +30,17 @@ struct run_options {
   /// local runs: the cpu device gives llama.cpp -t N's attention bits
   /// (devices.cpu_llama_threads); 0: the config's.
   std::uint32_t llama_threads = 0;
+  bool help = false; ///< -h/--help was given: print run_options_help
 };
 
-/// Parses the words after "run"; throws std::invalid_argument with a
-/// message naming the option. `local` allows --config/--state-dir.
+/// Parses the words after "run" (CLI11, core/cli); throws
+/// std::invalid_argument with a message naming the option. `local` allows
+/// --config/--state-dir/--logits-out/--llama-threads. -h/--help sets `help`
+/// and checks nothing else.
 run_options parse_run_options(const std::vector<std::string>& words,
                               bool local);
 
-/// Splits a console argument into words: blanks separate, "double" and
-/// 'single' quotes group, backslash escapes inside double quotes.
-std::vector<std::string> split_words(const std::string& text);
+/// The usage text of `run` (`local`: exo-node run's).
+std::string run_options_help(bool local);
 
 } // namespace exo::workload

@@ -9,9 +9,11 @@
 // With --token-file every command carries auth=TOKEN (the file's first
 // line) unless it names one itself; the token is never printed.
 
+#include "core/cli/program.hpp"
 #include "core/config/peer_address.hpp"
 #include "runtime/console/client.hpp"
 #include "runtime/console/line_editor.hpp"
+#include "core/console/commands.hpp"
 #include "runtime/console/render.hpp"
 #include "core/tls/cert_tool.hpp"
 #include "core/tls/tls_error.hpp"
@@ -23,19 +25,9 @@
 
 namespace {
 
-constexpr const char* usage = R"(usage: exo-console --connect HOST:PORT --cert FILE --key FILE --ca FILE
-                   [--passphrase-file FILE] [--exec "COMMAND"] [--json]
-                   [--timeout-ms N] [--token-file FILE]
-
-Connects to an exo node with a client certificate and inspects the cluster.
+constexpr const char* description = R"(Connects to an exo node with a client certificate and inspects the cluster.
 Without --exec it reads commands interactively (line editing, history in
-~/.exo_console_history). Type "help" for the commands.
-
---token-file FILE  send the bearer token in FILE's first line with every
-                   command (as auth=TOKEN; a command that names auth=
-                   itself keeps its own), for nodes that check tokens
-                   (safety.console_requires_token) and for dev/token.
-)";
+~/.exo_console_history). Type "help" for the commands.)";
 
 struct options {
   std::string connect;
@@ -54,43 +46,43 @@ struct options {
 
 options parse(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        die(2, a + " needs a value (see --help)");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::cout << usage;
-      std::exit(0);
-    } else if (a == "--connect") {
-      o.connect = value();
-    } else if (a == "--cert") {
-      o.files.certificate = value();
-    } else if (a == "--key") {
-      o.files.key = value();
-    } else if (a == "--ca") {
-      o.files.cafile = value();
-    } else if (a == "--passphrase-file") {
-      o.passphrase_file = value();
-    } else if (a == "--token-file") {
-      o.token_file = value();
-      if (o.token_file.empty())
-        die(2, "--token-file needs a file name");
-    } else if (a == "--exec") {
-      o.exec.push_back(value());
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (a == "--timeout-ms") {
-      char* end = nullptr;
-      auto v = value();
-      o.timeout_ms = std::strtol(v.c_str(), &end, 10);
-      if (*end != '\0' || o.timeout_ms < 100 || o.timeout_ms > 600000)
-        die(2, "--timeout-ms must be an integer in [100, 600000]");
-    } else {
-      die(2, "unknown argument \"" + a + "\" (see --help)");
-    }
+  std::string timeout;
+  CLI::App app{description, "exo-console"};
+  exo::cli::configure(app);
+  app.add_option("--connect", o.connect, "the node to connect to")
+    ->type_name("HOST:PORT");
+  app.add_option("--cert", o.files.certificate, "client certificate")
+    ->type_name("FILE");
+  app.add_option("--key", o.files.key, "its private key")->type_name("FILE");
+  app.add_option("--ca", o.files.cafile, "the cluster CA")->type_name("FILE");
+  app.add_option("--passphrase-file", o.passphrase_file,
+                 "first line decrypts the key")
+    ->type_name("FILE");
+  app.add_option("--exec", o.exec,
+                 "run COMMAND and exit (repeatable; exit 1 if one fails)")
+    ->type_name("COMMAND")
+    ->allow_extra_args(false)
+    ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_flag("--json", o.json, "print replies as JSON");
+  app.add_option("--timeout-ms", timeout, "reply timeout (5000)")
+    ->type_name("N");
+  app.add_option("--token-file", o.token_file,
+                 "send the bearer token in FILE's first line with every "
+                 "command (as auth=TOKEN; a command that names auth= itself "
+                 "keeps its own), for nodes that check tokens "
+                 "(safety.console_requires_token) and for dev/token")
+    ->type_name("FILE");
+  if (auto code = exo::cli::parse(app, argc, argv, std::cout, std::cerr,
+                                  "exo-console: "))
+    std::exit(*code);
+  if (app.count("--token-file") > 0 && o.token_file.empty())
+    die(2, "--token-file needs a file name");
+  if (app.count("--timeout-ms") > 0) {
+    char* end = nullptr;
+    o.timeout_ms = std::strtol(timeout.c_str(), &end, 10);
+    if (timeout.empty() || *end != '\0' || o.timeout_ms < 100
+        || o.timeout_ms > 600000)
+      die(2, "--timeout-ms must be an integer in [100, 600000]");
   }
   if (o.connect.empty())
     die(2, "--connect HOST:PORT is required (see --help)");
@@ -101,31 +93,59 @@ options parse(int argc, char** argv) {
   return o;
 }
 
+/// The gate's own commands, whose replies the console renders as tables.
+bool built_in(const std::string& cmd) {
+  for (auto* name : {"nodes", "devices", "links", "measure", "actors",
+                     "inspect", "coordinator"})
+    if (cmd == name)
+      return true;
+  return false;
+}
+
+/// `line` without its first word (a prompt's quotes and spacing kept).
+std::string rest_of(const std::string& line) {
+  auto b = line.find_first_not_of(" \t");
+  if (b == std::string::npos)
+    return {};
+  auto e = line.find_first_of(" \t", b);
+  if (e == std::string::npos)
+    return {};
+  auto r = line.find_first_not_of(" \t", e);
+  return r == std::string::npos ? std::string{} : line.substr(r);
+}
+
 /// Runs one command line; returns false when the console should quit.
-/// Errors are printed and counted in `failures`.
+/// Errors are printed and counted in `failures`. The line is checked
+/// against the command table (core/console/commands.hpp) before anything
+/// is sent.
 bool run_command(exo::console::client& c, const std::string& line, bool json,
                  int& failures, const std::string& token) {
   using namespace exo;
-  auto words = console::split_words(line);
-  if (words.empty())
-    return true;
-  // --token-file: the token goes with every command that names none.
-  if (!token.empty()) {
-    bool named = false;
-    for (std::size_t i = 1; i < words.size(); ++i)
-      named = named || words[i].rfind("auth=", 0) == 0;
-    if (!named)
-      words.push_back("auth=" + token);
-  }
-  auto& cmd = words[0];
   auto fail = [&](const std::string& msg) {
     std::cerr << "error: " << msg << "\n";
     ++failures;
     return true;
   };
+  console::parsed_command p;
+  try {
+    p = console::parse_line(line);
+  } catch (const console::command_error& e) {
+    return fail(std::string{e.what()} + " (type help)");
+  }
+  const auto& cmd = p.name;
+  if (cmd.empty())
+    return true;
   if (cmd == "quit" || cmd == "exit")
     return false;
   if (cmd == "help") {
+    if (!p.args.empty()) {
+      try {
+        std::cout << console::help_text(p.args[0]);
+      } catch (const console::command_error& e) {
+        return fail(std::string{e.what()} + " (type help)");
+      }
+      return true;
+    }
     std::cout << console::help_text();
     try {
       auto services = c.ask("services",
@@ -136,37 +156,17 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
     }
     return true;
   }
-  struct arity {
-    const char* name;
-    std::size_t min, max;
-  };
-  static const arity known[] = {{"nodes", 0, 0},   {"devices", 0, 0},
-                                {"links", 0, 0},   {"measure", 0, 0},
-                                {"actors", 0, 1},  {"inspect", 1, 1},
-                                {"coordinator", 0, 0}};
-  const arity* a = nullptr;
-  for (auto& k : known)
-    if (cmd == k.name)
-      a = &k;
-  // auth=TOKEN is not an argument of a built-in command: it is sent along
-  // and the gate checks it (and takes it out) before the command runs.
-  std::string auth;
-  if (a != nullptr) {
-    for (auto it = words.begin() + 1; it != words.end();) {
-      if (it->rfind("auth=", 0) == 0) {
-        auth += (auth.empty() ? "" : " ") + *it;
-        it = words.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  auto nargs = words.size() - 1;
-  if (a == nullptr) {
-    // Not built in: a service of the node may answer it (e.g. "plan").
-    std::string rest;
-    for (std::size_t i = 1; i < words.size(); ++i)
-      rest += (i > 1 ? " " : "") + words[i];
+  // --token-file: the token goes with every command that names none. The
+  // gate checks auth= (and takes it out) before the command runs.
+  std::string auth = p.has_auth ? "auth=" + p.auth
+                                : token.empty() ? std::string{}
+                                                : "auth=" + token;
+  if (!built_in(cmd)) {
+    // A service of the node answers it (e.g. "plan"): the argument goes as
+    // typed, the service parses it with the same table.
+    auto rest = rest_of(line);
+    if (!p.has_auth && !auth.empty())
+      rest += (rest.empty() ? "" : " ") + auth;
     try {
       auto reply = c.ask(cmd, rest);
       std::cout << (json ? reply.json : reply.text);
@@ -181,14 +181,7 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
     }
     return true;
   }
-  if (nargs < a->min || nargs > a->max)
-    return fail(cmd + ": expected "
-                + (a->min == a->max ? std::to_string(a->min)
-                                    : std::to_string(a->min) + " to "
-                                        + std::to_string(a->max))
-                + " argument(s), got " + std::to_string(nargs)
-                + " (type help)");
-  std::string arg = nargs > 0 ? words[1] : "";
+  std::string arg = p.args.empty() ? "" : p.args[0];
   if (!auth.empty())
     arg += (arg.empty() ? "" : " ") + auth;
   console_reply reply;

@@ -173,29 +173,4 @@ std::string json(const actor_snapshot& a) {
   return text::spaced(snapshot_json(a)) + "\n";
 }
 
-std::vector<std::string> split_words(const std::string& line) {
-  std::istringstream in{line};
-  std::vector<std::string> out;
-  std::string w;
-  while (in >> w)
-    out.push_back(w);
-  return out;
-}
-
-const char* help_text() {
-  return "commands:\n"
-         "  nodes               members of the cluster and their status\n"
-         "  devices             every device of every live node\n"
-         "  links               measured links (RTT, jitter, loss, bandwidth)\n"
-         "  measure             measure the links from the connected node now\n"
-         "  actors [NODE]       actors of a node (default: the connected one)\n"
-         "  inspect [NODE:]ACTOR  the state of one actor\n"
-         "  coordinator         the current coordinator\n"
-         "  help                this text\n"
-         "  quit                leave the console\n"
-         "any command takes auth=TOKEN: checked against the token's "
-         "permissions\n"
-         "(exo-console --token-file FILE adds it to every command)\n";
-}
-
 } // namespace exo::console

@@ -22,10 +22,4 @@ std::string json(const std::vector<link_info>& links);
 std::string json(const std::vector<actor_snapshot>& actors);
 std::string json(const actor_snapshot& actor);
 
-/// Splits a command line into words ("inspect n1:node" -> 2 words).
-std::vector<std::string> split_words(const std::string& line);
-
-/// Help text of the console's commands.
-const char* help_text();
-
 } // namespace exo::console

@@ -9,6 +9,7 @@
 //   exo-node --version | --help
 
 #include "core/audit/audit_command.hpp"
+#include "core/cli/program.hpp"
 #include "core/placement/plan_command.hpp"
 #include "messages/atoms.hpp"
 #include "runtime/node/run_command.hpp"
@@ -27,28 +28,20 @@
 
 namespace {
 
-constexpr const char* usage = R"(usage: exo-node [OPTIONS]
-       exo-node plan --problem FILE.json [--objective latency|throughput|blend]
-                     [--time-limit MS] [--json] [--solver exact|gecode|both|baseline]
-       exo-node audit verify FILE... | audit query --dir D [...]
-       exo-node run --model FILE.gguf --prompt TEXT [-n N] [--stages K]
-                    [--sequences M] [--ctx C] [--llama-threads N] [...]
-                    (one job on this node:
-                    the solver places it on the node's devices; --stages K
-                    splits evenly; see runtime/node/run_command.hpp)
+constexpr const char* description
+  = "Runs one node of an exo cluster until SIGINT or SIGTERM.";
 
-Runs one node of an exo cluster until SIGINT or SIGTERM.
+constexpr const char* footer = R"(Commands (each answers --help):
+  exo-node plan --problem FILE.json [--objective latency|throughput|blend]
+                [--time-limit MS] [--json] [--solver exact|gecode|both|baseline]
+  exo-node audit verify FILE... | audit query --dir D [...]
+  exo-node run --model FILE.gguf --prompt TEXT [-n N] [--stages K]
+               [--sequences M] [--ctx C] [--llama-threads N] [...]
+               (one job on this node: the solver places it on the node's
+               devices; --stages K splits evenly)
 
-Options:
-  --config FILE         node settings (JSON; see config/README.md). Without it
-                        every setting has its default: a single local node.
-  --check-config FILE   validate FILE and exit (0 valid, 2 invalid)
-  --devices             discover and verify every device, print them, exit
-  --json                with --devices: print JSON
-  --state-dir DIR       override node.state_dir
-  --name NAME           override node.name
-  --version             print the version and exit
-  --help                print this text and exit
+Without --config every setting has its default: a single local node
+(config/README.md describes the file).
 
 Environment:
   EXO_BACKENDS          comma-separated backends to use (cuda,hip,vulkan,cpu,sim)
@@ -97,36 +90,29 @@ struct options {
 
 options parse_args(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* what) -> std::string {
-      if (i + 1 >= argc)
-        die(2, std::string{a} + " needs " + what + " (see --help)");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::cout << usage;
-      std::exit(0);
-    } else if (a == "--version") {
-      std::cout << "exo-node " << EXO_VERSION << "\n";
-      std::exit(0);
-    } else if (a == "--config") {
-      o.config_file = value("a file");
-    } else if (a.rfind("--config=", 0) == 0) {
-      o.config_file = a.substr(9);
-    } else if (a == "--check-config") {
-      o.check_file = value("a file");
-    } else if (a == "--devices") {
-      o.devices = true;
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (a == "--state-dir") {
-      o.state_dir = value("a directory");
-    } else if (a == "--name") {
-      o.name = value("a name");
-    } else {
-      die(2, "unknown argument \"" + a + "\" (see --help)");
-    }
+  bool version = false;
+  CLI::App app{description, "exo-node"};
+  exo::cli::configure(app);
+  app.add_option("--config", o.config_file,
+                 "node settings (JSON; see config/README.md)")
+    ->type_name("FILE");
+  app.add_option("--check-config", o.check_file,
+                 "validate FILE and exit (0 valid, 2 invalid)")
+    ->type_name("FILE");
+  app.add_flag("--devices", o.devices,
+               "discover and verify every device, print them, exit");
+  app.add_flag("--json", o.json, "with --devices: print JSON");
+  app.add_option("--state-dir", o.state_dir, "override node.state_dir")
+    ->type_name("DIR");
+  app.add_option("--name", o.name, "override node.name")->type_name("NAME");
+  app.add_flag("--version", version, "print the version and exit");
+  app.footer(footer);
+  if (auto code = exo::cli::parse(app, argc, argv, std::cout, std::cerr,
+                                  "exo-node: "))
+    std::exit(*code);
+  if (version) {
+    std::cout << "exo-node " << EXO_VERSION << "\n";
+    std::exit(0);
   }
   if (o.json && !o.devices)
     die(2, "--json goes with --devices");

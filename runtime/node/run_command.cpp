@@ -125,6 +125,10 @@ int run_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
   try {
     o = workload::parse_run_options(
       std::vector<std::string>(argv + 1, argv + argc), true);
+    if (o.help) {
+      out << workload::run_options_help(true);
+      return 0;
+    }
     cfg = o.config.empty() ? config::defaults() : config::load(o.config);
     if (!o.state_dir.empty())
       cfg.node.state_dir = o.state_dir;

@@ -7,6 +7,7 @@
 // 1 when a step failed, 2 for a bad scenario file or bad arguments,
 // 130 when interrupted. scenarios/README.md documents the file format.
 
+#include "core/cli/program.hpp"
 #include "runtime/scenario/process.hpp"
 #include "runtime/scenario/runner.hpp"
 #include "runtime/scenario/scenario.hpp"
@@ -17,10 +18,7 @@
 
 namespace {
 
-constexpr const char* usage = R"(usage: exo-scenario run FILE.json [--keep] [--verbose] [--bin-dir DIR]
-       exo-scenario check FILE.json
-
-run    starts the scenario's exo-node processes on 127.0.0.1 with a throwaway
+constexpr const char* footer = R"(run    starts the scenario's exo-node processes on 127.0.0.1 with a throwaway
        PKI, runs its steps (PASS/FAIL with timing), stops every process and
        removes its temp dir (--keep leaves it: configs, logs, certificates).
 check  only validates the file.
@@ -36,38 +34,27 @@ int bad_usage(const std::string& msg) {
 }
 
 int real_main(int argc, char** argv) {
-  if (argc >= 2 && (std::string{argv[1]} == "--help"
-                    || std::string{argv[1]} == "-h")) {
-    std::cout << usage;
-    return 0;
-  }
-  if (argc < 2)
-    return bad_usage("which command? run or check");
-  std::string cmd = argv[1];
-  if (cmd != "run" && cmd != "check")
-    return bad_usage("unknown command \"" + cmd + "\"");
+  CLI::App app{"Brings up a declarative test cluster and checks it.",
+               "exo-scenario"};
+  exo::cli::configure(app);
+  app.require_subcommand(1);
+  app.footer(footer);
   exo::scenario::runner_options opts;
   std::string file;
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--keep" && cmd == "run")
-      opts.keep = true;
-    else if (a == "--verbose" && cmd == "run")
-      opts.verbose = true;
-    else if (a == "--bin-dir" && cmd == "run") {
-      if (i + 1 >= argc)
-        return bad_usage("--bin-dir needs a directory");
-      opts.bin_dir = argv[++i];
-    } else if (a == "--help" || a == "-h") {
-      std::cout << usage;
-      return 0;
-    } else if (!a.empty() && a[0] == '-')
-      return bad_usage("unknown option \"" + a + "\"");
-    else if (file.empty())
-      file = a;
-    else
-      return bad_usage("one scenario file at a time");
-  }
+  auto* run = app.add_subcommand("run", "run a scenario's steps on a local "
+                                        "cluster");
+  run->add_option("file", file, "the scenario")->type_name("FILE.json");
+  run->add_flag("--keep", opts.keep, "keep the temp dir");
+  run->add_flag("--verbose", opts.verbose, "print every process's output");
+  run->add_option("--bin-dir", opts.bin_dir,
+                  "where exo-node, exo-console and exo-model are")
+    ->type_name("DIR");
+  auto* check = app.add_subcommand("check", "only validate the file");
+  check->add_option("file", file, "the scenario")->type_name("FILE.json");
+  if (auto code = exo::cli::parse(app, argc, argv, std::cout, std::cerr,
+                                  "exo-scenario: "))
+    return *code;
+  std::string cmd = run->parsed() ? "run" : "check";
   if (file.empty())
     return bad_usage(cmd + " needs a scenario FILE.json");
   exo::scenario::scenario sc;

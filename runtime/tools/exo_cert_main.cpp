@@ -9,11 +9,11 @@
 
 #include <cstdio>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/cli/program.hpp"
 #include "core/tls/cert_tool.hpp"
 #include "core/tls/certificate.hpp"
 #include "core/tls/openssl_util.hpp"
@@ -24,11 +24,11 @@ namespace {
 
 using namespace exo::tls;
 
-constexpr const char* usage_text = R"(usage: exo-cert COMMAND [OPTIONS]
+constexpr const char* description
+  = "Creates the TLS material of an exo cluster (keys: EC P-256, "
+    "ECDSA-SHA256).";
 
-Creates the TLS material of an exo cluster (keys: EC P-256, ECDSA-SHA256).
-
-commands:
+constexpr const char* footer = R"(commands:
   init-ca       --dir DIR [--name NAME] [--days N] [--passphrase-file F]
                 [--force]
                 create a cluster CA: DIR/ca.crt and DIR/ca.key (mode 0600)
@@ -42,15 +42,7 @@ commands:
   show          FILE [--passphrase-file F]
                 describe a certificate or a private key
   help          print this text (also --help, -h)
-
-options:
-  --days N                 validity in days (CA: 3650, others: 365)
-  --passphrase-file F      first line of F encrypts the new key (AES-256);
-                           for show: decrypts the key
-  --ca-passphrase-file F   first line of F decrypts the CA key
-  --san ENTRY              extra subjectAltName, e.g. IP:10.0.0.5 or
-                           DNS:gpu1.lan (DNS:NAME is always present)
-  --force                  replace existing files (never done otherwise)
+Each command answers --help.
 
 exit status: 0 on success, 2 on any error (the reason goes to stderr).
 )";
@@ -59,64 +51,34 @@ struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Parsed command line: positional arguments and --options.
+/// The values of every command; what a command does not take stays empty.
 struct arguments {
-  std::vector<std::string> positional;
-  std::map<std::string, std::vector<std::string>> options;
+  std::string dir, ca_dir, name, out, days, passphrase_file;
+  std::string ca_passphrase_file, file;
+  std::vector<std::string> san;
   bool force = false;
+  const CLI::App* cmd = nullptr;
 
-  std::optional<std::string> get(const std::string& name) const {
-    auto i = options.find(name);
-    if (i == options.end())
-      return std::nullopt;
-    if (i->second.size() > 1)
-      throw usage_error("--" + name + " given more than once");
-    return i->second.front();
+  bool given(const char* option) const {
+    return cmd->count(option) > 0;
   }
 
-  std::string require(const std::string& name) const {
-    auto value = get(name);
-    if (!value)
-      throw usage_error("missing --" + name);
-    return *value;
+  std::optional<std::string> get(const char* option,
+                                 const std::string& value) const {
+    if (!given(option))
+      return std::nullopt;
+    return value;
+  }
+
+  std::string require(const char* option, const std::string& value) const {
+    if (!given(option))
+      throw usage_error(std::string{"missing "} + option);
+    return value;
   }
 };
 
-arguments parse(int argc, char** argv, const std::vector<std::string>& known) {
-  arguments result;
-  for (int i = 2; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--force") {
-      result.force = true;
-      continue;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      result.positional.push_back(arg);
-      continue;
-    }
-    std::string name = arg.substr(2);
-    std::string value;
-    auto eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
-    } else {
-      if (i + 1 >= argc)
-        throw usage_error("option --" + name + " needs a value");
-      value = argv[++i];
-    }
-    bool ok = false;
-    for (auto& k : known)
-      ok = ok || k == name;
-    if (!ok)
-      throw usage_error("unknown option --" + name);
-    result.options[name].push_back(value);
-  }
-  return result;
-}
-
 int parse_days(const arguments& args, int fallback) {
-  auto text = args.get("days");
+  auto text = args.get("--days", args.days);
   if (!text)
     return fallback;
   try {
@@ -131,25 +93,18 @@ int parse_days(const arguments& args, int fallback) {
   }
 }
 
-std::string passphrase_from(const arguments& args, const std::string& name) {
-  auto file = args.get(name);
-  return file ? read_passphrase_file(*file) : std::string{};
+std::string passphrase_from(const arguments& args, const char* option,
+                            const std::string& file) {
+  return args.given(option) ? read_passphrase_file(file) : std::string{};
 }
 
-void no_positional(const arguments& args) {
-  if (!args.positional.empty())
-    throw usage_error("unexpected argument '" + args.positional.front() + "'");
-}
-
-int init_ca_cmd(int argc, char** argv) {
-  auto args = parse(argc, argv, {"dir", "name", "days", "passphrase-file"});
-  no_positional(args);
+int init_ca_cmd(const arguments& args) {
   ca_options opts;
-  auto dir = args.require("dir");
-  if (auto name = args.get("name"))
+  auto dir = args.require("--dir", args.dir);
+  if (auto name = args.get("--name", args.name))
     opts.name = *name;
   opts.days = parse_days(args, opts.days);
-  auto pass = passphrase_from(args, "passphrase-file");
+  auto pass = passphrase_from(args, "--passphrase-file", args.passphrase_file);
   auto paths = init_ca(dir, opts, pass, args.force);
   auto cert = certificate::load(paths.cert);
   std::cout << "created CA '" << cert.common_name() << "'\n"
@@ -161,21 +116,18 @@ int init_ca_cmd(int argc, char** argv) {
   return 0;
 }
 
-int issue_cmd(int argc, char** argv, cert_role role) {
-  auto args = parse(argc, argv,
-                    {"ca-dir", "name", "out", "days", "passphrase-file",
-                     "ca-passphrase-file", "san"});
-  no_positional(args);
+int issue_cmd(const arguments& args, cert_role role) {
   cert_options opts;
   opts.role = role;
-  auto ca_dir = args.require("ca-dir");
-  opts.name = args.require("name");
-  auto out = args.require("out");
+  auto ca_dir = args.require("--ca-dir", args.ca_dir);
+  opts.name = args.require("--name", args.name);
+  auto out = args.require("--out", args.out);
   opts.days = parse_days(args, opts.days);
-  if (auto i = args.options.find("san"); i != args.options.end())
-    opts.alt_names = i->second;
-  auto key_pass = passphrase_from(args, "passphrase-file");
-  auto ca_pass = passphrase_from(args, "ca-passphrase-file");
+  opts.alt_names = args.san;
+  auto key_pass = passphrase_from(args, "--passphrase-file",
+                                  args.passphrase_file);
+  auto ca_pass = passphrase_from(args, "--ca-passphrase-file",
+                                 args.ca_passphrase_file);
   auto paths = issue_to_dir(ca_dir, ca_pass, out, opts, key_pass, args.force);
   auto cert = certificate::load(paths.cert);
   std::cout << "issued " << to_string(role) << " certificate '"
@@ -189,11 +141,10 @@ int issue_cmd(int argc, char** argv, cert_role role) {
   return 0;
 }
 
-int show_cmd(int argc, char** argv) {
-  auto args = parse(argc, argv, {"passphrase-file"});
-  if (args.positional.size() != 1)
+int show_cmd(const arguments& args) {
+  if (!args.given("file"))
     throw usage_error("show expects exactly one FILE");
-  auto path = args.positional.front();
+  auto path = args.file;
   auto pem = exo::tls::detail::read_file(path, "file");
   if (pem.find("-----BEGIN CERTIFICATE-----") != std::string::npos) {
     auto certs = certificate::all_from_pem(pem, "'" + path + "'");
@@ -211,7 +162,8 @@ int show_cmd(int argc, char** argv) {
     bool encrypted = is_encrypted_key_pem(pem);
     std::cout << "private key " << path << '\n'
               << "encrypted:    " << (encrypted ? "yes" : "no") << '\n';
-    auto pass = passphrase_from(args, "passphrase-file");
+    auto pass = passphrase_from(args, "--passphrase-file",
+                                args.passphrase_file);
     if (encrypted && pass.empty()) {
       std::cout << "(give --passphrase-file to check and describe it)\n";
       return 0;
@@ -227,33 +179,94 @@ int show_cmd(int argc, char** argv) {
 } // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{description, "exo-cert"};
+  exo::cli::configure(app);
+  app.require_subcommand(1);
+  app.footer(footer);
+  arguments args;
+  // One value per option, except --san: a second --name is a mistake.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+  auto add_days = [&](CLI::App* c) {
+    c->add_option("--days", args.days,
+                  "validity in days (CA: 3650, others: 365)")
+      ->type_name("N");
+  };
+  auto add_force = [&](CLI::App* c) {
+    c->add_flag("--force", args.force,
+                "replace existing files (never done otherwise)");
+  };
+  auto* init_ca = app.add_subcommand("init-ca", "create a cluster CA: "
+                                     "DIR/ca.crt and DIR/ca.key (mode 0600)");
+  init_ca->add_option("--dir", args.dir, "where the CA goes")
+    ->type_name("DIR");
+  init_ca->add_option("--name", args.name, "the CA's common name");
+  add_days(init_ca);
+  init_ca->add_option("--passphrase-file", args.passphrase_file,
+                      "first line of F encrypts the new key (AES-256)")
+    ->type_name("F");
+  add_force(init_ca);
+  std::vector<CLI::App*> issuers;
+  for (auto role : {cert_role::node, cert_role::client}) {
+    bool node = role == cert_role::node;
+    auto* c = app.add_subcommand(
+      node ? "issue-node" : "issue-client",
+      node ? "issue a node certificate (serverAuth + clientAuth): "
+             "OUT/NODE.crt, OUT/NODE.key and a copy of the CA as OUT/ca.crt"
+           : "issue a client certificate (clientAuth)");
+    c->add_option("--ca-dir", args.ca_dir, "the CA's folder")
+      ->type_name("DIR");
+    c->add_option("--name", args.name, node ? "the node's name"
+                                            : "the client's name");
+    c->add_option("--out", args.out, "where the material goes")
+      ->type_name("DIR");
+    add_days(c);
+    c->add_option("--passphrase-file", args.passphrase_file,
+                  "first line of F encrypts the new key (AES-256)")
+      ->type_name("F");
+    c->add_option("--ca-passphrase-file", args.ca_passphrase_file,
+                  "first line of F decrypts the CA key")
+      ->type_name("F");
+    c->add_option("--san", args.san,
+                  "extra subjectAltName, e.g. IP:10.0.0.5 or DNS:gpu1.lan "
+                  "(DNS:NAME is always present); repeatable")
+      ->type_name("ENTRY")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    add_force(c);
+    issuers.push_back(c);
+  }
+  auto* show = app.add_subcommand("show",
+                                  "describe a certificate or a private key");
+  show->add_option("file", args.file, "a PEM file")->type_name("FILE");
+  show->add_option("--passphrase-file", args.passphrase_file,
+                   "first line of F decrypts the key")
+    ->type_name("F");
+  auto* help = app.add_subcommand("help", "print this text (also --help)");
   if (argc < 2) {
-    std::cerr << usage_text;
+    std::cerr << app.help();
     std::cerr << "\nexo-cert: error: no command given\n";
     return 2;
   }
-  std::string cmd = argv[1];
+  if (auto code = exo::cli::parse(app, argc, argv, std::cout, std::cerr,
+                                  "exo-cert: error: "))
+    return *code;
   try {
-    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-      std::cout << usage_text;
+    if (help->parsed()) {
+      std::cout << app.help();
       return 0;
     }
-    for (int i = 2; i < argc; ++i) {
-      std::string arg = argv[i];
-      if (arg == "--help" || arg == "-h") {
-        std::cout << usage_text;
-        return 0;
-      }
+    if (init_ca->parsed()) {
+      args.cmd = init_ca;
+      return init_ca_cmd(args);
     }
-    if (cmd == "init-ca")
-      return init_ca_cmd(argc, argv);
-    if (cmd == "issue-node")
-      return issue_cmd(argc, argv, cert_role::node);
-    if (cmd == "issue-client")
-      return issue_cmd(argc, argv, cert_role::client);
-    if (cmd == "show")
-      return show_cmd(argc, argv);
-    throw usage_error("unknown command '" + cmd + "' (try exo-cert --help)");
+    for (auto* c : issuers)
+      if (c->parsed()) {
+        args.cmd = c;
+        return issue_cmd(args, c == issuers[0] ? cert_role::node
+                                               : cert_role::client);
+      }
+    args.cmd = show;
+    return show_cmd(args);
   } catch (const usage_error& err) {
     std::cerr << "exo-cert: error: " << err.what() << '\n';
   } catch (const tls_error& err) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cli/program.hpp"
 #include "core/gguf/gguf.hpp"
 #include "core/model/llama_hparams.hpp"
 #include "core/model/llama_model.hpp"
@@ -34,35 +35,25 @@ struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// --key value pairs (and bare flags in `flags`) after the subcommand.
-std::map<std::string, std::string>
-parse_args(int argc, char** argv, int from,
-           const std::vector<std::string>& flags,
-           std::vector<std::string>* positional) {
-  std::map<std::string, std::string> out;
-  for (int i = from; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.size() > 1 && a[0] == '-') {
-      while (!a.empty() && a[0] == '-')
-        a.erase(0, 1);
-      bool flag = false;
-      for (auto& f : flags)
-        flag = flag || f == a;
-      if (flag) {
-        out[a] = "1";
-      } else {
-        if (i + 1 >= argc)
-          throw usage_error("option --" + a + " needs a value");
-        out[a] = argv[++i];
-      }
-    } else if (positional) {
-      positional->push_back(a);
-    } else {
-      throw usage_error("unexpected argument '" + a + "'");
-    }
+/// The values of every subcommand as text, converted after parsing (the
+/// numbers with the checks and messages below). `given` says whether the
+/// chosen subcommand got an option.
+struct arguments {
+  std::map<std::string, std::string> v;
+  bool tied = false;
+  bool print_ids = false;
+  std::string file;
+  const CLI::App* cmd = nullptr;
+
+  bool count(const std::string& key) const {
+    auto* o = cmd->get_option_no_throw("--" + key);
+    return o != nullptr && o->count() > 0;
   }
-  return out;
-}
+  std::string operator[](const std::string& key) const {
+    auto it = v.find(key);
+    return it == v.end() ? std::string{} : it->second;
+  }
+};
 
 uint64_t to_uint(const std::string& key, const std::string& v) {
   try {
@@ -99,11 +90,10 @@ tensor_type parse_type(const std::string& s) {
   throw usage_error("--type must be f32, f16 or q8_0, not '" + s + "'");
 }
 
-int cmd_make_test(int argc, char** argv) {
-  auto a = parse_args(argc, argv, 2, {"tied"}, nullptr);
+int cmd_make_test(const arguments& a) {
   test_model_options o;
-  for (auto& [k, v] : a) {
-    if (k == "out" || k == "tied" || k == "vocab-from"
+  for (auto& [k, v] : a.v) {
+    if (!a.count(k) || k == "out" || k == "vocab-from"
         || k == "tokenizer-config")
       continue;
     else if (k == "layers")
@@ -129,7 +119,7 @@ int cmd_make_test(int argc, char** argv) {
     else
       throw usage_error("unknown option --" + k);
   }
-  o.tied = a.count("tied") != 0;
+  o.tied = a.tied;
   // --vocab-from tokenizer.json [--tokenizer-config tokenizer_config.json]:
   // the vocabulary converted as convert_hf_to_gguf.py does (--vocab, when
   // given, pads it to the embedding rows).
@@ -146,12 +136,10 @@ int cmd_make_test(int argc, char** argv) {
   return 0;
 }
 
-int cmd_info(int argc, char** argv) {
-  std::vector<std::string> pos;
-  parse_args(argc, argv, 2, {}, &pos);
-  if (pos.size() != 1)
+int cmd_info(const arguments& a) {
+  if (a.file.empty())
     throw usage_error("info needs exactly one FILE");
-  auto f = gguf_file::open(pos[0]);
+  auto f = gguf_file::open(a.file);
   std::printf("GGUF v%u, %zu metadata keys, %zu tensors, alignment %llu, "
               "data at %llu, %llu bytes\n",
               f->version(), f->metadata().size(), f->tensors().size(),
@@ -192,14 +180,7 @@ int cmd_info(int argc, char** argv) {
   return 0;
 }
 
-int cmd_run(int argc, char** argv) {
-  auto a = parse_args(argc, argv, 2, {"print-ids"}, nullptr);
-  for (auto& [k, v] : a)
-    if (k != "model" && k != "prompt" && k != "n" && k != "seed"
-        && k != "temperature" && k != "threads" && k != "logits-out"
-        && k != "top-k" && k != "top-p" && k != "ctx" && k != "print-ids"
-        && k != "llama-threads")
-      throw usage_error("unknown option --" + k);
+int cmd_run(const arguments& a) {
   if (!a.count("model"))
     throw usage_error("run needs --model FILE");
   const uint64_t n_gen = a.count("n") ? to_uint("n", a["n"]) : 16;
@@ -253,7 +234,7 @@ int cmd_run(int argc, char** argv) {
     out.push_back(id);
     std::fputs(tok.piece(id).c_str(), stdout);
     std::fflush(stdout);
-    if (id == tok.eos())
+    if (tok.is_eog(id))
       break;
     if (i + 1 < n_gen)
       logits = pipe.eval(seq, {id});
@@ -266,7 +247,7 @@ int cmd_run(int argc, char** argv) {
   std::printf("generation: %zu tokens in %.3f s (%.1f tokens/s), "
               "%d thread(s)\n",
               out.size(), tg, out.size() / (tg > 0 ? tg : 1e-9), threads);
-  if (a.count("print-ids")) {
+  if (a.print_ids) {
     // Token ids for token-for-token comparisons (llama.cpp, the cluster).
     auto join = [](const std::vector<int32_t>& ids) {
       std::string s;
@@ -288,41 +269,76 @@ int cmd_run(int argc, char** argv) {
   return 0;
 }
 
-void usage() {
-  std::fputs(
-    "usage: exo-model make-test --out FILE [--layers N] [--dim D] [--ff F]\n"
-    "         [--heads H] [--kv-heads K] [--vocab V] [--ctx C]\n"
-    "         [--type f32|f16|q8_0] [--tokenizer llama|gpt2] [--seed S]\n"
-    "         [--tied] [--vocab-from tokenizer.json\n"
-    "         [--tokenizer-config tokenizer_config.json]]\n"
-    "       exo-model info FILE\n"
-    "       exo-model run --model FILE --prompt TEXT [-n N] [--seed S]\n"
-    "         [--temperature T] [--top-k K] [--top-p P] [--threads N]\n"
-    "         [--ctx C] [--logits-out FILE] [--print-ids]\n"
-    "         [--llama-threads N]  (give llama.cpp -t N's bits)\n",
-    stderr);
-}
+constexpr const char* description
+  = "Makes, inspects and runs llama GGUF files on the CPU.";
 
 } // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    usage();
-    return 2;
-  }
-  std::string cmd = argv[1];
+  CLI::App app{description, "exo-model"};
+  exo::cli::configure(app);
+  app.require_subcommand(1);
+  app.footer("Each command answers --help. Exit status: 0 on success, 2 on "
+             "bad arguments or a bad model file.");
+  arguments a;
+  auto opt = [&](CLI::App* c, const std::string& key, const char* what,
+                 const char* type) {
+    auto names = key == "n" ? std::string{"-n,--n"} : "--" + key;
+    c->add_option(names, a.v[key], what)->type_name(type);
+  };
+  auto* make = app.add_subcommand("make-test",
+                                  "write a generated llama model (GGUF)");
+  opt(make, "out", "the file to write", "FILE");
+  opt(make, "layers", "layers", "N");
+  opt(make, "dim", "embedding size", "D");
+  opt(make, "ff", "feed-forward size", "F");
+  opt(make, "heads", "attention heads", "H");
+  opt(make, "kv-heads", "key/value heads", "K");
+  opt(make, "vocab", "vocabulary size", "V");
+  opt(make, "ctx", "training context", "C");
+  opt(make, "type", "tensor type", "f32|f16|q8_0");
+  opt(make, "tokenizer", "tokenizer kind", "llama|gpt2");
+  opt(make, "seed", "weights' seed", "S");
+  make->add_flag("--tied", a.tied, "output tied to token_embd");
+  opt(make, "vocab-from",
+      "the vocabulary of a Hugging Face tokenizer.json (as "
+      "convert_hf_to_gguf.py converts it)",
+      "tokenizer.json");
+  opt(make, "tokenizer-config",
+      "with --vocab-from: its tokenizer_config.json (BOS/EOS, chat template)",
+      "tokenizer_config.json");
+  auto* info = app.add_subcommand("info", "describe a GGUF file: metadata, "
+                                          "tensors, per-layer costs");
+  info->add_option("file", a.file, "the GGUF file")->type_name("FILE");
+  auto* run = app.add_subcommand("run", "generate text on the CPU");
+  opt(run, "model", "the model (GGUF)", "FILE");
+  opt(run, "prompt", "the prompt", "TEXT");
+  opt(run, "n", "tokens to generate (16)", "N");
+  opt(run, "seed", "sampling seed", "S");
+  opt(run, "temperature", "0: greedy", "T");
+  opt(run, "top-k", "sample from the K most likely", "K");
+  opt(run, "top-p", "nucleus sampling", "P");
+  opt(run, "threads", "threads of the engine (1)", "N");
+  opt(run, "ctx", "context length (default: the model's)", "C");
+  opt(run, "logits-out", "write the last logits, one per line", "FILE");
+  opt(run, "llama-threads", "give llama.cpp -t N's bits", "N");
+  run->add_flag("--print-ids", a.print_ids, "print prompt and output ids");
+  if (auto code = exo::cli::parse(app, argc, argv, std::cout, std::cerr,
+                                  "exo-model: "))
+    return *code;
   try {
-    if (cmd == "make-test")
-      return cmd_make_test(argc, argv);
-    if (cmd == "info")
-      return cmd_info(argc, argv);
-    if (cmd == "run")
-      return cmd_run(argc, argv);
-    usage();
-    return 2;
+    if (make->parsed()) {
+      a.cmd = make;
+      return cmd_make_test(a);
+    }
+    if (info->parsed()) {
+      a.cmd = info;
+      return cmd_info(a);
+    }
+    a.cmd = run;
+    return cmd_run(a);
   } catch (const usage_error& e) {
-    std::fprintf(stderr, "exo-model: %s\n", e.what());
-    usage();
+    std::fprintf(stderr, "exo-model: %s (see --help)\n", e.what());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "exo-model: %s\n", e.what());

@@ -304,7 +304,8 @@ TEST_CASE("a monitor token may list devices but is refused run and audit, "
   CHECK(info.code == 0);
 
   // Refused: job_submit and audit_read are not the monitor's.
-  auto run = c.console(p1, "run model.gguf prompt=hi auth=" + watcher);
+  auto run = c.console(p1, "run --model model.gguf --prompt hi auth="
+                                 + watcher);
   INFO(run.out << run.err);
   CHECK(run.code == 1);
   CHECK(contains(run.err, "permission_denied"));
@@ -571,7 +572,7 @@ TEST_CASE("exo-console --token-file sends the token with every command "
   }
   CHECK(contains(with_file(good, "devices").out, device));
   // The token's permissions still hold: a monitor may not run jobs.
-  auto run_r = with_file(good, "run model.gguf prompt=hi");
+  auto run_r = with_file(good, "run --model model.gguf --prompt hi");
   CHECK(run_r.code == 1);
   CHECK(contains(run_r.err, "permission_denied"));
   CHECK(!contains(run_r.out + run_r.err, watcher));

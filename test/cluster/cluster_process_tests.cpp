@@ -143,7 +143,7 @@ TEST_CASE("the console lists links, actors and inspects one, in tables and "
   CHECK(contains(bad.err, "unknown command \"frobnicate\""));
   bad = console(p, a.port, {"inspect"});
   CHECK(bad.code == 1);
-  CHECK(contains(bad.err, "inspect: expected 1 argument(s), got 0"));
+  CHECK(contains(bad.err, "inspect expects 1 argument(s), got 0"));
   bad = console(p, a.port, {"actors nowhere"});
   CHECK(bad.code == 1);
   CHECK(contains(bad.err, "no live node named \"nowhere\""));

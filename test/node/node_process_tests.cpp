@@ -39,7 +39,7 @@ TEST_CASE("exo-node --version and --help answer and exit 0") {
 TEST_CASE("exo-node refuses unknown arguments with exit 2") {
   auto r = run({exo_node(), "--frobnicate"});
   CHECK(r.code == 2);
-  CHECK_THAT(r.err, Catch::Contains("unknown argument \"--frobnicate\""));
+  CHECK_THAT(r.err, Catch::Contains("unknown option \"--frobnicate\""));
   r = run({exo_node(), "--config"});
   CHECK(r.code == 2);
 }

@@ -91,7 +91,7 @@ TEST_CASE("plan exits 2 with the reason on bad input") {
   CHECK_THAT(run({"--problem", "x.json", "--solver", "magic"}).err,
              Catch::Contains("--solver must be"));
   CHECK_THAT(run({"--problem", "x.json", "--frobnicate"}).err,
-             Catch::Contains("unknown argument \"--frobnicate\""));
+             Catch::Contains("unknown option \"--frobnicate\""));
   CHECK_THAT(run({"--problem", "/nonexistent.json"}).err,
              Catch::Contains("cannot open"));
 }

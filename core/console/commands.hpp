@@ -1,0 +1,126 @@
+#pragma once
+
+/// The console's commands: one table, one parser, the help from the table.
+///
+/// Every command a console client may type is a row of `command_table()`:
+/// its name, an optional subcommand, its positional arguments and its
+/// options, each with a type and one help line. `parse_command` turns a
+/// command line into a `parsed_command` or throws `command_error` naming the
+/// unknown command, subcommand or option, the missing argument or the bad
+/// value. The exo-console client validates lines with it before sending and
+/// prints `help` and `help CMD` from the table; the node's services parse
+/// their argument with the same function.
+///
+/// On the wire a command stays (name, argument text): relays between nodes
+/// and the gate's token check (auth= taken out of the text) work on the
+/// text, and a node parses what it receives itself rather than trusting a
+/// client's parse.
+///
+/// Options are spelled two ways, as each command has always taken them:
+/// `key=value` (plan ctx=512, audit query type=T, token issue principal=P)
+/// or dashed (`--model FILE`, `-n 16`, `--json`). Every command also takes
+/// `auth=TOKEN` (checked by the gate or the service, never printed).
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace exo::console {
+
+/// What an argument or option holds; checked by the parser.
+enum class value_type : std::uint8_t {
+  text,   ///< any word
+  count,  ///< a non-negative integer in [min, max]
+  number, ///< a decimal number in [min, max]
+  choice, ///< one of `choices`
+  flag,   ///< a dashed option without a value
+};
+
+/// A positional argument.
+struct argument_spec {
+  std::string name; ///< as shown in help: "DEVICE", "[NODE]"
+  value_type type = value_type::text;
+  bool required = true;
+  std::string what; ///< for errors: "job id" (default: by type)
+};
+
+/// An option: `key=value` unless `dashed` ("--key value", "-n N").
+struct option_spec {
+  std::string name; ///< without dashes or '=': "ctx", "model", "n"
+  bool dashed = false;
+  value_type type = value_type::text;
+  std::string meta; ///< "N", "FILE" (help only)
+  std::string help;
+  std::vector<std::string> choices; ///< for value_type::choice
+  double min = 0;                   ///< for count and number
+  double max = 18446744073709551616.0; ///< 2^64: no upper bound
+  std::vector<std::string> aliases; ///< other names ("context" for "ctx")
+  bool internal = false;            ///< not in help (peer relays)
+};
+
+/// One form of a command: "audit query ..." and "audit verify" are two.
+struct command_spec {
+  std::string name;
+  std::string sub; ///< empty: the command without a subcommand
+  std::vector<argument_spec> args;
+  std::vector<option_spec> options;
+  std::string help;
+  bool local = false;    ///< answered by the client itself (help, quit)
+  bool internal = false; ///< not listed in help
+};
+
+/// Every console command, in the order of `help`.
+const std::vector<command_spec>& command_table();
+
+/// A command line the parser accepted.
+struct parsed_command {
+  const command_spec* spec = nullptr;
+  std::string name;
+  std::string sub;
+  std::vector<std::string> args;             ///< positional, in order
+  std::map<std::string, std::string> values; ///< by option name; flags "1"
+  bool has_auth = false;                     ///< auth= was given
+  std::string auth;
+
+  bool has(const std::string& option) const;
+  /// The option's text, or `fallback` when it was not given.
+  std::string text(const std::string& option,
+                   const std::string& fallback = {}) const;
+  /// A count option (already checked), or `fallback`.
+  std::uint64_t count(const std::string& option,
+                      std::uint64_t fallback) const;
+  /// A number option (already checked), or `fallback`.
+  double number(const std::string& option, double fallback) const;
+};
+
+/// A command line the parser refused; what() names the problem.
+class command_error : public std::invalid_argument {
+public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// Parses the argument text of command `name` (as a service receives it).
+/// Throws command_error.
+parsed_command parse_command(const std::string& name,
+                             const std::string& arg);
+
+/// Parses a whole line ("plan m.gguf ctx=512"); an empty line gives a
+/// command with an empty name. Throws command_error.
+parsed_command parse_line(const std::string& line);
+
+/// Whether `name` is a command of the table.
+bool is_command(const std::string& name);
+
+/// `help`: one line per command form.
+std::string help_text();
+
+/// `help CMD`: every form of CMD with its arguments and options. Throws
+/// command_error for an unknown command.
+std::string help_text(const std::string& name);
+
+/// The synopsis of one form ("dev alloc DEVICE BYTES").
+std::string synopsis(const command_spec& spec);
+
+} // namespace exo::console

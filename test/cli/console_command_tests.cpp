@@ -1,0 +1,178 @@
+// The console's one command table (core/console/commands.hpp): what it
+// parses, how it refuses, and the help made from it.
+
+#include "core/console/commands.hpp"
+#include "core/workload/run_options.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+using namespace exo::console;
+
+namespace {
+
+/// A value of `type` that the option or argument accepts.
+std::string sample(value_type type, double min, double max,
+                   const std::vector<std::string>& choices) {
+  switch (type) {
+    case value_type::count:
+      return std::to_string(static_cast<std::uint64_t>(
+        std::min(max, std::max(min, 1.0))));
+    case value_type::number:
+      return min > 0 ? std::to_string(min) : "0.5";
+    case value_type::choice:
+      return choices.back();
+    default:
+      return "some-value";
+  }
+}
+
+std::string message_of(const std::string& line) {
+  try {
+    parse_line(line);
+  } catch (const command_error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+} // namespace
+
+TEST_CASE("every form of the table parses with all its arguments and "
+          "options") {
+  for (auto& c : command_table()) {
+    std::string line = c.name + (c.sub.empty() ? "" : " " + c.sub);
+    for (auto& a : c.args)
+      line += " " + sample(a.type, 0, 1e18, {});
+    for (auto& o : c.options) {
+      if (o.dashed)
+        line += (o.name.size() == 1 ? " -" : " --") + o.name;
+      else
+        line += " " + o.name + "=";
+      if (o.type != value_type::flag)
+        line += (o.dashed ? " " : "") + sample(o.type, o.min, o.max, o.choices);
+    }
+    line += " auth=tok";
+    INFO(line);
+    auto p = parse_line(line);
+    CHECK(p.spec == &c);
+    CHECK(p.name == c.name);
+    CHECK(p.sub == c.sub);
+    CHECK(p.args.size() == c.args.size());
+    CHECK(p.values.size() == c.options.size());
+    CHECK(p.has_auth);
+    CHECK(p.auth == "tok");
+  }
+}
+
+TEST_CASE("console command lines give their arguments and typed options") {
+  auto plan = parse_line("plan m.gguf ctx=512 objective=throughput --json");
+  CHECK(plan.args == std::vector<std::string>{"m.gguf"});
+  CHECK(plan.count("ctx", 0) == 512);
+  CHECK(plan.text("objective") == "throughput");
+  CHECK(plan.has("json"));
+  CHECK_FALSE(plan.has("keep"));
+  CHECK(parse_command("plan", "m.gguf context=64").count("ctx", 0) == 64);
+
+  auto dev = parse_command("dev", "alloc gpu:0 4096 auth=exo1.a.b");
+  CHECK(dev.sub == "alloc");
+  CHECK(dev.args == std::vector<std::string>{"gpu:0", "4096"});
+  CHECK(dev.auth == "exo1.a.b");
+
+  auto run = parse_line("run --model m.gguf --prompt \"hello  world\" -n 4 "
+                        "--temperature 0.7");
+  CHECK(run.text("model") == "m.gguf");
+  CHECK(run.text("prompt") == "hello  world");
+  CHECK(run.count("n", 16) == 4);
+  CHECK(run.number("temperature", 0) == Approx(0.7));
+
+  // key=value options may come before the subcommand word.
+  auto revoke = parse_command("token", "principal=bob revoke auth=t");
+  CHECK(revoke.sub == "revoke");
+  CHECK(revoke.text("principal") == "bob");
+  CHECK(parse_command("thermal", "").sub.empty());
+  CHECK(parse_line("actors n1").args == std::vector<std::string>{"n1"});
+  CHECK(parse_line("cancel 3").args == std::vector<std::string>{"3"});
+  CHECK(parse_line("   ").name.empty());
+}
+
+TEST_CASE("console command errors name the command, option or value") {
+  CHECK(message_of("frobnicate") == "unknown command \"frobnicate\"");
+  CHECK(message_of("dev launch gpu:0") == "unknown operation \"launch\"");
+  CHECK(message_of("dev") == "no operation given");
+  CHECK(message_of("audit wipe") == "unknown subcommand \"wipe\"");
+  CHECK(message_of("plan m.gguf speed=9") == "unknown option \"speed\"");
+  CHECK(message_of("run --model m --frob 1") == "unknown option \"--frob\"");
+  CHECK(message_of("run --model") == "--model needs a value (FILE)");
+  CHECK(message_of("run --model m --stages 0")
+        == "--stages must be in [1, 1024]");
+  CHECK(message_of("plan m.gguf ctx=-3") == "ctx: \"-3\" is not a "
+                                            "non-negative integer");
+  CHECK(message_of("plan m.gguf objective=fast")
+        == "objective must be one of latency, throughput, blend, not "
+           "\"fast\"");
+  CHECK(message_of("plan m.gguf blend=x") == "blend: \"x\" is not a number");
+  CHECK(message_of("plan a.gguf b.gguf") == "unexpected argument \"b.gguf\"");
+  CHECK(message_of("nodes n1") == "unexpected argument \"n1\"");
+  CHECK(message_of("inspect") == "inspect expects 1 argument(s), got 0");
+  CHECK(message_of("dev alloc gpu:0") == "alloc expects 2 argument(s), got 1");
+  CHECK(message_of("dev alloc gpu:0 -5")
+        == "alloc: \"-5\" is not a non-negative integer");
+  CHECK(message_of("dev free gpu:0 18446744073709551616")
+        == "free: \"18446744073709551616\" is not a non-negative integer");
+  CHECK(message_of("cancel abc") == "cancel: \"abc\" is not a job id");
+  CHECK(message_of("plan m.gguf --json=1") == "--json takes no value");
+  CHECK(message_of("dev sync gpu:0 auth=a auth=b") == "auth= given twice");
+  CHECK(message_of("run --prompt \"open") == "unterminated quote");
+}
+
+TEST_CASE("help lists every command and help CMD every option") {
+  auto all = help_text();
+  for (auto& c : command_table()) {
+    if (c.internal)
+      continue;
+    INFO(c.name << " " << c.sub);
+    CHECK_THAT(all, Catch::Contains("  " + c.name
+                                    + (c.sub.empty() ? "" : " " + c.sub)));
+    auto one = help_text(c.name);
+    CHECK_THAT(one, Catch::Contains(c.help));
+    for (auto& o : c.options)
+      if (!o.internal)
+        CHECK_THAT(one, Catch::Contains(o.help));
+  }
+  CHECK_THAT(all, Catch::Contains("auth=TOKEN"));
+  CHECK_THROWS_WITH(help_text("frobnicate"),
+                    "unknown command \"frobnicate\"");
+}
+
+TEST_CASE("the console's run takes the options of exo-node run that are not "
+          "local to a node") {
+  const command_spec* run = nullptr;
+  for (auto& c : command_table())
+    if (c.name == "run")
+      run = &c;
+  REQUIRE(run != nullptr);
+  for (auto& o : run->options) {
+    INFO(o.name);
+    std::vector<std::string> words{"--model", "m.gguf"};
+    if (o.name != "model") {
+      words.push_back((o.name.size() == 1 ? "-" : "--") + o.name);
+      words.push_back(sample(o.type, o.min, o.max, o.choices));
+    }
+    CHECK_NOTHROW(exo::workload::parse_run_options(words, false));
+    if (o.type == value_type::count && o.max < 1e18) {
+      // The same upper bound on both sides.
+      words.back() = std::to_string(static_cast<std::uint64_t>(o.max) + 1);
+      CHECK_THROWS(exo::workload::parse_run_options(words, false));
+      CHECK_THROWS_AS(parse_command("run", "--model m --" + o.name + " "
+                                             + words.back()),
+                      command_error);
+    }
+  }
+  // And no other: an option of exo-node run alone is refused by both.
+  CHECK_THROWS(exo::workload::parse_run_options(
+    {"--model", "m", "--config", "c.json"}, false));
+  CHECK_THROWS_AS(parse_command("run", "--model m --config c.json"),
+                  command_error);
+}

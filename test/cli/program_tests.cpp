@@ -1,0 +1,125 @@
+// Every exo program and each of its subcommands, run as a child process:
+// the command line behaves the same everywhere (core/cli/program.hpp).
+
+#include "test/support/process.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+using exo::test::build_path;
+using exo::test::run;
+
+namespace {
+
+/// A program and the words that select one of its (sub)commands.
+struct command {
+  std::string program;
+  std::vector<std::string> words;
+
+  std::string name() const {
+    auto n = program.substr(program.rfind('/') + 1);
+    for (auto& w : words)
+      n += " " + w;
+    return n;
+  }
+
+  std::vector<std::string> with(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv{build_path(program)};
+    argv.insert(argv.end(), words.begin(), words.end());
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+};
+
+const std::vector<command>& every_command() {
+  static const std::vector<command> all{
+    {"runtime/node/exo-node", {}},
+    {"runtime/node/exo-node", {"plan"}},
+    {"runtime/node/exo-node", {"audit"}},
+    {"runtime/node/exo-node", {"audit", "verify"}},
+    {"runtime/node/exo-node", {"audit", "query"}},
+    {"runtime/node/exo-node", {"run"}},
+    {"runtime/console/exo-console", {}},
+    {"runtime/scenario/exo-scenario", {}},
+    {"runtime/scenario/exo-scenario", {"run"}},
+    {"runtime/scenario/exo-scenario", {"check"}},
+    {"runtime/tools/exo-cert", {}},
+    {"runtime/tools/exo-cert", {"init-ca"}},
+    {"runtime/tools/exo-cert", {"issue-node"}},
+    {"runtime/tools/exo-cert", {"issue-client"}},
+    {"runtime/tools/exo-cert", {"show"}},
+    {"runtime/tools/exo-model", {}},
+    {"runtime/tools/exo-model", {"make-test"}},
+    {"runtime/tools/exo-model", {"info"}},
+    {"runtime/tools/exo-model", {"run"}},
+    {"runtime/tools/exo-plan", {}},
+  };
+  return all;
+}
+
+} // namespace
+
+TEST_CASE("every program and subcommand prints its usage for --help and -h "
+          "and exits 0") {
+  for (auto& c : every_command()) {
+    for (auto* flag : {"--help", "-h"}) {
+      INFO(c.name() << " " << flag);
+      auto r = run(c.with({flag}));
+      CHECK(r.code == 0);
+      CHECK_THAT(r.out, Catch::Contains("Usage: " + c.name()));
+      CHECK_THAT(r.out, Catch::Contains("--help"));
+      CHECK(r.err.empty());
+    }
+  }
+}
+
+TEST_CASE("every program and subcommand refuses an unknown option with "
+          "exit 2, naming it") {
+  for (auto& c : every_command()) {
+    INFO(c.name());
+    auto r = run(c.with({"--no-such-option"}));
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("unknown option \"--no-such-option\""));
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("an option without its value exits 2 naming the option") {
+  struct missing {
+    command c;
+    std::string option;
+  };
+  const std::vector<missing> cases{
+    {{"runtime/node/exo-node", {}}, "--config"},
+    {{"runtime/node/exo-node", {"run"}}, "--prompt"},
+    {{"runtime/node/exo-node", {"plan"}}, "--problem"},
+    {{"runtime/node/exo-node", {"audit", "query"}}, "--limit"},
+    {{"runtime/console/exo-console", {}}, "--connect"},
+    {{"runtime/scenario/exo-scenario", {"run"}}, "--bin-dir"},
+    {{"runtime/tools/exo-cert", {"init-ca"}}, "--dir"},
+    {{"runtime/tools/exo-model", {"make-test"}}, "--out"},
+    {{"runtime/tools/exo-model", {"run"}}, "-n"},
+    {{"runtime/tools/exo-plan", {}}, "--time-limit"},
+  };
+  for (auto& m : cases) {
+    INFO(m.c.name() << " " << m.option);
+    auto r = run(m.c.with({m.option}));
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(m.option) && Catch::Contains("missing"));
+  }
+}
+
+TEST_CASE("a program with commands names an unknown command and exits 2") {
+  for (auto* p : {"runtime/scenario/exo-scenario", "runtime/tools/exo-cert",
+                  "runtime/tools/exo-model"}) {
+    INFO(p);
+    auto r = run({build_path(p), "frobnicate"});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("unknown command \"frobnicate\""));
+  }
+  auto r = run({build_path("runtime/node/exo-node"), "audit", "frobnicate"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("unknown command \"frobnicate\""));
+}
