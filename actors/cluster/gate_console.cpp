@@ -7,6 +7,7 @@
 
 #include "core/access/audit_event.hpp"
 #include "core/access/console_rule.hpp"
+#include "core/console/commands.hpp"
 #include "messages/audit.hpp"
 #include "messages/errors.hpp"
 
@@ -151,13 +152,22 @@ caf::result<console_reply> run_command(self_ptr self, const std::string& cmd,
     return c->rp;
   }
   if (cmd == "actors" || cmd == "inspect") {
-    std::string node = st.cfg.name, what = arg;
-    if (cmd == "actors" && !arg.empty())
-      node = arg;
+    // The console's table checks the words (one optional NODE for actors,
+    // one [NODE:]ACTOR for inspect), whoever sent them.
+    console::parsed_command p;
+    try {
+      p = console::parse_command(cmd, arg);
+    } catch (const console::command_error& e) {
+      return make_exo_error(exo_errc::invalid_argument, e.what());
+    }
+    std::string node = st.cfg.name;
+    std::string what = p.args.empty() ? std::string{} : p.args.front();
+    if (cmd == "actors" && !what.empty())
+      node = what;
     if (cmd == "inspect") {
-      if (auto colon = arg.find(':'); colon != std::string::npos) {
-        node = arg.substr(0, colon);
-        what = arg.substr(colon + 1);
+      if (auto colon = what.find(':'); colon != std::string::npos) {
+        node = what.substr(0, colon);
+        what = what.substr(colon + 1);
       }
       if (what.empty())
         return make_exo_error(exo_errc::invalid_argument,

@@ -11,12 +11,13 @@
 
 #include "core/cli/program.hpp"
 #include "core/config/peer_address.hpp"
-#include "runtime/console/client.hpp"
-#include "runtime/console/line_editor.hpp"
 #include "core/console/commands.hpp"
-#include "runtime/console/render.hpp"
+#include "core/text/json.hpp"
 #include "core/tls/cert_tool.hpp"
 #include "core/tls/tls_error.hpp"
+#include "runtime/console/client.hpp"
+#include "runtime/console/line_editor.hpp"
+#include "runtime/console/render.hpp"
 
 #include <caf/all.hpp>
 
@@ -208,7 +209,7 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
     std::cout << (json ? console::json(reply.actors[0])
                        : console::table(reply.actors[0]));
   } else if (cmd == "coordinator") {
-    std::cout << (json ? "{\"coordinator\": \"" + reply.text + "\"}\n"
+    std::cout << (json ? exo::text::spaced({{"coordinator", reply.text}}) + "\n"
                        : reply.text + "\n");
   }
   std::cout.flush();

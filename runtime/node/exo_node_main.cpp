@@ -11,6 +11,7 @@
 #include "core/audit/audit_command.hpp"
 #include "core/cli/program.hpp"
 #include "core/placement/plan_command.hpp"
+#include "core/text/json.hpp"
 #include "messages/atoms.hpp"
 #include "runtime/node/run_command.hpp"
 #include "runtime/node/runtime.hpp"
@@ -126,7 +127,9 @@ exo::config::node_config load_config(const options& o) {
     if (!o.state_dir.empty())
       cfg.node.state_dir = o.state_dir;
     if (!o.name.empty()) {
-      auto doc = "{\"node\": {\"name\": \"" + o.name + "\"}}";
+      // The name goes through the config's own checks, as if written in a
+      // file (text::compact escapes it).
+      auto doc = exo::text::compact({{"node", {{"name", o.name}}}});
       cfg.node.name = exo::config::parse(doc, "--name").node.name;
     }
     return cfg;
