@@ -5,6 +5,7 @@
 #include "core/access/revocation_store.hpp"
 #include "core/access/revocation_sync.hpp"
 #include "core/audit/event.hpp"
+#include "core/text/file.hpp"
 #include "core/text/json.hpp"
 #include "messages/access.hpp"
 #include "messages/audit.hpp"
@@ -32,31 +33,23 @@
 namespace exo::access {
 
 std::string load_or_create_key(const std::string& path) {
-  std::ifstream in{path};
-  if (!in) {
+  // The key signs every token: it is created 0600 and refused when other
+  // users may read or change it (text::check_private says how to fix it).
+  if (!text::file_exists(path)) {
     std::uint8_t raw[32];
     if (RAND_bytes(raw, sizeof raw) != 1)
       throw std::runtime_error(path + ": no random bytes for a key");
     static const char* hex = "0123456789abcdef";
-    std::string text;
+    std::string fresh;
     for (auto b : raw) {
-      text += hex[b >> 4];
-      text += hex[b & 15];
+      fresh += hex[b >> 4];
+      fresh += hex[b & 15];
     }
-    text += '\n';
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-    if (fd < 0)
-      throw std::runtime_error(path + ": cannot create the access key");
-    auto n = ::write(fd, text.data(), text.size());
-    ::fsync(fd);
-    ::close(fd);
-    if (n != static_cast<ssize_t>(text.size()))
-      throw std::runtime_error(path + ": cannot write the access key");
-    in.open(path);
+    fresh += '\n';
+    text::create_private(path, fresh, "access key");
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto key = ss.str();
+  text::check_private(path, "access key");
+  auto key = text::read_file(path, 64 * 1024, "access key");
   while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back())))
     key.pop_back();
   if (key.size() < 32)

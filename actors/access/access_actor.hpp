@@ -91,7 +91,9 @@ caf::actor spawn_access_actor(caf::actor_system& sys,
                               access_actor_config cfg);
 
 /// Reads the key file at `path` (whitespace trimmed; at least 32 bytes),
-/// creating it (0600, 64 hex digits from a CSPRNG) when it does not exist.
+/// creating it (0600, 64 hex digits from a CSPRNG) when it does not exist;
+/// refused (text::file_error, with the chmod that fixes it) when other
+/// users may read or change it, or when it is not a regular file.
 /// Throws std::runtime_error naming the file.
 std::string load_or_create_key(const std::string& path);
 

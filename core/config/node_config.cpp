@@ -3,6 +3,7 @@
 #include "backends/sim/sim_backend.hpp"
 
 #include "core/config/strict_json.hpp"
+#include "core/text/file.hpp"
 
 #include <unistd.h>
 
@@ -324,13 +325,14 @@ node_config parse_document(const std::string& json, const std::string& source) {
   // Simulated profiles must exist (built-in or from the named file).
   auto profiles = backend::builtin_sim_profiles();
   if (!cfg.devices.sim_profiles_file.empty()) {
-    std::ifstream in{cfg.devices.sim_profiles_file};
-    if (!in)
-      bad("devices.sim_profiles_file",
-          "cannot read \"" + cfg.devices.sim_profiles_file + "\"");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto extra = backend::parse_sim_profiles(ss.str());
+    std::string doc;
+    try {
+      doc = text::read_file(cfg.devices.sim_profiles_file,
+                             max_config_bytes, "profiles file");
+    } catch (const text::file_error& e) {
+      bad("devices.sim_profiles_file", e.what());
+    }
+    auto extra = backend::parse_sim_profiles(doc);
     if (!extra)
       bad("devices.sim_profiles_file", extra.err().message);
     profiles.insert(profiles.end(), extra->begin(), extra->end());
@@ -362,14 +364,13 @@ node_config parse(const std::string& json, const std::string& source) {
 }
 
 node_config load(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
-    throw config_error(path + ": cannot open the config file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (ss.str().size() > (16u << 20))
-    throw config_error(path + ": config file larger than 16 MiB");
-  return parse(ss.str(), path);
+  std::string doc;
+  try {
+    doc = text::read_file(path, max_config_bytes, "config file");
+  } catch (const text::file_error& e) {
+    throw config_error(e.what());
+  }
+  return parse(doc, path);
 }
 
 backend::factory_options node_config::factory_options() const {
@@ -383,10 +384,14 @@ backend::factory_options node_config::factory_options() const {
   o.sim.time_scale = devices.sim_time_scale;
   if (!devices.sim_profiles_file.empty()) {
     o.sim.profiles = backend::builtin_sim_profiles();
-    std::ifstream in{devices.sim_profiles_file};
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (auto extra = backend::parse_sim_profiles(ss.str()))
+    // Checked when the config was parsed; a file gone since reads empty.
+    std::string doc;
+    try {
+      doc = text::read_file(devices.sim_profiles_file, max_config_bytes,
+                             "profiles file");
+    } catch (const text::file_error&) {
+    }
+    if (auto extra = backend::parse_sim_profiles(doc))
       o.sim.profiles.insert(o.sim.profiles.end(), extra->begin(),
                             extra->end());
   }

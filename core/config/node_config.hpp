@@ -109,4 +109,8 @@ node_config parse(const std::string& json, const std::string& source);
 /// Reads and parses a file. Throws config_error (also for a missing file).
 node_config load(const std::string& path);
 
+/// The largest config (and simulated-profiles) file read: 16 MiB. Larger
+/// files, FIFOs, devices and directories are refused with config_error.
+constexpr std::uint64_t max_config_bytes = 16ull << 20;
+
 } // namespace exo::config

@@ -1,4 +1,5 @@
 #include "core/placement/problem_json.hpp"
+#include "core/text/file.hpp"
 
 #include <simdjson.h>
 
@@ -363,15 +364,14 @@ problem parse_problem_json(std::string_view text) {
 }
 
 problem read_problem_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw problem_error(path + ": cannot open the problem file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad())
-    throw problem_error(path + ": cannot read the problem file");
+  std::string json;
   try {
-    return parse_problem_json(ss.str());
+    json = text::read_file(path, 16ull << 20, "problem file");
+  } catch (const text::file_error& e) {
+    throw problem_error(e.what());
+  }
+  try {
+    return parse_problem_json(json);
   } catch (const problem_error& e) {
     throw problem_error(path + ": " + e.what());
   }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/gguf/gguf.hpp"
+#include "core/text/file.hpp"
 #include "core/tokenizer/tokenizer.hpp"
 
 namespace exo::model {
@@ -37,13 +38,13 @@ json parse(const std::string& text, const char* what) {
   }
 }
 
+/// tokenizer.json files of real models are 2-12 MB; 64 MiB leaves room.
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw gguf_error("cannot read '" + path + "'");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+  try {
+    return text::read_file(path, 64ull << 20, "tokenizer file");
+  } catch (const text::file_error& e) {
+    throw gguf_error(e.what());
+  }
 }
 
 bool is_byte_level(const json& p, bool use_regex) {

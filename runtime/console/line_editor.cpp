@@ -1,10 +1,19 @@
 #include "runtime/console/line_editor.hpp"
 
+#include "core/access/token.hpp"
+#include "core/text/file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <termios.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <string_view>
+
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 namespace exo::console {
 
@@ -12,20 +21,67 @@ line_editor::line_editor(std::string history_file)
   : history_file_(std::move(history_file)) {
   if (history_file_.empty())
     return;
-  std::ifstream in{history_file_};
+  // At most 1 MiB of it, and only a regular file: history is a
+  // convenience, never a reason to hang or fail.
+  std::string text;
+  try {
+    text = text::read_file(history_file_, 1u << 20, "history");
+  } catch (const text::file_error&) {
+    return;
+  }
+  std::istringstream in{text};
   std::string line;
   while (std::getline(in, line))
     if (!line.empty())
       history_.push_back(line);
 }
 
+std::string redact_secrets(const std::string& line) {
+  constexpr std::string_view auth = "auth=";
+  std::string out;
+  std::size_t i = 0;
+  while (i < line.size()) {
+    if (std::isspace(static_cast<unsigned char>(line[i]))) {
+      out += line[i++];
+      continue;
+    }
+    auto end = i;
+    while (end < line.size()
+           && !std::isspace(static_cast<unsigned char>(line[end])))
+      ++end;
+    std::string_view word{line.data() + i, end - i};
+    if (word.substr(0, auth.size()) == auth)
+      out += "auth=<token>";
+    else if (word.substr(0, access::token_prefix.size())
+             == access::token_prefix)
+      out += "<token>";
+    else
+      out += word;
+    i = end;
+  }
+  return out;
+}
+
 line_editor::~line_editor() {
   if (history_file_.empty())
     return;
-  std::ofstream out{history_file_, std::ios::trunc};
+  int fd = ::open(history_file_.c_str(),
+                  O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return; // history is a convenience: never an error at exit
+  ::fchmod(fd, 0600);
+  std::string text;
   auto first = history_.size() > 500 ? history_.size() - 500 : 0;
   for (auto i = first; i < history_.size(); ++i)
-    out << history_[i] << "\n";
+    text += redact_secrets(history_[i]) + "\n";
+  std::size_t done = 0;
+  while (done < text.size()) {
+    auto n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0)
+      break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
 }
 
 void line_editor::add_history(const std::string& line) {

@@ -10,6 +10,13 @@
 
 namespace exo::console {
 
+/// `line` as the history file keeps it: every bearer token (a word
+/// starting "exo1.", or the value of auth=) replaced by "<token>", so that
+/// a secret typed once is never written to disk.
+std::string redact_secrets(const std::string& line);
+
+/// Keeps the last 500 lines in `history_file` (created 0600, made 0600 if
+/// it was not), secrets redacted; the session itself recalls them as typed.
 class line_editor {
 public:
   explicit line_editor(std::string history_file = {});

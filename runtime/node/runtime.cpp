@@ -7,6 +7,7 @@
 #include "runtime/node/safety.hpp"
 #include "runtime/node/services.hpp"
 #include "core/tls/bootstrap.hpp"
+#include "core/text/file.hpp"
 #include "core/tls/bulk_channel.hpp"
 #include "runtime/system/caf_tls.hpp"
 #include "core/tls/cert_tool.hpp"
@@ -47,6 +48,13 @@ void make_dirs(const std::string& path) {
   struct stat sb {};
   if (::stat(path.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode))
     throw startup_error("state directory " + path + " is not a directory");
+  // It holds the node's key, tokens and audit log: others must not be able
+  // to replace them.
+  try {
+    text::check_private(path, "state directory", 022);
+  } catch (const text::file_error& e) {
+    throw startup_error(e.what());
+  }
 }
 
 std::string registry_path(const config::node_config& cfg) {

@@ -4,6 +4,7 @@
 #include "backends/sim/sim_backend.hpp"
 
 #include "core/config/strict_json.hpp"
+#include "core/text/file.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -512,12 +513,13 @@ scenario parse(const std::string& json, const std::string& source) {
 }
 
 scenario load(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
-    throw scenario_error(path + ": cannot read the file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), path);
+  std::string doc;
+  try {
+    doc = text::read_file(path, 16ull << 20, "scenario file");
+  } catch (const text::file_error& e) {
+    throw scenario_error(e.what());
+  }
+  return parse(doc, path);
 }
 
 // -- expectation checks -------------------------------------------------------

@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <sys/stat.h>
 #include <memory>
 #include <thread>
 
@@ -52,6 +53,7 @@ struct cluster {
   cluster() {
     write_file(key_file, "6f1c0e4d2b8a7f3e9d5c1b0a8f7e6d5c4b3a29181706f5e4d3c2"
                          "b1a09f8e7d6c\n");
+    ::chmod(key_file.c_str(), 0600);
   }
 
   std::string state_dir(const std::string& name) const {
@@ -600,4 +602,21 @@ TEST_CASE("exo-console --token-file sends the token with every command "
     CHECK(contains(r.err, why));
     CHECK(!contains(r.err, watcher.substr(10)));
   }
+}
+
+TEST_CASE("a node refuses an access key other users may read, and says how "
+          "to fix it") {
+  cluster c;
+  c.p.node("k1");
+  ::chmod(c.key_file.c_str(), 0644);
+  node_options o{"k1"};
+  o.state_dir = c.state_dir("k1");
+  o.devices = R"({"include": ["sim"], "rescan_interval_s": 0})";
+  o.extra = R"(, "safety": {"access_key_file": ")" + c.key_file + "\"}";
+  auto r = run({exo_node(), "--config", write_node_config(c.p, o)}, 60s);
+  INFO(r.out << r.err);
+  CHECK(r.code != 0);
+  CHECK(contains(r.err, "access key " + c.key_file + ": mode 0644 lets other users read it"));
+  CHECK(contains(r.err, "chmod 600 " + c.key_file));
+  ::chmod(c.key_file.c_str(), 0600);
 }

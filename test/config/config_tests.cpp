@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <sys/stat.h>
+
 using namespace exo::config;
 
 TEST_CASE("an empty config gives a single local node with every default") {
@@ -127,7 +129,7 @@ TEST_CASE("bad config files are refused with a message naming the key") {
     {R"({"devices": {"sim_time_scale": -1}})",
      "devices.sim_time_scale: must be a number in"},
     {R"({"devices": {"sim_profiles_file": "/nonexistent/p.json"}})",
-     "devices.sim_profiles_file: cannot read"},
+     "devices.sim_profiles_file: profiles file /nonexistent/p.json: cannot open"},
     {R"({"log": {"level": "loud"}})",
      "log.level: must be one of error, warning, info, debug"},
   };
@@ -179,4 +181,38 @@ TEST_CASE("a profile file extends the simulated profiles") {
   CHECK(std::any_of(f.sim.profiles.begin(), f.sim.profiles.end(),
                     [](auto& p) { return p.name == "tiny"; }));
   std::remove(path.c_str());
+}
+
+TEST_CASE("config and profile files that are not regular files or are too "
+          "large are refused, never read without bound or waited on") {
+  auto message = [](const std::string& path) {
+    try {
+      load(path);
+    } catch (const config_error& e) {
+      return std::string{e.what()};
+    }
+    return std::string{"(accepted)"};
+  };
+  CHECK(message("/dev/zero")
+        == "config file /dev/zero: is a character device, not a regular "
+           "file");
+  auto fifo = std::string{"/tmp/exo-config-test.fifo"};
+  std::remove(fifo.c_str());
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THAT(message(fifo), Catch::Contains("is a FIFO"));
+  std::remove(fifo.c_str());
+  auto big = std::string{"/tmp/exo-config-test-big.json"};
+  {
+    std::ofstream out{big};
+    out << std::string(max_config_bytes + 1, ' ');
+  }
+  CHECK(message(big) == "config file " + big + ": larger than 16 MiB");
+  std::remove(big.c_str());
+  try {
+    parse(R"({"devices": {"sim_profiles_file": "/dev/zero"}})", "test");
+    FAIL("accepted");
+  } catch (const config_error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("devices.sim_profiles_file"));
+    CHECK_THAT(e.what(), Catch::Contains("not a regular file"));
+  }
 }

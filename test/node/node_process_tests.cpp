@@ -7,6 +7,8 @@
 
 #include <csignal>
 
+#include <sys/stat.h>
+
 using namespace exo::test;
 using namespace std::chrono_literals;
 
@@ -102,4 +104,29 @@ TEST_CASE("exo-node starts, reports ready, and stops cleanly on SIGTERM") {
   CHECK_THAT(again.out(), Catch::Contains("gone since last start: sim:m2-max:0"));
   again.signal(SIGINT);
   CHECK(again.wait(30s) == 0);
+}
+
+TEST_CASE("exo-node refuses a state directory other users may change, and "
+          "config paths that are not regular files") {
+  auto dir = temp_dir("exo-node-test");
+  auto cfg = config_with(dir, R"({"include": ["cpu"]})");
+  auto state = dir + "/state";
+  REQUIRE(::mkdir(state.c_str(), 0700) == 0);
+  ::chmod(state.c_str(), 0777);
+  auto r = run({exo_node(), "--config", cfg}, 60s);
+  INFO(r.out << r.err);
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Catch::Contains("state directory " + state
+                                    + ": mode 0777 lets other users change "
+                                      "it; fix with: chmod 700 " + state));
+  // A FIFO or /dev/zero as the config: refused at once, never read or
+  // waited on.
+  auto fifo = dir + "/fifo.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  r = run({exo_node(), "--check-config", fifo}, 60s);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("is a FIFO, not a regular file"));
+  r = run({exo_node(), "--check-config", "/dev/zero"}, 60s);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("is a character device"));
 }

@@ -162,7 +162,11 @@ TEST_CASE("text that is not JSON is refused clearly") {
   CHECK_THROWS_WITH(parse_problem_json(""),
                     Catch::Contains("not valid JSON"));
   CHECK_THROWS_WITH(read_problem_file("/nonexistent/problem.json"),
-                    Catch::Contains("cannot open the problem file"));
+                    Catch::Contains("problem file /nonexistent/problem.json: "
+                                    "cannot open"));
+  // /dev/zero is never read without bound.
+  CHECK_THROWS_WITH(read_problem_file("/dev/zero"),
+                    Catch::Contains("not a regular file"));
 }
 
 TEST_CASE("byte counts accept SI and binary units") {

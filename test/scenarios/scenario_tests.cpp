@@ -251,7 +251,11 @@ TEST_CASE("every example scenario in scenarios/ is valid") {
   }
   CHECK(n >= 3);
   CHECK_THROWS_WITH(load("/nonexistent/s.json"),
-                    "/nonexistent/s.json: cannot read the file");
+                    "scenario file /nonexistent/s.json: cannot open: No such "
+                    "file or directory");
+  CHECK_THROWS_WITH(load("/dev/zero"),
+                    "scenario file /dev/zero: is a character device, not a "
+                    "regular file");
 }
 
 TEST_CASE("JSON containment: objects by keys, arrays by any element") {
