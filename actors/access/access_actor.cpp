@@ -341,15 +341,14 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
           c.devices.push_back(devs.substr(b, e - b));
       }
     }
-    std::int64_t ttl = 86400;
-    try {
-      if (kv.count("quota"))
-        c.quota_bytes = std::stoull(kv["quota"]);
-      if (kv.count("ttl"))
-        ttl = std::stoll(kv["ttl"]);
-    } catch (...) {
-      return usage("quota and ttl must be integers");
-    }
+    // The table checked both as exact non-negative integers (no "1e9",
+    // "4G" or "-1"); the range of ttl is this node's.
+    c.quota_bytes = p.count("quota", c.quota_bytes);
+    auto ttl_words = p.count("ttl", 86400);
+    if (ttl_words > static_cast<std::uint64_t>(st.cfg.max_ttl_s))
+      return usage("ttl must be in [1, " + std::to_string(st.cfg.max_ttl_s)
+                   + "] seconds");
+    auto ttl = static_cast<std::int64_t>(ttl_words);
     if (ttl <= 0 || ttl > st.cfg.max_ttl_s)
       return usage("ttl must be in [1, " + std::to_string(st.cfg.max_ttl_s)
                    + "] seconds");

@@ -24,11 +24,18 @@ bool finite_positive(double x) {
   return std::isfinite(x) && x > 0;
 }
 
+/// Links between 1 KB/s and 100 TB/s with at most a minute of latency: a
+/// figure outside is a typo or an attack, and its arithmetic (1e308 s,
+/// 1e-300 B/s) would overflow the cost model into NaN or 0.
 void check_link(const std::string& path, const link_spec& s) {
   if (!finite_non_negative(s.latency))
     fail(path + ".latency", "must be >= 0 seconds");
+  if (s.latency > 60)
+    fail(path + ".latency", "must be at most 60 seconds");
   if (!finite_positive(s.bandwidth))
     fail(path + ".bandwidth", "must be > 0 bytes/s");
+  if (s.bandwidth < 1e3 || s.bandwidth > 1e14)
+    fail(path + ".bandwidth", "must be in [1e3, 1e14] bytes/s");
 }
 
 } // namespace
@@ -139,8 +146,8 @@ void validate(const problem& p) {
       fail(path + ".memory", "must be > 0");
     if (d.memory_bytes > (std::uint64_t{1} << 60))
       fail(path + ".memory", "must be < 1 EiB");
-    if (!finite_non_negative(d.flops))
-      fail(path + ".flops", "must be >= 0");
+    if (!finite_non_negative(d.flops) || d.flops > 1e18)
+      fail(path + ".flops", "must be in [0, 1e18]");
     if (d.layer_seconds.empty()) {
       if (!(d.flops > 0))
         fail(path + ".flops",
@@ -157,8 +164,8 @@ void validate(const problem& p) {
           fail(path + ".layer_seconds[" + std::to_string(l) + "]",
                "must be in [0, 3600] seconds");
     }
-    if (!finite_non_negative(d.memory_bandwidth))
-      fail(path + ".memory_bandwidth", "must be >= 0");
+    if (!finite_non_negative(d.memory_bandwidth) || d.memory_bandwidth > 1e16)
+      fail(path + ".memory_bandwidth", "must be in [0, 1e16] bytes/s");
     if (!(d.thermal_headroom >= 0 && d.thermal_headroom <= 1))
       fail(path + ".thermal_headroom", "must be in [0, 1]");
     if (!finite_non_negative(d.max_flops_per_token))

@@ -176,3 +176,17 @@ TEST_CASE("the console's run takes the options of exo-node run that are not "
   CHECK_THROWS_AS(parse_command("run", "--model m --config c.json"),
                   command_error);
 }
+
+TEST_CASE("token issue takes exact integers: no exponents, units or signs") {
+  CHECK(message_of("token issue principal=a ttl=1e9")
+        == "ttl: \"1e9\" is not a non-negative integer");
+  CHECK(message_of("token issue principal=a quota=4G")
+        == "quota: \"4G\" is not a non-negative integer");
+  CHECK(message_of("token issue principal=a quota=-1")
+        == "quota: \"-1\" is not a non-negative integer");
+  CHECK(message_of("token issue principal=a quota=18446744073709551616")
+        == "quota: \"18446744073709551616\" is not a non-negative integer");
+  auto ok = parse_line("token issue principal=a ttl=3600 quota=4294967296");
+  CHECK(ok.count("ttl", 0) == 3600);
+  CHECK(ok.count("quota", 0) == 4294967296ull);
+}
