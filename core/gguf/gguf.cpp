@@ -296,10 +296,9 @@ void gguf_file::parse_all() {
                      + " bytes is too short for a GGUF header");
   auto magic = c.read<uint32_t>("magic");
   if (magic != gguf_magic) {
-    std::ostringstream os;
-    os << "wrong magic 0x" << std::hex << magic
-       << " (expected 0x46554747, \"GGUF\"): not a GGUF file";
-    throw gguf_error(os.str());
+    // Never echo the bytes: a console client may name any file of the node.
+    throw gguf_error("wrong magic: the file does not start with \"GGUF\" "
+                     "(not a GGUF file)");
   }
   version_ = c.read<uint32_t>("version");
   if (version_ != 3)

@@ -147,7 +147,7 @@ int run_node(const options& o) {
   try {
     rt.start();
   } catch (const exo::startup_error& e) {
-    die(1, e.what());
+    die(e.status(), e.what());
   }
   auto ready_ms
     = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
                            : exo::discovery::format_table(r));
       return 0;
     } catch (const exo::startup_error& e) {
-      die(1, e.what());
+      die(e.status(), e.what());
     }
   }
   return run_node(o);

@@ -145,7 +145,7 @@ int run_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
     rt.start();
   } catch (const startup_error& e) {
     err << "exo-node run: " << e.what() << "\n";
-    return 1;
+    return e.status();
   }
   // Every actor handle lives in here: runtime::stop() destroys the actor
   // system, which waits for every actor still referenced.

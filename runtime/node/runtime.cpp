@@ -40,20 +40,22 @@ void make_dirs(const std::string& path) {
       if (!cur.empty() && cur != "/" && ::mkdir(cur.c_str(), 0700) != 0
           && errno != EEXIST)
         throw startup_error("cannot create state directory " + cur + ": "
-                            + std::strerror(errno));
+                              + std::strerror(errno),
+                            2);
     }
     if (i < path.size())
       cur += path[i];
   }
   struct stat sb {};
   if (::stat(path.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode))
-    throw startup_error("state directory " + path + " is not a directory");
+    throw startup_error("state directory " + path + " is not a directory",
+                        2);
   // It holds the node's key, tokens and audit log: others must not be able
   // to replace them.
   try {
     text::check_private(path, "state directory", 022);
   } catch (const text::file_error& e) {
-    throw startup_error(e.what());
+    throw startup_error(e.what(), 2);
   }
 }
 
@@ -111,9 +113,10 @@ tls_setup resolve_tls(const config::node_config& cfg) {
       throw startup_error("the certificate " + out.files.certificate
                           + " is for \"" + info.common_name
                           + "\", but this node is named \""
-                          + cfg.node.name + "\"");
+                          + cfg.node.name + "\"",
+                          2);
   } catch (const tls::tls_error& e) {
-    throw startup_error(std::string{"TLS: "} + e.what());
+    throw startup_error(std::string{"TLS: "} + e.what(), 2);
   }
   return out;
 }
@@ -197,7 +200,9 @@ void runtime::start() {
     d.safety = start_safety(*d.sys, d.cfg, d.found.found.devices.size());
   } catch (const std::exception& e) {
     caf::anon_send_exit(d.directory, caf::exit_reason::user_shutdown);
-    throw startup_error(e.what());
+    // A key or state file refused for its permissions is the user's to fix.
+    throw startup_error(e.what(),
+                        dynamic_cast<const text::file_error*>(&e) ? 2 : 1);
   }
   setup.audit = d.safety.audit;
   setup.access = d.safety.access;
@@ -221,7 +226,7 @@ void runtime::start() {
       tls::trust_store::load(d.tls.files.cafile));
   } catch (const tls::tls_error& e) {
     stop();
-    throw startup_error(std::string{"TLS: "} + e.what());
+    throw startup_error(std::string{"TLS: "} + e.what(), 2);
   }
   gc.node = d.node;
   gc.directory = d.directory;

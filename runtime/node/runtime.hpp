@@ -24,10 +24,21 @@
 
 namespace exo {
 
-/// A node that could not start; what() says why.
+/// A node that could not start; what() says why. status() is the exit
+/// status exo-node gives it: 2 for bad input the user must fix (the
+/// config's state directory, TLS material, the access key), 1 for anything
+/// else (a port in use, a device that fails).
 class startup_error : public std::runtime_error {
 public:
-  using std::runtime_error::runtime_error;
+  explicit startup_error(const std::string& what, int status = 1)
+    : std::runtime_error(what), status_(status) {
+  }
+  int status() const noexcept {
+    return status_;
+  }
+
+private:
+  int status_;
 };
 
 class runtime {

@@ -615,8 +615,22 @@ TEST_CASE("a node refuses an access key other users may read, and says how "
   o.extra = R"(, "safety": {"access_key_file": ")" + c.key_file + "\"}";
   auto r = run({exo_node(), "--config", write_node_config(c.p, o)}, 60s);
   INFO(r.out << r.err);
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK(contains(r.err, "access key " + c.key_file + ": mode 0644 lets other users read it"));
   CHECK(contains(r.err, "chmod 600 " + c.key_file));
   ::chmod(c.key_file.c_str(), 0600);
+}
+
+TEST_CASE("a node whose certificate names another node exits 2 with the "
+          "reason") {
+  cluster c;
+  c.p.node("m1");
+  node_options o{"m2"};
+  o.cert = "m1";
+  o.devices = R"({"include": ["sim"], "rescan_interval_s": 0})";
+  o.extra = R"(, "safety": {"access_key_file": ")" + c.key_file + "\"}";
+  auto r = run({exo_node(), "--config", write_node_config(c.p, o)}, 60s);
+  INFO(r.out << r.err);
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "is for \"m1\", but this node is named \"m2\""));
 }

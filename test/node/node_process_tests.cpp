@@ -115,7 +115,7 @@ TEST_CASE("exo-node refuses a state directory other users may change, and "
   ::chmod(state.c_str(), 0777);
   auto r = run({exo_node(), "--config", cfg}, 60s);
   INFO(r.out << r.err);
-  CHECK(r.code != 0);
+  CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("state directory " + state
                                     + ": mode 0777 lets other users change "
                                       "it; fix with: chmod 700 " + state));
