@@ -15,8 +15,6 @@ namespace exo::cluster::detail {
 
 using namespace std::chrono;
 
-namespace {
-
 void send_audit(self_ptr self, const audit::event& ev, std::string principal) {
   auto& st = self->state;
   if (!st.cfg.audit)
@@ -28,6 +26,8 @@ void send_audit(self_ptr self, const audit::event& ev, std::string principal) {
   e.details = ev.details;
   caf::anon_send(st.cfg.audit, audit_atom::value, std::move(e));
 }
+
+namespace {
 
 /// Checks a client's console command (issue 6), the one place where they
 /// are: access::console_permission names the permission, console_rule
@@ -74,6 +74,16 @@ caf::error check_client(self_ptr self, const std::string& cmd,
     return make_exo_error(exo_errc::access_denied,
                           cmd + ": " + std::string{access::to_string(d.code)} +
                               ": " + d.reason);
+  }
+  if (cmd == "leave") {
+    // Leaving takes this node out of every job it serves: who asked, and
+    // from which client, goes in the log before it happens.
+    audit::event leave;
+    leave.type = audit::event_type::node_leave;
+    leave.level = audit::severity::warning;
+    leave.details = {{"client", client},
+                     {"token", auth.has_token ? "yes" : "no"}};
+    send_audit(self, leave, d.principal);
   }
   if (req.perm == access::permission::device_list ||
       req.perm == access::permission::monitoring_read ||

@@ -20,6 +20,17 @@ using namespace std::chrono;
 
 namespace {
 
+/// A refused join is an attempt on the cluster: audited with the name the
+/// peer claimed (cut to 128 bytes: it is the peer's text) and the reason.
+void audit_join_refused(self_ptr self, const std::string& claimed,
+                        const std::string& why) {
+  audit::event ev;
+  ev.type = audit::event_type::join_refused;
+  ev.level = audit::severity::warning;
+  ev.details = {{"claimed", claimed.substr(0, 128)}, {"reason", why}};
+  send_audit(self, ev, {});
+}
+
 std::vector<std::uint8_t> to_bytes(const tls::nonce& n) {
   return {n.begin(), n.end()};
 }
@@ -240,6 +251,7 @@ caf::message_handler join_handlers(self_ptr self) {
           ++st.joins_refused;
           st.last_refusal = p.claimed + ": " + why;
           st.log("refused join of \"" + p.claimed + "\": " + why);
+          audit_join_refused(self, p.claimed, why);
           return make_exo_error(exo_errc::access_denied, why);
         };
         if (it == st.pending.end() || it->second.claimed != p.claimed)

@@ -13,6 +13,7 @@
 
 #include "actors/cluster/gate_actor.hpp"
 #include "actors/cluster/member_table.hpp"
+#include "core/audit/event.hpp"
 #include "core/tls/challenge.hpp"
 #include "messages/cluster.hpp"
 
@@ -94,6 +95,9 @@ bool is_client(self_ptr self);
 /// because this node wants a token with every client request, and those
 /// carry none.
 bool tokenless_client(self_ptr self);
+
+/// Sends `ev` to the node's audit sink (nothing without one).
+void send_audit(self_ptr self, const audit::event& ev, std::string principal);
 
 /// The error for a sender that has not completed the join handshake.
 caf::error denied();

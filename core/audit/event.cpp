@@ -17,9 +17,11 @@ constexpr std::array<std::string_view, event_type_count> type_names = {
   "backend_stop",    "config_load",       "quota_exceeded",
   "rate_limited",    "audit_recovered",   "job_submitted",
   "job_finished",
+  "join_refused",
+  "node_leave",
 };
 
-static_assert(static_cast<std::size_t>(event_type::job_finished) + 1
+static_assert(static_cast<std::size_t>(event_type::node_leave) + 1
                 == event_type_count,
               "type_names must list every event_type");
 

@@ -39,10 +39,12 @@ enum class event_type : std::uint8_t {
   audit_recovered,
   job_submitted,
   job_finished,
+  join_refused, ///< a peer's join handshake failed (name, proof, cert)
+  node_leave,   ///< a client told this node to leave the cluster
 };
 
 /// Number of event types.
-inline constexpr std::size_t event_type_count = 28;
+inline constexpr std::size_t event_type_count = 30;
 
 /// How serious an event is.
 enum class severity : std::uint8_t { debug, info, warning, error, critical };

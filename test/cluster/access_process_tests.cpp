@@ -374,6 +374,10 @@ TEST_CASE("a node that requires tokens refuses console commands without "
   CHECK(audited(c, p1, t.admin, "access_denied",
                 {"\"command\":\"devices\"", "\"token\":\"no\"",
                  "\"client\":\"ops\"", "\"command\":\"leave\""}));
+  // An allowed leave is audited too, before it happens.
+  CHECK(c.console(p1, "leave auth=" + t.admin).code == 0);
+  CHECK(audited(c, p1, t.admin, "node_leave",
+                {"\"client\":\"ops\"", "\"token\":\"yes\""}));
 }
 
 namespace {

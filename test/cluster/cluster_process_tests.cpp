@@ -206,6 +206,8 @@ TEST_CASE("strangers are refused and the node stays healthy") {
   auto impostor_cfg = write_node_config(p, node_options{"h1"}.seed(h2.port).seed(h1.port));
   process impostor{{exo_node(), "--config", impostor_cfg}};
   CHECK(impostor.wait_for_output("is in use by a live member", 20s));
+  // h2 refuses the impostor's proof (and audits it): wait for that answer.
+  CHECK(impostor.wait_for_output("join refused by h2", 20s));
   impostor.signal(SIGKILL);
   impostor.wait(10s);
   // Still healthy: the console works and both know the real h1 alive.
@@ -218,4 +220,15 @@ TEST_CASE("strangers are refused and the node stays healthy") {
   CHECK(h1.proc->running());
   auto g = console(p, h1.port, {"inspect gate"});
   CHECK(contains(g.out, "joins_refused"));
+  // The refusal is in h2's audit log (the sink flushes every second).
+  auto refused_audited = [&] {
+    auto q = console(p, h2.port, {"audit query type=join_refused limit=10"},
+                     {true});
+    return q.code == 0 && contains(q.out, "\"claimed\":\"h1\"")
+           && contains(q.out, "is in use by a live member");
+  };
+  bool seen = false;
+  for (int i = 0; i < 60 && !(seen = refused_audited()); ++i)
+    std::this_thread::sleep_for(250ms);
+  CHECK(seen);
 }
