@@ -169,11 +169,13 @@ int cmd_info(const arguments& a) {
                 static_cast<unsigned long long>(t.offset));
   }
   auto hp = llama_hparams::from_gguf(*f);
-  std::printf("\nllama: layers %u, embd %u, ff %u, heads %u, kv heads %u, "
-              "head dim %u, rope dims %u base %g, eps %g, vocab %u, ctx %u%s\n",
-              hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head, hp.n_head_kv,
-              hp.head_dim, hp.n_rot, hp.rope_freq_base, hp.rms_eps,
-              hp.n_vocab, hp.n_ctx_train,
+  std::printf("\n%s: layers %u, embd %u, ff %u, heads %u, kv heads %u, "
+              "head dim %u, rope %s dims %u base %g, eps %g, vocab %u, "
+              "ctx %u%s\n",
+              hp.traits.name, hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head,
+              hp.n_head_kv, hp.head_dim, hp.rope_neox() ? "neox" : "normal",
+              hp.n_rot, hp.rope_freq_base, hp.rms_eps, hp.n_vocab,
+              hp.n_ctx_train,
               hp.tied_output ? ", output tied to token_embd" : "");
   std::printf("\nper-layer costs (attention at ctx/2):\n");
   std::printf("  %5s %14s %14s %16s %12s\n", "layer", "weight bytes",

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "core/gguf/gguf.hpp"
 #include "core/model/llama_model.hpp"
@@ -536,4 +537,44 @@ TEST_CASE("rope scalings other than none are refused naming the key",
           w.set_string("llama.rope.scaling.type", "none");
           w.set_f32("llama.rope.scaling.factor", 8.0f);
         }).empty());
+}
+
+TEST_CASE("random mutations of qwen2 and qwen3 files are refused or load, "
+          "never crash",
+          "[llama][arch][fuzz]") {
+  for (const char* arch : {"qwen2", "qwen3"}) {
+    auto o = small(tensor_type::q8_0, false, arch);
+    o.layers = 1;
+    if (o.arch == "qwen3")
+      o.head_dim = 32;
+    const auto good = build_test_model(o).bytes();
+    std::mt19937_64 rng(99);
+    int refused = 0, accepted = 0;
+    for (int i = 0; i < 1500; ++i) {
+      auto b = good;
+      if (rng() % 3 == 0) {
+        b.resize(rng() % b.size());
+      } else {
+        // Small integers over the header (keys, shapes, types, offsets).
+        size_t p = rng() % std::min<size_t>(b.size() - 4, 16000);
+        uint32_t v = static_cast<uint32_t>(rng() % 70);
+        std::memcpy(b.data() + p, &v, 4);
+      }
+      try {
+        auto m = std::make_shared<llama_model>(
+          gguf_file::parse(b.data(), b.size()));
+        llama_pipeline pipe(m, {0, m->hparams().n_layer});
+        auto seq = pipe.new_sequence(4);
+        (void)pipe.eval(seq, {1, 2});
+        ++accepted;
+      } catch (const gguf_error&) {
+        ++refused;
+      } catch (const model_error&) {
+        ++refused;
+      }
+    }
+    INFO(arch);
+    CHECK(refused + accepted == 1500);
+    CHECK(refused > 300);
+  }
 }
