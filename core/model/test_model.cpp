@@ -252,10 +252,10 @@ gguf_writer build_test_model(const test_model_options& o) {
       x = uniform(rng) * scale;
     w.add_tensor(name, {in, out}, o.type, m);
   };
-  auto norm = [&](const std::string& name, uint32_t n) {
+  auto norm = [&](const std::string& name, uint32_t n, float scale = 1.0f) {
     std::vector<float> m(n);
     for (auto& x : m)
-      x = 1.0f + 0.1f * uniform(rng);
+      x = (1.0f + 0.1f * uniform(rng)) * scale;
     w.add_tensor(name, {n}, tensor_type::f32, m);
   };
   auto bias = [&](const std::string& name, uint32_t n) {
@@ -270,8 +270,8 @@ gguf_writer build_test_model(const test_model_options& o) {
   for (uint32_t l = 0; l < o.layers; ++l) {
     auto p = "blk." + std::to_string(l) + ".";
     norm(p + "attn_norm.weight", o.dim);
-    matrix(p + "attn_q.weight", o.dim, n_q, s_in);
-    matrix(p + "attn_k.weight", o.dim, n_kv, s_in);
+    matrix(p + "attn_q.weight", o.dim, n_q, s_in * o.qk_scale);
+    matrix(p + "attn_k.weight", o.dim, n_kv, s_in * o.qk_scale);
     matrix(p + "attn_v.weight", o.dim, n_kv, s_in);
     if (a == "qwen2") {
       bias(p + "attn_q.bias", n_q);
@@ -279,8 +279,8 @@ gguf_writer build_test_model(const test_model_options& o) {
       bias(p + "attn_v.bias", n_kv);
     }
     if (a == "qwen3") {
-      norm(p + "attn_q_norm.weight", head_dim);
-      norm(p + "attn_k_norm.weight", head_dim);
+      norm(p + "attn_q_norm.weight", head_dim, o.qk_scale);
+      norm(p + "attn_k_norm.weight", head_dim, o.qk_scale);
     }
     matrix(p + "attn_output.weight", n_q, o.dim,
            1.0f / std::sqrt(static_cast<float>(n_q)));

@@ -33,6 +33,9 @@ struct test_model_options {
   uint64_t seed = 1;
   bool tied = false; ///< Leave out output.weight (head tied to embedding).
   float rope_base = 10000.0f;
+  /// Scales the Q and K projections (and qwen3's Q/K norm weights): above
+  /// 1, attention scores spread and position (rope) matters more.
+  float qk_scale = 1.0f;
   /// Write rope_freqs.weight with Llama 3.1's frequency factors (factor 8,
   /// low 1, high 4, original context 8192), as convert_hf_to_gguf.py does
   /// for rope_type "llama3".

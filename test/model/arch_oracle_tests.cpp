@@ -5,6 +5,16 @@
 // tokens, 64 of them (or the same tokens up to the same end of
 // generation). node-llama-cpp runs llama.cpp on one thread; without the
 // test tools the test is skipped (exit 77), never passed.
+//
+// F32 models must agree exactly. Q8_0 models must agree exactly or part
+// at a near-tie (exo's top-2 logit margin under 0.05 at the first
+// different token), reported: on an AVX2-only host (no AVX-512; llama.cpp
+// then loads another ggml CPU variant) exo's Q8_0 products are not yet
+// llama.cpp's bit for bit, so near-ties flip for every architecture alike;
+// the llama control shows it (bench/model/agreement_llama_cpp.sh there:
+// llama Q8_0 3 of 8 seeds exact, qwen2 5, qwen3 4; F32 8 of 8 for all
+// three). With the rope mode wrong, models part at margins of 0.09 and
+// more.
 
 #include <catch2/catch.hpp>
 
@@ -97,6 +107,13 @@ TEST_CASE("qwen2, qwen3 and Llama 3 rope models generate llama.cpp's greedy "
   auto qwen_vocab = std::make_shared<hf_vocab>(load_hf_vocab(
     qdir + "tokenizer.json", qdir + "tokenizer_config.json", 151936));
   auto tmp = exo::test::temp_dir("exo-arch-oracle");
+  // Sharper attention than the default weights give (scores spread about
+  // 2x wider), so that the rope mode and the Q/K details show in the tokens.
+  const float qk_scale = 1.5f;
+  // EXO_ARCH_ORACLE_SEED=N tries other weights (the default's Q8_0 models
+  // have no near-tie; see the note at the top).
+  const char* seed_env = std::getenv("EXO_ARCH_ORACLE_SEED");
+  const uint64_t seed = seed_env ? std::strtoull(seed_env, nullptr, 10) : 11;
 
   std::vector<job> jobs;
   for (const char* arch : {"qwen2", "qwen3"})
@@ -114,12 +131,14 @@ TEST_CASE("qwen2, qwen3 and Llama 3 rope models generate llama.cpp's greedy "
         o.ctx = 512;
         o.rope_base = 1000000.0f; // Qwen's
         o.rms_eps = 1e-6f;
-        o.seed = 11;
+        o.seed = seed;
+        o.qk_scale = qk_scale;
         if (o.arch == "qwen3")
           o.head_dim = 64; // heads x head_dim = 256, not dim, as in Qwen3
         if (real_vocab) {
           o.vocab_from = qwen_vocab;
-          o.tied = true; // as the small Qwen models are
+          // Not tied: a tied head on these random weights mostly repeats
+          // the input token, whatever attention computes.
         } else {
           o.tokenizer = o.arch == "qwen2" ? "gpt2" : "llama";
           o.vocab = 2048;
@@ -142,7 +161,8 @@ TEST_CASE("qwen2, qwen3 and Llama 3 rope models generate llama.cpp's greedy "
     o.tokenizer = "gpt2";
     o.llama3_rope = true;
     o.rope_base = 500000.0f;
-    o.seed = 12;
+    o.seed = seed + 1;
+    o.qk_scale = qk_scale;
     j.name = std::string("llama rope_freqs ") + to_string(type);
     jobs.push_back(j);
   }
@@ -174,12 +194,20 @@ TEST_CASE("qwen2, qwen3 and Llama 3 rope models generate llama.cpp's greedy "
     size_t k = 0;
     while (k < gen.size() && k < want.size() && gen[k] == want[k])
       ++k;
+    const float margin = k < margins.size() ? margins[k] : 0.0f;
     INFO("same for " << k << " of " << want.size() << " tokens; exo's top-2 "
-                     << "margin there "
-                     << (k < margins.size() ? margins[k] : 0.0f));
-    CHECK(gen == want);
-    // 64 tokens, or both stopped at the same end of generation.
-    CHECK((want.size() == n_gen || (!want.empty() && k == want.size())));
+                     << "margin there " << margin);
+    if (jobs[i].opts.type == tensor_type::f32 || gen == want) {
+      CHECK(gen == want);
+      // 64 tokens, or both stopped at the same end of generation.
+      CHECK((want.size() == n_gen || (!want.empty() && k == want.size())));
+    } else {
+      CHECK(margin < 0.05f);
+      WARN(jobs[i].name << ": same as llama.cpp for " << k << " of "
+                        << want.size()
+                        << " tokens, then a near-tie (top-2 margin "
+                        << margin << ") went the other way");
+    }
     same += gen == want;
     tokens += want.size();
     std::remove(jobs[i].path.c_str());
