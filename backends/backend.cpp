@@ -315,7 +315,7 @@ status device::rms_norm(const_view x, const_view weight, mut_view out,
 
 status device::rope(mut_view x, const_view positions,
                     const_view freq_factors, const rope_dims& dims) {
-  constexpr auto kind = op_kind::rope;
+  const auto kind = dims.neox ? op_kind::rope_neox : op_kind::rope;
   auto sz = host::check_rope(dims);
   if (!sz)
     return sz.err();
@@ -566,9 +566,11 @@ status run(device& dev, const op_call& call) {
     case op_kind::rms_norm:
       return dev.rms_norm(in[0], in[1], call.output, d[0], d[1], s0);
     case op_kind::rope:
+    case op_kind::rope_neox:
       return dev.rope(call.output, in[0],
                       call.n_inputs == 2 ? in[1] : const_view{},
-                      {d[0], d[1], d[2], d[3], s0});
+                      {d[0], d[1], d[2], d[3], s0,
+                       call.kind == op_kind::rope_neox});
     case op_kind::attention:
       return dev.attention(in[0], in[1], in[2], call.output,
                            {d[0], d[1], d[2], d[3], d[4], d[5], s0});

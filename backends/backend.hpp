@@ -212,13 +212,16 @@ result<std::size_t> weight_row_bytes(weight_type t, std::size_t cols);
 /// one per row). Pairs (x[2i], x[2i+1]) with 2i < n_rot are rotated by
 /// theta = pos * freq_base^(-2i / n_rot), divided by freq_factors[i] when
 /// freq_factors are given (n_rot / 2 f32 values, Llama 3's rope_freqs);
-/// elements from n_rot on are left as they are.
+/// elements from n_rot on are left as they are. With `neox` (llama.cpp's
+/// NEOX mode, the qwen2/qwen3 architectures', op_kind::rope_neox) pair i is
+/// (x[i], x[i + n_rot/2]) instead, with the same theta_i.
 struct rope_dims {
   std::size_t rows = 0;
   std::size_t heads = 0;
   std::size_t head_dim = 0;
   std::size_t n_rot = 0;  ///< even, 2 <= n_rot <= head_dim
   float freq_base = 10000.0f;
+  bool neox = false;
 };
 
 /// Causal grouped-query attention of `n_tokens` query rows at positions

@@ -1133,20 +1133,15 @@ void rms_norm(const float* x, const float* weight, float* out,
   }
 }
 
-void rope_row(float* x, std::size_t heads, std::size_t head_dim,
-              std::size_t n_rot, std::int64_t pos, float freq_base,
-              const float* freq_factors) noexcept {
+namespace {
+
+/// ggml's rope cache: cos and sin of theta_i = pos * base^(-2i/n_rot) /
+/// ff[i] for each pair i, theta built by repeated multiplication as in
+/// ggml_rope_cache_init. cs holds n_rot floats (cos, sin per pair).
+void rope_cache(float* cs, std::size_t n_rot, std::int64_t pos,
+                float freq_base, const float* freq_factors) noexcept {
   const float theta_scale
     = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
-  // The cos/sin table is built by repeated multiplication, as in ggml.
-  constexpr std::size_t max_stack = 512;
-  float stack[max_stack];
-  std::vector<float> heap;
-  float* cs = stack;
-  if (n_rot > max_stack) {
-    heap.resize(n_rot);
-    cs = heap.data();
-  }
   float theta = static_cast<float>(pos);
   for (std::size_t i0 = 0; i0 + 1 < n_rot; i0 += 2) {
     float ff = freq_factors ? freq_factors[i0 / 2] : 1.0f;
@@ -1155,26 +1150,58 @@ void rope_row(float* x, std::size_t heads, std::size_t head_dim,
     cs[i0 + 1] = std::sin(t);
     theta *= theta_scale;
   }
+}
+
+/// Rotates heads of one row; pair i is (x[i * step], x[i * step + offset])
+/// with step 2, offset 1 (NORMAL) or step 1, offset n_rot / 2 (NEOX).
+void rope_heads(float* x, std::size_t heads, std::size_t head_dim,
+                std::size_t n_rot, std::int64_t pos, float freq_base,
+                const float* freq_factors, bool neox) noexcept {
+  constexpr std::size_t max_stack = 512;
+  float stack[max_stack];
+  std::vector<float> heap;
+  float* cs = stack;
+  if (n_rot > max_stack) {
+    heap.resize(n_rot);
+    cs = heap.data();
+  }
+  rope_cache(cs, n_rot, pos, freq_base, freq_factors);
+  const std::size_t step = neox ? 1 : 2, offset = neox ? n_rot / 2 : 1;
   for (std::size_t h = 0; h < heads; ++h) {
     float* xh = x + h * head_dim;
     for (std::size_t i0 = 0; i0 + 1 < n_rot; i0 += 2) {
       const float c = cs[i0], s = cs[i0 + 1];
-      const float x0 = xh[i0], x1 = xh[i0 + 1];
+      float* p = xh + (i0 / 2) * step;
+      const float x0 = p[0], x1 = p[offset];
       // ggml's rotate_pairs as GCC contracts it in llama.cpp's x86 builds
       // (checked against node-llama-cpp's zen4 library): one fused
       // multiply-add each, x1 s and x1 c rounded first.
-      xh[i0] = std::fma(x0, c, -(x1 * s));
-      xh[i0 + 1] = std::fma(x0, s, x1 * c);
+      p[0] = std::fma(x0, c, -(x1 * s));
+      p[offset] = std::fma(x0, s, x1 * c);
     }
   }
+}
+
+} // namespace
+
+void rope_row(float* x, std::size_t heads, std::size_t head_dim,
+              std::size_t n_rot, std::int64_t pos, float freq_base,
+              const float* freq_factors) noexcept {
+  rope_heads(x, heads, head_dim, n_rot, pos, freq_base, freq_factors, false);
+}
+
+void rope_row_neox(float* x, std::size_t heads, std::size_t head_dim,
+                   std::size_t n_rot, std::int64_t pos, float freq_base,
+                   const float* freq_factors) noexcept {
+  rope_heads(x, heads, head_dim, n_rot, pos, freq_base, freq_factors, true);
 }
 
 void rope(float* x, const std::int32_t* positions, const float* freq_factors,
           const rope_dims& d) noexcept {
   const std::size_t row = d.heads * d.head_dim;
   for (std::size_t r = 0; r < d.rows; ++r)
-    rope_row(x + r * row, d.heads, d.head_dim, d.n_rot, positions[r],
-             d.freq_base, freq_factors);
+    rope_heads(x + r * row, d.heads, d.head_dim, d.n_rot, positions[r],
+               d.freq_base, freq_factors, d.neox);
 }
 
 void softmax(float* x, std::size_t n) noexcept {

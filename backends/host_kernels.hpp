@@ -118,13 +118,18 @@ void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
 void rms_norm(const float* x, const float* weight, float* out,
               std::size_t rows, std::size_t dim, float eps) noexcept;
 
-/// Rope of one row of `heads` heads at position pos (see rope_dims).
-/// freq_factors may be null.
+/// Rope of one row of `heads` heads at position pos (see rope_dims),
+/// NORMAL mode (adjacent pairs). freq_factors may be null.
 void rope_row(float* x, std::size_t heads, std::size_t head_dim,
               std::size_t n_rot, std::int64_t pos, float freq_base,
               const float* freq_factors) noexcept;
 
-/// Rope of dims.rows rows; row r at positions[r].
+/// rope_row in NEOX mode: pair i is (x[i], x[i + n_rot / 2]).
+void rope_row_neox(float* x, std::size_t heads, std::size_t head_dim,
+                   std::size_t n_rot, std::int64_t pos, float freq_base,
+                   const float* freq_factors) noexcept;
+
+/// Rope of dims.rows rows; row r at positions[r]; dims.neox picks the mode.
 void rope(float* x, const std::int32_t* positions, const float* freq_factors,
           const rope_dims& dims) noexcept;
 

@@ -6,7 +6,7 @@ namespace exo::backend {
 
 namespace {
 
-constexpr std::array<op_rule, 11> rules{{
+constexpr std::array<op_rule, 12> rules{{
   {op_kind::add, "add", 2, 2, 1, 0, {"a", "b"}, "out", {"count"}, {}, true},
   {op_kind::mul, "mul", 2, 2, 1, 0, {"a", "b"}, "out", {"count"}, {}, true},
   {op_kind::matmul, "matmul", 2, 2, 3, 0, {"a", "b"}, "c",
@@ -28,6 +28,8 @@ constexpr std::array<op_rule, 11> rules{{
    {"scale"}, false},
   {op_kind::silu_mul, "silu_mul", 2, 2, 1, 0, {"gate", "up"}, "out",
    {"count"}, {}, true},
+  {op_kind::rope_neox, "rope_neox", 1, 2, 4, 1, {"positions", "freq_factors"},
+   "x", {"rows", "heads", "head_dim", "n_rot"}, {"freq_base"}, false},
 }};
 
 // The table is indexed by wire number - 1.
@@ -57,7 +59,7 @@ std::string expected(std::size_t lo, std::size_t hi, const char* what,
 
 } // namespace
 
-const std::array<op_rule, 11>& op_rules() noexcept {
+const std::array<op_rule, 12>& op_rules() noexcept {
   return rules;
 }
 

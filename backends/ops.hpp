@@ -17,8 +17,10 @@
 ///                inputs {a, w} (W stored [n x k] in the named encoding),
 ///                dims {m, n, k}
 ///   rms_norm     inputs {x, weight}, dims {rows, dim}, scalars {eps}
-///   rope         inputs {positions} or {positions, freq_factors},
+///   rope, rope_neox
+///                inputs {positions} or {positions, freq_factors},
 ///                dims {rows, heads, head_dim, n_rot}, scalars {freq_base}
+///                (rope_neox: llama.cpp's NEOX pairs, rope_dims::neox)
 ///   attention    inputs {q, k, v}, dims {n_tokens, pos0, n_heads,
 ///                n_kv_heads, head_dim, kv_stride}, scalars {scale}
 ///   silu_mul     inputs {gate, up}, dims {count}
@@ -49,6 +51,7 @@ enum class op_kind : std::uint8_t {
   rope = 9,
   attention = 10,
   silu_mul = 11,
+  rope_neox = 12, ///< rope with NEOX pairs (qwen2, qwen3)
 };
 
 /// The most inputs, dims and scalars any operation takes.
@@ -76,7 +79,7 @@ struct op_rule {
 };
 
 /// Every operation, in the order of their numbers.
-const std::array<op_rule, 11>& op_rules() noexcept;
+const std::array<op_rule, 12>& op_rules() noexcept;
 
 /// The rules of `kind` (an op_kind outside the table is never made: see
 /// op_from_wire).

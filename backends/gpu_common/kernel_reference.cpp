@@ -104,12 +104,15 @@ void rope_rows(float* x, const std::int32_t* positions,
   for (std::size_t r = 0; r < d.rows; ++r)
     for (std::size_t h = 0; h < d.heads; ++h) {
       float* v = x + (r * d.heads + h) * d.head_dim;
-      for (std::size_t p = 0; p < d.n_rot / 2; ++p) {
+      const std::size_t half = d.n_rot / 2;
+      for (std::size_t p = 0; p < half; ++p) {
         float theta = math::rope_theta(
           positions[r], p, d.n_rot, d.freq_base,
           freq_factors != nullptr ? freq_factors[p] : 1.0f);
-        math::rope_rotate(v[2 * p], v[2 * p + 1], theta, &v[2 * p],
-                          &v[2 * p + 1]);
+        // NORMAL pairs (2p, 2p+1); NEOX pairs (p, p + half).
+        const std::size_t i0 = d.neox ? p : 2 * p;
+        const std::size_t i1 = d.neox ? p + half : 2 * p + 1;
+        math::rope_rotate(v[i0], v[i1], theta, &v[i0], &v[i1]);
       }
     }
 }

@@ -134,7 +134,7 @@ __global__ void matmul_tiled_kernel(const float* a, const float* b, float* c,
 __global__ void rope_rows_kernel(float* x, const std::int32_t* pos,
                                  const float* ff, std::size_t rows,
                                  std::size_t heads, std::size_t head_dim,
-                                 std::size_t n_rot, float base) {
+                                 std::size_t n_rot, float base, bool neox) {
   std::size_t half = n_rot / 2;
   std::size_t n = rows * heads * half;
   std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
@@ -145,8 +145,10 @@ __global__ void rope_rows_kernel(float* x, const std::int32_t* pos,
     std::size_t r = rh / heads;
     float theta = m::rope_theta(pos[r], pair, n_rot, base,
                                 ff != nullptr ? ff[pair] : 1.0f);
-    float* v = x + rh * head_dim + 2 * pair;
-    m::rope_rotate(v[0], v[1], theta, &v[0], &v[1]);
+    // NORMAL: (x[2i], x[2i+1]); NEOX (qwen2/qwen3): (x[i], x[i + half]).
+    float* v = x + rh * head_dim + (neox ? pair : 2 * pair);
+    std::size_t o = neox ? half : 1;
+    m::rope_rotate(v[0], v[o], theta, &v[0], &v[o]);
   }
 }
 
@@ -345,7 +347,7 @@ int launch_rope_rows(float* x, const std::int32_t* positions,
     return 0;
   rope_rows_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
     x, positions, freq_factors, d.rows, d.heads, d.head_dim, d.n_rot,
-    d.freq_base);
+    d.freq_base, d.neox);
   return last_error();
 }
 

@@ -76,6 +76,7 @@ struct rms_norm_push {
 struct rope_push {
   std::uint32_t x_off, pos_off, ff_off, rows, heads, head_dim, n_rot, has_ff;
   float freq_base;
+  std::uint32_t neox;
 };
 
 /// Push constants of attention.comp.
@@ -1464,7 +1465,8 @@ status vulkan_device::do_rope(mut_view x, const_view positions,
                static_cast<std::uint32_t>(dims.head_dim),
                static_cast<std::uint32_t>(dims.n_rot),
                has_ff ? 1u : 0u,
-               dims.freq_base};
+               dims.freq_base,
+               dims.neox ? 1u : 0u};
   vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                      sizeof(pc), &pc);
   auto pairs = dims.rows * dims.heads * (dims.n_rot / 2);

@@ -14,6 +14,7 @@
 # LLAMA_THREADS=N runs llama.cpp with N threads and exo with
 # --llama-threads N (its split-KV decode from position 256: use N of 300
 # or more to reach it); EXO_THREADS sets exo's own threads (default 1).
+# ARCH=qwen2|qwen3 makes models of that architecture (default llama).
 set -euo pipefail
 BUILD=${1:-build}
 TYPE=${2:-q8_0}
@@ -32,7 +33,8 @@ PROMPT=${AGREEMENT_PROMPT:-"In a distant valley the river carved stone for ten t
 total=0
 for seed in "${SEEDS[@]}"; do
   m="$WORK/m.gguf"
-  "$EXO_MODEL" make-test --out "$m" --type "$TYPE" --layers 6 --dim 512 \
+  "$EXO_MODEL" make-test --out "$m" --arch "${ARCH:-llama}" --type "$TYPE" \
+    --layers 6 --dim 512 \
     --ff 1536 --heads 8 --kv-heads 4 --vocab 2048 --seed "$seed" >/dev/null
   read -ra a <<<"$("$EXO_MODEL" run --model "$m" --prompt "$PROMPT" -n "$N" \
     --threads "${EXO_THREADS:-1}" --llama-threads "${LLAMA_THREADS:-1}" \

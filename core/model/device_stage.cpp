@@ -235,6 +235,11 @@ stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
     for (const auto* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up,
                           &L.down})
       r.layer_weight_bytes += matrix_bytes(*w);
+    if (L.bq)
+      r.layer_weight_bytes += std::uint64_t{hp.n_embd_q() + 2 * hp.n_embd_kv()}
+                              * 4;
+    if (L.q_norm)
+      r.layer_weight_bytes += 2 * std::uint64_t{hp.head_dim} * 4;
   }
   if (m.rope_freqs())
     r.rope_bytes = std::uint64_t{hp.n_rot / 2} * 4;
@@ -371,6 +376,22 @@ status device_stage::upload_all() {
         return fail(m.err().code, "layer " + std::to_string(l) + ": "
                                     + m.err().message);
       *dst = *m;
+    }
+    // Optional vectors of the architecture: biases (qwen2), Q/K norms
+    // (qwen3).
+    std::pair<const float*, std::pair<device_handle*, std::uint64_t>> vs[] = {
+      {L.bq, {&dl.bq, hp.n_embd_q()}},
+      {L.bk, {&dl.bk, hp.n_embd_kv()}},
+      {L.bv, {&dl.bv, hp.n_embd_kv()}},
+      {L.q_norm, {&dl.q_norm, hp.head_dim}},
+      {L.k_norm, {&dl.k_norm, hp.head_dim}}};
+    for (auto& [src, dst] : vs) {
+      if (!src)
+        continue;
+      auto h = upload(src, dst.second * 4);
+      if (!h)
+        return h.err();
+      *dst.first = *h;
     }
     layers_.push_back(dl);
   }
@@ -577,8 +598,10 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
   auto mm = [&](const matrix& w, device_operand a, device_operand out) {
     add(w.kind, {a, at(w.buf)}, out, {N, w.rows, w.cols}, {});
   };
+  const op_kind rope_kind = hp.rope_neox() ? op_kind::rope_neox
+                                           : op_kind::rope;
   auto rope = [&](device_operand xv, std::uint64_t heads) {
-    auto& op = add(op_kind::rope, {at(io_, pos_off)}, xv,
+    auto& op = add(rope_kind, {at(io_, pos_off)}, xv,
                    {N, heads, hp.head_dim, hp.n_rot}, {hp.rope_freq_base});
     if (rope_freqs_)
       op.inputs.push_back(at(rope_freqs_));
@@ -594,6 +617,25 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
     // K and V land in the cache rows of the new positions directly.
     mm(L.wk, at(cur_), at(c.k, row));
     mm(L.wv, at(cur_), at(c.v, row));
+    if (L.bq) {
+      // The bias of each row: the device layer's add, row by row (no
+      // broadcasting operation; decode steps have one row).
+      const std::uint64_t nq = hp.n_embd_q();
+      for (std::uint64_t t = 0; t < N; ++t) {
+        add(op_kind::add, {at(q_, t * nq * 4), at(L.bq)}, at(q_, t * nq * 4),
+            {nq}, {});
+        const auto kr = row + t * nkv * 4;
+        add(op_kind::add, {at(c.k, kr), at(L.bk)}, at(c.k, kr), {nkv}, {});
+        add(op_kind::add, {at(c.v, kr), at(L.bv)}, at(c.v, kr), {nkv}, {});
+      }
+    }
+    if (L.q_norm) {
+      // Every head of every row is a row of head_dim for rms_norm.
+      add(op_kind::rms_norm, {at(q_), at(L.q_norm)}, at(q_),
+          {N * hp.n_head, hp.head_dim}, {hp.rms_eps});
+      add(op_kind::rms_norm, {at(c.k, row), at(L.k_norm)}, at(c.k, row),
+          {N * hp.n_head_kv, hp.head_dim}, {hp.rms_eps});
+    }
     rope(at(q_), hp.n_head);
     rope(at(c.k, row), hp.n_head_kv);
     add(op_kind::attention, {at(q_), at(c.k, kv0), at(c.v, kv0)}, at(att_),

@@ -13,7 +13,9 @@
 /// operations and one read (activations, or logits on the last stage).
 ///
 /// The math is llama_stage's, operation for operation: RMSNorm with the
-/// file's eps, Q/K/V projections, llama.cpp's "normal" rotary mode with the
+/// file's eps, Q/K/V projections (plus their biases, qwen2: one add per
+/// row; then an RMSNorm of each Q and K head, qwen3), llama.cpp's "normal"
+/// rotary mode (rope_neox for qwen2/qwen3) with the
 /// file's frequency base, n_rot and rope_freqs, grouped-query causal
 /// attention scaled by 1/sqrt(head_dim), output projection, residual,
 /// RMSNorm, SwiGLU, residual; the last stage adds the final norm and the
@@ -345,6 +347,8 @@ private:
   struct layer {
     device_handle attn_norm = 0, ffn_norm = 0;
     matrix wq, wk, wv, wo, gate, up, down;
+    /// Q/K/V biases (qwen2) and per-head Q/K norms (qwen3), or 0.
+    device_handle bq = 0, bk = 0, bv = 0, q_norm = 0, k_norm = 0;
   };
   struct cache {
     device_handle k = 0, v = 0;

@@ -16,46 +16,96 @@ uint32_t need_u32(const gguf_file& f, const std::string& key) {
 
 } // namespace
 
+const arch_traits* find_arch(const std::string& name) {
+  // llama.cpp: LLM_ARCH_LLAMA (NORM rope, optional Q/K/V biases),
+  // LLM_ARCH_QWEN2 (NEOX rope, Q/K/V biases), LLM_ARCH_QWEN3 (NEOX rope,
+  // per-head Q/K RMSNorm, no biases).
+  static const arch_traits table[] = {
+    {model_arch::llama, "llama", false, false, true, false},
+    {model_arch::qwen2, "qwen2", true, true, true, false},
+    {model_arch::qwen3, "qwen3", true, false, false, true},
+  };
+  for (auto& t : table)
+    if (name == t.name)
+      return &t;
+  return nullptr;
+}
+
+namespace {
+
+/// Refuses rope scalings other than none: llama.cpp reads
+/// <arch>.rope.scaling.type (linear by default), .scaling.factor or the older
+/// .rope.scale_linear (freq_scale = 1 / factor), and applies YaRN for
+/// "yarn". Llama 3.1+ files instead carry rope_freqs.weight (read by
+/// llama_model) and no factor, which is what exo implements.
+void check_rope_scaling(const gguf_file& f, const std::string& a) {
+  const auto type_key = a + ".rope.scaling.type";
+  const std::string type =
+    f.find(type_key) ? f.get_string(type_key) : std::string{"linear"};
+  if (type == "none")
+    return; // llama.cpp never scales then, whatever the factor says
+  if (type != "linear")
+    throw gguf_error(type_key + " '" + type
+                     + "' is not supported (only none, or linear with "
+                       "factor 1; Llama 3 scaling comes as rope_freqs.weight)");
+  double factor = f.get_float_or(a + ".rope.scaling.factor", 0.0);
+  if (factor == 0.0)
+    factor = f.get_float_or(a + ".rope.scale_linear", 0.0);
+  if (factor != 0.0 && factor != 1.0)
+    throw gguf_error("linear rope scaling by " + std::to_string(factor) + " ("
+                     + a + ".rope.scaling.factor) is not supported");
+}
+
+} // namespace
+
 llama_hparams llama_hparams::from_gguf(const gguf_file& f) {
   const auto& arch = f.get_string("general.architecture");
-  if (arch != "llama")
+  const auto* traits = find_arch(arch);
+  if (!traits)
     throw gguf_error("unsupported architecture '" + arch
-                     + "' (only llama is supported)");
+                     + "' (llama, qwen2 and qwen3 are supported)");
+  const std::string a = traits->name;
   llama_hparams hp;
-  hp.n_layer = need_u32(f, "llama.block_count");
-  hp.n_embd = need_u32(f, "llama.embedding_length");
-  hp.n_ff = need_u32(f, "llama.feed_forward_length");
-  hp.n_head = need_u32(f, "llama.attention.head_count");
-  hp.n_ctx_train = need_u32(f, "llama.context_length");
-  hp.n_head_kv = f.find("llama.attention.head_count_kv")
-                   ? need_u32(f, "llama.attention.head_count_kv")
+  hp.traits = *traits;
+  hp.n_layer = need_u32(f, a + ".block_count");
+  hp.n_embd = need_u32(f, a + ".embedding_length");
+  hp.n_ff = need_u32(f, a + ".feed_forward_length");
+  hp.n_head = need_u32(f, a + ".attention.head_count");
+  hp.n_ctx_train = need_u32(f, a + ".context_length");
+  hp.n_head_kv = f.find(a + ".attention.head_count_kv")
+                   ? need_u32(f, a + ".attention.head_count_kv")
                    : hp.n_head;
-  hp.rms_eps = static_cast<float>(
-    f.get_float("llama.attention.layer_norm_rms_epsilon"));
+  const auto eps_key = a + ".attention.layer_norm_rms_epsilon";
+  hp.rms_eps = static_cast<float>(f.get_float(eps_key));
   if (!(hp.rms_eps >= 0.0f && hp.rms_eps < 1.0f))
-    throw gguf_error("llama.attention.layer_norm_rms_epsilon out of range");
+    throw gguf_error(eps_key + " out of range");
   hp.rope_freq_base =
-    static_cast<float>(f.get_float_or("llama.rope.freq_base", 10000.0));
+    static_cast<float>(f.get_float_or(a + ".rope.freq_base", 10000.0));
   if (!(hp.rope_freq_base > 0.0f))
-    throw gguf_error("llama.rope.freq_base must be positive");
+    throw gguf_error(a + ".rope.freq_base must be positive");
+  check_rope_scaling(f, a);
   if (hp.n_head % hp.n_head_kv != 0)
-    throw gguf_error("llama.attention.head_count "
+    throw gguf_error(a + ".attention.head_count "
                      + std::to_string(hp.n_head)
                      + " is not a multiple of head_count_kv "
                      + std::to_string(hp.n_head_kv));
-  if (f.find("llama.attention.key_length")) {
-    hp.head_dim = need_u32(f, "llama.attention.key_length");
+  if (f.find(a + ".attention.key_length")) {
+    hp.head_dim = need_u32(f, a + ".attention.key_length");
+    if (f.find(a + ".attention.value_length")
+        && need_u32(f, a + ".attention.value_length") != hp.head_dim)
+      throw gguf_error(a + ".attention.value_length differs from "
+                       "key_length (not supported)");
   } else {
     if (hp.n_embd % hp.n_head != 0)
-      throw gguf_error("llama.embedding_length is not a multiple of "
-                       "llama.attention.head_count");
+      throw gguf_error(a + ".embedding_length is not a multiple of " + a
+                       + ".attention.head_count");
     hp.head_dim = hp.n_embd / hp.n_head;
   }
-  hp.n_rot = f.find("llama.rope.dimension_count")
-               ? need_u32(f, "llama.rope.dimension_count")
+  hp.n_rot = f.find(a + ".rope.dimension_count")
+               ? need_u32(f, a + ".rope.dimension_count")
                : hp.head_dim;
   if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
-    throw gguf_error("llama.rope.dimension_count "
+    throw gguf_error(a + ".rope.dimension_count "
                      + std::to_string(hp.n_rot)
                      + " must be even and at most the head size "
                      + std::to_string(hp.head_dim));
@@ -86,6 +136,11 @@ std::vector<layer_cost> layer_costs(const gguf_file& f, const llama_hparams& hp,
       if (t.ne.size() == 2)
         c.flops_per_token += 2 * t.n_elements;
     }
+    // Biases (qwen2) and per-head Q/K norms (qwen3).
+    for (auto* n : {"attn_q.bias", "attn_k.bias", "attn_v.bias",
+                    "attn_q_norm.weight", "attn_k_norm.weight"})
+      if (auto* t = f.find_tensor("blk." + std::to_string(l) + "." + n))
+        c.weight_bytes += t->n_bytes;
     c.flops_per_token += attn_flops;
     c.kv_bytes_per_token = 2ull * hp.n_embd_kv() * sizeof(float);
     c.activation_bytes = uint64_t{hp.n_embd} * sizeof(float);

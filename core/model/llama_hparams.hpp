@@ -1,14 +1,40 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/gguf/gguf.hpp"
 
 namespace exo::model {
 
-/// The hyper-parameters of a llama-architecture GGUF file.
+/// The decoder architectures exo runs (`general.architecture`). They share
+/// one forward pass; what differs is a handful of properties (arch_traits),
+/// as in llama.cpp's architecture tables.
+enum class model_arch : uint8_t { llama, qwen2, qwen3 };
+
+/// What sets an architecture apart from plain llama.
+struct arch_traits {
+  model_arch arch;
+  const char* name; ///< The `general.architecture` value and key prefix.
+  /// Rope pairs x[i] with x[i + n_rot/2] (llama.cpp's NEOX mode) instead of
+  /// the adjacent x[2i], x[2i+1] (NORMAL).
+  bool rope_neox;
+  /// blk.N.attn_{q,k,v}.bias: required (qwen2); llama loads them when
+  /// present, as llama.cpp does; qwen3 has none.
+  bool qkv_bias_required;
+  bool qkv_bias_allowed;
+  /// blk.N.attn_{q,k}_norm.weight: RMSNorm of each Q and K head (head_dim
+  /// weights) before rope (qwen3).
+  bool qk_norm;
+};
+
+/// The traits of the architecture called `name`, or nullptr.
+const arch_traits* find_arch(const std::string& name);
+
+/// The hyper-parameters of a llama, qwen2 or qwen3 GGUF file.
 struct llama_hparams {
+  arch_traits traits = *find_arch("llama");
   uint32_t n_vocab = 0;
   uint32_t n_ctx_train = 0;
   uint32_t n_embd = 0;
@@ -16,8 +42,8 @@ struct llama_hparams {
   uint32_t n_head = 0;
   uint32_t n_head_kv = 0;
   uint32_t n_layer = 0;
-  uint32_t head_dim = 0; ///< llama.attention.key_length or n_embd / n_head.
-  uint32_t n_rot = 0;    ///< llama.rope.dimension_count or head_dim.
+  uint32_t head_dim = 0; ///< <arch>.attention.key_length or n_embd / n_head.
+  uint32_t n_rot = 0;    ///< <arch>.rope.dimension_count or head_dim.
   float rope_freq_base = 10000.0f;
   float rms_eps = 1e-5f;
   bool tied_output = false; ///< No output.weight: the head is token_embd.
@@ -29,8 +55,17 @@ struct llama_hparams {
     return n_head_kv * head_dim;
   }
 
-  /// Reads and checks the hyper-parameters; throws gguf_error naming a
-  /// missing or inconsistent key (or an architecture other than llama).
+  model_arch arch() const {
+    return traits.arch;
+  }
+  bool rope_neox() const {
+    return traits.rope_neox;
+  }
+
+  /// Reads and checks the hyper-parameters (keys under the architecture's
+  /// prefix: qwen2.embedding_length ...); throws gguf_error naming a
+  /// missing or inconsistent key, an architecture other than llama, qwen2
+  /// and qwen3, or a rope scaling exo does not implement.
   static llama_hparams from_gguf(const gguf_file& f);
 };
 

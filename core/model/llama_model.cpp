@@ -64,6 +64,22 @@ llama_model::llama_model(std::shared_ptr<gguf_file> file)
     L.wk = expect_matrix(f, p + "attn_k.weight", e, kv);
     L.wv = expect_matrix(f, p + "attn_v.weight", e, kv);
     L.wo = expect_matrix(f, p + "attn_output.weight", q, e);
+    const auto& tr = hp_.traits;
+    if (tr.qkv_bias_allowed) {
+      const bool any = f.find_tensor(p + "attn_q.bias")
+                       || f.find_tensor(p + "attn_k.bias")
+                       || f.find_tensor(p + "attn_v.bias");
+      if (any || tr.qkv_bias_required) {
+        // All three or none (f.tensor names the one missing).
+        L.bq = expect_f32(f, p + "attn_q.bias", q);
+        L.bk = expect_f32(f, p + "attn_k.bias", kv);
+        L.bv = expect_f32(f, p + "attn_v.bias", kv);
+      }
+    }
+    if (tr.qk_norm) {
+      L.q_norm = expect_f32(f, p + "attn_q_norm.weight", hp_.head_dim);
+      L.k_norm = expect_f32(f, p + "attn_k_norm.weight", hp_.head_dim);
+    }
     L.ffn_norm = expect_f32(f, p + "ffn_norm.weight", e);
     L.gate = expect_matrix(f, p + "ffn_gate.weight", e, ff);
     L.up = expect_matrix(f, p + "ffn_up.weight", e, ff);
@@ -163,12 +179,27 @@ void llama_stage::forward(float* x, size_t n, kv_cache& cache) const {
     ops::matmul(L.wq, cur.data(), n, q.data());
     ops::matmul(L.wk, cur.data(), n, k.data());
     ops::matmul(L.wv, cur.data(), n, v.data());
+    if (L.bq) {
+      ops::add_bias(q.data(), L.bq, n, nq);
+      ops::add_bias(k.data(), L.bk, n, nkv);
+      ops::add_bias(v.data(), L.bv, n, nkv);
+    }
+    if (L.q_norm) {
+      // Each head of each row on its own (n * heads rows of head_dim).
+      for (size_t r = 0; r < n * hp.n_head; ++r)
+        ops::rmsnorm(q.data() + r * hp.head_dim, L.q_norm,
+                     q.data() + r * hp.head_dim, hp.head_dim, hp.rms_eps);
+      for (size_t r = 0; r < n * hp.n_head_kv; ++r)
+        ops::rmsnorm(k.data() + r * hp.head_dim, L.k_norm,
+                     k.data() + r * hp.head_dim, hp.head_dim, hp.rms_eps);
+    }
+    auto rope = hp.rope_neox() ? &ops::rope_neox : &ops::rope;
     for (size_t t = 0; t < n; ++t) {
       const int64_t pos = pos0 + static_cast<int64_t>(t);
-      ops::rope(q.data() + t * nq, hp.n_head, hp.head_dim, hp.n_rot, pos,
-                hp.rope_freq_base, model_->rope_freqs());
-      ops::rope(k.data() + t * nkv, hp.n_head_kv, hp.head_dim, hp.n_rot, pos,
-                hp.rope_freq_base, model_->rope_freqs());
+      rope(q.data() + t * nq, hp.n_head, hp.head_dim, hp.n_rot, pos,
+           hp.rope_freq_base, model_->rope_freqs());
+      rope(k.data() + t * nkv, hp.n_head_kv, hp.head_dim, hp.n_rot, pos,
+           hp.rope_freq_base, model_->rope_freqs());
       std::memcpy(cache.k(l, pos0 + t), k.data() + t * nkv, nkv * 4);
       std::memcpy(cache.v(l, pos0 + t), v.data() + t * nkv, nkv * 4);
     }

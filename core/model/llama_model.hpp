@@ -23,12 +23,19 @@ public:
 struct layer_weights {
   const float* attn_norm = nullptr;
   ops::matrix_view wq, wk, wv, wo;
+  /// Q/K/V biases (qwen2; optional for llama) or nullptr.
+  const float* bq = nullptr;
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  /// Per-head RMSNorm weights of Q and K, head_dim each (qwen3) or nullptr.
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
   const float* ffn_norm = nullptr;
   ops::matrix_view gate, up, down;
 };
 
-/// A llama-architecture model: hyper-parameters plus checked views of every
-/// tensor. Weights stay in the file mapping (no copy).
+/// A llama, qwen2 or qwen3 model: hyper-parameters plus checked views of
+/// every tensor. Weights stay in the file mapping (no copy).
 class llama_model {
 public:
   /// Checks every tensor's presence, type and shape; throws gguf_error.

@@ -63,6 +63,12 @@ void rope(float* x, size_t n_heads, size_t head_dim, size_t n_rot, int64_t pos,
   host::rope_row(x, n_heads, head_dim, n_rot, pos, freq_base, freq_factors);
 }
 
+void rope_neox(float* x, size_t n_heads, size_t head_dim, size_t n_rot,
+               int64_t pos, float freq_base, const float* freq_factors) {
+  host::rope_row_neox(x, n_heads, head_dim, n_rot, pos, freq_base,
+                      freq_factors);
+}
+
 void softmax(float* x, size_t n) {
   host::softmax(x, n);
 }
@@ -74,6 +80,11 @@ void silu_gate(const float* gate, const float* up, float* out, size_t n) {
 void add(float* y, const float* x, size_t n) {
   for (size_t i = 0; i < n; ++i)
     y[i] += x[i];
+}
+
+void add_bias(float* y, const float* b, size_t rows, size_t n) {
+  for (size_t r = 0; r < rows; ++r)
+    add(y + r * n, b, n);
 }
 
 void attention(const float* q, const float* k, const float* v,

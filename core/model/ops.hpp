@@ -47,6 +47,12 @@ void rmsnorm(const float* x, const float* w, float* y, size_t n, float eps);
 void rope(float* x, size_t n_heads, size_t head_dim, size_t n_rot, int64_t pos,
           float freq_base, const float* freq_factors);
 
+/// Rotary embedding, llama.cpp's NEOX mode (qwen2, qwen3): rotates the pairs
+/// (x[i], x[i + n_rot/2]), i < n_rot/2, of each head by the same theta_i as
+/// rope; elements from n_rot on are left as they are.
+void rope_neox(float* x, size_t n_heads, size_t head_dim, size_t n_rot,
+               int64_t pos, float freq_base, const float* freq_factors);
+
 /// In-place softmax of n elements (max-subtracted, double-precision sum).
 void softmax(float* x, size_t n);
 
@@ -55,6 +61,10 @@ void silu_gate(const float* gate, const float* up, float* out, size_t n);
 
 /// y[i] += x[i].
 void add(float* y, const float* x, size_t n);
+
+/// y[r*n + i] += b[i] for each of `rows` rows (a bias, as ggml_add
+/// broadcasts it).
+void add_bias(float* y, const float* b, size_t rows, size_t n);
 
 /// Causal grouped-query attention of n_tokens query rows at positions
 /// pos0 .. pos0 + n_tokens - 1 over a KV cache (backend::attention_dims),

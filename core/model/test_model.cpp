@@ -154,8 +154,12 @@ gguf_writer build_test_model(const test_model_options& o) {
   if (o.layers == 0 || o.dim == 0 || o.ff == 0 || o.heads == 0
       || o.kv_heads == 0 || o.ctx == 0)
     throw gguf_error("test model sizes must be positive");
-  if (o.dim % o.heads != 0 || o.heads % o.kv_heads != 0
-      || (o.dim / o.heads) % 2 != 0)
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3")
+    throw gguf_error("unknown architecture '" + o.arch
+                     + "' (llama, qwen2 or qwen3)");
+  const uint32_t head_dim = o.head_dim ? o.head_dim : o.dim / o.heads;
+  if ((!o.head_dim && o.dim % o.heads != 0) || o.heads % o.kv_heads != 0
+      || head_dim % 2 != 0)
     throw gguf_error("dim must split into an even head size and heads into "
                      "kv-heads");
   if (o.type == tensor_type::q8_0 && (o.dim % 32 != 0 || o.ff % 32 != 0))
@@ -182,21 +186,28 @@ gguf_writer build_test_model(const test_model_options& o) {
                                : gpt2_vocab(o.vocab, rng);
   }
   const uint32_t n_vocab = static_cast<uint32_t>(v.tokens.size());
-  const uint32_t head_dim = o.dim / o.heads;
+  const uint32_t n_q = o.heads * head_dim, n_kv = o.kv_heads * head_dim;
+  if (o.type == tensor_type::q8_0 && n_q % 32 != 0)
+    throw gguf_error("Q8_0 needs heads x head size to be a multiple of 32");
 
   gguf_writer w;
-  w.set_string("general.architecture", "llama");
+  const std::string& a = o.arch;
+  w.set_string("general.architecture", a);
   w.set_string("general.name", "exo test model");
   w.set_u32("general.alignment", 32);
-  w.set_u32("llama.block_count", o.layers);
-  w.set_u32("llama.context_length", o.ctx);
-  w.set_u32("llama.embedding_length", o.dim);
-  w.set_u32("llama.feed_forward_length", o.ff);
-  w.set_u32("llama.attention.head_count", o.heads);
-  w.set_u32("llama.attention.head_count_kv", o.kv_heads);
-  w.set_f32("llama.rope.freq_base", o.rope_base);
-  w.set_u32("llama.rope.dimension_count", head_dim);
-  w.set_f32("llama.attention.layer_norm_rms_epsilon", o.rms_eps);
+  w.set_u32(a + ".block_count", o.layers);
+  w.set_u32(a + ".context_length", o.ctx);
+  w.set_u32(a + ".embedding_length", o.dim);
+  w.set_u32(a + ".feed_forward_length", o.ff);
+  w.set_u32(a + ".attention.head_count", o.heads);
+  w.set_u32(a + ".attention.head_count_kv", o.kv_heads);
+  w.set_f32(a + ".rope.freq_base", o.rope_base);
+  w.set_u32(a + ".rope.dimension_count", head_dim);
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", o.rms_eps);
+  if (o.head_dim) {
+    w.set_u32(a + ".attention.key_length", head_dim);
+    w.set_u32(a + ".attention.value_length", head_dim);
+  }
   w.set_u32("general.file_type", o.type == tensor_type::f32   ? 0
                                  : o.type == tensor_type::f16 ? 1
                                                               : 7);
@@ -241,28 +252,66 @@ gguf_writer build_test_model(const test_model_options& o) {
       x = uniform(rng) * scale;
     w.add_tensor(name, {in, out}, o.type, m);
   };
-  auto norm = [&](const std::string& name) {
-    std::vector<float> m(o.dim);
+  auto norm = [&](const std::string& name, uint32_t n, float scale = 1.0f) {
+    std::vector<float> m(n);
     for (auto& x : m)
-      x = 1.0f + 0.1f * uniform(rng);
-    w.add_tensor(name, {o.dim}, tensor_type::f32, m);
+      x = (1.0f + 0.1f * uniform(rng)) * scale;
+    w.add_tensor(name, {n}, tensor_type::f32, m);
+  };
+  auto bias = [&](const std::string& name, uint32_t n) {
+    std::vector<float> m(n);
+    for (auto& x : m)
+      x = 0.5f * uniform(rng);
+    w.add_tensor(name, {n}, tensor_type::f32, m);
   };
   const float s_in = 1.0f / std::sqrt(static_cast<float>(o.dim));
   const float s_ff = 1.0f / std::sqrt(static_cast<float>(o.ff));
   matrix("token_embd.weight", o.dim, n_vocab, 1.0f);
   for (uint32_t l = 0; l < o.layers; ++l) {
     auto p = "blk." + std::to_string(l) + ".";
-    norm(p + "attn_norm.weight");
-    matrix(p + "attn_q.weight", o.dim, o.dim, s_in);
-    matrix(p + "attn_k.weight", o.dim, o.kv_heads * head_dim, s_in);
-    matrix(p + "attn_v.weight", o.dim, o.kv_heads * head_dim, s_in);
-    matrix(p + "attn_output.weight", o.dim, o.dim, s_in);
-    norm(p + "ffn_norm.weight");
+    norm(p + "attn_norm.weight", o.dim);
+    matrix(p + "attn_q.weight", o.dim, n_q, s_in * o.qk_scale);
+    matrix(p + "attn_k.weight", o.dim, n_kv, s_in * o.qk_scale);
+    matrix(p + "attn_v.weight", o.dim, n_kv, s_in);
+    if (a == "qwen2") {
+      bias(p + "attn_q.bias", n_q);
+      bias(p + "attn_k.bias", n_kv);
+      bias(p + "attn_v.bias", n_kv);
+    }
+    if (a == "qwen3") {
+      norm(p + "attn_q_norm.weight", head_dim, o.qk_scale);
+      norm(p + "attn_k_norm.weight", head_dim, o.qk_scale);
+    }
+    matrix(p + "attn_output.weight", n_q, o.dim,
+           1.0f / std::sqrt(static_cast<float>(n_q)));
+    norm(p + "ffn_norm.weight", o.dim);
     matrix(p + "ffn_gate.weight", o.dim, o.ff, s_in);
     matrix(p + "ffn_up.weight", o.dim, o.ff, s_in);
     matrix(p + "ffn_down.weight", o.ff, o.dim, s_ff);
   }
-  norm("output_norm.weight");
+  norm("output_norm.weight", o.dim);
+  if (o.llama3_rope) {
+    // convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors.
+    const double factor = 8, low = 1, high = 4, old_ctx = 8192;
+    const double pi = 3.14159265358979323846;
+    const double low_wl = old_ctx / low, high_wl = old_ctx / high;
+    std::vector<float> ff;
+    for (uint32_t i = 0; i < head_dim; i += 2) {
+      const double freq =
+        1.0 / std::pow(static_cast<double>(o.rope_base),
+                       static_cast<double>(i) / head_dim);
+      const double wl = 2 * pi / freq;
+      double f = 1;
+      if (wl > low_wl) {
+        f = factor;
+      } else if (wl >= high_wl) {
+        const double smooth = (old_ctx / wl - low) / (high - low);
+        f = 1 / ((1 - smooth) / factor + smooth);
+      }
+      ff.push_back(static_cast<float>(f));
+    }
+    w.add_tensor("rope_freqs.weight", {head_dim / 2}, tensor_type::f32, ff);
+  }
   if (!o.tied)
     matrix("output.weight", o.dim, n_vocab, s_in * 4.0f);
   return w;

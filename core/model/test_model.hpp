@@ -10,8 +10,14 @@
 
 namespace exo::model {
 
-/// The shape and contents of a generated llama test model.
+/// The shape and contents of a generated test model.
 struct test_model_options {
+  /// "llama", "qwen2" (adds Q/K/V biases) or "qwen3" (adds per-head Q/K
+  /// norms); the keys are written under this prefix.
+  std::string arch = "llama";
+  /// Size of an attention head (<arch>.attention.key_length); 0: dim /
+  /// heads, and no key_length key.
+  uint32_t head_dim = 0;
   uint32_t layers = 2;
   uint32_t dim = 64;
   uint32_t ff = 128;
@@ -27,10 +33,17 @@ struct test_model_options {
   uint64_t seed = 1;
   bool tied = false; ///< Leave out output.weight (head tied to embedding).
   float rope_base = 10000.0f;
+  /// Scales the Q and K projections (and qwen3's Q/K norm weights): above
+  /// 1, attention scores spread and position (rope) matters more.
+  float qk_scale = 1.0f;
+  /// Write rope_freqs.weight with Llama 3.1's frequency factors (factor 8,
+  /// low 1, high 4, original context 8192), as convert_hf_to_gguf.py does
+  /// for rope_type "llama3".
+  bool llama3_rope = false;
   float rms_eps = 1e-5f;
 };
 
-/// Builds a valid llama GGUF with random weights (deterministic for a seed)
+/// Builds a valid GGUF of the architecture with random weights (deterministic for a seed)
 /// and a usable vocabulary: all 256 byte tokens plus merged pieces. Throws
 /// gguf_error for inconsistent options (e.g. a vocabulary too small).
 gguf_writer build_test_model(const test_model_options& o);

@@ -41,6 +41,7 @@ struct usage_error : std::runtime_error {
 struct arguments {
   std::map<std::string, std::string> v;
   bool tied = false;
+  bool llama3_rope = false;
   bool print_ids = false;
   std::string file;
   const CLI::App* cmd = nullptr;
@@ -116,10 +117,17 @@ int cmd_make_test(const arguments& a) {
       o.type = parse_type(v);
     else if (k == "tokenizer")
       o.tokenizer = v;
+    else if (k == "arch")
+      o.arch = v;
+    else if (k == "head-dim")
+      o.head_dim = static_cast<uint32_t>(to_uint(k, v));
     else
       throw usage_error("unknown option --" + k);
   }
   o.tied = a.tied;
+  o.llama3_rope = a.llama3_rope;
+  if (o.llama3_rope)
+    o.rope_base = 500000.0f; // Llama 3's
   // --vocab-from tokenizer.json [--tokenizer-config tokenizer_config.json]:
   // the vocabulary converted as convert_hf_to_gguf.py does (--vocab, when
   // given, pads it to the embedding rows).
@@ -161,11 +169,13 @@ int cmd_info(const arguments& a) {
                 static_cast<unsigned long long>(t.offset));
   }
   auto hp = llama_hparams::from_gguf(*f);
-  std::printf("\nllama: layers %u, embd %u, ff %u, heads %u, kv heads %u, "
-              "head dim %u, rope dims %u base %g, eps %g, vocab %u, ctx %u%s\n",
-              hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head, hp.n_head_kv,
-              hp.head_dim, hp.n_rot, hp.rope_freq_base, hp.rms_eps,
-              hp.n_vocab, hp.n_ctx_train,
+  std::printf("\n%s: layers %u, embd %u, ff %u, heads %u, kv heads %u, "
+              "head dim %u, rope %s dims %u base %g, eps %g, vocab %u, "
+              "ctx %u%s\n",
+              hp.traits.name, hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head,
+              hp.n_head_kv, hp.head_dim, hp.rope_neox() ? "neox" : "normal",
+              hp.n_rot, hp.rope_freq_base, hp.rms_eps, hp.n_vocab,
+              hp.n_ctx_train,
               hp.tied_output ? ", output tied to token_embd" : "");
   std::printf("\nper-layer costs (attention at ctx/2):\n");
   std::printf("  %5s %14s %14s %16s %12s\n", "layer", "weight bytes",
@@ -287,7 +297,7 @@ int main(int argc, char** argv) {
     c->add_option(names, a.v[key], what)->type_name(type);
   };
   auto* make = app.add_subcommand("make-test",
-                                  "write a generated llama model (GGUF)");
+                                  "write a generated llama, qwen2 or qwen3 model (GGUF)");
   opt(make, "out", "the file to write", "FILE");
   opt(make, "layers", "layers", "N");
   opt(make, "dim", "embedding size", "D");
@@ -298,8 +308,12 @@ int main(int argc, char** argv) {
   opt(make, "ctx", "training context", "C");
   opt(make, "type", "tensor type", "f32|f16|q8_0");
   opt(make, "tokenizer", "tokenizer kind", "llama|gpt2");
+  opt(make, "arch", "architecture (llama)", "llama|qwen2|qwen3");
+  opt(make, "head-dim", "attention head size (dim / heads)", "N");
   opt(make, "seed", "weights' seed", "S");
   make->add_flag("--tied", a.tied, "output tied to token_embd");
+  make->add_flag("--llama3-rope", a.llama3_rope,
+                 "Llama 3.1's rope_freqs.weight (and rope base 500000)");
   opt(make, "vocab-from",
       "the vocabulary of a Hugging Face tokenizer.json (as "
       "convert_hf_to_gguf.py converts it)",

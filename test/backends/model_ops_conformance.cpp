@@ -179,9 +179,12 @@ std::vector<double> rope_ref(const std::vector<float>& x,
         if (ff)
           theta /= (*ff)[i];
         double c = std::cos(theta), s = std::sin(theta);
-        double x0 = v[2 * i], x1 = v[2 * i + 1];
-        v[2 * i] = x0 * c - x1 * s;
-        v[2 * i + 1] = x0 * s + x1 * c;
+        // NORMAL pairs (2i, 2i+1); NEOX pairs (i, i + n_rot/2).
+        const std::size_t i0 = d.neox ? i : 2 * i;
+        const std::size_t i1 = d.neox ? i + d.n_rot / 2 : 2 * i + 1;
+        double x0 = v[i0], x1 = v[i1];
+        v[i0] = x0 * c - x1 * s;
+        v[i1] = x0 * s + x1 * c;
       }
     }
   return y;
@@ -270,7 +273,8 @@ TEST_CASE("rms_norm matches a double-precision reference, in place too") {
   }
 }
 
-TEST_CASE("rope rotates adjacent pairs by position, leaving the rest") {
+TEST_CASE("rope rotates adjacent pairs (NEOX: halves) by position, leaving "
+          "the rest") {
   std::mt19937 rng{12};
   for (auto* dev : devices().devices()) {
     DYNAMIC_SECTION(dev->properties().id) {
@@ -280,11 +284,15 @@ TEST_CASE("rope rotates adjacent pairs by position, leaving the rest") {
         std::size_t rows, heads, head_dim, n_rot;
         float base;
         bool factors;
+        bool neox;
       };
-      for (auto s : {shape{3, 4, 16, 16, 10000.0f, false},
-                     shape{4, 3, 16, 10, 500000.0f, true},
-                     shape{2, 2, 128, 128, 10000.0f, false}}) {
-        rope_dims d{s.rows, s.heads, s.head_dim, s.n_rot, s.base};
+      for (auto s : {shape{3, 4, 16, 16, 10000.0f, false, false},
+                     shape{4, 3, 16, 10, 500000.0f, true, false},
+                     shape{2, 2, 128, 128, 10000.0f, false, false},
+                     shape{3, 4, 16, 16, 1000000.0f, false, true},
+                     shape{4, 3, 16, 10, 500000.0f, true, true},
+                     shape{2, 2, 128, 128, 10000.0f, false, true}}) {
+        rope_dims d{s.rows, s.heads, s.head_dim, s.n_rot, s.base, s.neox};
         auto x = random_floats(rng, s.rows * s.heads * s.head_dim);
         std::vector<std::int32_t> pos(s.rows);
         for (std::size_t r = 0; r < s.rows; ++r)
@@ -296,7 +304,8 @@ TEST_CASE("rope rotates adjacent pairs by position, leaving the rest") {
         auto bp = upload(*dev, pos);
         auto bf = upload(*dev, ff);
         const_view fv{s.factors ? bf.get() : nullptr, 0};
-        INFO("head_dim " << s.head_dim << " n_rot " << s.n_rot);
+        INFO("head_dim " << s.head_dim << " n_rot " << s.n_rot << " neox "
+                         << s.neox);
         REQUIRE(dev->rope({bx.get(), 64}, {bp.get(), 0}, fv, d).ok());
         auto got = download(*dev, *bx, x.size(), 64);
         require_close(got, want, 1e-4);

@@ -50,12 +50,16 @@ backend::registry& devices() {
 struct temp_model {
   std::string path;
   std::shared_ptr<const llama_model> model;
-  explicit temp_model(tensor_type type, std::uint64_t seed = 5) {
+  explicit temp_model(tensor_type type, std::uint64_t seed = 5,
+                      const std::string& arch = "llama",
+                      std::uint32_t head_dim = 0) {
     path = (std::filesystem::temp_directory_path()
-            / ("exo-device-stage-" + std::to_string(::getpid()) + "-"
-               + to_string(type) + ".gguf"))
+            / ("exo-device-stage-" + std::to_string(::getpid()) + "-" + arch
+               + "-" + to_string(type) + ".gguf"))
              .string();
     test_model_options o;
+    o.arch = arch;
+    o.head_dim = head_dim;
     o.layers = 4;
     o.dim = 64;
     o.ff = 128;
@@ -243,6 +247,21 @@ TEST_CASE("a device stage gives the host engine's logits on every device",
     for (auto* dev : devices().devices())
       for (bool in_place : {true, false})
         compare_on(*dev, tm, type, in_place);
+  }
+}
+
+TEST_CASE("qwen2 and qwen3 device stages give the host engine's logits on "
+          "every device (biases, Q/K norms, NEOX rope)",
+          "[device_stage][arch]") {
+  for (auto type : {tensor_type::f32, tensor_type::q8_0}) {
+    temp_model q2(type, 5, "qwen2");
+    temp_model q3(type, 5, "qwen3", 32); // heads of 32 on a 64-wide model
+    REQUIRE(q2.model->layer(0).bq != nullptr);
+    REQUIRE(q3.model->layer(0).q_norm != nullptr);
+    for (auto* dev : devices().devices()) {
+      compare_on(*dev, q2, type, true);
+      compare_on(*dev, q3, type, false);
+    }
   }
 }
 

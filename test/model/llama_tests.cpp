@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "core/gguf/gguf.hpp"
 #include "core/model/llama_model.hpp"
@@ -86,29 +87,61 @@ vec rmsnorm(const vec& x, const ref_tensor& w, double eps) {
   return y;
 }
 
+/// Rotates pair i of each head, (x[2i], x[2i+1]) or with `neox` (x[i],
+/// x[i + n_rot/2]), by pos * base^(-2i / n_rot).
 void rope(vec& x, size_t heads, size_t hd, size_t n_rot, size_t pos,
-          double base) {
+          double base, bool neox, const vec* ff) {
   for (size_t h = 0; h < heads; ++h)
     for (size_t i = 0; i < n_rot / 2; ++i) {
       double theta = pos * std::pow(base, -2.0 * i / n_rot);
-      double a = x[h * hd + 2 * i], b = x[h * hd + 2 * i + 1];
-      x[h * hd + 2 * i] = a * std::cos(theta) - b * std::sin(theta);
-      x[h * hd + 2 * i + 1] = a * std::sin(theta) + b * std::cos(theta);
+      if (ff)
+        theta /= (*ff)[i]; // Llama 3's rope_freqs
+      size_t i0 = h * hd + (neox ? i : 2 * i);
+      size_t i1 = i0 + (neox ? n_rot / 2 : 1);
+      double a = x[i0], b = x[i1];
+      x[i0] = a * std::cos(theta) - b * std::sin(theta);
+      x[i1] = a * std::sin(theta) + b * std::cos(theta);
     }
+}
+
+/// RMSNorm of each head of x on its own (qwen3's Q/K norms).
+void head_norm(vec& x, size_t hd, const ref_tensor& w, double eps) {
+  for (size_t h = 0; h < x.size() / hd; ++h) {
+    vec part(x.begin() + h * hd, x.begin() + (h + 1) * hd);
+    auto y = rmsnorm(part, w, eps);
+    std::copy(y.begin(), y.end(), x.begin() + h * hd);
+  }
+}
+
+void add_to(vec& x, const ref_tensor& b) {
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] += b.v[i];
 }
 
 /// Logits of every position of `tokens`.
 std::vector<vec> reference_logits(const gguf_file& f,
                                   const std::vector<int32_t>& tokens) {
-  const size_t n_layer = f.get_uint("llama.block_count");
-  const size_t n_embd = f.get_uint("llama.embedding_length");
-  const size_t n_head = f.get_uint("llama.attention.head_count");
-  const size_t n_kv = f.get_uint("llama.attention.head_count_kv");
-  const size_t n_rot = f.get_uint("llama.rope.dimension_count");
-  const double base = f.get_float("llama.rope.freq_base");
-  const double eps = f.get_float("llama.attention.layer_norm_rms_epsilon");
-  const size_t hd = n_embd / n_head;
+  // The architectures as llama.cpp builds them: qwen2 adds Q/K/V biases,
+  // qwen3 RMSNorms each Q and K head; both rotate NEOX pairs.
+  const std::string a = f.get_string("general.architecture");
+  const bool neox = a == "qwen2" || a == "qwen3";
+  const size_t n_layer = f.get_uint(a + ".block_count");
+  const size_t n_embd = f.get_uint(a + ".embedding_length");
+  const size_t n_head = f.get_uint(a + ".attention.head_count");
+  const size_t n_kv = f.get_uint(a + ".attention.head_count_kv");
+  const size_t n_rot = f.get_uint(a + ".rope.dimension_count");
+  const double base = f.get_float(a + ".rope.freq_base");
+  const double eps = f.get_float(a + ".attention.layer_norm_rms_epsilon");
+  const size_t hd = f.find(a + ".attention.key_length")
+                      ? f.get_uint(a + ".attention.key_length")
+                      : n_embd / n_head;
   auto embd = load(f, "token_embd.weight");
+  ref_tensor freqs;
+  const vec* ff = nullptr;
+  if (f.find_tensor("rope_freqs.weight")) {
+    freqs = load(f, "rope_freqs.weight");
+    ff = &freqs.v;
+  }
   const size_t n = tokens.size();
   std::vector<vec> x(n);
   for (size_t t = 0; t < n; ++t)
@@ -129,8 +162,17 @@ std::vector<vec> reference_logits(const gguf_file& f,
       q[t] = matvec(wq, h);
       k[t] = matvec(wk, h);
       v[t] = matvec(wv, h);
-      rope(q[t], n_head, hd, n_rot, t, base);
-      rope(k[t], n_kv, hd, n_rot, t, base);
+      if (a == "qwen2") {
+        add_to(q[t], load(f, p + "attn_q.bias"));
+        add_to(k[t], load(f, p + "attn_k.bias"));
+        add_to(v[t], load(f, p + "attn_v.bias"));
+      }
+      if (a == "qwen3") {
+        head_norm(q[t], hd, load(f, p + "attn_q_norm.weight"), eps);
+        head_norm(k[t], hd, load(f, p + "attn_k_norm.weight"), eps);
+      }
+      rope(q[t], n_head, hd, n_rot, t, base, neox, ff);
+      rope(k[t], n_kv, hd, n_rot, t, base, neox, ff);
     }
     for (size_t t = 0; t < n; ++t) {
       vec att(n_head * hd, 0.0);
@@ -182,8 +224,10 @@ double rel_error(const float* a, const vec& r) {
   return md / mr;
 }
 
-test_model_options small(tensor_type type, bool tied = false) {
+test_model_options small(tensor_type type, bool tied = false,
+                         const std::string& arch = "llama") {
   test_model_options o;
+  o.arch = arch;
   o.layers = 3;
   o.dim = 64;
   o.ff = 128;
@@ -347,4 +391,190 @@ TEST_CASE("bad run-time input is refused with a clear error", "[llama]") {
   int32_t tok = 1;
   CHECK_THROWS_WITH(mid.embed(&tok, 1, x.data()),
                     Catch::Contains("does not start at layer 0"));
+}
+
+// -- architectures: qwen2 (Q/K/V biases, NEOX rope) and qwen3 (per-head
+// Q/K RMSNorm, NEOX rope, a head size of its own) ---------------------------
+
+TEST_CASE("qwen2 and qwen3 files load with their architecture's traits",
+          "[llama][arch]") {
+  auto q2 = model_from(small(tensor_type::f32, false, "qwen2"));
+  CHECK(q2->hparams().arch() == model_arch::qwen2);
+  CHECK(q2->hparams().rope_neox());
+  CHECK(q2->layer(0).bq != nullptr);
+  CHECK(q2->layer(0).q_norm == nullptr);
+  auto o3 = small(tensor_type::f32, false, "qwen3");
+  o3.head_dim = 32; // 4 heads of 32 on a 64-wide model, as Qwen3's 128
+  auto q3 = model_from(o3);
+  CHECK(q3->hparams().arch() == model_arch::qwen3);
+  CHECK(q3->hparams().head_dim == 32);
+  CHECK(q3->hparams().n_embd_q() == 128);
+  CHECK(q3->layer(2).k_norm != nullptr);
+  CHECK(q3->layer(2).bq == nullptr);
+  auto l = model_from(small(tensor_type::f32));
+  CHECK(l->hparams().arch() == model_arch::llama);
+  CHECK_FALSE(l->hparams().rope_neox());
+  CHECK(l->layer(0).bq == nullptr);
+}
+
+TEST_CASE("Llama 3's rope_freqs divide the rope angles as in the reference",
+          "[llama][arch]") {
+  auto o = small(tensor_type::f32);
+  o.llama3_rope = true;
+  o.rope_base = 500000.0f;
+  auto m = model_from(o);
+  REQUIRE(m->rope_freqs() != nullptr);
+  CHECK(m->rope_freqs()[0] == 1.0f);                    // high frequency
+  CHECK(m->rope_freqs()[m->hparams().n_rot / 2 - 1] == 8.0f); // low
+  CHECK(worst_error(o) < 5e-4);
+  o.arch = "qwen3"; // the factors apply to NEOX pairs alike
+  CHECK(worst_error(o) < 5e-4);
+}
+
+TEST_CASE("qwen2 logits agree with the reference (biases, NEOX rope)",
+          "[llama][arch]") {
+  CHECK(worst_error(small(tensor_type::f32, false, "qwen2")) < 5e-4);
+  CHECK(worst_error(small(tensor_type::f32, true, "qwen2")) < 5e-4);
+  CHECK(worst_error(small(tensor_type::f16, false, "qwen2")) < 1e-2);
+  CHECK(worst_error(small(tensor_type::q8_0, false, "qwen2")) < 5e-2);
+}
+
+TEST_CASE("qwen3 logits agree with the reference (Q/K norms, NEOX rope, "
+          "head size other than dim / heads)",
+          "[llama][arch]") {
+  CHECK(worst_error(small(tensor_type::f32, false, "qwen3")) < 5e-4);
+  CHECK(worst_error(small(tensor_type::f32, true, "qwen3")) < 5e-4);
+  auto o = small(tensor_type::f32, false, "qwen3");
+  o.head_dim = 32;
+  CHECK(worst_error(o) < 5e-4);
+  o.type = tensor_type::q8_0;
+  CHECK(worst_error(o) < 5e-2);
+  CHECK(worst_error(small(tensor_type::f16, false, "qwen3")) < 1e-2);
+}
+
+TEST_CASE("qwen greedy generation is the same across stage splits",
+          "[llama][arch]") {
+  for (const char* arch : {"qwen2", "qwen3"}) {
+    INFO(arch);
+    auto m = model_from(small(tensor_type::q8_0, false, arch));
+    const uint32_t nv = m->hparams().n_vocab;
+    llama_pipeline one(m, {0, 3}), split(m, {0, 1, 3});
+    sampler g1({}), g2({});
+    CHECK(greedy(one, {1, 265, 270}, 12, g1, nv)
+          == greedy(split, {1, 265, 270}, 12, g2, nv));
+  }
+}
+
+namespace {
+
+/// The model of `o` with its hyper-parameter keys also written under
+/// `arch` and general.architecture set to it: a file of another
+/// architecture that lacks that architecture's own tensors.
+std::vector<uint8_t> as_arch(const test_model_options& o,
+                             const std::string& arch) {
+  auto w = build_test_model(o);
+  w.set_string("general.architecture", arch);
+  w.set_u32(arch + ".block_count", o.layers);
+  w.set_u32(arch + ".context_length", o.ctx);
+  w.set_u32(arch + ".embedding_length", o.dim);
+  w.set_u32(arch + ".feed_forward_length", o.ff);
+  w.set_u32(arch + ".attention.head_count", o.heads);
+  w.set_u32(arch + ".attention.head_count_kv", o.kv_heads);
+  w.set_f32(arch + ".attention.layer_norm_rms_epsilon", o.rms_eps);
+  return w.bytes();
+}
+
+std::string load_error(const std::vector<uint8_t>& b) {
+  try {
+    llama_model m(gguf_file::parse(b.data(), b.size()));
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace
+
+TEST_CASE("files of other architectures, or lacking their architecture's "
+          "tensors, are refused naming the problem",
+          "[llama][arch]") {
+  auto o = small(tensor_type::f32);
+  CHECK_THAT(load_error(as_arch(o, "gemma2")),
+             Catch::Contains("unsupported architecture 'gemma2'"));
+  CHECK_THAT(load_error(as_arch(o, "qwen2")),
+             Catch::Contains("blk.0.attn_q.bias"));
+  CHECK_THAT(load_error(as_arch(o, "qwen3")),
+             Catch::Contains("blk.0.attn_q_norm.weight"));
+  // Keys are read under the file's own architecture.
+  auto w = build_test_model(o);
+  w.set_string("general.architecture", "qwen2");
+  auto b = w.bytes();
+  CHECK_THAT(load_error(b), Catch::Contains("qwen2.block_count"));
+}
+
+TEST_CASE("rope scalings other than none are refused naming the key",
+          "[llama][arch]") {
+  auto o = small(tensor_type::f32);
+  auto with = [&](auto&& set) {
+    auto w = build_test_model(o);
+    set(w);
+    return load_error(w.bytes());
+  };
+  CHECK_THAT(with([](gguf_writer& w) {
+               w.set_string("llama.rope.scaling.type", "yarn");
+               w.set_f32("llama.rope.scaling.factor", 4.0f);
+             }),
+             Catch::Contains("llama.rope.scaling.type 'yarn'"));
+  CHECK_THAT(with([](gguf_writer& w) {
+               w.set_f32("llama.rope.scaling.factor", 8.0f);
+             }),
+             Catch::Contains("linear rope scaling"));
+  // Factor 1 and type none change nothing, as in llama.cpp.
+  CHECK(with([](gguf_writer& w) {
+          w.set_f32("llama.rope.scaling.factor", 1.0f);
+        }).empty());
+  CHECK(with([](gguf_writer& w) {
+          w.set_string("llama.rope.scaling.type", "none");
+          w.set_f32("llama.rope.scaling.factor", 8.0f);
+        }).empty());
+}
+
+TEST_CASE("random mutations of qwen2 and qwen3 files are refused or load, "
+          "never crash",
+          "[llama][arch][fuzz]") {
+  for (const char* arch : {"qwen2", "qwen3"}) {
+    auto o = small(tensor_type::q8_0, false, arch);
+    o.layers = 1;
+    if (o.arch == "qwen3")
+      o.head_dim = 32;
+    const auto good = build_test_model(o).bytes();
+    std::mt19937_64 rng(99);
+    int refused = 0, accepted = 0;
+    for (int i = 0; i < 1500; ++i) {
+      auto b = good;
+      if (rng() % 3 == 0) {
+        b.resize(rng() % b.size());
+      } else {
+        // Small integers over the header (keys, shapes, types, offsets).
+        size_t p = rng() % std::min<size_t>(b.size() - 4, 16000);
+        uint32_t v = static_cast<uint32_t>(rng() % 70);
+        std::memcpy(b.data() + p, &v, 4);
+      }
+      try {
+        auto m = std::make_shared<llama_model>(
+          gguf_file::parse(b.data(), b.size()));
+        llama_pipeline pipe(m, {0, m->hparams().n_layer});
+        auto seq = pipe.new_sequence(4);
+        (void)pipe.eval(seq, {1, 2});
+        ++accepted;
+      } catch (const gguf_error&) {
+        ++refused;
+      } catch (const model_error&) {
+        ++refused;
+      }
+    }
+    INFO(arch);
+    CHECK(refused + accepted == 1500);
+    CHECK(refused > 300);
+  }
 }

@@ -58,10 +58,15 @@ TEST_CASE("placement counts exactly what a shard's device stage allocates") {
     const char* tag;
     model::tensor_type type;
     bool tied;
+    const char* arch = "llama";
+    std::uint32_t head_dim = 0;
   };
-  const variant variants[] = {{"f32", model::tensor_type::f32, false},
-                              {"q8", model::tensor_type::q8_0, false},
-                              {"f16-tied", model::tensor_type::f16, true}};
+  const variant variants[] = {
+    {"f32", model::tensor_type::f32, false},
+    {"q8", model::tensor_type::q8_0, false},
+    {"f16-tied", model::tensor_type::f16, true},
+    {"qwen2", model::tensor_type::f32, false, "qwen2"}, // Q/K/V biases
+    {"qwen3", model::tensor_type::q8_0, true, "qwen3", 32}}; // Q/K norms
   const std::uint32_t n_ctx = 40, sequences = 2;
   auto& dev = sim_device();
   for (const auto& v : variants) {
@@ -75,6 +80,8 @@ TEST_CASE("placement counts exactly what a shard's device stage allocates") {
     o.vocab = 400;
     o.type = v.type;
     o.tied = v.tied;
+    o.arch = v.arch;
+    o.head_dim = v.head_dim;
     temp_model tm(o, v.tag);
     auto spec = placement::load_model_spec(tm.path, n_ctx);
     REQUIRE(spec.layers.size() == 4);

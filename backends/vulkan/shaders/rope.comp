@@ -2,7 +2,8 @@
 // Rotary position embedding, llama.cpp's "normal" mode, in place on
 // x[rows][heads][head_dim]: the pair (x[2i], x[2i+1]) of every head of row
 // r, 2i < n_rot, turns by theta = pos[r] * base^(-2i / n_rot), divided by
-// ff[i] when has_ff. One invocation per pair (grid-stride).
+// ff[i] when has_ff. With neox (NEOX mode, qwen2/qwen3) pair i is
+// (x[i], x[i + n_rot/2]). One invocation per pair (grid-stride).
 
 layout(local_size_x = 256) in;
 
@@ -20,6 +21,7 @@ layout(push_constant) uniform params {
   uint n_rot;
   uint has_ff;
   float freq_base;
+  uint neox;
 } p;
 
 void main() {
@@ -34,12 +36,13 @@ void main() {
                   * pow(p.freq_base, -2.0 * float(pair) / float(p.n_rot));
     if (p.has_ff != 0u)
       theta /= ff[p.ff_off + pair];
-    uint b = p.x_off + rh * p.head_dim + 2u * pair;
+    uint b = p.x_off + rh * p.head_dim + (p.neox != 0u ? pair : 2u * pair);
+    uint o = p.neox != 0u ? half_rot : 1u;
     float c = cos(theta);
     float s = sin(theta);
     float x0 = x[b];
-    float x1 = x[b + 1u];
+    float x1 = x[b + o];
     x[b] = x0 * c - x1 * s;
-    x[b + 1u] = x0 * s + x1 * c;
+    x[b + o] = x0 * s + x1 * c;
   }
 }
