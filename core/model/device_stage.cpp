@@ -175,6 +175,7 @@ result<op_kind> matmul_kind(tensor_type t) {
     case tensor_type::f32: return op_kind::matmul_f32;
     case tensor_type::f16: return op_kind::matmul_f16;
     case tensor_type::q8_0: return op_kind::matmul_q8_0;
+    default: break;
   }
   return fail(errc::unsupported, std::string{"weights of type "}
                                    + to_string(t)

@@ -80,14 +80,16 @@ float to_float(const std::string& key, const std::string& v) {
   }
 }
 
-tensor_type parse_type(const std::string& s) {
-  if (s == "f32" || s == "F32")
-    return tensor_type::f32;
-  if (s == "f16" || s == "F16")
-    return tensor_type::f16;
-  if (s == "q8_0" || s == "Q8_0")
-    return tensor_type::q8_0;
-  throw usage_error("--type must be f32, f16 or q8_0, not '" + s + "'");
+const char* const type_names =
+  "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, "
+  "q6_k, q3_k_m, q4_k_m or q5_k_m";
+
+file_type parse_type(const std::string& what, const std::string& s) {
+  file_type ft;
+  if (!parse_file_type(s, ft))
+    throw usage_error(what + " must be one of " + type_names + ", not '" + s
+                      + "'");
+  return ft;
 }
 
 int cmd_make_test(const arguments& a) {
@@ -112,8 +114,11 @@ int cmd_make_test(const arguments& a) {
       o.ctx = static_cast<uint32_t>(to_uint(k, v));
     else if (k == "seed")
       o.seed = to_uint(k, v);
-    else if (k == "type")
-      o.type = parse_type(v);
+    else if (k == "type") {
+      auto ft = parse_type("--type", v);
+      o.type = ft.base;
+      o.mix = ft.kind;
+    }
     else if (k == "tokenizer")
       o.tokenizer = v;
     else
@@ -296,7 +301,10 @@ int main(int argc, char** argv) {
   opt(make, "kv-heads", "key/value heads", "K");
   opt(make, "vocab", "vocabulary size", "V");
   opt(make, "ctx", "training context", "C");
-  opt(make, "type", "tensor type", "f32|f16|q8_0");
+  opt(make, "type",
+      "matrix format: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k "
+      "q5_k q6_k, or llama.cpp's mixes q3_k_m q4_k_m q5_k_m",
+      "TYPE");
   opt(make, "tokenizer", "tokenizer kind", "llama|gpt2");
   opt(make, "seed", "weights' seed", "S");
   make->add_flag("--tied", a.tied, "output tied to token_embd");
