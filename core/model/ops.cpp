@@ -6,6 +6,7 @@
 
 #include "backends/host_kernels.hpp"
 #include "backends/quant_formats.hpp"
+#include "backends/quant_repack.hpp"
 
 // The arithmetic lives in backends/host_kernels.cpp, shared with the cpu and
 // simulated devices: the engine and the device operations are one
@@ -61,10 +62,16 @@ void matmul(const matrix_view& w, const float* x, size_t n_tokens, float* y) {
   }
   // Every other ggml format: activations rounded to the format's vec_dot
   // type (Q8_K for the K-quants, Q8_0 or Q8_1 for the 32-element formats,
-  // BF16 for BF16), then llama.cpp's integer dot products.
-  auto r = backend::quant::matmul_quant(
-    w.data, static_cast<backend::quant::ggml_type>(w.type), w.rows, w.cols, x,
-    n_tokens, y, n_threads_);
+  // BF16 for BF16), then llama.cpp's integer dot products. Q4_K matrices
+  // that llama.cpp repacks on x86 (rows a multiple of 8) sum their blocks
+  // in the repacked kernels' order.
+  auto r =
+    w.type == tensor_type::q4_k && backend::quant::q4_k_repacked(w.rows)
+      ? backend::quant::matmul_q4_k_repacked(w.data, w.rows, w.cols, x,
+                                             n_tokens, y, n_threads_)
+      : backend::quant::matmul_quant(
+          w.data, static_cast<backend::quant::ggml_type>(w.type), w.rows,
+          w.cols, x, n_tokens, y, n_threads_);
   if (!r)
     throw gguf_error(std::string("matrix of type ") + to_string(w.type) + " ["
                      + std::to_string(w.cols) + " x " + std::to_string(w.rows)
