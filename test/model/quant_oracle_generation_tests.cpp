@@ -5,8 +5,15 @@
 //
 // Where a format does not agree throughout, the test prints how many
 // leading tokens agree and exo's top-2 logit margin at the first
-// difference (random weights make near-ties possible; a large margin means
-// the arithmetic differs).
+// difference. exo's shared kernels (RMSNorm, rope, attention, F32 sums)
+// give the bits of llama.cpp's AVX-512 build; on an AVX2-only machine
+// llama.cpp loads its "haswell" variant, whose 8-lane sums differ in the
+// last bits, and every format that rounds activations to 8 bits can turn
+// such a difference into a step of about 0.01 in a logit. So a generation
+// may part late at a near-tie: accepted when it agrees for at least
+// `min_same` tokens and exo's margin there is under `near_tie` (logits
+// here spread over about +-3). An arithmetic difference in a format (Q4_K
+// before its repacked order: 22 tokens) fails.
 
 #include <catch2/catch.hpp>
 
@@ -40,6 +47,8 @@ const char* const prompt =
   "The model token was the first layer of the cluster, and the device said "
   "hello to the world";
 constexpr size_t n_gen = 64;
+constexpr size_t min_same = 48;
+constexpr float near_tie = 0.03f;
 
 std::string find_node() {
   const char* path = std::getenv("PATH");
@@ -62,7 +71,7 @@ struct exo_run {
   std::vector<float> margins; ///< top-1 minus top-2 logit per step
 };
 
-exo_run run_exo(const std::string& path) {
+exo_run run_exo(const std::string& path, bool one_by_one) {
   auto model = llama_model::load(path);
   auto tok = tokenizer::from_gguf(model->file());
   exo_run r;
@@ -72,7 +81,12 @@ exo_run run_exo(const std::string& path) {
   r.prompt.insert(r.prompt.end(), body.begin(), body.end());
   llama_pipeline pipe(model, {0, model->hparams().n_layer});
   auto seq = pipe.new_sequence(512);
-  auto logits = pipe.eval(seq, r.prompt);
+  std::vector<float> logits;
+  if (one_by_one)
+    for (auto t : r.prompt)
+      logits = pipe.eval(seq, {t});
+  else
+    logits = pipe.eval(seq, r.prompt);
   const size_t nv = model->hparams().n_vocab;
   for (size_t i = 0; i < n_gen; ++i) {
     size_t best = 0;
@@ -97,9 +111,25 @@ TEST_CASE("every weight format generates llama.cpp's 64 greedy tokens",
           "[quant][oracle]") {
   exo::test::require_tool("node-llama-cpp");
   const std::string node = find_node();
-  const std::vector<std::string> formats = {
+  std::vector<std::string> formats = {
     "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k",
     "q4_k", "q5_k", "q6_k", "bf16", "f16",  "q4_k_m"};
+  // For investigations: EXO_ORACLE_FORMATS=q4_1,q8_0 EXO_ORACLE_SEED=3.
+  if (const char* f = std::getenv("EXO_ORACLE_FORMATS")) {
+    formats.clear();
+    std::string list = f;
+    for (size_t i = 0; i <= list.size();) {
+      auto end = std::min(list.find(',', i), list.size());
+      if (end > i)
+        formats.push_back(list.substr(i, end - i));
+      i = end + 1;
+    }
+  }
+  uint64_t seed = 1;
+  // EXO_ORACLE_ONE_BY_ONE=1: both engines take the prompt a token at a time.
+  const bool one_by_one = std::getenv("EXO_ORACLE_ONE_BY_ONE") != nullptr;
+  if (const char* s = std::getenv("EXO_ORACLE_SEED"))
+    seed = std::strtoull(s, nullptr, 10);
   auto tmp = exo::test::temp_dir("exo-quant-oracle");
   json jobs = json::array();
   std::vector<std::string> paths;
@@ -116,11 +146,14 @@ TEST_CASE("every weight format generates llama.cpp's 64 greedy tokens",
     o.ctx = 512;
     o.type = ft.base;
     o.mix = ft.kind;
-    o.seed = 1;
+    o.seed = seed;
     auto path = tmp + "/" + name + ".gguf";
     make_test_model(o, path);
     paths.push_back(path);
-    jobs.push_back({{"model", path}, {"prompt", prompt}, {"n", n_gen}});
+    jobs.push_back({{"model", path},
+                    {"prompt", prompt},
+                    {"n", n_gen},
+                    {"batch", one_by_one ? 1 : 512}});
   }
   exo::test::write_file(tmp + "/jobs.json", jobs.dump());
   exo::test::process p(
@@ -135,7 +168,7 @@ TEST_CASE("every weight format generates llama.cpp's 64 greedy tokens",
   ops::set_threads(1);
   ops::set_llama_threads(1);
   for (size_t i = 0; i < formats.size(); ++i) {
-    auto got = run_exo(paths[i]);
+    auto got = run_exo(paths[i], one_by_one);
     auto w_prompt = want[i]["prompt"].get<std::vector<int32_t>>();
     auto w_gen = want[i]["generated"].get<std::vector<int32_t>>();
     size_t same = 0;
@@ -144,12 +177,24 @@ TEST_CASE("every weight format generates llama.cpp's 64 greedy tokens",
       ++same;
     std::printf("  %-7s %zu/%zu greedy tokens as llama.cpp's", 
                 formats[i].c_str(), same, n_gen);
-    if (same < n_gen && same < got.margins.size())
-      std::printf(" (exo's top-2 margin there: %.4g)", got.margins[same]);
+    if (same < n_gen && same < got.margins.size()) {
+      std::printf(" (exo's top-2 margin there: %.4g; smallest before: ",
+                  got.margins[same]);
+      float least = 1e30f;
+      for (size_t j = 0; j < same; ++j)
+        least = std::min(least, got.margins[j]);
+      std::printf("%.4g)", least);
+    }
     std::printf("\n");
     INFO(formats[i]);
     CHECK(got.prompt == w_prompt);
-    CHECK(same == n_gen);
+    const bool tie = same >= min_same && same < got.margins.size()
+                     && got.margins[same] < near_tie;
+    if (same < n_gen)
+      WARN(formats[i] << " parts from llama.cpp after " << same
+                      << " tokens at a near-tie (exo's margin "
+                      << got.margins[std::min(same, n_gen - 1)] << ")");
+    CHECK((same == n_gen || tie));
     std::remove(paths[i].c_str());
   }
 }
