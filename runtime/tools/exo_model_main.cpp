@@ -3,6 +3,7 @@
 //   exo-model make-test --out m.gguf --layers 2 --dim 64 --ff 128 --heads 4
 //     ...
 //   exo-model info m.gguf
+//   exo-model quantize in-f32.gguf out.gguf q4_k_m
 //   exo-model run --model m.gguf --prompt "hello world" -n 16 [--seed S]
 //     [--temperature T] [--top-k K] [--top-p P] [--threads N]
 //     [--llama-threads N] [--logits-out FILE]
@@ -23,6 +24,7 @@
 #include "core/model/llama_hparams.hpp"
 #include "core/model/llama_model.hpp"
 #include "core/model/ops.hpp"
+#include "core/model/quantize.hpp"
 #include "core/model/sampler.hpp"
 #include "core/model/test_model.hpp"
 #include "core/tokenizer/tokenizer.hpp"
@@ -43,6 +45,7 @@ struct arguments {
   bool tied = false;
   bool print_ids = false;
   std::string file;
+  std::string q_in, q_out, q_type;
   const CLI::App* cmd = nullptr;
 
   bool count(const std::string& key) const {
@@ -138,6 +141,15 @@ int cmd_make_test(const arguments& a) {
     throw usage_error("make-test needs --out FILE");
   make_test_model(o, a["out"]);
   std::printf("wrote %s\n", a["out"].c_str());
+  return 0;
+}
+
+int cmd_quantize(const arguments& a) {
+  if (a.q_in.empty() || a.q_out.empty() || a.q_type.empty())
+    throw usage_error("quantize needs IN OUT TYPE");
+  auto ft = parse_type("TYPE", a.q_type);
+  quantize_file(a.q_in, a.q_out, ft);
+  std::printf("wrote %s (%s)\n", a.q_out.c_str(), to_string(ft).c_str());
   return 0;
 }
 
@@ -318,6 +330,13 @@ int main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "describe a GGUF file: metadata, "
                                           "tensors, per-layer costs");
   info->add_option("file", a.file, "the GGUF file")->type_name("FILE");
+  auto* quant = app.add_subcommand(
+    "quantize", "re-encode an F32/F16/BF16 GGUF as llama-quantize does "
+                "(ggml's reference quantizers, llama.cpp's per-tensor mixes)");
+  quant->add_option("in", a.q_in, "the F32, F16 or BF16 GGUF")
+    ->type_name("IN");
+  quant->add_option("out", a.q_out, "the file to write")->type_name("OUT");
+  quant->add_option("type", a.q_type, type_names)->type_name("TYPE");
   auto* run = app.add_subcommand("run", "generate text on the CPU");
   opt(run, "model", "the model (GGUF)", "FILE");
   opt(run, "prompt", "the prompt", "TEXT");
@@ -342,6 +361,10 @@ int main(int argc, char** argv) {
     if (info->parsed()) {
       a.cmd = info;
       return cmd_info(a);
+    }
+    if (quant->parsed()) {
+      a.cmd = quant;
+      return cmd_quantize(a);
     }
     a.cmd = run;
     return cmd_run(a);
