@@ -23,6 +23,7 @@
 #include "core/gguf/gguf.hpp"
 #include "core/model/llama_hparams.hpp"
 #include "core/model/llama_model.hpp"
+#include "core/model/model_info.hpp"
 #include "core/model/ops.hpp"
 #include "core/model/quantize.hpp"
 #include "core/model/sampler.hpp"
@@ -157,6 +158,9 @@ int cmd_info(const arguments& a) {
   if (a.file.empty())
     throw usage_error("info needs exactly one FILE");
   auto f = gguf_file::open(a.file);
+  for (auto& line : summary_lines(summarize(*f)))
+    std::printf("%s\n", line.c_str());
+  std::printf("\n");
   std::printf("GGUF v%u, %zu metadata keys, %zu tensors, alignment %llu, "
               "data at %llu, %llu bytes\n",
               f->version(), f->metadata().size(), f->tensors().size(),

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/gguf/gguf.hpp"
+#include "core/model/model_info.hpp"
 #include "core/model/quantize.hpp"
 #include "core/model/test_model.hpp"
 
@@ -103,4 +104,34 @@ TEST_CASE("quantize falls back as llama.cpp does for rows that are not "
   CHECK(got->tensor("blk.1.attn_q.weight").type == tensor_type::q5_0);
   CHECK(got->tensor("blk.0.attn_v.weight").type == tensor_type::q8_0);
   CHECK(got->tensor("output.weight").type == tensor_type::q8_0);
+}
+
+TEST_CASE("the model summary names architecture, size, types and "
+          "tokenizer",
+          "[info]") {
+  auto o = shape(tensor_type::q4_k, file_type::mix::q4_k_m, false);
+  auto f = parse(build_test_model(o));
+  auto s = summarize(*f);
+  CHECK(s.architecture == "llama");
+  const uint64_t e = 256, ff = 512, kv = 128, v = 400;
+  const uint64_t layer = 2 * e + e * e * 2 + 2 * e * kv + 3 * e * ff;
+  CHECK(s.parameters == 8 * layer + e + 2 * e * v);
+  REQUIRE(s.types.size() == 3);
+  CHECK(s.types[0].type == tensor_type::q4_k); // the largest share first
+  CHECK(s.types[1].type == tensor_type::q6_k);
+  CHECK(s.types[2].type == tensor_type::f32);
+  CHECK(s.types[2].tensors == 2 * 8 + 1);
+  double total = 0;
+  for (auto& t : s.types)
+    total += t.share;
+  CHECK(total == Approx(1.0));
+  CHECK(s.tokenizer_model == "llama");
+  CHECK(s.vocab_size == 400);
+  CHECK_FALSE(s.has_chat_template);
+  CHECK(s.context_length == 256);
+  auto lines = summary_lines(s);
+  REQUIRE(lines.size() == 6);
+  CHECK(lines[0] == "architecture: llama (exo test model)");
+  CHECK(lines[2].rfind("tensor types: Q4_K ", 0) == 0);
+  CHECK(lines[4] == "chat template: no");
 }
