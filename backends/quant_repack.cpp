@@ -6,6 +6,11 @@
 
 #include <cmath>
 #include <cstdint>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define EXO_REPACK_X86 1
+#endif
 #include <cstring>
 #include <string>
 #include <vector>
@@ -26,21 +31,73 @@ void scale_min(int j, const std::uint8_t* q, int& sc, int& m) {
   }
 }
 
+/// The integer sums of 32 nibbles (low or high halves of qs) with 32
+/// activations, for the 4 pairs of sub-blocks of one super-block:
+/// lo[c] = sum_l (qs[32c + l] & 15) * q8[64c + l], hi[c] the high nibbles
+/// with q8[64c + 32 + l]. Exact integers: any order gives the same.
+void nibble_sums_portable(const block_q4_k& w, const block_q8_k& a,
+                          std::int32_t lo[4], std::int32_t hi[4]) {
+  for (int c = 0; c < 4; ++c) {
+    const std::uint8_t* qs = w.qs + 32 * c;
+    const std::int8_t* q8 = a.qs + 64 * c;
+    std::int32_t l0 = 0, h0 = 0;
+    for (int l = 0; l < 32; ++l) {
+      l0 += (qs[l] & 0xF) * q8[l];
+      h0 += (qs[l] >> 4) * q8[32 + l];
+    }
+    lo[c] = l0;
+    hi[c] = h0;
+  }
+}
+
+#ifdef EXO_REPACK_X86
+__attribute__((target("avx2"))) std::int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v),
+                            _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+__attribute__((target("avx2"))) void
+nibble_sums_avx2(const block_q4_k& w, const block_q8_k& a, std::int32_t lo[4],
+                 std::int32_t hi[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i q4 = _mm256_loadu_si256(
+      reinterpret_cast<const __m256i*>(w.qs + 32 * c));
+    const __m256i ql = _mm256_and_si256(q4, m4);
+    const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+    const __m256i y0 = _mm256_loadu_si256(
+      reinterpret_cast<const __m256i*>(a.qs + 64 * c));
+    const __m256i y1 = _mm256_loadu_si256(
+      reinterpret_cast<const __m256i*>(a.qs + 64 * c + 32));
+    // u8 x s8 pairs: at most 2 * 15 * 128, no saturation.
+    lo[c] = hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ql, y0), ones));
+    hi[c] = hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(qh, y1), ones));
+  }
+}
+#endif
+
 /// One row of Q4_K against one row of Q8_K, in the repacked kernels' order.
-float dot_row(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
+float dot_row(const block_q4_k* x, const block_q8_k* y, std::size_t nb,
+              bool simd) {
   float acc = 0.0f, accm = 0.0f;
   for (std::size_t b = 0; b < nb; ++b) {
     const block_q4_k& w = x[b];
     const block_q8_k& a = y[b];
     std::int32_t isum = 0, imin = 0;
+    std::int32_t los[4], his[4];
+#ifdef EXO_REPACK_X86
+    if (simd)
+      nibble_sums_avx2(w, a, los, his);
+    else
+#endif
+      nibble_sums_portable(w, a, los, his);
+    (void)simd;
     for (int c = 0; c < 4; ++c) { // 64 elements: sub-blocks 2c and 2c+1
-      const std::uint8_t* qs = w.qs + 32 * c;
-      const std::int8_t* q8 = a.qs + 64 * c;
-      std::int32_t lo = 0, hi = 0;
-      for (int l = 0; l < 32; ++l) {
-        lo += (qs[l] & 0xF) * q8[l];
-        hi += (qs[l] >> 4) * q8[32 + l];
-      }
+      const std::int32_t lo = los[c], hi = his[c];
       int sc0, m0, sc1, m1;
       scale_min(2 * c, w.scales, sc0, m0);
       scale_min(2 * c + 1, w.scales, sc1, m1);
@@ -78,11 +135,12 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
   for (std::size_t t = 0; t < m; ++t)
     quantize_activations(ggml_type::q8_k, a + t * k, q.data() + t * nb, k);
   const auto* blocks = static_cast<const block_q4_k*>(w);
+  const bool simd = host::widest_isa() != host::isa::scalar;
   host::for_each_index(static_cast<long>(rows), threads, [&](long r) {
     const block_q4_k* row = blocks + static_cast<std::size_t>(r) * nb;
     for (std::size_t t = 0; t < m; ++t)
       out[t * rows + static_cast<std::size_t>(r)] =
-        dot_row(row, q.data() + t * nb, nb);
+        dot_row(row, q.data() + t * nb, nb, simd);
   });
   return true;
 }
