@@ -50,52 +50,15 @@ void nibble_sums_portable(const block_q4_k& w, const block_q8_k& a,
   }
 }
 
-#ifdef EXO_REPACK_X86
-__attribute__((target("avx2"))) std::int32_t hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v),
-                            _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
-
-__attribute__((target("avx2"))) void
-nibble_sums_avx2(const block_q4_k& w, const block_q8_k& a, std::int32_t lo[4],
-                 std::int32_t hi[4]) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int c = 0; c < 4; ++c) {
-    const __m256i q4 = _mm256_loadu_si256(
-      reinterpret_cast<const __m256i*>(w.qs + 32 * c));
-    const __m256i ql = _mm256_and_si256(q4, m4);
-    const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-    const __m256i y0 = _mm256_loadu_si256(
-      reinterpret_cast<const __m256i*>(a.qs + 64 * c));
-    const __m256i y1 = _mm256_loadu_si256(
-      reinterpret_cast<const __m256i*>(a.qs + 64 * c + 32));
-    // u8 x s8 pairs: at most 2 * 15 * 128, no saturation.
-    lo[c] = hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ql, y0), ones));
-    hi[c] = hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(qh, y1), ones));
-  }
-}
-#endif
-
 /// One row of Q4_K against one row of Q8_K, in the repacked kernels' order.
-float dot_row(const block_q4_k* x, const block_q8_k* y, std::size_t nb,
-              bool simd) {
+float dot_row(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
   float acc = 0.0f, accm = 0.0f;
   for (std::size_t b = 0; b < nb; ++b) {
     const block_q4_k& w = x[b];
     const block_q8_k& a = y[b];
     std::int32_t isum = 0, imin = 0;
     std::int32_t los[4], his[4];
-#ifdef EXO_REPACK_X86
-    if (simd)
-      nibble_sums_avx2(w, a, los, his);
-    else
-#endif
-      nibble_sums_portable(w, a, los, his);
-    (void)simd;
+    nibble_sums_portable(w, a, los, his);
     for (int c = 0; c < 4; ++c) { // 64 elements: sub-blocks 2c and 2c+1
       const std::int32_t lo = los[c], hi = his[c];
       int sc0, m0, sc1, m1;
@@ -112,6 +75,59 @@ float dot_row(const block_q4_k* x, const block_q8_k* y, std::size_t nb,
   }
   return acc - accm;
 }
+
+
+#ifdef EXO_REPACK_X86
+/// dot_row with AVX2: the integer sums (exact, so in any order) in
+/// vectors, one horizontal sum per super-block; the float part as above,
+/// with the FMA instruction std::fma stands for.
+__attribute__((target("avx2,fma,f16c"))) float
+dot_row_avx2(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  float acc = 0.0f, accm = 0.0f;
+  for (std::size_t b = 0; b < nb; ++b) {
+    const block_q4_k& w = x[b];
+    const block_q8_k& a = y[b];
+    int sc[8], mn[8];
+    for (int j = 0; j < 8; ++j)
+      scale_min(j, w.scales, sc[j], mn[j]);
+    __m256i isum = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q4 = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(w.qs + 32 * c));
+      const __m256i ql = _mm256_and_si256(q4, m4);
+      const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+      const __m256i y0 = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(a.qs + 64 * c));
+      const __m256i y1 = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(a.qs + 64 * c + 32));
+      // u8 x s8 pairs: at most 2 * 15 * 128, no saturation.
+      const __m256i lo =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(ql, y0), ones);
+      const __m256i hi =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(qh, y1), ones);
+      isum = _mm256_add_epi32(
+        isum, _mm256_add_epi32(
+                _mm256_mullo_epi32(lo, _mm256_set1_epi32(sc[2 * c])),
+                _mm256_mullo_epi32(hi, _mm256_set1_epi32(sc[2 * c + 1]))));
+    }
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(isum),
+                               _mm256_extracti128_si256(isum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    const std::int32_t is = _mm_cvtsi128_si32(s4);
+    std::int32_t imin = 0;
+    for (int j = 0; j < 8; ++j)
+      imin += mn[j] * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+    const float d = _cvtsh_ss(w.d) * a.d;
+    const float dm = _cvtsh_ss(w.dmin) * a.d;
+    acc = std::fma(static_cast<float>(is), d, acc);
+    accm = std::fma(static_cast<float>(imin), dm, accm);
+  }
+  return acc - accm;
+}
+#endif
 
 } // namespace
 
@@ -138,9 +154,17 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
   const bool simd = host::widest_isa() != host::isa::scalar;
   host::for_each_index(static_cast<long>(rows), threads, [&](long r) {
     const block_q4_k* row = blocks + static_cast<std::size_t>(r) * nb;
-    for (std::size_t t = 0; t < m; ++t)
-      out[t * rows + static_cast<std::size_t>(r)] =
-        dot_row(row, q.data() + t * nb, nb, simd);
+    for (std::size_t t = 0; t < m; ++t) {
+      const block_q8_k* act = q.data() + t * nb;
+      float v;
+#ifdef EXO_REPACK_X86
+      if (simd)
+        v = dot_row_avx2(row, act, nb);
+      else
+#endif
+        v = dot_row(row, act, nb);
+      out[t * rows + static_cast<std::size_t>(r)] = v;
+    }
   });
   return true;
 }
