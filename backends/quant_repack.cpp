@@ -89,9 +89,19 @@ dot_row_avx2(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
   for (std::size_t b = 0; b < nb; ++b) {
     const block_q4_k& w = x[b];
     const block_q8_k& a = y[b];
-    int sc[8], mn[8];
-    for (int j = 0; j < 8; ++j)
-      scale_min(j, w.scales, sc[j], mn[j]);
+    // The 6-bit scales and minimums unpacked four at a time (the bytes
+    // scale_min gives: sc[j] = bytes 0-7, mn[j] = bytes 8-15 of u).
+    std::uint32_t u[4];
+    std::memcpy(u, w.scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const std::uint32_t aux = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = aux;
+    u[0] &= 0x3f3f3f3fu;
+    std::uint8_t sm[16];
+    std::memcpy(sm, u, 16);
+    const std::uint8_t* sc = sm;
+    const std::uint8_t* mn = sm + 8;
     __m256i isum = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i q4 = _mm256_loadu_si256(
