@@ -84,7 +84,6 @@ float dot_row(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
 __attribute__((target("avx2,fma,f16c"))) float
 dot_row_avx2(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
   float acc = 0.0f, accm = 0.0f;
   for (std::size_t b = 0; b < nb; ++b) {
     const block_q4_k& w = x[b];
@@ -112,15 +111,15 @@ dot_row_avx2(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
         reinterpret_cast<const __m256i*>(a.qs + 64 * c));
       const __m256i y1 = _mm256_loadu_si256(
         reinterpret_cast<const __m256i*>(a.qs + 64 * c + 32));
-      // u8 x s8 pairs: at most 2 * 15 * 128, no saturation.
-      const __m256i lo =
-        _mm256_madd_epi16(_mm256_maddubs_epi16(ql, y0), ones);
-      const __m256i hi =
-        _mm256_madd_epi16(_mm256_maddubs_epi16(qh, y1), ones);
-      isum = _mm256_add_epi32(
-        isum, _mm256_add_epi32(
-                _mm256_mullo_epi32(lo, _mm256_set1_epi32(sc[2 * c])),
-                _mm256_mullo_epi32(hi, _mm256_set1_epi32(sc[2 * c + 1]))));
+      // u8 x s8 pairs: at most 2 * 15 * 128, no saturation; the scale
+      // (< 64) multiplies the int16 pair sums in the same madd: exact.
+      const __m256i lo = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(ql, y0),
+        _mm256_set1_epi16(static_cast<short>(sc[2 * c])));
+      const __m256i hi = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(qh, y1),
+        _mm256_set1_epi16(static_cast<short>(sc[2 * c + 1])));
+      isum = _mm256_add_epi32(isum, _mm256_add_epi32(lo, hi));
     }
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(isum),
                                _mm256_extracti128_si256(isum, 1));
