@@ -4,6 +4,7 @@
 #include "backends/host_parallel.hpp"
 #include "backends/quant_formats.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -136,6 +137,70 @@ dot_row_avx2(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
   }
   return acc - accm;
 }
+
+/// dot_row_avx2 for 4 consecutive rows at once (each row's sums in the
+/// same order, so the same bits): the activations and their pair sums are
+/// loaded once per block, and the four rows' float chains interleave.
+__attribute__((target("avx2,fma,f16c"))) void
+dot_rows4_avx2(const block_q4_k* x, std::size_t nb, const block_q8_k* y,
+               float out[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  float acc[4] = {0, 0, 0, 0}, accm[4] = {0, 0, 0, 0};
+  for (std::size_t b = 0; b < nb; ++b) {
+    const block_q8_k& a = y[b];
+    __m256i y0[4], y1[4];
+    for (int c = 0; c < 4; ++c) {
+      y0[c] = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(a.qs + 64 * c));
+      y1[c] = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(a.qs + 64 * c + 32));
+    }
+    std::int32_t bs[8];
+    for (int j = 0; j < 8; ++j)
+      bs[j] = a.bsums[2 * j] + a.bsums[2 * j + 1];
+    for (int r = 0; r < 4; ++r) {
+      const block_q4_k& w = x[r * nb + b];
+      std::uint32_t u[4];
+      std::memcpy(u, w.scales, 12);
+      u[3] = ((u[2] >> 4) & 0x0f0f0f0fu)
+             | (((u[1] >> 6) & 0x03030303u) << 4);
+      const std::uint32_t aux = u[1] & 0x3f3f3f3fu;
+      u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+      u[2] = aux;
+      u[0] &= 0x3f3f3f3fu;
+      std::uint8_t sm[16];
+      std::memcpy(sm, u, 16);
+      __m256i isum = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q4 = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(w.qs + 32 * c));
+        const __m256i ql = _mm256_and_si256(q4, m4);
+        const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        const __m256i lo = _mm256_madd_epi16(
+          _mm256_maddubs_epi16(ql, y0[c]),
+          _mm256_set1_epi16(static_cast<short>(sm[2 * c])));
+        const __m256i hi = _mm256_madd_epi16(
+          _mm256_maddubs_epi16(qh, y1[c]),
+          _mm256_set1_epi16(static_cast<short>(sm[2 * c + 1])));
+        isum = _mm256_add_epi32(isum, _mm256_add_epi32(lo, hi));
+      }
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(isum),
+                                 _mm256_extracti128_si256(isum, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      const std::int32_t is = _mm_cvtsi128_si32(s4);
+      std::int32_t imin = 0;
+      for (int j = 0; j < 8; ++j)
+        imin += sm[8 + j] * bs[j];
+      const float d = _cvtsh_ss(w.d) * a.d;
+      const float dm = _cvtsh_ss(w.dmin) * a.d;
+      acc[r] = std::fma(static_cast<float>(is), d, acc[r]);
+      accm[r] = std::fma(static_cast<float>(imin), dm, accm[r]);
+    }
+  }
+  for (int r = 0; r < 4; ++r)
+    out[r] = acc[r] - accm[r];
+}
 #endif
 
 } // namespace
@@ -161,18 +226,34 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
     quantize_activations(ggml_type::q8_k, a + t * k, q.data() + t * nb, k);
   const auto* blocks = static_cast<const block_q4_k*>(w);
   const bool simd = host::widest_isa() != host::isa::scalar;
-  host::for_each_index(static_cast<long>(rows), threads, [&](long r) {
-    const block_q4_k* row = blocks + static_cast<std::size_t>(r) * nb;
+  // Groups of 4 rows (the SIMD path takes them together), the rest one by
+  // one; every row's bits are the same either way.
+  const long groups = static_cast<long>((rows + 3) / 4);
+  host::for_each_index(groups, threads, [&](long g) {
+    const std::size_t r0 = static_cast<std::size_t>(g) * 4;
+    const std::size_t n = std::min<std::size_t>(4, rows - r0);
     for (std::size_t t = 0; t < m; ++t) {
       const block_q8_k* act = q.data() + t * nb;
-      float v;
 #ifdef EXO_REPACK_X86
-      if (simd)
-        v = dot_row_avx2(row, act, nb);
-      else
+      if (simd && n == 4) {
+        float v[4];
+        dot_rows4_avx2(blocks + r0 * nb, nb, act, v);
+        for (std::size_t i = 0; i < 4; ++i)
+          out[t * rows + r0 + i] = v[i];
+        continue;
+      }
 #endif
-        v = dot_row(row, act, nb);
-      out[t * rows + static_cast<std::size_t>(r)] = v;
+      for (std::size_t i = 0; i < n; ++i) {
+        const block_q4_k* row = blocks + (r0 + i) * nb;
+        float v;
+#ifdef EXO_REPACK_X86
+        if (simd)
+          v = dot_row_avx2(row, act, nb);
+        else
+#endif
+          v = dot_row(row, act, nb);
+        out[t * rows + r0 + i] = v;
+      }
     }
   });
   return true;
