@@ -7,14 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define EXO_REPACK_X86 1
 #endif
-#include <cstring>
-#include <string>
-#include <vector>
 
 namespace exo::backend::quant {
 
