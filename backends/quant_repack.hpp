@@ -11,8 +11,8 @@
 /// and the result is acc - accm (vec_dot folds the eight float lanes and
 /// the minimums in another order). Greedy generations part from
 /// llama.cpp's on near-ties without this (after about 20 tokens on 2-layer
-/// test models). Checked against llama.cpp's haswell (AVX2) variant; its
-/// AVX-512 variants pick the same repacking for Q4_K (they have AVX2).
+/// test models). Checked only against llama.cpp's haswell (AVX2) variant;
+/// whether its AVX-512 variants sum in the same order is not verified.
 
 #include "backends/result.hpp"
 
