@@ -373,6 +373,54 @@ TEST_CASE("overlapping tensors are refused", "[gguf]") {
                     Catch::Contains("overlap"));
 }
 
+TEST_CASE("mutations of a mixed K-quant model are refused or run, never "
+          "crash",
+          "[gguf][fuzz]") {
+  auto o = tiny();
+  o.layers = 1;
+  o.dim = 256;
+  o.ff = 256;
+  o.heads = 2;
+  o.kv_heads = 1;
+  o.type = tensor_type::q4_k;
+  o.mix = file_type::mix::q4_k_m; // Q4_K, Q6_K and F32 tensors
+  const auto good = build_test_model(o).bytes();
+  std::mt19937_64 rng(777);
+  int refused = 0, accepted = 0;
+  for (int i = 0; i < 400; ++i) {
+    auto b = good;
+    switch (rng() % 3) {
+      case 0: // truncate
+        b.resize(rng() % b.size());
+        break;
+      case 1: { // a small integer somewhere in the header (tensor types)
+        size_t p = rng() % std::min<size_t>(b.size() - 4, 14000);
+        uint32_t v = static_cast<uint32_t>(rng() % 40);
+        std::memcpy(b.data() + p, &v, 4);
+        break;
+      }
+      default: // flip bytes anywhere, the blocks' scales included
+        for (int k = 0, n = 1 + rng() % 8; k < n; ++k)
+          b[rng() % b.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+    }
+    try {
+      auto f = gguf_file::parse(b.data(), b.size());
+      auto m = std::make_shared<llama_model>(f);
+      llama_pipeline pipe(m, {0, m->hparams().n_layer});
+      auto seq = pipe.new_sequence(8);
+      (void)pipe.eval(seq, {1, 2});
+      ++accepted;
+    } catch (const gguf_error&) {
+      ++refused;
+    } catch (const model_error&) {
+      ++refused;
+    }
+  }
+  CHECK(refused + accepted == 400);
+  CHECK(refused > 50);
+  CHECK(accepted > 50);
+}
+
 TEST_CASE("thousands of random mutations and truncations never crash",
           "[gguf][fuzz]") {
   const auto good = tiny_bytes();
