@@ -4,6 +4,8 @@
 #
 #   LLAMA_NODE_DIR=DIR bench/model/compare_llama_cpp.sh [BUILD] [RUNS]
 #
+# SPEED_TYPES="q4_k_m q6_k" times other formats (default: f16 q8_0 f32).
+#
 # llama.cpp comes from the node-llama-cpp package (its prebuilt CPU
 # binary), installed by hand outside the project, for example
 #   npm install --prefix /tmp/llama node-llama-cpp@3.22.1
@@ -56,7 +58,7 @@ CASES
 echo
 echo "== speed: 12 layers, 768 wide, ff 2048, 12/4 heads, vocab 32000; 83-token prompt, 32 generated; best of $RUNS =="
 printf '  %-5s %-7s %-22s %-22s %s\n' type threads "prompt tok/s exo|llama" "gen tok/s exo|llama" tokens
-for type in f16 q8_0 f32; do
+for type in ${SPEED_TYPES:-f16 q8_0 f32}; do
   m="$WORK/mid-$type.gguf"
   "$EXO_MODEL" make-test --out "$m" --type "$type" --layers 12 --dim 768 \
     --ff 2048 --heads 12 --kv-heads 4 --vocab 32000 --seed 1 >/dev/null

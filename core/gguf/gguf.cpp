@@ -1,6 +1,9 @@
 #include "core/gguf/gguf.hpp"
 
+#include "backends/quant_formats.hpp"
+
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -192,32 +195,83 @@ const char* to_string(gguf_value_type t) {
   return "?";
 }
 
-const char* to_string(tensor_type t) {
-  switch (t) {
-    case tensor_type::f32:
-      return "F32";
-    case tensor_type::f16:
-      return "F16";
-    case tensor_type::q8_0:
-      return "Q8_0";
+namespace {
+
+namespace quant = exo::backend::quant;
+
+/// The one table: ggml's descriptors (quant::all_types) filtered to weight
+/// formats, with the capitalised names derived from ggml's.
+struct type_table {
+  std::vector<tensor_type> types;
+  std::map<uint32_t, std::string> names;
+  type_table() {
+    std::size_t n = 0;
+    const quant::type_info* all = quant::all_types(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!all[i].weights)
+        continue;
+      auto id = static_cast<uint32_t>(all[i].type);
+      types.push_back(static_cast<tensor_type>(id));
+      std::string up = all[i].name;
+      for (auto& c : up)
+        c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      names[id] = up;
+    }
   }
-  return "?";
+};
+
+const type_table& table() {
+  static const type_table t;
+  return t;
+}
+
+const quant::type_info& info_of(tensor_type t) {
+  const auto* i = quant::find_type(static_cast<uint32_t>(t));
+  if (!i || !i->weights)
+    throw gguf_error("unknown tensor type "
+                     + std::to_string(static_cast<uint32_t>(t)));
+  return *i;
+}
+
+} // namespace
+
+const std::vector<tensor_type>& all_tensor_types() {
+  return table().types;
+}
+
+const char* to_string(tensor_type t) {
+  auto& n = table().names;
+  auto it = n.find(static_cast<uint32_t>(t));
+  return it == n.end() ? "?" : it->second.c_str();
+}
+
+const tensor_type* find_tensor_type(uint32_t id) {
+  for (auto& t : table().types)
+    if (static_cast<uint32_t>(t) == id)
+      return &t;
+  return nullptr;
+}
+
+const tensor_type* parse_tensor_type(const std::string& name) {
+  std::string up = name;
+  for (auto& c : up)
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (auto& [id, n] : table().names)
+    if (n == up)
+      return find_tensor_type(id);
+  return nullptr;
+}
+
+bool is_k_quant(tensor_type t) {
+  return block_elements(t) == quant::qk_k;
 }
 
 uint64_t block_elements(tensor_type t) {
-  return t == tensor_type::q8_0 ? 32 : 1;
+  return info_of(t).block_size;
 }
 
 uint64_t block_bytes(tensor_type t) {
-  switch (t) {
-    case tensor_type::f32:
-      return 4;
-    case tensor_type::f16:
-      return 2;
-    case tensor_type::q8_0:
-      return 34;
-  }
-  return 0;
+  return info_of(t).block_bytes;
 }
 
 uint64_t row_bytes(tensor_type t, uint64_t n) {
@@ -362,11 +416,21 @@ void gguf_file::parse_all() {
       ti.ne.push_back(ne);
     }
     auto t = c.read<uint32_t>("tensor type");
-    if (t != 0 && t != 1 && t != 8)
+    const tensor_type* known = find_tensor_type(t);
+    if (!known) {
+      const auto* q = backend::quant::find_type(t);
+      std::string supported;
+      for (auto k : all_tensor_types())
+        supported += std::string(supported.empty() ? "" : ", ") + to_string(k)
+                     + "=" + std::to_string(static_cast<uint32_t>(k));
       throw gguf_error("tensor '" + ti.name + "' has unknown or unsupported "
                        "tensor type " + std::to_string(t)
-                       + " (supported: F32=0, F16=1, Q8_0=8)");
-    ti.type = static_cast<tensor_type>(t);
+                       + (q ? std::string(" (") + q->name
+                                + ", an activation format)"
+                            : std::string())
+                       + " (supported: " + supported + ")");
+    }
+    ti.type = *known;
     ti.offset = c.read<uint64_t>("tensor offset");
     ti.n_elements = n;
     if (ti.ne[0] % block_elements(ti.type) != 0)

@@ -38,21 +38,48 @@ enum class gguf_value_type : uint32_t {
 /// Returns a readable name such as "uint32" for `t`.
 const char* to_string(gguf_value_type t);
 
-/// Tensor element types (ggml numbering). Only F32, F16 and Q8_0 are
-/// supported; any other number in a file is refused as unknown.
+/// Tensor element types (ggml numbering): the weight formats of
+/// backends/quant_formats.hpp (llama.cpp's F32, F16, BF16, Q4_0 ... Q8_0 and
+/// the K-quants Q2_K ... Q6_K). Any other number in a file (the activation
+/// formats Q8_1 and Q8_K included) is refused at load, naming it.
 enum class tensor_type : uint32_t {
   f32 = 0,
   f16 = 1,
+  q4_0 = 2,
+  q4_1 = 3,
+  q5_0 = 6,
+  q5_1 = 7,
   q8_0 = 8,
+  q2_k = 10,
+  q3_k = 11,
+  q4_k = 12,
+  q5_k = 13,
+  q6_k = 14,
+  bf16 = 30,
 };
 
-/// Returns "F32", "F16" or "Q8_0".
+/// Every tensor_type, in id order.
+const std::vector<tensor_type>& all_tensor_types();
+
+/// Returns llama.cpp's file-type spelling in capitals: "F32", "Q8_0",
+/// "Q4_K", "BF16" ("?" for a value outside the enumeration).
 const char* to_string(tensor_type t);
 
-/// Elements per block of `t` (1 for F32 and F16, 32 for Q8_0).
+/// The tensor type whose ggml id is `id`, or nullptr when the id is not a
+/// weight format handled here.
+const tensor_type* find_tensor_type(uint32_t id);
+
+/// The tensor type named `name`, case-insensitively ("q4_k", "Q4_K",
+/// "bf16"), or nullptr.
+const tensor_type* parse_tensor_type(const std::string& name);
+
+/// Whether `t` is a K-quant (256-element super-blocks).
+bool is_k_quant(tensor_type t);
+
+/// Elements per block of `t` (1 for F32/F16/BF16, 32, or 256 for K-quants).
 uint64_t block_elements(tensor_type t);
 
-/// Bytes per block of `t` (4, 2, 34).
+/// Bytes per block of `t` (e.g. 4 for F32, 34 for Q8_0, 144 for Q4_K).
 uint64_t block_bytes(tensor_type t);
 
 /// Bytes needed to store `n` elements of `t`; throws gguf_error when `n` is

@@ -22,7 +22,77 @@ void append_string(std::vector<uint8_t>& out, const std::string& s) {
   out.insert(out.end(), s.begin(), s.end());
 }
 
+template <class T>
+const T& held(const gguf_value& v, const std::string& key) {
+  if (auto* p = std::get_if<T>(&v))
+    return *p;
+  throw gguf_error("metadata '" + key + "' does not hold its declared type");
+}
+
+void encode_value(std::vector<uint8_t>& out, gguf_value_type t,
+                  const gguf_value& v, const std::string& key) {
+  switch (t) {
+    case gguf_value_type::u8:
+      append(out, static_cast<uint8_t>(held<uint64_t>(v, key)));
+      return;
+    case gguf_value_type::i8:
+      append(out, static_cast<int8_t>(held<int64_t>(v, key)));
+      return;
+    case gguf_value_type::u16:
+      append(out, static_cast<uint16_t>(held<uint64_t>(v, key)));
+      return;
+    case gguf_value_type::i16:
+      append(out, static_cast<int16_t>(held<int64_t>(v, key)));
+      return;
+    case gguf_value_type::u32:
+      append(out, static_cast<uint32_t>(held<uint64_t>(v, key)));
+      return;
+    case gguf_value_type::i32:
+      append(out, static_cast<int32_t>(held<int64_t>(v, key)));
+      return;
+    case gguf_value_type::u64:
+      append(out, held<uint64_t>(v, key));
+      return;
+    case gguf_value_type::i64:
+      append(out, held<int64_t>(v, key));
+      return;
+    case gguf_value_type::f32:
+      append(out, static_cast<float>(held<double>(v, key)));
+      return;
+    case gguf_value_type::f64:
+      append(out, held<double>(v, key));
+      return;
+    case gguf_value_type::boolean:
+      append(out, static_cast<uint8_t>(held<bool>(v, key) ? 1 : 0));
+      return;
+    case gguf_value_type::string:
+      append_string(out, held<std::string>(v, key));
+      return;
+    case gguf_value_type::array: {
+      const auto& a = held<std::shared_ptr<gguf_array>>(v, key);
+      if (!a)
+        throw gguf_error("metadata '" + key + "' holds no array");
+      append<uint32_t>(out, static_cast<uint32_t>(a->type));
+      append<uint64_t>(out, a->values.size());
+      for (auto& x : a->values)
+        encode_value(out, a->type, x, key);
+      return;
+    }
+  }
+  throw gguf_error("metadata '" + key + "' has an unknown type");
+}
+
 } // namespace
+
+void gguf_writer::set_value(const gguf_kv& kv) {
+  if (kv.key == "general.alignment" && kv.type == gguf_value_type::u32) {
+    set_u32(kv.key, static_cast<uint32_t>(held<uint64_t>(kv.value, kv.key)));
+    return;
+  }
+  std::vector<uint8_t> e;
+  encode_value(e, kv.type, kv.value, kv.key);
+  put(kv.key, kv.type, std::move(e));
+}
 
 void gguf_writer::put(const std::string& key, gguf_value_type t,
                       std::vector<uint8_t> encoded) {

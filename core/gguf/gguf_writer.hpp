@@ -21,6 +21,9 @@ public:
   void set_strings(const std::string& key, const std::vector<std::string>& v);
   void set_f32s(const std::string& key, const std::vector<float>& v);
   void set_i32s(const std::string& key, const std::vector<int32_t>& v);
+  /// Copies a metadata entry read from a file, any type (arrays too);
+  /// throws gguf_error when the value does not hold what its type says.
+  void set_value(const gguf_kv& kv);
 
   /// Adds a tensor with dimensions `ne` (ne[0] contiguous) whose encoded
   /// bytes are `data` (row_bytes(type, product of ne) of them).

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/quant_formats.hpp"
+
 namespace exo::model {
 
 // Half conversion and Q8_0 quantization live in backends/host_kernels.cpp,
@@ -45,6 +47,11 @@ void dequantize(tensor_type t, const uint8_t* src, float* dst, size_t n) {
           dst[b * 32 + j] = d * blk.qs[j];
       }
       return;
+    default:
+      // Every other format: ggml's to_float (backends/quant_formats).
+      backend::quant::dequantize_row(
+        static_cast<backend::quant::ggml_type>(t), src, dst, n);
+      return;
   }
 }
 
@@ -67,6 +74,12 @@ void quantize(tensor_type t, const float* src, uint8_t* dst, size_t n) {
       }
       return;
     }
+    default:
+      // ggml's reference quantizers (what llama-quantize writes without an
+      // importance matrix).
+      backend::quant::quantize_row(static_cast<backend::quant::ggml_type>(t),
+                                   src, dst, n);
+      return;
   }
 }
 

@@ -25,11 +25,13 @@ using block_q8_0 = backend::host::block_q8_0;
 /// Quantises `n` floats (a multiple of 32) to Q8_0 as ggml's reference does.
 void quantize_q8_0(const float* x, block_q8_0* y, size_t n);
 
-/// Dequantises `n` elements of type `t` from `src` into `dst`.
+/// Dequantises `n` elements of type `t` (any tensor_type, whole blocks)
+/// from `src` into `dst` as ggml's to_float does.
 void dequantize(tensor_type t, const uint8_t* src, float* dst, size_t n);
 
-/// Encodes `n` floats into type `t` (F32, F16 or Q8_0) at `dst`, which holds
-/// row_bytes(t, n) bytes.
+/// Encodes `n` floats into type `t` at `dst`, which holds row_bytes(t, n)
+/// bytes (any tensor_type; `n` a whole number of blocks). Quantized formats
+/// use ggml's reference quantizers.
 void quantize(tensor_type t, const float* src, uint8_t* dst, size_t n);
 
 } // namespace exo::model

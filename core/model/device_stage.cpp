@@ -175,6 +175,7 @@ result<op_kind> matmul_kind(tensor_type t) {
     case tensor_type::f32: return op_kind::matmul_f32;
     case tensor_type::f16: return op_kind::matmul_f16;
     case tensor_type::q8_0: return op_kind::matmul_q8_0;
+    default: break;
   }
   return fail(errc::unsupported, std::string{"weights of type "}
                                    + to_string(t)
@@ -199,8 +200,16 @@ std::uint64_t logits_buffer_bytes(const llama_hparams& hp,
   return std::uint64_t{o.max_logit_rows} * hp.n_vocab * 4;
 }
 
+/// Whether the device operations take matrices of type t as they are
+/// stored; every other format is dequantized to F16 on upload.
+bool device_native(tensor_type t) {
+  return t == tensor_type::f32 || t == tensor_type::f16
+         || t == tensor_type::q8_0;
+}
+
 std::uint64_t matrix_bytes(const ops::matrix_view& m) {
-  return row_bytes(m.type, m.cols) * m.rows;
+  const tensor_type t = device_native(m.type) ? m.type : tensor_type::f16;
+  return row_bytes(t, m.cols) * m.rows;
 }
 
 } // namespace
@@ -309,8 +318,9 @@ result<device_handle> device_stage::alloc(std::uint64_t bytes) {
 }
 
 result<device_handle> device_stage::upload(const void* data,
-                                           std::uint64_t bytes) {
-  if (opts_.weights_in_place) {
+                                           std::uint64_t bytes,
+                                           bool may_adopt) {
+  if (opts_.weights_in_place && may_adopt) {
     // The model (its mapping) outlives every buffer of this stage.
     auto a = ops_.adopt_host(data, bytes, model_);
     if (a) {
@@ -337,13 +347,32 @@ result<device_handle> device_stage::upload(const void* data,
 
 result<device_stage::matrix>
 device_stage::upload_matrix(const ops::matrix_view& m) {
+  matrix out;
+  out.rows = m.rows;
+  out.cols = m.cols;
+  if (!device_native(m.type)) {
+    // No device operation for this format (Q4_0 ... Q6_K, BF16): the
+    // weights go up dequantized (ggml's to_float) and rounded to F16, and
+    // run as an F16 matrix. A copy, never adopted in place.
+    out.kind = op_kind::matmul_f16;
+    const std::size_t rb = row_bytes(m.type, m.cols);
+    const std::size_t hb = row_bytes(tensor_type::f16, m.cols);
+    std::vector<std::uint8_t> half(hb * m.rows);
+    std::vector<float> row(m.cols);
+    for (std::size_t r = 0; r < m.rows; ++r) {
+      dequantize(m.type, m.data + r * rb, row.data(), m.cols);
+      quantize(tensor_type::f16, row.data(), half.data() + r * hb, m.cols);
+    }
+    auto h = upload(half.data(), half.size(), false);
+    if (!h)
+      return h.err();
+    out.buf = *h;
+    return out;
+  }
   auto kind = matmul_kind(m.type);
   if (!kind)
     return kind.err();
-  matrix out;
   out.kind = *kind;
-  out.rows = m.rows;
-  out.cols = m.cols;
   auto h = upload(m.data, matrix_bytes(m));
   if (!h)
     return h.err();

@@ -226,7 +226,9 @@ struct stage_memory {
 
 /// The memory of a device stage of `m`'s layers [first, last) with options
 /// `o`. Weights are counted at the size create() uploads (the file's
-/// tensor bytes for F32, F16 and Q8_0). Throws model_error for a bad range.
+/// tensor bytes for F32, F16 and Q8_0, which have device operations; two
+/// bytes per weight for every other format, which create() dequantizes to
+/// F16 as it uploads). Throws model_error for a bad range.
 stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
                                  std::uint32_t last,
                                  const device_stage_options& o);
@@ -362,8 +364,11 @@ private:
                device_stage_options opts);
 
   backend::status upload_all();
+  /// `may_adopt`: the bytes outlive the stage (the file mapping), so a
+  /// device that reads host memory may use them in place.
   backend::result<device_handle> upload(const void* data,
-                                        std::uint64_t bytes);
+                                        std::uint64_t bytes,
+                                        bool may_adopt = true);
   backend::result<matrix> upload_matrix(const ops::matrix_view& m);
   backend::result<device_handle> alloc(std::uint64_t bytes);
   backend::status run_batched(const std::vector<device_op>& ops);

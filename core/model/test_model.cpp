@@ -162,8 +162,15 @@ gguf_writer build_test_model(const test_model_options& o) {
       || head_dim % 2 != 0)
     throw gguf_error("dim must split into an even head size and heads into "
                      "kv-heads");
-  if (o.type == tensor_type::q8_0 && (o.dim % 32 != 0 || o.ff % 32 != 0))
-    throw gguf_error("Q8_0 needs dim and ff to be multiples of 32");
+  const file_type ft{o.type, o.mix};
+  if (o.dim % block_elements(o.type) != 0 || o.ff % block_elements(o.type) != 0
+      || (ft.kind != file_type::mix::none && (o.dim % 256 || o.ff % 256)))
+    throw gguf_error(std::string(to_string(o.type)) + " needs dim and ff to "
+                     "be multiples of "
+                     + std::to_string(ft.kind != file_type::mix::none
+                                        ? 256
+                                        : block_elements(o.type))
+                     + " (its block size)");
   if (!o.vocab_from && o.tokenizer != "llama" && o.tokenizer != "gpt2")
     throw gguf_error("unknown tokenizer '" + o.tokenizer
                      + "' (llama or gpt2)");
@@ -208,9 +215,7 @@ gguf_writer build_test_model(const test_model_options& o) {
     w.set_u32(a + ".attention.key_length", head_dim);
     w.set_u32(a + ".attention.value_length", head_dim);
   }
-  w.set_u32("general.file_type", o.type == tensor_type::f32   ? 0
-                                 : o.type == tensor_type::f16 ? 1
-                                                              : 7);
+  w.set_u32("general.file_type", llama_ftype(ft));
   w.set_string("tokenizer.ggml.model", model);
   w.set_string("tokenizer.ggml.pre", pre);
   w.set_strings("tokenizer.ggml.tokens", v.tokens);
@@ -245,12 +250,19 @@ gguf_writer build_test_model(const test_model_options& o) {
 
   // Matrices uniform in +-1/sqrt(inputs) keep activations near unit size;
   // norms near 1; the embedding uniform in +-1.
+  uint32_t layer = 0;
   auto matrix = [&](const std::string& name, uint32_t in, uint32_t out,
                     float scale) {
     std::vector<float> m(size_t{in} * out);
     for (auto& x : m)
       x = uniform(rng) * scale;
-    w.add_tensor(name, {in, out}, o.type, m);
+    matrix_role r{name, layer, o.layers, o.heads / o.kv_heads, !o.tied, in};
+    // One format for every matrix (the head too, so that it is tested),
+    // or llama-quantize's choices for a mix.
+    w.add_tensor(name, {in, out},
+                 ft.kind == file_type::mix::none ? o.type
+                                                 : matrix_type(ft, r),
+                 m);
   };
   auto norm = [&](const std::string& name, uint32_t n, float scale = 1.0f) {
     std::vector<float> m(n);
@@ -268,6 +280,7 @@ gguf_writer build_test_model(const test_model_options& o) {
   const float s_ff = 1.0f / std::sqrt(static_cast<float>(o.ff));
   matrix("token_embd.weight", o.dim, n_vocab, 1.0f);
   for (uint32_t l = 0; l < o.layers; ++l) {
+    layer = l;
     auto p = "blk." + std::to_string(l) + ".";
     norm(p + "attn_norm.weight", o.dim);
     matrix(p + "attn_q.weight", o.dim, n_q, s_in * o.qk_scale);

@@ -6,6 +6,7 @@
 
 #include "core/gguf/gguf.hpp"
 #include "core/gguf/gguf_writer.hpp"
+#include "core/model/quant_mix.hpp"
 #include "core/tokenizer/hf_vocab.hpp"
 
 namespace exo::model {
@@ -26,6 +27,9 @@ struct test_model_options {
   uint32_t vocab = 512;
   uint32_t ctx = 256;
   tensor_type type = tensor_type::f32; ///< Of the matrices (norms: F32).
+  /// A llama.cpp mix (Q3_K_M, Q4_K_M, Q5_K_M) over `type`: some matrices
+  /// get other formats, as llama-quantize assigns them (matrix_type).
+  file_type::mix mix = file_type::mix::none;
   std::string tokenizer = "llama";     ///< "llama" or "gpt2".
   /// A real vocabulary (hf_vocab_from_json) used instead of a generated
   /// one; `vocab` and `tokenizer` are then ignored.

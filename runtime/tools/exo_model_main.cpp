@@ -3,6 +3,7 @@
 //   exo-model make-test --out m.gguf --layers 2 --dim 64 --ff 128 --heads 4
 //     ...
 //   exo-model info m.gguf
+//   exo-model quantize in-f32.gguf out.gguf q4_k_m
 //   exo-model run --model m.gguf --prompt "hello world" -n 16 [--seed S]
 //     [--temperature T] [--top-k K] [--top-p P] [--threads N]
 //     [--llama-threads N] [--logits-out FILE]
@@ -22,7 +23,9 @@
 #include "core/gguf/gguf.hpp"
 #include "core/model/llama_hparams.hpp"
 #include "core/model/llama_model.hpp"
+#include "core/model/model_info.hpp"
 #include "core/model/ops.hpp"
+#include "core/model/quantize.hpp"
 #include "core/model/sampler.hpp"
 #include "core/model/test_model.hpp"
 #include "core/tokenizer/tokenizer.hpp"
@@ -44,6 +47,7 @@ struct arguments {
   bool llama3_rope = false;
   bool print_ids = false;
   std::string file;
+  std::string q_in, q_out, q_type;
   const CLI::App* cmd = nullptr;
 
   bool count(const std::string& key) const {
@@ -81,14 +85,16 @@ float to_float(const std::string& key, const std::string& v) {
   }
 }
 
-tensor_type parse_type(const std::string& s) {
-  if (s == "f32" || s == "F32")
-    return tensor_type::f32;
-  if (s == "f16" || s == "F16")
-    return tensor_type::f16;
-  if (s == "q8_0" || s == "Q8_0")
-    return tensor_type::q8_0;
-  throw usage_error("--type must be f32, f16 or q8_0, not '" + s + "'");
+const char* const type_names =
+  "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, "
+  "q6_k, q3_k_m, q4_k_m or q5_k_m";
+
+file_type parse_type(const std::string& what, const std::string& s) {
+  file_type ft;
+  if (!parse_file_type(s, ft))
+    throw usage_error(what + " must be one of " + type_names + ", not '" + s
+                      + "'");
+  return ft;
 }
 
 int cmd_make_test(const arguments& a) {
@@ -113,8 +119,11 @@ int cmd_make_test(const arguments& a) {
       o.ctx = static_cast<uint32_t>(to_uint(k, v));
     else if (k == "seed")
       o.seed = to_uint(k, v);
-    else if (k == "type")
-      o.type = parse_type(v);
+    else if (k == "type") {
+      auto ft = parse_type("--type", v);
+      o.type = ft.base;
+      o.mix = ft.kind;
+    }
     else if (k == "tokenizer")
       o.tokenizer = v;
     else if (k == "arch")
@@ -144,10 +153,22 @@ int cmd_make_test(const arguments& a) {
   return 0;
 }
 
+int cmd_quantize(const arguments& a) {
+  if (a.q_in.empty() || a.q_out.empty() || a.q_type.empty())
+    throw usage_error("quantize needs IN OUT TYPE");
+  auto ft = parse_type("TYPE", a.q_type);
+  quantize_file(a.q_in, a.q_out, ft);
+  std::printf("wrote %s (%s)\n", a.q_out.c_str(), to_string(ft).c_str());
+  return 0;
+}
+
 int cmd_info(const arguments& a) {
   if (a.file.empty())
     throw usage_error("info needs exactly one FILE");
   auto f = gguf_file::open(a.file);
+  for (auto& line : summary_lines(summarize(*f)))
+    std::printf("%s\n", line.c_str());
+  std::printf("\n");
   std::printf("GGUF v%u, %zu metadata keys, %zu tensors, alignment %llu, "
               "data at %llu, %llu bytes\n",
               f->version(), f->metadata().size(), f->tensors().size(),
@@ -306,7 +327,10 @@ int main(int argc, char** argv) {
   opt(make, "kv-heads", "key/value heads", "K");
   opt(make, "vocab", "vocabulary size", "V");
   opt(make, "ctx", "training context", "C");
-  opt(make, "type", "tensor type", "f32|f16|q8_0");
+  opt(make, "type",
+      "matrix format: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k "
+      "q5_k q6_k, or llama.cpp's mixes q3_k_m q4_k_m q5_k_m",
+      "TYPE");
   opt(make, "tokenizer", "tokenizer kind", "llama|gpt2");
   opt(make, "arch", "architecture (llama)", "llama|qwen2|qwen3");
   opt(make, "head-dim", "attention head size (dim / heads)", "N");
@@ -324,6 +348,13 @@ int main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "describe a GGUF file: metadata, "
                                           "tensors, per-layer costs");
   info->add_option("file", a.file, "the GGUF file")->type_name("FILE");
+  auto* quant = app.add_subcommand(
+    "quantize", "re-encode an F32/F16/BF16 GGUF as llama-quantize does "
+                "(ggml's reference quantizers, llama.cpp's per-tensor mixes)");
+  quant->add_option("in", a.q_in, "the F32, F16 or BF16 GGUF")
+    ->type_name("IN");
+  quant->add_option("out", a.q_out, "the file to write")->type_name("OUT");
+  quant->add_option("type", a.q_type, type_names)->type_name("TYPE");
   auto* run = app.add_subcommand("run", "generate text on the CPU");
   opt(run, "model", "the model (GGUF)", "FILE");
   opt(run, "prompt", "the prompt", "TEXT");
@@ -348,6 +379,10 @@ int main(int argc, char** argv) {
     if (info->parsed()) {
       a.cmd = info;
       return cmd_info(a);
+    }
+    if (quant->parsed()) {
+      a.cmd = quant;
+      return cmd_quantize(a);
     }
     a.cmd = run;
     return cmd_run(a);

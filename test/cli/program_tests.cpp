@@ -53,6 +53,7 @@ const std::vector<command>& every_command() {
     {"runtime/tools/exo-model", {}},
     {"runtime/tools/exo-model", {"make-test"}},
     {"runtime/tools/exo-model", {"info"}},
+    {"runtime/tools/exo-model", {"quantize"}},
     {"runtime/tools/exo-model", {"run"}},
     {"runtime/tools/exo-plan", {}},
   };

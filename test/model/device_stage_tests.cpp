@@ -61,8 +61,8 @@ struct temp_model {
     o.arch = arch;
     o.head_dim = head_dim;
     o.layers = 4;
-    o.dim = 64;
-    o.ff = 128;
+    o.dim = is_k_quant(type) ? 256 : 64; // K-quant rows are 256 wide
+    o.ff = is_k_quant(type) ? 256 : 128;
     o.heads = 4;
     o.kv_heads = 2;
     o.vocab = 400;
@@ -174,10 +174,23 @@ void compare_on(backend::device& dev, const temp_model& tm, tensor_type type,
   // cpu device when not asked) get copies.
   const bool adopts =
     in_place && dev.properties().kind == backend::backend_kind::cpu;
-  CHECK(a.weight_bytes_in_place() == (adopts ? a.weight_bytes() : 0));
-  CHECK(b.weight_bytes_in_place() == (adopts ? b.weight_bytes() : 0));
+  // Formats without a device operation go up as F16 copies (the norms
+  // alone are adopted in place then).
+  const bool native = type == tensor_type::f32 || type == tensor_type::f16
+                      || type == tensor_type::q8_0;
+  if (native) {
+    CHECK(a.weight_bytes_in_place() == (adopts ? a.weight_bytes() : 0));
+    CHECK(b.weight_bytes_in_place() == (adopts ? b.weight_bytes() : 0));
+  } else {
+    CHECK(a.weight_bytes_in_place() < a.weight_bytes());
+    CHECK((a.weight_bytes_in_place() > 0) == adopts);
+    CHECK(a.weight_bytes()
+          == device_stage_memory(*tm.model, 0, 2, opts).weight_bytes());
+    CHECK(b.weight_bytes()
+          == device_stage_memory(*tm.model, 2, 4, opts).weight_bytes());
+  }
   CHECK(ops.adopted == a.weight_bytes_in_place() + b.weight_bytes_in_place());
-  if (adopts) // nothing uploaded: writes carry only activations
+  if (adopts && native) // nothing uploaded: writes carry only activations
     CHECK(ops.writes == 0);
 
   llama_pipeline ref(tm.model, {0, 2, 4});
@@ -262,6 +275,21 @@ TEST_CASE("qwen2 and qwen3 device stages give the host engine's logits on "
       compare_on(*dev, q2, type, true);
       compare_on(*dev, q3, type, false);
     }
+  }
+}
+
+// Formats without device operations (every ggml format but F32, F16 and
+// Q8_0) are dequantized to F16 as the stage uploads them: the devices then
+// differ from the host engine (which rounds activations to Q8_K, Q8_0, Q8_1
+// or BF16 for them) by about what Q8_0 does.
+TEST_CASE("a device stage runs the other weight formats as F16 copies",
+          "[device_stage]") {
+  for (auto type : {tensor_type::q4_0, tensor_type::q4_k, tensor_type::q6_k,
+                    tensor_type::bf16}) {
+    temp_model tm(type);
+    for (auto* dev : devices().devices())
+      for (bool in_place : {true, false})
+        compare_on(*dev, tm, type, in_place);
   }
 }
 

@@ -1,7 +1,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <iterator>
 #include <cstring>
 #include <functional>
 #include <fstream>
@@ -146,6 +148,82 @@ TEST_CASE("Q8_0 and F16 encodings round-trip within their precision",
   CHECK(f16_to_f32(f32_to_f16(5.9604645e-8f)) == 5.9604645e-8f);
 }
 
+TEST_CASE("tensor types cover llama.cpp's weight formats from one table",
+          "[gguf]") {
+  struct row {
+    uint32_t id;
+    const char* name;
+    uint64_t elements, bytes;
+  };
+  const row expected[] = {
+    {0, "F32", 1, 4},       {1, "F16", 1, 2},       {2, "Q4_0", 32, 18},
+    {3, "Q4_1", 32, 20},    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},
+    {8, "Q8_0", 32, 34},    {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110},
+    {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176}, {14, "Q6_K", 256, 210},
+    {30, "BF16", 1, 2}};
+  REQUIRE(all_tensor_types().size() == std::size(expected));
+  for (auto& e : expected) {
+    INFO(e.name);
+    const tensor_type* t = find_tensor_type(e.id);
+    REQUIRE(t != nullptr);
+    CHECK(std::string(to_string(*t)) == e.name);
+    CHECK(block_elements(*t) == e.elements);
+    CHECK(block_bytes(*t) == e.bytes);
+    CHECK(row_bytes(*t, 512) == 512 / e.elements * e.bytes);
+    CHECK(is_k_quant(*t) == (e.elements == 256));
+    std::string lower = e.name;
+    for (auto& c : lower)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    REQUIRE(parse_tensor_type(lower) != nullptr);
+    CHECK(*parse_tensor_type(lower) == *t);
+  }
+  for (uint32_t id : {4u, 5u, 9u, 15u, 16u, 29u, 31u, 1000u})
+    CHECK(find_tensor_type(id) == nullptr);
+  CHECK(parse_tensor_type("q8_k") == nullptr);
+  CHECK(parse_tensor_type("q4_k_m") == nullptr);
+  CHECK_THROWS_WITH(row_bytes(tensor_type::q4_k, 128),
+                    Catch::Contains("not a multiple of the Q4_K block size "
+                                    "256"));
+}
+
+TEST_CASE("every tensor type round-trips through a GGUF file", "[gguf]") {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> x(512);
+  for (auto& v : x)
+    v = d(rng);
+  gguf_writer w;
+  w.set_string("general.architecture", "llama");
+  for (auto t : all_tensor_types())
+    w.add_tensor(std::string("t.") + to_string(t), {256, 2}, t, x);
+  auto b = w.bytes();
+  auto f = gguf_file::parse(b.data(), b.size());
+  for (auto t : all_tensor_types()) {
+    INFO(to_string(t));
+    auto& ti = f->tensor(std::string("t.") + to_string(t));
+    CHECK(ti.type == t);
+    CHECK(ti.n_bytes == row_bytes(t, 512));
+    std::vector<float> y(512);
+    dequantize(t, ti.data, y.data(), 512);
+    // Within the format's precision: 2 bits of 1.0 for Q2_K down to half
+    // and bfloat16 rounding.
+    const double bound = t == tensor_type::f32 ? 0.0
+                         : t == tensor_type::q2_k ? 0.5
+                         : t == tensor_type::q3_k ? 0.25
+                         : t == tensor_type::q4_0 ? 0.13 // d = max / -8
+                         : (t == tensor_type::q4_1 || t == tensor_type::q4_k)
+                           ? 0.1
+                         : t == tensor_type::q5_0 ? 0.07 // d = max / -16
+                         : (t == tensor_type::q5_1 || t == tensor_type::q5_k)
+                           ? 0.05
+                           : 0.02;
+    double worst = 0;
+    for (size_t i = 0; i < 512; ++i)
+      worst = std::max(worst, double(std::fabs(x[i] - y[i])));
+    CHECK(worst <= bound);
+  }
+}
+
 TEST_CASE("per-layer costs count the head last and the embedding nowhere",
           "[gguf]") {
   auto b = tiny_bytes();
@@ -223,8 +301,11 @@ TEST_CASE("each kind of malformed file is refused with its message",
      [&](auto& b) { poke<uint32_t>(b, after(b, name), 5); },
      "has 5 dimensions"},
     {"unknown tensor type",
-     [&](auto& b) { poke<uint32_t>(b, after(b, name) + 4 + 16, 2); },
-     "unknown or unsupported tensor type 2"},
+     [&](auto& b) { poke<uint32_t>(b, after(b, name) + 4 + 16, 4); },
+     "unknown or unsupported tensor type 4"},
+    {"activation-only tensor type",
+     [&](auto& b) { poke<uint32_t>(b, after(b, name) + 4 + 16, 15); },
+     "tensor type 15 (q8_K, an activation format)"},
     {"duplicate tensor name",
      [&](auto& b) {
        auto p = after(b, "blk.0.attn_k.weight") - 8;
@@ -290,6 +371,54 @@ TEST_CASE("overlapping tensors are refused", "[gguf]") {
   poke<uint64_t>(b, after(b, "b") + 4 + 8 + 4, 0);
   CHECK_THROWS_WITH(gguf_file::parse(b.data(), b.size()),
                     Catch::Contains("overlap"));
+}
+
+TEST_CASE("mutations of a mixed K-quant model are refused or run, never "
+          "crash",
+          "[gguf][fuzz]") {
+  auto o = tiny();
+  o.layers = 1;
+  o.dim = 256;
+  o.ff = 256;
+  o.heads = 2;
+  o.kv_heads = 1;
+  o.type = tensor_type::q4_k;
+  o.mix = file_type::mix::q4_k_m; // Q4_K, Q6_K and F32 tensors
+  const auto good = build_test_model(o).bytes();
+  std::mt19937_64 rng(777);
+  int refused = 0, accepted = 0;
+  for (int i = 0; i < 400; ++i) {
+    auto b = good;
+    switch (rng() % 3) {
+      case 0: // truncate
+        b.resize(rng() % b.size());
+        break;
+      case 1: { // a small integer somewhere in the header (tensor types)
+        size_t p = rng() % std::min<size_t>(b.size() - 4, 14000);
+        uint32_t v = static_cast<uint32_t>(rng() % 40);
+        std::memcpy(b.data() + p, &v, 4);
+        break;
+      }
+      default: // flip bytes anywhere, the blocks' scales included
+        for (int k = 0, n = 1 + rng() % 8; k < n; ++k)
+          b[rng() % b.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+    }
+    try {
+      auto f = gguf_file::parse(b.data(), b.size());
+      auto m = std::make_shared<llama_model>(f);
+      llama_pipeline pipe(m, {0, m->hparams().n_layer});
+      auto seq = pipe.new_sequence(8);
+      (void)pipe.eval(seq, {1, 2});
+      ++accepted;
+    } catch (const gguf_error&) {
+      ++refused;
+    } catch (const model_error&) {
+      ++refused;
+    }
+  }
+  CHECK(refused + accepted == 400);
+  CHECK(refused > 50);
+  CHECK(accepted > 50);
 }
 
 TEST_CASE("thousands of random mutations and truncations never crash",

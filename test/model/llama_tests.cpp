@@ -9,6 +9,7 @@
 #include <random>
 
 #include "core/gguf/gguf.hpp"
+#include "core/gguf/quant.hpp"
 #include "core/model/llama_model.hpp"
 #include "core/model/sampler.hpp"
 #include "core/model/test_model.hpp"
@@ -58,11 +59,24 @@ ref_tensor load(const gguf_file& f, const std::string& name) {
       uint16_t h;
       std::memcpy(&h, t.data + 2 * i, 2);
       r.v[i] = half_to_double(h);
-    } else {
+    } else if (t.type == tensor_type::q8_0) {
       const uint8_t* blk = t.data + (i / 32) * 34;
       uint16_t d;
       std::memcpy(&d, blk, 2);
       r.v[i] = half_to_double(d) * static_cast<int8_t>(blk[2 + i % 32]);
+    } else {
+      break; // decoded below, a row at a time
+    }
+  }
+  if (t.type != tensor_type::f32 && t.type != tensor_type::f16
+      && t.type != tensor_type::q8_0) {
+    // ggml's to_float (bit-exact against libggml in test/quants).
+    std::vector<float> row(r.cols);
+    const size_t rb = row_bytes(t.type, r.cols);
+    for (size_t y = 0; y < r.rows; ++y) {
+      dequantize(t.type, t.data + y * rb, row.data(), r.cols);
+      for (size_t c = 0; c < r.cols; ++c)
+        r.v[y * r.cols + c] = row[c];
     }
   }
   return r;
@@ -309,6 +323,79 @@ TEST_CASE("Q8_0 logits agree with the reference within 5e-2 relative "
           "(activations quantised to Q8_0, as llama.cpp does)",
           "[llama]") {
   CHECK(worst_error(small(tensor_type::q8_0)) < 5e-2);
+}
+
+TEST_CASE("every weight format and llama.cpp's mixes agree with the "
+          "reference within 5e-2 relative (activations rounded to Q8_K, "
+          "Q8_0, Q8_1 or BF16, as llama.cpp does)",
+          "[llama]") {
+  struct mixed {
+    tensor_type type;
+    file_type::mix mix;
+  };
+  std::vector<mixed> cases;
+  for (auto t : all_tensor_types())
+    cases.push_back({t, file_type::mix::none});
+  cases.push_back({tensor_type::q3_k, file_type::mix::q3_k_m});
+  cases.push_back({tensor_type::q4_k, file_type::mix::q4_k_m});
+  cases.push_back({tensor_type::q5_k, file_type::mix::q5_k_m});
+  for (auto& c : cases) {
+    auto o = small(c.type);
+    o.mix = c.mix;
+    o.layers = 2;
+    o.dim = 256; // K-quant rows are 256 wide
+    o.ff = 256;
+    o.tied = c.mix == file_type::mix::q4_k_m; // a Q6_K token_embd
+    INFO(to_string(file_type{c.type, c.mix}));
+    CHECK(worst_error(o) < 5e-2);
+  }
+}
+
+TEST_CASE("a Q4_K_M model mixes formats per tensor as llama-quantize does",
+          "[llama]") {
+  auto o = small(tensor_type::q4_k);
+  o.mix = file_type::mix::q4_k_m;
+  o.layers = 8;
+  o.dim = 256;
+  o.ff = 256;
+  auto m = model_from(o);
+  auto& f = m->file();
+  CHECK(f.tensor("output.weight").type == tensor_type::q6_k);
+  CHECK(f.tensor("token_embd.weight").type == tensor_type::q4_k);
+  CHECK(f.tensor("output_norm.weight").type == tensor_type::f32);
+  // use_more_bits(i, 8): layers 0, 3, 6, 7.
+  for (uint32_t l = 0; l < 8; ++l) {
+    auto p = "blk." + std::to_string(l) + ".";
+    const bool more = l == 0 || l == 3 || l == 6 || l == 7;
+    INFO(l);
+    auto want = more ? tensor_type::q6_k : tensor_type::q4_k;
+    CHECK(f.tensor(p + "attn_v.weight").type == want);
+    CHECK(f.tensor(p + "ffn_down.weight").type == want);
+    CHECK(f.tensor(p + "attn_q.weight").type == tensor_type::q4_k);
+    CHECK(f.tensor(p + "ffn_up.weight").type == tensor_type::q4_k);
+  }
+  CHECK(f.get_uint("general.file_type") == 15);
+  o.tied = true;
+  CHECK(model_from(o)->file().tensor("token_embd.weight").type
+        == tensor_type::q6_k);
+  o.mix = file_type::mix::q3_k_m;
+  o.type = tensor_type::q3_k;
+  auto m3 = model_from(o);
+  CHECK(m3->file().tensor("blk.0.attn_v.weight").type == tensor_type::q5_k);
+  CHECK(m3->file().tensor("blk.2.attn_v.weight").type == tensor_type::q4_k);
+  CHECK(m3->file().tensor("blk.1.attn_output.weight").type
+        == tensor_type::q4_k);
+  CHECK(m3->file().tensor("blk.1.ffn_down.weight").type == tensor_type::q4_k);
+  CHECK(m3->file().tensor("blk.1.ffn_gate.weight").type == tensor_type::q3_k);
+}
+
+TEST_CASE("a K-quant model with rows that are not whole blocks is refused "
+          "naming the format",
+          "[llama]") {
+  auto o = small(tensor_type::q4_k);
+  CHECK_THROWS_WITH(build_test_model(o),
+                    Catch::Contains("Q4_K needs dim and ff to be multiples "
+                                    "of 256"));
 }
 
 TEST_CASE("one stage and three stages give identical logits", "[llama]") {

@@ -1,0 +1,36 @@
+#pragma once
+
+/// The matrix products llama.cpp's CPU backend computes on weights it has
+/// repacked at load ("extra buffer types", ggml-cpu/repack.cpp): on an AVX2
+/// CPU it interleaves Q4_K matrices whose row count is a multiple of 8 into
+/// block_q4_Kx8 and multiplies them with ggml_gemv/gemm_q4_K_8x8_q8_K. The
+/// integer block sums are those of vec_dot_q4_K_q8_K, but the float
+/// accumulation differs: per output, over the super-blocks in order,
+///   acc  = fma(float(sum_j sc_j * dot_j),        d    * d8, acc)
+///   accm = fma(float(sum_j m_j  * bsum_j),       dmin * d8, accm)
+/// and the result is acc - accm (vec_dot folds the eight float lanes and
+/// the minimums in another order). Greedy generations part from
+/// llama.cpp's on near-ties without this (after about 20 tokens on 2-layer
+/// test models). Checked only against llama.cpp's haswell (AVX2) variant;
+/// whether its AVX-512 variants sum in the same order is not verified.
+
+#include "backends/result.hpp"
+
+#include <cstddef>
+
+namespace exo::backend::quant {
+
+/// Whether llama.cpp (x86, AVX2 and up) repacks a Q4_K matrix of `rows`
+/// rows: rows a multiple of 8.
+bool q4_k_repacked(std::size_t rows) noexcept;
+
+/// out[t * rows + r] = dot(row r of W, row t of A) as ggml's repacked Q4_K
+/// kernels compute it: W is rows x k Q4_K (k a multiple of 256), A is m x k
+/// floats rounded to Q8_K per row. Rows split over `threads` (results do
+/// not depend on it). Refuses null pointers and k not a whole number of
+/// blocks.
+result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
+                                  std::size_t k, const float* a,
+                                  std::size_t m, float* out, int threads);
+
+} // namespace exo::backend::quant

@@ -1,0 +1,47 @@
+// Greedy generation with llama.cpp itself (the node-llama-cpp test tool,
+// CPU, one thread), for quant_oracle_generation_tests: for each job, the
+// prompt's token ids as llama.cpp tokenizes it (BOS prepended when the
+// vocabulary says so) and the first N greedy tokens after it.
+//
+//   node llama_generate.mjs TOOLS_DIR JOBS.json OUT.json
+//
+// JOBS.json: [{"model": PATH, "prompt": TEXT, "n": N, "batch": B}, ...]
+// (batch: llama.cpp's batch size, 512 unless given; 1 evaluates the prompt
+// a token at a time); OUT.json gets
+// [{"prompt": [ids], "generated": [ids]}, ...] in the same order. The prompt
+// is evaluated as one batch; generation does not stop at end-of-generation
+// tokens (llama.cpp yields them like any other).
+import fs from "node:fs";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [tools, jobsPath, outPath] = process.argv.slice(2);
+const { getLlama, LlamaLogLevel } = await import(pathToFileURL(
+  path.join(tools, "node_modules/node-llama-cpp/dist/index.js")).href);
+
+const llama = await getLlama({ gpu: false, build: "never",
+                               logLevel: LlamaLogLevel.error });
+const jobs = JSON.parse(fs.readFileSync(jobsPath, "utf8"));
+const out = [];
+for (const job of jobs) {
+  const model = await llama.loadModel({ modelPath: job.model });
+  const context = await model.createContext({
+    contextSize: 512, batchSize: job.batch ?? 512, threads: 1,
+    sequences: 1 });
+  const seq = context.getSequence();
+  const body = Array.from(model.tokenize(job.prompt, false), Number);
+  const prompt = model.tokens.shouldPrependBosToken
+    ? [Number(model.tokens.bos), ...body] : body;
+  const generated = [];
+  for await (const t of seq.evaluate(prompt, { temperature: 0,
+                                               yieldEogToken: true })) {
+    generated.push(Number(t));
+    if (generated.length >= job.n)
+      break;
+  }
+  out.push({ prompt, generated });
+  await context.dispose();
+  await model.dispose();
+}
+fs.writeFileSync(outPath, JSON.stringify(out));
+await llama.dispose();

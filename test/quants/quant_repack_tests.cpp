@@ -1,0 +1,57 @@
+// The repacked Q4_K order (backends/quant_repack): SIMD and portable paths
+// give the same bits, any thread count gives the same bits, and the result
+// stays within float rounding of vec_dot's (same integers, another order).
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backends/host_kernels.hpp"
+#include "backends/quant_formats.hpp"
+#include "backends/quant_repack.hpp"
+
+using namespace exo::backend;
+using namespace exo::backend::quant;
+
+TEST_CASE("repacked Q4_K products agree across paths and threads and with "
+          "vec_dot",
+          "[quant][repack]") {
+  const std::size_t rows = 16, k = 512, m = 3;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> wf(rows * k), a(m * k);
+  for (auto& x : wf)
+    x = d(rng) * 0.05f;
+  for (auto& x : a)
+    x = d(rng);
+  const std::size_t rb = *row_bytes(ggml_type::q4_k, k);
+  std::vector<std::uint8_t> w(rows * rb);
+  for (std::size_t r = 0; r < rows; ++r)
+    quantize_row(ggml_type::q4_k, wf.data() + r * k, w.data() + r * rb, k);
+
+  std::vector<float> simd(m * rows), scalar(m * rows), two(m * rows),
+    ref(m * rows);
+  REQUIRE(matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, simd.data(), 1)
+            .ok());
+  REQUIRE(matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, two.data(), 2)
+            .ok());
+  host::limit_isa(host::isa::scalar);
+  REQUIRE(
+    matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, scalar.data(), 1)
+      .ok());
+  host::limit_isa(host::isa::avx512);
+  REQUIRE(matmul_quant(w.data(), ggml_type::q4_k, rows, k, a.data(), m,
+                       ref.data(), 1)
+            .ok());
+  CHECK(simd == scalar);
+  CHECK(simd == two);
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    CHECK(std::fabs(simd[i] - ref[i]) <= 1e-5f * (1.0f + std::fabs(ref[i])));
+  CHECK(q4_k_repacked(8));
+  CHECK_FALSE(q4_k_repacked(12));
+  CHECK_FALSE(
+    matmul_q4_k_repacked(w.data(), rows, 100, a.data(), m, ref.data(), 1)
+      .ok());
+}
