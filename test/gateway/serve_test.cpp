@@ -83,13 +83,12 @@ engine_run run_engine(std::vector<std::string> args,
   return e;
 }
 
-bool valid_utf8(const std::string& s) {
-  try {
-    (void) nlohmann::json(s).dump();
-    return true;
-  } catch (const std::exception&) {
-    return false;
-  }
+/// `s` as the gateway's JSON carries it: invalid UTF-8 (random weights
+/// produce stray byte tokens) replaced by U+FFFD.
+std::string as_json_text(const std::string& s) {
+  auto dumped = nlohmann::json(s).dump(-1, ' ', false,
+                                       nlohmann::json::error_handler_t::replace);
+  return nlohmann::json::parse(dumped).get<std::string>();
 }
 
 } // namespace
@@ -141,8 +140,6 @@ TEST_CASE("exo-node serve answers the official openai client with the "
                               "--prompt", user, "-n",
                               std::to_string(chat_n)},
                              rendered);
-  REQUIRE(valid_utf8(plain_run.text));
-  REQUIRE(valid_utf8(chat_run.text));
   auto answer_tokens = [](const engine_run& e, int n, bool& stopped) {
     // Fewer than n: it ended at an end token, which is not part of the
     // answer (an end token as the n-th is not told apart here).
@@ -175,7 +172,7 @@ TEST_CASE("exo-node serve answers the official openai client with the "
      {{"model", "tiny"},
       {"prompt", prompt},
       {"max_tokens", plain_n},
-      {"text", plain_run.text},
+      {"text", as_json_text(plain_run.text)},
       {"tokens", plain_tokens},
       {"prompt_tokens", plain_run.prompt_tokens},
       {"finish", plain_stopped ? "stop" : "length"}}},
@@ -184,7 +181,7 @@ TEST_CASE("exo-node serve answers the official openai client with the "
       {"system", system},
       {"user", user},
       {"max_tokens", chat_n},
-      {"text", chat_run.text},
+      {"text", as_json_text(chat_run.text)},
       {"tokens", chat_tokens},
       {"prompt_tokens", chat_run.prompt_tokens},
       {"finish", chat_stopped ? "stop" : "length"}}},
