@@ -121,6 +121,12 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
   }
   if (!st.mapped.stop_strings.empty())
     st.filter = std::make_unique<stop_filter>(st.mapped.stop_strings);
+  // A coordinator that goes away (the node stopping) may never answer.
+  self->monitor(coordinator);
+  self->set_down_handler([self](caf::down_msg&) {
+    fail_with(self, unavailable("the node is stopping"));
+    self->quit();
+  });
   self
     ->request(coordinator, caf::infinite, run_atom::value, st.mapped.job,
               caf::actor_cast<caf::actor>(self))
