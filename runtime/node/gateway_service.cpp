@@ -1,6 +1,7 @@
 #include "runtime/node/gateway_service.hpp"
 
 #include "core/gateway/job_mapping.hpp"
+#include "core/workload/model_cache.hpp"
 #include "runtime/gateway/job_backend.hpp"
 #include "runtime/gateway/server.hpp"
 #include "runtime/node/runtime.hpp"
@@ -43,6 +44,10 @@ gateway_service::gateway_service(runtime& rt,
                           + " (give one --model-id / gateway.models[].id)");
     try {
       models.push_back(gateway::load_model_source(id, m.path));
+      // The coordinator names a model by its digest (peers fetch it by
+      // that); computed once per file and process, so now rather than on
+      // the first request.
+      (void) workload::file_sha256(m.path);
     } catch (const std::exception& e) {
       throw startup_error(e.what());
     }

@@ -19,8 +19,9 @@ class runtime;
 
 class gateway_service {
 public:
-  /// Reads every model's header (a model that cannot be read, or two
-  /// models with one id, throw startup_error naming it), binds and starts
+  /// Reads every model's header and hashes the file (a model that cannot
+  /// be read, or two models with one id, throw startup_error naming it),
+  /// binds and starts
   /// the server (startup_error naming the address when it cannot bind).
   gateway_service(runtime& rt, const config::gateway_section& g);
   ~gateway_service();
