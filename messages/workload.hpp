@@ -157,7 +157,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_request& x) {
   return f(caf::meta::type_name("exo.job_request"), x.model, x.prompt,
            x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
-           x.keep_logits);
+           x.keep_logits, x.special, x.stop_tokens);
 }
 
 } // namespace workload

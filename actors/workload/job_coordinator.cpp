@@ -193,6 +193,7 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.n_gen = req.n_gen;
   j.sampling = req.sampling;
   j.eog = run->job.tokenizer->eog_ids();
+  j.eog.insert(req.stop_tokens.begin(), req.stop_tokens.end());
   auto id = j.id;
   auto tok = run->job.tokenizer;
   auto produced = std::make_shared<std::atomic<std::uint64_t>>(0);
@@ -598,6 +599,10 @@ run_options run_options_of(const console::parsed_command& p) {
   o.stages = static_cast<std::uint32_t>(p.count("stages", o.stages));
   o.sequences = static_cast<std::uint32_t>(p.count("sequences", o.sequences));
   o.n_ctx = static_cast<std::uint32_t>(p.count("ctx", o.n_ctx));
+  o.chat = p.has("chat");
+  o.system = p.text("system");
+  if (!o.system.empty() && !o.chat)
+    throw std::invalid_argument("--system goes with --chat");
   return o;
 }
 

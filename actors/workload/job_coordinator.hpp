@@ -33,6 +33,8 @@
 /// and, as the node service "jobs", the console commands
 ///   run --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
 ///       [--top-k K] [--top-p P] [--stages K] [--sequences M] [--ctx C]
+///       [--chat [--system TEXT]] (the prompt as a user message in the
+///       model's chat template; stops at its end of turn)
 ///       the reply: "job N", the placement, the bytes of model sent, the
 ///       text and tokens/s; this node's stdout shows the placement, "job N
 ///       started" and the tokens as they come;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -56,6 +57,33 @@ void check_node_name(const std::string& name, const std::string& path) {
 }
 
 } // namespace
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]")
+    return true;
+  // 127.0.0.0/8 in dotted-quad form.
+  if (host.compare(0, 4, "127.") != 0)
+    return false;
+  int dots = 0;
+  for (char c : host) {
+    if (c == '.')
+      ++dots;
+    else if (!std::isdigit(static_cast<unsigned char>(c)))
+      return false;
+  }
+  return dots == 3;
+}
+
+std::string gateway_exposure_problem(const gateway_section& g) {
+  if (is_loopback_host(g.host))
+    return {};
+  return std::string{"the gateway on "} + g.host
+    + " (not a loopback address) needs HTTPS with the cluster CA's server "
+      "certificate and a bearer token"
+    + (g.api_key.empty() ? " (api_key)" : "")
+    + "; HTTPS is not implemented yet: listen on 127.0.0.1 and put a TLS "
+      "proxy in front";
+}
 
 node_config defaults() {
   node_config cfg;
@@ -310,6 +338,54 @@ node_config parse_document(const std::string& json, const std::string& source) {
              bad(p + ".thermal_hysteresis_c", "must exceed thermal_margin_c");
            if (sf.access_rate_per_s > 0 && sf.access_burst < 1)
              bad(p + ".access_burst", "must be at least 1 when a rate is set");
+         }},
+        {"gateway",
+         [&](element e, const std::string& p) {
+           auto& g = cfg.gateway;
+           walk(e, p,
+                {{"host",
+                  [&](element v, const std::string& q) {
+                    g.host = as_nonempty_string(v, q);
+                  }},
+                 {"port",
+                  [&](element v, const std::string& q) {
+                    g.port = static_cast<std::uint16_t>(
+                      as_integer(v, q, 0, 65535));
+                  }},
+                 {"api_key",
+                  [&](element v, const std::string& q) {
+                    g.api_key = as_nonempty_string(v, q);
+                  }},
+                 {"ctx",
+                  [&](element v, const std::string& q) {
+                    g.ctx = static_cast<std::uint32_t>(
+                      as_integer(v, q, 16, 1 << 24));
+                  }},
+                 {"max_queued",
+                  [&](element v, const std::string& q) {
+                    g.max_queued = static_cast<std::uint32_t>(
+                      as_integer(v, q, 1, 65536));
+                  }},
+                 {"models", [&](element v, const std::string& q) {
+                    std::size_t i = 0;
+                    for (auto item : as_array(v, q, "objects")) {
+                      auto ip = at(q, i++);
+                      gateway_model m;
+                      walk(item, ip,
+                           {{"id",
+                             [&](element x, const std::string& r) {
+                               m.id = as_nonempty_string(x, r);
+                             }},
+                            {"path", [&](element x, const std::string& r) {
+                               m.path = as_nonempty_string(x, r);
+                             }}});
+                      if (m.path.empty())
+                        bad(ip + ".path", "required");
+                      g.models.push_back(std::move(m));
+                    }
+                  }}});
+           if (auto why = gateway_exposure_problem(g); !why.empty())
+             bad(p + ".host", why);
          }},
         {"log",
          [&](element e, const std::string& p) {

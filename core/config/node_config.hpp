@@ -87,8 +87,39 @@ struct safety_section {
   bool console_requires_token = false;
 };
 
+/// One model the gateway serves.
+struct gateway_model {
+  std::string id;   ///< empty: the file's name without ".gguf"
+  std::string path; ///< the GGUF file on this node
+};
+
+/// The OpenAI-compatible HTTP gateway (`exo-node serve`, or a node with a
+/// `gateway` section): on when it names at least one model.
+struct gateway_section {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8080; ///< 0 picks a free port
+  /// The bearer token clients must send; empty: none (loopback only).
+  std::string api_key;
+  std::vector<gateway_model> models;
+  /// Context per request (prompt + completion), at most each model's.
+  std::uint32_t ctx = 4096;
+  /// Completions admitted at once (waiting or running); more get 429.
+  std::uint32_t max_queued = 64;
+
+  bool enabled() const { return !models.empty(); }
+};
+
+/// Whether `host` is a loopback address (127.0.0.0/8, ::1, localhost).
+bool is_loopback_host(const std::string& host);
+
+/// Why the gateway may not listen where `g` says, or "": a non-loopback
+/// address needs HTTPS with the cluster CA's server certificate and a
+/// bearer token, and the gateway has no HTTPS yet.
+std::string gateway_exposure_problem(const gateway_section& g);
+
 struct node_config {
   node_section node;
+  gateway_section gateway;
   safety_section safety;
   network_section network;
   tls_section tls;

@@ -162,7 +162,10 @@ std::vector<command_spec> make_table() {
        ranged(dashed("sequences", vt::count, "M",
                      "M copies of the prompt in flight at once"),
               1, 256),
-       ranged(dashed("ctx", vt::count, "C", "context length"), 1, 1 << 24)},
+       ranged(dashed("ctx", vt::count, "C", "context length"), 1, 1 << 24),
+       dashed("chat", vt::flag, "",
+              "the prompt is a user message in the model's chat template"),
+       dashed("system", vt::text, "TEXT", "with --chat: a system message")},
       "run a job on the cluster and print its text");
   t.back().options[0].min = 0; // --model: no range
   add("jobs", "", {}, {}, "the runs this node coordinates");

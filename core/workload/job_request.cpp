@@ -1,6 +1,8 @@
 #include "core/workload/job_request.hpp"
 
+#include "core/gguf/gguf.hpp"
 #include "core/model/llama_model.hpp"
+#include "core/workload/chat_prompt.hpp"
 #include "core/tokenizer/tokenizer.hpp"
 #include "core/workload/run_options.hpp"
 
@@ -29,6 +31,21 @@ job_request make_job_request(const run_options& o) {
   r.sequences = o.sequences;
   r.n_ctx = o.n_ctx;
   r.keep_logits = !o.logits_out.empty();
+  if (o.chat) {
+    chat_prompt chat;
+    try {
+      auto file = model::gguf_file::open(o.model);
+      auto tok = model::tokenizer::from_gguf(*file);
+      chat = render_chat(*file, tok, chat_messages(o.system, o.prompt));
+    } catch (const job_error& e) {
+      throw job_error("model " + o.model + ": " + e.what());
+    } catch (const std::exception& e) {
+      throw job_error("model " + o.model + ": " + e.what());
+    }
+    r.prompt = std::move(chat.text);
+    r.special = true;
+    r.stop_tokens = std::move(chat.stop_tokens);
+  }
   return r;
 }
 
@@ -93,7 +110,7 @@ prepared_job prepare_job(job_request r) {
     throw job_error("model " + r.model + ": " + e.what());
   }
   try {
-    p.prompt = p.tokenizer->encode(r.prompt, p.tokenizer->add_bos());
+    p.prompt = prompt_tokens(*p.tokenizer, r.prompt, r.special);
   } catch (const std::exception& e) {
     throw job_error(std::string{"the prompt cannot be tokenized: "}
                     + e.what());
@@ -104,6 +121,11 @@ prepared_job prepare_job(job_request r) {
   limits.n_vocab = hp.n_vocab;
   limits.n_ctx_train = hp.n_ctx_train;
   p.n_ctx = validate(r, p.prompt.size(), limits);
+  for (auto t : r.stop_tokens)
+    if (t < 0 || static_cast<std::uint32_t>(t) >= limits.n_vocab)
+      throw job_error("stop token " + std::to_string(t)
+                      + " is outside the model's vocabulary of "
+                      + std::to_string(limits.n_vocab));
   p.request = std::move(r);
   return p;
 }

@@ -57,9 +57,18 @@ struct job_request {
   std::uint32_t sequences = 1; ///< copies of the prompt in flight at once
   std::uint32_t n_ctx = 0;     ///< 0: prompt + n_gen
   bool keep_logits = false;    ///< report sequence 0's last logits
+  /// The prompt is a rendered chat (core/workload/chat_prompt.hpp): its
+  /// special tokens are parsed (prompt_tokens with `special`).
+  bool special = false;
+  /// Tokens that end a sequence besides the vocabulary's end-of-generation
+  /// set (a chat template's end of turn).
+  std::vector<std::int32_t> stop_tokens;
 };
 
-/// The job part of a program's or console command's options.
+/// The job part of a program's or console command's options. With
+/// --chat the prompt becomes the model's chat prompt (render_chat of
+/// --system and --prompt; reads the model file): throws job_error when the
+/// model cannot be read or has no chat template.
 job_request make_job_request(const run_options& o);
 
 /// What the rules read from a model.

@@ -72,6 +72,11 @@ void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
     ->type_name("M");
   app.add_option("--ctx", w.ctx, "context length (default: prompt + n)")
     ->type_name("C");
+  app.add_flag("--chat", o.chat,
+               "the prompt is a user message, rendered with the model's "
+               "chat template; stops at its end of turn");
+  app.add_option("--system", o.system, "with --chat: a system message")
+    ->type_name("TEXT");
   if (!local)
     return;
   app.add_option("--logits-out", o.logits_out,
@@ -123,6 +128,8 @@ run_options parse_run_options(const std::vector<std::string>& words,
     o.llama_threads = to_u32("--llama-threads", w.llama_threads, 1, 1024);
   if (o.model.empty())
     throw std::invalid_argument("run needs --model FILE");
+  if (given("--system") && !o.chat)
+    throw std::invalid_argument("--system goes with --chat");
   return o;
 }
 

@@ -3,7 +3,7 @@
 /// The options of a job, shared by `exo-node run` and the console's `run`:
 ///   --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
 ///   [--top-k K] [--top-p P] [--stages K] [--sequences M] [--ctx C]
-///   [--logits-out FILE]
+///   [--chat [--system TEXT]] [--logits-out FILE]
 /// and, for `exo-node run` only, [--config FILE] [--state-dir DIR]
 /// [--llama-threads N].
 
@@ -24,6 +24,11 @@ struct run_options {
                                ///< (local); K: an even split
   std::uint32_t sequences = 1; ///< M copies of the prompt, in flight at once
   std::uint32_t n_ctx = 0;     ///< 0: prompt + n, at most the model's
+  /// --chat: the prompt is the user's message of a chat, rendered with the
+  /// model's chat template (core/workload/chat_prompt.hpp); --system adds
+  /// a system message.
+  bool chat = false;
+  std::string system;
   std::string logits_out;
   std::string config;          ///< local runs: node config file
   std::string state_dir;       ///< local runs: state directory override

@@ -4,6 +4,7 @@
 //   exo-node --check-config FILE      validate a config (exit 0, or 2)
 //   exo-node --devices [--json] [--config FILE]
 //                                     discover, verify, print, exit
+//   exo-node serve --model FILE ...   serve models over the OpenAI API
 //   exo-node plan --problem FILE ...  place a model on devices (no cluster)
 //   exo-node audit verify FILE...     verify audit logs
 //   exo-node --version | --help
@@ -13,14 +14,18 @@
 #include "core/placement/plan_command.hpp"
 #include "core/text/json.hpp"
 #include "messages/atoms.hpp"
+#include "runtime/node/gateway_service.hpp"
 #include "runtime/node/run_command.hpp"
 #include "runtime/node/runtime.hpp"
+#include "runtime/node/serve_command.hpp"
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <unistd.h>
 
 #ifndef EXO_VERSION
@@ -40,6 +45,10 @@ constexpr const char* footer = R"(Commands (each answers --help):
                [--sequences M] [--ctx C] [--llama-threads N] [...]
                (one job on this node: the solver places it on the node's
                devices; --stages K splits evenly)
+  exo-node serve --model FILE.gguf [--model-id ID] [--host 127.0.0.1]
+                 [--port 8080] [--api-key KEY] [--ctx C] [--config FILE]
+               (serve models over the OpenAI API; alone, or as the node of
+               --config in its cluster; also a config's gateway section)
 
 Without --config every setting has its default: a single local node
 (config/README.md describes the file).
@@ -138,10 +147,9 @@ exo::config::node_config load_config(const options& o) {
   }
 }
 
-int run_node(const options& o) {
+int run_node(const exo::config::node_config& cfg,
+             std::chrono::steady_clock::time_point t0) {
   using clock = std::chrono::steady_clock;
-  auto t0 = clock::now();
-  auto cfg = load_config(o);
   install_signal_handlers();
   exo::runtime rt{cfg};
   try {
@@ -158,12 +166,33 @@ int run_node(const options& o) {
     std::cout << rt.tls_note() << "\n";
   std::cout << "exo-node " << cfg.node.name << " listening on "
             << cfg.network.listen << ":" << rt.port() << " (TLS)\n";
+  std::unique_ptr<exo::gateway_service> gateway;
+  if (cfg.gateway.enabled()) {
+    try {
+      gateway = std::make_unique<exo::gateway_service>(rt, cfg.gateway);
+    } catch (const exo::startup_error& e) {
+      std::cerr << "exo-node: " << e.what() << "\n";
+      rt.stop();
+      return 1;
+    }
+    std::string ids;
+    for (auto& id : gateway->model_ids())
+      ids += (ids.empty() ? "" : ", ") + id;
+    std::cout << "exo-node " << cfg.node.name << " serving " << ids
+              << " on http://" << cfg.gateway.host << ":" << gateway->port()
+              << "/v1 (OpenAI API"
+              << (cfg.gateway.api_key.empty() ? ", no api key" : "")
+              << ")\n";
+  }
   std::cout << "exo-node " << cfg.node.name << " ready in " << std::fixed
             << std::setprecision(1) << ready_ms << " ms" << std::endl;
   int sig = wait_for_signal();
   std::cout << "exo-node " << cfg.node.name << ": "
             << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ", shutting down"
             << std::endl;
+  if (gateway)
+    gateway->stop(); // closes the streams: their jobs are cancelled
+  gateway.reset();
   rt.stop();
   std::cout << "exo-node " << cfg.node.name << " stopped" << std::endl;
   return 0;
@@ -180,6 +209,14 @@ int main(int argc, char** argv) {
                                          std::cerr);
   if (argc >= 2 && std::strcmp(argv[1], "run") == 0)
     return exo::run_command(argc - 1, argv + 1, std::cout, std::cerr);
+  if (argc >= 2 && std::strcmp(argv[1], "serve") == 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto s = exo::parse_serve_command(argc - 1, argv + 1, std::cout,
+                                      std::cerr);
+    if (!s.cfg)
+      return s.exit_code;
+    return run_node(*s.cfg, t0);
+  }
   auto o = parse_args(argc, argv);
   if (!o.check_file.empty()) {
     try {
@@ -202,5 +239,6 @@ int main(int argc, char** argv) {
       die(e.status(), e.what());
     }
   }
-  return run_node(o);
+  auto t0 = std::chrono::steady_clock::now();
+  return run_node(load_config(o), t0);
 }

@@ -59,7 +59,8 @@ caf::behavior listen(caf::event_based_actor* self, caf::actor coordinator,
 /// The job through a coordinator of this node alone; returns the exit
 /// status.
 int run_job_on(runtime& rt, const workload::run_options& o,
-               std::ostream& out, std::ostream& err) {
+               workload::job_request req, std::ostream& out,
+               std::ostream& err) {
   auto& sys = rt.system();
   workload::job_coordinator_config cc;
   cc.node = rt.config().node.name;
@@ -71,8 +72,8 @@ int run_job_on(runtime& rt, const workload::run_options& o,
   }
   auto coordinator = workload::spawn_job_coordinator(sys, std::move(cc));
   auto result = std::make_shared<outcome>();
-  auto listener = sys.spawn(listen, coordinator,
-                            workload::make_job_request(o), &out, result);
+  auto listener = sys.spawn(listen, coordinator, std::move(req), &out,
+                            result);
   {
     caf::scoped_actor self{sys};
     self->wait_for(listener);
@@ -121,6 +122,7 @@ int run_job_on(runtime& rt, const workload::run_options& o,
 
 int run_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
   workload::run_options o;
+  workload::job_request req;
   config::node_config cfg;
   try {
     o = workload::parse_run_options(
@@ -136,6 +138,7 @@ int run_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
       cfg.devices.cpu_llama_threads = static_cast<int>(o.llama_threads);
     cfg.network.port = 0;
     cfg.network.seeds.clear();
+    req = workload::make_job_request(o); // --chat renders the prompt here
   } catch (const std::exception& e) {
     err << "exo-node run: " << e.what() << "\n";
     return 2;
@@ -149,7 +152,7 @@ int run_command(int argc, char** argv, std::ostream& out, std::ostream& err) {
   }
   // Every actor handle lives in here: runtime::stop() destroys the actor
   // system, which waits for every actor still referenced.
-  auto code = run_job_on(rt, o, out, err);
+  auto code = run_job_on(rt, o, std::move(req), out, err);
   rt.stop();
   return code;
 }

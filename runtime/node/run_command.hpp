@@ -4,7 +4,8 @@
 ///
 ///   exo-node run --model FILE.gguf --prompt TEXT [-n N] [--seed S]
 ///     [--temperature T] [--top-k K] [--top-p P] [--stages K]
-///     [--sequences M] [--ctx C] [--logits-out FILE] [--config FILE]
+///     [--sequences M] [--ctx C] [--chat [--system TEXT]]
+///     [--logits-out FILE] [--config FILE]
 ///     [--state-dir DIR] [--llama-threads N]
 ///
 /// Starts the node (discovery, device actors, its services; its gate on a
@@ -24,6 +25,10 @@
 /// sequence 0, one per line (%.9g).
 /// --llama-threads N: the cpu device gives the attention bits of llama.cpp
 /// run with N threads (devices.cpu_llama_threads, config/README.md).
+/// --chat: the prompt is a user message (after --system's, if given) in
+/// the model's chat template (core/workload/chat_prompt.hpp); generation
+/// stops at the template's end of turn; a model without a template is
+/// exit 2.
 /// Exit status: 0; 2 on bad arguments or a request the coordinator refuses
 /// (model, context, sampling); 1 when the node, placement or job fails.
 

@@ -6,7 +6,9 @@
 //   exo-model quantize in-f32.gguf out.gguf q4_k_m
 //   exo-model run --model m.gguf --prompt "hello world" -n 16 [--seed S]
 //     [--temperature T] [--top-k K] [--top-p P] [--threads N]
-//     [--llama-threads N] [--logits-out FILE]
+//     [--llama-threads N] [--logits-out FILE] [--chat [--system TEXT]]
+//   (--chat: the prompt is a user message in the model's chat template,
+//   core/workload/chat_prompt.hpp; generation stops at its end of turn)
 //
 // Exit status: 0 on success, 2 on bad arguments or a bad model file.
 
@@ -29,6 +31,9 @@
 #include "core/model/sampler.hpp"
 #include "core/model/test_model.hpp"
 #include "core/tokenizer/tokenizer.hpp"
+#include "core/workload/chat_prompt.hpp"
+
+#include <set>
 
 using namespace exo::model;
 
@@ -46,6 +51,7 @@ struct arguments {
   bool tied = false;
   bool llama3_rope = false;
   bool print_ids = false;
+  bool chat = false;
   std::string file;
   std::string q_in, q_out, q_type;
   const CLI::App* cmd = nullptr;
@@ -239,7 +245,25 @@ int cmd_run(const arguments& a) {
   auto model = llama_model::load(a["model"]);
   auto& hp = model->hparams();
   auto tok = tokenizer::from_gguf(model->file());
-  auto prompt = tok.encode(a["prompt"], tok.add_bos());
+  // --chat: the prompt as the model's chat template renders it.
+  std::string text = a["prompt"];
+  std::set<int32_t> stop_ids = tok.eog_ids();
+  std::vector<std::string> stop_strings;
+  if (a.chat) {
+    exo::workload::chat_prompt cp;
+    try {
+      cp = exo::workload::render_chat(
+        model->file(), tok, exo::workload::chat_messages(a["system"], text));
+    } catch (const std::exception& e) {
+      throw usage_error(a["model"] + ": " + e.what());
+    }
+    text = cp.text;
+    stop_ids.insert(cp.stop_tokens.begin(), cp.stop_tokens.end());
+    stop_strings = cp.stop_strings;
+  } else if (a.count("system")) {
+    throw usage_error("--system goes with --chat");
+  }
+  auto prompt = exo::workload::prompt_tokens(tok, text, a.chat);
   if (prompt.empty())
     throw usage_error("the prompt gives no tokens (and the model has no BOS)");
   const uint32_t n_ctx =
@@ -254,19 +278,27 @@ int cmd_run(const arguments& a) {
   sampler smp(sp);
 
   using clock = std::chrono::steady_clock;
-  std::fputs(a["prompt"].c_str(), stdout);
+  std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
   auto t0 = clock::now();
   auto logits = pipe.eval(seq, prompt);
   auto t1 = clock::now();
   std::vector<int32_t> out;
+  std::string generated;
   for (uint64_t i = 0; i < n_gen; ++i) {
     auto id = smp.sample(logits.data(), hp.n_vocab);
     out.push_back(id);
-    std::fputs(tok.piece(id).c_str(), stdout);
+    auto piece = tok.piece(id);
+    std::fputs(piece.c_str(), stdout);
     std::fflush(stdout);
-    if (tok.is_eog(id))
+    if (stop_ids.count(id) != 0)
       break;
+    if (!stop_strings.empty()) { // a text end of turn
+      generated += piece;
+      if (exo::chat::find_stop(generated, stop_strings).first
+          != std::string::npos)
+        break;
+    }
     if (i + 1 < n_gen)
       logits = pipe.eval(seq, {id});
   }
@@ -368,6 +400,9 @@ int main(int argc, char** argv) {
   opt(run, "logits-out", "write the last logits, one per line", "FILE");
   opt(run, "llama-threads", "give llama.cpp -t N's bits", "N");
   run->add_flag("--print-ids", a.print_ids, "print prompt and output ids");
+  run->add_flag("--chat", a.chat,
+                "the prompt is a user message in the model's chat template");
+  opt(run, "system", "with --chat: a system message", "TEXT");
   if (auto code = exo::cli::parse(app, argc, argv, std::cout, std::cerr,
                                   "exo-model: "))
     return *code;

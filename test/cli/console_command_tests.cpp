@@ -157,8 +157,11 @@ TEST_CASE("the console's run takes the options of exo-node run that are not "
     INFO(o.name);
     std::vector<std::string> words{"--model", "m.gguf"};
     if (o.name != "model") {
+      if (o.name == "system") // goes with --chat
+        words.push_back("--chat");
       words.push_back((o.name.size() == 1 ? "-" : "--") + o.name);
-      words.push_back(sample(o.type, o.min, o.max, o.choices));
+      if (o.type != value_type::flag)
+        words.push_back(sample(o.type, o.min, o.max, o.choices));
     }
     CHECK_NOTHROW(exo::workload::parse_run_options(words, false));
     if (o.type == value_type::count && o.max < 1e18) {

@@ -1,0 +1,140 @@
+#include "core/gateway/job_mapping.hpp"
+
+#include "core/gguf/gguf.hpp"
+#include "core/model/llama_hparams.hpp"
+#include "core/tokenizer/tokenizer.hpp"
+#include "core/workload/chat_prompt.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace exo::gateway {
+
+model_source load_model_source(const std::string& id,
+                               const std::string& path) {
+  model_source m;
+  m.id = id;
+  m.path = path;
+  try {
+    auto file = model::gguf_file::open(path);
+    auto hp = model::llama_hparams::from_gguf(*file);
+    m.n_ctx_train = hp.n_ctx_train;
+    m.tokenizer = std::make_shared<const model::tokenizer>(
+      model::tokenizer::from_gguf(*file));
+    m.has_chat_template = file->find("tokenizer.chat_template") != nullptr;
+    m.file = std::move(file);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("model " + id + " (" + path + "): " + e.what());
+  }
+  return m;
+}
+
+std::string model_id_of(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  auto name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const std::string ext = ".gguf";
+  if (name.size() > ext.size()
+      && name.compare(name.size() - ext.size(), ext.size(), ext) == 0)
+    name.erase(name.size() - ext.size());
+  return name;
+}
+
+namespace {
+
+api_error context_exceeded(std::uint32_t ctx, std::int64_t prompt,
+                           std::int64_t completion) {
+  auto e = invalid_request(
+    "This model's maximum context length is " + std::to_string(ctx)
+      + " tokens. However, you requested "
+      + std::to_string(prompt + completion) + " tokens ("
+      + std::to_string(prompt) + " in the prompt, "
+      + std::to_string(completion)
+      + " in the completion). Please reduce the prompt or the completion "
+        "length.",
+    "max_tokens", "context_length_exceeded");
+  return e;
+}
+
+} // namespace
+
+mapped_job map_request(const model_source& model,
+                       const completion_request& req,
+                       const mapping_limits& limits, std::uint64_t seed) {
+  mapped_job out;
+  auto& job = out.job;
+  job.model = model.path;
+  auto& tok = *model.tokenizer;
+  std::vector<std::int32_t> prompt;
+  try {
+    if (req.kind == endpoint_kind::chat_completions) {
+      if (!model.has_chat_template) {
+        out.error = invalid_request(
+          "model " + model.id
+            + " has no chat template (tokenizer.chat_template): use "
+              "/v1/completions with a prompt",
+          "model", "no_chat_template");
+        return out;
+      }
+      std::vector<chat::message> messages;
+      for (auto& m : req.messages)
+        messages.push_back({m.role, m.content});
+      auto chat = workload::render_chat(*model.file, tok, messages);
+      job.prompt = std::move(chat.text);
+      job.special = true;
+      job.stop_tokens = chat.stop_tokens;
+      out.stop_strings = std::move(chat.stop_strings);
+    } else {
+      job.prompt = req.prompt;
+    }
+    prompt = workload::prompt_tokens(tok, job.prompt, job.special);
+  } catch (const std::exception& e) {
+    out.error = invalid_request(
+      e.what(), req.kind == endpoint_kind::chat_completions ? "messages"
+                                                            : "prompt");
+    return out;
+  }
+  if (prompt.empty()) {
+    out.error = invalid_request("the prompt gives no tokens", "prompt");
+    return out;
+  }
+  out.prompt_tokens = static_cast<std::int64_t>(prompt.size());
+  std::uint32_t ctx = limits.ctx;
+  if (model.n_ctx_train != 0)
+    ctx = std::min(ctx, model.n_ctx_train);
+  std::int64_t n_gen = 0;
+  if (req.max_tokens) {
+    n_gen = *req.max_tokens;
+  } else if (req.kind == endpoint_kind::completions) {
+    n_gen = limits.default_completion_tokens;
+  } else {
+    n_gen = static_cast<std::int64_t>(ctx) - out.prompt_tokens;
+    if (n_gen < 1)
+      n_gen = 1; // refused below
+  }
+  if (out.prompt_tokens + n_gen > ctx) {
+    out.error = context_exceeded(ctx, out.prompt_tokens, n_gen);
+    return out;
+  }
+  job.n_gen = static_cast<std::uint32_t>(n_gen);
+  job.sampling.temperature = static_cast<float>(req.temperature);
+  job.sampling.top_p = static_cast<float>(req.top_p);
+  job.sampling.seed = req.seed ? static_cast<std::uint64_t>(*req.seed) : seed;
+  job.sequences = 1;
+  job.stages = 0;
+  job.n_ctx = 0; // prompt + n_gen
+  out.stop_ids = tok.eog_ids();
+  out.stop_ids.insert(job.stop_tokens.begin(), job.stop_tokens.end());
+  return out;
+}
+
+finish_reason finish_of(const std::vector<std::int32_t>& tokens,
+                        const std::set<std::int32_t>& stop_ids,
+                        bool cancelled) {
+  if (cancelled)
+    return finish_reason::stop;
+  if (!tokens.empty() && stop_ids.count(tokens.back()) != 0)
+    return finish_reason::stop;
+  return finish_reason::length;
+}
+
+} // namespace exo::gateway

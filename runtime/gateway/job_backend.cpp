@@ -1,0 +1,216 @@
+#include "runtime/gateway/job_backend.hpp"
+
+#include "messages/errors.hpp"
+#include "messages/workload.hpp"
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <random>
+
+namespace exo::gateway {
+
+namespace {
+
+/// Sent by the sink's on_close callback (a gateway thread) to its bridge.
+using sink_closed_atom = caf::atom_constant<caf::atom("gwclosed")>;
+
+} // namespace
+
+struct job_backend::state {
+  caf::actor_system* sys = nullptr;
+  caf::actor coordinator;
+  std::map<std::string, model_source> models;
+  std::vector<model_entry> entries;
+  mapping_limits limits;
+  std::mutex mx;
+  std::mt19937_64 seeds{std::random_device{}()};
+
+  std::uint64_t next_seed() {
+    std::lock_guard<std::mutex> guard{mx};
+    return seeds();
+  }
+};
+
+namespace {
+
+struct bridge_state {
+  std::shared_ptr<token_sink> sink;
+  mapped_job mapped;
+  std::uint64_t job = 0;   ///< the coordinator's id, once started
+  bool started = false;
+  bool cancel_sent = false;
+  bool closed = false;     ///< the sink closed, or we stopped
+  bool ended = false;      ///< finish() or fail() was called
+  std::unique_ptr<stop_filter> filter; ///< the template's text markers
+  static inline const char* name = "exo.gateway_bridge";
+};
+
+using bridge_ptr = caf::stateful_actor<bridge_state>*;
+
+void cancel_job(bridge_ptr self, const caf::actor& coordinator) {
+  auto& st = self->state;
+  st.closed = true;
+  if (!st.started || st.cancel_sent)
+    return; // cancelled when job_started arrives
+  st.cancel_sent = true;
+  self->request(coordinator, std::chrono::seconds{10}, cancel_atom::value,
+                st.job)
+    .then([](bool) {}, [](caf::error&) {});
+}
+
+api_error job_failure(const caf::error& err, bool started) {
+  auto msg = error_message(err);
+  if (msg.empty())
+    msg = "the job failed (" + std::to_string(err.code()) + ")";
+  if (err.category() == exo_error_category()
+      && err.code() == static_cast<std::uint8_t>(exo_errc::invalid_argument))
+    return invalid_request(msg);
+  if (!started)
+    return unavailable("no device can take this request now: " + msg);
+  api_error e;
+  e.status = 500;
+  e.type = "server_error";
+  e.code = "job_failed";
+  e.message = msg;
+  return e;
+}
+
+void end_with(bridge_ptr self, finish_reason reason, std::int64_t prompt) {
+  auto& st = self->state;
+  if (st.ended)
+    return;
+  st.ended = true;
+  if (st.filter) { // text held back by the end-of-turn filter
+    auto tail = st.filter->flush();
+    if (!tail.empty() && !st.filter->stopped())
+      st.sink->token(tail);
+  }
+  usage u;
+  u.prompt_tokens = prompt;
+  st.sink->finish(reason, u);
+}
+
+void fail_with(bridge_ptr self, api_error e) {
+  auto& st = self->state;
+  if (st.ended)
+    return;
+  st.ended = true;
+  st.sink->fail(std::move(e));
+}
+
+caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
+                     std::shared_ptr<token_sink> sink,
+                     completion_request req) {
+  auto& st = self->state;
+  st.sink = std::move(sink);
+  auto coordinator = be->coordinator;
+  auto it = be->models.find(req.model);
+  if (it == be->models.end()) { // the server checked; a stale id
+    fail_with(self, model_not_found(req.model));
+    self->quit();
+    return {};
+  }
+  st.mapped = map_request(it->second, req, be->limits, be->next_seed());
+  if (st.mapped.error) {
+    fail_with(self, *st.mapped.error);
+    self->quit();
+    return {};
+  }
+  if (!st.mapped.stop_strings.empty())
+    st.filter = std::make_unique<stop_filter>(st.mapped.stop_strings);
+  // A coordinator that goes away (the node stopping) may never answer.
+  self->monitor(coordinator);
+  self->set_down_handler([self](caf::down_msg&) {
+    fail_with(self, unavailable("the node is stopping"));
+    self->quit();
+  });
+  self
+    ->request(coordinator, caf::infinite, run_atom::value, st.mapped.job,
+              caf::actor_cast<caf::actor>(self))
+    .then(
+      [self](job_report& r) {
+        auto& st = self->state;
+        static const std::vector<std::int32_t> none;
+        auto& tokens = r.tokens.empty() ? none : r.tokens[0];
+        auto reason = finish_of(tokens, st.mapped.stop_ids,
+                                r.cancelled || st.closed);
+        end_with(self, reason, static_cast<std::int64_t>(r.prompt_tokens));
+        self->quit();
+      },
+      [self](caf::error& err) {
+        fail_with(self, job_failure(err, self->state.started));
+        self->quit();
+      });
+  return {
+    [](job_placed&) {},
+    [self, coordinator](job_started& e) {
+      auto& st = self->state;
+      st.started = true;
+      st.job = e.job;
+      if (st.closed) // the client left while the job was placed
+        cancel_job(self, coordinator);
+    },
+    [self, coordinator](job_token& e) {
+      auto& st = self->state;
+      if (e.seq != 0 || st.closed || st.ended)
+        return;
+      if (st.mapped.stop_ids.count(e.token) != 0)
+        return; // the end of the answer, not its text
+      std::string text = std::move(e.piece);
+      if (st.filter) {
+        text = st.filter->feed(text);
+        if (st.filter->stopped()) {
+          if (!text.empty())
+            st.sink->token(text);
+          cancel_job(self, coordinator);
+          return;
+        }
+      }
+      // An empty piece (a control token) still counts as a token.
+      if (st.sink->token(text) == sink_state::closed)
+        cancel_job(self, coordinator);
+    },
+    [self, coordinator](sink_closed_atom) {
+      if (!self->state.closed)
+        cancel_job(self, coordinator);
+    },
+  };
+}
+
+} // namespace
+
+job_backend::job_backend(caf::actor_system& sys, caf::actor coordinator,
+                         std::vector<model_source> models,
+                         mapping_limits limits)
+  : state_(std::make_shared<state>()) {
+  state_->sys = &sys;
+  state_->coordinator = std::move(coordinator);
+  state_->limits = limits;
+  auto now = std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  for (auto& m : models) {
+    state_->entries.push_back({m.id, now, "exo"});
+    auto id = m.id;
+    state_->models.emplace(std::move(id), std::move(m));
+  }
+}
+
+job_backend::~job_backend() = default;
+
+void job_backend::complete(const completion_request& req,
+                           std::shared_ptr<token_sink> sink) {
+  auto a = state_->sys->spawn(bridge, state_, sink, req);
+  // Runs on a gateway thread (or here, when already closed): a message,
+  // never a wait.
+  sink->on_close([a] { caf::anon_send(a, sink_closed_atom::value); });
+}
+
+std::vector<model_entry> job_backend::entries() const {
+  return state_->entries;
+}
+
+} // namespace exo::gateway

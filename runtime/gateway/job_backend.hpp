@@ -1,0 +1,60 @@
+#pragma once
+
+/// The gateway's completion_backend over the job coordinator
+/// (actors/workload/job_coordinator.hpp): every completion becomes one job
+/// of the node's coordinator, which places it on the cluster's devices.
+///
+///   server thread --complete(req, sink)--> spawns a bridge actor, returns
+///   bridge: map_request (core/gateway/job_mapping.hpp: prompt or chat,
+///           max_tokens, sampling, context) -- refused: sink.fail(400)
+///     --(run_atom, job_request, bridge)--> coordinator
+///     <-- job_started{id}    remembered for cancelling
+///     <-- job_token{piece}   sink.token(piece); the end-of-turn token
+///                            and the vocabulary's end of generation
+///                            are not text
+///     <-- job_report         sink.finish(stop | length, prompt tokens)
+///      or error              invalid_argument: 400; before the job
+///                            started (placement, no device can take it):
+///                            503; after: 500
+///   sink closed (client gone, stop string, server stopping): the sink's
+///   on_close sends the bridge a message; it cancels the job
+///   ((cancel_atom, id) to the coordinator), which stops at its next token
+///   and frees its KV caches.
+///
+/// Neither side blocks: the server's threads only spawn actors and send
+/// messages (asynchronous), the actors only call the sink (which never
+/// blocks). The sink's back-pressure (`full`) is not passed on: a job
+/// cannot pause; the server drops a client whose buffer overruns its hard
+/// limit, and that cancels the job.
+
+#include "core/gateway/job_mapping.hpp"
+#include "runtime/gateway/completion_backend.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+#include <memory>
+#include <vector>
+
+namespace exo::gateway {
+
+/// Runs completions as jobs of `coordinator` (spawned in `sys`).
+class job_backend : public completion_backend {
+public:
+  job_backend(caf::actor_system& sys, caf::actor coordinator,
+              std::vector<model_source> models, mapping_limits limits = {});
+  ~job_backend() override;
+
+  void complete(const completion_request& req,
+                std::shared_ptr<token_sink> sink) override;
+
+  /// The models, for server_options::models.
+  std::vector<model_entry> entries() const;
+
+  struct state;
+
+private:
+  std::shared_ptr<state> state_;
+};
+
+} // namespace exo::gateway

@@ -1,0 +1,298 @@
+// The gateway's bridge to the job coordinator (runtime/gateway/
+// job_backend.hpp) against a scripted coordinator actor: tokens reach the
+// sink as text, the end token ends the answer with finish_reason stop,
+// a closed sink cancels the job, and job errors become OpenAI errors.
+
+#include "core/gguf/gguf_writer.hpp"
+#include "core/model/test_model.hpp"
+#include "core/tokenizer/tokenizer.hpp"
+#include "messages/errors.hpp"
+#include "messages/registration.hpp"
+#include "messages/workload.hpp"
+#include "runtime/gateway/job_backend.hpp"
+#include "test/support/process.hpp"
+
+#include <caf/all.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+
+using namespace exo;
+using namespace exo::gateway;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Records what the bridge tells it; close() acts as a client leaving.
+class recording_sink : public token_sink {
+public:
+  sink_state token(std::string_view text) override {
+    std::lock_guard<std::mutex> g{mx_};
+    if (closed_)
+      return sink_state::closed;
+    tokens_.emplace_back(text);
+    cv_.notify_all();
+    return sink_state::open;
+  }
+  void finish(finish_reason r, usage u) override {
+    std::lock_guard<std::mutex> g{mx_};
+    ++ends_;
+    reason_ = r;
+    usage_ = u;
+    cv_.notify_all();
+  }
+  void fail(api_error e) override {
+    std::lock_guard<std::mutex> g{mx_};
+    ++ends_;
+    error_ = std::move(e);
+    failed_ = true;
+    cv_.notify_all();
+  }
+  void on_ready(std::function<void()> fn) override {
+    fn();
+  }
+  void on_close(std::function<void()> fn) override {
+    {
+      std::lock_guard<std::mutex> g{mx_};
+      if (!closed_) {
+        close_cbs_.push_back(std::move(fn));
+        return;
+      }
+    }
+    fn();
+  }
+  bool closed() const override {
+    std::lock_guard<std::mutex> g{mx_};
+    return closed_;
+  }
+  void close() {
+    std::vector<std::function<void()>> cbs;
+    {
+      std::lock_guard<std::mutex> g{mx_};
+      closed_ = true;
+      cbs.swap(close_cbs_);
+    }
+    for (auto& f : cbs)
+      f();
+  }
+  bool wait(const std::function<bool()>& pred) {
+    std::unique_lock<std::mutex> l{mx_};
+    return cv_.wait_for(l, 30s, pred);
+  }
+  bool ended() {
+    return wait([this] { return ends_ > 0; });
+  }
+
+  mutable std::mutex mx_;
+  std::condition_variable cv_;
+  std::vector<std::string> tokens_;
+  std::vector<std::function<void()>> close_cbs_;
+  int ends_ = 0;
+  bool closed_ = false;
+  bool failed_ = false;
+  finish_reason reason_ = finish_reason::length;
+  usage usage_;
+  api_error error_;
+};
+
+/// What the scripted coordinator saw.
+struct script_log {
+  std::mutex mx;
+  std::vector<workload::job_request> requests;
+  std::vector<std::uint64_t> cancels;
+};
+
+enum class script { tokens_then_eos, run_until_cancel, refuse, fail_early };
+
+caf::behavior coordinator(caf::event_based_actor* self, script s,
+                          std::shared_ptr<script_log> log,
+                          std::vector<std::int32_t> ids,
+                          std::vector<std::string> pieces) {
+  auto pending = std::make_shared<caf::response_promise>();
+  return {
+    [=](run_atom, workload::job_request& r,
+        caf::actor& listener) -> caf::result<job_report> {
+      {
+        std::lock_guard<std::mutex> g{log->mx};
+        log->requests.push_back(r);
+      }
+      if (s == script::refuse)
+        return make_exo_error(exo_errc::invalid_argument, "bad prompt");
+      if (s == script::fail_early)
+        return make_exo_error(exo_errc::failed_state,
+                              "no placement: the model does not fit");
+      self->send(listener, job_started{7});
+      job_report rep;
+      rep.job = 7;
+      rep.prompt_tokens = 5;
+      rep.tokens.emplace_back();
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        self->send(listener, job_token{7, 0, ids[i], pieces[i]});
+        rep.tokens[0].push_back(ids[i]);
+      }
+      if (s == script::tokens_then_eos)
+        return rep;
+      *pending = self->make_response_promise();
+      return caf::delegated<job_report>{};
+    },
+    [=](cancel_atom, std::uint64_t id) {
+      {
+        std::lock_guard<std::mutex> g{log->mx};
+        log->cancels.push_back(id);
+      }
+      job_report rep;
+      rep.job = id;
+      rep.prompt_tokens = 5;
+      rep.cancelled = true;
+      rep.tokens.emplace_back(ids);
+      pending->deliver(rep);
+      return true;
+    },
+  };
+}
+
+struct fixture {
+  std::string dir = test::temp_dir("exo-job-backend");
+  model_source model;
+  std::int32_t eos = -1;
+  fixture() {
+    model::test_model_options o;
+    auto w = model::build_test_model(o);
+    w.write(dir + "/m.gguf");
+    model = load_model_source("m", dir + "/m.gguf");
+    eos = model.tokenizer->eos();
+  }
+  ~fixture() {
+    std::system(("rm -rf " + dir).c_str());
+  }
+};
+
+caf::actor_system_config& config() {
+  static caf::actor_system_config cfg = [] {
+    caf::actor_system_config c;
+    register_messages(c);
+    return c;
+  }();
+  return cfg;
+}
+
+completion_request request(const std::string& prompt) {
+  completion_request r;
+  r.model = "m";
+  r.prompt = prompt;
+  r.max_tokens = 8;
+  r.temperature = 0;
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("the bridge streams a job's tokens and ends at its end token") {
+  fixture fx;
+  caf::actor_system sys{config()};
+  auto log = std::make_shared<script_log>();
+  auto coord = sys.spawn(coordinator, script::tokens_then_eos, log,
+                         std::vector<std::int32_t>{10, 11, fx.eos},
+                         std::vector<std::string>{"Hel", "lo", ""});
+  {
+    job_backend be{sys, coord, {fx.model}};
+    CHECK(be.entries().size() == 1);
+    auto sink = std::make_shared<recording_sink>();
+    be.complete(request("Once upon a time"), sink);
+    REQUIRE(sink->ended());
+    CHECK_FALSE(sink->failed_);
+    CHECK(sink->tokens_ == std::vector<std::string>{"Hel", "lo"});
+    CHECK(sink->reason_ == finish_reason::stop);
+    CHECK(sink->usage_.prompt_tokens == 5);
+    std::lock_guard<std::mutex> g{log->mx};
+    REQUIRE(log->requests.size() == 1);
+    CHECK(log->requests[0].prompt == "Once upon a time");
+    CHECK(log->requests[0].n_gen == 8);
+    CHECK(log->requests[0].sampling.temperature == 0.0f);
+    CHECK(log->cancels.empty());
+  }
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a job that generated all it may ends with length") {
+  fixture fx;
+  caf::actor_system sys{config()};
+  auto log = std::make_shared<script_log>();
+  auto coord = sys.spawn(coordinator, script::tokens_then_eos, log,
+                         std::vector<std::int32_t>{10, 11},
+                         std::vector<std::string>{"a", "b"});
+  {
+    job_backend be{sys, coord, {fx.model}};
+    auto sink = std::make_shared<recording_sink>();
+    be.complete(request("x"), sink);
+    REQUIRE(sink->ended());
+    CHECK(sink->reason_ == finish_reason::length);
+  }
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a client that leaves cancels its job") {
+  fixture fx;
+  caf::actor_system sys{config()};
+  auto log = std::make_shared<script_log>();
+  auto coord = sys.spawn(coordinator, script::run_until_cancel, log,
+                         std::vector<std::int32_t>{10},
+                         std::vector<std::string>{"a"});
+  {
+    job_backend be{sys, coord, {fx.model}};
+    auto sink = std::make_shared<recording_sink>();
+    be.complete(request("x"), sink);
+    REQUIRE(sink->wait([&] { return !sink->tokens_.empty(); }));
+    sink->close();
+    REQUIRE(sink->ended());
+    CHECK(sink->reason_ == finish_reason::stop);
+    std::lock_guard<std::mutex> g{log->mx};
+    CHECK(log->cancels == std::vector<std::uint64_t>{7});
+  }
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("job errors become OpenAI errors; so do refused mappings") {
+  fixture fx;
+  caf::actor_system sys{config()};
+  auto log = std::make_shared<script_log>();
+  auto refuse = sys.spawn(coordinator, script::refuse, log,
+                          std::vector<std::int32_t>{},
+                          std::vector<std::string>{});
+  auto early = sys.spawn(coordinator, script::fail_early, log,
+                         std::vector<std::int32_t>{},
+                         std::vector<std::string>{});
+  {
+    job_backend a{sys, refuse, {fx.model}};
+    auto sink = std::make_shared<recording_sink>();
+    a.complete(request("x"), sink);
+    REQUIRE(sink->ended());
+    CHECK(sink->failed_);
+    CHECK(sink->error_.status == 400);
+    CHECK(sink->error_.message == "bad prompt");
+
+    job_backend b{sys, early, {fx.model}};
+    sink = std::make_shared<recording_sink>();
+    b.complete(request("x"), sink);
+    REQUIRE(sink->ended());
+    CHECK(sink->error_.status == 503);
+    CHECK(sink->error_.message.find("does not fit") != std::string::npos);
+
+    // A chat on a model without a template never reaches the coordinator.
+    sink = std::make_shared<recording_sink>();
+    auto chat = request("");
+    chat.kind = endpoint_kind::chat_completions;
+    chat.messages = {{"user", "hi", ""}};
+    b.complete(chat, sink);
+    REQUIRE(sink->ended());
+    CHECK(sink->error_.status == 400);
+    CHECK(sink->error_.code == "no_chat_template");
+    std::lock_guard<std::mutex> g{log->mx};
+    CHECK(log->requests.size() == 2);
+  }
+  caf::anon_send_exit(refuse, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(early, caf::exit_reason::user_shutdown);
+}

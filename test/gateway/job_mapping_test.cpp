@@ -1,0 +1,196 @@
+// The gateway's mapping of OpenAI requests to jobs (core/gateway/
+// job_mapping.hpp) and the chat prompts of core/workload/chat_prompt.hpp,
+// on generated models with small chat templates: no actor system, no
+// sockets.
+
+#include "core/config/node_config.hpp"
+#include "core/gateway/job_mapping.hpp"
+#include "core/gguf/gguf.hpp"
+#include "core/gguf/gguf_writer.hpp"
+#include "core/model/test_model.hpp"
+#include "core/tokenizer/tokenizer.hpp"
+#include "core/workload/chat_prompt.hpp"
+#include "core/workload/job_request.hpp"
+#include "core/workload/run_options.hpp"
+#include "test/support/process.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+
+using namespace exo;
+using namespace exo::gateway;
+
+namespace {
+
+/// Ends each turn with the EOS token's text, opens the assistant's turn.
+const char* eos_template
+  = "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}"
+    "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant] "
+    "{% endif %}";
+
+/// Ends each turn with a marker that is no token of the vocabulary.
+const char* text_marker_template
+  = "{% for m in messages %}{{ m.role }}: {{ m.content }}<END>\n"
+    "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}";
+
+/// A generated llama model (SPM vocabulary) with `tmpl` as its chat
+/// template ("" for none), written to a temporary file.
+std::string make_model(const std::string& dir, const std::string& name,
+                       const std::string& tmpl) {
+  model::test_model_options o;
+  auto w = model::build_test_model(o);
+  if (!tmpl.empty())
+    w.set_string("tokenizer.chat_template", tmpl);
+  auto path = dir + "/" + name + ".gguf";
+  w.write(path);
+  return path;
+}
+
+completion_request chat_request(const std::string& model,
+                                std::vector<chat_message> messages) {
+  completion_request r;
+  r.kind = endpoint_kind::chat_completions;
+  r.model = model;
+  r.messages = std::move(messages);
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("a chat is rendered with the model's template, one BOS, stopping "
+          "at its end of turn") {
+  auto dir = test::temp_dir("exo-job-mapping");
+  auto src = load_model_source("m", make_model(dir, "m", eos_template));
+  auto& tok = *src.tokenizer;
+  REQUIRE(tok.bos() >= 0);
+  REQUIRE(tok.eos() >= 0);
+  auto chat = workload::render_chat(
+    *src.file, tok, workload::chat_messages("be brief", "hello"));
+  auto bos = tok.piece(tok.bos(), true);
+  auto eos = tok.piece(tok.eos(), true);
+  // The template's BOS is left to the tokenizer (llama.cpp's rule).
+  CHECK(chat.text
+        == (tok.add_bos() ? "" : bos) + "[system] be brief" + eos
+             + "[user] hello" + eos + "[assistant] ");
+  CHECK(chat.stop_strings.empty());
+  CHECK(std::find(chat.stop_tokens.begin(), chat.stop_tokens.end(),
+                  tok.eos())
+        != chat.stop_tokens.end());
+  auto ids = workload::prompt_tokens(tok, chat.text, true);
+  CHECK(std::count(ids.begin(), ids.end(), tok.bos()) == 1);
+  CHECK(ids.front() == tok.bos());
+  // The EOS text in the prompt is the EOS token (parse_special).
+  CHECK(std::count(ids.begin(), ids.end(), tok.eos()) == 2);
+
+  auto m = map_request(src, chat_request("m", {{"system", "be brief", ""},
+                                               {"user", "hello", ""}}),
+                       {}, 7);
+  REQUIRE_FALSE(m.error);
+  CHECK(m.job.special);
+  CHECK(m.job.prompt == chat.text);
+  CHECK(m.prompt_tokens == static_cast<std::int64_t>(ids.size()));
+  CHECK(m.stop_ids.count(tok.eos()) == 1);
+  // No max_tokens: the rest of the context (the model's 256 < 4096).
+  CHECK(m.job.n_gen == 256 - ids.size());
+  CHECK(m.job.sampling.seed == 7);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST_CASE("a text end of turn becomes a stop string") {
+  auto dir = test::temp_dir("exo-job-mapping");
+  auto src = load_model_source("t", make_model(dir, "t",
+                                               text_marker_template));
+  auto m = map_request(src, chat_request("t", {{"user", "hi", ""}}), {}, 1);
+  REQUIRE_FALSE(m.error);
+  CHECK(m.job.prompt == "user: hi<END>\nassistant: ");
+  CHECK(m.stop_strings == std::vector<std::string>{"<END>"});
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST_CASE("completions map prompt, max_tokens and sampling; refusals are "
+          "OpenAI errors") {
+  auto dir = test::temp_dir("exo-job-mapping");
+  auto src = load_model_source("plain", make_model(dir, "plain", ""));
+  CHECK(model_id_of(dir + "/plain.gguf") == "plain");
+  CHECK_FALSE(src.has_chat_template);
+  completion_request r;
+  r.model = "plain";
+  r.prompt = "Once upon a time";
+  r.temperature = 0;
+  r.top_p = 0.5;
+  r.seed = 42;
+  auto m = map_request(src, r, {}, 1);
+  REQUIRE_FALSE(m.error);
+  CHECK_FALSE(m.job.special);
+  CHECK(m.job.prompt == "Once upon a time");
+  CHECK(m.job.n_gen == 16); // OpenAI's default for completions
+  CHECK(m.job.sampling.temperature == 0.0f);
+  CHECK(m.job.sampling.top_p == 0.5f);
+  CHECK(m.job.sampling.seed == 42);
+  CHECK(m.prompt_tokens
+        == static_cast<std::int64_t>(
+          src.tokenizer->encode(r.prompt, src.tokenizer->add_bos()).size()));
+  // The same rules as the coordinator's.
+  CHECK(workload::prepare_job(m.job).prompt.size()
+        == static_cast<std::size_t>(m.prompt_tokens));
+
+  r.max_tokens = 1000; // more than the model's context of 256
+  auto big = map_request(src, r, {}, 1);
+  REQUIRE(big.error);
+  CHECK(big.error->status == 400);
+  CHECK(big.error->code == "context_length_exceeded");
+  CHECK(big.error->message.find("maximum context length is 256")
+        != std::string::npos);
+
+  auto chat = map_request(src, chat_request("plain", {{"user", "x", ""}}),
+                          {}, 1);
+  REQUIRE(chat.error);
+  CHECK(chat.error->status == 400);
+  CHECK(chat.error->code == "no_chat_template");
+  CHECK(chat.error->message.find("no chat template") != std::string::npos);
+
+  // A model without a template refuses --chat as a job error too.
+  workload::run_options o;
+  o.model = dir + "/plain.gguf";
+  o.prompt = "x";
+  o.chat = true;
+  CHECK_THROWS_WITH(workload::make_job_request(o),
+                    Catch::Contains("no chat template"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST_CASE("the finish reason: stop at an end token or when stopped early, "
+          "length otherwise") {
+  std::set<std::int32_t> stops{2};
+  CHECK(finish_of({5, 6, 2}, stops, false) == finish_reason::stop);
+  CHECK(finish_of({5, 6, 7}, stops, false) == finish_reason::length);
+  CHECK(finish_of({5}, stops, true) == finish_reason::stop);
+  CHECK(finish_of({}, stops, false) == finish_reason::length);
+}
+
+TEST_CASE("a gateway exposed beyond loopback is refused until HTTPS") {
+  config::gateway_section g;
+  CHECK(config::gateway_exposure_problem(g).empty());
+  g.host = "127.0.0.2";
+  CHECK(config::gateway_exposure_problem(g).empty());
+  g.host = "::1";
+  CHECK(config::gateway_exposure_problem(g).empty());
+  g.host = "0.0.0.0";
+  CHECK(config::gateway_exposure_problem(g).find("HTTPS")
+        != std::string::npos);
+  g.host = "127.evil.example";
+  CHECK_FALSE(config::gateway_exposure_problem(g).empty());
+  CHECK_THROWS_WITH(config::parse(R"({"gateway": {"host": "10.0.0.1",
+                      "models": [{"path": "m.gguf"}]}})", "t"),
+                    Catch::Contains("gateway.host"));
+  auto cfg = config::parse(R"({"gateway": {"port": 0, "api_key": "k",
+                 "models": [{"id": "a", "path": "m.gguf"}]}})", "t");
+  CHECK(cfg.gateway.enabled());
+  CHECK(cfg.gateway.models[0].id == "a");
+  CHECK(cfg.gateway.api_key == "k");
+  CHECK_THROWS_WITH(config::parse(R"({"gateway": {"models": [{"id": "a"}]}})",
+                                  "t"),
+                    Catch::Contains("gateway.models[0].path"));
+}

