@@ -68,6 +68,13 @@ llama_hparams llama_hparams::from_gguf(const gguf_file& f) {
   llama_hparams hp;
   hp.traits = *traits;
   hp.n_layer = need_u32(f, a + ".block_count");
+  // Every layer has at least 9 tensors: a count the file cannot hold is
+  // refused before anything is sized by it (2^32-1 reached bad_alloc).
+  if (hp.n_layer > f.tensors().size() / 9)
+    throw gguf_error("key '" + a + ".block_count' is "
+                     + std::to_string(hp.n_layer) + ", but the file has only "
+                     + std::to_string(f.tensors().size())
+                     + " tensors (at least 9 per layer)");
   hp.n_embd = need_u32(f, a + ".embedding_length");
   hp.n_ff = need_u32(f, a + ".feed_forward_length");
   hp.n_head = need_u32(f, a + ".attention.head_count");

@@ -323,6 +323,11 @@ TEST_CASE("each kind of malformed file is refused with its message",
        b[after(b, "llama.block_count") - 1] = 'X';
      },
      "missing required key 'llama.block_count'"},
+    {"block count beyond the file",
+     [&](auto& b) {
+       poke<uint32_t>(b, after(b, "llama.block_count") + 4, 0xffffffffu);
+     },
+     "'llama.block_count' is 4294967295, but the file has only"},
     {"missing tensor",
      [&](auto& b) { b[after(b, "blk.1.ffn_up.weight") - 1] = 'X'; },
      "missing tensor 'blk.1.ffn_up.weight'"},
