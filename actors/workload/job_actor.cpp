@@ -93,6 +93,15 @@ void on_logits(self_ptr self, std::uint32_t j, stage_step& s) {
     if (--st.prompts_left == 0)
       st.t_prompts = clock_type::now();
   }
+  if (auto bad = model::sampler::first_non_finite(s.x.data(), s.x.size());
+      bad != s.x.size() && out.size() < st.cfg.n_gen) {
+    finish(self, "the model gave a non-finite logit (token "
+                   + std::to_string(bad) + " of sequence " + std::to_string(j)
+                   + " at position " + std::to_string(q.pos)
+                   + "): its weights hold NaN or infinity, or its "
+                     "activations overflow");
+    return;
+  }
   st.result.logits[j] = std::move(s.x);
   auto& logits = st.result.logits[j];
   if (out.size() >= st.cfg.n_gen) {

@@ -18,6 +18,13 @@ int32_t sampler::argmax(const float* logits, size_t n) {
   return static_cast<int32_t>(best);
 }
 
+size_t sampler::first_non_finite(const float* logits, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(logits[i]))
+      return i;
+  return n;
+}
+
 int32_t sampler::sample(const float* logits, size_t n) {
   if (n == 0)
     return -1;

@@ -27,6 +27,12 @@ public:
   /// Index of the largest logit (the lowest index on ties).
   static int32_t argmax(const float* logits, size_t n);
 
+  /// Index of the first NaN or infinite logit, n when all are finite.
+  /// Non-finite logits come from non-finite weights or activations that
+  /// overflow: no token can be chosen from them, and every caller stops
+  /// with an error instead of printing garbage.
+  static size_t first_non_finite(const float* logits, size_t n);
+
 private:
   sampler_params p_;
   std::mt19937_64 rng_;

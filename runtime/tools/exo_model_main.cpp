@@ -286,6 +286,13 @@ int cmd_run(const arguments& a) {
   std::vector<int32_t> out;
   std::string generated;
   for (uint64_t i = 0; i < n_gen; ++i) {
+    if (auto bad = sampler::first_non_finite(logits.data(), hp.n_vocab);
+        bad != hp.n_vocab)
+      throw model_error("the model gave a non-finite logit (token "
+                        + std::to_string(bad) + " at generated token "
+                        + std::to_string(i)
+                        + "): its weights hold NaN or infinity, or its "
+                          "activations overflow");
     auto id = smp.sample(logits.data(), hp.n_vocab);
     out.push_back(id);
     auto piece = tok.piece(id);

@@ -665,3 +665,26 @@ TEST_CASE("random mutations of qwen2 and qwen3 files are refused or load, "
     CHECK(refused > 300);
   }
 }
+
+TEST_CASE("a NaN in the weights gives non-finite logits that callers catch "
+          "before sampling",
+          "[llama]") {
+  auto b = build_test_model(small(tensor_type::f32)).bytes();
+  {
+    auto f = gguf_file::parse(b.data(), b.size());
+    auto& t = f->tensor("output_norm.weight");
+    const float nan = std::nanf("");
+    std::memcpy(b.data() + f->data_offset() + t.offset + 4 * sizeof(float),
+                &nan, sizeof nan);
+  }
+  auto m = std::make_shared<llama_model>(gguf_file::parse(b.data(), b.size()));
+  llama_pipeline pipe(m, {0, m->hparams().n_layer});
+  auto seq = pipe.new_sequence(8);
+  auto logits = pipe.eval(seq, {1, 2, 3});
+  CHECK(sampler::first_non_finite(logits.data(), logits.size())
+        < logits.size());
+  std::vector<float> fine = {0.5f, -1.0f, 3.0f};
+  CHECK(sampler::first_non_finite(fine.data(), fine.size()) == 3);
+  fine[1] = INFINITY;
+  CHECK(sampler::first_non_finite(fine.data(), fine.size()) == 1);
+}
