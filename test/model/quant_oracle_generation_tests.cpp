@@ -51,19 +51,7 @@ constexpr size_t min_same = 48;
 constexpr float near_tie = 0.03f;
 
 std::string find_node() {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  for (size_t i = 0; i <= dirs.size();) {
-    auto end = dirs.find(':', i);
-    if (end == std::string::npos)
-      end = dirs.size();
-    auto candidate = dirs.substr(i, end - i) + "/node";
-    if (::access(candidate.c_str(), X_OK) == 0)
-      return candidate;
-    i = end + 1;
-  }
-  exo::test::skip_test("node is not on PATH, so llama.cpp (node-llama-cpp) "
-                       "cannot be asked");
+  return exo::test::require_node();
 }
 
 struct exo_run {

@@ -1,6 +1,7 @@
 #include "test/support/tools.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +33,22 @@ std::string require_tool(const std::string& package) {
     skip_test(package + " is not installed in " + dir
               + " (the npm registry may be unreachable)");
   return path;
+}
+
+std::string require_node() {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (std::size_t i = 0; i <= dirs.size();) {
+    auto end = dirs.find(':', i);
+    if (end == std::string::npos)
+      end = dirs.size();
+    auto candidate = dirs.substr(i, end - i) + "/node";
+    if (::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+    i = end + 1;
+  }
+  skip_test("node is not on PATH, so llama.cpp (node-llama-cpp) cannot be "
+            "asked");
 }
 
 } // namespace exo::test
