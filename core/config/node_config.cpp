@@ -74,15 +74,36 @@ bool is_loopback_host(const std::string& host) {
   return dots == 3;
 }
 
+const char* to_string(gateway_auth a) noexcept {
+  switch (a) {
+    case gateway_auth::none:
+      return "none";
+    case gateway_auth::api_key:
+      return "api_key";
+    case gateway_auth::access_token:
+      return "access_token";
+  }
+  return "none";
+}
+
 std::string gateway_exposure_problem(const gateway_section& g) {
+  if (g.auth == gateway_auth::api_key && g.api_key.empty())
+    return "auth api_key needs an api_key (--api-key)";
   if (is_loopback_host(g.host))
     return {};
-  return std::string{"the gateway on "} + g.host
-    + " (not a loopback address) needs HTTPS with the cluster CA's server "
-      "certificate and a bearer token"
-    + (g.api_key.empty() ? " (api_key)" : "")
-    + "; HTTPS is not implemented yet: listen on 127.0.0.1 and put a TLS "
-      "proxy in front";
+  std::string missing;
+  if (!g.https)
+    missing = "HTTPS (\"https\": true, --https)";
+  if (g.auth != gateway_auth::access_token)
+    missing += std::string{missing.empty() ? "" : " and "}
+               + "exo's access tokens (\"auth\": \"access_token\", --auth "
+                 "access_token; issue them with the console's 'token "
+                 "issue')";
+  if (missing.empty())
+    return {};
+  return "the gateway on " + g.host
+         + " (not a loopback address) is reachable by others and needs "
+         + missing;
 }
 
 node_config defaults() {
@@ -342,6 +363,7 @@ node_config parse_document(const std::string& json, const std::string& source) {
         {"gateway",
          [&](element e, const std::string& p) {
            auto& g = cfg.gateway;
+           bool auth_given = false;
            walk(e, p,
                 {{"host",
                   [&](element v, const std::string& q) {
@@ -355,6 +377,23 @@ node_config parse_document(const std::string& json, const std::string& source) {
                  {"api_key",
                   [&](element v, const std::string& q) {
                     g.api_key = as_nonempty_string(v, q);
+                  }},
+                 {"https",
+                  [&](element v, const std::string& q) {
+                    g.https = as_bool(v, q);
+                  }},
+                 {"auth",
+                  [&](element v, const std::string& q) {
+                    auto a = as_string(v, q);
+                    if (a == "none")
+                      g.auth = gateway_auth::none;
+                    else if (a == "api_key")
+                      g.auth = gateway_auth::api_key;
+                    else if (a == "access_token")
+                      g.auth = gateway_auth::access_token;
+                    else
+                      bad(q, "must be one of none, api_key, access_token");
+                    auth_given = true;
                   }},
                  {"ctx",
                   [&](element v, const std::string& q) {
@@ -384,6 +423,8 @@ node_config parse_document(const std::string& json, const std::string& source) {
                       g.models.push_back(std::move(m));
                     }
                   }}});
+           if (!auth_given && !g.api_key.empty())
+             g.auth = gateway_auth::api_key;
            if (auto why = gateway_exposure_problem(g); !why.empty())
              bad(p + ".host", why);
          }},

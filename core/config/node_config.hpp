@@ -95,10 +95,25 @@ struct gateway_model {
 
 /// The OpenAI-compatible HTTP gateway (`exo-node serve`, or a node with a
 /// `gateway` section): on when it names at least one model.
+/// How the gateway checks the bearer token of a request.
+enum class gateway_auth {
+  none,         ///< no check (loopback only)
+  api_key,      ///< the one `api_key` (loopback only)
+  access_token, ///< exo's access tokens: roles, scopes, limits, revocation
+};
+
+/// "none", "api_key", "access_token".
+const char* to_string(gateway_auth a) noexcept;
+
 struct gateway_section {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8080; ///< 0 picks a free port
-  /// The bearer token clients must send; empty: none (loopback only).
+  /// HTTPS with the node's TLS certificate (the cluster CA's).
+  bool https = false;
+  /// The check; the config's default is api_key when one is given, else
+  /// none.
+  gateway_auth auth = gateway_auth::none;
+  /// The bearer token clients must send with auth api_key.
   std::string api_key;
   std::vector<gateway_model> models;
   /// Context per request (prompt + completion), at most each model's.
@@ -112,9 +127,9 @@ struct gateway_section {
 /// Whether `host` is a loopback address (127.0.0.0/8, ::1, localhost).
 bool is_loopback_host(const std::string& host);
 
-/// Why the gateway may not listen where `g` says, or "": a non-loopback
-/// address needs HTTPS with the cluster CA's server certificate and a
-/// bearer token, and the gateway has no HTTPS yet.
+/// Why the gateway may not start as `g` says, or "": a non-loopback
+/// address needs HTTPS (with the cluster CA's server certificate) and
+/// exo's access tokens; auth api_key needs a key.
 std::string gateway_exposure_problem(const gateway_section& g);
 
 struct node_config {

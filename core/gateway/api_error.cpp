@@ -21,6 +21,16 @@ api_error unauthorized(std::string message) {
           "invalid_api_key"};
 }
 
+api_error forbidden(std::string message) {
+  return {403, std::move(message), "permission_error", {},
+          "insufficient_permissions"};
+}
+
+api_error rate_limited(std::string message) {
+  return {429, std::move(message), "rate_limit_error", {},
+          "rate_limit_exceeded"};
+}
+
 api_error model_not_found(const std::string& model) {
   return {404, "The model '" + model + "' does not exist or is not served "
                "here (GET /v1/models lists the models)",
@@ -59,6 +69,30 @@ api_error queue_full(std::size_t limit) {
 
 api_error unavailable(std::string message) {
   return {503, std::move(message), "server_error", {}, "unavailable"};
+}
+
+api_error access_refusal(const access::decision& d,
+                         access::permission needed) {
+  using access::decision_code;
+  std::string why = d.reason.empty()
+                      ? std::string{access::to_string(d.code)}
+                      : d.reason;
+  switch (d.code) {
+    case decision_code::permission_denied:
+    case decision_code::device_out_of_scope:
+      return forbidden("The token of '" + d.principal + "' lacks the "
+                       + std::string{access::to_string(needed)}
+                       + " permission this endpoint needs: " + why);
+    case decision_code::rate_limited:
+    case decision_code::quota_exceeded:
+      return rate_limited("'" + d.principal + "' is over its "
+                          + (d.code == decision_code::rate_limited
+                               ? "rate limit"
+                               : "quota")
+                          + ": " + why + "; retry later");
+    default:
+      return unauthorized("Refused token: " + why);
+  }
 }
 
 std::string to_json(const api_error& e) {

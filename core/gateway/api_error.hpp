@@ -6,6 +6,8 @@
 /// (BadRequestError for 400, AuthenticationError for 401, NotFoundError for
 /// 404, RateLimitError for 429, InternalServerError for 5xx).
 
+#include "core/access/access_policy.hpp"
+
 #include <string>
 
 namespace exo::gateway {
@@ -38,6 +40,12 @@ api_error invalid_json(std::string message);
 /// 401: a missing or refused bearer token.
 api_error unauthorized(std::string message);
 
+/// 403: the token is valid but lacks the permission (`needed`) or scope.
+api_error forbidden(std::string message);
+
+/// 429: the token's principal is over its rate limit or quota.
+api_error rate_limited(std::string message);
+
 /// 404: the model of the request is not served here.
 api_error model_not_found(const std::string& model);
 
@@ -60,6 +68,13 @@ api_error queue_full(std::size_t limit);
 
 /// 503: no capacity to run the request (no connection slot, no device).
 api_error unavailable(std::string message);
+
+/// A refused access check as the client sees it: 401 for a token that is
+/// not one (malformed, forged, expired, revoked), 403 for a valid token
+/// without `needed` (or out of its scope), 429 for a principal over its
+/// rate limit or quota. The message names the reason, never the token.
+api_error access_refusal(const access::decision& d,
+                         access::permission needed);
 
 /// The error object as compact JSON, without a trailing newline.
 std::string to_json(const api_error& e);

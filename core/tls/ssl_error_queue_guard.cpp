@@ -11,7 +11,8 @@
 // dropped the links between the other nodes of a cluster.
 //
 // The same interposition bounds the message length a peer may announce
-// (see max_payload below).
+// (see max_payload below). Connections that do not carry BASP (the
+// gateway's HTTPS) are exempted with exo_tls_guard_exempt().
 //
 // How: this object defines the few libssl I/O entry points. The dynamic
 // linker binds libcaf_openssl's calls to these definitions (the executable
@@ -57,6 +58,7 @@ struct stream_state {
   std::size_t have = 0;           // header bytes seen
   std::uint64_t payload_left = 0; // payload bytes still to come
   bool refused = false;
+  bool exempt = false; // not BASP: not followed
 };
 
 std::mutex states_mutex;
@@ -70,6 +72,8 @@ std::unordered_map<const SSL*, stream_state>& states() {
 bool follow(const SSL* ssl, const unsigned char* p, std::size_t n) {
   std::lock_guard<std::mutex> guard{states_mutex};
   auto& st = states()[ssl];
+  if (st.exempt)
+    return true;
   while (n > 0 && !st.refused) {
     if (st.payload_left > 0) {
       auto k = st.payload_left < n ? static_cast<std::size_t>(st.payload_left)
@@ -119,7 +123,17 @@ int refuse_read() {
 
 } // namespace
 
+extern "C" void exo_tls_guard_exempt(const SSL* ssl);
+
 extern "C" {
+
+/// Marks `ssl` as a connection that does not carry BASP (HTTPS): its
+/// stream is not followed. Programs without the guard do not define it;
+/// callers declare it weak.
+void exo_tls_guard_exempt(const SSL* ssl) {
+  std::lock_guard<std::mutex> guard{states_mutex};
+  states()[ssl].exempt = true;
+}
 
 int SSL_read(SSL* ssl, void* buf, int num) {
   static auto real = next<int (*)(SSL*, void*, int)>("SSL_read");

@@ -3,6 +3,7 @@
 #include "core/gateway/prometheus.hpp"
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -14,13 +15,78 @@
 #include <stdexcept>
 #include <thread>
 
+/// Defined by core/tls/ssl_error_queue_guard.cpp in programs that run
+/// CAF's TLS, whose interposed SSL_read follows BASP framing: the gateway's
+/// HTTPS connections are exempted from it. Absent elsewhere (weak).
+extern "C" void exo_tls_guard_exempt(const SSL* ssl) __attribute__((weak));
+
 namespace exo::gateway {
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
+namespace ssl = net::ssl;
 using steady = std::chrono::steady_clock;
+
+// -- the connection's stream --------------------------------------------------
+
+/// A client connection, plain TCP or TLS over it: the async stream every
+/// session operation (Beast's reads and writes included) goes through.
+class conn_stream {
+public:
+  using executor_type = net::any_io_executor;
+
+  conn_stream(tcp::socket socket, ssl::context* tls) : sock_(std::move(socket)) {
+    if (tls) {
+      tls_.emplace(sock_, *tls);
+      if (exo_tls_guard_exempt)
+        exo_tls_guard_exempt(tls_->native_handle());
+    }
+  }
+
+  executor_type get_executor() {
+    return sock_.get_executor();
+  }
+
+  template <class Buffers, class Handler>
+  auto async_read_some(const Buffers& b, Handler&& h) {
+    if (tls_)
+      return tls_->async_read_some(b, std::forward<Handler>(h));
+    return sock_.async_read_some(b, std::forward<Handler>(h));
+  }
+
+  template <class Buffers, class Handler>
+  auto async_write_some(const Buffers& b, Handler&& h) {
+    if (tls_)
+      return tls_->async_write_some(b, std::forward<Handler>(h));
+    return sock_.async_write_some(b, std::forward<Handler>(h));
+  }
+
+  bool tls() const {
+    return tls_.has_value();
+  }
+
+  ssl::stream<tcp::socket&>& tls_stream() {
+    return *tls_;
+  }
+
+  tcp::socket& socket() {
+    return sock_;
+  }
+
+  void close(beast::error_code& ec) {
+    sock_.close(ec);
+  }
+
+  void cancel(beast::error_code& ec) {
+    sock_.cancel(ec);
+  }
+
+private:
+  tcp::socket sock_;
+  std::optional<ssl::stream<tcp::socket&>> tls_;
+};
 
 class session;
 class stream_sink;
@@ -34,6 +100,8 @@ struct server::state {
   std::optional<tcp::acceptor> acceptor;
   std::vector<std::thread> threads;
   std::uint16_t port = 0;
+  /// HTTPS: the server's certificate and key (set by start()).
+  std::optional<ssl::context> tls;
   id_generator ids;
   std::atomic<bool> stopping{false};
 
@@ -169,8 +237,12 @@ private:
 class session : public std::enable_shared_from_this<session> {
 public:
   session(tcp::socket socket, std::shared_ptr<server::state> st)
-    : socket_(std::move(socket)), timer_(socket_.get_executor()),
-      st_(std::move(st)) {
+    : socket_(std::move(socket), st->tls ? &*st->tls : nullptr),
+      timer_(socket_.get_executor()), st_(std::move(st)) {
+    beast::error_code ec;
+    auto ep = socket_.socket().remote_endpoint(ec);
+    if (!ec)
+      peer_ = ep.address().to_string() + ":" + std::to_string(ep.port());
   }
 
   ~session() {
@@ -181,15 +253,31 @@ public:
   }
 
   void start() {
-    read_request();
+    if (!socket_.tls())
+      return read_request();
+    // The handshake counts against the request's time: a client that
+    // opens a connection and stays silent holds it no longer than one that
+    // sends half a request.
+    arm(st_->opts.limits.request_timeout, true);
+    socket_.tls_stream().async_handshake(
+      ssl::stream_base::server,
+      [self = shared_from_this()](beast::error_code ec) {
+        self->timer_.cancel();
+        if (ec)
+          return self->close_now();
+        self->read_request();
+      });
   }
 
   net::any_io_executor get_executor() {
     return socket_.get_executor();
   }
 
-  /// Answers 503 (too many connections) and closes.
+  /// Answers 503 (too many connections) and closes; over HTTPS closes at
+  /// once (a handshake is the cost the limit bounds).
   void refuse() {
+    if (socket_.tls())
+      return close_now();
     send_error(unavailable("Too many connections: the limit of "
                            + std::to_string(st_->opts.limits.max_connections)
                            + " is reached; retry later"),
@@ -210,6 +298,10 @@ public:
   void abort_stream() {
     beast::error_code ec;
     socket_.close(ec);
+  }
+
+  const std::string& peer() const {
+    return peer_;
   }
 
 private:
@@ -311,24 +403,27 @@ private:
   void handle();
   void handle_completion(endpoint_kind kind);
 
-  bool authorized() {
-    if (!st_->opts.verify_token)
+  /// Whether the request may do what `needed` names; answers the refusal
+  /// when not.
+  bool authorized(access::permission needed) {
+    if (!st_->opts.authorize)
       return true;
     auto h = parser_->get()[http::field::authorization];
     std::string_view v{h.data(), h.size()};
-    if (v.size() < 7
-        || !beast::iequals(beast::string_view{v.data(), 7}, "Bearer ")) {
-      send_error(unauthorized("Missing bearer token: send 'Authorization: "
-                              "Bearer <token>'"),
-                 keep_alive_);
-      return false;
-    }
-    auto token = v.substr(7);
-    if (!st_->opts.verify_token(token)) {
-      send_error(unauthorized("Incorrect or revoked API key"), keep_alive_);
-      return false;
-    }
-    return true;
+    std::string_view token;
+    bool bearer = v.size() >= 7
+                  && beast::iequals(beast::string_view{v.data(), 7},
+                                    "Bearer ");
+    if (bearer)
+      token = v.substr(7);
+    auto r = st_->opts.authorize(token, needed, endpoint_, peer_);
+    if (r.allowed)
+      return true;
+    if (!bearer && r.error.status == 401)
+      r.error.message = "Missing bearer token: send 'Authorization: Bearer "
+                        "<token>'";
+    send_error(r.error, keep_alive_);
+    return false;
   }
 
   void send(int status, std::string body, const char* content_type,
@@ -383,7 +478,14 @@ private:
   /// reads the answer instead of a reset.
   void linger_close() {
     beast::error_code ec;
-    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (socket_.tls()) {
+      // close_notify, then (Asio waits for the peer's) within the second.
+      arm(std::chrono::milliseconds{1000}, false);
+      socket_.tls_stream().async_shutdown(
+        [self = shared_from_this()](beast::error_code) { self->close_now(); });
+      return;
+    }
+    socket_.socket().shutdown(tcp::socket::shutdown_send, ec);
     if (ec)
       return close_now();
     arm(std::chrono::milliseconds{1000}, false);
@@ -444,7 +546,7 @@ private:
   void write_stream(std::string bytes, bool done);
   void answer_finished();
 
-  tcp::socket socket_;
+  conn_stream socket_;
   net::steady_timer timer_;
   std::shared_ptr<server::state> st_;
   beast::flat_buffer buffer_;
@@ -453,6 +555,7 @@ private:
   bool keep_alive_ = false;
   steady::time_point started_;
   std::string endpoint_;
+  std::string peer_; // ADDRESS:PORT of the client
 
   // The completion in progress.
   std::shared_ptr<stream_sink> sink_;
@@ -697,7 +800,7 @@ void session::handle() {
     if (!only(http::verb::get))
       return;
     endpoint_ = path;
-    if (!authorized())
+    if (!authorized(access::permission::job_submit))
       return;
     return send(200, models_body(st_->opts.models), "application/json",
                 keep_alive_);
@@ -706,7 +809,7 @@ void session::handle() {
     if (!only(http::verb::get))
       return;
     endpoint_ = path;
-    if (!authorized())
+    if (!authorized(access::permission::monitoring_read))
       return;
     return send(200, st_->metrics_text(),
                 prometheus::text_writer::content_type, keep_alive_);
@@ -715,7 +818,7 @@ void session::handle() {
     if (!only(http::verb::post))
       return;
     endpoint_ = path;
-    if (!authorized())
+    if (!authorized(access::permission::job_submit))
       return;
     return handle_completion(path == "/v1/completions"
                                ? endpoint_kind::completions
@@ -909,6 +1012,34 @@ std::string server::state::metrics_text() {
 
 namespace {
 
+/// The server side of HTTPS: TLS 1.2 or newer, the certificate chain and
+/// key of `f`. Throws std::runtime_error naming the file that fails.
+ssl::context make_tls_context(const tls_files& f) {
+  ssl::context ctx{ssl::context::tls_server};
+  ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2
+                  | ssl::context::no_sslv3 | ssl::context::no_tlsv1
+                  | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+  auto pass = f.passphrase;
+  ctx.set_password_callback(
+    [pass](std::size_t, ssl::context::password_purpose) { return pass; });
+  beast::error_code ec;
+  ctx.use_certificate_chain_file(f.certificate, ec);
+  if (ec)
+    throw std::runtime_error("gateway: cannot load the HTTPS certificate "
+                             + f.certificate + ": " + ec.message());
+  ctx.use_private_key_file(f.key, ssl::context::pem, ec);
+  if (ec)
+    throw std::runtime_error("gateway: cannot load the HTTPS key " + f.key
+                             + ": " + ec.message()
+                             + " (wrong passphrase, or not the "
+                               "certificate's key?)");
+  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1)
+    throw std::runtime_error("gateway: the HTTPS key " + f.key
+                             + " does not belong to the certificate "
+                             + f.certificate);
+  return ctx;
+}
+
 void do_accept(const std::shared_ptr<server::state>& st) {
   st->acceptor->async_accept(
     net::make_strand(*st->ioc),
@@ -963,6 +1094,8 @@ server::~server() {
 
 std::uint16_t server::start() {
   auto& st = *state_;
+  if (st.opts.tls.enabled())
+    st.tls.emplace(make_tls_context(st.opts.tls));
   st.ioc = std::make_unique<net::io_context>(
     static_cast<int>(std::max(1u, st.opts.threads)));
   beast::error_code ec;

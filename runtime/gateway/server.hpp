@@ -21,6 +21,7 @@
 /// whose buffer still overruns stream_hard_limit is closed. A client that
 /// disconnects closes its sink: the backend learns it and cancels.
 
+#include "core/access/permission.hpp"
 #include "core/gateway/response.hpp"
 #include "runtime/gateway/completion_backend.hpp"
 
@@ -57,6 +58,34 @@ struct server_limits {
   int socket_send_buffer = 0;
 };
 
+/// HTTPS: the server's certificate (a PEM chain), its key and the key's
+/// passphrase. Empty certificate: plain HTTP.
+struct tls_files {
+  std::string certificate;
+  std::string key;
+  std::string passphrase;
+
+  bool enabled() const {
+    return !certificate.empty();
+  }
+};
+
+/// What an authorization hook decides about one request.
+struct auth_result {
+  bool allowed = false;
+  /// The refusal as the client sees it (401, 403 or 429).
+  api_error error;
+};
+
+/// Asks whether `token` (empty when the request has none) may do what
+/// `needed` names, for a request to `path` from `peer` ("ADDRESS:PORT").
+/// Runs on the server's threads: must not block (a lock and a cached check
+/// are fine, a message round trip is not). Refusals are the hook's to
+/// audit.
+using authorize_fn = std::function<auth_result(
+  std::string_view token, access::permission needed, std::string_view path,
+  std::string_view peer)>;
+
 /// Everything the server needs.
 struct server_options {
   /// Address to listen on.
@@ -75,8 +104,11 @@ struct server_options {
   /// Extra families for /metrics.
   std::shared_ptr<metrics_source> metrics;
   /// Checks the bearer token of every request but /health; empty: no
-  /// check (loopback use only).
-  std::function<bool(std::string_view token)> verify_token;
+  /// check (loopback use only). The permissions asked for: /v1/models and
+  /// completions job_submit, /metrics monitoring_read.
+  authorize_fn authorize;
+  /// HTTPS when set; start() throws naming the file that does not load.
+  tls_files tls;
   /// Whether /health answers ok; empty: always.
   std::function<bool()> ready;
 };

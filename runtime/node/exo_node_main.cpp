@@ -178,11 +178,16 @@ int run_node(const exo::config::node_config& cfg,
     std::string ids;
     for (auto& id : gateway->model_ids())
       ids += (ids.empty() ? "" : ", ") + id;
-    std::cout << "exo-node " << cfg.node.name << " serving " << ids
-              << " on http://" << cfg.gateway.host << ":" << gateway->port()
-              << "/v1 (OpenAI API"
-              << (cfg.gateway.api_key.empty() ? ", no api key" : "")
-              << ")\n";
+    auto& g = cfg.gateway;
+    std::cout << "exo-node " << cfg.node.name << " serving " << ids << " on "
+              << (g.https ? "https://" : "http://") << g.host << ":"
+              << gateway->port() << "/v1 (OpenAI API, "
+              << (g.auth == exo::config::gateway_auth::none
+                    ? "no bearer token"
+                    : g.auth == exo::config::gateway_auth::api_key
+                        ? "api key"
+                        : "exo access tokens")
+              << (g.https ? ", the cluster CA's certificate" : "") << ")\n";
   }
   std::cout << "exo-node " << cfg.node.name << " ready in " << std::fixed
             << std::setprecision(1) << ready_ms << " ms" << std::endl;

@@ -1,5 +1,7 @@
 #include "runtime/node/gateway_service.hpp"
 
+#include "actors/audit/audit_actor.hpp"
+#include "core/access/audit_event.hpp"
 #include "core/gateway/job_mapping.hpp"
 #include "core/workload/model_cache.hpp"
 #include "runtime/gateway/job_backend.hpp"
@@ -23,6 +25,73 @@ namespace {
 bool same_token(std::string_view a, const std::string& b) {
   return a.size() == b.size()
          && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+/// Audits one refused request (the hook runs on the server's threads; the
+/// sink is sent to, never waited for).
+void audit_refusal(const caf::actor& sink, audit::event ev,
+                   std::string_view path, std::string_view peer) {
+  if (!sink)
+    return;
+  ev.details.emplace("via", "gateway");
+  ev.details.emplace("path", std::string{path});
+  ev.details.emplace("peer", std::string{peer});
+  audit::emit(sink, ev);
+}
+
+/// The gateway's authorization: none, the one api_key, or exo's access
+/// tokens through the node's policy; every refusal is audited.
+gateway::authorize_fn make_authorize(runtime& rt,
+                                     const config::gateway_section& g) {
+  auto sink = rt.audit();
+  switch (g.auth) {
+    case config::gateway_auth::none:
+      return {};
+    case config::gateway_auth::api_key: {
+      auto key = g.api_key;
+      return [key, sink](std::string_view token, access::permission p,
+                         std::string_view path, std::string_view peer) {
+        gateway::auth_result r;
+        if (same_token(token, key)) {
+          r.allowed = true;
+          return r;
+        }
+        r.error = gateway::unauthorized("Incorrect API key");
+        audit::event ev;
+        ev.type = audit::event_type::access_denied;
+        ev.level = audit::severity::warning;
+        ev.details.emplace("permission", std::string{access::to_string(p)});
+        ev.details.emplace("reason", token.empty() ? "no bearer token"
+                                                   : "wrong api key");
+        audit_refusal(sink, std::move(ev), path, peer);
+        return r;
+      };
+    }
+    case config::gateway_auth::access_token:
+      break;
+  }
+  auto policy = rt.access_policy();
+  if (!policy)
+    throw startup_error("the gateway's access tokens need the node's "
+                        "access policy");
+  return [policy, sink](std::string_view token, access::permission p,
+                        std::string_view path, std::string_view peer) {
+    gateway::auth_result r;
+    access::decision d;
+    if (token.empty()) {
+      d.code = access::decision_code::malformed;
+      d.reason = "no bearer token";
+    } else {
+      d = policy->check(std::string{token}, p);
+    }
+    if (d.allowed()) {
+      r.allowed = true;
+      return r;
+    }
+    r.error = gateway::access_refusal(d, p);
+    audit_refusal(sink, access::make_audit_event(d, p), path, peer);
+    return r;
+  };
 }
 
 } // namespace
@@ -64,9 +133,10 @@ gateway_service::gateway_service(runtime& rt,
   o.backend = backend;
   o.limits.max_queued = g.max_queued;
   o.requests.max_tokens = g.ctx;
-  if (!g.api_key.empty()) {
-    auto key = g.api_key;
-    o.verify_token = [key](std::string_view t) { return same_token(t, key); };
+  o.authorize = make_authorize(rt, g);
+  if (g.https) {
+    auto& m = rt.tls_material();
+    o.tls = {m.certificate, m.key, m.passphrase};
   }
   impl_->server = std::make_unique<gateway::server>(std::move(o));
   try {

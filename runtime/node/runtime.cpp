@@ -367,6 +367,18 @@ std::uint16_t runtime::port() const noexcept {
   return impl_->port;
 }
 
+const tls::material& runtime::tls_material() const noexcept {
+  return impl_->tls.files;
+}
+
+std::shared_ptr<access::shared_policy> runtime::access_policy() const {
+  return impl_->safety.access;
+}
+
+caf::actor runtime::audit() const {
+  return impl_->safety.audit;
+}
+
 const std::string& runtime::tls_note() const noexcept {
   return impl_->tls.note;
 }

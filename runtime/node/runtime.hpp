@@ -12,8 +12,10 @@
 ///   caf::actor node = rt.node();      // ask it: devices_atom, inspect_atom
 ///   rt.stop();                        // actors stopped, registry saved
 
+#include "core/access/shared_policy.hpp"
 #include "core/config/node_config.hpp"
 #include "core/discovery/discovery.hpp"
+#include "core/tls/material.hpp"
 
 #include <caf/fwd.hpp>
 #include <caf/actor.hpp>
@@ -71,6 +73,14 @@ public:
   caf::actor service_actor(const std::string& name) const;
   /// The TLS port the gate listens on.
   std::uint16_t port() const noexcept;
+  /// The node's TLS files (certificate, key, passphrase, cluster CA), as
+  /// checked at start().
+  const tls::material& tls_material() const noexcept;
+  /// The node's access policy (checks exo's bearer tokens); null before
+  /// start().
+  std::shared_ptr<access::shared_policy> access_policy() const;
+  /// The node's audit sink; invalid before start().
+  caf::actor audit() const;
   /// A note about TLS to show once (how to issue certificates for more
   /// nodes), empty when there is nothing to say.
   const std::string& tls_note() const noexcept;

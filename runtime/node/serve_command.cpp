@@ -39,7 +39,8 @@ serve_settings parse_serve_command(int argc, char** argv, std::ostream& out,
                                    std::ostream& err) {
   serve_settings result;
   std::vector<std::string> models, ids;
-  std::string host, port, api_key, ctx, config_file, state_dir;
+  std::string host, port, api_key, auth, ctx, config_file, state_dir;
+  bool https = false;
   CLI::App app{serve_description, "exo-node serve"};
   cli::configure(app);
   app.add_option("--model", models, "a model to serve (GGUF; repeatable)")
@@ -55,8 +56,16 @@ serve_settings parse_serve_command(int argc, char** argv, std::ostream& out,
   app.add_option("--port", port, "HTTP port (8080; 0: a free one)")
     ->type_name("PORT");
   app.add_option("--api-key", api_key,
-                 "the bearer token clients must send (default: none)")
+                 "the one bearer token clients must send (loopback only)")
     ->type_name("KEY");
+  app.add_option("--auth", auth,
+                 "how bearer tokens are checked: none, api_key (the "
+                 "default with --api-key) or access_token (exo's tokens: "
+                 "roles, limits, revocation)")
+    ->type_name("MODE")
+    ->check(CLI::IsMember({"none", "api_key", "access_token"}));
+  app.add_flag("--https", https,
+               "serve HTTPS with the node's certificate (the cluster CA's)");
   app.add_option("--ctx", ctx,
                  "context per request, prompt + completion (4096)")
     ->type_name("C");
@@ -65,8 +74,8 @@ serve_settings parse_serve_command(int argc, char** argv, std::ostream& out,
     ->type_name("FILE");
   app.add_option("--state-dir", state_dir, "override node.state_dir")
     ->type_name("DIR");
-  app.footer("A host other than loopback needs HTTPS and a bearer token; "
-             "HTTPS is not implemented yet, so it is refused.\nExit "
+  app.footer("A host other than loopback needs --https and --auth "
+             "access_token.\nExit "
              "status: 0 after SIGINT/SIGTERM, 2 on bad arguments or "
              "settings, 1 when the node or the gateway cannot start.");
   if (auto code = cli::parse(app, argc, argv, out, err, "exo-node serve: ")) {
@@ -97,8 +106,19 @@ serve_settings parse_serve_command(int argc, char** argv, std::ostream& out,
       g.host = host;
     if (!port.empty())
       g.port = static_cast<std::uint16_t>(to_uint("--port", port, 0, 65535));
-    if (!api_key.empty())
+    if (!api_key.empty()) {
       g.api_key = api_key;
+      if (auth.empty())
+        g.auth = config::gateway_auth::api_key;
+    }
+    if (auth == "none")
+      g.auth = config::gateway_auth::none;
+    else if (auth == "api_key")
+      g.auth = config::gateway_auth::api_key;
+    else if (auth == "access_token")
+      g.auth = config::gateway_auth::access_token;
+    if (https)
+      g.https = true;
     if (!ctx.empty())
       g.ctx = static_cast<std::uint32_t>(to_uint("--ctx", ctx, 16, 1 << 24));
     if (g.models.empty())

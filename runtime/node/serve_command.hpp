@@ -11,8 +11,8 @@
 /// with it, it is the configured node and joins that cluster (the config's
 /// `gateway` section gives the defaults the options override). Each
 /// --model is served under its --model-id (in order) or its file name
-/// without ".gguf". A host other than loopback is refused (exit 2): it
-/// needs HTTPS and a bearer token, and HTTPS is not implemented yet.
+/// without ".gguf". A host other than loopback is refused (exit 2) unless
+/// --https and --auth access_token are given.
 
 #include "core/config/node_config.hpp"
 

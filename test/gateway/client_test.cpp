@@ -73,7 +73,13 @@ TEST_CASE("the official openai client lists, completes and streams") {
   o.models = {{"tiny-llama", 1700000000, "exo"}, {"tiny-qwen", 1700000001,
                                                   "exo"}};
   o.backend = backend;
-  o.verify_token = [](std::string_view t) { return t == "sk-exo-test"; };
+  o.authorize = [](std::string_view t, exo::access::permission, std::string_view,
+                   std::string_view) {
+    auth_result r;
+    r.allowed = t == "sk-exo-test";
+    r.error = unauthorized("Incorrect API key");
+    return r;
+  };
   server srv{o};
   auto port = srv.start();
   std::string text;

@@ -1,5 +1,9 @@
 #include "scripted_backend.hpp"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -9,6 +13,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 
 namespace exo::gateway::testing {
@@ -134,6 +139,51 @@ http_reply http_exchange(std::uint16_t port, const std::string& raw) {
   client_socket s{port};
   s.send(raw);
   return parse_reply(s.read_all());
+}
+
+http_reply https_exchange(std::uint16_t port, const std::string& raw,
+                          const std::string& cafile) {
+  auto fail = [](const std::string& what) {
+    char buf[256] = {};
+    ERR_error_string_n(ERR_get_error(), buf, sizeof buf);
+    throw std::runtime_error(what + ": " + buf);
+  };
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx{
+    SSL_CTX_new(TLS_client_method()), SSL_CTX_free};
+  if (!ctx || SSL_CTX_load_verify_locations(ctx.get(), cafile.c_str(),
+                                            nullptr)
+                != 1)
+    fail("cannot load " + cafile);
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  client_socket s{port};
+  std::unique_ptr<SSL, decltype(&SSL_free)> ssl{SSL_new(ctx.get()), SSL_free};
+  X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl.get()), "127.0.0.1");
+  SSL_set_fd(ssl.get(), s.fd());
+  if (SSL_connect(ssl.get()) != 1) {
+    auto v = SSL_get_verify_result(ssl.get());
+    throw std::runtime_error(std::string{"TLS handshake failed: "}
+                             + X509_verify_cert_error_string(v));
+  }
+  std::size_t off = 0;
+  while (off < raw.size()) {
+    int n = SSL_write(ssl.get(), raw.data() + off,
+                      static_cast<int>(raw.size() - off));
+    if (n <= 0)
+      fail("SSL_write");
+    off += std::size_t(n);
+  }
+  std::string out;
+  char buf[16384];
+  for (;;) {
+    pollfd p{s.fd(), POLLIN, 0};
+    if (SSL_pending(ssl.get()) == 0 && ::poll(&p, 1, 30000) <= 0)
+      break;
+    int n = SSL_read(ssl.get(), buf, sizeof buf);
+    if (n <= 0)
+      break;
+    out.append(buf, std::size_t(n));
+  }
+  return parse_reply(out);
 }
 
 std::string post(const std::string& path, const std::string& body,

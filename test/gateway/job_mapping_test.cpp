@@ -170,7 +170,7 @@ TEST_CASE("the finish reason: stop at an end token or when stopped early, "
   CHECK(finish_of({}, stops, false) == finish_reason::length);
 }
 
-TEST_CASE("a gateway exposed beyond loopback is refused until HTTPS") {
+TEST_CASE("a gateway beyond loopback needs HTTPS and exo's access tokens") {
   config::gateway_section g;
   CHECK(config::gateway_exposure_problem(g).empty());
   g.host = "127.0.0.2";
@@ -190,7 +190,35 @@ TEST_CASE("a gateway exposed beyond loopback is refused until HTTPS") {
   CHECK(cfg.gateway.enabled());
   CHECK(cfg.gateway.models[0].id == "a");
   CHECK(cfg.gateway.api_key == "k");
+  CHECK(cfg.gateway.auth == config::gateway_auth::api_key);
+  CHECK_FALSE(cfg.gateway.https);
   CHECK_THROWS_WITH(config::parse(R"({"gateway": {"models": [{"id": "a"}]}})",
                                   "t"),
                     Catch::Contains("gateway.models[0].path"));
+  // Beyond loopback: HTTPS alone, or tokens alone, are not enough.
+  g.host = "0.0.0.0";
+  g.https = true;
+  CHECK(config::gateway_exposure_problem(g).find("access_token")
+        != std::string::npos);
+  CHECK(config::gateway_exposure_problem(g).find("HTTPS")
+        == std::string::npos);
+  g.auth = config::gateway_auth::api_key;
+  g.api_key = "k";
+  CHECK_FALSE(config::gateway_exposure_problem(g).empty());
+  g.auth = config::gateway_auth::access_token;
+  CHECK(config::gateway_exposure_problem(g).empty());
+  g.https = false;
+  CHECK(config::gateway_exposure_problem(g).find("HTTPS")
+        != std::string::npos);
+  auto open = config::parse(R"({"gateway": {"host": "0.0.0.0",
+                 "https": true, "auth": "access_token",
+                 "models": [{"path": "m.gguf"}]}})", "t");
+  CHECK(open.gateway.https);
+  CHECK(open.gateway.auth == config::gateway_auth::access_token);
+  CHECK_THROWS_WITH(config::parse(R"({"gateway": {"auth": "password",
+                      "models": [{"path": "m.gguf"}]}})", "t"),
+                    Catch::Contains("gateway.auth"));
+  CHECK_THROWS_WITH(config::parse(R"({"gateway": {"auth": "api_key",
+                      "models": [{"path": "m.gguf"}]}})", "t"),
+                    Catch::Contains("api_key"));
 }

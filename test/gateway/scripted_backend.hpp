@@ -178,6 +178,12 @@ http_reply parse_reply(const std::string& raw);
 /// say Connection: close).
 http_reply http_exchange(std::uint16_t port, const std::string& raw);
 
+/// `raw` over HTTPS on a new connection to 127.0.0.1:port: the server's
+/// chain is verified against `cafile` and must name IP 127.0.0.1. Throws
+/// std::runtime_error naming what failed (the handshake's verify result).
+http_reply https_exchange(std::uint16_t port, const std::string& raw,
+                          const std::string& cafile);
+
 /// A request with a JSON body.
 std::string post(const std::string& path, const std::string& body,
                  const std::string& extra_headers = {});

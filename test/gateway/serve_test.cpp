@@ -7,6 +7,7 @@
 
 #include "test/support/cluster.hpp"
 #include "test/support/process.hpp"
+#include "test/gateway/scripted_backend.hpp"
 #include "test/support/tools.hpp"
 
 #include <nlohmann/json.hpp>
@@ -269,4 +270,101 @@ TEST_CASE("exo-node serve refuses a public address and a bad model") {
   CHECK(r.code == 1);
   CHECK(contains(r.err, "missing"));
   std::system(("rm -rf " + dir).c_str());
+}
+
+TEST_CASE("exo-node serve beyond loopback: HTTPS with the cluster CA, exo's "
+          "access tokens, refusals audited") {
+  require_tool("openai");
+  auto node = require_node();
+  pki p{"exo-serve-tls"};
+  // The node's certificate also names 127.0.0.1: clients verify the
+  // address they connect to.
+  must(run({exo_cert(), "issue-node", "--ca-dir", p.dir + "/ca", "--name",
+            "n1", "--out", p.dir + "/n1", "--san", "IP:127.0.0.1",
+            "--force"}));
+  auto ca = p.dir + "/n1/ca.crt";
+  auto model = p.dir + "/tiny.gguf";
+  must(run({exo_model(), "make-test", "--out", model, "--seed", "3"}));
+  auto cfg = write_node_config(p, node_options{"n1"});
+  // Without --https or without access tokens a public address is refused.
+  auto half = run({exo_node(), "serve", "--config", cfg, "--model", model,
+                   "--host", "0.0.0.0", "--https", "--api-key", "k"});
+  CHECK(half.code == 2);
+  CHECK(contains(half.err, "access_token"));
+  process serve{{exo_node(), "serve", "--config", cfg, "--model", model,
+                 "--port", "0", "--host", "0.0.0.0", "--https", "--auth",
+                 "access_token"}};
+  REQUIRE(serve.wait_for_output("ready in", 60s));
+  std::smatch m;
+  auto out = serve.out();
+  INFO(out << serve.err());
+  REQUIRE(std::regex_search(out, m, std::regex{"listening on [^:]+:(\\d+)"}));
+  auto cluster_port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  REQUIRE(std::regex_search(out, m,
+                            std::regex{"serving tiny on https://0.0.0.0:"
+                                       "(\\d+)/v1 \\(OpenAI API, exo access "
+                                       "tokens"}));
+  auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
+
+  auto admin = read_file(p.dir + "/n1/state-n1/access/admin.token");
+  admin = admin.substr(0, admin.find('\n'));
+  auto issue = [&](const std::string& who, const std::string& role) {
+    auto r = console(p, cluster_port,
+                     {"token issue principal=" + who + " role=" + role
+                      + " ttl=600 auth=" + admin});
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    return r.out.substr(0, r.out.find('\n'));
+  };
+  auto alice = issue("alice", "user");
+  auto watcher = issue("watcher", "monitor");
+  auto get = [&](const std::string& path, const std::string& token) {
+    return exo::gateway::testing::https_exchange(
+      port,
+      "GET " + path + " HTTP/1.1\r\nHost: x\r\n"
+        + (token.empty() ? "" : "Authorization: Bearer " + token + "\r\n")
+        + "Connection: close\r\n\r\n",
+      ca);
+  };
+  CHECK(get("/health", "").status == 200);
+  CHECK(get("/v1/models", alice).status == 200);
+  CHECK(get("/v1/models", "").status == 401);
+  CHECK(get("/v1/models", "exo1.forged.token").status == 401);
+  auto denied = get("/v1/models", watcher);
+  CHECK(denied.status == 403);
+  CHECK(contains(denied.body, "job_submit"));
+  CHECK(get("/metrics", watcher).status == 200);
+
+  // The official client, trusting the cluster CA.
+  {
+    process client{{node, EXO_SOURCE_DIR "/test/gateway/https_client.mjs",
+                    tools_dir(),
+                    "https://127.0.0.1:" + std::to_string(port) + "/v1",
+                    alice, watcher},
+                   {"NODE_EXTRA_CA_CERTS=" + ca}};
+    auto code = client.wait(120s);
+    INFO("client stdout:\n" << client.out() << "\nstderr:\n" << client.err());
+    CHECK(code == 0);
+    CHECK(contains(client.out(), "all checks passed"));
+  }
+
+  // Revocation takes effect on the next request.
+  auto rv = console(p, cluster_port,
+                    {"token revoke principal=alice auth=" + admin});
+  INFO(rv.out << rv.err);
+  REQUIRE(rv.code == 0);
+  CHECK(get("/v1/models", alice).status == 401);
+
+  // Every refusal is in the node's audit log, with the path and the peer.
+  CHECK(eventually(p, cluster_port, "audit query type=access_denied",
+                   [](const std::string& text) {
+                     return contains(text, "gateway")
+                            && contains(text, "/v1/models")
+                            && contains(text, "revoked")
+                            && contains(text, "watcher");
+                   },
+                   30s));
+  serve.signal(SIGTERM);
+  CHECK(serve.wait(60s) == 0);
+  std::system(("rm -rf " + p.dir).c_str());
 }

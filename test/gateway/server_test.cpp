@@ -1,3 +1,4 @@
+#include "core/tls/cert_tool.hpp"
 #include "runtime/gateway/server.hpp"
 #include "scripted_backend.hpp"
 
@@ -6,10 +7,14 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+using namespace exo;
 using namespace exo::gateway;
 using namespace exo::gateway::testing;
 using nlohmann::json;
@@ -302,7 +307,28 @@ TEST_CASE("1000 idle connections are bounded by the connection limit") {
 TEST_CASE("bearer tokens are checked on every endpoint but /health") {
   auto backend = std::make_shared<scripted_backend>(tokens);
   auto o = options(backend);
-  o.verify_token = [](std::string_view t) { return t == "sk-good"; };
+  std::mutex mx;
+  std::vector<std::pair<std::string, access::permission>> asked;
+  o.authorize = [&](std::string_view t, access::permission p,
+                    std::string_view path, std::string_view peer) {
+    {
+      std::lock_guard<std::mutex> guard{mx};
+      asked.emplace_back(std::string{path}, p);
+    }
+    CHECK(peer.substr(0, 10) == "127.0.0.1:");
+    auth_result r;
+    if (t == "sk-good") {
+      r.allowed = true;
+    } else if (t == "sk-monitor") {
+      r.allowed = p == access::permission::monitoring_read;
+      r.error = forbidden("monitor only");
+    } else if (t == "sk-busy") {
+      r.error = rate_limited("slow down");
+    } else {
+      r.error = unauthorized("Incorrect API key");
+    }
+    return r;
+  };
   server srv{o};
   auto port = srv.start();
   auto get = [&](const std::string& path, const std::string& auth) {
@@ -312,14 +338,33 @@ TEST_CASE("bearer tokens are checked on every endpoint but /health") {
   auto none = get("/v1/models", "");
   CHECK(none.status == 401);
   CHECK(json::parse(none.body)["error"]["code"] == "invalid_api_key");
+  CHECK(json::parse(none.body)["error"]["message"].get<std::string>().find(
+          "Missing bearer token")
+        == 0);
   CHECK(get("/v1/models", "Authorization: Bearer sk-bad\r\n").status == 401);
   CHECK(get("/v1/models", "Authorization: Bearer sk-good\r\n").status == 200);
+  CHECK(get("/v1/models", "Authorization: bearer sk-good\r\n").status == 200);
+  auto monitor = get("/v1/models", "Authorization: Bearer sk-monitor\r\n");
+  CHECK(monitor.status == 403);
+  CHECK(json::parse(monitor.body)["error"]["type"] == "permission_error");
+  CHECK(get("/metrics", "Authorization: Bearer sk-monitor\r\n").status
+        == 200);
+  auto busy = get("/metrics", "Authorization: Bearer sk-busy\r\n");
+  CHECK(busy.status == 429);
+  CHECK(busy.headers["retry-after"] == "1");
   CHECK(get("/metrics", "").status == 401);
   CHECK(get("/health", "").status == 200);
   CHECK(http_exchange(port, post("/v1/chat/completions", chat_body(false)))
           .status
         == 401);
   CHECK(backend->started() == 0);
+  std::lock_guard<std::mutex> guard{mx};
+  std::map<std::string, access::permission> by_path(asked.begin(),
+                                                    asked.end());
+  CHECK(by_path.count("/health") == 0);
+  CHECK(by_path["/v1/models"] == access::permission::job_submit);
+  CHECK(by_path["/metrics"] == access::permission::monitoring_read);
+  CHECK(by_path["/v1/chat/completions"] == access::permission::job_submit);
 }
 
 TEST_CASE("more admitted completions than the queue holds get 429") {
@@ -423,4 +468,55 @@ TEST_CASE("a backend failure before the first token is the HTTP answer") {
   CHECK(json::parse(r.body)["error"]["message"]
         == "no device can hold the model");
   CHECK(srv.stats().in_flight == 0);
+}
+
+TEST_CASE("HTTPS serves with the cluster CA's certificate and refuses "
+          "plain HTTP and a wrong key") {
+  char tmpl[] = "/tmp/exo-gw-tls-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::string dir = tmpl;
+  tls::init_ca(dir + "/ca");
+  tls::cert_options co{"gw1"};
+  co.alt_names = {"IP:127.0.0.1"};
+  auto node = tls::issue_to_dir(dir + "/ca", "", dir + "/gw1", co);
+  auto other = tls::issue_to_dir(dir + "/ca", "", dir + "/gw2",
+                                 tls::cert_options{"gw2"});
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  auto o = options(backend);
+  o.tls = {node.cert, node.key, ""};
+  {
+    server srv{o};
+    auto port = srv.start();
+    auto health = https_exchange(port, "GET /health HTTP/1.1\r\nHost: x\r\n"
+                                       "Connection: close\r\n\r\n",
+                                 node.ca_cert);
+    CHECK(health.status == 200);
+    auto chat = https_exchange(port, post("/v1/chat/completions",
+                                          chat_body(true)),
+                               node.ca_cert);
+    CHECK(chat.status == 200);
+    CHECK(stream_text(chat.body) == joined());
+    // Plain HTTP on the HTTPS port gets no answer, and the server goes on.
+    client_socket plain{port};
+    plain.send("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    CHECK(plain.read_all(5s).find("HTTP/1.1 200") == std::string::npos);
+    // A client that trusts another CA refuses the server.
+    tls::init_ca(dir + "/ca2");
+    CHECK_THROWS_WITH(https_exchange(port, "GET /health HTTP/1.1\r\n\r\n",
+                                     dir + "/ca2/ca.crt"),
+                      Catch::Contains("TLS handshake failed"));
+    CHECK(https_exchange(port, "GET /health HTTP/1.1\r\nHost: x\r\n"
+                               "Connection: close\r\n\r\n",
+                         node.ca_cert)
+            .status
+          == 200);
+  }
+  // A key that is not the certificate's, and a missing file, are named.
+  o.tls = {node.cert, other.key, ""};
+  server wrong{o};
+  CHECK_THROWS_WITH(wrong.start(), Catch::Contains(other.key));
+  o.tls = {dir + "/missing.crt", node.key, ""};
+  server missing{o};
+  CHECK_THROWS_WITH(missing.start(), Catch::Contains("missing.crt"));
+  std::system(("rm -rf " + dir).c_str());
 }
