@@ -52,7 +52,7 @@ export function startMock({ port = 0, token = "" } = {}) {
 
   // Temperatures drift so the page has something live to show.
   const ticker = setInterval(() => {
-    for (const t of state.thermal) {
+    for (const t of state.thermal.filter(x => x.has_temperature)) {
       const busy = state.jobs.some(j => j.stages.some(
         s => s.node === t.node && s.device === t.device));
       t.temp_c = Math.max(35, Math.min(t.limit_c - 1,
@@ -281,9 +281,9 @@ function makeCluster() {
     devices: [
       device("alpha", "cpu0", "cpu", "AMD EPYC 7B13 (2 cores)", 16, 11.2),
       device("beta", "cpu0", "cpu", "Intel Xeon Platinum 8481C", 32, 27.5),
-      device("beta", "cuda0", "sim", "NVIDIA H100 80GB HBM3", 80, 71.3, true),
+      device("beta", "cuda0", "cuda", "NVIDIA H100 80GB HBM3", 80, 71.3, true),
       device("gamma", "cpu0", "cpu", "Apple M2 Max", 24, 15.9),
-      device("gamma", "vulkan0", "sim", "AMD Radeon RX 7900 XTX", 24, 22.1,
+      device("gamma", "vulkan0", "vulkan", "AMD Radeon RX 7900 XTX", 24, 22.1,
              true),
     ],
     links: [link("alpha", "beta", 180, 9.4e9), link("beta", "alpha", 185, 9.3e9),

@@ -80,12 +80,17 @@ function fmtUs(us) {
     return "?";
   return us < 1000 ? `${Math.round(us)} µs` : `${(us / 1000).toFixed(2)} ms`;
 }
+// x with `digits` decimals, "?" when it is not a number.
+function fixed(x, digits = 0) {
+  return Number.isFinite(x) ? x.toFixed(digits) : "?";
+}
 function fmtTime(ms) {
   return new Date(ms).toLocaleTimeString([], { hour12: false });
 }
 const fmtLayers = st => st.first_layer === st.last_layer
   ? `layer ${st.first_layer}` : `layers ${st.first_layer}–${st.last_layer}`;
 const deviceKey = (node, id) => `${node}/${id}`;
+const by = key => (a, b) => String(key(a)).localeCompare(String(key(b)));
 
 // ---- the API --------------------------------------------------------------
 
@@ -168,7 +173,10 @@ async function refresh() {
       return false;
     }
     const snap = await res.json();
-    state.cluster = { ...state.cluster, ...snap };
+    for (const k of ["nodes", "devices", "links", "thermal", "jobs", "models"])
+      state.cluster[k] = Array.isArray(snap?.[k]) ? snap[k] : [];
+    state.cluster.node = String(snap?.node ?? "");
+    state.cluster.coordinator = String(snap?.coordinator ?? "");
     state.loaded = true;
     const running = new Set();
     for (const j of snap.jobs ?? []) {
@@ -320,9 +328,27 @@ function upsert(list, match, value) {
     list.push(value);
 }
 
+// Whether an event carries what identifies its subject.
+function wellFormed(type, d) {
+  const str = x => typeof x === "string" && x !== "";
+  switch (type) {
+    case "node": return str(d.name);
+    case "device": return str(d.node) && str(d.id);
+    case "thermal": return str(d.node) && str(d.device);
+    case "job": return Number.isFinite(d.job);
+    case "placement": return Number.isFinite(d.job) && Array.isArray(d.stages);
+    default: return true;
+  }
+}
+
 function onEvent(ev) {
   const d = ev?.data ?? {};
   const c = state.cluster;
+  if (typeof d !== "object" || !wellFormed(ev?.type, d)) {
+    logEvent({ type: "error", time_ms: Date.now(),
+               data: { detail: `malformed ${ev?.type} event: ${JSON.stringify(ev).slice(0, 200)}` } });
+    return;
+  }
   switch (ev?.type) {
     case "node": {
       const { change, ...node } = d;
@@ -368,7 +394,7 @@ function describe(ev) {
       return `${deviceKey(d.node, d.id)} ${d.state}, ${fmtBytes(d.free_memory)} free`;
     case "thermal":
       return `${deviceKey(d.node, d.device)} ${d.state}`
-        + (d.has_temperature ? ` at ${d.temp_c.toFixed(1)} °C` : "");
+        + (d.has_temperature ? ` at ${fixed(d.temp_c, 1)} °C` : "");
     case "job":
       return `job ${d.job} ${d.state}: ${d.tokens} tokens (${d.model})`;
     case "placement":
@@ -436,10 +462,11 @@ function renderTopology(c) {
     if (job.state === "running")
       job.stages.forEach(st => busy.add(st.node));
   }
-  const key = JSON.stringify([c.nodes, c.links, c.node, c.coordinator, [...busy]]);
+  const devs = c.devices.map(d => [d.node, d.id, d.state]);
+  const key = JSON.stringify([c.nodes, c.links, c.node, c.coordinator, [...busy], devs]);
   renderInto($("topo"), key, () => {
-    const W = 640, H = 300, bw = 150, bh = 62;
-    const nodes = [...c.nodes].sort((a, b) => a.name.localeCompare(b.name));
+    const W = 640, H = 300, bw = 170, bh = 78;
+    const nodes = [...c.nodes].sort(by(n => n.name));
     const pos = new Map();
     nodes.forEach((n, i) => {
       if (nodes.length === 1)
@@ -486,9 +513,13 @@ function renderTopology(c) {
         s("rect", { width: bw, height: bh, rx: 8 }),
         s("circle", { class: "dot", cx: 14, cy: 17, r: 5 }),
         s("text", { class: "name", x: 26, y: 22, text: n.name }),
-        s("text", { class: "sub", x: 12, y: 40, text: `${n.host}:${n.port}` }),
-        s("text", { class: "sub", x: 12, y: 54,
-                    text: `${n.status} · ${n.devices} dev${roles ? ` · ${roles}` : ""}` }),
+        s("text", { class: "sub", x: 12, y: 39, text: `${n.host}:${n.port} · ${n.status}` }),
+        s("text", { class: "roles", x: 12, y: 54, text: roles }),
+        s("text", { class: "devs", x: 12, y: roles ? 70 : 56 }, c.devices
+          .filter(d => d.node === n.name)
+          .sort(by(d => d.id))
+          .flatMap((d, i) => [i ? s("tspan", { class: "sep", text: " · " }) : null,
+                              s("tspan", { class: `d-${d.state}`, text: d.id })])),
         s("title", { text: `${n.name} (incarnation ${n.incarnation})`
                        + (n.reason ? `: ${n.reason}` : "") }));
     });
@@ -503,7 +534,7 @@ function renderNodes(c) {
   renderInto($("nodes"), key, () => {
     if (!c.nodes.length)
       return h("p", { class: "empty", text: state.loaded ? "no nodes" : "loading…" });
-    const nodes = [...c.nodes].sort((a, b) => a.name.localeCompare(b.name));
+    const nodes = [...c.nodes].sort(by(n => n.name));
     return nodes.map(n => h("article",
       { class: `node-card ${n.status}`, "data-testid": `node-${n.name}` },
       h("header", {},
@@ -512,7 +543,7 @@ function renderNodes(c) {
         n.name === c.coordinator ? h("span", { class: "tag", text: "coordinator" }) : null,
         h("span", { class: "muted", text: `${n.status}${n.reason ? ` (${n.reason})` : ""}` })),
       c.devices.filter(d => d.node === n.name)
-        .sort((a, b) => a.id.localeCompare(b.id))
+        .sort(by(d => d.id))
         .map(d => deviceRow(d, c.thermal.find(t => t.node === d.node && t.device === d.id)))));
   });
 }
@@ -522,14 +553,14 @@ function deviceRow(d, t) {
   const frac = d.total_memory > 0 ? Math.min(1, used / d.total_memory) : 0;
   const fill = h("span", { class: `fill${frac > 0.9 ? " high" : ""}` });
   fill.style.width = `${(frac * 100).toFixed(1)}%`;
-  let temp = "no sensor", thermal = "none", tip = "no temperature reported";
+  let temp = "", thermal = "none", tip = "no temperature reported";
   if (t) {
     thermal = t.state;
     if (t.has_temperature) {
-      temp = `${t.temp_c.toFixed(0)} °C`;
-      tip = `${t.temp_c.toFixed(1)} °C now, ${t.predicted_c.toFixed(1)} °C predicted, `
-        + `limit ${t.limit_c.toFixed(0)} °C`
-        + (t.time_to_limit_s >= 0 ? `, at the limit in ${t.time_to_limit_s.toFixed(0)} s` : "");
+      temp = `${fixed(t.temp_c)} °C`;
+      tip = `${fixed(t.temp_c, 1)} °C now, ${fixed(t.predicted_c, 1)} °C predicted, `
+        + `limit ${fixed(t.limit_c)} °C`
+        + (t.time_to_limit_s >= 0 ? `, at the limit in ${fixed(t.time_to_limit_s)} s` : "");
     }
   }
   return h("div", { class: `device ${d.state}`, "data-testid": `device-${deviceKey(d.node, d.id)}`,
@@ -544,7 +575,7 @@ function deviceRow(d, t) {
       h("span", { class: "bar" }, fill),
       h("span", { class: "mem-text", text: `${fmtBytes(used)} / ${fmtBytes(d.total_memory)}` })),
     h("div", { class: `thermal t-${thermal}`, title: tip },
-      h("span", { class: "temp", text: temp }),
+      h("span", { class: temp ? "temp" : "temp nosensor", text: temp || "no sensor" }),
       h("span", { class: "tstate", text: thermal === "none" ? "" : thermal })));
 }
 
