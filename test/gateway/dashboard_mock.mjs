@@ -174,10 +174,18 @@ export function startMock({ port = 0, token = "" } = {}) {
   const server = http.createServer((req, res) => {
     const file = req.method === "GET" && files[req.url];
     if (file) {
+      let body;
+      try {
+        body = fs.readFileSync(path.join(root, file[0]));
+      } catch (err) {
+        res.writeHead(500, { "content-type": "text/plain" });
+        res.end(`cannot read ${file[0]}: ${err.message}\n`);
+        return;
+      }
       res.writeHead(200, { "content-type": file[1],
                            "content-security-policy": csp,
                            "cache-control": "no-store" });
-      res.end(fs.readFileSync(path.join(root, file[0])));
+      res.end(body);
       return;
     }
     const parts = [];
@@ -237,6 +245,12 @@ export function startMock({ port = 0, token = "" } = {}) {
     server.once("error", reject);
     server.listen(port, "127.0.0.1", () => resolve({
       port: server.address().port,
+      /// Cuts every events socket, as a restarting gateway would.
+      dropSockets() {
+        for (const s of sockets)
+          s.destroy();
+        sockets.clear();
+      },
       close() {
         clearInterval(ticker);
         for (const s of sockets)

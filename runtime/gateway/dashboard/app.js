@@ -140,7 +140,9 @@ function askForToken() {
   $("token-why").textContent = had ? "The token was refused; enter another"
                                    : "This gateway needs an access token";
   $("token-form").hidden = false;
+  $("token-input").focus();
   setFacts("access token needed");
+  scheduleRender();
 }
 
 $("token-form").addEventListener("submit", ev => {
@@ -533,7 +535,8 @@ function renderNodes(c) {
   const key = JSON.stringify([c.nodes, c.devices, c.thermal, c.coordinator]);
   renderInto($("nodes"), key, () => {
     if (!c.nodes.length)
-      return h("p", { class: "empty", text: state.loaded ? "no nodes" : "loading…" });
+      return h("p", { class: "empty", text: state.loaded ? "no nodes"
+        : state.authNeeded ? "waiting for an access token" : "loading…" });
     const nodes = [...c.nodes].sort(by(n => n.name));
     return nodes.map(n => h("article",
       { class: `node-card ${n.status}`, "data-testid": `node-${n.name}` },
@@ -639,6 +642,7 @@ async function loadModels() {
     select.replaceChildren(...list.map(m => h("option", { value: m.id, text: m.id })));
     if (list.some(m => m.id === keep))
       select.value = keep;
+    $("chat-send").disabled = !list.length || chat.abort !== null;
     if (!list.length)
       select.append(h("option", { value: "", text: "no models served" }));
   } catch (err) {
@@ -659,7 +663,7 @@ async function sendChat() {
   const input = $("chat-input");
   const text = input.value.trim();
   const model = $("chat-model").value;
-  if (!text || chat.abort)
+  if (!text || !model || chat.abort)
     return;
   input.value = "";
   chat.history.push({ role: "user", content: text });
@@ -726,7 +730,7 @@ async function sendChat() {
     answer.classList.remove("streaming");
     answer.dataset.done = "true";
     chat.abort = null;
-    $("chat-send").disabled = false;
+    $("chat-send").disabled = !$("chat-model").value;
     $("chat-stop").hidden = true;
   }
 }
