@@ -7,7 +7,7 @@
 //   node dashboard.mjs --url http://127.0.0.1:PORT/ [--token T]
 //        --nodes alpha,beta,gamma --devices alpha/cpu0,beta/cpu0,...
 //        --screenshot OUT.png [--chromium /usr/bin/chromium] [--tools DIR]
-//        [--timeout SECONDS]
+//        [--timeout SECONDS]   (each step's; 120 by default)
 //   node dashboard.mjs --mock [--screenshot OUT.png]   (against dashboard_mock.mjs)
 //
 // Fails (exit 1, with the reason) on any console error or warning, any
@@ -174,7 +174,8 @@ try {
     problems.push(`HTTP ${res.status()}: ${res.request().method()} ${res.url()}`);
   });
 
-  const deadline = Date.now() + timeoutMs;
+  // Each step (page shown, answer streamed, job shown) has its own timeout.
+  let deadline = Date.now() + timeoutMs;
   const left = () => Math.max(1, deadline - Date.now());
   const check = () => {
     if (problems.length)
@@ -214,12 +215,13 @@ try {
     tokenGiven = true;
 
   // A chat message, its answer streamed to the end.
+  deadline = Date.now() + timeoutMs;
   await page.waitForFunction(
     () => document.querySelector("#chat-model")?.value, { timeout: left() });
   await page.type('[data-testid="chat-input"]', "Say hello");
   await page.click('[data-testid="chat-send"]');
   const answerEl = await page.waitForSelector(
-    '[data-testid="chat-answer"][data-done="true"]', { timeout: Math.min(left(), 120000) })
+    '[data-testid="chat-answer"][data-done="true"]', { timeout: left() })
     .catch(() => { throw new Error("no finished chat answer within the timeout"); });
   const answer = await answerEl.evaluate(el => ({
     text: (el.firstChild?.nodeType === Node.TEXT_NODE ? el.firstChild.data : ""),
@@ -232,6 +234,7 @@ try {
   check();
 
   // A job whose placement names a device.
+  deadline = Date.now() + timeoutMs;
   const job = await page.waitForFunction(devs => {
     for (const j of document.querySelectorAll('[data-testid^="job-"]')) {
       const stages = [...j.querySelectorAll('[data-testid="stage"]')];

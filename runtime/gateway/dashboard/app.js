@@ -227,7 +227,8 @@ function noteJob(j) {
     job.stages = j.stages;
   if (typeof j.cancelling === "boolean")
     job.cancelling = j.cancelling;
-  if (Number.isFinite(j.tokens)) {
+  // Tokens only grow; a snapshot asked for before the last event is older.
+  if (Number.isFinite(j.tokens) && j.tokens >= job.tokens) {
     job.tokens = j.tokens;
     const sample = [now, j.tokens];
     job.first ??= sample;
@@ -398,7 +399,7 @@ function describe(ev) {
       return `${deviceKey(d.node, d.device)} ${d.state}`
         + (d.has_temperature ? ` at ${fixed(d.temp_c, 1)} °C` : "");
     case "job":
-      return `job ${d.job} ${d.state}: ${d.tokens} tokens (${d.model})`;
+      return `job ${d.job} ${d.state ?? "?"}: ${d.tokens ?? "?"} tokens (${d.model ?? "?"})`;
     case "placement":
       return `job ${d.job} on ` + (d.stages ?? [])
         .map(st => `${deviceKey(st.node, st.device)} ${st.first_layer}–${st.last_layer}`)
