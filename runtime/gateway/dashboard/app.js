@@ -181,7 +181,9 @@ async function refresh() {
     state.cluster.coordinator = String(snap?.coordinator ?? "");
     state.loaded = true;
     const running = new Set();
-    for (const j of snap.jobs ?? []) {
+    for (const j of state.cluster.jobs) {
+      if (!Number.isFinite(j?.job))
+        continue;
       noteJob(j);
       running.add(j.job);
     }
