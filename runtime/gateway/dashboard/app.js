@@ -349,7 +349,7 @@ function wellFormed(type, d) {
 function onEvent(ev) {
   const d = ev?.data ?? {};
   const c = state.cluster;
-  if (typeof d !== "object" || !wellFormed(ev?.type, d)) {
+  if (typeof ev?.type !== "string" || typeof d !== "object" || !wellFormed(ev.type, d)) {
     logEvent({ type: "error", time_ms: Date.now(),
                data: { detail: `malformed ${ev?.type} event: ${JSON.stringify(ev).slice(0, 200)}` } });
     return;
@@ -600,12 +600,12 @@ function renderJobs() {
         seg.style.flexGrow = String(st.last_layer - st.first_layer + 1);
         return seg;
       }));
+      const shown = j.cancelling && j.state === "running" ? "cancelling" : j.state;
       return h("article", { class: `job ${j.state}`, "data-testid": `job-${j.job}` },
         h("header", {},
           h("strong", { text: `job ${j.job}` }),
           h("span", { class: "muted", text: j.model || "?" }),
-          h("span", { class: `state s-${j.state}`,
-                      text: j.cancelling && j.state === "running" ? "cancelling" : j.state })),
+          h("span", { class: `state s-${shown}`, text: shown })),
         h("div", { class: "job-figures" },
           h("span", { text: `${j.tokens} tokens` }),
           h("span", { class: "rate", text: rateText(j) })),
