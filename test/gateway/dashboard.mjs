@@ -103,6 +103,7 @@ const origin = new URL(opts.url).origin;
 
 const problems = [];
 let tokenGiven = false; // 401s before the token is entered are expected
+let tokenTyped = false;
 const expected401 = () => opts.token && !tokenGiven;
 
 const browser = await puppeteer.launch({
@@ -197,7 +198,7 @@ try {
       if (tokenGiven)
         throw new Error("the page refused the token");
       await page.type('[data-testid="token-input"]', opts.token);
-      tokenGiven = true;
+      tokenGiven = tokenTyped = true;
       await page.keyboard.press("Enter");
     }
     const missing = [];
@@ -252,11 +253,14 @@ try {
   // Let pending requests settle, then look for late problems.
   await new Promise(r => setTimeout(r, 500));
   check();
+  const events = await page.$$eval('[data-testid="events-log"] > li', els => els.length);
+  const live = await page.$eval("#live", el => el.textContent).catch(() => "?");
   const seconds = ((Date.now() - started) / 1000).toFixed(1);
   await finish(0, `dashboard ok: ${nodes.length} nodes, ${devices.length} devices shown; `
     + `answer of ${answer.text.length} chars (${JSON.stringify(answer.text.slice(0, 40))}…); `
     + `${job.id} with ${job.stages} stages on ${job.where.join(", ")}; `
-    + `token ${opts.token ? "entered" : "not needed"}; no console errors; ${seconds} s; `
+    + `${events} events logged (${live}); `
+    + `token ${tokenTyped ? "entered" : "not asked for"}; no console errors; ${seconds} s; `
     + `screenshot ${opts.screenshot ?? "(none)"}`);
 } catch (err) {
   await fail(err.message);
