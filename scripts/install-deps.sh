@@ -14,9 +14,10 @@ packages=(
   libopenblas-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev
   hipcc libamdhip64-dev librocm-smi-dev
-  # Test tools: the gateway tests drive the server with curl and lint
-  # /metrics with promtool (package prometheus).
-  curl prometheus
+  # Test tools: the gateway tests drive the server with curl, lint
+  # /metrics with promtool (package prometheus) and load the dashboard in
+  # headless chromium (driven by puppeteer-core from the npm test tools).
+  curl prometheus chromium
 )
 
 missing=()
