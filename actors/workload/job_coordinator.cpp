@@ -51,6 +51,8 @@ struct running_job {
   caf::actor job;
   std::string model;
   std::string stages;
+  /// Where its layers are (console `jobs` JSON, the gateway's views).
+  std::vector<stage_place> plan;
   std::uint32_t sequences = 0;
   std::uint32_t n_gen = 0;
   std::chrono::steady_clock::time_point started;
@@ -222,6 +224,7 @@ void start_job(self_ptr self, const run_ptr& run) {
   rj.job = job;
   rj.model = run->sha.empty() ? req.model : run->sha.substr(0, 12);
   rj.stages = stages;
+  rj.plan = run->plan;
   rj.sequences = req.sequences;
   rj.n_gen = req.n_gen;
   rj.started = std::chrono::steady_clock::now();
@@ -668,10 +671,23 @@ console_reply list_jobs(self_ptr self) {
                   j.n_gen, secs);
     table << line << j.stages << (j.cancel_requested ? " (cancelling)" : "")
          << "\n";
+    text::json stages = text::json::array();
+    for (auto& p : j.plan)
+      stages.push_back({{"node", p.node},
+                        {"device", p.device},
+                        {"device_name", p.device_name},
+                        {"first_layer", p.first},
+                        // inclusive (the plan's `last` is one past)
+                        {"last_layer", p.last > p.first ? p.last - 1
+                                                        : p.first}});
     jobs.push_back({{"job", id},
                     {"model", j.model},
                     {"tokens", tokens},
-                    {"cancelling", j.cancel_requested}});
+                    {"sequences", j.sequences},
+                    {"n_gen", j.n_gen},
+                    {"seconds", text::number(secs, 4)},
+                    {"cancelling", j.cancel_requested},
+                    {"stages", stages}});
   }
   r.text = table.str();
   r.json = text::spaced({{"node", st.cfg.node}, {"jobs", jobs}});

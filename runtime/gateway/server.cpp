@@ -1,14 +1,17 @@
 #include "runtime/gateway/server.hpp"
 
 #include "core/gateway/prometheus.hpp"
+#include "runtime/gateway/dashboard_assets.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 
 #include <array>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -27,6 +30,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 namespace ssl = net::ssl;
+namespace websocket = beast::websocket;
 using steady = std::chrono::steady_clock;
 
 // -- the connection's stream --------------------------------------------------
@@ -88,8 +92,28 @@ private:
   std::optional<ssl::stream<tcp::socket&>> tls_;
 };
 
+/// A WebSocket's end of the connection (Beast finds these by ADL): the
+/// socket is closed; TLS's close_notify is not waited for.
+void beast_close_socket(conn_stream& s) {
+  beast::error_code ec;
+  s.close(ec);
+}
+
+void teardown(beast::role_type, conn_stream& s, beast::error_code& ec) {
+  s.close(ec);
+}
+
+template <class Handler>
+void async_teardown(beast::role_type, conn_stream& s, Handler&& handler) {
+  beast::error_code ec;
+  s.close(ec);
+  net::post(s.get_executor(),
+            [h = std::forward<Handler>(handler), ec]() mutable { h(ec); });
+}
+
 class session;
 class stream_sink;
+class events_session;
 
 // -- server state -------------------------------------------------------------
 
@@ -402,6 +426,9 @@ private:
 
   void handle();
   void handle_completion(endpoint_kind kind);
+  void handle_cluster(const std::string& path, http::verb method,
+                      const std::string& method_name);
+  void start_events();
 
   /// Whether the request may do what `needed` names; answers the refusal
   /// when not.
@@ -416,6 +443,29 @@ private:
                                     "Bearer ");
     if (bearer)
       token = v.substr(7);
+    std::string offered;
+    if (!bearer && endpoint_ == "/v1/events") {
+      // Browsers cannot set headers on a WebSocket: the token may come as
+      // the subprotocol "bearer.<token>".
+      auto p = parser_->get()[http::field::sec_websocket_protocol];
+      offered.assign(p.data(), p.size());
+      std::size_t pos = 0;
+      while (pos < offered.size()) {
+        auto end = offered.find(',', pos);
+        if (end == std::string::npos)
+          end = offered.size();
+        auto item = std::string_view{offered}.substr(pos, end - pos);
+        while (!item.empty() && item.front() == ' ')
+          item.remove_prefix(1);
+        while (!item.empty() && item.back() == ' ')
+          item.remove_suffix(1);
+        if (item.substr(0, 7) == "bearer.") {
+          token = item.substr(7);
+          bearer = true;
+        }
+        pos = end + 1;
+      }
+    }
     auto r = st_->opts.authorize(token, needed, endpoint_, peer_);
     if (r.allowed)
       return true;
@@ -426,14 +476,19 @@ private:
     return false;
   }
 
+  using header_list = std::vector<std::pair<std::string, std::string>>;
+
   void send(int status, std::string body, const char* content_type,
-            bool keep_alive, const char* retry_after = nullptr) {
+            bool keep_alive, const char* retry_after = nullptr,
+            const header_list& extra = {}) {
     auto res = std::make_shared<http::response<http::string_body>>(
       static_cast<http::status>(status), 11);
     res->set(http::field::server, "exo");
     res->set(http::field::content_type, content_type);
     if (retry_after)
       res->set(http::field::retry_after, retry_after);
+    for (auto& [f, v] : extra)
+      res->set(f, v);
     res->keep_alive(keep_alive);
     res->body() = std::move(body);
     res->prepare_payload();
@@ -567,6 +622,160 @@ private:
   std::optional<http::response_serializer<http::empty_body>> stream_sr_;
   std::string write_buf_;
 };
+
+// -- events: the /v1/events WebSocket ----------------------------------------
+
+/// One /v1/events socket over a session's connection: the view_source's
+/// events, queued on the connection's strand and written one frame at a
+/// time; a client whose unsent frames pass events_hard_limit is dropped.
+/// Reads only to answer pings and notice the close.
+class events_session : public std::enable_shared_from_this<events_session> {
+public:
+  events_session(std::shared_ptr<session> owner, conn_stream& stream,
+                 std::shared_ptr<server::state> st)
+    : owner_(std::move(owner)), ws_(stream), st_(std::move(st)) {
+  }
+
+  ~events_session() {
+    unsubscribe();
+  }
+
+  void run(http::request<http::string_body> req) {
+    ws_.set_option(
+      websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.read_message_max(4096);
+    bool exo_protocol = false;
+    auto offered = req[http::field::sec_websocket_protocol];
+    std::string_view o{offered.data(), offered.size()};
+    for (std::size_t pos = 0; pos < o.size();) {
+      auto end = o.find(',', pos);
+      if (end == std::string_view::npos)
+        end = o.size();
+      auto item = o.substr(pos, end - pos);
+      while (!item.empty() && item.front() == ' ')
+        item.remove_prefix(1);
+      while (!item.empty() && item.back() == ' ')
+        item.remove_suffix(1);
+      exo_protocol = exo_protocol || item == "exo.v1";
+      pos = end + 1;
+    }
+    ws_.set_option(websocket::stream_base::decorator(
+      [exo_protocol](websocket::response_type& res) {
+        res.set(http::field::server, "exo");
+        if (exo_protocol)
+          res.set(http::field::sec_websocket_protocol, "exo.v1");
+      }));
+    ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
+      if (ec)
+        return self->finish();
+      self->on_accept();
+    });
+  }
+
+private:
+  void on_accept() {
+    {
+      std::lock_guard<std::mutex> guard{st_->mx};
+      ++st_->stats.event_sockets;
+    }
+    counted_ = true;
+    std::weak_ptr<events_session> weak = shared_from_this();
+    auto exec = owner_->get_executor();
+    sub_ = st_->opts.views->subscribe([weak, exec](std::string m) {
+      net::post(exec, [weak, m = std::move(m)]() mutable {
+        if (auto self = weak.lock())
+          self->enqueue(std::move(m));
+      });
+    });
+    subscribed_ = true;
+    read_loop();
+  }
+
+  void enqueue(std::string m) {
+    if (closed_)
+      return;
+    queued_ += m.size();
+    if (queued_ > st_->opts.limits.events_hard_limit) {
+      {
+        std::lock_guard<std::mutex> guard{st_->mx};
+        ++st_->stats.slow_event_sockets;
+      }
+      return finish();
+    }
+    queue_.push_back(std::move(m));
+    if (!writing_)
+      write_next();
+  }
+
+  void write_next() {
+    writing_ = true;
+    ws_.text(true);
+    ws_.async_write(net::buffer(queue_.front()),
+                    [self = shared_from_this()](beast::error_code ec,
+                                                std::size_t) {
+                      self->queued_ -= self->queue_.front().size();
+                      self->queue_.pop_front();
+                      if (ec)
+                        return self->finish();
+                      if (self->queue_.empty())
+                        self->writing_ = false;
+                      else
+                        self->write_next();
+                    });
+  }
+
+  void read_loop() {
+    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec,
+                                                        std::size_t) {
+      if (ec)
+        return self->finish();
+      self->buffer_.consume(self->buffer_.size());
+      self->read_loop();
+    });
+  }
+
+  void unsubscribe() {
+    if (subscribed_) {
+      subscribed_ = false;
+      st_->opts.views->unsubscribe(sub_);
+    }
+    if (counted_) {
+      counted_ = false;
+      std::lock_guard<std::mutex> guard{st_->mx};
+      --st_->stats.event_sockets;
+    }
+  }
+
+  void finish() {
+    if (closed_)
+      return;
+    closed_ = true;
+    unsubscribe();
+    owner_->abort_stream();
+  }
+
+  std::shared_ptr<session> owner_;
+  websocket::stream<conn_stream&> ws_;
+  std::shared_ptr<server::state> st_;
+  beast::flat_buffer buffer_;
+  std::deque<std::string> queue_;
+  std::size_t queued_ = 0;
+  std::uint64_t sub_ = 0;
+  bool subscribed_ = false;
+  bool counted_ = false;
+  bool writing_ = false;
+  bool closed_ = false;
+};
+
+void session::start_events() {
+  timer_.cancel();
+  st_->count_request(endpoint_, 101,
+                     std::chrono::duration<double>(steady::now() - started_)
+                       .count());
+  endpoint_.clear();
+  auto ev = std::make_shared<events_session>(shared_from_this(), socket_, st_);
+  ev->run(parser_->release());
+}
 
 // -- stream_sink --------------------------------------------------------------
 
@@ -824,8 +1033,94 @@ void session::handle() {
                                ? endpoint_kind::completions
                                : endpoint_kind::chat_completions);
   }
+  if (auto* a = find_asset(path)) {
+    if (!only(http::verb::get))
+      return;
+    endpoint_ = "/";
+    return send(200, std::string{a->body}, a->content_type, keep_alive_,
+                nullptr,
+                {{"Content-Security-Policy",
+                  "default-src 'self'; connect-src 'self' ws: wss:; "
+                  "img-src 'self' data:; frame-ancestors 'none'"},
+                 {"Cache-Control", "no-cache"},
+                 {"X-Content-Type-Options", "nosniff"},
+                 {"X-Frame-Options", "DENY"},
+                 {"Referrer-Policy", "no-referrer"}});
+  }
+  if (st_->opts.views
+      && (path == "/v1/cluster" || path.rfind("/v1/cluster/", 0) == 0
+          || path == "/v1/events"))
+    return handle_cluster(path, method, method_name);
   endpoint_ = "other";
   send_error(unknown_endpoint(method_name, path), keep_alive_);
+}
+
+void session::handle_cluster(const std::string& path, http::verb method,
+                             const std::string& method_name) {
+  auto& req = parser_->get();
+  if (path == "/v1/events") {
+    endpoint_ = path;
+    if (method != http::verb::get)
+      return send_error(method_not_allowed(method_name, path), keep_alive_);
+    if (!websocket::is_upgrade(req))
+      return send_error(invalid_request("/v1/events is a WebSocket: "
+                                        "connect with 'Upgrade: websocket'",
+                                        {}, "upgrade_required"),
+                        keep_alive_);
+    if (!authorized(access::permission::monitoring_read))
+      return;
+    return start_events();
+  }
+  // POST /v1/cluster/jobs/ID/cancel
+  static const std::string jobs_prefix = "/v1/cluster/jobs/";
+  static const std::string cancel_suffix = "/cancel";
+  if (path.size() > jobs_prefix.size() + cancel_suffix.size()
+      && path.rfind(jobs_prefix, 0) == 0
+      && path.compare(path.size() - cancel_suffix.size(),
+                      cancel_suffix.size(), cancel_suffix)
+           == 0) {
+    endpoint_ = "/v1/cluster/jobs/cancel";
+    if (method != http::verb::post)
+      return send_error(method_not_allowed(method_name, path), keep_alive_);
+    auto digits = path.substr(jobs_prefix.size(),
+                              path.size() - jobs_prefix.size()
+                                - cancel_suffix.size());
+    std::uint64_t id = 0;
+    bool ok = !digits.empty() && digits.size() <= 19;
+    for (char c : digits)
+      ok = ok && c >= '0' && c <= '9';
+    if (ok)
+      id = std::stoull(digits);
+    if (!ok)
+      return send_error(invalid_request("Not a job id: '" + digits
+                                          + "' (digits, as GET /v1/cluster/"
+                                            "jobs lists them)",
+                                        "job"),
+                        keep_alive_);
+    if (!authorized(access::permission::job_cancel))
+      return;
+    auto keep = keep_alive_;
+    st_->opts.views->cancel_job(
+      id, [self = shared_from_this(), keep](int status, std::string body) {
+        net::post(self->get_executor(),
+                  [self, keep, status, body = std::move(body)]() mutable {
+                    self->send(status, std::move(body), "application/json",
+                               keep);
+                  });
+      });
+    return;
+  }
+  auto name = path == "/v1/cluster" ? std::string{"cluster"}
+                                    : path.substr(12);
+  endpoint_ = path == "/v1/cluster" ? path : "/v1/cluster/part";
+  if (method != http::verb::get)
+    return send_error(method_not_allowed(method_name, path), keep_alive_);
+  if (!authorized(access::permission::monitoring_read))
+    return;
+  auto body = st_->opts.views->view(name);
+  if (!body)
+    return send_error(unknown_endpoint(method_name, path), keep_alive_);
+  send(200, std::move(*body), "application/json", keep_alive_);
 }
 
 void session::handle_completion(endpoint_kind kind) {

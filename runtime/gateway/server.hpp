@@ -9,6 +9,12 @@
 ///   POST /v1/chat/completions  through completion_backend
 ///   GET  /metrics              exo_* metrics of the gateway and the
 ///                              metrics_source's families
+///   GET  /v1/cluster[/PART]    the view_source's snapshot (or one list:
+///                              nodes, devices, links, thermal, jobs)
+///   POST /v1/cluster/jobs/ID/cancel
+///   GET  /v1/events            WebSocket (subprotocol exo.v1): the
+///                              view_source's events as text frames
+///   GET  /, /app.js, /style.css  the dashboard (embedded at build time)
 ///
 /// with the limits of server_limits, each answered with its status (OpenAI's
 /// error object): a header over max_header_bytes 431, a body over
@@ -24,6 +30,7 @@
 #include "core/access/permission.hpp"
 #include "core/gateway/response.hpp"
 #include "runtime/gateway/completion_backend.hpp"
+#include "runtime/gateway/view_source.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -53,6 +60,9 @@ struct server_limits {
   std::size_t stream_buffer_bytes = 64 * 1024;
   /// Unsent stream bytes above which the client is dropped.
   std::size_t stream_hard_limit = 1 << 20;
+  /// Unsent event bytes of one /v1/events socket above which it is closed
+  /// (a client that never reads).
+  std::size_t events_hard_limit = 1 << 20;
   /// SO_SNDBUF of accepted sockets (0: the system's): bounds what the
   /// kernel holds for a slow reader.
   int socket_send_buffer = 0;
@@ -103,6 +113,8 @@ struct server_options {
   std::shared_ptr<completion_backend> backend;
   /// Extra families for /metrics.
   std::shared_ptr<metrics_source> metrics;
+  /// The cluster views and events; without one those endpoints answer 404.
+  std::shared_ptr<view_source> views;
   /// Checks the bearer token of every request but /health; empty: no
   /// check (loopback use only). The permissions asked for: /v1/models and
   /// completions job_submit, /metrics monitoring_read.
@@ -131,6 +143,10 @@ struct server_stats {
   std::uint64_t client_disconnects = 0;
   /// Most unsent stream bytes any sink held.
   std::size_t peak_stream_buffer = 0;
+  /// /v1/events sockets open now.
+  std::size_t event_sockets = 0;
+  /// /v1/events sockets closed because their client did not read.
+  std::uint64_t slow_event_sockets = 0;
 };
 
 /// The HTTP server. Not copyable; stop() (or the destructor) ends it.

@@ -4,6 +4,7 @@
 #include "core/access/audit_event.hpp"
 #include "core/gateway/job_mapping.hpp"
 #include "core/workload/model_cache.hpp"
+#include "runtime/gateway/cluster_watch.hpp"
 #include "runtime/gateway/job_backend.hpp"
 #include "runtime/gateway/server.hpp"
 #include "runtime/node/runtime.hpp"
@@ -15,6 +16,7 @@
 namespace exo {
 
 struct gateway_service::impl {
+  std::shared_ptr<gateway::cluster_watch> watch;
   std::unique_ptr<gateway::server> server;
   std::vector<std::string> ids;
 };
@@ -131,6 +133,10 @@ gateway_service::gateway_service(runtime& rt,
   o.port = g.port;
   o.models = backend->entries();
   o.backend = backend;
+  impl_->watch = std::make_shared<gateway::cluster_watch>(
+    rt.system(), rt.gate(), rt.config().node.name, o.models);
+  o.views = impl_->watch;
+  o.metrics = impl_->watch;
   o.limits.max_queued = g.max_queued;
   o.requests.max_tokens = g.ctx;
   o.authorize = make_authorize(rt, g);

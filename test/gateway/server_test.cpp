@@ -1,5 +1,9 @@
 #include "core/tls/cert_tool.hpp"
 #include "runtime/gateway/server.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
 #include "scripted_backend.hpp"
 
 #include <nlohmann/json.hpp>
@@ -519,4 +523,209 @@ TEST_CASE("HTTPS serves with the cluster CA's certificate and refuses "
   server missing{o};
   CHECK_THROWS_WITH(missing.start(), Catch::Contains("missing.crt"));
   std::system(("rm -rf " + dir).c_str());
+}
+
+namespace {
+
+/// A view_source with fixed views; push() sends an event to every
+/// subscriber.
+struct fake_views : view_source {
+  std::mutex mx;
+  std::map<std::uint64_t, std::function<void(std::string)>> subs;
+  std::uint64_t next = 1;
+  std::vector<std::uint64_t> cancelled;
+
+  std::optional<std::string> view(const std::string& name) override {
+    if (name == "cluster")
+      return std::string{R"({"node":"alpha","nodes":[{"name":"alpha"}]})"};
+    if (name == "nodes")
+      return std::string{R"([{"name":"alpha"}])"};
+    return std::nullopt;
+  }
+  std::uint64_t subscribe(std::function<void(std::string)> push) override {
+    std::lock_guard<std::mutex> guard{mx};
+    subs.emplace(next, std::move(push));
+    return next++;
+  }
+  void unsubscribe(std::uint64_t id) override {
+    std::lock_guard<std::mutex> guard{mx};
+    subs.erase(id);
+  }
+  void cancel_job(std::uint64_t id,
+                  std::function<void(int, std::string)> done) override {
+    {
+      std::lock_guard<std::mutex> guard{mx};
+      cancelled.push_back(id);
+    }
+    std::thread([id, done] {
+      done(id == 7 ? 200 : 404,
+           "{\"job\":" + std::to_string(id) + "}");
+    }).detach();
+  }
+  std::size_t subscribers() {
+    std::lock_guard<std::mutex> guard{mx};
+    return subs.size();
+  }
+  void push(const std::string& m) {
+    std::vector<std::function<void(std::string)>> fs;
+    {
+      std::lock_guard<std::mutex> guard{mx};
+      for (auto& [_, f] : subs)
+        fs.push_back(f);
+    }
+    for (auto& f : fs)
+      f(m);
+  }
+};
+
+namespace ws = boost::beast::websocket;
+using btcp = boost::asio::ip::tcp;
+
+/// A blocking WebSocket client (Beast) on 127.0.0.1:port/v1/events,
+/// offering `protocols`; returns the handshake's response.
+struct ws_client {
+  boost::asio::io_context ioc;
+  ws::stream<btcp::socket> s{ioc};
+  ws::response_type res;
+
+  ws_client(std::uint16_t port, const std::string& protocols) {
+    s.next_layer().connect({boost::asio::ip::make_address("127.0.0.1"),
+                            port});
+    s.set_option(ws::stream_base::decorator([protocols](ws::request_type& r) {
+      if (!protocols.empty())
+        r.set(boost::beast::http::field::sec_websocket_protocol, protocols);
+    }));
+    s.handshake(res, "127.0.0.1", "/v1/events");
+  }
+
+  std::string read() {
+    boost::beast::flat_buffer b;
+    s.read(b);
+    return boost::beast::buffers_to_string(b.data());
+  }
+};
+
+} // namespace
+
+TEST_CASE("the dashboard and the cluster views are served, with their "
+          "permissions") {
+  auto views = std::make_shared<fake_views>();
+  auto o = options(std::make_shared<scripted_backend>(tokens));
+  o.views = views;
+  std::mutex mx;
+  std::map<std::string, access::permission> asked;
+  o.authorize = [&](std::string_view t, access::permission p,
+                    std::string_view path, std::string_view) {
+    std::lock_guard<std::mutex> guard{mx};
+    asked[std::string{path}] = p;
+    auth_result r;
+    r.allowed = t == "sk-good";
+    r.error = unauthorized("no");
+    return r;
+  };
+  server srv{o};
+  auto port = srv.start();
+  auto req = [&](const std::string& method, const std::string& path,
+                 bool token = true) {
+    return http_exchange(port, method + " " + path + " HTTP/1.1\r\nHost: x\r\n"
+                                 + (token ? "Authorization: Bearer sk-good\r\n"
+                                          : "")
+                                 + "Content-Length: 0\r\n"
+                                   "Connection: close\r\n\r\n");
+  };
+  // The page needs no token (its data does); it forbids other origins.
+  auto page = req("GET", "/", false);
+  CHECK(page.status == 200);
+  CHECK(page.headers["content-type"] == "text/html; charset=utf-8");
+  CHECK(page.headers["content-security-policy"].find("default-src 'self'")
+        == 0);
+  CHECK(page.body.find("app.js") != std::string::npos);
+  CHECK(req("GET", "/app.js", false).headers["content-type"]
+        == "text/javascript; charset=utf-8");
+  CHECK(req("GET", "/style.css", false).status == 200);
+  CHECK(req("POST", "/", false).status == 405);
+  CHECK(req("GET", "/../etc/passwd", false).status == 404);
+
+  CHECK(req("GET", "/v1/cluster", false).status == 401);
+  auto c = req("GET", "/v1/cluster");
+  CHECK(c.status == 200);
+  CHECK(json::parse(c.body)["node"] == "alpha");
+  CHECK(json::parse(req("GET", "/v1/cluster/nodes").body)[0]["name"]
+        == "alpha");
+  CHECK(req("GET", "/v1/cluster/secrets").status == 404);
+  CHECK(req("DELETE", "/v1/cluster").status == 405);
+  auto cancel = req("POST", "/v1/cluster/jobs/7/cancel");
+  CHECK(cancel.status == 200);
+  CHECK(json::parse(cancel.body)["job"] == 7);
+  CHECK(req("POST", "/v1/cluster/jobs/8/cancel").status == 404);
+  CHECK(req("POST", "/v1/cluster/jobs/x1/cancel").status == 400);
+  CHECK(req("POST", "/v1/cluster/jobs/99999999999999999999/cancel").status
+        == 400);
+  CHECK(req("GET", "/v1/events").status == 400); // not an upgrade
+  std::lock_guard<std::mutex> guard{mx};
+  CHECK(asked["/v1/cluster"] == access::permission::monitoring_read);
+  CHECK(asked["/v1/cluster/part"] == access::permission::monitoring_read);
+  CHECK(asked["/v1/cluster/jobs/cancel"] == access::permission::job_cancel);
+  CHECK(asked.count("/") == 0);
+}
+
+TEST_CASE("events stream over a WebSocket, the token as its subprotocol") {
+  auto views = std::make_shared<fake_views>();
+  auto o = options(std::make_shared<scripted_backend>(tokens));
+  o.views = views;
+  o.authorize = [](std::string_view t, access::permission p,
+                   std::string_view, std::string_view) {
+    auth_result r;
+    r.allowed = t == "sk-good" && p == access::permission::monitoring_read;
+    r.error = unauthorized("no");
+    return r;
+  };
+  server srv{o};
+  auto port = srv.start();
+  {
+    ws_client c{port, "exo.v1, bearer.sk-good"};
+    CHECK(c.res[boost::beast::http::field::sec_websocket_protocol]
+          == "exo.v1");
+    REQUIRE(eventually([&] { return views->subscribers() == 1; }));
+    CHECK(srv.stats().event_sockets == 1);
+    for (int i = 0; i < 3; ++i)
+      views->push("{\"n\":" + std::to_string(i) + "}");
+    for (int i = 0; i < 3; ++i)
+      CHECK(c.read() == "{\"n\":" + std::to_string(i) + "}");
+    c.s.close(ws::close_code::normal);
+  }
+  CHECK(eventually([&] { return views->subscribers() == 0; }));
+  CHECK(eventually([&] { return srv.stats().event_sockets == 0; }));
+  // A bad token: the upgrade is refused with 401.
+  try {
+    ws_client bad{port, "exo.v1, bearer.sk-bad"};
+    FAIL("the handshake should be refused");
+  } catch (const boost::system::system_error& e) {
+    CHECK(e.code() == ws::error::upgrade_declined);
+  }
+  CHECK(views->subscribers() == 0);
+}
+
+TEST_CASE("a WebSocket that never reads is closed at its limit") {
+  auto views = std::make_shared<fake_views>();
+  auto o = options(std::make_shared<scripted_backend>(tokens));
+  o.views = views;
+  o.limits.events_hard_limit = 64 * 1024;
+  o.limits.socket_send_buffer = 4096;
+  server srv{o};
+  auto port = srv.start();
+  client_socket raw{port, 4096};
+  raw.send("GET /v1/events HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+           "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
+  REQUIRE(eventually([&] { return views->subscribers() == 1; }));
+  std::string kb(1024, 'x');
+  for (int i = 0; i < 4000 && views->subscribers() == 1; ++i)
+    views->push("\"" + kb + "\"");
+  CHECK(eventually([&] { return srv.stats().slow_event_sockets == 1; }));
+  CHECK(eventually([&] { return views->subscribers() == 0; }));
+  CHECK(http_exchange(port, "GET /health HTTP/1.1\r\nHost: x\r\n"
+                            "Connection: close\r\n\r\n")
+          .status
+        == 200);
 }

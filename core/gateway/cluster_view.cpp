@@ -1,0 +1,216 @@
+#include "core/gateway/cluster_view.hpp"
+
+#include <map>
+
+namespace exo::gateway {
+
+using text::json;
+
+namespace {
+
+/// The objects of `list` (an array), at most max_view_entries.
+json objects(const json& list) {
+  json out = json::array();
+  if (!list.is_array())
+    return out;
+  for (auto& x : list) {
+    if (out.size() >= max_view_entries)
+      break;
+    if (x.is_object())
+      out.push_back(x);
+  }
+  return out;
+}
+
+json member(const json& doc, const char* key) {
+  if (doc.is_object() && doc.contains(key))
+    return doc[key];
+  return json{};
+}
+
+std::string str(const json& o, const char* key) {
+  if (o.is_object() && o.contains(key) && o[key].is_string())
+    return o[key].get<std::string>();
+  return {};
+}
+
+double num(const json& o, const char* key, double fallback = 0) {
+  if (o.is_object() && o.contains(key) && o[key].is_number())
+    return o[key].get<double>();
+  return fallback;
+}
+
+/// Entries of `list` by a key made of their fields.
+template <class KeyFn>
+std::map<std::string, json> index(const json& list, KeyFn key) {
+  std::map<std::string, json> out;
+  if (list.is_array())
+    for (auto& x : list)
+      out.emplace(key(x), x);
+  return out;
+}
+
+std::string job_key(const json& j) {
+  return member(j, "job").dump();
+}
+
+std::string device_key(const json& d) {
+  return str(d, "node") + "/" + str(d, "id");
+}
+
+std::string thermal_key(const json& t) {
+  return str(t, "node") + "/" + str(t, "device");
+}
+
+json event(const char* type, std::int64_t time_ms, json data) {
+  return {{"type", type}, {"time_ms", time_ms}, {"data", std::move(data)}};
+}
+
+bool has_stages(const json& job) {
+  auto s = member(job, "stages");
+  return s.is_array() && !s.empty();
+}
+
+} // namespace
+
+json make_snapshot(const cluster_parts& parts) {
+  json jobs = objects(member(parts.jobs, "jobs"));
+  for (auto& j : jobs)
+    if (!j.contains("state"))
+      j["state"] = "running";
+  return {{"node", parts.node},
+          {"coordinator", str(parts.nodes, "coordinator")},
+          {"nodes", objects(member(parts.nodes, "nodes"))},
+          {"devices", objects(parts.devices)},
+          {"links", objects(parts.links)},
+          {"thermal", objects(member(parts.thermal, "devices"))},
+          {"jobs", jobs},
+          {"models", objects(parts.models)}};
+}
+
+json snapshot_part(const json& snapshot, const std::string& name) {
+  for (auto* key : {"nodes", "devices", "links", "thermal", "jobs"})
+    if (name == key)
+      return member(snapshot, key).is_null() ? json::array()
+                                             : member(snapshot, key);
+  return json{};
+}
+
+std::vector<json> diff_events(const json& before, const json& after,
+                              std::int64_t time_ms) {
+  std::vector<json> out;
+  auto name_key = [](const json& n) { return str(n, "name"); };
+  // Nodes: joined, changed status, left.
+  auto old_nodes = index(member(before, "nodes"), name_key);
+  auto new_nodes = index(member(after, "nodes"), name_key);
+  for (auto& [name, n] : new_nodes) {
+    auto it = old_nodes.find(name);
+    if (it == old_nodes.end()) {
+      auto d = n;
+      d["change"] = "joined";
+      out.push_back(event("node", time_ms, std::move(d)));
+    } else if (str(it->second, "status") != str(n, "status")
+               || member(it->second, "incarnation")
+                    != member(n, "incarnation")) {
+      auto d = n;
+      d["change"] = "status";
+      out.push_back(event("node", time_ms, std::move(d)));
+    }
+  }
+  for (auto& [name, n] : old_nodes)
+    if (!new_nodes.count(name)) {
+      auto d = n;
+      d["change"] = "left";
+      d["status"] = "left";
+      out.push_back(event("node", time_ms, std::move(d)));
+    }
+  // Devices: a new one, or one whose state or free memory moved.
+  auto old_devices = index(member(before, "devices"), device_key);
+  for (auto& [key, d] : index(member(after, "devices"), device_key)) {
+    auto it = old_devices.find(key);
+    if (it == old_devices.end()
+        || str(it->second, "state") != str(d, "state")
+        || member(it->second, "free_memory") != member(d, "free_memory"))
+      out.push_back(event("device", time_ms, d));
+  }
+  // Thermal: a new entry or a new state.
+  auto old_thermal = index(member(before, "thermal"), thermal_key);
+  for (auto& [key, t] : index(member(after, "thermal"), thermal_key)) {
+    auto it = old_thermal.find(key);
+    if (it == old_thermal.end()
+        || str(it->second, "state") != str(t, "state"))
+      out.push_back(event("thermal", time_ms, t));
+  }
+  // Jobs: started (with its placement), progressed, finished.
+  auto old_jobs = index(member(before, "jobs"), job_key);
+  auto new_jobs = index(member(after, "jobs"), job_key);
+  for (auto& [key, j] : new_jobs) {
+    auto it = old_jobs.find(key);
+    bool fresh = it == old_jobs.end();
+    if (fresh || member(it->second, "tokens") != member(j, "tokens")
+        || member(it->second, "cancelling") != member(j, "cancelling"))
+      out.push_back(event("job", time_ms, j));
+    if (has_stages(j) && (fresh || !has_stages(it->second)))
+      out.push_back(event("placement", time_ms,
+                          {{"job", member(j, "job")},
+                           {"stages", member(j, "stages")}}));
+  }
+  for (auto& [key, j] : old_jobs)
+    if (!new_jobs.count(key)) {
+      auto d = j;
+      d["state"] = "finished";
+      out.push_back(event("job", time_ms, std::move(d)));
+    }
+  return out;
+}
+
+json audit_event(const json& record, std::int64_t time_ms) {
+  if (!record.is_object() || !record.contains("seq")
+      || !record["seq"].is_number_integer() || record["seq"].get<double>() < 0
+      || !record.contains("type")
+      || !record["type"].is_string())
+    return json{};
+  std::string detail;
+  auto details = member(record, "details");
+  if (details.is_object())
+    for (auto& [k, v] : details.items())
+      if (v.is_string())
+        detail += (detail.empty() ? "" : " ") + k + "=" + v.get<std::string>();
+  return event("audit", time_ms,
+               {{"seq", record["seq"]},
+                {"event", record["type"]},
+                {"node", str(record, "node")},
+                {"principal", str(record, "principal")},
+                {"detail", detail}});
+}
+
+std::vector<prometheus::device_reading> device_readings(const json& snapshot) {
+  auto thermal = index(member(snapshot, "thermal"), thermal_key);
+  std::map<std::string, int> rank;
+  std::vector<prometheus::device_reading> out;
+  auto devices = member(snapshot, "devices");
+  if (!devices.is_array())
+    return out;
+  constexpr double mib = 1024.0 * 1024.0;
+  for (auto& d : devices) {
+    prometheus::device_reading r;
+    auto node = str(d, "node");
+    r.gpu = std::to_string(rank[node]++);
+    r.uuid = device_key(d);
+    r.model_name = str(d, "name");
+    r.hostname = node;
+    r.backend = str(d, "backend");
+    double total = num(d, "total_memory", -1), free = num(d, "free_memory", -1);
+    if (total >= 0 && free >= 0 && free <= total) {
+      r.fb_used_mib = (total - free) / mib;
+      r.fb_free_mib = free / mib;
+    }
+    auto it = thermal.find(r.uuid);
+    if (it != thermal.end() && member(it->second, "has_temperature") == true)
+      r.temperature_c = num(it->second, "temp_c");
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+} // namespace exo::gateway

@@ -1,0 +1,72 @@
+#pragma once
+
+/// The cluster as the gateway shows it: one snapshot document built from
+/// the node's console answers (nodes, devices, links, thermal, jobs), the
+/// events that tell one snapshot from the next, and the device gauges of
+/// /metrics. Pure functions on JSON (no actors, no sockets): the gateway's
+/// watcher (runtime/gateway/cluster_watch) polls and calls them.
+///
+/// The snapshot (GET /v1/cluster):
+///
+///   {"node", "coordinator", "nodes": [...], "devices": [...],
+///    "links": [...], "thermal": [...], "jobs": [...], "models": [...]}
+///
+/// Events (WebSocket /v1/events), each {"type", "time_ms", "data"}:
+///   node       a nodes[] entry + "change": joined | status | left
+///   device     a devices[] entry whose state or free memory changed
+///   thermal    a thermal[] entry whose state changed (or that is new)
+///   job        a jobs[] entry + "state": running | finished, on start,
+///              when its token count moved, and when it left the list
+///   placement  {"job", "stages"} when a job first shows its stages
+///   audit      {"seq", "event", "principal", "detail"}
+
+#include "core/gateway/prometheus.hpp"
+#include "core/text/json.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace exo::gateway {
+
+/// What the node's console answered, each as parsed JSON (null when the
+/// answer did not come: the part is left empty).
+struct cluster_parts {
+  std::string node;          ///< the node serving
+  text::json nodes;          ///< {"coordinator", "nodes": [...]}
+  text::json devices;        ///< [...]
+  text::json links;          ///< [...]
+  text::json thermal;        ///< {"devices": [...]}
+  text::json jobs;           ///< {"node", "jobs": [...]}
+  text::json models;         ///< [{"id", "object", "owned_by"}, ...]
+};
+
+/// At most this many entries of each list are kept (a cluster view from
+/// the network is bounded before the gateway holds it).
+inline constexpr std::size_t max_view_entries = 4096;
+
+/// The snapshot document. Entries that are not objects are dropped; lists
+/// are cut at max_view_entries.
+text::json make_snapshot(const cluster_parts& parts);
+
+/// One list of the snapshot by name ("nodes", "devices", "links",
+/// "thermal", "jobs"), or null for another name.
+text::json snapshot_part(const text::json& snapshot, const std::string& name);
+
+/// The events from `before` to `after` (both snapshots; `before` null on
+/// the first poll: every node and job is new), stamped `time_ms`.
+std::vector<text::json> diff_events(const text::json& before,
+                                    const text::json& after,
+                                    std::int64_t time_ms);
+
+/// An audit record of the console's `audit query` JSON as an event, or
+/// null when it is not one.
+text::json audit_event(const text::json& record, std::int64_t time_ms);
+
+/// The devices of a snapshot as dcgm-exporter readings: memory used and
+/// free in MiB, temperature from the thermal entry when it has one; `gpu`
+/// is the device's rank on its node, `UUID` "NODE/ID", `Hostname` the node.
+std::vector<prometheus::device_reading>
+device_readings(const text::json& snapshot);
+
+} // namespace exo::gateway

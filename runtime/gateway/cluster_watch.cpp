@@ -1,0 +1,307 @@
+#include "runtime/gateway/cluster_watch.hpp"
+
+#include "core/gateway/api_error.hpp"
+#include "core/gateway/cluster_view.hpp"
+#include "core/gateway/prometheus.hpp"
+#include "messages/atoms.hpp"
+#include "messages/cluster.hpp"
+#include "messages/errors.hpp"
+#include "runtime/console/render.hpp"
+
+#include <caf/all.hpp>
+
+#include <map>
+#include <mutex>
+
+namespace exo::gateway {
+
+using text::json;
+
+/// What the poller writes and the server's threads read.
+struct cluster_watch::shared {
+  std::string node;
+  std::vector<model_entry> models;
+  mutable std::mutex mx; // guards the members below
+  json snapshot;
+  std::string snapshot_text;
+  std::map<std::string, std::string> parts; // "nodes" -> JSON
+  std::vector<prometheus::device_reading> readings;
+  bool ready = false;
+  std::uint64_t next_id = 1;
+  std::map<std::uint64_t, std::function<void(std::string)>> subscribers;
+  std::uint64_t polls = 0;
+
+  void publish(json snap, std::vector<json> events) {
+    std::vector<std::function<void(std::string)>> targets;
+    {
+      std::lock_guard<std::mutex> guard{mx};
+      parts.clear();
+      for (auto* p : {"nodes", "devices", "links", "thermal", "jobs"})
+        parts[p] = text::spaced(snapshot_part(snap, p)) + "\n";
+      readings = device_readings(snap);
+      snapshot_text = text::spaced(snap) + "\n";
+      snapshot = std::move(snap);
+      ready = true;
+      ++polls;
+      for (auto& [_, fn] : subscribers)
+        targets.push_back(fn);
+    }
+    // Outside the lock: a push only posts to the subscriber's strand.
+    for (auto& e : events) {
+      auto text = text::compact(e);
+      for (auto& fn : targets)
+        fn(text);
+    }
+  }
+};
+
+namespace {
+
+using namespace std::chrono;
+
+/// One poll's answers, filled as they arrive.
+struct poll_round {
+  cluster_parts parts;
+  int waiting = 0;
+  std::vector<json> audit;
+};
+
+struct poller_state {
+  caf::actor gate;
+  std::shared_ptr<cluster_watch::shared> sh;
+  milliseconds interval{1000};
+  json last; // the last snapshot (null before the first)
+  std::uint64_t audit_after = 0;
+  bool audit_started = false;
+  bool polling = false;
+};
+
+using poller_ptr = caf::stateful_actor<poller_state>*;
+
+json parse_or_null(const std::string& s) {
+  auto j = json::parse(s, nullptr, false);
+  return j.is_discarded() ? json{} : j;
+}
+
+std::int64_t now_ms() {
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch())
+    .count();
+}
+
+void finish_round(poller_ptr self, const std::shared_ptr<poll_round>& r) {
+  auto& st = self->state;
+  auto snap = make_snapshot(r->parts);
+  auto t = now_ms();
+  auto events = diff_events(st.last, snap, t);
+  for (auto& rec : r->audit)
+    if (auto e = audit_event(rec, t); !e.is_null())
+      events.push_back(std::move(e));
+  st.last = snap;
+  st.sh->publish(std::move(snap), std::move(events));
+  st.polling = false;
+  self->delayed_send(self, st.interval, tick_atom::value);
+}
+
+void ask(poller_ptr self, const std::shared_ptr<poll_round>& r,
+         std::string cmd, std::string arg,
+         std::function<void(console_reply&)> use) {
+  ++r->waiting;
+  auto done = [self, r] {
+    if (--r->waiting == 0)
+      finish_round(self, r);
+  };
+  self->request(self->state.gate, seconds(3), console_atom::value,
+                std::move(cmd), std::move(arg))
+    .then(
+      [use, done](console_reply& reply) {
+        use(reply);
+        done();
+      },
+      [done](caf::error&) { done(); });
+}
+
+void poll(poller_ptr self) {
+  auto& st = self->state;
+  if (st.polling)
+    return;
+  st.polling = true;
+  auto r = std::make_shared<poll_round>();
+  r->parts.node = st.sh->node;
+  json models = json::array();
+  for (auto& m : st.sh->models)
+    models.push_back({{"id", m.id}, {"object", "model"}, {"owned_by",
+                                                          m.owned_by}});
+  r->parts.models = models;
+  ask(self, r, "nodes", "", [r](console_reply& x) {
+    r->parts.nodes = parse_or_null(console::json(x.nodes, x.text));
+  });
+  ask(self, r, "devices", "", [r](console_reply& x) {
+    r->parts.devices = parse_or_null(console::json(x.devices));
+  });
+  ask(self, r, "links", "", [r](console_reply& x) {
+    r->parts.links = parse_or_null(console::json(x.links));
+  });
+  ask(self, r, "thermal", "", [r](console_reply& x) {
+    r->parts.thermal = parse_or_null(x.json);
+  });
+  ask(self, r, "jobs", "", [r](console_reply& x) {
+    r->parts.jobs = parse_or_null(x.json);
+  });
+  // The audit log's new records (on the first poll only where it ends:
+  // the events are what happens from now on).
+  auto arg = st.audit_started
+               ? "query after=" + std::to_string(st.audit_after)
+                   + " limit=200"
+               : std::string{"query limit=1"};
+  ask(self, r, "audit", arg, [self, r](console_reply& x) {
+    auto& st = self->state;
+    auto doc = parse_or_null(x.json);
+    if (!doc.is_object() || !doc.contains("records")
+        || !doc["records"].is_array())
+      return;
+    std::uint64_t last = st.audit_after;
+    for (auto& rec : doc["records"])
+      if (rec.is_object() && rec.contains("seq")
+          && rec["seq"].is_number_unsigned())
+        last = std::max<std::uint64_t>(last, rec["seq"].get<std::uint64_t>());
+    if (st.audit_started) {
+      for (auto& rec : doc["records"])
+        r->audit.push_back(rec);
+    }
+    st.audit_after = last;
+    st.audit_started = true;
+  });
+}
+
+caf::behavior poller(poller_ptr self, caf::actor gate,
+                     std::shared_ptr<cluster_watch::shared> sh,
+                     milliseconds interval) {
+  self->state.gate = std::move(gate);
+  self->state.sh = std::move(sh);
+  self->state.interval = interval;
+  self->send(self, tick_atom::value);
+  return {
+    [self](tick_atom) { poll(self); },
+  };
+}
+
+} // namespace
+
+cluster_watch::cluster_watch(caf::actor_system& sys, caf::actor gate,
+                             std::string node,
+                             std::vector<model_entry> models,
+                             std::chrono::milliseconds interval)
+  : sh_(std::make_shared<shared>()) {
+  sh_->node = std::move(node);
+  sh_->models = std::move(models);
+  // A snapshot before the first poll answers: the node and its models.
+  cluster_parts first;
+  first.node = sh_->node;
+  json ms = json::array();
+  for (auto& m : sh_->models)
+    ms.push_back({{"id", m.id}, {"object", "model"}, {"owned_by",
+                                                      m.owned_by}});
+  first.models = ms;
+  auto snap = make_snapshot(first);
+  sh_->snapshot_text = text::spaced(snap) + "\n";
+  for (auto* p : {"nodes", "devices", "links", "thermal", "jobs"})
+    sh_->parts[p] = text::spaced(snapshot_part(snap, p)) + "\n";
+  sh_->snapshot = std::move(snap);
+  gate_ = gate;
+  poller_ = sys.spawn(poller, std::move(gate), sh_, interval);
+}
+
+cluster_watch::~cluster_watch() {
+  caf::anon_send_exit(poller_, caf::exit_reason::user_shutdown);
+  std::lock_guard<std::mutex> guard{sh_->mx};
+  sh_->subscribers.clear();
+}
+
+std::optional<std::string> cluster_watch::view(const std::string& name) {
+  std::lock_guard<std::mutex> guard{sh_->mx};
+  if (name == "cluster")
+    return sh_->snapshot_text;
+  auto it = sh_->parts.find(name);
+  if (it == sh_->parts.end())
+    return std::nullopt;
+  return it->second;
+}
+
+std::uint64_t cluster_watch::subscribe(std::function<void(std::string)> push) {
+  std::lock_guard<std::mutex> guard{sh_->mx};
+  auto id = sh_->next_id++;
+  sh_->subscribers.emplace(id, std::move(push));
+  return id;
+}
+
+void cluster_watch::unsubscribe(std::uint64_t id) {
+  std::lock_guard<std::mutex> guard{sh_->mx};
+  sh_->subscribers.erase(id);
+}
+
+bool cluster_watch::ready() const {
+  std::lock_guard<std::mutex> guard{sh_->mx};
+  return sh_->ready;
+}
+
+void cluster_watch::cancel_job(std::uint64_t id,
+                               std::function<void(int, std::string)> done) {
+  // A one-shot actor: asks the gate's "cancel" (the jobs service of this
+  // node) and reports; the server's thread only spawns it.
+  auto& sys = poller_->home_system();
+  sys.spawn([id, done, g = gate_](caf::event_based_actor* self) {
+    self->request(g, seconds(10), console_atom::value, std::string{"cancel"},
+                  std::to_string(id))
+      .then(
+        [done, self](console_reply& r) {
+          done(200, r.json.empty() ? std::string{"{}\n"} : r.json);
+          self->quit();
+        },
+        [done, self, id](caf::error& err) {
+          auto msg = error_message(err);
+          if (msg.empty())
+            msg = self->system().render(err);
+          api_error e;
+          e.status = msg.find("no job") != std::string::npos
+                         || msg.find("unknown") != std::string::npos
+                       ? 404
+                       : 503;
+          e.message = "job " + std::to_string(id) + ": " + msg;
+          e.type = e.status == 404 ? "not_found_error" : "server_error";
+          e.code = e.status == 404 ? "job_not_found" : "unavailable";
+          done(e.status, to_json(e) + "\n");
+          self->quit();
+        });
+  });
+}
+
+void cluster_watch::collect(prometheus::text_writer& w) {
+  std::vector<prometheus::device_reading> readings;
+  std::uint64_t polls = 0;
+  std::size_t nodes = 0, jobs = 0;
+  {
+    std::lock_guard<std::mutex> guard{sh_->mx};
+    readings = sh_->readings;
+    polls = sh_->polls;
+    auto& n = sh_->snapshot["nodes"];
+    if (n.is_array())
+      for (auto& x : n)
+        if (x.is_object() && x.value("status", "") == "alive")
+          ++nodes;
+    auto& j = sh_->snapshot["jobs"];
+    jobs = j.is_array() ? j.size() : 0;
+  }
+  prometheus::write_device_gauges(w, readings);
+  w.family("exo_cluster_nodes", "Members of the cluster that are alive",
+           prometheus::metric_type::gauge);
+  w.sample({}, static_cast<double>(nodes));
+  w.family("exo_jobs_running", "Jobs this node coordinates now",
+           prometheus::metric_type::gauge);
+  w.sample({}, static_cast<double>(jobs));
+  w.family("exo_cluster_polls_total",
+           "Snapshots of the cluster the gateway has taken",
+           prometheus::metric_type::counter);
+  w.sample({}, static_cast<double>(polls));
+}
+
+} // namespace exo::gateway

@@ -1,0 +1,159 @@
+// The gateway's cluster views without a cluster: the snapshot built from
+// console answers, the events between two snapshots, audit records as
+// events, and the dcgm-exporter readings of the devices.
+
+#include "core/gateway/cluster_view.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace exo::gateway;
+using exo::text::json;
+
+namespace {
+
+cluster_parts parts_with(json nodes, json devices, json thermal, json jobs) {
+  cluster_parts p;
+  p.node = "alpha";
+  p.nodes = {{"coordinator", "alpha"}, {"nodes", std::move(nodes)}};
+  p.devices = std::move(devices);
+  p.links = json::array({{{"from", "alpha"}, {"to", "beta"},
+                          {"rtt_p50_us", 80}, {"bandwidth_bps", 1e9}}});
+  p.thermal = {{"devices", std::move(thermal)}};
+  p.jobs = {{"node", "alpha"}, {"jobs", std::move(jobs)}};
+  p.models = json::array({{{"id", "tiny"}, {"object", "model"}}});
+  return p;
+}
+
+json node(const std::string& name, const std::string& status = "alive") {
+  return {{"name", name}, {"status", status}, {"incarnation", 1}};
+}
+
+json device(const std::string& n, const std::string& id, double free,
+            const std::string& state = "ready") {
+  return {{"node", n},         {"id", id},
+          {"backend", "sim"},  {"name", "Sim " + id},
+          {"total_memory", 8 * 1048576.0}, {"free_memory", free},
+          {"state", state}};
+}
+
+std::vector<std::string> types(const std::vector<json>& events) {
+  std::vector<std::string> out;
+  for (auto& e : events)
+    out.push_back(e["type"].get<std::string>() + ":"
+                  + (e["data"].contains("change")
+                       ? e["data"]["change"].get<std::string>()
+                       : e["data"].value("state", "")));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("the snapshot gathers the console's answers, bounded and typed") {
+  auto p = parts_with(json::array({node("alpha"), 42, node("beta")}),
+                      json::array({device("alpha", "sim:0", 1048576)}),
+                      json::array(), json::array({{{"job", 1}}}));
+  auto s = make_snapshot(p);
+  CHECK(s["node"] == "alpha");
+  CHECK(s["coordinator"] == "alpha");
+  CHECK(s["nodes"].size() == 2); // 42 is not an entry
+  CHECK(s["devices"].size() == 1);
+  CHECK(s["links"][0]["to"] == "beta");
+  CHECK(s["jobs"][0]["state"] == "running");
+  CHECK(s["models"][0]["id"] == "tiny");
+  CHECK(snapshot_part(s, "devices") == s["devices"]);
+  CHECK(snapshot_part(s, "secrets").is_null());
+  // Parts that did not come (null) are empty lists, not errors.
+  cluster_parts none;
+  auto e = make_snapshot(none);
+  CHECK(e["nodes"].empty());
+  CHECK(e["jobs"].is_array());
+  // A huge list from the network is cut.
+  json many = json::array();
+  for (std::size_t i = 0; i < max_view_entries + 10; ++i)
+    many.push_back(device("alpha", std::to_string(i), 0));
+  cluster_parts big;
+  big.devices = many;
+  CHECK(make_snapshot(big)["devices"].size() == max_view_entries);
+}
+
+TEST_CASE("events tell one snapshot from the next") {
+  auto before = make_snapshot(parts_with(
+    json::array({node("alpha"), node("beta")}),
+    json::array({device("alpha", "sim:0", 100), device("beta", "sim:0", 100)}),
+    json::array({{{"node", "alpha"}, {"device", "sim:0"},
+                  {"state", "normal"}}}),
+    json::array({{{"job", 1}, {"tokens", 3}, {"stages", json::array()}}})));
+  // First poll: everything is new.
+  auto first = types(diff_events(json{}, before, 5));
+  CHECK(std::count(first.begin(), first.end(), "node:joined") == 2);
+  auto after = make_snapshot(parts_with(
+    json::array({node("alpha"), node("gamma"), node("beta", "dead")}),
+    json::array({device("alpha", "sim:0", 50), device("beta", "sim:0", 100)}),
+    json::array({{{"node", "alpha"}, {"device", "sim:0"}, {"state", "warm"}}}),
+    json::array({{{"job", 2},
+                  {"tokens", 0},
+                  {"stages", json::array({{{"node", "alpha"},
+                                           {"device", "sim:0"},
+                                           {"first_layer", 0},
+                                           {"last_layer", 3}}})}}})));
+  auto events = diff_events(before, after, 1234);
+  auto t = types(events);
+  auto has = [&](const std::string& x) {
+    return std::find(t.begin(), t.end(), x) != t.end();
+  };
+  CHECK(has("node:joined"));    // gamma
+  CHECK(has("node:status"));    // beta died
+  CHECK(has("device:ready"));   // alpha's free memory moved
+  CHECK(has("thermal:warm"));
+  CHECK(has("job:running"));    // job 2 started
+  CHECK(has("job:finished"));   // job 1 left the list
+  CHECK(has("placement:"));     // job 2's stages
+  CHECK(t.size() == 7);         // beta's device did not change
+  for (auto& e : events)
+    CHECK(e["time_ms"] == 1234);
+  // Nothing changed: no events.
+  CHECK(diff_events(after, after, 1).empty());
+}
+
+TEST_CASE("audit records become events; other documents do not") {
+  json rec = {{"seq", 7},
+              {"time", 1},
+              {"node", "alpha"},
+              {"principal", "eve"},
+              {"type", "access_denied"},
+              {"details", {{"path", "/v1/models"}, {"via", "gateway"}}}};
+  auto e = audit_event(rec, 9);
+  CHECK(e["type"] == "audit");
+  CHECK(e["data"]["seq"] == 7);
+  CHECK(e["data"]["event"] == "access_denied");
+  CHECK(e["data"]["principal"] == "eve");
+  CHECK(e["data"]["detail"] == "path=/v1/models via=gateway");
+  CHECK(audit_event(json{{"seq", -1}, {"type", "x"}}, 1).is_null());
+  CHECK(audit_event(json::array(), 1).is_null());
+}
+
+TEST_CASE("devices read as dcgm-exporter gauges with their temperatures") {
+  auto s = make_snapshot(parts_with(
+    json::array({node("alpha")}),
+    json::array({device("alpha", "sim:0", 2 * 1048576.0),
+                 device("alpha", "cpu:0", 8 * 1048576.0),
+                 device("beta", "sim:0", 9 * 1048576.0)}),
+    json::array({{{"node", "alpha"}, {"device", "sim:0"},
+                  {"has_temperature", true}, {"temp_c", 61.5}},
+                 {{"node", "alpha"}, {"device", "cpu:0"},
+                  {"has_temperature", false}, {"temp_c", 0}}}),
+    json::array()));
+  auto r = device_readings(s);
+  REQUIRE(r.size() == 3);
+  CHECK(r[0].gpu == "0");
+  CHECK(r[1].gpu == "1");
+  CHECK(r[2].gpu == "0"); // ranks count per node
+  CHECK(r[0].uuid == "alpha/sim:0");
+  CHECK(r[0].hostname == "alpha");
+  CHECK(r[0].backend == "sim");
+  CHECK(r[0].temperature_c == Approx(61.5));
+  CHECK_FALSE(r[1].temperature_c.has_value()); // no sensor: no sample
+  CHECK(r[0].fb_used_mib == Approx(6));
+  CHECK(r[0].fb_free_mib == Approx(2));
+  CHECK_FALSE(r[2].fb_used_mib.has_value()); // free > total: not a reading
+}
