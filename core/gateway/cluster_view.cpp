@@ -1,5 +1,7 @@
 #include "core/gateway/cluster_view.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace exo::gateway {
@@ -124,13 +126,17 @@ std::vector<json> diff_events(const json& before, const json& after,
       d["status"] = "left";
       out.push_back(event("node", time_ms, std::move(d)));
     }
-  // Devices: a new one, or one whose state or free memory moved.
+  // Devices: a new one, or one whose state changed or whose free memory
+  // moved by a step worth showing (1% of the device, at least 1 MiB: a
+  // CPU's free memory is the system's and moves on every poll).
   auto old_devices = index(member(before, "devices"), device_key);
   for (auto& [key, d] : index(member(after, "devices"), device_key)) {
     auto it = old_devices.find(key);
+    double step = std::max(num(d, "total_memory") / 100, 1048576.0);
     if (it == old_devices.end()
         || str(it->second, "state") != str(d, "state")
-        || member(it->second, "free_memory") != member(d, "free_memory"))
+        || std::abs(num(it->second, "free_memory") - num(d, "free_memory"))
+             >= step)
       out.push_back(event("device", time_ms, d));
   }
   // Thermal: a new entry or a new state.
@@ -169,6 +175,10 @@ json audit_event(const json& record, std::int64_t time_ms) {
       || !record["seq"].is_number_integer() || record["seq"].get<double>() < 0
       || !record.contains("type")
       || !record["type"].is_string())
+    return json{};
+  // Debug records (every buffer freed, every access granted) would bury
+  // what people watch for.
+  if (str(record, "severity") == "debug")
     return json{};
   std::string detail;
   auto details = member(record, "details");

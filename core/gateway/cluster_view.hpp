@@ -60,7 +60,7 @@ std::vector<text::json> diff_events(const text::json& before,
                                     std::int64_t time_ms);
 
 /// An audit record of the console's `audit query` JSON as an event, or
-/// null when it is not one.
+/// null when it is not one or only a debug record.
 text::json audit_event(const text::json& record, std::int64_t time_ms);
 
 /// The devices of a snapshot as dcgm-exporter readings: memory used and

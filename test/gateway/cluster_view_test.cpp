@@ -88,7 +88,8 @@ TEST_CASE("events tell one snapshot from the next") {
   CHECK(std::count(first.begin(), first.end(), "node:joined") == 2);
   auto after = make_snapshot(parts_with(
     json::array({node("alpha"), node("gamma"), node("beta", "dead")}),
-    json::array({device("alpha", "sim:0", 50), device("beta", "sim:0", 100)}),
+    json::array({device("alpha", "sim:0", 6 * 1048576.0),
+                 device("beta", "sim:0", 100 + 524288.0)}),
     json::array({{{"node", "alpha"}, {"device", "sim:0"}, {"state", "warm"}}}),
     json::array({{{"job", 2},
                   {"tokens", 0},
@@ -103,12 +104,12 @@ TEST_CASE("events tell one snapshot from the next") {
   };
   CHECK(has("node:joined"));    // gamma
   CHECK(has("node:status"));    // beta died
-  CHECK(has("device:ready"));   // alpha's free memory moved
+  CHECK(has("device:ready"));   // alpha's free memory moved 6 MiB of 8
   CHECK(has("thermal:warm"));
   CHECK(has("job:running"));    // job 2 started
   CHECK(has("job:finished"));   // job 1 left the list
   CHECK(has("placement:"));     // job 2's stages
-  CHECK(t.size() == 7);         // beta's device did not change
+  CHECK(t.size() == 7); // beta's device moved by less than a step
   for (auto& e : events)
     CHECK(e["time_ms"] == 1234);
   // Nothing changed: no events.
@@ -129,6 +130,8 @@ TEST_CASE("audit records become events; other documents do not") {
   CHECK(e["data"]["principal"] == "eve");
   CHECK(e["data"]["detail"] == "path=/v1/models via=gateway");
   CHECK(audit_event(json{{"seq", -1}, {"type", "x"}}, 1).is_null());
+  rec["severity"] = "debug";
+  CHECK(audit_event(rec, 9).is_null());
   CHECK(audit_event(json::array(), 1).is_null());
 }
 

