@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <iostream>
 #include <cstdlib>
 #include <regex>
 #include <set>
@@ -252,6 +253,87 @@ TEST_CASE("a real Prometheus scrapes two gateways and finds every device's "
   CHECK(ok);
   prom.signal(SIGTERM);
   prom.wait(30s);
+  n2.proc->signal(SIGTERM);
+  n1.proc->signal(SIGTERM);
+  CHECK(n2.proc->wait(60s) == 0);
+  CHECK(n1.proc->wait(60s) == 0);
+  std::system(("rm -rf " + p.dir).c_str());
+}
+
+namespace {
+
+/// Resident memory of a process in KiB (VmRSS), 0 when unknown.
+long rss_kib(pid_t pid) {
+  std::istringstream in{read_file("/proc/" + std::to_string(pid) + "/status")};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::stol(line.substr(6));
+  return 0;
+}
+
+/// The text `exo-model run` generates for `prompt` (between the printed
+/// prompt and its summary), as the gateway's JSON carries it.
+std::string engine_text(const std::string& model, const std::string& prompt,
+                        int n) {
+  auto r = run({exo_model(), "run", "--model", model, "--prompt", prompt, "-n",
+                std::to_string(n)},
+               120s);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE(r.out.compare(0, prompt.size(), prompt) == 0);
+  auto end = r.out.find("\n\nprompt: ");
+  REQUIRE(end != std::string::npos);
+  auto text = r.out.substr(prompt.size(), end - prompt.size());
+  auto dumped = json(text).dump(-1, ' ', false,
+                                json::error_handler_t::replace);
+  return json::parse(dumped).get<std::string>();
+}
+
+} // namespace
+
+TEST_CASE("64 concurrent streaming clients on a 2-node cluster each get "
+          "their own tokens") {
+  auto node = require_node();
+  require_tool("openai");
+  pki p{"exo-load"};
+  p.node("l1");
+  p.node("l2");
+  auto model = p.dir + "/tiny.gguf";
+  must(run({exo_model(), "make-test", "--out", model, "--seed", "3"}));
+  const int max_tokens = 12;
+  json expected{{"model", "chat"}, {"max_tokens", max_tokens}};
+  for (auto prompt : {"Once upon a time", "The cluster", "Hello", "A B C"})
+    expected["cases"].push_back(
+      {{"prompt", prompt}, {"text", engine_text(model, prompt, max_tokens)}});
+  node_options o1{"l1"};
+  o1.extra = gateway_section(model);
+  auto n1 = start_node(p, o1);
+  auto n2 = start_node(p, node_options{"l2"}.seed(n1.port));
+  auto port = gateway_port(n1);
+  REQUIRE(poll_json(port, "/v1/cluster", [](const json& j) {
+            return j["nodes"].size() == 2;
+          })["nodes"].size()
+          == 2);
+  auto before = rss_kib(n1.proc->pid());
+  process load{{node, EXO_SOURCE_DIR "/test/gateway/load_client.mjs",
+                tools_dir(), "http://127.0.0.1:" + std::to_string(port) + "/v1",
+                "64", expected.dump()}};
+  auto code = load.wait(500s);
+  auto after = rss_kib(n1.proc->pid());
+  INFO("load stdout:\n" << load.out() << "\nstderr:\n" << load.err());
+  INFO("gateway node RSS " << before / 1024 << " MiB before, " << after / 1024
+                           << " MiB after");
+  CHECK(code == 0);
+  CHECK(contains(load.out(), "all streams right"));
+  // Every job ended, the node is healthy, and 64 finished streams left no
+  // more than a bounded amount of memory behind.
+  CHECK(poll_json(port, "/v1/cluster/jobs", [](const json& j) {
+          return j.is_array() && j.empty();
+        }).empty());
+  CHECK(after - before < 512 * 1024);
+  std::cout << load.out() << "gateway node RSS " << before / 1024
+            << " MiB before, " << after / 1024 << " MiB after\n";
   n2.proc->signal(SIGTERM);
   n1.proc->signal(SIGTERM);
   CHECK(n2.proc->wait(60s) == 0);
