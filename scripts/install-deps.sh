@@ -17,7 +17,7 @@ packages=(
   # Test tools: the gateway tests drive the server with curl, lint
   # /metrics with promtool (package prometheus) and load the dashboard in
   # headless chromium (driven by puppeteer-core from the npm test tools).
-  curl prometheus chromium
+  curl prometheus chromium wrk
 )
 
 missing=()
