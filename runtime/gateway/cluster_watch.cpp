@@ -30,6 +30,7 @@ struct cluster_watch::shared {
   std::uint64_t next_id = 1;
   std::map<std::uint64_t, std::function<void(std::string)>> subscribers;
   std::uint64_t polls = 0;
+  std::uint64_t audit_last = 0; // the audit log's last sequence number
 
   void publish(json snap, std::vector<json> events) {
     std::vector<std::function<void(std::string)>> targets;
@@ -170,6 +171,8 @@ void poll(poller_ptr self) {
     }
     st.audit_after = last;
     st.audit_started = true;
+    std::lock_guard<std::mutex> guard{st.sh->mx};
+    st.sh->audit_last = last;
   });
 }
 
@@ -244,44 +247,103 @@ bool cluster_watch::ready() const {
   return sh_->ready;
 }
 
-void cluster_watch::cancel_job(std::uint64_t id,
-                               std::function<void(int, std::string)> done) {
-  // A one-shot actor: asks the gate's "cancel" (the jobs service of this
-  // node) and reports; the server's thread only spawns it.
-  auto& sys = poller_->home_system();
-  sys.spawn([id, done, g = gate_](caf::event_based_actor* self) {
-    self->request(g, seconds(10), console_atom::value, std::string{"cancel"},
-                  std::to_string(id))
+namespace {
+
+/// A one-shot actor: asks the gate's console `cmd arg`, hands `done` the
+/// status and body `render` makes of the reply (errors: 404 when the
+/// message says the thing is unknown, else 503), and quits.
+void ask_once(caf::actor_system& sys, caf::actor gate, std::string cmd,
+              std::string arg,
+              std::function<std::string(console_reply&)> render,
+              std::function<void(int, std::string)> done) {
+  sys.spawn([=](caf::event_based_actor* self) {
+    self->request(gate, seconds(10), console_atom::value, cmd, arg)
       .then(
-        [done, self](console_reply& r) {
-          done(200, r.json.empty() ? std::string{"{}\n"} : r.json);
+        [=](console_reply& r) {
+          done(200, render(r));
           self->quit();
         },
-        [done, self, id](caf::error& err) {
+        [=](caf::error& err) {
           auto msg = error_message(err);
           if (msg.empty())
             msg = self->system().render(err);
           api_error e;
-          e.status = msg.find("no job") != std::string::npos
+          bool missing = msg.find("no job") != std::string::npos
                          || msg.find("unknown") != std::string::npos
-                       ? 404
-                       : 503;
-          e.message = "job " + std::to_string(id) + ": " + msg;
-          e.type = e.status == 404 ? "not_found_error" : "server_error";
-          e.code = e.status == 404 ? "job_not_found" : "unavailable";
+                         || msg.find("not found") != std::string::npos;
+          e.status = missing ? 404 : 503;
+          e.message = cmd + ": " + msg;
+          e.type = missing ? "not_found_error" : "server_error";
+          e.code = missing ? "not_found" : "unavailable";
           done(e.status, to_json(e) + "\n");
           self->quit();
         });
   });
 }
 
+} // namespace
+
+void cluster_watch::cancel_job(std::uint64_t id,
+                               std::function<void(int, std::string)> done) {
+  ask_once(poller_.home_system(), gate_, "cancel", std::to_string(id),
+           [](console_reply& r) {
+             return r.json.empty() ? std::string{"{}\n"} : r.json;
+           },
+           std::move(done));
+}
+
+bool cluster_watch::ask(const std::string& name, std::size_t limit,
+                        const std::string& type,
+                        std::function<void(int, std::string)> done) {
+  auto& sys = poller_.home_system();
+  if (name == "actors") {
+    ask_once(sys, gate_, "actors", type,
+             [](console_reply& r) { return console::json(r.actors); },
+             std::move(done));
+    return true;
+  }
+  if (name == "plans") {
+    ask_once(sys, gate_, "plans", "",
+             [](console_reply& r) {
+               return r.json.empty() ? std::string{"[]\n"} : r.json;
+             },
+             std::move(done));
+    return true;
+  }
+  if (name == "audit") {
+    // The newest `limit` records: the log is read from its start, so ask
+    // where it ends first (the watcher knows the last sequence number).
+    std::uint64_t last = 0;
+    {
+      std::lock_guard<std::mutex> guard{sh_->mx};
+      last = sh_->audit_last;
+    }
+    auto arg = "query limit=" + std::to_string(limit)
+               + (last > limit ? " after=" + std::to_string(last - limit)
+                               : std::string{})
+               + (type.empty() ? std::string{} : " type=" + type);
+    ask_once(sys, gate_, "audit", arg,
+             [](console_reply& r) {
+               return r.json.empty() ? std::string{"{\"records\":[]}\n"}
+                                     : r.json + "\n";
+             },
+             std::move(done));
+    return true;
+  }
+  return false;
+}
+
 void cluster_watch::collect(prometheus::text_writer& w) {
   std::vector<prometheus::device_reading> readings;
-  std::uint64_t polls = 0;
+  std::uint64_t polls = 0, audit_last = 0;
   std::size_t nodes = 0, jobs = 0;
+  json links, thermal;
   {
     std::lock_guard<std::mutex> guard{sh_->mx};
     readings = sh_->readings;
+    audit_last = sh_->audit_last;
+    links = sh_->snapshot["links"];
+    thermal = sh_->snapshot["thermal"];
     polls = sh_->polls;
     auto& n = sh_->snapshot["nodes"];
     if (n.is_array())
@@ -298,6 +360,41 @@ void cluster_watch::collect(prometheus::text_writer& w) {
   w.family("exo_jobs_running", "Jobs this node coordinates now",
            prometheus::metric_type::gauge);
   w.sample({}, static_cast<double>(jobs));
+  auto text_of = [](const json& o, const char* k) {
+    return o.contains(k) && o[k].is_string() ? o[k].get<std::string>()
+                                             : std::string{};
+  };
+  auto num_of = [](const json& o, const char* k) {
+    return o.contains(k) && o[k].is_number() ? o[k].get<double>() : -1.0;
+  };
+  if (links.is_array() && !links.empty()) {
+    w.family("exo_link_rtt_seconds", "Measured round trip (p50) of a link",
+             prometheus::metric_type::gauge);
+    for (auto& l : links)
+      if (num_of(l, "rtt_p50_us") >= 0)
+        w.sample({{"from", text_of(l, "from")}, {"to", text_of(l, "to")}},
+                 num_of(l, "rtt_p50_us") / 1e6);
+    w.family("exo_link_bandwidth_bytes_per_second",
+             "Measured bandwidth of a link", prometheus::metric_type::gauge);
+    for (auto& l : links)
+      if (num_of(l, "bandwidth_bps") >= 0)
+        w.sample({{"from", text_of(l, "from")}, {"to", text_of(l, "to")}},
+                 num_of(l, "bandwidth_bps"));
+  }
+  if (thermal.is_array() && !thermal.empty()) {
+    w.family("exo_thermal_state",
+             "1 for a device's thermal state (normal, warm, paused, ...)",
+             prometheus::metric_type::gauge);
+    for (auto& t : thermal)
+      w.sample({{"node", text_of(t, "node")},
+                {"device", text_of(t, "device")},
+                {"state", text_of(t, "state")}},
+               1);
+  }
+  w.family("exo_audit_last_sequence",
+           "The last sequence number of this node's audit log",
+           prometheus::metric_type::gauge);
+  w.sample({}, static_cast<double>(audit_last));
   w.family("exo_cluster_polls_total",
            "Snapshots of the cluster the gateway has taken",
            prometheus::metric_type::counter);

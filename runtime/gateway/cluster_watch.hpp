@@ -38,6 +38,9 @@ public:
   void unsubscribe(std::uint64_t id) override;
   void cancel_job(std::uint64_t id,
                   std::function<void(int, std::string)> done) override;
+  bool ask(const std::string& name, std::size_t limit,
+           const std::string& type,
+           std::function<void(int, std::string)> done) override;
   void collect(prometheus::text_writer& w) override;
 
   /// Whether a first snapshot has arrived.

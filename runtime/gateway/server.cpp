@@ -10,6 +10,7 @@
 #include <boost/beast/websocket.hpp>
 
 #include <array>
+#include <cctype>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -1115,6 +1116,78 @@ void session::handle_cluster(const std::string& path, http::verb method,
   endpoint_ = path == "/v1/cluster" ? path : "/v1/cluster/part";
   if (method != http::verb::get)
     return send_error(method_not_allowed(method_name, path), keep_alive_);
+  if (name == "actors" || name == "plans" || name == "audit") {
+    // Asked of the cluster now: ?limit=N (1..1000, default 100), ?type=T
+    // for the audit tail, ?node=NAME for the actors of another node.
+    std::string target{req.target().data(), req.target().size()};
+    auto query = target.find('?') == std::string::npos
+                   ? std::string{}
+                   : target.substr(target.find('?') + 1);
+    std::size_t limit = 100;
+    std::string type;
+    std::size_t pos = 0;
+    while (pos < query.size()) {
+      auto end = query.find('&', pos);
+      if (end == std::string::npos)
+        end = query.size();
+      auto kv = query.substr(pos, end - pos);
+      auto eq = kv.find('=');
+      auto key = kv.substr(0, eq);
+      auto value = eq == std::string::npos ? std::string{} : kv.substr(eq + 1);
+      if (key == "limit") {
+        bool digits = !value.empty() && value.size() <= 4;
+        for (char c : value)
+          digits = digits && c >= '0' && c <= '9';
+        if (!digits || std::stoul(value) < 1 || std::stoul(value) > 1000)
+          return send_error(invalid_request("limit must be 1..1000", "limit"),
+                            keep_alive_);
+        limit = std::stoul(value);
+      } else if (key == "node" && name == "actors") {
+        bool ok = !value.empty() && value.size() <= 64;
+        for (char c : value)
+          ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.'
+                      || c == '_' || c == '-');
+        if (!ok)
+          return send_error(invalid_request("node must be a node name",
+                                            "node"),
+                            keep_alive_);
+        type = value;
+      } else if (key == "type" && name == "audit") {
+        bool ok = !value.empty() && value.size() <= 64;
+        for (char c : value)
+          ok = ok && ((c >= 'a' && c <= 'z') || c == '_');
+        if (!ok)
+          return send_error(invalid_request("type must be an audit event "
+                                            "type (a-z and _)",
+                                            "type"),
+                            keep_alive_);
+        type = value;
+      } else {
+        return send_error(invalid_request("Unknown query parameter '" + key
+                                            + "' (limit; audit: type; "
+                                              "actors: node)",
+                                          key),
+                          keep_alive_);
+      }
+      pos = end + 1;
+    }
+    if (name == "audit")
+      endpoint_ = "/v1/cluster/audit";
+    if (!authorized(name == "audit" ? access::permission::audit_read
+                                    : access::permission::monitoring_read))
+      return;
+    auto keep = keep_alive_;
+    st_->opts.views->ask(
+      name, limit, type,
+      [self = shared_from_this(), keep](int status, std::string body) {
+        net::post(self->get_executor(),
+                  [self, keep, status, body = std::move(body)]() mutable {
+                    self->send(status, std::move(body), "application/json",
+                               keep);
+                  });
+      });
+    return;
+  }
   if (!authorized(access::permission::monitoring_read))
     return;
   auto body = st_->opts.views->view(name);

@@ -10,7 +10,9 @@
 ///   GET  /metrics              exo_* metrics of the gateway and the
 ///                              metrics_source's families
 ///   GET  /v1/cluster[/PART]    the view_source's snapshot (or one list:
-///                              nodes, devices, links, thermal, jobs)
+///                              nodes, devices, links, thermal, jobs;
+///                              asked now: actors, plans, audit?limit&type
+///                              -- audit needs audit_read)
 ///   POST /v1/cluster/jobs/ID/cancel
 ///   GET  /v1/events            WebSocket (subprotocol exo.v1): the
 ///                              view_source's events as text frames

@@ -30,6 +30,17 @@ public:
   /// thread, with an HTTP status (200, 404, 503) and a JSON body.
   virtual void cancel_job(std::uint64_t id,
                           std::function<void(int, std::string)> done) = 0;
+
+  /// A view asked of the cluster when it is requested (too large or too
+  /// rare to poll): "actors" (the actors of node `type`, this node when
+  /// empty), "plans" (the placement service's plans per job), "audit"
+  /// (this node's audit log: the newest `limit` records, of `type` when
+  /// not empty). Calls `done` once, on any
+  /// thread, with an HTTP status and a JSON body; false (and no call) for
+  /// another name.
+  virtual bool ask(const std::string& name, std::size_t limit,
+                   const std::string& type,
+                   std::function<void(int, std::string)> done) = 0;
 };
 
 } // namespace exo::gateway

@@ -201,7 +201,29 @@ TEST_CASE("a real Prometheus scrapes two gateways and finds every device's "
   auto metrics = gwt::http_exchange(gws[0], "GET /metrics HTTP/1.1\r\nHost: "
                                             "x\r\nConnection: close\r\n\r\n");
   REQUIRE(metrics.status == 200);
+  CHECK(contains(metrics.body, "exo_thermal_state{node=\"n2\""));
+  CHECK(contains(metrics.body, "exo_link_rtt_seconds{from=\"n1\",to=\"n2\"}"));
+  CHECK(contains(metrics.body, "exo_cluster_nodes 2"));
   write_file(p.dir + "/metrics.txt", metrics.body);
+  // The views asked of the cluster on request: every actor of both nodes,
+  // the newest audit records.
+  for (auto* n : {"n1", "n2"}) {
+    auto actors = get_json(gws[0], std::string{"/v1/cluster/actors?node="} + n);
+    INFO(actors.dump());
+    REQUIRE(actors.is_array());
+    std::set<std::string> kinds, nodes;
+    for (auto& a : actors) {
+      kinds.insert(a["kind"].get<std::string>());
+      nodes.insert(a["node"].get<std::string>());
+    }
+    CHECK(nodes == std::set<std::string>{n});
+    CHECK(kinds.count("thermal") == 1);
+  }
+  auto tail = get_json(gws[1], "/v1/cluster/audit?limit=3");
+  INFO(tail.dump());
+  REQUIRE(tail.contains("records"));
+  CHECK(tail["records"].size() == 3);
+  CHECK(tail["records"][0]["node"] == "n2");
   auto lint = run({"/bin/sh", "-c",
                    "promtool check metrics < " + p.dir + "/metrics.txt"});
   INFO(lint.out << lint.err);

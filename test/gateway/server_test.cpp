@@ -562,6 +562,15 @@ struct fake_views : view_source {
            "{\"job\":" + std::to_string(id) + "}");
     }).detach();
   }
+  bool ask(const std::string& name, std::size_t limit,
+           const std::string& type,
+           std::function<void(int, std::string)> done) override {
+    if (name != "audit" && name != "actors" && name != "plans")
+      return false;
+    done(200, "{\"asked\":\"" + name + "\",\"limit\":" + std::to_string(limit)
+                + ",\"type\":\"" + type + "\"}");
+    return true;
+  }
   std::size_t subscribers() {
     std::lock_guard<std::mutex> guard{mx};
     return subs.size();
@@ -662,10 +671,22 @@ TEST_CASE("the dashboard and the cluster views are served, with their "
   CHECK(req("POST", "/v1/cluster/jobs/99999999999999999999/cancel").status
         == 400);
   CHECK(req("GET", "/v1/events").status == 400); // not an upgrade
+  auto audit = json::parse(req("GET", "/v1/cluster/audit?limit=5&type="
+                                      "access_denied")
+                             .body);
+  CHECK(audit["asked"] == "audit");
+  CHECK(audit["limit"] == 5);
+  CHECK(audit["type"] == "access_denied");
+  CHECK(json::parse(req("GET", "/v1/cluster/actors").body)["limit"] == 100);
+  CHECK(req("GET", "/v1/cluster/audit?limit=0").status == 400);
+  CHECK(req("GET", "/v1/cluster/audit?limit=99999").status == 400);
+  CHECK(req("GET", "/v1/cluster/audit?type=a%20b").status == 400);
+  CHECK(req("GET", "/v1/cluster/audit?path=/etc").status == 400);
   std::lock_guard<std::mutex> guard{mx};
   CHECK(asked["/v1/cluster"] == access::permission::monitoring_read);
   CHECK(asked["/v1/cluster/part"] == access::permission::monitoring_read);
   CHECK(asked["/v1/cluster/jobs/cancel"] == access::permission::job_cancel);
+  CHECK(asked["/v1/cluster/audit"] == access::permission::audit_read);
   CHECK(asked.count("/") == 0);
 }
 
