@@ -2,6 +2,8 @@
 
 #include "core/text/json.hpp"
 
+#include <deque>
+
 #include "actors/placement/placement_actor.hpp"
 #include "actors/workload/job_actor.hpp"
 #include "actors/workload/simple_placement.hpp"
@@ -68,8 +70,15 @@ struct coordinator_state {
   std::map<std::string, std::vector<workload::model_part>> parts;
   std::uint64_t jobs = 0;
   std::map<std::uint64_t, running_job> running; ///< by job id
+  /// The last jobs that ended (console `jobs` JSON "recent"), newest last:
+  /// a job shorter than a watcher's poll is still seen, with its final
+  /// token count and outcome.
+  std::deque<text::json> recent;
   static inline const char* name = "exo.job_coordinator";
 };
+
+/// How many ended jobs `recent` keeps.
+constexpr std::size_t recent_jobs = 20;
 
 using self_ptr = caf::stateful_actor<coordinator_state>*;
 
@@ -182,6 +191,43 @@ job_report make_report(const job_run& run, std::uint64_t id,
   return out;
 }
 
+/// A job as console `jobs` JSON shows it.
+text::json job_json(std::uint64_t id, const running_job& j,
+                    const std::string& state) {
+  auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                            - j.started)
+                .count();
+  text::json stages = text::json::array();
+  for (auto& p : j.plan)
+    stages.push_back({{"node", p.node},
+                      {"device", p.device},
+                      {"device_name", p.device_name},
+                      {"first_layer", p.first},
+                      // inclusive (the plan's `last` is one past)
+                      {"last_layer", p.last > p.first ? p.last - 1 : p.first}});
+  return {{"job", id},
+          {"model", j.model},
+          {"state", state},
+          {"tokens", j.tokens ? j.tokens->load(std::memory_order_relaxed) : 0},
+          {"sequences", j.sequences},
+          {"n_gen", j.n_gen},
+          {"seconds", text::number(secs, 4)},
+          {"cancelling", j.cancel_requested},
+          {"stages", stages}};
+}
+
+/// Moves job `id` from `running` to `recent` with its outcome.
+void job_ended(self_ptr self, std::uint64_t id, const std::string& state) {
+  auto& st = self->state;
+  auto it = st.running.find(id);
+  if (it == st.running.end())
+    return;
+  st.recent.push_back(job_json(id, it->second, state));
+  if (st.recent.size() > recent_jobs)
+    st.recent.pop_front();
+  st.running.erase(it);
+}
+
 void start_job(self_ptr self, const run_ptr& run) {
   auto& req = run->job.request;
   auto& hp = run->job.model->hparams();
@@ -234,7 +280,7 @@ void start_job(self_ptr self, const run_ptr& run) {
   self->request(job, caf::infinite, run_atom::value)
     .then(
       [self, run, job_id, id](job_report& r) {
-        self->state.running.erase(id);
+        job_ended(self, id, r.cancelled ? "cancelled" : "finished");
         audit_job(self, audit::event_type::job_finished,
                   {{"job", job_id},
                    {"outcome", r.cancelled ? "cancelled" : "ok"}});
@@ -245,7 +291,7 @@ void start_job(self_ptr self, const run_ptr& run) {
         }
       },
       [self, run, job_id, id](caf::error& err) {
-        self->state.running.erase(id);
+        job_ended(self, id, "failed");
         auto why = render(self, err);
         audit_job(self, audit::event_type::job_finished,
                   {{"job", job_id}, {"outcome", "error"}, {"error", why}},
@@ -671,26 +717,14 @@ console_reply list_jobs(self_ptr self) {
                   j.n_gen, secs);
     table << line << j.stages << (j.cancel_requested ? " (cancelling)" : "")
          << "\n";
-    text::json stages = text::json::array();
-    for (auto& p : j.plan)
-      stages.push_back({{"node", p.node},
-                        {"device", p.device},
-                        {"device_name", p.device_name},
-                        {"first_layer", p.first},
-                        // inclusive (the plan's `last` is one past)
-                        {"last_layer", p.last > p.first ? p.last - 1
-                                                        : p.first}});
-    jobs.push_back({{"job", id},
-                    {"model", j.model},
-                    {"tokens", tokens},
-                    {"sequences", j.sequences},
-                    {"n_gen", j.n_gen},
-                    {"seconds", text::number(secs, 4)},
-                    {"cancelling", j.cancel_requested},
-                    {"stages", stages}});
+    jobs.push_back(job_json(id, j, "running"));
   }
   r.text = table.str();
-  r.json = text::spaced({{"node", st.cfg.node}, {"jobs", jobs}});
+  text::json recent = text::json::array();
+  for (auto& j : st.recent)
+    recent.push_back(j);
+  r.json = text::spaced(
+    {{"node", st.cfg.node}, {"jobs", jobs}, {"recent", recent}});
   return r;
 }
 

@@ -76,10 +76,18 @@ bool has_stages(const json& job) {
 } // namespace
 
 json make_snapshot(const cluster_parts& parts) {
+  // Running jobs, then the ones that ended lately (a job shorter than a
+  // poll is still seen, with its outcome).
   json jobs = objects(member(parts.jobs, "jobs"));
   for (auto& j : jobs)
     if (!j.contains("state"))
       j["state"] = "running";
+  for (auto& j : objects(member(parts.jobs, "recent")))
+    if (jobs.size() < max_view_entries) {
+      if (!j.contains("state"))
+        j["state"] = "finished";
+      jobs.push_back(j);
+    }
   return {{"node", parts.node},
           {"coordinator", str(parts.nodes, "coordinator")},
           {"nodes", objects(member(parts.nodes, "nodes"))},
@@ -154,6 +162,7 @@ std::vector<json> diff_events(const json& before, const json& after,
     auto it = old_jobs.find(key);
     bool fresh = it == old_jobs.end();
     if (fresh || member(it->second, "tokens") != member(j, "tokens")
+        || member(it->second, "state") != member(j, "state")
         || member(it->second, "cancelling") != member(j, "cancelling"))
       out.push_back(event("job", time_ms, j));
     if (has_stages(j) && (fresh || !has_stages(it->second)))
@@ -162,7 +171,7 @@ std::vector<json> diff_events(const json& before, const json& after,
                            {"stages", member(j, "stages")}}));
   }
   for (auto& [key, j] : old_jobs)
-    if (!new_jobs.count(key)) {
+    if (!new_jobs.count(key) && str(j, "state") == "running") {
       auto d = j;
       d["state"] = "finished";
       out.push_back(event("job", time_ms, std::move(d)));

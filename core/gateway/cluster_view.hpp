@@ -15,8 +15,10 @@
 ///   node       a nodes[] entry + "change": joined | status | left
 ///   device     a devices[] entry whose state or free memory changed
 ///   thermal    a thermal[] entry whose state changed (or that is new)
-///   job        a jobs[] entry + "state": running | finished, on start,
-///              when its token count moved, and when it left the list
+///   job        a jobs[] entry with its "state" (running, finished,
+///              cancelled, failed): when first seen, when its token count
+///              or state moved, and "finished" when a running job left
+///              the lists
 ///   placement  {"job", "stages"} when a job first shows its stages
 ///   audit      {"seq", "event", "principal", "detail"}
 
@@ -37,7 +39,7 @@ struct cluster_parts {
   text::json devices;        ///< [...]
   text::json links;          ///< [...]
   text::json thermal;        ///< {"devices": [...]}
-  text::json jobs;           ///< {"node", "jobs": [...]}
+  text::json jobs;           ///< {"node", "jobs": [...], "recent": [...]}
   text::json models;         ///< [{"id", "object", "owned_by"}, ...]
 };
 

@@ -114,6 +114,30 @@ TEST_CASE("events tell one snapshot from the next") {
     CHECK(e["time_ms"] == 1234);
   // Nothing changed: no events.
   CHECK(diff_events(after, after, 1).empty());
+  // A job that started and ended between two polls is seen in "recent",
+  // with its outcome and placement; one that moved from running to
+  // recent reports its new state.
+  auto p = parts_with(json::array({node("alpha")}), json::array(),
+                      json::array(), json::array());
+  p.jobs["recent"] = json::array(
+    {{{"job", 2}, {"tokens", 9}, {"state", "cancelled"},
+      {"stages", json::array({{{"node", "alpha"}, {"device", "sim:0"}}})}},
+     {{"job", 3}, {"tokens", 4}, {"state", "finished"},
+      {"stages", json::array({{{"node", "alpha"}, {"device", "sim:0"}}})}}});
+  auto later = make_snapshot(p);
+  CHECK(later["jobs"].size() == 2);
+  auto t2 = types(diff_events(after, later, 2));
+  auto has2 = [&](const std::string& x) {
+    return std::count(t2.begin(), t2.end(), x);
+  };
+  CHECK(has2("job:cancelled") == 1); // job 2: running -> cancelled
+  CHECK(has2("job:finished") == 1);  // job 3: never seen running
+  CHECK(has2("placement:") == 1);    // job 3's stages (2's were known)
+  // Ended jobs that drop out of "recent" make no event.
+  p.jobs["recent"] = json::array();
+  auto gone = diff_events(later, make_snapshot(p), 4);
+  for (auto& e : gone)
+    CHECK(e["type"] != "job");
 }
 
 TEST_CASE("audit records become events; other documents do not") {
