@@ -217,6 +217,7 @@ std::string status_json(const std::vector<thermal_status>& xs) {
                        {"device", s.device},
                        {"has_temperature", s.has_temperature},
                        {"temp_c", text::number(s.temp_c, 6)},
+                       {"power_w", text::number(s.power_w, 6)},
                        {"predicted_c", text::number(s.predicted_c, 6)},
                        {"limit_c", text::number(s.limit_c, 6)},
                        {"time_to_limit_s", text::number(s.time_to_limit_s, 6)},

@@ -224,9 +224,14 @@ std::vector<prometheus::device_reading> device_readings(const json& snapshot) {
       r.fb_used_mib = (total - free) / mib;
       r.fb_free_mib = free / mib;
     }
+    if (num(d, "clock_mhz") > 0)
+      r.sm_clock_mhz = num(d, "clock_mhz");
     auto it = thermal.find(r.uuid);
-    if (it != thermal.end() && member(it->second, "has_temperature") == true)
+    if (it != thermal.end() && member(it->second, "has_temperature") == true) {
       r.temperature_c = num(it->second, "temp_c");
+      if (num(it->second, "power_w", -1) >= 0)
+        r.power_w = num(it->second, "power_w");
+    }
     out.push_back(std::move(r));
   }
   return out;

@@ -66,8 +66,10 @@ std::vector<text::json> diff_events(const text::json& before,
 text::json audit_event(const text::json& record, std::int64_t time_ms);
 
 /// The devices of a snapshot as dcgm-exporter readings: memory used and
-/// free in MiB, temperature from the thermal entry when it has one; `gpu`
-/// is the device's rank on its node, `UUID` "NODE/ID", `Hostname` the node.
+/// free in MiB, the clock when the device reports one, temperature and
+/// power from the thermal entry when it has a sensor; `gpu` is the
+/// device's rank on its node, `UUID` "NODE/ID", `Hostname` the node. No
+/// utilisation: devices do not report one yet.
 std::vector<prometheus::device_reading>
 device_readings(const text::json& snapshot);
 

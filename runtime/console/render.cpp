@@ -130,6 +130,8 @@ std::string json(const std::vector<device_info>& devices) {
                    {"simulated", d.simulated},
                    {"total_memory", d.total_memory},
                    {"free_memory", d.free_memory},
+                   {"clock_mhz", d.clock_mhz},
+                   {"compute_units", d.compute_units},
                    {"state", to_string(d.state)}});
   return text::spaced(out) + "\n";
 }

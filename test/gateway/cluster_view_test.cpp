@@ -166,7 +166,8 @@ TEST_CASE("devices read as dcgm-exporter gauges with their temperatures") {
                  device("alpha", "cpu:0", 8 * 1048576.0),
                  device("beta", "sim:0", 9 * 1048576.0)}),
     json::array({{{"node", "alpha"}, {"device", "sim:0"},
-                  {"has_temperature", true}, {"temp_c", 61.5}},
+                  {"has_temperature", true}, {"temp_c", 61.5},
+                  {"power_w", 212.0}},
                  {{"node", "alpha"}, {"device", "cpu:0"},
                   {"has_temperature", false}, {"temp_c", 0}}}),
     json::array()));
@@ -179,6 +180,8 @@ TEST_CASE("devices read as dcgm-exporter gauges with their temperatures") {
   CHECK(r[0].hostname == "alpha");
   CHECK(r[0].backend == "sim");
   CHECK(r[0].temperature_c == Approx(61.5));
+  CHECK(r[0].power_w == Approx(212));
+  CHECK_FALSE(r[0].sm_clock_mhz.has_value()); // no clock reported
   CHECK_FALSE(r[1].temperature_c.has_value()); // no sensor: no sample
   CHECK(r[0].fb_used_mib == Approx(6));
   CHECK(r[0].fb_free_mib == Approx(2));
