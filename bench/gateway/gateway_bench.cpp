@@ -11,6 +11,11 @@
 //                         installed, with 64 connections)
 //
 // Goals (issue 20): TTFT overhead under 1 ms, under 50 us per token.
+//
+// With --port P --model ID [-n N] [--repeat K] [--prompt S] it measures a
+// running gateway instead (bench/gateway/serve_overhead.sh starts one):
+// per stream the time to the first text chunk and the tokens/s from the
+// first chunk to the last, printed one line per stream.
 
 #include "runtime/gateway/server.hpp"
 
@@ -154,6 +159,51 @@ double requests_per_s(std::uint16_t port, const std::string& path,
   return double(done) / seconds;
 }
 
+/// Against a running gateway: one streamed completion of `n` tokens.
+/// Prints "ttft_us tokens tokens_per_s" (tokens/s from the first text
+/// chunk to the last).
+void measure_remote(std::uint16_t port, const std::string& model, int n,
+                    const std::string& prompt) {
+  std::string body = R"({"model":")" + model + R"(","prompt":")" + prompt
+                     + R"(","stream":true,"temperature":0,"max_tokens":)"
+                     + std::to_string(n) + "}";
+  auto t0 = steady::now();
+  int fd = connect_to(port);
+  send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+               "application/json\r\nConnection: close\r\nContent-Length: "
+                 + std::to_string(body.size()) + "\r\n\r\n" + body);
+  std::string got;
+  char buf[65536];
+  std::size_t scanned = 0;
+  int chunks = 0;
+  steady::time_point first{}, last{};
+  for (;;) {
+    auto k = ::recv(fd, buf, sizeof buf, 0);
+    if (k <= 0)
+      break;
+    got.append(buf, std::size_t(k));
+    auto now = steady::now();
+    for (;;) {
+      auto at = got.find("\"text\":\"", scanned);
+      if (at == std::string::npos)
+        break;
+      scanned = at + 8;
+      if (scanned < got.size() && got[scanned] == '"')
+        continue; // an empty text (the last chunk)
+      if (!chunks++)
+        first = now;
+      last = now;
+    }
+    if (got.find("data: [DONE]") != std::string::npos)
+      break;
+  }
+  ::close(fd);
+  auto ttft = std::chrono::duration<double, std::micro>(first - t0).count();
+  auto span = std::chrono::duration<double>(last - first).count();
+  std::printf("%.0f %d %.2f\n", ttft, chunks,
+              chunks > 1 && span > 0 ? (chunks - 1) / span : 0.0);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -161,7 +211,37 @@ double median(std::vector<double> v) {
 
 } // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    std::uint16_t port = 0;
+    std::string model, prompt = "Once upon a time";
+    int n = 128, repeat = 1;
+    for (int i = 1; i + 1 < argc; i += 2) {
+      std::string k = argv[i], v = argv[i + 1];
+      if (k == "--port")
+        port = static_cast<std::uint16_t>(std::stoi(v));
+      else if (k == "--model")
+        model = v;
+      else if (k == "-n")
+        n = std::stoi(v);
+      else if (k == "--repeat")
+        repeat = std::stoi(v);
+      else if (k == "--prompt")
+        prompt = v;
+      else {
+        std::fprintf(stderr, "gateway_bench: unknown option %s\n", k.c_str());
+        return 2;
+      }
+    }
+    if (!port || model.empty()) {
+      std::fprintf(stderr, "gateway_bench --port P --model ID [-n N] "
+                           "[--repeat K] [--prompt S]\n");
+      return 2;
+    }
+    for (int i = 0; i < repeat; ++i)
+      measure_remote(port, model, n, prompt);
+    return 0;
+  }
   server_options o;
   o.models = {{"bench", 1700000000, "exo"}};
   o.backend = std::make_shared<instant_backend>();

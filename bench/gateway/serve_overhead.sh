@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The gateway's overhead through a real node (issue 20): the same
+# generation streamed over HTTP from `exo-node serve` (gateway, bridge
+# actor, job coordinator, job, shard and device actors, the cpu device)
+# and through `exo-model run` (the host engine called directly), one core
+# each (taskset), one BLAS thread, alternating. Prints per pair the
+# engine's and the stream's tokens/s (from the first text chunk to the
+# last) and the stream's time to the first token, then the medians.
+#   bench/gateway/serve_overhead.sh BUILD [PAIRS N LAYERS DIM FF TYPE CORE]
+set -euo pipefail
+BUILD=${1:-build}
+PAIRS=${2:-7}
+N=${3:-128}
+LAYERS=${4:-12}
+DIM=${5:-512}
+FF=${6:-1536}
+TYPE=${7:-f32}
+CORE=${8:-1}
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+WORK=$(mktemp -d /tmp/exo-serve-overhead-XXXXXX)
+SERVE_PID=
+cleanup() {
+  [ -n "$SERVE_PID" ] && kill "$SERVE_PID" 2>/dev/null && wait "$SERVE_PID" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+"$BUILD/runtime/tools/exo-model" make-test --out "$WORK/model.gguf" \
+  --layers "$LAYERS" --dim "$DIM" --ff "$FF" --heads 8 --kv-heads 4 \
+  --vocab 2048 --ctx 512 --type "$TYPE" >/dev/null
+cat >"$WORK/node.json" <<JSON
+{"node": {"name": "solo", "state_dir": "$WORK/state"},
+ "devices": {"include": ["cpu"], "rescan_interval_s": 0}}
+JSON
+taskset -c "$CORE" "$BUILD/runtime/node/exo-node" serve --config "$WORK/node.json" \
+  --model "$WORK/model.gguf" --model-id m --port 0 >"$WORK/serve.log" 2>&1 &
+SERVE_PID=$!
+for _ in $(seq 1 300); do
+  grep -q "ready in" "$WORK/serve.log" && break
+  sleep 0.1
+done
+PORT=$(sed -n 's/.*serving m on http:\/\/[^:]*:\([0-9]*\)\/v1.*/\1/p' "$WORK/serve.log")
+[ -n "$PORT" ] || { cat "$WORK/serve.log" >&2; exit 1; }
+prompt="Once upon a time"
+rate() { sed -n 's/^generation: .*(\([0-9.]*\) tokens\/s.*/\1/p'; }
+engine() {
+  taskset -c "$CORE" "$BUILD/runtime/tools/exo-model" run \
+    --model "$WORK/model.gguf" --prompt "$prompt" -n "$N" --threads 1 2>&1 |
+    rate
+}
+stream() {
+  "$BUILD/bench/gateway/gateway_bench" --port "$PORT" --model m -n "$N" \
+    --prompt "$prompt"
+}
+stream >/dev/null # the first request loads the model
+echo "model: $LAYERS layers, $DIM wide, ff $FF, $TYPE, vocabulary 2048;" \
+  "$N generated tokens; core $CORE; $PAIRS pairs"
+printf "%-6s %16s %16s %10s %12s\n" pair "engine tok/s" "stream tok/s" \
+  "overhead" "TTFT ms"
+ratios=() ttfts=()
+for i in $(seq 1 "$PAIRS"); do
+  if [ $((i % 2)) -eq 1 ]; then
+    a=$(engine); s=$(stream)
+  else
+    s=$(stream); a=$(engine)
+  fi
+  b=$(echo "$s" | awk '{ print $3 }')
+  t=$(echo "$s" | awk '{ printf "%.1f", $1 / 1000 }')
+  if [ -z "$a" ] || [ -z "$b" ]; then
+    echo "a run failed" >&2
+    exit 1
+  fi
+  r=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.4f", a / b - 1 }')
+  ratios+=("$r") ttfts+=("$t")
+  printf "%-6s %16s %16s %+9.1f%% %12s\n" "$i" "$a" "$b" \
+    "$(awk -v r="$r" 'BEGIN { print r * 100 }')" "$t"
+done
+med() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+m=$(printf "%s\n" "${ratios[@]}" | med)
+tt=$(printf "%s\n" "${ttfts[@]}" | med)
+printf "median overhead (engine tok/s over stream tok/s - 1): %+.1f%%; median TTFT %s ms\n" \
+  "$(awk -v m="$m" 'BEGIN { print m * 100 }')" "$tt"
