@@ -41,13 +41,16 @@ struct thermal_status {
   bool fitted = false;          ///< model fitted online (not the prior)
   std::string reason;           ///< cause of the latest transition
   std::uint64_t transitions = 0;
+  double utilization = -1;      ///< busy fraction 0..1; -1: not reported
+  std::uint32_t clock_mhz = 0;  ///< 0: not reported
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, thermal_status& x) {
   return f(caf::meta::type_name("exo.thermal_status"), x.node, x.device,
            x.has_temperature, x.temp_c, x.power_w, x.predicted_c, x.limit_c,
-           x.time_to_limit_s, x.state, x.fitted, x.reason, x.transitions);
+           x.time_to_limit_s, x.state, x.fitted, x.reason, x.transitions,
+           x.utilization, x.clock_mhz);
 }
 
 } // namespace exo

@@ -92,6 +92,12 @@ void sample(monitor_ptr self, done_fn done) {
       .then(
           [self, finish](telemetry_sample& s) {
             auto& st = self->state;
+            // Load and clock, reported with or without a temperature.
+            st.status.utilization
+              = s.utilization && std::isfinite(*s.utilization)
+                  ? std::min(1.0, std::max(0.0, *s.utilization))
+                  : -1.0;
+            st.status.clock_mhz = s.clock_mhz ? *s.clock_mhz : 0;
             if (!s.temperature_c) {
               st.status.has_temperature = false;
               st.status.state = "no temperature";
@@ -218,6 +224,8 @@ std::string status_json(const std::vector<thermal_status>& xs) {
                        {"has_temperature", s.has_temperature},
                        {"temp_c", text::number(s.temp_c, 6)},
                        {"power_w", text::number(s.power_w, 6)},
+                       {"utilization", text::number(s.utilization, 4)},
+                       {"clock_mhz", s.clock_mhz},
                        {"predicted_c", text::number(s.predicted_c, 6)},
                        {"limit_c", text::number(s.limit_c, 6)},
                        {"time_to_limit_s", text::number(s.time_to_limit_s, 6)},
@@ -343,10 +351,14 @@ std::optional<std::string> check_report(const std::vector<thermal_status>& xs) {
         s.device.size() > 128 || s.state.size() > 32 || s.reason.size() > 512)
       return "a status with a name or state of bad length";
     for (double v :
-         {s.temp_c, s.power_w, s.predicted_c, s.limit_c, s.time_to_limit_s})
+         {s.temp_c, s.power_w, s.predicted_c, s.limit_c, s.time_to_limit_s,
+          s.utilization})
       if (!std::isfinite(v))
         return "status of " + s.device.substr(0, 128) +
                " holds a number that is not finite";
+    if (s.utilization < -1 || s.utilization > 1)
+      return "status of " + s.device.substr(0, 128) +
+             " holds a utilization outside [-1, 1]";
   }
   return std::nullopt;
 }

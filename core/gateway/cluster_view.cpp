@@ -203,6 +203,40 @@ json audit_event(const json& record, std::int64_t time_ms) {
                 {"detail", detail}});
 }
 
+std::vector<json> audit_events(const json& records, std::int64_t time_ms,
+                               std::size_t max_same) {
+  std::vector<json> singles;
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<json>> by_type;
+  if (!records.is_array())
+    return singles;
+  for (auto& r : records) {
+    auto e = audit_event(r, time_ms);
+    if (e.is_null())
+      continue;
+    auto type = e["data"]["event"].get<std::string>();
+    if (!by_type.count(type))
+      order.push_back(type);
+    by_type[type].push_back(std::move(e));
+  }
+  std::vector<json> out;
+  for (auto& type : order) {
+    auto& es = by_type[type];
+    if (es.size() <= max_same) {
+      for (auto& e : es)
+        out.push_back(std::move(e));
+      continue;
+    }
+    auto first = es.front()["data"]["seq"], last = es.back()["data"]["seq"];
+    auto e = es.back();
+    e["data"]["count"] = es.size();
+    e["data"]["detail"] = std::to_string(es.size()) + " records, seq "
+                          + first.dump() + " to " + last.dump();
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 std::vector<prometheus::device_reading> device_readings(const json& snapshot) {
   auto thermal = index(member(snapshot, "thermal"), thermal_key);
   std::map<std::string, int> rank;
@@ -227,6 +261,14 @@ std::vector<prometheus::device_reading> device_readings(const json& snapshot) {
     if (num(d, "clock_mhz") > 0)
       r.sm_clock_mhz = num(d, "clock_mhz");
     auto it = thermal.find(r.uuid);
+    if (it != thermal.end()) {
+      // Load and the current clock come with the thermal monitor's
+      // samples, with or without a sensor.
+      if (num(it->second, "utilization", -1) >= 0)
+        r.util_percent = 100 * num(it->second, "utilization");
+      if (num(it->second, "clock_mhz") > 0)
+        r.sm_clock_mhz = num(it->second, "clock_mhz");
+    }
     if (it != thermal.end() && member(it->second, "has_temperature") == true) {
       r.temperature_c = num(it->second, "temp_c");
       if (num(it->second, "power_w", -1) >= 0)

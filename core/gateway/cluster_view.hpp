@@ -65,11 +65,19 @@ std::vector<text::json> diff_events(const text::json& before,
 /// null when it is not one or only a debug record.
 text::json audit_event(const text::json& record, std::int64_t time_ms);
 
+/// The audit records of one poll as events: one per record, except that
+/// more than `max_same` records of one type (a job frees a buffer per
+/// tensor) are one event counting them ("count", "detail": "N records,
+/// seq A to B").
+std::vector<text::json> audit_events(const text::json& records,
+                                     std::int64_t time_ms,
+                                     std::size_t max_same = 3);
+
 /// The devices of a snapshot as dcgm-exporter readings: memory used and
-/// free in MiB, the clock when the device reports one, temperature and
-/// power from the thermal entry when it has a sensor; `gpu` is the
-/// device's rank on its node, `UUID` "NODE/ID", `Hostname` the node. No
-/// utilisation: devices do not report one yet.
+/// free in MiB; from the thermal entry (the device's telemetry) its load
+/// in percent and clock when reported (else the device's nominal clock),
+/// temperature and power when it has a sensor; `gpu` is the device's rank
+/// on its node, `UUID` "NODE/ID", `Hostname` the node.
 std::vector<prometheus::device_reading>
 device_readings(const text::json& snapshot);
 

@@ -94,9 +94,8 @@ void finish_round(poller_ptr self, const std::shared_ptr<poll_round>& r) {
   auto snap = make_snapshot(r->parts);
   auto t = now_ms();
   auto events = diff_events(st.last, snap, t);
-  for (auto& rec : r->audit)
-    if (auto e = audit_event(rec, t); !e.is_null())
-      events.push_back(std::move(e));
+  for (auto& e : audit_events(json(r->audit), t))
+    events.push_back(std::move(e));
   st.last = snap;
   st.sh->publish(std::move(snap), std::move(events));
   st.polling = false;

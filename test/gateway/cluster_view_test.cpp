@@ -159,6 +159,25 @@ TEST_CASE("audit records become events; other documents do not") {
   CHECK(audit_event(json::array(), 1).is_null());
 }
 
+TEST_CASE("a burst of audit records of one type is one event") {
+  json records = json::array();
+  for (int i = 1; i <= 50; ++i)
+    records.push_back({{"seq", i}, {"type", "device_free"},
+                       {"severity", "info"}, {"details", json::object()}});
+  records.push_back({{"seq", 51}, {"type", "access_denied"},
+                     {"severity", "warning"}, {"principal", "eve"}});
+  records.push_back({{"seq", 52}, {"type", "device_list"},
+                     {"severity", "debug"}});
+  auto es = audit_events(records, 3);
+  REQUIRE(es.size() == 2);
+  CHECK(es[0]["data"]["event"] == "device_free");
+  CHECK(es[0]["data"]["count"] == 50);
+  CHECK(es[0]["data"]["detail"] == "50 records, seq 1 to 50");
+  CHECK(es[1]["data"]["event"] == "access_denied");
+  CHECK_FALSE(es[1]["data"].contains("count"));
+  CHECK(audit_events(json::object(), 1).empty());
+}
+
 TEST_CASE("devices read as dcgm-exporter gauges with their temperatures") {
   auto s = make_snapshot(parts_with(
     json::array({node("alpha")}),
@@ -169,7 +188,8 @@ TEST_CASE("devices read as dcgm-exporter gauges with their temperatures") {
                   {"has_temperature", true}, {"temp_c", 61.5},
                   {"power_w", 212.0}},
                  {{"node", "alpha"}, {"device", "cpu:0"},
-                  {"has_temperature", false}, {"temp_c", 0}}}),
+                  {"has_temperature", false}, {"temp_c", 0},
+                  {"utilization", 0.25}, {"clock_mhz", 3000}}}),
     json::array()));
   auto r = device_readings(s);
   REQUIRE(r.size() == 3);
@@ -183,6 +203,9 @@ TEST_CASE("devices read as dcgm-exporter gauges with their temperatures") {
   CHECK(r[0].power_w == Approx(212));
   CHECK_FALSE(r[0].sm_clock_mhz.has_value()); // no clock reported
   CHECK_FALSE(r[1].temperature_c.has_value()); // no sensor: no sample
+  CHECK(r[1].util_percent == Approx(25));      // load without a sensor
+  CHECK(r[1].sm_clock_mhz == Approx(3000));
+  CHECK_FALSE(r[0].util_percent.has_value());
   CHECK(r[0].fb_used_mib == Approx(6));
   CHECK(r[0].fb_free_mib == Approx(2));
   CHECK_FALSE(r[2].fb_used_mib.has_value()); // free > total: not a reading

@@ -229,6 +229,10 @@ function noteJob(j) {
     job.stages = j.stages;
   if (typeof j.cancelling === "boolean")
     job.cancelling = j.cancelling;
+  // How long the job ran, as the coordinator measured it (an ended job's
+  // average needs no samples of ours).
+  if (Number.isFinite(j.seconds))
+    job.seconds = j.seconds;
   // Tokens only grow; a snapshot asked for before the last event is older.
   if (Number.isFinite(j.tokens) && j.tokens >= job.tokens) {
     job.tokens = j.tokens;
@@ -265,6 +269,8 @@ function trimJobs() {
 // Tokens/s over the last RATE_WINDOW_MS while running; the average over
 // what was seen once ended.
 function tokenRate(job) {
+  if (job.state !== "running" && job.seconds > 0)
+    return job.tokens / job.seconds;
   const last = job.samples.at(-1);
   let from = job.state === "running" ? job.samples[0] : job.first;
   if (!last || !from || last[0] - from[0] < 200)
@@ -582,7 +588,11 @@ function deviceRow(d, t) {
       h("span", { class: "mem-text", text: `${fmtBytes(used)} / ${fmtBytes(d.total_memory)}` })),
     h("div", { class: `thermal t-${thermal}`, title: tip },
       h("span", { class: temp ? "temp" : "temp nosensor", text: temp || "no sensor" }),
-      h("span", { class: "tstate", text: thermal === "none" ? "" : thermal })));
+      h("span", { class: "tstate", text: thermal === "none" ? "" : thermal }),
+      t && t.utilization >= 0
+        ? h("span", { class: "load", "data-testid": "load",
+                      text: `load ${Math.round(t.utilization * 100)}%` })
+        : null));
 }
 
 function renderJobs() {
