@@ -31,6 +31,8 @@ struct cluster_watch::shared {
   std::map<std::uint64_t, std::function<void(std::string)>> subscribers;
   std::uint64_t polls = 0;
   std::uint64_t audit_last = 0; // the audit log's last sequence number
+  /// The placement service's counters (its inspect fields): plans, replans.
+  std::map<std::string, double> placement;
 
   void publish(json snap, std::vector<json> events) {
     std::vector<std::function<void(std::string)>> targets;
@@ -146,6 +148,20 @@ void poll(poller_ptr self) {
   });
   ask(self, r, "jobs", "", [r](console_reply& x) {
     r->parts.jobs = parse_or_null(x.json);
+  });
+  ask(self, r, "inspect", "placement", [self](console_reply& x) {
+    if (x.actors.size() != 1)
+      return;
+    std::map<std::string, double> counters;
+    for (auto& [k, v] : x.actors[0].fields)
+      if (k == "plans" || k == "replans") {
+        try {
+          counters[k] = std::stod(v);
+        } catch (const std::exception&) {
+        }
+      }
+    std::lock_guard<std::mutex> guard{self->state.sh->mx};
+    self->state.sh->placement = std::move(counters);
   });
   // The audit log's new records (on the first poll only where it ends:
   // the events are what happens from now on).
@@ -337,8 +353,10 @@ void cluster_watch::collect(prometheus::text_writer& w) {
   std::uint64_t polls = 0, audit_last = 0;
   std::size_t nodes = 0, jobs = 0;
   json links, thermal;
+  std::map<std::string, double> placement;
   {
     std::lock_guard<std::mutex> guard{sh_->mx};
+    placement = sh_->placement;
     readings = sh_->readings;
     audit_last = sh_->audit_last;
     links = sh_->snapshot["links"];
@@ -389,6 +407,18 @@ void cluster_watch::collect(prometheus::text_writer& w) {
                 {"device", text_of(t, "device")},
                 {"state", text_of(t, "state")}},
                1);
+  }
+  if (placement.count("plans")) {
+    w.family("exo_placement_plans_total",
+             "Plans the placement service has solved (console plan)",
+             prometheus::metric_type::counter);
+    w.sample({}, placement["plans"]);
+  }
+  if (placement.count("replans")) {
+    w.family("exo_placement_replans_total",
+             "Plans the placement service solved again after a change",
+             prometheus::metric_type::counter);
+    w.sample({}, placement["replans"]);
   }
   w.family("exo_audit_last_sequence",
            "The last sequence number of this node's audit log",

@@ -205,6 +205,7 @@ TEST_CASE("a real Prometheus scrapes two gateways and finds every device's "
   CHECK(contains(metrics.body, "exo_link_rtt_seconds{from=\"n1\",to=\"n2\"}"));
   CHECK(contains(metrics.body, "exo_cluster_nodes 2"));
   CHECK(contains(metrics.body, "DCGM_FI_DEV_POWER_USAGE{gpu="));
+  CHECK(contains(metrics.body, "\nexo_placement_plans_total "));
   write_file(p.dir + "/metrics.txt", metrics.body);
   // The views asked of the cluster on request: every actor of both nodes,
   // the newest audit records.
