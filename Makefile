@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build run test bench asan clean format
+.PHONY: all deps configure build run test bench asan fuzz clean format
 
 all: build
 
@@ -39,8 +39,22 @@ asan:
 	cd build-asan && XDG_RUNTIME_DIR=/tmp ctest --output-on-failure -j $(JOBS) -LE slow
 	cd build-asan && XDG_RUNTIME_DIR=/tmp ctest --output-on-failure -j 1 -L slow
 
+# libFuzzer (clang) over every parser of untrusted bytes (fuzz/): a build of
+# its own, FUZZ_SECONDS per target over a working copy of fuzz/corpus.
+FUZZ_SECONDS ?= 600
+fuzz: deps
+	@if [ ! -f build-fuzz/build.ninja ]; then \
+	  cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang \
+	    -DCMAKE_CXX_COMPILER=clang++ -DEXO_FUZZ=ON -DEXO_BUILD_TESTS=OFF \
+	    -DEXO_BUILD_BENCH=OFF -DEXO_WITH_VULKAN=OFF -DEXO_WITH_CUDA=OFF \
+	    -DEXO_WITH_HIP=OFF \
+	    "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer" \
+	    "-DCMAKE_C_FLAGS=-fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer"; fi
+	cmake --build build-fuzz --target fuzz_all -j $(JOBS)
+	bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
 format:
 	git ls-files '*.cpp' '*.hpp' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz

@@ -18,6 +18,8 @@ packages=(
   # /metrics with promtool (package prometheus) and load the dashboard in
   # headless chromium (driven by puppeteer-core from the npm test tools).
   curl prometheus chromium wrk
+  # `make fuzz`: clang with libFuzzer's runtime.
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -1,0 +1,18 @@
+// Placement problems as JSON (`exo-plan`, the console's `plan --problem`):
+// a checked problem or std::invalid_argument naming the key.
+#include "core/placement/problem_json.hpp"
+#include "fuzz/fuzz_target.hpp"
+
+#include <stdexcept>
+#include <string_view>
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
+                                      std::size_t size) {
+  try {
+    auto p = exo::placement::parse_problem_json(
+      std::string_view{reinterpret_cast<const char*>(data), size});
+    (void) p;
+  } catch (const std::invalid_argument&) {
+  }
+  return 0;
+}
