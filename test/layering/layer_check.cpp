@@ -93,7 +93,7 @@ check_files(const std::vector<std::pair<std::string, std::string>>& files) {
   for (auto& [path, text] : files) {
     int from = layer_of(path);
     if (from < 0)
-      continue; // tests, benchmarks, examples may include anything
+      continue; // tests, benchmarks, fuzz targets, examples may include anything
     auto from_unit = unit_of(path);
     for (auto& inc : includes_of(text)) {
       if (!inc.quoted) {
@@ -105,7 +105,8 @@ check_files(const std::vector<std::pair<std::string, std::string>>& files) {
         continue;
       }
       auto top = top_folder(inc.name);
-      if (top == "test" || top == "bench" || top == "examples") {
+      if (top == "test" || top == "bench" || top == "examples"
+          || top == "fuzz") {
         out.push_back({path, inc.line,
                        "product code may not include " + inc.name});
         continue;
