@@ -1,9 +1,12 @@
 #include "backends/host_kernels.hpp"
 
+#include "backends/cpu_features.hpp"
+
 #include "backends/host_parallel.hpp"
 #include "backends/host_reduce.hpp"
 
 #include <cblas.h>
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -23,6 +26,12 @@
 #endif
 
 namespace exo::backend::host {
+
+bool cpu_has_f16c() noexcept {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
+}
+
 
 namespace {
 /// The widest instruction set the kernels may use (limit_isa).
@@ -168,7 +177,7 @@ round_to_f16_f16c(const float* x, float* y, std::size_t n) {
 
 bool have_f16c() {
   static const bool yes = __builtin_cpu_supports("avx2")
-                          && __builtin_cpu_supports("f16c");
+                          && cpu_has_f16c();
   return yes && isa_limit.load(std::memory_order_relaxed)
                   >= static_cast<int>(isa::avx2);
 }
@@ -311,7 +320,7 @@ namespace {
 bool have_avx2() {
   static const bool yes = __builtin_cpu_supports("avx2")
                           && __builtin_cpu_supports("fma")
-                          && __builtin_cpu_supports("f16c");
+                          && cpu_has_f16c();
   return yes
          && isa_limit.load(std::memory_order_relaxed)
               >= static_cast<int>(isa::avx2);

@@ -1,6 +1,8 @@
 #include "backends/quant_formats.hpp"
 
 #include "backends/host_kernels.hpp"
+
+#include "backends/cpu_features.hpp"
 #include "backends/host_parallel.hpp"
 
 #include <algorithm>
@@ -1287,7 +1289,7 @@ float dot_element_row(ggml_type t, std::size_t n, const void* w,
 bool have_avx2() noexcept {
   static const bool yes = __builtin_cpu_supports("avx2") &&
                           __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+                          host::cpu_has_f16c();
   return yes && host::widest_isa() != host::isa::scalar;
 }
 
