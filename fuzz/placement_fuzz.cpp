@@ -1,5 +1,5 @@
 // Placement problems as JSON (`exo-plan`, the console's `plan --problem`):
-// a checked problem or std::invalid_argument naming the key.
+// a checked problem or a problem_error naming the key.
 #include "core/placement/problem_json.hpp"
 #include "fuzz/fuzz_target.hpp"
 
@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
     auto p = exo::placement::parse_problem_json(
       std::string_view{reinterpret_cast<const char*>(data), size});
     (void) p;
-  } catch (const std::invalid_argument&) {
+  } catch (const exo::placement::problem_error&) {
   }
   return 0;
 }

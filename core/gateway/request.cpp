@@ -357,7 +357,9 @@ parsed_request parse_request(endpoint_kind kind, std::string_view body,
       auto again = json::parse(body);
       (void) again;
       out.error = invalid_json("not valid JSON");
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
+      // parse_error, and out_of_range for a number that overflows a
+      // double (1e100000): both are the client's bad JSON.
       out.error = invalid_json(e.what());
     }
     return out;
@@ -366,6 +368,8 @@ parsed_request parse_request(endpoint_kind kind, std::string_view body,
     out.request = parse(kind, doc, limits, known_model);
   } catch (const refused& r) {
     out.error = r.error;
+  } catch (const json::exception& e) {
+    out.error = invalid_request(std::string{"Malformed request: "} + e.what());
   }
   return out;
 }

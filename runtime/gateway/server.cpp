@@ -12,6 +12,7 @@
 #include <array>
 #include <cctype>
 #include <atomic>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -1492,7 +1493,19 @@ std::uint16_t server::start() {
   st.port = st.acceptor->local_endpoint().port();
   do_accept(state_);
   for (unsigned i = 0; i < std::max(1u, st.opts.threads); ++i)
-    st.threads.emplace_back([ioc = st.ioc.get()] { ioc->run(); });
+    st.threads.emplace_back([ioc = st.ioc.get()] {
+      // A handler that throws must not end the process (the server's
+      // threads are ours, not the caller's): say so and go on.
+      for (;;) {
+        try {
+          ioc->run();
+          return;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "exo gateway: a request handler failed: %s\n",
+                       e.what());
+        }
+      }
+    });
   return st.port;
 }
 

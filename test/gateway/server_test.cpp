@@ -217,6 +217,25 @@ TEST_CASE("bad requests are answered in OpenAI's error shape") {
   CHECK(backend->started() == 0);
 }
 
+TEST_CASE("a number too large for a double is a 400, not a crash") {
+  // Found by fuzz_http_request: nlohmann's second parse (for the error's
+  // position) threw out_of_range, which nothing caught.
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  server srv{options(backend)};
+  auto port = srv.start();
+  for (auto body : {std::string{R"({"model":"tiny","prompt":"x","max_tokens":1e100000})"},
+                    std::string{"111.110000e100040"}}) {
+    auto r = http_exchange(port, post("/v1/completions", body));
+    CHECK(r.status == 400);
+    CHECK(json::parse(r.body)["error"]["type"] == "invalid_request_error");
+  }
+  CHECK(http_exchange(port, "GET /health HTTP/1.1\r\nHost: x\r\n"
+                            "Connection: close\r\n\r\n")
+          .status
+        == 200);
+  CHECK(backend->started() == 0);
+}
+
 TEST_CASE("a 100 MB body is refused with 413 before it is read") {
   auto backend = std::make_shared<scripted_backend>(tokens);
   server srv{options(backend)};
