@@ -35,26 +35,27 @@ struct cluster_watch::shared {
   std::map<std::string, double> placement;
 
   void publish(json snap, std::vector<json> events) {
-    std::vector<std::function<void(std::string)>> targets;
-    {
-      std::lock_guard<std::mutex> guard{mx};
-      parts.clear();
-      for (auto* p : {"nodes", "devices", "links", "thermal", "jobs"})
-        parts[p] = text::spaced(snapshot_part(snap, p)) + "\n";
-      readings = device_readings(snap);
-      snapshot_text = text::spaced(snap) + "\n";
-      snapshot = std::move(snap);
-      ready = true;
-      ++polls;
+    std::vector<std::string> texts;
+    for (auto& e : events)
+      texts.push_back(text::compact(e));
+    std::map<std::string, std::string> new_parts;
+    for (auto* p : {"nodes", "devices", "links", "thermal", "jobs"})
+      new_parts[p] = text::spaced(snapshot_part(snap, p)) + "\n";
+    auto new_readings = device_readings(snap);
+    auto new_text = text::spaced(snap) + "\n";
+    // Subscribers are called under the lock: a push only posts (never
+    // blocks), and unsubscribe() waiting for a push in progress is what
+    // lets a server stop and free its io_context safely.
+    std::lock_guard<std::mutex> guard{mx};
+    parts = std::move(new_parts);
+    readings = std::move(new_readings);
+    snapshot_text = std::move(new_text);
+    snapshot = std::move(snap);
+    ready = true;
+    ++polls;
+    for (auto& t : texts)
       for (auto& [_, fn] : subscribers)
-        targets.push_back(fn);
-    }
-    // Outside the lock: a push only posts to the subscriber's strand.
-    for (auto& e : events) {
-      auto text = text::compact(e);
-      for (auto& fn : targets)
-        fn(text);
-    }
+        fn(t);
   }
 };
 

@@ -177,14 +177,19 @@ class stream_sink : public token_sink,
 public:
   using flush_fn = std::function<void()>;
 
+  /// `io` is the io_context's plain executor, not the session's strand: a
+  /// backend may hold the sink after the server stopped and destroyed its
+  /// io_context, and a strand executor's destructor would then touch the
+  /// freed strand service (ASan found it); this one is a bare handle. What
+  /// is posted hops onto the session's strand itself.
   stream_sink(std::shared_ptr<server::state> st, completion_request req,
-              response_head head, net::any_io_executor strand,
+              response_head head, net::io_context::executor_type io,
               std::weak_ptr<session> owner)
     : st_(std::move(st)),
       req_(std::move(req)),
       head_(std::move(head)),
       filter_(req_.stop),
-      strand_(std::move(strand)),
+      io_(std::move(io)),
       owner_(std::move(owner)),
       started_(steady::now()),
       last_token_(started_) {
@@ -251,7 +256,7 @@ private:
   std::optional<api_error> early_error_;
   std::function<void()> ready_cb_;
   std::vector<std::function<void()>> close_cbs_;
-  net::any_io_executor strand_;
+  net::io_context::executor_type io_;
   std::weak_ptr<session> owner_;
   steady::time_point started_;
   steady::time_point last_token_;
@@ -681,12 +686,21 @@ private:
       ++st_->stats.event_sockets;
     }
     counted_ = true;
+    // The view source keeps this function: it holds the io_context's bare
+    // executor (no strand, see stream_sink) and hops onto the connection's
+    // strand from the live session.
     std::weak_ptr<events_session> weak = shared_from_this();
-    auto exec = owner_->get_executor();
-    sub_ = st_->opts.views->subscribe([weak, exec](std::string m) {
-      net::post(exec, [weak, m = std::move(m)]() mutable {
-        if (auto self = weak.lock())
-          self->enqueue(std::move(m));
+    net::io_context::executor_type io = st_->ioc->get_executor();
+    sub_ = st_->opts.views->subscribe([weak, io](std::string m) {
+      if (weak.expired())
+        return;
+      net::post(io, [weak, m = std::move(m)]() mutable {
+        if (auto self = weak.lock()) {
+          auto exec = self->owner_->get_executor();
+          net::dispatch(exec, [self, m = std::move(m)]() mutable {
+            self->enqueue(std::move(m));
+          });
+        }
       });
     });
     subscribed_ = true;
@@ -785,9 +799,9 @@ void stream_sink::schedule_locked() {
   if (flush_posted_ || detached_)
     return;
   flush_posted_ = true;
-  net::post(strand_, [owner = owner_] {
+  net::post(io_, [owner = owner_] {
     if (auto s = owner.lock())
-      s->flush();
+      net::dispatch(s->get_executor(), [s] { s->flush(); });
   });
 }
 
@@ -829,9 +843,9 @@ sink_state stream_sink::token(std::string_view text) {
           cbs.push_back(std::move(ready_cb_));
         ready_cb_ = nullptr;
         if (!detached_)
-          net::post(strand_, [owner = owner_] {
+          net::post(io_, [owner = owner_] {
             if (auto s = owner.lock())
-              s->abort_stream();
+              net::dispatch(s->get_executor(), [s] { s->abort_stream(); });
           });
         result = sink_state::closed;
       } else {
@@ -1219,7 +1233,7 @@ void session::handle_completion(endpoint_kind kind) {
                        .count(),
                      parsed.request->model};
   sink_ = std::make_shared<stream_sink>(st_, *parsed.request, std::move(head),
-                                        socket_.get_executor(),
+                                        st_->ioc->get_executor(),
                                         weak_from_this());
   {
     std::lock_guard<std::mutex> guard{st_->mx};

@@ -21,7 +21,8 @@ public:
   virtual std::optional<std::string> view(const std::string& name) = 0;
 
   /// Calls `push` with each event (a JSON text) from now on, on any thread,
-  /// until unsubscribe(id); `push` must not block.
+  /// until unsubscribe(id), which waits for a call in progress; `push` must
+  /// not block nor subscribe or unsubscribe.
   virtual std::uint64_t subscribe(std::function<void(std::string)> push) = 0;
 
   virtual void unsubscribe(std::uint64_t id) = 0;
