@@ -272,8 +272,10 @@ void ask_once(caf::actor_system& sys, caf::actor gate, std::string cmd,
               std::string arg,
               std::function<std::string(console_reply&)> render,
               std::function<void(int, std::string)> done) {
-  sys.spawn([=](caf::event_based_actor* self) {
-    self->request(gate, seconds(10), console_atom::value, cmd, arg)
+  // At least one argument after `self`: CAF 0.17 spawns a function without
+  // any by dereferencing a null tuple pointer (UBSan stops it).
+  sys.spawn([=](caf::event_based_actor* self, const std::string& command) {
+    self->request(gate, seconds(10), console_atom::value, command, arg)
       .then(
         [=](console_reply& r) {
           done(200, render(r));
@@ -294,7 +296,7 @@ void ask_once(caf::actor_system& sys, caf::actor gate, std::string cmd,
           done(e.status, to_json(e) + "\n");
           self->quit();
         });
-  });
+  }, cmd);
 }
 
 } // namespace

@@ -686,25 +686,47 @@ private:
       ++st_->stats.event_sockets;
     }
     counted_ = true;
-    // The view source keeps this function: it holds the io_context's bare
-    // executor (no strand, see stream_sink) and hops onto the connection's
-    // strand from the live session.
-    std::weak_ptr<events_session> weak = shared_from_this();
+    // The view source keeps this function: it holds only an inbox (the
+    // events in their order) and the io_context's bare executor (no
+    // strand, see stream_sink); one drain at a time hops onto the
+    // connection's strand from the live session, so order is kept.
+    auto box = inbox_;
+    box->session = weak_from_this();
     net::io_context::executor_type io = st_->ioc->get_executor();
-    sub_ = st_->opts.views->subscribe([weak, io](std::string m) {
-      if (weak.expired())
+    sub_ = st_->opts.views->subscribe([box, io](std::string m) {
+      std::lock_guard<std::mutex> guard{box->mx};
+      box->events.push_back(std::move(m));
+      if (box->drain_posted)
         return;
-      net::post(io, [weak, m = std::move(m)]() mutable {
-        if (auto self = weak.lock()) {
+      box->drain_posted = true;
+      net::post(io, [box] {
+        if (auto self = box->session.lock()) {
           auto exec = self->owner_->get_executor();
-          net::dispatch(exec, [self, m = std::move(m)]() mutable {
-            self->enqueue(std::move(m));
-          });
+          net::dispatch(exec, [self] { self->drain(); });
         }
       });
     });
     subscribed_ = true;
     read_loop();
+  }
+
+  /// Events pushed by the view source, in order, until a drain takes them.
+  struct inbox {
+    std::mutex mx;
+    std::vector<std::string> events;
+    bool drain_posted = false;
+    std::weak_ptr<events_session> session;
+  };
+
+  void drain() {
+    std::vector<std::string> got;
+    {
+      std::lock_guard<std::mutex> guard{inbox_->mx};
+      got.swap(inbox_->events);
+      inbox_->drain_posted = false;
+    }
+    for (auto& m : got)
+      enqueue(std::move(m));
   }
 
   void enqueue(std::string m) {
@@ -776,6 +798,7 @@ private:
   beast::flat_buffer buffer_;
   std::deque<std::string> queue_;
   std::size_t queued_ = 0;
+  std::shared_ptr<inbox> inbox_ = std::make_shared<inbox>();
   std::uint64_t sub_ = 0;
   bool subscribed_ = false;
   bool counted_ = false;
