@@ -188,7 +188,10 @@ TEST_CASE("a real Prometheus scrapes two gateways and finds every device's "
       int hot = 0;
       for (auto& t : j["thermal"])
         hot += t["has_temperature"] == true;
-      return alive == 2 && hot == 4;
+      bool linked = false; // n1 -> n2 measured (for the link metrics)
+      for (auto& l : j["links"])
+        linked = linked || (l["from"] == "n1" && l["to"] == "n2");
+      return alive == 2 && hot == 4 && linked;
     });
     INFO(snap.dump());
     for (auto& t : snap["thermal"])
