@@ -109,9 +109,34 @@ std::optional<std::string> config_token(const json& cfg, const char* key) {
 
 } // namespace
 
+namespace {
+
+hf_vocab convert(const std::string& tokenizer_json,
+                 const std::string& tokenizer_config_json,
+                 uint32_t vocab_size, const std::string& pre);
+
+} // namespace
+
 hf_vocab hf_vocab_from_json(const std::string& tokenizer_json,
                             const std::string& tokenizer_config_json,
                             uint32_t vocab_size, const std::string& pre) {
+  // A value of the wrong type anywhere ("byte_fallback": "yes") is the
+  // file's problem, named like every other (found by fuzz_tokenizer: it
+  // escaped as nlohmann's type_error).
+  try {
+    return convert(tokenizer_json, tokenizer_config_json, vocab_size, pre);
+  } catch (const json::exception& e) {
+    throw gguf_error(std::string{"tokenizer.json or tokenizer_config.json "
+                                 "holds a value of the wrong kind: "}
+                     + e.what());
+  }
+}
+
+namespace {
+
+hf_vocab convert(const std::string& tokenizer_json,
+                 const std::string& tokenizer_config_json,
+                 uint32_t vocab_size, const std::string& pre) {
   const json tj = parse(tokenizer_json, "tokenizer.json");
   const json cfg = tokenizer_config_json.empty()
                        ? json::object()
@@ -321,6 +346,8 @@ hf_vocab hf_vocab_from_json(const std::string& tokenizer_json,
                        std::to_string(n));
   return v;
 }
+
+} // namespace
 
 hf_vocab load_hf_vocab(const std::string& tokenizer_path,
                        const std::string& config_path, uint32_t vocab_size) {
