@@ -8,16 +8,8 @@
 # last) and the stream's time to the first token, then the medians.
 #   bench/gateway/serve_overhead.sh BUILD [PAIRS N LAYERS DIM FF TYPE CORE]
 set -euo pipefail
-BUILD=${1:-build}
-PAIRS=${2:-7}
-N=${3:-128}
-LAYERS=${4:-12}
-DIM=${5:-512}
-FF=${6:-1536}
-TYPE=${7:-f32}
-CORE=${8:-1}
-export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+. "$(dirname "$0")/../workload/overhead_common.sh"
+overhead_args 7 "$@"
 WORK=$(mktemp -d /tmp/exo-serve-overhead-XXXXXX)
 SERVE_PID=
 cleanup() {
@@ -25,13 +17,7 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-"$BUILD/runtime/tools/exo-model" make-test --out "$WORK/model.gguf" \
-  --layers "$LAYERS" --dim "$DIM" --ff "$FF" --heads 8 --kv-heads 4 \
-  --vocab 2048 --ctx 512 --type "$TYPE" >/dev/null
-cat >"$WORK/node.json" <<JSON
-{"node": {"name": "solo", "state_dir": "$WORK/state"},
- "devices": {"include": ["cpu"], "rescan_interval_s": 0}}
-JSON
+overhead_model
 taskset -c "$CORE" "$BUILD/runtime/node/exo-node" serve --config "$WORK/node.json" \
   --model "$WORK/model.gguf" --model-id m --port 0 >"$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
@@ -41,13 +27,6 @@ for _ in $(seq 1 300); do
 done
 PORT=$(sed -n 's/.*serving m on http:\/\/[^:]*:\([0-9]*\)\/v1.*/\1/p' "$WORK/serve.log")
 [ -n "$PORT" ] || { cat "$WORK/serve.log" >&2; exit 1; }
-prompt="Once upon a time"
-rate() { sed -n 's/^generation: .*(\([0-9.]*\) tokens\/s.*/\1/p'; }
-engine() {
-  taskset -c "$CORE" "$BUILD/runtime/tools/exo-model" run \
-    --model "$WORK/model.gguf" --prompt "$prompt" -n "$N" --threads 1 2>&1 |
-    rate
-}
 stream() {
   "$BUILD/bench/gateway/gateway_bench" --port "$PORT" --model m -n "$N" \
     --prompt "$prompt"
@@ -75,8 +54,7 @@ for i in $(seq 1 "$PAIRS"); do
   printf "%-6s %16s %16s %+9.1f%% %12s\n" "$i" "$a" "$b" \
     "$(awk -v r="$r" 'BEGIN { print r * 100 }')" "$t"
 done
-med() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-m=$(printf "%s\n" "${ratios[@]}" | med)
-tt=$(printf "%s\n" "${ttfts[@]}" | med)
+m=$(printf "%s\n" "${ratios[@]}" | median)
+tt=$(printf "%s\n" "${ttfts[@]}" | median)
 printf "median overhead (engine tok/s over stream tok/s - 1): %+.1f%%; median TTFT %s ms\n" \
   "$(awk -v m="$m" 'BEGIN { print m * 100 }')" "$tt"

@@ -7,32 +7,11 @@
 # generation tokens/s and the median of the per-pair ratios.
 #   bench/workload/runtime_overhead.sh BUILD [PAIRS N LAYERS DIM FF TYPE CORE]
 set -euo pipefail
-BUILD=${1:-build}
-PAIRS=${2:-9}
-N=${3:-128}
-LAYERS=${4:-12}
-DIM=${5:-512}
-FF=${6:-1536}
-TYPE=${7:-f32}
-CORE=${8:-1}
-export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+. "$(dirname "$0")/overhead_common.sh"
+overhead_args 9 "$@"
 WORK=$(mktemp -d /tmp/exo-overhead-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-"$BUILD/runtime/tools/exo-model" make-test --out "$WORK/model.gguf" \
-  --layers "$LAYERS" --dim "$DIM" --ff "$FF" --heads 8 --kv-heads 4 \
-  --vocab 2048 --ctx 512 --type "$TYPE" >/dev/null
-cat >"$WORK/node.json" <<JSON
-{"node": {"name": "solo", "state_dir": "$WORK/state"},
- "devices": {"include": ["cpu"], "rescan_interval_s": 0}}
-JSON
-prompt="Once upon a time"
-rate() { sed -n 's/^generation: .*(\([0-9.]*\) tokens\/s.*/\1/p'; }
-engine() {
-  taskset -c "$CORE" "$BUILD/runtime/tools/exo-model" run \
-    --model "$WORK/model.gguf" --prompt "$prompt" -n "$N" --threads 1 2>&1 |
-    rate
-}
+overhead_model
 runtime() {
   taskset -c "$CORE" "$BUILD/runtime/node/exo-node" run \
     --config "$WORK/node.json" --model "$WORK/model.gguf" \
@@ -58,9 +37,6 @@ for i in $(seq 1 "$PAIRS"); do
   printf "%-6s %18s %18s %+9.1f%%\n" "$i" "$a" "$b" \
     "$(awk -v r="$r" 'BEGIN { print r * 100 }')"
 done
-printf "%s\n" "${ratios[@]}" | sort -g | awk '
-  { v[NR] = $1 }
-  END {
-    m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "median overhead (exo-model tok/s over exo-node tok/s - 1): %+.1f%%\n", m * 100
-  }'
+m=$(printf "%s\n" "${ratios[@]}" | median)
+printf "median overhead (exo-model tok/s over exo-node tok/s - 1): %+.1f%%\n" \
+  "$(awk -v m="$m" 'BEGIN { print m * 100 }')"

@@ -84,6 +84,15 @@ engine_run run_engine(std::vector<std::string> args,
   return e;
 }
 
+/// The port in the first match of `pattern` (one group) in a node's
+/// output; the test fails naming the pattern when it is not there.
+std::uint16_t printed_port(const std::string& out, const std::string& pattern) {
+  std::smatch m;
+  INFO("looking for " << pattern);
+  REQUIRE(std::regex_search(out, m, std::regex{pattern}));
+  return static_cast<std::uint16_t>(std::stoi(m[1]));
+}
+
 /// `s` as the gateway's JSON carries it: invalid UTF-8 (random weights
 /// produce stray byte tokens) replaced by U+FFFD.
 std::string as_json_text(const std::string& s) {
@@ -157,15 +166,11 @@ TEST_CASE("exo-node serve answers the official openai client with the "
                  "--model", chat, "--port", "0", "--api-key", "sk-serve",
                  "--ctx", "8192"}};
   REQUIRE(serve.wait_for_output("ready in", 60s));
-  std::smatch m;
   auto out = serve.out();
   INFO(out << serve.err());
-  REQUIRE(std::regex_search(out, m, std::regex{"listening on [^:]+:(\\d+)"}));
-  auto cluster_port = static_cast<std::uint16_t>(std::stoi(m[1]));
-  REQUIRE(std::regex_search(out, m,
-                            std::regex{"serving tiny, llama3-chat on "
-                                       "http://127.0.0.1:(\\d+)/v1"}));
-  auto http_port = std::stoi(m[1]);
+  auto cluster_port = printed_port(out, "listening on [^:]+:(\\d+)");
+  auto http_port = printed_port(out, "serving tiny, llama3-chat on "
+                                     "http://127.0.0.1:(\\d+)/v1");
 
   nlohmann::json expected{
     {"models", {"tiny", "llama3-chat"}},
@@ -295,16 +300,11 @@ TEST_CASE("exo-node serve beyond loopback: HTTPS with the cluster CA, exo's "
                  "--port", "0", "--host", "0.0.0.0", "--https", "--auth",
                  "access_token"}};
   REQUIRE(serve.wait_for_output("ready in", 60s));
-  std::smatch m;
   auto out = serve.out();
   INFO(out << serve.err());
-  REQUIRE(std::regex_search(out, m, std::regex{"listening on [^:]+:(\\d+)"}));
-  auto cluster_port = static_cast<std::uint16_t>(std::stoi(m[1]));
-  REQUIRE(std::regex_search(out, m,
-                            std::regex{"serving tiny on https://0.0.0.0:"
-                                       "(\\d+)/v1 \\(OpenAI API, exo access "
-                                       "tokens"}));
-  auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  auto cluster_port = printed_port(out, "listening on [^:]+:(\\d+)");
+  auto port = printed_port(out, "serving tiny on https://0.0.0.0:(\\d+)/v1 "
+                                "\\(OpenAI API, exo access tokens");
 
   auto admin = read_file(p.dir + "/n1/state-n1/access/admin.token");
   admin = admin.substr(0, admin.find('\n'));

@@ -88,6 +88,8 @@ std::string stream_text(const std::string& body, json* usage = nullptr,
   return text;
 }
 
+/// Runs Debian's curl (installed by scripts/install-deps.sh) against this
+/// test's own server on 127.0.0.1: a real client, never a download.
 std::string run_curl(const std::string& args) {
   std::string out;
   auto* p = ::popen(("curl -sS --max-time 30 " + args + " 2>&1").c_str(), "r");

@@ -1,0 +1,45 @@
+# Shared by the overhead benchmarks (bench/workload/runtime_overhead.sh,
+# bench/gateway/serve_overhead.sh), which measure one path against
+# `exo-model run` on the same file. Source it, then:
+#   overhead_args DEFAULT_PAIRS "$@"   BUILD PAIRS N LAYERS DIM FF TYPE CORE
+#   overhead_model                     $WORK/model.gguf and $WORK/node.json
+#   engine                             the engine's generation tokens/s
+#   median                             the median of numbers on stdin
+overhead_args() {
+  local default_pairs=$1
+  shift
+  BUILD=${1:-build}
+  PAIRS=${2:-$default_pairs}
+  N=${3:-128}
+  LAYERS=${4:-12}
+  DIM=${5:-512}
+  FF=${6:-1536}
+  TYPE=${7:-f32}
+  CORE=${8:-1}
+  export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
+  export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+  prompt="Once upon a time"
+}
+
+overhead_model() {
+  "$BUILD/runtime/tools/exo-model" make-test --out "$WORK/model.gguf" \
+    --layers "$LAYERS" --dim "$DIM" --ff "$FF" --heads 8 --kv-heads 4 \
+    --vocab 2048 --ctx 512 --type "$TYPE" >/dev/null
+  cat >"$WORK/node.json" <<JSON
+{"node": {"name": "solo", "state_dir": "$WORK/state"},
+ "devices": {"include": ["cpu"], "rescan_interval_s": 0}}
+JSON
+}
+
+rate() { sed -n 's/^generation: .*(\([0-9.]*\) tokens\/s.*/\1/p'; }
+
+engine() {
+  taskset -c "$CORE" "$BUILD/runtime/tools/exo-model" run \
+    --model "$WORK/model.gguf" --prompt "$prompt" -n "$N" --threads 1 2>&1 |
+    rate
+}
+
+median() {
+  sort -g | awk '{ v[NR] = $1 }
+    END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
