@@ -1,6 +1,9 @@
 #include "core/audit/audit_command.hpp"
 
+#include "core/audit/checkpoint.hpp"
 #include "core/audit/log_files.hpp"
+#include "core/tls/tls_error.hpp"
+#include "core/tls/trust_store.hpp"
 #include "core/cli/program.hpp"
 #include "core/audit/query.hpp"
 #include "core/audit/verify.hpp"
@@ -26,11 +29,39 @@ bool parse_count(const std::string& text, std::uint64_t& out) {
   return true;
 }
 
-int run_verify(const verify_options& opts,
-               const std::vector<std::string>& files, std::ostream& out,
+int run_verify(verify_options opts, const std::vector<std::string>& files,
+               const std::vector<std::string>& checkpoint_files,
+               const std::string& ca_file, std::ostream& out,
                std::ostream& err) {
   if (files.empty())
     return err << "audit verify: no files given (see --help)\n", 2;
+  if (!checkpoint_files.empty()) {
+    if (ca_file.empty())
+      return err << "audit verify: --checkpoints needs --ca FILE (the "
+                    "cluster CA that signed the node certificates)\n",
+             2;
+    std::optional<tls::trust_store> ca;
+    try {
+      ca = tls::trust_store::load(ca_file);
+    } catch (const tls::tls_error& e) {
+      return err << "audit verify: --ca " << ca_file << ": " << e.what()
+                 << "\n",
+             2;
+    }
+    for (auto& f : checkpoint_files) {
+      try {
+        auto cps = load_checkpoints(f, *ca);
+        if (cps.empty())
+          return err << "audit verify: " << f << " holds no checkpoint\n", 2;
+        for (auto& cp : cps)
+          opts.checkpoints.push_back(std::move(cp));
+      } catch (const audit_error& e) {
+        return err << "audit verify: unusable checkpoints: " << e.what()
+                   << "\n",
+               2;
+      }
+    }
+  }
   auto res = verify(files, opts);
   if (!res.ok) {
     out << "FAIL: ";
@@ -50,6 +81,15 @@ int run_verify(const verify_options& opts,
   if (res.records > 0 && res.first_seq != 1)
     out << "note: the chain starts at seq " << res.first_seq
         << "; records before it were not checked\n";
+  if (res.newest_checkpoint) {
+    auto& cp = *res.newest_checkpoint;
+    out << "checkpoints: " << res.checkpoints_checked
+        << " agree; newest: seq " << cp.seq << ", " << describe(cp) << "\n";
+    if (res.last_seq > cp.seq)
+      out << "note: records " << cp.seq + 1 << ".." << res.last_seq
+          << " are after the newest checkpoint: only the hash chain "
+             "covers them\n";
+  }
   if (res.torn_tail)
     out << "warning: the last line is incomplete (a torn write); the sink "
            "truncates it when it starts\n";
@@ -138,10 +178,23 @@ int run_audit_command(int argc, char** argv, std::ostream& out,
     app.require_subcommand(1);
     verify_options vopts;
     std::vector<std::string> files;
+    std::vector<std::string> checkpoint_files;
+    std::string ca_file;
     auto* verify_cmd = app.add_subcommand(
       "verify", "check the hash chain of FILE... (one log, in order)");
     verify_cmd->add_flag("--from-genesis", vopts.require_genesis,
                          "the chain must start at sequence number 1");
+    verify_cmd
+      ->add_option("--checkpoints", checkpoint_files,
+                   "signed checkpoints to check the log against (the "
+                   "node's <state_dir>/audit/checkpoints, or a peer's "
+                   "<state_dir>/audit/witness/NODE.checkpoint); repeatable")
+      ->type_name("FILE")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    verify_cmd->add_option("--ca", ca_file,
+                           "the cluster CA file (needed with --checkpoints)")
+      ->type_name("FILE");
     verify_cmd->add_option("files", files, "the log files")
       ->type_name("FILE...");
     query_args qa;
@@ -165,12 +218,14 @@ int run_audit_command(int argc, char** argv, std::ostream& out,
       ->type_name("N");
     query_cmd->add_option("--limit", qa.limit, "at most N records")
       ->type_name("N");
-    app.footer("Exit status: 0 success, 1 verification failed, 2 bad usage "
-               "or unreadable files.");
+    app.footer("Exit status: 0 success, 1 verification failed (including a "
+               "cut tail, dropped head or rewrite found by a checkpoint), 2 "
+               "bad usage, unreadable files or a checkpoint that does not "
+               "verify.");
     if (auto code = cli::parse(app, argc, argv, out, err, "audit: "))
       return *code;
     if (verify_cmd->parsed())
-      return run_verify(vopts, files, out, err);
+      return run_verify(vopts, files, checkpoint_files, ca_file, out, err);
     return run_query(*query_cmd, qa, out, err);
   } catch (const std::exception& e) {
     err << "audit: " << e.what() << "\n";

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "core/audit/checkpoint.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -14,6 +16,13 @@ struct verify_options {
   /// of 64 zeros). Off by default, so that a suffix of rotated files (older
   /// ones archived) can be checked on its own.
   bool require_genesis = false;
+  /// Signed checkpoints of this log, already verified (read_checkpoint,
+  /// load_checkpoints). With any, the log must hold every record a
+  /// checkpoint covers: it must start at record 1 (else "dropped head"),
+  /// reach the highest checkpointed seq (else "cut tail"), and the record at
+  /// each checkpoint's seq must have the checkpoint's head hash (else "the
+  /// log was rewritten"). Checkpoints of another node than the log's fail.
+  std::vector<checkpoint> checkpoints;
 };
 
 /// Outcome of `verify`.
@@ -28,6 +37,10 @@ struct verify_result {
   /// The last line of the last file has no '\n': a torn write from a crash,
   /// which the sink truncates on start. It does not make `ok` false.
   bool torn_tail = false;
+  /// How many checkpoints were checked (all of them when `ok`).
+  std::size_t checkpoints_checked = 0;
+  /// The checkpoint with the highest seq (when any was given).
+  std::optional<checkpoint> newest_checkpoint;
 
   // On failure:
 
@@ -40,8 +53,9 @@ struct verify_result {
 };
 
 /// Checks the hash chain across `files`, in the given order (the order of
-/// rotation). Detects modified, removed, inserted and reordered records and
-/// reports the first problem. Throws `audit_error` when a file cannot be
+/// rotation). Detects modified, removed, inserted and reordered records and,
+/// against `opts.checkpoints`, a cut tail, a dropped head and a rewrite with
+/// recomputed hashes; reports the first problem. Throws `audit_error` when a file cannot be
 /// read.
 verify_result verify(const std::vector<std::string>& files,
                      const verify_options& opts = {});

@@ -46,6 +46,24 @@ nonce make_nonce();
 std::string join_context(std::string_view claimed_name,
                          std::string_view responder_name);
 
+/// Signs `message` with `key` (ECDSA-SHA256, or Ed25519); `what` names the
+/// message in errors. The caller binds the message to its purpose (a context
+/// string inside it).
+/// @throws tls_error internal.
+signature sign_message(const private_key& key, std::string_view message,
+                       std::string_view what = "message");
+
+/// Verifies that `sig` is a signature over `message` by the key of
+/// `cert_pem`, a `role` certificate within its validity that chains to `ca`
+/// (sizes bounded: max_peer_cert_size, max_signature_size). Returns the
+/// certificate's CN; `what_signed` names the message in errors.
+/// @throws tls_error not_pem, invalid_argument, expired, not_yet_valid,
+///         self_signed, untrusted, wrong_usage or bad_signature.
+std::string verify_message(std::string_view cert_pem, const trust_store& ca,
+                           std::string_view message, const signature& sig,
+                           cert_role role = cert_role::node,
+                           std::string_view what_signed = "message");
+
 /// Signs (context || nonce) with `key` (ECDSA-SHA256, or Ed25519).
 signature sign_challenge(const private_key& key, const nonce& challenge,
                          std::string_view context);
