@@ -190,7 +190,7 @@ int run_audit_command(int argc, char** argv, std::ostream& out,
                    "node's <state_dir>/audit/checkpoints, or a peer's "
                    "<state_dir>/audit/witness/NODE.checkpoint); repeatable")
       ->type_name("FILE")
-      ->expected(1)
+      ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     verify_cmd->add_option("--ca", ca_file,
                            "the cluster CA file (needed with --checkpoints)")
