@@ -67,6 +67,7 @@ void register_messages(caf::actor_system_config& cfg) {
   // Safety (issue 6): audit sink, thermal monitors.
   cfg.add_message_type<audit_entry>("exo.audit_entry");
   cfg.add_message_type<std::vector<audit_entry>>("exo.audit_entries");
+  cfg.add_message_type<audit_checkpoint>("exo.audit_checkpoint");
   cfg.add_message_type<thermal_status>("exo.thermal_status");
   cfg.add_message_type<std::vector<thermal_status>>("exo.thermal_statuses");
   add_error_category(cfg);

@@ -19,9 +19,11 @@ constexpr std::array<std::string_view, event_type_count> type_names = {
   "job_finished",
   "join_refused",
   "node_leave",
+  "audit_rollback",
+  "audit_fork",
 };
 
-static_assert(static_cast<std::size_t>(event_type::node_leave) + 1
+static_assert(static_cast<std::size_t>(event_type::audit_fork) + 1
                 == event_type_count,
               "type_names must list every event_type");
 

@@ -41,10 +41,12 @@ enum class event_type : std::uint8_t {
   job_finished,
   join_refused, ///< a peer's join handshake failed (name, proof, cert)
   node_leave,   ///< a client told this node to leave the cluster
+  audit_rollback, ///< a peer offered a checkpoint below one witnessed
+  audit_fork,     ///< a peer offered another head at a witnessed seq
 };
 
 /// Number of event types.
-inline constexpr std::size_t event_type_count = 30;
+inline constexpr std::size_t event_type_count = 32;
 
 /// How serious an event is.
 enum class severity : std::uint8_t { debug, info, warning, error, critical };

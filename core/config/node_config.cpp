@@ -319,6 +319,22 @@ node_config parse_document(const std::string& json, const std::string& source) {
                       = static_cast<std::uint64_t>(as_integer(v, q, 1, 65536))
                         << 20;
                   }},
+                 // Signed audit checkpoints (core/audit/checkpoint.hpp).
+                 {"audit_checkpoint_records",
+                  [&](element v, const std::string& q) {
+                    sf.audit_checkpoint_records = static_cast<std::uint64_t>(
+                      as_integer(v, q, 1, 1000000000));
+                  }},
+                 {"audit_checkpoint_interval_ms",
+                  [&](element v, const std::string& q) {
+                    sf.audit_checkpoint_interval = std::chrono::milliseconds{
+                      as_integer(v, q, 100, 86400000)};
+                  }},
+                 {"audit_checkpoint_keep",
+                  [&](element v, const std::string& q) {
+                    sf.audit_checkpoint_keep = static_cast<std::size_t>(
+                      as_integer(v, q, 1, 1000000));
+                  }},
                  {"thermal_limit_c",
                   [&](element v, const std::string& q) {
                     sf.thermal_limit_c = as_number(v, q, 30, 150);

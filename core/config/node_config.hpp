@@ -70,6 +70,11 @@ struct safety_section {
   std::string audit_fsync = "every_flush"; ///< every_record|every_flush|never
   std::chrono::milliseconds audit_flush_interval{1000};
   std::uint64_t audit_max_file_bytes = 64ull << 20;
+  /// Signed checkpoints (core/audit/checkpoint.hpp): every N records, or
+  /// every interval when the head moved; the last K kept.
+  std::uint64_t audit_checkpoint_records = 1000;
+  std::chrono::milliseconds audit_checkpoint_interval{60000};
+  std::size_t audit_checkpoint_keep = 1000;
   // thermal (limits in C; the sampling interval is devices.telemetry_interval)
   double thermal_limit_c = 90;
   double thermal_margin_c = 5;

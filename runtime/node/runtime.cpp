@@ -195,9 +195,23 @@ void runtime::start() {
   setup.known = d.found.known;
   setup.registry_path = registry_path(d.cfg);
   setup.directory = d.directory;
+  // The node's certificate, key and CA: the gate's join handshake and the
+  // audit sink's signed checkpoints use them.
+  audit_signing signing;
+  try {
+    signing.cert_pem = tls::certificate::load(d.tls.files.certificate).to_pem();
+    signing.key = std::make_shared<tls::private_key>(
+      tls::private_key::load(d.tls.files.key, d.tls.files.passphrase));
+    signing.ca = std::make_shared<tls::trust_store>(
+      tls::trust_store::load(d.tls.files.cafile));
+  } catch (const tls::tls_error& e) {
+    caf::anon_send_exit(d.directory, caf::exit_reason::user_shutdown);
+    throw startup_error(std::string{"TLS: "} + e.what(), 2);
+  }
   // Safety (issue 6): audit sink and access policy before the devices.
   try {
-    d.safety = start_safety(*d.sys, d.cfg, d.found.found.devices.size());
+    d.safety = start_safety(*d.sys, d.cfg, d.found.found.devices.size(),
+                            signing);
   } catch (const std::exception& e) {
     caf::anon_send_exit(d.directory, caf::exit_reason::user_shutdown);
     // A key or state file refused for its permissions is the user's to fix.
@@ -218,16 +232,9 @@ void runtime::start() {
   gc.connect_timeout = d.cfg.network.connect_timeout;
   gc.incarnation = static_cast<std::uint64_t>(
     std::chrono::system_clock::now().time_since_epoch().count());
-  try {
-    gc.cert_pem = tls::certificate::load(d.tls.files.certificate).to_pem();
-    gc.key = std::make_shared<tls::private_key>(
-      tls::private_key::load(d.tls.files.key, d.tls.files.passphrase));
-    gc.ca = std::make_shared<tls::trust_store>(
-      tls::trust_store::load(d.tls.files.cafile));
-  } catch (const tls::tls_error& e) {
-    stop();
-    throw startup_error(std::string{"TLS: "} + e.what(), 2);
-  }
+  gc.cert_pem = signing.cert_pem;
+  gc.key = signing.key;
+  gc.ca = signing.ca;
   gc.node = d.node;
   gc.directory = d.directory;
   // Clients' console commands are checked against tokens (issue 6).

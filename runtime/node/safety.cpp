@@ -31,7 +31,8 @@ void send_event(const caf::actor& sink, audit::event_type type,
 
 safety_parts start_safety(caf::actor_system& sys,
                           const config::node_config& cfg,
-                          std::size_t devices) {
+                          std::size_t devices,
+                          const audit_signing& signing) {
   safety_parts out;
   auto& sf = cfg.safety;
   audit::audit_actor_config ac;
@@ -42,6 +43,12 @@ safety_parts start_safety(caf::actor_system& sys,
                 : sf.audit_fsync == "never"      ? audit::fsync_policy::never
                                                  : audit::fsync_policy::every_flush;
   ac.flush_interval = sf.audit_flush_interval;
+  ac.checkpoints.key = signing.key;
+  ac.checkpoints.cert_pem = signing.cert_pem;
+  ac.checkpoints.ca = signing.ca;
+  ac.checkpoints.every_records = sf.audit_checkpoint_records;
+  ac.checkpoints.every = sf.audit_checkpoint_interval;
+  ac.checkpoints.keep = sf.audit_checkpoint_keep;
   try {
     out.audit = audit::spawn_audit_actor(sys, ac);
   } catch (const std::exception& e) {

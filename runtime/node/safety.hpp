@@ -15,7 +15,21 @@
 #include <memory>
 #include <string>
 
+namespace exo::tls {
+class private_key;
+class trust_store;
+} // namespace exo::tls
+
 namespace exo {
+
+/// What the audit sink signs its checkpoints with and checks its peers'
+/// with: the node's certificate and key, and the cluster CA (loaded once,
+/// by runtime::start, for the gate too). Empty: no checkpoints.
+struct audit_signing {
+  std::string cert_pem;
+  std::shared_ptr<const tls::private_key> key;
+  std::shared_ptr<const tls::trust_store> ca;
+};
 
 struct safety_parts {
   caf::actor audit;
@@ -28,10 +42,13 @@ struct safety_parts {
 /// Opens <state_dir>/audit, loads (or creates) the access key, applies the
 /// revocations kept in <state_dir>/access/revocations, writes the
 /// first admin token to <state_dir>/access/admin.token when missing, and
-/// audits config_load and backend_start. Throws std::runtime_error.
+/// audits config_load and backend_start. With `signing`, the sink signs
+/// checkpoints of its log (safety.audit_checkpoint_*) and witnesses its
+/// peers'. Throws std::runtime_error.
 safety_parts start_safety(caf::actor_system& sys,
                           const config::node_config& cfg,
-                          std::size_t devices);
+                          std::size_t devices,
+                          const audit_signing& signing = {});
 
 /// Audits backend_stop, stops the sink and waits for it.
 void stop_safety(caf::actor_system& sys, safety_parts& parts);

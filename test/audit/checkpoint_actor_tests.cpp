@@ -1,0 +1,233 @@
+// The audit sink's signed checkpoints and its witnessing of peers'
+// checkpoints (actors/audit/audit_actor.hpp), in one actor system.
+
+#include "actors/audit/audit_actor.hpp"
+#include "core/audit/checkpoint.hpp"
+#include "core/audit/log_files.hpp"
+#include "core/audit/verify.hpp"
+#include "core/tls/cert_tool.hpp"
+#include "core/tls/trust_store.hpp"
+#include "messages/audit.hpp"
+#include "messages/cluster.hpp"
+#include "messages/registration.hpp"
+#include "test/audit/temp_dir.hpp"
+
+#include <caf/all.hpp>
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+using namespace exo;
+using namespace std::chrono_literals;
+namespace tls = exo::tls;
+
+namespace {
+
+struct config : caf::actor_system_config {
+  config() {
+    register_messages(*this);
+  }
+};
+
+struct fixture {
+  tls::credential ca = tls::create_ca();
+  tls::credential n1 = tls::issue_certificate(ca, tls::cert_options{"n1"});
+  tls::credential n2 = tls::issue_certificate(ca, tls::cert_options{"n2"});
+  std::shared_ptr<const tls::trust_store> store =
+    std::make_shared<tls::trust_store>(ca.cert);
+  test::temp_dir dir;
+  config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  caf::actor sink;
+
+  audit::audit_actor_config sink_config(std::uint64_t every_records) {
+    audit::audit_actor_config ac;
+    ac.log.directory = dir.path();
+    ac.log.node = "n1";
+    ac.checkpoints.key = std::make_shared<tls::private_key>(n1.key);
+    ac.checkpoints.cert_pem = n1.cert.to_pem();
+    ac.checkpoints.ca = store;
+    ac.checkpoints.every_records = every_records;
+    ac.checkpoints.every = std::chrono::hours(1);
+    ac.checkpoints.clock = [] { return std::int64_t{1700000000}; };
+    return ac;
+  }
+
+  fixture() {
+    sink = audit::spawn_audit_actor(sys, sink_config(3));
+  }
+
+  ~fixture() {
+    stop();
+  }
+
+  void stop() {
+    if (!sink)
+      return;
+    self->send_exit(sink, caf::exit_reason::user_shutdown);
+    self->wait_for(sink);
+    sink = nullptr;
+  }
+
+  void append(std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      audit_entry e;
+      e.type = static_cast<std::uint8_t>(audit::event_type::device_list);
+      e.principal = "alice";
+      self->send(sink, audit_atom::value, e);
+    }
+    std::uint64_t seq = 0;
+    self->request(sink, 10s, audit_atom::value, caf::flush_atom::value)
+      .receive([&](std::uint64_t s) { seq = s; }, [](caf::error&) {});
+  }
+
+  std::string latest() {
+    std::string line;
+    self->request(sink, 10s, audit_atom::value, checkpoint_atom::value)
+      .receive([&](std::string& l) { line = std::move(l); },
+               [](caf::error&) {});
+    return line;
+  }
+
+  audit::checkpoint n2_checkpoint(std::uint64_t seq, char head) {
+    return audit::sign_checkpoint("n2", seq, std::string(64, head),
+                                  1700000000 + static_cast<std::int64_t>(seq),
+                                  n2.cert.to_pem(), n2.key);
+  }
+
+  /// Offers a line as a peer would; returns the error text ("" when ok).
+  std::string offer(const std::string& line) {
+    std::string err;
+    self
+      ->request(sink, 10s, audit_atom::value, witness_atom::value,
+                audit_checkpoint{line})
+      .receive([](caf::atom_value) {},
+               [&](caf::error& e) { err = sys.render(e); });
+    return err;
+  }
+
+  console_reply console(const std::string& arg) {
+    console_reply r;
+    self
+      ->request(sink, 10s, console_atom::value, std::string{"audit"}, arg)
+      .receive([&](console_reply& x) { r = std::move(x); },
+               [&](caf::error& e) { r.text = "ERROR " + sys.render(e); });
+    return r;
+  }
+};
+
+} // namespace
+
+TEST_CASE("the sink signs a checkpoint every N records and one when it "
+          "stops, into a private file") {
+  fixture f;
+  CHECK(f.latest().empty());
+  f.append(7);
+  auto line = f.latest();
+  REQUIRE_FALSE(line.empty());
+  auto cp = audit::read_checkpoint(line, *f.store);
+  CHECK(cp.node == "n1");
+  CHECK(cp.seq >= 6);
+  f.stop();
+  auto path = f.dir.file("checkpoints");
+  struct stat sb {};
+  REQUIRE(::stat(path.c_str(), &sb) == 0);
+  CHECK((sb.st_mode & 0777) == 0600);
+  auto cps = audit::load_checkpoints(path, *f.store);
+  REQUIRE(cps.size() >= 3);
+  // The last one covers every record, up to the log's head at exit.
+  auto files = std::vector<std::string>{};
+  for (auto& lf : audit::list_log_files(f.dir.path(), "audit"))
+    files.push_back(lf.path);
+  audit::verify_options o;
+  o.checkpoints = cps;
+  auto res = audit::verify(files, o);
+  INFO(res.reason);
+  CHECK(res.ok);
+  CHECK(cps.back().seq == res.last_seq);
+  CHECK(res.checkpoints_checked == cps.size());
+}
+
+TEST_CASE("the sink witnesses peers' checkpoints: newer ones replace, "
+          "rollbacks and forks are audited and kept") {
+  fixture f;
+  auto c5 = f.n2_checkpoint(5, 'a');
+  CHECK(f.offer(audit::to_line(c5)).empty());
+  auto wpath = f.dir.path() + "/witness/n2.checkpoint";
+  struct stat sb {};
+  REQUIRE(::stat(wpath.c_str(), &sb) == 0);
+  CHECK((sb.st_mode & 0777) == 0600);
+  CHECK(f.offer(audit::to_line(f.n2_checkpoint(9, 'b'))).empty());
+  // Refused: garbage, a forged signature, our own CA's client... all named.
+  CHECK(f.offer("{").find("not JSON") != std::string::npos);
+  auto forged = f.n2_checkpoint(20, 'c');
+  forged.seq = 21;
+  CHECK(f.offer(audit::to_line(forged)).find("does not verify")
+        != std::string::npos);
+  CHECK(f.offer(std::string(audit::max_checkpoint_line + 10, 'x'))
+          .find("too long")
+        != std::string::npos);
+  // A rollback and a fork: accepted as messages, audited, not kept as latest.
+  CHECK(f.offer(audit::to_line(f.n2_checkpoint(4, 'a'))).empty());
+  CHECK(f.offer(audit::to_line(f.n2_checkpoint(9, 'd'))).empty());
+  // The same again is audited once.
+  CHECK(f.offer(audit::to_line(f.n2_checkpoint(9, 'd'))).empty());
+  audit_checkpoint held;
+  f.self
+    ->request(f.sink, 10s, audit_atom::value, witness_atom::value,
+              std::string{"n2"})
+    .receive([&](audit_checkpoint& c) { held = std::move(c); },
+             [](caf::error&) {});
+  REQUIRE_FALSE(held.line.empty());
+  auto cp = audit::read_checkpoint(held.line, *f.store);
+  CHECK(cp.seq == 9);
+  CHECK(cp.head == std::string(64, 'b'));
+  auto rb = f.console("query type=audit_rollback");
+  CHECK(rb.json.find("\"offered_seq\":\"4\"") != std::string::npos);
+  CHECK(rb.json.find("\"witnessed_seq\":\"9\"") != std::string::npos);
+  auto fk = f.console("query type=audit_fork");
+  CHECK(fk.json.find(std::string(64, 'd')) != std::string::npos);
+  auto once = fk.json.find("audit_fork");
+  CHECK(fk.json.find("audit_fork", once + 1) == std::string::npos);
+  auto evidence = test::slurp(f.dir.path() + "/witness/n2.conflicts");
+  CHECK(test::lines_of(evidence).size() == 2);
+  // Nothing is known of n3.
+  f.self
+    ->request(f.sink, 10s, audit_atom::value, witness_atom::value,
+              std::string{"n3"})
+    .receive([&](audit_checkpoint& c) { held = std::move(c); },
+             [](caf::error&) {});
+  CHECK(held.line.empty());
+}
+
+TEST_CASE("the sink's verify uses its own checkpoints and the peers' lines") {
+  fixture f;
+  f.append(6);
+  auto own = f.latest();
+  REQUIRE_FALSE(own.empty());
+  console_reply r;
+  f.self
+    ->request(f.sink, 10s, audit_atom::value, verify_atom::value,
+              std::vector<std::string>{own},
+              std::vector<std::string>{"peer n3 is dead: not asked"})
+    .receive([&](console_reply& x) { r = std::move(x); },
+             [&](caf::error& e) { r.text = f.sys.render(e); });
+  INFO(r.text);
+  CHECK(r.text.find("audit chain ok") != std::string::npos);
+  CHECK(r.text.find("1 witnessed by peers") != std::string::npos);
+  CHECK(r.text.find("note: peer n3 is dead") != std::string::npos);
+  CHECK(r.json.find("\"ok\":true") != std::string::npos);
+  // A peer's checkpoint beyond the log's end: the tail is missing.
+  auto ahead = audit::sign_checkpoint("n1", 100, std::string(64, 'e'),
+                                      1700000000, f.n1.cert.to_pem(), f.n1.key);
+  f.self
+    ->request(f.sink, 10s, audit_atom::value, verify_atom::value,
+              std::vector<std::string>{audit::to_line(ahead)},
+              std::vector<std::string>{})
+    .receive([&](console_reply& x) { r = std::move(x); },
+             [&](caf::error& e) { r.text = f.sys.render(e); });
+  CHECK(r.text.find("BROKEN") != std::string::npos);
+  CHECK(r.text.find("..100 missing: checkpoint of n1 signed at")
+        != std::string::npos);
+}
