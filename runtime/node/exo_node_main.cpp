@@ -6,7 +6,8 @@
 //                                     discover, verify, print, exit
 //   exo-node serve --model FILE ...   serve models over the OpenAI API
 //   exo-node plan --problem FILE ...  place a model on devices (no cluster)
-//   exo-node audit verify FILE...     verify audit logs
+//   exo-node audit verify [--checkpoints FILE --ca CA] FILE...
+//                                     verify audit logs
 //   exo-node --version | --help
 
 #include "core/audit/audit_command.hpp"
@@ -40,7 +41,8 @@ constexpr const char* description
 constexpr const char* footer = R"(Commands (each answers --help):
   exo-node plan --problem FILE.json [--objective latency|throughput|blend]
                 [--time-limit MS] [--json] [--solver exact|gecode|both|baseline]
-  exo-node audit verify FILE... | audit query --dir D [...]
+  exo-node audit verify [--checkpoints FILE]... [--ca CA] FILE...
+  exo-node audit query --dir D [...]
   exo-node run --model FILE.gguf --prompt TEXT [-n N] [--stages K]
                [--sequences M] [--ctx C] [--llama-threads N] [...]
                (one job on this node: the solver places it on the node's
