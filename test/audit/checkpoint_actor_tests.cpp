@@ -5,6 +5,7 @@
 #include "core/audit/checkpoint.hpp"
 #include "core/audit/log_files.hpp"
 #include "core/audit/verify.hpp"
+#include "core/config/node_config.hpp"
 #include "core/tls/cert_tool.hpp"
 #include "core/tls/trust_store.hpp"
 #include "messages/audit.hpp"
@@ -230,4 +231,28 @@ TEST_CASE("the sink's verify uses its own checkpoints and the peers' lines") {
   CHECK(r.text.find("BROKEN") != std::string::npos);
   CHECK(r.text.find("..100 missing: checkpoint of n1 signed at")
         != std::string::npos);
+}
+
+TEST_CASE("the checkpoint settings of the config: defaults and ranges") {
+  using config::parse;
+  auto d = parse("{}", "test").safety;
+  CHECK(d.audit_checkpoint_records == 1000);
+  CHECK(d.audit_checkpoint_interval == std::chrono::milliseconds{60000});
+  CHECK(d.audit_checkpoint_keep == 1000);
+  auto s = parse(R"({"safety": {"audit_checkpoint_records": 4,
+                   "audit_checkpoint_interval_ms": 300,
+                   "audit_checkpoint_keep": 7}})",
+                 "test")
+             .safety;
+  CHECK(s.audit_checkpoint_records == 4);
+  CHECK(s.audit_checkpoint_interval == std::chrono::milliseconds{300});
+  CHECK(s.audit_checkpoint_keep == 7);
+  for (auto* bad : {R"({"safety": {"audit_checkpoint_records": 0}})",
+                    R"({"safety": {"audit_checkpoint_records": -1}})",
+                    R"({"safety": {"audit_checkpoint_interval_ms": 5}})",
+                    R"({"safety": {"audit_checkpoint_keep": "many"}})"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(parse(bad, "test"),
+                      Catch::Contains("safety.audit_checkpoint_"));
+  }
 }
