@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -99,18 +100,65 @@ public:
             .count());
       };
     last_time_ = std::chrono::steady_clock::now();
-    // The latest own checkpoint, to offer peers at once after a restart.
+    // The latest own checkpoint: the next one follows it, and peers are
+    // offered it at once after a restart.
     if (cfg_.key && cfg_.ca) {
       try {
         auto cps = load_checkpoints(path_, *cfg_.ca);
-        if (!cps.empty()) {
-          latest_ = to_line(cps.back());
-          seq_ = cps.back().seq;
+        if (!cps.empty() && cps.back().node == node_) {
+          last_ = cps.back();
+          latest_ = to_line(*last_);
+          seq_ = last_->seq;
         }
       } catch (const std::exception&) {
         // Missing on a first start; an unusable file shows in verify.
       }
     }
+  }
+
+  /// Whether the log still holds what the latest own checkpoint says; when
+  /// not (cut or rewritten while the node was down), returns the event that
+  /// says so and starts a new chain of checkpoints, which every witness of
+  /// the old one sees as a fork.
+  std::optional<event> check_at_start() {
+    if (!last_)
+      return std::nullopt;
+    std::string found;
+    if (log_->last_seq() < last_->seq) {
+      found = "the log ends at seq " + std::to_string(log_->last_seq());
+    } else {
+      audit_query q;
+      q.after_seq = last_->seq - 1;
+      q.limit = 1;
+      auto page = log_->query(q);
+      if (page.records.empty() || page.records.front().seq != last_->seq)
+        found = "record " + std::to_string(last_->seq) + " is missing";
+      else if (page.records.front().hash != last_->head)
+        found = "record " + std::to_string(last_->seq)
+                + " has another hash";
+    }
+    if (found.empty())
+      return std::nullopt;
+    event ev;
+    ev.type = log_->last_seq() < last_->seq ? event_type::audit_rollback
+                                            : event_type::audit_fork;
+    ev.level = severity::critical;
+    ev.details = {{"node", node_},
+                  {"checkpoint_seq", std::to_string(last_->seq)},
+                  {"checkpoint_head", last_->head},
+                  {"checkpoint_time", format_utc(last_->time)},
+                  {"found", found},
+                  {"when", "start"}};
+    last_.reset();
+    latest_.clear();
+    seq_ = 0;
+    return ev;
+  }
+
+  /// Signs now (after check_at_start found the log changed).
+  void sign_now(std::string& last_error) {
+    if (enabled())
+      try_sign(last_error);
   }
 
   ~checkpointer() {
@@ -163,10 +211,12 @@ private:
     // A checkpoint must never cover records that a crash could still lose.
     log_->flush();
     auto cp = sign_checkpoint(node_, log_->last_seq(), log_->last_hash(),
-                              cfg_.clock(), cfg_.cert_pem, *cfg_.key);
+                              cfg_.clock(), cfg_.cert_pem, *cfg_.key,
+                              last_ ? &*last_ : nullptr);
     append_checkpoint(path_, cp, cfg_.keep);
     latest_ = to_line(cp);
     seq_ = cp.seq;
+    last_ = std::move(cp);
     ++signed_;
     last_time_ = std::chrono::steady_clock::now();
   }
@@ -176,6 +226,7 @@ private:
   std::string node_;
   std::string path_;
   std::string latest_;
+  std::optional<checkpoint> last_;
   std::uint64_t seq_ = 0;
   std::uint64_t signed_ = 0;
   std::chrono::steady_clock::time_point last_time_;
@@ -442,6 +493,10 @@ caf::behavior audit_impl(self_ptr self, audit_actor_config cfg,
       {"truncated_bytes", std::to_string(st.log->recovery().truncated_bytes)},
       {"dropped_lines", std::to_string(st.log->recovery().dropped_lines)}};
     st.log->append(ev);
+  }
+  if (auto ev = st.checkpoints.check_at_start()) {
+    st.log->append(*ev);
+    st.checkpoints.sign_now(st.last_error);
   }
   self->delayed_send(self, st.cfg.flush_interval, tick_atom::value);
   return {

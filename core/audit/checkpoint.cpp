@@ -174,6 +174,12 @@ std::string canonical_text(const checkpoint& cp) {
   s += std::to_string(cp.seq);
   s += "\nhead=";
   s += cp.head;
+  s += "\nprev_seq=";
+  s += std::to_string(cp.prev_seq);
+  s += "\nprev_head=";
+  s += cp.prev_head;
+  s += "\nchain=";
+  s += cp.chain;
   s += "\ntime=";
   s += std::to_string(cp.time);
   s += '\n';
@@ -182,7 +188,8 @@ std::string canonical_text(const checkpoint& cp) {
 
 checkpoint sign_checkpoint(std::string node, std::uint64_t seq,
                            std::string head, std::int64_t time,
-                           std::string cert_pem, const tls::private_key& key) {
+                           std::string cert_pem, const tls::private_key& key,
+                           const checkpoint* prev) {
   check_node_name(node);
   if (seq == 0 || seq > max_seq)
     throw audit_error("checkpoint: seq must be 1..2^63, not "
@@ -197,6 +204,25 @@ checkpoint sign_checkpoint(std::string node, std::uint64_t seq,
   cp.head = std::move(head);
   cp.time = time;
   cp.cert_pem = std::move(cert_pem);
+  cp.prev_head = std::string{genesis_hash};
+  if (prev != nullptr) {
+    if (prev->node != cp.node || prev->seq >= cp.seq)
+      throw audit_error("checkpoint: the previous checkpoint must be of the"
+                        " same node and below seq "
+                        + std::to_string(cp.seq));
+    cp.prev_seq = prev->seq;
+    cp.prev_head = prev->head;
+    cp.chain = prev->chain;
+  } else {
+    try {
+      auto id = tls::make_nonce();
+      append_hex(cp.chain, id.data(), id.size());
+    } catch (const tls::tls_error& e) {
+      throw audit_error(std::string{"checkpoint: "} + e.what());
+    }
+  }
+  if (!is_hex_digest(cp.chain))
+    throw audit_error("checkpoint: the previous checkpoint has no chain id");
   try {
     cp.sig = tls::sign_message(key, canonical_text(cp), "audit checkpoint");
   } catch (const tls::tls_error& e) {
@@ -213,6 +239,9 @@ std::string to_line(const checkpoint& cp) {
   j["node"] = cp.node;
   j["seq"] = cp.seq;
   j["head"] = cp.head;
+  j["prev_seq"] = cp.prev_seq;
+  j["prev_head"] = cp.prev_head;
+  j["chain"] = cp.chain;
   j["time"] = cp.time;
   j["cert"] = cp.cert_pem;
   j["sig"] = sig;
@@ -236,8 +265,10 @@ checkpoint parse_checkpoint(std::string_view line) {
   }
   if (!j.is_object())
     throw audit_error("checkpoint line is not a JSON object");
-  static const char* const keys[] = {"checkpoint", "node", "seq", "head",
-                                     "time",       "cert", "sig"};
+  static const char* const keys[] = {"checkpoint", "node",     "seq",
+                                     "head",       "prev_seq", "prev_head",
+                                     "chain",      "time",     "cert",
+                                     "sig"};
   for (auto& [k, v] : j.items()) {
     bool known = false;
     for (auto* want : keys)
@@ -266,6 +297,24 @@ checkpoint parse_checkpoint(std::string_view line) {
   if (!j["head"].is_string() || !is_hex_digest(j["head"].get<std::string>()))
     throw audit_error("checkpoint: \"head\" must be 64 lower-case hex digits");
   cp.head = j["head"].get<std::string>();
+  auto& ps = j["prev_seq"];
+  if (!ps.is_number_unsigned() || ps.get<std::uint64_t>() >= cp.seq)
+    throw audit_error("checkpoint: \"prev_seq\" must be an integer below"
+                      " \"seq\"");
+  cp.prev_seq = ps.get<std::uint64_t>();
+  if (!j["prev_head"].is_string()
+      || !is_hex_digest(j["prev_head"].get<std::string>()))
+    throw audit_error("checkpoint: \"prev_head\" must be 64 lower-case hex"
+                      " digits");
+  cp.prev_head = j["prev_head"].get<std::string>();
+  if (cp.prev_seq == 0 && cp.prev_head != genesis_hash)
+    throw audit_error("checkpoint: \"prev_head\" must be 64 zeros when"
+                      " \"prev_seq\" is 0");
+  if (!j["chain"].is_string()
+      || !is_hex_digest(j["chain"].get<std::string>()))
+    throw audit_error("checkpoint: \"chain\" must be 64 lower-case hex"
+                      " digits");
+  cp.chain = j["chain"].get<std::string>();
   auto& t = j["time"];
   if (!t.is_number_integer() || t.get<std::int64_t>() < 0
       || t.get<std::int64_t>() > max_time)
@@ -395,8 +444,12 @@ witness_verdict compare(const std::optional<checkpoint>& held,
                         const checkpoint& offered) noexcept {
   if (!held)
     return witness_verdict::first;
-  if (offered.seq > held->seq)
+  if (offered.seq > held->seq) {
+    if (offered.chain != held->chain || offered.prev_seq < held->seq
+        || (offered.prev_seq == held->seq && offered.prev_head != held->head))
+      return witness_verdict::fork;
     return witness_verdict::newer;
+  }
   if (offered.seq < held->seq)
     return witness_verdict::rollback;
   return offered.head == held->head ? witness_verdict::same

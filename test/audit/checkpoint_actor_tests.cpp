@@ -11,6 +11,7 @@
 #include "messages/audit.hpp"
 #include "messages/cluster.hpp"
 #include "messages/registration.hpp"
+#include "test/audit/tamper.hpp"
 #include "test/audit/temp_dir.hpp"
 
 #include <caf/all.hpp>
@@ -91,10 +92,11 @@ struct fixture {
     return line;
   }
 
-  audit::checkpoint n2_checkpoint(std::uint64_t seq, char head) {
+  audit::checkpoint n2_checkpoint(std::uint64_t seq, char head,
+                                  const audit::checkpoint* prev = nullptr) {
     return audit::sign_checkpoint("n2", seq, std::string(64, head),
                                   1700000000 + static_cast<std::int64_t>(seq),
-                                  n2.cert.to_pem(), n2.key);
+                                  n2.cert.to_pem(), n2.key, prev);
   }
 
   /// Offers a line as a peer would; returns the error text ("" when ok).
@@ -148,6 +150,44 @@ TEST_CASE("the sink signs a checkpoint every N records and one when it "
   CHECK(res.ok);
   CHECK(cps.back().seq == res.last_seq);
   CHECK(res.checkpoints_checked == cps.size());
+  // Each names the one before it.
+  CHECK(cps.front().prev_seq == 0);
+  for (std::size_t i = 1; i < cps.size(); ++i) {
+    CHECK(cps[i].prev_seq == cps[i - 1].seq);
+    CHECK(cps[i].prev_head == cps[i - 1].head);
+  }
+}
+
+TEST_CASE("a log cut while the node was down is audited at start, and the "
+          "new checkpoints start a new chain that witnesses see as a fork") {
+  fixture f;
+  f.append(7);
+  f.stop();
+  auto cps = audit::load_checkpoints(f.dir.file("checkpoints"), *f.store);
+  REQUIRE_FALSE(cps.empty());
+  auto old = cps.back();
+  REQUIRE(old.seq == 7);
+  std::vector<std::string> files;
+  for (auto& lf : audit::list_log_files(f.dir.path(), "audit"))
+    files.push_back(lf.path);
+  test::cut_tail(files, 4);
+  f.sink = audit::spawn_audit_actor(f.sys, f.sink_config(3));
+  auto line = f.latest();
+  REQUIRE_FALSE(line.empty());
+  auto fresh = audit::read_checkpoint(line, *f.store);
+  CHECK(fresh.prev_seq == 0);
+  CHECK(fresh.seq == 5); // records 1..4 and the event below
+  auto rb = f.console("query type=audit_rollback");
+  CHECK(rb.json.find("\"when\":\"start\"") != std::string::npos);
+  CHECK(rb.json.find("\"found\":\"the log ends at seq 4\"")
+        != std::string::npos);
+  // A witness of the old checkpoint sees the new one as a rollback, and
+  // once the log has grown past seq 7, as a fork.
+  CHECK(audit::compare(old, fresh) == audit::witness_verdict::rollback);
+  f.append(6);
+  auto later = audit::read_checkpoint(f.latest(), *f.store);
+  REQUIRE(later.seq > 7);
+  CHECK(audit::compare(old, later) == audit::witness_verdict::fork);
 }
 
 TEST_CASE("the sink witnesses peers' checkpoints: newer ones replace, "
@@ -159,7 +199,7 @@ TEST_CASE("the sink witnesses peers' checkpoints: newer ones replace, "
   struct stat sb {};
   REQUIRE(::stat(wpath.c_str(), &sb) == 0);
   CHECK((sb.st_mode & 0777) == 0600);
-  CHECK(f.offer(audit::to_line(f.n2_checkpoint(9, 'b'))).empty());
+  CHECK(f.offer(audit::to_line(f.n2_checkpoint(9, 'b', &c5))).empty());
   // Refused: garbage, a forged signature, our own CA's client... all named.
   CHECK(f.offer("{").find("not JSON") != std::string::npos);
   auto forged = f.n2_checkpoint(20, 'c');
@@ -171,9 +211,11 @@ TEST_CASE("the sink witnesses peers' checkpoints: newer ones replace, "
         != std::string::npos);
   // A rollback and a fork: accepted as messages, audited, not kept as latest.
   CHECK(f.offer(audit::to_line(f.n2_checkpoint(4, 'a'))).empty());
-  CHECK(f.offer(audit::to_line(f.n2_checkpoint(9, 'd'))).empty());
+  CHECK(f.offer(audit::to_line(f.n2_checkpoint(9, 'd', &c5))).empty());
   // The same again is audited once.
-  CHECK(f.offer(audit::to_line(f.n2_checkpoint(9, 'd'))).empty());
+  CHECK(f.offer(audit::to_line(f.n2_checkpoint(9, 'd', &c5))).empty());
+  // A higher seq that starts a new chain (skips the held one): a fork.
+  CHECK(f.offer(audit::to_line(f.n2_checkpoint(12, 'e'))).empty());
   audit_checkpoint held;
   f.self
     ->request(f.sink, 10s, audit_atom::value, witness_atom::value,
@@ -189,10 +231,14 @@ TEST_CASE("the sink witnesses peers' checkpoints: newer ones replace, "
   CHECK(rb.json.find("\"witnessed_seq\":\"9\"") != std::string::npos);
   auto fk = f.console("query type=audit_fork");
   CHECK(fk.json.find(std::string(64, 'd')) != std::string::npos);
-  auto once = fk.json.find("audit_fork");
-  CHECK(fk.json.find("audit_fork", once + 1) == std::string::npos);
+  CHECK(fk.json.find(std::string(64, 'e')) != std::string::npos);
+  std::size_t forks = 0;
+  for (auto at = fk.json.find("\"audit_fork\""); at != std::string::npos;
+       at = fk.json.find("\"audit_fork\"", at + 1))
+    ++forks;
+  CHECK(forks == 2);
   auto evidence = test::slurp(f.dir.path() + "/witness/n2.conflicts");
-  CHECK(test::lines_of(evidence).size() == 2);
+  CHECK(test::lines_of(evidence).size() == 3);
   // Nothing is known of n3.
   f.self
     ->request(f.sink, 10s, audit_atom::value, witness_atom::value,

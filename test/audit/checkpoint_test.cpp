@@ -40,9 +40,10 @@ cluster_pki& pki() {
 }
 
 checkpoint sign_n1(std::uint64_t seq, const std::string& head,
-                   std::int64_t time = 1700000000) {
+                   std::int64_t time = 1700000000,
+                   const checkpoint* prev = nullptr) {
   return sign_checkpoint("n1", seq, head, time, pki().n1.cert.to_pem(),
-                         pki().n1.key);
+                         pki().n1.key, prev);
 }
 
 const std::string head_a(64, 'a');
@@ -101,6 +102,16 @@ TEST_CASE("a checkpoint signs, round-trips as one line and verifies") {
   CHECK(back.head == head_a);
   CHECK(back.time == 1700000000);
   CHECK(back.sig == cp.sig);
+  CHECK(back.prev_seq == 0);
+  CHECK(back.prev_head == std::string(64, '0'));
+  auto next = sign_n1(50, head_b, 1700000001, &cp);
+  auto nb = read_checkpoint(to_line(next), pki().store);
+  CHECK(nb.prev_seq == 42);
+  CHECK(nb.prev_head == head_a);
+  CHECK(nb.chain == cp.chain);
+  CHECK(is_hex_digest(cp.chain));
+  CHECK(sign_n1(42, head_a).chain != cp.chain); // a new chain each time
+  CHECK_THROWS_AS(sign_n1(42, head_b, 1, &cp), audit_error);
   CHECK(canonical_text(cp).rfind("exo-audit-checkpoint-v1\n", 0) == 0);
   CHECK(describe(cp) == "checkpoint of n1 signed at 2023-11-14T22:13:20Z");
 }
@@ -114,6 +125,15 @@ TEST_CASE("a tampered checkpoint does not verify") {
   }
   SECTION("another head") {
     cp.head = head_b;
+    CHECK_THROWS_AS(verify_checkpoint(cp, pki().store), audit_error);
+  }
+  SECTION("another predecessor") {
+    cp.prev_seq = 41;
+    cp.prev_head = head_b;
+    CHECK_THROWS_AS(verify_checkpoint(cp, pki().store), audit_error);
+  }
+  SECTION("another chain") {
+    cp.chain = head_b;
     CHECK_THROWS_AS(verify_checkpoint(cp, pki().store), audit_error);
   }
   SECTION("another time") {
@@ -187,6 +207,19 @@ TEST_CASE("checkpoint lines are checked field by field") {
                     Catch::Contains("\"sig\""));
   CHECK_THROWS_WITH(parse_checkpoint(bad("\"sig\":\"", "\"sig\":\"0")),
                     Catch::Contains("\"sig\""));
+  CHECK_THROWS_WITH(parse_checkpoint(bad("\"prev_seq\":0", "\"prev_seq\":7")),
+                    Catch::Contains("\"prev_seq\""));
+  CHECK_THROWS_WITH(
+    parse_checkpoint(bad("\"prev_seq\":0", "\"prev_seq\":\"0\"")),
+    Catch::Contains("\"prev_seq\""));
+  CHECK_THROWS_WITH(
+    parse_checkpoint(bad(std::string(64, '0'), std::string(64, 'a'))),
+    Catch::Contains("64 zeros"));
+  CHECK_THROWS_WITH(
+    parse_checkpoint(bad(std::string(64, '0'), std::string(64, 'g'))),
+    Catch::Contains("\"prev_head\""));
+  CHECK_THROWS_WITH(parse_checkpoint(bad("\"chain\":\"", "\"chain\":\"x")),
+                    Catch::Contains("\"chain\""));
   CHECK_THROWS_WITH(parse_checkpoint(bad("{", "{\"extra\":1,")),
                     Catch::Contains("unknown field"));
   CHECK_THROWS_WITH(parse_checkpoint(bad("\"cert\":\"-----BEGIN", "\"cert\":\"x\",\"y\":\"")),
@@ -302,10 +335,24 @@ TEST_CASE("witness verdicts: first, newer, same, rollback, fork") {
   auto c5 = sign_n1(5, head_a);
   CHECK(compare(held, c5) == witness_verdict::first);
   held = c5;
-  CHECK(compare(held, sign_n1(6, head_b)) == witness_verdict::newer);
+  auto c6 = sign_n1(6, head_b, 1700000000, &c5);
+  CHECK(compare(held, c6) == witness_verdict::newer);
   CHECK(compare(held, sign_n1(5, head_a, 1)) == witness_verdict::same);
   CHECK(compare(held, sign_n1(4, head_a)) == witness_verdict::rollback);
   CHECK(compare(held, sign_n1(5, head_b)) == witness_verdict::fork);
+  // A higher seq whose chain of checkpoints skips the one held: a new
+  // history (the log was cut or rewritten, then continued past it).
+  CHECK(compare(held, sign_n1(9, head_b)) == witness_verdict::fork);
+  auto c4 = sign_n1(4, head_b);
+  CHECK(compare(held, sign_n1(9, head_b, 1, &c4)) == witness_verdict::fork);
+  auto c5b = sign_n1(5, head_b);
+  CHECK(compare(held, sign_n1(9, head_b, 1, &c5b)) == witness_verdict::fork);
+  // A chain that continues: a new chain id makes it another history.
+  auto other = sign_n1(9, head_b, 1, &c6);
+  other.chain = head_a;
+  CHECK(compare(held, other) == witness_verdict::fork);
+  // The witness missed checkpoints in between: still newer.
+  CHECK(compare(held, sign_n1(9, head_b, 1, &c6)) == witness_verdict::newer);
 }
 
 TEST_CASE("witness files hold one verified checkpoint, 0600") {
