@@ -130,9 +130,15 @@ TEST_CASE("peers witness a node's audit checkpoints, and with them verify "
   REQUIRE(::stat((n1_audit + "/checkpoints").c_str(), &sb) == 0);
   CHECK((sb.st_mode & 0777) == 0600);
 
-  // The console's verify on n1: its own checkpoints and both witnesses.
+  // The console's verify on n1: its own checkpoints and both witnesses
+  // (`audit` needs a token with audit_read: the node's first admin token).
+  auto admin = exo::test::read_file(n1_state + "/access/admin.token");
+  while (!admin.empty() && (admin.back() == '\n' || admin.back() == '\r'))
+    admin.pop_back();
+  REQUIRE_FALSE(admin.empty());
+  auto verify_cmd = "audit verify auth=" + admin;
   {
-    auto r = console(p, n1.port, {"audit verify"});
+    auto r = console(p, n1.port, {verify_cmd});
     INFO(r.out << r.err);
     CHECK(r.code == 0);
     CHECK(contains(r.out, "audit chain ok"));
@@ -144,7 +150,7 @@ TEST_CASE("peers witness a node's audit checkpoints, and with them verify "
   {
     bool named = false;
     for (int i = 0; i < 50 && !named; ++i) {
-      auto r = console(p, n1.port, {"audit verify"});
+      auto r = console(p, n1.port, {verify_cmd});
       named = r.code == 0 && contains(r.out, "audit chain ok")
               && contains(r.out, "n3") && contains(r.out, "note: peer n3");
       if (!named)
