@@ -19,9 +19,11 @@ constexpr std::array<std::string_view, event_type_count> type_names = {
   "job_finished",
   "join_refused",
   "node_leave",
+  "connection_refused",
+  "request_refused",
 };
 
-static_assert(static_cast<std::size_t>(event_type::node_leave) + 1
+static_assert(static_cast<std::size_t>(event_type::request_refused) + 1
                 == event_type_count,
               "type_names must list every event_type");
 

@@ -41,10 +41,16 @@ enum class event_type : std::uint8_t {
   job_finished,
   join_refused, ///< a peer's join handshake failed (name, proof, cert)
   node_leave,   ///< a client told this node to leave the cluster
+  /// A TLS peer passed a limit of network.limits (connections, message
+  /// size, buffered bytes, time, rate) or failed its handshake.
+  connection_refused,
+  /// The gateway refused an HTTP request by a limit (headers, body,
+  /// connections, completions admitted).
+  request_refused,
 };
 
 /// Number of event types.
-inline constexpr std::size_t event_type_count = 30;
+inline constexpr std::size_t event_type_count = 32;
 
 /// How serious an event is.
 enum class severity : std::uint8_t { debug, info, warning, error, critical };
