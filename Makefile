@@ -6,7 +6,8 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build run test bench asan fuzz clean format
+.PHONY: all deps configure build run test bench asan fuzz fuzz-build fuzz-ci clean \
+        format
 
 all: build
 
@@ -25,9 +26,12 @@ run: build
 
 # Test-only npm tools first (llama.cpp as the oracle, tokenizer files, ...):
 # without the registry the tests that need them are reported skipped.
+# Then every fuzz target for FUZZ_CI_SECONDS (10 s each, about a minute in
+# all) in the clang build: ctest replays the corpora, this looks for more.
 test: build
 	@bash scripts/test-tools.sh >/dev/null
 	cd $(BUILD) && XDG_RUNTIME_DIR=/tmp ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+	@$(MAKE) --no-print-directory fuzz-ci
 
 bench: build
 	cmake --build $(BUILD) --target bench_all
@@ -42,7 +46,8 @@ asan:
 # libFuzzer (clang) over every parser of untrusted bytes (fuzz/): a build of
 # its own, FUZZ_SECONDS per target over a working copy of fuzz/corpus.
 FUZZ_SECONDS ?= 600
-fuzz: deps
+FUZZ_CI_SECONDS ?= 10
+fuzz-build: deps
 	@if [ ! -f build-fuzz/build.ninja ]; then \
 	  cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang \
 	    -DCMAKE_CXX_COMPILER=clang++ -DEXO_FUZZ=ON -DEXO_BUILD_TESTS=OFF \
@@ -51,7 +56,12 @@ fuzz: deps
 	    "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer" \
 	    "-DCMAKE_C_FLAGS=-fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer"; fi
 	cmake --build build-fuzz --target fuzz_all -j $(JOBS)
+
+fuzz: fuzz-build
 	bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+fuzz-ci: fuzz-build
+	bash scripts/fuzz.sh build-fuzz $(FUZZ_CI_SECONDS)
 
 format:
 	git ls-files '*.cpp' '*.hpp' | xargs clang-format -i

@@ -20,6 +20,7 @@
 /// Everything a peer sends is bounded and validated before use.
 
 #include "messages/atoms.hpp"
+#include "messages/bounded_bytes.hpp"
 #include "messages/device.hpp"
 
 #include <caf/meta/type_name.hpp>
@@ -111,9 +112,15 @@ struct join_hello {
   bool client = false;              ///< a console/client, not a node
 };
 
+/// The largest nonce and signature a peer may send (nonces are 32 bytes,
+/// ECDSA P-256 signatures about 72, Ed25519 64; tls::max_signature_size).
+constexpr std::size_t max_nonce_bytes = 64;
+constexpr std::size_t max_signature_bytes = 1024;
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_hello& x) {
-  return f(caf::meta::type_name("exo.join_hello"), x.claimed, x.nonce,
+  auto nonce = bounded<max_nonce_bytes>(x.nonce);
+  return f(caf::meta::type_name("exo.join_hello"), x.claimed, nonce,
            x.client);
 }
 
@@ -126,8 +133,10 @@ struct join_challenge {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_challenge& x) {
-  return f(caf::meta::type_name("exo.join_challenge"), x.responder, x.nonce,
-           x.cert_pem, x.signature);
+  auto nonce = bounded<max_nonce_bytes>(x.nonce);
+  auto signature = bounded<max_signature_bytes>(x.signature);
+  return f(caf::meta::type_name("exo.join_challenge"), x.responder, nonce,
+           x.cert_pem, signature);
 }
 
 struct join_proof {
@@ -139,8 +148,9 @@ struct join_proof {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_proof& x) {
+  auto signature = bounded<max_signature_bytes>(x.signature);
   return f(caf::meta::type_name("exo.join_proof"), x.claimed, x.cert_pem,
-           x.signature, x.self);
+           signature, x.self);
 }
 
 /// The reply to a console command: the part its command fills.

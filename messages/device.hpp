@@ -15,6 +15,7 @@
 ///                  closure run on the device's thread; answers itself)
 
 #include "messages/atoms.hpp"
+#include "messages/bounded_bytes.hpp"
 
 #include <caf/meta/type_name.hpp>
 #include <caf/typed_actor.hpp>
@@ -88,7 +89,8 @@ struct chunk {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, chunk& x) {
-  return f(caf::meta::type_name("exo.chunk"), x.bytes);
+  auto bytes = bounded<max_chunk_bytes>(x.bytes);
+  return f(caf::meta::type_name("exo.chunk"), bytes);
 }
 
 /// What a device actor reports about its device.

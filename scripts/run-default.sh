@@ -55,6 +55,7 @@ for n in alpha beta; do
  "network": {"port": 0, "seeds": $seeds},
  "tls": {"certificate": "$WORK/$n/$n.crt", "key": "$WORK/$n/$n.key",
          "ca": "$WORK/$n/ca.crt"},
+ "models": {"dirs": ["$WORK"]},
  "devices": {"include": $include,
              "simulated": [{"profile": "adreno-740"}], "rescan_interval_s": 0}}
 JSON
@@ -70,7 +71,7 @@ done
 con() {
   "$CONSOLE" --connect "127.0.0.1:$seed_port" --cert "$WORK/ops/ops.crt" \
     --key "$WORK/ops/ops.key" --ca "$WORK/ca/ca.crt" --timeout-ms 60000 \
-    --exec "$1"
+    --token-file "$WORK/alpha/state/access/admin.token" --exec "$1"
 }
 for _ in $(seq 1 40); do
   con nodes 2>/dev/null | grep -q beta && break

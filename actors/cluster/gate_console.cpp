@@ -57,20 +57,30 @@ caf::error check_client(self_ptr self, const std::string& cmd,
     d.code = access::decision_code::allow;
   } else if (action == access::console_action::refuse) {
     d.code = access::decision_code::malformed;
-    d.reason = "no auth=TOKEN given (this node requires a token with every "
-               "console command)";
+    d.reason = st.cfg.console_requires_token
+                   ? "no auth=TOKEN given (this node requires a token with "
+                     "every console command)"
+                   : "no auth=TOKEN given (" + cmd
+                         + " needs a token with the " +
+                         std::string{access::to_string(req.perm)}
+                         + " permission; only read-only views are open to "
+                           "client certificates)";
   } else if (!st.cfg.access) {
     d.code = access::decision_code::permission_denied;
     d.reason = "no access policy on this node";
   } else {
     d = st.cfg.access->check(auth.token, req.perm);
   }
+  // Who acted: the token's principal, else the client's certificate.
+  auto who = !d.principal.empty() ? d.principal
+             : !client.empty()    ? "cert:" + client
+                                  : std::string{};
   auto ev = access::make_audit_event(d, req.perm);
   ev.details["command"] = cmd;
   ev.details["client"] = client;
   ev.details["token"] = auth.has_token ? "yes" : "no";
   if (!d) {
-    send_audit(self, ev, d.principal);
+    send_audit(self, ev, who);
     return make_exo_error(exo_errc::access_denied,
                           cmd + ": " + std::string{access::to_string(d.code)} +
                               ": " + d.reason);
@@ -83,7 +93,7 @@ caf::error check_client(self_ptr self, const std::string& cmd,
     leave.level = audit::severity::warning;
     leave.details = {{"client", client},
                      {"token", auth.has_token ? "yes" : "no"}};
-    send_audit(self, leave, d.principal);
+    send_audit(self, leave, who);
   }
   if (req.perm == access::permission::device_list ||
       req.perm == access::permission::monitoring_read ||
@@ -95,7 +105,7 @@ caf::error check_client(self_ptr self, const std::string& cmd,
     ev.details.erase("decision");
     if (!auth.rest.empty())
       ev.details["argument"] = auth.rest.substr(0, 256);
-    send_audit(self, ev, d.principal);
+    send_audit(self, ev, who);
   }
   if (auth.has_token)
     arg = std::move(auth.rest);

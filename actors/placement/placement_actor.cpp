@@ -3,6 +3,7 @@
 #include "core/console/commands.hpp"
 
 #include "core/placement/problem_json.hpp"
+#include "core/text/file.hpp"
 #include "core/audit/event.hpp"
 #include "messages/audit.hpp"
 #include "messages/atoms.hpp"
@@ -403,6 +404,20 @@ caf::result<console_reply> console(self_ptr self, const std::string& cmd,
   plan_arguments a;
   if (auto err = parse_plan_arguments(arg, a); !err.empty())
     return make_exo_error(exo_errc::invalid_argument, "plan: " + err);
+  // A client names files of the node: only inside its model folders.
+  if (st.cfg.client_dirs) {
+    try {
+      if (!a.problem_file.empty())
+        a.problem_file = text::resolve_client_file(
+          a.problem_file, *st.cfg.client_dirs, "problem file");
+      if (!a.request.model_path.empty())
+        a.request.model_path = text::resolve_client_file(
+          a.request.model_path, *st.cfg.client_dirs, "model");
+    } catch (const text::file_error& e) {
+      return make_exo_error(exo_errc::invalid_argument,
+                            "plan: " + std::string{e.what()});
+    }
+  }
   if (!a.problem_file.empty()) {
     plan_info info;
     try {

@@ -59,6 +59,7 @@
 #include <caf/fwd.hpp>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,10 @@ struct placement_actor_config {
   /// placement_decided event (audit_atom, audit_entry) naming the job, the
   /// model, the outcome, the stages and why it was planned.
   caf::actor audit;
+  /// The folders a client's `plan MODEL` / `plan --problem FILE` may name
+  /// (core/text/file.hpp resolve_client_file); none: any path (trusted
+  /// callers only: the runtime always sets it from models.dirs).
+  std::optional<std::vector<std::string>> client_dirs;
 };
 
 /// The gate service name the placement actor is reachable under from other

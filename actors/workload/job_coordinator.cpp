@@ -10,6 +10,8 @@
 #include "actors/workload/solver_placement.hpp"
 #include "core/audit/event.hpp"
 #include "core/console/commands.hpp"
+#include "core/config/node_config.hpp"
+#include "core/text/file.hpp"
 #include "core/model/stage_ranges.hpp"
 #include "core/tls/bulk_channel.hpp"
 #include "core/tokenizer/tokenizer.hpp"
@@ -660,7 +662,12 @@ run_options run_options_of(const console::parsed_command& p) {
 caf::result<console_reply> console_run(self_ptr self, const std::string& arg) {
   job_request req;
   try {
-    req = make_job_request(run_options_of(console::parse_command("run", arg)));
+    auto o = run_options_of(console::parse_command("run", arg));
+    // A client names a file of the node: only inside its model folders.
+    if (self->state.cfg.client_dirs)
+      o.model = text::resolve_client_file(o.model, *self->state.cfg.client_dirs,
+                                          "model");
+    req = make_job_request(o);
   } catch (const std::exception& e) {
     return fail(exo_errc::invalid_argument, std::string{"run: "} + e.what());
   }
@@ -825,6 +832,7 @@ service spawn_jobs_service(const service_context& ctx) {
   cfg.gate = ctx.gate;
   cfg.audit = ctx.audit;
   cfg.blobs = ctx.blobs;
+  cfg.client_dirs = config::client_dirs(*ctx.cfg);
   service s;
   s.name = "jobs";
   s.kind = "jobs";

@@ -47,6 +47,7 @@
 
 #include "actors/service/service.hpp"
 
+#include <optional>
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
@@ -70,6 +71,10 @@ struct job_coordinator_config {
   /// What this node's bulk channel serves: the models of the jobs it
   /// coordinates, for peers that lack them (optional).
   std::shared_ptr<tls::bulk_blobs> blobs;
+  /// The folders a console `run --model` may name (core/text/file.hpp
+  /// resolve_client_file); none: any path (trusted callers only: the
+  /// runtime always sets it from models.dirs).
+  std::optional<std::vector<std::string>> client_dirs;
 };
 
 /// Spawns a coordinator (detached: it maps and hashes model files).

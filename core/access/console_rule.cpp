@@ -68,13 +68,19 @@ console_auth take_auth(std::string_view arg) {
   return out;
 }
 
+bool open_read(permission p) noexcept {
+  return p == permission::device_list || p == permission::monitoring_read
+         || p == permission::thermal_read;
+}
+
 console_action console_rule(const console_requirement& req, bool has_token,
                             bool require_token) noexcept {
   if (req.how == console_requirement::kind::by_service)
     return console_action::pass_through;
   if (has_token)
     return console_action::check;
-  return require_token ? console_action::refuse : console_action::serve;
+  return require_token || !open_read(req.perm) ? console_action::refuse
+                                               : console_action::serve;
 }
 
 } // namespace exo::access

@@ -61,17 +61,25 @@ console_auth take_auth(std::string_view arg);
 
 /// The gate's rule for one client console command.
 enum class console_action : std::uint8_t {
-  serve,         ///< no token and lenient: served, checked by certificate only
+  serve,         ///< a read-only view without a token and not strict: served
+                 ///< on the client certificate alone
   check,         ///< check the token for the requirement's permission
   refuse,        ///< strict and no token: refused (audited)
   pass_through,  ///< by_service: delegate with the argument unchanged
 };
 
-/// Strict (`safety.console_requires_token`): every command needs a token
-/// with its permission. Lenient (the single-machine default): a command
-/// without a token is served as before (the client certificate is the
-/// only check), but a command with a token is always checked, so a token
-/// never grants more by being shown.
+/// Whether `p` only reads the cluster's state (devices, nodes, links,
+/// actors, jobs, thermal): the views a client certificate may see without a
+/// token. Everything else changes state or reveals more (run, plan, cancel,
+/// leave, audit, token, dev) and always needs a token.
+bool open_read(permission p) noexcept;
+
+/// Least privilege by default: a command that changes state (or reads the
+/// audit log) needs a token with its permission; a read-only view
+/// (`open_read`) is served on the client certificate alone, unless the node
+/// is strict (`safety.console_requires_token`), when every command needs a
+/// token. A command with a token is always checked, so a token never
+/// grants more by being shown.
 console_action console_rule(const console_requirement& req, bool has_token,
                             bool require_token) noexcept;
 

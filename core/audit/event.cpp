@@ -19,6 +19,8 @@ constexpr std::array<std::string_view, event_type_count> type_names = {
   "job_finished",
   "join_refused",
   "node_leave",
+  "connection_refused",
+  "request_refused",
   "audit_rollback",
   "audit_fork",
 };

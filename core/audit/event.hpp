@@ -41,12 +41,22 @@ enum class event_type : std::uint8_t {
   job_finished,
   join_refused, ///< a peer's join handshake failed (name, proof, cert)
   node_leave,   ///< a client told this node to leave the cluster
-  audit_rollback, ///< a peer offered a checkpoint below one witnessed
-  audit_fork,     ///< a peer offered another head at a witnessed seq
+  /// A TLS peer passed a limit of network.limits (connections, message
+  /// size, buffered bytes, time, rate) or failed its handshake.
+  connection_refused,
+  /// The gateway refused an HTTP request by a limit (headers, body,
+  /// connections, completions admitted).
+  request_refused,
+  /// A node's log is behind a checkpoint of it: offered by a peer below
+  /// the one witnessed, or found at start below its own latest.
+  audit_rollback,
+  /// Two histories of a node's log: another head at a witnessed seq, or a
+  /// new chain of checkpoints past it.
+  audit_fork,
 };
 
 /// Number of event types.
-inline constexpr std::size_t event_type_count = 32;
+inline constexpr std::size_t event_type_count = 34;
 
 /// How serious an event is.
 enum class severity : std::uint8_t { debug, info, warning, error, critical };

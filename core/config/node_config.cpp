@@ -106,6 +106,12 @@ std::string gateway_exposure_problem(const gateway_section& g) {
          + missing;
 }
 
+std::vector<std::string> client_dirs(const node_config& cfg) {
+  if (!cfg.models.dirs.empty())
+    return cfg.models.dirs;
+  return {cfg.node.state_dir + "/models"};
+}
+
 node_config defaults() {
   node_config cfg;
   cfg.node.name = host_name();
@@ -115,6 +121,69 @@ node_config defaults() {
 }
 
 namespace {
+
+/// `network.limits`: what one TLS peer may hold of the node.
+void parse_limits(element e, const std::string& p,
+                  tls::connection_limits_config& l) {
+  auto ms = [](element v, const std::string& q) {
+    return std::chrono::milliseconds{as_integer(v, q, 100, 3600000)};
+  };
+  auto bytes = [](element v, const std::string& q, std::int64_t lo,
+                  std::int64_t hi) {
+    return static_cast<std::uint64_t>(as_integer(v, q, lo, hi));
+  };
+  constexpr std::int64_t gib = 1ll << 30;
+  walk(e, p,
+       {{"max_connections",
+         [&](element v, const std::string& q) {
+           l.max_connections =
+             static_cast<std::uint32_t>(as_integer(v, q, 1, 1 << 20));
+         }},
+        {"max_connections_per_peer",
+         [&](element v, const std::string& q) {
+           l.max_connections_per_peer =
+             static_cast<std::uint32_t>(as_integer(v, q, 1, 1 << 20));
+         }},
+        {"max_node_message_bytes",
+         [&](element v, const std::string& q) {
+           l.max_node_frame_bytes = bytes(v, q, 1 << 20, 4 * gib - 1);
+         }},
+        {"max_client_message_bytes",
+         [&](element v, const std::string& q) {
+           l.max_client_frame_bytes = bytes(v, q, 4096, 4 * gib - 1);
+         }},
+        {"max_buffered_bytes_per_peer",
+         [&](element v, const std::string& q) {
+           l.max_buffered_per_peer = bytes(v, q, 1 << 20, 1024 * gib);
+         }},
+        {"max_buffered_bytes",
+         [&](element v, const std::string& q) {
+           l.max_buffered_total = bytes(v, q, 1 << 20, 1024 * gib);
+         }},
+        {"handshake_timeout_ms",
+         [&](element v, const std::string& q) {
+           l.handshake_timeout = ms(v, q);
+         }},
+        {"idle_timeout_ms",
+         [&](element v, const std::string& q) { l.idle_timeout = ms(v, q); }},
+        {"node_messages_per_s",
+         [&](element v, const std::string& q) {
+           l.node_messages_per_s = as_number(v, q, 0, 1e9);
+         }},
+        {"client_messages_per_s",
+         [&](element v, const std::string& q) {
+           l.client_messages_per_s = as_number(v, q, 0, 1e9);
+         }},
+        {"message_burst", [&](element v, const std::string& q) {
+           l.message_burst = as_number(v, q, 1, 1e9);
+         }}});
+  if (l.max_buffered_per_peer < l.max_node_frame_bytes)
+    bad(p + ".max_buffered_bytes_per_peer",
+        "must be at least max_node_message_bytes");
+  if (l.max_buffered_total < l.max_buffered_per_peer)
+    bad(p + ".max_buffered_bytes", "must be at least "
+                                   "max_buffered_bytes_per_peer");
+}
 
 node_config parse_document(const std::string& json, const std::string& source) {
   simdjson::dom::parser parser;
@@ -173,9 +242,13 @@ node_config parse_document(const std::string& json, const std::string& source) {
                     n.failure_timeout = std::chrono::milliseconds{
                       as_integer(v, q, 50, 600000)};
                   }},
-                 {"connect_timeout_ms", [&](element v, const std::string& q) {
+                 {"connect_timeout_ms",
+                  [&](element v, const std::string& q) {
                     n.connect_timeout = std::chrono::milliseconds{
                       as_integer(v, q, 50, 600000)};
+                  }},
+                 {"limits", [&](element v, const std::string& q) {
+                    parse_limits(v, q, n.limits);
                   }}});
            if (n.failure_timeout <= n.heartbeat)
              bad(p + ".failure_timeout_ms",
@@ -443,6 +516,17 @@ node_config parse_document(const std::string& json, const std::string& source) {
              g.auth = gateway_auth::api_key;
            if (auto why = gateway_exposure_problem(g); !why.empty())
              bad(p + ".host", why);
+         }},
+        {"models",
+         [&](element e, const std::string& p) {
+           walk(e, p, {{"dirs", [&](element v, const std::string& q) {
+                          cfg.models.dirs = as_string_list(v, q);
+                          for (std::size_t i = 0; i < cfg.models.dirs.size();
+                               ++i)
+                            if (cfg.models.dirs[i].empty()
+                                || cfg.models.dirs[i][0] != '/')
+                              bad(at(q, i), "must be an absolute path");
+                        }}});
          }},
         {"log",
          [&](element e, const std::string& p) {

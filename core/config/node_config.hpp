@@ -7,6 +7,7 @@
 /// that name the key path ("network.port: must be an integer in [0, 65535]").
 /// config/README.md documents every key.
 
+#include "core/tls/connection_limits.hpp"
 #include "backends/factory/factory.hpp"
 #include "core/config/peer_address.hpp"
 
@@ -33,6 +34,15 @@ struct network_section {
   std::chrono::milliseconds heartbeat{250};
   std::chrono::milliseconds failure_timeout{1500};
   std::chrono::milliseconds connect_timeout{2000};
+  /// What one TLS peer may hold of this node (`network.limits`).
+  tls::connection_limits_config limits;
+};
+
+/// The folders whose files clients may name (`models.dirs`): console
+/// `run --model`, `plan MODEL` and `plan --problem` read only files inside
+/// them (after following links). Empty: `<state_dir>/models`.
+struct models_section {
+  std::vector<std::string> dirs;
 };
 
 struct tls_section {
@@ -140,6 +150,7 @@ std::string gateway_exposure_problem(const gateway_section& g);
 struct node_config {
   node_section node;
   gateway_section gateway;
+  models_section models;
   safety_section safety;
   network_section network;
   tls_section tls;
@@ -150,6 +161,10 @@ struct node_config {
   /// The factory options these settings ask for.
   backend::factory_options factory_options() const;
 };
+
+/// The folders clients may name files in: models.dirs, or
+/// `<state_dir>/models` when none is configured.
+std::vector<std::string> client_dirs(const node_config& cfg);
 
 /// The defaults: a single local node.
 node_config defaults();

@@ -1,5 +1,8 @@
 #include "core/text/file.hpp"
 
+#include <climits>
+#include <cstdlib>
+
 #include <cerrno>
 #include <cstring>
 
@@ -148,6 +151,89 @@ void create_private(const std::string& path, const std::string& text,
   if (::fsync(f.fd) != 0)
     throw file_error(prefix(what, path) + "cannot sync: "
                      + std::strerror(errno));
+}
+
+} // namespace exo::text
+
+namespace exo::text {
+
+namespace {
+
+/// `p` with "." and ".." taken out lexically (no file is touched); false
+/// when ".." climbs above the root.
+bool normalize(const std::string& p, std::string& out) {
+  std::vector<std::string> parts;
+  std::size_t i = 0;
+  while (i <= p.size()) {
+    auto j = p.find('/', i);
+    if (j == std::string::npos)
+      j = p.size();
+    auto part = p.substr(i, j - i);
+    if (part == "..") {
+      if (parts.empty())
+        return false;
+      parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    i = j + 1;
+  }
+  out.clear();
+  for (auto& x : parts)
+    out += "/" + x;
+  if (out.empty())
+    out = "/";
+  return true;
+}
+
+bool inside(const std::string& path, const std::string& dir) {
+  if (dir == "/")
+    return true;
+  return path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0
+         && path[dir.size()] == '/';
+}
+
+std::string real(const std::string& p) {
+  char buf[PATH_MAX];
+  if (::realpath(p.c_str(), buf) == nullptr)
+    return {};
+  return buf;
+}
+
+} // namespace
+
+std::string resolve_client_file(const std::string& name,
+                                const std::vector<std::string>& dirs,
+                                const std::string& what) {
+  auto refuse = [&] {
+    // The name as given, control bytes shown as '?', at most 256 bytes.
+    std::string shown;
+    for (char c : name.substr(0, 256))
+      shown += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
+    if (name.size() > 256)
+      shown += "...";
+    return file_error(what + " " + shown
+                      + ": no such file in this node's model folders "
+                        "(models.dirs)");
+  };
+  if (name.empty() || name.size() > 4096
+      || name.find('\0') != std::string::npos)
+    throw refuse();
+  for (auto& d : dirs) {
+    std::string dir;
+    if (d.empty() || d[0] != '/' || !normalize(d, dir))
+      continue;
+    std::string lexical;
+    if (!normalize(name[0] == '/' ? name : dir + "/" + name, lexical)
+        || !inside(lexical, dir))
+      continue;
+    auto real_dir = real(dir);
+    auto found = real(lexical);
+    if (real_dir.empty() || found.empty() || !inside(found, real_dir))
+      continue;
+    return found;
+  }
+  throw refuse();
 }
 
 } // namespace exo::text

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace exo::text {
 
@@ -42,6 +43,18 @@ void check_private(const std::string& path, const std::string& what,
 /// it exists); throws file_error.
 void create_private(const std::string& path, const std::string& text,
                     const std::string& what);
+
+/// The file a client (a console command, an API request) names, as a path
+/// inside one of `dirs` (absolute folders the operator configured): a
+/// relative name is looked up in each folder in turn, an absolute one must
+/// lie inside one. Links are followed and the real path must stay inside
+/// the folder. Throws file_error without touching a path outside the
+/// folders, and with the same words for a missing file as for one outside
+/// them, so that a client learns nothing of the node's other files.
+/// `what` names the file in the message ("model", "problem file").
+std::string resolve_client_file(const std::string& name,
+                                const std::vector<std::string>& dirs,
+                                const std::string& what);
 
 /// The size text people read: "16 MiB", "64 KiB", "100 bytes".
 std::string size_text(std::uint64_t bytes);

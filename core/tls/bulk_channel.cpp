@@ -34,6 +34,11 @@
 // framing, which this stream does not have. Each call clears the thread's
 // error queue first, as SSL_get_error requires.
 
+/// Defined by ssl_error_queue_guard.cpp in programs that run CAF's TLS:
+/// bulk connections do not carry BASP and keep their own limits (weak:
+/// absent elsewhere).
+extern "C" void exo_tls_guard_exempt(const SSL* ssl) __attribute__((weak));
+
 namespace exo::tls {
 
 namespace {
@@ -390,6 +395,8 @@ struct bulk_server::impl {
       ++n_refused;
       return;
     }
+    if (exo_tls_guard_exempt)
+      exo_tls_guard_exempt(ssl.get());
     ERR_clear_error();
     if (SSL_accept(ssl.get()) != 1) { // wrong CA, no certificate, garbage
       ERR_clear_error();
@@ -591,6 +598,8 @@ bulk_session::bulk_session(const material& files, const std::string& host,
   d.ssl.reset(SSL_new(d.ctx.get()));
   if (!d.ssl || SSL_set_fd(d.ssl.get(), d.sock.fd) != 1)
     detail::fail(tls_errc::internal, "bulk fetch: SSL_new failed");
+  if (exo_tls_guard_exempt)
+    exo_tls_guard_exempt(d.ssl.get());
   ERR_clear_error();
   if (SSL_connect(d.ssl.get()) != 1) {
     auto verify = SSL_get_verify_result(d.ssl.get());

@@ -10,9 +10,11 @@
 // CAF drops that connection too. Measured here: every console disconnect
 // dropped the links between the other nodes of a cluster.
 //
-// The same interposition bounds the message length a peer may announce
-// (see max_payload below). Connections that do not carry BASP (the
-// gateway's HTTPS) are exempted with exo_tls_guard_exempt().
+// The same interposition bounds what a peer may hold of the node:
+// connections, message sizes, buffered bytes, time and message rate (see
+// "what a peer may hold" below). Connections that do not carry BASP (the
+// gateway's HTTPS, the bulk channel) are exempted with
+// exo_tls_guard_exempt().
 //
 // How: this object defines the few libssl I/O entry points. The dynamic
 // linker binds libcaf_openssl's calls to these definitions (the executable
@@ -20,14 +22,24 @@
 // libssl's own functions found with dlsym(RTLD_NEXT, ...). It is linked
 // into every program that runs CAF's TLS (exo-node, exo-console, tests).
 
+#include "core/tls/connection_limits.hpp"
+
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 namespace {
@@ -37,50 +49,120 @@ F next(const char* name) {
   return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
 }
 
-// -- the length a peer claims ------------------------------------------------
+// -- what a peer may hold ----------------------------------------------------
 //
 // CAF 0.17's BASP reads a 32-byte header (operation, 2 padding bytes, flags,
 // payload length as a big-endian uint32, operation data, source and
 // destination actor ids) and then allocates and reads exactly the payload
 // length the peer claims, up to 4 GiB, before anything can look at it. Any
 // holder of a certificate from the cluster CA could make a node allocate
-// gigabytes with one header. The guard follows each connection's decrypted
-// stream (header, payload, header, ...) and fails the read that completes
-// a header claiming more than max_payload: CAF sees an SSL error and drops
-// that connection, and nothing is allocated. exo sends bulk data in chunks
-// of at most 4 MiB (messages/device.hpp); the largest legitimate messages
-// (a full cluster view) stay far below the limit.
-constexpr std::uint32_t max_payload = 64u << 20;
+// gigabytes with one header, or hold memory with many connections that
+// announce large messages and send nothing. The guard follows each
+// connection's decrypted stream (header, payload, header, ...) and asks
+// exo::tls::connection_limits (connection_limits.hpp) about every
+// connection, header and handshake: a refused connection's next TLS call
+// fails, CAF sees an SSL error and drops it, and nothing is allocated. A
+// watchdog thread refuses handshakes and messages that stall and shuts
+// their sockets down so that CAF notices. exo sends bulk data in chunks of
+// at most 4 MiB (messages/device.hpp) or over the bulk channel.
 constexpr std::size_t header_size = 32;
+
+using clock = exo::tls::connection_limits::clock;
 
 struct stream_state {
   unsigned char header[header_size];
   std::size_t have = 0;           // header bytes seen
   std::uint64_t payload_left = 0; // payload bytes still to come
-  bool refused = false;
   bool exempt = false; // not BASP: not followed
+  bool admitted = false;
+  int fd = -1;
+  sockaddr_storage peer{};
+  socklen_t peer_len = 0;
 };
 
 std::mutex states_mutex;
 std::unordered_map<const SSL*, stream_state>& states() {
-  static std::unordered_map<const SSL*, stream_state> m;
-  return m;
+  static auto* m = new std::unordered_map<const SSL*, stream_state>;
+  return *m;
 }
 
-/// Follows `n` decrypted bytes of `ssl`'s stream; false once a header
-/// claims too much.
+exo::tls::connection_limits& limits() {
+  static auto* l = new exo::tls::connection_limits;
+  return *l;
+}
+
+std::string address_of(const sockaddr_storage& a, socklen_t len) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  unsigned port = 0;
+  if (len >= sizeof(sockaddr_in) && a.ss_family == AF_INET) {
+    auto& v4 = reinterpret_cast<const sockaddr_in&>(a);
+    inet_ntop(AF_INET, &v4.sin_addr, host, sizeof host);
+    port = ntohs(v4.sin_port);
+  } else if (len >= sizeof(sockaddr_in6) && a.ss_family == AF_INET6) {
+    auto& v6 = reinterpret_cast<const sockaddr_in6&>(a);
+    inet_ntop(AF_INET6, &v6.sin6_addr, host, sizeof host);
+    port = ntohs(v6.sin6_port);
+  }
+  return std::string{host} + ":" + std::to_string(port);
+}
+
+void watchdog();
+
+/// Registers `ssl` on its first TLS call (under states_mutex). False: the
+/// connection is refused.
+bool open_locked(const SSL* ssl, stream_state& st) {
+  if (st.fd >= 0 || st.exempt)
+    return !limits().refused(ssl);
+  static std::once_flag started;
+  std::call_once(started, [] { std::thread{watchdog}.detach(); });
+  st.fd = SSL_get_fd(ssl);
+  st.peer_len = sizeof st.peer;
+  if (st.fd < 0
+      || getpeername(st.fd, reinterpret_cast<sockaddr*>(&st.peer),
+                     &st.peer_len)
+           != 0)
+    st.peer_len = 0;
+  return limits().open(ssl, address_of(st.peer, st.peer_len), clock::now());
+}
+
+/// Admits `ssl` once its handshake is done (under states_mutex): the peer
+/// is its certificate's name, a node when it may serve (serverAuth).
+bool admit_locked(const SSL* ssl, stream_state& st) {
+  if (st.admitted || st.exempt || !SSL_is_init_finished(ssl))
+    return !limits().refused(ssl);
+  st.admitted = true;
+  std::string name;
+  bool node = false;
+  if (X509* cert = SSL_get0_peer_certificate(ssl)) {
+    char cn[256] = "";
+    if (X509_NAME_get_text_by_NID(X509_get_subject_name(cert),
+                                  NID_commonName, cn, sizeof cn)
+        > 0)
+      name = cn;
+    node = (X509_get_extended_key_usage(cert) & XKU_SSL_SERVER) != 0;
+  }
+  return limits().admit(ssl, name, node, clock::now());
+}
+
+/// Follows `n` decrypted bytes of `ssl`'s stream; false once refused.
 bool follow(const SSL* ssl, const unsigned char* p, std::size_t n) {
   std::lock_guard<std::mutex> guard{states_mutex};
   auto& st = states()[ssl];
   if (st.exempt)
     return true;
-  while (n > 0 && !st.refused) {
+  if (!open_locked(ssl, st) || !admit_locked(ssl, st))
+    return false;
+  auto now = clock::now();
+  limits().progress(ssl, n, now);
+  while (n > 0) {
     if (st.payload_left > 0) {
       auto k = st.payload_left < n ? static_cast<std::size_t>(st.payload_left)
                                    : n;
       st.payload_left -= k;
       p += k;
       n -= k;
+      if (st.payload_left == 0)
+        limits().complete(ssl);
       continue;
     }
     auto k = header_size - st.have < n ? header_size - st.have : n;
@@ -95,33 +177,106 @@ bool follow(const SSL* ssl, const unsigned char* p, std::size_t n) {
                           | (std::uint32_t{st.header[6]} << 8)
                           | std::uint32_t{st.header[7]};
       st.have = 0;
-      if (len > max_payload) {
-        st.refused = true;
+      if (!limits().announce(ssl, len, now)) {
         std::fprintf(stderr,
                      "exo: dropping a TLS connection whose peer announced "
-                     "a %u-byte message (the limit is %u bytes)\n",
-                     static_cast<unsigned>(len),
-                     static_cast<unsigned>(max_payload));
-      } else {
-        st.payload_left = len;
+                     "a %u-byte message (a limit of network.limits)\n",
+                     static_cast<unsigned>(len));
+        return false;
       }
+      st.payload_left = len;
     }
   }
-  return !st.refused;
+  return true;
 }
 
 bool refused(const SSL* ssl) {
   std::lock_guard<std::mutex> guard{states_mutex};
   auto i = states().find(ssl);
-  return i != states().end() && i->second.refused;
+  return i != states().end() && !i->second.exempt && limits().refused(ssl);
 }
 
-int refuse_read() {
+int refuse_call() {
   ERR_raise(ERR_LIB_SSL, SSL_R_EXCESSIVE_MESSAGE_SIZE);
   return -1;
 }
 
+/// Before a handshake call: registers the connection; false when refused.
+bool before_handshake(const SSL* ssl) {
+  std::lock_guard<std::mutex> guard{states_mutex};
+  auto& st = states()[ssl];
+  if (st.exempt)
+    return true;
+  return open_locked(ssl, st);
+}
+
+/// After a handshake call that returned `rc`: admits the peer, or reports
+/// a handshake that failed for a reason other than waiting for bytes.
+bool after_handshake(SSL* ssl, int rc) {
+  std::lock_guard<std::mutex> guard{states_mutex};
+  auto& st = states()[ssl];
+  if (st.exempt)
+    return true;
+  if (rc == 1)
+    return admit_locked(ssl, st);
+  if (SSL_get_error(ssl, rc) == SSL_ERROR_SSL) {
+    char why[256] = "TLS handshake failed";
+    if (auto e = ERR_peek_error(); e != 0) {
+      std::string text = "TLS handshake failed: ";
+      text += ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "?";
+      std::snprintf(why, sizeof why, "%s", text.c_str());
+    }
+    limits().handshake_failed(ssl, why);
+  }
+  return true;
+}
+
+/// Every 250 ms: refuses the connections whose handshake or message
+/// stalled and shuts their sockets down (reading, so CAF's next read sees
+/// the end and drops the connection; the descriptor stays CAF's).
+void watchdog() {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    std::lock_guard<std::mutex> guard{states_mutex};
+    for (auto id : limits().expired(clock::now())) {
+      auto* ssl = static_cast<const SSL*>(id);
+      auto it = states().find(ssl);
+      if (it == states().end() || it->second.fd < 0
+          || it->second.peer_len == 0)
+        continue;
+      // The descriptor is still this connection's (not closed and reused
+      // for another socket) when it still has the same peer.
+      sockaddr_storage now{};
+      socklen_t len = sizeof now;
+      if (getpeername(it->second.fd, reinterpret_cast<sockaddr*>(&now), &len)
+            == 0
+          && len == it->second.peer_len
+          && std::memcmp(&now, &it->second.peer, len) == 0)
+        ::shutdown(it->second.fd, SHUT_RDWR);
+    }
+  }
+}
+
 } // namespace
+
+namespace exo::tls {
+
+void configure_connection_guard(const connection_limits_config& cfg) {
+  std::lock_guard<std::mutex> guard{states_mutex};
+  limits().configure(cfg);
+}
+
+std::vector<connection_refusal> take_connection_refusals() {
+  std::lock_guard<std::mutex> guard{states_mutex};
+  return limits().take_refusals();
+}
+
+connection_stats connection_guard_stats() {
+  std::lock_guard<std::mutex> guard{states_mutex};
+  return limits().stats();
+}
+
+} // namespace exo::tls
 
 extern "C" void exo_tls_guard_exempt(const SSL* ssl);
 
@@ -133,17 +288,18 @@ extern "C" {
 void exo_tls_guard_exempt(const SSL* ssl) {
   std::lock_guard<std::mutex> guard{states_mutex};
   states()[ssl].exempt = true;
+  limits().close(ssl);
 }
 
 int SSL_read(SSL* ssl, void* buf, int num) {
   static auto real = next<int (*)(SSL*, void*, int)>("SSL_read");
   ERR_clear_error();
   if (refused(ssl))
-    return refuse_read();
+    return refuse_call();
   int rc = real(ssl, buf, num);
   if (rc > 0 && !follow(ssl, static_cast<const unsigned char*>(buf),
                         static_cast<std::size_t>(rc)))
-    return refuse_read();
+    return refuse_call();
   return rc;
 }
 
@@ -152,6 +308,7 @@ void SSL_free(SSL* ssl) {
   {
     std::lock_guard<std::mutex> guard{states_mutex};
     states().erase(ssl);
+    limits().close(ssl);
   }
   real(ssl);
 }
@@ -165,13 +322,23 @@ int SSL_write(SSL* ssl, const void* buf, int num) {
 int SSL_accept(SSL* ssl) {
   static auto real = next<int (*)(SSL*)>("SSL_accept");
   ERR_clear_error();
-  return real(ssl);
+  if (!before_handshake(ssl))
+    return refuse_call();
+  auto rc = real(ssl);
+  if (!after_handshake(ssl, rc))
+    return refuse_call();
+  return rc;
 }
 
 int SSL_connect(SSL* ssl) {
   static auto real = next<int (*)(SSL*)>("SSL_connect");
   ERR_clear_error();
-  return real(ssl);
+  if (!before_handshake(ssl))
+    return refuse_call();
+  auto rc = real(ssl);
+  if (!after_handshake(ssl, rc))
+    return refuse_call();
+  return rc;
 }
 
 int SSL_shutdown(SSL* ssl) {

@@ -307,12 +307,13 @@ public:
   /// Answers 503 (too many connections) and closes; over HTTPS closes at
   /// once (a handshake is the cost the limit bounds).
   void refuse() {
+    auto e = unavailable("Too many connections: the limit of "
+                         + std::to_string(st_->opts.limits.max_connections)
+                         + " is reached; retry later");
+    limit_hit(e);
     if (socket_.tls())
       return close_now();
-    send_error(unavailable("Too many connections: the limit of "
-                           + std::to_string(st_->opts.limits.max_connections)
-                           + " is reached; retry later"),
-               false);
+    send_error(e, false);
   }
 
   /// Closes the socket (server stopping); runs on the strand.
@@ -367,11 +368,11 @@ private:
   /// Whether `ec` is a parse error answered with a status (then answers).
   bool answer_read_error(beast::error_code ec) {
     if (ec == http::error::header_limit) {
-      send_error(headers_too_large(st_->opts.limits.max_header_bytes), false);
+      send_limit_error(headers_too_large(st_->opts.limits.max_header_bytes));
       return true;
     }
     if (ec == http::error::body_limit) {
-      send_error(body_too_large(st_->opts.limits.max_body_bytes), false);
+      send_limit_error(body_too_large(st_->opts.limits.max_body_bytes));
       return true;
     }
     if (ec.category()
@@ -521,6 +522,17 @@ private:
                         }
                         self->after_response(keep_alive);
                       });
+  }
+
+  /// Tells the server's owner (on_limit) of a refusal by a limit.
+  void limit_hit(const api_error& e) {
+    if (st_->opts.on_limit)
+      st_->opts.on_limit(e.status, e.message, endpoint_, peer_);
+  }
+
+  void send_limit_error(const api_error& e) {
+    limit_hit(e);
+    send_error(e, false);
   }
 
   void send_error(const api_error& e, bool keep_alive) {
@@ -1248,7 +1260,9 @@ void session::handle_completion(endpoint_kind kind) {
                       keep_alive_);
   if (st_->in_flight.fetch_add(1) >= st_->opts.limits.max_queued) {
     st_->in_flight.fetch_sub(1);
-    return send_error(queue_full(st_->opts.limits.max_queued), keep_alive_);
+    auto e = queue_full(st_->opts.limits.max_queued);
+    limit_hit(e);
+    return send_error(e, keep_alive_);
   }
   response_head head{st_->ids.next(kind),
                      std::chrono::duration_cast<std::chrono::seconds>(

@@ -125,6 +125,13 @@ struct server_options {
   tls_files tls;
   /// Whether /health answers ok; empty: always.
   std::function<bool()> ready;
+  /// Told of every request refused by a limit of the server (431 headers,
+  /// 413 body, 503 connections, 429 completions admitted): the status, the
+  /// error's message, the path (may be empty) and the peer. Runs on the
+  /// server's threads: must not block. Token refusals go to `authorize`.
+  std::function<void(int status, std::string_view message,
+                     std::string_view path, std::string_view peer)>
+    on_limit;
 };
 
 /// The server's counters, for tests and /metrics.

@@ -11,6 +11,9 @@
 
 #include <openssl/crypto.h>
 
+#include <chrono>
+#include <memory>
+#include <mutex>
 #include <set>
 
 namespace exo {
@@ -39,6 +42,50 @@ void audit_refusal(const caf::actor& sink, audit::event ev,
   ev.details.emplace("path", std::string{path});
   ev.details.emplace("peer", std::string{peer});
   audit::emit(sink, ev);
+}
+
+/// Audits the requests the server refused by a limit (request_refused),
+/// at most `per_s` a second one by one: past that they are counted and the
+/// count goes with the next record, so a flood cannot fill the log.
+std::function<void(int, std::string_view, std::string_view,
+                   std::string_view)>
+make_on_limit(const caf::actor& sink, int per_s = 20) {
+  struct window {
+    std::mutex m;
+    std::chrono::steady_clock::time_point start;
+    int used = 0;
+    std::uint64_t suppressed = 0;
+  };
+  auto w = std::make_shared<window>();
+  return [sink, w, per_s](int status, std::string_view message,
+                          std::string_view path, std::string_view peer) {
+    if (!sink)
+      return;
+    std::uint64_t suppressed = 0;
+    {
+      std::lock_guard<std::mutex> guard{w->m};
+      auto now = std::chrono::steady_clock::now();
+      if (now - w->start >= std::chrono::seconds{1}) {
+        w->start = now;
+        w->used = 0;
+      }
+      if (w->used >= per_s) {
+        ++w->suppressed;
+        return;
+      }
+      ++w->used;
+      suppressed = w->suppressed;
+      w->suppressed = 0;
+    }
+    audit::event ev;
+    ev.type = audit::event_type::request_refused;
+    ev.level = audit::severity::warning;
+    ev.details = {{"status", std::to_string(status)},
+                  {"reason", std::string{message.substr(0, 256)}}};
+    if (suppressed > 0)
+      ev.details["suppressed_before"] = std::to_string(suppressed);
+    audit_refusal(sink, std::move(ev), path, peer);
+  };
 }
 
 /// The gateway's authorization: none, the one api_key, or exo's access
@@ -140,6 +187,7 @@ gateway_service::gateway_service(runtime& rt,
   o.limits.max_queued = g.max_queued;
   o.requests.max_tokens = g.ctx;
   o.authorize = make_authorize(rt, g);
+  o.on_limit = make_on_limit(rt.audit());
   if (g.https) {
     auto& m = rt.tls_material();
     o.tls = {m.certificate, m.key, m.passphrase};

@@ -133,6 +133,7 @@ struct runtime::impl {
   std::unique_ptr<tls::bulk_server> bulk;
   std::vector<service> services;
   safety_parts safety; // issue 6: audit sink, access policy
+  caf::actor connection_watch; // audits the TLS guard's refusals
   std::unique_ptr<caf::actor_system_config> own_cfg;
   std::unique_ptr<caf::actor_system> own_sys;
   caf::actor_system* sys = nullptr;
@@ -253,6 +254,8 @@ void runtime::start() {
     throw startup_error(std::string{"bulk channel: "} + e.what());
   }
   gc.bulk_port = d.bulk->port();
+  // What a TLS peer may hold (network.limits), before anyone can connect.
+  d.connection_watch = start_connection_watch(*d.sys, d.cfg, d.safety.audit);
   d.gate = cluster::spawn_gate(*d.sys, std::move(gc));
   caf::anon_send(d.directory, register_atom::value, std::string{"gate"},
                  std::string{"gate"}, d.gate);
@@ -311,6 +314,11 @@ void runtime::stop() {
       self->wait_for(svc.handle);
     }
     d.services.clear();
+    if (d.connection_watch) {
+      self->send_exit(d.connection_watch, caf::exit_reason::user_shutdown);
+      self->wait_for(d.connection_watch);
+      d.connection_watch = nullptr;
+    }
     d.bulk.reset(); // joins its threads; nothing is served any more
     if (d.gate) {
       // Tell every peer we leave, so they need not wait for a timeout.

@@ -3,6 +3,8 @@
 #include "actors/access/access_actor.hpp"
 #include "actors/audit/audit_actor.hpp"
 #include "core/access/revocation_store.hpp"
+#include "core/tls/connection_limits.hpp"
+#include "messages/atoms.hpp"
 #include "messages/audit.hpp"
 
 #include <caf/all.hpp>
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <stdexcept>
 
@@ -106,6 +109,64 @@ safety_parts start_safety(caf::actor_system& sys,
   send_event(out.audit, audit::event_type::backend_start,
              {{"devices", std::to_string(devices)}});
   return out;
+}
+
+namespace {
+
+void audit_refusals(const caf::actor& audit) {
+  auto refusals = tls::take_connection_refusals();
+  std::size_t n = 0;
+  for (auto& r : refusals) {
+    if (n++ == 64)
+      break;
+    std::fprintf(stderr, "exo: refused a TLS connection from %s%s%s: %s\n",
+                 r.address.c_str(), r.peer.empty() ? "" : " (",
+                 r.peer.empty() ? "" : (r.peer + ")").c_str(),
+                 r.detail.c_str());
+    audit::event ev;
+    ev.type = audit::event_type::connection_refused;
+    ev.level = audit::severity::warning;
+    ev.principal = r.peer.empty() ? std::string{} : "cert:" + r.peer;
+    ev.details = {{"limit", r.limit},
+                  {"address", r.address},
+                  {"certificate", r.peer.empty() ? "none"
+                                  : r.node       ? "node"
+                                                 : "client"},
+                  {"detail", r.detail}};
+    audit::emit(audit, ev);
+  }
+  if (refusals.size() > 64) {
+    audit::event ev;
+    ev.type = audit::event_type::connection_refused;
+    ev.level = audit::severity::warning;
+    ev.details = {{"limit", "many"},
+                  {"more", std::to_string(refusals.size() - 64)},
+                  {"detail", "more refusals in one second than are "
+                             "recorded one by one"}};
+    audit::emit(audit, ev);
+    std::fprintf(stderr, "exo: refused %zu more TLS connections\n",
+                 refusals.size() - 64);
+  }
+}
+
+} // namespace
+
+caf::actor start_connection_watch(caf::actor_system& sys,
+                                  const config::node_config& cfg,
+                                  caf::actor audit,
+                                  std::chrono::milliseconds interval) {
+  tls::configure_connection_guard(cfg.network.limits);
+  // Refusals before the watch existed (none: the node is not listening
+  // yet) are dropped with the guard's previous configuration.
+  tls::take_connection_refusals();
+  return sys.spawn([audit, interval](caf::event_based_actor* self) {
+    self->delayed_send(self, interval, tick_atom::value);
+    return caf::behavior{[self, audit, interval](tick_atom) {
+      if (audit)
+        audit_refusals(audit);
+      self->delayed_send(self, interval, tick_atom::value);
+    }};
+  });
 }
 
 void stop_safety(caf::actor_system& sys, safety_parts& parts) {

@@ -12,6 +12,7 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -49,6 +50,17 @@ safety_parts start_safety(caf::actor_system& sys,
                           const config::node_config& cfg,
                           std::size_t devices,
                           const audit_signing& signing = {});
+
+/// Applies network.limits to this process's TLS guard and spawns the actor
+/// that, every `interval`, audits the connections the guard refused
+/// (connection_refused: limit, peer, address, detail) and writes each to
+/// stderr for the operator. At most 64 records per interval; more are
+/// counted in one summary record, so a flood cannot fill the log.
+caf::actor start_connection_watch(caf::actor_system& sys,
+                                  const config::node_config& cfg,
+                                  caf::actor audit,
+                                  std::chrono::milliseconds interval
+                                  = std::chrono::milliseconds{1000});
 
 /// Audits backend_stop, stops the sink and waits for it.
 void stop_safety(caf::actor_system& sys, safety_parts& parts);

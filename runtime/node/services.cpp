@@ -61,6 +61,7 @@ std::vector<service> spawn_services(const service_context& ctx) {
   pc.gate = ctx.gate;
   pc.poll_interval = ctx.cfg->network.heartbeat * 2;
   pc.audit = ctx.audit; // placement decisions are audited (issue 6)
+  pc.client_dirs = config::client_dirs(*ctx.cfg);
   out.push_back({"placement", "placement",
                  placement::spawn_placement_actor(*ctx.sys, std::move(pc)),
                  placement::placement_commands()});

@@ -361,7 +361,9 @@ void runner::start_node(live_node& n, bool quiet_start) {
       {"simulated", sims},
       {"cpu_memory_limit_mib", spec.cpu_memory_limit_mib},
       {"rescan_interval_s", 0}}},
-    {"safety", {{"access_key_file", pki + "access.key"}}}};
+    {"safety", {{"access_key_file", pki + "access.key"}}},
+    // The scenario's model is the one file its clients name.
+    {"models", {{"dirs", {dir_}}}}};
   auto cfg = cfg_json.dump(2) + "\n";
   auto cfg_path = ndir + "/node.json";
   write_text(cfg_path, cfg);
@@ -442,6 +444,11 @@ captured runner::console(live_node& n, const std::string& cmd, bool json,
                                 pki + "ca.crt",
                                 "--timeout-ms",
                                 std::to_string(request_ms),
+                                // The runner is the operator: its commands
+                                // (run, plan) need a token by default.
+                                "--token-file",
+                                dir_ + "/" + n.spec->name
+                                  + "/state/access/admin.token",
                                 "--exec",
                                 cmd};
   if (json)

@@ -84,17 +84,36 @@ TEST_CASE("auth= is taken out of a console argument, the rest kept as is") {
   CHECK_FALSE(a.has_token);
 }
 
-TEST_CASE("strict refuses a command without a token, lenient serves it, a "
-          "token is checked either way") {
-  auto read = need(permission::device_list);
+TEST_CASE("least privilege by default: read-only views are open to client "
+          "certificates, every other command needs a token; strict needs one "
+          "for all; a token is checked either way") {
+  // The views a certificate may see without a token.
+  for (auto p : {permission::device_list, permission::monitoring_read,
+                 permission::thermal_read}) {
+    auto read = need(p);
+    CHECK(open_read(p));
+    CHECK(console_rule(read, false, false) == console_action::serve);
+    CHECK(console_rule(read, true, false) == console_action::check);
+    CHECK(console_rule(read, false, true) == console_action::refuse);
+    CHECK(console_rule(read, true, true) == console_action::check);
+  }
+  // State-changing commands, and the audit log, need a token in both modes.
+  for (const char* cmd : {"run", "plan", "cancel", "leave", "audit", "drain",
+                          "evict", "something-new"}) {
+    auto req = console_permission(cmd, "");
+    CAPTURE(cmd);
+    CHECK_FALSE(open_read(req.perm));
+    CHECK(console_rule(req, false, false) == console_action::refuse);
+    CHECK(console_rule(req, false, true) == console_action::refuse);
+    CHECK(console_rule(req, true, false) == console_action::check);
+  }
+  // A peer's thermal push is admin-only from a client.
+  CHECK(console_rule(console_permission("thermal", "report x"), false, false)
+        == console_action::refuse);
+  CHECK(console_rule(console_permission("thermal", ""), false, false)
+        == console_action::serve);
   const console_requirement svc{console_requirement::kind::by_service,
                                 permission::policy_admin};
-  // lenient (the default)
-  CHECK(console_rule(read, false, false) == console_action::serve);
-  CHECK(console_rule(read, true, false) == console_action::check);
-  // strict
-  CHECK(console_rule(read, false, true) == console_action::refuse);
-  CHECK(console_rule(read, true, true) == console_action::check);
   // dev and token check auth= themselves, in both modes
   for (bool has : {false, true})
     for (bool strict : {false, true})

@@ -81,9 +81,15 @@ struct cluster {
     return std::move(n.proc);
   }
 
+  /// `cmd` from the client "ops"; a command that needs a token by default
+  /// and names none carries the node's admin token unless `as_operator` is
+  /// false (test/support/cluster.hpp).
   run_result console(std::uint16_t port, const std::string& cmd,
-                     bool json = false) const {
-    return exo::test::console(p, port, {cmd}, {json});
+                     bool json = false, bool as_operator = true) const {
+    console_options o;
+    o.json = json;
+    o.operator_token = as_operator;
+    return exo::test::console(p, port, {cmd}, o);
   }
 
   /// Polls `cmd` on `port` until `pred(result)` holds or `timeout` passes.
@@ -360,7 +366,7 @@ TEST_CASE("a node that requires tokens refuses console commands without "
   auto user = t.issue("worker", "user");
   for (auto cmd : {"devices", "nodes", "thermal", "audit query limit=1"}) {
     INFO(cmd);
-    auto r = c.console(p1, cmd);
+    auto r = c.console(p1, cmd, false, false);
     CHECK(r.code == 1);
     CHECK(contains(r.err, "no auth=TOKEN given"));
   }

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "test/support/raw_tls.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -297,51 +299,10 @@ namespace {
 bool peer_closes_after_header(std::uint16_t port, const material& m,
                               std::uint32_t payload_len,
                               std::chrono::seconds patience) {
-  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
-  REQUIRE(ctx);
-  REQUIRE(SSL_CTX_use_certificate_file(ctx, m.certificate.c_str(),
-                                       SSL_FILETYPE_PEM) == 1);
-  REQUIRE(SSL_CTX_use_PrivateKey_file(ctx, m.key.c_str(), SSL_FILETYPE_PEM)
-          == 1);
-  REQUIRE(SSL_CTX_load_verify_locations(ctx, m.cafile.c_str(), nullptr)
-          == 1);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))
-          == 0);
-  timeval tv{static_cast<long>(patience.count()), 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  SSL* ssl = SSL_new(ctx);
-  SSL_set_fd(ssl, fd);
-  REQUIRE(SSL_connect(ssl) == 1);
-  // operation client_handshake (1), padding, flags, the length (big
-  // endian), operation data and actor ids (zero).
-  unsigned char header[32] = {1, 0, 0, 0};
-  header[4] = static_cast<unsigned char>(payload_len >> 24);
-  header[5] = static_cast<unsigned char>(payload_len >> 16);
-  header[6] = static_cast<unsigned char>(payload_len >> 8);
-  header[7] = static_cast<unsigned char>(payload_len);
-  REQUIRE(SSL_write(ssl, header, sizeof(header)) == sizeof(header));
-  bool closed = false;
-  auto deadline = std::chrono::steady_clock::now() + patience;
-  char buf[4096];
-  while (std::chrono::steady_clock::now() < deadline) {
-    ERR_clear_error();
-    int rc = SSL_read(ssl, buf, sizeof(buf));
-    if (rc > 0)
-      continue; // the server's own handshake
-    int e = SSL_get_error(ssl, rc);
-    closed = e == SSL_ERROR_ZERO_RETURN || e == SSL_ERROR_SYSCALL
-             || e == SSL_ERROR_SSL;
-    break;
-  }
-  SSL_free(ssl);
-  close(fd);
-  SSL_CTX_free(ctx);
-  return closed;
+  exo::test::raw_tls peer{port, m.certificate, m.key, m.cafile};
+  REQUIRE(peer.handshake());
+  REQUIRE(peer.announce(payload_len));
+  return peer.closed_within(patience);
 }
 
 } // namespace

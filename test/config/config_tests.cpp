@@ -216,3 +216,71 @@ TEST_CASE("config and profile files that are not regular files or are too "
     CHECK_THAT(e.what(), Catch::Contains("not a regular file"));
   }
 }
+
+TEST_CASE("network.limits and models.dirs: safe defaults, every key read, "
+          "bad values named") {
+  auto d = parse("{}", "test");
+  CHECK(d.network.limits.max_connections == 512);
+  CHECK(d.network.limits.max_client_frame_bytes == 1u << 20);
+  CHECK(d.network.limits.max_node_frame_bytes == 64u << 20);
+  CHECK(d.models.dirs.empty());
+  CHECK(exo::config::client_dirs(d)
+        == std::vector<std::string>{d.node.state_dir + "/models"});
+  auto c = parse(R"({"network": {"limits": {
+      "max_connections": 64, "max_connections_per_peer": 4,
+      "max_node_message_bytes": 8388608, "max_client_message_bytes": 65536,
+      "max_buffered_bytes_per_peer": 16777216, "max_buffered_bytes": 33554432,
+      "handshake_timeout_ms": 2000, "idle_timeout_ms": 5000,
+      "node_messages_per_s": 100, "client_messages_per_s": 10,
+      "message_burst": 20}},
+    "models": {"dirs": ["/srv/models", "/opt/llm"]}})",
+                 "test");
+  auto& l = c.network.limits;
+  CHECK(l.max_connections == 64);
+  CHECK(l.max_connections_per_peer == 4);
+  CHECK(l.max_node_frame_bytes == 8u << 20);
+  CHECK(l.max_client_frame_bytes == 65536);
+  CHECK(l.max_buffered_per_peer == 16u << 20);
+  CHECK(l.max_buffered_total == 32u << 20);
+  CHECK(l.handshake_timeout == std::chrono::milliseconds{2000});
+  CHECK(l.idle_timeout == std::chrono::milliseconds{5000});
+  CHECK(l.node_messages_per_s == 100);
+  CHECK(l.client_messages_per_s == 10);
+  CHECK(l.message_burst == 20);
+  CHECK(exo::config::client_dirs(c)
+        == std::vector<std::string>{"/srv/models", "/opt/llm"});
+  struct row {
+    const char* json;
+    const char* message;
+  };
+  for (auto& r : std::vector<row>{
+         {R"({"network": {"limits": {"max_connections": 0}}})",
+          "network.limits.max_connections: must be an integer in [1,"},
+         {R"({"network": {"limits": {"max_node_message_bytes": 4294967296}}})",
+          "network.limits.max_node_message_bytes: must be an integer in"},
+         {R"({"network": {"limits": {"idle_timeout_ms": 10}}})",
+          "network.limits.idle_timeout_ms: must be an integer in [100,"},
+         {R"({"network": {"limits": {"max_buffered_bytes_per_peer": 2097152}}})",
+          "network.limits.max_buffered_bytes_per_peer: must be at least "
+          "max_node_message_bytes"},
+         {R"({"network": {"limits": {"max_buffered_bytes": 134217728}}})",
+          "network.limits.max_buffered_bytes: must be at least "
+          "max_buffered_bytes_per_peer"},
+         {R"({"network": {"limits": {"client_messages_per_s": -1}}})",
+          "network.limits.client_messages_per_s: must be a number in"},
+         {R"({"network": {"limits": {"frames": 3}}})",
+          "network.limits.frames: unknown key"},
+         {R"({"models": {"dirs": ["models"]}})",
+          "models.dirs[0]: must be an absolute path"},
+         {R"({"models": {"dirs": "/srv"}})",
+          "models.dirs: must be an array of strings"},
+       }) {
+    INFO(r.json);
+    try {
+      parse(r.json, "test");
+      FAIL("accepted");
+    } catch (const config_error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(r.message));
+    }
+  }
+}

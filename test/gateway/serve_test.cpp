@@ -171,6 +171,7 @@ TEST_CASE("exo-node serve answers the official openai client with the "
   auto cluster_port = printed_port(out, "listening on [^:]+:(\\d+)");
   auto http_port = printed_port(out, "serving tiny, llama3-chat on "
                                      "http://127.0.0.1:(\\d+)/v1");
+  register_admin_token(cluster_port, p.dir + "/n1/state-n1");
 
   nlohmann::json expected{
     {"models", {"tiny", "llama3-chat"}},
@@ -305,6 +306,7 @@ TEST_CASE("exo-node serve beyond loopback: HTTPS with the cluster CA, exo's "
   auto cluster_port = printed_port(out, "listening on [^:]+:(\\d+)");
   auto port = printed_port(out, "serving tiny on https://0.0.0.0:(\\d+)/v1 "
                                 "\\(OpenAI API, exo access tokens");
+  register_admin_token(cluster_port, p.dir + "/n1/state-n1");
 
   auto admin = read_file(p.dir + "/n1/state-n1/access/admin.token");
   admin = admin.substr(0, admin.find('\n'));
@@ -354,6 +356,19 @@ TEST_CASE("exo-node serve beyond loopback: HTTPS with the cluster CA, exo's "
   INFO(rv.out << rv.err);
   REQUIRE(rv.code == 0);
   CHECK(get("/v1/models", alice).status == 401);
+  // A limit's refusal (headers over 16 KiB: 431) is audited too.
+  auto huge = exo::gateway::testing::https_exchange(
+    port,
+    "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(20000, 'a')
+      + "\r\nConnection: close\r\n\r\n",
+    ca);
+  CHECK(huge.status == 431);
+  CHECK(eventually(p, cluster_port, "audit query type=request_refused",
+                   [](const std::string& text) {
+                     return contains(text, "431") && contains(text, "gateway")
+                            && contains(text, "127.0.0.1");
+                   },
+                   30s));
 
   // Every refusal is in the node's audit log, with the path and the peer.
   CHECK(eventually(p, cluster_port, "audit query type=access_denied",

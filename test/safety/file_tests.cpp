@@ -6,9 +6,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -110,4 +113,58 @@ TEST_CASE("sizes print the way people write them", "[unit]") {
   CHECK(exo::text::size_text(16u << 20) == "16 MiB");
   CHECK(exo::text::size_text(1024) == "1 KiB");
   CHECK(exo::text::size_text(1000) == "1000 bytes");
+}
+
+TEST_CASE("a client's file is found only inside the model folders, and a "
+          "file outside them reads like a missing one") {
+  using exo::text::resolve_client_file;
+  temp_dir models, other;
+  auto write = [](const std::string& p) { std::ofstream{p} << "x"; };
+  write(models.path + "/m.gguf");
+  ::mkdir((models.path + "/sub").c_str(), 0700);
+  write(models.path + "/sub/n.gguf");
+  write(other.path + "/secret");
+  REQUIRE(::symlink((other.path + "/secret").c_str(),
+                    (models.path + "/escape").c_str())
+          == 0);
+  REQUIRE(::symlink((models.path + "/m.gguf").c_str(),
+                    (models.path + "/alias").c_str())
+          == 0);
+  std::vector<std::string> dirs{other.path + "/none", models.path};
+  char real[PATH_MAX];
+  REQUIRE(::realpath(models.path.c_str(), real));
+  std::string base = real;
+  CHECK(resolve_client_file("m.gguf", dirs, "model") == base + "/m.gguf");
+  CHECK(resolve_client_file("sub/n.gguf", dirs, "model")
+        == base + "/sub/n.gguf");
+  CHECK(resolve_client_file(models.path + "/sub/../m.gguf", dirs, "model")
+        == base + "/m.gguf");
+  CHECK(resolve_client_file("alias", dirs, "model") == base + "/m.gguf");
+  auto refused = [&](const std::string& name) {
+    try {
+      resolve_client_file(name, dirs, "model");
+    } catch (const file_error& e) {
+      return std::string{e.what()};
+    }
+    return std::string{"(accepted)"};
+  };
+  // Outside, missing, climbing out, a link out: the same words.
+  for (const std::string& name : std::vector<std::string>{"/etc/shadow", "/etc/passwd", other.path + "/secret", "missing.gguf",
+        "../" + other.path.substr(5) + "/secret", "sub/../../x", "escape",
+        models.path + "/../" + other.path.substr(5) + "/secret",
+        "", "/", "."}) {
+    CAPTURE(name);
+    CHECK(refused(name)
+          == "model " + name
+               + ": no such file in this node's model folders (models.dirs)");
+  }
+  // Control bytes are not echoed, nor a name past 256 bytes.
+  CHECK(refused(std::string{"a\0b\n", 4})
+        == "model a?b?: no such file in this node's model folders "
+           "(models.dirs)");
+  CHECK(refused(std::string(5000, 'a'))
+        == "model " + std::string(256, 'a')
+             + "...: no such file in this node's model folders (models.dirs)");
+  // No folder: nothing is found.
+  CHECK_THROWS_AS(resolve_client_file("m.gguf", {}, "model"), file_error);
 }

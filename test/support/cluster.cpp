@@ -2,11 +2,58 @@
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <map>
+#include <mutex>
 #include <regex>
 #include <stdexcept>
 #include <thread>
 
 namespace exo::test {
+
+namespace {
+
+/// The admin token file of the node listening on each port (its state
+/// directory's admin.token, written when it starts).
+std::mutex admin_tokens_mutex;
+std::map<std::uint16_t, std::string>& admin_tokens() {
+  static std::map<std::uint16_t, std::string> m;
+  return m;
+}
+
+/// Commands that need a token by default (least privilege): the harness is
+/// the operator and shows the node's admin token with them.
+bool needs_token(const std::string& cmd) {
+  auto word = cmd.substr(0, cmd.find(' '));
+  for (const char* w : {"run", "plan", "cancel", "leave", "audit"})
+    if (word == w)
+      return true;
+  return false;
+}
+
+std::string with_admin_token(std::uint16_t port, const std::string& cmd) {
+  if (!needs_token(cmd) || cmd.find("auth=") != std::string::npos)
+    return cmd;
+  std::string file;
+  {
+    std::lock_guard<std::mutex> guard{admin_tokens_mutex};
+    auto it = admin_tokens().find(port);
+    if (it == admin_tokens().end())
+      return cmd;
+    file = it->second;
+  }
+  std::ifstream in{file};
+  std::string token;
+  std::getline(in, token);
+  return token.empty() ? cmd : cmd + " auth=" + token;
+}
+
+} // namespace
+
+void register_admin_token(std::uint16_t port, const std::string& state_dir) {
+  std::lock_guard<std::mutex> guard{admin_tokens_mutex};
+  admin_tokens()[port] = state_dir + "/access/admin.token";
+}
 
 std::string write_node_config(const pki& p, const node_options& o) {
   auto cert = o.cert.empty() ? o.name : o.cert;
@@ -18,6 +65,10 @@ std::string write_node_config(const pki& p, const node_options& o) {
              std::to_string(o.seeds[i]) + "\"";
   seeds += "]";
   auto path = dir + "/" + o.name + "-node.json";
+  // Clients name models and problems from the test's folder.
+  std::string models = o.extra.find("\"models\"") == std::string::npos
+                           ? R"(, "models": {"dirs": [")" + p.dir + R"("]})"
+                           : std::string{};
   write_file(path, R"({"node": {"name": ")" + o.name + R"(", "state_dir": ")" +
                        state + R"("},
     "network": {"port": )" +
@@ -27,12 +78,13 @@ std::string write_node_config(const pki& p, const node_options& o) {
                        R"(, "failure_timeout_ms": )" +
                        std::to_string(o.failure_timeout_ms) +
                        R"(, "connect_timeout_ms": )" +
-                       std::to_string(o.connect_timeout_ms) + R"(},
+                       std::to_string(o.connect_timeout_ms) + o.network_extra
+                       + R"(},
     "tls": {"certificate": ")" +
                        dir + "/" + cert + R"(.crt", "key": ")" + dir + "/" +
                        cert + R"(.key", "ca": ")" + dir + R"(/ca.crt"},
     "devices": )" + o.devices +
-                       o.extra + "}");
+                       models + o.extra + "}");
   return path;
 }
 
@@ -51,6 +103,10 @@ node_proc start_node(const pki& p, const node_options& o) {
     throw std::runtime_error("node " + o.name +
                              " did not say where it listens: " + out);
   n.port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  auto cert = o.cert.empty() ? o.name : o.cert;
+  register_admin_token(n.port, o.state_dir.empty() ? p.dir + "/" + cert
+                                                         + "/state-" + o.name
+                                                   : o.state_dir);
   return n;
 }
 
@@ -71,7 +127,7 @@ run_result console(const pki& p, std::uint16_t port,
                                 std::to_string(o.timeout.count())};
   for (auto& c : cmds) {
     argv.push_back("--exec");
-    argv.push_back(c);
+    argv.push_back(o.operator_token ? with_admin_token(port, c) : c);
   }
   if (o.json)
     argv.push_back("--json");

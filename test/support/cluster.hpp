@@ -42,6 +42,9 @@ struct node_options {
   int connect_timeout_ms = 1000;
   /// The "devices" object (JSON text).
   std::string devices = cpu_and_sim_devices;
+  /// More keys of the "network" section, JSON text starting with a comma
+  /// (`, "limits": {...}`); empty for none.
+  std::string network_extra;
   /// More top-level sections, JSON text starting with a comma
   /// (`, "safety": {...}`); empty for none.
   std::string extra;
@@ -76,7 +79,16 @@ struct console_options {
   bool json = false;
   std::chrono::milliseconds timeout{10000}; ///< --timeout-ms
   std::string client = "ops";               ///< dir/CLIENT/CLIENT.crt
+  /// Commands that need a token by default (run, plan, cancel, leave,
+  /// audit) and name none carry the node's admin token (its state
+  /// directory's admin.token), as the operator's would; false sends them
+  /// as a client without a token.
+  bool operator_token = true;
 };
+
+/// Remembers that the node listening on `port` keeps its state (and
+/// admin.token) in `state_dir` (start_node does it).
+void register_admin_token(std::uint16_t port, const std::string& state_dir);
 
 /// Runs exo-console against 127.0.0.1:port with one --exec per command.
 run_result console(const pki& p, std::uint16_t port,

@@ -218,6 +218,8 @@ TEST_CASE("a running job is listed with its id and cancelled from another "
                   "127.0.0.1:" + std::to_string(g.port), "--cert",
                   p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
                   "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
+                  "--token-file",
+                  p.dir + "/" + g.name + "/state/access/admin.token",
                   "--exec",
                   "run --model " + model
                     + " --prompt \"once upon a time\" -n 4000 --seed 2 "

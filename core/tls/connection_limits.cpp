@@ -1,0 +1,226 @@
+#include "core/tls/connection_limits.hpp"
+
+#include <algorithm>
+
+namespace exo::tls {
+
+namespace {
+
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+std::string mib(std::uint64_t bytes) {
+  if (bytes % (1ull << 20) == 0)
+    return std::to_string(bytes >> 20) + " MiB";
+  return std::to_string(bytes) + " bytes";
+}
+
+} // namespace
+
+connection_limits::connection_limits(connection_limits_config cfg)
+  : cfg_(cfg) {
+  // nop
+}
+
+bool connection_limits::refuse(conn& c, const char* limit,
+                               std::string detail) {
+  if (c.refused)
+    return false;
+  c.refused = true;
+  ++refused_;
+  release(c);
+  if (reports_.size() >= max_reports) {
+    reports_.pop_front();
+    ++dropped_;
+  }
+  connection_refusal r;
+  r.unix_ms = unix_ms();
+  r.peer = c.peer;
+  r.node = c.node;
+  r.address = c.address;
+  r.limit = limit;
+  r.detail = std::move(detail);
+  reports_.push_back(std::move(r));
+  return false;
+}
+
+void connection_limits::release(conn& c) {
+  if (c.announced == 0)
+    return;
+  buffered_ -= std::min(buffered_, c.announced);
+  if (c.admitted)
+    if (auto it = peers_.find(c.peer); it != peers_.end())
+      it->second.buffered -= std::min(it->second.buffered, c.announced);
+  c.announced = 0;
+}
+
+bool connection_limits::open(id c, std::string address,
+                             clock::time_point now) {
+  auto [it, fresh] = conns_.try_emplace(c);
+  auto& x = it->second;
+  if (!fresh)
+    return !x.refused;
+  x.address = std::move(address);
+  x.opened = now;
+  x.last_progress = now;
+  if (conns_.size() > cfg_.max_connections)
+    return refuse(x, "connections",
+                  "more than " + std::to_string(cfg_.max_connections)
+                    + " TLS connections open");
+  return true;
+}
+
+bool connection_limits::admit(id c, std::string peer, bool node,
+                              clock::time_point now) {
+  auto it = conns_.find(c);
+  if (it == conns_.end())
+    return true;
+  auto& x = it->second;
+  if (x.refused)
+    return false;
+  if (x.admitted)
+    return true;
+  x.peer = std::move(peer);
+  x.node = node;
+  x.admitted = true;
+  x.last_progress = now;
+  x.refill = now;
+  x.tokens = cfg_.message_burst;
+  auto& use = peers_[x.peer];
+  ++use.connections;
+  if (use.connections > cfg_.max_connections_per_peer)
+    return refuse(x, "connections_per_peer",
+                  "more than " + std::to_string(cfg_.max_connections_per_peer)
+                    + " connections of " + x.peer);
+  return true;
+}
+
+void connection_limits::handshake_failed(id c, std::string detail) {
+  auto it = conns_.find(c);
+  if (it == conns_.end())
+    return;
+  refuse(it->second, "tls_handshake", std::move(detail));
+}
+
+bool connection_limits::announce(id c, std::uint64_t bytes,
+                                 clock::time_point now) {
+  auto it = conns_.find(c);
+  if (it == conns_.end())
+    return true;
+  auto& x = it->second;
+  if (x.refused)
+    return false;
+  x.last_progress = now;
+  // The message rate (a token bucket per connection).
+  auto rate = x.node ? cfg_.node_messages_per_s : cfg_.client_messages_per_s;
+  if (rate > 0) {
+    auto dt = std::chrono::duration<double>(now - x.refill).count();
+    x.refill = now;
+    x.tokens = std::min(cfg_.message_burst, x.tokens + dt * rate);
+    if (x.tokens < 1)
+      return refuse(x, "message_rate",
+                    "more than " + std::to_string(static_cast<long long>(rate))
+                      + " messages per second on one connection");
+    x.tokens -= 1;
+  }
+  release(x);
+  if (bytes == 0)
+    return true;
+  auto max_frame = x.node ? cfg_.max_node_frame_bytes
+                          : cfg_.max_client_frame_bytes;
+  if (bytes > max_frame)
+    return refuse(x, "frame_bytes",
+                  "announced a " + std::to_string(bytes)
+                    + "-byte message (the limit for a "
+                    + (x.node ? "node" : "client") + " certificate is "
+                    + mib(max_frame) + ")");
+  auto& use = peers_[x.peer];
+  if (use.buffered + bytes > cfg_.max_buffered_per_peer)
+    return refuse(x, "buffered_per_peer",
+                  "messages underway from " + x.peer + " would hold more than "
+                    + mib(cfg_.max_buffered_per_peer));
+  if (buffered_ + bytes > cfg_.max_buffered_total)
+    return refuse(x, "buffered_total",
+                  "messages underway from all peers would hold more than "
+                    + mib(cfg_.max_buffered_total));
+  use.buffered += bytes;
+  buffered_ += bytes;
+  x.announced = bytes;
+  return true;
+}
+
+void connection_limits::progress(id c, std::uint64_t, clock::time_point now) {
+  if (auto it = conns_.find(c); it != conns_.end())
+    it->second.last_progress = now;
+}
+
+void connection_limits::complete(id c) {
+  if (auto it = conns_.find(c); it != conns_.end())
+    release(it->second);
+}
+
+void connection_limits::close(id c) {
+  auto it = conns_.find(c);
+  if (it == conns_.end())
+    return;
+  auto& x = it->second;
+  release(x);
+  if (x.admitted) {
+    if (auto p = peers_.find(x.peer); p != peers_.end()) {
+      if (p->second.connections > 0)
+        --p->second.connections;
+      if (p->second.connections == 0 && p->second.buffered == 0)
+        peers_.erase(p);
+    }
+  }
+  conns_.erase(it);
+}
+
+std::vector<connection_limits::id>
+connection_limits::expired(clock::time_point now) {
+  std::vector<id> out;
+  for (auto& [c, x] : conns_) {
+    if (x.refused)
+      continue;
+    if (!x.admitted && now - x.opened > cfg_.handshake_timeout) {
+      refuse(x, "handshake_timeout",
+             "no TLS handshake within "
+               + std::to_string(cfg_.handshake_timeout.count()) + " ms");
+      out.push_back(c);
+    } else if (x.admitted && x.announced > 0
+               && now - x.last_progress > cfg_.idle_timeout) {
+      refuse(x, "idle_timeout",
+             "a " + std::to_string(x.announced)
+               + "-byte message made no progress for "
+               + std::to_string(cfg_.idle_timeout.count()) + " ms");
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+bool connection_limits::refused(id c) const {
+  auto it = conns_.find(c);
+  return it != conns_.end() && it->second.refused;
+}
+
+std::vector<connection_refusal> connection_limits::take_refusals() {
+  std::vector<connection_refusal> out{std::make_move_iterator(reports_.begin()),
+                                      std::make_move_iterator(reports_.end())};
+  reports_.clear();
+  return out;
+}
+
+connection_stats connection_limits::stats() const {
+  connection_stats s;
+  s.connections = conns_.size();
+  s.buffered = buffered_;
+  s.refused = refused_;
+  s.refusals_dropped = dropped_;
+  return s;
+}
+
+} // namespace exo::tls

@@ -1,0 +1,160 @@
+#pragma once
+
+// What a TLS peer may hold of a node: connections, buffered bytes, time and
+// message rate (issue 23). Pure bookkeeping, no sockets and no OpenSSL: the
+// TLS guard (ssl_error_queue_guard.cpp) feeds it what it sees of each
+// connection's decrypted BASP stream and acts on its answers, and tests
+// drive it directly.
+//
+// Why it is needed: CAF 0.17 allocates each BASP message's payload in full
+// as soon as its 32-byte header announces the length, and keeps it until
+// the last byte arrives. Without limits, any holder of a client certificate
+// could open connections that each announce a large message and then send
+// nothing: 30 connections held 2 GB of a node.
+//
+// The limits, per connection, per peer (the certificate's common name) and
+// in total:
+// - connections: at most `max_connections` open (handshakes included), at
+//   most `max_connections_per_peer` per certificate name;
+// - message size: a node certificate (serverAuth) may announce up to
+//   `max_node_frame_bytes`, a client certificate (the console, clientAuth
+//   only) up to `max_client_frame_bytes`: clients only send commands;
+// - buffered bytes: the payloads announced and not yet complete count
+//   against `max_buffered_per_peer` and `max_buffered_total`;
+// - time: a handshake must finish within `handshake_timeout`, a message
+//   that has started must make progress within `idle_timeout`;
+// - rate: messages per second per connection (a token bucket).
+// A connection that passes a limit is refused: the guard fails its next
+// TLS call, CAF drops it, and the refusal is reported (and audited by the
+// node).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace exo::tls {
+
+struct connection_limits_config {
+  std::uint32_t max_connections = 512;
+  std::uint32_t max_connections_per_peer = 16;
+  std::uint64_t max_node_frame_bytes = 64ull << 20;
+  std::uint64_t max_client_frame_bytes = 1ull << 20;
+  std::uint64_t max_buffered_per_peer = 256ull << 20;
+  std::uint64_t max_buffered_total = 1ull << 30;
+  std::chrono::milliseconds handshake_timeout{10000};
+  std::chrono::milliseconds idle_timeout{30000};
+  /// Messages per second per connection (0: unlimited) and the burst.
+  double node_messages_per_s = 0;
+  double client_messages_per_s = 1000;
+  double message_burst = 2000;
+};
+
+/// One refused connection, as reported to the node (and its audit log).
+struct connection_refusal {
+  std::int64_t unix_ms = 0;
+  std::string peer;    ///< the certificate's common name, or "" before it
+  bool node = false;   ///< a node certificate
+  std::string address; ///< "ip:port"
+  std::string limit;   ///< which limit: "connections", "connections_per_peer",
+                       ///< "frame_bytes", "buffered_per_peer",
+                       ///< "buffered_total", "handshake_timeout",
+                       ///< "idle_timeout", "message_rate", "tls_handshake"
+  std::string detail;  ///< a sentence for the operator
+};
+
+/// What the limits hold now.
+struct connection_stats {
+  std::size_t connections = 0;
+  std::uint64_t buffered = 0;
+  std::uint64_t refused = 0;
+  std::uint64_t refusals_dropped = 0; ///< reports lost to a full queue
+};
+
+class connection_limits {
+ public:
+  using clock = std::chrono::steady_clock;
+  using id = const void*;
+
+  explicit connection_limits(connection_limits_config cfg = {});
+
+  const connection_limits_config& config() const { return cfg_; }
+  void configure(const connection_limits_config& cfg) { cfg_ = cfg; }
+
+  /// A connection starts its handshake. False: refused (too many open).
+  bool open(id c, std::string address, clock::time_point now);
+
+  /// The handshake finished: the peer is `peer` (a node certificate when
+  /// `node`). False: refused (too many connections of that peer).
+  bool admit(id c, std::string peer, bool node, clock::time_point now);
+
+  /// The TLS handshake failed (a bad certificate, a stranger): reported.
+  void handshake_failed(id c, std::string detail);
+
+  /// A message header announced `bytes` of payload. False: refused.
+  bool announce(id c, std::uint64_t bytes, clock::time_point now);
+
+  /// `bytes` of payload (or header) arrived.
+  void progress(id c, std::uint64_t bytes, clock::time_point now);
+
+  /// The whole announced payload arrived: its bytes are released.
+  void complete(id c);
+
+  /// The connection is gone.
+  void close(id c);
+
+  /// Connections whose handshake or message timed out at `now` (refused
+  /// and reported once; the caller closes their sockets).
+  std::vector<id> expired(clock::time_point now);
+
+  /// Whether `c` was refused (every later TLS call fails).
+  bool refused(id c) const;
+
+  /// The refusals since the last call (at most 1024 are kept).
+  std::vector<connection_refusal> take_refusals();
+
+  connection_stats stats() const;
+
+  static constexpr std::size_t max_reports = 1024;
+
+ private:
+  struct conn {
+    std::string address;
+    std::string peer;
+    bool node = false;
+    bool admitted = false;
+    bool refused = false;
+    std::uint64_t announced = 0; ///< payload bytes of the message underway
+    clock::time_point opened;
+    clock::time_point last_progress;
+    double tokens = 0;
+    clock::time_point refill;
+  };
+  struct peer_use {
+    std::uint32_t connections = 0;
+    std::uint64_t buffered = 0;
+  };
+
+  bool refuse(conn& c, const char* limit, std::string detail);
+  void release(conn& c);
+
+  connection_limits_config cfg_;
+  std::unordered_map<id, conn> conns_;
+  std::unordered_map<std::string, peer_use> peers_;
+  std::uint64_t buffered_ = 0;
+  std::uint64_t refused_ = 0;
+  std::uint64_t dropped_ = 0;
+  std::deque<connection_refusal> reports_;
+};
+
+/// The limits of this process's TLS guard (the guard is linked into every
+/// program that runs CAF's TLS; see ssl_error_queue_guard.cpp). Defined
+/// there.
+void configure_connection_guard(const connection_limits_config& cfg);
+std::vector<connection_refusal> take_connection_refusals();
+connection_stats connection_guard_stats();
+
+} // namespace exo::tls

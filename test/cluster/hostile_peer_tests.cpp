@@ -1,0 +1,199 @@
+// A hostile peer with a valid certificate (issue 23): many connections that
+// announce large BASP messages and send nothing, stalled handshakes, a
+// certificate of another CA. A real exo-node keeps its resident memory
+// under a stated bound, keeps serving, drops what stalls, and audits every
+// refusal.
+
+#include "test/support/cluster.hpp"
+#include "test/support/raw_tls.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <regex>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+using namespace exo::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr long mib = 1024; // in KiB
+
+/// Opens `n` connections with certificate dir/NAME/NAME and announces
+/// `bytes` on each; returns them (still open).
+std::vector<std::unique_ptr<raw_tls>>
+announce_many(const pki& p, std::uint16_t port, const std::string& name,
+              int n, std::uint32_t bytes) {
+  std::vector<std::unique_ptr<raw_tls>> out;
+  auto base = p.dir + "/" + name + "/" + name;
+  for (int i = 0; i < n; ++i) {
+    auto c = std::make_unique<raw_tls>(port, base + ".crt", base + ".key",
+                                       p.dir + "/ca/ca.crt");
+    // A refused connection may fail its handshake or its first write.
+    if (c->handshake())
+      c->announce(bytes);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+/// How many of `cs` the node closed within `patience` (checked one after
+/// the other: the first waits longest).
+int closed(std::vector<std::unique_ptr<raw_tls>>& cs,
+           std::chrono::milliseconds patience) {
+  int n = 0;
+  for (auto& c : cs)
+    n += c->closed_within(patience) ? 1 : 0;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("a hostile peer with a valid certificate cannot hold the node's "
+          "memory, stall it, or stop it serving; every refusal is audited") {
+  pki p{"exo-hostile"};
+  p.node("n1");
+  p.node("intruder"); // a node certificate of the CA, not a member
+  must(run({exo_cert(), "issue-client", "--ca-dir", p.dir + "/ca", "--name",
+            "mallory", "--out", p.dir + "/mallory"}));
+  node_options o{"n1"};
+  o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
+  o.extra = R"(, "safety": {"audit_fsync": "never"})";
+  // The default limits, but shorter timeouts so the test need not wait.
+  o.network_extra = R"(, "limits": {"handshake_timeout_ms": 1500,
+                                    "idle_timeout_ms": 3000})";
+  auto n1 = start_node(p, o);
+  auto pid = n1.proc->pid();
+  REQUIRE(eventually(p, n1.port, "nodes",
+                     [](const std::string& j) { return contains(j, "n1"); },
+                     20s));
+  auto rss0 = resident_kib(pid);
+  REQUIRE(rss0 > 0);
+
+  // 1. The attack of the issue: a client certificate announcing just under
+  //    64 MiB on 30 connections held 2 GB. A client may announce 1 MiB.
+  auto big = announce_many(p, n1.port, "mallory", 30, (64u << 20) - 1);
+  CHECK(closed(big, 10s) == 30);
+  big.clear();
+  // 30 connections announcing 1 MiB: 16 per certificate are let in.
+  auto held = announce_many(p, n1.port, "mallory", 30, 1u << 20);
+  std::this_thread::sleep_for(500ms);
+  auto rss1 = resident_kib(pid);
+  INFO("resident: " << rss0 / mib << " MiB before, " << rss1 / mib
+                    << " MiB with 30 client connections");
+  CHECK(rss1 - rss0 < 64 * mib);
+  // The node keeps serving others (the console is another certificate).
+  CHECK(console(p, n1.port, {"nodes"}).code == 0);
+
+  // 2. A node certificate may announce 64 MiB, but what one peer's messages
+  //    underway hold is bounded (256 MiB by default): of 8 × 60 MiB, 4 fit.
+  auto heavy = announce_many(p, n1.port, "intruder", 8, 60u << 20);
+  std::this_thread::sleep_for(1s);
+  auto rss2 = resident_kib(pid);
+  INFO("resident: " << rss2 / mib << " MiB with 8 × 60 MiB announced");
+  CHECK(rss2 - rss0 < (256 + 64) * mib);
+  CHECK(console(p, n1.port, {"nodes"}).code == 0);
+
+  // 3. What stalls is dropped: every message still underway within the
+  //    idle timeout (3 s) plus the watchdog's period; the 14 mallory
+  //    connections over the limit and the 4 intruder ones went at once.
+  CHECK(closed(held, 10s) == 30);
+  CHECK(closed(heavy, 10s) == 8);
+  // A TCP connection that never starts its handshake: dropped at 1.5 s.
+  {
+    raw_tls silent{n1.port, p.dir + "/mallory/mallory.crt",
+                   p.dir + "/mallory/mallory.key", p.dir + "/ca/ca.crt"};
+    CHECK(silent.socket_closed_within(10s));
+  }
+  // A certificate of another CA: refused by TLS, audited.
+  pki other{"exo-other"};
+  {
+    raw_tls stranger{n1.port, other.dir + "/ops/ops.crt",
+                     other.dir + "/ops/ops.key", other.dir + "/ca/ca.crt"};
+    // TLS 1.3: the client's side may finish before the server refuses.
+    if (stranger.handshake())
+      CHECK(stranger.closed_within(10s));
+  }
+  CHECK(console(p, n1.port, {"nodes"}).code == 0);
+
+  // 4. Every refusal is in the audit log with its limit and peer.
+  for (const char* limit :
+       {"frame_bytes", "connections_per_peer", "buffered_per_peer",
+        "idle_timeout", "handshake_timeout", "tls_handshake"}) {
+    CAPTURE(limit);
+    CHECK(eventually(
+      p, n1.port, "audit query type=connection_refused limit=1000",
+      [&](const std::string& j) {
+        return contains(j, std::string{"\"limit\":\""} + limit + "\"");
+      },
+      10s));
+  }
+  auto log = console(p, n1.port,
+                     {"audit query type=connection_refused limit=1000"},
+                     console_options{true});
+  CHECK(contains(log.out, "\"principal\":\"cert:mallory\""));
+  CHECK(contains(log.out, "\"principal\":\"cert:intruder\""));
+  CHECK(contains(n1.proc->err() + n1.proc->out(),
+                 "refused a TLS connection from 127.0.0.1:"));
+}
+
+TEST_CASE("a client certificate sees the read-only views; changing anything "
+          "needs a token, and a client names files only in the node's "
+          "model folders") {
+  pki p{"exo-least"};
+  p.node("n1");
+  node_options o{"n1"};
+  o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
+  o.extra = R"(, "safety": {"audit_fsync": "never"})";
+  auto n1 = start_node(p, o);
+  console_options anonymous;
+  anonymous.operator_token = false;
+  // Views: served on the certificate alone.
+  for (const char* view : {"nodes", "devices", "links", "jobs", "thermal"}) {
+    CAPTURE(view);
+    CHECK(console(p, n1.port, {view}, anonymous).code == 0);
+  }
+  // Everything that changes state (or reads the audit log): refused.
+  for (const char* cmd :
+       {"leave", "run --model m.gguf --prompt hi", "plan m.gguf",
+        "cancel 1", "audit query limit=5", "token issue principal=x"}) {
+    CAPTURE(cmd);
+    auto r = console(p, n1.port, {cmd}, anonymous);
+    INFO(r.out << r.err);
+    CHECK(r.code != 0);
+    CHECK(contains(r.out + r.err, "auth="));
+  }
+  // Refusals are audited, `leave` among them, with the client's name.
+  CHECK(eventually(
+    p, n1.port, "audit query type=access_denied limit=100",
+    [](const std::string& j) {
+      return contains(j, "\"command\":\"leave\"")
+             && contains(j, "\"client\":\"ops\"")
+             && contains(j, "\"principal\":\"cert:ops\"");
+    },
+    10s));
+  // With the operator's token: files only from the model folders (the
+  // test's folder here), and a file outside reads like a missing one.
+  auto missing = console(p, n1.port, {"plan /nonexistent/x.gguf"});
+  auto shadow = console(p, n1.port, {"plan /etc/shadow"});
+  auto problem = console(p, n1.port, {"plan --problem /etc/passwd"});
+  CHECK(shadow.code != 0);
+  CHECK(contains(shadow.out + shadow.err,
+                 "model /etc/shadow: no such file in this node's model "
+                 "folders (models.dirs)"));
+  CHECK(contains(missing.out + missing.err,
+                 "model /nonexistent/x.gguf: no such file in this node's "
+                 "model folders (models.dirs)"));
+  CHECK(contains(problem.out + problem.err,
+                 "problem file /etc/passwd: no such file in this node's "
+                 "model folders"));
+  auto run_r = console(p, n1.port, {"run --model /etc/hostname --prompt hi"});
+  CHECK(contains(run_r.out + run_r.err,
+                 "model /etc/hostname: no such file in this node's model "
+                 "folders"));
+  // The node is still there: nothing above made it leave.
+  CHECK(console(p, n1.port, {"nodes"}, anonymous).code == 0);
+}

@@ -1,0 +1,138 @@
+#include "test/support/raw_tls.hpp"
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <stdexcept>
+#include <vector>
+
+namespace exo::test {
+
+raw_tls::raw_tls(std::uint16_t port, const std::string& cert,
+                 const std::string& key, const std::string& ca) {
+  ctx_ = SSL_CTX_new(TLS_client_method());
+  if (!ctx_
+      || SSL_CTX_use_certificate_file(ctx_, cert.c_str(), SSL_FILETYPE_PEM) != 1
+      || SSL_CTX_use_PrivateKey_file(ctx_, key.c_str(), SSL_FILETYPE_PEM) != 1
+      || SSL_CTX_load_verify_locations(ctx_, ca.c_str(), nullptr) != 1) {
+    SSL_CTX_free(ctx_);
+    throw std::runtime_error("raw_tls: cannot load " + cert);
+  }
+  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd_ < 0
+      || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr)
+           != 0) {
+    if (fd_ >= 0)
+      ::close(fd_);
+    SSL_CTX_free(ctx_);
+    throw std::runtime_error("raw_tls: cannot connect to port "
+                             + std::to_string(port));
+  }
+  timeval tv{10, 0};
+  setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  ssl_ = SSL_new(ctx_);
+  SSL_set_fd(ssl_, fd_);
+}
+
+raw_tls::~raw_tls() {
+  SSL_free(ssl_);
+  ::close(fd_);
+  SSL_CTX_free(ctx_);
+}
+
+bool raw_tls::handshake() {
+  ERR_clear_error();
+  return SSL_connect(ssl_) == 1;
+}
+
+bool raw_tls::announce(std::uint32_t payload_len) {
+  // operation client_handshake (1), padding, flags, the length (big
+  // endian), operation data and actor ids (zero).
+  unsigned char header[32] = {1, 0, 0, 0};
+  header[4] = static_cast<unsigned char>(payload_len >> 24);
+  header[5] = static_cast<unsigned char>(payload_len >> 16);
+  header[6] = static_cast<unsigned char>(payload_len >> 8);
+  header[7] = static_cast<unsigned char>(payload_len);
+  ERR_clear_error();
+  return SSL_write(ssl_, header, sizeof header) == sizeof header;
+}
+
+bool raw_tls::send_zeros(std::size_t n) {
+  std::vector<char> zeros(16384);
+  while (n > 0) {
+    auto k = static_cast<int>(n < zeros.size() ? n : zeros.size());
+    ERR_clear_error();
+    if (SSL_write(ssl_, zeros.data(), k) != k)
+      return false;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+bool raw_tls::closed_within(std::chrono::milliseconds patience) {
+  auto deadline = std::chrono::steady_clock::now() + patience;
+  char buf[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (SSL_pending(ssl_) == 0) {
+      if (left.count() <= 0)
+        return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
+        return false;
+    }
+    ERR_clear_error();
+    int rc = SSL_read(ssl_, buf, sizeof buf);
+    if (rc > 0)
+      continue; // the server's own bytes (its BASP handshake)
+    int e = SSL_get_error(ssl_, rc);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+      continue;
+    return true;
+  }
+}
+
+bool raw_tls::socket_closed_within(std::chrono::milliseconds patience) {
+  auto deadline = std::chrono::steady_clock::now() + patience;
+  char buf[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
+      return false;
+    auto n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0)
+      return true;
+  }
+}
+
+long resident_kib(int pid) {
+  auto path = "/proc/" + std::to_string(pid) + "/status";
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  long kib = -1;
+  char line[256];
+  while (f && std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+      break;
+  if (f)
+    std::fclose(f);
+  return kib;
+}
+
+} // namespace exo::test

@@ -1,0 +1,54 @@
+#pragma once
+
+/// Test support: a raw TLS connection to a node's port with a certificate of
+/// the cluster CA, made with OpenSSL directly, to speak as a hostile peer
+/// would (announce BASP messages and send nothing more, stall a handshake).
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+typedef struct ssl_st SSL;
+typedef struct ssl_ctx_st SSL_CTX;
+
+namespace exo::test {
+
+class raw_tls {
+ public:
+  /// Connects to 127.0.0.1:port (TCP only; no TLS yet). Throws
+  /// std::runtime_error when the connection or the files fail.
+  raw_tls(std::uint16_t port, const std::string& cert, const std::string& key,
+          const std::string& ca);
+  ~raw_tls();
+  raw_tls(const raw_tls&) = delete;
+  raw_tls& operator=(const raw_tls&) = delete;
+
+  /// The TLS handshake; false when the server refuses it.
+  bool handshake();
+
+  /// Sends one BASP header (operation client_handshake) announcing
+  /// `payload_len` bytes of payload, and no payload. False when the write
+  /// fails.
+  bool announce(std::uint32_t payload_len);
+
+  /// Sends `n` bytes of zeros (payload). False when the write fails.
+  bool send_zeros(std::size_t n);
+
+  /// Whether the server closes the TCP connection within `patience`,
+  /// without a TLS handshake from this side.
+  bool socket_closed_within(std::chrono::milliseconds patience);
+
+  /// Whether the server closes the connection within `patience` (its own
+  /// handshake bytes are read and ignored).
+  bool closed_within(std::chrono::milliseconds patience);
+
+ private:
+  int fd_ = -1;
+  SSL_CTX* ctx_ = nullptr;
+  SSL* ssl_ = nullptr;
+};
+
+/// The resident set of process `pid` now, in KiB (VmRSS), or -1.
+long resident_kib(int pid);
+
+} // namespace exo::test
