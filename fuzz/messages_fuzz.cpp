@@ -71,6 +71,7 @@ const fn types[] = {
   round_trip<std::vector<exo::audit_entry>>,
   round_trip<exo::thermal_status>,
   round_trip<std::vector<exo::thermal_status>>,
+  round_trip<exo::audit_checkpoint>,
 };
 
 } // namespace
