@@ -8,6 +8,7 @@
 ///   console   -- (console_atom, "audit", "query ..."|"verify") --> sink
 
 #include "messages/atoms.hpp"
+#include "messages/wire_real.hpp"
 
 #include <caf/meta/type_name.hpp>
 
@@ -30,10 +31,10 @@ struct audit_entry {
   std::int64_t time_us = 0; ///< 0: when the sink receives it
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, audit_entry& x) {
-  return f(caf::meta::type_name("exo.audit_entry"), x.type, x.level,
-           x.principal, x.details, x.time_us);
+  return wire(f, caf::meta::type_name("exo.audit_entry"), x.type, x.level,
+              x.principal, x.details, x.time_us);
 }
 
 } // namespace exo
