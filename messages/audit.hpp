@@ -25,6 +25,7 @@
 ///              peers' `lines`; `notes` name peers that gave none)
 
 #include "messages/atoms.hpp"
+#include "messages/wire_real.hpp"
 
 #include <caf/meta/type_name.hpp>
 
@@ -49,10 +50,10 @@ struct audit_entry {
   std::int64_t time_us = 0; ///< 0: when the sink receives it
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, audit_entry& x) {
-  return f(caf::meta::type_name("exo.audit_entry"), x.type, x.level,
-           x.principal, x.details, x.time_us);
+  return wire(f, caf::meta::type_name("exo.audit_entry"), x.type, x.level,
+              x.principal, x.details, x.time_us);
 }
 
 /// A signed audit checkpoint as its JSON line (core/audit/checkpoint.hpp:
@@ -64,7 +65,7 @@ struct audit_checkpoint {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, audit_checkpoint& x) {
-  return f(caf::meta::type_name("exo.audit_checkpoint"), x.line);
+  return wire(f, caf::meta::type_name("exo.audit_checkpoint"), x.line);
 }
 
 } // namespace exo

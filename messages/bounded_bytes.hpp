@@ -21,24 +21,24 @@
 
 namespace exo {
 
-template <std::size_t Max>
+template<std::size_t Max>
 struct bounded_bytes {
   std::vector<std::uint8_t>* xs;
 };
 
-template <std::size_t Max>
+template<std::size_t Max>
 bounded_bytes<Max> bounded(std::vector<std::uint8_t>& xs) {
   return {&xs};
 }
 
-template <class Inspector, std::size_t Max>
+template<class Inspector, std::size_t Max>
 typename std::enable_if<!Inspector::writes_state,
                         typename Inspector::result_type>::type
 inspect(Inspector& f, bounded_bytes<Max>& x) {
   return f(*x.xs);
 }
 
-template <class Inspector, std::size_t Max>
+template<class Inspector, std::size_t Max>
 typename std::enable_if<Inspector::writes_state,
                         typename Inspector::result_type>::type
 inspect(Inspector& f, bounded_bytes<Max>& x) {

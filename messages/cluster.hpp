@@ -22,6 +22,7 @@
 #include "messages/atoms.hpp"
 #include "messages/bounded_bytes.hpp"
 #include "messages/device.hpp"
+#include "messages/wire_real.hpp"
 
 #include <caf/meta/type_name.hpp>
 
@@ -67,11 +68,11 @@ struct link_info {
   std::int64_t measured_ns = 0;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, link_info& x) {
-  return f(caf::meta::type_name("exo.link_info"), x.from, x.to, x.rtt_p50_us,
-           x.rtt_p99_us, x.jitter_us, x.loss, x.bandwidth_bps,
-           x.measured_ns);
+  return wire(f, caf::meta::type_name("exo.link_info"), x.from, x.to,
+              x.rtt_p50_us, x.rtt_p99_us, x.jitter_us, x.loss, x.bandwidth_bps,
+              x.measured_ns);
 }
 
 /// One member of the cluster as the view knows it.
@@ -88,11 +89,11 @@ struct member_info {
   std::vector<link_info> links; ///< links measured from this member
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, member_info& x) {
-  return f(caf::meta::type_name("exo.member_info"), x.name, x.host, x.port,
-           x.bulk_port, x.incarnation, x.status, x.join_time_ns, x.status_reason,
-           x.devices, x.links);
+  return wire(f, caf::meta::type_name("exo.member_info"), x.name, x.host,
+              x.port, x.bulk_port, x.incarnation, x.status, x.join_time_ns,
+              x.status_reason, x.devices, x.links);
 }
 
 /// What a gate knows: every member, from the point of view of `from`.
@@ -101,15 +102,15 @@ struct member_view {
   std::vector<member_info> members;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, member_view& x) {
-  return f(caf::meta::type_name("exo.member_view"), x.from, x.members);
+  return wire(f, caf::meta::type_name("exo.member_view"), x.from, x.members);
 }
 
 struct join_hello {
-  std::string claimed;              ///< the name the joiner claims
-  std::vector<std::uint8_t> nonce;  ///< 32 bytes for the responder to sign
-  bool client = false;              ///< a console/client, not a node
+  std::string claimed;             ///< the name the joiner claims
+  std::vector<std::uint8_t> nonce; ///< 32 bytes for the responder to sign
+  bool client = false;             ///< a console/client, not a node
 };
 
 /// The largest nonce and signature a peer may send (nonces are 32 bytes,
@@ -117,11 +118,11 @@ struct join_hello {
 constexpr std::size_t max_nonce_bytes = 64;
 constexpr std::size_t max_signature_bytes = 1024;
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_hello& x) {
   auto nonce = bounded<max_nonce_bytes>(x.nonce);
-  return f(caf::meta::type_name("exo.join_hello"), x.claimed, nonce,
-           x.client);
+  return wire(f, caf::meta::type_name("exo.join_hello"), x.claimed, nonce,
+              x.client);
 }
 
 struct join_challenge {
@@ -131,12 +132,12 @@ struct join_challenge {
   std::vector<std::uint8_t> signature;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_challenge& x) {
   auto nonce = bounded<max_nonce_bytes>(x.nonce);
   auto signature = bounded<max_signature_bytes>(x.signature);
-  return f(caf::meta::type_name("exo.join_challenge"), x.responder, nonce,
-           x.cert_pem, signature);
+  return wire(f, caf::meta::type_name("exo.join_challenge"), x.responder, nonce,
+              x.cert_pem, signature);
 }
 
 struct join_proof {
@@ -146,11 +147,11 @@ struct join_proof {
   member_info self; ///< ignored for clients
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_proof& x) {
   auto signature = bounded<max_signature_bytes>(x.signature);
-  return f(caf::meta::type_name("exo.join_proof"), x.claimed, x.cert_pem,
-           signature, x.self);
+  return wire(f, caf::meta::type_name("exo.join_proof"), x.claimed, x.cert_pem,
+              signature, x.self);
 }
 
 /// The reply to a console command: the part its command fills.
@@ -165,10 +166,10 @@ struct console_reply {
   std::string json;                   ///< services: the reply as JSON
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, console_reply& x) {
-  return f(caf::meta::type_name("exo.console_reply"), x.command, x.nodes,
-           x.devices, x.links, x.actors, x.text, x.json);
+  return wire(f, caf::meta::type_name("exo.console_reply"), x.command, x.nodes,
+              x.devices, x.links, x.actors, x.text, x.json);
 }
 
 } // namespace exo

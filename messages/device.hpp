@@ -16,10 +16,11 @@
 
 #include "messages/atoms.hpp"
 #include "messages/bounded_bytes.hpp"
+#include "messages/wire_real.hpp"
 
 #include <caf/meta/type_name.hpp>
-#include <caf/typed_actor.hpp>
 #include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/optional.hpp>
@@ -87,10 +88,10 @@ struct chunk {
   std::vector<std::uint8_t> bytes;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, chunk& x) {
   auto bytes = bounded<max_chunk_bytes>(x.bytes);
-  return f(caf::meta::type_name("exo.chunk"), bytes);
+  return wire(f, caf::meta::type_name("exo.chunk"), bytes);
 }
 
 /// What a device actor reports about its device.
@@ -109,21 +110,22 @@ struct device_info {
   std::uint64_t free_memory = 0;
   std::uint64_t max_allocation = 0;
   std::uint32_t compute_units = 0;
-  std::uint32_t clock_mhz = 0;   ///< 0: unknown
-  double peak_flops = 0;         ///< 0: unknown
-  double memory_bandwidth = 0;   ///< 0: unknown
+  std::uint32_t clock_mhz = 0; ///< 0: unknown
+  double peak_flops = 0;       ///< 0: unknown
+  double memory_bandwidth = 0; ///< 0: unknown
   std::uint32_t capabilities = 0;
   device_state state = device_state::ready;
-  std::string state_reason;      ///< why failed / paused / gone
+  std::string state_reason; ///< why failed / paused / gone
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_info& x) {
-  return f(caf::meta::type_name("exo.device_info"), x.id, x.node, x.backend,
-           x.name, x.vendor, x.architecture, x.driver_version, x.pci_bus_id,
-           x.support, x.simulated, x.total_memory, x.free_memory,
-           x.max_allocation, x.compute_units, x.clock_mhz, x.peak_flops,
-           x.memory_bandwidth, x.capabilities, x.state, x.state_reason);
+  return wire(f, caf::meta::type_name("exo.device_info"), x.id, x.node,
+              x.backend, x.name, x.vendor, x.architecture, x.driver_version,
+              x.pci_bus_id, x.support, x.simulated, x.total_memory,
+              x.free_memory, x.max_allocation, x.compute_units, x.clock_mhz,
+              x.peak_flops, x.memory_bandwidth, x.capabilities, x.state,
+              x.state_reason);
 }
 
 /// One telemetry sample. Readings the device cannot make are absent.
@@ -139,11 +141,11 @@ struct telemetry_sample {
   std::uint64_t memory_used_by_exo = 0;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, telemetry_sample& x) {
-  return f(caf::meta::type_name("exo.telemetry_sample"), x.device, x.time_ns,
-           x.temperature_c, x.power_w, x.clock_mhz, x.utilization,
-           x.memory_total, x.memory_free, x.memory_used_by_exo);
+  return wire(f, caf::meta::type_name("exo.telemetry_sample"), x.device,
+              x.time_ns, x.temperature_c, x.power_w, x.clock_mhz, x.utilization,
+              x.memory_total, x.memory_free, x.memory_used_by_exo);
 }
 
 /// A structured snapshot of an actor's state, for the inspection console.
@@ -155,10 +157,10 @@ struct actor_snapshot {
   std::map<std::string, std::string> fields;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, actor_snapshot& x) {
-  return f(caf::meta::type_name("exo.actor_snapshot"), x.name, x.kind,
-           x.node, x.summary, x.fields);
+  return wire(f, caf::meta::type_name("exo.actor_snapshot"), x.name, x.kind,
+              x.node, x.summary, x.fields);
 }
 
 /// Opaque buffer handles: ids, never addresses.
@@ -207,10 +209,10 @@ struct kernel_call {
   std::vector<float> scalars; ///< f32 parameters (eps, freq_base, scale)
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kernel_call& x) {
-  return f(caf::meta::type_name("exo.kernel_call"), x.op, x.inputs,
-           x.input_offsets, x.output, x.output_offset, x.dims, x.scalars);
+  return wire(f, caf::meta::type_name("exo.kernel_call"), x.op, x.inputs,
+              x.input_offsets, x.output, x.output_offset, x.dims, x.scalars);
 }
 
 /// The most kernel_calls one batched compute request may carry.
@@ -232,38 +234,37 @@ constexpr std::size_t max_kernel_batch = 4096;
 /// vectors for its next step instead of allocating ~700 and freeing them
 /// on the device actor's thread.
 using device_actor = caf::typed_actor<
-  caf::replies_to<compute_atom, handle_id, std::uint64_t, chunk,
-                  std::vector<kernel_call>, handle_id, std::uint64_t,
-                  std::uint64_t>::with<chunk, std::vector<kernel_call>>,
-  caf::replies_to<info_atom>::with<device_info>,
-  caf::replies_to<allocate_atom, std::uint64_t>::with<handle_id>,
-  caf::replies_to<adopt_atom, host_region>::with<handle_id>,
-  caf::replies_to<free_atom, handle_id>::with<caf::atom_value>,
-  caf::replies_to<write_atom, handle_id, std::uint64_t,
-                  chunk>::with<caf::atom_value>,
-  caf::replies_to<read_atom, handle_id, std::uint64_t,
-                  std::uint64_t>::with<chunk>,
-  caf::replies_to<copy_atom, handle_id, std::uint64_t, caf::actor,
-                  handle_id, std::uint64_t, std::uint64_t>::with<caf::atom_value>,
-  caf::replies_to<compute_atom, kernel_call>::with<caf::atom_value>,
-  caf::replies_to<compute_atom,
-                  std::vector<kernel_call>>::with<caf::atom_value>,
-  caf::replies_to<sync_atom>::with<caf::atom_value>,
-  caf::reacts_to<tick_atom>, // sends held-back audit events
-  caf::reacts_to<task_atom, device_task>, // answered by the task itself
-  caf::replies_to<telemetry_atom>::with<telemetry_sample>,
-  caf::replies_to<pause_atom, std::string>::with<caf::atom_value>,
-  caf::replies_to<resume_atom>::with<caf::atom_value>,
-  caf::replies_to<inspect_atom>::with<actor_snapshot>,
-  // Client-originated variants: the last element is a bearer token checked
-  // against the node's access policy (messages/access.hpp).
-  caf::replies_to<info_atom, std::string>::with<device_info>,
-  caf::replies_to<allocate_atom, std::uint64_t,
-                  std::string>::with<handle_id>,
-  caf::replies_to<free_atom, handle_id, std::string>::with<caf::atom_value>,
-  caf::replies_to<compute_atom, kernel_call,
-                  std::string>::with<caf::atom_value>,
-  caf::replies_to<sync_atom, std::string>::with<caf::atom_value>>;
+    caf::replies_to<compute_atom, handle_id, std::uint64_t, chunk,
+                    std::vector<kernel_call>, handle_id, std::uint64_t,
+                    std::uint64_t>::with<chunk, std::vector<kernel_call>>,
+    caf::replies_to<info_atom>::with<device_info>,
+    caf::replies_to<allocate_atom, std::uint64_t>::with<handle_id>,
+    caf::replies_to<adopt_atom, host_region>::with<handle_id>,
+    caf::replies_to<free_atom, handle_id>::with<caf::atom_value>,
+    caf::replies_to<write_atom, handle_id, std::uint64_t,
+                    chunk>::with<caf::atom_value>,
+    caf::replies_to<read_atom, handle_id, std::uint64_t,
+                    std::uint64_t>::with<chunk>,
+    caf::replies_to<copy_atom, handle_id, std::uint64_t, caf::actor, handle_id,
+                    std::uint64_t, std::uint64_t>::with<caf::atom_value>,
+    caf::replies_to<compute_atom, kernel_call>::with<caf::atom_value>,
+    caf::replies_to<compute_atom,
+                    std::vector<kernel_call>>::with<caf::atom_value>,
+    caf::replies_to<sync_atom>::with<caf::atom_value>,
+    caf::reacts_to<tick_atom>,              // sends held-back audit events
+    caf::reacts_to<task_atom, device_task>, // answered by the task itself
+    caf::replies_to<telemetry_atom>::with<telemetry_sample>,
+    caf::replies_to<pause_atom, std::string>::with<caf::atom_value>,
+    caf::replies_to<resume_atom>::with<caf::atom_value>,
+    caf::replies_to<inspect_atom>::with<actor_snapshot>,
+    // Client-originated variants: the last element is a bearer token checked
+    // against the node's access policy (messages/access.hpp).
+    caf::replies_to<info_atom, std::string>::with<device_info>,
+    caf::replies_to<allocate_atom, std::uint64_t, std::string>::with<handle_id>,
+    caf::replies_to<free_atom, handle_id, std::string>::with<caf::atom_value>,
+    caf::replies_to<compute_atom, kernel_call,
+                    std::string>::with<caf::atom_value>,
+    caf::replies_to<sync_atom, std::string>::with<caf::atom_value>>;
 
 } // namespace exo
 

@@ -17,6 +17,7 @@
 /// core (core/placement/plan.hpp).
 
 #include "messages/cluster.hpp"
+#include "messages/wire_real.hpp"
 
 #include <caf/atom.hpp>
 #include <caf/meta/type_name.hpp>
@@ -45,10 +46,10 @@ struct plan_layer_info {
   std::uint64_t activation_bytes = 0;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, plan_layer_info& x) {
-  return f(caf::meta::type_name("exo.plan_layer_info"), x.weight_bytes,
-           x.kv_bytes_per_token, x.flops_per_token, x.activation_bytes);
+  return wire(f, caf::meta::type_name("exo.plan_layer_info"), x.weight_bytes,
+              x.kv_bytes_per_token, x.flops_per_token, x.activation_bytes);
 }
 
 /// The most layers a plan request may carry.
@@ -80,13 +81,13 @@ struct plan_request {
   std::string run;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, plan_request& x) {
-  return f(caf::meta::type_name("exo.plan_request"), x.model_path,
-           x.context_length, x.objective, x.blend_weight, x.time_limit_ms,
-           x.keep, x.layers, x.model_name, x.context_train, x.origin,
-           x.stage_bytes, x.first_stage_bytes, x.last_stage_bytes,
-           x.sequences, x.run);
+  return wire(f, caf::meta::type_name("exo.plan_request"), x.model_path,
+              x.context_length, x.objective, x.blend_weight, x.time_limit_ms,
+              x.keep, x.layers, x.model_name, x.context_train, x.origin,
+              x.stage_bytes, x.first_stage_bytes, x.last_stage_bytes,
+              x.sequences, x.run);
 }
 
 /// One pipeline stage: a device and its layers [first_layer, end_layer).
@@ -101,11 +102,11 @@ struct plan_stage_info {
   std::int64_t memory_left_bytes = 0;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, plan_stage_info& x) {
-  return f(caf::meta::type_name("exo.plan_stage_info"), x.device, x.node,
-           x.first_layer, x.end_layer, x.compute_seconds, x.transfer_seconds,
-           x.memory_used_bytes, x.memory_left_bytes);
+  return wire(f, caf::meta::type_name("exo.plan_stage_info"), x.device, x.node,
+              x.first_layer, x.end_layer, x.compute_seconds, x.transfer_seconds,
+              x.memory_used_bytes, x.memory_left_bytes);
 }
 
 /// A plan (or why there is none).
@@ -126,13 +127,13 @@ struct plan_info {
   std::int64_t planned_ns = 0;          ///< system clock
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, plan_info& x) {
-  return f(caf::meta::type_name("exo.plan_info"), x.status, x.stages,
-           x.objective, x.objective_seconds, x.latency_seconds,
-           x.bottleneck_seconds, x.lower_bound_seconds, x.proven_optimal,
-           x.solve_seconds, x.solver, x.explanation, x.notes, x.planned_by,
-           x.planned_ns);
+  return wire(f, caf::meta::type_name("exo.plan_info"), x.status, x.stages,
+              x.objective, x.objective_seconds, x.latency_seconds,
+              x.bottleneck_seconds, x.lower_bound_seconds, x.proven_optimal,
+              x.solve_seconds, x.solver, x.explanation, x.notes, x.planned_by,
+              x.planned_ns);
 }
 
 /// A job the placement actor keeps planned: its request, its current plan,
@@ -141,17 +142,17 @@ struct plan_job_info {
   std::string id; ///< "job-N"
   plan_request request;
   plan_info plan;
-  std::uint32_t replans = 0;  ///< re-plans after cluster changes
-  std::string last_reason;    ///< the changes behind the last re-plan
+  std::uint32_t replans = 0; ///< re-plans after cluster changes
+  std::string last_reason;   ///< the changes behind the last re-plan
   std::int64_t last_replan_ns = 0;
   /// The last re-plan found no plan: `plan` is the previous one, kept.
   bool stale = false;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, plan_job_info& x) {
-  return f(caf::meta::type_name("exo.plan_job_info"), x.id, x.request,
-           x.plan, x.replans, x.last_reason, x.last_replan_ns, x.stale);
+  return wire(f, caf::meta::type_name("exo.plan_job_info"), x.id, x.request,
+              x.plan, x.replans, x.last_reason, x.last_replan_ns, x.stale);
 }
 
 } // namespace exo

@@ -15,6 +15,7 @@
 ///           --> every peer's service -> ok (checked: thermal::check_report)
 
 #include "messages/atoms.hpp"
+#include "messages/wire_real.hpp"
 
 #include <caf/meta/type_name.hpp>
 
@@ -34,23 +35,23 @@ struct thermal_status {
   bool has_temperature = false; ///< false: the device reports no temperature
   double temp_c = 0;
   double power_w = 0;
-  double predicted_c = 0;       ///< highest predicted over the horizon
+  double predicted_c = 0; ///< highest predicted over the horizon
   double limit_c = 0;
-  double time_to_limit_s = -1;  ///< -1: never at the current power
-  std::string state;            ///< "normal", "warm", "paused"
-  bool fitted = false;          ///< model fitted online (not the prior)
-  std::string reason;           ///< cause of the latest transition
+  double time_to_limit_s = -1; ///< -1: never at the current power
+  std::string state;           ///< "normal", "warm", "paused"
+  bool fitted = false;         ///< model fitted online (not the prior)
+  std::string reason;          ///< cause of the latest transition
   std::uint64_t transitions = 0;
-  double utilization = -1;      ///< busy fraction 0..1; -1: not reported
-  std::uint32_t clock_mhz = 0;  ///< 0: not reported
+  double utilization = -1;     ///< busy fraction 0..1; -1: not reported
+  std::uint32_t clock_mhz = 0; ///< 0: not reported
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, thermal_status& x) {
-  return f(caf::meta::type_name("exo.thermal_status"), x.node, x.device,
-           x.has_temperature, x.temp_c, x.power_w, x.predicted_c, x.limit_c,
-           x.time_to_limit_s, x.state, x.fitted, x.reason, x.transitions,
-           x.utilization, x.clock_mhz);
+  return wire(f, caf::meta::type_name("exo.thermal_status"), x.node, x.device,
+              x.has_temperature, x.temp_c, x.power_w, x.predicted_c, x.limit_c,
+              x.time_to_limit_s, x.state, x.fitted, x.reason, x.transitions,
+              x.utilization, x.clock_mhz);
 }
 
 } // namespace exo

@@ -47,6 +47,7 @@
 #include "core/workload/model_cache.hpp" // model_part: plain data, no CAF
 #include "messages/atoms.hpp"
 #include "messages/device.hpp"
+#include "messages/wire_real.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/meta/type_name.hpp>
@@ -93,10 +94,10 @@ struct stage_step {
   bool on_device = false; ///< x is in the receiver's inbox for (job, seq)
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stage_step& x) {
-  return f(caf::meta::type_name("exo.stage_step"), x.job, x.seq, x.pos,
-           x.tokens, x.x, x.on_device);
+  return wire(f, caf::meta::type_name("exo.stage_step"), x.job, x.seq, x.pos,
+              x.tokens, x.x, x.on_device);
 }
 
 /// What a shard is: layers [first, last) of a model on one device.
@@ -108,56 +109,56 @@ struct shard_spec {
   std::uint64_t size = 0;
   std::uint32_t first = 0;
   std::uint32_t last = 0;
-  std::uint32_t n_ctx = 0;  ///< context per sequence
-  std::string device;       ///< device id on that node; "" = the node picks
-  std::string source_node;  ///< the member whose bulk channel serves it
+  std::uint32_t n_ctx = 0; ///< context per sequence
+  std::string device;      ///< device id on that node; "" = the node picks
+  std::string source_node; ///< the member whose bulk channel serves it
   /// The byte ranges of the file this stage needs, with their digests
   /// (model::stage_file_ranges): all a node without the file receives.
   std::vector<workload::model_part> parts;
-  caf::actor owner;         ///< the shard stops when its owner goes down
+  caf::actor owner; ///< the shard stops when its owner goes down
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_spec& x) {
-  return f(caf::meta::type_name("exo.shard_spec"), x.model, x.sha256, x.size,
-           x.first, x.last, x.n_ctx, x.device, x.source_node, x.parts,
-           x.owner);
+  return wire(f, caf::meta::type_name("exo.shard_spec"), x.model, x.sha256,
+              x.size, x.first, x.last, x.n_ctx, x.device, x.source_node,
+              x.parts, x.owner);
 }
 
 /// A shard that is up and ready for forward steps.
 struct shard_ready {
   caf::actor shard;
   std::string node;
-  std::string device;      ///< device id
+  std::string device; ///< device id
   std::string device_name;
   std::uint64_t bytes_received = 0; ///< model bytes fetched for it
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_ready& x) {
-  return f(caf::meta::type_name("exo.shard_ready"), x.shard, x.node,
-           x.device, x.device_name, x.bytes_received);
+  return wire(f, caf::meta::type_name("exo.shard_ready"), x.shard, x.node,
+              x.device, x.device_name, x.bytes_received);
 }
 
 // A job's request on the wire (core/workload/job_request.hpp).
 
 namespace model {
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampler_params& x) {
-  return f(caf::meta::type_name("exo.sampler_params"), x.temperature,
-           x.top_k, x.top_p, x.seed);
+  return wire(f, caf::meta::type_name("exo.sampler_params"), x.temperature,
+              x.top_k, x.top_p, x.seed);
 }
 
 } // namespace model
 
 namespace workload {
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_request& x) {
-  return f(caf::meta::type_name("exo.job_request"), x.model, x.prompt,
-           x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
-           x.keep_logits, x.special, x.stop_tokens);
+  return wire(f, caf::meta::type_name("exo.job_request"), x.model, x.prompt,
+              x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
+              x.keep_logits, x.special, x.stop_tokens);
 }
 
 } // namespace workload
@@ -168,9 +169,9 @@ struct job_placed {
   std::string text;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_placed& x) {
-  return f(caf::meta::type_name("exo.job_placed"), x.text);
+  return wire(f, caf::meta::type_name("exo.job_placed"), x.text);
 }
 
 /// The job's stages are linked and its first steps are on their way.
@@ -178,9 +179,9 @@ struct job_started {
   std::uint64_t job = 0;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_started& x) {
-  return f(caf::meta::type_name("exo.job_started"), x.job);
+  return wire(f, caf::meta::type_name("exo.job_started"), x.job);
 }
 
 /// One generated token of one sequence, with its text.
@@ -191,20 +192,20 @@ struct job_token {
   std::string piece;
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_token& x) {
-  return f(caf::meta::type_name("exo.job_token"), x.job, x.seq, x.token,
-           x.piece);
+  return wire(f, caf::meta::type_name("exo.job_token"), x.job, x.seq, x.token,
+              x.piece);
 }
 
 /// The end of a job that ran (cancelled or not): what it generated and
 /// how fast. A job that failed ends with an error instead.
 struct job_report {
   std::uint64_t job = 0;
-  std::string placement;          ///< job_placed's text
+  std::string placement; ///< job_placed's text
   std::uint32_t stages = 0;
-  std::string model_sha256;       ///< "" when the job stayed on one node
-  std::uint64_t bytes_sent = 0;   ///< model bytes sent to other nodes
+  std::string model_sha256;     ///< "" when the job stayed on one node
+  std::uint64_t bytes_sent = 0; ///< model bytes sent to other nodes
   std::vector<std::vector<std::int32_t>> tokens; ///< per sequence
   std::vector<std::string> texts; ///< the generated text, per sequence
   std::vector<float> logits;      ///< sequence 0's last (keep_logits)
@@ -222,12 +223,12 @@ struct job_report {
   }
 };
 
-template <class Inspector>
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_report& x) {
-  return f(caf::meta::type_name("exo.job_report"), x.job, x.placement,
-           x.stages, x.model_sha256, x.bytes_sent, x.tokens, x.texts,
-           x.logits, x.prompt_tokens, x.generated_tokens, x.prompt_s,
-           x.generation_s, x.cancelled);
+  return wire(f, caf::meta::type_name("exo.job_report"), x.job, x.placement,
+              x.stages, x.model_sha256, x.bytes_sent, x.tokens, x.texts,
+              x.logits, x.prompt_tokens, x.generated_tokens, x.prompt_s,
+              x.generation_s, x.cancelled);
 }
 
 } // namespace exo

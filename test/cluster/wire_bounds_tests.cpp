@@ -4,6 +4,8 @@
 
 #include "messages/cluster.hpp"
 #include "messages/device.hpp"
+#include "messages/thermal.hpp"
+#include "messages/workload.hpp"
 
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
@@ -11,6 +13,10 @@
 #include <catch2/catch.hpp>
 
 #include <sys/resource.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
 
 using namespace exo;
 
@@ -97,4 +103,76 @@ TEST_CASE("the join handshake's nonce and signature are bounded") {
   join_proof pback;
   caf::binary_deserializer psrc{nullptr, pb};
   CHECK(psrc(pback));
+}
+
+namespace {
+
+template <class T>
+T round_trip(T x) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  REQUIRE_FALSE(sink(x));
+  T y;
+  caf::binary_deserializer src{nullptr, buf};
+  REQUIRE_FALSE(src(y));
+  return y;
+}
+
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+} // namespace
+
+TEST_CASE("infinities and NaNs cross the wire exactly (CAF's own float "
+          "packing never ends on an infinity)") {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  thermal_status t;
+  t.node = "n1";
+  t.temp_c = inf;
+  t.predicted_c = -inf;
+  t.power_w = std::nan("");
+  t.time_to_limit_s = 1e-310; // subnormal
+  t.utilization = 0.25;
+  auto back = round_trip(t);
+  CHECK(back.temp_c == inf);
+  CHECK(back.predicted_c == -inf);
+  CHECK(std::isnan(back.power_w));
+  CHECK(back.time_to_limit_s == 1e-310);
+  CHECK(back.utilization == 0.25);
+  CHECK(back.node == "n1");
+  telemetry_sample s;
+  s.temperature_c = inf;
+  s.utilization = 0.5;
+  auto sb = round_trip(s);
+  REQUIRE(sb.temperature_c);
+  CHECK(*sb.temperature_c == inf);
+  CHECK_FALSE(sb.power_w);
+  CHECK(*sb.utilization == 0.5);
+  // Activations: a block of floats, bit for bit.
+  stage_step st;
+  st.tokens = {1, 2};
+  st.x = {1.5f, -0.0f, std::numeric_limits<float>::infinity(),
+          std::numeric_limits<float>::quiet_NaN(),
+          std::numeric_limits<float>::denorm_min()};
+  auto stb = round_trip(st);
+  REQUIRE(stb.x.size() == st.x.size());
+  for (std::size_t i = 0; i < st.x.size(); ++i)
+    CHECK(same_bits(stb.x[i], st.x[i]));
+  // A vector<float> a peer claims past 64 MiB is refused before it is
+  // allocated.
+  auto before = peak_rss_kib();
+  std::vector<char> evil;
+  caf::binary_serializer es{nullptr, evil};
+  stage_step small;
+  REQUIRE_FALSE(es(small));
+  // Keep job (u64), seq and pos (u32), tokens (empty); then x's length.
+  REQUIRE(evil.size() >= 8 + 4 + 4 + 1);
+  std::vector<char> claim(evil.begin(), evil.begin() + 8 + 4 + 4 + 1);
+  auto n = varbyte(std::uint64_t{1} << 30);
+  claim.insert(claim.end(), n.begin(), n.end());
+  stage_step bad;
+  caf::binary_deserializer bs{nullptr, claim};
+  CHECK(bs(bad));
+  CHECK(peak_rss_kib() - before < 64 * 1024);
 }
