@@ -155,6 +155,15 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
+/// "1e9s", "2E3": sizes and durations are written out, not in exponents.
+void refuse_exponent(std::string_view text, std::string_view unit,
+                     std::string_view name) {
+  if (unit.size() >= 2 && (unit[0] == 'e' || unit[0] == 'E')
+      && (digit(unit[1]) || unit[1] == '-' || unit[1] == '+'))
+    fail(name, text, "has an exponent: write the number out (digits, an "
+                     "optional '.', then a unit)");
+}
+
 /// Parses a size's unit; throws with a hint on an ambiguous or unknown one.
 u128 size_unit(std::string_view text, std::string_view number,
                std::string_view unit, std::string_view name) {
@@ -169,6 +178,7 @@ u128 size_unit(std::string_view text, std::string_view number,
                                              {"TB", 1000000000000}};
   if (unit.empty())
     return 1;
+  refuse_exponent(text, unit, name);
   if (auto* u = find_unit(decimal_units, 5, unit))
     return u->factor;
   for (auto& u : binary)
@@ -229,6 +239,7 @@ u128 duration_ns(std::string_view text, std::int64_t bare_ns,
       fail(name, text, "needs a unit (ns, us, ms, s, m, h or d), e.g. "
                            + std::string{text} + "s");
     factor = static_cast<u128>(bare_ns);
+  } else if (refuse_exponent(text, unit, name), false) {
   } else if (auto* u = find_unit(duration_units,
                                  sizeof duration_units / sizeof *duration_units,
                                  unit)) {

@@ -228,7 +228,11 @@ TEST_CASE("sizes: refused texts") {
                 "GiB, TiB, kB, MB, GB or TB)"},
       {"4PiB", "'4PiB' has an unknown unit 'PiB' (sizes take B, KiB, MiB, "
                "GiB, TiB, kB, MB, GB or TB)"},
-      {"1e9", "'1e9' has an unknown unit 'e9' (sizes take B, KiB, MiB, GiB, "
+      {"1e9", "'1e9' has an exponent: write the number out (digits, an "
+              "optional '.', then a unit)"},
+      {"1E+3KiB", "'1E+3KiB' has an exponent: write the number out (digits, "
+                  "an optional '.', then a unit)"},
+      {"1eB", "'1eB' has an unknown unit 'eB' (sizes take B, KiB, MiB, GiB, "
               "TiB, kB, MB, GB or TB)"},
       {"0.5B", "'0.5B' is not a whole number of bytes"},
       {"0.3KiB", "'0.3KiB' is not a whole number of bytes"},
@@ -285,8 +289,8 @@ TEST_CASE("durations: refused texts") {
              "h or d)"},
       {"1h30m", "'1h30m' has an unknown unit 'h30m' (durations take ns, us, "
                 "ms, s, m, h or d)"},
-      {"1e9s", "'1e9s' has an unknown unit 'e9s' (durations take ns, us, ms, "
-               "s, m, h or d)"},
+      {"1e9s", "'1e9s' has an exponent: write the number out (digits, an "
+               "optional '.', then a unit)"},
       {"5 s", "'5 s' has an unknown unit ' s' (durations take ns, us, ms, s, "
               "m, h or d)"},
       {"0.5ns", "'0.5ns' is not a whole number of nanoseconds"},
@@ -314,9 +318,9 @@ TEST_CASE("durations as a whole count of a unit") {
         == "'2d' is larger than 86400s");
   // Counts of coarse units beyond int64 nanoseconds still count.
   CHECK(parse_duration_as<seconds>("1000000d") == seconds{86400000000});
-  CHECK(error_of([] { parse_duration_as<seconds>("1e9"); })
-        == "'1e9' has an unknown unit 'e9' (durations take ns, us, ms, s, m, "
-           "h or d)");
+  CHECK(error_of([] { parse_duration_as<seconds>("1e9", seconds{}, "ttl"); })
+        == "ttl: '1e9' has an exponent: write the number out (digits, an "
+           "optional '.', then a unit)");
 }
 
 TEST_CASE("sizes and durations format back to the parser's units") {
