@@ -102,6 +102,13 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "network.seeds[0]: must be \"host:port\""},
     {R"({"network": {"seeds": ["h:1", "h:0"]}})",
      "network.seeds[1]: port must be an integer in [1, 65535]"},
+    // strtol took a sign and a leading space: the strict parser does not.
+    {R"({"network": {"seeds": ["h:+80"]}})",
+     "network.seeds[0]: port must be an integer in [1, 65535], got \"+80\""},
+    {R"({"network": {"seeds": ["h: 80"]}})",
+     "network.seeds[0]: port must be an integer in [1, 65535], got \" 80\""},
+    {R"({"network": {"seeds": ["h:65536"]}})",
+     "network.seeds[0]: port must be an integer in [1, 65535]"},
     {R"({"network": {"heartbeat_ms": 5}})",
      "network.heartbeat_ms: must be an integer in [10, 60000]"},
     {R"({"network": {"heartbeat_ms": 500, "failure_timeout_ms": 400}})",
