@@ -11,12 +11,11 @@ namespace {
 
 using u128 = unsigned __int128;
 
-/// The text as the error shows it: quoted, non-printable bytes as \xNN,
-/// cut after 48 bytes (a hostile megabyte of digits stays one line).
-std::string quote(std::string_view text) {
-  constexpr std::size_t shown = 48;
-  std::string out = "'";
-  for (std::size_t i = 0; i < text.size() && i < shown; ++i) {
+/// `text` as an error shows it: non-printable bytes as \xNN, cut after
+/// `limit` bytes with "..." (a hostile megabyte stays one short line).
+std::string escaped(std::string_view text, std::size_t limit) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < limit; ++i) {
     auto c = static_cast<unsigned char>(text[i]);
     if (c >= 0x20 && c < 0x7f && c != '\\') {
       out += static_cast<char>(c);
@@ -27,11 +26,23 @@ std::string quote(std::string_view text) {
       out += hex[c & 15];
     }
   }
-  if (text.size() > shown)
-    out += "...' (" + std::to_string(text.size()) + " bytes)";
-  else
-    out += "'";
+  if (text.size() > limit)
+    out += "...";
   return out;
+}
+
+/// The whole text, quoted: "'4G'", "'999...' (100000 bytes)".
+std::string quote(std::string_view text) {
+  constexpr std::size_t shown = 48;
+  auto out = "'" + escaped(text, shown) + "'";
+  if (text.size() > shown)
+    out += " (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
+/// A unit as an error names it: escaped, at most 16 bytes.
+std::string unit_text(std::string_view unit) {
+  return "'" + escaped(unit, 16) + "'";
 }
 
 [[noreturn]] void fail(std::string_view name, std::string_view text,
@@ -184,7 +195,8 @@ u128 size_unit(std::string_view text, std::string_view number,
   for (auto& u : binary)
     if (iequals(unit, u.text))
       return u.factor;
-  std::string n{number};
+  // The number as the hint repeats it: "4", "1.5", or N when it is long.
+  std::string n = number.size() <= 24 ? std::string{number} : "N";
   if (unit == "b")
     fail(name, text, "is in bits ('b'): use B for bytes");
   static const struct {
@@ -200,12 +212,12 @@ u128 size_unit(std::string_view text, std::string_view number,
   for (auto& a : ambiguous)
     if (iequals(unit, a.letter) || iequals(unit, std::string{a.letter} + "b"))
       fail(name, text,
-           "has an ambiguous unit '" + std::string{unit} + "': use " + n
+           "has an ambiguous unit " + unit_text(unit) + ": use " + n
                + a.binary + " (" + a.binary_power + ") or " + n + a.decimal
                + " (" + a.decimal_power + ")");
   fail(name, text,
-       "has an unknown unit '" + std::string{unit}
-           + "' (sizes take B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)");
+       "has an unknown unit " + unit_text(unit)
+           + " (sizes take B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)");
 }
 
 constexpr std::int64_t ns_per_us = 1000;
@@ -246,8 +258,8 @@ u128 duration_ns(std::string_view text, std::int64_t bare_ns,
     factor = u->factor;
   } else {
     fail(name, text,
-         "has an unknown unit '" + std::string{unit}
-             + "' (durations take ns, us, ms, s, m, h or d)");
+         "has an unknown unit " + unit_text(unit)
+             + " (durations take ns, us, ms, s, m, h or d)");
   }
   u128 ns = 0;
   std::string why;

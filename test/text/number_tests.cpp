@@ -128,6 +128,19 @@ TEST_CASE("a long hostile text is cut in the message") {
   CHECK(msg.find("is larger than 2147483647") != std::string::npos);
 }
 
+TEST_CASE("a long or binary unit is cut and escaped in the message") {
+  // Found by fuzz_number: the unit was echoed whole (a 1 MB message).
+  auto msg = error_of([] { parse_size("7" + std::string(100000, 'x')); });
+  CHECK(msg.size() < 300);
+  CHECK(msg.find("unknown unit 'xxxxxxxxxxxxxxxx...'") != std::string::npos);
+  msg = error_of([] { parse_duration("7\xff\xfe"); });
+  CHECK(msg == "'7\\xff\\xfe' has an unknown unit '\\xff\\xfe' (durations "
+               "take ns, us, ms, s, m, h or d)");
+  msg = error_of([] { parse_size(std::string(1000, '1') + "G"); });
+  CHECK(msg.size() < 300);
+  CHECK(msg.find("use NGiB (2^30) or NGB (10^9)") != std::string::npos);
+}
+
 TEST_CASE("reals: accepted forms") {
   CHECK(parse_real("0") == 0.0);
   CHECK(parse_real("0.25") == 0.25);
