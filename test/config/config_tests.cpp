@@ -298,6 +298,15 @@ TEST_CASE("network.limits and models.dirs: safe defaults, every key read, "
   CHECK(l.message_burst == 20);
   CHECK(exo::config::client_dirs(c)
         == std::vector<std::string>{"/srv/models", "/opt/llm"});
+  // Sizes and durations may carry units.
+  auto u = parse(R"({"network": {"limits": {
+      "max_node_message_bytes": "8MiB", "max_buffered_bytes_per_peer": "1GiB",
+      "idle_timeout_ms": "5s", "handshake_timeout_ms": "1500ms"}}})",
+                 "test");
+  CHECK(u.network.limits.max_node_frame_bytes == 8u << 20);
+  CHECK(u.network.limits.max_buffered_per_peer == 1u << 30);
+  CHECK(u.network.limits.idle_timeout == std::chrono::seconds{5});
+  CHECK(u.network.limits.handshake_timeout == std::chrono::milliseconds{1500});
   struct row {
     const char* json;
     const char* message;
