@@ -12,7 +12,7 @@ SECONDS_EACH=${2:-600}
 shift $(( $# > 2 ? 2 : $# ))
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(config gguf placement tokenizer http_request cluster_view messages)
+  targets=(config gguf placement tokenizer http_request cluster_view messages number)
 fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$BUILD/crashes"

@@ -7,6 +7,7 @@
 #include "core/audit/event.hpp"
 #include "core/text/file.hpp"
 #include "core/text/json.hpp"
+#include "core/text/number.hpp"
 #include "messages/access.hpp"
 #include "messages/audit.hpp"
 #include "messages/cluster.hpp"
@@ -132,7 +133,7 @@ caf::error usage(const std::string& why) {
   return caf::make_error(caf::sec::invalid_argument,
                          "token: " + why
                            + " (token issue principal=P role=R "
-                             "[devices=a,b|*] [quota=BYTES] [ttl=S] "
+                             "[devices=a,b|*] [quota=SIZE] [ttl=DURATION] "
                              "auth=ADMIN | token revoke ID|principal=P "
                              "auth=ADMIN | token limit principal=P "
                              "rate=N[/s] [burst=B] auth=ADMIN | token limits "
@@ -341,10 +342,11 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
           c.devices.push_back(devs.substr(b, e - b));
       }
     }
-    // The table checked both as exact non-negative integers (no "1e9",
-    // "4G" or "-1"); the range of ttl is this node's.
-    c.quota_bytes = p.count("quota", c.quota_bytes);
-    auto ttl_words = p.count("ttl", 86400);
+    // The table checked both with the strict parser (quota a size:
+    // 4294967296 or 4GiB, never "4G" or "-1"; ttl whole seconds: 3600 or
+    // 1h, never "1e9"); the range of ttl is this node's.
+    c.quota_bytes = p.size("quota", c.quota_bytes);
+    auto ttl_words = p.seconds("ttl", 86400);
     if (ttl_words > static_cast<std::uint64_t>(st.cfg.max_ttl_s))
       return usage("ttl must be in [1, " + std::to_string(st.cfg.max_ttl_s)
                    + "] seconds");
@@ -381,10 +383,10 @@ caf::result<console_reply> handle(self_ptr self, const std::string& arg) {
       auto through = now;
       if (relayed && kv.count("through")) {
         try {
-          std::int64_t given = std::stoll(kv["through"]);
+          auto given = text::parse_integer<std::int64_t>(kv["through"]);
           through = std::max(now, std::min(given, now + 60));
-        } catch (...) {
-          return usage("through must be an integer");
+        } catch (const text::number_error& e) {
+          return usage(std::string{"through: "} + e.what());
         }
       }
       rev = {revocation::kind::principal, kv["principal"], through};

@@ -1,6 +1,7 @@
 #include "actors/workload/job_coordinator.hpp"
 
 #include "core/text/json.hpp"
+#include "core/text/number.hpp"
 
 #include <deque>
 
@@ -763,10 +764,8 @@ caf::result<console_reply> console_cancel(self_ptr self,
                 std::string{e.what()} + " (cancel JOB, the id `jobs` lists)");
   }
   auto& w = p.args[0];
-  if (w.size() > 19)
-    return fail(exo_errc::invalid_argument,
-                "cancel: \"" + w.substr(0, 32) + "\" is not a job id");
-  auto id = std::stoull(w);
+  // The table checked JOB with the strict parser (digits, at most 2^64-1).
+  auto id = text::parse_integer<std::uint64_t>(w);
   if (st.running.count(id) == 0)
     return fail(exo_errc::invalid_argument,
                 "cancel: no running job " + w + " on " + st.cfg.node

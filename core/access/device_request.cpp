@@ -1,13 +1,14 @@
 #include "core/access/device_request.hpp"
 
 #include "core/console/commands.hpp"
+#include "core/text/number.hpp"
 
 #include <string>
 
 namespace exo::access {
 
 const char* device_request_usage() noexcept {
-  return "dev info DEVICE auth=TOKEN | dev alloc DEVICE BYTES auth=TOKEN | "
+  return "dev info DEVICE auth=TOKEN | dev alloc DEVICE SIZE auth=TOKEN | "
          "dev free DEVICE HANDLE auth=TOKEN | dev sync DEVICE auth=TOKEN";
 }
 
@@ -25,10 +26,11 @@ std::string parse_device_request(const std::string& arg, device_request& out) {
                                 : op::info;
   out.device = p.args[0];
   out.token = p.auth;
+  // The table checked both (a size, a count): these cannot throw.
   if (out.what == op::allocate)
-    out.bytes = std::stoull(p.args[1]);
+    out.bytes = text::parse_size(p.args[1]);
   else if (out.what == op::free)
-    out.handle = std::stoull(p.args[1]);
+    out.handle = text::parse_integer<std::uint64_t>(p.args[1]);
   return {};
 }
 

@@ -8,7 +8,7 @@ namespace exo::access {
 /// A client's device operation as typed at the console (command "dev"):
 ///
 ///   dev info  DEVICE        auth=TOKEN
-///   dev alloc DEVICE BYTES  auth=TOKEN   -> a handle
+///   dev alloc DEVICE SIZE   auth=TOKEN   -> a handle (4096, 64MiB)
 ///   dev free  DEVICE HANDLE auth=TOKEN
 ///   dev sync  DEVICE        auth=TOKEN
 ///

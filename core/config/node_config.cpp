@@ -126,11 +126,11 @@ namespace {
 void parse_limits(element e, const std::string& p,
                   tls::connection_limits_config& l) {
   auto ms = [](element v, const std::string& q) {
-    return std::chrono::milliseconds{as_integer(v, q, 100, 3600000)};
+    return std::chrono::milliseconds{as_milliseconds(v, q, 100, 3600000)};
   };
   auto bytes = [](element v, const std::string& q, std::int64_t lo,
                   std::int64_t hi) {
-    return static_cast<std::uint64_t>(as_integer(v, q, lo, hi));
+    return static_cast<std::uint64_t>(as_bytes(v, q, lo, hi));
   };
   constexpr std::int64_t gib = 1ll << 30;
   walk(e, p,
@@ -235,17 +235,17 @@ node_config parse_document(const std::string& json, const std::string& source) {
                  {"heartbeat_ms",
                   [&](element v, const std::string& q) {
                     n.heartbeat = std::chrono::milliseconds{
-                      as_integer(v, q, 10, 60000)};
+                      as_milliseconds(v, q, 10, 60000)};
                   }},
                  {"failure_timeout_ms",
                   [&](element v, const std::string& q) {
                     n.failure_timeout = std::chrono::milliseconds{
-                      as_integer(v, q, 50, 600000)};
+                      as_milliseconds(v, q, 50, 600000)};
                   }},
                  {"connect_timeout_ms",
                   [&](element v, const std::string& q) {
                     n.connect_timeout = std::chrono::milliseconds{
-                      as_integer(v, q, 50, 600000)};
+                      as_milliseconds(v, q, 50, 600000)};
                   }},
                  {"limits", [&](element v, const std::string& q) {
                     parse_limits(v, q, n.limits);
@@ -293,7 +293,7 @@ node_config parse_document(const std::string& json, const std::string& source) {
                   [&](element v, const std::string& q) {
                     d.cpu_memory_limit
                       = static_cast<std::uint64_t>(
-                          as_integer(v, q, 0, std::int64_t{1} << 30))
+                          as_mebibytes(v, q, 0, std::int64_t{1} << 30))
                         << 20;
                   }},
                  {"cpu_weights_in_place",
@@ -359,12 +359,13 @@ node_config parse_document(const std::string& json, const std::string& source) {
                  {"rescan_interval_s",
                   [&](element v, const std::string& q) {
                     d.rescan_interval
-                      = std::chrono::seconds{as_integer(v, q, 0, 86400)};
+                      = std::chrono::seconds{as_seconds(v, q, 0, 86400)};
                   }},
                  {"telemetry_interval_ms",
                   [&](element v, const std::string& q) {
                     d.telemetry_interval
-                      = std::chrono::milliseconds{as_integer(v, q, 10, 3600000)};
+                      = std::chrono::milliseconds{
+                        as_milliseconds(v, q, 10, 3600000)};
                   }}});
          }},
         {"safety",
@@ -384,12 +385,13 @@ node_config parse_document(const std::string& json, const std::string& source) {
                  {"audit_flush_interval_ms",
                   [&](element v, const std::string& q) {
                     sf.audit_flush_interval = std::chrono::milliseconds{
-                      as_integer(v, q, 10, 600000)};
+                      as_milliseconds(v, q, 10, 600000)};
                   }},
                  {"audit_max_file_mib",
                   [&](element v, const std::string& q) {
                     sf.audit_max_file_bytes
-                      = static_cast<std::uint64_t>(as_integer(v, q, 1, 65536))
+                      = static_cast<std::uint64_t>(
+                          as_mebibytes(v, q, 1, 65536))
                         << 20;
                   }},
                  // Signed audit checkpoints (core/audit/checkpoint.hpp).
@@ -401,7 +403,7 @@ node_config parse_document(const std::string& json, const std::string& source) {
                  {"audit_checkpoint_interval_ms",
                   [&](element v, const std::string& q) {
                     sf.audit_checkpoint_interval = std::chrono::milliseconds{
-                      as_integer(v, q, 100, 86400000)};
+                      as_milliseconds(v, q, 100, 86400000)};
                   }},
                  {"audit_checkpoint_keep",
                   [&](element v, const std::string& q) {

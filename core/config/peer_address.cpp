@@ -1,6 +1,6 @@
 #include "core/config/peer_address.hpp"
 
-#include <cstdlib>
+#include "core/text/number.hpp"
 
 namespace exo::config {
 
@@ -14,12 +14,14 @@ peer_address parse_peer(const std::string& text, const std::string& path) {
   if (p.host.size() > 2 && p.host.front() == '[' && p.host.back() == ']')
     p.host = p.host.substr(1, p.host.size() - 2);
   auto port = text.substr(colon + 1);
-  char* end = nullptr;
-  auto v = std::strtol(port.c_str(), &end, 10);
-  if (*end != '\0' || v < 1 || v > 65535)
+  // The one strict parser: digits only ("+80", " 80" and "0x50" were
+  // strtol's).
+  try {
+    p.port = text::parse_integer<std::uint16_t>(port, 1, 65535);
+  } catch (const text::number_error&) {
     throw config_error(path + ": port must be an integer in [1, 65535], got \""
-                       + port + "\"");
-  p.port = static_cast<std::uint16_t>(v);
+                       + port.substr(0, 64) + "\"");
+  }
   return p;
 }
 

@@ -1,5 +1,8 @@
 #include "core/config/strict_json.hpp"
 
+#include "core/text/number.hpp"
+
+#include <cstdint>
 #include <sstream>
 
 namespace exo::config::json {
@@ -93,6 +96,99 @@ double as_number(element e, const std::string& path, double lo, double hi) {
     bad(path, "must be a number in [" + fmt(lo) + ", " + fmt(hi) + "], got "
                 + fmt(v));
   return v;
+}
+
+namespace {
+
+/// A unit-counted key given as a string: `parse` gives the count (or throws
+/// number_error), checked against [lo, hi] with `fmt` naming the bounds.
+template <class Parse, class Format>
+std::int64_t counted_string(element e, const std::string& path,
+                            std::int64_t lo, std::int64_t hi, Parse parse,
+                            Format fmt, const char* integer_of) {
+  if (e.type() != element_type::STRING)
+    return as_integer(e, path, lo, hi);
+  auto text = as_string(e, path);
+  auto range = "[" + fmt(lo) + ", " + fmt(hi) + "]";
+  std::int64_t v = 0;
+  try {
+    v = parse(text);
+  } catch (const exo::text::number_error& err) {
+    bad(path, "must be an integer in [" + std::to_string(lo) + ", "
+                + std::to_string(hi) + "] (" + integer_of
+                + ") or a string with a unit in " + range + ": " + err.what());
+  }
+  if (v < lo || v > hi)
+    bad(path, "must be in " + range + ", got \"" + text.substr(0, 64)
+                + "\"");
+  return v;
+}
+
+std::string ms_text(std::int64_t v) {
+  return exo::text::format_duration(std::chrono::milliseconds{v});
+}
+
+std::string s_text(std::int64_t v) {
+  return exo::text::format_duration(std::chrono::seconds{v});
+}
+
+std::string mib_text(std::int64_t v) {
+  return exo::text::format_size(static_cast<std::uint64_t>(v) << 20);
+}
+
+} // namespace
+
+std::int64_t as_milliseconds(element e, const std::string& path,
+                             std::int64_t lo, std::int64_t hi) {
+  return counted_string(
+    e, path, lo, hi,
+    [](const std::string& t) {
+      return static_cast<std::int64_t>(
+        exo::text::parse_duration_as<std::chrono::milliseconds>(t).count());
+    },
+    ms_text, "milliseconds");
+}
+
+std::int64_t as_seconds(element e, const std::string& path, std::int64_t lo,
+                        std::int64_t hi) {
+  return counted_string(
+    e, path, lo, hi,
+    [](const std::string& t) {
+      return static_cast<std::int64_t>(
+        exo::text::parse_duration_as<std::chrono::seconds>(t).count());
+    },
+    s_text, "seconds");
+}
+
+std::int64_t as_mebibytes(element e, const std::string& path,
+                          std::int64_t lo, std::int64_t hi) {
+  return counted_string(
+    e, path, lo, hi,
+    [](const std::string& t) -> std::int64_t {
+      auto bytes = exo::text::parse_size(t);
+      if (bytes % (1u << 20) != 0)
+        throw exo::text::number_error("'" + t.substr(0, 64)
+                                      + "' is not a whole number of MiB");
+      return static_cast<std::int64_t>(bytes >> 20);
+    },
+    mib_text, "MiB");
+}
+
+std::int64_t as_bytes(element e, const std::string& path, std::int64_t lo,
+                      std::int64_t hi) {
+  return counted_string(
+    e, path, lo, hi,
+    [](const std::string& t) -> std::int64_t {
+      auto bytes = exo::text::parse_size(t);
+      if (bytes > static_cast<std::uint64_t>(INT64_MAX))
+        throw exo::text::number_error("'" + t.substr(0, 64)
+                                      + "' is too large");
+      return static_cast<std::int64_t>(bytes);
+    },
+    [](std::int64_t v) {
+      return exo::text::format_size(static_cast<std::uint64_t>(v));
+    },
+    "bytes");
 }
 
 simdjson::dom::array as_array(element e, const std::string& path,

@@ -51,6 +51,23 @@ std::int64_t as_integer(element e, const std::string& path, std::int64_t lo,
                         std::int64_t hi);
 /// A number (integer or not) in [lo, hi].
 double as_number(element e, const std::string& path, double lo, double hi);
+/// A duration key counted in milliseconds (`heartbeat_ms`): an integer
+/// count, or a string with a unit parsed by core/text/number ("1s",
+/// "250ms", "2m"; a whole number of ms), in [lo, hi] ms.
+std::int64_t as_milliseconds(element e, const std::string& path,
+                             std::int64_t lo, std::int64_t hi);
+/// As as_milliseconds, counted in seconds (`rescan_interval_s`: 3600, "1h").
+std::int64_t as_seconds(element e, const std::string& path, std::int64_t lo,
+                        std::int64_t hi);
+/// A size key counted in MiB (`cpu_memory_limit_mib`): an integer count, or
+/// a string with a unit ("64GiB", "512MiB"; a whole number of MiB), in
+/// [lo, hi] MiB.
+std::int64_t as_mebibytes(element e, const std::string& path, std::int64_t lo,
+                          std::int64_t hi);
+/// A size key counted in bytes (`max_node_message_bytes`): an integer
+/// count, or a string with a unit ("64MiB", "1GiB"), in [lo, hi] bytes.
+std::int64_t as_bytes(element e, const std::string& path, std::int64_t lo,
+                      std::int64_t hi);
 /// An array; `of` says of what, for the error.
 simdjson::dom::array as_array(element e, const std::string& path,
                               const char* of);

@@ -1,6 +1,7 @@
 #include "core/console/commands.hpp"
 
 #include "core/cli/words.hpp"
+#include "core/text/number.hpp"
 
 #include <cctype>
 #include <cmath>
@@ -47,9 +48,9 @@ option_spec internal(option_spec o) {
   return o;
 }
 
-argument_spec arg(std::string name, vt type = vt::text, bool required = true,
-                  std::string what = {}) {
-  return {std::move(name), type, required, std::move(what)};
+argument_spec arg(std::string name, vt type = vt::text,
+                  bool required = true) {
+  return {std::move(name), type, required};
 }
 
 std::vector<command_spec> make_table() {
@@ -121,8 +122,9 @@ std::vector<command_spec> make_table() {
       {kv("principal", vt::text, "P", "whom the token names (required)"),
        kv("role", vt::text, "ROLE", "granted role (user)"),
        kv("devices", vt::text, "D,D...", "devices it may use (*)"),
-       kv("quota", vt::count, "BYTES", "memory quota"),
-       kv("ttl", vt::count, "S", "lifetime in seconds (86400)")},
+       kv("quota", vt::size, "SIZE", "memory quota: 4294967296, 4GiB, 512MB"),
+       kv("ttl", vt::duration, "DURATION",
+          "lifetime: 3600 (seconds), 90m, 12h, 7d (86400)")},
       "issue a bearer token (admin)");
   add("token", "revoke", {arg("TOKEN_ID", vt::text, false)},
       {kv("principal", vt::text, "P", "revoke every token of P"),
@@ -139,10 +141,10 @@ std::vector<command_spec> make_table() {
   // Device operations with a client's token.
   add("dev", "info", {arg("DEVICE")}, {}, "a device's state");
   add("dev", "alloc",
-      {arg("DEVICE"), arg("BYTES", vt::count, true, "non-negative integer")},
-      {}, "allocate memory; prints the handle");
+      {arg("DEVICE"), arg("SIZE", vt::size)},
+      {}, "allocate memory (4096, 64MiB); prints the handle");
   add("dev", "free",
-      {arg("DEVICE"), arg("HANDLE", vt::count, true, "non-negative integer")},
+      {arg("DEVICE"), arg("HANDLE", vt::count)},
       {}, "free an allocation");
   add("dev", "sync", {arg("DEVICE")}, {}, "wait for the device's work");
   // The workload.
@@ -169,7 +171,7 @@ std::vector<command_spec> make_table() {
       "run a job on the cluster and print its text");
   t.back().options[0].min = 0; // --model: no range
   add("jobs", "", {}, {}, "the runs this node coordinates");
-  add("cancel", "", {arg("JOB", vt::count, true, "job id")}, {},
+  add("cancel", "", {arg("JOB", vt::count)}, {},
       "stop a run at its next token");
   // The client's own.
   add("help", "", {arg("COMMAND", vt::text, false)}, {},
@@ -186,63 +188,75 @@ std::string sub_noun(const std::string& name) {
   return name == "dev" ? "operation" : "subcommand";
 }
 
+constexpr auto u64_max = std::numeric_limits<std::uint64_t>::max();
+
+/// The table's double bounds as integers: [ceil(min), floor(max)], max
+/// 2^64 (the default) meaning no bound.
+std::uint64_t bound(double v) {
+  if (!(v > 0))
+    return 0;
+  if (v >= 18446744073709551615.0)
+    return u64_max;
+  return static_cast<std::uint64_t>(v);
+}
+
+std::uint64_t lower_bound_of(double min) {
+  auto b = bound(min);
+  return static_cast<double>(b) < min ? b + 1 : b;
+}
+
 bool parse_count(const std::string& text, std::uint64_t& out) {
-  if (text.empty() || text.size() > 20)
+  try {
+    out = text::parse_integer<std::uint64_t>(text);
+    return true;
+  } catch (const text::number_error&) {
     return false;
-  constexpr auto max = std::numeric_limits<std::uint64_t>::max();
-  out = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9')
-      return false;
-    auto d = static_cast<std::uint64_t>(c - '0');
-    if (out > (max - d) / 10)
-      return false;
-    out = out * 10 + d;
   }
-  return true;
 }
 
 bool parse_number(const std::string& text, double& out) {
-  if (text.empty() || text.size() > 32)
+  try {
+    out = text::parse_real(text);
+    return true;
+  } catch (const text::number_error&) {
     return false;
-  char* end = nullptr;
-  out = std::strtod(text.c_str(), &end);
-  return *end == '\0' && std::isfinite(out);
-}
-
-std::string range_text(double v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
+  }
 }
 
 /// Checks `value` against a type; returns the error (empty when fine).
 std::string check_value(const std::string& who, const std::string& value,
                         vt type, double min, double max,
-                        const std::vector<std::string>& choices,
-                        const std::string& what) {
-  auto bad = [&](const std::string& noun) {
-    return who + ": \"" + value.substr(0, 64) + "\" is not a " + noun;
-  };
+                        const std::vector<std::string>& choices) {
+  try {
+    switch (type) {
+      case vt::count:
+        text::parse_integer<std::uint64_t>(value, lower_bound_of(min),
+                                           bound(max), who);
+        return {};
+      case vt::number:
+        text::parse_real(value, min, max, who);
+        return {};
+      case vt::size: {
+        auto n = text::parse_size(value, bound(max), who);
+        if (n < lower_bound_of(min))
+          return who + ": '" + value + "' must be at least "
+                 + text::format_size(lower_bound_of(min));
+        return {};
+      }
+      case vt::duration:
+        text::parse_duration_as<std::chrono::seconds>(
+          value,
+          std::chrono::seconds{static_cast<std::int64_t>(
+            std::min<std::uint64_t>(bound(max), INT64_MAX))},
+          who);
+        return {};
+      default:
+        break;
+    }
+  } catch (const text::number_error& e) {
+    return e.what();
+  }
   switch (type) {
-    case vt::count: {
-      std::uint64_t n = 0;
-      if (!parse_count(value, n))
-        return bad(what.empty() ? "non-negative integer" : what);
-      if (static_cast<double>(n) < min || static_cast<double>(n) > max)
-        return who + " must be in [" + range_text(min) + ", "
-               + range_text(max) + "]";
-      return {};
-    }
-    case vt::number: {
-      double x = 0;
-      if (!parse_number(value, x))
-        return bad(what.empty() ? "number" : what);
-      if (x < min || x > max)
-        return who + " must be in [" + range_text(min) + ", "
-               + range_text(max) + "]";
-      return {};
-    }
     case vt::choice: {
       std::string list;
       for (auto& c : choices) {
@@ -359,7 +373,7 @@ parsed_command parse_words(const std::string& name,
         value = words[++i];
       }
       auto e = check_value("--" + o->name, value, o->type, o->min, o->max,
-                           o->choices, {});
+                           o->choices);
       if (!e.empty())
         throw command_error(e);
       p.values[o->name] = value;
@@ -372,7 +386,7 @@ parsed_command parse_words(const std::string& name,
       if (o == nullptr)
         throw command_error("unknown option \"" + key.substr(0, 64) + "\"");
       auto e = check_value(o->name, value, o->type, o->min, o->max,
-                           o->choices, {});
+                           o->choices);
       if (!e.empty())
         throw command_error(e);
       p.values[o->name] = value;
@@ -396,9 +410,9 @@ parsed_command parse_words(const std::string& name,
       + " argument(s), got " + std::to_string(p.args.size()));
   for (std::size_t k = 0; k < p.args.size(); ++k) {
     auto& a = spec->args[k];
-    auto e = check_value(spec->sub.empty() ? spec->name : spec->sub,
-                         p.args[k], a.type, 0, 18446744073709551616.0, {},
-                         a.what);
+    auto e = check_value((spec->sub.empty() ? spec->name : spec->sub) + " "
+                           + a.name,
+                         p.args[k], a.type, 0, 18446744073709551616.0, {});
     if (!e.empty())
       throw command_error(e);
   }
@@ -446,6 +460,31 @@ double parsed_command::number(const std::string& option,
   if (it != values.end() && !parse_number(it->second, x))
     x = fallback;
   return x;
+}
+
+std::uint64_t parsed_command::size(const std::string& option,
+                                   std::uint64_t fallback) const {
+  auto it = values.find(option);
+  if (it == values.end())
+    return fallback;
+  try {
+    return text::parse_size(it->second);
+  } catch (const text::number_error&) {
+    return fallback;
+  }
+}
+
+std::uint64_t parsed_command::seconds(const std::string& option,
+                                      std::uint64_t fallback) const {
+  auto it = values.find(option);
+  if (it == values.end())
+    return fallback;
+  try {
+    return static_cast<std::uint64_t>(
+      text::parse_duration_as<std::chrono::seconds>(it->second).count());
+  } catch (const text::number_error&) {
+    return fallback;
+  }
 }
 
 parsed_command parse_command(const std::string& name,

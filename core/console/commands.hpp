@@ -16,6 +16,11 @@
 /// text, and a node parses what it receives itself rather than trusting a
 /// client's parse.
 ///
+/// Numbers go through core/text/number.hpp, the one strict parser: counts
+/// are decimal digits only, numbers finite decimals, sizes take B, KiB..TiB
+/// or kB..TB, durations ns..d (seconds when bare); a bad or out-of-range
+/// value names the option and the rule ("ttl: '1e9' has an unknown unit").
+///
 /// Options are spelled two ways, as each command has always taken them:
 /// `key=value` (plan ctx=512, audit query type=T, token issue principal=P)
 /// or dashed (`--model FILE`, `-n 16`, `--json`). Every command also takes
@@ -36,6 +41,8 @@ enum class value_type : std::uint8_t {
   number, ///< a decimal number in [min, max]
   choice, ///< one of `choices`
   flag,   ///< a dashed option without a value
+  size,     ///< bytes, with an optional unit (4096, 4GiB, 512MB), <= max
+  duration, ///< whole seconds: a bare count or with a unit (90, 90m, 1h, 7d)
 };
 
 /// A positional argument.
@@ -43,7 +50,6 @@ struct argument_spec {
   std::string name; ///< as shown in help: "DEVICE", "[NODE]"
   value_type type = value_type::text;
   bool required = true;
-  std::string what; ///< for errors: "job id" (default: by type)
 };
 
 /// An option: `key=value` unless `dashed` ("--key value", "-n N").
@@ -93,6 +99,11 @@ struct parsed_command {
                       std::uint64_t fallback) const;
   /// A number option (already checked), or `fallback`.
   double number(const std::string& option, double fallback) const;
+  /// A size option in bytes (already checked), or `fallback`.
+  std::uint64_t size(const std::string& option, std::uint64_t fallback) const;
+  /// A duration option in whole seconds (already checked), or `fallback`.
+  std::uint64_t seconds(const std::string& option,
+                        std::uint64_t fallback) const;
 };
 
 /// A command line the parser refused; what() names the problem.

@@ -3,6 +3,7 @@
 #include "core/cli/program.hpp"
 #include "core/placement/problem_json.hpp"
 #include "core/placement/solve.hpp"
+#include "core/text/number.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -100,8 +101,8 @@ int run_plan_command(int argc, char** argv, std::ostream& out,
                  "weight of latency in blend, in [0, 1]")
     ->type_name("W");
   app.add_option("--time-limit", time_limit,
-                 "solver time limit in milliseconds")
-    ->type_name("MS");
+                 "solver time limit: milliseconds, or with a unit (2s, 1m)")
+    ->type_name("MS|DURATION");
   app.add_flag("--json", json, "print JSON");
   app.add_option("--solver", solver, "which solver runs")
     ->type_name("exact|gecode|both|baseline");
@@ -122,23 +123,27 @@ int run_plan_command(int argc, char** argv, std::ostream& out,
         throw bad_args{"--objective must be latency, throughput or blend, "
                        "not \"" + objective + "\""};
     }
+    // Numbers through the one strict parser (core/text/number.hpp): no
+    // hex floats, signs or spaces; the time limit may carry a unit.
     if (app.count("--blend-weight") > 0) {
-      auto& v = blend_weight;
-      char* end = nullptr;
-      double w = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || !(w >= 0 && w <= 1))
-        throw bad_args{"--blend-weight must be a number in [0, 1], not \""
-                       + v + "\""};
-      opts.blend_weight = w;
+      try {
+        opts.blend_weight = text::parse_real(blend_weight, 0, 1);
+      } catch (const text::number_error& e) {
+        throw bad_args{"--blend-weight must be a number in [0, 1]: "
+                       + std::string{e.what()}};
+      }
     }
     if (app.count("--time-limit") > 0) {
-      auto& v = time_limit;
-      char* end = nullptr;
-      long ms = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || ms <= 0 || ms > 86400000)
-        throw bad_args{"--time-limit must be milliseconds in [1, 86400000]"
-                       ", not \"" + v + "\""};
-      opts.time_limit = std::chrono::milliseconds(ms);
+      try {
+        opts.time_limit = text::parse_duration_as<std::chrono::milliseconds>(
+          time_limit, std::chrono::milliseconds{86400000});
+        if (opts.time_limit.count() == 0)
+          throw text::number_error("'" + time_limit + "' must be > 0");
+      } catch (const text::number_error& e) {
+        throw bad_args{"--time-limit must be milliseconds or a duration "
+                       "(500, 2s, 1m) in [1ms, 1d]: "
+                       + std::string{e.what()}};
+      }
     }
     if (app.count("--solver") > 0) {
       auto k = parse_solver_kind(solver);

@@ -251,7 +251,9 @@ std::uint64_t parse_byte_string(std::string_view s, const std::string& path) {
   if (mult == 0)
     bad();
   double bytes = v * mult;
-  if (!std::isfinite(bytes) || bytes > 1.8e19)
+  // llround is defined only within long long: past 2^63 it wrapped (1e19
+  // bytes became 2^63; refused later only by the 1 EiB bound).
+  if (!std::isfinite(bytes) || bytes >= 9.2e18)
     bad();
   return static_cast<std::uint64_t>(std::llround(bytes));
 }

@@ -1,6 +1,9 @@
 #include "core/workload/run_options.hpp"
 
 #include "core/cli/program.hpp"
+#include "core/text/number.hpp"
+
+#include <limits>
 
 #include <stdexcept>
 
@@ -8,38 +11,23 @@ namespace exo::workload {
 
 namespace {
 
+// Every number goes through the one strict parser (core/text/number.hpp):
+// "-1" is refused rather than wrapped, "1e3" or "0x10" rather than cut.
 std::uint64_t to_uint(const std::string& key, const std::string& v) {
-  try {
-    std::size_t used = 0;
-    auto x = std::stoull(v, &used);
-    if (used != v.size() || v.empty() || v[0] == '-')
-      throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception&) {
-    throw std::invalid_argument(key + " needs a non-negative integer, not '"
-                                + v + "'");
-  }
+  return text::parse_integer<std::uint64_t>(
+    v, 0, std::numeric_limits<std::uint64_t>::max(), key);
 }
 
+/// Finite; the sampling rules (job_request) check the range.
 float to_float(const std::string& key, const std::string& v) {
-  try {
-    std::size_t used = 0;
-    auto x = std::stof(v, &used);
-    if (used != v.size())
-      throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception&) {
-    throw std::invalid_argument(key + " needs a number, not '" + v + "'");
-  }
+  return static_cast<float>(
+    text::parse_real(v, -std::numeric_limits<float>::max(),
+                     std::numeric_limits<float>::max(), key));
 }
 
 std::uint32_t to_u32(const std::string& key, const std::string& v,
                      std::uint32_t lo, std::uint32_t hi) {
-  auto x = to_uint(key, v);
-  if (x < lo || x > hi)
-    throw std::invalid_argument(key + " must be in [" + std::to_string(lo)
-                                + ", " + std::to_string(hi) + "]");
-  return static_cast<std::uint32_t>(x);
+  return text::parse_integer<std::uint32_t>(v, lo, hi, key);
 }
 
 } // namespace

@@ -13,6 +13,7 @@
 #include "core/config/peer_address.hpp"
 #include "core/console/commands.hpp"
 #include "core/text/json.hpp"
+#include "core/text/number.hpp"
 #include "core/tls/cert_tool.hpp"
 #include "core/tls/tls_error.hpp"
 #include "runtime/console/client.hpp"
@@ -79,11 +80,12 @@ options parse(int argc, char** argv) {
   if (app.count("--token-file") > 0 && o.token_file.empty())
     die(2, "--token-file needs a file name");
   if (app.count("--timeout-ms") > 0) {
-    char* end = nullptr;
-    o.timeout_ms = std::strtol(timeout.c_str(), &end, 10);
-    if (timeout.empty() || *end != '\0' || o.timeout_ms < 100
-        || o.timeout_ms > 600000)
-      die(2, "--timeout-ms must be an integer in [100, 600000]");
+    try {
+      o.timeout_ms
+        = exo::text::parse_integer<long>(timeout, 100, 600000, "--timeout-ms");
+    } catch (const exo::text::number_error& e) {
+      die(2, std::string{e.what()} + " (an integer in [100, 600000])");
+    }
   }
   if (o.connect.empty())
     die(2, "--connect HOST:PORT is required (see --help)");

@@ -1,6 +1,7 @@
 #include "runtime/gateway/server.hpp"
 
 #include "core/gateway/prometheus.hpp"
+#include "core/text/number.hpp"
 #include "runtime/gateway/dashboard_assets.hpp"
 
 #include <boost/asio.hpp>
@@ -1136,18 +1137,19 @@ void session::handle_cluster(const std::string& path, http::verb method,
     auto digits = path.substr(jobs_prefix.size(),
                               path.size() - jobs_prefix.size()
                                 - cancel_suffix.size());
+    // The one strict parser: digits, up to 2^64-1 (as the console's
+    // cancel JOB takes them).
     std::uint64_t id = 0;
-    bool ok = !digits.empty() && digits.size() <= 19;
-    for (char c : digits)
-      ok = ok && c >= '0' && c <= '9';
-    if (ok)
-      id = std::stoull(digits);
-    if (!ok)
-      return send_error(invalid_request("Not a job id: '" + digits
-                                          + "' (digits, as GET /v1/cluster/"
-                                            "jobs lists them)",
+    try {
+      id = text::parse_integer<std::uint64_t>(digits);
+    } catch (const text::number_error& e) {
+      return send_error(invalid_request(std::string{"Not a job id: "}
+                                          + e.what()
+                                          + " (as GET /v1/cluster/jobs "
+                                            "lists them)",
                                         "job"),
                         keep_alive_);
+    }
     if (!authorized(access::permission::job_cancel))
       return;
     auto keep = keep_alive_;
@@ -1185,13 +1187,15 @@ void session::handle_cluster(const std::string& path, http::verb method,
       auto key = kv.substr(0, eq);
       auto value = eq == std::string::npos ? std::string{} : kv.substr(eq + 1);
       if (key == "limit") {
-        bool digits = !value.empty() && value.size() <= 4;
-        for (char c : value)
-          digits = digits && c >= '0' && c <= '9';
-        if (!digits || std::stoul(value) < 1 || std::stoul(value) > 1000)
-          return send_error(invalid_request("limit must be 1..1000", "limit"),
+        try {
+          limit = text::parse_integer<std::size_t>(value, 1, 1000, "limit");
+        } catch (const text::number_error& e) {
+          return send_error(invalid_request(std::string{"limit must be "
+                                                        "1..1000: "}
+                                              + e.what(),
+                                            "limit"),
                             keep_alive_);
-        limit = std::stoul(value);
+        }
       } else if (key == "node" && name == "actors") {
         bool ok = !value.empty() && value.size() <= 64;
         for (char c : value)

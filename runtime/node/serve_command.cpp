@@ -1,6 +1,7 @@
 #include "runtime/node/serve_command.hpp"
 
 #include "core/cli/program.hpp"
+#include "core/text/number.hpp"
 
 #include <ostream>
 #include <stdexcept>
@@ -13,24 +14,14 @@ constexpr const char* serve_description
   = "Runs a node that serves models over the OpenAI API (/v1/models, "
     "/v1/completions, /v1/chat/completions, /health, /metrics).";
 
+/// The one strict parser (core/text/number.hpp): digits only, in range.
 std::uint64_t to_uint(const std::string& key, const std::string& v,
                       std::uint64_t lo, std::uint64_t hi) {
-  std::uint64_t x = 0;
   try {
-    std::size_t used = 0;
-    if (v.empty() || v[0] == '-')
-      throw std::invalid_argument(v);
-    x = std::stoull(v, &used);
-    if (used != v.size())
-      throw std::invalid_argument(v);
-  } catch (const std::exception&) {
-    throw std::invalid_argument(key + " needs a non-negative integer, not '"
-                                + v + "'");
+    return text::parse_integer<std::uint64_t>(v, lo, hi, key);
+  } catch (const text::number_error& e) {
+    throw std::invalid_argument(e.what());
   }
-  if (x < lo || x > hi)
-    throw std::invalid_argument(key + " must be in [" + std::to_string(lo)
-                                + ", " + std::to_string(hi) + "]");
-  return x;
 }
 
 } // namespace

@@ -118,7 +118,7 @@ node_spec parse_node(element e, const std::string& path) {
                   }},
                  {"cpu_memory_limit_mib", [&](element x, const std::string& q) {
                     n.cpu_memory_limit_mib = static_cast<std::uint64_t>(
-                      as_integer(x, q, 0, 1 << 24));
+                      as_mebibytes(x, q, 0, 1 << 24));
                   }}});
          }},
         {"seeds",
@@ -429,17 +429,18 @@ scenario parse_document(const std::string& json, const std::string& source) {
            walk(v, p,
                 {{"heartbeat_ms",
                   [&](element x, const std::string& q) {
-                    t.heartbeat_ms = static_cast<int>(as_integer(x, q, 10, 60000));
+                    t.heartbeat_ms
+                      = static_cast<int>(as_milliseconds(x, q, 10, 60000));
                   }},
                  {"failure_timeout_ms",
                   [&](element x, const std::string& q) {
                     t.failure_timeout_ms
-                      = static_cast<int>(as_integer(x, q, 50, 600000));
+                      = static_cast<int>(as_milliseconds(x, q, 50, 600000));
                   }},
                  {"connect_timeout_ms",
                   [&](element x, const std::string& q) {
                     t.connect_timeout_ms
-                      = static_cast<int>(as_integer(x, q, 50, 600000));
+                      = static_cast<int>(as_milliseconds(x, q, 50, 600000));
                   }},
                  {"start_timeout_s",
                   [&](element x, const std::string& q) {
@@ -452,11 +453,12 @@ scenario parse_document(const std::string& json, const std::string& source) {
                  {"console_timeout_ms",
                   [&](element x, const std::string& q) {
                     t.console_timeout_ms
-                      = static_cast<int>(as_integer(x, q, 100, 600000));
+                      = static_cast<int>(as_milliseconds(x, q, 100, 600000));
                   }},
                  {"poll_ms",
                   [&](element x, const std::string& q) {
-                    t.poll_ms = static_cast<int>(as_integer(x, q, 10, 10000));
+                    t.poll_ms
+                      = static_cast<int>(as_milliseconds(x, q, 10, 10000));
                   }},
                  {"default_within_s", [&](element x, const std::string& q) {
                     t.default_within_s = as_number(x, q, 0.1, 600);

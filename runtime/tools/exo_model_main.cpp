@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,6 +31,7 @@
 #include "core/model/quantize.hpp"
 #include "core/model/sampler.hpp"
 #include "core/model/test_model.hpp"
+#include "core/text/number.hpp"
 #include "core/tokenizer/tokenizer.hpp"
 #include "core/workload/chat_prompt.hpp"
 
@@ -66,28 +68,30 @@ struct arguments {
   }
 };
 
-uint64_t to_uint(const std::string& key, const std::string& v) {
+// Numbers go through the one strict parser (core/text/number.hpp): "-1",
+// "+3", " 7" or "1e3" are refused, and a value past the field's type is an
+// error, not a silent wrap ("--top-k 4294967297" was 1).
+uint64_t to_uint(const std::string& key, const std::string& v,
+                 uint64_t hi = std::numeric_limits<uint64_t>::max()) {
   try {
-    size_t used = 0;
-    auto x = std::stoull(v, &used);
-    if (used != v.size() || v[0] == '-')
-      throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception&) {
-    throw usage_error("--" + key + " needs a non-negative integer, not '" + v
-                      + "'");
+    return exo::text::parse_integer<uint64_t>(v, 0, hi, "--" + key);
+  } catch (const exo::text::number_error& e) {
+    throw usage_error(e.what());
   }
+}
+
+uint32_t to_u32(const std::string& key, const std::string& v) {
+  return static_cast<uint32_t>(
+    to_uint(key, v, std::numeric_limits<uint32_t>::max()));
 }
 
 float to_float(const std::string& key, const std::string& v) {
   try {
-    size_t used = 0;
-    auto x = std::stof(v, &used);
-    if (used != v.size())
-      throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception&) {
-    throw usage_error("--" + key + " needs a number, not '" + v + "'");
+    return static_cast<float>(
+      exo::text::parse_real(v, -std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::max(), "--" + key));
+  } catch (const exo::text::number_error& e) {
+    throw usage_error(e.what());
   }
 }
 
@@ -110,19 +114,19 @@ int cmd_make_test(const arguments& a) {
         || k == "tokenizer-config")
       continue;
     else if (k == "layers")
-      o.layers = static_cast<uint32_t>(to_uint(k, v));
+      o.layers = to_u32(k, v);
     else if (k == "dim")
-      o.dim = static_cast<uint32_t>(to_uint(k, v));
+      o.dim = to_u32(k, v);
     else if (k == "ff")
-      o.ff = static_cast<uint32_t>(to_uint(k, v));
+      o.ff = to_u32(k, v);
     else if (k == "heads")
-      o.heads = static_cast<uint32_t>(to_uint(k, v));
+      o.heads = to_u32(k, v);
     else if (k == "kv-heads")
-      o.kv_heads = static_cast<uint32_t>(to_uint(k, v));
+      o.kv_heads = to_u32(k, v);
     else if (k == "vocab")
-      o.vocab = static_cast<uint32_t>(to_uint(k, v));
+      o.vocab = to_u32(k, v);
     else if (k == "ctx")
-      o.ctx = static_cast<uint32_t>(to_uint(k, v));
+      o.ctx = to_u32(k, v);
     else if (k == "seed")
       o.seed = to_uint(k, v);
     else if (k == "type") {
@@ -135,7 +139,7 @@ int cmd_make_test(const arguments& a) {
     else if (k == "arch")
       o.arch = v;
     else if (k == "head-dim")
-      o.head_dim = static_cast<uint32_t>(to_uint(k, v));
+      o.head_dim = to_u32(k, v);
     else
       throw usage_error("unknown option --" + k);
   }
@@ -226,12 +230,12 @@ int cmd_run(const arguments& a) {
   sp.temperature =
     a.count("temperature") ? to_float("temperature", a["temperature"]) : 0.0f;
   if (a.count("top-k"))
-    sp.top_k = static_cast<uint32_t>(to_uint("top-k", a["top-k"]));
+    sp.top_k = to_u32("top-k", a["top-k"]);
   if (a.count("top-p"))
     sp.top_p = to_float("top-p", a["top-p"]);
-  const int threads =
-    a.count("threads") ? static_cast<int>(to_uint("threads", a["threads"]))
-                       : 1;
+  const int threads = a.count("threads") ? static_cast<int>(
+                                             to_uint("threads", a["threads"], 4096))
+                                         : 1;
   ops::set_threads(threads);
   // The bits of llama.cpp run with this many threads (its split-KV decode
   // from position 256); 1 by default, whatever --threads is.
@@ -267,7 +271,7 @@ int cmd_run(const arguments& a) {
   if (prompt.empty())
     throw usage_error("the prompt gives no tokens (and the model has no BOS)");
   const uint32_t n_ctx =
-    a.count("ctx") ? static_cast<uint32_t>(to_uint("ctx", a["ctx"]))
+    a.count("ctx") ? to_u32("ctx", a["ctx"])
                    : hp.n_ctx_train;
   if (prompt.size() + n_gen > n_ctx)
     throw usage_error("prompt (" + std::to_string(prompt.size())

@@ -13,6 +13,12 @@ TEST_CASE("dev requests parse their operation, device, number and token") {
   CHECK(r.device == "gpu:0");
   CHECK(r.bytes == 4096);
   CHECK(r.token == "exo1.a.b");
+  // Sizes take units: 64MiB, 1GB.
+  r = {};
+  REQUIRE(parse_device_request("alloc gpu:0 64MiB auth=t", r).empty());
+  CHECK(r.bytes == 64ull << 20);
+  REQUIRE(parse_device_request("alloc gpu:0 1GB auth=t", r).empty());
+  CHECK(r.bytes == 1000000000ull);
   r = {};
   // Handles are salted 64-bit values: all 20 digits are accepted.
   REQUIRE(
@@ -41,14 +47,24 @@ TEST_CASE("malformed dev requests are refused with the reason") {
         == "alloc expects 2 argument(s), got 1");
   CHECK(parse_device_request("sync gpu:0 extra auth=t", r)
         == "sync expects 1 argument(s), got 2");
-  CHECK(parse_device_request("alloc gpu:0 -5 auth=t", r).find("not a non-")
-        != std::string::npos);
+  CHECK(parse_device_request("alloc gpu:0 -5 auth=t", r)
+        == "alloc SIZE: '-5' must not be negative");
+  CHECK(parse_device_request("alloc gpu:0 -1 auth=t", r)
+        == "alloc SIZE: '-1' must not be negative");
+  CHECK(parse_device_request("alloc gpu:0 4G auth=t", r)
+        == "alloc SIZE: '4G' has an ambiguous unit 'G': use 4GiB (2^30) or "
+           "4GB (10^9)");
+  CHECK(parse_device_request("alloc gpu:0 1e9 auth=t", r)
+        == "alloc SIZE: '1e9' has an exponent: write the number out (digits, "
+           "an optional '.', then a unit)");
   CHECK(parse_device_request("free gpu:0 18446744073709551616 auth=t", r)
-          .find("not a non-")
-        != std::string::npos);
+        == "free HANDLE: '18446744073709551616' is larger than "
+           "18446744073709551615");
   CHECK(parse_device_request("alloc gpu:0 123456789012345678901 auth=t", r)
-          .find("not a non-")
-        != std::string::npos);
+        == "alloc SIZE: '123456789012345678901' is larger than "
+           "18446744073709551615");
+  CHECK(parse_device_request("free gpu:0 0x10 auth=t", r)
+        == "free HANDLE: '0x10' is not an integer (digits only)");
   CHECK(parse_device_request("sync gpu:0 auth=a auth=b", r)
         == "auth= given twice");
   CHECK(parse_device_request("sync gpu:0 as=root", r)

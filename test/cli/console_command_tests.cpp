@@ -23,6 +23,10 @@ std::string sample(value_type type, double min, double max,
       return min > 0 ? std::to_string(min) : "0.5";
     case value_type::choice:
       return choices.back();
+    case value_type::size:
+      return "4GiB";
+    case value_type::duration:
+      return "1h";
     default:
       return "some-value";
   }
@@ -106,22 +110,32 @@ TEST_CASE("console command errors name the command, option or value") {
   CHECK(message_of("run --model m --frob 1") == "unknown option \"--frob\"");
   CHECK(message_of("run --model") == "--model needs a value (FILE)");
   CHECK(message_of("run --model m --stages 0")
-        == "--stages must be in [1, 1024]");
-  CHECK(message_of("plan m.gguf ctx=-3") == "ctx: \"-3\" is not a "
-                                            "non-negative integer");
+        == "--stages: '0' must be >= 1");
+  CHECK(message_of("run --model m --stages 1025")
+        == "--stages: '1025' is larger than 1024");
+  CHECK(message_of("plan m.gguf ctx=-3") == "ctx: '-3' must be >= 0");
   CHECK(message_of("plan m.gguf objective=fast")
         == "objective must be one of latency, throughput, blend, not "
            "\"fast\"");
-  CHECK(message_of("plan m.gguf blend=x") == "blend: \"x\" is not a number");
+  CHECK(message_of("plan m.gguf blend=x")
+        == "blend: 'x' is not a number (digits with an optional '-', '.' and "
+           "exponent, e.g. 0.25 or 1e-3)");
   CHECK(message_of("plan a.gguf b.gguf") == "unexpected argument \"b.gguf\"");
   CHECK(message_of("nodes n1") == "unexpected argument \"n1\"");
   CHECK(message_of("inspect") == "inspect expects 1 argument(s), got 0");
   CHECK(message_of("dev alloc gpu:0") == "alloc expects 2 argument(s), got 1");
   CHECK(message_of("dev alloc gpu:0 -5")
-        == "alloc: \"-5\" is not a non-negative integer");
+        == "alloc SIZE: '-5' must not be negative");
+  CHECK(message_of("dev alloc gpu:0 -1")
+        == "alloc SIZE: '-1' must not be negative");
+  CHECK(message_of("dev alloc gpu:0 4G")
+        == "alloc SIZE: '4G' has an ambiguous unit 'G': use 4GiB (2^30) or "
+           "4GB (10^9)");
   CHECK(message_of("dev free gpu:0 18446744073709551616")
-        == "free: \"18446744073709551616\" is not a non-negative integer");
-  CHECK(message_of("cancel abc") == "cancel: \"abc\" is not a job id");
+        == "free HANDLE: '18446744073709551616' is larger than "
+           "18446744073709551615");
+  CHECK(message_of("cancel abc")
+        == "cancel JOB: 'abc' is not an integer (digits only)");
   CHECK(message_of("plan m.gguf --json=1") == "--json takes no value");
   CHECK(message_of("dev sync gpu:0 auth=a auth=b") == "auth= given twice");
   CHECK(message_of("run --prompt \"open") == "unterminated quote");
@@ -180,16 +194,53 @@ TEST_CASE("the console's run takes the options of exo-node run that are not "
                   command_error);
 }
 
-TEST_CASE("token issue takes exact integers: no exponents, units or signs") {
+TEST_CASE("token issue takes a ttl duration and a quota size, strictly") {
   CHECK(message_of("token issue principal=a ttl=1e9")
-        == "ttl: \"1e9\" is not a non-negative integer");
+        == "ttl: '1e9' has an exponent: write the number out (digits, an "
+           "optional '.', then a unit)");
+  CHECK(message_of("token issue principal=a ttl=-1")
+        == "ttl: '-1' must not be negative");
+  CHECK(message_of("token issue principal=a ttl=1500ms")
+        == "ttl: '1500ms' is not a whole number of s");
+  CHECK(message_of("token issue principal=a ttl=1y")
+        == "ttl: '1y' has an unknown unit 'y' (durations take ns, us, ms, s, "
+           "m, h or d)");
   CHECK(message_of("token issue principal=a quota=4G")
-        == "quota: \"4G\" is not a non-negative integer");
+        == "quota: '4G' has an ambiguous unit 'G': use 4GiB (2^30) or 4GB "
+           "(10^9)");
   CHECK(message_of("token issue principal=a quota=-1")
-        == "quota: \"-1\" is not a non-negative integer");
+        == "quota: '-1' must not be negative");
   CHECK(message_of("token issue principal=a quota=18446744073709551616")
-        == "quota: \"18446744073709551616\" is not a non-negative integer");
+        == "quota: '18446744073709551616' is larger than "
+           "18446744073709551615");
+  // Plain integers keep working: seconds and bytes.
   auto ok = parse_line("token issue principal=a ttl=3600 quota=4294967296");
-  CHECK(ok.count("ttl", 0) == 3600);
-  CHECK(ok.count("quota", 0) == 4294967296ull);
+  CHECK(ok.seconds("ttl", 0) == 3600);
+  CHECK(ok.size("quota", 0) == 4294967296ull);
+  auto units = parse_line("token issue principal=a ttl=1h quota=4GiB");
+  CHECK(units.seconds("ttl", 0) == 3600);
+  CHECK(units.size("quota", 0) == 4294967296ull);
+  CHECK(parse_line("token issue principal=a ttl=7d").seconds("ttl", 0)
+        == 7 * 86400);
+  CHECK(parse_line("token issue principal=a quota=512MB").size("quota", 0)
+        == 512000000);
+  CHECK(parse_line("token issue principal=a").seconds("ttl", 86400) == 86400);
+}
+
+TEST_CASE("dev alloc takes a size; counts and numbers are strict") {
+  CHECK(parse_line("dev alloc gpu:0 64MiB").args[1] == "64MiB");
+  CHECK(parse_line("dev alloc gpu:0 4096").args[1] == "4096");
+  // strtod took these: hex floats, '+', nan-like words.
+  CHECK(message_of("run --model m --temperature 0x1p-1")
+        == "--temperature: '0x1p-1' is not a number (digits with an optional "
+           "'-', '.' and exponent, e.g. 0.25 or 1e-3)");
+  CHECK(message_of("run --model m --top-p +0.5")
+        == "--top-p: '+0.5' is not a number (digits with an optional '-', '.' "
+           "and exponent, e.g. 0.25 or 1e-3)");
+  CHECK(message_of("plan m.gguf blend=1e-400")
+        == "blend: '1e-400' is too small to represent (rounds to 0)");
+  CHECK(message_of("plan m.gguf blend=2") == "blend: '2' is larger than 1");
+  auto p = parse_line("plan m.gguf ctx=00512 blend=.5");
+  CHECK(p.count("ctx", 0) == 512);
+  CHECK(p.number("blend", 0) == 0.5);
 }

@@ -124,3 +124,52 @@ TEST_CASE("a program with commands names an unknown command and exits 2") {
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("unknown command \"frobnicate\""));
 }
+
+TEST_CASE("a bad number exits 2 naming the option and the rule") {
+  // Each of these was taken by std::stoull, stoi, strtol or stof, or cut
+  // to its type (--top-k 4294967297 was 1); core/text/number refuses them.
+  struct bad_number {
+    command c;
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<bad_number> cases{
+    {{"runtime/node/exo-node", {"serve"}},
+     {"--model", "m.gguf", "--port", "+80"},
+     "--port: '+80' is not an integer (digits only)"},
+    {{"runtime/node/exo-node", {"serve"}},
+     {"--model", "m.gguf", "--ctx", "1e3"},
+     "--ctx: '1e3' is not an integer (digits only)"},
+    {{"runtime/node/exo-node", {"run"}},
+     {"--model", "m.gguf", "--seed", "+3"},
+     "--seed: '+3' is not an integer (digits only)"},
+    {{"runtime/node/exo-node", {"run"}},
+     {"--model", "m.gguf", "--temperature", "0x1p-1"},
+     "--temperature: '0x1p-1' is not a number"},
+    {{"runtime/console/exo-console", {}},
+     {"--connect", "127.0.0.1:1", "--timeout-ms", "+1000"},
+     "--timeout-ms: '+1000' is not an integer (digits only)"},
+    {{"runtime/tools/exo-model", {"run"}},
+     {"--model", "m.gguf", "--top-k", "4294967297"},
+     "--top-k: '4294967297' is larger than 4294967295"},
+    {{"runtime/tools/exo-model", {"run"}},
+     {"--model", "m.gguf", "-n", "-1"},
+     "--n: '-1' must be >= 0"},
+    {{"runtime/tools/exo-model", {"run"}},
+     {"--model", "m.gguf", "--top-p", "nan"},
+     "--top-p: 'nan' is not a number"},
+    {{"runtime/tools/exo-cert", {"init-ca"}},
+     {"--dir", "/nonexistent/ca", "--days", "-5"},
+     "--days: '-5' must be >= 1"},
+    {{"runtime/tools/exo-plan", {}},
+     {"--problem", "x.json", "--time-limit", "+5"},
+     "--time-limit must be"},
+  };
+  for (auto& b : cases) {
+    INFO(b.c.name() << " " << b.message);
+    auto r = run(b.c.with(b.args));
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(b.message));
+  }
+}

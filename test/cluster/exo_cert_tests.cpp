@@ -73,7 +73,16 @@ TEST_CASE("exo-cert refuses bad usage with exit 2 and a reason") {
   CHECK_THAT(r.output, Catch::Contains("unknown option \"--colour\""));
   r = exo_cert("init-ca --dir " + q(dir / "ca") + " --days soon");
   CHECK(r.status == 2);
-  CHECK_THAT(r.output, Catch::Contains("--days expects a whole number"));
+  CHECK_THAT(r.output,
+             Catch::Contains("--days: 'soon' is not an integer (digits only) "
+                             "(a whole number of days, 1 to 36500)"));
+  // std::stoi took these: a sign, a space, a fraction cut to 5.
+  for (auto bad : {"-5", "+5", "5.5", "0", "36501"}) {
+    r = exo_cert("init-ca --dir " + q(dir / "ca") + " --days " + bad);
+    INFO(bad << ": " << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Catch::Contains("--days: '"));
+  }
   r = exo_cert("init-ca --dir " + q(dir / "ca") + " --days");
   CHECK(r.status == 2);
   CHECK_THAT(r.output, Catch::Contains("--days: 1 required N missing"));

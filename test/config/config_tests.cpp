@@ -102,10 +102,41 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "network.seeds[0]: must be \"host:port\""},
     {R"({"network": {"seeds": ["h:1", "h:0"]}})",
      "network.seeds[1]: port must be an integer in [1, 65535]"},
+    // strtol took a sign and a leading space: the strict parser does not.
+    {R"({"network": {"seeds": ["h:+80"]}})",
+     "network.seeds[0]: port must be an integer in [1, 65535], got \"+80\""},
+    {R"({"network": {"seeds": ["h: 80"]}})",
+     "network.seeds[0]: port must be an integer in [1, 65535], got \" 80\""},
+    {R"({"network": {"seeds": ["h:65536"]}})",
+     "network.seeds[0]: port must be an integer in [1, 65535]"},
     {R"({"network": {"heartbeat_ms": 5}})",
      "network.heartbeat_ms: must be an integer in [10, 60000]"},
     {R"({"network": {"heartbeat_ms": 500, "failure_timeout_ms": 400}})",
      "network.failure_timeout_ms: must be larger than heartbeat_ms"},
+    // Duration and size keys also take a string with a unit (the strict
+    // parser's rules and the key's range, in the key's unit).
+    {R"({"network": {"heartbeat_ms": "5ms"}})",
+     "network.heartbeat_ms: must be in [10ms, 1m], got \"5ms\""},
+    {R"({"network": {"heartbeat_ms": "1e3"}})",
+     "network.heartbeat_ms: must be an integer in [10, 60000] (milliseconds) "
+     "or a string with a unit in [10ms, 1m]: '1e3' has an exponent"},
+    {R"({"network": {"heartbeat_ms": "0.5ms"}})",
+     "network.heartbeat_ms: must be an integer in [10, 60000] (milliseconds) "
+     "or a string with a unit in [10ms, 1m]: '0.5ms' is not a whole number of "
+     "ms"},
+    {R"({"network": {"heartbeat_ms": "-1s"}})",
+     "network.heartbeat_ms: must be an integer in [10, 60000] (milliseconds) "
+     "or a string with a unit in [10ms, 1m]: '-1s' must not be negative"},
+    {R"({"devices": {"cpu_memory_limit_mib": "4G"}})",
+     "devices.cpu_memory_limit_mib: must be an integer in [0, 1073741824] "
+     "(MiB) or a string with a unit in [0B, 1024TiB]: '4G' has an ambiguous unit "
+     "'G': use 4GiB (2^30) or 4GB (10^9)"},
+    {R"({"devices": {"cpu_memory_limit_mib": "1000kB"}})",
+     "devices.cpu_memory_limit_mib: must be an integer in [0, 1073741824] "
+     "(MiB) or a string with a unit in [0B, 1024TiB]: '1000kB' is not a whole "
+     "number of MiB"},
+    {R"({"devices": {"rescan_interval_s": "2d"}})",
+     "devices.rescan_interval_s: must be in [0s, 1d], got \"2d\""},
     {R"({"tls": {"certificate": "a.crt"}})",
      "tls: certificate, key and ca must be given together"},
     {R"({"devices": {"include": ["metal"]}})",
@@ -142,6 +173,24 @@ TEST_CASE("bad config files are refused with a message naming the key") {
       CHECK_THAT(e.what(), Catch::Contains(r.message));
     }
   }
+}
+
+TEST_CASE("duration and size keys take a number or a string with a unit") {
+  auto cfg = parse(R"({"network": {"heartbeat_ms": "250ms",
+                                    "failure_timeout_ms": "2s",
+                                    "connect_timeout_ms": 1500},
+                       "devices": {"cpu_memory_limit_mib": "4GiB",
+                                   "rescan_interval_s": "1h",
+                                   "telemetry_interval_ms": "1.5s"},
+                       "safety": {"audit_max_file_mib": 64}})",
+                   "test");
+  CHECK(cfg.network.heartbeat == std::chrono::milliseconds{250});
+  CHECK(cfg.network.failure_timeout == std::chrono::milliseconds{2000});
+  CHECK(cfg.network.connect_timeout == std::chrono::milliseconds{1500});
+  CHECK(cfg.devices.cpu_memory_limit == (std::uint64_t{4} << 30));
+  CHECK(cfg.devices.rescan_interval == std::chrono::seconds{3600});
+  CHECK(cfg.devices.telemetry_interval == std::chrono::milliseconds{1500});
+  CHECK(cfg.safety.audit_max_file_bytes == (std::uint64_t{64} << 20));
 }
 
 TEST_CASE("console commands need a token only when the node says so") {
@@ -249,6 +298,15 @@ TEST_CASE("network.limits and models.dirs: safe defaults, every key read, "
   CHECK(l.message_burst == 20);
   CHECK(exo::config::client_dirs(c)
         == std::vector<std::string>{"/srv/models", "/opt/llm"});
+  // Sizes and durations may carry units.
+  auto u = parse(R"({"network": {"limits": {
+      "max_node_message_bytes": "8MiB", "max_buffered_bytes_per_peer": "1GiB",
+      "idle_timeout_ms": "5s", "handshake_timeout_ms": "1500ms"}}})",
+                 "test");
+  CHECK(u.network.limits.max_node_frame_bytes == 8u << 20);
+  CHECK(u.network.limits.max_buffered_per_peer == 1u << 30);
+  CHECK(u.network.limits.idle_timeout == std::chrono::seconds{5});
+  CHECK(u.network.limits.handshake_timeout == std::chrono::milliseconds{1500});
   struct row {
     const char* json;
     const char* message;

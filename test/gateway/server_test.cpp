@@ -691,6 +691,14 @@ TEST_CASE("the dashboard and the cluster views are served, with their "
   CHECK(req("POST", "/v1/cluster/jobs/x1/cancel").status == 400);
   CHECK(req("POST", "/v1/cluster/jobs/99999999999999999999/cancel").status
         == 400);
+  // Job ids are 64-bit, as the console's cancel JOB takes them: 2^64-1 is an
+  // id (not a running one), 2^64 is not.
+  CHECK(req("POST", "/v1/cluster/jobs/18446744073709551615/cancel").status
+        == 404);
+  auto too_big = req("POST", "/v1/cluster/jobs/18446744073709551616/cancel");
+  CHECK(too_big.status == 400);
+  CHECK(too_big.body.find("is larger than 18446744073709551615")
+        != std::string::npos);
   CHECK(req("GET", "/v1/events").status == 400); // not an upgrade
   auto audit = json::parse(req("GET", "/v1/cluster/audit?limit=5&type="
                                       "access_denied")
@@ -701,6 +709,13 @@ TEST_CASE("the dashboard and the cluster views are served, with their "
   CHECK(json::parse(req("GET", "/v1/cluster/actors").body)["limit"] == 100);
   CHECK(req("GET", "/v1/cluster/audit?limit=0").status == 400);
   CHECK(req("GET", "/v1/cluster/audit?limit=99999").status == 400);
+  auto bad_limit = req("GET", "/v1/cluster/audit?limit=%2B5");
+  CHECK(bad_limit.status == 400);
+  CHECK(bad_limit.body.find("limit must be 1..1000: limit: '%2B5' is not an "
+                            "integer")
+        != std::string::npos);
+  CHECK(json::parse(req("GET", "/v1/cluster/audit?limit=0007").body)["limit"]
+        == 7);
   CHECK(req("GET", "/v1/cluster/audit?type=a%20b").status == 400);
   CHECK(req("GET", "/v1/cluster/audit?path=/etc").status == 400);
   std::lock_guard<std::mutex> guard{mx};

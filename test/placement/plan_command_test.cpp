@@ -88,6 +88,16 @@ TEST_CASE("plan exits 2 with the reason on bad input") {
              Catch::Contains("--objective must be"));
   CHECK_THAT(run({"--problem", "x.json", "--time-limit", "-3"}).err,
              Catch::Contains("--time-limit must be"));
+  // strtod and strtol took a hex float and a '+'.
+  CHECK_THAT(run({"--problem", "x.json", "--blend-weight", "0x1p-1"}).err,
+             Catch::Contains("--blend-weight must be a number in [0, 1]: "
+                             "'0x1p-1' is not a number"));
+  CHECK_THAT(run({"--problem", "x.json", "--time-limit", "+5"}).err,
+             Catch::Contains("--time-limit must be"));
+  CHECK_THAT(run({"--problem", "x.json", "--time-limit", "0"}).err,
+             Catch::Contains("'0' must be > 0"));
+  CHECK_THAT(run({"--problem", "x.json", "--time-limit", "2d"}).err,
+             Catch::Contains("'2d' is larger than 86400000ms"));
   CHECK_THAT(run({"--problem", "x.json", "--solver", "magic"}).err,
              Catch::Contains("--solver must be"));
   CHECK_THAT(run({"--problem", "x.json", "--frobnicate"}).err,

@@ -79,6 +79,12 @@ TEST_CASE("bad problem files are refused with the key path named") {
      "devices[0].memory: must be > 0"},
     {"\"memory\": \"8GiB\"", "\"memory\": \"8 potatoes\"",
      "devices[0].memory: \"8 potatoes\" is not a byte count"},
+    // 1e19 bytes fit no int64: llround wrapped it (to 2^63, then refused as
+    // >= 1 EiB); now the text is refused for what it is.
+    {"\"memory\": \"8GiB\"", "\"memory\": \"10000000000GB\"",
+     "devices[0].memory: \"10000000000GB\" is not a byte count"},
+    {"\"memory\": \"8GiB\"", "\"memory\": \"16777216TiB\"",
+     "devices[0].memory: \"16777216TiB\" is not a byte count"},
     {"\"memory\": \"8GiB\"", "\"memory\": true",
      "devices[0].memory: expected a byte count"},
     {"\"memory\": \"8GiB\"", "\"memroy\": 1",

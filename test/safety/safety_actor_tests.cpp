@@ -485,6 +485,46 @@ TEST_CASE_METHOD(fixture, "the access service issues and revokes tokens for "
   self->send_exit(svc, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE_METHOD(fixture, "token issue takes a ttl duration and a quota size",
+                 "[access]") {
+  access::access_actor_config ac;
+  ac.node = "n1";
+  ac.policy = policy;
+  ac.key = key;
+  ac.audit = audit;
+  auto svc = access::spawn_access_actor(sys, ac);
+  auto admin = access::issue_admin_token(key, "root", 600);
+  caf::error err;
+  // The strict parser's refusals reach the client with the rule.
+  console(svc, "token", "issue principal=gina quota=4G auth=" + admin, &err);
+  REQUIRE(err);
+  CHECK(sys.render(err).find("'4G' has an ambiguous unit")
+        != std::string::npos);
+  console(svc, "token", "issue principal=gina quota=-1 auth=" + admin, &err);
+  REQUIRE(err);
+  CHECK(sys.render(err).find("'-1' must not be negative")
+        != std::string::npos);
+  console(svc, "token", "issue principal=gina ttl=1e9 auth=" + admin, &err);
+  REQUIRE(err);
+  CHECK(sys.render(err).find("'1e9' has an exponent") != std::string::npos);
+  // A ttl past the node's limit is refused as before, in seconds.
+  console(svc, "token", "issue principal=gina ttl=100000d auth=" + admin,
+          &err);
+  REQUIRE(err);
+  CHECK(sys.render(err).find("ttl must be in [1, ") != std::string::npos);
+  // 1KiB is 1024 bytes of quota; 1h an hour.
+  auto r = console(svc, "token",
+                   "issue principal=gina role=user ttl=1h quota=1KiB auth="
+                     + admin);
+  auto token = r.text.substr(0, r.text.find('\n'));
+  handle_id h1 = 0, h2 = 0;
+  REQUIRE_FALSE(ask(h1, dev, allocate_atom::value, std::uint64_t{1000}, token));
+  CHECK(is(ask(h2, dev, allocate_atom::value, std::uint64_t{25}, token),
+           exo_errc::quota_exceeded));
+  CHECK_FALSE(ask(h2, dev, allocate_atom::value, std::uint64_t{24}, token));
+  self->send_exit(svc, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE_METHOD(fixture, "the audit sink answers queries and verifies its "
                           "chain",
                  "[audit]") {

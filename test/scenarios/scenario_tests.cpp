@@ -17,6 +17,21 @@ const char* minimal = R"({"name": "m", "nodes": [{"name": "a"}],
 
 } // namespace
 
+TEST_CASE("timing and memory keys take a string with a unit") {
+  auto sc = parse(R"({"name": "u",
+    "timing": {"poll_ms": "250ms", "console_timeout_ms": "30s",
+               "heartbeat_ms": "0.1s", "failure_timeout_ms": "1s"},
+    "nodes": [{"name": "a", "devices": {"cpu_memory_limit_mib": "1GiB"}}],
+    "steps": [{"do": "sleep", "seconds": 0}]})",
+                  "t");
+  CHECK(sc.timing.poll_ms == 250);
+  CHECK(sc.timing.console_timeout_ms == 30000);
+  CHECK(sc.timing.heartbeat_ms == 100);
+  CHECK(sc.timing.failure_timeout_ms == 1000);
+  REQUIRE(sc.nodes.size() == 1);
+  CHECK(sc.nodes[0].cpu_memory_limit_mib == 1024);
+}
+
 TEST_CASE("a full scenario is read with every key") {
   auto sc = parse(R"({
     "name": "full", "description": "d", "topology": "chain",
@@ -137,6 +152,12 @@ TEST_CASE("bad scenario files are refused with a message naming the key") {
      "timing.failure_timeout_ms: must be larger than heartbeat_ms"},
     {R"({"name": "s", "timing": {"poll_ms": "fast"}})",
      "timing.poll_ms: must be an integer in [10, 10000]"},
+    {R"({"name": "s", "timing": {"poll_ms": "1m"}})",
+     "timing.poll_ms: must be in [10ms, 10s], got \"1m\""},
+    {R"({"name": "s", "timing": {"console_timeout_ms": "10G"}})",
+     "timing.console_timeout_ms: must be an integer in [100, 600000] "
+     "(milliseconds) or a string with a unit in [100ms, 10m]: '10G' has an "
+     "unknown unit 'G'"},
     {R"({"name": "s", "timing": {"start_timeout_s": 0}})",
      "timing.start_timeout_s: must be a number in [1, 600], got 0"},
     {R"({"name": "s", "timing": {"jitter": 1}})", "timing.jitter: unknown key"},

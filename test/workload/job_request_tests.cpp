@@ -160,6 +160,44 @@ TEST_CASE("a job request takes the job part of the run options",
   CHECK(r.keep_logits);
 }
 
+TEST_CASE("run options parse numbers strictly", "[workload][job_request]") {
+  auto message = [](std::vector<std::string> extra) -> std::string {
+    std::vector<std::string> words{"--model", "m.gguf"};
+    words.insert(words.end(), extra.begin(), extra.end());
+    try {
+      parse_run_options(words, true);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  // std::stoull and std::stof took each of these.
+  CHECK(message({"--seed", "+3"}) == "--seed: '+3' is not an integer "
+                                     "(digits only)");
+  CHECK(message({"-n", " 7"}) == "-n: ' 7' is not an integer (digits only)");
+  CHECK(message({"--temperature", "0x1p-1"})
+        == "--temperature: '0x1p-1' is not a number (digits with an optional "
+           "'-', '.' and exponent, e.g. 0.25 or 1e-3)");
+  CHECK(message({"--top-p", "nan"})
+        == "--top-p: 'nan' is not a number (digits with an optional '-', '.' "
+           "and exponent, e.g. 0.25 or 1e-3)");
+  CHECK(message({"--temperature", "1e39"})
+        == "--temperature: '1e39' is larger than 3.4028234663852886e+38");
+  CHECK(message({"--seed", "18446744073709551616"})
+        == "--seed: '18446744073709551616' is larger than "
+           "18446744073709551615");
+  CHECK(message({"--stages", "0"}) == "--stages: '0' must be >= 1");
+  CHECK(message({"--llama-threads", "1025"})
+        == "--llama-threads: '1025' is larger than 1024");
+  CHECK(message({"-n", "-1"}) == "-n: '-1' must be >= 0");
+  auto o = parse_run_options({"--model", "m", "--seed", "007", "--top-p",
+                              ".5", "--temperature", "1e-1"},
+                             true);
+  CHECK(o.sampling.seed == 7);
+  CHECK(o.sampling.top_p == 0.5f);
+  CHECK(o.sampling.temperature == 0.1f);
+}
+
 TEST_CASE("preparing a job loads the model, tokenizes the prompt and applies "
           "the rules",
           "[workload][job_request]") {

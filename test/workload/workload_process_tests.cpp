@@ -234,7 +234,8 @@ TEST_CASE("a running job is listed with its id and cancelled from another "
   // Bad ids are clear errors.
   auto bad = console(p, g.port, "cancel x1");
   CHECK(bad.code == 1);
-  CHECK(bad.err.find("is not a job id") != std::string::npos);
+  CHECK(bad.err.find("cancel JOB: 'x1' is not an integer")
+        != std::string::npos);
   auto none = console(p, g.port, "cancel 99");
   CHECK(none.code == 1);
   CHECK(none.err.find("no running job 99") != std::string::npos);
