@@ -14,6 +14,7 @@
 
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <set>
@@ -243,6 +244,10 @@ struct audit_state {
   std::uint64_t dropped = 0;
   std::uint64_t received = 0;
   std::string last_error;
+  // What the operator was last told of a failure to write.
+  std::string told_error;
+  std::uint64_t told_dropped = 0;
+  std::chrono::steady_clock::time_point told_at;
   // Witnessing.
   std::uint64_t witnessed = 0;
   std::uint64_t refused = 0;
@@ -455,6 +460,31 @@ audit_checkpoint witnessed_of(audit_state& st, const std::string& node) {
   return out;
 }
 
+/// Tells the operator (cfg.operator_log, else stderr) that the log cannot
+/// be written: when a failure is new or its message changes, then at most
+/// once a minute while records are still being lost.
+void tell_operator(audit_state& st) {
+  if (st.last_error.empty())
+    return;
+  auto now = std::chrono::steady_clock::now();
+  bool changed = st.last_error != st.told_error;
+  bool still = st.dropped > st.told_dropped
+               && now - st.told_at >= std::chrono::minutes(1);
+  if (!changed && !still)
+    return;
+  auto line = "exo: the audit log in " + st.cfg.log.directory
+              + " cannot be written: " + st.last_error + " ("
+              + std::to_string(st.dropped)
+              + " records lost so far; free space or fix the folder)";
+  if (st.cfg.operator_log)
+    st.cfg.operator_log(line);
+  else
+    std::fprintf(stderr, "%s\n", line.c_str());
+  st.told_error = st.last_error;
+  st.told_dropped = st.dropped;
+  st.told_at = now;
+}
+
 /// Appends one entry to the log; an unknown type or level is dropped.
 void take(audit_state& st, audit_entry& e) {
   ++st.received;
@@ -474,6 +504,7 @@ void take(audit_state& st, audit_entry& e) {
   } catch (const std::exception& x) {
     ++st.dropped;
     st.last_error = x.what();
+    tell_operator(st);
     return;
   }
   st.checkpoints.after_append(st.last_error);
@@ -523,6 +554,7 @@ caf::behavior audit_impl(self_ptr self, audit_actor_config cfg,
         st.last_error = x.what();
       }
       st.checkpoints.on_tick(st.last_error);
+      tell_operator(st);
       self->delayed_send(self, st.cfg.flush_interval, tick_atom::value);
     },
     [self](audit_atom, checkpoint_atom) -> std::string {

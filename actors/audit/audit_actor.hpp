@@ -73,6 +73,10 @@ struct audit_actor_config {
   /// Buffered records are written at least this often.
   std::chrono::milliseconds flush_interval{1000};
   checkpoint_config checkpoints;
+  /// Where the operator is told that the log cannot be written (a full
+  /// disk, a file too large): one line when a failure starts or changes,
+  /// then at most one a minute while it lasts. Default: stderr.
+  std::function<void(const std::string&)> operator_log;
 };
 
 /// Spawns the sink. Throws `audit_error` when the log cannot be opened.

@@ -103,8 +103,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> files;
   for (auto& f : list_log_files(base + "/flush", "audit"))
     files.push_back(f.path);
+  verify_options genesis;
+  genesis.require_genesis = true;
   auto t0 = bench_clock::now();
-  auto res = verify(files, {true});
+  auto res = verify(files, genesis);
   auto secs = std::chrono::duration<double>(bench_clock::now() - t0).count();
   std::printf("\nverify: %llu records in %.3f s = %.0f records/s (%s)\n",
               static_cast<unsigned long long>(res.records), secs,

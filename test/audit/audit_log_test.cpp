@@ -19,6 +19,13 @@ using exo::test::temp_dir;
 
 namespace {
 
+/// verify() that requires the log to start at record 1.
+verify_options genesis() {
+  verify_options o;
+  o.require_genesis = true;
+  return o;
+}
+
 /// A clock that advances 1 ms per reading, starting at 1,000,000 s.
 std::function<std::int64_t()> fake_clock() {
   auto t = std::make_shared<std::int64_t>(1000000ll * 1000000);
@@ -84,7 +91,7 @@ TEST_CASE("appended records form an intact chain from the genesis hash") {
     CHECK(r.prev == prev);
     prev = r.hash;
   }
-  auto res = verify({path}, {true});
+  auto res = verify({path}, genesis());
   CHECK(res.ok);
   CHECK(res.records == 10);
   CHECK(res.last_seq == 10);
@@ -146,7 +153,7 @@ TEST_CASE("verify detects a removed first record when the chain must start "
   lines.erase(lines.begin());
   spit(path, join_lines(lines));
   CHECK(verify({path}).ok);
-  auto res = verify({path}, {true});
+  auto res = verify({path}, genesis());
   REQUIRE_FALSE(res.ok);
   CHECK(res.bad_seq == 1u);
 }
@@ -242,7 +249,7 @@ TEST_CASE("a torn last line is truncated on open and the chain continues") {
     CHECK(slurp(path) == good);
     CHECK(log.append(make_event(5)) == 6);
   }
-  auto res = verify({path}, {true});
+  auto res = verify({path}, genesis());
   CHECK(res.ok);
   CHECK_FALSE(res.torn_tail);
   CHECK(res.last_seq == 6);
@@ -279,7 +286,7 @@ TEST_CASE("a large log is recovered from its end, whatever the torn tail's "
     CHECK(log.recovery().truncated_bytes == 0);
     CHECK(log.append(make_event(6000)) == 6001);
   }
-  CHECK(verify({path}, {true}).ok);
+  CHECK(verify({path}, genesis()).ok);
   // What recovery reads: the end of the file only.
   auto tail = read_tail(path, 100);
   auto all = slurp(path);
@@ -301,7 +308,7 @@ TEST_CASE("a tail of zero bytes after a crash is dropped on open") {
   CHECK(log.last_seq() == 3);
   log.append(make_event(3));
   log.flush();
-  CHECK(verify({path}, {true}).ok);
+  CHECK(verify({path}, genesis()).ok);
 }
 
 TEST_CASE("reopening a log continues its sequence and chain") {
@@ -314,7 +321,7 @@ TEST_CASE("reopening a log continues its sequence and chain") {
     CHECK(log.append(make_event(4)) == 5);
     path = log.current_file();
   }
-  auto res = verify({path}, {true});
+  auto res = verify({path}, genesis());
   CHECK(res.ok);
   CHECK(res.records == 5);
 }
@@ -387,7 +394,7 @@ TEST_CASE("rotation starts numbered files and carries the chain across them") {
   REQUIRE(reader.read(lines_of(slurp(paths[1])).front(), first2) == "");
   CHECK(first2.prev == last1.hash);
   CHECK(first2.seq == last1.seq + 1);
-  auto res = verify(paths, {true});
+  auto res = verify(paths, genesis());
   CHECK(res.ok);
   CHECK(res.records == 60);
   CHECK(res.files == files.size());
@@ -421,7 +428,7 @@ TEST_CASE("recovery after rotation continues from the previous file when the "
   std::vector<std::string> paths;
   for (auto& f : list_log_files(dir.path(), "audit"))
     paths.push_back(f.path);
-  auto res = verify(paths, {true});
+  auto res = verify(paths, genesis());
   CHECK(res.ok);
   CHECK(res.last_seq == last + 1);
 }

@@ -17,7 +17,12 @@
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+
+#include <csignal>
+#include <mutex>
+#include <thread>
 
 using namespace exo;
 using namespace std::chrono_literals;
@@ -301,4 +306,59 @@ TEST_CASE("the checkpoint settings of the config: defaults and ranges") {
     CHECK_THROWS_WITH(parse(bad, "test"),
                       Catch::Contains("safety.audit_checkpoint_"));
   }
+}
+
+TEST_CASE("a log that cannot be written (a full disk) is told to the "
+          "operator once, with the folder and the reason") {
+  test::temp_dir dir;
+  struct system_config : caf::actor_system_config {
+    system_config() {
+      register_messages(*this);
+    }
+  } cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto lines = std::make_shared<std::vector<std::string>>();
+  auto mutex = std::make_shared<std::mutex>();
+  audit::audit_actor_config ac;
+  ac.log.directory = dir.path();
+  ac.log.node = "n1";
+  ac.log.sync = audit::fsync_policy::every_record; // write at once
+  ac.flush_interval = 50ms;
+  ac.operator_log = [lines, mutex](const std::string& l) {
+    std::lock_guard<std::mutex> guard{*mutex};
+    lines->push_back(l);
+  };
+  auto sink = audit::spawn_audit_actor(sys, ac);
+  auto send = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      audit_entry e;
+      e.type = static_cast<std::uint8_t>(audit::event_type::device_list);
+      self->send(sink, audit_atom::value, e);
+    }
+    self->request(sink, 10s, audit_atom::value, caf::flush_atom::value)
+      .receive([](std::uint64_t) {}, [](caf::error&) {});
+  };
+  send(2);
+  CHECK(lines->empty());
+  // A full disk, as the process sees it: no file may grow (EFBIG).
+  rlimit saved{};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &saved) == 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit full = saved;
+  full.rlim_cur = 0;
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &full) == 0);
+  send(20);
+  std::this_thread::sleep_for(200ms); // a few ticks
+  send(5);
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &saved) == 0);
+  std::signal(SIGXFSZ, old_handler);
+  self->send_exit(sink, caf::exit_reason::user_shutdown);
+  self->wait_for(sink);
+  std::lock_guard<std::mutex> guard{*mutex};
+  REQUIRE(lines->size() == 1); // told once, not once per record
+  CHECK_THAT(lines->front(),
+             Catch::Contains("exo: the audit log in " + dir.path()
+                             + " cannot be written: "));
+  CHECK_THAT(lines->front(), Catch::Contains("records lost so far"));
 }
