@@ -12,7 +12,14 @@ SECONDS_EACH=${2:-600}
 shift $(( $# > 2 ? 2 : $# ))
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(config gguf placement tokenizer http_request cluster_view messages number)
+  # Every target the build has (fuzz/CMakeLists.txt lists them).
+  for bin in "$BUILD"/fuzz/fuzz_*; do
+    [ -x "$bin" ] && targets+=("${bin##*/fuzz_}")
+  done
+  if [ ${#targets[@]} -eq 0 ]; then
+    echo "fuzz: no targets in $BUILD/fuzz (make fuzz-build builds them)" >&2
+    exit 2
+  fi
 fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$BUILD/crashes"
