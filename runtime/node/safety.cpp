@@ -159,14 +159,19 @@ caf::actor start_connection_watch(caf::actor_system& sys,
   // Refusals before the watch existed (none: the node is not listening
   // yet) are dropped with the guard's previous configuration.
   tls::take_connection_refusals();
-  return sys.spawn([audit, interval](caf::event_based_actor* self) {
-    self->delayed_send(self, interval, tick_atom::value);
-    return caf::behavior{[self, audit, interval](tick_atom) {
-      if (audit)
-        audit_refusals(audit);
-      self->delayed_send(self, interval, tick_atom::value);
-    }};
-  });
+  // The state goes as spawn arguments: CAF 0.17 dereferences a null tuple
+  // for an actor spawned without any (notes/caf-0.17.md).
+  return sys.spawn(
+    [](caf::event_based_actor* self, caf::actor sink,
+       std::chrono::milliseconds every) {
+      self->delayed_send(self, every, tick_atom::value);
+      return caf::behavior{[self, sink, every](tick_atom) {
+        if (sink)
+          audit_refusals(sink);
+        self->delayed_send(self, every, tick_atom::value);
+      }};
+    },
+    std::move(audit), interval);
 }
 
 void stop_safety(caf::actor_system& sys, safety_parts& parts) {

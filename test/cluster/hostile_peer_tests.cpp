@@ -22,6 +22,15 @@ namespace {
 
 constexpr long mib = 1024; // in KiB
 
+/// What the node may hold beyond its limits: its own working memory, and
+/// under AddressSanitizer the quarantine of freed blocks (256 MiB by
+/// default) and redzones, which a normal build does not keep.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr long slack = (64 + 256) * mib;
+#else
+constexpr long slack = 64 * mib;
+#endif
+
 /// Opens `n` connections with certificate dir/NAME/NAME and announces
 /// `bytes` on each; returns them (still open).
 std::vector<std::unique_ptr<raw_tls>>
@@ -84,7 +93,7 @@ TEST_CASE("a hostile peer with a valid certificate cannot hold the node's "
   auto rss1 = resident_kib(pid);
   INFO("resident: " << rss0 / mib << " MiB before, " << rss1 / mib
                     << " MiB with 30 client connections");
-  CHECK(rss1 - rss0 < 64 * mib);
+  CHECK(rss1 - rss0 < 16 * mib + slack);
   // The node keeps serving others (the console is another certificate).
   CHECK(console(p, n1.port, {"nodes"}).code == 0);
 
@@ -94,7 +103,7 @@ TEST_CASE("a hostile peer with a valid certificate cannot hold the node's "
   std::this_thread::sleep_for(1s);
   auto rss2 = resident_kib(pid);
   INFO("resident: " << rss2 / mib << " MiB with 8 × 60 MiB announced");
-  CHECK(rss2 - rss0 < (256 + 64) * mib);
+  CHECK(rss2 - rss0 < 256 * mib + slack);
   CHECK(console(p, n1.port, {"nodes"}).code == 0);
 
   // 3. What stalls is dropped: every message still underway within the
