@@ -150,10 +150,15 @@ bool follow(const SSL* ssl, const unsigned char* p, std::size_t n) {
   auto& st = states()[ssl];
   if (st.exempt)
     return true;
-  if (!open_locked(ssl, st) || !admit_locked(ssl, st))
+  // Once admitted (the usual case: SSL_accept/SSL_connect did it), a read
+  // costs no more lookups; a refusal since is caught by refused() before
+  // the read.
+  if (!st.admitted && (!open_locked(ssl, st) || !admit_locked(ssl, st)))
     return false;
   auto now = clock::now();
-  limits().progress(ssl, n, now);
+  // Only a message underway can stall (announce() stamps a new one).
+  if (st.payload_left > 0)
+    limits().progress(ssl, n, now);
   while (n > 0) {
     if (st.payload_left > 0) {
       auto k = st.payload_left < n ? static_cast<std::size_t>(st.payload_left)

@@ -1,4 +1,5 @@
 #include "scripted_backend.hpp"
+#include "test/support/raw_tls.hpp"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -79,20 +80,7 @@ std::string client_socket::read_all(std::chrono::milliseconds bound) {
 }
 
 bool client_socket::closed_within(std::chrono::milliseconds bound) {
-  auto deadline = std::chrono::steady_clock::now() + bound;
-  char buf[4096];
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0)
-      return false;
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, int(left.count())) <= 0)
-      continue;
-    auto n = ::recv(fd_, buf, sizeof buf, 0);
-    if (n <= 0)
-      return true;
-  }
+  return exo::test::socket_closed_within(fd_, bound);
 }
 
 http_reply parse_reply(const std::string& raw) {

@@ -106,6 +106,10 @@ bool raw_tls::closed_within(std::chrono::milliseconds patience) {
 }
 
 bool raw_tls::socket_closed_within(std::chrono::milliseconds patience) {
+  return exo::test::socket_closed_within(fd_, patience);
+}
+
+bool socket_closed_within(int fd, std::chrono::milliseconds patience) {
   auto deadline = std::chrono::steady_clock::now() + patience;
   char buf[4096];
   for (;;) {
@@ -113,10 +117,10 @@ bool raw_tls::socket_closed_within(std::chrono::milliseconds patience) {
       deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0)
       return false;
-    pollfd p{fd_, POLLIN, 0};
+    pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
-      return false;
-    auto n = ::recv(fd_, buf, sizeof buf, 0);
+      continue;
+    auto n = ::recv(fd, buf, sizeof buf, 0);
     if (n <= 0)
       return true;
   }

@@ -48,6 +48,10 @@ class raw_tls {
   SSL* ssl_ = nullptr;
 };
 
+/// Whether the peer of socket `fd` closes it within `patience` (what it
+/// sends before is read and dropped).
+bool socket_closed_within(int fd, std::chrono::milliseconds patience);
+
 /// The resident set of process `pid` now, in KiB (VmRSS), or -1.
 long resident_kib(int pid);
 
