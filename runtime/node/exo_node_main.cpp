@@ -15,6 +15,7 @@
 #include "core/placement/plan_command.hpp"
 #include "core/text/json.hpp"
 #include "messages/atoms.hpp"
+#include "messages/sequence_bound.hpp"
 #include "runtime/node/gateway_service.hpp"
 #include "runtime/node/run_command.hpp"
 #include "runtime/node/runtime.hpp"
@@ -166,6 +167,11 @@ int run_node(const exo::config::node_config& cfg,
             << exo::discovery::format_table(rt.discovery());
   if (!rt.tls_note().empty())
     std::cout << rt.tls_note() << "\n";
+  if (!exo::sequence_bound_in_force())
+    std::cerr << "exo-node: warning: the bound on sequence lengths a peer may "
+                 "claim is not in force (CAF's binary_deserializer is not "
+                 "interposed; see messages/sequence_bound.hpp): a peer's "
+                 "message can make this node allocate up to 4 GiB\n";
   std::cout << "exo-node " << cfg.node.name << " listening on "
             << cfg.network.listen << ":" << rt.port() << " (TLS)\n";
   std::unique_ptr<exo::gateway_service> gateway;

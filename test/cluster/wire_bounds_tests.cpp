@@ -176,3 +176,96 @@ TEST_CASE("infinities and NaNs cross the wire exactly (CAF's own float "
   CHECK(bs(bad));
   CHECK(peak_rss_kib() - before < 64 * 1024);
 }
+
+// CAF's built-in byte sequence (std::vector<char>), which any peer may put
+// in any message, is resized to the length claimed before a byte is read;
+// messages/sequence_bound.cpp refuses a claim past the message's end.
+
+#include "messages/sequence_bound.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/message.hpp>
+#include <caf/make_message.hpp>
+
+#include <algorithm>
+
+TEST_CASE("the sequence bound is in force in a program that links it") {
+  CHECK(sequence_bound_in_force());
+}
+
+TEST_CASE("a byte sequence claiming 1 GiB over a few bytes is refused "
+          "before anything is allocated; true lengths load as before") {
+  auto before_refused = refused_sequence_claims();
+  std::vector<char> ok{1, 2, 3};
+  CHECK(round_trip(ok) == ok);
+  CHECK(round_trip(std::vector<char>{}).empty());
+  CHECK(round_trip(std::u16string{u"exo"}) == u"exo");
+  CHECK(refused_sequence_claims() == before_refused);
+
+  auto before = peak_rss_kib();
+  auto claim = varbyte(std::uint64_t{1} << 30);
+  claim.insert(claim.end(), {1, 2, 3, 4, 5, 6, 7, 8});
+  std::vector<char> bytes;
+  caf::binary_deserializer src{nullptr, claim};
+  CHECK(src(bytes) == caf::sec::end_of_stream);
+  CHECK(bytes.empty());
+  // CAF sizes a std::vector<bool> by the bit count it claims, eight to a
+  // byte, so none can cross the wire any more (exo's messages hold none:
+  // bits go as std::vector<std::uint8_t>).
+  std::vector<bool> bits;
+  caf::binary_deserializer bsrc{nullptr, claim};
+  CHECK(bsrc(bits));
+  CHECK(bits.empty());
+  CHECK(peak_rss_kib() - before < 64 * 1024);
+  CHECK(refused_sequence_claims() >= before_refused + 2);
+  // One byte past the end is refused as well; exactly the end loads.
+  auto exact = varbyte(8);
+  exact.insert(exact.end(), 8, 'x');
+  std::vector<char> fits;
+  caf::binary_deserializer esrc{nullptr, exact};
+  CHECK_FALSE(esrc(fits));
+  CHECK(fits.size() == 8);
+  auto over = varbyte(9);
+  over.insert(over.end(), 8, 'x');
+  caf::binary_deserializer osrc{nullptr, over};
+  CHECK(osrc(fits));
+}
+
+TEST_CASE("a message from a peer holding a byte sequence that claims 1 GiB "
+          "is refused as CAF's network layer loads it") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  // What a peer sends: a message with a 16-byte vector<char>, its length
+  // then rewritten to 1 GiB (the bytes that follow stay 16).
+  auto msg = caf::make_message(std::string{"x"},
+                               std::vector<char>(16, char{0x5a}));
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  REQUIRE_FALSE(sink(msg));
+  std::vector<char> run(16, char{0x5a});
+  run.insert(run.begin(), char{16});
+  auto at = std::search(buf.begin(), buf.end(), run.begin(), run.end());
+  REQUIRE(at != buf.end());
+  // The true message loads.
+  caf::message back;
+  caf::binary_deserializer src{sys, buf};
+  REQUIRE_FALSE(src(back));
+  REQUIRE(back.match_elements<std::string, std::vector<char>>());
+  CHECK(back.get_as<std::vector<char>>(1).size() == 16);
+  // The lying one does not, and costs nothing.
+  auto pos = static_cast<std::size_t>(at - buf.begin());
+  auto len = varbyte(std::uint64_t{1} << 30);
+  buf.erase(buf.begin() + static_cast<std::ptrdiff_t>(pos));
+  buf.insert(buf.begin() + static_cast<std::ptrdiff_t>(pos), len.begin(),
+             len.end());
+  auto before = peak_rss_kib();
+  auto refused = refused_sequence_claims();
+  caf::message evil;
+  caf::binary_deserializer esrc{sys, buf};
+  // CAF's message loader reports no error here but keeps nothing.
+  static_cast<void>(esrc(evil));
+  CHECK_FALSE(evil.match_elements<std::string, std::vector<char>>());
+  CHECK(refused_sequence_claims() == refused + 1);
+  CHECK(peak_rss_kib() - before < 64 * 1024);
+}
