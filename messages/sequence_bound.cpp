@@ -24,6 +24,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -31,6 +32,26 @@
 namespace {
 
 std::atomic<std::uint64_t> refused{0};
+thread_local bool self_test = false; // sequence_bound_in_force() is asking
+std::atomic<std::int64_t> last_said_ms{0};
+
+/// Tells the operator, at most once a second (a peer could send many).
+void say_refused(std::size_t claimed, std::size_t left) {
+  using namespace std::chrono;
+  auto now = duration_cast<milliseconds>(steady_clock::now().time_since_epoch())
+               .count();
+  auto last = last_said_ms.load(std::memory_order_relaxed);
+  if (now - last < 1000
+      || !last_said_ms.compare_exchange_strong(last, now,
+                                               std::memory_order_relaxed))
+    return;
+  std::fprintf(stderr,
+               "exo: dropped a message that claims a sequence of %zu "
+               "elements with %zu bytes left (%llu such claims so far)\n",
+               claimed, left,
+               static_cast<unsigned long long>(
+                 refused.load(std::memory_order_relaxed)));
+}
 
 // CAF's own begin_sequence. A member function returning a class by value
 // is called as a free function taking the return slot, then `this`, then
@@ -62,7 +83,10 @@ error binary_deserializer::begin_sequence(size_t& list_size) {
   if (auto err = caf_begin_sequence()(this, list_size))
     return err;
   if (list_size > remaining()) {
-    refused.fetch_add(1, std::memory_order_relaxed);
+    if (!self_test) {
+      refused.fetch_add(1, std::memory_order_relaxed);
+      say_refused(list_size, remaining());
+    }
     list_size = 0;
     return sec::end_of_stream;
   }
@@ -83,7 +107,10 @@ bool sequence_bound_in_force() {
   buf[0] = 100;
   caf::binary_deserializer src{nullptr, buf};
   std::size_t n = 0;
-  return static_cast<bool>(src.begin_sequence(n));
+  self_test = true;
+  auto refused_here = static_cast<bool>(src.begin_sequence(n));
+  self_test = false;
+  return refused_here;
 }
 
 } // namespace exo

@@ -174,8 +174,14 @@ void parse_limits(element e, const std::string& p,
          [&](element v, const std::string& q) {
            l.client_messages_per_s = as_number(v, q, 0, 1e9);
          }},
-        {"message_burst", [&](element v, const std::string& q) {
+        {"message_burst",
+         [&](element v, const std::string& q) {
            l.message_burst = as_number(v, q, 1, 1e9);
+         }},
+        {"max_client_unread_messages",
+         [&](element v, const std::string& q) {
+           l.max_client_unread_messages =
+             static_cast<std::uint32_t>(as_integer(v, q, 0, 1 << 30));
          }}});
   if (l.max_buffered_per_peer < l.max_node_frame_bytes)
     bad(p + ".max_buffered_bytes_per_peer",

@@ -126,6 +126,13 @@ bool connection_limits::announce(id c, std::uint64_t bytes,
                       + " messages per second on one connection");
     x.tokens -= 1;
   }
+  // A client that keeps asking while it does not read the answers.
+  if (x.output_waits && !x.node && cfg_.max_client_unread_messages > 0
+      && ++x.sent_while_waiting > cfg_.max_client_unread_messages)
+    return refuse(x, "unread_replies",
+                  "sent more than "
+                    + std::to_string(cfg_.max_client_unread_messages)
+                    + " messages while not reading the node's replies");
   release(x);
   if (bytes == 0)
     return true;
@@ -155,6 +162,22 @@ bool connection_limits::announce(id c, std::uint64_t bytes,
 void connection_limits::progress(id c, std::uint64_t, clock::time_point now) {
   if (auto it = conns_.find(c); it != conns_.end())
     it->second.last_progress = now;
+}
+
+void connection_limits::output(id c, bool done, bool progressed,
+                               clock::time_point now) {
+  auto it = conns_.find(c);
+  if (it == conns_.end())
+    return;
+  auto& x = it->second;
+  if (done) {
+    x.output_waits = false;
+    x.sent_while_waiting = 0;
+    return;
+  }
+  if (!x.output_waits || progressed)
+    x.output_progress = now;
+  x.output_waits = true;
 }
 
 void connection_limits::complete(id c) {
@@ -195,6 +218,12 @@ connection_limits::expired(clock::time_point now) {
       refuse(x, "idle_timeout",
              "a " + std::to_string(x.announced)
                + "-byte message made no progress for "
+               + std::to_string(cfg_.idle_timeout.count()) + " ms");
+      out.push_back(c);
+    } else if (x.admitted && x.output_waits
+               && now - x.output_progress > cfg_.idle_timeout) {
+      refuse(x, "output_stalled",
+             "did not read what the node sent it for "
                + std::to_string(cfg_.idle_timeout.count()) + " ms");
       out.push_back(c);
     }

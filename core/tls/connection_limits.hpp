@@ -23,7 +23,12 @@
 //   against `max_buffered_per_peer` and `max_buffered_total`;
 // - time: a handshake must finish within `handshake_timeout`, a message
 //   that has started must make progress within `idle_timeout`;
-// - rate: messages per second per connection (a token bucket).
+// - rate: messages per second per connection (a token bucket);
+// - replies not taken: a peer that does not read what the node sends it
+//   makes CAF buffer the node's output in memory once the kernel's socket
+//   buffers are full. Output that makes no progress for `idle_timeout` is
+//   dropped, and a client certificate may send at most
+//   `max_client_unread_messages` messages while its output waits.
 // A connection that passes a limit is refused: the guard fails its next
 // TLS call, CAF drops it, and the refusal is reported (and audited by the
 // node).
@@ -51,6 +56,9 @@ struct connection_limits_config {
   double node_messages_per_s = 0;
   double client_messages_per_s = 1000;
   double message_burst = 2000;
+  /// Messages a client certificate may send while the node's output to it
+  /// waits for it to read (0: unlimited).
+  std::uint32_t max_client_unread_messages = 64;
 };
 
 /// One refused connection, as reported to the node (and its audit log).
@@ -62,7 +70,8 @@ struct connection_refusal {
   std::string limit;   ///< which limit: "connections", "connections_per_peer",
                        ///< "frame_bytes", "buffered_per_peer",
                        ///< "buffered_total", "handshake_timeout",
-                       ///< "idle_timeout", "message_rate", "tls_handshake"
+                       ///< "idle_timeout", "message_rate", "tls_handshake",
+                       ///< "output_stalled", "unread_replies"
   std::string detail;  ///< a sentence for the operator
 };
 
@@ -103,6 +112,11 @@ class connection_limits {
   /// The whole announced payload arrived: its bytes are released.
   void complete(id c);
 
+  /// A write to the peer returned: `done` when all it was given went out,
+  /// else it waits for the peer to read; `progressed` when bytes reached
+  /// the socket.
+  void output(id c, bool done, bool progressed, clock::time_point now);
+
   /// The connection is gone.
   void close(id c);
 
@@ -132,6 +146,9 @@ class connection_limits {
     clock::time_point last_progress;
     double tokens = 0;
     clock::time_point refill;
+    bool output_waits = false;           ///< a write waits for the peer
+    clock::time_point output_progress;   ///< bytes last reached the socket
+    std::uint32_t sent_while_waiting = 0;
   };
   struct peer_use {
     std::uint32_t connections = 0;

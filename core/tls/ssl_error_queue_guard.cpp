@@ -195,6 +195,15 @@ bool follow(const SSL* ssl, const unsigned char* p, std::size_t n) {
   return true;
 }
 
+/// After a write to `ssl`: see connection_limits::output.
+void output(const SSL* ssl, bool done, bool progressed) {
+  std::lock_guard<std::mutex> guard{states_mutex};
+  auto i = states().find(ssl);
+  if (i == states().end() || i->second.exempt || !i->second.admitted)
+    return;
+  limits().output(ssl, done, progressed, clock::now());
+}
+
 bool refused(const SSL* ssl) {
   std::lock_guard<std::mutex> guard{states_mutex};
   auto i = states().find(ssl);
@@ -321,7 +330,13 @@ void SSL_free(SSL* ssl) {
 int SSL_write(SSL* ssl, const void* buf, int num) {
   static auto real = next<int (*)(SSL*, const void*, int)>("SSL_write");
   ERR_clear_error();
-  return real(ssl, buf, num);
+  auto* wbio = SSL_get_wbio(ssl);
+  auto before = wbio != nullptr ? BIO_number_written(wbio) : 0;
+  auto rc = real(ssl, buf, num);
+  auto done = rc > 0 && rc == num;
+  if (done || rc > 0 || SSL_get_error(ssl, rc) == SSL_ERROR_WANT_WRITE)
+    output(ssl, done, wbio != nullptr && BIO_number_written(wbio) > before);
+  return rc;
 }
 
 int SSL_accept(SSL* ssl) {

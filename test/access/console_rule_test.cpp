@@ -85,8 +85,8 @@ TEST_CASE("auth= is taken out of a console argument, the rest kept as is") {
 }
 
 TEST_CASE("least privilege by default: read-only views are open to client "
-          "certificates, every other command needs a token; strict needs one "
-          "for all; a token is checked either way") {
+          "certificates, every other command needs a token, strict needs one "
+          "for all, a token is checked either way") {
   // The views a certificate may see without a token.
   for (auto p : {permission::device_list, permission::monitoring_read,
                  permission::thermal_read}) {

@@ -349,7 +349,7 @@ TEST_CASE("an event of another device, or from the future, is refused") {
 }
 
 TEST_CASE("host memory adopted in place is read, counted, never written, and "
-          "kept alive; devices that cannot say unsupported") {
+          "kept alive, devices that cannot say unsupported") {
   std::mt19937 rng{9};
   const std::size_t m = 3, n = 40, k = 24;
   for (auto* dev : all_devices().devices()) {

@@ -80,7 +80,7 @@ TEST_CASE("loops expose loop.index, first, last, length and take else") {
                vars) == "0a1c");
 }
 
-TEST_CASE("namespace() carries values out of a loop; set does not") {
+TEST_CASE("namespace() carries values out of a loop, set does not") {
   CHECK(render("{% set ns = namespace(n=0) %}{% set m = 0 %}"
                "{% for i in range(4) %}{% set ns.n = ns.n + i %}"
                "{% set m = 9 %}{% endfor %}{{ ns.n }} {{ m }}") == "6 0");
@@ -102,13 +102,13 @@ TEST_CASE("filters, tests and string methods give the reference's results") {
   CHECK(render("[{{ '\\n x \\n'.strip('\\n') }}]") == "[x]");
 }
 
-TEST_CASE("Unicode content keeps its bytes; lengths count UTF-16 units") {
+TEST_CASE("Unicode content keeps its bytes, lengths count UTF-16 units") {
   json vars = {{"s", "h\xC3\xA9llo \xF0\x9F\x98\x80"}};
   CHECK(render("{{ s }}|{{ s|length }}|{{ s[1] }}|{{ s[-2:] }}", vars) ==
         "h\xC3\xA9llo \xF0\x9F\x98\x80|8|\xC3\xA9| \xF0\x9F\x98\x80");
 }
 
-TEST_CASE("macros take defaults and keyword arguments; call passes caller") {
+TEST_CASE("macros take defaults and keyword arguments, call passes caller") {
   CHECK(render("{% macro m(a, b='B') %}{{ a }}{{ b }}{% endmacro %}"
                "{{ m(1) }} {{ m(1, b=2) }}") == "1B 12");
   CHECK(render("{% macro w() %}[{{ caller() }}]{% endmacro %}"

@@ -227,7 +227,7 @@ TEST_CASE("token issue takes a ttl duration and a quota size, strictly") {
   CHECK(parse_line("token issue principal=a").seconds("ttl", 86400) == 86400);
 }
 
-TEST_CASE("dev alloc takes a size; counts and numbers are strict") {
+TEST_CASE("dev alloc takes a size, counts and numbers are strict") {
   CHECK(parse_line("dev alloc gpu:0 64MiB").args[1] == "64MiB");
   CHECK(parse_line("dev alloc gpu:0 4096").args[1] == "4096");
   // strtod took these: hex floats, '+', nan-like words.

@@ -29,7 +29,7 @@ std::vector<std::string> limits_of(connection_limits& l) {
 
 } // namespace
 
-TEST_CASE("a client certificate may announce small messages only; a node "
+TEST_CASE("a client certificate may announce small messages only, a node "
           "certificate large ones") {
   connection_limits l;
   auto t = clk::now();
@@ -84,8 +84,9 @@ TEST_CASE("connections are bounded per peer and in total, and closing one "
   CHECK(l.admit(conn(6), "mallory", false, t));
 }
 
-TEST_CASE("messages underway are bounded per peer and in total; their "
-          "bytes are released when they complete or the connection goes") {
+TEST_CASE("messages underway are bounded per peer and in total, and "
+          "their bytes are released when they complete or the connection "
+          "goes") {
   connection_limits_config cfg;
   cfg.max_buffered_per_peer = 100u << 20;
   cfg.max_buffered_total = 150u << 20;
@@ -93,7 +94,10 @@ TEST_CASE("messages underway are bounded per peer and in total; their "
   auto t = clk::now();
   for (int i = 1; i <= 6; ++i) {
     REQUIRE(l.open(conn(i), "x", t));
-    REQUIRE(l.admit(conn(i), i <= 3 ? "evil-node" : "other-node", true, t));
+    REQUIRE(l.admit(conn(i),
+                    i <= 3 ? std::string{"evil-node"}
+                           : "other-node-" + std::to_string(i),
+                    true, t));
   }
   CHECK(l.announce(conn(1), 60u << 20, t));
   CHECK_FALSE(l.announce(conn(2), 60u << 20, t)); // 120 MiB from evil-node
@@ -178,4 +182,52 @@ TEST_CASE("failed handshakes are reported, and the report queue is bounded") {
   CHECK(l.take_refusals().size() == connection_limits::max_reports);
   CHECK(l.stats().refusals_dropped == 2000 - connection_limits::max_reports);
   CHECK(l.stats().refused == 2001);
+}
+
+TEST_CASE("a peer that does not read what the node sends it: output that "
+          "waits without progress is dropped, and a client may not keep "
+          "asking meanwhile") {
+  connection_limits_config cfg;
+  cfg.idle_timeout = milliseconds{2000};
+  cfg.max_client_unread_messages = 3;
+  connection_limits l{cfg};
+  auto t = clk::now();
+  REQUIRE(l.open(conn(1), "reads-slowly", t));
+  REQUIRE(l.admit(conn(1), "ops", false, t));
+  REQUIRE(l.open(conn(2), "never-reads", t));
+  REQUIRE(l.admit(conn(2), "ops", false, t));
+  REQUIRE(l.open(conn(3), "asks-and-never-reads", t));
+  REQUIRE(l.admit(conn(3), "ops", false, t));
+  REQUIRE(l.open(conn(4), "a-node", t));
+  REQUIRE(l.admit(conn(4), "n2", true, t));
+  // Writes that go out whole are nothing to watch.
+  l.output(conn(1), true, true, t);
+  CHECK(l.expired(t + hours{1}).empty());
+  // A write waits: the clock starts; bytes reaching the socket reset it.
+  l.output(conn(1), false, false, t);
+  l.output(conn(2), false, true, t);
+  l.output(conn(1), false, true, t + milliseconds{1500});
+  l.output(conn(2), false, false, t + milliseconds{1500}); // no progress
+  CHECK(l.expired(t + milliseconds{1900}).empty());
+  CHECK(l.expired(t + milliseconds{2100}) == std::vector<const void*>{conn(2)});
+  l.output(conn(1), true, true, t + milliseconds{3000}); // all out
+  CHECK(l.expired(t + milliseconds{6000}).empty());
+  // While its output waits a client may send 3 messages, not 4; once the
+  // output went out the count starts again.
+  l.output(conn(3), false, false, t);
+  for (int i = 0; i < 3; ++i)
+    CHECK(l.announce(conn(3), 10, t));
+  l.output(conn(3), true, true, t);
+  l.output(conn(3), false, false, t);
+  for (int i = 0; i < 3; ++i)
+    CHECK(l.announce(conn(3), 10, t));
+  CHECK_FALSE(l.announce(conn(3), 10, t));
+  // A node may (its messages are the cluster's work), but not stall.
+  l.output(conn(4), false, false, t);
+  for (int i = 0; i < 100; ++i)
+    CHECK(l.announce(conn(4), 0, t));
+  CHECK(l.expired(t + milliseconds{2100}) == std::vector<const void*>{conn(4)});
+  CHECK(limits_of(l) == std::vector<std::string>{"output_stalled",
+                                                 "unread_replies",
+                                                 "output_stalled"});
 }

@@ -62,7 +62,7 @@ int closed(std::vector<std::unique_ptr<raw_tls>>& cs,
 } // namespace
 
 TEST_CASE("a hostile peer with a valid certificate cannot hold the node's "
-          "memory, stall it, or stop it serving; every refusal is audited") {
+          "memory, stall it, or stop it serving, every refusal is audited") {
   pki p{"exo-hostile"};
   p.node("n1");
   p.node("intruder"); // a node certificate of the CA, not a member
@@ -149,7 +149,7 @@ TEST_CASE("a hostile peer with a valid certificate cannot hold the node's "
                  "refused a TLS connection from 127.0.0.1:"));
 }
 
-TEST_CASE("a client certificate sees the read-only views; changing anything "
+TEST_CASE("a client certificate sees the read-only views, changing anything "
           "needs a token, and a client names files only in the node's "
           "model folders") {
   pki p{"exo-least"};
@@ -205,4 +205,177 @@ TEST_CASE("a client certificate sees the read-only views; changing anything "
                  "folders"));
   // The node is still there: nothing above made it leave.
   CHECK(console(p, n1.port, {"nodes"}, anonymous).code == 0);
+}
+
+// -- a peer's lie inside a message -------------------------------------------
+//
+// CAF 0.17 resizes a std::vector<char> (a built-in type any peer may put in
+// any message) to the length the message claims before reading a byte.
+// Here a client certificate speaks BASP itself (its frames are made with
+// CAF's own serializer) and sends the gate messages whose byte sequence
+// claims 1 GiB in 16 bytes.
+
+#include "messages/cluster.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/basp/header.hpp>
+#include <caf/io/basp/message_type.hpp>
+
+#include <algorithm>
+
+namespace {
+
+namespace basp = caf::io::basp;
+
+std::vector<char> frame(caf::actor_system& sys, basp::header h,
+                        const std::vector<char>& payload) {
+  h.payload_len = static_cast<std::uint32_t>(payload.size());
+  std::vector<char> out;
+  caf::binary_serializer sink{sys, out};
+  REQUIRE_FALSE(sink(h));
+  REQUIRE(out.size() == basp::header_size);
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+/// A BASP peer made of a raw TLS connection.
+struct basp_peer {
+  caf::actor_system& sys;
+  raw_tls tls;
+  caf::actor_id gate = 0;
+
+  basp_peer(caf::actor_system& s, std::uint16_t port, const std::string& dir,
+            const std::string& name)
+      : sys(s),
+        tls(port, dir + "/" + name + "/" + name + ".crt",
+            dir + "/" + name + "/" + name + ".key", dir + "/ca/ca.crt") {
+  }
+
+  /// Reads one frame; false when the connection ends.
+  bool read(basp::header& h, std::vector<char>& payload) {
+    std::vector<char> hb(basp::header_size);
+    if (!tls.receive(hb.data(), hb.size()))
+      return false;
+    caf::binary_deserializer src{sys, hb};
+    if (src(h))
+      return false;
+    payload.resize(h.payload_len);
+    return h.payload_len == 0 || tls.receive(payload.data(), payload.size());
+  }
+
+  /// TLS, the node's server handshake (which names the gate), ours.
+  bool hello() {
+    if (!tls.handshake())
+      return false;
+    basp::header h;
+    std::vector<char> payload;
+    if (!read(h, payload) || h.operation != basp::message_type::server_handshake)
+      return false;
+    caf::binary_deserializer src{sys, payload};
+    caf::node_id node;
+    std::vector<std::string> app_ids;
+    std::set<std::string> sigs;
+    if (src(node, app_ids, gate, sigs) || gate == 0)
+      return false;
+    caf::node_id::default_data::host_id_type host{};
+    host.fill(0x42);
+    auto me = caf::make_node_id(4242, host);
+    std::vector<char> hs;
+    caf::binary_serializer sink{sys, hs};
+    REQUIRE_FALSE(sink(me));
+    return tls.send(frame(sys, {basp::message_type::client_handshake, 0, 0, 0,
+                                0, 0},
+                          hs)
+                      .data(),
+                    basp::header_size + hs.size());
+  }
+
+  /// Sends `msg` to the gate (a request with id `request` when not 0).
+  std::vector<char> message_to_gate(const caf::message& msg,
+                                    std::uint64_t request) {
+    std::vector<char> payload;
+    caf::binary_serializer sink{sys, payload};
+    std::vector<caf::strong_actor_ptr> stages;
+    REQUIRE_FALSE(sink(stages, msg));
+    return frame(sys,
+                 {basp::message_type::direct_message, 0, 0,
+                  request == 0 ? 0 : caf::make_message_id(request).integer_value(),
+                  1, gate}, // from our actor 1 (the reply's address)
+                 payload);
+  }
+
+  bool send(const std::vector<char>& bytes) {
+    return tls.send(bytes.data(), bytes.size());
+  }
+
+  /// Waits for the answer to request `request` (other frames are skipped).
+  bool answered(std::uint64_t request) {
+    for (int i = 0; i < 100; ++i) {
+      basp::header h;
+      std::vector<char> payload;
+      if (!read(h, payload))
+        return false;
+      if (h.operation == basp::message_type::direct_message
+          && (h.operation_data & caf::message_id::request_id_mask)
+               == request)
+        return true;
+    }
+    return false;
+  }
+};
+
+} // namespace
+
+TEST_CASE("a message whose byte sequence claims 1 GiB costs the node "
+          "nothing, and the node goes on serving the connection") {
+  pki p{"exo-lying-peer"};
+  p.node("n1");
+  must(run({exo_cert(), "issue-client", "--ca-dir", p.dir + "/ca", "--name",
+            "mallory", "--out", p.dir + "/mallory"}));
+  node_options o{"n1"};
+  o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
+  o.extra = R"(, "safety": {"audit_fsync": "never"})";
+  auto n1 = start_node(p, o);
+  auto pid = n1.proc->pid();
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  basp_peer mallory{sys, n1.port, p.dir, "mallory"};
+  REQUIRE(mallory.hello());
+  // A request the gate answers (a client is refused a ping, with a reply):
+  // the path works.
+  auto ping = caf::make_message(exo::ping_atom::value, std::int64_t{7});
+  REQUIRE(mallory.send(mallory.message_to_gate(ping, 1)));
+  REQUIRE(mallory.answered(1));
+  auto peak0 = peak_resident_kib(pid);
+  REQUIRE(peak0 > 0);
+  // The lie: a 16-byte std::vector<char> whose length says 1 GiB.
+  auto honest = mallory.message_to_gate(
+    caf::make_message(std::vector<char>(16, char{0x5a})), 0);
+  std::vector<char> run(16, char{0x5a});
+  run.insert(run.begin(), char{16});
+  auto at = std::search(honest.begin(), honest.end(), run.begin(), run.end());
+  REQUIRE(at != honest.end());
+  // 1 GiB as CAF's varbyte length: 5 bytes where there was 1.
+  std::vector<char> lie(honest.begin(), at);
+  lie.insert(lie.end(), {'\x80', '\x80', '\x80', '\x80', '\x04'});
+  lie.insert(lie.end(), at + 1, honest.end());
+  // The header's payload length follows (big endian, bytes 4..7).
+  auto len = static_cast<std::uint32_t>(lie.size() - basp::header_size);
+  lie[4] = static_cast<char>(len >> 24);
+  lie[5] = static_cast<char>(len >> 16);
+  lie[6] = static_cast<char>(len >> 8);
+  lie[7] = static_cast<char>(len);
+  for (int i = 0; i < 4; ++i)
+    REQUIRE(mallory.send(lie));
+  // The connection still serves, in order: the lies were read and dropped.
+  REQUIRE(mallory.send(mallory.message_to_gate(ping, 2)));
+  CHECK(mallory.answered(2));
+  auto peak1 = peak_resident_kib(pid);
+  INFO("node peak resident: " << peak0 / mib << " MiB before, " << peak1 / mib
+                              << " MiB after four 1 GiB claims");
+  CHECK(peak1 - peak0 < 64 * mib);
+  CHECK(contains(n1.proc->err(), "dropped a message that claims a sequence "
+                                 "of 1073741824 elements"));
+  CHECK_FALSE(contains(n1.proc->err(), "is not in force"));
+  CHECK(console(p, n1.port, {"nodes"}).code == 0);
 }

@@ -67,7 +67,7 @@ void on_thread(F f) {
 
 } // namespace
 
-TEST_CASE("CAF's SIGPIPE block is made once per thread and kept; its restore "
+TEST_CASE("CAF's SIGPIPE block is made once per thread and kept, its restore "
           "and wait change nothing, and a raised SIGPIPE is never delivered") {
   sigpipe_counter counter;
   REQUIRE_FALSE(sigpipe_blocked());

@@ -41,7 +41,7 @@ std::vector<char> varbyte(std::uint64_t n) {
 
 } // namespace
 
-TEST_CASE("a chunk within 4 MiB loads byte for byte; a claim of 1 GiB is "
+TEST_CASE("a chunk within 4 MiB loads byte for byte, a claim of 1 GiB is "
           "refused before anything is allocated") {
   chunk c;
   c.bytes = {1, 2, 3, 250};
@@ -195,7 +195,7 @@ TEST_CASE("the sequence bound is in force in a program that links it") {
 }
 
 TEST_CASE("a byte sequence claiming 1 GiB over a few bytes is refused "
-          "before anything is allocated; true lengths load as before") {
+          "before anything is allocated, true lengths load as before") {
   auto before_refused = refused_sequence_claims();
   std::vector<char> ok{1, 2, 3};
   CHECK(round_trip(ok) == ok);

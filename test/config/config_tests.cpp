@@ -281,7 +281,7 @@ TEST_CASE("network.limits and models.dirs: safe defaults, every key read, "
       "max_buffered_bytes_per_peer": 16777216, "max_buffered_bytes": 33554432,
       "handshake_timeout_ms": 2000, "idle_timeout_ms": 5000,
       "node_messages_per_s": 100, "client_messages_per_s": 10,
-      "message_burst": 20}},
+      "message_burst": 20, "max_client_unread_messages": 8}},
     "models": {"dirs": ["/srv/models", "/opt/llm"]}})",
                  "test");
   auto& l = c.network.limits;
@@ -296,6 +296,8 @@ TEST_CASE("network.limits and models.dirs: safe defaults, every key read, "
   CHECK(l.node_messages_per_s == 100);
   CHECK(l.client_messages_per_s == 10);
   CHECK(l.message_burst == 20);
+  CHECK(l.max_client_unread_messages == 8);
+  CHECK(d.network.limits.max_client_unread_messages == 64);
   CHECK(exo::config::client_dirs(c)
         == std::vector<std::string>{"/srv/models", "/opt/llm"});
   // Sizes and durations may carry units.

@@ -126,7 +126,7 @@ TEST_CASE("bytes written through a handle read back the same") {
   f.ask<caf::atom_value>(f.cpu, free_atom::value, h);
 }
 
-TEST_CASE("a cpu device actor reads this process's memory in place; a "
+TEST_CASE("a cpu device actor reads this process's memory in place, a "
           "simulated one says unsupported") {
   fixture f;
   auto mem = std::make_shared<chunk>(bytes_of(3000, 5));

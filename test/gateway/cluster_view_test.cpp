@@ -140,7 +140,7 @@ TEST_CASE("events tell one snapshot from the next") {
     CHECK(e["type"] != "job");
 }
 
-TEST_CASE("audit records become events; other documents do not") {
+TEST_CASE("audit records become events, other documents do not") {
   json rec = {{"seq", 7},
               {"time", 1},
               {"node", "alpha"},

@@ -255,7 +255,7 @@ TEST_CASE("a client that leaves cancels its job") {
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("job errors become OpenAI errors; so do refused mappings") {
+TEST_CASE("job errors become OpenAI errors, so do refused mappings") {
   fixture fx;
   caf::actor_system sys{config()};
   auto log = std::make_shared<script_log>();

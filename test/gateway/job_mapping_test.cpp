@@ -109,7 +109,7 @@ TEST_CASE("a text end of turn becomes a stop string") {
   std::system(("rm -rf " + dir).c_str());
 }
 
-TEST_CASE("completions map prompt, max_tokens and sampling; refusals are "
+TEST_CASE("completions map prompt, max_tokens and sampling, refusals are "
           "OpenAI errors") {
   auto dir = test::temp_dir("exo-job-mapping");
   auto src = load_model_source("plain", make_model(dir, "plain", ""));

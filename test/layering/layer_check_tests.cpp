@@ -98,7 +98,7 @@ TEST_CASE("a cycle between folders of one layer is refused") {
   CHECK(check_files(t).empty());
 }
 
-TEST_CASE("backends and core may not include CAF; messages may") {
+TEST_CASE("backends and core may not include CAF, messages may") {
   tree t{{"core/audit/log.cpp", "#include <caf/all.hpp>\n"},
          {"backends/cpu/x.cpp", "#include <vector>\n#include <caf/fwd.hpp>\n"},
          {"messages/device.hpp", "#include <caf/typed_actor.hpp>\n"}};
@@ -108,7 +108,7 @@ TEST_CASE("backends and core may not include CAF; messages may") {
   CHECK(mentions(found, "backends/cpu/x.cpp", 2, "CAF-free"));
 }
 
-TEST_CASE("product code may not include tests; tests may include "
+TEST_CASE("product code may not include tests, tests may include "
           "anything") {
   tree t{{"runtime/node/main.cpp", "#include \"test/support/process.hpp\"\n"},
          {"test/workload/job_tests.cpp",

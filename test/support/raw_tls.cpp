@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <stdexcept>
 #include <vector>
@@ -17,6 +18,13 @@ namespace exo::test {
 
 raw_tls::raw_tls(std::uint16_t port, const std::string& cert,
                  const std::string& key, const std::string& ca) {
+  // Writing to a connection the node dropped is what these tests expect:
+  // an error, not the end of the test process.
+  static const bool no_sigpipe = [] {
+    std::signal(SIGPIPE, SIG_IGN);
+    return true;
+  }();
+  static_cast<void>(no_sigpipe);
   ctx_ = SSL_CTX_new(TLS_client_method());
   if (!ctx_
       || SSL_CTX_use_certificate_file(ctx_, cert.c_str(), SSL_FILETYPE_PEM) != 1
@@ -81,6 +89,38 @@ bool raw_tls::send_zeros(std::size_t n) {
   return true;
 }
 
+bool raw_tls::send(const void* data, std::size_t n) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    auto k = static_cast<int>(n < (1u << 20) ? n : (1u << 20));
+    ERR_clear_error();
+    auto rc = SSL_write(ssl_, p, k);
+    if (rc <= 0)
+      return false;
+    p += rc;
+    n -= static_cast<std::size_t>(rc);
+  }
+  return true;
+}
+
+bool raw_tls::receive(void* data, std::size_t n) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    auto k = static_cast<int>(n < (1u << 20) ? n : (1u << 20));
+    ERR_clear_error();
+    auto rc = SSL_read(ssl_, p, k);
+    if (rc <= 0)
+      return false;
+    p += rc;
+    n -= static_cast<std::size_t>(rc);
+  }
+  return true;
+}
+
+void raw_tls::set_receive_buffer(int bytes) {
+  setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+}
+
 bool raw_tls::closed_within(std::chrono::milliseconds patience) {
   auto deadline = std::chrono::steady_clock::now() + patience;
   char buf[4096];
@@ -126,17 +166,29 @@ bool socket_closed_within(int fd, std::chrono::milliseconds patience) {
   }
 }
 
-long resident_kib(int pid) {
+namespace {
+
+long status_kib(int pid, const char* format) {
   auto path = "/proc/" + std::to_string(pid) + "/status";
   std::FILE* f = std::fopen(path.c_str(), "r");
   long kib = -1;
   char line[256];
   while (f && std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+    if (std::sscanf(line, format, &kib) == 1)
       break;
   if (f)
     std::fclose(f);
   return kib;
+}
+
+} // namespace
+
+long resident_kib(int pid) {
+  return status_kib(pid, "VmRSS: %ld kB");
+}
+
+long peak_resident_kib(int pid) {
+  return status_kib(pid, "VmHWM: %ld kB");
 }
 
 } // namespace exo::test

@@ -34,6 +34,17 @@ class raw_tls {
   /// Sends `n` bytes of zeros (payload). False when the write fails.
   bool send_zeros(std::size_t n);
 
+  /// Sends `n` bytes as they are. False when the write fails.
+  bool send(const void* data, std::size_t n);
+
+  /// Reads exactly `n` bytes (10 s per read at most). False when the
+  /// connection ends or times out first.
+  bool receive(void* data, std::size_t n);
+
+  /// Sets the socket's receive buffer (before the handshake: a peer that
+  /// does not read fills it sooner).
+  void set_receive_buffer(int bytes);
+
   /// Whether the server closes the TCP connection within `patience`,
   /// without a TLS handshake from this side.
   bool socket_closed_within(std::chrono::milliseconds patience);
@@ -54,5 +65,8 @@ bool socket_closed_within(int fd, std::chrono::milliseconds patience);
 
 /// The resident set of process `pid` now, in KiB (VmRSS), or -1.
 long resident_kib(int pid);
+
+/// The most `pid` has held resident since it started, in KiB (VmHWM), or -1.
+long peak_resident_kib(int pid);
 
 } // namespace exo::test

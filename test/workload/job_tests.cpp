@@ -433,7 +433,7 @@ TEST_CASE("a shard computes on its device and keeps its KV cache there",
 }
 
 TEST_CASE("a shard on the cpu device reads its weights where the model is "
-          "mapped; on a simulated device it uploads them",
+          "mapped, on a simulated device it uploads them",
           "[workload]") {
   fixture f;
   caf::scoped_actor self{*f.sys};
