@@ -127,8 +127,8 @@ bool connection_limits::announce(id c, std::uint64_t bytes,
     x.tokens -= 1;
   }
   // A client that keeps asking while it does not read the answers.
-  if (x.output_waits && !x.node && cfg_.max_client_unread_messages > 0
-      && ++x.sent_while_waiting > cfg_.max_client_unread_messages)
+  if (x.behind && !x.node && cfg_.max_client_unread_messages > 0
+      && ++x.sent_while_behind > cfg_.max_client_unread_messages)
     return refuse(x, "unread_replies",
                   "sent more than "
                     + std::to_string(cfg_.max_client_unread_messages)
@@ -164,20 +164,25 @@ void connection_limits::progress(id c, std::uint64_t, clock::time_point now) {
     it->second.last_progress = now;
 }
 
-void connection_limits::output(id c, bool done, bool progressed,
+void connection_limits::output(id c, std::uint64_t unsent,
+                               std::uint64_t buffer, bool progressed,
                                clock::time_point now) {
   auto it = conns_.find(c);
   if (it == conns_.end())
     return;
   auto& x = it->second;
-  if (done) {
+  if (unsent == 0) {
     x.output_waits = false;
-    x.sent_while_waiting = 0;
+    x.behind = false;
+    x.sent_while_behind = 0;
     return;
   }
   if (!x.output_waits || progressed)
     x.output_progress = now;
   x.output_waits = true;
+  x.behind = buffer > 0 && unsent * 2 >= buffer;
+  if (!x.behind)
+    x.sent_while_behind = 0;
 }
 
 void connection_limits::complete(id c) {
@@ -223,7 +228,7 @@ connection_limits::expired(clock::time_point now) {
     } else if (x.admitted && x.output_waits
                && now - x.output_progress > cfg_.idle_timeout) {
       refuse(x, "output_stalled",
-             "did not read what the node sent it for "
+             "acknowledged nothing the node sent it for "
                + std::to_string(cfg_.idle_timeout.count()) + " ms");
       out.push_back(c);
     }

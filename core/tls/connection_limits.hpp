@@ -26,9 +26,10 @@
 // - rate: messages per second per connection (a token bucket);
 // - replies not taken: a peer that does not read what the node sends it
 //   makes CAF buffer the node's output in memory once the kernel's socket
-//   buffers are full. Output that makes no progress for `idle_timeout` is
-//   dropped, and a client certificate may send at most
-//   `max_client_unread_messages` messages while its output waits.
+//   buffers are full. Output that the peer does not acknowledge for
+//   `idle_timeout` is dropped, and a client certificate may send at most
+//   `max_client_unread_messages` messages while it is behind (half the
+//   socket's send buffer or more unread).
 // A connection that passes a limit is refused: the guard fails its next
 // TLS call, CAF drops it, and the refusal is reported (and audited by the
 // node).
@@ -112,10 +113,13 @@ class connection_limits {
   /// The whole announced payload arrived: its bytes are released.
   void complete(id c);
 
-  /// A write to the peer returned: `done` when all it was given went out,
-  /// else it waits for the peer to read; `progressed` when bytes reached
-  /// the socket.
-  void output(id c, bool done, bool progressed, clock::time_point now);
+  /// A sample of the node's output to the peer: `unsent` bytes the kernel
+  /// holds, not yet acknowledged, of a send buffer of `buffer` bytes;
+  /// `progressed` when the peer acknowledged bytes since the last sample.
+  /// Output waits while unsent > 0; the peer is behind (it does not read)
+  /// while half the buffer or more waits.
+  void output(id c, std::uint64_t unsent, std::uint64_t buffer,
+              bool progressed, clock::time_point now);
 
   /// The connection is gone.
   void close(id c);
@@ -146,9 +150,10 @@ class connection_limits {
     clock::time_point last_progress;
     double tokens = 0;
     clock::time_point refill;
-    bool output_waits = false;           ///< a write waits for the peer
-    clock::time_point output_progress;   ///< bytes last reached the socket
-    std::uint32_t sent_while_waiting = 0;
+    bool output_waits = false;         ///< output waits for the peer
+    bool behind = false;               ///< half the send buffer waits
+    clock::time_point output_progress; ///< the peer last acknowledged
+    std::uint32_t sent_while_behind = 0;
   };
   struct peer_use {
     std::uint32_t connections = 0;

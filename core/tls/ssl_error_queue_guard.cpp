@@ -30,11 +30,15 @@
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -78,6 +82,7 @@ struct stream_state {
   int fd = -1;
   sockaddr_storage peer{};
   socklen_t peer_len = 0;
+  std::uint64_t bytes_acked = 0; // by the peer, at the last sample
 };
 
 std::mutex states_mutex;
@@ -195,15 +200,6 @@ bool follow(const SSL* ssl, const unsigned char* p, std::size_t n) {
   return true;
 }
 
-/// After a write to `ssl`: see connection_limits::output.
-void output(const SSL* ssl, bool done, bool progressed) {
-  std::lock_guard<std::mutex> guard{states_mutex};
-  auto i = states().find(ssl);
-  if (i == states().end() || i->second.exempt || !i->second.admitted)
-    return;
-  limits().output(ssl, done, progressed, clock::now());
-}
-
 bool refused(const SSL* ssl) {
   std::lock_guard<std::mutex> guard{states_mutex};
   auto i = states().find(ssl);
@@ -245,14 +241,45 @@ bool after_handshake(SSL* ssl, int rc) {
   return true;
 }
 
-/// Every 250 ms: refuses the connections whose handshake or message
-/// stalled and shuts their sockets down (reading, so CAF's next read sees
-/// the end and drops the connection; the descriptor stays CAF's).
+/// What the kernel holds of the node's output to a peer: CAF writes to a
+/// socket only when it has room (epoll), so a peer that stops reading
+/// shows as bytes the kernel cannot send, never as a failed SSL_write; CAF
+/// keeps the rest in memory. Sampled by the watchdog for each admitted
+/// connection: the bytes not yet acknowledged, the socket's send buffer,
+/// and whether the peer acknowledged anything since the last sample.
+void sample_output(const SSL* ssl, stream_state& st, clock::time_point now) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  int unsent = 0;
+  int buffer = 0;
+  socklen_t blen = sizeof buffer;
+  if (getsockopt(st.fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0
+      || ioctl(st.fd, SIOCOUTQ, &unsent) != 0
+      || getsockopt(st.fd, SOL_SOCKET, SO_SNDBUF, &buffer, &blen) != 0)
+    return;
+  auto acked = len >= offsetof(tcp_info, tcpi_bytes_acked)
+                        + sizeof info.tcpi_bytes_acked
+                 ? static_cast<std::uint64_t>(info.tcpi_bytes_acked)
+                 : 0;
+  limits().output(ssl, static_cast<std::uint64_t>(unsent < 0 ? 0 : unsent),
+                  static_cast<std::uint64_t>(buffer < 0 ? 0 : buffer),
+                  acked != st.bytes_acked, now);
+  st.bytes_acked = acked;
+}
+
+/// Every 250 ms: samples each connection's output, refuses the connections
+/// whose handshake, message or output stalled and shuts their sockets down
+/// (reading, so CAF's next read sees the end and drops the connection; the
+/// descriptor stays CAF's).
 void watchdog() {
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     std::lock_guard<std::mutex> guard{states_mutex};
-    for (auto id : limits().expired(clock::now())) {
+    auto now = clock::now();
+    for (auto& [ssl, st] : states())
+      if (st.admitted && !st.exempt && st.fd >= 0)
+        sample_output(ssl, st, now);
+    for (auto id : limits().expired(now)) {
       auto* ssl = static_cast<const SSL*>(id);
       auto it = states().find(ssl);
       if (it == states().end() || it->second.fd < 0
@@ -330,13 +357,7 @@ void SSL_free(SSL* ssl) {
 int SSL_write(SSL* ssl, const void* buf, int num) {
   static auto real = next<int (*)(SSL*, const void*, int)>("SSL_write");
   ERR_clear_error();
-  auto* wbio = SSL_get_wbio(ssl);
-  auto before = wbio != nullptr ? BIO_number_written(wbio) : 0;
-  auto rc = real(ssl, buf, num);
-  auto done = rc > 0 && rc == num;
-  if (done || rc > 0 || SSL_get_error(ssl, rc) == SSL_ERROR_WANT_WRITE)
-    output(ssl, done, wbio != nullptr && BIO_number_written(wbio) > before);
-  return rc;
+  return real(ssl, buf, num);
 }
 
 int SSL_accept(SSL* ssl) {

@@ -184,9 +184,9 @@ TEST_CASE("failed handshakes are reported, and the report queue is bounded") {
   CHECK(l.stats().refused == 2001);
 }
 
-TEST_CASE("a peer that does not read what the node sends it: output that "
-          "waits without progress is dropped, and a client may not keep "
-          "asking meanwhile") {
+TEST_CASE("a peer that does not read what the node sends it, output that "
+          "waits unacknowledged is dropped, and a client that is behind may "
+          "not keep asking") {
   connection_limits_config cfg;
   cfg.idle_timeout = milliseconds{2000};
   cfg.max_client_unread_messages = 3;
@@ -200,30 +200,35 @@ TEST_CASE("a peer that does not read what the node sends it: output that "
   REQUIRE(l.admit(conn(3), "ops", false, t));
   REQUIRE(l.open(conn(4), "a-node", t));
   REQUIRE(l.admit(conn(4), "n2", true, t));
-  // Writes that go out whole are nothing to watch.
-  l.output(conn(1), true, true, t);
+  constexpr std::uint64_t buf = 100000;
+  // Nothing waiting: nothing to watch.
+  l.output(conn(1), 0, buf, false, t);
   CHECK(l.expired(t + hours{1}).empty());
-  // A write waits: the clock starts; bytes reaching the socket reset it.
-  l.output(conn(1), false, false, t);
-  l.output(conn(2), false, true, t);
-  l.output(conn(1), false, true, t + milliseconds{1500});
-  l.output(conn(2), false, false, t + milliseconds{1500}); // no progress
+  // Output waits: the clock starts; an acknowledgement resets it.
+  l.output(conn(1), 10, buf, false, t);
+  l.output(conn(2), 10, buf, true, t);
+  l.output(conn(1), 10, buf, true, t + milliseconds{1500});
+  l.output(conn(2), 10, buf, false, t + milliseconds{1500});
   CHECK(l.expired(t + milliseconds{1900}).empty());
   CHECK(l.expired(t + milliseconds{2100}) == std::vector<const void*>{conn(2)});
-  l.output(conn(1), true, true, t + milliseconds{3000}); // all out
+  l.output(conn(1), 0, buf, false, t + milliseconds{3000}); // all read
   CHECK(l.expired(t + milliseconds{6000}).empty());
-  // While its output waits a client may send 3 messages, not 4; once the
-  // output went out the count starts again.
-  l.output(conn(3), false, false, t);
+  // Behind (half the buffer unread or more), a client may send 3 messages,
+  // not 4; once it caught up the count starts again. Not behind, it may
+  // send as many as its rate allows.
+  l.output(conn(3), buf / 4, buf, true, t);
+  for (int i = 0; i < 10; ++i)
+    CHECK(l.announce(conn(3), 10, t));
+  l.output(conn(3), buf / 2, buf, true, t);
   for (int i = 0; i < 3; ++i)
     CHECK(l.announce(conn(3), 10, t));
-  l.output(conn(3), true, true, t);
-  l.output(conn(3), false, false, t);
+  l.output(conn(3), buf / 4, buf, true, t);
+  l.output(conn(3), buf, buf, false, t);
   for (int i = 0; i < 3; ++i)
     CHECK(l.announce(conn(3), 10, t));
   CHECK_FALSE(l.announce(conn(3), 10, t));
   // A node may (its messages are the cluster's work), but not stall.
-  l.output(conn(4), false, false, t);
+  l.output(conn(4), buf, buf, false, t);
   for (int i = 0; i < 100; ++i)
     CHECK(l.announce(conn(4), 0, t));
   CHECK(l.expired(t + milliseconds{2100}) == std::vector<const void*>{conn(4)});

@@ -1,17 +1,25 @@
 // A hostile peer with a valid certificate (issue 23): many connections that
 // announce large BASP messages and send nothing, stalled handshakes, a
-// certificate of another CA. A real exo-node keeps its resident memory
-// under a stated bound, keeps serving, drops what stalls, and audits every
-// refusal.
+// certificate of another CA, messages that lie about a sequence's length,
+// a client that asks and never reads the answers. A real exo-node keeps its
+// resident memory under a stated bound, keeps serving, drops what stalls,
+// and audits every refusal.
 
+#include "messages/cluster.hpp"
 #include "test/support/cluster.hpp"
 #include "test/support/raw_tls.hpp"
 
+#include <caf/all.hpp>
+#include <caf/io/basp/header.hpp>
+#include <caf/io/basp/message_type.hpp>
+
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <fstream>
 #include <memory>
 #include <regex>
-#include <fstream>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -215,13 +223,6 @@ TEST_CASE("a client certificate sees the read-only views, changing anything "
 // CAF's own serializer) and sends the gate messages whose byte sequence
 // claims 1 GiB in 16 bytes.
 
-#include "messages/cluster.hpp"
-
-#include <caf/all.hpp>
-#include <caf/io/basp/header.hpp>
-#include <caf/io/basp/message_type.hpp>
-
-#include <algorithm>
 
 namespace {
 
@@ -232,8 +233,8 @@ std::vector<char> frame(caf::actor_system& sys, basp::header h,
   h.payload_len = static_cast<std::uint32_t>(payload.size());
   std::vector<char> out;
   caf::binary_serializer sink{sys, out};
-  REQUIRE_FALSE(sink(h));
-  REQUIRE(out.size() == basp::header_size);
+  if (sink(h) || out.size() != basp::header_size)
+    throw std::runtime_error("cannot make a BASP header");
   out.insert(out.end(), payload.begin(), payload.end());
   return out;
 }
@@ -282,7 +283,8 @@ struct basp_peer {
     auto me = caf::make_node_id(4242, host);
     std::vector<char> hs;
     caf::binary_serializer sink{sys, hs};
-    REQUIRE_FALSE(sink(me));
+    if (sink(me))
+      return false;
     return tls.send(frame(sys, {basp::message_type::client_handshake, 0, 0, 0,
                                 0, 0},
                           hs)
@@ -296,7 +298,8 @@ struct basp_peer {
     std::vector<char> payload;
     caf::binary_serializer sink{sys, payload};
     std::vector<caf::strong_actor_ptr> stages;
-    REQUIRE_FALSE(sink(stages, msg));
+    if (sink(stages, msg))
+      throw std::runtime_error("cannot serialize a message");
     return frame(sys,
                  {basp::message_type::direct_message, 0, 0,
                   request == 0 ? 0 : caf::make_message_id(request).integer_value(),
@@ -378,4 +381,117 @@ TEST_CASE("a message whose byte sequence claims 1 GiB costs the node "
                                  "of 1073741824 elements"));
   CHECK_FALSE(contains(n1.proc->err(), "is not in force"));
   CHECK(console(p, n1.port, {"nodes"}).code == 0);
+}
+
+namespace {
+
+/// Sends pings to the gate as requests, `per_s` a second in writes of 256
+/// frames, for at most `limit` or until a write fails (the node dropped
+/// us: the result is false). Reads nothing.
+bool flood_pings(basp_peer& peer, int per_s, std::chrono::milliseconds limit) {
+  auto ping = caf::make_message(exo::ping_atom::value, std::int64_t{7});
+  auto start = std::chrono::steady_clock::now();
+  std::uint64_t id = 100;
+  for (int batch = 0;; ++batch) {
+    auto due = start + std::chrono::microseconds{
+                         std::int64_t{batch} * 256 * 1000000 / per_s};
+    if (due - start > limit)
+      return true;
+    std::this_thread::sleep_until(due);
+    std::vector<char> bytes;
+    for (int i = 0; i < 256; ++i) {
+      auto f = peer.message_to_gate(ping, ++id);
+      bytes.insert(bytes.end(), f.begin(), f.end());
+    }
+    if (!peer.send(bytes))
+      return false;
+  }
+}
+
+template <class F>
+bool eventually_true(F f, std::chrono::milliseconds patience) {
+  auto deadline = std::chrono::steady_clock::now() + patience;
+  while (!f()) {
+    if (std::chrono::steady_clock::now() > deadline)
+      return false;
+    std::this_thread::sleep_for(100ms);
+  }
+  return true;
+}
+
+bool refused_for(const pki& p, std::uint16_t port, const std::string& limit,
+                 std::chrono::seconds patience) {
+  return eventually(
+    p, port, "audit query type=connection_refused limit=1000",
+    [&](const std::string& j) {
+      return contains(j, "\"limit\":\"" + limit + "\"");
+    },
+    patience);
+}
+
+} // namespace
+
+TEST_CASE("a client that asks and never reads the replies cannot make the "
+          "node buffer them, it is dropped, and so is output that stalls") {
+  pki p{"exo-deaf-peer"};
+  p.node("n1");
+  p.node("n2");
+  must(run({exo_cert(), "issue-client", "--ca-dir", p.dir + "/ca", "--name",
+            "mallory", "--out", p.dir + "/mallory"}));
+  // Each ping's answer is about 110 bytes: at 10 000 a second the socket's
+  // buffers (a few MiB) fill within seconds. A short idle timeout.
+  auto limits = [](const char* unread) {
+    return std::string{R"(, "limits": {"client_messages_per_s": 20000,
+                                       "message_burst": 20000,
+                                       "idle_timeout_ms": 3000,
+                                       "max_client_unread_messages": )"}
+           + unread + "}";
+  };
+  node_options o1{"n1"};
+  o1.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
+  o1.extra = R"(, "safety": {"audit_fsync": "never"})";
+  o1.network_extra = limits("64");
+  node_options o2 = o1;
+  o2.name = "n2";
+  o2.network_extra = limits("0"); // unlimited: only the stall rule acts
+  auto n1 = start_node(p, o1);
+  auto n2 = start_node(p, o2);
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+
+  // 1. Asks and asks, reads nothing: dropped once the node's output waits
+  //    and 64 more requests came.
+  {
+    auto rss0 = resident_kib(n1.proc->pid());
+    basp_peer deaf{sys, n1.port, p.dir, "mallory"};
+    deaf.tls.set_receive_buffer(4096);
+    REQUIRE(deaf.hello());
+    REQUIRE(holds_tcp_peer(n1.proc->pid(), deaf.tls.local_port()));
+    CHECK_FALSE(flood_pings(deaf, 10000, 30s));
+    auto rss1 = resident_kib(n1.proc->pid());
+    INFO("node resident: " << rss0 / mib << " MiB before, " << rss1 / mib
+                           << " MiB after");
+    CHECK(rss1 - rss0 < slack);
+    CHECK(refused_for(p, n1.port, "unread_replies", 10s));
+  }
+  // 2. Asks for a second (more answers than its receive buffer holds), then
+  //    goes quiet and reads nothing: the output waits unacknowledged and is
+  //    dropped after the idle timeout (3 s).
+  {
+    basp_peer deaf{sys, n2.port, p.dir, "mallory"};
+    deaf.tls.set_receive_buffer(4096);
+    REQUIRE(deaf.hello());
+    REQUIRE(flood_pings(deaf, 10000, 1s));
+    CHECK(refused_for(p, n2.port, "output_stalled", 15s));
+    // The node let go of the connection (the kernel still holds what it
+    // sent, until we read it or give up).
+    auto mine = deaf.tls.local_port();
+    REQUIRE(mine != 0);
+    CHECK(eventually_true([&] {
+      return !holds_tcp_peer(n2.proc->pid(), mine);
+    }, 10s));
+  }
+  // Both go on serving.
+  CHECK(console(p, n1.port, {"nodes"}).code == 0);
+  CHECK(console(p, n2.port, {"nodes"}).code == 0);
 }

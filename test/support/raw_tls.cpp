@@ -4,6 +4,7 @@
 #include <openssl/ssl.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,6 +12,10 @@
 
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
 #include <stdexcept>
 #include <vector>
 
@@ -117,6 +122,14 @@ bool raw_tls::receive(void* data, std::size_t n) {
   return true;
 }
 
+std::uint16_t raw_tls::local_port() const {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    return 0;
+  return ntohs(a.sin_port);
+}
+
 void raw_tls::set_receive_buffer(int bytes) {
   setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
 }
@@ -164,6 +177,42 @@ bool socket_closed_within(int fd, std::chrono::milliseconds patience) {
     if (n <= 0)
       return true;
   }
+}
+
+bool holds_tcp_peer(int pid, std::uint16_t peer_port) {
+  // The socket's inode from /proc/net/tcp (remote address 127.0.0.1:port,
+  // hex, little-endian address), then whether one of pid's descriptors is
+  // that socket.
+  char want[32];
+  std::snprintf(want, sizeof want, "0100007F:%04X", peer_port);
+  std::set<std::string> inodes;
+  std::ifstream tcp{"/proc/net/tcp"};
+  std::string line;
+  std::getline(tcp, line); // the header
+  while (std::getline(tcp, line)) {
+    std::istringstream in{line};
+    std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
+    in >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid
+      >> timeout >> inode;
+    if (remote == want && inode != "0")
+      inodes.insert("socket:[" + inode + "]");
+  }
+  auto dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = opendir(dir.c_str())) {
+    bool found = false;
+    while (auto* e = readdir(d)) {
+      char target[256];
+      auto path = dir + "/" + e->d_name;
+      auto n = readlink(path.c_str(), target, sizeof target - 1);
+      if (n > 0) {
+        target[n] = '\0';
+        found = found || inodes.count(target) > 0;
+      }
+    }
+    closedir(d);
+    return found;
+  }
+  return false;
 }
 
 namespace {

@@ -41,6 +41,9 @@ class raw_tls {
   /// connection ends or times out first.
   bool receive(void* data, std::size_t n);
 
+  /// This side's TCP port.
+  std::uint16_t local_port() const;
+
   /// Sets the socket's receive buffer (before the handshake: a peer that
   /// does not read fills it sooner).
   void set_receive_buffer(int bytes);
@@ -62,6 +65,11 @@ class raw_tls {
 /// Whether the peer of socket `fd` closes it within `patience` (what it
 /// sends before is read and dropped).
 bool socket_closed_within(int fd, std::chrono::milliseconds patience);
+
+/// Whether process `pid` still holds a TCP socket whose peer is
+/// 127.0.0.1:`peer_port` (an open descriptor; a socket it closed and the
+/// kernel still drains does not count).
+bool holds_tcp_peer(int pid, std::uint16_t peer_port);
 
 /// The resident set of process `pid` now, in KiB (VmRSS), or -1.
 long resident_kib(int pid);
