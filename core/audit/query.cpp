@@ -2,7 +2,6 @@
 
 #include "core/audit/log_files.hpp"
 
-#include <cstdio>
 #include <ctime>
 
 namespace exo::audit {
@@ -70,20 +69,38 @@ std::optional<std::int64_t> parse_time(std::string_view text) noexcept {
       v = v * 10 + (c - '0');
     return v;
   }
-  // YYYY-MM-DDTHH:MM:SS[.ffffff][Z]
+  // YYYY-MM-DDTHH:MM:SS[.ffffff][Z], every field its exact digits (no
+  // signs, spaces or short fields) and a date that exists.
   if (text.size() < 19 || text.size() > 40)
     return std::nullopt;
-  char buf[48] = {};
-  text.copy(buf, text.size());
-  std::tm tm{};
-  int consumed = 0;
-  if (std::sscanf(buf, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon,
-                  &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed)
-        != 6
-      || consumed != 19)
+  auto field = [&](std::size_t at, std::size_t n) -> int {
+    int v = 0;
+    for (std::size_t i = at; i < at + n; ++i) {
+      if (text[i] < '0' || text[i] > '9')
+        return -1;
+      v = v * 10 + (text[i] - '0');
+    }
+    return v;
+  };
+  if (text[4] != '-' || text[7] != '-' || text[10] != 'T' || text[13] != ':'
+      || text[16] != ':')
     return std::nullopt;
-  if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31
-      || tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60)
+  std::tm tm{};
+  tm.tm_year = field(0, 4);
+  tm.tm_mon = field(5, 2);
+  tm.tm_mday = field(8, 2);
+  tm.tm_hour = field(11, 2);
+  tm.tm_min = field(14, 2);
+  tm.tm_sec = field(17, 2);
+  if (tm.tm_year < 1970 || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1
+      || tm.tm_hour < 0 || tm.tm_hour > 23 || tm.tm_min < 0 || tm.tm_min > 59
+      || tm.tm_sec < 0 || tm.tm_sec > 59)
+    return std::nullopt;
+  static constexpr int days[] = {31, 28, 31, 30, 31, 30,
+                                 31, 31, 30, 31, 30, 31};
+  auto y = tm.tm_year;
+  bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  if (tm.tm_mday > days[tm.tm_mon - 1] + (tm.tm_mon == 2 && leap ? 1 : 0))
     return std::nullopt;
   std::int64_t frac = 0;
   std::size_t pos = 19;

@@ -503,6 +503,19 @@ TEST_CASE("query times parse from microseconds and ISO 8601") {
   CHECK_FALSE(parse_time("yesterday"));
   CHECK_FALSE(parse_time("2023-13-01T00:00:00Z"));
   CHECK_FALSE(parse_time("2023-11-14T22:13:20Zjunk"));
+  // Strict: exact digits, no signs or spaces, dates that exist.
+  CHECK(parse_time("2024-02-29T00:00:00") == 1709164800000000);
+  CHECK_FALSE(parse_time("2023-02-29T00:00:00"));
+  CHECK_FALSE(parse_time("2023-04-31T00:00:00"));
+  CHECK_FALSE(parse_time(" 023-11-14T22:13:20Z"));
+  CHECK_FALSE(parse_time("+023-11-14T22:13:20Z"));
+  CHECK_FALSE(parse_time("2023-1-14T22:13:20Z "));
+  CHECK_FALSE(parse_time("2023- 1-14T22:13:20Z"));
+  CHECK_FALSE(parse_time("2023-11-14T22:13:60Z"));
+  CHECK_FALSE(parse_time("1969-12-31T23:59:59Z"));
+  CHECK_FALSE(parse_time("2023-11-14 22:13:20Z"));
+  CHECK_FALSE(parse_time("2023-11-14T22:13:20.Z"));
+  CHECK_FALSE(parse_time("1234567890123456789")); // past 18 digits
 }
 
 TEST_CASE("the audit command verifies files and names the first bad "
