@@ -249,7 +249,8 @@ u128 duration_ns(std::string_view text, std::int64_t bare_ns,
   if (unit.empty()) {
     if (bare_ns <= 0)
       fail(name, text, "needs a unit (ns, us, ms, s, m, h or d), e.g. "
-                           + std::string{text} + "s");
+                           + (text.size() <= 24 ? std::string{text} : "N")
+                           + "s");
     factor = static_cast<u128>(bare_ns);
   } else if (refuse_exponent(text, unit, name), false) {
   } else if (auto* u = find_unit(duration_units,

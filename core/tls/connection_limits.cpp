@@ -159,6 +159,82 @@ bool connection_limits::announce(id c, std::uint64_t bytes,
   return true;
 }
 
+namespace {
+
+// CAF 0.17's BASP operations and its named-receiver flag.
+enum : std::uint8_t {
+  client_handshake = 1,
+  direct_message = 2,
+  routed_message = 3,
+  monitor_message = 4,
+  down_message = 5,
+  heartbeat = 6
+};
+constexpr std::uint8_t named_receiver = 0x01;
+
+} // namespace
+
+bool connection_limits::address(id c, const basp_fields& h) {
+  if (cfg_.client_targets.empty())
+    return true;
+  auto it = conns_.find(c);
+  if (it == conns_.end())
+    return true;
+  auto& x = it->second;
+  if (x.refused)
+    return false;
+  if (x.node)
+    return true;
+  auto among = [&h](const auto& xs) {
+    return std::find(xs.begin(), xs.end(), h.dest) != xs.end();
+  };
+  switch (h.operation) {
+    case client_handshake:
+    case monitor_message: // CAF announces a proxy of one of our actors:
+                          // the node watches it, nothing is delivered
+    case down_message:    // the client's own actors that ended
+    case heartbeat:
+      return true;
+    case direct_message: {
+      if ((h.flags & named_receiver) == 0
+            ? among(cfg_.client_targets) || among(x.contacts)
+            : among(cfg_.client_named_targets))
+        return true;
+      return refuse(x, "client_target",
+                    (h.flags & named_receiver) != 0
+                      ? std::string{"a client certificate may message the "
+                                    "gate only (it named another "
+                                    "receiver)"}
+                      : "a client certificate may message the gate only "
+                        "(it addressed actor "
+                          + std::to_string(h.dest) + ")");
+    }
+    case routed_message:
+      return refuse(x, "client_target",
+                    "a client certificate may not route messages to other "
+                    "nodes");
+    default:
+      return refuse(x, "client_target",
+                    "a client certificate sent BASP operation "
+                      + std::to_string(h.operation));
+  }
+}
+
+void connection_limits::sent(id c, const basp_fields& h) {
+  if (cfg_.client_targets.empty() || h.operation != direct_message
+      || h.source == 0)
+    return;
+  auto it = conns_.find(c);
+  if (it == conns_.end() || it->second.node)
+    return;
+  auto& contacts = it->second.contacts;
+  if (std::find(contacts.begin(), contacts.end(), h.source) != contacts.end())
+    return;
+  if (contacts.size() >= max_contacts)
+    contacts.pop_front();
+  contacts.push_back(h.source);
+}
+
 void connection_limits::progress(id c, std::uint64_t, clock::time_point now) {
   if (auto it = conns_.find(c); it != conns_.end())
     it->second.last_progress = now;

@@ -29,7 +29,15 @@
 //   buffers are full. Output that the peer does not acknowledge for
 //   `idle_timeout` is dropped, and a client certificate may send at most
 //   `max_client_unread_messages` messages while it is behind (half the
-//   socket's send buffer or more unread).
+//   socket's send buffer or more unread);
+// - whom a client may address: CAF delivers a BASP message to any actor
+//   whose handle ever crossed the wire (its id is in the registry), so a
+//   client certificate could message the node's services directly and
+//   pass by the gate's access checks. With `client_targets` set (exo-node
+//   sets the gate), a client may send direct messages to those actors
+//   and to actors that messaged it first only, to the named receivers in
+//   `client_named_targets` only (CAF's own greeting goes to the spawn
+//   server), and no routed messages.
 // A connection that passes a limit is refused: the guard fails its next
 // TLS call, CAF drops it, and the refusal is reported (and audited by the
 // node).
@@ -60,6 +68,23 @@ struct connection_limits_config {
   /// Messages a client certificate may send while the node's output to it
   /// waits for it to read (0: unlimited).
   std::uint32_t max_client_unread_messages = 64;
+  /// The actors a client certificate may message (exo-node: its gate);
+  /// empty: any.
+  std::vector<std::uint64_t> client_targets;
+  /// The named receivers (CAF atoms) a client may message when
+  /// client_targets is set.
+  std::vector<std::uint64_t> client_named_targets;
+};
+
+/// The fields of a BASP header (CAF 0.17: operation byte 0, flags byte 3,
+/// message id bytes 8..15, source actor 16..23, destination 24..31, big
+/// endian) the limits look at.
+struct basp_fields {
+  std::uint8_t operation = 0;
+  std::uint8_t flags = 0;
+  std::uint64_t message_id = 0;
+  std::uint64_t source = 0;
+  std::uint64_t dest = 0;
 };
 
 /// One refused connection, as reported to the node (and its audit log).
@@ -72,7 +97,8 @@ struct connection_refusal {
                        ///< "frame_bytes", "buffered_per_peer",
                        ///< "buffered_total", "handshake_timeout",
                        ///< "idle_timeout", "message_rate", "tls_handshake",
-                       ///< "output_stalled", "unread_replies"
+                       ///< "output_stalled", "unread_replies",
+                       ///< "client_target"
   std::string detail;  ///< a sentence for the operator
 };
 
@@ -106,6 +132,19 @@ class connection_limits {
 
   /// A message header announced `bytes` of payload. False: refused.
   bool announce(id c, std::uint64_t bytes, clock::time_point now);
+
+  /// A BASP message header the peer sent. False: refused (a client
+  /// addressing an actor that is neither a target nor one that messaged
+  /// it).
+  bool address(id c, const basp_fields& h);
+
+  /// A BASP message header the node sent the peer: an actor of the node
+  /// that messages a client may be answered by it (CAF's own greeting
+  /// does; at most `max_contacts` remembered per connection, the oldest
+  /// forgotten).
+  void sent(id c, const basp_fields& h);
+
+  static constexpr std::size_t max_contacts = 1024;
 
   /// `bytes` of payload (or header) arrived.
   void progress(id c, std::uint64_t bytes, clock::time_point now);
@@ -154,6 +193,8 @@ class connection_limits {
     bool behind = false;               ///< half the send buffer waits
     clock::time_point output_progress; ///< the peer last acknowledged
     std::uint32_t sent_while_behind = 0;
+    /// The node's actors that messaged this client.
+    std::deque<std::uint64_t> contacts;
   };
   struct peer_use {
     std::uint32_t connections = 0;

@@ -83,6 +83,9 @@ struct stream_state {
   sockaddr_storage peer{};
   socklen_t peer_len = 0;
   std::uint64_t bytes_acked = 0; // by the peer, at the last sample
+  unsigned char out_header[header_size]; // what the node writes
+  std::size_t out_have = 0;
+  std::uint64_t out_payload_left = 0;
 };
 
 std::mutex states_mutex;
@@ -149,6 +152,57 @@ bool admit_locked(const SSL* ssl, stream_state& st) {
   return limits().admit(ssl, name, node, clock::now());
 }
 
+std::uint64_t big_endian(const unsigned char* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i)
+    v = (v << 8) | p[i];
+  return v;
+}
+
+exo::tls::basp_fields fields(const unsigned char* header) {
+  exo::tls::basp_fields h;
+  h.operation = header[0];
+  h.flags = header[3];
+  h.message_id = big_endian(header + 8);
+  h.source = big_endian(header + 16);
+  h.dest = big_endian(header + 24);
+  return h;
+}
+
+/// Follows `n` bytes the node wrote to `ssl` (whole frames as CAF writes
+/// them: headers and payloads), telling the limits the headers.
+void follow_out(const SSL* ssl, const unsigned char* p, std::size_t n) {
+  std::lock_guard<std::mutex> guard{states_mutex};
+  auto i = states().find(ssl);
+  if (i == states().end() || i->second.exempt || !i->second.admitted)
+    return;
+  auto& st = i->second;
+  while (n > 0) {
+    if (st.out_payload_left > 0) {
+      auto k = st.out_payload_left < n
+                 ? static_cast<std::size_t>(st.out_payload_left)
+                 : n;
+      st.out_payload_left -= k;
+      p += k;
+      n -= k;
+      continue;
+    }
+    auto k = header_size - st.out_have < n ? header_size - st.out_have : n;
+    std::memcpy(st.out_header + st.out_have, p, k);
+    st.out_have += k;
+    p += k;
+    n -= k;
+    if (st.out_have == header_size) {
+      st.out_have = 0;
+      st.out_payload_left = (std::uint32_t{st.out_header[4]} << 24)
+                            | (std::uint32_t{st.out_header[5]} << 16)
+                            | (std::uint32_t{st.out_header[6]} << 8)
+                            | std::uint32_t{st.out_header[7]};
+      limits().sent(ssl, fields(st.out_header));
+    }
+  }
+}
+
 /// Follows `n` decrypted bytes of `ssl`'s stream; false once refused.
 bool follow(const SSL* ssl, const unsigned char* p, std::size_t n) {
   std::lock_guard<std::mutex> guard{states_mutex};
@@ -192,6 +246,16 @@ bool follow(const SSL* ssl, const unsigned char* p, std::size_t n) {
                      "exo: dropping a TLS connection whose peer announced "
                      "a %u-byte message (a limit of network.limits)\n",
                      static_cast<unsigned>(len));
+        return false;
+      }
+      auto h = fields(st.header);
+      if (!limits().address(ssl, h)) {
+        std::fprintf(stderr,
+                     "exo: dropping a client's TLS connection: it addressed "
+                     "actor %llu with BASP operation %u (a client may "
+                     "message the gate only)\n",
+                     static_cast<unsigned long long>(h.dest),
+                     static_cast<unsigned>(h.operation));
         return false;
       }
       st.payload_left = len;
@@ -357,7 +421,11 @@ void SSL_free(SSL* ssl) {
 int SSL_write(SSL* ssl, const void* buf, int num) {
   static auto real = next<int (*)(SSL*, const void*, int)>("SSL_write");
   ERR_clear_error();
-  return real(ssl, buf, num);
+  auto rc = real(ssl, buf, num);
+  if (rc > 0)
+    follow_out(ssl, static_cast<const unsigned char*>(buf),
+               static_cast<std::size_t>(rc));
+  return rc;
 }
 
 int SSL_accept(SSL* ssl) {

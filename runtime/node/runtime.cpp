@@ -254,9 +254,11 @@ void runtime::start() {
     throw startup_error(std::string{"bulk channel: "} + e.what());
   }
   gc.bulk_port = d.bulk->port();
-  // What a TLS peer may hold (network.limits), before anyone can connect.
-  d.connection_watch = start_connection_watch(*d.sys, d.cfg, d.safety.audit);
   d.gate = cluster::spawn_gate(*d.sys, std::move(gc));
+  // What a TLS peer may hold (network.limits), and that a client may
+  // message the gate only, before anyone can connect.
+  d.connection_watch = start_connection_watch(*d.sys, d.cfg, d.safety.audit,
+                                              d.gate.id());
   caf::anon_send(d.directory, register_atom::value, std::string{"gate"},
                  std::string{"gate"}, d.gate);
   auto port = caf::openssl::publish(d.gate, d.cfg.network.port,

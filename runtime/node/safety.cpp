@@ -153,9 +153,15 @@ void audit_refusals(const caf::actor& audit) {
 
 caf::actor start_connection_watch(caf::actor_system& sys,
                                   const config::node_config& cfg,
-                                  caf::actor audit,
+                                  caf::actor audit, std::uint64_t gate,
                                   std::chrono::milliseconds interval) {
-  tls::configure_connection_guard(cfg.network.limits);
+  auto limits = cfg.network.limits;
+  limits.client_targets = {gate};
+  // CAF greets every node it connects to with a request to its spawn
+  // server (which spawns nothing here: exo registers no actor types).
+  limits.client_named_targets = {
+    static_cast<std::uint64_t>(caf::atom("SpawnServ"))};
+  tls::configure_connection_guard(limits);
   // Refusals before the watch existed (none: the node is not listening
   // yet) are dropped with the guard's previous configuration.
   tls::take_connection_refusals();

@@ -51,14 +51,15 @@ safety_parts start_safety(caf::actor_system& sys,
                           std::size_t devices,
                           const audit_signing& signing = {});
 
-/// Applies network.limits to this process's TLS guard and spawns the actor
+/// Applies network.limits to this process's TLS guard (a client
+/// certificate may message `gate` only) and spawns the actor
 /// that, every `interval`, audits the connections the guard refused
 /// (connection_refused: limit, peer, address, detail) and writes each to
 /// stderr for the operator. At most 64 records per interval; more are
 /// counted in one summary record, so a flood cannot fill the log.
 caf::actor start_connection_watch(caf::actor_system& sys,
                                   const config::node_config& cfg,
-                                  caf::actor audit,
+                                  caf::actor audit, std::uint64_t gate,
                                   std::chrono::milliseconds interval
                                   = std::chrono::milliseconds{1000});
 

@@ -14,6 +14,19 @@ using clk = connection_limits::clock;
 
 namespace {
 
+/// A BASP header's fields: operation, flags, destination, message id,
+/// source.
+basp_fields hdr(std::uint8_t op, std::uint8_t flags, std::uint64_t dest,
+                std::uint64_t mid = 0, std::uint64_t src = 0) {
+  basp_fields h;
+  h.operation = op;
+  h.flags = flags;
+  h.dest = dest;
+  h.message_id = mid;
+  h.source = src;
+  return h;
+}
+
 /// Distinct connection ids.
 const void* conn(int i) {
   static char ids[4096];
@@ -235,4 +248,49 @@ TEST_CASE("a peer that does not read what the node sends it, output that "
   CHECK(limits_of(l) == std::vector<std::string>{"output_stalled",
                                                  "unread_replies",
                                                  "output_stalled"});
+}
+
+TEST_CASE("a client certificate may message the gate only, a node any "
+          "actor") {
+  connection_limits_config cfg;
+  connection_limits open_all{cfg};
+  auto t = clk::now();
+  REQUIRE(open_all.open(conn(1), "a", t));
+  REQUIRE(open_all.admit(conn(1), "ops", false, t));
+  CHECK(open_all.address(conn(1), hdr(2, 0, 99))); // no targets: any
+  cfg.client_targets = {7};
+  cfg.client_named_targets = {42};
+  connection_limits l{cfg};
+  for (int i = 1; i <= 8; ++i) {
+    REQUIRE(l.open(conn(i), "x", t));
+    REQUIRE(l.admit(conn(i), i == 7 ? "n2" : "ops", i == 7, t));
+  }
+  // What a console sends: its handshake, requests to the gate, monitors
+  // of the actors whose handles it got (CAF announces its proxies; nothing
+  // is delivered to them), heartbeats, its own actors' ends.
+  CHECK(l.address(conn(1), hdr(1, 0, 0)));
+  CHECK(l.address(conn(1), hdr(2, 0, 7)));
+  CHECK(l.address(conn(1), hdr(4, 0, 7)));
+  CHECK(l.address(conn(1), hdr(4, 0, 3)));
+  CHECK(l.address(conn(1), hdr(6, 0, 0)));
+  CHECK(l.address(conn(1), hdr(5, 0, 0)));
+  CHECK(l.address(conn(1), hdr(2, 1, 42))); // CAF's greeting
+  // The node's actors that messaged it (CAF's greeting the other way)
+  // may be answered, on that connection.
+  l.sent(conn(1), hdr(2, 0, 5, 0, 31));
+  CHECK(l.address(conn(1), hdr(2, 0, 31)));
+  CHECK(l.address(conn(1), hdr(2, 0, 31)));
+  // Another actor, another named one, a routed message, a server's
+  // handshake, an operation that does not exist.
+  CHECK_FALSE(l.address(conn(2), hdr(2, 0, 8)));
+  CHECK_FALSE(l.address(conn(3), hdr(2, 1, 7)));
+  CHECK_FALSE(l.address(conn(4), hdr(0, 0, 0)));
+  CHECK_FALSE(l.address(conn(5), hdr(3, 0, 7)));
+  CHECK_FALSE(l.address(conn(6), hdr(9, 0, 7)));
+  CHECK_FALSE(l.address(conn(8), hdr(2, 0, 31))); // not its contact
+  CHECK_FALSE(l.address(conn(3), hdr(2, 0, 7))); // refused stays refused
+  // A node certificate is a member: any actor.
+  CHECK(l.address(conn(7), hdr(2, 0, 12345)));
+  CHECK(l.address(conn(7), hdr(3, 1, 1)));
+  CHECK(limits_of(l) == std::vector<std::string>(6, "client_target"));
 }

@@ -495,3 +495,64 @@ TEST_CASE("a client that asks and never reads the replies cannot make the "
   CHECK(console(p, n1.port, {"nodes"}).code == 0);
   CHECK(console(p, n2.port, {"nodes"}).code == 0);
 }
+
+TEST_CASE("a client certificate may message the gate only, not the node's "
+          "other actors, which would pass by its access checks") {
+  pki p{"exo-bypass"};
+  p.node("n1");
+  must(run({exo_cert(), "issue-client", "--ca-dir", p.dir + "/ca", "--name",
+            "mallory", "--out", p.dir + "/mallory"}));
+  node_options o{"n1"};
+  o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
+  o.extra = R"(, "safety": {"audit_fsync": "never"})";
+  auto n1 = start_node(p, o);
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto ping = caf::make_message(exo::ping_atom::value, std::int64_t{7});
+  // The gate answers; the console works as ever (it talks to the gate).
+  {
+    basp_peer ok{sys, n1.port, p.dir, "mallory"};
+    REQUIRE(ok.hello());
+    REQUIRE(ok.send(ok.message_to_gate(ping, 1)));
+    CHECK(ok.answered(1));
+  }
+  CHECK(console(p, n1.port, {"jobs"}).code == 0);
+  // Any other actor (CAF would deliver to every actor whose handle ever
+  // crossed the wire), a named one, a routed message: dropped.
+  auto frame_to = [&](basp_peer& peer, std::uint64_t dest, std::uint8_t op,
+                      std::uint8_t flags, bool response) {
+    auto f = peer.message_to_gate(ping, 2);
+    f[0] = static_cast<char>(op);
+    f[3] = static_cast<char>(flags);
+    auto put = [&f](std::size_t at, std::uint64_t v) {
+      for (std::size_t i = 0; i < 8; ++i)
+        f[at + i] = static_cast<char>(v >> (56 - 8 * i));
+    };
+    put(24, dest);
+    if (response) // an answer to a request nobody made
+      put(8, caf::make_message_id(5).response_id().integer_value());
+    return f;
+  };
+  struct attempt {
+    std::uint8_t op;
+    std::uint8_t flags;
+    std::int64_t dest_from_gate; // dest = gate + this (named: an atom)
+    bool response;
+  };
+  for (auto a : {attempt{2, 0, 1, false}, attempt{2, 0, -1, false},
+                 attempt{2, 1, 0, false}, attempt{3, 0, 0, false},
+                 attempt{2, 0, 1, true}}) {
+    CAPTURE(int{a.op}, int{a.flags}, a.dest_from_gate, a.response);
+    basp_peer peer{sys, n1.port, p.dir, "mallory"};
+    REQUIRE(peer.hello());
+    auto dest = a.flags != 0
+                  ? static_cast<std::uint64_t>(caf::atom("ConfigServ"))
+                  : static_cast<std::uint64_t>(
+                      static_cast<std::int64_t>(peer.gate) + a.dest_from_gate);
+    peer.send(frame_to(peer, dest, a.op, a.flags, a.response));
+    CHECK(peer.tls.closed_within(10s));
+  }
+  CHECK(refused_for(p, n1.port, "client_target", 10s));
+  CHECK(contains(n1.proc->err(), "a client may message the gate only"));
+  CHECK(console(p, n1.port, {"nodes"}).code == 0);
+}

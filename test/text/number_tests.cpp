@@ -139,6 +139,13 @@ TEST_CASE("a long or binary unit is cut and escaped in the message") {
   msg = error_of([] { parse_size(std::string(1000, '1') + "G"); });
   CHECK(msg.size() < 300);
   CHECK(msg.find("use NGiB (2^30) or NGB (10^9)") != std::string::npos);
+  // Found by the 10-minute fuzz_number run: a long bare duration was
+  // repeated whole in the "e.g." hint.
+  msg = error_of([] { parse_duration(std::string(600, '0') + "1"); });
+  CHECK(msg.size() < 300);
+  CHECK(msg.find("e.g. Ns") != std::string::npos);
+  CHECK(error_of([] { parse_duration("30"); }).find("e.g. 30s")
+        != std::string::npos);
 }
 
 TEST_CASE("reals: accepted forms") {
