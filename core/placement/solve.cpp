@@ -159,9 +159,10 @@ solve_result solve(const problem& original, const solve_options& opts,
         break;
     }
   }
-  const bool run_gecode = opts.solver == solver_kind::gecode
+  const bool bound_met = best_units && lower >= *best_units;
+  const bool run_gecode = (opts.solver == solver_kind::gecode && !bound_met)
                           || (opts.solver == solver_kind::both && !proven
-                              && !res.cancelled);
+                              && !bound_met && !res.cancelled);
   if (run_gecode) {
     gecode_options g;
     g.time_limit = opts.time_limit;
@@ -175,6 +176,10 @@ solve_result solve(const problem& original, const solve_options& opts,
       infeasible = !best_units.has_value();
     }
   }
+  // A plan that meets a valid lower bound is optimal, whichever search
+  // found it and however that search ended (stopped, cancelled).
+  if (!infeasible && best_units && lower >= *best_units)
+    proven = true;
   if (infeasible) {
     res.status = solve_status::infeasible;
     res.explanation = explain_infeasible(p);

@@ -463,6 +463,27 @@ TEST_CASE("raising the cancel flag stops the search") {
   CHECK(s.status == solve_status::no_plan);
 }
 
+TEST_CASE("a plan that meets the lower bound is proven optimal, even when "
+          "its search was stopped") {
+  // One device: its only plan costs exactly the static bound (every layer
+  // on its fastest device, no transfer). Gecode is cancelled at its first
+  // plan, so it proves nothing itself.
+  auto p = small(2, objective_kind::latency, false);
+  p.devices.resize(1);
+  p.devices[0].memory_bytes = 1ull << 40;
+  p.links.clear();
+  validate(p);
+  std::atomic<bool> cancel{false};
+  solve_options so;
+  so.solver = solver_kind::gecode;
+  so.time_limit = std::chrono::milliseconds(600000);
+  auto r = solve(p, so, [&](const plan&) { cancel = true; }, &cancel);
+  REQUIRE(r.best.has_value());
+  CHECK(r.status == solve_status::optimal);
+  CHECK(r.best->proven_optimal);
+  CHECK(r.best->lower_bound_seconds == r.best->objective_seconds);
+}
+
 TEST_CASE("Gecode search is deterministic") {
   auto p = small(9, objective_kind::throughput, true);
   cost_model m(p);
