@@ -1,5 +1,7 @@
 #include "runtime/console/client.hpp"
 
+#include "messages/cluster.hpp"
+#include "messages/errors.hpp"
 #include "messages/registration.hpp"
 #include "runtime/system/caf_tls.hpp"
 #include "core/tls/certificate.hpp"
@@ -13,6 +15,9 @@
 #include <caf/openssl/all.hpp>
 
 #include <cctype>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -54,6 +59,107 @@ std::string read_token_file(const std::string& path) {
   return text;
 }
 
+namespace {
+
+/// Watches the node's gate from a second actor while a request is awaited:
+/// a monitor (CAF reports a closed connection at once) and a ping every
+/// half second. An answer (a refusal too: this actor did not join) means
+/// the node is there; two pings unanswered for 1 s each (a frozen node)
+/// end the wait after about 3 s. The wait ends with an error response
+/// given to the waiting actor, and stop() says why.
+class node_watch {
+public:
+  node_watch(caf::actor_system* sys, caf::actor gate, caf::blocking_actor* waiter,
+             caf::message_id response, std::string node, std::string where)
+    : sys_(sys), gate_(std::move(gate)), waiter_(waiter), response_(response),
+      node_(std::move(node)), where_(std::move(where)) {
+    thread_ = std::thread{[this] { run(); }};
+  }
+
+  ~node_watch() {
+    stop();
+  }
+
+  node_watch(const node_watch&) = delete;
+  node_watch& operator=(const node_watch&) = delete;
+
+  /// Ends the watch; what ended the wait, or "" when the node answered.
+  std::string stop() {
+    {
+      std::lock_guard<std::mutex> guard{mx_};
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable())
+      thread_.join();
+    std::lock_guard<std::mutex> guard{mx_};
+    return lost_;
+  }
+
+private:
+  void run() {
+    using namespace std::chrono;
+    caf::scoped_actor pinger{*sys_};
+    // CAF tells a monitor when the connection to the node closes.
+    pinger->monitor(gate_);
+    int missed = 0;
+    std::string why;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock{mx_};
+        if (cv_.wait_for(lock, milliseconds{500}, [this] { return stopping_; }))
+          return;
+      }
+      bool down = false;
+      pinger->receive([&](caf::down_msg&) { down = true; },
+                      caf::after(milliseconds{0}) >> [] {});
+      if (down) {
+        why = "the connection to it closed";
+        break;
+      }
+      bool answered = false;
+      pinger->request(gate_, milliseconds{1000}, ping_atom::value,
+                      std::int64_t{0})
+        .receive([&](std::int64_t) { answered = true; },
+                 [&](caf::error& err) {
+                   // The gate's refusal (this actor did not join) is an
+                   // answer too; CAF's errors are not.
+                   answered = err.category() != caf::atom("system");
+                 });
+      missed = answered ? 0 : missed + 1;
+      if (missed >= 2) {
+        why = "it stopped answering (two pings of 1 s)";
+        break;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> guard{mx_};
+      if (stopping_)
+        return;
+      lost_ = "lost node " + node_ + " (" + where_ + "): " + why;
+    }
+    // The waiting request ends now, with this error as its answer.
+    waiter_->enqueue(caf::make_mailbox_element(
+                       nullptr, response_, {},
+                       make_exo_error(exo_errc::failed_state, lost_)),
+                     nullptr);
+  }
+
+  caf::actor_system* sys_;
+  caf::actor gate_;
+  caf::blocking_actor* waiter_;
+  caf::message_id response_;
+  std::string node_;
+  std::string where_;
+  std::mutex mx_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::string lost_;
+  std::thread thread_;
+};
+
+} // namespace
+
 struct client::impl {
   tls::material files;
   std::string name;
@@ -65,6 +171,8 @@ struct client::impl {
   std::string cert_pem;
   caf::actor gate;
   std::string node;
+  std::string where; ///< host:port of the node
+
   /// One actor for the whole session: the gate authorises the actor that
   /// completed the handshake, not the process.
   std::unique_ptr<caf::scoped_actor> self;
@@ -113,6 +221,7 @@ void client::connect(const std::string& host, std::uint16_t port) {
   auto& d = *impl_;
   auto& self = *d.self;
   auto where = host + ":" + std::to_string(port);
+  d.where = where;
   caf::strong_actor_ptr ptr;
   std::string failure;
   self
@@ -171,12 +280,26 @@ console_reply client::ask(const std::string& command,
   console_reply out;
   std::string failure;
   auto timeout = command == "measure" ? d.timeout * 6 : d.timeout;
-  self->request(d.gate, timeout, console_atom::value, command, arg)
-    .receive([&](console_reply& r) { out = std::move(r); },
-             [&](caf::error& err) { failure = d.sys->render(err); });
-  if (!failure.empty())
-    throw client_error(failure);
-  return out;
+  auto handle = self->request(d.gate, timeout, console_atom::value, command,
+                              arg);
+  // While the answer is awaited (a run may take minutes), a watcher makes
+  // sure the node is still there: a lost node ends the wait within about
+  // 3 s with its name, not at the timeout.
+  node_watch watch{d.sys.get(), d.gate, self.ptr(),
+                   handle.id(), d.node, d.where};
+  bool replied = false;
+  handle.receive(
+    [&](console_reply& r) {
+      out = std::move(r);
+      replied = true;
+    },
+    [&](caf::error& err) { failure = d.sys->render(err); });
+  auto lost = watch.stop();
+  if (replied)
+    return out;
+  if (!lost.empty())
+    throw client_error(lost);
+  throw client_error(failure);
 }
 
 } // namespace exo::console

@@ -262,6 +262,62 @@ TEST_CASE("a running job is listed with its id and cancelled from another "
   CHECK(g.proc->wait(30s) == 0);
 }
 
+TEST_CASE("a console waiting on a node that dies or freezes says so within "
+          "seconds and names the node, long before its timeout",
+          "[workload][process]") {
+  pki p{"exo-lost-node"};
+  exo::model::test_model_options o;
+  o.layers = 2;
+  o.dim = 64;
+  o.ff = 128;
+  o.vocab = 512;
+  o.ctx = 4096;
+  o.seed = 5;
+  auto model = p.dir + "/long.gguf";
+  exo::model::make_test_model(o, model);
+  for (int sig : {SIGKILL, SIGSTOP}) {
+    CAPTURE(sig);
+    auto name = std::string{sig == SIGKILL ? "killed" : "frozen"};
+    p.node(name);
+    auto g = start(p, name, {});
+    // A run far longer than the test (see the cancel test above), with a
+    // timeout of ten minutes.
+    process runner{{exo_console(), "--connect",
+                    "127.0.0.1:" + std::to_string(g.port), "--cert",
+                    p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
+                    "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
+                    "--token-file",
+                    p.dir + "/" + g.name + "/state/access/admin.token",
+                    "--exec",
+                    "run --model " + model
+                      + " --prompt \"once upon a time\" -n 4000 --seed 2 "
+                        "--temperature 0 --sequences 64 --stages 1"}};
+    REQUIRE(g.proc->wait_for_output("job 1 started", 120s));
+    auto t0 = std::chrono::steady_clock::now();
+    g.proc->signal(sig);
+    // The target is 3 s (a closed connection at once, a frozen node after
+    // two unanswered pings); the bound leaves a loaded machine room.
+    auto code = runner.wait(20s);
+    auto took = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                              - t0)
+                  .count();
+    INFO("the console ended " << took << " s after the node was "
+                              << name << ": " << runner.err());
+    CHECK(code == 1);
+    CHECK(took < 20);
+    CHECK(runner.err().find("lost node " + name + " (127.0.0.1:"
+                            + std::to_string(g.port) + ")")
+          != std::string::npos);
+    CHECK(runner.err().find(sig == SIGKILL ? "the connection to it closed"
+                                           : "it stopped answering")
+          != std::string::npos);
+    std::printf("console noticed the %s node after %.2f s\n", name.c_str(),
+                took);
+    if (sig == SIGSTOP)
+      g.proc->signal(SIGKILL);
+  }
+}
+
 TEST_CASE("exo-node run --llama-threads gives exo-model's logits for the "
           "same llama.cpp thread count, past position 256",
           "[workload][process]") {
