@@ -73,14 +73,26 @@ bool connection_limits::open(id c, std::string address,
   return true;
 }
 
+connection_limits::conn* connection_limits::checked(id c, bool& verdict) {
+  auto it = conns_.find(c);
+  if (it == conns_.end()) {
+    verdict = true;
+    return nullptr;
+  }
+  if (it->second.refused) {
+    verdict = false;
+    return nullptr;
+  }
+  return &it->second;
+}
+
 bool connection_limits::admit(id c, std::string peer, bool node,
                               clock::time_point now) {
-  auto it = conns_.find(c);
-  if (it == conns_.end())
-    return true;
-  auto& x = it->second;
-  if (x.refused)
-    return false;
+  bool verdict = true;
+  auto* found = checked(c, verdict);
+  if (found == nullptr)
+    return verdict;
+  auto& x = *found;
   if (x.admitted)
     return true;
   x.peer = std::move(peer);
@@ -107,12 +119,11 @@ void connection_limits::handshake_failed(id c, std::string detail) {
 
 bool connection_limits::announce(id c, std::uint64_t bytes,
                                  clock::time_point now) {
-  auto it = conns_.find(c);
-  if (it == conns_.end())
-    return true;
-  auto& x = it->second;
-  if (x.refused)
-    return false;
+  bool verdict = true;
+  auto* found = checked(c, verdict);
+  if (found == nullptr)
+    return verdict;
+  auto& x = *found;
   x.last_progress = now;
   // The message rate (a token bucket per connection).
   auto rate = x.node ? cfg_.node_messages_per_s : cfg_.client_messages_per_s;
@@ -177,12 +188,11 @@ constexpr std::uint8_t named_receiver = 0x01;
 bool connection_limits::address(id c, const basp_fields& h) {
   if (cfg_.client_targets.empty())
     return true;
-  auto it = conns_.find(c);
-  if (it == conns_.end())
-    return true;
-  auto& x = it->second;
-  if (x.refused)
-    return false;
+  bool verdict = true;
+  auto* found = checked(c, verdict);
+  if (found == nullptr)
+    return verdict;
+  auto& x = *found;
   if (x.node)
     return true;
   auto among = [&h](const auto& xs) {

@@ -77,12 +77,11 @@ struct connection_limits_config {
 };
 
 /// The fields of a BASP header (CAF 0.17: operation byte 0, flags byte 3,
-/// message id bytes 8..15, source actor 16..23, destination 24..31, big
-/// endian) the limits look at.
+/// source actor bytes 16..23, destination 24..31, big endian) the limits
+/// look at.
 struct basp_fields {
   std::uint8_t operation = 0;
   std::uint8_t flags = 0;
-  std::uint64_t message_id = 0;
   std::uint64_t source = 0;
   std::uint64_t dest = 0;
 };
@@ -202,6 +201,9 @@ class connection_limits {
   };
 
   bool refuse(conn& c, const char* limit, std::string detail);
+  /// `c` for a check, or null with `verdict`: true when it is unknown
+  /// (nothing to check), false when it was refused already.
+  conn* checked(id c, bool& verdict);
   void release(conn& c);
 
   connection_limits_config cfg_;

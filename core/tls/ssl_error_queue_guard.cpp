@@ -152,9 +152,10 @@ bool admit_locked(const SSL* ssl, stream_state& st) {
   return limits().admit(ssl, name, node, clock::now());
 }
 
-std::uint64_t big_endian(const unsigned char* p) {
+/// The big-endian number in `n` bytes at `p` (BASP's byte order).
+std::uint64_t big_endian(const unsigned char* p, int n) {
   std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < n; ++i)
     v = (v << 8) | p[i];
   return v;
 }
@@ -163,9 +164,8 @@ exo::tls::basp_fields fields(const unsigned char* header) {
   exo::tls::basp_fields h;
   h.operation = header[0];
   h.flags = header[3];
-  h.message_id = big_endian(header + 8);
-  h.source = big_endian(header + 16);
-  h.dest = big_endian(header + 24);
+  h.source = big_endian(header + 16, 8);
+  h.dest = big_endian(header + 24, 8);
   return h;
 }
 
@@ -194,10 +194,7 @@ void follow_out(const SSL* ssl, const unsigned char* p, std::size_t n) {
     n -= k;
     if (st.out_have == header_size) {
       st.out_have = 0;
-      st.out_payload_left = (std::uint32_t{st.out_header[4]} << 24)
-                            | (std::uint32_t{st.out_header[5]} << 16)
-                            | (std::uint32_t{st.out_header[6]} << 8)
-                            | std::uint32_t{st.out_header[7]};
+      st.out_payload_left = big_endian(st.out_header + 4, 4);
       limits().sent(ssl, fields(st.out_header));
     }
   }
@@ -236,10 +233,7 @@ bool follow(const SSL* ssl, const unsigned char* p, std::size_t n) {
     p += k;
     n -= k;
     if (st.have == header_size) {
-      std::uint32_t len = (std::uint32_t{st.header[4]} << 24)
-                          | (std::uint32_t{st.header[5]} << 16)
-                          | (std::uint32_t{st.header[6]} << 8)
-                          | std::uint32_t{st.header[7]};
+      auto len = static_cast<std::uint32_t>(big_endian(st.header + 4, 4));
       st.have = 0;
       if (!limits().announce(ssl, len, now)) {
         std::fprintf(stderr,

@@ -14,15 +14,13 @@ using clk = connection_limits::clock;
 
 namespace {
 
-/// A BASP header's fields: operation, flags, destination, message id,
-/// source.
+/// A BASP header's fields: operation, flags, destination, source.
 basp_fields hdr(std::uint8_t op, std::uint8_t flags, std::uint64_t dest,
-                std::uint64_t mid = 0, std::uint64_t src = 0) {
+                std::uint64_t src = 0) {
   basp_fields h;
   h.operation = op;
   h.flags = flags;
   h.dest = dest;
-  h.message_id = mid;
   h.source = src;
   return h;
 }
@@ -277,7 +275,7 @@ TEST_CASE("a client certificate may message the gate only, a node any "
   CHECK(l.address(conn(1), hdr(2, 1, 42))); // CAF's greeting
   // The node's actors that messaged it (CAF's greeting the other way)
   // may be answered, on that connection.
-  l.sent(conn(1), hdr(2, 0, 5, 0, 31));
+  l.sent(conn(1), hdr(2, 0, 5, 31));
   CHECK(l.address(conn(1), hdr(2, 0, 31)));
   CHECK(l.address(conn(1), hdr(2, 0, 31)));
   // Another actor, another named one, a routed message, a server's

@@ -67,6 +67,20 @@ int closed(std::vector<std::unique_ptr<raw_tls>>& cs,
   return n;
 }
 
+/// Issues the client certificate dir/mallory/mallory of `p`'s CA.
+void issue_mallory(const pki& p) {
+  must(run({exo_cert(), "issue-client", "--ca-dir", p.dir + "/ca", "--name",
+            "mallory", "--out", p.dir + "/mallory"}));
+}
+
+/// A node with the CPU only and an audit log it does not fsync.
+node_options plain_node(const std::string& name) {
+  node_options o{name};
+  o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
+  o.extra = R"(, "safety": {"audit_fsync": "never"})";
+  return o;
+}
+
 } // namespace
 
 TEST_CASE("a hostile peer with a valid certificate cannot hold the node's "
@@ -74,11 +88,8 @@ TEST_CASE("a hostile peer with a valid certificate cannot hold the node's "
   pki p{"exo-hostile"};
   p.node("n1");
   p.node("intruder"); // a node certificate of the CA, not a member
-  must(run({exo_cert(), "issue-client", "--ca-dir", p.dir + "/ca", "--name",
-            "mallory", "--out", p.dir + "/mallory"}));
-  node_options o{"n1"};
-  o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
-  o.extra = R"(, "safety": {"audit_fsync": "never"})";
+  issue_mallory(p);
+  auto o = plain_node("n1");
   // The default limits, but shorter timeouts so the test need not wait.
   o.network_extra = R"(, "limits": {"handshake_timeout_ms": 1500,
                                     "idle_timeout_ms": 3000})";
@@ -162,9 +173,7 @@ TEST_CASE("a client certificate sees the read-only views, changing anything "
           "model folders") {
   pki p{"exo-least"};
   p.node("n1");
-  node_options o{"n1"};
-  o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
-  o.extra = R"(, "safety": {"audit_fsync": "never"})";
+  auto o = plain_node("n1");
   auto n1 = start_node(p, o);
   console_options anonymous;
   anonymous.operator_token = false;
@@ -333,11 +342,8 @@ TEST_CASE("a message whose byte sequence claims 1 GiB costs the node "
           "nothing, and the node goes on serving the connection") {
   pki p{"exo-lying-peer"};
   p.node("n1");
-  must(run({exo_cert(), "issue-client", "--ca-dir", p.dir + "/ca", "--name",
-            "mallory", "--out", p.dir + "/mallory"}));
-  node_options o{"n1"};
-  o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
-  o.extra = R"(, "safety": {"audit_fsync": "never"})";
+  issue_mallory(p);
+  auto o = plain_node("n1");
   auto n1 = start_node(p, o);
   auto pid = n1.proc->pid();
   caf::actor_system_config cfg;
@@ -436,8 +442,7 @@ TEST_CASE("a client that asks and never reads the replies cannot make the "
   pki p{"exo-deaf-peer"};
   p.node("n1");
   p.node("n2");
-  must(run({exo_cert(), "issue-client", "--ca-dir", p.dir + "/ca", "--name",
-            "mallory", "--out", p.dir + "/mallory"}));
+  issue_mallory(p);
   // Each ping's answer is about 110 bytes: at 10 000 a second the socket's
   // buffers (a few MiB) fill within seconds. A short idle timeout.
   auto limits = [](const char* unread) {
@@ -447,9 +452,7 @@ TEST_CASE("a client that asks and never reads the replies cannot make the "
                                        "max_client_unread_messages": )"}
            + unread + "}";
   };
-  node_options o1{"n1"};
-  o1.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
-  o1.extra = R"(, "safety": {"audit_fsync": "never"})";
+  auto o1 = plain_node("n1");
   o1.network_extra = limits("64");
   node_options o2 = o1;
   o2.name = "n2";
@@ -500,11 +503,8 @@ TEST_CASE("a client certificate may message the gate only, not the node's "
           "other actors, which would pass by its access checks") {
   pki p{"exo-bypass"};
   p.node("n1");
-  must(run({exo_cert(), "issue-client", "--ca-dir", p.dir + "/ca", "--name",
-            "mallory", "--out", p.dir + "/mallory"}));
-  node_options o{"n1"};
-  o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
-  o.extra = R"(, "safety": {"audit_fsync": "never"})";
+  issue_mallory(p);
+  auto o = plain_node("n1");
   auto n1 = start_node(p, o);
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};

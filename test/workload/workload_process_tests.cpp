@@ -76,6 +76,35 @@ run_result console(const pki& p, std::uint16_t port, const std::string& cmd,
   return exo::test::console(p, port, {cmd}, {json, std::chrono::seconds(60)});
 }
 
+/// A small model (dir/long.gguf) on which the run of long_run() never
+/// samples end-of-sequence; returns its path.
+std::string long_model(const pki& p) {
+  exo::model::test_model_options o;
+  o.layers = 2;
+  o.dim = 64;
+  o.ff = 128;
+  o.vocab = 512;
+  o.ctx = 4096;
+  o.seed = 5;
+  auto model = p.dir + "/long.gguf";
+  exo::model::make_test_model(o, model);
+  return model;
+}
+
+/// exo-console running, on node `g`, 64 greedy sequences of 4000 tokens of
+/// `model` (far longer than any test waits), with a 10-minute timeout.
+std::vector<std::string> long_run(const pki& p, const node_proc& g,
+                                  const std::string& model) {
+  return {exo_console(), "--connect", "127.0.0.1:" + std::to_string(g.port),
+          "--cert", p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
+          "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
+          "--token-file", p.dir + "/" + g.name + "/state/access/admin.token",
+          "--exec",
+          "run --model " + model
+            + " --prompt \"once upon a time\" -n 4000 --seed 2 "
+              "--temperature 0 --sequences 64 --stages 1"};
+}
+
 } // namespace
 
 TEST_CASE("exo-node run gives the same tokens and logits on one stage and "
@@ -202,28 +231,8 @@ TEST_CASE("a running job is listed with its id and cancelled from another "
   pki p{"exo-workload"};
   p.node("gamma");
   auto g = start(p, "gamma", {});
-  // A long run: 64 sequences of 4000 tokens each on a small model, greedy
-  // (this model and prompt never sample end-of-sequence): far longer than
-  // the test waits unless cancelled.
-  exo::model::test_model_options o;
-  o.layers = 2;
-  o.dim = 64;
-  o.ff = 128;
-  o.vocab = 512;
-  o.ctx = 4096;
-  o.seed = 5;
-  auto model = p.dir + "/long.gguf";
-  exo::model::make_test_model(o, model);
-  process runner{{exo_console(), "--connect",
-                  "127.0.0.1:" + std::to_string(g.port), "--cert",
-                  p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
-                  "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
-                  "--token-file",
-                  p.dir + "/" + g.name + "/state/access/admin.token",
-                  "--exec",
-                  "run --model " + model
-                    + " --prompt \"once upon a time\" -n 4000 --seed 2 "
-                      "--temperature 0 --sequences 64 --stages 1"}};
+  // A long run: far longer than the test waits unless cancelled.
+  process runner{long_run(p, g, long_model(p))};
   // The node prints the id when the job starts.
   REQUIRE(g.proc->wait_for_output("job 1 started", 120s));
   auto listed = console(p, g.port, "jobs");
@@ -266,32 +275,14 @@ TEST_CASE("a console waiting on a node that dies or freezes says so within "
           "seconds and names the node, long before its timeout",
           "[workload][process]") {
   pki p{"exo-lost-node"};
-  exo::model::test_model_options o;
-  o.layers = 2;
-  o.dim = 64;
-  o.ff = 128;
-  o.vocab = 512;
-  o.ctx = 4096;
-  o.seed = 5;
-  auto model = p.dir + "/long.gguf";
-  exo::model::make_test_model(o, model);
+  auto model = long_model(p);
   for (int sig : {SIGKILL, SIGSTOP}) {
     CAPTURE(sig);
     auto name = std::string{sig == SIGKILL ? "killed" : "frozen"};
     p.node(name);
     auto g = start(p, name, {});
-    // A run far longer than the test (see the cancel test above), with a
-    // timeout of ten minutes.
-    process runner{{exo_console(), "--connect",
-                    "127.0.0.1:" + std::to_string(g.port), "--cert",
-                    p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
-                    "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
-                    "--token-file",
-                    p.dir + "/" + g.name + "/state/access/admin.token",
-                    "--exec",
-                    "run --model " + model
-                      + " --prompt \"once upon a time\" -n 4000 --seed 2 "
-                        "--temperature 0 --sequences 64 --stages 1"}};
+    // A run far longer than the test, with a timeout of ten minutes.
+    process runner{long_run(p, g, model)};
     REQUIRE(g.proc->wait_for_output("job 1 started", 120s));
     auto t0 = std::chrono::steady_clock::now();
     g.proc->signal(sig);
