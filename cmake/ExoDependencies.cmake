@@ -3,24 +3,8 @@
 find_package(Threads REQUIRED)
 find_package(OpenSSL REQUIRED)
 
-# CAF 0.17 ships no CMake package and no pkg-config file.
-find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
-find_library(CAF_CORE_LIBRARY caf_core REQUIRED)
-find_library(CAF_IO_LIBRARY caf_io REQUIRED)
-find_library(CAF_OPENSSL_LIBRARY caf_openssl REQUIRED)
-add_library(CAF::core UNKNOWN IMPORTED)
-set_target_properties(CAF::core PROPERTIES
-  IMPORTED_LOCATION ${CAF_CORE_LIBRARY}
-  INTERFACE_INCLUDE_DIRECTORIES ${CAF_INCLUDE_DIR}
-  INTERFACE_LINK_LIBRARIES Threads::Threads)
-add_library(CAF::io UNKNOWN IMPORTED)
-set_target_properties(CAF::io PROPERTIES
-  IMPORTED_LOCATION ${CAF_IO_LIBRARY}
-  INTERFACE_LINK_LIBRARIES CAF::core)
-add_library(CAF::openssl UNKNOWN IMPORTED)
-set_target_properties(CAF::openssl PROPERTIES
-  IMPORTED_LOCATION ${CAF_OPENSSL_LIBRARY}
-  INTERFACE_LINK_LIBRARIES "CAF::io;OpenSSL::SSL;OpenSSL::Crypto")
+# CAF, Gecode, OpenBLAS: imported targets of our own (also installed).
+include(${CMAKE_CURRENT_LIST_DIR}/exo_imported_targets.cmake)
 
 find_package(simdjson REQUIRED)
 # nlohmann-json: the one JSON writer (core/text/json.hpp), tokenizer.json
@@ -35,26 +19,9 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 # CLI11 (header-only): the programs' command lines (core/cli).
 find_package(CLI11 CONFIG REQUIRED)
 
-# Gecode: no CMake package in Debian; libraries named gecodeXXX.
-find_path(GECODE_INCLUDE_DIR gecode/int.hh REQUIRED)
-set(_gecode_libs)
-foreach(part driver flatzinc minimodel search int set float kernel support)
-  find_library(GECODE_${part}_LIBRARY gecode${part} REQUIRED)
-  list(APPEND _gecode_libs ${GECODE_${part}_LIBRARY})
-endforeach()
-add_library(Gecode::gecode INTERFACE IMPORTED)
-set_target_properties(Gecode::gecode PROPERTIES
-  INTERFACE_INCLUDE_DIRECTORIES ${GECODE_INCLUDE_DIR}
-  INTERFACE_LINK_LIBRARIES "${_gecode_libs};Threads::Threads")
-
-# OpenBLAS (CBLAS interface).
-find_path(OPENBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas openblas-pthread
-          PATHS /usr/include/x86_64-linux-gnu /usr/include REQUIRED)
-find_library(OPENBLAS_LIBRARY openblas REQUIRED)
-add_library(OpenBLAS::openblas UNKNOWN IMPORTED)
-set_target_properties(OpenBLAS::openblas PROPERTIES
-  IMPORTED_LOCATION ${OPENBLAS_LIBRARY}
-  INTERFACE_INCLUDE_DIRECTORIES ${OPENBLAS_INCLUDE_DIR})
+# OpenMP (GCC's libgomp): the engine's row splits (backends/, core/model).
+# Found here, at the top, so the installed package's libraries see it.
+find_package(OpenMP COMPONENTS CXX)
 
 # Vulkan: the loader, headers and glslc.
 set(EXO_HAVE_VULKAN OFF)

@@ -21,10 +21,12 @@ set(EXO_TEST_SKIP_CODE 77)
 target_link_libraries(exo_catch_main PUBLIC Catch2::Catch2)
 
 # exo_add_test(NAME name SOURCES a.cpp b.cpp LIBS lib... LABELS unit ...
-#              [TIMEOUT seconds])
-# Each Catch2 TEST_CASE becomes its own CTest test carrying LABELS.
+#              [TIMEOUT seconds] [FIXTURES fixture...])
+# Each Catch2 TEST_CASE becomes its own CTest test carrying LABELS (and
+# requiring the CTest FIXTURES).
 function(exo_add_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;FIXTURES"
+                        ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
@@ -50,6 +52,9 @@ function(exo_add_test)
     set(env "${env};UBSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/cmake/ubsan.supp:print_stacktrace=1")
   endif()
   set(extra " ENVIRONMENT \"${env}\"")
+  if(T_FIXTURES)
+    set(extra "${extra} FIXTURES_REQUIRED \"${T_FIXTURES}\"")
+  endif()
   set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}_labels.cmake")
   file(WRITE "${labels_file}"
     "foreach(t IN LISTS ${T_NAME}_TESTS)\n"

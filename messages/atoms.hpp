@@ -29,5 +29,8 @@ using actors_atom = caf::atom_constant<caf::atom("actors")>;
 using register_atom = caf::atom_constant<caf::atom("register")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using task_atom = caf::atom_constant<caf::atom("task")>;
+/// (subscribe_atom, ...): thermal statuses (messages/thermal.hpp), member
+/// events (messages/cluster.hpp).
+using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
 
 } // namespace exo

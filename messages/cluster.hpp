@@ -107,6 +107,32 @@ typename Inspector::result_type inspect(Inspector& f, member_view& x) {
   return wire(f, caf::meta::type_name("exo.member_view"), x.from, x.members);
 }
 
+/// What changed about one member, as a gate saw it (member_event).
+enum class member_change : std::uint8_t {
+  joined,  ///< a member this gate did not know
+  status,  ///< a known member's status changed (alive, dead, left)
+  removed, ///< a member is no longer in the view
+};
+
+const char* to_string(member_change c) noexcept;
+
+/// One change of the cluster's membership. A local actor subscribes with
+/// (subscribe_atom, members_atom, listener) to a gate: the reply is the
+/// gate's member_view as it stands, and from then on `listener` receives a
+/// member_event for each change, in order, until it goes away.
+struct member_event {
+  member_change change = member_change::joined;
+  member_info member;      ///< the member after the change
+  member_status previous = member_status::alive; ///< for change == status
+  std::string coordinator; ///< the cluster's coordinator after the change
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, member_event& x) {
+  return wire(f, caf::meta::type_name("exo.member_event"), x.change,
+              x.member, x.previous, x.coordinator);
+}
+
 struct join_hello {
   std::string claimed;             ///< the name the joiner claims
   std::vector<std::uint8_t> nonce; ///< 32 bytes for the responder to sign

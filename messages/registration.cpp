@@ -32,6 +32,15 @@ const char* to_string(member_status s) noexcept {
   return "unknown";
 }
 
+const char* to_string(member_change c) noexcept {
+  switch (c) {
+    case member_change::joined: return "joined";
+    case member_change::status: return "status";
+    case member_change::removed: return "removed";
+  }
+  return "unknown";
+}
+
 void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<chunk>("exo.chunk");
   cfg.add_message_type<kernel_call>("exo.kernel_call");
@@ -45,6 +54,7 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<link_info>>("exo.link_infos");
   cfg.add_message_type<member_info>("exo.member_info");
   cfg.add_message_type<member_view>("exo.member_view");
+  cfg.add_message_type<member_event>("exo.member_event");
   cfg.add_message_type<join_hello>("exo.join_hello");
   cfg.add_message_type<join_challenge>("exo.join_challenge");
   cfg.add_message_type<join_proof>("exo.join_proof");

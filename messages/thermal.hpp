@@ -25,7 +25,6 @@
 namespace exo {
 
 using thermal_atom = caf::atom_constant<caf::atom("thermal")>;
-using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
 using report_atom = caf::atom_constant<caf::atom("report")>;
 
 /// What a thermal monitor knows about its device.

@@ -4,6 +4,8 @@
 #include "actors/topology/topology_actor.hpp"
 #include "messages/errors.hpp"
 
+#include <algorithm>
+
 namespace exo::cluster::detail {
 
 using namespace std::chrono;
@@ -48,6 +50,18 @@ caf::error denied() {
                         "the sender has not completed the join handshake");
 }
 
+void notify_watchers(self_ptr self) {
+  auto& st = self->state;
+  if (!st.table || st.watchers.empty())
+    return;
+  auto now = st.table->view();
+  auto events = member_changes(st.watched, now, st.table->coordinator());
+  st.watched = std::move(now);
+  for (auto& e : events)
+    for (auto& w : st.watchers)
+      self->send(w, e);
+}
+
 namespace {
 
 std::int64_t wall_ns() {
@@ -84,6 +98,27 @@ caf::result<std::uint64_t> broadcast(self_ptr self, const caf::message& m) {
 
 caf::message_handler core_handlers(self_ptr self) {
   return {
+      [self](subscribe_atom, members_atom,
+             caf::actor& listener) -> caf::result<member_view> {
+        // Local actors only: a remote client may not have the gate push
+        // messages at an actor of its choice.
+        if (!is_local(self))
+          return denied();
+        if (!listener)
+          return make_exo_error(exo_errc::invalid_argument,
+                                "subscribe: no listener");
+        auto& st = self->state;
+        if (st.watchers.empty())
+          st.watched = st.table->view();
+        else
+          notify_watchers(self); // earlier watchers see the changes first
+        if (std::find(st.watchers.begin(), st.watchers.end(), listener)
+            == st.watchers.end()) {
+          self->monitor(listener);
+          st.watchers.push_back(listener);
+        }
+        return st.watched;
+      },
       [self](caf::publish_atom, std::uint16_t port) {
         auto& st = self->state;
         st.cfg.port = port;

@@ -55,6 +55,7 @@ void mark_dead(self_ptr self, const std::string& name,
   drop_peer(self, name);
   if (st.table->mark(name, member_status::dead, reason))
     st.log("member " + name + " is dead: " + reason);
+  notify_watchers(self);
 }
 
 /// Asks the topology actor to measure every peer; calls `then` with all
@@ -92,6 +93,12 @@ void measure_all(self_ptr self,
 
 void on_down(self_ptr self, caf::down_msg& dm) {
   auto& st = self->state;
+  auto& ws = st.watchers;
+  ws.erase(std::remove_if(ws.begin(), ws.end(),
+                          [&](const caf::actor& w) {
+                            return w.address() == dm.source;
+                          }),
+           ws.end());
   if (auto it = st.peer_names.find(dm.source); it != st.peer_names.end()) {
     auto name = it->second;
     drop_peer(self, name);
@@ -117,6 +124,7 @@ caf::message_handler health_handlers(self_ptr self) {
   return {
       [self](tick_atom) {
         tick(self);
+        notify_watchers(self);
         self->delayed_send(self, self->state.cfg.heartbeat, tick_atom::value);
       },
       [self](measure_atom) {

@@ -63,6 +63,10 @@ struct gate_state {
   std::map<std::string, std::string> suspects; // "host:port" -> name
   std::map<std::string, caf::actor> services;  // console command -> handler
   caf::actor topology;
+  /// Local actors told of every member event (subscribe_atom), and the view
+  /// they were last told about.
+  std::vector<caf::actor> watchers;
+  member_view watched;
   std::uint64_t ticks = 0;
   std::uint64_t joins_accepted = 0;
   std::uint64_t joins_refused = 0;
@@ -96,6 +100,8 @@ bool is_client(self_ptr self);
 /// carry none.
 bool tokenless_client(self_ptr self);
 
+/// Tells the watchers what changed in the member table since last time.
+void notify_watchers(self_ptr self);
 /// Sends `ev` to the node's audit sink (nothing without one).
 void send_audit(self_ptr self, const audit::event& ev, std::string principal);
 

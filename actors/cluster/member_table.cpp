@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 
 namespace exo::cluster {
 
@@ -208,6 +209,32 @@ std::optional<std::string> member_table::validate(const member_view& v) {
     if (auto err = validate(m))
       return err;
   return std::nullopt;
+}
+
+std::vector<member_event> member_changes(const member_view& before,
+                                         const member_view& after,
+                                         const std::string& coordinator) {
+  std::map<std::string, const member_info*> old;
+  for (auto& m : before.members)
+    old[m.name] = &m;
+  std::map<std::string, member_event> out;
+  for (auto& m : after.members) {
+    auto it = old.find(m.name);
+    if (it == old.end()) {
+      out[m.name] = {member_change::joined, m, m.status, coordinator};
+      continue;
+    }
+    if (it->second->status != m.status)
+      out[m.name] = {member_change::status, m, it->second->status,
+                     coordinator};
+    old.erase(it);
+  }
+  for (auto& [name, m] : old)
+    out[name] = {member_change::removed, *m, m->status, coordinator};
+  std::vector<member_event> xs;
+  for (auto& [name, e] : out)
+    xs.push_back(std::move(e));
+  return xs;
 }
 
 } // namespace exo::cluster

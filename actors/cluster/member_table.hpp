@@ -93,4 +93,13 @@ private:
   std::map<std::string, entry> members_;
 };
 
+/// The member events that lead from `before` to `after` (two views of one
+/// gate, sorted by name as view() gives them): a member new in `after` is
+/// `joined`, one whose status differs is `status` (with the old status),
+/// one missing from `after` is `removed`; in name order. Each event names
+/// `coordinator`.
+std::vector<member_event> member_changes(const member_view& before,
+                                         const member_view& after,
+                                         const std::string& coordinator);
+
 } // namespace exo::cluster

@@ -181,7 +181,8 @@ gateway_service::gateway_service(runtime& rt,
   o.models = backend->entries();
   o.backend = backend;
   impl_->watch = std::make_shared<gateway::cluster_watch>(
-    rt.system(), rt.gate(), rt.config().node.name, o.models);
+    rt.system(), caf::actor_cast<caf::actor>(rt.gate()),
+    rt.config().node.name, o.models);
   o.views = impl_->watch;
   o.metrics = impl_->watch;
   o.limits.max_queued = g.max_queued;

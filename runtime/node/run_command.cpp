@@ -64,7 +64,7 @@ int run_job_on(runtime& rt, const workload::run_options& o,
   auto& sys = rt.system();
   workload::job_coordinator_config cc;
   cc.node = rt.config().node.name;
-  cc.node_actor = rt.node();
+  cc.node_actor = caf::actor_cast<caf::actor>(rt.node());
   cc.shard_host = rt.service_actor("shards");
   if (!cc.shard_host) {
     err << "exo-node run: the node runs no shard host\n";

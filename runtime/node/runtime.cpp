@@ -152,6 +152,17 @@ std::unique_ptr<caf::actor_system_config> make_system_config() {
   return cfg;
 }
 
+void prepare_system(caf::actor_system_config& sys_cfg,
+                    const config::node_config& node) {
+  make_dirs(node.node.state_dir);
+  auto tls = resolve_tls(node);
+  register_messages(sys_cfg);
+  sys_cfg.load<caf::io::middleman>();
+  sys_cfg.load<caf::openssl::manager>();
+  tls::apply_transport_settings(sys_cfg);
+  tls::apply_material(sys_cfg, tls.files);
+}
+
 runtime::runtime(config::node_config cfg) : impl_(std::make_unique<impl>()) {
   impl_->cfg = std::move(cfg);
 }
@@ -365,12 +376,20 @@ caf::actor_system& runtime::system() {
   return *impl_->sys;
 }
 
-caf::actor runtime::node() const {
-  return impl_->node;
+node_actor runtime::node() const {
+  return caf::actor_cast<node_actor>(impl_->node);
 }
 
-caf::actor runtime::gate() const {
-  return impl_->gate;
+gate_actor runtime::gate() const {
+  return caf::actor_cast<gate_actor>(impl_->gate);
+}
+
+jobs_actor runtime::jobs() const {
+  return caf::actor_cast<jobs_actor>(service_actor("jobs"));
+}
+
+placement_actor runtime::placement() const {
+  return caf::actor_cast<placement_actor>(service_actor("placement"));
 }
 
 caf::actor runtime::service_actor(const std::string& name) const {

@@ -1,21 +1,25 @@
 #pragma once
 
-/// The embedding API: one exo node inside a process, either with an actor
-/// system of its own (what exo-node does) or inside the actor system of
-/// another CAF application (which must call exo::register_messages on its
-/// config first, load the io and openssl modules, and should call
-/// exo::tls::apply_transport_settings for fast remote round trips).
+/// The embedding API (docs/embedding.md): one exo node inside a process,
+/// either with an actor system of its own (what exo-node does) or inside
+/// the actor system of another CAF application, whose config
+/// exo::prepare_system() readies in one call.
 ///
 ///   exo::config::node_config cfg = exo::config::load("node.json");
-///   exo::runtime rt{cfg};
-///   rt.start();                       // discovery, device actors, node
-///   caf::actor node = rt.node();      // ask it: devices_atom, inspect_atom
-///   rt.stop();                        // actors stopped, registry saved
+///   caf::actor_system_config sys_cfg;
+///   exo::prepare_system(sys_cfg, cfg); // messages, modules, TLS material
+///   caf::actor_system sys{sys_cfg};
+///   exo::runtime rt{sys, cfg};
+///   rt.start();             // discovery, device actors, gate, services;
+///                           // joins the cluster of cfg's seeds
+///   exo::jobs_actor jobs = rt.jobs(); // typed handles (handles.hpp)
+///   rt.stop();              // actors stopped, registry saved
 
 #include "core/access/shared_policy.hpp"
 #include "core/config/node_config.hpp"
 #include "core/discovery/discovery.hpp"
 #include "core/tls/material.hpp"
+#include "runtime/node/handles.hpp"
 
 #include <caf/fwd.hpp>
 #include <caf/actor.hpp>
@@ -64,10 +68,15 @@ public:
   void stop();
 
   caf::actor_system& system();
-  caf::actor node() const;
+  /// The node actor: its devices. Invalid before start().
+  node_actor node() const;
   caf::actor directory() const;
-  /// The published gate (membership, console requests).
-  caf::actor gate() const;
+  /// The published gate: membership, member events, console requests.
+  gate_actor gate() const;
+  /// The job coordinator (service "jobs"): submits jobs, streams tokens.
+  jobs_actor jobs() const;
+  /// The placement service (service "placement").
+  placement_actor placement() const;
   /// The node service registered as `name` ("shards", "jobs", ...; see
   /// runtime/node/services.cpp); an invalid handle when there is none.
   caf::actor service_actor(const std::string& name) const;
@@ -95,6 +104,16 @@ private:
 /// Builds the actor system config every exo process uses: exo's messages,
 /// the io and openssl modules, exo's transport settings.
 std::unique_ptr<caf::actor_system_config> make_system_config();
+
+/// Readies an application's own actor system config to host the node that
+/// `node` describes, before the actor system exists: registers exo's
+/// message types, loads CAF's io and openssl modules, applies exo's
+/// transport settings and the node's TLS material (creating the state
+/// directory, and a local CA and certificate when the config names no TLS
+/// files, as exo-node does). Throws startup_error (status 2: the config's
+/// state directory or TLS files are wrong).
+void prepare_system(caf::actor_system_config& sys_cfg,
+                    const config::node_config& node);
 
 /// Runs discovery without any actor: for `exo-node --devices`.
 discovery::discovery_result discover_devices(const config::node_config& cfg);

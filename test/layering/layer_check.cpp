@@ -65,6 +65,10 @@ std::vector<include_line> includes_of(const std::string& text) {
 
 int layer_of(const std::string& relative_path) {
   auto top = top_folder(relative_path);
+  // The public API (include/exo/): exo/core.hpp is CAF-free like core/,
+  // the others stand on the whole runtime.
+  if (top == "include")
+    return relative_path == "include/exo/core.hpp" ? 1 : layer_count - 1;
   for (int i = 0; i < layer_count; ++i)
     if (top == layers[i])
       return i;

@@ -13,7 +13,9 @@
 /// backends/ and core/ may not include CAF (<caf/...>); no product file
 /// includes test/ or bench/; and the folders of the tree (two levels deep:
 /// core/model, actors/workload, backends/cuda, ...) include each other
-/// without cycles. test/, bench/ and examples/ may include anything.
+/// without cycles. test/, bench/ and examples/ may include anything. The
+/// public headers (include/exo/) count as runtime, but for exo/core.hpp,
+/// which is CAF-free like core/.
 ///
 /// `check-layers SOURCE_DIR` runs the check on a tree (make test runs it on
 /// exo's own); check_tree() is the same check as a function, for the tests.

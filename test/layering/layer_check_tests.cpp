@@ -117,3 +117,20 @@ TEST_CASE("product code may not include tests, tests may include "
   REQUIRE(found.size() == 1);
   CHECK(mentions(found, "runtime/node/main.cpp", 1, "may not include test/"));
 }
+
+TEST_CASE("the public headers: exo/core.hpp is CAF-free core, the others "
+          "stand on the runtime") {
+  CHECK(layer_of("include/exo/core.hpp") == 1);
+  CHECK(layer_of("include/exo/exo.hpp") == 4);
+  tree t{{"include/exo/core.hpp",
+          "#include \"core/gguf/gguf.hpp\"\n#include <caf/actor.hpp>\n"
+          "#include \"runtime/node/runtime.hpp\"\n"},
+         {"include/exo/exo.hpp", "#include \"runtime/node/runtime.hpp\"\n"
+                                 "#include <caf/all.hpp>\n"}};
+  auto vs = check_files(t);
+  CHECK(mentions(vs, "include/exo/core.hpp", 2, "CAF-free"));
+  CHECK(mentions(vs, "include/exo/core.hpp", 3, "may not include runtime"));
+  CHECK(std::none_of(vs.begin(), vs.end(), [](const violation& v) {
+    return v.file == "include/exo/exo.hpp";
+  }));
+}

@@ -139,16 +139,18 @@ int process::wait(std::chrono::milliseconds timeout) {
 }
 
 bool process::wait_for_output(const std::string& needle,
-                              std::chrono::milliseconds timeout) {
+                              std::chrono::milliseconds timeout,
+                              bool in_stderr) {
+  auto& text = in_stderr ? err_ : out_;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    if (out_.find(needle) != std::string::npos)
+    if (text.find(needle) != std::string::npos)
       return true;
     if (std::chrono::steady_clock::now() >= deadline)
       return false;
     if (!running()) {
       pump(0);
-      return out_.find(needle) != std::string::npos;
+      return text.find(needle) != std::string::npos;
     }
     pump(20);
   }

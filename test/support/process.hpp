@@ -45,9 +45,10 @@ public:
   int wait(std::chrono::milliseconds timeout);
 
   /// Reads what is available; waits up to `timeout` for `needle` to show up
-  /// in stdout. Returns whether it did.
+  /// in stdout (in stderr with `in_stderr`). Returns whether it did.
   bool wait_for_output(const std::string& needle,
-                       std::chrono::milliseconds timeout);
+                       std::chrono::milliseconds timeout,
+                       bool in_stderr = false);
 
   const std::string& out();
   const std::string& err();

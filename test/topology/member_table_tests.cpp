@@ -100,3 +100,40 @@ TEST_CASE("records from the network are validated against limits") {
   v.members.assign(max_members + 1, ok);
   CHECK(*member_table::validate(v) == "view has too many members");
 }
+
+TEST_CASE("member events: joined, status changes and removals, in name "
+          "order, each naming the coordinator") {
+  member_table t{member("m", 1)};
+  auto before = t.view();
+  CHECK(member_changes(before, t.view(), t.coordinator()).empty());
+  t.merge(member("z", 1), t0);
+  t.merge(member("b", 2), t0);
+  auto joined = member_changes(before, t.view(), t.coordinator());
+  REQUIRE(joined.size() == 2);
+  CHECK(joined[0].change == member_change::joined);
+  CHECK(joined[0].member.name == "b");
+  CHECK(joined[0].coordinator == "b");
+  CHECK(joined[1].member.name == "z");
+  before = t.view();
+  t.mark("b", member_status::dead, "killed");
+  t.mark("z", member_status::left, "maintenance");
+  auto changed = member_changes(before, t.view(), t.coordinator());
+  REQUIRE(changed.size() == 2);
+  CHECK(changed[0].change == member_change::status);
+  CHECK(changed[0].member.name == "b");
+  CHECK(changed[0].member.status == member_status::dead);
+  CHECK(changed[0].member.status_reason == "killed");
+  CHECK(changed[0].previous == member_status::alive);
+  CHECK(changed[0].coordinator == "m"); // b is dead now
+  CHECK(changed[1].member.status == member_status::left);
+  // A member missing from the later view was removed; the earlier view's
+  // record is the one reported.
+  auto after = t.view();
+  auto shrunk = after;
+  shrunk.members.erase(shrunk.members.begin()); // "b"
+  auto removed = member_changes(after, shrunk, "m");
+  REQUIRE(removed.size() == 1);
+  CHECK(removed[0].change == member_change::removed);
+  CHECK(removed[0].member.name == "b");
+  CHECK(std::string{to_string(member_change::removed)} == "removed");
+}
