@@ -1,5 +1,5 @@
-// bench_placement: solves a generated suite of placement problems (32 and 80
-// layers; 2 to 16 devices on 1 to 8 nodes, some with identical devices) and
+// bench_placement: solves a generated suite of placement problems (32 to 128
+// layers; 2 to 128 devices on 1 to 16 nodes, some with identical devices) and
 // prints solve time, proof, gap to the lower bound, Gecode alone, and the
 // memory-proportional baseline against our plan.
 //
@@ -20,6 +20,8 @@ struct row {
   objective_kind kind;
   /// Stages have working memory (stage_extras), marked "+wm".
   bool working = false;
+  /// Usable memory over the model's need.
+  double slack = 1.3;
 };
 
 } // namespace
@@ -29,7 +31,7 @@ int main(int argc, char** argv) {
   std::printf("placement benchmark: solver 'both' (exact DP, Gecode when "
               "unproven), Gecode alone limited to %ld ms, 1 thread\n\n",
               gecode_ms);
-  std::printf("%-13s %3s %3s %5s %7s %-7s %10s %6s %7s | %-14s | %9s %s\n",
+  std::printf("%-13s %3s %3s %5s %7s %-12s %10s %6s %7s | %-14s | %9s %s\n",
               "objective", "L", "D", "nodes", "classes", "solver", "time ms",
               "proven", "gap %", "gecode alone", "base/ours",
               "base breaks memory");
@@ -48,6 +50,17 @@ int main(int argc, char** argv) {
   rows.push_back({80, 10, 8, 0, objective_kind::latency, true});
   rows.push_back({80, 16, 8, 10, objective_kind::latency, true});
   rows.push_back({80, 10, 8, 0, objective_kind::throughput, true});
+  // Cluster scale: 24 to 128 devices on 16 nodes, all different or with
+  // copies on one node (identical devices form classes); the model needs
+  // about a third of the cluster's memory (slack 3), as when a cluster
+  // serves a model that fits on part of it.
+  rows.push_back({80, 24, 16, 0, objective_kind::latency, false, 3});
+  rows.push_back({80, 32, 16, 0, objective_kind::latency, false, 3});
+  rows.push_back({80, 32, 16, 0, objective_kind::throughput, false, 3});
+  rows.push_back({80, 64, 16, 48, objective_kind::latency, false, 3});
+  rows.push_back({128, 64, 16, 48, objective_kind::latency, false, 3});
+  rows.push_back({128, 64, 16, 48, objective_kind::throughput, false, 3});
+  rows.push_back({128, 128, 16, 112, objective_kind::latency, false, 3});
   int seed = 0;
   for (const auto& r : rows) {
     random_problem_options o;
@@ -57,7 +70,7 @@ int main(int argc, char** argv) {
     o.identical = r.identical;
     o.objective = r.kind;
     o.working_memory = r.working;
-    o.memory_slack = 1.3;
+    o.memory_slack = r.slack;
     o.seed = static_cast<std::uint64_t>(100 + seed++);
     auto p = random_problem(o);
     const std::string label = std::string{to_string(r.kind)}
@@ -79,7 +92,7 @@ int main(int argc, char** argv) {
                     g.solve_seconds * 1e3, gap);
     }
     if (!res.best) {
-      std::printf("%-13s %3zu %3zu %5zu %7zu %-7s %10.1f  (no plan: %s)\n",
+      std::printf("%-13s %3zu %3zu %5zu %7zu %-12s %10.1f  (no plan: %s)\n",
                   label.c_str(), r.layers, r.devices, r.nodes,
                   m.classes(), "-", res.solve_seconds * 1e3,
                   to_string(res.status));
@@ -91,7 +104,7 @@ int main(int argc, char** argv) {
                    : 0;
     double ratio = res.baseline->objective_seconds / b.objective_seconds;
     bool breaks = !res.baseline_violations.empty();
-    std::printf("%-13s %3zu %3zu %5zu %7zu %-7s %10.1f %6s %7.2f | %-14s | "
+    std::printf("%-13s %3zu %3zu %5zu %7zu %-12s %10.1f %6s %7.2f | %-14s | "
                 "%9.2f %s\n",
                 label.c_str(), r.layers, r.devices, r.nodes, m.classes(),
                 b.solver.c_str(), res.solve_seconds * 1e3,

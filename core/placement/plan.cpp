@@ -144,11 +144,26 @@ void print_plan_table(std::ostream& out, const plan& x) {
       << "   bottleneck: " << format_seconds(x.bottleneck_seconds)
       << "   nodes: " << x.nodes_used << "\n";
   out << "lower bound: " << format_seconds(x.lower_bound_seconds)
-      << "   proven optimal: " << (x.proven_optimal ? "yes" : "no")
-      << "   solver: " << x.solver
+      << "   proven optimal: " << (x.proven_optimal ? "yes" : "no");
+  if (auto g = certified_gap(x); !x.proven_optimal && g) {
+    // No plan is better than the bound: the plan is within this of the
+    // optimum.
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f%%", *g * 100);
+    out << " (certified gap " << buf << ")";
+  }
+  out << "   solver: " << x.solver
       << "   solve time: " << format_seconds(x.solve_seconds) << "\n";
 }
 
+
+std::optional<double> certified_gap(const plan& x) {
+  if (x.proven_optimal)
+    return 0.0;
+  if (!(x.lower_bound_seconds > 0) || !(x.objective_seconds >= 0))
+    return std::nullopt;
+  return std::max(0.0, x.objective_seconds / x.lower_bound_seconds - 1);
+}
 
 text::json plan_to_json(const plan& x) {
   auto num = [](double v) { return text::number(v); };
@@ -169,6 +184,7 @@ text::json plan_to_json(const plan& x) {
           {"nodes_used", x.nodes_used},
           {"lower_bound_seconds", num(x.lower_bound_seconds)},
           {"proven_optimal", x.proven_optimal},
+          {"gap", certified_gap(x) ? num(*certified_gap(x)) : text::json()},
           {"solve_seconds", num(x.solve_seconds)},
           {"solver", x.solver},
           {"stages", stages}};

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,11 @@ plan make_plan(const cost_model& m, const assignment& a);
 /// and in order, eligible devices each used at most once, memory, thermal
 /// caps, pinned layers, pinned devices and the stage limit.
 std::vector<std::string> check_plan(const problem& p, const plan& x);
+
+/// How far the plan may be above the optimum, as a fraction: objective /
+/// lower bound - 1 (no plan is better than the bound); 0 when proven,
+/// nullopt without a bound.
+std::optional<double> certified_gap(const plan& x);
 
 /// Prints `x` as a table for people.
 void print_plan_table(std::ostream& out, const plan& x);

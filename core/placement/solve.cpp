@@ -5,6 +5,8 @@
 #include "core/placement/exact_solver.hpp"
 #include "core/placement/explain.hpp"
 #include "core/placement/gecode_solver.hpp"
+#include "core/placement/lower_bound.hpp"
+#include "core/placement/subset_search.hpp"
 
 #include <algorithm>
 
@@ -47,6 +49,9 @@ const char* to_string(solve_status s) {
 }
 
 namespace {
+
+/// Above this many devices the default solver does not run Gecode.
+constexpr std::size_t max_gecode_devices = 32;
 
 /// A simple valid lower bound: each layer on its fastest device.
 std::int64_t static_lower_bound(const cost_model& m) {
@@ -99,6 +104,8 @@ solve_result solve(const problem& original, const solve_options& opts,
   std::int64_t lower = static_lower_bound(m);
   if (auto r = relaxed_lower_bound(m))
     lower = std::max(lower, *r);
+  if (auto c = capacity_lower_bound(m))
+    lower = std::max(lower, c->objective);
   std::optional<std::int64_t> best_units;
   bool proven = false;
   bool infeasible = false;
@@ -137,6 +144,11 @@ solve_result solve(const problem& original, const solve_options& opts,
     return res;
   }
 
+  // Gecode's model of a large cluster takes longer to post than a time
+  // limit allows (128 devices x 128 layers: about a second before the
+  // search starts) and finds no plan there; with more devices than this the
+  // default solver leaves it out and gives its time to the heuristics.
+  const bool gecode_helps = m.devices() <= max_gecode_devices;
   if (opts.solver == solver_kind::exact || opts.solver == solver_kind::both) {
     auto r = solve_exact(m, cancel, opts.exact_max_entries);
     switch (r.status) {
@@ -149,11 +161,23 @@ solve_result solve(const problem& original, const solve_options& opts,
         infeasible = true;
         proven = true;
         break;
-      case exact_status::too_large:
+      case exact_status::too_large: {
         res.notes.push_back(
           "exact solver skipped: " + std::to_string(r.states)
           + " states of device classes are too many for its table");
+        // Good plans first (devices in orders, the exact program on
+        // subsets of the devices), in at most 40% of the time; Gecode then
+        // searches below the best of them.
+        if (opts.solver == solver_kind::both) {
+          auto share = gecode_helps ? 2 : 9; // tenths of the time limit
+          auto budget = std::chrono::milliseconds(opts.time_limit.count()
+                                                  * share / 10);
+          if (auto h = search_subsets(m, opts.exact_max_entries, budget,
+                                      cancel))
+            accept(h->plan, h->method.c_str());
+        }
         break;
+      }
       case exact_status::cancelled:
         res.cancelled = true;
         break;
@@ -162,10 +186,20 @@ solve_result solve(const problem& original, const solve_options& opts,
   const bool bound_met = best_units && lower >= *best_units;
   const bool run_gecode = (opts.solver == solver_kind::gecode && !bound_met)
                           || (opts.solver == solver_kind::both && !proven
-                              && !bound_met && !res.cancelled);
+                              && !bound_met && !res.cancelled
+                              && gecode_helps);
+  if (opts.solver == solver_kind::both && !gecode_helps && !proven
+      && !bound_met)
+    res.notes.push_back("gecode skipped: " + std::to_string(m.devices())
+                        + " devices (more than "
+                        + std::to_string(max_gecode_devices)
+                        + "); the plan comes from the heuristics");
   if (run_gecode) {
     gecode_options g;
-    g.time_limit = opts.time_limit;
+    // What is left of the time limit (at least a tenth of it).
+    auto spent = std::chrono::milliseconds(
+      static_cast<std::int64_t>(elapsed() * 1000));
+    g.time_limit = std::max(opts.time_limit - spent, opts.time_limit / 10);
     g.cancel = cancel;
     g.upper_bound = best_units;
     auto r = solve_gecode(

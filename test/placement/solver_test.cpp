@@ -8,6 +8,7 @@
 #include <atomic>
 #include <functional>
 #include <limits>
+#include <sstream>
 
 using namespace exo::placement;
 
@@ -564,4 +565,102 @@ TEST_CASE("device scores weigh compute, memory, network, thermal and "
   CHECK(s[1].compute == Approx(0.5));
   CHECK(s[1].total == Approx(0.4 * 0.5 + 0.3 * 0.5 + 0.15 + 0.1 * 0.5
                              + 0.05 * 0.5));
+}
+
+TEST_CASE("the capacity bound never exceeds the optimum, with memory, "
+          "thermal caps, pins, working memory and every objective") {
+  int checked = 0;
+  for (std::uint64_t seed = 1; seed <= 120; ++seed) {
+    auto kind = static_cast<objective_kind>(seed % 3);
+    auto p = small(seed, kind, seed % 2 == 1, seed % 3 == 1);
+    p.constraints.prefer_fewer_nodes = seed % 5 == 0;
+    cost_model m(p);
+    auto bf = brute_force(m);
+    auto cb = capacity_lower_bound(m);
+    INFO("seed " << seed);
+    if (!bf)
+      continue;
+    REQUIRE(cb.has_value());
+    CHECK(cb->objective <= *bf);
+    CHECK(cb->min_devices >= 1);
+    CHECK(cb->min_nodes >= 1);
+    ++checked;
+  }
+  CHECK(checked > 60);
+  // Larger instances against the exact solver's proven optima.
+  int larger = 0;
+  for (std::uint64_t seed = 2000; seed < 2080; ++seed) {
+    random_problem_options o;
+    o.seed = seed;
+    o.layers = 16 + seed % 48;
+    o.devices = 3 + seed % 6;
+    o.nodes = 1 + seed % 4;
+    o.identical = seed % 3;
+    o.memory_slack = 1.05 + static_cast<double>(seed % 5) * 0.2;
+    o.thermal_caps = seed % 4 == 0;
+    o.working_memory = seed % 2 == 0;
+    o.objective = static_cast<objective_kind>(seed % 3);
+    auto p = random_problem(o);
+    cost_model m(p);
+    auto ex = solve_exact(m);
+    INFO("seed " << seed);
+    if (ex.status != exact_status::solved)
+      continue;
+    auto cb = capacity_lower_bound(m);
+    REQUIRE(cb.has_value());
+    CHECK(cb->objective <= ex.objective);
+    ++larger;
+  }
+  CHECK(larger > 50);
+}
+
+TEST_CASE("sixteen all-different devices: a certified gap, far tighter "
+          "than the relaxed program's bound, and plans from subsets") {
+  random_problem_options o;
+  o.seed = 16;
+  o.layers = 80;
+  o.devices = 16;
+  o.nodes = 8;
+  o.memory_slack = 1.3;
+  auto p = random_problem(o);
+  cost_model m(p);
+  auto cb = capacity_lower_bound(m);
+  REQUIRE(cb.has_value());
+  auto relaxed = relaxed_lower_bound(m);
+  REQUIRE(relaxed.has_value());
+  // The relaxed program lets the fastest device take everything.
+  CHECK(cb->objective > 5 * *relaxed);
+  CHECK(cb->min_devices > 1);
+  // The heuristics, given all the time they want (the budget only limits
+  // how many subsets they try): every subset solved, deterministic.
+  auto h = search_subsets(m, 16'000'000, std::chrono::minutes(5), nullptr);
+  REQUIRE(h.has_value());
+  CHECK(h->method == "exact-subset");
+  CHECK(h->objective == m.evaluate(h->plan).objective);
+  auto x = make_plan(m, h->plan);
+  CHECK(check_plan(p, x).empty());
+  const double gap = static_cast<double>(h->objective) / cb->objective - 1;
+  INFO("plan " << m.to_seconds(h->objective) << " s, bound "
+               << m.to_seconds(cb->objective) << " s");
+  CHECK(gap > 0);
+  CHECK(gap < 0.6);
+  // solve() states the bound with its plan, never "proven" above it.
+  solve_options opts;
+  opts.time_limit = std::chrono::milliseconds(300);
+  auto r = solve(p, opts);
+  REQUIRE(r.best.has_value());
+  CHECK(r.best->lower_bound_seconds >= m.to_seconds(cb->objective) * 0.999);
+  CHECK(r.best->proven_optimal
+        == (r.best->objective_seconds <= r.best->lower_bound_seconds));
+  CHECK(check_plan(p, *r.best).empty());
+  // And says so: the table and the JSON carry the certified gap.
+  REQUIRE_FALSE(r.best->proven_optimal);
+  auto g = certified_gap(*r.best);
+  REQUIRE(g.has_value());
+  CHECK(*g > 0);
+  std::ostringstream table;
+  print_plan_table(table, *r.best);
+  CHECK(table.str().find("proven optimal: no (certified gap ")
+        != std::string::npos);
+  CHECK(plan_to_json(*r.best).at("gap").get<double>() == Approx(*g));
 }

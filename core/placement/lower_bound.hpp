@@ -1,0 +1,39 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/placement/cost_model.hpp"
+
+namespace exo::placement {
+
+/// What capacity_lower_bound() found, in ticks.
+struct capacity_bound {
+  /// Compute time of every plan, at least: the Lagrangian dual of layers
+  /// assigned to devices with their memory (and thermal) capacities, order
+  /// and contiguity dropped.
+  std::int64_t compute = 0;
+  /// Transfer time of every plan, at least: the stages and nodes the
+  /// model's memory needs (fewest devices, fewest nodes), each cut at the
+  /// cheapest transfer of its kind.
+  std::int64_t transfers = 0;
+  /// The bottleneck of every plan, at least.
+  std::int64_t bottleneck = 0;
+  /// Fewest devices and nodes whose memory holds the model.
+  int min_devices = 0;
+  int min_nodes = 0;
+  /// The bound in objective units (cost_model::combine of the above and
+  /// the node penalty of min_nodes).
+  std::int64_t objective = 0;
+};
+
+/// A valid lower bound on the objective of every plan of `m`, found
+/// without search in O(iterations * layers * devices): strong where the
+/// exact program's table is too large (many different devices), because
+/// it keeps what the simple bounds drop — a device holds only what fits
+/// in its memory, so the fastest device cannot take the whole model.
+/// nullopt when even the relaxation has no solution (the devices' memory
+/// together is less than the model's).
+std::optional<capacity_bound> capacity_lower_bound(const cost_model& m);
+
+} // namespace exo::placement
