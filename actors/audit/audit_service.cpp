@@ -152,6 +152,18 @@ caf::behavior audit_service(caf::stateful_actor<audit_service_state>* self,
   self->state.node = std::move(node);
   self->send(self, tick_atom::value);
   return {
+    [self](inspect_atom) {
+      auto& st = self->state;
+      actor_snapshot s;
+      s.name = "audit";
+      s.kind = "audit";
+      s.node = st.node;
+      s.summary = std::to_string(st.seen.size()) + " members' checkpoints";
+      s.fields = {{"members", std::to_string(st.seen.size())},
+                  {"ticks_since_checkpoint_sent",
+                   std::to_string(st.since_sent)}};
+      return s;
+    },
     [self](console_atom a, std::string& cmd,
            std::string& arg) -> caf::result<caf::message> {
       bool is_verify = false;

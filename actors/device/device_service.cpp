@@ -21,6 +21,13 @@ caf::behavior device_service(caf::event_based_actor* self,
                              caf::actor node_actor) {
   using access::device_request;
   return {
+    [](inspect_atom) {
+      actor_snapshot s;
+      s.name = "dev";
+      s.kind = "dev";
+      s.summary = "device operations for clients (dev ...)";
+      return s;
+    },
     [self, node_actor](console_atom, const std::string&,
                        const std::string& arg) -> caf::result<console_reply> {
       device_request req;

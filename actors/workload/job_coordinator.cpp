@@ -786,6 +786,18 @@ caf::result<console_reply> console_cancel(self_ptr self,
 caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
   self->state.cfg = std::move(cfg);
   return {
+    [self](inspect_atom) {
+      auto& st = self->state;
+      actor_snapshot s;
+      s.name = "jobs";
+      s.kind = "jobs";
+      s.node = st.cfg.node;
+      s.summary = std::to_string(st.running.size()) + " running, "
+                  + std::to_string(st.jobs) + " since start";
+      s.fields = {{"running", std::to_string(st.running.size())},
+                  {"jobs", std::to_string(st.jobs)}};
+      return s;
+    },
     [self](run_atom, job_request& req,
            caf::actor& listener) -> caf::result<job_report> {
       auto rp = self->make_response_promise<job_report>();

@@ -330,6 +330,19 @@ caf::behavior shard_host_impl(self_ptr self, host_state init) {
     self->quit(msg.reason);
   });
   return {
+    [self](inspect_atom) {
+      auto& st = self->state;
+      actor_snapshot s;
+      s.name = "shards";
+      s.kind = "shards";
+      s.node = st.node;
+      s.summary = std::to_string(st.shards.size()) + " shards, "
+                  + std::to_string(st.downloads.size()) + " downloads";
+      s.fields = {{"shards", std::to_string(st.shards.size())},
+                  {"downloads", std::to_string(st.downloads.size())},
+                  {"models", std::to_string(st.models.size())}};
+      return s;
+    },
     [self](shard_atom, shard_spec& spec) -> caf::result<shard_ready> {
       return on_shard(self, spec);
     },

@@ -131,6 +131,11 @@ TEST_CASE("the console lists links, actors and inspects one, in tables and "
   CHECK(contains(actors.out, "device/cpu:0"));
   CHECK(contains(actors.out, "gate"));
   CHECK(contains(actors.out, "node"));
+  // Every actor of the node answers inspection, the services included.
+  INFO(actors.out);
+  CHECK_FALSE(contains(actors.out, "no answer"));
+  for (auto svc : {"jobs", "shards", "audit", "dev", "placement", "thermal"})
+    CHECK(contains(actors.out, std::string{"a     "} + svc));
   auto insp = console(p, b.port, {"inspect a:device/sim:adreno-740:0"});
   INFO(insp.out << insp.err);
   REQUIRE(insp.code == 0);
