@@ -62,6 +62,31 @@ void notify_watchers(self_ptr self) {
       self->send(w, e);
 }
 
+void release_held(self_ptr self) {
+  auto& st = self->state;
+  if (st.held.empty())
+    return;
+  auto now = steady::now();
+  std::vector<held_service_message> keep;
+  for (auto& h : st.held) {
+    auto peer = st.peers.find(h.node);
+    if (peer != st.peers.end()) {
+      h.rp.delegate(peer->second, service_atom::value, std::move(h.service),
+                    std::move(h.msg));
+    } else if (now >= h.deadline || !st.table || !st.table->alive(h.node)) {
+      h.rp.deliver(make_exo_error(exo_errc::invalid_argument,
+                                  "no live node named \"" + h.node
+                                    + "\" (not connected within "
+                                    + std::to_string(
+                                      2 * st.cfg.connect_timeout.count())
+                                    + " ms)"));
+    } else {
+      keep.push_back(std::move(h));
+    }
+  }
+  st.held = std::move(keep);
+}
+
 namespace {
 
 std::int64_t wall_ns() {
@@ -165,9 +190,18 @@ caf::message_handler core_handlers(self_ptr self) {
           return self->delegate(it->second, std::move(m));
         }
         auto peer = st.peers.find(node);
-        if (peer == st.peers.end())
+        if (peer == st.peers.end()) {
+          // Alive by gossip, not connected yet: a member that has just
+          // joined. Hold the message until the connection is there.
+          if (st.table && st.table->alive(node)) {
+            auto rp = self->make_response_promise();
+            st.held.push_back({node, std::move(service), std::move(m), rp,
+                               steady::now() + 2 * st.cfg.connect_timeout});
+            return rp;
+          }
           return make_exo_error(exo_errc::invalid_argument,
                                 "no live node named \"" + node + "\"");
+        }
         return self->delegate(peer->second, service_atom::value,
                               std::move(service), std::move(m));
       },

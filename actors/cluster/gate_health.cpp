@@ -125,6 +125,7 @@ caf::message_handler health_handlers(self_ptr self) {
       [self](tick_atom) {
         tick(self);
         notify_watchers(self);
+        release_held(self);
         self->delayed_send(self, self->state.cfg.heartbeat, tick_atom::value);
       },
       [self](measure_atom) {

@@ -52,6 +52,7 @@ void accept_peer(self_ptr self, const std::string& name, caf::actor peer) {
   st.peer_names[peer.address()] = name;
   self->monitor(peer);
   st.peers[name] = std::move(peer);
+  release_held(self); // messages that waited for this connection
 }
 
 void backoff(self_ptr self, const std::string& key,

@@ -40,6 +40,17 @@ struct pending_join {
   steady::time_point deadline;
 };
 
+/// A message for a service of a member that gossip says is alive but that
+/// this gate has no connection to yet (the connection is on its way):
+/// delivered once it is there, refused at the deadline.
+struct held_service_message {
+  std::string node;
+  std::string service;
+  caf::message msg;
+  caf::response_promise rp;
+  steady::time_point deadline;
+};
+
 /// Backoff of one address we try to connect to.
 struct attempt {
   steady::time_point next_try{};
@@ -67,6 +78,7 @@ struct gate_state {
   /// they were last told about.
   std::vector<caf::actor> watchers;
   member_view watched;
+  std::vector<held_service_message> held;
   std::uint64_t ticks = 0;
   std::uint64_t joins_accepted = 0;
   std::uint64_t joins_refused = 0;
@@ -102,6 +114,9 @@ bool tokenless_client(self_ptr self);
 
 /// Tells the watchers what changed in the member table since last time.
 void notify_watchers(self_ptr self);
+/// Delivers the held service messages whose node is connected now, and
+/// refuses those past their deadline (or whose node is no longer alive).
+void release_held(self_ptr self);
 /// Sends `ev` to the node's audit sink (nothing without one).
 void send_audit(self_ptr self, const audit::event& ev, std::string principal);
 

@@ -18,13 +18,14 @@ namespace {
 /// as the token-bearing variants (core/access/device_request.hpp). The
 /// service itself holds no rights: the device actor checks the token.
 caf::behavior device_service(caf::event_based_actor* self,
-                             caf::actor node_actor) {
+                             caf::actor node_actor, std::string node) {
   using access::device_request;
   return {
-    [](inspect_atom) {
+    [node](inspect_atom) {
       actor_snapshot s;
       s.name = "dev";
       s.kind = "dev";
+      s.node = node;
       s.summary = "device operations for clients (dev ...)";
       return s;
     },
@@ -125,7 +126,7 @@ caf::behavior device_service(caf::event_based_actor* self,
 } // namespace
 
 service spawn_device_service(const service_context& ctx) {
-  auto h = ctx.sys->spawn(device_service, ctx.node);
+  auto h = ctx.sys->spawn(device_service, ctx.node, ctx.cfg->node.name);
   return {"dev", "dev", h, {"dev"}};
 }
 

@@ -363,8 +363,14 @@ void start_stages(self_ptr self, const run_ptr& run) {
     spec.owner = caf::actor_cast<caf::actor>(self);
     auto on_ready = [self, run, i](shard_ready& r) {
       run->ready[i] = std::move(r);
-      if (--run->pending == 0 && run->error.empty())
+      if (--run->pending != 0)
+        return;
+      // The last answer: link the stages, or end the run when another
+      // stage failed first (its shards are stopped, the caller told).
+      if (run->error.empty())
         link_stages(self, run);
+      else
+        end_run(self, run, run->error);
     };
     auto on_error = [self, run, i](caf::error& err) {
       auto why = "stage " + std::to_string(i) + " on " + run->plan[i].node

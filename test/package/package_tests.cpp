@@ -268,7 +268,9 @@ TEST_CASE("the streaming example joins a 2-node cluster as a node and "
 
   // n1 runs from the start; after each application has subscribed to its
   // member events, one more node starts (n2, then n3), which it must see
-  // join before it runs the job.
+  // join before it runs the job — and places a stage on it at once, mostly
+  // before the two are connected (the gate holds the stage's message until
+  // then; it was lost before, and the job waited forever).
   p.node("n1");
   auto n1 = start_node(p, {"n1"});
   std::vector<node_proc> later;
