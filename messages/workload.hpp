@@ -66,6 +66,9 @@ using run_atom = caf::atom_constant<caf::atom("run")>;
 /// (cancel_atom) -> bool: a job stops at the next token boundary (true
 /// when it was still running).
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+/// (lost_atom, reason) to a job, from its coordinator: a node holding one
+/// of its stages is gone (dead or left); the job ends with that error.
+using lost_atom = caf::atom_constant<caf::atom("lost")>;
 /// (inbox_atom, job, seq, bytes) -> (handle_id, caf::actor device): a
 /// shard allocates, on its device, a buffer that its previous stage on
 /// the same node copies the sequence's activations into (see

@@ -185,9 +185,34 @@ void watch(self_ptr self) {
                      tick_atom::value);
 }
 
+/// "stage 1 (n2/cpu:0)".
+std::string stage_name(const job_state& st, std::size_t i) {
+  auto s = "stage " + std::to_string(i);
+  if (i < st.cfg.stage_names.size() && !st.cfg.stage_names[i].empty())
+    s += " (" + st.cfg.stage_names[i] + ")";
+  return s;
+}
+
 caf::behavior job_impl(self_ptr self, job_setup cfg) {
   self->state.cfg = std::move(cfg);
+  for (auto& stage : self->state.cfg.stages)
+    self->monitor(stage);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    if (st.finished)
+      return;
+    for (std::size_t i = 0; i < st.cfg.stages.size(); ++i)
+      if (st.cfg.stages[i].address() == dm.source) {
+        finish(self, stage_name(st, i) + " is gone: "
+                       + self->system().render(dm.reason));
+        return;
+      }
+  });
   return {
+    [self](lost_atom, std::string& why) {
+      if (!self->state.finished)
+        finish(self, why);
+    },
     [self](run_atom) -> caf::result<caf::message> {
       auto& st = self->state;
       if (st.started)

@@ -12,6 +12,11 @@
 ///   caller --(run_atom)--> job --forward--> shard 0 --> ... --> shard K-1
 ///   caller <-- finish(result) --'  <--- logits ---------------------'
 ///
+/// The job monitors its stages: a stage that goes away (its node killed,
+/// its connection lost) ends the job at once with an error naming the
+/// stage, and so does (lost_atom, reason) from the coordinator (a node that
+/// froze and was declared dead), instead of the step timeout.
+///
 /// (cancel_atom) -> bool stops the job at the next token boundary: no new
 /// step is sent, the steps in flight are awaited (their logits are not
 /// sampled), then the job releases its KV caches in every stage and
@@ -55,6 +60,8 @@ struct job_result {
 struct job_setup {
   std::uint64_t id = 0;
   std::vector<caf::actor> stages; ///< in order, each told its next stage
+  /// Where each stage runs ("n2/cpu:0"), for errors; may be empty.
+  std::vector<std::string> stage_names;
   std::uint32_t n_embd = 0;
   std::uint32_t n_vocab = 0;
   std::vector<std::vector<std::int32_t>> prompts; ///< one per sequence

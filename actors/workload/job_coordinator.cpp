@@ -236,8 +236,10 @@ void start_job(self_ptr self, const run_ptr& run) {
   auto& hp = run->job.model->hparams();
   job_setup j;
   j.id = ++self->state.jobs;
-  for (auto& r : run->ready)
+  for (auto& r : run->ready) {
     j.stages.push_back(r.shard);
+    j.stage_names.push_back(r.node + "/" + r.device);
+  }
   j.n_embd = hp.n_embd;
   j.n_vocab = hp.n_vocab;
   j.prompts.assign(req.sequences, run->job.prompt);
@@ -789,9 +791,41 @@ caf::result<console_reply> console_cancel(self_ptr self,
   return rp;
 }
 
+/// A member that is no longer alive ends every running job with a stage
+/// on it at once (a killed node's stages go away and their jobs see it; a
+/// frozen one keeps its connection until the gate declares it dead).
+void on_member(self_ptr self, const member_event& e) {
+  if (e.member.status == member_status::alive)
+    return;
+  for (auto& [id, rj] : self->state.running)
+    for (auto& p : rj.plan)
+      if (p.node == e.member.name) {
+        auto why = "node " + e.member.name + " is "
+                   + to_string(e.member.status)
+                   + (e.member.status_reason.empty()
+                        ? std::string{}
+                        : " (" + e.member.status_reason + ")")
+                   + ": it held layers [" + std::to_string(p.first) + ", "
+                   + std::to_string(p.last) + ")";
+        self->send(rj.job, lost_atom::value, std::move(why));
+        break;
+      }
+}
+
 caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
   self->state.cfg = std::move(cfg);
+  if (self->state.cfg.gate)
+    self
+      ->request(self->state.cfg.gate, 10s, subscribe_atom::value,
+                members_atom::value, caf::actor_cast<caf::actor>(self))
+      .then([](member_view&) {},
+            [self](caf::error& err) {
+              std::cerr << "exo-node " << self->state.cfg.node
+                        << ": the job coordinator gets no member events: "
+                        << render(self, err) << std::endl;
+            });
   return {
+    [self](member_event& e) { on_member(self, e); },
     [self](inspect_atom) {
       auto& st = self->state;
       actor_snapshot s;

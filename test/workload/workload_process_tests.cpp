@@ -309,6 +309,61 @@ TEST_CASE("a console waiting on a node that dies or freezes says so within "
   }
 }
 
+TEST_CASE("a job whose other node is killed or freezes mid-run fails within "
+          "seconds, naming the node, instead of waiting for its step timeout",
+          "[workload][process]") {
+  pki p{"exo-lost-stage"};
+  auto model = long_model(p);
+  p.node("coord");
+  auto a = start(p, "coord", {});
+  for (int sig : {SIGKILL, SIGSTOP}) {
+    CAPTURE(sig);
+    auto name = std::string{sig == SIGKILL ? "killed" : "frozen"};
+    p.node(name);
+    auto b = start(p, name, {a.port});
+    REQUIRE(eventually(
+      p, a.port, "nodes",
+      [&](const std::string& out) {
+        return contains(out, "\"" + name + "\"")
+               && contains(out, "\"status\": \"alive\"");
+      },
+      30s));
+    // One sequence of 4000 tokens over two stages, the second on `name`,
+    // with the console's and the job's own timeouts far away.
+    process runner{{exo_console(), "--connect",
+                    "127.0.0.1:" + std::to_string(a.port), "--cert",
+                    p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
+                    "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
+                    "--token-file", p.dir + "/coord/state/access/admin.token",
+                    "--exec",
+                    "run --model " + model
+                      + " --prompt \"once upon a time\" -n 4000 --seed 2 "
+                        "--temperature 0 --stages 2"}};
+    auto started = "job " + std::to_string(sig == SIGKILL ? 1 : 2)
+                   + " started";
+    REQUIRE(a.proc->wait_for_output(started, 120s));
+    std::this_thread::sleep_for(500ms); // tokens are flowing
+    auto t0 = std::chrono::steady_clock::now();
+    b.proc->signal(sig);
+    auto code = runner.wait(30s);
+    auto took = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                              - t0)
+                  .count();
+    INFO("the run ended " << took << " s after the node was " << name
+                          << ":\n" << runner.out() << runner.err());
+    CHECK(code == 1);
+    CHECK(took < 20); // a kill at once, a freeze after the failure timeout
+    // The error names the stage's node: its stage went away (kill), or the
+    // gate declared the node dead (freeze).
+    CHECK((contains(runner.err(), "(" + name + "/cpu:0) is gone")
+           || contains(runner.err(), "node " + name + " is dead")));
+    std::printf("the job noticed the %s node after %.2f s\n", name.c_str(),
+                took);
+    if (sig == SIGSTOP)
+      b.proc->signal(SIGKILL);
+  }
+}
+
 TEST_CASE("exo-node run --llama-threads gives exo-model's logits for the "
           "same llama.cpp thread count, past position 256",
           "[workload][process]") {
