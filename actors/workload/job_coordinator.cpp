@@ -27,6 +27,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <functional>
@@ -66,8 +67,13 @@ struct running_job {
   bool cancel_requested = false;
 };
 
+struct job_run;
+
 struct coordinator_state {
   job_coordinator_config cfg;
+  /// Runs whose stages are starting (not yet a running job): a member that
+  /// dies ends those with a stage on it.
+  std::vector<std::weak_ptr<job_run>> starting;
   std::map<std::string, std::string> offered; ///< sha256 -> path
   /// Parts with digests per "sha256:first:last", computed once.
   std::map<std::string, std::vector<workload::model_part>> parts;
@@ -349,6 +355,14 @@ void start_stages(self_ptr self, const run_ptr& run) {
   }
   run->ready.resize(k);
   run->pending = k;
+  auto& starting = st.starting;
+  starting.erase(std::remove_if(starting.begin(), starting.end(),
+                                [](const std::weak_ptr<job_run>& w) {
+                                  auto r = w.lock();
+                                  return !r || r->ended || r->pending == 0;
+                                }),
+                 starting.end());
+  starting.push_back(run);
   for (std::uint32_t i = 0; i < k; ++i) {
     auto& p = run->plan[i];
     shard_spec spec;
@@ -365,6 +379,8 @@ void start_stages(self_ptr self, const run_ptr& run) {
     spec.owner = caf::actor_cast<caf::actor>(self);
     auto on_ready = [self, run, i](shard_ready& r) {
       run->ready[i] = std::move(r);
+      if (run->ended) // ended meanwhile (a member died): stop this one too
+        self->send_exit(run->ready[i].shard, caf::exit_reason::user_shutdown);
       if (--run->pending != 0)
         return;
       // The last answer: link the stages, or end the run when another
@@ -797,19 +813,31 @@ caf::result<console_reply> console_cancel(self_ptr self,
 void on_member(self_ptr self, const member_event& e) {
   if (e.member.status == member_status::alive)
     return;
+  auto why = [&](const stage_place& p) {
+    return "node " + e.member.name + " is " + to_string(e.member.status)
+           + (e.member.status_reason.empty()
+                ? std::string{}
+                : " (" + e.member.status_reason + ")")
+           + ": it held layers [" + std::to_string(p.first) + ", "
+           + std::to_string(p.last) + ")";
+  };
   for (auto& [id, rj] : self->state.running)
     for (auto& p : rj.plan)
       if (p.node == e.member.name) {
-        auto why = "node " + e.member.name + " is "
-                   + to_string(e.member.status)
-                   + (e.member.status_reason.empty()
-                        ? std::string{}
-                        : " (" + e.member.status_reason + ")")
-                   + ": it held layers [" + std::to_string(p.first) + ", "
-                   + std::to_string(p.last) + ")";
-        self->send(rj.job, lost_atom::value, std::move(why));
+        self->send(rj.job, lost_atom::value, why(p));
         break;
       }
+  // Runs still starting their stages: a request to a dead node would wait
+  // for its timeout (600 s, a model download may be long).
+  for (auto& w : self->state.starting)
+    if (auto run = w.lock(); run && !run->ended && run->pending > 0)
+      for (auto& p : run->plan)
+        if (p.node == e.member.name) {
+          if (run->error.empty())
+            run->error = why(p);
+          end_run(self, run, run->error);
+          break;
+        }
 }
 
 caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {

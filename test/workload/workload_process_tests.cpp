@@ -364,6 +364,39 @@ TEST_CASE("a job whose other node is killed or freezes mid-run fails within "
   }
 }
 
+TEST_CASE("a job placed on a node that froze before its stage started fails "
+          "when the node is declared dead, not after the shard timeout",
+          "[workload][process]") {
+  pki p{"exo-frozen-start"};
+  auto model = long_model(p);
+  p.node("coord");
+  p.node("frozen");
+  auto a = start(p, "coord", {});
+  auto b = start(p, "frozen", {a.port});
+  REQUIRE(eventually(
+    p, a.port, "nodes",
+    [](const std::string& out) {
+      return contains(out, "\"frozen\"")
+             && !contains(out, "\"status\": \"dead\"");
+    },
+    30s));
+  // Frozen now, still alive in the view for the failure timeout (3 s): the
+  // job is placed on it and its stage request is never answered.
+  b.proc->signal(SIGSTOP);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = console(p, a.port,
+                   "run --model " + model
+                     + " --prompt \"once upon a time\" -n 8 --stages 2");
+  auto took = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                            - t0)
+                .count();
+  INFO("the run ended after " << took << " s:\n" << r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK(took < 30);
+  CHECK(contains(r.err, "node frozen is dead"));
+  b.proc->signal(SIGKILL);
+}
+
 TEST_CASE("exo-node run --llama-threads gives exo-model's logits for the "
           "same llama.cpp thread count, past position 256",
           "[workload][process]") {
