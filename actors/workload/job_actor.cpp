@@ -185,6 +185,9 @@ void watch(self_ptr self) {
                      tick_atom::value);
 }
 
+/// How long a step must have been in flight for (lost_atom) to end the job.
+constexpr auto lost_grace = std::chrono::milliseconds(1000);
+
 /// "stage 1 (n2/cpu:0)".
 std::string stage_name(const job_state& st, std::size_t i) {
   auto s = "stage " + std::to_string(i);
@@ -210,7 +213,20 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
   });
   return {
     [self](lost_atom, std::string& why) {
-      if (!self->state.finished)
+      // A node declared dead whose stage still answers (a false verdict
+      // under load, a node that came back) does not end a job whose tokens
+      // flow: only a pipeline that has stalled for a while.
+      auto& st = self->state;
+      if (st.finished)
+        return;
+      auto now = clock_type::now();
+      bool stalled = !st.started
+                     || std::any_of(st.seqs.begin(), st.seqs.end(),
+                                    [&](const sequence& q) {
+                                      return q.waiting
+                                             && now - q.sent >= lost_grace;
+                                    });
+      if (stalled)
         finish(self, why);
     },
     [self](run_atom) -> caf::result<caf::message> {

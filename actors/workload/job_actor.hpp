@@ -15,7 +15,9 @@
 /// The job monitors its stages: a stage that goes away (its node killed,
 /// its connection lost) ends the job at once with an error naming the
 /// stage, and so does (lost_atom, reason) from the coordinator (a node that
-/// froze and was declared dead), instead of the step timeout.
+/// froze and was declared dead) when a step has been in flight for a
+/// second or more — tokens that still flow mean the stage answers — instead
+/// of the step timeout.
 ///
 /// (cancel_atom) -> bool stops the job at the next token boundary: no new
 /// step is sent, the steps in flight are awaited (their logits are not

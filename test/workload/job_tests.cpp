@@ -16,6 +16,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
+
 #include <thread>
 
 #include <caf/all.hpp>
@@ -643,4 +645,88 @@ TEST_CASE("a step no stage answers ends the job at its step timeout with "
   CHECK(r.generated_tokens == 0);
   CHECK(waited >= std::chrono::milliseconds(200));
   caf::anon_send_exit(silent, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a job ends at once naming a stage that goes away, and on a lost "
+          "node only when its pipeline has stalled", "[workload]") {
+  fixture f;
+  auto si = f.device_index("sim");
+  caf::scoped_actor self{*f.sys};
+  auto setup = [&](std::uint64_t id, std::vector<caf::actor> stages) {
+    workload::job_setup j;
+    j.id = id;
+    j.stages = std::move(stages);
+    j.stage_names = {"n1/sim:0", "n2/sim:0"};
+    j.n_embd = f.model->hparams().n_embd;
+    j.n_vocab = f.model->hparams().n_vocab;
+    j.prompts = {{1, 17, 42, 99, 5}};
+    j.n_gen = 40;
+    j.sampling.temperature = 0;
+    return j;
+  };
+  auto run = [&](workload::job_setup j,
+                 std::function<void(caf::actor, std::int32_t)> each) {
+    auto result = std::make_shared<workload::job_result>();
+    auto handle = std::make_shared<caf::actor>();
+    auto count = std::make_shared<std::int32_t>(0);
+    j.on_token = [handle, count, each](std::uint32_t, std::int32_t) {
+      each(*handle, ++*count);
+    };
+    j.finish = [result](workload::job_result& r) {
+      *result = r;
+      return caf::make_message(caf::ok_atom::value);
+    };
+    *handle = workload::spawn_job(*f.sys, std::move(j));
+    self->request(*handle, std::chrono::seconds(60), run_atom::value)
+      .receive([](caf::ok_atom) {},
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return *result;
+  };
+  // A lost notice while tokens flow: ignored, the job completes.
+  auto stages = f.pipeline({0, 2, 4}, {si, si});
+  auto flowing = run(setup(31, stages), [](caf::actor job, std::int32_t n) {
+    if (n == 3)
+      caf::anon_send(job, lost_atom::value, std::string{"node n2 is dead"});
+  });
+  CHECK(flowing.error.empty());
+  CHECK(flowing.tokens[0].size() == 40);
+  // A stage that goes away: the job ends at once, naming it.
+  auto gone = run(setup(32, stages), [&](caf::actor, std::int32_t n) {
+    if (n == 3)
+      caf::anon_send_exit(stages[1], caf::exit_reason::kill);
+  });
+  CHECK(gone.tokens[0].size() < 40);
+  CHECK(gone.error.find("stage 1 (n2/sim:0) is gone") != std::string::npos);
+  f.stop(stages);
+  // A lost notice while a step has waited over a second (its device
+  // paused): the job ends with the notice.
+  auto dev = f.dev_actors[si];
+  auto stalled_stages = f.pipeline({0, 2, 4}, {si, si});
+  auto tokens = std::make_shared<std::atomic<int>>(0);
+  auto j = setup(33, stalled_stages);
+  j.on_token = [tokens](std::uint32_t, std::int32_t) { ++*tokens; };
+  auto stalled = std::make_shared<workload::job_result>();
+  j.finish = [stalled](workload::job_result& r) {
+    *stalled = r;
+    return caf::make_message(caf::ok_atom::value);
+  };
+  auto job = workload::spawn_job(*f.sys, std::move(j));
+  auto pending = self->request(job, std::chrono::seconds(60),
+                               run_atom::value);
+  for (int i = 0; i < 6000 && *tokens < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  self->request(dev, std::chrono::seconds(10), pause_atom::value,
+                std::string{"thermal: test"})
+    .receive([](caf::atom_value) {},
+             [](caf::error& e) { FAIL(error_message(e)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  self->send(job, lost_atom::value, std::string{"node n2 is dead (test)"});
+  pending.receive([](caf::ok_atom) {},
+                  [](caf::error& e) { FAIL(caf::to_string(e)); });
+  CHECK(stalled->error == "node n2 is dead (test)");
+  CHECK(stalled->tokens[0].size() < 40);
+  self->request(dev, std::chrono::seconds(10), resume_atom::value)
+    .receive([](caf::atom_value) {},
+             [](caf::error& e) { FAIL(error_message(e)); });
+  f.stop(stalled_stages);
 }
