@@ -221,6 +221,18 @@ void validate(const problem& p) {
       fail(path, "links a node to itself (use intra_node_link)");
     check_link(path, k.spec);
   }
+  // Every solver shares a transfer table of (nodes x nodes) x (layers + 1)
+  // entries: bound it (250 nodes of 100000 layers would ask for 100 GB).
+  {
+    const auto cells = static_cast<long double>(nodes.size()) * nodes.size()
+                       * static_cast<long double>(n_layers + 1);
+    if (cells > max_transfer_cells)
+      fail("devices", std::to_string(nodes.size()) + " nodes and "
+                        + std::to_string(n_layers)
+                        + " layers are too many to plan together (nodes^2 x "
+                          "(layers + 1) must be at most "
+                        + std::to_string(max_transfer_cells) + ")");
+  }
   for (auto i = nodes.begin(); i != nodes.end(); ++i)
     for (auto j = std::next(i); j != nodes.end(); ++j)
       p.link_between(*i, *j); // throws when missing

@@ -169,6 +169,10 @@ struct problem {
   std::optional<std::size_t> find_device(const std::string& id) const;
 };
 
+/// The most entries of the solvers' transfer table (nodes^2 x (layers + 1))
+/// a problem may need: 16 M, 128 MB.
+constexpr std::size_t max_transfer_cells = std::size_t{1} << 24;
+
 /// Checks every value and reference of `p`; throws problem_error naming the
 /// key path of the first problem found (e.g. "devices[2].memory: must be
 /// > 0").

@@ -664,3 +664,22 @@ TEST_CASE("sixteen all-different devices: a certified gap, far tighter "
         != std::string::npos);
   CHECK(plan_to_json(*r.best).at("gap").get<double>() == Approx(*g));
 }
+
+TEST_CASE("a problem whose transfer table would be too large is refused "
+          "before anything is allocated") {
+  problem p;
+  p.default_link = link_spec{0.001, 1e9};
+  for (int i = 0; i < 250; ++i)
+    p.devices.push_back(make_device(("d" + std::to_string(i)).c_str(),
+                                    ("n" + std::to_string(i)).c_str(),
+                                    1ull << 40, 1e12));
+  layer x;
+  x.weight_bytes = 1 << 20;
+  x.flops_per_token = 1e6;
+  p.layers.assign(100000, x);
+  CHECK_THROWS_WITH(validate(p),
+                    Catch::Contains("devices: 250 nodes and 100000 layers are "
+                                    "too many to plan together"));
+  p.layers.resize(256); // 62500 x 257 < 2^24
+  CHECK_NOTHROW(validate(p));
+}
