@@ -63,6 +63,10 @@ cost_model::cost_model(const problem& p) : p_(&p) {
   xfer_.resize(xs.size());
   for (std::size_t i = 0; i < xs.size(); ++i)
     xfer_[i] = ticks(xs[i]);
+  cheapest_.assign(node_count_ * node_count_, 0);
+  for (std::size_t ab = 0; ab < cheapest_.size() && L > 1; ++ab)
+    cheapest_[ab] = *std::min_element(xfer_.begin() + ab * (L + 1) + 1,
+                                      xfer_.begin() + ab * (L + 1) + L);
   node_penalty_ = ticks(pen_s);
   // Time prefix sums, rounded per prefix.
   cum_.assign(n * (L + 1), 0);

@@ -84,6 +84,11 @@ public:
     return transfer_nodes(node_[from], node_[to], cut);
   }
   const std::vector<std::int64_t>& transfer_table() const { return xfer_; }
+  /// The cheapest transfer_nodes(a, b, cut) over the cuts (0 with one
+  /// layer): what any cut from node a to node b costs at least.
+  std::int64_t cheapest_transfer(int a, int b) const {
+    return cheapest_[a * node_count_ + b];
+  }
 
   /// The device must be part of every plan (pinned, or holds pinned layers).
   bool must_use(int d) const { return must_use_[d] != 0; }
@@ -121,6 +126,7 @@ private:
   std::vector<int> node_;
   std::size_t node_count_ = 0;
   std::vector<std::int64_t> xfer_;
+  std::vector<std::int64_t> cheapest_;
   std::vector<char> must_use_;
   std::size_t max_stages_ = 0;
   std::int64_t node_penalty_ = 0;

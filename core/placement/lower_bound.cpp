@@ -212,7 +212,7 @@ double bottleneck_bound(const relaxation& r) {
 /// distinct node pairs forming a connected graph, so a forest of k - 1
 /// edges; and of all forests with that many edges, the greedy one weighs
 /// least (a matroid's greedy prefix).
-std::int64_t lightest_forest(const cost_model& m, int L, int edges) {
+std::int64_t lightest_forest(const cost_model& m, int edges) {
   const int nodes = static_cast<int>(m.nodes());
   struct edge {
     std::int64_t w;
@@ -220,13 +220,10 @@ std::int64_t lightest_forest(const cost_model& m, int L, int edges) {
   };
   std::vector<edge> es;
   for (int a = 0; a < nodes; ++a)
-    for (int b = a + 1; b < nodes; ++b) {
-      auto w = std::numeric_limits<std::int64_t>::max();
-      for (int cut = 1; cut < L; ++cut)
-        w = std::min({w, m.transfer_nodes(a, b, cut),
-                      m.transfer_nodes(b, a, cut)});
-      es.push_back({w, a, b});
-    }
+    for (int b = a + 1; b < nodes; ++b)
+      es.push_back({std::min(m.cheapest_transfer(a, b),
+                             m.cheapest_transfer(b, a)),
+                    a, b});
   std::sort(es.begin(), es.end(),
             [](const edge& x, const edge& y) { return x.w < y.w; });
   std::vector<int> root(nodes);
@@ -279,20 +276,19 @@ std::optional<capacity_bound> capacity_lower_bound(const cost_model& m) {
   std::int64_t min_any = std::numeric_limits<std::int64_t>::max();
   const int nodes = static_cast<int>(m.nodes());
   for (int a = 0; a < nodes; ++a)
-    for (int b = 0; b < nodes; ++b)
-      for (int cut = 1; cut < r.L; ++cut) {
-        auto x = m.transfer_nodes(a, b, cut);
-        min_any = std::min(min_any, x);
-        if (a != b)
-          min_inter = std::min(min_inter, x);
-      }
+    for (int b = 0; b < nodes; ++b) {
+      auto x = m.cheapest_transfer(a, b);
+      min_any = std::min(min_any, x);
+      if (a != b)
+        min_inter = std::min(min_inter, x);
+    }
   // (One layer has no cut; a model of one layer that no device holds has
   // no plan, which the solvers say.)
   const int inter_cuts = r.L > 1 ? std::max(0, out.min_nodes - 1) : 0;
   const int other_cuts =
     r.L > 1 ? std::max(0, out.min_devices - 1 - inter_cuts) : 0;
   if (inter_cuts > 0)
-    out.transfers += lightest_forest(m, r.L, inter_cuts);
+    out.transfers += lightest_forest(m, inter_cuts);
   if (other_cuts > 0)
     out.transfers += other_cuts * min_any;
   // Bottleneck: every layer somewhere, the model within T per device, and

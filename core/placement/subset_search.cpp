@@ -15,14 +15,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-/// The cheapest transfer between nodes a and b at any cut.
-std::int64_t link_cost(const cost_model& m, int a, int b) {
-  auto w = std::numeric_limits<std::int64_t>::max();
-  for (int cut = 1; cut < static_cast<int>(m.layers()); ++cut)
-    w = std::min(w, m.transfer_nodes(a, b, cut));
-  return m.layers() > 1 ? w : 0;
-}
-
 /// Nodes from `first`, each next one the cheapest to reach from any node
 /// already taken (Prim's order).
 std::vector<int> node_order(const cost_model& m, int first) {
@@ -37,7 +29,7 @@ std::vector<int> node_order(const cost_model& m, int first) {
       if (taken[b])
         continue;
       for (int a : order) {
-        auto w = link_cost(m, a, b);
+        auto w = m.cheapest_transfer(a, b);
         if (w < best_w) {
           best_w = w;
           best = b;
