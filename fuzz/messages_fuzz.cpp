@@ -63,6 +63,8 @@ const fn types[] = {
   round_trip<exo::job_started>,
   round_trip<exo::job_token>,
   round_trip<exo::job_report>,
+  round_trip<exo::job_recovered>,
+  round_trip<exo::job_pipeline>,
   round_trip<exo::plan_request>,
   round_trip<exo::plan_stage_info>,
   round_trip<exo::plan_info>,

@@ -68,6 +68,9 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<job_started>("exo.job_started");
   cfg.add_message_type<job_token>("exo.job_token");
   cfg.add_message_type<job_report>("exo.job_report");
+  cfg.add_message_type<job_pipeline>("exo.job_pipeline");
+  cfg.add_message_type<job_recovered>("exo.job_recovered");
+  cfg.add_message_type<std::vector<job_recovered>>("exo.job_recovereds");
   // placement (messages/placement.hpp)
   cfg.add_message_type<plan_request>("exo.plan_request");
   cfg.add_message_type<plan_stage_info>("exo.plan_stage_info");

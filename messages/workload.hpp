@@ -36,6 +36,8 @@
 ///     listener <-- job_placed{how the stages were placed}
 ///     listener <-- job_started{job id}
 ///     listener <-- job_token{job, seq, token, piece}   (each, as produced)
+///     listener <-- job_recovered{what was lost, new stages, stall}
+///                  (after a loss, with the first token that follows it)
 ///   caller <-- job_report{tokens, texts, tokens/s, cancelled}
 ///          or an error: invalid_argument (the request breaks a rule of
 ///          core/workload/job_request.hpp), failed_state (placement, a
@@ -66,9 +68,18 @@ using run_atom = caf::atom_constant<caf::atom("run")>;
 /// (cancel_atom) -> bool: a job stops at the next token boundary (true
 /// when it was still running).
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
-/// (lost_atom, reason) to a job, from its coordinator: a node holding one
-/// of its stages is gone (dead or left); the job ends with that error.
+/// (lost_atom, reason, stages) to a job, from its coordinator: a node
+/// holding its stages `stages` (indices) is gone (dead or left). A job whose
+/// pipeline has stalled re-places itself (recover_atom), or ends with that
+/// error when it cannot.
 using lost_atom = caf::atom_constant<caf::atom("lost")>;
+/// (recover_atom, job id, lost stage indices, reason) -> job_pipeline, from
+/// a job to its coordinator: the stages it had are (partly) gone; the
+/// coordinator re-places the layers on the surviving devices, starts and
+/// links fresh stages and answers with them (or an error naming what is
+/// missing). The job then rebuilds its KV caches by re-feeding each
+/// sequence's prompt and the tokens generated so far, and goes on.
+using recover_atom = caf::atom_constant<caf::atom("recover")>;
 /// (inbox_atom, job, seq, bytes) -> (handle_id, caf::actor device): a
 /// shard allocates, on its device, a buffer that its previous stage on
 /// the same node copies the sequence's activations into (see
@@ -187,6 +198,38 @@ typename Inspector::result_type inspect(Inspector& f, job_started& x) {
   return wire(f, caf::meta::type_name("exo.job_started"), x.job);
 }
 
+/// A job's new pipeline after a loss (the answer to recover_atom): its
+/// stages in order, where each runs ("n2/cpu:0"), and how they were placed.
+struct job_pipeline {
+  std::vector<caf::actor> stages;
+  std::vector<std::string> names;
+  std::string placement;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_pipeline& x) {
+  return wire(f, caf::meta::type_name("exo.job_pipeline"), x.stages, x.names,
+              x.placement);
+}
+
+/// One recovery of a running job: what was lost, where its layers went and
+/// what it cost. Sent to the listener when the first token after it is
+/// out, and listed in the job's report.
+struct job_recovered {
+  std::uint64_t job = 0;
+  std::string reason;    ///< what was lost ("stage 1 (n2/cpu:0) is gone...")
+  std::string placement; ///< the new stages (job_placed's form)
+  std::uint64_t replayed = 0; ///< tokens re-fed to rebuild the KV caches
+  double recovery_s = 0; ///< from the loss being noticed to the next token
+  double gap_s = 0;      ///< from the last token before it to the next one
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_recovered& x) {
+  return wire(f, caf::meta::type_name("exo.job_recovered"), x.job, x.reason,
+              x.placement, x.replayed, x.recovery_s, x.gap_s);
+}
+
 /// One generated token of one sequence, with its text.
 struct job_token {
   std::uint64_t job = 0;
@@ -217,6 +260,8 @@ struct job_report {
   double prompt_s = 0;
   double generation_s = 0;
   bool cancelled = false;
+  /// The losses it survived, in order (re-placed and resumed).
+  std::vector<job_recovered> recoveries;
 
   double prompt_tps() const {
     return prompt_s > 0 ? prompt_tokens / prompt_s : 0;
@@ -231,7 +276,7 @@ typename Inspector::result_type inspect(Inspector& f, job_report& x) {
   return wire(f, caf::meta::type_name("exo.job_report"), x.job, x.placement,
               x.stages, x.model_sha256, x.bytes_sent, x.tokens, x.texts,
               x.logits, x.prompt_tokens, x.generated_tokens, x.prompt_s,
-              x.generation_s, x.cancelled);
+              x.generation_s, x.cancelled, x.recoveries);
 }
 
 } // namespace exo

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 namespace exo::workload {
@@ -18,8 +19,12 @@ using clock_type = std::chrono::steady_clock;
 
 struct sequence {
   std::vector<std::int32_t> prompt;
-  std::size_t fed = 0; ///< prompt tokens sent so far
+  /// What the pipeline must read before the next token is sampled: the
+  /// prompt, or after a recovery the prompt and the tokens generated so far.
+  std::vector<std::int32_t> feed;
+  std::size_t fed = 0; ///< tokens of `feed` sent so far
   std::uint32_t pos = 0;
+  bool prompt_done = false; ///< its prompt's logits have arrived once
   std::unique_ptr<model::sampler> smp;
   bool done = false;
   bool waiting = false;        ///< a step is in flight
@@ -37,12 +42,24 @@ struct job_state {
   bool started = false;
   bool finished = false;
   bool cancelling = false;
+  /// Bumped by every recovery: answers of an older pipeline are dropped.
+  std::uint64_t epoch = 0;
+  /// Waiting for the recoverer's new pipeline.
+  bool recovering = false;
+  /// The recovery whose first token is still to come (its stall unknown).
+  std::optional<job_recovered> resumed;
+  clock_type::time_point lost_at;    ///< when the loss was noticed
+  clock_type::time_point last_token; ///< when the last token came
   static inline const char* name = "exo.job";
 };
 
 using self_ptr = caf::stateful_actor<job_state>*;
 
 void send_step(self_ptr self, std::uint32_t j);
+
+/// How long a failed step waits for its stage's down message, which makes
+/// it a loss (recovered) rather than an error (the job ends).
+constexpr auto settle_time = std::chrono::milliseconds(500);
 
 void finish(self_ptr self, std::string error) {
   auto& st = self->state;
@@ -84,12 +101,13 @@ void on_logits(self_ptr self, std::uint32_t j, stage_step& s) {
     return;
   }
   q.pos += static_cast<std::uint32_t>(s.tokens.size());
-  if (q.fed < q.prompt.size()) { // more of the prompt to feed
+  if (q.fed < q.feed.size()) { // more of the prompt to feed
     send_step(self, j);
     return;
   }
   auto& out = st.result.tokens[j];
-  if (out.empty() && q.pos == q.prompt.size()) { // prompt done
+  if (!q.prompt_done) { // its prompt is read
+    q.prompt_done = true;
     if (--st.prompts_left == 0)
       st.t_prompts = clock_type::now();
   }
@@ -110,6 +128,17 @@ void on_logits(self_ptr self, std::uint32_t j, stage_step& s) {
     auto id = q.smp->sample(logits.data(), logits.size());
     out.push_back(id);
     ++st.result.generated_tokens;
+    auto now = clock_type::now();
+    if (st.resumed) { // the first token after a recovery: its stall known
+      auto& r = *st.resumed;
+      r.recovery_s = std::chrono::duration<double>(now - st.lost_at).count();
+      r.gap_s = std::chrono::duration<double>(now - st.last_token).count();
+      st.result.recoveries.push_back(r);
+      if (st.cfg.on_recovered)
+        st.cfg.on_recovered(r);
+      st.resumed.reset();
+    }
+    st.last_token = now;
     if (st.cfg.on_token)
       st.cfg.on_token(j, id);
     if (out.size() >= st.cfg.n_gen || st.cfg.eog.count(id) != 0) {
@@ -130,10 +159,10 @@ void send_step(self_ptr self, std::uint32_t j) {
   s.job = st.cfg.id;
   s.seq = j;
   s.pos = q.pos;
-  if (q.fed < q.prompt.size()) {
-    auto n = std::min<std::size_t>(q.prompt.size() - q.fed,
+  if (q.fed < q.feed.size()) {
+    auto n = std::min<std::size_t>(q.feed.size() - q.fed,
                                    workload::max_batch_tokens(st.cfg.n_embd));
-    s.tokens.assign(q.prompt.begin() + q.fed, q.prompt.begin() + q.fed + n);
+    s.tokens.assign(q.feed.begin() + q.fed, q.feed.begin() + q.fed + n);
     q.fed += n;
   } else {
     s.tokens.push_back(st.result.tokens[j].back());
@@ -142,18 +171,32 @@ void send_step(self_ptr self, std::uint32_t j) {
   q.sent = clock_type::now();
   // No timeout on the request itself: the watchdog enforces step_timeout
   // (a CAF request timeout woke the clock thread twice per token).
+  auto epoch = st.epoch;
   self->request(st.cfg.stages.front(), caf::infinite, forward_atom::value,
                 std::move(s))
-    .then([self, j](stage_step& r) {
+    .then([self, j, epoch](stage_step& r) {
+            if (epoch != self->state.epoch)
+              return; // from a pipeline the job has left
             self->state.seqs[j].waiting = false;
             on_logits(self, j, r);
           },
-          [self, j](caf::error& err) {
-            self->state.seqs[j].waiting = false;
+          [self, j, epoch](caf::error& err) {
+            auto& st = self->state;
+            if (epoch != st.epoch || st.finished)
+              return;
+            st.seqs[j].waiting = false;
             auto msg = error_message(err);
-            finish(self, "sequence " + std::to_string(j) + ": "
-                           + (msg.empty() ? self->system().render(err)
-                                          : msg));
+            auto why = "sequence " + std::to_string(j) + ": "
+                       + (msg.empty() ? self->system().render(err) : msg);
+            if (!st.cfg.recoverer) {
+              finish(self, why);
+              return;
+            }
+            // A stage whose node went away fails the steps through it, and
+            // its monitor fires too, in either order: a loss when it does
+            // within the settle time, else a plain error.
+            self->delayed_send(self, settle_time, tick_atom::value, epoch,
+                               std::move(why));
           });
 }
 
@@ -196,6 +239,98 @@ std::string stage_name(const job_state& st, std::size_t i) {
   return s;
 }
 
+/// How long the coordinator may take to re-place the job (its stages may
+/// fetch weights; each of its own waits has a deadline or a monitor).
+constexpr auto recovery_timeout = std::chrono::seconds(660);
+
+void resume(self_ptr self, const std::string& why, job_pipeline& p);
+
+/// Stages `lost` of the pipeline are gone (or stalled): asks the recoverer
+/// for a new pipeline, or ends the job with `why` when it cannot.
+void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why) {
+  auto& st = self->state;
+  if (st.finished || st.recovering)
+    return;
+  if (st.cancelling && st.started) { // it was stopping anyway
+    st.result.cancelled = true;
+    finish(self, "");
+    return;
+  }
+  if (st.resumed) { // lost again before the last recovery's first token
+    st.result.recoveries.push_back(*st.resumed);
+    st.resumed.reset();
+  }
+  auto tried = st.result.recoveries.size();
+  if (!st.cfg.recoverer || tried >= st.cfg.max_recoveries) {
+    if (tried > 0)
+      why += " (after " + std::to_string(tried) + " recover"
+             + (tried == 1 ? "y" : "ies") + ", at most "
+             + std::to_string(st.cfg.max_recoveries) + ")";
+    finish(self, why);
+    return;
+  }
+  st.recovering = true;
+  ++st.epoch;
+  st.lost_at = clock_type::now();
+  for (auto& q : st.seqs)
+    q.waiting = false;
+  for (auto& a : st.cfg.stages) // the coordinator stops the survivors
+    self->demonitor(a);
+  self
+    ->request(st.cfg.recoverer, recovery_timeout, recover_atom::value,
+              st.cfg.id, std::move(lost), why)
+    .then([self, why](job_pipeline& p) { resume(self, why, p); },
+          [self, why](caf::error& err) {
+            auto msg = error_message(err);
+            finish(self, why + "; the job could not be re-placed: "
+                           + (msg.empty() ? self->system().render(err)
+                                          : msg));
+          });
+}
+
+/// Goes on with the new pipeline `p`: every unfinished sequence re-feeds
+/// its prompt and the tokens generated so far, then samples its next token
+/// from the logits that come back (its sampler untouched by the loss).
+void resume(self_ptr self, const std::string& why, job_pipeline& p) {
+  auto& st = self->state;
+  if (st.finished) // its coordinator stops the new stages with the run
+    return;
+  st.recovering = false;
+  if (p.stages.empty() || std::any_of(p.stages.begin(), p.stages.end(),
+                                      [](const caf::actor& a) { return !a; })) {
+    finish(self, why + "; the new pipeline has no stages");
+    return;
+  }
+  st.cfg.stages = std::move(p.stages);
+  st.cfg.stage_names = std::move(p.names);
+  for (auto& a : st.cfg.stages)
+    self->monitor(a);
+  if (st.cancelling && st.started) {
+    st.result.cancelled = true;
+    finish(self, "");
+    return;
+  }
+  job_recovered r;
+  r.job = st.cfg.id;
+  r.reason = why;
+  r.placement = std::move(p.placement);
+  for (std::size_t j = 0; j < st.seqs.size(); ++j) {
+    auto& q = st.seqs[j];
+    if (q.done)
+      continue;
+    auto& out = st.result.tokens[j];
+    q.feed = q.prompt;
+    q.feed.insert(q.feed.end(), out.begin(), out.end());
+    q.fed = 0;
+    q.pos = 0;
+    r.replayed += q.feed.size();
+  }
+  st.resumed = std::move(r);
+  for (std::size_t j = 0; j < st.seqs.size(); ++j)
+    if (!st.seqs[j].done)
+      send_step(self, static_cast<std::uint32_t>(j));
+}
+
 caf::behavior job_impl(self_ptr self, job_setup cfg) {
   self->state.cfg = std::move(cfg);
   for (auto& stage : self->state.cfg.stages)
@@ -206,13 +341,14 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       return;
     for (std::size_t i = 0; i < st.cfg.stages.size(); ++i)
       if (st.cfg.stages[i].address() == dm.source) {
-        finish(self, stage_name(st, i) + " is gone: "
-                       + self->system().render(dm.reason));
+        lose(self, {static_cast<std::uint32_t>(i)},
+             stage_name(st, i) + " is gone: "
+               + self->system().render(dm.reason));
         return;
       }
   });
   return {
-    [self](lost_atom, std::string& why) {
+    [self](lost_atom, std::string& why, std::vector<std::uint32_t>& lost) {
       // A node declared dead whose stage still answers (a false verdict
       // under load, a node that came back) does not end a job whose tokens
       // flow: only a pipeline that has stalled for a while.
@@ -227,6 +363,13 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
                                              && now - q.sent >= lost_grace;
                                     });
       if (stalled)
+        lose(self, std::move(lost), std::move(why));
+    },
+    [self](tick_atom, std::uint64_t epoch, std::string& why) {
+      // A step failed settle_time ago and no stage went away since.
+      auto& st = self->state;
+      if (self->current_sender() == self->ctrl() && epoch == st.epoch
+          && !st.finished && !st.recovering)
         finish(self, why);
     },
     [self](run_atom) -> caf::result<caf::message> {
@@ -254,6 +397,7 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       for (std::size_t j = 0; j < m; ++j) {
         auto& q = st.seqs[j];
         q.prompt = st.cfg.prompts[j];
+        q.feed = q.prompt;
         if (q.prompt.empty()) {
           finish(self, "sequence " + std::to_string(j) + " has no tokens");
           return st.rp;
@@ -265,8 +409,10 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       }
       st.prompts_left = m;
       st.running = m;
-      for (std::size_t j = 0; j < m; ++j)
-        send_step(self, static_cast<std::uint32_t>(j));
+      st.last_token = st.t0;
+      if (!st.recovering) // else the new pipeline starts them (resume)
+        for (std::size_t j = 0; j < m; ++j)
+          send_step(self, static_cast<std::uint32_t>(j));
       self->delayed_send(self, watchdog_period(st.cfg.step_timeout),
                          tick_atom::value);
       return st.rp;

@@ -12,12 +12,23 @@
 ///   caller --(run_atom)--> job --forward--> shard 0 --> ... --> shard K-1
 ///   caller <-- finish(result) --'  <--- logits ---------------------'
 ///
-/// The job monitors its stages: a stage that goes away (its node killed,
-/// its connection lost) ends the job at once with an error naming the
-/// stage, and so does (lost_atom, reason) from the coordinator (a node that
-/// froze and was declared dead) when a step has been in flight for a
-/// second or more — tokens that still flow mean the stage answers — instead
-/// of the step timeout.
+/// The job monitors its stages. A stage that goes away (its node killed,
+/// its connection lost), a step that fails and a stage's node gone, and
+/// (lost_atom, reason, stages) from the coordinator (a node that froze and
+/// was declared dead) when a step has been in flight for a second or more —
+/// tokens that still flow mean the stage answers — are a loss. With a
+/// `recoverer` (the coordinator) the job asks it for a new pipeline
+/// (recover_atom: the layers re-placed on the surviving devices), re-feeds
+/// every unfinished sequence's prompt and the tokens it generated so far
+/// (rebuilding the KV caches; the samplers keep their state, so the tokens
+/// are those of an uninterrupted run) and goes on; answers from the old
+/// pipeline are dropped. Without one, or after `max_recoveries`, or when
+/// the coordinator cannot re-place it, the job ends at once with an error
+/// naming the stage (never the step timeout).
+///
+///   job --(recover_atom, id, lost stages, why)--> recoverer
+///   job <-- job_pipeline{stages, names, placement}   (or an error)
+///   job --forward(prompt + generated so far)--> new stage 0 ...
 ///
 /// (cancel_atom) -> bool stops the job at the next token boundary: no new
 /// step is sent, the steps in flight are awaited (their logits are not
@@ -25,6 +36,7 @@
 /// answers (run_atom) with what it generated so far and `cancelled` set.
 
 #include "core/model/sampler.hpp"
+#include "messages/workload.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
@@ -50,6 +62,7 @@ struct job_result {
   double total_s = 0;
   std::string error;       ///< empty on success
   bool cancelled = false;  ///< stopped by (cancel_atom); tokens: so far
+  std::vector<job_recovered> recoveries; ///< the losses it survived
 
   double prompt_tps() const {
     return prompt_s > 0 ? prompt_tokens / prompt_s : 0;
@@ -77,6 +90,14 @@ struct job_setup {
   std::chrono::milliseconds step_timeout{120000};
   /// Called in the job's context for every token, as it is produced.
   std::function<void(std::uint32_t seq, std::int32_t token)> on_token;
+  /// Who re-places the job's stages after a loss (its coordinator); none:
+  /// a loss ends the job.
+  caf::actor recoverer;
+  /// How many losses a job survives before one ends it.
+  std::uint32_t max_recoveries = 4;
+  /// Called in the job's context after each recovery, with the first token
+  /// that follows it (its stall measured).
+  std::function<void(const job_recovered&)> on_recovered;
   /// Turns the result into the reply to (run_atom).
   std::function<caf::message(job_result&)> finish;
 };

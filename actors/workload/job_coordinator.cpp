@@ -33,6 +33,8 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 
 namespace exo::workload {
@@ -47,10 +49,14 @@ struct job_sink {
   std::function<void(const job_placed&)> placed;
   std::function<void(const job_started&)> started;
   std::function<void(const job_token&)> token;
+  /// Called in the job's context after a recovery (its stall measured).
+  std::function<void(const job_recovered&)> recovered;
   /// Called once, in the coordinator's context, with the report or the
   /// error that ended the job.
   std::function<void(caf::expected<job_report>)> done;
 };
+
+struct job_run;
 
 /// A job this node coordinates (console `jobs`, `cancel`).
 struct running_job {
@@ -65,6 +71,7 @@ struct running_job {
   /// Tokens generated so far (written by the job, read by the coordinator).
   std::shared_ptr<std::atomic<std::uint64_t>> tokens;
   bool cancel_requested = false;
+  std::weak_ptr<job_run> run; ///< its placement, stages and recoveries
 };
 
 struct job_run;
@@ -99,6 +106,7 @@ struct job_run {
   std::uint64_t size = 0;
   std::vector<stage_place> plan;
   std::string placement_text; ///< how it was placed
+  std::string first_placement; ///< how it was placed when the job started
   std::vector<shard_ready> ready;
   std::size_t pending = 0;
   std::string error;
@@ -107,7 +115,25 @@ struct job_run {
   std::string plan_job;
   std::string planner;
   bool ended = false;
+  /// The job once it runs (0 and none before).
+  std::uint64_t id = 0;
+  caf::actor job_handle;
+  /// Placements tried (the first, then one per re-placement): answers of
+  /// an earlier one are dropped (their shards stopped).
+  std::uint32_t attempt = 0;
+  /// Nodes lost while the run lasts: never placed on again; and the
+  /// devices of this node whose stage went away.
+  std::set<std::string> lost_nodes;
+  std::set<std::string> lost_devices;
+  /// A running job waiting for its new pipeline (recover_atom).
+  std::optional<caf::typed_response_promise<job_pipeline>> recovery;
+  std::string lost_why; ///< what the current re-placement follows
+  std::uint64_t bytes_sent = 0; ///< model bytes sent, all placements
 };
+
+/// How many placements a run may go through (the first and re-placements
+/// after losses) before a loss ends it.
+constexpr std::uint32_t max_placements = 8;
 
 using run_ptr = std::shared_ptr<job_run>;
 
@@ -121,10 +147,18 @@ std::string render(self_ptr self, const caf::error& err) {
 }
 
 /// Stops the run's stages, drops its kept plan and, with an error, ends it.
+/// A re-placement that fails answers its job instead (which ends and comes
+/// back here).
 void end_run(self_ptr self, const run_ptr& run, std::string error) {
   for (auto& r : run->ready)
     if (r.shard)
       self->send_exit(r.shard, caf::exit_reason::user_shutdown);
+  if (run->recovery) {
+    auto rp = std::move(*run->recovery);
+    run->recovery.reset();
+    rp.deliver(fail(exo_errc::failed_state, std::move(error)));
+    return;
+  }
   if (!run->plan_job.empty()) {
     // The coordinator stops re-planning the ended run. A request, not a
     // send: the answer must come back to a handler (an unexpected answer
@@ -182,11 +216,11 @@ job_report make_report(const job_run& run, std::uint64_t id,
                        const job_result& r) {
   job_report out;
   out.job = id;
-  out.placement = run.placement_text;
+  out.placement = run.first_placement;
   out.stages = static_cast<std::uint32_t>(run.ready.size());
   out.model_sha256 = run.sha;
-  for (auto& s : run.ready)
-    out.bytes_sent += s.bytes_received;
+  out.bytes_sent = run.bytes_sent;
+  out.recoveries = r.recoveries;
   out.tokens = r.tokens;
   for (auto& t : r.tokens)
     out.texts.push_back(run.job.tokenizer->decode(t));
@@ -261,6 +295,14 @@ void start_job(self_ptr self, const run_ptr& run) {
     if (run->sink.token)
       run->sink.token(job_token{id, seq, t, tok->piece(t)});
   };
+  if (self->state.cfg.gate) { // losses re-place it on the survivors
+    j.recoverer = caf::actor_cast<caf::actor>(self);
+    j.on_recovered = [run](const job_recovered& r) {
+      if (run->sink.recovered)
+        run->sink.recovered(r);
+    };
+  }
+  run->first_placement = run->placement_text;
   j.finish = [run, id](job_result& r) {
     if (!r.error.empty())
       return caf::make_message(fail(exo_errc::failed_state, r.error));
@@ -277,8 +319,11 @@ void start_job(self_ptr self, const run_ptr& run) {
              {"sequences", std::to_string(req.sequences)},
              {"n_gen", std::to_string(req.n_gen)}});
   auto job = spawn_job(self->system(), std::move(j));
+  run->id = id;
+  run->job_handle = job;
   auto& rj = self->state.running[id];
   rj.job = job;
+  rj.run = run;
   rj.model = run->sha.empty() ? req.model : run->sha.substr(0, 12);
   rj.stages = stages;
   rj.plan = run->plan;
@@ -291,6 +336,8 @@ void start_job(self_ptr self, const run_ptr& run) {
   self->request(job, caf::infinite, run_atom::value)
     .then(
       [self, run, job_id, id](job_report& r) {
+        run->recovery.reset(); // the job is over: no re-placement for it
+        ++run->attempt;
         job_ended(self, id, r.cancelled ? "cancelled" : "finished");
         audit_job(self, audit::event_type::job_finished,
                   {{"job", job_id},
@@ -302,6 +349,8 @@ void start_job(self_ptr self, const run_ptr& run) {
         }
       },
       [self, run, job_id, id](caf::error& err) {
+        run->recovery.reset();
+        ++run->attempt;
         job_ended(self, id, "failed");
         auto why = render(self, err);
         audit_job(self, audit::event_type::job_finished,
@@ -311,23 +360,61 @@ void start_job(self_ptr self, const run_ptr& run) {
       });
 }
 
-void link_stages(self_ptr self, const run_ptr& run) {
-  auto n = run->ready.size();
-  if (n == 1) {
+/// The stages are up and linked: the job starts, or a job that lost its
+/// pipeline gets the new one.
+void stages_linked(self_ptr self, const run_ptr& run) {
+  if (!run->recovery) {
     start_job(self, run);
     return;
   }
+  job_pipeline p;
+  for (auto& r : run->ready) {
+    p.stages.push_back(r.shard);
+    p.names.push_back(r.node + "/" + r.device);
+  }
+  p.placement = run->placement_text;
+  auto& st = self->state;
+  if (auto it = st.running.find(run->id); it != st.running.end()) {
+    std::string stages;
+    for (auto& n : p.names)
+      stages += (stages.empty() ? "" : " ") + n;
+    it->second.stages = stages;
+    it->second.plan = run->plan;
+  }
+  audit_job(self, audit::event_type::job_recovered,
+            {{"job", std::to_string(run->id)},
+             {"stages", st.running.count(run->id)
+                          ? st.running[run->id].stages
+                          : std::string{}},
+             {"lost", run->lost_why}},
+            audit::severity::warning);
+  auto rp = std::move(*run->recovery);
+  run->recovery.reset();
+  rp.deliver(std::move(p));
+}
+
+void link_stages(self_ptr self, const run_ptr& run) {
+  auto n = run->ready.size();
+  if (n == 1) {
+    stages_linked(self, run);
+    return;
+  }
   run->pending = n - 1;
+  auto attempt = run->attempt;
   for (std::size_t i = 0; i + 1 < n; ++i)
     self
       ->request(run->ready[i].shard, 10s, next_atom::value,
                 run->ready[i + 1].shard)
       .then(
-        [self, run](caf::ok_atom) {
+        [self, run, attempt](caf::ok_atom) {
+          if (attempt != run->attempt)
+            return;
           if (--run->pending == 0 && run->error.empty())
-            start_job(self, run);
+            stages_linked(self, run);
         },
-        [self, run](caf::error& err) {
+        [self, run, attempt](caf::error& err) {
+          if (attempt != run->attempt)
+            return;
           if (run->error.empty()) {
             run->error = render(self, err);
             end_run(self, run, run->error);
@@ -339,7 +426,7 @@ void link_stages(self_ptr self, const run_ptr& run) {
 /// links them and runs the job.
 void start_stages(self_ptr self, const run_ptr& run) {
   auto& st = self->state;
-  if (run->sink.placed)
+  if (run->sink.placed && !run->job_handle) // a job's recovery reports it itself
     run->sink.placed(job_placed{run->placement_text});
   auto k = static_cast<std::uint32_t>(run->plan.size());
   // What a node without the file receives: its stage's parts.
@@ -377,7 +464,13 @@ void start_stages(self_ptr self, const run_ptr& run) {
     spec.source_node = st.cfg.node;
     spec.parts = std::move(parts[i]);
     spec.owner = caf::actor_cast<caf::actor>(self);
-    auto on_ready = [self, run, i](shard_ready& r) {
+    auto attempt = run->attempt;
+    auto on_ready = [self, run, i, attempt](shard_ready& r) {
+      if (attempt != run->attempt) { // re-placed meanwhile: not needed
+        self->send_exit(r.shard, caf::exit_reason::user_shutdown);
+        return;
+      }
+      run->bytes_sent += r.bytes_received;
       run->ready[i] = std::move(r);
       if (run->ended) // ended meanwhile (a member died): stop this one too
         self->send_exit(run->ready[i].shard, caf::exit_reason::user_shutdown);
@@ -390,7 +483,9 @@ void start_stages(self_ptr self, const run_ptr& run) {
       else
         end_run(self, run, run->error);
     };
-    auto on_error = [self, run, i](caf::error& err) {
+    auto on_error = [self, run, i, attempt](caf::error& err) {
+      if (attempt != run->attempt)
+        return;
       auto why = "stage " + std::to_string(i) + " on " + run->plan[i].node
                  + ": " + render(self, err);
       if (run->error.empty())
@@ -424,6 +519,9 @@ members_of(self_ptr self, const member_view& view) {
   return out;
 }
 
+/// The solver's time limit when re-placing a running job after a loss.
+constexpr std::uint32_t replan_time_limit_ms = 500;
+
 /// Chooses the stages: an even split with stages K, else the solver's plan
 /// (the coordinating node's placement service with a gate, solved here
 /// without one).
@@ -432,6 +530,10 @@ void place_and_start(self_ptr self, const run_ptr& run,
   auto& st = self->state;
   auto& req = run->job.request;
   auto n_layer = run->job.model->hparams().n_layer;
+  // A re-placement says what it follows.
+  auto after = run->attempt == 0 ? std::string{}
+                                 : "re-placed after a loss (" + run->lost_why
+                                     + ")\n";
   if (req.stages != 0) {
     try {
       run->plan = simple_placement(n_layer, req.stages,
@@ -441,23 +543,26 @@ void place_and_start(self_ptr self, const run_ptr& run,
       return;
     }
     // Worded as each program always printed it (exo-node run: "stage(s)").
-    run->placement_text = "placement: even split into "
+    run->placement_text = after + "placement: even split into "
                           + std::to_string(req.stages)
                           + (st.cfg.gate ? " stages" : " stage(s)")
                           + " (--stages)\n" + describe(run->plan);
     start_stages(self, run);
     return;
   }
-  if (!st.cfg.gate) {
-    // The solver on this node's own devices: the same problem the
-    // placement service would build for a cluster of this node alone.
+  if (!st.cfg.gate || run->attempt > 0) {
+    // The solver here: on this node's own devices (the same problem the
+    // placement service would build for a cluster of this node alone), or
+    // on the survivors of a loss (quickly: the job is waiting).
     try {
       auto preq = run_plan_request(req.model, run->job.n_ctx, req.sequences,
                                    st.cfg.node);
+      if (run->attempt > 0)
+        preq.time_limit_ms = replan_time_limit_ms;
       auto solved = plan_locally(preq, view, st.cfg.node);
       run->plan = stages_of(solved, view, n_layer);
-      run->placement_text = "placement (solver):\n" + describe_plan(solved)
-                            + describe(run->plan);
+      run->placement_text = after + "placement (solver):\n"
+                            + describe_plan(solved) + describe(run->plan);
     } catch (const std::exception& e) {
       end_run(self, run,
               std::string{e.what()} + " (--stages K splits evenly)");
@@ -508,6 +613,96 @@ void place_and_start(self_ptr self, const run_ptr& run,
                   + " did not answer: " + render(self, err)
                   + " (--stages K splits evenly without it)");
       });
+}
+
+/// `view` without what the run lost: the nodes (dead, or holding a stage
+/// that went away) as dead, the devices of this node that lost a stage
+/// left out.
+member_view without_lost(self_ptr self, const job_run& run, member_view view) {
+  for (auto& m : view.members) {
+    if (run.lost_nodes.count(m.name) != 0) {
+      m.status = member_status::dead;
+      continue;
+    }
+    if (m.name != self->state.cfg.node)
+      continue;
+    auto& devs = m.devices;
+    devs.erase(std::remove_if(devs.begin(), devs.end(),
+                              [&](const device_info& d) {
+                                return run.lost_devices.count(d.id) != 0;
+                              }),
+               devs.end());
+  }
+  return view;
+}
+
+/// Places the run again, on what survives its losses: its stages so far
+/// stop (the new plan may split the layers differently), fresh ones start
+/// and, once linked, start the job or go to the job that asked
+/// (recover_atom). `why` says what was lost.
+void replace_run(self_ptr self, const run_ptr& run, std::string why) {
+  if (run->ended)
+    return;
+  for (auto& r : run->ready)
+    if (r.shard)
+      self->send_exit(r.shard, caf::exit_reason::user_shutdown);
+  run->ready.clear();
+  run->error.clear();
+  run->pending = 0;
+  ++run->attempt;
+  run->lost_why = why;
+  if (run->attempt >= max_placements) {
+    end_run(self, run,
+            why + " (placed " + std::to_string(max_placements)
+              + " times: no more re-placements)");
+    return;
+  }
+  auto attempt = run->attempt;
+  self
+    ->request(self->state.cfg.gate, 10s, console_atom::value,
+              std::string{"nodes"}, std::string{})
+    .then(
+      [self, run, attempt](console_reply& r) {
+        if (attempt != run->attempt || run->ended)
+          return;
+        place_and_start(self, run, without_lost(self, *run, r.nodes), "");
+      },
+      [self, run, attempt](caf::error& err) {
+        if (attempt != run->attempt)
+          return;
+        end_run(self, run,
+                run->lost_why + "; cannot read the member view to re-place "
+                  "it: " + render(self, err));
+      });
+}
+
+/// Job `id` lost stages `lost` (indices of its pipeline): re-places it and
+/// answers with the new pipeline (recover_atom).
+caf::result<job_pipeline> recover_job(self_ptr self, std::uint64_t id,
+                                      const std::vector<std::uint32_t>& lost,
+                                      std::string why) {
+  auto& st = self->state;
+  auto it = st.running.find(id);
+  auto run = it == st.running.end() ? nullptr : it->second.run.lock();
+  if (!run || run->ended || !st.cfg.gate)
+    return fail(exo_errc::failed_state,
+                "job " + std::to_string(id) + " is not running on "
+                  + st.cfg.node);
+  if (run->recovery)
+    return fail(exo_errc::failed_state,
+                "job " + std::to_string(id) + " is being re-placed already");
+  for (auto i : lost)
+    if (i < run->plan.size()) {
+      auto& p = run->plan[i];
+      if (p.node == st.cfg.node) // this node lives: only the device
+        run->lost_devices.insert(p.device);
+      else
+        run->lost_nodes.insert(p.node);
+    }
+  auto rp = self->make_response_promise<job_pipeline>();
+  run->recovery = rp;
+  replace_run(self, run, std::move(why));
+  return rp;
 }
 
 /// Places a run on this node alone: its devices as a one-member view.
@@ -605,6 +800,9 @@ job_sink listener_sink(caf::actor listener,
       caf::anon_send(listener, e);
     };
     s.token = [listener](const job_token& e) { caf::anon_send(listener, e); };
+    s.recovered = [listener](const job_recovered& e) {
+      caf::anon_send(listener, e);
+    };
   }
   s.done = [rp](caf::expected<job_report> r) mutable {
     if (r)
@@ -616,6 +814,30 @@ job_sink listener_sink(caf::actor listener,
 }
 
 // -- console commands ---------------------------------------------------------
+
+/// One recovery for people: "job 3 recovered from ...: N tokens re-fed,
+/// next token X s after the loss was noticed (Y s between tokens)".
+std::string recovery_line(const job_recovered& e) {
+  char line[200];
+  std::snprintf(line, sizeof line,
+                ": %llu tokens re-fed, next token %.3f s after the loss was "
+                "noticed (%.3f s between tokens)\n",
+                static_cast<unsigned long long>(e.replayed), e.recovery_s,
+                e.gap_s);
+  return "job " + std::to_string(e.job) + " recovered from " + e.reason
+         + line;
+}
+
+/// The recoveries of a report, as console JSON.
+text::json recoveries_json(const std::vector<job_recovered>& rs) {
+  text::json out = text::json::array();
+  for (auto& e : rs)
+    out.push_back({{"reason", e.reason},
+                   {"replayed", e.replayed},
+                   {"recovery_s", text::number(e.recovery_s, 4)},
+                   {"gap_s", text::number(e.gap_s, 4)}});
+  return out;
+}
 
 /// The reply of the console's `run`.
 console_reply run_reply(const job_report& r, const std::string& prompt,
@@ -639,6 +861,8 @@ console_reply run_reply(const job_report& r, const std::string& prompt,
                 r.generation_s, r.generation_tps(),
                 static_cast<unsigned>(r.tokens.size()));
   out << line;
+  for (auto& e : r.recoveries)
+    out << recovery_line(e);
   if (r.cancelled)
     out << "cancelled: job " << r.job << " stopped after "
         << r.generated_tokens << " generated tokens (of " << n_gen
@@ -653,7 +877,8 @@ console_reply run_reply(const job_report& r, const std::string& prompt,
      {"prompt_tps", text::number(r.prompt_tps(), 6)},
      {"generation_tps", text::number(r.generation_tps(), 6)},
      {"job", r.job},
-     {"cancelled", r.cancelled}});
+     {"cancelled", r.cancelled},
+     {"recoveries", recoveries_json(r.recoveries)}});
   return reply;
 }
 
@@ -710,6 +935,9 @@ caf::result<console_reply> console_run(self_ptr self, const std::string& arg) {
   s.token = [](const job_token& e) {
     if (e.seq == 0)
       std::cout << e.piece << std::flush;
+  };
+  s.recovered = [](const job_recovered& e) {
+    std::cout << "\n" << recovery_line(e) << e.placement << std::flush;
   };
   s.done = [rp, prompt, n_gen, began](caf::expected<job_report> r) mutable {
     if (*began)
@@ -821,21 +1049,25 @@ void on_member(self_ptr self, const member_event& e) {
            + ": it held layers [" + std::to_string(p.first) + ", "
            + std::to_string(p.last) + ")";
   };
-  for (auto& [id, rj] : self->state.running)
-    for (auto& p : rj.plan)
-      if (p.node == e.member.name) {
-        self->send(rj.job, lost_atom::value, why(p));
-        break;
-      }
-  // Runs still starting their stages: a request to a dead node would wait
-  // for its timeout (600 s, a model download may be long).
-  for (auto& w : self->state.starting)
+  for (auto& [id, rj] : self->state.running) {
+    std::vector<std::uint32_t> lost;
+    for (std::uint32_t i = 0; i < rj.plan.size(); ++i)
+      if (rj.plan[i].node == e.member.name)
+        lost.push_back(i);
+    if (!lost.empty())
+      self->send(rj.job, lost_atom::value, why(rj.plan[lost.front()]),
+                 lost);
+  }
+  // Runs still starting their stages (the first time or after a loss): a
+  // request to a dead node would wait for its timeout (600 s, a model
+  // download may be long); they are placed again without it.
+  auto starting = self->state.starting; // replace_run may add to it
+  for (auto& w : starting)
     if (auto run = w.lock(); run && !run->ended && run->pending > 0)
       for (auto& p : run->plan)
         if (p.node == e.member.name) {
-          if (run->error.empty())
-            run->error = why(p);
-          end_run(self, run, run->error);
+          run->lost_nodes.insert(p.node);
+          replace_run(self, run, why(p));
           break;
         }
 }
@@ -854,6 +1086,10 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
             });
   return {
     [self](member_event& e) { on_member(self, e); },
+    [self](recover_atom, std::uint64_t id, std::vector<std::uint32_t>& lost,
+           std::string& why) -> caf::result<job_pipeline> {
+      return recover_job(self, id, lost, std::move(why));
+    },
     [self](inspect_atom) {
       auto& st = self->state;
       actor_snapshot s;

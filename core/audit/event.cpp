@@ -23,9 +23,10 @@ constexpr std::array<std::string_view, event_type_count> type_names = {
   "request_refused",
   "audit_rollback",
   "audit_fork",
+  "job_recovered",
 };
 
-static_assert(static_cast<std::size_t>(event_type::audit_fork) + 1
+static_assert(static_cast<std::size_t>(event_type::job_recovered) + 1
                 == event_type_count,
               "type_names must list every event_type");
 

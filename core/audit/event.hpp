@@ -53,10 +53,13 @@ enum class event_type : std::uint8_t {
   /// Two histories of a node's log: another head at a witnessed seq, or a
   /// new chain of checkpoints past it.
   audit_fork,
+  /// A running job lost a stage (its node died, its device went away) and
+  /// was re-placed on the survivors.
+  job_recovered,
 };
 
 /// Number of event types.
-inline constexpr std::size_t event_type_count = 34;
+inline constexpr std::size_t event_type_count = 35;
 
 /// How serious an event is.
 enum class severity : std::uint8_t { debug, info, warning, error, critical };

@@ -93,6 +93,10 @@ caf::behavior printer(caf::event_based_actor* self) {
       if (t.seq == 0)
         std::cout << t.piece << std::flush;
     },
+    [](const exo::job_recovered& r) {
+      std::cerr << "\njob " << r.job << " survived: " << r.reason << " ("
+                << r.recovery_s << " s)\n";
+    },
   };
 }
 

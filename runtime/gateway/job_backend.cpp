@@ -146,6 +146,7 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
       });
   return {
     [](job_placed&) {},
+    [](job_recovered&) {}, // the stream goes on: nothing to tell the client
     [self, coordinator](job_started& e) {
       auto& st = self->state;
       st.started = true;

@@ -47,7 +47,8 @@ using gate_actor = caf::typed_actor<
 /// The node's job coordinator (actors/workload/job_coordinator.hpp):
 ///   (run_atom, request, listener) -> job_report when the job ends; before
 ///       that `listener` receives job_placed, job_started and each
-///       job_token as it is produced;
+///       job_token as it is produced, and a job_recovered after each loss
+///       the job survived (its stages re-placed, the stream goes on);
 ///   (cancel_atom, job id) -> bool: the job stops at its next token.
 using jobs_actor = caf::typed_actor<
   caf::replies_to<run_atom, workload::job_request,

@@ -686,7 +686,8 @@ TEST_CASE("a job ends at once naming a stage that goes away, and on a lost "
   auto stages = f.pipeline({0, 2, 4}, {si, si});
   auto flowing = run(setup(31, stages), [](caf::actor job, std::int32_t n) {
     if (n == 3)
-      caf::anon_send(job, lost_atom::value, std::string{"node n2 is dead"});
+      caf::anon_send(job, lost_atom::value, std::string{"node n2 is dead"},
+                     std::vector<std::uint32_t>{1});
   });
   CHECK(flowing.error.empty());
   CHECK(flowing.tokens[0].size() == 40);
@@ -720,7 +721,8 @@ TEST_CASE("a job ends at once naming a stage that goes away, and on a lost "
     .receive([](caf::atom_value) {},
              [](caf::error& e) { FAIL(error_message(e)); });
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  self->send(job, lost_atom::value, std::string{"node n2 is dead (test)"});
+  self->send(job, lost_atom::value, std::string{"node n2 is dead (test)"},
+             std::vector<std::uint32_t>{1});
   pending.receive([](caf::ok_atom) {},
                   [](caf::error& e) { FAIL(caf::to_string(e)); });
   CHECK(stalled->error == "node n2 is dead (test)");
@@ -729,4 +731,156 @@ TEST_CASE("a job ends at once naming a stage that goes away, and on a lost "
     .receive([](caf::atom_value) {},
              [](caf::error& e) { FAIL(error_message(e)); });
   f.stop(stalled_stages);
+}
+
+TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
+          "gives the tokens of an uninterrupted run", "[workload]") {
+  fixture f;
+  auto si = f.device_index("sim");
+  auto cpu = f.device_index("cpu");
+  caf::scoped_actor self{*f.sys};
+  // Two sequences sampled at temperature 0.8: each sampler's state must
+  // carry over a recovery for the tokens to match.
+  auto setup = [&](std::uint64_t id, std::vector<caf::actor> stages) {
+    workload::job_setup j;
+    j.id = id;
+    j.stages = std::move(stages);
+    j.stage_names = {"n1/sim:0", "n2/cpu:0"};
+    j.n_embd = f.model->hparams().n_embd;
+    j.n_vocab = f.model->hparams().n_vocab;
+    j.prompts = {{1, 17, 42, 99, 5}, {3, 8, 250}};
+    j.n_gen = 40;
+    j.sampling.temperature = 0.8f;
+    j.sampling.seed = 11;
+    return j;
+  };
+  auto reference_stages = f.pipeline({0, 2, 4}, {si, cpu});
+  auto reference = workload::run_job(*f.sys, setup(40, reference_stages));
+  f.stop(reference_stages);
+  REQUIRE(reference.error.empty());
+  REQUIRE(reference.tokens[0].size() == 40);
+
+  // The recoverer: a new pipeline split differently each time (a detached
+  // actor: building one waits for its links), or an error when told to.
+  struct recoverer_state {
+    std::vector<std::vector<caf::actor>> made;
+    std::vector<std::string> reasons;
+    std::vector<std::vector<std::uint32_t>> lost;
+    bool refuse = false;
+  };
+  auto rs = std::make_shared<recoverer_state>();
+  auto recoverer = f.sys->spawn<caf::detached>(
+    [&f, rs, si, cpu](caf::event_based_actor*) -> caf::behavior {
+      return {
+        [&f, rs, si, cpu](recover_atom, std::uint64_t,
+                          std::vector<std::uint32_t>& lost,
+                          std::string& why) -> caf::result<job_pipeline> {
+          rs->reasons.push_back(why);
+          rs->lost.push_back(lost);
+          if (rs->refuse)
+            return make_exo_error(exo_errc::failed_state,
+                                  "the survivors cannot hold 4 layers");
+          auto splits = rs->made.size() % 2 == 0
+                          ? std::vector<std::uint32_t>{0, 1, 4}
+                          : std::vector<std::uint32_t>{0, 3, 4};
+          rs->made.push_back(f.pipeline(splits, {cpu, si}));
+          job_pipeline p;
+          p.stages = rs->made.back();
+          p.names = {"n1/cpu:0", "n3/sim:0"};
+          p.placement = "stage 0: layers [" + std::to_string(splits[0])
+                        + ", " + std::to_string(splits[1]) + ")\n";
+          return p;
+        },
+      };
+    });
+  // Runs a job that kills its current first or last stage after the
+  // tokens named in `kill_at` (counted over both sequences).
+  auto run = [&](workload::job_setup j, std::vector<int> kill_at,
+                 std::vector<job_recovered>* events = nullptr) {
+    j.recoverer = recoverer;
+    auto result = std::make_shared<workload::job_result>();
+    auto count = std::make_shared<int>(0);
+    auto current = std::make_shared<std::vector<caf::actor>>(j.stages);
+    auto rs2 = rs;
+    j.on_token = [count, kill_at, current, rs2](std::uint32_t, std::int32_t) {
+      ++*count;
+      for (std::size_t k = 0; k < kill_at.size(); ++k)
+        if (*count == kill_at[k]) {
+          // the pipeline in use: the first one, then the k-th re-placement
+          auto& stages = k == 0 ? *current : rs2->made.back();
+          caf::anon_send_exit(stages[k % 2 == 0 ? 1 : 0],
+                              caf::exit_reason::kill);
+        }
+    };
+    if (events)
+      j.on_recovered = [events](const job_recovered& e) {
+        events->push_back(e);
+      };
+    j.finish = [result](workload::job_result& r) {
+      *result = r;
+      return caf::make_message(caf::ok_atom::value);
+    };
+    auto job = workload::spawn_job(*f.sys, std::move(j));
+    self->request(job, std::chrono::seconds(120), run_atom::value)
+      .receive([](caf::ok_atom) {},
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return *result;
+  };
+
+  SECTION("one loss mid-decode, then a second during the run") {
+    auto stages = f.pipeline({0, 2, 4}, {si, cpu});
+    std::vector<job_recovered> events;
+    auto r = run(setup(41, stages), {7, 50}, &events);
+    INFO(r.error);
+    CHECK(r.error.empty());
+    CHECK(r.tokens == reference.tokens);
+    REQUIRE(r.recoveries.size() == 2);
+    CHECK(events.size() == 2);
+    CHECK(rs->reasons[0].find("stage 1 (n2/cpu:0) is gone") == 0);
+    CHECK(rs->lost[0] == std::vector<std::uint32_t>{1});
+    CHECK(rs->lost[1] == std::vector<std::uint32_t>{0});
+    // Each recovery re-fed the prompts and what was generated so far.
+    CHECK(r.recoveries[0].replayed >= 5 + 3 + 7);
+    CHECK(r.recoveries[0].replayed <= 5 + 3 + 7 + 2);
+    CHECK(r.recoveries[0].recovery_s > 0);
+    CHECK(r.recoveries[0].gap_s >= r.recoveries[0].recovery_s);
+    CHECK(r.recoveries[1].reason.find("stage 0 (n1/cpu:0) is gone") == 0);
+    CHECK(r.generated_tokens == 80);
+    f.stop(stages);
+  }
+  SECTION("a loss before the prompt is read") {
+    auto stages = f.pipeline({0, 2, 4}, {si, cpu});
+    caf::anon_send_exit(stages[1], caf::exit_reason::kill);
+    auto r = run(setup(42, stages), {});
+    INFO(r.error);
+    CHECK(r.error.empty());
+    CHECK(r.tokens == reference.tokens);
+    CHECK(r.recoveries.size() == 1);
+    f.stop(stages);
+  }
+  SECTION("a recoverer that cannot re-place it ends the job, naming both") {
+    rs->refuse = true;
+    auto stages = f.pipeline({0, 2, 4}, {si, cpu});
+    auto r = run(setup(43, stages), {4});
+    CHECK(r.error.find("stage 1 (n2/cpu:0) is gone") == 0);
+    CHECK(r.error.find("could not be re-placed: the survivors cannot hold "
+                       "4 layers")
+          != std::string::npos);
+    CHECK(r.recoveries.empty());
+    CHECK(r.tokens[0].size() < 40);
+    f.stop(stages);
+  }
+  SECTION("past max_recoveries a loss ends the job") {
+    auto stages = f.pipeline({0, 2, 4}, {si, cpu});
+    auto j = setup(44, stages);
+    j.max_recoveries = 1;
+    auto r = run(std::move(j), {5, 30});
+    CHECK(r.error.find("stage 0 (n1/cpu:0) is gone") == 0);
+    CHECK(r.error.find("(after 1 recovery, at most 1)") != std::string::npos);
+    CHECK(r.recoveries.size() == 1);
+    f.stop(stages);
+  }
+  for (auto& p : rs->made)
+    f.stop(p);
+  self->send_exit(recoverer, caf::exit_reason::user_shutdown);
 }
