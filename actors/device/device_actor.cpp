@@ -113,6 +113,19 @@ struct device_actor_state {
 
 using self_ptr = exo::device_actor::stateful_pointer<device_actor_state>;
 
+/// A device's free memory as exo can use it: what the backend reports free
+/// plus the freed buffers the pool keeps for reuse (it gives them back when
+/// an allocation needs the room), at most the device's total. Without it a
+/// device looked fuller after every job, and placement refused plans that
+/// fit.
+std::uint64_t with_cached(const device_actor_state& st, std::uint64_t free) {
+  if (!st.pool)
+    return free;
+  auto total = st.dev->properties().total_memory;
+  auto sum = free + st.pool->cached_bytes();
+  return total > 0 ? std::min(sum, total) : sum;
+}
+
 /// The name of a kernel call's operation, for messages: the table's, or
 /// the number a peer sent.
 std::string op_label(std::uint8_t op) {
@@ -561,6 +574,7 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
         return err;
       auto& st = self->state;
       auto info = describe(*st.dev, st.cfg.node);
+      info.free_memory = with_cached(st, info.free_memory);
       info.state = st.state;
       info.state_reason = st.state_reason;
       return info;
@@ -743,7 +757,7 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       if (t.utilization)
         s.utilization = *t.utilization;
       s.memory_total = t.memory.total;
-      s.memory_free = t.memory.free;
+      s.memory_free = with_cached(st, t.memory.free);
       s.memory_used_by_exo = t.memory.used_by_exo;
       return s;
     },
@@ -778,6 +792,7 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       audit_op(self, audit::event_type::device_info, std::move(*who), {});
       auto& st = self->state;
       auto info = describe(*st.dev, st.cfg.node);
+      info.free_memory = with_cached(st, info.free_memory);
       info.state = st.state;
       info.state_reason = st.state_reason;
       return info;

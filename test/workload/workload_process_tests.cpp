@@ -380,6 +380,151 @@ TEST_CASE("a job whose other node is killed or freezes mid-run is re-placed "
   }
 }
 
+TEST_CASE("a job whose survivors cannot hold its model fails at once, "
+          "naming the lost node and what is missing", "[workload][process]") {
+  pki p{"exo-no-room"};
+  // About 25 MiB of F32 weights: the coordinator's cpu hands out 4 MiB, so
+  // the solver places every layer on the other node.
+  exo::model::test_model_options o;
+  o.layers = 4;
+  o.dim = 256;
+  o.ff = 1024;
+  o.vocab = 4096;
+  o.ctx = 4096;
+  o.seed = 5;
+  auto model = p.dir + "/big.gguf";
+  exo::model::make_test_model(o, model);
+  p.node("coord");
+  p.node("roomy");
+  node_options co{"coord"};
+  co.failure_timeout_ms = 3000;
+  co.state_dir = p.dir + "/coord/state";
+  co.devices = R"({"include": ["cpu"], "cpu_memory_limit_mib": 4,
+                   "rescan_interval_s": 0})";
+  auto a = start_node(p, co);
+  node_options ro{"roomy"};
+  ro.failure_timeout_ms = 3000;
+  ro.state_dir = p.dir + "/roomy/state";
+  ro.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
+  ro.seeds = {a.port};
+  auto b = start_node(p, ro);
+  REQUIRE(eventually(
+    p, a.port, "nodes",
+    [](const std::string& out) {
+      return contains(out, "\"roomy\"")
+             && !contains(out, "\"status\": \"dead\"")
+             && !contains(out, "\"status\": \"suspect\"");
+    },
+    30s));
+  process runner{{exo_console(), "--connect",
+                  "127.0.0.1:" + std::to_string(a.port), "--cert",
+                  p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
+                  "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
+                  "--token-file", p.dir + "/coord/state/access/admin.token",
+                  "--exec",
+                  "run --model " + model
+                    + " --prompt \"once upon a time\" -n 4000 --seed 2 "
+                      "--temperature 0"}};
+  REQUIRE(a.proc->wait_for_output("job 1 started", 120s));
+  REQUIRE(contains(a.proc->out(), "on roomy"));
+  std::this_thread::sleep_for(300ms);
+  auto t0 = std::chrono::steady_clock::now();
+  b.proc->signal(SIGKILL);
+  auto code = runner.wait(60s);
+  auto took = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                            - t0)
+                .count();
+  INFO("the run ended " << took << " s after the kill:\n"
+                        << runner.out() << runner.err());
+  CHECK(code == 1);
+  CHECK(took < 20);
+  CHECK(contains(runner.err(), "(roomy/cpu:0) is gone"));
+  CHECK(contains(runner.err(), "could not be re-placed"));
+  std::printf("a job without room on the survivors failed %.2f s after the "
+              "kill\n", took);
+}
+
+TEST_CASE("the solver re-places a job that lost a node on the two that "
+          "remain, the tokens unchanged", "[workload][process]") {
+  pki p{"exo-resolve"};
+  // About 25 MiB of weights; no node's cpu hands out enough for all of it,
+  // so the solver's plan spans two nodes, and two of three hold it.
+  exo::model::test_model_options o;
+  o.layers = 4;
+  o.dim = 256;
+  o.ff = 1024;
+  o.vocab = 4096;
+  o.ctx = 4096;
+  o.seed = 5;
+  auto model = p.dir + "/big.gguf";
+  exo::model::make_test_model(o, model);
+  std::vector<node_proc> nodes;
+  for (auto name : {"coord", "n2", "n3"}) {
+    p.node(name);
+    node_options no{name};
+    no.failure_timeout_ms = 3000;
+    no.state_dir = p.dir + "/" + name + "/state";
+    no.devices = R"({"include": ["cpu"], "cpu_memory_limit_mib": 24,
+                     "rescan_interval_s": 0})";
+    if (!nodes.empty())
+      no.seeds = {nodes.front().port};
+    nodes.push_back(start_node(p, no));
+  }
+  auto& a = nodes.front();
+  REQUIRE(eventually(
+    p, a.port, "nodes",
+    [](const std::string& out) {
+      return contains(out, "\"n2\"") && contains(out, "\"n3\"")
+             && !contains(out, "\"status\": \"dead\"")
+             && !contains(out, "\"status\": \"suspect\"");
+    },
+    30s));
+  auto job = "run --model " + model
+             + " --prompt \"once upon a time\" -n 300 --seed 2 "
+               "--temperature 0";
+  // The reference: the same job on all three.
+  auto whole = console(p, a.port, job);
+  INFO(whole.out << whole.err);
+  REQUIRE(whole.code == 0);
+  // Its stages ended: each device's memory is usable again (the buffers
+  // its pool keeps count as free), at once and a second later when the
+  // member view has the devices' own figures.
+  auto all_free = [](const std::string& out) {
+    std::size_t n = 0;
+    for (auto at = out.find("\"free_memory\": 25165824");
+         at != std::string::npos;
+         at = out.find("\"free_memory\": 25165824", at + 1))
+      ++n;
+    return n == 3;
+  };
+  CHECK(eventually(p, a.port, "devices", all_free, 10s));
+  process runner{{exo_console(), "--connect",
+                  "127.0.0.1:" + std::to_string(a.port), "--cert",
+                  p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
+                  "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
+                  "--token-file", p.dir + "/coord/state/access/admin.token",
+                  "--exec", job}};
+  REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
+  // A node of its plan other than coord.
+  auto placed = a.proc->out();
+  placed = placed.substr(placed.rfind("placement (solver)"));
+  INFO(placed);
+  auto victim = contains(placed, "on n2 cpu:0") ? 1 : 2;
+  REQUIRE(contains(placed, "on " + nodes[victim].name + " cpu:0"));
+  std::this_thread::sleep_for(300ms);
+  nodes[victim].proc->signal(SIGKILL);
+  auto code = runner.wait(120s);
+  INFO(runner.out() << runner.err());
+  REQUIRE(code == 0);
+  CHECK(contains(runner.out(), "job 2 recovered from "));
+  auto survivor = nodes[3 - victim].name;
+  auto after = a.proc->out();
+  after = after.substr(after.rfind("re-placed after a loss"));
+  CHECK(contains(after, "on " + survivor + " cpu:0"));
+  CHECK(!contains(after, "on " + nodes[victim].name + " cpu:0"));
+  CHECK(line_after(runner.out(), "text: ") == line_after(whole.out, "text: "));
+}
+
 TEST_CASE("a job placed on a node that froze before its stage started is "
           "placed again without it when the node is declared dead, not "
           "after the shard timeout",
