@@ -636,16 +636,88 @@ member_view without_lost(self_ptr self, const job_run& run, member_view view) {
   return view;
 }
 
+/// Stops `shards` and answers one (tick_atom) with ok once every one of
+/// them is gone (their memory back in their devices' pools), or after
+/// `limit`.
+caf::behavior stop_all(caf::event_based_actor* self,
+                       std::vector<caf::actor> shards,
+                       std::chrono::milliseconds limit) {
+  struct waiting {
+    std::size_t left = 0;
+    bool done = false;
+    std::optional<caf::response_promise> rp;
+  };
+  auto w = std::make_shared<waiting>();
+  w->left = shards.size();
+  auto finish = [self, w] {
+    w->done = true;
+    if (w->rp) {
+      w->rp->deliver(caf::ok_atom::value);
+      self->quit();
+    }
+  };
+  self->set_down_handler([w, finish](caf::down_msg&) {
+    if (--w->left == 0)
+      finish();
+  });
+  for (auto& s : shards) {
+    self->monitor(s);
+    self->send_exit(s, caf::exit_reason::user_shutdown);
+  }
+  if (shards.empty())
+    w->done = true;
+  self->delayed_send(self, limit, caf::timeout_atom::value);
+  return {
+    [self, w](tick_atom) -> caf::result<caf::ok_atom> {
+      if (w->done) {
+        self->quit();
+        return caf::ok_atom::value;
+      }
+      w->rp = self->make_response_promise();
+      return caf::delegated<caf::ok_atom>{};
+    },
+    [finish](caf::timeout_atom) { finish(); },
+  };
+}
+
+/// How long a re-placement waits for the run's old stages to go.
+constexpr auto stop_limit = std::chrono::milliseconds(2000);
+
+/// `view` with the devices of `fresh` (a console "devices" reply: every
+/// reachable node's own figures, just read) in place of the gossiped ones.
+member_view with_fresh_devices(member_view view,
+                               const std::vector<device_info>& fresh) {
+  for (auto& m : view.members) {
+    std::vector<device_info> mine;
+    for (auto& d : fresh)
+      if (d.node == m.name && d.id != "?")
+        mine.push_back(d);
+    if (!mine.empty())
+      m.devices = std::move(mine);
+  }
+  return view;
+}
+
 /// Places the run again, on what survives its losses: its stages so far
-/// stop (the new plan may split the layers differently), fresh ones start
-/// and, once linked, start the job or go to the job that asked
-/// (recover_atom). `why` says what was lost.
+/// stop (the new plan may split the layers differently); once they are
+/// gone the devices are read afresh (the memory the stages held counts as
+/// free), fresh stages start and, once linked, start the job or go to the
+/// job that asked (recover_atom). `why` says what was lost.
 void replace_run(self_ptr self, const run_ptr& run, std::string why) {
   if (run->ended)
     return;
-  for (auto& r : run->ready)
-    if (r.shard)
+  // Those on surviving nodes are waited for (their memory is needed);
+  // those on lost ones only told (a frozen node never answers).
+  std::vector<caf::actor> old;
+  for (auto& r : run->ready) {
+    if (!r.shard)
+      continue;
+    if (run->lost_nodes.count(r.node) != 0)
       self->send_exit(r.shard, caf::exit_reason::user_shutdown);
+    else
+      old.push_back(r.shard);
+  }
+  auto stopper = self->system().spawn(stop_all, std::move(old), stop_limit);
   run->ready.clear();
   run->error.clear();
   run->pending = 0;
@@ -658,22 +730,40 @@ void replace_run(self_ptr self, const run_ptr& run, std::string why) {
     return;
   }
   auto attempt = run->attempt;
-  self
-    ->request(self->state.cfg.gate, 10s, console_atom::value,
-              std::string{"nodes"}, std::string{})
-    .then(
-      [self, run, attempt](console_reply& r) {
-        if (attempt != run->attempt || run->ended)
-          return;
-        place_and_start(self, run, without_lost(self, *run, r.nodes), "");
-      },
-      [self, run, attempt](caf::error& err) {
-        if (attempt != run->attempt)
-          return;
-        end_run(self, run,
-                run->lost_why + "; cannot read the member view to re-place "
-                  "it: " + render(self, err));
-      });
+  auto failed = [self, run, attempt](caf::error& err) {
+    if (attempt != run->attempt)
+      return;
+    end_run(self, run,
+            run->lost_why + "; cannot read the cluster to re-place it: "
+              + render(self, err));
+  };
+  auto read_cluster = [self, run, attempt, failed] {
+    auto gate = self->state.cfg.gate;
+    self
+      ->request(gate, 10s, console_atom::value, std::string{"nodes"},
+                std::string{})
+      .then(
+        [self, run, attempt, failed, gate](console_reply& nodes) {
+          if (attempt != run->attempt || run->ended)
+            return;
+          self
+            ->request(gate, 10s, console_atom::value, std::string{"devices"},
+                      std::string{})
+            .then(
+              [self, run, attempt, nodes](console_reply& devs) {
+                if (attempt != run->attempt || run->ended)
+                  return;
+                auto view = with_fresh_devices(nodes.nodes, devs.devices);
+                place_and_start(self, run, without_lost(self, *run, view),
+                                "");
+              },
+              failed);
+        },
+        failed);
+  };
+  self->request(stopper, stop_limit + 5s, tick_atom::value)
+    .then([read_cluster](caf::ok_atom) { read_cluster(); },
+          [read_cluster](caf::error&) { read_cluster(); });
 }
 
 /// Job `id` lost stages `lost` (indices of its pipeline): re-places it and
