@@ -1,0 +1,166 @@
+// The stall a running job sees when it loses a node (issue 21): a coordinator
+// and a second node on 127.0.0.1, a greedy 4000-token run split over both
+// (--stages 2, the second stage on the other node), and the other node
+// SIGKILLed or SIGSTOPped at a different moment of each run. For every event
+// it checks the text against one uninterrupted run and prints the seconds
+// from the loss being noticed to the next token and between the tokens on
+// either side; then the median and the maximum per kind of event.
+//
+//   build/bench/workload/recovery_bench [--repeats N]   (target bench_recovery)
+//
+// A Catch2 program because it drives the tests' cluster harness.
+
+#include "core/model/test_model.hpp"
+#include "test/support/cluster.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace exo::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string text_of(const std::string& out) {
+  auto at = out.find("text: ");
+  if (at == std::string::npos)
+    return "";
+  return out.substr(at, out.find('\n', at) - at);
+}
+
+double median(std::vector<double> xs) {
+  if (xs.empty())
+    return 0;
+  std::sort(xs.begin(), xs.end());
+  auto n = xs.size();
+  return n % 2 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
+}
+
+struct figures {
+  std::vector<double> recovery, gap;
+  int wrong = 0;  // text differs from the uninterrupted run
+  int missed = 0; // the run ended without a recovery
+};
+
+} // namespace
+
+TEST_CASE("recovery stall per kind of event", "[.bench]") {
+  int repeats = 5;
+  if (auto* r = std::getenv("EXO_RECOVERY_REPEATS"))
+    repeats = std::max(1, std::atoi(r));
+  pki p{"exo-recovery-bench"};
+  exo::model::test_model_options o;
+  o.layers = 2;
+  o.dim = 64;
+  o.ff = 128;
+  o.vocab = 512;
+  o.ctx = 4096;
+  o.seed = 5;
+  auto model = p.dir + "/long.gguf";
+  exo::model::make_test_model(o, model);
+  p.node("coord");
+  node_options co{"coord"};
+  co.failure_timeout_ms = 1500;
+  co.state_dir = p.dir + "/coord/state";
+  co.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
+  auto a = start_node(p, co);
+  auto job = "run --model " + model
+             + " --prompt \"once upon a time\" -n 4000 --seed 2 "
+               "--temperature 0";
+  auto solo = console(p, a.port, {job + " --stages 1"},
+                      {false, std::chrono::seconds(120)});
+  REQUIRE(solo.code == 0);
+  auto reference = text_of(solo.out);
+  REQUIRE(!reference.empty());
+  // Moments after "job N started": before the first token, early, later.
+  const std::vector<std::chrono::milliseconds> moments{0ms, 100ms, 300ms,
+                                                       800ms, 1500ms};
+  std::regex re{"next token ([0-9.]+) s after the loss was noticed "
+                "\\(([0-9.]+) s between tokens\\)"};
+  int jobs = 1;
+  std::vector<std::pair<std::string, figures>> kinds;
+  for (int sig : {SIGKILL, SIGSTOP}) {
+    figures f;
+    auto kind = std::string{sig == SIGKILL ? "node killed (SIGKILL)"
+                                           : "node frozen (SIGSTOP)"};
+    for (int i = 0; i < repeats; ++i) {
+      auto name = std::string{sig == SIGKILL ? "k" : "f"} + std::to_string(i);
+      p.node(name);
+      node_options vo{name};
+      vo.failure_timeout_ms = 1500;
+      vo.state_dir = p.dir + "/" + name + "/state";
+      vo.devices = co.devices;
+      vo.seeds = {a.port};
+      auto b = start_node(p, vo);
+      REQUIRE(eventually(
+        p, a.port, "nodes",
+        [&](const std::string& out) {
+          return contains(out, "\"" + name + "\"")
+                 && contains(out, "\"status\": \"alive\"");
+        },
+        30s));
+      process runner{{exo_console(), "--connect",
+                      "127.0.0.1:" + std::to_string(a.port), "--cert",
+                      p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
+                      "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
+                      "--token-file", p.dir + "/coord/state/access/admin.token",
+                      "--exec", job + " --stages 2"}};
+      REQUIRE(a.proc->wait_for_output(
+        "job " + std::to_string(++jobs) + " started", 120s));
+      auto moment = moments[static_cast<std::size_t>(i) % moments.size()];
+      std::this_thread::sleep_for(moment);
+      b.proc->signal(sig);
+      auto code = runner.wait(180s);
+      auto out = runner.out();
+      std::smatch m;
+      if (code != 0 || !std::regex_search(out, m, re)) {
+        ++f.missed;
+        std::printf("%s at +%lld ms: no recovery (exit %d)\n%s%s\n",
+                    kind.c_str(), static_cast<long long>(moment.count()),
+                    code, out.c_str(), runner.err().c_str());
+      } else {
+        f.recovery.push_back(std::stod(m[1]));
+        f.gap.push_back(std::stod(m[2]));
+        bool same = text_of(out) == reference;
+        f.wrong += same ? 0 : 1;
+        std::printf("%s at +%lld ms: next token %s s after the loss was "
+                    "noticed, %s s between tokens, text %s\n",
+                    kind.c_str(), static_cast<long long>(moment.count()),
+                    m[1].str().c_str(), m[2].str().c_str(),
+                    same ? "identical" : "DIFFERENT");
+      }
+      if (sig == SIGSTOP)
+        b.proc->signal(SIGKILL);
+      b.proc->wait(10s);
+      std::fflush(stdout);
+    }
+    kinds.emplace_back(kind, f);
+  }
+  std::printf("\n| event (failure timeout 1.5 s) | runs | from noticed to next "
+              "token, median / max | between tokens, median / max | text "
+              "identical |\n| --- | --- | --- | --- | --- |\n");
+  for (auto& [kind, f] : kinds) {
+    auto mx = [](const std::vector<double>& xs) {
+      return xs.empty() ? 0.0 : *std::max_element(xs.begin(), xs.end());
+    };
+    std::printf("| %s | %d | %.3f s / %.3f s | %.3f s / %.3f s | %zu of %zu"
+                "%s |\n",
+                kind.c_str(), repeats, median(f.recovery), mx(f.recovery),
+                median(f.gap), mx(f.gap), f.recovery.size() - f.wrong,
+                f.recovery.size(),
+                f.missed ? (" (" + std::to_string(f.missed)
+                            + " runs without a recovery)").c_str()
+                         : "");
+    CHECK(f.wrong == 0);
+    CHECK(f.missed == 0);
+  }
+}
