@@ -388,6 +388,12 @@ void stages_linked(self_ptr self, const run_ptr& run) {
                           : std::string{}},
              {"lost", run->lost_why}},
             audit::severity::warning);
+  // The node's log says it for every job (a gateway's too).
+  std::cout << "exo-node " << st.cfg.node << ": job " << run->id
+            << " re-placed after " << run->lost_why << ": now on "
+            << (st.running.count(run->id) ? st.running[run->id].stages
+                                          : std::string{})
+            << std::endl;
   auto rp = std::move(*run->recovery);
   run->recovery.reset();
   rp.deliver(std::move(p));

@@ -379,3 +379,73 @@ TEST_CASE("64 concurrent streaming clients on a 2-node cluster each get "
   CHECK(n1.proc->wait(60s) == 0);
   std::system(("rm -rf " + p.dir).c_str());
 }
+
+TEST_CASE("a streaming completion goes on, its text unchanged, when the node "
+          "holding its layers is killed mid-stream") {
+  auto node = require_node();
+  require_tool("openai");
+  pki p{"exo-stream-loss"};
+  // About 25 MiB of weights; the gateway node's cpu hands out 4 MiB, so the
+  // solver places the model on s2 or s3, and the other one takes it over.
+  auto model = p.dir + "/big.gguf";
+  must(run({exo_model(), "make-test", "--out", model, "--layers", "4",
+            "--dim", "256", "--ff", "1024", "--vocab", "4096", "--ctx",
+            "2048", "--seed", "5"}));
+  const int max_tokens = 1500;
+  auto prompt = std::string{"Once upon a time"};
+  json expected{{"model", "chat"},
+                {"prompt", prompt},
+                {"max_tokens", max_tokens},
+                {"text", engine_text(model, prompt, max_tokens)}};
+  std::vector<node_proc> nodes;
+  for (auto name : {"s1", "s2", "s3"}) {
+    p.node(name);
+    node_options o{name};
+    o.failure_timeout_ms = 3000;
+    if (nodes.empty()) {
+      o.devices = R"({"include": ["cpu"], "cpu_memory_limit_mib": 4,
+                      "rescan_interval_s": 0})";
+      o.extra = gateway_section(model);
+    } else {
+      o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
+      o.seeds = {nodes.front().port};
+    }
+    nodes.push_back(start_node(p, o));
+  }
+  auto port = gateway_port(nodes.front());
+  REQUIRE(poll_json(port, "/v1/cluster", [](const json& j) {
+            return j["nodes"].size() == 3;
+          })["nodes"].size()
+          == 3);
+  process client{{node, EXO_SOURCE_DIR "/test/gateway/stream_through_loss.mjs",
+                  tools_dir(),
+                  "http://127.0.0.1:" + std::to_string(port) + "/v1",
+                  expected.dump()}};
+  REQUIRE(client.wait_for_output("streaming", 120s));
+  // The node of its stage, from the cluster's job view.
+  std::string held;
+  auto running = [&held](const json& jobs) {
+    if (!jobs.is_array())
+      return false;
+    for (auto& j : jobs)
+      if (j["state"] == "running" && j["stages"].size() == 1)
+        held = j["stages"][0]["node"].get<std::string>();
+    return !held.empty();
+  };
+  auto jobs = poll_json(port, "/v1/cluster/jobs", running);
+  INFO(jobs.dump());
+  REQUIRE((held == "s2" || held == "s3"));
+  auto victim = held == "s2" ? 1 : 2;
+  nodes[victim].proc->signal(SIGKILL);
+  auto code = client.wait(120s);
+  INFO("client stdout:\n" << client.out() << "\nstderr:\n" << client.err());
+  CHECK(code == 0);
+  CHECK(contains(client.out(), "stream right"));
+  // The coordinator re-placed it on the other node.
+  auto log = nodes.front().proc->out();
+  CHECK(contains(log, "re-placed after stage 0 (" + nodes[victim].name
+                        + "/cpu:0) is gone"));
+  CHECK(contains(log, "now on " + nodes[3 - victim].name + "/cpu:0"));
+  std::cout << client.out();
+  std::system(("rm -rf " + p.dir).c_str());
+}
