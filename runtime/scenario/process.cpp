@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -32,6 +33,11 @@ void child_setup(pid_t parent) {
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
   unsetenv("EXO_BACKENDS");
+  // Several exo-node processes share this machine: OpenMP threads that
+  // spin-wait after each parallel region (libgomp's default) take the core
+  // the next pipeline stage needs, and a three-node run crawls. Sleeping
+  // threads, unless the environment says otherwise (README.md).
+  setenv("OMP_WAIT_POLICY", "passive", 0);
   if (std::getenv("XDG_RUNTIME_DIR") == nullptr)
     setenv("XDG_RUNTIME_DIR", "/tmp", 1);
   int devnull = open("/dev/null", O_RDONLY);
@@ -96,6 +102,52 @@ pid_t spawn_logged(const std::vector<std::string>& argv,
   }
   close(fd);
   return pid;
+}
+
+pid_t spawn_to_files(const std::vector<std::string>& argv,
+                     const std::string& out_path, const std::string& err_path) {
+  int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                 0600);
+  if (out < 0)
+    throw std::runtime_error("cannot open " + out_path + ": "
+                             + std::strerror(errno));
+  int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                 0600);
+  if (err < 0) {
+    std::string why = std::strerror(errno);
+    close(out);
+    throw std::runtime_error("cannot open " + err_path + ": " + why);
+  }
+  auto parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    std::string why = std::strerror(errno);
+    close(out);
+    close(err);
+    throw std::runtime_error(std::string{"fork failed: "} + why);
+  }
+  if (pid == 0) {
+    child_setup(parent);
+    dup2(out, 1);
+    dup2(err, 2);
+    child_exec(argv);
+  }
+  close(out);
+  close(err);
+  return pid;
+}
+
+bool is_stopped(pid_t pid) {
+  // /proc/PID/stat: "PID (COMM) STATE ..."; COMM may hold spaces and
+  // parentheses, so the state follows the last ')'.
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
+  std::string stat;
+  std::getline(in, stat);
+  auto close_paren = stat.rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= stat.size())
+    return false;
+  auto state = stat[close_paren + 2];
+  return state == 'T' || state == 't';
 }
 
 bool still_running(pid_t pid, int& status) {

@@ -2,8 +2,9 @@
 
 /// Child processes for the scenario runner: a long-running one whose output
 /// goes to a log file (exo-node), and a bounded run with captured output
-/// (exo-console, exo-model). Children die with the runner (PR_SET_PDEATHSIG)
-/// and never inherit EXO_BACKENDS.
+/// (exo-console, exo-model). Children die with the runner (PR_SET_PDEATHSIG),
+/// never inherit EXO_BACKENDS, and get OMP_WAIT_POLICY=passive unless the
+/// environment sets it.
 
 #include <chrono>
 #include <string>
@@ -22,6 +23,14 @@ void install_interrupt_handlers();
 /// Throws std::runtime_error when it cannot.
 pid_t spawn_logged(const std::vector<std::string>& argv,
                    const std::string& log_path);
+
+/// Starts argv[0] with stdout to `out_path` and stderr to `err_path`
+/// (created or truncated). Throws std::runtime_error when it cannot.
+pid_t spawn_to_files(const std::vector<std::string>& argv,
+                     const std::string& out_path, const std::string& err_path);
+
+/// Whether `pid` is stopped (by SIGSTOP), as /proc/PID/stat says.
+bool is_stopped(pid_t pid);
 
 /// Whether `pid` still runs; when it has ended, `status` gets its exit
 /// status (128 + signal when killed by one).

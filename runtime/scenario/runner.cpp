@@ -23,6 +23,7 @@
 #include <optional>
 #include <ostream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -80,6 +81,15 @@ std::string tail(const std::string& text, std::size_t lines) {
   return text.substr(at == 0 ? 0 : at + 1);
 }
 
+/// The last lines of a reply for a message; a run's JSON reply is one long
+/// line, so at most its last 1500 characters.
+std::string last_output(const std::string& text, std::size_t lines = 20) {
+  auto t = tail(text, lines);
+  if (t.size() > 1500)
+    t = "..." + t.substr(t.size() - 1500);
+  return t;
+}
+
 std::string indent(const std::string& text, const std::string& pad = "      ") {
   std::string out;
   std::istringstream in{text};
@@ -132,7 +142,18 @@ struct live_node {
   bool running = false;
   int starts = 0;
   std::uint16_t port = 0;
-  std::string log; ///< the log of the latest start
+  std::string log;     ///< the log of the latest start
+  bool frozen = false; ///< stopped with SIGSTOP by a freeze step
+};
+
+/// A run that a run step started in the background ("background": LABEL);
+/// its await step waits for it and checks its reply.
+struct background_run {
+  pid_t pid = -1; ///< its exo-console; -1 once it has ended
+  std::string out_path, err_path;
+  bool has_reference = false;
+  std::vector<std::int64_t> reference; ///< the tokens of its --stages 1 run
+  clock_type::time_point started;
 };
 
 class runner {
@@ -159,17 +180,25 @@ private:
   live_node& node(const std::string& name) {
     return nodes_.at(name);
   }
+  /// A node that runs and is not frozen (it can answer).
   live_node& running_node(const std::string& name) {
     auto& n = node(name);
     refresh(n);
     if (!n.running)
       throw step_failed("node " + name + " is not running");
+    if (n.frozen)
+      throw step_failed("node " + name + " is frozen (thaw or kill it first)");
     return n;
   }
   void refresh(live_node& n);
+  /// The nodes that run and are not frozen, in file order.
   std::vector<live_node*> running_nodes();
+  std::vector<std::string> console_argv(live_node& n, const std::string& cmd,
+                                        bool json, milliseconds timeout);
   captured console(live_node& n, const std::string& cmd, bool json,
                    milliseconds timeout);
+  /// The console command of a run step; `stages` > 0 replaces its own.
+  std::string run_command(const step& s, int stages) const;
   void check_interrupt() {
     if (interrupted())
       throw interrupted_error{};
@@ -218,6 +247,24 @@ private:
   std::string do_start(const step& s);
   std::string do_plan(const step& s);
   std::string do_run(const step& s);
+  std::string start_background(const step& s);
+  std::string do_await(const step& s);
+  std::string do_freeze(const step& s);
+  std::string do_thaw(const step& s);
+  /// The tokens of `s` run with --stages 1 on `n` (its "reference").
+  std::vector<std::int64_t> reference_tokens(const step& s, live_node& n,
+                                             double& seconds);
+  /// Checks a run's JSON reply (tokens, the reference's, the recoveries);
+  /// returns what it saw.
+  std::string check_reply(const step& s, const std::string& out,
+                          const std::string& err,
+                          const std::vector<std::int64_t>* reference);
+  /// After `victim` was killed or frozen at `t0`: every survivor must see
+  /// it dead, and when it coordinated (`before`, or `s.coordinator` is
+  /// given) they must agree on a new coordinator.
+  std::string seen_dead(const step& s, const std::string& before,
+                        clock_type::time_point t0,
+                        const std::vector<live_node*>& survivors);
   std::string expect_seen(const std::string& who, const std::string& status,
                           clock_type::time_point t0, double seconds,
                           const std::vector<live_node*>& observers);
@@ -230,6 +277,7 @@ private:
   std::string model_path_;
   std::map<std::string, live_node> nodes_;
   std::vector<std::string> order_; ///< node names in file order
+  std::map<std::string, background_run> runs_; ///< by label
   bool cleaned_ = false;
 };
 
@@ -281,6 +329,7 @@ void runner::make_model() {
                                 "--heads", std::to_string(m.heads),
                                 "--kv-heads", std::to_string(m.kv_heads),
                                 "--vocab", std::to_string(m.vocab),
+                                "--ctx", std::to_string(m.ctx),
                                 "--seed", std::to_string(m.seed)};
   auto r = run_captured(argv, milliseconds{120000});
   if (r.code != 0)
@@ -292,6 +341,7 @@ void runner::refresh(live_node& n) {
   int status = 0;
   if (n.running && !still_running(n.pid, status)) {
     n.running = false;
+    n.frozen = false;
     n.pid = -1;
   }
 }
@@ -301,7 +351,7 @@ std::vector<live_node*> runner::running_nodes() {
   for (auto& name : order_) {
     auto& n = node(name);
     refresh(n);
-    if (n.running)
+    if (n.running && !n.frozen)
       out.push_back(&n);
   }
   return out;
@@ -312,16 +362,16 @@ void runner::start_node(live_node& n, bool quiet_start) {
   auto& t = sc_.timing;
   auto ndir = dir_ + "/" + spec.name;
   fs::create_directories(ndir);
-  // Seeds: the named ones that run; when none of them does (or the topology
-  // gives none, as to the first node of a star), every running node, so that
-  // a restarted node finds the cluster. Only an explicit "seeds": [] or the
-  // topology "none" keep a node alone.
+  // Seeds: the named ones that run (and are not frozen); when none of them
+  // does (or the topology gives none, as to the first node of a star), every
+  // running node, so that a restarted node finds the cluster. Only an
+  // explicit "seeds": [] or the topology "none" keep a node alone.
   std::vector<std::uint16_t> seeds;
   auto names = sc_.seeds_of(spec);
   for (auto& s : names) {
     auto& peer = node(s);
     refresh(peer);
-    if (peer.running)
+    if (peer.running && !peer.frozen)
       seeds.push_back(peer.port);
   }
   bool alone = spec.seeds_given ? spec.seeds.empty() : sc_.topology == "none";
@@ -412,11 +462,23 @@ void runner::cleanup() {
   if (cleaned_)
     return;
   cleaned_ = true;
+  for (auto& [label, b] : runs_) {
+    if (b.pid > 0)
+      terminate(b.pid, milliseconds{2000});
+    b.pid = -1;
+  }
   for (auto& [name, n] : nodes_) {
-    if (n.pid > 0)
+    if (n.pid > 0 && n.frozen) {
+      // A stopped process would hold SIGTERM until it is continued; the
+      // cluster has declared it dead anyway, so it goes without a goodbye.
+      kill(n.pid, SIGKILL);
+      wait_exit(n.pid, milliseconds{5000});
+    } else if (n.pid > 0) {
       terminate(n.pid, milliseconds{5000});
+    }
     n.pid = -1;
     n.running = false;
+    n.frozen = false;
   }
   if (dir_.empty())
     return;
@@ -428,8 +490,10 @@ void runner::cleanup() {
   }
 }
 
-captured runner::console(live_node& n, const std::string& cmd, bool json,
-                         milliseconds timeout) {
+std::vector<std::string> runner::console_argv(live_node& n,
+                                              const std::string& cmd,
+                                              bool json,
+                                              milliseconds timeout) {
   auto pki = dir_ + "/pki/";
   auto request_ms = std::max<long long>(
     100, std::min<long long>(600000, timeout.count()));
@@ -453,6 +517,12 @@ captured runner::console(live_node& n, const std::string& cmd, bool json,
                                 cmd};
   if (json)
     argv.push_back("--json");
+  return argv;
+}
+
+captured runner::console(live_node& n, const std::string& cmd, bool json,
+                         milliseconds timeout) {
+  auto argv = console_argv(n, cmd, json, timeout);
   // The console's own connect and request are bounded; leave it room.
   auto r = run_captured(argv, timeout + milliseconds{15000});
   check_interrupt();
@@ -573,7 +643,11 @@ std::string runner::expect_seen(const std::string& who,
 }
 
 std::string runner::do_kill(const step& s) {
-  auto& victim = running_node(s.node);
+  // A frozen node can be killed too (SIGKILL ends a stopped process).
+  auto& victim = node(s.node);
+  refresh(victim);
+  if (!victim.running)
+    throw step_failed("node " + s.node + " is not running");
   std::vector<live_node*> survivors;
   for (auto* n : running_nodes())
     if (n != &victim)
@@ -589,12 +663,19 @@ std::string runner::do_kill(const step& s) {
   kill(victim.pid, SIGKILL);
   auto code = wait_exit(victim.pid, milliseconds{10000});
   victim.running = false;
+  victim.frozen = false;
   victim.pid = -1;
   if (code != 128 + SIGKILL)
     throw step_failed("node " + s.node + " ended with status "
                       + std::to_string(code) + " instead of SIGKILL");
   if (survivors.empty())
     return "killed " + s.node + " (no node left to notice)";
+  return seen_dead(s, before, t0, survivors);
+}
+
+std::string runner::seen_dead(const step& s, const std::string& before,
+                              clock_type::time_point t0,
+                              const std::vector<live_node*>& survivors) {
   auto seen = expect_seen(s.node, "dead", t0, bound(s), survivors);
   std::string result = "dead on " + seen;
   if (!s.coordinator.empty() || before == s.node) {
@@ -683,32 +764,301 @@ std::string runner::do_plan(const step& s) {
   return "planned on " + s.node + ": " + first;
 }
 
-std::string runner::do_run(const step& s) {
-  auto& n = running_node(s.node);
+std::string runner::run_command(const step& s, int stages) const {
   auto cmd = "run --model " + model_path_ + " --prompt \"" + s.prompt
              + "\" -n " + std::to_string(s.tokens) + " --seed "
              + std::to_string(s.seed);
-  if (s.stages > 0)
+  if (s.temperature >= 0) {
+    char t[32];
+    std::snprintf(t, sizeof t, "%g", s.temperature);
+    cmd += std::string{" --temperature "} + t;
+  }
+  if (stages > 0)
+    cmd += " --stages " + std::to_string(stages);
+  else if (s.stages > 0)
     cmd += " --stages " + std::to_string(s.stages);
-  auto r = console(n, cmd, false,
+  return cmd;
+}
+
+std::vector<std::int64_t> runner::reference_tokens(const step& s,
+                                                   live_node& n,
+                                                   double& seconds) {
+  auto r = console(n, run_command(s, 1), true,
+                   std::max(milliseconds{sc_.timing.console_timeout_ms},
+                            ms(bound(s))));
+  seconds = r.seconds;
+  if (r.code != 0)
+    throw step_failed("the reference run (--stages 1) ended with status "
+                      + std::to_string(r.code) + "; output:\n"
+                      + indent(last_output(r.out + r.err)));
+  run_reply reply;
+  std::string why;
+  if (!parse_run_reply(r.out, reply, why))
+    throw step_failed("the reference run (--stages 1): " + why + "; output:\n"
+                      + indent(last_output(r.out + r.err)));
+  if (reply.tokens.empty())
+    throw step_failed("the reference run (--stages 1) generated no tokens");
+  return reply.tokens;
+}
+
+/// The recoveries of a run for its PASS line: each one's stall, as the
+/// time from noticing the loss to the next token (recovery_s) and between
+/// the tokens around it (gap_s).
+std::string describe_recoveries(const std::vector<recovery>& rs) {
+  if (rs.empty())
+    return "no recovery";
+  std::ostringstream os;
+  os << rs.size() << (rs.size() == 1 ? " recovery" : " recoveries");
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    auto& r = rs[i];
+    os << (i == 0 ? ": " : "; ") << "[" << (i + 1) << "] recovery_s "
+       << std::fixed << std::setprecision(3) << r.recovery_s << " s, gap_s "
+       << r.gap_s << " s, " << r.replayed << " tokens re-fed (" << r.reason
+       << ")";
+  }
+  return os.str();
+}
+
+std::string runner::check_reply(const step& s, const std::string& out,
+                                const std::string& err,
+                                const std::vector<std::int64_t>* reference) {
+  run_reply reply;
+  std::string why;
+  if (!parse_run_reply(out, reply, why))
+    throw step_failed(why + "; output:\n" + indent(last_output(out + err)));
+  if (reply.tokens.empty())
+    throw step_failed("no tokens generated; output:\n"
+                      + indent(last_output(out + err)));
+  std::string d = "job " + std::to_string(reply.job) + ": "
+                  + std::to_string(reply.tokens.size()) + " tokens";
+  if (reference) {
+    if (auto diff = compare_tokens(reply.tokens, *reference); !diff.empty())
+      throw step_failed("the tokens differ from the reference's: " + diff
+                        + "; " + describe_recoveries(reply.recoveries));
+    d += ", equal to the reference's";
+  }
+  if (reply.cancelled)
+    d += " (cancelled)";
+  if (s.expect_recoveries >= 0
+      && reply.recoveries.size()
+           != static_cast<std::size_t>(s.expect_recoveries))
+    throw step_failed(std::to_string(reply.recoveries.size())
+                      + " recoveries, expected "
+                      + std::to_string(s.expect_recoveries) + " ("
+                      + describe_recoveries(reply.recoveries) + ")");
+  return d + "; " + describe_recoveries(reply.recoveries);
+}
+
+std::string runner::do_run(const step& s) {
+  if (!s.label.empty())
+    return start_background(s);
+  auto& n = running_node(s.node);
+  std::vector<std::int64_t> reference;
+  std::string ref_detail;
+  if (s.reference) {
+    double took = 0;
+    reference = reference_tokens(s, n, took);
+    ref_detail = "reference (--stages 1): "
+                 + std::to_string(reference.size()) + " tokens in "
+                 + secs(took) + "; ";
+  }
+  auto r = console(n, run_command(s, 0), s.json,
                    std::max(milliseconds{sc_.timing.console_timeout_ms},
                             ms(bound(s))));
   if (auto why = check(s.expect, r.code, r.out, r.err); !why.empty())
-    throw step_failed(why + "; output:\n" + indent(tail(r.out + r.err, 20)));
+    throw step_failed(why + "; output:\n"
+                      + indent(last_output(r.out + r.err)));
   if (s.expect.exit_code != 0)
     return "failed as expected";
+  if (s.json)
+    return ref_detail
+           + check_reply(s, r.out, r.err, s.reference ? &reference : nullptr)
+           + " on " + s.node;
   static const std::regex gen_re{
     "generation: (\\d+) tokens in [0-9.]+ s \\(([0-9.]+) tokens/s\\)"};
   std::smatch m;
   if (!std::regex_search(r.out, m, gen_re) || std::stoi(m[1]) < 1)
     throw step_failed("no tokens generated; output:\n"
-                      + indent(tail(r.out + r.err, 20)));
+                      + indent(last_output(r.out + r.err)));
   auto text_at = r.out.find("text: ");
   if (text_at == std::string::npos)
     throw step_failed("no text in the reply; output:\n"
-                      + indent(tail(r.out, 20)));
+                      + indent(last_output(r.out)));
   return std::string{m[1]} + " tokens at " + std::string{m[2]}
          + " tokens/s on " + s.node;
+}
+
+std::string runner::start_background(const step& s) {
+  auto& n = running_node(s.node);
+  auto timeout = milliseconds{sc_.timing.console_timeout_ms};
+  background_run b;
+  std::string ref_detail;
+  if (s.reference) {
+    double took = 0;
+    b.reference = reference_tokens(s, n, took);
+    b.has_reference = true;
+    ref_detail = "reference (--stages 1): " + std::to_string(b.reference.size())
+                 + " tokens in " + secs(took) + "; ";
+  }
+  // The jobs that run already are not this one.
+  std::set<std::uint64_t> before;
+  {
+    auto r = console(n, "jobs", true, timeout);
+    std::vector<job_status> jobs;
+    std::string why;
+    if (r.code != 0)
+      throw step_failed("jobs on " + s.node + ": exo-console status "
+                        + std::to_string(r.code) + " " + tail(r.err, 2));
+    if (!parse_jobs(r.out, jobs, why))
+      throw step_failed("jobs on " + s.node + ": " + why);
+    for (auto& j : jobs)
+      before.insert(j.job);
+  }
+  auto runs_dir = dir_ + "/runs";
+  fs::create_directories(runs_dir);
+  b.out_path = runs_dir + "/" + s.label + ".out";
+  b.err_path = runs_dir + "/" + s.label + ".err";
+  // The await step bounds the run; the console's own bound is the longest
+  // it takes.
+  auto argv = console_argv(n, run_command(s, 0), true, milliseconds{600000});
+  log_verbose("background run \"" + s.label + "\" on " + s.node + ": "
+              + run_command(s, 0) + " --json (output " + b.out_path + ")");
+  auto t0 = clock_type::now();
+  b.started = t0;
+  b.pid = spawn_to_files(argv, b.out_path, b.err_path);
+  auto& run = runs_[s.label] = std::move(b); // cleanup() ends it from here
+  std::uint64_t job = 0, tokens = 0;
+  eventually(t0, bound(s), "a running job with tokens on " + s.node, [&] {
+    int status = 0;
+    if (!still_running(run.pid, status)) {
+      run.pid = -1;
+      throw step_failed(
+        "the run ended (status " + std::to_string(status)
+        + ") before it was seen running; a longer run (more tokens) lets "
+          "the next step land mid-run; output:\n"
+        + indent(last_output(read_text(run.out_path) + read_text(run.err_path),
+                             10)));
+    }
+    auto r = console(n, "jobs", true, timeout);
+    if (r.code != 0)
+      return "jobs: exo-console status " + std::to_string(r.code) + " "
+             + tail(r.err, 2);
+    std::vector<job_status> jobs;
+    std::string why;
+    if (!parse_jobs(r.out, jobs, why))
+      return "jobs: " + why;
+    std::string seen;
+    for (auto& j : jobs) {
+      if (before.count(j.job))
+        continue;
+      if (j.state == "running" && j.tokens > 0) {
+        job = j.job;
+        tokens = j.tokens;
+        return std::string{};
+      }
+      seen += (seen.empty() ? "" : ", ") + std::string{"job "}
+              + std::to_string(j.job) + " " + j.state + " with "
+              + std::to_string(j.tokens) + " tokens";
+    }
+    return seen.empty() ? std::string{"no new job yet"} : seen;
+  });
+  return ref_detail + "job " + std::to_string(job) + " running on " + s.node
+         + ", " + std::to_string(tokens) + " token(s) after "
+         + secs(since(t0));
+}
+
+std::string runner::do_await(const step& s) {
+  auto& b = runs_.at(s.label);
+  auto t0 = clock_type::now();
+  int code = -1;
+  while (b.pid > 0) {
+    check_interrupt();
+    int status = 0;
+    if (!still_running(b.pid, status)) {
+      code = status;
+      b.pid = -1;
+      break;
+    }
+    if (since(t0) >= bound(s)) {
+      terminate(b.pid, milliseconds{2000});
+      b.pid = -1;
+      throw step_failed("run \"" + s.label + "\" did not end within "
+                        + secs(bound(s)) + " (stopped); its output:\n"
+                        + indent(last_output(read_text(b.out_path)
+                                               + read_text(b.err_path),
+                                             10)));
+    }
+    std::this_thread::sleep_for(milliseconds{20});
+  }
+  if (code < 0)
+    throw step_failed("run \"" + s.label + "\" had already ended");
+  auto out = read_text(b.out_path);
+  auto err = read_text(b.err_path);
+  if (auto why = check(s.expect, code, out, err); !why.empty())
+    throw step_failed(why + "; output:\n" + indent(last_output(out + err)));
+  auto took = "after " + secs(since(b.started));
+  if (s.expect.exit_code != 0)
+    return "failed as expected " + took;
+  return "ended " + took + ", "
+         + check_reply(s, out, err, b.has_reference ? &b.reference : nullptr);
+}
+
+std::string runner::do_freeze(const step& s) {
+  auto& victim = running_node(s.node);
+  std::vector<live_node*> survivors;
+  for (auto* n : running_nodes())
+    if (n != &victim)
+      survivors.push_back(n);
+  std::string before;
+  if (!survivors.empty()) {
+    std::vector<member_status> members;
+    if (auto err = view(*survivors.front(), members, before); !err.empty())
+      throw step_failed("before the freeze: " + err);
+  }
+  auto t0 = clock_type::now();
+  kill(victim.pid, SIGSTOP);
+  victim.frozen = true; // from here cleanup() kills it
+  while (!is_stopped(victim.pid)) {
+    if (since(t0) > 10)
+      throw step_failed("node " + s.node + " did not stop within 10 s of "
+                        "SIGSTOP");
+    std::this_thread::sleep_for(milliseconds{5});
+  }
+  if (survivors.empty())
+    return "froze " + s.node + " (no node left to notice)";
+  return seen_dead(s, before, t0, survivors);
+}
+
+std::string runner::do_thaw(const step& s) {
+  auto& n = node(s.node);
+  refresh(n);
+  if (!n.running)
+    throw step_failed("node " + s.node + " is not running");
+  if (!n.frozen)
+    throw step_failed("node " + s.node + " is not frozen");
+  auto t0 = clock_type::now();
+  kill(n.pid, SIGCONT);
+  n.frozen = false;
+  while (is_stopped(n.pid)) {
+    if (since(t0) > 10)
+      throw step_failed("node " + s.node + " did not continue within 10 s "
+                        "of SIGCONT");
+    std::this_thread::sleep_for(milliseconds{5});
+  }
+  // What the others make of a node they declared dead is for later steps
+  // to check (converge, console with poll); this one says what they see.
+  std::string seen;
+  for (auto* o : running_nodes()) {
+    if (o == &n)
+      continue;
+    std::vector<member_status> members;
+    std::string co;
+    auto err = view(*o, members, co);
+    auto st = err.empty() ? status_of(members, s.node) : "?";
+    seen += (seen.empty() ? "" : ", ") + o->spec->name + " sees it "
+            + (st.empty() ? "absent" : st);
+  }
+  return "continued" + (seen.empty() ? std::string{} : "; " + seen);
 }
 
 std::string runner::run_step(const step& s) {
@@ -720,6 +1070,9 @@ std::string runner::run_step(const step& s) {
     case step_kind::start: return do_start(s);
     case step_kind::plan: return do_plan(s);
     case step_kind::run: return do_run(s);
+    case step_kind::await: return do_await(s);
+    case step_kind::freeze: return do_freeze(s);
+    case step_kind::thaw: return do_thaw(s);
     case step_kind::sleep: {
       auto until = clock_type::now() + ms(s.seconds);
       while (clock_type::now() < until) {
@@ -742,7 +1095,12 @@ std::string describe(const step& s) {
                         : " (every running node alive)";
       break;
     case step_kind::console: d += " " + s.node + ": " + s.command; break;
-    case step_kind::run: d += " on " + s.node + ": \"" + s.prompt + "\""; break;
+    case step_kind::run:
+      d += " on " + s.node
+           + (s.label.empty() ? "" : " in the background as " + s.label)
+           + ": \"" + s.prompt + "\"";
+      break;
+    case step_kind::await: d += " " + s.label; break;
     case step_kind::sleep: d += " " + secs(s.seconds); break;
     default: d += " " + s.node;
   }
@@ -825,6 +1183,11 @@ int runner::go() {
           out_ << "  log of " << name << " (" << n.log << "), last lines:\n"
                << indent(tail(read_text(n.log), 8));
       }
+      for (auto& [label, b] : runs_)
+        out_ << "  output of the background run " << label << " ("
+             << (b.pid > 0 ? "running" : "ended") << "), last lines:\n"
+             << indent(last_output(
+                  read_text(b.out_path) + read_text(b.err_path), 8));
     }
   }
   cleanup();

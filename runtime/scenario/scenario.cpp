@@ -174,11 +174,29 @@ const std::map<step_kind, step_fields>& step_table() {
     {step_kind::plan,
      {{"node", "args", "json", "expect", "within_s"}, {"node"}}},
     {step_kind::run,
-     {{"node", "prompt", "tokens", "stages", "seed", "expect", "within_s"},
+     {{"node", "prompt", "tokens", "stages", "seed", "temperature", "expect",
+       "within_s", "reference", "background", "expect_recoveries"},
       {"node", "prompt"}}},
+    {step_kind::await,
+     {{"run", "expect", "expect_recoveries", "within_s"}, {"run"}}},
+    {step_kind::freeze, {{"node", "within_s", "coordinator"}, {"node"}}},
+    {step_kind::thaw, {{"node"}, {"node"}}},
     {step_kind::sleep, {{"seconds"}, {"seconds"}}},
   };
   return t;
+}
+
+/// "a \"kill\" step", "an \"await\" step".
+std::string a_step(const std::string& verb) {
+  auto vowel = !verb.empty()
+               && std::string{"aeiou"}.find(verb.front()) != std::string::npos;
+  return std::string{vowel ? "an" : "a"} + " \"" + verb + "\" step";
+}
+
+/// The names of the steps, for messages.
+std::string kind_names() {
+  return "converge, console, kill, stop, start, restart, plan, run, await, "
+         "freeze, thaw, sleep";
 }
 
 std::optional<step_kind> parse_kind(const std::string& s) {
@@ -187,7 +205,8 @@ std::optional<step_kind> parse_kind(const std::string& s) {
     {"kill", step_kind::kill},         {"stop", step_kind::stop},
     {"start", step_kind::start},       {"restart", step_kind::start},
     {"plan", step_kind::plan},         {"run", step_kind::run},
-    {"sleep", step_kind::sleep}};
+    {"await", step_kind::await},       {"freeze", step_kind::freeze},
+    {"thaw", step_kind::thaw},         {"sleep", step_kind::sleep}};
   auto it = names.find(s);
   if (it == names.end())
     return std::nullopt;
@@ -200,14 +219,12 @@ step parse_step(element e, const std::string& path) {
     bad(path, "must be an object");
   element doel;
   if (fields["do"].get(doel))
-    bad(join(path, "do"), "required (one of converge, console, kill, stop, "
-                          "start, restart, plan, run, sleep)");
+    bad(join(path, "do"), "required (one of " + kind_names() + ")");
   auto name = as_nonempty_string(doel, join(path, "do"));
   auto kind = parse_kind(name);
   if (!kind)
-    bad(join(path, "do"), "unknown step \"" + name
-                            + "\" (expected one of converge, console, kill, "
-                              "stop, start, restart, plan, run, sleep)");
+    bad(join(path, "do"),
+        "unknown step \"" + name + "\" (expected one of " + kind_names() + ")");
   step s;
   s.kind = *kind;
   s.path = path;
@@ -252,7 +269,26 @@ step parse_step(element e, const std::string& path) {
      }},
     {"tokens",
      [&](element v, const std::string& p) {
-       s.tokens = static_cast<int>(as_integer(v, p, 1, 512));
+       s.tokens = static_cast<int>(as_integer(v, p, 1, 4096));
+     }},
+    {"temperature",
+     [&](element v, const std::string& p) {
+       s.temperature = as_number(v, p, 0, 2);
+     }},
+    {"reference",
+     [&](element v, const std::string& p) { s.reference = as_bool(v, p); }},
+    {"background",
+     [&](element v, const std::string& p) {
+       s.label = as_nonempty_string(v, p);
+       check_name(s.label, p);
+     }},
+    {"run",
+     [&](element v, const std::string& p) {
+       s.label = as_nonempty_string(v, p);
+     }},
+    {"expect_recoveries",
+     [&](element v, const std::string& p) {
+       s.expect_recoveries = static_cast<int>(as_integer(v, p, 0, 1000));
      }},
     {"stages",
      [&](element v, const std::string& p) {
@@ -278,7 +314,7 @@ step parse_step(element e, const std::string& path) {
       std::string known = "do, name";
       for (auto& k : rules.allowed)
         known += ", " + k;
-      bad(p, "unknown key for a \"" + name + "\" step (expected one of: "
+      bad(p, "unknown key for " + a_step(name) + " (expected one of: "
                + known + ")");
     }
     seen.insert(key);
@@ -286,13 +322,25 @@ step parse_step(element e, const std::string& path) {
   }
   for (auto& k : rules.required)
     if (!seen.count(k))
-      bad(join(path, k), "required for a \"" + name + "\" step");
+      bad(join(path, k), "required for " + a_step(name));
   if (s.kind == step_kind::console && s.expect.json.size() > 0 && !s.json)
     bad(join(path, "expect.json"), "needs \"json\": true (the command's JSON "
                                    "output)");
   if (s.kind == step_kind::console && s.poll && s.within_s < 0)
     bad(join(path, "poll"), "needs within_s (the bound of the retries)");
   if (s.kind == step_kind::plan && s.expect.json.size() > 0)
+    s.json = true;
+  if (s.kind == step_kind::run && !s.label.empty()) {
+    // A background run's result is checked by its await step.
+    for (auto key : {"expect", "expect_recoveries"})
+      if (seen.count(key))
+        bad(join(path, key), "goes on the \"await\" step of a background "
+                             "run (\"" + s.label + "\")");
+  }
+  // The run's JSON reply carries the tokens and the recoveries.
+  if ((s.kind == step_kind::run || s.kind == step_kind::await)
+      && (s.reference || s.expect_recoveries >= 0 || !s.expect.json.empty()
+          || !s.label.empty()))
     s.json = true;
   return s;
 }
@@ -327,7 +375,25 @@ void validate(scenario& sc) {
     }
   }
   bool needs_model = false;
+  // Background runs: label -> the path of its run step, and of its await.
+  std::map<std::string, std::string> runs, awaited;
   for (auto& s : sc.steps) {
+    if (s.kind == step_kind::run && !s.label.empty()) {
+      if (runs.count(s.label))
+        bad(s.path + ".background", "label \"" + s.label
+                                      + "\" is already used by "
+                                      + runs[s.label]);
+      runs[s.label] = s.path;
+    }
+    if (s.kind == step_kind::await) {
+      if (!runs.count(s.label))
+        bad(s.path + ".run",
+            "no background run \"" + s.label + "\" before this step");
+      if (awaited.count(s.label))
+        bad(s.path + ".run", "\"" + s.label + "\" is already awaited by "
+                               + awaited[s.label]);
+      awaited[s.label] = s.path;
+    }
     if (!s.node.empty() && !names.count(s.node))
       bad(s.path + ".node", "no node named \"" + s.node + "\"");
     for (std::size_t k = 0; k < s.on.size(); ++k)
@@ -342,8 +408,25 @@ void validate(scenario& sc) {
     needs_model = needs_model || s.kind == step_kind::plan
                   || s.kind == step_kind::run;
   }
+  for (auto& [label, path] : runs)
+    if (!awaited.count(label))
+      bad(path + ".background", "background run \"" + label
+                                  + "\" is never awaited (add an \"await\" "
+                                    "step)");
   if (needs_model && !sc.model)
     sc.model = model_spec{};
+  // The prompt's tokens are at most its bytes, a leading space and BOS.
+  for (auto& s : sc.steps) {
+    if (s.kind != step_kind::run)
+      continue;
+    auto need = s.tokens + static_cast<int>(s.prompt.size()) + 2;
+    if (need > sc.model->ctx)
+      bad(s.path + ".tokens",
+          std::to_string(s.tokens) + " tokens after a "
+            + std::to_string(s.prompt.size()) + "-byte prompt need model.ctx "
+            + ">= " + std::to_string(need) + " (it is "
+            + std::to_string(sc.model->ctx) + ")");
+  }
 }
 
 } // namespace
@@ -357,6 +440,9 @@ const char* to_string(step_kind k) noexcept {
     case step_kind::start: return "start";
     case step_kind::plan: return "plan";
     case step_kind::run: return "run";
+    case step_kind::await: return "await";
+    case step_kind::freeze: return "freeze";
+    case step_kind::thaw: return "thaw";
     case step_kind::sleep: return "sleep";
   }
   return "?";
@@ -482,7 +568,8 @@ scenario parse_document(const std::string& json, const std::string& source) {
                  {"heads", num(m.heads, 1, 64)},
                  {"kv_heads", num(m.kv_heads, 1, 64)},
                  {"vocab", num(m.vocab, 300, 32000)},
-                 {"seed", num(m.seed, 0, 1 << 30)}});
+                 {"seed", num(m.seed, 0, 1 << 30)},
+                 {"ctx", num(m.ctx, 16, 65536)}});
            check_model(m, p);
            sc.model = m;
          }},
@@ -674,6 +761,124 @@ std::string status_of(const std::vector<member_status>& members,
   for (auto& m : members)
     if (m.name == name)
       return m.status;
+  return {};
+}
+
+namespace {
+
+/// A number of a reply (integer or not) as a double.
+bool number_of(element e, double& out) {
+  switch (e.type()) {
+    case element_type::INT64:
+      out = double(e.get_int64().value_unsafe());
+      return true;
+    case element_type::UINT64:
+      out = double(e.get_uint64().value_unsafe());
+      return true;
+    case element_type::DOUBLE:
+      out = e.get_double().value_unsafe();
+      return true;
+    default: return false;
+  }
+}
+
+} // namespace
+
+bool parse_run_reply(const std::string& json, run_reply& out,
+                     std::string& why) {
+  simdjson::dom::parser p;
+  element doc;
+  if (auto err = p.parse(json).get(doc)) {
+    why = std::string{"not JSON: "} + simdjson::error_message(err);
+    return false;
+  }
+  simdjson::dom::array tokens, recoveries;
+  std::uint64_t job = 0;
+  bool cancelled = false;
+  if (doc["tokens"].get_array().get(tokens)
+      || doc["recoveries"].get_array().get(recoveries)
+      || doc["job"].get_uint64().get(job)
+      || doc["cancelled"].get_bool().get(cancelled)) {
+    why = "not the output of run --json (tokens, recoveries, job, cancelled)";
+    return false;
+  }
+  run_reply r;
+  r.job = job;
+  r.cancelled = cancelled;
+  for (auto t : tokens) {
+    std::int64_t id = 0;
+    if (t.get_int64().get(id)) {
+      why = "a token that is not an integer: " + simdjson::minify(t);
+      return false;
+    }
+    r.tokens.push_back(id);
+  }
+  for (auto e : recoveries) {
+    recovery x;
+    std::string_view reason;
+    element replayed, rs, gs;
+    if (e["reason"].get_string().get(reason) || e["replayed"].get(replayed)
+        || e["recovery_s"].get(rs) || e["gap_s"].get(gs)) {
+      why = "a recovery without reason, replayed, recovery_s or gap_s: "
+            + simdjson::minify(e);
+      return false;
+    }
+    double n = 0;
+    if (!number_of(replayed, n) || !number_of(rs, x.recovery_s)
+        || !number_of(gs, x.gap_s) || n < 0) {
+      why = "a recovery with a value that is not a number: "
+            + simdjson::minify(e);
+      return false;
+    }
+    x.reason = std::string{reason};
+    x.replayed = static_cast<std::uint64_t>(n);
+    r.recoveries.push_back(std::move(x));
+  }
+  out = std::move(r);
+  return true;
+}
+
+bool parse_jobs(const std::string& json, std::vector<job_status>& running,
+                std::string& why) {
+  simdjson::dom::parser p;
+  element doc;
+  if (auto err = p.parse(json).get(doc)) {
+    why = std::string{"not JSON: "} + simdjson::error_message(err);
+    return false;
+  }
+  simdjson::dom::array jobs;
+  if (doc["jobs"].get_array().get(jobs)) {
+    why = "not the output of jobs --json";
+    return false;
+  }
+  running.clear();
+  for (auto j : jobs) {
+    job_status x;
+    std::string_view state;
+    if (j["job"].get_uint64().get(x.job) || j["state"].get_string().get(state)
+        || j["tokens"].get_uint64().get(x.tokens)) {
+      why = "a job without job, state or tokens: " + simdjson::minify(j);
+      return false;
+    }
+    x.state = std::string{state};
+    running.push_back(std::move(x));
+  }
+  return true;
+}
+
+std::string compare_tokens(const std::vector<std::int64_t>& got,
+                           const std::vector<std::int64_t>& reference) {
+  auto n = std::min(got.size(), reference.size());
+  for (std::size_t i = 0; i < n; ++i)
+    if (got[i] != reference[i])
+      return "token " + std::to_string(i) + " is " + std::to_string(got[i])
+             + ", the reference's " + std::to_string(reference[i]) + " (of "
+             + std::to_string(got.size()) + " and "
+             + std::to_string(reference.size()) + " tokens)";
+  if (got.size() != reference.size())
+    return std::to_string(got.size()) + " tokens, the reference has "
+           + std::to_string(reference.size()) + " (the first "
+           + std::to_string(n) + " are equal)";
   return {};
 }
 

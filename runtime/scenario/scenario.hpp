@@ -59,6 +59,7 @@ struct model_spec {
   int kv_heads = 4;
   int vocab = 512;
   int seed = 7;
+  int ctx = 256; ///< the model's context length (exo-model make-test --ctx)
 };
 
 /// What a command's output must satisfy.
@@ -71,7 +72,19 @@ struct expectation {
                                       ///< json_contains); empty: none
 };
 
-enum class step_kind { converge, console, kill, stop, start, plan, run, sleep };
+enum class step_kind {
+  converge,
+  console,
+  kill,
+  stop,
+  start,
+  plan,
+  run,
+  await,
+  freeze,
+  thaw,
+  sleep
+};
 
 const char* to_string(step_kind k) noexcept;
 
@@ -87,14 +100,23 @@ struct step {
   std::string coordinator;        ///< expected coordinator; empty: any
   // console / plan / run
   std::string command; ///< console: the command line; plan: extra args
-  bool json = false;   ///< console: pass --json
+  bool json = false;   ///< console: pass --json; run/await: a JSON reply
   expectation expect;
   // run
   std::string prompt;
   int tokens = 8;
   int stages = 0; ///< 0: the node's default
   int seed = 1;
-  // kill / stop / start / converge / console / plan / run: the bound
+  double temperature = -1; ///< < 0: the console's default
+  /// Run first with --stages 1 on the same node; the tokens must match.
+  bool reference = false;
+  /// run: the label of a background run ("background"); await: the run it
+  /// waits for ("run"). Empty for a run in the foreground.
+  std::string label;
+  /// A foreground run or an await: the number of recoveries the reply must
+  /// report; -1: not checked.
+  int expect_recoveries = -1;
+  // Every waiting step (all but thaw and sleep): the bound
   double within_s = -1; ///< -1: timing.default_within_s
   bool poll = false;    ///< console: retry until within_s passes
   // sleep
@@ -155,5 +177,42 @@ std::string status_of(const std::vector<member_status>& members,
 /// Whether a `run` step's prompt can pass through the console's command line
 /// (no '"', '\\' or line break).
 bool prompt_ok(const std::string& prompt);
+
+/// One recovery of a run, as the console's `run --json` reports it.
+struct recovery {
+  std::string reason;         ///< what was lost
+  std::uint64_t replayed = 0; ///< tokens re-fed
+  double recovery_s = 0;      ///< from noticing the loss to the next token
+  double gap_s = 0;           ///< between the tokens around the loss
+};
+
+/// The reply of the console's `run --json`.
+struct run_reply {
+  std::uint64_t job = 0;
+  bool cancelled = false;
+  std::vector<std::int64_t> tokens; ///< sequence 0's generated token ids
+  std::vector<recovery> recoveries;
+};
+
+/// Parses the output of `run --json`. Returns false (with `why`) when it is
+/// not that shape.
+bool parse_run_reply(const std::string& json, run_reply& out, std::string& why);
+
+/// One job as `jobs --json` lists it.
+struct job_status {
+  std::uint64_t job = 0;
+  std::string state; ///< running (the list "jobs"), or how it ended
+  std::uint64_t tokens = 0;
+};
+
+/// Parses the output of `jobs --json`: the running jobs (its "jobs" list).
+/// Returns false (with `why`) when it is not that shape.
+bool parse_jobs(const std::string& json, std::vector<job_status>& running,
+                std::string& why);
+
+/// Compares a run's tokens with its reference's: "" when they are equal,
+/// else where they first differ.
+std::string compare_tokens(const std::vector<std::int64_t>& got,
+                           const std::vector<std::int64_t>& reference);
 
 } // namespace exo::scenario

@@ -243,7 +243,7 @@ TEST_CASE("bad scenario files are refused with a message naming the key") {
     {with_steps(R"({"do": "run", "node": "a", "prompt": "say \"hi\""})"),
      "steps[0].prompt: must not contain '\"'"},
     {with_steps(R"({"do": "run", "node": "a", "prompt": "x", "tokens": 0})"),
-     "steps[0].tokens: must be an integer in [1, 512], got 0"},
+     "steps[0].tokens: must be an integer in [1, 4096], got 0"},
     {with_steps(R"({"do": "run", "node": "a"})"),
      "steps[0].prompt: required for a \"run\" step"},
     {with_steps(R"({"do": "plan", "node": "a", "args": 3})"),
@@ -260,6 +260,215 @@ TEST_CASE("bad scenario files are refused with a message naming the key") {
   }
 }
 
+TEST_CASE("background runs, await, freeze and thaw are read") {
+  auto sc = parse(R"({"name": "bg",
+    "model": {"layers": 3, "ctx": 4200},
+    "nodes": [{"name": "a"}, {"name": "b"}, {"name": "c"}],
+    "steps": [
+      {"do": "run", "node": "a", "prompt": "once upon a time", "tokens": 4096,
+       "stages": 3, "temperature": 0, "reference": true, "background": "long",
+       "within_s": 30},
+      {"do": "freeze", "node": "c", "within_s": 5, "coordinator": "a"},
+      {"do": "await", "run": "long", "expect_recoveries": 1, "within_s": 90,
+       "expect": {"contains": "tokens"}},
+      {"do": "thaw", "node": "c"},
+      {"do": "run", "node": "b", "prompt": "x", "temperature": 0.7,
+       "reference": true, "expect_recoveries": 0},
+      {"do": "run", "node": "b", "prompt": "y"}
+    ]})",
+                  "t");
+  REQUIRE(sc.model);
+  CHECK(sc.model->ctx == 4200);
+  REQUIRE(sc.steps.size() == 6);
+  auto& run = sc.steps[0];
+  CHECK(run.kind == step_kind::run);
+  CHECK(run.label == "long");
+  CHECK(run.reference);
+  CHECK(run.temperature == 0);
+  CHECK(run.tokens == 4096);
+  CHECK(run.json); // a background run's reply is read as JSON
+  CHECK(sc.steps[1].kind == step_kind::freeze);
+  CHECK(sc.steps[1].node == "c");
+  CHECK(sc.steps[1].coordinator == "a");
+  auto& await = sc.steps[2];
+  CHECK(await.kind == step_kind::await);
+  CHECK(await.label == "long");
+  CHECK(await.expect_recoveries == 1);
+  CHECK(await.within_s == 90);
+  CHECK(await.expect.contains == std::vector<std::string>{"tokens"});
+  CHECK(sc.steps[3].kind == step_kind::thaw);
+  // A foreground run with a reference or expected recoveries reads JSON;
+  // a plain one keeps the text reply; the temperature defaults to the
+  // console's (-1: not passed).
+  CHECK(sc.steps[4].json);
+  CHECK(sc.steps[4].temperature == 0.7);
+  CHECK(sc.steps[4].expect_recoveries == 0);
+  CHECK(sc.steps[4].label.empty());
+  CHECK_FALSE(sc.steps[5].json);
+  CHECK(sc.steps[5].temperature == -1);
+  CHECK(sc.steps[5].expect_recoveries == -1);
+  CHECK_FALSE(sc.steps[5].reference);
+  // The model's context length defaults to make-test's 256.
+  auto plain = parse(R"({"name": "p", "nodes": [{"name": "a"}],
+    "steps": [{"do": "run", "node": "a", "prompt": "x"}]})",
+                     "t");
+  REQUIRE(plain.model);
+  CHECK(plain.model->ctx == 256);
+}
+
+TEST_CASE("bad background runs, awaits and freezes are refused") {
+  auto with_steps = [](const std::string& steps) {
+    return R"({"name": "s", "nodes": [{"name": "a"}, {"name": "b"}],
+               "steps": [)"
+           + steps + "]}";
+  };
+  auto bg = [](const std::string& label, const std::string& extra = "") {
+    return R"({"do": "run", "node": "a", "prompt": "x", "background": ")"
+           + label + "\"" + extra + "}";
+  };
+  auto await = [](const std::string& label, const std::string& extra = "") {
+    return R"({"do": "await", "run": ")" + label + "\"" + extra + "}";
+  };
+  std::vector<std::pair<std::string, std::string>> table{
+    {with_steps(await("r")),
+     "steps[0].run: no background run \"r\" before this step"},
+    {with_steps(await("r") + ", " + bg("r")),
+     "steps[0].run: no background run \"r\" before this step"},
+    {with_steps(bg("r") + ", " + await("q")),
+     "steps[1].run: no background run \"q\" before this step"},
+    {with_steps(bg("r") + ", " + bg("r") + ", " + await("r")),
+     "steps[1].background: label \"r\" is already used by steps[0]"},
+    {with_steps(bg("r") + ", " + await("r") + ", " + await("r")),
+     "steps[2].run: \"r\" is already awaited by steps[1]"},
+    {with_steps(bg("r")),
+     "steps[0].background: background run \"r\" is never awaited"},
+    {with_steps(bg("r", R"(, "expect": {"contains": "x"})") + ", "
+                + await("r")),
+     "steps[0].expect: goes on the \"await\" step of a background run "
+     "(\"r\")"},
+    {with_steps(bg("r", R"(, "expect_recoveries": 1)") + ", " + await("r")),
+     "steps[0].expect_recoveries: goes on the \"await\" step"},
+    {with_steps(bg("a b") + ", " + await("a b")),
+     "steps[0].background: may contain only letters, digits"},
+    {with_steps(bg("") + ", " + await("")),
+     "steps[0].background: must not be empty"},
+    {with_steps(R"({"do": "run", "node": "a", "prompt": "x", "background": 1})"),
+     "steps[0].background: must be a string"},
+    {with_steps(R"({"do": "await"})"),
+     "steps[0].run: required for an \"await\" step"},
+    {with_steps(bg("r") + ", " + await("r", R"(, "node": "a")")),
+     "steps[1].node: unknown key for an \"await\" step"},
+    {with_steps(bg("r") + ", " + await("r", R"(, "expect_recoveries": -1)")),
+     "steps[1].expect_recoveries: must be an integer in [0, 1000], got -1"},
+    {with_steps(bg("r") + ", " + await("r", R"(, "within_s": 0)")),
+     "steps[1].within_s: must be a number in [0.1, 600], got 0"},
+    {with_steps(bg("r", R"(, "reference": "yes")") + ", " + await("r")),
+     "steps[0].reference: must be true or false"},
+    {with_steps(
+       R"({"do": "run", "node": "a", "prompt": "x", "temperature": 2.5})"),
+     "steps[0].temperature: must be a number in [0, 2], got 2.5"},
+    {with_steps(
+       R"({"do": "run", "node": "a", "prompt": "x", "temperature": "hot"})"),
+     "steps[0].temperature: must be a number"},
+    {with_steps(R"({"do": "run", "node": "a", "prompt": "x", "tokens": 4097})"),
+     "steps[0].tokens: must be an integer in [1, 4096], got 4097"},
+    {with_steps(R"({"do": "run", "node": "a", "prompt": "abc", "tokens": 300})"),
+     "steps[0].tokens: 300 tokens after a 3-byte prompt need model.ctx >= 305 "
+     "(it is 256)"},
+    {with_steps(R"({"do": "freeze", "node": "c"})"),
+     "steps[0].node: no node named \"c\""},
+    {with_steps(R"({"do": "freeze"})"),
+     "steps[0].node: required for a \"freeze\" step"},
+    {with_steps(R"({"do": "freeze", "node": "a", "seconds": 1})"),
+     "steps[0].seconds: unknown key for a \"freeze\" step"},
+    {with_steps(R"({"do": "freeze", "node": "a", "coordinator": "z"})"),
+     "steps[0].coordinator: no node named \"z\""},
+    {with_steps(R"({"do": "thaw", "node": "q"})"),
+     "steps[0].node: no node named \"q\""},
+    {with_steps(R"({"do": "thaw", "node": "a", "within_s": 5})"),
+     "steps[0].within_s: unknown key for a \"thaw\" step"},
+    {with_steps(R"({"do": "kill", "node": "a", "run": "r"})"),
+     "steps[0].run: unknown key for a \"kill\" step"},
+    {R"({"name": "s", "model": {"ctx": 8}})",
+     "model.ctx: must be an integer in [16, 65536], got 8"},
+  };
+  for (auto& [json, message] : table) {
+    INFO(json);
+    try {
+      parse(json, "t");
+      FAIL("accepted");
+    } catch (const scenario_error& e) {
+      CHECK_THAT(e.what(), Catch::StartsWith(message));
+    }
+  }
+}
+
+TEST_CASE("the replies of run --json and jobs --json are read") {
+  run_reply r;
+  std::string why;
+  REQUIRE(parse_run_reply(R"({"tokens": [5, 17, 3], "bytes_sent": 0,
+    "prompt_tps": 10.5, "generation_tps": 100, "job": 7, "cancelled": false,
+    "recoveries": [{"reason": "node n3 is dead", "replayed": 40,
+                    "recovery_s": 0.25, "gap_s": 1.5},
+                   {"reason": "stage 1 is gone", "replayed": 0,
+                    "recovery_s": 1, "gap_s": 2}]})",
+                          r, why));
+  CHECK(r.job == 7);
+  CHECK_FALSE(r.cancelled);
+  CHECK(r.tokens == std::vector<std::int64_t>{5, 17, 3});
+  REQUIRE(r.recoveries.size() == 2);
+  CHECK(r.recoveries[0].reason == "node n3 is dead");
+  CHECK(r.recoveries[0].replayed == 40);
+  CHECK(r.recoveries[0].recovery_s == 0.25);
+  CHECK(r.recoveries[0].gap_s == 1.5);
+  CHECK(r.recoveries[1].recovery_s == 1);
+  REQUIRE(parse_run_reply(
+    R"({"tokens": [], "job": 1, "cancelled": true, "recoveries": []})", r,
+    why));
+  CHECK(r.tokens.empty());
+  CHECK(r.cancelled);
+  CHECK_FALSE(parse_run_reply("job 3\ntext: hi", r, why));
+  CHECK_THAT(why, Catch::StartsWith("not JSON"));
+  CHECK_FALSE(parse_run_reply(R"({"tokens": [1], "job": 1})", r, why));
+  CHECK_THAT(why, Catch::StartsWith("not the output of run --json"));
+  CHECK_FALSE(parse_run_reply(
+    R"({"tokens": ["a"], "job": 1, "cancelled": false, "recoveries": []})", r,
+    why));
+  CHECK_THAT(why, Catch::StartsWith("a token that is not an integer"));
+  CHECK_FALSE(parse_run_reply(R"({"tokens": [], "job": 1, "cancelled": false,
+    "recoveries": [{"reason": "x", "replayed": 1}]})",
+                              r, why));
+  CHECK_THAT(why, Catch::StartsWith("a recovery without"));
+
+  std::vector<job_status> jobs;
+  REQUIRE(parse_jobs(R"({"node": "n1", "jobs": [
+    {"job": 4, "model": "abc", "state": "running", "tokens": 12,
+     "sequences": 1, "n_gen": 800, "seconds": 1.5, "cancelling": false,
+     "stages": []}],
+    "recent": [{"job": 3, "state": "finished", "tokens": 8}]})",
+                     jobs, why));
+  REQUIRE(jobs.size() == 1);
+  CHECK(jobs[0].job == 4);
+  CHECK(jobs[0].state == "running");
+  CHECK(jobs[0].tokens == 12);
+  REQUIRE(parse_jobs(R"({"node": "n1", "jobs": [], "recent": []})", jobs, why));
+  CHECK(jobs.empty());
+  CHECK_FALSE(parse_jobs(R"({"node": "n1"})", jobs, why));
+  CHECK(why == "not the output of jobs --json");
+  CHECK_FALSE(parse_jobs(R"({"jobs": [{"job": 1}]})", jobs, why));
+  CHECK_THAT(why, Catch::StartsWith("a job without job, state or tokens"));
+}
+
+TEST_CASE("tokens are compared with the reference's") {
+  CHECK(compare_tokens({1, 2, 3}, {1, 2, 3}).empty());
+  CHECK(compare_tokens({1, 9, 3}, {1, 2, 3})
+        == "token 1 is 9, the reference's 2 (of 3 and 3 tokens)");
+  CHECK(compare_tokens({1, 2}, {1, 2, 3})
+        == "2 tokens, the reference has 3 (the first 2 are equal)");
+  CHECK(compare_tokens({}, {1}) == "0 tokens, the reference has 1 (the first "
+                                   "0 are equal)");
+}
+
 TEST_CASE("every example scenario in scenarios/ is valid") {
   int n = 0;
   for (auto& f : std::filesystem::directory_iterator(EXO_SCENARIOS_DIR)) {
@@ -270,7 +479,7 @@ TEST_CASE("every example scenario in scenarios/ is valid") {
     CHECK(!sc.steps.empty());
     ++n;
   }
-  CHECK(n >= 3);
+  CHECK(n >= 5);
   CHECK_THROWS_WITH(load("/nonexistent/s.json"),
                     "scenario file /nonexistent/s.json: cannot open: No such "
                     "file or directory");
