@@ -76,6 +76,9 @@ enum class task_kind : std::uint8_t { compute, ordered, immediate };
 struct device_task {
   task_kind kind = task_kind::ordered;
   std::function<void(device::task_context&, caf::response_promise&)> run;
+  /// Called, on the device actor's thread, when the device refuses the
+  /// task (it failed verification or is gone) before it runs; optional.
+  std::function<void(const caf::error&)> refused;
 };
 
 /// Lifecycle of a device actor.

@@ -502,6 +502,8 @@ void run_task(self_ptr self, device_task& t, caf::response_promise& rp,
               bool waited) {
   auto& st = self->state;
   if (auto err = st.unusable()) {
+    if (t.refused)
+      t.refused(err);
     rp.deliver(err);
     return;
   }
@@ -720,8 +722,11 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       if (!t.run)
         return make_exo_error(exo_errc::invalid_argument,
                               "task: nothing to run");
-      if (auto err = st.unusable())
+      if (auto err = st.unusable()) {
+        if (t.refused)
+          t.refused(err);
         return err;
+      }
       auto rp = self->make_response_promise();
       // Held while paused (compute), or behind what is held (ordered).
       bool hold = (t.kind == task_kind::compute

@@ -247,7 +247,9 @@ void resume(self_ptr self, const std::string& why, job_pipeline& p);
 
 /// Stages `lost` of the pipeline are gone (or stalled): asks the recoverer
 /// for a new pipeline, or ends the job with `why` when it cannot.
-void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why) {
+/// `device_only`: their devices failed, their nodes live on.
+void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why,
+          bool device_only = false) {
   auto& st = self->state;
   if (st.finished || st.recovering)
     return;
@@ -278,7 +280,7 @@ void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why) {
     self->demonitor(a);
   self
     ->request(st.cfg.recoverer, recovery_timeout, recover_atom::value,
-              st.cfg.id, std::move(lost), why)
+              st.cfg.id, std::move(lost), why, device_only)
     .then([self, why](job_pipeline& p) { resume(self, why, p); },
           [self, why](caf::error& err) {
             auto msg = error_message(err);
@@ -341,9 +343,18 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       return;
     for (std::size_t i = 0; i < st.cfg.stages.size(); ++i)
       if (st.cfg.stages[i].address() == dm.source) {
+        // Its device went away (the shard quit with device_lost): only the
+        // device is lost, its node lives on.
+        auto device_only
+          = dm.reason.category() == exo_error_category()
+            && dm.reason.code()
+                 == static_cast<std::uint8_t>(exo_errc::device_lost);
+        auto msg = error_message(dm.reason);
         lose(self, {static_cast<std::uint32_t>(i)},
              stage_name(st, i) + " is gone: "
-               + self->system().render(dm.reason));
+               + (msg.empty() ? self->system().render(dm.reason)
+                              : "device_lost: " + msg),
+             device_only);
         return;
       }
   });

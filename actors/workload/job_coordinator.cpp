@@ -122,7 +122,7 @@ struct job_run {
   /// an earlier one are dropped (their shards stopped).
   std::uint32_t attempt = 0;
   /// Nodes lost while the run lasts: never placed on again; and the
-  /// devices of this node whose stage went away.
+  /// devices ("node/id") that failed under a stage, their nodes alive.
   std::set<std::string> lost_nodes;
   std::set<std::string> lost_devices;
   /// A running job waiting for its new pipeline (recover_atom).
@@ -622,20 +622,20 @@ void place_and_start(self_ptr self, const run_ptr& run,
 }
 
 /// `view` without what the run lost: the nodes (dead, or holding a stage
-/// that went away) as dead, the devices of this node that lost a stage
-/// left out.
-member_view without_lost(self_ptr self, const job_run& run, member_view view) {
+/// that went away) as dead, the devices that failed under a stage (on a
+/// node that lives on) left out.
+member_view without_lost(const job_run& run, member_view view) {
   for (auto& m : view.members) {
     if (run.lost_nodes.count(m.name) != 0) {
       m.status = member_status::dead;
       continue;
     }
-    if (m.name != self->state.cfg.node)
-      continue;
     auto& devs = m.devices;
     devs.erase(std::remove_if(devs.begin(), devs.end(),
                               [&](const device_info& d) {
-                                return run.lost_devices.count(d.id) != 0;
+                                return run.lost_devices.count(m.name + "/"
+                                                              + d.id)
+                                       != 0;
                               }),
                devs.end());
   }
@@ -760,7 +760,7 @@ void replace_run(self_ptr self, const run_ptr& run, std::string why) {
                 if (attempt != run->attempt || run->ended)
                   return;
                 auto view = with_fresh_devices(nodes.nodes, devs.devices);
-                place_and_start(self, run, without_lost(self, *run, view),
+                place_and_start(self, run, without_lost(*run, view),
                                 "");
               },
               failed);
@@ -776,7 +776,7 @@ void replace_run(self_ptr self, const run_ptr& run, std::string why) {
 /// answers with the new pipeline (recover_atom).
 caf::result<job_pipeline> recover_job(self_ptr self, std::uint64_t id,
                                       const std::vector<std::uint32_t>& lost,
-                                      std::string why) {
+                                      std::string why, bool device_only) {
   auto& st = self->state;
   auto it = st.running.find(id);
   auto run = it == st.running.end() ? nullptr : it->second.run.lock();
@@ -790,8 +790,8 @@ caf::result<job_pipeline> recover_job(self_ptr self, std::uint64_t id,
   for (auto i : lost)
     if (i < run->plan.size()) {
       auto& p = run->plan[i];
-      if (p.node == st.cfg.node) // this node lives: only the device
-        run->lost_devices.insert(p.device);
+      if (device_only || p.node == st.cfg.node) // the node lives on
+        run->lost_devices.insert(p.node + "/" + p.device);
       else
         run->lost_nodes.insert(p.node);
     }
@@ -1183,8 +1183,8 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
   return {
     [self](member_event& e) { on_member(self, e); },
     [self](recover_atom, std::uint64_t id, std::vector<std::uint32_t>& lost,
-           std::string& why) -> caf::result<job_pipeline> {
-      return recover_job(self, id, lost, std::move(why));
+           std::string& why, bool device_only) -> caf::result<job_pipeline> {
+      return recover_job(self, id, lost, std::move(why), device_only);
     },
     [self](inspect_atom) {
       auto& st = self->state;

@@ -179,6 +179,15 @@ void pass_on(hosted_stage& h, stage_step& s, const caf::actor& next,
   rp.delegate(next, forward_atom::value, std::move(s));
 }
 
+/// A device that is gone takes its shard with it: whoever monitors the
+/// shard (its job) sees the stage go with device_lost as the reason, and
+/// re-places it without the device.
+void quit_if_lost(const caf::actor& shard, const caf::error& err) {
+  if (err.category() == exo_error_category()
+      && err.code() == static_cast<std::uint8_t>(exo_errc::device_lost))
+    caf::anon_send(shard, caf::exit_msg{caf::actor_addr{}, err});
+}
+
 /// A step as a device task: compute, then hand the activations to the
 /// next stage (into its inbox by a device copy when it has one on this
 /// node, else in the message) or answer with the logits.
@@ -189,12 +198,14 @@ device_task step_task(self_ptr self, stage_step s,
   t.kind = task_kind::compute;
   t.run = [h = st.hosted, model = st.cfg.model, n_ctx = st.cfg.n_ctx,
            s = std::move(s), io, out = std::move(out), next = st.next,
-           last = st.is_last()](device::task_context& ctx,
-                                caf::response_promise& rp) mutable {
+           last = st.is_last(),
+           shard = caf::actor_cast<caf::actor>(self)](
+            device::task_context& ctx, caf::response_promise& rp) mutable {
     auto t0 = std::chrono::steady_clock::now();
     if (ctx.waited_for_resume())
       ++h->pause_waits;
     if (auto err = compute(*h, *model, n_ctx, s, io)) {
+      quit_if_lost(shard, err);
       rp.deliver(std::move(err));
       return;
     }
@@ -250,6 +261,8 @@ device_task step_task(self_ptr self, stage_step s,
         pass_on(*h, s, next, false, rp);
       });
   };
+  t.refused = [shard = caf::actor_cast<caf::actor>(self)](
+                const caf::error& err) { quit_if_lost(shard, err); };
   return t;
 }
 

@@ -8,6 +8,7 @@
 #include "actors/workload/job_actor.hpp"
 #include "actors/workload/shard_actor.hpp"
 #include "backends/factory/factory.hpp"
+#include "backends/sim/sim_backend.hpp"
 #include "messages/errors.hpp"
 #include "messages/registration.hpp"
 #include "messages/workload.hpp"
@@ -773,8 +774,9 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
     [&f, rs, si, cpu](caf::event_based_actor*) -> caf::behavior {
       return {
         [&f, rs, si, cpu](recover_atom, std::uint64_t,
-                          std::vector<std::uint32_t>& lost,
-                          std::string& why) -> caf::result<job_pipeline> {
+                          std::vector<std::uint32_t>& lost, std::string& why,
+                          bool device_only) -> caf::result<job_pipeline> {
+          CHECK(!device_only); // stages killed: not their devices
           rs->reasons.push_back(why);
           rs->lost.push_back(lost);
           if (rs->refuse)
@@ -882,5 +884,85 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
   }
   for (auto& p : rs->made)
     f.stop(p);
+  self->send_exit(recoverer, caf::exit_reason::user_shutdown);
+}
+
+// Last in the file: the sim device vanishes for good (the registry is the
+// process's; ctest runs each test case in a process of its own).
+TEST_CASE("a job whose device vanishes mid-decode is re-placed without the "
+          "device and gives the tokens of an uninterrupted run",
+          "[workload]") {
+  fixture f;
+  auto si = f.device_index("sim");
+  auto cpu = f.device_index("cpu");
+  REQUIRE(si != cpu);
+  auto* sim = dynamic_cast<backend::sim_device*>(f.devs[si]);
+  REQUIRE(sim);
+  caf::scoped_actor self{*f.sys};
+  auto setup = [&](std::uint64_t id, std::vector<caf::actor> stages) {
+    workload::job_setup j;
+    j.id = id;
+    j.stages = std::move(stages);
+    j.stage_names = {"n1/cpu:0", "n1/sim:0"};
+    j.n_embd = f.model->hparams().n_embd;
+    j.n_vocab = f.model->hparams().n_vocab;
+    j.prompts = {{1, 17, 42, 99, 5}};
+    j.n_gen = 30;
+    j.sampling.temperature = 0.8f;
+    j.sampling.seed = 5;
+    return j;
+  };
+  auto first = f.pipeline({0, 2, 4}, {cpu, si});
+  auto reference = workload::run_job(*f.sys, setup(50, first));
+  REQUIRE(reference.error.empty());
+  struct seen {
+    std::vector<std::uint32_t> lost;
+    std::string why;
+    bool device_only = false;
+    std::vector<caf::actor> made;
+  };
+  auto got = std::make_shared<seen>();
+  auto recoverer = f.sys->spawn<caf::detached>(
+    [&f, got, cpu](caf::event_based_actor*) -> caf::behavior {
+      return {
+        [&f, got, cpu](recover_atom, std::uint64_t,
+                       std::vector<std::uint32_t>& lost, std::string& why,
+                       bool device_only) -> caf::result<job_pipeline> {
+          got->lost = lost;
+          got->why = why;
+          got->device_only = device_only;
+          got->made = f.pipeline({0, 2, 4}, {cpu, cpu});
+          job_pipeline p;
+          p.stages = got->made;
+          p.names = {"n1/cpu:0", "n1/cpu:0"};
+          return p;
+        },
+      };
+    });
+  auto j = setup(51, first);
+  j.recoverer = recoverer;
+  auto count = std::make_shared<int>(0);
+  j.on_token = [count, sim](std::uint32_t, std::int32_t) {
+    if (++*count == 5)
+      sim->vanish();
+  };
+  auto result = std::make_shared<workload::job_result>();
+  j.finish = [result](workload::job_result& r) {
+    *result = r;
+    return caf::make_message(caf::ok_atom::value);
+  };
+  auto job = workload::spawn_job(*f.sys, std::move(j));
+  self->request(job, std::chrono::seconds(120), run_atom::value)
+    .receive([](caf::ok_atom) {},
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  INFO(result->error);
+  CHECK(result->error.empty());
+  CHECK(result->tokens == reference.tokens);
+  REQUIRE(result->recoveries.size() == 1);
+  CHECK(got->device_only);
+  CHECK(got->lost == std::vector<std::uint32_t>{1});
+  CHECK(got->why.find("stage 1 (n1/sim:0) is gone: device_lost") == 0);
+  f.stop(first);
+  f.stop(got->made);
   self->send_exit(recoverer, caf::exit_reason::user_shutdown);
 }
