@@ -19,6 +19,19 @@ void tick(self_ptr self) {
   auto& st = self->state;
   ++st.ticks;
   auto now = steady::now();
+  // This node was paused (SIGSTOP, a suspended VM) for longer than the
+  // failure timeout: the others' silence was ours. Declaring them all dead
+  // on waking made a thawed node gossip stale verdicts that partitioned
+  // the cluster; it hears from them again (or declares them dead) within
+  // a failure timeout from now.
+  if (st.ticks > 1 && now - st.last_tick > st.cfg.failure_timeout) {
+    st.table->heard_from_all(now);
+    st.log("was paused for "
+           + std::to_string(duration_cast<milliseconds>(now - st.last_tick)
+                              .count())
+           + " ms: the members' silence is not held against them");
+  }
+  st.last_tick = now;
   for (auto& name : st.table->expire(now, st.cfg.failure_timeout)) {
     drop_peer(self, name);
     st.log("member " + name + " is dead: no heartbeat");

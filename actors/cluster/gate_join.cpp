@@ -129,13 +129,14 @@ void handshake(self_ptr self, caf::actor peer, std::string key) {
                       auto now = steady::now();
                       st.table->merge(v, now);
                       st.table->revive(responder, now);
-                      if (st.table->accuses_self(v)) {
-                        std::uint64_t seen = 0;
-                        for (auto& m : v.members)
-                          if (m.name == st.cfg.name)
-                            seen = std::max(seen, m.incarnation);
+                      std::uint64_t seen = 0;
+                      for (auto& m : v.members)
+                        if (m.name == st.cfg.name)
+                          seen = std::max(seen, m.incarnation);
+                      if (st.table->accuses_self(v))
                         st.table->bump_incarnation(seen);
-                      }
+                      else // raised for us by the responder (rejoin)
+                        st.table->adopt_incarnation(seen);
                       if (!known)
                         st.log("joined " + responder + " (" + key + ")");
                       connect_missing(self);
@@ -294,11 +295,7 @@ caf::message_handler join_handlers(self_ptr self) {
                         "\" is in use by a live member");
         accept_peer(self, p.claimed, caf::actor_cast<caf::actor>(sender_ptr));
         auto now = steady::now();
-        auto* known = st.table->find(p.claimed);
-        bool fresh = !known || known->incarnation != p.self.incarnation ||
-                     known->status != member_status::alive;
-        st.table->merge(p.self, now);
-        st.table->revive(p.claimed, now);
+        bool fresh = st.table->rejoin(p.self, now);
         ++st.joins_accepted;
         if (fresh)
           st.log("member " + p.claimed + " joined from " + p.self.host + ":" +

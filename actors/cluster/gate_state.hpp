@@ -80,6 +80,7 @@ struct gate_state {
   member_view watched;
   std::vector<held_service_message> held;
   std::uint64_t ticks = 0;
+  steady::time_point last_tick; ///< when the last heartbeat tick ran
   std::uint64_t joins_accepted = 0;
   std::uint64_t joins_refused = 0;
   std::uint64_t gossip_in = 0;

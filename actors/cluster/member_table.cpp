@@ -118,6 +118,42 @@ void member_table::revive(const std::string& name, time_point now) {
   it->second.last_heard = now;
 }
 
+bool member_table::rejoin(const member_info& m, time_point now) {
+  if (m.name == self_)
+    return false;
+  auto it = members_.find(m.name);
+  if (it != members_.end() && it->second.info.status != member_status::alive
+      && it->second.info.incarnation >= m.incarnation) {
+    auto incarnation = it->second.info.incarnation + 1;
+    it->second.info = m;
+    it->second.info.incarnation = incarnation;
+    it->second.info.status = member_status::alive;
+    it->second.info.status_reason.clear();
+    it->second.last_heard = now;
+    return true;
+  }
+  bool fresh = it == members_.end()
+               || it->second.info.incarnation != m.incarnation
+               || it->second.info.status != member_status::alive;
+  merge(m, now);
+  revive(m.name, now);
+  return fresh;
+}
+
+bool member_table::adopt_incarnation(std::uint64_t seen) {
+  auto& me = members_[self_].info;
+  if (seen <= me.incarnation)
+    return false;
+  me.incarnation = seen;
+  return true;
+}
+
+void member_table::heard_from_all(time_point now) {
+  for (auto& [name, e] : members_)
+    if (name != self_)
+      e.last_heard = now;
+}
+
 bool member_table::accuses_self(const member_view& v) const {
   auto mine = self_incarnation();
   for (auto& m : v.members)

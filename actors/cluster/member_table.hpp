@@ -58,6 +58,25 @@ public:
   /// `name` alive again even if gossip had declared it dead.
   void revive(const std::string& name, time_point now);
 
+  /// A member that completed a join handshake with us (`m`: its own
+  /// record). When we hold it dead or gone at its incarnation or later, its
+  /// record comes back alive one incarnation above ours — a verdict that
+  /// other members still gossip at the old incarnation no longer overrides
+  /// it (a frozen node thawed, a partition healed); the member adopts that
+  /// incarnation from the view it gets (adopt_incarnation). Else merged
+  /// and revived. Returns whether it was not known alive at m's
+  /// incarnation before.
+  bool rejoin(const member_info& m, time_point now);
+
+  /// Takes `seen` as our incarnation when it is larger (a peer raised it
+  /// for us on a rejoin). Returns whether it did.
+  bool adopt_incarnation(std::uint64_t seen);
+
+  /// Every member heard from now: after this node itself was paused
+  /// longer than the failure timeout (frozen, suspended), the others'
+  /// silence is not theirs.
+  void heard_from_all(time_point now);
+
   /// Whether `v` claims we are dead or gone (at our incarnation or later).
   bool accuses_self(const member_view& v) const;
 

@@ -81,6 +81,50 @@ TEST_CASE("a completed handshake revives a member gossip called dead") {
   CHECK(t.alive("b"));
 }
 
+TEST_CASE("a member that rejoins after a death verdict comes back one "
+          "incarnation above it, which old gossip cannot undo") {
+  // Seen from a: c was declared dead at incarnation 3 (it froze); it
+  // thawed and completes a join handshake, still at 3.
+  member_table a{member("a", 1)};
+  a.merge(member("c", 3), t0);
+  a.mark("c", member_status::dead, "no heartbeat");
+  CHECK(a.rejoin(member("c", 3), t0 + 1s));
+  REQUIRE(a.find("c"));
+  CHECK(a.alive("c"));
+  CHECK(a.find("c")->incarnation == 4);
+  // b, which still holds the old verdict, gossips it: it no longer wins.
+  member_view from_b;
+  from_b.members = {member("c", 3, member_status::dead)};
+  a.merge(from_b, t0 + 2s);
+  CHECK(a.alive("c"));
+  // c adopts the incarnation the view gives it (never a lower one) and
+  // its own records carry it from then on.
+  member_table c{member("c", 3)};
+  CHECK(c.adopt_incarnation(4));
+  CHECK(c.self_incarnation() == 4);
+  CHECK(!c.adopt_incarnation(2));
+  CHECK(c.self_incarnation() == 4);
+  // A member known alive at that incarnation rejoins as it is.
+  CHECK(!a.rejoin(member("c", 4), t0 + 3s));
+  CHECK(a.find("c")->incarnation == 4);
+  // A member seen for the first time is fresh.
+  CHECK(a.rejoin(member("d", 1), t0 + 3s));
+  CHECK(a.alive("d"));
+}
+
+TEST_CASE("a node paused past the failure timeout does not blame the others "
+          "for its own silence") {
+  member_table t{member("c", 1)};
+  t.merge(member("a", 1), t0);
+  t.merge(member("b", 1), t0);
+  // Woken 5 s later: everyone is heard from now, nobody expires yet.
+  t.heard_from_all(t0 + 5s);
+  CHECK(t.expire(t0 + 5s, 1500ms).empty());
+  CHECK(t.alive("a"));
+  // Still silent a failure timeout later: now it is theirs.
+  CHECK(t.expire(t0 + 7s, 1500ms).size() == 2);
+}
+
 TEST_CASE("records from the network are validated against limits") {
   auto ok = member("node-1", 1);
   CHECK_FALSE(member_table::validate(ok));
