@@ -770,8 +770,10 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
     bool refuse = false;
   };
   auto rs = std::make_shared<recoverer_state>();
+  // (An argument: CAF 0.17 spawns an actor function without one through a
+  // null tuple pointer, which UBSan reports.)
   auto recoverer = f.sys->spawn<caf::detached>(
-    [&f, rs, si, cpu](caf::event_based_actor*) -> caf::behavior {
+    [&f, rs, si, cpu](caf::event_based_actor*, int) -> caf::behavior {
       return {
         [&f, rs, si, cpu](recover_atom, std::uint64_t,
                           std::vector<std::uint32_t>& lost, std::string& why,
@@ -794,7 +796,8 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
           return p;
         },
       };
-    });
+    },
+    0);
   // Runs a job that kills its current first or last stage after the
   // tokens named in `kill_at` (counted over both sequences).
   auto run = [&](workload::job_setup j, std::vector<int> kill_at,
@@ -923,7 +926,7 @@ TEST_CASE("a job whose device vanishes mid-decode is re-placed without the "
   };
   auto got = std::make_shared<seen>();
   auto recoverer = f.sys->spawn<caf::detached>(
-    [&f, got, cpu](caf::event_based_actor*) -> caf::behavior {
+    [&f, got, cpu](caf::event_based_actor*, int) -> caf::behavior {
       return {
         [&f, got, cpu](recover_atom, std::uint64_t,
                        std::vector<std::uint32_t>& lost, std::string& why,
@@ -938,7 +941,8 @@ TEST_CASE("a job whose device vanishes mid-decode is re-placed without the "
           return p;
         },
       };
-    });
+    },
+    0);
   auto j = setup(51, first);
   j.recoverer = recoverer;
   auto count = std::make_shared<int>(0);
