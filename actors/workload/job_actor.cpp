@@ -46,6 +46,9 @@ struct job_state {
   std::uint64_t epoch = 0;
   /// Waiting for the recoverer's new pipeline.
   bool recovering = false;
+  /// Planned moves among the recoveries (drain): not counted against
+  /// max_recoveries.
+  std::size_t planned_moves = 0;
   /// The recovery whose first token is still to come (its stall unknown).
   std::optional<job_recovered> resumed;
   clock_type::time_point lost_at;    ///< when the loss was noticed
@@ -249,7 +252,7 @@ void resume(self_ptr self, const std::string& why, job_pipeline& p);
 /// for a new pipeline, or ends the job with `why` when it cannot.
 /// `device_only`: their devices failed, their nodes live on.
 void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why,
-          bool device_only = false) {
+          bool device_only = false, bool planned = false) {
   auto& st = self->state;
   if (st.finished || st.recovering)
     return;
@@ -262,8 +265,8 @@ void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why,
     st.result.recoveries.push_back(*st.resumed);
     st.resumed.reset();
   }
-  auto tried = st.result.recoveries.size();
-  if (!st.cfg.recoverer || tried >= st.cfg.max_recoveries) {
+  auto tried = st.result.recoveries.size() - st.planned_moves;
+  if (!st.cfg.recoverer || (!planned && tried >= st.cfg.max_recoveries)) {
     if (tried > 0)
       why += " (after " + std::to_string(tried) + " recover"
              + (tried == 1 ? "y" : "ies") + ", at most "
@@ -271,6 +274,8 @@ void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why,
     finish(self, why);
     return;
   }
+  if (planned)
+    ++st.planned_moves;
   st.recovering = true;
   ++st.epoch;
   st.lost_at = clock_type::now();
@@ -375,6 +380,13 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
                                     });
       if (stalled)
         lose(self, std::move(lost), std::move(why));
+    },
+    [self](lost_atom, std::string& why, std::vector<std::uint32_t>& lost,
+           bool planned) {
+      // A planned move (drain): the stages still answer, but their node is
+      // about to go; re-placed now, whatever the pipeline does.
+      if (planned)
+        lose(self, std::move(lost), std::move(why), false, true);
     },
     [self](tick_atom, std::uint64_t epoch, std::string& why) {
       // A step failed settle_time ago and no stage went away since.

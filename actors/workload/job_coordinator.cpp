@@ -1131,6 +1131,48 @@ caf::result<console_reply> console_cancel(self_ptr self,
   return rp;
 }
 
+/// Console `drain NODE`: every run this node coordinates with stages on
+/// NODE is re-placed without it now (the recovery path, started by a
+/// planned lost notice), so that NODE may leave without failing them.
+caf::result<console_reply> console_drain(self_ptr self,
+                                         const std::string& arg) {
+  auto& st = self->state;
+  console::parsed_command p;
+  try {
+    p = console::parse_command("drain", arg);
+  } catch (const console::command_error& e) {
+    return fail(exo_errc::invalid_argument,
+                std::string{e.what()} + " (drain NODE)");
+  }
+  auto& node = p.args[0];
+  text::json moved = text::json::array();
+  std::string ids;
+  for (auto& [id, rj] : st.running) {
+    std::vector<std::uint32_t> lost;
+    for (std::uint32_t i = 0; i < rj.plan.size(); ++i)
+      if (rj.plan[i].node == node)
+        lost.push_back(i);
+    auto run = rj.run.lock();
+    if (lost.empty() || !run)
+      continue;
+    run->lost_nodes.insert(node);
+    self->send(rj.job, lost_atom::value,
+               "node " + node + " is drained (a planned move)", lost, true);
+    moved.push_back(id);
+    ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+  }
+  console_reply r;
+  r.command = "drain";
+  r.text = moved.empty()
+             ? "no run of " + st.cfg.node + " has a stage on " + node + "\n"
+             : "moving job" + std::string{moved.size() > 1 ? "s " : " "} + ids
+                 + " off " + node
+                 + ": re-placed on the other nodes, each goes on from its "
+                   "next token (jobs shows where)\n";
+  r.json = text::spaced({{"node", node}, {"moving", moved}});
+  return r;
+}
+
 /// A member that is no longer alive ends every running job with a stage
 /// on it at once (a killed node's stages go away and their jobs see it; a
 /// frozen one keeps its connection until the gate declares it dead).
@@ -1220,6 +1262,8 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
         return list_jobs(self);
       if (cmd == "cancel")
         return console_cancel(self, arg);
+      if (cmd == "drain")
+        return console_drain(self, arg);
       return fail(exo_errc::invalid_argument,
                   "the jobs service has no command " + cmd);
     },
@@ -1248,7 +1292,7 @@ service spawn_jobs_service(const service_context& ctx) {
   s.name = "jobs";
   s.kind = "jobs";
   s.handle = spawn_job_coordinator(*ctx.sys, std::move(cfg));
-  s.commands = {"run", "jobs", "cancel"};
+  s.commands = {"run", "jobs", "cancel", "drain"};
   return s;
 }
 

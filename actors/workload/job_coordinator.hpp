@@ -39,6 +39,10 @@
 ///       text and tokens/s; this node's stdout shows the placement, "job N
 ///       started" and the tokens as they come;
 ///   jobs    -> the jobs this node coordinates: id, model, tokens so far;
+///   drain NODE -> the runs it coordinates with stages on NODE are
+///       re-placed without NODE at once (the recovery path: fresh stages,
+///       the tokens so far re-fed), so NODE can leave; not counted against
+///       a job's max_recoveries;
 ///   cancel N -> job N stops at its next token boundary; its `run` replies
 ///       with the text so far and "cancelled: job N stopped after T
 ///       generated tokens". Job ids are per coordinating node.

@@ -173,6 +173,9 @@ std::vector<command_spec> make_table() {
   add("jobs", "", {}, {}, "the runs this node coordinates");
   add("cancel", "", {arg("JOB", vt::count)}, {},
       "stop a run at its next token");
+  add("drain", "", {arg("NODE", vt::text)}, {},
+      "move the stages that this node's runs have on NODE to other nodes "
+      "(re-placed; each re-reads its tokens) before NODE leaves");
   // The client's own.
   add("help", "", {arg("COMMAND", vt::text, false)}, {},
       "this text, or one command's arguments and options")

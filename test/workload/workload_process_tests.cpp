@@ -525,6 +525,60 @@ TEST_CASE("the solver re-places a job that lost a node on the two that "
   CHECK(line_after(runner.out(), "text: ") == line_after(whole.out, "text: "));
 }
 
+TEST_CASE("drain moves a running job's stage off a node, which may then "
+          "leave, and the tokens are those of an uninterrupted run",
+          "[workload][process]") {
+  pki p{"exo-drain"};
+  auto model = long_model(p);
+  p.node("coord");
+  p.node("leaving");
+  auto a = start(p, "coord", {});
+  auto b = start(p, "leaving", {a.port});
+  REQUIRE(eventually(
+    p, a.port, "nodes",
+    [](const std::string& out) {
+      return contains(out, "\"leaving\"")
+             && !contains(out, "\"status\": \"dead\"");
+    },
+    30s));
+  auto job = "run --model " + model
+             + " --prompt \"once upon a time\" -n 3000 --seed 2 "
+               "--temperature 0";
+  auto solo = console(p, a.port, job + " --stages 1");
+  REQUIRE(solo.code == 0);
+  process runner{{exo_console(), "--connect",
+                  "127.0.0.1:" + std::to_string(a.port), "--cert",
+                  p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
+                  "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
+                  "--token-file", p.dir + "/coord/state/access/admin.token",
+                  "--exec", job + " --stages 2"}};
+  REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
+  auto d = console(p, a.port, "drain leaving");
+  INFO(d.out << d.err);
+  CHECK(d.code == 0);
+  CHECK(contains(d.out, "moving job 2 off leaving"));
+  // Once moved, the node leaves; the run goes on without it.
+  REQUIRE(a.proc->wait_for_output("job 2 re-placed after node leaving is "
+                                  "drained",
+                                  60s));
+  auto moved = a.proc->out();
+  moved = moved.substr(moved.rfind("job 2 re-placed after"));
+  moved = moved.substr(0, moved.find('\n'));
+  CHECK(contains(moved, "now on coord/"));
+  CHECK(!contains(moved, "leaving/"));
+  b.proc->signal(SIGTERM);
+  CHECK(b.proc->wait(30s) == 0);
+  auto code = runner.wait(120s);
+  INFO(runner.out() << runner.err());
+  REQUIRE(code == 0);
+  CHECK(contains(runner.out(), "job 2 recovered from node leaving is "
+                               "drained (a planned move)"));
+  CHECK(line_after(runner.out(), "text: ") == line_after(solo.out, "text: "));
+  // Nothing of this node's on it now.
+  auto again = console(p, a.port, "drain leaving");
+  CHECK(contains(again.out, "no run of coord has a stage on leaving"));
+}
+
 TEST_CASE("a job placed on a node that froze before its stage started is "
           "placed again without it when the node is declared dead, not "
           "after the shard timeout",
