@@ -271,6 +271,14 @@ void job_ended(self_ptr self, std::uint64_t id, const std::string& state) {
   st.running.erase(it);
 }
 
+/// Where the run's stages are: "n1/cpu:0 n2/cpu:0".
+std::string stage_list(const job_run& run) {
+  std::string out;
+  for (auto& r : run.ready)
+    out += (out.empty() ? "" : " ") + r.node + "/" + r.device;
+  return out;
+}
+
 void start_job(self_ptr self, const run_ptr& run) {
   auto& req = run->job.request;
   auto& hp = run->job.model->hparams();
@@ -309,9 +317,7 @@ void start_job(self_ptr self, const run_ptr& run) {
     return caf::make_message(make_report(*run, id, r));
   };
   auto job_id = std::to_string(id);
-  std::string stages;
-  for (auto& r : run->ready)
-    stages += (stages.empty() ? "" : " ") + r.node + "/" + r.device;
+  auto stages = stage_list(*run);
   audit_job(self, audit::event_type::job_submitted,
             {{"job", job_id},
              {"model", run->sha.substr(0, 16)},
@@ -374,25 +380,19 @@ void stages_linked(self_ptr self, const run_ptr& run) {
   }
   p.placement = run->placement_text;
   auto& st = self->state;
+  auto stages = stage_list(*run);
   if (auto it = st.running.find(run->id); it != st.running.end()) {
-    std::string stages;
-    for (auto& n : p.names)
-      stages += (stages.empty() ? "" : " ") + n;
     it->second.stages = stages;
     it->second.plan = run->plan;
   }
   audit_job(self, audit::event_type::job_recovered,
             {{"job", std::to_string(run->id)},
-             {"stages", st.running.count(run->id)
-                          ? st.running[run->id].stages
-                          : std::string{}},
+             {"stages", stages},
              {"lost", run->lost_why}},
             audit::severity::warning);
   // The node's log says it for every job (a gateway's too).
   std::cout << "exo-node " << st.cfg.node << ": job " << run->id
-            << " re-placed after " << run->lost_why << ": now on "
-            << (st.running.count(run->id) ? st.running[run->id].stages
-                                          : std::string{})
+            << " re-placed after " << run->lost_why << ": now on " << stages
             << std::endl;
   auto rp = std::move(*run->recovery);
   run->recovery.reset();
@@ -1131,6 +1131,16 @@ caf::result<console_reply> console_cancel(self_ptr self,
   return rp;
 }
 
+/// The indices of the stages of `plan` on `node`.
+std::vector<std::uint32_t> stages_on(const std::vector<stage_place>& plan,
+                                     const std::string& node) {
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t i = 0; i < plan.size(); ++i)
+    if (plan[i].node == node)
+      out.push_back(i);
+  return out;
+}
+
 /// Console `drain NODE`: every run this node coordinates with stages on
 /// NODE is re-placed without it now (the recovery path, started by a
 /// planned lost notice), so that NODE may leave without failing them.
@@ -1148,10 +1158,7 @@ caf::result<console_reply> console_drain(self_ptr self,
   text::json moved = text::json::array();
   std::string ids;
   for (auto& [id, rj] : st.running) {
-    std::vector<std::uint32_t> lost;
-    for (std::uint32_t i = 0; i < rj.plan.size(); ++i)
-      if (rj.plan[i].node == node)
-        lost.push_back(i);
+    auto lost = stages_on(rj.plan, node);
     auto run = rj.run.lock();
     if (lost.empty() || !run)
       continue;
@@ -1188,10 +1195,7 @@ void on_member(self_ptr self, const member_event& e) {
            + std::to_string(p.last) + ")";
   };
   for (auto& [id, rj] : self->state.running) {
-    std::vector<std::uint32_t> lost;
-    for (std::uint32_t i = 0; i < rj.plan.size(); ++i)
-      if (rj.plan[i].node == e.member.name)
-        lost.push_back(i);
+    auto lost = stages_on(rj.plan, e.member.name);
     if (!lost.empty())
       self->send(rj.job, lost_atom::value, why(rj.plan[lost.front()]),
                  lost);

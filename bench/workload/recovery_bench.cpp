@@ -108,12 +108,8 @@ TEST_CASE("recovery stall per kind of event", "[.bench]") {
                  && contains(out, "\"status\": \"alive\"");
         },
         30s));
-      process runner{{exo_console(), "--connect",
-                      "127.0.0.1:" + std::to_string(a.port), "--cert",
-                      p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
-                      "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
-                      "--token-file", p.dir + "/coord/state/access/admin.token",
-                      "--exec", job + " --stages 2"}};
+      process runner{console_argv(p, a.port, {job + " --stages 2"},
+                                  {false, std::chrono::minutes(10)})};
       REQUIRE(a.proc->wait_for_output(
         "job " + std::to_string(++jobs) + " started", 120s));
       auto moment = moments[static_cast<std::size_t>(i) % moments.size()];

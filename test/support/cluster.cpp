@@ -110,9 +110,9 @@ node_proc start_node(const pki& p, const node_options& o) {
   return n;
 }
 
-run_result console(const pki& p, std::uint16_t port,
-                   const std::vector<std::string>& cmds,
-                   const console_options& o) {
+std::vector<std::string> console_argv(const pki& p, std::uint16_t port,
+                                      const std::vector<std::string>& cmds,
+                                      const console_options& o) {
   auto client = p.dir + "/" + o.client + "/" + o.client;
   std::vector<std::string> argv{exo_console(),
                                 "--connect",
@@ -131,7 +131,13 @@ run_result console(const pki& p, std::uint16_t port,
   }
   if (o.json)
     argv.push_back("--json");
-  return run(argv, o.timeout + std::chrono::seconds(60));
+  return argv;
+}
+
+run_result console(const pki& p, std::uint16_t port,
+                   const std::vector<std::string>& cmds,
+                   const console_options& o) {
+  return run(console_argv(p, port, cmds, o), o.timeout + std::chrono::seconds(60));
 }
 
 bool poll_console(const pki& p, std::uint16_t port, const std::string& cmd,

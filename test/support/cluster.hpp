@@ -90,6 +90,12 @@ struct console_options {
 /// admin.token) in `state_dir` (start_node does it).
 void register_admin_token(std::uint16_t port, const std::string& state_dir);
 
+/// The command line of exo-console against 127.0.0.1:port with one --exec
+/// per command (for a console that runs beside the test: process{...}).
+std::vector<std::string> console_argv(const pki& p, std::uint16_t port,
+                                      const std::vector<std::string>& cmds,
+                                      const console_options& o = {});
+
 /// Runs exo-console against 127.0.0.1:port with one --exec per command.
 run_result console(const pki& p, std::uint16_t port,
                    const std::vector<std::string>& cmds,

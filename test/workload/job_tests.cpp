@@ -122,21 +122,30 @@ struct fixture {
     }
   }
 
-  workload::job_result run(const std::vector<std::uint32_t>& bounds,
-                       std::vector<std::vector<std::int32_t>> prompts,
-                       std::uint32_t n_gen, float temperature,
-                       std::uint64_t seed = 3) {
-    auto stages = pipeline(bounds);
+  /// A job of this model over `stages`.
+  workload::job_setup job(std::uint64_t id, std::vector<caf::actor> stages,
+                          std::vector<std::vector<std::int32_t>> prompts,
+                          std::uint32_t n_gen, float temperature,
+                          std::uint64_t seed = 3) const {
     workload::job_setup j;
-    j.id = 1;
-    j.stages = stages;
+    j.id = id;
+    j.stages = std::move(stages);
     j.n_embd = model->hparams().n_embd;
     j.n_vocab = model->hparams().n_vocab;
     j.prompts = std::move(prompts);
     j.n_gen = n_gen;
     j.sampling.temperature = temperature;
     j.sampling.seed = seed;
-    auto r = workload::run_job(*sys, std::move(j));
+    return j;
+  }
+
+  workload::job_result run(const std::vector<std::uint32_t>& bounds,
+                       std::vector<std::vector<std::int32_t>> prompts,
+                       std::uint32_t n_gen, float temperature,
+                       std::uint64_t seed = 3) {
+    auto stages = pipeline(bounds);
+    auto r = workload::run_job(
+      *sys, job(1, stages, std::move(prompts), n_gen, temperature, seed));
     stop(stages);
     return r;
   }
@@ -654,15 +663,8 @@ TEST_CASE("a job ends at once naming a stage that goes away, and on a lost "
   auto si = f.device_index("sim");
   caf::scoped_actor self{*f.sys};
   auto setup = [&](std::uint64_t id, std::vector<caf::actor> stages) {
-    workload::job_setup j;
-    j.id = id;
-    j.stages = std::move(stages);
+    auto j = f.job(id, std::move(stages), {{1, 17, 42, 99, 5}}, 40, 0);
     j.stage_names = {"n1/sim:0", "n2/sim:0"};
-    j.n_embd = f.model->hparams().n_embd;
-    j.n_vocab = f.model->hparams().n_vocab;
-    j.prompts = {{1, 17, 42, 99, 5}};
-    j.n_gen = 40;
-    j.sampling.temperature = 0;
     return j;
   };
   auto run = [&](workload::job_setup j,
@@ -743,16 +745,9 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
   // Two sequences sampled at temperature 0.8: each sampler's state must
   // carry over a recovery for the tokens to match.
   auto setup = [&](std::uint64_t id, std::vector<caf::actor> stages) {
-    workload::job_setup j;
-    j.id = id;
-    j.stages = std::move(stages);
+    auto j = f.job(id, std::move(stages), {{1, 17, 42, 99, 5}, {3, 8, 250}},
+                   40, 0.8f, 11);
     j.stage_names = {"n1/sim:0", "n2/cpu:0"};
-    j.n_embd = f.model->hparams().n_embd;
-    j.n_vocab = f.model->hparams().n_vocab;
-    j.prompts = {{1, 17, 42, 99, 5}, {3, 8, 250}};
-    j.n_gen = 40;
-    j.sampling.temperature = 0.8f;
-    j.sampling.seed = 11;
     return j;
   };
   auto reference_stages = f.pipeline({0, 2, 4}, {si, cpu});
@@ -903,16 +898,8 @@ TEST_CASE("a job whose device vanishes mid-decode is re-placed without the "
   REQUIRE(sim);
   caf::scoped_actor self{*f.sys};
   auto setup = [&](std::uint64_t id, std::vector<caf::actor> stages) {
-    workload::job_setup j;
-    j.id = id;
-    j.stages = std::move(stages);
+    auto j = f.job(id, std::move(stages), {{1, 17, 42, 99, 5}}, 30, 0.8f, 5);
     j.stage_names = {"n1/cpu:0", "n1/sim:0"};
-    j.n_embd = f.model->hparams().n_embd;
-    j.n_vocab = f.model->hparams().n_vocab;
-    j.prompts = {{1, 17, 42, 99, 5}};
-    j.n_gen = 30;
-    j.sampling.temperature = 0.8f;
-    j.sampling.seed = 5;
     return j;
   };
   auto first = f.pipeline({0, 2, 4}, {cpu, si});

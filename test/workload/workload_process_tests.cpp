@@ -91,18 +91,22 @@ std::string long_model(const pki& p) {
   return model;
 }
 
+/// exo-console running `cmd` on the node at `port` with the node's admin
+/// token, beside the test, with the console's own timeout ten minutes away.
+std::vector<std::string> background_console(const pki& p, std::uint16_t port,
+                                            const std::string& cmd) {
+  return console_argv(p, port, {cmd}, {false, std::chrono::minutes(10)});
+}
+
 /// exo-console running, on node `g`, 64 greedy sequences of 4000 tokens of
 /// `model` (far longer than any test waits), with a 10-minute timeout.
 std::vector<std::string> long_run(const pki& p, const node_proc& g,
                                   const std::string& model) {
-  return {exo_console(), "--connect", "127.0.0.1:" + std::to_string(g.port),
-          "--cert", p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
-          "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
-          "--token-file", p.dir + "/" + g.name + "/state/access/admin.token",
-          "--exec",
-          "run --model " + model
-            + " --prompt \"once upon a time\" -n 4000 --seed 2 "
-              "--temperature 0 --sequences 64 --stages 1"};
+  return background_console(p, g.port,
+                            "run --model " + model
+                              + " --prompt \"once upon a time\" -n 4000 "
+                                "--seed 2 --temperature 0 --sequences 64 "
+                                "--stages 1");
 }
 
 } // namespace
@@ -341,12 +345,7 @@ TEST_CASE("a job whose other node is killed or freezes mid-run is re-placed "
       30s));
     // Two stages, the second on `name`, with the console's and the job's
     // own timeouts far away.
-    process runner{{exo_console(), "--connect",
-                    "127.0.0.1:" + std::to_string(a.port), "--cert",
-                    p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
-                    "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
-                    "--token-file", p.dir + "/coord/state/access/admin.token",
-                    "--exec", job + " --stages 2"}};
+    process runner{background_console(p, a.port, job + " --stages 2")};
     auto id = std::to_string(++jobs);
     REQUIRE(a.proc->wait_for_output("job " + id + " started", 120s));
     std::this_thread::sleep_for(300ms); // tokens are flowing
@@ -416,15 +415,10 @@ TEST_CASE("a job whose survivors cannot hold its model fails at once, "
              && !contains(out, "\"status\": \"suspect\"");
     },
     30s));
-  process runner{{exo_console(), "--connect",
-                  "127.0.0.1:" + std::to_string(a.port), "--cert",
-                  p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
-                  "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
-                  "--token-file", p.dir + "/coord/state/access/admin.token",
-                  "--exec",
-                  "run --model " + model
-                    + " --prompt \"once upon a time\" -n 4000 --seed 2 "
-                      "--temperature 0"}};
+  process runner{background_console(
+    p, a.port,
+    "run --model " + model
+      + " --prompt \"once upon a time\" -n 4000 --seed 2 --temperature 0")};
   REQUIRE(a.proc->wait_for_output("job 1 started", 120s));
   REQUIRE(contains(a.proc->out(), "on roomy"));
   std::this_thread::sleep_for(300ms);
@@ -498,12 +492,7 @@ TEST_CASE("the solver re-places a job that lost a node on the two that "
     return n == 3;
   };
   CHECK(eventually(p, a.port, "devices", all_free, 10s));
-  process runner{{exo_console(), "--connect",
-                  "127.0.0.1:" + std::to_string(a.port), "--cert",
-                  p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
-                  "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
-                  "--token-file", p.dir + "/coord/state/access/admin.token",
-                  "--exec", job}};
+  process runner{background_console(p, a.port, job)};
   REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
   // A node of its plan other than coord.
   auto placed = a.proc->out();
@@ -546,12 +535,7 @@ TEST_CASE("drain moves a running job's stage off a node, which may then "
                "--temperature 0";
   auto solo = console(p, a.port, job + " --stages 1");
   REQUIRE(solo.code == 0);
-  process runner{{exo_console(), "--connect",
-                  "127.0.0.1:" + std::to_string(a.port), "--cert",
-                  p.dir + "/ops/ops.crt", "--key", p.dir + "/ops/ops.key",
-                  "--ca", p.dir + "/ca/ca.crt", "--timeout-ms", "600000",
-                  "--token-file", p.dir + "/coord/state/access/admin.token",
-                  "--exec", job + " --stages 2"}};
+  process runner{background_console(p, a.port, job + " --stages 2")};
   REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
   auto d = console(p, a.port, "drain leaving");
   INFO(d.out << d.err);
