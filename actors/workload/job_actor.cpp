@@ -338,6 +338,58 @@ void resume(self_ptr self, const std::string& why, job_pipeline& p) {
       send_step(self, static_cast<std::uint32_t>(j));
 }
 
+/// Takes the tokens the sequences generated before this job (setup's
+/// `generated`): each is fed after its prompt, its sampler skips their
+/// draws, a sequence that had ended stays ended. Returns what is wrong with
+/// them ("" when nothing).
+std::string take_generated(self_ptr self) {
+  auto& st = self->state;
+  auto& gen = st.cfg.generated;
+  if (gen.empty())
+    return {};
+  if (gen.size() != st.seqs.size())
+    return "the job resumes " + std::to_string(gen.size())
+           + " sequences, it has " + std::to_string(st.seqs.size());
+  job_recovered r;
+  r.job = st.cfg.id;
+  r.reason = st.cfg.resumed_after;
+  r.placement = st.cfg.resumed_placement;
+  for (std::size_t j = 0; j < gen.size(); ++j) {
+    auto& q = st.seqs[j];
+    auto& got = gen[j];
+    if (got.size() > st.cfg.n_gen)
+      return "sequence " + std::to_string(j) + " resumes "
+             + std::to_string(got.size()) + " tokens, more than the "
+             + std::to_string(st.cfg.n_gen) + " it may generate";
+    for (auto t : got)
+      if (t < 0 || static_cast<std::uint32_t>(t) >= st.cfg.n_vocab)
+        return "sequence " + std::to_string(j) + " resumes token "
+               + std::to_string(t) + ", outside the vocabulary of "
+               + std::to_string(st.cfg.n_vocab);
+    st.result.tokens[j] = got;
+    q.smp->skip(got.size());
+    if (!got.empty()
+        && (got.size() >= st.cfg.n_gen || st.cfg.eog.count(got.back()) != 0)) {
+      q.done = true;
+      q.prompt_done = true;
+      --st.running;
+      if (--st.prompts_left == 0)
+        st.t_prompts = st.t0;
+      continue;
+    }
+    q.feed.insert(q.feed.end(), got.begin(), got.end());
+    r.replayed += q.feed.size();
+  }
+  if (!r.reason.empty()) {
+    st.resumed = std::move(r);
+    st.lost_at = st.cfg.resumed_since == clock_type::time_point{}
+                   ? st.t0
+                   : st.cfg.resumed_since;
+    st.last_token = st.lost_at;
+  }
+  return {};
+}
+
 caf::behavior job_impl(self_ptr self, job_setup cfg) {
   self->state.cfg = std::move(cfg);
   for (auto& stage : self->state.cfg.stages)
@@ -433,9 +485,18 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       st.prompts_left = m;
       st.running = m;
       st.last_token = st.t0;
+      if (auto why = take_generated(self); !why.empty()) {
+        finish(self, why);
+        return st.rp;
+      }
+      if (st.running == 0) { // every sequence had ended before
+        finish(self, "");
+        return st.rp;
+      }
       if (!st.recovering) // else the new pipeline starts them (resume)
         for (std::size_t j = 0; j < m; ++j)
-          send_step(self, static_cast<std::uint32_t>(j));
+          if (!st.seqs[j].done)
+            send_step(self, static_cast<std::uint32_t>(j));
       self->delayed_send(self, watchdog_period(st.cfg.step_timeout),
                          tick_atom::value);
       return st.rp;

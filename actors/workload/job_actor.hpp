@@ -98,6 +98,17 @@ struct job_setup {
   /// Called in the job's context after each recovery, with the first token
   /// that follows it (its stall measured).
   std::function<void(const job_recovered&)> on_recovered;
+  /// Tokens each sequence generated before this job began (a job taken
+  /// over from a coordinating node that died, its tokens replicated): fed
+  /// after the prompt, the sampler advanced past them (sampler::skip), so
+  /// the job goes on exactly as the first one would have. They are part of
+  /// the result (not of generated_tokens) and not passed to on_token.
+  std::vector<std::vector<std::int32_t>> generated;
+  /// With `generated`: what the job resumes after and since when; reported
+  /// as its first recovery (its stall measured to the first new token).
+  std::string resumed_after;
+  std::string resumed_placement;
+  std::chrono::steady_clock::time_point resumed_since{};
   /// Turns the result into the reply to (run_atom).
   std::function<caf::message(job_result&)> finish;
 };

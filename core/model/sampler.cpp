@@ -25,6 +25,11 @@ size_t sampler::first_non_finite(const float* logits, size_t n) {
   return n;
 }
 
+void sampler::skip(size_t n) {
+  if (p_.temperature > 0.0f)
+    rng_.discard(n);
+}
+
 int32_t sampler::sample(const float* logits, size_t n) {
   if (n == 0)
     return -1;

@@ -24,6 +24,12 @@ public:
   /// Returns the chosen token id among `n` logits.
   int32_t sample(const float* logits, size_t n);
 
+  /// Puts the sampler where it would be after `n` calls of sample(): each
+  /// call at a temperature above 0 draws one number, at 0 none. A job taken
+  /// over from another node (its tokens so far replicated) goes on with the
+  /// same draws as an uninterrupted run.
+  void skip(size_t n);
+
   /// Index of the largest logit (the lowest index on ties).
   static int32_t argmax(const float* logits, size_t n);
 

@@ -67,3 +67,38 @@ TEST_CASE("the same seed gives the same draws", "[sampler]") {
   CHECK(da == db);
   CHECK(da != dc);
 }
+
+TEST_CASE("skip(n) puts a sampler where n samples would, whatever the "
+          "logits were", "[sampler]") {
+  std::vector<float> l(50), other(50);
+  for (size_t i = 0; i < l.size(); ++i) {
+    l[i] = static_cast<float>((i * 13) % 7) * 0.4f;
+    other[i] = static_cast<float>(i % 3);
+  }
+  for (float temp : {0.0f, 0.7f, 1.3f}) {
+    CAPTURE(temp);
+    sampler_params p;
+    p.temperature = temp;
+    p.top_k = 20;
+    p.top_p = 0.95f;
+    p.seed = 7;
+    sampler run(p), resumed(p);
+    // The first 17 tokens came from other logits (another node's run).
+    for (int i = 0; i < 17; ++i)
+      run.sample(other.data(), other.size());
+    resumed.skip(17);
+    std::vector<int32_t> a, b;
+    for (int i = 0; i < 40; ++i) {
+      a.push_back(run.sample(l.data(), l.size()));
+      b.push_back(resumed.sample(l.data(), l.size()));
+    }
+    CHECK(a == b);
+    if (temp > 0) { // a sampler that did not skip draws differently
+      sampler fresh(p);
+      std::vector<int32_t> c;
+      for (int i = 0; i < 40; ++i)
+        c.push_back(fresh.sample(l.data(), l.size()));
+      CHECK(c != a);
+    }
+  }
+}

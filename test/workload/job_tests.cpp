@@ -957,3 +957,74 @@ TEST_CASE("a job whose device vanishes mid-decode is re-placed without the "
   f.stop(got->made);
   self->send_exit(recoverer, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("a job resumed from the tokens another job generated goes on "
+          "exactly as that job did", "[workload]") {
+  fixture f;
+  std::vector<std::vector<std::int32_t>> ps{{1, 17, 42, 99, 5}, {3, 8, 250},
+                                            {1, 250}};
+  // The uninterrupted run: three sequences at temperature 0.9, 30 tokens.
+  auto reference = f.run({0, 2, 4}, ps, 30, 0.9f, 5);
+  REQUIRE(reference.error.empty());
+  for (std::size_t cut : {std::size_t{0}, std::size_t{1}, std::size_t{13},
+                          std::size_t{30}}) {
+    CAPTURE(cut);
+    auto stages = f.pipeline({0, 2, 4});
+    auto j = f.job(2, stages, ps, 30, 0.9f, 5);
+    // What a coordinator that died had replicated: each sequence's first
+    // `cut` tokens (sequence 2 one fewer: replicas lag unevenly).
+    for (std::size_t s = 0; s < ps.size(); ++s) {
+      auto n = s == 2 && cut > 0 ? cut - 1 : cut;
+      j.generated.emplace_back(reference.tokens[s].begin(),
+                               reference.tokens[s].begin() + n);
+    }
+    j.resumed_after = "coordinator n1 is dead";
+    auto fresh = std::make_shared<std::vector<std::int32_t>>();
+    j.on_token = [fresh](std::uint32_t s, std::int32_t t) {
+      if (s == 0)
+        fresh->push_back(t);
+    };
+    auto r = workload::run_job(*f.sys, std::move(j));
+    f.stop(stages);
+    REQUIRE(r.error.empty());
+    for (std::size_t s = 0; s < ps.size(); ++s) {
+      CAPTURE(s);
+      CHECK(r.tokens[s] == reference.tokens[s]);
+    }
+    // Only the new tokens are produced (and counted) again.
+    CHECK(fresh->size() == 30 - cut);
+    CHECK(r.generated_tokens == 3 * 30 - (3 * cut - (cut > 0 ? 1 : 0)));
+    // The takeover is the job's first recovery: the prompts and tokens of
+    // the sequences still running were re-fed.
+    REQUIRE(r.recoveries.size() == 1);
+    CHECK(r.recoveries[0].reason == "coordinator n1 is dead");
+    CHECK(r.recoveries[0].replayed
+          == (cut < 30 ? 5 + 3 + 2 * cut : 0) + 2 + (cut > 0 ? cut - 1 : 0));
+  }
+  SECTION("a job whose sequences had all ended ends at once") {
+    auto stages = f.pipeline({0, 4});
+    auto j = f.job(4, stages, ps, 30, 0.9f, 5);
+    j.generated = reference.tokens;
+    j.resumed_after = "coordinator n1 is dead";
+    auto r = workload::run_job(*f.sys, std::move(j));
+    f.stop(stages);
+    REQUIRE(r.error.empty());
+    CHECK(r.tokens == reference.tokens);
+    CHECK(r.generated_tokens == 0);
+    CHECK(r.recoveries.empty());
+  }
+  SECTION("tokens outside the vocabulary or too many are refused") {
+    auto stages = f.pipeline({0, 4});
+    auto j = f.job(3, stages, {{1, 2}}, 5, 0.0f);
+    j.generated = {{4, 999999}};
+    auto r = workload::run_job(*f.sys, j);
+    CHECK(r.error.find("outside the vocabulary") != std::string::npos);
+    j.generated = {{4, 4, 4, 4, 4, 4}};
+    r = workload::run_job(*f.sys, j);
+    CHECK(r.error.find("more than the 5") != std::string::npos);
+    j.generated = {{4}, {4}};
+    r = workload::run_job(*f.sys, j);
+    CHECK(r.error.find("resumes 2 sequences") != std::string::npos);
+    f.stop(stages);
+  }
+}
