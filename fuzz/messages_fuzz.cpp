@@ -65,6 +65,8 @@ const fn types[] = {
   round_trip<exo::job_report>,
   round_trip<exo::job_recovered>,
   round_trip<exo::job_pipeline>,
+  round_trip<exo::job_replica>,
+  round_trip<exo::job_progress>,
   round_trip<exo::plan_request>,
   round_trip<exo::plan_stage_info>,
   round_trip<exo::plan_info>,

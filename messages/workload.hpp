@@ -86,6 +86,19 @@ using recover_atom = caf::atom_constant<caf::atom("recover")>;
 /// stage_step::on_device). Refused for senders of other nodes.
 using inbox_atom = caf::atom_constant<caf::atom("inbox")>;
 
+/// (replicate_atom, job_replica) -> ok, from a job's coordinator to the
+/// jobs service of the node that backs the job up; then (replicate_atom,
+/// job_progress) as tokens come. See job_replica.
+using replicate_atom = caf::atom_constant<caf::atom("replicate")>;
+/// (attach_atom, key) -> console_reply: the jobs service that runs or backs
+/// up the job named `key` (its run --id, or NODE:ID) answers when the job
+/// ends, as the console's `run` would have.
+using attach_atom = caf::atom_constant<caf::atom("attach")>;
+/// (prefetch_atom, sha256, size, source node) -> path, to a shard host:
+/// fetches the whole model file into this node's model cache (from the
+/// source's bulk channel, verified) and answers with its path.
+using prefetch_atom = caf::atom_constant<caf::atom("prefetch")>;
+
 /// Largest batch, sequence count and context a shard accepts from a peer.
 constexpr std::size_t max_sequences_per_shard = 1024;
 
@@ -172,7 +185,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_request& x) {
   return wire(f, caf::meta::type_name("exo.job_request"), x.model, x.prompt,
               x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
-              x.keep_logits, x.special, x.stop_tokens);
+              x.keep_logits, x.special, x.stop_tokens, x.name);
 }
 
 } // namespace workload
@@ -228,6 +241,47 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_recovered& x) {
   return wire(f, caf::meta::type_name("exo.job_recovered"), x.job, x.reason,
               x.placement, x.replayed, x.recovery_s, x.gap_s);
+}
+
+/// What a node needs to take a job over when its coordinating node dies:
+/// sent by the coordinator to one other node (the backup) when the job
+/// starts, to a new backup when that one dies, and kept up to date with
+/// job_progress. The backup fetches the whole model file into its cache
+/// first (prefetch_atom; the coordinator may be the only node with it) and
+/// then answers ok. When the origin is declared dead or gone, the backup
+/// places the job on the survivors and goes on from the replicated tokens
+/// (the same tokens: generation is deterministic from the request, the
+/// seeds and the tokens so far; tokens the replica had not received yet
+/// are simply generated again).
+struct job_replica {
+  std::string origin;     ///< the coordinating node
+  std::uint64_t job = 0;  ///< its id there
+  workload::job_request request; ///< `model` is the origin's path (unused)
+  std::string model_sha256;
+  std::uint64_t model_size = 0;
+  std::vector<std::vector<std::int32_t>> tokens; ///< so far, per sequence
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_replica& x) {
+  return wire(f, caf::meta::type_name("exo.job_replica"), x.origin, x.job,
+              x.request, x.model_sha256, x.model_size, x.tokens);
+}
+
+/// More of a replicated job (see job_replica): sequence j had have[j]
+/// tokens, `more[j]` follow. `ended`: the job ended, the replica goes.
+struct job_progress {
+  std::string origin;
+  std::uint64_t job = 0;
+  std::vector<std::uint32_t> have;
+  std::vector<std::vector<std::int32_t>> more;
+  bool ended = false;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_progress& x) {
+  return wire(f, caf::meta::type_name("exo.job_progress"), x.origin, x.job,
+              x.have, x.more, x.ended);
 }
 
 /// One generated token of one sequence, with its text.

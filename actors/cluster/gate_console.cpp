@@ -234,10 +234,12 @@ caf::result<console_reply> run_command(self_ptr self, const std::string& cmd,
     return leave_cluster(self, std::move(reply));
   if (auto it = st.services.find(cmd); it != st.services.end()) {
     auto rp = self->make_response_promise();
-    // A `run` answers when its job ends, which may take hours (its job's
+    // A `run` (and an `attach`) answers when its job ends, which may take hours (its job's
     // own watchdogs bound it, and the console its own wait); other service
     // commands answer at once.
-    auto limit = cmd == "run" ? std::chrono::seconds(24 * 3600) : seconds(60);
+    auto limit = cmd == "run" || cmd == "attach"
+                   ? std::chrono::seconds(24 * 3600)
+                   : seconds(60);
     self->request(it->second, limit, console_atom::value, cmd, arg)
         .then([rp](console_reply& r) mutable { rp.deliver(std::move(r)); },
               [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });

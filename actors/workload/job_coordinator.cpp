@@ -33,6 +33,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -58,6 +59,18 @@ struct job_sink {
 
 struct job_run;
 
+/// The tokens a job generated so far, per sequence: written by the job (in
+/// its context) as they come, read by the coordinator to replicate them.
+struct token_log {
+  std::mutex mx;
+  std::vector<std::vector<std::int32_t>> tokens;
+
+  std::vector<std::vector<std::int32_t>> copy() {
+    std::lock_guard<std::mutex> guard{mx};
+    return tokens;
+  }
+};
+
 /// A job this node coordinates (console `jobs`, `cancel`).
 struct running_job {
   caf::actor job;
@@ -72,6 +85,26 @@ struct running_job {
   std::shared_ptr<std::atomic<std::uint64_t>> tokens;
   bool cancel_requested = false;
   std::weak_ptr<job_run> run; ///< its placement, stages and recoveries
+  /// "NODE:ID" of the node that first coordinated it (attach finds it by
+  /// that, and by its run --id name).
+  std::string key;
+  std::string name;
+  /// Replication (with a gate): every token so far, the node that backs
+  /// the job up ("" none yet), the tokens it holds per sequence and the
+  /// nodes that refused.
+  std::shared_ptr<token_log> log;
+  std::string backup;
+  std::vector<std::uint32_t> replicated;
+  std::set<std::string> refused;
+};
+
+/// A job this node backs up for the node that coordinates it (job_replica):
+/// taken over when that node dies or leaves.
+struct backup_job {
+  job_replica replica;
+  std::string path; ///< the whole model in this node's cache, once fetched
+  /// Clients attached before a takeover (attach_atom): moved to the run.
+  std::vector<caf::typed_response_promise<console_reply>> attached;
 };
 
 struct job_run;
@@ -86,6 +119,13 @@ struct coordinator_state {
   std::map<std::string, std::vector<workload::model_part>> parts;
   std::uint64_t jobs = 0;
   std::map<std::uint64_t, running_job> running; ///< by job id
+  /// The other members alive now (the gate's member events): where
+  /// backups are chosen.
+  std::set<std::string> alive;
+  /// The jobs of other nodes this node backs up, by "ORIGIN:ID".
+  std::map<std::string, backup_job> backups;
+  /// The replication timer runs.
+  bool replicating = false;
   /// The last jobs that ended (console `jobs` JSON "recent"), newest last:
   /// a job shorter than a watcher's poll is still seen, with its final
   /// token count and outcome.
@@ -129,6 +169,14 @@ struct job_run {
   std::optional<caf::typed_response_promise<job_pipeline>> recovery;
   std::string lost_why; ///< what the current re-placement follows
   std::uint64_t bytes_sent = 0; ///< model bytes sent, all placements
+  /// A job taken over from a coordinator that died: its "ORIGIN:ID", the
+  /// tokens replicated so far, what happened and when.
+  std::string key;
+  std::vector<std::vector<std::int32_t>> generated;
+  std::string resumed_after;
+  std::chrono::steady_clock::time_point resumed_since{};
+  /// Clients waiting for its end (attach): they get run's reply.
+  std::vector<caf::typed_response_promise<console_reply>> attached;
 };
 
 /// How many placements a run may go through (the first and re-placements
@@ -256,6 +304,9 @@ text::json job_json(std::uint64_t id, const running_job& j,
           {"n_gen", j.n_gen},
           {"seconds", text::number(secs, 4)},
           {"cancelling", j.cancel_requested},
+          {"key", j.key},
+          {"name", j.name},
+          {"backup", j.backup},
           {"stages", stages}};
 }
 
@@ -279,6 +330,140 @@ std::string stage_list(const job_run& run) {
   return out;
 }
 
+/// The indices of the stages of `plan` on `node`.
+std::vector<std::uint32_t> stages_on(const std::vector<stage_place>& plan,
+                                     const std::string& node) {
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t i = 0; i < plan.size(); ++i)
+    if (plan[i].node == node)
+      out.push_back(i);
+  return out;
+}
+
+/// How often the tokens of the running jobs go to their backups.
+constexpr auto replicate_period = std::chrono::milliseconds(100);
+
+/// How many jobs of other nodes one node backs up at most.
+constexpr std::size_t max_backups = 1024;
+
+void replicate_tick(self_ptr self);
+
+/// Chooses a node to back job `id` up — an alive member that is not this
+/// node, has not refused, preferably one without a stage of the job (it
+/// would be lost with it) — and sends it the job's replica. A node that
+/// refuses or fails is left out and the next one tried; with none left the
+/// job runs without a backup (said on the node's log).
+void choose_backup(self_ptr self, std::uint64_t id) {
+  auto& st = self->state;
+  auto it = st.running.find(id);
+  if (it == st.running.end() || !st.cfg.gate)
+    return;
+  auto& rj = it->second;
+  auto run = rj.run.lock();
+  if (!run || run->ended)
+    return;
+  rj.backup.clear();
+  std::string pick;
+  for (int pass = 0; pass < 2 && pick.empty(); ++pass)
+    for (auto& m : st.alive) {
+      if (m == st.cfg.node || rj.refused.count(m) != 0)
+        continue;
+      if (pass == 0 && !stages_on(rj.plan, m).empty())
+        continue;
+      pick = m;
+      break;
+    }
+  if (pick.empty())
+    return;
+  job_replica r;
+  r.origin = st.cfg.node;
+  r.job = id;
+  r.request = run->job.request;
+  r.request.model.clear(); // a path of this node: no use elsewhere
+  r.model_sha256 = run->sha;
+  r.model_size = run->size;
+  r.tokens = rj.log->copy();
+  rj.backup = pick;
+  rj.replicated.clear();
+  for (auto& t : r.tokens)
+    rj.replicated.push_back(static_cast<std::uint32_t>(t.size()));
+  // The backup fetches the whole model first (it may have to run every
+  // layer): a long deadline.
+  self
+    ->request(st.cfg.gate, 3600s, service_atom::value, pick,
+              std::string{"jobs"},
+              caf::make_message(replicate_atom::value, std::move(r)))
+    .then([](caf::ok_atom) {},
+          [self, id, pick](caf::error& err) {
+            auto& st = self->state;
+            auto it = st.running.find(id);
+            if (it == st.running.end() || it->second.backup != pick)
+              return;
+            std::cerr << "exo-node " << st.cfg.node << ": job " << id
+                      << " is not backed up on " << pick << ": "
+                      << render(self, err) << std::endl;
+            it->second.refused.insert(pick);
+            choose_backup(self, id);
+          });
+  if (!st.replicating) {
+    st.replicating = true;
+    self->delayed_send(self, replicate_period, tick_atom::value);
+  }
+}
+
+/// Sends every backed-up job's new tokens to its backup (job_progress);
+/// runs while such jobs run.
+void replicate_tick(self_ptr self) {
+  auto& st = self->state;
+  bool any = false;
+  for (auto& [id, rj] : st.running) {
+    if (rj.backup.empty() || !rj.log)
+      continue;
+    any = true;
+    job_progress p;
+    p.origin = st.cfg.node;
+    p.job = id;
+    bool more = false;
+    {
+      std::lock_guard<std::mutex> guard{rj.log->mx};
+      auto& t = rj.log->tokens;
+      rj.replicated.resize(t.size(), 0);
+      for (std::size_t j = 0; j < t.size(); ++j) {
+        p.have.push_back(rj.replicated[j]);
+        p.more.emplace_back(t[j].begin() + rj.replicated[j], t[j].end());
+        more = more || !p.more.back().empty();
+        rj.replicated[j] = static_cast<std::uint32_t>(t[j].size());
+      }
+    }
+    if (more)
+      self
+        ->request(st.cfg.gate, 30s, service_atom::value, rj.backup,
+                  std::string{"jobs"},
+                  caf::make_message(replicate_atom::value, std::move(p)))
+        .then([](caf::ok_atom) {}, [](caf::error&) {});
+  }
+  st.replicating = any;
+  if (any)
+    self->delayed_send(self, replicate_period, tick_atom::value);
+}
+
+/// Job `id` ended here: its backup drops the replica.
+void drop_replica(self_ptr self, std::uint64_t id) {
+  auto& st = self->state;
+  auto it = st.running.find(id);
+  if (it == st.running.end() || it->second.backup.empty())
+    return;
+  job_progress p;
+  p.origin = st.cfg.node;
+  p.job = id;
+  p.ended = true;
+  self
+    ->request(st.cfg.gate, 30s, service_atom::value, it->second.backup,
+              std::string{"jobs"},
+              caf::make_message(replicate_atom::value, std::move(p)))
+    .then([](caf::ok_atom) {}, [](caf::error&) {});
+}
+
 void start_job(self_ptr self, const run_ptr& run) {
   auto& req = run->job.request;
   auto& hp = run->job.model->hparams();
@@ -295,11 +480,27 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.sampling = req.sampling;
   j.eog = run->job.tokenizer->eog_ids();
   j.eog.insert(req.stop_tokens.begin(), req.stop_tokens.end());
+  j.generated = run->generated;
+  j.resumed_after = run->resumed_after;
+  j.resumed_placement = run->placement_text;
+  j.resumed_since = run->resumed_since;
   auto id = j.id;
   auto tok = run->job.tokenizer;
-  auto produced = std::make_shared<std::atomic<std::uint64_t>>(0);
-  j.on_token = [run, tok, produced, id](std::uint32_t seq, std::int32_t t) {
+  auto log = std::make_shared<token_log>();
+  log->tokens = run->generated;
+  log->tokens.resize(req.sequences);
+  std::uint64_t so_far = 0;
+  for (auto& t : log->tokens)
+    so_far += t.size();
+  auto produced = std::make_shared<std::atomic<std::uint64_t>>(so_far);
+  j.on_token = [run, tok, produced, log, id](std::uint32_t seq,
+                                             std::int32_t t) {
     produced->fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> guard{log->mx};
+      if (seq < log->tokens.size())
+        log->tokens[seq].push_back(t);
+    }
     if (run->sink.token)
       run->sink.token(job_token{id, seq, t, tok->piece(t)});
   };
@@ -337,13 +538,20 @@ void start_job(self_ptr self, const run_ptr& run) {
   rj.n_gen = req.n_gen;
   rj.started = std::chrono::steady_clock::now();
   rj.tokens = produced;
+  if (run->key.empty())
+    run->key = self->state.cfg.node + ":" + job_id;
+  rj.key = run->key;
+  rj.name = req.name;
+  rj.log = log;
   if (run->sink.started)
     run->sink.started(job_started{id});
+  choose_backup(self, id); // with a gate and another node alive
   self->request(job, caf::infinite, run_atom::value)
     .then(
       [self, run, job_id, id](job_report& r) {
         run->recovery.reset(); // the job is over: no re-placement for it
         ++run->attempt;
+        drop_replica(self, id);
         job_ended(self, id, r.cancelled ? "cancelled" : "finished");
         audit_job(self, audit::event_type::job_finished,
                   {{"job", job_id},
@@ -357,6 +565,7 @@ void start_job(self_ptr self, const run_ptr& run) {
       [self, run, job_id, id](caf::error& err) {
         run->recovery.reset();
         ++run->attempt;
+        drop_replica(self, id);
         job_ended(self, id, "failed");
         auto why = render(self, err);
         audit_job(self, audit::event_type::job_finished,
@@ -840,19 +1049,73 @@ void place_locally(self_ptr self, const run_ptr& run) {
       });
 }
 
+/// A job taken over from a coordinating node that died (a backup_job).
+struct takeover {
+  std::string key; ///< "ORIGIN:ID"
+  std::string sha; ///< the model's digest (its file is the cache's)
+  std::uint64_t size = 0;
+  std::vector<std::vector<std::int32_t>> generated;
+  std::string why;
+  std::chrono::steady_clock::time_point since;
+  std::vector<caf::typed_response_promise<console_reply>> attached;
+};
+
+console_reply run_reply(const job_report& r, const std::string& prompt,
+                        std::uint32_t n_gen);
+
+/// The clients attached to `run` get its end: run's reply, or the error.
+void answer_attached(job_run& run, const caf::expected<job_report>& r) {
+  auto waiting = std::move(run.attached);
+  run.attached.clear();
+  for (auto& rp : waiting) {
+    if (!r) {
+      rp.deliver(fail(exo_errc::failed_state,
+                      "job " + run.key + ": " + error_message(r.error())));
+      continue;
+    }
+    auto reply = run_reply(*r, run.job.request.prompt, run.job.request.n_gen);
+    reply.command = "attach";
+    reply.text = "attached to job " + run.key + "\n" + reply.text;
+    rp.deliver(std::move(reply));
+  }
+}
+
 /// Validates `req` and starts placing it; the sink hears the rest. Returns
 /// the error of a request that breaks a rule (nothing started then).
-caf::error start_run(self_ptr self, job_request req, job_sink sink) {
+/// `from`: a job taken over, going on from its replicated tokens.
+caf::error start_run(self_ptr self, job_request req, job_sink sink,
+                     std::optional<takeover> from = std::nullopt) {
   auto& st = self->state;
   auto run = std::make_shared<job_run>();
   run->sink = std::move(sink);
+  // Attached clients hear the end too, whoever started the run.
+  std::weak_ptr<job_run> weak = run;
+  run->sink.done = [weak, done = std::move(run->sink.done)](
+                     caf::expected<job_report> r) {
+    if (auto x = weak.lock())
+      answer_attached(*x, r);
+    if (done)
+      done(std::move(r));
+  };
   try {
     run->job = prepare_job(std::move(req));
-    if (st.cfg.gate) { // peers may need the file: name it by its digest
+    if (from) { // the whole file, in this node's cache under its digest
+      run->sha = from->sha;
+      run->size = from->size;
+      run->key = from->key;
+      run->generated = std::move(from->generated);
+      run->resumed_after = from->why;
+      run->resumed_since = from->since;
+      run->attached = std::move(from->attached);
+    } else if (st.cfg.gate) { // peers may need the file: name it by its digest
       run->sha = workload::file_sha256(run->job.request.model);
       run->size = workload::file_size(run->job.request.model);
     }
   } catch (const std::exception& e) {
+    if (from)
+      for (auto& rp : from->attached)
+        rp.deliver(fail(exo_errc::failed_state,
+                        "job " + from->key + " cannot go on: " + e.what()));
     return fail(exo_errc::invalid_argument, e.what());
   }
   if (st.cfg.gate && !st.offered.count(run->sha)) {
@@ -998,6 +1261,9 @@ run_options run_options_of(const console::parsed_command& p) {
   o.n_ctx = static_cast<std::uint32_t>(p.count("ctx", o.n_ctx));
   o.chat = p.has("chat");
   o.system = p.text("system");
+  o.name = p.text("id");
+  if (p.has("id"))
+    check_job_name(o.name);
   if (!o.system.empty() && !o.chat)
     throw std::invalid_argument("--system goes with --chat");
   return o;
@@ -1075,12 +1341,31 @@ console_reply list_jobs(self_ptr self) {
          << "\n";
     jobs.push_back(job_json(id, j, "running"));
   }
+  text::json backups = text::json::array();
+  for (auto& [key, b] : st.backups) {
+    std::uint64_t have = 0;
+    for (auto& t : b.replica.tokens)
+      have += t.size();
+    table << "backing up job " << key
+          << (b.replica.request.name.empty()
+                ? std::string{}
+                : " (" + b.replica.request.name + ")")
+          << ": " << have << " tokens"
+          << (b.path.empty() ? ", fetching the model" : ", ready") << "\n";
+    backups.push_back({{"job", key},
+                       {"name", b.replica.request.name},
+                       {"origin", b.replica.origin},
+                       {"tokens", have},
+                       {"ready", !b.path.empty()}});
+  }
   r.text = table.str();
   text::json recent = text::json::array();
   for (auto& j : st.recent)
     recent.push_back(j);
-  r.json = text::spaced(
-    {{"node", st.cfg.node}, {"jobs", jobs}, {"recent", recent}});
+  r.json = text::spaced({{"node", st.cfg.node},
+                         {"jobs", jobs},
+                         {"recent", recent},
+                         {"backups", backups}});
   return r;
 }
 
@@ -1131,16 +1416,6 @@ caf::result<console_reply> console_cancel(self_ptr self,
   return rp;
 }
 
-/// The indices of the stages of `plan` on `node`.
-std::vector<std::uint32_t> stages_on(const std::vector<stage_place>& plan,
-                                     const std::string& node) {
-  std::vector<std::uint32_t> out;
-  for (std::uint32_t i = 0; i < plan.size(); ++i)
-    if (plan[i].node == node)
-      out.push_back(i);
-  return out;
-}
-
 /// Console `drain NODE`: every run this node coordinates with stages on
 /// NODE is re-placed without it now (the recovery path, started by a
 /// planned lost notice), so that NODE may leave without failing them.
@@ -1180,12 +1455,43 @@ caf::result<console_reply> console_drain(self_ptr self,
   return r;
 }
 
+void take_over(self_ptr self, const std::string& key, const std::string& why);
+
 /// A member that is no longer alive ends every running job with a stage
 /// on it at once (a killed node's stages go away and their jobs see it; a
 /// frozen one keeps its connection until the gate declares it dead).
 void on_member(self_ptr self, const member_event& e) {
-  if (e.member.status == member_status::alive)
+  auto& st = self->state;
+  if (e.member.name == st.cfg.node)
     return;
+  if (e.member.status == member_status::alive) {
+    st.alive.insert(e.member.name);
+    // Jobs that found no backup yet get this one.
+    for (auto& [id, rj] : st.running)
+      if (rj.backup.empty() && rj.log)
+        choose_backup(self, id);
+    return;
+  }
+  st.alive.erase(e.member.name);
+  // Our jobs that it backed up get another backup.
+  std::vector<std::uint64_t> orphans;
+  for (auto& [id, rj] : st.running)
+    if (rj.backup == e.member.name)
+      orphans.push_back(id);
+  for (auto id : orphans)
+    choose_backup(self, id);
+  // Its jobs that this node backs up go on here.
+  std::vector<std::string> theirs;
+  for (auto& [key, b] : st.backups)
+    if (b.replica.origin == e.member.name)
+      theirs.push_back(key);
+  auto gone = "coordinator " + e.member.name + " is "
+              + to_string(e.member.status)
+              + (e.member.status_reason.empty()
+                   ? std::string{}
+                   : " (" + e.member.status_reason + ")");
+  for (auto& key : theirs)
+    take_over(self, key, gone);
   auto why = [&](const stage_place& p) {
     return "node " + e.member.name + " is " + to_string(e.member.status)
            + (e.member.status_reason.empty()
@@ -1214,13 +1520,250 @@ void on_member(self_ptr self, const member_event& e) {
         }
 }
 
+// -- backing jobs up and taking them over ------------------------------------
+
+/// A job of `r.origin` to back up: checked (a peer sent it), kept, and its
+/// model fetched whole into this node's cache before the answer.
+caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
+  auto& st = self->state;
+  auto bad = [](std::string what) {
+    return fail(exo_errc::invalid_argument, "replicate: " + what);
+  };
+  if (!st.cfg.gate)
+    return bad("this node is not in a cluster");
+  if (r.origin.empty() || r.origin == st.cfg.node)
+    return bad("the origin must be another node");
+  if (!workload::is_sha256(r.model_sha256) || r.model_size == 0
+      || r.model_size > workload::max_model_bytes)
+    return bad("the model's digest or size is malformed");
+  if (r.request.sequences < 1 || r.request.sequences > max_job_sequences
+      || r.tokens.size() != r.request.sequences)
+    return bad("the sequences do not match the request");
+  for (auto& t : r.tokens)
+    if (t.size() > r.request.n_gen)
+      return bad("a sequence holds more tokens than -n");
+  auto key = r.origin + ":" + std::to_string(r.job);
+  if (st.backups.count(key) == 0 && st.backups.size() >= max_backups)
+    return bad("this node backs up " + std::to_string(max_backups)
+               + " jobs already");
+  auto sha = r.model_sha256;
+  auto size = r.model_size;
+  auto origin = r.origin;
+  auto& b = st.backups[key];
+  b.replica = std::move(r);
+  b.path.clear();
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  self
+    ->request(st.cfg.gate, 3600s, service_atom::value, st.cfg.node,
+              std::string{"shards"},
+              caf::make_message(prefetch_atom::value, sha, size, origin))
+    .then(
+      [self, key, rp](std::string& path) mutable {
+        auto it = self->state.backups.find(key);
+        if (it == self->state.backups.end()) { // ended meanwhile
+          rp.deliver(caf::ok_atom::value);
+          return;
+        }
+        it->second.path = path;
+        rp.deliver(caf::ok_atom::value);
+      },
+      [self, key, rp](caf::error& err) mutable {
+        auto why = render(self, err);
+        auto it = self->state.backups.find(key);
+        if (it != self->state.backups.end()) {
+          for (auto& a : it->second.attached)
+            a.deliver(fail(exo_errc::failed_state,
+                           "job " + key + ": its backup lacks the model: "
+                             + why));
+          self->state.backups.erase(it);
+        }
+        rp.deliver(fail(exo_errc::failed_state,
+                        self->state.cfg.node
+                          + " cannot fetch the model to back job " + key
+                          + " up: " + why));
+      });
+  return rp;
+}
+
+/// More tokens of a job this node backs up, or its end.
+void on_progress(self_ptr self, job_progress& p) {
+  auto& st = self->state;
+  auto it = st.backups.find(p.origin + ":" + std::to_string(p.job));
+  if (it == st.backups.end())
+    return;
+  auto& b = it->second;
+  if (p.ended) {
+    for (auto& a : b.attached) // it ended on its node: ask there
+      a.deliver(fail(exo_errc::failed_state,
+                     "job " + it->first + " ended on " + p.origin
+                       + " before its reply could be passed on"));
+    st.backups.erase(it);
+    return;
+  }
+  auto& tokens = b.replica.tokens;
+  auto n = std::min({p.have.size(), p.more.size(), tokens.size()});
+  for (std::size_t j = 0; j < n; ++j) {
+    // Only what follows what this node holds (a gap or a repeat is left
+    // out: those tokens are generated again after a takeover).
+    if (p.have[j] != tokens[j].size()
+        || p.more[j].size() > b.replica.request.n_gen - tokens[j].size())
+      continue;
+    tokens[j].insert(tokens[j].end(), p.more[j].begin(), p.more[j].end());
+  }
+}
+
+/// The node that coordinated the job `key` this node backs up is gone:
+/// the job goes on here, placed on the survivors, from its replicated
+/// tokens. Its clients re-attach by its name or key.
+void take_over(self_ptr self, const std::string& key, const std::string& why) {
+  auto& st = self->state;
+  auto it = st.backups.find(key);
+  if (it == st.backups.end())
+    return;
+  auto b = std::move(it->second);
+  st.backups.erase(it);
+  auto& node = st.cfg.node;
+  if (b.path.empty()) {
+    std::cerr << "exo-node " << node << ": cannot take job " << key
+              << " over: its model had not arrived here yet" << std::endl;
+    for (auto& a : b.attached)
+      a.deliver(fail(exo_errc::failed_state,
+                     "job " + key + " is lost: " + why
+                       + ", and its backup " + node
+                       + " had not received the model yet"));
+    return;
+  }
+  std::uint64_t have = 0;
+  for (auto& t : b.replica.tokens)
+    have += t.size();
+  std::cout << "exo-node " << node << ": taking job " << key << " over ("
+            << why << "): " << have << " tokens replicated" << std::endl;
+  takeover from;
+  from.key = key;
+  from.sha = b.replica.model_sha256;
+  from.size = b.replica.model_size;
+  from.generated = std::move(b.replica.tokens);
+  from.why = why;
+  from.since = std::chrono::steady_clock::now();
+  from.attached = std::move(b.attached);
+  auto req = std::move(b.replica.request);
+  req.model = b.path;
+  job_sink sink;
+  sink.placed = [node, key](const job_placed& e) {
+    std::cout << "exo-node " << node << ": job " << key << " placed:\n"
+              << e.text << std::flush;
+  };
+  sink.done = [node, key](caf::expected<job_report> r) {
+    std::cout << "exo-node " << node << ": job " << key << " (taken over) "
+              << (r ? (r->cancelled ? "cancelled" : "finished")
+                    : "failed: " + error_message(r.error()))
+              << std::endl;
+  };
+  if (auto err = start_run(self, std::move(req), std::move(sink),
+                           std::move(from)))
+    std::cerr << "exo-node " << node << ": cannot take job " << key
+              << " over: " << error_message(err) << std::endl;
+}
+
+/// Finds job `key` here — a run of this node (by NODE:ID, its first
+/// coordinator's key or its run --id) or a job this node backs up — and
+/// attaches `rp` to its end. False when this node has no such job.
+bool attach_here(self_ptr self, const std::string& key,
+                 caf::typed_response_promise<console_reply>& rp) {
+  auto& st = self->state;
+  for (auto& [id, rj] : st.running)
+    if (key == rj.key || (!rj.name.empty() && key == rj.name)
+        || key == st.cfg.node + ":" + std::to_string(id))
+      if (auto run = rj.run.lock(); run && !run->ended) {
+        run->attached.push_back(rp);
+        return true;
+      }
+  for (auto& [k, b] : st.backups)
+    if (key == k
+        || (!b.replica.request.name.empty() && key == b.replica.request.name)) {
+      b.attached.push_back(rp);
+      return true;
+    }
+  return false;
+}
+
+/// Console `attach KEY`: waits for job KEY (its run --id, or NODE:ID as
+/// `jobs` shows it) wherever it runs — here, or on the node that runs or
+/// backs it up, asked through the gate — and answers as its `run` would
+/// have. A client whose node died while it waited for a `run` re-attaches
+/// this way through any other node.
+caf::result<console_reply> console_attach(self_ptr self,
+                                          const std::string& arg) {
+  auto& st = self->state;
+  console::parsed_command p;
+  try {
+    p = console::parse_command("attach", arg);
+  } catch (const console::command_error& e) {
+    return fail(exo_errc::invalid_argument,
+                std::string{e.what()} + " (attach JOB: its --id or NODE:ID)");
+  }
+  auto key = p.args[0];
+  auto rp = self->make_response_promise<console_reply>();
+  if (attach_here(self, key, rp))
+    return rp;
+  std::vector<std::string> others(st.alive.begin(), st.alive.end());
+  if (!st.cfg.gate || others.empty()) {
+    rp.deliver(fail(exo_errc::invalid_argument,
+                    "attach: no job " + key + " on " + st.cfg.node));
+    return rp;
+  }
+  struct asking {
+    std::size_t left = 0;
+    bool answered = false;
+  };
+  auto a = std::make_shared<asking>();
+  a->left = others.size();
+  auto names = st.cfg.node;
+  for (auto& n : others)
+    names += ", " + n;
+  for (auto& n : others)
+    self
+      ->request(st.cfg.gate, std::chrono::seconds(24 * 3600),
+                service_atom::value, n,
+                std::string{"jobs"},
+                caf::make_message(attach_atom::value, key))
+      .then(
+        [a, rp](console_reply& r) mutable {
+          if (!a->answered) {
+            a->answered = true;
+            rp.deliver(std::move(r));
+          }
+        },
+        [self, a, rp, key, names](caf::error& err) mutable {
+          auto why = render(self, err);
+          if (a->answered)
+            return;
+          // A node that had the job and says how it ended answers for it.
+          if (why.find("no job " + key) == std::string::npos) {
+            a->answered = true;
+            rp.deliver(fail(exo_errc::failed_state, "attach: " + why));
+            return;
+          }
+          if (--a->left == 0)
+            rp.deliver(fail(exo_errc::invalid_argument,
+                            "attach: no job " + key + " on " + names));
+        });
+  return rp;
+}
+
 caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
   self->state.cfg = std::move(cfg);
   if (self->state.cfg.gate)
     self
       ->request(self->state.cfg.gate, 10s, subscribe_atom::value,
                 members_atom::value, caf::actor_cast<caf::actor>(self))
-      .then([](member_view&) {},
+      .then(
+        [self](member_view& v) {
+          for (auto& m : v.members)
+            if (m.status == member_status::alive
+                && m.name != self->state.cfg.node)
+              self->state.alive.insert(m.name);
+        },
             [self](caf::error& err) {
               std::cerr << "exo-node " << self->state.cfg.node
                         << ": the job coordinator gets no member events: "
@@ -1228,6 +1771,25 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
             });
   return {
     [self](member_event& e) { on_member(self, e); },
+    [self](replicate_atom, job_replica& r) -> caf::result<caf::ok_atom> {
+      return on_replica(self, r);
+    },
+    [self](replicate_atom, job_progress& p) {
+      on_progress(self, p);
+      return caf::ok_atom::value;
+    },
+    [self](attach_atom, std::string& key) -> caf::result<console_reply> {
+      // From another node's `attach`: this node's own jobs only.
+      auto rp = self->make_response_promise<console_reply>();
+      if (!attach_here(self, key, rp))
+        rp.deliver(fail(exo_errc::invalid_argument,
+                        "no job " + key + " on " + self->state.cfg.node));
+      return rp;
+    },
+    [self](tick_atom) {
+      if (self->current_sender() == self->ctrl()) // its own timer only
+        replicate_tick(self);
+    },
     [self](recover_atom, std::uint64_t id, std::vector<std::uint32_t>& lost,
            std::string& why, bool device_only) -> caf::result<job_pipeline> {
       return recover_job(self, id, lost, std::move(why), device_only);
@@ -1268,6 +1830,8 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
         return console_cancel(self, arg);
       if (cmd == "drain")
         return console_drain(self, arg);
+      if (cmd == "attach")
+        return console_attach(self, arg);
       return fail(exo_errc::invalid_argument,
                   "the jobs service has no command " + cmd);
     },
@@ -1296,7 +1860,7 @@ service spawn_jobs_service(const service_context& ctx) {
   s.name = "jobs";
   s.kind = "jobs";
   s.handle = spawn_job_coordinator(*ctx.sys, std::move(cfg));
-  s.commands = {"run", "jobs", "cancel", "drain"};
+  s.commands = {"run", "jobs", "cancel", "drain", "attach"};
   return s;
 }
 

@@ -24,6 +24,9 @@ using namespace std::chrono_literals;
 struct waiter {
   shard_spec spec;
   caf::response_promise rp;
+  /// A prefetch (prefetch_atom): answered with the file's path once every
+  /// part is here; no shard starts.
+  bool whole = false;
 };
 
 /// Parts of a model on their way from a peer's bulk channel. The fetching
@@ -177,7 +180,7 @@ void fail_download(self_ptr self, const std::string& sha,
 }
 
 void place_or_fetch(self_ptr self, shard_spec spec, caf::response_promise rp,
-                    std::uint64_t received);
+                    std::uint64_t received, bool whole = false);
 
 /// Ends a download: its parts are verified and recorded (or not), and every
 /// shard waiting for the model starts, fetches what it still misses, or
@@ -197,7 +200,7 @@ void finish_download(self_ptr self, const std::string& sha,
   st.models.erase(sha); // new shards map the file with its new parts
   // The bytes crossed once: count them for the first shard only.
   for (auto& w : waiters) {
-    place_or_fetch(self, std::move(w.spec), std::move(w.rp), bytes);
+    place_or_fetch(self, std::move(w.spec), std::move(w.rp), bytes, w.whole);
     bytes = 0;
   }
 }
@@ -262,11 +265,11 @@ void start_download(self_ptr self, const std::string& sha,
 /// Starts the shard when this node holds every part of the model it
 /// needs, else fetches the missing ones first.
 void place_or_fetch(self_ptr self, shard_spec spec, caf::response_promise rp,
-                    std::uint64_t received) {
+                    std::uint64_t received, bool whole) {
   auto& st = self->state;
   auto sha = spec.sha256;
   if (auto it = st.downloads.find(sha); it != st.downloads.end()) {
-    it->second.waiters.push_back({std::move(spec), std::move(rp)});
+    it->second.waiters.push_back({std::move(spec), std::move(rp), whole});
     return;
   }
   std::shared_ptr<workload::partial_model> file;
@@ -282,13 +285,16 @@ void place_or_fetch(self_ptr self, shard_spec spec, caf::response_promise rp,
   }
   if (missing.empty()) {
     auto path = file->path();
-    start_shard(self, std::move(spec), path, received, std::move(rp));
+    if (whole)
+      rp.deliver(path);
+    else
+      start_shard(self, std::move(spec), path, received, std::move(rp));
     return;
   }
   auto source = spec.source_node;
   download dl;
   dl.file = std::move(file);
-  dl.waiters.push_back({std::move(spec), std::move(rp)});
+  dl.waiters.push_back({std::move(spec), std::move(rp), whole});
   st.downloads.emplace(sha, std::move(dl));
   start_download(self, sha, source, std::move(missing));
 }
@@ -318,6 +324,30 @@ caf::result<shard_ready> on_shard(self_ptr self, shard_spec& spec) {
   return rp;
 }
 
+/// Fetches the whole model `sha` (of `size` bytes) from `source` into the
+/// model cache, unless it is there already; answers with its path. For a
+/// node that backs a job up (job_replica): it may have to run every layer.
+caf::result<std::string> on_prefetch(self_ptr self, std::string& sha,
+                                     std::uint64_t size, std::string& source) {
+  if (!workload::is_sha256(sha))
+    return fail(exo_errc::invalid_argument,
+                "prefetch: the model's sha256 is missing or malformed");
+  if (size == 0 || size > workload::max_model_bytes)
+    return fail(exo_errc::invalid_argument,
+                "prefetch: a model of " + std::to_string(size)
+                  + " bytes is out of range");
+  if (source.empty())
+    return fail(exo_errc::invalid_argument, "prefetch: no source node");
+  shard_spec spec;
+  spec.sha256 = sha;
+  spec.size = size;
+  spec.source_node = source;
+  spec.parts = {{0, size, sha}}; // the whole file: its digest is its name
+  auto rp = self->make_response_promise();
+  place_or_fetch(self, std::move(spec), rp, 0, true);
+  return caf::delegated<std::string>{};
+}
+
 caf::behavior shard_host_impl(self_ptr self, host_state init) {
   self->state = std::move(init);
   self->set_exit_handler([self](caf::exit_msg& msg) {
@@ -345,6 +375,10 @@ caf::behavior shard_host_impl(self_ptr self, host_state init) {
     },
     [self](shard_atom, shard_spec& spec) -> caf::result<shard_ready> {
       return on_shard(self, spec);
+    },
+    [self](prefetch_atom, std::string& sha, std::uint64_t size,
+           std::string& source) -> caf::result<std::string> {
+      return on_prefetch(self, sha, size, source);
     },
     [self](fetched_atom, std::string& sha, std::string& error,
            std::uint64_t bytes) { finish_download(self, sha, error, bytes); },

@@ -28,7 +28,7 @@ console_requirement console_permission(std::string_view cmd,
   }
   if (cmd == "audit")
     return need(permission::audit_read);
-  if (cmd == "run" || cmd == "plan")
+  if (cmd == "run" || cmd == "plan" || cmd == "attach")
     return need(permission::job_submit);
   if (cmd == "cancel")
     return need(permission::job_cancel);

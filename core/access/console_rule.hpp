@@ -31,7 +31,7 @@ struct console_requirement {
 ///   thermal                                  thermal_read
 ///   thermal report ...  (a peer's push)      policy_admin
 ///   audit (query, verify)                    audit_read
-///   run, plan                                job_submit
+///   run, plan, attach                        job_submit
 ///   cancel                                   job_cancel
 ///   leave                                    policy_admin
 ///   dev, token                               by_service

@@ -167,12 +167,19 @@ std::vector<command_spec> make_table() {
        ranged(dashed("ctx", vt::count, "C", "context length"), 1, 1 << 24),
        dashed("chat", vt::flag, "",
               "the prompt is a user message in the model's chat template"),
-       dashed("system", vt::text, "TEXT", "with --chat: a system message")},
+       dashed("system", vt::text, "TEXT", "with --chat: a system message"),
+       dashed("id", vt::text, "NAME",
+              "name the job: attach NAME finds it from any node, also after "
+              "its node died (exo-console names every run)")},
       "run a job on the cluster and print its text");
   t.back().options[0].min = 0; // --model: no range
   add("jobs", "", {}, {}, "the runs this node coordinates");
   add("cancel", "", {arg("JOB", vt::count)}, {},
       "stop a run at its next token");
+  add("attach", "", {arg("JOB", vt::text)}, {},
+      "wait for a running job (its --id, or NODE:ID as jobs shows it) from "
+      "any node, also one taken over after its node died, and print its "
+      "text");
   add("drain", "", {arg("NODE", vt::text)}, {},
       "move the stages that this node's runs have on NODE to other nodes "
       "(re-placed; each re-reads its tokens) before NODE leaves");

@@ -6,6 +6,7 @@
 #include "core/tokenizer/tokenizer.hpp"
 #include "core/workload/run_options.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <sstream>
 
@@ -31,6 +32,7 @@ job_request make_job_request(const run_options& o) {
   r.sequences = o.sequences;
   r.n_ctx = o.n_ctx;
   r.keep_logits = !o.logits_out.empty();
+  r.name = o.name;
   if (o.chat) {
     chat_prompt chat;
     try {
@@ -82,6 +84,16 @@ void check_sampling(const model::sampler_params& p) {
                     + number(p.top_p));
 }
 
+void check_job_name(const std::string& name) {
+  if (name.empty() || name.size() > max_job_name)
+    throw job_error("--id must be 1 to " + std::to_string(max_job_name)
+                    + " characters, not " + std::to_string(name.size()));
+  for (unsigned char c : name)
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-')
+      throw job_error("--id may hold letters, digits, '.', '_' and '-' "
+                      "only (it names the job for attach)");
+}
+
 std::uint32_t validate(const job_request& r, std::size_t prompt_tokens,
                        const model_limits& limits) {
   if (prompt_tokens == 0)
@@ -95,6 +107,8 @@ std::uint32_t validate(const job_request& r, std::size_t prompt_tokens,
                     + " exceeds the model's "
                     + std::to_string(limits.n_layer) + " layers");
   check_sampling(r.sampling);
+  if (!r.name.empty())
+    check_job_name(r.name);
   return context_for(prompt_tokens, r.n_gen, r.n_ctx, limits);
 }
 

@@ -63,7 +63,18 @@ struct job_request {
   /// Tokens that end a sequence besides the vocabulary's end-of-generation
   /// set (a chat template's end of turn).
   std::vector<std::int32_t> stop_tokens;
+  /// The client's name for the job (console `run --id NAME`): `attach NAME`
+  /// on any node finds it, also after its coordinating node died and
+  /// another took it over. "" = none (it is still found as NODE:ID).
+  std::string name;
 };
+
+/// Longest job name (run --id).
+constexpr std::size_t max_job_name = 64;
+
+/// Checks a job name: 1 to max_job_name letters, digits, '.', '_' or '-'
+/// (no ':', which joins a node and an id). Throws job_error.
+void check_job_name(const std::string& name);
 
 /// The job part of a program's or console command's options. With
 /// --chat the prompt becomes the model's chat prompt (render_chat of

@@ -239,6 +239,11 @@ partial_model::~partial_model() {
 std::vector<model_part>
 partial_model::missing(const std::vector<model_part>& wanted) const {
   std::vector<model_part> out;
+  // The whole file, verified against its digest (the cache's name for it):
+  // every range of it is there.
+  for (auto& h : impl_->held)
+    if (h.offset == 0 && h.length == impl_->size)
+      return out;
   for (auto& w : wanted)
     if (std::find(impl_->held.begin(), impl_->held.end(), w)
         == impl_->held.end())

@@ -88,7 +88,8 @@ public:
   partial_model(const partial_model&) = delete;
   partial_model& operator=(const partial_model&) = delete;
 
-  /// The parts of `wanted` not yet held.
+  /// The parts of `wanted` not yet held (none once the whole file is: a
+  /// part from offset 0 over `size` bytes, its digest the file's own).
   std::vector<model_part> missing(const std::vector<model_part>& wanted) const;
 
   /// Receives one part: call write() with its bytes in order, then

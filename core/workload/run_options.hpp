@@ -30,6 +30,7 @@ struct run_options {
   bool chat = false;
   std::string system;
   std::string logits_out;
+  std::string name; ///< --id NAME (console run): what attach finds it by
   std::string config;          ///< local runs: node config file
   std::string state_dir;       ///< local runs: state directory override
   /// local runs: the cpu device gives llama.cpp -t N's attention bits

@@ -279,7 +279,12 @@ console_reply client::ask(const std::string& command,
   auto& self = *d.self;
   console_reply out;
   std::string failure;
-  auto timeout = command == "measure" ? d.timeout * 6 : d.timeout;
+  // A run (or an attach to one) answers when its job ends: minutes or
+  // hours; the watch below ends the wait when the node goes.
+  auto timeout = command == "measure" ? d.timeout * 6
+                 : command == "run" || command == "attach"
+                   ? std::chrono::milliseconds{std::chrono::hours{24}}
+                   : d.timeout;
   auto handle = self->request(d.gate, timeout, console_atom::value, command,
                               arg);
   // While the answer is awaited (a run may take minutes), a watcher makes

@@ -22,7 +22,9 @@
 
 #include <caf/all.hpp>
 
+#include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <iostream>
 
 namespace {
@@ -117,6 +119,46 @@ std::string rest_of(const std::string& line) {
   return r == std::string::npos ? std::string{} : line.substr(r);
 }
 
+/// A name for a run that names none (run --id): what the console
+/// re-attaches to when its node dies while it waits.
+std::string run_name() {
+  std::random_device rd;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "console-%08x%04x", rd(), rd() & 0xffff);
+  return buf;
+}
+
+/// A `run` whose node died while the console waited: the console connects
+/// to another member (as the member view read before the run names them)
+/// and attaches to the job by its name — its backup node took it over — and
+/// returns that reply. Throws client_error when no member has it.
+exo::console_reply reattach(exo::console::client& c,
+                            const exo::member_view& view,
+                            const std::string& lost_node,
+                            const std::string& name, const std::string& auth,
+                            const std::string& why) {
+  using namespace exo;
+  std::string tried;
+  for (auto& m : view.members) {
+    if (m.name == lost_node || m.status != member_status::alive || m.port == 0)
+      continue;
+    auto where = m.host + ":" + std::to_string(m.port);
+    std::cerr << "exo-console: " << why << "; re-attaching to job " << name
+              << " through " << m.name << " at " << where << "\n";
+    try {
+      c.connect(m.host, m.port);
+      return c.ask("attach",
+                   name + (auth.empty() ? std::string{} : " " + auth));
+    } catch (const console::client_error& e) {
+      tried += std::string{tried.empty() ? "" : "; "} + m.name + ": "
+               + e.what();
+    }
+  }
+  throw console::client_error(why + "; no other node has job " + name
+                              + (tried.empty() ? std::string{}
+                                               : " (" + tried + ")"));
+}
+
 /// Runs one command line; returns false when the console should quit.
 /// Errors are printed and counted in `failures`. The line is checked
 /// against the command table (core/console/commands.hpp) before anything
@@ -168,10 +210,34 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
     // A service of the node answers it (e.g. "plan"): the argument goes as
     // typed, the service parses it with the same table.
     auto rest = rest_of(line);
+    // A run gets a name, and the console the member view: if the node dies
+    // while the run goes on, the console re-attaches through another.
+    std::string name;
+    member_view members;
+    if (cmd == "run") {
+      if (!p.has("id")) {
+        name = run_name();
+        rest += " --id " + name;
+      } else {
+        name = p.text("id");
+      }
+      try {
+        members = c.ask("nodes", auth).nodes;
+      } catch (const console::client_error&) {
+      }
+    }
     if (!p.has_auth && !auth.empty())
       rest += (rest.empty() ? "" : " ") + auth;
     try {
-      auto reply = c.ask(cmd, rest);
+      console_reply reply;
+      try {
+        reply = c.ask(cmd, rest);
+      } catch (const console::client_error& e) {
+        auto msg = std::string{e.what()};
+        if (name.empty() || msg.rfind("lost node ", 0) != 0)
+          throw;
+        reply = reattach(c, members, c.node_name(), name, auth, msg);
+      }
       std::cout << (json ? reply.json : reply.text);
       if (!json && !reply.text.empty() && reply.text.back() != '\n')
         std::cout << "\n";

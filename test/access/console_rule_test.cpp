@@ -42,6 +42,7 @@ TEST_CASE("every console command maps to the permission of the role table") {
                   row{"audit", "verify", need(p::audit_read)},
                   row{"run", "m.gguf prompt=hi", need(p::job_submit)},
                   row{"plan", "m.gguf keep=no", need(p::job_submit)},
+                  row{"attach", "n1:3", need(p::job_submit)},
                   row{"cancel", "3", need(p::job_cancel)},
                   row{"jobs", "", need(p::monitoring_read)},
                   row{"plans", "", need(p::monitoring_read)},

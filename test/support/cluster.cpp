@@ -25,7 +25,8 @@ std::map<std::uint16_t, std::string>& admin_tokens() {
 /// the operator and shows the node's admin token with them.
 bool needs_token(const std::string& cmd) {
   auto word = cmd.substr(0, cmd.find(' '));
-  for (const char* w : {"run", "plan", "cancel", "leave", "audit", "drain"})
+  for (const char* w : {"run", "plan", "cancel", "leave", "audit", "drain",
+                        "attach"})
     if (word == w)
       return true;
   return false;

@@ -702,3 +702,103 @@ TEST_CASE("the console's run and exo-node run refuse the same over-long "
   d.proc->signal(SIGTERM);
   CHECK(d.proc->wait(30s) == 0);
 }
+
+TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
+          "and the console re-attaches through another node to the tokens "
+          "of an uninterrupted run",
+          "[workload][process]") {
+  pki p{"exo-coord-loss"};
+  auto model = long_model(p);
+  p.node("coord");
+  p.node("peer");
+  p.node("spare");
+  // One access key for the cluster: a token is good on every node, so the
+  // console's re-attach through another node carries the same token.
+  auto shared = [&](const std::string& name,
+                    std::vector<std::uint16_t> seeds) {
+    node_options o{name};
+    o.seeds = std::move(seeds);
+    o.failure_timeout_ms = 3000;
+    o.state_dir = p.dir + "/" + name + "/state";
+    o.extra = R"(, "safety": {"access_key_file": ")" + p.dir
+              + R"(/access.key"})";
+    return start_node(p, o);
+  };
+  auto a = shared("coord", {});
+  auto job = "run --model " + model
+             + " --prompt \"once upon a time\" -n 3000 --seed 2 "
+               "--temperature 0";
+  auto solo = console(p, a.port, job + " --stages 1");
+  INFO(solo.out << solo.err);
+  REQUIRE(solo.code == 0);
+  auto reference = line_after(solo.out, "text: ");
+  auto b = shared("peer", {a.port});
+  auto c = shared("spare", {a.port});
+  REQUIRE(eventually(
+    p, a.port, "nodes",
+    [](const std::string& out) {
+      return contains(out, "\"peer\"") && contains(out, "\"spare\"")
+             && !contains(out, "\"status\": \"dead\"");
+    },
+    30s));
+  // Stages on coord and peer; the backup is another node (spare, unless
+  // it looked unwell when the job started).
+  process runner{
+    background_console(p, a.port, job + " --stages 2 --id story")};
+  REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
+  std::string backup;
+  REQUIRE(eventually(
+    p, a.port, "jobs",
+    [&](const std::string& out) {
+      std::smatch m;
+      std::regex re{"\"name\": \"story\", \"backup\": \"([a-z]+)\""};
+      if (!std::regex_search(out, m, re))
+        return false;
+      backup = m[1];
+      return true;
+    },
+    60s));
+  auto& keeper = backup == "spare" ? c : b;
+  REQUIRE(eventually(
+    p, keeper.port, "jobs",
+    [](const std::string& out) {
+      return contains(out, "\"job\": \"coord:2\", \"name\": \"story\"")
+             && contains(out, "\"ready\": true");
+    },
+    60s));
+  std::this_thread::sleep_for(300ms); // tokens flow and are replicated
+  auto replicated = console(p, keeper.port, "jobs");
+  a.proc->signal(SIGKILL);
+  auto code = runner.wait(120s);
+  INFO(replicated.out);
+  INFO(runner.out() << runner.err());
+  INFO(keeper.proc->out());
+  REQUIRE(code == 0);
+  // The console said it lost its node and where it went on.
+  CHECK(contains(runner.err(), "lost node coord (127.0.0.1:"
+                                 + std::to_string(a.port) + ")"));
+  CHECK(contains(runner.err(), "re-attaching to job story through"));
+  CHECK(contains(runner.out(), "attached to job coord:2"));
+  // The backup took it over from the tokens it held and went on: the text is
+  // that of an uninterrupted run (greedy, never at end-of-sequence on this
+  // model; the samplers' draws over a takeover: job_tests.cpp).
+  CHECK(contains(keeper.proc->out(), "taking job coord:2 over (coordinator "
+                                     "coord is dead"));
+  CHECK(contains(runner.out(), "recovered from coordinator coord is dead"));
+  CHECK(line_after(runner.out(), "text: ") == reference);
+  std::smatch m;
+  std::regex re{"next token ([0-9.]+) s after the loss was noticed"};
+  auto out = runner.out();
+  REQUIRE(std::regex_search(out, m, re));
+  std::printf("job taken over by %s after its coordinator was killed: %s; "
+              "next token %.3f s after the takeover began\n",
+              backup.c_str(),
+              line_after(keeper.proc->out(), "tokens replicated").empty()
+                ? line_after(keeper.proc->out(), "over (").c_str()
+                : "",
+              std::stod(m[1]));
+  // Ended: no node backs it up or runs it any more.
+  auto after = console(p, b.port, "attach story");
+  CHECK(after.code != 0);
+  CHECK(contains(after.err, "no job story on"));
+}
