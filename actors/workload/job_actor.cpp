@@ -385,7 +385,9 @@ std::string take_generated(self_ptr self) {
     st.lost_at = st.cfg.resumed_since == clock_type::time_point{}
                    ? st.t0
                    : st.cfg.resumed_since;
-    st.last_token = st.lost_at;
+    st.last_token = st.cfg.resumed_last_token == clock_type::time_point{}
+                      ? st.lost_at
+                      : st.cfg.resumed_last_token;
   }
   return {};
 }

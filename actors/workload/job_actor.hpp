@@ -109,6 +109,9 @@ struct job_setup {
   std::string resumed_after;
   std::string resumed_placement;
   std::chrono::steady_clock::time_point resumed_since{};
+  /// When the last of `generated` was known to be out (the last
+  /// replicated token's arrival): the stall's gap_s counts from there.
+  std::chrono::steady_clock::time_point resumed_last_token{};
   /// Turns the result into the reply to (run_atom).
   std::function<caf::message(job_result&)> finish;
 };

@@ -103,6 +103,8 @@ struct running_job {
 struct backup_job {
   job_replica replica;
   std::string path; ///< the whole model in this node's cache, once fetched
+  /// When the last of its tokens arrived here.
+  std::chrono::steady_clock::time_point last_token;
   /// Clients attached before a takeover (attach_atom): moved to the run.
   std::vector<caf::typed_response_promise<console_reply>> attached;
 };
@@ -175,6 +177,7 @@ struct job_run {
   std::vector<std::vector<std::int32_t>> generated;
   std::string resumed_after;
   std::chrono::steady_clock::time_point resumed_since{};
+  std::chrono::steady_clock::time_point resumed_last_token{};
   /// Clients waiting for its end (attach): they get run's reply.
   std::vector<caf::typed_response_promise<console_reply>> attached;
 };
@@ -484,6 +487,7 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.resumed_after = run->resumed_after;
   j.resumed_placement = run->placement_text;
   j.resumed_since = run->resumed_since;
+  j.resumed_last_token = run->resumed_last_token;
   auto id = j.id;
   auto tok = run->job.tokenizer;
   auto log = std::make_shared<token_log>();
@@ -1057,6 +1061,7 @@ struct takeover {
   std::vector<std::vector<std::int32_t>> generated;
   std::string why;
   std::chrono::steady_clock::time_point since;
+  std::chrono::steady_clock::time_point last_token;
   std::vector<caf::typed_response_promise<console_reply>> attached;
 };
 
@@ -1106,6 +1111,7 @@ caf::error start_run(self_ptr self, job_request req, job_sink sink,
       run->generated = std::move(from->generated);
       run->resumed_after = from->why;
       run->resumed_since = from->since;
+      run->resumed_last_token = from->last_token;
       run->attached = std::move(from->attached);
     } else if (st.cfg.gate) { // peers may need the file: name it by its digest
       run->sha = workload::file_sha256(run->job.request.model);
@@ -1552,6 +1558,7 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
   auto& b = st.backups[key];
   b.replica = std::move(r);
   b.path.clear();
+  b.last_token = std::chrono::steady_clock::now();
   auto rp = self->make_response_promise<caf::ok_atom>();
   self
     ->request(st.cfg.gate, 3600s, service_atom::value, st.cfg.node,
@@ -1609,6 +1616,7 @@ void on_progress(self_ptr self, job_progress& p) {
         || p.more[j].size() > b.replica.request.n_gen - tokens[j].size())
       continue;
     tokens[j].insert(tokens[j].end(), p.more[j].begin(), p.more[j].end());
+    b.last_token = std::chrono::steady_clock::now();
   }
 }
 
@@ -1645,6 +1653,7 @@ void take_over(self_ptr self, const std::string& key, const std::string& why) {
   from.generated = std::move(b.replica.tokens);
   from.why = why;
   from.since = std::chrono::steady_clock::now();
+  from.last_token = b.last_token;
   from.attached = std::move(b.attached);
   auto req = std::move(b.replica.request);
   req.model = b.path;
