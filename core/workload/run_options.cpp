@@ -2,6 +2,7 @@
 
 #include "core/cli/program.hpp"
 #include "core/text/number.hpp"
+#include "core/workload/job_request.hpp"
 
 #include <limits>
 
@@ -65,6 +66,10 @@ void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
                "chat template; stops at its end of turn");
   app.add_option("--system", o.system, "with --chat: a system message")
     ->type_name("TEXT");
+  app.add_option("--id", o.name,
+                 "name the job (letters, digits, . _ -): attach NAME finds "
+                 "it from any node, also after its node died")
+    ->type_name("NAME");
   if (!local)
     return;
   app.add_option("--logits-out", o.logits_out,
@@ -118,6 +123,8 @@ run_options parse_run_options(const std::vector<std::string>& words,
     throw std::invalid_argument("run needs --model FILE");
   if (given("--system") && !o.chat)
     throw std::invalid_argument("--system goes with --chat");
+  if (given("--id"))
+    check_job_name(o.name); // a job_error is an invalid_argument
   return o;
 }
 
