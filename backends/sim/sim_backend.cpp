@@ -168,6 +168,13 @@ void sim_device::catch_up_with_wall() {
 }
 
 status sim_device::admit(const char* what) {
+  // vanish_after: this operation may be the one that finds it gone.
+  for (auto left = ops_left_.load(); left > 0;)
+    if (ops_left_.compare_exchange_weak(left, left - 1)) {
+      if (left == 1)
+        gone_ = true;
+      break;
+    }
   while (hung_ && !gone_)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (gone_)
@@ -220,9 +227,37 @@ void sim_device::fail_allocations(bool on) {
   fail_allocs_ = on;
 }
 
-const std::vector<std::string>& sim_fault_names() {
-  static const std::vector<std::string> names{"fail_allocations", "vanished"};
-  return names;
+namespace {
+
+/// N of "vanish_after:N", 0 when `fault` is not of that form or N is out
+/// of [1, 10^9].
+std::uint64_t vanish_after_count(const std::string& fault) {
+  static const std::string prefix = "vanish_after:";
+  if (fault.rfind(prefix, 0) != 0 || fault.size() == prefix.size()
+      || fault.size() > prefix.size() + 10)
+    return 0;
+  std::uint64_t n = 0;
+  for (auto c : fault.substr(prefix.size())) {
+    if (c < '0' || c > '9')
+      return 0;
+    n = n * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return n <= 1000000000 ? n : 0;
+}
+
+} // namespace
+
+std::string sim_fault_error(const std::string& fault) {
+  if (fault == "fail_allocations" || fault == "vanished"
+      || vanish_after_count(fault) > 0)
+    return {};
+  return "unknown fault \"" + fault
+         + "\" (expected fail_allocations, vanished or vanish_after:N, N "
+           "operations in [1, 1000000000])";
+}
+
+void sim_device::vanish_after(std::uint64_t ops) {
+  ops_left_ = ops;
 }
 
 void sim_device::vanish() {
@@ -292,17 +327,19 @@ public:
       auto id = spec.id.empty() ? "sim:" + spec.profile + ":"
                                     + std::to_string(counts[spec.profile]++)
                                 : spec.id;
-      if (!spec.fault.empty() && spec.fault != "fail_allocations"
-          && spec.fault != "vanished") {
-        devices_.clear();
-        return fail(errc::invalid_argument,
-                    "unknown simulated device fault \"" + spec.fault + "\"");
+      if (!spec.fault.empty()) {
+        if (auto why = sim_fault_error(spec.fault); !why.empty()) {
+          devices_.clear();
+          return fail(errc::invalid_argument, "simulated device: " + why);
+        }
       }
       auto dev = std::make_unique<sim_device>(*it, id, opts_.time_scale);
       if (spec.fault == "fail_allocations")
         dev->fail_allocations(true);
       else if (spec.fault == "vanished")
         dev->vanish();
+      else if (auto n = vanish_after_count(spec.fault); n > 0)
+        dev->vanish_after(n);
       devices_.push_back(std::move(dev));
     }
     return {};

@@ -44,14 +44,16 @@ const std::vector<sim_profile>& builtin_sim_profiles();
 struct sim_device_spec {
   std::string profile; ///< a profile name
   std::string id;      ///< optional stable id; default "sim:<profile>:<n>"
-  /// A fault present from the start (for scenarios): empty, or one of
-  /// sim_fault_names(): "fail_allocations" (every allocation fails) or
-  /// "vanished" (every operation fails with device_lost).
+  /// A fault (for scenarios): empty, or one sim_fault_error() accepts:
+  /// "fail_allocations" (every allocation fails), "vanished" (every
+  /// operation fails with device_lost) or "vanish_after:N" (the device
+  /// vanishes at its N-th operation: a device lost mid-run).
   std::string fault = {};
 };
 
-/// The faults a sim_device_spec may name.
-const std::vector<std::string>& sim_fault_names();
+/// What is wrong with a sim_device_spec's fault name ("" when it is one of
+/// those above; N of vanish_after in [1, 10^9]).
+std::string sim_fault_error(const std::string& fault);
 
 struct sim_options {
   std::vector<sim_profile> profiles; ///< empty: the built-in ones
@@ -76,6 +78,8 @@ public:
   void fail_allocations(bool on);
   /// The device disappears: every later operation fails with device_lost.
   void vanish();
+  /// The device vanishes at its `ops`-th operation from now (0: never).
+  void vanish_after(std::uint64_t ops);
   bool vanished() const noexcept {
     return gone_;
   }
@@ -110,6 +114,7 @@ private:
   std::atomic<bool> gone_{false};
   std::atomic<bool> hung_{false};
   std::atomic<bool> fail_allocs_{false};
+  std::atomic<std::uint64_t> ops_left_{0}; ///< vanish_after; 0: never
   std::string fail_next_alloc_;
   double now_ = 0;          // simulated seconds
   double temp_c_;           // current temperature

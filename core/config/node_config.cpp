@@ -339,12 +339,10 @@ node_config parse_document(const std::string& json, const std::string& source) {
                              }},
                             {"fault", [&](element x, const std::string& r) {
                                spec.fault = as_nonempty_string(x, r);
-                               auto& ok = backend::sim_fault_names();
-                               if (std::find(ok.begin(), ok.end(), spec.fault)
-                                   == ok.end())
-                                 bad(r, "unknown fault \"" + spec.fault
-                                          + "\" (expected fail_allocations "
-                                            "or vanished)");
+                               if (auto why
+                                   = backend::sim_fault_error(spec.fault);
+                                   !why.empty())
+                                 bad(r, why);
                              }}});
                       if (spec.profile.empty())
                         bad(ip + ".profile", "required");

@@ -70,10 +70,8 @@ simulated_device parse_simulated(element e, const std::string& path) {
          }},
         {"fault", [&](element v, const std::string& p) {
            d.fault = as_nonempty_string(v, p);
-           auto& ok = backend::sim_fault_names();
-           if (std::find(ok.begin(), ok.end(), d.fault) == ok.end())
-             bad(p, "unknown fault \"" + d.fault
-                      + "\" (expected fail_allocations or vanished)");
+           if (auto why = backend::sim_fault_error(d.fault); !why.empty())
+             bad(p, why);
          }}});
   if (d.profile.empty())
     bad(join(path, "profile"), "required");

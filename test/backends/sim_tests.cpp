@@ -142,6 +142,31 @@ TEST_CASE("a vanished device fails every operation with device_lost") {
   CHECK_FALSE(f.dev->read_telemetry().temperature_c.has_value());
 }
 
+TEST_CASE("vanish_after:N works for N - 1 operations, then the device is "
+          "gone") {
+  sim_fixture f;
+  f.dev->vanish_after(3);
+  auto a = f.dev->allocate(64); // 1
+  REQUIRE(a.ok());
+  char tmp[8] = {};
+  CHECK(f.dev->write(**a, 0, tmp, 8).ok()); // 2
+  CHECK_FALSE(f.dev->vanished());
+  CHECK(f.dev->synchronize().err().code == errc::device_lost); // 3
+  CHECK(f.dev->vanished());
+  CHECK(f.dev->allocate(8).err().code == errc::device_lost);
+  // The names a config or scenario may give.
+  CHECK(sim_fault_error("vanish_after:1").empty());
+  CHECK(sim_fault_error("vanish_after:1000000000").empty());
+  CHECK(sim_fault_error("fail_allocations").empty());
+  CHECK(sim_fault_error("vanished").empty());
+  for (auto bad : {"vanish_after:", "vanish_after:0", "vanish_after:-3",
+                   "vanish_after:1000000001", "vanish_after:99999999999",
+                   "vanish_after:3x", "explode"})
+    CHECK_THAT(sim_fault_error(bad),
+               Catch::Matchers::Contains("expected fail_allocations, "
+                                         "vanished or vanish_after:N"));
+}
+
 TEST_CASE("a hung device blocks operations until the hang is released") {
   sim_fixture f;
   auto a = f.dev->allocate(64);
