@@ -253,23 +253,43 @@ std::vector<member_event> member_changes(const member_view& before,
   std::map<std::string, const member_info*> old;
   for (auto& m : before.members)
     old[m.name] = &m;
-  std::map<std::string, member_event> out;
+  std::map<std::string, std::vector<member_event>> out;
   for (auto& m : after.members) {
     auto it = old.find(m.name);
     if (it == old.end()) {
-      out[m.name] = {member_change::joined, m, m.status, coordinator};
+      out[m.name].push_back({member_change::joined, m, m.status, coordinator});
       continue;
     }
-    if (it->second->status != m.status)
-      out[m.name] = {member_change::status, m, it->second->status,
-                     coordinator};
+    auto& was = *it->second;
+    if (was.incarnation != m.incarnation) {
+      // Restarted between the two views (it left or died and came back
+      // within one tick): the old incarnation ended — listeners that act
+      // on a member's end (jobs it coordinated, stages it held) must see
+      // it — and a new one joined.
+      // (Seen dead or left already, its end was an event of its own.)
+      auto gone = was;
+      if (was.status == member_status::alive) {
+        gone.status = member_status::dead;
+        gone.status_reason = "restarted (incarnation "
+                             + std::to_string(was.incarnation) + " -> "
+                             + std::to_string(m.incarnation) + ")";
+        out[m.name].push_back(
+          {member_change::status, gone, was.status, coordinator});
+      }
+      out[m.name].push_back(
+        {member_change::joined, m, gone.status, coordinator});
+    } else if (was.status != m.status) {
+      out[m.name].push_back(
+        {member_change::status, m, was.status, coordinator});
+    }
     old.erase(it);
   }
   for (auto& [name, m] : old)
-    out[name] = {member_change::removed, *m, m->status, coordinator};
+    out[name].push_back({member_change::removed, *m, m->status, coordinator});
   std::vector<member_event> xs;
-  for (auto& [name, e] : out)
-    xs.push_back(std::move(e));
+  for (auto& [name, es] : out)
+    for (auto& e : es)
+      xs.push_back(std::move(e));
   return xs;
 }
 

@@ -115,7 +115,10 @@ private:
 /// The member events that lead from `before` to `after` (two views of one
 /// gate, sorted by name as view() gives them): a member new in `after` is
 /// `joined`, one whose status differs is `status` (with the old status),
-/// one missing from `after` is `removed`; in name order. Each event names
+/// one missing from `after` is `removed`; one whose incarnation differs
+/// restarted in between: a `status` event ends the old incarnation (dead,
+/// "restarted ..."; none when `before` had it dead or left already), then
+/// `joined` brings the new one; in name order. Each event names
 /// `coordinator`.
 std::vector<member_event> member_changes(const member_view& before,
                                          const member_view& after,

@@ -128,6 +128,14 @@ struct coordinator_state {
   std::map<std::string, backup_job> backups;
   /// The replication timer runs.
   bool replicating = false;
+  /// The ends of the last runs (attach after the end, or through a backup
+  /// whose origin finished it): key, name, what attach answers.
+  struct ended_run {
+    std::string key;
+    std::string name;
+    caf::expected<console_reply> reply;
+  };
+  std::deque<ended_run> ended;
   /// The last jobs that ended (console `jobs` JSON "recent"), newest last:
   /// a job shorter than a watcher's poll is still seen, with its final
   /// token count and outcome.
@@ -396,7 +404,10 @@ void choose_backup(self_ptr self, std::uint64_t id) {
     ->request(st.cfg.gate, 3600s, service_atom::value, pick,
               std::string{"jobs"},
               caf::make_message(replicate_atom::value, std::move(r)))
-    .then([](caf::ok_atom) {},
+    .then([self, id, pick](caf::ok_atom) {
+            std::cout << "exo-node " << self->state.cfg.node << ": job " << id
+                      << " backed up on " << pick << std::endl;
+          },
           [self, id, pick](caf::error& err) {
             auto& st = self->state;
             auto it = st.running.find(id);
@@ -530,6 +541,9 @@ void start_job(self_ptr self, const run_ptr& run) {
              {"sequences", std::to_string(req.sequences)},
              {"n_gen", std::to_string(req.n_gen)}});
   auto job = spawn_job(self->system(), std::move(j));
+  // The job goes with its coordinator (a node shutting down, its jobs taken
+  // over by their backups); a job that ends does not take it along.
+  self->link_to(job);
   run->id = id;
   run->job_handle = job;
   auto& rj = self->state.running[id];
@@ -1068,21 +1082,37 @@ struct takeover {
 console_reply run_reply(const job_report& r, const std::string& prompt,
                         std::uint32_t n_gen);
 
-/// The clients attached to `run` get its end: run's reply, or the error.
-void answer_attached(job_run& run, const caf::expected<job_report>& r) {
+/// What an attached client gets when `run` ends: run's reply, or the
+/// error naming the job.
+caf::expected<console_reply> attach_reply(const job_run& run,
+                                          const caf::expected<job_report>& r) {
+  if (!r)
+    return fail(exo_errc::failed_state,
+                "job " + run.key + ": " + error_message(r.error()));
+  auto reply = run_reply(*r, run.job.request.prompt, run.job.request.n_gen);
+  reply.command = "attach";
+  reply.text = "attached to job " + run.key + "\n" + reply.text;
+  return reply;
+}
+
+/// `run` ended: its attached clients get its end, and the node keeps it
+/// for a while for those who attach late (a backup passing an end on).
+void run_ended(self_ptr self, job_run& run,
+               const caf::expected<job_report>& r) {
+  auto reply = attach_reply(run, r);
   auto waiting = std::move(run.attached);
   run.attached.clear();
-  for (auto& rp : waiting) {
-    if (!r) {
-      rp.deliver(fail(exo_errc::failed_state,
-                      "job " + run.key + ": " + error_message(r.error())));
-      continue;
-    }
-    auto reply = run_reply(*r, run.job.request.prompt, run.job.request.n_gen);
-    reply.command = "attach";
-    reply.text = "attached to job " + run.key + "\n" + reply.text;
-    rp.deliver(std::move(reply));
-  }
+  for (auto& rp : waiting)
+    if (reply)
+      rp.deliver(*reply);
+    else
+      rp.deliver(reply.error());
+  if (run.key.empty()) // it never started
+    return;
+  auto& ended = self->state.ended;
+  ended.push_back({run.key, run.job.request.name, std::move(reply)});
+  if (ended.size() > recent_jobs)
+    ended.pop_front();
 }
 
 /// Validates `req` and starts placing it; the sink hears the rest. Returns
@@ -1095,10 +1125,10 @@ caf::error start_run(self_ptr self, job_request req, job_sink sink,
   run->sink = std::move(sink);
   // Attached clients hear the end too, whoever started the run.
   std::weak_ptr<job_run> weak = run;
-  run->sink.done = [weak, done = std::move(run->sink.done)](
+  run->sink.done = [self, weak, done = std::move(run->sink.done)](
                      caf::expected<job_report> r) {
     if (auto x = weak.lock())
-      answer_attached(*x, r);
+      run_ended(self, *x, r);
     if (done)
       done(std::move(r));
   };
@@ -1472,6 +1502,13 @@ void on_member(self_ptr self, const member_event& e) {
     return;
   if (e.member.status == member_status::alive) {
     st.alive.insert(e.member.name);
+    // A node back from the dead (restarted, thawed) may hold stages and
+    // back jobs up again.
+    for (auto& [id, rj] : st.running) {
+      rj.refused.erase(e.member.name);
+      if (auto run = rj.run.lock())
+        run->lost_nodes.erase(e.member.name);
+    }
     // Jobs that found no backup yet get this one.
     for (auto& [id, rj] : st.running)
       if (rj.backup.empty() && rj.log)
@@ -1600,10 +1637,21 @@ void on_progress(self_ptr self, job_progress& p) {
     return;
   auto& b = it->second;
   if (p.ended) {
-    for (auto& a : b.attached) // it ended on its node: ask there
-      a.deliver(fail(exo_errc::failed_state,
-                     "job " + it->first + " ended on " + p.origin
-                       + " before its reply could be passed on"));
+    // It ended on its node: the clients attached here get its end from
+    // there (the node keeps the ends of its last runs).
+    auto key = it->first;
+    for (auto& a : b.attached)
+      self
+        ->request(st.cfg.gate, 60s, service_atom::value, p.origin,
+                  std::string{"jobs"},
+                  caf::make_message(attach_atom::value, key))
+        .then([a](console_reply& r) mutable { a.deliver(std::move(r)); },
+              [self, a, key, origin = p.origin](caf::error& err) mutable {
+                a.deliver(fail(exo_errc::failed_state,
+                               "job " + key + " ended on " + origin
+                                 + ", which did not pass its end on: "
+                                 + render(self, err)));
+              });
     st.backups.erase(it);
     return;
   }
@@ -1693,6 +1741,14 @@ bool attach_here(self_ptr self, const std::string& key,
       b.attached.push_back(rp);
       return true;
     }
+  for (auto it = st.ended.rbegin(); it != st.ended.rend(); ++it)
+    if (key == it->key || (!it->name.empty() && key == it->name)) {
+      if (it->reply)
+        rp.deliver(*it->reply);
+      else
+        rp.deliver(it->reply.error());
+      return true;
+    }
   return false;
 }
 
@@ -1747,8 +1803,11 @@ caf::result<console_reply> console_attach(self_ptr self,
           auto why = render(self, err);
           if (a->answered)
             return;
-          // A node that had the job and says how it ended answers for it.
-          if (why.find("no job " + key) == std::string::npos) {
+          // A node that had the job and says how it ended (failed_state)
+          // answers for it; "no job" or an unreachable node is a miss.
+          if (err.category() == exo_error_category()
+              && err.code()
+                   == static_cast<std::uint8_t>(exo_errc::failed_state)) {
             a->answered = true;
             rp.deliver(fail(exo_errc::failed_state, "attach: " + why));
             return;

@@ -397,7 +397,9 @@ void runner::start_node(live_node& n, bool quiet_start) {
     {"node", {{"name", spec.name}, {"state_dir", ndir + "/state"}}},
     {"network",
      {{"listen", "127.0.0.1"},
-      {"port", 0},
+      // A restarted node keeps its address, as a configured node would
+      // (clients and peers find it where it was; the listener reuses it).
+      {"port", n.port},
       {"seeds", seed_list},
       {"heartbeat_ms", t.heartbeat_ms},
       {"failure_timeout_ms", t.failure_timeout_ms},

@@ -181,3 +181,33 @@ TEST_CASE("member events: joined, status changes and removals, in name "
   CHECK(removed[0].member.name == "b");
   CHECK(std::string{to_string(member_change::removed)} == "removed");
 }
+
+TEST_CASE("member events: a member restarted between two views ends its "
+          "old incarnation, then joins with the new one") {
+  member_table t{member("m", 1)};
+  t.merge(member("b", 1), t0);
+  t.merge(member("c", 1), t0);
+  auto before = t.view();
+  // b left and came back within one tick: only its incarnation shows it.
+  t.mark("b", member_status::left, "left the cluster");
+  t.merge(member("b", 2), t0);
+  auto es = member_changes(before, t.view(), t.coordinator());
+  REQUIRE(es.size() == 2);
+  CHECK(es[0].change == member_change::status);
+  CHECK(es[0].member.name == "b");
+  CHECK(es[0].member.incarnation == 1);
+  CHECK(es[0].member.status == member_status::dead);
+  CHECK(es[0].member.status_reason == "restarted (incarnation 1 -> 2)");
+  CHECK(es[1].change == member_change::joined);
+  CHECK(es[1].member.incarnation == 2);
+  CHECK(es[1].member.status == member_status::alive);
+  // Seen left in one view, back in the next: its end was told already.
+  t.mark("c", member_status::left, "left the cluster");
+  auto left = t.view();
+  t.merge(member("c", 3), t0);
+  es = member_changes(left, t.view(), t.coordinator());
+  REQUIRE(es.size() == 1);
+  CHECK(es[0].change == member_change::joined);
+  CHECK(es[0].member.incarnation == 3);
+  CHECK(es[0].previous == member_status::left);
+}
