@@ -128,6 +128,8 @@ struct coordinator_state {
   std::map<std::string, backup_job> backups;
   /// The replication timer runs.
   bool replicating = false;
+  /// The jobs linked to it (they stop with it), until their exit message.
+  std::set<caf::actor_addr> linked_jobs;
   /// The ends of the last runs (attach after the end, or through a backup
   /// whose origin finished it): key, name, what attach answers.
   struct ended_run {
@@ -367,7 +369,7 @@ void replicate_tick(self_ptr self);
 void choose_backup(self_ptr self, std::uint64_t id) {
   auto& st = self->state;
   auto it = st.running.find(id);
-  if (it == st.running.end() || !st.cfg.gate)
+  if (it == st.running.end() || !st.cfg.gate || !st.cfg.backups)
     return;
   auto& rj = it->second;
   auto run = rj.run.lock();
@@ -404,10 +406,7 @@ void choose_backup(self_ptr self, std::uint64_t id) {
     ->request(st.cfg.gate, 3600s, service_atom::value, pick,
               std::string{"jobs"},
               caf::make_message(replicate_atom::value, std::move(r)))
-    .then([self, id, pick](caf::ok_atom) {
-            std::cout << "exo-node " << self->state.cfg.node << ": job " << id
-                      << " backed up on " << pick << std::endl;
-          },
+    .then([](caf::ok_atom) {},
           [self, id, pick](caf::error& err) {
             auto& st = self->state;
             auto it = st.running.find(id);
@@ -544,6 +543,7 @@ void start_job(self_ptr self, const run_ptr& run) {
   // The job goes with its coordinator (a node shutting down, its jobs taken
   // over by their backups); a job that ends does not take it along.
   self->link_to(job);
+  self->state.linked_jobs.insert(job.address());
   run->id = id;
   run->job_handle = job;
   auto& rj = self->state.running[id];
@@ -1821,6 +1821,14 @@ caf::result<console_reply> console_attach(self_ptr self,
 
 caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
   self->state.cfg = std::move(cfg);
+  // Its jobs are linked to it (they go when it goes); one that fails does
+  // not take it along — the job's own end says what happened.
+  self->set_exit_handler([self](caf::exit_msg& m) {
+    if (self->state.linked_jobs.erase(m.source) != 0
+        || m.reason == caf::exit_reason::normal)
+      return;
+    self->quit(m.reason);
+  });
   if (self->state.cfg.gate)
     self
       ->request(self->state.cfg.gate, 10s, subscribe_atom::value,
@@ -1924,6 +1932,7 @@ service spawn_jobs_service(const service_context& ctx) {
   cfg.audit = ctx.audit;
   cfg.blobs = ctx.blobs;
   cfg.client_dirs = config::client_dirs(*ctx.cfg);
+  cfg.backups = ctx.cfg->models.backup_jobs;
   service s;
   s.name = "jobs";
   s.kind = "jobs";

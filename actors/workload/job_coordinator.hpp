@@ -79,6 +79,8 @@ struct job_coordinator_config {
   /// resolve_client_file); none: any path (trusted callers only: the
   /// runtime always sets it from models.dirs).
   std::optional<std::vector<std::string>> client_dirs;
+  /// Replicate each job to a backup node (models.backup_jobs).
+  bool backups = true;
 };
 
 /// Spawns a coordinator (detached: it maps and hashes model files).

@@ -4,7 +4,9 @@
 // SIGKILLed or SIGSTOPped at a different moment of each run. For every event
 // it checks the text against one uninterrupted run and prints the seconds
 // from the loss being noticed to the next token and between the tokens on
-// either side; then the median and the maximum per kind of event.
+// either side; then the median and the maximum per kind of event. Last, the
+// coordinating node itself is killed (three nodes: its backup takes the job
+// over, the console re-attaches through another node).
 //
 //   build/bench/workload/recovery_bench [--repeats N]   (target bench_recovery)
 //
@@ -72,6 +74,10 @@ TEST_CASE("recovery stall per kind of event", "[.bench]") {
   co.failure_timeout_ms = 1500;
   co.state_dir = p.dir + "/coord/state";
   co.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
+  // One access key for the cluster: the console's token is good on the
+  // node it re-attaches through.
+  co.extra = R"(, "safety": {"access_key_file": ")" + p.dir
+             + R"(/coord/state/access.key"})";
   auto a = start_node(p, co);
   auto job = "run --model " + model
              + " --prompt \"once upon a time\" -n 4000 --seed 2 "
@@ -137,6 +143,90 @@ TEST_CASE("recovery stall per kind of event", "[.bench]") {
       if (sig == SIGSTOP)
         b.proc->signal(SIGKILL);
       b.proc->wait(10s);
+      std::fflush(stdout);
+    }
+    kinds.emplace_back(kind, f);
+  }
+  // The coordinator itself: a fresh pair per run, x coordinating (the
+  // console connected to it) with a stage on y or coord, its backup the
+  // other; x is killed and the backup takes the job over from the tokens
+  // replicated, the console re-attaching through another node.
+  {
+    figures f;
+    auto kind = std::string{"coordinator killed (SIGKILL)"};
+    for (int i = 0; i < repeats; ++i) {
+      auto xn = "x" + std::to_string(i), yn = "y" + std::to_string(i);
+      std::vector<node_proc> pair;
+      for (auto& name : {xn, yn}) {
+        p.node(name);
+        node_options vo{name};
+        vo.failure_timeout_ms = 1500;
+        vo.state_dir = p.dir + "/" + name + "/state";
+        vo.devices = co.devices;
+        vo.seeds = {a.port};
+        vo.extra = R"(, "safety": {"access_key_file": ")" + p.dir
+                   + R"(/coord/state/access.key"})";
+        pair.push_back(start_node(p, vo));
+      }
+      auto& x = pair[0];
+      REQUIRE(eventually(
+        p, a.port, "nodes",
+        [&](const std::string& out) {
+          // (Each member's record: its name, then its status.)
+          std::regex alive{"\"name\": \"(" + xn + "|" + yn
+                           + ")\"[^}]*?\"status\": \"alive\""};
+          auto n = std::distance(
+            std::sregex_iterator(out.begin(), out.end(), alive),
+            std::sregex_iterator());
+          return n == 2;
+        },
+        30s));
+      process runner{console_argv(p, x.port, {job + " --stages 2"},
+                                  {false, std::chrono::minutes(10)})};
+      REQUIRE(x.proc->wait_for_output("job 1 started", 120s));
+      // Its backup (y or coord) holds the model and the replica.
+      std::string backup;
+      REQUIRE(eventually(
+        p, x.port, "jobs",
+        [&](const std::string& out) {
+          std::smatch m;
+          std::regex re{"\"backup\": \"([a-z0-9]+)\""};
+          if (!std::regex_search(out, m, re))
+            return false;
+          backup = m[1];
+          return true;
+        },
+        60s));
+      REQUIRE(eventually(p, backup == yn ? pair[1].port : a.port, "jobs",
+                         [](const std::string& out) {
+                           return contains(out, "\"ready\": true");
+                         },
+                         60s));
+      auto moment = moments[static_cast<std::size_t>(i) % moments.size()];
+      std::this_thread::sleep_for(moment);
+      x.proc->signal(SIGKILL);
+      auto code = runner.wait(180s);
+      auto out = runner.out();
+      std::smatch m;
+      if (code != 0 || !std::regex_search(out, m, re)) {
+        ++f.missed;
+        std::printf("%s at +%lld ms: no recovery (exit %d)\n%s%s\n",
+                    kind.c_str(), static_cast<long long>(moment.count()),
+                    code, out.c_str(), runner.err().c_str());
+      } else {
+        f.recovery.push_back(std::stod(m[1]));
+        f.gap.push_back(std::stod(m[2]));
+        bool same = text_of(out) == reference;
+        f.wrong += same ? 0 : 1;
+        std::printf("%s at +%lld ms after its backup was ready: next token "
+                    "%s s after the takeover began, %s s after the last "
+                    "replicated token, text %s\n",
+                    kind.c_str(), static_cast<long long>(moment.count()),
+                    m[1].str().c_str(), m[2].str().c_str(),
+                    same ? "identical" : "DIFFERENT");
+      }
+      pair[1].proc->signal(SIGKILL);
+      pair[1].proc->wait(10s);
       std::fflush(stdout);
     }
     kinds.emplace_back(kind, f);

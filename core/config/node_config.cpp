@@ -532,6 +532,9 @@ node_config parse_document(const std::string& json, const std::string& source) {
                             if (cfg.models.dirs[i].empty()
                                 || cfg.models.dirs[i][0] != '/')
                               bad(at(q, i), "must be an absolute path");
+                        }},
+                       {"backup_jobs", [&](element v, const std::string& q) {
+                          cfg.models.backup_jobs = as_bool(v, q);
                         }}});
          }},
         {"log",

@@ -43,6 +43,10 @@ struct network_section {
 /// them (after following links). Empty: `<state_dir>/models`.
 struct models_section {
   std::vector<std::string> dirs;
+  /// Each job this node coordinates is replicated to a backup node (which
+  /// fetches the whole model file once) so that it survives this node's
+  /// loss; off: no copies, the job ends with this node.
+  bool backup_jobs = true;
 };
 
 struct tls_section {

@@ -24,6 +24,7 @@ TEST_CASE("an empty config gives a single local node with every default") {
   CHECK(cfg.devices.simulated.empty());
   CHECK(cfg.devices.cpu_weights_in_place);
   CHECK(cfg.devices.cpu_llama_threads == 1);
+  CHECK(cfg.models.backup_jobs);
   CHECK(cfg.log_level == "info");
 }
 
@@ -143,6 +144,10 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "devices.include[0]: unknown backend \"metal\""},
     {R"({"devices": {"cpu_weights_in_place": "yes"}})",
      "devices.cpu_weights_in_place: must be"},
+    {R"({"models": {"backup_jobs": 1}})", "models.backup_jobs: must be"},
+    {R"({"devices": {"simulated": [{"profile": "a100-40g",
+                                    "fault": "vanish_after:0"}]}})",
+     "devices.simulated[0].fault: unknown fault \"vanish_after:0\""},
     {R"({"devices": {"cpu_llama_threads": 0}})",
      "devices.cpu_llama_threads: must be an integer in [1, 1024]"},
     {R"({"devices": {"exclude": [1]}})",
@@ -282,8 +287,9 @@ TEST_CASE("network.limits and models.dirs: safe defaults, every key read, "
       "handshake_timeout_ms": 2000, "idle_timeout_ms": 5000,
       "node_messages_per_s": 100, "client_messages_per_s": 10,
       "message_burst": 20, "max_client_unread_messages": 8}},
-    "models": {"dirs": ["/srv/models", "/opt/llm"]}})",
+    "models": {"dirs": ["/srv/models", "/opt/llm"], "backup_jobs": false}})",
                  "test");
+  CHECK_FALSE(c.models.backup_jobs);
   auto& l = c.network.limits;
   CHECK(l.max_connections == 64);
   CHECK(l.max_connections_per_peer == 4);
