@@ -1082,6 +1082,15 @@ struct takeover {
 console_reply run_reply(const job_report& r, const std::string& prompt,
                         std::uint32_t n_gen);
 
+/// Answers `rp` with `r`: its value or its error.
+void deliver(caf::typed_response_promise<console_reply>& rp,
+             const caf::expected<console_reply>& r) {
+  if (r)
+    rp.deliver(*r);
+  else
+    rp.deliver(r.error());
+}
+
 /// What an attached client gets when `run` ends: run's reply, or the
 /// error naming the job.
 caf::expected<console_reply> attach_reply(const job_run& run,
@@ -1103,10 +1112,7 @@ void run_ended(self_ptr self, job_run& run,
   auto waiting = std::move(run.attached);
   run.attached.clear();
   for (auto& rp : waiting)
-    if (reply)
-      rp.deliver(*reply);
-    else
-      rp.deliver(reply.error());
+    deliver(rp, reply);
   if (run.key.empty()) // it never started
     return;
   auto& ended = self->state.ended;
@@ -1420,18 +1426,27 @@ void cancel(self_ptr self, std::uint64_t id, F then) {
           [then](caf::error&) mutable { then(false); });
 }
 
+/// A console command's argument parsed with the command table, or the
+/// table's error with the command's usage.
+caf::expected<console::parsed_command>
+parse_args(const char* name, const std::string& arg, const char* usage) {
+  try {
+    return console::parse_command(name, arg);
+  } catch (const console::command_error& e) {
+    return fail(exo_errc::invalid_argument,
+                std::string{e.what()} + " (" + usage + ")");
+  }
+}
+
 /// Console `cancel JOB`: the job stops at its next token boundary and its
 /// `run` answers with what it produced so far.
 caf::result<console_reply> console_cancel(self_ptr self,
                                           const std::string& arg) {
   auto& st = self->state;
-  console::parsed_command p;
-  try {
-    p = console::parse_command("cancel", arg);
-  } catch (const console::command_error& e) {
-    return fail(exo_errc::invalid_argument,
-                std::string{e.what()} + " (cancel JOB, the id `jobs` lists)");
-  }
+  auto parsed = parse_args("cancel", arg, "cancel JOB, the id `jobs` lists");
+  if (!parsed)
+    return std::move(parsed.error());
+  auto& p = *parsed;
   auto& w = p.args[0];
   // The table checked JOB with the strict parser (digits, at most 2^64-1).
   auto id = text::parse_integer<std::uint64_t>(w);
@@ -1458,13 +1473,10 @@ caf::result<console_reply> console_cancel(self_ptr self,
 caf::result<console_reply> console_drain(self_ptr self,
                                          const std::string& arg) {
   auto& st = self->state;
-  console::parsed_command p;
-  try {
-    p = console::parse_command("drain", arg);
-  } catch (const console::command_error& e) {
-    return fail(exo_errc::invalid_argument,
-                std::string{e.what()} + " (drain NODE)");
-  }
+  auto parsed = parse_args("drain", arg, "drain NODE");
+  if (!parsed)
+    return std::move(parsed.error());
+  auto& p = *parsed;
   auto& node = p.args[0];
   text::json moved = text::json::array();
   std::string ids;
@@ -1743,10 +1755,7 @@ bool attach_here(self_ptr self, const std::string& key,
     }
   for (auto it = st.ended.rbegin(); it != st.ended.rend(); ++it)
     if (key == it->key || (!it->name.empty() && key == it->name)) {
-      if (it->reply)
-        rp.deliver(*it->reply);
-      else
-        rp.deliver(it->reply.error());
+      deliver(rp, it->reply);
       return true;
     }
   return false;
@@ -1760,13 +1769,10 @@ bool attach_here(self_ptr self, const std::string& key,
 caf::result<console_reply> console_attach(self_ptr self,
                                           const std::string& arg) {
   auto& st = self->state;
-  console::parsed_command p;
-  try {
-    p = console::parse_command("attach", arg);
-  } catch (const console::command_error& e) {
-    return fail(exo_errc::invalid_argument,
-                std::string{e.what()} + " (attach JOB: its --id or NODE:ID)");
-  }
+  auto parsed = parse_args("attach", arg, "attach JOB: its --id or NODE:ID");
+  if (!parsed)
+    return std::move(parsed.error());
+  auto& p = *parsed;
   auto key = p.args[0];
   auto rp = self->make_response_promise<console_reply>();
   if (attach_here(self, key, rp))

@@ -53,6 +53,33 @@ struct figures {
   int missed = 0; // the run ended without a recovery
 };
 
+/// Waits for the run and adds its recovery to `f`: the seconds from the
+/// loss being noticed to the next token and between the tokens (the run's
+/// recovery line), and whether its text is `reference`; prints a line
+/// naming the event (`what`) and the two figures (`noticed`, `between`).
+void record(figures& f, process& runner, const std::string& reference,
+            const std::string& what, const char* noticed,
+            const char* between) {
+  static const std::regex re{"next token ([0-9.]+) s after the loss was "
+                             "noticed \\(([0-9.]+) s between tokens\\)"};
+  auto code = runner.wait(180s);
+  auto out = runner.out();
+  std::smatch m;
+  if (code != 0 || !std::regex_search(out, m, re)) {
+    ++f.missed;
+    std::printf("%s: no recovery (exit %d)\n%s%s\n", what.c_str(), code,
+                out.c_str(), runner.err().c_str());
+    return;
+  }
+  f.recovery.push_back(std::stod(m[1]));
+  f.gap.push_back(std::stod(m[2]));
+  bool same = text_of(out) == reference;
+  f.wrong += same ? 0 : 1;
+  std::printf("%s: next token %s s %s, %s s %s, text %s\n", what.c_str(),
+              m[1].str().c_str(), noticed, m[2].str().c_str(), between,
+              same ? "identical" : "DIFFERENT");
+}
+
 } // namespace
 
 TEST_CASE("recovery stall per kind of event", "[.bench]") {
@@ -90,8 +117,6 @@ TEST_CASE("recovery stall per kind of event", "[.bench]") {
   // Moments after "job N started": before the first token, early, later.
   const std::vector<std::chrono::milliseconds> moments{0ms, 100ms, 300ms,
                                                        800ms, 1500ms};
-  std::regex re{"next token ([0-9.]+) s after the loss was noticed "
-                "\\(([0-9.]+) s between tokens\\)"};
   int jobs = 1;
   std::vector<std::pair<std::string, figures>> kinds;
   for (int sig : {SIGKILL, SIGSTOP}) {
@@ -121,25 +146,9 @@ TEST_CASE("recovery stall per kind of event", "[.bench]") {
       auto moment = moments[static_cast<std::size_t>(i) % moments.size()];
       std::this_thread::sleep_for(moment);
       b.proc->signal(sig);
-      auto code = runner.wait(180s);
-      auto out = runner.out();
-      std::smatch m;
-      if (code != 0 || !std::regex_search(out, m, re)) {
-        ++f.missed;
-        std::printf("%s at +%lld ms: no recovery (exit %d)\n%s%s\n",
-                    kind.c_str(), static_cast<long long>(moment.count()),
-                    code, out.c_str(), runner.err().c_str());
-      } else {
-        f.recovery.push_back(std::stod(m[1]));
-        f.gap.push_back(std::stod(m[2]));
-        bool same = text_of(out) == reference;
-        f.wrong += same ? 0 : 1;
-        std::printf("%s at +%lld ms: next token %s s after the loss was "
-                    "noticed, %s s between tokens, text %s\n",
-                    kind.c_str(), static_cast<long long>(moment.count()),
-                    m[1].str().c_str(), m[2].str().c_str(),
-                    same ? "identical" : "DIFFERENT");
-      }
+      record(f, runner, reference,
+             kind + " at +" + std::to_string(moment.count()) + " ms",
+             "after the loss was noticed", "between tokens");
       if (sig == SIGSTOP)
         b.proc->signal(SIGKILL);
       b.proc->wait(10s);
@@ -185,18 +194,8 @@ TEST_CASE("recovery stall per kind of event", "[.bench]") {
                                   {false, std::chrono::minutes(10)})};
       REQUIRE(x.proc->wait_for_output("job 1 started", 120s));
       // Its backup (y or coord) holds the model and the replica.
-      std::string backup;
-      REQUIRE(eventually(
-        p, x.port, "jobs",
-        [&](const std::string& out) {
-          std::smatch m;
-          std::regex re{"\"backup\": \"([a-z0-9]+)\""};
-          if (!std::regex_search(out, m, re))
-            return false;
-          backup = m[1];
-          return true;
-        },
-        60s));
+      auto backup = job_backup(p, x.port, "", 60s);
+      REQUIRE(!backup.empty());
       REQUIRE(eventually(p, backup == yn ? pair[1].port : a.port, "jobs",
                          [](const std::string& out) {
                            return contains(out, "\"ready\": true");
@@ -205,26 +204,10 @@ TEST_CASE("recovery stall per kind of event", "[.bench]") {
       auto moment = moments[static_cast<std::size_t>(i) % moments.size()];
       std::this_thread::sleep_for(moment);
       x.proc->signal(SIGKILL);
-      auto code = runner.wait(180s);
-      auto out = runner.out();
-      std::smatch m;
-      if (code != 0 || !std::regex_search(out, m, re)) {
-        ++f.missed;
-        std::printf("%s at +%lld ms: no recovery (exit %d)\n%s%s\n",
-                    kind.c_str(), static_cast<long long>(moment.count()),
-                    code, out.c_str(), runner.err().c_str());
-      } else {
-        f.recovery.push_back(std::stod(m[1]));
-        f.gap.push_back(std::stod(m[2]));
-        bool same = text_of(out) == reference;
-        f.wrong += same ? 0 : 1;
-        std::printf("%s at +%lld ms after its backup was ready: next token "
-                    "%s s after the takeover began, %s s after the last "
-                    "replicated token, text %s\n",
-                    kind.c_str(), static_cast<long long>(moment.count()),
-                    m[1].str().c_str(), m[2].str().c_str(),
-                    same ? "identical" : "DIFFERENT");
-      }
+      record(f, runner, reference,
+             kind + " at +" + std::to_string(moment.count())
+               + " ms after its backup was ready",
+             "after the takeover began", "after the last replicated token");
       pair[1].proc->signal(SIGKILL);
       pair[1].proc->wait(10s);
       std::fflush(stdout);

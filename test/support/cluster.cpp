@@ -141,6 +141,26 @@ run_result console(const pki& p, std::uint16_t port,
   return run(console_argv(p, port, cmds, o), o.timeout + std::chrono::seconds(60));
 }
 
+std::string job_backup(const pki& p, std::uint16_t port,
+                       const std::string& name,
+                       std::chrono::milliseconds timeout) {
+  // (Each job's record: its name, then its backup.)
+  std::regex re{"\"name\": \"" + (name.empty() ? "[^\"]*" : name)
+                + "\", \"backup\": \"([^\"]+)\""};
+  std::string backup;
+  eventually(
+    p, port, "jobs",
+    [&](const std::string& out) {
+      std::smatch m;
+      if (!std::regex_search(out, m, re))
+        return false;
+      backup = m[1];
+      return true;
+    },
+    timeout);
+  return backup;
+}
+
 bool poll_console(const pki& p, std::uint16_t port, const std::string& cmd,
                   const std::function<bool(const run_result&)>& accept,
                   std::chrono::milliseconds timeout, const console_options& o) {

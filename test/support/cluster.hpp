@@ -124,6 +124,13 @@ bool eventually(const pki& p, std::uint16_t port, const std::string& cmd,
       },
       timeout, o);
 }
+/// The node that backs up a job the node at `port` coordinates: the one
+/// named `name` (run --id), or any when "", as `jobs` shows it once it has
+/// one; "" when none within `timeout`.
+std::string job_backup(const pki& p, std::uint16_t port,
+                       const std::string& name,
+                       std::chrono::milliseconds timeout);
+
 
 inline bool contains(const std::string& s, const std::string& what) {
   return s.find(what) != std::string::npos;

@@ -109,6 +109,23 @@ std::vector<std::string> long_run(const pki& p, const node_proc& g,
                                 "--stages 1");
 }
 
+/// Nodes "coord" and `name` (seeded from coord), once coord sees `name`
+/// and no node dead.
+std::pair<node_proc, node_proc> coord_and(pki& p, const std::string& name) {
+  p.node("coord");
+  p.node(name);
+  auto a = start(p, "coord", {});
+  auto b = start(p, name, {a.port});
+  REQUIRE(eventually(
+    p, a.port, "nodes",
+    [&](const std::string& out) {
+      return contains(out, "\"" + name + "\"")
+             && !contains(out, "\"status\": \"dead\"");
+    },
+    30s));
+  return {std::move(a), std::move(b)};
+}
+
 } // namespace
 
 TEST_CASE("exo-node run gives the same tokens and logits on one stage and "
@@ -526,17 +543,7 @@ TEST_CASE("drain moves a running job's stage off a node, which may then "
           "[workload][process]") {
   pki p{"exo-drain"};
   auto model = long_model(p);
-  p.node("coord");
-  p.node("leaving");
-  auto a = start(p, "coord", {});
-  auto b = start(p, "leaving", {a.port});
-  REQUIRE(eventually(
-    p, a.port, "nodes",
-    [](const std::string& out) {
-      return contains(out, "\"leaving\"")
-             && !contains(out, "\"status\": \"dead\"");
-    },
-    30s));
+  auto [a, b] = coord_and(p, "leaving");
   auto job = "run --model " + model
              + " --prompt \"once upon a time\" -n 3000 --seed 2 "
                "--temperature 0";
@@ -576,17 +583,7 @@ TEST_CASE("a job placed on a node that froze before its stage started is "
           "[workload][process]") {
   pki p{"exo-frozen-start"};
   auto model = long_model(p);
-  p.node("coord");
-  p.node("frozen");
-  auto a = start(p, "coord", {});
-  auto b = start(p, "frozen", {a.port});
-  REQUIRE(eventually(
-    p, a.port, "nodes",
-    [](const std::string& out) {
-      return contains(out, "\"frozen\"")
-             && !contains(out, "\"status\": \"dead\"");
-    },
-    30s));
+  auto [a, b] = coord_and(p, "frozen");
   // Frozen now, still alive in the view for the failure timeout (3 s): the
   // job is placed on it and its stage request is never answered.
   b.proc->signal(SIGSTOP);
@@ -753,18 +750,8 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
   process runner{
     background_console(p, a.port, job + " --stages 2 --id story")};
   REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
-  std::string backup;
-  REQUIRE(eventually(
-    p, a.port, "jobs",
-    [&](const std::string& out) {
-      std::smatch m;
-      std::regex re{"\"name\": \"story\", \"backup\": \"([a-z]+)\""};
-      if (!std::regex_search(out, m, re))
-        return false;
-      backup = m[1];
-      return true;
-    },
-    60s));
+  auto backup = job_backup(p, a.port, "story", 60s);
+  REQUIRE(!backup.empty());
   auto& keeper = backup == "spare" ? c : b;
   REQUIRE(eventually(
     p, keeper.port, "jobs",
