@@ -68,13 +68,17 @@ cost_model::cost_model(const problem& p) : p_(&p) {
     cheapest_[ab] = *std::min_element(xfer_.begin() + ab * (L + 1) + 1,
                                       xfer_.begin() + ab * (L + 1) + L);
   node_penalty_ = ticks(pen_s);
-  // Time prefix sums, rounded per prefix.
+  // Time prefix sums of per-layer ticks: identical layers cost identical
+  // ticks wherever they sit, so a stage's time depends on its layers, not
+  // on its position (the lower bounds count layers, the node-block program
+  // moves ranges; neither would meet a plan whose cost drifts by a tick
+  // with the position of its cuts).
   cum_.assign(n * (L + 1), 0);
   for (std::size_t d = 0; d < n; ++d) {
-    double acc = 0;
+    std::int64_t acc = 0;
     for (std::size_t l = 0; l < L; ++l) {
-      acc += p.layer_seconds(dev_[d], l);
-      cum_[d * (L + 1) + l + 1] = ticks(acc);
+      acc += ticks(p.layer_seconds(dev_[d], l));
+      cum_[d * (L + 1) + l + 1] = acc;
     }
   }
   // Pinned layers: owner per layer (-1 none, -2 conflicting pins).
@@ -119,7 +123,25 @@ cost_model::cost_model(const problem& p) : p_(&p) {
   max_stages_ = n;
   if (p.constraints.max_stages > 0)
     max_stages_ = std::min(max_stages_, p.constraints.max_stages);
-  // Classes of interchangeable devices.
+  // Kinds of alike devices, then classes: a kind's devices on one node.
+  kind_of_.assign(n, -1);
+  for (std::size_t d = 0; d < n; ++d) {
+    if (kind_of_[d] >= 0)
+      continue;
+    auto k = static_cast<int>(kind_rep_.size());
+    kind_rep_.push_back(static_cast<int>(d));
+    kind_of_[d] = k;
+    for (std::size_t e = d + 1; e < n; ++e) {
+      if (kind_of_[e] >= 0 || must_use_[e] != must_use_[d])
+        continue;
+      bool same = true;
+      for (std::size_t l = 0; l <= L && same; ++l)
+        same = cum_[d * (L + 1) + l] == cum_[e * (L + 1) + l]
+               && max_end_[d * (L + 1) + l] == max_end_[e * (L + 1) + l];
+      if (same)
+        kind_of_[e] = k;
+    }
+  }
   class_of_.assign(n, -1);
   for (std::size_t d = 0; d < n; ++d) {
     if (class_of_[d] >= 0)
@@ -127,19 +149,12 @@ cost_model::cost_model(const problem& p) : p_(&p) {
     auto k = static_cast<int>(members_.size());
     members_.push_back({static_cast<int>(d)});
     class_of_[d] = k;
-    for (std::size_t e = d + 1; e < n; ++e) {
-      if (class_of_[e] >= 0 || node_[e] != node_[d]
-          || must_use_[e] != must_use_[d])
-        continue;
-      bool same = true;
-      for (std::size_t l = 0; l <= L && same; ++l)
-        same = cum_[d * (L + 1) + l] == cum_[e * (L + 1) + l]
-               && max_end_[d * (L + 1) + l] == max_end_[e * (L + 1) + l];
-      if (same) {
+    for (std::size_t e = d + 1; e < n; ++e)
+      if (class_of_[e] < 0 && node_[e] == node_[d]
+          && kind_of_[e] == kind_of_[d]) {
         class_of_[e] = k;
         members_[k].push_back(static_cast<int>(e));
       }
-    }
   }
 }
 

@@ -33,8 +33,9 @@ struct evaluation {
 /// that the exact solver and the Gecode model optimise the very same numbers.
 ///
 /// Times are in ticks (0.1 us, coarser only when a problem's times would
-/// overflow Gecode's integers). Stage times come from rounded prefix sums,
-/// so rounding errs by at most one tick per stage. Memory (a stage's layers
+/// overflow Gecode's integers). A stage's time is the sum of its layers'
+/// times, each rounded to whole ticks (identical layers cost the same
+/// ticks wherever they sit; rounding errs by at most half a tick a layer). Memory (a stage's layers
 /// plus its working memory, problem::stage_memory), thermal caps and
 /// pinned layers are folded exactly (in bytes and FLOPs) into one table,
 /// max_end(d, b): the largest end e such that device d may run [b, e).
@@ -103,6 +104,13 @@ public:
   std::size_t classes() const { return members_.size(); }
   /// Devices of class `k`, ascending.
   const std::vector<int>& class_members(int k) const { return members_[k]; }
+  /// Kind of device `d`: devices of one kind are alike wherever they sit
+  /// (same time and max_end rows, same must_use); a class is a kind on one
+  /// node.
+  int device_kind(int d) const { return kind_of_[d]; }
+  std::size_t kinds() const { return kind_rep_.size(); }
+  /// The first device of kind `k`.
+  int kind_representative(int k) const { return kind_rep_[k]; }
 
   /// Combines latency, bottleneck and penalty ticks into objective units.
   std::int64_t combine(std::int64_t latency, std::int64_t bottleneck,
@@ -132,6 +140,8 @@ private:
   std::int64_t node_penalty_ = 0;
   std::vector<int> class_of_;
   std::vector<std::vector<int>> members_;
+  std::vector<int> kind_of_;
+  std::vector<int> kind_rep_;
 };
 
 } // namespace exo::placement

@@ -32,13 +32,7 @@ struct exact_result {
   /// better of the two optimal plans, so optimality is proven only when
   /// both are equal.
   std::int64_t lower_bound = 0;
-  /// A cheap valid lower bound in objective units: the same program with
-/// devices allowed to repeat (no device subsets), stage limits, pinned
-/// devices and the node penalty dropped. O(L * n * (n + L)). nullopt when
-/// even the relaxation has no plan (then the problem is infeasible).
-std::optional<std::int64_t> relaxed_lower_bound(const cost_model& m);
-
-/// Number of DP states (class-count vectors).
+  /// Number of DP states (class-count vectors).
   std::size_t states = 0;
   bool proven_optimal() const {
     return status == exact_status::solved && objective == lower_bound;

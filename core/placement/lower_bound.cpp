@@ -35,8 +35,8 @@ relaxation make_relaxation(const cost_model& m) {
   r.t.assign(r.n, std::vector<double>(r.L, 0));
   for (int d = 0; d < r.n; ++d)
     for (int l = 0; l < r.L; ++l)
-      // Per-layer ticks of the rounded prefix sums: a stage's ticks are
-      // exactly the sum of its layers'.
+      // Per-layer ticks: a stage's ticks are exactly the sum of its
+      // layers'.
       r.t[d][l] = static_cast<double>(m.stage_time(d, l, l + 1));
   for (int l = 0; l < r.L; ++l) {
     r.mem.push_back(static_cast<double>(p.layer_memory(l)));

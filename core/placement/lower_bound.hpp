@@ -36,4 +36,18 @@ struct capacity_bound {
 /// together is less than the model's).
 std::optional<capacity_bound> capacity_lower_bound(const cost_model& m);
 
+/// A valid lower bound in objective units that keeps what the capacity
+/// bound drops: each device runs one window of layers that fits it (with
+/// its stage's working memory), the windows of a plan are disjoint and
+/// cover the model, the first and the last layer are where they are, and
+/// every node a plan enters but the one with the cheapest links costs at
+/// least its cheapest cut to another node. Latency: a knapsack over
+/// (layers covered, ends covered), device by device, node by node,
+/// O(devices * layers^2). Bottleneck: the least T at which windows of at
+/// most T ticks cover the model within the nodes that cuts of at most T
+/// join. Exact for pipelines of identical middle layers on a uniform
+/// network, where the node-block program's plans meet it. nullopt when no
+/// cover exists (then no plan exists).
+std::optional<std::int64_t> window_lower_bound(const cost_model& m);
+
 } // namespace exo::placement

@@ -122,3 +122,90 @@ problem random_problem(const random_problem_options& o) {
 }
 
 } // namespace exo::placement
+
+namespace exo::placement {
+
+problem random_cluster(const random_cluster_options& o) {
+  rng r(o.seed);
+  problem p;
+  p.model_name = "cluster";
+  p.request.context_length = 4096;
+  p.request.safety_margin = 0.05;
+  p.objective.kind = o.objective;
+  p.objective.blend_weight = 0.5;
+  const auto L = std::max<std::size_t>(o.layers, 2);
+  // A transformer: identical blocks; the first carries the embeddings, the
+  // last the output head.
+  const double block = 400e6;
+  std::uint64_t need = 0;
+  for (std::size_t l = 0; l < L; ++l) {
+    layer y;
+    double scale = l == 0 ? 1.5 : l + 1 == L ? 2.5 : 1.0;
+    y.weight_bytes = static_cast<std::uint64_t>(block * scale);
+    y.kv_bytes_per_token = 8192;
+    y.flops_per_token = 2.0 * block / 2.0 * scale;
+    y.activation_bytes = l + 1 == L ? 0 : 16384;
+    p.layers.push_back(y);
+    need += y.weight_bytes + y.kv_bytes_per_token * p.request.context_length;
+  }
+  struct gpu {
+    double flops, bandwidth, share;
+  };
+  struct kind {
+    gpu a, b;
+    link_spec nic;
+  };
+  const auto K = std::max<std::size_t>(o.node_kinds, 1);
+  const auto N = std::max<std::size_t>(o.nodes, 1);
+  const auto per = std::max<std::size_t>(o.devices_per_node, 1);
+  auto make_gpu = [&] {
+    gpu g;
+    g.flops = std::pow(10.0, r.uniform(12.5, 14.5));
+    g.bandwidth = g.flops * r.uniform(2, 10);
+    g.share = r.uniform(0.5, 2.0);
+    return g;
+  };
+  std::vector<kind> kinds;
+  for (std::size_t k = 0; k < K; ++k) {
+    kind x;
+    x.a = make_gpu();
+    x.b = o.two_device_kinds ? make_gpu() : x.a;
+    x.nic = o.mixed_nics
+              ? link_spec{r.uniform(5e-6, 5e-5),
+                          std::pow(10.0, r.uniform(9.0, 10.1))}
+              : link_spec{1e-5, 1.25e9};
+    kinds.push_back(x);
+  }
+  std::vector<double> share;
+  for (std::size_t i = 0; i < N; ++i) {
+    const auto& x = kinds[i % K];
+    for (std::size_t j = 0; j < per; ++j) {
+      const gpu& g = j < (per + 1) / 2 ? x.a : x.b;
+      device d;
+      d.node = "n" + std::to_string(i);
+      d.id = d.node + "/gpu" + std::to_string(j);
+      d.flops = g.flops;
+      d.memory_bandwidth = g.bandwidth;
+      p.devices.push_back(d);
+      share.push_back(g.share);
+    }
+  }
+  double sum = 0;
+  for (auto s : share)
+    sum += s;
+  for (std::size_t d = 0; d < p.devices.size(); ++d)
+    p.devices[d].memory_bytes = static_cast<std::uint64_t>(
+      static_cast<double>(need) * o.memory_slack * share[d] / sum / 0.95);
+  for (std::size_t a = 0; a < N; ++a)
+    for (std::size_t b = a + 1; b < N; ++b) {
+      const auto& x = kinds[a % K].nic;
+      const auto& y = kinds[b % K].nic;
+      p.links.push_back({"n" + std::to_string(a), "n" + std::to_string(b),
+                         link_spec{x.latency + y.latency,
+                                   std::min(x.bandwidth, y.bandwidth)}});
+    }
+  p.intra_node = link_spec{5e-6, 50e9};
+  return p;
+}
+
+} // namespace exo::placement

@@ -6,6 +6,7 @@
 #include "core/placement/explain.hpp"
 #include "core/placement/gecode_solver.hpp"
 #include "core/placement/lower_bound.hpp"
+#include "core/placement/node_blocks.hpp"
 #include "core/placement/subset_search.hpp"
 
 #include <algorithm>
@@ -106,6 +107,8 @@ solve_result solve(const problem& original, const solve_options& opts,
     lower = std::max(lower, *r);
   if (auto c = capacity_lower_bound(m))
     lower = std::max(lower, c->objective);
+  if (auto w = window_lower_bound(m))
+    lower = std::max(lower, *w);
   std::optional<std::int64_t> best_units;
   bool proven = false;
   bool infeasible = false;
@@ -168,7 +171,18 @@ solve_result solve(const problem& original, const solve_options& opts,
         // Good plans first (devices in orders, the exact program on
         // subsets of the devices), in at most 40% of the time; Gecode then
         // searches below the best of them.
+        // Nodes of one hardware behind one switch are interchangeable: the
+        // program over node visits is exact among plans that enter each
+        // node once, and its plan is often proven by the window bound.
         if (opts.solver == solver_kind::both) {
+          auto nb = solve_node_blocks(m, cancel, opts.exact_max_entries);
+          if (nb.found)
+            accept(nb.best, "node-blocks");
+          else if (!nb.skipped.empty())
+            res.notes.push_back("node-block program skipped: " + nb.skipped);
+        }
+        if (opts.solver == solver_kind::both
+            && !(best_units && lower >= *best_units)) {
           auto share = gecode_helps ? 2 : 9; // tenths of the time limit
           auto budget = std::chrono::milliseconds(opts.time_limit.count()
                                                   * share / 10);

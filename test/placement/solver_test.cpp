@@ -567,7 +567,7 @@ TEST_CASE("device scores weigh compute, memory, network, thermal and "
                              + 0.05 * 0.5));
 }
 
-TEST_CASE("the capacity bound never exceeds the optimum, with memory, "
+TEST_CASE("the capacity and window bounds never exceed the optimum, with memory, "
           "thermal caps, pins, working memory and every objective") {
   int checked = 0;
   for (std::uint64_t seed = 1; seed <= 120; ++seed) {
@@ -582,6 +582,9 @@ TEST_CASE("the capacity bound never exceeds the optimum, with memory, "
       continue;
     REQUIRE(cb.has_value());
     CHECK(cb->objective <= *bf);
+    auto wb = window_lower_bound(m);
+    REQUIRE(wb.has_value());
+    CHECK(*wb <= *bf);
     CHECK(cb->min_devices >= 1);
     CHECK(cb->min_nodes >= 1);
     ++checked;
@@ -609,6 +612,9 @@ TEST_CASE("the capacity bound never exceeds the optimum, with memory, "
     auto cb = capacity_lower_bound(m);
     REQUIRE(cb.has_value());
     CHECK(cb->objective <= ex.objective);
+    auto wb = window_lower_bound(m);
+    REQUIRE(wb.has_value());
+    CHECK(*wb <= ex.objective);
     ++larger;
   }
   CHECK(larger > 50);

@@ -1,0 +1,58 @@
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/placement/cost_model.hpp"
+
+namespace exo::placement {
+
+/// Nodes that may be swapped for one another without changing any plan's
+/// cost: the same devices (as a multiset of kinds) and, to every other
+/// node, the same transfer at every cut as the other members of their
+/// class have. Nodes behind one switch with the same hardware fall into
+/// one class; a node whose links differ stands alone.
+struct node_classes {
+  /// Class of each model node (cost_model::node indices).
+  std::vector<int> class_of;
+  /// Nodes of each class, ascending.
+  std::vector<std::vector<int>> members;
+};
+
+node_classes interchangeable_nodes(const cost_model& m);
+
+/// What solve_node_blocks() found.
+struct node_block_result {
+  /// A plan was found (`best`, `objective`).
+  bool found = false;
+  assignment best;
+  /// Objective units of `best`.
+  std::int64_t objective = 0;
+  /// Why the program did not run ("" when it ran): constraints it cannot
+  /// express, a table beyond the limit, cancelled.
+  std::string skipped;
+  /// Number of node-visit states (visits per node class).
+  std::size_t states = 0;
+};
+
+/// The best plan among those that enter every node at most once (a node's
+/// stages are consecutive), exact over them: a program over (nodes
+/// visited, as a count per class of interchangeable nodes; layers placed;
+/// class of the node last visited), whose steps are whole node visits,
+/// each the best run of layers [l, e) on one node's devices (a program of
+/// its own over the devices used on that node). Its table grows with the
+/// product of (class size + 1), not with the devices: 64 devices on 16
+/// nodes of four kinds are 5^4 visit states.
+///
+/// It does not prove optimality by itself (a plan may leave a node and
+/// come back); solve() proves its plans with window_lower_bound(). Skipped
+/// (nothing found) with pinned devices, pinned layers or a stage limit,
+/// more than 254 classes, or more than `max_entries` table entries.
+node_block_result solve_node_blocks(const cost_model& m,
+                                    const std::atomic<bool>* cancel = nullptr,
+                                    std::size_t max_entries = 16'000'000);
+
+} // namespace exo::placement

@@ -1,0 +1,355 @@
+// The window bound (lower_bound.hpp): the pipeline's order dropped, but
+// every device's stage kept as one window of layers that fits the device,
+// the first and the last layer kept where they are, and every node a plan
+// enters but one charged the cheapest cut out of it.
+#include "core/placement/lower_bound.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+namespace exo::placement {
+
+namespace {
+
+constexpr std::int64_t inf = std::numeric_limits<std::int64_t>::max() / 4;
+
+/// What one device can run, by number of layers j: the cheapest window of
+/// j layers it may hold that contains neither the first nor the last layer
+/// (`mid`), the window [0, j) (`first`), the window [L - j, L) (`last`),
+/// and the whole model (`all`). inf where the device cannot hold it.
+struct windows {
+  std::vector<std::int64_t> mid, first, last;
+  std::int64_t all = inf;
+};
+
+windows device_windows(const cost_model& m, int d) {
+  const int L = static_cast<int>(m.layers());
+  windows w;
+  w.mid.assign(L + 1, inf);
+  w.first.assign(L + 1, inf);
+  w.last.assign(L + 1, inf);
+  for (int b = 1; b + 1 < L; ++b) {
+    const int me = std::min(m.max_end(d, b), L - 1);
+    for (int e = b + 1; e <= me; ++e)
+      w.mid[e - b] = std::min(w.mid[e - b], m.stage_time(d, b, e));
+  }
+  const int me0 = m.max_end(d, 0);
+  for (int j = 1; j < L && j <= me0; ++j)
+    w.first[j] = m.stage_time(d, 0, j);
+  for (int j = 1; j < L; ++j)
+    if (m.max_end(d, L - j) == L)
+      w.last[j] = m.stage_time(d, L - j, L);
+  if (me0 == L)
+    w.all = m.stage_time(d, 0, L);
+  return w;
+}
+
+struct shared {
+  std::vector<windows> win; // per device kind
+  std::int64_t intra = 0;   // cheapest cut inside any node
+  /// Per node pair: the cheapest cut between them, either way.
+  std::vector<std::int64_t> between;
+  /// Per node: the cheapest cut to any other node, less intra.
+  std::vector<std::int64_t> hop;
+  /// Per node: a potential p >= 0 with p(a) + p(b) at most the cheapest
+  /// cut between a and b less intra, for every two nodes.
+  std::vector<std::int64_t> potential;
+};
+
+shared prepare(const cost_model& m) {
+  shared s;
+  for (std::size_t k = 0; k < m.kinds(); ++k)
+    s.win.push_back(
+      device_windows(m, m.kind_representative(static_cast<int>(k))));
+  const int nodes = static_cast<int>(m.nodes());
+  s.intra = inf;
+  for (int a = 0; a < nodes; ++a)
+    s.intra = std::min(s.intra, m.cheapest_transfer(a, a));
+  s.between.assign(static_cast<std::size_t>(nodes * nodes), inf);
+  s.hop.assign(nodes, 0);
+  for (int a = 0; a < nodes; ++a) {
+    std::int64_t h = inf;
+    for (int b = 0; b < nodes; ++b)
+      if (b != a) {
+        auto x = std::min(m.cheapest_transfer(a, b), m.cheapest_transfer(b, a));
+        s.between[static_cast<std::size_t>(a * nodes + b)] = x;
+        h = std::min(h, x);
+      }
+    s.hop[a] = h < inf ? std::max<std::int64_t>(0, h - s.intra) : 0;
+  }
+  // Potentials: half of each node's hop (feasible: the hops of a and b are
+  // each at most their cut), then each raised as far as its cuts allow.
+  auto y = [&](int a, int b) {
+    return std::max<std::int64_t>(
+      0, s.between[static_cast<std::size_t>(a * nodes + b)] - s.intra);
+  };
+  s.potential.assign(nodes, 0);
+  for (int a = 0; a < nodes; ++a)
+    s.potential[a] = s.hop[a] / 2;
+  for (int round = 0; round < 3; ++round)
+    for (int a = 0; a < nodes; ++a) {
+      std::int64_t room = inf;
+      for (int b = 0; b < nodes; ++b)
+        if (b != a)
+          room = std::min(room, y(a, b) - s.potential[b]);
+      if (room < inf)
+        s.potential[a] = std::max(s.potential[a], room);
+    }
+  return s;
+}
+
+/// How the ends of a plan sit (latency_bound() bounds each case).
+enum class ends {
+  /// Every stage on one node: no cut between nodes.
+  one_node,
+  /// The first and the last layer on different nodes: the cuts between
+  /// nodes contain a path through every visited node, so a tree rooted at
+  /// the visited node of smallest hop gives every other node a cut of its
+  /// own, costing at least that node's hop.
+  apart,
+  /// The first and the last layer on one node, other nodes visited: the
+  /// plan leaves that node and comes back, every visited node has two cuts
+  /// to other nodes, and the cuts cost at least the sum of all hops.
+  together,
+};
+
+/// How the cuts between nodes are charged to the nodes a plan visits.
+enum class charge {
+  /// Tree: a node's hop, all but the root (see `ends`).
+  hops,
+  /// Potentials: a plan's visits v1..vV are joined by V - 1 cuts, each
+  /// costing at least p(a) + p(b), so they cost at least twice the
+  /// potentials of the visits less those of the first and the last visit:
+  /// every node visited pays 2p, the nodes holding the first and the last
+  /// layer get p back each when they differ (when they are one node, it is
+  /// visited twice and keeps paying 2p).
+  potentials,
+};
+
+/// Least latency (in units: `wt` per tick of compute and transfer, `wp`
+/// per tick of node penalty) of covering the layers with device windows,
+/// over the plans whose ends sit as `e` says. Every plan of several
+/// stages is such a cover: its stages are disjoint windows (the first
+/// holds layer 0, the last layer L - 1), its cuts cost at least `intra`
+/// each, and the cuts between nodes as `ends` and `charge` say. A knapsack
+/// over (layers covered, first and last covered, a node entered, this node
+/// took the first / the last layer), node by node in order of hop (the
+/// first node entered is the root), device by device.
+std::int64_t latency_bound(const cost_model& m, const shared& s,
+                           std::int64_t wt, std::int64_t wp, ends e,
+                           charge c, int only_node = -1) {
+  const int L = static_cast<int>(m.layers());
+  const int nodes = static_cast<int>(m.nodes());
+  const std::int64_t pen = m.node_penalty();
+  constexpr int first_bit = 1, last_bit = 2, entered_bit = 4,
+                node_first = 8, node_last = 16, states = 32;
+  const std::size_t W = static_cast<std::size_t>(L) + 1;
+  auto at = [W](int j, int f) { return static_cast<std::size_t>(f) * W + j; };
+  std::vector<std::int64_t> F(states * W, inf), G, H;
+  F[at(0, 0)] = 0;
+  std::vector<std::vector<int>> on_node(nodes);
+  for (int d = 0; d < static_cast<int>(m.devices()); ++d)
+    on_node[m.node(d)].push_back(d);
+  std::vector<int> order(nodes);
+  for (int a = 0; a < nodes; ++a)
+    order[a] = a;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return s.hop[a] < s.hop[b]; });
+  for (int a : order) {
+    if (only_node >= 0 && a != only_node)
+      continue;
+    // Enter node a: the root pays its hop only when the ends are together;
+    // every later node pays its hop and the node penalty.
+    G.assign(F.size(), inf);
+    const std::int64_t p = s.potential[a];
+    const std::int64_t cut = e == ends::one_node   ? 0
+                             : c == charge::hops ? s.hop[a]
+                                                 : 2 * p;
+    const std::int64_t later = wt * cut + wp * pen;
+    const std::int64_t root =
+      c == charge::potentials || e == ends::together ? wt * cut : 0;
+    for (int f = 0; f < entered_bit * 2; ++f)
+      for (int j = 0; j <= L; ++j) {
+        const auto v = F[at(j, f)];
+        if (v >= inf)
+          continue;
+        auto& cell = G[at(j, f | entered_bit)];
+        cell = std::min(cell, v + ((f & entered_bit) ? later : root));
+      }
+    for (int d : on_node[a]) {
+      const auto& w = s.win[m.device_kind(d)];
+      H = G;
+      for (int f = entered_bit; f < states; ++f)
+        for (int j = 0; j < L; ++j) {
+          const auto base = G[at(j, f)];
+          if (base >= inf)
+            continue;
+          auto take = [&](const std::vector<std::int64_t>& cost, int bits) {
+            if (f & bits)
+              return;
+            for (int k = 1; j + k <= L; ++k) {
+              if (cost[k] >= inf)
+                continue;
+              auto v = base + wt * (cost[k] + s.intra);
+              auto& cell = H[at(j + k, f | bits)];
+              cell = std::min(cell, v);
+            }
+          };
+          take(w.mid, 0);
+          take(w.first, first_bit | node_first);
+          take(w.last, last_bit | node_last);
+        }
+      G.swap(H);
+    }
+    // Leave node a: keep the covers whose ends sit as `e` says.
+    for (int f = entered_bit; f < states; ++f) {
+      const bool took_first = f & node_first, took_last = f & node_last;
+      const bool keep = e == ends::apart ? !(took_first && took_last)
+                        : e == ends::together ? took_first == took_last
+                                              : true;
+      const std::int64_t back =
+        c == charge::potentials && e == ends::apart
+          ? wt * p * ((took_first ? 1 : 0) + (took_last ? 1 : 0))
+          : 0;
+      for (int j = 0; j <= L; ++j) {
+        const auto v = G[at(j, f)];
+        if (!keep || v >= inf)
+          continue;
+        auto& cell = F[at(j, f & (entered_bit * 2 - 1))];
+        cell = std::min(cell, v - back);
+      }
+    }
+  }
+  std::int64_t cover = F[at(L, first_bit | last_bit | entered_bit)];
+  return cover < inf ? cover - wt * s.intra : inf;
+}
+
+/// The least of latency_bound() over every way a plan's ends can sit, and
+/// of the plans of one stage.
+std::int64_t latency_bound(const cost_model& m, const shared& s,
+                           std::int64_t wt, std::int64_t wp) {
+  const int L = static_cast<int>(m.layers());
+  std::int64_t best = inf;
+  for (const auto& w : s.win)
+    best = std::min(best, w.all < inf ? wt * w.all : inf);
+  if (L < 2)
+    return best;
+  // Each way of charging the cuts bounds every plan: the larger of the two
+  // for each way the ends sit.
+  for (auto e : {ends::apart, ends::together})
+    best = std::min(best,
+                    std::max(latency_bound(m, s, wt, wp, e, charge::hops),
+                             latency_bound(m, s, wt, wp, e,
+                                           charge::potentials)));
+  for (int a = 0; a < static_cast<int>(m.nodes()); ++a)
+    best = std::min(best, latency_bound(m, s, wt, wp, ends::one_node,
+                                        charge::hops, a));
+  return best;
+}
+
+/// Least bottleneck T (ticks) such that the devices, each running a window
+/// of at most T ticks, cover the layers with cuts of at most T: with T
+/// below the cheapest cut between nodes, on one node's devices alone.
+std::int64_t bottleneck_bound(const cost_model& m, const shared& s) {
+  const int L = static_cast<int>(m.layers());
+  const int n = static_cast<int>(m.devices());
+  const int nodes = static_cast<int>(m.nodes());
+  auto most = [L](const std::vector<std::int64_t>& c, std::int64_t T) {
+    int best = 0;
+    for (int k = 1; k <= L; ++k)
+      if (c[k] <= T)
+        best = k;
+    return best;
+  };
+  // Can the devices `ds` cover the layers in stages of at most T?
+  auto covers = [&](const std::vector<int>& ds, std::int64_t T) {
+    for (int d : ds)
+      if (s.win[m.device_kind(d)].all <= T)
+        return true;
+    if (L < 2 || T < s.intra || ds.size() < 2)
+      return false;
+    std::int64_t sum = 0;
+    std::vector<int> mid(ds.size()), gf(ds.size()), gl(ds.size());
+    for (std::size_t i = 0; i < ds.size(); ++i) {
+      const auto& w = s.win[m.device_kind(ds[i])];
+      mid[i] = most(w.mid, T);
+      int f = most(w.first, T);
+      int l = most(w.last, T);
+      gf[i] = f > 0 ? f - mid[i] : -L - 1;
+      gl[i] = l > 0 ? l - mid[i] : -L - 1;
+      sum += mid[i];
+    }
+    // Two different devices hold the first and the last layer.
+    std::int64_t best = -inf;
+    for (std::size_t i = 0; i < ds.size(); ++i)
+      for (std::size_t k = 0; k < ds.size(); ++k)
+        if (i != k && gf[i] >= -L && gl[k] >= -L)
+          best = std::max<std::int64_t>(best, gf[i] + gl[k]);
+    return best > -inf && sum + best >= L;
+  };
+  // With stages of at most T, a plan stays within the nodes joined by cuts
+  // of at most T: one component of that graph.
+  auto feasible = [&](std::int64_t T) {
+    std::vector<int> root(nodes);
+    for (int a = 0; a < nodes; ++a)
+      root[a] = a;
+    auto find = [&](int x) {
+      while (root[x] != x)
+        x = root[x] = root[root[x]];
+      return x;
+    };
+    for (int a = 0; a < nodes; ++a)
+      for (int b = a + 1; b < nodes; ++b)
+        if (s.between[static_cast<std::size_t>(a * nodes + b)] <= T)
+          root[find(a)] = find(b);
+    std::vector<std::vector<int>> part(nodes);
+    for (int d = 0; d < n; ++d)
+      part[find(m.node(d))].push_back(d);
+    for (const auto& ds : part)
+      if (!ds.empty() && covers(ds, T))
+        return true;
+    return false;
+  };
+  std::int64_t hi = std::int64_t{1} << 50;
+  if (!feasible(hi))
+    return inf;
+  std::int64_t lo = 0;
+  while (lo < hi) {
+    auto mid = lo + (hi - lo) / 2;
+    if (feasible(mid))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+} // namespace
+
+std::optional<std::int64_t> window_lower_bound(const cost_model& m) {
+  if (m.devices() == 0 || m.layers() == 0)
+    return std::nullopt;
+  const auto s = prepare(m);
+  switch (m.kind()) {
+    case objective_kind::latency: {
+      auto v = latency_bound(m, s, 1, 1);
+      return v < inf ? std::optional<std::int64_t>(v) : std::nullopt;
+    }
+    case objective_kind::throughput: {
+      auto v = bottleneck_bound(m, s);
+      return v < inf ? std::optional<std::int64_t>(v) : std::nullopt;
+    }
+    case objective_kind::blend: {
+      const std::int64_t w = m.blend_percent();
+      auto a = latency_bound(m, s, w, 100);
+      auto b = bottleneck_bound(m, s);
+      if (a >= inf || b >= inf)
+        return std::nullopt;
+      return a + (100 - w) * b;
+    }
+  }
+  return std::nullopt;
+}
+
+} // namespace exo::placement

@@ -1,0 +1,241 @@
+// Placement at cluster scale: interchangeable nodes, the node-block program
+// and the window bound that proves its plans. Every claim of "proven" is
+// checked against the exact program where it can run, and the proven
+// objective must not depend on how the cluster is listed.
+#include <catch2/catch.hpp>
+
+#include "core/placement/all.hpp"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+using namespace exo::placement;
+
+namespace {
+
+/// A cluster small enough for the exact program (at most 8 devices in
+/// classes keyed on their nodes).
+problem small_cluster(std::uint64_t seed, objective_kind k) {
+  random_cluster_options o;
+  o.layers = 12 + seed % 20;
+  o.nodes = 3 + seed % 3;
+  o.devices_per_node = 1 + seed % 2;
+  o.node_kinds = 1 + seed % 3;
+  o.two_device_kinds = seed % 4 == 1;
+  o.mixed_nics = seed % 3 == 2;
+  o.memory_slack = 1.2 + static_cast<double>(seed % 5) * 0.4;
+  o.objective = k;
+  o.seed = seed;
+  return random_cluster(o);
+}
+
+/// solve() with the exact program kept out (its table "too large"), so
+/// that the node-block program and the bounds do the work.
+solve_result solve_at_scale(const problem& p) {
+  solve_options o;
+  o.exact_max_entries = 1;
+  o.time_limit = std::chrono::milliseconds(2000);
+  return solve(p, o);
+}
+
+} // namespace
+
+TEST_CASE("nodes of one hardware behind one switch are interchangeable, "
+          "and a node whose link differs stands alone") {
+  random_cluster_options o;
+  o.nodes = 12;
+  o.node_kinds = 3;
+  o.layers = 40;
+  auto p = random_cluster(o);
+  {
+    cost_model m(p);
+    auto nc = interchangeable_nodes(m);
+    REQUIRE(nc.members.size() == 3);
+    for (const auto& c : nc.members)
+      CHECK(c.size() == 4);
+    // Node i has kind i % 3: one class per kind.
+    for (int a = 0; a < 12; ++a)
+      CHECK(nc.class_of[a] == nc.class_of[a % 3]);
+  }
+  // A network card per kind: classes survive (links depend on kinds).
+  o.mixed_nics = true;
+  auto q = random_cluster(o);
+  {
+    cost_model m(q);
+    CHECK(interchangeable_nodes(m).members.size() == 3);
+  }
+  // One slower link, n0 - n3 (both of kind 0): its two ends may still be
+  // swapped for each other, not for n6 or n9.
+  for (auto& l : p.links)
+    if (l.a == "n0" && l.b == "n3")
+      l.spec.latency *= 3;
+  cost_model m(p);
+  auto nc = interchangeable_nodes(m);
+  CHECK(nc.members.size() == 4);
+  CHECK(nc.members[nc.class_of[0]] == std::vector<int>{0, 3});
+  CHECK(nc.members[nc.class_of[6]] == std::vector<int>{6, 9});
+  CHECK(nc.members[nc.class_of[1]].size() == 4);
+  // Slower links from n1 to n2 and to n4: n1, n2 and n4 stand alone; the
+  // other two nodes of n1's kind (n7, n10) stay a class.
+  for (auto& l : p.links)
+    if (l.a == "n1" && (l.b == "n2" || l.b == "n4"))
+      l.spec.bandwidth /= 2;
+  cost_model m2(p);
+  auto nc2 = interchangeable_nodes(m2);
+  CHECK(nc2.members[nc2.class_of[1]].size() == 1);
+  CHECK(nc2.members[nc2.class_of[7]] == std::vector<int>{7, 10});
+}
+
+TEST_CASE("the window bound never exceeds the exact optimum and a "
+          "node-block plan proven by it is the exact optimum") {
+  int proven = 0, checked = 0;
+  for (std::uint64_t seed = 1; seed <= 90; ++seed) {
+    auto kind = static_cast<objective_kind>(seed % 3);
+    auto p = small_cluster(seed, kind);
+    INFO("seed " << seed);
+    cost_model m(p);
+    auto ex = solve_exact(m);
+    if (ex.status != exact_status::solved)
+      continue;
+    ++checked;
+    auto wb = window_lower_bound(m);
+    REQUIRE(wb.has_value());
+    CHECK(*wb <= ex.objective);
+    auto nb = solve_node_blocks(m);
+    REQUIRE(nb.found);
+    CHECK(check_plan(p, make_plan(m, nb.best)).empty());
+    // Never better than the optimum (for a blend: than the lower bound).
+    CHECK(nb.objective >= ex.lower_bound);
+    auto r = solve_at_scale(p);
+    REQUIRE(r.best);
+    CHECK(check_plan(p, *r.best).empty());
+    if (r.best->proven_optimal) {
+      ++proven;
+      if (kind != objective_kind::blend) {
+        CHECK(r.best->objective_units == ex.objective);
+      } else {
+        // The exact program proves a blend only when its two optima agree.
+        CHECK(r.best->objective_units <= ex.objective);
+      }
+    }
+  }
+  CHECK(checked > 70);
+  CHECK(proven > checked / 2);
+}
+
+TEST_CASE("64 devices on 16 nodes in 8 kinds: proven optimal, latency and "
+          "throughput") {
+  for (auto kind : {objective_kind::latency, objective_kind::throughput})
+    for (std::uint64_t seed : {11, 12}) {
+      random_cluster_options o;
+      o.layers = 128;
+      o.nodes = 16;
+      o.devices_per_node = 4;
+      o.node_kinds = 4;
+      o.two_device_kinds = true;
+      o.objective = kind;
+      o.seed = seed;
+      auto p = random_cluster(o);
+      INFO(to_string(kind) << " seed " << seed);
+      cost_model m(p);
+      CHECK(m.kinds() == 8);
+      auto r = solve(p);
+      REQUIRE(r.best);
+      CHECK(r.best->solver == "node-blocks");
+      CHECK(r.best->proven_optimal);
+      CHECK(r.status == solve_status::optimal);
+      CHECK(r.best->lower_bound_seconds == r.best->objective_seconds);
+      CHECK(check_plan(p, *r.best).empty());
+    }
+}
+
+TEST_CASE("an unproven plan states its bound and gap, never proven") {
+  // A network card per node kind: the window bound cannot see which nodes
+  // a path may pair, the plan keeps a certified gap.
+  random_cluster_options o;
+  o.layers = 128;
+  o.nodes = 16;
+  o.devices_per_node = 4;
+  o.node_kinds = 4;
+  o.two_device_kinds = true;
+  o.mixed_nics = true;
+  o.seed = 1000;
+  auto p = random_cluster(o);
+  auto r = solve(p);
+  REQUIRE(r.best);
+  CHECK_FALSE(r.best->proven_optimal);
+  CHECK(r.status == solve_status::feasible);
+  CHECK(r.best->lower_bound_seconds > 0);
+  CHECK(r.best->lower_bound_seconds < r.best->objective_seconds);
+  CHECK(r.best->objective_seconds < 1.1 * r.best->lower_bound_seconds);
+}
+
+TEST_CASE("the proven objective does not change when devices and nodes are "
+          "listed in another order or renamed") {
+  for (auto kind : {objective_kind::latency, objective_kind::throughput})
+    for (std::uint64_t seed : {3, 4}) {
+      random_cluster_options o;
+      o.layers = 80;
+      o.nodes = 16;
+      o.devices_per_node = 4;
+      o.node_kinds = 4;
+      o.objective = kind;
+      o.seed = seed;
+      auto p = random_cluster(o);
+      auto a = solve(p);
+      REQUIRE(a.best);
+      REQUIRE(a.best->proven_optimal);
+      // Reverse the devices, rename every node (n<i> -> host-<15-i>) and
+      // list the links backwards.
+      auto q = p;
+      std::reverse(q.devices.begin(), q.devices.end());
+      auto rename = [](const std::string& n) {
+        return "host-" + std::to_string(15 - std::stoi(n.substr(1)));
+      };
+      for (auto& d : q.devices) {
+        d.node = rename(d.node);
+        d.id = "dev-" + d.id;
+      }
+      for (auto& l : q.links) {
+        l.a = rename(l.a);
+        l.b = rename(l.b);
+        std::swap(l.a, l.b);
+      }
+      std::reverse(q.links.begin(), q.links.end());
+      auto b = solve(q);
+      INFO(to_string(kind) << " seed " << seed);
+      REQUIRE(b.best);
+      CHECK(b.best->proven_optimal);
+      CHECK(b.best->objective_units == a.best->objective_units);
+    }
+}
+
+TEST_CASE("losing a node of a 64-device cluster: the survivors of its kind "
+          "stay interchangeable and the new plan is proven") {
+  random_cluster_options o;
+  o.layers = 128;
+  o.nodes = 16;
+  o.devices_per_node = 4;
+  o.node_kinds = 4;
+  o.two_device_kinds = true;
+  o.seed = 21;
+  auto p = random_cluster(o);
+  auto before = solve(p);
+  REQUIRE(before.best);
+  REQUIRE(before.best->proven_optimal);
+  // The node of the plan's first stage is lost.
+  const auto lost = before.best->stages.front().node;
+  for (auto& d : p.devices)
+    if (d.node == lost)
+      d.excluded = true;
+  cost_model m(p);
+  auto nc = interchangeable_nodes(m);
+  CHECK(nc.members.size() == 4);
+  auto after = solve(p);
+  REQUIRE(after.best);
+  CHECK(after.best->proven_optimal);
+  CHECK(after.best->objective_seconds >= before.best->objective_seconds);
+  for (const auto& s : after.best->stages)
+    CHECK(s.node != lost);
+}
