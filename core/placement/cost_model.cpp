@@ -117,6 +117,27 @@ cost_model::cost_model(const problem& p) : p_(&p) {
       max_end_[d * (L + 1) + b] = static_cast<int>(e);
     }
   }
+  // Resident layers: bytes each device would have to receive per layer.
+  if (!p.resident.empty()) {
+    std::vector<std::vector<char>> holds(n, std::vector<char>(L, 0));
+    std::map<std::string, std::size_t> model_index;
+    for (std::size_t d = 0; d < n; ++d)
+      model_index[p.devices[dev_[d]].id] = d;
+    for (const auto& r : p.resident) {
+      auto it = model_index.find(r.device);
+      if (it == model_index.end())
+        continue; // an excluded or drained device: not in the model
+      for (auto l = r.first_layer; l <= r.last_layer && l < L; ++l)
+        holds[it->second][l] = 1;
+    }
+    moved_.assign(n * (L + 1), 0);
+    for (std::size_t d = 0; d < n; ++d)
+      for (std::size_t l = 0; l < L; ++l)
+        moved_[d * (L + 1) + l + 1] =
+          moved_[d * (L + 1) + l]
+          + (holds[d][l] ? 0
+                         : static_cast<std::int64_t>(p.layers[l].weight_bytes));
+  }
   must_use_.resize(n);
   for (std::size_t d = 0; d < n; ++d)
     must_use_[d] = p.devices[dev_[d]].pinned || has_pins[dev_[d]];
@@ -137,7 +158,9 @@ cost_model::cost_model(const problem& p) : p_(&p) {
       bool same = true;
       for (std::size_t l = 0; l <= L && same; ++l)
         same = cum_[d * (L + 1) + l] == cum_[e * (L + 1) + l]
-               && max_end_[d * (L + 1) + l] == max_end_[e * (L + 1) + l];
+               && max_end_[d * (L + 1) + l] == max_end_[e * (L + 1) + l]
+               && (moved_.empty()
+                   || moved_[d * (L + 1) + l] == moved_[e * (L + 1) + l]);
       if (same)
         kind_of_[e] = k;
     }
@@ -183,6 +206,7 @@ evaluation cost_model::evaluate(const assignment& a) const {
       seen[node_[a[s].device]] = 1;
       ++ev.nodes_used;
     }
+    ev.moved += moved_bytes(a[s].device, a[s].first, a[s].end);
     if (s + 1 < a.size()) {
       auto t = transfer(a[s].device, a[s + 1].device, a[s].end);
       ev.latency += t;

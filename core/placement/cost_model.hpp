@@ -27,7 +27,18 @@ struct evaluation {
   int nodes_used = 0;
   /// The objective in objective units (ticks, or ticks * 100 for a blend).
   std::int64_t objective = 0;
+  /// Weight bytes the plan puts on devices that do not hold them now
+  /// (problem::resident); 0 without resident layers.
+  std::int64_t moved = 0;
 };
+
+/// (objective, moved bytes), compared in that order: the fewer bytes moved
+/// breaks a tie of objectives.
+inline bool better(std::int64_t objective, std::int64_t moved,
+                   std::int64_t than_objective, std::int64_t than_moved) {
+  return objective < than_objective
+         || (objective == than_objective && moved < than_moved);
+}
 
 /// A problem compiled to the integer tables that every solver shares, so
 /// that the exact solver and the Gecode model optimise the very same numbers.
@@ -91,6 +102,15 @@ public:
     return cheapest_[a * node_count_ + b];
   }
 
+  /// Weight bytes of layers [b, e) that device `d` does not hold now.
+  std::int64_t moved_bytes(int d, int b, int e) const {
+    if (moved_.empty())
+      return 0;
+    return moved_[d * (layers_ + 1) + e] - moved_[d * (layers_ + 1) + b];
+  }
+  /// Some device holds resident layers: plans differ in bytes moved.
+  bool has_resident() const { return !moved_.empty(); }
+
   /// The device must be part of every plan (pinned, or holds pinned layers).
   bool must_use(int d) const { return must_use_[d] != 0; }
   /// Most stages allowed (already capped at the device count).
@@ -105,8 +125,8 @@ public:
   /// Devices of class `k`, ascending.
   const std::vector<int>& class_members(int k) const { return members_[k]; }
   /// Kind of device `d`: devices of one kind are alike wherever they sit
-  /// (same time and max_end rows, same must_use); a class is a kind on one
-  /// node.
+  /// (same time, max_end and resident rows, same must_use); a class is a
+  /// kind on one node.
   int device_kind(int d) const { return kind_of_[d]; }
   std::size_t kinds() const { return kind_rep_.size(); }
   /// The first device of kind `k`.
@@ -136,6 +156,9 @@ private:
   std::vector<std::int64_t> xfer_;
   std::vector<std::int64_t> cheapest_;
   std::vector<char> must_use_;
+  /// Prefix sums of weight bytes not resident, [d][l]; empty without
+  /// resident layers.
+  std::vector<std::int64_t> moved_;
   std::size_t max_stages_ = 0;
   std::int64_t node_penalty_ = 0;
   std::vector<int> class_of_;

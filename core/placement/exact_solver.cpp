@@ -45,6 +45,12 @@ dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
   const auto max_st = static_cast<int>(m.max_stages());
   std::vector<std::int64_t> f(entries, inf);
   std::vector<std::int32_t> par(entries, -1);
+  // Bytes moved, the tie-break between equal costs (exact for a sum; for
+  // a bottleneck a cheaper prefix may hide a plan that moves less). Only
+  // with resident layers.
+  const bool track = m.has_resident();
+  std::vector<std::int64_t> mv(track ? entries : 0, 0);
+  auto moved = [&](std::size_t i) { return track ? mv[i] : 0; };
   auto at = [&](std::size_t s, int l, int k) {
     return (s * W + static_cast<std::size_t>(l)) * K + k;
   };
@@ -58,6 +64,8 @@ dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
       auto i = at(stride[k], e, k);
       f[i] = m.stage_time(rep[k], 0, e);
       par[i] = start_marker;
+      if (track)
+        mv[i] = m.moved_bytes(rep[k], 0, e);
     }
   }
   std::vector<int> c(K);
@@ -88,14 +96,16 @@ dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
         const int me = m.max_end(rep[k2], l);
         if (me <= l)
           continue;
-        std::int64_t best = inf;
+        std::int64_t best = inf, best_mv = 0;
         int arg = -1;
         for (int k = 0; k < K; ++k) {
           if (row[k] >= inf)
             continue;
           auto v = combine(row[k], m.transfer_nodes(node[k], node[k2], l));
-          if (v < best) {
+          auto w = moved(at(S, l, k));
+          if (better(v, w, best, best_mv)) {
             best = v;
+            best_mv = w;
             arg = k;
           }
         }
@@ -103,17 +113,20 @@ dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
         const std::int64_t base = m.cum_time(rep[k2], l);
         for (int e = l + 1; e <= me; ++e) {
           auto v = combine(best, m.cum_time(rep[k2], e) - base);
+          auto w = track ? best_mv + m.moved_bytes(rep[k2], l, e) : 0;
           auto i = at(S2, e, k2);
-          if (v < f[i]) {
+          if (better(v, w, f[i], moved(i))) {
             f[i] = v;
             par[i] = (l << 8) | arg;
+            if (track)
+              mv[i] = w;
           }
         }
       }
     }
   }
   // Final states: pinned classes complete, stage limit, node penalty.
-  std::int64_t best = inf;
+  std::int64_t best = inf, best_mv = 0;
   std::size_t best_s = 0;
   int best_k = -1;
   std::vector<char> seen(m.nodes());
@@ -141,8 +154,9 @@ dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
       if (c[k] == 0)
         continue;
       auto v = f[at(S, L, k)];
-      if (v < inf && v + pen < best) {
+      if (v < inf && better(v + pen, moved(at(S, L, k)), best, best_mv)) {
         best = v + pen;
+        best_mv = moved(at(S, L, k));
         best_s = S;
         best_k = k;
       }

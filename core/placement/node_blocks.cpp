@@ -63,11 +63,13 @@ public:
     const int L = static_cast<int>(m_.layers());
     h_.assign(U_ * W_, inf);
     par_.assign(U_ * W_, -1);
+    mv_.assign(U_ * W_, 0);
     const int K = static_cast<int>(cnt_.size());
     for (int k = 0; k < K; ++k)
       for (int e = l + 1; e <= m_.max_end(rep_[k], l); ++e) {
         auto i = at(stride_[k], e);
         h_[i] = m_.stage_time(rep_[k], l, e);
+        mv_[i] = m_.moved_bytes(rep_[k], l, e);
         par_[i] = (l << 8) | start_marker;
       }
     std::vector<int> c(K);
@@ -82,15 +84,18 @@ public:
         if (base >= inf)
           continue;
         const auto t = combine(base, m_.transfer_nodes(node_, node_, e));
+        const auto tm = mv_[at(u, e)];
         for (int k = 0; k < K; ++k) {
           if (c[k] >= cnt_[k])
             continue;
           const auto u2 = u + stride_[k];
           for (int e2 = e + 1; e2 <= m_.max_end(rep_[k], e); ++e2) {
             auto v = combine(t, m_.stage_time(rep_[k], e, e2));
+            auto w = tm + m_.moved_bytes(rep_[k], e, e2);
             auto i = at(u2, e2);
-            if (v < h_[i]) {
+            if (better(v, w, h_[i], mv_[i])) {
               h_[i] = v;
+              mv_[i] = w;
               par_[i] = (e << 8) | k;
             }
           }
@@ -98,20 +103,24 @@ public:
       }
     }
   }
-  /// min over patterns of h[u][e].
-  std::int64_t best(int e) const {
-    std::int64_t b = inf;
-    for (std::size_t u = 0; u < U_; ++u)
-      b = std::min(b, h_[at(u, e)]);
-    return b;
+  /// The best pattern for a run ending at e: least cost, then fewest
+  /// bytes moved.
+  std::size_t best_pattern(int e) const {
+    std::size_t u = 0;
+    for (std::size_t v = 1; v < U_; ++v)
+      if (better(h_[at(v, e)], mv_[at(v, e)], h_[at(u, e)], mv_[at(u, e)]))
+        u = v;
+    return u;
+  }
+  /// Cost and bytes moved of the best run ending at e.
+  std::int64_t best(int e) const { return h_[at(best_pattern(e), e)]; }
+  std::int64_t best_moved(int e) const {
+    return mv_[at(best_pattern(e), e)];
   }
   /// The stages of a best run ending at e (after run(l)), as (kind index
   /// on the node, first, end), in order.
   std::vector<std::array<int, 3>> stages(int e) const {
-    std::size_t u = 0;
-    for (std::size_t v = 0; v < U_; ++v)
-      if (h_[at(v, e)] < h_[at(u, e)])
-        u = v;
+    std::size_t u = best_pattern(e);
     std::vector<std::array<int, 3>> out;
     for (;;) {
       auto p = par_[at(u, e)];
@@ -149,7 +158,7 @@ private:
   std::vector<int> cnt_, rep_;
   std::vector<std::size_t> stride_;
   std::size_t U_ = 1, W_ = 1;
-  std::vector<std::int64_t> h_;
+  std::vector<std::int64_t> h_, mv_;
   std::vector<std::int32_t> par_;
 };
 
@@ -186,6 +195,11 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
   const auto kinds = kinds_per_node(m);
   // Best run of [l, e) on one node of each class.
   std::vector<std::int64_t> block(static_cast<std::size_t>(C) * W * W, inf);
+  // Bytes moved by those runs: only with resident layers (then nodes that
+  // hold layers are classes of their own, so a class's runs are its
+  // members').
+  const bool track = m.has_resident();
+  std::vector<std::int64_t> block_mv(track ? block.size() : 0, 0);
   std::vector<int> reach(static_cast<std::size_t>(C) * W, 0);
   auto bat = [W](int c, int l, int e) {
     return (static_cast<std::size_t>(c) * W + static_cast<std::size_t>(l))
@@ -208,6 +222,8 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
       for (int e = l + 1; e <= L; ++e) {
         auto b = np.best(e);
         block[bat(c, l, e)] = b;
+        if (track)
+          block_mv[bat(c, l, e)] = np.best_moved(e);
         if (b < inf)
           reach[static_cast<std::size_t>(c) * W + l] = e;
       }
@@ -222,6 +238,9 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
   const std::size_t entries = ns * W * static_cast<std::size_t>(C);
   std::vector<std::int64_t> f(entries, inf);
   std::vector<std::int32_t> par(entries, -1);
+  std::vector<std::int64_t> mv(track ? entries : 0, 0);
+  auto moved = [&](std::size_t i) { return track ? mv[i] : 0; };
+  auto block_moved = [&](std::size_t i) { return track ? block_mv[i] : 0; };
   auto at = [&](std::size_t s, int l, int c) {
     return (s * W + static_cast<std::size_t>(l)) * static_cast<std::size_t>(C)
            + static_cast<std::size_t>(c);
@@ -231,6 +250,8 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
       if (block[bat(c, 0, e)] < inf) {
         f[at(stride[c], e, c)] = block[bat(c, 0, e)];
         par[at(stride[c], e, c)] = start_marker;
+        if (track)
+          mv[at(stride[c], e, c)] = block_mv[bat(c, 0, e)];
       }
   std::vector<int> v(C);
   for (std::size_t S = 1; S < ns; ++S) {
@@ -256,14 +277,16 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
         const int me = reach[static_cast<std::size_t>(c2) * W + l];
         if (me <= l)
           continue;
-        std::int64_t best = inf;
+        std::int64_t best = inf, best_mv = 0;
         int arg = -1;
         for (int c = 0; c < C; ++c) {
           if (row[c] >= inf)
             continue;
           auto x = combine(row[c], inter(c, c2, l));
-          if (x < best) {
+          auto w = moved(at(S, l, c));
+          if (better(x, w, best, best_mv)) {
             best = x;
+            best_mv = w;
             arg = c;
           }
         }
@@ -273,16 +296,19 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
           if (b >= inf)
             continue;
           auto x = combine(best, b);
+          auto w = best_mv + block_moved(bat(c2, l, e));
           auto i = at(S2, e, c2);
-          if (x < f[i]) {
+          if (better(x, w, f[i], moved(i))) {
             f[i] = x;
             par[i] = (l << 8) | arg;
+            if (track)
+              mv[i] = w;
           }
         }
       }
     }
   }
-  std::int64_t best = inf;
+  std::int64_t best = inf, best_mv = 0;
   std::size_t best_s = 0;
   int best_c = -1;
   for (std::size_t S = 1; S < ns; ++S) {
@@ -295,8 +321,9 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
     const std::int64_t pen = m.node_penalty() * (visits - 1);
     for (int c = 0; c < C; ++c) {
       auto x = f[at(S, L, c)];
-      if (x < inf && x + pen < best) {
+      if (x < inf && better(x + pen, moved(at(S, L, c)), best, best_mv)) {
         best = x + pen;
+        best_mv = moved(at(S, L, c));
         best_s = S;
         best_c = c;
       }
@@ -464,8 +491,10 @@ node_block_result solve_node_blocks(const cost_model& m,
   }
   auto a = run_blocks(m, nc, true, cancel, max_entries);
   auto b = run_blocks(m, nc, false, cancel, max_entries);
+  auto ea = a.found ? m.evaluate(a.best) : evaluation{};
+  auto eb = b.found ? m.evaluate(b.best) : evaluation{};
   if (a.found && b.found
-      && m.evaluate(b.best).objective < m.evaluate(a.best).objective)
+      && better(eb.objective, eb.moved, ea.objective, ea.moved))
     finish(std::move(b));
   else if (a.found)
     finish(std::move(a));

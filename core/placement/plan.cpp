@@ -37,6 +37,10 @@ plan make_plan(const cost_model& m, const assignment& a) {
   x.latency_seconds = static_cast<double>(ev.latency) * m.tick_seconds();
   x.bottleneck_seconds = static_cast<double>(ev.bottleneck) * m.tick_seconds();
   x.nodes_used = ev.nodes_used;
+  x.moved_bytes = ev.moved;
+  if (!m.has_resident())
+    for (const auto& y : p.layers)
+      x.moved_bytes += static_cast<std::int64_t>(y.weight_bytes);
   return x;
 }
 
@@ -143,6 +147,9 @@ void print_plan_table(std::ostream& out, const plan& x) {
       << "   latency: " << format_seconds(x.latency_seconds)
       << "   bottleneck: " << format_seconds(x.bottleneck_seconds)
       << "   nodes: " << x.nodes_used << "\n";
+  if (!x.stages.empty())
+    out << "weights to move: "
+        << format_bytes(static_cast<double>(x.moved_bytes)) << "\n";
   out << "lower bound: " << format_seconds(x.lower_bound_seconds)
       << "   proven optimal: " << (x.proven_optimal ? "yes" : "no");
   if (auto g = certified_gap(x); !x.proven_optimal && g) {
@@ -182,6 +189,7 @@ text::json plan_to_json(const plan& x) {
           {"latency_seconds", num(x.latency_seconds)},
           {"bottleneck_seconds", num(x.bottleneck_seconds)},
           {"nodes_used", x.nodes_used},
+          {"moved_bytes", x.moved_bytes},
           {"lower_bound_seconds", num(x.lower_bound_seconds)},
           {"proven_optimal", x.proven_optimal},
           {"gap", certified_gap(x) ? num(*certified_gap(x)) : text::json()},

@@ -45,11 +45,15 @@ struct plan {
   double latency_seconds = 0;
   double bottleneck_seconds = 0;
   int nodes_used = 0;
+  /// Weight bytes put on devices that do not hold them now (the problem's
+  /// resident layers; without them, every byte of the model).
+  std::int64_t moved_bytes = 0;
   /// Best proven lower bound on the objective, in seconds.
   double lower_bound_seconds = 0;
   bool proven_optimal = false;
   double solve_seconds = 0;
-  /// "exact", "gecode" or "baseline".
+  /// "exact", "node-blocks", "ordered", "exact-subset", "gecode" or
+  /// "baseline".
   std::string solver;
 };
 

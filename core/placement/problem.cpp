@@ -253,6 +253,19 @@ void validate(const problem& p) {
       fail(path + ".last_layer", "must be < " + std::to_string(n_layers)
                                    + " (the number of layers)");
   }
+  if (p.resident.size() > 100000)
+    fail("resident", "more than 100000 ranges");
+  for (std::size_t i = 0; i < p.resident.size(); ++i) {
+    const auto& r = p.resident[i];
+    auto path = "resident[" + std::to_string(i) + "]";
+    if (!p.find_device(r.device))
+      fail(path + ".device", "unknown device \"" + r.device + "\"");
+    if (r.first_layer > r.last_layer)
+      fail(path + ".first_layer", "must be <= last_layer");
+    if (r.last_layer >= n_layers)
+      fail(path + ".last_layer", "must be < " + std::to_string(n_layers)
+                                   + " (the number of layers)");
+  }
   if (!finite_non_negative(p.constraints.node_penalty)
       || p.constraints.node_penalty > 3600)
     fail("constraints.node_penalty", "must be in [0, 3600] seconds");

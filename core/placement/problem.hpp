@@ -100,6 +100,14 @@ struct layer_pin {
   std::size_t last_layer = 0;
 };
 
+/// Layers first_layer..last_layer (inclusive) are on `device` now: their
+/// weights need not move if the plan keeps them there.
+struct resident_layers {
+  std::string device;
+  std::size_t first_layer = 0;
+  std::size_t last_layer = 0;
+};
+
 /// Operator constraints.
 struct constraints {
   /// Most pipeline stages (devices used); 0 = no limit.
@@ -148,6 +156,10 @@ struct problem {
   struct request request;
   struct constraints constraints;
   struct objective objective;
+  /// Where weights are now (e.g. the stages of the plan being replaced):
+  /// among plans of equal objective the solvers prefer the one that moves
+  /// the fewest weight bytes to devices that do not hold them.
+  std::vector<resident_layers> resident;
 
   /// Seconds device `d` needs for layer `l` per token.
   double layer_seconds(std::size_t d, std::size_t l) const;

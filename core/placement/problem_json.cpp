@@ -269,7 +269,7 @@ problem parse_problem_json(std::string_view text) {
   auto o = as_object(root, "(top level)");
   only_keys(o, "",
             {"name", "devices", "links", "intra_node_link", "default_link",
-             "model", "request", "constraints", "objective"});
+             "model", "request", "constraints", "objective", "resident"});
   problem p;
   element v;
   if (has(o, "name", v))
@@ -344,6 +344,23 @@ problem parse_problem_json(std::string_view text) {
                            : pin.first_layer;
         p.constraints.pins.push_back(pin);
       }
+    }
+  }
+  if (has(o, "resident", v)) {
+    std::size_t i = 0;
+    for (auto re : as_array(v, "resident")) {
+      auto path = idx("resident", i++);
+      auto ro = as_object(re, path);
+      only_keys(ro, path, {"device", "first_layer", "last_layer"});
+      resident_layers r;
+      r.device = as_string(need(ro, "device", path), join(path, "device"));
+      r.first_layer = as_count(need(ro, "first_layer", path),
+                               join(path, "first_layer"));
+      element y;
+      r.last_layer = has(ro, "last_layer", y)
+                       ? as_count(y, join(path, "last_layer"))
+                       : r.first_layer;
+      p.resident.push_back(r);
     }
   }
   if (has(o, "objective", v)) {

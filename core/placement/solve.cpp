@@ -110,6 +110,7 @@ solve_result solve(const problem& original, const solve_options& opts,
   if (auto w = window_lower_bound(m))
     lower = std::max(lower, *w);
   std::optional<std::int64_t> best_units;
+  std::int64_t best_moved = 0;
   bool proven = false;
   bool infeasible = false;
   // Accepts a plan from a solver: checked, strictly better, reported.
@@ -122,9 +123,12 @@ solve_result solve(const problem& original, const solve_options& opts,
                           + " solver produced an invalid plan: " + bad[0]);
       return;
     }
-    if (best_units && x.objective_units >= *best_units)
+    // Strictly better: a lower objective, or as low moving fewer bytes.
+    if (best_units && !better(x.objective_units, x.moved_bytes, *best_units,
+                              best_moved))
       return;
     best_units = x.objective_units;
+    best_moved = x.moved_bytes;
     x.lower_bound_seconds = m.to_seconds(lower);
     x.solve_seconds = elapsed();
     res.best = x;

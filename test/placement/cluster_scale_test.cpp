@@ -239,3 +239,102 @@ TEST_CASE("losing a node of a 64-device cluster: the survivors of its kind "
   for (const auto& s : after.best->stages)
     CHECK(s.node != lost);
 }
+
+namespace {
+
+/// Weight bytes `x` puts on devices that do not hold them in `p.resident`.
+std::int64_t bytes_moved(const problem& p, const plan& x) {
+  std::int64_t out = 0;
+  for (const auto& s : x.stages)
+    for (auto l = s.first_layer; l < s.end_layer; ++l) {
+      bool held = false;
+      for (const auto& r : p.resident)
+        held = held
+               || (r.device == s.device_id && r.first_layer <= l
+                   && l <= r.last_layer);
+      if (!held)
+        out += static_cast<std::int64_t>(p.layers[l].weight_bytes);
+    }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("between plans of equal objective the one that keeps weights "
+          "where they are wins") {
+  // Two identical devices on one node, either can run the whole model:
+  // with nothing resident the first is taken, with the model resident on
+  // the second, the second.
+  problem p;
+  p.model_name = "m";
+  for (const char* id : {"n0/a", "n0/b"}) {
+    device d;
+    d.id = id;
+    d.node = "n0";
+    d.memory_bytes = 8ull << 30;
+    d.flops = 1e13;
+    p.devices.push_back(d);
+  }
+  layer y;
+  y.weight_bytes = 100 << 20;
+  y.flops_per_token = 1e8;
+  y.activation_bytes = 8192;
+  p.layers = uniform_layers(8, y);
+  auto a = solve(p);
+  REQUIRE(a.best);
+  REQUIRE(a.best->stages.size() == 1);
+  CHECK(a.best->stages[0].device_id == "n0/a");
+  CHECK(a.best->moved_bytes == 8 * (100 << 20));
+  p.resident.push_back({"n0/b", 0, 7});
+  for (auto s : {solver_kind::exact, solver_kind::both}) {
+    solve_options o;
+    o.solver = s;
+    auto b = solve(p, o);
+    REQUIRE(b.best);
+    CHECK(b.best->objective_units == a.best->objective_units);
+    REQUIRE(b.best->stages.size() == 1);
+    CHECK(b.best->stages[0].device_id == "n0/b");
+    CHECK(b.best->moved_bytes == 0);
+    CHECK(b.best->proven_optimal);
+  }
+}
+
+TEST_CASE("re-placing a 64-device cluster after a loss keeps the surviving "
+          "stages' weights where the objective allows") {
+  for (auto kind : {objective_kind::latency, objective_kind::throughput}) {
+    random_cluster_options o;
+    o.layers = 96;
+    o.nodes = 16;
+    o.devices_per_node = 4;
+    o.node_kinds = 4;
+    o.objective = kind;
+    o.seed = 31;
+    auto p = random_cluster(o);
+    auto first = solve(p);
+    REQUIRE(first.best);
+    // The node of the middle stage is lost; the rest hold their layers.
+    const auto& stages = first.best->stages;
+    const auto lost = stages[stages.size() / 2].node;
+    for (auto& d : p.devices)
+      if (d.node == lost)
+        d.excluded = true;
+    auto blind = solve(p);
+    for (const auto& s : stages)
+      if (s.node != lost)
+        p.resident.push_back({s.device_id, s.first_layer, s.end_layer - 1});
+    auto keep = solve(p);
+    INFO(to_string(kind));
+    REQUIRE(blind.best);
+    REQUIRE(keep.best);
+    // The same objective, proven; fewer bytes moved than a plan that does
+    // not know where the weights are.
+    CHECK(keep.best->proven_optimal);
+    CHECK(keep.best->objective_units == blind.best->objective_units);
+    CHECK(keep.best->moved_bytes == bytes_moved(p, *keep.best));
+    CHECK(keep.best->moved_bytes < bytes_moved(p, *blind.best));
+    std::int64_t model = 0;
+    for (const auto& y : p.layers)
+      model += static_cast<std::int64_t>(y.weight_bytes);
+    CHECK(keep.best->moved_bytes < model / 2);
+  }
+}

@@ -30,7 +30,8 @@ const std::string valid = R"({
   "constraints": {"max_stages": 2, "prefer_fewer_nodes": true,
                   "node_penalty": 0.001,
                   "pins": [{"device": "a/gpu", "first_layer": 0}]},
-  "objective": {"kind": "blend", "blend_weight": 0.25}
+  "objective": {"kind": "blend", "blend_weight": 0.25},
+  "resident": [{"device": "b/gpu", "first_layer": 1, "last_layer": 3}]
 })";
 
 /// `valid` with the first occurrence of `from` replaced by `to`.
@@ -58,6 +59,10 @@ TEST_CASE("a valid problem file is read completely") {
   CHECK(p.stage_memory_extra.every_stage == 2ull << 20);
   CHECK(p.stage_memory_extra.first_stage == 0); // the default
   CHECK(p.stage_memory_extra.last_stage == 4096);
+  REQUIRE(p.resident.size() == 1);
+  CHECK(p.resident[0].device == "b/gpu");
+  CHECK(p.resident[0].first_layer == 1);
+  CHECK(p.resident[0].last_layer == 3);
   // A stage's memory: its layers (KV for 2 sequences) and working memory.
   CHECK(p.layer_memory(1) == 1000000 + 1024 * 2048 * 2);
   CHECK(p.stage_memory(0, 1) == (100ull << 20) + (2ull << 20));
@@ -153,6 +158,14 @@ TEST_CASE("bad problem files are refused with the key path named") {
     {"\"intra_node_link\": {\"latency\": 1e-5, \"bandwidth\": 2e10}",
      "\"intra_node_link\": [1]", "intra_node_link: expected an object"},
     {"\"layers\": [", "\"layers\": [], \"x\": [", "model.x: unknown key"},
+    {"\"device\": \"b/gpu\", \"first_layer\": 1",
+     "\"device\": \"c/gpu\", \"first_layer\": 1",
+     "resident[0].device: unknown device \"c/gpu\""},
+    {"\"last_layer\": 3}]", "\"last_layer\": 5}]",
+     "resident[0].last_layer: must be < 5 (the number of layers)"},
+    {"\"first_layer\": 1, \"last_layer\": 3",
+     "\"first_layer\": 4, \"last_layer\": 3",
+     "resident[0].first_layer: must be <= last_layer"},
   };
   for (const auto& c : cases) {
     INFO(c.to);
