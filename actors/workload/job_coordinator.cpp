@@ -790,9 +790,16 @@ void place_and_start(self_ptr self, const run_ptr& run,
     try {
       auto preq = run_plan_request(req.model, run->job.n_ctx, req.sequences,
                                    st.cfg.node);
-      if (run->attempt > 0)
+      // The stages that survive hold their layers' weights (and their
+      // nodes the file parts): of equal plans, the one that keeps them.
+      std::vector<placement::resident_layers> resident;
+      if (run->attempt > 0) {
         preq.time_limit_ms = replan_time_limit_ms;
-      auto solved = plan_locally(preq, view, st.cfg.node);
+        for (const auto& s : run->plan)
+          if (s.last > s.first)
+            resident.push_back({s.node + "/" + s.device, s.first, s.last - 1});
+      }
+      auto solved = plan_locally(preq, view, st.cfg.node, resident);
       run->plan = stages_of(solved, view, n_layer);
       run->placement_text = after + "placement (solver):\n"
                             + describe_plan(solved) + describe(run->plan);

@@ -41,8 +41,9 @@ member_view single_node_view(const std::string& node,
   return v;
 }
 
-plan_info plan_locally(const plan_request& r, const member_view& view,
-                       const std::string& node) {
+plan_info plan_locally(
+  const plan_request& r, const member_view& view, const std::string& node,
+  const std::vector<placement::resident_layers>& resident) {
   plan_info out;
   try {
     auto m = r.layers.empty()
@@ -56,6 +57,10 @@ plan_info plan_locally(const plan_request& r, const member_view& view,
                                                : m.context_train;
     auto conv = placement::to_problem(view, m, ctx, obj);
     conv.p.request.sequences = std::max<std::uint32_t>(r.sequences, 1);
+    for (const auto& x : resident)
+      if (conv.p.find_device(x.device) && x.last_layer < conv.p.layers.size()
+          && x.first_layer <= x.last_layer)
+        conv.p.resident.push_back(x);
     placement::solve_options opts;
     opts.time_limit = std::chrono::milliseconds{r.time_limit_ms};
     out = placement::to_plan_info(placement::solve(conv.p, opts));

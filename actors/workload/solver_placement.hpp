@@ -11,6 +11,7 @@
 
 #include "actors/workload/simple_placement.hpp"
 #include "messages/cluster.hpp"
+#include "core/placement/problem.hpp"
 #include "messages/placement.hpp"
 
 #include <cstdint>
@@ -42,9 +43,13 @@ member_view single_node_view(const std::string& node,
 /// here, with the placement service's conversion rules (cluster_snapshot)
 /// but no placement service: what `exo-node run` does on its own devices.
 /// `planned_by` names `node`. Never throws: a bad model or problem gives a
-/// plan with status "error" and the reason as its explanation.
-plan_info plan_locally(const plan_request& r, const member_view& view,
-                       const std::string& node);
+/// plan with status "error" and the reason as its explanation. `resident`:
+/// the layers devices hold now (a re-placement passes the stages that
+/// survive), so that of equal plans the one that keeps them wins; ranges on
+/// devices not in the view are ignored.
+plan_info plan_locally(
+  const plan_request& r, const member_view& view, const std::string& node,
+  const std::vector<placement::resident_layers>& resident = {});
 
 /// The stages of a solver's plan, in pipeline order: each stage's device
 /// ("NODE/ID") resolved in `view`. Throws std::invalid_argument naming the
