@@ -9,6 +9,7 @@
 #include "core/placement/gecode_solver.hpp"
 #include "core/placement/lower_bound.hpp"
 #include "core/placement/node_blocks.hpp"
+#include "core/placement/pack.hpp"
 #include "core/placement/plan.hpp"
 #include "core/placement/plan_command.hpp"
 #include "core/placement/problem.hpp"

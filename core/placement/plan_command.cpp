@@ -1,6 +1,7 @@
 #include "core/placement/plan_command.hpp"
 
 #include "core/cli/program.hpp"
+#include "core/placement/pack.hpp"
 #include "core/placement/problem_json.hpp"
 #include "core/placement/solve.hpp"
 #include "core/text/number.hpp"
@@ -79,11 +80,65 @@ void write_text(std::ostream& out, const solve_result& r) {
   }
 }
 
+/// `plan --problem A --problem B ...`: the jobs packed in that order.
+int run_packing(const std::vector<std::string>& files,
+                const solve_options& opts, bool json, std::ostream& out,
+                std::ostream& err) {
+  std::vector<packed_job> packed;
+  try {
+    std::vector<problem> jobs;
+    for (const auto& f : files)
+      jobs.push_back(read_problem_file(f));
+    packed = pack_jobs(jobs, opts);
+  } catch (const problem_error& e) {
+    err << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    err << "error: out of memory while packing\n";
+    return 2;
+  }
+  std::size_t placed = 0;
+  text::json all = text::json::array();
+  for (std::size_t j = 0; j < packed.size(); ++j) {
+    const auto& pj = packed[j];
+    const bool ok = pj.refused.empty();
+    placed += ok ? 1 : 0;
+    if (json) {
+      all.push_back({{"file", files[j]},
+                     {"status", ok ? to_string(pj.result.status) : "refused"},
+                     {"plan", ok && pj.result.best
+                                ? plan_to_json(*pj.result.best)
+                                : text::json(nullptr)},
+                     {"refused", pj.refused}});
+      continue;
+    }
+    out << "job " << j + 1 << " (" << files[j] << "): ";
+    if (ok) {
+      out << "placed\n";
+      print_plan_table(out, *pj.result.best);
+    } else {
+      out << "refused\n";
+      for (const auto& why : pj.refused)
+        out << "  " << why << "\n";
+    }
+  }
+  if (json)
+    out << text::compact(text::json{{"jobs", all}}) << "\n";
+  else
+    out << "packed: " << placed << " of " << packed.size()
+        << " jobs placed\n";
+  if (placed == packed.size())
+    return 0;
+  err << "refused: " << packed.size() - placed << " of " << packed.size()
+      << " jobs do not fit\n";
+  return 1;
+}
+
 } // namespace
 
 int run_plan_command(int argc, char** argv, std::ostream& out,
                      std::ostream& err) {
-  std::string file;
+  std::vector<std::string> files;
   bool json = false;
   solve_options opts;
   std::string objective, blend_weight, time_limit, solver;
@@ -92,7 +147,10 @@ int run_plan_command(int argc, char** argv, std::ostream& out,
                "problem file, without any cluster.",
                in_node ? "exo-node plan" : "exo-plan"};
   cli::configure(app);
-  app.add_option("--problem", file, "the placement problem (JSON)")
+  app.add_option("--problem", files,
+                 "the placement problem (JSON); several: jobs packed on one "
+                 "cluster in that order, each on the memory the ones before "
+                 "leave")
     ->type_name("FILE.json");
   app.add_option("--objective", objective,
                  "latency, throughput or blend (default: the file's)")
@@ -152,12 +210,15 @@ int run_plan_command(int argc, char** argv, std::ostream& out,
                        "not \"" + solver + "\""};
       opts.solver = *k;
     }
-    if (file.empty())
+    if (files.empty())
       throw bad_args{"--problem FILE.json is required"};
   } catch (const bad_args& e) {
     err << "error: " << e.what << " (see --help)\n";
     return 2;
   }
+  if (files.size() > 1)
+    return run_packing(files, opts, json, out, err);
+  const auto& file = files.front();
   solve_result r;
   try {
     auto p = read_problem_file(file);

@@ -338,3 +338,47 @@ TEST_CASE("re-placing a 64-device cluster after a loss keeps the surviving "
     CHECK(keep.best->moved_bytes < model / 2);
   }
 }
+
+TEST_CASE("jobs packed on one cluster never share more memory than a "
+          "device has") {
+  // Eight jobs of a third to two thirds of a 16-node cluster's need, in
+  // turn: every plan fits beside the ones before it, and the jobs refused
+  // say why.
+  random_cluster_options o;
+  o.layers = 40;
+  o.nodes = 8;
+  o.devices_per_node = 2;
+  o.node_kinds = 2;
+  o.memory_slack = 3;
+  std::vector<problem> jobs;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    o.seed = 7; // one cluster
+    auto p = random_cluster(o);
+    // Jobs of different sizes on it.
+    for (auto& y : p.layers)
+      y.weight_bytes = y.weight_bytes * (3 + seed % 4) / 6;
+    p.model_name = "job" + std::to_string(seed);
+    jobs.push_back(p);
+  }
+  auto packed = pack_jobs(jobs);
+  REQUIRE(packed.size() == 8);
+  std::map<std::string, std::uint64_t> used;
+  int placed = 0, refused = 0;
+  for (const auto& pj : packed) {
+    if (!pj.refused.empty()) {
+      ++refused;
+      CHECK_THAT(pj.refused.back(),
+                 Catch::Contains("the jobs placed before it"));
+      continue;
+    }
+    ++placed;
+    REQUIRE(pj.result.best);
+    CHECK(check_plan(pj.placed_on, *pj.result.best).empty());
+    for (const auto& s : pj.result.best->stages)
+      used[s.device_id] += s.memory_used_bytes;
+  }
+  CHECK(placed >= 2);
+  CHECK(refused >= 1);
+  for (const auto& d : jobs[0].devices)
+    CHECK(used[d.id] <= d.memory_bytes);
+}

@@ -105,3 +105,47 @@ TEST_CASE("plan exits 2 with the reason on bad input") {
   CHECK_THAT(run({"--problem", "/nonexistent.json"}).err,
              Catch::Contains("cannot open"));
 }
+
+namespace {
+
+/// A job of `gib` GiB in 4 layers on a cluster of two 8 GiB devices.
+std::string job_file(int gib) {
+  const auto layer = std::to_string((std::uint64_t{1} << 30) * gib / 4);
+  return write_temp(R"({
+  "devices": [
+    {"id": "a/gpu", "node": "a", "memory": "8GiB", "flops": 1e13},
+    {"id": "b/gpu", "node": "b", "memory": "8GiB", "flops": 5e12}
+  ],
+  "links": [{"a": "a", "b": "b", "latency": 0.001, "bandwidth": 1e9}],
+  "model": {"name": "m)" + std::to_string(gib) + R"(", "layers": [
+    {"count": 4, "weight_bytes": )" + layer + R"(, "flops_per_token": 1e9,
+     "activation_bytes": 8192}]},
+  "request": {"safety_margin": 0}
+})");
+}
+
+} // namespace
+
+TEST_CASE("several problems are packed on one cluster in order, and a job "
+          "that does not fit is refused with the reason") {
+  auto a = job_file(6), b = job_file(6), c = job_file(6), d = job_file(1);
+  auto r = run({"--problem", a, "--problem", b, "--problem", c, "--problem",
+                d});
+  INFO(r.out << r.err);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.out, Catch::Contains("job 1 (" + a + "): placed"));
+  CHECK_THAT(r.out, Catch::Contains("job 2 (" + b + "): placed"));
+  CHECK_THAT(r.out, Catch::Contains("job 3 (" + c + "): refused"));
+  CHECK_THAT(r.out, Catch::Contains("the jobs placed before it (1 (m6), "
+                                    "2 (m6)) hold 12.0 GiB on 2 device(s)"));
+  CHECK_THAT(r.out, Catch::Contains("job 4 (" + d + "): placed"));
+  CHECK_THAT(r.out, Catch::Contains("packed: 3 of 4 jobs placed"));
+  CHECK_THAT(r.err, Catch::Contains("refused: 1 of 4 jobs do not fit"));
+  // Two that fit: exit 0; JSON lists both.
+  auto ok = run({"--problem", a, "--problem", d, "--json"});
+  CHECK(ok.rc == 0);
+  CHECK_THAT(ok.out, Catch::StartsWith("{\"jobs\":[{\"file\":"));
+  CHECK_THAT(ok.out, Catch::Contains("\"refused\":[]"));
+  for (const auto& f : {a, b, c, d})
+    std::remove(f.c_str());
+}
