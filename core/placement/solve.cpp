@@ -172,9 +172,6 @@ solve_result solve(const problem& original, const solve_options& opts,
         res.notes.push_back(
           "exact solver skipped: " + std::to_string(r.states)
           + " states of device classes are too many for its table");
-        // Good plans first (devices in orders, the exact program on
-        // subsets of the devices), in at most 40% of the time; Gecode then
-        // searches below the best of them.
         // Nodes of one hardware behind one switch are interchangeable: the
         // program over node visits is exact among plans that enter each
         // node once, and its plan is often proven by the window bound.
@@ -185,6 +182,9 @@ solve_result solve(const problem& original, const solve_options& opts,
           else if (!nb.skipped.empty())
             res.notes.push_back("node-block program skipped: " + nb.skipped);
         }
+        // Unless that plan is proven: good plans (devices in orders, the
+        // exact program on subsets of the devices), in at most 40% of the
+        // time; Gecode then searches below the best of them.
         if (opts.solver == solver_kind::both
             && !(best_units && lower >= *best_units)) {
           auto share = gecode_helps ? 2 : 9; // tenths of the time limit

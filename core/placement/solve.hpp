@@ -78,7 +78,8 @@ using plan_callback = std::function<void(const plan&)>;
 /// chosen solvers, checks every plan with check_plan() before reporting it,
 /// and explains infeasibility. Blocking; `cancel` (may be null) stops it
 /// between search nodes, keeping the best plan so far. Every plan passed to
-/// `on_improved` is strictly better than the one before.
+/// `on_improved` is strictly better than the one before (a lower objective,
+/// or the same moving fewer weight bytes: problem::resident).
 solve_result solve(const problem& p, const solve_options& opts = {},
                    const plan_callback& on_improved = {},
                    const std::atomic<bool>* cancel = nullptr);
