@@ -24,10 +24,14 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <unistd.h>
 
 #ifndef EXO_VERSION
@@ -35,6 +39,45 @@
 #endif
 
 namespace {
+
+/// How long releasing the actor system may take once every actor of the
+/// node has stopped, the audit log is closed and the registry saved.
+constexpr auto release_deadline = std::chrono::seconds(5);
+
+/// rt.stop(), bounded where nothing is left to lose: CAF's actor system
+/// waits, as it is destroyed, until every detached actor is destroyed,
+/// and one that has terminated but is still referenced (seen: the audit
+/// sink, held as the sender of a message still queued somewhere, about one
+/// graceful stop in 20 under a rolling restart) keeps it waiting forever.
+/// By then the node has left the cluster, its services and devices have
+/// stopped and its audit log is closed: after release_deadline the program
+/// says so and exits.
+void stop_within_bounds(exo::runtime& rt, const std::string& name) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread guard([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    // Wait for the release step (or the end), then for the deadline.
+    while (!done && rt.stop_step() != "releasing the actor system")
+      cv.wait_for(lock, std::chrono::milliseconds(50));
+    if (done || cv.wait_for(lock, release_deadline, [&] { return done; }))
+      return;
+    std::cout << "exo-node " << name << ": the actor system is still being "
+              << "released " << release_deadline.count()
+              << " s after every actor stopped (a detached actor that ended "
+                 "is still referenced); state is saved, exiting now"
+              << std::endl;
+    std::_Exit(0);
+  });
+  rt.stop();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_one();
+  guard.join();
+}
 
 constexpr const char* description
   = "Runs one node of an exo cluster until SIGINT or SIGTERM.";
@@ -206,7 +249,7 @@ int run_node(const exo::config::node_config& cfg,
   if (gateway)
     gateway->stop(); // closes the streams: their jobs are cancelled
   gateway.reset();
-  rt.stop();
+  stop_within_bounds(rt, cfg.node.name);
   std::cout << "exo-node " << cfg.node.name << " stopped" << std::endl;
   return 0;
 }

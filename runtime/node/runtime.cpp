@@ -25,6 +25,7 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -141,6 +142,8 @@ struct runtime::impl {
   caf::actor directory;
   discovered found;
   bool running = false;
+  /// runtime::stop_step(): static strings only.
+  std::atomic<const char*> step{""};
 };
 
 std::unique_ptr<caf::actor_system_config> make_system_config() {
@@ -322,6 +325,7 @@ void runtime::stop() {
   d.running = false;
   {
     caf::scoped_actor self{*d.sys};
+    d.step = "stopping services";
     for (auto& svc : d.services) {
       self->send_exit(svc.handle, caf::exit_reason::user_shutdown);
       self->wait_for(svc.handle);
@@ -333,6 +337,7 @@ void runtime::stop() {
       d.connection_watch = nullptr;
     }
     d.bulk.reset(); // joins its threads; nothing is served any more
+    d.step = "leaving the cluster";
     if (d.gate) {
       // Tell every peer we leave, so they need not wait for a timeout.
       self->request(d.gate, std::chrono::seconds(2), console_atom::value,
@@ -345,6 +350,7 @@ void runtime::stop() {
       d.gate = nullptr;
     }
     // Ask for the device actors first, so we can wait for every one.
+    d.step = "stopping the node and its devices";
     std::vector<exo::device_actor> devs;
     self->request(d.node, std::chrono::seconds(5), devices_atom::value,
                   actors_atom::value)
@@ -356,6 +362,7 @@ void runtime::stop() {
     for (auto& dev : devs)
       self->wait_for(dev);
   }
+  d.step = "closing the audit log";
   stop_safety(*d.sys, d.safety); // issue 6: the sink goes last
   std::string err;
   if (d.found.known)
@@ -364,10 +371,16 @@ void runtime::stop() {
   d.directory = nullptr;
   d.found.devices.reset();
   if (d.own_sys) {
+    d.step = "releasing the actor system";
     d.own_sys.reset();
     d.own_cfg.reset();
     d.sys = nullptr;
   }
+  d.step = "stopped";
+}
+
+std::string runtime::stop_step() const {
+  return impl_->step.load();
 }
 
 caf::actor_system& runtime::system() {

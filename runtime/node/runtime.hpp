@@ -67,6 +67,14 @@ public:
   /// Stops every actor of this node and saves the device registry.
   void stop();
 
+  /// What stop() is doing now, for a program that bounds how long it
+  /// waits: "" before stop(), then "stopping services", "leaving the
+  /// cluster", "stopping the node and its devices", "closing the audit
+  /// log", "releasing the actor system" (a runtime with its own system:
+  /// CAF waits there until every detached actor is destroyed) and
+  /// "stopped". Thread-safe.
+  std::string stop_step() const;
+
   caf::actor_system& system();
   /// The node actor: its devices. Invalid before start().
   node_actor node() const;
