@@ -170,8 +170,12 @@ struct dp_out {
   std::size_t states = 0;
 };
 
+/// One run of the program. States whose every completion costs more than
+/// `cap` are skipped (inf: none): the plan found is the best block plan
+/// whenever its cost is at most `cap`.
 dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
-                  const std::atomic<bool>* cancel, std::size_t max_entries) {
+                  const std::atomic<bool>* cancel, std::size_t max_entries,
+                  std::int64_t cap = inf) {
   dp_out out;
   const int L = static_cast<int>(m.layers());
   const int C = static_cast<int>(nc.members.size());
@@ -235,6 +239,32 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
     const int b = c == c2 ? nc.members[c2][1] : nc.members[c2][0];
     return m.transfer_nodes(a, b, cut);
   };
+  // What completing layers [l, L) from a node costs at least: the cheapest
+  // cut into another node (any class) and runs of blocks, nodes unlimited.
+  std::vector<std::int64_t> min_cut(W, 0), rest(W, inf), after(W, 0);
+  for (int l = 1; l < L; ++l) {
+    std::int64_t x = inf;
+    for (int c = 0; c < C; ++c)
+      for (int c2 = 0; c2 < C; ++c2)
+        if (c != c2 || size[c] > 1)
+          x = std::min(x, inter(c, c2, l));
+    min_cut[l] = x;
+  }
+  rest[L] = 0;
+  for (int l = L - 1; l >= 0; --l)
+    for (int c = 0; c < C; ++c)
+      for (int e = l + 1; e <= reach[static_cast<std::size_t>(c) * W + l];
+           ++e) {
+        const auto b = block[bat(c, l, e)];
+        if (b >= inf || rest[e] >= inf || (e < L && min_cut[e] >= inf))
+          continue;
+        rest[l] = std::min(
+          rest[l], e == L ? b : combine(b, combine(min_cut[e], rest[e])));
+      }
+  for (int l = 1; l < L; ++l)
+    after[l] = rest[l] >= inf || min_cut[l] >= inf
+                 ? inf
+                 : combine(min_cut[l], rest[l]);
   const std::size_t entries = ns * W * static_cast<std::size_t>(C);
   std::vector<std::int64_t> f(entries, inf);
   std::vector<std::int32_t> par(entries, -1);
@@ -265,10 +295,13 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
       r /= static_cast<std::size_t>(size[c] + 1);
     }
     for (int l = 1; l < L; ++l) {
-      const std::int64_t* row = &f[at(S, l, 0)];
+      std::int64_t* row = &f[at(S, l, 0)];
       bool any = false;
-      for (int c = 0; c < C && !any; ++c)
-        any = row[c] < inf;
+      for (int c = 0; c < C; ++c) {
+        if (row[c] < inf && (after[l] >= inf || combine(row[c], after[l]) > cap))
+          row[c] = inf; // no completion within the cap
+        any = any || row[c] < inf;
+      }
       if (!any)
         continue;
       for (int c2 = 0; c2 < C; ++c2) {
@@ -455,7 +488,8 @@ node_classes interchangeable_nodes(const cost_model& m) {
 
 node_block_result solve_node_blocks(const cost_model& m,
                                     const std::atomic<bool>* cancel,
-                                    std::size_t max_entries) {
+                                    std::size_t max_entries,
+                                    std::optional<std::int64_t> lower) {
   node_block_result res;
   if (m.devices() == 0 || m.layers() == 0) {
     res.skipped = "no devices or no layers";
@@ -485,8 +519,22 @@ node_block_result solve_node_blocks(const cost_model& m,
     }
   };
   if (m.kind() != objective_kind::blend) {
-    finish(run_blocks(m, nc, m.kind() == objective_kind::latency, cancel,
-                      max_entries));
+    const bool sum = m.kind() == objective_kind::latency;
+    // With a lower bound: first only the states that can finish within 1%,
+    // then 10% of it, then all; a plan within the cap is the best block
+    // plan, and when the bound is tight the first pass skips most states.
+    if (lower && *lower > 0) {
+      for (std::int64_t pct : {1, 10}) {
+        const std::int64_t cap = *lower + std::max<std::int64_t>(
+                                            *lower * pct / 100, 1);
+        auto r = run_blocks(m, nc, sum, cancel, max_entries, cap);
+        if (!r.skipped.empty() || (r.found && r.value <= cap)) {
+          finish(std::move(r));
+          return res;
+        }
+      }
+    }
+    finish(run_blocks(m, nc, sum, cancel, max_entries));
     return res;
   }
   auto a = run_blocks(m, nc, true, cancel, max_entries);

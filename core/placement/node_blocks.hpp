@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,14 @@ struct node_block_result {
 /// come back); solve() proves its plans with window_lower_bound(). Skipped
 /// (nothing found) with pinned devices, pinned layers or a stage limit,
 /// more than 254 classes, or more than `max_entries` table entries.
-node_block_result solve_node_blocks(const cost_model& m,
-                                    const std::atomic<bool>* cancel = nullptr,
-                                    std::size_t max_entries = 16'000'000);
+///
+/// `lower`: a valid lower bound on the objective (solve() passes the
+/// window bound); the program then first skips the states that cannot
+/// finish within 1% (then 10%) of it — the same plan, found faster when the
+/// bound is tight.
+node_block_result solve_node_blocks(
+  const cost_model& m, const std::atomic<bool>* cancel = nullptr,
+  std::size_t max_entries = 16'000'000,
+  std::optional<std::int64_t> lower = std::nullopt);
 
 } // namespace exo::placement

@@ -176,7 +176,8 @@ solve_result solve(const problem& original, const solve_options& opts,
         // program over node visits is exact among plans that enter each
         // node once, and its plan is often proven by the window bound.
         if (opts.solver == solver_kind::both) {
-          auto nb = solve_node_blocks(m, cancel, opts.exact_max_entries);
+          auto nb =
+            solve_node_blocks(m, cancel, opts.exact_max_entries, lower);
           if (nb.found)
             accept(nb.best, "node-blocks");
           else if (!nb.skipped.empty())
