@@ -44,14 +44,14 @@ namespace {
 /// node has stopped, the audit log is closed and the registry saved.
 constexpr auto release_deadline = std::chrono::seconds(5);
 
-/// rt.stop(), bounded where nothing is left to lose: CAF's actor system
-/// waits, as it is destroyed, until every detached actor is destroyed,
-/// and one that has terminated but is still referenced (seen: the audit
-/// sink, held as the sender of a message still queued somewhere, about one
-/// graceful stop in 20 under a rolling restart) keeps it waiting forever.
-/// By then the node has left the cluster, its services and devices have
-/// stopped and its audit log is closed: after release_deadline the program
-/// says so and exits.
+/// rt.stop(), bounded where nothing is left to lose: CAF 0.17's actor
+/// system waits, as it is destroyed, until every detached actor's private
+/// thread has seen its actor destroyed, and that thread can deadlock on
+/// shutdown (upstream issue 1196, fixed in CAF 0.18 by pull request 1202;
+/// Debian ships 0.17.6). Seen here with the audit sink, about one graceful
+/// stop in eight under a rolling restart. By then the node has left the
+/// cluster, its services and devices have stopped and its audit log is
+/// closed: after release_deadline the program says so and exits.
 void stop_within_bounds(exo::runtime& rt, const std::string& name) {
   std::mutex mu;
   std::condition_variable cv;
