@@ -191,13 +191,15 @@ void send_step(self_ptr self, std::uint32_t j) {
             auto msg = error_message(err);
             auto why = "sequence " + std::to_string(j) + ": "
                        + (msg.empty() ? self->system().render(err) : msg);
-            if (!st.cfg.recoverer) {
+            // A stage whose node went away fails the steps through it, and
+            // its monitor fires too, in either order: a loss when it does
+            // within the settle time, else a plain error. Without a
+            // recoverer only a receiver that went down is waited for (the
+            // job then ends naming the stage), any other error ends it now.
+            if (!st.cfg.recoverer && err != caf::sec::request_receiver_down) {
               finish(self, why);
               return;
             }
-            // A stage whose node went away fails the steps through it, and
-            // its monitor fires too, in either order: a loss when it does
-            // within the settle time, else a plain error.
             self->delayed_send(self, settle_time, tick_atom::value, epoch,
                                std::move(why));
           });

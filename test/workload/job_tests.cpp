@@ -699,6 +699,7 @@ TEST_CASE("a job ends at once naming a stage that goes away, and on a lost "
     if (n == 3)
       caf::anon_send_exit(stages[1], caf::exit_reason::kill);
   });
+  INFO("the job's error: " << gone.error);
   CHECK(gone.tokens[0].size() < 40);
   CHECK(gone.error.find("stage 1 (n2/sim:0) is gone") != std::string::npos);
   f.stop(stages);
