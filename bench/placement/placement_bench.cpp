@@ -33,11 +33,33 @@ struct row {
   bool mixed = false;
 };
 
+/// The generated cluster of a cluster row (node_kinds > 0).
+problem cluster_of(const row& r, std::uint64_t seed) {
+  random_cluster_options o;
+  o.layers = r.layers;
+  o.nodes = r.nodes;
+  o.devices_per_node = r.devices / r.nodes;
+  o.node_kinds = r.node_kinds;
+  o.two_device_kinds = r.two;
+  o.mixed_nics = r.mixed;
+  o.memory_slack = r.slack;
+  o.objective = r.kind;
+  o.seed = seed;
+  return random_cluster(o);
+}
+
+/// "lat switch", "thr nics", ...: a cluster row's label.
+std::string cluster_label(const row& r) {
+  return std::string{r.kind == objective_kind::throughput ? "thr"
+                     : r.kind == objective_kind::blend    ? "blend"
+                                                          : "lat"}
+         + (r.mixed ? " nics" : " switch");
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   long gecode_ms = argc > 1 ? std::atol(argv[1]) : 500;
-  // "clusters": only the rows of generated clusters.
   // "clusters": only the rows of generated clusters; "scan [N]": each
   // cluster row on N seeds (default 40), proofs and times.
   const bool clusters_only = argc > 2 && std::string(argv[2]) != "";
@@ -102,17 +124,7 @@ int main(int argc, char** argv) {
       double worst_gap = 0;
       std::vector<double> times;
       for (int k = 0; k < seeds; ++k) {
-        random_cluster_options o;
-        o.layers = r.layers;
-        o.nodes = r.nodes;
-        o.devices_per_node = r.devices / r.nodes;
-        o.node_kinds = r.node_kinds;
-        o.two_device_kinds = r.two;
-        o.mixed_nics = r.mixed;
-        o.memory_slack = r.slack;
-        o.objective = r.kind;
-        o.seed = static_cast<std::uint64_t>(1000 + k);
-        auto p = random_cluster(o);
+        auto p = cluster_of(r, static_cast<std::uint64_t>(1000 + k));
         solve_options so;
         so.time_limit = std::chrono::milliseconds(gecode_ms);
         auto res = solve(p, so);
@@ -121,8 +133,6 @@ int main(int argc, char** argv) {
           continue;
         if (res.best->proven_optimal)
           ++proven;
-        else if (std::getenv("EXO_BENCH_DEBUG"))
-          std::printf("  unproven: seed %d\n", 1000 + k);
         worst_gap = std::max(worst_gap,
                              (res.best->objective_seconds
                                 / res.best->lower_bound_seconds
@@ -131,11 +141,7 @@ int main(int argc, char** argv) {
       }
       std::sort(times.begin(), times.end());
       std::printf("%-13s %3zu %3zu %5zu %6zu %4d/%-2d %9.1f %9.1f %8.2f\n",
-                  (std::string{r.kind == objective_kind::throughput ? "thr"
-                               : r.kind == objective_kind::blend ? "blend"
-                                                                  : "lat"}
-                   + (r.mixed ? " nics" : " switch"))
-                    .c_str(),
+                  cluster_label(r).c_str(),
                   r.layers, r.devices, r.nodes, r.node_kinds * (r.two ? 2 : 1),
                   proven, seeds, times[times.size() / 2], times.back(),
                   worst_gap);
@@ -158,24 +164,12 @@ int main(int argc, char** argv) {
       o.seed = static_cast<std::uint64_t>(100 + seed++);
       p = random_problem(o);
     } else {
-      random_cluster_options o;
-      o.layers = r.layers;
-      o.nodes = r.nodes;
-      o.devices_per_node = r.devices / r.nodes;
-      o.node_kinds = r.node_kinds;
-      o.two_device_kinds = r.two;
-      o.mixed_nics = r.mixed;
-      o.memory_slack = r.slack;
-      o.objective = r.kind;
-      o.seed = static_cast<std::uint64_t>(500 + cluster_seed++);
-      p = random_cluster(o);
+      p = cluster_of(r, static_cast<std::uint64_t>(500 + cluster_seed++));
     }
     std::string label = std::string{to_string(r.kind)}
                         + (r.working ? "+wm" : "");
     if (r.node_kinds > 0)
-      label = std::string{r.kind == objective_kind::throughput ? "thr" :
-                          r.kind == objective_kind::blend ? "blend" : "lat"}
-              + (r.mixed ? " nics" : " switch");
+      label = cluster_label(r);
     cost_model m(p);
     solve_options so;
     so.time_limit = std::chrono::milliseconds(gecode_ms);

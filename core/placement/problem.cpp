@@ -242,30 +242,25 @@ void validate(const problem& p) {
     fail("request.context_length", "must be < 2^32 tokens");
   if (p.request.sequences == 0 || p.request.sequences > 65536)
     fail("request.sequences", "must be in [1, 65536]");
-  for (std::size_t i = 0; i < p.constraints.pins.size(); ++i) {
-    const auto& pin = p.constraints.pins[i];
-    auto path = "constraints.pins[" + std::to_string(i) + "]";
-    if (!p.find_device(pin.device))
-      fail(path + ".device", "unknown device \"" + pin.device + "\"");
-    if (pin.first_layer > pin.last_layer)
-      fail(path + ".first_layer", "must be <= last_layer");
-    if (pin.last_layer >= n_layers)
-      fail(path + ".last_layer", "must be < " + std::to_string(n_layers)
-                                   + " (the number of layers)");
-  }
+  // A device's layer range: a known device, first <= last < layers.
+  auto check_range = [&](const std::string& key,
+                         const std::vector<device_layers>& xs) {
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const auto& x = xs[i];
+      auto path = key + "[" + std::to_string(i) + "]";
+      if (!p.find_device(x.device))
+        fail(path + ".device", "unknown device \"" + x.device + "\"");
+      if (x.first_layer > x.last_layer)
+        fail(path + ".first_layer", "must be <= last_layer");
+      if (x.last_layer >= n_layers)
+        fail(path + ".last_layer", "must be < " + std::to_string(n_layers)
+                                     + " (the number of layers)");
+    }
+  };
+  check_range("constraints.pins", p.constraints.pins);
   if (p.resident.size() > 100000)
     fail("resident", "more than 100000 ranges");
-  for (std::size_t i = 0; i < p.resident.size(); ++i) {
-    const auto& r = p.resident[i];
-    auto path = "resident[" + std::to_string(i) + "]";
-    if (!p.find_device(r.device))
-      fail(path + ".device", "unknown device \"" + r.device + "\"");
-    if (r.first_layer > r.last_layer)
-      fail(path + ".first_layer", "must be <= last_layer");
-    if (r.last_layer >= n_layers)
-      fail(path + ".last_layer", "must be < " + std::to_string(n_layers)
-                                   + " (the number of layers)");
-  }
+  check_range("resident", p.resident);
   if (!finite_non_negative(p.constraints.node_penalty)
       || p.constraints.node_penalty > 3600)
     fail("constraints.node_penalty", "must be in [0, 3600] seconds");

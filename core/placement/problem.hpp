@@ -93,20 +93,19 @@ struct request {
   double safety_margin = 0.05;
 };
 
-/// Layers first_layer..last_layer (inclusive) must run on `device`.
-struct layer_pin {
+/// Layers first_layer..last_layer (inclusive) of one device.
+struct device_layers {
   std::string device;
   std::size_t first_layer = 0;
   std::size_t last_layer = 0;
 };
 
-/// Layers first_layer..last_layer (inclusive) are on `device` now: their
-/// weights need not move if the plan keeps them there.
-struct resident_layers {
-  std::string device;
-  std::size_t first_layer = 0;
-  std::size_t last_layer = 0;
-};
+/// Layers that must run on `device`.
+using layer_pin = device_layers;
+
+/// Layers that are on `device` now: their weights need not move if the
+/// plan keeps them there.
+using resident_layers = device_layers;
 
 /// Operator constraints.
 struct constraints {

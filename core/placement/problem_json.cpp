@@ -127,6 +127,28 @@ link_spec read_link_spec(element e, const std::string& path) {
   return s;
 }
 
+/// An array of {device, first_layer, last_layer?} (pins, resident).
+std::vector<device_layers> read_device_layers(element e,
+                                              const std::string& path) {
+  std::vector<device_layers> out;
+  std::size_t i = 0;
+  for (auto x : as_array(e, path)) {
+    auto at = idx(path, i++);
+    auto o = as_object(x, at);
+    only_keys(o, at, {"device", "first_layer", "last_layer"});
+    device_layers r;
+    r.device = as_string(need(o, "device", at), join(at, "device"));
+    r.first_layer = as_count(need(o, "first_layer", at),
+                             join(at, "first_layer"));
+    element y;
+    r.last_layer = has(o, "last_layer", y)
+                     ? as_count(y, join(at, "last_layer"))
+                     : r.first_layer;
+    out.push_back(r);
+  }
+  return out;
+}
+
 device read_device(element e, const std::string& path) {
   auto o = as_object(e, path);
   only_keys(o, path,
@@ -328,41 +350,11 @@ problem parse_problem_json(std::string_view text) {
         x, "constraints.prefer_fewer_nodes");
     if (has(co, "node_penalty", x))
       p.constraints.node_penalty = as_number(x, "constraints.node_penalty");
-    if (has(co, "pins", x)) {
-      std::size_t i = 0;
-      for (auto pe : as_array(x, "constraints.pins")) {
-        auto path = idx("constraints.pins", i++);
-        auto po = as_object(pe, path);
-        only_keys(po, path, {"device", "first_layer", "last_layer"});
-        layer_pin pin;
-        pin.device = as_string(need(po, "device", path), join(path, "device"));
-        pin.first_layer = as_count(need(po, "first_layer", path),
-                                   join(path, "first_layer"));
-        element y;
-        pin.last_layer = has(po, "last_layer", y)
-                           ? as_count(y, join(path, "last_layer"))
-                           : pin.first_layer;
-        p.constraints.pins.push_back(pin);
-      }
-    }
+    if (has(co, "pins", x))
+      p.constraints.pins = read_device_layers(x, "constraints.pins");
   }
-  if (has(o, "resident", v)) {
-    std::size_t i = 0;
-    for (auto re : as_array(v, "resident")) {
-      auto path = idx("resident", i++);
-      auto ro = as_object(re, path);
-      only_keys(ro, path, {"device", "first_layer", "last_layer"});
-      resident_layers r;
-      r.device = as_string(need(ro, "device", path), join(path, "device"));
-      r.first_layer = as_count(need(ro, "first_layer", path),
-                               join(path, "first_layer"));
-      element y;
-      r.last_layer = has(ro, "last_layer", y)
-                       ? as_count(y, join(path, "last_layer"))
-                       : r.first_layer;
-      p.resident.push_back(r);
-    }
-  }
+  if (has(o, "resident", v))
+    p.resident = read_device_layers(v, "resident");
   if (has(o, "objective", v)) {
     auto oo = as_object(v, "objective");
     only_keys(oo, "objective", {"kind", "blend_weight"});

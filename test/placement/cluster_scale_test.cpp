@@ -30,6 +30,22 @@ problem small_cluster(std::uint64_t seed, objective_kind k) {
   return random_cluster(o);
 }
 
+/// 64 devices on 16 nodes of 4 node kinds (8 device kinds with `two`)
+/// behind one switch, or with a network card per node kind (`nics`).
+problem rack(std::size_t layers, bool two, objective_kind kind,
+             std::uint64_t seed, bool nics = false) {
+  random_cluster_options o;
+  o.layers = layers;
+  o.nodes = 16;
+  o.devices_per_node = 4;
+  o.node_kinds = 4;
+  o.two_device_kinds = two;
+  o.mixed_nics = nics;
+  o.objective = kind;
+  o.seed = seed;
+  return random_cluster(o);
+}
+
 /// solve() with the exact program kept out (its table "too large"), so
 /// that the node-block program and the bounds do the work.
 solve_result solve_at_scale(const problem& p) {
@@ -148,15 +164,7 @@ TEST_CASE("64 devices on 16 nodes in 8 kinds: proven optimal, latency and "
           "throughput") {
   for (auto kind : {objective_kind::latency, objective_kind::throughput})
     for (std::uint64_t seed : {11, 12}) {
-      random_cluster_options o;
-      o.layers = 128;
-      o.nodes = 16;
-      o.devices_per_node = 4;
-      o.node_kinds = 4;
-      o.two_device_kinds = true;
-      o.objective = kind;
-      o.seed = seed;
-      auto p = random_cluster(o);
+      auto p = rack(128, true, kind, seed);
       INFO(to_string(kind) << " seed " << seed);
       cost_model m(p);
       CHECK(m.kinds() == 8);
@@ -173,15 +181,7 @@ TEST_CASE("64 devices on 16 nodes in 8 kinds: proven optimal, latency and "
 TEST_CASE("an unproven plan states its bound and gap, never proven") {
   // A network card per node kind: the window bound cannot see which nodes
   // a path may pair, the plan keeps a certified gap.
-  random_cluster_options o;
-  o.layers = 128;
-  o.nodes = 16;
-  o.devices_per_node = 4;
-  o.node_kinds = 4;
-  o.two_device_kinds = true;
-  o.mixed_nics = true;
-  o.seed = 1000;
-  auto p = random_cluster(o);
+  auto p = rack(128, true, objective_kind::latency, 1000, true);
   auto r = solve(p);
   REQUIRE(r.best);
   CHECK_FALSE(r.best->proven_optimal);
@@ -195,14 +195,7 @@ TEST_CASE("the proven objective does not change when devices and nodes are "
           "listed in another order or renamed") {
   for (auto kind : {objective_kind::latency, objective_kind::throughput})
     for (std::uint64_t seed : {3, 4}) {
-      random_cluster_options o;
-      o.layers = 80;
-      o.nodes = 16;
-      o.devices_per_node = 4;
-      o.node_kinds = 4;
-      o.objective = kind;
-      o.seed = seed;
-      auto p = random_cluster(o);
+      auto p = rack(80, false, kind, seed);
       auto a = solve(p);
       REQUIRE(a.best);
       REQUIRE(a.best->proven_optimal);
@@ -233,14 +226,7 @@ TEST_CASE("the proven objective does not change when devices and nodes are "
 
 TEST_CASE("losing a node of a 64-device cluster: the survivors of its kind "
           "stay interchangeable and the new plan is proven") {
-  random_cluster_options o;
-  o.layers = 128;
-  o.nodes = 16;
-  o.devices_per_node = 4;
-  o.node_kinds = 4;
-  o.two_device_kinds = true;
-  o.seed = 21;
-  auto p = random_cluster(o);
+  auto p = rack(128, true, objective_kind::latency, 21);
   auto before = solve(p);
   REQUIRE(before.best);
   REQUIRE(before.best->proven_optimal);
@@ -322,14 +308,7 @@ TEST_CASE("between plans of equal objective the one that keeps weights "
 TEST_CASE("re-placing a 64-device cluster after a loss keeps the surviving "
           "stages' weights where the objective allows") {
   for (auto kind : {objective_kind::latency, objective_kind::throughput}) {
-    random_cluster_options o;
-    o.layers = 96;
-    o.nodes = 16;
-    o.devices_per_node = 4;
-    o.node_kinds = 4;
-    o.objective = kind;
-    o.seed = 31;
-    auto p = random_cluster(o);
+    auto p = rack(96, false, kind, 31);
     auto first = solve(p);
     REQUIRE(first.best);
     // The node of the middle stage is lost; the rest hold their layers.
