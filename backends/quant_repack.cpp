@@ -138,68 +138,140 @@ dot_row_avx2(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
   return acc - accm;
 }
 
-/// dot_row_avx2 for 4 consecutive rows at once (each row's sums in the
-/// same order, so the same bits): the activations and their pair sums are
-/// loaded once per block, and the four rows' float chains interleave.
+/// Q4_K's 12 scale bytes as int16 lanes: the 8 scales (lanes 0-7) and the
+/// 8 minimums (lanes 8-15), the 6-bit fields unpacked (get_scale_min_k4).
+__attribute__((target("avx2,fma,f16c"))) inline __m256i
+scales_mins_avx2(const std::uint8_t* s12) {
+  std::uint32_t u[3];
+  std::memcpy(u, s12, 12);
+  const std::uint32_t low6 = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, top2 = 0x03030303u;
+  const std::uint32_t sc_lo = u[0] & low6;
+  const std::uint32_t sc_hi = (u[2] & nib) | (((u[0] >> 6) & top2) << 4);
+  const std::uint32_t mn_lo = u[1] & low6;
+  const std::uint32_t mn_hi = ((u[2] >> 4) & nib) | (((u[1] >> 6) & top2) << 4);
+  return _mm256_cvtepu8_epi16(
+    _mm_set_epi32(static_cast<int>(mn_hi), static_cast<int>(mn_lo),
+                  static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
+}
+
+/// The 8 lane sums of each of v[0..7], in that order: lane r of the result
+/// is the sum of v[r]'s lanes (exact integers, so any order).
+__attribute__((target("avx2,fma,f16c"))) inline __m256i
+lane_sums8(const __m256i v[8]) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]),
+                                      _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]),
+                                      _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                          _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/// lane_sums8 for 4-lane vectors.
+__attribute__((target("avx2,fma,f16c"))) inline __m256i
+lane_sums8(const __m128i v[8]) {
+  // Rows r and r + 4 side by side, so the last hadd leaves rows 0-3 in the
+  // low half and rows 4-7 in the high half.
+  const __m256i h01 = _mm256_hadd_epi32(_mm256_set_m128i(v[4], v[0]),
+                                        _mm256_set_m128i(v[5], v[1]));
+  const __m256i h23 = _mm256_hadd_epi32(_mm256_set_m128i(v[6], v[2]),
+                                        _mm256_set_m128i(v[7], v[3]));
+  return _mm256_hadd_epi32(h01, h23);
+}
+
+/// 8 consecutive rows (row r's blocks at x + r * nb) against NT tokens
+/// (act[t], nb Q8_K blocks each): out[t][r] = dot_row(row r, token t), the
+/// same bits. Per super-block each row's integer sums (scales through
+/// shuffles, minimums through one madd) end as one int32 per row and token,
+/// gathered into a vector of 8 rows; the float chains of dot_row then run
+/// for the 8 rows side by side. The weights are unpacked once per block for
+/// all NT tokens.
+template <int NT>
 __attribute__((target("avx2,fma,f16c"))) void
-dot_rows4_avx2(const block_q4_k* x, std::size_t nb, const block_q8_k* y,
-               float out[4]) {
+rows8_avx2(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
+           float* const* out) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  float acc[4] = {0, 0, 0, 0}, accm[4] = {0, 0, 0, 0};
+  __m256 acc[NT], accm[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    accm[t] = _mm256_setzero_ps();
+  }
   for (std::size_t b = 0; b < nb; ++b) {
-    const block_q8_k& a = y[b];
-    __m256i y0[4], y1[4];
-    for (int c = 0; c < 4; ++c) {
-      y0[c] = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(a.qs + 64 * c));
-      y1[c] = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(a.qs + 64 * c + 32));
+    __m128i bs[NT];
+    for (int t = 0; t < NT; ++t) {
+      const __m256i s = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(act[t][b].bsums));
+      // bsums[2j] + bsums[2j+1], j = 0..7 (|sum| <= 4064: no overflow)
+      bs[t] = _mm_hadd_epi16(_mm256_castsi256_si128(s),
+                             _mm256_extracti128_si256(s, 1));
     }
-    std::int32_t bs[8];
-    for (int j = 0; j < 8; ++j)
-      bs[j] = a.bsums[2 * j] + a.bsums[2 * j + 1];
-    for (int r = 0; r < 4; ++r) {
-      const block_q4_k& w = x[r * nb + b];
-      std::uint32_t u[4];
-      std::memcpy(u, w.scales, 12);
-      u[3] = ((u[2] >> 4) & 0x0f0f0f0fu)
-             | (((u[1] >> 6) & 0x03030303u) << 4);
-      const std::uint32_t aux = u[1] & 0x3f3f3f3fu;
-      u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-      u[2] = aux;
-      u[0] &= 0x3f3f3f3fu;
-      std::uint8_t sm[16];
-      std::memcpy(sm, u, 16);
-      __m256i isum = _mm256_setzero_si256();
+    __m256i isum[NT][8];
+    __m128i imin[NT][8];
+    alignas(16) std::uint16_t dh[8], mh[8];
+    for (int r = 0; r < 8; ++r) {
+      const block_q4_k& w = x[static_cast<std::size_t>(r) * nb + b];
+      dh[r] = w.d;
+      mh[r] = w.dmin;
+      const __m256i ms = scales_mins_avx2(w.scales);
+      const __m256i sc = _mm256_permute2x128_si256(ms, ms, 0x00);
+      const __m128i mn = _mm256_extracti128_si256(ms, 1);
+      __m256i s[NT];
+      for (int t = 0; t < NT; ++t)
+        s[t] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i q4 = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(w.qs + 32 * c));
         const __m256i ql = _mm256_and_si256(q4, m4);
         const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-        const __m256i lo = _mm256_madd_epi16(
-          _mm256_maddubs_epi16(ql, y0[c]),
-          _mm256_set1_epi16(static_cast<short>(sm[2 * c])));
-        const __m256i hi = _mm256_madd_epi16(
-          _mm256_maddubs_epi16(qh, y1[c]),
-          _mm256_set1_epi16(static_cast<short>(sm[2 * c + 1])));
-        isum = _mm256_add_epi32(isum, _mm256_add_epi32(lo, hi));
+        // int16 scale 2c (2c + 1) in every lane.
+        const __m256i sl = _mm256_shuffle_epi8(
+          sc, _mm256_set1_epi16(static_cast<short>((4 * c) | ((4 * c + 1) << 8))));
+        const __m256i sh = _mm256_shuffle_epi8(
+          sc,
+          _mm256_set1_epi16(static_cast<short>((4 * c + 2) | ((4 * c + 3) << 8))));
+        for (int t = 0; t < NT; ++t) {
+          const std::int8_t* q8 = act[t][b].qs + 64 * c;
+          // u8 x s8 pairs: at most 2 * 15 * 128, no saturation; the scales
+          // (< 64) multiply the pair sums exactly.
+          const __m256i lo = _mm256_madd_epi16(
+            sl, _mm256_maddubs_epi16(
+                  ql, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8))));
+          const __m256i hi = _mm256_madd_epi16(
+            sh, _mm256_maddubs_epi16(qh, _mm256_loadu_si256(
+                                           reinterpret_cast<const __m256i*>(
+                                             q8 + 32))));
+          s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(lo, hi));
+        }
       }
-      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(isum),
-                                 _mm256_extracti128_si256(isum, 1));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-      const std::int32_t is = _mm_cvtsi128_si32(s4);
-      std::int32_t imin = 0;
-      for (int j = 0; j < 8; ++j)
-        imin += sm[8 + j] * bs[j];
-      const float d = _cvtsh_ss(w.d) * a.d;
-      const float dm = _cvtsh_ss(w.dmin) * a.d;
-      acc[r] = std::fma(static_cast<float>(is), d, acc[r]);
-      accm[r] = std::fma(static_cast<float>(imin), dm, accm[r]);
+      for (int t = 0; t < NT; ++t) {
+        isum[t][r] = s[t];
+        imin[t][r] = _mm_madd_epi16(mn, bs[t]);
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(
+      _mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+    const __m256 dmin = _mm256_cvtph_ps(
+      _mm_load_si128(reinterpret_cast<const __m128i*>(mh)));
+    for (int t = 0; t < NT; ++t) {
+      const __m256 ad = _mm256_set1_ps(act[t][b].d);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane_sums8(isum[t])),
+                               _mm256_mul_ps(d, ad), acc[t]);
+      accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane_sums8(imin[t])),
+                                _mm256_mul_ps(dmin, ad), accm[t]);
     }
   }
-  for (int r = 0; r < 4; ++r)
-    out[r] = acc[r] - accm[r];
+  for (int t = 0; t < NT; ++t)
+    _mm256_storeu_ps(out[t], _mm256_sub_ps(acc[t], accm[t]));
+}
+
+/// rows8_avx2 for n (1..4) tokens.
+void rows8(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
+           float* const* out, std::size_t n) {
+  switch (n) {
+  case 1: rows8_avx2<1>(x, nb, act, out); return;
+  case 2: rows8_avx2<2>(x, nb, act, out); return;
+  case 3: rows8_avx2<3>(x, nb, act, out); return;
+  default: rows8_avx2<4>(x, nb, act, out); return;
+  }
 }
 #endif
 
@@ -226,23 +298,33 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
     quantize_activations(ggml_type::q8_k, a + t * k, q.data() + t * nb, k);
   const auto* blocks = static_cast<const block_q4_k*>(w);
   const bool simd = host::widest_isa() != host::isa::scalar;
-  // Groups of 4 rows (the SIMD path takes them together), the rest one by
-  // one; every row's bits are the same either way.
-  const long groups = static_cast<long>((rows + 3) / 4);
+  // Groups of 8 rows (rows is a multiple of 8 wherever llama.cpp repacks;
+  // any rest goes one row at a time), tokens 4 at a time on the SIMD path;
+  // every row's bits are the same either way.
+  const long groups = static_cast<long>((rows + 7) / 8);
   host::for_each_index(groups, threads, [&](long g) {
-    const std::size_t r0 = static_cast<std::size_t>(g) * 4;
-    const std::size_t n = std::min<std::size_t>(4, rows - r0);
+    const std::size_t r0 = static_cast<std::size_t>(g) * 8;
+    const std::size_t n = std::min<std::size_t>(8, rows - r0);
+#ifdef EXO_REPACK_X86
+    if (simd && n == 8) {
+      float tmp[4][8];
+      for (std::size_t t0 = 0; t0 < m; t0 += 4) {
+        const std::size_t nt = std::min<std::size_t>(4, m - t0);
+        const block_q8_k* act[4];
+        float* dst[4];
+        for (std::size_t t = 0; t < nt; ++t) {
+          act[t] = q.data() + (t0 + t) * nb;
+          dst[t] = tmp[t];
+        }
+        rows8(blocks + r0 * nb, nb, act, dst, nt);
+        for (std::size_t t = 0; t < nt; ++t)
+          std::memcpy(out + (t0 + t) * rows + r0, tmp[t], sizeof tmp[t]);
+      }
+      return;
+    }
+#endif
     for (std::size_t t = 0; t < m; ++t) {
       const block_q8_k* act = q.data() + t * nb;
-#ifdef EXO_REPACK_X86
-      if (simd && n == 4) {
-        float v[4];
-        dot_rows4_avx2(blocks + r0 * nb, nb, act, v);
-        for (std::size_t i = 0; i < 4; ++i)
-          out[t * rows + r0 + i] = v[i];
-        continue;
-      }
-#endif
       for (std::size_t i = 0; i < n; ++i) {
         const block_q4_k* row = blocks + (r0 + i) * nb;
         float v;

@@ -18,7 +18,8 @@ using namespace exo::backend::quant;
 TEST_CASE("repacked Q4_K products agree across paths and threads and with "
           "vec_dot",
           "[quant][repack]") {
-  const std::size_t rows = 16, k = 512, m = 3;
+  // Rows in groups of 8 and a rest of 4; tokens in tiles of 4 and a rest.
+  const std::size_t rows = 20, k = 512, m = 9;
   std::mt19937 rng(5);
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> wf(rows * k), a(m * k);
