@@ -1,6 +1,7 @@
 #include "backends/backend.hpp"
 
 #include "backends/host_kernels.hpp"
+#include "backends/quant_formats.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -63,36 +64,108 @@ const char* to_string(support_level level) noexcept {
   return "unknown";
 }
 
+namespace {
+
+/// A weight type's name and GGUF id, in the enum's order.
+struct weight_type_row {
+  weight_type type;
+  const char* name;
+  quant::ggml_type ggml;
+};
+
+constexpr weight_type_row weight_types[] = {
+  {weight_type::f32, "f32", quant::ggml_type::f32},
+  {weight_type::f16, "f16", quant::ggml_type::f16},
+  {weight_type::q8_0, "q8_0", quant::ggml_type::q8_0},
+  {weight_type::bf16, "bf16", quant::ggml_type::bf16},
+  {weight_type::q4_0, "q4_0", quant::ggml_type::q4_0},
+  {weight_type::q4_1, "q4_1", quant::ggml_type::q4_1},
+  {weight_type::q5_0, "q5_0", quant::ggml_type::q5_0},
+  {weight_type::q5_1, "q5_1", quant::ggml_type::q5_1},
+  {weight_type::q2_k, "q2_k", quant::ggml_type::q2_k},
+  {weight_type::q3_k, "q3_k", quant::ggml_type::q3_k},
+  {weight_type::q4_k, "q4_k", quant::ggml_type::q4_k},
+  {weight_type::q5_k, "q5_k", quant::ggml_type::q5_k},
+  {weight_type::q6_k, "q6_k", quant::ggml_type::q6_k},
+};
+
+constexpr bool weight_types_in_order() {
+  for (std::size_t i = 0; i < std::size(weight_types); ++i)
+    if (static_cast<std::size_t>(weight_types[i].type) != i
+        || all_weight_types[i] != weight_types[i].type)
+      return false;
+  return std::size(weight_types) == std::size(all_weight_types);
+}
+static_assert(weight_types_in_order(), "one row per weight type, in order");
+
+const weight_type_row* row_of(weight_type t) noexcept {
+  const auto i = static_cast<std::size_t>(t);
+  return i < std::size(weight_types) ? &weight_types[i] : nullptr;
+}
+
+} // namespace
+
 const char* to_string(weight_type t) noexcept {
-  switch (t) {
-    case weight_type::f32: return "f32";
-    case weight_type::f16: return "f16";
-    case weight_type::q8_0: return "q8_0";
-  }
-  return "unknown";
+  const auto* r = row_of(t);
+  return r ? r->name : "unknown";
+}
+
+std::size_t weight_block_elements(weight_type t) noexcept {
+  const auto* r = row_of(t);
+  return r ? quant::info(r->ggml).block_size : 1;
+}
+
+std::uint32_t ggml_type_id(weight_type t) noexcept {
+  const auto* r = row_of(t);
+  return static_cast<std::uint32_t>(r ? r->ggml : quant::ggml_type::f32);
+}
+
+std::optional<weight_type> weight_type_of_ggml(std::uint32_t id) noexcept {
+  for (const auto& r : weight_types)
+    if (static_cast<std::uint32_t>(r.ggml) == id)
+      return r.type;
+  return std::nullopt;
 }
 
 result<std::size_t> weight_row_bytes(weight_type t, std::size_t cols) {
-  constexpr auto max = std::numeric_limits<std::size_t>::max();
+  const auto* r = row_of(t);
+  if (!r)
+    return fail(errc::invalid_argument, "unknown weight type");
+  auto b = quant::row_bytes(r->ggml, cols);
+  if (!b)
+    return fail(errc::invalid_argument,
+                std::string{"a "} + r->name + " row of " + std::to_string(cols)
+                  + " elements: " + b.err().message);
+  return *b;
+}
+
+/// The operation that multiplies by weights of type t (its name in
+/// messages, its number on the wire).
+op_kind weights_op(weight_type t) noexcept {
   switch (t) {
-    case weight_type::f32:
-    case weight_type::f16: {
-      std::size_t width = t == weight_type::f32 ? 4 : 2;
-      if (cols > max / width)
-        return fail(errc::invalid_argument, "weight row size overflows");
-      return cols * width;
-    }
-    case weight_type::q8_0:
-      if (cols % 32 != 0)
-        return fail(errc::invalid_argument,
-                    "a q8_0 row of " + std::to_string(cols)
-                      + " elements is not a whole number of 32-element "
-                        "blocks");
-      if (cols / 32 > max / 34)
-        return fail(errc::invalid_argument, "weight row size overflows");
-      return cols / 32 * 34;
+    case weight_type::f32: return op_kind::matmul_f32;
+    case weight_type::f16: return op_kind::matmul_f16;
+    case weight_type::q8_0: return op_kind::matmul_q8_0;
+    case weight_type::bf16: return op_kind::matmul_bf16;
+    case weight_type::q4_0: return op_kind::matmul_q4_0;
+    case weight_type::q4_1: return op_kind::matmul_q4_1;
+    case weight_type::q5_0: return op_kind::matmul_q5_0;
+    case weight_type::q5_1: return op_kind::matmul_q5_1;
+    case weight_type::q2_k: return op_kind::matmul_q2_k;
+    case weight_type::q3_k: return op_kind::matmul_q3_k;
+    case weight_type::q4_k: return op_kind::matmul_q4_k;
+    case weight_type::q5_k: return op_kind::matmul_q5_k;
+    case weight_type::q6_k: return op_kind::matmul_q6_k;
   }
-  return fail(errc::invalid_argument, "unknown weight type");
+  return op_kind::matmul_f32;
+}
+
+/// The weight type op_kind k multiplies by, or none for another operation.
+std::optional<weight_type> weights_of(op_kind k) noexcept {
+  for (weight_type t : all_weight_types)
+    if (weights_op(t) == k)
+      return t;
+  return std::nullopt;
 }
 
 // -- buffer ------------------------------------------------------------------
@@ -123,6 +196,11 @@ status device::copy_to_peer(const buffer&, std::size_t, buffer&, std::size_t,
 
 void* device::host_pointer(buffer&) {
   return nullptr;
+}
+
+bool device::runs_weights(weight_type t) const noexcept {
+  return t == weight_type::f32 || t == weight_type::f16
+         || t == weight_type::q8_0;
 }
 
 result<std::unique_ptr<buffer>>
@@ -210,16 +288,7 @@ status device::check_event(const event& e, std::uint64_t submitted) const {
 namespace {
 
 std::size_t weight_align(weight_type t) {
-  return t == weight_type::f32 ? 4 : 2;
-}
-
-op_kind weights_kind(weight_type t) {
-  switch (t) {
-    case weight_type::f16: return op_kind::matmul_f16;
-    case weight_type::q8_0: return op_kind::matmul_q8_0;
-    case weight_type::f32: break;
-  }
-  return op_kind::matmul_f32;
+  return t == weight_type::f32 ? 4 : 2; // every block starts with a half
 }
 
 /// Prefixes a dims error with the operation's name when it lacks one.
@@ -274,12 +343,15 @@ status device::matmul(const_view a, const_view b, mut_view c,
 
 status device::matmul_weights(const_view a, const_view w, weight_type type,
                               mut_view c, const matmul_dims& dims) {
-  if (type != weight_type::f32 && type != weight_type::f16
-      && type != weight_type::q8_0)
+  if (static_cast<std::size_t>(type) >= std::size(all_weight_types))
     return fail(errc::invalid_argument,
                 "matmul_weights: unknown weight type "
                   + std::to_string(static_cast<int>(type)));
-  const auto kind = weights_kind(type);
+  const auto kind = weights_op(type);
+  if (!runs_weights(type))
+    return fail(errc::unsupported,
+                std::string{to_string(kind)} + ": " + properties().id
+                  + " has no kernel for " + to_string(type) + " weights");
   auto sz = host::check_matmul_weights(type, dims);
   if (!sz)
     return named(kind, sz.err());
@@ -556,13 +628,19 @@ status run(device& dev, const op_call& call) {
                         {d[0], d[1], d[2], call.kind == op_kind::matmul_t});
     case op_kind::matmul_f32:
     case op_kind::matmul_f16:
-    case op_kind::matmul_q8_0: {
-      auto t = call.kind == op_kind::matmul_f32   ? weight_type::f32
-               : call.kind == op_kind::matmul_f16 ? weight_type::f16
-                                                  : weight_type::q8_0;
-      return dev.matmul_weights(in[0], in[1], t, call.output,
-                                {d[0], d[1], d[2], true});
-    }
+    case op_kind::matmul_q8_0:
+    case op_kind::matmul_bf16:
+    case op_kind::matmul_q4_0:
+    case op_kind::matmul_q4_1:
+    case op_kind::matmul_q5_0:
+    case op_kind::matmul_q5_1:
+    case op_kind::matmul_q2_k:
+    case op_kind::matmul_q3_k:
+    case op_kind::matmul_q4_k:
+    case op_kind::matmul_q5_k:
+    case op_kind::matmul_q6_k:
+      return dev.matmul_weights(in[0], in[1], *weights_of(call.kind),
+                                call.output, {d[0], d[1], d[2], true});
     case op_kind::rms_norm:
       return dev.rms_norm(in[0], in[1], call.output, d[0], d[1], s0);
     case op_kind::rope:

@@ -198,9 +198,52 @@ struct matmul_dims {
 ///   f16:  IEEE half, 2 bytes per element.
 ///   q8_0: blocks of 32 elements, each 34 bytes: an IEEE half scale d, then
 ///         32 int8 q; element = d * q. A row's length is a multiple of 32.
-enum class weight_type : std::uint8_t { f32, f16, q8_0 };
+///   bf16, q4_0, q4_1, q5_0, q5_1 (blocks of 32) and the K-quants q2_k ...
+///         q6_k (super-blocks of 256): ggml's layouts, byte for byte
+///         (backends/quant_formats.hpp), as GGUF files store them. The host
+///         kernels run them with llama.cpp's CPU arithmetic; a device whose
+///         kernels lack one says so (device::runs_weights).
+enum class weight_type : std::uint8_t {
+  f32,
+  f16,
+  q8_0,
+  bf16,
+  q4_0,
+  q4_1,
+  q5_0,
+  q5_1,
+  q2_k,
+  q3_k,
+  q4_k,
+  q5_k,
+  q6_k,
+};
+
+/// Every weight type, in the enum's order.
+constexpr weight_type all_weight_types[] = {
+  weight_type::f32,  weight_type::f16,  weight_type::q8_0, weight_type::bf16,
+  weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
+  weight_type::q2_k, weight_type::q3_k, weight_type::q4_k, weight_type::q5_k,
+  weight_type::q6_k};
 
 const char* to_string(weight_type t) noexcept;
+
+/// Elements per block of t (1 for f32, f16 and bf16).
+std::size_t weight_block_elements(weight_type t) noexcept;
+
+/// GGUF's (ggml's) type id of t.
+std::uint32_t ggml_type_id(weight_type t) noexcept;
+
+/// The weight type of GGUF type id `id`, or none (q8_1, q8_k and ids
+/// without a weight type).
+std::optional<weight_type> weight_type_of_ggml(std::uint32_t id) noexcept;
+
+/// The operation that multiplies by weights of type t (matmul_f16 ...).
+op_kind weights_op(weight_type t) noexcept;
+
+/// The weight type operation k multiplies by, or none for an operation
+/// that is not a matmul_<type>.
+std::optional<weight_type> weights_of(op_kind k) noexcept;
 
 /// Bytes of one row of `cols` elements of type t; an error when cols is not
 /// a whole number of blocks or the size overflows.
@@ -270,6 +313,11 @@ public:
   virtual result<std::unique_ptr<buffer>> allocate(std::size_t bytes) = 0;
   virtual memory_info memory() = 0;
 
+  /// Whether this device's matmul_weights runs weights encoded as t. The
+  /// default: f32, f16 and q8_0 (every backend's kernels); host devices run
+  /// every type. matmul_weights refuses the others with errc::unsupported.
+  virtual bool runs_weights(weight_type t) const noexcept;
+
   /// Optional: `bytes` of host memory at `data`, read in place as a
   /// read-only buffer (no copy) while `keep` holds that memory alive: a
   /// host device's weights straight from the mapped model file. It counts
@@ -324,7 +372,9 @@ public:
 
   /// C[m x n] = A[m x k] * W^T: A f32 row-major, W stored [n x k] (a linear
   /// layer's weight: n rows of k elements) encoded as `type`. dims.k must be
-  /// a multiple of 32 for q8_0; dims.transpose_b is ignored (always [n x k]).
+  /// a whole number of the type's blocks (32 for q8_0, 256 for the
+  /// K-quants); dims.transpose_b is ignored (always [n x k]). A type the
+  /// device does not run (runs_weights) is refused with errc::unsupported.
   status matmul_weights(const_view a, const_view w, weight_type type,
                         mut_view c, const matmul_dims& dims);
 

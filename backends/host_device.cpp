@@ -216,6 +216,10 @@ status host_device::do_matmul(const_view a, const_view b, mut_view c,
   return {};
 }
 
+bool host_device::runs_weights(weight_type) const noexcept {
+  return true;
+}
+
 status host_device::do_matmul_weights(const_view a, const_view w,
                                       weight_type type, mut_view c,
                                       const matmul_dims& dims) {

@@ -24,6 +24,8 @@ public:
   adopt_host(const void* data, std::size_t bytes,
              std::shared_ptr<const void> keep) override;
   memory_info memory() override;
+  /// Every weight type: the host kernels run them all.
+  bool runs_weights(weight_type t) const noexcept override;
 
   status write(buffer& dst, std::size_t offset, const void* src,
                std::size_t bytes) override;

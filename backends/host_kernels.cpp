@@ -4,6 +4,8 @@
 
 #include "backends/host_parallel.hpp"
 #include "backends/host_reduce.hpp"
+#include "backends/quant_formats.hpp"
+#include "backends/quant_repack.hpp"
 
 #include <cblas.h>
 #include <cpuid.h>
@@ -288,6 +290,10 @@ void decode_row(weight_type t, const std::uint8_t* src, float* dst,
           dst[b * 32 + j] = d * blk.qs[j];
       }
       return;
+    default: // ggml's other formats: its to_float
+      quant::dequantize_row(static_cast<quant::ggml_type>(ggml_type_id(t)),
+                            src, dst, n);
+      return;
   }
 }
 
@@ -309,6 +315,10 @@ void encode_row(weight_type t, const float* src, std::uint8_t* dst,
         quantize_q8_0(src + b * 32, &blk, 32);
         std::memcpy(dst + b * 34, &blk, 34);
       }
+      return;
+    default: // ggml's other formats: its reference quantizers
+      quant::quantize_row(static_cast<quant::ggml_type>(ggml_type_id(t)), src,
+                          dst, n);
       return;
   }
 }
@@ -595,8 +605,10 @@ std::size_t row_bytes_of(weight_type t, std::size_t cols) {
     case weight_type::f32: return cols * 4;
     case weight_type::f16: return cols * 2;
     case weight_type::q8_0: return cols / 32 * 34;
+    default: break;
   }
-  return 0;
+  auto b = weight_row_bytes(t, cols);
+  return b ? *b : 0;
 }
 
 /// y[t][r] = W[r] . x[t] for every row r of W and t < n_tokens: ggml's
@@ -1113,6 +1125,22 @@ void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
   if (n_tokens == 0 || rows == 0)
     return;
   threads = std::max(1, threads);
+  if (t != weight_type::f32 && t != weight_type::f16
+      && t != weight_type::q8_0) {
+    // ggml's other formats: activations rounded to the format's vec_dot
+    // type (Q8_K for the K-quants, Q8_0 or Q8_1 for the 32-element
+    // formats, BF16 for BF16), then llama.cpp's integer dot products. Q4_K
+    // matrices that llama.cpp repacks on x86 (rows a multiple of 8) sum
+    // their blocks in the repacked kernels' order. Sizes were checked
+    // (check_matmul_weights), so neither can refuse.
+    const auto g = static_cast<quant::ggml_type>(ggml_type_id(t));
+    if (t == weight_type::q4_k && quant::q4_k_repacked(rows))
+      (void)quant::matmul_q4_k_repacked(w, rows, cols, a, n_tokens, c,
+                                        threads);
+    else
+      (void)quant::matmul_quant(w, g, rows, cols, a, n_tokens, c, threads);
+    return;
+  }
   prepared_input p;
   prepare(t, a, n_tokens, cols, p, threads);
   if (t == weight_type::q8_0 && n_tokens > 1) {

@@ -75,11 +75,13 @@ void quantize_q8_0(const float* x, block_q8_0* y, std::size_t n) noexcept;
 void quantize_q8_0_activations(const float* x, block_q8_0* y,
                                std::size_t n) noexcept;
 
-/// Decodes n elements of type t at src (row_bytes(t, n) bytes) to floats.
+/// Decodes n elements of type t at src (row_bytes(t, n) bytes) to floats
+/// (ggml's to_float for BF16 and Q4_0 ... Q6_K).
 void decode_row(weight_type t, const std::uint8_t* src, float* dst,
                 std::size_t n) noexcept;
 
-/// Encodes n floats as type t at dst (row_bytes(t, n) bytes).
+/// Encodes n floats as type t at dst (row_bytes(t, n) bytes; ggml's
+/// reference quantizers for BF16 and Q4_0 ... Q6_K).
 void encode_row(weight_type t, const float* src, std::uint8_t* dst,
                 std::size_t n) noexcept;
 
@@ -108,7 +110,10 @@ isa widest_isa() noexcept;
 /// quantize_q8_0_activations, then int8 block dot products summed exactly
 /// as llama.cpp sums them (a matrix-vector kernel for one row, register
 /// tiles with AVX-512 VNNI or AVX2 for more; every path, any row count and
-/// any thread count give the same bits). `threads` > 1 splits rows over
+/// any thread count give the same bits). ggml's other formats (BF16, Q4_0
+/// ... Q6_K): llama.cpp's CPU arithmetic (quant_formats.hpp's matmul_quant;
+/// Q4_K matrices of a multiple of 8 rows in the order of llama.cpp's
+/// repacked x86 kernels, quant_repack.hpp). `threads` > 1 splits rows over
 /// OpenMP threads where the build has OpenMP.
 void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
                     float* c, const matmul_dims& dims, int threads) noexcept;

@@ -6,7 +6,7 @@ namespace exo::backend {
 
 namespace {
 
-constexpr std::array<op_rule, 12> rules{{
+constexpr std::array<op_rule, op_count> rules{{
   {op_kind::add, "add", 2, 2, 1, 0, {"a", "b"}, "out", {"count"}, {}, true},
   {op_kind::mul, "mul", 2, 2, 1, 0, {"a", "b"}, "out", {"count"}, {}, true},
   {op_kind::matmul, "matmul", 2, 2, 3, 0, {"a", "b"}, "c",
@@ -30,6 +30,26 @@ constexpr std::array<op_rule, 12> rules{{
    {"count"}, {}, true},
   {op_kind::rope_neox, "rope_neox", 1, 2, 4, 1, {"positions", "freq_factors"},
    "x", {"rows", "heads", "head_dim", "n_rot"}, {"freq_base"}, false},
+  {op_kind::matmul_bf16, "matmul_bf16", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_q4_0, "matmul_q4_0", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_q4_1, "matmul_q4_1", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_q5_0, "matmul_q5_0", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_q5_1, "matmul_q5_1", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_q2_k, "matmul_q2_k", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_q3_k, "matmul_q3_k", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_q4_k, "matmul_q4_k", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_q5_k, "matmul_q5_k", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_q6_k, "matmul_q6_k", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
 }};
 
 // The table is indexed by wire number - 1.
@@ -59,7 +79,7 @@ std::string expected(std::size_t lo, std::size_t hi, const char* what,
 
 } // namespace
 
-const std::array<op_rule, 12>& op_rules() noexcept {
+const std::array<op_rule, op_count>& op_rules() noexcept {
   return rules;
 }
 

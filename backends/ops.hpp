@@ -13,8 +13,8 @@
 ///   add, mul     inputs {a, b}, dims {count}
 ///   matmul       inputs {a, b} (B stored [k x n]), dims {m, n, k}
 ///   matmul_t     inputs {a, b} (B stored [n x k]), dims {m, n, k}
-///   matmul_f32, matmul_f16, matmul_q8_0
-///                inputs {a, w} (W stored [n x k] in the named encoding),
+///   matmul_f32, matmul_f16, matmul_q8_0, matmul_bf16, matmul_q4_0 ...
+///   matmul_q6_k  inputs {a, w} (W stored [n x k] in the named encoding),
 ///                dims {m, n, k}
 ///   rms_norm     inputs {x, weight}, dims {rows, dim}, scalars {eps}
 ///   rope, rope_neox
@@ -52,7 +52,22 @@ enum class op_kind : std::uint8_t {
   attention = 10,
   silu_mul = 11,
   rope_neox = 12, ///< rope with NEOX pairs (qwen2, qwen3)
+  // C = A * W^T, W in one of ggml's formats (backend::weight_type); run by
+  // the host devices, refused (unsupported) by devices without the kernel.
+  matmul_bf16 = 13,
+  matmul_q4_0 = 14,
+  matmul_q4_1 = 15,
+  matmul_q5_0 = 16,
+  matmul_q5_1 = 17,
+  matmul_q2_k = 18,
+  matmul_q3_k = 19,
+  matmul_q4_k = 20,
+  matmul_q5_k = 21,
+  matmul_q6_k = 22,
 };
+
+/// How many operations there are (the highest wire number).
+constexpr std::size_t op_count = 22;
 
 /// The most inputs, dims and scalars any operation takes.
 constexpr std::size_t max_op_inputs = 3;
@@ -79,7 +94,7 @@ struct op_rule {
 };
 
 /// Every operation, in the order of their numbers.
-const std::array<op_rule, 12>& op_rules() noexcept;
+const std::array<op_rule, op_count>& op_rules() noexcept;
 
 /// The rules of `kind` (an op_kind outside the table is never made: see
 /// op_from_wire).

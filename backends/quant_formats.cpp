@@ -1660,6 +1660,70 @@ EXO_AVX2 float dot_q6_k_avx2(std::size_t nb, const block_q6_k* x,
   return hsum8_avx2(acc);
 }
 
+/// dot_q6_k_avx2 of one row against NT rows of activations at once (each
+/// token's sums in the same order, so the same bits): the weights are
+/// unpacked once per group of 32 for all NT tokens.
+template <int NT>
+EXO_AVX2 void dot_q6_k_avx2_tokens(std::size_t nb, const block_q6_k* x,
+                                   const block_q8_k* const* y, float* out) {
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t)
+    acc[t] = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < nb; ++i) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+    __m256i sumi[NT];
+    for (int t = 0; t < NT; ++t)
+      sumi[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i half = half_of(sc16, h);
+      const __m256i l0 = load32(x[i].ql + 64 * h);
+      const __m256i l1 = load32(x[i].ql + 64 * h + 32);
+      const __m256i hb = load32(x[i].qh + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i lbits = (k & 1) ? l1 : l0;
+        const __m256i lo =
+            k < 2 ? _mm256_and_si256(lbits, m4)
+                  : _mm256_and_si256(_mm256_srli_epi16(lbits, 4), m4);
+        const __m256i hi = _mm256_slli_epi16(
+            _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3), 4);
+        const __m256i q = _mm256_or_si256(lo, hi);
+        const __m256i sc = pair_of(half, k);
+        for (int t = 0; t < NT; ++t) {
+          const __m256i p =
+              _mm256_maddubs_epi16(q, load32(y[t][i].qs + 128 * h + 32 * k));
+          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(sc, p));
+        }
+      }
+    }
+    const float dw = h2f_avx2(x[i].d);
+    for (int t = 0; t < NT; ++t) {
+      const __m256i s = _mm256_sub_epi32(
+          sumi[t],
+          _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(y[t][i].bsums)),
+                            5));
+      const float d = y[t][i].d * dw;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s),
+                               acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    out[t] = hsum8_avx2(acc[t]);
+}
+
+/// dot_q6_k_avx2_tokens for n (1..4) tokens.
+void dot_q6_k_tokens(std::size_t nb, const block_q6_k* x,
+                     const block_q8_k* const* y, float* out, std::size_t n) {
+  switch (n) {
+  case 1: dot_q6_k_avx2_tokens<1>(nb, x, y, out); return;
+  case 2: dot_q6_k_avx2_tokens<2>(nb, x, y, out); return;
+  case 3: dot_q6_k_avx2_tokens<3>(nb, x, y, out); return;
+  default: dot_q6_k_avx2_tokens<4>(nb, x, y, out); return;
+  }
+}
+
 #undef EXO_AVX2
 
 float dot_blocks(ggml_type t, std::size_t n, const void* w, const void* a,
@@ -1954,6 +2018,20 @@ result<bool> matmul_quant(const void* w, ggml_type t, std::size_t rows,
   const auto* wbytes = static_cast<const std::uint8_t*>(w);
   host::for_each_index(static_cast<long>(rows), threads, [&](long r) {
     const std::uint8_t* row = wbytes + static_cast<std::size_t>(r) * rb;
+    if (simd && t == ggml_type::q6_k && m > 1) {
+      // Tokens 4 at a time: each row's weights unpacked once per tile.
+      for (std::size_t i0 = 0; i0 < m; i0 += 4) {
+        const std::size_t n = std::min<std::size_t>(4, m - i0);
+        const block_q8_k* ys[4];
+        float v[4];
+        for (std::size_t i = 0; i < n; ++i)
+          ys[i] = blocks<block_q8_k>(q.data() + (i0 + i) * act);
+        dot_q6_k_tokens(k / qk_k, blocks<block_q6_k>(row), ys, v, n);
+        for (std::size_t i = 0; i < n; ++i)
+          out[(i0 + i) * rows + static_cast<std::size_t>(r)] = v[i];
+      }
+      return;
+    }
     for (std::size_t i = 0; i < m; ++i)
       out[i * rows + static_cast<std::size_t>(r)] =
           dot_blocks(t, k, row, q.data() + i * act, simd);

@@ -479,6 +479,12 @@ protected:
   }
 
 public:
+  /// Every weight type: F16 and Q8_0 have their own kernels, the other
+  /// ggml formats are dequantized as they are read (matvec_quant_kernel);
+  /// without kernels the generic host fallback runs them all.
+  bool runs_weights(weight_type) const noexcept override {
+    return true;
+  }
 
   // -- telemetry -------------------------------------------------------------
 

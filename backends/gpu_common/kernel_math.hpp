@@ -169,6 +169,123 @@ EXO_HD inline float q8_block_dot(const std::uint8_t* w, float dx,
   return static_cast<float>(acc) * half_to_float(dw) * dx;
 }
 
+/// GGUF type ids of the formats dequant_element decodes.
+enum class ggml_id : std::uint32_t {
+  q4_0 = 2,
+  q4_1 = 3,
+  q5_0 = 6,
+  q5_1 = 7,
+  q2_k = 10,
+  q3_k = 11,
+  q4_k = 12,
+  q5_k = 13,
+  q6_k = 14,
+  bf16 = 30,
+};
+
+/// A little-endian half at p (any alignment).
+EXO_HD inline float half_at(const std::uint8_t* p) {
+  return half_to_float(static_cast<std::uint16_t>(p[0] | (p[1] << 8)));
+}
+
+/// Q4_K/Q5_K's 6-bit scale and minimum of sub-block j from the 12 bytes at
+/// s (ggml's get_scale_min_k4).
+EXO_HD inline void scale_min_k4(unsigned j, const std::uint8_t* s, float& sc,
+                                float& mn) {
+  if (j < 4) {
+    sc = static_cast<float>(s[j] & 63);
+    mn = static_cast<float>(s[j + 4] & 63);
+  } else {
+    sc = static_cast<float>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+    mn = static_cast<float>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+/// Element e of the block of ggml format `type` (a GGUF id) at b, as
+/// ggml's to_float gives it up to float rounding (ggml's byte layouts,
+/// backends/quant_formats.hpp). The element-wise form a GPU thread needs;
+/// Vulkan's matvec_quant.comp decodes the same way. 0 for another type.
+EXO_HD inline float dequant_element(std::uint32_t type, const std::uint8_t* b,
+                                    unsigned e) {
+  switch (static_cast<ggml_id>(type)) {
+  case ggml_id::bf16: {
+    std::uint32_t u = static_cast<std::uint32_t>(b[0] | (b[1] << 8)) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  case ggml_id::q4_0:
+  case ggml_id::q4_1: {
+    const bool one = static_cast<ggml_id>(type) == ggml_id::q4_1;
+    const unsigned q = b[(one ? 4 : 2) + e % 16];
+    const float v = static_cast<float>(e < 16 ? q & 0xF : q >> 4);
+    return one ? half_at(b) * v + half_at(b + 2) : half_at(b) * (v - 8.0f);
+  }
+  case ggml_id::q5_0:
+  case ggml_id::q5_1: {
+    const bool one = static_cast<ggml_id>(type) == ggml_id::q5_1;
+    const std::uint8_t* h = b + (one ? 4 : 2);
+    const std::uint32_t qh = static_cast<std::uint32_t>(h[0])
+                             | (static_cast<std::uint32_t>(h[1]) << 8)
+                             | (static_cast<std::uint32_t>(h[2]) << 16)
+                             | (static_cast<std::uint32_t>(h[3]) << 24);
+    const unsigned q = b[(one ? 8 : 6) + e % 16];
+    const unsigned v = (e < 16 ? q & 0xF : q >> 4) | (((qh >> e) & 1u) << 4);
+    return one ? half_at(b) * static_cast<float>(v) + half_at(b + 2)
+               : half_at(b) * (static_cast<float>(v) - 16.0f);
+  }
+  case ggml_id::q2_k:
+  case ggml_id::q3_k: {
+    const unsigned n = e / 128, r = e % 128, j = r / 32, hf = (r % 32) / 16,
+                   l = r % 16;
+    const unsigned is = 8 * n + 2 * j + hf;
+    if (static_cast<ggml_id>(type) == ggml_id::q2_k) {
+      // scales[16] qs[64] d dmin
+      const unsigned sc = b[is];
+      const unsigned q = (b[16 + 32 * n + 16 * hf + l] >> (2 * j)) & 3;
+      return half_at(b + 80) * static_cast<float>(sc & 0xF)
+               * static_cast<float>(q)
+             - half_at(b + 82) * static_cast<float>(sc >> 4);
+    }
+    // hmask[32] qs[64] scales[12] d: 6-bit scales, minus 32.
+    const std::uint8_t* s = b + 96;
+    const unsigned w4 = is / 4, i4 = is % 4;
+    const unsigned nib = w4 < 2 ? s[4 * w4 + i4] & 0xF : s[4 * (w4 - 2) + i4] >> 4;
+    const unsigned top = (s[8 + i4] >> (2 * w4)) & 3;
+    const int sc = static_cast<int>(nib | (top << 4)) - 32;
+    const unsigned q = (b[32 + 32 * n + 16 * hf + l] >> (2 * j)) & 3;
+    const unsigned hm = (b[16 * hf + l] >> (4 * n + j)) & 1;
+    const int v = static_cast<int>(q) - (hm != 0 ? 0 : 4);
+    return half_at(b + 108) * static_cast<float>(sc) * static_cast<float>(v);
+  }
+  case ggml_id::q4_k:
+  case ggml_id::q5_k: {
+    // d dmin scales[12] [qh[32]] qs[128]: 64-element chunks j, low nibbles
+    // (sub-block 2j) then high nibbles (2j + 1).
+    const bool five = static_cast<ggml_id>(type) == ggml_id::q5_k;
+    const unsigned j = e / 64, hf = (e % 64) / 32, l = e % 32;
+    float sc, mn;
+    scale_min_k4(2 * j + hf, b + 4, sc, mn);
+    const unsigned q = b[(five ? 48 : 16) + 32 * j + l];
+    unsigned v = hf != 0 ? q >> 4 : q & 0xF;
+    if (five)
+      v |= ((b[16 + l] >> (2 * j + hf)) & 1u) << 4;
+    return half_at(b) * sc * static_cast<float>(v) - half_at(b + 2) * mn;
+  }
+  case ggml_id::q6_k: {
+    // ql[128] qh[64] scales[16] (int8) d
+    const unsigned n = e / 128, r = e % 128, qt = r / 32, l = r % 32;
+    const unsigned lb = b[64 * n + l + 32 * (qt & 1)];
+    const unsigned lo = qt < 2 ? lb & 0xF : lb >> 4;
+    const unsigned hi = (b[128 + 32 * n + l] >> (2 * qt)) & 3;
+    const int q = static_cast<int>(lo | (hi << 4)) - 32;
+    const int sc = static_cast<std::int8_t>(b[192 + 8 * n + l / 16 + 2 * qt]);
+    return half_at(b + 208) * static_cast<float>(sc) * static_cast<float>(q);
+  }
+  }
+  return 0.0f;
+}
+
 /// Scores per chunk of the attention kernel's online softmax (shared
 /// memory holds one chunk).
 constexpr std::size_t attention_chunk = 1024;

@@ -181,6 +181,15 @@ void matmul_weights(const float* a, const void* w, weight_type type,
           std::memcpy(&h, wb + (j * d.k + i) * 2, 2);
           s += math::half_to_float(h) * math::round_to_half(at[i]);
         }
+      } else if (type != weight_type::q8_0) {
+        // matvec_quant_kernel: dequantized weights, F32 activations.
+        const std::size_t be = weight_block_elements(type);
+        const std::size_t bb = *weight_row_bytes(type, be);
+        const std::uint8_t* wr = wb + j * (d.k / be * bb);
+        for (std::size_t i = 0; i < d.k; ++i)
+          s += math::dequant_element(ggml_type_id(type), wr + i / be * bb,
+                                     static_cast<unsigned>(i % be))
+               * at[i];
       } else {
         for (std::size_t b = 0; b < nb; ++b) {
           float dx;

@@ -263,6 +263,32 @@ __global__ void matvec_q8_0_kernel(const float* a, const std::uint8_t* w,
   }
 }
 
+/// ggml's other formats (BF16, Q4_0 ... Q6_K; `type` a GGUF id, blocks of
+/// `be` elements and `bb` bytes): every weight dequantized as it is read
+/// (math::dequant_element) and multiplied with F32 activations. One block
+/// per row of W (grid-stride), for every row of A in turn.
+__global__ void matvec_quant_kernel(const float* a, const std::uint8_t* w,
+                                    float* c, std::size_t mm, std::size_t nn,
+                                    std::size_t kk, std::uint32_t type,
+                                    std::size_t be, std::size_t bb) {
+  __shared__ float red[max_row_threads];
+  const std::size_t row_bytes = kk / be * bb;
+  for (std::size_t j = blockIdx.x; j < nn; j += gridDim.x) {
+    const std::uint8_t* wr = w + j * row_bytes;
+    for (std::size_t t = 0; t < mm; ++t) {
+      const float* at = a + t * kk;
+      float s = 0;
+      for (std::size_t i = threadIdx.x; i < kk; i += blockDim.x)
+        s += m::dequant_element(type, wr + i / be * bb,
+                                static_cast<unsigned>(i % be))
+             * at[i];
+      float total = block_reduce(s, red, true);
+      if (threadIdx.x == 0)
+        c[t * nn + j] = total;
+    }
+  }
+}
+
 cudaStream_t as_stream(void* s) {
   return static_cast<cudaStream_t>(s);
 }
@@ -372,7 +398,12 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
   else if (type == weight_type::q8_0)
     matvec_q8_0_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
       a, static_cast<const std::uint8_t*>(w), c, d.m, d.n, d.k);
-  else
+  else if (type != weight_type::f32) {
+    const std::size_t be = weight_block_elements(type);
+    matvec_quant_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+      a, static_cast<const std::uint8_t*>(w), c, d.m, d.n, d.k,
+      ggml_type_id(type), be, *weight_row_bytes(type, be));
+  } else
     return launch_matmul_tiled(a, static_cast<const float*>(w), c,
                                {d.m, d.n, d.k, true}, stream);
   return last_error();

@@ -66,6 +66,12 @@ struct weights_push {
   std::uint32_t a_off, w_off, c_off, m, n, k;
 };
 
+/// Push constants of matvec_quant.comp: weights_push, then the GGUF type
+/// id and its block's elements and bytes.
+struct quant_push {
+  std::uint32_t a_off, w_off, c_off, m, n, k, type, block_elems, block_bytes;
+};
+
 /// Push constants of rms_norm.comp.
 struct rms_norm_push {
   std::uint32_t x_off, w_off, o_off, rows, dim;
@@ -136,6 +142,11 @@ class vulkan_device final : public device {
   result<event> record() override;
   status wait(const event& e) override;
   result<bool> completed(const event& e) override;
+  /// Every weight type: f16 and q8_0 have their own shaders, the other
+  /// ggml formats are dequantized in matvec_quant.comp.
+  bool runs_weights(weight_type) const noexcept override {
+    return true;
+  }
 
 protected:
   // Operands arrive checked (device's public methods).
@@ -206,6 +217,7 @@ public:
     k_attention,
     k_matvec_f16,
     k_matvec_q8_0,
+    k_matvec_quant,
     k_count
   };
 
@@ -888,7 +900,7 @@ status vulkan_device::ensure_pipeline(kernel k) {
       &vulkan_spirv::matvec,      &vulkan_spirv::matvec_subgroup,
       &vulkan_spirv::rms_norm,    &vulkan_spirv::rope,
       &vulkan_spirv::attention,   &vulkan_spirv::matvec_f16,
-      &vulkan_spirv::matvec_q8_0};
+      &vulkan_spirv::matvec_q8_0, &vulkan_spirv::matvec_quant};
   VkShaderModuleCreateInfo smi{};
   smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
@@ -1361,7 +1373,7 @@ status vulkan_device::do_matmul_weights(const_view a, const_view w,
   matmul_dims d{dims.m, dims.n, dims.k, true};
   if (type == weight_type::f32)
     return do_matmul(a, w, c, d);
-  if (!fits_u32({sz->a / 4, sz->c / 4, dims.k * 2}))
+  if (!fits_u32({sz->a / 4, sz->c / 4, dims.k * 2, sz->w}))
     return device::do_matmul_weights(a, w, type, c, dims);
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(usable("matmul_weights"));
@@ -1382,18 +1394,27 @@ status vulkan_device::do_matmul_weights(const_view a, const_view w,
   auto bc = bind(*c.buf, c.offset, sz->c, "matmul_weights c");
   if (!ba || !wb || !bc)
     return !ba ? ba.err() : !wb ? wb.err() : bc.err();
-  auto bt = prepare(type == weight_type::f16 ? k_matvec_f16 : k_matvec_q8_0,
+  const bool quant = type != weight_type::f16 && type != weight_type::q8_0;
+  auto bt = prepare(type == weight_type::f16    ? k_matvec_f16
+                    : type == weight_type::q8_0 ? k_matvec_q8_0
+                                                : k_matvec_quant,
                     {*ba, *wb, *bc});
   if (!bt)
     return bt.err();
-  weights_push pc{ba->elem_off,
-                  static_cast<std::uint32_t>(w.offset - wb->offset),
-                  bc->elem_off,
-                  static_cast<std::uint32_t>(dims.m),
-                  static_cast<std::uint32_t>(dims.n),
-                  static_cast<std::uint32_t>(dims.k)};
+  quant_push pc{ba->elem_off,
+                static_cast<std::uint32_t>(w.offset - wb->offset),
+                bc->elem_off,
+                static_cast<std::uint32_t>(dims.m),
+                static_cast<std::uint32_t>(dims.n),
+                static_cast<std::uint32_t>(dims.k),
+                ggml_type_id(type),
+                static_cast<std::uint32_t>(weight_block_elements(type)),
+                static_cast<std::uint32_t>(*weight_row_bytes(
+                  type, weight_block_elements(type)))};
+  // matvec_f16 and matvec_q8_0 read the first six words (weights_push).
+  static_assert(sizeof(weights_push) == 6 * sizeof(std::uint32_t));
   vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                     sizeof(pc), &pc);
+                     quant ? sizeof(quant_push) : sizeof(weights_push), &pc);
   auto groups = std::min<std::size_t>((dims.n + weight_rows_per_group - 1) /
                                           weight_rows_per_group,
                                       max_groups_[0]);

@@ -24,5 +24,6 @@ extern const blob rope;        ///< rotary embedding, llama "normal" mode
 extern const blob attention;   ///< causal grouped-query attention, KV cache
 extern const blob matvec_f16;  ///< C = A * W^T, W in IEEE half
 extern const blob matvec_q8_0; ///< C = A * W^T, W in GGUF's Q8_0 blocks
+extern const blob matvec_quant; ///< C = A * W^T, W in ggml's other formats
 
 } // namespace exo::backend::vulkan_spirv

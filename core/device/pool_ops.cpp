@@ -121,6 +121,11 @@ std::string pool_ops::where() const {
   return where_;
 }
 
+bool pool_ops::runs_weights(backend::weight_type t) const {
+  std::lock_guard<std::mutex> guard{mx_};
+  return pool_ && dev_->runs_weights(t);
+}
+
 status pool_ops::copy(model::device_handle src, std::uint64_t src_off,
                       model::device_handle dst, std::uint64_t dst_off,
                       std::uint64_t bytes) {

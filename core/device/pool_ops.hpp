@@ -48,6 +48,8 @@ public:
   status run(const std::vector<model::device_op>& ops) override;
   status synchronize() override;
   std::string where() const override;
+  /// The device's own answer (false once detached).
+  bool runs_weights(backend::weight_type t) const override;
 
   /// Copies `bytes` between two buffers of this device.
   status copy(model::device_handle src, std::uint64_t src_off,

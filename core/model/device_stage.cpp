@@ -17,6 +17,11 @@ using backend::status;
 
 device_ops::~device_ops() = default;
 
+bool device_ops::runs_weights(backend::weight_type t) const {
+  return t == backend::weight_type::f32 || t == backend::weight_type::f16
+         || t == backend::weight_type::q8_0;
+}
+
 result<device_handle> device_ops::adopt_host(const void*, std::uint64_t,
                                              std::shared_ptr<const void>) {
   return fail(errc::unsupported, where() + " cannot read host memory in place");
@@ -166,20 +171,23 @@ std::string backend_ops::where() const {
   return dev_.properties().id;
 }
 
+bool backend_ops::runs_weights(backend::weight_type t) const {
+  return dev_.runs_weights(t);
+}
+
 // -- device_stage --------------------------------------------------------------
 
 namespace {
 
-result<op_kind> matmul_kind(tensor_type t) {
-  switch (t) {
-    case tensor_type::f32: return op_kind::matmul_f32;
-    case tensor_type::f16: return op_kind::matmul_f16;
-    case tensor_type::q8_0: return op_kind::matmul_q8_0;
-    default: break;
-  }
-  return fail(errc::unsupported, std::string{"weights of type "}
-                                   + to_string(t)
-                                   + " have no device operation");
+/// The device layer's encoding of weights of type t (every weight format
+/// has one; a tensor_type is a GGUF id).
+result<backend::weight_type> weight_type_of(tensor_type t) {
+  auto w = backend::weight_type_of_ggml(static_cast<std::uint32_t>(t));
+  if (!w)
+    return fail(errc::unsupported, std::string{"weights of type "}
+                                     + to_string(t)
+                                     + " have no device operation");
+  return *w;
 }
 
 device_operand at(device_handle h, std::uint64_t offset = 0) {
@@ -200,15 +208,19 @@ std::uint64_t logits_buffer_bytes(const llama_hparams& hp,
   return std::uint64_t{o.max_logit_rows} * hp.n_vocab * 4;
 }
 
-/// Whether the device operations take matrices of type t as they are
-/// stored; every other format is dequantized to F16 on upload.
-bool device_native(tensor_type t) {
+/// Whether every backend's kernels take matrices of type t as they are
+/// stored (f32, f16, q8_0); the host devices take every format, other
+/// devices get the rest dequantized to F16 on upload.
+bool every_device_runs(tensor_type t) {
   return t == tensor_type::f32 || t == tensor_type::f16
          || t == tensor_type::q8_0;
 }
 
-std::uint64_t matrix_bytes(const ops::matrix_view& m) {
-  const tensor_type t = device_native(m.type) ? m.type : tensor_type::f16;
+/// The bytes of m on a device that runs every format as stored (`stored`)
+/// or only f32, f16 and q8_0.
+std::uint64_t matrix_bytes(const ops::matrix_view& m, bool stored) {
+  const tensor_type t =
+    stored || every_device_runs(m.type) ? m.type : tensor_type::f16;
   return row_bytes(t, m.cols) * m.rows;
 }
 
@@ -243,7 +255,7 @@ stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
     r.layer_weight_bytes += 2 * e * 4; // attn_norm, ffn_norm
     for (const auto* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up,
                           &L.down})
-      r.layer_weight_bytes += matrix_bytes(*w);
+      r.layer_weight_bytes += matrix_bytes(*w, o.stored_weights);
     if (L.bq)
       r.layer_weight_bytes += std::uint64_t{hp.n_embd_q() + 2 * hp.n_embd_kv()}
                               * 4;
@@ -254,7 +266,7 @@ stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
     r.rope_bytes = std::uint64_t{hp.n_rot / 2} * 4;
   const bool is_last = last == hp.n_layer;
   if (is_last) {
-    r.head_bytes = e * 4 + matrix_bytes(m.output());
+    r.head_bytes = e * 4 + matrix_bytes(m.output(), o.stored_weights);
     r.logits_bytes = logits_buffer_bytes(hp, o);
   }
   for (auto f : scratch_floats(hp, o.max_tokens))
@@ -350,10 +362,13 @@ device_stage::upload_matrix(const ops::matrix_view& m) {
   matrix out;
   out.rows = m.rows;
   out.cols = m.cols;
-  if (!device_native(m.type)) {
-    // No device operation for this format (Q4_0 ... Q6_K, BF16): the
-    // weights go up dequantized (ggml's to_float) and rounded to F16, and
-    // run as an F16 matrix. A copy, never adopted in place.
+  auto wt = weight_type_of(m.type);
+  if (!wt)
+    return wt.err();
+  if (!ops_.runs_weights(*wt)) {
+    // No kernel for this format on the device (Q4_0 ... Q6_K, BF16 on a
+    // GPU): the weights go up dequantized (ggml's to_float) and rounded to
+    // F16, and run as an F16 matrix. A copy, never adopted in place.
     out.kind = op_kind::matmul_f16;
     const std::size_t rb = row_bytes(m.type, m.cols);
     const std::size_t hb = row_bytes(tensor_type::f16, m.cols);
@@ -369,11 +384,9 @@ device_stage::upload_matrix(const ops::matrix_view& m) {
     out.buf = *h;
     return out;
   }
-  auto kind = matmul_kind(m.type);
-  if (!kind)
-    return kind.err();
-  out.kind = *kind;
-  auto h = upload(m.data, matrix_bytes(m));
+  // As stored: read in place where the device reads host memory.
+  out.kind = backend::weights_op(*wt);
+  auto h = upload(m.data, matrix_bytes(m, true));
   if (!h)
     return h.err();
   out.buf = *h;

@@ -79,6 +79,10 @@ public:
   virtual backend::result<device_handle>
   adopt_host(const void* data, std::uint64_t bytes,
              std::shared_ptr<const void> keep);
+  /// Whether the device runs matmul_weights on weights encoded as t
+  /// (backend::device::runs_weights). The default: f32, f16 and q8_0,
+  /// which every backend runs.
+  virtual bool runs_weights(backend::weight_type t) const;
   /// Runs the operations in order; stops at the first failure.
   virtual backend::status run(const std::vector<device_op>& ops) = 0;
   virtual backend::status synchronize() = 0;
@@ -134,6 +138,7 @@ public:
   backend::status run(const std::vector<device_op>& ops) override;
   backend::status synchronize() override;
   std::string where() const override;
+  bool runs_weights(backend::weight_type t) const override;
 
   backend::device& device() const noexcept {
     return dev_;
@@ -172,6 +177,12 @@ struct device_stage_options {
   /// (device_ops::adopt_host): no second copy in memory, nothing to upload,
   /// and the same pages the host engine reads.
   bool weights_in_place = true;
+  /// For device_stage_memory only: count every weight format at its stored
+  /// size, as a device that runs them all (device_ops::runs_weights: every
+  /// backend of exo) holds them; false counts the formats other than
+  /// f32/f16/q8_0 at their F16 size, as a device without their kernels
+  /// holds them (create() uploads F16 copies there).
+  bool stored_weights = true;
 };
 
 /// The most tokens one step of a shard may carry for a model `n_embd`
@@ -225,10 +236,12 @@ struct stage_memory {
 };
 
 /// The memory of a device stage of `m`'s layers [first, last) with options
-/// `o`. Weights are counted at the size create() uploads (the file's
-/// tensor bytes for F32, F16 and Q8_0, which have device operations; two
-/// bytes per weight for every other format, which create() dequantizes to
-/// F16 as it uploads). Throws model_error for a bad range.
+/// `o`. Weights are counted at the size create() uploads: the file's tensor
+/// bytes for F32, F16 and Q8_0, which every device runs; for every other
+/// format the file's bytes when o.stored_weights (a device that runs them
+/// as stored: every backend of exo), else two bytes per weight (create()
+/// dequantizes them to F16 for a device without their kernels). Throws
+/// model_error for a bad range.
 stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
                                  std::uint32_t last,
                                  const device_stage_options& o);

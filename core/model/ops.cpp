@@ -5,8 +5,6 @@
 #include <cblas.h>
 
 #include "backends/host_kernels.hpp"
-#include "backends/quant_formats.hpp"
-#include "backends/quant_repack.hpp"
 
 // The arithmetic lives in backends/host_kernels.cpp, shared with the cpu and
 // simulated devices: the engine and the device operations are one
@@ -21,15 +19,14 @@ namespace host = exo::backend::host;
 int n_threads_ = 1;
 int n_llama_threads_ = 1;
 
-/// The host kernel's weight type for F32, F16 and Q8_0 (their bit-exact
-/// llama.cpp paths, batches included); false for every other format.
-bool host_weight_type(tensor_type t, backend::weight_type& out) {
-  switch (t) {
-    case tensor_type::f32: out = backend::weight_type::f32; return true;
-    case tensor_type::f16: out = backend::weight_type::f16; return true;
-    case tensor_type::q8_0: out = backend::weight_type::q8_0; return true;
-    default: return false;
-  }
+/// The host kernels' weight type of a tensor type (every weight format has
+/// one: the same ggml ids).
+backend::weight_type weight_type_of(tensor_type t) {
+  auto w = backend::weight_type_of_ggml(static_cast<std::uint32_t>(t));
+  if (!w)
+    throw gguf_error(std::string("tensor type ") + to_string(t)
+                     + " is not a weight format");
+  return *w;
 }
 
 } // namespace
@@ -54,28 +51,17 @@ int llama_threads() {
 void matmul(const matrix_view& w, const float* x, size_t n_tokens, float* y) {
   if (n_tokens == 0 || w.rows == 0)
     return;
-  backend::weight_type wt{};
-  if (host_weight_type(w.type, wt)) {
-    backend::matmul_dims d{n_tokens, w.rows, w.cols, true};
-    host::matmul_weights(x, w.data, wt, y, d, n_threads_);
-    return;
-  }
-  // Every other ggml format: activations rounded to the format's vec_dot
-  // type (Q8_K for the K-quants, Q8_0 or Q8_1 for the 32-element formats,
-  // BF16 for BF16), then llama.cpp's integer dot products. Q4_K matrices
-  // that llama.cpp repacks on x86 (rows a multiple of 8) sum their blocks
-  // in the repacked kernels' order.
-  auto r =
-    w.type == tensor_type::q4_k && backend::quant::q4_k_repacked(w.rows)
-      ? backend::quant::matmul_q4_k_repacked(w.data, w.rows, w.cols, x,
-                                             n_tokens, y, n_threads_)
-      : backend::quant::matmul_quant(
-          w.data, static_cast<backend::quant::ggml_type>(w.type), w.rows,
-          w.cols, x, n_tokens, y, n_threads_);
-  if (!r)
+  // One implementation for the engine and the host devices: F32, F16 and
+  // Q8_0 in their bit-exact llama.cpp paths, every other ggml format with
+  // llama.cpp's integer dot products (host_kernels.hpp).
+  const backend::weight_type wt = weight_type_of(w.type);
+  backend::matmul_dims d{n_tokens, w.rows, w.cols, true};
+  auto sz = host::check_matmul_weights(wt, d);
+  if (!sz)
     throw gguf_error(std::string("matrix of type ") + to_string(w.type) + " ["
                      + std::to_string(w.cols) + " x " + std::to_string(w.rows)
-                     + "]: " + r.err().message);
+                     + "]: " + sz.err().message);
+  host::matmul_weights(x, w.data, wt, y, d, n_threads_);
 }
 
 void rmsnorm(const float* x, const float* w, float* y, size_t n, float eps) {

@@ -35,7 +35,7 @@ int llama_threads();
 /// y[t*rows + r] = sum_c W[r, c] * x[t*cols + c] for t < n_tokens.
 /// F16 weights see activations rounded to half, Q8_0 weights see activations
 /// quantised to Q8_0 (as in llama.cpp; sgemm for F32 batches). Every other
-/// format (Q4_0 ... Q6_K, BF16) goes to backend::quant::matmul_quant:
+/// format (Q4_0 ... Q6_K, BF16) goes the host devices' way (host_kernels):
 /// activations rounded to Q8_K for the K-quants, Q8_0/Q8_1 for the others,
 /// then ggml's dot products. Throws gguf_error for a row length that is not
 /// a whole number of blocks.

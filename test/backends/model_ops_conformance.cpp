@@ -12,6 +12,8 @@
 // 1e-3 * sum_i |a_i w_i|.
 
 #include "backends/factory/factory.hpp"
+#include "backends/host_kernels.hpp"
+#include "backends/quant_formats.hpp"
 #include "test/support/random.hpp"
 
 #include <catch2/catch.hpp>
@@ -141,6 +143,8 @@ encoded encode(weight_type t, const std::vector<float>& w) {
         }
       }
       break;
+    default: // the other formats: ggml's quantizers (quant_formats.hpp)
+      FAIL("encode() writes f32, f16 and q8_0 only");
   }
   return out;
 }
@@ -465,6 +469,99 @@ TEST_CASE("products with F32, F16 and Q8_0 weights meet their bounds") {
                           << got[i * s.n + j] << ", want " << want);
               REQUIRE(std::fabs(got[i * s.n + j] - want) <= tol);
             }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("products with ggml's other formats meet their bounds where a "
+          "device runs them and are refused where it does not") {
+  // BF16, Q4_0 ... Q6_K: the bytes ggml's reference quantizers write. The
+  // host devices give exactly the host kernels' bits (the engine's
+  // arithmetic); every device that runs them (cpu, sim, Vulkan) stays
+  // within the activations' rounding of the product with the dequantized
+  // weights; a device without the kernels (CUDA, HIP for now) says
+  // unsupported and leaves the output alone.
+  std::mt19937 rng{26};
+  struct shape {
+    std::size_t m, n, k;
+  };
+  const std::vector<shape> shapes{{1, 16, 256}, {3, 13, 256}, {6, 24, 512}};
+  for (auto* dev : devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      const auto kind = dev->properties().kind;
+      const bool host = kind == backend_kind::cpu || kind == backend_kind::sim;
+      const bool runs = host || kind == backend_kind::vulkan;
+      for (weight_type t : all_weight_types) {
+        if (t == weight_type::f32 || t == weight_type::f16
+            || t == weight_type::q8_0)
+          continue;
+        CHECK(dev->runs_weights(t) == runs);
+        const auto g = static_cast<quant::ggml_type>(ggml_type_id(t));
+        for (auto s : shapes) {
+          INFO(to_string(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k);
+          auto a = random_floats(rng, s.m * s.k);
+          auto w = random_floats(rng, s.n * s.k);
+          const std::size_t rb = *weight_row_bytes(t, s.k);
+          std::vector<std::uint8_t> bytes(rb * s.n);
+          for (std::size_t r = 0; r < s.n; ++r)
+            quant::quantize_row(g, w.data() + r * s.k, bytes.data() + r * rb,
+                                s.k);
+          const std::size_t woff = 6; // even, not 4-aligned
+          auto ba = upload(*dev, a);
+          auto bw = upload(*dev, bytes, woff);
+          std::vector<float> sentinel(s.m * s.n, 7.0f);
+          auto bc = upload(*dev, sentinel);
+          matmul_dims d{s.m, s.n, s.k, true};
+          auto st = dev->matmul_weights({ba.get(), 0}, {bw.get(), woff}, t,
+                                        {bc.get(), 0}, d);
+          auto got = download(*dev, *bc, s.m * s.n);
+          if (!runs) {
+            REQUIRE_FALSE(st.ok());
+            CHECK(st.err().code == errc::unsupported);
+            CHECK_THAT(st.err().message,
+                       Catch::Contains(std::string{"no kernel for "}
+                                       + to_string(t)));
+            CHECK(got == sentinel);
+            continue;
+          }
+          REQUIRE(st.ok());
+          if (host) {
+            std::vector<float> want_bits(s.m * s.n);
+            host::matmul_weights(a.data(), bytes.data(), t, want_bits.data(),
+                                 d, 1);
+            CHECK(std::memcmp(got.data(), want_bits.data(), got.size() * 4)
+                  == 0);
+          }
+          std::vector<float> deq(s.k);
+          for (std::size_t j = 0; j < s.n; ++j) {
+            quant::dequantize_row(g, bytes.data() + j * rb, deq.data(), s.k);
+            for (std::size_t i = 0; i < s.m; ++i) {
+              double want = 0, mag = 0, step = 0;
+              for (std::size_t p = 0; p < s.k; ++p) {
+                want += double{a[i * s.k + p]} * deq[p];
+                mag += std::fabs(double{a[i * s.k + p]} * deq[p]);
+              }
+              // Host devices round activations to 8 bits per block of at
+              // most 256 (Q8_K, Q8_0, Q8_1), or to BF16; a GPU multiplies
+              // them as they are, so it must meet F32 rounding (which also
+              // proves its dequantization exact).
+              for (std::size_t b = 0; b < s.k / 256; ++b) {
+                double amax = 0, wsum = 0;
+                for (std::size_t p = b * 256; p < b * 256 + 256; ++p) {
+                  amax = std::max(amax, std::fabs(double{a[i * s.k + p]}));
+                  wsum += std::fabs(double{deq[p]});
+                }
+                step += wsum * amax / 127.0;
+              }
+              const double tol =
+                host ? step + 4e-3 * mag + 1e-6 : 1e-5 * mag + 1e-6;
+              INFO("row " << i << " col " << j << ": got "
+                          << got[i * s.n + j] << ", want " << want);
+              REQUIRE(std::fabs(got[i * s.n + j] - want) <= tol);
+            }
+          }
         }
       }
     }

@@ -69,6 +69,9 @@ public:
   telemetry read_telemetry() override {
     return {};
   }
+  bool runs_weights(weight_type) const noexcept override {
+    return true; // it records calls: every weight type reaches do_*
+  }
 
 protected:
   status do_elementwise(binary_op op, const_view a, const_view b,
@@ -163,13 +166,24 @@ sample sample_of(op_kind kind) {
     case op_kind::matmul_f32:
     case op_kind::matmul_f16:
     case op_kind::matmul_q8_0:
-      dims({2, 3, 32});
-      s.in_bytes = {std::size_t{2 * 32 * 4},
-                    kind == op_kind::matmul_f32   ? std::size_t{3 * 32 * 4}
-                    : kind == op_kind::matmul_f16 ? std::size_t{3 * 32 * 2}
-                                                  : std::size_t{3 * 34}};
+    case op_kind::matmul_bf16:
+    case op_kind::matmul_q4_0:
+    case op_kind::matmul_q4_1:
+    case op_kind::matmul_q5_0:
+    case op_kind::matmul_q5_1:
+    case op_kind::matmul_q2_k:
+    case op_kind::matmul_q3_k:
+    case op_kind::matmul_q4_k:
+    case op_kind::matmul_q5_k:
+    case op_kind::matmul_q6_k: {
+      // k: one block of the format (32 elements, 256 for the K-quants).
+      const weight_type wt = *weights_of(kind);
+      const std::size_t k = weight_block_elements(wt) == 256 ? 256 : 32;
+      dims({2, 3, k});
+      s.in_bytes = {2 * k * 4, 3 * *weight_row_bytes(wt, k)};
       s.out_bytes = 24;
       break;
+    }
     case op_kind::rms_norm:
       dims({2, 4});
       scalar(1e-5f);
@@ -192,8 +206,8 @@ sample sample_of(op_kind kind) {
   }
   s.call.n_inputs = s.in_bytes.size();
   for (std::size_t i = 0; i < s.in_bytes.size(); ++i)
-    s.in_align.push_back(i == 1 && (kind == op_kind::matmul_f16
-                                    || kind == op_kind::matmul_q8_0)
+    s.in_align.push_back(i == 1 && weights_of(kind)
+                             && kind != op_kind::matmul_f32
                            ? 2
                            : 4);
   return s;
@@ -239,12 +253,14 @@ TEST_CASE("the op table round-trips every operation through its number") {
     CHECK(check_counts(r.kind, r.max_inputs, r.n_dims, r.n_scalars).ok());
     CHECK(check_counts(r.kind, r.min_inputs, r.n_dims, r.n_scalars).ok());
   }
-  CHECK(names.size() == 12);
+  CHECK(names.size() == op_count);
+  CHECK(names.size() == 22);
   CHECK(names.count("matmul_q8_0") == 1);
+  CHECK(names.count("matmul_q4_k") == 1);
   // Every number outside the table is none, 0 included.
   for (int n = 0; n < 256; ++n)
     CHECK(op_from_wire(static_cast<std::uint8_t>(n)).has_value()
-          == (n >= 1 && n <= 12));
+          == (n >= 1 && n <= 22));
   CHECK(std::string{to_string(static_cast<op_kind>(0))} == "unknown");
 }
 

@@ -80,6 +80,9 @@ struct temp_model {
 struct counting_ops final : device_ops {
   device_ops& inner;
   bool pass_adopt; ///< forward adopt_host (else: unsupported, so copies)
+  /// Say the device runs only f32, f16 and q8_0 (device_ops' default), as
+  /// a device without kernels for the other formats would.
+  bool common_formats_only = false;
   std::uint64_t writes = 0, largest_write = 0, runs = 0, ops = 0, reads = 0,
                 adopted = 0;
   explicit counting_ops(device_ops& i, bool adopt = false)
@@ -117,6 +120,10 @@ struct counting_ops final : device_ops {
     ops += v.size();
     return inner.run(v);
   }
+  bool runs_weights(backend::weight_type t) const override {
+    return common_formats_only ? device_ops::runs_weights(t)
+                               : inner.runs_weights(t);
+  }
   backend::status synchronize() override {
     return inner.synchronize();
   }
@@ -150,12 +157,15 @@ double worst(const std::vector<float>& got, const std::vector<float>& want) {
 /// logits compared with the host pipeline's. `in_place`: weights read where
 /// the file is mapped when the device can (the cpu device), else copied.
 void compare_on(backend::device& dev, const temp_model& tm, tensor_type type,
-                bool in_place) {
+                bool in_place, bool common_formats_only = false) {
   INFO("device " << dev.properties().id << ", " << to_string(type)
-                 << (in_place ? ", weights in place" : ", weights copied"));
+                 << (in_place ? ", weights in place" : ", weights copied")
+                 << (common_formats_only ? ", f32/f16/q8_0 kernels only"
+                                         : ""));
   auto& hp = tm.model->hparams();
   backend_ops base(dev);
   counting_ops ops(base, in_place);
+  ops.common_formats_only = common_formats_only;
   device_stage_options opts;
   opts.max_tokens = 16;
   opts.max_logit_rows = 16;
@@ -174,21 +184,34 @@ void compare_on(backend::device& dev, const temp_model& tm, tensor_type type,
   // cpu device when not asked) get copies.
   const bool adopts =
     in_place && dev.properties().kind == backend::backend_kind::cpu;
-  // Formats without a device operation go up as F16 copies (the norms
+  // Every backend runs every format as stored (the host devices with the
+  // engine's kernels, GPUs dequantizing in their kernels). A device that
+  // runs only F32, F16 and Q8_0 gets the others as F16 copies (the norms
   // alone are adopted in place then).
-  const bool native = type == tensor_type::f32 || type == tensor_type::f16
-                      || type == tensor_type::q8_0;
+  const auto wt =
+    backend::weight_type_of_ggml(static_cast<std::uint32_t>(type));
+  REQUIRE(wt);
+  const bool everywhere = type == tensor_type::f32
+                          || type == tensor_type::f16
+                          || type == tensor_type::q8_0;
+  const bool native = ops.runs_weights(*wt);
+  CHECK(native == (everywhere || !common_formats_only));
+  CHECK(dev.runs_weights(*wt)); // every backend of exo runs every format
   if (native) {
     CHECK(a.weight_bytes_in_place() == (adopts ? a.weight_bytes() : 0));
     CHECK(b.weight_bytes_in_place() == (adopts ? b.weight_bytes() : 0));
   } else {
     CHECK(a.weight_bytes_in_place() < a.weight_bytes());
     CHECK((a.weight_bytes_in_place() > 0) == adopts);
-    CHECK(a.weight_bytes()
-          == device_stage_memory(*tm.model, 0, 2, opts).weight_bytes());
-    CHECK(b.weight_bytes()
-          == device_stage_memory(*tm.model, 2, 4, opts).weight_bytes());
   }
+  // device_stage_memory counts what create() uploads: stored formats on a
+  // device that runs them all, F16 copies for the others.
+  device_stage_options counted = opts;
+  counted.stored_weights = native;
+  CHECK(a.weight_bytes()
+        == device_stage_memory(*tm.model, 0, 2, counted).weight_bytes());
+  CHECK(b.weight_bytes()
+        == device_stage_memory(*tm.model, 2, 4, counted).weight_bytes());
   CHECK(ops.adopted == a.weight_bytes_in_place() + b.weight_bytes_in_place());
   if (adopts && native) // nothing uploaded: writes carry only activations
     CHECK(ops.writes == 0);
@@ -242,6 +265,11 @@ void compare_on(backend::device& dev, const temp_model& tm, tensor_type type,
   WARN(dev.properties().id << " " << to_string(type)
                            << ": worst relative logit difference " << w);
   CHECK(w <= tolerance(type));
+  // The host devices run the host engine's kernels: the same bits.
+  if (native
+      && (dev.properties().kind == backend::backend_kind::cpu
+          || dev.properties().kind == backend::backend_kind::sim))
+    CHECK(w == 0);
   if (sim) // the work ran on the simulated device's clock
     CHECK(sim->now() > t0);
   for (auto& d : dseq) {
@@ -278,18 +306,26 @@ TEST_CASE("qwen2 and qwen3 device stages give the host engine's logits on "
   }
 }
 
-// Formats without device operations (every ggml format but F32, F16 and
-// Q8_0) are dequantized to F16 as the stage uploads them: the devices then
-// differ from the host engine (which rounds activations to Q8_K, Q8_0, Q8_1
-// or BF16 for them) by about what Q8_0 does.
-TEST_CASE("a device stage runs the other weight formats as F16 copies",
+// Every ggml format but F32, F16 and Q8_0: the host devices run them as
+// stored (the cpu device in place, from the mapped file), with the host
+// engine's arithmetic, so their logits are the engine's. Vulkan runs them
+// as stored too, dequantizing in its shader and multiplying F32
+// activations; a device without such kernels (a device_ops that says so
+// here) gets F16 copies. Both differ
+// from the host engine (which rounds activations to Q8_K, Q8_0, Q8_1 or
+// BF16 for these formats) by about what Q8_0 does.
+TEST_CASE("a device stage runs the other weight formats as stored where the "
+          "device can",
           "[device_stage]") {
   for (auto type : {tensor_type::q4_0, tensor_type::q4_k, tensor_type::q6_k,
                     tensor_type::bf16}) {
     temp_model tm(type);
-    for (auto* dev : devices().devices())
+    for (auto* dev : devices().devices()) {
       for (bool in_place : {true, false})
         compare_on(*dev, tm, type, in_place);
+      // A device without kernels for them gets F16 copies.
+      compare_on(*dev, tm, type, true, true);
+    }
   }
 }
 

@@ -162,7 +162,7 @@ TEST_CASE("the portable and SIMD dot products give the same bits") {
 }
 
 TEST_CASE("matmul_quant is the row-by-row dot product on any thread count") {
-  const std::size_t rows = 37, k = 512, m = 3;
+  const std::size_t rows = 37, k = 512, m = 6; // token tiles of 4 and 2
   auto a = gaussian(m * k, 99);
   for (ggml_type t : weight_formats) {
     INFO(name(t));

@@ -171,6 +171,55 @@ TEST_CASE("exo-node run gives the same tokens and logits on one stage and "
     REQUIRE(std::abs(a[i] - b[i]) <= 5e-3 * std::max(1.0, std::abs(a[i])));
 }
 
+TEST_CASE("a Q4_K_M model runs as stored on cpu, sim and Vulkan stages and "
+          "gives the engine's tokens",
+          "[workload][process]") {
+  // Q4_K and Q6_K matrices (llama.cpp's Q4_K_M mix) are device operations:
+  // the cpu and sim devices run the engine's kernels (the same tokens as
+  // exo-model run, bit for bit), Vulkan dequantizes them in its shader.
+  auto dir = temp_dir("exo-run-q4km");
+  auto o = model_options();
+  o.dim = 256; // K-quant rows are 256 wide
+  o.ff = 512;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.type = exo::model::tensor_type::q4_k;
+  o.mix = exo::model::file_type::mix::q4_k_m;
+  auto model = make_model(dir, o);
+  const std::string prompt = "the quick brown fox";
+  auto engine = run({exo_model(), "run", "--model", model, "--prompt", prompt,
+                     "-n", "16", "--temperature", "0"},
+                    120s);
+  INFO(engine.out << engine.err);
+  REQUIRE(engine.code == 0);
+  auto go = [&](const std::string& stages, const std::string& include) {
+    write_file(dir + "/node.json", R"({"node": {"name": "solo",
+      "state_dir": ")" + dir + R"(/state"},
+      "devices": {"include": [)" + include + R"(],
+                  "simulated": [{"profile": "adreno-740"}],
+                  "rescan_interval_s": 0}})");
+    auto r = run({exo_node(), "run", "--model", model, "--prompt", prompt,
+                  "-n", "16", "--temperature", "0", "--stages", stages,
+                  "--config", dir + "/node.json"},
+                 120s);
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    return r.out;
+  };
+  auto text = [&](const std::string& out) { return line_after(out, prompt); };
+  REQUIRE(!text(engine.out).empty());
+  // Host devices only: the engine's arithmetic on every stage.
+  auto host = go("2", R"("cpu", "sim")");
+  CHECK(host.find("sim:") != std::string::npos);
+  CHECK(text(host) == text(engine.out));
+  // With Vulkan in the pipeline the tokens may part at a near-tie (F32
+  // activations against the engine's Q8_K ones); the run must finish with
+  // 16 tokens on three stages.
+  auto mixed = go("3", R"("cpu", "sim", "vulkan")");
+  CHECK(mixed.find("stage 2:") != std::string::npos);
+  CHECK(!text(mixed).empty());
+}
+
 TEST_CASE("two nodes run a job across both: the node without the model "
           "receives it once and the tokens equal one stage's",
           "[workload][process]") {

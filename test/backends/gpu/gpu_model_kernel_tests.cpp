@@ -151,6 +151,66 @@ TEST_CASE("the F16 and Q8_0 product kernels match the host's numerics") {
   }
 }
 
+TEST_CASE("the kernels decode ggml's other formats as its to_float does, "
+          "element by element") {
+  // math::dequant_element (CUDA and HIP's matvec_quant_kernel; Vulkan's
+  // shader decodes the same way) against the host's dequantize_row, on the
+  // bytes ggml's quantizers write and on arbitrary bytes with finite
+  // scales; then the reference product against the dequantized one.
+  std::mt19937 rng{31};
+  std::uniform_int_distribution<int> byte{0, 255};
+  std::size_t decoded = 0;
+  for (weight_type t : all_weight_types) {
+    if (t == weight_type::f32 || t == weight_type::f16
+        || t == weight_type::q8_0)
+      continue;
+    INFO(to_string(t));
+    const std::size_t k = 512, be = weight_block_elements(t);
+    const std::size_t rb = *weight_row_bytes(t, k), bb = *weight_row_bytes(t, be);
+    auto w = random_floats(k, 40);
+    for (int variant = 0; variant < 4; ++variant) {
+      std::vector<std::uint8_t> enc(rb);
+      if (variant == 0)
+        host::encode_row(t, w.data(), enc.data(), k);
+      else
+        for (auto& x : enc)
+          x = static_cast<std::uint8_t>(byte(rng));
+      std::vector<float> want(k);
+      host::decode_row(t, enc.data(), want.data(), k);
+      for (std::size_t i = 0; i < k; ++i) {
+        if (!std::isfinite(want[i]))
+          continue;
+        const float got = math::dequant_element(
+          ggml_type_id(t), enc.data() + i / be * bb,
+          static_cast<unsigned>(i % be));
+        INFO("element " << i << " variant " << variant << ": " << got
+                        << " vs " << want[i]);
+        REQUIRE(bits_of(got) == bits_of(want[i]));
+        ++decoded;
+      }
+    }
+    matmul_dims d{3, 9, k, true};
+    auto a = random_floats(d.m * d.k, 41);
+    auto wm = random_floats(d.n * d.k, 42);
+    std::vector<std::uint8_t> enc(rb * d.n);
+    for (std::size_t j = 0; j < d.n; ++j)
+      host::encode_row(t, wm.data() + j * k, enc.data() + j * rb, k);
+    std::vector<float> got(d.m * d.n), want(d.m * d.n, 0.0f), row(k);
+    reference::matmul_weights(a.data(), enc.data(), t, got.data(), d);
+    for (std::size_t j = 0; j < d.n; ++j) {
+      host::decode_row(t, enc.data() + j * rb, row.data(), k);
+      for (std::size_t i = 0; i < d.m; ++i) {
+        double s = 0;
+        for (std::size_t p = 0; p < k; ++p)
+          s += double{a[i * k + p]} * row[p];
+        want[i * d.n + j] = static_cast<float>(s);
+      }
+    }
+    require_close(got, want, 1e-4);
+  }
+  CHECK(decoded > 10 * 4 * 256);
+}
+
 TEST_CASE("attention and product launches cover their work") {
   auto g = attention_launch({3, 0, 8, 2, 64, 128, 1.0f});
   CHECK(g.grid == 24);
