@@ -78,6 +78,20 @@ for _ in $(seq 1 40); do
   sleep 0.25
 done
 con "run --model $WORK/model.gguf --prompt \"Once upon a time\" -n 32 --stages 4 --seed 1 --temperature 0.8"
+
+# Real models (issue 19): a chat exchange on a generated Q4_K_M model with a
+# Llama 3 vocabulary, special tokens and a chat template in Llama 3's format,
+# its Q4_K/Q6_K stages run as stored on the cpu, Vulkan and simulated
+# devices of both nodes. The weights are random, so the reply is noise.
+echo
+echo "== a chat exchange on a generated Llama-3-vocabulary Q4_K_M model =="
+echo "(random weights: the reply is noise; the template, the special tokens and"
+echo " the quantized stages are real)"
+"$BUILD/runtime/tools/exo-model" make-test --out "$WORK/chat.gguf" \
+  --type q4_k_m --tokenizer llama3 --layers 4 --dim 256 --ff 768 --heads 8 \
+  --kv-heads 4 --vocab 2048 >/dev/null
+"$BUILD/runtime/tools/exo-model" info "$WORK/chat.gguf" | grep -E "^(tensor types|tokenizer|chat template)" || true
+con "run --model $WORK/chat.gguf --chat --system \"You are a helpful assistant.\" --prompt \"What is exo?\" -n 24 --stages 3 --seed 1 --temperature 0.8"
 cleanup
 wait 2>/dev/null || true
 trap - EXIT

@@ -101,7 +101,27 @@ vocab llama_vocab(uint32_t n, std::mt19937_64& rng) {
   return v;
 }
 
-vocab gpt2_vocab(uint32_t n, std::mt19937_64& rng) {
+/// Llama 3's special tokens, in the order gpt2_vocab appends them for the
+/// "llama3" tokenizer (the first is BOS, the second EOS).
+const char* const llama3_specials[] = {"<|begin_of_text|>", "<|end_of_text|>",
+                                       "<|start_header_id|>",
+                                       "<|end_header_id|>", "<|eot_id|>"};
+
+/// A chat template in Llama 3's format (header tokens around each role,
+/// <|eot_id|> after each message), written for the generated models.
+const char* const llama3_template =
+  "{{- bos_token }}"
+  "{%- for message in messages %}"
+  "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}"
+  "{{- message['content'] | trim }}{{- '<|eot_id|>' }}"
+  "{%- endfor %}"
+  "{%- if add_generation_prompt %}"
+  "{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+  "{%- endif %}";
+
+/// A byte-level BPE vocabulary of n tokens: the 256 byte tokens, merges,
+/// then the special tokens (<|endoftext|>, or Llama 3's with `llama3`).
+vocab gpt2_vocab(uint32_t n, std::mt19937_64& rng, bool llama3 = false) {
   vocab v;
   std::set<std::string> have;
   for (int b = 0; b < 256; ++b) {
@@ -112,7 +132,8 @@ vocab gpt2_vocab(uint32_t n, std::mt19937_64& rng) {
   if (n < 256 + 8)
     throw gguf_error("a gpt2 test vocabulary needs at least 264 tokens, not "
                      + std::to_string(n));
-  const size_t normal_limit = n - 1; // the last is <|endoftext|>
+  const size_t n_special = llama3 ? std::size(llama3_specials) : 1;
+  const size_t normal_limit = n - n_special; // then the special tokens
   auto merge = [&](const std::string& a, const std::string& b) {
     if (v.tokens.size() >= normal_limit || have.count(a + b)
         || !have.count(a) || !have.count(b))
@@ -140,11 +161,18 @@ vocab gpt2_vocab(uint32_t n, std::mt19937_64& rng) {
     if (have.size() > 100000)
       break;
   }
-  v.tokens.push_back("<|endoftext|>");
+  const auto first_special = static_cast<uint32_t>(v.tokens.size());
+  if (llama3)
+    for (const char* t : llama3_specials)
+      v.tokens.push_back(t);
+  else
+    v.tokens.push_back("<|endoftext|>");
   v.scores.assign(v.tokens.size(), 0.0f);
   v.types.assign(v.tokens.size(), static_cast<int32_t>(token_kind::normal));
-  v.types.back() = static_cast<int32_t>(token_kind::control);
-  v.bos = v.eos = static_cast<uint32_t>(v.tokens.size() - 1);
+  for (auto i = first_special; i < v.tokens.size(); ++i)
+    v.types[i] = static_cast<int32_t>(token_kind::control);
+  v.bos = first_special;
+  v.eos = llama3 ? first_special + 1 : first_special;
   return v;
 }
 
@@ -171,9 +199,10 @@ gguf_writer build_test_model(const test_model_options& o) {
                                         ? 256
                                         : block_elements(o.type))
                      + " (its block size)");
-  if (!o.vocab_from && o.tokenizer != "llama" && o.tokenizer != "gpt2")
+  if (!o.vocab_from && o.tokenizer != "llama" && o.tokenizer != "gpt2"
+      && o.tokenizer != "llama3")
     throw gguf_error("unknown tokenizer '" + o.tokenizer
-                     + "' (llama or gpt2)");
+                     + "' (llama, gpt2 or llama3)");
   std::mt19937_64 rng(o.seed);
   vocab v;
   std::string model = o.tokenizer, pre = "default";
@@ -188,6 +217,12 @@ gguf_writer build_test_model(const test_model_options& o) {
     v.merges = h.merges;
     model = h.model;
     pre = h.pre;
+  } else if (o.tokenizer == "llama3") {
+    // Byte-level BPE with Llama 3's pre-tokenizer, special tokens and a
+    // chat template in its format.
+    v = gpt2_vocab(o.vocab, rng, true);
+    model = "gpt2";
+    pre = "llama-bpe";
   } else {
     v = o.tokenizer == "llama" ? llama_vocab(o.vocab, rng)
                                : gpt2_vocab(o.vocab, rng);
@@ -245,7 +280,10 @@ gguf_writer build_test_model(const test_model_options& o) {
     w.set_u32("tokenizer.ggml.eos_token_id", v.eos);
     if (o.tokenizer == "llama")
       w.set_u32("tokenizer.ggml.unknown_token_id", 0);
-    w.set_bool("tokenizer.ggml.add_bos_token", o.tokenizer == "llama");
+    w.set_bool("tokenizer.ggml.add_bos_token",
+               o.tokenizer == "llama" || o.tokenizer == "llama3");
+    if (o.tokenizer == "llama3")
+      w.set_string("tokenizer.chat_template", llama3_template);
   }
 
   // Matrices uniform in +-1/sqrt(inputs) keep activations near unit size;

@@ -30,7 +30,10 @@ struct test_model_options {
   /// A llama.cpp mix (Q3_K_M, Q4_K_M, Q5_K_M) over `type`: some matrices
   /// get other formats, as llama-quantize assigns them (matrix_type).
   file_type::mix mix = file_type::mix::none;
-  std::string tokenizer = "llama";     ///< "llama" or "gpt2".
+  /// "llama" (SPM), "gpt2" (byte-level BPE) or "llama3" (byte-level BPE
+  /// with Llama 3's pre-tokenizer, special tokens <|begin_of_text|> ...
+  /// <|eot_id|> and a chat template in Llama 3's format).
+  std::string tokenizer = "llama";
   /// A real vocabulary (hf_vocab_from_json) used instead of a generated
   /// one; `vocab` and `tokenizer` are then ignored.
   std::shared_ptr<const hf_vocab> vocab_from;

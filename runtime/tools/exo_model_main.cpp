@@ -374,7 +374,7 @@ int main(int argc, char** argv) {
       "matrix format: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k "
       "q5_k q6_k, or llama.cpp's mixes q3_k_m q4_k_m q5_k_m",
       "TYPE");
-  opt(make, "tokenizer", "tokenizer kind", "llama|gpt2");
+  opt(make, "tokenizer", "tokenizer kind", "llama|gpt2|llama3");
   opt(make, "arch", "architecture (llama)", "llama|qwen2|qwen3");
   opt(make, "head-dim", "attention head size (dim / heads)", "N");
   opt(make, "seed", "weights' seed", "S");

@@ -98,6 +98,52 @@ TEST_CASE("a chat is rendered with the model's template, one BOS, stopping "
   std::system(("rm -rf " + dir).c_str());
 }
 
+TEST_CASE("a generated Llama 3 vocabulary chats in Llama 3's format and "
+          "stops at <|eot_id|>") {
+  // exo-model make-test --tokenizer llama3 (what `make run` chats with):
+  // byte-level BPE with the llama-bpe pre-tokenizer, Llama 3's special
+  // tokens and a chat template in its format.
+  auto dir = test::temp_dir("exo-job-mapping");
+  model::test_model_options o;
+  o.tokenizer = "llama3";
+  o.vocab = 700;
+  auto path = dir + "/l3.gguf";
+  model::make_test_model(o, path);
+  auto src = load_model_source("l3", path);
+  auto& tok = *src.tokenizer;
+  REQUIRE(tok.piece(tok.bos(), true) == "<|begin_of_text|>");
+  REQUIRE(tok.piece(tok.eos(), true) == "<|end_of_text|>");
+  CHECK(tok.add_bos());
+  auto chat = workload::render_chat(
+    *src.file, tok, workload::chat_messages("be brief", "hello"));
+  CHECK(chat.text
+        == "<|start_header_id|>system<|end_header_id|>\n\nbe brief<|eot_id|>"
+           "<|start_header_id|>user<|end_header_id|>\n\nhello<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  auto ids = workload::prompt_tokens(tok, chat.text, true);
+  REQUIRE(!ids.empty());
+  CHECK(ids.front() == tok.bos());
+  CHECK(std::count(ids.begin(), ids.end(), tok.bos()) == 1);
+  // Each header and end of turn is one special token.
+  auto id_of = [&](const std::string& text) {
+    for (std::int32_t i = 0; i < static_cast<std::int32_t>(o.vocab); ++i)
+      if (tok.piece(i, true) == text)
+        return i;
+    return -1;
+  };
+  const auto start = id_of("<|start_header_id|>"), eot = id_of("<|eot_id|>");
+  REQUIRE(start >= 0);
+  REQUIRE(eot >= 0);
+  CHECK(std::count(ids.begin(), ids.end(), start) == 3);
+  CHECK(std::count(ids.begin(), ids.end(), eot) == 2);
+  // Generation stops at the end of turn.
+  auto m = map_request(src, chat_request("l3", {{"user", "hello", ""}}), {},
+                       1);
+  REQUIRE_FALSE(m.error);
+  CHECK(m.stop_ids.count(eot) == 1);
+  std::system(("rm -rf " + dir).c_str());
+}
+
 TEST_CASE("a text end of turn becomes a stop string") {
   auto dir = test::temp_dir("exo-job-mapping");
   auto src = load_model_source("t", make_model(dir, "t",
