@@ -2012,8 +2012,11 @@ result<bool> matmul_quant(const void* w, ggml_type t, std::size_t rows,
   const std::size_t rb = *wb / rows;
   const std::size_t act = *ab;
   std::vector<std::uint8_t> q(act * m);
-  for (std::size_t r = 0; r < m; ++r)
-    quantize_activations(p->dot_type, a + r * k, q.data() + r * act, k);
+  // Each token's row on its own (the same bytes on any thread count).
+  host::for_each_index(static_cast<long>(m), m > 1 ? threads : 1, [&](long r) {
+    const auto i = static_cast<std::size_t>(r);
+    quantize_activations(p->dot_type, a + i * k, q.data() + i * act, k);
+  });
   const bool simd = vec_dot_has_simd(t);
   const auto* wbytes = static_cast<const std::uint8_t*>(w);
   host::for_each_index(static_cast<long>(rows), threads, [&](long r) {

@@ -294,8 +294,11 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
     return true;
   const std::size_t nb = k / qk_k;
   std::vector<block_q8_k> q(nb * m);
-  for (std::size_t t = 0; t < m; ++t)
-    quantize_activations(ggml_type::q8_k, a + t * k, q.data() + t * nb, k);
+  // Each token's row on its own (the same bytes on any thread count).
+  host::for_each_index(static_cast<long>(m), m > 1 ? threads : 1, [&](long t) {
+    const auto i = static_cast<std::size_t>(t);
+    quantize_activations(ggml_type::q8_k, a + i * k, q.data() + i * nb, k);
+  });
   const auto* blocks = static_cast<const block_q4_k*>(w);
   const bool simd = host::widest_isa() != host::isa::scalar;
   // Groups of 8 rows (rows is a multiple of 8 wherever llama.cpp repacks;
