@@ -178,13 +178,18 @@ lane_sums8(const __m128i v[8]) {
   return _mm256_hadd_epi32(h01, h23);
 }
 
+/// Super-blocks rows8_avx2 takes per pass.
+constexpr std::size_t rows8_chunk = 32;
+
 /// 8 consecutive rows (row r's blocks at x + r * nb) against NT tokens
 /// (act[t], nb Q8_K blocks each): out[t][r] = dot_row(row r, token t), the
-/// same bits. Per super-block each row's integer sums (scales through
-/// shuffles, minimums through one madd) end as one int32 per row and token,
-/// gathered into a vector of 8 rows; the float chains of dot_row then run
-/// for the 8 rows side by side. The weights are unpacked once per block for
-/// all NT tokens.
+/// same bits. Per pass over up to 32 super-blocks, each row's integer sums
+/// (scales through shuffles, minimums through one madd) are computed row
+/// after row, so memory is read in order (eight rows read side by side
+/// were eight streams, and half as fast on matrices larger than the
+/// caches); then per super-block the 8 rows' sums meet in one vector
+/// through hadds and the float chains of dot_row run for the 8 rows side
+/// by side. The weights are unpacked once per block for all NT tokens.
 template <int NT>
 __attribute__((target("avx2,fma,f16c"))) void
 rows8_avx2(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
@@ -195,68 +200,77 @@ rows8_avx2(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
     acc[t] = _mm256_setzero_ps();
     accm[t] = _mm256_setzero_ps();
   }
-  for (std::size_t b = 0; b < nb; ++b) {
-    __m128i bs[NT];
-    for (int t = 0; t < NT; ++t) {
-      const __m256i s = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(act[t][b].bsums));
-      // bsums[2j] + bsums[2j+1], j = 0..7 (|sum| <= 4064: no overflow)
-      bs[t] = _mm_hadd_epi16(_mm256_castsi256_si128(s),
-                             _mm256_extracti128_si256(s, 1));
-    }
-    __m256i isum[NT][8];
-    __m128i imin[NT][8];
-    alignas(16) std::uint16_t dh[8], mh[8];
+  for (std::size_t b0 = 0; b0 < nb; b0 += rows8_chunk) {
+    const std::size_t nc = std::min(rows8_chunk, nb - b0);
+    __m128i bs[NT][rows8_chunk];
+    for (int t = 0; t < NT; ++t)
+      for (std::size_t i = 0; i < nc; ++i) {
+        const __m256i s = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(act[t][b0 + i].bsums));
+        // bsums[2j] + bsums[2j+1], j = 0..7 (|sum| <= 4064: no overflow)
+        bs[t][i] = _mm_hadd_epi16(_mm256_castsi256_si128(s),
+                                  _mm256_extracti128_si256(s, 1));
+      }
+    __m256i isum[NT][rows8_chunk][8];
+    __m128i imin[NT][rows8_chunk][8];
+    alignas(16) std::uint16_t dh[rows8_chunk][8], mh[rows8_chunk][8];
     for (int r = 0; r < 8; ++r) {
-      const block_q4_k& w = x[static_cast<std::size_t>(r) * nb + b];
-      dh[r] = w.d;
-      mh[r] = w.dmin;
-      const __m256i ms = scales_mins_avx2(w.scales);
-      const __m256i sc = _mm256_permute2x128_si256(ms, ms, 0x00);
-      const __m128i mn = _mm256_extracti128_si256(ms, 1);
-      __m256i s[NT];
-      for (int t = 0; t < NT; ++t)
-        s[t] = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        const __m256i q4 = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(w.qs + 32 * c));
-        const __m256i ql = _mm256_and_si256(q4, m4);
-        const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-        // int16 scale 2c (2c + 1) in every lane.
-        const __m256i sl = _mm256_shuffle_epi8(
-          sc, _mm256_set1_epi16(static_cast<short>((4 * c) | ((4 * c + 1) << 8))));
-        const __m256i sh = _mm256_shuffle_epi8(
-          sc,
-          _mm256_set1_epi16(static_cast<short>((4 * c + 2) | ((4 * c + 3) << 8))));
+      for (std::size_t i = 0; i < nc; ++i) {
+        const std::size_t b = b0 + i;
+        const block_q4_k& w = x[static_cast<std::size_t>(r) * nb + b];
+        dh[i][r] = w.d;
+        mh[i][r] = w.dmin;
+        const __m256i ms = scales_mins_avx2(w.scales);
+        const __m256i sc = _mm256_permute2x128_si256(ms, ms, 0x00);
+        const __m128i mn = _mm256_extracti128_si256(ms, 1);
+        __m256i s[NT];
+        for (int t = 0; t < NT; ++t)
+          s[t] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; ++c) {
+          const __m256i q4 = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(w.qs + 32 * c));
+          const __m256i ql = _mm256_and_si256(q4, m4);
+          const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+          // int16 scale 2c (2c + 1) in every lane.
+          const __m256i sl = _mm256_shuffle_epi8(
+            sc, _mm256_set1_epi16(
+                  static_cast<short>((4 * c) | ((4 * c + 1) << 8))));
+          const __m256i sh = _mm256_shuffle_epi8(
+            sc, _mm256_set1_epi16(
+                  static_cast<short>((4 * c + 2) | ((4 * c + 3) << 8))));
+          for (int t = 0; t < NT; ++t) {
+            const std::int8_t* q8 = act[t][b].qs + 64 * c;
+            // u8 x s8 pairs: at most 2 * 15 * 128, no saturation; the
+            // scales (< 64) multiply the pair sums exactly.
+            const __m256i lo = _mm256_madd_epi16(
+              sl, _mm256_maddubs_epi16(
+                    ql, _mm256_loadu_si256(
+                          reinterpret_cast<const __m256i*>(q8))));
+            const __m256i hi = _mm256_madd_epi16(
+              sh, _mm256_maddubs_epi16(
+                    qh, _mm256_loadu_si256(
+                          reinterpret_cast<const __m256i*>(q8 + 32))));
+            s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(lo, hi));
+          }
+        }
         for (int t = 0; t < NT; ++t) {
-          const std::int8_t* q8 = act[t][b].qs + 64 * c;
-          // u8 x s8 pairs: at most 2 * 15 * 128, no saturation; the scales
-          // (< 64) multiply the pair sums exactly.
-          const __m256i lo = _mm256_madd_epi16(
-            sl, _mm256_maddubs_epi16(
-                  ql, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8))));
-          const __m256i hi = _mm256_madd_epi16(
-            sh, _mm256_maddubs_epi16(qh, _mm256_loadu_si256(
-                                           reinterpret_cast<const __m256i*>(
-                                             q8 + 32))));
-          s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(lo, hi));
+          isum[t][i][r] = s[t];
+          imin[t][i][r] = _mm_madd_epi16(mn, bs[t][i]);
         }
       }
-      for (int t = 0; t < NT; ++t) {
-        isum[t][r] = s[t];
-        imin[t][r] = _mm_madd_epi16(mn, bs[t]);
-      }
     }
-    const __m256 d = _mm256_cvtph_ps(
-      _mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
-    const __m256 dmin = _mm256_cvtph_ps(
-      _mm_load_si128(reinterpret_cast<const __m128i*>(mh)));
-    for (int t = 0; t < NT; ++t) {
-      const __m256 ad = _mm256_set1_ps(act[t][b].d);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane_sums8(isum[t])),
-                               _mm256_mul_ps(d, ad), acc[t]);
-      accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane_sums8(imin[t])),
-                                _mm256_mul_ps(dmin, ad), accm[t]);
+    for (std::size_t i = 0; i < nc; ++i) {
+      const __m256 d = _mm256_cvtph_ps(
+        _mm_load_si128(reinterpret_cast<const __m128i*>(dh[i])));
+      const __m256 dmin = _mm256_cvtph_ps(
+        _mm_load_si128(reinterpret_cast<const __m128i*>(mh[i])));
+      for (int t = 0; t < NT; ++t) {
+        const __m256 ad = _mm256_set1_ps(act[t][b0 + i].d);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane_sums8(isum[t][i])),
+                                 _mm256_mul_ps(d, ad), acc[t]);
+        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane_sums8(imin[t][i])),
+                                  _mm256_mul_ps(dmin, ad), accm[t]);
+      }
     }
   }
   for (int t = 0; t < NT; ++t)
