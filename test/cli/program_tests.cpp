@@ -173,3 +173,40 @@ TEST_CASE("a bad number exits 2 naming the option and the rule") {
     CHECK_THAT(r.err, Catch::Contains(b.message));
   }
 }
+
+TEST_CASE("exo-model refuses broken model files with exit 2, naming the "
+          "problem") {
+  // The files of the model fuzz target's corpus (fuzz/corpus/model), run
+  // as a user runs them.
+  const std::string dir = std::string(EXO_SOURCE_DIR) + "/fuzz/corpus/model/";
+  struct bad {
+    const char* file;
+    std::vector<std::string> extra;
+    const char* says;
+  };
+  const bad cases[] = {
+    {"truncated-data.gguf", {}, "lies outside the data section"},
+    {"unknown-type.gguf", {}, "unknown or unsupported tensor type 99"},
+    {"overlapping-shape.gguf", {}, "overlap"},
+    {"swapped-shape.gguf", {}, "row length 16 is not a multiple of the block"},
+    {"no-merges.gguf", {}, "tokenizer.ggml.merges is missing"},
+    {"bad-template.gguf", {"--chat"}, "chat template syntax error at line 1"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv{build_path("runtime/tools/exo-model"), "run",
+                                  "--model", dir + c.file, "--prompt", "hi",
+                                  "-n", "1"};
+    argv.insert(argv.end(), c.extra.begin(), c.extra.end());
+    auto r = run(argv);
+    INFO(c.file << ": " << r.out << r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(c.says) != std::string::npos);
+  }
+  // The good ones of the corpus run.
+  for (const char* f : {"llama3-q8_0.gguf", "spm-q4_0.gguf"}) {
+    auto r = run({build_path("runtime/tools/exo-model"), "run", "--model",
+                  dir + f, "--prompt", "hi", "-n", "2"});
+    INFO(f << ": " << r.out << r.err);
+    CHECK(r.code == 0);
+  }
+}
