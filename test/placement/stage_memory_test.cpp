@@ -60,13 +60,16 @@ TEST_CASE("placement counts exactly what a shard's device stage allocates") {
     bool tied;
     const char* arch = "llama";
     std::uint32_t head_dim = 0;
+    bool q4_k_m = false; ///< llama.cpp's Q4_K_M mix, 256 wide
   };
   const variant variants[] = {
     {"f32", model::tensor_type::f32, false},
     {"q8", model::tensor_type::q8_0, false},
     {"f16-tied", model::tensor_type::f16, true},
     {"qwen2", model::tensor_type::f32, false, "qwen2"}, // Q/K/V biases
-    {"qwen3", model::tensor_type::q8_0, true, "qwen3", 32}}; // Q/K norms
+    {"qwen3", model::tensor_type::q8_0, true, "qwen3", 32}, // Q/K norms
+    // Q4_K and Q6_K are held as stored (every backend runs them).
+    {"q4_k_m", model::tensor_type::q4_k, false, "llama", 0, true}};
   const std::uint32_t n_ctx = 40, sequences = 2;
   auto& dev = sim_device();
   for (const auto& v : variants) {
@@ -82,9 +85,26 @@ TEST_CASE("placement counts exactly what a shard's device stage allocates") {
     o.tied = v.tied;
     o.arch = v.arch;
     o.head_dim = v.head_dim;
+    if (v.q4_k_m) {
+      o.dim = 256;
+      o.ff = 512;
+      o.mix = model::file_type::mix::q4_k_m;
+    }
     temp_model tm(o, v.tag);
     auto spec = placement::load_model_spec(tm.path, n_ctx);
     REQUIRE(spec.layers.size() == 4);
+    {
+      // A layer's weights are its tensors' bytes in the file.
+      auto f = model::gguf_file::open(tm.path);
+      for (std::uint32_t l = 0; l + 1 < 4; ++l) {
+        std::uint64_t file_bytes = 0;
+        const auto prefix = "blk." + std::to_string(l) + ".";
+        for (const auto& t : f->tensors())
+          if (t.name.rfind(prefix, 0) == 0)
+            file_bytes += t.n_bytes;
+        CHECK(spec.layers[l].weight_bytes == file_bytes);
+      }
+    }
     placement::problem p;
     p.layers = spec.layers;
     p.stage_memory_extra = spec.extras;
