@@ -117,26 +117,76 @@ cost_model::cost_model(const problem& p) : p_(&p) {
       max_end_[d * (L + 1) + b] = static_cast<int>(e);
     }
   }
-  // Resident layers: bytes each device would have to receive per layer.
+  // Resident layers: what each device would have to receive per layer, in
+  // bytes (reported) and in time over the links (the tie-break): from the
+  // fastest device that holds the layer (drained and excluded ones too:
+  // their weights are still there), through the link between their nodes
+  // (intra_node on one node); a layer nobody holds is read from a local
+  // cache, as fast everywhere.
   if (!p.resident.empty()) {
     std::vector<std::vector<char>> holds(n, std::vector<char>(L, 0));
+    std::vector<std::vector<std::size_t>> holders(L);
     std::map<std::string, std::size_t> model_index;
     for (std::size_t d = 0; d < n; ++d)
       model_index[p.devices[dev_[d]].id] = d;
     for (const auto& r : p.resident) {
+      auto pd = p.find_device(r.device);
+      if (!pd)
+        continue;
+      for (auto l = r.first_layer; l <= r.last_layer && l < L; ++l)
+        holders[l].push_back(*pd);
       auto it = model_index.find(r.device);
       if (it == model_index.end())
         continue; // an excluded or drained device: not in the model
       for (auto l = r.first_layer; l <= r.last_layer && l < L; ++l)
         holds[it->second][l] = 1;
     }
+    // Seconds to bring `bytes` from node a to node b.
+    std::map<std::pair<std::string, std::string>, double> per_byte, fixed;
+    auto link = [&](const std::string& a, const std::string& b) {
+      auto key = std::make_pair(a, b);
+      if (per_byte.count(key) == 0) {
+        double pb = -1, lat = 0;
+        try {
+          const auto spec = p.link_between(a, b);
+          if (spec.bandwidth > 0) {
+            pb = 1.0 / spec.bandwidth;
+            lat = spec.latency;
+          }
+        } catch (const problem_error&) {
+        }
+        per_byte[key] = pb;
+        fixed[key] = lat;
+      }
+      return std::make_pair(per_byte[key], fixed[key]);
+    };
+    const double local = 1.0 / p.intra_node.bandwidth;
     moved_.assign(n * (L + 1), 0);
-    for (std::size_t d = 0; d < n; ++d)
-      for (std::size_t l = 0; l < L; ++l)
-        moved_[d * (L + 1) + l + 1] =
-          moved_[d * (L + 1) + l]
-          + (holds[d][l] ? 0
-                         : static_cast<std::int64_t>(p.layers[l].weight_bytes));
+    moved_bytes_.assign(n * (L + 1), 0);
+    for (std::size_t d = 0; d < n; ++d) {
+      const auto& to = p.devices[dev_[d]].node;
+      for (std::size_t l = 0; l < L; ++l) {
+        const auto bytes = static_cast<double>(p.layers[l].weight_bytes);
+        std::int64_t us = 0, b = 0;
+        if (!holds[d][l]) {
+          double best = bytes * local;
+          bool found = false;
+          for (auto h : holders[l]) {
+            auto [pb, lat] = link(p.devices[h].node, to);
+            if (pb < 0)
+              continue;
+            const double t = lat + bytes * pb;
+            if (!found || t < best)
+              best = t;
+            found = true;
+          }
+          us = std::max<std::int64_t>(1, std::llround(best * 1e6));
+          b = static_cast<std::int64_t>(p.layers[l].weight_bytes);
+        }
+        moved_[d * (L + 1) + l + 1] = moved_[d * (L + 1) + l] + us;
+        moved_bytes_[d * (L + 1) + l + 1] = moved_bytes_[d * (L + 1) + l] + b;
+      }
+    }
   }
   must_use_.resize(n);
   for (std::size_t d = 0; d < n; ++d)
@@ -206,7 +256,8 @@ evaluation cost_model::evaluate(const assignment& a) const {
       seen[node_[a[s].device]] = 1;
       ++ev.nodes_used;
     }
-    ev.moved += moved_bytes(a[s].device, a[s].first, a[s].end);
+    ev.moved += moving_cost(a[s].device, a[s].first, a[s].end);
+    ev.moved_bytes += moved_bytes(a[s].device, a[s].first, a[s].end);
     if (s + 1 < a.size()) {
       auto t = transfer(a[s].device, a[s + 1].device, a[s].end);
       ev.latency += t;

@@ -27,13 +27,16 @@ struct evaluation {
   int nodes_used = 0;
   /// The objective in objective units (ticks, or ticks * 100 for a blend).
   std::int64_t objective = 0;
-  /// Weight bytes the plan puts on devices that do not hold them now
-  /// (problem::resident); 0 without resident layers.
+  /// Microseconds to bring the weights the plan puts on devices that do
+  /// not hold them now (problem::resident) over the links; 0 without
+  /// resident layers.
   std::int64_t moved = 0;
+  /// The bytes of those weights.
+  std::int64_t moved_bytes = 0;
 };
 
-/// (objective, moved bytes), compared in that order: the fewer bytes moved
-/// breaks a tie of objectives.
+/// (objective, moving cost), compared in that order: the weights that
+/// arrive sooner over the links break a tie of objectives.
 inline bool better(std::int64_t objective, std::int64_t moved,
                    std::int64_t than_objective, std::int64_t than_moved) {
   return objective < than_objective
@@ -102,13 +105,23 @@ public:
     return cheapest_[a * node_count_ + b];
   }
 
-  /// Weight bytes of layers [b, e) that device `d` does not hold now.
-  std::int64_t moved_bytes(int d, int b, int e) const {
+  /// Microseconds to bring the weights of layers [b, e) that device `d`
+  /// does not hold now, each from the fastest device that holds it over
+  /// the link between their nodes (problem::link_between; a layer nobody
+  /// holds at intra_node speed). The solvers' tie-break.
+  std::int64_t moving_cost(int d, int b, int e) const {
     if (moved_.empty())
       return 0;
     return moved_[d * (layers_ + 1) + e] - moved_[d * (layers_ + 1) + b];
   }
-  /// Some device holds resident layers: plans differ in bytes moved.
+  /// Weight bytes of layers [b, e) that device `d` does not hold now.
+  std::int64_t moved_bytes(int d, int b, int e) const {
+    if (moved_bytes_.empty())
+      return 0;
+    return moved_bytes_[d * (layers_ + 1) + e]
+           - moved_bytes_[d * (layers_ + 1) + b];
+  }
+  /// Some device holds resident layers: plans differ in weights moved.
   bool has_resident() const { return !moved_.empty(); }
 
   /// The device must be part of every plan (pinned, or holds pinned layers).
@@ -156,9 +169,10 @@ private:
   std::vector<std::int64_t> xfer_;
   std::vector<std::int64_t> cheapest_;
   std::vector<char> must_use_;
-  /// Prefix sums of weight bytes not resident, [d][l]; empty without
-  /// resident layers.
+  /// Prefix sums of the moving cost (microseconds) and bytes of layers not
+  /// resident, [d][l]; empty without resident layers.
   std::vector<std::int64_t> moved_;
+  std::vector<std::int64_t> moved_bytes_;
   std::size_t max_stages_ = 0;
   std::int64_t node_penalty_ = 0;
   std::vector<int> class_of_;

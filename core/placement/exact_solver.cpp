@@ -65,7 +65,7 @@ dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
       f[i] = m.stage_time(rep[k], 0, e);
       par[i] = start_marker;
       if (track)
-        mv[i] = m.moved_bytes(rep[k], 0, e);
+        mv[i] = m.moving_cost(rep[k], 0, e);
     }
   }
   std::vector<int> c(K);
@@ -113,7 +113,7 @@ dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
         const std::int64_t base = m.cum_time(rep[k2], l);
         for (int e = l + 1; e <= me; ++e) {
           auto v = combine(best, m.cum_time(rep[k2], e) - base);
-          auto w = track ? best_mv + m.moved_bytes(rep[k2], l, e) : 0;
+          auto w = track ? best_mv + m.moving_cost(rep[k2], l, e) : 0;
           auto i = at(S2, e, k2);
           if (better(v, w, f[i], moved(i))) {
             f[i] = v;

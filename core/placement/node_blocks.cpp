@@ -69,7 +69,7 @@ public:
       for (int e = l + 1; e <= m_.max_end(rep_[k], l); ++e) {
         auto i = at(stride_[k], e);
         h_[i] = m_.stage_time(rep_[k], l, e);
-        mv_[i] = m_.moved_bytes(rep_[k], l, e);
+        mv_[i] = m_.moving_cost(rep_[k], l, e);
         par_[i] = (l << 8) | start_marker;
       }
     std::vector<int> c(K);
@@ -91,7 +91,7 @@ public:
           const auto u2 = u + stride_[k];
           for (int e2 = e + 1; e2 <= m_.max_end(rep_[k], e); ++e2) {
             auto v = combine(t, m_.stage_time(rep_[k], e, e2));
-            auto w = tm + m_.moved_bytes(rep_[k], e, e2);
+            auto w = tm + m_.moving_cost(rep_[k], e, e2);
             auto i = at(u2, e2);
             if (better(v, w, h_[i], mv_[i])) {
               h_[i] = v;

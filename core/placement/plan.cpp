@@ -37,7 +37,9 @@ plan make_plan(const cost_model& m, const assignment& a) {
   x.latency_seconds = static_cast<double>(ev.latency) * m.tick_seconds();
   x.bottleneck_seconds = static_cast<double>(ev.bottleneck) * m.tick_seconds();
   x.nodes_used = ev.nodes_used;
-  x.moved_bytes = ev.moved;
+  x.moved_bytes = ev.moved_bytes;
+  x.moving_us = ev.moved;
+  x.moving_seconds = static_cast<double>(ev.moved) * 1e-6;
   if (!m.has_resident())
     for (const auto& y : p.layers)
       x.moved_bytes += static_cast<std::int64_t>(y.weight_bytes);
@@ -149,7 +151,11 @@ void print_plan_table(std::ostream& out, const plan& x) {
       << "   nodes: " << x.nodes_used << "\n";
   if (!x.stages.empty())
     out << "weights to move: "
-        << format_bytes(static_cast<double>(x.moved_bytes)) << "\n";
+        << format_bytes(static_cast<double>(x.moved_bytes))
+        << (x.moving_us > 0
+              ? " (" + format_seconds(x.moving_seconds) + " over the links)"
+              : std::string{})
+        << "\n";
   out << "lower bound: " << format_seconds(x.lower_bound_seconds)
       << "   proven optimal: " << (x.proven_optimal ? "yes" : "no");
   if (auto g = certified_gap(x); !x.proven_optimal && g) {
@@ -190,6 +196,7 @@ text::json plan_to_json(const plan& x) {
           {"bottleneck_seconds", num(x.bottleneck_seconds)},
           {"nodes_used", x.nodes_used},
           {"moved_bytes", x.moved_bytes},
+          {"moving_seconds", num(x.moving_seconds)},
           {"lower_bound_seconds", num(x.lower_bound_seconds)},
           {"proven_optimal", x.proven_optimal},
           {"gap", certified_gap(x) ? num(*certified_gap(x)) : text::json()},

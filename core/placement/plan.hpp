@@ -48,6 +48,12 @@ struct plan {
   /// Weight bytes put on devices that do not hold them now (the problem's
   /// resident layers; without them, every byte of the model).
   std::int64_t moved_bytes = 0;
+  /// Time to bring those weights over the links, each layer from the
+  /// fastest device that holds it (0 without resident layers): among plans
+  /// of equal objective the solvers take the one with the least.
+  double moving_seconds = 0;
+  /// The same in whole microseconds (what the solvers compare).
+  std::int64_t moving_us = 0;
   /// Best proven lower bound on the objective, in seconds.
   double lower_bound_seconds = 0;
   bool proven_optimal = false;

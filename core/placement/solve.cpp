@@ -123,12 +123,13 @@ solve_result solve(const problem& original, const solve_options& opts,
                           + " solver produced an invalid plan: " + bad[0]);
       return;
     }
-    // Strictly better: a lower objective, or as low moving fewer bytes.
-    if (best_units && !better(x.objective_units, x.moved_bytes, *best_units,
+    // Strictly better: a lower objective, or as low with the weights
+    // there sooner.
+    if (best_units && !better(x.objective_units, x.moving_us, *best_units,
                               best_moved))
       return;
     best_units = x.objective_units;
-    best_moved = x.moved_bytes;
+    best_moved = x.moving_us;
     x.lower_bound_seconds = m.to_seconds(lower);
     x.solve_seconds = elapsed();
     res.best = x;

@@ -305,6 +305,58 @@ TEST_CASE("between plans of equal objective the one that keeps weights "
   }
 }
 
+TEST_CASE("between plans of equal objective and equal bytes moved the one "
+          "whose weights come over the faster link wins") {
+  // The model sits on a drained device of node "old"; two identical
+  // devices on nodes "near" (10 GB/s from old) and "far" (100 MB/s) can
+  // each run it alone: the same objective, the same bytes to move, but the
+  // weights reach "near" a hundred times sooner. Either order of the
+  // devices, either solver.
+  for (bool near_first : {true, false}) {
+    problem p;
+    p.model_name = "m";
+    auto add = [&](const char* id, const char* node, bool drained) {
+      device d;
+      d.id = id;
+      d.node = node;
+      d.memory_bytes = 8ull << 30;
+      d.flops = 1e13;
+      d.drained = drained;
+      p.devices.push_back(d);
+    };
+    add("old/gpu", "old", true);
+    if (near_first)
+      add("near/gpu", "near", false);
+    add("far/gpu", "far", false);
+    if (!near_first)
+      add("near/gpu", "near", false);
+    p.links.push_back({"old", "near", {1e-4, 1e10}});
+    p.links.push_back({"old", "far", {1e-4, 1e8}});
+    p.links.push_back({"near", "far", {1e-4, 1e9}});
+    layer y;
+    y.weight_bytes = 100 << 20;
+    y.flops_per_token = 1e8;
+    y.activation_bytes = 8192;
+    p.layers = uniform_layers(8, y);
+    p.resident.push_back({"old/gpu", 0, 7});
+    for (auto s : {solver_kind::exact, solver_kind::both}) {
+      INFO("near first " << near_first << ", solver "
+                         << (s == solver_kind::exact ? "exact" : "both"));
+      solve_options o;
+      o.solver = s;
+      auto r = solve(p, o);
+      REQUIRE(r.best);
+      REQUIRE(r.best->stages.size() == 1);
+      CHECK(r.best->stages[0].device_id == "near/gpu");
+      CHECK(r.best->moved_bytes == 8 * (100 << 20));
+      // 800 MiB at 10 GB/s plus the latency of 8 layers' transfers.
+      CHECK(r.best->moving_seconds
+            == Approx(8 * (1e-4 + (100 << 20) / 1e10)).epsilon(1e-3));
+      CHECK(r.best->proven_optimal);
+    }
+  }
+}
+
 TEST_CASE("re-placing a 64-device cluster after a loss keeps the surviving "
           "stages' weights where the objective allows") {
   for (auto kind : {objective_kind::latency, objective_kind::throughput}) {
