@@ -296,6 +296,32 @@ TEST_CASE("two nodes run a job across both: the node without the model "
   CHECK(console(p, a.port, "audit query type=job_finished").out.find(
           "outcome=ok")
         != std::string::npos);
+  // A Q4_K_M file (Q4_K and Q6_K matrices) across both nodes: beta gets
+  // its part as stored and runs it on its cpu device with the engine's
+  // kernels, so the text is one stage's.
+  {
+    auto o = model_options();
+    o.dim = 256;
+    o.ff = 512;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.type = exo::model::tensor_type::q4_k;
+    o.mix = exo::model::file_type::mix::q4_k_m;
+    auto qdir = p.dir + "/q4km";
+    std::filesystem::create_directories(qdir);
+    auto q = make_model(qdir, o);
+    auto qjob = "run --model " + q
+                + " --prompt \"once upon a time\" -n 12 --temperature 0";
+    auto one = console(p, a.port, qjob + " --stages 1");
+    INFO(one.out << one.err);
+    REQUIRE(one.code == 0);
+    auto two = console(p, a.port, qjob + " --stages 2");
+    INFO(two.out << two.err);
+    REQUIRE(two.code == 0);
+    CHECK(two.out.find("on beta") != std::string::npos);
+    CHECK(!line_after(one.out, "text: ").empty());
+    CHECK(line_after(two.out, "text: ") == line_after(one.out, "text: "));
+  }
   a.proc->signal(SIGTERM);
   b.proc->signal(SIGTERM);
   CHECK(a.proc->wait(30s) == 0);
