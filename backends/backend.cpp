@@ -66,27 +66,28 @@ const char* to_string(support_level level) noexcept {
 
 namespace {
 
-/// A weight type's name and GGUF id, in the enum's order.
+/// A weight type's name, GGUF id and operation, in the enum's order.
 struct weight_type_row {
   weight_type type;
   const char* name;
   quant::ggml_type ggml;
+  op_kind op; ///< the matmul_<type> that multiplies by it
 };
 
 constexpr weight_type_row weight_types[] = {
-  {weight_type::f32, "f32", quant::ggml_type::f32},
-  {weight_type::f16, "f16", quant::ggml_type::f16},
-  {weight_type::q8_0, "q8_0", quant::ggml_type::q8_0},
-  {weight_type::bf16, "bf16", quant::ggml_type::bf16},
-  {weight_type::q4_0, "q4_0", quant::ggml_type::q4_0},
-  {weight_type::q4_1, "q4_1", quant::ggml_type::q4_1},
-  {weight_type::q5_0, "q5_0", quant::ggml_type::q5_0},
-  {weight_type::q5_1, "q5_1", quant::ggml_type::q5_1},
-  {weight_type::q2_k, "q2_k", quant::ggml_type::q2_k},
-  {weight_type::q3_k, "q3_k", quant::ggml_type::q3_k},
-  {weight_type::q4_k, "q4_k", quant::ggml_type::q4_k},
-  {weight_type::q5_k, "q5_k", quant::ggml_type::q5_k},
-  {weight_type::q6_k, "q6_k", quant::ggml_type::q6_k},
+  {weight_type::f32, "f32", quant::ggml_type::f32, op_kind::matmul_f32},
+  {weight_type::f16, "f16", quant::ggml_type::f16, op_kind::matmul_f16},
+  {weight_type::q8_0, "q8_0", quant::ggml_type::q8_0, op_kind::matmul_q8_0},
+  {weight_type::bf16, "bf16", quant::ggml_type::bf16, op_kind::matmul_bf16},
+  {weight_type::q4_0, "q4_0", quant::ggml_type::q4_0, op_kind::matmul_q4_0},
+  {weight_type::q4_1, "q4_1", quant::ggml_type::q4_1, op_kind::matmul_q4_1},
+  {weight_type::q5_0, "q5_0", quant::ggml_type::q5_0, op_kind::matmul_q5_0},
+  {weight_type::q5_1, "q5_1", quant::ggml_type::q5_1, op_kind::matmul_q5_1},
+  {weight_type::q2_k, "q2_k", quant::ggml_type::q2_k, op_kind::matmul_q2_k},
+  {weight_type::q3_k, "q3_k", quant::ggml_type::q3_k, op_kind::matmul_q3_k},
+  {weight_type::q4_k, "q4_k", quant::ggml_type::q4_k, op_kind::matmul_q4_k},
+  {weight_type::q5_k, "q5_k", quant::ggml_type::q5_k, op_kind::matmul_q5_k},
+  {weight_type::q6_k, "q6_k", quant::ggml_type::q6_k, op_kind::matmul_q6_k},
 };
 
 constexpr bool weight_types_in_order() {
@@ -142,29 +143,15 @@ result<std::size_t> weight_row_bytes(weight_type t, std::size_t cols) {
 /// The operation that multiplies by weights of type t (its name in
 /// messages, its number on the wire).
 op_kind weights_op(weight_type t) noexcept {
-  switch (t) {
-    case weight_type::f32: return op_kind::matmul_f32;
-    case weight_type::f16: return op_kind::matmul_f16;
-    case weight_type::q8_0: return op_kind::matmul_q8_0;
-    case weight_type::bf16: return op_kind::matmul_bf16;
-    case weight_type::q4_0: return op_kind::matmul_q4_0;
-    case weight_type::q4_1: return op_kind::matmul_q4_1;
-    case weight_type::q5_0: return op_kind::matmul_q5_0;
-    case weight_type::q5_1: return op_kind::matmul_q5_1;
-    case weight_type::q2_k: return op_kind::matmul_q2_k;
-    case weight_type::q3_k: return op_kind::matmul_q3_k;
-    case weight_type::q4_k: return op_kind::matmul_q4_k;
-    case weight_type::q5_k: return op_kind::matmul_q5_k;
-    case weight_type::q6_k: return op_kind::matmul_q6_k;
-  }
-  return op_kind::matmul_f32;
+  const auto* r = row_of(t);
+  return r ? r->op : op_kind::matmul_f32;
 }
 
 /// The weight type op_kind k multiplies by, or none for another operation.
 std::optional<weight_type> weights_of(op_kind k) noexcept {
-  for (weight_type t : all_weight_types)
-    if (weights_op(t) == k)
-      return t;
+  for (const auto& r : weight_types)
+    if (r.op == k)
+      return r.type;
   return std::nullopt;
 }
 
