@@ -6,8 +6,9 @@
 // layouts: backends/quant_formats.hpp) and multiplied in F32 with the
 // activations as they are (the CPU rounds activations to 8 bits for these
 // formats; a GPU does not need to). A workgroup owns R rows of W at a time
-// (grid-stride) and walks the m rows of A. Correctness first: every element
-// decodes its block's scales again (speed on a real GPU is later work).
+// (grid-stride) and walks the m rows of A; an invocation takes 32 elements
+// at a time, decoding a K-quant group's scale and minimum once (tuning for
+// real GPUs, shared memory and wider loads, is later work).
 
 layout(local_size_x = 64) in;
 
@@ -142,9 +143,60 @@ float dequant(uint b, uint e) {
   return 0.0;
 }
 
+// The dot product of 32 elements of a row, group g32 (0.. block_elems/32 -
+// 1) of the block at b, with activations a[x .. x + 31]: the group's
+// scales and minimums decoded once, its weights one by one.
+float dot32(uint b, uint g32, uint x) {
+  float s = 0.0;
+  if (p.type == T_BF16) {
+    for (uint i = 0u; i < 32u; ++i)
+      s += dequant(b + 2u * i, 0u) * a[x + i];
+    return s;
+  }
+  if (p.type == T_Q4_K || p.type == T_Q5_K) {
+    // Sub-block g32: chunk j = g32 / 2, low (even) or high (odd) nibbles.
+    uint j = g32 / 2u, hf = g32 % 2u;
+    float sc, mn;
+    scale_min_k4(g32, b + 4u, sc, mn);
+    float d = half_at(b) * sc, m = half_at(b + 2u) * mn;
+    bool five = p.type == T_Q5_K;
+    uint qs = b + (five ? 48u : 16u) + 32u * j;
+    for (uint l = 0u; l < 32u; ++l) {
+      uint q = byte_at(qs + l);
+      uint v = hf != 0u ? q >> 4u : q & 0xFu;
+      if (five)
+        v |= ((byte_at(b + 16u + l) >> g32) & 1u) << 4u;
+      s += (d * float(v) - m) * a[x + l];
+    }
+    return s;
+  }
+  if (p.type == T_Q6_K) {
+    // Elements 32 g32 .. +31: half n, quarter qt; two 16-element scales.
+    uint n = g32 / 4u, qt = g32 % 4u;
+    float d = half_at(b + 208u);
+    for (uint l = 0u; l < 32u; ++l) {
+      uint lb = byte_at(b + 64u * n + l + 32u * (qt & 1u));
+      uint lo = qt < 2u ? lb & 0xFu : lb >> 4u;
+      uint hi = (byte_at(b + 128u + 32u * n + l) >> (2u * qt)) & 3u;
+      int q = int(lo | (hi << 4u)) - 32;
+      int sc = int(byte_at(b + 192u + 8u * n + l / 16u + 2u * qt) << 24u) >> 24;
+      s += d * float(sc) * float(q) * a[x + l];
+    }
+    return s;
+  }
+  // The 32-element formats (a whole block) and Q2_K/Q3_K (16-element
+  // scales): element by element.
+  uint e0 = 32u * g32;
+  for (uint i = 0u; i < 32u; ++i)
+    s += dequant(b, e0 + i) * a[x + i];
+  return s;
+}
+
 void main() {
   uint tid = gl_LocalInvocationID.x;
   uint row_bytes = p.k / p.block_elems * p.block_bytes;
+  uint groups = p.k / 32u;
+  uint per_block = p.block_elems / 32u; // 0 for BF16 (one element a block)
   for (uint j0 = gl_WorkGroupID.x * R; j0 < p.n; j0 += gl_NumWorkGroups.x * R) {
     uint rows = min(R, p.n - j0);
     for (uint t = 0u; t < p.m; ++t) {
@@ -152,13 +204,21 @@ void main() {
       for (uint r = 0u; r < R; ++r)
         acc[r] = 0.0;
       uint xb = p.a_off + t * p.k;
-      for (uint i = tid; i < p.k; i += WG) {
-        float x = a[xb + i];
-        uint blk = p.w_off + j0 * row_bytes + (i / p.block_elems) * p.block_bytes;
-        uint e = i % p.block_elems;
+      for (uint g = tid; g < groups; g += WG) {
+        // BF16: 32 elements of 2 bytes; the others: group g % per_block of
+        // block g / per_block.
+        uint off = per_block == 0u ? 64u * g
+                                   : (g / per_block) * p.block_bytes;
+        uint g32 = per_block == 0u ? 0u : g % per_block;
         for (uint r = 0u; r < rows; ++r)
-          acc[r] += dequant(blk + r * row_bytes, e) * x;
+          acc[r] += dot32(p.w_off + (j0 + r) * row_bytes + off, g32,
+                          xb + 32u * g);
       }
+      // BF16 rows need not be a multiple of 32 long: the rest one by one.
+      for (uint i = 32u * groups + tid; i < p.k; i += WG)
+        for (uint r = 0u; r < rows; ++r)
+          acc[r] += dequant(p.w_off + (j0 + r) * row_bytes + 2u * i, 0u)
+                    * a[xb + i];
       for (uint r = 0u; r < R; ++r)
         red[r * WG + tid] = acc[r];
       barrier();
