@@ -8,6 +8,11 @@
 #include "backends/quant_repack.hpp"
 
 #include <cblas.h>
+#include <pthread.h>
+#include <sched.h>
+#if defined(_OPENMP)
+#  include <omp.h>
+#endif
 #include <cpuid.h>
 #include <immintrin.h>
 
@@ -1356,6 +1361,38 @@ result<attention_bytes> check_attention(const attention_dims& d) {
       || !mul_ok(last + kv_row, 4, kv))
     return overflow("attention");
   return attention_bytes{*q, kv};
+}
+
+int bind_threads(int threads) noexcept {
+#if defined(_OPENMP)
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (threads < 2
+      || pthread_getaffinity_np(pthread_self(), sizeof mask, &mask) != 0)
+    return 0;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mask))
+      cpus.push_back(c);
+  if (static_cast<std::size_t>(threads) > cpus.size())
+    return 0;
+  std::atomic<int> bound{0};
+#  pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    if (t < threads) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus[static_cast<std::size_t>(t)], &one);
+      if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0)
+        bound.fetch_add(1);
+    }
+  }
+  return bound.load();
+#else
+  (void)threads;
+  return 0;
+#endif
 }
 
 } // namespace exo::backend::host

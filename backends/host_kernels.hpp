@@ -92,6 +92,15 @@ void encode_row(weight_type t, const float* src, std::uint8_t* dst,
 /// tests and benchmarks can run the narrower paths on a wider CPU. Not for
 /// use while kernels run on other threads.
 enum class isa { scalar = 0, avx2 = 1, avx512 = 2 };
+
+/// Binds the `threads` threads of the kernels' OpenMP team (the caller is
+/// thread 0) each to its own CPU of the process's affinity mask, in order.
+/// Unbound, the team's second thread starts on its creator's CPU and a
+/// short batch could run at half speed on two cores (docs/benchmarks.md).
+/// For a process that owns its cores (exo-model): it pins the calling
+/// thread too. Returns how many threads were bound (0 without OpenMP, with
+/// fewer than 2 threads or more threads than CPUs).
+int bind_threads(int threads) noexcept;
 void limit_isa(isa widest) noexcept;
 
 /// The widest instruction set the kernels use now: what the CPU has (AVX2

@@ -36,6 +36,10 @@ void set_threads(int n) {
   openblas_set_num_threads(n_threads_);
 }
 
+int bind_threads() {
+  return host::bind_threads(n_threads_);
+}
+
 int threads() {
   return n_threads_;
 }

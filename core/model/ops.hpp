@@ -25,6 +25,11 @@ void set_threads(int n);
 /// Returns the thread count last set with set_threads (1 by default).
 int threads();
 
+/// Binds the kernels' threads (set_threads) each to its own CPU, the
+/// caller's thread included (backend::host::bind_threads): for a process
+/// that runs the engine alone (exo-model). Returns how many were bound.
+int bind_threads();
+
 /// The thread count of the llama.cpp whose attention bits to give (1 by
 /// default; host::attention): decode steps from position 256 on merge
 /// per-thread partial sums in llama.cpp when it runs on more than one

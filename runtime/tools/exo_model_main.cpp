@@ -237,6 +237,10 @@ int cmd_run(const arguments& a) {
                                              to_uint("threads", a["threads"], 4096))
                                          : 1;
   ops::set_threads(threads);
+  // One CPU per thread: exo-model runs the engine alone (unbound, the
+  // second thread may start on the first's CPU and a prompt take twice as
+  // long).
+  ops::bind_threads();
   // The bits of llama.cpp run with this many threads (its split-KV decode
   // from position 256); 1 by default, whatever --threads is.
   if (a.count("llama-threads")) {

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <sched.h>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -420,4 +421,37 @@ TEST_CASE("F32 and F16 products compute llama.cpp's vec_dot and tinyBLAS "
     }
   }
   host::limit_isa(host::isa::avx512);
+}
+
+TEST_CASE("bind_threads gives the kernels' threads one CPU each, the "
+          "caller's first") {
+  // ctest runs each case in its own process: the binding stays here.
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  REQUIRE(sched_getaffinity(0, sizeof mask, &mask) == 0);
+  const int cpus = CPU_COUNT(&mask);
+  int first = -1;
+  for (int c = 0; c < CPU_SETSIZE && first < 0; ++c)
+    if (CPU_ISSET(c, &mask))
+      first = c;
+  CHECK(host::bind_threads(1) == 0);    // nothing to spread
+  CHECK(host::bind_threads(cpus + 1) == 0); // more threads than CPUs
+  REQUIRE(cpus >= 2); // the project's machines have two cores or more
+  CHECK(host::bind_threads(2) == 2);
+  cpu_set_t now;
+  CPU_ZERO(&now);
+  REQUIRE(sched_getaffinity(0, sizeof now, &now) == 0);
+  CHECK(CPU_COUNT(&now) == 1);
+  CHECK(CPU_ISSET(first, &now));
+  // The kernels still give the same bits on the bound team.
+  std::vector<float> a(4 * 64, 0.5f), c1(4 * 8), c2(4 * 8);
+  std::vector<std::uint8_t> w(8 * 64 * 4);
+  for (std::size_t i = 0; i < w.size(); i += 4) {
+    const float v = 0.01f * static_cast<float>(i % 37);
+    std::memcpy(w.data() + i, &v, 4);
+  }
+  matmul_dims d{4, 8, 64, true};
+  host::matmul_weights(a.data(), w.data(), weight_type::f32, c1.data(), d, 1);
+  host::matmul_weights(a.data(), w.data(), weight_type::f32, c2.data(), d, 2);
+  CHECK(c1 == c2);
 }
