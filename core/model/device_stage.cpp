@@ -208,9 +208,9 @@ std::uint64_t logits_buffer_bytes(const llama_hparams& hp,
   return std::uint64_t{o.max_logit_rows} * hp.n_vocab * 4;
 }
 
-/// Whether every backend's kernels take matrices of type t as they are
-/// stored (f32, f16, q8_0); the host devices take every format, other
-/// devices get the rest dequantized to F16 on upload.
+/// Whether even a device without kernels for ggml's other formats takes
+/// matrices of type t as they are stored (f32, f16, q8_0: device_ops'
+/// default); such a device gets the rest dequantized to F16 on upload.
 bool every_device_runs(tensor_type t) {
   return t == tensor_type::f32 || t == tensor_type::f16
          || t == tensor_type::q8_0;
@@ -366,9 +366,10 @@ device_stage::upload_matrix(const ops::matrix_view& m) {
   if (!wt)
     return wt.err();
   if (!ops_.runs_weights(*wt)) {
-    // No kernel for this format on the device (Q4_0 ... Q6_K, BF16 on a
-    // GPU): the weights go up dequantized (ggml's to_float) and rounded to
-    // F16, and run as an F16 matrix. A copy, never adopted in place.
+    // No kernel for this format on the device (every backend of exo has
+    // them; a device_ops may say otherwise): the weights go up dequantized
+    // (ggml's to_float) and rounded to F16, and run as an F16 matrix. A
+    // copy, never adopted in place.
     out.kind = op_kind::matmul_f16;
     const std::size_t rb = row_bytes(m.type, m.cols);
     const std::size_t hb = row_bytes(tensor_type::f16, m.cols);
