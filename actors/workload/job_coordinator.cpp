@@ -96,6 +96,8 @@ struct running_job {
   std::string backup;
   std::vector<std::uint32_t> replicated;
   std::set<std::string> refused;
+  /// Replication ticks since the last message to the backup.
+  int quiet_ticks = 0;
 };
 
 /// A job this node backs up for the node that coordinates it (job_replica):
@@ -356,10 +358,42 @@ std::vector<std::uint32_t> stages_on(const std::vector<stage_place>& plan,
 /// How often the tokens of the running jobs go to their backups.
 constexpr auto replicate_period = std::chrono::milliseconds(100);
 
+/// Replication ticks without new tokens before a message goes anyway (a
+/// heartbeat, 1 s).
+constexpr int heartbeat_ticks = 10;
+
 /// How many jobs of other nodes one node backs up at most.
 constexpr std::size_t max_backups = 1024;
 
 void replicate_tick(self_ptr self);
+
+/// What a backup answers when the origin of a job it has taken over sends
+/// it progress again (the origin was frozen or cut off, declared dead, and
+/// came back): the origin ends its copy (replicate_tick).
+constexpr const char* taken_over_phrase = " was taken over by ";
+
+/// Whether `err` is a backup's answer that it runs the job now.
+bool taken_over(const caf::error& err) {
+  return err.category() == exo_error_category()
+         && err.code() == static_cast<std::uint8_t>(exo_errc::failed_state)
+         && error_message(err).find(taken_over_phrase) != std::string::npos;
+}
+
+/// Ends this node's copy of job `id`, which its backup took over while
+/// this node was unreachable: the job stops, its stages too.
+void end_taken_over(self_ptr self, std::uint64_t id, const std::string& why) {
+  auto& st = self->state;
+  auto it = st.running.find(id);
+  if (it == st.running.end())
+    return;
+  std::cout << "exo-node " << st.cfg.node << ": job " << id
+            << " ends here: " << why << std::endl;
+  it->second.backup.clear(); // no more progress, no replica to drop
+  if (auto run = it->second.run.lock())
+    end_run(self, run, why);
+  it->second.cancel_requested = true;
+  self->send(it->second.job, cancel_atom::value);
+}
 
 /// Chooses a node to back job `id` up — an alive member that is not this
 /// node, has not refused, preferably one without a stage of the job (it
@@ -448,12 +482,28 @@ void replicate_tick(self_ptr self) {
         rj.replicated[j] = static_cast<std::uint32_t>(t[j].size());
       }
     }
-    if (more)
+    // New tokens, or every heartbeat_ticks ticks a message without any: a
+    // backup that took the job over while this node was unreachable says
+    // so (a job stuck without tokens would never hear it otherwise).
+    if (more || ++rj.quiet_ticks >= heartbeat_ticks) {
+      rj.quiet_ticks = 0;
       self
         ->request(st.cfg.gate, 30s, service_atom::value, rj.backup,
                   std::string{"jobs"},
                   caf::make_message(replicate_atom::value, std::move(p)))
-        .then([](caf::ok_atom) {}, [](caf::error&) {});
+        .then([](caf::ok_atom) {},
+              [self, id = id, backup = rj.backup](caf::error& err) {
+                if (!taken_over(err))
+                  return;
+                auto it = self->state.running.find(id);
+                if (it == self->state.running.end()
+                    || it->second.backup != backup)
+                  return;
+                end_taken_over(self, id,
+                               error_message(err)
+                                 + " while this node was unreachable");
+              });
+    }
   }
   st.replicating = any;
   if (any)
@@ -682,7 +732,11 @@ void start_stages(self_ptr self, const run_ptr& run) {
                                   return !r || r->ended || r->pending == 0;
                                 }),
                  starting.end());
-  starting.push_back(run);
+  if (std::none_of(starting.begin(), starting.end(),
+                   [&](const std::weak_ptr<job_run>& w) {
+                     return w.lock() == run;
+                   }))
+    starting.push_back(run);
   for (std::uint32_t i = 0; i < k; ++i) {
     auto& p = run->plan[i];
     shard_spec spec;
@@ -1181,6 +1235,10 @@ caf::error start_run(self_ptr self, job_request req, job_sink sink,
     place_locally(self, run);
     return {};
   }
+  // A job taken over is findable (attach) while it is placed: its backup
+  // entry is gone already, and a client whose node died re-attaches now.
+  if (from)
+    st.starting.push_back(run);
   self
     ->request(st.cfg.gate, 10s, console_atom::value, std::string{"nodes"},
               std::string{})
@@ -1649,11 +1707,24 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
 }
 
 /// More tokens of a job this node backs up, or its end.
-void on_progress(self_ptr self, job_progress& p) {
+caf::result<caf::ok_atom> on_progress(self_ptr self, job_progress& p) {
   auto& st = self->state;
-  auto it = st.backups.find(p.origin + ":" + std::to_string(p.job));
-  if (it == st.backups.end())
-    return;
+  const auto key = p.origin + ":" + std::to_string(p.job);
+  auto it = st.backups.find(key);
+  if (it == st.backups.end()) {
+    // A job this node took over (running here, or among the ends of its
+    // last runs) whose origin speaks again: it must stop its copy.
+    if (!p.ended && p.origin != st.cfg.node) {
+      bool here = std::any_of(st.running.begin(), st.running.end(),
+                              [&](const auto& r) { return r.second.key == key; })
+                  || std::any_of(st.ended.begin(), st.ended.end(),
+                                 [&](const auto& e) { return e.key == key; });
+      if (here)
+        return fail(exo_errc::failed_state,
+                    "job " + key + taken_over_phrase + st.cfg.node);
+    }
+    return caf::ok_atom::value;
+  }
   auto& b = it->second;
   if (p.ended) {
     // It ended on its node: the clients attached here get its end from
@@ -1672,7 +1743,7 @@ void on_progress(self_ptr self, job_progress& p) {
                                  + render(self, err)));
               });
     st.backups.erase(it);
-    return;
+    return caf::ok_atom::value;
   }
   auto& tokens = b.replica.tokens;
   auto n = std::min({p.have.size(), p.more.size(), tokens.size()});
@@ -1685,6 +1756,7 @@ void on_progress(self_ptr self, job_progress& p) {
     tokens[j].insert(tokens[j].end(), p.more[j].begin(), p.more[j].end());
     b.last_token = std::chrono::steady_clock::now();
   }
+  return caf::ok_atom::value;
 }
 
 /// The node that coordinated the job `key` this node backs up is gone:
@@ -1754,6 +1826,14 @@ bool attach_here(self_ptr self, const std::string& key,
         run->attached.push_back(rp);
         return true;
       }
+  for (auto& w : st.starting) // not running yet (a job being taken over)
+    if (auto run = w.lock(); run && !run->ended && !run->key.empty()
+                             && (key == run->key
+                                 || (!run->job.request.name.empty()
+                                     && key == run->job.request.name))) {
+      run->attached.push_back(rp);
+      return true;
+    }
   for (auto& [k, b] : st.backups)
     if (key == k
         || (!b.replica.request.name.empty() && key == b.replica.request.name)) {
@@ -1863,9 +1943,8 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
     [self](replicate_atom, job_replica& r) -> caf::result<caf::ok_atom> {
       return on_replica(self, r);
     },
-    [self](replicate_atom, job_progress& p) {
-      on_progress(self, p);
-      return caf::ok_atom::value;
+    [self](replicate_atom, job_progress& p) -> caf::result<caf::ok_atom> {
+      return on_progress(self, p);
     },
     [self](attach_atom, std::string& key) -> caf::result<console_reply> {
       // From another node's `attach`: this node's own jobs only.

@@ -878,3 +878,67 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
   CHECK(none.code != 0);
   CHECK(contains(none.err, "no job nosuchjob on"));
 }
+
+TEST_CASE("a coordinating node that froze and comes back after its backup "
+          "took its job over ends its own copy",
+          "[workload][process]") {
+  pki p{"exo-coord-freeze"};
+  auto model = long_model(p);
+  p.node("coord");
+  p.node("peer");
+  p.node("spare");
+  auto shared = [&](const std::string& name,
+                    std::vector<std::uint16_t> seeds) {
+    node_options o{name};
+    o.seeds = std::move(seeds);
+    o.failure_timeout_ms = 3000;
+    o.state_dir = p.dir + "/" + name + "/state";
+    o.extra = R"(, "safety": {"access_key_file": ")" + p.dir
+              + R"(/access.key"})";
+    return start_node(p, o);
+  };
+  auto a = shared("coord", {});
+  auto b = shared("peer", {a.port});
+  auto c = shared("spare", {a.port});
+  REQUIRE(eventually(
+    p, a.port, "nodes",
+    [](const std::string& out) {
+      return contains(out, "\"peer\"") && contains(out, "\"spare\"")
+             && !contains(out, "\"status\": \"dead\"");
+    },
+    30s));
+  auto job = "run --model " + model
+             + " --prompt \"once upon a time\" -n 3000 --seed 2 "
+               "--temperature 0";
+  process runner{
+    background_console(p, a.port, job + " --stages 2 --id story")};
+  REQUIRE(a.proc->wait_for_output("job 1 started", 120s));
+  auto backup = job_backup(p, a.port, "story", 60s);
+  REQUIRE(!backup.empty());
+  auto& keeper = backup == "spare" ? c : b;
+  REQUIRE(eventually(
+    p, keeper.port, "jobs",
+    [](const std::string& out) {
+      return contains(out, "\"job\": \"coord:1\"")
+             && contains(out, "\"ready\": true");
+    },
+    60s));
+  std::this_thread::sleep_for(300ms); // tokens flow and are replicated
+  // Frozen: declared dead, its job taken over by the backup.
+  a.proc->signal(SIGSTOP);
+  REQUIRE(keeper.proc->wait_for_output("taking job coord:1 over", 60s));
+  // Back: its copy of the job hears from the backup and ends.
+  a.proc->signal(SIGCONT);
+  INFO(a.proc->out());
+  CHECK(a.proc->wait_for_output(
+    "job 1 ends here: job coord:1 was taken over by " + backup
+      + " while this node was unreachable",
+    60s));
+  // The client, re-attached through another node, gets the whole run.
+  auto code = runner.wait(180s);
+  INFO(runner.out() << runner.err());
+  INFO("backup " << backup << ": " << keeper.proc->out());
+  CHECK(code == 0);
+  CHECK(contains(runner.out(), "attached to job coord:1"));
+  CHECK(!line_after(runner.out(), "text: ").empty());
+}
