@@ -11,6 +11,7 @@
 ///   gate_console.cpp  console commands and inspection (checked against
 ///                     the access policy)
 
+#include "core/text/line.hpp"
 #include "actors/cluster/gate_actor.hpp"
 #include "actors/cluster/member_table.hpp"
 #include "core/audit/event.hpp"
@@ -87,7 +88,7 @@ struct gate_state {
   std::string last_refusal;
 
   void log(const std::string& line) const {
-    std::cout << "exo-node " << cfg.name << ": " << line << std::endl;
+    exo::text::line(std::cout) << "exo-node " << cfg.name << ": " << line << std::endl;
   }
 };
 

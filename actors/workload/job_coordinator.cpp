@@ -1,4 +1,5 @@
 #include "actors/workload/job_coordinator.hpp"
+#include "core/text/line.hpp"
 
 #include "core/text/json.hpp"
 #include "core/text/number.hpp"
@@ -386,7 +387,7 @@ void end_taken_over(self_ptr self, std::uint64_t id, const std::string& why) {
   auto it = st.running.find(id);
   if (it == st.running.end())
     return;
-  std::cout << "exo-node " << st.cfg.node << ": job " << id
+  exo::text::line(std::cout) << "exo-node " << st.cfg.node << ": job " << id
             << " ends here: " << why << std::endl;
   it->second.backup.clear(); // no more progress, no replica to drop
   if (auto run = it->second.run.lock())
@@ -446,7 +447,7 @@ void choose_backup(self_ptr self, std::uint64_t id) {
             auto it = st.running.find(id);
             if (it == st.running.end() || it->second.backup != pick)
               return;
-            std::cerr << "exo-node " << st.cfg.node << ": job " << id
+            exo::text::line(std::cerr) << "exo-node " << st.cfg.node << ": job " << id
                       << " is not backed up on " << pick << ": "
                       << render(self, err) << std::endl;
             it->second.refused.insert(pick);
@@ -668,7 +669,7 @@ void stages_linked(self_ptr self, const run_ptr& run) {
              {"lost", run->lost_why}},
             audit::severity::warning);
   // The node's log says it for every job (a gateway's too).
-  std::cout << "exo-node " << st.cfg.node << ": job " << run->id
+  exo::text::line(std::cout) << "exo-node " << st.cfg.node << ": job " << run->id
             << " re-placed after " << run->lost_why << ": now on " << stages
             << std::endl;
   auto rp = std::move(*run->recovery);
@@ -1771,7 +1772,7 @@ void take_over(self_ptr self, const std::string& key, const std::string& why) {
   st.backups.erase(it);
   auto& node = st.cfg.node;
   if (b.path.empty()) {
-    std::cerr << "exo-node " << node << ": cannot take job " << key
+    exo::text::line(std::cerr) << "exo-node " << node << ": cannot take job " << key
               << " over: its model had not arrived here yet" << std::endl;
     for (auto& a : b.attached)
       a.deliver(fail(exo_errc::failed_state,
@@ -1783,7 +1784,7 @@ void take_over(self_ptr self, const std::string& key, const std::string& why) {
   std::uint64_t have = 0;
   for (auto& t : b.replica.tokens)
     have += t.size();
-  std::cout << "exo-node " << node << ": taking job " << key << " over ("
+  exo::text::line(std::cout) << "exo-node " << node << ": taking job " << key << " over ("
             << why << "): " << have << " tokens replicated" << std::endl;
   takeover from;
   from.key = key;
@@ -1798,18 +1799,18 @@ void take_over(self_ptr self, const std::string& key, const std::string& why) {
   req.model = b.path;
   job_sink sink;
   sink.placed = [node, key](const job_placed& e) {
-    std::cout << "exo-node " << node << ": job " << key << " placed:\n"
+    exo::text::line(std::cout) << "exo-node " << node << ": job " << key << " placed:\n"
               << e.text << std::flush;
   };
   sink.done = [node, key](caf::expected<job_report> r) {
-    std::cout << "exo-node " << node << ": job " << key << " (taken over) "
+    exo::text::line(std::cout) << "exo-node " << node << ": job " << key << " (taken over) "
               << (r ? (r->cancelled ? "cancelled" : "finished")
                     : "failed: " + error_message(r.error()))
               << std::endl;
   };
   if (auto err = start_run(self, std::move(req), std::move(sink),
                            std::move(from)))
-    std::cerr << "exo-node " << node << ": cannot take job " << key
+    exo::text::line(std::cerr) << "exo-node " << node << ": cannot take job " << key
               << " over: " << error_message(err) << std::endl;
 }
 
@@ -1934,7 +1935,7 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
               self->state.alive.insert(m.name);
         },
             [self](caf::error& err) {
-              std::cerr << "exo-node " << self->state.cfg.node
+              exo::text::line(std::cerr) << "exo-node " << self->state.cfg.node
                         << ": the job coordinator gets no member events: "
                         << render(self, err) << std::endl;
             });

@@ -10,6 +10,7 @@
 //                                     verify audit logs
 //   exo-node --version | --help
 
+#include "core/text/line.hpp"
 #include "core/audit/audit_command.hpp"
 #include "core/cli/program.hpp"
 #include "core/placement/plan_command.hpp"
@@ -63,7 +64,7 @@ void stop_within_bounds(exo::runtime& rt, const std::string& name) {
       cv.wait_for(lock, std::chrono::milliseconds(50));
     if (done || cv.wait_for(lock, release_deadline, [&] { return done; }))
       return;
-    std::cout << "exo-node " << name << ": the actor system is still being "
+    exo::text::line(std::cout) << "exo-node " << name << ": the actor system is still being "
               << "released " << release_deadline.count()
               << " s after every actor stopped (a detached actor that ended "
                  "is still referenced); state is saved, exiting now"
@@ -167,7 +168,7 @@ options parse_args(int argc, char** argv) {
                                   "exo-node: "))
     std::exit(*code);
   if (version) {
-    std::cout << "exo-node " << EXO_VERSION << "\n";
+    exo::text::line(std::cout) << "exo-node " << EXO_VERSION << "\n";
     std::exit(0);
   }
   if (o.json && !o.devices)
@@ -205,7 +206,7 @@ int run_node(const exo::config::node_config& cfg,
   }
   auto ready_ms
     = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-  std::cout << "exo-node " << cfg.node.name << " (config: " << cfg.source
+  exo::text::line(std::cout) << "exo-node " << cfg.node.name << " (config: " << cfg.source
             << ", state: " << cfg.node.state_dir << ")\n"
             << exo::discovery::format_table(rt.discovery());
   if (!rt.tls_note().empty())
@@ -215,7 +216,7 @@ int run_node(const exo::config::node_config& cfg,
                  "claim is not in force (CAF's binary_deserializer is not "
                  "interposed; see messages/sequence_bound.hpp): a peer's "
                  "message can make this node allocate up to 4 GiB\n";
-  std::cout << "exo-node " << cfg.node.name << " listening on "
+  exo::text::line(std::cout) << "exo-node " << cfg.node.name << " listening on "
             << cfg.network.listen << ":" << rt.port() << " (TLS)\n";
   std::unique_ptr<exo::gateway_service> gateway;
   if (cfg.gateway.enabled()) {
@@ -230,7 +231,7 @@ int run_node(const exo::config::node_config& cfg,
     for (auto& id : gateway->model_ids())
       ids += (ids.empty() ? "" : ", ") + id;
     auto& g = cfg.gateway;
-    std::cout << "exo-node " << cfg.node.name << " serving " << ids << " on "
+    exo::text::line(std::cout) << "exo-node " << cfg.node.name << " serving " << ids << " on "
               << (g.https ? "https://" : "http://") << g.host << ":"
               << gateway->port() << "/v1 (OpenAI API, "
               << (g.auth == exo::config::gateway_auth::none
@@ -240,17 +241,17 @@ int run_node(const exo::config::node_config& cfg,
                         : "exo access tokens")
               << (g.https ? ", the cluster CA's certificate" : "") << ")\n";
   }
-  std::cout << "exo-node " << cfg.node.name << " ready in " << std::fixed
+  exo::text::line(std::cout) << "exo-node " << cfg.node.name << " ready in " << std::fixed
             << std::setprecision(1) << ready_ms << " ms" << std::endl;
   int sig = wait_for_signal();
-  std::cout << "exo-node " << cfg.node.name << ": "
+  exo::text::line(std::cout) << "exo-node " << cfg.node.name << ": "
             << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ", shutting down"
             << std::endl;
   if (gateway)
     gateway->stop(); // closes the streams: their jobs are cancelled
   gateway.reset();
   stop_within_bounds(rt, cfg.node.name);
-  std::cout << "exo-node " << cfg.node.name << " stopped" << std::endl;
+  exo::text::line(std::cout) << "exo-node " << cfg.node.name << " stopped" << std::endl;
   return 0;
 }
 
