@@ -1622,47 +1622,9 @@ EXO_AVX2 float dot_q5_k_avx2(std::size_t nb, const block_q5_k* x,
   return hsum8_avx2(acc) + summs;
 }
 
-EXO_AVX2 float dot_q6_k_avx2(std::size_t nb, const block_q6_k* x,
-                             const block_q8_k* y) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0xF);
-  const __m256i m3 = _mm256_set1_epi8(3);
-  for (std::size_t i = 0; i < nb; ++i) {
-    const float d = y[i].d * h2f_avx2(x[i].d);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
-    __m256i sumi = _mm256_setzero_si256();
-    const std::int8_t* q8 = y[i].qs;
-    for (int h = 0; h < 2; ++h) {
-      const __m256i half = half_of(sc16, h);
-      const __m256i l0 = load32(x[i].ql + 64 * h);
-      const __m256i l1 = load32(x[i].ql + 64 * h + 32);
-      const __m256i hb = load32(x[i].qh + 32 * h);
-      for (int k = 0; k < 4; ++k, q8 += 32) {
-        const __m256i lbits = (k & 1) ? l1 : l0;
-        const __m256i lo =
-            k < 2 ? _mm256_and_si256(lbits, m4)
-                  : _mm256_and_si256(_mm256_srli_epi16(lbits, 4), m4);
-        const __m256i hi = _mm256_slli_epi16(
-            _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3), 4);
-        const __m256i p =
-            _mm256_maddubs_epi16(_mm256_or_si256(lo, hi), load32(q8));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pair_of(half, k), p));
-      }
-    }
-    // ggml takes the offset of 32 off per pair of groups, through the
-    // group sums of the activations.
-    sumi = _mm256_sub_epi32(
-        sumi,
-        _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(y[i].bsums)), 5));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-  }
-  return hsum8_avx2(acc);
-}
-
-/// dot_q6_k_avx2 of one row against NT rows of activations at once (each
-/// token's sums in the same order, so the same bits): the weights are
-/// unpacked once per group of 32 for all NT tokens.
+/// One Q6_K row against NT rows of activations at once, each token summed
+/// exactly as ggml's vec_dot_q6_K_q8_K sums it (the same bits): the
+/// weights are unpacked once per group of 32 for all NT tokens.
 template <int NT>
 EXO_AVX2 void dot_q6_k_avx2_tokens(std::size_t nb, const block_q6_k* x,
                                    const block_q8_k* const* y, float* out) {
@@ -1722,6 +1684,13 @@ void dot_q6_k_tokens(std::size_t nb, const block_q6_k* x,
   case 3: dot_q6_k_avx2_tokens<3>(nb, x, y, out); return;
   default: dot_q6_k_avx2_tokens<4>(nb, x, y, out); return;
   }
+}
+
+EXO_AVX2 float dot_q6_k_avx2(std::size_t nb, const block_q6_k* x,
+                             const block_q8_k* y) {
+  float out;
+  dot_q6_k_avx2_tokens<1>(nb, x, &y, &out);
+  return out;
 }
 
 #undef EXO_AVX2

@@ -79,65 +79,6 @@ float dot_row(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
 
 
 #ifdef EXO_REPACK_X86
-/// dot_row with AVX2: the integer sums (exact, so in any order) in
-/// vectors, one horizontal sum per super-block; the float part as above,
-/// with the FMA instruction std::fma stands for.
-__attribute__((target("avx2,fma,f16c"))) float
-dot_row_avx2(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  float acc = 0.0f, accm = 0.0f;
-  for (std::size_t b = 0; b < nb; ++b) {
-    const block_q4_k& w = x[b];
-    const block_q8_k& a = y[b];
-    // The 6-bit scales and minimums unpacked four at a time (the bytes
-    // scale_min gives: sc[j] = bytes 0-7, mn[j] = bytes 8-15 of u).
-    std::uint32_t u[4];
-    std::memcpy(u, w.scales, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    const std::uint32_t aux = u[1] & 0x3f3f3f3fu;
-    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    u[2] = aux;
-    u[0] &= 0x3f3f3f3fu;
-    std::uint8_t sm[16];
-    std::memcpy(sm, u, 16);
-    const std::uint8_t* sc = sm;
-    const std::uint8_t* mn = sm + 8;
-    __m256i isum = _mm256_setzero_si256();
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q4 = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(w.qs + 32 * c));
-      const __m256i ql = _mm256_and_si256(q4, m4);
-      const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-      const __m256i y0 = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(a.qs + 64 * c));
-      const __m256i y1 = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(a.qs + 64 * c + 32));
-      // u8 x s8 pairs: at most 2 * 15 * 128, no saturation; the scale
-      // (< 64) multiplies the int16 pair sums in the same madd: exact.
-      const __m256i lo = _mm256_madd_epi16(
-        _mm256_maddubs_epi16(ql, y0),
-        _mm256_set1_epi16(static_cast<short>(sc[2 * c])));
-      const __m256i hi = _mm256_madd_epi16(
-        _mm256_maddubs_epi16(qh, y1),
-        _mm256_set1_epi16(static_cast<short>(sc[2 * c + 1])));
-      isum = _mm256_add_epi32(isum, _mm256_add_epi32(lo, hi));
-    }
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(isum),
-                               _mm256_extracti128_si256(isum, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-    const std::int32_t is = _mm_cvtsi128_si32(s4);
-    std::int32_t imin = 0;
-    for (int j = 0; j < 8; ++j)
-      imin += mn[j] * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
-    const float d = _cvtsh_ss(w.d) * a.d;
-    const float dm = _cvtsh_ss(w.dmin) * a.d;
-    acc = std::fma(static_cast<float>(is), d, acc);
-    accm = std::fma(static_cast<float>(imin), dm, accm);
-  }
-  return acc - accm;
-}
-
 /// Q4_K's 12 scale bytes as int16 lanes: the 8 scales (lanes 0-7) and the
 /// 8 minimums (lanes 8-15), the 6-bit fields unpacked (get_scale_min_k4).
 __attribute__((target("avx2,fma,f16c"))) inline __m256i
@@ -340,20 +281,12 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
       return;
     }
 #endif
-    for (std::size_t t = 0; t < m; ++t) {
-      const block_q8_k* act = q.data() + t * nb;
-      for (std::size_t i = 0; i < n; ++i) {
-        const block_q4_k* row = blocks + (r0 + i) * nb;
-        float v;
-#ifdef EXO_REPACK_X86
-        if (simd)
-          v = dot_row_avx2(row, act, nb);
-        else
-#endif
-          v = dot_row(row, act, nb);
-        out[t * rows + r0 + i] = v;
-      }
-    }
+    // The portable sums: no SIMD, or a rest of fewer than 8 rows (the host
+    // kernels send only multiples of 8 here, as llama.cpp repacks them).
+    for (std::size_t t = 0; t < m; ++t)
+      for (std::size_t i = 0; i < n; ++i)
+        out[t * rows + r0 + i] =
+          dot_row(blocks + (r0 + i) * nb, q.data() + t * nb, nb);
   });
   return true;
 }

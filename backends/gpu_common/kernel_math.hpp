@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backends/quant_formats.hpp" // the GGUF type ids
+
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #  define EXO_HD __host__ __device__
 #else
@@ -169,20 +171,6 @@ EXO_HD inline float q8_block_dot(const std::uint8_t* w, float dx,
   return static_cast<float>(acc) * half_to_float(dw) * dx;
 }
 
-/// GGUF type ids of the formats dequant_element decodes.
-enum class ggml_id : std::uint32_t {
-  q4_0 = 2,
-  q4_1 = 3,
-  q5_0 = 6,
-  q5_1 = 7,
-  q2_k = 10,
-  q3_k = 11,
-  q4_k = 12,
-  q5_k = 13,
-  q6_k = 14,
-  bf16 = 30,
-};
-
 /// A little-endian half at p (any alignment).
 EXO_HD inline float half_at(const std::uint8_t* p) {
   return half_to_float(static_cast<std::uint16_t>(p[0] | (p[1] << 8)));
@@ -207,23 +195,23 @@ EXO_HD inline void scale_min_k4(unsigned j, const std::uint8_t* s, float& sc,
 /// Vulkan's matvec_quant.comp decodes the same way. 0 for another type.
 EXO_HD inline float dequant_element(std::uint32_t type, const std::uint8_t* b,
                                     unsigned e) {
-  switch (static_cast<ggml_id>(type)) {
-  case ggml_id::bf16: {
+  switch (static_cast<quant::ggml_type>(type)) {
+  case quant::ggml_type::bf16: {
     std::uint32_t u = static_cast<std::uint32_t>(b[0] | (b[1] << 8)) << 16;
     float f;
     memcpy(&f, &u, 4);
     return f;
   }
-  case ggml_id::q4_0:
-  case ggml_id::q4_1: {
-    const bool one = static_cast<ggml_id>(type) == ggml_id::q4_1;
+  case quant::ggml_type::q4_0:
+  case quant::ggml_type::q4_1: {
+    const bool one = static_cast<quant::ggml_type>(type) == quant::ggml_type::q4_1;
     const unsigned q = b[(one ? 4 : 2) + e % 16];
     const float v = static_cast<float>(e < 16 ? q & 0xF : q >> 4);
     return one ? half_at(b) * v + half_at(b + 2) : half_at(b) * (v - 8.0f);
   }
-  case ggml_id::q5_0:
-  case ggml_id::q5_1: {
-    const bool one = static_cast<ggml_id>(type) == ggml_id::q5_1;
+  case quant::ggml_type::q5_0:
+  case quant::ggml_type::q5_1: {
+    const bool one = static_cast<quant::ggml_type>(type) == quant::ggml_type::q5_1;
     const std::uint8_t* h = b + (one ? 4 : 2);
     const std::uint32_t qh = static_cast<std::uint32_t>(h[0])
                              | (static_cast<std::uint32_t>(h[1]) << 8)
@@ -234,12 +222,12 @@ EXO_HD inline float dequant_element(std::uint32_t type, const std::uint8_t* b,
     return one ? half_at(b) * static_cast<float>(v) + half_at(b + 2)
                : half_at(b) * (static_cast<float>(v) - 16.0f);
   }
-  case ggml_id::q2_k:
-  case ggml_id::q3_k: {
+  case quant::ggml_type::q2_k:
+  case quant::ggml_type::q3_k: {
     const unsigned n = e / 128, r = e % 128, j = r / 32, hf = (r % 32) / 16,
                    l = r % 16;
     const unsigned is = 8 * n + 2 * j + hf;
-    if (static_cast<ggml_id>(type) == ggml_id::q2_k) {
+    if (static_cast<quant::ggml_type>(type) == quant::ggml_type::q2_k) {
       // scales[16] qs[64] d dmin
       const unsigned sc = b[is];
       const unsigned q = (b[16 + 32 * n + 16 * hf + l] >> (2 * j)) & 3;
@@ -258,11 +246,11 @@ EXO_HD inline float dequant_element(std::uint32_t type, const std::uint8_t* b,
     const int v = static_cast<int>(q) - (hm != 0 ? 0 : 4);
     return half_at(b + 108) * static_cast<float>(sc) * static_cast<float>(v);
   }
-  case ggml_id::q4_k:
-  case ggml_id::q5_k: {
+  case quant::ggml_type::q4_k:
+  case quant::ggml_type::q5_k: {
     // d dmin scales[12] [qh[32]] qs[128]: 64-element chunks j, low nibbles
     // (sub-block 2j) then high nibbles (2j + 1).
-    const bool five = static_cast<ggml_id>(type) == ggml_id::q5_k;
+    const bool five = static_cast<quant::ggml_type>(type) == quant::ggml_type::q5_k;
     const unsigned j = e / 64, hf = (e % 64) / 32, l = e % 32;
     float sc, mn;
     scale_min_k4(2 * j + hf, b + 4, sc, mn);
@@ -272,7 +260,7 @@ EXO_HD inline float dequant_element(std::uint32_t type, const std::uint8_t* b,
       v |= ((b[16 + l] >> (2 * j + hf)) & 1u) << 4;
     return half_at(b) * sc * static_cast<float>(v) - half_at(b + 2) * mn;
   }
-  case ggml_id::q6_k: {
+  case quant::ggml_type::q6_k: {
     // ql[128] qh[64] scales[16] (int8) d
     const unsigned n = e / 128, r = e % 128, qt = r / 32, l = r % 32;
     const unsigned lb = b[64 * n + l + 32 * (qt & 1)];
@@ -282,6 +270,8 @@ EXO_HD inline float dequant_element(std::uint32_t type, const std::uint8_t* b,
     const int sc = static_cast<std::int8_t>(b[192 + 8 * n + l / 16 + 2 * qt]);
     return half_at(b + 208) * static_cast<float>(sc) * static_cast<float>(q);
   }
+  default: // f32, f16, q8_0 have kernels of their own; q8_1/q8_k no weights
+    break;
   }
   return 0.0f;
 }

@@ -109,6 +109,38 @@ std::vector<std::string> long_run(const pki& p, const node_proc& g,
                                 "--stages 1");
 }
 
+/// A node of a cluster with one access key (a token is good on every
+/// node, so a console re-attaching through another node carries the same
+/// token), failure timeout 3 s.
+node_proc shared_key_node(const pki& p, const std::string& name,
+                          std::vector<std::uint16_t> seeds) {
+  node_options o{name};
+  o.seeds = std::move(seeds);
+  o.failure_timeout_ms = 3000;
+  o.state_dir = p.dir + "/" + name + "/state";
+  o.extra = R"(, "safety": {"access_key_file": ")" + p.dir
+            + R"(/access.key"})";
+  return start_node(p, o);
+}
+
+/// Waits until the node on `port` sees peer and spare alive.
+bool sees_peer_and_spare(const pki& p, std::uint16_t port) {
+  return eventually(
+    p, port, "nodes",
+    [](const std::string& out) {
+      return contains(out, "\"peer\"") && contains(out, "\"spare\"")
+             && !contains(out, "\"status\": \"dead\"");
+    },
+    30s);
+}
+
+/// A 3000-token greedy run of `model` (on long_model's file it never
+/// samples end-of-sequence).
+std::string story_job(const std::string& model) {
+  return "run --model " + model
+         + " --prompt \"once upon a time\" -n 3000 --seed 2 --temperature 0";
+}
+
 /// Nodes "coord" and `name` (seeded from coord), once coord sees `name`
 /// and no node dead.
 std::pair<node_proc, node_proc> coord_and(pki& p, const std::string& name) {
@@ -791,35 +823,15 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
   p.node("coord");
   p.node("peer");
   p.node("spare");
-  // One access key for the cluster: a token is good on every node, so the
-  // console's re-attach through another node carries the same token.
-  auto shared = [&](const std::string& name,
-                    std::vector<std::uint16_t> seeds) {
-    node_options o{name};
-    o.seeds = std::move(seeds);
-    o.failure_timeout_ms = 3000;
-    o.state_dir = p.dir + "/" + name + "/state";
-    o.extra = R"(, "safety": {"access_key_file": ")" + p.dir
-              + R"(/access.key"})";
-    return start_node(p, o);
-  };
-  auto a = shared("coord", {});
-  auto job = "run --model " + model
-             + " --prompt \"once upon a time\" -n 3000 --seed 2 "
-               "--temperature 0";
+  auto a = shared_key_node(p, "coord", {});
+  auto job = story_job(model);
   auto solo = console(p, a.port, job + " --stages 1");
   INFO(solo.out << solo.err);
   REQUIRE(solo.code == 0);
   auto reference = line_after(solo.out, "text: ");
-  auto b = shared("peer", {a.port});
-  auto c = shared("spare", {a.port});
-  REQUIRE(eventually(
-    p, a.port, "nodes",
-    [](const std::string& out) {
-      return contains(out, "\"peer\"") && contains(out, "\"spare\"")
-             && !contains(out, "\"status\": \"dead\"");
-    },
-    30s));
+  auto b = shared_key_node(p, "peer", {a.port});
+  auto c = shared_key_node(p, "spare", {a.port});
+  REQUIRE(sees_peer_and_spare(p, a.port));
   // Stages on coord and peer; the backup is another node (spare, unless
   // it looked unwell when the job started).
   process runner{
@@ -887,29 +899,11 @@ TEST_CASE("a coordinating node that froze and comes back after its backup "
   p.node("coord");
   p.node("peer");
   p.node("spare");
-  auto shared = [&](const std::string& name,
-                    std::vector<std::uint16_t> seeds) {
-    node_options o{name};
-    o.seeds = std::move(seeds);
-    o.failure_timeout_ms = 3000;
-    o.state_dir = p.dir + "/" + name + "/state";
-    o.extra = R"(, "safety": {"access_key_file": ")" + p.dir
-              + R"(/access.key"})";
-    return start_node(p, o);
-  };
-  auto a = shared("coord", {});
-  auto b = shared("peer", {a.port});
-  auto c = shared("spare", {a.port});
-  REQUIRE(eventually(
-    p, a.port, "nodes",
-    [](const std::string& out) {
-      return contains(out, "\"peer\"") && contains(out, "\"spare\"")
-             && !contains(out, "\"status\": \"dead\"");
-    },
-    30s));
-  auto job = "run --model " + model
-             + " --prompt \"once upon a time\" -n 3000 --seed 2 "
-               "--temperature 0";
+  auto a = shared_key_node(p, "coord", {});
+  auto b = shared_key_node(p, "peer", {a.port});
+  auto c = shared_key_node(p, "spare", {a.port});
+  REQUIRE(sees_peer_and_spare(p, a.port));
+  auto job = story_job(model);
   process runner{
     background_console(p, a.port, job + " --stages 2 --id story")};
   REQUIRE(a.proc->wait_for_output("job 1 started", 120s));
