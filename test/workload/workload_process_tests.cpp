@@ -134,6 +134,18 @@ bool sees_peer_and_spare(const pki& p, std::uint16_t port) {
     30s);
 }
 
+/// Waits until the node on `port` holds a backup that `fragment` (of its
+/// `jobs` JSON) names, with the whole model ("ready").
+bool holds_ready_backup(const pki& p, std::uint16_t port,
+                        const std::string& fragment) {
+  return eventually(
+    p, port, "jobs",
+    [&](const std::string& out) {
+      return contains(out, fragment) && contains(out, "\"ready\": true");
+    },
+    60s);
+}
+
 /// A 3000-token greedy run of `model` (on long_model's file it never
 /// samples end-of-sequence).
 std::string story_job(const std::string& model) {
@@ -840,13 +852,8 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
   auto backup = job_backup(p, a.port, "story", 60s);
   REQUIRE(!backup.empty());
   auto& keeper = backup == "spare" ? c : b;
-  REQUIRE(eventually(
-    p, keeper.port, "jobs",
-    [](const std::string& out) {
-      return contains(out, "\"job\": \"coord:2\", \"name\": \"story\"")
-             && contains(out, "\"ready\": true");
-    },
-    60s));
+  REQUIRE(holds_ready_backup(p, keeper.port,
+                             "\"job\": \"coord:2\", \"name\": \"story\""));
   std::this_thread::sleep_for(300ms); // tokens flow and are replicated
   auto replicated = console(p, keeper.port, "jobs");
   a.proc->signal(SIGKILL);
@@ -910,13 +917,7 @@ TEST_CASE("a coordinating node that froze and comes back after its backup "
   auto backup = job_backup(p, a.port, "story", 60s);
   REQUIRE(!backup.empty());
   auto& keeper = backup == "spare" ? c : b;
-  REQUIRE(eventually(
-    p, keeper.port, "jobs",
-    [](const std::string& out) {
-      return contains(out, "\"job\": \"coord:1\"")
-             && contains(out, "\"ready\": true");
-    },
-    60s));
+  REQUIRE(holds_ready_backup(p, keeper.port, "\"job\": \"coord:1\""));
   std::this_thread::sleep_for(300ms); // tokens flow and are replicated
   // Frozen: declared dead, its job taken over by the backup.
   a.proc->signal(SIGSTOP);
