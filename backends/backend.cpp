@@ -149,10 +149,22 @@ op_kind weights_op(weight_type t) noexcept {
 
 /// The weight type op_kind k multiplies by, or none for another operation.
 std::optional<weight_type> weights_of(op_kind k) noexcept {
+  if (k == op_kind::matmul_rows_f32)
+    return weight_type::f32;
+  if (k == op_kind::matmul_rows_f16)
+    return weight_type::f16;
   for (const auto& r : weight_types)
     if (r.op == k)
       return r.type;
   return std::nullopt;
+}
+
+op_kind rows_apart_op(op_kind k) noexcept {
+  if (k == op_kind::matmul_f32)
+    return op_kind::matmul_rows_f32;
+  if (k == op_kind::matmul_f16)
+    return op_kind::matmul_rows_f16;
+  return k;
 }
 
 // -- buffer ------------------------------------------------------------------
@@ -628,6 +640,10 @@ status run(device& dev, const op_call& call) {
     case op_kind::matmul_q6_k:
       return dev.matmul_weights(in[0], in[1], *weights_of(call.kind),
                                 call.output, {d[0], d[1], d[2], true});
+    case op_kind::matmul_rows_f32:
+    case op_kind::matmul_rows_f16:
+      return dev.matmul_weights(in[0], in[1], *weights_of(call.kind),
+                                call.output, {d[0], d[1], d[2], true, true});
     case op_kind::rms_norm:
       return dev.rms_norm(in[0], in[1], call.output, d[0], d[1], s0);
     case op_kind::rope:

@@ -190,6 +190,10 @@ struct matmul_dims {
   std::size_t n = 0;
   std::size_t k = 0;
   bool transpose_b = false;
+  /// matmul_weights: every row of A is a product of its own, its result
+  /// what m = 1 gives (op_kind::matmul_rows_f32/f16). Devices whose
+  /// arithmetic does not depend on m ignore it.
+  bool rows_apart = false;
 };
 
 /// How a weight matrix is encoded (GGUF's encodings; the numbers are not
@@ -242,8 +246,14 @@ std::optional<weight_type> weight_type_of_ggml(std::uint32_t id) noexcept;
 op_kind weights_op(weight_type t) noexcept;
 
 /// The weight type operation k multiplies by, or none for an operation
-/// that is not a matmul_<type>.
+/// that is not a matmul_<type> (or matmul_rows_<type>).
 std::optional<weight_type> weights_of(op_kind k) noexcept;
+
+/// The operation that multiplies by weights of kind k (a matmul_<type>)
+/// with each row of A on its own: matmul_rows_f32/f16 for F32/F16, whose
+/// host products depend on the row count; k itself for the other
+/// formats, whose products are the same per row whatever the count.
+op_kind rows_apart_op(op_kind k) noexcept;
 
 /// Bytes of one row of `cols` elements of type t; an error when cols is not
 /// a whole number of blocks or the size overflows.

@@ -1152,7 +1152,8 @@ void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
     gemm_q8(p, n_tokens, w, rows, cols, c, threads);
     return;
   }
-  if (t != weight_type::q8_0 && tinyblas_takes(n_tokens, rows, cols)) {
+  if (t != weight_type::q8_0 && !dims.rows_apart
+      && tinyblas_takes(n_tokens, rows, cols)) {
     gemm_tiny(t == weight_type::f32 ? a : p.xf.data(), n_tokens, w, t, rows,
               cols, c, threads);
     return;

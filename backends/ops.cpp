@@ -50,6 +50,10 @@ constexpr std::array<op_rule, op_count> rules{{
    {"m", "n", "k"}, {}, false},
   {op_kind::matmul_q6_k, "matmul_q6_k", 2, 2, 3, 0, {"a", "w"}, "c",
    {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_rows_f32, "matmul_rows_f32", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_rows_f16, "matmul_rows_f16", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
 }};
 
 // The table is indexed by wire number - 1.

@@ -16,6 +16,8 @@
 ///   matmul_f32, matmul_f16, matmul_q8_0, matmul_bf16, matmul_q4_0 ...
 ///   matmul_q6_k  inputs {a, w} (W stored [n x k] in the named encoding),
 ///                dims {m, n, k}
+///   matmul_rows_f32, matmul_rows_f16
+///                the same, each row of a on its own (see the enum)
 ///   rms_norm     inputs {x, weight}, dims {rows, dim}, scalars {eps}
 ///   rope, rope_neox
 ///                inputs {positions} or {positions, freq_factors},
@@ -64,10 +66,17 @@ enum class op_kind : std::uint8_t {
   matmul_q4_k = 20,
   matmul_q5_k = 21,
   matmul_q6_k = 22,
+  // matmul_f32/f16 with every row of A a product of its own: each row's
+  // result is what a product of that row alone (m = 1) gives, where the
+  // device's arithmetic depends on m (the host devices sum a product of
+  // several rows in llama.cpp's batched order). A batch of sequences uses
+  // them, so that each sequence gets the bits it gets alone.
+  matmul_rows_f32 = 23,
+  matmul_rows_f16 = 24,
 };
 
 /// How many operations there are (the highest wire number).
-constexpr std::size_t op_count = 22;
+constexpr std::size_t op_count = 24;
 
 /// The most inputs, dims and scalars any operation takes.
 constexpr std::size_t max_op_inputs = 3;

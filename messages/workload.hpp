@@ -102,11 +102,31 @@ using prefetch_atom = caf::atom_constant<caf::atom("prefetch")>;
 /// Largest batch, sequence count and context a shard accepts from a peer.
 constexpr std::size_t max_sequences_per_shard = 1024;
 
-/// One batch of one sequence on its way through the stages. The first
-/// stage embeds `tokens`; every stage reads and writes `x` (n rows of
-/// n_embd floats, n = tokens.size()); the last stage replies with the
-/// logits of the last row in `x` (n_vocab floats). Bounded by
-/// max_chunk_bytes like every bulk message.
+/// Part of a batched step: n of its tokens (rows), of sequence `seq` at
+/// positions pos .. pos + n - 1.
+struct step_part {
+  std::uint32_t seq = 0;
+  std::uint32_t pos = 0;
+  std::uint32_t n = 0;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_part& x) {
+  return wire(f, caf::meta::type_name("exo.step_part"), x.seq, x.pos, x.n);
+}
+
+/// One batch on its way through the stages: tokens of one sequence, or of
+/// several (batched decoding: every stage reads its weights once for all
+/// of them). The first stage embeds `tokens`; every stage reads and writes
+/// `x` (n rows of n_embd floats, n = tokens.size()); the last stage
+/// replies with the logits of the last row of each sequence in `x`
+/// (n_vocab floats each, in order). Bounded by max_chunk_bytes like every
+/// bulk message.
+///
+/// `parts` empty: every token is sequence `seq`'s, from `pos`. Else the
+/// sequences in row order (distinct, their n adding up to tokens.size(),
+/// at most workload::max_step_sequences), the first one (seq, pos): a
+/// job keeps at most one step per first sequence in flight.
 ///
 /// Between two stages of one node the activations do not travel in the
 /// message: the sender copies them, device to device (messages/device.hpp
@@ -119,12 +139,13 @@ struct stage_step {
   std::vector<std::int32_t> tokens;
   std::vector<float> x;
   bool on_device = false; ///< x is in the receiver's inbox for (job, seq)
+  std::vector<step_part> parts; ///< several sequences (see above)
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stage_step& x) {
   return wire(f, caf::meta::type_name("exo.stage_step"), x.job, x.seq, x.pos,
-              x.tokens, x.x, x.on_device);
+              x.tokens, x.x, x.on_device, x.parts);
 }
 
 /// What a shard is: layers [first, last) of a model on one device.
@@ -185,7 +206,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_request& x) {
   return wire(f, caf::meta::type_name("exo.job_request"), x.model, x.prompt,
               x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
-              x.keep_logits, x.special, x.stop_tokens, x.name);
+              x.keep_logits, x.special, x.stop_tokens, x.name, x.batch);
 }
 
 } // namespace workload

@@ -34,6 +34,12 @@ struct sequence {
 struct job_state {
   job_setup cfg;
   std::vector<sequence> seqs;
+  /// The sequences in groups: each group's ready sequences go through the
+  /// pipeline as one batched step, one step per group in flight. As many
+  /// groups as stages (so that every stage has a batch to work on), more
+  /// when a step cannot carry them all.
+  std::vector<std::vector<std::uint32_t>> groups;
+  std::uint32_t step_sequences = 1; ///< the most sequences per step
   job_result result;
   std::size_t prompts_left = 0;
   std::size_t running = 0;
@@ -58,7 +64,7 @@ struct job_state {
 
 using self_ptr = caf::stateful_actor<job_state>*;
 
-void send_step(self_ptr self, std::uint32_t j);
+void send_step(self_ptr self, std::size_t g);
 
 /// How long a failed step waits for its stage's down message, which makes
 /// it a loss (recovered) rather than an error (the job ends).
@@ -87,7 +93,10 @@ void finish(self_ptr self, std::string error) {
   self->quit();
 }
 
-void on_logits(self_ptr self, std::uint32_t j, stage_step& s) {
+/// Sequence j's n tokens went through: `logits` (n_vocab floats) are its
+/// last row's. Samples its next token when its feed is read.
+void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
+               std::vector<float>&& logits_in) {
   auto& st = self->state;
   auto& q = st.seqs[j];
   if (st.cancelling) { // a token boundary: this sequence stops here
@@ -98,24 +107,18 @@ void on_logits(self_ptr self, std::uint32_t j, stage_step& s) {
     }
     return;
   }
-  if (s.x.size() != st.cfg.n_vocab) {
-    finish(self, "the last stage sent " + std::to_string(s.x.size())
-                   + " logits, expected " + std::to_string(st.cfg.n_vocab));
+  q.pos += n;
+  if (q.fed < q.feed.size()) // more of the prompt to feed
     return;
-  }
-  q.pos += static_cast<std::uint32_t>(s.tokens.size());
-  if (q.fed < q.feed.size()) { // more of the prompt to feed
-    send_step(self, j);
-    return;
-  }
   auto& out = st.result.tokens[j];
   if (!q.prompt_done) { // its prompt is read
     q.prompt_done = true;
     if (--st.prompts_left == 0)
       st.t_prompts = clock_type::now();
   }
-  if (auto bad = model::sampler::first_non_finite(s.x.data(), s.x.size());
-      bad != s.x.size() && out.size() < st.cfg.n_gen) {
+  if (auto bad = model::sampler::first_non_finite(logits_in.data(),
+                                                   logits_in.size());
+      bad != logits_in.size() && out.size() < st.cfg.n_gen) {
     finish(self, "the model gave a non-finite logit (token "
                    + std::to_string(bad) + " of sequence " + std::to_string(j)
                    + " at position " + std::to_string(q.pos)
@@ -123,7 +126,7 @@ void on_logits(self_ptr self, std::uint32_t j, stage_step& s) {
                      "activations overflow");
     return;
   }
-  st.result.logits[j] = std::move(s.x);
+  st.result.logits[j] = std::move(logits_in);
   auto& logits = st.result.logits[j];
   if (out.size() >= st.cfg.n_gen) {
     q.done = true;
@@ -144,65 +147,122 @@ void on_logits(self_ptr self, std::uint32_t j, stage_step& s) {
     st.last_token = now;
     if (st.cfg.on_token)
       st.cfg.on_token(j, id);
-    if (out.size() >= st.cfg.n_gen || st.cfg.eog.count(id) != 0) {
+    if (out.size() >= st.cfg.n_gen || st.cfg.eog.count(id) != 0)
       q.done = true;
-    } else {
-      send_step(self, j);
-      return;
-    }
+    else
+      return; // goes on in its group's next step
   }
   if (--st.running == 0)
     finish(self, "");
 }
 
-void send_step(self_ptr self, std::uint32_t j) {
+/// Sends group g's next step: each of its sequences that is not done and
+/// not in flight contributes its next piece of feed (bounded by the step's
+/// token budget) or its last token, up to step_sequences of them.
+void send_step(self_ptr self, std::size_t g) {
   auto& st = self->state;
-  auto& q = st.seqs[j];
+  if (st.finished || st.recovering)
+    return;
   stage_step s;
   s.job = st.cfg.id;
-  s.seq = j;
-  s.pos = q.pos;
-  if (q.fed < q.feed.size()) {
-    auto n = std::min<std::size_t>(q.feed.size() - q.fed,
-                                   workload::max_batch_tokens(st.cfg.n_embd));
-    s.tokens.assign(q.feed.begin() + q.fed, q.feed.begin() + q.fed + n);
-    q.fed += n;
-  } else {
-    s.tokens.push_back(st.result.tokens[j].back());
+  std::size_t budget = workload::max_batch_tokens(st.cfg.n_embd);
+  const auto now = clock_type::now();
+  for (auto j : st.groups[g]) {
+    auto& q = st.seqs[j];
+    if (q.done || q.waiting)
+      continue;
+    if (budget == 0 || s.parts.size() >= st.step_sequences)
+      break;
+    std::size_t n = 1;
+    if (q.fed < q.feed.size()) {
+      n = std::min(q.feed.size() - q.fed, budget);
+      s.tokens.insert(s.tokens.end(), q.feed.begin() + q.fed,
+                      q.feed.begin() + q.fed + n);
+      q.fed += n;
+    } else {
+      s.tokens.push_back(st.result.tokens[j].back());
+    }
+    s.parts.push_back({j, q.pos, static_cast<std::uint32_t>(n)});
+    budget -= n;
+    q.waiting = true;
+    q.sent = now;
   }
-  q.waiting = true;
-  q.sent = clock_type::now();
+  if (s.parts.empty())
+    return;
+  s.seq = s.parts.front().seq;
+  s.pos = s.parts.front().pos;
+  auto parts = s.parts;
+  if (s.parts.size() == 1)
+    s.parts.clear(); // one sequence: the plain form
   // No timeout on the request itself: the watchdog enforces step_timeout
   // (a CAF request timeout woke the clock thread twice per token).
   auto epoch = st.epoch;
   self->request(st.cfg.stages.front(), caf::infinite, forward_atom::value,
                 std::move(s))
-    .then([self, j, epoch](stage_step& r) {
-            if (epoch != self->state.epoch)
-              return; // from a pipeline the job has left
-            self->state.seqs[j].waiting = false;
-            on_logits(self, j, r);
-          },
-          [self, j, epoch](caf::error& err) {
-            auto& st = self->state;
-            if (epoch != st.epoch || st.finished)
-              return;
-            st.seqs[j].waiting = false;
-            auto msg = error_message(err);
-            auto why = "sequence " + std::to_string(j) + ": "
-                       + (msg.empty() ? self->system().render(err) : msg);
-            // A stage whose node went away fails the steps through it, and
-            // its monitor fires too, in either order: a loss when it does
-            // within the settle time, else a plain error. Without a
-            // recoverer only a receiver that went down is waited for (the
-            // job then ends naming the stage), any other error ends it now.
-            if (!st.cfg.recoverer && err != caf::sec::request_receiver_down) {
-              finish(self, why);
-              return;
-            }
-            self->delayed_send(self, settle_time, tick_atom::value, epoch,
-                               std::move(why));
-          });
+    .then(
+      [self, g, parts, epoch](stage_step& r) {
+        auto& st = self->state;
+        if (epoch != st.epoch || st.finished)
+          return; // from a pipeline the job has left
+        for (auto& p : parts)
+          st.seqs[p.seq].waiting = false;
+        const std::size_t v = st.cfg.n_vocab;
+        if (r.x.size() != parts.size() * v) {
+          finish(self, "the last stage sent " + std::to_string(r.x.size())
+                         + " logits, expected "
+                         + std::to_string(parts.size() * v));
+          return;
+        }
+        for (std::size_t i = 0; i < parts.size() && !st.finished; ++i)
+          on_logits(self, parts[i].seq, parts[i].n,
+                    std::vector<float>(r.x.begin() + i * v,
+                                       r.x.begin() + (i + 1) * v));
+        send_step(self, g);
+      },
+      [self, parts, epoch](caf::error& err) {
+        auto& st = self->state;
+        if (epoch != st.epoch || st.finished)
+          return;
+        for (auto& p : parts)
+          st.seqs[p.seq].waiting = false;
+        auto msg = error_message(err);
+        auto why = "sequence " + std::to_string(parts.front().seq) + ": "
+                   + (msg.empty() ? self->system().render(err) : msg);
+        // A stage whose node went away fails the steps through it, and
+        // its monitor fires too, in either order: a loss when it does
+        // within the settle time, else a plain error. Without a
+        // recoverer only a receiver that went down is waited for (the
+        // job then ends naming the stage), any other error ends it now.
+        if (!st.cfg.recoverer && err != caf::sec::request_receiver_down) {
+          finish(self, why);
+          return;
+        }
+        self->delayed_send(self, settle_time, tick_atom::value, epoch,
+                           std::move(why));
+      });
+}
+
+/// Sends every group's step (at the start and after a recovery).
+void send_all(self_ptr self) {
+  for (std::size_t g = 0; g < self->state.groups.size(); ++g)
+    send_step(self, g);
+}
+
+/// Splits the job's sequences into groups (job_state::groups): as many as
+/// stages, more where a step cannot carry a group, at most one per
+/// sequence.
+void make_groups(job_state& st) {
+  const std::size_t m = st.seqs.size();
+  st.step_sequences = std::max<std::uint32_t>(
+    1, workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab));
+  if (st.cfg.step_sequences > 0)
+    st.step_sequences = std::min(st.step_sequences, st.cfg.step_sequences);
+  std::size_t g = std::max<std::size_t>(st.cfg.stages.size(), 1);
+  g = std::max(g, (m + st.step_sequences - 1) / st.step_sequences);
+  g = std::min(g, m);
+  st.groups.assign(g, {});
+  for (std::size_t j = 0; j < m; ++j)
+    st.groups[j % g].push_back(static_cast<std::uint32_t>(j));
 }
 
 /// How often the watchdog looks at the steps in flight.
@@ -335,9 +395,7 @@ void resume(self_ptr self, const std::string& why, job_pipeline& p) {
     r.replayed += q.feed.size();
   }
   st.resumed = std::move(r);
-  for (std::size_t j = 0; j < st.seqs.size(); ++j)
-    if (!st.seqs[j].done)
-      send_step(self, static_cast<std::uint32_t>(j));
+  send_all(self);
 }
 
 /// Takes the tokens the sequences generated before this job (setup's
@@ -497,10 +555,9 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
         finish(self, "");
         return st.rp;
       }
+      make_groups(st);
       if (!st.recovering) // else the new pipeline starts them (resume)
-        for (std::size_t j = 0; j < m; ++j)
-          if (!st.seqs[j].done)
-            send_step(self, static_cast<std::uint32_t>(j));
+        send_all(self);
       self->delayed_send(self, watchdog_period(st.cfg.step_timeout),
                          tick_atom::value);
       return st.rp;

@@ -3,11 +3,15 @@
 /// The job: M sequences generated through a pipeline of shards. It feeds
 /// each sequence's prompt in bounded batches, samples every next token
 /// from the last stage's logits (a seeded sampler per sequence) and feeds
-/// it back, until -n tokens or end-of-sequence. All M sequences are in
-/// flight at once, so while shard i works on sequence j, shard i+1 works
-/// on sequence j-1 (pipeline parallelism); with M = 1 the stages take
-/// turns. Generation per sequence is independent of M: results equal
-/// running the sequences one by one.
+/// it back, until -n tokens or end-of-sequence. The sequences are split
+/// into groups, as many as stages (more when a step cannot carry a whole
+/// group): a group's sequences travel as one batched step (each stage
+/// reads its weights once for all of them), and every group has a step in
+/// flight, so while shard i works on one group, shard i+1 works on
+/// another (pipeline parallelism); with M = 1 the stages take turns.
+/// Generation per sequence is independent of M and of the batching: each
+/// sequence gets the tokens it gets alone (the same bits of logits with
+/// quantized weights on host devices; see docs/architecture.md).
 ///
 ///   caller --(run_atom)--> job --forward--> shard 0 --> ... --> shard K-1
 ///   caller <-- finish(result) --'  <--- logits ---------------------'
@@ -81,6 +85,9 @@ struct job_setup {
   std::uint32_t n_vocab = 0;
   std::vector<std::vector<std::int32_t>> prompts; ///< one per sequence
   std::uint32_t n_gen = 16;
+  /// The most sequences one step carries (0: as many as a step can,
+  /// workload::max_step_sequences); 1 sends every sequence on its own.
+  std::uint32_t step_sequences = 0;
   model::sampler_params sampling; ///< sequence j is seeded with seed + j
   /// End-of-generation tokens (EOS, EOT, <|eot_id|>, <|im_end|>...): a
   /// sequence stops at any of them.

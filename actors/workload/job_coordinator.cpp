@@ -541,6 +541,7 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.n_vocab = hp.n_vocab;
   j.prompts.assign(req.sequences, run->job.prompt);
   j.n_gen = req.n_gen;
+  j.step_sequences = req.batch;
   j.sampling = req.sampling;
   j.eog = run->job.tokenizer->eog_ids();
   j.eog.insert(req.stop_tokens.begin(), req.stop_tokens.end());
@@ -1366,6 +1367,7 @@ run_options run_options_of(const console::parsed_command& p) {
   o.sampling.top_p = static_cast<float>(p.number("top-p", o.sampling.top_p));
   o.stages = static_cast<std::uint32_t>(p.count("stages", o.stages));
   o.sequences = static_cast<std::uint32_t>(p.count("sequences", o.sequences));
+  o.batch = static_cast<std::uint32_t>(p.count("batch", o.batch));
   o.n_ctx = static_cast<std::uint32_t>(p.count("ctx", o.n_ctx));
   o.chat = p.has("chat");
   o.system = p.text("system");

@@ -97,6 +97,36 @@ shard_state::~shard_state() {
 
 using self_ptr = caf::stateful_actor<shard_state>*;
 
+/// What is wrong with a step's parts ("" when nothing): distinct
+/// sequences, at least one token each, adding up to its tokens, the first
+/// one (seq, pos), at most `most` of them.
+std::string check_parts(const stage_step& s, std::uint32_t most) {
+  if (s.parts.empty())
+    return {};
+  if (s.parts.size() > most)
+    return "a step carries at most " + std::to_string(most)
+           + " sequences, not " + std::to_string(s.parts.size());
+  if (s.parts.front().seq != s.seq || s.parts.front().pos != s.pos)
+    return "a batched step's first part must be its own sequence and "
+           "position";
+  std::uint64_t rows = 0;
+  for (std::size_t i = 0; i < s.parts.size(); ++i) {
+    auto& p = s.parts[i];
+    if (p.n == 0)
+      return "sequence " + std::to_string(p.seq) + " has no tokens in the "
+             "step";
+    for (std::size_t j = 0; j < i; ++j)
+      if (s.parts[j].seq == p.seq)
+        return "sequence " + std::to_string(p.seq)
+               + " appears twice in one step";
+    rows += p.n;
+  }
+  if (rows != s.tokens.size())
+    return "the parts of a step hold " + std::to_string(rows)
+           + " tokens, the step " + std::to_string(s.tokens.size());
+  return {};
+}
+
 caf::error bad(std::string what) {
   return make_exo_error(exo_errc::invalid_argument, std::move(what));
 }
@@ -107,9 +137,18 @@ caf::error device_failed(const backend::error& err) {
   return to_caf_error(e);
 }
 
+/// The sequences of a step in row order (one, (seq, pos) with every
+/// token, when it lists none).
+std::vector<step_part> parts_of(const stage_step& s) {
+  if (!s.parts.empty())
+    return s.parts;
+  return {step_part{s.seq, s.pos, static_cast<std::uint32_t>(s.tokens.size())}};
+}
+
 /// Runs the step's layers on the device (inside a device task); returns an
 /// error, or none with `s` updated (x: the activations out, unless
-/// io.keep_out leaves them on the device; the logits on the last stage).
+/// io.keep_out leaves them on the device; on the last stage the logits of
+/// each sequence's last row).
 caf::error compute(hosted_stage& h, const model::llama_model& m,
                    std::uint32_t n_ctx, stage_step& s,
                    const model::device_stage::device_io& io) {
@@ -118,31 +157,38 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
   auto& hp = m.hparams();
   auto& stage = *h.stage;
   const std::size_t n = s.tokens.size();
-  auto key = std::make_pair(s.job, s.seq);
-  auto it = h.caches.find(key);
-  if (it == h.caches.end()) {
-    if (s.pos != 0)
-      return bad("shard: sequence " + std::to_string(s.seq)
-                 + " starts at position " + std::to_string(s.pos));
-    if (h.caches.size() >= max_sequences_per_shard)
-      return make_exo_error(exo_errc::out_of_memory,
-                            "shard: too many sequences");
-    auto c = stage.new_cache(n_ctx);
-    if (!c)
-      return device_failed(c.err());
-    it = h.caches.emplace(key, *c).first;
+  const auto parts = parts_of(s);
+  std::vector<model::device_stage::segment> segs;
+  segs.reserve(parts.size());
+  for (auto& p : parts) {
+    auto key = std::make_pair(s.job, p.seq);
+    auto it = h.caches.find(key);
+    if (it == h.caches.end()) {
+      if (p.pos != 0)
+        return bad("shard: sequence " + std::to_string(p.seq)
+                   + " starts at position " + std::to_string(p.pos));
+      if (h.caches.size() >= max_sequences_per_shard)
+        return make_exo_error(exo_errc::out_of_memory,
+                              "shard: too many sequences");
+      auto c = stage.new_cache(n_ctx);
+      if (!c)
+        return device_failed(c.err());
+      it = h.caches.emplace(key, *c).first;
+    }
+    auto id = it->second;
+    auto past = stage.n_past(id);
+    auto cap = stage.capacity(id);
+    if (!past || !cap)
+      return device_failed(!past ? past.err() : cap.err());
+    if (p.pos != *past)
+      return bad("shard: sequence " + std::to_string(p.seq)
+                 + ": step at position " + std::to_string(p.pos)
+                 + ", cache holds " + std::to_string(*past));
+    if (std::uint64_t{p.pos} + p.n > *cap)
+      return bad("shard: sequence " + std::to_string(p.seq) + ": context of "
+                 + std::to_string(*cap) + " tokens exceeded");
+    segs.push_back({id, p.pos, p.n});
   }
-  auto id = it->second;
-  auto past = stage.n_past(id);
-  auto cap = stage.capacity(id);
-  if (!past || !cap)
-    return device_failed(!past ? past.err() : cap.err());
-  if (s.pos != *past)
-    return bad("shard: step at position " + std::to_string(s.pos)
-               + ", cache holds " + std::to_string(*past));
-  if (std::uint64_t{s.pos} + n > *cap)
-    return bad("shard: context of " + std::to_string(*cap)
-               + " tokens exceeded");
   if (stage.is_first()) {
     s.x.resize(n * hp.n_embd);
     if (auto e = stage.embed(s.tokens.data(), n, s.x.data()); !e)
@@ -152,11 +198,11 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
   }
   float* x = s.x.empty() ? nullptr : s.x.data();
   if (stage.is_last()) {
-    std::vector<float> logits(hp.n_vocab);
-    if (auto f = stage.forward(id, s.pos, x, n, logits.data(), 1, io); !f)
+    std::vector<float> logits(segs.size() * std::size_t{hp.n_vocab});
+    if (auto f = stage.forward(segs, x, logits.data(), io); !f)
       return device_failed(f.err());
     s.x = std::move(logits);
-  } else if (auto f = stage.forward(id, s.pos, x, n, nullptr, 1, io); !f) {
+  } else if (auto f = stage.forward(segs, x, nullptr, io); !f) {
     return device_failed(f.err());
   }
   return caf::none;
@@ -371,6 +417,8 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
       if (!st.is_first() && !s.on_device && s.x.size() != n * hp.n_embd)
         return bad("shard: expected " + std::to_string(n * hp.n_embd)
                    + " activations, got " + std::to_string(s.x.size()));
+      if (auto why = check_parts(s, max_step_sequences(hp.n_embd, hp.n_vocab)); !why.empty())
+        return bad("shard: " + why);
       const std::uint64_t bytes = n * st.row_bytes();
       model::device_stage::device_io io;
       if (s.on_device) { // the previous stage copied x into our inbox
@@ -510,6 +558,11 @@ static_assert(max_chunk_bytes == model::default_upload_chunk_bytes,
 
 std::uint32_t max_batch_tokens(std::uint32_t n_embd) {
   return model::batch_tokens_for(n_embd, max_chunk_bytes);
+}
+
+std::uint32_t max_step_sequences(std::uint32_t n_embd,
+                                 std::uint32_t n_vocab) {
+  return model::batch_sequences_for(n_embd, n_vocab, max_chunk_bytes);
 }
 
 caf::actor spawn_shard(caf::actor_system& sys, shard_setup setup) {

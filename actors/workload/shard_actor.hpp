@@ -6,9 +6,12 @@
 /// with the KV caches) lives on the device actor's thread and is touched
 /// only there, by device tasks (messages/device.hpp). It answers:
 ///
-///   (forward_atom, stage_step)  -> stage_step of the last stage (logits);
+///   (forward_atom, stage_step)  -> stage_step of the last stage (logits,
+///                                  one row per sequence of the step);
 ///                                  other stages compute and delegate the
-///                                  step to the next shard
+///                                  step to the next shard. A step of
+///                                  several sequences (batched decoding)
+///                                  is one device forward for all of them
 ///   (next_atom, caf::actor)     -> ok   the next stage (none: last stage)
 ///   (release_atom, job)         -> ok   frees the job's KV caches
 ///   (inspect_atom)              -> actor_snapshot
@@ -63,5 +66,10 @@ caf::actor spawn_shard(caf::actor_system& sys, shard_setup setup);
 /// The largest batch (tokens of one step) the job may send for a model
 /// with these widths: activations and logits stay within max_chunk_bytes.
 std::uint32_t max_batch_tokens(std::uint32_t n_embd);
+
+/// The most sequences one step may carry (stage_step::parts): their rows
+/// of logits stay within max_chunk_bytes (model::batch_sequences_for).
+std::uint32_t max_step_sequences(std::uint32_t n_embd,
+                                 std::uint32_t n_vocab);
 
 } // namespace exo::workload

@@ -35,6 +35,7 @@ for n in alpha beta; do
  "network": {"port": 0, "seeds": $seeds},
  "tls": {"certificate": "$WORK/$n/$n.crt", "key": "$WORK/$n/$n.key",
          "ca": "$WORK/$n/ca.crt"},
+ "models": {"dirs": ["$WORK"]},
  "devices": {"include": ["cpu"], "rescan_interval_s": 0}}
 JSON
   taskset -c "$core" "$NODE" --config "$WORK/$n.json" >"$WORK/$n.log" 2>&1 &
@@ -47,6 +48,8 @@ JSON
   port=$(sed -n 's/.*listening on [^:]*:\([0-9]*\).*/\1/p' "$WORK/$n.log")
   [ -z "$seed_port" ] && seed_port=$port
 done
+# Runs need a token: the operator's (the first node's admin token).
+token=$(cat "$WORK/alpha/state/access/admin.token")
 con() {
   "$CONSOLE" --connect "127.0.0.1:$seed_port" --cert "$WORK/ops/ops.crt" \
     --key "$WORK/ops/ops.key" --ca "$WORK/ca/ca.crt" --timeout-ms 60000 \
@@ -56,12 +59,18 @@ for _ in $(seq 1 40); do
   con nodes 2>/dev/null | grep -q beta && break
   sleep 0.25
 done
-job="run --model $WORK/model.gguf --prompt \"Once upon a time\" -n $N"
+job="run --model $WORK/model.gguf --prompt \"Once upon a time\" -n $N auth=$token"
 con "$job --stages 2 --sequences 1" >/dev/null # warm-up, sends the model
 echo "model: $LAYERS layers, $DIM wide, ff $FF, $TYPE; -n $N per sequence"
-for spec in "1 1" "1 4" "2 1" "2 4"; do
+# "K M B": K stages (nodes), M sequences, at most B per step (0: as many
+# as a step carries: batched decoding; 1: each sequence on its own step).
+for spec in "1 1 0" "1 4 1" "1 4 0" "1 16 0" "2 1 0" "2 4 1" "2 4 0" \
+  "2 16 0"; do
   set -- $spec
-  out=$(con "$job --stages $1 --sequences $2")
+  batch=""
+  [ "$3" != 0 ] && batch="--batch $3"
+  out=$(con "$job --stages $1 --sequences $2 $batch")
   tps=$(echo "$out" | sed -n 's/^generation: .*(\([0-9.]*\) tokens\/s).*/\1/p')
-  echo "stages $1 (nodes $1), sequences $2: generation $tps tokens/s"
+  echo "stages $1 (nodes $1), sequences $2, per step ${3/#0/all}:" \
+    "generation $tps tokens/s"
 done

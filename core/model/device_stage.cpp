@@ -195,11 +195,14 @@ device_operand at(device_handle h, std::uint64_t offset = 0) {
 }
 
 /// Floats of each scratch buffer for T rows, in create()'s order: io
-/// (activations, then T int32 positions), cur, q, att, tmp, gate, up.
-std::array<std::uint64_t, 7> scratch_floats(const llama_hparams& hp,
-                                            std::uint64_t T) {
-  const std::uint64_t e = hp.n_embd, nq = hp.n_embd_q(), ff = hp.n_ff;
-  return {T * (e + 1), T * e, T * nq, T * nq, T * e, T * ff, T * ff};
+/// (activations, then T int32 positions), cur, q, att, tmp, gate, up, K
+/// and V of a batch, ones.
+std::array<std::uint64_t, 10> scratch_floats(const llama_hparams& hp,
+                                             std::uint64_t T) {
+  const std::uint64_t e = hp.n_embd, nq = hp.n_embd_q(), ff = hp.n_ff,
+                      kv = hp.n_embd_kv();
+  return {T * (e + 1), T * e,  T * nq, T * nq, T * e,
+          T * ff,      T * ff, T * kv, T * kv, T * kv};
 }
 
 /// Bytes of the logits buffer of the last stage.
@@ -233,10 +236,20 @@ std::uint32_t batch_tokens_for(std::uint32_t n_embd,
   return static_cast<std::uint32_t>(n == 0 ? 1 : (n > 512 ? 512 : n));
 }
 
+std::uint32_t batch_sequences_for(std::uint32_t n_embd,
+                                  std::uint32_t n_vocab,
+                                  std::uint64_t chunk_bytes) {
+  const std::uint64_t row = std::uint64_t{n_vocab} * sizeof(float);
+  std::uint64_t n = chunk_bytes / (row == 0 ? 1 : row);
+  n = std::min<std::uint64_t>({n, batch_tokens_for(n_embd, chunk_bytes),
+                               64});
+  return static_cast<std::uint32_t>(n == 0 ? 1 : n);
+}
+
 device_stage_options shard_stage_options(const llama_hparams& hp) {
   device_stage_options o;
   o.max_tokens = batch_tokens_for(hp.n_embd);
-  o.max_logit_rows = 1;
+  o.max_logit_rows = batch_sequences_for(hp.n_embd, hp.n_vocab);
   return o;
 }
 
@@ -456,7 +469,8 @@ status device_stage::upload_all() {
   }
   // Scratch for max_tokens rows (sizes shared with device_stage_memory).
   // io: activations, then the positions.
-  device_handle* scratch[] = {&io_, &cur_, &q_, &att_, &tmp_, &g_, &u_};
+  device_handle* scratch[] = {&io_, &cur_, &q_,  &att_, &tmp_,
+                              &g_,  &u_,   &kb_, &vb_,  &ones_};
   const auto floats = scratch_floats(hp, opts_.max_tokens);
   for (std::size_t i = 0; i < floats.size(); ++i) {
     auto h = alloc(floats[i] * 4);
@@ -464,6 +478,7 @@ status device_stage::upload_all() {
       return h.err();
     *scratch[i] = *h;
   }
+  ones_floats_ = floats.back(); // written by the first batched forward
   if (is_last()) {
     auto h = alloc(logits_buffer_bytes(hp, opts_));
     if (!h)
@@ -570,28 +585,10 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
 status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
                              std::size_t n, float* logits,
                              std::size_t logit_rows, const device_io& dio) {
-  auto it = caches_.find(id);
-  if (it == caches_.end())
-    return fail(errc::invalid_argument,
-                "unknown KV cache " + std::to_string(id));
-  auto& c = it->second;
   if (n == 0 || n > opts_.max_tokens)
     return fail(errc::invalid_argument,
                 "a forward needs 1 to " + std::to_string(opts_.max_tokens)
                   + " tokens, not " + std::to_string(n));
-  if (pos != c.n_past)
-    return fail(errc::invalid_argument,
-                "step at position " + std::to_string(pos) + ", cache holds "
-                  + std::to_string(c.n_past));
-  if (std::uint64_t{pos} + n > c.capacity)
-    return fail(errc::out_of_range,
-                "context full: " + std::to_string(pos) + " + "
-                  + std::to_string(n) + " tokens exceed the "
-                  + std::to_string(c.capacity) + "-token KV cache");
-  const bool x_from_device = dio.in.buf != 0;
-  const bool x_to_device = dio.keep_out && !is_last();
-  if (!x && (!x_from_device || (!is_last() && !x_to_device)))
-    return fail(errc::invalid_argument, "no activations");
   if (is_last()
       && (!logits || logit_rows == 0 || logit_rows > n
           || logit_rows > opts_.max_logit_rows))
@@ -600,26 +597,107 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
                   + std::to_string(std::min<std::size_t>(
                     n, opts_.max_logit_rows))
                   + " rows of logits");
+  one_.assign(1, segment{id, pos, static_cast<std::uint32_t>(n)});
+  return run_forward(one_, x, logits, logit_rows, dio);
+}
+
+status device_stage::forward(const std::vector<segment>& segs, float* x,
+                             float* logits) {
+  return forward(segs, x, logits, device_io{});
+}
+
+status device_stage::forward(const std::vector<segment>& segs, float* x,
+                             float* logits, const device_io& dio) {
+  if (segs.empty())
+    return fail(errc::invalid_argument, "a batched forward needs a segment");
+  if (is_last() && (!logits || segs.size() > opts_.max_logit_rows))
+    return fail(errc::invalid_argument,
+                "the last stage returns logits for at most "
+                  + std::to_string(opts_.max_logit_rows)
+                  + " sequences at once, not "
+                  + std::to_string(segs.size()));
+  return run_forward(segs, x, logits, 1, dio);
+}
+
+status device_stage::run_forward(const std::vector<segment>& segs, float* x,
+                                 float* logits, std::size_t logit_rows,
+                                 const device_io& dio) {
+  // Everything is checked before anything runs: all or nothing.
+  std::uint64_t N = 0;
+  std::vector<cache*> cs(segs.size());
+  for (std::size_t s = 0; s < segs.size(); ++s) {
+    auto& sg = segs[s];
+    auto it = caches_.find(sg.cache);
+    if (it == caches_.end())
+      return fail(errc::invalid_argument,
+                  "unknown KV cache " + std::to_string(sg.cache));
+    auto& c = it->second;
+    for (std::size_t t = 0; t < s; ++t)
+      if (cs[t] == &c)
+        return fail(errc::invalid_argument,
+                    "KV cache " + std::to_string(sg.cache)
+                      + " appears twice in one batch");
+    cs[s] = &c;
+    if (sg.n == 0) // (forward() checks logit_rows against n)
+      return fail(errc::invalid_argument,
+                  "a segment of a batch needs at least one token");
+    if (sg.pos != c.n_past)
+      return fail(errc::invalid_argument,
+                  "step at position " + std::to_string(sg.pos)
+                    + ", cache holds " + std::to_string(c.n_past));
+    if (std::uint64_t{sg.pos} + sg.n > c.capacity)
+      return fail(errc::out_of_range,
+                  "context full: " + std::to_string(sg.pos) + " + "
+                    + std::to_string(sg.n) + " tokens exceed the "
+                    + std::to_string(c.capacity) + "-token KV cache");
+    N += sg.n;
+  }
+  if (N > opts_.max_tokens)
+    return fail(errc::invalid_argument,
+                "a forward needs 1 to " + std::to_string(opts_.max_tokens)
+                  + " tokens, not " + std::to_string(N));
+  const bool x_from_device = dio.in.buf != 0;
+  const bool x_to_device = dio.keep_out && !is_last();
+  if (!x && (!x_from_device || (!is_last() && !x_to_device)))
+    return fail(errc::invalid_argument, "no activations");
   auto& hp = model_->hparams();
-  const std::uint64_t e = hp.n_embd, nkv = hp.n_embd_kv(), ff = hp.n_ff,
-                      N = n;
-  // One write: n rows of activations (unless they are on the device
-  // already), then n int32 positions.
+  const std::uint64_t e = hp.n_embd, nq = hp.n_embd_q(), nkv = hp.n_embd_kv(),
+                      ff = hp.n_ff;
+  // One write: N rows of activations (unless they are on the device
+  // already), then N int32 positions, each row at its own sequence's.
   const std::uint64_t x_bytes = N * e * 4, pos_off = x_bytes;
   const std::uint64_t skip = x_from_device ? x_bytes : 0;
   staging_.resize(x_bytes + N * 4 - skip);
   if (!x_from_device)
     std::memcpy(staging_.data(), x, x_bytes);
-  for (std::size_t t = 0; t < n; ++t) {
-    auto p = static_cast<std::int32_t>(pos + t);
-    std::memcpy(staging_.data() + pos_off - skip + t * 4, &p, 4);
+  {
+    std::uint64_t r = 0;
+    for (auto& sg : segs)
+      for (std::uint32_t t = 0; t < sg.n; ++t, ++r) {
+        auto p = static_cast<std::int32_t>(sg.pos + t);
+        std::memcpy(staging_.data() + pos_off - skip + r * 4, &p, 4);
+      }
   }
   // The residual stream lives in io_; activations from the device are
   // read where they are by the first layer, which writes io_.
   const device_operand x_in = x_from_device ? dio.in : at(io_);
+  // One sequence: its K and V land in its cache rows directly. Several:
+  // in kb_/vb_ first (one product for all rows), then each segment's rows
+  // go to its cache.
+  const bool batched = segs.size() > 1;
+  if (batched && ones_floats_ > 0) {
+    const std::vector<float> ones(ones_floats_, 1.0f);
+    const auto* b = reinterpret_cast<const std::uint8_t*>(ones.data());
+    for (std::uint64_t done = 0; done < ones.size() * 4;) {
+      auto n = std::min<std::uint64_t>(opts_.upload_chunk_bytes,
+                                       ones.size() * 4 - done);
+      EXO_TRY(ops_.write(ones_, done, b + done, n));
+      done += n;
+    }
+    ones_floats_ = 0;
+  }
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-  const std::uint64_t layer_kv = std::uint64_t{c.capacity} * nkv * 4;
   // The operations go into the stage's own list, slot by slot: a step
   // has the same ~170 operations as the last one, so their vectors keep
   // their storage and a step allocates nothing here.
@@ -638,8 +716,33 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
     op.scalars.assign(scalars);
     return op;
   };
+  // A product over the rows of the step. Several sequences: each gets
+  // the arithmetic it gets alone (a device may sum a product of several
+  // rows in another order than one of a single row): a run of one-token
+  // segments is one product with its rows apart (matmul_rows_*), a longer
+  // segment a product of its own rows, as alone.
   auto mm = [&](const matrix& w, device_operand a, device_operand out) {
-    add(w.kind, {a, at(w.buf)}, out, {N, w.rows, w.cols}, {});
+    const op_kind apart = backend::rows_apart_op(w.kind);
+    if (!batched || apart == w.kind) {
+      add(w.kind, {a, at(w.buf)}, out, {N, w.rows, w.cols}, {});
+      return;
+    }
+    std::uint64_t r0 = 0;
+    for (std::size_t s = 0; s < segs.size();) {
+      std::size_t e = s + 1;
+      if (segs[s].n == 1)
+        while (e < segs.size() && segs[e].n == 1)
+          ++e;
+      std::uint64_t rows = 0;
+      for (std::size_t i = s; i < e; ++i)
+        rows += segs[i].n;
+      add(segs[s].n == 1 ? apart : w.kind,
+          {at(a.buf, a.offset + r0 * w.cols * 4), at(w.buf)},
+          at(out.buf, out.offset + r0 * w.rows * 4), {rows, w.rows, w.cols},
+          {});
+      r0 += rows;
+      s = e;
+    }
   };
   const op_kind rope_kind = hp.rope_neox() ? op_kind::rope_neox
                                            : op_kind::rope;
@@ -651,38 +754,65 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
   };
   for (std::uint32_t l = first_; l < last_; ++l) {
     auto& L = layers_[l - first_];
-    const std::uint64_t kv0 = (l - first_) * layer_kv;
-    const std::uint64_t row = kv0 + std::uint64_t{pos} * nkv * 4;
+    const std::uint64_t kv0 = (l - first_) * std::uint64_t{nkv} * 4;
+    // Layer l's K/V of a cache of capacity C start at kv0 * C.
+    auto layer_kv = [&](const cache& c) { return kv0 * c.capacity; };
+    auto new_row = [&](const cache& c, std::uint32_t pos) {
+      return layer_kv(c) + std::uint64_t{pos} * nkv * 4;
+    };
+    const device_operand k_out =
+      batched ? at(kb_) : at(cs[0]->k, new_row(*cs[0], segs[0].pos));
+    const device_operand v_out =
+      batched ? at(vb_) : at(cs[0]->v, new_row(*cs[0], segs[0].pos));
+    auto row_of = [](device_operand o, std::uint64_t off) {
+      return at(o.buf, o.offset + off);
+    };
     const device_operand resid = l == first_ ? x_in : at(io_);
     add(op_kind::rms_norm, {resid, at(L.attn_norm)}, at(cur_), {N, e},
         {hp.rms_eps});
     mm(L.wq, at(cur_), at(q_));
-    // K and V land in the cache rows of the new positions directly.
-    mm(L.wk, at(cur_), at(c.k, row));
-    mm(L.wv, at(cur_), at(c.v, row));
+    mm(L.wk, at(cur_), k_out);
+    mm(L.wv, at(cur_), v_out);
     if (L.bq) {
       // The bias of each row: the device layer's add, row by row (no
       // broadcasting operation; decode steps have one row).
-      const std::uint64_t nq = hp.n_embd_q();
       for (std::uint64_t t = 0; t < N; ++t) {
         add(op_kind::add, {at(q_, t * nq * 4), at(L.bq)}, at(q_, t * nq * 4),
             {nq}, {});
-        const auto kr = row + t * nkv * 4;
-        add(op_kind::add, {at(c.k, kr), at(L.bk)}, at(c.k, kr), {nkv}, {});
-        add(op_kind::add, {at(c.v, kr), at(L.bv)}, at(c.v, kr), {nkv}, {});
+        const auto kr = row_of(k_out, t * nkv * 4);
+        const auto vr = row_of(v_out, t * nkv * 4);
+        add(op_kind::add, {kr, at(L.bk)}, kr, {nkv}, {});
+        add(op_kind::add, {vr, at(L.bv)}, vr, {nkv}, {});
       }
     }
     if (L.q_norm) {
       // Every head of every row is a row of head_dim for rms_norm.
       add(op_kind::rms_norm, {at(q_), at(L.q_norm)}, at(q_),
           {N * hp.n_head, hp.head_dim}, {hp.rms_eps});
-      add(op_kind::rms_norm, {at(c.k, row), at(L.k_norm)}, at(c.k, row),
+      add(op_kind::rms_norm, {k_out, at(L.k_norm)}, k_out,
           {N * hp.n_head_kv, hp.head_dim}, {hp.rms_eps});
     }
     rope(at(q_), hp.n_head);
-    rope(at(c.k, row), hp.n_head_kv);
-    add(op_kind::attention, {at(q_), at(c.k, kv0), at(c.v, kv0)}, at(att_),
-        {N, pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv}, {scale});
+    rope(k_out, hp.n_head_kv);
+    std::uint64_t r0 = 0;
+    for (std::size_t s = 0; s < segs.size(); ++s) {
+      auto& sg = segs[s];
+      auto& c = *cs[s];
+      if (batched) {
+        // The segment's rows into its cache: times one, bit for bit.
+        const std::uint64_t count = std::uint64_t{sg.n} * nkv;
+        add(op_kind::mul, {at(kb_, r0 * nkv * 4), at(ones_)},
+            at(c.k, new_row(c, sg.pos)), {count}, {});
+        add(op_kind::mul, {at(vb_, r0 * nkv * 4), at(ones_)},
+            at(c.v, new_row(c, sg.pos)), {count}, {});
+      }
+      add(op_kind::attention,
+          {at(q_, r0 * nq * 4), at(c.k, layer_kv(c)), at(c.v, layer_kv(c))},
+          at(att_, r0 * nq * 4),
+          {sg.n, sg.pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv},
+          {scale});
+      r0 += sg.n;
+    }
     mm(L.wo, at(att_), at(tmp_));
     add(op_kind::add, {resid, at(tmp_)}, at(io_), {N * e}, {});
     add(op_kind::rms_norm, {at(io_), at(L.ffn_norm)}, at(cur_), {N, e},
@@ -694,11 +824,20 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
     add(op_kind::add, {at(io_), at(tmp_)}, at(io_), {N * e}, {});
   }
   const std::uint64_t R = logit_rows;
+  const std::uint64_t out_rows = R * segs.size();
   if (is_last()) {
-    add(op_kind::rms_norm, {at(io_, (N - R) * e * 4), at(output_norm_)},
-        at(cur_), {R, e}, {hp.rms_eps});
-    add(output_.kind, {at(cur_), at(output_.buf)}, at(logits_),
-        {R, output_.rows, output_.cols}, {});
+    // The last R rows of each segment, normed into consecutive rows of
+    // cur_, then one product with the output head.
+    std::uint64_t end = 0;
+    for (std::size_t s = 0; s < segs.size(); ++s) {
+      end += segs[s].n;
+      add(op_kind::rms_norm, {at(io_, (end - R) * e * 4), at(output_norm_)},
+          at(cur_, s * R * e * 4), {R, e}, {hp.rms_eps});
+    }
+    // One row per sequence: apart when there are several.
+    add(batched ? backend::rows_apart_op(output_.kind) : output_.kind,
+        {at(cur_), at(output_.buf)}, at(logits_),
+        {out_rows, output_.rows, output_.cols}, {});
   }
   ops.resize(n_ops); // shrinks only when the step's shape changed
   // One write, the operations and one read: a single step request when
@@ -709,7 +848,7 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
   if (is_last()) {
     out = logits_;
     dst = logits;
-    out_bytes = R * hp.n_vocab * 4;
+    out_bytes = out_rows * hp.n_vocab * 4;
   } else if (!x_to_device) {
     out = io_;
     dst = x;
@@ -725,7 +864,8 @@ status device_stage::forward(cache_id id, std::uint32_t pos, float* x,
     if (out_bytes > 0)
       EXO_TRY(ops_.read(out, 0, dst, out_bytes));
   }
-  c.n_past += static_cast<std::uint32_t>(n);
+  for (std::size_t s = 0; s < segs.size(); ++s)
+    cs[s]->n_past += segs[s].n;
   return {};
 }
 

@@ -192,9 +192,19 @@ std::uint32_t batch_tokens_for(std::uint32_t n_embd,
                                std::uint64_t chunk_bytes
                                = default_upload_chunk_bytes);
 
-/// The options a shard (actors/workload/shard_actor) runs its stage with: batches of
-/// batch_tokens_for(n_embd) rows, one row of logits per step. Placement
-/// sizes a stage's working memory with the same options.
+/// The most sequences one step of a shard may carry for a model with
+/// these widths: at most batch_tokens_for(n_embd) and 64, and their rows of
+/// logits (one per sequence, n_vocab floats each) within `chunk_bytes`
+/// (at least 1).
+std::uint32_t batch_sequences_for(std::uint32_t n_embd,
+                                  std::uint32_t n_vocab,
+                                  std::uint64_t chunk_bytes
+                                  = default_upload_chunk_bytes);
+
+/// The options a shard (actors/workload/shard_actor) runs its stage with:
+/// batches of batch_tokens_for(n_embd) rows, up to
+/// batch_sequences_for(hp) sequences per step with one row of logits each.
+/// Placement sizes a stage's working memory with the same options.
 device_stage_options shard_stage_options(const llama_hparams& hp);
 
 /// What a device stage of layers [first, last) allocates on its device,
@@ -211,7 +221,9 @@ struct stage_memory {
   /// The rope_freqs table, on every stage, when the model has one.
   std::uint64_t rope_bytes = 0;
   /// Scratch for max_tokens rows: activations and positions, the normed
-  /// row, q, the attention output, a temporary, gate and up.
+  /// row, q, the attention output, a temporary, gate and up; K and V of a
+  /// batch of several sequences before they go to each one's cache, and
+  /// the ones that copy them there.
   std::uint64_t scratch_bytes = 0;
   /// Last stage: max_logit_rows rows of n_vocab floats.
   std::uint64_t logits_bytes = 0;
@@ -346,6 +358,27 @@ public:
   backend::status forward(cache_id id, std::uint32_t pos, float* x,
                           std::size_t n, float* logits,
                           std::size_t logit_rows, const device_io& io);
+
+  /// Part of a batched forward: n tokens of one sequence, at positions
+  /// pos .. pos + n - 1 of its cache.
+  struct segment {
+    cache_id cache = 0;
+    std::uint32_t pos = 0;
+    std::uint32_t n = 0;
+  };
+  /// One forward of several sequences at once (batched decoding): x holds
+  /// the rows of every segment in order (their n add up to at most
+  /// max_tokens). Every matrix is read once for all the rows; each
+  /// segment's new K and V go to its own cache and its attention reads
+  /// only that cache, at its own positions, so each sequence gets exactly
+  /// what a forward of it alone gives. Each segment's cache must be
+  /// distinct and at `pos`, as forward() asks. The last stage writes one
+  /// row of logits per segment (its last row's; at most max_logit_rows
+  /// segments) to `logits`. All or nothing: on failure no cache advances.
+  backend::status forward(const std::vector<segment>& segs, float* x,
+                          float* logits, const device_io& io);
+  backend::status forward(const std::vector<segment>& segs, float* x,
+                          float* logits);
   /// The activations out of the last forward of a stage that is not the
   /// last (n rows of n_embd floats from offset 0), valid until the next
   /// forward.
@@ -385,6 +418,11 @@ private:
   backend::result<matrix> upload_matrix(const ops::matrix_view& m);
   backend::result<device_handle> alloc(std::uint64_t bytes);
   backend::status run_batched(const std::vector<device_op>& ops);
+  /// forward()'s body: the last `logit_rows` rows of each segment get
+  /// logits on the last stage.
+  backend::status run_forward(const std::vector<segment>& segs, float* x,
+                              float* logits, std::size_t logit_rows,
+                              const device_io& io);
 
   std::shared_ptr<const llama_model> model_;
   std::uint32_t first_, last_;
@@ -397,9 +435,15 @@ private:
   device_handle output_norm_ = 0;
   matrix output_;
   /// Scratch: io (activations, then positions), cur, q, att, tmp, gate,
-  /// up, logits.
+  /// up, the K and V of a batch, max_tokens rows of n_embd_kv ones (a
+  /// device `mul` by one is an exact copy: K/V rows into their caches),
+  /// logits.
   device_handle io_ = 0, cur_ = 0, q_ = 0, att_ = 0, tmp_ = 0, g_ = 0,
-                u_ = 0, logits_ = 0;
+                u_ = 0, kb_ = 0, vb_ = 0, ones_ = 0, logits_ = 0;
+  /// The segments of a single-sequence forward (no allocation per step).
+  std::vector<segment> one_;
+  /// Floats of ones_ still to be written (by the first batched forward).
+  std::uint64_t ones_floats_ = 0;
   std::map<cache_id, cache> caches_;
   cache_id next_cache_ = 1;
   std::uint64_t weight_bytes_ = 0;

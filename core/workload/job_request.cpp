@@ -31,6 +31,7 @@ job_request make_job_request(const run_options& o) {
   r.stages = o.stages;
   r.sequences = o.sequences;
   r.n_ctx = o.n_ctx;
+  r.batch = o.batch;
   r.keep_logits = !o.logits_out.empty();
   r.name = o.name;
   if (o.chat) {
@@ -102,6 +103,10 @@ std::uint32_t validate(const job_request& r, std::size_t prompt_tokens,
     throw job_error("--sequences must be in [1, "
                     + std::to_string(max_job_sequences) + "], not "
                     + std::to_string(r.sequences));
+  if (r.batch > max_job_sequences)
+    throw job_error("--batch must be in [1, "
+                    + std::to_string(max_job_sequences) + "], not "
+                    + std::to_string(r.batch));
   if (r.stages > limits.n_layer)
     throw job_error("--stages " + std::to_string(r.stages)
                     + " exceeds the model's "

@@ -56,6 +56,9 @@ struct job_request {
   std::uint32_t stages = 0;    ///< 0: the solver's plan; K: an even split
   std::uint32_t sequences = 1; ///< copies of the prompt in flight at once
   std::uint32_t n_ctx = 0;     ///< 0: prompt + n_gen
+  /// At most this many sequences per step (batched decoding); 0: as many
+  /// as a step carries.
+  std::uint32_t batch = 0;
   bool keep_logits = false;    ///< report sequence 0's last logits
   /// The prompt is a rendered chat (core/workload/chat_prompt.hpp): its
   /// special tokens are parsed (prompt_tokens with `special`).

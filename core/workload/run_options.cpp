@@ -38,6 +38,7 @@ namespace {
 /// The text of each option, converted and checked after parsing.
 struct run_words {
   std::string n, seed, temperature, top_k, top_p, stages, sequences, ctx;
+  std::string batch;
   std::string llama_threads;
 };
 
@@ -59,6 +60,10 @@ void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
   app.add_option("--sequences", w.sequences,
                  "M copies of the prompt in flight at once")
     ->type_name("M");
+  app.add_option("--batch", w.batch,
+                 "at most B of the sequences in one step (batched decoding; "
+                 "default: as many as a step carries, 1: each alone)")
+    ->type_name("B");
   app.add_option("--ctx", w.ctx, "context length (default: prompt + n)")
     ->type_name("C");
   app.add_flag("--chat", o.chat,
@@ -115,6 +120,8 @@ run_options parse_run_options(const std::vector<std::string>& words,
     o.stages = to_u32("--stages", w.stages, 1, 1024);
   if (given("--sequences"))
     o.sequences = to_u32("--sequences", w.sequences, 1, 256);
+  if (given("--batch"))
+    o.batch = to_u32("--batch", w.batch, 1, 256);
   if (given("--ctx"))
     o.n_ctx = to_u32("--ctx", w.ctx, 1, 1u << 24);
   if (local && given("--llama-threads"))

@@ -23,6 +23,9 @@ struct run_options {
   std::uint32_t stages = 0;    ///< 0: the solver's plan (cluster or node)
                                ///< (local); K: an even split
   std::uint32_t sequences = 1; ///< M copies of the prompt, in flight at once
+  /// --batch B: at most B sequences per step (1: each on its own); 0: as
+  /// many as a step carries.
+  std::uint32_t batch = 0;
   std::uint32_t n_ctx = 0;     ///< 0: prompt + n, at most the model's
   /// --chat: the prompt is the user's message of a chat, rendered with the
   /// model's chat template (core/workload/chat_prompt.hpp); --system adds

@@ -88,7 +88,8 @@ protected:
   }
   status do_matmul_weights(const_view a, const_view w, weight_type type,
                            mut_view c, const matmul_dims& dims) override {
-    calls.push_back({std::string{"matmul_"} + to_string(type),
+    calls.push_back({std::string{dims.rows_apart ? "matmul_rows_" : "matmul_"}
+                       + to_string(type),
                      {a.offset, w.offset, c.offset}, dims, type, false});
     return {};
   }
@@ -175,7 +176,9 @@ sample sample_of(op_kind kind) {
     case op_kind::matmul_q3_k:
     case op_kind::matmul_q4_k:
     case op_kind::matmul_q5_k:
-    case op_kind::matmul_q6_k: {
+    case op_kind::matmul_q6_k:
+    case op_kind::matmul_rows_f32:
+    case op_kind::matmul_rows_f16: {
       // k: one block of the format (32 elements, 256 for the K-quants).
       const weight_type wt = *weights_of(kind);
       const std::size_t k = weight_block_elements(wt) == 256 ? 256 : 32;
@@ -254,13 +257,13 @@ TEST_CASE("the op table round-trips every operation through its number") {
     CHECK(check_counts(r.kind, r.min_inputs, r.n_dims, r.n_scalars).ok());
   }
   CHECK(names.size() == op_count);
-  CHECK(names.size() == 22);
+  CHECK(names.size() == 24);
   CHECK(names.count("matmul_q8_0") == 1);
   CHECK(names.count("matmul_q4_k") == 1);
   // Every number outside the table is none, 0 included.
   for (int n = 0; n < 256; ++n)
     CHECK(op_from_wire(static_cast<std::uint8_t>(n)).has_value()
-          == (n >= 1 && n <= 22));
+          == (n >= 1 && n <= 24));
   CHECK(std::string{to_string(static_cast<op_kind>(0))} == "unknown");
 }
 

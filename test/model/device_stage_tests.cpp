@@ -400,3 +400,160 @@ TEST_CASE("a device stage checks ranges, positions, context and tokens",
         != std::string::npos);
   CHECK(*s.n_past(*c) == 6);
 }
+
+namespace {
+
+/// Three sequences through stages [0, 2) and [2, 4) on `dev`, twice: one
+/// batched forward per step for all of them (prompts of 5, 7 and 3
+/// tokens, then single tokens, one sequence sitting out a step), and each
+/// alone. Batching shares the weight reads, not a row's arithmetic where
+/// the device keeps rows apart (see `exact`); elsewhere the last bits
+/// may move, never the most likely token.
+void batch_matches_alone(backend::device& dev, const temp_model& tm) {
+  INFO("device " << dev.properties().id << ", "
+                 << tm.path);
+  auto& hp = tm.model->hparams();
+  backend_ops ops(dev);
+  device_stage_options opts;
+  opts.max_tokens = 16;
+  opts.max_logit_rows = 4;
+  auto s0 = device_stage::create(tm.model, 0, 2, ops, opts);
+  auto s1 = device_stage::create(tm.model, 2, 4, ops, opts);
+  REQUIRE(s0.ok());
+  REQUIRE(s1.ok());
+  auto& a = **s0;
+  auto& b = **s1;
+  using seg = device_stage::segment;
+  // The host devices give each row of a batch the arithmetic it gets
+  // alone (quantized products are the same per row whatever the count;
+  // F32/F16 one-token rows go as matmul_rows_*): the same bits. GPU
+  // shaders may sum a batch's rows their own way: the last bits move.
+  const bool exact = dev.properties().kind == backend::backend_kind::cpu
+                     || dev.properties().kind == backend::backend_kind::sim;
+  double worst_seen = 0;
+  const std::uint32_t n_ctx = 24;
+  std::vector<std::vector<std::vector<std::int32_t>>> steps = {
+    {{1, 17, 42, 99, 5}, {1, 200, 3, 9, 9, 11, 12}, {3, 3, 8}},
+    {{7}, {4}, {250}},
+    {{250}, {}, {12}},
+    {{3}, {399}, {1}}};
+  struct both {
+    cache_id alone0, alone1, batch0, batch1;
+  };
+  std::vector<both> cs;
+  for (int s = 0; s < 3; ++s)
+    cs.push_back({*a.new_cache(n_ctx), *b.new_cache(n_ctx),
+                  *a.new_cache(n_ctx), *b.new_cache(n_ctx)});
+  for (auto& step : steps) {
+    std::vector<seg> sa, sb;
+    std::vector<std::int32_t> toks;
+    std::vector<std::vector<float>> want;
+    for (std::size_t s = 0; s < step.size(); ++s) {
+      auto& t = step[s];
+      if (t.empty())
+        continue;
+      const auto n = static_cast<std::uint32_t>(t.size());
+      const auto pos = *a.n_past(cs[s].alone0);
+      std::vector<float> x(n * hp.n_embd), logits(hp.n_vocab);
+      REQUIRE(a.embed(t.data(), n, x.data()).ok());
+      REQUIRE(a.forward(cs[s].alone0, pos, x.data(), n).ok());
+      REQUIRE(b.forward(cs[s].alone1, pos, x.data(), n, logits.data()).ok());
+      want.push_back(logits);
+      sa.push_back({cs[s].batch0, pos, n});
+      sb.push_back({cs[s].batch1, pos, n});
+      toks.insert(toks.end(), t.begin(), t.end());
+    }
+    std::vector<float> x(toks.size() * hp.n_embd),
+      logits(sa.size() * hp.n_vocab);
+    REQUIRE(a.embed(toks.data(), toks.size(), x.data()).ok());
+    auto f0 = a.forward(sa, x.data(), nullptr);
+    INFO((f0.ok() ? "" : f0.err().to_string()));
+    REQUIRE(f0.ok());
+    auto f1 = b.forward(sb, x.data(), logits.data());
+    INFO((f1.ok() ? "" : f1.err().to_string()));
+    REQUIRE(f1.ok());
+    for (std::size_t s = 0; s < want.size(); ++s) {
+      std::vector<float> got(logits.begin() + s * hp.n_vocab,
+                             logits.begin() + (s + 1) * hp.n_vocab);
+      INFO("segment " << s);
+      const double w = worst(got, want[s]);
+      worst_seen = std::max(worst_seen, w);
+      CHECK(w <= (exact ? 0.0 : 1e-4));
+      CHECK(std::max_element(got.begin(), got.end()) - got.begin()
+            == std::max_element(want[s].begin(), want[s].end())
+                 - want[s].begin());
+    }
+  }
+  for (int s = 0; s < 3; ++s)
+    CHECK(*a.n_past(cs[s].batch0) == *a.n_past(cs[s].alone0));
+  WARN(dev.properties().id << " " << tm.path
+                           << ": worst relative logit difference, batched "
+                              "against alone: "
+                           << worst_seen);
+}
+
+} // namespace
+
+TEST_CASE("a batched forward gives each sequence exactly what it gets alone "
+          "on every device",
+          "[device_stage][batch]") {
+  for (auto type : {tensor_type::f32, tensor_type::f16, tensor_type::q8_0,
+                    tensor_type::q4_k, tensor_type::q6_k}) {
+    temp_model tm(type);
+    for (auto* dev : devices().devices())
+      batch_matches_alone(*dev, tm);
+  }
+  temp_model q2(tensor_type::f32, 5, "qwen2");
+  temp_model q3(tensor_type::q8_0, 5, "qwen3", 32);
+  for (auto* dev : devices().devices()) {
+    batch_matches_alone(*dev, q2);
+    batch_matches_alone(*dev, q3);
+  }
+}
+
+TEST_CASE("a batched forward checks its segments before it runs any",
+          "[device_stage][batch]") {
+  temp_model tm(tensor_type::f32);
+  auto& dev = *devices().devices().front();
+  backend_ops ops(dev);
+  auto& hp = tm.model->hparams();
+  device_stage_options opts;
+  opts.max_tokens = 4;
+  opts.max_logit_rows = 2;
+  auto st = device_stage::create(tm.model, 0, 4, ops, opts);
+  REQUIRE(st.ok());
+  auto& s = **st;
+  auto c1 = *s.new_cache(8), c2 = *s.new_cache(8), c3 = *s.new_cache(8);
+  std::vector<float> x(8 * hp.n_embd), logits(3 * hp.n_vocab);
+  auto msg = [](const backend::status& r) {
+    return r.ok() ? std::string{} : r.err().message;
+  };
+  using seg = device_stage::segment;
+  CHECK(msg(s.forward({}, x.data(), logits.data())).find("needs a segment")
+        != std::string::npos);
+  CHECK(msg(s.forward({{c1, 0, 1}, {c1, 0, 1}}, x.data(), logits.data()))
+          .find("appears twice")
+        != std::string::npos);
+  CHECK(msg(s.forward({{c1, 0, 1}, {c2, 0, 1}, {c3, 0, 1}}, x.data(),
+                      logits.data()))
+          .find("at most 2 sequences")
+        != std::string::npos);
+  CHECK(msg(s.forward({{c1, 0, 3}, {c2, 0, 2}}, x.data(), logits.data()))
+          .find("1 to 4")
+        != std::string::npos);
+  CHECK(msg(s.forward({{c1, 0, 1}, {c2, 3, 1}}, x.data(), logits.data()))
+          .find("step at position 3")
+        != std::string::npos);
+  CHECK(msg(s.forward({{c1, 0, 1}, {c2, 0, 0}}, x.data(), logits.data()))
+          .find("at least one token")
+        != std::string::npos);
+  // Nothing ran: every cache is where it was.
+  CHECK(*s.n_past(c1) == 0);
+  CHECK(*s.n_past(c2) == 0);
+  std::int32_t toks[2] = {5, 6};
+  REQUIRE(s.embed(toks, 2, x.data()).ok());
+  REQUIRE(s.forward({seg{c1, 0, 1}, seg{c2, 0, 1}}, x.data(), logits.data())
+            .ok());
+  CHECK(*s.n_past(c1) == 1);
+  CHECK(*s.n_past(c2) == 1);
+}
