@@ -371,15 +371,17 @@ TEST_CASE("F32 and F16 products compute llama.cpp's vec_dot and tinyBLAS "
           "orders bit for bit on every path") {
   // One token: ggml_vec_dot_f32/_f16. Two tokens and more: tinyBLAS where
   // llamafile_sgemm takes the product (k % 16 == 0, rows % 4 == 0),
-  // vec_dot per output otherwise. k covers the vec_dot leftovers (none, < 8,
+  // vec_dot per output otherwise and with the rows apart (2 x 3 tiles of
+  // them on AVX-512; an odd row count leaves a one-row tile). k covers the vec_dot leftovers (none, < 8,
   // 8-15, 16 + < 8, 32 + 8 + < 8) and sgemm's refusal (k % 16 != 0).
   std::mt19937 rng{23};
   const std::size_t ks[] = {16, 48, 64, 77, 100, 520, 1000};
   const std::size_t ms[] = {1, 2, 7, 64, 130};
-  const std::size_t ns[] = {8, 6};
+  const std::size_t ns[] = {8, 6, 5};
   for (auto t : {weight_type::f32, weight_type::f16})
   for (auto k : ks)
-  for (auto n : ns) {
+  for (auto n : ns)
+  for (bool apart : {false, true}) {
     const std::size_t m_max = 130;
     auto a = random_floats(rng, m_max * k, -1.0f, 1.0f);
     auto w = random_floats(rng, n * k, -1.0f, 1.0f);
@@ -391,7 +393,8 @@ TEST_CASE("F32 and F16 products compute llama.cpp's vec_dot and tinyBLAS "
     const auto ah = f16 ? halves(a) : a;
     const auto wh = f16 ? halves(w) : w;
     for (auto m : ms) {
-      const bool sgemm = m >= 2 && k % 16 == 0 && n % 4 == 0;
+      // Rows apart (matmul_rows_*): vec_dot for every output, as alone.
+      const bool sgemm = !apart && m >= 2 && k % 16 == 0 && n % 4 == 0;
       std::vector<float> want(m * n);
       for (std::size_t i = 0; i < m; ++i)
         for (std::size_t r = 0; r < n; ++r) {
@@ -410,9 +413,10 @@ TEST_CASE("F32 and F16 products compute llama.cpp's vec_dot and tinyBLAS "
         host::limit_isa(widest);
         std::vector<float> got(m * n);
         host::matmul_weights(a.data(), enc.data(), t, got.data(),
-                             matmul_dims{m, n, k, true}, threads);
+                             matmul_dims{m, n, k, true, apart}, threads);
         for (std::size_t i = 0; i < m * n; ++i) {
           INFO("type " << int(t) << " isa " << int(widest) << " m=" << m
+                       << " apart " << apart
                        << " n=" << n << " k=" << k << " threads=" << threads
                        << " at " << i);
           REQUIRE(bits_of(got[i]) == bits_of(want[i]));

@@ -1,0 +1,159 @@
+// Batched decoding on one device stage (issue 22): the aggregate tokens/s
+// of decode steps that carry B sequences at once (one forward, every
+// matrix read once for all of them), against B = 1, on the cpu device with
+// one thread. One stage of all layers of a test model (12 layers, 512
+// wide, ff 1536, vocabulary 2048, as the workload benchmark), each
+// sequence after its own 16-token prompt, for F32 and Q4_K_M weights.
+// Batch sizes alternate step by step (rotating), so a change of the
+// machine's speed hits all alike; printed: the median step of each and
+// its aggregate tokens/s, and the speed-up over one sequence.
+//
+//   batch_step_bench [STEPS [B...]]
+
+#include "backends/factory/factory.hpp"
+#include "core/model/device_stage.hpp"
+#include "core/model/llama_model.hpp"
+#include "core/model/test_model.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+using namespace exo;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::uint32_t prompt = 16;
+std::vector<std::uint32_t> batches = {1, 2, 4, 8, 16};
+
+struct batch_path {
+  std::uint32_t b = 1;
+  std::vector<model::cache_id> caches;
+  std::vector<model::device_stage::segment> segs;
+  std::vector<float> x, logits;
+  std::vector<double> times;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int run_type(const char* type, int steps) {
+  auto path = (std::filesystem::temp_directory_path()
+               / ("exo-batch-bench-" + std::to_string(::getpid()) + "-"
+                  + type + ".gguf"))
+                .string();
+  model::test_model_options o;
+  o.layers = 12;
+  o.dim = 512;
+  o.ff = 1536;
+  o.heads = 8;
+  o.kv_heads = 4;
+  o.vocab = 2048;
+  o.ctx = 1024;
+  model::file_type ft;
+  if (!model::parse_file_type(type, ft)) {
+    std::printf("error: unknown type %s\n", type);
+    return 1;
+  }
+  o.type = ft.base;
+  o.mix = ft.kind;
+  model::make_test_model(o, path);
+  auto m = model::llama_model::load(path);
+  std::filesystem::remove(path); // mapped: the pages stay
+  auto& hp = m->hparams();
+  backend::factory_options fo;
+  fo.use_environment = false;
+  fo.include = {"cpu"};
+  auto reg = backend::registry::create(fo);
+  if (!reg || reg->devices().empty()) {
+    std::printf("error: no cpu device\n");
+    return 1;
+  }
+  model::backend_ops ops(*reg->devices().front());
+  model::device_stage_options so = model::shard_stage_options(hp);
+  auto st = model::device_stage::create(m, 0, hp.n_layer, ops, so);
+  if (!st) {
+    std::printf("error: %s\n", st.err().to_string().c_str());
+    return 1;
+  }
+  auto& stage = **st;
+  std::vector<batch_path> paths;
+  for (auto b : batches) {
+    batch_path p;
+    p.b = b;
+    for (std::uint32_t s = 0; s < b; ++s) {
+      auto c = stage.new_cache(prompt + steps + 1);
+      if (!c) {
+        std::printf("error: %s\n", c.err().to_string().c_str());
+        return 1;
+      }
+      p.caches.push_back(*c);
+      std::vector<std::int32_t> toks(prompt);
+      for (std::uint32_t i = 0; i < prompt; ++i)
+        toks[i] = static_cast<std::int32_t>((7 * i + 13 * s + 1) % hp.n_vocab);
+      std::vector<float> x(prompt * hp.n_embd), logits(hp.n_vocab);
+      (void)stage.embed(toks.data(), prompt, x.data());
+      if (!stage.forward(*c, 0, x.data(), prompt, logits.data()))
+        return 1;
+      p.segs.push_back({*c, prompt, 1});
+    }
+    p.x.resize(std::size_t{b} * hp.n_embd);
+    p.logits.resize(std::size_t{b} * hp.n_vocab);
+    paths.push_back(std::move(p));
+  }
+  for (int i = 0; i < steps; ++i)
+    for (std::size_t k = 0; k < paths.size(); ++k) {
+      auto& p = paths[(k + static_cast<std::size_t>(i)) % paths.size()];
+      std::vector<std::int32_t> toks(p.b);
+      for (std::uint32_t s = 0; s < p.b; ++s)
+        toks[s] = static_cast<std::int32_t>((31 * i + 5 * s + 3) % hp.n_vocab);
+      auto t0 = clock_type::now();
+      (void)stage.embed(toks.data(), p.b, p.x.data());
+      auto ok = p.b == 1 ? stage.forward(p.caches[0], p.segs[0].pos,
+                                         p.x.data(), 1, p.logits.data())
+                         : stage.forward(p.segs, p.x.data(), p.logits.data());
+      if (!ok) {
+        std::printf("error: %s\n", ok.err().to_string().c_str());
+        return 1;
+      }
+      p.times.push_back(
+        std::chrono::duration<double>(clock_type::now() - t0).count());
+      for (auto& sg : p.segs)
+        ++sg.pos;
+    }
+  std::printf("%s (12 layers, 512 wide, ff 1536), %d steps each, 1 thread:\n",
+              type, steps);
+  const double one = median(paths.front().times);
+  for (auto& p : paths) {
+    const double t = median(p.times);
+    std::printf("  %2u sequences per step: %7.3f ms per step, %7.1f tokens/s "
+                "(%.2fx one sequence)\n",
+                p.b, t * 1e3, p.b / t, (p.b / t) / (1.0 / one));
+  }
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const int steps = argc > 1 ? std::max(3, std::atoi(argv[1])) : 40;
+  if (argc > 2) // only these batch sizes (profiling)
+    batches.clear();
+  for (int i = 2; i < argc; ++i)
+    batches.push_back(static_cast<std::uint32_t>(std::max(1, std::atoi(argv[i]))));
+  int rc = 0;
+  const char* only = std::getenv("EXO_BENCH_TYPE"); // f32 or q4_k_m
+  for (const char* t : {"f32", "q4_k_m"})
+    if (!only || std::string{only} == t)
+      rc |= run_type(t, steps);
+  return rc;
+}
