@@ -93,6 +93,21 @@ void finish(self_ptr self, std::string error) {
   self->quit();
 }
 
+/// Sequence j has ended: the job ends with the last one; before that
+/// its KV caches go at once (memory follows the sequences still running).
+void sequence_done(self_ptr self, std::uint32_t j) {
+  auto& st = self->state;
+  st.seqs[j].done = true;
+  if (--st.running == 0) {
+    if (st.cancelling)
+      st.result.cancelled = true;
+    finish(self, "");
+    return;
+  }
+  for (auto& stage : st.cfg.stages) // no answer wanted
+    caf::anon_send(stage, release_atom::value, st.cfg.id, j);
+}
+
 /// Sequence j's n tokens went through: `logits` (n_vocab floats) are its
 /// last row's. Samples its next token when its feed is read.
 void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
@@ -100,11 +115,7 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
   auto& st = self->state;
   auto& q = st.seqs[j];
   if (st.cancelling) { // a token boundary: this sequence stops here
-    q.done = true;
-    if (--st.running == 0) {
-      st.result.cancelled = true;
-      finish(self, "");
-    }
+    sequence_done(self, j);
     return;
   }
   q.pos += n;
@@ -129,7 +140,8 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
   st.result.logits[j] = std::move(logits_in);
   auto& logits = st.result.logits[j];
   if (out.size() >= st.cfg.n_gen) {
-    q.done = true;
+    sequence_done(self, j);
+    return;
   } else {
     auto id = q.smp->sample(logits.data(), logits.size());
     out.push_back(id);
@@ -148,12 +160,9 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
     if (st.cfg.on_token)
       st.cfg.on_token(j, id);
     if (out.size() >= st.cfg.n_gen || st.cfg.eog.count(id) != 0)
-      q.done = true;
-    else
-      return; // goes on in its group's next step
+      sequence_done(self, j);
+    // else it goes on in its group's next step
   }
-  if (--st.running == 0)
-    finish(self, "");
 }
 
 /// Sends group g's next step: each of its sequences that is not done and

@@ -210,10 +210,13 @@ std::string render(self_ptr self, const caf::error& err) {
   return msg.empty() ? self->system().render(err) : msg;
 }
 
-/// Stops the run's stages, drops its kept plan and, with an error, ends it.
-/// A re-placement that fails answers its job instead (which ends and comes
-/// back here).
-void end_run(self_ptr self, const run_ptr& run, std::string error) {
+/// Stops the run's stages, drops its kept plan and, with an error, ends it;
+/// then runs `then`. Both wait for the placement service to have dropped
+/// the plan (at most its request's 10 s), so that a run started after this
+/// one's answer is placed without this one's reservation. A re-placement
+/// that fails answers its job instead (which ends and comes back here).
+void end_run(self_ptr self, const run_ptr& run, std::string error,
+             std::function<void()> then = {}) {
   for (auto& r : run->ready)
     if (r.shard)
       self->send_exit(r.shard, caf::exit_reason::user_shutdown);
@@ -223,21 +226,27 @@ void end_run(self_ptr self, const run_ptr& run, std::string error) {
     rp.deliver(fail(exo_errc::failed_state, std::move(error)));
     return;
   }
-  if (!run->plan_job.empty()) {
-    // The coordinator stops re-planning the ended run. A request, not a
-    // send: the answer must come back to a handler (an unexpected answer
-    // is refused with an error, and an error message stops an actor).
-    self
-      ->request(self->state.cfg.gate, 10s, service_atom::value, run->planner,
-                std::string{placement::placement_service},
-                caf::make_message(unplan_atom::value, run->plan_job))
-      .then([](bool) {}, [](caf::error&) {});
-    run->plan_job.clear();
+  auto end = [run, error = std::move(error), then = std::move(then)] {
+    if (!error.empty() && !run->ended) {
+      run->ended = true;
+      run->sink.done(fail(exo_errc::failed_state, error));
+    }
+    if (then)
+      then();
+  };
+  if (run->plan_job.empty()) {
+    end();
+    return;
   }
-  if (!error.empty() && !run->ended) {
-    run->ended = true;
-    run->sink.done(fail(exo_errc::failed_state, std::move(error)));
-  }
+  // The coordinator stops re-planning the ended run. A request, not a
+  // send: the answer must come back to a handler (an unexpected answer is
+  // refused with an error, and an error message stops an actor).
+  self
+    ->request(self->state.cfg.gate, 10s, service_atom::value, run->planner,
+              std::string{placement::placement_service},
+              caf::make_message(unplan_atom::value, run->plan_job))
+    .then([end](bool) { end(); }, [end](caf::error&) { end(); });
+  run->plan_job.clear();
 }
 
 /// Sends one job event to the node's audit sink, if there is one.
@@ -626,11 +635,12 @@ void start_job(self_ptr self, const run_ptr& run) {
         audit_job(self, audit::event_type::job_finished,
                   {{"job", job_id},
                    {"outcome", r.cancelled ? "cancelled" : "ok"}});
-        end_run(self, run, "");
-        if (!run->ended) {
-          run->ended = true;
-          run->sink.done(std::move(r));
-        }
+        end_run(self, run, "", [run, r = std::move(r)]() mutable {
+          if (!run->ended) {
+            run->ended = true;
+            run->sink.done(std::move(r));
+          }
+        });
       },
       [self, run, job_id, id](caf::error& err) {
         run->recovery.reset();

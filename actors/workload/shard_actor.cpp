@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <utility>
 
 namespace exo::workload {
@@ -393,6 +394,45 @@ void set_up(self_ptr self) {
   self->send(st.cfg.device, task_atom::value, std::move(t));
 }
 
+/// Frees the KV caches and inboxes of a job's sequences (all, or `seq`):
+/// the caches on the device's thread, after the steps sent before.
+caf::result<caf::message> release(self_ptr self, std::uint64_t job,
+                                  std::optional<std::uint32_t> seq) {
+  auto& st = self->state;
+  auto mine = [&](const seq_key& k) {
+    return k.first == job && (!seq || k.second == *seq);
+  };
+  std::vector<handle_id> bufs;
+  for (auto it = st.inboxes.begin(); it != st.inboxes.end();) {
+    if (!mine(it->first)) {
+      ++it;
+      continue;
+    }
+    bufs.push_back(it->second.buf);
+    it = st.inboxes.erase(it);
+  }
+  for (auto it = st.next_inboxes.begin(); it != st.next_inboxes.end();)
+    it = mine(it->first) ? st.next_inboxes.erase(it) : ++it;
+  device_task t;
+  t.run = [h = st.hosted, job, seq, bufs = std::move(bufs)](
+            device::task_context& ctx, caf::response_promise& rp) {
+    auto ops = ctx.ops();
+    for (auto b : bufs)
+      (void) ops->free(b);
+    for (auto it = h->caches.begin(); it != h->caches.end();) {
+      if (it->first.first != job || (seq && it->first.second != *seq)) {
+        ++it;
+        continue;
+      }
+      if (h->stage)
+        (void) h->stage->drop_cache(it->second);
+      it = h->caches.erase(it);
+    }
+    rp.deliver(caf::ok_atom::value);
+  };
+  return self->delegate(st.device, task_atom::value, std::move(t));
+}
+
 caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
@@ -463,38 +503,11 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
       self->state.next_inboxes.clear(); // they were the old next stage's
       return caf::ok_atom::value;
     },
-    [self](release_atom, std::uint64_t job) -> caf::result<caf::message> {
-      auto& st = self->state;
-      std::vector<handle_id> bufs;
-      for (auto it = st.inboxes.begin(); it != st.inboxes.end();) {
-        if (it->first.first != job) {
-          ++it;
-          continue;
-        }
-        bufs.push_back(it->second.buf);
-        it = st.inboxes.erase(it);
-      }
-      for (auto it = st.next_inboxes.begin(); it != st.next_inboxes.end();)
-        it = it->first.first == job ? st.next_inboxes.erase(it) : ++it;
-      // The caches go on the device's thread, after the job's last steps.
-      device_task t;
-      t.run = [h = st.hosted, job, bufs = std::move(bufs)](
-                device::task_context& ctx, caf::response_promise& rp) {
-        auto ops = ctx.ops();
-        for (auto b : bufs)
-          (void) ops->free(b);
-        for (auto it = h->caches.begin(); it != h->caches.end();) {
-          if (it->first.first != job) {
-            ++it;
-            continue;
-          }
-          if (h->stage)
-            (void) h->stage->drop_cache(it->second);
-          it = h->caches.erase(it);
-        }
-        rp.deliver(caf::ok_atom::value);
-      };
-      return self->delegate(st.device, task_atom::value, std::move(t));
+    [self](release_atom, std::uint64_t job) {
+      return release(self, job, std::nullopt);
+    },
+    [self](release_atom, std::uint64_t job, std::uint32_t seq) {
+      return release(self, job, seq);
     },
     [self](inspect_atom) -> caf::result<actor_snapshot> {
       auto& st = self->state;

@@ -14,6 +14,7 @@
 ///                                  is one device forward for all of them
 ///   (next_atom, caf::actor)     -> ok   the next stage (none: last stage)
 ///   (release_atom, job)         -> ok   frees the job's KV caches
+///   (release_atom, job, seq)    -> ok   frees one sequence's (it ended)
 ///   (inspect_atom)              -> actor_snapshot
 ///
 /// On start it sends its device a task that creates the stage: the layers'

@@ -194,15 +194,21 @@ device_operand at(device_handle h, std::uint64_t offset = 0) {
   return {h, offset};
 }
 
+/// Rows of ones a batched forward copies K and V rows into the caches
+/// with (device `mul` by one); longer copies go in pieces.
+constexpr std::uint64_t ones_rows = 16;
+
 /// Floats of each scratch buffer for T rows, in create()'s order: io
-/// (activations, then T int32 positions), cur, q, att, tmp, gate, up, K
-/// and V of a batch, ones.
-std::array<std::uint64_t, 10> scratch_floats(const llama_hparams& hp,
-                                             std::uint64_t T) {
+/// (activations, then T int32 positions), cur, q, att, tmp, gate, up, the
+/// ones of the K/V copies. A batch's new K and V rows wait in gate and
+/// up (free until the feed-forward part) before they go to their caches:
+/// every model has n_ff >= n_embd_kv (create() checks).
+std::array<std::uint64_t, 8> scratch_floats(const llama_hparams& hp,
+                                            std::uint64_t T) {
   const std::uint64_t e = hp.n_embd, nq = hp.n_embd_q(), ff = hp.n_ff,
                       kv = hp.n_embd_kv();
-  return {T * (e + 1), T * e,  T * nq, T * nq, T * e,
-          T * ff,      T * ff, T * kv, T * kv, T * kv};
+  return {T * (e + 1), T * e,  T * nq, T * nq,
+          T * e,       T * ff, T * ff, std::min(T, ones_rows) * kv};
 }
 
 /// Bytes of the logits buffer of the last stage.
@@ -242,7 +248,7 @@ std::uint32_t batch_sequences_for(std::uint32_t n_embd,
   const std::uint64_t row = std::uint64_t{n_vocab} * sizeof(float);
   std::uint64_t n = chunk_bytes / (row == 0 ? 1 : row);
   n = std::min<std::uint64_t>({n, batch_tokens_for(n_embd, chunk_bytes),
-                               64});
+                               32});
   return static_cast<std::uint32_t>(n == 0 ? 1 : n);
 }
 
@@ -311,6 +317,12 @@ device_stage::create(std::shared_ptr<const llama_model> model,
                 "device stage: layer range [" + std::to_string(first) + ", "
                   + std::to_string(last) + ") is not inside [0, "
                   + std::to_string(n_layer) + ")");
+  if (model->hparams().n_ff < model->hparams().n_embd_kv())
+    return fail(errc::unsupported,
+                "device stage: a feed-forward width below the K/V width ("
+                  + std::to_string(model->hparams().n_ff) + " < "
+                  + std::to_string(model->hparams().n_embd_kv())
+                  + ") leaves no room for a batch's K and V rows");
   if (opts.max_tokens == 0 || opts.max_tokens > (1u << 16)
       || opts.max_logit_rows == 0 || opts.max_logit_rows > opts.max_tokens
       || opts.upload_chunk_bytes < 64 || opts.max_ops_per_run == 0)
@@ -469,8 +481,8 @@ status device_stage::upload_all() {
   }
   // Scratch for max_tokens rows (sizes shared with device_stage_memory).
   // io: activations, then the positions.
-  device_handle* scratch[] = {&io_, &cur_, &q_,  &att_, &tmp_,
-                              &g_,  &u_,   &kb_, &vb_,  &ones_};
+  device_handle* scratch[] = {&io_, &cur_, &q_, &att_,
+                              &tmp_, &g_,  &u_, &ones_};
   const auto floats = scratch_floats(hp, opts_.max_tokens);
   for (std::size_t i = 0; i < floats.size(); ++i) {
     auto h = alloc(floats[i] * 4);
@@ -682,7 +694,7 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   // read where they are by the first layer, which writes io_.
   const device_operand x_in = x_from_device ? dio.in : at(io_);
   // One sequence: its K and V land in its cache rows directly. Several:
-  // in kb_/vb_ first (one product for all rows), then each segment's rows
+  // in g_/u_ first (one product for all rows), then each segment's rows
   // go to its cache.
   const bool batched = segs.size() > 1;
   if (batched && ones_floats_ > 0) {
@@ -761,9 +773,9 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
       return layer_kv(c) + std::uint64_t{pos} * nkv * 4;
     };
     const device_operand k_out =
-      batched ? at(kb_) : at(cs[0]->k, new_row(*cs[0], segs[0].pos));
+      batched ? at(g_) : at(cs[0]->k, new_row(*cs[0], segs[0].pos));
     const device_operand v_out =
-      batched ? at(vb_) : at(cs[0]->v, new_row(*cs[0], segs[0].pos));
+      batched ? at(u_) : at(cs[0]->v, new_row(*cs[0], segs[0].pos));
     auto row_of = [](device_operand o, std::uint64_t off) {
       return at(o.buf, o.offset + off);
     };
@@ -794,18 +806,28 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     }
     rope(at(q_), hp.n_head);
     rope(k_out, hp.n_head_kv);
+    // A batch: each segment's new rows into its cache (times one, bit for
+    // bit; in pieces of ones_rows rows), then each segment's attention.
     std::uint64_t r0 = 0;
+    for (std::size_t s = 0; batched && s < segs.size(); ++s) {
+      auto& sg = segs[s];
+      auto& c = *cs[s];
+      for (std::uint64_t t = 0; t < sg.n; t += ones_rows) {
+        const std::uint64_t rows = std::min<std::uint64_t>(ones_rows, sg.n - t);
+        const std::uint64_t src = (r0 + t) * nkv * 4;
+        add(op_kind::mul, {at(g_, src), at(ones_)},
+            at(c.k, new_row(c, sg.pos + static_cast<std::uint32_t>(t))),
+            {rows * nkv}, {});
+        add(op_kind::mul, {at(u_, src), at(ones_)},
+            at(c.v, new_row(c, sg.pos + static_cast<std::uint32_t>(t))),
+            {rows * nkv}, {});
+      }
+      r0 += sg.n;
+    }
+    r0 = 0;
     for (std::size_t s = 0; s < segs.size(); ++s) {
       auto& sg = segs[s];
       auto& c = *cs[s];
-      if (batched) {
-        // The segment's rows into its cache: times one, bit for bit.
-        const std::uint64_t count = std::uint64_t{sg.n} * nkv;
-        add(op_kind::mul, {at(kb_, r0 * nkv * 4), at(ones_)},
-            at(c.k, new_row(c, sg.pos)), {count}, {});
-        add(op_kind::mul, {at(vb_, r0 * nkv * 4), at(ones_)},
-            at(c.v, new_row(c, sg.pos)), {count}, {});
-      }
       add(op_kind::attention,
           {at(q_, r0 * nq * 4), at(c.k, layer_kv(c)), at(c.v, layer_kv(c))},
           at(att_, r0 * nq * 4),

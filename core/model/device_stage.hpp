@@ -193,7 +193,7 @@ std::uint32_t batch_tokens_for(std::uint32_t n_embd,
                                = default_upload_chunk_bytes);
 
 /// The most sequences one step of a shard may carry for a model with
-/// these widths: at most batch_tokens_for(n_embd) and 64, and their rows of
+/// these widths: at most batch_tokens_for(n_embd) and 32, and their rows of
 /// logits (one per sequence, n_vocab floats each) within `chunk_bytes`
 /// (at least 1).
 std::uint32_t batch_sequences_for(std::uint32_t n_embd,
@@ -221,9 +221,8 @@ struct stage_memory {
   /// The rope_freqs table, on every stage, when the model has one.
   std::uint64_t rope_bytes = 0;
   /// Scratch for max_tokens rows: activations and positions, the normed
-  /// row, q, the attention output, a temporary, gate and up; K and V of a
-  /// batch of several sequences before they go to each one's cache, and
-  /// the ones that copy them there.
+  /// row, q, the attention output, a temporary, gate and up; the ones that
+  /// copy a batch's K and V rows into each sequence's cache.
   std::uint64_t scratch_bytes = 0;
   /// Last stage: max_logit_rows rows of n_vocab floats.
   std::uint64_t logits_bytes = 0;
@@ -434,12 +433,12 @@ private:
   device_handle rope_freqs_ = 0;
   device_handle output_norm_ = 0;
   matrix output_;
-  /// Scratch: io (activations, then positions), cur, q, att, tmp, gate,
-  /// up, the K and V of a batch, max_tokens rows of n_embd_kv ones (a
-  /// device `mul` by one is an exact copy: K/V rows into their caches),
-  /// logits.
+  /// Scratch: io (activations, then positions), cur, q, att, tmp, gate
+  /// and up (which also hold a batch's new K and V rows), 16 rows of
+  /// n_embd_kv ones (a device `mul` by one is an exact copy: K/V rows into
+  /// their caches), logits.
   device_handle io_ = 0, cur_ = 0, q_ = 0, att_ = 0, tmp_ = 0, g_ = 0,
-                u_ = 0, kb_ = 0, vb_ = 0, ones_ = 0, logits_ = 0;
+                u_ = 0, ones_ = 0, logits_ = 0;
   /// The segments of a single-sequence forward (no allocation per step).
   std::vector<segment> one_;
   /// Floats of ones_ still to be written (by the first batched forward).

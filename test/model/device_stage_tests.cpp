@@ -404,7 +404,7 @@ TEST_CASE("a device stage checks ranges, positions, context and tokens",
 namespace {
 
 /// Three sequences through stages [0, 2) and [2, 4) on `dev`, twice: one
-/// batched forward per step for all of them (prompts of 5, 7 and 3
+/// batched forward per step for all of them (prompts of 5, 18 and 3
 /// tokens, then single tokens, one sequence sitting out a step), and each
 /// alone. Batching shares the weight reads, not a row's arithmetic where
 /// the device keeps rows apart (see `exact`); elsewhere the last bits
@@ -415,7 +415,7 @@ void batch_matches_alone(backend::device& dev, const temp_model& tm) {
   auto& hp = tm.model->hparams();
   backend_ops ops(dev);
   device_stage_options opts;
-  opts.max_tokens = 16;
+  opts.max_tokens = 32;
   opts.max_logit_rows = 4;
   auto s0 = device_stage::create(tm.model, 0, 2, ops, opts);
   auto s1 = device_stage::create(tm.model, 2, 4, ops, opts);
@@ -433,7 +433,10 @@ void batch_matches_alone(backend::device& dev, const temp_model& tm) {
   double worst_seen = 0;
   const std::uint32_t n_ctx = 24;
   std::vector<std::vector<std::vector<std::int32_t>>> steps = {
-    {{1, 17, 42, 99, 5}, {1, 200, 3, 9, 9, 11, 12}, {3, 3, 8}},
+    // 18 tokens: its K/V rows go to the cache in two pieces (16 + 2).
+    {{1, 17, 42, 99, 5},
+     {1, 200, 3, 9, 9, 11, 12, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+     {3, 3, 8}},
     {{7}, {4}, {250}},
     {{250}, {}, {12}},
     {{3}, {399}, {1}}};

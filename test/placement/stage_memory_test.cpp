@@ -114,9 +114,9 @@ TEST_CASE("placement counts exactly what a shard's device stage allocates") {
     CHECK(spec.extras.first_stage == 0);
     CHECK(spec.extras.every_stage > 0);
     // A row of logits for each sequence a step may carry (batched
-    // decoding: 64 for this 400-token vocabulary).
-    CHECK(model::batch_sequences_for(64, 400) == 64);
-    CHECK(spec.extras.last_stage == 64u * 400u * 4);
+    // decoding: 32 for this 400-token vocabulary).
+    CHECK(model::batch_sequences_for(64, 400) == 32);
+    CHECK(spec.extras.last_stage == 32u * 400u * 4);
 
     auto m = model::llama_model::load(tm.path);
     const auto opts = model::shard_stage_options(m->hparams());

@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <mutex>
 
 #include <thread>
 
@@ -1082,4 +1083,97 @@ TEST_CASE("a job resumed from the tokens another job generated goes on "
     CHECK(r.error.find("resumes 2 sequences") != std::string::npos);
     f.stop(stages);
   }
+}
+
+TEST_CASE("a sequence that ended gives its KV cache back while the others "
+          "go on",
+          "[workload]") {
+  fixture f;
+  caf::scoped_actor self{*f.sys};
+  auto stages = f.pipeline({0, 4}, {f.device_index("cpu")});
+  auto step = [&](std::uint32_t seq, std::uint32_t pos,
+                  std::vector<std::int32_t> toks) {
+    stage_step s;
+    s.job = 9;
+    s.seq = seq;
+    s.pos = pos;
+    s.tokens = std::move(toks);
+    self->request(stages[0], std::chrono::seconds(30), forward_atom::value, s)
+      .receive([](stage_step&) {},
+               [](caf::error& e) { FAIL(error_message(e)); });
+  };
+  step(0, 0, {1, 17, 42});
+  step(1, 0, {1, 200});
+  auto one = 128ull * 2 * 4 * f.model->hparams().n_embd_kv() * 4;
+  CHECK(num(snapshot_of(self, stages[0]), "kv_cache_bytes") == 2 * one);
+  self->request(stages[0], std::chrono::seconds(10), release_atom::value,
+                std::uint64_t{9}, std::uint32_t{0})
+    .receive([](caf::ok_atom) {}, [](caf::error& e) { FAIL(error_message(e)); });
+  auto sh = snapshot_of(self, stages[0]);
+  CHECK(num(sh, "kv_cache_bytes") == one);
+  CHECK(num(sh, "sequences") == 1);
+  step(1, 2, {5}); // the other one goes on
+  self->request(stages[0], std::chrono::seconds(10), release_atom::value,
+                std::uint64_t{9})
+    .receive([](caf::ok_atom) {}, [](caf::error& e) { FAIL(error_message(e)); });
+  CHECK(num(snapshot_of(self, stages[0]), "kv_cache_bytes") == 0);
+  f.stop(stages);
+}
+
+TEST_CASE("a job gives back each sequence's KV caches as it ends",
+          "[workload]") {
+  // Sequence 0 stops at its third token (made an end-of-generation token
+  // for this run); sequence 1 runs on. A proxy in front of the shard sees
+  // the job release sequence 0 alone, then the whole job.
+  fixture f;
+  auto first = f.run({0, 4}, {prompts()[0], prompts()[1]}, 8, 0.0f);
+  REQUIRE(first.error.empty());
+  const auto stop = first.tokens[0][2];
+  REQUIRE(std::find(first.tokens[1].begin(), first.tokens[1].end(), stop)
+          == first.tokens[1].end());
+  auto stages = f.pipeline({0, 4}, {f.device_index("cpu")});
+  struct seen {
+    std::mutex m;
+    std::vector<std::int64_t> released; ///< a sequence, or -1: the job
+  };
+  auto log = std::make_shared<seen>();
+  auto shard = stages[0];
+  auto proxy = f.sys->spawn([log, shard](caf::event_based_actor* p)
+                              -> caf::behavior {
+    return {
+      [p, shard](forward_atom a, stage_step& s) {
+        return p->delegate(shard, a, std::move(s));
+      },
+      [p, log, shard](release_atom a, std::uint64_t job, std::uint32_t seq) {
+        std::lock_guard<std::mutex> g{log->m};
+        log->released.push_back(seq);
+        return p->delegate(shard, a, job, seq);
+      },
+      [p, log, shard](release_atom a, std::uint64_t job) {
+        std::lock_guard<std::mutex> g{log->m};
+        log->released.push_back(-1);
+        return p->delegate(shard, a, job);
+      },
+    };
+  });
+  auto j = f.job(1, {proxy}, {prompts()[0], prompts()[1]}, 8, 0.0f);
+  j.eog = {stop};
+  auto r = workload::run_job(*f.sys, std::move(j));
+  REQUIRE(r.error.empty());
+  CHECK(r.tokens[0].size() == 3);
+  CHECK(r.tokens[1] == first.tokens[1]);
+  caf::scoped_actor self{*f.sys};
+  // Both ended: nothing held (the job's release arrives after its steps).
+  for (int i = 0; i < 100; ++i) {
+    if (num(snapshot_of(self, shard), "kv_cache_bytes") == 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(num(snapshot_of(self, shard), "kv_cache_bytes") == 0);
+  {
+    std::lock_guard<std::mutex> g{log->m};
+    CHECK(log->released == std::vector<std::int64_t>{0, -1});
+  }
+  self->send_exit(proxy, caf::exit_reason::user_shutdown);
+  f.stop(stages);
 }

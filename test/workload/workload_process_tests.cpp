@@ -636,7 +636,10 @@ TEST_CASE("the solver re-places a job that lost a node on the two that "
   };
   CHECK(eventually(p, a.port, "devices", all_free, 10s));
   process runner{background_console(p, a.port, job)};
-  REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
+  if (!a.proc->wait_for_output("job 2 started", 120s)) {
+    runner.wait(5s);
+    FAIL("job 2 did not start: " << runner.out() << runner.err());
+  }
   // A node of its plan other than coord.
   auto placed = a.proc->out();
   placed = placed.substr(placed.rfind("placement (solver)"));
