@@ -140,12 +140,20 @@ struct stage_step {
   std::vector<float> x;
   bool on_device = false; ///< x is in the receiver's inbox for (job, seq)
   std::vector<step_part> parts; ///< several sequences (see above)
+  /// Speculative decoding's verification: every row is a step of its own
+  /// (the bits of one-token steps) and the last stage answers with the
+  /// logits of every row, not only each sequence's last.
+  bool apart = false;
+  /// The step may start before the end of what the stages hold for its
+  /// sequences: they forget the positions from there on first (drafted
+  /// tokens the model did not accept).
+  bool rewind = false;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stage_step& x) {
   return wire(f, caf::meta::type_name("exo.stage_step"), x.job, x.seq, x.pos,
-              x.tokens, x.x, x.on_device, x.parts);
+              x.tokens, x.x, x.on_device, x.parts, x.apart, x.rewind);
 }
 
 /// What a shard is: layers [first, last) of a model on one device.

@@ -29,6 +29,10 @@ struct sequence {
   bool done = false;
   bool waiting = false;        ///< a step is in flight
   clock_type::time_point sent; ///< when it was sent
+  /// Speculative decoding: positions the draft's caches hold, and the
+  /// tokens it proposed this round.
+  std::uint32_t draft_pos = 0;
+  std::vector<std::int32_t> drafted;
 };
 
 struct job_state {
@@ -40,6 +44,9 @@ struct job_state {
   /// when a step cannot carry them all.
   std::vector<std::vector<std::uint32_t>> groups;
   std::uint32_t step_sequences = 1; ///< the most sequences per step
+  /// Speculative decoding is on (draft stages, greedy sampling, no draft
+  /// stage failed so far).
+  bool speculative = false;
   job_result result;
   std::size_t prompts_left = 0;
   std::size_t running = 0;
@@ -86,6 +93,8 @@ void finish(self_ptr self, std::string error) {
     = std::chrono::duration<double>(now - st.t_prompts).count();
   for (auto& stage : st.cfg.stages)
     self->send(stage, release_atom::value, st.cfg.id);
+  for (auto& stage : st.cfg.draft_stages)
+    caf::anon_send(stage, release_atom::value, st.cfg.id);
   if (st.cfg.finish)
     st.rp.deliver(st.cfg.finish(st.result));
   else
@@ -105,6 +114,8 @@ void sequence_done(self_ptr self, std::uint32_t j) {
     return;
   }
   for (auto& stage : st.cfg.stages) // no answer wanted
+    caf::anon_send(stage, release_atom::value, st.cfg.id, j);
+  for (auto& stage : st.cfg.draft_stages)
     caf::anon_send(stage, release_atom::value, st.cfg.id, j);
 }
 
@@ -168,10 +179,20 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
 /// Sends group g's next step: each of its sequences that is not done and
 /// not in flight contributes its next piece of feed (bounded by the step's
 /// token budget) or its last token, up to step_sequences of them.
+void speculate(self_ptr self, std::uint32_t j);
+
 void send_step(self_ptr self, std::size_t g) {
   auto& st = self->state;
   if (st.finished || st.recovering)
     return;
+  if (st.speculative) { // groups of one: a round once its feed is read
+    auto j = st.groups[g].front();
+    auto& q = st.seqs[j];
+    if (!q.done && !q.waiting && q.fed >= q.feed.size() && q.prompt_done) {
+      speculate(self, j);
+      return;
+    }
+  }
   stage_step s;
   s.job = st.cfg.id;
   std::size_t budget = workload::max_batch_tokens(st.cfg.n_embd);
@@ -251,6 +272,189 @@ void send_step(self_ptr self, std::size_t g) {
       });
 }
 
+// -- speculative decoding -----------------------------------------------------
+
+/// A step's failure in speculative decoding: a draft stage's turns
+/// speculation off (the sequence goes on without it); the model's is
+/// handled as any step's.
+void step_failed(self_ptr self, std::uint32_t j, std::uint64_t epoch,
+                 const caf::error& err);
+
+void verify(self_ptr self, std::uint32_t j);
+
+/// The greedy choice of a row of logits (the first of equal maxima).
+std::int32_t argmax(const float* v, std::size_t n) {
+  return static_cast<std::int32_t>(std::max_element(v, v + n) - v);
+}
+
+/// How many tokens the draft proposes for sequence j this round: a round
+/// keeps at most the proposals and one token of the model's, within n_gen.
+std::size_t proposals(const job_state& st, std::uint32_t j) {
+  const std::size_t room = st.cfg.n_gen - st.result.tokens[j].size();
+  return std::min<std::size_t>(st.cfg.draft_tokens, room > 0 ? room - 1 : 0);
+}
+
+/// Speculation failed on the draft's side: off for the rest of the job;
+/// sequence j goes on with a plain step.
+void drop_draft(self_ptr self, std::uint32_t j) {
+  auto& st = self->state;
+  st.speculative = false;
+  st.seqs[j].waiting = false;
+  st.seqs[j].drafted.clear();
+  for (std::size_t g = 0; g < st.groups.size(); ++g)
+    if (st.groups[g].front() == j)
+      send_step(self, g);
+}
+
+/// Feeds the draft what it has not read of sequence j (its prompt and
+/// tokens so far), then lets it propose tokens one by one; then verify().
+void draft_step(self_ptr self, std::uint32_t j) {
+  auto& st = self->state;
+  auto& q = st.seqs[j];
+  const auto& out = st.result.tokens[j];
+  const std::size_t known = q.prompt.size() + out.size();
+  stage_step s;
+  s.job = st.cfg.id;
+  s.seq = j;
+  s.pos = q.draft_pos;
+  s.rewind = true; // it may hold rejected proposals
+  if (q.draft_pos < known) {
+    const std::size_t n = std::min<std::size_t>(
+      known - q.draft_pos,
+      workload::max_batch_tokens(std::max<std::uint32_t>(st.cfg.draft_n_embd,
+                                                         1)));
+    for (std::size_t i = q.draft_pos; i < q.draft_pos + n; ++i)
+      s.tokens.push_back(i < q.prompt.size() ? q.prompt[i]
+                                             : out[i - q.prompt.size()]);
+  } else {
+    s.tokens.push_back(q.drafted.back()); // its last proposal
+  }
+  q.waiting = true;
+  q.sent = clock_type::now();
+  auto epoch = st.epoch;
+  self->request(st.cfg.draft_stages.front(), caf::infinite,
+                forward_atom::value, std::move(s))
+    .then(
+      [self, j, epoch](stage_step& r) {
+        auto& st = self->state;
+        if (epoch != st.epoch || st.finished || !st.speculative)
+          return;
+        auto& q = st.seqs[j];
+        if (r.x.size() != st.cfg.n_vocab)
+          return drop_draft(self, j);
+        q.draft_pos += static_cast<std::uint32_t>(r.tokens.size());
+        const std::size_t known =
+          q.prompt.size() + st.result.tokens[j].size();
+        if (q.draft_pos < known) // more to read
+          return draft_step(self, j);
+        q.drafted.push_back(argmax(r.x.data(), r.x.size()));
+        if (q.drafted.size() < proposals(st, j))
+          return draft_step(self, j);
+        verify(self, j);
+      },
+      [self, j, epoch](caf::error&) {
+        auto& st = self->state;
+        if (epoch != st.epoch || st.finished || !st.speculative)
+          return;
+        drop_draft(self, j);
+      });
+}
+
+/// Starts a round for sequence j: the draft proposes, the model verifies
+/// (with no room for a proposal, the model's plain next step).
+void speculate(self_ptr self, std::uint32_t j) {
+  auto& q = self->state.seqs[j];
+  q.drafted.clear();
+  if (proposals(self->state, j) == 0)
+    verify(self, j);
+  else
+    draft_step(self, j);
+}
+
+/// The model reads sequence j's last token and the proposals in one step,
+/// each row a step of its own, and answers with every row's logits.
+void verify(self_ptr self, std::uint32_t j) {
+  auto& st = self->state;
+  auto& q = st.seqs[j];
+  stage_step s;
+  s.job = st.cfg.id;
+  s.seq = j;
+  s.pos = q.pos;
+  s.apart = true;
+  s.rewind = true; // it may hold rows of rejected proposals
+  s.tokens.push_back(st.result.tokens[j].back());
+  s.tokens.insert(s.tokens.end(), q.drafted.begin(), q.drafted.end());
+  q.waiting = true;
+  q.sent = clock_type::now();
+  auto epoch = st.epoch;
+  self->request(st.cfg.stages.front(), caf::infinite, forward_atom::value,
+                std::move(s))
+    .then(
+      [self, j, epoch](stage_step& r) {
+        auto& st = self->state;
+        if (epoch != st.epoch || st.finished)
+          return;
+        auto& q = st.seqs[j];
+        q.waiting = false;
+        const std::size_t v = st.cfg.n_vocab, rows = q.drafted.size() + 1;
+        if (r.x.size() != rows * v) {
+          finish(self, "the last stage sent " + std::to_string(r.x.size())
+                         + " logits, expected " + std::to_string(rows * v));
+          return;
+        }
+        st.result.drafted += q.drafted.size();
+        const auto known = static_cast<std::uint32_t>(
+          q.prompt.size() + st.result.tokens[j].size());
+        // Row i holds the logits after the last token and i proposals:
+        // the model's token there is kept; so is the next row's while it
+        // agreed with the proposal it read.
+        for (std::size_t i = 0; i < rows && !st.finished; ++i) {
+          const bool agreed_before = i == 0 || st.result.tokens[j].back()
+                                                 == q.drafted[i - 1];
+          if (!agreed_before)
+            break;
+          if (i > 0)
+            ++st.result.accepted;
+          on_logits(self, j, 1,
+                    std::vector<float>(r.x.begin() + i * v,
+                                       r.x.begin() + (i + 1) * v));
+          if (q.done)
+            break;
+        }
+        // The model read the last token and the proposals it agreed with
+        // (on_logits advanced its position row by row); the draft keeps
+        // what it read of them (all proposals but its last).
+        const auto emitted = static_cast<std::uint32_t>(
+          q.prompt.size() + st.result.tokens[j].size() - known);
+        q.draft_pos = std::min<std::uint32_t>(
+          q.draft_pos, known + emitted - 1);
+        if (!st.finished && !q.done)
+          for (std::size_t g = 0; g < st.groups.size(); ++g)
+            if (st.groups[g].front() == j)
+              send_step(self, g);
+      },
+      [self, j, epoch](caf::error& err) {
+        step_failed(self, j, epoch, err);
+      });
+}
+
+void step_failed(self_ptr self, std::uint32_t j, std::uint64_t epoch,
+                 const caf::error& err) {
+  auto& st = self->state;
+  if (epoch != st.epoch || st.finished)
+    return;
+  st.seqs[j].waiting = false;
+  auto msg = error_message(err);
+  auto why = "sequence " + std::to_string(j) + ": "
+             + (msg.empty() ? self->system().render(err) : msg);
+  if (!st.cfg.recoverer && err != caf::sec::request_receiver_down) {
+    finish(self, why);
+    return;
+  }
+  self->delayed_send(self, settle_time, tick_atom::value, epoch,
+                     std::move(why));
+}
+
 /// Sends every group's step (at the start and after a recovery).
 void send_all(self_ptr self) {
   for (std::size_t g = 0; g < self->state.groups.size(); ++g)
@@ -266,6 +470,18 @@ void make_groups(job_state& st) {
     1, workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab));
   if (st.cfg.step_sequences > 0)
     st.step_sequences = std::min(st.step_sequences, st.cfg.step_sequences);
+  // Speculative decoding: greedy only, each sequence its own rounds, at
+  // most as many proposals as a step may return rows of logits for.
+  st.speculative = !st.cfg.draft_stages.empty()
+                   && st.cfg.sampling.temperature <= 0.0f
+                   && st.cfg.draft_tokens > 0;
+  if (st.speculative) {
+    st.step_sequences = 1;
+    st.cfg.draft_tokens = std::min<std::uint32_t>(
+      st.cfg.draft_tokens,
+      workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab) - 1);
+    st.speculative = st.cfg.draft_tokens > 0;
+  }
   std::size_t g = std::max<std::size_t>(st.cfg.stages.size(), 1);
   g = std::max(g, (m + st.step_sequences - 1) / st.step_sequences);
   g = std::min(g, m);

@@ -67,6 +67,9 @@ struct job_result {
   std::string error;       ///< empty on success
   bool cancelled = false;  ///< stopped by (cancel_atom); tokens: so far
   std::vector<job_recovered> recoveries; ///< the losses it survived
+  /// Speculative decoding: tokens the draft proposed, and those kept.
+  std::uint64_t drafted = 0;
+  std::uint64_t accepted = 0;
 
   double prompt_tps() const {
     return prompt_s > 0 ? prompt_tokens / prompt_s : 0;
@@ -88,6 +91,21 @@ struct job_setup {
   /// The most sequences one step carries (0: as many as a step can,
   /// workload::max_step_sequences); 1 sends every sequence on its own.
   std::uint32_t step_sequences = 0;
+  /// Speculative decoding (greedy sampling only; ignored otherwise): the
+  /// stages of a draft model with the same vocabulary (in order, each
+  /// told its next; the job keeps its sequences' caches there as in its
+  /// own stages and releases them). After its prompt, each sequence
+  /// repeats: the draft proposes `draft_tokens` tokens one by one, the
+  /// model reads the last token and the proposals in one step whose rows
+  /// are each a step of its own (stage_step::apart), and the job keeps the
+  /// proposals up to the first one the model does not pick, plus the
+  /// model's own next token; the stages forget the rest
+  /// (stage_step::rewind). The tokens are exactly those of decoding
+  /// without a draft. A draft stage that fails turns speculation off for
+  /// the rest of the job.
+  std::vector<caf::actor> draft_stages;
+  std::uint32_t draft_n_embd = 0; ///< the draft model's width
+  std::uint32_t draft_tokens = 4;
   model::sampler_params sampling; ///< sequence j is seeded with seed + j
   /// End-of-generation tokens (EOS, EOT, <|eot_id|>, <|im_end|>...): a
   /// sequence stops at any of them.

@@ -181,15 +181,19 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
     auto cap = stage.capacity(id);
     if (!past || !cap)
       return device_failed(!past ? past.err() : cap.err());
-    if (p.pos != *past)
+    if (p.pos != *past && !(s.rewind && p.pos < *past))
       return bad("shard: sequence " + std::to_string(p.seq)
                  + ": step at position " + std::to_string(p.pos)
                  + ", cache holds " + std::to_string(*past));
     if (std::uint64_t{p.pos} + p.n > *cap)
       return bad("shard: sequence " + std::to_string(p.seq) + ": context of "
                  + std::to_string(*cap) + " tokens exceeded");
-    segs.push_back({id, p.pos, p.n});
+    segs.push_back({id, p.pos, p.n, s.apart});
   }
+  if (s.rewind) // checked: forget what the step writes over
+    for (auto& sg : segs)
+      if (auto past = stage.n_past(sg.cache); past && *past > sg.pos)
+        (void) stage.truncate(sg.cache, sg.pos);
   if (stage.is_first()) {
     s.x.resize(n * hp.n_embd);
     if (auto e = stage.embed(s.tokens.data(), n, s.x.data()); !e)
@@ -199,7 +203,10 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
   }
   float* x = s.x.empty() ? nullptr : s.x.data();
   if (stage.is_last()) {
-    std::vector<float> logits(segs.size() * std::size_t{hp.n_vocab});
+    std::size_t rows = 0;
+    for (auto& sg : segs)
+      rows += sg.apart ? sg.n : 1;
+    std::vector<float> logits(rows * std::size_t{hp.n_vocab});
     if (auto f = stage.forward(segs, x, logits.data(), io); !f)
       return device_failed(f.err());
     s.x = std::move(logits);

@@ -622,13 +622,30 @@ status device_stage::forward(const std::vector<segment>& segs, float* x,
                              float* logits, const device_io& dio) {
   if (segs.empty())
     return fail(errc::invalid_argument, "a batched forward needs a segment");
-  if (is_last() && (!logits || segs.size() > opts_.max_logit_rows))
+  std::uint64_t rows = 0;
+  for (auto& sg : segs)
+    rows += sg.apart ? sg.n : 1;
+  if (is_last() && (!logits || rows > opts_.max_logit_rows))
     return fail(errc::invalid_argument,
-                "the last stage returns logits for at most "
+                "the last stage returns at most "
                   + std::to_string(opts_.max_logit_rows)
-                  + " sequences at once, not "
-                  + std::to_string(segs.size()));
-  return run_forward(segs, x, logits, 1, dio);
+                  + " rows of logits at once, not " + std::to_string(rows)
+                  + " (" + std::to_string(segs.size()) + " sequences)");
+  return run_forward(segs, x, logits, 0, dio);
+}
+
+status device_stage::truncate(cache_id id, std::uint32_t n) {
+  auto it = caches_.find(id);
+  if (it == caches_.end())
+    return fail(errc::invalid_argument,
+                "unknown KV cache " + std::to_string(id));
+  if (n > it->second.n_past)
+    return fail(errc::invalid_argument,
+                "cannot truncate a KV cache of "
+                  + std::to_string(it->second.n_past) + " positions to "
+                  + std::to_string(n));
+  it->second.n_past = n;
+  return {};
 }
 
 status device_stage::run_forward(const std::vector<segment>& segs, float* x,
@@ -697,6 +714,13 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   // in g_/u_ first (one product for all rows), then each segment's rows
   // go to its cache.
   const bool batched = segs.size() > 1;
+  // Rows that must each get a one-token forward's bits: a batch's
+  // one-token segments and every row of an apart segment.
+  auto alone = [&](const segment& sg) { return sg.n == 1 || sg.apart; };
+  const bool any_apart = std::any_of(segs.begin(), segs.end(),
+                                     [](const segment& sg) {
+                                       return sg.apart;
+                                     });
   if (batched && ones_floats_ > 0) {
     const std::vector<float> ones(ones_floats_, 1.0f);
     const auto* b = reinterpret_cast<const std::uint8_t*>(ones.data());
@@ -735,20 +759,20 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   // segment a product of its own rows, as alone.
   auto mm = [&](const matrix& w, device_operand a, device_operand out) {
     const op_kind apart = backend::rows_apart_op(w.kind);
-    if (!batched || apart == w.kind) {
+    if ((!batched && !any_apart) || apart == w.kind) {
       add(w.kind, {a, at(w.buf)}, out, {N, w.rows, w.cols}, {});
       return;
     }
     std::uint64_t r0 = 0;
     for (std::size_t s = 0; s < segs.size();) {
       std::size_t e = s + 1;
-      if (segs[s].n == 1)
-        while (e < segs.size() && segs[e].n == 1)
+      if (alone(segs[s]))
+        while (e < segs.size() && alone(segs[e]))
           ++e;
       std::uint64_t rows = 0;
       for (std::size_t i = s; i < e; ++i)
         rows += segs[i].n;
-      add(segs[s].n == 1 ? apart : w.kind,
+      add(alone(segs[s]) ? apart : w.kind,
           {at(a.buf, a.offset + r0 * w.cols * 4), at(w.buf)},
           at(out.buf, out.offset + r0 * w.rows * 4), {rows, w.rows, w.cols},
           {});
@@ -845,19 +869,28 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     mm(L.down, at(g_), at(tmp_));
     add(op_kind::add, {at(io_), at(tmp_)}, at(io_), {N * e}, {});
   }
-  const std::uint64_t R = logit_rows;
-  const std::uint64_t out_rows = R * segs.size();
+  // Rows of logits of each segment: logit_rows, or (0) one, every row of
+  // an apart segment.
+  auto rows_out = [&](const segment& sg) -> std::uint64_t {
+    return logit_rows != 0 ? logit_rows : sg.apart ? sg.n : 1;
+  };
+  std::uint64_t out_rows = 0;
+  for (auto& sg : segs)
+    out_rows += rows_out(sg);
   if (is_last()) {
-    // The last R rows of each segment, normed into consecutive rows of
+    // The last rows of each segment, normed into consecutive rows of
     // cur_, then one product with the output head.
-    std::uint64_t end = 0;
+    std::uint64_t end = 0, done = 0;
     for (std::size_t s = 0; s < segs.size(); ++s) {
+      const std::uint64_t R = rows_out(segs[s]);
       end += segs[s].n;
       add(op_kind::rms_norm, {at(io_, (end - R) * e * 4), at(output_norm_)},
-          at(cur_, s * R * e * 4), {R, e}, {hp.rms_eps});
+          at(cur_, done * e * 4), {R, e}, {hp.rms_eps});
+      done += R;
     }
-    // One row per sequence: apart when there are several.
-    add(batched ? backend::rows_apart_op(output_.kind) : output_.kind,
+    // Rows of several sequences, or of an apart one: each on its own.
+    add(batched || any_apart ? backend::rows_apart_op(output_.kind)
+                             : output_.kind,
         {at(cur_), at(output_.buf)}, at(logits_),
         {out_rows, output_.rows, output_.cols}, {});
   }

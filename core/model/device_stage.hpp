@@ -318,6 +318,9 @@ public:
   backend::status drop_cache(cache_id id);
   /// Positions stored in a cache (an error for an unknown id).
   backend::result<std::uint32_t> n_past(cache_id id) const;
+  /// Forgets a cache's positions from n on (n <= n_past): the next
+  /// forward writes over them (drafted tokens the model did not accept).
+  backend::status truncate(cache_id id, std::uint32_t n);
   backend::result<std::uint32_t> capacity(cache_id id) const;
   std::size_t caches() const noexcept {
     return caches_.size();
@@ -364,6 +367,11 @@ public:
     cache_id cache = 0;
     std::uint32_t pos = 0;
     std::uint32_t n = 0;
+    /// Every row a step of its own (speculative decoding's verification
+    /// of drafted tokens): each row gets the bits a one-token forward at
+    /// its position gives, and the last stage returns the logits of every
+    /// row of the segment, not only of its last.
+    bool apart = false;
   };
   /// One forward of several sequences at once (batched decoding): x holds
   /// the rows of every segment in order (their n add up to at most
@@ -372,8 +380,9 @@ public:
   /// only that cache, at its own positions, so each sequence gets exactly
   /// what a forward of it alone gives. Each segment's cache must be
   /// distinct and at `pos`, as forward() asks. The last stage writes one
-  /// row of logits per segment (its last row's; at most max_logit_rows
-  /// segments) to `logits`. All or nothing: on failure no cache advances.
+  /// row of logits per segment (its last row's; every row's for a segment
+  /// `apart`), at most max_logit_rows rows in all, to `logits`. All or
+  /// nothing: on failure no cache advances.
   backend::status forward(const std::vector<segment>& segs, float* x,
                           float* logits, const device_io& io);
   backend::status forward(const std::vector<segment>& segs, float* x,
@@ -418,7 +427,7 @@ private:
   backend::result<device_handle> alloc(std::uint64_t bytes);
   backend::status run_batched(const std::vector<device_op>& ops);
   /// forward()'s body: the last `logit_rows` rows of each segment get
-  /// logits on the last stage.
+  /// logits on the last stage (0: one row, every row of an apart one).
   backend::status run_forward(const std::vector<segment>& segs, float* x,
                               float* logits, std::size_t logit_rows,
                               const device_io& io);

@@ -539,7 +539,7 @@ TEST_CASE("a batched forward checks its segments before it runs any",
         != std::string::npos);
   CHECK(msg(s.forward({{c1, 0, 1}, {c2, 0, 1}, {c3, 0, 1}}, x.data(),
                       logits.data()))
-          .find("at most 2 sequences")
+          .find("at most 2 rows of logits")
         != std::string::npos);
   CHECK(msg(s.forward({{c1, 0, 3}, {c2, 0, 2}}, x.data(), logits.data()))
           .find("1 to 4")
@@ -559,4 +559,82 @@ TEST_CASE("a batched forward checks its segments before it runs any",
             .ok());
   CHECK(*s.n_past(c1) == 1);
   CHECK(*s.n_past(c2) == 1);
+}
+
+namespace {
+
+/// Speculative decoding's verification: after the same prompt, four
+/// tokens as one segment `apart` give, row by row, the logits of four
+/// one-token forwards (the same bits on host devices); truncating the
+/// cache to an earlier position and going on from there gives the
+/// one-token forward's logits again.
+void apart_matches_steps(backend::device& dev, const temp_model& tm) {
+  INFO("device " << dev.properties().id << ", " << tm.path);
+  auto& hp = tm.model->hparams();
+  backend_ops ops(dev);
+  device_stage_options opts;
+  opts.max_tokens = 16;
+  opts.max_logit_rows = 8;
+  auto s0 = device_stage::create(tm.model, 0, 2, ops, opts);
+  auto s1 = device_stage::create(tm.model, 2, 4, ops, opts);
+  REQUIRE(s0.ok());
+  REQUIRE(s1.ok());
+  auto& a = **s0;
+  auto& b = **s1;
+  const bool exact = dev.properties().kind == backend::backend_kind::cpu
+                     || dev.properties().kind == backend::backend_kind::sim;
+  const std::vector<std::int32_t> prompt{1, 17, 42, 99, 5},
+    draft{7, 250, 3, 12};
+  const std::uint32_t np = static_cast<std::uint32_t>(prompt.size());
+  auto run = [&](cache_id c0, cache_id c1, std::vector<std::int32_t> toks,
+                 std::uint32_t pos, bool apart) {
+    const auto n = static_cast<std::uint32_t>(toks.size());
+    std::vector<float> x(n * hp.n_embd), logits(n * hp.n_vocab);
+    REQUIRE(a.embed(toks.data(), n, x.data()).ok());
+    using seg = device_stage::segment;
+    std::vector<seg> sa{seg{c0, pos, n, apart}}, sb{seg{c1, pos, n, apart}};
+    REQUIRE(a.forward(sa, x.data(), nullptr).ok());
+    auto f = b.forward(sb, x.data(), logits.data());
+    INFO((f.ok() ? "" : f.err().to_string()));
+    REQUIRE(f.ok());
+    logits.resize((apart ? n : 1) * hp.n_vocab);
+    return logits;
+  };
+  auto a0 = *a.new_cache(32), a1 = *b.new_cache(32);
+  auto b0 = *a.new_cache(32), b1 = *b.new_cache(32);
+  run(a0, a1, prompt, 0, false);
+  run(b0, b1, prompt, 0, false);
+  std::vector<std::vector<float>> steps;
+  for (std::uint32_t i = 0; i < draft.size(); ++i)
+    steps.push_back(run(a0, a1, {draft[i]}, np + i, false));
+  auto all = run(b0, b1, draft, np, true);
+  REQUIRE(all.size() == draft.size() * hp.n_vocab);
+  double w = 0;
+  for (std::size_t i = 0; i < draft.size(); ++i) {
+    std::vector<float> row(all.begin() + i * hp.n_vocab,
+                           all.begin() + (i + 1) * hp.n_vocab);
+    w = std::max(w, worst(row, steps[i]));
+  }
+  CHECK(w <= (exact ? 0.0 : 1e-4));
+  // The last two drafted tokens rejected: back to np + 2, then the third
+  // again as one token.
+  CHECK(a.truncate(b0, np + 2).ok());
+  CHECK(b.truncate(b1, np + 2).ok());
+  CHECK_FALSE(a.truncate(b0, np + 3).ok()); // beyond what it holds
+  auto again = run(b0, b1, {draft[2]}, np + 2, false);
+  CHECK(worst(again, steps[2]) <= (exact ? 0.0 : 1e-4));
+  CHECK(*a.n_past(b0) == np + 3);
+}
+
+} // namespace
+
+TEST_CASE("an apart segment gives every row a one-token forward's logits "
+          "and a truncated cache goes on from there",
+          "[device_stage][speculative]") {
+  for (auto type : {tensor_type::f32, tensor_type::f16, tensor_type::q8_0,
+                    tensor_type::q4_k}) {
+    temp_model tm(type);
+    for (auto* dev : devices().devices())
+      apart_matches_steps(*dev, tm);
+  }
 }

@@ -1177,3 +1177,97 @@ TEST_CASE("a job gives back each sequence's KV caches as it ends",
   self->send_exit(proxy, caf::exit_reason::user_shutdown);
   f.stop(stages);
 }
+
+namespace {
+
+/// Shards of `m` (layers split at `bounds`) on the fixture's cpu device,
+/// linked in order.
+std::vector<caf::actor>
+shards_of(fixture& f, std::shared_ptr<const model::llama_model> m,
+          const std::vector<std::uint32_t>& bounds) {
+  std::vector<caf::actor> stages;
+  auto d = f.device_index("cpu");
+  for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+    workload::shard_setup s;
+    s.model = m;
+    s.first = bounds[i];
+    s.last = bounds[i + 1];
+    s.n_ctx = 128;
+    s.device = f.dev_actors[d];
+    s.device_id = f.devs[d]->properties().id;
+    s.node = "test";
+    stages.push_back(workload::spawn_shard(*f.sys, std::move(s)));
+  }
+  caf::scoped_actor self{*f.sys};
+  for (std::size_t i = 0; i + 1 < stages.size(); ++i)
+    self->request(stages[i], std::chrono::seconds(10), next_atom::value,
+                  stages[i + 1])
+      .receive([](caf::ok_atom) {},
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  return stages;
+}
+
+} // namespace
+
+TEST_CASE("speculative decoding with a draft model gives exactly the tokens "
+          "of decoding without one",
+          "[workload][speculative]") {
+  fixture f;
+  // A draft of another seed and two layers (it rarely agrees), and the
+  // model itself as its own draft (it always does).
+  auto other_path = f.path + ".draft";
+  model::test_model_options o;
+  o.layers = 2;
+  o.dim = 64;
+  o.ff = 128;
+  o.vocab = 400;
+  o.seed = 99;
+  model::make_test_model(o, other_path);
+  auto other = model::llama_model::load(other_path);
+  std::filesystem::remove(other_path); // mapped: the pages stay
+  struct draft_case {
+    const char* name;
+    std::shared_ptr<const model::llama_model> m;
+    std::vector<std::uint32_t> bounds;
+  };
+  std::vector<draft_case> drafts{{"another model", other, {0, 2}},
+                                 {"the model itself", f.model, {0, 2, 4}}};
+  for (auto& bounds : std::vector<std::vector<std::uint32_t>>{{0, 4},
+                                                             {0, 2, 4}}) {
+    const auto cpu = f.device_index("cpu");
+    auto plain_stages = f.pipeline(bounds, {cpu, cpu});
+    auto plain = workload::run_job(
+      *f.sys, f.job(1, plain_stages, {prompts()[0], prompts()[2]}, 24, 0.0f));
+    f.stop(plain_stages);
+    REQUIRE(plain.error.empty());
+    for (auto& d : drafts) {
+      for (std::uint32_t k : {1u, 4u}) {
+        INFO("draft: " << d.name << ", " << bounds.size() - 1
+                       << " stages, " << k << " proposals a round");
+        auto stages = f.pipeline(bounds, {cpu, cpu});
+        auto draft = shards_of(f, d.m, d.bounds);
+        auto j = f.job(1, stages, {prompts()[0], prompts()[2]}, 24, 0.0f);
+        j.draft_stages = draft;
+        j.draft_n_embd = d.m->hparams().n_embd;
+        j.draft_tokens = k;
+        auto r = workload::run_job(*f.sys, std::move(j));
+        REQUIRE(r.error.empty());
+        CHECK(r.tokens == plain.tokens);
+        CHECK(r.generated_tokens == plain.generated_tokens);
+        CHECK(r.drafted > 0);
+        if (d.m == f.model) // its own draft: every proposal kept
+          CHECK(r.accepted == r.drafted);
+        else
+          CHECK(r.accepted < r.drafted);
+        // The last logits are the model's own, bit for bit.
+        for (std::size_t q = 0; q < r.logits.size(); ++q) {
+          INFO("sequence " << q << " diff "
+                           << max_rel_diff(r.logits[q], plain.logits[q]));
+          CHECK(r.logits[q] == plain.logits[q]);
+        }
+        f.stop(draft);
+        f.stop(stages);
+      }
+    }
+  }
+}
