@@ -214,7 +214,8 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_request& x) {
   return wire(f, caf::meta::type_name("exo.job_request"), x.model, x.prompt,
               x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
-              x.keep_logits, x.special, x.stop_tokens, x.name, x.batch);
+              x.keep_logits, x.special, x.stop_tokens, x.name, x.batch,
+              x.draft, x.draft_tokens);
 }
 
 } // namespace workload
@@ -345,6 +346,11 @@ struct job_report {
   bool cancelled = false;
   /// The losses it survived, in order (re-placed and resumed).
   std::vector<job_recovered> recoveries;
+  /// Speculative decoding: where the draft ran ("" = no draft), the tokens
+  /// it proposed and those the model kept.
+  std::string draft;
+  std::uint64_t drafted = 0;
+  std::uint64_t accepted = 0;
 
   double prompt_tps() const {
     return prompt_s > 0 ? prompt_tokens / prompt_s : 0;
@@ -359,7 +365,8 @@ typename Inspector::result_type inspect(Inspector& f, job_report& x) {
   return wire(f, caf::meta::type_name("exo.job_report"), x.job, x.placement,
               x.stages, x.model_sha256, x.bytes_sent, x.tokens, x.texts,
               x.logits, x.prompt_tokens, x.generated_tokens, x.prompt_s,
-              x.generation_s, x.cancelled, x.recoveries);
+              x.generation_s, x.cancelled, x.recoveries, x.draft, x.drafted,
+              x.accepted);
 }
 
 } // namespace exo

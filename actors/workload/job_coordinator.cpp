@@ -169,6 +169,10 @@ struct job_run {
   /// coordinator), dropped when the run ends; "" without one.
   std::string plan_job;
   std::string planner;
+  /// Speculative decoding: the draft model's shard (on this node) and
+  /// where it runs, or why it does not.
+  caf::actor draft;
+  std::string draft_where;
   bool ended = false;
   /// The job once it runs (0 and none before).
   std::uint64_t id = 0;
@@ -220,6 +224,10 @@ void end_run(self_ptr self, const run_ptr& run, std::string error,
   for (auto& r : run->ready)
     if (r.shard)
       self->send_exit(r.shard, caf::exit_reason::user_shutdown);
+  if (run->draft && !run->recovery) {
+    self->send_exit(run->draft, caf::exit_reason::user_shutdown);
+    run->draft = nullptr;
+  }
   if (run->recovery) {
     auto rp = std::move(*run->recovery);
     run->recovery.reset();
@@ -294,6 +302,9 @@ job_report make_report(const job_run& run, std::uint64_t id,
   out.model_sha256 = run.sha;
   out.bytes_sent = run.bytes_sent;
   out.recoveries = r.recoveries;
+  out.draft = run.draft_where;
+  out.drafted = r.drafted;
+  out.accepted = r.accepted;
   out.tokens = r.tokens;
   for (auto& t : r.tokens)
     out.texts.push_back(run.job.tokenizer->decode(t));
@@ -551,6 +562,11 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.prompts.assign(req.sequences, run->job.prompt);
   j.n_gen = req.n_gen;
   j.step_sequences = req.batch;
+  if (run->draft) {
+    j.draft_stages = {run->draft};
+    j.draft_n_embd = run->job.draft->hparams().n_embd;
+    j.draft_tokens = req.draft_tokens;
+  }
   j.sampling = req.sampling;
   j.eog = run->job.tokenizer->eog_ids();
   j.eog.insert(req.stop_tokens.begin(), req.stop_tokens.end());
@@ -655,11 +671,58 @@ void start_job(self_ptr self, const run_ptr& run) {
       });
 }
 
+/// With a draft model (speculative decoding), starts its shard on this
+/// node (the device the node picks), then the job; a draft that cannot
+/// start is said in the report and the job runs without it.
+void start_draft(self_ptr self, const run_ptr& run) {
+  auto& st = self->state;
+  if (!run->job.draft || run->draft || run->id != 0) {
+    start_job(self, run);
+    return;
+  }
+  shard_spec spec;
+  spec.model = run->job.request.draft;
+  spec.first = 0;
+  spec.last = run->job.draft->hparams().n_layer;
+  spec.n_ctx = run->job.n_ctx;
+  spec.source_node = st.cfg.node;
+  spec.owner = caf::actor_cast<caf::actor>(self);
+  auto attempt = run->attempt;
+  auto on_ready = [self, run, attempt](shard_ready& r) {
+    if (attempt != run->attempt || run->ended) {
+      self->send_exit(r.shard, caf::exit_reason::user_shutdown);
+      return;
+    }
+    run->draft = r.shard;
+    run->draft_where = run->job.request.draft + " on " + r.node + "/"
+                       + r.device + ", "
+                       + std::to_string(run->job.request.draft_tokens)
+                       + " tokens a round";
+    start_job(self, run);
+  };
+  auto on_error = [self, run, attempt](caf::error& err) {
+    if (attempt != run->attempt || run->ended)
+      return;
+    run->draft_where = "none: the draft model's shard did not start ("
+                       + render(self, err) + ")";
+    start_job(self, run);
+  };
+  auto msg = caf::make_message(shard_atom::value, std::move(spec));
+  if (st.cfg.gate)
+    self
+      ->request(st.cfg.gate, 600s, service_atom::value, st.cfg.node,
+                std::string{"shards"}, std::move(msg))
+      .then(on_ready, on_error);
+  else
+    self->request(st.cfg.shard_host, 600s, std::move(msg))
+      .then(on_ready, on_error);
+}
+
 /// The stages are up and linked: the job starts, or a job that lost its
 /// pipeline gets the new one.
 void stages_linked(self_ptr self, const run_ptr& run) {
   if (!run->recovery) {
-    start_job(self, run);
+    start_draft(self, run);
     return;
   }
   job_pipeline p;
@@ -1339,6 +1402,9 @@ console_reply run_reply(const job_report& r, const std::string& prompt,
                 r.generation_s, r.generation_tps(),
                 static_cast<unsigned>(r.tokens.size()));
   out << line;
+  if (!r.draft.empty())
+    out << "draft: " << r.draft << "; " << r.accepted << " of " << r.drafted
+        << " proposed tokens kept\n";
   for (auto& e : r.recoveries)
     out << recovery_line(e);
   if (r.cancelled)
@@ -1356,6 +1422,8 @@ console_reply run_reply(const job_report& r, const std::string& prompt,
      {"generation_tps", text::number(r.generation_tps(), 6)},
      {"job", r.job},
      {"cancelled", r.cancelled},
+     {"drafted", r.drafted},
+     {"accepted", r.accepted},
      {"recoveries", recoveries_json(r.recoveries)}});
   return reply;
 }
@@ -1378,6 +1446,9 @@ run_options run_options_of(const console::parsed_command& p) {
   o.stages = static_cast<std::uint32_t>(p.count("stages", o.stages));
   o.sequences = static_cast<std::uint32_t>(p.count("sequences", o.sequences));
   o.batch = static_cast<std::uint32_t>(p.count("batch", o.batch));
+  o.draft = p.text("draft");
+  o.draft_tokens =
+    static_cast<std::uint32_t>(p.count("draft-tokens", o.draft_tokens));
   o.n_ctx = static_cast<std::uint32_t>(p.count("ctx", o.n_ctx));
   o.chat = p.has("chat");
   o.system = p.text("system");
@@ -1396,9 +1467,13 @@ caf::result<console_reply> console_run(self_ptr self, const std::string& arg) {
   try {
     auto o = run_options_of(console::parse_command("run", arg));
     // A client names a file of the node: only inside its model folders.
-    if (self->state.cfg.client_dirs)
+    if (self->state.cfg.client_dirs) {
       o.model = text::resolve_client_file(o.model, *self->state.cfg.client_dirs,
                                           "model");
+      if (!o.draft.empty())
+        o.draft = text::resolve_client_file(
+          o.draft, *self->state.cfg.client_dirs, "draft model");
+    }
     req = make_job_request(o);
   } catch (const std::exception& e) {
     return fail(exo_errc::invalid_argument, std::string{"run: "} + e.what());
@@ -1809,6 +1884,9 @@ void take_over(self_ptr self, const std::string& key, const std::string& why) {
   from.attached = std::move(b.attached);
   auto req = std::move(b.replica.request);
   req.model = b.path;
+  // The draft model's path is the origin's, and speculation changes no
+  // token: the backup goes on without it.
+  req.draft.clear();
   job_sink sink;
   sink.placed = [node, key](const job_placed& e) {
     exo::text::line(std::cout) << "exo-node " << node << ": job " << key << " placed:\n"

@@ -32,6 +32,8 @@ job_request make_job_request(const run_options& o) {
   r.sequences = o.sequences;
   r.n_ctx = o.n_ctx;
   r.batch = o.batch;
+  r.draft = o.draft;
+  r.draft_tokens = o.draft_tokens;
   r.keep_logits = !o.logits_out.empty();
   r.name = o.name;
   if (o.chat) {
@@ -145,6 +147,39 @@ prepared_job prepare_job(job_request r) {
       throw job_error("stop token " + std::to_string(t)
                       + " is outside the model's vocabulary of "
                       + std::to_string(limits.n_vocab));
+  if (!r.draft.empty()) {
+    if (r.draft_tokens < 1 || r.draft_tokens > 31)
+      throw job_error("--draft-tokens must be in [1, 31], not "
+                      + std::to_string(r.draft_tokens));
+    model::tokenizer dtok;
+    try {
+      p.draft = model::llama_model::load(r.draft);
+      dtok = model::tokenizer::from_gguf(p.draft->file());
+    } catch (const std::exception& e) {
+      throw job_error("draft model " + r.draft + ": " + e.what());
+    }
+    // Its proposals are token ids of the model's vocabulary.
+    if (dtok.size() != p.tokenizer->size()
+        || p.draft->hparams().n_vocab != hp.n_vocab)
+      throw job_error("draft model " + r.draft + " has a vocabulary of "
+                      + std::to_string(p.draft->hparams().n_vocab)
+                      + " tokens, the model "
+                      + std::to_string(hp.n_vocab));
+    for (std::size_t i = 0; i < dtok.size(); ++i) {
+      const auto id = static_cast<std::int32_t>(i);
+      if (dtok.raw_piece(id) != p.tokenizer->raw_piece(id))
+        throw job_error("draft model " + r.draft + ": token " + std::to_string(i)
+                        + " is '" + dtok.raw_piece(id) + "', the model's '"
+                        + p.tokenizer->raw_piece(id)
+                        + "' (not the same vocabulary)");
+    }
+    if (p.draft->hparams().n_ctx_train != 0
+        && p.n_ctx > p.draft->hparams().n_ctx_train)
+      throw job_error("draft model " + r.draft + ": its training context of "
+                      + std::to_string(p.draft->hparams().n_ctx_train)
+                      + " tokens is shorter than the job's "
+                      + std::to_string(p.n_ctx));
+  }
   p.request = std::move(r);
   return p;
 }

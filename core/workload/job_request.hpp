@@ -60,6 +60,10 @@ struct job_request {
   /// as a step carries.
   std::uint32_t batch = 0;
   bool keep_logits = false;    ///< report sequence 0's last logits
+  /// Speculative decoding: the draft model's path on the coordinating
+  /// node ("" = none) and its proposals per round (1 to 31).
+  std::string draft;
+  std::uint32_t draft_tokens = 4;
   /// The prompt is a rendered chat (core/workload/chat_prompt.hpp): its
   /// special tokens are parsed (prompt_tokens with `special`).
   bool special = false;
@@ -113,6 +117,9 @@ struct prepared_job {
   job_request request;
   std::shared_ptr<const model::llama_model> model;
   std::shared_ptr<model::tokenizer> tokenizer;
+  /// The draft model (request.draft), its vocabulary checked: the same
+  /// pieces for every id.
+  std::shared_ptr<const model::llama_model> draft;
   std::vector<std::int32_t> prompt; ///< the prompt's tokens
   std::uint32_t n_ctx = 0;          ///< context per sequence
 };

@@ -38,7 +38,7 @@ namespace {
 /// The text of each option, converted and checked after parsing.
 struct run_words {
   std::string n, seed, temperature, top_k, top_p, stages, sequences, ctx;
-  std::string batch;
+  std::string batch, draft_tokens;
   std::string llama_threads;
 };
 
@@ -64,6 +64,14 @@ void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
                  "at most B of the sequences in one step (batched decoding; "
                  "default: as many as a step carries, 1: each alone)")
     ->type_name("B");
+  app.add_option("--draft", o.draft,
+                 "speculative decoding with this draft model (same "
+                 "vocabulary; greedy runs): it proposes, the model checks "
+                 "its proposals in one step, the tokens are the same")
+    ->type_name("FILE");
+  app.add_option("--draft-tokens", w.draft_tokens,
+                 "tokens the draft proposes a round (4)")
+    ->type_name("K");
   app.add_option("--ctx", w.ctx, "context length (default: prompt + n)")
     ->type_name("C");
   app.add_flag("--chat", o.chat,
@@ -122,6 +130,10 @@ run_options parse_run_options(const std::vector<std::string>& words,
     o.sequences = to_u32("--sequences", w.sequences, 1, 256);
   if (given("--batch"))
     o.batch = to_u32("--batch", w.batch, 1, 256);
+  if (given("--draft-tokens"))
+    o.draft_tokens = to_u32("--draft-tokens", w.draft_tokens, 1, 31);
+  if (given("--draft-tokens") && o.draft.empty())
+    throw std::invalid_argument("--draft-tokens goes with --draft");
   if (given("--ctx"))
     o.n_ctx = to_u32("--ctx", w.ctx, 1, 1u << 24);
   if (local && given("--llama-threads"))

@@ -26,6 +26,10 @@ struct run_options {
   /// --batch B: at most B sequences per step (1: each on its own); 0: as
   /// many as a step carries.
   std::uint32_t batch = 0;
+  /// --draft FILE: a draft model with the same vocabulary for speculative
+  /// decoding (greedy runs), --draft-tokens K proposals a round.
+  std::string draft;
+  std::uint32_t draft_tokens = 4;
   std::uint32_t n_ctx = 0;     ///< 0: prompt + n, at most the model's
   /// --chat: the prompt is the user's message of a chat, rendered with the
   /// model's chat template (core/workload/chat_prompt.hpp); --system adds

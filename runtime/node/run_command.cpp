@@ -105,6 +105,9 @@ int run_job_on(runtime& rt, const workload::run_options& o,
                 static_cast<unsigned long long>(r.generated_tokens),
                 r.generation_s, r.generation_tps(), o.sequences, r.stages);
   out << line;
+  if (!r.draft.empty())
+    out << "draft: " << r.draft << "; " << r.accepted << " of " << r.drafted
+        << " proposed tokens kept\n";
   if (!o.logits_out.empty()) {
     std::FILE* f = std::fopen(o.logits_out.c_str(), "w");
     if (f == nullptr) {

@@ -1,6 +1,7 @@
 // A job request's rules (core/workload/job_request.hpp): each rule refuses
 // what breaks it with a message naming the problem, and accepts the limit.
 
+#include "core/model/llama_model.hpp"
 #include "core/model/test_model.hpp"
 #include "core/workload/job_request.hpp"
 #include "core/workload/run_options.hpp"
@@ -240,4 +241,54 @@ TEST_CASE("preparing a job loads the model, tokenizes the prompt and applies "
   CHECK(refusal([&] { prepare_job(r); }).find("needs a model file")
         != std::string::npos);
   fs::remove_all(dir);
+}
+
+TEST_CASE("a draft model must share the model's vocabulary",
+          "[workload][job_request]") {
+  auto dir = std::filesystem::temp_directory_path()
+             / ("exo-draft-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto make = [&](const char* name, std::uint32_t layers, std::uint32_t vocab,
+                  const char* tokenizer) {
+    exo::model::test_model_options o;
+    o.layers = layers;
+    o.vocab = vocab;
+    o.tokenizer = tokenizer;
+    auto path = (dir / name).string();
+    exo::model::make_test_model(o, path);
+    return path;
+  };
+  auto target = make("target.gguf", 4, 512, "llama");
+  auto same = make("same-vocab.gguf", 1, 512, "llama");
+  auto other = make("other-vocab.gguf", 1, 512, "gpt2"); // other pieces
+  auto small = make("small-vocab.gguf", 1, 400, "llama");
+  auto request = [&](const std::string& draft, std::vector<std::string> more
+                                               = {}) {
+    std::vector<std::string> words{"--model", target, "--prompt", "hi",
+                                   "--draft", draft};
+    words.insert(words.end(), more.begin(), more.end());
+    return make_job_request(parse_run_options(words, true));
+  };
+  auto ok = prepare_job(request(same, {"--draft-tokens", "6"}));
+  REQUIRE(ok.draft != nullptr);
+  CHECK(ok.draft->hparams().n_layer == 1);
+  CHECK(ok.request.draft_tokens == 6);
+  CHECK(refusal([&] { prepare_job(request(small)); })
+          .find("has a vocabulary of 400 tokens, the model 512")
+        != std::string::npos);
+  CHECK(refusal([&] { prepare_job(request(other)); })
+          .find("not the same vocabulary")
+        != std::string::npos);
+  CHECK(refusal([&] { prepare_job(request((dir / "none.gguf").string())); })
+          .find("draft model")
+        != std::string::npos);
+  // --draft-tokens alone, or out of range, is a usage error.
+  CHECK_THROWS_WITH(parse_run_options({"--model", target, "--draft-tokens",
+                                       "3"},
+                                      true),
+                    "--draft-tokens goes with --draft");
+  CHECK_THROWS(parse_run_options({"--model", target, "--draft", same,
+                                  "--draft-tokens", "32"},
+                                 true));
+  std::filesystem::remove_all(dir);
 }

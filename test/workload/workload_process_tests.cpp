@@ -172,6 +172,61 @@ std::pair<node_proc, node_proc> coord_and(pki& p, const std::string& name) {
 
 } // namespace
 
+TEST_CASE("exo-node run with a draft model gives the same text and says "
+          "how many proposals it kept",
+          "[workload][process][speculative]") {
+  auto dir = temp_dir("exo-draft");
+  // The draft is the model's first layer with the same (tied) head and
+  // vocabulary: it agrees often, at a twelfth of the layers.
+  exo::model::test_model_options o;
+  o.layers = 6;
+  o.dim = 128;
+  o.ff = 256;
+  o.vocab = 512;
+  o.seed = 3;
+  o.tied = true;
+  exo::model::make_test_model(o, dir + "/model.gguf");
+  o.layers = 1;
+  exo::model::make_test_model(o, dir + "/draft.gguf");
+  write_file(dir + "/node.json", R"({"node": {"name": "solo",
+    "state_dir": ")" + dir + R"(/state"},
+    "devices": {"include": ["cpu"], "rescan_interval_s": 0}})");
+  auto go = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{exo_node(), "run", "--model",
+                                  dir + "/model.gguf", "--prompt",
+                                  "the quick brown fox", "-n", "40",
+                                  "--temperature", "0", "--config",
+                                  dir + "/node.json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = run(args, 120s);
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    return r.out;
+  };
+  auto plain = go({});
+  auto drafted = go({"--draft", dir + "/draft.gguf", "--draft-tokens", "5"});
+  auto text = [](const std::string& out) {
+    return line_after(out, "the quick brown fox");
+  };
+  CHECK(!text(plain).empty());
+  CHECK(text(drafted) == text(plain));
+  CHECK(drafted.find("draft: " + dir + "/draft.gguf on solo/cpu:0, 5 tokens "
+                     "a round; ")
+        != std::string::npos);
+  CHECK(drafted.find("proposed tokens kept") != std::string::npos);
+  CHECK(plain.find("draft:") == std::string::npos);
+  // A draft of another vocabulary is refused before anything runs.
+  o.vocab = 400;
+  exo::model::make_test_model(o, dir + "/other.gguf");
+  auto bad = run({exo_node(), "run", "--model", dir + "/model.gguf",
+                  "--prompt", "hi", "--draft", dir + "/other.gguf",
+                  "--config", dir + "/node.json"},
+                 60s);
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("has a vocabulary of 400 tokens, the model 512")
+        != std::string::npos);
+}
+
 TEST_CASE("exo-node run gives the same tokens and logits on one stage and "
           "on three stages over cpu, sim and vulkan devices",
           "[workload][process]") {
