@@ -173,6 +173,10 @@ TEST_CASE("the console's run takes the options of exo-node run that are not "
     if (o.name != "model") {
       if (o.name == "system") // goes with --chat
         words.push_back("--chat");
+      if (o.name == "draft-tokens") { // goes with --draft
+        words.push_back("--draft");
+        words.push_back("d.gguf");
+      }
       words.push_back((o.name.size() == 1 ? "-" : "--") + o.name);
       if (o.type != value_type::flag)
         words.push_back(sample(o.type, o.min, o.max, o.choices));

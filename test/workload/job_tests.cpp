@@ -1138,8 +1138,10 @@ TEST_CASE("a job gives back each sequence's KV caches as it ends",
   };
   auto log = std::make_shared<seen>();
   auto shard = stages[0];
-  auto proxy = f.sys->spawn([log, shard](caf::event_based_actor* p)
-                              -> caf::behavior {
+  // At least one argument after `self`: CAF 0.17 spawns a function
+  // without one through a null pointer (UBSan).
+  auto proxy = f.sys->spawn([log](caf::event_based_actor* p,
+                                  const caf::actor& shard) -> caf::behavior {
     return {
       [p, shard](forward_atom a, stage_step& s) {
         return p->delegate(shard, a, std::move(s));
@@ -1155,7 +1157,7 @@ TEST_CASE("a job gives back each sequence's KV caches as it ends",
         return p->delegate(shard, a, job);
       },
     };
-  });
+  }, shard);
   auto j = f.job(1, {proxy}, {prompts()[0], prompts()[1]}, 8, 0.0f);
   j.eog = {stop};
   auto r = workload::run_job(*f.sys, std::move(j));
