@@ -181,6 +181,30 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
 /// token budget) or its last token, up to step_sequences of them.
 void speculate(self_ptr self, std::uint32_t j);
 
+/// A step of sequences `seqs` failed (the first named in the error). A
+/// stage whose node went away fails the steps through it, and its monitor
+/// fires too, in either order: a loss when it does within the settle time,
+/// else a plain error. Without a recoverer only a receiver that went down
+/// is waited for (the job then ends naming the stage), any other error
+/// ends it now.
+void step_failed(self_ptr self, const std::vector<std::uint32_t>& seqs,
+                 std::uint64_t epoch, const caf::error& err) {
+  auto& st = self->state;
+  if (epoch != st.epoch || st.finished)
+    return;
+  for (auto j : seqs)
+    st.seqs[j].waiting = false;
+  auto msg = error_message(err);
+  auto why = "sequence " + std::to_string(seqs.front()) + ": "
+             + (msg.empty() ? self->system().render(err) : msg);
+  if (!st.cfg.recoverer && err != caf::sec::request_receiver_down) {
+    finish(self, why);
+    return;
+  }
+  self->delayed_send(self, settle_time, tick_atom::value, epoch,
+                     std::move(why));
+}
+
 void send_step(self_ptr self, std::size_t g) {
   auto& st = self->state;
   if (st.finished || st.recovering)
@@ -250,35 +274,14 @@ void send_step(self_ptr self, std::size_t g) {
         send_step(self, g);
       },
       [self, parts, epoch](caf::error& err) {
-        auto& st = self->state;
-        if (epoch != st.epoch || st.finished)
-          return;
+        std::vector<std::uint32_t> seqs;
         for (auto& p : parts)
-          st.seqs[p.seq].waiting = false;
-        auto msg = error_message(err);
-        auto why = "sequence " + std::to_string(parts.front().seq) + ": "
-                   + (msg.empty() ? self->system().render(err) : msg);
-        // A stage whose node went away fails the steps through it, and
-        // its monitor fires too, in either order: a loss when it does
-        // within the settle time, else a plain error. Without a
-        // recoverer only a receiver that went down is waited for (the
-        // job then ends naming the stage), any other error ends it now.
-        if (!st.cfg.recoverer && err != caf::sec::request_receiver_down) {
-          finish(self, why);
-          return;
-        }
-        self->delayed_send(self, settle_time, tick_atom::value, epoch,
-                           std::move(why));
+          seqs.push_back(p.seq);
+        step_failed(self, seqs, epoch, err);
       });
 }
 
 // -- speculative decoding -----------------------------------------------------
-
-/// A step's failure in speculative decoding: a draft stage's turns
-/// speculation off (the sequence goes on without it); the model's is
-/// handled as any step's.
-void step_failed(self_ptr self, std::uint32_t j, std::uint64_t epoch,
-                 const caf::error& err);
 
 void verify(self_ptr self, std::uint32_t j);
 
@@ -434,25 +437,8 @@ void verify(self_ptr self, std::uint32_t j) {
               send_step(self, g);
       },
       [self, j, epoch](caf::error& err) {
-        step_failed(self, j, epoch, err);
+        step_failed(self, {j}, epoch, err);
       });
-}
-
-void step_failed(self_ptr self, std::uint32_t j, std::uint64_t epoch,
-                 const caf::error& err) {
-  auto& st = self->state;
-  if (epoch != st.epoch || st.finished)
-    return;
-  st.seqs[j].waiting = false;
-  auto msg = error_message(err);
-  auto why = "sequence " + std::to_string(j) + ": "
-             + (msg.empty() ? self->system().render(err) : msg);
-  if (!st.cfg.recoverer && err != caf::sec::request_receiver_down) {
-    finish(self, why);
-    return;
-  }
-  self->delayed_send(self, settle_time, tick_atom::value, epoch,
-                     std::move(why));
 }
 
 /// Sends every group's step (at the start and after a recovery).

@@ -403,6 +403,29 @@ TEST_CASE("a device stage checks ranges, positions, context and tokens",
 
 namespace {
 
+/// Stages [0, 2) and [2, 4) of a test model on one device_ops, for the
+/// batched and speculative forwards.
+struct two_stages {
+  std::unique_ptr<device_stage> a, b;
+  /// Whether the device runs the host kernels (cpu, sim): the same bits as
+  /// the forwards compared with.
+  bool exact = false;
+  two_stages(backend::device& dev, device_ops& ops, const temp_model& tm,
+             std::uint32_t max_tokens, std::uint32_t max_logit_rows) {
+    device_stage_options opts;
+    opts.max_tokens = max_tokens;
+    opts.max_logit_rows = max_logit_rows;
+    auto s0 = device_stage::create(tm.model, 0, 2, ops, opts);
+    auto s1 = device_stage::create(tm.model, 2, 4, ops, opts);
+    REQUIRE(s0.ok());
+    REQUIRE(s1.ok());
+    a = std::move(*s0);
+    b = std::move(*s1);
+    exact = dev.properties().kind == backend::backend_kind::cpu
+            || dev.properties().kind == backend::backend_kind::sim;
+  }
+};
+
 /// Three sequences through stages [0, 2) and [2, 4) on `dev`, twice: one
 /// batched forward per step for all of them (prompts of 5, 18 and 3
 /// tokens, then single tokens, one sequence sitting out a step), and each
@@ -414,22 +437,15 @@ void batch_matches_alone(backend::device& dev, const temp_model& tm) {
                  << tm.path);
   auto& hp = tm.model->hparams();
   backend_ops ops(dev);
-  device_stage_options opts;
-  opts.max_tokens = 32;
-  opts.max_logit_rows = 4;
-  auto s0 = device_stage::create(tm.model, 0, 2, ops, opts);
-  auto s1 = device_stage::create(tm.model, 2, 4, ops, opts);
-  REQUIRE(s0.ok());
-  REQUIRE(s1.ok());
-  auto& a = **s0;
-  auto& b = **s1;
+  two_stages st(dev, ops, tm, 32, 4);
+  auto& a = *st.a;
+  auto& b = *st.b;
   using seg = device_stage::segment;
   // The host devices give each row of a batch the arithmetic it gets
   // alone (quantized products are the same per row whatever the count;
   // F32/F16 one-token rows go as matmul_rows_*): the same bits. GPU
   // shaders may sum a batch's rows their own way: the last bits move.
-  const bool exact = dev.properties().kind == backend::backend_kind::cpu
-                     || dev.properties().kind == backend::backend_kind::sim;
+  const bool exact = st.exact;
   double worst_seen = 0;
   const std::uint32_t n_ctx = 24;
   std::vector<std::vector<std::vector<std::int32_t>>> steps = {
@@ -572,17 +588,10 @@ void apart_matches_steps(backend::device& dev, const temp_model& tm) {
   INFO("device " << dev.properties().id << ", " << tm.path);
   auto& hp = tm.model->hparams();
   backend_ops ops(dev);
-  device_stage_options opts;
-  opts.max_tokens = 16;
-  opts.max_logit_rows = 8;
-  auto s0 = device_stage::create(tm.model, 0, 2, ops, opts);
-  auto s1 = device_stage::create(tm.model, 2, 4, ops, opts);
-  REQUIRE(s0.ok());
-  REQUIRE(s1.ok());
-  auto& a = **s0;
-  auto& b = **s1;
-  const bool exact = dev.properties().kind == backend::backend_kind::cpu
-                     || dev.properties().kind == backend::backend_kind::sim;
+  two_stages st(dev, ops, tm, 16, 8);
+  auto& a = *st.a;
+  auto& b = *st.b;
+  const bool exact = st.exact;
   const std::vector<std::int32_t> prompt{1, 17, 42, 99, 5},
     draft{7, 250, 3, 12};
   const std::uint32_t np = static_cast<std::uint32_t>(prompt.size());
