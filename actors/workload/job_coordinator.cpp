@@ -214,11 +214,11 @@ std::string render(self_ptr self, const caf::error& err) {
   return msg.empty() ? self->system().render(err) : msg;
 }
 
-/// Stops the run's stages, drops its kept plan and, with an error, ends it;
-/// then runs `then`. Both wait for the placement service to have dropped
-/// the plan (at most its request's 10 s), so that a run started after this
-/// one's answer is placed without this one's reservation. A re-placement
-/// that fails answers its job instead (which ends and comes back here).
+/// Stops the run's stages, drops its kept plan and, with an error, ends it
+/// at once; then runs `then` once the placement service has dropped the
+/// plan (at most 2 s), so that a run started after a finished one's
+/// answer is placed without its reservation. A re-placement that fails
+/// answers its job instead (which ends and comes back here).
 void end_run(self_ptr self, const run_ptr& run, std::string error,
              std::function<void()> then = {}) {
   for (auto& r : run->ready)
@@ -234,26 +234,31 @@ void end_run(self_ptr self, const run_ptr& run, std::string error,
     rp.deliver(fail(exo_errc::failed_state, std::move(error)));
     return;
   }
-  auto end = [run, error = std::move(error), then = std::move(then)] {
-    if (!error.empty() && !run->ended) {
-      run->ended = true;
-      run->sink.done(fail(exo_errc::failed_state, error));
-    }
+  if (!error.empty() && !run->ended) {
+    run->ended = true;
+    run->sink.done(fail(exo_errc::failed_state, std::move(error)));
+  }
+  if (run->plan_job.empty()) {
     if (then)
       then();
-  };
-  if (run->plan_job.empty()) {
-    end();
     return;
   }
   // The coordinator stops re-planning the ended run. A request, not a
   // send: the answer must come back to a handler (an unexpected answer is
   // refused with an error, and an error message stops an actor).
+  auto once = std::make_shared<std::function<void()>>(std::move(then));
+  auto go = [once] {
+    if (*once) {
+      auto f = std::move(*once);
+      *once = nullptr;
+      f();
+    }
+  };
   self
-    ->request(self->state.cfg.gate, 10s, service_atom::value, run->planner,
+    ->request(self->state.cfg.gate, 2s, service_atom::value, run->planner,
               std::string{placement::placement_service},
               caf::make_message(unplan_atom::value, run->plan_job))
-    .then([end](bool) { end(); }, [end](caf::error&) { end(); });
+    .then([go](bool) { go(); }, [go](caf::error&) { go(); });
   run->plan_job.clear();
 }
 

@@ -510,8 +510,12 @@ node_config parse_document(const std::string& json, const std::string& source) {
                              [&](element x, const std::string& r) {
                                m.id = as_nonempty_string(x, r);
                              }},
-                            {"path", [&](element x, const std::string& r) {
+                            {"path",
+                             [&](element x, const std::string& r) {
                                m.path = as_nonempty_string(x, r);
+                             }},
+                            {"draft", [&](element x, const std::string& r) {
+                               m.draft = as_nonempty_string(x, r);
                              }}});
                       if (m.path.empty())
                         bad(ip + ".path", "required");

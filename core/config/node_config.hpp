@@ -110,6 +110,8 @@ struct safety_section {
 struct gateway_model {
   std::string id;   ///< empty: the file's name without ".gguf"
   std::string path; ///< the GGUF file on this node
+  /// A draft model for its greedy requests (speculative decoding); "" none.
+  std::string draft;
 };
 
 /// The OpenAI-compatible HTTP gateway (`exo-node serve`, or a node with a

@@ -121,6 +121,8 @@ mapped_job map_request(const model_source& model,
   job.sampling.seed = req.seed ? static_cast<std::uint64_t>(*req.seed) : seed;
   job.sequences = 1;
   job.stages = 0;
+  if (job.sampling.temperature <= 0.0f) // speculation keeps greedy tokens
+    job.draft = model.draft;
   job.n_ctx = 0; // prompt + n_gen
   out.stop_ids = tok.eog_ids();
   out.stop_ids.insert(job.stop_tokens.begin(), job.stop_tokens.end());

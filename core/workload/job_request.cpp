@@ -119,6 +119,39 @@ std::uint32_t validate(const job_request& r, std::size_t prompt_tokens,
   return context_for(prompt_tokens, r.n_gen, r.n_ctx, limits);
 }
 
+std::shared_ptr<const model::llama_model>
+load_draft(const std::string& path, const model::llama_model& m,
+           const model::tokenizer& tok, std::uint32_t n_ctx) {
+  std::shared_ptr<const model::llama_model> draft;
+  model::tokenizer dtok;
+  try {
+    draft = model::llama_model::load(path);
+    dtok = model::tokenizer::from_gguf(draft->file());
+  } catch (const std::exception& e) {
+    throw job_error("draft model " + path + ": " + e.what());
+  }
+  // Its proposals are token ids of the model's vocabulary.
+  const auto n_vocab = m.hparams().n_vocab;
+  if (dtok.size() != tok.size() || draft->hparams().n_vocab != n_vocab)
+    throw job_error("draft model " + path + " has a vocabulary of "
+                    + std::to_string(draft->hparams().n_vocab)
+                    + " tokens, the model " + std::to_string(n_vocab));
+  for (std::size_t i = 0; i < dtok.size(); ++i) {
+    const auto id = static_cast<std::int32_t>(i);
+    if (dtok.raw_piece(id) != tok.raw_piece(id))
+      throw job_error("draft model " + path + ": token " + std::to_string(i)
+                      + " is '" + dtok.raw_piece(id) + "', the model's '"
+                      + tok.raw_piece(id) + "' (not the same vocabulary)");
+  }
+  if (draft->hparams().n_ctx_train != 0
+      && n_ctx > draft->hparams().n_ctx_train)
+    throw job_error("draft model " + path + ": its training context of "
+                    + std::to_string(draft->hparams().n_ctx_train)
+                    + " tokens is shorter than the job's "
+                    + std::to_string(n_ctx));
+  return draft;
+}
+
 prepared_job prepare_job(job_request r) {
   prepared_job p;
   if (r.model.empty())
@@ -151,34 +184,7 @@ prepared_job prepare_job(job_request r) {
     if (r.draft_tokens < 1 || r.draft_tokens > 31)
       throw job_error("--draft-tokens must be in [1, 31], not "
                       + std::to_string(r.draft_tokens));
-    model::tokenizer dtok;
-    try {
-      p.draft = model::llama_model::load(r.draft);
-      dtok = model::tokenizer::from_gguf(p.draft->file());
-    } catch (const std::exception& e) {
-      throw job_error("draft model " + r.draft + ": " + e.what());
-    }
-    // Its proposals are token ids of the model's vocabulary.
-    if (dtok.size() != p.tokenizer->size()
-        || p.draft->hparams().n_vocab != hp.n_vocab)
-      throw job_error("draft model " + r.draft + " has a vocabulary of "
-                      + std::to_string(p.draft->hparams().n_vocab)
-                      + " tokens, the model "
-                      + std::to_string(hp.n_vocab));
-    for (std::size_t i = 0; i < dtok.size(); ++i) {
-      const auto id = static_cast<std::int32_t>(i);
-      if (dtok.raw_piece(id) != p.tokenizer->raw_piece(id))
-        throw job_error("draft model " + r.draft + ": token " + std::to_string(i)
-                        + " is '" + dtok.raw_piece(id) + "', the model's '"
-                        + p.tokenizer->raw_piece(id)
-                        + "' (not the same vocabulary)");
-    }
-    if (p.draft->hparams().n_ctx_train != 0
-        && p.n_ctx > p.draft->hparams().n_ctx_train)
-      throw job_error("draft model " + r.draft + ": its training context of "
-                      + std::to_string(p.draft->hparams().n_ctx_train)
-                      + " tokens is shorter than the job's "
-                      + std::to_string(p.n_ctx));
+    p.draft = load_draft(r.draft, *p.model, *p.tokenizer, p.n_ctx);
   }
   p.request = std::move(r);
   return p;

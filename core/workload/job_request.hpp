@@ -124,6 +124,13 @@ struct prepared_job {
   std::uint32_t n_ctx = 0;          ///< context per sequence
 };
 
+/// Loads the draft model at `path` for speculative decoding with `m`:
+/// throws job_error unless its vocabulary is the model's piece for piece
+/// and its training context holds `n_ctx` (0: not checked).
+std::shared_ptr<const model::llama_model>
+load_draft(const std::string& path, const model::llama_model& m,
+           const model::tokenizer& tok, std::uint32_t n_ctx);
+
 /// Loads the model and its tokenizer, tokenizes the prompt and applies
 /// every rule. Throws job_error naming the problem (a model that cannot be
 /// read included).

@@ -3,6 +3,9 @@
 #include "actors/audit/audit_actor.hpp"
 #include "core/access/audit_event.hpp"
 #include "core/gateway/job_mapping.hpp"
+#include "core/model/llama_model.hpp"
+#include "core/tokenizer/tokenizer.hpp"
+#include "core/workload/job_request.hpp"
 #include "core/workload/model_cache.hpp"
 #include "runtime/gateway/cluster_watch.hpp"
 #include "runtime/gateway/job_backend.hpp"
@@ -162,6 +165,12 @@ gateway_service::gateway_service(runtime& rt,
                           + " (give one --model-id / gateway.models[].id)");
     try {
       models.push_back(gateway::load_model_source(id, m.path));
+      if (!m.draft.empty()) { // refused now, not on every greedy request
+        auto model = model::llama_model::load(m.path);
+        (void) workload::load_draft(m.draft, *model,
+                                    *models.back().tokenizer, 0);
+        models.back().draft = m.draft;
+      }
       // The coordinator names a model by its digest (peers fetch it by
       // that); computed once per file and process, so now rather than on
       // the first request.

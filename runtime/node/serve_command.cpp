@@ -29,7 +29,7 @@ std::uint64_t to_uint(const std::string& key, const std::string& v,
 serve_settings parse_serve_command(int argc, char** argv, std::ostream& out,
                                    std::ostream& err) {
   serve_settings result;
-  std::vector<std::string> models, ids;
+  std::vector<std::string> models, ids, drafts;
   std::string host, port, api_key, auth, ctx, config_file, state_dir;
   bool https = false;
   CLI::App app{serve_description, "exo-node serve"};
@@ -41,6 +41,11 @@ serve_settings parse_serve_command(int argc, char** argv, std::ostream& out,
                  "the id of the --model of the same rank (default: the "
                  "file name without .gguf)")
     ->type_name("ID")
+    ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--draft", drafts,
+                 "a draft model for the greedy requests of the --model of "
+                 "the same rank (speculative decoding; same vocabulary)")
+    ->type_name("FILE")
     ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--host", host, "address to listen on (127.0.0.1)")
     ->type_name("HOST");
@@ -85,10 +90,13 @@ serve_settings parse_serve_command(int argc, char** argv, std::ostream& out,
     auto& g = cfg.gateway;
     if (ids.size() > models.size())
       throw std::invalid_argument("more --model-id than --model options");
+    if (drafts.size() > models.size())
+      throw std::invalid_argument("more --draft than --model options");
     if (!models.empty()) {
       g.models.clear();
       for (std::size_t i = 0; i < models.size(); ++i)
-        g.models.push_back({i < ids.size() ? ids[i] : "", models[i]});
+        g.models.push_back({i < ids.size() ? ids[i] : "", models[i],
+                            i < drafts.size() ? drafts[i] : ""});
     }
     for (auto& id : ids)
       if (id.empty())

@@ -181,6 +181,15 @@ TEST_CASE("completions map prompt, max_tokens and sampling, refusals are "
   // The same rules as the coordinator's.
   CHECK(workload::prepare_job(m.job).prompt.size()
         == static_cast<std::size_t>(m.prompt_tokens));
+  CHECK(m.job.draft.empty());
+  // A served model's draft goes with its greedy requests only (speculative
+  // decoding keeps greedy tokens; sampled ones would differ).
+  auto with_draft = src;
+  with_draft.draft = dir + "/plain.gguf";
+  CHECK(map_request(with_draft, r, {}, 1).job.draft == with_draft.draft);
+  auto warm = r;
+  warm.temperature = 0.7;
+  CHECK(map_request(with_draft, warm, {}, 1).job.draft.empty());
 
   r.max_tokens = 1000; // more than the model's context of 256
   auto big = map_request(src, r, {}, 1);

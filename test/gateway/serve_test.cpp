@@ -275,6 +275,22 @@ TEST_CASE("exo-node serve refuses a public address and a bad model") {
           120s);
   CHECK(r.code == 1);
   CHECK(contains(r.err, "missing"));
+  // A draft model must share the model's vocabulary: refused at start.
+  REQUIRE(run({exo_model(), "make-test", "--out", dir + "/m.gguf", "--vocab",
+               "512"})
+            .code == 0);
+  REQUIRE(run({exo_model(), "make-test", "--out", dir + "/d.gguf", "--vocab",
+               "400", "--layers", "1"})
+            .code == 0);
+  r = run({exo_node(), "serve", "--model", dir + "/m.gguf", "--draft",
+           dir + "/d.gguf", "--port", "0", "--state-dir", dir + "/state"},
+          120s);
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "has a vocabulary of 400 tokens, the model 512"));
+  r = run({exo_node(), "serve", "--model", dir + "/m.gguf", "--draft",
+           dir + "/d.gguf", "--draft", dir + "/d.gguf"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "more --draft than --model options"));
   std::system(("rm -rf " + dir).c_str());
 }
 

@@ -975,7 +975,10 @@ TEST_CASE("a coordinating node that froze and comes back after its backup "
   auto backup = job_backup(p, a.port, "story", 60s);
   REQUIRE(!backup.empty());
   auto& keeper = backup == "spare" ? c : b;
-  REQUIRE(holds_ready_backup(p, keeper.port, "\"job\": \"coord:1\""));
+  INFO("backup " << backup);
+  if (!holds_ready_backup(p, keeper.port, "\"job\": \"coord:1\""))
+    FAIL("no ready backup; its output: " << keeper.proc->out()
+                                         << keeper.proc->err());
   std::this_thread::sleep_for(300ms); // tokens flow and are replicated
   // Frozen: declared dead, its job taken over by the backup.
   a.proc->signal(SIGSTOP);
