@@ -239,38 +239,72 @@ void replan_all(self_ptr self) {
   }
 }
 
+/// The devices' free memory as they report it now (the gate's "devices":
+/// every node asked), over the member view's, which is refreshed about
+/// once a second and gossiped, and lags further under load: a run placed
+/// right after another ended was refused for the memory the ended one had
+/// held. Only the memory: a device's state stays the view's (a node that
+/// does not answer keeps its figures).
+void overlay_free_memory(member_view& v, const std::vector<device_info>& now) {
+  for (auto& m : v.members)
+    for (auto& d : m.devices)
+      for (auto& x : now)
+        if (x.node == m.name && x.id == d.id
+            && x.state != device_state::gone) {
+          d.free_memory = x.free_memory;
+          break;
+        }
+}
+
 /// Calls `then()` after a fresh snapshot from the gate (or at once without
-/// a gate, or with the last snapshot when the gate does not answer).
+/// a gate, or with the last snapshot when the gate does not answer); with
+/// `devices_now`, each device's free memory asked of it as well (before a
+/// plan, not on every poll; at most 2 s, then the view's figures).
 template <class F>
-void with_fresh_snapshot(self_ptr self, F then) {
+void with_fresh_snapshot(self_ptr self, F then, bool devices_now = false) {
   auto& st = self->state;
   if (!st.cfg.gate) {
     then();
     return;
   }
+  // The thermal service (through the gate) knows this node's devices and
+  // what its peers reported; without it the last statuses stay.
+  auto finish = [self, then](std::shared_ptr<member_view> view) mutable {
+    self
+      ->request(self->state.cfg.gate, seconds(3), console_atom::value,
+                std::string{"thermal"}, std::string{})
+      .then(
+        [self, view, then](console_reply& t) mutable {
+          if (auto th = parse_thermal_json(t.json))
+            self->state.thermal = std::move(*th);
+          observe(self, std::move(*view));
+          then();
+        },
+        [self, view, then](caf::error&) mutable {
+          observe(self, std::move(*view));
+          then();
+        });
+  };
   self
     ->request(st.cfg.gate, seconds(3), console_atom::value,
               std::string{"nodes"}, std::string{})
     .then(
-      [self, then](console_reply& r) mutable {
+      [self, finish, devices_now](console_reply& r) mutable {
         self->state.coordinator = r.text;
         auto view = std::make_shared<member_view>(std::move(r.nodes));
-        // The thermal service (through the gate) knows this node's devices
-        // and what its peers reported; without it the last statuses stay.
+        if (!devices_now) {
+          finish(std::move(view));
+          return;
+        }
         self
-          ->request(self->state.cfg.gate, seconds(3), console_atom::value,
-                    std::string{"thermal"}, std::string{})
+          ->request(self->state.cfg.gate, seconds(2), console_atom::value,
+                    std::string{"devices"}, std::string{})
           .then(
-            [self, view, then](console_reply& t) mutable {
-              if (auto th = parse_thermal_json(t.json))
-                self->state.thermal = std::move(*th);
-              observe(self, std::move(*view));
-              then();
+            [view, finish](console_reply& d) mutable {
+              overlay_free_memory(*view, d.devices);
+              finish(std::move(view));
             },
-            [self, view, then](caf::error&) mutable {
-              observe(self, std::move(*view));
-              then();
-            });
+            [view, finish](caf::error&) mutable { finish(std::move(view)); });
       },
       [then](caf::error&) mutable { then(); });
 }
@@ -442,18 +476,21 @@ caf::result<console_reply> console(self_ptr self, const std::string& cmd,
     return out;
   }
   auto rp = self->make_response_promise<console_reply>();
-  with_fresh_snapshot(self, [self, rp, a]() mutable {
-    if (auto co = forward_target(self); !co.empty()) {
-      forward_plan(self, co, std::move(a), rp);
-      return;
-    }
-    auto j = plan_now(self, a.request);
-    if (!j) {
-      rp.deliver(j.error());
-      return;
-    }
-    rp.deliver(job_reply(*j, a.json));
-  });
+  with_fresh_snapshot(
+    self,
+    [self, rp, a]() mutable {
+      if (auto co = forward_target(self); !co.empty()) {
+        forward_plan(self, co, std::move(a), rp);
+        return;
+      }
+      auto j = plan_now(self, a.request);
+      if (!j) {
+        rp.deliver(j.error());
+        return;
+      }
+      rp.deliver(job_reply(*j, a.json));
+    },
+    true);
   return rp;
 }
 
@@ -484,13 +521,16 @@ caf::behavior placement_impl(self_ptr self, placement_actor_config cfg) {
     [self](plan_atom,
            plan_request& r) -> caf::result<plan_job_info> {
       auto rp = self->make_response_promise<plan_job_info>();
-      with_fresh_snapshot(self, [self, rp, r]() mutable {
-        auto j = plan_now(self, r);
-        if (j)
-          rp.deliver(std::move(*j));
-        else
-          rp.deliver(j.error());
-      });
+      with_fresh_snapshot(
+        self,
+        [self, rp, r]() mutable {
+          auto j = plan_now(self, r);
+          if (j)
+            rp.deliver(std::move(*j));
+          else
+            rp.deliver(j.error());
+        },
+        true);
       return rp;
     },
     [self](plans_atom) { return job_infos(self); },

@@ -5,6 +5,9 @@
 ///
 ///   gate <-- (console_atom, "nodes", "") -- every poll_interval (and before
 ///            every "plan") -- placement
+///   gate <-- (console_atom, "devices", "") -- before every plan: the
+///            devices' free memory now over the view's (refreshed about
+///            once a second and gossiped), at most 2 s
 ///   changes of members or device states (cluster_state) are collected;
 ///   after `debounce` without a further change every job is re-planned,
 ///   once, with the collected changes as its reason:

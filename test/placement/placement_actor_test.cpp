@@ -639,3 +639,74 @@ TEST_CASE("a plan request carries the model's layers to a planner that "
     .receive([](plan_job_info&) { FAIL("planned a missing file"); },
              [](caf::error&) {});
 }
+
+TEST_CASE("a plan uses the free memory the devices report now, not the "
+          "member view's older figures", "[placement][actor]") {
+  // The member view refreshes a device's figures about once a second and
+  // gossips them: right after a job ended it may still show the job's
+  // memory held. A gate whose "nodes" view says both devices are nearly
+  // full while the devices themselves ("devices") report them free.
+  small_model model;
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys{cfg};
+  for (bool answers_devices : {true, false}) {
+    INFO("the gate answers \"devices\": " << answers_devices);
+    auto gate = sys.spawn([&model, answers_devices](caf::event_based_actor*)
+                            -> caf::behavior {
+      return {
+        [&model, answers_devices](console_atom, std::string& cmd,
+                                  std::string&) -> caf::result<console_reply> {
+          console_reply r;
+          r.command = cmd;
+          if (cmd == "nodes") {
+            r.text = "test"; // this node coordinates
+            r.nodes.members = {member("a", {dev("d0", model.part() / 8, 2e12,
+                                                67e9)}),
+                               member("b", {dev("d0", model.part() / 8, 1e12,
+                                                67e9)})};
+            r.nodes.members[0].links = {measured("a", "b", 200, 1e9)};
+          } else if (cmd == "devices") {
+            if (!answers_devices)
+              return caf::make_error(caf::sec::request_timeout);
+            for (auto node : {"a", "b"}) {
+              auto d = dev("d0", model.part(), 1e12, 67e9);
+              d.node = node;
+              r.devices.push_back(d);
+            }
+            auto gone = dev("?", 0, 0, 0, device_state::gone);
+            gone.node = "a";
+            r.devices.push_back(gone);
+          } else {
+            return caf::make_error(caf::sec::unexpected_message);
+          }
+          return r;
+        }};
+    });
+    placement_actor_config c;
+    c.node_name = "test";
+    c.gate = gate;
+    c.poll_interval = 1h; // only the plan asks
+    auto placement = spawn_placement_actor(sys, c);
+    caf::scoped_actor self{sys};
+    plan_request r;
+    r.model_path = model.path;
+    r.context_length = 64;
+    r.keep = false;
+    plan_job_info j;
+    self->request(placement, 60s, plan_atom::value, r)
+      .receive([&](plan_job_info& x) { j = std::move(x); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    INFO(render_text(j));
+    if (answers_devices) {
+      CHECK(j.plan.status == "optimal");
+      CHECK(j.plan.stages.size() == 2);
+    } else {
+      // Without the devices' answer the view's figures stand.
+      CHECK(j.plan.status == "infeasible");
+    }
+    self->send_exit(placement, caf::exit_reason::user_shutdown);
+    self->wait_for(placement);
+    self->send_exit(gate, caf::exit_reason::user_shutdown);
+  }
+}

@@ -693,7 +693,14 @@ TEST_CASE("the solver re-places a job that lost a node on the two that "
   process runner{background_console(p, a.port, job)};
   if (!a.proc->wait_for_output("job 2 started", 120s)) {
     runner.wait(5s);
-    FAIL("job 2 did not start: " << runner.out() << runner.err());
+    FAIL("job 2 did not start: " << runner.out() << runner.err()
+                                 << "\ndevices now: "
+                                 << console(p, a.port, std::vector<std::string>{"devices"},
+                                            console_options{true})
+                                      .out
+                                 << "\nplans now: "
+                                 << console(p, a.port, std::vector<std::string>{"plans"}).out
+                                 << "\ncoord's output: " << a.proc->out());
   }
   // A node of its plan other than coord.
   auto placed = a.proc->out();
