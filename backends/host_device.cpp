@@ -195,6 +195,7 @@ status host_device::do_elementwise(binary_op op, const_view a, const_view b,
                                    mut_view out, std::size_t count) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("elementwise"));
+  on_compute();
   host::elementwise(op, at(a.buf, a.offset), at(b.buf, b.offset),
                     at(out.buf, out.offset), count);
   ++submitted_;
@@ -207,6 +208,7 @@ status host_device::do_matmul(const_view a, const_view b, mut_view c,
                               const matmul_dims& dims) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("matmul"));
+  on_compute();
   auto sz = host::bytes_of(dims);
   host::matmul(at(a.buf, a.offset), at(b.buf, b.offset),
                at(c.buf, c.offset), dims);
@@ -225,6 +227,7 @@ status host_device::do_matmul_weights(const_view a, const_view w,
                                       const matmul_dims& dims) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("matmul_weights"));
+  on_compute();
   auto sz = host::check_matmul_weights(type, dims); // sizes only: checked
   if (!sz)
     return sz.err();
@@ -242,6 +245,7 @@ status host_device::do_rms_norm(const_view x, const_view weight,
                                 std::size_t dim, float eps) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("rms_norm"));
+  on_compute();
   host::rms_norm(at(x.buf, x.offset), at(weight.buf, weight.offset),
                  at(out.buf, out.offset), rows, dim, eps);
   ++submitted_;
@@ -255,6 +259,7 @@ status host_device::do_rope(mut_view x, const_view positions,
                             const_view freq_factors, const rope_dims& dims) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("rope"));
+  on_compute();
   const float* ff = freq_factors.buf != nullptr
                       ? at(freq_factors.buf, freq_factors.offset)
                       : nullptr;
@@ -273,6 +278,7 @@ status host_device::do_attention(const_view q, const_view k, const_view v,
                                  mut_view out, const attention_dims& dims) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("attention"));
+  on_compute();
   host::attention(at(q.buf, q.offset), at(k.buf, k.offset),
                   at(v.buf, v.offset), at(out.buf, out.offset), dims,
                   threads_, llama_threads_);
@@ -294,6 +300,7 @@ status host_device::do_silu_mul(const_view gate, const_view up, mut_view out,
                                 std::size_t count) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("silu_mul"));
+  on_compute();
   host::silu_mul(at(gate.buf, gate.offset), at(up.buf, up.offset),
                  at(out.buf, out.offset), count);
   ++submitted_;

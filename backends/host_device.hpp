@@ -61,6 +61,9 @@ protected:
   virtual status admit(const char* what);
   /// Room for a new allocation of `bytes`, given `used` bytes live now.
   virtual status reserve(std::size_t bytes, std::uint64_t used);
+  /// Before a computing operation (not allocations or copies), on the
+  /// thread that runs it, once admitted.
+  virtual void on_compute() {}
   /// After an operation that moved `bytes` and computed `flops`.
   virtual void account(double bytes, double flops);
 

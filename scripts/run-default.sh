@@ -56,7 +56,7 @@ for n in alpha beta; do
  "tls": {"certificate": "$WORK/$n/$n.crt", "key": "$WORK/$n/$n.key",
          "ca": "$WORK/$n/ca.crt"},
  "models": {"dirs": ["$WORK"]},
- "devices": {"include": $include,
+ "devices": {"include": $include, "cpu_bind_threads": false,
              "simulated": [{"profile": "adreno-740"}], "rescan_interval_s": 0}}
 JSON
   "$NODE" --config "$WORK/$n.json" >"$WORK/$n.log" 2>&1 &

@@ -2,6 +2,7 @@
 
 #include "backends/host_device.hpp"
 #include "backends/host_info.hpp"
+#include "backends/host_kernels.hpp"
 
 #include <cblas.h>
 
@@ -75,6 +76,21 @@ public:
   }
 
 protected:
+  /// Binds the kernels' threads on the first computing operation of each
+  /// thread (a node's shard host or device actor), never on allocations:
+  /// the node's main thread allocates while it verifies the device, and
+  /// the threads it starts afterwards inherit its mask, so binding it put
+  /// the whole process on one CPU (prompts ran at 0.65x).
+  void on_compute() override {
+    if (!opts_.bind_threads || threads_ < 2)
+      return;
+    thread_local bool bound = false;
+    if (!bound) {
+      bound = true;
+      host::bind_threads(threads_);
+    }
+  }
+
   status reserve(std::size_t bytes, std::uint64_t used) override {
     if (opts_.memory_limit != 0)
       return host_device::reserve(bytes, used);

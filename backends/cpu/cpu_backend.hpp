@@ -21,6 +21,15 @@ struct cpu_options {
   /// The thread count of the llama.cpp whose attention bits the device
   /// gives (host::attention): 1, the default, whatever threads it runs.
   int llama_threads = 1;
+  /// Bind the kernels' threads one CPU each (host::bind_threads), on each
+  /// thread that first runs an operation on the device, the caller
+  /// included. Unbound, the OpenMP team's second thread may start on its
+  /// creator's CPU and a batch run at half speed until the kernel
+  /// scheduler moves it (docs/benchmarks.md). For a process that owns the
+  /// machine's cores (one exo-node per machine); several processes sharing
+  /// the cores would all bind to the same first CPUs. Off by default in the
+  /// library: it changes the calling thread's affinity.
+  bool bind_threads = false;
 };
 
 std::unique_ptr<backend> make_cpu_backend(cpu_options opts = {});

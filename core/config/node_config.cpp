@@ -306,6 +306,10 @@ node_config parse_document(const std::string& json, const std::string& source) {
                   [&](element v, const std::string& q) {
                     d.cpu_weights_in_place = as_bool(v, q);
                   }},
+                 {"cpu_bind_threads",
+                  [&](element v, const std::string& q) {
+                    d.cpu_bind_threads = as_bool(v, q);
+                  }},
                  {"cpu_llama_threads",
                   [&](element v, const std::string& q) {
                     d.cpu_llama_threads =
@@ -610,6 +614,7 @@ backend::factory_options node_config::factory_options() const {
   o.cpu.memory_limit = devices.cpu_memory_limit;
   o.cpu.weights_in_place = devices.cpu_weights_in_place;
   o.cpu.llama_threads = devices.cpu_llama_threads;
+  o.cpu.bind_threads = devices.cpu_bind_threads;
   o.sim.devices = devices.simulated;
   o.sim.time_scale = devices.sim_time_scale;
   if (!devices.sim_profiles_file.empty()) {

@@ -71,6 +71,9 @@ struct devices_section {
   /// The cpu device gives the attention bits of llama.cpp run with this
   /// many threads (1: one thread's, whatever the device runs).
   int cpu_llama_threads = 1;
+  /// The cpu device binds its kernels' threads one CPU each (off where
+  /// several nodes share a machine's cores: test clusters, scenarios).
+  bool cpu_bind_threads = true;
   std::vector<backend::sim_device_spec> simulated;
   std::string sim_profiles_file;      ///< extra profiles (JSON)
   double sim_time_scale = 0;

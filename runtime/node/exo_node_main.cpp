@@ -89,11 +89,13 @@ constexpr const char* footer = R"(Commands (each answers --help):
   exo-node audit verify [--checkpoints FILE]... [--ca CA] FILE...
   exo-node audit query --dir D [...]
   exo-node run --model FILE.gguf --prompt TEXT [-n N] [--stages K]
-               [--sequences M] [--ctx C] [--llama-threads N] [...]
+               [--sequences M] [--batch B] [--draft FILE] [--ctx C]
+               [--llama-threads N] [...]
                (one job on this node: the solver places it on the node's
                devices; --stages K splits evenly)
-  exo-node serve --model FILE.gguf [--model-id ID] [--host 127.0.0.1]
-                 [--port 8080] [--api-key KEY] [--ctx C] [--config FILE]
+  exo-node serve --model FILE.gguf [--model-id ID] [--draft FILE]
+                 [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--ctx C]
+                 [--config FILE]
                (serve models over the OpenAI API; alone, or as the node of
                --config in its cluster; also a config's gateway section)
 

@@ -412,6 +412,8 @@ void runner::start_node(live_node& n, bool quiet_start) {
      {{"include", include},
       {"simulated", sims},
       {"cpu_memory_limit_mib", spec.cpu_memory_limit_mib},
+      // Its nodes share this machine's cores: none pins its threads.
+      {"cpu_bind_threads", false},
       {"rescan_interval_s", 0}}},
     {"safety", {{"access_key_file", pki + "access.key"}}},
     // The scenario's model is the one file its clients name.

@@ -12,6 +12,9 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
+
+#include <sched.h>
 
 using namespace exo::backend;
 
@@ -434,6 +437,40 @@ TEST_CASE("a cpu device configured to copy weights does not adopt host "
   auto r = be->device_at(0)->adopt_host(mem->data(), 64, mem);
   REQUIRE_FALSE(r.ok());
   CHECK(r.err().code == errc::unsupported);
+}
+
+TEST_CASE("a cpu device configured to bind its threads pins each thread "
+          "that runs its operations, and leaves them alone by default") {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+  REQUIRE(CPU_COUNT(&all) >= 2); // the project's machines have two or more
+  // CPUs the thread may run on after its first operation on the device.
+  auto cpus_after_an_operation = [](bool bind) {
+    cpu_options o;
+    o.bind_threads = bind;
+    auto be = make_cpu_backend(o);
+    REQUIRE(be->initialize().ok());
+    auto* dev = be->device_at(0);
+    int cpus = 0;
+    bool ran = false;
+    std::thread t{[&] { // Catch2's assertions stay on the test's thread
+      auto a = dev->allocate(64);
+      ran = a.ok()
+            && dev->elementwise(binary_op::add, {a->get(), 0},
+                                {a->get(), 0}, {a->get(), 0}, 16)
+                 .ok();
+      cpu_set_t now;
+      CPU_ZERO(&now);
+      if (sched_getaffinity(0, sizeof now, &now) == 0)
+        cpus = CPU_COUNT(&now);
+    }};
+    t.join();
+    CHECK(ran);
+    return cpus;
+  };
+  CHECK(cpus_after_an_operation(false) == CPU_COUNT(&all));
+  CHECK(cpus_after_an_operation(true) == 1);
 }
 
 TEST_CASE("a cpu device gives the attention bits of the llama.cpp thread "

@@ -24,6 +24,8 @@ TEST_CASE("an empty config gives a single local node with every default") {
   CHECK(cfg.devices.simulated.empty());
   CHECK(cfg.devices.cpu_weights_in_place);
   CHECK(cfg.devices.cpu_llama_threads == 1);
+  CHECK(cfg.devices.cpu_bind_threads);
+  CHECK(cfg.factory_options().cpu.bind_threads);
   CHECK(cfg.models.backup_jobs);
   CHECK(cfg.log_level == "info");
 }
@@ -39,7 +41,7 @@ TEST_CASE("every documented key is read") {
             "passphrase_file": "pw"},
     "devices": {"include": ["vulkan", "cpu", "sim"], "exclude": ["cuda"],
                 "cpu_memory_limit_mib": 2048, "cpu_weights_in_place": false,
-                "cpu_llama_threads": 4,
+                "cpu_llama_threads": 4, "cpu_bind_threads": false,
                 "simulated": [{"profile": "a100-40g", "id": "sim:big"},
                               {"profile": "adreno-740", "count": 2}],
                 "sim_time_scale": 0.5, "rescan_interval_s": 0,
@@ -64,6 +66,8 @@ TEST_CASE("every documented key is read") {
   CHECK(cfg.devices.exclude == std::vector<std::string>{"cuda"});
   CHECK(cfg.devices.cpu_memory_limit == 2048ull << 20);
   CHECK(cfg.devices.cpu_llama_threads == 4);
+  CHECK_FALSE(cfg.devices.cpu_bind_threads);
+  CHECK_FALSE(cfg.factory_options().cpu.bind_threads);
   REQUIRE(cfg.devices.simulated.size() == 3);
   CHECK(cfg.devices.simulated[0].id == "sim:big");
   CHECK(cfg.devices.simulated[2].profile == "adreno-740");
@@ -144,6 +148,8 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "devices.include[0]: unknown backend \"metal\""},
     {R"({"devices": {"cpu_weights_in_place": "yes"}})",
      "devices.cpu_weights_in_place: must be"},
+    {R"({"devices": {"cpu_bind_threads": 1}})",
+     "devices.cpu_bind_threads: must be"},
     {R"({"models": {"backup_jobs": 1}})", "models.backup_jobs: must be"},
     {R"({"devices": {"simulated": [{"profile": "a100-40g",
                                     "fault": "vanish_after:0"}]}})",

@@ -66,6 +66,11 @@ std::string write_node_config(const pki& p, const node_options& o) {
              std::to_string(o.seeds[i]) + "\"";
   seeds += "]";
   auto path = dir + "/" + o.name + "-node.json";
+  // The test's nodes share this machine's cores: none pins its threads.
+  auto devices = o.devices;
+  if (devices.find("cpu_bind_threads") == std::string::npos
+      && !devices.empty() && devices.front() == '{')
+    devices.insert(1, R"("cpu_bind_threads": false, )");
   // Clients name models and problems from the test's folder.
   std::string models = o.extra.find("\"models\"") == std::string::npos
                            ? R"(, "models": {"dirs": [")" + p.dir + R"("]})"
@@ -84,7 +89,7 @@ std::string write_node_config(const pki& p, const node_options& o) {
     "tls": {"certificate": ")" +
                        dir + "/" + cert + R"(.crt", "key": ")" + dir + "/" +
                        cert + R"(.key", "ca": ")" + dir + R"(/ca.crt"},
-    "devices": )" + o.devices +
+    "devices": )" + devices +
                        models + o.extra + "}");
   return path;
 }
