@@ -649,11 +649,14 @@ void gemv_rows(const std::uint8_t* wdata, weight_type type, std::size_t rows,
 // (matmul_rows_f32/f16: the sequences of a batched decode step), and
 // batches tinyBLAS declines: ggml_vec_dot_f32/_f16's order per output
 // (four 16-lane accumulators over k in steps of 64, then (a0 + a2) +
-// (a1 + a3), reduce16, then the leftover elements), computed for a tile of
-// RM weight rows x RN tokens at once so that each weight load serves RN
-// tokens and each activation load RM rows: a batch is bound by compute,
-// and one output at a time is bound by its two loads per fused
-// multiply-add. 4 x 6 outputs hold 24 of the 32 zmm registers.
+// (a1 + a3), reduce16, then the leftover elements), computed for one
+// weight row x up to 6 tokens at once: each weight load serves every
+// token, and the four chains of every output run side by side in one pass
+// (4 x 6 accumulators in 24 of the 32 zmm registers), so each row is read
+// once, in order. The earlier tiles of 4 rows computed the chains in four
+// passes over the rows, every fourth cache line each: four strided
+// streams the hardware prefetcher does not follow, 2.6x slower than one
+// token's product for 2 tokens on this VM (docs/benchmarks.md).
 
 /// Sixteen weights from element i as two 256-bit loads: F32 rows of a
 /// GGUF file are 32-byte aligned, and a 512-bit load that splits a cache
@@ -673,84 +676,56 @@ load16_halves(const void* w, std::size_t i) {
   }
 }
 
-/// C[j * ldc + i] for RM rows i (stride rb) and RN tokens j (stride k).
-/// vec_dot's four accumulators of an output are independent chains (q
-/// takes elements 64s + 16q + L): they are computed one q after the other,
-/// so that a tile needs one register per output and its loads are shared
-/// by RM x RN fused multiply-adds; the rows and tokens of a tile stay in
-/// L1 over the four passes.
-template <int RM, int RN, bool F16>
+/// C[j] for one row (w) and RN tokens j (stride k): the four chains of
+/// every output in one pass over the row (4 x RN accumulators), so the
+/// row is read once, in order, as a stream.
+template <int RN, bool F16>
 __attribute__((target("avx512f,avx2,fma,f16c"))) void
-vec_dot_tile_avx512(const std::uint8_t* w, std::size_t rb, const float* x,
-                    std::size_t k, float* c, std::size_t ldc) {
-  __m512 part[4][RM][RN];
+vec_dot_row_tile_avx512(const std::uint8_t* w, const float* x, std::size_t k,
+                        float* c, std::size_t ldc) {
+  __m512 acc[4][RN];
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q)
+#pragma GCC unroll 6
+    for (int j = 0; j < RN; ++j)
+      acc[q][j] = _mm512_setzero_ps();
   const std::size_t np = k & ~std::size_t{63};
-  // The four passes read every fourth cache line of the rows each: the
-  // rows are asked for whole and in order first (streamed from memory,
-  // 4 sequences a step took 7.7 ms with this against 10 without).
-  const std::size_t row_bytes = F16 ? k * 2 : k * 4;
-  const char* wc = reinterpret_cast<const char*>(w);
-  for (int i = 0; i < RM; ++i)
-    for (std::size_t b = 0; b < row_bytes; b += 64)
-      _mm_prefetch(wc + i * rb + b, _MM_HINT_T0);
-#pragma GCC unroll 1
-  for (int q = 0; q < 4; ++q) {
-    __m512 acc[RM][RN];
+  for (std::size_t l = 0; l < np; l += 64) {
 #pragma GCC unroll 4
-    for (int i = 0; i < RM; ++i)
+    for (int q = 0; q < 4; ++q) {
+      const std::size_t e = l + 16 * static_cast<std::size_t>(q);
+      const __m512 a = load16_halves<F16>(w, e);
 #pragma GCC unroll 6
       for (int j = 0; j < RN; ++j)
-        acc[i][j] = _mm512_setzero_ps();
-    for (std::size_t l = 16 * static_cast<std::size_t>(q); l < np; l += 64) {
-      __m512 a[RM];
-#pragma GCC unroll 4
-      for (int i = 0; i < RM; ++i)
-        a[i] = load16_halves<F16>(w + static_cast<std::size_t>(i) * rb, l);
-#pragma GCC unroll 6
-      for (int j = 0; j < RN; ++j) {
-        const __m512 b = _mm512_loadu_ps(x + static_cast<std::size_t>(j) * k + l);
-#pragma GCC unroll 4
-        for (int i = 0; i < RM; ++i)
-          acc[i][j] = _mm512_fmadd_ps(a[i], b, acc[i][j]);
-      }
+        acc[q][j] = _mm512_fmadd_ps(
+          a, _mm512_loadu_ps(x + static_cast<std::size_t>(j) * k + e),
+          acc[q][j]);
     }
-#pragma GCC unroll 4
-    for (int i = 0; i < RM; ++i)
-#pragma GCC unroll 6
-      for (int j = 0; j < RN; ++j)
-        part[q][i][j] = acc[i][j];
   }
-  for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j) {
-      const float sum = reduce16_avx512(
-        _mm512_add_ps(_mm512_add_ps(part[0][i][j], part[2][i][j]),
-                      _mm512_add_ps(part[1][i][j], part[3][i][j])));
-      const auto* wr = w + static_cast<std::size_t>(i) * rb;
-      const float* xj = x + static_cast<std::size_t>(j) * k;
-      float out;
-      if constexpr (F16)
-        out = leftover_f16(reinterpret_cast<const std::uint16_t*>(wr) + np,
-                           xj + np, k - np, sum);
-      else
-        out = leftover_f32(reinterpret_cast<const float*>(wr) + np, xj + np,
-                           k - np, sum);
-      c[static_cast<std::size_t>(j) * ldc + static_cast<std::size_t>(i)] = out;
-    }
+  for (int j = 0; j < RN; ++j) {
+    const float sum = reduce16_avx512(
+      _mm512_add_ps(_mm512_add_ps(acc[0][j], acc[2][j]),
+                    _mm512_add_ps(acc[1][j], acc[3][j])));
+    const float* xj = x + static_cast<std::size_t>(j) * k;
+    float out;
+    if constexpr (F16)
+      out = leftover_f16(reinterpret_cast<const std::uint16_t*>(w) + np,
+                         xj + np, k - np, sum);
+    else
+      out = leftover_f32(reinterpret_cast<const float*>(w) + np, xj + np,
+                         k - np, sum);
+    c[static_cast<std::size_t>(j) * ldc] = out;
+  }
 }
 
-using vec_tile_fn = void (*)(const std::uint8_t*, std::size_t, const float*,
-                             std::size_t, float*, std::size_t);
+using row_tile_fn = void (*)(const std::uint8_t*, const float*, std::size_t,
+                             float*, std::size_t);
 
-/// Tiles of 4 rows (1 for the last rows of a matrix whose row count is not
-/// a multiple of 4) by 1 to 6 tokens: [rows == 4][tokens - 1].
 template <bool F16>
-constexpr vec_tile_fn vec_dot_tiles[2][6] = {
-  {&vec_dot_tile_avx512<1, 1, F16>, &vec_dot_tile_avx512<1, 2, F16>,
-   &vec_dot_tile_avx512<1, 3, F16>, &vec_dot_tile_avx512<1, 4, F16>,
-   &vec_dot_tile_avx512<1, 5, F16>, &vec_dot_tile_avx512<1, 6, F16>},
-  {&vec_dot_tile_avx512<4, 1, F16>, &vec_dot_tile_avx512<4, 2, F16>,
-   &vec_dot_tile_avx512<4, 3, F16>, &vec_dot_tile_avx512<4, 4, F16>,
-   &vec_dot_tile_avx512<4, 5, F16>, &vec_dot_tile_avx512<4, 6, F16>}};
+constexpr row_tile_fn vec_dot_row_tiles[6] = {
+  &vec_dot_row_tile_avx512<1, F16>, &vec_dot_row_tile_avx512<2, F16>,
+  &vec_dot_row_tile_avx512<3, F16>, &vec_dot_row_tile_avx512<4, F16>,
+  &vec_dot_row_tile_avx512<5, F16>, &vec_dot_row_tile_avx512<6, F16>};
 
 /// C[m x rows] = X[m x k] * W^T in vec_dot's order per output, AVX-512
 /// (the same bits as gemv_rows), m >= 2. x: F32 activations, or rounded
@@ -761,8 +736,8 @@ void gemv_tiled(const float* x, std::size_t m, const std::uint8_t* w,
   const bool f16 = t == weight_type::f16;
   const std::size_t rb = row_bytes_of(t, k);
   // About 256 KiB of weights per panel (whole groups of 4 rows), at least two
-  // panels per thread where the rows allow; every token tile passes over a
-  // panel while it is in L2.
+  // panels per thread where the rows allow; every token tile (its
+  // activations in L1) passes over a panel while it is in L2.
   std::size_t panel = std::max<std::size_t>(4, (std::size_t{256} << 10) / rb / 4 * 4);
   const auto per = static_cast<std::size_t>(2 * threads);
   panel = std::min(panel, std::max<std::size_t>(4, (rows / per + 3) / 4 * 4));
@@ -773,13 +748,10 @@ void gemv_tiled(const float* x, std::size_t m, const std::uint8_t* w,
     const std::size_t r1 = std::min(rows, r0 + panel);
     for (std::size_t t0 = 0; t0 < m; t0 += 6) {
       const std::size_t tn = std::min<std::size_t>(6, m - t0);
-      for (std::size_t r = r0; r < r1;) {
-        const bool four = r1 - r >= 4;
-        const vec_tile_fn fn = f16 ? vec_dot_tiles<true>[four][tn - 1]
-                                   : vec_dot_tiles<false>[four][tn - 1];
-        fn(w + r * rb, rb, x + t0 * k, k, c + t0 * rows + r, rows);
-        r += four ? 4 : 1;
-      }
+      const row_tile_fn fn = f16 ? vec_dot_row_tiles<true>[tn - 1]
+                                 : vec_dot_row_tiles<false>[tn - 1];
+      for (std::size_t r = r0; r < r1; ++r)
+        fn(w + r * rb, x + t0 * k, k, c + t0 * rows + r, rows);
     }
   }
 }

@@ -1,6 +1,9 @@
 // Transport benchmark (issue 3): between two actor systems over mutual TLS
 // (CAF's OpenSSL middleman) on 127.0.0.1:
 //   - small-message request/response round trip, p50 and p99;
+//   - a pipeline hop (issue 22): a stage_step carrying one row of 1024
+//     floats (a 4 KB activation) sent to the far end and sent back, so
+//     one hop is half the round trip, beside the small message's;
 //   - one-way small-message throughput;
 //   - bulk streaming in 4 MiB chunks (a window in flight) in GB/s;
 //   - the bulk channel (core/tls/bulk_channel.hpp): one 1 GiB range
@@ -9,6 +12,7 @@
 
 #include "messages/cluster.hpp"
 #include "messages/registration.hpp"
+#include "messages/workload.hpp"
 #include "core/tls/bulk_channel.hpp"
 #include "runtime/system/caf_tls.hpp"
 #include "core/tls/cert_tool.hpp"
@@ -73,6 +77,8 @@ caf::behavior echo(caf::event_based_actor* self) {
   auto count = std::make_shared<std::uint64_t>(0);
   return {
     [](exo::ping_atom, std::int64_t t) { return t; },
+    // A stage's step, as the next stage would get it: sent back whole.
+    [](exo::forward_atom, exo::stage_step& s) { return std::move(s); },
     [count](exo::tick_atom) { ++*count; },
     [count](exo::tick_atom, exo::measure_atom) { return *count; },
     [](exo::bulk_atom, exo::chunk& c) {
@@ -174,6 +180,36 @@ int main(int argc, char** argv) {
               "(%zu requests)\n",
               rtts[rtts.size() / 2], rtts[rtts.size() * 99 / 100],
               rtts.size());
+  // 1b. A pipeline hop: a 4 KB activation as a stage_step, both ways,
+  // alternating with small pings so both see the same moments.
+  {
+    exo::stage_step step;
+    step.job = 1;
+    step.seq = 0;
+    step.pos = 17;
+    step.tokens = {0};
+    step.x.assign(1024, 0.25f);
+    std::vector<double> hop, small;
+    for (int i = 0; i < 4000; ++i) {
+      auto t1 = clock_type::now();
+      self->request(remote, seconds(5), exo::forward_atom::value, step)
+        .receive([](exo::stage_step&) {}, [](caf::error&) {});
+      auto t2 = clock_type::now();
+      self->request(remote, seconds(5), exo::ping_atom::value,
+                    std::int64_t{i})
+        .receive([](std::int64_t) {}, [](caf::error&) {});
+      auto t3 = clock_type::now();
+      hop.push_back(duration<double, std::micro>(t2 - t1).count());
+      small.push_back(duration<double, std::micro>(t3 - t2).count());
+    }
+    std::sort(hop.begin(), hop.end());
+    std::sort(small.begin(), small.end());
+    const double h50 = hop[hop.size() / 2], s50 = small[small.size() / 2];
+    std::printf("pipeline hop (stage_step, 4 KB activation, there and "
+                "back): p50 %.0f us, p99 %.0f us; one hop %.0f us (target "
+                "<= 200 us), %.0f us more than a small message's\n",
+                h50, hop[hop.size() * 99 / 100], h50 / 2, (h50 - s50) / 2);
+  }
   // 2. One-way throughput.
   constexpr std::uint64_t n = 200000;
   auto t0 = clock_type::now();
