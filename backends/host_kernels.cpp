@@ -727,6 +727,16 @@ constexpr row_tile_fn vec_dot_row_tiles[6] = {
   &vec_dot_row_tile_avx512<3, F16>, &vec_dot_row_tile_avx512<4, F16>,
   &vec_dot_row_tile_avx512<5, F16>, &vec_dot_row_tile_avx512<6, F16>};
 
+/// Rows of a panel of the batched F32/F16 products: about 256 KiB of
+/// weights (rows of rb bytes), whole groups of 4 rows, and at least two
+/// panels per thread where the rows allow.
+std::size_t panel_rows(std::size_t rb, std::size_t rows, int threads) {
+  const std::size_t panel
+    = std::max<std::size_t>(4, (std::size_t{256} << 10) / rb / 4 * 4);
+  const auto per = static_cast<std::size_t>(2 * threads);
+  return std::min(panel, std::max<std::size_t>(4, (rows / per + 3) / 4 * 4));
+}
+
 /// C[m x rows] = X[m x k] * W^T in vec_dot's order per output, AVX-512
 /// (the same bits as gemv_rows), m >= 2. x: F32 activations, or rounded
 /// to half for F16 weights.
@@ -735,12 +745,9 @@ void gemv_tiled(const float* x, std::size_t m, const std::uint8_t* w,
                 int threads) {
   const bool f16 = t == weight_type::f16;
   const std::size_t rb = row_bytes_of(t, k);
-  // About 256 KiB of weights per panel (whole groups of 4 rows), at least two
-  // panels per thread where the rows allow; every token tile (its
-  // activations in L1) passes over a panel while it is in L2.
-  std::size_t panel = std::max<std::size_t>(4, (std::size_t{256} << 10) / rb / 4 * 4);
-  const auto per = static_cast<std::size_t>(2 * threads);
-  panel = std::min(panel, std::max<std::size_t>(4, (rows / per + 3) / 4 * 4));
+  // Every token tile (its activations in L1) passes over a panel while
+  // it is in L2.
+  const std::size_t panel = panel_rows(rb, rows, threads);
   const long panels = static_cast<long>((rows + panel - 1) / panel);
   EXO_OMP_PANELS
   for (long pi = 0; pi < panels; ++pi) {
@@ -886,11 +893,7 @@ void gemm_tiny(const float* x, std::size_t m, const std::uint8_t* w,
   const tiny_kernels kern = t == weight_type::f16 ? tiny_kernels_for<true>()
                                                   : tiny_kernels_for<false>();
   const std::size_t rb = row_bytes_of(t, k);
-  // About 256 KiB of weights per panel, whole groups of 4 rows, and at
-  // least two panels per thread where the rows allow.
-  std::size_t panel = std::max<std::size_t>(4, (std::size_t{256} << 10) / rb / 4 * 4);
-  const auto per = static_cast<std::size_t>(2 * threads);
-  panel = std::min(panel, std::max<std::size_t>(4, (rows / per + 3) / 4 * 4));
+  const std::size_t panel = panel_rows(rb, rows, threads);
   const long panels = static_cast<long>((rows + panel - 1) / panel);
   EXO_OMP_PANELS
   for (long pi = 0; pi < panels; ++pi) {
