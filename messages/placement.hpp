@@ -79,6 +79,11 @@ struct plan_request {
   /// A running job this plan is for ("NODE#N", the console's `run`); kept
   /// jobs with different runs are different jobs. "" for `plan`.
   std::string run;
+  /// Memory kept free for the run's draft model (speculative decoding):
+  /// reserve_bytes on the device of node reserve_node with the most free
+  /// memory that holds them (plan_info::reserved_device); 0: none.
+  std::string reserve_node;
+  std::uint64_t reserve_bytes = 0;
 };
 
 template<class Inspector>
@@ -87,7 +92,7 @@ typename Inspector::result_type inspect(Inspector& f, plan_request& x) {
               x.context_length, x.objective, x.blend_weight, x.time_limit_ms,
               x.keep, x.layers, x.model_name, x.context_train, x.origin,
               x.stage_bytes, x.first_stage_bytes, x.last_stage_bytes,
-              x.sequences, x.run);
+              x.sequences, x.run, x.reserve_node, x.reserve_bytes);
 }
 
 /// One pipeline stage: a device and its layers [first_layer, end_layer).
@@ -124,6 +129,9 @@ struct plan_info {
   std::vector<std::string> explanation; ///< why there is no plan
   std::vector<std::string> notes;       ///< devices left out, defaults used
   std::string planned_by;               ///< the node that solved it
+  /// "NODE/ID" holding plan_request::reserve_bytes for the draft model,
+  /// "" when none was asked for or no device of the node had the room.
+  std::string reserved_device;
   std::int64_t planned_ns = 0;          ///< system clock
 };
 
@@ -133,7 +141,7 @@ typename Inspector::result_type inspect(Inspector& f, plan_info& x) {
               x.objective, x.objective_seconds, x.latency_seconds,
               x.bottleneck_seconds, x.lower_bound_seconds, x.proven_optimal,
               x.solve_seconds, x.solver, x.explanation, x.notes, x.planned_by,
-              x.planned_ns);
+              x.reserved_device, x.planned_ns);
 }
 
 /// A job the placement actor keeps planned: its request, its current plan,

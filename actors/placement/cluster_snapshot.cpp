@@ -87,6 +87,32 @@ std::string qualified_device_id(const std::string& node,
   return node + "/" + id;
 }
 
+std::string reserve_memory(conversion& c, const std::string& node,
+                           std::uint64_t bytes) {
+  if (bytes == 0)
+    return {};
+  auto& ds = c.p.devices;
+  auto best = ds.end();
+  for (auto it = ds.begin(); it != ds.end(); ++it)
+    if (it->node == node
+        && (best == ds.end() || it->memory_bytes > best->memory_bytes))
+      best = it;
+  if (best == ds.end() || best->memory_bytes < bytes) {
+    c.notes.push_back("no device of " + node + " has "
+                      + format_bytes(static_cast<double>(bytes))
+                      + " free for the draft model");
+    return {};
+  }
+  auto id = best->id;
+  c.notes.push_back("device " + id + " keeps "
+                    + format_bytes(static_cast<double>(bytes))
+                    + " for the draft model");
+  best->memory_bytes -= bytes;
+  if (best->memory_bytes == 0)
+    ds.erase(best);
+  return id;
+}
+
 conversion to_problem(const member_view& v, const model_spec& m,
                       std::uint64_t context_length, const objective& obj,
                       const conversion_options& opts,

@@ -78,6 +78,15 @@ struct conversion {
   std::vector<std::string> notes;
 };
 
+/// Keeps `bytes` free on the device of `node` with the most free memory
+/// (a run's draft model, which starts there after the plan): that device
+/// offers the solver the rest (and leaves the problem when nothing is
+/// left). Returns its id, or "" with a note when no device of the node has
+/// the room (the run then starts the draft where its node picks, or
+/// without it).
+std::string reserve_memory(conversion& c, const std::string& node,
+                           std::uint64_t bytes);
+
 /// "NODE/ID".
 std::string qualified_device_id(const std::string& node,
                                 const std::string& id);

@@ -95,6 +95,7 @@ plan_info solve_on_snapshot(self_ptr self, const plan_request& r,
   auto conv = to_problem(view, m, ctx, objective_of(r), st.cfg.conversion,
                          st.thermal);
   conv.p.request.sequences = std::max<std::uint32_t>(r.sequences, 1);
+  const auto reserved = reserve_memory(conv, r.reserve_node, r.reserve_bytes);
   plan_info out;
   try {
     solve_options opts;
@@ -109,6 +110,8 @@ plan_info solve_on_snapshot(self_ptr self, const plan_request& r,
   out.notes.insert(out.notes.begin(), conv.notes.begin(), conv.notes.end());
   out.planned_by = st.cfg.node_name;
   out.planned_ns = wall_ns();
+  if (!out.stages.empty())
+    out.reserved_device = reserved;
   ++st.plans;
   return out;
 }

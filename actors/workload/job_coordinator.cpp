@@ -14,6 +14,7 @@
 #include "core/console/commands.hpp"
 #include "core/config/node_config.hpp"
 #include "core/text/file.hpp"
+#include "core/model/device_stage.hpp"
 #include "core/model/stage_ranges.hpp"
 #include "core/tls/bulk_channel.hpp"
 #include "core/tokenizer/tokenizer.hpp"
@@ -173,6 +174,9 @@ struct job_run {
   /// where it runs, or why it does not.
   caf::actor draft;
   std::string draft_where;
+  /// The device the plan kept the draft's memory on (its id on this
+  /// node), "" when the plan kept none: the node picks.
+  std::string draft_device;
   bool ended = false;
   /// The job once it runs (0 and none before).
   std::uint64_t id = 0;
@@ -677,7 +681,8 @@ void start_job(self_ptr self, const run_ptr& run) {
 }
 
 /// With a draft model (speculative decoding), starts its shard on this
-/// node (the device the node picks), then the job; a draft that cannot
+/// node (the device the plan kept its memory on, else the one the node
+/// picks), then the job; a draft that cannot
 /// start is said in the report and the job runs without it.
 void start_draft(self_ptr self, const run_ptr& run) {
   auto& st = self->state;
@@ -690,6 +695,7 @@ void start_draft(self_ptr self, const run_ptr& run) {
   spec.first = 0;
   spec.last = run->job.draft->hparams().n_layer;
   spec.n_ctx = run->job.n_ctx;
+  spec.device = run->draft_device; // where the plan kept its memory
   spec.source_node = st.cfg.node;
   spec.owner = caf::actor_cast<caf::actor>(self);
   auto attempt = run->attempt;
@@ -889,6 +895,30 @@ members_of(self_ptr self, const member_view& view) {
 /// The solver's time limit when re-placing a running job after a loss.
 constexpr std::uint32_t replan_time_limit_ms = 500;
 
+/// A first placement of a run with a draft model keeps the draft's memory
+/// (all its layers, a cache per sequence) free on a device of this node,
+/// where start_draft puts it; a re-placement does not (the draft runs on).
+void reserve_draft(const job_run& run, const std::string& node,
+                   plan_request& r) {
+  if (!run.job.draft || run.draft || run.attempt > 0)
+    return;
+  const auto& hp = run.job.draft->hparams();
+  r.reserve_node = node;
+  r.reserve_bytes
+    = model::device_stage_memory(*run.job.draft, 0, hp.n_layer,
+                                 model::shard_stage_options(hp))
+        .total(run.job.n_ctx, std::max<std::uint32_t>(
+                                run.job.request.sequences, 1));
+}
+
+/// The draft's device from a plan's reservation ("NODE/ID" of this node).
+std::string draft_device_of(const plan_info& p, const std::string& node) {
+  const auto prefix = node + "/";
+  return p.reserved_device.rfind(prefix, 0) == 0
+           ? p.reserved_device.substr(prefix.size())
+           : std::string{};
+}
+
 /// Chooses the stages: an even split with stages K, else the solver's plan
 /// (the coordinating node's placement service with a gate, solved here
 /// without one).
@@ -924,6 +954,7 @@ void place_and_start(self_ptr self, const run_ptr& run,
     try {
       auto preq = run_plan_request(req.model, run->job.n_ctx, req.sequences,
                                    st.cfg.node);
+      reserve_draft(*run, st.cfg.node, preq);
       // The stages that survive hold their layers' weights (and their
       // nodes the file parts): of equal plans, the one that keeps them.
       std::vector<placement::resident_layers> resident;
@@ -935,6 +966,8 @@ void place_and_start(self_ptr self, const run_ptr& run,
       }
       auto solved = plan_locally(preq, view, st.cfg.node, resident);
       run->plan = stages_of(solved, view, n_layer);
+      if (run->attempt == 0)
+        run->draft_device = draft_device_of(solved, st.cfg.node);
       run->placement_text = after + "placement (solver):\n"
                             + describe_plan(solved) + describe(run->plan);
     } catch (const std::exception& e) {
@@ -952,6 +985,7 @@ void place_and_start(self_ptr self, const run_ptr& run,
     preq = run_plan_request(req.model, run->job.n_ctx, req.sequences,
                             st.cfg.node,
                             st.cfg.node + "#" + std::to_string(++runs));
+    reserve_draft(*run, st.cfg.node, preq);
   } catch (const std::exception& e) {
     end_run(self, run, e.what());
     return;
@@ -967,6 +1001,7 @@ void place_and_start(self_ptr self, const run_ptr& run,
       [self, run, view, coordinator, n_layer](plan_job_info& j) {
         run->plan_job = j.id;
         run->planner = coordinator;
+        run->draft_device = draft_device_of(j.plan, self->state.cfg.node);
         try {
           run->plan = stages_of(j.plan, view, n_layer);
         } catch (const std::exception& e) {

@@ -57,6 +57,8 @@ plan_info plan_locally(
                                                : m.context_train;
     auto conv = placement::to_problem(view, m, ctx, obj);
     conv.p.request.sequences = std::max<std::uint32_t>(r.sequences, 1);
+    const auto reserved
+      = placement::reserve_memory(conv, r.reserve_node, r.reserve_bytes);
     for (const auto& x : resident)
       if (conv.p.find_device(x.device) && x.last_layer < conv.p.layers.size()
           && x.first_layer <= x.last_layer)
@@ -66,6 +68,8 @@ plan_info plan_locally(
     out = placement::to_plan_info(placement::solve(conv.p, opts));
     out.notes.insert(out.notes.begin(), conv.notes.begin(),
                      conv.notes.end());
+    if (!out.stages.empty())
+      out.reserved_device = reserved;
   } catch (const placement::problem_error& e) {
     out.status = "error";
     out.explanation.push_back(e.what());

@@ -710,3 +710,56 @@ TEST_CASE("a plan uses the free memory the devices report now, not the "
     self->send_exit(gate, caf::exit_reason::user_shutdown);
   }
 }
+
+TEST_CASE("a plan keeps a draft model's memory free on a device of the "
+          "node that asked, or says that none has the room",
+          "[placement][actor]") {
+  small_model model;
+  actor_fixture fx{100ms};
+  member_view v;
+  v.members = {member("a", {dev("d0", model.part(), 2e12, 67e9),
+                            dev("d1", model.part() / 2, 2e12, 67e9)}),
+               member("b", {dev("d0", model.part(), 1e12, 67e9)}),
+               member("c", {dev("d0", model.part(), 1e12, 67e9)})};
+  fx.feed(v);
+  auto plan_with = [&](std::uint64_t reserve) {
+    plan_request r;
+    r.model_path = model.path;
+    r.context_length = 64;
+    r.keep = false;
+    r.reserve_node = "a";
+    r.reserve_bytes = reserve;
+    plan_job_info out;
+    (*fx.self)
+      ->request(fx.placement, 60s, plan_atom::value, r)
+      .receive([&](plan_job_info& j) { out = std::move(j); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    return out.plan;
+  };
+  auto has_note = [](const plan_info& p, const std::string& what) {
+    for (auto& n : p.notes)
+      if (n.find(what) != std::string::npos)
+        return true;
+    return false;
+  };
+  // Most of a/d0 (the device of a with the most memory) for the draft: the
+  // solver may give it only what is left.
+  const std::uint64_t draft = model.part() * 9 / 10;
+  auto p = plan_with(draft);
+  INFO(render_text(p));
+  REQUIRE_FALSE(p.stages.empty());
+  CHECK(p.reserved_device == "a/d0");
+  CHECK(has_note(p, "device a/d0 keeps"));
+  for (auto& s : p.stages)
+    if (s.device == "a/d0")
+      CHECK(s.memory_used_bytes <= model.part() - draft);
+  // More than any device of a has: nothing kept, and said.
+  auto q = plan_with(model.part() * 2);
+  INFO(render_text(q));
+  CHECK(q.reserved_device.empty());
+  CHECK(has_note(q, "no device of a has"));
+  // Without a draft nothing is kept.
+  auto none = plan_with(0);
+  CHECK(none.reserved_device.empty());
+  CHECK_FALSE(has_note(none, "draft"));
+}
