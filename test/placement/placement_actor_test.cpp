@@ -652,8 +652,11 @@ TEST_CASE("a plan uses the free memory the devices report now, not the "
   caf::actor_system sys{cfg};
   for (bool answers_devices : {true, false}) {
     INFO("the gate answers \"devices\": " << answers_devices);
-    auto gate = sys.spawn([&model, answers_devices](caf::event_based_actor*)
-                            -> caf::behavior {
+    // CAF 0.17: a spawned function takes an argument after self (without
+    // one its empty argument tuple is read through a null pointer).
+    auto gate = sys.spawn(
+      [&model](caf::event_based_actor*, bool answers_devices)
+        -> caf::behavior {
       return {
         [&model, answers_devices](console_atom, std::string& cmd,
                                   std::string&) -> caf::result<console_reply> {
@@ -682,7 +685,8 @@ TEST_CASE("a plan uses the free memory the devices report now, not the "
           }
           return r;
         }};
-    });
+      },
+      answers_devices);
     placement_actor_config c;
     c.node_name = "test";
     c.gate = gate;
