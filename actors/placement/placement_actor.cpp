@@ -262,7 +262,8 @@ void overlay_free_memory(member_view& v, const std::vector<device_info>& now) {
 /// Calls `then()` after a fresh snapshot from the gate (or at once without
 /// a gate, or with the last snapshot when the gate does not answer); with
 /// `devices_now`, each device's free memory asked of it as well (before a
-/// plan, not on every poll; at most 2 s, then the view's figures).
+/// plan, not on every poll; at most 2 s, then the view's figures), at the
+/// same time as the thermal statuses.
 template <class F>
 void with_fresh_snapshot(self_ptr self, F then, bool devices_now = false) {
   auto& st = self->state;
@@ -270,44 +271,47 @@ void with_fresh_snapshot(self_ptr self, F then, bool devices_now = false) {
     then();
     return;
   }
-  // The thermal service (through the gate) knows this node's devices and
-  // what its peers reported; without it the last statuses stay.
-  auto finish = [self, then](std::shared_ptr<member_view> view) mutable {
-    self
-      ->request(self->state.cfg.gate, seconds(3), console_atom::value,
-                std::string{"thermal"}, std::string{})
-      .then(
-        [self, view, then](console_reply& t) mutable {
-          if (auto th = parse_thermal_json(t.json))
-            self->state.thermal = std::move(*th);
-          observe(self, std::move(*view));
-          then();
-        },
-        [self, view, then](caf::error&) mutable {
-          observe(self, std::move(*view));
-          then();
-        });
-  };
   self
     ->request(st.cfg.gate, seconds(3), console_atom::value,
               std::string{"nodes"}, std::string{})
     .then(
-      [self, finish, devices_now](console_reply& r) mutable {
+      [self, then, devices_now](console_reply& r) mutable {
         self->state.coordinator = r.text;
-        auto view = std::make_shared<member_view>(std::move(r.nodes));
-        if (!devices_now) {
-          finish(std::move(view));
-          return;
-        }
+        struct pending {
+          member_view view;
+          int left = 0;
+          F then;
+        };
+        auto p = std::make_shared<pending>(
+          pending{std::move(r.nodes), devices_now ? 2 : 1, std::move(then)});
+        auto done = [self, p] {
+          if (--p->left == 0) {
+            observe(self, std::move(p->view));
+            p->then();
+          }
+        };
+        // The thermal service (through the gate) knows this node's devices
+        // and what its peers reported; without it the last statuses stay.
         self
-          ->request(self->state.cfg.gate, seconds(2), console_atom::value,
-                    std::string{"devices"}, std::string{})
+          ->request(self->state.cfg.gate, seconds(3), console_atom::value,
+                    std::string{"thermal"}, std::string{})
           .then(
-            [view, finish](console_reply& d) mutable {
-              overlay_free_memory(*view, d.devices);
-              finish(std::move(view));
+            [self, done](console_reply& t) {
+              if (auto th = parse_thermal_json(t.json))
+                self->state.thermal = std::move(*th);
+              done();
             },
-            [view, finish](caf::error&) mutable { finish(std::move(view)); });
+            [done](caf::error&) { done(); });
+        if (devices_now)
+          self
+            ->request(self->state.cfg.gate, seconds(2), console_atom::value,
+                      std::string{"devices"}, std::string{})
+            .then(
+              [p, done](console_reply& d) {
+                overlay_free_memory(p->view, d.devices);
+                done();
+              },
+              [done](caf::error&) { done(); });
       },
       [then](caf::error&) mutable { then(); });
 }
