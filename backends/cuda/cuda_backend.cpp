@@ -94,9 +94,10 @@ struct cuda_platform {
 
   static int launch_matmul_weights(const float* a, const void* w,
                                    weight_type type, float* c,
-                                   const matmul_dims& dims,
+                                   const matmul_dims& dims, void* scratch,
                                    cudaStream_t stream) {
-    return cuda_kernels::launch_matmul_weights(a, w, type, c, dims, stream);
+    return cuda_kernels::launch_matmul_weights(a, w, type, c, dims, scratch,
+                                               stream);
   }
 
   static result<std::shared_ptr<gpu::management_library>> load_telemetry() {

@@ -421,10 +421,20 @@ protected:
       return do_matmul(a, w, c, {dims.m, dims.n, dims.k, true});
     std::lock_guard<std::mutex> guard{mtx_};
     EXO_TRY(select());
-    return launch_status("matmul_weights kernel",
-                         P::launch_matmul_weights(
-                           f32_of(a), ptr_of(*w.buf) + w.offset, type,
-                           f32_of(c), dims, stream_));
+    // The quantized activations live in a stream-ordered temporary (the
+    // pool keeps its memory): freed after the kernels that read it.
+    void* scratch = nullptr;
+    const std::size_t scratch_bytes = gpu::act_scratch_bytes(type, dims);
+    if (scratch_bytes != 0)
+      EXO_TRY(check(cudaMallocAsync(&scratch, scratch_bytes, stream_),
+                    EXO_GPU_NAME(cudaMallocAsync)));
+    auto st = launch_status("matmul_weights kernel",
+                            P::launch_matmul_weights(
+                              f32_of(a), ptr_of(*w.buf) + w.offset, type,
+                              f32_of(c), dims, scratch, stream_));
+    if (scratch != nullptr)
+      (void)cudaFreeAsync(scratch, stream_);
+    return st;
   }
 
   status do_rms_norm(const_view x, const_view weight, mut_view out,

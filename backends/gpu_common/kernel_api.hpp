@@ -55,10 +55,14 @@ int launch_rope_rows(float* x, const std::int32_t* positions,
 int launch_attention(const float* q, const float* k, const float* v,
                      float* out, const attention_dims& dims, void* stream);
 
-/// C[m x n] = A[m x k] * W^T with W [n x k] in F16 or Q8_0 at an even
-/// address; activations rounded / quantized as llama.cpp does. One block per
-/// row of W walks the rows of A.
+/// C[m x n] = A[m x k] * W^T with W [n x k] in any ggml format at an even
+/// address; activations rounded / quantized as llama.cpp does. Q4_0 ...
+/// Q8_0 and the K-quants first quantize A into `scratch` (at least
+/// gpu::act_scratch_bytes(type, dims) bytes of device memory, unused by
+/// the other formats) and then give the CPU engine's bits
+/// (kernel_quant.hpp).
 int launch_matmul_weights(const float* a, const void* w, weight_type type,
-                          float* c, const matmul_dims& dims, void* stream);
+                          float* c, const matmul_dims& dims, void* scratch,
+                          void* stream);
 
 } // namespace exo::backend::EXO_GPU_KERNEL_NS

@@ -142,35 +142,6 @@ EXO_HD inline float round_to_half(float x) {
   return ldexpf(rounded, ulp_exp);
 }
 
-/// Q8_0 quantization of one 32-element block: the scale d = max|x| / 127
-/// (stored as half, returned as its float value in *d_half) and q[i] =
-/// round(x[i] / d), half away from zero, as ggml's reference does.
-EXO_HD inline void quantize_q8_block(const float* x, float* d_half,
-                                     std::int8_t* q) {
-  float amax = 0.0f;
-  for (int i = 0; i < 32; ++i)
-    amax = fmaxf(amax, fabsf(x[i]));
-  float d = amax / 127.0f;
-  float id = d != 0.0f ? 1.0f / d : 0.0f;
-  *d_half = round_to_half(d);
-  for (int i = 0; i < 32; ++i)
-    q[i] = static_cast<std::int8_t>(roundf(x[i] * id));
-}
-
-/// One Q8_0 weight block (34 bytes at w: half scale, 32 int8) times a
-/// quantized activation block (scale dx, quants qx): the integer dot
-/// product scaled by both scales.
-EXO_HD inline float q8_block_dot(const std::uint8_t* w, float dx,
-                                 const std::int8_t* qx) {
-  std::uint16_t dw;
-  memcpy(&dw, w, 2);
-  std::int32_t acc = 0;
-  for (int i = 0; i < 32; ++i)
-    acc += static_cast<std::int32_t>(static_cast<std::int8_t>(w[2 + i]))
-           * qx[i];
-  return static_cast<float>(acc) * half_to_float(dw) * dx;
-}
-
 /// A little-endian half at p (any alignment).
 EXO_HD inline float half_at(const std::uint8_t* p) {
   return half_to_float(static_cast<std::uint16_t>(p[0] | (p[1] << 8)));

@@ -1,6 +1,7 @@
 #include "backends/gpu_common/kernel_reference.hpp"
 
 #include "backends/gpu_common/kernel_math.hpp"
+#include "backends/gpu_common/kernel_quant.hpp"
 #include "backends/gpu_common/launch_geometry.hpp"
 
 #include <algorithm>
@@ -170,7 +171,47 @@ void matmul_weights(const float* a, const void* w, weight_type type,
     return;
   }
   const auto* wb = static_cast<const std::uint8_t*>(w);
-  const std::size_t nb = d.k / 32;
+  const std::uint32_t id = ggml_type_id(type);
+  const auto format = math::act_format_of(id);
+  if (format != math::act_format::none) {
+    // quantize_act_kernel, then matvec_lanes_kernel's lanes one by one.
+    const std::size_t be = math::act_block_elements(format);
+    const std::size_t blocks = d.m * (d.k / be);
+    std::vector<std::uint8_t> act(blocks * math::act_block_bytes(format));
+    for (std::size_t b = 0; b < blocks; ++b)
+      math::quantize_act_block(format, a, b, act.data());
+    const std::size_t act_row = d.k / be * math::act_block_bytes(format);
+    const std::size_t row_bytes = *weight_row_bytes(type, d.k);
+    const std::size_t nb = d.k / weight_block_elements(type);
+    if (type == weight_type::q4_k && math::q4_k_repacked(d.n)) {
+      // matvec_q4_k_repacked_kernel
+      for (std::size_t j = 0; j < d.n; ++j)
+        for (std::size_t t = 0; t < d.m; ++t) {
+          const auto* y = reinterpret_cast<const math::act_q8k*>(
+            act.data() + t * act_row);
+          float acc = 0.0f, accm = 0.0f;
+          for (std::size_t i = 0; i < nb; ++i) {
+            const std::uint8_t* b = wb + j * row_bytes + i * 144;
+            int isum = 0;
+            for (unsigned l = 0; l < math::dot_lanes; ++l)
+              isum += math::q4_k_lane_isum(b, y[i], l);
+            math::q4_k_repacked_step(b, y[i], isum, math::q4_k_imin(b, y[i]),
+                                     acc, accm);
+          }
+          c[t * d.n + j] = acc - accm;
+        }
+      return;
+    }
+    for (std::size_t j = 0; j < d.n; ++j)
+      for (std::size_t t = 0; t < d.m; ++t) {
+        float acc[math::dot_lanes], extra[math::dot_lanes];
+        for (unsigned l = 0; l < math::dot_lanes; ++l)
+          math::lane_dot(id, wb + j * row_bytes, act.data() + t * act_row,
+                         nb, l, &acc[l], &extra[l]);
+        c[t * d.n + j] = math::combine_lanes(id, acc, extra);
+      }
+    return;
+  }
   for (std::size_t j = 0; j < d.n; ++j)
     for (std::size_t t = 0; t < d.m; ++t) {
       const float* at = a + t * d.k;
@@ -181,22 +222,16 @@ void matmul_weights(const float* a, const void* w, weight_type type,
           std::memcpy(&h, wb + (j * d.k + i) * 2, 2);
           s += math::half_to_float(h) * math::round_to_half(at[i]);
         }
-      } else if (type != weight_type::q8_0) {
-        // matvec_quant_kernel: dequantized weights, F32 activations.
+      } else {
+        // matvec_quant_kernel (BF16): decoded weights, activations
+        // rounded to BF16.
         const std::size_t be = weight_block_elements(type);
         const std::size_t bb = *weight_row_bytes(type, be);
         const std::uint8_t* wr = wb + j * (d.k / be * bb);
         for (std::size_t i = 0; i < d.k; ++i)
-          s += math::dequant_element(ggml_type_id(type), wr + i / be * bb,
+          s += math::dequant_element(id, wr + i / be * bb,
                                      static_cast<unsigned>(i % be))
-               * at[i];
-      } else {
-        for (std::size_t b = 0; b < nb; ++b) {
-          float dx;
-          std::int8_t qx[32];
-          math::quantize_q8_block(at + b * 32, &dx, qx);
-          s += math::q8_block_dot(wb + (j * nb + b) * 34, dx, qx);
-        }
+               * math::round_to_bf16(at[i]);
       }
       c[t * d.n + j] = s;
     }

@@ -47,8 +47,10 @@ void rope_rows(float* x, const std::int32_t* positions,
 void attention(const float* q, const float* k, const float* v, float* out,
                const attention_dims& dims);
 
-/// matvec_f16_kernel / matvec_q8_0_kernel: the same per-element (F16) and
-/// per-block (Q8_0) arithmetic, summed sequentially.
+/// The weight kernels: F16 and BF16 per element (matvec_f16_kernel,
+/// matvec_quant_kernel), summed sequentially; Q4_0 ... Q8_0 and the
+/// K-quants as quantize_act_kernel + matvec_lanes_kernel, lane by lane
+/// (these give the CPU engine's bits exactly).
 void matmul_weights(const float* a, const void* w, weight_type type,
                     float* c, const matmul_dims& dims);
 

@@ -9,6 +9,7 @@
 
 #include "backends/gpu_common/kernel_api.hpp"
 #include "backends/gpu_common/kernel_math.hpp"
+#include "backends/gpu_common/kernel_quant.hpp"
 #include "backends/gpu_common/launch_geometry.hpp"
 
 namespace exo::backend::EXO_GPU_KERNEL_NS {
@@ -241,32 +242,100 @@ __global__ void matvec_f16_kernel(const float* a, const std::uint16_t* w,
   }
 }
 
-__global__ void matvec_q8_0_kernel(const float* a, const std::uint8_t* w,
-                                   float* c, std::size_t mm, std::size_t nn,
-                                   std::size_t kk) {
-  __shared__ float red[max_row_threads];
-  std::size_t nb = kk / 32;
-  for (std::size_t j = blockIdx.x; j < nn; j += gridDim.x) {
-    const std::uint8_t* wr = w + j * nb * 34;
+/// Rounds the activations to the format the weights meet (kernel_quant.hpp):
+/// one thread per block of 32 or 256.
+__global__ void quantize_act_kernel(const float* a, void* out,
+                                    std::size_t blocks, int format) {
+  const auto f = static_cast<m::act_format>(format);
+  for (std::size_t b = blockIdx.x * blockDim.x + threadIdx.x; b < blocks;
+       b += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    m::quantize_act_block(f, a, b, out);
+}
+
+/// Q4_0 ... Q8_0 and the K-quants against quantized activations, with the
+/// CPU engine's lanes: math::dot_lanes threads per row of W, rows_per_block
+/// rows per block (grid-stride), every row of A in turn. act holds m rows
+/// of act_row bytes.
+__global__ void matvec_lanes_kernel(const std::uint8_t* w, const void* act,
+                                    float* c, std::size_t mm, std::size_t nn,
+                                    std::size_t nb, std::size_t row_bytes,
+                                    std::size_t act_row, std::uint32_t type) {
+  constexpr unsigned rows = gpu::lanes_rows_per_block;
+  __shared__ float accs[rows * m::dot_lanes];
+  __shared__ float extras[rows * m::dot_lanes];
+  const unsigned lane = threadIdx.x % m::dot_lanes;
+  const unsigned slot = threadIdx.x / m::dot_lanes;
+  const auto* ab = static_cast<const std::uint8_t*>(act);
+  for (std::size_t j0 = static_cast<std::size_t>(blockIdx.x) * rows; j0 < nn;
+       j0 += static_cast<std::size_t>(gridDim.x) * rows) {
+    const std::size_t j = j0 + slot;
     for (std::size_t t = 0; t < mm; ++t) {
-      float s = 0;
-      for (std::size_t b = threadIdx.x; b < nb; b += blockDim.x) {
-        float dx;
-        std::int8_t qx[32];
-        m::quantize_q8_block(a + t * kk + b * 32, &dx, qx);
-        s += m::q8_block_dot(wr + b * 34, dx, qx);
-      }
-      float total = block_reduce(s, red, true);
-      if (threadIdx.x == 0)
-        c[t * nn + j] = total;
+      float acc = 0.0f, extra = 0.0f;
+      if (j < nn)
+        m::lane_dot(type, w + j * row_bytes, ab + t * act_row, nb, lane,
+                    &acc, &extra);
+      accs[threadIdx.x] = acc;
+      extras[threadIdx.x] = extra;
+      __syncthreads();
+      if (lane == 0 && j < nn)
+        c[t * nn + j] = m::combine_lanes(type, accs + threadIdx.x,
+                                         extras + threadIdx.x);
+      __syncthreads();
     }
   }
 }
 
-/// ggml's other formats (BF16, Q4_0 ... Q6_K; `type` a GGUF id, blocks of
-/// `be` elements and `bb` bytes): every weight dequantized as it is read
-/// (math::dequant_element) and multiplied with F32 activations. One block
-/// per row of W (grid-stride), for every row of A in turn.
+/// Q4_K matrices of a multiple of 8 rows, summed as llama.cpp's repacked
+/// kernels sum them (math::q4_k_repacked_step): per chunk of 8 super-blocks
+/// the 8 lanes of a row split the integer sums, then the row's first lane
+/// runs the float steps in order.
+__global__ void matvec_q4_k_repacked_kernel(const std::uint8_t* w,
+                                            const void* act, float* c,
+                                            std::size_t mm, std::size_t nn,
+                                            std::size_t nb,
+                                            std::size_t act_row) {
+  constexpr unsigned rows = gpu::lanes_rows_per_block;
+  constexpr unsigned chunk = m::dot_lanes;
+  constexpr std::size_t bb = 144; // bytes of a Q4_K block
+  __shared__ int part[rows * m::dot_lanes * chunk];
+  const unsigned lane = threadIdx.x % m::dot_lanes;
+  const auto* ab = static_cast<const std::uint8_t*>(act);
+  for (std::size_t j0 = static_cast<std::size_t>(blockIdx.x) * rows; j0 < nn;
+       j0 += static_cast<std::size_t>(gridDim.x) * rows) {
+    const std::size_t j = j0 + threadIdx.x / m::dot_lanes;
+    const std::uint8_t* wr = w + j * nb * bb;
+    for (std::size_t t = 0; t < mm; ++t) {
+      const auto* y = reinterpret_cast<const m::act_q8k*>(ab + t * act_row);
+      float acc = 0.0f, accm = 0.0f;
+      for (std::size_t i0 = 0; i0 < nb; i0 += chunk) {
+        for (unsigned k = 0; k < chunk; ++k)
+          part[threadIdx.x * chunk + k]
+            = j < nn && i0 + k < nb
+                ? m::q4_k_lane_isum(wr + (i0 + k) * bb, y[i0 + k], lane)
+                : 0;
+        __syncthreads();
+        if (lane == 0 && j < nn)
+          for (unsigned k = 0; k < chunk && i0 + k < nb; ++k) {
+            int isum = 0;
+            for (unsigned l = 0; l < m::dot_lanes; ++l)
+              isum += part[(threadIdx.x + l) * chunk + k];
+            const std::uint8_t* b = wr + (i0 + k) * bb;
+            m::q4_k_repacked_step(b, y[i0 + k], isum,
+                                  m::q4_k_imin(b, y[i0 + k]), acc, accm);
+          }
+        __syncthreads();
+      }
+      if (lane == 0 && j < nn)
+        c[t * nn + j] = acc - accm;
+    }
+  }
+}
+
+/// BF16 (`type` a GGUF id, blocks of `be` elements and `bb` bytes; the
+/// other formats go through matvec_lanes_kernel): every weight decoded as
+/// it is read (math::dequant_element) and multiplied with the activations
+/// rounded to BF16, as llama.cpp rounds them. One block per row of W
+/// (grid-stride), for every row of A in turn.
 __global__ void matvec_quant_kernel(const float* a, const std::uint8_t* w,
                                     float* c, std::size_t mm, std::size_t nn,
                                     std::size_t kk, std::uint32_t type,
@@ -281,7 +350,7 @@ __global__ void matvec_quant_kernel(const float* a, const std::uint8_t* w,
       for (std::size_t i = threadIdx.x; i < kk; i += blockDim.x)
         s += m::dequant_element(type, wr + i / be * bb,
                                 static_cast<unsigned>(i % be))
-             * at[i];
+             * m::round_to_bf16(at[i]);
       float total = block_reduce(s, red, true);
       if (threadIdx.x == 0)
         c[t * nn + j] = total;
@@ -388,16 +457,37 @@ int launch_attention(const float* q, const float* k, const float* v,
 }
 
 int launch_matmul_weights(const float* a, const void* w, weight_type type,
-                          float* c, const matmul_dims& d, void* stream) {
+                          float* c, const matmul_dims& d, void* scratch,
+                          void* stream) {
+  const auto format = m::act_format_of(ggml_type_id(type));
+  if (format != m::act_format::none) {
+    auto g = gpu::lanes_launch(d);
+    if (g.grid == 0)
+      return 0;
+    const std::size_t be = m::act_block_elements(format);
+    const std::size_t blocks = d.m * (d.k / be);
+    auto q = gpu::elementwise_launch(blocks, 64);
+    quantize_act_kernel<<<q.grid, q.block, 0, as_stream(stream)>>>(
+      a, scratch, blocks, static_cast<int>(format));
+    const std::size_t wb = weight_block_elements(type);
+    if (type == weight_type::q4_k && m::q4_k_repacked(d.n)) {
+      matvec_q4_k_repacked_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+        static_cast<const std::uint8_t*>(w), scratch, c, d.m, d.n, d.k / wb,
+        d.k / be * m::act_block_bytes(format));
+      return last_error();
+    }
+    matvec_lanes_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+      static_cast<const std::uint8_t*>(w), scratch, c, d.m, d.n, d.k / wb,
+      *weight_row_bytes(type, d.k), d.k / be * m::act_block_bytes(format),
+      ggml_type_id(type));
+    return last_error();
+  }
   auto g = gpu::weights_launch(type, d);
   if (g.grid == 0)
     return 0;
   if (type == weight_type::f16)
     matvec_f16_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
       a, static_cast<const std::uint16_t*>(w), c, d.m, d.n, d.k);
-  else if (type == weight_type::q8_0)
-    matvec_q8_0_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
-      a, static_cast<const std::uint8_t*>(w), c, d.m, d.n, d.k);
   else if (type != weight_type::f32) {
     const std::size_t be = weight_block_elements(type);
     matvec_quant_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(

@@ -1,6 +1,6 @@
 #include "backends/gpu_common/launch_geometry.hpp"
 
-#include "backends/gpu_common/kernel_math.hpp"
+#include "backends/gpu_common/kernel_quant.hpp"
 
 #include <algorithm>
 
@@ -54,11 +54,25 @@ launch_1d attention_launch(const attention_dims& d) {
 launch_1d weights_launch(weight_type type, const matmul_dims& d) {
   if (d.m == 0 || d.n == 0 || d.k == 0)
     return {};
-  std::size_t work = type == weight_type::q8_0 ? d.k / 32 : d.k;
+  (void)type;
   std::uint32_t threads = 32;
-  while (threads < work && threads < 256)
+  while (threads < d.k && threads < 256)
     threads *= 2;
   return {capped_blocks(d.n, 1), threads};
+}
+
+launch_1d lanes_launch(const matmul_dims& d) {
+  if (d.m == 0 || d.n == 0 || d.k == 0)
+    return {};
+  return {capped_blocks(d.n, lanes_rows_per_block),
+          lanes_rows_per_block * math::dot_lanes};
+}
+
+std::size_t act_scratch_bytes(weight_type type, const matmul_dims& d) {
+  const auto f = math::act_format_of(ggml_type_id(type));
+  if (f == math::act_format::none)
+    return 0;
+  return d.m * (d.k / math::act_block_elements(f)) * math::act_block_bytes(f);
 }
 
 column_major_gemm row_major_as_column_major(const matmul_dims& d) {

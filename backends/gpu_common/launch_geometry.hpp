@@ -48,10 +48,21 @@ launch_2d matmul_launch(const matmul_dims& dims);
 /// row, head), capped (the kernel strides).
 launch_1d attention_launch(const attention_dims& dims);
 
-/// The F16 / Q8_0 matrix-vector kernels: one block per row of W (n),
+/// The F16 / BF16 matrix-vector kernels: one block per row of W (n),
 /// capped (the kernel strides); threads a power of two, at most 256, that
-/// covers the row's elements (F16) or blocks (Q8_0) where it can.
+/// covers the row's elements where it can.
 launch_1d weights_launch(weight_type type, const matmul_dims& dims);
+
+/// The quantized matrix-vector kernel (kernel_quant.hpp): rows_per_block
+/// rows of W per block, math::dot_lanes threads each (capped; the kernel
+/// strides over the rest).
+constexpr std::uint32_t lanes_rows_per_block = 16;
+launch_1d lanes_launch(const matmul_dims& dims);
+
+/// Bytes of the quantized activations that weights of `type` meet in a
+/// product of these dims (m rows of k), or 0 when the type's kernel takes
+/// F32 activations.
+std::size_t act_scratch_bytes(weight_type type, const matmul_dims& dims);
 
 /// Splits `total` bytes into chunks of at most `chunk` bytes.
 struct chunk_plan {

@@ -101,9 +101,10 @@ struct hip_platform {
 
   static int launch_matmul_weights(const float* a, const void* w,
                                    weight_type type, float* c,
-                                   const matmul_dims& dims,
+                                   const matmul_dims& dims, void* scratch,
                                    hipStream_t stream) {
-    return hip_kernels::launch_matmul_weights(a, w, type, c, dims, stream);
+    return hip_kernels::launch_matmul_weights(a, w, type, c, dims, scratch,
+                                               stream);
   }
 
   static result<std::shared_ptr<gpu::management_library>> load_telemetry() {

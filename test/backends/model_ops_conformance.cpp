@@ -479,10 +479,12 @@ TEST_CASE("products with ggml's other formats meet their bounds where a "
           "device runs them and are refused where it does not") {
   // BF16, Q4_0 ... Q6_K: the bytes ggml's reference quantizers write. The
   // host devices give exactly the host kernels' bits (the engine's
-  // arithmetic); every device that runs them (cpu, sim, Vulkan) stays
-  // within the activations' rounding of the product with the dequantized
-  // weights; a device without the kernels (CUDA, HIP for now) says
-  // unsupported and leaves the output alone.
+  // arithmetic), and so do the CUDA and HIP kernels for Q4_0 ... Q6_K
+  // (gpu_common/kernel_quant.hpp: the same activation quantization and
+  // lanes); every device stays within the activations' rounding of the
+  // product with the dequantized weights (Vulkan within F32 rounding); a
+  // device without the kernels would say unsupported and leave the output
+  // alone.
   std::mt19937 rng{26};
   struct shape {
     std::size_t m, n, k;
@@ -492,11 +494,13 @@ TEST_CASE("products with ggml's other formats meet their bounds where a "
     DYNAMIC_SECTION(dev->properties().id) {
       const auto kind = dev->properties().kind;
       const bool host = kind == backend_kind::cpu || kind == backend_kind::sim;
-      const bool runs = host || kind == backend_kind::vulkan;
+      const bool gpu = kind == backend_kind::cuda || kind == backend_kind::hip;
+      const bool runs = host || gpu || kind == backend_kind::vulkan;
       for (weight_type t : all_weight_types) {
         if (t == weight_type::f32 || t == weight_type::f16
             || t == weight_type::q8_0)
           continue;
+        const bool exact = host || (gpu && t != weight_type::bf16);
         CHECK(dev->runs_weights(t) == runs);
         const auto g = static_cast<quant::ggml_type>(ggml_type_id(t));
         auto these = shapes;
@@ -530,7 +534,7 @@ TEST_CASE("products with ggml's other formats meet their bounds where a "
             continue;
           }
           REQUIRE(st.ok());
-          if (host) {
+          if (exact) {
             std::vector<float> want_bits(s.m * s.n);
             host::matmul_weights(a.data(), bytes.data(), t, want_bits.data(),
                                  d, 1);
@@ -546,10 +550,10 @@ TEST_CASE("products with ggml's other formats meet their bounds where a "
                 want += double{a[i * s.k + p]} * deq[p];
                 mag += std::fabs(double{a[i * s.k + p]} * deq[p]);
               }
-              // Host devices round activations to 8 bits per block of at
-              // most 256 (Q8_K, Q8_0, Q8_1), or to BF16; a GPU multiplies
-              // them as they are, so it must meet F32 rounding (which also
-              // proves its dequantization exact).
+              // Host devices and GPUs round activations to 8 bits per
+              // block of at most 256 (Q8_K, Q8_0, Q8_1), or to BF16;
+              // Vulkan multiplies them as they are, so it must meet F32
+              // rounding (which also proves its dequantization exact).
               for (std::size_t b = 0; b < s.k / 256; ++b) {
                 double amax = 0, wsum = 0;
                 for (std::size_t p = b * 256; p < b * 256 + 256; ++p) {
@@ -559,7 +563,7 @@ TEST_CASE("products with ggml's other formats meet their bounds where a "
                 step += wsum * amax / 127.0;
               }
               const double tol =
-                host ? step + 4e-3 * mag + 1e-6 : 1e-5 * mag + 1e-6;
+                host || gpu ? step + 4e-3 * mag + 1e-6 : 1e-5 * mag + 1e-6;
               INFO("row " << i << " col " << j << ": got "
                           << got[i * s.n + j] << ", want " << want);
               REQUIRE(std::fabs(got[i * s.n + j] - want) <= tol);

@@ -6,6 +6,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/gpu_common/gpu_properties.hpp"
+#include "backends/gpu_common/kernel_quant.hpp"
 #include "backends/host_kernels.hpp"
 
 #ifdef EXO_TEST_CUDA
@@ -17,7 +18,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -209,6 +212,82 @@ TEST_CASE("GPU matrix products match the double-precision reference, "
       }
     });
   }
+}
+
+TEST_CASE("GPU quantized products give the CPU engine's bits") {
+  // Q4_0 ... Q8_0 and the K-quants: the activations quantized on the GPU as
+  // llama.cpp quantizes them and each row summed in the CPU engine's lanes
+  // (gpu_common/kernel_quant.hpp), so the result is host::matmul_weights'
+  // bits exactly -- on several rows per block, rows of A and offsets.
+  for_each_gpu([](const char*, backend& be) {
+    auto& dev = *be.device_at(0);
+    std::size_t mismatches = 0, compared = 0;
+    for (weight_type t : all_weight_types) {
+      const std::uint32_t id = ggml_type_id(t);
+      if (gpu::math::act_format_of(id) == gpu::math::act_format::none)
+        continue;
+      for (matmul_dims d : {matmul_dims{1, 16, 256, true},
+                            matmul_dims{6, 24, 512, true},
+                            matmul_dims{3, 13, 256, true},
+                            matmul_dims{2, 40, 2048, true}}) {
+        for (unsigned seed = 0; seed < 4; ++seed) {
+          auto a = random_floats(d.m * d.k, 100 + seed);
+          auto w = random_floats(d.n * d.k, 200 + seed);
+          const std::size_t rb = *weight_row_bytes(t, d.k);
+          const std::size_t woff = 6; // even, not 4-aligned
+          std::vector<std::uint8_t> enc(woff + rb * d.n);
+          for (std::size_t j = 0; j < d.n; ++j)
+            host::encode_row(t, w.data() + j * d.k,
+                             enc.data() + woff + j * rb, d.k);
+          auto ba = alloc(dev, a.size() * 4);
+          auto bw = alloc(dev, enc.size());
+          auto bc = alloc(dev, d.m * d.n * 4);
+          REQUIRE(dev.write(*ba, 0, a.data(), a.size() * 4).ok());
+          REQUIRE(dev.write(*bw, 0, enc.data(), enc.size()).ok());
+          REQUIRE(dev.matmul_weights({ba.get(), 0}, {bw.get(), woff}, t,
+                                     {bc.get(), 0}, d)
+                    .ok());
+          std::vector<float> got(d.m * d.n), want(d.m * d.n);
+          REQUIRE(dev.read(*bc, 0, got.data(), got.size() * 4).ok());
+          host::matmul_weights(a.data(), enc.data() + woff, t, want.data(),
+                               d, 1);
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            ++compared;
+            if (std::memcmp(&got[i], &want[i], 4) == 0)
+              continue;
+            if (++mismatches > 4)
+              continue;
+            // The host replica's lanes of that element, to show which
+            // part differs.
+            const std::size_t r = i / d.n, j = i % d.n;
+            const auto f = gpu::math::act_format_of(id);
+            const std::size_t be_ = gpu::math::act_block_elements(f);
+            std::vector<std::uint8_t> act(d.k / be_
+                                          * gpu::math::act_block_bytes(f));
+            for (std::size_t b = 0; b < d.k / be_; ++b)
+              gpu::math::quantize_act_block(f, a.data() + r * d.k, b,
+                                            act.data());
+            float acc[8], extra[8];
+            for (unsigned l = 0; l < 8; ++l)
+              gpu::math::lane_dot(id, enc.data() + woff + j * rb, act.data(),
+                                  d.k / weight_block_elements(t), l, &acc[l],
+                                  &extra[l]);
+            std::printf("%s m=%zu n=%zu k=%zu seed %u [%zu][%zu]: gpu %.9g "
+                        "host %.9g replica %.9g\n  lanes",
+                        to_string(t), d.m, d.n, d.k, seed, r, j,
+                        double{got[i]}, double{want[i]},
+                        double{gpu::math::combine_lanes(id, acc, extra)});
+            for (unsigned l = 0; l < 8; ++l)
+              std::printf(" %.9g/%.9g", double{acc[l]}, double{extra[l]});
+            std::printf("\n");
+          }
+        }
+      }
+    }
+    INFO(mismatches << " of " << compared << " elements differ");
+    CHECK(mismatches == 0);
+    CHECK(compared == 10 * 4 * (16 + 6 * 24 + 3 * 13 + 2 * 40));
+  });
 }
 
 TEST_CASE("GPU events complete in queue order and belong to their device") {

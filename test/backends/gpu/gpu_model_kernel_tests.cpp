@@ -1,11 +1,12 @@
 // The GPU kernels of the Llama operations (rope with positions, attention,
-// F16 / Q8_0 products), checked without a GPU: their per-element math
+// F16 products and the quantized products), checked without a GPU: their per-element math
 // (kernel_math.hpp) against the host's bit for bit where the arithmetic is
 // the same, and their host replicas (kernel_reference.hpp) against
 // exo::backend::host, which the conformance suite holds to double-precision
 // references.
 
 #include "backends/gpu_common/kernel_math.hpp"
+#include "backends/gpu_common/kernel_quant.hpp"
 #include "backends/gpu_common/kernel_reference.hpp"
 #include "backends/gpu_common/launch_geometry.hpp"
 #include "backends/host_kernels.hpp"
@@ -82,14 +83,13 @@ TEST_CASE("the kernels' Q8_0 block math matches the host's quantization") {
   auto x = random_floats(32 * 64, 3, -4.0f, 4.0f);
   std::fill(x.begin(), x.begin() + 32, 0.0f); // an all-zero block
   for (std::size_t b = 0; b < 64; ++b) {
-    float dx;
-    std::int8_t q[32];
-    math::quantize_q8_block(x.data() + b * 32, &dx, q);
+    math::act_q8 got;
+    math::quantize_act_q8(x.data() + b * 32, false, got);
     host::block_q8_0 want;
     host::quantize_q8_0(x.data() + b * 32, &want, 32);
-    CHECK(bits_of(dx) == bits_of(host::f16_to_f32(want.d)));
+    CHECK(bits_of(got.d) == bits_of(host::f16_to_f32(want.d)));
     for (int i = 0; i < 32; ++i)
-      REQUIRE(q[i] == want.qs[i]);
+      REQUIRE(got.qs[i] == want.qs[i]);
   }
 }
 
@@ -131,11 +131,11 @@ TEST_CASE("the attention kernel's online softmax matches the host") {
   }
 }
 
-TEST_CASE("the F16 and Q8_0 product kernels match the host's numerics") {
+TEST_CASE("the F16 product kernel matches the host's numerics") {
   matmul_dims d{3, 20, 96, true};
   auto a = random_floats(d.m * d.k, 9);
   auto w = random_floats(d.n * d.k, 10);
-  for (auto t : {weight_type::f16, weight_type::q8_0}) {
+  for (auto t : {weight_type::f16}) {
     auto rb = weight_row_bytes(t, d.k);
     REQUIRE(rb.ok());
     std::vector<std::uint8_t> enc(*rb * d.n);
@@ -145,10 +145,71 @@ TEST_CASE("the F16 and Q8_0 product kernels match the host's numerics") {
     reference::matmul_weights(a.data(), enc.data(), t, got.data(), d);
     host::matmul_weights(a.data(), enc.data(), t, want.data(), d, 1);
     INFO(to_string(t));
-    // Same rounding and quantization of activations: only the order of
-    // summation differs.
+    // Same rounding of activations: only the order of summation differs.
     require_close(got, want, 1e-5);
   }
+}
+
+TEST_CASE("the quantized product kernels give the CPU engine's bits") {
+  // quantize_act_kernel + matvec_lanes_kernel (through their host replica,
+  // which runs the same functions lane by lane) against host::matmul_weights
+  // -- llama.cpp's x86 arithmetic -- bit for bit: on ggml's quantized
+  // weights, on arbitrary bytes with finite scales, and on activations with
+  // an all-zero block, ties and a large range.
+  std::mt19937 rng{57};
+  std::uniform_int_distribution<int> byte{0, 255};
+  std::size_t compared = 0;
+  for (weight_type t : all_weight_types) {
+    if (math::act_format_of(ggml_type_id(t)) == math::act_format::none)
+      continue;
+    // n = 16: Q4_K the repacked way (a multiple of 8 rows), as llama.cpp.
+    for (matmul_dims d : {matmul_dims{1, 13, 256, true},
+                          matmul_dims{3, 7, 512, true},
+                          matmul_dims{7, 5, 768, true},
+                          matmul_dims{2, 16, 512, true}}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        INFO(to_string(t) << " m=" << d.m << " k=" << d.k << " variant "
+                          << variant);
+        auto a = random_floats(d.m * d.k, 60 + variant, -3.0f, 3.0f);
+        if (variant == 2) {
+          for (std::size_t i = 0; i < 256 && i < d.k; ++i)
+            a[i] = 0.0f; // a zero block (Q8_K's d = 0 path)
+          for (std::size_t i = 256; i < d.m * d.k; i += 7)
+            a[i] = static_cast<float>(i % 5) * 0.5f; // exact ties
+        }
+        const std::size_t rb = *weight_row_bytes(t, d.k);
+        std::vector<std::uint8_t> enc(rb * d.n);
+        auto w = random_floats(d.n * d.k, 70 + variant);
+        for (std::size_t j = 0; j < d.n; ++j)
+          host::encode_row(t, w.data() + j * d.k, enc.data() + j * rb, d.k);
+        if (variant == 1) {
+          // Arbitrary bytes where the format's scales are halves: keep the
+          // encoded scales (finite), scramble the quants.
+          std::vector<std::uint8_t> keep = enc;
+          for (auto& x : enc)
+            x = static_cast<std::uint8_t>(byte(rng));
+          std::vector<float> row(d.k);
+          for (std::size_t j = 0; j < d.n; ++j) {
+            host::decode_row(t, enc.data() + j * rb, row.data(), d.k);
+            bool finite = true;
+            for (float x : row)
+              finite = finite && std::isfinite(x) && std::fabs(x) < 1e4f;
+            if (!finite)
+              std::memcpy(enc.data() + j * rb, keep.data() + j * rb, rb);
+          }
+        }
+        std::vector<float> got(d.m * d.n), want(d.m * d.n);
+        reference::matmul_weights(a.data(), enc.data(), t, got.data(), d);
+        host::matmul_weights(a.data(), enc.data(), t, want.data(), d, 1);
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          INFO("element " << i << ": " << got[i] << " vs " << want[i]);
+          REQUIRE(bits_of(got[i]) == bits_of(want[i]));
+          ++compared;
+        }
+      }
+    }
+  }
+  CHECK(compared == 10 * 3 * (13 + 21 + 35 + 32));
 }
 
 TEST_CASE("the kernels decode ggml's other formats as its to_float does, "
@@ -195,8 +256,12 @@ TEST_CASE("the kernels decode ggml's other formats as its to_float does, "
     std::vector<std::uint8_t> enc(rb * d.n);
     for (std::size_t j = 0; j < d.n; ++j)
       host::encode_row(t, wm.data() + j * k, enc.data() + j * rb, k);
+    if (math::act_format_of(ggml_type_id(t)) != math::act_format::none)
+      continue; // their products: the test above, bit for bit
     std::vector<float> got(d.m * d.n), want(d.m * d.n, 0.0f), row(k);
     reference::matmul_weights(a.data(), enc.data(), t, got.data(), d);
+    for (auto& x : a)
+      x = math::round_to_bf16(x); // what llama.cpp does to them
     for (std::size_t j = 0; j < d.n; ++j) {
       host::decode_row(t, enc.data() + j * rb, row.data(), k);
       for (std::size_t i = 0; i < d.m; ++i) {
@@ -221,8 +286,18 @@ TEST_CASE("attention and product launches cover their work") {
   auto f16 = weights_launch(weight_type::f16, {1, 4096, 4096, true});
   CHECK(f16.grid == 4096);
   CHECK(f16.block == 256);
-  auto q8 = weights_launch(weight_type::q8_0, {1, 10, 64, true});
-  CHECK(q8.grid == 10);
-  CHECK(q8.block == 32);
-  CHECK(weights_launch(weight_type::q8_0, {1, 0, 64, true}).grid == 0);
+  auto bf = weights_launch(weight_type::bf16, {1, 10, 64, true});
+  CHECK(bf.grid == 10);
+  CHECK(bf.block == 64);
+  auto q8 = lanes_launch({1, 10, 64, true});
+  CHECK(q8.grid == 1);
+  CHECK(q8.block == lanes_rows_per_block * math::dot_lanes);
+  CHECK(lanes_launch({2, 4096, 4096, true}).grid == 4096 / 16);
+  CHECK(lanes_launch({1, 0, 64, true}).grid == 0);
+  CHECK(act_scratch_bytes(weight_type::q8_0, {2, 8, 64, true})
+        == 2 * 2 * sizeof(math::act_q8));
+  CHECK(act_scratch_bytes(weight_type::q4_k, {3, 8, 512, true})
+        == 3 * 2 * sizeof(math::act_q8k));
+  CHECK(act_scratch_bytes(weight_type::f16, {3, 8, 512, true}) == 0);
+  CHECK(act_scratch_bytes(weight_type::bf16, {3, 8, 512, true}) == 0);
 }
