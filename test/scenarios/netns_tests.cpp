@@ -1,0 +1,203 @@
+// The scenario runner's network namespaces (runtime/scenario/netns): the
+// plan (names, addresses, a free subnet) without privileges; then, as root,
+// a real network: nodes reach each other over the bridge, a shaped link
+// runs at its configured rate (within 20%), a partition cuts a node off and
+// healing restores it, and teardown -- also after a failure half-way up --
+// leaves no namespace, link or process behind. Without root or namespaces
+// the privileged cases are skipped (exit 77), loudly.
+
+#include "runtime/scenario/netns.hpp"
+#include "runtime/scenario/process.hpp"
+#include "test/support/tools.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <regex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+using namespace exo::scenario;
+using std::chrono::milliseconds;
+
+namespace {
+
+void require_namespaces() {
+  auto why = netns_unavailable();
+  if (!why.empty())
+    exo::test::skip_test("network namespaces: " + why);
+}
+
+std::vector<std::string> in_ns(const netns_network& net,
+                               const std::string& node,
+                               std::vector<std::string> argv) {
+  auto p = net.exec_prefix(node);
+  p.insert(p.end(), argv.begin(), argv.end());
+  return p;
+}
+
+/// Sends `bytes` from `from` to `to`'s probe; the Mbit/s `to` measured.
+double measure(const netns_network& net, const std::string& from,
+               const std::string& to, long long bytes) {
+  auto& dst = *net.plan().find(to);
+  const std::string port = "9100";
+  auto out = "/tmp/" + net.plan().tag + "-serve.out";
+  auto err = "/tmp/" + net.plan().tag + "-serve.err";
+  pid_t server = spawn_to_files(
+    in_ns(net, to, {EXO_NETNS_PROBE, "serve", dst.address, port}), out, err);
+  // Until it listens.
+  for (int i = 0; i < 100; ++i) {
+    auto r = run_captured(in_ns(net, from, {EXO_NETNS_PROBE, "connect",
+                                            dst.address, port, "200"}),
+                          milliseconds{5000});
+    if (r.code == 0)
+      break;
+    std::this_thread::sleep_for(milliseconds{50});
+  }
+  // The probe connection above was the one the server accepted and counted
+  // (zero bytes): start it again for the real transfer.
+  wait_exit(server, milliseconds{5000});
+  server = spawn_to_files(
+    in_ns(net, to, {EXO_NETNS_PROBE, "serve", dst.address, port}), out, err);
+  std::this_thread::sleep_for(milliseconds{300});
+  auto sent = run_captured(in_ns(net, from, {EXO_NETNS_PROBE, "send",
+                                             dst.address, port,
+                                             std::to_string(bytes)}),
+                           milliseconds{60000});
+  REQUIRE(sent.code == 0);
+  REQUIRE(wait_exit(server, milliseconds{30000}) == 0);
+  auto r = run_captured({"/bin/cat", out}, milliseconds{5000});
+  std::smatch m;
+  static const std::regex rate{"received (\\d+) bytes in [0-9.]+ s: ([0-9.]+) Mbit/s"};
+  INFO(r.out);
+  REQUIRE(std::regex_search(r.out, m, rate));
+  CHECK(std::stoll(m[1]) == bytes);
+  return std::stod(m[2]);
+}
+
+} // namespace
+
+TEST_CASE("a namespace network is planned with short names and a free subnet") {
+  auto p = make_netns_plan("exo1a2b", {"n1", "gpu-desktop", "laptop.2"}, {});
+  CHECK(p.bridge == "exo1a2bbr");
+  REQUIRE(p.nodes.size() == 3);
+  std::set<std::string> addresses{p.bridge_address};
+  for (auto& n : p.nodes) {
+    CHECK(n.veth_host.size() <= 15); // IFNAMSIZ - 1
+    CHECK(n.ns == "exo1a2b-" + n.name);
+    CHECK(n.address.rfind("10.", 0) == 0);
+    addresses.insert(n.address);
+  }
+  CHECK(addresses.size() == 4);
+  CHECK(p.find("gpu-desktop")->veth_host == "exo1a2bh1");
+  CHECK(p.find("nobody") == nullptr);
+  // The host's own networks are never reused: take everything but one /24.
+  std::vector<std::string> taken;
+  for (int second = 200; second < 250; ++second)
+    if (second != 231)
+      taken.push_back("10." + std::to_string(second) + ".0.0/16");
+  taken.push_back("10.231.0.0/17"); // and half of the last /16
+  taken.push_back("10.231.200.7");  // and one address
+  auto q = make_netns_plan("exo1a2b", {"a"}, taken);
+  CHECK(q.subnet.rfind("10.231.", 0) == 0);
+  CHECK(q.subnet != "10.231.200.0/24");
+  const int third = std::stoi(q.subnet.substr(7));
+  CHECK(third >= 128);
+  taken.push_back("10.0.0.0/8");
+  CHECK_THROWS_AS(make_netns_plan("exo1a2b", {"a"}, taken),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(make_netns_plan("exo12", {"a"}, {}), std::invalid_argument);
+  CHECK_THROWS_AS(make_netns_plan("exo1a2b", {}, {}), std::invalid_argument);
+  CHECK(make_netns_tag().size() == 7);
+  auto tbf = tbf_args(100);
+  CHECK(tbf == std::vector<std::string>{"rate", "100000kbit", "burst",
+                                        "125000", "latency", "50ms"});
+  CHECK(tbf_args(1)[3] == "16384"); // at least 16 KiB
+}
+
+TEST_CASE("namespaced nodes reach each other and a shaped link runs at its rate") {
+  require_namespaces();
+  auto tag = make_netns_tag();
+  auto plan = make_netns_plan(tag, {"a", "b"}, netns_taken_prefixes());
+  netns_network net{plan};
+  CHECK(netns_leftovers(tag).size() == 5); // 2 namespaces, bridge, 2 veths
+  net.shape("a", 40);
+  const double mbit = measure(net, "a", "b", 6'000'000);
+  INFO(mbit << " Mbit/s through a 40 Mbit/s link");
+  CHECK(mbit >= 40 * 0.8);
+  CHECK(mbit <= 40 * 1.2);
+  // The other direction is shaped too (the host end of a's pair).
+  const double back = measure(net, "b", "a", 6'000'000);
+  INFO(back << " Mbit/s into a");
+  CHECK(back >= 40 * 0.8);
+  CHECK(back <= 40 * 1.2);
+  net.shape("a", 0);
+  CHECK(measure(net, "a", "b", 20'000'000) > 40 * 1.5);
+  CHECK(net.down().empty());
+  CHECK(netns_leftovers(tag).empty());
+}
+
+TEST_CASE("a partition cuts a node off and healing restores it") {
+  require_namespaces();
+  auto tag = make_netns_tag();
+  netns_network net{make_netns_plan(tag, {"a", "b"}, netns_taken_prefixes())};
+  auto& a = *net.plan().find("a");
+  pid_t server = spawn_to_files(in_ns(net, "a", {EXO_NETNS_PROBE, "serve",
+                                                 a.address, "9101"}),
+                                "/dev/null", "/dev/null");
+  auto reach = [&] {
+    return run_captured(in_ns(net, "b", {EXO_NETNS_PROBE, "connect",
+                                         a.address, "9101", "500"}),
+                        milliseconds{5000})
+      .code;
+  };
+  int code = 1;
+  for (int i = 0; i < 50 && code != 0; ++i) {
+    std::this_thread::sleep_for(milliseconds{50});
+    code = reach();
+  }
+  REQUIRE(code == 0); // (the server took that connection and ended)
+  wait_exit(server, milliseconds{5000});
+  server = spawn_to_files(in_ns(net, "a", {EXO_NETNS_PROBE, "serve",
+                                           a.address, "9101"}),
+                          "/dev/null", "/dev/null");
+  std::this_thread::sleep_for(milliseconds{300});
+  net.set_connected("a", false);
+  CHECK(reach() == 1);
+  net.set_connected("a", true);
+  code = 1;
+  for (int i = 0; i < 50 && code != 0; ++i) {
+    code = reach();
+    if (code != 0)
+      std::this_thread::sleep_for(milliseconds{100});
+  }
+  CHECK(code == 0);
+  wait_exit(server, milliseconds{5000});
+  // A process still running in a namespace is killed by the teardown.
+  pid_t sleeper = spawn_to_files(in_ns(net, "b", {"/bin/sleep", "600"}),
+                                 "/dev/null", "/dev/null");
+  std::this_thread::sleep_for(milliseconds{200});
+  CHECK(net.down().empty());
+  CHECK(wait_exit(sleeper, milliseconds{5000}) == 128 + SIGKILL);
+  CHECK(netns_leftovers(tag).empty());
+}
+
+TEST_CASE("a network that fails half-way up leaves nothing behind") {
+  require_namespaces();
+  auto tag = make_netns_tag();
+  auto plan = make_netns_plan(tag, {"a", "b"}, netns_taken_prefixes());
+  plan.nodes[1].ns = plan.nodes[0].ns; // the second `ip netns add` fails
+  try {
+    netns_network net{plan};
+    FAIL("a duplicate namespace was accepted");
+  } catch (const std::runtime_error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("ip netns add " + plan.nodes[0].ns));
+  }
+  CHECK(netns_leftovers(tag).empty());
+}
