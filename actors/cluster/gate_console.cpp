@@ -224,10 +224,13 @@ caf::result<console_reply> run_command(self_ptr self, const std::string& cmd,
   }
   if (cmd == "measure") {
     auto rp = self->make_response_promise();
-    measure_all(self, [rp, reply](std::vector<link_info> ls) mutable {
-      reply.links = std::move(ls);
-      rp.deliver(std::move(reply));
-    });
+    measure_all(
+      self,
+      [rp, reply](std::vector<link_info> ls) mutable {
+        reply.links = std::move(ls);
+        rp.deliver(std::move(reply));
+      },
+      true);
     return rp;
   }
   if (cmd == "leave")

@@ -74,7 +74,8 @@ void mark_dead(self_ptr self, const std::string& name,
 /// Asks the topology actor to measure every peer; calls `then` with all
 /// links once all are done (a failed measurement is left out).
 void measure_all(self_ptr self,
-                 std::function<void(std::vector<link_info>)> then) {
+                 std::function<void(std::vector<link_info>)> then,
+                 bool fresh) {
   auto& st = self->state;
   auto results = std::make_shared<std::vector<link_info>>();
   auto left = std::make_shared<std::size_t>(st.peers.size());
@@ -94,7 +95,7 @@ void measure_all(self_ptr self,
   };
   for (auto& [name, peer] : st.peers)
     self->request(st.topology, seconds(30), measure_atom::value, st.cfg.name,
-                  name, peer)
+                  name, peer, fresh)
         .then(
             [self, results, finish_one](link_info& l) {
               self->state.links[l.to] = l;

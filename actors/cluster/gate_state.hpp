@@ -146,9 +146,11 @@ void mark_dead(self_ptr self, const std::string& name,
                const std::string& reason);
 
 /// Asks the topology actor to measure every peer; calls `then` with all
-/// links once all are done (a failed measurement is left out).
+/// links once all are done (a failed measurement is left out). `fresh`
+/// measures every bandwidth now instead of reusing a recent figure.
 void measure_all(self_ptr self,
-                 std::function<void(std::vector<link_info>)> then);
+                 std::function<void(std::vector<link_info>)> then,
+                 bool fresh = false);
 
 /// A monitored peer or client went away.
 void on_down(self_ptr self, caf::down_msg& dm);

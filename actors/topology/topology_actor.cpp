@@ -5,6 +5,12 @@
 
 #include <caf/all.hpp>
 
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+
 namespace exo::topology {
 
 namespace {
@@ -17,22 +23,34 @@ std::int64_t wall_ns() {
     .count();
 }
 
+/// What the actor keeps between measurements.
+struct topology_state {
+  topology_config cfg;
+  /// Per peer: the last measured bandwidth (bytes/s) and when.
+  struct known {
+    double bps = 0;
+    steady::time_point at;
+  };
+  std::map<std::string, known> bandwidth;
+  bool bulk_busy = false;
+  std::deque<std::function<void()>> waiting; ///< bulk phases to run next
+};
+
 /// One measurement in progress: probes first, then the bulk phase.
 struct measurement : std::enable_shared_from_this<measurement> {
   caf::event_based_actor* self = nullptr;
-  topology_config cfg;
+  std::shared_ptr<topology_state> st;
   std::string from, to;
   caf::actor peer;
+  bool fresh = false; ///< measure the bandwidth even if it is known
   caf::response_promise rp;
   probe_results r;
-  int bulk_sent = 0, bulk_done = 0;
+  std::optional<bulk_phase> bulk;
   steady::time_point bulk_start;
 
   void ping() {
-    if (r.probes == cfg.probes) {
-      bulk_start = steady::now();
-      for (int i = 0; i < cfg.bulk_window; ++i)
-        send_chunk();
+    if (r.probes == st->cfg.probes) {
+      probes_done();
       return;
     }
     ++r.probes;
@@ -48,43 +66,86 @@ struct measurement : std::enable_shared_from_this<measurement> {
         [me](caf::error&) { me->ping(); });
   }
 
-  void send_chunk() {
-    if (bulk_sent == cfg.bulk_chunks)
-      return;
-    ++bulk_sent;
-    chunk c;
-    c.bytes.assign(std::size_t{1} << 20, 0x5a);
-    auto me = shared_from_this();
-    self->request(peer, seconds{10}, bulk_atom::value, std::move(c))
-      .then(
-        [me](std::uint64_t n) {
-          me->r.bulk_bytes += n;
-          me->chunk_done();
-        },
-        [me](caf::error&) { me->chunk_done(); });
-  }
-
-  void chunk_done() {
-    if (++bulk_done == cfg.bulk_chunks) {
-      r.bulk_seconds = duration<double>(steady::now() - bulk_start).count();
-      rp.deliver(summarize(r, from, to, wall_ns()));
+  void probes_done() {
+    auto it = st->bandwidth.find(to);
+    if (!fresh && it != st->bandwidth.end()
+        && steady::now() - it->second.at < st->cfg.bulk_interval) {
+      finish(it->second.bps);
       return;
     }
-    send_chunk();
+    auto me = shared_from_this();
+    if (st->bulk_busy) {
+      st->waiting.push_back([me] { me->start_bulk(); });
+      return;
+    }
+    start_bulk();
+  }
+
+  void start_bulk() {
+    st->bulk_busy = true;
+    bulk.emplace(st->cfg.bulk);
+    bulk_start = steady::now();
+    fill();
+  }
+
+  double elapsed() const {
+    return duration<double>(steady::now() - bulk_start).count();
+  }
+
+  void fill() {
+    while (bulk->send_more(elapsed())) {
+      bulk->sent();
+      chunk c;
+      c.bytes.assign(bulk->bounds().chunk_bytes, 0x5a);
+      auto me = shared_from_this();
+      self->request(peer, seconds{10}, bulk_atom::value, std::move(c))
+        .then([me](std::uint64_t n) { me->arrived(n); },
+              [me](caf::error&) { me->arrived(0); });
+    }
+  }
+
+  void arrived(std::uint64_t n) {
+    bulk->arrived(n, elapsed());
+    if (!bulk->done()) {
+      fill();
+      return;
+    }
+    r.bulk_bytes = bulk->bytes();
+    r.bulk_seconds = bulk->seconds();
+    auto l = summarize(r, from, to, wall_ns());
+    if (l.bandwidth_bps > 0)
+      st->bandwidth[to] = {l.bandwidth_bps, steady::now()};
+    rp.deliver(l);
+    st->bulk_busy = false;
+    if (!st->waiting.empty()) {
+      auto next = std::move(st->waiting.front());
+      st->waiting.pop_front();
+      next();
+    }
+  }
+
+  /// Without a bulk phase: the probes and the peer's known bandwidth.
+  void finish(double bps) {
+    auto l = summarize(r, from, to, wall_ns());
+    l.bandwidth_bps = bps;
+    rp.deliver(l);
   }
 };
 
 caf::behavior topology_impl(caf::event_based_actor* self,
                             topology_config cfg) {
+  auto st = std::make_shared<topology_state>();
+  st->cfg = cfg;
   return {
-    [self, cfg](measure_atom, std::string& from, std::string& to,
-                caf::actor& peer) -> caf::result<link_info> {
+    [self, st](measure_atom, std::string& from, std::string& to,
+               caf::actor& peer, bool fresh) -> caf::result<link_info> {
       auto m = std::make_shared<measurement>();
       m->self = self;
-      m->cfg = cfg;
+      m->st = st;
       m->from = std::move(from);
       m->to = std::move(to);
       m->peer = std::move(peer);
+      m->fresh = fresh;
       m->rp = self->make_response_promise();
       m->ping();
       return m->rp;

@@ -2,30 +2,41 @@
 //
 //   exo-scenario run FILE.json [--keep] [--verbose] [--bin-dir DIR]
 //   exo-scenario check FILE.json
+//   exo-scenario clean-network
 //
 // Exit status: 0 when every step passed (or, for check, the file is valid),
-// 1 when a step failed, 2 for a bad scenario file or bad arguments,
-// 130 when interrupted. scenarios/README.md documents the file format.
+// 1 when a step failed, 2 for a bad scenario file or bad arguments, 77 when
+// the scenario needs network namespaces this machine cannot make, 130 when
+// interrupted. scenarios/README.md documents the file format.
 
 #include "core/cli/program.hpp"
+#include "runtime/scenario/netns.hpp"
 #include "runtime/scenario/process.hpp"
 #include "runtime/scenario/runner.hpp"
 #include "runtime/scenario/scenario.hpp"
 
 #include <exception>
 #include <iostream>
+#include <regex>
 #include <string>
 
 namespace {
 
-constexpr const char* footer = R"(run    starts the scenario's exo-node processes on 127.0.0.1 with a throwaway
-       PKI, runs its steps (PASS/FAIL with timing), stops every process and
-       removes its temp dir (--keep leaves it: configs, logs, certificates).
+constexpr const char* footer = R"(run    starts the scenario's exo-node processes with a throwaway PKI, on
+       127.0.0.1 or (with "network": {"namespaces": true}, as root) each in
+       its own network namespace on a bridge, links shaped as the file says;
+       runs its steps (PASS/FAIL with timing), stops every process, removes
+       the network and its temp dir (--keep leaves the dir: configs, logs,
+       certificates).
 check  only validates the file.
+clean-network  removes the namespaces and links of runs that were killed
+       before they could clean up (every name exo + 4 hex digits; do not
+       use it while another scenario runs).
 --bin-dir DIR  where exo-node, exo-console and exo-model are (default:
        $EXO_BIN_DIR, next to exo-scenario, its build-tree siblings, $PATH).
 
-Exit status: 0 all steps passed, 1 a step failed, 2 bad file or arguments.
+Exit status: 0 all steps passed, 1 a step failed, 2 bad file or arguments,
+77 the scenario needs network namespaces that cannot be made here.
 )";
 
 int bad_usage(const std::string& msg) {
@@ -51,9 +62,24 @@ int real_main(int argc, char** argv) {
     ->type_name("DIR");
   auto* check = app.add_subcommand("check", "only validate the file");
   check->add_option("file", file, "the scenario")->type_name("FILE.json");
+  auto* clean = app.add_subcommand(
+    "clean-network", "remove network namespaces and links left by killed runs");
   if (auto code = exo::cli::parse(app, argc, argv, std::cout, std::cerr,
                                   "exo-scenario: "))
     return *code;
+  if (clean->parsed()) {
+    // Only what a run names: exoXXXXbr, exoXXXXhN, exoXXXX-NODE.
+    static const std::regex ours{" exo[0-9a-f]{4}(br$|h[0-9]+$|-)"};
+    std::vector<std::string> found;
+    for (auto& what : exo::scenario::netns_leftovers("exo"))
+      if (std::regex_search(what, ours))
+        found.push_back(what);
+    exo::scenario::netns_remove(found);
+    for (auto& what : found)
+      std::cout << "removed " << what << "\n";
+    std::cout << found.size() << " left-over network object(s) removed\n";
+    return 0;
+  }
   std::string cmd = run->parsed() ? "run" : "check";
   if (file.empty())
     return bad_usage(cmd + " needs a scenario FILE.json");

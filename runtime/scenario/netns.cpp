@@ -85,9 +85,9 @@ const std::string& tc_tool() {
   return p;
 }
 
-/// Runs a command (10 s bound); its result.
+/// Runs a command (10 s bound, also after Ctrl-C: teardown must run).
 captured run_cmd(std::vector<std::string> argv) {
-  return run_captured(argv, milliseconds{10000});
+  return run_captured(argv, milliseconds{10000}, false);
 }
 
 std::string joined(const std::vector<std::string>& argv) {
@@ -230,14 +230,22 @@ std::vector<std::string> netns_leftovers(const std::string& tag) {
   std::vector<std::string> out;
   if (ip_tool().empty())
     return out;
-  for (auto& line : lines_of(run_cmd({ip_tool(), "netns", "list"}).out)) {
+  auto ns = run_cmd({ip_tool(), "netns", "list"});
+  auto links = run_cmd({ip_tool(), "-o", "link", "show"});
+  if (ns.code != 0 || links.code != 0) {
+    // Unknown is not clean.
+    out.push_back("unknown (`ip` could not list namespaces and links: "
+                  + (ns.code != 0 ? ns.err : links.err) + ")");
+    return out;
+  }
+  for (auto& line : lines_of(ns.out)) {
     auto name = line.substr(0, line.find(' '));
     if (name.rfind(tag, 0) == 0)
       out.push_back("namespace " + name);
   }
   // "7: exo1234h0@if2: <...> ..." (one line per link with -o)
   static const std::regex link_re{"^\\d+: ([^:@ ]+)"};
-  for (auto& line : lines_of(run_cmd({ip_tool(), "-o", "link", "show"}).out)) {
+  for (auto& line : lines_of(links.out)) {
     std::smatch m;
     if (std::regex_search(line, m, link_re)
         && std::string{m[1]}.rfind(tag, 0) == 0)
@@ -248,7 +256,14 @@ std::vector<std::string> netns_leftovers(const std::string& tag) {
 
 std::vector<std::string> netns_remove_all(const std::string& tag) {
   auto found = netns_leftovers(tag);
+  netns_remove(found);
+  return found;
+}
+
+void netns_remove(const std::vector<std::string>& found) {
   for (auto& what : found) {
+    if (what.rfind("unknown", 0) == 0)
+      continue;
     auto name = what.substr(what.find(' ') + 1);
     if (what.rfind("namespace ", 0) == 0) {
       auto pids = run_cmd({ip_tool(), "netns", "pids", name});
@@ -259,7 +274,6 @@ std::vector<std::string> netns_remove_all(const std::string& tag) {
       run_cmd({ip_tool(), "link", "del", name});
     }
   }
-  return found;
 }
 
 netns_network::netns_network(netns_plan plan) : plan_(std::move(plan)) {

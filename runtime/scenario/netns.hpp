@@ -63,6 +63,10 @@ std::string netns_unavailable();
 /// now (for teardown checks; "exo" lists every run's).
 std::vector<std::string> netns_leftovers(const std::string& tag);
 
+/// Removes the namespaces and links netns_leftovers listed (processes in
+/// those namespaces are killed first).
+void netns_remove(const std::vector<std::string>& leftovers);
+
 /// Removes every namespace and link named with `tag` (processes in those
 /// namespaces are killed first). Returns what it removed.
 std::vector<std::string> netns_remove_all(const std::string& tag);

@@ -182,7 +182,8 @@ void terminate(pid_t pid, std::chrono::milliseconds grace) {
 }
 
 captured run_captured(const std::vector<std::string>& argv,
-                      std::chrono::milliseconds timeout) {
+                      std::chrono::milliseconds timeout,
+                      bool interruptible) {
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   int out[2], err[2];
@@ -216,7 +217,7 @@ captured run_captured(const std::vector<std::string>& argv,
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                   deadline - clock::now())
                   .count();
-    if (left <= 0 || interrupted())
+    if (left <= 0 || (interruptible && interrupted()))
       break;
     pollfd fds[2] = {{open_out ? out[0] : -1, POLLIN, 0},
                      {open_err ? err[0] : -1, POLLIN, 0}};

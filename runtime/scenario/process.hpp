@@ -50,8 +50,11 @@ struct captured {
   double seconds = 0;
 };
 
-/// Runs argv[0] to completion within `timeout` (killed after it).
+/// Runs argv[0] to completion within `timeout` (killed after it). An
+/// interrupt (interrupted()) kills it too, unless `interruptible` is false
+/// (the commands of a cleanup must still run after Ctrl-C).
 captured run_captured(const std::vector<std::string>& argv,
-                      std::chrono::milliseconds timeout);
+                      std::chrono::milliseconds timeout,
+                      bool interruptible = true);
 
 } // namespace exo::scenario

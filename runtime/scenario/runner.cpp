@@ -2,6 +2,7 @@
 
 #include "core/text/json.hpp"
 
+#include "runtime/scenario/netns.hpp"
 #include "runtime/scenario/process.hpp"
 #include "core/tls/cert_tool.hpp"
 #include "core/tls/tls_error.hpp"
@@ -173,8 +174,16 @@ private:
   void make_dir();
   void make_pki();
   void make_model();
+  void make_network();
   void start_node(live_node& n, bool quiet_start = false);
   void cleanup();
+  /// The address `n` listens on: its namespace's, or 127.0.0.1.
+  std::string host_of(const live_node& n) const {
+    return net_ ? net_->plan().find(n.spec->name)->address : "127.0.0.1";
+  }
+  std::string endpoint(const live_node& n) const {
+    return host_of(n) + ":" + std::to_string(n.port);
+  }
 
   // -- helpers ----------------------------------------------------------------
   live_node& node(const std::string& name) {
@@ -251,6 +260,8 @@ private:
   std::string do_await(const step& s);
   std::string do_freeze(const step& s);
   std::string do_thaw(const step& s);
+  std::string do_network(const step& s);
+  std::string do_measure(const step& s);
   /// The tokens of `s` run with --stages 1 on `n` (its "reference").
   std::vector<std::int64_t> reference_tokens(const step& s, live_node& n,
                                              double& seconds);
@@ -278,6 +289,11 @@ private:
   std::map<std::string, live_node> nodes_;
   std::vector<std::string> order_; ///< node names in file order
   std::map<std::string, background_run> runs_; ///< by label
+  /// The namespace network ("network": {"namespaces": true}) when it could
+  /// be made; null on 127.0.0.1.
+  std::unique_ptr<netns_network> net_;
+  std::string no_net_; ///< why namespaces were not used, when asked for
+  std::map<std::string, double> rates_; ///< shaped links now (Mbit/s)
   bool cleaned_ = false;
 };
 
@@ -357,6 +373,32 @@ std::vector<live_node*> runner::running_nodes() {
   return out;
 }
 
+void runner::make_network() {
+  if (!sc_.network.namespaces)
+    return;
+  no_net_ = netns_unavailable();
+  if (!no_net_.empty()) {
+    out_ << "  network namespaces unavailable (" << no_net_
+         << "): the nodes run on 127.0.0.1, links unshaped\n";
+    return;
+  }
+  std::vector<std::string> names;
+  for (auto& n : sc_.nodes)
+    names.push_back(n.name);
+  net_ = std::make_unique<netns_network>(
+    make_netns_plan(make_netns_tag(), names, netns_taken_prefixes()));
+  auto& plan = net_->plan();
+  out_ << "  network " << plan.tag << ": a namespace per node on " << plan.subnet
+       << " (bridge " << plan.bridge << ")";
+  for (auto& n : sc_.nodes)
+    if (n.bandwidth_mbit > 0) {
+      net_->shape(n.name, n.bandwidth_mbit);
+      rates_[n.name] = n.bandwidth_mbit;
+      out_ << ", " << n.name << " " << n.bandwidth_mbit << " Mbit/s";
+    }
+  out_ << "\n" << std::flush;
+}
+
 void runner::start_node(live_node& n, bool quiet_start) {
   auto& spec = *n.spec;
   auto& t = sc_.timing;
@@ -366,22 +408,22 @@ void runner::start_node(live_node& n, bool quiet_start) {
   // does (or the topology gives none, as to the first node of a star), every
   // running node, so that a restarted node finds the cluster. Only an
   // explicit "seeds": [] or the topology "none" keep a node alone.
-  std::vector<std::uint16_t> seeds;
+  std::vector<std::string> seeds;
   auto names = sc_.seeds_of(spec);
   for (auto& s : names) {
     auto& peer = node(s);
     refresh(peer);
     if (peer.running && !peer.frozen)
-      seeds.push_back(peer.port);
+      seeds.push_back(endpoint(peer));
   }
   bool alone = spec.seeds_given ? spec.seeds.empty() : sc_.topology == "none";
   if (seeds.empty() && !alone)
     for (auto* p : running_nodes())
       if (p != &n)
-        seeds.push_back(p->port);
+        seeds.push_back(endpoint(*p));
   text::json seed_list = text::json::array();
-  for (auto p : seeds)
-    seed_list.push_back("127.0.0.1:" + std::to_string(p));
+  for (auto& e : seeds)
+    seed_list.push_back(e);
   text::json include = spec.backends;
   if (!spec.simulated.empty())
     include.push_back("sim");
@@ -396,7 +438,7 @@ void runner::start_node(live_node& n, bool quiet_start) {
   text::json cfg_json = {
     {"node", {{"name", spec.name}, {"state_dir", ndir + "/state"}}},
     {"network",
-     {{"listen", "127.0.0.1"},
+     {{"listen", host_of(n)},
       // A restarted node keeps its address, as a configured node would
       // (clients and peers find it where it was; the listener reuses it).
       {"port", n.port},
@@ -426,7 +468,12 @@ void runner::start_node(live_node& n, bool quiet_start) {
   log_verbose("start " + spec.name + ": " + node_bin_ + " --config "
               + cfg_path + " (log " + n.log + ")");
   auto t0 = clock_type::now();
-  n.pid = spawn_logged({node_bin_, "--config", cfg_path}, n.log);
+  std::vector<std::string> argv{node_bin_, "--config", cfg_path};
+  if (net_) {
+    auto prefix = net_->exec_prefix(spec.name);
+    argv.insert(argv.begin(), prefix.begin(), prefix.end());
+  }
+  n.pid = spawn_logged(argv, n.log);
   n.running = true;
   static const std::regex port_re{"listening on [^ ]*:(\\d+)"};
   for (;;) {
@@ -457,7 +504,7 @@ void runner::start_node(live_node& n, bool quiet_start) {
   }
   if (quiet_start)
     return;
-  out_ << "  started " << spec.name << " on 127.0.0.1:" << n.port << " in "
+  out_ << "  started " << spec.name << " on " << endpoint(n) << " in "
        << secs(since(t0)) << "\n"
        << std::flush;
 }
@@ -484,6 +531,19 @@ void runner::cleanup() {
     n.running = false;
     n.frozen = false;
   }
+  if (net_) {
+    auto left = net_->down();
+    if (left.empty()) {
+      out_ << "  network " << net_->plan().tag << " removed\n";
+    } else {
+      out_ << "  network " << net_->plan().tag << ": still there after "
+           << "teardown:";
+      for (auto& l : left)
+        out_ << " " << l;
+      out_ << "\n";
+    }
+    net_.reset();
+  }
   if (dir_.empty())
     return;
   if (opts_.keep) {
@@ -503,7 +563,7 @@ std::vector<std::string> runner::console_argv(live_node& n,
     100, std::min<long long>(600000, timeout.count()));
   std::vector<std::string> argv{console_bin_,
                                 "--connect",
-                                "127.0.0.1:" + std::to_string(n.port),
+                                endpoint(n),
                                 "--cert",
                                 pki + "client.crt",
                                 "--key",
@@ -748,7 +808,7 @@ std::string runner::do_start(const step& s) {
   start_node(n, true);
   auto ready = since(t0);
   auto seen = expect_seen(s.node, "alive", t0, bound(s), running_nodes());
-  return "ready on 127.0.0.1:" + std::to_string(n.port) + " in " + secs(ready)
+  return "ready on " + endpoint(n) + " in " + secs(ready)
          + "; alive on " + seen;
 }
 
@@ -1065,6 +1125,53 @@ std::string runner::do_thaw(const step& s) {
   return "continued" + (seen.empty() ? std::string{} : "; " + seen);
 }
 
+std::string runner::do_network(const step& s) {
+  if (!net_)
+    throw step_failed("needs network namespaces, which are unavailable: "
+                      + no_net_);
+  switch (s.kind) {
+    case step_kind::partition:
+      net_->set_connected(s.node, false);
+      return s.node + "'s link is down";
+    case step_kind::heal:
+      net_->set_connected(s.node, true);
+      return s.node + "'s link is up";
+    default:
+      net_->shape(s.node, s.bandwidth_mbit);
+      rates_[s.node] = s.bandwidth_mbit;
+      if (s.bandwidth_mbit <= 0)
+        return s.node + "'s link unshaped";
+      std::ostringstream o;
+      o << s.node << "'s link at " << s.bandwidth_mbit << " Mbit/s";
+      return o.str();
+  }
+}
+
+std::string runner::do_measure(const step& s) {
+  if (!net_)
+    throw step_failed("needs network namespaces, which are unavailable: "
+                      + no_net_);
+  auto& n = running_node(s.node);
+  auto t0 = clock_type::now();
+  std::string summary;
+  // A measurement can meet a moment of other traffic: retried until it
+  // holds or within_s passes.
+  eventually(t0, bound(s), "link rates within "
+                             + std::to_string(static_cast<int>(s.tolerance_pct))
+                             + "% of the shaping",
+             [&] {
+               auto r = console(n, "measure", true, ms(bound(s)));
+               if (r.code != 0)
+                 return "measure failed: " + tail(r.out + r.err, 5);
+               std::vector<measured_link> links;
+               std::string why;
+               if (!parse_links(r.out, links, why))
+                 return why;
+               return check_link_rates(links, rates_, s.tolerance_pct, summary);
+             });
+  return summary;
+}
+
 std::string runner::run_step(const step& s) {
   switch (s.kind) {
     case step_kind::converge: return do_converge(s);
@@ -1077,6 +1184,10 @@ std::string runner::run_step(const step& s) {
     case step_kind::await: return do_await(s);
     case step_kind::freeze: return do_freeze(s);
     case step_kind::thaw: return do_thaw(s);
+    case step_kind::partition:
+    case step_kind::heal:
+    case step_kind::shape: return do_network(s);
+    case step_kind::measure: return do_measure(s);
     case step_kind::sleep: {
       auto until = clock_type::now() + ms(s.seconds);
       while (clock_type::now() < until) {
@@ -1087,6 +1198,18 @@ std::string runner::run_step(const step& s) {
     }
   }
   return {};
+}
+
+/// Whether `sc` shapes a link or partitions one (loopback cannot).
+bool needs_namespaces(const scenario& sc) {
+  for (auto& n : sc.nodes)
+    if (n.bandwidth_mbit > 0)
+      return true;
+  for (auto& s : sc.steps)
+    if (s.kind == step_kind::partition || s.kind == step_kind::heal
+        || s.kind == step_kind::shape || s.kind == step_kind::measure)
+      return true;
+  return false;
 }
 
 std::string describe(const step& s) {
@@ -1132,6 +1255,13 @@ int runner::go() {
       out_ << "  " << sc_.description << "\n";
     out_ << std::flush;
     make_pki();
+    make_network();
+    if (!no_net_.empty() && needs_namespaces(sc_)) {
+      out_ << "scenario " << sc_.name << ": SKIPPED: its links or steps "
+           << "need network namespaces (" << no_net_ << ")\n";
+      cleanup();
+      return skipped_exit;
+    }
     if (sc_.model)
       make_model();
     for (auto& name : order_)

@@ -1,10 +1,11 @@
 #pragma once
 
 /// The scenario runner: brings a parsed scenario up as real exo-node
-/// processes on 127.0.0.1 (a throwaway PKI made with exo_tls, one node
-/// config per node, port 0), runs its steps with exo-console, prints each
-/// step with PASS/FAIL and its timing, and always stops its processes and
-/// removes its temp dir (unless keep).
+/// processes on 127.0.0.1, or each in its own network namespace on a bridge
+/// ("network": {"namespaces": true}, netns.hpp), with a throwaway PKI made
+/// with exo_tls, one node config per node, port 0; runs its steps with
+/// exo-console, prints each step with PASS/FAIL and its timing, and always
+/// stops its processes, removes its network and its temp dir (unless keep).
 
 #include "runtime/scenario/scenario.hpp"
 
@@ -21,9 +22,14 @@ struct runner_options {
   std::string bin_dir;
 };
 
+/// The exit status of a scenario that cannot run on this machine (it shapes
+/// or partitions links and network namespaces are unavailable); CTest
+/// counts it as skipped.
+constexpr int skipped_exit = 77;
+
 /// Runs `sc`; prints to `out`. Returns 0 when every step passed, 1 when one
-/// failed (or the cluster could not be brought up), 130 when interrupted.
-/// Never throws.
+/// failed (or the cluster could not be brought up), skipped_exit when it
+/// cannot run here, 130 when interrupted. Never throws.
 int run(const scenario& sc, const runner_options& opts, std::ostream& out);
 
 } // namespace exo::scenario

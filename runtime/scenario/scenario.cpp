@@ -119,6 +119,13 @@ node_spec parse_node(element e, const std::string& path) {
                       as_mebibytes(x, q, 0, 1 << 24));
                   }}});
          }},
+        {"link",
+         [&](element v, const std::string& p) {
+           walk(v, p,
+                {{"bandwidth_mbit", [&](element x, const std::string& q) {
+                    n.bandwidth_mbit = as_number(x, q, 0.1, 100000);
+                  }}});
+         }},
         {"seeds",
          [&](element v, const std::string& p) {
            n.seeds_given = true;
@@ -180,6 +187,10 @@ const std::map<step_kind, step_fields>& step_table() {
     {step_kind::freeze, {{"node", "within_s", "coordinator"}, {"node"}}},
     {step_kind::thaw, {{"node"}, {"node"}}},
     {step_kind::sleep, {{"seconds"}, {"seconds"}}},
+    {step_kind::partition, {{"node"}, {"node"}}},
+    {step_kind::heal, {{"node"}, {"node"}}},
+    {step_kind::shape, {{"node", "bandwidth_mbit"}, {"node", "bandwidth_mbit"}}},
+    {step_kind::measure, {{"node", "tolerance_pct", "within_s"}, {"node"}}},
   };
   return t;
 }
@@ -194,7 +205,7 @@ std::string a_step(const std::string& verb) {
 /// The names of the steps, for messages.
 std::string kind_names() {
   return "converge, console, kill, stop, start, restart, plan, run, await, "
-         "freeze, thaw, sleep";
+         "freeze, thaw, sleep, partition, heal, shape, measure";
 }
 
 std::optional<step_kind> parse_kind(const std::string& s) {
@@ -204,7 +215,9 @@ std::optional<step_kind> parse_kind(const std::string& s) {
     {"start", step_kind::start},       {"restart", step_kind::start},
     {"plan", step_kind::plan},         {"run", step_kind::run},
     {"await", step_kind::await},       {"freeze", step_kind::freeze},
-    {"thaw", step_kind::thaw},         {"sleep", step_kind::sleep}};
+    {"thaw", step_kind::thaw},         {"sleep", step_kind::sleep},
+    {"partition", step_kind::partition}, {"heal", step_kind::heal},
+    {"shape", step_kind::shape},         {"measure", step_kind::measure}};
   auto it = names.find(s);
   if (it == names.end())
     return std::nullopt;
@@ -304,6 +317,16 @@ step parse_step(element e, const std::string& path) {
      [&](element v, const std::string& p) {
        s.seconds = as_number(v, p, 0, 600);
      }},
+    {"tolerance_pct",
+     [&](element v, const std::string& p) {
+       s.tolerance_pct = as_number(v, p, 1, 100);
+     }},
+    {"bandwidth_mbit",
+     [&](element v, const std::string& p) {
+       s.bandwidth_mbit = as_number(v, p, 0, 100000);
+       if (s.bandwidth_mbit > 0 && s.bandwidth_mbit < 0.1)
+         bad(p, "0 (unshaped) or 0.1..100000");
+     }},
   };
   for (auto field : fields) {
     std::string key{field.key};
@@ -364,6 +387,10 @@ void validate(scenario& sc) {
   }
   for (std::size_t i = 0; i < sc.nodes.size(); ++i) {
     auto& n = sc.nodes[i];
+    if (n.bandwidth_mbit > 0 && !sc.network.namespaces)
+      bad(at("nodes", i) + ".link",
+          "needs \"network\": {\"namespaces\": true} (links are shaped "
+          "in network namespaces)");
     for (std::size_t k = 0; k < n.seeds.size(); ++k) {
       auto p = at(at("nodes", i) + ".seeds", k);
       if (!names.count(n.seeds[k]))
@@ -394,6 +421,11 @@ void validate(scenario& sc) {
     }
     if (!s.node.empty() && !names.count(s.node))
       bad(s.path + ".node", "no node named \"" + s.node + "\"");
+    if ((s.kind == step_kind::partition || s.kind == step_kind::heal
+         || s.kind == step_kind::shape || s.kind == step_kind::measure)
+        && !sc.network.namespaces)
+      bad(s.path + ".do", a_step(s.verb) + " needs \"network\": "
+                          "{\"namespaces\": true}");
     for (std::size_t k = 0; k < s.on.size(); ++k)
       if (!names.count(s.on[k]))
         bad(at(s.path + ".on", k), "no node named \"" + s.on[k] + "\"");
@@ -442,6 +474,10 @@ const char* to_string(step_kind k) noexcept {
     case step_kind::freeze: return "freeze";
     case step_kind::thaw: return "thaw";
     case step_kind::sleep: return "sleep";
+    case step_kind::partition: return "partition";
+    case step_kind::heal: return "heal";
+    case step_kind::shape: return "shape";
+    case step_kind::measure: return "measure";
   }
   return "?";
 }
@@ -488,6 +524,13 @@ scenario parse_document(const std::string& json, const std::string& source) {
         {"description",
          [&](element v, const std::string& p) {
            sc.description = as_string(v, p);
+         }},
+        {"network",
+         [&](element v, const std::string& p) {
+           walk(v, p,
+                {{"namespaces", [&](element x, const std::string& q) {
+                    sc.network.namespaces = as_bool(x, q);
+                  }}});
          }},
         {"topology",
          [&](element v, const std::string& p) {
@@ -862,6 +905,68 @@ bool parse_jobs(const std::string& json, std::vector<job_status>& running,
     running.push_back(std::move(x));
   }
   return true;
+}
+
+bool parse_links(const std::string& json, std::vector<measured_link>& out,
+                 std::string& why) {
+  simdjson::dom::parser p;
+  element doc;
+  if (auto err = p.parse(json).get(doc)) {
+    why = std::string{"not JSON: "} + simdjson::error_message(err);
+    return false;
+  }
+  simdjson::dom::array links;
+  if (doc.get_array().get(links)) {
+    why = "not the output of measure --json";
+    return false;
+  }
+  out.clear();
+  for (auto l : links) {
+    measured_link x;
+    std::string_view from, to;
+    if (l["from"].get_string().get(from) || l["to"].get_string().get(to)
+        || l["bandwidth_bps"].get_double().get(x.bandwidth_bps)
+        || l["rtt_p50_us"].get_double().get(x.rtt_p50_us)) {
+      why = "a link without from, to, bandwidth_bps or rtt_p50_us: "
+            + simdjson::minify(l);
+      return false;
+    }
+    x.from = std::string{from};
+    x.to = std::string{to};
+    out.push_back(std::move(x));
+  }
+  return true;
+}
+
+std::string check_link_rates(const std::vector<measured_link>& links,
+                             const std::map<std::string, double>& mbit,
+                             double tolerance_pct, std::string& summary) {
+  auto rate = [&](const std::string& n) {
+    auto it = mbit.find(n);
+    return it == mbit.end() ? 0.0 : it->second;
+  };
+  summary.clear();
+  std::size_t checked = 0;
+  for (auto& l : links) {
+    double a = rate(l.from), b = rate(l.to);
+    if (a <= 0 && b <= 0)
+      continue;
+    const double want = a <= 0 ? b : b <= 0 ? a : std::min(a, b);
+    const double got = l.bandwidth_bps * 8 / 1e6;
+    std::ostringstream o;
+    o.precision(3);
+    o << l.from << "->" << l.to << " " << got << " of " << want << " Mbit/s";
+    summary += (summary.empty() ? "" : ", ") + o.str();
+    ++checked;
+    if (std::fabs(got - want) > want * tolerance_pct / 100)
+      return "measured " + o.str() + ": more than "
+             + std::to_string(static_cast<int>(tolerance_pct))
+             + "% off";
+  }
+  if (checked == 0)
+    return "no measured link has a shaped end (" + std::to_string(links.size())
+           + " link(s) measured)";
+  return "";
 }
 
 std::string compare_tokens(const std::vector<std::int64_t>& got,

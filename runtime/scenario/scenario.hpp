@@ -11,6 +11,7 @@
 /// runner.hpp brings a scenario up with real exo-node processes.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -38,6 +39,16 @@ struct node_spec {
   bool seeds_given = false;       ///< false: seeds follow the topology
   bool start = true;              ///< started before the first step
   std::uint64_t cpu_memory_limit_mib = 0;
+  /// link.bandwidth_mbit: the node's link, shaped both ways (namespaces
+  /// only); 0: as fast as the machine goes.
+  double bandwidth_mbit = 0;
+};
+
+/// How the nodes are connected (scenarios/README.md, "network").
+struct network_spec {
+  /// One network namespace per node on a bridge (needs root; without it
+  /// the runner says so and runs on 127.0.0.1).
+  bool namespaces = false;
 };
 
 struct timing_spec {
@@ -83,7 +94,11 @@ enum class step_kind {
   await,
   freeze,
   thaw,
-  sleep
+  sleep,
+  partition,
+  heal,
+  shape,
+  measure
 };
 
 const char* to_string(step_kind k) noexcept;
@@ -121,12 +136,17 @@ struct step {
   bool poll = false;    ///< console: retry until within_s passes
   // sleep
   double seconds = 0;
+  // shape: the link's new rate (0: unshaped)
+  double bandwidth_mbit = -1;
+  // measure: how far (percent) a measured rate may be from the shaped one
+  double tolerance_pct = 20;
 };
 
 struct scenario {
   std::string name;
   std::string description;
   std::string topology = "star"; ///< star, chain or none
+  network_spec network;
   std::vector<node_spec> nodes;
   timing_spec timing;
   std::optional<model_spec> model; ///< generated when plan/run steps exist
@@ -209,6 +229,27 @@ struct job_status {
 /// Returns false (with `why`) when it is not that shape.
 bool parse_jobs(const std::string& json, std::vector<job_status>& running,
                 std::string& why);
+
+/// One link as `measure --json` reports it.
+struct measured_link {
+  std::string from, to;
+  double bandwidth_bps = 0; ///< bytes per second
+  double rtt_p50_us = 0;
+};
+
+/// Parses the output of `measure --json` (or `links --json`). Returns false
+/// (with `why`) when it is not that shape.
+bool parse_links(const std::string& json, std::vector<measured_link>& out,
+                 std::string& why);
+
+/// Checks measured links against the shaped rates (Mbit/s per node; a node
+/// missing or at 0 is unshaped): a link from A to B runs at most at
+/// min(rate A, rate B), and the measured rate must be within tolerance_pct
+/// of it. Links with neither end shaped are not checked. Returns "" when
+/// every checked link holds (with `summary` listing them), else the reason.
+std::string check_link_rates(const std::vector<measured_link>& links,
+                             const std::map<std::string, double>& mbit,
+                             double tolerance_pct, std::string& summary);
 
 /// Compares a run's tokens with its reference's: "" when they are equal,
 /// else where they first differ.

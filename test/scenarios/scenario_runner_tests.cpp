@@ -1,7 +1,9 @@
 // exo-scenario against real small clusters: a failed expectation is
 // reported as FAIL with the reason, the later steps are skipped, the exit
 // status is 1, and the nodes (frozen ones too), background runs and the
-// temp dir are gone afterwards.
+// temp dir are gone afterwards. As root: a namespaced run interrupted with
+// Ctrl-C removes its network; one killed outright leaves it, and
+// `exo-scenario clean-network` removes it.
 
 #include "test/support/process.hpp"
 
@@ -10,6 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
+#include <thread>
+
+#include <signal.h>
+#include <unistd.h>
 
 using namespace exo::test;
 using namespace std::chrono_literals;
@@ -98,5 +105,119 @@ TEST_CASE("a failure mid-run stops the background run and the frozen node") {
   // Neither the nodes (b was stopped with SIGSTOP) nor the background
   // console outlive the runner.
   CHECK(processes_with(work).empty());
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+/// The namespaces and links named with `tag` (`ip`), as "namespace NAME" /
+/// "link NAME".
+std::vector<std::string> network_objects(const std::string& tag) {
+  std::vector<std::string> out;
+  auto ns = run({"/bin/sh", "-c", "ip netns list"}, 10s);
+  auto links = run({"/bin/sh", "-c", "ip -o link show"}, 10s);
+  std::regex ns_re{"^(" + tag + "[^ ]*)"};
+  std::regex link_re{"^\\d+: (" + tag + "[^:@ ]*)"};
+  std::istringstream a{ns.out}, b{links.out};
+  std::string line;
+  std::smatch m;
+  while (std::getline(a, line))
+    if (std::regex_search(line, m, ns_re))
+      out.push_back("namespace " + std::string{m[1]});
+  while (std::getline(b, line))
+    if (std::regex_search(line, m, link_re))
+      out.push_back("link " + std::string{m[1]});
+  return out;
+}
+
+/// A scenario of two namespaced nodes, n2's link shaped, that sleeps.
+std::string sleeping_network_scenario(const std::string& dir) {
+  auto file = dir + "/net.json";
+  write_file(file, R"({"name": "net-sleeps",
+    "network": {"namespaces": true},
+    "nodes": [{"name": "n1"},
+              {"name": "n2", "link": {"bandwidth_mbit": 50}}],
+    "steps": [
+      {"do": "converge", "alive": 2, "within_s": 60},
+      {"do": "sleep", "seconds": 120}]})");
+  return file;
+}
+
+/// Starts the scenario; returns its network's tag once its nodes converged,
+/// or "" when namespaces are unavailable here (the runner said SKIPPED).
+std::string start_network_run(process& p) {
+  REQUIRE(p.wait_for_output("[2/2] sleep", 120s));
+  std::smatch m;
+  std::string out = p.out();
+  REQUIRE(std::regex_search(out, m, std::regex{"network (exo[0-9a-f]{4}):"}));
+  return m[1];
+}
+
+bool namespaces_here() {
+  if (geteuid() != 0)
+    return false;
+  return run({"/bin/sh", "-c", "ip netns add exoprobe-rt && ip netns del "
+                               "exoprobe-rt"},
+             10s)
+           .code
+         == 0;
+}
+
+} // namespace
+
+TEST_CASE("an interrupted namespaced run removes its network and its nodes") {
+  if (!namespaces_here()) {
+    WARN("SKIPPED: no network namespaces here (not root, or no iproute2)");
+    return;
+  }
+  auto dir = temp_dir("exo-scenario-netint");
+  auto file = sleeping_network_scenario(dir);
+  process p{{build_path("runtime/scenario/exo-scenario"), "run", file}};
+  auto tag = start_network_run(p);
+  INFO(p.out());
+  CHECK(network_objects(tag).size() == 5); // 2 namespaces, bridge, 2 veths
+  CHECK(processes_with("exo-scenario-").size() >= 2); // the nodes
+  p.signal(SIGINT);
+  CHECK(p.wait(30s) == 130);
+  CHECK_THAT(p.out(), Catch::Contains("network " + tag + " removed"));
+  auto left = network_objects(tag);
+  INFO("left: " << (left.empty() ? std::string{"nothing"} : left.front()));
+  CHECK(left.empty());
+  std::smatch m;
+  std::string out = p.out();
+  REQUIRE(std::regex_search(out, m, std::regex{"work dir (\\S+)"}));
+  CHECK(processes_with(m[1]).empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a killed namespaced run leaves a network that clean-network removes") {
+  if (!namespaces_here()) {
+    WARN("SKIPPED: no network namespaces here (not root, or no iproute2)");
+    return;
+  }
+  auto dir = temp_dir("exo-scenario-netkill");
+  auto file = sleeping_network_scenario(dir);
+  process p{{build_path("runtime/scenario/exo-scenario"), "run", file}};
+  auto tag = start_network_run(p);
+  std::smatch m;
+  std::string out = p.out();
+  REQUIRE(std::regex_search(out, m, std::regex{"work dir (\\S+)"}));
+  std::string work = m[1];
+  p.signal(SIGKILL);
+  CHECK(p.wait(30s) == 128 + SIGKILL);
+  // The nodes die with the runner; its network cannot clean itself up.
+  for (int i = 0; i < 100 && !processes_with(work).empty(); ++i)
+    std::this_thread::sleep_for(50ms);
+  CHECK(processes_with(work).empty());
+  CHECK_FALSE(network_objects(tag).empty());
+  auto r = run({build_path("runtime/scenario/exo-scenario"), "clean-network"},
+               60s);
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("removed namespace " + tag + "-n1"));
+  for (int i = 0; i < 100 && !network_objects(tag).empty(); ++i)
+    std::this_thread::sleep_for(50ms);
+  CHECK(network_objects(tag).empty());
+  std::filesystem::remove_all(work);
   std::filesystem::remove_all(dir);
 }

@@ -248,6 +248,27 @@ TEST_CASE("bad scenario files are refused with a message naming the key") {
      "steps[0].prompt: required for a \"run\" step"},
     {with_steps(R"({"do": "plan", "node": "a", "args": 3})"),
      "steps[0].args: must be a string"},
+    // Networks: namespaces, links, partitions, shaping, measuring.
+    {with_steps(R"({"do": "partition", "node": "a"})"),
+     "steps[0].do: a \"partition\" step needs \"network\": {\"namespaces\": true}"},
+    {with_node(R"({"name": "a", "link": {"bandwidth_mbit": 10}})"),
+     "nodes[0].link: needs \"network\": {\"namespaces\": true}"},
+    {R"({"name": "s", "network": {"namespaces": true}, "nodes": [{"name": "a", "link": {"bandwidth_mbit": 0}}], "steps": [{"do": "sleep", "seconds": 1}]})",
+     "nodes[0].link.bandwidth_mbit: must be a number in [0.1, 100000]"},
+    {R"({"name": "s", "network": {"namespaces": true}, "nodes": [{"name": "a", "link": {"latency_ms": 5}}], "steps": [{"do": "sleep", "seconds": 1}]})",
+     "nodes[0].link.latency_ms: unknown key"},
+    {R"({"name": "s", "network": {"namespaces": "yes"}, "nodes": [{"name": "a"}], "steps": [{"do": "sleep", "seconds": 1}]})",
+     "network.namespaces: must be true or false"},
+    {R"({"name": "s", "network": {"bridges": 2}, "nodes": [{"name": "a"}], "steps": [{"do": "sleep", "seconds": 1}]})",
+     "network.bridges: unknown key"},
+    {R"({"name": "s", "network": {"namespaces": true}, "nodes": [{"name": "a"}], "steps": [{"do": "shape", "node": "a"}]})",
+     "steps[0].bandwidth_mbit: required for a \"shape\" step"},
+    {R"({"name": "s", "network": {"namespaces": true}, "nodes": [{"name": "a"}], "steps": [{"do": "shape", "node": "a", "bandwidth_mbit": 0.05}]})",
+     "steps[0].bandwidth_mbit: 0 (unshaped) or 0.1..100000"},
+    {R"({"name": "s", "network": {"namespaces": true}, "nodes": [{"name": "a"}], "steps": [{"do": "measure", "node": "a", "tolerance_pct": 0}]})",
+     "steps[0].tolerance_pct: must be a number in [1, 100]"},
+    {R"({"name": "s", "network": {"namespaces": true}, "nodes": [{"name": "a"}], "steps": [{"do": "heal", "node": "z"}]})",
+     "steps[0].node: no node named \"z\""},
   };
   for (auto& [json, message] : table) {
     INFO(json);
@@ -457,6 +478,58 @@ TEST_CASE("the replies of run --json and jobs --json are read") {
   CHECK(why == "not the output of jobs --json");
   CHECK_FALSE(parse_jobs(R"({"jobs": [{"job": 1}]})", jobs, why));
   CHECK_THAT(why, Catch::StartsWith("a job without job, state or tokens"));
+}
+
+TEST_CASE("a network, links, partitions, shaping and measuring are read") {
+  auto sc = parse(R"({"name": "net", "network": {"namespaces": true},
+    "nodes": [{"name": "a"}, {"name": "b", "link": {"bandwidth_mbit": 20}}],
+    "steps": [{"do": "partition", "node": "b"}, {"do": "heal", "node": "b"},
+              {"do": "shape", "node": "b", "bandwidth_mbit": 0},
+              {"do": "measure", "node": "a", "within_s": 30}]})",
+                  "t");
+  CHECK(sc.network.namespaces);
+  CHECK(sc.nodes[0].bandwidth_mbit == 0);
+  CHECK(sc.nodes[1].bandwidth_mbit == 20);
+  REQUIRE(sc.steps.size() == 4);
+  CHECK(sc.steps[0].kind == step_kind::partition);
+  CHECK(sc.steps[1].kind == step_kind::heal);
+  CHECK(sc.steps[2].kind == step_kind::shape);
+  CHECK(sc.steps[2].bandwidth_mbit == 0);
+  CHECK(sc.steps[3].kind == step_kind::measure);
+  CHECK(sc.steps[3].tolerance_pct == 20);
+  CHECK_FALSE(parse(R"({"name": "x", "nodes": [{"name": "a"}],
+    "steps": [{"do": "sleep", "seconds": 0}]})", "t").network.namespaces);
+}
+
+TEST_CASE("measured links are held to the shaped rates") {
+  std::vector<measured_link> links;
+  std::string why;
+  REQUIRE(parse_links(R"([{"from": "a", "to": "b", "rtt_p50_us": 120.5,
+    "rtt_p99_us": 300, "jitter_us": 10, "loss": 0, "bandwidth_bps": 2400000},
+    {"from": "a", "to": "c", "rtt_p50_us": 100, "rtt_p99_us": 200,
+     "jitter_us": 1, "loss": 0, "bandwidth_bps": 500000000}])",
+                      links, why));
+  REQUIRE(links.size() == 2);
+  CHECK(links[0].to == "b");
+  CHECK(links[0].bandwidth_bps == 2400000);
+  CHECK(links[0].rtt_p50_us == 120.5);
+  CHECK_FALSE(parse_links(R"({"links": []})", links, why));
+  CHECK_FALSE(parse_links(R"([{"from": "a"}])", links, why));
+  CHECK_THAT(why, Catch::Contains("without from, to, bandwidth_bps"));
+  REQUIRE(parse_links(R"([{"from": "a", "to": "b", "rtt_p50_us": 1,
+    "bandwidth_bps": 2400000}, {"from": "a", "to": "c", "rtt_p50_us": 1,
+    "bandwidth_bps": 500000000}])", links, why));
+  std::string summary;
+  // b at 20 Mbit/s: 19.2 measured is within 20%; c is unshaped (skipped).
+  CHECK(check_link_rates(links, {{"b", 20}}, 20, summary).empty());
+  CHECK(summary == "a->b 19.2 of 20 Mbit/s");
+  // The slower end bounds the link: a at 10, b at 20 -> 10 expected.
+  CHECK_THAT(check_link_rates(links, {{"a", 10}, {"b", 20}}, 20, summary),
+             Catch::Contains("a->b 19.2 of 10 Mbit/s: more than 20% off"));
+  CHECK_THAT(check_link_rates(links, {{"b", 30}}, 20, summary),
+             Catch::Contains("more than 20% off"));
+  CHECK(check_link_rates(links, {{"b", 0}}, 20, summary)
+        == "no measured link has a shaped end (2 link(s) measured)");
 }
 
 TEST_CASE("tokens are compared with the reference's") {
