@@ -1,6 +1,7 @@
 # The installed exo (docs/embedding.md): `cmake --install` puts
 #
-#   bin/exo-node, exo-console, exo-cert, exo-model, exo-plan, exo-scenario
+#   bin/exo-node, exo-console, exo-cert, exo-model, exo-plan, exo-scenario,
+#   exo-netem
 #   include/exo/...                 the public headers (exo/exo.hpp for CAF
 #                                   applications, exo/core.hpp CAF-free,
 #                                   exo/version.hpp) and every header they
@@ -240,6 +241,7 @@ add_custom_target(exo_package ALL DEPENDS
 # -- install -----------------------------------------------------------------
 
 install(TARGETS exo-node exo-console exo-cert exo-model exo-plan exo-scenario
+        exo-netem
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 install(TARGETS exo_package_core_shared exo_package_runtime_shared

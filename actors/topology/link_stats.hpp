@@ -32,7 +32,8 @@ double quantile(std::vector<double> values, double q);
 /// `budget_s` have passed or `max_bytes` were sent (the chunks in flight
 /// still count). The bandwidth is the bytes that arrived over the time to
 /// the last arrival. At 5 Mbit/s that is 4 chunks of 256 KiB (1.7 s), at
-/// 1 Gbit/s about 6 MiB in 0.2 s, at loopback speed max_bytes.
+/// 1 Gbit/s about 6 MiB in 0.2 s, at loopback speed max_bytes. (The
+/// topology actor stretches the budget to 20 round trips on long links.)
 class bulk_phase {
 public:
   struct limits {

@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -83,7 +84,12 @@ struct measurement : std::enable_shared_from_this<measurement> {
 
   void start_bulk() {
     st->bulk_busy = true;
-    bulk.emplace(st->cfg.bulk);
+    // TCP needs some round trips to open its window: a long link gets a
+    // longer budget (20 round trips), or its rate would be underestimated.
+    auto limits = st->cfg.bulk;
+    limits.budget_s = std::max(limits.budget_s,
+                               20 * quantile(r.rtts_us, 0.5) * 1e-6);
+    bulk.emplace(limits);
     bulk_start = steady::now();
     fill();
   }

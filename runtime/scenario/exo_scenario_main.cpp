@@ -2,7 +2,7 @@
 //
 //   exo-scenario run FILE.json [--keep] [--verbose] [--bin-dir DIR]
 //   exo-scenario check FILE.json
-//   exo-scenario clean-network
+//   exo-scenario clean-network [--tag TAG]
 //
 // Exit status: 0 when every step passed (or, for check, the file is valid),
 // 1 when a step failed, 2 for a bad scenario file or bad arguments, 77 when
@@ -29,9 +29,10 @@ constexpr const char* footer = R"(run    starts the scenario's exo-node processe
        the network and its temp dir (--keep leaves the dir: configs, logs,
        certificates).
 check  only validates the file.
-clean-network  removes the namespaces and links of runs that were killed
-       before they could clean up (every name exo + 4 hex digits; do not
-       use it while another scenario runs).
+clean-network [--tag TAG]  removes the namespaces and links of runs that
+       were killed before they could clean up: that run's (TAG, from its
+       "network exoXXXX" line), or every run's (do not use it so while
+       another scenario runs).
 --bin-dir DIR  where exo-node, exo-console and exo-model are (default:
        $EXO_BIN_DIR, next to exo-scenario, its build-tree siblings, $PATH).
 
@@ -64,12 +65,20 @@ int real_main(int argc, char** argv) {
   check->add_option("file", file, "the scenario")->type_name("FILE.json");
   auto* clean = app.add_subcommand(
     "clean-network", "remove network namespaces and links left by killed runs");
+  std::string tag;
+  clean->add_option("--tag", tag, "only this run's (exo + 4 hex digits, as "
+                                  "its \"network exoXXXX\" line says)")
+    ->type_name("TAG");
   if (auto code = exo::cli::parse(app, argc, argv, std::cout, std::cerr,
                                   "exo-scenario: "))
     return *code;
   if (clean->parsed()) {
     // Only what a run names: exoXXXXbr, exoXXXXhN, exoXXXX-NODE.
-    static const std::regex ours{" exo[0-9a-f]{4}(br$|h[0-9]+$|-)"};
+    static const std::regex tag_re{"exo[0-9a-f]{4}"};
+    if (!tag.empty() && !std::regex_match(tag, tag_re))
+      return bad_usage("--tag " + tag + " is not exo + 4 hex digits");
+    const std::regex ours{" " + (tag.empty() ? "exo[0-9a-f]{4}" : tag)
+                          + "(br$|h[0-9]+$|-)"};
     std::vector<std::string> found;
     for (auto& what : exo::scenario::netns_leftovers("exo"))
       if (std::regex_search(what, ours))

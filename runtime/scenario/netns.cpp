@@ -338,6 +338,55 @@ void netns_network::shape(const std::string& name, double mbit) {
   }
 }
 
+void netns_network::set_delay(const std::string& name, double latency_ms,
+                              double jitter_ms, double loss_pct,
+                              const std::string& netem_bin,
+                              const std::string& log_path) {
+  auto& n = node(name);
+  const auto& ip = ip_tool();
+  must({ip, "-n", n.ns, "tuntap", "add", "dev", "dly0", "mode", "tun"});
+  must({ip, "-n", n.ns, "link", "set", "dly0", "up"});
+  // Forward what comes back from the delay line; accept it although its
+  // source is our own address; no redirects, no reverse-path filter.
+  must({ip, "netns", "exec", n.ns, "/bin/sh", "-c",
+        "for f in ipv4/ip_forward ipv4/conf/dly0/accept_local; do "
+        "echo 1 > /proc/sys/net/$f; done; "
+        "for c in all default eth0 dly0; do "
+        "echo 0 > /proc/sys/net/ipv4/conf/$c/rp_filter; "
+        "echo 0 > /proc/sys/net/ipv4/conf/$c/send_redirects; done"});
+  // The node's own traffic to the subnet goes into the delay line; what
+  // comes out of it (iif dly0) leaves by eth0.
+  must({ip, "-n", n.ns, "route", "replace", plan_.subnet, "dev", "dly0", "src",
+        n.address});
+  must({ip, "-n", n.ns, "route", "add", plan_.subnet, "dev", "eth0", "src",
+        n.address, "table", "100"});
+  must({ip, "-n", n.ns, "rule", "add", "pref", "100", "iif", "dly0", "lookup",
+        "100"});
+  char lat[32], jit[32], los[32];
+  std::snprintf(lat, sizeof lat, "%g", latency_ms);
+  std::snprintf(jit, sizeof jit, "%g", jitter_ms);
+  std::snprintf(los, sizeof los, "%g", loss_pct);
+  auto argv = exec_prefix(name);
+  argv.insert(argv.end(), {netem_bin, "dly0", lat, jit, los,
+                           std::to_string(relays_.size() + 1)});
+  const pid_t pid = spawn_logged(argv, log_path);
+  relays_.push_back(pid);
+  // Until it is attached to the device (it says so), or it ended.
+  for (int i = 0; i < 200; ++i) {
+    int status = 0;
+    if (!still_running(pid, status))
+      throw std::runtime_error("exo-netem for " + name + " exited with status "
+                               + std::to_string(status) + " (log "
+                               + log_path + ")");
+    auto r = run_cmd({"/bin/cat", log_path});
+    if (r.out.find("exo-netem on") != std::string::npos)
+      return;
+    std::this_thread::sleep_for(milliseconds{25});
+  }
+  throw std::runtime_error("exo-netem for " + name + " did not start within "
+                           "5 s (log " + log_path + ")");
+}
+
 void netns_network::set_connected(const std::string& name, bool up) {
   must({ip_tool(), "link", "set", node(name).veth_host, up ? "up" : "down"});
 }
@@ -346,6 +395,9 @@ std::vector<std::string> netns_network::down() {
   if (!up_)
     return netns_leftovers(plan_.tag);
   up_ = false;
+  for (int pid : relays_)
+    terminate(pid, milliseconds{1000});
+  relays_.clear();
   netns_remove_all(plan_.tag);
   // Namespace removal is asynchronous: the kernel drops the veth pairs a
   // moment later.

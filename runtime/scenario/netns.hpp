@@ -93,6 +93,17 @@ public:
   /// shaping). Throws std::runtime_error.
   void shape(const std::string& node, double mbit);
 
+  /// Delays every packet `node` sends to the subnet by `latency_ms` (plus
+  /// a uniform jitter of up to `jitter_ms` either way, order kept) and
+  /// drops `loss_pct` percent of them: its traffic to the subnet is routed
+  /// into a TUN device `dly0`, where `netem_bin` (exo-netem) holds it, and
+  /// forwarded out of eth0 when it comes back. A round trip between two
+  /// nodes takes the sum of their latencies. Once per node. Throws
+  /// std::runtime_error (also when exo-netem does not start).
+  void set_delay(const std::string& node, double latency_ms, double jitter_ms,
+                 double loss_pct, const std::string& netem_bin,
+                 const std::string& log_path);
+
   /// Takes `node`'s link down (a partition from every other node and the
   /// runner) or up again. Throws std::runtime_error.
   void set_connected(const std::string& node, bool up);
@@ -107,6 +118,7 @@ private:
 
   netns_plan plan_;
   bool up_ = false;
+  std::vector<int> relays_; ///< exo-netem processes (pids)
 };
 
 } // namespace exo::scenario

@@ -293,7 +293,8 @@ private:
   /// be made; null on 127.0.0.1.
   std::unique_ptr<netns_network> net_;
   std::string no_net_; ///< why namespaces were not used, when asked for
-  std::map<std::string, double> rates_; ///< shaped links now (Mbit/s)
+  std::map<std::string, link_shaping> shaped_; ///< the links now
+  std::string netem_bin_;
   bool cleaned_ = false;
 };
 
@@ -390,12 +391,25 @@ void runner::make_network() {
   auto& plan = net_->plan();
   out_ << "  network " << plan.tag << ": a namespace per node on " << plan.subnet
        << " (bridge " << plan.bridge << ")";
-  for (auto& n : sc_.nodes)
+  for (auto& n : sc_.nodes) {
     if (n.bandwidth_mbit > 0) {
       net_->shape(n.name, n.bandwidth_mbit);
-      rates_[n.name] = n.bandwidth_mbit;
+      shaped_[n.name].mbit = n.bandwidth_mbit;
       out_ << ", " << n.name << " " << n.bandwidth_mbit << " Mbit/s";
     }
+    if (n.latency_ms > 0 || n.loss_pct > 0) {
+      if (netem_bin_.empty())
+        netem_bin_ = find_tool("exo-netem", "scenario", opts_.bin_dir);
+      net_->set_delay(n.name, n.latency_ms, n.jitter_ms, n.loss_pct,
+                      netem_bin_, dir_ + "/netem-" + n.name + ".log");
+      shaped_[n.name].latency_ms = n.latency_ms;
+      out_ << ", " << n.name << " +" << n.latency_ms << " ms";
+      if (n.jitter_ms > 0)
+        out_ << " (+-" << n.jitter_ms << ")";
+      if (n.loss_pct > 0)
+        out_ << " " << n.loss_pct << "% loss";
+    }
+  }
   out_ << "\n" << std::flush;
 }
 
@@ -1138,7 +1152,7 @@ std::string runner::do_network(const step& s) {
       return s.node + "'s link is up";
     default:
       net_->shape(s.node, s.bandwidth_mbit);
-      rates_[s.node] = s.bandwidth_mbit;
+      shaped_[s.node].mbit = s.bandwidth_mbit;
       if (s.bandwidth_mbit <= 0)
         return s.node + "'s link unshaped";
       std::ostringstream o;
@@ -1167,7 +1181,8 @@ std::string runner::do_measure(const step& s) {
                std::string why;
                if (!parse_links(r.out, links, why))
                  return why;
-               return check_link_rates(links, rates_, s.tolerance_pct, summary);
+               return check_link_rates(links, shaped_, s.tolerance_pct,
+                                       summary);
              });
   return summary;
 }
@@ -1203,7 +1218,7 @@ std::string runner::run_step(const step& s) {
 /// Whether `sc` shapes a link or partitions one (loopback cannot).
 bool needs_namespaces(const scenario& sc) {
   for (auto& n : sc.nodes)
-    if (n.bandwidth_mbit > 0)
+    if (n.bandwidth_mbit > 0 || n.latency_ms > 0 || n.loss_pct > 0)
       return true;
   for (auto& s : sc.steps)
     if (s.kind == step_kind::partition || s.kind == step_kind::heal

@@ -122,9 +122,24 @@ node_spec parse_node(element e, const std::string& path) {
         {"link",
          [&](element v, const std::string& p) {
            walk(v, p,
-                {{"bandwidth_mbit", [&](element x, const std::string& q) {
+                {{"bandwidth_mbit",
+                  [&](element x, const std::string& q) {
                     n.bandwidth_mbit = as_number(x, q, 0.1, 100000);
+                  }},
+                 {"latency_ms",
+                  [&](element x, const std::string& q) {
+                    n.latency_ms = as_number(x, q, 0, 10000);
+                  }},
+                 {"jitter_ms",
+                  [&](element x, const std::string& q) {
+                    n.jitter_ms = as_number(x, q, 0, 10000);
+                  }},
+                 {"loss_pct", [&](element x, const std::string& q) {
+                    n.loss_pct = as_number(x, q, 0, 100);
                   }}});
+           if (n.jitter_ms > n.latency_ms)
+             bad(join(p, "jitter_ms"), "must not exceed latency_ms ("
+                                         + std::to_string(n.latency_ms) + ")");
          }},
         {"seeds",
          [&](element v, const std::string& p) {
@@ -387,7 +402,8 @@ void validate(scenario& sc) {
   }
   for (std::size_t i = 0; i < sc.nodes.size(); ++i) {
     auto& n = sc.nodes[i];
-    if (n.bandwidth_mbit > 0 && !sc.network.namespaces)
+    if ((n.bandwidth_mbit > 0 || n.latency_ms > 0 || n.loss_pct > 0)
+        && !sc.network.namespaces)
       bad(at("nodes", i) + ".link",
           "needs \"network\": {\"namespaces\": true} (links are shaped "
           "in network namespaces)");
@@ -939,29 +955,46 @@ bool parse_links(const std::string& json, std::vector<measured_link>& out,
 }
 
 std::string check_link_rates(const std::vector<measured_link>& links,
-                             const std::map<std::string, double>& mbit,
+                             const std::map<std::string, link_shaping>& shaped,
                              double tolerance_pct, std::string& summary) {
-  auto rate = [&](const std::string& n) {
-    auto it = mbit.find(n);
-    return it == mbit.end() ? 0.0 : it->second;
+  auto of = [&](const std::string& n) {
+    auto it = shaped.find(n);
+    return it == shaped.end() ? link_shaping{} : it->second;
   };
   summary.clear();
   std::size_t checked = 0;
+  const double tol = tolerance_pct / 100;
   for (auto& l : links) {
-    double a = rate(l.from), b = rate(l.to);
-    if (a <= 0 && b <= 0)
+    const auto a = of(l.from), b = of(l.to);
+    const bool rate = a.mbit > 0 || b.mbit > 0;
+    const bool delay = a.latency_ms > 0 || b.latency_ms > 0;
+    if (!rate && !delay)
       continue;
-    const double want = a <= 0 ? b : b <= 0 ? a : std::min(a, b);
-    const double got = l.bandwidth_bps * 8 / 1e6;
     std::ostringstream o;
     o.precision(3);
-    o << l.from << "->" << l.to << " " << got << " of " << want << " Mbit/s";
+    o << l.from << "->" << l.to;
+    std::string off;
+    if (rate) {
+      const double want = a.mbit <= 0   ? b.mbit
+                          : b.mbit <= 0 ? a.mbit
+                                        : std::min(a.mbit, b.mbit);
+      const double got = l.bandwidth_bps * 8 / 1e6;
+      o << " " << got << " of " << want << " Mbit/s";
+      if (std::fabs(got - want) > want * tol)
+        off = "rate";
+    }
+    if (delay) {
+      const double want = a.latency_ms + b.latency_ms;
+      const double got = l.rtt_p50_us / 1000;
+      o << (rate ? "," : "") << " rtt " << got << " of " << want << " ms";
+      if (off.empty() && std::fabs(got - want) > want * tol + 1)
+        off = "round trip";
+    }
     summary += (summary.empty() ? "" : ", ") + o.str();
     ++checked;
-    if (std::fabs(got - want) > want * tolerance_pct / 100)
-      return "measured " + o.str() + ": more than "
-             + std::to_string(static_cast<int>(tolerance_pct))
-             + "% off";
+    if (!off.empty())
+      return "measured " + o.str() + ": the " + off + " is more than "
+             + std::to_string(static_cast<int>(tolerance_pct)) + "% off";
   }
   if (checked == 0)
     return "no measured link has a shaped end (" + std::to_string(links.size())

@@ -42,6 +42,12 @@ struct node_spec {
   /// link.bandwidth_mbit: the node's link, shaped both ways (namespaces
   /// only); 0: as fast as the machine goes.
   double bandwidth_mbit = 0;
+  /// link.latency_ms / jitter_ms / loss_pct: added to every packet the node
+  /// sends (exo-netem, namespaces only); a round trip between two nodes
+  /// takes the sum of their latencies.
+  double latency_ms = 0;
+  double jitter_ms = 0;
+  double loss_pct = 0;
 };
 
 /// How the nodes are connected (scenarios/README.md, "network").
@@ -242,13 +248,21 @@ struct measured_link {
 bool parse_links(const std::string& json, std::vector<measured_link>& out,
                  std::string& why);
 
-/// Checks measured links against the shaped rates (Mbit/s per node; a node
-/// missing or at 0 is unshaped): a link from A to B runs at most at
-/// min(rate A, rate B), and the measured rate must be within tolerance_pct
-/// of it. Links with neither end shaped are not checked. Returns "" when
-/// every checked link holds (with `summary` listing them), else the reason.
+/// The shaping of one node's link, as the runner has set it now.
+struct link_shaping {
+  double mbit = 0;       ///< 0: unshaped
+  double latency_ms = 0; ///< added to what it sends
+};
+
+/// Checks measured links against the shaping (per node; a node missing is
+/// unshaped): a link from A to B runs at most at min(rate A, rate B), and
+/// the measured rate must be within tolerance_pct of it; its round trip
+/// takes latency A + latency B, and the measured median must be within
+/// tolerance_pct of that plus 1 ms. Links with neither end shaped are not
+/// checked. Returns "" when every checked link holds (with `summary`
+/// listing them), else the reason.
 std::string check_link_rates(const std::vector<measured_link>& links,
-                             const std::map<std::string, double>& mbit,
+                             const std::map<std::string, link_shaping>& shaped,
                              double tolerance_pct, std::string& summary);
 
 /// Compares a run's tokens with its reference's: "" when they are equal,

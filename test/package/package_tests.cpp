@@ -74,6 +74,7 @@ TEST_CASE("the install holds the programs, both kinds of libraries, the "
           "[package]") {
   for (auto f : {"bin/exo-node", "bin/exo-console", "bin/exo-cert",
                  "bin/exo-model", "bin/exo-plan", "bin/exo-scenario",
+                 "bin/exo-netem",
                  "lib/libexo-core.a", "lib/libexo-runtime.a",
                  "lib/libexo-guard.a", "lib/libexo-core.so.0.1",
                  "lib/libexo-runtime.so.0.1", "lib/cmake/exo/exoConfig.cmake",

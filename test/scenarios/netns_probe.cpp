@@ -5,7 +5,9 @@
 //                                        bytes in S s: R Mbit/s"
 //   netns_probe send ADDR PORT BYTES     connect (5 s bound), send BYTES
 //   netns_probe connect ADDR PORT MS     exit 0 when a connection is made
-//                                        within MS milliseconds, else 1
+//                                        within MS milliseconds (printing
+//                                        "connected in T ms": one round
+//                                        trip), else 1
 // Exit 2 on bad arguments or a socket error.
 
 #include <arpa/inet.h>
@@ -123,9 +125,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "connect" && argc == 5) {
+    auto t0 = std::chrono::steady_clock::now();
     int fd = connect_within(sa, std::atoi(argv[4]));
     if (fd < 0)
       return 1;
+    std::printf("connected in %.3f ms\n",
+                std::chrono::duration<double, std::milli>(
+                  std::chrono::steady_clock::now() - t0)
+                  .count());
     close(fd);
     return 0;
   }

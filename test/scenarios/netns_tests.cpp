@@ -188,6 +188,47 @@ TEST_CASE("a partition cuts a node off and healing restores it") {
   CHECK(netns_leftovers(tag).empty());
 }
 
+TEST_CASE("a delayed link adds its latency to round trips and drops its loss") {
+  require_namespaces();
+  auto tag = make_netns_tag();
+  netns_network net{
+    make_netns_plan(tag, {"a", "b", "c"}, netns_taken_prefixes())};
+  auto log = "/tmp/" + tag + "-netem";
+  net.set_delay("a", 30, 0, 0, EXO_NETEM, log + "-a.log");
+  net.set_delay("c", 5, 0, 100, EXO_NETEM, log + "-c.log"); // drops all
+  auto& b = *net.plan().find("b");
+  auto rtt = [&](const std::string& from) {
+    pid_t server = spawn_to_files(in_ns(net, "b", {EXO_NETNS_PROBE, "serve",
+                                                   b.address, "9102"}),
+                                  "/dev/null", "/dev/null");
+    std::this_thread::sleep_for(milliseconds{300});
+    auto r = run_captured(in_ns(net, from, {EXO_NETNS_PROBE, "connect",
+                                            b.address, "9102", "2000"}),
+                          milliseconds{10000});
+    terminate(server, milliseconds{500});
+    std::smatch m;
+    static const std::regex re{"connected in ([0-9.]+) ms"};
+    if (r.code != 0 || !std::regex_search(r.out, m, re))
+      return -1.0;
+    return std::stod(m[1]);
+  };
+  // a's packets wait 30 ms (its SYN), b's answer goes at once: one round
+  // trip of about 30 ms.
+  const double ms = rtt("a");
+  INFO("a -> b: " << ms << " ms");
+  CHECK(ms >= 29);
+  CHECK(ms <= 45);
+  CHECK(rtt("c") < 0); // c loses every packet: it never connects
+  // The shaping still works behind the delay line.
+  net.shape("a", 40);
+  const double mbit = measure(net, "a", "b", 4'000'000);
+  INFO(mbit << " Mbit/s through a delayed 40 Mbit/s link");
+  CHECK(mbit >= 40 * 0.7);
+  CHECK(mbit <= 40 * 1.2);
+  CHECK(net.down().empty());
+  CHECK(netns_leftovers(tag).empty());
+}
+
 TEST_CASE("a network that fails half-way up leaves nothing behind") {
   require_namespaces();
   auto tag = make_netns_tag();

@@ -210,7 +210,9 @@ TEST_CASE("a killed namespaced run leaves a network that clean-network removes")
     std::this_thread::sleep_for(50ms);
   CHECK(processes_with(work).empty());
   CHECK_FALSE(network_objects(tag).empty());
-  auto r = run({build_path("runtime/scenario/exo-scenario"), "clean-network"},
+  // This run's only: other tests may have networks up now.
+  auto r = run({build_path("runtime/scenario/exo-scenario"), "clean-network",
+                "--tag", tag},
                60s);
   INFO(r.out << r.err);
   CHECK(r.code == 0);

@@ -255,8 +255,14 @@ TEST_CASE("bad scenario files are refused with a message naming the key") {
      "nodes[0].link: needs \"network\": {\"namespaces\": true}"},
     {R"({"name": "s", "network": {"namespaces": true}, "nodes": [{"name": "a", "link": {"bandwidth_mbit": 0}}], "steps": [{"do": "sleep", "seconds": 1}]})",
      "nodes[0].link.bandwidth_mbit: must be a number in [0.1, 100000]"},
-    {R"({"name": "s", "network": {"namespaces": true}, "nodes": [{"name": "a", "link": {"latency_ms": 5}}], "steps": [{"do": "sleep", "seconds": 1}]})",
-     "nodes[0].link.latency_ms: unknown key"},
+    {R"({"name": "s", "network": {"namespaces": true}, "nodes": [{"name": "a", "link": {"delay_ms": 5}}], "steps": [{"do": "sleep", "seconds": 1}]})",
+     "nodes[0].link.delay_ms: unknown key"},
+    {R"({"name": "s", "network": {"namespaces": true}, "nodes": [{"name": "a", "link": {"latency_ms": 5, "jitter_ms": 6}}], "steps": [{"do": "sleep", "seconds": 1}]})",
+     "nodes[0].link.jitter_ms: must not exceed latency_ms"},
+    {R"({"name": "s", "network": {"namespaces": true}, "nodes": [{"name": "a", "link": {"loss_pct": 101}}], "steps": [{"do": "sleep", "seconds": 1}]})",
+     "nodes[0].link.loss_pct: must be a number in [0, 100]"},
+    {with_node(R"({"name": "a", "link": {"latency_ms": 10}})"),
+     "nodes[0].link: needs \"network\": {\"namespaces\": true}"},
     {R"({"name": "s", "network": {"namespaces": "yes"}, "nodes": [{"name": "a"}], "steps": [{"do": "sleep", "seconds": 1}]})",
      "network.namespaces: must be true or false"},
     {R"({"name": "s", "network": {"bridges": 2}, "nodes": [{"name": "a"}], "steps": [{"do": "sleep", "seconds": 1}]})",
@@ -482,7 +488,8 @@ TEST_CASE("the replies of run --json and jobs --json are read") {
 
 TEST_CASE("a network, links, partitions, shaping and measuring are read") {
   auto sc = parse(R"({"name": "net", "network": {"namespaces": true},
-    "nodes": [{"name": "a"}, {"name": "b", "link": {"bandwidth_mbit": 20}}],
+    "nodes": [{"name": "a"}, {"name": "b", "link": {"bandwidth_mbit": 20,
+      "latency_ms": 20, "jitter_ms": 2, "loss_pct": 0.5}}],
     "steps": [{"do": "partition", "node": "b"}, {"do": "heal", "node": "b"},
               {"do": "shape", "node": "b", "bandwidth_mbit": 0},
               {"do": "measure", "node": "a", "within_s": 30}]})",
@@ -490,6 +497,9 @@ TEST_CASE("a network, links, partitions, shaping and measuring are read") {
   CHECK(sc.network.namespaces);
   CHECK(sc.nodes[0].bandwidth_mbit == 0);
   CHECK(sc.nodes[1].bandwidth_mbit == 20);
+  CHECK(sc.nodes[1].latency_ms == 20);
+  CHECK(sc.nodes[1].jitter_ms == 2);
+  CHECK(sc.nodes[1].loss_pct == 0.5);
   REQUIRE(sc.steps.size() == 4);
   CHECK(sc.steps[0].kind == step_kind::partition);
   CHECK(sc.steps[1].kind == step_kind::heal);
@@ -520,16 +530,31 @@ TEST_CASE("measured links are held to the shaped rates") {
     "bandwidth_bps": 2400000}, {"from": "a", "to": "c", "rtt_p50_us": 1,
     "bandwidth_bps": 500000000}])", links, why));
   std::string summary;
+  using shaping = std::map<std::string, link_shaping>;
   // b at 20 Mbit/s: 19.2 measured is within 20%; c is unshaped (skipped).
-  CHECK(check_link_rates(links, {{"b", 20}}, 20, summary).empty());
+  CHECK(check_link_rates(links, shaping{{"b", {20, 0}}}, 20, summary).empty());
   CHECK(summary == "a->b 19.2 of 20 Mbit/s");
   // The slower end bounds the link: a at 10, b at 20 -> 10 expected.
-  CHECK_THAT(check_link_rates(links, {{"a", 10}, {"b", 20}}, 20, summary),
-             Catch::Contains("a->b 19.2 of 10 Mbit/s: more than 20% off"));
-  CHECK_THAT(check_link_rates(links, {{"b", 30}}, 20, summary),
+  CHECK_THAT(check_link_rates(links, shaping{{"a", {10, 0}}, {"b", {20, 0}}},
+                              20, summary),
+             Catch::Contains("a->b 19.2 of 10 Mbit/s: the rate is more than "
+                             "20% off"));
+  CHECK_THAT(check_link_rates(links, shaping{{"b", {30, 0}}}, 20, summary),
              Catch::Contains("more than 20% off"));
-  CHECK(check_link_rates(links, {{"b", 0}}, 20, summary)
+  CHECK(check_link_rates(links, shaping{{"b", {0, 0}}}, 20, summary)
         == "no measured link has a shaped end (2 link(s) measured)");
+  // Latencies add up over a round trip: a 25 ms + b 5 ms = 30 ms, within
+  // 20% + 1 ms; both links are checked (c only by a's latency).
+  REQUIRE(parse_links(R"([{"from": "a", "to": "b", "rtt_p50_us": 31200,
+    "bandwidth_bps": 1}, {"from": "a", "to": "c", "rtt_p50_us": 25500,
+    "bandwidth_bps": 1}])", links, why));
+  CHECK(check_link_rates(links, shaping{{"a", {0, 25}}, {"b", {0, 5}}}, 20,
+                         summary)
+          .empty());
+  CHECK(summary == "a->b rtt 31.2 of 30 ms, a->c rtt 25.5 of 25 ms");
+  CHECK_THAT(check_link_rates(links, shaping{{"a", {0, 10}}}, 20, summary),
+             Catch::Contains("a->b rtt 31.2 of 10 ms: the round trip is more "
+                             "than 20% off"));
 }
 
 TEST_CASE("tokens are compared with the reference's") {
