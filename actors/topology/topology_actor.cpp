@@ -86,7 +86,10 @@ struct measurement : std::enable_shared_from_this<measurement> {
     st->bulk_busy = true;
     // TCP needs some round trips to open its window: a long link gets a
     // longer budget (20 round trips), or its rate would be underestimated.
+    // The smallest round trip is the link's own (the others waited behind
+    // traffic): an inflated one would make the probe look fast.
     auto limits = st->cfg.bulk;
+    limits.rtt_s = quantile(r.rtts_us, 0) * 1e-6;
     limits.budget_s = std::max(limits.budget_s,
                                20 * quantile(r.rtts_us, 0.5) * 1e-6);
     bulk.emplace(limits);
@@ -100,9 +103,9 @@ struct measurement : std::enable_shared_from_this<measurement> {
 
   void fill() {
     while (bulk->send_more(elapsed())) {
-      bulk->sent();
       chunk c;
-      c.bytes.assign(bulk->bounds().chunk_bytes, 0x5a);
+      c.bytes.assign(bulk->chunk_bytes(), 0x5a);
+      bulk->sent();
       auto me = shared_from_this();
       self->request(peer, seconds{10}, bulk_atom::value, std::move(c))
         .then([me](std::uint64_t n) { me->arrived(n); },

@@ -207,7 +207,7 @@ std::vector<std::string> tbf_args(double mbit) {
   const auto burst = static_cast<long long>(std::max(16384.0, bytes_per_s / 100));
   char rate[32];
   std::snprintf(rate, sizeof rate, "%.0fkbit", mbit * 1000);
-  return {"rate", rate, "burst", std::to_string(burst), "latency", "50ms"};
+  return {"rate", rate, "burst", std::to_string(burst), "latency", "250ms"};
 }
 
 std::string netns_unavailable() {

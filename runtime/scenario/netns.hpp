@@ -52,7 +52,9 @@ std::vector<std::string> netns_taken_prefixes();
 std::string make_netns_tag();
 
 /// tbf parameters for a rate in Mbit/s (burst: 10 ms of traffic, at least
-/// 16 KiB; queue: 50 ms). The arguments after "tbf" (pure).
+/// 16 KiB; queue: 250 ms, as a home router's: a shorter one drops so often
+/// that TCP stalls in retransmission timeouts). The arguments after "tbf"
+/// (pure).
 std::vector<std::string> tbf_args(double mbit);
 
 /// "" when this process can make namespaces (root, iproute2 present, a

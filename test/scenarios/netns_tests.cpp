@@ -117,7 +117,7 @@ TEST_CASE("a namespace network is planned with short names and a free subnet") {
   CHECK(make_netns_tag().size() == 7);
   auto tbf = tbf_args(100);
   CHECK(tbf == std::vector<std::string>{"rate", "100000kbit", "burst",
-                                        "125000", "latency", "50ms"});
+                                        "125000", "latency", "250ms"});
   CHECK(tbf_args(1)[3] == "16384"); // at least 16 KiB
 }
 

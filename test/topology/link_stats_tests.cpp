@@ -43,45 +43,63 @@ TEST_CASE("a link whose probes all failed reports total loss, not garbage") {
   CHECK(l.bandwidth_bps == 0);
 }
 
-TEST_CASE("a bulk phase stops sending after its time budget and byte cap") {
+TEST_CASE("a bulk phase probes, sizes its chunks to the link and stops in time") {
   bulk_phase::limits l;
-  l.chunk_bytes = 1000;
+  l.probe_bytes = 1000;
+  l.min_chunk = 100;
+  l.start_chunk = 1000;
+  l.max_chunk = 8000;
+  l.queue_s = 0.1;
   l.window = 2;
   l.budget_s = 0.2;
-  l.max_bytes = 5000;
-  // A slow link: the first chunks take longer than the budget.
+  l.max_bytes = 40000;
+  l.rtt_s = 0.1;
+  // A slow link: 1000 bytes in 0.5 s less a 0.1 s round trip (2500 B/s)
+  // -> chunks of 250 bytes (0.1 s of traffic).
   bulk_phase slow{l};
-  CHECK(slow.send_more(0));
+  CHECK(slow.chunk_bytes() == 1000);
+  REQUIRE(slow.send_more(0));
   slow.sent();
-  CHECK(slow.send_more(0));
-  slow.sent();
-  CHECK_FALSE(slow.send_more(0)); // the window is full
+  CHECK_FALSE(slow.send_more(0)); // the probe goes alone
   slow.arrived(1000, 0.5);
-  CHECK_FALSE(slow.send_more(0.5)); // past the budget
   CHECK_FALSE(slow.done());
-  slow.arrived(1000, 1.0);
+  CHECK(slow.chunk_bytes() == 250);
+  REQUIRE(slow.send_more(0.5));
+  slow.sent();
+  REQUIRE(slow.send_more(0.5));
+  slow.sent();
+  CHECK_FALSE(slow.send_more(0.5)); // the window is full
+  slow.arrived(250, 0.6);           // 2500 B/s so far: 2 x 0.1 s = 500
+  CHECK(slow.chunk_bytes() == 500);
+  CHECK_FALSE(slow.send_more(0.75)); // past the budget (0.25 s into step 2)
+  slow.arrived(250, 0.7);
   CHECK(slow.done());
-  CHECK(slow.bytes() == 2000);
-  CHECK(slow.seconds() == 1.0); // 2000 bytes/s: the link's rate
-  // A fast link: the byte cap ends it.
+  CHECK(slow.bytes() == 500);
+  CHECK(slow.seconds() == Approx(0.2)); // step 2 only: the link's rate
+  // A fast link behind a burst: the probe looks instant, yet step 2 starts
+  // at start_chunk and doubles while the rate keeps up, to max_chunk; the
+  // byte cap ends it.
   bulk_phase fast{l};
-  int sent = 0;
-  double t = 0;
-  while (fast.send_more(t)) {
-    fast.sent();
-    ++sent;
-    if (!fast.send_more(t)) {
-      t += 0.001;
-      fast.arrived(1000, t);
-    }
-  }
+  fast.sent();
+  fast.arrived(1000, 0.1);
+  CHECK(fast.chunk_bytes() == 1000);
+  std::vector<std::uint64_t> sizes;
+  std::size_t next = 0; // the oldest chunk in flight
+  double t = 0.1;
   while (!fast.done()) {
+    while (fast.send_more(t)) {
+      sizes.push_back(fast.chunk_bytes());
+      fast.sent();
+    }
     t += 0.001;
-    fast.arrived(1000, t);
+    fast.arrived(sizes[next++], t);
   }
-  CHECK(sent == 5);
-  CHECK(fast.bytes() == 5000);
-  // Failed chunks count for nothing.
+  REQUIRE(sizes.size() >= 4);
+  CHECK(sizes[0] == 1000);
+  CHECK(sizes[2] == 2000); // doubled once it arrived
+  CHECK(sizes.back() == 8000);
+  CHECK(fast.bytes() <= 40000);
+  // A failed probe ends the phase with nothing measured.
   bulk_phase lossy{l};
   lossy.sent();
   lossy.arrived(0, 0.1);
