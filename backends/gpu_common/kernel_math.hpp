@@ -149,15 +149,23 @@ EXO_HD inline float half_at(const std::uint8_t* p) {
 
 /// Q4_K/Q5_K's 6-bit scale and minimum of sub-block j from the 12 bytes at
 /// s (ggml's get_scale_min_k4).
-EXO_HD inline void scale_min_k4(unsigned j, const std::uint8_t* s, float& sc,
-                                float& mn) {
+EXO_HD inline void scale_min_k4(unsigned j, const std::uint8_t* s, int& sc,
+                                int& mn) {
   if (j < 4) {
-    sc = static_cast<float>(s[j] & 63);
-    mn = static_cast<float>(s[j + 4] & 63);
+    sc = s[j] & 63;
+    mn = s[j + 4] & 63;
   } else {
-    sc = static_cast<float>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
-    mn = static_cast<float>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
+}
+
+/// The 32 fifth bits of a Q5_0/Q5_1 block: the little-endian word at h.
+EXO_HD inline std::uint32_t fifth_bits(const std::uint8_t* h) {
+  return static_cast<std::uint32_t>(h[0])
+         | (static_cast<std::uint32_t>(h[1]) << 8)
+         | (static_cast<std::uint32_t>(h[2]) << 16)
+         | (static_cast<std::uint32_t>(h[3]) << 24);
 }
 
 /// Element e of the block of ggml format `type` (a GGUF id) at b, as
@@ -183,11 +191,7 @@ EXO_HD inline float dequant_element(std::uint32_t type, const std::uint8_t* b,
   case quant::ggml_type::q5_0:
   case quant::ggml_type::q5_1: {
     const bool one = static_cast<quant::ggml_type>(type) == quant::ggml_type::q5_1;
-    const std::uint8_t* h = b + (one ? 4 : 2);
-    const std::uint32_t qh = static_cast<std::uint32_t>(h[0])
-                             | (static_cast<std::uint32_t>(h[1]) << 8)
-                             | (static_cast<std::uint32_t>(h[2]) << 16)
-                             | (static_cast<std::uint32_t>(h[3]) << 24);
+    const std::uint32_t qh = fifth_bits(b + (one ? 4 : 2));
     const unsigned q = b[(one ? 8 : 6) + e % 16];
     const unsigned v = (e < 16 ? q & 0xF : q >> 4) | (((qh >> e) & 1u) << 4);
     return one ? half_at(b) * static_cast<float>(v) + half_at(b + 2)
@@ -223,7 +227,7 @@ EXO_HD inline float dequant_element(std::uint32_t type, const std::uint8_t* b,
     // (sub-block 2j) then high nibbles (2j + 1).
     const bool five = static_cast<quant::ggml_type>(type) == quant::ggml_type::q5_k;
     const unsigned j = e / 64, hf = (e % 64) / 32, l = e % 32;
-    float sc, mn;
+    int sc, mn;
     scale_min_k4(2 * j + hf, b + 4, sc, mn);
     const unsigned q = b[(five ? 48 : 16) + 32 * j + l];
     unsigned v = hf != 0 ? q >> 4 : q & 0xF;

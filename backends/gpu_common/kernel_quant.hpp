@@ -190,11 +190,7 @@ EXO_HD inline int legacy_q(quant::ggml_type t, const std::uint8_t* b,
   case quant::ggml_type::q5_0:
   case quant::ggml_type::q5_1: {
     const bool one = t == quant::ggml_type::q5_1;
-    const std::uint8_t* h = b + (one ? 4 : 2);
-    const std::uint32_t qh = static_cast<std::uint32_t>(h[0])
-                             | (static_cast<std::uint32_t>(h[1]) << 8)
-                             | (static_cast<std::uint32_t>(h[2]) << 16)
-                             | (static_cast<std::uint32_t>(h[3]) << 24);
+    const std::uint32_t qh = fifth_bits(b + (one ? 4 : 2));
     const unsigned byte = b[(one ? 8 : 6) + e % 16];
     const int v = static_cast<int>((e < 16 ? byte & 0xF : byte >> 4)
                                    | (((qh >> e) & 1u) << 4));
@@ -202,18 +198,6 @@ EXO_HD inline int legacy_q(quant::ggml_type t, const std::uint8_t* b,
   }
   default: // q8_0
     return static_cast<std::int8_t>(b[2 + e]);
-  }
-}
-
-/// Q4_K/Q5_K's 6-bit scale and minimum j (ggml's get_scale_min_k4).
-EXO_HD inline void k4_scale_min(unsigned j, const std::uint8_t* s, int& sc,
-                                int& mn) {
-  if (j < 4) {
-    sc = s[j] & 63;
-    mn = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
 }
 
@@ -249,7 +233,7 @@ EXO_HD inline void kquant_q(quant::ggml_type t, const std::uint8_t* b,
     if (five)
       q |= ((b[16 + l] >> (2 * j + (high ? 1 : 0))) & 1) << 4;
     int mn;
-    k4_scale_min(e / 32, b + 4, scale, mn);
+    scale_min_k4(e / 32, b + 4, scale, mn);
     return;
   }
   default: { // q6_k: ql[128] qh[64] scales[16] d
@@ -324,8 +308,8 @@ EXO_HD inline void lane_dot(std::uint32_t type, const std::uint8_t* w,
       const float dmin = mul_rn(-y[i].d, half_at(b + 2));
       if (lane < 4) {
         int sc0, mn0, sc1, mn1;
-        k4_scale_min(2 * lane, b + 4, sc0, mn0);
-        k4_scale_min(2 * lane + 1, b + 4, sc1, mn1);
+        scale_min_k4(2 * lane, b + 4, sc0, mn0);
+        scale_min_k4(2 * lane + 1, b + 4, sc1, mn1);
         const int p0 = bs[4 * lane] + bs[4 * lane + 1];
         const int p1 = bs[4 * lane + 2] + bs[4 * lane + 3];
         extra = fmaf(dmin, static_cast<float>(mn0 * p0 + mn1 * p1), extra);
@@ -338,7 +322,7 @@ EXO_HD inline void lane_dot(std::uint32_t type, const std::uint8_t* w,
       int total = 0;
       for (unsigned j = 0; j < 8; ++j) {
         int sc, mn;
-        k4_scale_min(j, b + 4, sc, mn);
+        scale_min_k4(j, b + 4, sc, mn);
         total += mn * (bs[2 * j] + bs[2 * j + 1]);
       }
       extra = fmaf(dmin, static_cast<float>(total), extra);
@@ -417,7 +401,7 @@ EXO_HD inline int q4_k_imin(const std::uint8_t* b, const act_q8k& y) {
   int total = 0;
   for (unsigned j = 0; j < 8; ++j) {
     int sc, mn;
-    k4_scale_min(j, b + 4, sc, mn);
+    scale_min_k4(j, b + 4, sc, mn);
     total += mn * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
   }
   return total;

@@ -784,14 +784,27 @@ std::string check(const expectation& x, int exit_code, const std::string& out,
   return {};
 }
 
-bool parse_nodes(const std::string& json, std::vector<member_status>& out,
-                 std::string& coordinator, std::string& why) {
-  simdjson::dom::parser p;
-  element doc;
+namespace {
+
+/// Parses a console reply into `doc` (owned by `p`); false with `why` when
+/// it is not JSON.
+bool parse_reply(simdjson::dom::parser& p, const std::string& json,
+                 element& doc, std::string& why) {
   if (auto err = p.parse(json).get(doc)) {
     why = std::string{"not JSON: "} + simdjson::error_message(err);
     return false;
   }
+  return true;
+}
+
+} // namespace
+
+bool parse_nodes(const std::string& json, std::vector<member_status>& out,
+                 std::string& coordinator, std::string& why) {
+  simdjson::dom::parser p;
+  element doc;
+  if (!parse_reply(p, json, doc, why))
+    return false;
   std::string_view co;
   simdjson::dom::array nodes;
   if (doc["coordinator"].get_string().get(co)
@@ -845,10 +858,8 @@ bool parse_run_reply(const std::string& json, run_reply& out,
                      std::string& why) {
   simdjson::dom::parser p;
   element doc;
-  if (auto err = p.parse(json).get(doc)) {
-    why = std::string{"not JSON: "} + simdjson::error_message(err);
+  if (!parse_reply(p, json, doc, why))
     return false;
-  }
   simdjson::dom::array tokens, recoveries;
   std::uint64_t job = 0;
   bool cancelled = false;
@@ -899,10 +910,8 @@ bool parse_jobs(const std::string& json, std::vector<job_status>& running,
                 std::string& why) {
   simdjson::dom::parser p;
   element doc;
-  if (auto err = p.parse(json).get(doc)) {
-    why = std::string{"not JSON: "} + simdjson::error_message(err);
+  if (!parse_reply(p, json, doc, why))
     return false;
-  }
   simdjson::dom::array jobs;
   if (doc["jobs"].get_array().get(jobs)) {
     why = "not the output of jobs --json";
@@ -927,10 +936,8 @@ bool parse_links(const std::string& json, std::vector<measured_link>& out,
                  std::string& why) {
   simdjson::dom::parser p;
   element doc;
-  if (auto err = p.parse(json).get(doc)) {
-    why = std::string{"not JSON: "} + simdjson::error_message(err);
+  if (!parse_reply(p, json, doc, why))
     return false;
-  }
   simdjson::dom::array links;
   if (doc.get_array().get(links)) {
     why = "not the output of measure --json";
