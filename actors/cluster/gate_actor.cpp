@@ -150,6 +150,7 @@ caf::message_handler core_handlers(self_ptr self) {
         auto me = self_info(self);
         me.port = port;
         st.table = std::make_unique<member_table>(me);
+        start_discovery(self);
       },
       [self](register_atom, std::string& command,
              caf::actor& handler) -> caf::result<caf::atom_value> {

@@ -55,6 +55,13 @@ struct gate_config {
   /// Refuse a client's console command that carries no auth=TOKEN (and
   /// the typed devices/actors/inspect requests of clients).
   bool console_requires_token = false;
+  /// Zero-config discovery: once published, the gate announces a signed
+  /// hello (core/tls/hello.hpp) on this multicast group every interval and
+  /// connects to every node of its cluster (`cluster_id`, its CA's
+  /// SHA-256) whose hello it verifies. Off when disabled or when `host` is
+  /// not a concrete non-loopback IPv4 address.
+  config::discovery_section discovery{false, {}, 0, {}};
+  std::string cluster_id;
 };
 
 /// Spawns the gate. Send it (caf::publish_atom, std::uint16_t port) once it

@@ -3,6 +3,7 @@
 // death), and the periodic measurement of links to every peer.
 
 #include "actors/cluster/gate_state.hpp"
+#include "core/tls/hello.hpp"
 
 #include "actors/topology/topology_actor.hpp"
 
@@ -43,6 +44,7 @@ void tick(self_ptr self) {
   for (auto it = st.pending.begin(); it != st.pending.end();)
     it = it->second.deadline < now ? st.pending.erase(it) : std::next(it);
   connect_missing(self);
+  discovery_tick(self);
   // Refresh our devices every second or so.
   auto every = std::max<std::int64_t>(
       1, 1000 / std::max<std::int64_t>(1, st.cfg.heartbeat.count()));
@@ -61,6 +63,55 @@ void tick(self_ptr self) {
 }
 
 } // namespace
+
+void start_discovery(self_ptr self) {
+  auto& st = self->state;
+  const auto& d = st.cfg.discovery;
+  if (!d.enabled || st.beacon || !lan::announceable(st.cfg.host)
+      || st.cfg.cluster_id.empty() || !st.cfg.key)
+    return;
+  try {
+    st.beacon = std::make_unique<lan::beacon>(d.group, d.port, st.cfg.host);
+    st.next_hello = steady::now();
+    st.log("discovery: announcing on " + d.group + ":"
+           + std::to_string(d.port) + " from " + st.cfg.host);
+  } catch (const std::exception& e) {
+    st.log(std::string{e.what()} + " (seeds only)");
+  }
+}
+
+void discovery_tick(self_ptr self) {
+  auto& st = self->state;
+  if (!st.beacon)
+    return;
+  auto now = steady::now();
+  const auto unix_ms = duration_cast<milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  if (now >= st.next_hello) {
+    st.next_hello = now + st.cfg.discovery.interval;
+    tls::hello_info me{st.cfg.name, st.cfg.host, st.cfg.port};
+    try {
+      st.beacon->send(tls::make_hello(*st.cfg.key, st.cfg.cert_pem,
+                                      st.cfg.cluster_id, me, unix_ms));
+    } catch (const std::exception& e) {
+      st.log(std::string{"discovery: cannot sign a hello: "} + e.what());
+    }
+  }
+  for (auto& d : st.beacon->receive(64, tls::max_hello_size)) {
+    std::string why;
+    auto h = tls::check_hello(d, *st.cfg.ca, st.cfg.cluster_id, unix_ms, why);
+    if (!h) {
+      // Another cluster's hellos are expected on a shared LAN: count them,
+      // say nothing.
+      ++st.hellos_refused;
+      continue;
+    }
+    if (h->name == st.cfg.name || st.table->alive(h->name))
+      continue;
+    try_connect(self, h->host, h->port);
+  }
+}
 
 void mark_dead(self_ptr self, const std::string& name,
                const std::string& reason) {

@@ -13,6 +13,7 @@
 
 #include "core/text/line.hpp"
 #include "actors/cluster/gate_actor.hpp"
+#include "core/lan/beacon.hpp"
 #include "actors/cluster/member_table.hpp"
 #include "core/audit/event.hpp"
 #include "core/tls/challenge.hpp"
@@ -65,6 +66,11 @@ struct gate_state {
   static inline const char* name = "exo.gate";
 
   gate_config cfg;
+  /// Zero-config discovery (cfg.discovery): the multicast socket, when it
+  /// runs, and when the next hello goes out.
+  std::unique_ptr<lan::beacon> beacon;
+  steady::time_point next_hello;
+  std::uint64_t hellos_refused = 0;
   std::unique_ptr<member_table> table;
   std::map<std::string, caf::actor> peers;           // name -> remote gate
   std::map<caf::actor_addr, std::string> peer_names; // sender -> name
@@ -151,6 +157,12 @@ void mark_dead(self_ptr self, const std::string& name,
 void measure_all(self_ptr self,
                  std::function<void(std::vector<link_info>)> then,
                  bool fresh = false);
+
+/// Zero-config discovery: opens the beacon once the gate is published
+/// (logs why not when it cannot), and on every tick sends the hello when
+/// due and connects to the verified nodes of our cluster it hears.
+void start_discovery(self_ptr self);
+void discovery_tick(self_ptr self);
 
 /// A monitored peer or client went away.
 void on_down(self_ptr self, caf::down_msg& dm);

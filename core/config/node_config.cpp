@@ -5,6 +5,7 @@
 #include "core/config/strict_json.hpp"
 #include "core/text/file.hpp"
 
+#include <cstdio>
 #include <unistd.h>
 
 #include <algorithm>
@@ -253,8 +254,40 @@ node_config parse_document(const std::string& json, const std::string& source) {
                     n.connect_timeout = std::chrono::milliseconds{
                       as_milliseconds(v, q, 50, 600000)};
                   }},
-                 {"limits", [&](element v, const std::string& q) {
+                 {"limits",
+                  [&](element v, const std::string& q) {
                     parse_limits(v, q, n.limits);
+                  }},
+                 {"discovery", [&](element v, const std::string& q) {
+                    auto& d = n.discovery;
+                    walk(v, q,
+                         {{"enabled",
+                           [&](element x, const std::string& r) {
+                             d.enabled = as_bool(x, r);
+                           }},
+                          {"group",
+                           [&](element x, const std::string& r) {
+                             d.group = as_nonempty_string(x, r);
+                             unsigned a = 0, b = 0, c = 0, e = 0;
+                             char tail = 0;
+                             if (std::sscanf(d.group.c_str(), "%u.%u.%u.%u%c",
+                                             &a, &b, &c, &e, &tail)
+                                   != 4
+                                 || a < 224 || a > 239 || b > 255 || c > 255
+                                 || e > 255)
+                               bad(r, "must be an IPv4 multicast address "
+                                      "(224.0.0.0 - 239.255.255.255), got \""
+                                        + d.group + "\"");
+                           }},
+                          {"port",
+                           [&](element x, const std::string& r) {
+                             d.port = static_cast<std::uint16_t>(
+                               as_integer(x, r, 1, 65535));
+                           }},
+                          {"interval_ms", [&](element x, const std::string& r) {
+                             d.interval = std::chrono::milliseconds{
+                               as_milliseconds(x, r, 100, 600000)};
+                           }}});
                   }}});
            if (n.failure_timeout <= n.heartbeat)
              bad(p + ".failure_timeout_ms",

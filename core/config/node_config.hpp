@@ -24,6 +24,17 @@ struct node_section {
   std::string state_dir; ///< default: $XDG_STATE_HOME/exo or ~/.local/state/exo
 };
 
+/// Zero-config discovery on a LAN (`network.discovery`): signed hellos on a
+/// multicast group (core/tls/hello.hpp, core/lan/beacon.hpp). Runs only
+/// when enabled and the node listens on a concrete non-loopback IPv4
+/// address (the hello tells where to connect).
+struct discovery_section {
+  bool enabled = true;
+  std::string group = "239.255.77.77";
+  std::uint16_t port = 7707;
+  std::chrono::milliseconds interval{2000};
+};
+
 struct network_section {
   std::string listen = "127.0.0.1";
   std::uint16_t port = 7700; ///< 0 picks a free port
@@ -36,6 +47,7 @@ struct network_section {
   std::chrono::milliseconds connect_timeout{2000};
   /// What one TLS peer may hold of this node (`network.limits`).
   tls::connection_limits_config limits;
+  discovery_section discovery;
 };
 
 /// The folders whose files clients may name (`models.dirs`): console

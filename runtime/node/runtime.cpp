@@ -1,4 +1,5 @@
 #include "runtime/node/runtime.hpp"
+#include "core/tls/hello.hpp"
 
 #include "actors/directory/directory_actor.hpp"
 #include "actors/cluster/gate_actor.hpp"
@@ -256,6 +257,12 @@ void runtime::start() {
   gc.access = d.safety.access;
   gc.audit = d.safety.audit;
   gc.console_requires_token = d.cfg.safety.console_requires_token;
+  gc.discovery = d.cfg.network.discovery;
+  try {
+    gc.cluster_id = tls::ca_id(d.tls.files.cafile);
+  } catch (const std::exception&) {
+    gc.discovery.enabled = false; // no CA file to name the cluster by
+  }
   // The bulk channel listens beside the gate; members learn its port.
   try {
     d.blobs = std::make_shared<tls::bulk_blobs>();

@@ -1,6 +1,7 @@
 // exo-scenario: bring up a declarative test cluster and check it.
 //
 //   exo-scenario run FILE.json [--keep] [--verbose] [--bin-dir DIR]
+//                    [--report OUT.json]
 //   exo-scenario check FILE.json
 //   exo-scenario clean-network [--tag TAG]
 //
@@ -61,6 +62,10 @@ int real_main(int argc, char** argv) {
   run->add_option("--bin-dir", opts.bin_dir,
                   "where exo-node, exo-console and exo-model are")
     ->type_name("DIR");
+  run->add_option("--report", opts.report,
+                  "write a JSON report: result, nodes, network and the "
+                  "timeline of the steps")
+    ->type_name("FILE.json");
   auto* check = app.add_subcommand("check", "only validate the file");
   check->add_option("file", file, "the scenario")->type_name("FILE.json");
   auto* clean = app.add_subcommand(

@@ -181,6 +181,10 @@ private:
   std::string host_of(const live_node& n) const {
     return net_ ? net_->plan().find(n.spec->name)->address : "127.0.0.1";
   }
+  /// The PKI folder of a node's cluster, with a trailing '/'.
+  std::string pki_of(const node_spec& n) const {
+    return dir_ + "/pki/" + (n.cluster.empty() ? "" : n.cluster + "/");
+  }
   std::string endpoint(const live_node& n) const {
     return host_of(n) + ":" + std::to_string(n.port);
   }
@@ -200,8 +204,10 @@ private:
     return n;
   }
   void refresh(live_node& n);
-  /// The nodes that run and are not frozen, in file order.
-  std::vector<live_node*> running_nodes();
+  /// The nodes that run and are not frozen, in file order; with `of`, only
+  /// those of its cluster (a node of another CA can neither seed nor see
+  /// it).
+  std::vector<live_node*> running_nodes(const live_node* of = nullptr);
   std::vector<std::string> console_argv(live_node& n, const std::string& cmd,
                                         bool json, milliseconds timeout);
   captured console(live_node& n, const std::string& cmd, bool json,
@@ -294,6 +300,12 @@ private:
   std::unique_ptr<netns_network> net_;
   std::string no_net_; ///< why namespaces were not used, when asked for
   std::map<std::string, link_shaping> shaped_; ///< the links now
+  /// The --report document: the steps as they ran (a timeline).
+  text::json steps_report_ = text::json::array();
+  clock_type::time_point t_all_ = clock_type::now();
+  /// Writes the --report file (when asked for) and returns `code`.
+  int finish(const std::string& result, int code,
+             const std::string& why = {});
   std::string netem_bin_;
   bool cleaned_ = false;
 };
@@ -308,20 +320,32 @@ void runner::make_dir() {
 }
 
 void runner::make_pki() {
-  auto pki = dir_ + "/pki";
-  tls::make_private_dir(pki);
-  auto ca = tls::create_ca(tls::ca_options{});
-  tls::write_certificate(pki + "/ca.crt", ca.cert);
-  tls::write_private_key(pki + "/ca.key", ca.key);
-  for (auto& name : order_) {
-    auto c = tls::issue_certificate(ca, tls::cert_options{name});
-    tls::write_certificate(pki + "/" + name + ".crt", c.cert);
-    tls::write_private_key(pki + "/" + name + ".key", c.key);
+  // One CA per cluster named by the nodes ("" the main one, in pki/; the
+  // others in pki/NAME/), each with its nodes' certificates and a console
+  // client of its own.
+  std::set<std::string> clusters{""};
+  for (auto& n : sc_.nodes)
+    clusters.insert(n.cluster);
+  tls::make_private_dir(dir_ + "/pki");
+  for (auto& c : clusters) {
+    auto pki = c.empty() ? dir_ + "/pki" : dir_ + "/pki/" + c;
+    tls::make_private_dir(pki);
+    auto ca = tls::create_ca(tls::ca_options{});
+    tls::write_certificate(pki + "/ca.crt", ca.cert);
+    tls::write_private_key(pki + "/ca.key", ca.key);
+    for (auto& n : sc_.nodes) {
+      if (n.cluster != c)
+        continue;
+      auto cert = tls::issue_certificate(ca, tls::cert_options{n.name});
+      tls::write_certificate(pki + "/" + n.name + ".crt", cert.cert);
+      tls::write_private_key(pki + "/" + n.name + ".key", cert.key);
+    }
+    auto client = tls::issue_certificate(
+      ca, tls::cert_options{"scenario-runner", tls::cert_role::client});
+    tls::write_certificate(pki + "/client.crt", client.cert);
+    tls::write_private_key(pki + "/client.key", client.key);
   }
-  auto client = tls::issue_certificate(
-    ca, tls::cert_options{"scenario-runner", tls::cert_role::client});
-  tls::write_certificate(pki + "/client.crt", client.cert);
-  tls::write_private_key(pki + "/client.key", client.key);
+  auto pki = dir_ + "/pki";
   // One access key for the whole cluster (config/README.md).
   unsigned char key[32];
   if (RAND_bytes(key, sizeof key) != 1)
@@ -363,12 +387,13 @@ void runner::refresh(live_node& n) {
   }
 }
 
-std::vector<live_node*> runner::running_nodes() {
+std::vector<live_node*> runner::running_nodes(const live_node* of) {
   std::vector<live_node*> out;
   for (auto& name : order_) {
     auto& n = node(name);
     refresh(n);
-    if (n.running && !n.frozen)
+    if (n.running && !n.frozen
+        && (of == nullptr || n.spec->cluster == of->spec->cluster))
       out.push_back(&n);
   }
   return out;
@@ -432,7 +457,7 @@ void runner::start_node(live_node& n, bool quiet_start) {
   }
   bool alone = spec.seeds_given ? spec.seeds.empty() : sc_.topology == "none";
   if (seeds.empty() && !alone)
-    for (auto* p : running_nodes())
+    for (auto* p : running_nodes(&n))
       if (p != &n)
         seeds.push_back(endpoint(*p));
   text::json seed_list = text::json::array();
@@ -448,7 +473,7 @@ void runner::start_node(live_node& n, bool quiet_start) {
       sim["fault"] = d.fault;
     sims.push_back(std::move(sim));
   }
-  auto pki = dir_ + "/pki/";
+  auto pki = pki_of(spec);
   text::json cfg_json = {
     {"node", {{"name", spec.name}, {"state_dir", ndir + "/state"}}},
     {"network",
@@ -459,7 +484,8 @@ void runner::start_node(live_node& n, bool quiet_start) {
       {"seeds", seed_list},
       {"heartbeat_ms", t.heartbeat_ms},
       {"failure_timeout_ms", t.failure_timeout_ms},
-      {"connect_timeout_ms", t.connect_timeout_ms}}},
+      {"connect_timeout_ms", t.connect_timeout_ms},
+      {"discovery", {{"enabled", sc_.network.discovery}}}}},
     {"tls",
      {{"certificate", pki + spec.name + ".crt"},
       {"key", pki + spec.name + ".key"},
@@ -471,7 +497,7 @@ void runner::start_node(live_node& n, bool quiet_start) {
       // Its nodes share this machine's cores: none pins its threads.
       {"cpu_bind_threads", false},
       {"rescan_interval_s", 0}}},
-    {"safety", {{"access_key_file", pki + "access.key"}}},
+    {"safety", {{"access_key_file", dir_ + "/pki/access.key"}}},
     // The scenario's model is the one file its clients name.
     {"models", {{"dirs", {dir_}}}}};
   auto cfg = cfg_json.dump(2) + "\n";
@@ -572,7 +598,7 @@ std::vector<std::string> runner::console_argv(live_node& n,
                                               const std::string& cmd,
                                               bool json,
                                               milliseconds timeout) {
-  auto pki = dir_ + "/pki/";
+  auto pki = pki_of(*n.spec);
   auto request_ms = std::max<long long>(
     100, std::min<long long>(600000, timeout.count()));
   std::vector<std::string> argv{console_bin_,
@@ -727,7 +753,7 @@ std::string runner::do_kill(const step& s) {
   if (!victim.running)
     throw step_failed("node " + s.node + " is not running");
   std::vector<live_node*> survivors;
-  for (auto* n : running_nodes())
+  for (auto* n : running_nodes(&victim))
     if (n != &victim)
       survivors.push_back(n);
   // Who coordinates now (as a survivor sees it)?
@@ -786,7 +812,7 @@ std::string runner::seen_dead(const step& s, const std::string& before,
 std::string runner::do_stop(const step& s) {
   auto& n = running_node(s.node);
   std::vector<live_node*> others;
-  for (auto* o : running_nodes())
+  for (auto* o : running_nodes(&n))
     if (o != &n)
       others.push_back(o);
   auto t0 = clock_type::now();
@@ -821,7 +847,7 @@ std::string runner::do_start(const step& s) {
   auto t0 = clock_type::now();
   start_node(n, true);
   auto ready = since(t0);
-  auto seen = expect_seen(s.node, "alive", t0, bound(s), running_nodes());
+  auto seen = expect_seen(s.node, "alive", t0, bound(s), running_nodes(&n));
   return "ready on " + endpoint(n) + " in " + secs(ready)
          + "; alive on " + seen;
 }
@@ -1084,7 +1110,7 @@ std::string runner::do_await(const step& s) {
 std::string runner::do_freeze(const step& s) {
   auto& victim = running_node(s.node);
   std::vector<live_node*> survivors;
-  for (auto* n : running_nodes())
+  for (auto* n : running_nodes(&victim))
     if (n != &victim)
       survivors.push_back(n);
   std::string before;
@@ -1126,7 +1152,7 @@ std::string runner::do_thaw(const step& s) {
   // What the others make of a node they declared dead is for later steps
   // to check (converge, console with poll); this one says what they see.
   std::string seen;
-  for (auto* o : running_nodes()) {
+  for (auto* o : running_nodes(&n)) {
     if (o == &n)
       continue;
     std::vector<member_status> members;
@@ -1217,6 +1243,8 @@ std::string runner::run_step(const step& s) {
 
 /// Whether `sc` shapes a link or partitions one (loopback cannot).
 bool needs_namespaces(const scenario& sc) {
+  if (sc.network.discovery)
+    return true;
   for (auto& n : sc.nodes)
     if (n.bandwidth_mbit > 0 || n.latency_ms > 0 || n.loss_pct > 0)
       return true;
@@ -1249,8 +1277,52 @@ std::string describe(const step& s) {
   return d;
 }
 
+int runner::finish(const std::string& result, int code,
+                   const std::string& why) {
+  if (opts_.report.empty())
+    return code;
+  text::json nodes = text::json::array();
+  for (auto& n : sc_.nodes) {
+    text::json o{{"name", n.name}};
+    if (!n.cluster.empty())
+      o["cluster"] = n.cluster;
+    if (n.bandwidth_mbit > 0)
+      o["bandwidth_mbit"] = n.bandwidth_mbit;
+    if (n.latency_ms > 0)
+      o["latency_ms"] = n.latency_ms;
+    if (n.jitter_ms > 0)
+      o["jitter_ms"] = n.jitter_ms;
+    if (n.loss_pct > 0)
+      o["loss_pct"] = n.loss_pct;
+    nodes.push_back(std::move(o));
+  }
+  text::json doc{{"scenario", sc_.name},
+                 {"result", result},
+                 {"exit_status", code},
+                 {"seconds", since(t_all_)},
+                 {"nodes", std::move(nodes)},
+                 {"steps", steps_report_}};
+  if (!why.empty())
+    doc["reason"] = why;
+  if (sc_.network.namespaces)
+    doc["network"] = no_net_.empty()
+                       ? text::json{{"namespaces", true},
+                                    {"discovery", sc_.network.discovery}}
+                       : text::json{{"namespaces", false},
+                                    {"unavailable", no_net_}};
+  try {
+    write_text(opts_.report, doc.dump(2) + "\n");
+    out_ << "report written to " << opts_.report << "\n";
+  } catch (const std::exception& e) {
+    out_ << "cannot write the report " << opts_.report << ": " << e.what()
+         << "\n";
+  }
+  return code;
+}
+
 int runner::go() {
   auto t_all = clock_type::now();
+  t_all_ = t_all;
   for (auto& n : sc_.nodes) {
     order_.push_back(n.name);
     nodes_[n.name].spec = &n;
@@ -1275,7 +1347,7 @@ int runner::go() {
       out_ << "scenario " << sc_.name << ": SKIPPED: its links or steps "
            << "need network namespaces (" << no_net_ << ")\n";
       cleanup();
-      return skipped_exit;
+      return finish("skipped", skipped_exit, no_net_);
     }
     if (sc_.model)
       make_model();
@@ -1285,19 +1357,27 @@ int runner::go() {
   } catch (const interrupted_error&) {
     out_ << "interrupted\n";
     cleanup();
-    return 130;
+    return finish("interrupted", 130);
   } catch (const std::exception& e) {
     out_ << "setup FAILED: " << e.what() << "\n";
     cleanup();
     out_ << "scenario " << sc_.name << ": FAIL (setup)\n";
-    return 1;
+    return finish("fail", 1, std::string{"setup: "} + e.what());
   }
   for (std::size_t i = 0; i < total; ++i) {
     auto& s = sc_.steps[i];
     std::ostringstream label;
     label << "[" << (i + 1) << "/" << total << "] " << describe(s);
+    text::json entry{{"index", i + 1},
+                     {"do", s.verb.empty() ? to_string(s.kind) : s.verb},
+                     {"step", describe(s)},
+                     {"at_s", since(t_all)}};
+    if (!s.node.empty())
+      entry["node"] = s.node;
     if (failed) {
       out_ << label.str() << " ... SKIPPED\n";
+      entry["result"] = "skipped";
+      steps_report_.push_back(std::move(entry));
       continue;
     }
     out_ << label.str() << " ..." << (opts_.verbose ? "\n" : " ")
@@ -1308,21 +1388,33 @@ int runner::go() {
       out_ << (opts_.verbose ? "  " : "") << "PASS (" << secs(since(t0))
            << ")" << (detail.empty() ? "" : " " + detail) << "\n";
       ++passed;
+      entry["result"] = "pass";
+      entry["seconds"] = since(t0);
+      entry["detail"] = detail;
     } catch (const interrupted_error&) {
       out_ << "interrupted\n";
       cleanup();
-      return 130;
+      entry["result"] = "interrupted";
+      steps_report_.push_back(std::move(entry));
+      return finish("interrupted", 130);
     } catch (const step_failed& e) {
       out_ << (opts_.verbose ? "  " : "") << "FAIL (" << secs(since(t0))
            << ")\n"
            << indent(std::string{s.path} + ": " + e.what());
       failed = 1;
+      entry["result"] = "fail";
+      entry["seconds"] = since(t0);
+      entry["reason"] = std::string{s.path} + ": " + e.what();
     } catch (const std::exception& e) {
       out_ << (opts_.verbose ? "  " : "") << "FAIL (" << secs(since(t0))
            << ")\n"
            << indent(std::string{s.path} + ": error: " + e.what());
       failed = 1;
+      entry["result"] = "fail";
+      entry["seconds"] = since(t0);
+      entry["reason"] = std::string{s.path} + ": error: " + e.what();
     }
+    steps_report_.push_back(std::move(entry));
     out_ << std::flush;
     if (failed) {
       // The end of every node's latest log helps to see why.
@@ -1344,7 +1436,7 @@ int runner::go() {
        << passed << "/" << total << " steps passed in " << secs(since(t_all))
        << ")\n"
        << std::flush;
-  return failed ? 1 : 0;
+  return finish(failed ? "fail" : "pass", failed ? 1 : 0);
 }
 
 } // namespace

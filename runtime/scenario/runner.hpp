@@ -20,6 +20,10 @@ struct runner_options {
   /// Where exo-node, exo-console and exo-model are; empty: $EXO_BIN_DIR,
   /// next to this program, its build-tree siblings, then $PATH.
   std::string bin_dir;
+  /// Where to write the JSON report (result, nodes, network, every step
+  /// with when it started, how long it took, its result and detail); empty:
+  /// none.
+  std::string report;
 };
 
 /// The exit status of a scenario that cannot run on this machine (it shapes

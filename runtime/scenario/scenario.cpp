@@ -148,8 +148,11 @@ node_spec parse_node(element e, const std::string& path) {
            for (auto item : as_array(v, p, "node names"))
              n.seeds.push_back(as_nonempty_string(item, at(p, i++)));
          }},
-        {"start", [&](element v, const std::string& p) {
-           n.start = as_bool(v, p);
+        {"start",
+         [&](element v, const std::string& p) { n.start = as_bool(v, p); }},
+        {"cluster", [&](element v, const std::string& p) {
+           n.cluster = as_nonempty_string(v, p);
+           check_name(n.cluster, p);
          }}});
   if (n.name.empty())
     bad(join(path, "name"), "required");
@@ -400,6 +403,9 @@ void validate(scenario& sc) {
     if (!names.insert(n.name).second)
       bad(p + ".name", "duplicate node name \"" + n.name + "\"");
   }
+  if (sc.network.discovery && !sc.network.namespaces)
+    bad("network.discovery", "needs \"namespaces\": true (nodes announce "
+                             "from their own non-loopback addresses)");
   for (std::size_t i = 0; i < sc.nodes.size(); ++i) {
     auto& n = sc.nodes[i];
     if ((n.bandwidth_mbit > 0 || n.latency_ms > 0 || n.loss_pct > 0)
@@ -544,8 +550,12 @@ scenario parse_document(const std::string& json, const std::string& source) {
         {"network",
          [&](element v, const std::string& p) {
            walk(v, p,
-                {{"namespaces", [&](element x, const std::string& q) {
+                {{"namespaces",
+                  [&](element x, const std::string& q) {
                     sc.network.namespaces = as_bool(x, q);
+                  }},
+                 {"discovery", [&](element x, const std::string& q) {
+                    sc.network.discovery = as_bool(x, q);
                   }}});
          }},
         {"topology",

@@ -38,6 +38,9 @@ struct node_spec {
   std::vector<std::string> seeds; ///< names of other nodes
   bool seeds_given = false;       ///< false: seeds follow the topology
   bool start = true;              ///< started before the first step
+  /// The cluster the node's certificate belongs to: "" the scenario's
+  /// main CA, another name a CA of its own (and a console client of it).
+  std::string cluster;
   std::uint64_t cpu_memory_limit_mib = 0;
   /// link.bandwidth_mbit: the node's link, shaped both ways (namespaces
   /// only); 0: as fast as the machine goes.
@@ -55,6 +58,9 @@ struct network_spec {
   /// One network namespace per node on a bridge (needs root; without it
   /// the runner says so and runs on 127.0.0.1).
   bool namespaces = false;
+  /// Zero-config discovery on the nodes (network.discovery of their
+  /// configs); off by default so that seeds and topology decide alone.
+  bool discovery = false;
 };
 
 struct timing_spec {

@@ -19,6 +19,11 @@ TEST_CASE("an empty config gives a single local node with every default") {
   CHECK(cfg.network.listen == "127.0.0.1");
   CHECK(cfg.network.port == 7700);
   CHECK(cfg.network.seeds.empty());
+  // Discovery is on, but announces only from a non-loopback address.
+  CHECK(cfg.network.discovery.enabled);
+  CHECK(cfg.network.discovery.group == "239.255.77.77");
+  CHECK(cfg.network.discovery.port == 7707);
+  CHECK(cfg.network.discovery.interval.count() == 2000);
   CHECK(cfg.tls.unset());
   CHECK(cfg.devices.include.empty());
   CHECK(cfg.devices.simulated.empty());
@@ -36,7 +41,9 @@ TEST_CASE("every documented key is read") {
     "network": {"listen": "0.0.0.0", "port": 0, "bulk_port": 7710,
                 "seeds": ["10.0.0.2:7700", "[::1]:7701"],
                 "heartbeat_ms": 100, "failure_timeout_ms": 900,
-                "connect_timeout_ms": 1500},
+                "connect_timeout_ms": 1500,
+                "discovery": {"enabled": false, "group": "239.1.2.3",
+                              "port": 9999, "interval_ms": "5s"}},
     "tls": {"certificate": "n.crt", "key": "n.key", "ca": "ca.crt",
             "passphrase_file": "pw"},
     "devices": {"include": ["vulkan", "cpu", "sim"], "exclude": ["cuda"],
@@ -60,6 +67,10 @@ TEST_CASE("every documented key is read") {
   CHECK(cfg.network.seeds[1].host == "::1");
   CHECK(cfg.network.heartbeat.count() == 100);
   CHECK(cfg.network.failure_timeout.count() == 900);
+  CHECK_FALSE(cfg.network.discovery.enabled);
+  CHECK(cfg.network.discovery.group == "239.1.2.3");
+  CHECK(cfg.network.discovery.port == 9999);
+  CHECK(cfg.network.discovery.interval.count() == 5000);
   CHECK(cfg.tls.certificate == "n.crt");
   CHECK(cfg.tls.passphrase_file == "pw");
   CHECK(cfg.devices.include.size() == 3);
@@ -114,6 +125,14 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "network.seeds[0]: port must be an integer in [1, 65535], got \" 80\""},
     {R"({"network": {"seeds": ["h:65536"]}})",
      "network.seeds[0]: port must be an integer in [1, 65535]"},
+    {R"({"network": {"discovery": {"group": "10.0.0.1"}}})",
+     "network.discovery.group: must be an IPv4 multicast address"},
+    {R"({"network": {"discovery": {"port": 0}}})",
+     "network.discovery.port: must be an integer in [1, 65535]"},
+    {R"({"network": {"discovery": {"interval_ms": 5}}})",
+     "network.discovery.interval_ms: must be an integer in [100, 600000]"},
+    {R"({"network": {"discovery": {"beacon": true}}})",
+     "network.discovery.beacon: unknown key"},
     {R"({"network": {"heartbeat_ms": 5}})",
      "network.heartbeat_ms: must be an integer in [10, 60000]"},
     {R"({"network": {"heartbeat_ms": 500, "failure_timeout_ms": 400}})",

@@ -31,10 +31,21 @@ TEST_CASE("a failed expectation fails the run with status 1 and cleans up") {
       {"do": "console", "node": "solo", "command": "coordinator",
        "expect": {"contains": "nobody"}},
       {"do": "sleep", "seconds": 1}]})");
-  auto r = run({build_path("runtime/scenario/exo-scenario"), "run", file},
+  auto report = dir + "/report.json";
+  auto r = run({build_path("runtime/scenario/exo-scenario"), "run", file,
+                "--report", report},
                240s);
   INFO(r.out << r.err);
   CHECK(r.code == 1);
+  // The report: the result and the timeline of the steps.
+  auto rep = read_file(report);
+  CHECK_THAT(rep, Catch::Contains(R"("scenario": "fails")"));
+  CHECK_THAT(rep, Catch::Contains(R"("result": "fail")"));
+  CHECK_THAT(rep, Catch::Contains(R"("exit_status": 1)"));
+  CHECK_THAT(rep, Catch::Contains(R"("step": "converge to 1 alive")"));
+  CHECK_THAT(rep, Catch::Contains(R"("result": "pass")"));
+  CHECK_THAT(rep, Catch::Contains(R"("reason": "steps[1]: output lacks \"nobody\")"));
+  CHECK_THAT(rep, Catch::Contains(R"("result": "skipped")"));
   CHECK_THAT(r.out, Catch::Contains("[1/3] converge to 1 alive ... PASS"));
   CHECK_THAT(r.out, Catch::Contains("[2/3] console solo: coordinator ... FAIL"));
   CHECK_THAT(r.out, Catch::Contains("steps[1]: output lacks \"nobody\""));

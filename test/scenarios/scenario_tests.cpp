@@ -275,6 +275,10 @@ TEST_CASE("bad scenario files are refused with a message naming the key") {
      "steps[0].tolerance_pct: must be a number in [1, 100]"},
     {R"({"name": "s", "network": {"namespaces": true}, "nodes": [{"name": "a"}], "steps": [{"do": "heal", "node": "z"}]})",
      "steps[0].node: no node named \"z\""},
+    {R"({"name": "s", "network": {"discovery": true}, "nodes": [{"name": "a"}], "steps": [{"do": "sleep", "seconds": 1}]})",
+     "network.discovery: needs \"namespaces\": true"},
+    {with_node(R"({"name": "a", "cluster": "../x"})"),
+     "nodes[0].cluster: "},
   };
   for (auto& [json, message] : table) {
     INFO(json);
@@ -495,6 +499,8 @@ TEST_CASE("a network, links, partitions, shaping and measuring are read") {
               {"do": "measure", "node": "a", "within_s": 30}]})",
                   "t");
   CHECK(sc.network.namespaces);
+  CHECK_FALSE(sc.network.discovery);
+  CHECK(sc.nodes[0].cluster.empty());
   CHECK(sc.nodes[0].bandwidth_mbit == 0);
   CHECK(sc.nodes[1].bandwidth_mbit == 20);
   CHECK(sc.nodes[1].latency_ms == 20);
@@ -509,6 +515,11 @@ TEST_CASE("a network, links, partitions, shaping and measuring are read") {
   CHECK(sc.steps[3].tolerance_pct == 20);
   CHECK_FALSE(parse(R"({"name": "x", "nodes": [{"name": "a"}],
     "steps": [{"do": "sleep", "seconds": 0}]})", "t").network.namespaces);
+  auto d = parse(R"({"name": "x", "network": {"namespaces": true,
+    "discovery": true}, "nodes": [{"name": "a", "cluster": "blue"}],
+    "steps": [{"do": "sleep", "seconds": 0}]})", "t");
+  CHECK(d.network.discovery);
+  CHECK(d.nodes[0].cluster == "blue");
 }
 
 TEST_CASE("measured links are held to the shaped rates") {
