@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
 .PHONY: all deps configure build run test bench asan fuzz fuzz-build fuzz-ci clean \
-        format
+        format scenarios
 
 all: build
 
@@ -35,6 +35,23 @@ test: build
 
 bench: build
 	cmake --build $(BUILD) --target bench_all
+
+# Every scenario in scenarios/, one after the other (the namespaced ones need
+# root; without it they report SKIPPED). REPORTS=DIR keeps a JSON report of
+# each (exo-scenario run --report).
+REPORTS ?=
+scenarios: build
+	@failed=0; for f in scenarios/*.json; do \
+	  n=$$(basename $$f .json); \
+	  rep=""; \
+	  if [ -n "$(REPORTS)" ]; then \
+	    mkdir -p $(REPORTS); rep="--report $(REPORTS)/$$n.json"; fi; \
+	  out=$$(mktemp); \
+	  XDG_RUNTIME_DIR=/tmp $(BUILD)/runtime/scenario/exo-scenario run $$f $$rep \
+	    >$$out 2>&1; rc=$$?; tail -1 $$out; \
+	  if [ $$rc -ne 0 ] && [ $$rc -ne 77 ]; then failed=1; tail -30 $$out; fi; \
+	  rm -f $$out; \
+	done; exit $$failed
 
 # Sanitizers slow everything 2-5x: the multi-process suites (label slow),
 # whose failure detection is timed, run one at a time after the rest.

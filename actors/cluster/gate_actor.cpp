@@ -3,6 +3,7 @@
 #include "actors/cluster/gate_state.hpp"
 #include "actors/topology/topology_actor.hpp"
 #include "messages/errors.hpp"
+#include "messages/workload.hpp"
 
 #include <algorithm>
 
@@ -43,6 +44,35 @@ bool is_client(self_ptr self) {
 bool tokenless_client(self_ptr self) {
   return self->state.cfg.console_requires_token && is_client(self) &&
          !is_local(self) && !is_peer(self);
+}
+
+std::string sender_member(self_ptr self) {
+  auto s = self->current_sender();
+  if (!s)
+    return {};
+  auto& st = self->state;
+  if (auto it = st.peer_names.find(caf::actor_cast<caf::actor_addr>(s));
+      it != st.peer_names.end())
+    return it->second;
+  for (auto& [name, peer] : st.peers)
+    if (peer.node() == s->node())
+      return name;
+  return {};
+}
+
+std::string peer_service_refusal(const caf::message& m,
+                                 const std::string& sender) {
+  std::string origin;
+  if (m.match_elements<replicate_atom, job_replica>())
+    origin = m.get_as<job_replica>(1).origin;
+  else if (m.match_elements<replicate_atom, job_progress>())
+    origin = m.get_as<job_progress>(1).origin;
+  else
+    return {};
+  if (origin == sender && !sender.empty())
+    return {};
+  return "a job replica of \"" + origin + "\" sent by \"" + sender
+         + "\": a node replicates only its own jobs";
 }
 
 caf::error denied() {
@@ -211,6 +241,13 @@ caf::message_handler core_handlers(self_ptr self) {
         if (!is_peer(self) && !is_local(self))
           return denied();
         auto& st = self->state;
+        if (!is_local(self)) {
+          auto why = peer_service_refusal(m, sender_member(self));
+          if (!why.empty()) {
+            st.log("refused: " + why);
+            return make_exo_error(exo_errc::access_denied, why);
+          }
+        }
         auto it = st.services.find(service);
         if (it == st.services.end())
           return make_exo_error(exo_errc::invalid_argument,

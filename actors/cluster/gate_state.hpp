@@ -158,6 +158,16 @@ void measure_all(self_ptr self,
                  std::function<void(std::vector<link_info>)> then,
                  bool fresh = false);
 
+/// Why a service message from peer node `sender` is refused, or "": a job
+/// replica or its progress (replicate_atom) whose origin is not the sender,
+/// since a node may only replicate its own jobs -- else a peer could plant
+/// a job in another node's name on the backup and have it taken over.
+std::string peer_service_refusal(const caf::message& m,
+                                 const std::string& sender);
+
+/// The member whose node sent the current message ("" when none is known).
+std::string sender_member(self_ptr self);
+
 /// Zero-config discovery: opens the beacon once the gate is published
 /// (logs why not when it cannot), and on every tick sends the hello when
 /// due and connects to the verified nodes of our cluster it hears.

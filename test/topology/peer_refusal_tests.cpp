@@ -1,0 +1,34 @@
+// What the gate refuses from a joined peer whatever its certificate says:
+// a job replica (or its progress) in another node's name. A node may only
+// replicate its own jobs; otherwise a peer could plant a job on a backup in
+// another node's name and have it taken over when that node dies.
+
+#include "actors/cluster/gate_state.hpp"
+#include "messages/workload.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace exo;
+using namespace exo::cluster::detail;
+
+TEST_CASE("a peer's job replicas must be its own jobs") {
+  job_replica r;
+  r.origin = "n1";
+  r.job = 7;
+  auto replica = caf::make_message(replicate_atom::value, r);
+  CHECK(peer_service_refusal(replica, "n1").empty());
+  CHECK(peer_service_refusal(replica, "mallory")
+        == "a job replica of \"n1\" sent by \"mallory\": a node replicates "
+           "only its own jobs");
+  CHECK_FALSE(peer_service_refusal(replica, "").empty()); // unknown sender
+  job_progress p;
+  p.origin = "n1";
+  auto progress = caf::make_message(replicate_atom::value, p);
+  CHECK(peer_service_refusal(progress, "n1").empty());
+  CHECK_FALSE(peer_service_refusal(progress, "n2").empty());
+  // Other service messages are not this check's business.
+  CHECK(peer_service_refusal(caf::make_message(std::string{"x"}), "n2")
+          .empty());
+  CHECK(peer_service_refusal(caf::make_message(replicate_atom::value), "n2")
+          .empty());
+}
