@@ -290,28 +290,38 @@ struct job_replica {
   std::string model_sha256;
   std::uint64_t model_size = 0;
   std::vector<std::vector<std::int32_t>> tokens; ///< so far, per sequence
+  /// The losses the job survived so far (a takeover reports them before
+  /// its own); at most max_replicated_recoveries are kept.
+  std::vector<job_recovered> recoveries;
 };
+
+/// The most recoveries a backup keeps of a job (a peer cannot make it
+/// hold more).
+constexpr std::size_t max_replicated_recoveries = 64;
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_replica& x) {
   return wire(f, caf::meta::type_name("exo.job_replica"), x.origin, x.job,
-              x.request, x.model_sha256, x.model_size, x.tokens);
+              x.request, x.model_sha256, x.model_size, x.tokens,
+              x.recoveries);
 }
 
 /// More of a replicated job (see job_replica): sequence j had have[j]
-/// tokens, `more[j]` follow. `ended`: the job ended, the replica goes.
+/// tokens, `more[j]` follow; `recoveries` the losses it survived since the
+/// last progress. `ended`: the job ended, the replica goes.
 struct job_progress {
   std::string origin;
   std::uint64_t job = 0;
   std::vector<std::uint32_t> have;
   std::vector<std::vector<std::int32_t>> more;
   bool ended = false;
+  std::vector<job_recovered> recoveries;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_progress& x) {
   return wire(f, caf::meta::type_name("exo.job_progress"), x.origin, x.job,
-              x.have, x.more, x.ended);
+              x.have, x.more, x.ended, x.recoveries);
 }
 
 /// One generated token of one sequence, with its text.

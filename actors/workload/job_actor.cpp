@@ -625,6 +625,7 @@ std::string take_generated(self_ptr self) {
   r.job = st.cfg.id;
   r.reason = st.cfg.resumed_after;
   r.placement = st.cfg.resumed_placement;
+  st.result.recoveries = st.cfg.earlier_recoveries;
   for (std::size_t j = 0; j < gen.size(); ++j) {
     auto& q = st.seqs[j];
     auto& got = gen[j];

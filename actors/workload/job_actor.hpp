@@ -137,6 +137,9 @@ struct job_setup {
   /// When the last of `generated` was known to be out (the last
   /// replicated token's arrival): the stall's gap_s counts from there.
   std::chrono::steady_clock::time_point resumed_last_token{};
+  /// With `generated`: the recoveries of the job before it was taken over
+  /// (replicated with its tokens); the result lists them first.
+  std::vector<job_recovered> earlier_recoveries;
   /// Turns the result into the reply to (run_atom).
   std::function<caf::message(job_result&)> finish;
 };

@@ -66,11 +66,8 @@ struct job_run;
 struct token_log {
   std::mutex mx;
   std::vector<std::vector<std::int32_t>> tokens;
-
-  std::vector<std::vector<std::int32_t>> copy() {
-    std::lock_guard<std::mutex> guard{mx};
-    return tokens;
-  }
+  /// The losses the job survived (its earlier coordinators' too).
+  std::vector<job_recovered> recoveries;
 };
 
 /// A job this node coordinates (console `jobs`, `cancel`).
@@ -97,6 +94,7 @@ struct running_job {
   std::shared_ptr<token_log> log;
   std::string backup;
   std::vector<std::uint32_t> replicated;
+  std::size_t replicated_recoveries = 0;
   std::set<std::string> refused;
   /// Replication ticks since the last message to the backup.
   int quiet_ticks = 0;
@@ -197,6 +195,7 @@ struct job_run {
   std::string key;
   std::vector<std::vector<std::int32_t>> generated;
   std::string resumed_after;
+  std::vector<job_recovered> earlier_recoveries; ///< before the takeover
   std::chrono::steady_clock::time_point resumed_since{};
   std::chrono::steady_clock::time_point resumed_last_token{};
   /// Clients waiting for its end (attach): they get run's reply.
@@ -459,7 +458,12 @@ void choose_backup(self_ptr self, std::uint64_t id) {
   r.request.model.clear(); // a path of this node: no use elsewhere
   r.model_sha256 = run->sha;
   r.model_size = run->size;
-  r.tokens = rj.log->copy();
+  {
+    std::lock_guard<std::mutex> guard{rj.log->mx};
+    r.tokens = rj.log->tokens;
+    r.recoveries = rj.log->recoveries;
+  }
+  rj.replicated_recoveries = r.recoveries.size();
   rj.backup = pick;
   rj.replicated.clear();
   for (auto& t : r.tokens)
@@ -510,6 +514,14 @@ void replicate_tick(self_ptr self) {
         p.more.emplace_back(t[j].begin() + rj.replicated[j], t[j].end());
         more = more || !p.more.back().empty();
         rj.replicated[j] = static_cast<std::uint32_t>(t[j].size());
+      }
+      auto& rs = rj.log->recoveries;
+      if (rj.replicated_recoveries < rs.size()) {
+        p.recoveries.assign(rs.begin() + static_cast<std::ptrdiff_t>(
+                                           rj.replicated_recoveries),
+                            rs.end());
+        rj.replicated_recoveries = rs.size();
+        more = true;
       }
     }
     // New tokens, or every heartbeat_ticks ticks a message without any: a
@@ -584,10 +596,12 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.resumed_placement = run->placement_text;
   j.resumed_since = run->resumed_since;
   j.resumed_last_token = run->resumed_last_token;
+  j.earlier_recoveries = run->earlier_recoveries;
   auto id = j.id;
   auto tok = run->job.tokenizer;
   auto log = std::make_shared<token_log>();
   log->tokens = run->generated;
+  log->recoveries = run->earlier_recoveries;
   log->tokens.resize(req.sequences);
   std::uint64_t so_far = 0;
   for (auto& t : log->tokens)
@@ -606,7 +620,11 @@ void start_job(self_ptr self, const run_ptr& run) {
   };
   if (self->state.cfg.gate) { // losses re-place it on the survivors
     j.recoverer = caf::actor_cast<caf::actor>(self);
-    j.on_recovered = [run](const job_recovered& r) {
+    j.on_recovered = [run, log](const job_recovered& r) {
+      {
+        std::lock_guard<std::mutex> guard{log->mx};
+        log->recoveries.push_back(r); // replicated with the tokens
+      }
       if (run->sink.recovered)
         run->sink.recovered(r);
     };
@@ -1249,6 +1267,7 @@ struct takeover {
   std::string sha; ///< the model's digest (its file is the cache's)
   std::uint64_t size = 0;
   std::vector<std::vector<std::int32_t>> generated;
+  std::vector<job_recovered> recoveries; ///< before the takeover
   std::string why;
   std::chrono::steady_clock::time_point since;
   std::chrono::steady_clock::time_point last_token;
@@ -1321,6 +1340,7 @@ caf::error start_run(self_ptr self, job_request req, job_sink sink,
       run->size = from->size;
       run->key = from->key;
       run->generated = std::move(from->generated);
+      run->earlier_recoveries = std::move(from->recoveries);
       run->resumed_after = from->why;
       run->resumed_since = from->since;
       run->resumed_last_token = from->last_token;
@@ -1790,6 +1810,9 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
   for (auto& t : r.tokens)
     if (t.size() > r.request.n_gen)
       return bad("a sequence holds more tokens than -n");
+  if (r.recoveries.size() > max_replicated_recoveries)
+    return bad("more than " + std::to_string(max_replicated_recoveries)
+               + " recoveries");
   auto key = r.origin + ":" + std::to_string(r.job);
   if (st.backups.count(key) == 0 && st.backups.size() >= max_backups)
     return bad("this node backs up " + std::to_string(max_backups)
@@ -1884,6 +1907,10 @@ caf::result<caf::ok_atom> on_progress(self_ptr self, job_progress& p) {
     tokens[j].insert(tokens[j].end(), p.more[j].begin(), p.more[j].end());
     b.last_token = std::chrono::steady_clock::now();
   }
+  auto& rs = b.replica.recoveries;
+  for (auto& r : p.recoveries)
+    if (rs.size() < max_replicated_recoveries)
+      rs.push_back(std::move(r));
   return caf::ok_atom::value;
 }
 
@@ -1918,6 +1945,7 @@ void take_over(self_ptr self, const std::string& key, const std::string& why) {
   from.sha = b.replica.model_sha256;
   from.size = b.replica.model_size;
   from.generated = std::move(b.replica.tokens);
+  from.recoveries = std::move(b.replica.recoveries);
   from.why = why;
   from.since = std::chrono::steady_clock::now();
   from.last_token = b.last_token;
