@@ -48,7 +48,8 @@ scenarios: build
 	    mkdir -p $(REPORTS); rep="--report $(REPORTS)/$$n.json"; fi; \
 	  out=$$(mktemp); \
 	  XDG_RUNTIME_DIR=/tmp $(BUILD)/runtime/scenario/exo-scenario run $$f $$rep \
-	    >$$out 2>&1; rc=$$?; tail -1 $$out; \
+	    >$$out 2>&1; rc=$$?; \
+	  grep -E "^scenario [^ ]+: (PASS|FAIL|SKIPPED)" $$out || tail -1 $$out; \
 	  if [ $$rc -ne 0 ] && [ $$rc -ne 77 ]; then failed=1; tail -30 $$out; fi; \
 	  rm -f $$out; \
 	done; exit $$failed
