@@ -1,5 +1,6 @@
 #include "backends/sim/sim_backend.hpp"
 
+#include <cstdio>
 #include <simdjson.h>
 
 #include <algorithm>
@@ -175,6 +176,14 @@ status sim_device::admit(const char* what) {
         gone_ = true;
       break;
     }
+  // heat_after: this operation may be the one that heats it (the caller
+  // holds the device's lock).
+  for (auto left = heat_ops_left_.load(); left > 0;)
+    if (heat_ops_left_.compare_exchange_weak(left, left - 1)) {
+      if (left == 1)
+        temp_c_ += heat_c_;
+      break;
+    }
   while (hung_ && !gone_)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (gone_)
@@ -247,13 +256,35 @@ std::uint64_t vanish_after_count(const std::string& fault) {
 
 } // namespace
 
+/// N and C of "heat_after:N:C"; false when `fault` is not of that form or
+/// a number is out of range (N in [1, 10^9], C in [1, 500]).
+bool heat_after_of(const std::string& fault, std::uint64_t& n, double& c) {
+  static const std::string prefix = "heat_after:";
+  if (fault.rfind(prefix, 0) != 0)
+    return false;
+  unsigned long long ops = 0;
+  double deg = 0;
+  char tail = 0;
+  if (std::sscanf(fault.c_str() + prefix.size(), "%llu:%lf%c", &ops, &deg,
+                  &tail)
+        != 2
+      || ops < 1 || ops > 1000000000ull || !(deg >= 1 && deg <= 500))
+    return false;
+  n = ops;
+  c = deg;
+  return true;
+}
+
 std::string sim_fault_error(const std::string& fault) {
+  std::uint64_t n = 0;
+  double c = 0;
   if (fault == "fail_allocations" || fault == "vanished"
-      || vanish_after_count(fault) > 0)
+      || vanish_after_count(fault) > 0 || heat_after_of(fault, n, c))
     return {};
   return "unknown fault \"" + fault
-         + "\" (expected fail_allocations, vanished or vanish_after:N, N "
-           "operations in [1, 1000000000])";
+         + "\" (expected fail_allocations, vanished, vanish_after:N or "
+           "heat_after:N:C, N operations in [1, 1000000000], C degrees in "
+           "[1, 500])";
 }
 
 void sim_device::vanish_after(std::uint64_t ops) {
@@ -271,6 +302,12 @@ void sim_device::hang(bool on) {
 void sim_device::jump_temperature(double delta_c) {
   std::lock_guard<std::mutex> guard{mtx_};
   temp_c_ += delta_c;
+}
+
+void sim_device::heat_after(std::uint64_t ops, double delta_c) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  heat_c_ = delta_c;
+  heat_ops_left_ = ops;
 }
 
 void sim_device::advance(double seconds) {
@@ -340,6 +377,12 @@ public:
         dev->vanish();
       else if (auto n = vanish_after_count(spec.fault); n > 0)
         dev->vanish_after(n);
+      else {
+        std::uint64_t ops = 0;
+        double deg = 0;
+        if (heat_after_of(spec.fault, ops, deg))
+          dev->heat_after(ops, deg);
+      }
       devices_.push_back(std::move(dev));
     }
     return {};

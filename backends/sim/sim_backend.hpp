@@ -46,13 +46,15 @@ struct sim_device_spec {
   std::string id;      ///< optional stable id; default "sim:<profile>:<n>"
   /// A fault (for scenarios): empty, or one sim_fault_error() accepts:
   /// "fail_allocations" (every allocation fails), "vanished" (every
-  /// operation fails with device_lost) or "vanish_after:N" (the device
-  /// vanishes at its N-th operation: a device lost mid-run).
+  /// operation fails with device_lost), "vanish_after:N" (the device
+  /// vanishes at its N-th operation: a device lost mid-run) or
+  /// "heat_after:N:C" (its temperature jumps C degrees at its N-th
+  /// operation: a thermal spike mid-run).
   std::string fault = {};
 };
 
 /// What is wrong with a sim_device_spec's fault name ("" when it is one of
-/// those above; N of vanish_after in [1, 10^9]).
+/// those above; N in [1, 10^9], C in [1, 500]).
 std::string sim_fault_error(const std::string& fault);
 
 struct sim_options {
@@ -88,6 +90,8 @@ public:
   void hang(bool on);
   /// Adds delta degrees to the temperature at once.
   void jump_temperature(double delta_c);
+  /// Adds delta degrees at the `ops`-th operation from now (0: never).
+  void heat_after(std::uint64_t ops, double delta_c);
 
   // -- simulated time --------------------------------------------------------
   /// Lets idle time pass (the device cools toward ambient at idle power).
@@ -115,6 +119,8 @@ private:
   std::atomic<bool> hung_{false};
   std::atomic<bool> fail_allocs_{false};
   std::atomic<std::uint64_t> ops_left_{0}; ///< vanish_after; 0: never
+  std::atomic<std::uint64_t> heat_ops_left_{0}; ///< heat_after; 0: never
+  double heat_c_ = 0;
   std::string fail_next_alloc_;
   double now_ = 0;          // simulated seconds
   double temp_c_;           // current temperature

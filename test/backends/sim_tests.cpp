@@ -164,7 +164,32 @@ TEST_CASE("vanish_after:N works for N - 1 operations, then the device is "
                    "vanish_after:3x", "explode"})
     CHECK_THAT(sim_fault_error(bad),
                Catch::Matchers::Contains("expected fail_allocations, "
-                                         "vanished or vanish_after:N"));
+                                         "vanished, vanish_after:N or "
+                                         "heat_after:N:C"));
+}
+
+TEST_CASE("heat_after:N:C heats the device by C degrees at its N-th "
+          "operation") {
+  sim_fixture f;
+  auto t0 = *f.dev->read_telemetry().temperature_c;
+  f.dev->heat_after(2, 70);
+  auto a = f.dev->allocate(64); // 1
+  REQUIRE(a.ok());
+  CHECK(*f.dev->read_telemetry().temperature_c == Approx(t0).margin(0.5));
+  char tmp[8] = {};
+  CHECK(f.dev->write(**a, 0, tmp, 8).ok()); // 2: the spike
+  CHECK(*f.dev->read_telemetry().temperature_c
+        == Approx(t0 + 70).margin(0.5));
+  CHECK(f.dev->write(**a, 0, tmp, 8).ok()); // once only
+  CHECK(*f.dev->read_telemetry().temperature_c
+        == Approx(t0 + 70).margin(0.5));
+  CHECK_FALSE(f.dev->vanished());
+  CHECK(sim_fault_error("heat_after:1:1").empty());
+  CHECK(sim_fault_error("heat_after:1000000000:500").empty());
+  for (auto bad : {"heat_after:", "heat_after:5", "heat_after:0:10",
+                   "heat_after:5:0", "heat_after:5:501", "heat_after:5:10x",
+                   "heat_after:5:nan"})
+    CHECK_FALSE(sim_fault_error(bad).empty());
 }
 
 TEST_CASE("a hung device blocks operations until the hang is released") {
