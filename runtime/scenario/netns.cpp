@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
@@ -378,8 +380,9 @@ void netns_network::set_delay(const std::string& name, double latency_ms,
       throw std::runtime_error("exo-netem for " + name + " exited with status "
                                + std::to_string(status) + " (log "
                                + log_path + ")");
-    auto r = run_cmd({"/bin/cat", log_path});
-    if (r.out.find("exo-netem on") != std::string::npos)
+    std::ifstream in{log_path};
+    std::string text{std::istreambuf_iterator<char>(in), {}};
+    if (text.find("exo-netem on") != std::string::npos)
       return;
     std::this_thread::sleep_for(milliseconds{25});
   }

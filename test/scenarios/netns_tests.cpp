@@ -13,6 +13,9 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <stdexcept>
@@ -42,41 +45,46 @@ std::vector<std::string> in_ns(const netns_network& net,
   return p;
 }
 
+std::string read_all(const std::string& path) {
+  std::ifstream in{path};
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+/// Starts the probe's server in `node`'s namespace on its address:port,
+/// its output in `out`; returns once it listens (it serves one connection).
+pid_t start_server(const netns_network& net, const std::string& node,
+                   const std::string& port, const std::string& out) {
+  auto& n = *net.plan().find(node);
+  pid_t pid = spawn_to_files(
+    in_ns(net, node, {EXO_NETNS_PROBE, "serve", n.address, port}), out,
+    "/dev/null");
+  for (int i = 0; i < 200; ++i) {
+    if (read_all(out).find("listening") != std::string::npos)
+      return pid;
+    std::this_thread::sleep_for(milliseconds{10});
+  }
+  FAIL("the probe's server did not listen within 2 s");
+  return pid;
+}
+
 /// Sends `bytes` from `from` to `to`'s probe; the Mbit/s `to` measured.
 double measure(const netns_network& net, const std::string& from,
                const std::string& to, long long bytes) {
   auto& dst = *net.plan().find(to);
-  const std::string port = "9100";
   auto out = "/tmp/" + net.plan().tag + "-serve.out";
-  auto err = "/tmp/" + net.plan().tag + "-serve.err";
-  pid_t server = spawn_to_files(
-    in_ns(net, to, {EXO_NETNS_PROBE, "serve", dst.address, port}), out, err);
-  // Until it listens.
-  for (int i = 0; i < 100; ++i) {
-    auto r = run_captured(in_ns(net, from, {EXO_NETNS_PROBE, "connect",
-                                            dst.address, port, "200"}),
-                          milliseconds{5000});
-    if (r.code == 0)
-      break;
-    std::this_thread::sleep_for(milliseconds{50});
-  }
-  // The probe connection above was the one the server accepted and counted
-  // (zero bytes): start it again for the real transfer.
-  wait_exit(server, milliseconds{5000});
-  server = spawn_to_files(
-    in_ns(net, to, {EXO_NETNS_PROBE, "serve", dst.address, port}), out, err);
-  std::this_thread::sleep_for(milliseconds{300});
+  pid_t server = start_server(net, to, "9100", out);
   auto sent = run_captured(in_ns(net, from, {EXO_NETNS_PROBE, "send",
-                                             dst.address, port,
+                                             dst.address, "9100",
                                              std::to_string(bytes)}),
                            milliseconds{60000});
   REQUIRE(sent.code == 0);
   REQUIRE(wait_exit(server, milliseconds{30000}) == 0);
-  auto r = run_captured({"/bin/cat", out}, milliseconds{5000});
+  auto text = read_all(out);
+  std::remove(out.c_str());
   std::smatch m;
   static const std::regex rate{"received (\\d+) bytes in [0-9.]+ s: ([0-9.]+) Mbit/s"};
-  INFO(r.out);
-  REQUIRE(std::regex_search(r.out, m, rate));
+  INFO(text);
+  REQUIRE(std::regex_search(text, m, rate));
   CHECK(std::stoll(m[1]) == bytes);
   return std::stod(m[2]);
 }
@@ -148,30 +156,21 @@ TEST_CASE("a partition cuts a node off and healing restores it") {
   auto tag = make_netns_tag();
   netns_network net{make_netns_plan(tag, {"a", "b"}, netns_taken_prefixes())};
   auto& a = *net.plan().find("a");
-  pid_t server = spawn_to_files(in_ns(net, "a", {EXO_NETNS_PROBE, "serve",
-                                                 a.address, "9101"}),
-                                "/dev/null", "/dev/null");
+  pid_t server =
+    start_server(net, "a", "9101", "/tmp/" + tag + "-partition.out");
   auto reach = [&] {
     return run_captured(in_ns(net, "b", {EXO_NETNS_PROBE, "connect",
                                          a.address, "9101", "500"}),
                         milliseconds{5000})
       .code;
   };
-  int code = 1;
-  for (int i = 0; i < 50 && code != 0; ++i) {
-    std::this_thread::sleep_for(milliseconds{50});
-    code = reach();
-  }
-  REQUIRE(code == 0); // (the server took that connection and ended)
+  REQUIRE(reach() == 0); // (the server took that connection and ended)
   wait_exit(server, milliseconds{5000});
-  server = spawn_to_files(in_ns(net, "a", {EXO_NETNS_PROBE, "serve",
-                                           a.address, "9101"}),
-                          "/dev/null", "/dev/null");
-  std::this_thread::sleep_for(milliseconds{300});
+  server = start_server(net, "a", "9101", "/tmp/" + tag + "-partition.out");
   net.set_connected("a", false);
   CHECK(reach() == 1);
   net.set_connected("a", true);
-  code = 1;
+  int code = 1;
   for (int i = 0; i < 50 && code != 0; ++i) {
     code = reach();
     if (code != 0)
@@ -186,6 +185,7 @@ TEST_CASE("a partition cuts a node off and healing restores it") {
   CHECK(net.down().empty());
   CHECK(wait_exit(sleeper, milliseconds{5000}) == 128 + SIGKILL);
   CHECK(netns_leftovers(tag).empty());
+  std::remove(("/tmp/" + tag + "-partition.out").c_str());
 }
 
 TEST_CASE("a delayed link adds its latency to round trips and drops its loss") {
@@ -198,10 +198,7 @@ TEST_CASE("a delayed link adds its latency to round trips and drops its loss") {
   net.set_delay("c", 5, 0, 100, EXO_NETEM, log + "-c.log"); // drops all
   auto& b = *net.plan().find("b");
   auto rtt = [&](const std::string& from) {
-    pid_t server = spawn_to_files(in_ns(net, "b", {EXO_NETNS_PROBE, "serve",
-                                                   b.address, "9102"}),
-                                  "/dev/null", "/dev/null");
-    std::this_thread::sleep_for(milliseconds{300});
+    pid_t server = start_server(net, "b", "9102", log + "-serve.out");
     auto r = run_captured(in_ns(net, from, {EXO_NETNS_PROBE, "connect",
                                             b.address, "9102", "2000"}),
                           milliseconds{10000});
@@ -227,6 +224,8 @@ TEST_CASE("a delayed link adds its latency to round trips and drops its loss") {
   CHECK(mbit <= 40 * 1.2);
   CHECK(net.down().empty());
   CHECK(netns_leftovers(tag).empty());
+  for (auto* f : {"-a.log", "-c.log", "-serve.out"})
+    std::remove((log + f).c_str());
 }
 
 TEST_CASE("a network that fails half-way up leaves nothing behind") {
