@@ -208,6 +208,13 @@ device::adopt_host(const void*, std::size_t, std::shared_ptr<const void>) {
                                    + " cannot read host memory in place");
 }
 
+result<std::string> device::inject_fault(const std::string& spec) {
+  return fail(errc::unsupported,
+              "fault \"" + spec + "\": " + properties().id
+                + " is not a simulated device (only simulated devices take "
+                  "injected faults)");
+}
+
 status device::check_writable(const buffer& buf, const char* what) {
   if (buf.read_only())
     return fail(errc::invalid_argument,

@@ -410,6 +410,12 @@ public:
   // telemetry
   virtual telemetry read_telemetry() = 0;
 
+  /// Optional, for test clusters: applies an injected fault named by `spec`
+  /// now (a simulated device's faults: sim_fault_error() in
+  /// backends/sim/sim_backend.hpp names them) and returns what it did. The
+  /// default refuses with errc::unsupported: a real device takes no faults.
+  virtual result<std::string> inject_fault(const std::string& spec);
+
 protected:
   // compute, called by the public methods above with checked operands
   // (every view of this device, inside its buffer and limit, aligned, not

@@ -20,6 +20,8 @@ using pause_atom = caf::atom_constant<caf::atom("pause")>;
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using compute_atom = caf::atom_constant<caf::atom("compute")>;
 using verify_atom = caf::atom_constant<caf::atom("verify")>;
+/// (fault_atom, spec, token): inject a fault into a simulated device.
+using fault_atom = caf::atom_constant<caf::atom("fault")>;
 
 // node, directory, inspection
 using devices_atom = caf::atom_constant<caf::atom("devices")>;

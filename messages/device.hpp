@@ -267,7 +267,8 @@ using device_actor = caf::typed_actor<
     caf::replies_to<free_atom, handle_id, std::string>::with<caf::atom_value>,
     caf::replies_to<compute_atom, kernel_call,
                     std::string>::with<caf::atom_value>,
-    caf::replies_to<sync_atom, std::string>::with<caf::atom_value>>;
+    caf::replies_to<sync_atom, std::string>::with<caf::atom_value>,
+    caf::replies_to<fault_atom, std::string, std::string>::with<std::string>>;
 
 } // namespace exo
 

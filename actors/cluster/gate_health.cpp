@@ -113,6 +113,23 @@ void discovery_tick(self_ptr self) {
   }
 }
 
+void discount_hearsay(self_ptr self, member_view& v, const std::string& from,
+                      steady::time_point now) {
+  auto& st = self->state;
+  std::vector<std::string> connected;
+  for (auto& [name, peer] : st.peers)
+    connected.push_back(name);
+  for (auto& name :
+       st.table->discount_hearsay(v, now, st.cfg.failure_timeout, connected)) {
+    // Said once per member and gossiper, not at every heartbeat.
+    if (st.discounted.insert(from + "/" + name).second)
+      st.log("ignored " + from + "'s verdict that " + name
+             + " is dead: connected to it and heard from it within the "
+               "failure timeout (the verdict is about "
+             + from + "'s own link)");
+  }
+}
+
 void mark_dead(self_ptr self, const std::string& name,
                const std::string& reason) {
   auto& st = self->state;
@@ -211,6 +228,7 @@ caf::message_handler health_handlers(self_ptr self) {
         ++st.gossip_in;
         auto now = steady::now();
         st.table->heard_from(name, now);
+        discount_hearsay(self, v, name, now);
         // Someone declared us dead: refute with a larger incarnation.
         if (st.table->accuses_self(v)) {
           std::uint64_t seen = 0;

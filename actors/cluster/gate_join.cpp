@@ -127,6 +127,7 @@ void handshake(self_ptr self, caf::actor peer, std::string key) {
                       bool known = st.peers.count(responder) > 0;
                       accept_peer(self, responder, peer);
                       auto now = steady::now();
+                      discount_hearsay(self, v, responder, now);
                       st.table->merge(v, now);
                       st.table->revive(responder, now);
                       std::uint64_t seen = 0;

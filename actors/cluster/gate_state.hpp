@@ -27,6 +27,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,8 @@ struct gate_state {
   std::unique_ptr<lan::beacon> beacon;
   steady::time_point next_hello;
   std::uint64_t hellos_refused = 0;
+  /// "GOSSIPER/MEMBER" of death verdicts already logged as discounted.
+  std::set<std::string> discounted;
   std::unique_ptr<member_table> table;
   std::map<std::string, caf::actor> peers;           // name -> remote gate
   std::map<caf::actor_addr, std::string> peer_names; // sender -> name
@@ -146,6 +149,12 @@ void connect_missing(self_ptr self);
 caf::message_handler join_handlers(self_ptr self);
 
 // -- gate_health.cpp ----------------------------------------------------------
+
+/// Takes out of `v` (gossip or a join reply from `from`) the death verdicts
+/// our own connection and heartbeats contradict (member_table::
+/// discount_hearsay), logging each once.
+void discount_hearsay(self_ptr self, member_view& v, const std::string& from,
+                      steady::time_point now);
 
 /// Declares `name` dead for `reason`.
 void mark_dead(self_ptr self, const std::string& name,

@@ -154,6 +154,30 @@ void member_table::heard_from_all(time_point now) {
       e.last_heard = now;
 }
 
+std::vector<std::string>
+member_table::discount_hearsay(member_view& v, time_point now,
+                               std::chrono::milliseconds window,
+                               const std::vector<std::string>& connected) const {
+  std::vector<std::string> out;
+  auto keep = [&](const member_info& m) {
+    if (m.status != member_status::dead || m.name == self_)
+      return true;
+    auto it = members_.find(m.name);
+    if (it == members_.end() || it->second.info.status != member_status::alive
+        || it->second.info.incarnation != m.incarnation
+        || now - it->second.last_heard > window
+        || std::find(connected.begin(), connected.end(), m.name)
+             == connected.end())
+      return true;
+    out.push_back(m.name);
+    return false;
+  };
+  v.members.erase(std::remove_if(v.members.begin(), v.members.end(),
+                                 [&](const member_info& m) { return !keep(m); }),
+                  v.members.end());
+  return out;
+}
+
 bool member_table::accuses_self(const member_view& v) const {
   auto mine = self_incarnation();
   for (auto& m : v.members)

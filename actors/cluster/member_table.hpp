@@ -77,6 +77,20 @@ public:
   /// silence is not theirs.
   void heard_from_all(time_point now);
 
+  /// Takes out of `v` the death verdicts that our own evidence
+  /// contradicts: a member `v` calls dead at the incarnation we hold alive,
+  /// that we are still connected to (`connected`) and heard from within
+  /// `window` (the failure timeout). Such a verdict is the gossiper's view
+  /// of its own link (a healed partition's stale verdicts, an asymmetric
+  /// cut), not news about the member; taking it would make the member
+  /// refute it and flap the membership. Returns the names taken out. A
+  /// member that really dies drops our connection or goes silent, and we
+  /// declare it dead ourselves; "left" and newer incarnations always pass.
+  std::vector<std::string>
+  discount_hearsay(member_view& v, time_point now,
+                   std::chrono::milliseconds window,
+                   const std::vector<std::string>& connected) const;
+
   /// Whether `v` claims we are dead or gone (at our incarnation or later).
   bool accuses_self(const member_view& v) const;
 

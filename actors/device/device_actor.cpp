@@ -842,6 +842,24 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
         return std::move(who.error());
       return do_sync(self, *who);
     },
+    // A test cluster's fault (console "dev fault"): admins only, audited
+    // as a warning; a real device refuses it.
+    [self](fault_atom, const std::string& spec,
+           const std::string& token) -> caf::result<std::string> {
+      auto who = authorize(self, token, access::permission::policy_admin);
+      if (!who)
+        return std::move(who.error());
+      auto& st = self->state;
+      auto done = st.dev->inject_fault(spec);
+      audit_op(self, audit::event_type::device_fault, std::move(*who),
+               {{"fault", spec.substr(0, 64)},
+                {"result", done ? *done : done.err().message}},
+               audit::severity::warning);
+      if (!done)
+        return make_exo_error(exo_errc::invalid_argument,
+                              "dev fault: " + done.err().message);
+      return std::move(*done);
+    },
     // Not limited to this node: the console's `inspect NODE/device/...`
     // reaches it delegated by the peer's gate (the sender stays the asking
     // node), and a snapshot reads counters only, no memory or compute.

@@ -92,6 +92,15 @@ caf::behavior device_service(caf::event_based_actor* self,
                     .then([reply](caf::atom_value) mutable { reply("ok"); },
                           fail);
                   break;
+                case op::fault:
+                  self
+                    ->request(s->found, to, fault_atom::value, req.fault,
+                              req.token)
+                    .then([reply](std::string& what) mutable {
+                            reply(std::move(what));
+                          },
+                          fail);
+                  break;
                 case op::sync:
                   self->request(s->found, to, sync_atom::value, req.token)
                     .then([reply](caf::atom_value) mutable { reply("ok"); },

@@ -287,6 +287,84 @@ std::string sim_fault_error(const std::string& fault) {
            "[1, 500])";
 }
 
+namespace {
+
+/// `v` with one decimal ("110.5").
+std::string text_of(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+/// C of "heat:C" (C in [-500, 500], not 0); false when not of that form.
+bool heat_now_of(const std::string& fault, double& c) {
+  static const std::string prefix = "heat:";
+  if (fault.rfind(prefix, 0) != 0)
+    return false;
+  double deg = 0;
+  char tail = 0;
+  if (std::sscanf(fault.c_str() + prefix.size(), "%lf%c", &deg, &tail) != 1
+      || !(deg >= -500 && deg <= 500) || deg == 0)
+    return false;
+  c = deg;
+  return true;
+}
+
+} // namespace
+
+std::string sim_runtime_fault_error(const std::string& fault) {
+  double c = 0;
+  if (fault == "fail_allocations:off" || fault == "fail_next_allocation"
+      || heat_now_of(fault, c) || sim_fault_error(fault).empty())
+    return {};
+  return "unknown fault \"" + fault
+         + "\" (expected fail_allocations, fail_allocations:off, "
+           "fail_next_allocation, vanished, vanish_after:N, heat:C or "
+           "heat_after:N:C; N operations in [1, 1000000000], C degrees in "
+           "[1, 500], for heat:C in [-500, 500] and not 0)";
+}
+
+result<std::string> sim_device::inject_fault(const std::string& spec) {
+  if (auto why = sim_runtime_fault_error(spec); !why.empty())
+    return fail(errc::invalid_argument, why);
+  std::uint64_t n = 0;
+  double c = 0;
+  if (spec == "fail_allocations") {
+    fail_allocations(true);
+    return std::string{"every allocation of " + props_.id + " fails"};
+  }
+  if (spec == "fail_allocations:off") {
+    fail_allocations(false);
+    return std::string{"allocations of " + props_.id + " succeed again"};
+  }
+  if (spec == "fail_next_allocation") {
+    fail_next_allocation("injected at run time");
+    return std::string{"the next allocation of " + props_.id + " fails"};
+  }
+  if (spec == "vanished") {
+    vanish();
+    return std::string{props_.id + " has vanished"};
+  }
+  if ((n = vanish_after_count(spec)) > 0) {
+    vanish_after(n);
+    return std::string{props_.id + " vanishes at its "} + std::to_string(n)
+           + "th operation from now";
+  }
+  if (heat_after_of(spec, n, c)) {
+    heat_after(n, c);
+    return std::string{props_.id + " heats by "} + text_of(c)
+           + " C at its " + std::to_string(n) + "th operation from now";
+  }
+  heat_now_of(spec, c);
+  double now = 0;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    temp_c_ += c;
+    now = temp_c_;
+  }
+  return std::string{props_.id + " is now at "} + text_of(now) + " C";
+}
+
 void sim_device::vanish_after(std::uint64_t ops) {
   ops_left_ = ops;
 }

@@ -57,6 +57,14 @@ struct sim_device_spec {
 /// those above; N in [1, 10^9], C in [1, 500]).
 std::string sim_fault_error(const std::string& fault);
 
+/// What is wrong with a fault injected into a running simulated device
+/// (sim_device::inject_fault; "" when fine): one of the faults above, or
+///   "fail_allocations:off"  allocations succeed again,
+///   "fail_next_allocation"  only the next allocation fails,
+///   "heat:C"                the temperature changes by C degrees now
+///                           (C in [-500, 500], not 0; negative cools).
+std::string sim_runtime_fault_error(const std::string& fault);
+
 struct sim_options {
   std::vector<sim_profile> profiles; ///< empty: the built-in ones
   std::vector<sim_device_spec> devices;
@@ -72,6 +80,8 @@ public:
   sim_device(sim_profile profile, std::string id, double time_scale);
 
   telemetry read_telemetry() override;
+  /// Applies one of sim_runtime_fault_error()'s faults now.
+  result<std::string> inject_fault(const std::string& spec) override;
 
   // -- fault injection -------------------------------------------------------
   /// The next allocation fails with out_of_memory and this reason.

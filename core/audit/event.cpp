@@ -24,9 +24,10 @@ constexpr std::array<std::string_view, event_type_count> type_names = {
   "audit_rollback",
   "audit_fork",
   "job_recovered",
+  "device_fault",
 };
 
-static_assert(static_cast<std::size_t>(event_type::job_recovered) + 1
+static_assert(static_cast<std::size_t>(event_type::device_fault) + 1
                 == event_type_count,
               "type_names must list every event_type");
 

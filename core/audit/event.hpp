@@ -56,10 +56,12 @@ enum class event_type : std::uint8_t {
   /// A running job lost a stage (its node died, its device went away) and
   /// was re-placed on the survivors.
   job_recovered,
+  /// A fault was injected into a simulated device (console "dev fault").
+  device_fault,
 };
 
 /// Number of event types.
-inline constexpr std::size_t event_type_count = 35;
+inline constexpr std::size_t event_type_count = 36;
 
 /// How serious an event is.
 enum class severity : std::uint8_t { debug, info, warning, error, critical };

@@ -147,6 +147,10 @@ std::vector<command_spec> make_table() {
       {arg("DEVICE"), arg("HANDLE", vt::count)},
       {}, "free an allocation");
   add("dev", "sync", {arg("DEVICE")}, {}, "wait for the device's work");
+  add("dev", "fault", {arg("DEVICE"), arg("FAULT")}, {},
+      "inject a fault into a simulated device now (admin; test clusters): "
+      "fail_allocations[:off], fail_next_allocation, vanished, "
+      "vanish_after:N, heat:C, heat_after:N:C");
   // The workload.
   add("shards", "", {}, {}, "the shards hosted on this node");
   add("run", "", {},

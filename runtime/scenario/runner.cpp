@@ -147,11 +147,18 @@ struct live_node {
   bool frozen = false; ///< stopped with SIGSTOP by a freeze step
 };
 
-/// A run that a run step started in the background ("background": LABEL);
-/// its await step waits for it and checks its reply.
-struct background_run {
+/// One console client of a run: a request in flight.
+struct run_client {
   pid_t pid = -1; ///< its exo-console; -1 once it has ended
+  int status = -1; ///< its exit status once it has ended
   std::string out_path, err_path;
+};
+
+/// A run that a run step started in the background ("background": LABEL),
+/// or a foreground run of several requests; its await step waits for it and
+/// checks every request's reply.
+struct background_run {
+  std::vector<run_client> clients; ///< one per request
   bool has_reference = false;
   std::vector<std::int64_t> reference; ///< the tokens of its --stages 1 run
   clock_type::time_point started;
@@ -263,7 +270,18 @@ private:
   std::string do_plan(const step& s);
   std::string do_run(const step& s);
   std::string start_background(const step& s);
+  /// Starts the run of `s` (s.requests console clients) as runs_[label].
+  background_run& spawn_run(const step& s, live_node& n,
+                            const std::string& label);
+  /// Waits up to `seconds` for every request of runs_[label] to end and
+  /// checks each reply as `s` says (the step's expect, reference and
+  /// recoveries); a request that fails or times out is lost.
+  std::string finish_run(const step& s, const std::string& label,
+                         double seconds);
+  std::set<std::uint64_t> job_ids(live_node& n, const std::string& name);
   std::string do_await(const step& s);
+  std::string do_fault(const step& s);
+  std::string do_audit(const step& s);
   std::string do_freeze(const step& s);
   std::string do_thaw(const step& s);
   std::string do_network(const step& s);
@@ -553,10 +571,11 @@ void runner::cleanup() {
   if (cleaned_)
     return;
   cleaned_ = true;
-  for (auto& [label, b] : runs_) {
-    if (b.pid > 0)
-      terminate(b.pid, milliseconds{2000});
-    b.pid = -1;
+  for (auto& [label, b] : runs_)
+    for (auto& c : b.clients) {
+      if (c.pid > 0)
+        terminate(c.pid, milliseconds{2000});
+      c.pid = -1;
   }
   for (auto& [name, n] : nodes_) {
     if (n.pid > 0 && n.frozen) {
@@ -966,6 +985,14 @@ std::string runner::do_run(const step& s) {
                  + std::to_string(reference.size()) + " tokens in "
                  + secs(took) + "; ";
   }
+  if (s.requests > 1) {
+    // Several requests at once: as a background run, awaited here.
+    auto label = "run-" + s.path;
+    auto& run = spawn_run(s, n, label);
+    run.has_reference = s.reference;
+    run.reference = std::move(reference);
+    return ref_detail + finish_run(s, label, bound(s)) + "\n  on " + s.node;
+  }
   auto r = console(n, run_command(s, 0), s.json,
                    std::max(milliseconds{sc_.timing.console_timeout_ms},
                             ms(bound(s))));
@@ -992,56 +1019,83 @@ std::string runner::do_run(const step& s) {
          + " tokens/s on " + s.node;
 }
 
+/// The ids of the jobs `n` lists now.
+std::set<std::uint64_t> runner::job_ids(live_node& n, const std::string& name) {
+  auto r = console(n, "jobs", true, milliseconds{sc_.timing.console_timeout_ms});
+  std::vector<job_status> jobs;
+  std::string why;
+  if (r.code != 0)
+    throw step_failed("jobs on " + name + ": exo-console status "
+                      + std::to_string(r.code) + " " + tail(r.err, 2));
+  if (!parse_jobs(r.out, jobs, why))
+    throw step_failed("jobs on " + name + ": " + why);
+  std::set<std::uint64_t> ids;
+  for (auto& j : jobs)
+    ids.insert(j.job);
+  return ids;
+}
+
+background_run& runner::spawn_run(const step& s, live_node& n,
+                                  const std::string& label) {
+  background_run b;
+  auto runs_dir = dir_ + "/runs";
+  fs::create_directories(runs_dir);
+  // The await bounds the run; the console's own bound is the longest it
+  // takes.
+  auto argv = console_argv(n, run_command(s, 0), true, milliseconds{600000});
+  log_verbose("run \"" + label + "\" on " + s.node + ": " + run_command(s, 0)
+              + " --json, " + std::to_string(s.requests) + " request(s) (output "
+              + runs_dir + "/" + label + ".*)");
+  b.started = clock_type::now();
+  auto& run = runs_[label] = std::move(b); // cleanup() ends it from here
+  for (int i = 0; i < s.requests; ++i) {
+    run_client c;
+    auto base = runs_dir + "/" + label
+                + (s.requests > 1 ? "." + std::to_string(i + 1) : "");
+    c.out_path = base + ".out";
+    c.err_path = base + ".err";
+    c.pid = spawn_to_files(argv, c.out_path, c.err_path);
+    run.clients.push_back(std::move(c));
+  }
+  return run;
+}
+
 std::string runner::start_background(const step& s) {
   auto& n = running_node(s.node);
   auto timeout = milliseconds{sc_.timing.console_timeout_ms};
-  background_run b;
+  std::vector<std::int64_t> reference;
   std::string ref_detail;
   if (s.reference) {
     double took = 0;
-    b.reference = reference_tokens(s, n, took);
-    b.has_reference = true;
-    ref_detail = "reference (--stages 1): " + std::to_string(b.reference.size())
+    reference = reference_tokens(s, n, took);
+    ref_detail = "reference (--stages 1): " + std::to_string(reference.size())
                  + " tokens in " + secs(took) + "; ";
   }
   // The jobs that run already are not this one.
-  std::set<std::uint64_t> before;
-  {
-    auto r = console(n, "jobs", true, timeout);
-    std::vector<job_status> jobs;
-    std::string why;
-    if (r.code != 0)
-      throw step_failed("jobs on " + s.node + ": exo-console status "
-                        + std::to_string(r.code) + " " + tail(r.err, 2));
-    if (!parse_jobs(r.out, jobs, why))
-      throw step_failed("jobs on " + s.node + ": " + why);
-    for (auto& j : jobs)
-      before.insert(j.job);
-  }
-  auto runs_dir = dir_ + "/runs";
-  fs::create_directories(runs_dir);
-  b.out_path = runs_dir + "/" + s.label + ".out";
-  b.err_path = runs_dir + "/" + s.label + ".err";
-  // The await step bounds the run; the console's own bound is the longest
-  // it takes.
-  auto argv = console_argv(n, run_command(s, 0), true, milliseconds{600000});
-  log_verbose("background run \"" + s.label + "\" on " + s.node + ": "
-              + run_command(s, 0) + " --json (output " + b.out_path + ")");
-  auto t0 = clock_type::now();
-  b.started = t0;
-  b.pid = spawn_to_files(argv, b.out_path, b.err_path);
-  auto& run = runs_[s.label] = std::move(b); // cleanup() ends it from here
+  auto before = job_ids(n, s.node);
+  auto& run = spawn_run(s, n, s.label);
+  run.has_reference = s.reference;
+  run.reference = std::move(reference);
+  auto t0 = run.started;
   std::uint64_t job = 0, tokens = 0;
+  std::size_t running = 0;
   eventually(t0, bound(s), "a running job with tokens on " + s.node, [&] {
-    int status = 0;
-    if (!still_running(run.pid, status)) {
-      run.pid = -1;
-      throw step_failed(
-        "the run ended (status " + std::to_string(status)
-        + ") before it was seen running; a longer run (more tokens) lets "
-          "the next step land mid-run; output:\n"
-        + indent(last_output(read_text(run.out_path) + read_text(run.err_path),
-                             10)));
+    for (std::size_t i = 0; i < run.clients.size(); ++i) {
+      auto& c = run.clients[i];
+      int status = 0;
+      if (c.pid > 0 && !still_running(c.pid, status)) {
+        c.pid = -1;
+        c.status = status;
+        throw step_failed(
+          "the run" + (run.clients.size() > 1
+                         ? " (request " + std::to_string(i + 1) + ")"
+                         : std::string{})
+          + " ended (status " + std::to_string(status)
+          + ") before it was seen running; a longer run (more tokens) lets "
+            "the next step land mid-run; output:\n"
+          + indent(last_output(read_text(c.out_path) + read_text(c.err_path),
+                               10)));
+      }
     }
     auto r = console(n, "jobs", true, timeout);
     if (r.code != 0)
@@ -1052,59 +1106,120 @@ std::string runner::start_background(const step& s) {
     if (!parse_jobs(r.out, jobs, why))
       return "jobs: " + why;
     std::string seen;
+    running = 0;
     for (auto& j : jobs) {
       if (before.count(j.job))
         continue;
       if (j.state == "running" && j.tokens > 0) {
-        job = j.job;
-        tokens = j.tokens;
-        return std::string{};
+        ++running;
+        if (job == 0 || j.tokens < tokens) {
+          job = j.job;
+          tokens = j.tokens;
+        }
+        continue;
       }
       seen += (seen.empty() ? "" : ", ") + std::string{"job "}
               + std::to_string(j.job) + " " + j.state + " with "
               + std::to_string(j.tokens) + " tokens";
     }
+    if (running > 0)
+      return std::string{};
     return seen.empty() ? std::string{"no new job yet"} : seen;
   });
+  if (run.clients.size() > 1)
+    return ref_detail + std::to_string(run.clients.size())
+           + " requests in flight, " + std::to_string(running)
+           + " running with tokens on " + s.node + " after "
+           + secs(since(t0));
   return ref_detail + "job " + std::to_string(job) + " running on " + s.node
          + ", " + std::to_string(tokens) + " token(s) after "
          + secs(since(t0));
 }
 
-std::string runner::do_await(const step& s) {
-  auto& b = runs_.at(s.label);
+std::string runner::finish_run(const step& s, const std::string& label,
+                               double seconds) {
+  auto& b = runs_.at(label);
   auto t0 = clock_type::now();
-  int code = -1;
-  while (b.pid > 0) {
+  auto many = b.clients.size() > 1;
+  auto which = [&](std::size_t i) {
+    return many ? "request " + std::to_string(i + 1) + " of "
+                    + std::to_string(b.clients.size()) + " of "
+                : std::string{};
+  };
+  for (;;) {
     check_interrupt();
-    int status = 0;
-    if (!still_running(b.pid, status)) {
-      code = status;
-      b.pid = -1;
-      break;
+    bool going = false;
+    for (auto& c : b.clients) {
+      int status = 0;
+      if (c.pid > 0 && !still_running(c.pid, status)) {
+        c.status = status;
+        c.pid = -1;
+      }
+      going = going || c.pid > 0;
     }
-    if (since(t0) >= bound(s)) {
-      terminate(b.pid, milliseconds{2000});
-      b.pid = -1;
-      throw step_failed("run \"" + s.label + "\" did not end within "
-                        + secs(bound(s)) + " (stopped); its output:\n"
-                        + indent(last_output(read_text(b.out_path)
-                                               + read_text(b.err_path),
-                                             10)));
+    if (!going)
+      break;
+    if (since(t0) >= seconds) {
+      std::string late;
+      for (std::size_t i = 0; i < b.clients.size(); ++i) {
+        auto& c = b.clients[i];
+        if (c.pid <= 0)
+          continue;
+        terminate(c.pid, milliseconds{2000});
+        c.pid = -1;
+        late += "\n  " + which(i) + "run \"" + label + "\" (stopped), its "
+                "output:\n"
+                + indent(last_output(read_text(c.out_path)
+                                       + read_text(c.err_path),
+                                     10));
+      }
+      throw step_failed("run \"" + label + "\" did not end within "
+                        + secs(seconds) + late);
     }
     std::this_thread::sleep_for(milliseconds{20});
   }
-  if (code < 0)
-    throw step_failed("run \"" + s.label + "\" had already ended");
-  auto out = read_text(b.out_path);
-  auto err = read_text(b.err_path);
-  if (auto why = check(s.expect, code, out, err); !why.empty())
-    throw step_failed(why + "; output:\n" + indent(last_output(out + err)));
   auto took = "after " + secs(since(b.started));
+  std::string details;
+  std::set<std::uint64_t> jobs;
+  for (std::size_t i = 0; i < b.clients.size(); ++i) {
+    auto& c = b.clients[i];
+    if (c.status < 0)
+      throw step_failed(which(i) + "run \"" + label + "\" had already ended");
+    auto out = read_text(c.out_path);
+    auto err = read_text(c.err_path);
+    // Every request must end as expected: one that does not is lost.
+    if (auto why = check(s.expect, c.status, out, err); !why.empty())
+      throw step_failed((many ? which(i) + "\"" + label + "\" lost: " : "")
+                        + why + "; output:\n"
+                        + indent(last_output(out + err)));
+    if (s.expect.exit_code != 0)
+      continue;
+    std::string d;
+    try {
+      d = check_reply(s, out, err, b.has_reference ? &b.reference : nullptr);
+    } catch (const step_failed& x) {
+      throw step_failed((many ? which(i) + "\"" + label + "\" lost: " : "")
+                        + x.what());
+    }
+    run_reply reply;
+    std::string why;
+    if (parse_run_reply(out, reply, why) && !jobs.insert(reply.job).second)
+      throw step_failed(which(i) + "\"" + label + "\" reports job "
+                        + std::to_string(reply.job)
+                        + ", which another request reported too");
+    details += many ? "\n  [" + std::to_string(i + 1) + "] " + d : d;
+  }
   if (s.expect.exit_code != 0)
-    return "failed as expected " + took;
-  return "ended " + took + ", "
-         + check_reply(s, out, err, b.has_reference ? &b.reference : nullptr);
+    return (many ? "every request failed as expected " : "failed as expected ")
+           + took;
+  if (many)
+    return "ended " + took + ", all " + std::to_string(b.clients.size())
+           + " requests completed, none lost:" + details;
+  return "ended " + took + ", " + details;
+}
+
+std::string runner::do_await(const step& s) {
+  return finish_run(s, s.label, bound(s));
 }
 
 std::string runner::do_freeze(const step& s) {
@@ -1196,9 +1311,14 @@ std::string runner::do_measure(const step& s) {
   std::string summary;
   // A measurement can meet a moment of other traffic: retried until it
   // holds or within_s passes.
-  eventually(t0, bound(s), "link rates within "
-                             + std::to_string(static_cast<int>(s.tolerance_pct))
-                             + "% of the shaping",
+  eventually(t0, bound(s),
+             s.min_mbit > 0
+               ? "link rates of at least "
+                   + std::to_string(static_cast<long long>(s.min_mbit))
+                   + " Mbit/s"
+               : "link rates within "
+                   + std::to_string(static_cast<int>(s.tolerance_pct))
+                   + "% of the shaping",
              [&] {
                auto r = console(n, "measure", true, ms(bound(s)));
                if (r.code != 0)
@@ -1208,9 +1328,72 @@ std::string runner::do_measure(const step& s) {
                if (!parse_links(r.out, links, why))
                  return why;
                return check_link_rates(links, shaped_, s.tolerance_pct,
-                                       summary);
+                                       summary, s.min_mbit);
              });
   return summary;
+}
+
+std::string runner::do_fault(const step& s) {
+  auto& n = running_node(s.node);
+  auto r = console(n, "dev fault " + s.device + " " + s.fault, false,
+                   std::max(milliseconds{sc_.timing.console_timeout_ms},
+                            ms(bound(s))));
+  if (auto why = check(s.expect, r.code, r.out, r.err); !why.empty())
+    throw step_failed(why + "; output:\n" + indent(last_output(r.out + r.err)));
+  auto said = r.code == 0 ? r.out : r.err;
+  while (!said.empty() && (said.back() == '\n' || said.back() == ' '))
+    said.pop_back();
+  return s.node + "/" + s.device + ": " + last_output(said, 1);
+}
+
+std::string runner::do_audit(const step& s) {
+  std::vector<live_node*> on;
+  if (s.on.empty())
+    on = running_nodes();
+  else
+    for (auto& name : s.on)
+      on.push_back(&running_node(name));
+  if (on.empty())
+    throw step_failed("no running node to verify");
+  std::string summary;
+  for (auto* n : on) {
+    auto r = console(*n, "audit verify", true,
+                     std::max(milliseconds{sc_.timing.console_timeout_ms},
+                              ms(bound(s))));
+    auto name = n->spec->name;
+    if (r.code != 0)
+      throw step_failed("audit verify on " + name + ": exo-console status "
+                        + std::to_string(r.code) + ": "
+                        + last_output(r.out + r.err, 5));
+    text::json doc;
+    try {
+      doc = text::json::parse(r.out);
+    } catch (const std::exception&) {
+      throw step_failed("audit verify on " + name + ": not JSON: "
+                        + last_output(r.out, 5));
+    }
+    auto ok = doc.find("ok");
+    if (!doc.is_object() || ok == doc.end() || !ok->is_boolean())
+      throw step_failed("audit verify on " + name + ": no \"ok\" in "
+                        + last_output(r.out, 5));
+    if (!ok->get<bool>())
+      throw step_failed("the audit chain of " + name + " does not verify: "
+                        + last_output(r.out, 5));
+    auto num = [&](const char* key) -> std::string {
+      auto it = doc.find(key);
+      return it != doc.end() && it->is_number_unsigned()
+               ? std::to_string(it->get<std::uint64_t>())
+               : std::string{"?"};
+    };
+    auto witnessed = doc.find("witnessed");
+    summary += (summary.empty() ? "" : "; ") + name + " " + num("records")
+               + " records, " + num("checkpoints") + " checkpoint(s)"
+               + (witnessed != doc.end() && witnessed->is_array()
+                    ? " (" + std::to_string(witnessed->size())
+                        + " witnessed by peers)"
+                    : std::string{});
+  }
+  return "audit chains verify: " + summary;
 }
 
 std::string runner::run_step(const step& s) {
@@ -1229,6 +1412,8 @@ std::string runner::run_step(const step& s) {
     case step_kind::heal:
     case step_kind::shape: return do_network(s);
     case step_kind::measure: return do_measure(s);
+    case step_kind::fault: return do_fault(s);
+    case step_kind::audit: return do_audit(s);
     case step_kind::sleep: {
       auto until = clock_type::now() + ms(s.seconds);
       while (clock_type::now() < until) {
@@ -1267,11 +1452,22 @@ std::string describe(const step& s) {
     case step_kind::console: d += " " + s.node + ": " + s.command; break;
     case step_kind::run:
       d += " on " + s.node
+           + (s.requests > 1 ? ", " + std::to_string(s.requests) + " requests"
+                             : std::string{})
            + (s.label.empty() ? "" : " in the background as " + s.label)
            + ": \"" + s.prompt + "\"";
       break;
     case step_kind::await: d += " " + s.label; break;
     case step_kind::sleep: d += " " + secs(s.seconds); break;
+    case step_kind::fault: d += " " + s.node + "/" + s.device + ": " + s.fault; break;
+    case step_kind::audit:
+      d += s.on.empty() ? " (every running node)" : " on " + [&] {
+        std::string x;
+        for (auto& o : s.on)
+          x += (x.empty() ? "" : ", ") + o;
+        return x;
+      }();
+      break;
     default: d += " " + s.node;
   }
   return d;
@@ -1425,10 +1621,17 @@ int runner::go() {
                << indent(tail(read_text(n.log), 8));
       }
       for (auto& [label, b] : runs_)
-        out_ << "  output of the background run " << label << " ("
-             << (b.pid > 0 ? "running" : "ended") << "), last lines:\n"
-             << indent(last_output(
-                  read_text(b.out_path) + read_text(b.err_path), 8));
+        for (std::size_t i = 0; i < b.clients.size(); ++i) {
+          auto& c = b.clients[i];
+          out_ << "  output of the background run " << label
+               << (b.clients.size() > 1
+                     ? " (request " + std::to_string(i + 1) + ")"
+                     : std::string{})
+               << " (" << (c.pid > 0 ? "running" : "ended")
+               << "), last lines:\n"
+               << indent(last_output(
+                    read_text(c.out_path) + read_text(c.err_path), 8));
+        }
     }
   }
   cleanup();

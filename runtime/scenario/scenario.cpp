@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -198,7 +199,8 @@ const std::map<step_kind, step_fields>& step_table() {
      {{"node", "args", "json", "expect", "within_s"}, {"node"}}},
     {step_kind::run,
      {{"node", "prompt", "tokens", "stages", "seed", "temperature", "expect",
-       "within_s", "reference", "background", "expect_recoveries"},
+       "within_s", "reference", "background", "expect_recoveries",
+       "requests"},
       {"node", "prompt"}}},
     {step_kind::await,
      {{"run", "expect", "expect_recoveries", "within_s"}, {"run"}}},
@@ -208,7 +210,12 @@ const std::map<step_kind, step_fields>& step_table() {
     {step_kind::partition, {{"node"}, {"node"}}},
     {step_kind::heal, {{"node"}, {"node"}}},
     {step_kind::shape, {{"node", "bandwidth_mbit"}, {"node", "bandwidth_mbit"}}},
-    {step_kind::measure, {{"node", "tolerance_pct", "within_s"}, {"node"}}},
+    {step_kind::measure,
+     {{"node", "tolerance_pct", "min_mbit", "within_s"}, {"node"}}},
+    {step_kind::fault,
+     {{"node", "device", "fault", "expect", "within_s"},
+      {"node", "device", "fault"}}},
+    {step_kind::audit, {{"on", "within_s"}, {}}},
   };
   return t;
 }
@@ -223,7 +230,8 @@ std::string a_step(const std::string& verb) {
 /// The names of the steps, for messages.
 std::string kind_names() {
   return "converge, console, kill, stop, start, restart, plan, run, await, "
-         "freeze, thaw, sleep, partition, heal, shape, measure";
+         "freeze, thaw, sleep, partition, heal, shape, measure, fault, "
+         "audit";
 }
 
 std::optional<step_kind> parse_kind(const std::string& s) {
@@ -235,7 +243,8 @@ std::optional<step_kind> parse_kind(const std::string& s) {
     {"await", step_kind::await},       {"freeze", step_kind::freeze},
     {"thaw", step_kind::thaw},         {"sleep", step_kind::sleep},
     {"partition", step_kind::partition}, {"heal", step_kind::heal},
-    {"shape", step_kind::shape},         {"measure", step_kind::measure}};
+    {"shape", step_kind::shape},         {"measure", step_kind::measure},
+    {"fault", step_kind::fault},         {"audit", step_kind::audit}};
   auto it = names.find(s);
   if (it == names.end())
     return std::nullopt;
@@ -339,6 +348,28 @@ step parse_step(element e, const std::string& path) {
      [&](element v, const std::string& p) {
        s.tolerance_pct = as_number(v, p, 1, 100);
      }},
+    {"min_mbit",
+     [&](element v, const std::string& p) {
+       s.min_mbit = as_number(v, p, 0.1, 100000);
+     }},
+    {"requests",
+     [&](element v, const std::string& p) {
+       s.requests = static_cast<int>(as_integer(v, p, 1, 32));
+     }},
+    {"device",
+     [&](element v, const std::string& p) {
+       s.device = as_nonempty_string(v, p);
+       if (s.device.size() > 128
+           || s.device.find_first_of(" \t\"\\\n") != std::string::npos)
+         bad(p, "a device id without spaces, quotes or line breaks (at most "
+                "128 characters)");
+     }},
+    {"fault",
+     [&](element v, const std::string& p) {
+       s.fault = as_nonempty_string(v, p);
+       if (auto why = backend::sim_runtime_fault_error(s.fault); !why.empty())
+         bad(p, why);
+     }},
     {"bandwidth_mbit",
      [&](element v, const std::string& p) {
        s.bandwidth_mbit = as_number(v, p, 0, 100000);
@@ -379,7 +410,7 @@ step parse_step(element e, const std::string& path) {
   // The run's JSON reply carries the tokens and the recoveries.
   if ((s.kind == step_kind::run || s.kind == step_kind::await)
       && (s.reference || s.expect_recoveries >= 0 || !s.expect.json.empty()
-          || !s.label.empty()))
+          || !s.label.empty() || s.requests > 1))
     s.json = true;
   return s;
 }
@@ -448,6 +479,26 @@ void validate(scenario& sc) {
         && !sc.network.namespaces)
       bad(s.path + ".do", a_step(s.verb) + " needs \"network\": "
                           "{\"namespaces\": true}");
+    if (s.kind == step_kind::fault) {
+      // The ids the sim backend gives: sim:PROFILE:N, N counted per profile.
+      std::set<std::string> ids;
+      std::string listed;
+      if (auto* n = sc.find(s.node)) {
+        std::map<std::string, int> counts;
+        for (auto& d : n->simulated)
+          for (int k = 0; k < d.count; ++k) {
+            auto id = "sim:" + d.profile + ":"
+                      + std::to_string(counts[d.profile]++);
+            ids.insert(id);
+            listed += (listed.empty() ? "" : ", ") + id;
+          }
+      }
+      if (!ids.count(s.device))
+        bad(s.path + ".device",
+            "node " + s.node + " has no simulated device \"" + s.device
+              + "\" (faults go to simulated devices; it has "
+              + (listed.empty() ? std::string{"none"} : listed) + ")");
+    }
     for (std::size_t k = 0; k < s.on.size(); ++k)
       if (!names.count(s.on[k]))
         bad(at(s.path + ".on", k), "no node named \"" + s.on[k] + "\"");
@@ -500,6 +551,8 @@ const char* to_string(step_kind k) noexcept {
     case step_kind::heal: return "heal";
     case step_kind::shape: return "shape";
     case step_kind::measure: return "measure";
+    case step_kind::fault: return "fault";
+    case step_kind::audit: return "audit";
   }
   return "?";
 }
@@ -973,7 +1026,8 @@ bool parse_links(const std::string& json, std::vector<measured_link>& out,
 
 std::string check_link_rates(const std::vector<measured_link>& links,
                              const std::map<std::string, link_shaping>& shaped,
-                             double tolerance_pct, std::string& summary) {
+                             double tolerance_pct, std::string& summary,
+                             double min_mbit) {
   auto of = [&](const std::string& n) {
     auto it = shaped.find(n);
     return it == shaped.end() ? link_shaping{} : it->second;
@@ -981,6 +1035,15 @@ std::string check_link_rates(const std::vector<measured_link>& links,
   summary.clear();
   std::size_t checked = 0;
   const double tol = tolerance_pct / 100;
+  // Three significant digits, whole numbers from 100 up ("3540", "19.2").
+  auto num = [](double v) {
+    std::ostringstream f;
+    if (std::fabs(v) >= 100)
+      f << std::llround(v);
+    else
+      f << std::setprecision(3) << v;
+    return f.str();
+  };
   for (auto& l : links) {
     const auto a = of(l.from), b = of(l.to);
     const bool rate = a.mbit > 0 || b.mbit > 0;
@@ -996,22 +1059,32 @@ std::string check_link_rates(const std::vector<measured_link>& links,
                           : b.mbit <= 0 ? a.mbit
                                         : std::min(a.mbit, b.mbit);
       const double got = l.bandwidth_bps * 8 / 1e6;
-      o << " " << got << " of " << want << " Mbit/s";
-      if (std::fabs(got - want) > want * tol)
+      o << " " << num(got) << " of " << num(want) << " Mbit/s";
+      if (min_mbit > 0) {
+        o << " (at least " << num(min_mbit) << ")";
+        if (got < min_mbit)
+          off = "floor";
+      } else if (std::fabs(got - want) > want * tol) {
         off = "rate";
+      }
     }
     if (delay) {
       const double want = a.latency_ms + b.latency_ms;
       const double got = l.rtt_p50_us / 1000;
-      o << (rate ? "," : "") << " rtt " << got << " of " << want << " ms";
+      o << (rate ? "," : "") << " rtt " << num(got) << " of " << num(want)
+        << " ms";
       if (off.empty() && std::fabs(got - want) > want * tol + 1)
         off = "round trip";
     }
     summary += (summary.empty() ? "" : ", ") + o.str();
     ++checked;
     if (!off.empty())
-      return "measured " + o.str() + ": the " + off + " is more than "
-             + std::to_string(static_cast<int>(tolerance_pct)) + "% off";
+      return "measured " + o.str()
+             + (off == "floor"
+                  ? std::string{": the rate is below the floor"}
+                  : ": the " + off + " is more than "
+                      + std::to_string(static_cast<int>(tolerance_pct))
+                      + "% off");
   }
   if (checked == 0)
     return "no measured link has a shaped end (" + std::to_string(links.size())

@@ -28,7 +28,7 @@ public:
 struct simulated_device {
   std::string profile; ///< a profile of config/sim-profiles.json
   int count = 1;       ///< 1..64
-  std::string fault;   ///< "", "fail_allocations" or "vanished"
+  std::string fault;   ///< "" or backend::sim_fault_error's names
 };
 
 struct node_spec {
@@ -110,7 +110,9 @@ enum class step_kind {
   partition,
   heal,
   shape,
-  measure
+  measure,
+  fault,
+  audit
 };
 
 const char* to_string(step_kind k) noexcept;
@@ -152,6 +154,17 @@ struct step {
   double bandwidth_mbit = -1;
   // measure: how far (percent) a measured rate may be from the shaped one
   double tolerance_pct = 20;
+  // measure: > 0: each shaped link must reach this rate instead (for
+  // shaping faster than the machine carries between namespaces)
+  double min_mbit = 0;
+  // run: this many identical requests in flight at once (each its own
+  // console client); every one must end with its tokens (and the
+  // reference's, when asked): none may be lost.
+  int requests = 1;
+  // fault: the simulated device (its id, "sim:rtx-4090:0") and the fault
+  // (backend::sim_runtime_fault_error's names)
+  std::string device;
+  std::string fault;
 };
 
 struct scenario {
@@ -266,10 +279,13 @@ struct link_shaping {
 /// takes latency A + latency B, and the measured median must be within
 /// tolerance_pct of that plus 1 ms. Links with neither end shaped are not
 /// checked. Returns "" when every checked link holds (with `summary`
-/// listing them), else the reason.
+/// listing them), else the reason. With `min_mbit` > 0 a rate is held to
+/// that floor instead of the tolerance (a 10 Gbit/s shaping on a machine
+/// whose namespaces carry less).
 std::string check_link_rates(const std::vector<measured_link>& links,
                              const std::map<std::string, link_shaping>& shaped,
-                             double tolerance_pct, std::string& summary);
+                             double tolerance_pct, std::string& summary,
+                             double min_mbit = 0);
 
 /// Compares a run's tokens with its reference's: "" when they are equal,
 /// else where they first differ.

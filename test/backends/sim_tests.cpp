@@ -1,6 +1,7 @@
 // Simulated devices: profiles, capacity, simulated time, heat, and faults.
 
 #include "backends/sim/sim_backend.hpp"
+#include "backends/cpu/cpu_backend.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -190,6 +191,53 @@ TEST_CASE("heat_after:N:C heats the device by C degrees at its N-th "
                    "heat_after:5:0", "heat_after:5:501", "heat_after:5:10x",
                    "heat_after:5:nan"})
     CHECK_FALSE(sim_fault_error(bad).empty());
+}
+
+TEST_CASE("faults injected at run time take effect at once") {
+  sim_fixture f;
+  auto t0 = f.dev->temperature();
+  auto hot = f.dev->inject_fault("heat:80");
+  REQUIRE(hot.ok());
+  CHECK_THAT(*hot, Catch::Matchers::Contains("is now at"));
+  CHECK(*f.dev->read_telemetry().temperature_c == Approx(t0 + 80).margin(0.5));
+  REQUIRE(f.dev->inject_fault("heat:-80").ok());
+  CHECK(f.dev->temperature() == Approx(t0).margin(0.5));
+
+  REQUIRE(f.dev->inject_fault("fail_next_allocation").ok());
+  CHECK_FALSE(f.dev->allocate(64).ok());
+  CHECK(f.dev->allocate(64).ok()); // only the next one
+  REQUIRE(f.dev->inject_fault("fail_allocations").ok());
+  CHECK_FALSE(f.dev->allocate(64).ok());
+  CHECK_FALSE(f.dev->allocate(64).ok());
+  REQUIRE(f.dev->inject_fault("fail_allocations:off").ok());
+  CHECK(f.dev->allocate(64).ok());
+
+  REQUIRE(f.dev->inject_fault("vanish_after:2").ok());
+  CHECK(f.dev->synchronize().ok());
+  CHECK(f.dev->synchronize().err().code == errc::device_lost);
+  CHECK(f.dev->vanished());
+
+  for (auto bad : {"heat:0", "heat:501", "heat:-501", "heat:x", "heat:",
+                   "fail_allocations:on", "melt"}) {
+    auto r = f.dev->inject_fault(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.err().code == errc::invalid_argument);
+    CHECK_THAT(r.err().message, Catch::Matchers::Contains("unknown fault"));
+  }
+  CHECK(sim_runtime_fault_error("heat:-12.5").empty());
+  CHECK(sim_runtime_fault_error("vanished").empty());
+}
+
+TEST_CASE("a real device refuses an injected fault") {
+  auto cpu = make_cpu_backend();
+  REQUIRE(cpu);
+  REQUIRE(cpu->initialize().ok());
+  REQUIRE(cpu->device_count() > 0);
+  auto r = cpu->device_at(0)->inject_fault("vanished");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.err().code == errc::unsupported);
+  CHECK_THAT(r.err().message,
+             Catch::Matchers::Contains("is not a simulated device"));
 }
 
 TEST_CASE("a hung device blocks operations until the hang is released") {

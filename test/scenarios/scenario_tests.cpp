@@ -347,6 +347,72 @@ TEST_CASE("background runs, await, freeze and thaw are read") {
   CHECK(plain.model->ctx == 256);
 }
 
+TEST_CASE("requests in flight, fault and audit steps are read") {
+  auto sc = parse(R"({"name": "timeline",
+    "nodes": [{"name": "a"},
+              {"name": "b", "devices": {"simulated": [
+                 {"profile": "a100-40g", "count": 2}, {"profile": "m2-max"}]}}],
+    "steps": [
+      {"do": "run", "node": "a", "prompt": "x", "tokens": 100,
+       "requests": 4, "reference": true, "background": "load"},
+      {"do": "fault", "node": "b", "device": "sim:a100-40g:1",
+       "fault": "vanish_after:3"},
+      {"do": "fault", "node": "b", "device": "sim:m2-max:0",
+       "fault": "heat:-20", "expect": {"contains": "now at"}},
+      {"do": "await", "run": "load", "expect_recoveries": 1},
+      {"do": "run", "node": "a", "prompt": "y", "requests": 3},
+      {"do": "audit"},
+      {"do": "audit", "on": ["b"], "within_s": 5}
+    ]})",
+                  "t");
+  REQUIRE(sc.steps.size() == 7);
+  CHECK(sc.steps[0].requests == 4);
+  CHECK(sc.steps[1].kind == step_kind::fault);
+  CHECK(sc.steps[1].device == "sim:a100-40g:1");
+  CHECK(sc.steps[1].fault == "vanish_after:3");
+  CHECK(sc.steps[2].expect.contains == std::vector<std::string>{"now at"});
+  CHECK(sc.steps[4].requests == 3);
+  CHECK(sc.steps[4].json); // several requests: every reply read as JSON
+  CHECK(sc.steps[5].kind == step_kind::audit);
+  CHECK(sc.steps[5].on.empty());
+  CHECK(sc.steps[6].on == std::vector<std::string>{"b"});
+
+  auto refused = [](const std::string& step) {
+    try {
+      parse(R"({"name": "s", "nodes": [{"name": "a"}, {"name": "b",
+                 "devices": {"simulated": [{"profile": "a100-40g"}]}}],
+                 "steps": [)" + step + "]}",
+            "t");
+    } catch (const scenario_error& e) {
+      return std::string{e.what()};
+    }
+    return std::string{"accepted"};
+  };
+  CHECK_THAT(refused(R"({"do": "fault", "node": "b", "device": "sim:a100-40g:1", "fault": "vanished"})"),
+             Catch::StartsWith("steps[0].device: node b has no simulated "
+                               "device \"sim:a100-40g:1\"")
+               && Catch::Contains("it has sim:a100-40g:0"));
+  CHECK_THAT(refused(R"({"do": "fault", "node": "a", "device": "cpu:0", "fault": "vanished"})"),
+             Catch::StartsWith("steps[0].device: node a has no simulated "
+                               "device \"cpu:0\"")
+               && Catch::Contains("it has none"));
+  CHECK_THAT(refused(R"({"do": "fault", "node": "b", "device": "sim:a100-40g:0", "fault": "melt"})"),
+             Catch::StartsWith("steps[0].fault: unknown fault \"melt\""));
+  CHECK_THAT(refused(R"({"do": "fault", "node": "b", "device": "sim:a100-40g:0"})"),
+             Catch::StartsWith("steps[0].fault: required for a \"fault\" "
+                               "step"));
+  CHECK_THAT(refused(R"({"do": "fault", "node": "b", "device": "a b", "fault": "vanished"})"),
+             Catch::StartsWith("steps[0].device: a device id without spaces"));
+  CHECK_THAT(refused(R"({"do": "run", "node": "a", "prompt": "x", "requests": 33})"),
+             Catch::StartsWith("steps[0].requests: must be an integer in "
+                               "[1, 32]"));
+  CHECK_THAT(refused(R"({"do": "audit", "on": ["q"]})"),
+             Catch::StartsWith("steps[0].on[0]: no node named \"q\""));
+  CHECK_THAT(refused(R"({"do": "audit", "node": "a"})"),
+             Catch::StartsWith("steps[0].node: unknown key for an \"audit\" "
+                               "step"));
+}
+
 TEST_CASE("bad background runs, awaits and freezes are refused") {
   auto with_steps = [](const std::string& steps) {
     return R"({"name": "s", "nodes": [{"name": "a"}, {"name": "b"}],
@@ -554,6 +620,15 @@ TEST_CASE("measured links are held to the shaped rates") {
              Catch::Contains("more than 20% off"));
   CHECK(check_link_rates(links, shaping{{"b", {0, 0}}}, 20, summary)
         == "no measured link has a shaped end (2 link(s) measured)");
+  // A floor instead of the tolerance: 10 Gbit/s shaped, 19.2 Mbit/s
+  // measured passes a floor of 10 and fails one of 100.
+  CHECK(check_link_rates(links, shaping{{"b", {10000, 0}}}, 20, summary, 10)
+          .empty());
+  CHECK(summary == "a->b 19.2 of 10000 Mbit/s (at least 10)");
+  CHECK_THAT(check_link_rates(links, shaping{{"b", {10000, 0}}}, 20, summary,
+                              100),
+             Catch::Contains("(at least 100): the rate is below the "
+                             "floor"));
   // Latencies add up over a round trip: a 25 ms + b 5 ms = 30 ms, within
   // 20% + 1 ms; both links are checked (c only by a's latency).
   REQUIRE(parse_links(R"([{"from": "a", "to": "b", "rtt_p50_us": 31200,

@@ -125,6 +125,49 @@ TEST_CASE("a node paused past the failure timeout does not blame the others "
   CHECK(t.expire(t0 + 7s, 1500ms).size() == 2);
 }
 
+TEST_CASE("a death verdict that our own connection and heartbeats "
+          "contradict is discounted") {
+  // After a partition heals, n3 still gossips the verdicts it reached while
+  // cut off ("n2 dead"); n1, connected to n2 and hearing its heartbeats,
+  // must not take them, or n2 flaps dead and alive again.
+  member_table t{member("n1", 1)};
+  t.merge(member("n2", 4), t0);
+  t.merge(member("n4", 2), t0);
+  t.merge(member("n5", 1), t0);
+  t.heard_from("n2", t0 + 1000ms);
+  t.heard_from("n4", t0 + 1000ms);
+  t.heard_from("n5", t0 + 1000ms);
+  member_view v;
+  v.from = "n3";
+  v.members = {member("n2", 4, member_status::dead),   // stale: discounted
+               member("n4", 2, member_status::dead),   // not connected
+               member("n5", 1, member_status::left),   // left always passes
+               member("n1", 1, member_status::dead)};  // about us: refuted
+  auto now = t0 + 1200ms;
+  std::vector<std::string> connected{"n2", "n5"};
+  auto gone = t.discount_hearsay(v, now, 1500ms, connected);
+  CHECK(gone == std::vector<std::string>{"n2"});
+  REQUIRE(v.members.size() == 3);
+  t.merge(v, now);
+  CHECK(t.alive("n2"));
+  CHECK_FALSE(t.alive("n4"));
+  CHECK_FALSE(t.alive("n5"));
+  CHECK(t.accuses_self(v));
+
+  // Silence past the window, or a newer incarnation, is news: it passes.
+  member_table u{member("n1", 1)};
+  u.merge(member("n2", 4), t0);
+  u.heard_from("n2", t0);
+  member_view late;
+  late.members = {member("n2", 4, member_status::dead)};
+  CHECK(u.discount_hearsay(late, t0 + 1600ms, 1500ms, {"n2"}).empty());
+  CHECK(late.members.size() == 1);
+  member_view newer;
+  newer.members = {member("n2", 5, member_status::dead)};
+  CHECK(u.discount_hearsay(newer, t0 + 100ms, 1500ms, {"n2"}).empty());
+  CHECK(newer.members.size() == 1);
+}
+
 TEST_CASE("records from the network are validated against limits") {
   auto ok = member("node-1", 1);
   CHECK_FALSE(member_table::validate(ok));
