@@ -27,13 +27,14 @@ TEST_CASE("dev requests parse their operation, device, number and token") {
   CHECK(r.handle == 18446744073709551615ull);
   r = {};
   REQUIRE(parse_device_request("sync sim:a:0 auth=t", r).empty());
+  CHECK(r.what == device_request::op::sync);
+  r = {};
   REQUIRE(parse_device_request("fault sim:a:0 heat:80 auth=t", r).empty());
   CHECK(r.what == device_request::op::fault);
   CHECK(r.device == "sim:a:0");
   CHECK(r.fault == "heat:80");
   CHECK(r.token == "t");
   CHECK_FALSE(parse_device_request("fault sim:a:0 auth=t", r).empty());
-  CHECK(r.what == device_request::op::sync);
   r = {};
   REQUIRE(parse_device_request("info sim:a:0 auth=t", r).empty());
   CHECK(r.what == device_request::op::info);
