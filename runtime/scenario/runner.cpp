@@ -215,6 +215,8 @@ private:
   /// those of its cluster (a node of another CA can neither seed nor see
   /// it).
   std::vector<live_node*> running_nodes(const live_node* of = nullptr);
+  /// The nodes of a step's `on` (each must run), else every running one.
+  std::vector<live_node*> nodes_on(const step& s);
   std::vector<std::string> console_argv(live_node& n, const std::string& cmd,
                                         bool json, milliseconds timeout);
   captured console(live_node& n, const std::string& cmd, bool json,
@@ -670,13 +672,17 @@ std::string runner::view(live_node& on, std::vector<member_status>& members,
   return {};
 }
 
-std::string runner::do_converge(const step& s) {
-  std::vector<live_node*> on;
+std::vector<live_node*> runner::nodes_on(const step& s) {
   if (s.on.empty())
-    on = running_nodes();
-  else
-    for (auto& name : s.on)
-      on.push_back(&running_node(name));
+    return running_nodes();
+  std::vector<live_node*> on;
+  for (auto& name : s.on)
+    on.push_back(&running_node(name));
+  return on;
+}
+
+std::string runner::do_converge(const step& s) {
+  auto on = nodes_on(s);
   if (on.empty())
     throw step_failed("no node is running");
   auto want = s.alive >= 0 ? s.alive : static_cast<int>(running_nodes().size());
@@ -1347,12 +1353,7 @@ std::string runner::do_fault(const step& s) {
 }
 
 std::string runner::do_audit(const step& s) {
-  std::vector<live_node*> on;
-  if (s.on.empty())
-    on = running_nodes();
-  else
-    for (auto& name : s.on)
-      on.push_back(&running_node(name));
+  auto on = nodes_on(s);
   if (on.empty())
     throw step_failed("no running node to verify");
   std::string summary;
