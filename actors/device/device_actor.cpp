@@ -850,9 +850,12 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       if (!who)
         return std::move(who.error());
       auto& st = self->state;
+      if (spec.empty() || spec.size() > 64)
+        return make_exo_error(exo_errc::invalid_argument,
+                              "dev fault: a fault name of 1 to 64 characters");
       auto done = st.dev->inject_fault(spec);
       audit_op(self, audit::event_type::device_fault, std::move(*who),
-               {{"fault", spec.substr(0, 64)},
+               {{"fault", spec},
                 {"result", done ? *done : done.err().message}},
                audit::severity::warning);
       if (!done)

@@ -449,18 +449,10 @@ public:
         }
       }
       auto dev = std::make_unique<sim_device>(*it, id, opts_.time_scale);
-      if (spec.fault == "fail_allocations")
-        dev->fail_allocations(true);
-      else if (spec.fault == "vanished")
-        dev->vanish();
-      else if (auto n = vanish_after_count(spec.fault); n > 0)
-        dev->vanish_after(n);
-      else {
-        std::uint64_t ops = 0;
-        double deg = 0;
-        if (heat_after_of(spec.fault, ops, deg))
-          dev->heat_after(ops, deg);
-      }
+      // A configured fault is one injected before the first operation (its
+      // name was checked above against the configurable ones).
+      if (!spec.fault.empty())
+        (void) dev->inject_fault(spec.fault);
       devices_.push_back(std::move(dev));
     }
     return {};
