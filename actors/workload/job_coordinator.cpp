@@ -137,6 +137,9 @@ struct coordinator_state {
   struct ended_run {
     std::string key;
     std::string name;
+    /// NODE:ID of its run here: a job taken over keeps its first key, but
+    /// its backup knows it by this one (and asks by it when it ends).
+    std::string here;
     caf::expected<console_reply> reply;
   };
   std::deque<ended_run> ended;
@@ -399,7 +402,7 @@ void replicate_tick(self_ptr self);
 /// What a backup answers when the origin of a job it has taken over sends
 /// it progress again (the origin was frozen or cut off, declared dead, and
 /// came back): the origin ends its copy (replicate_tick).
-constexpr const char* taken_over_phrase = " was taken over by ";
+constexpr const char* taken_over_phrase = console::job_taken_over;
 
 /// Whether `err` is a backup's answer that it runs the job now.
 bool taken_over(const caf::error& err) {
@@ -1290,9 +1293,12 @@ void deliver(caf::typed_response_promise<console_reply>& rp,
 /// error naming the job.
 caf::expected<console_reply> attach_reply(const job_run& run,
                                           const caf::expected<job_report>& r) {
-  if (!r)
+  if (!r) {
+    auto why = error_message(r.error());
+    auto named = "job " + run.key;
     return fail(exo_errc::failed_state,
-                "job " + run.key + ": " + error_message(r.error()));
+                why.rfind(named, 0) == 0 ? why : named + ": " + why);
+  }
   auto reply = run_reply(*r, run.job.request.prompt, run.job.request.n_gen);
   reply.command = "attach";
   reply.text = "attached to job " + run.key + "\n" + reply.text;
@@ -1311,7 +1317,11 @@ void run_ended(self_ptr self, job_run& run,
   if (run.key.empty()) // it never started
     return;
   auto& ended = self->state.ended;
-  ended.push_back({run.key, run.job.request.name, std::move(reply)});
+  ended.push_back({run.key, run.job.request.name,
+                   run.id == 0 ? std::string{}
+                               : self->state.cfg.node + ":"
+                                   + std::to_string(run.id),
+                   std::move(reply)});
   if (ended.size() > recent_jobs)
     ended.pop_front();
 }
@@ -2000,7 +2010,8 @@ bool attach_here(self_ptr self, const std::string& key,
       return true;
     }
   for (auto it = st.ended.rbegin(); it != st.ended.rend(); ++it)
-    if (key == it->key || (!it->name.empty() && key == it->name)) {
+    if (key == it->key || (!it->name.empty() && key == it->name)
+        || (!it->here.empty() && key == it->here)) {
       deliver(rp, it->reply);
       return true;
     }
@@ -2056,10 +2067,13 @@ caf::result<console_reply> console_attach(self_ptr self,
           if (a->answered)
             return;
           // A node that had the job and says how it ended (failed_state)
-          // answers for it; "no job" or an unreachable node is a miss.
+          // answers for it; "no job" or an unreachable node is a miss, and
+          // so is a node whose copy ended because its backup took the job
+          // over (frozen, declared dead, back): the backup answers.
           if (err.category() == exo_error_category()
               && err.code()
-                   == static_cast<std::uint8_t>(exo_errc::failed_state)) {
+                   == static_cast<std::uint8_t>(exo_errc::failed_state)
+              && !taken_over(err)) {
             a->answered = true;
             rp.deliver(fail(exo_errc::failed_state, "attach: " + why));
             return;

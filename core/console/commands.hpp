@@ -34,6 +34,12 @@
 
 namespace exo::console {
 
+/// In a node's answer about a job: its backup runs it now ("job coord:1
+/// was taken over by spare while this node was unreachable"). The node
+/// that says it ended its own copy; a client waiting for the job
+/// re-attaches to it (attach by its name) instead of failing.
+inline constexpr const char* job_taken_over = " was taken over by ";
+
 /// What an argument or option holds; checked by the parser.
 enum class value_type : std::uint8_t {
   text,   ///< any word

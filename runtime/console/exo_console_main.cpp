@@ -128,10 +128,12 @@ std::string run_name() {
   return buf;
 }
 
-/// A `run` whose node died while the console waited: the console connects
-/// to another member (as the member view read before the run names them)
-/// and attaches to the job by its name — its backup node took it over — and
-/// returns that reply. Throws client_error when no member has it.
+/// A `run` (or `attach`) whose node died while the console waited, or
+/// whose node ended its copy because the job's backup took it over: the
+/// console connects to another member (as the member view read before the
+/// run names them) and attaches to the job by its name — its backup node
+/// took it over — and returns that reply. Throws client_error when no
+/// member has it.
 exo::console_reply reattach(exo::console::client& c,
                             const exo::member_view& view,
                             const std::string& lost_node,
@@ -150,6 +152,7 @@ exo::console_reply reattach(exo::console::client& c,
       return c.ask("attach",
                    name + (auth.empty() ? std::string{} : " " + auth));
     } catch (const console::client_error& e) {
+      std::cerr << "exo-console: " << m.name << ": " << e.what() << "\n";
       tried += std::string{tried.empty() ? "" : "; "} + m.name + ": "
                + e.what();
     }
@@ -212,10 +215,13 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
     auto rest = rest_of(line);
     // A run gets a name, and the console the member view: if the node dies
     // while the run goes on, the console re-attaches through another.
+    // An attach follows its job the same way.
     std::string name;
     member_view members;
-    if (cmd == "run") {
-      if (!p.has("id")) {
+    if (cmd == "run" || (cmd == "attach" && !p.args.empty())) {
+      if (cmd == "attach") {
+        name = p.args[0];
+      } else if (!p.has("id")) {
         name = run_name();
         rest += " --id " + name;
       } else {
@@ -233,8 +239,13 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
       try {
         reply = c.ask(cmd, rest);
       } catch (const console::client_error& e) {
+        // The node went, or it was frozen or cut off long enough for the
+        // job's backup to take it over and ended its own copy when it came
+        // back: either way the job goes on elsewhere.
         auto msg = std::string{e.what()};
-        if (name.empty() || msg.rfind("lost node ", 0) != 0)
+        if (name.empty()
+            || (msg.rfind("lost node ", 0) != 0
+                && msg.find(console::job_taken_over) == std::string::npos))
           throw;
         reply = reattach(c, members, c.node_name(), name, auth, msg);
       }

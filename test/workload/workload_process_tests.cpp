@@ -1003,5 +1003,21 @@ TEST_CASE("a coordinating node that froze and comes back after its backup "
   INFO("backup " << backup << ": " << keeper.proc->out());
   CHECK(code == 0);
   CHECK(contains(runner.out(), "attached to job coord:1"));
-  CHECK(!line_after(runner.out(), "text: ").empty());
+  auto text = line_after(runner.out(), "text: ");
+  CHECK(!text.empty());
+  // Whether the client noticed the freeze first or heard the node say its
+  // copy ended, it re-attached: it never reports the takeover as a failure.
+  CHECK(contains(runner.err(), "re-attaching to job story through "));
+  // Re-attached through the backup of the job's new run, the client got
+  // its end from the node that finished it (asked by that run's key).
+  CHECK(!contains(runner.err(), "did not pass its end on"));
+  // Asked on the node that came back, an attach hears that its copy ended
+  // and follows the job to the node that finished it.
+  auto late = console(p, a.port, "attach story");
+  INFO(late.out << late.err);
+  CHECK(late.code == 0);
+  CHECK(contains(late.err, "was taken over by " + backup));
+  CHECK(contains(late.err, "re-attaching to job story through "));
+  CHECK(contains(late.out, "attached to job coord:1"));
+  CHECK(line_after(late.out, "text: ") == text);
 }
