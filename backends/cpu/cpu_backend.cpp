@@ -7,9 +7,17 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <optional>
+#include <vector>
 
 #include <sched.h>
+#include <sys/mman.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace exo::backend {
 
@@ -57,6 +65,20 @@ public:
     llama_threads_ = std::max(1, opts.llama_threads);
     if (host_info::cpu_temperature_c())
       props_.capabilities |= cap_temperature;
+    cpu_rates measured;
+    if (opts.measure_rates
+        && (!(opts.peak_flops > 0) || !(opts.memory_bandwidth > 0)))
+      measured = measure_cpu_rates(threads_);
+    auto pick = [](double given, double got) -> std::optional<double> {
+      if (given > 0)
+        return given;
+      if (got > 0)
+        return got;
+      return std::nullopt;
+    };
+    props_.peak_flops = pick(opts.peak_flops, measured.flops);
+    props_.memory_bandwidth = pick(opts.memory_bandwidth,
+                                   measured.bytes_per_second);
   }
 
   memory_info memory() override {
@@ -140,6 +162,108 @@ private:
 };
 
 } // namespace
+
+cpu_rates measure_cpu_rates(int threads) {
+  using clock = std::chrono::steady_clock;
+  threads = std::max(1, threads);
+  // The best of five timed runs after one that warms caches and threads.
+  auto best_of = [](auto&& run) {
+    run();
+    double best = 0;
+    for (int i = 0; i < 5; ++i) {
+      auto t0 = clock::now();
+      run();
+      double s = std::chrono::duration<double>(clock::now() - t0).count();
+      if (i == 0 || s < best)
+        best = s;
+    }
+    return best;
+  };
+  cpu_rates r;
+  // A generated token: each weight read once (matrix-vector), from memory.
+  {
+    const std::size_t n = 4096;
+    const std::size_t k = 4096; // 64 MiB of F32 weights
+    // In small pages, as a model file's mapping gives them (weights read in
+    // place): huge pages would make the figure a TLB's better case.
+    const std::size_t bytes = n * k * sizeof(float);
+    void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED)
+      return r;
+    madvise(map, bytes, MADV_NOHUGEPAGE);
+    struct unmap {
+      void* p;
+      std::size_t n;
+      ~unmap() { munmap(p, n); }
+    } guard{map, bytes};
+    struct span {
+      float* p;
+      std::size_t n;
+      float* data() const { return p; }
+      std::size_t size() const { return n; }
+      float& operator[](std::size_t i) const { return p[i]; }
+    } w{static_cast<float*>(map), n * k};
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = static_cast<float>(static_cast<int>(i % 17) - 8) * 0.01f;
+    std::vector<float> a(k, 0.5f);
+    std::vector<float> c(n);
+    matmul_dims d;
+    d.m = 1;
+    d.n = n;
+    d.k = k;
+    // Out of every cache first (a cache may hold 64 MiB, a model's weights
+    // it does not), outside the timed part.
+    auto flush = [&] {
+#if defined(__x86_64__) || defined(__i386__)
+      auto* p = reinterpret_cast<const char*>(w.data());
+      for (std::size_t i = 0; i < w.size() * sizeof(float); i += 64)
+        _mm_clflush(p + i);
+      _mm_mfence();
+#endif
+    };
+    // The median of seven runs after one that warms the threads: a token
+    // runs at the typical rate, not at the luckiest.
+    std::vector<double> runs;
+    for (int i = 0; i < 8; ++i) {
+      flush();
+      auto t0 = clock::now();
+      host::matmul_weights(a.data(),
+                           reinterpret_cast<const std::uint8_t*>(w.data()),
+                           weight_type::f32, c.data(), d, threads);
+      if (i > 0)
+        runs.push_back(
+          std::chrono::duration<double>(clock::now() - t0).count());
+    }
+    std::nth_element(runs.begin(), runs.begin() + 3, runs.end());
+    double s = runs[3];
+    if (s > 0)
+      r.bytes_per_second = static_cast<double>(w.size() * sizeof(float)) / s;
+  }
+  // A prompt: 64 rows through a 1024 x 1024 matrix that stays in cache.
+  {
+    const std::size_t m = 64;
+    const std::size_t n = 1024;
+    const std::size_t k = 1024;
+    std::vector<float> w(n * k);
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.01f;
+    std::vector<float> a(m * k, 0.25f);
+    std::vector<float> c(m * n);
+    matmul_dims d;
+    d.m = m;
+    d.n = n;
+    d.k = k;
+    auto s = best_of([&] {
+      host::matmul_weights(a.data(),
+                           reinterpret_cast<const std::uint8_t*>(w.data()),
+                           weight_type::f32, c.data(), d, threads);
+    });
+    if (s > 0)
+      r.flops = 2.0 * static_cast<double>(m * n * k) / s;
+  }
+  return r;
+}
 
 std::unique_ptr<backend> make_cpu_backend(cpu_options opts) {
   return std::make_unique<cpu_backend>(opts);

@@ -30,7 +30,27 @@ struct cpu_options {
   /// the cores would all bind to the same first CPUs. Off by default in the
   /// library: it changes the calling thread's affinity.
   bool bind_threads = false;
+  /// Measure at discovery what the device's own kernels achieve here and
+  /// report it (device_properties::peak_flops, memory_bandwidth): FLOP/s
+  /// of an F32 matrix product that stays in cache (a prompt's operation)
+  /// and weight bytes/s of an F32 matrix-vector product over 64 MiB (a
+  /// generated token's), each the best of five, with the device's threads.
+  /// About 0.1 s; off by default in the library (a node turns it on: its
+  /// placement then works from figures, not from assumptions).
+  bool measure_rates = false;
+  /// Figures given instead of measured (a machine whose rates are known,
+  /// tests that want fixed plans); 0: measure (or report none).
+  double peak_flops = 0;
+  double memory_bandwidth = 0;
 };
+
+/// What the cpu kernels achieve on this host with `threads` threads (see
+/// cpu_options::measure_rates).
+struct cpu_rates {
+  double flops = 0;          ///< FLOP/s
+  double bytes_per_second = 0;
+};
+cpu_rates measure_cpu_rates(int threads);
 
 std::unique_ptr<backend> make_cpu_backend(cpu_options opts = {});
 

@@ -343,6 +343,18 @@ node_config parse_document(const std::string& json, const std::string& source) {
                   [&](element v, const std::string& q) {
                     d.cpu_bind_threads = as_bool(v, q);
                   }},
+                 {"cpu_measure_rates",
+                  [&](element v, const std::string& q) {
+                    d.cpu_measure_rates = as_bool(v, q);
+                  }},
+                 {"cpu_peak_gflops",
+                  [&](element v, const std::string& q) {
+                    d.cpu_peak_gflops = as_number(v, q, 0.001, 1e9);
+                  }},
+                 {"cpu_memory_gbps",
+                  [&](element v, const std::string& q) {
+                    d.cpu_memory_gbps = as_number(v, q, 0.001, 1e9);
+                  }},
                  {"cpu_llama_threads",
                   [&](element v, const std::string& q) {
                     d.cpu_llama_threads =
@@ -648,6 +660,9 @@ backend::factory_options node_config::factory_options() const {
   o.cpu.weights_in_place = devices.cpu_weights_in_place;
   o.cpu.llama_threads = devices.cpu_llama_threads;
   o.cpu.bind_threads = devices.cpu_bind_threads;
+  o.cpu.measure_rates = devices.cpu_measure_rates;
+  o.cpu.peak_flops = devices.cpu_peak_gflops * 1e9;
+  o.cpu.memory_bandwidth = devices.cpu_memory_gbps * 1e9;
   o.sim.devices = devices.simulated;
   o.sim.time_scale = devices.sim_time_scale;
   if (!devices.sim_profiles_file.empty()) {

@@ -86,6 +86,12 @@ struct devices_section {
   /// The cpu device binds its kernels' threads one CPU each (off where
   /// several nodes share a machine's cores: test clusters, scenarios).
   bool cpu_bind_threads = true;
+  /// The cpu device measures its FLOP/s and weight bytes/s at discovery
+  /// (placement works from them); off: it reports none, placement assumes.
+  bool cpu_measure_rates = true;
+  /// Figures given instead of measured (0: measure): GFLOP/s, GB/s.
+  double cpu_peak_gflops = 0;
+  double cpu_memory_gbps = 0;
   std::vector<backend::sim_device_spec> simulated;
   std::string sim_profiles_file;      ///< extra profiles (JSON)
   double sim_time_scale = 0;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -81,7 +83,7 @@ void install_interrupt_handlers() {
 }
 
 pid_t spawn_logged(const std::vector<std::string>& argv,
-                   const std::string& log_path) {
+                   const std::string& log_path, const std::vector<int>& cpus) {
   int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
                 0600);
   if (fd < 0)
@@ -98,6 +100,17 @@ pid_t spawn_logged(const std::vector<std::string>& argv,
     child_setup(parent);
     dup2(fd, 1);
     dup2(fd, 2);
+    if (!cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : cpus)
+        CPU_SET(c, &set);
+      if (sched_setaffinity(0, sizeof set, &set) != 0) {
+        std::fprintf(stderr, "exo-scenario: cannot pin to the node's cpus: "
+                             "%s\n", std::strerror(errno));
+        _exit(127);
+      }
+    }
     child_exec(argv);
   }
   close(fd);

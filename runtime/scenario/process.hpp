@@ -19,10 +19,12 @@ namespace exo::scenario {
 bool interrupted() noexcept;
 void install_interrupt_handlers();
 
-/// Starts argv[0] with stdout and stderr appended to `log_path`.
+/// Starts argv[0] with stdout and stderr appended to `log_path`; with
+/// `cpus`, the process runs on those CPUs only (its threads too).
 /// Throws std::runtime_error when it cannot.
 pid_t spawn_logged(const std::vector<std::string>& argv,
-                   const std::string& log_path);
+                   const std::string& log_path,
+                   const std::vector<int>& cpus = {});
 
 /// Starts argv[0] with stdout to `out_path` and stderr to `err_path`
 /// (created or truncated). Throws std::runtime_error when it cannot.

@@ -516,6 +516,7 @@ void runner::start_node(live_node& n, bool quiet_start) {
       {"cpu_memory_limit_mib", spec.cpu_memory_limit_mib},
       // Its nodes share this machine's cores: none pins its threads.
       {"cpu_bind_threads", false},
+      {"cpu_measure_rates", spec.measure_rates},
       {"rescan_interval_s", 0}}},
     {"safety", {{"access_key_file", dir_ + "/pki/access.key"}}},
     // The scenario's model is the one file its clients name.
@@ -533,7 +534,7 @@ void runner::start_node(live_node& n, bool quiet_start) {
     auto prefix = net_->exec_prefix(spec.name);
     argv.insert(argv.begin(), prefix.begin(), prefix.end());
   }
-  n.pid = spawn_logged(argv, n.log);
+  n.pid = spawn_logged(argv, n.log, spec.cpus);
   n.running = true;
   static const std::regex port_re{"listening on [^ ]*:(\\d+)"};
   for (;;) {
@@ -1021,8 +1022,20 @@ std::string runner::do_run(const step& s) {
   if (text_at == std::string::npos)
     throw step_failed("no text in the reply; output:\n"
                       + indent(last_output(r.out)));
+  std::string steps;
+  if (s.step_within_pct >= 0) {
+    step_times t;
+    std::string why;
+    if (!parse_step_times(r.out, t, why))
+      throw step_failed(why + "; output:\n" + indent(last_output(r.out)));
+    bool ok = false;
+    steps = "; step time " + compare_step_times(t, s.step_within_pct, ok);
+    if (!ok)
+      throw step_failed("the step time is not what placement predicted: "
+                        + steps.substr(2));
+  }
   return std::string{m[1]} + " tokens at " + std::string{m[2]}
-         + " tokens/s on " + s.node;
+         + " tokens/s on " + s.node + steps;
 }
 
 /// The ids of the jobs `n` lists now.

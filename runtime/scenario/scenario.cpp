@@ -6,8 +6,13 @@
 #include "core/config/strict_json.hpp"
 #include "core/text/file.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <regex>
 #include <iomanip>
 #include <fstream>
 #include <functional>
@@ -118,7 +123,30 @@ node_spec parse_node(element e, const std::string& path) {
                  {"cpu_memory_limit_mib", [&](element x, const std::string& q) {
                     n.cpu_memory_limit_mib = static_cast<std::uint64_t>(
                       as_mebibytes(x, q, 0, 1 << 24));
+                  }},
+                 {"measure_rates", [&](element x, const std::string& q) {
+                    n.measure_rates = as_bool(x, q);
                   }}});
+         }},
+        {"cpus",
+         [&](element v, const std::string& p) {
+           std::size_t i = 0;
+           cpu_set_t allowed;
+           CPU_ZERO(&allowed);
+           bool known = sched_getaffinity(0, sizeof allowed, &allowed) == 0;
+           for (auto item : as_array(v, p, "integers")) {
+             auto q = at(p, i++);
+             auto c = static_cast<int>(as_integer(item, q, 0, CPU_SETSIZE - 1));
+             if (known && !CPU_ISSET(c, &allowed))
+               bad(q, "cpu " + std::to_string(c)
+                        + " is not one this runner may use (it may use "
+                        + std::to_string(CPU_COUNT(&allowed)) + ")");
+             if (std::find(n.cpus.begin(), n.cpus.end(), c) != n.cpus.end())
+               bad(q, "cpu " + std::to_string(c) + " is listed twice");
+             n.cpus.push_back(c);
+           }
+           if (n.cpus.empty())
+             bad(p, "must list at least one cpu (or be left out)");
          }},
         {"link",
          [&](element v, const std::string& p) {
@@ -200,7 +228,7 @@ const std::map<step_kind, step_fields>& step_table() {
     {step_kind::run,
      {{"node", "prompt", "tokens", "stages", "seed", "temperature", "expect",
        "within_s", "reference", "background", "expect_recoveries",
-       "requests"},
+       "requests", "expect_step_within_pct"},
       {"node", "prompt"}}},
     {step_kind::await,
      {{"run", "expect", "expect_recoveries", "within_s"}, {"run"}}},
@@ -356,6 +384,10 @@ step parse_step(element e, const std::string& path) {
      [&](element v, const std::string& p) {
        s.requests = static_cast<int>(as_integer(v, p, 1, 32));
      }},
+    {"expect_step_within_pct",
+     [&](element v, const std::string& p) {
+       s.step_within_pct = as_number(v, p, 1, 1000);
+     }},
     {"device",
      [&](element v, const std::string& p) {
        s.device = as_nonempty_string(v, p);
@@ -407,6 +439,20 @@ step parse_step(element e, const std::string& path) {
         bad(join(path, key), "goes on the \"await\" step of a background "
                              "run (\"" + s.label + "\")");
   }
+  // The step times are read from the text of one foreground run.
+  if (s.kind == step_kind::run && s.step_within_pct >= 0)
+    for (auto key : {"reference", "expect_recoveries", "background",
+                     "requests"})
+      if (seen.count(key))
+        bad(join(path, "expect_step_within_pct"),
+            std::string{"compares one foreground run's text reply: it does "
+                        "not go with \""}
+              + key + "\"");
+  if (s.kind == step_kind::run && s.step_within_pct >= 0
+      && (s.json || !s.expect.json.empty()))
+    bad(join(path, "expect_step_within_pct"),
+        "compares one foreground run's text reply: it does not go with "
+        "\"json\" or expect.json");
   // The run's JSON reply carries the tokens and the recoveries.
   if ((s.kind == step_kind::run || s.kind == step_kind::await)
       && (s.reference || s.expect_recoveries >= 0 || !s.expect.json.empty()
@@ -916,6 +962,59 @@ bool number_of(element e, double& out) {
 }
 
 } // namespace
+
+bool parse_step_times(const std::string& text, step_times& out,
+                      std::string& why) {
+  // "objective (latency): 12.64 ms   latency: 12.64 ms   bottleneck: ...":
+  // the placement's last plan (a re-placement prints another) counts.
+  static const std::regex predicted_re{
+    "(^|[^(])latency: ([0-9.]+) (s|ms|us)"};
+  static const std::regex measured_re{
+    "generation: ([0-9]+) tokens in ([0-9.]+) s"};
+  std::smatch m;
+  double predicted = -1;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), predicted_re);
+       it != std::sregex_iterator(); ++it) {
+    double v = std::strtod((*it)[2].str().c_str(), nullptr);
+    auto unit = (*it)[3].str();
+    predicted = unit == "s" ? v : unit == "ms" ? v * 1e-3 : v * 1e-6;
+  }
+  if (!(predicted > 0)) {
+    why = "the reply shows no predicted step time (the placement's "
+          "\"latency: \")";
+    return false;
+  }
+  if (!std::regex_search(text, m, measured_re)) {
+    why = "the reply shows no generation time (\"generation: N tokens in T "
+          "s\")";
+    return false;
+  }
+  auto n = std::strtod(m[1].str().c_str(), nullptr);
+  auto t = std::strtod(m[2].str().c_str(), nullptr);
+  if (!(n >= 1) || !(t > 0)) {
+    why = "the reply's generation time is not a positive figure: "
+          + m[0].str();
+    return false;
+  }
+  out.predicted_s = predicted;
+  out.measured_s = t / n;
+  return true;
+}
+
+std::string compare_step_times(const step_times& t, double pct, bool& ok) {
+  auto ms = [](double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g ms", s * 1e3);
+    return std::string{b};
+  };
+  double off = (t.measured_s - t.predicted_s) / t.measured_s * 100;
+  ok = std::abs(off) <= pct;
+  char b[96];
+  std::snprintf(b, sizeof b, " (%+.0f%% of the measured, %s %g%%)", off,
+                ok ? "within" : "beyond", pct);
+  return "predicted " + ms(t.predicted_s) + " a token, measured "
+         + ms(t.measured_s) + b;
+}
 
 bool parse_run_reply(const std::string& json, run_reply& out,
                      std::string& why) {

@@ -42,6 +42,14 @@ struct node_spec {
   /// main CA, another name a CA of its own (and a console client of it).
   std::string cluster;
   std::uint64_t cpu_memory_limit_mib = 0;
+  /// devices.measure_rates: the cpu device measures its FLOP/s and bytes/s
+  /// at start (placement works from them); off by default, the nodes
+  /// sharing this machine's cores would each measure a different share.
+  bool measure_rates = false;
+  /// cpus: the CPUs the node runs on (its kernels' threads follow: one
+  /// each); empty: every CPU the runner may use. Nodes sharing a machine
+  /// on CPUs of their own run as machines of their own would.
+  std::vector<int> cpus;
   /// link.bandwidth_mbit: the node's link, shaped both ways (namespaces
   /// only); 0: as fast as the machine goes.
   double bandwidth_mbit = 0;
@@ -161,6 +169,10 @@ struct step {
   // console client); every one must end with its tokens (and the
   // reference's, when asked): none may be lost.
   int requests = 1;
+  /// run: the measured time a generated token takes may differ from the
+  /// step time its placement predicted (the plan's latency) by at most
+  /// this many percent; < 0: not checked.
+  double step_within_pct = -1;
   // fault: the simulated device (its id, "sim:rtx-4090:0") and the fault
   // (backend::sim_runtime_fault_error's names)
   std::string device;
@@ -242,6 +254,23 @@ struct run_reply {
 /// Parses the output of `run --json`. Returns false (with `why`) when it is
 /// not that shape.
 bool parse_run_reply(const std::string& json, run_reply& out, std::string& why);
+
+/// A run's step time: what its placement predicted for one token (the
+/// plan's "latency: ") and what a generated token took ("generation: N
+/// tokens in T s", T / N), both in seconds.
+struct step_times {
+  double predicted_s = 0;
+  double measured_s = 0;
+};
+
+/// Reads them from the text of a run's reply. Returns false (with `why`)
+/// when either is missing or not a positive figure.
+bool parse_step_times(const std::string& text, step_times& out,
+                      std::string& why);
+
+/// "predicted 12.6 ms a token, measured 14.0 ms (+11%, within 25%)"; throws
+/// nothing: `ok` says whether |measured - predicted| <= pct% of measured.
+std::string compare_step_times(const step_times& t, double pct, bool& ok);
 
 /// One job as `jobs --json` lists it.
 struct job_status {

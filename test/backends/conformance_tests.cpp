@@ -439,6 +439,45 @@ TEST_CASE("a cpu device configured to copy weights does not adopt host "
   CHECK(r.err().code == errc::unsupported);
 }
 
+TEST_CASE("a cpu device reports no rates unless it measures them and "
+          "given figures win over measured ones") {
+  {
+    auto be = make_cpu_backend({});
+    REQUIRE(be->initialize().ok());
+    auto& props = be->device_at(0)->properties();
+    CHECK_FALSE(props.peak_flops.has_value());
+    CHECK_FALSE(props.memory_bandwidth.has_value());
+  }
+  {
+    cpu_options o;
+    o.measure_rates = true;
+    auto be = make_cpu_backend(o);
+    REQUIRE(be->initialize().ok());
+    auto& props = be->device_at(0)->properties();
+    REQUIRE(props.peak_flops.has_value());
+    REQUIRE(props.memory_bandwidth.has_value());
+    std::printf("cpu device measured %.1f GFLOP/s (F32 matrix product) and "
+                "%.1f GB/s (F32 matrix-vector product from memory)\n",
+                *props.peak_flops / 1e9, *props.memory_bandwidth / 1e9);
+    // Sanity bounds of any machine exo runs on, loaded or not (ASan too).
+    CHECK(*props.peak_flops > 1e7);
+    CHECK(*props.peak_flops < 1e14);
+    CHECK(*props.memory_bandwidth > 1e7);
+    CHECK(*props.memory_bandwidth < 1e13);
+  }
+  {
+    cpu_options o;
+    o.measure_rates = true;
+    o.peak_flops = 123e9;
+    o.memory_bandwidth = 45e9;
+    auto be = make_cpu_backend(o);
+    REQUIRE(be->initialize().ok());
+    auto& props = be->device_at(0)->properties();
+    CHECK(props.peak_flops == 123e9);
+    CHECK(props.memory_bandwidth == 45e9);
+  }
+}
+
 TEST_CASE("a cpu device configured to bind its threads pins each thread "
           "that runs its operations, and leaves them alone by default") {
   cpu_set_t all;

@@ -30,6 +30,9 @@ TEST_CASE("an empty config gives a single local node with every default") {
   CHECK(cfg.devices.cpu_weights_in_place);
   CHECK(cfg.devices.cpu_llama_threads == 1);
   CHECK(cfg.devices.cpu_bind_threads);
+  CHECK(cfg.devices.cpu_measure_rates);
+  CHECK(cfg.devices.cpu_peak_gflops == 0);
+  CHECK(cfg.factory_options().cpu.measure_rates);
   CHECK(cfg.factory_options().cpu.bind_threads);
   CHECK(cfg.models.backup_jobs);
   CHECK(cfg.log_level == "info");
@@ -49,6 +52,8 @@ TEST_CASE("every documented key is read") {
     "devices": {"include": ["vulkan", "cpu", "sim"], "exclude": ["cuda"],
                 "cpu_memory_limit_mib": 2048, "cpu_weights_in_place": false,
                 "cpu_llama_threads": 4, "cpu_bind_threads": false,
+                "cpu_measure_rates": false, "cpu_peak_gflops": 150,
+                "cpu_memory_gbps": 12.5,
                 "simulated": [{"profile": "a100-40g", "id": "sim:big"},
                               {"profile": "adreno-740", "count": 2}],
                 "sim_time_scale": 0.5, "rescan_interval_s": 0,
@@ -79,6 +84,9 @@ TEST_CASE("every documented key is read") {
   CHECK(cfg.devices.cpu_llama_threads == 4);
   CHECK_FALSE(cfg.devices.cpu_bind_threads);
   CHECK_FALSE(cfg.factory_options().cpu.bind_threads);
+  CHECK_FALSE(cfg.factory_options().cpu.measure_rates);
+  CHECK(cfg.factory_options().cpu.peak_flops == Approx(150e9));
+  CHECK(cfg.factory_options().cpu.memory_bandwidth == Approx(12.5e9));
   REQUIRE(cfg.devices.simulated.size() == 3);
   CHECK(cfg.devices.simulated[0].id == "sim:big");
   CHECK(cfg.devices.simulated[2].profile == "adreno-740");
@@ -173,6 +181,12 @@ TEST_CASE("bad config files are refused with a message naming the key") {
     {R"({"devices": {"simulated": [{"profile": "a100-40g",
                                     "fault": "vanish_after:0"}]}})",
      "devices.simulated[0].fault: unknown fault \"vanish_after:0\""},
+    {R"({"devices": {"cpu_measure_rates": "yes"}})",
+     "devices.cpu_measure_rates: must be"},
+    {R"({"devices": {"cpu_peak_gflops": 0}})",
+     "devices.cpu_peak_gflops: must be"},
+    {R"({"devices": {"cpu_memory_gbps": -3}})",
+     "devices.cpu_memory_gbps: must be"},
     {R"({"devices": {"cpu_llama_threads": 0}})",
      "devices.cpu_llama_threads: must be an integer in [1, 1024]"},
     {R"({"devices": {"exclude": [1]}})",

@@ -413,6 +413,97 @@ TEST_CASE("requests in flight, fault and audit steps are read") {
                                "step"));
 }
 
+TEST_CASE("measured rates, pinned cpus and a step time check are read") {
+  auto sc = parse(R"({"name": "rates",
+    "nodes": [{"name": "a", "cpus": [0],
+               "devices": {"measure_rates": true}},
+              {"name": "b"}],
+    "steps": [
+      {"do": "run", "node": "a", "prompt": "x", "tokens": 64,
+       "expect_step_within_pct": 25},
+      {"do": "run", "node": "a", "prompt": "y"}
+    ]})",
+                  "t");
+  REQUIRE(sc.nodes.size() == 2);
+  CHECK(sc.nodes[0].measure_rates);
+  CHECK(sc.nodes[0].cpus == std::vector<int>{0});
+  CHECK_FALSE(sc.nodes[1].measure_rates); // nodes share the machine's cores
+  CHECK(sc.nodes[1].cpus.empty());
+  CHECK(sc.steps[0].step_within_pct == 25);
+  CHECK_FALSE(sc.steps[0].json); // the reply's text carries both figures
+  CHECK(sc.steps[1].step_within_pct < 0);
+
+  auto refused = [](const std::string& node, const std::string& step) {
+    try {
+      parse(R"({"name": "s", "nodes": [)" + node + R"(],
+                 "steps": [)" + step + "]}",
+            "t");
+    } catch (const scenario_error& e) {
+      return std::string{e.what()};
+    }
+    return std::string{"accepted"};
+  };
+  auto a = std::string{R"({"name": "a"})"};
+  auto sleep = std::string{R"({"do": "sleep", "seconds": 1})"};
+  CHECK_THAT(refused(R"({"name": "a", "cpus": [0, 0]})", sleep),
+             Catch::StartsWith("nodes[0].cpus[1]: cpu 0 is listed twice"));
+  CHECK_THAT(refused(R"({"name": "a", "cpus": [4000]})", sleep),
+             Catch::StartsWith("nodes[0].cpus[0]: must be an integer in"));
+  CHECK_THAT(refused(R"({"name": "a", "cpus": [1000]})", sleep),
+             Catch::StartsWith("nodes[0].cpus[0]: cpu 1000 is not one this "
+                               "runner may use"));
+  CHECK_THAT(refused(R"({"name": "a", "cpus": []})", sleep),
+             Catch::StartsWith("nodes[0].cpus: must list at least one cpu"));
+  CHECK_THAT(refused(R"({"name": "a", "devices": {"measure_rates": 1}})",
+                     sleep),
+             Catch::StartsWith("nodes[0].devices.measure_rates: must be"));
+  CHECK_THAT(refused(a, R"({"do": "run", "node": "a", "prompt": "x", "expect_step_within_pct": 0})"),
+             Catch::StartsWith("steps[0].expect_step_within_pct: must be a "
+                               "number in"));
+  CHECK_THAT(refused(a, R"({"do": "run", "node": "a", "prompt": "x", "expect_step_within_pct": 25, "reference": true})"),
+             Catch::StartsWith("steps[0].expect_step_within_pct: compares one "
+                               "foreground run's text reply")
+               && Catch::Contains("\"reference\""));
+  CHECK_THAT(refused(a, R"({"do": "run", "node": "a", "prompt": "x", "expect_step_within_pct": 25, "requests": 2})"),
+             Catch::Contains("\"requests\""));
+}
+
+TEST_CASE("a run's predicted and measured step times are read and compared") {
+  // What a run's text reply shows (the placement, then the timings).
+  auto reply = std::string{
+    "job 1\nplacement (solver):\n"
+    "objective (latency): 12.64 ms   latency: 12.64 ms   bottleneck: 12.64 "
+    "ms   nodes: 1\n"
+    "text: once upon a time\n"
+    "prompt: 5 tokens in 0.020 s (250.0 tokens/s)\n"
+    "generation: 64 tokens in 1.024 s (62.5 tokens/s), 1 sequence(s) in "
+    "flight\n"};
+  step_times t;
+  std::string why;
+  REQUIRE(parse_step_times(reply, t, why));
+  CHECK(t.predicted_s == Approx(12.64e-3));
+  CHECK(t.measured_s == Approx(16e-3));
+  bool ok = false;
+  auto line = compare_step_times(t, 25, ok);
+  CHECK(ok); // 21% off
+  CHECK(line == "predicted 12.6 ms a token, measured 16 ms (+21% of the "
+                "measured, within 25%)");
+  compare_step_times(t, 20, ok);
+  CHECK_FALSE(ok);
+  // A re-placement prints another plan: its prediction counts.
+  REQUIRE(parse_step_times("latency: 900.0 us\n" + reply
+                             + "latency: 1.250 s\n",
+                           t, why));
+  CHECK(t.predicted_s == Approx(1.25));
+  CHECK_FALSE(parse_step_times("generation: 4 tokens in 1.0 s", t, why));
+  CHECK(why.find("no predicted step time") != std::string::npos);
+  CHECK_FALSE(parse_step_times("latency: 3.00 ms\n", t, why));
+  CHECK(why.find("no generation time") != std::string::npos);
+  CHECK_FALSE(parse_step_times(
+    "latency: 3.00 ms\ngeneration: 0 tokens in 0.000 s", t, why));
+  CHECK(why.find("not a positive figure") != std::string::npos);
+}
+
 TEST_CASE("bad background runs, awaits and freezes are refused") {
   auto with_steps = [](const std::string& steps) {
     return R"({"name": "s", "nodes": [{"name": "a"}, {"name": "b"}],

@@ -71,6 +71,12 @@ std::string write_node_config(const pki& p, const node_options& o) {
   if (devices.find("cpu_bind_threads") == std::string::npos
       && !devices.empty() && devices.front() == '{')
     devices.insert(1, R"("cpu_bind_threads": false, )");
+  // Nor measures its rates (they would differ from node to node under the
+  // suite's load, and with them the plans the tests expect): placement
+  // assumes the same figures for each, unless a test says otherwise.
+  if (devices.find("cpu_measure_rates") == std::string::npos
+      && !devices.empty() && devices.front() == '{')
+    devices.insert(1, R"("cpu_measure_rates": false, )");
   // Clients name models and problems from the test's folder.
   std::string models = o.extra.find("\"models\"") == std::string::npos
                            ? R"(, "models": {"dirs": [")" + p.dir + R"("]})"
