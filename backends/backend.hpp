@@ -104,6 +104,10 @@ struct device_properties {
   std::optional<std::uint32_t> memory_clock_mhz;
   std::optional<double> peak_flops;       ///< FP32 FLOP/s
   std::optional<double> memory_bandwidth; ///< bytes/s
+  /// Seconds one operation costs beyond its bytes and FLOPs (dispatch,
+  /// waking the device's threads): what a small model's many small
+  /// operations add to a token. Devices that measure their rates give it.
+  std::optional<double> launch_seconds;
   support_level support = support_level::full;
   bool simulated = false; ///< a simulated device, never a real one
   std::uint32_t capabilities = 0;

@@ -116,6 +116,7 @@ struct device_info {
   std::uint32_t clock_mhz = 0; ///< 0: unknown
   double peak_flops = 0;       ///< 0: unknown
   double memory_bandwidth = 0; ///< 0: unknown
+  double launch_seconds = 0;   ///< an operation's own cost; 0: unknown
   std::uint32_t capabilities = 0;
   device_state state = device_state::ready;
   std::string state_reason; ///< why failed / paused / gone
@@ -127,7 +128,8 @@ typename Inspector::result_type inspect(Inspector& f, device_info& x) {
               x.backend, x.name, x.vendor, x.architecture, x.driver_version,
               x.pci_bus_id, x.support, x.simulated, x.total_memory,
               x.free_memory, x.max_allocation, x.compute_units, x.clock_mhz,
-              x.peak_flops, x.memory_bandwidth, x.capabilities, x.state,
+              x.peak_flops, x.memory_bandwidth, x.launch_seconds,
+              x.capabilities, x.state,
               x.state_reason);
 }
 

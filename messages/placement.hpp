@@ -44,12 +44,14 @@ struct plan_layer_info {
   std::uint64_t kv_bytes_per_token = 0;
   double flops_per_token = 0;
   std::uint64_t activation_bytes = 0;
+  std::uint32_t operations = 0; ///< device operations per token
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, plan_layer_info& x) {
   return wire(f, caf::meta::type_name("exo.plan_layer_info"), x.weight_bytes,
-              x.kv_bytes_per_token, x.flops_per_token, x.activation_bytes);
+              x.kv_bytes_per_token, x.flops_per_token, x.activation_bytes,
+              x.operations);
 }
 
 /// The most layers a plan request may carry.

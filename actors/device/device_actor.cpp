@@ -36,6 +36,7 @@ device_info describe(backend::device& dev, const std::string& node) {
   info.clock_mhz = p.clock_mhz.value_or(0);
   info.peak_flops = p.peak_flops.value_or(0);
   info.memory_bandwidth = p.memory_bandwidth.value_or(0);
+  info.launch_seconds = p.launch_seconds.value_or(0);
   info.capabilities = p.capabilities;
   return info;
 }

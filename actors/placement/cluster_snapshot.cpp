@@ -160,6 +160,8 @@ conversion to_problem(const member_view& v, const model_spec& m,
       x.memory_bytes = d.free_memory;
       x.flops = d.peak_flops;
       x.memory_bandwidth = d.memory_bandwidth;
+      if (d.launch_seconds > 0 && d.launch_seconds <= 1)
+        x.launch_seconds = d.launch_seconds;
       if (!(x.flops > 0)) {
         x.flops = opts.default_flops;
         out.notes.push_back("device " + id
@@ -283,9 +285,9 @@ void attach_model(plan_request& r, const model_spec& m) {
   r.layers.clear();
   r.layers.reserve(m.layers.size());
   for (auto& l : m.layers)
-    r.layers.push_back(plan_layer_info{l.weight_bytes, l.kv_bytes_per_token,
-                                       l.flops_per_token,
-                                       l.activation_bytes});
+    r.layers.push_back(plan_layer_info{
+      l.weight_bytes, l.kv_bytes_per_token, l.flops_per_token,
+      l.activation_bytes, static_cast<std::uint32_t>(l.operations)});
   r.model_name = m.name;
   r.context_train = m.context_train;
   r.stage_bytes = m.extras.every_stage;
@@ -314,6 +316,7 @@ model_spec model_of(const plan_request& r) {
     x.kv_bytes_per_token = l.kv_bytes_per_token;
     x.flops_per_token = l.flops_per_token;
     x.activation_bytes = l.activation_bytes;
+    x.operations = l.operations;
     m.layers.push_back(x);
   }
   return m;

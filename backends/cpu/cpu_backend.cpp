@@ -66,8 +66,7 @@ public:
     if (host_info::cpu_temperature_c())
       props_.capabilities |= cap_temperature;
     cpu_rates measured;
-    if (opts.measure_rates
-        && (!(opts.peak_flops > 0) || !(opts.memory_bandwidth > 0)))
+    if (opts.measure_rates)
       measured = measure_cpu_rates(threads_);
     auto pick = [](double given, double got) -> std::optional<double> {
       if (given > 0)
@@ -79,6 +78,7 @@ public:
     props_.peak_flops = pick(opts.peak_flops, measured.flops);
     props_.memory_bandwidth = pick(opts.memory_bandwidth,
                                    measured.bytes_per_second);
+    props_.launch_seconds = pick(0, measured.launch_seconds);
   }
 
   memory_info memory() override {
@@ -239,6 +239,30 @@ cpu_rates measure_cpu_rates(int threads) {
     double s = runs[3];
     if (s > 0)
       r.bytes_per_second = static_cast<double>(w.size() * sizeof(float)) / s;
+  }
+  // An operation's own cost: a product too small to take time of its own,
+  // back to back as a decode step runs them.
+  {
+    const std::size_t n = 64;
+    std::vector<float> w(n * n, 0.01f);
+    std::vector<float> a(n, 0.5f);
+    std::vector<float> c(n);
+    matmul_dims d;
+    d.m = 1;
+    d.n = n;
+    d.k = n;
+    std::vector<double> runs;
+    for (int i = 0; i < 202; ++i) {
+      auto t0 = clock::now();
+      host::matmul_weights(a.data(),
+                           reinterpret_cast<const std::uint8_t*>(w.data()),
+                           weight_type::f32, c.data(), d, threads);
+      if (i > 0)
+        runs.push_back(
+          std::chrono::duration<double>(clock::now() - t0).count());
+    }
+    std::nth_element(runs.begin(), runs.begin() + 100, runs.end());
+    r.launch_seconds = runs[100];
   }
   // A prompt: 64 rows through a 1024 x 1024 matrix that stays in cache.
   {

@@ -34,7 +34,8 @@ struct cpu_options {
   /// report it (device_properties::peak_flops, memory_bandwidth): FLOP/s
   /// of an F32 matrix product that stays in cache (a prompt's operation)
   /// and weight bytes/s of an F32 matrix-vector product over 64 MiB (a
-  /// generated token's), each the best of five, with the device's threads.
+  /// generated token's), and an operation's own cost (launch_seconds),
+  /// with the device's threads.
   /// About 0.1 s; off by default in the library (a node turns it on: its
   /// placement then works from figures, not from assumptions).
   bool measure_rates = false;
@@ -49,6 +50,10 @@ struct cpu_options {
 struct cpu_rates {
   double flops = 0;          ///< FLOP/s
   double bytes_per_second = 0;
+  /// One small operation's own cost: a 64 x 64 matrix-vector product
+  /// run back to back (the median of 201), threads woken as the
+  /// process's OpenMP wait policy has them.
+  double launch_seconds = 0;
 };
 cpu_rates measure_cpu_rates(int threads);
 

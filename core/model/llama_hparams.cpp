@@ -149,6 +149,14 @@ std::vector<layer_cost> layer_costs(const gguf_file& f, const llama_hparams& hp,
       if (auto* t = f.find_tensor("blk." + std::to_string(l) + "." + n))
         c.weight_bytes += t->n_bytes;
     c.flops_per_token += attn_flops;
+    // As device_stage records a decode step: two norms, seven products,
+    // two ropes, attention, silu_mul and two residual adds; a bias add per
+    // biased projection, a norm per Q/K norm.
+    c.operations = 15;
+    for (auto* n : {"attn_q.bias", "attn_k.bias", "attn_v.bias",
+                    "attn_q_norm.weight", "attn_k_norm.weight"})
+      if (f.find_tensor("blk." + std::to_string(l) + "." + n))
+        ++c.operations;
     c.kv_bytes_per_token = 2ull * hp.n_embd_kv() * sizeof(float);
     c.activation_bytes = uint64_t{hp.n_embd} * sizeof(float);
   }
@@ -159,6 +167,7 @@ std::vector<layer_cost> layer_costs(const gguf_file& f, const llama_hparams& hp,
   last.weight_bytes += head ? head->n_bytes : embd.n_bytes;
   last.flops_per_token += 2ull * hp.n_embd * hp.n_vocab;
   last.activation_bytes = uint64_t{hp.n_vocab} * sizeof(float);
+  last.operations += 2; // the final norm and the head
   return out;
 }
 

@@ -78,6 +78,9 @@ struct layer_cost {
   uint64_t kv_bytes_per_token = 0; ///< K and V cache bytes (f32) per token.
   uint64_t flops_per_token = 0;    ///< Multiply-adds x2, attention included.
   uint64_t activation_bytes = 0;   ///< Bytes passed on per token.
+  /// Device operations a decode step runs for the layer (each pays the
+  /// device's launch cost, backend::device_properties::launch_seconds).
+  uint32_t operations = 0;
 };
 
 /// Per-layer costs of the model in `f`. Attention FLOPs are counted for a

@@ -29,6 +29,7 @@ model_spec load_model_spec(const std::string& path, std::uint32_t n_ctx) {
       l.kv_bytes_per_token = mem.kv_bytes_per_token;
       l.flops_per_token = static_cast<double>(c.flops_per_token);
       l.activation_bytes = c.activation_bytes;
+      l.operations = c.operations;
       m.layers.push_back(l);
       if (i == 0) {
         m.extras.every_stage = mem.rope_bytes + mem.scratch_bytes;

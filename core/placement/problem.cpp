@@ -70,7 +70,7 @@ double problem::layer_seconds(std::size_t d, std::size_t l) const {
   if (dev.memory_bandwidth > 0)
     t = std::max(t, static_cast<double>(layers[l].weight_bytes)
                       / dev.memory_bandwidth);
-  return t;
+  return t + layers[l].operations * dev.launch_seconds;
 }
 
 std::uint64_t problem::layer_memory(std::size_t l) const {
@@ -166,6 +166,8 @@ void validate(const problem& p) {
     }
     if (!finite_non_negative(d.memory_bandwidth) || d.memory_bandwidth > 1e16)
       fail(path + ".memory_bandwidth", "must be in [0, 1e16] bytes/s");
+    if (!finite_non_negative(d.launch_seconds) || d.launch_seconds > 1)
+      fail(path + ".launch_seconds", "must be in [0, 1] seconds");
     if (!(d.thermal_headroom >= 0 && d.thermal_headroom <= 1))
       fail(path + ".thermal_headroom", "must be in [0, 1]");
     if (!finite_non_negative(d.max_flops_per_token))
@@ -186,6 +188,8 @@ void validate(const problem& p) {
     total += need;
     if (y.activation_bytes > (std::uint64_t{1} << 50))
       fail(path + ".activation_bytes", "must be < 1 PiB");
+    if (!finite_non_negative(y.operations) || y.operations > 1e6)
+      fail(path + ".operations", "must be in [0, 1e6]");
   }
   const auto& extra = p.stage_memory_extra;
   const std::pair<const char*, std::uint64_t> extras[] = {

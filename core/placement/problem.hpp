@@ -32,6 +32,10 @@ struct device {
   double memory_bandwidth = 0;
   /// Measured seconds per token for each layer; overrides `flops` when given.
   std::vector<double> layer_seconds;
+  /// Seconds each operation of a layer costs beyond its FLOPs and bytes
+  /// (dispatch, waking the device's threads): layer::operations of them
+  /// add to a layer's time. 0 = not modelled.
+  double launch_seconds = 0;
   /// Thermal headroom in [0, 1] (1 = cold); shown in the device score only.
   double thermal_headroom = 1.0;
   /// Thermal cap: the most FLOPs per token this device may take. 0 = none.
@@ -67,6 +71,8 @@ struct layer {
   double flops_per_token = 0;
   /// Bytes of activations this layer passes to the next one per token.
   std::uint64_t activation_bytes = 0;
+  /// Device operations per token (see device::launch_seconds).
+  double operations = 0;
 };
 
 /// Bytes a stage allocates besides its layers' weights and KV caches:

@@ -153,7 +153,7 @@ device read_device(element e, const std::string& path) {
   auto o = as_object(e, path);
   only_keys(o, path,
             {"id", "node", "memory", "flops", "memory_bandwidth",
-             "layer_seconds", "thermal_headroom", "max_flops_per_token",
+             "launch_seconds", "layer_seconds", "thermal_headroom", "max_flops_per_token",
              "pinned", "excluded", "drained"});
   device d;
   d.id = as_string(need(o, "id", path), join(path, "id"));
@@ -164,6 +164,8 @@ device read_device(element e, const std::string& path) {
     d.flops = as_number(v, join(path, "flops"));
   if (has(o, "memory_bandwidth", v))
     d.memory_bandwidth = as_number(v, join(path, "memory_bandwidth"));
+  if (has(o, "launch_seconds", v))
+    d.launch_seconds = as_number(v, join(path, "launch_seconds"));
   if (has(o, "layer_seconds", v)) {
     auto p = join(path, "layer_seconds");
     std::size_t i = 0;
@@ -207,7 +209,7 @@ void read_model(element e, problem& p) {
     auto lo = as_object(x, path_i);
     only_keys(lo, path_i,
               {"count", "weight_bytes", "kv_bytes_per_token",
-               "flops_per_token", "activation_bytes"});
+               "flops_per_token", "activation_bytes", "operations"});
     layer y;
     std::uint64_t count = 1;
     if (has(lo, "count", v)) {
@@ -225,6 +227,8 @@ void read_model(element e, problem& p) {
                                   join(path_i, "flops_per_token"));
     if (has(lo, "activation_bytes", v))
       y.activation_bytes = as_bytes(v, join(path_i, "activation_bytes"));
+    if (has(lo, "operations", v))
+      y.operations = as_number(v, join(path_i, "operations"));
     p.layers.insert(p.layers.end(), count, y);
   }
   if (p.layers.empty())

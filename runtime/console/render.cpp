@@ -132,6 +132,9 @@ std::string json(const std::vector<device_info>& devices) {
                    {"free_memory", d.free_memory},
                    {"clock_mhz", d.clock_mhz},
                    {"compute_units", d.compute_units},
+                   {"peak_flops", text::number(d.peak_flops, 12)},
+                   {"memory_bandwidth", text::number(d.memory_bandwidth, 12)},
+                   {"launch_seconds", text::number(d.launch_seconds, 12)},
                    {"state", to_string(d.state)}});
   return text::spaced(out) + "\n";
 }

@@ -447,6 +447,7 @@ TEST_CASE("a cpu device reports no rates unless it measures them and "
     auto& props = be->device_at(0)->properties();
     CHECK_FALSE(props.peak_flops.has_value());
     CHECK_FALSE(props.memory_bandwidth.has_value());
+    CHECK_FALSE(props.launch_seconds.has_value());
   }
   {
     cpu_options o;
@@ -456,9 +457,14 @@ TEST_CASE("a cpu device reports no rates unless it measures them and "
     auto& props = be->device_at(0)->properties();
     REQUIRE(props.peak_flops.has_value());
     REQUIRE(props.memory_bandwidth.has_value());
-    std::printf("cpu device measured %.1f GFLOP/s (F32 matrix product) and "
-                "%.1f GB/s (F32 matrix-vector product from memory)\n",
-                *props.peak_flops / 1e9, *props.memory_bandwidth / 1e9);
+    REQUIRE(props.launch_seconds.has_value());
+    std::printf("cpu device measured %.1f GFLOP/s (F32 matrix product), "
+                "%.1f GB/s (F32 matrix-vector product from memory) and "
+                "%.1f us an operation\n",
+                *props.peak_flops / 1e9, *props.memory_bandwidth / 1e9,
+                *props.launch_seconds * 1e6);
+    CHECK(*props.launch_seconds > 0);
+    CHECK(*props.launch_seconds < 0.1);
     // Sanity bounds of any machine exo runs on, loaded or not (ASan too).
     CHECK(*props.peak_flops > 1e7);
     CHECK(*props.peak_flops < 1e14);

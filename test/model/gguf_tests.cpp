@@ -240,6 +240,9 @@ TEST_CASE("per-layer costs count the head last and the embedding nowhere",
   CHECK(c[0].activation_bytes == 32 * 4);
   CHECK(c[1].activation_bytes == 400 * 4);
   CHECK(c[1].flops_per_token == c[0].flops_per_token + 2 * 32 * 400);
+  // A decode step's operations: 15 a layer, the last one's norm and head.
+  CHECK(c[0].operations == 15);
+  CHECK(c[1].operations == 17);
 }
 
 TEST_CASE("each kind of malformed file is refused with its message",

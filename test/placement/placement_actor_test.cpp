@@ -174,6 +174,7 @@ TEST_CASE("a cluster view becomes a problem: usable devices, defaults and "
                             device_state::paused),
                         dev("cpu0", 4ull << 30, 0, 0, device_state::busy)});
   a.devices[1].state_reason = "too hot";
+  a.devices[0].launch_seconds = 20e-6;
   a.links = {measured("a", "c", 400, 1e9)};
   auto b = member("b", {dev("sim0", 1ull << 30, 1e12, 1e10)},
                   member_status::dead);
@@ -193,6 +194,8 @@ TEST_CASE("a cluster view becomes a problem: usable devices, defaults and "
   CHECK(p.devices[0].memory_bytes == 8ull << 30);
   CHECK(p.devices[0].flops == 2e12);
   CHECK(p.devices[0].memory_bandwidth == 67e9);
+  CHECK(p.devices[0].launch_seconds == 20e-6); // measured by the device
+  CHECK(p.devices[1].launch_seconds == 0);     // not reported: not modelled
   // A busy device is usable; no peak reported: the conservative defaults.
   CHECK(p.devices[1].id == "a/cpu0");
   CHECK(p.devices[1].flops == conversion_options{}.default_flops);
@@ -612,7 +615,10 @@ TEST_CASE("a plan request carries the model's layers to a planner that "
           == model.spec.layers[i].flops_per_token);
     CHECK(back.layers[i].activation_bytes
           == model.spec.layers[i].activation_bytes);
+    CHECK(back.layers[i].operations == model.spec.layers[i].operations);
   }
+  CHECK(back.layers.front().operations == 15); // a llama layer's decode step
+  CHECK(back.layers.back().operations == 17);  // and the norm and the head
   auto huge = r;
   huge.layers.resize(max_plan_layers + 1);
   CHECK_THROWS_AS(model_of(huge), problem_error);

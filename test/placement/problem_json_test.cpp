@@ -4,6 +4,7 @@
 
 #include "core/placement/problem_json.hpp"
 
+#include <algorithm>
 #include <string>
 
 using namespace exo::placement;
@@ -14,7 +15,8 @@ const std::string valid = R"({
   "devices": [
     {"id": "a/gpu", "node": "a", "memory": "8GiB", "flops": 1e13},
     {"id": "b/gpu", "node": "b", "memory": 4294967296, "flops": 5e12,
-     "memory_bandwidth": 4e11, "thermal_headroom": 0.5,
+     "memory_bandwidth": 4e11, "launch_seconds": 2e-5,
+     "thermal_headroom": 0.5,
      "max_flops_per_token": 1e10, "pinned": false, "excluded": false,
      "drained": false}
   ],
@@ -24,7 +26,7 @@ const std::string valid = R"({
             "layers": [
     {"weight_bytes": "100MiB", "flops_per_token": 1e8},
     {"count": 4, "weight_bytes": 1000000, "kv_bytes_per_token": 1024,
-     "flops_per_token": 2e8, "activation_bytes": 8192}
+     "flops_per_token": 2e8, "activation_bytes": 8192, "operations": 15}
   ]},
   "request": {"context_length": 2048, "sequences": 2, "safety_margin": 0.1},
   "constraints": {"max_stages": 2, "prefer_fewer_nodes": true,
@@ -54,6 +56,13 @@ TEST_CASE("a valid problem file is read completely") {
   REQUIRE(p.layers.size() == 5);
   CHECK(p.layers[0].weight_bytes == 100ull << 20);
   CHECK(p.layers[4].activation_bytes == 8192);
+  CHECK(p.layers[4].operations == 15);
+  CHECK(p.layers[0].operations == 0); // the default: not modelled
+  CHECK(p.devices[1].launch_seconds == 2e-5);
+  // A layer's time: its roofline, plus its operations' own cost.
+  CHECK(p.layer_seconds(1, 4) == Approx(std::max(2e8 / 5e12, 1e6 / 4e11)
+                                        + 15 * 2e-5));
+  CHECK(p.layer_seconds(0, 4) == Approx(2e8 / 1e13)); // no launch cost
   CHECK(p.request.context_length == 2048);
   CHECK(p.request.sequences == 2);
   CHECK(p.stage_memory_extra.every_stage == 2ull << 20);
@@ -98,6 +107,14 @@ TEST_CASE("bad problem files are refused with the key path named") {
     {"\"flops\": 1e13", "\"flops\": 0", "devices[0].flops: must be > 0"},
     {"\"flops\": 1e13", "\"flops\": \"fast\"",
      "devices[0].flops: expected a number"},
+    {"\"launch_seconds\": 2e-5", "\"launch_seconds\": -1",
+     "devices[1].launch_seconds: must be in [0, 1] seconds"},
+    {"\"launch_seconds\": 2e-5", "\"launch_seconds\": 5",
+     "devices[1].launch_seconds: must be in [0, 1] seconds"},
+    {"\"operations\": 15", "\"operations\": -2",
+     "model.layers[1].operations: must be in [0, 1e6]"},
+    {"\"operations\": 15", "\"operations\": \"many\"",
+     "model.layers[1].operations: expected a number"},
     {"\"thermal_headroom\": 0.5", "\"thermal_headroom\": 2",
      "devices[1].thermal_headroom: must be in [0, 1]"},
     {"\"pinned\": false", "\"pinned\": 1",
