@@ -161,130 +161,98 @@ private:
   std::unique_ptr<cpu_device> dev_;
 };
 
+/// Products of m rows with F32 weights [n x k] at `w` (host::matmul_weights,
+/// the kernel of a stage's products), on `threads` threads.
+struct f32_product {
+  const float* w;
+  std::size_t m, n, k;
+  int threads;
+  std::vector<float> a = std::vector<float>(m * k, 0.5f);
+  std::vector<float> c = std::vector<float>(m * n);
+
+  void operator()() {
+    matmul_dims d;
+    d.m = m;
+    d.n = n;
+    d.k = k;
+    host::matmul_weights(a.data(), reinterpret_cast<const std::uint8_t*>(w),
+                         weight_type::f32, c.data(), d, threads);
+  }
+};
+
+/// The median seconds of `runs` timed calls of `op`, after one untimed call
+/// that warms the threads; `before` runs untimed before each call.
+template<class Op, class Before>
+double median_seconds(int runs, Op& op, Before&& before) {
+  using clock = std::chrono::steady_clock;
+  std::vector<double> t;
+  for (int i = 0; i <= runs; ++i) {
+    before();
+    auto t0 = clock::now();
+    op();
+    if (i > 0)
+      t.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+  }
+  std::nth_element(t.begin(), t.begin() + runs / 2, t.end());
+  return t[static_cast<std::size_t>(runs / 2)];
+}
+
 } // namespace
 
 cpu_rates measure_cpu_rates(int threads) {
-  using clock = std::chrono::steady_clock;
   threads = std::max(1, threads);
-  // The best of five timed runs after one that warms caches and threads.
-  auto best_of = [](auto&& run) {
-    run();
-    double best = 0;
-    for (int i = 0; i < 5; ++i) {
-      auto t0 = clock::now();
-      run();
-      double s = std::chrono::duration<double>(clock::now() - t0).count();
-      if (i == 0 || s < best)
-        best = s;
-    }
-    return best;
-  };
+  auto nothing = [] {};
   cpu_rates r;
-  // A generated token: each weight read once (matrix-vector), from memory.
+  // A generated token: each weight read once (matrix-vector), from memory:
+  // 64 MiB of F32 weights in small pages, as a model file's mapping gives
+  // them (weights read in place; huge pages would make the figure a TLB's
+  // better case), flushed from every cache before each run (a cache may
+  // hold 64 MiB, a model's weights it does not). The median: a token runs
+  // at the typical rate, not at the luckiest.
   {
     const std::size_t n = 4096;
-    const std::size_t k = 4096; // 64 MiB of F32 weights
-    // In small pages, as a model file's mapping gives them (weights read in
-    // place): huge pages would make the figure a TLB's better case.
+    const std::size_t k = 4096;
     const std::size_t bytes = n * k * sizeof(float);
     void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED)
       return r;
-    madvise(map, bytes, MADV_NOHUGEPAGE);
     struct unmap {
       void* p;
       std::size_t n;
       ~unmap() { munmap(p, n); }
     } guard{map, bytes};
-    struct span {
-      float* p;
-      std::size_t n;
-      float* data() const { return p; }
-      std::size_t size() const { return n; }
-      float& operator[](std::size_t i) const { return p[i]; }
-    } w{static_cast<float*>(map), n * k};
-    for (std::size_t i = 0; i < w.size(); ++i)
+    madvise(map, bytes, MADV_NOHUGEPAGE);
+    auto* w = static_cast<float*>(map);
+    for (std::size_t i = 0; i < n * k; ++i)
       w[i] = static_cast<float>(static_cast<int>(i % 17) - 8) * 0.01f;
-    std::vector<float> a(k, 0.5f);
-    std::vector<float> c(n);
-    matmul_dims d;
-    d.m = 1;
-    d.n = n;
-    d.k = k;
-    // Out of every cache first (a cache may hold 64 MiB, a model's weights
-    // it does not), outside the timed part.
     auto flush = [&] {
 #if defined(__x86_64__) || defined(__i386__)
-      auto* p = reinterpret_cast<const char*>(w.data());
-      for (std::size_t i = 0; i < w.size() * sizeof(float); i += 64)
+      auto* p = static_cast<const char*>(map);
+      for (std::size_t i = 0; i < bytes; i += 64)
         _mm_clflush(p + i);
       _mm_mfence();
 #endif
     };
-    // The median of seven runs after one that warms the threads: a token
-    // runs at the typical rate, not at the luckiest.
-    std::vector<double> runs;
-    for (int i = 0; i < 8; ++i) {
-      flush();
-      auto t0 = clock::now();
-      host::matmul_weights(a.data(),
-                           reinterpret_cast<const std::uint8_t*>(w.data()),
-                           weight_type::f32, c.data(), d, threads);
-      if (i > 0)
-        runs.push_back(
-          std::chrono::duration<double>(clock::now() - t0).count());
-    }
-    std::nth_element(runs.begin(), runs.begin() + 3, runs.end());
-    double s = runs[3];
-    if (s > 0)
-      r.bytes_per_second = static_cast<double>(w.size() * sizeof(float)) / s;
+    f32_product op{w, 1, n, k, threads};
+    if (double s = median_seconds(7, op, flush); s > 0)
+      r.bytes_per_second = static_cast<double>(bytes) / s;
   }
   // An operation's own cost: a product too small to take time of its own,
   // back to back as a decode step runs them.
   {
-    const std::size_t n = 64;
-    std::vector<float> w(n * n, 0.01f);
-    std::vector<float> a(n, 0.5f);
-    std::vector<float> c(n);
-    matmul_dims d;
-    d.m = 1;
-    d.n = n;
-    d.k = n;
-    std::vector<double> runs;
-    for (int i = 0; i < 202; ++i) {
-      auto t0 = clock::now();
-      host::matmul_weights(a.data(),
-                           reinterpret_cast<const std::uint8_t*>(w.data()),
-                           weight_type::f32, c.data(), d, threads);
-      if (i > 0)
-        runs.push_back(
-          std::chrono::duration<double>(clock::now() - t0).count());
-    }
-    std::nth_element(runs.begin(), runs.begin() + 100, runs.end());
-    r.launch_seconds = runs[100];
+    std::vector<float> w(64 * 64, 0.01f);
+    f32_product op{w.data(), 1, 64, 64, threads};
+    r.launch_seconds = median_seconds(201, op, nothing);
   }
   // A prompt: 64 rows through a 1024 x 1024 matrix that stays in cache.
   {
-    const std::size_t m = 64;
-    const std::size_t n = 1024;
-    const std::size_t k = 1024;
-    std::vector<float> w(n * k);
+    std::vector<float> w(1024 * 1024);
     for (std::size_t i = 0; i < w.size(); ++i)
       w[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.01f;
-    std::vector<float> a(m * k, 0.25f);
-    std::vector<float> c(m * n);
-    matmul_dims d;
-    d.m = m;
-    d.n = n;
-    d.k = k;
-    auto s = best_of([&] {
-      host::matmul_weights(a.data(),
-                           reinterpret_cast<const std::uint8_t*>(w.data()),
-                           weight_type::f32, c.data(), d, threads);
-    });
-    if (s > 0)
-      r.flops = 2.0 * static_cast<double>(m * n * k) / s;
+    f32_product op{w.data(), 64, 1024, 1024, threads};
+    if (double s = median_seconds(5, op, nothing); s > 0)
+      r.flops = 2.0 * 64 * 1024 * 1024 / s;
   }
   return r;
 }

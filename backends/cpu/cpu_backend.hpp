@@ -31,12 +31,13 @@ struct cpu_options {
   /// library: it changes the calling thread's affinity.
   bool bind_threads = false;
   /// Measure at discovery what the device's own kernels achieve here and
-  /// report it (device_properties::peak_flops, memory_bandwidth): FLOP/s
-  /// of an F32 matrix product that stays in cache (a prompt's operation)
-  /// and weight bytes/s of an F32 matrix-vector product over 64 MiB (a
-  /// generated token's), and an operation's own cost (launch_seconds),
-  /// with the device's threads.
-  /// About 0.1 s; off by default in the library (a node turns it on: its
+  /// report it (device_properties::peak_flops, memory_bandwidth,
+  /// launch_seconds): FLOP/s of an F32 matrix product that stays in cache
+  /// (a prompt's operation), weight bytes/s of an F32 matrix-vector
+  /// product over 64 MiB flushed from the caches (a generated token's) and
+  /// an operation's own cost, with the device's threads (measure_cpu_rates).
+  /// About 0.2 s on an idle machine; figures taken on a loaded one are the
+  /// load's. Off by default in the library (a node turns it on: its
   /// placement then works from figures, not from assumptions).
   bool measure_rates = false;
   /// Figures given instead of measured (a machine whose rates are known,
