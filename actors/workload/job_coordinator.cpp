@@ -399,16 +399,14 @@ constexpr std::size_t max_backups = 1024;
 
 void replicate_tick(self_ptr self);
 
-/// What a backup answers when the origin of a job it has taken over sends
-/// it progress again (the origin was frozen or cut off, declared dead, and
-/// came back): the origin ends its copy (replicate_tick).
-constexpr const char* taken_over_phrase = console::job_taken_over;
-
-/// Whether `err` is a backup's answer that it runs the job now.
+/// Whether `err` is a backup's answer that it runs the job now (what it
+/// answers an origin that was frozen or cut off, declared dead, and came
+/// back: the origin then ends its copy, replicate_tick).
 bool taken_over(const caf::error& err) {
   return err.category() == exo_error_category()
          && err.code() == static_cast<std::uint8_t>(exo_errc::failed_state)
-         && error_message(err).find(taken_over_phrase) != std::string::npos;
+         && error_message(err).find(console::job_taken_over)
+              != std::string::npos;
 }
 
 /// Ends this node's copy of job `id`, which its backup took over while
@@ -1882,7 +1880,7 @@ caf::result<caf::ok_atom> on_progress(self_ptr self, job_progress& p) {
                                  [&](const auto& e) { return e.key == key; });
       if (here)
         return fail(exo_errc::failed_state,
-                    "job " + key + taken_over_phrase + st.cfg.node);
+                    "job " + key + console::job_taken_over + st.cfg.node);
     }
     return caf::ok_atom::value;
   }

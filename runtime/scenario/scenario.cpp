@@ -440,19 +440,17 @@ step parse_step(element e, const std::string& path) {
                              "run (\"" + s.label + "\")");
   }
   // The step times are read from the text of one foreground run.
-  if (s.kind == step_kind::run && s.step_within_pct >= 0)
+  if (s.kind == step_kind::run && s.step_within_pct >= 0) {
+    std::string clash = s.expect.json.empty() ? "" : "expect.json";
     for (auto key : {"reference", "expect_recoveries", "background",
                      "requests"})
       if (seen.count(key))
-        bad(join(path, "expect_step_within_pct"),
-            std::string{"compares one foreground run's text reply: it does "
-                        "not go with \""}
-              + key + "\"");
-  if (s.kind == step_kind::run && s.step_within_pct >= 0
-      && (s.json || !s.expect.json.empty()))
-    bad(join(path, "expect_step_within_pct"),
-        "compares one foreground run's text reply: it does not go with "
-        "\"json\" or expect.json");
+        clash = key;
+    if (!clash.empty())
+      bad(join(path, "expect_step_within_pct"),
+          "compares one foreground run's text reply: it does not go with \""
+            + clash + "\"");
+  }
   // The run's JSON reply carries the tokens and the recoveries.
   if ((s.kind == step_kind::run || s.kind == step_kind::await)
       && (s.reference || s.expect_recoveries >= 0 || !s.expect.json.empty()
