@@ -54,6 +54,17 @@ std::optional<backend_kind> parse_backend_kind(const std::string& name) {
   return std::nullopt;
 }
 
+const char* to_string(kv_type t) noexcept {
+  return t == kv_type::f16 ? "f16" : "f32";
+}
+
+std::optional<kv_type> parse_kv_type(const std::string& name) {
+  for (auto t : {kv_type::f32, kv_type::f16})
+    if (name == to_string(t))
+      return t;
+  return std::nullopt;
+}
+
 const char* to_string(support_level level) noexcept {
   switch (level) {
     case support_level::full: return "full";
@@ -412,13 +423,19 @@ status device::rope(mut_view x, const_view positions,
 
 status device::attention(const_view q, const_view k, const_view v,
                          mut_view out, const attention_dims& dims) {
-  constexpr auto kind = op_kind::attention;
+  const auto kind = dims.kv == kv_type::f16 ? op_kind::attention_f16
+                                             : op_kind::attention;
+  if (dims.kv != kv_type::f32 && dims.kv != kv_type::f16)
+    return fail(errc::invalid_argument, "attention: unknown KV cache type");
   auto sz = host::check_attention(dims);
   if (!sz)
     return sz.err();
+  const auto kv_align = kv_value_bytes(dims.kv);
   EXO_TRY(check_view(kind, "q", q.buf, q.offset, q.limit, sz->q, 4, false));
-  EXO_TRY(check_view(kind, "k", k.buf, k.offset, k.limit, sz->kv, 4, false));
-  EXO_TRY(check_view(kind, "v", v.buf, v.offset, v.limit, sz->kv, 4, false));
+  EXO_TRY(check_view(kind, "k", k.buf, k.offset, k.limit, sz->kv, kv_align,
+                     false));
+  EXO_TRY(check_view(kind, "v", v.buf, v.offset, v.limit, sz->kv, kv_align,
+                     false));
   EXO_TRY(check_view(kind, "out", out.buf, out.offset, out.limit, sz->q, 4,
                      true));
   EXO_TRY(disjoint(kind, q, sz->q, out, sz->q));
@@ -427,14 +444,27 @@ status device::attention(const_view q, const_view k, const_view v,
   return do_attention(q, k, v, out, dims);
 }
 
-status device::silu_mul(const_view gate, const_view up, mut_view out,
-                        std::size_t count) {
-  constexpr auto kind = op_kind::silu_mul;
+namespace {
+
+/// Bytes of `count` f32 elements of an operation that needs at least one.
+result<std::size_t> count_bytes(op_kind kind, std::size_t count) {
   if (count == 0)
-    return fail(errc::invalid_argument, "silu_mul: count must be > 0");
+    return fail(errc::invalid_argument,
+                std::string{to_string(kind)} + ": count must be > 0");
   auto bytes = f32_bytes(count, 1);
   if (!bytes)
     return named(kind, bytes.err());
+  return *bytes;
+}
+
+} // namespace
+
+status device::silu_mul(const_view gate, const_view up, mut_view out,
+                        std::size_t count) {
+  constexpr auto kind = op_kind::silu_mul;
+  auto bytes = count_bytes(kind, count);
+  if (!bytes)
+    return bytes.err();
   EXO_TRY(check_view(kind, "gate", gate.buf, gate.offset, gate.limit, *bytes,
                      4, false));
   EXO_TRY(check_view(kind, "up", up.buf, up.offset, up.limit, *bytes, 4,
@@ -444,6 +474,19 @@ status device::silu_mul(const_view gate, const_view up, mut_view out,
   EXO_TRY(disjoint(kind, gate, *bytes, out, *bytes));
   EXO_TRY(disjoint(kind, up, *bytes, out, *bytes));
   return do_silu_mul(gate, up, out, count);
+}
+
+status device::to_f16(const_view a, mut_view out, std::size_t count) {
+  constexpr auto kind = op_kind::to_f16;
+  auto bytes = count_bytes(kind, count);
+  if (!bytes)
+    return bytes.err();
+  const auto half_bytes = *bytes / 2;
+  EXO_TRY(check_view(kind, "a", a.buf, a.offset, a.limit, *bytes, 4, false));
+  EXO_TRY(check_view(kind, "out", out.buf, out.offset, out.limit, half_bytes,
+                     2, true));
+  EXO_TRY(disjoint(kind, a, *bytes, out, half_bytes));
+  return do_to_f16(a, out, count);
 }
 
 // -- compute: host fallbacks -------------------------------------------------
@@ -531,12 +574,28 @@ status device::do_attention(const_view q, const_view k, const_view v,
   auto sz = host::check_attention(dims); // sizes only: checked
   if (!sz)
     return sz.err();
-  std::vector<float> hq, hk, hv, ho(sz->q / sizeof(float));
+  std::vector<float> hq, ho(sz->q / sizeof(float));
   EXO_TRY(fetch(*this, q, sz->q, hq));
-  EXO_TRY(fetch(*this, k, sz->kv, hk));
-  EXO_TRY(fetch(*this, v, sz->kv, hv));
-  host::attention(hq.data(), hk.data(), hv.data(), ho.data(), dims, 1);
+  if (dims.kv == kv_type::f16) {
+    std::vector<std::uint16_t> hk(sz->kv / 2), hv(sz->kv / 2);
+    EXO_TRY(read(*k.buf, k.offset, hk.data(), sz->kv));
+    EXO_TRY(read(*v.buf, v.offset, hv.data(), sz->kv));
+    host::attention(hq.data(), hk.data(), hv.data(), ho.data(), dims, 1);
+  } else {
+    std::vector<float> hk, hv;
+    EXO_TRY(fetch(*this, k, sz->kv, hk));
+    EXO_TRY(fetch(*this, v, sz->kv, hv));
+    host::attention(hq.data(), hk.data(), hv.data(), ho.data(), dims, 1);
+  }
   return write(*out.buf, out.offset, ho.data(), sz->q);
+}
+
+status device::do_to_f16(const_view a, mut_view out, std::size_t count) {
+  std::vector<float> ha;
+  EXO_TRY(fetch(*this, a, count * sizeof(float), ha));
+  std::vector<std::uint16_t> ho(count);
+  host::to_f16(ha.data(), ho.data(), count);
+  return write(*out.buf, out.offset, ho.data(), count * 2);
 }
 
 status device::do_silu_mul(const_view gate, const_view up, mut_view out,
@@ -660,10 +719,16 @@ status run(device& dev, const op_call& call) {
                       {d[0], d[1], d[2], d[3], s0,
                        call.kind == op_kind::rope_neox});
     case op_kind::attention:
+    case op_kind::attention_f16:
       return dev.attention(in[0], in[1], in[2], call.output,
-                           {d[0], d[1], d[2], d[3], d[4], d[5], s0});
+                           {d[0], d[1], d[2], d[3], d[4], d[5], s0,
+                            call.kind == op_kind::attention_f16
+                              ? kv_type::f16
+                              : kv_type::f32});
     case op_kind::silu_mul:
       return dev.silu_mul(in[0], in[1], call.output, d[0]);
+    case op_kind::to_f16:
+      return dev.to_f16(in[0], call.output, d[0]);
   }
   return fail(errc::unsupported, "unknown operation "
                                    + std::to_string(to_wire(call.kind)));

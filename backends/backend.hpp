@@ -281,29 +281,47 @@ struct rope_dims {
   bool neox = false;
 };
 
+/// How a KV cache stores its keys and values.
+///   f16: IEEE half, 2 bytes per value (llama.cpp's default cache type, and
+///        exo's: device_stage_options::kv);
+///   f32: 4 bytes per value, rounded to half where attention reads it, so
+///        both types give the same bits (f16 holds exactly those halves).
+enum class kv_type : std::uint8_t { f32, f16 };
+
+const char* to_string(kv_type t) noexcept;
+std::optional<kv_type> parse_kv_type(const std::string& name);
+
+/// Bytes of one stored K or V value.
+constexpr std::size_t kv_value_bytes(kv_type t) noexcept {
+  return t == kv_type::f16 ? 2 : 4;
+}
+
 /// Causal grouped-query attention of `n_tokens` query rows at positions
 /// pos0 .. pos0 + n_tokens - 1 over a KV cache.
 ///   q, out: [n_tokens][n_heads * head_dim] f32.
-///   k, v:   cache rows 0 .. pos0 + n_tokens - 1, each row `kv_stride` f32
-///           apart (kv_stride >= n_kv_heads * head_dim), holding n_kv_heads
-///           heads of head_dim. The caller has written the rows of the new
-///           tokens before (ordering rule 4).
+///   k, v:   cache rows 0 .. pos0 + n_tokens - 1, each row `kv_stride`
+///           values apart (kv_stride >= n_kv_heads * head_dim), holding
+///           n_kv_heads heads of head_dim, stored as `kv` says (f32 at
+///           offsets that are multiples of 4, f16 of 2). The caller has
+///           written the rows of the new tokens before (ordering rule 4):
+///           an f16 cache's with to_f16.
 /// Query row t, head h attends to cache rows 0 .. pos0 + t of KV head
 /// h / (n_heads / n_kv_heads): out = softmax(scale * q.k) . v, where every
-/// K and V value is first rounded to the nearest half (ties to even), as
-/// llama.cpp's F16 KV cache holds it. Rounding where read keeps the cache
-/// F32 in memory and the graph unchanged, and makes every backend see the
-/// same keys and values; a cache stored as half would give the same
-/// results. The cpu and sim devices compute llama.cpp's CPU flash attention
-/// bit for bit (host::attention); GPU kernels sum in F32.
+/// K and V value is the nearest half (ties to even) of what was written,
+/// as llama.cpp's F16 KV cache holds it: an f16 cache holds those halves,
+/// an f32 cache is rounded where read, so both give the same results and
+/// every backend sees the same keys and values. The cpu and sim devices
+/// compute llama.cpp's CPU flash attention bit for bit (host::attention);
+/// GPU kernels sum in F32.
 struct attention_dims {
   std::size_t n_tokens = 0;
   std::size_t pos0 = 0;
   std::size_t n_heads = 0;
   std::size_t n_kv_heads = 0; ///< divides n_heads
   std::size_t head_dim = 0;
-  std::size_t kv_stride = 0;  ///< f32 elements between cache rows
+  std::size_t kv_stride = 0;  ///< values between cache rows
   float scale = 1.0f;         ///< usually 1 / sqrt(head_dim)
+  kv_type kv = kv_type::f32;  ///< how k and v are stored
 };
 
 // -- device ------------------------------------------------------------------
@@ -411,6 +429,11 @@ public:
   status silu_mul(const_view gate, const_view up, mut_view out,
                   std::size_t count);
 
+  /// out[i] = a[i] rounded to the nearest half (ties to even), stored as
+  /// IEEE half, i < count > 0: the rows of an f16 KV cache. a is f32 at a
+  /// multiple of 4, out at a multiple of 2; they do not overlap.
+  status to_f16(const_view a, mut_view out, std::size_t count);
+
   // telemetry
   virtual telemetry read_telemetry() = 0;
 
@@ -442,6 +465,7 @@ protected:
                               mut_view out, const attention_dims& dims);
   virtual status do_silu_mul(const_view gate, const_view up, mut_view out,
                              std::size_t count);
+  virtual status do_to_f16(const_view a, mut_view out, std::size_t count);
 
   /// Checks that `buf` belongs to this device and [offset, offset + bytes)
   /// lies inside it.

@@ -159,6 +159,31 @@ inline float round_half(float x) {
   return f16_to_f32(f32_to_f16(x));
 }
 
+// -- cache values -------------------------------------------------------------
+//
+// The attention kernels read K and V through these, templated on what the
+// cache stores: f32 values, rounded to half where read, or the halves
+// themselves (an f16 cache). Both give the same floats.
+
+/// IEEE half bits, as an f16 cache stores them.
+using half_bits = std::uint16_t;
+
+inline float widen(float x) {
+  return round_half(x);
+}
+inline float widen(half_bits h) {
+  return f16_to_f32(h);
+}
+
+/// y[i] = widen(x[i]) for a row of n values.
+void widen_row(const float* x, float* y, std::size_t n) {
+  round_to_f16(x, y, n);
+}
+void widen_row(const half_bits* x, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    y[i] = f16_to_f32(x[i]);
+}
+
 // -- SwiGLU -------------------------------------------------------------------
 
 /// silu(x) * g on whole 16-lane groups as ggml_vec_swiglu_f32: x / (1 +
@@ -210,18 +235,19 @@ swiglu_groups_avx512(const float* x, const float* g, float* y, std::size_t n) {
 /// ggml_vec_dot_f16 of a K row (rounded to half here) with Q (already
 /// rounded): four 16-lane accumulators over blocks of 64, reduced as
 /// GGML_F16_VEC_REDUCE, then the rest of the row in double.
-float dot_f16_scalar(const float* k, const float* q, std::size_t n) {
+template <class KV>
+float dot_f16_scalar(const KV* k, const float* q, std::size_t n) {
   const std::size_t np = n & ~std::size_t{63};
   float acc[64] = {};
   for (std::size_t i = 0; i < np; i += 64)
     for (std::size_t m = 0; m < 64; ++m)
-      acc[m] = std::fma(round_half(k[i + m]), q[i + m], acc[m]);
+      acc[m] = std::fma(widen(k[i + m]), q[i + m], acc[m]);
   float l[16];
   for (std::size_t m = 0; m < 16; ++m)
     l[m] = (acc[m] + acc[32 + m]) + (acc[16 + m] + acc[48 + m]);
   double sum = reduce16(l);
   for (std::size_t i = np; i < n; ++i)
-    sum += static_cast<double>(round_half(k[i]) * q[i]);
+    sum += static_cast<double>(widen(k[i]) * q[i]);
   return static_cast<float>(sum);
 }
 
@@ -231,8 +257,15 @@ load_half_avx2(const float* p) {
       _mm256_cvtps_ph(_mm256_loadu_ps(p), _MM_FROUND_TO_NEAREST_INT));
 }
 
+__attribute__((target("avx2,fma,f16c"))) inline __m256
+load_half_avx2(const half_bits* p) {
+  return _mm256_cvtph_ps(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <class KV>
 __attribute__((target("avx2,fma,f16c"))) float
-dot_f16_avx2(const float* k, const float* q, std::size_t n) {
+dot_f16_avx2(const KV* k, const float* q, std::size_t n) {
   const std::size_t np = n & ~std::size_t{63};
   __m256 a[8];
   for (auto& v : a)
@@ -248,7 +281,7 @@ dot_f16_avx2(const float* k, const float* q, std::size_t n) {
       _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
   double sum = reduce16_avx2(lo, hi);
   for (std::size_t i = np; i < n; ++i)
-    sum += static_cast<double>(round_half(k[i]) * q[i]);
+    sum += static_cast<double>(widen(k[i]) * q[i]);
   return static_cast<float>(sum);
 }
 
@@ -264,8 +297,15 @@ load_half_avx512(const float* p) {
   return round_half_avx512(_mm512_loadu_ps(p));
 }
 
+__attribute__((target("avx512f"))) inline __m512
+load_half_avx512(const half_bits* p) {
+  return _mm512_maskz_cvtph_ps(
+      0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+template <class KV>
 __attribute__((target("avx512f"))) float
-dot_f16_avx512(const float* k, const float* q, std::size_t n) {
+dot_f16_avx512(const KV* k, const float* q, std::size_t n) {
   const std::size_t np = n & ~std::size_t{63};
   __m512 a[4];
   for (auto& v : a)
@@ -277,7 +317,7 @@ dot_f16_avx512(const float* k, const float* q, std::size_t n) {
   double sum = reduce16_avx512(
       _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
   for (std::size_t i = np; i < n; ++i)
-    sum += static_cast<double>(round_half(k[i]) * q[i]);
+    sum += static_cast<double>(widen(k[i]) * q[i]);
   return static_cast<float>(sum);
 }
 
@@ -289,9 +329,10 @@ void scale_f16_scalar(float* acc, float s, std::size_t n) {
 
 /// ggml_vec_mad_f16: acc = half(fma(half(v), w, acc)) (the SIMD part and,
 /// in the build compared against, the leftovers alike).
-void mad_f16_scalar(float* acc, const float* v, float w, std::size_t n) {
+template <class KV>
+void mad_f16_scalar(float* acc, const KV* v, float w, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
-    acc[i] = round_half(std::fma(round_half(v[i]), w, acc[i]));
+    acc[i] = round_half(std::fma(widen(v[i]), w, acc[i]));
 }
 
 __attribute__((target("avx2,fma,f16c"))) void
@@ -306,8 +347,9 @@ scale_f16_avx2(float* acc, float s, std::size_t n) {
   scale_f16_scalar(acc + i, s, n - i);
 }
 
+template <class KV>
 __attribute__((target("avx2,fma,f16c"))) void
-mad_f16_avx2(float* acc, const float* v, float w, std::size_t n) {
+mad_f16_avx2(float* acc, const KV* v, float w, std::size_t n) {
   const __m256 wv = _mm256_set1_ps(w);
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -330,8 +372,9 @@ __attribute__((target("avx512f"))) void scale_f16_avx512(float* acc, float s,
   scale_f16_scalar(acc + i, s, n - i);
 }
 
+template <class KV>
 __attribute__((target("avx512f"))) void
-mad_f16_avx512(float* acc, const float* v, float w, std::size_t n) {
+mad_f16_avx512(float* acc, const KV* v, float w, std::size_t n) {
   const __m512 wv = _mm512_set1_ps(w);
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -342,18 +385,20 @@ mad_f16_avx512(float* acc, const float* v, float w, std::size_t n) {
   mad_f16_scalar(acc + i, v + i, w, n - i);
 }
 
+template <class KV>
 struct chunk_kernels {
-  float (*dot)(const float*, const float*, std::size_t);
+  float (*dot)(const KV*, const float*, std::size_t);
   void (*scale)(float*, float, std::size_t);
-  void (*mad)(float*, const float*, float, std::size_t);
+  void (*mad)(float*, const KV*, float, std::size_t);
 };
 
-chunk_kernels chunk_kernels_now() {
+template <class KV>
+chunk_kernels<KV> chunk_kernels_now() {
   if (use_avx512())
-    return {dot_f16_avx512, scale_f16_avx512, mad_f16_avx512};
+    return {dot_f16_avx512<KV>, scale_f16_avx512, mad_f16_avx512<KV>};
   if (use_avx2())
-    return {dot_f16_avx2, scale_f16_avx2, mad_f16_avx2};
-  return {dot_f16_scalar, scale_f16_scalar, mad_f16_scalar};
+    return {dot_f16_avx2<KV>, scale_f16_avx2, mad_f16_avx2<KV>};
+  return {dot_f16_scalar<KV>, scale_f16_scalar, mad_f16_scalar<KV>};
 }
 
 /// The running maximum and sum of one_chunk's online softmax.
@@ -366,8 +411,9 @@ struct softmax_state {
 /// c0 .. c1-1 (k, v at its KV head, `stride` floats apart), as one_chunk
 /// does with an F16 cache: online softmax with expf, the V sum in a half
 /// accumulator `acc` (head_dim floats, left unnormalized).
-softmax_state one_chunk_cells(const chunk_kernels& kf, const float* qh,
-                              const float* k, const float* v, std::size_t c0,
+template <class KV>
+softmax_state one_chunk_cells(const chunk_kernels<KV>& kf, const float* qh,
+                              const KV* k, const KV* v, std::size_t c0,
                               std::size_t c1, std::size_t hd,
                               std::size_t stride, float scale, float* acc) {
   std::fill(acc, acc + hd, 0.0f);
@@ -397,8 +443,9 @@ softmax_state one_chunk_cells(const chunk_kernels& kf, const float* qh,
 /// One query head over cache rows 0 .. n_pos-1 as one_chunk computes it
 /// (one_chunk_cells, then divided by the sum). qh and acc: head_dim floats
 /// of scratch.
-void one_chunk_head(const chunk_kernels& kf, const float* q, const float* k,
-                    const float* v, std::size_t n_pos, std::size_t hd,
+template <class KV>
+void one_chunk_head(const chunk_kernels<KV>& kf, const float* q, const KV* k,
+                    const KV* v, std::size_t n_pos, std::size_t hd,
                     std::size_t stride, float scale, float* qh, float* acc,
                     float* out) {
   round_to_f16(q, qh, hd);
@@ -425,8 +472,9 @@ std::size_t llama_kv_length(std::size_t n_pos) {
 /// one, the running sum and output as GCC contracts them
 /// (fma(old, scale_old, chunk * scale_new)), finally divided by the sum.
 /// scratch: 3 * head_dim floats.
-void split_kv_head(const chunk_kernels& kf, const float* q, const float* k,
-                   const float* v, std::size_t n_pos, std::size_t hd,
+template <class KV>
+void split_kv_head(const chunk_kernels<KV>& kf, const float* q, const KV* k,
+                   const KV* v, std::size_t n_pos, std::size_t hd,
                    std::size_t stride, float scale, std::size_t splits,
                    float* scratch, float* out) {
   float* qh = scratch;
@@ -477,18 +525,18 @@ struct kv_tile {
   std::size_t cells = 0;
 };
 
-void pack_tile(const float* k, const float* v, std::size_t c0,
-               std::size_t cells, std::size_t hd, std::size_t stride,
-               kv_tile& t) {
+template <class KV>
+void pack_tile(const KV* k, const KV* v, std::size_t c0, std::size_t cells,
+               std::size_t hd, std::size_t stride, kv_tile& t) {
   t.kt.assign(hd * fa_tile, 0.0f);
   t.vt.assign(fa_tile * hd, 0.0f);
   t.cells = cells;
   std::vector<float> row(hd);
   for (std::size_t c = 0; c < cells; ++c) {
-    round_to_f16(k + (c0 + c) * stride, row.data(), hd);
+    widen_row(k + (c0 + c) * stride, row.data(), hd);
     for (std::size_t d = 0; d < hd; ++d)
       t.kt[d * fa_tile + c] = row[d];
-    round_to_f16(v + (c0 + c) * stride, t.vt.data() + c * hd, hd);
+    widen_row(v + (c0 + c) * stride, t.vt.data() + c * hd, hd);
   }
 }
 
@@ -658,7 +706,8 @@ void tile_row(const tile_kernels& kf, const float* q, const kv_tile& t,
   kf.values(kq, t.vt.data(), visible, hd, acc);
 }
 
-void attention_tiled(const float* q, const float* k, const float* v, float* out,
+template <class KV>
+void attention_tiled(const float* q, const KV* k, const KV* v, float* out,
                      const attention_dims& d, int threads) {
   const std::size_t hd = d.head_dim;
   const std::size_t group = d.n_heads / d.n_kv_heads;
@@ -711,14 +760,15 @@ void attention_tiled(const float* q, const float* k, const float* v, float* out,
   });
 }
 
-void attention_chunked(const float* q, const float* k, const float* v,
-                       float* out, const attention_dims& d, int threads,
+template <class KV>
+void attention_chunked(const float* q, const KV* k, const KV* v, float* out,
+                       const attention_dims& d, int threads,
                        int llama_threads) {
   const std::size_t hd = d.head_dim;
   const std::size_t group = d.n_heads / d.n_kv_heads;
   const std::size_t row = d.n_heads * hd;
   const long jobs = static_cast<long>(d.n_tokens * d.n_heads);
-  const chunk_kernels kf = chunk_kernels_now();
+  const chunk_kernels<KV> kf = chunk_kernels_now<KV>();
   const bool split = attention_split_kv(d, llama_threads);
   for_each_job(
     jobs, threads, [&] { return std::vector<float>(3 * hd); },
@@ -766,14 +816,30 @@ bool attention_split_kv(const attention_dims& d, int llama_threads) noexcept {
          && llama_kv_length(d.pos0 + 1) >= 512;
 }
 
-void attention(const float* q, const float* k, const float* v, float* out,
-               const attention_dims& d, int threads,
-               int llama_threads) noexcept {
+namespace {
+
+template <class KV>
+void attention_of(const float* q, const KV* k, const KV* v, float* out,
+                  const attention_dims& d, int threads, int llama_threads) {
   threads = std::max(1, threads);
   if (attention_tiled_path(d))
     attention_tiled(q, k, v, out, d, threads);
   else
     attention_chunked(q, k, v, out, d, threads, llama_threads);
+}
+
+} // namespace
+
+void attention(const float* q, const float* k, const float* v, float* out,
+               const attention_dims& d, int threads,
+               int llama_threads) noexcept {
+  attention_of(q, k, v, out, d, threads, llama_threads);
+}
+
+void attention(const float* q, const std::uint16_t* k, const std::uint16_t* v,
+               float* out, const attention_dims& d, int threads,
+               int llama_threads) noexcept {
+  attention_of(q, k, v, out, d, threads, llama_threads);
 }
 
 } // namespace exo::backend::host

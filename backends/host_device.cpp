@@ -279,14 +279,21 @@ status host_device::do_attention(const_view q, const_view k, const_view v,
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("attention"));
   on_compute();
-  host::attention(at(q.buf, q.offset), at(k.buf, k.offset),
-                  at(v.buf, v.offset), at(out.buf, out.offset), dims,
-                  threads_, llama_threads_);
+  if (dims.kv == kv_type::f16)
+    host::attention(at(q.buf, q.offset),
+                    at<const std::uint16_t>(k.buf, k.offset),
+                    at<const std::uint16_t>(v.buf, v.offset),
+                    at(out.buf, out.offset), dims, threads_, llama_threads_);
+  else
+    host::attention(at(q.buf, q.offset), at(k.buf, k.offset),
+                    at(v.buf, v.offset), at(out.buf, out.offset), dims,
+                    threads_, llama_threads_);
   ++submitted_;
   // Each query row reads its causal prefix of K and V once per KV head.
   double ctx = static_cast<double>(dims.pos0)
                + 0.5 * static_cast<double>(dims.n_tokens + 1);
-  double kv_bytes = 2.0 * 4.0 * ctx * static_cast<double>(dims.n_kv_heads)
+  double kv_bytes = 2.0 * static_cast<double>(kv_value_bytes(dims.kv)) * ctx
+                    * static_cast<double>(dims.n_kv_heads)
                     * static_cast<double>(dims.head_dim);
   const auto q_bytes = 4.0 * static_cast<double>(dims.n_tokens)
                        * dims.n_heads * dims.head_dim;
@@ -306,6 +313,18 @@ status host_device::do_silu_mul(const_view gate, const_view up, mut_view out,
   ++submitted_;
   account(3.0 * 4.0 * static_cast<double>(count),
           5.0 * static_cast<double>(count));
+  return {};
+}
+
+status host_device::do_to_f16(const_view a, mut_view out,
+                              std::size_t count) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(admit("to_f16"));
+  on_compute();
+  host::to_f16(at(a.buf, a.offset), at<std::uint16_t>(out.buf, out.offset),
+               count);
+  ++submitted_;
+  account(6.0 * static_cast<double>(count), static_cast<double>(count));
   return {};
 }
 

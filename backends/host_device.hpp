@@ -55,6 +55,7 @@ protected:
                       const attention_dims& dims) override;
   status do_silu_mul(const_view gate, const_view up, mut_view out,
                      std::size_t count) override;
+  status do_to_f16(const_view a, mut_view out, std::size_t count) override;
 
   /// Hooks for subclasses, called with the lock held.
   /// Before any operation: a refusal (vanished, paused...) or nothing.

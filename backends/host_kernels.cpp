@@ -182,6 +182,16 @@ round_to_f16_f16c(const float* x, float* y, std::size_t n) {
   return i;
 }
 
+__attribute__((target("avx2,f16c"))) std::size_t
+to_f16_f16c(const float* x, std::uint16_t* y, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                     _MM_FROUND_TO_NEAREST_INT));
+  return i;
+}
+
 bool have_f16c() {
   static const bool yes = __builtin_cpu_supports("avx2")
                           && cpu_has_f16c();
@@ -195,6 +205,12 @@ void round_to_f16(const float* x, float* y, std::size_t n) noexcept {
   std::size_t i = have_f16c() ? round_to_f16_f16c(x, y, n) : 0;
   for (; i < n; ++i)
     y[i] = f16_to_f32(f32_to_f16(x[i]));
+}
+
+void to_f16(const float* x, std::uint16_t* y, std::size_t n) noexcept {
+  std::size_t i = have_f16c() ? to_f16_f16c(x, y, n) : 0;
+  for (; i < n; ++i)
+    y[i] = f32_to_f16(x[i]);
 }
 
 void quantize_q8_0(const float* x, block_q8_0* y, std::size_t n) noexcept {
@@ -1480,7 +1496,7 @@ result<attention_bytes> check_attention(const attention_dims& d) {
   std::size_t last = 0, kv = 0;
   if (!q || !mul_ok(d.pos0 + d.n_tokens - 1, d.kv_stride, last)
       || last > std::numeric_limits<std::size_t>::max() - kv_row
-      || !mul_ok(last + kv_row, 4, kv))
+      || !mul_ok(last + kv_row, kv_value_bytes(d.kv), kv))
     return overflow("attention");
   return attention_bytes{*q, kv};
 }

@@ -52,6 +52,10 @@ float f16_to_f32(std::uint16_t h) noexcept;
 /// Converts a float to IEEE half bits, rounding to nearest even.
 std::uint16_t f32_to_f16(float f) noexcept;
 
+/// y[i] = the half nearest x[i] (ties to even), as IEEE half bits: an f16
+/// KV cache's rows (F16C where the machine has it).
+void to_f16(const float* x, std::uint16_t* y, std::size_t n) noexcept;
+
 /// y[i] = x[i] rounded to the nearest half (what llama.cpp does to
 /// activations that meet F16 weights). y may equal x.
 void round_to_f16(const float* x, float* y, std::size_t n) noexcept;
@@ -170,7 +174,7 @@ void silu_mul(const float* gate, const float* up, float* out,
 /// llama.cpp's CPU flash attention computes it over its F16 KV cache
 /// (ggml_compute_forward_flash_attn_ext_f16 with one thread, AVX-512
 /// build), bit for bit on every instruction set and thread count. K and V
-/// are rounded to half where read (the cache holds F32 here). Batches of
+/// are rounded to half where read (an f32 cache; see below for f16). Batches of
 /// fewer than 64 tokens, or heads not a multiple of 16 wide, take ggml's
 /// one_chunk path: Q rounded to half, scores by ggml_vec_dot_f16's order,
 /// an online softmax with libm expf, the weighted V sum in a half
@@ -190,6 +194,11 @@ void silu_mul(const float* gate, const float* up, float* out,
 /// asks) is one_chunk; N > 1 reproduces `llama.cpp -t N`.
 void attention(const float* q, const float* k, const float* v, float* out,
                const attention_dims& dims, int threads,
+               int llama_threads = 1) noexcept;
+/// The same over an f16 cache (dims.kv == kv_type::f16): k and v hold the
+/// halves an f32 cache is rounded to, so the bits are the same.
+void attention(const float* q, const std::uint16_t* k, const std::uint16_t* v,
+               float* out, const attention_dims& dims, int threads,
                int llama_threads = 1) noexcept;
 
 /// Whether attention takes the tiled path for dims.

@@ -54,6 +54,11 @@ constexpr std::array<op_rule, op_count> rules{{
    {"m", "n", "k"}, {}, false},
   {op_kind::matmul_rows_f16, "matmul_rows_f16", 2, 2, 3, 0, {"a", "w"}, "c",
    {"m", "n", "k"}, {}, false},
+  {op_kind::attention_f16, "attention_f16", 3, 3, 6, 1, {"q", "k", "v"},
+   "out",
+   {"n_tokens", "pos0", "n_heads", "n_kv_heads", "head_dim", "kv_stride"},
+   {"scale"}, false},
+  {op_kind::to_f16, "to_f16", 1, 1, 1, 0, {"a"}, "out", {"count"}, {}, false},
 }};
 
 // The table is indexed by wire number - 1.

@@ -25,7 +25,10 @@
 ///                (rope_neox: llama.cpp's NEOX pairs, rope_dims::neox)
 ///   attention    inputs {q, k, v}, dims {n_tokens, pos0, n_heads,
 ///                n_kv_heads, head_dim, kv_stride}, scalars {scale}
+///   attention_f16
+///                the same with k and v stored as IEEE half (kv_type::f16)
 ///   silu_mul     inputs {gate, up}, dims {count}
+///   to_f16       inputs {a} (f32), dims {count}; out IEEE half
 ///
 /// The output is `out` (`c` for the products); rope rotates its output `x`
 /// in place.
@@ -73,10 +76,14 @@ enum class op_kind : std::uint8_t {
   // them, so that each sequence gets the bits it gets alone.
   matmul_rows_f32 = 23,
   matmul_rows_f16 = 24,
+  // attention over a KV cache stored as IEEE half (kv_type::f16), and the
+  // conversion that writes its rows.
+  attention_f16 = 25,
+  to_f16 = 26, ///< out[i] = a[i] rounded to the nearest half (ties to even)
 };
 
 /// How many operations there are (the highest wire number).
-constexpr std::size_t op_count = 24;
+constexpr std::size_t op_count = 26;
 
 /// The most inputs, dims and scalars any operation takes.
 constexpr std::size_t max_op_inputs = 3;

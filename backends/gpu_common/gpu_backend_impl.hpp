@@ -19,7 +19,8 @@
 ///     static bool has_kernels(const device_properties&); // else host
 ///     static int launch_binary(...), launch_matmul_tiled(...), // kernels
 ///       launch_rmsnorm(...), launch_silu_mul(...), launch_rope_rows(...),
-///       launch_attention(...), launch_matmul_weights(...);
+///       launch_attention(...), launch_to_f16(...),
+///       launch_matmul_weights(...);
 ///     static result<std::shared_ptr<gpu::management_library>>
 ///     load_telemetry();
 ///     struct blas;  // per device: status init(cudaStream_t),
@@ -473,8 +474,22 @@ protected:
     std::lock_guard<std::mutex> guard{mtx_};
     EXO_TRY(select());
     return launch_status("attention kernel",
-                         P::launch_attention(f32_of(q), f32_of(k), f32_of(v),
+                         P::launch_attention(f32_of(q),
+                                             ptr_of(*k.buf) + k.offset,
+                                             ptr_of(*v.buf) + v.offset,
                                              f32_of(out), dims, stream_));
+  }
+
+  status do_to_f16(const_view a, mut_view out, std::size_t count) override {
+    if (!P::has_kernels(props_))
+      return device::do_to_f16(a, out, count);
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(select());
+    return launch_status("to_f16 kernel",
+                         P::launch_to_f16(f32_of(a),
+                                          reinterpret_cast<std::uint16_t*>(
+                                            ptr_of(*out.buf) + out.offset),
+                                          count, stream_));
   }
 
   status do_silu_mul(const_view gate, const_view up, mut_view out,

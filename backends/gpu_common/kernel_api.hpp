@@ -52,8 +52,13 @@ int launch_rope_rows(float* x, const std::int32_t* positions,
 
 /// Causal grouped-query attention (see attention_dims); needs head_dim <=
 /// 2 * gpu::math::attention_threads (callers fall back beyond).
-int launch_attention(const float* q, const float* k, const float* v,
+/// k and v are floats or IEEE halves as dims.kv says.
+int launch_attention(const float* q, const void* k, const void* v,
                      float* out, const attention_dims& dims, void* stream);
+
+/// out[i] = the half nearest a[i] (ties to even), as IEEE half bits.
+int launch_to_f16(const float* a, std::uint16_t* out, std::size_t count,
+                  void* stream);
 
 /// C[m x n] = A[m x k] * W^T with W [n x k] in any ggml format at an even
 /// address; activations rounded / quantized as llama.cpp does. Q4_0 ...

@@ -142,6 +142,37 @@ EXO_HD inline float round_to_half(float x) {
   return ldexpf(rounded, ulp_exp);
 }
 
+/// The half nearest x (ties to even) as IEEE half bits: an f16 KV cache's
+/// values (to_f16). Overflow gives infinity, NaN stays NaN.
+EXO_HD inline std::uint16_t float_to_half(float x) {
+  const float r = round_to_half(x); // a half's value, or inf / NaN
+  std::uint32_t bits;
+  memcpy(&bits, &r, 4);
+  const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
+  const std::uint32_t absr = bits & 0x7fffffffu;
+  if (absr >= 0x7f800000u) // inf or NaN
+    return static_cast<std::uint16_t>(sign | 0x7c00u
+                                      | (absr > 0x7f800000u ? 0x200u : 0u));
+  if (absr == 0)
+    return sign;
+  const int e = static_cast<int>(absr >> 23) - 127;
+  if (e < -14) // a subnormal half: an exact multiple of 2^-24
+    return static_cast<std::uint16_t>(
+      sign | static_cast<std::uint32_t>(ldexpf(fabsf(r), 24)));
+  return static_cast<std::uint16_t>(
+    sign | (static_cast<std::uint32_t>(e + 15) << 10)
+    | ((absr >> 13) & 0x3ffu));
+}
+
+/// A K or V value as attention reads it: an f32 cache's rounded to half,
+/// an f16 cache's widened (the same floats).
+EXO_HD inline float kv_value(float x) {
+  return round_to_half(x);
+}
+EXO_HD inline float kv_value(std::uint16_t h) {
+  return half_to_float(h);
+}
+
 /// A little-endian half at p (any alignment).
 EXO_HD inline float half_at(const std::uint8_t* p) {
   return half_to_float(static_cast<std::uint16_t>(p[0] | (p[1] << 8)));

@@ -118,8 +118,11 @@ void rope_rows(float* x, const std::int32_t* positions,
     }
 }
 
-void attention(const float* q, const float* k, const float* v, float* out,
-               const attention_dims& d) {
+namespace {
+
+template <class KV>
+void attention_of(const float* q, const KV* k, const KV* v, float* out,
+                  const attention_dims& d) {
   const std::size_t group = d.n_heads / d.n_kv_heads;
   const std::size_t row = d.n_heads * d.head_dim;
   std::vector<float> sc(math::attention_chunk);
@@ -135,10 +138,10 @@ void attention(const float* q, const float* k, const float* v, float* out,
         std::size_t cn = std::min(math::attention_chunk, n_pos - c0);
         float cmax = -INFINITY;
         for (std::size_t j = 0; j < cn; ++j) {
-          const float* kr = k + (c0 + j) * d.kv_stride + kvh;
+          const KV* kr = k + (c0 + j) * d.kv_stride + kvh;
           float s = 0;
           for (std::size_t i = 0; i < d.head_dim; ++i)
-            s += qh[i] * math::round_to_half(kr[i]);
+            s += qh[i] * math::kv_value(kr[i]);
           sc[j] = s * d.scale;
           cmax = std::max(cmax, sc[j]);
         }
@@ -154,7 +157,7 @@ void attention(const float* q, const float* k, const float* v, float* out,
           acc[i] *= corr;
           for (std::size_t j = 0; j < cn; ++j)
             acc[i] += sc[j]
-                      * math::round_to_half(v[(c0 + j) * d.kv_stride + kvh + i]);
+                      * math::kv_value(v[(c0 + j) * d.kv_stride + kvh + i]);
         }
         mx = nm;
       }
@@ -162,6 +165,24 @@ void attention(const float* q, const float* k, const float* v, float* out,
       for (std::size_t i = 0; i < d.head_dim; ++i)
         oh[i] = acc[i] / l;
     }
+}
+
+} // namespace
+
+void attention(const float* q, const float* k, const float* v, float* out,
+               const attention_dims& d) {
+  attention_of(q, k, v, out, d);
+}
+
+void attention(const float* q, const std::uint16_t* k,
+               const std::uint16_t* v, float* out,
+               const attention_dims& d) {
+  attention_of(q, k, v, out, d);
+}
+
+void to_f16(const float* a, std::uint16_t* out, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i)
+    out[i] = math::float_to_half(a[i]);
 }
 
 void matmul_weights(const float* a, const void* w, weight_type type,

@@ -28,6 +28,14 @@ __global__ void binary_kernel(m::binary_code op, const float* a,
     out[i] = m::binary(op, a[i], b[i]);
 }
 
+__global__ void to_f16_kernel(const float* a, std::uint16_t* out,
+                              std::size_t n) {
+  std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride)
+    out[i] = m::float_to_half(a[i]);
+}
+
 __global__ void silu_mul_kernel(const float* gate, const float* up,
                                 float* out, std::size_t n) {
   std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
@@ -155,10 +163,11 @@ __global__ void rope_rows_kernel(float* x, const std::int32_t* pos,
 
 /// One block of attention_threads per (query row, head) at a time; scores
 /// of a chunk of positions in shared memory, online softmax across chunks.
-/// K and V are rounded to half where read (the attention contract).
-__global__ void attention_kernel(const float* q, const float* k,
-                                 const float* v, float* out,
-                                 attention_dims d) {
+/// K and V are rounded to half where read (the attention contract): KV is
+/// float (an f32 cache) or std::uint16_t (an f16 cache's halves).
+template <class KV>
+__global__ void attention_kernel(const float* q, const KV* k, const KV* v,
+                                 float* out, attention_dims d) {
   constexpr unsigned threads = m::attention_threads;
   __shared__ float qs[2 * threads];
   __shared__ float sc[m::attention_chunk];
@@ -183,10 +192,10 @@ __global__ void attention_kernel(const float* q, const float* k,
                                                        : m::attention_chunk;
       float lmax = -INFINITY;
       for (std::size_t j = tid; j < cn; j += threads) {
-        const float* kr = k + (c0 + j) * d.kv_stride + kvh;
+        const KV* kr = k + (c0 + j) * d.kv_stride + kvh;
         float s = 0;
         for (std::size_t i = 0; i < d.head_dim; ++i)
-          s += qs[i] * m::round_to_half(kr[i]);
+          s += qs[i] * m::kv_value(kr[i]);
         s *= d.scale;
         sc[j] = s;
         lmax = fmaxf(lmax, s);
@@ -205,11 +214,11 @@ __global__ void attention_kernel(const float* q, const float* k,
       acc1 *= corr;
       for (std::size_t j = 0; j < cn; ++j) {
         float e = sc[j];
-        const float* vr = v + (c0 + j) * d.kv_stride + kvh;
+        const KV* vr = v + (c0 + j) * d.kv_stride + kvh;
         if (tid < d.head_dim)
-          acc0 += e * m::round_to_half(vr[tid]);
+          acc0 += e * m::kv_value(vr[tid]);
         if (d1 < d.head_dim)
-          acc1 += e * m::round_to_half(vr[d1]);
+          acc1 += e * m::kv_value(vr[d1]);
       }
       mx = nm;
       __syncthreads(); // sc is read by all before the next chunk
@@ -446,13 +455,27 @@ int launch_rope_rows(float* x, const std::int32_t* positions,
   return last_error();
 }
 
-int launch_attention(const float* q, const float* k, const float* v,
+int launch_attention(const float* q, const void* k, const void* v,
                      float* out, const attention_dims& d, void* stream) {
   auto g = gpu::attention_launch(d);
   if (g.grid == 0)
     return 0;
-  attention_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(q, k, v, out,
-                                                              d);
+  if (d.kv == kv_type::f16)
+    attention_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+      q, static_cast<const std::uint16_t*>(k),
+      static_cast<const std::uint16_t*>(v), out, d);
+  else
+    attention_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+      q, static_cast<const float*>(k), static_cast<const float*>(v), out, d);
+  return last_error();
+}
+
+int launch_to_f16(const float* a, std::uint16_t* out, std::size_t count,
+                  void* stream) {
+  auto g = gpu::elementwise_launch(count);
+  if (g.grid == 0)
+    return 0;
+  to_f16_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(a, out, count);
   return last_error();
 }
 

@@ -93,10 +93,15 @@ struct hip_platform {
                                   stream);
   }
 
-  static int launch_attention(const float* q, const float* k, const float* v,
+  static int launch_attention(const float* q, const void* k, const void* v,
                               float* out, const attention_dims& dims,
                               hipStream_t stream) {
     return hip_kernels::launch_attention(q, k, v, out, dims, stream);
+  }
+
+  static int launch_to_f16(const float* a, std::uint16_t* out,
+                           std::size_t count, hipStream_t stream) {
+    return hip_kernels::launch_to_f16(a, out, count, stream);
   }
 
   static int launch_matmul_weights(const float* a, const void* w,

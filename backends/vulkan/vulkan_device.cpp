@@ -92,6 +92,11 @@ struct attention_push {
   float scale;
 };
 
+/// Push constants of to_f16.comp (o_off in 32-bit words, two halves each).
+struct to_f16_push {
+  std::uint32_t a_off, o_off, words;
+};
+
 /// attention.comp's workgroup: an invocation owns two output dimensions.
 constexpr std::size_t attention_max_head_dim = 256;
 
@@ -162,6 +167,7 @@ protected:
                  const rope_dims& dims) override;
   status do_attention(const_view q, const_view k, const_view v, mut_view out,
                       const attention_dims& dims) override;
+  status do_to_f16(const_view a, mut_view out, std::size_t count) override;
   status do_silu_mul(const_view gate, const_view up, mut_view out,
                      std::size_t count) override;
 
@@ -218,6 +224,8 @@ public:
     k_matvec_f16,
     k_matvec_q8_0,
     k_matvec_quant,
+    k_attention_f16,
+    k_to_f16,
     k_count
   };
 
@@ -900,7 +908,8 @@ status vulkan_device::ensure_pipeline(kernel k) {
       &vulkan_spirv::matvec,      &vulkan_spirv::matvec_subgroup,
       &vulkan_spirv::rms_norm,    &vulkan_spirv::rope,
       &vulkan_spirv::attention,   &vulkan_spirv::matvec_f16,
-      &vulkan_spirv::matvec_q8_0, &vulkan_spirv::matvec_quant};
+      &vulkan_spirv::matvec_q8_0, &vulkan_spirv::matvec_quant,
+      &vulkan_spirv::attention_f16, &vulkan_spirv::to_f16};
   VkShaderModuleCreateInfo smi{};
   smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
@@ -1505,7 +1514,7 @@ status vulkan_device::do_attention(const_view q, const_view k,
     return sz.err();
   // Heads wider than the shader's workgroup covers go through the host.
   if (dims.head_dim > attention_max_head_dim ||
-      !fits_u32({sz->q / 4, sz->kv / 4, dims.n_tokens * dims.n_heads}))
+      !fits_u32({sz->q / 4, sz->kv / 2, dims.n_tokens * dims.n_heads}))
     return device::do_attention(q, k, v, out, dims);
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(usable("attention"));
@@ -1516,12 +1525,20 @@ status vulkan_device::do_attention(const_view q, const_view k,
   for (auto* r : {&bq, &bk, &bv, &bo})
     if (!*r)
       return r->err();
-  auto bt = prepare(k_attention, {*bq, *bk, *bv, *bo});
+  const bool f16 = dims.kv == kv_type::f16;
+  // An f16 cache's offsets count halves (its binding starts at a
+  // min_align multiple, so at an even number of halves).
+  auto kv_off = [&](const binding& b, std::size_t offset) {
+    return f16 ? static_cast<std::uint32_t>((offset - b.offset) / 2)
+               : b.elem_off;
+  };
+  auto bt = prepare(f16 ? k_attention_f16 : k_attention,
+                    {*bq, *bk, *bv, *bo});
   if (!bt)
     return bt.err();
   attention_push pc{bq->elem_off,
-                    bk->elem_off,
-                    bv->elem_off,
+                    kv_off(*bk, k.offset),
+                    kv_off(*bv, v.offset),
                     bo->elem_off,
                     static_cast<std::uint32_t>(dims.n_tokens),
                     static_cast<std::uint32_t>(dims.pos0),
@@ -1536,6 +1553,32 @@ status vulkan_device::do_attention(const_view q, const_view k,
       std::min<std::size_t>(dims.n_tokens * dims.n_heads, max_groups_[0]);
   vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
   used_by(**bt, {q.buf, k.buf, v.buf, out.buf});
+  return finish(**bt);
+}
+
+status vulkan_device::do_to_f16(const_view a, mut_view out,
+                                std::size_t count) {
+  // The shader writes whole 32-bit words: other shapes take the generic
+  // path.
+  if (count % 2 != 0 || out.offset % 4 != 0 || !fits_u32({count}))
+    return device::do_to_f16(a, out, count);
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("to_f16"));
+  auto ba = bind(*a.buf, a.offset, count * 4, "to_f16 a");
+  auto bo = bind(*out.buf, out.offset, count * 2, "to_f16 out");
+  for (auto* r : {&ba, &bo})
+    if (!*r)
+      return r->err();
+  auto bt = prepare(k_to_f16, {*ba, *bo});
+  if (!bt)
+    return bt.err();
+  to_f16_push pc{ba->elem_off, bo->elem_off,
+                 static_cast<std::uint32_t>(count / 2)};
+  vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                     sizeof(pc), &pc);
+  auto groups = std::min<std::size_t>((count / 2 + 255) / 256, max_groups_[0]);
+  vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+  used_by(**bt, {a.buf, out.buf});
   return finish(**bt);
 }
 

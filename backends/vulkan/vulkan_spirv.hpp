@@ -25,5 +25,7 @@ extern const blob attention;   ///< causal grouped-query attention, KV cache
 extern const blob matvec_f16;  ///< C = A * W^T, W in IEEE half
 extern const blob matvec_q8_0; ///< C = A * W^T, W in GGUF's Q8_0 blocks
 extern const blob matvec_quant; ///< C = A * W^T, W in ggml's other formats
+extern const blob attention_f16; ///< attention over an f16 KV cache
+extern const blob to_f16;      ///< f32 rows stored as IEEE half
 
 } // namespace exo::backend::vulkan_spirv

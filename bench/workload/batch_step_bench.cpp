@@ -9,6 +9,11 @@
 // its aggregate tokens/s, and the speed-up over one sequence.
 //
 //   batch_step_bench [STEPS [B...]]
+//
+// Environment: EXO_BENCH_TYPE=f32|q4_k_m (one type only), EXO_BENCH_KV=
+// f16|f32 (the KV cache's type, default the shards' f16),
+// EXO_BENCH_PROMPT=N (each sequence's prompt, default 16 tokens: a longer
+// one makes attention over the cache a larger part of a step).
 
 #include "backends/factory/factory.hpp"
 #include "core/model/device_stage.hpp"
@@ -30,7 +35,8 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-constexpr std::uint32_t prompt = 16;
+std::uint32_t prompt = 16;
+backend::kv_type kv = backend::kv_type::f16;
 std::vector<std::uint32_t> batches = {1, 2, 4, 8, 16};
 
 struct batch_path {
@@ -80,6 +86,7 @@ int run_type(const char* type, int steps) {
   }
   model::backend_ops ops(*reg->devices().front());
   model::device_stage_options so = model::shard_stage_options(hp);
+  so.kv = kv;
   auto st = model::device_stage::create(m, 0, hp.n_layer, ops, so);
   if (!st) {
     std::printf("error: %s\n", st.err().to_string().c_str());
@@ -100,10 +107,14 @@ int run_type(const char* type, int steps) {
       std::vector<std::int32_t> toks(prompt);
       for (std::uint32_t i = 0; i < prompt; ++i)
         toks[i] = static_cast<std::int32_t>((7 * i + 13 * s + 1) % hp.n_vocab);
-      std::vector<float> x(prompt * hp.n_embd), logits(hp.n_vocab);
-      (void)stage.embed(toks.data(), prompt, x.data());
-      if (!stage.forward(*c, 0, x.data(), prompt, logits.data()))
-        return 1;
+      // In pieces of a step's most tokens.
+      for (std::uint32_t p0 = 0; p0 < prompt; p0 += so.max_tokens) {
+        const std::uint32_t n = std::min(so.max_tokens, prompt - p0);
+        std::vector<float> x(std::size_t{n} * hp.n_embd), logits(hp.n_vocab);
+        (void)stage.embed(toks.data() + p0, n, x.data());
+        if (!stage.forward(*c, p0, x.data(), n, logits.data()))
+          return 1;
+      }
       p.segs.push_back({*c, prompt, 1});
     }
     p.x.resize(std::size_t{b} * hp.n_embd);
@@ -130,8 +141,9 @@ int run_type(const char* type, int steps) {
       for (auto& sg : p.segs)
         ++sg.pos;
     }
-  std::printf("%s (12 layers, 512 wide, ff 1536), %d steps each, 1 thread:\n",
-              type, steps);
+  std::printf("%s (12 layers, 512 wide, ff 1536), %s KV cache, %u-token "
+              "prompts, %d steps each, 1 thread:\n",
+              type, backend::to_string(kv), prompt, steps);
   const double one = median(paths.front().times);
   for (auto& p : paths) {
     const double t = median(p.times);
@@ -152,6 +164,16 @@ int main(int argc, char** argv) {
     batches.push_back(static_cast<std::uint32_t>(std::max(1, std::atoi(argv[i]))));
   int rc = 0;
   const char* only = std::getenv("EXO_BENCH_TYPE"); // f32 or q4_k_m
+  if (const char* k = std::getenv("EXO_BENCH_KV")) {
+    auto t = backend::parse_kv_type(k);
+    if (!t) {
+      std::printf("error: EXO_BENCH_KV must be f16 or f32, not %s\n", k);
+      return 2;
+    }
+    kv = *t;
+  }
+  if (const char* n = std::getenv("EXO_BENCH_PROMPT"))
+    prompt = static_cast<std::uint32_t>(std::max(1, std::atoi(n)));
   for (const char* t : {"f32", "q4_k_m"})
     if (!only || std::string{only} == t)
       rc |= run_type(t, steps);

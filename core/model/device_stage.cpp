@@ -200,15 +200,19 @@ constexpr std::uint64_t ones_rows = 16;
 
 /// Floats of each scratch buffer for T rows, in create()'s order: io
 /// (activations, then T int32 positions), cur, q, att, tmp, gate, up, the
-/// ones of the K/V copies. A batch's new K and V rows wait in gate and
-/// up (free until the feed-forward part) before they go to their caches:
-/// every model has n_ff >= n_embd_kv (create() checks).
+/// ones of the K/V copies into an f32 cache (none for f16: to_f16 writes
+/// its rows). New K and V rows wait in gate and up (free until the
+/// feed-forward part) before they go to their caches (every row for an
+/// f16 cache, a batch's for f32): every model has n_ff >= n_embd_kv
+/// (create() checks).
 std::array<std::uint64_t, 8> scratch_floats(const llama_hparams& hp,
-                                            std::uint64_t T) {
+                                            std::uint64_t T,
+                                            backend::kv_type kv_type) {
   const std::uint64_t e = hp.n_embd, nq = hp.n_embd_q(), ff = hp.n_ff,
                       kv = hp.n_embd_kv();
-  return {T * (e + 1), T * e,  T * nq, T * nq,
-          T * e,       T * ff, T * ff, std::min(T, ones_rows) * kv};
+  const std::uint64_t ones
+    = kv_type == backend::kv_type::f32 ? std::min(T, ones_rows) * kv : 0;
+  return {T * (e + 1), T * e, T * nq, T * nq, T * e, T * ff, T * ff, ones};
 }
 
 /// Bytes of the logits buffer of the last stage.
@@ -288,10 +292,10 @@ stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
     r.head_bytes = e * 4 + matrix_bytes(m.output(), o.stored_weights);
     r.logits_bytes = logits_buffer_bytes(hp, o);
   }
-  for (auto f : scratch_floats(hp, o.max_tokens))
+  for (auto f : scratch_floats(hp, o.max_tokens, o.kv))
     r.scratch_bytes += f * 4;
   r.kv_bytes_per_token = 2 * std::uint64_t{last - first} * hp.n_embd_kv()
-                         * sizeof(float);
+                         * backend::kv_value_bytes(o.kv);
   return r;
 }
 
@@ -483,8 +487,10 @@ status device_stage::upload_all() {
   // io: activations, then the positions.
   device_handle* scratch[] = {&io_, &cur_, &q_, &att_,
                               &tmp_, &g_,  &u_, &ones_};
-  const auto floats = scratch_floats(hp, opts_.max_tokens);
+  const auto floats = scratch_floats(hp, opts_.max_tokens, opts_.kv);
   for (std::size_t i = 0; i < floats.size(); ++i) {
+    if (floats[i] == 0)
+      continue; // (the ones of an f16 cache's stage)
     auto h = alloc(floats[i] * 4);
     if (!h)
       return h.err();
@@ -506,7 +512,8 @@ result<cache_id> device_stage::new_cache(std::uint32_t n_ctx) {
                 "a KV cache needs a context of at least one token");
   auto& hp = model_->hparams();
   const std::uint64_t bytes = std::uint64_t{last_ - first_} * n_ctx
-                              * hp.n_embd_kv() * sizeof(float);
+                              * hp.n_embd_kv()
+                              * backend::kv_value_bytes(opts_.kv);
   cache c;
   c.capacity = n_ctx;
   c.bytes = 2 * bytes;
@@ -710,10 +717,14 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   // The residual stream lives in io_; activations from the device are
   // read where they are by the first layer, which writes io_.
   const device_operand x_in = x_from_device ? dio.in : at(io_);
-  // One sequence: its K and V land in its cache rows directly. Several:
-  // in g_/u_ first (one product for all rows), then each segment's rows
-  // go to its cache.
+  // An f32 cache and one sequence: its K and V land in its cache rows
+  // directly. Several: in g_/u_ first (one product for all rows), then
+  // each segment's rows go to its cache. An f16 cache: always in g_/u_
+  // first, then to_f16 writes each segment's rows to its cache.
   const bool batched = segs.size() > 1;
+  const bool f16 = opts_.kv == backend::kv_type::f16;
+  const bool staged = batched || f16;
+  const std::uint64_t vb = backend::kv_value_bytes(opts_.kv);
   // Rows that must each get a one-token forward's bits: a batch's
   // one-token segments and every row of an apart segment.
   auto alone = [&](const segment& sg) { return sg.n == 1 || sg.apart; };
@@ -721,7 +732,7 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
                                      [](const segment& sg) {
                                        return sg.apart;
                                      });
-  if (batched && ones_floats_ > 0) {
+  if (batched && !f16 && ones_floats_ > 0) {
     const std::vector<float> ones(ones_floats_, 1.0f);
     const auto* b = reinterpret_cast<const std::uint8_t*>(ones.data());
     for (std::uint64_t done = 0; done < ones.size() * 4;) {
@@ -790,16 +801,16 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   };
   for (std::uint32_t l = first_; l < last_; ++l) {
     auto& L = layers_[l - first_];
-    const std::uint64_t kv0 = (l - first_) * std::uint64_t{nkv} * 4;
+    const std::uint64_t kv0 = (l - first_) * std::uint64_t{nkv} * vb;
     // Layer l's K/V of a cache of capacity C start at kv0 * C.
     auto layer_kv = [&](const cache& c) { return kv0 * c.capacity; };
     auto new_row = [&](const cache& c, std::uint32_t pos) {
-      return layer_kv(c) + std::uint64_t{pos} * nkv * 4;
+      return layer_kv(c) + std::uint64_t{pos} * nkv * vb;
     };
     const device_operand k_out =
-      batched ? at(g_) : at(cs[0]->k, new_row(*cs[0], segs[0].pos));
+      staged ? at(g_) : at(cs[0]->k, new_row(*cs[0], segs[0].pos));
     const device_operand v_out =
-      batched ? at(u_) : at(cs[0]->v, new_row(*cs[0], segs[0].pos));
+      staged ? at(u_) : at(cs[0]->v, new_row(*cs[0], segs[0].pos));
     auto row_of = [](device_operand o, std::uint64_t off) {
       return at(o.buf, o.offset + off);
     };
@@ -830,10 +841,22 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     }
     rope(at(q_), hp.n_head);
     rope(k_out, hp.n_head_kv);
-    // A batch: each segment's new rows into its cache (times one, bit for
-    // bit; in pieces of ones_rows rows), then each segment's attention.
+    // Each segment's new rows into its cache: an f16 cache's rounded to
+    // half (to_f16), an f32 batch's times one (bit for bit; in pieces of
+    // ones_rows rows). Then each segment's attention.
     std::uint64_t r0 = 0;
-    for (std::size_t s = 0; batched && s < segs.size(); ++s) {
+    for (std::size_t s = 0; f16 && s < segs.size(); ++s) {
+      auto& sg = segs[s];
+      auto& c = *cs[s];
+      const std::uint64_t src = r0 * nkv * 4;
+      add(op_kind::to_f16, {at(g_, src)}, at(c.k, new_row(c, sg.pos)),
+          {std::uint64_t{sg.n} * nkv}, {});
+      add(op_kind::to_f16, {at(u_, src)}, at(c.v, new_row(c, sg.pos)),
+          {std::uint64_t{sg.n} * nkv}, {});
+      r0 += sg.n;
+    }
+    r0 = 0;
+    for (std::size_t s = 0; batched && !f16 && s < segs.size(); ++s) {
       auto& sg = segs[s];
       auto& c = *cs[s];
       for (std::uint64_t t = 0; t < sg.n; t += ones_rows) {
@@ -852,7 +875,7 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     for (std::size_t s = 0; s < segs.size(); ++s) {
       auto& sg = segs[s];
       auto& c = *cs[s];
-      add(op_kind::attention,
+      add(f16 ? op_kind::attention_f16 : op_kind::attention,
           {at(q_, r0 * nq * 4), at(c.k, layer_kv(c)), at(c.v, layer_kv(c))},
           at(att_, r0 * nq * 4),
           {sg.n, sg.pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv},

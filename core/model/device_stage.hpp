@@ -183,6 +183,9 @@ struct device_stage_options {
   /// f32/f16/q8_0 at their F16 size, as a device without their kernels
   /// holds them (create() uploads F16 copies there).
   bool stored_weights = true;
+  /// How the KV caches store keys and values: f16 (llama.cpp's default:
+  /// half the memory of f32, the same bits, backend::kv_type) or f32.
+  backend::kv_type kv = backend::kv_type::f16;
 };
 
 /// The most tokens one step of a shard may carry for a model `n_embd`
@@ -221,13 +224,15 @@ struct stage_memory {
   /// The rope_freqs table, on every stage, when the model has one.
   std::uint64_t rope_bytes = 0;
   /// Scratch for max_tokens rows: activations and positions, the normed
-  /// row, q, the attention output, a temporary, gate and up; the ones that
-  /// copy a batch's K and V rows into each sequence's cache.
+  /// row, q, the attention output, a temporary, gate and up; with an f32
+  /// cache, the ones that copy a batch's K and V rows into each
+  /// sequence's cache.
   std::uint64_t scratch_bytes = 0;
   /// Last stage: max_logit_rows rows of n_vocab floats.
   std::uint64_t logits_bytes = 0;
   /// K and V of every layer of the stage for one position of one sequence
-  /// (f32); new_cache(n_ctx) allocates n_ctx times this.
+  /// (at the options' kv type); new_cache(n_ctx) allocates n_ctx times
+  /// this.
   std::uint64_t kv_bytes_per_token = 0;
 
   /// Uploaded once by create().

@@ -150,14 +150,15 @@ std::vector<layer_cost> layer_costs(const gguf_file& f, const llama_hparams& hp,
         c.weight_bytes += t->n_bytes;
     c.flops_per_token += attn_flops;
     // As device_stage records a decode step: two norms, seven products,
-    // two ropes, attention, silu_mul and two residual adds; a bias add per
-    // biased projection, a norm per Q/K norm.
-    c.operations = 15;
+    // two ropes, K and V into the f16 cache (to_f16), attention, silu_mul
+    // and two residual adds; a bias add per biased projection, a norm per
+    // Q/K norm.
+    c.operations = 17;
     for (auto* n : {"attn_q.bias", "attn_k.bias", "attn_v.bias",
                     "attn_q_norm.weight", "attn_k_norm.weight"})
       if (f.find_tensor("blk." + std::to_string(l) + "." + n))
         ++c.operations;
-    c.kv_bytes_per_token = 2ull * hp.n_embd_kv() * sizeof(float);
+    c.kv_bytes_per_token = 2ull * hp.n_embd_kv() * 2; // an f16 cache
     c.activation_bytes = uint64_t{hp.n_embd} * sizeof(float);
   }
   auto& embd = f.tensor("token_embd.weight");

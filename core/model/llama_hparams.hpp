@@ -75,7 +75,7 @@ struct llama_hparams {
 /// on the host and never puts the table on a device (device_stage.hpp).
 struct layer_cost {
   uint64_t weight_bytes = 0;       ///< Bytes of the layer's tensors.
-  uint64_t kv_bytes_per_token = 0; ///< K and V cache bytes (f32) per token.
+  uint64_t kv_bytes_per_token = 0; ///< K and V cache bytes (f16) per token.
   uint64_t flops_per_token = 0;    ///< Multiply-adds x2, attention included.
   uint64_t activation_bytes = 0;   ///< Bytes passed on per token.
   /// Device operations a decode step runs for the layer (each pays the

@@ -447,8 +447,13 @@ TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
                      << s.head_dim);
     CHECK(host::attention_tiled_path(d) ==
           (s.n_tokens >= 64 && s.head_dim % 16 == 0));
+    // The same cache stored as halves (an f16 cache, written by to_f16).
+    std::vector<std::uint16_t> k16(k.size()), v16(v.size());
+    host::to_f16(k.data(), k16.data(), k.size());
+    host::to_f16(v.data(), v16.data(), v.size());
     // llama.cpp's bits with 1, 2 and 3 threads (they differ only on the
-    // split-KV path); exo's own thread count changes nothing.
+    // split-KV path); exo's own thread count and the cache's type change
+    // nothing.
     for (int llama_threads : {1, 2, 3}) {
       const auto want = ggml_attention(q, k, v, d, llama_threads);
       CHECK(host::attention_split_kv(d, llama_threads)
@@ -462,6 +467,12 @@ TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
           host::attention(q.data(), k.data(), v.data(), got.data(), d,
                           threads, llama_threads);
           require_same_bits(got, want);
+          std::vector<float> got16(q.size());
+          auto d16 = d;
+          d16.kv = kv_type::f16;
+          host::attention(q.data(), k16.data(), v16.data(), got16.data(),
+                          d16, threads, llama_threads);
+          require_same_bits(got16, want);
         }
     }
     host::limit_isa(host::isa::avx512);
@@ -484,6 +495,43 @@ TEST_CASE("attention reads K and V as halves: pre-rounded caches change "
     host::attention(q.data(), kr.data(), vr.data(), b.data(), d, 1);
     require_same_bits(a, b);
   }
+}
+
+TEST_CASE("to_f16 rounds to the nearest half, ties to even, on every "
+          "instruction set") {
+  // Ties (1 + 2^-11 sits halfway between 1 and 1 + 2^-10), overflow past
+  // 65520, subnormal halves, signed zeros, infinities; then random values
+  // over a wide range, against the scalar conversion.
+  std::vector<float> x{0.0f, -0.0f, 1.0f, 1.0f + 0x1p-11f,
+                       1.0f + 3 * 0x1p-11f, 65504.0f, 65519.0f, 65520.0f,
+                       -70000.0f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-26f,
+                       std::numeric_limits<float>::infinity(), -1e-3f};
+  const std::vector<std::uint16_t> want_first{
+    0x0000, 0x8000, 0x3c00, 0x3c00, 0x3c02, 0x7bff, 0x7bff, 0x7c00,
+    0xfc00, 0x0001, 0x0000, 0x0001, 0x7c00};
+  std::mt19937 rng{29};
+  auto more = random_floats(rng, 1000, -70000.0f, 70000.0f);
+  auto small = random_floats(rng, 1000, -1e-4f, 1e-4f);
+  x.insert(x.end(), more.begin(), more.end());
+  x.insert(x.end(), small.begin(), small.end());
+  for (auto widest : isas()) {
+    INFO("isa " << static_cast<int>(widest));
+    host::limit_isa(widest);
+    std::vector<std::uint16_t> y(x.size());
+    host::to_f16(x.data(), y.data(), x.size());
+    for (std::size_t i = 0; i < want_first.size(); ++i) {
+      INFO("value " << x[i]);
+      CHECK(y[i] == want_first[i]);
+    }
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      INFO("value " << x[i]);
+      REQUIRE(y[i] == host::f32_to_f16(x[i]));
+      float rounded = 0.0f; // what attention reads from an f32 cache
+      host::round_to_f16(&x[i], &rounded, 1);
+      REQUIRE(bits_of(host::f16_to_f32(y[i])) == bits_of(rounded));
+    }
+  }
+  host::limit_isa(host::isa::avx512);
 }
 
 TEST_CASE("silu_mul computes ggml_vec_swiglu_f32 bit for bit") {

@@ -321,13 +321,31 @@ TEST_CASE("rope rotates adjacent pairs (NEOX: halves) by position, leaving "
   }
 }
 
+/// An attention call's shape and random operands (K and V for every row
+/// up to the last query's).
+struct attention_shape {
+  std::size_t n_tokens, pos0, n_heads, n_kv_heads, head_dim, stride;
+};
+struct attention_case {
+  attention_dims d;
+  std::vector<float> q, k, v;
+};
+attention_case random_attention(std::mt19937& rng, const attention_shape& s) {
+  attention_case c;
+  c.d = {s.n_tokens, s.pos0, s.n_heads, s.n_kv_heads, s.head_dim, s.stride,
+         1.0f / std::sqrt(static_cast<float>(s.head_dim))};
+  const std::size_t n_ctx = s.pos0 + s.n_tokens;
+  c.q = random_floats(rng, s.n_tokens * s.n_heads * s.head_dim, -2.0f, 2.0f);
+  c.k = random_floats(rng, n_ctx * s.stride, -2.0f, 2.0f);
+  c.v = random_floats(rng, n_ctx * s.stride);
+  return c;
+}
+
 TEST_CASE("causal grouped-query attention matches a reference") {
   std::mt19937 rng{13};
+  using shape = attention_shape;
   for (auto* dev : devices().devices()) {
     DYNAMIC_SECTION(dev->properties().id) {
-      struct shape {
-        std::size_t n_tokens, pos0, n_heads, n_kv_heads, head_dim, stride;
-      };
       for (auto s : {shape{1, 0, 2, 2, 8, 16}, shape{3, 5, 4, 2, 16, 40},
                      shape{1, 70, 8, 1, 64, 64}, shape{6, 0, 6, 3, 32, 96},
                      shape{2, 300, 4, 4, 128, 512},
@@ -335,14 +353,7 @@ TEST_CASE("causal grouped-query attention matches a reference") {
                      // native head, and a head wider than that.
                      shape{2, 1500, 2, 1, 64, 64}, shape{1, 9, 2, 2, 256, 512},
                      shape{1, 3, 1, 1, 320, 320}}) {
-        attention_dims d{s.n_tokens, s.pos0, s.n_heads, s.n_kv_heads,
-                         s.head_dim, s.stride,
-                         1.0f / std::sqrt(static_cast<float>(s.head_dim))};
-        const std::size_t n_ctx = s.pos0 + s.n_tokens;
-        auto q = random_floats(rng, s.n_tokens * s.n_heads * s.head_dim,
-                               -2.0f, 2.0f);
-        auto k = random_floats(rng, n_ctx * s.stride, -2.0f, 2.0f);
-        auto v = random_floats(rng, n_ctx * s.stride);
+        auto [d, q, k, v] = random_attention(rng, s);
         auto want = attention_ref(q, k, v, d);
         // Cache rows past the last position hold NaN: a kernel that looks
         // past its causal prefix spoils its output.
@@ -393,6 +404,64 @@ TEST_CASE("attention sees cache rows written by earlier operations") {
       }
       require_close(download(*dev, *out, 16), attention_ref(q, k, v, d),
                     attention_bound(*dev, d));
+    }
+  }
+}
+
+TEST_CASE("an f16 KV cache written by to_f16 gives an f32 cache's bits") {
+  std::mt19937 rng{19};
+  for (auto* dev : devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      using shape = attention_shape;
+      // Rows of 9 halves (18 bytes) put every other row at an offset a
+      // word-wide kernel cannot write; past 1024 positions; a prompt.
+      for (auto s : {shape{1, 6, 2, 1, 8, 9}, shape{1, 40, 4, 2, 64, 128},
+                     shape{3, 1100, 2, 1, 64, 64},
+                     shape{20, 0, 4, 4, 32, 128}}) {
+        INFO("n_tokens " << s.n_tokens << " pos0 " << s.pos0 << " stride "
+                         << s.stride);
+        auto [d, q, k, v] = random_attention(rng, s);
+        // The f16 cache, row by row as decoding writes it; then the
+        // new tokens' rows in one call, as a prompt's.
+        auto sk = upload(*dev, k), sv = upload(*dev, v), bq = upload(*dev, q);
+        auto hk = alloc(*dev, k.size() * 2), hv = alloc(*dev, v.size() * 2);
+        const std::size_t row = s.stride * 2;
+        for (std::size_t p = 0; p < s.pos0; ++p) {
+          REQUIRE(dev->to_f16({sk.get(), p * s.stride * 4},
+                              {hk.get(), p * row}, s.stride)
+                    .ok());
+          REQUIRE(dev->to_f16({sv.get(), p * s.stride * 4},
+                              {hv.get(), p * row}, s.stride)
+                    .ok());
+        }
+        const std::size_t tail = s.n_tokens * s.stride;
+        REQUIRE(dev->to_f16({sk.get(), s.pos0 * s.stride * 4},
+                            {hk.get(), s.pos0 * row}, tail)
+                  .ok());
+        REQUIRE(dev->to_f16({sv.get(), s.pos0 * s.stride * 4},
+                            {hv.get(), s.pos0 * row}, tail)
+                  .ok());
+        // Every half is the host's nearest half of its float.
+        for (auto [b, src] : {std::pair{hk.get(), &k}, std::pair{hv.get(), &v}}) {
+          std::vector<std::uint16_t> got(src->size()), want(src->size());
+          REQUIRE(dev->read(*b, 0, got.data(), got.size() * 2).ok());
+          host::to_f16(src->data(), want.data(), src->size());
+          REQUIRE(got == want);
+        }
+        auto o32 = alloc(*dev, q.size() * 4), o16 = alloc(*dev, q.size() * 4);
+        REQUIRE(dev->attention({bq.get(), 0}, {sk.get(), 0}, {sv.get(), 0},
+                               {o32.get(), 0}, d)
+                  .ok());
+        auto d16 = d;
+        d16.kv = kv_type::f16;
+        REQUIRE(dev->attention({bq.get(), 0}, {hk.get(), 0}, {hv.get(), 0},
+                               {o16.get(), 0}, d16)
+                  .ok());
+        const auto a = download(*dev, *o32, q.size());
+        const auto b = download(*dev, *o16, q.size());
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+        require_close(b, attention_ref(q, k, v, d), attention_bound(*dev, d));
+      }
     }
   }
 }

@@ -107,10 +107,14 @@ protected:
     return {};
   }
   status do_attention(const_view q, const_view k, const_view v, mut_view out,
-                      const attention_dims&) override {
-    calls.push_back(
-      {"attention", {q.offset, k.offset, v.offset, out.offset}, {}, {},
-       false});
+                      const attention_dims& d) override {
+    calls.push_back({d.kv == kv_type::f16 ? "attention_f16" : "attention",
+                     {q.offset, k.offset, v.offset, out.offset}, {}, {},
+                     false});
+    return {};
+  }
+  status do_to_f16(const_view a, mut_view out, std::size_t) override {
+    calls.push_back({"to_f16", {a.offset, out.offset}, {}, {}, false});
     return {};
   }
   status do_silu_mul(const_view gate, const_view up, mut_view out,
@@ -137,6 +141,7 @@ struct sample {
   std::vector<std::size_t> in_bytes;
   std::size_t out_bytes = 0;
   std::vector<std::size_t> in_align;
+  std::size_t out_align = 4;
 };
 
 sample sample_of(op_kind kind) {
@@ -206,13 +211,26 @@ sample sample_of(op_kind kind) {
       s.in_bytes = {32, 32, 32};
       s.out_bytes = 32;
       break;
+    case op_kind::attention_f16: // k and v: two rows of four halves
+      dims({1, 1, 2, 1, 4, 4});
+      scalar(0.5f);
+      s.in_bytes = {32, 16, 16};
+      s.out_bytes = 32;
+      break;
+    case op_kind::to_f16:
+      dims({8});
+      s.in_bytes = {32};
+      s.out_bytes = 16;
+      s.out_align = 2;
+      break;
   }
   s.call.n_inputs = s.in_bytes.size();
   for (std::size_t i = 0; i < s.in_bytes.size(); ++i)
-    s.in_align.push_back(i == 1 && weights_of(kind)
-                             && kind != op_kind::matmul_f32
-                           ? 2
-                           : 4);
+    s.in_align.push_back(
+      (i == 1 && weights_of(kind) && kind != op_kind::matmul_f32)
+          || (i >= 1 && kind == op_kind::attention_f16)
+        ? 2
+        : 4);
   return s;
 }
 
@@ -257,13 +275,13 @@ TEST_CASE("the op table round-trips every operation through its number") {
     CHECK(check_counts(r.kind, r.min_inputs, r.n_dims, r.n_scalars).ok());
   }
   CHECK(names.size() == op_count);
-  CHECK(names.size() == 24);
+  CHECK(names.size() == 26);
   CHECK(names.count("matmul_q8_0") == 1);
   CHECK(names.count("matmul_q4_k") == 1);
   // Every number outside the table is none, 0 included.
   for (int n = 0; n < 256; ++n)
     CHECK(op_from_wire(static_cast<std::uint8_t>(n)).has_value()
-          == (n >= 1 && n <= 24));
+          == (n >= 1 && n <= 26));
   CHECK(std::string{to_string(static_cast<op_kind>(0))} == "unknown");
 }
 
@@ -386,7 +404,8 @@ TEST_CASE("every operand rule is checked once, before any do_* method") {
               s.call.output.offset = s.call.output.buf->size();
             },
             errc::out_of_range);
-    refused("misaligned output", [](sample& s) { s.call.output.offset = 2; },
+    refused("misaligned output",
+            [](sample& s) { s.call.output.offset = s.out_align / 2; },
             errc::invalid_argument);
     refused("read-only output",
             [&](sample& s) { s.call.output.buf = locked.get(); },
@@ -437,6 +456,15 @@ TEST_CASE("the public methods check the same rules as run") {
                          {1, 1, 4, 3, 10000.0f}))
         == errc::invalid_argument);
   CHECK(code_of(dev.silu_mul({a.get(), 0}, {a.get(), 0}, {c.get(), 0}, 0))
+        == errc::invalid_argument);
+  // A KV cache of no known type; to_f16 of nothing.
+  attention_dims bad_kv{1, 0, 2, 1, 4, 4, 1.0f};
+  bad_kv.kv = static_cast<kv_type>(7);
+  st = dev.attention({a.get(), 0}, {a.get(), 0}, {a.get(), 0}, {c.get(), 0},
+                     bad_kv);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.err().message == "attention: unknown KV cache type");
+  CHECK(code_of(dev.to_f16({a.get(), 0}, {c.get(), 0}, 0))
         == errc::invalid_argument);
   CHECK(code_of(dev.elementwise(static_cast<binary_op>(7), {a.get(), 0},
                                 {a.get(), 0}, {c.get(), 0}, 4))

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <unistd.h>
 
@@ -235,7 +236,8 @@ void compare_on(backend::device& dev, const temp_model& tm, tensor_type type,
   CHECK(dev.memory().used_by_exo - used0
         >= a.weight_bytes() + b.weight_bytes() + a.cache_bytes()
              + b.cache_bytes());
-  CHECK(a.cache_bytes() == 2 * 2 * 2 * n_ctx * hp.n_embd_kv() * 4);
+  // Two sequences, K and V, two layers, halves (the f16 cache).
+  CHECK(a.cache_bytes() == 2 * 2 * 2 * n_ctx * hp.n_embd_kv() * 2);
 
   auto* sim = dynamic_cast<backend::sim_device*>(&dev);
   double t0 = sim ? sim->now() : 0;
@@ -411,10 +413,12 @@ struct two_stages {
   /// the forwards compared with.
   bool exact = false;
   two_stages(backend::device& dev, device_ops& ops, const temp_model& tm,
-             std::uint32_t max_tokens, std::uint32_t max_logit_rows) {
+             std::uint32_t max_tokens, std::uint32_t max_logit_rows,
+             backend::kv_type kv = backend::kv_type::f16) {
     device_stage_options opts;
     opts.max_tokens = max_tokens;
     opts.max_logit_rows = max_logit_rows;
+    opts.kv = kv;
     auto s0 = device_stage::create(tm.model, 0, 2, ops, opts);
     auto s1 = device_stage::create(tm.model, 2, 4, ops, opts);
     REQUIRE(s0.ok());
@@ -527,6 +531,99 @@ TEST_CASE("a batched forward gives each sequence exactly what it gets alone "
   for (auto* dev : devices().devices()) {
     batch_matches_alone(*dev, q2);
     batch_matches_alone(*dev, q3);
+  }
+}
+
+TEST_CASE("an f16 KV cache gives an f32 cache's logits bit for bit on every "
+          "device, in half the memory",
+          "[device_stage][kv]") {
+  for (auto type : {tensor_type::f32, tensor_type::q8_0}) {
+    temp_model tm(type);
+    auto& hp = tm.model->hparams();
+    for (auto* dev : devices().devices()) {
+      INFO("device " << dev->properties().id << ", " << to_string(type));
+      backend_ops ops(*dev);
+      two_stages f32(*dev, ops, tm, 32, 4, backend::kv_type::f32);
+      two_stages f16(*dev, ops, tm, 32, 4, backend::kv_type::f16);
+      // Two sequences: prompts of 5 and 18 tokens in one batch, then
+      // single tokens batched, then one alone (the one-sequence path).
+      const std::uint32_t n_ctx = 40;
+      using seg = device_stage::segment;
+      std::vector<std::vector<std::vector<std::int32_t>>> steps = {
+        {{1, 17, 42, 99, 5},
+         {1, 200, 3, 9, 9, 11, 12, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}},
+        {{7}, {4}},
+        {{250}, {}},
+        {{3}, {399}}};
+      std::vector<std::vector<float>> logits_of[2];
+      for (int k = 0; k < 2; ++k) {
+        auto& st = k == 0 ? f32 : f16;
+        cache_id c[2][2];
+        for (auto& sc : c) {
+          sc[0] = *st.a->new_cache(n_ctx);
+          sc[1] = *st.b->new_cache(n_ctx);
+        }
+        CHECK(st.a->cache_bytes()
+              == 2 * 2 * 2 * n_ctx * hp.n_embd_kv() * (k == 0 ? 4 : 2));
+        CHECK(st.a->cache_bytes() / 2
+              == device_stage_memory(*tm.model, 0, 2, st.a->options())
+                       .kv_bytes_per_token
+                   * n_ctx);
+        for (auto& step : steps) {
+          std::vector<seg> sa, sb;
+          std::vector<std::int32_t> toks;
+          for (std::size_t s = 0; s < step.size(); ++s) {
+            if (step[s].empty())
+              continue;
+            const auto n = static_cast<std::uint32_t>(step[s].size());
+            const auto pos = *st.a->n_past(c[s][0]);
+            sa.push_back({c[s][0], pos, n});
+            sb.push_back({c[s][1], pos, n});
+            toks.insert(toks.end(), step[s].begin(), step[s].end());
+          }
+          std::vector<float> x(toks.size() * hp.n_embd),
+            logits(sa.size() * hp.n_vocab);
+          REQUIRE(st.a->embed(toks.data(), toks.size(), x.data()).ok());
+          if (sa.size() == 1) {
+            REQUIRE(st.a->forward(sa[0].cache, sa[0].pos, x.data(), sa[0].n)
+                      .ok());
+            REQUIRE(st.b->forward(sb[0].cache, sb[0].pos, x.data(), sb[0].n,
+                                  logits.data())
+                      .ok());
+          } else {
+            REQUIRE(st.a->forward(sa, x.data(), nullptr).ok());
+            REQUIRE(st.b->forward(sb, x.data(), logits.data()).ok());
+          }
+          logits_of[k].push_back(logits);
+        }
+        if (k == 1) {
+          // A decode step of one sequence runs the operations placement
+          // counts for its layers (layer_costs: the f16 cache's).
+          const auto costs = layer_costs(tm.model->file(), hp);
+          const auto pos = *st.a->n_past(c[0][0]);
+          std::vector<float> x(hp.n_embd), logits(hp.n_vocab);
+          const std::int32_t tok = 9;
+          REQUIRE(st.a->embed(&tok, 1, x.data()).ok());
+          const auto ra = st.a->ops_run(), rb = st.b->ops_run();
+          REQUIRE(st.a->forward(c[0][0], pos, x.data(), 1).ok());
+          REQUIRE(st.b->forward(c[0][1], pos, x.data(), 1, logits.data()).ok());
+          CHECK(st.a->ops_run() - ra == costs[0].operations + costs[1].operations);
+          CHECK(st.b->ops_run() - rb == costs[2].operations + costs[3].operations);
+        }
+        for (auto& sc : c) {
+          CHECK(st.a->drop_cache(sc[0]).ok());
+          CHECK(st.b->drop_cache(sc[1]).ok());
+        }
+      }
+      REQUIRE(logits_of[0].size() == logits_of[1].size());
+      for (std::size_t i = 0; i < logits_of[0].size(); ++i) {
+        INFO("step " << i);
+        REQUIRE(logits_of[0][i].size() == logits_of[1][i].size());
+        CHECK(std::memcmp(logits_of[0][i].data(), logits_of[1][i].data(),
+                          logits_of[0][i].size() * 4)
+              == 0);
+      }
+    }
   }
 }
 

@@ -468,10 +468,10 @@ TEST_CASE("a shard computes on its device and keeps its KV cache there",
   CHECK(sim->now() > t0);
   auto after = snapshot(dev);
   CHECK(num(after, "kernel_calls") - num(loaded, "kernel_calls") >= 4 * 14);
-  // ... and the sequence's KV cache (4 layers x 128 positions x 32 floats,
+  // ... and the sequence's KV cache (4 layers x 128 positions x 32 halves,
   // K and V) lives in the device's memory.
   sh = snapshot(stages[0]);
-  const std::uint64_t kv = 2ull * 4 * 128 * f.model->hparams().n_embd_kv() * 4;
+  const std::uint64_t kv = 2ull * 4 * 128 * f.model->hparams().n_embd_kv() * 2;
   CHECK(num(sh, "kv_cache_bytes") == kv);
   CHECK(num(after, "live_bytes") - num(loaded, "live_bytes") >= kv);
   // The device's logits are the host engine's.
@@ -1104,7 +1104,7 @@ TEST_CASE("a sequence that ended gives its KV cache back while the others "
   };
   step(0, 0, {1, 17, 42});
   step(1, 0, {1, 200});
-  auto one = 128ull * 2 * 4 * f.model->hparams().n_embd_kv() * 4;
+  auto one = 128ull * 2 * 4 * f.model->hparams().n_embd_kv() * 2; // halves
   CHECK(num(snapshot_of(self, stages[0]), "kv_cache_bytes") == 2 * one);
   self->request(stages[0], std::chrono::seconds(10), release_atom::value,
                 std::uint64_t{9}, std::uint32_t{0})

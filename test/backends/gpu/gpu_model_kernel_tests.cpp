@@ -76,7 +76,16 @@ TEST_CASE("the kernels' half conversions agree with the host's bit for bit") {
     host::round_to_f16(&x, &want, 1);
     INFO("x = " << x);
     REQUIRE(bits_of(math::round_to_half(x)) == bits_of(want));
+    // to_f16_kernel's halves: the host's, bit for bit.
+    REQUIRE(math::float_to_half(x) == host::f32_to_f16(x));
   }
+  for (float x : {std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity()})
+    CHECK(math::float_to_half(x) == host::f32_to_f16(x));
+  CHECK((math::float_to_half(std::numeric_limits<float>::quiet_NaN())
+         & 0x7c00u) == 0x7c00u);
+  CHECK((math::float_to_half(std::numeric_limits<float>::quiet_NaN())
+         & 0x3ffu) != 0u);
 }
 
 TEST_CASE("the kernels' Q8_0 block math matches the host's quantization") {
@@ -122,6 +131,15 @@ TEST_CASE("the attention kernel's online softmax matches the host") {
     std::vector<float> got(q.size()), want(q.size());
     reference::attention(q.data(), k.data(), v.data(), got.data(), d);
     host::attention(q.data(), k.data(), v.data(), want.data(), d, 1);
+    // An f16 cache (to_f16_kernel's halves) gives the f32 cache's bits.
+    std::vector<std::uint16_t> k16(k.size()), v16(v.size());
+    reference::to_f16(k.data(), k16.data(), k.size());
+    reference::to_f16(v.data(), v16.data(), v.size());
+    std::vector<float> got16(q.size());
+    auto d16 = d;
+    d16.kv = kv_type::f16;
+    reference::attention(q.data(), k16.data(), v16.data(), got16.data(), d16);
+    CHECK(std::memcmp(got.data(), got16.data(), got.size() * 4) == 0);
     // Both read K and V as halves; the host then computes llama.cpp's
     // one_chunk path (Q in half, a half accumulator), the kernel sums in
     // F32. The half accumulator keeps 11 significant bits and is rounded

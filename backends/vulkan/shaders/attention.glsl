@@ -1,0 +1,148 @@
+// Causal grouped-query attention over a KV cache. One workgroup per
+// (query row t, head h) at a time (grid-stride). Row t sits at position
+// pos0 + t and attends to cache rows 0 .. pos0 + t of KV head
+// h / (n_heads / n_kv_heads). Positions go in chunks of CHUNK scores kept in
+// shared memory, with an online softmax (running maximum and sum) across
+// chunks, so any context length works. Invocation i owns output dimensions
+// i and i + WG: head_dim <= 2 * WG (the host falls back beyond). K and V are
+// rounded to half where read, as llama.cpp's F16 cache holds them (the
+// attention contract in backends/backend.hpp): attention.comp reads an f32
+// cache and rounds, attention_f16.comp (KV_F16) reads the halves of an f16
+// cache, two to a 32-bit word, k_off / v_off / kv_stride counted in halves.
+
+layout(local_size_x = 128) in;
+
+layout(set = 0, binding = 0) readonly buffer buf_q { float q[]; };
+#ifdef KV_F16
+layout(set = 0, binding = 1) readonly buffer buf_k { uint k[]; };
+layout(set = 0, binding = 2) readonly buffer buf_v { uint v[]; };
+#else
+layout(set = 0, binding = 1) readonly buffer buf_k { float k[]; };
+layout(set = 0, binding = 2) readonly buffer buf_v { float v[]; };
+#endif
+layout(set = 0, binding = 3) writeonly buffer buf_o { float o[]; };
+
+layout(push_constant) uniform params {
+  uint q_off;
+  uint k_off;
+  uint v_off;
+  uint o_off;
+  uint n_tokens;
+  uint pos0;
+  uint n_heads;
+  uint n_kv_heads;
+  uint head_dim;
+  uint kv_stride;
+  float scale;
+} p;
+
+const uint WG = 128u;
+const uint CHUNK = 1024u;
+
+shared float qs[2u * WG];
+shared float sc[CHUNK];
+shared float red[WG];
+
+// x rounded to the nearest half (packHalf2x16 rounds to nearest even on the
+// drivers exo runs on, as in matvec_f16.comp).
+float half_round(float x) {
+  return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x;
+}
+
+#ifdef KV_F16
+float k_at(uint i) {
+  vec2 pair = unpackHalf2x16(k[i >> 1u]);
+  return (i & 1u) != 0u ? pair.y : pair.x;
+}
+float v_at(uint i) {
+  vec2 pair = unpackHalf2x16(v[i >> 1u]);
+  return (i & 1u) != 0u ? pair.y : pair.x;
+}
+#else
+float k_at(uint i) {
+  return half_round(k[i]);
+}
+float v_at(uint i) {
+  return half_round(v[i]);
+}
+#endif
+
+float reduce(float val, bool is_max) {
+  uint tid = gl_LocalInvocationID.x;
+  red[tid] = val;
+  barrier();
+  for (uint h = WG / 2u; h > 0u; h >>= 1u) {
+    if (tid < h)
+      red[tid] = is_max ? max(red[tid], red[tid + h]) : red[tid] + red[tid + h];
+    barrier();
+  }
+  float r = red[0];
+  barrier();
+  return r;
+}
+
+void main() {
+  uint tid = gl_LocalInvocationID.x;
+  uint group = p.n_heads / p.n_kv_heads;
+  uint row = p.n_heads * p.head_dim;
+  uint d1 = tid + WG;
+  for (uint th = gl_WorkGroupID.x; th < p.n_tokens * p.n_heads;
+       th += gl_NumWorkGroups.x) {
+    uint t = th / p.n_heads;
+    uint h = th % p.n_heads;
+    uint kvh = (h / group) * p.head_dim;
+    uint n_pos = p.pos0 + t + 1u;
+    uint qb = p.q_off + t * row + h * p.head_dim;
+    for (uint i = tid; i < p.head_dim; i += WG)
+      qs[i] = q[qb + i];
+    barrier();
+    float m = 0.0; // running maximum (valid once l > 0)
+    float l = 0.0; // running sum of exp(score - m)
+    float acc0 = 0.0;
+    float acc1 = 0.0;
+    for (uint c0 = 0u; c0 < n_pos; c0 += CHUNK) {
+      uint cn = min(CHUNK, n_pos - c0);
+      float lmax = -3.402823466e38;
+      for (uint j = tid; j < cn; j += WG) {
+        uint kb = p.k_off + (c0 + j) * p.kv_stride + kvh;
+        float s = 0.0;
+        for (uint i = 0u; i < p.head_dim; ++i)
+          s += qs[i] * k_at(kb + i);
+        s *= p.scale;
+        sc[j] = s;
+        lmax = max(lmax, s);
+      }
+      float nm = reduce(lmax, true);
+      if (c0 > 0u)
+        nm = max(m, nm);
+      float lsum = 0.0;
+      for (uint j = tid; j < cn; j += WG) {
+        float e = exp(sc[j] - nm);
+        sc[j] = e;
+        lsum += e;
+      }
+      float csum = reduce(lsum, false);
+      float corr = c0 > 0u ? exp(m - nm) : 0.0;
+      l = l * corr + csum;
+      acc0 *= corr;
+      acc1 *= corr;
+      uint vb = p.v_off + c0 * p.kv_stride + kvh;
+      for (uint j = 0u; j < cn; ++j) {
+        float e = sc[j];
+        uint vr = vb + j * p.kv_stride;
+        if (tid < p.head_dim)
+          acc0 += e * v_at(vr + tid);
+        if (d1 < p.head_dim)
+          acc1 += e * v_at(vr + d1);
+      }
+      m = nm;
+      barrier(); // sc is read by all before the next chunk overwrites it
+    }
+    uint ob = p.o_off + t * row + h * p.head_dim;
+    if (tid < p.head_dim)
+      o[ob + tid] = acc0 / l;
+    if (d1 < p.head_dim)
+      o[ob + d1] = acc1 / l;
+    barrier(); // qs is read by all before the next (t, h) overwrites it
+  }
+}
