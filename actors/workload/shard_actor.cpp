@@ -1,6 +1,7 @@
 #include "actors/workload/shard_actor.hpp"
 
 #include "actors/device/device_task.hpp"
+#include "core/workload/step_batcher.hpp"
 #include "messages/errors.hpp"
 
 #include <caf/all.hpp>
@@ -8,7 +9,10 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <set>
+#include <tuple>
 #include <utility>
 
 namespace exo::workload {
@@ -16,6 +20,7 @@ namespace exo::workload {
 namespace {
 
 using seq_key = std::pair<std::uint64_t, std::uint32_t>; ///< (job, seq)
+using clock_type = std::chrono::steady_clock;
 
 /// A buffer on a device that a sequence's activations are copied into.
 struct inbox {
@@ -24,28 +29,74 @@ struct inbox {
   caf::actor device; ///< the device actor the buffer is on
 };
 
-/// The stage and what lives with it on the device. Touched only inside
-/// device tasks, on the device actor's thread; the shard actor only holds
-/// the pointer and hands it to its tasks.
+struct shard_slot;
+
+/// A step that waits for its stage's next batch.
+struct pending_step {
+  std::weak_ptr<shard_slot> slot;
+  stage_step s;
+  std::vector<model::device_stage::segment> segs;
+  caf::response_promise rp;
+  caf::actor next;
+  bool last = false;
+  caf::actor shard;
+  clock_type::time_point t0;
+};
+
+/// The stage of a range of one model's layers on one device, shared by the
+/// shards of every job that runs those layers there: the weights are read
+/// or uploaded once, each shard's sequences have their own KV caches, and
+/// the steps of different jobs that wait at the same time run as one
+/// batched forward (continuous batching, core/workload/step_batcher.hpp).
+/// Touched only inside device tasks, on the device actor's thread.
 struct hosted_stage {
   /// Declared before the stage: the stage frees its buffers through it.
   std::shared_ptr<model::device_ops> ops;
   std::unique_ptr<model::device_stage> stage;
   std::string init_error = "the stage is not set up yet";
-  std::map<seq_key, model::cache_id> caches;
+  /// Each shard's sequences: (shard slot id, job, seq).
+  std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint32_t>,
+           model::cache_id>
+    caches;
+  double upload_s = 0;
+  std::uint64_t users = 0; ///< shards that use it
+  // Continuous batching: the steps waiting, by ticket.
+  std::unique_ptr<step_batcher> batcher;
+  std::map<std::uint64_t, pending_step> pending;
+  std::uint64_t next_ticket = 1;
+  bool timer_armed = false;
+  std::uint64_t timer_gen = 0;
+  std::uint64_t forwards = 0;     ///< batched forwards run
+  std::uint64_t merged_steps = 0; ///< steps that shared one with another job
+};
+
+/// What one shard keeps with its (shared) stage, on the device's thread.
+struct shard_slot {
+  std::uint64_t id = 0; ///< unique in the process
+  std::shared_ptr<hosted_stage> h;
+  /// How long its steps wait for the other jobs of the stage's last batch.
+  std::chrono::microseconds batch_wait{2000};
   std::uint64_t steps = 0;
   std::uint64_t tokens = 0;
   std::uint64_t device_handoffs = 0; ///< steps passed on by device copy
   std::uint64_t host_handoffs = 0;   ///< steps passed on in the message
   std::uint64_t pause_waits = 0;     ///< steps held while the device paused
   double busy_s = 0;
-  double upload_s = 0;
 };
+
+/// The stages alive in this process, by (device actor, model, first,
+/// last): a shard on the same device for the same layers of the same
+/// (mapped) model shares the stage. Read and written on device threads.
+using stage_key =
+  std::tuple<caf::actor_id, const void*, std::uint32_t, std::uint32_t>;
+std::mutex registry_mtx;
+std::map<stage_key, std::weak_ptr<hosted_stage>> registry;
+std::atomic<std::uint64_t> next_slot_id{1};
 
 struct shard_state {
   shard_setup cfg;
   caf::actor device; ///< cfg.device, dynamically typed: tasks are delegated
-  std::shared_ptr<hosted_stage> hosted;
+  std::shared_ptr<shard_slot> slot;
   /// Buffers on this shard's device that the previous stage (same node)
   /// copies each sequence's activations into.
   std::map<seq_key, inbox> inboxes;
@@ -68,17 +119,103 @@ struct shard_state {
   ~shard_state();
 };
 
-/// Frees buffers of a device on its thread (and lets go of `keep` there):
-/// a task with no answer.
+caf::error bad(std::string what) {
+  return make_exo_error(exo_errc::invalid_argument, std::move(what));
+}
+
+caf::error device_failed(const backend::error& err) {
+  auto e = err;
+  e.message = "shard: " + e.message;
+  return to_caf_error(e);
+}
+
+/// A device that is gone takes its shard with it: whoever monitors the
+/// shard (its job) sees the stage go with device_lost as the reason, and
+/// re-places it without the device.
+void quit_if_lost(const caf::actor& shard, const caf::error& err) {
+  if (err.category() == exo_error_category()
+      && err.code() == static_cast<std::uint8_t>(exo_errc::device_lost))
+    caf::anon_send(shard, caf::exit_msg{caf::actor_addr{}, err});
+}
+
+/// Answers a computed step (last stage), or passes it to the next stage
+/// with the job still waiting on the answer.
+void pass_on(shard_slot& slot, stage_step& s, const caf::actor& next,
+             bool last, caf::response_promise& rp) {
+  if (last) {
+    rp.deliver(std::move(s));
+    return;
+  }
+  if (!next) {
+    rp.deliver(make_exo_error(exo_errc::failed_state,
+                              "shard: no next stage set"));
+    return;
+  }
+  ++(s.on_device ? slot.device_handoffs : slot.host_handoffs);
+  rp.delegate(next, forward_atom::value, std::move(s));
+}
+
+/// Counts a step that ran for `busy` seconds of its device.
+void count_step(shard_slot& slot, const stage_step& s, double busy) {
+  slot.busy_s += busy;
+  ++slot.steps;
+  slot.tokens += s.tokens.size();
+}
+
+void run_batch(device::task_context& ctx, hosted_stage& h,
+               std::vector<pending_step> batch);
+
+/// Runs every waiting step of the stage, in batches, and starts a new
+/// round (the jobs that ran are the ones expected back).
+void flush_all(device::task_context& ctx, hosted_stage& h) {
+  if (!h.batcher)
+    return;
+  h.timer_armed = false;
+  ++h.timer_gen; // a deadline already sent finds nothing to do
+  while (!h.batcher->empty()) {
+    std::vector<pending_step> batch;
+    for (auto ticket : h.batcher->take()) {
+      auto it = h.pending.find(ticket);
+      if (it == h.pending.end())
+        continue;
+      batch.push_back(std::move(it->second));
+      h.pending.erase(it);
+    }
+    if (!batch.empty())
+      run_batch(ctx, h, std::move(batch));
+  }
+  h.batcher->end_round();
+}
+
+/// Frees buffers of a device on its thread, and lets go of a shard's
+/// place in its stage: its sequences' caches are dropped (after the steps
+/// that wait, which run first) and the stage goes when its last shard
+/// does. A task with no answer.
 device_task free_task(std::vector<handle_id> bufs,
-                      std::shared_ptr<hosted_stage> keep = nullptr) {
+                      std::shared_ptr<shard_slot> slot = nullptr) {
   device_task t;
-  t.run = [bufs = std::move(bufs), keep = std::move(keep)](
+  t.run = [bufs = std::move(bufs), slot = std::move(slot)](
             device::task_context& ctx, caf::response_promise&) mutable {
     auto ops = ctx.ops();
     for (auto b : bufs)
       (void) ops->free(b);
-    keep.reset();
+    if (!slot || !slot->h)
+      return;
+    auto& h = *slot->h;
+    flush_all(ctx, h);
+    for (auto it = h.caches.begin(); it != h.caches.end();) {
+      if (std::get<0>(it->first) != slot->id) {
+        ++it;
+        continue;
+      }
+      if (h.stage)
+        (void) h.stage->drop_cache(it->second);
+      it = h.caches.erase(it);
+    }
+    if (h.batcher)
+      h.batcher->forget(slot->id);
+    --h.users;
+    slot.reset();
   };
   return t;
 }
@@ -86,14 +223,15 @@ device_task free_task(std::vector<handle_id> bufs,
 shard_state::~shard_state() {
   if (!device)
     return;
-  // The stage is destroyed on its device's thread (it frees its buffers
-  // through the device's pool); if the device actor is gone, wherever the
-  // message is dropped (the pool has released everything by then).
+  // The shard's place in the stage is given up on its device's thread (the
+  // stage frees its buffers through the device's pool); if the device
+  // actor is gone, wherever the message is dropped (the pool has released
+  // everything by then).
   std::vector<handle_id> bufs;
   for (auto& kv : inboxes)
     bufs.push_back(kv.second.buf);
   caf::anon_send(device, task_atom::value,
-                 free_task(std::move(bufs), std::move(hosted)));
+                 free_task(std::move(bufs), std::move(slot)));
 }
 
 using self_ptr = caf::stateful_actor<shard_state>*;
@@ -128,16 +266,6 @@ std::string check_parts(const stage_step& s, std::uint32_t most) {
   return {};
 }
 
-caf::error bad(std::string what) {
-  return make_exo_error(exo_errc::invalid_argument, std::move(what));
-}
-
-caf::error device_failed(const backend::error& err) {
-  auto e = err;
-  e.message = "shard: " + e.message;
-  return to_caf_error(e);
-}
-
 /// The sequences of a step in row order (one, (seq, pos) with every
 /// token, when it lists none).
 std::vector<step_part> parts_of(const stage_step& s) {
@@ -146,23 +274,28 @@ std::vector<step_part> parts_of(const stage_step& s) {
   return {step_part{s.seq, s.pos, static_cast<std::uint32_t>(s.tokens.size())}};
 }
 
-/// Runs the step's layers on the device (inside a device task); returns an
-/// error, or none with `s` updated (x: the activations out, unless
-/// io.keep_out leaves them on the device; on the last stage the logits of
-/// each sequence's last row).
-caf::error compute(hosted_stage& h, const model::llama_model& m,
-                   std::uint32_t n_ctx, stage_step& s,
-                   const model::device_stage::device_io& io) {
+/// Checks a step against its sequences' caches (made on a sequence's
+/// first step) and forgets what a rewinding step writes over: the
+/// segments of its forward.
+caf::error prepare(hosted_stage& h, shard_slot& slot, std::uint32_t n_ctx,
+                   const stage_step& s,
+                   std::vector<model::device_stage::segment>& segs) {
   if (!h.stage)
     return make_exo_error(exo_errc::failed_state, "shard: " + h.init_error);
-  auto& hp = m.hparams();
   auto& stage = *h.stage;
-  const std::size_t n = s.tokens.size();
+  if (stage.is_first()) // checked here: a batch embeds several jobs' tokens
+    for (auto tok : s.tokens)
+      if (tok < 0
+          || static_cast<std::uint32_t>(tok)
+               >= stage.model().hparams().n_vocab)
+        return bad("shard: token id " + std::to_string(tok)
+                   + " is outside the vocabulary of "
+                   + std::to_string(stage.model().hparams().n_vocab));
   const auto parts = parts_of(s);
-  std::vector<model::device_stage::segment> segs;
+  segs.clear();
   segs.reserve(parts.size());
   for (auto& p : parts) {
-    auto key = std::make_pair(s.job, p.seq);
+    auto key = std::make_tuple(slot.id, s.job, p.seq);
     auto it = h.caches.find(key);
     if (it == h.caches.end()) {
       if (p.pos != 0)
@@ -194,6 +327,28 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
     for (auto& sg : segs)
       if (auto past = stage.n_past(sg.cache); past && *past > sg.pos)
         (void) stage.truncate(sg.cache, sg.pos);
+  return caf::none;
+}
+
+/// Rows of logits the last stage returns for these segments.
+std::size_t logit_rows(const std::vector<model::device_stage::segment>& segs) {
+  std::size_t rows = 0;
+  for (auto& sg : segs)
+    rows += sg.apart ? sg.n : 1;
+  return rows;
+}
+
+/// Runs one step's prepared segments on the device (inside a device
+/// task); returns an error, or none with `s` updated (x: the activations
+/// out, unless io.keep_out leaves them on the device; on the last stage
+/// the logits of each sequence's last row).
+caf::error compute(hosted_stage& h, const model::llama_model& m,
+                   stage_step& s,
+                   const std::vector<model::device_stage::segment>& segs,
+                   const model::device_stage::device_io& io) {
+  auto& hp = m.hparams();
+  auto& stage = *h.stage;
+  const std::size_t n = s.tokens.size();
   if (stage.is_first()) {
     s.x.resize(n * hp.n_embd);
     if (auto e = stage.embed(s.tokens.data(), n, s.x.data()); !e)
@@ -202,11 +357,9 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
     s.x.resize(n * hp.n_embd); // the activations out come to the host
   }
   float* x = s.x.empty() ? nullptr : s.x.data();
+  ++h.forwards;
   if (stage.is_last()) {
-    std::size_t rows = 0;
-    for (auto& sg : segs)
-      rows += sg.apart ? sg.n : 1;
-    std::vector<float> logits(rows * std::size_t{hp.n_vocab});
+    std::vector<float> logits(logit_rows(segs) * std::size_t{hp.n_vocab});
     if (auto f = stage.forward(segs, x, logits.data(), io); !f)
       return device_failed(f.err());
     s.x = std::move(logits);
@@ -216,77 +369,205 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
   return caf::none;
 }
 
-/// Answers a computed step (last stage), or passes it to the next stage
-/// with the job still waiting on the answer.
-void pass_on(hosted_stage& h, stage_step& s, const caf::actor& next,
-             bool last, caf::response_promise& rp) {
-  if (last) {
-    rp.deliver(std::move(s));
+/// Runs waiting steps (of one or several jobs) as one forward: their rows
+/// side by side, each sequence at its own position over its own cache, so
+/// each gets what it gets alone; then each step goes on as it would
+/// alone. A failure answers every step of the batch.
+void run_batch(device::task_context&, hosted_stage& h,
+               std::vector<pending_step> batch) {
+  if (batch.empty())
     return;
+  auto t0 = clock_type::now();
+  auto& stage = *h.stage;
+  const auto& hp = stage.model().hparams();
+  std::vector<model::device_stage::segment> segs;
+  std::vector<std::int32_t> tokens;
+  std::vector<float> x;
+  std::size_t rows = 0;
+  for (auto& p : batch) {
+    segs.insert(segs.end(), p.segs.begin(), p.segs.end());
+    if (stage.is_first())
+      tokens.insert(tokens.end(), p.s.tokens.begin(), p.s.tokens.end());
+    else
+      x.insert(x.end(), p.s.x.begin(), p.s.x.end());
+    rows += p.s.tokens.size();
   }
-  if (!next) {
-    rp.deliver(make_exo_error(exo_errc::failed_state,
-                              "shard: no next stage set"));
-    return;
+  caf::error err;
+  std::vector<float> logits;
+  if (stage.is_first()) {
+    x.resize(rows * hp.n_embd);
+    if (auto e = stage.embed(tokens.data(), rows, x.data()); !e)
+      err = bad("shard: " + e.err().message);
   }
-  ++(s.on_device ? h.device_handoffs : h.host_handoffs);
-  rp.delegate(next, forward_atom::value, std::move(s));
+  if (!err) {
+    ++h.forwards;
+    if (stage.is_last())
+      logits.resize(logit_rows(segs) * std::size_t{hp.n_vocab});
+    auto f = stage.forward(segs, x.data(),
+                           stage.is_last() ? logits.data() : nullptr);
+    if (!f)
+      err = device_failed(f.err());
+  }
+  const double busy =
+    std::chrono::duration<double>(clock_type::now() - t0).count();
+  std::set<std::uint64_t> slots;
+  for (auto& p : batch)
+    if (auto sl = p.slot.lock())
+      slots.insert(sl->id);
+  if (slots.size() > 1)
+    h.merged_steps += batch.size();
+  std::size_t row0 = 0, logit0 = 0;
+  for (auto& p : batch) {
+    const std::size_t n = p.s.tokens.size();
+    auto slot = p.slot.lock();
+    if (err || !slot) {
+      auto e = err ? err
+                   : make_exo_error(exo_errc::failed_state,
+                                    "shard: the shard is gone");
+      quit_if_lost(p.shard, e);
+      p.rp.deliver(std::move(e));
+      row0 += n;
+      continue;
+    }
+    if (stage.is_last()) {
+      const std::size_t r = logit_rows(p.segs) * hp.n_vocab;
+      p.s.x.assign(logits.begin() + logit0, logits.begin() + logit0 + r);
+      logit0 += r;
+    } else {
+      p.s.x.assign(x.begin() + row0 * hp.n_embd,
+                   x.begin() + (row0 + n) * hp.n_embd);
+    }
+    row0 += n;
+    p.s.on_device = false;
+    // Each step's share of the device's time, by its rows.
+    count_step(*slot, p.s, busy * static_cast<double>(n)
+                             / static_cast<double>(rows));
+    pass_on(*slot, p.s, p.next, p.last, p.rp);
+  }
 }
 
-/// A device that is gone takes its shard with it: whoever monitors the
-/// shard (its job) sees the stage go with device_lost as the reason, and
-/// re-places it without the device.
-void quit_if_lost(const caf::actor& shard, const caf::error& err) {
-  if (err.category() == exo_error_category()
-      && err.code() == static_cast<std::uint8_t>(exo_errc::device_lost))
-    caf::anon_send(shard, caf::exit_msg{caf::actor_addr{}, err});
+/// Answers every waiting step with `err` (the device refused the
+/// deadline's task: it failed or is gone).
+void fail_pending(hosted_stage& h, const caf::error& err) {
+  auto pending = std::move(h.pending);
+  h.pending.clear();
+  if (h.batcher)
+    while (!h.batcher->empty())
+      (void) h.batcher->take();
+  for (auto& kv : pending) {
+    quit_if_lost(kv.second.shard, err);
+    kv.second.rp.deliver(err);
+  }
 }
 
-/// A step as a device task: compute, then hand the activations to the
-/// next stage (into its inbox by a device copy when it has one on this
-/// node, else in the message) or answer with the logits.
+/// Arms the deadline after which the waiting steps run without the jobs
+/// that have not come back.
+void arm_deadline(device::task_context& ctx,
+                  const std::shared_ptr<hosted_stage>& hp,
+                  std::chrono::microseconds wait) {
+  if (hp->timer_armed)
+    return;
+  hp->timer_armed = true;
+  const auto gen = ++hp->timer_gen;
+  device_task t;
+  t.kind = task_kind::compute; // held while the device is paused
+  std::weak_ptr<hosted_stage> w = hp;
+  t.run = [w, gen](device::task_context& ctx, caf::response_promise&) {
+    auto h = w.lock();
+    if (!h || h->timer_gen != gen)
+      return;
+    flush_all(ctx, *h);
+  };
+  t.refused = [w](const caf::error& err) {
+    if (auto h = w.lock())
+      fail_pending(*h, err);
+  };
+  caf::delayed_anon_send(ctx.device(), wait, task_atom::value, std::move(t));
+}
+
+/// A step as a device task. Host in, host out (the first stage, or
+/// activations in the message, going on in a message or as logits): it
+/// waits for its stage's next batch with the other jobs' steps. On
+/// device (activations in an inbox or out to the next stage's): it runs
+/// alone, then hands the activations to the next stage (into its inbox by
+/// a device copy when it has one on this node, else in the message) or
+/// answers with the logits.
 device_task step_task(self_ptr self, stage_step s,
                       model::device_stage::device_io io, inbox out) {
   auto& st = self->state;
   device_task t;
   t.kind = task_kind::compute;
-  t.run = [h = st.hosted, model = st.cfg.model, n_ctx = st.cfg.n_ctx,
+  t.run = [slot = st.slot, model = st.cfg.model, n_ctx = st.cfg.n_ctx,
            s = std::move(s), io, out = std::move(out), next = st.next,
            last = st.is_last(),
            shard = caf::actor_cast<caf::actor>(self)](
             device::task_context& ctx, caf::response_promise& rp) mutable {
-    auto t0 = std::chrono::steady_clock::now();
+    auto t0 = clock_type::now();
     if (ctx.waited_for_resume())
-      ++h->pause_waits;
-    if (auto err = compute(*h, *model, n_ctx, s, io)) {
+      ++slot->pause_waits;
+    if (!slot->h) {
+      rp.deliver(make_exo_error(exo_errc::failed_state,
+                                "shard: the stage was never set up"));
+      return;
+    }
+    auto& h = *slot->h;
+    std::vector<model::device_stage::segment> segs;
+    if (auto err = prepare(h, *slot, n_ctx, s, segs)) {
+      quit_if_lost(shard, err);
+      rp.deliver(std::move(err));
+      return;
+    }
+    if (io.in.buf == 0 && out.buf == 0 && h.batcher) {
+      const auto ticket = h.next_ticket++;
+      step_batcher::step b;
+      b.ticket = ticket;
+      b.job = slot->id;
+      for (auto& p : parts_of(s))
+        b.sequences.push_back(p.seq);
+      b.tokens = static_cast<std::uint32_t>(s.tokens.size());
+      b.logit_rows = static_cast<std::uint32_t>(logit_rows(segs));
+      h.pending.emplace(ticket, pending_step{slot, std::move(s),
+                                             std::move(segs), rp, next, last,
+                                             shard, t0});
+      // Only the first stage waits for the other jobs (their next steps
+      // come from their samplers): a later stage that waited could wait
+      // for a job whose step waits at the first stage for this one.
+      if (h.batcher->add(std::move(b)) || !h.stage->is_first()
+          || slot->batch_wait.count() <= 0)
+        flush_all(ctx, h);
+      else
+        arm_deadline(ctx, slot->h, slot->batch_wait);
+      return;
+    }
+    // Alone: what waits runs first (steps keep their order).
+    flush_all(ctx, h);
+    if (auto err = compute(h, *model, s, segs, io)) {
       quit_if_lost(shard, err);
       rp.deliver(std::move(err));
       return;
     }
     auto done = [&] {
-      h->busy_s += std::chrono::duration<double>(
-                     std::chrono::steady_clock::now() - t0)
-                     .count();
-      ++h->steps;
-      h->tokens += s.tokens.size();
+      count_step(*slot, s,
+                 std::chrono::duration<double>(clock_type::now() - t0)
+                   .count());
     };
     s.on_device = false;
     if (out.buf == 0) {
       done();
-      pass_on(*h, s, next, last, rp);
+      pass_on(*slot, s, next, last, rp);
       return;
     }
     // The activations stayed on this device: copy them into the next
     // stage's inbox, or send them in the message if that fails.
     const std::uint64_t bytes =
       s.tokens.size() * std::uint64_t{model->hparams().n_embd} * 4;
-    auto act = h->stage->activations();
+    auto act = h.stage->activations();
     if (out.device == ctx.device()) {
       if (ctx.copy(act.buf, act.offset, out.buf, 0, bytes)) {
         s.x.clear();
         s.on_device = true;
         done();
-        pass_on(*h, s, next, last, rp);
+        pass_on(*slot, s, next, last, rp);
         return;
       }
     }
@@ -297,7 +578,7 @@ device_task step_task(self_ptr self, stage_step s,
     }
     done();
     if (out.device == ctx.device()) { // the copy failed: the host path
-      pass_on(*h, s, next, last, rp);
+      pass_on(*slot, s, next, last, rp);
       return;
     }
     // Another device of this node: one write into its inbox (a step's
@@ -307,12 +588,12 @@ device_task step_task(self_ptr self, stage_step s,
     std::memcpy(c.bytes.data(), s.x.data(), bytes);
     ctx.write_to_peer(
       out.device, out.buf, 0, std::move(c),
-      [h, s = std::move(s), next, rp](const caf::error& err) mutable {
+      [slot, s = std::move(s), next, rp](const caf::error& err) mutable {
         if (!err) {
           s.x.clear();
           s.on_device = true;
         }
-        pass_on(*h, s, next, false, rp);
+        pass_on(*slot, s, next, false, rp);
       });
   };
   t.refused = [shard = caf::actor_cast<caf::actor>(self)](
@@ -374,28 +655,56 @@ open_inbox(self_ptr self, std::uint64_t job, std::uint32_t seq,
   return rp;
 }
 
-/// Creates the stage on the device's thread: its weights read in place or
-/// uploaded there directly. A failure is kept and answered to every step.
+/// Finds the stage of these layers on this device (another job's shard
+/// made it) or creates it on the device's thread: its weights read in
+/// place or uploaded there directly. A failure is kept and answered to
+/// every step.
 void set_up(self_ptr self) {
   auto& st = self->state;
-  st.hosted = std::make_shared<hosted_stage>();
+  st.slot = std::make_shared<shard_slot>();
+  st.slot->id = next_slot_id++;
+  st.slot->batch_wait = st.cfg.batch_wait;
   device_task t;
-  t.run = [h = st.hosted, cfg = st.cfg](device::task_context& ctx,
-                                        caf::response_promise&) {
-    auto t0 = std::chrono::steady_clock::now();
+  t.run = [slot = st.slot, cfg = st.cfg](device::task_context& ctx,
+                                         caf::response_promise&) {
+    const stage_key key{ctx.device().id(), cfg.model.get(), cfg.first,
+                        cfg.last};
+    {
+      std::lock_guard<std::mutex> guard{registry_mtx};
+      auto it = registry.find(key);
+      if (it != registry.end()) {
+        if (auto h = it->second.lock(); h && h->stage) {
+          slot->h = std::move(h);
+          ++slot->h->users;
+          return;
+        }
+        registry.erase(it);
+      }
+    }
+    auto h = std::make_shared<hosted_stage>();
+    auto t0 = clock_type::now();
     h->ops = ctx.ops();
     // The options placement counts with (model::device_stage_memory).
     auto o = model::shard_stage_options(cfg.model->hparams());
     o.upload_chunk_bytes = max_chunk_bytes;
     auto stage = model::device_stage::create(cfg.model, cfg.first, cfg.last,
                                              *h->ops, o);
-    if (stage)
+    if (stage) {
       h->stage = std::move(*stage);
-    else
+      const auto& so = h->stage->options();
+      h->batcher = std::make_unique<step_batcher>(
+        so.max_tokens, h->stage->is_last() ? so.max_logit_rows : 0);
+    } else {
       h->init_error = stage.err().to_string();
-    h->upload_s = std::chrono::duration<double>(
-                    std::chrono::steady_clock::now() - t0)
-                    .count();
+    }
+    h->upload_s =
+      std::chrono::duration<double>(clock_type::now() - t0).count();
+    h->users = 1;
+    slot->h = h;
+    if (h->stage) {
+      std::lock_guard<std::mutex> guard{registry_mtx};
+      registry[key] = h;
+    }
   };
   // Tasks run in the order they are sent: every step comes after this.
   self->send(st.cfg.device, task_atom::value, std::move(t));
@@ -421,20 +730,29 @@ caf::result<caf::message> release(self_ptr self, std::uint64_t job,
   for (auto it = st.next_inboxes.begin(); it != st.next_inboxes.end();)
     it = mine(it->first) ? st.next_inboxes.erase(it) : ++it;
   device_task t;
-  t.run = [h = st.hosted, job, seq, bufs = std::move(bufs)](
+  t.run = [slot = st.slot, job, seq, bufs = std::move(bufs)](
             device::task_context& ctx, caf::response_promise& rp) {
     auto ops = ctx.ops();
     for (auto b : bufs)
       (void) ops->free(b);
-    for (auto it = h->caches.begin(); it != h->caches.end();) {
-      if (it->first.first != job || (seq && it->first.second != *seq)) {
+    if (!slot->h) {
+      rp.deliver(caf::ok_atom::value);
+      return;
+    }
+    auto& h = *slot->h;
+    flush_all(ctx, h); // the steps sent before run first
+    for (auto it = h.caches.begin(); it != h.caches.end();) {
+      auto& [id, j, q] = it->first;
+      if (id != slot->id || j != job || (seq && q != *seq)) {
         ++it;
         continue;
       }
-      if (h->stage)
-        (void) h->stage->drop_cache(it->second);
-      it = h->caches.erase(it);
+      if (h.stage)
+        (void) h.stage->drop_cache(it->second);
+      it = h.caches.erase(it);
     }
+    if (!seq && h.batcher) // the job is done here: not waited for
+      h.batcher->forget(slot->id);
     rp.deliver(caf::ok_atom::value);
   };
   return self->delegate(st.device, task_atom::value, std::move(t));
@@ -531,24 +849,43 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
       // The rest lives with the stage, on the device's thread.
       device_task t;
       t.kind = task_kind::immediate; // answers while the device is paused
-      t.run = [h = st.hosted, snap](device::task_context&,
-                                    caf::response_promise& rp) mutable {
-        snap.fields["sequences"] = std::to_string(h->caches.size());
-        snap.fields["steps"] = std::to_string(h->steps);
-        snap.fields["tokens"] = std::to_string(h->tokens);
-        snap.fields["busy_s"] = std::to_string(h->busy_s);
-        snap.fields["device_handoffs"] = std::to_string(h->device_handoffs);
-        snap.fields["host_handoffs"] = std::to_string(h->host_handoffs);
-        snap.fields["pause_waits"] = std::to_string(h->pause_waits);
-        snap.fields["compute"] = h->stage ? "device"
-                                          : "none: " + h->init_error;
-        snap.fields["upload_s"] = std::to_string(h->upload_s);
-        if (h->stage) {
-          auto& stage = *h->stage;
+      t.run = [slot = st.slot, snap](device::task_context&,
+                                     caf::response_promise& rp) mutable {
+        // The shard's own counters and sequences; the stage's figures are
+        // those of every job that shares it.
+        snap.fields["steps"] = std::to_string(slot->steps);
+        snap.fields["tokens"] = std::to_string(slot->tokens);
+        snap.fields["busy_s"] = std::to_string(slot->busy_s);
+        snap.fields["device_handoffs"] = std::to_string(slot->device_handoffs);
+        snap.fields["host_handoffs"] = std::to_string(slot->host_handoffs);
+        snap.fields["pause_waits"] = std::to_string(slot->pause_waits);
+        if (!slot->h) {
+          snap.fields["compute"] = "none: the stage was never set up";
+          rp.deliver(std::move(snap));
+          return;
+        }
+        auto& h = *slot->h;
+        snap.fields["compute"] = h.stage ? "device" : "none: " + h.init_error;
+        snap.fields["upload_s"] = std::to_string(h.upload_s);
+        snap.fields["shared_by"] = std::to_string(h.users);
+        snap.fields["stage_forwards"] = std::to_string(h.forwards);
+        snap.fields["merged_steps"] = std::to_string(h.merged_steps);
+        std::uint64_t sequences = 0, kv = 0;
+        for (auto& [key, id] : h.caches) {
+          if (std::get<0>(key) != slot->id)
+            continue;
+          ++sequences;
+          if (h.stage)
+            if (auto b = h.stage->cache_bytes(id))
+              kv += *b;
+        }
+        snap.fields["sequences"] = std::to_string(sequences);
+        if (h.stage) {
+          auto& stage = *h.stage;
           snap.fields["weight_bytes"] = std::to_string(stage.weight_bytes());
           snap.fields["weight_bytes_in_place"] =
             std::to_string(stage.weight_bytes_in_place());
-          snap.fields["kv_cache_bytes"] = std::to_string(stage.cache_bytes());
+          snap.fields["kv_cache_bytes"] = std::to_string(kv);
           snap.fields["device_ops"] = std::to_string(stage.ops_run());
         }
         rp.deliver(std::move(snap));

@@ -32,6 +32,19 @@
 ///   (inbox_atom, job, seq, bytes) -> (handle_id, device actor)
 /// (same-node senders only), the step then carries on_device and no x.
 ///
+/// Shards of different jobs that run the same layers of the same (mapped)
+/// model on the same device share one device stage: its weights are read
+/// or uploaded once, each shard's sequences keep their own KV caches, and
+/// the steps of the jobs that wait for the stage at the same time run as
+/// one batched forward (continuous batching: core/workload/step_batcher
+/// decides when; a first stage waits at most batch_wait for the jobs of
+/// its last batch to come back, a later stage runs what waits at once).
+/// Steps whose activations arrive or leave on the device (inboxes) run
+/// alone. Each sequence gets exactly what it gets
+/// alone on the host devices (the batched forward's rule); the shard's
+/// snapshot counts its own steps, tokens and caches, and the stage's
+/// figures (shared_by, stage_forwards, merged_steps) for all.
+///
 /// Every input is checked: batch size against max_chunk_bytes, the
 /// activation length against n_embd, the position against the cache (steps
 /// of one sequence must arrive in order), token ids against the vocabulary.
@@ -44,6 +57,7 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -58,6 +72,10 @@ struct shard_setup {
   std::string device_id;
   std::string node;
   caf::actor owner;         ///< stops when the owner goes down (optional)
+  /// Steps of several jobs that share this stage's device stage wait at
+  /// most this long for the other jobs of the last batch (continuous
+  /// batching; see the top of this file).
+  std::chrono::microseconds batch_wait{2000};
 };
 
 /// Spawns a shard; throws model_error for a bad layer range or

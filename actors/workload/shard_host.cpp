@@ -50,6 +50,7 @@ struct running_shard {
 struct host_state {
   std::string node;
   std::string state_dir;
+  std::chrono::microseconds batch_wait{2000}; ///< devices.batch_wait_ms
   caf::actor node_actor;
   caf::actor gate;
   std::map<std::string, std::weak_ptr<const model::llama_model>> models;
@@ -128,6 +129,7 @@ void start_shard(self_ptr self, shard_spec spec, std::string path,
           s.device_id = order.front().id;
           s.node = self->state.node;
           s.owner = spec.owner;
+          s.batch_wait = self->state.batch_wait;
           caf::actor h;
           try {
             h = workload::spawn_shard(self->system(), std::move(s));
@@ -401,6 +403,7 @@ service spawn_shard_host(const service_context& ctx) {
   host_state init;
   init.node = ctx.cfg->node.name;
   init.state_dir = ctx.cfg->node.state_dir;
+  init.batch_wait = ctx.cfg->devices.batch_wait;
   init.node_actor = ctx.node;
   init.gate = ctx.gate;
   init.tls = ctx.tls;

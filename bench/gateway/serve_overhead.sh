@@ -18,15 +18,7 @@ cleanup() {
 }
 trap cleanup EXIT
 overhead_model
-taskset -c "$CORE" "$BUILD/runtime/node/exo-node" serve --config "$WORK/node.json" \
-  --model "$WORK/model.gguf" --model-id m --port 0 >"$WORK/serve.log" 2>&1 &
-SERVE_PID=$!
-for _ in $(seq 1 300); do
-  grep -q "ready in" "$WORK/serve.log" && break
-  sleep 0.1
-done
-PORT=$(sed -n 's/.*serving m on http:\/\/[^:]*:\([0-9]*\)\/v1.*/\1/p' "$WORK/serve.log")
-[ -n "$PORT" ] || { cat "$WORK/serve.log" >&2; exit 1; }
+start_serve "$WORK/node.json"
 stream() {
   "$BUILD/bench/gateway/gateway_bench" --port "$PORT" --model m -n "$N" \
     --prompt "$prompt"

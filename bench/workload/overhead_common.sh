@@ -5,6 +5,9 @@
 #   overhead_model                     $WORK/model.gguf and $WORK/node.json
 #   engine                             the engine's generation tokens/s
 #   median                             the median of numbers on stdin
+#   start_serve CONFIG                 `exo-node serve` of $WORK/model.gguf
+#                                      as model m on core $CORE; sets
+#                                      SERVE_PID and PORT
 overhead_args() {
   local default_pairs=$1
   shift
@@ -42,4 +45,16 @@ engine() {
 median() {
   sort -g | awk '{ v[NR] = $1 }
     END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+start_serve() {
+  taskset -c "$CORE" "$BUILD/runtime/node/exo-node" serve --config "$1" \
+    --model "$WORK/model.gguf" --model-id m --port 0 >"$WORK/serve.log" 2>&1 &
+  SERVE_PID=$!
+  for _ in $(seq 1 300); do
+    grep -q "ready in" "$WORK/serve.log" && break
+    sleep 0.1
+  done
+  PORT=$(sed -n 's/.*serving m on http:\/\/[^:]*:\([0-9]*\)\/v1.*/\1/p' "$WORK/serve.log")
+  [ -n "$PORT" ] || { cat "$WORK/serve.log" >&2; exit 1; }
 }

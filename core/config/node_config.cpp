@@ -355,6 +355,12 @@ node_config parse_document(const std::string& json, const std::string& source) {
                   [&](element v, const std::string& q) {
                     d.cpu_memory_gbps = as_number(v, q, 0.001, 1e9);
                   }},
+                 {"batch_wait_ms",
+                  [&](element v, const std::string& q) {
+                    d.batch_wait = std::chrono::microseconds{
+                      static_cast<std::int64_t>(
+                        as_number(v, q, 0, 1000) * 1000.0)};
+                  }},
                  {"cpu_llama_threads",
                   [&](element v, const std::string& q) {
                     d.cpu_llama_threads =

@@ -92,6 +92,11 @@ struct devices_section {
   /// Figures given instead of measured (0: measure): GFLOP/s, GB/s.
   double cpu_peak_gflops = 0;
   double cpu_memory_gbps = 0;
+  /// Jobs that run the same layers on one device share its stage; a step
+  /// waits at most this long for the other jobs of the stage's last batch
+  /// to run with them (continuous batching). 0: steps never wait (jobs
+  /// still share the weights, and steps that meet still batch).
+  std::chrono::microseconds batch_wait{2000};
   std::vector<backend::sim_device_spec> simulated;
   std::string sim_profiles_file;      ///< extra profiles (JSON)
   double sim_time_scale = 0;

@@ -545,20 +545,27 @@ status device_stage::drop_cache(cache_id id) {
   return !s1 ? s1 : s2;
 }
 
-result<std::uint32_t> device_stage::n_past(cache_id id) const {
+result<const device_stage::cache*>
+device_stage::find_cache(cache_id id) const {
   auto it = caches_.find(id);
   if (it == caches_.end())
     return fail(errc::invalid_argument,
                 "unknown KV cache " + std::to_string(id));
-  return it->second.n_past;
+  return &it->second;
+}
+
+result<std::uint32_t> device_stage::n_past(cache_id id) const {
+  auto c = find_cache(id);
+  if (!c)
+    return c.err();
+  return (*c)->n_past;
 }
 
 result<std::uint32_t> device_stage::capacity(cache_id id) const {
-  auto it = caches_.find(id);
-  if (it == caches_.end())
-    return fail(errc::invalid_argument,
-                "unknown KV cache " + std::to_string(id));
-  return it->second.capacity;
+  auto c = find_cache(id);
+  if (!c)
+    return c.err();
+  return (*c)->capacity;
 }
 
 status device_stage::embed(const std::int32_t* tokens, std::size_t n,
@@ -639,6 +646,13 @@ status device_stage::forward(const std::vector<segment>& segs, float* x,
                   + " rows of logits at once, not " + std::to_string(rows)
                   + " (" + std::to_string(segs.size()) + " sequences)");
   return run_forward(segs, x, logits, 0, dio);
+}
+
+result<std::uint64_t> device_stage::cache_bytes(cache_id id) const {
+  auto c = find_cache(id);
+  if (!c)
+    return c.err();
+  return (*c)->bytes;
 }
 
 status device_stage::truncate(cache_id id, std::uint32_t n) {

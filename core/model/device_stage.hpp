@@ -327,6 +327,8 @@ public:
   /// forward writes over them (drafted tokens the model did not accept).
   backend::status truncate(cache_id id, std::uint32_t n);
   backend::result<std::uint32_t> capacity(cache_id id) const;
+  /// Bytes of one sequence's cache on the device (K and V).
+  backend::result<std::uint64_t> cache_bytes(cache_id id) const;
   std::size_t caches() const noexcept {
     return caches_.size();
   }
@@ -431,6 +433,8 @@ private:
   backend::result<matrix> upload_matrix(const ops::matrix_view& m);
   backend::result<device_handle> alloc(std::uint64_t bytes);
   backend::status run_batched(const std::vector<device_op>& ops);
+  /// The cache `id`, or an error naming it.
+  backend::result<const cache*> find_cache(cache_id id) const;
   /// forward()'s body: the last `logit_rows` rows of each segment get
   /// logits on the last stage (0: one row, every row of an apart one).
   backend::status run_forward(const std::vector<segment>& segs, float* x,

@@ -53,7 +53,7 @@ TEST_CASE("every documented key is read") {
                 "cpu_memory_limit_mib": 2048, "cpu_weights_in_place": false,
                 "cpu_llama_threads": 4, "cpu_bind_threads": false,
                 "cpu_measure_rates": false, "cpu_peak_gflops": 150,
-                "cpu_memory_gbps": 12.5,
+                "cpu_memory_gbps": 12.5, "batch_wait_ms": 0.5,
                 "simulated": [{"profile": "a100-40g", "id": "sim:big"},
                               {"profile": "adreno-740", "count": 2}],
                 "sim_time_scale": 0.5, "rescan_interval_s": 0,
@@ -91,6 +91,8 @@ TEST_CASE("every documented key is read") {
   CHECK(cfg.devices.simulated[0].id == "sim:big");
   CHECK(cfg.devices.simulated[2].profile == "adreno-740");
   CHECK(cfg.devices.sim_time_scale == 0.5);
+  CHECK(cfg.devices.batch_wait.count() == 500);
+  CHECK(defaults().devices.batch_wait.count() == 2000);
   CHECK(cfg.devices.rescan_interval.count() == 0);
   CHECK(cfg.log_level == "debug");
   auto f = cfg.factory_options();
@@ -187,6 +189,10 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "devices.cpu_peak_gflops: must be"},
     {R"({"devices": {"cpu_memory_gbps": -3}})",
      "devices.cpu_memory_gbps: must be"},
+    {R"({"devices": {"batch_wait_ms": 5000}})",
+     "devices.batch_wait_ms: must be"},
+    {R"({"devices": {"batch_wait_ms": -1}})",
+     "devices.batch_wait_ms: must be"},
     {R"({"devices": {"cpu_llama_threads": 0}})",
      "devices.cpu_llama_threads: must be an integer in [1, 1024]"},
     {R"({"devices": {"exclude": [1]}})",

@@ -52,6 +52,8 @@ struct fixture {
   std::shared_ptr<const model::llama_model> model;
   std::vector<backend::device*> devs;
   std::vector<device_actor> dev_actors;
+  /// The shards' wait for the other jobs of a shared stage.
+  std::chrono::microseconds batch_wait{2000};
 
   fixture() {
     register_messages(cfg);
@@ -104,6 +106,7 @@ struct fixture {
       s.device = dev_actors[d];
       s.device_id = devs[d]->properties().id;
       s.node = "test";
+      s.batch_wait = batch_wait;
       stages.push_back(workload::spawn_shard(*sys, std::move(s)));
     }
     caf::scoped_actor self{*sys};
@@ -350,6 +353,82 @@ TEST_CASE("four sequences in flight give what running them one by one gives",
         CHECK(max_rel_diff(alone.logits[0], all.logits[j]) <= 5e-3f);
       }
     }
+  }
+}
+
+TEST_CASE("jobs that run the same layers on one device share its stage and "
+          "decode as one batch, each getting the tokens it gets alone",
+          "[workload][batch]") {
+  fixture f;
+  // Here the jobs always wait for each other (the default is 2 ms).
+  f.batch_wait = std::chrono::seconds(1);
+  auto cpu = f.device_index("cpu");
+  auto sim = f.device_index("sim");
+  caf::scoped_actor self{*f.sys};
+  struct layout {
+    std::vector<std::uint32_t> bounds;
+    std::vector<std::size_t> on;
+  };
+  for (auto& l : {layout{{0, 4}, {cpu}}, layout{{0, 2, 4}, {cpu, sim}}}) {
+    INFO("stages " << l.bounds.size() - 1);
+    // Job 1: two sequences, 12 tokens; job 2: one sequence, 20 tokens (it
+    // goes on alone once job 1 is done).
+    auto job1 = [&](std::vector<caf::actor> st) {
+      return f.job(1, std::move(st), {prompts()[0], prompts()[1]}, 12, 0.8f,
+                   21);
+    };
+    auto job2 = [&](std::vector<caf::actor> st) {
+      return f.job(2, std::move(st), {prompts()[2]}, 20, 0.8f, 33);
+    };
+    // Alone: the tokens, and how many each stage saw.
+    auto alone = [&](auto make, std::vector<std::uint64_t>& stage_tokens) {
+      auto st = f.pipeline(l.bounds, l.on);
+      auto r = workload::run_job(*f.sys, make(st));
+      for (auto& a : st) {
+        auto sh = snapshot_of(self, a);
+        CHECK(num(sh, "shared_by") == 1);
+        CHECK(num(sh, "merged_steps") == 0);
+        stage_tokens.push_back(num(sh, "tokens"));
+      }
+      f.stop(st);
+      REQUIRE(r.error.empty());
+      return r;
+    };
+    std::vector<std::uint64_t> t1_alone, t2_alone;
+    auto a1 = alone(job1, t1_alone);
+    auto a2 = alone(job2, t2_alone);
+    auto s1 = f.pipeline(l.bounds, l.on);
+    auto s2 = f.pipeline(l.bounds, l.on);
+    workload::job_result r1, r2;
+    std::thread t1([&] { r1 = workload::run_job(*f.sys, job1(s1)); });
+    std::thread t2([&] { r2 = workload::run_job(*f.sys, job2(s2)); });
+    t1.join();
+    t2.join();
+    REQUIRE(r1.error.empty());
+    REQUIRE(r2.error.empty());
+    CHECK(r1.tokens == a1.tokens);
+    CHECK(r2.tokens == a2.tokens);
+    CHECK(r1.logits == a1.logits); // host devices: the same bits
+    CHECK(r2.logits == a2.logits);
+    for (std::size_t i = 0; i + 1 < l.bounds.size(); ++i) {
+      INFO("stage " << i);
+      auto one = snapshot_of(self, s1[i]);
+      auto two = snapshot_of(self, s2[i]);
+      // One stage on the device for both jobs: its weights once.
+      CHECK(num(one, "shared_by") == 2);
+      CHECK(num(two, "shared_by") == 2);
+      CHECK(num(one, "stage_forwards") == num(two, "stage_forwards"));
+      // Each shard counts its own tokens and sequences.
+      CHECK(num(one, "tokens") == t1_alone[i]);
+      CHECK(num(two, "tokens") == t2_alone[i]);
+    }
+    // The first stage waited for the other job: their steps ran together.
+    // (Stages of one node hand activations over on the device; those
+    // steps run alone, so only the one-stage layout batches here.)
+    if (l.bounds.size() == 2)
+      CHECK(num(snapshot_of(self, s1[0]), "merged_steps") > 0);
+    f.stop(s1);
+    f.stop(s2);
   }
 }
 
