@@ -13,7 +13,9 @@
 // Environment: EXO_BENCH_TYPE=f32|q4_k_m (one type only), EXO_BENCH_KV=
 // f16|f32 (the KV cache's type, default the shards' f16),
 // EXO_BENCH_PROMPT=N (each sequence's prompt, default 16 tokens: a longer
-// one makes attention over the cache a larger part of a step).
+// one makes attention over the cache a larger part of a step),
+// EXO_BENCH_CTX=N (each sequence's context, default what it uses: the KV
+// memory printed shows what the sequences hold against their contexts).
 
 #include "backends/factory/factory.hpp"
 #include "core/model/device_stage.hpp"
@@ -36,6 +38,7 @@ using clock_type = std::chrono::steady_clock;
 namespace {
 
 std::uint32_t prompt = 16;
+std::uint32_t n_ctx = 0; ///< 0: prompt + steps + 1
 backend::kv_type kv = backend::kv_type::f16;
 std::vector<std::uint32_t> batches = {1, 2, 4, 8, 16};
 
@@ -98,7 +101,7 @@ int run_type(const char* type, int steps) {
     batch_path p;
     p.b = b;
     for (std::uint32_t s = 0; s < b; ++s) {
-      auto c = stage.new_cache(prompt + steps + 1);
+      auto c = stage.new_cache(n_ctx ? n_ctx : prompt + steps + 1);
       if (!c) {
         std::printf("error: %s\n", c.err().to_string().c_str());
         return 1;
@@ -120,6 +123,21 @@ int run_type(const char* type, int steps) {
     p.x.resize(std::size_t{b} * hp.n_embd);
     p.logits.resize(std::size_t{b} * hp.n_vocab);
     paths.push_back(std::move(p));
+  }
+  {
+    std::uint64_t seqs = 0;
+    for (auto& p : paths)
+      seqs += p.b;
+    const auto ctx = n_ctx ? n_ctx : prompt + steps + 1;
+    const auto whole = model::device_stage_memory(*m, 0, hp.n_layer, so)
+                         .kv_bytes_per_token
+                       * ctx * seqs;
+    std::printf("KV caches after the prompts: %.1f MiB for %llu sequences "
+                "of a %u-token context (%.1f MiB if each held its whole "
+                "context)\n",
+                static_cast<double>(stage.cache_bytes()) / (1 << 20),
+                static_cast<unsigned long long>(seqs), ctx,
+                static_cast<double>(whole) / (1 << 20));
   }
   for (int i = 0; i < steps; ++i)
     for (std::size_t k = 0; k < paths.size(); ++k) {
@@ -174,6 +192,8 @@ int main(int argc, char** argv) {
   }
   if (const char* n = std::getenv("EXO_BENCH_PROMPT"))
     prompt = static_cast<std::uint32_t>(std::max(1, std::atoi(n)));
+  if (const char* n = std::getenv("EXO_BENCH_CTX"))
+    n_ctx = static_cast<std::uint32_t>(std::max(1, std::atoi(n)));
   for (const char* t : {"f32", "q4_k_m"})
     if (!only || std::string{only} == t)
       rc |= run_type(t, steps);

@@ -54,7 +54,7 @@ public:
   /// Copies `bytes` between two buffers of this device.
   status copy(model::device_handle src, std::uint64_t src_off,
               model::device_handle dst, std::uint64_t dst_off,
-              std::uint64_t bytes);
+              std::uint64_t bytes) override;
 
   /// The pool and device are going away.
   void detach();

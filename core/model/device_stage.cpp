@@ -27,6 +27,21 @@ result<device_handle> device_ops::adopt_host(const void*, std::uint64_t,
   return fail(errc::unsupported, where() + " cannot read host memory in place");
 }
 
+status device_ops::copy(device_handle src, std::uint64_t src_offset,
+                        device_handle dst, std::uint64_t dst_offset,
+                        std::uint64_t bytes) {
+  std::vector<std::uint8_t> staging(
+    static_cast<std::size_t>(std::min<std::uint64_t>(bytes, 4u << 20)));
+  for (std::uint64_t done = 0; done < bytes;) {
+    const std::uint64_t n = std::min<std::uint64_t>(staging.size(),
+                                                    bytes - done);
+    EXO_TRY(read(src, src_offset + done, staging.data(), n));
+    EXO_TRY(write(dst, dst_offset + done, staging.data(), n));
+    done += n;
+  }
+  return {};
+}
+
 status device_ops::step(device_handle in, std::uint64_t in_offset,
                         const void* src, std::uint64_t in_bytes,
                         const std::vector<device_op>& ops, device_handle out,
@@ -90,6 +105,18 @@ status backend_ops::read(device_handle h, std::uint64_t offset, void* dst,
   if (!b)
     return b.err();
   return dev_.read(**b, offset, dst, bytes);
+}
+
+status backend_ops::copy(device_handle src, std::uint64_t src_offset,
+                         device_handle dst, std::uint64_t dst_offset,
+                         std::uint64_t bytes) {
+  auto from = find(src);
+  if (!from)
+    return from.err();
+  auto to = find(dst);
+  if (!to)
+    return to.err();
+  return dev_.copy(**from, src_offset, **to, dst_offset, bytes);
 }
 
 result<device_handle> backend_ops::adopt_host(const void* data,
@@ -510,13 +537,30 @@ result<cache_id> device_stage::new_cache(std::uint32_t n_ctx) {
   if (n_ctx == 0)
     return fail(errc::invalid_argument,
                 "a KV cache needs a context of at least one token");
-  auto& hp = model_->hparams();
-  const std::uint64_t bytes = std::uint64_t{last_ - first_} * n_ctx
-                              * hp.n_embd_kv()
-                              * backend::kv_value_bytes(opts_.kv);
   cache c;
   c.capacity = n_ctx;
-  c.bytes = 2 * bytes;
+  EXO_TRY(grow(c, room_for(c, 1)));
+  auto id = next_cache_++;
+  caches_.emplace(id, c);
+  return id;
+}
+
+std::uint32_t device_stage::room_for(const cache& c,
+                                     std::uint64_t need) const {
+  const std::uint64_t step = opts_.kv_grow_positions;
+  if (step == 0)
+    return c.capacity;
+  std::uint64_t r = std::max<std::uint64_t>(need, 2ull * c.room);
+  r = (r + step - 1) / step * step;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(r, c.capacity));
+}
+
+status device_stage::grow(cache& c, std::uint32_t room) {
+  auto& hp = model_->hparams();
+  const std::uint64_t row = std::uint64_t{hp.n_embd_kv()}
+                            * backend::kv_value_bytes(opts_.kv);
+  const std::uint64_t layers = last_ - first_;
+  const std::uint64_t bytes = layers * room * row;
   auto k = ops_.allocate(bytes);
   if (!k)
     return k.err();
@@ -525,12 +569,28 @@ result<cache_id> device_stage::new_cache(std::uint32_t n_ctx) {
     (void) ops_.free(*k);
     return v.err();
   }
+  // Each layer's rows of the old buffers to the start of its range in the
+  // new ones.
+  const std::uint64_t held = std::uint64_t{c.n_past} * row;
+  for (std::uint64_t l = 0; held > 0 && l < layers; ++l)
+    for (auto [from, to] : {std::pair{c.k, *k}, std::pair{c.v, *v}}) {
+      auto st = ops_.copy(from, l * c.room * row, to, l * room * row, held);
+      if (!st) {
+        (void) ops_.free(*k);
+        (void) ops_.free(*v);
+        return st;
+      }
+    }
+  if (c.k) {
+    (void) ops_.free(c.k);
+    (void) ops_.free(c.v);
+  }
+  cache_bytes_ = cache_bytes_ - c.bytes + 2 * bytes;
   c.k = *k;
   c.v = *v;
-  auto id = next_cache_++;
-  caches_.emplace(id, c);
-  cache_bytes_ += c.bytes;
-  return id;
+  c.room = room;
+  c.bytes = 2 * bytes;
+  return {};
 }
 
 status device_stage::drop_cache(cache_id id) {
@@ -559,6 +619,13 @@ result<std::uint32_t> device_stage::n_past(cache_id id) const {
   if (!c)
     return c.err();
   return (*c)->n_past;
+}
+
+result<std::uint32_t> device_stage::room(cache_id id) const {
+  auto c = find_cache(id);
+  if (!c)
+    return c.err();
+  return (*c)->room;
 }
 
 result<std::uint32_t> device_stage::capacity(cache_id id) const {
@@ -706,6 +773,19 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     return fail(errc::invalid_argument,
                 "a forward needs 1 to " + std::to_string(opts_.max_tokens)
                   + " tokens, not " + std::to_string(N));
+  // Room for the new rows: a cache that is too small grows (its rows
+  // copied; on failure it stays as it was and nothing runs).
+  for (std::size_t s = 0; s < segs.size(); ++s) {
+    auto& c = *cs[s];
+    const std::uint64_t need = std::uint64_t{segs[s].pos} + segs[s].n;
+    if (need <= c.room)
+      continue;
+    if (auto st = grow(c, room_for(c, need)); !st)
+      return fail(st.err().code,
+                  "KV cache " + std::to_string(segs[s].cache)
+                    + " could not grow past " + std::to_string(c.room)
+                    + " positions: " + st.err().message);
+  }
   const bool x_from_device = dio.in.buf != 0;
   const bool x_to_device = dio.keep_out && !is_last();
   if (!x && (!x_from_device || (!is_last() && !x_to_device)))
@@ -816,8 +896,8 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   for (std::uint32_t l = first_; l < last_; ++l) {
     auto& L = layers_[l - first_];
     const std::uint64_t kv0 = (l - first_) * std::uint64_t{nkv} * vb;
-    // Layer l's K/V of a cache of capacity C start at kv0 * C.
-    auto layer_kv = [&](const cache& c) { return kv0 * c.capacity; };
+    // Layer l's K/V of a cache with room for R positions start at kv0 * R.
+    auto layer_kv = [&](const cache& c) { return kv0 * c.room; };
     auto new_row = [&](const cache& c, std::uint32_t pos) {
       return layer_kv(c) + std::uint64_t{pos} * nkv * vb;
     };

@@ -83,6 +83,12 @@ public:
   /// (backend::device::runs_weights). The default: f32, f16 and q8_0,
   /// which every backend runs.
   virtual bool runs_weights(backend::weight_type t) const;
+  /// Copies `bytes` between two buffers of the device (in order with the
+  /// other operations). The default goes through host memory (read, then
+  /// write) in pieces of at most 4 MiB.
+  virtual backend::status copy(device_handle src, std::uint64_t src_offset,
+                               device_handle dst, std::uint64_t dst_offset,
+                               std::uint64_t bytes);
   /// Runs the operations in order; stops at the first failure.
   virtual backend::status run(const std::vector<device_op>& ops) = 0;
   virtual backend::status synchronize() = 0;
@@ -139,6 +145,9 @@ public:
   backend::status synchronize() override;
   std::string where() const override;
   bool runs_weights(backend::weight_type t) const override;
+  backend::status copy(device_handle src, std::uint64_t src_offset,
+                       device_handle dst, std::uint64_t dst_offset,
+                       std::uint64_t bytes) override;
 
   backend::device& device() const noexcept {
     return dev_;
@@ -186,6 +195,11 @@ struct device_stage_options {
   /// How the KV caches store keys and values: f16 (llama.cpp's default:
   /// half the memory of f32, the same bits, backend::kv_type) or f32.
   backend::kv_type kv = backend::kv_type::f16;
+  /// A cache holds room for this many positions at first and grows as its
+  /// sequence needs (to the next multiple of it, at least doubling, never
+  /// past the context new_cache was given), so memory follows the tokens
+  /// a sequence holds, not its context; 0: the whole context at once.
+  std::uint32_t kv_grow_positions = 256;
 };
 
 /// The most tokens one step of a shard may carry for a model `n_embd`
@@ -317,7 +331,9 @@ public:
     return ops_run_;
   }
 
-  /// A KV cache of `n_ctx` positions for a new sequence, on the device.
+  /// A KV cache of up to `n_ctx` positions for a new sequence, on the
+  /// device: room for options().kv_grow_positions of them at first (all
+  /// of them when 0), grown by forward() as the sequence needs.
   backend::result<cache_id> new_cache(std::uint32_t n_ctx);
   /// Frees a sequence's cache.
   backend::status drop_cache(cache_id id);
@@ -326,8 +342,11 @@ public:
   /// Forgets a cache's positions from n on (n <= n_past): the next
   /// forward writes over them (drafted tokens the model did not accept).
   backend::status truncate(cache_id id, std::uint32_t n);
+  /// The most positions the cache may hold (the n_ctx it was made with).
   backend::result<std::uint32_t> capacity(cache_id id) const;
-  /// Bytes of one sequence's cache on the device (K and V).
+  /// Positions it has room for now (grows up to capacity()).
+  backend::result<std::uint32_t> room(cache_id id) const;
+  /// Bytes of one sequence's cache on the device now (K and V).
   backend::result<std::uint64_t> cache_bytes(cache_id id) const;
   std::size_t caches() const noexcept {
     return caches_.size();
@@ -415,7 +434,8 @@ private:
   };
   struct cache {
     device_handle k = 0, v = 0;
-    std::uint32_t capacity = 0;
+    std::uint32_t capacity = 0; ///< the most positions (n_ctx)
+    std::uint32_t room = 0;     ///< positions allocated: rows per layer
     std::uint32_t n_past = 0;
     std::uint64_t bytes = 0;
   };
@@ -435,6 +455,11 @@ private:
   backend::status run_batched(const std::vector<device_op>& ops);
   /// The cache `id`, or an error naming it.
   backend::result<const cache*> find_cache(cache_id id) const;
+  /// New K and V buffers of `room` positions for c, each layer's rows
+  /// copied over; c is unchanged on failure.
+  backend::status grow(cache& c, std::uint32_t room);
+  /// The positions a cache holding n_past + n first gets room for.
+  std::uint32_t room_for(const cache& c, std::uint64_t need) const;
   /// forward()'s body: the last `logit_rows` rows of each segment get
   /// logits on the last stage (0: one row, every row of an apart one).
   backend::status run_forward(const std::vector<segment>& segs, float* x,

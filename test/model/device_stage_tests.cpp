@@ -85,7 +85,9 @@ struct counting_ops final : device_ops {
   /// a device without kernels for the other formats would.
   bool common_formats_only = false;
   std::uint64_t writes = 0, largest_write = 0, runs = 0, ops = 0, reads = 0,
-                adopted = 0;
+                adopted = 0, copies = 0;
+  /// Allocations fail past this many bytes (from now on).
+  std::uint64_t allocation_budget = ~std::uint64_t{0};
   explicit counting_ops(device_ops& i, bool adopt = false)
     : inner(i), pass_adopt(adopt) {
   }
@@ -100,7 +102,16 @@ struct counting_ops final : device_ops {
     return h;
   }
   backend::result<device_handle> allocate(std::uint64_t b) override {
+    if (b > allocation_budget)
+      return backend::fail(backend::errc::out_of_memory,
+                           "the test's allocation budget is spent");
+    allocation_budget -= b;
     return inner.allocate(b);
+  }
+  backend::status copy(device_handle src, std::uint64_t so, device_handle dst,
+                       std::uint64_t doff, std::uint64_t b) override {
+    ++copies;
+    return inner.copy(src, so, dst, doff, b);
   }
   backend::status free(device_handle h) override {
     return inner.free(h);
@@ -624,6 +635,114 @@ TEST_CASE("an f16 KV cache gives an f32 cache's logits bit for bit on every "
               == 0);
       }
     }
+  }
+}
+
+TEST_CASE("a KV cache grows as its sequence needs, with the bits of one "
+          "made whole at once, on every device",
+          "[device_stage][kv]") {
+  temp_model tm(tensor_type::f32);
+  auto& hp = tm.model->hparams();
+  for (auto* dev : devices().devices()) {
+    INFO("device " << dev->properties().id);
+    backend_ops base(*dev);
+    counting_ops ops(base);
+    auto stage_with = [&](std::uint32_t grow) {
+      device_stage_options o;
+      o.max_tokens = 32;
+      o.max_logit_rows = 4;
+      o.kv_grow_positions = grow;
+      auto s = device_stage::create(tm.model, 0, 4, ops, o);
+      REQUIRE(s.ok());
+      return std::move(*s);
+    };
+    auto growing = stage_with(16);
+    auto whole = stage_with(0);
+    const std::uint32_t n_ctx = 400;
+    const std::uint64_t per_position = 2 * 4 * hp.n_embd_kv() * 2;
+    cache_id g[2], w[2];
+    for (int s = 0; s < 2; ++s) {
+      g[s] = *growing->new_cache(n_ctx);
+      w[s] = *whole->new_cache(n_ctx);
+    }
+    CHECK(*growing->room(g[0]) == 16);
+    CHECK(*growing->capacity(g[0]) == n_ctx);
+    CHECK(*whole->room(w[0]) == n_ctx);
+    CHECK(*growing->cache_bytes(g[0]) == 16 * per_position);
+    // Sequence 0: a 20-token prompt alone (room 32), then both decode in
+    // batches; sequence 1 starts later with 30 tokens.
+    std::uint32_t pos[2] = {0, 0};
+    auto step = [&](std::vector<std::vector<std::int32_t>> toks) {
+      std::vector<float> out[2];
+      for (int k = 0; k < 2; ++k) {
+        auto& st = k == 0 ? *growing : *whole;
+        auto* c = k == 0 ? g : w;
+        std::vector<device_stage::segment> segs;
+        std::vector<std::int32_t> all;
+        for (int s = 0; s < 2; ++s)
+          if (!toks[s].empty()) {
+            segs.push_back({c[s], pos[s],
+                            static_cast<std::uint32_t>(toks[s].size())});
+            all.insert(all.end(), toks[s].begin(), toks[s].end());
+          }
+        std::vector<float> x(all.size() * hp.n_embd),
+          logits(segs.size() * hp.n_vocab);
+        REQUIRE(st.embed(all.data(), all.size(), x.data()).ok());
+        auto f = st.forward(segs, x.data(), logits.data());
+        INFO((f.ok() ? "" : f.err().to_string()));
+        REQUIRE(f.ok());
+        out[k] = logits;
+      }
+      CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4)
+            == 0);
+      for (int s = 0; s < 2; ++s)
+        pos[s] += static_cast<std::uint32_t>(toks[s].size());
+    };
+    std::vector<std::int32_t> prompt0(20), prompt1(30);
+    for (std::size_t i = 0; i < 30; ++i) {
+      if (i < 20)
+        prompt0[i] = static_cast<std::int32_t>((13 * i + 1) % hp.n_vocab);
+      prompt1[i] = static_cast<std::int32_t>((7 * i + 5) % hp.n_vocab);
+    }
+    step({prompt0, {}});
+    CHECK(*growing->room(g[0]) == 32);
+    step({{3}, prompt1});
+    CHECK(*growing->room(g[1]) == 32);
+    const auto copies = ops.copies;
+    for (int i = 0; i < 60; ++i)
+      step({{static_cast<std::int32_t>(i % hp.n_vocab)},
+            {static_cast<std::int32_t>((5 * i) % hp.n_vocab)}});
+    // 81 and 90 positions: each grown to 128 (32, 64, 128: at least
+    // doubling, in steps of 16, each layer's rows copied).
+    CHECK(pos[0] == 81);
+    CHECK(pos[1] == 90);
+    CHECK(*growing->room(g[0]) == 128);
+    CHECK(*growing->room(g[1]) == 128);
+    CHECK(ops.copies > copies);
+    CHECK(growing->cache_bytes() == 2 * 128 * per_position);
+    CHECK(whole->cache_bytes() == 2 * n_ctx * per_position);
+    // A cache that cannot grow says so and stays as it was.
+    for (int i = 0; i < 47; ++i)
+      step({{static_cast<std::int32_t>(i)}, {}});
+    CHECK(pos[0] == 128);
+    CHECK(*growing->room(g[0]) == 128);
+    ops.allocation_budget = 0;
+    std::vector<float> x(hp.n_embd), logits(hp.n_vocab);
+    const std::int32_t tok = 9;
+    REQUIRE(growing->embed(&tok, 1, x.data()).ok());
+    auto f = growing->forward(g[0], pos[0], x.data(), 1, logits.data());
+    REQUIRE_FALSE(f.ok());
+    CHECK(f.err().code == backend::errc::out_of_memory);
+    CHECK(f.err().message.find("could not grow past 128 positions")
+          != std::string::npos);
+    CHECK(*growing->n_past(g[0]) == 128);
+    ops.allocation_budget = ~std::uint64_t{0};
+    step({{tok}, {}}); // it grows now, and the bits are still the same
+    CHECK(*growing->room(g[0]) == 256);
+    // Never past the context.
+    for (int i = 0; i < 140; ++i)
+      step({{static_cast<std::int32_t>(i % 50)}, {}});
+    CHECK(*growing->room(g[0]) == n_ctx);
   }
 }
 
