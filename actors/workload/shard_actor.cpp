@@ -92,6 +92,9 @@ using stage_key =
 std::mutex registry_mtx;
 std::map<stage_key, std::weak_ptr<hosted_stage>> registry;
 std::atomic<std::uint64_t> next_slot_id{1};
+/// batching_totals(): every stage's, for the shard host's snapshot.
+std::atomic<std::uint64_t> total_forwards{0};
+std::atomic<std::uint64_t> total_merged_steps{0};
 
 struct shard_state {
   shard_setup cfg;
@@ -358,6 +361,7 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
   }
   float* x = s.x.empty() ? nullptr : s.x.data();
   ++h.forwards;
+  ++total_forwards;
   if (stage.is_last()) {
     std::vector<float> logits(logit_rows(segs) * std::size_t{hp.n_vocab});
     if (auto f = stage.forward(segs, x, logits.data(), io); !f)
@@ -401,6 +405,7 @@ void run_batch(device::task_context&, hosted_stage& h,
   }
   if (!err) {
     ++h.forwards;
+    ++total_forwards;
     if (stage.is_last())
       logits.resize(logit_rows(segs) * std::size_t{hp.n_vocab});
     auto f = stage.forward(segs, x.data(),
@@ -414,8 +419,10 @@ void run_batch(device::task_context&, hosted_stage& h,
   for (auto& p : batch)
     if (auto sl = p.slot.lock())
       slots.insert(sl->id);
-  if (slots.size() > 1)
+  if (slots.size() > 1) {
     h.merged_steps += batch.size();
+    total_merged_steps += batch.size();
+  }
   std::size_t row0 = 0, logit0 = 0;
   for (auto& p : batch) {
     const std::size_t n = p.s.tokens.size();
@@ -912,6 +919,10 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
 // which cannot see the wire's limit.
 static_assert(max_chunk_bytes == model::default_upload_chunk_bytes,
               "model::default_upload_chunk_bytes must be max_chunk_bytes");
+
+stage_batching_totals batching_totals() noexcept {
+  return {total_forwards.load(), total_merged_steps.load()};
+}
 
 std::uint32_t max_batch_tokens(std::uint32_t n_embd) {
   return model::batch_tokens_for(n_embd, max_chunk_bytes);

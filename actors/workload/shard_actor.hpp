@@ -82,6 +82,14 @@ struct shard_setup {
 /// a missing device.
 caf::actor spawn_shard(caf::actor_system& sys, shard_setup setup);
 
+/// What the shared stages of this process did so far (continuous
+/// batching): forwards run, and steps that ran in one with another job's.
+struct stage_batching_totals {
+  std::uint64_t forwards = 0;
+  std::uint64_t merged_steps = 0;
+};
+stage_batching_totals batching_totals() noexcept;
+
 /// The largest batch (tokens of one step) the job may send for a model
 /// with these widths: activations and logits stay within max_chunk_bytes.
 std::uint32_t max_batch_tokens(std::uint32_t n_embd);

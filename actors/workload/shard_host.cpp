@@ -370,9 +370,14 @@ caf::behavior shard_host_impl(self_ptr self, host_state init) {
       s.node = st.node;
       s.summary = std::to_string(st.shards.size()) + " shards, "
                   + std::to_string(st.downloads.size()) + " downloads";
+      // The process's stages so far: forwards, and steps that shared one
+      // with another job's (continuous batching).
+      const auto totals = workload::batching_totals();
       s.fields = {{"shards", std::to_string(st.shards.size())},
                   {"downloads", std::to_string(st.downloads.size())},
-                  {"models", std::to_string(st.models.size())}};
+                  {"models", std::to_string(st.models.size())},
+                  {"stage_forwards", std::to_string(totals.forwards)},
+                  {"merged_steps", std::to_string(totals.merged_steps)}};
       return s;
     },
     [self](shard_atom, shard_spec& spec) -> caf::result<shard_ready> {

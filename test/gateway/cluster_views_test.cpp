@@ -370,6 +370,18 @@ TEST_CASE("64 concurrent streaming clients on a 2-node cluster each get "
   INFO(jobs.dump());
   CHECK(ended(jobs));
   CHECK(jobs.size() == 20); // the ended jobs kept for the views
+  // Jobs on one device shared its stage and decoded as one batch: the
+  // nodes' shard hosts count the steps that ran with another job's.
+  std::uint64_t merged = 0;
+  for (auto* n : {"l1", "l2"}) {
+    auto actors = poll_json(port, std::string{"/v1/cluster/actors?node="} + n,
+                            [](const json& j) { return j.is_array(); });
+    INFO(actors.dump());
+    for (auto& a : actors)
+      if (a["kind"] == "shards")
+        merged += std::stoull(a["fields"]["merged_steps"].get<std::string>());
+  }
+  CHECK(merged > 0);
   CHECK(after - before < 512 * 1024);
   std::cout << load.out() << "gateway node RSS " << before / 1024
             << " MiB before, " << after / 1024 << " MiB after\n";
