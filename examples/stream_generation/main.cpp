@@ -97,6 +97,8 @@ caf::behavior printer(caf::event_based_actor* self) {
       std::cerr << "\njob " << r.job << " survived: " << r.reason << " ("
                 << r.recovery_s << " s)\n";
     },
+    // Answered once everything sent to it before has been printed.
+    [](caf::get_atom) { return caf::ok_atom::value; },
   };
 }
 
@@ -189,6 +191,11 @@ int main(int argc, char** argv) {
                 caf::actor_cast<caf::actor>(listener))
     .receive(
       [&](exo::job_report& r) {
+        // The job sent its tokens to the printer before this report: a
+        // round trip to the printer makes sure it has printed them all
+        // (it is another actor; the report may come first).
+        self->request(listener, caf::infinite, caf::get_atom::value)
+          .receive([](caf::ok_atom) {}, [](caf::error&) {});
         std::cout << "\n";
         std::string ids;
         if (!r.tokens.empty())
