@@ -674,17 +674,21 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       return;
     for (std::size_t i = 0; i < st.cfg.stages.size(); ++i)
       if (st.cfg.stages[i].address() == dm.source) {
-        // Its device went away (the shard quit with device_lost): only the
-        // device is lost, its node lives on.
-        auto device_only
-          = dm.reason.category() == exo_error_category()
-            && dm.reason.code()
-                 == static_cast<std::uint8_t>(exo_errc::device_lost);
+        // Its device went away or has no room left for its KV caches (the
+        // shard quit with device_lost or out_of_memory): only the device
+        // is lost, its node lives on.
+        const bool exo_reason = dm.reason.category() == exo_error_category();
+        const auto code = static_cast<exo_errc>(dm.reason.code());
+        auto device_only = exo_reason
+                           && (code == exo_errc::device_lost
+                               || code == exo_errc::out_of_memory);
         auto msg = error_message(dm.reason);
         lose(self, {static_cast<std::uint32_t>(i)},
              stage_name(st, i) + " is gone: "
                + (msg.empty() ? self->system().render(dm.reason)
-                              : "device_lost: " + msg),
+                  : std::string{device_only ? to_string(code)
+                                            : "device_lost"}
+                      + ": " + msg),
              device_only);
         return;
       }

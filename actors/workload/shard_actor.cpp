@@ -132,12 +132,17 @@ caf::error device_failed(const backend::error& err) {
   return to_caf_error(e);
 }
 
-/// A device that is gone takes its shard with it: whoever monitors the
-/// shard (its job) sees the stage go with device_lost as the reason, and
-/// re-places it without the device.
+/// A device that is gone, or that has no room left for a sequence's KV
+/// cache (it could not grow, or a new one could not be made), takes the
+/// shard with it: whoever monitors the shard (its job) sees the stage go
+/// with device_lost or out_of_memory as the reason, and re-places it
+/// without the device (re-feeding its sequences: the same tokens). The
+/// other jobs that share the stage go on.
 void quit_if_lost(const caf::actor& shard, const caf::error& err) {
   if (err.category() == exo_error_category()
-      && err.code() == static_cast<std::uint8_t>(exo_errc::device_lost))
+      && (err.code() == static_cast<std::uint8_t>(exo_errc::device_lost)
+          || err.code()
+               == static_cast<std::uint8_t>(exo_errc::out_of_memory)))
     caf::anon_send(shard, caf::exit_msg{caf::actor_addr{}, err});
 }
 
@@ -379,10 +384,27 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
 /// alone. A failure answers every step of the batch.
 void run_batch(device::task_context&, hosted_stage& h,
                std::vector<pending_step> batch) {
+  auto& stage = *h.stage;
+  // Each step's caches get their room first: a step whose cache cannot
+  // grow fails alone (its shard goes, its job moves), the others run.
+  for (auto it = batch.begin(); it != batch.end();) {
+    caf::error err;
+    for (auto& sg : it->segs)
+      if (auto r = stage.reserve(sg.cache, sg.pos + sg.n); !r) {
+        err = device_failed(r.err());
+        break;
+      }
+    if (!err) {
+      ++it;
+      continue;
+    }
+    quit_if_lost(it->shard, err);
+    it->rp.deliver(std::move(err));
+    it = batch.erase(it);
+  }
   if (batch.empty())
     return;
   auto t0 = clock_type::now();
-  auto& stage = *h.stage;
   const auto& hp = stage.model().hparams();
   std::vector<model::device_stage::segment> segs;
   std::vector<std::int32_t> tokens;

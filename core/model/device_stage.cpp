@@ -621,6 +621,23 @@ result<std::uint32_t> device_stage::n_past(cache_id id) const {
   return (*c)->n_past;
 }
 
+status device_stage::reserve(cache_id id, std::uint32_t positions) {
+  auto it = caches_.find(id);
+  if (it == caches_.end())
+    return fail(errc::invalid_argument,
+                "unknown KV cache " + std::to_string(id));
+  auto& c = it->second;
+  const std::uint32_t need = std::min(positions, c.capacity);
+  if (need <= c.room)
+    return {};
+  if (auto st = grow(c, room_for(c, need)); !st)
+    return fail(st.err().code,
+                "KV cache " + std::to_string(id) + " could not grow past "
+                  + std::to_string(c.room) + " positions: "
+                  + st.err().message);
+  return {};
+}
+
 result<std::uint32_t> device_stage::room(cache_id id) const {
   auto c = find_cache(id);
   if (!c)
@@ -775,17 +792,8 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
                   + " tokens, not " + std::to_string(N));
   // Room for the new rows: a cache that is too small grows (its rows
   // copied; on failure it stays as it was and nothing runs).
-  for (std::size_t s = 0; s < segs.size(); ++s) {
-    auto& c = *cs[s];
-    const std::uint64_t need = std::uint64_t{segs[s].pos} + segs[s].n;
-    if (need <= c.room)
-      continue;
-    if (auto st = grow(c, room_for(c, need)); !st)
-      return fail(st.err().code,
-                  "KV cache " + std::to_string(segs[s].cache)
-                    + " could not grow past " + std::to_string(c.room)
-                    + " positions: " + st.err().message);
-  }
+  for (std::size_t s = 0; s < segs.size(); ++s)
+    EXO_TRY(reserve(segs[s].cache, segs[s].pos + segs[s].n));
   const bool x_from_device = dio.in.buf != 0;
   const bool x_to_device = dio.keep_out && !is_last();
   if (!x && (!x_from_device || (!is_last() && !x_to_device)))

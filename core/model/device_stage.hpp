@@ -346,6 +346,10 @@ public:
   backend::result<std::uint32_t> capacity(cache_id id) const;
   /// Positions it has room for now (grows up to capacity()).
   backend::result<std::uint32_t> room(cache_id id) const;
+  /// Grows the cache, as forward() would, to hold `positions` (at most
+  /// capacity()); nothing when it does. An error naming the cache (and
+  /// the cache as it was) when the device has no room.
+  backend::status reserve(cache_id id, std::uint32_t positions);
   /// Bytes of one sequence's cache on the device now (K and V).
   backend::result<std::uint64_t> cache_bytes(cache_id id) const;
   std::size_t caches() const noexcept {

@@ -54,6 +54,8 @@ struct fixture {
   std::vector<device_actor> dev_actors;
   /// The shards' wait for the other jobs of a shared stage.
   std::chrono::microseconds batch_wait{2000};
+  /// The context of the shards' sequences.
+  std::uint32_t n_ctx = 128;
 
   fixture() {
     register_messages(cfg);
@@ -101,7 +103,7 @@ struct fixture {
       s.model = model;
       s.first = b[i];
       s.last = b[i + 1];
-      s.n_ctx = 128;
+      s.n_ctx = n_ctx;
       auto d = i < on.size() ? on[i] : i % devs.size();
       s.device = dev_actors[d];
       s.device_id = devs[d]->properties().id;
@@ -1090,6 +1092,92 @@ TEST_CASE("a job whose device vanishes mid-decode is re-placed without the "
   CHECK(got->why.find("stage 1 (n1/sim:0) is gone: device_lost") == 0);
   f.stop(first);
   f.stop(got->made);
+  self->send_exit(recoverer, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a job whose KV cache cannot grow on its device moves to another "
+          "and gives the tokens of an uninterrupted run",
+          "[workload][kv]") {
+  // A simulated device of its own (the shared one may have vanished in
+  // an earlier test); the registry outlives the fixture's device actors.
+  backend::factory_options fo;
+  fo.use_environment = false;
+  fo.include = {"sim"};
+  fo.sim.devices = {{"a100-40g", "sim:kv-test"}};
+  auto reg = backend::registry::create(fo);
+  REQUIRE(reg.ok());
+  backend::device* own = nullptr;
+  for (auto* d : reg->devices())
+    if (d->properties().id == "sim:kv-test")
+      own = d;
+  REQUIRE(own);
+  fixture f;
+  f.n_ctx = 600; // caches start with room for 256 positions
+  device::device_actor_config dc;
+  dc.node = "test";
+  f.devs.push_back(own);
+  f.dev_actors.push_back(
+    device::spawn_device_actor(*f.sys, *f.devs.back(), dc));
+  const auto si = f.devs.size() - 1;
+  auto cpu = f.device_index("cpu");
+  auto* sim = dynamic_cast<backend::sim_device*>(f.devs[si]);
+  REQUIRE(sim);
+  caf::scoped_actor self{*f.sys};
+  auto setup = [&](std::uint64_t id, std::vector<caf::actor> stages) {
+    auto j = f.job(id, std::move(stages), {{1, 17, 42, 99, 5}}, 300, 0.8f, 9);
+    j.stage_names = {"n1/sim:0"};
+    return j;
+  };
+  // The reference on the cpu device (the same bits as the simulated one;
+  // and the sim device's pool keeps no grown cache's buffers to reuse).
+  auto ref_stages = f.pipeline({0, 4}, {cpu});
+  auto reference = workload::run_job(*f.sys, setup(60, ref_stages));
+  REQUIRE(reference.error.empty());
+  f.stop(ref_stages);
+  auto first = f.pipeline({0, 4}, {si});
+  std::vector<std::uint32_t> lost;
+  std::string why;
+  bool device_only = false;
+  std::vector<caf::actor> made;
+  auto recoverer = f.sys->spawn<caf::detached>(
+    [&](caf::event_based_actor*) -> caf::behavior {
+      return {
+        [&](recover_atom, std::uint64_t, std::vector<std::uint32_t>& l,
+            std::string& w, bool d) -> caf::result<job_pipeline> {
+          lost = l;
+          why = w;
+          device_only = d;
+          sim->fail_allocations(false);
+          made = f.pipeline({0, 4}, {cpu});
+          job_pipeline p;
+          p.stages = made;
+          p.names = {"n1/cpu:0"};
+          return p;
+        },
+      };
+    });
+  auto j = setup(61, first);
+  j.recoverer = recoverer;
+  // From the 100th token on the device has no memory to give: the cache
+  // cannot grow past 256 positions.
+  auto count = std::make_shared<int>(0);
+  j.on_token = [count, sim](std::uint32_t, std::int32_t) {
+    if (++*count == 100)
+      sim->fail_allocations(true);
+  };
+  auto result = workload::run_job(*f.sys, std::move(j));
+  sim->fail_allocations(false);
+  INFO(result.error);
+  CHECK(result.error.empty());
+  CHECK(result.tokens == reference.tokens);
+  REQUIRE(result.recoveries.size() == 1);
+  CHECK(device_only);
+  CHECK(lost == std::vector<std::uint32_t>{0});
+  INFO(why);
+  CHECK(why.find("stage 0 (n1/sim:0) is gone: out_of_memory: ") == 0);
+  CHECK(why.find("could not grow past 256 positions") != std::string::npos);
+  f.stop(first);
+  f.stop(made);
   self->send_exit(recoverer, caf::exit_reason::user_shutdown);
 }
 
