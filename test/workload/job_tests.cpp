@@ -26,6 +26,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <unistd.h>
 
 using namespace exo;
@@ -143,6 +144,46 @@ struct fixture {
     j.sampling.temperature = temperature;
     j.sampling.seed = seed;
     return j;
+  }
+
+  /// What a test recoverer was asked, and the stages it made.
+  struct recovery_seen {
+    std::vector<std::uint32_t> lost;
+    std::string why;
+    bool device_only = false;
+    std::vector<caf::actor> made;
+  };
+
+  /// A recoverer (the coordinator's part in a recovery) that records
+  /// what it is asked in `got`, runs `before` (optional), and answers with
+  /// a fresh pipeline of `bounds` on devices `on`, named `names`. (An
+  /// argument besides self: CAF 0.17 binds a null empty tuple otherwise,
+  /// which UBSan reports.)
+  caf::actor recoverer(std::shared_ptr<recovery_seen> got,
+                       std::vector<std::uint32_t> bounds,
+                       std::vector<std::size_t> on,
+                       std::vector<std::string> names,
+                       std::function<void()> before = {}) {
+    return sys->spawn<caf::detached>(
+      [this, got, bounds, on, names, before](caf::event_based_actor*,
+                                             int) -> caf::behavior {
+        return {
+          [=](recover_atom, std::uint64_t, std::vector<std::uint32_t>& lost,
+              std::string& why, bool device_only) -> caf::result<job_pipeline> {
+            got->lost = lost;
+            got->why = why;
+            got->device_only = device_only;
+            if (before)
+              before();
+            got->made = pipeline(bounds, on);
+            job_pipeline p;
+            p.stages = got->made;
+            p.names = names;
+            return p;
+          },
+        };
+      },
+      0);
   }
 
   workload::job_result run(const std::vector<std::uint32_t>& bounds,
@@ -1042,31 +1083,9 @@ TEST_CASE("a job whose device vanishes mid-decode is re-placed without the "
   auto first = f.pipeline({0, 2, 4}, {cpu, si});
   auto reference = workload::run_job(*f.sys, setup(50, first));
   REQUIRE(reference.error.empty());
-  struct seen {
-    std::vector<std::uint32_t> lost;
-    std::string why;
-    bool device_only = false;
-    std::vector<caf::actor> made;
-  };
-  auto got = std::make_shared<seen>();
-  auto recoverer = f.sys->spawn<caf::detached>(
-    [&f, got, cpu](caf::event_based_actor*, int) -> caf::behavior {
-      return {
-        [&f, got, cpu](recover_atom, std::uint64_t,
-                       std::vector<std::uint32_t>& lost, std::string& why,
-                       bool device_only) -> caf::result<job_pipeline> {
-          got->lost = lost;
-          got->why = why;
-          got->device_only = device_only;
-          got->made = f.pipeline({0, 2, 4}, {cpu, cpu});
-          job_pipeline p;
-          p.stages = got->made;
-          p.names = {"n1/cpu:0", "n1/cpu:0"};
-          return p;
-        },
-      };
-    },
-    0);
+  auto got = std::make_shared<fixture::recovery_seen>();
+  auto recoverer = f.recoverer(got, {0, 2, 4}, {cpu, cpu},
+                               {"n1/cpu:0", "n1/cpu:0"});
   auto j = setup(51, first);
   j.recoverer = recoverer;
   auto count = std::make_shared<int>(0);
@@ -1135,30 +1154,9 @@ TEST_CASE("a job whose KV cache cannot grow on its device moves to another "
   REQUIRE(reference.error.empty());
   f.stop(ref_stages);
   auto first = f.pipeline({0, 4}, {si});
-  std::vector<std::uint32_t> lost;
-  std::string why;
-  bool device_only = false;
-  std::vector<caf::actor> made;
-  // (An argument besides self: CAF 0.17 binds a null empty tuple
-  // otherwise, which UBSan reports.)
-  auto recoverer = f.sys->spawn<caf::detached>(
-    [&](caf::event_based_actor*, int) -> caf::behavior {
-      return {
-        [&](recover_atom, std::uint64_t, std::vector<std::uint32_t>& l,
-            std::string& w, bool d) -> caf::result<job_pipeline> {
-          lost = l;
-          why = w;
-          device_only = d;
-          sim->fail_allocations(false);
-          made = f.pipeline({0, 4}, {cpu});
-          job_pipeline p;
-          p.stages = made;
-          p.names = {"n1/cpu:0"};
-          return p;
-        },
-      };
-    },
-    0);
+  auto got = std::make_shared<fixture::recovery_seen>();
+  auto recoverer = f.recoverer(got, {0, 4}, {cpu}, {"n1/cpu:0"},
+                               [sim] { sim->fail_allocations(false); });
   auto j = setup(61, first);
   j.recoverer = recoverer;
   // From the 100th token on the device has no memory to give: the cache
@@ -1174,13 +1172,14 @@ TEST_CASE("a job whose KV cache cannot grow on its device moves to another "
   CHECK(result.error.empty());
   CHECK(result.tokens == reference.tokens);
   REQUIRE(result.recoveries.size() == 1);
-  CHECK(device_only);
-  CHECK(lost == std::vector<std::uint32_t>{0});
-  INFO(why);
-  CHECK(why.find("stage 0 (n1/sim:0) is gone: out_of_memory: ") == 0);
-  CHECK(why.find("could not grow past 256 positions") != std::string::npos);
+  CHECK(got->device_only);
+  CHECK(got->lost == std::vector<std::uint32_t>{0});
+  INFO(got->why);
+  CHECK(got->why.find("stage 0 (n1/sim:0) is gone: out_of_memory: ") == 0);
+  CHECK(got->why.find("could not grow past 256 positions")
+        != std::string::npos);
   f.stop(first);
-  f.stop(made);
+  f.stop(got->made);
   self->send_exit(recoverer, caf::exit_reason::user_shutdown);
 }
 
