@@ -40,7 +40,6 @@ struct pending_step {
   caf::actor next;
   bool last = false;
   caf::actor shard;
-  clock_type::time_point t0;
 };
 
 /// The stage of a range of one model's layers on one device, shared by the
@@ -170,12 +169,11 @@ void count_step(shard_slot& slot, const stage_step& s, double busy) {
   slot.tokens += s.tokens.size();
 }
 
-void run_batch(device::task_context& ctx, hosted_stage& h,
-               std::vector<pending_step> batch);
+void run_batch(hosted_stage& h, std::vector<pending_step> batch);
 
 /// Runs every waiting step of the stage, in batches, and starts a new
 /// round (the jobs that ran are the ones expected back).
-void flush_all(device::task_context& ctx, hosted_stage& h) {
+void flush_all(hosted_stage& h) {
   if (!h.batcher)
     return;
   h.timer_armed = false;
@@ -190,7 +188,7 @@ void flush_all(device::task_context& ctx, hosted_stage& h) {
       h.pending.erase(it);
     }
     if (!batch.empty())
-      run_batch(ctx, h, std::move(batch));
+      run_batch(h, std::move(batch));
   }
   h.batcher->end_round();
 }
@@ -210,7 +208,7 @@ device_task free_task(std::vector<handle_id> bufs,
     if (!slot || !slot->h)
       return;
     auto& h = *slot->h;
-    flush_all(ctx, h);
+    flush_all(h);
     for (auto it = h.caches.begin(); it != h.caches.end();) {
       if (std::get<0>(it->first) != slot->id) {
         ++it;
@@ -382,8 +380,7 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
 /// side by side, each sequence at its own position over its own cache, so
 /// each gets what it gets alone; then each step goes on as it would
 /// alone. A failure answers every step of the batch.
-void run_batch(device::task_context&, hosted_stage& h,
-               std::vector<pending_step> batch) {
+void run_batch(hosted_stage& h, std::vector<pending_step> batch) {
   auto& stage = *h.stage;
   // Each step's caches get their room first: a step whose cache cannot
   // grow fails alone (its shard goes, its job moves), the others run.
@@ -478,6 +475,7 @@ void run_batch(device::task_context&, hosted_stage& h,
 /// Answers every waiting step with `err` (the device refused the
 /// deadline's task: it failed or is gone).
 void fail_pending(hosted_stage& h, const caf::error& err) {
+  h.timer_armed = false;
   auto pending = std::move(h.pending);
   h.pending.clear();
   if (h.batcher)
@@ -501,11 +499,11 @@ void arm_deadline(device::task_context& ctx,
   device_task t;
   t.kind = task_kind::compute; // held while the device is paused
   std::weak_ptr<hosted_stage> w = hp;
-  t.run = [w, gen](device::task_context& ctx, caf::response_promise&) {
+  t.run = [w, gen](device::task_context&, caf::response_promise&) {
     auto h = w.lock();
     if (!h || h->timer_gen != gen)
       return;
-    flush_all(ctx, *h);
+    flush_all(*h);
   };
   t.refused = [w](const caf::error& err) {
     if (auto h = w.lock())
@@ -557,19 +555,19 @@ device_task step_task(self_ptr self, stage_step s,
       b.logit_rows = static_cast<std::uint32_t>(logit_rows(segs));
       h.pending.emplace(ticket, pending_step{slot, std::move(s),
                                              std::move(segs), rp, next, last,
-                                             shard, t0});
+                                             shard});
       // Only the first stage waits for the other jobs (their next steps
       // come from their samplers): a later stage that waited could wait
       // for a job whose step waits at the first stage for this one.
       if (h.batcher->add(std::move(b)) || !h.stage->is_first()
           || slot->batch_wait.count() <= 0)
-        flush_all(ctx, h);
+        flush_all(h);
       else
         arm_deadline(ctx, slot->h, slot->batch_wait);
       return;
     }
     // Alone: what waits runs first (steps keep their order).
-    flush_all(ctx, h);
+    flush_all(h);
     if (auto err = compute(h, *model, s, segs, io)) {
       quit_if_lost(shard, err);
       rp.deliver(std::move(err));
@@ -769,7 +767,7 @@ caf::result<caf::message> release(self_ptr self, std::uint64_t job,
       return;
     }
     auto& h = *slot->h;
-    flush_all(ctx, h); // the steps sent before run first
+    flush_all(h); // the steps sent before run first
     for (auto it = h.caches.begin(); it != h.caches.end();) {
       auto& [id, j, q] = it->first;
       if (id != slot->id || j != job || (seq && q != *seq)) {

@@ -614,6 +614,13 @@ device_stage::find_cache(cache_id id) const {
   return &it->second;
 }
 
+result<device_stage::cache*> device_stage::find_cache(cache_id id) {
+  auto c = static_cast<const device_stage&>(*this).find_cache(id);
+  if (!c)
+    return c.err();
+  return const_cast<cache*>(*c);
+}
+
 result<std::uint32_t> device_stage::n_past(cache_id id) const {
   auto c = find_cache(id);
   if (!c)
@@ -622,11 +629,10 @@ result<std::uint32_t> device_stage::n_past(cache_id id) const {
 }
 
 status device_stage::reserve(cache_id id, std::uint32_t positions) {
-  auto it = caches_.find(id);
-  if (it == caches_.end())
-    return fail(errc::invalid_argument,
-                "unknown KV cache " + std::to_string(id));
-  auto& c = it->second;
+  auto found = find_cache(id);
+  if (!found)
+    return found.err();
+  auto& c = **found;
   const std::uint32_t need = std::min(positions, c.capacity);
   if (need <= c.room)
     return {};
@@ -740,16 +746,15 @@ result<std::uint64_t> device_stage::cache_bytes(cache_id id) const {
 }
 
 status device_stage::truncate(cache_id id, std::uint32_t n) {
-  auto it = caches_.find(id);
-  if (it == caches_.end())
-    return fail(errc::invalid_argument,
-                "unknown KV cache " + std::to_string(id));
-  if (n > it->second.n_past)
+  auto c = find_cache(id);
+  if (!c)
+    return c.err();
+  if (n > (*c)->n_past)
     return fail(errc::invalid_argument,
                 "cannot truncate a KV cache of "
-                  + std::to_string(it->second.n_past) + " positions to "
+                  + std::to_string((*c)->n_past) + " positions to "
                   + std::to_string(n));
-  it->second.n_past = n;
+  (*c)->n_past = n;
   return {};
 }
 
@@ -790,14 +795,14 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     return fail(errc::invalid_argument,
                 "a forward needs 1 to " + std::to_string(opts_.max_tokens)
                   + " tokens, not " + std::to_string(N));
-  // Room for the new rows: a cache that is too small grows (its rows
-  // copied; on failure it stays as it was and nothing runs).
-  for (std::size_t s = 0; s < segs.size(); ++s)
-    EXO_TRY(reserve(segs[s].cache, segs[s].pos + segs[s].n));
   const bool x_from_device = dio.in.buf != 0;
   const bool x_to_device = dio.keep_out && !is_last();
   if (!x && (!x_from_device || (!is_last() && !x_to_device)))
     return fail(errc::invalid_argument, "no activations");
+  // Checked: room for the new rows. A cache that is too small grows (its
+  // rows copied; on failure it stays as it was and nothing runs).
+  for (std::size_t s = 0; s < segs.size(); ++s)
+    EXO_TRY(reserve(segs[s].cache, segs[s].pos + segs[s].n));
   auto& hp = model_->hparams();
   const std::uint64_t e = hp.n_embd, nq = hp.n_embd_q(), nkv = hp.n_embd_kv(),
                       ff = hp.n_ff;

@@ -459,6 +459,7 @@ private:
   backend::status run_batched(const std::vector<device_op>& ops);
   /// The cache `id`, or an error naming it.
   backend::result<const cache*> find_cache(cache_id id) const;
+  backend::result<cache*> find_cache(cache_id id);
   /// New K and V buffers of `room` positions for c, each layer's rows
   /// copied over; c is unchanged on failure.
   backend::status grow(cache& c, std::uint32_t room);
