@@ -251,8 +251,8 @@ void connection_limits::progress(id c, std::uint64_t, clock::time_point now) {
 }
 
 void connection_limits::output(id c, std::uint64_t unsent,
-                               std::uint64_t buffer, bool progressed,
-                               clock::time_point now) {
+                               std::uint64_t buffer, bool full,
+                               bool progressed, clock::time_point now) {
   auto it = conns_.find(c);
   if (it == conns_.end())
     return;
@@ -266,7 +266,7 @@ void connection_limits::output(id c, std::uint64_t unsent,
   if (!x.output_waits || progressed)
     x.output_progress = now;
   x.output_waits = true;
-  x.behind = buffer > 0 && unsent * 2 >= buffer;
+  x.behind = full || (buffer > 0 && unsent * 2 >= buffer);
   if (!x.behind)
     x.sent_while_behind = 0;
 }

@@ -28,8 +28,8 @@
 //   makes CAF buffer the node's output in memory once the kernel's socket
 //   buffers are full. Output that the peer does not acknowledge for
 //   `idle_timeout` is dropped, and a client certificate may send at most
-//   `max_client_unread_messages` messages while it is behind (half the
-//   socket's send buffer or more unread);
+//   `max_client_unread_messages` messages while it is behind (the socket's
+//   send buffer full, or half of it or more unread);
 // - whom a client may address: CAF delivers a BASP message to any actor
 //   whose handle ever crossed the wire (its id is in the registry), so a
 //   client certificate could message the node's services directly and
@@ -153,10 +153,14 @@ class connection_limits {
 
   /// A sample of the node's output to the peer: `unsent` bytes the kernel
   /// holds, not yet acknowledged, of a send buffer of `buffer` bytes;
-  /// `progressed` when the peer acknowledged bytes since the last sample.
-  /// Output waits while unsent > 0; the peer is behind (it does not read)
-  /// while half the buffer or more waits.
-  void output(id c, std::uint64_t unsent, std::uint64_t buffer,
+  /// `full` when the kernel takes no more (the socket is not writable: CAF
+  /// keeps what follows in memory); `progressed` when the peer acknowledged
+  /// bytes since the last sample. Output waits while unsent > 0; the peer
+  /// is behind (it does not read) while the kernel is full or half the
+  /// buffer or more waits. Either alone is not enough: the kernel counts a
+  /// buffer's use with its bookkeeping, so a full one may hold less than
+  /// half its size in bytes.
+  void output(id c, std::uint64_t unsent, std::uint64_t buffer, bool full,
               bool progressed, clock::time_point now);
 
   /// The connection is gone.

@@ -33,6 +33,7 @@
 #include <linux/sockios.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -313,7 +314,8 @@ bool after_handshake(SSL* ssl, int rc) {
 /// shows as bytes the kernel cannot send, never as a failed SSL_write; CAF
 /// keeps the rest in memory. Sampled by the watchdog for each admitted
 /// connection: the bytes not yet acknowledged, the socket's send buffer,
-/// and whether the peer acknowledged anything since the last sample.
+/// whether the kernel takes more (poll: writable), and whether the peer
+/// acknowledged anything since the last sample.
 void sample_output(const SSL* ssl, stream_state& st, clock::time_point now) {
   tcp_info info{};
   socklen_t len = sizeof info;
@@ -328,8 +330,10 @@ void sample_output(const SSL* ssl, stream_state& st, clock::time_point now) {
                         + sizeof info.tcpi_bytes_acked
                  ? static_cast<std::uint64_t>(info.tcpi_bytes_acked)
                  : 0;
+  pollfd writable{st.fd, POLLOUT, 0};
+  bool full = unsent > 0 && poll(&writable, 1, 0) == 0;
   limits().output(ssl, static_cast<std::uint64_t>(unsent < 0 ? 0 : unsent),
-                  static_cast<std::uint64_t>(buffer < 0 ? 0 : buffer),
+                  static_cast<std::uint64_t>(buffer < 0 ? 0 : buffer), full,
                   acked != st.bytes_acked, now);
   st.bytes_acked = acked;
 }
