@@ -147,6 +147,14 @@ struct coordinator_state {
   /// a job shorter than a watcher's poll is still seen, with its final
   /// token count and outcome.
   std::deque<text::json> recent;
+  /// Runs waiting for memory (no plan fits now; held here, nothing else
+  /// does), first come first placed; the one being placed again; whether
+  /// the retry timer runs.
+  std::deque<std::shared_ptr<job_run>> waiting;
+  std::weak_ptr<job_run> retrying;
+  bool retry_timer = false;
+  /// Runs from their start to their end (they may hold memory).
+  std::size_t live = 0;
   static inline const char* name = "exo.job_coordinator";
 };
 
@@ -203,6 +211,19 @@ struct job_run {
   std::chrono::steady_clock::time_point resumed_last_token{};
   /// Clients waiting for its end (attach): they get run's reply.
   std::vector<caf::typed_response_promise<console_reply>> attached;
+  /// Counted in coordinator_state::live until it ends.
+  bool live = false;
+  /// Waiting for memory (no plan fits): since when, until when at most,
+  /// and whether it is in the queue now; the devices whose KV cache could
+  /// not grow (left out of the next placement only: they may have room
+  /// once the run waited).
+  std::chrono::steady_clock::time_point wait_since{};
+  std::chrono::steady_clock::time_point wait_until{};
+  bool waiting = false;
+  std::string wait_why; ///< why it waits: the last placement's answer
+  std::set<std::string> full_devices;
+  /// The code a run that ends with an error ends with.
+  exo_errc end_code = exo_errc::failed_state;
 };
 
 /// How many placements a run may go through (the first and re-placements
@@ -225,6 +246,9 @@ std::string render(self_ptr self, const caf::error& err) {
 /// plan (at most 2 s), so that a run started after a finished one's
 /// answer is placed without its reservation. A re-placement that fails
 /// answers its job instead (which ends and comes back here).
+void drop_plan(self_ptr self, const run_ptr& run,
+               std::function<void()> then);
+
 void end_run(self_ptr self, const run_ptr& run, std::string error,
              std::function<void()> then = {}) {
   for (auto& r : run->ready)
@@ -237,13 +261,20 @@ void end_run(self_ptr self, const run_ptr& run, std::string error,
   if (run->recovery) {
     auto rp = std::move(*run->recovery);
     run->recovery.reset();
-    rp.deliver(fail(exo_errc::failed_state, std::move(error)));
+    rp.deliver(fail(run->end_code, std::move(error)));
     return;
   }
   if (!error.empty() && !run->ended) {
     run->ended = true;
-    run->sink.done(fail(exo_errc::failed_state, std::move(error)));
+    run->sink.done(fail(run->end_code, std::move(error)));
   }
+  drop_plan(self, run, std::move(then));
+}
+
+/// The coordinator stops re-planning (and reserving for) the run's kept
+/// plan; `then` runs once it did (at most 2 s).
+void drop_plan(self_ptr self, const run_ptr& run,
+               std::function<void()> then) {
   if (run->plan_job.empty()) {
     if (then)
       then();
@@ -751,6 +782,10 @@ void start_draft(self_ptr self, const run_ptr& run) {
 /// The stages are up and linked: the job starts, or a job that lost its
 /// pipeline gets the new one.
 void stages_linked(self_ptr self, const run_ptr& run) {
+  if (self->state.retrying.lock() == run) // the next in line may go
+    self->state.retrying.reset();
+  run->wait_since = {}; // a later wait (a cache that cannot grow) is new
+  run->wait_until = {};
   if (!run->recovery) {
     start_draft(self, run);
     return;
@@ -938,6 +973,244 @@ std::string draft_device_of(const plan_info& p, const std::string& node) {
            : std::string{};
 }
 
+void place_first(self_ptr self, const run_ptr& run);
+void place_on_survivors(self_ptr self, const run_ptr& run);
+
+/// How often the runs waiting for memory try again (and as soon as a run
+/// ends).
+constexpr auto retry_period = std::chrono::milliseconds(500);
+
+/// Whether runs other than `run` may hold memory now (started and not
+/// ended, not waiting themselves).
+bool others_hold_memory(self_ptr self, const job_run& run) {
+  auto& st = self->state;
+  std::size_t idle = run.live ? 1 : 0;
+  for (auto& r : st.waiting)
+    if (r.get() != &run && r->live && r->waiting)
+      ++idle;
+  return st.live > idle;
+}
+
+void arm_retry(self_ptr self, std::chrono::milliseconds after = retry_period) {
+  auto& st = self->state;
+  if (st.retry_timer || st.waiting.empty())
+    return;
+  st.retry_timer = true;
+  self->delayed_send(self, after, tick_atom::value, std::uint32_t{0});
+}
+
+std::string seconds_text(std::chrono::steady_clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f",
+                std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+/// No plan fits `run` now (`why`): it waits for the memory this
+/// coordinator's other runs hold (at most admission_wait, first come first
+/// placed), or ends with out_of_memory saying what it waited for.
+void no_room(self_ptr self, const run_ptr& run, std::string why) {
+  auto& st = self->state;
+  if (run->ended)
+    return;
+  if (st.retrying.lock() == run)
+    st.retrying.reset();
+  drop_plan(self, run, {}); // no reservation kept for a plan that failed
+  auto now = std::chrono::steady_clock::now();
+  const bool first = run->wait_since == std::chrono::steady_clock::time_point{};
+  if (first) {
+    run->wait_since = now;
+    run->wait_until = now + st.cfg.admission_wait;
+  }
+  if (st.cfg.admission_wait.count() > 0 && now < run->wait_until
+      && others_hold_memory(self, *run)) {
+    run->waiting = true;
+    run->wait_why = why;
+    if (first) {
+      st.waiting.push_back(run);
+      exo::text::line(std::cout)
+        << "exo-node " << st.cfg.node << ": a job waits for memory ("
+        << st.waiting.size() << " waiting): " << why << std::endl;
+    } else {
+      st.waiting.push_front(run); // it keeps its turn
+    }
+    arm_retry(self);
+    return;
+  }
+  run->end_code = exo_errc::out_of_memory;
+  if (!first)
+    why += "; waited " + seconds_text(now - run->wait_since)
+           + " s for the memory other jobs hold";
+  end_run(self, run, why);
+}
+
+/// The retry timer: runs that waited too long end; the first in line is
+/// placed again (one at a time: the next waits until its stages stand).
+void retry_waiting(self_ptr self) {
+  auto& st = self->state;
+  st.retry_timer = false;
+  auto now = std::chrono::steady_clock::now();
+  std::deque<run_ptr> keep;
+  std::vector<run_ptr> expired;
+  for (auto& r : st.waiting) {
+    if (r->ended || !r->waiting)
+      continue;
+    if (now >= r->wait_until)
+      expired.push_back(r);
+    else
+      keep.push_back(r);
+  }
+  st.waiting = std::move(keep);
+  for (auto& r : expired) {
+    r->waiting = false;
+    r->end_code = exo_errc::out_of_memory;
+    end_run(self, r,
+            r->wait_why + "; waited " + seconds_text(now - r->wait_since)
+              + " s for the memory other jobs hold "
+                "(models.admission_wait_ms)");
+  }
+  auto busy = st.retrying.lock();
+  if (!busy || busy->ended || busy->waiting) {
+    st.retrying.reset();
+    if (!st.waiting.empty()) {
+      auto run = st.waiting.front();
+      st.waiting.pop_front();
+      run->waiting = false;
+      st.retrying = run;
+      // A device its KV cache outgrew may have room now.
+      for (auto& d : run->full_devices)
+        run->lost_devices.erase(d);
+      run->full_devices.clear();
+      if (run->attempt == 0)
+        place_first(self, run);
+      else
+        place_on_survivors(self, run);
+    }
+  }
+  arm_retry(self);
+}
+
+/// The bytes of KV cache `run` needs on each stage of `plan`: its whole
+/// caches (every sequence at its full context), as placement counts them.
+std::vector<std::uint64_t> kv_need(const job_run& run,
+                                   const std::vector<stage_place>& plan) {
+  std::vector<std::uint64_t> out;
+  auto seqs = std::max<std::uint64_t>(run.job.request.sequences, 1);
+  for (auto& s : plan)
+    out.push_back(model::device_stage_memory(*run.job.model, s.first, s.last,
+                                             model::device_stage_options{})
+                    .kv_bytes_per_token
+                  * run.job.n_ctx * seqs);
+  return out;
+}
+
+/// `view` with the devices of `fresh` (a console "devices" reply: every
+/// reachable node's own figures, just read) in place of the gossiped ones.
+member_view with_fresh_devices(member_view view,
+                               const std::vector<device_info>& fresh) {
+  for (auto& m : view.members) {
+    std::vector<device_info> mine;
+    for (auto& d : fresh)
+      if (d.node == m.name && d.id != "?")
+        mine.push_back(d);
+    if (!mine.empty())
+      m.devices = std::move(mine);
+  }
+  return view;
+}
+
+/// The running jobs of `run`'s model that it might join (none with a
+/// draft or an even split asked for), and the KV bytes every running job
+/// may still claim per device ("NODE/ID": their whole caches).
+struct join_candidates {
+  std::vector<std::pair<std::uint64_t, run_ptr>> beside;
+  std::map<std::string, std::uint64_t> promised;
+};
+
+join_candidates candidates_for(self_ptr self, const run_ptr& run) {
+  join_candidates out;
+  if (run->job.draft || run->job.request.stages != 0)
+    return out;
+  auto same_model = [&](const job_run& r) {
+    return run->sha.empty() ? r.job.request.model == run->job.request.model
+                            : r.sha == run->sha;
+  };
+  for (auto& [id, rj] : self->state.running) {
+    auto r = rj.run.lock();
+    if (!r || r->ended || r == run || r->plan.empty())
+      continue;
+    auto kv = kv_need(*r, r->plan);
+    for (std::size_t i = 0; i < kv.size(); ++i)
+      out.promised[r->plan[i].node + "/" + r->plan[i].device] += kv[i];
+    bool lost = std::any_of(r->plan.begin(), r->plan.end(),
+                            [&](const stage_place& s) {
+                              return run->lost_nodes.count(s.node) != 0;
+                            });
+    if (same_model(*r) && !r->recovery && !lost)
+      out.beside.emplace_back(id, r);
+  }
+  return out;
+}
+
+/// No plan of its own fits `run` (`why`): it joins the stages of a running
+/// job of the same model when their devices (read afresh) have room for
+/// its KV caches beside what the jobs there may still claim, else it
+/// waits (no_room). The stages' weights are shared: a shard host runs the
+/// jobs of one model, device and layer range on one stage, which batches
+/// their steps, so a model that fits a device once serves several
+/// requests.
+void join_or_wait(self_ptr self, const run_ptr& run, member_view view,
+                  std::string after, std::string why) {
+  join_candidates c;
+  try {
+    c = candidates_for(self, run);
+  } catch (const std::exception&) { // a bad range: no joining
+  }
+  if (c.beside.empty()) {
+    no_room(self, run, std::move(why));
+    return;
+  }
+  auto attempt = run->attempt;
+  auto decide = [self, run, c, after, why, attempt](const member_view& v) {
+    if (run->ended || attempt != run->attempt)
+      return;
+    for (auto& [id, r] : c.beside) {
+      if (r->ended)
+        continue;
+      try {
+        if (!fits_beside(r->plan, kv_need(*run, r->plan), v, c.promised,
+                         run->lost_devices))
+          continue;
+      } catch (const std::exception&) {
+        continue;
+      }
+      run->plan = r->plan;
+      run->placement_text
+        = after + "placement: beside job " + std::to_string(id)
+          + " (no plan of its own fits the free memory: it shares that "
+            "job's stages and their weights, its KV caches fit beside)\n"
+          + describe(run->plan);
+      start_stages(self, run);
+      return;
+    }
+    no_room(self, run, why);
+  };
+  auto gate = self->state.cfg.gate;
+  if (!gate) { // the view is this node's devices, just read
+    decide(view);
+    return;
+  }
+  // The member view's figures lag: each device's own, now.
+  self
+    ->request(gate, 2s, console_atom::value, std::string{"devices"},
+              std::string{})
+    .then(
+      [decide, view](console_reply& devs) {
+        decide(with_fresh_devices(view, devs.devices));
+      },
+      [self, run, why](caf::error&) { no_room(self, run, why); });
+}
+
 /// Chooses the stages: an even split with stages K, else the solver's plan
 /// (the coordinating node's placement service with a gate, solved here
 /// without one).
@@ -984,6 +1257,11 @@ void place_and_start(self_ptr self, const run_ptr& run,
             resident.push_back({s.node + "/" + s.device, s.first, s.last - 1});
       }
       auto solved = plan_locally(preq, view, st.cfg.node, resident);
+      if (solved.stages.empty() && solved.status == "infeasible") {
+        join_or_wait(self, run, view, after,
+                     after + no_plan(solved) + " (--stages K splits evenly)");
+        return;
+      }
       run->plan = stages_of(solved, view, n_layer);
       if (run->attempt == 0)
         run->draft_device = draft_device_of(solved, st.cfg.node);
@@ -1018,9 +1296,15 @@ void place_and_start(self_ptr self, const run_ptr& run,
               caf::make_message(plan_atom::value, std::move(preq)))
     .then(
       [self, run, view, coordinator, n_layer](plan_job_info& j) {
-        run->plan_job = j.id;
+              run->plan_job = j.id;
         run->planner = coordinator;
         run->draft_device = draft_device_of(j.plan, self->state.cfg.node);
+        if (j.plan.stages.empty() && j.plan.status == "infeasible") {
+          drop_plan(self, run, {}); // nothing to keep re-planning
+          join_or_wait(self, run, view, "",
+                       no_plan(j.plan) + " (--stages K splits evenly)");
+          return;
+        }
         try {
           run->plan = stages_of(j.plan, view, n_layer);
         } catch (const std::exception& e) {
@@ -1111,19 +1395,38 @@ caf::behavior stop_all(caf::event_based_actor* self,
 /// How long a re-placement waits for the run's old stages to go.
 constexpr auto stop_limit = std::chrono::milliseconds(2000);
 
-/// `view` with the devices of `fresh` (a console "devices" reply: every
-/// reachable node's own figures, just read) in place of the gossiped ones.
-member_view with_fresh_devices(member_view view,
-                               const std::vector<device_info>& fresh) {
-  for (auto& m : view.members) {
-    std::vector<device_info> mine;
-    for (auto& d : fresh)
-      if (d.node == m.name && d.id != "?")
-        mine.push_back(d);
-    if (!mine.empty())
-      m.devices = std::move(mine);
-  }
-  return view;
+/// Reads the cluster afresh (the members, every device's free memory) and
+/// places the run on what survives its losses.
+void place_on_survivors(self_ptr self, const run_ptr& run) {
+  auto attempt = run->attempt;
+  auto failed = [self, run, attempt](caf::error& err) {
+    if (attempt != run->attempt)
+      return;
+    end_run(self, run,
+            run->lost_why + "; cannot read the cluster to re-place it: "
+              + render(self, err));
+  };
+  auto gate = self->state.cfg.gate;
+  self
+    ->request(gate, 10s, console_atom::value, std::string{"nodes"},
+              std::string{})
+    .then(
+      [self, run, attempt, failed, gate](console_reply& nodes) {
+        if (attempt != run->attempt || run->ended)
+          return;
+        self
+          ->request(gate, 10s, console_atom::value, std::string{"devices"},
+                    std::string{})
+          .then(
+            [self, run, attempt, nodes](console_reply& devs) {
+              if (attempt != run->attempt || run->ended)
+                return;
+              auto view = with_fresh_devices(nodes.nodes, devs.devices);
+              place_and_start(self, run, without_lost(*run, view), "");
+            },
+            failed);
+      },
+      failed);
 }
 
 /// Places the run again, on what survives its losses: its stages so far
@@ -1157,41 +1460,9 @@ void replace_run(self_ptr self, const run_ptr& run, std::string why) {
               + " times: no more re-placements)");
     return;
   }
-  auto attempt = run->attempt;
-  auto failed = [self, run, attempt](caf::error& err) {
-    if (attempt != run->attempt)
-      return;
-    end_run(self, run,
-            run->lost_why + "; cannot read the cluster to re-place it: "
-              + render(self, err));
-  };
-  auto read_cluster = [self, run, attempt, failed] {
-    auto gate = self->state.cfg.gate;
-    self
-      ->request(gate, 10s, console_atom::value, std::string{"nodes"},
-                std::string{})
-      .then(
-        [self, run, attempt, failed, gate](console_reply& nodes) {
-          if (attempt != run->attempt || run->ended)
-            return;
-          self
-            ->request(gate, 10s, console_atom::value, std::string{"devices"},
-                      std::string{})
-            .then(
-              [self, run, attempt, nodes](console_reply& devs) {
-                if (attempt != run->attempt || run->ended)
-                  return;
-                auto view = with_fresh_devices(nodes.nodes, devs.devices);
-                place_and_start(self, run, without_lost(*run, view),
-                                "");
-              },
-              failed);
-        },
-        failed);
-  };
   self->request(stopper, stop_limit + 5s, tick_atom::value)
-    .then([read_cluster](caf::ok_atom) { read_cluster(); },
-          [read_cluster](caf::error&) { read_cluster(); });
+    .then([self, run](caf::ok_atom) { place_on_survivors(self, run); },
+          [self, run](caf::error&) { place_on_survivors(self, run); });
 }
 
 /// Job `id` lost stages `lost` (indices of its pipeline): re-places it and
@@ -1209,11 +1480,18 @@ caf::result<job_pipeline> recover_job(self_ptr self, std::uint64_t id,
   if (run->recovery)
     return fail(exo_errc::failed_state,
                 "job " + std::to_string(id) + " is being re-placed already");
+  // A KV cache that could not grow (job_actor names the shard's code).
+  const bool out_of_room
+    = why.find(std::string{to_string(exo_errc::out_of_memory)} + ": ")
+      != std::string::npos;
   for (auto i : lost)
     if (i < run->plan.size()) {
       auto& p = run->plan[i];
-      if (device_only || p.node == st.cfg.node) // the node lives on
+      if (device_only || p.node == st.cfg.node) { // the node lives on
         run->lost_devices.insert(p.node + "/" + p.device);
+        if (out_of_room)
+          run->full_devices.insert(p.node + "/" + p.device);
+      }
       else
         run->lost_nodes.insert(p.node);
     }
@@ -1262,6 +1540,31 @@ void place_locally(self_ptr self, const run_ptr& run) {
       });
 }
 
+/// The first placement of `run` (and its retries while it waits for
+/// memory): on this node's devices without a gate, else through the
+/// coordinating node's placement service.
+void place_first(self_ptr self, const run_ptr& run) {
+  auto& st = self->state;
+  if (!st.cfg.gate) {
+    place_locally(self, run);
+    return;
+  }
+  self
+    ->request(st.cfg.gate, 10s, console_atom::value, std::string{"nodes"},
+              std::string{})
+    .then(
+      [self, run](console_reply& r) {
+              if (run->ended)
+          return;
+        // r.text names the coordinator, whose placement service plans.
+        place_and_start(self, run, r.nodes, r.text);
+      },
+      [self, run](caf::error& err) {
+        end_run(self, run,
+                "cannot read the member view: " + render(self, err));
+      });
+}
+
 /// A job taken over from a coordinating node that died (a backup_job).
 struct takeover {
   std::string key; ///< "ORIGIN:ID"
@@ -1307,6 +1610,12 @@ caf::expected<console_reply> attach_reply(const job_run& run,
 /// for a while for those who attach late (a backup passing an end on).
 void run_ended(self_ptr self, job_run& run,
                const caf::expected<job_report>& r) {
+  auto& st = self->state;
+  if (run.live) { // its memory comes back: those waiting try again soon
+    run.live = false;
+    --st.live;
+    arm_retry(self, std::chrono::milliseconds{200});
+  }
   auto reply = attach_reply(run, r);
   auto waiting = std::move(run.attached);
   run.attached.clear();
@@ -1374,26 +1683,13 @@ caf::error start_run(self_ptr self, job_request req, job_sink sink,
     }
     st.offered[run->sha] = run->job.request.model;
   }
-  if (!st.cfg.gate) {
-    place_locally(self, run);
-    return {};
-  }
+  run->live = true;
+  ++st.live;
   // A job taken over is findable (attach) while it is placed: its backup
   // entry is gone already, and a client whose node died re-attaches now.
-  if (from)
+  if (from && st.cfg.gate)
     st.starting.push_back(run);
-  self
-    ->request(st.cfg.gate, 10s, console_atom::value, std::string{"nodes"},
-              std::string{})
-    .then(
-      [self, run](console_reply& r) {
-        // r.text names the coordinator, whose placement service plans.
-        place_and_start(self, run, r.nodes, r.text);
-      },
-      [self, run](caf::error& err) {
-        end_run(self, run,
-                "cannot read the member view: " + render(self, err));
-      });
+  place_first(self, run);
   return {};
 }
 
@@ -2129,6 +2425,10 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
       if (self->current_sender() == self->ctrl()) // its own timer only
         replicate_tick(self);
     },
+    [self](tick_atom, std::uint32_t) {
+      if (self->current_sender() == self->ctrl()) // its own timer only
+        retry_waiting(self);
+    },
     [self](recover_atom, std::uint64_t id, std::vector<std::uint32_t>& lost,
            std::string& why, bool device_only) -> caf::result<job_pipeline> {
       return recover_job(self, id, lost, std::move(why), device_only);
@@ -2196,6 +2496,7 @@ service spawn_jobs_service(const service_context& ctx) {
   cfg.blobs = ctx.blobs;
   cfg.client_dirs = config::client_dirs(*ctx.cfg);
   cfg.backups = ctx.cfg->models.backup_jobs;
+  cfg.admission_wait = ctx.cfg->models.admission_wait;
   service s;
   s.name = "jobs";
   s.kind = "jobs";

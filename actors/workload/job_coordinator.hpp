@@ -14,6 +14,12 @@
 ///   3. starts one shard per stage through the shard hosts (shard_host.hpp;
 ///      remote ones through the gate, with the parts of the model they may
 ///      lack), links them and runs the job (job_actor.hpp);
+///      When no plan fits (the solver finds it infeasible, or a device
+///      cannot allocate a stage) while this coordinator's other runs hold
+///      memory, the run waits for them, first come first placed, at most
+///      `admission_wait`; then it fails with out_of_memory (the gateway's
+///      429). A run whose KV cache cannot grow anywhere waits the same way
+///      (its stages stopped) and is re-fed once placed again;
 ///   4. streams job_placed, job_started and every job_token to the
 ///      listener, and answers with a job_report (or failed_state naming the
 ///      stage, the placement or the job's error).
@@ -55,6 +61,7 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -81,6 +88,11 @@ struct job_coordinator_config {
   std::optional<std::vector<std::string>> client_dirs;
   /// Replicate each job to a backup node (models.backup_jobs).
   bool backups = true;
+  /// How long a run that finds no room (the plan is infeasible, or a
+  /// device cannot allocate its stage or KV cache) waits for the memory
+  /// this coordinator's other runs hold (models.admission_wait_ms); 0:
+  /// it fails at once. A run waits only while other runs hold memory.
+  std::chrono::milliseconds admission_wait{30000};
 };
 
 /// Spawns a coordinator (detached: it maps and hashes model files).

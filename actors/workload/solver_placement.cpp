@@ -83,16 +83,52 @@ plan_info plan_locally(
   return out;
 }
 
+bool fits_beside(const std::vector<stage_place>& plan,
+                 const std::vector<std::uint64_t>& kv,
+                 const member_view& view,
+                 const std::map<std::string, std::uint64_t>& promised,
+                 const std::set<std::string>& excluded) {
+  if (plan.empty() || kv.size() != plan.size())
+    return false;
+  // Several stages on one device add up.
+  std::map<std::string, std::uint64_t> need;
+  for (std::size_t i = 0; i < plan.size(); ++i)
+    need[plan[i].node + "/" + plan[i].device] += kv[i];
+  for (auto& [dev, bytes] : need) {
+    if (excluded.count(dev) != 0)
+      return false;
+    const device_info* found = nullptr;
+    for (auto& m : view.members)
+      if (m.status == member_status::alive
+          && dev.compare(0, m.name.size() + 1, m.name + "/") == 0)
+        for (auto& d : m.devices)
+          if (d.id == dev.substr(m.name.size() + 1)
+              && (d.state == device_state::ready
+                  || d.state == device_state::busy))
+            found = &d;
+    if (!found)
+      return false;
+    auto it = promised.find(dev);
+    auto claimed = it == promised.end() ? 0 : it->second;
+    auto with_margin = static_cast<long double>(bytes + claimed) * 1.05L;
+    if (with_margin > static_cast<long double>(found->free_memory))
+      return false;
+  }
+  return true;
+}
+
+std::string no_plan(const plan_info& p) {
+  std::string why = "the placement solver found no plan (" + p.status + ")";
+  for (auto& e : p.explanation)
+    why += "; " + e;
+  return why;
+}
+
 std::vector<stage_place> stages_of(const plan_info& p,
                                    const member_view& view,
                                    std::uint32_t n_layer) {
-  if (p.stages.empty()) {
-    std::string why = "the placement solver found no plan (" + p.status
-                      + ")";
-    for (auto& e : p.explanation)
-      why += "; " + e;
-    throw std::invalid_argument(why);
-  }
+  if (p.stages.empty())
+    throw std::invalid_argument(no_plan(p));
   std::vector<stage_place> out;
   std::uint32_t next = 0;
   for (auto& s : p.stages) {

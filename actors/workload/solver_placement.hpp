@@ -15,6 +15,8 @@
 #include "messages/placement.hpp"
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,23 @@ member_view single_node_view(const std::string& node,
 plan_info plan_locally(
   const plan_request& r, const member_view& view, const std::string& node,
   const std::vector<placement::resident_layers>& resident = {});
+
+/// Whether a job whose KV caches need `kv[i]` bytes on stage i of `plan` —
+/// the stages a running job of the same model holds, whose weights it
+/// would share — fits beside it: every stage's device is on an alive
+/// member of `view`, not in `excluded` ("NODE/ID"), and has free memory
+/// for its KV with a 5% margin beyond `promised` ("NODE/ID" -> the bytes
+/// the jobs already there may still claim: their whole KV caches, which
+/// grow as their sequences do).
+bool fits_beside(const std::vector<stage_place>& plan,
+                 const std::vector<std::uint64_t>& kv,
+                 const member_view& view,
+                 const std::map<std::string, std::uint64_t>& promised,
+                 const std::set<std::string>& excluded);
+
+/// Why a plan without stages has none: "the placement solver found no plan
+/// (STATUS); EXPLANATION...".
+std::string no_plan(const plan_info& p);
 
 /// The stages of a solver's plan, in pipeline order: each stage's device
 /// ("NODE/ID") resolved in `view`. Throws std::invalid_argument naming the

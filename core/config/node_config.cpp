@@ -594,6 +594,12 @@ node_config parse_document(const std::string& json, const std::string& source) {
                         }},
                        {"backup_jobs", [&](element v, const std::string& q) {
                           cfg.models.backup_jobs = as_bool(v, q);
+                        }},
+                       {"admission_wait_ms",
+                        [&](element v, const std::string& q) {
+                          cfg.models.admission_wait = std::chrono::milliseconds{
+                            static_cast<std::int64_t>(
+                              as_number(v, q, 0, 3600000))};
                         }}});
          }},
         {"log",

@@ -59,6 +59,9 @@ struct models_section {
   /// fetches the whole model file once) so that it survives this node's
   /// loss; off: no copies, the job ends with this node.
   bool backup_jobs = true;
+  /// How long a job that finds no room waits for the memory of the jobs
+  /// running (`admission_wait_ms`); 0: it fails at once.
+  std::chrono::milliseconds admission_wait{30000};
 };
 
 struct tls_section {

@@ -67,6 +67,12 @@ api_error queue_full(std::size_t limit) {
           "rate_limit_error", {}, "queue_full"};
 }
 
+api_error no_room(std::string message) {
+  return {429, "No device has room for this request while the running ones "
+               "hold their memory; retry later: " + std::move(message),
+          "rate_limit_error", {}, "insufficient_capacity"};
+}
+
 api_error unavailable(std::string message) {
   return {503, std::move(message), "server_error", {}, "unavailable"};
 }

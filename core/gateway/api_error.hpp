@@ -66,6 +66,10 @@ api_error headers_too_large(std::size_t limit);
 /// 429: `limit` requests are already admitted (queued or running).
 api_error queue_full(std::size_t limit);
 
+/// 429: no device has room for the request's model and context while the
+/// jobs running hold their memory (it waited models.admission_wait_ms).
+api_error no_room(std::string message);
+
 /// 503: no capacity to run the request (no connection slot, no device).
 api_error unavailable(std::string message);
 

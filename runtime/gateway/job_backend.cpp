@@ -68,6 +68,9 @@ api_error job_failure(const caf::error& err, bool started) {
   if (err.category() == exo_error_category()
       && err.code() == static_cast<std::uint8_t>(exo_errc::invalid_argument))
     return invalid_request(msg);
+  if (!started && err.category() == exo_error_category()
+      && err.code() == static_cast<std::uint8_t>(exo_errc::out_of_memory))
+    return no_room(msg);
   if (!started)
     return unavailable("no device can take this request now: " + msg);
   api_error e;

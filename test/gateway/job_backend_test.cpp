@@ -105,7 +105,13 @@ struct script_log {
   std::vector<std::uint64_t> cancels;
 };
 
-enum class script { tokens_then_eos, run_until_cancel, refuse, fail_early };
+enum class script {
+  tokens_then_eos,
+  run_until_cancel,
+  refuse,
+  fail_early,
+  no_room
+};
 
 caf::behavior coordinator(caf::event_based_actor* self, script s,
                           std::shared_ptr<script_log> log,
@@ -124,6 +130,10 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
       if (s == script::fail_early)
         return make_exo_error(exo_errc::failed_state,
                               "no placement: the model does not fit");
+      if (s == script::no_room) // waited models.admission_wait_ms
+        return make_exo_error(exo_errc::out_of_memory,
+                              "no plan fits; waited 30.0 s for the memory "
+                              "other jobs hold");
       self->send(listener, job_started{7});
       job_report rep;
       rep.job = 7;
@@ -265,6 +275,21 @@ TEST_CASE("job errors become OpenAI errors, so do refused mappings") {
   auto early = sys.spawn(coordinator, script::fail_early, log,
                          std::vector<std::int32_t>{},
                          std::vector<std::string>{});
+  auto full = sys.spawn(coordinator, script::no_room, log,
+                        std::vector<std::int32_t>{},
+                        std::vector<std::string>{});
+  {
+    // No room while other jobs hold the memory: 429 (the server adds
+    // Retry-After), a client retries later.
+    job_backend c{sys, full, {fx.model}};
+    auto sink = std::make_shared<recording_sink>();
+    c.complete(request("x"), sink);
+    REQUIRE(sink->ended());
+    CHECK(sink->error_.status == 429);
+    CHECK(sink->error_.code == "insufficient_capacity");
+    CHECK(sink->error_.message.find("waited 30.0 s") != std::string::npos);
+  }
+  caf::anon_send_exit(full, caf::exit_reason::user_shutdown);
   {
     job_backend a{sys, refuse, {fx.model}};
     auto sink = std::make_shared<recording_sink>();
@@ -291,7 +316,7 @@ TEST_CASE("job errors become OpenAI errors, so do refused mappings") {
     CHECK(sink->error_.status == 400);
     CHECK(sink->error_.code == "no_chat_template");
     std::lock_guard<std::mutex> g{log->mx};
-    CHECK(log->requests.size() == 2);
+    CHECK(log->requests.size() == 3);
   }
   caf::anon_send_exit(refuse, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(early, caf::exit_reason::user_shutdown);

@@ -285,3 +285,56 @@ TEST_CASE("a running job's plan is re-planned with the reason when a node "
   self->send_exit(placement, caf::exit_reason::user_shutdown);
   self->wait_for(placement);
 }
+
+TEST_CASE("a job fits beside a running one when each of its stages' devices "
+          "has room for its KV cache and what the jobs there may still claim",
+          "[placement][jobs]") {
+  member_view v;
+  v.members = {member("a", {"gpu:0", "gpu:1"}), member("b", {"gpu:0"})};
+  auto set_free = [&](const std::string& node, const std::string& id,
+                      std::uint64_t free) {
+    for (auto& m : v.members)
+      for (auto& d : m.devices)
+        if (m.name == node && d.id == id)
+          d.free_memory = free;
+  };
+  set_free("a", "gpu:0", 1000);
+  set_free("a", "gpu:1", 1000);
+  set_free("b", "gpu:0", 1000);
+  auto at = [](std::uint32_t first, std::uint32_t last, const char* node,
+               const char* dev) {
+    workload::stage_place s;
+    s.first = first;
+    s.last = last;
+    s.node = node;
+    s.device = dev;
+    return s;
+  };
+  std::vector<workload::stage_place> plan{at(0, 2, "a", "gpu:0"),
+                                          at(2, 4, "b", "gpu:0")};
+  std::map<std::string, std::uint64_t> promised{{"a/gpu:0", 400}};
+  // 500 + 400 claimed, with 5%: 945 of 1000.
+  CHECK(workload::fits_beside(plan, {500, 500}, v, promised, {}));
+  // 550 + 400: 997.5 of 1000, 952 + 0 on b: 999.6.
+  CHECK(workload::fits_beside(plan, {550, 952}, v, promised, {}));
+  CHECK_FALSE(workload::fits_beside(plan, {553, 500}, v, promised, {}));
+  CHECK_FALSE(workload::fits_beside(plan, {500, 953}, v, promised, {}));
+  // Two stages on one device add up.
+  std::vector<workload::stage_place> twice{at(0, 2, "a", "gpu:1"),
+                                           at(2, 4, "a", "gpu:1")};
+  CHECK(workload::fits_beside(twice, {450, 450}, v, {}, {}));
+  CHECK_FALSE(workload::fits_beside(twice, {500, 500}, v, {}, {}));
+  // A device left out, a dead member, a failed device, a missing one, or
+  // sizes that do not match the plan: no.
+  CHECK_FALSE(workload::fits_beside(plan, {1, 1}, v, {}, {"b/gpu:0"}));
+  v.members[1].status = member_status::dead;
+  CHECK_FALSE(workload::fits_beside(plan, {1, 1}, v, {}, {}));
+  v.members[1].status = member_status::alive;
+  v.members[1].devices[0].state = device_state::failed;
+  CHECK_FALSE(workload::fits_beside(plan, {1, 1}, v, {}, {}));
+  v.members[1].devices[0].state = device_state::ready;
+  CHECK(workload::fits_beside(plan, {1, 1}, v, {}, {}));
+  CHECK_FALSE(workload::fits_beside({at(0, 4, "a", "gpu:9")}, {1}, v, {}, {}));
+  CHECK_FALSE(workload::fits_beside(plan, {1}, v, {}, {}));
+  CHECK_FALSE(workload::fits_beside({}, {}, v, {}, {}));
+}

@@ -636,6 +636,122 @@ TEST_CASE("a job whose survivors cannot hold its model fails at once, "
               "kill\n", took);
 }
 
+TEST_CASE("a job that finds no room joins a running job's stages when its "
+          "KV cache fits beside, else waits for the memory and runs once it "
+          "is free, and one that waits too long fails with out_of_memory",
+          "[workload][process]") {
+  pki p{"exo-admission"};
+  // About 25 MiB of F32 weights and 2 KiB of F16 KV cache a token, on a
+  // simulated device of 64 MiB that reads 1 GB/s on the wall clock (25 ms
+  // a token: the long jobs below outlast the test).
+  exo::model::test_model_options o;
+  o.layers = 4;
+  o.dim = 256;
+  o.ff = 1024;
+  o.vocab = 4096;
+  o.ctx = 4096;
+  o.seed = 5;
+  auto model = p.dir + "/big.gguf";
+  exo::model::make_test_model(o, model);
+  auto profiles = p.dir + "/tiny.json";
+  std::ofstream{profiles} << R"({"profiles": [{"name": "tiny",
+    "display_name": "tiny", "vendor": "test", "architecture": "t",
+    "memory_gib": 0.0625, "compute_units": 8, "tflops": 1,
+    "bandwidth_gbs": 1, "idle_power_w": 10, "peak_power_w": 50,
+    "thermal_resistance_c_per_w": 0.5, "thermal_capacitance_j_per_c": 100,
+    "ambient_c": 30, "throttle_c": 90}]})";
+  p.node("solo");
+  node_options no{"solo"};
+  no.state_dir = p.dir + "/solo/state";
+  // (The node's cpu takes no layer: 1 MiB.)
+  no.devices = R"({"include": ["cpu", "sim"], "cpu_memory_limit_mib": 1,
+                    "sim_profiles_file": ")" + profiles
+               + R"(", "simulated": [{"profile": "tiny"}],
+                    "sim_time_scale": 1, "rescan_interval_s": 0})";
+  no.extra = R"(, "models": {"dirs": [")" + p.dir
+             + R"("], "admission_wait_ms": 4000})";
+  auto n = start_node(p, no);
+  auto job = [&](int tokens, int seed, const std::string& more) {
+    return "run --model " + model + " --prompt \"once upon a time\" -n "
+           + std::to_string(tokens) + " --seed " + std::to_string(seed)
+           + " --temperature 0 " + more;
+  };
+  // A long job: the weights and 8 MiB of KV cache its own (which leaves
+  // about 37 MiB free).
+  auto holder = job(2000, 2, "--ctx 4096");
+  process first{background_console(p, n.port, holder)};
+  REQUIRE(n.proc->wait_for_output("job 1 started", 120s));
+  auto devices = console(p, n.port, std::vector<std::string>{"devices"},
+                         console_options{true});
+  INFO("devices with job 1 running: " << devices.out);
+  // 1. 20 MiB of KV: no plan of its own fits (the weights again), but
+  //    beside job 1 on its stage it does.
+  auto beside = job(24, 3, "--ctx 2560 --sequences 4");
+  auto joining = console(p, n.port, beside);
+  INFO(joining.out << joining.err);
+  REQUIRE(joining.code == 0);
+  CHECK(contains(joining.out, "placement: beside job 1"));
+  // 2. 32 MiB of KV fits neither beside job 1 nor beside its weights: it
+  //    waits, says so, and runs once job 1 is cancelled.
+  auto big = job(24, 4, "--ctx 4096 --sequences 4");
+  process second{background_console(p, n.port, big)};
+  if (!n.proc->wait_for_output("a job waits for memory (1 waiting)", 60s)) {
+    second.wait(60s);
+    FAIL("the job did not wait: " << second.out() << second.err()
+                                  << "\nthe node's output: "
+                                  << n.proc->out());
+  }
+  CHECK(contains(n.proc->out(), "found no plan (infeasible)"));
+  std::this_thread::sleep_for(1s); // it tries again meanwhile
+  CHECK(console(p, n.port, "cancel 1").code == 0);
+  CHECK(first.wait(60s) == 0);
+  auto second_code = second.wait(60s);
+  INFO(second.out() << second.err() << "\nthe node's output: "
+                    << n.proc->out());
+  REQUIRE(second_code == 0);
+  // The same jobs alone give the same texts.
+  for (auto [ran, again] :
+       {std::pair<std::string, std::string>{joining.out, beside},
+        std::pair<std::string, std::string>{second.out(), big}}) {
+    auto alone = console(p, n.port, again);
+    INFO(alone.out << alone.err);
+    REQUIRE(alone.code == 0);
+    auto texts = [](const std::string& out) { // "sequence K: ..." lines
+      auto from = out.find("sequence 0: ");
+      auto to = out.find("\nprompt: ", from);
+      return from == std::string::npos || to == std::string::npos
+               ? std::string{}
+               : out.substr(from, to - from);
+    };
+    CHECK(contains(texts(alone.out), "sequence 3: once upon a time"));
+    CHECK(texts(ran) == texts(alone.out));
+  }
+  // 3. One that a running job keeps out longer than admission_wait_ms
+  //    fails, saying why and how long it waited; the running job goes on.
+  process third{background_console(p, n.port, holder)};
+  REQUIRE(n.proc->wait_for_output("job 6 started", 120s));
+  auto t0 = std::chrono::steady_clock::now();
+  auto refused = console(p, n.port, big);
+  auto took = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                            - t0)
+                .count();
+  INFO(refused.out << refused.err);
+  CHECK(refused.code == 1);
+  CHECK(contains(refused.err, "found no plan (infeasible)"));
+  CHECK(contains(refused.err, "s for the memory other jobs hold"));
+  CHECK(took >= 3.5);
+  CHECK(took < 30);
+  CHECK(contains(console(p, n.port, "jobs").out, "\n6 "));
+  CHECK(console(p, n.port, "cancel 6").code == 0);
+  CHECK(third.wait(60s) == 0);
+  // 4. Nothing else runs: a job that cannot fit fails at once.
+  auto huge = console(p, n.port, job(24, 3, "--ctx 4096 --sequences 6"));
+  INFO(huge.out << huge.err);
+  CHECK(huge.code == 1);
+  CHECK(contains(huge.err, "found no plan (infeasible)"));
+  CHECK(!contains(huge.err, "waited"));
+}
+
 TEST_CASE("the solver re-places a job that lost a node on the two that "
           "remain, the tokens unchanged", "[workload][process]") {
   pki p{"exo-resolve"};
