@@ -153,8 +153,11 @@ struct coordinator_state {
   std::deque<std::shared_ptr<job_run>> waiting;
   std::weak_ptr<job_run> retrying;
   bool retry_timer = false;
-  /// Runs from their start to their end (they may hold memory).
+  /// Runs from their start to their end (they may hold memory), and when
+  /// the last one ended (its stages stop after it: their memory comes
+  /// back a little later).
   std::size_t live = 0;
+  std::chrono::steady_clock::time_point last_end{};
   static inline const char* name = "exo.job_coordinator";
 };
 
@@ -221,6 +224,9 @@ struct job_run {
   std::chrono::steady_clock::time_point wait_until{};
   bool waiting = false;
   std::string wait_why; ///< why it waits: the last placement's answer
+  /// Who asked (run_atom's listener): it may withdraw the run while it
+  /// waits (cancel_atom with itself).
+  caf::actor_addr listener;
   std::set<std::string> full_devices;
   /// The code a run that ends with an error ends with.
   exo_errc end_code = exo_errc::failed_state;
@@ -981,9 +987,12 @@ void place_on_survivors(self_ptr self, const run_ptr& run);
 constexpr auto retry_period = std::chrono::milliseconds(500);
 
 /// Whether runs other than `run` may hold memory now (started and not
-/// ended, not waiting themselves).
+/// ended, not waiting themselves, or ended less than 2 s ago: their stages
+/// may still be stopping).
 bool others_hold_memory(self_ptr self, const job_run& run) {
   auto& st = self->state;
+  if (std::chrono::steady_clock::now() - st.last_end < std::chrono::seconds{2})
+    return true;
   std::size_t idle = run.live ? 1 : 0;
   for (auto& r : st.waiting)
     if (r.get() != &run && r->live && r->waiting)
@@ -1614,6 +1623,7 @@ void run_ended(self_ptr self, job_run& run,
   if (run.live) { // its memory comes back: those waiting try again soon
     run.live = false;
     --st.live;
+    st.last_end = std::chrono::steady_clock::now();
     arm_retry(self, std::chrono::milliseconds{200});
   }
   auto reply = attach_reply(run, r);
@@ -1637,10 +1647,12 @@ void run_ended(self_ptr self, job_run& run,
 /// the error of a request that breaks a rule (nothing started then).
 /// `from`: a job taken over, going on from its replicated tokens.
 caf::error start_run(self_ptr self, job_request req, job_sink sink,
-                     std::optional<takeover> from = std::nullopt) {
+                     std::optional<takeover> from = std::nullopt,
+                     caf::actor_addr listener = {}) {
   auto& st = self->state;
   auto run = std::make_shared<job_run>();
   run->sink = std::move(sink);
+  run->listener = std::move(listener);
   // Attached clients hear the end too, whoever started the run.
   std::weak_ptr<job_run> weak = run;
   run->sink.done = [self, weak, done = std::move(run->sink.done)](
@@ -2448,11 +2460,33 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
     [self](run_atom, job_request& req,
            caf::actor& listener) -> caf::result<job_report> {
       auto rp = self->make_response_promise<job_report>();
+      auto who = listener.address();
       // The promise owns the request from here: errors go through it too.
       if (auto err = start_run(self, std::move(req),
-                               listener_sink(std::move(listener), rp)))
+                               listener_sink(std::move(listener), rp), {},
+                               who))
         rp.deliver(std::move(err));
       return rp;
+    },
+    [self](cancel_atom, caf::actor& listener) {
+      // A client that left before its run started (the gateway's bridge):
+      // a run waiting for memory ends now instead of when it is placed.
+      auto& st = self->state;
+      auto it = std::find_if(st.waiting.begin(), st.waiting.end(),
+                             [&](const run_ptr& r) {
+                               return r->listener == listener.address();
+                             });
+      if (it == st.waiting.end())
+        return;
+      auto run = *it;
+      st.waiting.erase(it);
+      run->waiting = false;
+      exo::text::line(std::cout)
+        << "exo-node " << st.cfg.node
+        << ": a job waiting for memory was withdrawn: its client left ("
+        << st.waiting.size() << " waiting)" << std::endl;
+      end_run(self, run, "cancelled while it waited for memory: its client "
+                         "left");
     },
     [self](cancel_atom, std::uint64_t id) -> caf::result<bool> {
       auto rp = self->make_response_promise<bool>();

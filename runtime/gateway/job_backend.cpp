@@ -52,9 +52,18 @@ using bridge_ptr = caf::stateful_actor<bridge_state>*;
 
 void cancel_job(bridge_ptr self, const caf::actor& coordinator) {
   auto& st = self->state;
+  bool was_closed = st.closed;
   st.closed = true;
-  if (!st.started || st.cancel_sent)
-    return; // cancelled when job_started arrives
+  if (!st.started) {
+    // A run waiting for memory ends now; one being placed is cancelled
+    // when job_started arrives.
+    if (!was_closed)
+      self->send(coordinator, cancel_atom::value,
+                 caf::actor_cast<caf::actor>(self));
+    return;
+  }
+  if (st.cancel_sent)
+    return;
   st.cancel_sent = true;
   self->request(coordinator, std::chrono::seconds{10}, cancel_atom::value,
                 st.job)

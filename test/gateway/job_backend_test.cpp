@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
+#include <thread>
 #include <cstdlib>
 #include <mutex>
 
@@ -103,6 +104,7 @@ struct script_log {
   std::mutex mx;
   std::vector<workload::job_request> requests;
   std::vector<std::uint64_t> cancels;
+  std::vector<caf::actor_addr> withdrawn;
 };
 
 enum class script {
@@ -110,7 +112,8 @@ enum class script {
   run_until_cancel,
   refuse,
   fail_early,
-  no_room
+  no_room,
+  waits_for_room
 };
 
 caf::behavior coordinator(caf::event_based_actor* self, script s,
@@ -134,6 +137,10 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
         return make_exo_error(exo_errc::out_of_memory,
                               "no plan fits; waited 30.0 s for the memory "
                               "other jobs hold");
+      if (s == script::waits_for_room) { // nothing placed until withdrawn
+        *pending = self->make_response_promise();
+        return caf::delegated<job_report>{};
+      }
       self->send(listener, job_started{7});
       job_report rep;
       rep.job = 7;
@@ -147,6 +154,13 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
         return rep;
       *pending = self->make_response_promise();
       return caf::delegated<job_report>{};
+    },
+    [=](cancel_atom, caf::actor& listener) {
+      std::lock_guard<std::mutex> g{log->mx};
+      log->withdrawn.push_back(listener.address());
+      if (s == script::waits_for_room)
+        pending->deliver(make_exo_error(exo_errc::failed_state,
+                                        "cancelled while it waited"));
     },
     [=](cancel_atom, std::uint64_t id) {
       {
@@ -261,6 +275,36 @@ TEST_CASE("a client that leaves cancels its job") {
     CHECK(sink->reason_ == finish_reason::stop);
     std::lock_guard<std::mutex> g{log->mx};
     CHECK(log->cancels == std::vector<std::uint64_t>{7});
+  }
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a client that leaves before its job starts withdraws it, once") {
+  fixture fx;
+  caf::actor_system sys{config()};
+  auto log = std::make_shared<script_log>();
+  auto coord = sys.spawn(coordinator, script::waits_for_room, log,
+                         std::vector<std::int32_t>{},
+                         std::vector<std::string>{});
+  {
+    job_backend be{sys, coord, {fx.model}};
+    auto sink = std::make_shared<recording_sink>();
+    be.complete(request("x"), sink);
+    // The request reaches the coordinator, which keeps it waiting.
+    for (int i = 0; i < 500; ++i) {
+      {
+        std::lock_guard<std::mutex> g{log->mx};
+        if (!log->requests.empty())
+          break;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    sink->close();
+    sink->close(); // a second close sends nothing more
+    REQUIRE(sink->ended());
+    std::lock_guard<std::mutex> g{log->mx};
+    CHECK(log->withdrawn.size() == 1);
+    CHECK(log->cancels.empty());
   }
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
 }

@@ -14,7 +14,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <csignal>
+#include <fstream>
+#include <thread>
 #include <cstdlib>
 #include <regex>
 #include <unistd.h>
@@ -259,6 +262,113 @@ TEST_CASE("exo-node run --chat gives exo-model run --chat's text") {
         != std::string::npos);
   CHECK(contains(n.out, answer));
   std::system(("rm -rf " + dir).c_str());
+}
+
+TEST_CASE("while a stream holds the device a request with no room waits, "
+          "then gets 429 with Retry-After, and one whose client leaves "
+          "while it waits is withdrawn") {
+  pki p{"exo-serve-full"};
+  p.node("n1");
+  // About 25 MiB of F32 weights and 2 KiB of KV cache a token, on a
+  // simulated device of 40 MiB that reads 1 GB/s on the wall clock (25 ms
+  // a token): a request of 4000 tokens fits, a second one does not, not
+  // even beside the first (16 MiB of KV with the first's whole cache,
+  // 13 MiB free); a short one would (it joins the first's stage).
+  auto big = p.dir + "/big.gguf";
+  REQUIRE(run({exo_model(), "make-test", "--out", big, "--layers", "4",
+               "--dim", "256", "--ff", "1024", "--vocab", "4096", "--ctx",
+               "4096", "--seed", "5"},
+              120s)
+            .code
+          == 0);
+  auto profiles = p.dir + "/tiny.json";
+  std::ofstream{profiles} << R"({"profiles": [{"name": "tiny",
+    "display_name": "tiny", "vendor": "test", "architecture": "t",
+    "memory_gib": 0.0390625, "compute_units": 8, "tflops": 1,
+    "bandwidth_gbs": 1, "idle_power_w": 10, "peak_power_w": 50,
+    "thermal_resistance_c_per_w": 0.5, "thermal_capacitance_j_per_c": 100,
+    "ambient_c": 30, "throttle_c": 90}]})";
+  node_options o{"n1"};
+  o.devices = R"({"include": ["cpu", "sim"], "cpu_memory_limit_mib": 1,
+                   "sim_profiles_file": ")" + profiles
+              + R"(", "simulated": [{"profile": "tiny"}],
+                   "sim_time_scale": 1, "rescan_interval_s": 0})";
+  o.extra = R"(, "models": {"dirs": [")" + p.dir
+            + R"("], "admission_wait_ms": 3000})";
+  auto cfg = write_node_config(p, o);
+  process serve{{exo_node(), "serve", "--config", cfg, "--model", big,
+                 "--port", "0", "--ctx", "4096"}};
+  REQUIRE(serve.wait_for_output("ready in", 60s));
+  auto http_port = printed_port(serve.out(), "serving big on "
+                                             "http://127.0.0.1:(\\d+)/v1");
+  auto url = "http://127.0.0.1:" + std::to_string(http_port)
+             + "/v1/completions";
+  auto body = [](int tokens, bool stream) {
+    return std::string{R"({"model": "big", "prompt": "once upon a time", )"}
+           + R"("temperature": 0, "max_tokens": )" + std::to_string(tokens)
+           + (stream ? R"(, "stream": true})" : "}");
+  };
+  auto curl = [&](const std::string& json) {
+    // Debian's curl (scripts/install-deps.sh) against this test's own
+    // node: a real client, never a download.
+    auto curl_path = which("curl");
+    REQUIRE(!curl_path.empty());
+    return std::vector<std::string>{curl_path, "-sS", "-N", "--max-time",
+                                    "120", url, "-H",
+                                    "Content-Type: application/json", "-d",
+                                    json};
+  };
+  // The stream that holds the device (4000 tokens: 100 s).
+  process holder{curl(body(4000, true))};
+  if (!holder.wait_for_output("data: ", 60s)) // its first token
+    FAIL("the stream did not start: " << holder.out() << holder.err()
+                                      << "\nthe node's output: "
+                                      << serve.out() << serve.err());
+  // A request with no room: it waits admission_wait_ms, then 429.
+  auto t0 = std::chrono::steady_clock::now();
+  auto ask = [&](int tokens) {
+    auto argv = curl(body(tokens, false));
+    argv.insert(argv.begin() + 1, "-i");
+    return run(argv, 130s).out;
+  };
+  auto refused = ask(4000);
+  auto took = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                            - t0)
+                .count();
+  INFO(refused << "\nthe node's output: " << serve.out() << serve.err());
+  CHECK(contains(refused, "HTTP/1.1 429"));
+  CHECK(contains(refused, "Retry-After: 1"));
+  CHECK(contains(refused, "\"code\":\"insufficient_capacity\""));
+  CHECK(contains(refused, " s for the memory other jobs hold"));
+  CHECK(took >= 2.5);
+  CHECK(contains(serve.out(), "a job waits for memory (1 waiting)"));
+  // A client that leaves while its request waits: withdrawn at once.
+  process leaver{curl(body(4000, false))};
+  auto waits_twice = [&] {
+    auto out = serve.out();
+    auto first = out.find("a job waits for memory (1 waiting)");
+    return first != std::string::npos
+           && out.find("a job waits for memory (1 waiting)", first + 1)
+                != std::string::npos;
+  };
+  for (int i = 0; i < 300 && !waits_twice(); ++i)
+    std::this_thread::sleep_for(100ms);
+  REQUIRE(waits_twice());
+  leaver.signal(SIGKILL);
+  CHECK(serve.wait_for_output("a job waiting for memory was withdrawn: its "
+                              "client left (0 waiting)",
+                              10s));
+  // The stream went on all along; its client leaving cancels it and
+  // frees the device: the next request runs (it may wait for the stage to
+  // stop, not fail).
+  CHECK(holder.running());
+  holder.signal(SIGKILL);
+  auto served = ask(8);
+  INFO(served);
+  CHECK(contains(served, "HTTP/1.1 200"));
+  CHECK(contains(served, "\"finish_reason\":\"length\""));
+  serve.signal(SIGTERM);
+  CHECK(serve.wait(30s) == 0);
 }
 
 TEST_CASE("exo-node serve refuses a public address and a bad model") {

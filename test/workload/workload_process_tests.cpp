@@ -744,7 +744,9 @@ TEST_CASE("a job that finds no room joins a running job's stages when its "
   CHECK(contains(console(p, n.port, "jobs").out, "\n6 "));
   CHECK(console(p, n.port, "cancel 6").code == 0);
   CHECK(third.wait(60s) == 0);
-  // 4. Nothing else runs: a job that cannot fit fails at once.
+  // 4. Nothing else runs (the last job ended over 2 s ago: its stage is
+  //    gone): a job that cannot fit fails at once.
+  std::this_thread::sleep_for(2500ms);
   auto huge = console(p, n.port, job(24, 3, "--ctx 4096 --sequences 6"));
   INFO(huge.out << huge.err);
   CHECK(huge.code == 1);
