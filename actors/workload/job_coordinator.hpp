@@ -36,6 +36,8 @@
 /// It also answers
 ///   (cancel_atom, job id) -> bool: the job stops at its next token
 ///       boundary (false when it is not running here);
+///   (cancel_atom, listener): the run that `listener` asked for and that
+///       waits for memory ends now (its client left; no answer);
 /// and, as the node service "jobs", the console commands
 ///   run --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
 ///       [--top-k K] [--top-p P] [--stages K] [--sequences M] [--ctx C]
