@@ -1912,6 +1912,29 @@ console_reply list_jobs(self_ptr self) {
          << "\n";
     jobs.push_back(job_json(id, j, "running"));
   }
+  // Runs waiting for memory, in their order.
+  text::json waiting = text::json::array();
+  for (auto& w : st.waiting) {
+    if (w->ended || !w->waiting)
+      continue;
+    auto since = std::chrono::duration<double>(now - w->wait_since).count();
+    auto left = std::max(
+      0.0, std::chrono::duration<double>(w->wait_until - now).count());
+    // Named as the running ones are (their digest's first 12 digits).
+    auto model = w->sha.empty() ? w->job.request.model : w->sha.substr(0, 12);
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "waiting for memory: %s%s%s, %.1f s so far, at most "
+                  "%.1f s more\n",
+                  model.c_str(), w->job.request.name.empty() ? "" : " ",
+                  w->job.request.name.c_str(), since, left);
+    table << line;
+    waiting.push_back({{"model", model},
+                       {"name", w->job.request.name},
+                       {"seconds", since},
+                       {"seconds_left", left},
+                       {"reason", w->wait_why}});
+  }
   text::json backups = text::json::array();
   for (auto& [key, b] : st.backups) {
     std::uint64_t have = 0;
@@ -1936,6 +1959,7 @@ console_reply list_jobs(self_ptr self) {
   r.json = text::spaced({{"node", st.cfg.node},
                          {"jobs", jobs},
                          {"recent", recent},
+                         {"waiting", waiting},
                          {"backups", backups}});
   return r;
 }
@@ -2452,8 +2476,11 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
       s.kind = "jobs";
       s.node = st.cfg.node;
       s.summary = std::to_string(st.running.size()) + " running, "
-                  + std::to_string(st.jobs) + " since start";
+                  + std::to_string(st.waiting.size())
+                  + " waiting for memory, " + std::to_string(st.jobs)
+                  + " since start";
       s.fields = {{"running", std::to_string(st.running.size())},
+                  {"waiting", std::to_string(st.waiting.size())},
                   {"jobs", std::to_string(st.jobs)}};
       return s;
     },

@@ -702,6 +702,16 @@ TEST_CASE("a job that finds no room joins a running job's stages when its "
                                   << n.proc->out());
   }
   CHECK(contains(n.proc->out(), "found no plan (infeasible)"));
+  // `jobs` lists it, with the reason in its JSON.
+  auto listed = console(p, n.port, "jobs");
+  INFO(listed.out << listed.err);
+  // (Named as the running job is: its model's digest, 12 digits.)
+  auto label = line_after(listed.out, "\n1    ").substr(0, 12);
+  CHECK(contains(listed.out, "waiting for memory: " + label + " console-"));
+  CHECK(contains(listed.out, " s more\n"));
+  auto listed_json = console(p, n.port, "jobs", true);
+  CHECK(contains(listed_json.out, "\"seconds_left\""));
+  CHECK(contains(listed_json.out, "found no plan (infeasible)"));
   std::this_thread::sleep_for(1s); // it tries again meanwhile
   CHECK(console(p, n.port, "cancel 1").code == 0);
   CHECK(first.wait(60s) == 0);
