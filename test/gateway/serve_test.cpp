@@ -16,7 +16,6 @@
 
 #include <chrono>
 #include <csignal>
-#include <fstream>
 #include <thread>
 #include <cstdlib>
 #include <regex>
@@ -281,18 +280,8 @@ TEST_CASE("while a stream holds the device a request with no room waits, "
               120s)
             .code
           == 0);
-  auto profiles = p.dir + "/tiny.json";
-  std::ofstream{profiles} << R"({"profiles": [{"name": "tiny",
-    "display_name": "tiny", "vendor": "test", "architecture": "t",
-    "memory_gib": 0.0390625, "compute_units": 8, "tflops": 1,
-    "bandwidth_gbs": 1, "idle_power_w": 10, "peak_power_w": 50,
-    "thermal_resistance_c_per_w": 0.5, "thermal_capacitance_j_per_c": 100,
-    "ambient_c": 30, "throttle_c": 90}]})";
   node_options o{"n1"};
-  o.devices = R"({"include": ["cpu", "sim"], "cpu_memory_limit_mib": 1,
-                   "sim_profiles_file": ")" + profiles
-              + R"(", "simulated": [{"profile": "tiny"}],
-                   "sim_time_scale": 1, "rescan_interval_s": 0})";
+  o.devices = slow_small_sim(p.dir, 40);
   o.extra = R"(, "models": {"dirs": [")" + p.dir
             + R"("], "admission_wait_ms": 3000})";
   auto cfg = write_node_config(p, o);

@@ -56,6 +56,22 @@ void register_admin_token(std::uint16_t port, const std::string& state_dir) {
   admin_tokens()[port] = state_dir + "/access/admin.token";
 }
 
+std::string slow_small_sim(const std::string& dir, int mib) {
+  auto profiles = dir + "/tiny.json";
+  std::ofstream f{profiles};
+  f.precision(17);
+  f << R"({"profiles": [{"name": "tiny", "display_name": "tiny",
+    "vendor": "test", "architecture": "t", "memory_gib": )"
+    << mib / 1024.0 << R"(, "compute_units": 8, "tflops": 1,
+    "bandwidth_gbs": 1, "idle_power_w": 10, "peak_power_w": 50,
+    "thermal_resistance_c_per_w": 0.5, "thermal_capacitance_j_per_c": 100,
+    "ambient_c": 30, "throttle_c": 90}]})";
+  return R"({"include": ["cpu", "sim"], "cpu_memory_limit_mib": 1,
+             "sim_profiles_file": ")"
+         + profiles + R"(", "simulated": [{"profile": "tiny"}],
+             "sim_time_scale": 1, "rescan_interval_s": 0})";
+}
+
 std::string write_node_config(const pki& p, const node_options& o) {
   auto cert = o.cert.empty() ? o.name : o.cert;
   auto dir = p.dir + "/" + cert;

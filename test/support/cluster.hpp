@@ -66,6 +66,12 @@ struct node_proc {
   std::unique_ptr<process> proc;
 };
 
+/// A "devices" object (JSON text) with one simulated device "tiny" of
+/// `mib` MiB that reads 1 GB/s on the wall clock (sim_time_scale 1: 25 ms
+/// a token of a 25 MiB model) and the cpu at 1 MiB (it takes no layer);
+/// its profile is written to dir/tiny.json.
+std::string slow_small_sim(const std::string& dir, int mib);
+
 /// Writes the node's config file and returns its path.
 std::string write_node_config(const pki& p, const node_options& o);
 

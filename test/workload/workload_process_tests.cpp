@@ -91,6 +91,21 @@ std::string long_model(const pki& p) {
   return model;
 }
 
+/// About 25 MiB of F32 weights (4 layers, 256 wide, vocabulary 4096,
+/// context 4096; 2 KiB of F16 KV cache a token) at dir/big.gguf.
+std::string big_model(const pki& p) {
+  exo::model::test_model_options o;
+  o.layers = 4;
+  o.dim = 256;
+  o.ff = 1024;
+  o.vocab = 4096;
+  o.ctx = 4096;
+  o.seed = 5;
+  auto model = p.dir + "/big.gguf";
+  exo::model::make_test_model(o, model);
+  return model;
+}
+
 /// exo-console running `cmd` on the node at `port` with the node's admin
 /// token, beside the test, with the console's own timeout ten minutes away.
 std::vector<std::string> background_console(const pki& p, std::uint16_t port,
@@ -582,15 +597,7 @@ TEST_CASE("a job whose survivors cannot hold its model fails at once, "
   pki p{"exo-no-room"};
   // About 25 MiB of F32 weights: the coordinator's cpu hands out 4 MiB, so
   // the solver places every layer on the other node.
-  exo::model::test_model_options o;
-  o.layers = 4;
-  o.dim = 256;
-  o.ff = 1024;
-  o.vocab = 4096;
-  o.ctx = 4096;
-  o.seed = 5;
-  auto model = p.dir + "/big.gguf";
-  exo::model::make_test_model(o, model);
+  auto model = big_model(p);
   p.node("coord");
   p.node("roomy");
   node_options co{"coord"};
@@ -644,30 +651,11 @@ TEST_CASE("a job that finds no room joins a running job's stages when its "
   // About 25 MiB of F32 weights and 2 KiB of F16 KV cache a token, on a
   // simulated device of 64 MiB that reads 1 GB/s on the wall clock (25 ms
   // a token: the long jobs below outlast the test).
-  exo::model::test_model_options o;
-  o.layers = 4;
-  o.dim = 256;
-  o.ff = 1024;
-  o.vocab = 4096;
-  o.ctx = 4096;
-  o.seed = 5;
-  auto model = p.dir + "/big.gguf";
-  exo::model::make_test_model(o, model);
-  auto profiles = p.dir + "/tiny.json";
-  std::ofstream{profiles} << R"({"profiles": [{"name": "tiny",
-    "display_name": "tiny", "vendor": "test", "architecture": "t",
-    "memory_gib": 0.0625, "compute_units": 8, "tflops": 1,
-    "bandwidth_gbs": 1, "idle_power_w": 10, "peak_power_w": 50,
-    "thermal_resistance_c_per_w": 0.5, "thermal_capacitance_j_per_c": 100,
-    "ambient_c": 30, "throttle_c": 90}]})";
+  auto model = big_model(p);
   p.node("solo");
   node_options no{"solo"};
   no.state_dir = p.dir + "/solo/state";
-  // (The node's cpu takes no layer: 1 MiB.)
-  no.devices = R"({"include": ["cpu", "sim"], "cpu_memory_limit_mib": 1,
-                    "sim_profiles_file": ")" + profiles
-               + R"(", "simulated": [{"profile": "tiny"}],
-                    "sim_time_scale": 1, "rescan_interval_s": 0})";
+  no.devices = slow_small_sim(p.dir, 64);
   no.extra = R"(, "models": {"dirs": [")" + p.dir
              + R"("], "admission_wait_ms": 4000})";
   auto n = start_node(p, no);
@@ -769,15 +757,7 @@ TEST_CASE("the solver re-places a job that lost a node on the two that "
   pki p{"exo-resolve"};
   // About 25 MiB of weights; no node's cpu hands out enough for all of it,
   // so the solver's plan spans two nodes, and two of three hold it.
-  exo::model::test_model_options o;
-  o.layers = 4;
-  o.dim = 256;
-  o.ff = 1024;
-  o.vocab = 4096;
-  o.ctx = 4096;
-  o.seed = 5;
-  auto model = p.dir + "/big.gguf";
-  exo::model::make_test_model(o, model);
+  auto model = big_model(p);
   std::vector<node_proc> nodes;
   for (auto name : {"coord", "n2", "n3"}) {
     p.node(name);
