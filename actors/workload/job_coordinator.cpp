@@ -1912,11 +1912,18 @@ console_reply list_jobs(self_ptr self) {
          << "\n";
     jobs.push_back(job_json(id, j, "running"));
   }
-  // Runs waiting for memory, in their order.
+  // Runs waiting for memory, in their order: the one being placed again
+  // first (it is still waiting until its stages stand).
+  std::vector<run_ptr> queue;
+  if (auto r = st.retrying.lock();
+      r && !r->ended && !r->waiting
+      && r->wait_since != std::chrono::steady_clock::time_point{})
+    queue.push_back(r);
+  for (auto& w : st.waiting)
+    if (!w->ended && w->waiting)
+      queue.push_back(w);
   text::json waiting = text::json::array();
-  for (auto& w : st.waiting) {
-    if (w->ended || !w->waiting)
-      continue;
+  for (auto& w : queue) {
     auto since = std::chrono::duration<double>(now - w->wait_since).count();
     auto left = std::max(
       0.0, std::chrono::duration<double>(w->wait_until - now).count());
