@@ -169,6 +169,26 @@ TEST_CASE("tokens are checked on every node, and a revocation through one "
     CHECK(f.code == 0);
   }
 
+  // A test cluster's device fault is an admin's: bob's user token is
+  // refused (audited), the admin's heats the simulated device (audited
+  // as a device_fault warning).
+  {
+    auto r = c.console(p2, "dev fault " + device + " heat:5 auth=" + bob);
+    INFO(r.out << r.err);
+    CHECK(r.code == 1);
+    CHECK(contains(r.err, "policy_admin"));
+    auto q = c.console(p2, "audit query type=access_denied principal=bob "
+                           "limit=100",
+                       true);
+    CHECK(contains(q.out, "policy_admin"));
+    auto ok = c.console(p2, "dev fault " + device + " heat:5 auth=" + admin);
+    INFO(ok.out << ok.err);
+    CHECK(ok.code == 0);
+    CHECK(contains(ok.out, "now at"));
+    auto f = c.console(p2, "audit query type=device_fault limit=10", true);
+    CHECK(contains(f.out, "heat:5"));
+  }
+
   // Only an admin issues or revokes: alice's own token is not enough.
   for (auto cmd : {"token issue principal=mallory role=admin auth=" + alice,
                    "token revoke principal=bob auth=" + alice,
