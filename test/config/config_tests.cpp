@@ -35,6 +35,7 @@ TEST_CASE("an empty config gives a single local node with every default") {
   CHECK(cfg.factory_options().cpu.measure_rates);
   CHECK(cfg.factory_options().cpu.bind_threads);
   CHECK(cfg.models.backup_jobs);
+  CHECK(cfg.models.admission_wait == std::chrono::milliseconds{30000});
   CHECK(cfg.log_level == "info");
 }
 
@@ -180,6 +181,10 @@ TEST_CASE("bad config files are refused with a message naming the key") {
     {R"({"devices": {"cpu_bind_threads": 1}})",
      "devices.cpu_bind_threads: must be"},
     {R"({"models": {"backup_jobs": 1}})", "models.backup_jobs: must be"},
+    {R"({"models": {"admission_wait_ms": -1}})",
+     "models.admission_wait_ms: must be a number in"},
+    {R"({"models": {"admission_wait_ms": 1e9}})",
+     "models.admission_wait_ms: must be a number in"},
     {R"({"devices": {"simulated": [{"profile": "a100-40g",
                                     "fault": "vanish_after:0"}]}})",
      "devices.simulated[0].fault: unknown fault \"vanish_after:0\""},
@@ -332,9 +337,11 @@ TEST_CASE("network.limits and models.dirs: safe defaults, every key read, "
       "handshake_timeout_ms": 2000, "idle_timeout_ms": 5000,
       "node_messages_per_s": 100, "client_messages_per_s": 10,
       "message_burst": 20, "max_client_unread_messages": 8}},
-    "models": {"dirs": ["/srv/models", "/opt/llm"], "backup_jobs": false}})",
+    "models": {"dirs": ["/srv/models", "/opt/llm"], "backup_jobs": false,
+               "admission_wait_ms": 0}})",
                  "test");
   CHECK_FALSE(c.models.backup_jobs);
+  CHECK(c.models.admission_wait.count() == 0);
   auto& l = c.network.limits;
   CHECK(l.max_connections == 64);
   CHECK(l.max_connections_per_peer == 4);
