@@ -1015,6 +1015,19 @@ std::string seconds_text(std::chrono::steady_clock::duration d) {
   return buf;
 }
 
+/// Ends `run`, for which no device has room (`why`), with out_of_memory,
+/// saying how long it waited when it did.
+void end_without_room(self_ptr self, const run_ptr& run, std::string why,
+                      std::chrono::steady_clock::time_point now) {
+  run->waiting = false;
+  run->end_code = exo_errc::out_of_memory;
+  if (run->wait_since != std::chrono::steady_clock::time_point{}
+      && now > run->wait_since)
+    why += "; waited " + seconds_text(now - run->wait_since)
+           + " s for the memory other jobs hold (models.admission_wait_ms)";
+  end_run(self, run, std::move(why));
+}
+
 /// No plan fits `run` now (`why`): it waits for the memory this
 /// coordinator's other runs hold (at most admission_wait, first come first
 /// placed), or ends with out_of_memory saying what it waited for.
@@ -1046,11 +1059,9 @@ void no_room(self_ptr self, const run_ptr& run, std::string why) {
     arm_retry(self);
     return;
   }
-  run->end_code = exo_errc::out_of_memory;
-  if (!first)
-    why += "; waited " + seconds_text(now - run->wait_since)
-           + " s for the memory other jobs hold";
-  end_run(self, run, why);
+  if (first) // it did not wait
+    run->wait_since = {};
+  end_without_room(self, run, std::move(why), now);
 }
 
 /// The retry timer: runs that waited too long end; the first in line is
@@ -1070,14 +1081,8 @@ void retry_waiting(self_ptr self) {
       keep.push_back(r);
   }
   st.waiting = std::move(keep);
-  for (auto& r : expired) {
-    r->waiting = false;
-    r->end_code = exo_errc::out_of_memory;
-    end_run(self, r,
-            r->wait_why + "; waited " + seconds_text(now - r->wait_since)
-              + " s for the memory other jobs hold "
-                "(models.admission_wait_ms)");
-  }
+  for (auto& r : expired)
+    end_without_room(self, r, r->wait_why, now);
   auto busy = st.retrying.lock();
   if (!busy || busy->ended || busy->waiting) {
     st.retrying.reset();
