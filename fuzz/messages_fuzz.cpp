@@ -76,6 +76,7 @@ const fn types[] = {
   round_trip<exo::thermal_status>,
   round_trip<std::vector<exo::thermal_status>>,
   round_trip<exo::audit_checkpoint>,
+  round_trip<exo::kv_rows>,
 };
 
 } // namespace

@@ -86,6 +86,16 @@ using recover_atom = caf::atom_constant<caf::atom("recover")>;
 /// stage_step::on_device). Refused for senders of other nodes.
 using inbox_atom = caf::atom_constant<caf::atom("inbox")>;
 
+/// (kv_read_atom, job, seq, pos, n) -> kv_rows, from a job to one of its
+/// stages: positions [pos, pos + n) of the sequence's KV cache there (a
+/// planned move: the caches go to the new stages instead of being
+/// rebuilt). At most kv_rows_bytes in one answer.
+using kv_read_atom = caf::atom_constant<caf::atom("kv_read")>;
+/// (kv_write_atom, kv_rows) -> ok, from a job to a stage of its new
+/// pipeline: appends the rows to the sequence's cache there (made by the
+/// first, at position 0); the layers must be the stage's own.
+using kv_write_atom = caf::atom_constant<caf::atom("kv_write")>;
+
 /// (replicate_atom, job_replica) -> ok, from a job's coordinator to the
 /// jobs service of the node that backs the job up; then (replicate_atom,
 /// job_progress) as tokens come. See job_replica.
@@ -196,6 +206,29 @@ typename Inspector::result_type inspect(Inspector& f, shard_ready& x) {
               x.device, x.device_name, x.bytes_received);
 }
 
+/// Positions [pos, pos + n) of one sequence's KV cache for layers
+/// [first, last): layer by layer, its n K rows then its n V rows,
+/// `row_bytes` each (model::device_stage::read_kv's layout). What a
+/// planned move carries from the old stages to the new ones, in pieces of
+/// at most max_chunk_bytes.
+struct kv_rows {
+  std::uint64_t job = 0;
+  std::uint32_t seq = 0;
+  std::uint32_t first = 0;
+  std::uint32_t last = 0;
+  std::uint32_t pos = 0;
+  std::uint32_t n = 0;
+  std::uint64_t row_bytes = 0;
+  std::vector<std::uint8_t> data;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_rows& x) {
+  auto data = bounded<max_chunk_bytes>(x.data);
+  return wire(f, caf::meta::type_name("exo.kv_rows"), x.job, x.seq, x.first,
+              x.last, x.pos, x.n, x.row_bytes, data);
+}
+
 // A job's request on the wire (core/workload/job_request.hpp).
 
 namespace model {
@@ -247,12 +280,15 @@ struct job_pipeline {
   std::vector<caf::actor> stages;
   std::vector<std::string> names;
   std::string placement;
+  /// The stages' layer ranges: stage i runs [bounds[i], bounds[i + 1])
+  /// (empty when not known: a planned move then rebuilds the caches).
+  std::vector<std::uint32_t> bounds;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_pipeline& x) {
   return wire(f, caf::meta::type_name("exo.job_pipeline"), x.stages, x.names,
-              x.placement);
+              x.placement, x.bounds);
 }
 
 /// One recovery of a running job: what was lost, where its layers went and
@@ -265,12 +301,17 @@ struct job_recovered {
   std::uint64_t replayed = 0; ///< tokens re-fed to rebuild the KV caches
   double recovery_s = 0; ///< from the loss being noticed to the next token
   double gap_s = 0;      ///< from the last token before it to the next one
+  /// A planned move: KV cache bytes carried to the new stages, and the
+  /// positions (of all sequences) they held, instead of being re-fed.
+  std::uint64_t moved_bytes = 0;
+  std::uint64_t moved_positions = 0;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_recovered& x) {
   return wire(f, caf::meta::type_name("exo.job_recovered"), x.job, x.reason,
-              x.placement, x.replayed, x.recovery_s, x.gap_s);
+              x.placement, x.replayed, x.recovery_s, x.gap_s, x.moved_bytes,
+              x.moved_positions);
 }
 
 /// What a node needs to take a job over when its coordinating node dies:

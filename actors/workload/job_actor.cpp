@@ -7,6 +7,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -33,6 +34,34 @@ struct sequence {
   /// tokens it proposed this round.
   std::uint32_t draft_pos = 0;
   std::vector<std::int32_t> drafted;
+};
+
+/// A planned move (drain) that carries the KV caches instead of
+/// rebuilding them: the job sends no new step; once the sequences have no
+/// step in flight (or after quiesce_time, without those that still have)
+/// it reads their caches' rows out of the old stages, asks for the new
+/// pipeline, writes the rows into the new stages and goes on from where
+/// each sequence was. A sequence not carried (a step still in flight, a
+/// read or write that failed) is re-fed as after a loss: the tokens are
+/// the same either way.
+enum class move_phase { quiescing, reading, placing, writing };
+
+struct kv_move {
+  move_phase phase = move_phase::quiescing;
+  std::chrono::steady_clock::time_point deadline; ///< of quiescing
+  std::vector<std::uint32_t> lost;
+  std::string why;
+  std::uint64_t epoch = 0; ///< the pipeline it reads from, then writes to
+  std::size_t chains = 0;  ///< reads or writes in flight (one per stage)
+  std::string failed;      ///< why the caches are not carried after all
+  std::uint64_t row_bytes = 0;
+  /// Per sequence: carried, the positions carried, and each layer's K and
+  /// V rows (row_bytes each) read so far.
+  std::vector<bool> carried;
+  std::vector<std::uint32_t> rows;
+  std::vector<std::vector<std::vector<std::uint8_t>>> k, v;
+  std::uint64_t bytes = 0;
+  std::vector<std::uint32_t> bounds; ///< the new pipeline's layer ranges
 };
 
 struct job_state {
@@ -64,6 +93,8 @@ struct job_state {
   std::size_t planned_moves = 0;
   /// The recovery whose first token is still to come (its stall unknown).
   std::optional<job_recovered> resumed;
+  /// A planned move under way whose KV caches go along (kv_move below).
+  std::unique_ptr<kv_move> move;
   clock_type::time_point lost_at;    ///< when the loss was noticed
   clock_type::time_point last_token; ///< when the last token came
   static inline const char* name = "exo.job";
@@ -187,6 +218,9 @@ void speculate(self_ptr self, std::uint32_t j);
 /// else a plain error. Without a recoverer only a receiver that went down
 /// is waited for (the job then ends naming the stage), any other error
 /// ends it now.
+void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why,
+          bool device_only = false, bool planned = false);
+
 void step_failed(self_ptr self, const std::vector<std::uint32_t>& seqs,
                  std::uint64_t epoch, const caf::error& err) {
   auto& st = self->state;
@@ -194,6 +228,12 @@ void step_failed(self_ptr self, const std::vector<std::uint32_t>& seqs,
     return;
   for (auto j : seqs)
     st.seqs[j].waiting = false;
+  if (st.move && st.move->phase == move_phase::quiescing) {
+    // The drained stage failed a step: moved without the caches (re-fed).
+    auto m = std::move(st.move);
+    lose(self, std::move(m->lost), std::move(m->why), false, true);
+    return;
+  }
   auto msg = error_message(err);
   auto why = "sequence " + std::to_string(seqs.front()) + ": "
              + (msg.empty() ? self->system().render(err) : msg);
@@ -205,10 +245,17 @@ void step_failed(self_ptr self, const std::vector<std::uint32_t>& seqs,
                      std::move(why));
 }
 
+void try_read_kv(self_ptr self);
+
 void send_step(self_ptr self, std::size_t g) {
   auto& st = self->state;
   if (st.finished || st.recovering)
     return;
+  if (st.move) { // no new step while a planned move carries the caches
+    if (st.move->phase == move_phase::quiescing)
+      try_read_kv(self);
+    return;
+  }
   if (st.speculative) { // groups of one: a round once its feed is read
     auto j = st.groups[g].front();
     auto& q = st.seqs[j];
@@ -525,7 +572,7 @@ void resume(self_ptr self, const std::string& why, job_pipeline& p);
 /// for a new pipeline, or ends the job with `why` when it cannot.
 /// `device_only`: their devices failed, their nodes live on.
 void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why,
-          bool device_only = false, bool planned = false) {
+          bool device_only, bool planned) {
   auto& st = self->state;
   if (st.finished || st.recovering)
     return;
@@ -549,6 +596,8 @@ void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why,
   }
   if (planned)
     ++st.planned_moves;
+  if (st.move && st.move->phase != move_phase::placing)
+    st.move.reset(); // lost before its caches were read: re-fed instead
   st.recovering = true;
   ++st.epoch;
   st.lost_at = clock_type::now();
@@ -568,9 +617,335 @@ void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why,
           });
 }
 
-/// Goes on with the new pipeline `p`: every unfinished sequence re-feeds
-/// its prompt and the tokens generated so far, then samples its next token
-/// from the logits that come back (its sampler untouched by the loss).
+// -- planned moves that carry the KV caches (kv_move) ------------------------
+
+/// How long a planned move waits for the steps in flight before it reads
+/// the caches of the sequences without one (the others are re-fed).
+constexpr auto quiesce_time = std::chrono::milliseconds(2000);
+/// The deadline of one read or write of KV rows (a stage on a node that
+/// froze meanwhile: the sequences are re-fed instead).
+constexpr auto kv_timeout = std::chrono::seconds(30);
+/// The most layers a stage may say it holds (rows from a peer).
+constexpr std::uint32_t max_kv_layers = 1u << 16;
+
+/// After a recovery: every unfinished sequence that was not carried re-feeds
+/// its prompt and the tokens generated so far; those carried go on from
+/// where they were. Then every group steps.
+void go_on(self_ptr self) {
+  auto& st = self->state;
+  auto& r = *st.resumed;
+  for (std::size_t j = 0; j < st.seqs.size(); ++j) {
+    auto& q = st.seqs[j];
+    if (q.done)
+      continue;
+    if (st.move && st.move->carried[j]) {
+      r.moved_positions += st.move->rows[j];
+      continue;
+    }
+    auto& out = st.result.tokens[j];
+    q.feed = q.prompt;
+    q.feed.insert(q.feed.end(), out.begin(), out.end());
+    q.fed = 0;
+    q.pos = 0;
+    r.replayed += q.feed.size();
+  }
+  if (st.move) {
+    r.moved_bytes = st.move->bytes;
+    if (!st.move->failed.empty())
+      r.reason += "; its KV caches were re-fed, not moved ("
+                  + st.move->failed + ")";
+  }
+  st.move.reset();
+  send_all(self);
+}
+
+/// The move carries no cache after all (`why` for the node's log); the
+/// sequences are re-fed.
+void drop_carried(kv_move& m, const std::string& why) {
+  if (m.failed.empty())
+    m.failed = why;
+  m.carried.assign(m.carried.size(), false);
+  m.k.clear();
+  m.v.clear();
+  m.bytes = 0;
+}
+
+/// Takes rows a stage read for sequence j from position p (checked: a
+/// peer's sizes and layers are never trusted). "" or what is wrong.
+std::string take_rows(job_state& st, std::uint32_t j, std::uint32_t p,
+                      kv_rows& r) {
+  auto& m = *st.move;
+  const auto asked = m.rows[j] - p;
+  if (r.job != st.cfg.id || r.seq != j || r.pos != p || r.n == 0
+      || r.n > asked)
+    return "the stage answered positions " + std::to_string(r.pos) + " + "
+           + std::to_string(r.n) + " of sequence " + std::to_string(r.seq)
+           + ", asked for " + std::to_string(p) + " + "
+           + std::to_string(asked) + " of " + std::to_string(j);
+  if (r.first >= r.last || r.last > max_kv_layers || r.row_bytes == 0
+      || r.row_bytes > max_chunk_bytes
+      || (m.row_bytes != 0 && r.row_bytes != m.row_bytes))
+    return "the stage sent rows of layers [" + std::to_string(r.first) + ", "
+           + std::to_string(r.last) + ") of " + std::to_string(r.row_bytes)
+           + " bytes";
+  const std::uint64_t run = std::uint64_t{r.n} * r.row_bytes;
+  if (r.data.size() != std::uint64_t{r.last - r.first} * 2 * run)
+    return "the stage sent " + std::to_string(r.data.size())
+           + " bytes of KV rows, expected "
+           + std::to_string(std::uint64_t{r.last - r.first} * 2 * run);
+  m.row_bytes = r.row_bytes;
+  auto& k = m.k[j];
+  auto& v = m.v[j];
+  if (k.size() < r.last) {
+    k.resize(r.last);
+    v.resize(r.last);
+  }
+  const auto* at = r.data.data();
+  for (auto l = r.first; l < r.last; ++l) {
+    if (k[l].size() != std::uint64_t{p} * r.row_bytes)
+      return "the stages sent layer " + std::to_string(l) + " twice";
+    for (auto* dst : {&k[l], &v[l]}) {
+      dst->insert(dst->end(), at, at + run);
+      at += run;
+    }
+  }
+  m.bytes += r.data.size();
+  return {};
+}
+
+void read_done(self_ptr self);
+
+/// Reads stage i's rows of the carried sequences from sequence j,
+/// position p on, one answer at a time.
+void read_next(self_ptr self, std::size_t i, std::uint32_t j,
+               std::uint32_t p) {
+  auto& st = self->state;
+  auto& m = *st.move;
+  while (j < m.carried.size() && (!m.carried[j] || p >= m.rows[j])) {
+    ++j;
+    p = 0;
+  }
+  if (j == m.carried.size() || !m.failed.empty()) {
+    if (--m.chains == 0)
+      read_done(self);
+    return;
+  }
+  auto epoch = m.epoch;
+  auto live = [self, epoch] {
+    auto& st = self->state;
+    return st.move && st.move->epoch == epoch
+           && st.move->phase == move_phase::reading && !st.finished;
+  };
+  self
+    ->request(st.cfg.stages[i], kv_timeout, kv_read_atom::value, st.cfg.id,
+              j, p, m.rows[j] - p)
+    .then(
+      [self, i, j, p, live](kv_rows& r) {
+        if (!live())
+          return;
+        auto& st = self->state;
+        if (auto why = take_rows(st, j, p, r); !why.empty())
+          drop_carried(*st.move, stage_name(st, i) + ": " + why);
+        read_next(self, i, j, p + r.n);
+      },
+      [self, i, live](caf::error& err) {
+        if (!live())
+          return;
+        auto& st = self->state;
+        auto msg = error_message(err);
+        drop_carried(*st.move,
+                     stage_name(st, i) + ": "
+                       + (msg.empty() ? self->system().render(err) : msg));
+        if (--st.move->chains == 0)
+          read_done(self);
+      });
+}
+
+/// Every old stage answered: each carried sequence must have rows of every
+/// layer; then the job asks for its new pipeline (lose, planned).
+void read_done(self_ptr self) {
+  auto& st = self->state;
+  auto& m = *st.move;
+  std::size_t layers = 0;
+  for (auto& k : m.k)
+    layers = std::max(layers, k.size());
+  for (std::size_t j = 0; j < m.carried.size() && m.failed.empty(); ++j)
+    if (m.carried[j] && m.rows[j] > 0)
+      for (std::size_t l = 0; l < layers; ++l)
+        if (m.k[j].size() != layers
+            || m.k[j][l].size() != std::uint64_t{m.rows[j]} * m.row_bytes) {
+          drop_carried(m, "no stage sent layer " + std::to_string(l)
+                            + " of sequence " + std::to_string(j));
+          break;
+        }
+  m.phase = move_phase::placing;
+  lose(self, m.lost, m.why, false, true);
+}
+
+/// Starts reading the caches once no sequence has a step in flight, or at
+/// the quiescing deadline without the sequences that still have one.
+void try_read_kv(self_ptr self) {
+  auto& st = self->state;
+  auto& m = *st.move;
+  const bool busy = std::any_of(st.seqs.begin(), st.seqs.end(),
+                                [](const sequence& q) {
+                                  return !q.done && q.waiting;
+                                });
+  if (busy && clock_type::now() < m.deadline)
+    return;
+  m.phase = move_phase::reading;
+  const auto n = st.seqs.size();
+  m.carried.assign(n, false);
+  m.rows.assign(n, 0);
+  m.k.assign(n, {});
+  m.v.assign(n, {});
+  for (std::size_t j = 0; j < n; ++j) {
+    auto& q = st.seqs[j];
+    m.carried[j] = !q.done && !q.waiting;
+    m.rows[j] = m.carried[j] ? q.pos : 0;
+  }
+  m.chains = st.cfg.stages.size();
+  for (std::size_t i = 0; i < st.cfg.stages.size(); ++i)
+    read_next(self, i, 0, 0);
+}
+
+/// A planned move (drain): carry the caches if the job runs, else the
+/// plain re-placement.
+void start_move(self_ptr self, std::vector<std::uint32_t> lost,
+                std::string why) {
+  auto& st = self->state;
+  if (st.finished || st.recovering || st.move)
+    return;
+  if (!st.started || !st.cfg.recoverer || st.cfg.stages.empty()) {
+    lose(self, std::move(lost), std::move(why), false, true);
+    return;
+  }
+  st.move = std::make_unique<kv_move>();
+  st.move->lost = std::move(lost);
+  st.move->why = std::move(why);
+  st.move->epoch = st.epoch;
+  st.move->deadline = clock_type::now() + quiesce_time;
+  self->delayed_send(self, quiesce_time, tick_atom::value, st.epoch);
+  try_read_kv(self);
+}
+
+void write_done(self_ptr self);
+
+/// Writes the carried sequences' rows into new stage i, from sequence j,
+/// position p on, in pieces within max_chunk_bytes, one at a time.
+void write_next(self_ptr self, std::size_t i, std::uint32_t j,
+                std::uint32_t p) {
+  auto& st = self->state;
+  auto& m = *st.move;
+  while (j < m.carried.size() && (!m.carried[j] || p >= m.rows[j])) {
+    ++j;
+    p = 0;
+  }
+  if (j == m.carried.size() || !m.failed.empty()) {
+    if (--m.chains == 0)
+      write_done(self);
+    return;
+  }
+  const auto a = m.bounds[i], b = m.bounds[i + 1];
+  const std::uint64_t per_position = std::uint64_t{b - a} * 2 * m.row_bytes;
+  if (per_position > max_chunk_bytes) {
+    drop_carried(m, "one position of layers [" + std::to_string(a) + ", "
+                      + std::to_string(b) + ") is larger than a message");
+    if (--m.chains == 0)
+      write_done(self);
+    return;
+  }
+  kv_rows r;
+  r.job = st.cfg.id;
+  r.seq = j;
+  r.first = a;
+  r.last = b;
+  r.pos = p;
+  r.n = static_cast<std::uint32_t>(std::min<std::uint64_t>(
+    m.rows[j] - p, max_chunk_bytes / per_position));
+  r.row_bytes = m.row_bytes;
+  const std::uint64_t from = std::uint64_t{p} * m.row_bytes,
+                      run = std::uint64_t{r.n} * m.row_bytes;
+  r.data.reserve(per_position * r.n);
+  for (auto l = a; l < b; ++l)
+    for (auto* src : {&m.k[j][l], &m.v[j][l]})
+      r.data.insert(r.data.end(), src->begin() + from,
+                    src->begin() + from + run);
+  const auto next = p + r.n;
+  auto epoch = m.epoch;
+  auto live = [self, epoch] {
+    auto& st = self->state;
+    return st.move && st.move->epoch == epoch
+           && st.move->phase == move_phase::writing && !st.finished;
+  };
+  self->request(st.cfg.stages[i], kv_timeout, kv_write_atom::value,
+                std::move(r))
+    .then(
+      [self, i, j, next, live](caf::ok_atom) {
+        if (live())
+          write_next(self, i, j, next);
+      },
+      [self, i, live](caf::error& err) {
+        if (!live())
+          return;
+        auto& st = self->state;
+        auto msg = error_message(err);
+        drop_carried(*st.move,
+                     stage_name(st, i) + ": "
+                       + (msg.empty() ? self->system().render(err) : msg));
+        if (--st.move->chains == 0)
+          write_done(self);
+      });
+}
+
+/// Every new stage has its rows (or the move failed: what was written is
+/// released and every sequence is re-fed); the job goes on.
+void write_done(self_ptr self) {
+  auto& st = self->state;
+  auto& m = *st.move;
+  if (!m.failed.empty()) {
+    for (std::uint32_t j = 0; j < st.seqs.size(); ++j)
+      if (!st.seqs[j].done)
+        for (auto& stage : st.cfg.stages) // before the re-fed steps
+          self->send(stage, release_atom::value, st.cfg.id, j);
+    drop_carried(m, m.failed);
+  }
+  go_on(self);
+}
+
+/// The new pipeline is up: the carried rows go to its stages (their
+/// layer ranges must cover the layers carried), then the job goes on.
+void write_kv(self_ptr self) {
+  auto& st = self->state;
+  auto& m = *st.move;
+  m.phase = move_phase::writing;
+  m.epoch = st.epoch;
+  std::size_t layers = 0;
+  for (auto& k : m.k)
+    layers = std::max(layers, k.size());
+  auto& b = m.bounds;
+  bool fits = b.size() == st.cfg.stages.size() + 1 && b.front() == 0
+              && b.back() == layers
+              && std::adjacent_find(b.begin(), b.end(),
+                                    std::greater_equal<>{})
+                   == b.end();
+  if (m.bytes > 0 && !fits)
+    drop_carried(m, "the new stages' layer ranges do not cover the "
+                    + std::to_string(layers) + " layers carried");
+  if (m.bytes == 0) { // nothing to write
+    go_on(self);
+    return;
+  }
+  m.chains = st.cfg.stages.size();
+  for (std::size_t i = 0; i < st.cfg.stages.size(); ++i)
+    write_next(self, i, 0, 0);
+}
+
+/// Goes on with the new pipeline `p`: a planned move writes the caches it
+/// carries into the new stages first (write_kv); every other unfinished
+/// sequence re-feeds its prompt and the tokens generated so far, then
+/// samples its next token from the logits that come back (its sampler
+/// untouched by the loss).
 void resume(self_ptr self, const std::string& why, job_pipeline& p) {
   auto& st = self->state;
   if (st.finished) // its coordinator stops the new stages with the run
@@ -594,19 +969,14 @@ void resume(self_ptr self, const std::string& why, job_pipeline& p) {
   r.job = st.cfg.id;
   r.reason = why;
   r.placement = std::move(p.placement);
-  for (std::size_t j = 0; j < st.seqs.size(); ++j) {
-    auto& q = st.seqs[j];
-    if (q.done)
-      continue;
-    auto& out = st.result.tokens[j];
-    q.feed = q.prompt;
-    q.feed.insert(q.feed.end(), out.begin(), out.end());
-    q.fed = 0;
-    q.pos = 0;
-    r.replayed += q.feed.size();
-  }
   st.resumed = std::move(r);
-  send_all(self);
+  if (st.move && st.move->phase == move_phase::placing) {
+    st.move->bounds = std::move(p.bounds);
+    write_kv(self);
+    return;
+  }
+  st.move.reset();
+  go_on(self);
 }
 
 /// Takes the tokens the sequences generated before this job (setup's
@@ -716,7 +1086,15 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       // A planned move (drain): the stages still answer, but their node is
       // about to go; re-placed now, whatever the pipeline does.
       if (planned)
-        lose(self, std::move(lost), std::move(why), false, true);
+        start_move(self, std::move(lost), std::move(why));
+    },
+    [self](tick_atom, std::uint64_t epoch) {
+      // A planned move's quiescing deadline.
+      auto& st = self->state;
+      if (self->current_sender() == self->ctrl() && st.move
+          && st.move->phase == move_phase::quiescing
+          && st.move->epoch == epoch && !st.finished)
+        try_read_kv(self);
     },
     [self](tick_atom, std::uint64_t epoch, std::string& why) {
       // A step failed settle_time ago and no stage went away since.

@@ -802,6 +802,11 @@ void stages_linked(self_ptr self, const run_ptr& run) {
     p.names.push_back(r.node + "/" + r.device);
   }
   p.placement = run->placement_text;
+  if (run->plan.size() == run->ready.size() && !run->plan.empty()) {
+    p.bounds.push_back(run->plan.front().first);
+    for (auto& sp : run->plan)
+      p.bounds.push_back(sp.last);
+  }
   auto& st = self->state;
   auto stages = stage_list(*run);
   if (auto it = st.running.find(run->id); it != st.running.end()) {
@@ -1740,14 +1745,24 @@ job_sink listener_sink(caf::actor listener,
 /// One recovery for people: "job 3 recovered from ...: N tokens re-fed,
 /// next token X s after the loss was noticed (Y s between tokens)".
 std::string recovery_line(const job_recovered& e) {
+  char moved[120] = "";
+  if (e.moved_bytes > 0) {
+    const bool mib = e.moved_bytes >= (1u << 20);
+    std::snprintf(moved, sizeof moved,
+                  ": KV caches moved (%llu positions, %.1f %s)",
+                  static_cast<unsigned long long>(e.moved_positions),
+                  static_cast<double>(e.moved_bytes) / (mib ? 1 << 20 : 1 << 10),
+                  mib ? "MiB" : "KiB");
+  }
   char line[200];
   std::snprintf(line, sizeof line,
-                ": %llu tokens re-fed, next token %.3f s after the loss was "
-                "noticed (%.3f s between tokens)\n",
+                "%s %llu tokens re-fed, next token %.3f s after the loss "
+                "was noticed (%.3f s between tokens)\n",
+                e.moved_bytes > 0 ? "," : ":",
                 static_cast<unsigned long long>(e.replayed), e.recovery_s,
                 e.gap_s);
   return "job " + std::to_string(e.job) + " recovered from " + e.reason
-         + line;
+         + moved + line;
 }
 
 /// The recoveries of a report, as console JSON.
@@ -1756,6 +1771,8 @@ text::json recoveries_json(const std::vector<job_recovered>& rs) {
   for (auto& e : rs)
     out.push_back({{"reason", e.reason},
                    {"replayed", e.replayed},
+                   {"moved_bytes", e.moved_bytes},
+                   {"moved_positions", e.moved_positions},
                    {"recovery_s", text::number(e.recovery_s, 4)},
                    {"gap_s", text::number(e.gap_s, 4)}});
   return out;

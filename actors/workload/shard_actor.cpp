@@ -785,6 +785,132 @@ caf::result<caf::message> release(self_ptr self, std::uint64_t job,
   return self->delegate(st.device, task_atom::value, std::move(t));
 }
 
+/// The stage and the cache of (job, seq) in a shard's slot, or an error
+/// naming what is missing (on the device's thread).
+caf::error find_kv(shard_slot& slot, std::uint64_t job, std::uint32_t seq,
+                   model::cache_id& id) {
+  if (!slot.h || !slot.h->stage)
+    return make_exo_error(exo_errc::failed_state,
+                          "shard: "
+                            + (slot.h ? slot.h->init_error
+                                      : std::string{"the stage was never "
+                                                    "set up"}));
+  auto it = slot.h->caches.find(std::make_tuple(slot.id, job, seq));
+  if (it == slot.h->caches.end())
+    return bad("shard: job " + std::to_string(job) + " has no KV cache for "
+               "sequence " + std::to_string(seq) + " here");
+  id = it->second;
+  return {};
+}
+
+/// (kv_read_atom, job, seq, pos, n): positions [pos, pos + n) of the
+/// sequence's cache (fewer when they do not fit one message: the asker
+/// goes on from where the answer ends), read on the device's thread
+/// behind the steps sent before (a planned move; the job sends no step
+/// meanwhile).
+caf::result<caf::message> read_kv_rows(self_ptr self, std::uint64_t job,
+                                       std::uint32_t seq, std::uint32_t pos,
+                                       std::uint32_t n) {
+  auto& st = self->state;
+  device_task t;
+  t.run = [slot = st.slot, job, seq, pos, n](device::task_context&,
+                                             caf::response_promise& rp) mutable {
+    model::cache_id id = 0;
+    if (auto err = find_kv(*slot, job, seq, id)) {
+      rp.deliver(std::move(err));
+      return;
+    }
+    auto& stage = *slot->h->stage;
+    // At most what one message carries: the job asks for the rest next.
+    const auto fit = max_chunk_bytes / stage.kv_bytes(1);
+    if (n == 0 || fit == 0) {
+      rp.deliver(bad("shard: a KV read of " + std::to_string(n)
+                     + " positions (one position of this stage is "
+                     + std::to_string(stage.kv_bytes(1)) + " bytes)"));
+      return;
+    }
+    n = static_cast<std::uint32_t>(std::min<std::uint64_t>(n, fit));
+    kv_rows r;
+    r.job = job;
+    r.seq = seq;
+    r.first = stage.first();
+    r.last = stage.last();
+    r.pos = pos;
+    r.n = n;
+    r.row_bytes = stage.kv_row_bytes();
+    r.data.resize(stage.kv_bytes(n));
+    if (auto ok = stage.read_kv(id, pos, n, r.data.data()); !ok) {
+      rp.deliver(device_failed(ok.err()));
+      return;
+    }
+    rp.deliver(std::move(r));
+  };
+  return self->delegate(st.device, task_atom::value, std::move(t));
+}
+
+/// (kv_write_atom, rows): appends a moved sequence's rows to its cache
+/// here (made by the rows at position 0), on the device's thread before
+/// the steps sent after. Everything a peer says is checked: the layers
+/// are this stage's, the sizes are the stage's, the positions follow on.
+caf::result<caf::message> write_kv_rows(self_ptr self, kv_rows rows) {
+  auto& st = self->state;
+  if (rows.first != st.cfg.first || rows.last != st.cfg.last)
+    return bad("shard: KV rows of layers [" + std::to_string(rows.first)
+               + ", " + std::to_string(rows.last) + ") for a stage of ["
+               + std::to_string(st.cfg.first) + ", "
+               + std::to_string(st.cfg.last) + ")");
+  if (rows.n == 0 || std::uint64_t{rows.pos} + rows.n > st.cfg.n_ctx)
+    return bad("shard: KV rows of positions " + std::to_string(rows.pos)
+               + " + " + std::to_string(rows.n) + " for a context of "
+               + std::to_string(st.cfg.n_ctx));
+  device_task t;
+  t.run = [slot = st.slot, n_ctx = st.cfg.n_ctx, rows = std::move(rows)](
+            device::task_context&, caf::response_promise& rp) {
+    if (!slot->h || !slot->h->stage) {
+      model::cache_id none = 0;
+      rp.deliver(find_kv(*slot, rows.job, rows.seq, none));
+      return;
+    }
+    auto& h = *slot->h;
+    auto& stage = *h.stage;
+    if (rows.row_bytes != stage.kv_row_bytes()) {
+      rp.deliver(bad("shard: KV rows of " + std::to_string(rows.row_bytes)
+                     + " bytes, this stage's are "
+                     + std::to_string(stage.kv_row_bytes())));
+      return;
+    }
+    auto key = std::make_tuple(slot->id, rows.job, rows.seq);
+    auto it = h.caches.find(key);
+    if (it == h.caches.end()) {
+      if (rows.pos != 0) {
+        rp.deliver(bad("shard: sequence " + std::to_string(rows.seq)
+                       + "'s KV rows start at position "
+                       + std::to_string(rows.pos)));
+        return;
+      }
+      if (h.caches.size() >= max_sequences_per_shard) {
+        rp.deliver(make_exo_error(exo_errc::out_of_memory,
+                                  "shard: too many sequences"));
+        return;
+      }
+      auto c = stage.new_cache(n_ctx);
+      if (!c) {
+        rp.deliver(device_failed(c.err()));
+        return;
+      }
+      it = h.caches.emplace(key, *c).first;
+    }
+    if (auto ok = stage.write_kv(it->second, rows.pos, rows.n,
+                                 rows.data.data(), rows.data.size());
+        !ok) {
+      rp.deliver(device_failed(ok.err()));
+      return;
+    }
+    rp.deliver(caf::ok_atom::value);
+  };
+  return self->delegate(st.device, task_atom::value, std::move(t));
+}
+
 caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
@@ -857,6 +983,13 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
     },
     [self](release_atom, std::uint64_t job) {
       return release(self, job, std::nullopt);
+    },
+    [self](kv_read_atom, std::uint64_t job, std::uint32_t seq,
+           std::uint32_t pos, std::uint32_t n) {
+      return read_kv_rows(self, job, seq, pos, n);
+    },
+    [self](kv_write_atom, kv_rows& rows) {
+      return write_kv_rows(self, std::move(rows));
     },
     [self](release_atom, std::uint64_t job, std::uint32_t seq) {
       return release(self, job, seq);

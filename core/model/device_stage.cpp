@@ -745,6 +745,62 @@ result<std::uint64_t> device_stage::cache_bytes(cache_id id) const {
   return (*c)->bytes;
 }
 
+std::uint64_t device_stage::kv_row_bytes() const noexcept {
+  return std::uint64_t{model_->hparams().n_embd_kv()}
+         * backend::kv_value_bytes(opts_.kv);
+}
+
+status device_stage::read_kv(cache_id id, std::uint32_t pos, std::uint32_t n,
+                             std::uint8_t* out) {
+  auto found = find_cache(id);
+  if (!found)
+    return found.err();
+  auto& c = **found;
+  if (n == 0 || std::uint64_t{pos} + n > c.n_past)
+    return fail(errc::invalid_argument,
+                "KV cache " + std::to_string(id) + " holds "
+                  + std::to_string(c.n_past) + " positions: cannot read "
+                  + std::to_string(n) + " from position "
+                  + std::to_string(pos));
+  const std::uint64_t row = kv_row_bytes(), run = std::uint64_t{n} * row;
+  for (std::uint64_t l = 0; l < last_ - first_; ++l)
+    for (auto buf : {c.k, c.v}) {
+      EXO_TRY(ops_.read(buf, (l * c.room + pos) * row, out, run));
+      out += run;
+    }
+  return {};
+}
+
+status device_stage::write_kv(cache_id id, std::uint32_t pos, std::uint32_t n,
+                              const std::uint8_t* data, std::uint64_t bytes) {
+  auto found = find_cache(id);
+  if (!found)
+    return found.err();
+  auto& c = **found;
+  if (n == 0 || pos != c.n_past || std::uint64_t{pos} + n > c.capacity)
+    return fail(errc::invalid_argument,
+                "KV cache " + std::to_string(id) + " holds "
+                  + std::to_string(c.n_past) + " of at most "
+                  + std::to_string(c.capacity) + " positions: cannot add "
+                  + std::to_string(n) + " at position "
+                  + std::to_string(pos));
+  if (bytes != kv_bytes(n))
+    return fail(errc::invalid_argument,
+                "KV rows of " + std::to_string(n) + " positions for layers ["
+                  + std::to_string(first_) + ", " + std::to_string(last_)
+                  + ") are " + std::to_string(kv_bytes(n)) + " bytes, got "
+                  + std::to_string(bytes));
+  EXO_TRY(reserve(id, pos + n));
+  const std::uint64_t row = kv_row_bytes(), run = std::uint64_t{n} * row;
+  for (std::uint64_t l = 0; l < last_ - first_; ++l)
+    for (auto buf : {c.k, c.v}) {
+      EXO_TRY(ops_.write(buf, (l * c.room + pos) * row, data, run));
+      data += run;
+    }
+  c.n_past = pos + n;
+  return {};
+}
+
 status device_stage::truncate(cache_id id, std::uint32_t n) {
   auto c = find_cache(id);
   if (!c)

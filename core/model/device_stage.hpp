@@ -352,6 +352,27 @@ public:
   backend::status reserve(cache_id id, std::uint32_t positions);
   /// Bytes of one sequence's cache on the device now (K and V).
   backend::result<std::uint64_t> cache_bytes(cache_id id) const;
+
+  /// Bytes of one position of one layer's K (or V) in a cache: n_embd_kv
+  /// values of the options' kv type.
+  std::uint64_t kv_row_bytes() const noexcept;
+  /// Bytes read_kv writes (and write_kv takes) for n positions of every
+  /// layer of the stage.
+  std::uint64_t kv_bytes(std::uint32_t n) const noexcept {
+    return std::uint64_t{last_ - first_} * 2 * n * kv_row_bytes();
+  }
+  /// Copies positions [pos, pos + n) of a cache out (a planned move of a
+  /// sequence to another stage): layer by layer from first(), its K rows
+  /// then its V rows, kv_bytes(n) bytes in all. pos + n must not pass the
+  /// positions the cache holds.
+  backend::status read_kv(cache_id id, std::uint32_t pos, std::uint32_t n,
+                          std::uint8_t* out);
+  /// Appends positions [pos, pos + n) to a cache in read_kv's layout
+  /// (`bytes` must be kv_bytes(n)): pos must be the positions it holds;
+  /// it grows as forward() would, within its capacity. The cache then
+  /// holds pos + n positions, as if forward() had computed them.
+  backend::status write_kv(cache_id id, std::uint32_t pos, std::uint32_t n,
+                           const std::uint8_t* data, std::uint64_t bytes);
   std::size_t caches() const noexcept {
     return caches_.size();
   }

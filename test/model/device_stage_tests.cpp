@@ -863,3 +863,106 @@ TEST_CASE("an apart segment gives every row a one-token forward's logits "
       apart_matches_steps(*dev, tm);
   }
 }
+
+TEST_CASE("a sequence's KV rows move to stages of another split, on another "
+          "device, and it goes on with the bits of one that never moved",
+          "[device_stage][kv][move]") {
+  temp_model tm(tensor_type::f32);
+  auto& hp = tm.model->hparams();
+  // From layers [0, 3) + [3, 4) on the cpu to [0, 1) + [1, 4) on the
+  // simulated device (it runs the cpu's kernels: the same bits), with room
+  // for 16 positions at first (the rows written make it grow).
+  backend::device *cpu = nullptr, *sim = nullptr;
+  for (auto* d : devices().devices()) {
+    auto id = d->properties().id;
+    if (id.rfind("cpu", 0) == 0 && !cpu)
+      cpu = d;
+    if (id.rfind("sim", 0) == 0 && !sim)
+      sim = d;
+  }
+  REQUIRE((cpu && sim));
+  backend_ops from_ops(*cpu), to_ops(*sim);
+  device_stage_options o;
+  o.max_tokens = 32;
+  o.kv_grow_positions = 16;
+  auto a0 = device_stage::create(tm.model, 0, 3, from_ops, o);
+  auto a1 = device_stage::create(tm.model, 3, 4, from_ops, o);
+  auto b0 = device_stage::create(tm.model, 0, 1, to_ops, o);
+  auto b1 = device_stage::create(tm.model, 1, 4, to_ops, o);
+  REQUIRE((a0.ok() && a1.ok() && b0.ok() && b1.ok()));
+  const std::uint32_t n_ctx = 200;
+  auto ca0 = *(*a0)->new_cache(n_ctx), ca1 = *(*a1)->new_cache(n_ctx);
+  auto cb0 = *(*b0)->new_cache(n_ctx), cb1 = *(*b1)->new_cache(n_ctx);
+  auto step = [&](device_stage& s0, cache_id c0, device_stage& s1,
+                  cache_id c1, std::uint32_t pos,
+                  const std::vector<std::int32_t>& toks) {
+    std::vector<float> x(toks.size() * hp.n_embd), logits(hp.n_vocab);
+    REQUIRE(s0.embed(toks.data(), toks.size(), x.data()).ok());
+    REQUIRE(s0.forward(c0, pos, x.data(), toks.size()).ok());
+    REQUIRE(s1.forward(c1, pos, x.data(), toks.size(), logits.data()).ok());
+    return logits;
+  };
+  std::vector<std::int32_t> prompt(27);
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = static_cast<std::int32_t>((11 * i + 2) % hp.n_vocab);
+  step(**a0, ca0, **a1, ca1, 0, prompt);
+  std::uint32_t pos = 27;
+  for (std::int32_t t = 0; t < 10; ++t, ++pos)
+    step(**a0, ca0, **a1, ca1, pos, {t});
+  CHECK((*a0)->kv_row_bytes() == hp.n_embd_kv() * 2); // f16 by default
+  // Out of the old stages, per layer, in pieces of 8 positions.
+  std::vector<std::vector<std::uint8_t>> k(hp.n_layer), v(hp.n_layer);
+  const auto row = (*a0)->kv_row_bytes();
+  for (std::uint32_t p = 0; p < pos; p += 8) {
+    const std::uint32_t n = std::min<std::uint32_t>(8, pos - p);
+    for (auto* s : {a0->get(), a1->get()}) {
+      std::vector<std::uint8_t> out(s->kv_bytes(n));
+      REQUIRE(s->read_kv(s == a0->get() ? ca0 : ca1, p, n, out.data()).ok());
+      auto* at = out.data();
+      for (auto l = s->first(); l < s->last(); ++l)
+        for (auto* dst : {&k[l], &v[l]}) {
+          dst->insert(dst->end(), at, at + n * row);
+          at += n * row;
+        }
+    }
+  }
+  // Into the new ones, in pieces of 5 (other pieces than they left in).
+  for (std::uint32_t p = 0; p < pos; p += 5) {
+    const std::uint32_t n = std::min<std::uint32_t>(5, pos - p);
+    for (auto* s : {b0->get(), b1->get()}) {
+      std::vector<std::uint8_t> in;
+      for (auto l = s->first(); l < s->last(); ++l)
+        for (auto* src : {&k[l], &v[l]})
+          in.insert(in.end(), src->begin() + p * row,
+                    src->begin() + (p + n) * row);
+      auto w = s->write_kv(s == b0->get() ? cb0 : cb1, p, n, in.data(),
+                           in.size());
+      INFO((w.ok() ? "" : w.err().to_string()));
+      REQUIRE(w.ok());
+    }
+  }
+  CHECK(*(*b1)->n_past(cb1) == pos);
+  CHECK(*(*b1)->room(cb1) >= pos);
+  // Both go on; their logits agree bit for bit, token after token.
+  for (std::int32_t t = 40; t < 60; ++t, ++pos) {
+    auto before = step(**a0, ca0, **a1, ca1, pos, {t});
+    auto after = step(**b0, cb0, **b1, cb1, pos, {t});
+    REQUIRE(std::memcmp(before.data(), after.data(), before.size() * 4)
+            == 0);
+  }
+  // Checked: positions the cache does not hold, a gap, the wrong size.
+  std::vector<std::uint8_t> buf((*b0)->kv_bytes(4));
+  auto r = (*a0)->read_kv(ca0, pos - 2, 4, buf.data());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.err().message.find("cannot read 4 from position") != std::string::npos);
+  auto fresh = *(*b0)->new_cache(n_ctx);
+  auto gap = (*b0)->write_kv(fresh, 3, 4, buf.data(), buf.size());
+  REQUIRE_FALSE(gap.ok());
+  CHECK(gap.err().message.find("holds 0 of at most 200") != std::string::npos);
+  auto size = (*b0)->write_kv(fresh, 0, 4, buf.data(), buf.size() - 1);
+  REQUIRE_FALSE(size.ok());
+  CHECK(size.err().message.find("bytes, got") != std::string::npos);
+  auto past = (*b0)->write_kv(fresh, 0, n_ctx + 1, buf.data(), buf.size());
+  REQUIRE_FALSE(past.ok());
+  CHECK(*(*b0)->n_past(fresh) == 0);
+}

@@ -163,10 +163,11 @@ struct fixture {
                        std::vector<std::uint32_t> bounds,
                        std::vector<std::size_t> on,
                        std::vector<std::string> names,
-                       std::function<void()> before = {}) {
+                       std::function<void()> before = {},
+                       bool tell_bounds = true) {
     return sys->spawn<caf::detached>(
-      [this, got, bounds, on, names, before](caf::event_based_actor*,
-                                             int) -> caf::behavior {
+      [this, got, bounds, on, names, before,
+       tell_bounds](caf::event_based_actor*, int) -> caf::behavior {
         return {
           [=](recover_atom, std::uint64_t, std::vector<std::uint32_t>& lost,
               std::string& why, bool device_only) -> caf::result<job_pipeline> {
@@ -179,6 +180,8 @@ struct fixture {
             job_pipeline p;
             p.stages = got->made;
             p.names = names;
+            if (tell_bounds)
+              p.bounds = bounds;
             return p;
           },
         };
@@ -1061,6 +1064,188 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
   for (auto& p : rs->made)
     f.stop(p);
   self->send_exit(recoverer, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a planned move carries the KV caches to the new stages: nothing "
+          "is re-fed and the tokens are those of an uninterrupted run",
+          "[workload][move]") {
+  fixture f;
+  f.n_ctx = 1024;
+  auto si = f.device_index("sim");
+  auto cpu = f.device_index("cpu");
+  caf::scoped_actor self{*f.sys};
+  // Three sequences at temperature 0.8 (the samplers carry over), one of
+  // them with a prompt longer than a step carries (512 tokens).
+  std::vector<std::int32_t> long_prompt(700);
+  for (std::size_t i = 0; i < long_prompt.size(); ++i)
+    long_prompt[i] = static_cast<std::int32_t>((31 * i + 4) % 400);
+  auto setup = [&](std::uint64_t id, std::vector<caf::actor> stages) {
+    auto j = f.job(id, std::move(stages),
+                   {{1, 17, 42, 99, 5}, {3, 8, 250}, long_prompt}, 30, 0.8f,
+                   21);
+    j.stage_names = {"n1/sim:0", "leaving/cpu:0"};
+    return j;
+  };
+  auto reference_stages = f.pipeline({0, 2, 4}, {si, cpu});
+  auto reference = workload::run_job(*f.sys, setup(60, reference_stages));
+  f.stop(reference_stages);
+  INFO(reference.error);
+  REQUIRE(reference.error.empty());
+  // Drains "leaving" after the `at`-th token; the new pipeline is split
+  // differently, its devices swapped.
+  auto run = [&](std::uint64_t id, int at, bool tell_bounds) {
+    auto got = std::make_shared<fixture::recovery_seen>();
+    auto rec = f.recoverer(got, {0, 1, 4}, {cpu, si},
+                           {"n1/cpu:0", "n3/sim:0"}, {}, tell_bounds);
+    auto stages = f.pipeline({0, 2, 4}, {si, cpu});
+    auto j = setup(id, stages);
+    j.recoverer = rec;
+    auto result = std::make_shared<workload::job_result>();
+    auto job_handle = std::make_shared<caf::actor>();
+    auto count = std::make_shared<int>(0);
+    j.on_token = [count, at, job_handle](std::uint32_t, std::int32_t) {
+      if (++*count == at)
+        caf::anon_send(*job_handle, lost_atom::value,
+                       std::string{"node leaving is drained (a planned "
+                                   "move)"},
+                       std::vector<std::uint32_t>{1}, true);
+    };
+    j.finish = [result](workload::job_result& r) {
+      *result = r;
+      return caf::make_message(caf::ok_atom::value);
+    };
+    *job_handle = workload::spawn_job(*f.sys, std::move(j));
+    self->request(*job_handle, std::chrono::seconds(120), run_atom::value)
+      .receive([](caf::ok_atom) {},
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    *job_handle = caf::actor{};
+    f.stop(stages);
+    f.stop(got->made);
+    self->send_exit(rec, caf::exit_reason::user_shutdown);
+    CHECK(got->lost == std::vector<std::uint32_t>{1});
+    return *result;
+  };
+  const std::uint64_t per_position
+    = 4 * 2 * std::uint64_t{f.model->hparams().n_embd_kv()} * 2; // f16
+
+  SECTION("mid-decode, the caches go along") {
+    auto r = run(61, 12, true);
+    INFO(r.error);
+    REQUIRE(r.error.empty());
+    CHECK(r.tokens == reference.tokens);
+    REQUIRE(r.recoveries.size() == 1);
+    auto& e = r.recoveries[0];
+    CHECK(e.reason == "node leaving is drained (a planned move)");
+    CHECK(e.replayed == 0);
+    // Every sequence's positions: its prompt and the tokens it had (all
+    // but the last sampled one, not yet read), at least 12 tokens in all.
+    CHECK(e.moved_positions >= 5 + 3 + 700 + 12 - 3);
+    CHECK(e.moved_positions <= 5 + 3 + 700 + 12 + 6);
+    CHECK(e.moved_bytes == e.moved_positions * per_position);
+  }
+  SECTION("while a prompt is still being read") {
+    // The first token comes while the 700-token prompt is half read.
+    auto r = run(62, 1, true);
+    INFO(r.error);
+    REQUIRE(r.error.empty());
+    CHECK(r.tokens == reference.tokens);
+    REQUIRE(r.recoveries.size() == 1);
+    CHECK(r.recoveries[0].replayed == 0);
+    CHECK(r.recoveries[0].moved_bytes > 0);
+  }
+  SECTION("new stages whose layer ranges are unknown: re-fed, and said") {
+    auto r = run(63, 12, false);
+    INFO(r.error);
+    REQUIRE(r.error.empty());
+    CHECK(r.tokens == reference.tokens);
+    REQUIRE(r.recoveries.size() == 1);
+    auto& e = r.recoveries[0];
+    CHECK(e.moved_bytes == 0);
+    CHECK(e.replayed >= 5 + 3 + 700 + 12 - 3);
+    CHECK(e.reason.find("its KV caches were re-fed, not moved (the new "
+                        "stages' layer ranges do not cover the 4 layers "
+                        "carried)")
+          != std::string::npos);
+  }
+}
+
+TEST_CASE("a shard checks the KV rows it is given and the rows it is asked "
+          "for", "[workload][move]") {
+  fixture f;
+  caf::scoped_actor self{*f.sys};
+  auto stages = f.pipeline({0, 2, 4}, {f.device_index("cpu"),
+                                       f.device_index("cpu")});
+  auto read_error = [&](std::uint32_t n) {
+    std::string why;
+    self->request(stages[0], std::chrono::seconds(10), kv_read_atom::value,
+                  std::uint64_t{9}, std::uint32_t{0}, std::uint32_t{0}, n)
+      .receive([](kv_rows&) { FAIL("answered"); },
+               [&](caf::error& e) { why = caf::to_string(e); });
+    return why;
+  };
+  auto write_error = [&](const kv_rows& rows) {
+    std::string why;
+    self->request(stages[0], std::chrono::seconds(10), kv_write_atom::value,
+                  rows)
+      .receive([](caf::ok_atom) { FAIL("accepted"); },
+               [&](caf::error& e) { why = caf::to_string(e); });
+    return why;
+  };
+  CHECK(read_error(4)
+          .find("job 9 has no KV cache for sequence 0 here")
+        != std::string::npos);
+  kv_rows r;
+  r.job = 9;
+  r.first = 0;
+  r.last = 4;
+  r.n = 1;
+  r.row_bytes = f.model->hparams().n_embd_kv() * 2;
+  r.data.resize(4 * 2 * r.row_bytes);
+  CHECK(write_error(r)
+          .find("layers [0, 4) for a stage of [0, 2)")
+        != std::string::npos);
+  r.last = 2;
+  r.data.resize(2 * 2 * r.row_bytes);
+  r.pos = 3; // a new sequence starts at 0
+  CHECK(write_error(r)
+          .find("start at position 3")
+        != std::string::npos);
+  r.pos = 0;
+  r.row_bytes += 2;
+  CHECK(write_error(r)
+          .find("this stage's are")
+        != std::string::npos);
+  r.row_bytes -= 2;
+  r.data.pop_back();
+  CHECK(write_error(r).find("bytes, got")
+        != std::string::npos);
+  r.data.push_back(0);
+  r.n = 1u << 30; // past the context
+  CHECK(write_error(r)
+          .find("for a context of")
+        != std::string::npos);
+  // Accepted rows are there to read back, bit for bit.
+  r.n = 1;
+  for (std::size_t i = 0; i < r.data.size(); ++i)
+    r.data[i] = static_cast<std::uint8_t>(i * 7);
+  self->request(stages[0], std::chrono::seconds(10), kv_write_atom::value, r)
+    .receive([](caf::ok_atom) {},
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  CHECK(read_error(2)
+          .find("holds 1 positions: cannot read 2 from position 0")
+        != std::string::npos);
+  self->request(stages[0], std::chrono::seconds(10), kv_read_atom::value,
+                std::uint64_t{9}, std::uint32_t{0}, std::uint32_t{0},
+                std::uint32_t{1})
+    .receive(
+      [&](kv_rows& back) {
+        CHECK(back.n == 1);
+        CHECK(back.first == 0);
+        CHECK(back.last == 2);
+        CHECK(back.data == r.data);
+      },
+      [](caf::error& e) { FAIL(caf::to_string(e)); });
+  f.stop(stages);
 }
 
 // Last in the file: the sim device vanishes for good (the registry is the

@@ -861,8 +861,10 @@ TEST_CASE("drain moves a running job's stage off a node, which may then "
   auto code = runner.wait(120s);
   INFO(runner.out() << runner.err());
   REQUIRE(code == 0);
+  // The KV caches went along: nothing re-fed.
   CHECK(contains(runner.out(), "job 2 recovered from node leaving is "
-                               "drained (a planned move)"));
+                               "drained (a planned move): KV caches moved ("));
+  CHECK(contains(runner.out(), "iB), 0 tokens re-fed"));
   CHECK(line_after(runner.out(), "text: ") == line_after(solo.out, "text: "));
   // Nothing of this node's on it now.
   auto again = console(p, a.port, "drain leaving");
