@@ -13,6 +13,12 @@
 /// (through the gates: broadcast_atom with a typed message):
 ///   service -- (thermal_atom, report_atom, std::vector<thermal_status>)
 ///           --> every peer's service -> ok (checked: thermal::check_report)
+///
+/// When a monitor of its node pauses a device, through the gates:
+///   service -- (thermal_atom, thermal_status) --> the "jobs" service of
+///              every node, this one too -> ok: the runs with a stage on
+///              the device move off it (job_coordinator; a peer may send
+///              only statuses of its own devices)
 
 #include "messages/atoms.hpp"
 #include "messages/wire_real.hpp"

@@ -78,7 +78,9 @@ using lost_atom = caf::atom_constant<caf::atom("lost")>;
 /// coordinator re-places the layers on the surviving devices, starts and
 /// links fresh stages and answers with them (or an error naming what is
 /// missing). The job then rebuilds its KV caches by re-feeding each
-/// sequence's prompt and the tokens generated so far, and goes on.
+/// sequence's prompt and the tokens generated so far (after a planned
+/// move: writes the rows it read from the old stages, kv_write_atom), and
+/// goes on.
 using recover_atom = caf::atom_constant<caf::atom("recover")>;
 /// (inbox_atom, job, seq, bytes) -> (handle_id, caf::actor device): a
 /// shard allocates, on its device, a buffer that its previous stage on

@@ -3,6 +3,7 @@
 #include "actors/cluster/gate_state.hpp"
 #include "actors/topology/topology_actor.hpp"
 #include "messages/errors.hpp"
+#include "messages/thermal.hpp"
 #include "messages/workload.hpp"
 
 #include <algorithm>
@@ -67,7 +68,13 @@ std::string peer_service_refusal(const caf::message& m,
     origin = m.get_as<job_replica>(1).origin;
   else if (m.match_elements<replicate_atom, job_progress>())
     origin = m.get_as<job_progress>(1).origin;
-  else
+  else if (m.match_elements<thermal_atom, thermal_status>()) {
+    origin = m.get_as<thermal_status>(1).node;
+    if (origin == sender && !sender.empty())
+      return {};
+    return "a thermal pause of a device of \"" + origin + "\" sent by \""
+           + sender + "\": a node reports only its own devices";
+  } else
     return {};
   if (origin == sender && !sender.empty())
     return {};

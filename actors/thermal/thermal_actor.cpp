@@ -255,6 +255,10 @@ caf::behavior service_impl(service_ptr self, thermal_service_config cfg) {
                     mc.interval = st.cfg.interval;
                     auto m = spawn_thermal_actor(self->system(), std::move(mc));
                     self->link_to(m);
+                    // Its transitions: a pause moves the jobs off the
+                    // device (below).
+                    self->send(m, thermal_atom::value, subscribe_atom::value,
+                               caf::actor_cast<caf::actor>(self));
                     st.monitors.push_back(m);
                   });
           },
@@ -273,6 +277,22 @@ caf::behavior service_impl(service_ptr self, thermal_service_config cfg) {
                 .then([](std::uint64_t) {}, [](caf::error&) {});
           self->delayed_send(self, st.cfg.report_interval, tick_atom::value);
         });
+      },
+      // A monitor of this node paused its device: the jobs services of
+      // every node (this one too) move the stages they coordinate there
+      // to other devices, KV caches and all (job_coordinator).
+      [self](thermal_atom, thermal_status& s) {
+        // (The monitors send anonymously: a status of this node's.)
+        auto& st = self->state;
+        if (s.node != st.cfg.node || s.state != "paused" || !st.cfg.gate)
+          return;
+        auto msg = caf::make_message(thermal_atom::value, s);
+        self->request(st.cfg.gate, 3s, service_atom::value, st.cfg.node,
+                      std::string{"jobs"}, msg)
+          .then([](caf::message&) {}, [](caf::error&) {});
+        self->request(st.cfg.gate, 3s, broadcast_atom::value,
+                      std::string{"jobs"}, std::move(msg))
+          .then([](std::uint64_t) {}, [](caf::error&) {});
       },
       // A peer's thermal service reports its devices (through the gates).
       [self](thermal_atom, report_atom,

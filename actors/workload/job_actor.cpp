@@ -24,6 +24,7 @@ struct sequence {
   /// prompt, or after a recovery the prompt and the tokens generated so far.
   std::vector<std::int32_t> feed;
   std::size_t fed = 0; ///< tokens of `feed` sent so far
+  std::size_t fed_in_flight = 0; ///< of them, in the step in flight
   std::uint32_t pos = 0;
   bool prompt_done = false; ///< its prompt's logits have arrived once
   std::unique_ptr<model::sampler> smp;
@@ -36,19 +37,19 @@ struct sequence {
   std::vector<std::int32_t> drafted;
 };
 
-/// A planned move (drain) that carries the KV caches instead of
-/// rebuilding them: the job sends no new step; once the sequences have no
-/// step in flight (or after quiesce_time, without those that still have)
-/// it reads their caches' rows out of the old stages, asks for the new
-/// pipeline, writes the rows into the new stages and goes on from where
-/// each sequence was. A sequence not carried (a step still in flight, a
-/// read or write that failed) is re-fed as after a loss: the tokens are
-/// the same either way.
-enum class move_phase { quiescing, reading, placing, writing };
+/// A planned move (drain, a device's thermal pause) that carries the KV
+/// caches instead of rebuilding them. The job leaves the old pipeline at
+/// once (a new epoch: the answers of steps in flight are dropped and those
+/// steps taken back, to be sent again), reads each unfinished sequence's
+/// rows [0, pos) out of the old stages (stable whatever its step in flight
+/// does: a step only writes from pos on), asks for the new pipeline,
+/// writes the rows into the new stages and goes on from where each
+/// sequence was. When a read or write fails, every sequence is re-fed as
+/// after a loss: the tokens are the same either way.
+enum class move_phase { reading, placing, writing };
 
 struct kv_move {
-  move_phase phase = move_phase::quiescing;
-  std::chrono::steady_clock::time_point deadline; ///< of quiescing
+  move_phase phase = move_phase::reading;
   std::vector<std::uint32_t> lost;
   std::string why;
   std::uint64_t epoch = 0; ///< the pipeline it reads from, then writes to
@@ -228,12 +229,6 @@ void step_failed(self_ptr self, const std::vector<std::uint32_t>& seqs,
     return;
   for (auto j : seqs)
     st.seqs[j].waiting = false;
-  if (st.move && st.move->phase == move_phase::quiescing) {
-    // The drained stage failed a step: moved without the caches (re-fed).
-    auto m = std::move(st.move);
-    lose(self, std::move(m->lost), std::move(m->why), false, true);
-    return;
-  }
   auto msg = error_message(err);
   auto why = "sequence " + std::to_string(seqs.front()) + ": "
              + (msg.empty() ? self->system().render(err) : msg);
@@ -245,17 +240,10 @@ void step_failed(self_ptr self, const std::vector<std::uint32_t>& seqs,
                      std::move(why));
 }
 
-void try_read_kv(self_ptr self);
-
 void send_step(self_ptr self, std::size_t g) {
   auto& st = self->state;
-  if (st.finished || st.recovering)
-    return;
-  if (st.move) { // no new step while a planned move carries the caches
-    if (st.move->phase == move_phase::quiescing)
-      try_read_kv(self);
-    return;
-  }
+  if (st.finished || st.recovering || st.move)
+    return; // no new step while a planned move carries the caches
   if (st.speculative) { // groups of one: a round once its feed is read
     auto j = st.groups[g].front();
     auto& q = st.seqs[j];
@@ -280,7 +268,9 @@ void send_step(self_ptr self, std::size_t g) {
       s.tokens.insert(s.tokens.end(), q.feed.begin() + q.fed,
                       q.feed.begin() + q.fed + n);
       q.fed += n;
+      q.fed_in_flight = n;
     } else {
+      q.fed_in_flight = 0;
       s.tokens.push_back(st.result.tokens[j].back());
     }
     s.parts.push_back({j, q.pos, static_cast<std::uint32_t>(n)});
@@ -619,9 +609,6 @@ void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why,
 
 // -- planned moves that carry the KV caches (kv_move) ------------------------
 
-/// How long a planned move waits for the steps in flight before it reads
-/// the caches of the sequences without one (the others are re-fed).
-constexpr auto quiesce_time = std::chrono::milliseconds(2000);
 /// The deadline of one read or write of KV rows (a stage on a node that
 /// froze meanwhile: the sequences are re-fed instead).
 constexpr auto kv_timeout = std::chrono::seconds(30);
@@ -782,35 +769,8 @@ void read_done(self_ptr self) {
   lose(self, m.lost, m.why, false, true);
 }
 
-/// Starts reading the caches once no sequence has a step in flight, or at
-/// the quiescing deadline without the sequences that still have one.
-void try_read_kv(self_ptr self) {
-  auto& st = self->state;
-  auto& m = *st.move;
-  const bool busy = std::any_of(st.seqs.begin(), st.seqs.end(),
-                                [](const sequence& q) {
-                                  return !q.done && q.waiting;
-                                });
-  if (busy && clock_type::now() < m.deadline)
-    return;
-  m.phase = move_phase::reading;
-  const auto n = st.seqs.size();
-  m.carried.assign(n, false);
-  m.rows.assign(n, 0);
-  m.k.assign(n, {});
-  m.v.assign(n, {});
-  for (std::size_t j = 0; j < n; ++j) {
-    auto& q = st.seqs[j];
-    m.carried[j] = !q.done && !q.waiting;
-    m.rows[j] = m.carried[j] ? q.pos : 0;
-  }
-  m.chains = st.cfg.stages.size();
-  for (std::size_t i = 0; i < st.cfg.stages.size(); ++i)
-    read_next(self, i, 0, 0);
-}
-
-/// A planned move (drain): carry the caches if the job runs, else the
-/// plain re-placement.
+/// A planned move (drain, thermal pause): carry the caches if the job
+/// runs, else the plain re-placement.
 void start_move(self_ptr self, std::vector<std::uint32_t> lost,
                 std::string why) {
   auto& st = self->state;
@@ -820,13 +780,33 @@ void start_move(self_ptr self, std::vector<std::uint32_t> lost,
     lose(self, std::move(lost), std::move(why), false, true);
     return;
   }
-  st.move = std::make_unique<kv_move>();
-  st.move->lost = std::move(lost);
-  st.move->why = std::move(why);
-  st.move->epoch = st.epoch;
-  st.move->deadline = clock_type::now() + quiesce_time;
-  self->delayed_send(self, quiesce_time, tick_atom::value, st.epoch);
-  try_read_kv(self);
+  // The old pipeline's answers are dropped from now on; the steps in
+  // flight are taken back (sent again after the move).
+  ++st.epoch;
+  auto m = std::make_unique<kv_move>();
+  m->lost = std::move(lost);
+  m->why = std::move(why);
+  m->epoch = st.epoch;
+  const auto n = st.seqs.size();
+  m->carried.assign(n, false);
+  m->rows.assign(n, 0);
+  m->k.assign(n, {});
+  m->v.assign(n, {});
+  for (std::size_t j = 0; j < n; ++j) {
+    auto& q = st.seqs[j];
+    if (q.waiting) {
+      q.fed -= q.fed_in_flight;
+      q.fed_in_flight = 0;
+      q.waiting = false;
+      q.drafted.clear();
+    }
+    m->carried[j] = !q.done;
+    m->rows[j] = q.pos;
+  }
+  m->chains = st.cfg.stages.size();
+  st.move = std::move(m);
+  for (std::size_t i = 0; i < st.cfg.stages.size(); ++i)
+    read_next(self, i, 0, 0);
 }
 
 void write_done(self_ptr self);
@@ -907,7 +887,7 @@ void write_done(self_ptr self) {
     for (std::uint32_t j = 0; j < st.seqs.size(); ++j)
       if (!st.seqs[j].done)
         for (auto& stage : st.cfg.stages) // before the re-fed steps
-          self->send(stage, release_atom::value, st.cfg.id, j);
+          caf::anon_send(stage, release_atom::value, st.cfg.id, j);
     drop_carried(m, m.failed);
   }
   go_on(self);
@@ -1088,14 +1068,7 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       if (planned)
         start_move(self, std::move(lost), std::move(why));
     },
-    [self](tick_atom, std::uint64_t epoch) {
-      // A planned move's quiescing deadline.
-      auto& st = self->state;
-      if (self->current_sender() == self->ctrl() && st.move
-          && st.move->phase == move_phase::quiescing
-          && st.move->epoch == epoch && !st.finished)
-        try_read_kv(self);
-    },
+
     [self](tick_atom, std::uint64_t epoch, std::string& why) {
       // A step failed settle_time ago and no stage went away since.
       auto& st = self->state;

@@ -25,6 +25,7 @@
 #include "messages/cluster.hpp"
 #include "messages/errors.hpp"
 #include "messages/placement.hpp"
+#include "messages/thermal.hpp"
 #include "messages/workload.hpp"
 
 #include <caf/all.hpp>
@@ -200,6 +201,13 @@ struct job_run {
   /// devices ("node/id") that failed under a stage, their nodes alive.
   std::set<std::string> lost_nodes;
   std::set<std::string> lost_devices;
+  /// Of lost_devices, those left for heat only (a thermal pause): given
+  /// back when no other device has room (no_room), the run then waits
+  /// there for the device to cool rather than end.
+  std::set<std::string> heat_paused;
+  /// Devices given back that way: placed on even while paused (their
+  /// stages start and run once they cool).
+  std::set<std::string> wait_to_cool;
   /// A running job waiting for its new pipeline (recover_atom).
   std::optional<caf::typed_response_promise<job_pipeline>> recovery;
   std::string lost_why; ///< what the current re-placement follows
@@ -792,6 +800,7 @@ void stages_linked(self_ptr self, const run_ptr& run) {
     self->state.retrying.reset();
   run->wait_since = {}; // a later wait (a cache that cannot grow) is new
   run->wait_until = {};
+  run->wait_to_cool.clear(); // a later pause moves it again
   if (!run->recovery) {
     start_draft(self, run);
     return;
@@ -1043,6 +1052,23 @@ void no_room(self_ptr self, const run_ptr& run, std::string why) {
   if (st.retrying.lock() == run)
     st.retrying.reset();
   drop_plan(self, run, {}); // no reservation kept for a plan that failed
+  if (run->recovery && !run->heat_paused.empty()) {
+    // Moved off a device paused for heat, and no other has room: placed
+    // back there, it waits for the device to cool as it did before.
+    std::string back;
+    for (auto& d : run->heat_paused) {
+      run->lost_devices.erase(d);
+      run->wait_to_cool.insert(d);
+      back += (back.empty() ? "" : ", ") + d;
+    }
+    run->heat_paused.clear();
+    exo::text::line(std::cout)
+      << "exo-node " << st.cfg.node << ": job " << run->id
+      << " stays on " << back << " (paused for heat): no other device has "
+      << "room (" << why << ")" << std::endl;
+    place_on_survivors(self, run);
+    return;
+  }
   auto now = std::chrono::steady_clock::now();
   const bool first = run->wait_since == std::chrono::steady_clock::time_point{};
   if (first) {
@@ -1363,6 +1389,10 @@ member_view without_lost(const job_run& run, member_view view) {
                                        != 0;
                               }),
                devs.end());
+    for (auto& d : devs) // its stages wait there for the device to cool
+      if (d.state == device_state::paused
+          && run.wait_to_cool.count(m.name + "/" + d.id) != 0)
+        d.state = device_state::busy;
   }
   return view;
 }
@@ -1506,7 +1536,9 @@ caf::result<job_pipeline> recover_job(self_ptr self, std::uint64_t id,
   for (auto i : lost)
     if (i < run->plan.size()) {
       auto& p = run->plan[i];
-      if (device_only || p.node == st.cfg.node) { // the node lives on
+      if (device_only || p.node == st.cfg.node
+          || run->heat_paused.count(p.node + "/" + p.device) != 0) {
+        // the node lives on
         run->lost_devices.insert(p.node + "/" + p.device);
         if (out_of_room)
           run->full_devices.insert(p.node + "/" + p.device);
@@ -2049,6 +2081,39 @@ caf::result<console_reply> console_cancel(self_ptr self,
   return rp;
 }
 
+/// A device paused for heat (its node's thermal service tells every jobs
+/// service): each run this node coordinates with a stage there moves off
+/// it now, KV caches and all (the job's planned move), to a device that
+/// is not paused; when none has room it goes back there (no_room).
+void thermal_move(self_ptr self, const thermal_status& s) {
+  auto& st = self->state;
+  if (s.state != "paused")
+    return;
+  const auto key = s.node + "/" + s.device;
+  for (auto& [id, rj] : st.running) {
+    auto run = rj.run.lock();
+    if (!run || run->ended || run->recovery)
+      continue;
+    std::vector<std::uint32_t> lost;
+    for (std::uint32_t i = 0; i < rj.plan.size(); ++i)
+      if (rj.plan[i].node == s.node && rj.plan[i].device == s.device)
+        lost.push_back(i);
+    if (lost.empty())
+      continue;
+    run->lost_devices.insert(key);
+    run->heat_paused.insert(key);
+    exo::text::line(std::cout)
+      << "exo-node " << st.cfg.node << ": moving job " << id << " off "
+      << key << " (paused for heat)" << std::endl;
+    self->send(rj.job, lost_atom::value,
+               "device " + key + " paused for heat ("
+                 + (s.reason.empty() ? std::string{"thermal limit"}
+                                     : s.reason)
+                 + ", a planned move)",
+               lost, true);
+  }
+}
+
 /// Console `drain NODE`: every run this node coordinates with stages on
 /// NODE is re-placed without it now (the recovery path, started by a
 /// planned lost notice), so that NODE may leave without failing them.
@@ -2477,6 +2542,10 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
     },
     [self](replicate_atom, job_progress& p) -> caf::result<caf::ok_atom> {
       return on_progress(self, p);
+    },
+    [self](thermal_atom, thermal_status& s) -> caf::result<caf::atom_value> {
+      thermal_move(self, s);
+      return caf::ok_atom::value;
     },
     [self](attach_atom, std::string& key) -> caf::result<console_reply> {
       // From another node's `attach`: this node's own jobs only.

@@ -805,14 +805,17 @@ caf::error find_kv(shard_slot& slot, std::uint64_t job, std::uint32_t seq,
 
 /// (kv_read_atom, job, seq, pos, n): positions [pos, pos + n) of the
 /// sequence's cache (fewer when they do not fit one message: the asker
-/// goes on from where the answer ends), read on the device's thread
-/// behind the steps sent before (a planned move; the job sends no step
-/// meanwhile).
+/// goes on from where the answer ends), read on the device's thread (a
+/// planned move: the job asks only for positions that no step of its
+/// writes any more).
 caf::result<caf::message> read_kv_rows(self_ptr self, std::uint64_t job,
                                        std::uint32_t seq, std::uint32_t pos,
                                        std::uint32_t n) {
   auto& st = self->state;
   device_task t;
+  // At once, also while the device is paused (a thermal pause moves the
+  // job away): rows [0, pos) are stable whatever steps wait there.
+  t.kind = task_kind::immediate;
   t.run = [slot = st.slot, job, seq, pos, n](device::task_context&,
                                              caf::response_promise& rp) mutable {
     model::cache_id id = 0;

@@ -106,8 +106,14 @@ void start_shard(self_ptr self, shard_spec spec, std::string path,
         auto done = [self, spec, m, received, rp, g]() mutable {
           std::vector<device_info> infos;
           for (auto& f : g->found)
-            if (spec.device.empty() || f.first.id == spec.device)
+            if (spec.device.empty() || f.first.id == spec.device) {
               infos.push_back(f.first);
+              // Named for the stage while paused for heat (a job with
+              // nowhere else to go): the stage waits there to run.
+              if (!spec.device.empty()
+                  && infos.back().state == device_state::paused)
+                infos.back().state = device_state::busy;
+            }
           auto order = stage_order(infos);
           if (order.empty()) {
             rp.deliver(fail(exo_errc::no_device,

@@ -1,9 +1,11 @@
 // What the gate refuses from a joined peer whatever its certificate says:
 // a job replica (or its progress) in another node's name. A node may only
 // replicate its own jobs; otherwise a peer could plant a job on a backup in
-// another node's name and have it taken over when that node dies.
+// another node's name and have it taken over when that node dies. Nor a
+// thermal pause of another node's device (it would move jobs off it).
 
 #include "actors/cluster/gate_state.hpp"
+#include "messages/thermal.hpp"
 #include "messages/workload.hpp"
 
 #include <catch2/catch.hpp>
@@ -31,4 +33,17 @@ TEST_CASE("a peer's job replicas must be its own jobs") {
           .empty());
   CHECK(peer_service_refusal(caf::make_message(replicate_atom::value), "n2")
           .empty());
+}
+
+TEST_CASE("a peer reports thermal pauses of its own devices only") {
+  thermal_status s;
+  s.node = "n2";
+  s.device = "cuda:0";
+  s.state = "paused";
+  auto pause = caf::make_message(thermal_atom::value, s);
+  CHECK(peer_service_refusal(pause, "n2").empty());
+  CHECK(peer_service_refusal(pause, "n3")
+        == "a thermal pause of a device of \"n2\" sent by \"n3\": a node "
+           "reports only its own devices");
+  CHECK_FALSE(peer_service_refusal(pause, "").empty());
 }

@@ -871,6 +871,61 @@ TEST_CASE("drain moves a running job's stage off a node, which may then "
   CHECK(contains(again.out, "no run of coord has a stage on leaving"));
 }
 
+TEST_CASE("a device paused for heat sends its job elsewhere with its KV "
+          "caches, or, with nowhere else to go, keeps it there until it "
+          "cools; the tokens are those of an uninterrupted run",
+          "[workload][process][thermal]") {
+  pki p{"exo-heat"};
+  auto model = long_model(p);
+  // A simulated device that cools within seconds on the wall clock (2 s
+  // time constant) beside a cpu of 1 MiB, too small for the model.
+  auto profiles = p.dir + "/warm.json";
+  {
+    std::ofstream f{profiles};
+    f << R"({"profiles": [{"name": "warm", "display_name": "warm",
+      "vendor": "test", "architecture": "t", "memory_gib": 0.25,
+      "compute_units": 8, "tflops": 1, "bandwidth_gbs": 1,
+      "idle_power_w": 10, "peak_power_w": 50,
+      "thermal_resistance_c_per_w": 0.1, "thermal_capacitance_j_per_c": 20,
+      "ambient_c": 30, "throttle_c": 95}]})";
+  }
+  p.node("solo");
+  node_options no{"solo"};
+  no.state_dir = p.dir + "/solo/state";
+  no.devices = R"({"include": ["cpu", "sim"], "cpu_memory_limit_mib": 1,
+                   "sim_profiles_file": ")"
+               + profiles + R"(", "simulated": [{"profile": "warm"}],
+                   "sim_time_scale": 1, "rescan_interval_s": 0})";
+  auto n = start_node(p, no);
+  auto job = "run --model " + model
+             + " --prompt \"once upon a time\" -n 1500 --seed 2 "
+               "--temperature 0";
+  auto whole = console(p, n.port, job);
+  INFO(whole.out << whole.err);
+  REQUIRE(whole.code == 0);
+  // 80 degrees hotter at its 200th operation from now: mid-run.
+  std::string admin;
+  {
+    std::ifstream f{no.state_dir + "/access/admin.token"};
+    std::getline(f, admin);
+  }
+  auto heat = console(p, n.port,
+                      "dev fault sim:warm:0 heat_after:200:80 auth=" + admin);
+  INFO(heat.out << heat.err);
+  REQUIRE(heat.code == 0);
+  auto r = console(p, n.port, job);
+  INFO(r.out << r.err << "\nthe node's output: " << n.proc->out());
+  REQUIRE(r.code == 0);
+  CHECK(contains(n.proc->out(), "moving job 2 off solo/sim:warm:0 (paused "
+                                "for heat)"));
+  CHECK(contains(n.proc->out(), "job 2 stays on solo/sim:warm:0 (paused for "
+                                "heat): no other device has room"));
+  CHECK(contains(r.out, "job 2 recovered from device solo/sim:warm:0 paused "
+                        "for heat ("));
+  CHECK(contains(r.out, "iB), 0 tokens re-fed"));
+  CHECK(line_after(r.out, "text: ") == line_after(whole.out, "text: "));
+}
+
 TEST_CASE("a job placed on a node that froze before its stage started is "
           "placed again without it when the node is declared dead, not "
           "after the shard timeout",
