@@ -98,6 +98,12 @@ using kv_read_atom = caf::atom_constant<caf::atom("kv_read")>;
 /// first, at position 0); the layers must be the stage's own.
 using kv_write_atom = caf::atom_constant<caf::atom("kv_write")>;
 
+/// (drain_atom, node) -> std::string, from the jobs service where an
+/// operator typed `drain NODE` to that of every other alive node: each
+/// moves the runs it coordinates off NODE (planned moves) and answers with
+/// their keys ("n2:4, n2:7"; "" when none).
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+
 /// (replicate_atom, job_replica) -> ok, from a job's coordinator to the
 /// jobs service of the node that backs the job up; then (replicate_atom,
 /// job_progress) as tokens come. See job_replica.

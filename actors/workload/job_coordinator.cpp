@@ -2114,19 +2114,12 @@ void thermal_move(self_ptr self, const thermal_status& s) {
   }
 }
 
-/// Console `drain NODE`: every run this node coordinates with stages on
-/// NODE is re-placed without it now (the recovery path, started by a
-/// planned lost notice), so that NODE may leave without failing them.
-caf::result<console_reply> console_drain(self_ptr self,
-                                         const std::string& arg) {
+/// Moves every run this node coordinates with stages on `node` off it (a
+/// planned lost notice to each job: re-placed without the node, KV caches
+/// carried); returns their ids.
+std::vector<std::uint64_t> drain_here(self_ptr self, const std::string& node) {
   auto& st = self->state;
-  auto parsed = parse_args("drain", arg, "drain NODE");
-  if (!parsed)
-    return std::move(parsed.error());
-  auto& p = *parsed;
-  auto& node = p.args[0];
-  text::json moved = text::json::array();
-  std::string ids;
+  std::vector<std::uint64_t> moved;
   for (auto& [id, rj] : st.running) {
     auto lost = stages_on(rj.plan, node);
     auto run = rj.run.lock();
@@ -2136,18 +2129,94 @@ caf::result<console_reply> console_drain(self_ptr self,
     self->send(rj.job, lost_atom::value,
                "node " + node + " is drained (a planned move)", lost, true);
     moved.push_back(id);
-    ids += (ids.empty() ? "" : ", ") + std::to_string(id);
   }
-  console_reply r;
-  r.command = "drain";
-  r.text = moved.empty()
-             ? "no run of " + st.cfg.node + " has a stage on " + node + "\n"
-             : "moving job" + std::string{moved.size() > 1 ? "s " : " "} + ids
-                 + " off " + node
-                 + ": re-placed on the other nodes, each goes on from its "
-                   "next token (jobs shows where)\n";
-  r.json = text::spaced({{"node", node}, {"moving", moved}});
-  return r;
+  return moved;
+}
+
+/// Console `drain NODE`: every run with stages on NODE moves off it, those
+/// this node coordinates and, asked through the gate (drain_atom), those
+/// of every other alive node, so that NODE may leave without failing them.
+caf::result<console_reply> console_drain(self_ptr self,
+                                         const std::string& arg) {
+  auto& st = self->state;
+  auto parsed = parse_args("drain", arg, "drain NODE");
+  if (!parsed)
+    return std::move(parsed.error());
+  auto node = parsed->args[0];
+  struct gather {
+    std::vector<std::uint64_t> here;
+    std::vector<std::string> elsewhere; ///< "n2:4"
+    std::vector<std::string> unanswered;
+    std::size_t pending = 0;
+  };
+  auto g = std::make_shared<gather>();
+  g->here = drain_here(self, node);
+  auto rp = self->make_response_promise<console_reply>();
+  auto done = [self, g, node, rp]() mutable {
+    auto& st = self->state;
+    console_reply r;
+    r.command = "drain";
+    std::string ids;
+    text::json here = text::json::array(), there = text::json::array();
+    for (auto id : g->here) {
+      ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+      here.push_back(id);
+    }
+    std::string others;
+    for (auto& k : g->elsewhere) {
+      others += (others.empty() ? "" : ", ") + k;
+      there.push_back(k);
+    }
+    if (!g->here.empty())
+      r.text = "moving job" + std::string{g->here.size() > 1 ? "s " : " "}
+               + ids + " off " + node
+               + ": re-placed on the other nodes, each goes on from its "
+                 "next token (jobs shows where)\n";
+    if (!g->elsewhere.empty())
+      r.text += "moving " + others
+                + " (coordinated by other nodes) off " + node + "\n";
+    if (r.text.empty())
+      r.text = "no run of " + st.cfg.node + " has a stage on " + node
+               + (st.alive.empty() ? std::string{}
+                                   : ", nor one of the other nodes")
+               + "\n";
+    for (auto& n : g->unanswered)
+      r.text += "warning: " + n + "\n";
+    r.json = text::spaced({{"node", node},
+                           {"moving", here},
+                           {"moving_elsewhere", there}});
+    rp.deliver(std::move(r));
+  };
+  std::vector<std::string> peers(st.alive.begin(), st.alive.end());
+  g->pending = peers.size();
+  if (peers.empty() || !st.cfg.gate) {
+    done();
+    return rp;
+  }
+  for (auto& peer : peers)
+    self
+      ->request(st.cfg.gate, 10s, service_atom::value, peer,
+                std::string{"jobs"},
+                caf::make_message(drain_atom::value, node))
+      .then(
+        [g, done, peer](std::string& keys) mutable {
+          std::size_t at = 0;
+          while (!keys.empty() && at != std::string::npos) {
+            auto comma = keys.find(", ", at);
+            g->elsewhere.push_back(keys.substr(at, comma - at));
+            at = comma == std::string::npos ? comma : comma + 2;
+          }
+          if (--g->pending == 0)
+            done();
+        },
+        [self, g, done, peer](caf::error& err) mutable {
+          g->unanswered.push_back(peer + " did not say which of its runs "
+                                         "move: "
+                                  + render(self, err));
+          if (--g->pending == 0)
+            done();
+        });
+  return rp;
 }
 
 void take_over(self_ptr self, const std::string& key, const std::string& why);
@@ -2542,6 +2611,14 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
     },
     [self](replicate_atom, job_progress& p) -> caf::result<caf::ok_atom> {
       return on_progress(self, p);
+    },
+    [self](drain_atom, std::string& node) {
+      // Another node's `drain NODE`: this node's runs move too.
+      std::string keys;
+      for (auto id : drain_here(self, node))
+        keys += (keys.empty() ? "" : ", ") + self->state.cfg.node + ":"
+                + std::to_string(id);
+      return keys;
     },
     [self](thermal_atom, thermal_status& s) -> caf::result<caf::atom_value> {
       thermal_move(self, s);

@@ -193,8 +193,9 @@ std::vector<command_spec> make_table() {
       "any node, also one taken over after its node died, and print its "
       "text");
   add("drain", "", {arg("NODE", vt::text)}, {},
-      "move the stages that this node's runs have on NODE to other nodes "
-      "(re-placed; each re-reads its tokens) before NODE leaves");
+      "move the stages that every run has on NODE (this node's and the "
+      "other nodes') to other nodes, KV caches and all, before NODE "
+      "leaves");
   // The client's own.
   add("help", "", {arg("COMMAND", vt::text, false)}, {},
       "this text, or one command's arguments and options")

@@ -831,7 +831,8 @@ TEST_CASE("the solver re-places a job that lost a node on the two that "
 }
 
 TEST_CASE("drain moves a running job's stage off a node, which may then "
-          "leave, and the tokens are those of an uninterrupted run",
+          "leave, its KV caches carried, and the tokens are those of an "
+          "uninterrupted run",
           "[workload][process]") {
   pki p{"exo-drain"};
   auto model = long_model(p);
@@ -843,10 +844,12 @@ TEST_CASE("drain moves a running job's stage off a node, which may then "
   REQUIRE(solo.code == 0);
   process runner{background_console(p, a.port, job + " --stages 2")};
   REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
-  auto d = console(p, a.port, "drain leaving");
+  // Typed on the node that leaves: the run its coordinator holds moves.
+  auto d = console(p, b.port, "drain leaving");
   INFO(d.out << d.err);
   CHECK(d.code == 0);
-  CHECK(contains(d.out, "moving job 2 off leaving"));
+  CHECK(contains(d.out, "moving coord:2 (coordinated by other nodes) off "
+                        "leaving"));
   // Once moved, the node leaves; the run goes on without it.
   REQUIRE(a.proc->wait_for_output("job 2 re-placed after node leaving is "
                                   "drained",
