@@ -342,6 +342,10 @@ struct job_replica {
   /// The losses the job survived so far (a takeover reports them before
   /// its own); at most max_replicated_recoveries are kept.
   std::vector<job_recovered> recoveries;
+  /// Speculative decoding: the draft model's digest and size ("" and 0
+  /// without one); the backup fetches it too and goes on with it.
+  std::string draft_sha256;
+  std::uint64_t draft_size = 0;
 };
 
 /// The most recoveries a backup keeps of a job (a peer cannot make it
@@ -352,7 +356,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_replica& x) {
   return wire(f, caf::meta::type_name("exo.job_replica"), x.origin, x.job,
               x.request, x.model_sha256, x.model_size, x.tokens,
-              x.recoveries);
+              x.recoveries, x.draft_sha256, x.draft_size);
 }
 
 /// More of a replicated job (see job_replica): sequence j had have[j]

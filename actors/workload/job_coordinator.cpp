@@ -106,6 +106,9 @@ struct running_job {
 struct backup_job {
   job_replica replica;
   std::string path; ///< the whole model in this node's cache, once fetched
+  /// The draft model there, once fetched ("" without one, or when it
+  /// could not be: the job then goes on without it).
+  std::string draft_path;
   /// When the last of its tokens arrived here.
   std::chrono::steady_clock::time_point last_token;
   /// Clients attached before a takeover (attach_atom): moved to the run.
@@ -173,6 +176,10 @@ struct job_run {
   job_sink sink;
   std::string sha; ///< "" without a gate (the job stays on this node)
   std::uint64_t size = 0;
+  /// The draft model's digest and size (with a gate and a draft), so that a
+  /// backup can fetch it.
+  std::string draft_sha;
+  std::uint64_t draft_size = 0;
   std::vector<stage_place> plan;
   std::string placement_text; ///< how it was placed
   std::string first_placement; ///< how it was placed when the job started
@@ -504,6 +511,8 @@ void choose_backup(self_ptr self, std::uint64_t id) {
   r.request.model.clear(); // a path of this node: no use elsewhere
   r.model_sha256 = run->sha;
   r.model_size = run->size;
+  r.draft_sha256 = run->draft_sha;
+  r.draft_size = run->draft_size;
   {
     std::lock_guard<std::mutex> guard{rj.log->mx};
     r.tokens = rj.log->tokens;
@@ -1737,6 +1746,21 @@ caf::error start_run(self_ptr self, job_request req, job_sink sink,
     }
     st.offered[run->sha] = run->job.request.model;
   }
+  if (st.cfg.gate && !run->job.request.draft.empty()) {
+    // A backup fetches the draft too, from this node's bulk channel.
+    try {
+      run->draft_sha = workload::file_sha256(run->job.request.draft);
+      run->draft_size = workload::file_size(run->job.request.draft);
+      if (!st.offered.count(run->draft_sha)) {
+        if (st.cfg.blobs)
+          st.cfg.blobs->add_file(run->draft_sha, run->job.request.draft);
+        st.offered[run->draft_sha] = run->job.request.draft;
+      }
+    } catch (const std::exception&) {
+      run->draft_sha.clear(); // the backup goes on without it
+      run->draft_size = 0;
+    }
+  }
   run->live = true;
   ++st.live;
   // A job taken over is findable (attach) while it is placed: its backup
@@ -2316,16 +2340,23 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
   if (r.recoveries.size() > max_replicated_recoveries)
     return bad("more than " + std::to_string(max_replicated_recoveries)
                + " recoveries");
+  if (!r.draft_sha256.empty()
+      && (!workload::is_sha256(r.draft_sha256) || r.draft_size == 0
+          || r.draft_size > workload::max_model_bytes))
+    return bad("the draft model's digest or size is malformed");
   auto key = r.origin + ":" + std::to_string(r.job);
   if (st.backups.count(key) == 0 && st.backups.size() >= max_backups)
     return bad("this node backs up " + std::to_string(max_backups)
                + " jobs already");
   auto sha = r.model_sha256;
   auto size = r.model_size;
+  auto draft_sha = r.draft_sha256;
+  auto draft_size = r.draft_size;
   auto origin = r.origin;
   auto& b = st.backups[key];
   b.replica = std::move(r);
   b.path.clear();
+  b.draft_path.clear();
   b.last_token = std::chrono::steady_clock::now();
   auto rp = self->make_response_promise<caf::ok_atom>();
   self
@@ -2333,14 +2364,39 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
               std::string{"shards"},
               caf::make_message(prefetch_atom::value, sha, size, origin))
     .then(
-      [self, key, rp](std::string& path) mutable {
-        auto it = self->state.backups.find(key);
-        if (it == self->state.backups.end()) { // ended meanwhile
+      [self, key, rp, draft_sha, draft_size,
+       origin](std::string& path) mutable {
+        auto& st = self->state;
+        auto it = st.backups.find(key);
+        if (it == st.backups.end()) { // ended meanwhile
           rp.deliver(caf::ok_atom::value);
           return;
         }
         it->second.path = path;
-        rp.deliver(caf::ok_atom::value);
+        if (draft_sha.empty()) {
+          rp.deliver(caf::ok_atom::value);
+          return;
+        }
+        // The draft too; without it the job would go on all the same.
+        self
+          ->request(st.cfg.gate, 3600s, service_atom::value, st.cfg.node,
+                    std::string{"shards"},
+                    caf::make_message(prefetch_atom::value, draft_sha,
+                                      draft_size, origin))
+          .then(
+            [self, key, rp](std::string& draft) mutable {
+              auto it = self->state.backups.find(key);
+              if (it != self->state.backups.end())
+                it->second.draft_path = draft;
+              rp.deliver(caf::ok_atom::value);
+            },
+            [self, key, rp](caf::error& err) mutable {
+              exo::text::line(std::cerr)
+                << "exo-node " << self->state.cfg.node << ": job " << key
+                << " is backed up without its draft model: "
+                << render(self, err) << std::endl;
+              rp.deliver(caf::ok_atom::value);
+            });
       },
       [self, key, rp](caf::error& err) mutable {
         auto why = render(self, err);
@@ -2455,9 +2511,9 @@ void take_over(self_ptr self, const std::string& key, const std::string& why) {
   from.attached = std::move(b.attached);
   auto req = std::move(b.replica.request);
   req.model = b.path;
-  // The draft model's path is the origin's, and speculation changes no
-  // token: the backup goes on without it.
-  req.draft.clear();
+  // The draft from this node's cache when it came (speculation changes
+  // no token: without it the job goes on all the same).
+  req.draft = b.draft_path;
   job_sink sink;
   sink.placed = [node, key](const job_placed& e) {
     exo::text::line(std::cout) << "exo-node " << node << ": job " << key << " placed:\n"

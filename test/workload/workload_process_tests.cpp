@@ -1065,6 +1065,17 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
           "[workload][process]") {
   pki p{"exo-coord-loss"};
   auto model = long_model(p);
+  // Its first layer with the same embedding and head: a draft that agrees
+  // often (speculation changes no token).
+  exo::model::test_model_options o;
+  o.layers = 1;
+  o.dim = 64;
+  o.ff = 128;
+  o.vocab = 512;
+  o.ctx = 4096;
+  o.seed = 5;
+  auto draft = p.dir + "/long-draft.gguf";
+  exo::model::make_test_model(o, draft);
   p.node("coord");
   p.node("peer");
   p.node("spare");
@@ -1079,8 +1090,9 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
   REQUIRE(sees_peer_and_spare(p, a.port));
   // Stages on coord and peer; the backup is another node (spare, unless
   // it looked unwell when the job started).
-  process runner{
-    background_console(p, a.port, job + " --stages 2 --id story")};
+  process runner{background_console(
+    p, a.port,
+    job + " --stages 2 --id story --draft " + draft + " --draft-tokens 4")};
   REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
   auto backup = job_backup(p, a.port, "story", 60s);
   REQUIRE(!backup.empty());
@@ -1107,6 +1119,8 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
                                      "coord is dead"));
   CHECK(contains(runner.out(), "recovered from coordinator coord is dead"));
   CHECK(line_after(runner.out(), "text: ") == reference);
+  // It went on with the draft the backup fetched with the model.
+  CHECK(contains(runner.out(), " on " + backup + "/cpu:0, 4 tokens a round"));
   std::smatch m;
   std::regex re{"next token ([0-9.]+) s after the loss was noticed"};
   auto out = runner.out();
