@@ -590,7 +590,8 @@ void lose(self_ptr self, std::vector<std::uint32_t> lost, std::string why,
     st.move.reset(); // lost before its caches were read: re-fed instead
   st.recovering = true;
   ++st.epoch;
-  st.lost_at = clock_type::now();
+  if (!st.move) // a planned move counts from its start (start_move)
+    st.lost_at = clock_type::now();
   for (auto& q : st.seqs)
     q.waiting = false;
   for (auto& a : st.cfg.stages) // the coordinator stops the survivors
@@ -700,6 +701,28 @@ std::string take_rows(job_state& st, std::uint32_t j, std::uint32_t p,
   return {};
 }
 
+/// Whether a move's answer still counts: the move of `epoch` is still in
+/// `phase` (neither ended, nor replaced by a loss).
+bool move_live(self_ptr self, std::uint64_t epoch, move_phase phase) {
+  auto& st = self->state;
+  return st.move && st.move->epoch == epoch && st.move->phase == phase
+         && !st.finished;
+}
+
+/// A move's read or write at stage i failed: nothing is carried (the
+/// sequences are re-fed) and that stage's chain ends; `done` once every
+/// chain has.
+void chain_failed(self_ptr self, std::size_t i, const caf::error& err,
+                  void (*done)(self_ptr)) {
+  auto& st = self->state;
+  auto msg = error_message(err);
+  drop_carried(*st.move,
+               stage_name(st, i) + ": "
+                 + (msg.empty() ? self->system().render(err) : msg));
+  if (--st.move->chains == 0)
+    done(self);
+}
+
 void read_done(self_ptr self);
 
 /// Reads stage i's rows of the carried sequences from sequence j,
@@ -718,33 +741,21 @@ void read_next(self_ptr self, std::size_t i, std::uint32_t j,
     return;
   }
   auto epoch = m.epoch;
-  auto live = [self, epoch] {
-    auto& st = self->state;
-    return st.move && st.move->epoch == epoch
-           && st.move->phase == move_phase::reading && !st.finished;
-  };
   self
     ->request(st.cfg.stages[i], kv_timeout, kv_read_atom::value, st.cfg.id,
               j, p, m.rows[j] - p)
     .then(
-      [self, i, j, p, live](kv_rows& r) {
-        if (!live())
+      [self, i, j, p, epoch](kv_rows& r) {
+        if (!move_live(self, epoch, move_phase::reading))
           return;
         auto& st = self->state;
         if (auto why = take_rows(st, j, p, r); !why.empty())
           drop_carried(*st.move, stage_name(st, i) + ": " + why);
         read_next(self, i, j, p + r.n);
       },
-      [self, i, live](caf::error& err) {
-        if (!live())
-          return;
-        auto& st = self->state;
-        auto msg = error_message(err);
-        drop_carried(*st.move,
-                     stage_name(st, i) + ": "
-                       + (msg.empty() ? self->system().render(err) : msg));
-        if (--st.move->chains == 0)
-          read_done(self);
+      [self, i, epoch](caf::error& err) {
+        if (move_live(self, epoch, move_phase::reading))
+          chain_failed(self, i, err, read_done);
       });
 }
 
@@ -783,6 +794,7 @@ void start_move(self_ptr self, std::vector<std::uint32_t> lost,
   // The old pipeline's answers are dropped from now on; the steps in
   // flight are taken back (sent again after the move).
   ++st.epoch;
+  st.lost_at = clock_type::now();
   auto m = std::make_unique<kv_move>();
   m->lost = std::move(lost);
   m->why = std::move(why);
@@ -853,28 +865,16 @@ void write_next(self_ptr self, std::size_t i, std::uint32_t j,
                     src->begin() + from + run);
   const auto next = p + r.n;
   auto epoch = m.epoch;
-  auto live = [self, epoch] {
-    auto& st = self->state;
-    return st.move && st.move->epoch == epoch
-           && st.move->phase == move_phase::writing && !st.finished;
-  };
   self->request(st.cfg.stages[i], kv_timeout, kv_write_atom::value,
                 std::move(r))
     .then(
-      [self, i, j, next, live](caf::ok_atom) {
-        if (live())
+      [self, i, j, next, epoch](caf::ok_atom) {
+        if (move_live(self, epoch, move_phase::writing))
           write_next(self, i, j, next);
       },
-      [self, i, live](caf::error& err) {
-        if (!live())
-          return;
-        auto& st = self->state;
-        auto msg = error_message(err);
-        drop_carried(*st.move,
-                     stage_name(st, i) + ": "
-                       + (msg.empty() ? self->system().render(err) : msg));
-        if (--st.move->chains == 0)
-          write_done(self);
+      [self, i, epoch](caf::error& err) {
+        if (move_live(self, epoch, move_phase::writing))
+          chain_failed(self, i, err, write_done);
       });
 }
 

@@ -906,14 +906,15 @@ TEST_CASE("a device paused for heat sends its job elsewhere with its KV "
   auto whole = console(p, n.port, job);
   INFO(whole.out << whole.err);
   REQUIRE(whole.code == 0);
-  // 80 degrees hotter at its 200th operation from now: mid-run.
+  // 80 degrees hotter at its 1000th operation from now (a transfer or an
+  // allocation: two a token): mid-decode.
   std::string admin;
   {
     std::ifstream f{no.state_dir + "/access/admin.token"};
     std::getline(f, admin);
   }
   auto heat = console(p, n.port,
-                      "dev fault sim:warm:0 heat_after:200:80 auth=" + admin);
+                      "dev fault sim:warm:0 heat_after:1000:80 auth=" + admin);
   INFO(heat.out << heat.err);
   REQUIRE(heat.code == 0);
   auto r = console(p, n.port, job);
