@@ -876,7 +876,7 @@ TEST_CASE("drain moves a running job's stage off a node, which may then "
 
 TEST_CASE("a device paused for heat sends its job elsewhere with its KV "
           "caches, or, with nowhere else to go, keeps it there until it "
-          "cools; the tokens are those of an uninterrupted run",
+          "cools, and the tokens are those of an uninterrupted run",
           "[workload][process][thermal]") {
   pki p{"exo-heat"};
   auto model = long_model(p);
