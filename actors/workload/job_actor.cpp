@@ -96,6 +96,10 @@ struct job_state {
   std::optional<job_recovered> resumed;
   /// A planned move under way whose KV caches go along (kv_move below).
   std::unique_ptr<kv_move> move;
+  /// A planned move asked for while the job was being placed again or
+  /// moving already: made once it goes on (lost stages, why).
+  std::optional<std::pair<std::vector<std::uint32_t>, std::string>>
+    next_move;
   clock_type::time_point lost_at;    ///< when the loss was noticed
   clock_type::time_point last_token; ///< when the last token came
   static inline const char* name = "exo.job";
@@ -616,6 +620,9 @@ constexpr auto kv_timeout = std::chrono::seconds(30);
 /// The most layers a stage may say it holds (rows from a peer).
 constexpr std::uint32_t max_kv_layers = 1u << 16;
 
+void start_move(self_ptr self, std::vector<std::uint32_t> lost,
+                std::string why);
+
 /// After a recovery: every unfinished sequence that was not carried re-feeds
 /// its prompt and the tokens generated so far; those carried go on from
 /// where they were. Then every group steps.
@@ -644,6 +651,12 @@ void go_on(self_ptr self) {
                   + st.move->failed + ")";
   }
   st.move.reset();
+  if (st.next_move) { // asked for meanwhile: its stages move on at once
+    auto [lost, why] = std::move(*st.next_move);
+    st.next_move.reset();
+    start_move(self, std::move(lost), std::move(why));
+    return;
+  }
   send_all(self);
 }
 
@@ -785,8 +798,12 @@ void read_done(self_ptr self) {
 void start_move(self_ptr self, std::vector<std::uint32_t> lost,
                 std::string why) {
   auto& st = self->state;
-  if (st.finished || st.recovering || st.move)
+  if (st.finished)
     return;
+  if (st.recovering || st.move) { // the new pipeline's stages (indices)
+    st.next_move.emplace(std::move(lost), std::move(why));
+    return;
+  }
   if (!st.started || !st.cfg.recoverer || st.cfg.stages.empty()) {
     lose(self, std::move(lost), std::move(why), false, true);
     return;

@@ -843,6 +843,25 @@ void stages_linked(self_ptr self, const run_ptr& run) {
   auto rp = std::move(*run->recovery);
   run->recovery.reset();
   rp.deliver(std::move(p));
+  // A node drained or a device paused for heat while it was being placed
+  // (the view it was placed on was older): those stages move on at once.
+  std::vector<std::uint32_t> late;
+  std::string where;
+  for (std::uint32_t i = 0; i < run->plan.size(); ++i) {
+    auto& sp = run->plan[i];
+    auto dev = sp.node + "/" + sp.device;
+    if (run->lost_nodes.count(sp.node) != 0
+        || run->heat_paused.count(dev) != 0) {
+      late.push_back(i);
+      where += (where.empty() ? "" : ", ") + dev;
+    }
+  }
+  auto it = st.running.find(run->id);
+  if (!late.empty() && it != st.running.end())
+    self->send(it->second.job, lost_atom::value,
+               where + " was drained or paused for heat while the job was "
+                       "placed again (a planned move)",
+               late, true);
 }
 
 void link_stages(self_ptr self, const run_ptr& run) {
@@ -2116,8 +2135,13 @@ void thermal_move(self_ptr self, const thermal_status& s) {
   const auto key = s.node + "/" + s.device;
   for (auto& [id, rj] : st.running) {
     auto run = rj.run.lock();
-    if (!run || run->ended || run->recovery)
+    if (!run || run->ended)
       continue;
+    if (run->recovery) { // its new stages move on if placed there
+      run->lost_devices.insert(key);
+      run->heat_paused.insert(key);
+      continue;
+    }
     std::vector<std::uint32_t> lost;
     for (std::uint32_t i = 0; i < rj.plan.size(); ++i)
       if (rj.plan[i].node == s.node && rj.plan[i].device == s.device)
@@ -2147,9 +2171,13 @@ std::vector<std::uint64_t> drain_here(self_ptr self, const std::string& node) {
   for (auto& [id, rj] : st.running) {
     auto lost = stages_on(rj.plan, node);
     auto run = rj.run.lock();
-    if (lost.empty() || !run)
+    if (!run)
       continue;
     run->lost_nodes.insert(node);
+    // One being placed again: its new stages move on once they stand if
+    // that placement used NODE (stages_linked).
+    if (lost.empty() || run->recovery)
+      continue;
     self->send(rj.job, lost_atom::value,
                "node " + node + " is drained (a planned move)", lost, true);
     moved.push_back(id);

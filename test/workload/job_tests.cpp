@@ -1169,6 +1169,95 @@ TEST_CASE("a planned move carries the KV caches to the new stages: nothing "
   }
 }
 
+TEST_CASE("a planned move asked for while the job moves already is made "
+          "once it goes on, its caches carried again",
+          "[workload][move]") {
+  fixture f;
+  auto si = f.device_index("sim");
+  auto cpu = f.device_index("cpu");
+  caf::scoped_actor self{*f.sys};
+  auto setup = [&](std::uint64_t id, std::vector<caf::actor> stages) {
+    auto j = f.job(id, std::move(stages), {{1, 17, 42, 99, 5}, {3, 8, 250}},
+                   40, 0.8f, 5);
+    j.stage_names = {"n1/sim:0", "n2/cpu:0"};
+    return j;
+  };
+  auto reference_stages = f.pipeline({0, 2, 4}, {si, cpu});
+  auto reference = workload::run_job(*f.sys, setup(70, reference_stages));
+  f.stop(reference_stages);
+  REQUIRE(reference.error.empty());
+  // The recoverer answers the first move and right after it says that the
+  // new pipeline's stage 0 must move too (as the coordinator does for a
+  // stage placed on a node drained meanwhile); the job is still writing
+  // the rows it carried then.
+  auto job = std::make_shared<caf::actor>();
+  auto made = std::make_shared<std::vector<std::vector<caf::actor>>>();
+  auto recoverer = f.sys->spawn<caf::detached>(
+    [&f, job, made, si, cpu](caf::event_based_actor* rec,
+                             int) -> caf::behavior {
+      return {
+        [&f, job, made, si, cpu, rec](recover_atom, std::uint64_t,
+                                      std::vector<std::uint32_t>&,
+                                      std::string&,
+                                      bool) -> caf::result<job_pipeline> {
+          auto bounds = made->size() % 2 == 0
+                          ? std::vector<std::uint32_t>{0, 1, 4}
+                          : std::vector<std::uint32_t>{0, 3, 4};
+          made->push_back(f.pipeline(bounds, {cpu, si}));
+          job_pipeline p;
+          p.stages = made->back();
+          p.names = {"n3/cpu:0", "n4/sim:0"};
+          p.bounds = bounds;
+          if (made->size() > 1)
+            return p;
+          auto rp = rec->make_response_promise<job_pipeline>();
+          rp.deliver(std::move(p));
+          rec->send(*job, lost_atom::value,
+                    std::string{"n3/cpu:0 was drained meanwhile (a planned "
+                                "move)"},
+                    std::vector<std::uint32_t>{0}, true);
+          return rp;
+        },
+      };
+    },
+    0);
+  auto stages = f.pipeline({0, 2, 4}, {si, cpu});
+  auto j = setup(71, stages);
+  j.recoverer = recoverer;
+  auto result = std::make_shared<workload::job_result>();
+  auto count = std::make_shared<int>(0);
+  j.on_token = [count, job](std::uint32_t, std::int32_t) {
+    if (++*count == 9)
+      caf::anon_send(*job, lost_atom::value,
+                     std::string{"node n2 is drained (a planned move)"},
+                     std::vector<std::uint32_t>{1}, true);
+  };
+  j.finish = [result](workload::job_result& r) {
+    *result = r;
+    return caf::make_message(caf::ok_atom::value);
+  };
+  *job = workload::spawn_job(*f.sys, std::move(j));
+  self->request(*job, std::chrono::seconds(120), run_atom::value)
+    .receive([](caf::ok_atom) {},
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  *job = caf::actor{};
+  INFO(result->error);
+  REQUIRE(result->error.empty());
+  CHECK(result->tokens == reference.tokens);
+  REQUIRE(result->recoveries.size() == 2);
+  CHECK(result->recoveries[1].reason
+        == "n3/cpu:0 was drained meanwhile (a planned move)");
+  for (auto& e : result->recoveries) {
+    CHECK(e.replayed == 0);
+    CHECK(e.moved_bytes > 0);
+  }
+  CHECK(made->size() == 2);
+  f.stop(stages);
+  for (auto& p : *made)
+    f.stop(p);
+  self->send_exit(recoverer, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("a shard checks the KV rows it is given and the rows it is asked "
           "for", "[workload][move]") {
   fixture f;
