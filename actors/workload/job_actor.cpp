@@ -683,8 +683,15 @@ std::string take_rows(job_state& st, std::uint32_t j, std::uint32_t p,
            + std::to_string(r.n) + " of sequence " + std::to_string(r.seq)
            + ", asked for " + std::to_string(p) + " + "
            + std::to_string(asked) + " of " + std::to_string(j);
-  if (r.first >= r.last || r.last > max_kv_layers || r.row_bytes == 0
-      || r.row_bytes > max_chunk_bytes
+  // Never more than the model's own caches hold: its layers, rows of
+  // n_embd_kv halves or floats.
+  const auto& c = st.cfg;
+  const bool width_ok = c.n_embd_kv == 0
+                        || r.row_bytes == std::uint64_t{c.n_embd_kv} * 2
+                        || r.row_bytes == std::uint64_t{c.n_embd_kv} * 4;
+  if (r.first >= r.last || r.last > max_kv_layers
+      || (c.n_layer != 0 && r.last > c.n_layer) || !width_ok
+      || r.row_bytes == 0 || r.row_bytes > max_chunk_bytes
       || (m.row_bytes != 0 && r.row_bytes != m.row_bytes))
     return "the stage sent rows of layers [" + std::to_string(r.first) + ", "
            + std::to_string(r.last) + ") of " + std::to_string(r.row_bytes)

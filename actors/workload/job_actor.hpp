@@ -86,6 +86,10 @@ struct job_setup {
   std::vector<std::string> stage_names;
   std::uint32_t n_embd = 0;
   std::uint32_t n_vocab = 0;
+  /// The model's layers and K/V width (n_embd_kv): bound the KV rows a
+  /// planned move takes from its stages (0: not checked).
+  std::uint32_t n_layer = 0;
+  std::uint32_t n_embd_kv = 0;
   std::vector<std::vector<std::int32_t>> prompts; ///< one per sequence
   std::uint32_t n_gen = 16;
   /// The most sequences one step carries (0: as many as a step can,

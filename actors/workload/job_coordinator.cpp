@@ -635,6 +635,8 @@ void start_job(self_ptr self, const run_ptr& run) {
   }
   j.n_embd = hp.n_embd;
   j.n_vocab = hp.n_vocab;
+  j.n_layer = hp.n_layer;
+  j.n_embd_kv = hp.n_embd_kv();
   j.prompts.assign(req.sequences, run->job.prompt);
   j.n_gen = req.n_gen;
   j.step_sequences = req.batch;

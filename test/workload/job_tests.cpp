@@ -139,6 +139,8 @@ struct fixture {
     j.stages = std::move(stages);
     j.n_embd = model->hparams().n_embd;
     j.n_vocab = model->hparams().n_vocab;
+    j.n_layer = model->hparams().n_layer;
+    j.n_embd_kv = model->hparams().n_embd_kv();
     j.prompts = std::move(prompts);
     j.n_gen = n_gen;
     j.sampling.temperature = temperature;
