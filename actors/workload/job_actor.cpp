@@ -743,23 +743,33 @@ void chain_failed(self_ptr self, std::size_t i, const caf::error& err,
     done(self);
 }
 
+/// A chain's next piece: the first carried sequence from (j, p) on with
+/// rows left. False when there is none (or the move failed): the chain
+/// ends then, `done` once every chain has.
+bool next_piece(self_ptr self, std::uint32_t& j, std::uint32_t& p,
+                void (*done)(self_ptr)) {
+  auto& m = *self->state.move;
+  while (j < m.carried.size() && (!m.carried[j] || p >= m.rows[j])) {
+    ++j;
+    p = 0;
+  }
+  if (j < m.carried.size() && m.failed.empty())
+    return true;
+  if (--m.chains == 0)
+    done(self);
+  return false;
+}
+
 void read_done(self_ptr self);
 
 /// Reads stage i's rows of the carried sequences from sequence j,
 /// position p on, one answer at a time.
 void read_next(self_ptr self, std::size_t i, std::uint32_t j,
                std::uint32_t p) {
+  if (!next_piece(self, j, p, read_done))
+    return;
   auto& st = self->state;
   auto& m = *st.move;
-  while (j < m.carried.size() && (!m.carried[j] || p >= m.rows[j])) {
-    ++j;
-    p = 0;
-  }
-  if (j == m.carried.size() || !m.failed.empty()) {
-    if (--m.chains == 0)
-      read_done(self);
-    return;
-  }
   auto epoch = m.epoch;
   self
     ->request(st.cfg.stages[i], kv_timeout, kv_read_atom::value, st.cfg.id,
@@ -851,17 +861,10 @@ void write_done(self_ptr self);
 /// position p on, in pieces within max_chunk_bytes, one at a time.
 void write_next(self_ptr self, std::size_t i, std::uint32_t j,
                 std::uint32_t p) {
+  if (!next_piece(self, j, p, write_done))
+    return;
   auto& st = self->state;
   auto& m = *st.move;
-  while (j < m.carried.size() && (!m.carried[j] || p >= m.rows[j])) {
-    ++j;
-    p = 0;
-  }
-  if (j == m.carried.size() || !m.failed.empty()) {
-    if (--m.chains == 0)
-      write_done(self);
-    return;
-  }
   const auto a = m.bounds[i], b = m.bounds[i + 1];
   const std::uint64_t per_position = std::uint64_t{b - a} * 2 * m.row_bytes;
   if (per_position > max_chunk_bytes) {
