@@ -495,7 +495,9 @@ TEST_CASE("a node that was down during a revocation learns it from its "
                  dave_id}));
   // And after another restart without peers' help it still refuses.
   n3->signal(SIGTERM);
-  REQUIRE(n3->wait(30s) == 0);
+  auto stopped = n3->wait(30s);
+  INFO("c3's output: " << n3->out() << "\nc3's errors: " << n3->err());
+  REQUIRE(stopped == 0);
   n1->signal(SIGTERM);
   n2->signal(SIGTERM);
   CHECK(n1->wait(30s) == 0);
