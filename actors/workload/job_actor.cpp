@@ -63,6 +63,14 @@ struct kv_move {
   std::vector<std::vector<std::vector<std::uint8_t>>> k, v;
   std::uint64_t bytes = 0;
   std::vector<std::uint32_t> bounds; ///< the new pipeline's layer ranges
+
+  /// The layers the rows read so far cover (0 to this).
+  std::size_t layers() const {
+    std::size_t n = 0;
+    for (auto& per_seq : k)
+      n = std::max(n, per_seq.size());
+    return n;
+  }
 };
 
 struct job_state {
@@ -794,9 +802,7 @@ void read_next(self_ptr self, std::size_t i, std::uint32_t j,
 void read_done(self_ptr self) {
   auto& st = self->state;
   auto& m = *st.move;
-  std::size_t layers = 0;
-  for (auto& k : m.k)
-    layers = std::max(layers, k.size());
+  const auto layers = m.layers();
   for (std::size_t j = 0; j < m.carried.size() && m.failed.empty(); ++j)
     if (m.carried[j] && m.rows[j] > 0)
       for (std::size_t l = 0; l < layers; ++l)
@@ -927,9 +933,7 @@ void write_kv(self_ptr self) {
   auto& m = *st.move;
   m.phase = move_phase::writing;
   m.epoch = st.epoch;
-  std::size_t layers = 0;
-  for (auto& k : m.k)
-    layers = std::max(layers, k.size());
+  const auto layers = m.layers();
   auto& b = m.bounds;
   bool fits = b.size() == st.cfg.stages.size() + 1 && b.front() == 0
               && b.back() == layers

@@ -280,6 +280,30 @@ std::vector<step_part> parts_of(const stage_step& s) {
   return {step_part{s.seq, s.pos, static_cast<std::uint32_t>(s.tokens.size())}};
 }
 
+/// The cache of (job, seq) in a shard's slot of stage h (which has its
+/// stage), made for a sequence that starts here (`pos` 0: its first step,
+/// or the first of its rows a planned move brings).
+caf::error cache_of(hosted_stage& h, const shard_slot& slot,
+                    std::uint64_t job, std::uint32_t seq, std::uint32_t pos,
+                    std::uint32_t n_ctx, model::cache_id& id) {
+  auto key = std::make_tuple(slot.id, job, seq);
+  auto it = h.caches.find(key);
+  if (it == h.caches.end()) {
+    if (pos != 0)
+      return bad("shard: sequence " + std::to_string(seq)
+                 + " starts at position " + std::to_string(pos));
+    if (h.caches.size() >= max_sequences_per_shard)
+      return make_exo_error(exo_errc::out_of_memory,
+                            "shard: too many sequences");
+    auto c = h.stage->new_cache(n_ctx);
+    if (!c)
+      return device_failed(c.err());
+    it = h.caches.emplace(key, *c).first;
+  }
+  id = it->second;
+  return {};
+}
+
 /// Checks a step against its sequences' caches (made on a sequence's
 /// first step) and forgets what a rewinding step writes over: the
 /// segments of its forward.
@@ -301,21 +325,9 @@ caf::error prepare(hosted_stage& h, shard_slot& slot, std::uint32_t n_ctx,
   segs.clear();
   segs.reserve(parts.size());
   for (auto& p : parts) {
-    auto key = std::make_tuple(slot.id, s.job, p.seq);
-    auto it = h.caches.find(key);
-    if (it == h.caches.end()) {
-      if (p.pos != 0)
-        return bad("shard: sequence " + std::to_string(p.seq)
-                   + " starts at position " + std::to_string(p.pos));
-      if (h.caches.size() >= max_sequences_per_shard)
-        return make_exo_error(exo_errc::out_of_memory,
-                              "shard: too many sequences");
-      auto c = stage.new_cache(n_ctx);
-      if (!c)
-        return device_failed(c.err());
-      it = h.caches.emplace(key, *c).first;
-    }
-    auto id = it->second;
+    model::cache_id id = 0;
+    if (auto err = cache_of(h, slot, s.job, p.seq, p.pos, n_ctx, id))
+      return err;
     auto past = stage.n_past(id);
     auto cap = stage.capacity(id);
     if (!past || !cap)
@@ -785,16 +797,23 @@ caf::result<caf::message> release(self_ptr self, std::uint64_t job,
   return self->delegate(st.device, task_atom::value, std::move(t));
 }
 
-/// The stage and the cache of (job, seq) in a shard's slot, or an error
-/// naming what is missing (on the device's thread).
+/// Why a shard's slot has no stage to compute on, or none.
+caf::error no_stage(const shard_slot& slot) {
+  if (slot.h && slot.h->stage)
+    return {};
+  return make_exo_error(exo_errc::failed_state,
+                        "shard: "
+                          + (slot.h ? slot.h->init_error
+                                    : std::string{"the stage was never set "
+                                                  "up"}));
+}
+
+/// The cache of (job, seq) in a shard's slot, or an error naming what is
+/// missing (on the device's thread).
 caf::error find_kv(shard_slot& slot, std::uint64_t job, std::uint32_t seq,
                    model::cache_id& id) {
-  if (!slot.h || !slot.h->stage)
-    return make_exo_error(exo_errc::failed_state,
-                          "shard: "
-                            + (slot.h ? slot.h->init_error
-                                      : std::string{"the stage was never "
-                                                    "set up"}));
+  if (auto err = no_stage(slot))
+    return err;
   auto it = slot.h->caches.find(std::make_tuple(slot.id, job, seq));
   if (it == slot.h->caches.end())
     return bad("shard: job " + std::to_string(job) + " has no KV cache for "
@@ -869,9 +888,8 @@ caf::result<caf::message> write_kv_rows(self_ptr self, kv_rows rows) {
   device_task t;
   t.run = [slot = st.slot, n_ctx = st.cfg.n_ctx, rows = std::move(rows)](
             device::task_context&, caf::response_promise& rp) {
-    if (!slot->h || !slot->h->stage) {
-      model::cache_id none = 0;
-      rp.deliver(find_kv(*slot, rows.job, rows.seq, none));
+    if (auto err = no_stage(*slot)) {
+      rp.deliver(std::move(err));
       return;
     }
     auto& h = *slot->h;
@@ -882,28 +900,13 @@ caf::result<caf::message> write_kv_rows(self_ptr self, kv_rows rows) {
                      + std::to_string(stage.kv_row_bytes())));
       return;
     }
-    auto key = std::make_tuple(slot->id, rows.job, rows.seq);
-    auto it = h.caches.find(key);
-    if (it == h.caches.end()) {
-      if (rows.pos != 0) {
-        rp.deliver(bad("shard: sequence " + std::to_string(rows.seq)
-                       + "'s KV rows start at position "
-                       + std::to_string(rows.pos)));
-        return;
-      }
-      if (h.caches.size() >= max_sequences_per_shard) {
-        rp.deliver(make_exo_error(exo_errc::out_of_memory,
-                                  "shard: too many sequences"));
-        return;
-      }
-      auto c = stage.new_cache(n_ctx);
-      if (!c) {
-        rp.deliver(device_failed(c.err()));
-        return;
-      }
-      it = h.caches.emplace(key, *c).first;
+    model::cache_id id = 0;
+    if (auto err = cache_of(h, *slot, rows.job, rows.seq, rows.pos, n_ctx,
+                            id)) {
+      rp.deliver(std::move(err));
+      return;
     }
-    if (auto ok = stage.write_kv(it->second, rows.pos, rows.n,
+    if (auto ok = stage.write_kv(id, rows.pos, rows.n,
                                  rows.data.data(), rows.data.size());
         !ok) {
       rp.deliver(device_failed(ok.err()));

@@ -1299,7 +1299,7 @@ TEST_CASE("a shard checks the KV rows it is given and the rows it is asked "
   r.data.resize(2 * 2 * r.row_bytes);
   r.pos = 3; // a new sequence starts at 0
   CHECK(write_error(r)
-          .find("start at position 3")
+          .find("sequence 0 starts at position 3")
         != std::string::npos);
   r.pos = 0;
   r.row_bytes += 2;

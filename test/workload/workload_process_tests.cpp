@@ -77,16 +77,19 @@ run_result console(const pki& p, std::uint16_t port, const std::string& cmd,
 }
 
 /// A small model (dir/long.gguf) on which the run of long_run() never
-/// samples end-of-sequence; returns its path.
-std::string long_model(const pki& p) {
+/// samples end-of-sequence; returns its path. With `layers` 1 (at
+/// dir/NAME.gguf): its first layer with the same embedding and head, a
+/// draft that agrees with it often.
+std::string long_model(const pki& p, std::uint32_t layers = 2,
+                       const std::string& name = "long") {
   exo::model::test_model_options o;
-  o.layers = 2;
+  o.layers = layers;
   o.dim = 64;
   o.ff = 128;
   o.vocab = 512;
   o.ctx = 4096;
   o.seed = 5;
-  auto model = p.dir + "/long.gguf";
+  auto model = p.dir + "/" + name + ".gguf";
   exo::model::make_test_model(o, model);
   return model;
 }
@@ -1066,17 +1069,8 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
           "[workload][process]") {
   pki p{"exo-coord-loss"};
   auto model = long_model(p);
-  // Its first layer with the same embedding and head: a draft that agrees
-  // often (speculation changes no token).
-  exo::model::test_model_options o;
-  o.layers = 1;
-  o.dim = 64;
-  o.ff = 128;
-  o.vocab = 512;
-  o.ctx = 4096;
-  o.seed = 5;
-  auto draft = p.dir + "/long-draft.gguf";
-  exo::model::make_test_model(o, draft);
+  // Speculation with a draft changes no token.
+  auto draft = long_model(p, 1, "long-draft");
   p.node("coord");
   p.node("peer");
   p.node("spare");
