@@ -111,6 +111,16 @@ using replicate_atom = caf::atom_constant<caf::atom("replicate")>;
 /// (attach_atom, key) -> console_reply: the jobs service that runs or backs
 /// up the job named `key` (its run --id, or NODE:ID) answers when the job
 /// ends, as the console's `run` would have.
+///
+/// (attach_atom, key, prompt, listener, forward) -> job_report: follows job
+/// `key` as a stream (the gateway's resumed completions): `listener` gets
+/// job_started, then every token generated so far (replayed, each with its
+/// index) and those that follow as they come; the answer is the job's
+/// report (or its error). `prompt` must be the job's prompt text (a client
+/// resumes only its own request). With `forward`, a node that does not
+/// have the job asks the others (which do not forward again) and, while
+/// none has it, asks again for a few seconds: a job whose node just died
+/// is found once its backup takes it over.
 using attach_atom = caf::atom_constant<caf::atom("attach")>;
 /// (prefetch_atom, sha256, size, source node) -> path, to a shard host:
 /// fetches the whole model file into this node's model cache (from the
@@ -377,18 +387,22 @@ typename Inspector::result_type inspect(Inspector& f, job_progress& x) {
               x.have, x.more, x.ended, x.recoveries);
 }
 
-/// One generated token of one sequence, with its text.
+/// One generated token of one sequence, with its text and its place in
+/// the sequence's output (0 the first generated token): a listener that
+/// follows a job through a takeover drops what it already has and sees a
+/// gap.
 struct job_token {
   std::uint64_t job = 0;
   std::uint32_t seq = 0;
   std::int32_t token = 0;
   std::string piece;
+  std::uint32_t index = 0;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_token& x) {
   return wire(f, caf::meta::type_name("exo.job_token"), x.job, x.seq, x.token,
-              x.piece);
+              x.piece, x.index);
 }
 
 /// The end of a job that ran (cancelled or not): what it generated and

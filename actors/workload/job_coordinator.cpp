@@ -62,6 +62,14 @@ struct job_sink {
 
 struct job_run;
 
+/// A client following a job as a stream ((attach_atom, key, prompt,
+/// listener, forward)): its listener gets every token, the promise the
+/// job's report.
+struct follower {
+  caf::actor listener;
+  caf::typed_response_promise<job_report> rp;
+};
+
 /// The tokens a job generated so far, per sequence: written by the job (in
 /// its context) as they come, read by the coordinator to replicate them.
 struct token_log {
@@ -69,6 +77,9 @@ struct token_log {
   std::vector<std::vector<std::int32_t>> tokens;
   /// The losses the job survived (its earlier coordinators' too).
   std::vector<job_recovered> recoveries;
+  /// The followers' listeners: each got the tokens so far, under `mx`,
+  /// when it was added; the job sends them each new one.
+  std::vector<caf::actor> listeners;
 };
 
 /// A job this node coordinates (console `jobs`, `cancel`).
@@ -113,9 +124,33 @@ struct backup_job {
   std::chrono::steady_clock::time_point last_token;
   /// Clients attached before a takeover (attach_atom): moved to the run.
   std::vector<caf::typed_response_promise<console_reply>> attached;
+  std::vector<follower> followers;
 };
 
 struct job_run;
+
+/// A follow asked of the other nodes (none of this node's jobs is `key`):
+/// asked again, while `deadline` allows, when every node said no.
+struct pending_follow {
+  std::string key;
+  std::string prompt;
+  caf::actor listener;
+  caf::typed_response_promise<job_report> rp;
+  std::chrono::steady_clock::time_point deadline;
+  std::uint32_t round = 0;
+  std::set<std::string> asked; ///< nodes whose answer this round awaits
+  std::string misses;          ///< what they said
+};
+
+/// An ended run's tokens and report, for a follower that comes late.
+struct ended_stream {
+  std::string prompt; ///< the job's (a follower's must be the same)
+  std::vector<job_token> tokens;
+  caf::expected<job_report> report{job_report{}};
+};
+
+/// Most tokens of an ended run kept for late followers.
+constexpr std::size_t max_replayed_tokens = 16384;
 
 struct coordinator_state {
   job_coordinator_config cfg;
@@ -145,6 +180,8 @@ struct coordinator_state {
     /// its backup knows it by this one (and asks by it when it ends).
     std::string here;
     caf::expected<console_reply> reply;
+    /// For a follower (null when the run never started or was too long).
+    std::shared_ptr<const ended_stream> stream;
   };
   std::deque<ended_run> ended;
   /// The last jobs that ended (console `jobs` JSON "recent"), newest last:
@@ -162,6 +199,9 @@ struct coordinator_state {
   /// back a little later).
   std::size_t live = 0;
   std::chrono::steady_clock::time_point last_end{};
+  /// Follows asked of the other nodes, by number.
+  std::map<std::uint64_t, pending_follow> follows;
+  std::uint64_t next_follow = 0;
   static inline const char* name = "exo.job_coordinator";
 };
 
@@ -169,6 +209,9 @@ struct coordinator_state {
 constexpr std::size_t recent_jobs = 20;
 
 using self_ptr = caf::stateful_actor<coordinator_state>*;
+
+void follow_missed(self_ptr self, std::uint64_t n, std::uint32_t round,
+                   const std::string& node, const caf::error& err);
 
 /// One job, from its request to its report.
 struct job_run {
@@ -229,6 +272,10 @@ struct job_run {
   std::chrono::steady_clock::time_point resumed_last_token{};
   /// Clients waiting for its end (attach): they get run's reply.
   std::vector<caf::typed_response_promise<console_reply>> attached;
+  /// Clients following it as a stream; and the token log they are in
+  /// once the job runs.
+  std::vector<follower> followers;
+  std::shared_ptr<token_log> log;
   /// Counted in coordinator_state::live until it ends.
   bool live = false;
   /// Waiting for memory (no plan fits): since when, until when at most,
@@ -624,6 +671,16 @@ void drop_replica(self_ptr self, std::uint64_t id) {
     .then([](caf::ok_atom) {}, [](caf::error&) {});
 }
 
+/// Sends `listener` the tokens generated so far, each sequence in order.
+void replay(const std::vector<std::vector<std::int32_t>>& tokens,
+            const model::tokenizer& tok, std::uint64_t id,
+            const caf::actor& listener) {
+  for (std::uint32_t seq = 0; seq < tokens.size(); ++seq)
+    for (std::uint32_t i = 0; i < tokens[seq].size(); ++i)
+      caf::anon_send(listener, job_token{id, seq, tokens[seq][i],
+                                         tok.piece(tokens[seq][i]), i});
+}
+
 void start_job(self_ptr self, const run_ptr& run) {
   auto& req = run->job.request;
   auto& hp = run->job.model->hparams();
@@ -664,16 +721,32 @@ void start_job(self_ptr self, const run_ptr& run) {
   for (auto& t : log->tokens)
     so_far += t.size();
   auto produced = std::make_shared<std::atomic<std::uint64_t>>(so_far);
+  // Followers attached before the job ran (a takeover being placed) get
+  // what was generated before, then the rest.
+  for (auto& f : run->followers)
+    if (f.listener) {
+      self->send(f.listener, job_started{id});
+      replay(log->tokens, *tok, id, f.listener);
+      log->listeners.push_back(f.listener);
+    }
+  run->log = log;
   j.on_token = [run, tok, produced, log, id](std::uint32_t seq,
                                              std::int32_t t) {
     produced->fetch_add(1, std::memory_order_relaxed);
+    job_token e{id, seq, t, tok->piece(t), 0};
+    std::vector<caf::actor> followers;
     {
       std::lock_guard<std::mutex> guard{log->mx};
-      if (seq < log->tokens.size())
+      if (seq < log->tokens.size()) {
+        e.index = static_cast<std::uint32_t>(log->tokens[seq].size());
         log->tokens[seq].push_back(t);
+      }
+      followers = log->listeners;
     }
+    for (auto& f : followers)
+      caf::anon_send(f, e);
     if (run->sink.token)
-      run->sink.token(job_token{id, seq, t, tok->piece(t)});
+      run->sink.token(e);
   };
   if (self->state.cfg.gate) { // losses re-place it on the survivors
     j.recoverer = caf::actor_cast<caf::actor>(self);
@@ -1657,6 +1730,7 @@ struct takeover {
   std::chrono::steady_clock::time_point since;
   std::chrono::steady_clock::time_point last_token;
   std::vector<caf::typed_response_promise<console_reply>> attached;
+  std::vector<follower> followers;
 };
 
 console_reply run_reply(const job_report& r, const std::string& prompt,
@@ -1669,6 +1743,21 @@ void deliver(caf::typed_response_promise<console_reply>& rp,
     rp.deliver(*r);
   else
     rp.deliver(r.error());
+}
+
+void deliver_report(caf::typed_response_promise<job_report>& rp,
+                    const caf::expected<job_report>& r) {
+  if (r)
+    rp.deliver(*r);
+  else
+    rp.deliver(r.error());
+}
+
+/// Ends the follows of a job that cannot go on (`why` names it).
+void fail_followers(std::vector<follower>& fs, const std::string& why) {
+  for (auto& f : fs)
+    f.rp.deliver(fail(exo_errc::failed_state, why));
+  fs.clear();
 }
 
 /// What an attached client gets when `run` ends: run's reply, or the
@@ -1703,14 +1792,47 @@ void run_ended(self_ptr self, job_run& run,
   run.attached.clear();
   for (auto& rp : waiting)
     deliver(rp, reply);
+  auto followers = std::move(run.followers);
+  run.followers.clear();
+  if (run.log) {
+    std::lock_guard<std::mutex> guard{run.log->mx};
+    run.log->listeners.clear();
+  }
+  caf::expected<job_report> report{job_report{}};
+  if (r)
+    report = *r;
+  else
+    report = reply.error();
+  for (auto& f : followers)
+    deliver_report(f.rp, report);
   if (run.key.empty()) // it never started
     return;
+  std::shared_ptr<ended_stream> stream;
+  if (r && run.job.tokenizer) {
+    std::size_t n = 0;
+    for (auto& t : r->tokens)
+      n += t.size();
+    if (n <= max_replayed_tokens) {
+      stream = std::make_shared<ended_stream>();
+      stream->prompt = run.job.request.prompt;
+      stream->report = report;
+      for (std::uint32_t seq = 0; seq < r->tokens.size(); ++seq)
+        for (std::uint32_t i = 0; i < r->tokens[seq].size(); ++i)
+          stream->tokens.push_back(
+            job_token{run.id, seq, r->tokens[seq][i],
+                      run.job.tokenizer->piece(r->tokens[seq][i]), i});
+    }
+  } else if (!r) {
+    stream = std::make_shared<ended_stream>();
+    stream->prompt = run.job.request.prompt;
+    stream->report = report;
+  }
   auto& ended = self->state.ended;
   ended.push_back({run.key, run.job.request.name,
                    run.id == 0 ? std::string{}
                                : self->state.cfg.node + ":"
                                    + std::to_string(run.id),
-                   std::move(reply)});
+                   std::move(reply), std::move(stream)});
   if (ended.size() > recent_jobs)
     ended.pop_front();
 }
@@ -1746,15 +1868,19 @@ caf::error start_run(self_ptr self, job_request req, job_sink sink,
       run->resumed_since = from->since;
       run->resumed_last_token = from->last_token;
       run->attached = std::move(from->attached);
+      run->followers = std::move(from->followers);
     } else if (st.cfg.gate) { // peers may need the file: name it by its digest
       run->sha = workload::file_sha256(run->job.request.model);
       run->size = workload::file_size(run->job.request.model);
     }
   } catch (const std::exception& e) {
-    if (from)
+    if (from) {
       for (auto& rp : from->attached)
         rp.deliver(fail(exo_errc::failed_state,
                         "job " + from->key + " cannot go on: " + e.what()));
+      fail_followers(from->followers,
+                     "job " + from->key + " cannot go on: " + e.what());
+    }
     return fail(exo_errc::invalid_argument, e.what());
   }
   if (st.cfg.gate && !st.offered.count(run->sha)) {
@@ -2298,6 +2424,13 @@ void on_member(self_ptr self, const member_event& e) {
     return;
   }
   st.alive.erase(e.member.name);
+  // Follows streaming from it (or waiting for its answer) look again.
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> asked;
+  for (auto& [n, f] : st.follows)
+    if (f.asked.count(e.member.name))
+      asked.emplace_back(n, f.round);
+  for (auto& [n, round] : asked)
+    follow_missed(self, n, round, e.member.name, caf::error{});
   // Our jobs that it backed up get another backup.
   std::vector<std::uint64_t> orphans;
   for (auto& [id, rj] : st.running)
@@ -2436,6 +2569,9 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
             a.deliver(fail(exo_errc::failed_state,
                            "job " + key + ": its backup lacks the model: "
                              + why));
+          fail_followers(it->second.followers,
+                         "job " + key + ": its backup lacks the model: "
+                           + why);
           self->state.backups.erase(it);
         }
         rp.deliver(fail(exo_errc::failed_state,
@@ -2482,6 +2618,10 @@ caf::result<caf::ok_atom> on_progress(self_ptr self, job_progress& p) {
                                  + ", which did not pass its end on: "
                                  + render(self, err)));
               });
+    // Followers ask again: the node that ended it keeps its end.
+    for (auto& f : b.followers)
+      f.rp.deliver(fail(exo_errc::invalid_argument,
+                        "job " + key + " ended on " + p.origin));
     st.backups.erase(it);
     return caf::ok_atom::value;
   }
@@ -2522,6 +2662,9 @@ void take_over(self_ptr self, const std::string& key, const std::string& why) {
                      "job " + key + " is lost: " + why
                        + ", and its backup " + node
                        + " had not received the model yet"));
+    fail_followers(b.followers, "job " + key + " is lost: " + why
+                                  + ", and its backup " + node
+                                  + " had not received the model yet");
     return;
   }
   std::uint64_t have = 0;
@@ -2539,6 +2682,7 @@ void take_over(self_ptr self, const std::string& key, const std::string& why) {
   from.since = std::chrono::steady_clock::now();
   from.last_token = b.last_token;
   from.attached = std::move(b.attached);
+  from.followers = std::move(b.followers);
   auto req = std::move(b.replica.request);
   req.model = b.path;
   // The draft from this node's cache when it came (speculation changes
@@ -2664,6 +2808,201 @@ caf::result<console_reply> console_attach(self_ptr self,
   return rp;
 }
 
+
+// -- following a job as a stream (the gateway's resumed completions) ----------
+
+using refollow_atom = caf::atom_constant<caf::atom("refollow")>;
+
+/// How long a follow looks for its job (a node just died: its backup takes
+/// the job over within the failure timeout) and how often it asks again.
+constexpr auto follow_search = 15s;
+constexpr auto follow_retry = 500ms;
+
+/// Whether `key` names a job with this name, key or NODE:ID.
+bool names_job(const std::string& key, const std::string& job_key,
+               const std::string& name) {
+  return key == job_key || (!name.empty() && key == name);
+}
+
+/// Follows job `key` if this node runs it, is taking it over, backs it up
+/// while its coordinator is gone, or ended it lately: the listener gets
+/// its tokens, `rp` its report. Returns false when this node has no such
+/// job; an error (a prompt that is not the job's) goes to `rp`.
+bool follow_here(self_ptr self, const std::string& key,
+                 const std::string& prompt, const caf::actor& listener,
+                 caf::typed_response_promise<job_report>& rp) {
+  auto& st = self->state;
+  auto other_prompt = [&](const std::string& p) {
+    if (p == prompt)
+      return false;
+    rp.deliver(fail(exo_errc::invalid_argument,
+                    "job " + key + " was started with another prompt: a "
+                    "client resumes only its own request"));
+    return true;
+  };
+  for (auto& [id, rj] : st.running)
+    if (names_job(key, rj.key, rj.name)
+        || key == st.cfg.node + ":" + std::to_string(id))
+      if (auto run = rj.run.lock(); run && !run->ended && run->log) {
+        if (other_prompt(run->job.request.prompt))
+          return true;
+        self->send(listener, job_started{id});
+        {
+          // Under the log's lock: no token is sent between the replay and
+          // the listener's first live one.
+          std::lock_guard<std::mutex> guard{run->log->mx};
+          replay(run->log->tokens, *run->job.tokenizer, id, listener);
+          run->log->listeners.push_back(listener);
+        }
+        run->followers.push_back({listener, rp});
+        return true;
+      }
+  for (auto& w : st.starting) // being taken over: replayed when it runs
+    if (auto run = w.lock(); run && !run->ended && !run->key.empty()
+                             && names_job(key, run->key,
+                                          run->job.request.name)) {
+      if (other_prompt(run->job.request.prompt))
+        return true;
+      run->followers.push_back({listener, rp});
+      return true;
+    }
+  // A backup follows only for a coordinator that is gone (it takes the
+  // job over); while that one lives, it answers.
+  for (auto& [k, b] : st.backups)
+    if (names_job(key, k, b.replica.request.name)
+        && !st.alive.count(b.replica.origin)) {
+      if (other_prompt(b.replica.request.prompt))
+        return true;
+      b.followers.push_back({listener, rp});
+      return true;
+    }
+  for (auto it = st.ended.rbegin(); it != st.ended.rend(); ++it)
+    if (names_job(key, it->key, it->name)
+        || (!it->here.empty() && key == it->here)) {
+      if (!it->stream) {
+        rp.deliver(fail(exo_errc::failed_state,
+                        "job " + key + " ended and its tokens are not kept "
+                        "(more than " + std::to_string(max_replayed_tokens)
+                        + ")"));
+        return true;
+      }
+      if (other_prompt(it->stream->prompt))
+        return true;
+      auto& report = it->stream->report;
+      if (report && report->cancelled) {
+        // Its text stops where it was cancelled: not an answer to resume.
+        rp.deliver(fail(exo_errc::failed_state,
+                        "job " + key + " was cancelled before it ended (its "
+                        "client left, or someone cancelled it)"));
+        return true;
+      }
+      if (report)
+        self->send(listener, job_started{report->job});
+      for (auto& t : it->stream->tokens)
+        caf::anon_send(listener, t);
+      deliver_report(rp, report);
+      return true;
+    }
+  return false;
+}
+
+/// Asks every other alive node for follow `n` (they do not forward); when
+/// all say no, asks again after follow_retry, here first, until its
+/// deadline.
+void ask_follow(self_ptr self, std::uint64_t n) {
+  auto& st = self->state;
+  auto it = st.follows.find(n);
+  if (it == st.follows.end())
+    return;
+  auto& f = it->second;
+  auto now = std::chrono::steady_clock::now();
+  if (follow_here(self, f.key, f.prompt, f.listener, f.rp)) {
+    st.follows.erase(it);
+    return;
+  }
+  if (st.alive.empty() || now >= f.deadline) {
+    f.rp.deliver(fail(exo_errc::invalid_argument,
+                      "no node has job " + f.key
+                        + (f.misses.empty() ? std::string{}
+                                            : " (" + f.misses + ")")));
+    st.follows.erase(it);
+    return;
+  }
+  ++f.round;
+  f.asked = st.alive;
+  f.misses.clear();
+  auto round = f.round;
+  for (auto& node : st.alive)
+    self
+      ->request(st.cfg.gate, std::chrono::seconds(24 * 3600),
+                service_atom::value, node, std::string{"jobs"},
+                caf::make_message(attach_atom::value, f.key, f.prompt,
+                                  f.listener, false))
+      .then(
+        [self, n, round](job_report& r) {
+          auto it = self->state.follows.find(n);
+          if (it == self->state.follows.end() || it->second.round != round)
+            return;
+          it->second.rp.deliver(std::move(r));
+          self->state.follows.erase(it);
+        },
+        [self, n, round, node](caf::error& err) {
+          follow_missed(self, n, round, node, err);
+        });
+}
+
+/// Node `node` said no to follow `n` (or died while it streamed): a final
+/// error (the job failed, the prompt is not its) ends the follow; when no
+/// node is left to answer, it is asked again.
+void follow_missed(self_ptr self, std::uint64_t n, std::uint32_t round,
+                   const std::string& node, const caf::error& err) {
+  auto& st = self->state;
+  auto it = st.follows.find(n);
+  if (it == st.follows.end() || it->second.round != round
+      || !it->second.asked.erase(node))
+    return;
+  auto& f = it->second;
+  auto why = err ? render(self, err) : node + " is gone";
+  if (err && err.category() == exo_error_category() && !taken_over(err)
+      && (err.code() == static_cast<std::uint8_t>(exo_errc::failed_state)
+          || why.find("another prompt") != std::string::npos)) {
+    f.rp.deliver(err);
+    st.follows.erase(it);
+    return;
+  }
+  f.misses += (f.misses.empty() ? "" : "; ") + node + ": " + why;
+  if (f.asked.empty())
+    self->delayed_send(self, follow_retry, refollow_atom::value, n);
+}
+
+/// (attach_atom, key, prompt, listener, forward): see messages/workload.hpp.
+caf::result<job_report> follow(self_ptr self, const std::string& key,
+                               const std::string& prompt,
+                               const caf::actor& listener, bool forward) {
+  auto& st = self->state;
+  auto rp = self->make_response_promise<job_report>();
+  if (!listener) {
+    rp.deliver(fail(exo_errc::invalid_argument, "follow: no listener"));
+    return rp;
+  }
+  if (follow_here(self, key, prompt, listener, rp))
+    return rp;
+  if (!forward || !st.cfg.gate) {
+    rp.deliver(fail(exo_errc::invalid_argument,
+                    "no job " + key + " on " + st.cfg.node));
+    return rp;
+  }
+  auto n = ++st.next_follow;
+  auto& f = st.follows[n];
+  f.key = key;
+  f.prompt = prompt;
+  f.listener = listener;
+  f.rp = rp;
+  f.deadline = std::chrono::steady_clock::now() + follow_search;
+  ask_follow(self, n);
+  return rp;
+}
+
 caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
   self->state.cfg = std::move(cfg);
   // Its jobs are linked to it (they go when it goes); one that fails does
@@ -2709,6 +3048,14 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
     [self](thermal_atom, thermal_status& s) -> caf::result<caf::atom_value> {
       thermal_move(self, s);
       return caf::ok_atom::value;
+    },
+    [self](attach_atom, std::string& key, std::string& prompt,
+           caf::actor& listener, bool forward) -> caf::result<job_report> {
+      return follow(self, key, prompt, listener, forward);
+    },
+    [self](refollow_atom, std::uint64_t n) {
+      if (self->current_sender() == self->ctrl()) // its own timer only
+        ask_follow(self, n);
     },
     [self](attach_atom, std::string& key) -> caf::result<console_reply> {
       // From another node's `attach`: this node's own jobs only.

@@ -1,5 +1,7 @@
 #include "core/gateway/request.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -370,6 +372,49 @@ parsed_request parse_request(endpoint_kind kind, std::string_view body,
     out.error = r.error;
   } catch (const json::exception& e) {
     out.error = invalid_request(std::string{"Malformed request: "} + e.what());
+  }
+  return out;
+}
+
+std::optional<resume_point> parse_resume(std::string_view resume,
+                                         std::string_view last_event_id,
+                                         api_error& error) {
+  error = {};
+  error.status = 0;
+  if (resume.empty()) {
+    if (!last_event_id.empty())
+      error = invalid_request("Last-Event-ID needs X-Exo-Resume: the id of "
+                              "the completion to resume",
+                              "Last-Event-ID");
+    return std::nullopt;
+  }
+  auto id_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+           || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+  };
+  if (resume.size() > 64
+      || !std::all_of(resume.begin(), resume.end(), id_char)) {
+    error = invalid_request("X-Exo-Resume must be a completion's id (1 to 64 "
+                            "letters, digits, '.', '_' or '-')",
+                            "X-Exo-Resume");
+    return std::nullopt;
+  }
+  resume_point out;
+  out.id = std::string{resume};
+  if (!last_event_id.empty()) {
+    const bool digits = last_event_id.size() <= 15
+                        && std::all_of(last_event_id.begin(),
+                                       last_event_id.end(), [](char c) {
+                                         return c >= '0' && c <= '9';
+                                       });
+    if (!digits) {
+      error = invalid_request("Last-Event-ID must be the bytes of text "
+                              "received (a decimal number, as the stream's "
+                              "id: lines give it)",
+                              "Last-Event-ID");
+      return std::nullopt;
+    }
+    out.after = std::stoull(std::string{last_event_id});
   }
   return out;
 }

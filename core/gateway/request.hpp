@@ -56,7 +56,36 @@ struct completion_request {
   bool include_usage = false;
   /// The end user's identifier, for logs.
   std::string user;
+
+  // Set by the server, not read from the body:
+  /// The completion's id (the chunks' "id"): the name of its job, by which
+  /// a client whose gateway node died resumes the stream through another
+  /// node's gateway.
+  std::string id;
+  /// A resumed stream (resume_point): follow job `id` instead of starting
+  /// one, and leave out the first `resume_after` bytes of its text (what
+  /// the client already has).
+  bool resume = false;
+  std::uint64_t resume_after = 0;
 };
+
+/// Where a client resumes a stream: the request's headers
+/// `X-Exo-Resume: <the completion's id>` and `Last-Event-ID: <bytes of
+/// text received>` (each text chunk of a stream carries that count as its
+/// SSE `id:`). The body is the original request again.
+struct resume_point {
+  std::string id;
+  std::uint64_t after = 0;
+};
+
+/// Reads the resume headers (empty views: the header is absent). Returns
+/// nothing without either header; sets `error` (status 400, else 0) and
+/// returns nothing for a malformed id (1 to 64 letters, digits, '.', '_'
+/// or '-'), a byte count that is not a decimal number, or a Last-Event-ID
+/// without X-Exo-Resume.
+std::optional<resume_point> parse_resume(std::string_view resume,
+                                         std::string_view last_event_id,
+                                         api_error& error);
 
 /// Bounds a request must respect.
 struct request_limits {

@@ -199,6 +199,53 @@ std::size_t complete_utf8_prefix(std::string_view s) {
   return n;
 }
 
+std::string valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    std::size_t len = c < 0x80                ? 1
+                      : c >= 0xC2 && c <= 0xDF ? 2
+                      : c >= 0xE0 && c <= 0xEF ? 3
+                      : c >= 0xF0 && c <= 0xF4 ? 4
+                                               : 0;
+    // The bytes that still could begin a character: replaced by one
+    // U+FFFD when it is cut short (the maximal subpart, as browsers and
+    // nlohmann::json's replacement count them).
+    std::size_t good = 1;
+    bool ok = len != 0;
+    for (std::size_t k = 1; ok && k < len; ++k) {
+      if (i + k >= s.size()) {
+        ok = false;
+        break;
+      }
+      auto d = static_cast<unsigned char>(s[i + k]);
+      // The second byte's range excludes overlong forms, surrogates and
+      // code points past U+10FFFF.
+      unsigned lo = 0x80, hi = 0xBF;
+      if (k == 1 && c == 0xE0)
+        lo = 0xA0;
+      else if (k == 1 && c == 0xED)
+        hi = 0x9F;
+      else if (k == 1 && c == 0xF0)
+        lo = 0x90;
+      else if (k == 1 && c == 0xF4)
+        hi = 0x8F;
+      ok = d >= lo && d <= hi;
+      good += ok ? 1 : 0;
+    }
+    if (ok) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      i += len == 0 ? 1 : good;
+    }
+  }
+  return out;
+}
+
 stop_filter::stop_filter(std::vector<std::string> stops)
   : stops_(std::move(stops)) {
   // Empty stop strings would match everywhere; parse_request refuses them.

@@ -128,4 +128,9 @@ private:
 /// out; invalid bytes count as whole characters).
 std::size_t complete_utf8_prefix(std::string_view s);
 
+/// `s` with every byte that does not belong to a well-formed UTF-8
+/// character replaced by U+FFFD: the text a client decodes, byte for byte
+/// (a resumed stream's byte count is of this text).
+std::string valid_utf8(std::string_view s);
+
 } // namespace exo::gateway

@@ -40,6 +40,12 @@ struct bridge_state {
   std::shared_ptr<token_sink> sink;
   mapped_job mapped;
   std::uint64_t job = 0;   ///< the coordinator's id, once started
+  /// The coordinator that runs it, when not this node's (a resumed stream
+  /// follows the job wherever it went): cancels go there.
+  caf::actor runner;
+  /// The index of the next token of sequence 0 (a followed job's tokens
+  /// are replayed: those already passed on are dropped).
+  std::uint32_t next_index = 0;
   bool started = false;
   bool cancel_sent = false;
   bool closed = false;     ///< the sink closed, or we stopped
@@ -65,8 +71,8 @@ void cancel_job(bridge_ptr self, const caf::actor& coordinator) {
   if (st.cancel_sent)
     return;
   st.cancel_sent = true;
-  self->request(coordinator, std::chrono::seconds{10}, cancel_atom::value,
-                st.job)
+  self->request(st.runner ? st.runner : coordinator, std::chrono::seconds{10},
+                cancel_atom::value, st.job)
     .then([](bool) {}, [](caf::error&) {});
 }
 
@@ -88,6 +94,18 @@ api_error job_failure(const caf::error& err, bool started) {
   e.code = "job_failed";
   e.message = msg;
   return e;
+}
+
+/// A resumed stream that found no job to follow, or one that cannot go on
+/// (it ended cancelled, failed): 404 for the first, 409 for the others.
+api_error resume_failure(const caf::error& err) {
+  auto msg = error_message(err);
+  if (msg.empty())
+    msg = "the stream cannot be resumed (" + std::to_string(err.code()) + ")";
+  if (err.category() == exo_error_category()
+      && err.code() == static_cast<std::uint8_t>(exo_errc::invalid_argument))
+    return {404, msg, "not_found_error", "X-Exo-Resume", "job_not_found"};
+  return {409, msg, "invalid_request_error", "X-Exo-Resume", "resume_failed"};
 }
 
 void end_with(bridge_ptr self, finish_reason reason, std::int64_t prompt) {
@@ -133,16 +151,23 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
   }
   if (!st.mapped.stop_strings.empty())
     st.filter = std::make_unique<stop_filter>(st.mapped.stop_strings);
+  // The completion's id names the job: a client whose node dies resumes
+  // the stream by it through another node.
+  st.mapped.job.name = req.id;
   // A coordinator that goes away (the node stopping) may never answer.
   self->monitor(coordinator);
   self->set_down_handler([self](caf::down_msg&) {
     fail_with(self, unavailable("the node is stopping"));
     self->quit();
   });
-  self
-    ->request(coordinator, caf::infinite, run_atom::value, st.mapped.job,
-              caf::actor_cast<caf::actor>(self))
-    .then(
+  auto me = caf::actor_cast<caf::actor>(self);
+  auto asked = req.resume
+                 ? self->request(coordinator, caf::infinite,
+                                 attach_atom::value, req.id,
+                                 st.mapped.job.prompt, me, true)
+                 : self->request(coordinator, caf::infinite, run_atom::value,
+                                 st.mapped.job, me);
+  std::move(asked).then(
       [self](job_report& r) {
         auto& st = self->state;
         static const std::vector<std::int32_t> none;
@@ -152,8 +177,10 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
         end_with(self, reason, static_cast<std::int64_t>(r.prompt_tokens));
         self->quit();
       },
-      [self](caf::error& err) {
-        fail_with(self, job_failure(err, self->state.started));
+      [self, resume = req.resume](caf::error& err) {
+        auto& st = self->state;
+        fail_with(self, resume && !st.started ? resume_failure(err)
+                                              : job_failure(err, st.started));
         self->quit();
       });
   return {
@@ -163,13 +190,29 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
       auto& st = self->state;
       st.started = true;
       st.job = e.job;
+      // A followed job's coordinator says so itself (another node's).
+      if (auto from = caf::actor_cast<caf::actor>(self->current_sender());
+          from && from != coordinator)
+        st.runner = from;
       if (st.closed) // the client left while the job was placed
         cancel_job(self, coordinator);
     },
     [self, coordinator](job_token& e) {
       auto& st = self->state;
-      if (e.seq != 0 || st.closed || st.ended)
+      if (e.seq != 0 || st.closed || st.ended || e.index < st.next_index)
         return;
+      if (e.index > st.next_index) { // never silently: the text has a hole
+        fail_with(self, job_failure(
+                          make_exo_error(exo_errc::failed_state,
+                                         "tokens " + std::to_string(
+                                           st.next_index)
+                                           + " to " + std::to_string(e.index)
+                                           + " of the job did not arrive"),
+                          true));
+        cancel_job(self, coordinator);
+        return;
+      }
+      ++st.next_index;
       if (st.mapped.stop_ids.count(e.token) != 0)
         return; // the end of the answer, not its text
       std::string text = std::move(e.piece);

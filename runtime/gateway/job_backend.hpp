@@ -16,6 +16,13 @@
 ///      or error              invalid_argument: 400; before the job
 ///                            started (placement, no device can take it):
 ///                            503; after: 500
+///   a resumed stream (req.resume: X-Exo-Resume, its node died) follows
+///   the job instead: --(attach_atom, id, prompt, bridge, true)-->
+///   coordinator, which finds it here or on another node; the tokens come
+///   again from the first (job_token::index: those passed on are dropped,
+///   a gap fails the stream) and the sink leaves out the bytes the client
+///   has; an id no node has: 404, a job that cannot go on (cancelled,
+///   failed): 409. The job is named by the completion's id (req.id).
 ///   sink closed (client gone, stop string, server stopping): the sink's
 ///   on_close sends the bridge a message; it cancels the job
 ///   ((cancel_atom, id) to the coordinator), which stops at its next token

@@ -190,6 +190,7 @@ public:
       req_(std::move(req)),
       head_(std::move(head)),
       filter_(req_.stop),
+      skip_(req_.resume_after),
       io_(std::move(io)),
       owner_(std::move(owner)),
       started_(steady::now()),
@@ -238,12 +239,19 @@ public:
 private:
   void schedule_locked(); // mx_ held
   void release_slot();
+  /// Counts `out` in the text sent so far and leaves out what a resumed
+  /// stream's client already has (mx_ held).
+  std::string visible(std::string out);
+  /// A stream's text chunk, with the text's end as its SSE id (mx_ held).
+  std::string chunk(const std::string& text);
 
   std::shared_ptr<server::state> st_;
   completion_request req_;
   response_head head_;
   mutable std::mutex mx_;
   stop_filter filter_;
+  std::uint64_t skip_ = 0;      // text bytes the resumed client has
+  std::uint64_t text_bytes_ = 0; // text bytes produced so far, skipped too
   std::string pending_;  // stream: SSE bytes not yet taken
   std::string text_;     // non-stream: the answer so far
   std::int64_t tokens_ = 0;
@@ -859,13 +867,10 @@ sink_state stream_sink::token(std::string_view text) {
         .observe(d.count());
     }
     last_token_ = now;
-    auto out = filter_.feed(text);
+    auto out = visible(filter_.feed(text));
     if (req_.stream) {
-      if (!out.empty()) {
-        pending_ += text_chunk(req_.kind, head_, out, first_,
-                               req_.include_usage);
-        first_ = false;
-      }
+      if (!out.empty())
+        pending_ += chunk(out);
       {
         std::lock_guard<std::mutex> stats_guard{st_->mx};
         if (pending_.size() > st_->stats.peak_stream_buffer)
@@ -909,6 +914,25 @@ sink_state stream_sink::token(std::string_view text) {
   return result;
 }
 
+std::string stream_sink::visible(std::string out) {
+  out = valid_utf8(out);
+  text_bytes_ += out.size();
+  if (skip_ > 0) {
+    auto n = static_cast<std::size_t>(
+      std::min<std::uint64_t>(skip_, out.size()));
+    out.erase(0, n);
+    skip_ -= n;
+  }
+  return out;
+}
+
+std::string stream_sink::chunk(const std::string& text) {
+  auto out = "id: " + std::to_string(text_bytes_) + "\n"
+             + text_chunk(req_.kind, head_, text, first_, req_.include_usage);
+  first_ = false;
+  return out;
+}
+
 void stream_sink::release_slot() {
   st_->in_flight.fetch_sub(1);
 }
@@ -922,11 +946,10 @@ void stream_sink::finish(finish_reason reason, usage u) {
     if (filter_.stopped())
       reason = finish_reason::stop;
     u.completion_tokens = tokens_;
-    auto tail = filter_.flush();
+    auto tail = visible(filter_.flush());
     if (req_.stream) {
       if (!tail.empty())
-        pending_ += text_chunk(req_.kind, head_, tail, first_,
-                               req_.include_usage);
+        pending_ += chunk(tail);
       if (first_ && tail.empty()) // an empty answer still names the role
         pending_ += text_chunk(req_.kind, head_, "", true,
                                req_.include_usage);
@@ -1258,6 +1281,17 @@ void session::handle_completion(endpoint_kind kind) {
     [this](const std::string& id) { return st_->known_model(id); });
   if (!parsed)
     return send_error(parsed.error, keep_alive_);
+  // A client whose gateway node died resumes its stream here.
+  api_error resume_error;
+  auto& headers = parser_->get();
+  auto header = [&](const char* name) {
+    auto v = headers[name];
+    return std::string_view{v.data(), v.size()};
+  };
+  auto resume = parse_resume(header("X-Exo-Resume"), header("Last-Event-ID"),
+                             resume_error);
+  if (resume_error.status != 0)
+    return send_error(resume_error, keep_alive_);
   if (!st_->opts.backend)
     return send_error(unavailable("No backend runs completions on this "
                                   "server"),
@@ -1268,11 +1302,16 @@ void session::handle_completion(endpoint_kind kind) {
     limit_hit(e);
     return send_error(e, keep_alive_);
   }
-  response_head head{st_->ids.next(kind),
+  response_head head{resume ? resume->id : st_->ids.next(kind),
                      std::chrono::duration_cast<std::chrono::seconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count(),
                      parsed.request->model};
+  parsed.request->id = head.id;
+  if (resume) {
+    parsed.request->resume = true;
+    parsed.request->resume_after = resume->after;
+  }
   sink_ = std::make_shared<stream_sink>(st_, *parsed.request, std::move(head),
                                         st_->ioc->get_executor(),
                                         weak_from_this());

@@ -461,3 +461,75 @@ TEST_CASE("a streaming completion goes on, its text unchanged, when the node "
   std::cout << client.out();
   std::system(("rm -rf " + p.dir).c_str());
 }
+
+TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
+          "completion through another node's gateway, its text unchanged") {
+  auto node = require_node();
+  require_tool("openai");
+  pki p{"exo-stream-resume"};
+  auto model = p.dir + "/big.gguf";
+  must(run({exo_model(), "make-test", "--out", model, "--layers", "4",
+            "--dim", "256", "--ff", "1024", "--vocab", "4096", "--ctx",
+            "2048", "--seed", "7"}));
+  const int max_tokens = 1500;
+  auto prompt = std::string{"Once upon a time"};
+  json expected{{"model", "chat"},
+                {"prompt", prompt},
+                {"max_tokens", max_tokens},
+                {"text", engine_text(model, prompt, max_tokens)}};
+  // Every node serves the model: r1 coordinates the job (its gateway took
+  // the request), one of the others backs it up.
+  std::vector<node_proc> nodes;
+  for (auto name : {"r1", "r2", "r3"}) {
+    p.node(name);
+    node_options o{name};
+    o.failure_timeout_ms = 3000;
+    o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
+    o.extra = gateway_section(model);
+    if (!nodes.empty())
+      o.seeds = {nodes.front().port};
+    nodes.push_back(start_node(p, o));
+  }
+  auto first = gateway_port(nodes[0]);
+  REQUIRE(poll_json(first, "/v1/cluster", [](const json& j) {
+            return j["nodes"].size() == 3;
+          })["nodes"].size()
+          == 3);
+  auto url = [](std::uint16_t port) {
+    return "http://127.0.0.1:" + std::to_string(port) + "/v1";
+  };
+  process client{{node, EXO_SOURCE_DIR "/test/gateway/resume_after_loss.mjs",
+                  tools_dir(), url(first), url(gateway_port(nodes[1])),
+                  expected.dump()}};
+  REQUIRE(client.wait_for_output("streaming", 120s));
+  // Once the job has its backup (its tokens replicated), r1 dies.
+  std::string backup;
+  auto backed = [&backup](const json& jobs) {
+    if (!jobs.is_array())
+      return false;
+    for (auto& j : jobs)
+      if (j["state"] == "running" && j.contains("backup")
+          && j["backup"].is_string() && !j["backup"].get<std::string>().empty())
+        backup = j["backup"].get<std::string>();
+    return !backup.empty();
+  };
+  auto jobs = poll_json(first, "/v1/cluster/jobs", backed);
+  INFO(jobs.dump());
+  REQUIRE((backup == "r2" || backup == "r3"));
+  nodes[0].proc->signal(SIGKILL);
+  auto code = client.wait(180s);
+  INFO("client stdout:\n" << client.out() << "\nstderr:\n" << client.err()
+                          << "\nr2:\n" << nodes[1].proc->out()
+                          << "\nr3:\n" << nodes[2].proc->out());
+  CHECK(code == 0);
+  CHECK(contains(client.out(), "stream right"));
+  CHECK(contains(client.out(), "re-attached: first text"));
+  auto& b = nodes[backup == "r2" ? 1 : 2];
+  CHECK(contains(b.proc->out(), "taking job r1:"));
+  std::cout << client.out();
+  for (std::size_t i = 1; i < nodes.size(); ++i)
+    nodes[i].proc->signal(SIGTERM);
+  for (std::size_t i = 1; i < nodes.size(); ++i)
+    CHECK(nodes[i].proc->wait(60s) == 0);
+  std::system(("rm -rf " + p.dir).c_str());
+}

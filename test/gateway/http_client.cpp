@@ -79,6 +79,27 @@ std::string client_socket::read_all(std::chrono::milliseconds bound) {
   return out;
 }
 
+std::string client_socket::read_until(const std::string& needle,
+                                      std::chrono::milliseconds bound) {
+  std::string out;
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  char buf[4096];
+  while (out.find(needle) == std::string::npos) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      break;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, int(left.count())) <= 0)
+      break;
+    auto n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0)
+      break;
+    out.append(buf, std::size_t(n));
+  }
+  return out;
+}
+
 bool client_socket::closed_within(std::chrono::milliseconds bound) {
   return exo::test::socket_closed_within(fd_, bound);
 }
@@ -190,6 +211,14 @@ std::vector<std::string> sse_payloads(const std::string& body) {
     if (end == std::string::npos)
       throw std::runtime_error("an SSE event without its blank line");
     auto ev = body.substr(p, end - p);
+    if (ev.compare(0, 4, "id: ") == 0) { // a text chunk's byte count
+      auto nl = ev.find('\n');
+      auto id = ev.substr(4, nl == std::string::npos ? nl : nl - 4);
+      if (nl == std::string::npos || id.empty()
+          || id.find_first_not_of("0123456789") != std::string::npos)
+        throw std::runtime_error("an SSE id that is not a number: " + ev);
+      ev = ev.substr(nl + 1);
+    }
     if (ev.compare(0, 6, "data: ") != 0)
       throw std::runtime_error("an SSE event that is not data: " + ev);
     out.push_back(ev.substr(6));

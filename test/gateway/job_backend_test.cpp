@@ -147,7 +147,8 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
       rep.prompt_tokens = 5;
       rep.tokens.emplace_back();
       for (std::size_t i = 0; i < ids.size(); ++i) {
-        self->send(listener, job_token{7, 0, ids[i], pieces[i]});
+        self->send(listener, job_token{7, 0, ids[i], pieces[i],
+                                        static_cast<std::uint32_t>(i)});
         rep.tokens[0].push_back(ids[i]);
       }
       if (s == script::tokens_then_eos)

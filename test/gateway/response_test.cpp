@@ -151,3 +151,40 @@ TEST_CASE("an incomplete UTF-8 character is held until it is whole") {
   CHECK(complete_utf8_prefix("a\xe2\x82") == 1);
   CHECK(complete_utf8_prefix("\x80\x80\x80\x80") == 4);
 }
+
+TEST_CASE("text is sent as well-formed UTF-8, each stray byte as U+FFFD") {
+  const std::string r = "\xef\xbf\xbd";
+  CHECK(valid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80")
+        == "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  CHECK(valid_utf8("a\x80z") == "a" + r + "z");
+  // A character cut short is one U+FFFD (its maximal subpart).
+  CHECK(valid_utf8("a\xe2\x82") == "a" + r);
+  CHECK(valid_utf8("\xe2\x82z\xf0\x9f\x98") == r + "z" + r);
+  CHECK(valid_utf8("\xc0\xaf") == r + r);              // overlong
+  CHECK(valid_utf8("\xe0\x80") == r + r);
+  CHECK(valid_utf8("\xed\xa0\x80") == r + r + r);      // a surrogate
+  CHECK(valid_utf8("\xf4\x90\x80\x80") == r + r + r + r); // past U+10FFFF
+  CHECK(valid_utf8("\xff") == r);
+  CHECK(valid_utf8("") == "");
+}
+
+TEST_CASE("the text's U+FFFDs are those of the JSON writer's replacement") {
+  // What the JSON writer would have made of the raw text: the byte count a
+  // resumed stream skips is the same as the text the client decoded.
+  std::uint32_t x = 12345;
+  const std::string alphabet[] = {"a", "\xc3", "\xa9", "\xe2", "\x82",
+                                  "\xac", "\xf0", "\x9f", "\x98", "\x80",
+                                  "\xed", "\xa0", "\xc0", "\xff", "\xf4",
+                                  "\x90"};
+  for (int n = 0; n < 2000; ++n) {
+    std::string s;
+    for (int k = 0; k < 8; ++k) {
+      x = x * 1103515245u + 12345u;
+      s += alphabet[(x >> 16) % 16];
+    }
+    auto dumped = nlohmann::json(s).dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+    INFO(nlohmann::json(valid_utf8(s)).dump());
+    CHECK(nlohmann::json::parse(dumped).get<std::string>() == valid_utf8(s));
+  }
+}

@@ -498,3 +498,109 @@ TEST_CASE("exo-node serve beyond loopback: HTTPS with the cluster CA, exo's "
   CHECK(serve.wait(60s) == 0);
   std::system(("rm -rf " + p.dir).c_str());
 }
+
+TEST_CASE("exo-node serve resumes a stream that ended from the bytes its "
+          "client has, refuses an unknown id (404) and a cancelled job (409)") {
+  namespace gwt = exo::gateway::testing;
+  pki p{"exo-serve-resume"};
+  p.node("n1");
+  // The slow device of the test above (25 ms a token): a job lasts while
+  // its client leaves.
+  auto model = p.dir + "/big.gguf";
+  REQUIRE(run({exo_model(), "make-test", "--out", model, "--layers", "4",
+               "--dim", "256", "--ff", "1024", "--vocab", "4096", "--ctx",
+               "4096", "--seed", "5"},
+              120s)
+            .code
+          == 0);
+  node_options o{"n1"};
+  o.devices = slow_small_sim(p.dir, 40);
+  o.extra = R"(, "models": {"dirs": [")" + p.dir + R"("]})";
+  auto cfg = write_node_config(p, o);
+  process serve{{exo_node(), "serve", "--config", cfg, "--model", model,
+                 "--port", "0", "--ctx", "4096"}};
+  REQUIRE(serve.wait_for_output("ready in", 60s));
+  auto port = printed_port(serve.out(), "serving big on "
+                                        "http://127.0.0.1:(\\d+)/v1");
+  auto body = std::string{R"({"model": "big", "prompt": "Once upon a time", )"
+                          R"("temperature": 0, "max_tokens": 40, )"
+                          R"("stream": true})"};
+  auto text_of = [](const std::string& sse, std::string* id = nullptr) {
+    std::string text;
+    for (auto& e : gwt::sse_payloads(sse)) {
+      if (e == "[DONE]")
+        break;
+      auto j = nlohmann::json::parse(e);
+      if (id)
+        *id = j["id"];
+      if (!j["choices"].empty())
+        text += j["choices"][0]["text"].get<std::string>();
+    }
+    return text;
+  };
+  auto whole = gwt::http_exchange(port, gwt::post("/v1/completions", body));
+  REQUIRE(whole.status == 200);
+  std::string id;
+  auto text = text_of(whole.body, &id);
+  REQUIRE(text.size() > 10);
+  // The job ended; the node keeps its tokens: a client that had the first
+  // chunks (the bytes its third chunk's id says) gets the rest.
+  std::smatch m;
+  auto from = whole.body;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(std::regex_search(from, m, std::regex{"id: ([0-9]+)\n"}));
+    from = m.suffix();
+  }
+  auto had = std::stoul(m[1]);
+  auto rest = gwt::http_exchange(
+    port, gwt::post("/v1/completions", body,
+                    "X-Exo-Resume: " + id + "\r\nLast-Event-ID: "
+                      + std::to_string(had) + "\r\n"));
+  INFO(rest.body);
+  REQUIRE(rest.status == 200);
+  CHECK(text_of(rest.body) == text.substr(had));
+  // Another prompt is not this job's.
+  auto other = gwt::http_exchange(
+    port, gwt::post("/v1/completions",
+                    R"({"model": "big", "prompt": "Hello", "stream": true})",
+                    "X-Exo-Resume: " + id + "\r\n"));
+  CHECK(other.status == 404);
+  CHECK(contains(other.body, "another prompt"));
+  auto unknown = gwt::http_exchange(
+    port, gwt::post("/v1/completions", body, "X-Exo-Resume: cmpl-nothing\r\n"));
+  CHECK(unknown.status == 404);
+  CHECK(contains(unknown.body, "job_not_found"));
+
+  // A client that leaves cancels its job: there is nothing to resume.
+  auto long_body = std::string{R"({"model": "big", "prompt": "Once", )"
+                               R"("max_tokens": 3000, "stream": true})"};
+  std::string cancelled;
+  {
+    gwt::client_socket c{port};
+    c.send(gwt::post("/v1/completions", long_body));
+    // The first chunk (its id) and a few more: the job runs.
+    auto got = c.read_until("\"text\"", 60s);
+    got += c.read_until("\"text\"", 10s);
+    INFO(got);
+    REQUIRE(std::regex_search(got, m, std::regex{"\"id\":\"([^\"]+)\""}));
+    cancelled = m[1];
+  }
+  REQUIRE(!cancelled.empty());
+  nlohmann::json after;
+  for (int i = 0; i < 100; ++i) { // its end reaches the node
+    auto r = gwt::http_exchange(
+      port, gwt::post("/v1/completions", long_body,
+                      "X-Exo-Resume: " + cancelled + "\r\n"));
+    if (r.status == 409) {
+      after = nlohmann::json::parse(r.body);
+      break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  INFO(after.dump());
+  CHECK(after["error"]["code"] == "resume_failed");
+  CHECK(contains(after["error"]["message"].get<std::string>(), "cancelled"));
+  serve.signal(SIGTERM);
+  CHECK(serve.wait(60s) == 0);
+  std::system(("rm -rf " + p.dir).c_str());
+}

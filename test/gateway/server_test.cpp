@@ -10,6 +10,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <regex>
+
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -154,6 +156,63 @@ TEST_CASE("a streamed chat arrives as SSE chunks ending in [DONE]") {
   CHECK(usage["completion_tokens"] == int(tokens.size()));
   // The split "é" never reaches the client as half a character.
   CHECK(r.body.find("\\ufffd") == std::string::npos);
+}
+
+TEST_CASE("each text chunk's SSE id is the text's length so far, and a "
+          "resumed request leaves out what its client has") {
+  auto backend = std::make_shared<scripted_backend>(tokens, 4);
+  server srv{options(backend)};
+  auto port = srv.start();
+  auto r = http_exchange(port, post("/v1/chat/completions", chat_body(true)));
+  REQUIRE(r.status == 200);
+  // The ids, read from the raw events: every text chunk has one.
+  std::regex event{"id: ([0-9]+)\ndata: (\\{[^\n]*)\n\n"};
+  std::string text, id;
+  std::vector<std::uint64_t> ids;
+  for (std::sregex_iterator it{r.body.begin(), r.body.end(), event}, end;
+       it != end; ++it) {
+    auto j = json::parse((*it)[2].str());
+    text += j["choices"][0]["delta"]["content"].get<std::string>();
+    CHECK(std::stoull((*it)[1].str()) == text.size());
+    ids.push_back(text.size());
+    id = j["id"];
+  }
+  CHECK(text == joined());
+  REQUIRE(ids.size() >= 3);
+  CHECK(backend->requests().at(0).id == id);
+  CHECK_FALSE(backend->requests().at(0).resume);
+
+  // The client had the first two chunks when its node died: it sends the
+  // request again with the completion's id and the bytes it has.
+  auto after = ids[1];
+  auto resumed = http_exchange(
+    port, post("/v1/chat/completions", chat_body(true),
+               "X-Exo-Resume: " + id + "\r\nLast-Event-ID: "
+                 + std::to_string(after) + "\r\n"));
+  REQUIRE(resumed.status == 200);
+  CHECK(stream_text(resumed.body) == joined().substr(after));
+  CHECK(resumed.body.find("\"id\":\"" + id + "\"") != std::string::npos);
+  CHECK(resumed.body.find("id: " + std::to_string(joined().size()) + "\n")
+        != std::string::npos);
+  auto req = backend->requests().at(1);
+  CHECK(req.resume);
+  CHECK(req.id == id);
+  CHECK(req.resume_after == after);
+
+  // Malformed resume headers are refused, naming the header.
+  auto bad = [&](const std::string& headers) {
+    auto x = http_exchange(port, post("/v1/chat/completions", chat_body(true),
+                                      headers));
+    CHECK(x.status == 400);
+    return json::parse(x.body)["error"]["param"].get<std::string>();
+  };
+  CHECK(bad("X-Exo-Resume: a b\r\n") == "X-Exo-Resume");
+  CHECK(bad("X-Exo-Resume: " + std::string(65, 'a') + "\r\n")
+        == "X-Exo-Resume");
+  CHECK(bad("X-Exo-Resume: " + id + "\r\nLast-Event-ID: -3\r\n")
+        == "Last-Event-ID");
+  CHECK(bad("Last-Event-ID: 3\r\n") == "Last-Event-ID");
+  CHECK(backend->requests().size() == 2);
 }
 
 TEST_CASE("max_tokens ends a completion with finish_reason length") {
