@@ -102,6 +102,11 @@ using kv_write_atom = caf::atom_constant<caf::atom("kv_write")>;
 /// operator typed `drain NODE` to that of every other alive node: each
 /// moves the runs it coordinates off NODE (planned moves) and answers with
 /// their keys ("n2:4, n2:7"; "" when none).
+///
+/// (drain_atom, node, own_runs) -> console_reply, to a node's own jobs
+/// service: `drain NODE` as the console types it (own_runs), or only the
+/// other nodes' runs (a node's graceful stop drains itself that way: its
+/// own runs are taken over by their backups).
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 
 /// (replicate_atom, job_replica) -> ok, from a job's coordinator to the

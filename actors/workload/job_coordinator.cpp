@@ -2316,13 +2316,25 @@ std::vector<std::uint64_t> drain_here(self_ptr self, const std::string& node) {
 /// Console `drain NODE`: every run with stages on NODE moves off it, those
 /// this node coordinates and, asked through the gate (drain_atom), those
 /// of every other alive node, so that NODE may leave without failing them.
+caf::result<console_reply> drain_everywhere(self_ptr self,
+                                            const std::string& node,
+                                            bool own_runs);
+
 caf::result<console_reply> console_drain(self_ptr self,
                                          const std::string& arg) {
-  auto& st = self->state;
   auto parsed = parse_args("drain", arg, "drain NODE");
   if (!parsed)
     return std::move(parsed.error());
-  auto node = parsed->args[0];
+  return drain_everywhere(self, parsed->args[0], true);
+}
+
+/// Moves the runs with a stage on `node` off it: this node's (with
+/// `own_runs`) and every other alive node's, asked through the gate;
+/// answers, once they said which, with what moves.
+caf::result<console_reply> drain_everywhere(self_ptr self,
+                                            const std::string& node,
+                                            bool own_runs) {
+  auto& st = self->state;
   struct gather {
     std::vector<std::uint64_t> here;
     std::vector<std::string> elsewhere; ///< "n2:4"
@@ -2330,7 +2342,8 @@ caf::result<console_reply> console_drain(self_ptr self,
     std::size_t pending = 0;
   };
   auto g = std::make_shared<gather>();
-  g->here = drain_here(self, node);
+  if (own_runs)
+    g->here = drain_here(self, node);
   auto rp = self->make_response_promise<console_reply>();
   auto done = [self, g, node, rp]() mutable {
     auto& st = self->state;
@@ -3036,6 +3049,12 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
     },
     [self](replicate_atom, job_progress& p) -> caf::result<caf::ok_atom> {
       return on_progress(self, p);
+    },
+    [self](drain_atom, std::string& node,
+           bool own_runs) -> caf::result<console_reply> {
+      // This node's graceful stop (own_runs false: its own runs are taken
+      // over by their backups), or a program's drain.
+      return drain_everywhere(self, node, own_runs);
     },
     [self](drain_atom, std::string& node) {
       // Another node's `drain NODE`: this node's runs move too.

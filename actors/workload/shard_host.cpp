@@ -12,6 +12,8 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+
 #include <map>
 #include <memory>
 
@@ -45,6 +47,9 @@ using fetched_atom = caf::atom_constant<caf::atom("fetched")>;
 struct running_shard {
   caf::actor handle;
   std::string text;
+  /// Its job is coordinated by another node (a graceful stop moves those
+  /// off first).
+  bool foreign = false;
 };
 
 struct host_state {
@@ -146,9 +151,11 @@ void start_shard(self_ptr self, shard_spec spec, std::string path,
           }
           self->link_to(h);
           self->state.shards.push_back(
-            {h, "layers [" + std::to_string(spec.first) + ", "
-                  + std::to_string(spec.last) + ") on " + order.front().id
-                  + " (" + order.front().name + ")"});
+            {h,
+             "layers [" + std::to_string(spec.first) + ", "
+               + std::to_string(spec.last) + ") on " + order.front().id
+               + " (" + order.front().name + ")",
+             spec.owner && spec.owner.node() != self->node()});
           rp.deliver(shard_ready{h, self->state.node, order.front().id,
                                  order.front().name, received});
         };
@@ -379,7 +386,10 @@ caf::behavior shard_host_impl(self_ptr self, host_state init) {
       // The process's stages so far: forwards, and steps that shared one
       // with another job's (continuous batching).
       const auto totals = workload::batching_totals();
+      auto foreign = std::count_if(st.shards.begin(), st.shards.end(),
+                                   [](auto& x) { return x.foreign; });
       s.fields = {{"shards", std::to_string(st.shards.size())},
+                  {"foreign_shards", std::to_string(foreign)},
                   {"downloads", std::to_string(st.downloads.size())},
                   {"models", std::to_string(st.models.size())},
                   {"stage_forwards", std::to_string(totals.forwards)},

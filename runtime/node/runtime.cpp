@@ -19,6 +19,9 @@
 #include "core/tls/trust_store.hpp"
 
 #include "messages/cluster.hpp"
+#include "messages/device.hpp"
+#include "messages/workload.hpp"
+#include "core/text/line.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -27,6 +30,9 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <thread>
 #include <cerrno>
 #include <cstring>
 
@@ -325,6 +331,56 @@ void runtime::start() {
   }
 }
 
+namespace {
+
+/// The shard host's count of stages of jobs other nodes coordinate; -1
+/// when it does not answer.
+long foreign_stages(caf::scoped_actor& self, const caf::actor& shards) {
+  long n = -1;
+  self->request(shards, std::chrono::seconds(2), inspect_atom::value)
+    .receive(
+      [&](actor_snapshot& s) {
+        for (auto& [k, v] : s.fields)
+          if (k == "foreign_shards")
+            n = std::stol(v);
+      },
+      [](caf::error&) {});
+  return n;
+}
+
+/// A graceful stop first has the other nodes move their jobs' stages off
+/// this node (planned moves: KV caches carried, nothing re-fed) and waits,
+/// bounded, until none is left here; its own jobs are taken over by their
+/// backups when it leaves.
+void move_foreign_stages(caf::scoped_actor& self, const caf::actor& jobs,
+                         const caf::actor& shards, const std::string& node) {
+  if (!jobs || !shards || foreign_stages(self, shards) <= 0)
+    return;
+  auto began = std::chrono::steady_clock::now();
+  self->request(jobs, std::chrono::seconds(15), drain_atom::value, node,
+                false)
+    .receive([](console_reply&) {}, [](caf::error&) {});
+  long left = 0;
+  auto deadline = began + std::chrono::seconds(15);
+  while ((left = foreign_stages(self, shards)) > 0
+         && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::chrono::duration<double> took = std::chrono::steady_clock::now()
+                                       - began;
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.2f", took.count());
+  text::line(std::cout) << "exo-node " << node << ": "
+                        << (left > 0 ? std::to_string(left)
+                                         + " stages of other nodes' jobs "
+                                           "still here after "
+                                     : std::string{"other nodes' jobs moved "
+                                                   "their stages off in "})
+                        << secs << " s" << (left > 0 ? ": they re-feed" : "")
+                        << std::endl;
+}
+
+} // namespace
+
 void runtime::stop() {
   auto& d = *impl_;
   if (!d.running)
@@ -332,6 +388,11 @@ void runtime::stop() {
   d.running = false;
   {
     caf::scoped_actor self{*d.sys};
+    if (d.gate) {
+      d.step = "moving other nodes' stages off this node";
+      move_foreign_stages(self, service_actor("jobs"),
+                          service_actor("shards"), d.cfg.node.name);
+    }
     d.step = "stopping services";
     for (auto& svc : d.services) {
       self->send_exit(svc.handle, caf::exit_reason::user_shutdown);
