@@ -201,6 +201,9 @@ struct coordinator_state {
   std::chrono::steady_clock::time_point last_end{};
   /// Follows asked of the other nodes, by number.
   std::map<std::uint64_t, pending_follow> follows;
+  /// Nodes drained (`drain NODE`, a node stopping), until when: new runs
+  /// are not placed there (a node that leaves is forgotten here).
+  std::map<std::string, std::chrono::steady_clock::time_point> drained;
   std::uint64_t next_follow = 0;
   static inline const char* name = "exo.job_coordinator";
 };
@@ -1387,7 +1390,7 @@ void place_and_start(self_ptr self, const run_ptr& run,
     start_stages(self, run);
     return;
   }
-  if (!st.cfg.gate || run->attempt > 0) {
+  if (!st.cfg.gate || run->attempt > 0 || !run->lost_nodes.empty()) {
     // The solver here: on this node's own devices (the same problem the
     // placement service would build for a cluster of this node alone), or
     // on the survivors of a loss (quickly: the job is waiting).
@@ -1710,8 +1713,9 @@ void place_first(self_ptr self, const run_ptr& run) {
       [self, run](console_reply& r) {
               if (run->ended)
           return;
-        // r.text names the coordinator, whose placement service plans.
-        place_and_start(self, run, r.nodes, r.text);
+        // r.text names the coordinator, whose placement service plans;
+        // with nodes drained, this node plans without them.
+        place_and_start(self, run, without_lost(*run, r.nodes), r.text);
       },
       [self, run](caf::error& err) {
         end_run(self, run,
@@ -1908,6 +1912,13 @@ caf::error start_run(self_ptr self, job_request req, job_sink sink,
       run->draft_size = 0;
     }
   }
+  for (auto it = st.drained.begin(); it != st.drained.end();)
+    if (it->second < std::chrono::steady_clock::now()) {
+      it = st.drained.erase(it);
+    } else {
+      run->lost_nodes.insert(it->first);
+      ++it;
+    }
   run->live = true;
   ++st.live;
   // A job taken over is findable (attach) while it is placed: its backup
@@ -2293,9 +2304,16 @@ void thermal_move(self_ptr self, const thermal_status& s) {
 /// Moves every run this node coordinates with stages on `node` off it (a
 /// planned lost notice to each job: re-placed without the node, KV caches
 /// carried); returns their ids.
+/// How long a drained node gets no new run (unless it leaves first).
+constexpr auto drain_memory = std::chrono::minutes(10);
+
 std::vector<std::uint64_t> drain_here(self_ptr self, const std::string& node) {
   auto& st = self->state;
   std::vector<std::uint64_t> moved;
+  // Runs that come later (or wait for memory now) stay off it too.
+  st.drained[node] = std::chrono::steady_clock::now() + drain_memory;
+  for (auto& r : st.waiting)
+    r->lost_nodes.insert(node);
   for (auto& [id, rj] : st.running) {
     auto lost = stages_on(rj.plan, node);
     auto run = rj.run.lock();
@@ -2437,6 +2455,7 @@ void on_member(self_ptr self, const member_event& e) {
     return;
   }
   st.alive.erase(e.member.name);
+  st.drained.erase(e.member.name); // back later: a fresh node
   // Follows streaming from it (or waiting for its answer) look again.
   std::vector<std::pair<std::uint64_t, std::uint32_t>> asked;
   for (auto& [n, f] : st.follows)

@@ -862,6 +862,14 @@ TEST_CASE("drain moves a running job's stage off a node, which may then "
   moved = moved.substr(0, moved.find('\n'));
   CHECK(contains(moved, "now on coord/"));
   CHECK(!contains(moved, "leaving/"));
+  // A run that comes after the drain is not placed there (an even split
+  // over the members would put its second stage on "leaving").
+  auto later = console(p, a.port, "run --model " + model
+                                    + " --prompt \"once\" -n 4 --stages 2");
+  INFO(later.out << later.err);
+  CHECK(later.code == 0);
+  CHECK(contains(later.out, "stage 1: layers [1, 2) on coord "));
+  CHECK(!contains(later.out, " on leaving "));
   b.proc->signal(SIGTERM);
   CHECK(b.proc->wait(30s) == 0);
   auto code = runner.wait(120s);
