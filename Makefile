@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build run test bench asan fuzz fuzz-build fuzz-ci clean \
+.PHONY: all deps configure build run test bench soak asan fuzz fuzz-build fuzz-ci clean \
         format scenarios
 
 all: build
@@ -35,6 +35,14 @@ test: build
 
 bench: build
 	cmake --build $(BUILD) --target bench_all
+
+# Issue 21's soak (not in CI): 30 minutes (SOAK_MINUTES) of jobs through
+# random kills, freezes and restarts of 4 local nodes; its Markdown report
+# goes to $(BUILD)/soak-report.md.
+SOAK_MINUTES ?= 30
+soak: build
+	EXO_SOAK_MINUTES=$(SOAK_MINUTES) EXO_SOAK_REPORT=$(abspath $(BUILD))/soak-report.md \
+	  cmake --build $(BUILD) --target soak
 
 # Every scenario in scenarios/, one after the other (the namespaced ones need
 # root; without it they report SKIPPED). REPORTS=DIR keeps a JSON report of

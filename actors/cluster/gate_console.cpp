@@ -306,7 +306,9 @@ caf::message_handler console_handlers(self_ptr self) {
                       {"last_refusal", st.last_refusal},
                       {"gossip_in", std::to_string(st.gossip_in)},
                       {"coordinator", st.table->coordinator()},
-                      {"queue_depth", std::to_string(self->mailbox().size())}};
+                      {"queue_depth", std::to_string(self->mailbox().size())},
+                      {"actors_running",
+                       std::to_string(self->system().registry().running())}};
           return caf::make_message(std::move(s));
         }
         if (!st.cfg.directory)
@@ -326,7 +328,10 @@ caf::message_handler console_handlers(self_ptr self) {
                     {"joins_accepted", std::to_string(st.joins_accepted)},
                     {"joins_refused", std::to_string(st.joins_refused)},
                     {"last_refusal", st.last_refusal},
-                    {"queue_depth", std::to_string(self->mailbox().size())}};
+                    {"queue_depth", std::to_string(self->mailbox().size())},
+                    // Every actor of the process (a leak shows here).
+                    {"actors_running",
+                     std::to_string(self->system().registry().running())}};
         return s;
       },
       [self](console_atom, std::string& cmd,

@@ -13,6 +13,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <set>
 
 #include <map>
 #include <memory>
@@ -58,7 +59,19 @@ struct host_state {
   std::chrono::microseconds batch_wait{2000}; ///< devices.batch_wait_ms
   caf::actor node_actor;
   caf::actor gate;
-  std::map<std::string, std::weak_ptr<const model::llama_model>> models;
+  /// The models loaded, by file: the model file a local coordinator
+  /// names (whole), or a partial copy in this node's cache (its parts
+  /// that were there when it was loaded: a model loaded from a copy with
+  /// other layers' parts only must not serve these layers).
+  struct loaded_model {
+    std::weak_ptr<const model::llama_model> model;
+    bool whole = false;
+    std::set<std::uint64_t> parts; ///< offsets held when it was loaded
+  };
+  std::map<std::string, loaded_model> models;
+  /// A whole file of each model (by sha256) a local coordinator named: a
+  /// peer's shard of that model uses it while it is loaded.
+  std::map<std::string, std::string> whole_files;
   std::map<std::string, download> downloads;
   std::vector<running_shard> shards;
   tls::material tls; ///< for bulk_fetch
@@ -76,23 +89,41 @@ std::string render(self_ptr self, const caf::error& err) {
   return msg.empty() ? self->system().render(err) : msg;
 }
 
+/// The model in the file at `path` (whole: a local coordinator's file;
+/// else a partial copy that holds `parts` now): the one loaded already
+/// when it can serve them, else loaded anew. A model loaded from a copy
+/// that lacked some of `parts` then is never reused for them: the soak
+/// found a local job's first stage built on a copy that held only another
+/// stage's layers (its weights zeros, every token wrong).
 std::shared_ptr<const model::llama_model>
-load_model(self_ptr self, const std::string& key, const std::string& path) {
+load_model(self_ptr self, const std::string& path, bool whole,
+           const std::vector<workload::model_part>& parts) {
   auto& st = self->state;
-  if (auto it = st.models.find(key); it != st.models.end())
-    if (auto m = it->second.lock())
+  auto covers = [&](const host_state::loaded_model& x) {
+    return x.whole
+           || std::all_of(parts.begin(), parts.end(), [&](auto& p) {
+                return x.parts.count(p.offset) != 0;
+              });
+  };
+  if (auto it = st.models.find(path); it != st.models.end() && covers(it->second))
+    if (auto m = it->second.model.lock())
       return m;
   std::shared_ptr<const model::llama_model> m = model::llama_model::load(path);
-  st.models[key] = m;
+  auto& entry = st.models[path];
+  entry.model = m;
+  entry.whole = whole;
+  entry.parts.clear();
+  for (auto& p : parts)
+    entry.parts.insert(p.offset);
   return m;
 }
 
 /// Picks the device and spawns the shard once the model file is at `path`.
 void start_shard(self_ptr self, shard_spec spec, std::string path,
-                 std::uint64_t received, caf::response_promise rp) {
+                 bool whole, std::uint64_t received, caf::response_promise rp) {
   std::shared_ptr<const model::llama_model> m;
   try {
-    m = load_model(self, spec.sha256.empty() ? path : spec.sha256, path);
+    m = load_model(self, path, whole, spec.parts);
   } catch (const std::exception& e) {
     rp.deliver(fail(exo_errc::invalid_argument,
                     self->state.node + ": model " + path + ": " + e.what()));
@@ -303,7 +334,8 @@ void place_or_fetch(self_ptr self, shard_spec spec, caf::response_promise rp,
     if (whole)
       rp.deliver(path);
     else
-      start_shard(self, std::move(spec), path, received, std::move(rp));
+      start_shard(self, std::move(spec), path, false, received,
+                  std::move(rp));
     return;
   }
   auto source = spec.source_node;
@@ -320,7 +352,10 @@ caf::result<shard_ready> on_shard(self_ptr self, shard_spec& spec) {
   bool local = sender && sender->node() == self->node();
   auto rp = self->make_response_promise();
   if (local && !spec.model.empty()) {
-    start_shard(self, std::move(spec), spec.model, 0, rp);
+    auto path = spec.model;
+    if (!spec.sha256.empty())
+      st.whole_files[spec.sha256] = path;
+    start_shard(self, std::move(spec), path, true, 0, rp);
     return rp;
   }
   if (!workload::is_sha256(spec.sha256))
@@ -332,6 +367,15 @@ caf::result<shard_ready> on_shard(self_ptr self, shard_spec& spec) {
     return fail(exo_errc::invalid_argument,
                 std::string{"shard: "} + e.what());
   }
+  // The whole file a local job loaded serves a peer's shard too (one copy
+  // of the weights, one stage for both).
+  if (auto w = st.whole_files.find(spec.sha256); w != st.whole_files.end())
+    if (auto it = st.models.find(w->second);
+        it != st.models.end() && it->second.whole
+        && !it->second.model.expired()) {
+      start_shard(self, std::move(spec), w->second, true, 0, rp);
+      return rp;
+    }
   if (spec.source_node.empty())
     return fail(exo_errc::invalid_argument,
                 st.node + " lacks the model and no source was named");

@@ -885,6 +885,57 @@ TEST_CASE("drain moves a running job's stage off a node, which may then "
   CHECK(contains(again.out, "no run of coord has a stage on leaving"));
 }
 
+TEST_CASE("a node's own job is right beside a peer's job whose stage there "
+          "holds other layers of the same model",
+          "[workload][process]") {
+  // The peer's stage on coord is loaded from coord's partial copy of the
+  // model (only that stage's layers); coord's own first stage must come
+  // from its whole file, not that copy (the soak found every token wrong).
+  pki p{"exo-partial-copy"};
+  auto model = long_model(p, 3);
+  // Without backups: a backup would fetch the whole model into coord's
+  // copy and hide the problem.
+  std::vector<node_proc> two;
+  for (auto name : {"coord", "peer"}) {
+    p.node(name);
+    node_options o{name};
+    o.failure_timeout_ms = 3000;
+    o.state_dir = p.dir + "/" + name + "/state";
+    o.extra = R"(, "models": {"dirs": [")" + p.dir
+              + R"("], "backup_jobs": false})";
+    if (!two.empty())
+      o.seeds = {two.front().port};
+    two.push_back(start_node(p, o));
+  }
+  auto& a = two[0];
+  auto& b = two[1];
+  REQUIRE(eventually(
+    p, a.port, "nodes",
+    [&](const std::string& out) {
+      return contains(out, "\"peer\"") && !contains(out, "\"dead\"");
+    },
+    30s));
+  auto job = "run --model " + model
+             + " --prompt \"once upon a time\" -n 3000 --seed 2 "
+               "--temperature 0";
+  // The reference on the peer: coord has not loaded the model yet.
+  auto solo = console(p, b.port, job + " --stages 1");
+  REQUIRE(solo.code == 0);
+  // The peer's run: its first stage on the peer, the last on coord.
+  process peer_run{background_console(p, b.port, job + " --stages 2")};
+  REQUIRE(b.proc->wait_for_output("job 2 started", 120s));
+  auto mine = console(p, a.port, job + " --stages 2");
+  INFO(mine.out << mine.err);
+  REQUIRE(mine.code == 0);
+  CHECK(contains(mine.out, "stage 0: layers [0, 1) on coord "));
+  CHECK(line_after(mine.out, "text: ") == line_after(solo.out, "text: "));
+  auto code = peer_run.wait(120s);
+  INFO(peer_run.out() << peer_run.err());
+  REQUIRE(code == 0);
+  CHECK(contains(peer_run.out(), "on coord "));
+  CHECK(line_after(peer_run.out(), "text: ") == line_after(solo.out, "text: "));
+}
+
 TEST_CASE("a device paused for heat sends its job elsewhere with its KV "
           "caches, or, with nowhere else to go, keeps it there until it "
           "cools, and the tokens are those of an uninterrupted run",

@@ -1,0 +1,404 @@
+// The soak of issue 21 (`make soak`, not in CI): four exo-node processes on
+// 127.0.0.1 and a stream of jobs — two console runs at a time, each through
+// a random node, split over 2 or 3 stages, greedy or sampled with a seed —
+// while every EXO_SOAK_EVENT_S seconds (20) a random node is killed and
+// restarted, frozen for 4 s, or stopped gracefully and restarted. Every run
+// must end with exactly the text of the same job run uninterrupted on one
+// device (its reference, computed first); consoles whose node dies
+// re-attach through another. At the end, with no job left, each node's
+// actors are counted against a fresh node's and its memory against what
+// it had when it started. Prints a Markdown report (EXO_SOAK_REPORT=FILE
+// writes it there too) and fails on any lost or wrong output or leak.
+//
+//   EXO_SOAK_MINUTES=30 build/bench/workload/soak_bench   (make soak)
+//
+// A Catch2 program because it drives the tests' cluster harness.
+
+#include "core/model/test_model.hpp"
+#include "test/support/cluster.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace exo::test;
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+  auto* v = std::getenv(name);
+  return v && std::atoi(v) > 0 ? std::atoi(v) : fallback;
+}
+
+/// The generated text of a console run's reply: from "text: " to the
+/// "prompt: " line that follows it (the text may hold newlines).
+std::string text_of(const std::string& out) {
+  auto at = out.find("text: ");
+  if (at == std::string::npos)
+    return "";
+  auto end = out.find("\nprompt: ", at);
+  return out.substr(at, end == std::string::npos ? end : end - at);
+}
+
+/// Resident memory of a process in KiB (0 when gone).
+long rss_kib(pid_t pid) {
+  std::ifstream f{"/proc/" + std::to_string(pid) + "/status"};
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::stol(line.substr(6));
+  return 0;
+}
+
+/// One node of the soak: its options (restarted with them, on its port)
+/// and its process now.
+struct soak_node {
+  node_options opts;
+  node_proc now;
+  int lives = 1;
+  long rss_start = 0; ///< KiB, 30 s into its current life (0: not yet)
+  steady::time_point born = steady::now();
+};
+
+/// A job as the stream sends it: a prompt, its sampling, its reference.
+struct job_kind {
+  std::string args;
+  std::string reference;
+};
+
+/// A console run under way.
+struct active_run {
+  std::unique_ptr<process> proc;
+  std::size_t kind = 0;
+  std::string args; ///< the run's stages
+  std::string node;
+  std::string name;
+  steady::time_point started = steady::now();
+};
+
+/// How many actors the node at `port` runs (its gate's actors_running:
+/// every actor of the process), -1 when it does not answer.
+long actor_count(const pki& p, std::uint16_t port) {
+  auto r = console(p, port, {"inspect gate"}, {true});
+  static const std::regex field{"\"actors_running\": *\"([0-9]+)\""};
+  std::smatch m;
+  if (r.code != 0 || !std::regex_search(r.out, m, field))
+    return -1;
+  return std::stol(m[1]);
+}
+
+} // namespace
+
+TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
+          "[.soak]") {
+  const int minutes = env_int("EXO_SOAK_MINUTES", 30);
+  const int event_s = env_int("EXO_SOAK_EVENT_S", 20);
+  const int seed = env_int("EXO_SOAK_SEED", 1);
+  // For narrowing a failure down: runs at a time, their stages (0: 2 or
+  // 3 at random), the node they go through (0: any).
+  const int clients = env_int("EXO_SOAK_CLIENTS", 2);
+  const int stages = env_int("EXO_SOAK_STAGES", 0);
+  const int through = env_int("EXO_SOAK_THROUGH", 0);
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  pki p{"exo-soak"};
+  exo::model::test_model_options mo;
+  mo.layers = 3;
+  mo.dim = 64;
+  mo.ff = 128;
+  mo.vocab = 512;
+  mo.ctx = 4096;
+  mo.seed = 5;
+  auto model = p.dir + "/soak.gguf";
+  exo::model::make_test_model(mo, model);
+
+  const std::vector<std::string> names{"n1", "n2", "n3", "n4"};
+  std::vector<soak_node> nodes;
+  for (auto& name : names) {
+    p.node(name);
+    node_options o{name};
+    o.failure_timeout_ms = 1500;
+    o.state_dir = p.dir + "/" + name + "/state";
+    o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0)"
+                + std::string{std::getenv("EXO_SOAK_DEVICES")
+                                ? std::getenv("EXO_SOAK_DEVICES")
+                                : ""}
+                + "}";
+    // One access key for the cluster: a console's token is good on the
+    // node it re-attaches through.
+    o.extra = R"(, "safety": {"access_key_file": ")" + p.dir
+              + R"(/n1/state/access.key"})"
+              + std::string{std::getenv("EXO_SOAK_EXTRA")
+                              ? std::getenv("EXO_SOAK_EXTRA")
+                              : ""};
+    if (!nodes.empty())
+      o.seeds = {nodes.front().now.port};
+    soak_node n;
+    n.opts = o;
+    n.now = start_node(p, o);
+    n.opts.port = n.now.port; // restarted on the same port
+    nodes.push_back(std::move(n));
+  }
+  auto alive_count = [&](std::uint16_t port) {
+    auto r = console(p, port, {"nodes"}, {true});
+    static const std::regex alive{"\"status\": \"alive\""};
+    return std::distance(
+      std::sregex_iterator(r.out.begin(), r.out.end(), alive),
+      std::sregex_iterator());
+  };
+  auto converged = [&] {
+    auto until = steady::now() + 60s;
+    while (steady::now() < until) {
+      bool all = true;
+      for (auto& n : nodes)
+        all = all && alive_count(n.now.port) == 4;
+      if (all)
+        return true;
+      std::this_thread::sleep_for(250ms);
+    }
+    return false;
+  };
+  REQUIRE(converged());
+  // A fresh node's actors: what every node should be back to at the end.
+  const long actors_fresh = actor_count(p, nodes[1].now.port);
+
+  // The references: each kind of job on one device of n1, uninterrupted.
+  std::vector<job_kind> kinds;
+  for (auto prompt : {"once upon a time", "the cluster", "hello world"})
+    for (auto sampling : {"--temperature 0", "--temperature 0.8 --seed 7"}) {
+      job_kind k;
+      k.args = std::string{"--model "} + model + " --prompt \"" + prompt
+               + "\" -n 1500 " + sampling;
+      auto solo = console(p, nodes[static_cast<std::size_t>(
+                                    env_int("EXO_SOAK_REFNODE", 1) - 1)]
+                                .now.port,
+                          {"run " + k.args + " --stages 1"},
+                          {false, std::chrono::seconds(120)});
+      INFO(solo.out << solo.err);
+      REQUIRE(solo.code == 0);
+      k.reference = text_of(solo.out);
+      REQUIRE(!k.reference.empty());
+      kinds.push_back(k);
+    }
+
+  std::map<std::string, int> events;
+  int ok = 0, wrong = 0, failed = 0, recoveries = 0, next_run = 0;
+  std::vector<std::string> problems;
+  std::vector<active_run> runs;
+  auto pump = [&] {
+    for (auto& n : nodes) {
+      n.now.proc->out(); // nodes print every token: keep their pipes read
+      n.now.proc->err();
+      if (n.rss_start == 0 && steady::now() - n.born > 30s)
+        n.rss_start = rss_kib(n.now.proc->pid());
+    }
+    for (auto& r : runs) {
+      r.proc->out();
+      r.proc->err();
+    }
+  };
+  auto collect = [&](bool all, std::chrono::seconds bound) {
+    auto until = steady::now() + bound;
+    for (;;) {
+      pump();
+      for (auto it = runs.begin(); it != runs.end();) {
+        if (it->proc->running()) {
+          ++it;
+          continue;
+        }
+        auto code = it->proc->wait(1s);
+        auto out = it->proc->out();
+        if (std::getenv("EXO_SOAK_VERBOSE"))
+          std::printf("%.2f s: end %s (exit %d)\n",
+                      std::chrono::duration<double>(
+                        steady::now().time_since_epoch())
+                        .count(),
+                      it->name.c_str(), code);
+        static const std::regex rec{"recovered from"};
+        recoveries += static_cast<int>(
+          std::distance(std::sregex_iterator(out.begin(), out.end(), rec),
+                        std::sregex_iterator()));
+        if (code != 0) {
+          ++failed;
+          auto err = it->proc->err();
+          problems.push_back(it->name + " (through " + it->node + "): exit "
+                             + std::to_string(code) + ": "
+                             + err.substr(err.size() > 400 ? err.size() - 400
+                                                           : 0));
+        } else if (text_of(out) != kinds[it->kind].reference) {
+          ++wrong;
+          auto got = text_of(out);
+          auto& want = kinds[it->kind].reference;
+          std::size_t at = 0;
+          while (at < got.size() && at < want.size() && got[at] == want[at])
+            ++at;
+          std::string recovered;
+          static const std::regex line{"[^\n]*recovered from[^\n]*"};
+          for (std::sregex_iterator i{out.begin(), out.end(), line}, e;
+               i != e; ++i)
+            recovered += "\n  " + i->str();
+          std::ofstream{"/tmp/" + it->name + ".out"} << out << "\n----\n"
+                                                      << it->proc->err();
+          std::ofstream{"/tmp/" + it->name + ".want"} << want;
+          problems.push_back(
+            it->name + " (through " + it->node + ", " + it->args
+            + "): text differs from its reference from byte "
+            + std::to_string(at) + " of " + std::to_string(want.size())
+            + " (got " + std::to_string(got.size()) + ")" + recovered);
+        } else {
+          ++ok;
+        }
+        it = runs.erase(it);
+      }
+      if (!all || runs.empty() || steady::now() >= until)
+        return;
+      std::this_thread::sleep_for(200ms);
+    }
+  };
+  auto launch = [&] {
+    std::uniform_int_distribution<std::size_t> pick_kind(0, kinds.size() - 1);
+    std::uniform_int_distribution<std::size_t> pick_node(0, nodes.size() - 1);
+    std::uniform_int_distribution<int> pick_stages(2, 3);
+    active_run r;
+    r.kind = pick_kind(rng);
+    auto& n = nodes[through > 0 ? static_cast<std::size_t>(through - 1)
+                                : pick_node(rng)];
+    r.node = n.opts.name;
+    r.name = "soak-" + std::to_string(++next_run);
+    r.args = "kind " + std::to_string(r.kind) + ", --stages "
+             + std::to_string(stages > 0 ? stages : pick_stages(rng));
+    r.proc = std::make_unique<process>(console_argv(
+      p, n.now.port,
+      {"run " + kinds[r.kind].args + r.args.substr(r.args.find(" --"))
+       + " --id " + r.name},
+      {false, std::chrono::minutes(10)}));
+    if (std::getenv("EXO_SOAK_VERBOSE"))
+      std::printf("%.2f s: start %s through %s, %s\n",
+                  std::chrono::duration<double>(steady::now().time_since_epoch())
+                    .count(),
+                  r.name.c_str(), r.node.c_str(), r.args.c_str());
+    runs.push_back(std::move(r));
+  };
+  auto restart = [&](soak_node& n) {
+    n.now.proc->wait(60s);
+    n.opts.seeds.clear();
+    for (auto& o : nodes)
+      if (&o != &n)
+        n.opts.seeds.push_back(o.now.port);
+    n.now = start_node(p, n.opts);
+    ++n.lives;
+    n.rss_start = 0;
+    n.born = steady::now();
+  };
+
+  const auto began = steady::now();
+  const auto end = began + std::chrono::minutes(minutes);
+  auto next_event = began + std::chrono::seconds(event_s);
+  std::uniform_int_distribution<int> pick_event(0, 2);
+  std::uniform_int_distribution<std::size_t> pick_victim(0, nodes.size() - 1);
+  while (steady::now() < end) {
+    collect(false, 0s);
+    while (runs.size() < static_cast<std::size_t>(clients))
+      launch();
+    if (steady::now() >= next_event) {
+      auto& v = nodes[pick_victim(rng)];
+      auto kind = pick_event(rng);
+      auto at = std::chrono::duration<double>(steady::now() - began).count();
+      if (kind == 0) {
+        v.now.proc->signal(SIGKILL);
+        std::this_thread::sleep_for(3s);
+        restart(v);
+        ++events["killed (SIGKILL), restarted 3 s later"];
+      } else if (kind == 1) {
+        v.now.proc->signal(SIGSTOP);
+        std::this_thread::sleep_for(4s);
+        v.now.proc->signal(SIGCONT);
+        ++events["frozen (SIGSTOP) for 4 s"];
+      } else {
+        v.now.proc->signal(SIGTERM);
+        restart(v);
+        ++events["stopped (SIGTERM) and restarted"];
+      }
+      std::printf("%7.1f s: %s %s; %d runs right, %d wrong, %d failed\n", at,
+                  v.opts.name.c_str(),
+                  kind == 0 ? "killed" : kind == 1 ? "frozen" : "restarted",
+                  ok, wrong, failed);
+      std::fflush(stdout);
+      REQUIRE(converged());
+      next_event = steady::now() + std::chrono::seconds(event_s);
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  collect(true, 300s);
+  auto unfinished = runs.size();
+  for (auto& r : runs)
+    problems.push_back(r.name + " (through " + r.node
+                       + "): still running 5 minutes after the end");
+
+  // With no job left: actors and memory.
+  std::this_thread::sleep_for(5s);
+  pump();
+  if (std::getenv("EXO_SOAK_VERBOSE"))
+    for (auto& n : nodes) {
+      std::ofstream{"/tmp/soak-node-" + n.opts.name + ".log"}
+        << n.now.proc->out() << "\n----\n" << n.now.proc->err();
+    }
+  std::ostringstream rep;
+  auto secs = std::chrono::duration<double>(steady::now() - began).count();
+  rep << "| node | lives | actors at the end (a fresh node: " << actors_fresh
+      << ") | memory 30 s into its last life | memory at the end |\n"
+      << "| --- | --- | --- | --- | --- |\n";
+  int leaks = 0;
+  for (auto& n : nodes) {
+    auto actors = actor_count(p, n.now.port);
+    auto rss = rss_kib(n.now.proc->pid());
+    if (actors < 0 || actors > actors_fresh)
+      ++leaks;
+    rep << "| " << n.opts.name << " | " << n.lives << " | " << actors
+        << " | " << (n.rss_start ? std::to_string(n.rss_start / 1024)
+                                       + " MiB"
+                                 : std::string{"-"})
+        << " | " << rss / 1024 << " MiB |\n";
+  }
+  std::ostringstream head;
+  head << "Soak: " << minutes << " min of events (" << secs
+       << " s in all), 4 nodes, a random event every " << event_s
+       << " s (seed " << seed << "), two console runs at a time of 1500 "
+       << "tokens (6 kinds: 3 prompts, greedy or sampled), 2 or 3 stages, "
+       << "each through a random node.\n\n| event | count |\n| --- | --- |\n";
+  for (auto& [what, n] : events)
+    head << "| " << what << " | " << n << " |\n";
+  head << "\nRuns: " << ok << " with the reference's text, " << wrong
+       << " with another text, " << failed << " failed, " << unfinished
+       << " unfinished; " << recoveries << " recoveries reported.\n\n";
+  auto report = head.str() + rep.str();
+  for (auto& pr : problems)
+    report += "\n- " + pr;
+  std::printf("\n%s\n", report.c_str());
+  if (auto* file = std::getenv("EXO_SOAK_REPORT")) {
+    std::ofstream f{file};
+    f << report << "\n";
+  }
+  CHECK(wrong == 0);
+  CHECK(failed == 0);
+  CHECK(unfinished == 0);
+  CHECK(leaks == 0);
+  for (auto& n : nodes)
+    n.now.proc->signal(SIGTERM);
+  for (auto& n : nodes)
+    n.now.proc->wait(60s);
+}
