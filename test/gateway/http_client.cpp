@@ -60,31 +60,15 @@ bool client_socket::send(const std::string& bytes) {
 }
 
 std::string client_socket::read_all(std::chrono::milliseconds bound) {
-  std::string out;
-  auto deadline = std::chrono::steady_clock::now() + bound;
-  char buf[16384];
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0)
-      break;
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, int(left.count())) <= 0)
-      break;
-    auto n = ::recv(fd_, buf, sizeof buf, 0);
-    if (n <= 0)
-      break;
-    out.append(buf, std::size_t(n));
-  }
-  return out;
+  return read_until({}, bound);
 }
 
 std::string client_socket::read_until(const std::string& needle,
                                       std::chrono::milliseconds bound) {
   std::string out;
   auto deadline = std::chrono::steady_clock::now() + bound;
-  char buf[4096];
-  while (out.find(needle) == std::string::npos) {
+  char buf[16384];
+  while (needle.empty() || out.find(needle) == std::string::npos) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0)

@@ -167,8 +167,8 @@ public:
   /// Reads until the peer closes or `bound` passes; returns what came.
   std::string read_all(std::chrono::milliseconds bound
                        = std::chrono::seconds{30});
-  /// Reads until what came contains `needle` (then returns it all), the
-  /// peer closes or `bound` passes.
+  /// Reads until what came contains `needle` (then returns it all; ""
+  /// never does), the peer closes or `bound` passes.
   std::string read_until(const std::string& needle,
                          std::chrono::milliseconds bound);
   /// Whether the peer closed (read returns 0 or an error) within `bound`.
