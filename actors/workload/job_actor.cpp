@@ -268,7 +268,24 @@ void send_step(self_ptr self, std::size_t g) {
   s.job = st.cfg.id;
   std::size_t budget = workload::max_batch_tokens(st.cfg.n_embd);
   const auto now = clock_type::now();
-  for (auto j : st.groups[g]) {
+  // After a recovery the generated tokens are re-fed as they were first
+  // computed, one row each (an apart step: each row a one-token forward,
+  // bit for bit): a multi-row forward of one sequence differs in the last
+  // bits, and a near-tie then flips a later token (the soak found it). A
+  // sequence doing so goes alone in its step; the prompt's rows never
+  // share a step with them.
+  auto refeeds_generated = [&](const sequence& q) {
+    return !q.done && !q.waiting && q.fed < q.feed.size()
+           && q.fed >= q.prompt.size();
+  };
+  std::vector<std::uint32_t> order(st.groups[g].begin(), st.groups[g].end());
+  for (auto j : order)
+    if (refeeds_generated(st.seqs[j])) {
+      order = {j};
+      s.apart = true;
+      break;
+    }
+  for (auto j : order) {
     auto& q = st.seqs[j];
     if (q.done || q.waiting)
       continue;
@@ -277,6 +294,11 @@ void send_step(self_ptr self, std::size_t g) {
     std::size_t n = 1;
     if (q.fed < q.feed.size()) {
       n = std::min(q.feed.size() - q.fed, budget);
+      if (q.fed < q.prompt.size()) // the prompt's rows alone
+        n = std::min(n, q.prompt.size() - q.fed);
+      else if (s.apart) // a row of logits each: the last stage's bound
+        n = std::min<std::size_t>(
+          n, workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab));
       s.tokens.insert(s.tokens.end(), q.feed.begin() + q.fed,
                       q.feed.begin() + q.fed + n);
       q.fed += n;
@@ -300,26 +322,34 @@ void send_step(self_ptr self, std::size_t g) {
   // No timeout on the request itself: the watchdog enforces step_timeout
   // (a CAF request timeout woke the clock thread twice per token).
   auto epoch = st.epoch;
+  const bool apart = s.apart;
   self->request(st.cfg.stages.front(), caf::infinite, forward_atom::value,
                 std::move(s))
     .then(
-      [self, g, parts, epoch](stage_step& r) {
+      [self, g, parts, epoch, apart](stage_step& r) {
         auto& st = self->state;
         if (epoch != st.epoch || st.finished)
           return; // from a pipeline the job has left
         for (auto& p : parts)
           st.seqs[p.seq].waiting = false;
         const std::size_t v = st.cfg.n_vocab;
-        if (r.x.size() != parts.size() * v) {
+        // An apart step has a row of logits per token: its last one is
+        // what the sequence reads.
+        std::size_t rows = 0;
+        for (auto& p : parts)
+          rows += apart ? p.n : 1;
+        if (r.x.size() != rows * v) {
           finish(self, "the last stage sent " + std::to_string(r.x.size())
-                         + " logits, expected "
-                         + std::to_string(parts.size() * v));
+                         + " logits, expected " + std::to_string(rows * v));
           return;
         }
-        for (std::size_t i = 0; i < parts.size() && !st.finished; ++i)
+        std::size_t row = 0;
+        for (std::size_t i = 0; i < parts.size() && !st.finished; ++i) {
+          row += apart ? parts[i].n : 1;
           on_logits(self, parts[i].seq, parts[i].n,
-                    std::vector<float>(r.x.begin() + i * v,
-                                       r.x.begin() + (i + 1) * v));
+                    std::vector<float>(r.x.begin() + (row - 1) * v,
+                                       r.x.begin() + row * v));
+        }
         send_step(self, g);
       },
       [self, parts, epoch](caf::error& err) {
