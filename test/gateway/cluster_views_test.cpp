@@ -320,6 +320,24 @@ std::string engine_text(const std::string& model, const std::string& prompt,
   return json::parse(dumped).get<std::string>();
 }
 
+/// A model of about 25 MiB of weights (dir/big.gguf, seed `seed`, in
+/// `model`) and what a greedy 1500-token stream of "Once upon a time"
+/// through the gateway must carry (stream_through_loss.mjs and
+/// resume_after_loss.mjs read it).
+json long_stream_case(const pki& p, const std::string& seed,
+                      std::string& model) {
+  model = p.dir + "/big.gguf";
+  must(run({exo_model(), "make-test", "--out", model, "--layers", "4",
+            "--dim", "256", "--ff", "1024", "--vocab", "4096", "--ctx",
+            "2048", "--seed", seed}));
+  const int max_tokens = 1500;
+  auto prompt = std::string{"Once upon a time"};
+  return {{"model", "chat"},
+          {"prompt", prompt},
+          {"max_tokens", max_tokens},
+          {"text", engine_text(model, prompt, max_tokens)}};
+}
+
 } // namespace
 
 TEST_CASE("64 concurrent streaming clients on a 2-node cluster each get "
@@ -399,16 +417,8 @@ TEST_CASE("a streaming completion goes on, its text unchanged, when the node "
   pki p{"exo-stream-loss"};
   // About 25 MiB of weights; the gateway node's cpu hands out 4 MiB, so the
   // solver places the model on s2 or s3, and the other one takes it over.
-  auto model = p.dir + "/big.gguf";
-  must(run({exo_model(), "make-test", "--out", model, "--layers", "4",
-            "--dim", "256", "--ff", "1024", "--vocab", "4096", "--ctx",
-            "2048", "--seed", "5"}));
-  const int max_tokens = 1500;
-  auto prompt = std::string{"Once upon a time"};
-  json expected{{"model", "chat"},
-                {"prompt", prompt},
-                {"max_tokens", max_tokens},
-                {"text", engine_text(model, prompt, max_tokens)}};
+  std::string model;
+  auto expected = long_stream_case(p, "5", model);
   std::vector<node_proc> nodes;
   for (auto name : {"s1", "s2", "s3"}) {
     p.node(name);
@@ -467,16 +477,8 @@ TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
   auto node = require_node();
   require_tool("openai");
   pki p{"exo-stream-resume"};
-  auto model = p.dir + "/big.gguf";
-  must(run({exo_model(), "make-test", "--out", model, "--layers", "4",
-            "--dim", "256", "--ff", "1024", "--vocab", "4096", "--ctx",
-            "2048", "--seed", "7"}));
-  const int max_tokens = 1500;
-  auto prompt = std::string{"Once upon a time"};
-  json expected{{"model", "chat"},
-                {"prompt", prompt},
-                {"max_tokens", max_tokens},
-                {"text", engine_text(model, prompt, max_tokens)}};
+  std::string model;
+  auto expected = long_stream_case(p, "7", model);
   // Every node serves the model: r1 coordinates the job (its gateway took
   // the request), one of the others backs it up.
   std::vector<node_proc> nodes;

@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <memory>
 #include <csignal>
 #include <thread>
 #include <cstdlib>
@@ -101,6 +102,35 @@ std::string as_json_text(const std::string& s) {
   auto dumped = nlohmann::json(s).dump(-1, ' ', false,
                                        nlohmann::json::error_handler_t::replace);
   return nlohmann::json::parse(dumped).get<std::string>();
+}
+
+/// `exo-node serve` of dir/big.gguf (about 25 MiB of F32 weights, 2 KiB
+/// of KV cache a token, context 4096) as node n1 on a simulated device of
+/// 40 MiB that reads 1 GB/s on the wall clock (25 ms a token). `models`:
+/// the keys of its config's "models" object after "dirs". Sets `port`
+/// to its HTTP port.
+std::unique_ptr<process> serve_big_on_slow_device(pki& p,
+                                                  const std::string& models,
+                                                  std::uint16_t& port) {
+  p.node("n1");
+  auto big = p.dir + "/big.gguf";
+  REQUIRE(run({exo_model(), "make-test", "--out", big, "--layers", "4",
+               "--dim", "256", "--ff", "1024", "--vocab", "4096", "--ctx",
+               "4096", "--seed", "5"},
+              120s)
+            .code
+          == 0);
+  node_options o{"n1"};
+  o.devices = slow_small_sim(p.dir, 40);
+  o.extra = R"(, "models": {"dirs": [")" + p.dir + R"("])" + models + "}";
+  auto cfg = write_node_config(p, o);
+  auto serve = std::make_unique<process>(std::vector<std::string>{
+    exo_node(), "serve", "--config", cfg, "--model", big, "--port", "0",
+    "--ctx", "4096"});
+  REQUIRE(serve->wait_for_output("ready in", 60s));
+  port = printed_port(serve->out(), "serving big on "
+                                    "http://127.0.0.1:(\\d+)/v1");
+  return serve;
 }
 
 } // namespace
@@ -267,29 +297,15 @@ TEST_CASE("while a stream holds the device a request with no room waits, "
           "then gets 429 with Retry-After, and one whose client leaves "
           "while it waits is withdrawn") {
   pki p{"exo-serve-full"};
-  p.node("n1");
   // About 25 MiB of F32 weights and 2 KiB of KV cache a token, on a
   // simulated device of 40 MiB that reads 1 GB/s on the wall clock (25 ms
   // a token): a request of 4000 tokens fits, a second one does not, not
   // even beside the first (16 MiB of KV with the first's whole cache,
   // 13 MiB free); a short one would (it joins the first's stage).
-  auto big = p.dir + "/big.gguf";
-  REQUIRE(run({exo_model(), "make-test", "--out", big, "--layers", "4",
-               "--dim", "256", "--ff", "1024", "--vocab", "4096", "--ctx",
-               "4096", "--seed", "5"},
-              120s)
-            .code
-          == 0);
-  node_options o{"n1"};
-  o.devices = slow_small_sim(p.dir, 40);
-  o.extra = R"(, "models": {"dirs": [")" + p.dir
-            + R"("], "admission_wait_ms": 3000})";
-  auto cfg = write_node_config(p, o);
-  process serve{{exo_node(), "serve", "--config", cfg, "--model", big,
-                 "--port", "0", "--ctx", "4096"}};
-  REQUIRE(serve.wait_for_output("ready in", 60s));
-  auto http_port = printed_port(serve.out(), "serving big on "
-                                             "http://127.0.0.1:(\\d+)/v1");
+  std::uint16_t http_port = 0;
+  auto node = serve_big_on_slow_device(p, R"(, "admission_wait_ms": 3000)",
+                                       http_port);
+  auto& serve = *node;
   auto url = "http://127.0.0.1:" + std::to_string(http_port)
              + "/v1/completions";
   auto body = [](int tokens, bool stream) {
@@ -503,25 +519,11 @@ TEST_CASE("exo-node serve resumes a stream that ended from the bytes its "
           "client has, refuses an unknown id (404) and a cancelled job (409)") {
   namespace gwt = exo::gateway::testing;
   pki p{"exo-serve-resume"};
-  p.node("n1");
   // The slow device of the test above (25 ms a token): a job lasts while
   // its client leaves.
-  auto model = p.dir + "/big.gguf";
-  REQUIRE(run({exo_model(), "make-test", "--out", model, "--layers", "4",
-               "--dim", "256", "--ff", "1024", "--vocab", "4096", "--ctx",
-               "4096", "--seed", "5"},
-              120s)
-            .code
-          == 0);
-  node_options o{"n1"};
-  o.devices = slow_small_sim(p.dir, 40);
-  o.extra = R"(, "models": {"dirs": [")" + p.dir + R"("]})";
-  auto cfg = write_node_config(p, o);
-  process serve{{exo_node(), "serve", "--config", cfg, "--model", model,
-                 "--port", "0", "--ctx", "4096"}};
-  REQUIRE(serve.wait_for_output("ready in", 60s));
-  auto port = printed_port(serve.out(), "serving big on "
-                                        "http://127.0.0.1:(\\d+)/v1");
+  std::uint16_t port = 0;
+  auto node = serve_big_on_slow_device(p, "", port);
+  auto& serve = *node;
   auto body = std::string{R"({"model": "big", "prompt": "Once upon a time", )"
                           R"("temperature": 0, "max_tokens": 40, )"
                           R"("stream": true})"};
