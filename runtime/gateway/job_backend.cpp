@@ -206,7 +206,8 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
                           make_exo_error(exo_errc::failed_state,
                                          "tokens " + std::to_string(
                                            st.next_index)
-                                           + " to " + std::to_string(e.index)
+                                           + " to "
+                                           + std::to_string(e.index - 1)
                                            + " of the job did not arrive"),
                           true));
         cancel_job(self, coordinator);
