@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -218,6 +220,227 @@ rows8_avx2(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
     _mm256_storeu_ps(out[t], _mm256_sub_ps(acc[t], accm[t]));
 }
 
+// GCC 12's _mm512_cvtepi32_ps passes _mm512_undefined_ps() as its unused
+// merge operand, which -Wmaybe-uninitialized reports at every use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+/// The AVX-512 VNNI path for batches (prefill): a panel of 16 rows is
+/// unpacked once into lanes (lane r = row r: each dword holds 4 consecutive
+/// weights of its row as bytes), then every token of the batch runs
+/// through it with vpdpbusd on broadcast activations. Per super-block and
+/// token each lane ends with dot_row's integers (isum, imin) for its row,
+/// and its float chains run as dot_row's, so the bits are those of the
+/// other paths; no horizontal sums are needed.
+struct panel_block {
+  __m512i w[64];  ///< group g: weights 4g..4g+3 of the 16 rows
+  __m512i sc[8];  ///< sub-block j's scale per row (int32)
+  __m512i mn[4];  ///< minimums 2p and 2p+1 per row (int16 pairs)
+  __m512 d, dmin; ///< the rows' super-block scales
+};
+
+/// Whether the CPU has the VNNI products (and the kernels may use them).
+bool have_vnni() {
+  static const bool yes = __builtin_cpu_supports("avx512f")
+                          && __builtin_cpu_supports("avx512bw")
+                          && __builtin_cpu_supports("avx512vl")
+                          && __builtin_cpu_supports("avx512vnni");
+  return yes && host::widest_isa() == host::isa::avx512;
+}
+
+/// Tokens the VNNI path takes per pass over a panel (registers: 4 per token).
+constexpr int panel_width = 6;
+/// Batches smaller than this keep rows8_avx2 (unpacking a panel costs
+/// about as much as a few tokens' products).
+constexpr std::size_t panel_min_tokens = 8;
+
+/// Rows r0 .. r0 + n - 1 (n <= 16; lanes beyond n are zero) of a Q4_K
+/// matrix with nb super-blocks per row, unpacked into nb panel blocks.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) void
+pack_panel(const block_q4_k* x, std::size_t nb, std::size_t n,
+           panel_block* out) {
+  alignas(64) std::uint8_t tmp[16][256];
+  alignas(64) std::int32_t sc[8][16];
+  alignas(64) std::int16_t mn[8][16];
+  alignas(64) float d[16], dmin[16];
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m512i lane_rows = _mm512_mullo_epi32(
+    _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+    _mm512_set1_epi32(256));
+  for (std::size_t b = 0; b < nb; ++b) {
+    for (std::size_t r = 0; r < 16; ++r) {
+      if (r >= n) {
+        std::memset(tmp[r], 0, sizeof tmp[r]);
+        for (int j = 0; j < 8; ++j) {
+          sc[j][r] = 0;
+          mn[j][r] = 0;
+        }
+        d[r] = dmin[r] = 0.0f;
+        continue;
+      }
+      const block_q4_k& w = x[r * nb + b];
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q4 = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(w.qs + 32 * c));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp[r] + 64 * c),
+                           _mm256_and_si256(q4, m4));
+        _mm256_store_si256(
+          reinterpret_cast<__m256i*>(tmp[r] + 64 * c + 32),
+          _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4));
+      }
+      for (int j = 0; j < 8; ++j) {
+        int s = 0, m = 0;
+        scale_min(j, w.scales, s, m);
+        sc[j][r] = s;
+        mn[j][r] = static_cast<std::int16_t>(m);
+      }
+      d[r] = host::f16_to_f32(w.d);
+      dmin[r] = host::f16_to_f32(w.dmin);
+    }
+    panel_block& p = out[b];
+    for (int g = 0; g < 64; ++g)
+      p.w[g] = _mm512_i32gather_epi32(lane_rows, tmp[0] + 4 * g, 1);
+    for (int j = 0; j < 8; ++j)
+      p.sc[j] = _mm512_load_si512(sc[j]);
+    for (int q = 0; q < 4; ++q)
+      p.mn[q] = _mm512_or_si512(
+        _mm512_cvtepu16_epi32(_mm256_load_si256(
+          reinterpret_cast<const __m256i*>(mn[2 * q]))),
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256(
+                            reinterpret_cast<const __m256i*>(mn[2 * q + 1]))),
+                          16));
+    p.d = _mm512_load_ps(d);
+    p.dmin = _mm512_load_ps(dmin);
+  }
+}
+
+/// NT tokens through a packed panel: out[t][r] for the panel's rows
+/// (mask: the valid lanes). bsp[t] holds per super-block the pairs
+/// (bs_2p, bs_2p+1), bs_j = bsums[2j] + bsums[2j+1], as 4 dwords.
+template <int NT>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+void panel_tokens_vnni(const panel_block* p, std::size_t nb,
+                       const block_q8_k* const* act,
+                       const std::int32_t* const* bsp, float* const* out,
+                       __mmask16 mask) {
+  __m512 acc[NT], accm[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    accm[t] = _mm512_setzero_ps();
+  }
+  for (std::size_t b = 0; b < nb; ++b) {
+    const panel_block& pb = p[b];
+    __m512i isum[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+      isum[t] = _mm512_setzero_si512();
+    const std::int8_t* aq[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+      aq[t] = act[t][b].qs;
+    for (int j = 0; j < 8; ++j) {
+      __m512i s[NT];
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t)
+        s[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const __m512i w = _mm512_load_si512(&pb.w[8 * j + g]);
+  #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+          std::int32_t a4;
+          std::memcpy(&a4, aq[t] + 32 * j + 4 * g, 4);
+          s[t] = _mm512_dpbusd_epi32(s[t], w, _mm512_set1_epi32(a4));
+        }
+      }
+      const __m512i scj = _mm512_load_si512(&pb.sc[j]);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t)
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t], scj));
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      __m512i im = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int q = 0; q < 4; ++q)
+        im = _mm512_dpwssd_epi32(im, pb.mn[q],
+                                 _mm512_set1_epi32(bsp[t][4 * b + q]));
+      const __m512 ad = _mm512_set1_ps(act[t][b].d);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
+                               _mm512_mul_ps(pb.d, ad), acc[t]);
+      accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im),
+                                _mm512_mul_ps(pb.dmin, ad), accm[t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t)
+    _mm512_mask_storeu_ps(out[t], mask, _mm512_sub_ps(acc[t], accm[t]));
+}
+
+/// panel_tokens_vnni for n (1..panel_width) tokens.
+void panel_tokens(const panel_block* p, std::size_t nb,
+                  const block_q8_k* const* act, const std::int32_t* const* bsp,
+                  float* const* out, __mmask16 mask, std::size_t n) {
+  switch (n) {
+  case 1: panel_tokens_vnni<1>(p, nb, act, bsp, out, mask); return;
+  case 2: panel_tokens_vnni<2>(p, nb, act, bsp, out, mask); return;
+  case 3: panel_tokens_vnni<3>(p, nb, act, bsp, out, mask); return;
+  case 4: panel_tokens_vnni<4>(p, nb, act, bsp, out, mask); return;
+  case 5: panel_tokens_vnni<5>(p, nb, act, bsp, out, mask); return;
+  default: panel_tokens_vnni<6>(p, nb, act, bsp, out, mask); return;
+  }
+}
+
+/// The whole product through 16-row panels: each thread unpacks its panel
+/// and runs every token through it, panel_width at a time.
+void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
+                   const std::vector<block_q8_k>& q, std::size_t m, float* out,
+                   int threads) {
+  // The minimums' activation sums, paired per super-block.
+  std::vector<std::int32_t> bsp(m * nb * 4);
+  for (std::size_t i = 0; i < m * nb; ++i) {
+    const std::int16_t* s = q[i].bsums;
+    for (int p = 0; p < 4; ++p) {
+      const auto lo = static_cast<std::uint16_t>(s[4 * p] + s[4 * p + 1]);
+      const auto hi = static_cast<std::uint16_t>(s[4 * p + 2] + s[4 * p + 3]);
+      bsp[4 * i + p] = static_cast<std::int32_t>(
+        static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16));
+    }
+  }
+  struct aligned_free {
+    void operator()(panel_block* p) const { std::free(p); }
+  };
+  using scratch = std::unique_ptr<panel_block, aligned_free>;
+  const long panels = static_cast<long>((rows + 15) / 16);
+  host::for_each_job(
+    panels, threads,
+    [nb] {
+      return scratch(static_cast<panel_block*>(
+        std::aligned_alloc(64, nb * sizeof(panel_block))));
+    },
+    [&](long pi, scratch& buf) {
+      const std::size_t r0 = static_cast<std::size_t>(pi) * 16;
+      const std::size_t n = std::min<std::size_t>(16, rows - r0);
+      pack_panel(x + r0 * nb, nb, n, buf.get());
+      const auto mask = static_cast<__mmask16>((1u << n) - 1u);
+      for (std::size_t t0 = 0; t0 < m; t0 += panel_width) {
+        const std::size_t nt = std::min<std::size_t>(panel_width, m - t0);
+        const block_q8_k* act[panel_width];
+        const std::int32_t* bs[panel_width];
+        float* dst[panel_width];
+        for (std::size_t t = 0; t < nt; ++t) {
+          act[t] = q.data() + (t0 + t) * nb;
+          bs[t] = bsp.data() + (t0 + t) * nb * 4;
+          dst[t] = out + (t0 + t) * rows + r0;
+        }
+        panel_tokens(buf.get(), nb, act, bs, dst, mask, nt);
+      }
+    });
+}
+
+#pragma GCC diagnostic pop
+
 /// rows8_avx2 for n (1..4) tokens.
 void rows8(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
            float* const* out, std::size_t n) {
@@ -255,6 +478,12 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
     quantize_activations(ggml_type::q8_k, a + i * k, q.data() + i * nb, k);
   });
   const auto* blocks = static_cast<const block_q4_k*>(w);
+#ifdef EXO_REPACK_X86
+  if (m >= panel_min_tokens && have_vnni()) {
+    matmul_panels(blocks, rows, nb, q, m, out, threads);
+    return true;
+  }
+#endif
   const bool simd = host::widest_isa() != host::isa::scalar;
   // Groups of 8 rows (rows is a multiple of 8 wherever llama.cpp repacks;
   // any rest goes one row at a time), tokens 4 at a time on the SIMD path;

@@ -27,7 +27,10 @@ bool q4_k_repacked(std::size_t rows) noexcept;
 /// out[t * rows + r] = dot(row r of W, row t of A) as ggml's repacked Q4_K
 /// kernels compute it: W is rows x k Q4_K (k a multiple of 256), A is m x k
 /// floats rounded to Q8_K per row. Rows split over `threads` (results do
-/// not depend on it). Refuses null pointers and k not a whole number of
+/// not depend on it). Batches of 8 or more tokens on a CPU with AVX-512
+/// VNNI go through 16-row panels unpacked once per call (rows in lanes,
+/// vpdpbusd), fewer tokens through 8-row groups (AVX2); every path gives
+/// the same bits. Refuses null pointers and k not a whole number of
 /// blocks.
 result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
                                   std::size_t k, const float* a,

@@ -18,38 +18,58 @@ using namespace exo::backend::quant;
 TEST_CASE("repacked Q4_K products agree across paths and threads and with "
           "vec_dot",
           "[quant][repack]") {
-  // Rows in groups of 8 and a rest of 4; tokens in tiles of 4 and a rest.
-  const std::size_t rows = 20, k = 512, m = 9;
-  std::mt19937 rng(5);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> wf(rows * k), a(m * k);
-  for (auto& x : wf)
-    x = d(rng) * 0.05f;
-  for (auto& x : a)
-    x = d(rng);
-  const std::size_t rb = *row_bytes(ggml_type::q4_k, k);
-  std::vector<std::uint8_t> w(rows * rb);
-  for (std::size_t r = 0; r < rows; ++r)
-    quantize_row(ggml_type::q4_k, wf.data() + r * k, w.data() + r * rb, k);
+  // Rows in 16-row panels (AVX-512 VNNI, batches of 8 or more), groups of
+  // 8 (AVX2) and rests; tokens in tiles of 6 or 4 and rests; one token.
+  struct shape {
+    std::size_t rows, k, m;
+  };
+  for (const shape sh : {shape{20, 512, 9}, shape{40, 768, 13},
+                         shape{8, 256, 8}, shape{24, 512, 3},
+                         shape{16, 256, 1}}) {
+    CAPTURE(sh.rows, sh.k, sh.m);
+    const std::size_t rows = sh.rows, k = sh.k, m = sh.m;
+    std::mt19937 rng(static_cast<unsigned>(5 + rows + m));
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> wf(rows * k), a(m * k);
+    for (auto& x : wf)
+      x = d(rng) * 0.05f;
+    for (auto& x : a)
+      x = d(rng);
+    const std::size_t rb = *row_bytes(ggml_type::q4_k, k);
+    std::vector<std::uint8_t> w(rows * rb);
+    for (std::size_t r = 0; r < rows; ++r)
+      quantize_row(ggml_type::q4_k, wf.data() + r * k, w.data() + r * rb, k);
 
-  std::vector<float> simd(m * rows), scalar(m * rows), two(m * rows),
-    ref(m * rows);
-  REQUIRE(matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, simd.data(), 1)
-            .ok());
-  REQUIRE(matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, two.data(), 2)
-            .ok());
-  host::limit_isa(host::isa::scalar);
-  REQUIRE(
-    matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, scalar.data(), 1)
-      .ok());
-  host::limit_isa(host::isa::avx512);
-  REQUIRE(matmul_quant(w.data(), ggml_type::q4_k, rows, k, a.data(), m,
-                       ref.data(), 1)
-            .ok());
-  CHECK(simd == scalar);
-  CHECK(simd == two);
-  for (std::size_t i = 0; i < ref.size(); ++i)
-    CHECK(std::fabs(simd[i] - ref[i]) <= 1e-5f * (1.0f + std::fabs(ref[i])));
+    std::vector<float> simd(m * rows), avx2(m * rows), scalar(m * rows),
+      two(m * rows), ref(m * rows);
+    REQUIRE(
+      matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, simd.data(), 1)
+        .ok());
+    REQUIRE(
+      matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, two.data(), 2)
+        .ok());
+    host::limit_isa(host::isa::avx2);
+    REQUIRE(
+      matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, avx2.data(), 1)
+        .ok());
+    host::limit_isa(host::isa::scalar);
+    REQUIRE(
+      matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, scalar.data(), 1)
+        .ok());
+    host::limit_isa(host::isa::avx512);
+    REQUIRE(matmul_quant(w.data(), ggml_type::q4_k, rows, k, a.data(), m,
+                         ref.data(), 1)
+              .ok());
+    CHECK(simd == scalar);
+    CHECK(avx2 == scalar);
+    CHECK(simd == two);
+    for (std::size_t i = 0; i < ref.size(); ++i)
+      CHECK(std::fabs(simd[i] - ref[i])
+            <= 1e-5f * (1.0f + std::fabs(ref[i])));
+  }
+  const std::size_t rows = 8, k = 256, m = 1;
+  std::vector<std::uint8_t> w(rows * *row_bytes(ggml_type::q4_k, k));
+  std::vector<float> a(m * k, 0.5f), ref(m * rows);
   CHECK(q4_k_repacked(8));
   CHECK_FALSE(q4_k_repacked(12));
   CHECK_FALSE(
