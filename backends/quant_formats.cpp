@@ -1,4 +1,5 @@
 #include "backends/quant_formats.hpp"
+#include "backends/quant_repack.hpp"
 
 #include "backends/host_kernels.hpp"
 
@@ -1693,6 +1694,67 @@ EXO_AVX2 float dot_q6_k_avx2(std::size_t nb, const block_q6_k* x,
   return out;
 }
 
+/// quantize_q8_k with the same operations 8 lanes at a time: the first
+/// largest magnitude (NaN skipped, as the scalar comparison does), the
+/// product iscale * x, nearest_int's magic addition, the cap at 127 and
+/// the 16-value sums. Same bytes as quantize_q8_k for any input.
+EXO_AVX2 void quantize_q8_k_avx2(const float* x, block_q8_k& y) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 mx = _mm256_setzero_ps();
+  for (int j = 0; j < kqk; j += 8) // max_ps keeps mx where x is NaN
+    mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), mx);
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx),
+                         _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  if (!amax) {
+    std::memset(&y, 0, sizeof y);
+    return;
+  }
+  float max = 0;
+  for (int j = 0; j < kqk; ++j)
+    if (std::fabs(x[j]) == amax) {
+      max = x[j];
+      break;
+    }
+  const float iscale = -127.f / max;
+  const __m256 vs = _mm256_set1_ps(iscale);
+  const __m256 magic = _mm256_set1_ps(12582912.f);
+  const __m256i mant = _mm256_set1_epi32(0x007fffff);
+  const __m256i bias = _mm256_set1_epi32(0x00400000);
+  const __m256i cap = _mm256_set1_epi32(127);
+  for (int j = 0; j < kqk; j += 32) {
+    __m256i q[4];
+    for (int u = 0; u < 4; ++u) {
+      const __m256 v = _mm256_add_ps(
+        _mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 8 * u)), magic);
+      q[u] = _mm256_min_epi32(
+        _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(v), mant), bias),
+        cap);
+    }
+    // Values lie in [-128, 127] (|iscale * x| <= 127): the saturating
+    // packs keep them; the permute undoes the packs' lane interleaving.
+    const __m256i p16a = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i p16b = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i p8 = _mm256_permutevar8x32_epi32(
+      _mm256_packs_epi16(p16a, p16b),
+      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y.qs + j), p8);
+  }
+  for (int g = 0; g < 16; ++g) {
+    const __m256i v = _mm256_cvtepi8_epi16(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.qs + 16 * g)));
+    __m128i h = _mm_add_epi16(_mm256_castsi256_si128(v),
+                              _mm256_extracti128_si256(v, 1));
+    h = _mm_hadd_epi16(h, h);
+    h = _mm_hadd_epi16(h, h);
+    h = _mm_hadd_epi16(h, h);
+    y.bsums[g] = static_cast<std::int16_t>(_mm_extract_epi16(h, 0));
+  }
+  y.d = 1 / iscale;
+}
+
 #undef EXO_AVX2
 
 float dot_blocks(ggml_type t, std::size_t n, const void* w, const void* a,
@@ -1910,6 +1972,15 @@ void quantize_activations(ggml_type t, const float* x, void* dst,
     }
     return;
   }
+  case ggml_type::q8_k:
+    if (host::widest_isa() != host::isa::scalar) {
+      auto* y = static_cast<block_q8_k*>(dst);
+      for (std::size_t i = 0; i < n / qk_k; ++i)
+        quantize_q8_k_avx2(x + qk_k * i, y[i]);
+      return;
+    }
+    quantize_row(t, x, dst, n);
+    return;
   default:
     quantize_row(t, x, dst, n);
     return;
@@ -1987,6 +2058,10 @@ result<bool> matmul_quant(const void* w, ggml_type t, std::size_t rows,
     quantize_activations(p->dot_type, a + i * k, q.data() + i * act, k);
   });
   const bool simd = vec_dot_has_simd(t);
+  if (simd && t == ggml_type::q6_k && q6_k_panels(m)) {
+    matmul_q6_k_panels(w, rows, k, q.data(), m, out, threads);
+    return true;
+  }
   const auto* wbytes = static_cast<const std::uint8_t*>(w);
   host::for_each_index(static_cast<long>(rows), threads, [&](long r) {
     const std::uint8_t* row = wbytes + static_cast<std::size_t>(r) * rb;

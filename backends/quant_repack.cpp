@@ -439,6 +439,161 @@ void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
     });
 }
 
+
+/// Q6_K through 16-row panels with AVX-512 VNNI (batches). llama.cpp's
+/// vec_dot_q6_K_q8_K (AVX2) keeps 8 int32 lanes per block, lane l holding
+/// bytes 4l..4l+3 of each 32-byte chunk times that chunk's scale, minus
+/// 32 * (sc[2l] * bsums[2l] + sc[2l+1] * bsums[2l+1]); each lane gets its
+/// own float chain (fma with d8 * d), summed at the end as
+/// ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)). Here the weights are unpacked
+/// once, already multiplied by their scale (int16: |63 * 128| fits), rows
+/// in lanes, and the 8 lane sums are kept apart per token (vpdpwssd on
+/// broadcast int16 activation pairs), so every float operation is the
+/// AVX2 kernel's, on 16 rows at once.
+struct q6_panel_block {
+  __m512i w[64][2]; ///< quad (h, k, l): weights 4l..4l+3 of chunk 4h + k
+  __m512i scp[8];   ///< sc[2l] and sc[2l+1] per row (int16 pairs)
+  __m512 d;         ///< the rows' block scales
+};
+
+constexpr int q6_panel_width = 3;
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) void
+pack_q6_panel(const block_q6_k* x, std::size_t nb, std::size_t n,
+              q6_panel_block* out) {
+  alignas(64) std::int16_t tmp[16][256];
+  alignas(64) std::int32_t scp[8][16];
+  alignas(64) float d[16];
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m512i lane_rows = _mm512_mullo_epi32(
+    _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+    _mm512_set1_epi32(512));
+  for (std::size_t b = 0; b < nb; ++b) {
+    for (std::size_t r = 0; r < 16; ++r) {
+      if (r >= n) {
+        std::memset(tmp[r], 0, sizeof tmp[r]);
+        for (int l = 0; l < 8; ++l)
+          scp[l][r] = 0;
+        d[r] = 0.0f;
+        continue;
+      }
+      const block_q6_k& w = x[r * nb + b];
+      // Value i of chunk (h, k): the low 4 bits from ql (low or high
+      // nibbles), the top 2 from qh, times scale 8h + 2k (+1 for i >= 16).
+      for (int h = 0; h < 2; ++h) {
+        const __m256i l0 = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(w.ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(w.ql + 64 * h + 32));
+        const __m256i hb = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(w.qh + 32 * h));
+        for (int k = 0; k < 4; ++k) {
+          const __m256i lb = (k & 1) ? l1 : l0;
+          const __m256i lo =
+            k < 2 ? _mm256_and_si256(lb, m4)
+                  : _mm256_and_si256(_mm256_srli_epi16(lb, 4), m4);
+          const __m256i hi = _mm256_slli_epi16(
+            _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3), 4);
+          const __m512i q16 =
+            _mm512_cvtepu8_epi16(_mm256_or_si256(lo, hi));
+          const __m512i sc = _mm512_inserti64x4(
+            _mm512_set1_epi16(w.scales[8 * h + 2 * k]),
+            _mm256_set1_epi16(w.scales[8 * h + 2 * k + 1]), 1);
+          _mm512_store_si512(tmp[r] + 128 * h + 32 * k,
+                             _mm512_mullo_epi16(q16, sc));
+        }
+      }
+      for (int l = 0; l < 8; ++l)
+        scp[l][r] = static_cast<std::int32_t>(
+          static_cast<std::uint32_t>(
+            static_cast<std::uint16_t>(w.scales[2 * l]))
+          | (static_cast<std::uint32_t>(
+               static_cast<std::uint16_t>(w.scales[2 * l + 1]))
+             << 16));
+      d[r] = host::f16_to_f32(w.d);
+    }
+    q6_panel_block& p = out[b];
+    for (int c = 0; c < 8; ++c)   // chunk 4h + k
+      for (int l = 0; l < 8; ++l) // bytes 4l..4l+3 of the chunk
+        for (int half = 0; half < 2; ++half)
+          p.w[8 * c + l][half] = _mm512_i32gather_epi32(
+            lane_rows, tmp[0] + 32 * c + 4 * l + 2 * half, 1);
+    for (int l = 0; l < 8; ++l)
+      p.scp[l] = _mm512_load_si512(scp[l]);
+    p.d = _mm512_load_ps(d);
+  }
+}
+
+/// NT tokens through a packed Q6_K panel. a16[t]: the token's Q8_K values
+/// as int16, 256 per block; bsp[t]: per block the pairs (bsums[2l],
+/// bsums[2l+1]) as 8 dwords.
+template <int NT>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+void q6_panel_tokens_vnni(const q6_panel_block* p, std::size_t nb,
+                          const block_q8_k* const* act,
+                          const std::int16_t* const* a16,
+                          const std::int32_t* const* bsp, float* const* out,
+                          __mmask16 mask) {
+  __m512 acc[NT][8];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l)
+      acc[t][l] = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < nb; ++b) {
+    const q6_panel_block& pb = p[b];
+    __m512i s[NT][8];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l)
+        s[t][l] = _mm512_setzero_si512();
+    const std::int16_t* ab[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+      ab[t] = a16[t] + 256 * b;
+    for (int c = 0; c < 8; ++c) {
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l) {
+        const __m512i w0 = _mm512_load_si512(&pb.w[8 * c + l][0]);
+        const __m512i w1 = _mm512_load_si512(&pb.w[8 * c + l][1]);
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+          std::int32_t a01, a23;
+          std::memcpy(&a01, ab[t] + 32 * c + 4 * l, 4);
+          std::memcpy(&a23, ab[t] + 32 * c + 4 * l + 2, 4);
+          s[t][l] = _mm512_dpwssd_epi32(s[t][l], w0, _mm512_set1_epi32(a01));
+          s[t][l] = _mm512_dpwssd_epi32(s[t][l], w1, _mm512_set1_epi32(a23));
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(act[t][b].d), pb.d);
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l) {
+        const __m512i mins = _mm512_dpwssd_epi32(
+          _mm512_setzero_si512(), pb.scp[l],
+          _mm512_set1_epi32(bsp[t][8 * b + l]));
+        const __m512i v =
+          _mm512_sub_epi32(s[t][l], _mm512_slli_epi32(mins, 5));
+        acc[t][l] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), acc[t][l]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    const __m512 r0 = _mm512_add_ps(acc[t][0], acc[t][4]);
+    const __m512 r1 = _mm512_add_ps(acc[t][1], acc[t][5]);
+    const __m512 r2 = _mm512_add_ps(acc[t][2], acc[t][6]);
+    const __m512 r3 = _mm512_add_ps(acc[t][3], acc[t][7]);
+    _mm512_mask_storeu_ps(
+      out[t], mask,
+      _mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3)));
+  }
+}
+
 #pragma GCC diagnostic pop
 
 /// rows8_avx2 for n (1..4) tokens.
@@ -454,6 +609,82 @@ void rows8(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
 #endif
 
 } // namespace
+
+bool q6_k_panels(std::size_t m) noexcept {
+#ifdef EXO_REPACK_X86
+  return m >= panel_min_tokens && have_vnni();
+#else
+  (void)m;
+  return false;
+#endif
+}
+
+void matmul_q6_k_panels(const void* w, std::size_t rows, std::size_t k,
+                        const void* q8k, std::size_t m, float* out,
+                        int threads) {
+#ifdef EXO_REPACK_X86
+  const std::size_t nb = k / qk_k;
+  const auto* x = static_cast<const block_q6_k*>(w);
+  const auto* q = static_cast<const block_q8_k*>(q8k);
+  // The activations as int16 and the bsums pairs, once for every panel.
+  std::vector<std::int16_t> a16(m * nb * 256);
+  std::vector<std::int32_t> bsp(m * nb * 8);
+  host::for_each_index(static_cast<long>(m), threads, [&](long ti) {
+    const auto t = static_cast<std::size_t>(ti);
+    for (std::size_t b = 0; b < nb; ++b) {
+      const block_q8_k& y = q[t * nb + b];
+      std::int16_t* dst = a16.data() + (t * nb + b) * 256;
+      for (int i = 0; i < 256; ++i)
+        dst[i] = y.qs[i];
+      for (int l = 0; l < 8; ++l)
+        bsp[(t * nb + b) * 8 + static_cast<std::size_t>(l)] =
+          static_cast<std::int32_t>(
+            static_cast<std::uint32_t>(
+              static_cast<std::uint16_t>(y.bsums[2 * l]))
+            | (static_cast<std::uint32_t>(
+                 static_cast<std::uint16_t>(y.bsums[2 * l + 1]))
+               << 16));
+    }
+  });
+  struct aligned_free {
+    void operator()(q6_panel_block* p) const { std::free(p); }
+  };
+  using scratch = std::unique_ptr<q6_panel_block, aligned_free>;
+  const long panels = static_cast<long>((rows + 15) / 16);
+  host::for_each_job(
+    panels, threads,
+    [nb] {
+      return scratch(static_cast<q6_panel_block*>(
+        std::aligned_alloc(64, nb * sizeof(q6_panel_block))));
+    },
+    [&](long pi, scratch& buf) {
+      const std::size_t r0 = static_cast<std::size_t>(pi) * 16;
+      const std::size_t n = std::min<std::size_t>(16, rows - r0);
+      pack_q6_panel(x + r0 * nb, nb, n, buf.get());
+      const auto mask = static_cast<__mmask16>((1u << n) - 1u);
+      for (std::size_t t0 = 0; t0 < m; t0 += q6_panel_width) {
+        const std::size_t nt = std::min<std::size_t>(q6_panel_width, m - t0);
+        const block_q8_k* act[q6_panel_width];
+        const std::int16_t* as[q6_panel_width];
+        const std::int32_t* bs[q6_panel_width];
+        float* dst[q6_panel_width];
+        for (std::size_t t = 0; t < nt; ++t) {
+          act[t] = q + (t0 + t) * nb;
+          as[t] = a16.data() + (t0 + t) * nb * 256;
+          bs[t] = bsp.data() + (t0 + t) * nb * 8;
+          dst[t] = out + (t0 + t) * rows + r0;
+        }
+        switch (nt) {
+        case 1: q6_panel_tokens_vnni<1>(buf.get(), nb, act, as, bs, dst, mask); break;
+        case 2: q6_panel_tokens_vnni<2>(buf.get(), nb, act, as, bs, dst, mask); break;
+        default: q6_panel_tokens_vnni<3>(buf.get(), nb, act, as, bs, dst, mask); break;
+        }
+      }
+    });
+#else
+  (void)w, (void)rows, (void)k, (void)q8k, (void)m, (void)out, (void)threads;
+#endif
+}
 
 bool q4_k_repacked(std::size_t rows) noexcept {
   return rows % 8 == 0;

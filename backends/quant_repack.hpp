@@ -36,4 +36,16 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
                                   std::size_t k, const float* a,
                                   std::size_t m, float* out, int threads);
 
+/// Whether matmul_quant sends a Q6_K product of m tokens to
+/// matmul_q6_k_panels here (a batch of 8 or more, AVX-512 VNNI).
+bool q6_k_panels(std::size_t m) noexcept;
+
+/// out[t * rows + r] = vec_dot_q6_K_q8_K(row r of W, token t) with the
+/// AVX2 kernel's bits: W is rows x k Q6_K, q8k holds m rows of k / 256
+/// Q8_K blocks. 16-row panels, rows in lanes, on AVX-512 VNNI; only where
+/// q6_k_panels(m) says so. Unchecked: matmul_quant checks the operands.
+void matmul_q6_k_panels(const void* w, std::size_t rows, std::size_t k,
+                        const void* q8k, std::size_t m, float* out,
+                        int threads);
+
 } // namespace exo::backend::quant

@@ -162,10 +162,13 @@ TEST_CASE("the portable and SIMD dot products give the same bits") {
 }
 
 TEST_CASE("matmul_quant is the row-by-row dot product on any thread count") {
-  const std::size_t rows = 37, k = 512, m = 6; // token tiles of 4 and 2
-  auto a = gaussian(m * k, 99);
+  // Token tiles of 4 and 2; with 13 tokens, the AVX-512 VNNI panels of
+  // Q4_K and Q6_K (16 rows, a masked rest of 5).
+  const std::size_t rows = 37, k = 512;
+  for (const std::size_t m : {std::size_t{6}, std::size_t{13}})
   for (ggml_type t : weight_formats) {
-    INFO(name(t));
+    INFO(name(t) << ", " << m << " tokens");
+    auto a = gaussian(m * k, 99);
     auto w = gaussian(rows * k, 98, 0.02f);
     const std::size_t rb = *row_bytes(t, k);
     std::vector<std::uint8_t> wq(rows * rb);
