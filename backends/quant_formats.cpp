@@ -1640,11 +1640,13 @@ EXO_AVX2 void dot_q6_k_avx2_tokens(std::size_t nb, const block_q6_k* x,
     __m256i sumi[NT];
     for (int t = 0; t < NT; ++t)
       sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m256i half = half_of(sc16, h);
       const __m256i l0 = load32(x[i].ql + 64 * h);
       const __m256i l1 = load32(x[i].ql + 64 * h + 32);
       const __m256i hb = load32(x[i].qh + 32 * h);
+#pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m256i lbits = (k & 1) ? l1 : l0;
         const __m256i lo =
@@ -1654,6 +1656,7 @@ EXO_AVX2 void dot_q6_k_avx2_tokens(std::size_t nb, const block_q6_k* x,
             _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3), 4);
         const __m256i q = _mm256_or_si256(lo, hi);
         const __m256i sc = pair_of(half, k);
+#pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
           const __m256i p =
               _mm256_maddubs_epi16(q, load32(y[t][i].qs + 128 * h + 32 * k));

@@ -169,6 +169,7 @@ rows8_avx2(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
         __m256i s[NT];
         for (int t = 0; t < NT; ++t)
           s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
           const __m256i q4 = _mm256_loadu_si256(
             reinterpret_cast<const __m256i*>(w.qs + 32 * c));
