@@ -164,6 +164,8 @@ std::optional<weight_type> weights_of(op_kind k) noexcept {
     return weight_type::f32;
   if (k == op_kind::matmul_rows_f16)
     return weight_type::f16;
+  if (k == op_kind::matmul_rows_q4_k)
+    return weight_type::q4_k;
   for (const auto& r : weight_types)
     if (r.op == k)
       return r.type;
@@ -175,6 +177,8 @@ op_kind rows_apart_op(op_kind k) noexcept {
     return op_kind::matmul_rows_f32;
   if (k == op_kind::matmul_f16)
     return op_kind::matmul_rows_f16;
+  if (k == op_kind::matmul_q4_k)
+    return op_kind::matmul_rows_q4_k;
   return k;
 }
 
@@ -708,6 +712,7 @@ status run(device& dev, const op_call& call) {
                                 call.output, {d[0], d[1], d[2], true});
     case op_kind::matmul_rows_f32:
     case op_kind::matmul_rows_f16:
+    case op_kind::matmul_rows_q4_k:
       return dev.matmul_weights(in[0], in[1], *weights_of(call.kind),
                                 call.output, {d[0], d[1], d[2], true, true});
     case op_kind::rms_norm:

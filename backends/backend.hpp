@@ -195,7 +195,7 @@ struct matmul_dims {
   std::size_t k = 0;
   bool transpose_b = false;
   /// matmul_weights: every row of A is a product of its own, its result
-  /// what m = 1 gives (op_kind::matmul_rows_f32/f16). Devices whose
+  /// what m = 1 gives (op_kind::matmul_rows_f32/f16/q4_k). Devices whose
   /// arithmetic does not depend on m ignore it.
   bool rows_apart = false;
 };
@@ -254,9 +254,10 @@ op_kind weights_op(weight_type t) noexcept;
 std::optional<weight_type> weights_of(op_kind k) noexcept;
 
 /// The operation that multiplies by weights of kind k (a matmul_<type>)
-/// with each row of A on its own: matmul_rows_f32/f16 for F32/F16, whose
-/// host products depend on the row count; k itself for the other
-/// formats, whose products are the same per row whatever the count.
+/// with each row of A on its own: matmul_rows_f32/f16/q4_k for F32, F16
+/// and Q4_K, whose host products depend on the row count; k itself for
+/// the other formats, whose products are the same per row whatever the
+/// count.
 op_kind rows_apart_op(op_kind k) noexcept;
 
 /// Bytes of one row of `cols` elements of type t; an error when cols is not

@@ -1273,7 +1273,7 @@ void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
     const auto g = static_cast<quant::ggml_type>(ggml_type_id(t));
     if (t == weight_type::q4_k && quant::q4_k_repacked(rows))
       (void)quant::matmul_q4_k_repacked(w, rows, cols, a, n_tokens, c,
-                                        threads);
+                                        threads, dims.rows_apart);
     else
       (void)quant::matmul_quant(w, g, rows, cols, a, n_tokens, c, threads);
     return;

@@ -16,7 +16,7 @@
 ///   matmul_f32, matmul_f16, matmul_q8_0, matmul_bf16, matmul_q4_0 ...
 ///   matmul_q6_k  inputs {a, w} (W stored [n x k] in the named encoding),
 ///                dims {m, n, k}
-///   matmul_rows_f32, matmul_rows_f16
+///   matmul_rows_f32, matmul_rows_f16, matmul_rows_q4_k
 ///                the same, each row of a on its own (see the enum)
 ///   rms_norm     inputs {x, weight}, dims {rows, dim}, scalars {eps}
 ///   rope, rope_neox
@@ -80,10 +80,15 @@ enum class op_kind : std::uint8_t {
   // conversion that writes its rows.
   attention_f16 = 25,
   to_f16 = 26, ///< out[i] = a[i] rounded to the nearest half (ties to even)
+  // matmul_q4_k with every row of A a product of its own (as
+  // matmul_rows_f32): on the host devices a batch of 4 rows or more sums
+  // Q4_K as llama.cpp's repacked gemm does, which in its AVX-512 builds is
+  // not what one row alone (its gemv) gives.
+  matmul_rows_q4_k = 27,
 };
 
 /// How many operations there are (the highest wire number).
-constexpr std::size_t op_count = 26;
+constexpr std::size_t op_count = 27;
 
 /// The most inputs, dims and scalars any operation takes.
 constexpr std::size_t max_op_inputs = 3;

@@ -5,6 +5,7 @@
 #include "backends/quant_formats.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -53,8 +54,12 @@ void nibble_sums_portable(const block_q4_k& w, const block_q8_k& a,
   }
 }
 
-/// One row of Q4_K against one row of Q8_K, in the repacked kernels' order.
-float dot_row(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
+/// One row of Q4_K against one row of Q8_K, in the repacked kernels' order:
+/// the float chains step once per super-block (gemv, and gemm in
+/// llama.cpp's AVX2 builds) or once per pair of sub-blocks (gemm in its
+/// AVX-512 builds).
+float dot_row(const block_q4_k* x, const block_q8_k* y, std::size_t nb,
+              bool pairs) {
   float acc = 0.0f, accm = 0.0f;
   for (std::size_t b = 0; b < nb; ++b) {
     const block_q4_k& w = x[b];
@@ -62,6 +67,8 @@ float dot_row(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
     std::int32_t isum = 0, imin = 0;
     std::int32_t los[4], his[4];
     nibble_sums_portable(w, a, los, his);
+    const float d = host::f16_to_f32(w.d) * a.d;
+    const float dm = host::f16_to_f32(w.dmin) * a.d;
     for (int c = 0; c < 4; ++c) { // 64 elements: sub-blocks 2c and 2c+1
       const std::int32_t lo = los[c], hi = his[c];
       int sc0, m0, sc1, m1;
@@ -70,11 +77,16 @@ float dot_row(const block_q4_k* x, const block_q8_k* y, std::size_t nb) {
       isum += sc0 * lo + sc1 * hi;
       imin += m0 * (a.bsums[4 * c] + a.bsums[4 * c + 1])
               + m1 * (a.bsums[4 * c + 2] + a.bsums[4 * c + 3]);
+      if (pairs) {
+        acc = std::fma(static_cast<float>(isum), d, acc);
+        accm = std::fma(static_cast<float>(imin), dm, accm);
+        isum = imin = 0;
+      }
     }
-    const float d = host::f16_to_f32(w.d) * a.d;
-    const float dm = host::f16_to_f32(w.dmin) * a.d;
-    acc = std::fma(static_cast<float>(isum), d, acc);
-    accm = std::fma(static_cast<float>(imin), dm, accm);
+    if (!pairs) {
+      acc = std::fma(static_cast<float>(isum), d, acc);
+      accm = std::fma(static_cast<float>(imin), dm, accm);
+    }
   }
   return acc - accm;
 }
@@ -121,31 +133,53 @@ lane_sums8(const __m128i v[8]) {
   return _mm256_hadd_epi32(h01, h23);
 }
 
-/// Super-blocks rows8_avx2 takes per pass.
+/// The 4 pair lanes of 8 rows' minimum sums (v[r], lane p) as 4 vectors
+/// of the 8 rows (out[p], lane r).
+__attribute__((target("avx2,fma,f16c"))) inline void
+pair_lanes8(const __m128i v[8], __m256i out[4]) {
+  const __m256i r0 = _mm256_set_m128i(v[4], v[0]);
+  const __m256i r1 = _mm256_set_m128i(v[5], v[1]);
+  const __m256i r2 = _mm256_set_m128i(v[6], v[2]);
+  const __m256i r3 = _mm256_set_m128i(v[7], v[3]);
+  const __m256i t0 = _mm256_unpacklo_epi32(r0, r1);
+  const __m256i t1 = _mm256_unpacklo_epi32(r2, r3);
+  const __m256i t2 = _mm256_unpackhi_epi32(r0, r1);
+  const __m256i t3 = _mm256_unpackhi_epi32(r2, r3);
+  out[0] = _mm256_unpacklo_epi64(t0, t1);
+  out[1] = _mm256_unpackhi_epi64(t0, t1);
+  out[2] = _mm256_unpacklo_epi64(t2, t3);
+  out[3] = _mm256_unpackhi_epi64(t2, t3);
+}
+
+/// Super-blocks rows8_avx2 takes per pass (a quarter of them when it keeps
+/// the sums of each pair of sub-blocks apart).
 constexpr std::size_t rows8_chunk = 32;
 
 /// 8 consecutive rows (row r's blocks at x + r * nb) against NT tokens
-/// (act[t], nb Q8_K blocks each): out[t][r] = dot_row(row r, token t), the
-/// same bits. Per pass over up to 32 super-blocks, each row's integer sums
-/// (scales through shuffles, minimums through one madd) are computed row
-/// after row, so memory is read in order (eight rows read side by side
-/// were eight streams, and half as fast on matrices larger than the
-/// caches); then per super-block the 8 rows' sums meet in one vector
-/// through hadds and the float chains of dot_row run for the 8 rows side
-/// by side. The weights are unpacked once per block for all NT tokens.
-template <int NT>
+/// (act[t], nb Q8_K blocks each): out[t][r] = dot_row(row r, token t,
+/// Pairs), the same bits. Per pass over up to 32 super-blocks, each row's
+/// integer sums (scales through shuffles, minimums through one madd) are
+/// computed row after row, so memory is read in order (eight rows read
+/// side by side were eight streams, and half as fast on matrices larger
+/// than the caches); then per super-block (or pair of sub-blocks) the 8
+/// rows' sums meet in one vector through hadds and the float chains of
+/// dot_row run for the 8 rows side by side. The weights are unpacked once
+/// per block for all NT tokens.
+template <int NT, bool Pairs>
 __attribute__((target("avx2,fma,f16c"))) void
 rows8_avx2(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
            float* const* out) {
+  constexpr std::size_t chunk = Pairs ? rows8_chunk / 4 : rows8_chunk;
+  constexpr int parts = Pairs ? 4 : 1;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[NT], accm[NT];
   for (int t = 0; t < NT; ++t) {
     acc[t] = _mm256_setzero_ps();
     accm[t] = _mm256_setzero_ps();
   }
-  for (std::size_t b0 = 0; b0 < nb; b0 += rows8_chunk) {
-    const std::size_t nc = std::min(rows8_chunk, nb - b0);
-    __m128i bs[NT][rows8_chunk];
+  for (std::size_t b0 = 0; b0 < nb; b0 += chunk) {
+    const std::size_t nc = std::min(chunk, nb - b0);
+    __m128i bs[NT][chunk];
     for (int t = 0; t < NT; ++t)
       for (std::size_t i = 0; i < nc; ++i) {
         const __m256i s = _mm256_loadu_si256(
@@ -154,9 +188,9 @@ rows8_avx2(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
         bs[t][i] = _mm_hadd_epi16(_mm256_castsi256_si128(s),
                                   _mm256_extracti128_si256(s, 1));
       }
-    __m256i isum[NT][rows8_chunk][8];
-    __m128i imin[NT][rows8_chunk][8];
-    alignas(16) std::uint16_t dh[rows8_chunk][8], mh[rows8_chunk][8];
+    __m256i isum[NT][chunk][parts][8];
+    __m128i imin[NT][chunk][8];
+    alignas(16) std::uint16_t dh[chunk][8], mh[chunk][8];
     for (int r = 0; r < 8; ++r) {
       for (std::size_t i = 0; i < nc; ++i) {
         const std::size_t b = b0 + i;
@@ -194,11 +228,16 @@ rows8_avx2(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
               sh, _mm256_maddubs_epi16(
                     qh, _mm256_loadu_si256(
                           reinterpret_cast<const __m256i*>(q8 + 32))));
-            s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(lo, hi));
+            if constexpr (Pairs)
+              isum[t][i][c][r] = _mm256_add_epi32(lo, hi);
+            else
+              s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(lo, hi));
           }
         }
         for (int t = 0; t < NT; ++t) {
-          isum[t][i][r] = s[t];
+          if constexpr (!Pairs)
+            isum[t][i][0][r] = s[t];
+          // Lane p: pair p's minimums times its activation sums.
           imin[t][i][r] = _mm_madd_epi16(mn, bs[t][i]);
         }
       }
@@ -210,10 +249,25 @@ rows8_avx2(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
         _mm_load_si128(reinterpret_cast<const __m128i*>(mh[i])));
       for (int t = 0; t < NT; ++t) {
         const __m256 ad = _mm256_set1_ps(act[t][b0 + i].d);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane_sums8(isum[t][i])),
-                                 _mm256_mul_ps(d, ad), acc[t]);
-        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane_sums8(imin[t][i])),
-                                  _mm256_mul_ps(dmin, ad), accm[t]);
+        if constexpr (Pairs) {
+          __m256i mins[4];
+          pair_lanes8(imin[t][i], mins);
+#pragma GCC unroll 4
+          for (int p = 0; p < 4; ++p) {
+            acc[t] = _mm256_fmadd_ps(
+              _mm256_cvtepi32_ps(lane_sums8(isum[t][i][p])),
+              _mm256_mul_ps(d, ad), acc[t]);
+            accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins[p]),
+                                      _mm256_mul_ps(dmin, ad), accm[t]);
+          }
+        } else {
+          acc[t] = _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(lane_sums8(isum[t][i][0])),
+            _mm256_mul_ps(d, ad), acc[t]);
+          accm[t] = _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(lane_sums8(imin[t][i])),
+            _mm256_mul_ps(dmin, ad), accm[t]);
+        }
       }
     }
   }
@@ -316,9 +370,10 @@ pack_panel(const block_q4_k* x, std::size_t nb, std::size_t n,
 }
 
 /// NT tokens through a packed panel: out[t][r] for the panel's rows
-/// (mask: the valid lanes). bsp[t] holds per super-block the pairs
+/// (mask: the valid lanes), dot_row's bits (Pairs: its float chains step
+/// per pair of sub-blocks). bsp[t] holds per super-block the pairs
 /// (bs_2p, bs_2p+1), bs_j = bsums[2j] + bsums[2j+1], as 4 dwords.
-template <int NT>
+template <int NT, bool Pairs>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 void panel_tokens_vnni(const panel_block* p, std::size_t nb,
                        const block_q8_k* const* act,
@@ -333,9 +388,14 @@ void panel_tokens_vnni(const panel_block* p, std::size_t nb,
   for (std::size_t b = 0; b < nb; ++b) {
     const panel_block& pb = p[b];
     __m512i isum[NT];
+    __m512 dd[NT], dm[NT];
 #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t)
+    for (int t = 0; t < NT; ++t) {
       isum[t] = _mm512_setzero_si512();
+      const __m512 ad = _mm512_set1_ps(act[t][b].d);
+      dd[t] = _mm512_mul_ps(pb.d, ad);
+      dm[t] = _mm512_mul_ps(pb.dmin, ad);
+    }
     const std::int8_t* aq[NT];
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
@@ -348,7 +408,7 @@ void panel_tokens_vnni(const panel_block* p, std::size_t nb,
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
         const __m512i w = _mm512_load_si512(&pb.w[8 * j + g]);
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int t = 0; t < NT; ++t) {
           std::int32_t a4;
           std::memcpy(&a4, aq[t] + 32 * j + 4 * g, 4);
@@ -359,19 +419,33 @@ void panel_tokens_vnni(const panel_block* p, std::size_t nb,
 #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t)
         isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t], scj));
+      if constexpr (Pairs) {
+        if (j % 2 == 1) { // the pair (j - 1, j) is complete
+          const __m512i mnp = _mm512_load_si512(&pb.mn[j / 2]);
+#pragma GCC unroll 8
+          for (int t = 0; t < NT; ++t) {
+            const __m512i im = _mm512_dpwssd_epi32(
+              _mm512_setzero_si512(), mnp,
+              _mm512_set1_epi32(bsp[t][4 * b + static_cast<std::size_t>(j / 2)]));
+            acc[t] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), dd[t], acc[t]);
+            accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), dm[t], accm[t]);
+            isum[t] = _mm512_setzero_si512();
+          }
+        }
+      }
     }
+    if constexpr (!Pairs) {
 #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) {
-      __m512i im = _mm512_setzero_si512();
+      for (int t = 0; t < NT; ++t) {
+        __m512i im = _mm512_setzero_si512();
 #pragma GCC unroll 8
-      for (int q = 0; q < 4; ++q)
-        im = _mm512_dpwssd_epi32(im, pb.mn[q],
-                                 _mm512_set1_epi32(bsp[t][4 * b + q]));
-      const __m512 ad = _mm512_set1_ps(act[t][b].d);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
-                               _mm512_mul_ps(pb.d, ad), acc[t]);
-      accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im),
-                                _mm512_mul_ps(pb.dmin, ad), accm[t]);
+        for (int q = 0; q < 4; ++q)
+          im = _mm512_dpwssd_epi32(im, pb.mn[q],
+                                   _mm512_set1_epi32(bsp[t][4 * b + q]));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), dd[t], acc[t]);
+        accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), dm[t], accm[t]);
+      }
     }
   }
 #pragma GCC unroll 8
@@ -380,24 +454,25 @@ void panel_tokens_vnni(const panel_block* p, std::size_t nb,
 }
 
 /// panel_tokens_vnni for n (1..panel_width) tokens.
+template <bool Pairs>
 void panel_tokens(const panel_block* p, std::size_t nb,
                   const block_q8_k* const* act, const std::int32_t* const* bsp,
                   float* const* out, __mmask16 mask, std::size_t n) {
   switch (n) {
-  case 1: panel_tokens_vnni<1>(p, nb, act, bsp, out, mask); return;
-  case 2: panel_tokens_vnni<2>(p, nb, act, bsp, out, mask); return;
-  case 3: panel_tokens_vnni<3>(p, nb, act, bsp, out, mask); return;
-  case 4: panel_tokens_vnni<4>(p, nb, act, bsp, out, mask); return;
-  case 5: panel_tokens_vnni<5>(p, nb, act, bsp, out, mask); return;
-  default: panel_tokens_vnni<6>(p, nb, act, bsp, out, mask); return;
+  case 1: panel_tokens_vnni<1, Pairs>(p, nb, act, bsp, out, mask); return;
+  case 2: panel_tokens_vnni<2, Pairs>(p, nb, act, bsp, out, mask); return;
+  case 3: panel_tokens_vnni<3, Pairs>(p, nb, act, bsp, out, mask); return;
+  case 4: panel_tokens_vnni<4, Pairs>(p, nb, act, bsp, out, mask); return;
+  case 5: panel_tokens_vnni<5, Pairs>(p, nb, act, bsp, out, mask); return;
+  default: panel_tokens_vnni<6, Pairs>(p, nb, act, bsp, out, mask); return;
   }
 }
 
 /// The whole product through 16-row panels: each thread unpacks its panel
 /// and runs every token through it, panel_width at a time.
 void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
-                   const std::vector<block_q8_k>& q, std::size_t m, float* out,
-                   int threads) {
+                   const std::vector<block_q8_k>& q, std::size_t m,
+                   std::size_t mg, bool pairs, float* out, int threads) {
   // The minimums' activation sums, paired per super-block.
   std::vector<std::int32_t> bsp(m * nb * 4);
   for (std::size_t i = 0; i < m * nb; ++i) {
@@ -425,8 +500,10 @@ void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
       const std::size_t n = std::min<std::size_t>(16, rows - r0);
       pack_panel(x + r0 * nb, nb, n, buf.get());
       const auto mask = static_cast<__mmask16>((1u << n) - 1u);
-      for (std::size_t t0 = 0; t0 < m; t0 += panel_width) {
-        const std::size_t nt = std::min<std::size_t>(panel_width, m - t0);
+      // Tokens [0, mg) in the gemm's order, the rest in the gemv's.
+      for (std::size_t t0 = 0; t0 < m;) {
+        const std::size_t end = t0 < mg ? mg : m;
+        const std::size_t nt = std::min<std::size_t>(panel_width, end - t0);
         const block_q8_k* act[panel_width];
         const std::int32_t* bs[panel_width];
         float* dst[panel_width];
@@ -435,7 +512,11 @@ void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
           bs[t] = bsp.data() + (t0 + t) * nb * 4;
           dst[t] = out + (t0 + t) * rows + r0;
         }
-        panel_tokens(buf.get(), nb, act, bs, dst, mask, nt);
+        if (pairs && t0 < mg)
+          panel_tokens<true>(buf.get(), nb, act, bs, dst, mask, nt);
+        else
+          panel_tokens<false>(buf.get(), nb, act, bs, dst, mask, nt);
+        t0 += nt;
       }
     });
 }
@@ -598,13 +679,14 @@ void q6_panel_tokens_vnni(const q6_panel_block* p, std::size_t nb,
 #pragma GCC diagnostic pop
 
 /// rows8_avx2 for n (1..4) tokens.
+template <bool Pairs>
 void rows8(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
            float* const* out, std::size_t n) {
   switch (n) {
-  case 1: rows8_avx2<1>(x, nb, act, out); return;
-  case 2: rows8_avx2<2>(x, nb, act, out); return;
-  case 3: rows8_avx2<3>(x, nb, act, out); return;
-  default: rows8_avx2<4>(x, nb, act, out); return;
+  case 1: rows8_avx2<1, Pairs>(x, nb, act, out); return;
+  case 2: rows8_avx2<2, Pairs>(x, nb, act, out); return;
+  case 3: rows8_avx2<3, Pairs>(x, nb, act, out); return;
+  default: rows8_avx2<4, Pairs>(x, nb, act, out); return;
   }
 }
 #endif
@@ -687,13 +769,41 @@ void matmul_q6_k_panels(const void* w, std::size_t rows, std::size_t k,
 #endif
 }
 
+namespace {
+/// set_q4_k_gemm's choice: 0 none (the CPU's), 1 by super-block, 2 by pair.
+std::atomic<int> gemm_override{0};
+} // namespace
+
+q4_k_gemm q4_k_gemm_here() noexcept {
+  switch (gemm_override.load(std::memory_order_relaxed)) {
+  case 1: return q4_k_gemm::by_super_block;
+  case 2: return q4_k_gemm::by_pair;
+  default: break;
+  }
+#ifdef EXO_REPACK_X86
+  static const bool avx512 = __builtin_cpu_supports("avx512f")
+                             && __builtin_cpu_supports("avx512bw");
+  return avx512 ? q4_k_gemm::by_pair : q4_k_gemm::by_super_block;
+#else
+  return q4_k_gemm::by_super_block;
+#endif
+}
+
+void set_q4_k_gemm(std::optional<q4_k_gemm> steps) noexcept {
+  gemm_override.store(!steps ? 0
+                      : *steps == q4_k_gemm::by_super_block ? 1
+                                                            : 2,
+                      std::memory_order_relaxed);
+}
+
 bool q4_k_repacked(std::size_t rows) noexcept {
   return rows % 8 == 0;
 }
 
 result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
                                   std::size_t k, const float* a,
-                                  std::size_t m, float* out, int threads) {
+                                  std::size_t m, float* out, int threads,
+                                  bool rows_apart) {
   if (!w || !a || !out)
     return fail(errc::invalid_argument, "matmul_q4_k_repacked: null operand");
   if (k % qk_k != 0)
@@ -710,9 +820,14 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
     quantize_activations(ggml_type::q8_k, a + i * k, q.data() + i * nb, k);
   });
   const auto* blocks = static_cast<const block_q4_k*>(w);
+  // llama.cpp's repacked mul_mat: with 4 tokens or more, the first
+  // m - m % 4 go through its gemm, the others (and single tokens) through
+  // its gemv, which steps by super-block everywhere.
+  const std::size_t mg = rows_apart || m < 4 ? 0 : m - m % 4;
+  const bool pairs = mg > 0 && q4_k_gemm_here() == q4_k_gemm::by_pair;
 #ifdef EXO_REPACK_X86
   if (m >= panel_min_tokens && have_vnni()) {
-    matmul_panels(blocks, rows, nb, q, m, out, threads);
+    matmul_panels(blocks, rows, nb, q, m, mg, pairs, out, threads);
     return true;
   }
 #endif
@@ -727,17 +842,22 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
 #ifdef EXO_REPACK_X86
     if (simd && n == 8) {
       float tmp[4][8];
-      for (std::size_t t0 = 0; t0 < m; t0 += 4) {
-        const std::size_t nt = std::min<std::size_t>(4, m - t0);
+      for (std::size_t t0 = 0; t0 < m;) {
+        const std::size_t end = t0 < mg ? mg : m;
+        const std::size_t nt = std::min<std::size_t>(4, end - t0);
         const block_q8_k* act[4];
         float* dst[4];
         for (std::size_t t = 0; t < nt; ++t) {
           act[t] = q.data() + (t0 + t) * nb;
           dst[t] = tmp[t];
         }
-        rows8(blocks + r0 * nb, nb, act, dst, nt);
+        if (pairs && t0 < mg)
+          rows8<true>(blocks + r0 * nb, nb, act, dst, nt);
+        else
+          rows8<false>(blocks + r0 * nb, nb, act, dst, nt);
         for (std::size_t t = 0; t < nt; ++t)
           std::memcpy(out + (t0 + t) * rows + r0, tmp[t], sizeof tmp[t]);
+        t0 += nt;
       }
       return;
     }
@@ -746,8 +866,9 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
     // kernels send only multiples of 8 here, as llama.cpp repacks them).
     for (std::size_t t = 0; t < m; ++t)
       for (std::size_t i = 0; i < n; ++i)
-        out[t * rows + r0 + i] =
-          dot_row(blocks + (r0 + i) * nb, q.data() + t * nb, nb);
+        out[t * rows + r0 + i] = dot_row(blocks + (r0 + i) * nb,
+                                         q.data() + t * nb, nb,
+                                         pairs && t < mg);
   });
   return true;
 }

@@ -17,6 +17,7 @@
 #include "backends/result.hpp"
 
 #include <cstddef>
+#include <optional>
 
 namespace exo::backend::quant {
 
@@ -24,17 +25,38 @@ namespace exo::backend::quant {
 /// rows: rows a multiple of 8.
 bool q4_k_repacked(std::size_t rows) noexcept;
 
+/// How the float chains of llama.cpp's repacked Q4_K gemm step: once per
+/// super-block in its AVX2 builds (haswell, ...), once per pair of
+/// sub-blocks in its AVX-512 builds (zen4, skylakex, icelake, ...; the
+/// integers are the same). Its gemv steps by super-block in every build.
+/// Checked against the zen4 build's ggml_gemm_q4_K_8x8_q8_K: every output
+/// of a 64 x 2048 product the same bits.
+enum class q4_k_gemm { by_super_block, by_pair };
+
+/// What llama.cpp's CPU build for this machine does: by_pair where the CPU
+/// has AVX-512 (F and BW), by_super_block otherwise; unless
+/// set_q4_k_gemm chose.
+q4_k_gemm q4_k_gemm_here() noexcept;
+
+/// Overrides q4_k_gemm_here (tests; reproducing another machine's bits);
+/// nullopt goes back to the CPU's.
+void set_q4_k_gemm(std::optional<q4_k_gemm> steps) noexcept;
+
 /// out[t * rows + r] = dot(row r of W, row t of A) as ggml's repacked Q4_K
 /// kernels compute it: W is rows x k Q4_K (k a multiple of 256), A is m x k
-/// floats rounded to Q8_K per row. Rows split over `threads` (results do
-/// not depend on it). Batches of 8 or more tokens on a CPU with AVX-512
+/// floats rounded to Q8_K per row. As llama.cpp's repacked mul_mat: with
+/// m >= 4 the first m - m % 4 tokens take the gemm's steps
+/// (q4_k_gemm_here), the others the gemv's; rows_apart: every token the
+/// gemv's, as alone. Rows split over `threads` (results do not depend on
+/// it). Batches of 8 or more tokens on a CPU with AVX-512
 /// VNNI go through 16-row panels unpacked once per call (rows in lanes,
 /// vpdpbusd), fewer tokens through 8-row groups (AVX2); every path gives
 /// the same bits. Refuses null pointers and k not a whole number of
 /// blocks.
 result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
                                   std::size_t k, const float* a,
-                                  std::size_t m, float* out, int threads);
+                                  std::size_t m, float* out, int threads,
+                                  bool rows_apart = false);
 
 /// Whether matmul_quant sends a Q6_K product of m tokens to
 /// matmul_q6_k_panels here (a batch of 8 or more, AVX-512 VNNI).

@@ -183,7 +183,8 @@ sample sample_of(op_kind kind) {
     case op_kind::matmul_q5_k:
     case op_kind::matmul_q6_k:
     case op_kind::matmul_rows_f32:
-    case op_kind::matmul_rows_f16: {
+    case op_kind::matmul_rows_f16:
+    case op_kind::matmul_rows_q4_k: {
       // k: one block of the format (32 elements, 256 for the K-quants).
       const weight_type wt = *weights_of(kind);
       const std::size_t k = weight_block_elements(wt) == 256 ? 256 : 32;

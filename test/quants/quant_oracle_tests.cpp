@@ -6,12 +6,14 @@
 
 #include "backends/host_kernels.hpp"
 #include "backends/quant_formats.hpp"
+#include "backends/quant_repack.hpp"
 #include "test/support/ggml_oracle.hpp"
 #include "test/support/tools.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -317,5 +319,119 @@ TEST_CASE("F16 and BF16 dot products stay within a few ulps of ggml's") {
                 "sum |w*a|\n",
                 name(t), worst);
     CHECK(worst < 1e-5);
+  }
+}
+
+namespace {
+
+/// The fields of ggml.h's struct ggml_tensor (the ggml of node-llama-cpp
+/// 3.22.1) that llama.cpp's Q4_K repack reads: type, ne, data.
+struct ggml_tensor_layout {
+  std::int32_t type;
+  void* buffer;
+  std::int64_t ne[4];
+  std::size_t nb[4];
+  std::int32_t op;
+  std::int32_t op_params[16];
+  std::int32_t flags;
+  void* src[10];
+  void* view_src;
+  std::size_t view_offs;
+  void* data;
+  char name[64];
+  void* extra;
+  char padding[8];
+};
+static_assert(offsetof(ggml_tensor_layout, data) == 248
+                && sizeof(ggml_tensor_layout) == 336,
+              "ggml_tensor's layout");
+
+} // namespace
+
+TEST_CASE("repacked Q4_K products are the loaded llama.cpp build's gemm and "
+          "gemv bit for bit") {
+  // llama.cpp repacks Q4_K matrices of 8k rows (block_q4_Kx8), multiplies
+  // the first m - m % 4 tokens of a batch with its gemm (activations from
+  // ggml_quantize_mat_q8_K_4x8) and the others with its gemv. Its AVX-512
+  // builds' gemm steps the float sums per pair of sub-blocks, its AVX2
+  // builds' per super-block: exo follows the build this machine loads.
+  auto& o = oracle();
+  using quantize_mat_t = void (*)(const float*, void*, std::int64_t,
+                                  std::int64_t);
+  using repack_t = int (*)(void*, ggml_tensor_layout*, const void*,
+                           std::size_t);
+  using gemm_t = void (*)(int, float*, std::size_t, const void*, const void*,
+                          int, int);
+  auto quantize_mat = reinterpret_cast<quantize_mat_t>(
+    dlsym(o.cpu, "_Z19ggml_quantize_mat_tILl8EL9ggml_type15EEvPKfPvll"));
+  auto repack = reinterpret_cast<repack_t>(
+    dlsym(o.cpu, "_ZN4ggml3cpu6repack13tensor_traitsI10block_q4_KLl8ELl8EL9gg"
+                 "ml_type15EE6repackEP11ggml_tensorPKvm"));
+  auto gemm =
+    reinterpret_cast<gemm_t>(dlsym(o.cpu, "ggml_gemm_q4_K_8x8_q8_K"));
+  auto gemv =
+    reinterpret_cast<gemm_t>(dlsym(o.cpu, "ggml_gemv_q4_K_8x8_q8_K"));
+  REQUIRE(quantize_mat);
+  REQUIRE(repack);
+  REQUIRE(gemm);
+  REQUIRE(gemv);
+  struct shape {
+    int rows, k, m;
+  };
+  for (const shape sh : {shape{24, 512, 8}, shape{64, 2048, 13},
+                         shape{16, 256, 5}, shape{40, 768, 3}}) {
+    CAPTURE(sh.rows, sh.k, sh.m);
+    const auto rows = static_cast<std::size_t>(sh.rows);
+    const auto k = static_cast<std::size_t>(sh.k);
+    const auto m = static_cast<std::size_t>(sh.m);
+    const std::size_t nb = k / 256, rb = *row_bytes(ggml_type::q4_k, k);
+    std::mt19937 rng(static_cast<unsigned>(sh.rows * 7 + sh.m));
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> wf(rows * k), a(m * k);
+    for (auto& x : wf)
+      x = nd(rng) * 0.05f;
+    for (auto& x : a)
+      x = nd(rng);
+    std::vector<std::uint8_t> w(rows * rb), packed(rows * rb);
+    for (std::size_t r = 0; r < rows; ++r)
+      quantize_row(ggml_type::q4_k, wf.data() + r * k, w.data() + r * rb, k);
+    ggml_tensor_layout t{};
+    t.type = id(ggml_type::q4_k);
+    t.ne[0] = sh.k;
+    t.ne[1] = sh.rows;
+    t.ne[2] = t.ne[3] = 1;
+    t.data = packed.data();
+    REQUIRE(repack(nullptr, &t, w.data(), w.size()) == 0);
+    // llama.cpp: gemm over the first mg tokens, gemv one token at a time.
+    const std::size_t mg = m >= 4 ? m - m % 4 : 0;
+    std::vector<float> theirs(m * rows), mine(m * rows);
+    std::vector<std::uint8_t> act(sizeof(block_q8_k) * nb * m);
+    for (std::size_t g = 0; g < mg / 4; ++g)
+      quantize_mat(a.data() + 4 * g * k,
+                   act.data() + sizeof(block_q8_k) * nb * 4 * g, 4, sh.k);
+    if (mg > 0)
+      gemm(sh.k, theirs.data(), rows, packed.data(), act.data(),
+           static_cast<int>(mg), sh.rows);
+    for (std::size_t i = mg; i < m; ++i) {
+      std::vector<std::uint8_t> one(sizeof(block_q8_k) * nb);
+      o.get_type_traits_cpu(id(ggml_type::q8_k))
+        ->from_float(a.data() + i * k, one.data(), sh.k);
+      gemv(sh.k, theirs.data() + i * rows, rows, packed.data(), one.data(), 1,
+           sh.rows);
+    }
+    // Every path of exo's: AVX-512 VNNI panels (8 tokens and more), AVX2
+    // groups of 8 rows, the portable sums.
+    for (auto isa : {host::isa::avx512, host::isa::avx2, host::isa::scalar}) {
+      CAPTURE(static_cast<int>(isa));
+      host::limit_isa(isa);
+      REQUIRE(matmul_q4_k_repacked(w.data(), rows, k, a.data(), m,
+                                   mine.data(), 2)
+                .ok());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < mine.size(); ++i)
+        differ += std::memcmp(&mine[i], &theirs[i], 4) != 0;
+      CHECK(differ == 0);
+    }
+    host::limit_isa(host::isa::avx512);
   }
 }

@@ -40,8 +40,11 @@ TEST_CASE("repacked Q4_K products agree across paths and threads and with "
     for (std::size_t r = 0; r < rows; ++r)
       quantize_row(ggml_type::q4_k, wf.data() + r * k, w.data() + r * rb, k);
 
+    for (const auto steps : {q4_k_gemm::by_super_block, q4_k_gemm::by_pair}) {
+    CAPTURE(static_cast<int>(steps));
+    set_q4_k_gemm(steps);
     std::vector<float> simd(m * rows), avx2(m * rows), scalar(m * rows),
-      two(m * rows), ref(m * rows);
+      two(m * rows), ref(m * rows), apart(m * rows), alone(m * rows);
     REQUIRE(
       matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, simd.data(), 1)
         .ok());
@@ -66,7 +69,32 @@ TEST_CASE("repacked Q4_K products agree across paths and threads and with "
     for (std::size_t i = 0; i < ref.size(); ++i)
       CHECK(std::fabs(simd[i] - ref[i])
             <= 1e-5f * (1.0f + std::fabs(ref[i])));
+    // Each token alone (m = 1: the gemv), and rows apart: the same bits.
+    // A batch's last m % 4 tokens (all of them below 4) are the gemv's,
+    // the others the gemm's, which steps by pair where asked.
+    for (std::size_t t = 0; t < m; ++t)
+      REQUIRE(matmul_q4_k_repacked(w.data(), rows, k, a.data() + t * k, 1,
+                                   alone.data() + t * rows, 1)
+                .ok());
+    REQUIRE(matmul_q4_k_repacked(w.data(), rows, k, a.data(), m,
+                                 apart.data(), 1, true)
+              .ok());
+    CHECK(apart == alone);
+    const std::size_t mg = m >= 4 ? m - m % 4 : 0;
+    std::size_t gemm_differs = 0;
+    for (std::size_t i = 0; i < m * rows; ++i) {
+      if (i >= mg * rows)
+        CHECK(simd[i] == alone[i]);
+      else
+        gemm_differs += simd[i] != alone[i];
+    }
+    if (steps == q4_k_gemm::by_super_block || mg == 0)
+      CHECK(gemm_differs == 0);
+    else
+      CHECK(gemm_differs > 0);
+    }
   }
+  set_q4_k_gemm(std::nullopt);
   const std::size_t rows = 8, k = 256, m = 1;
   std::vector<std::uint8_t> w(rows * *row_bytes(ggml_type::q4_k, k));
   std::vector<float> a(m * k, 0.5f), ref(m * rows);
