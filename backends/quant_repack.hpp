@@ -11,8 +11,10 @@
 /// and the result is acc - accm (vec_dot folds the eight float lanes and
 /// the minimums in another order). Greedy generations part from
 /// llama.cpp's on near-ties without this (after about 20 tokens on 2-layer
-/// test models). Checked only against llama.cpp's haswell (AVX2) variant;
-/// whether its AVX-512 variants sum in the same order is not verified.
+/// test models). The gemm of llama.cpp's AVX-512 builds steps the two
+/// chains once per pair of sub-blocks instead (q4_k_gemm below); both are
+/// checked against the loaded build's own gemm and gemv in
+/// quant_oracle_tests.
 
 #include "backends/result.hpp"
 

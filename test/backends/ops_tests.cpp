@@ -276,13 +276,14 @@ TEST_CASE("the op table round-trips every operation through its number") {
     CHECK(check_counts(r.kind, r.min_inputs, r.n_dims, r.n_scalars).ok());
   }
   CHECK(names.size() == op_count);
-  CHECK(names.size() == 26);
+  CHECK(names.size() == 27);
   CHECK(names.count("matmul_q8_0") == 1);
   CHECK(names.count("matmul_q4_k") == 1);
+  CHECK(names.count("matmul_rows_q4_k") == 1);
   // Every number outside the table is none, 0 included.
   for (int n = 0; n < 256; ++n)
     CHECK(op_from_wire(static_cast<std::uint8_t>(n)).has_value()
-          == (n >= 1 && n <= 26));
+          == (n >= 1 && n <= 27));
   CHECK(std::string{to_string(static_cast<op_kind>(0))} == "unknown");
 }
 
