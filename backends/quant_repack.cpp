@@ -155,125 +155,22 @@ pair_lanes8(const __m128i v[8], __m256i out[4]) {
 /// the sums of each pair of sub-blocks apart).
 constexpr std::size_t rows8_chunk = 32;
 
-/// 8 consecutive rows (row r's blocks at x + r * nb) against NT tokens
-/// (act[t], nb Q8_K blocks each): out[t][r] = dot_row(row r, token t,
-/// Pairs), the same bits. Per pass over up to 32 super-blocks, each row's
-/// integer sums (scales through shuffles, minimums through one madd) are
-/// computed row after row, so memory is read in order (eight rows read
-/// side by side were eight streams, and half as fast on matrices larger
-/// than the caches); then per super-block (or pair of sub-blocks) the 8
-/// rows' sums meet in one vector through hadds and the float chains of
-/// dot_row run for the 8 rows side by side. The weights are unpacked once
-/// per block for all NT tokens.
-template <int NT, bool Pairs>
-__attribute__((target("avx2,fma,f16c"))) void
-rows8_avx2(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
-           float* const* out) {
-  constexpr std::size_t chunk = Pairs ? rows8_chunk / 4 : rows8_chunk;
-  constexpr int parts = Pairs ? 4 : 1;
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256 acc[NT], accm[NT];
-  for (int t = 0; t < NT; ++t) {
-    acc[t] = _mm256_setzero_ps();
-    accm[t] = _mm256_setzero_ps();
-  }
-  for (std::size_t b0 = 0; b0 < nb; b0 += chunk) {
-    const std::size_t nc = std::min(chunk, nb - b0);
-    __m128i bs[NT][chunk];
-    for (int t = 0; t < NT; ++t)
-      for (std::size_t i = 0; i < nc; ++i) {
-        const __m256i s = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(act[t][b0 + i].bsums));
-        // bsums[2j] + bsums[2j+1], j = 0..7 (|sum| <= 4064: no overflow)
-        bs[t][i] = _mm_hadd_epi16(_mm256_castsi256_si128(s),
-                                  _mm256_extracti128_si256(s, 1));
-      }
-    __m256i isum[NT][chunk][parts][8];
-    __m128i imin[NT][chunk][8];
-    alignas(16) std::uint16_t dh[chunk][8], mh[chunk][8];
-    for (int r = 0; r < 8; ++r) {
-      for (std::size_t i = 0; i < nc; ++i) {
-        const std::size_t b = b0 + i;
-        const block_q4_k& w = x[static_cast<std::size_t>(r) * nb + b];
-        dh[i][r] = w.d;
-        mh[i][r] = w.dmin;
-        const __m256i ms = scales_mins_avx2(w.scales);
-        const __m256i sc = _mm256_permute2x128_si256(ms, ms, 0x00);
-        const __m128i mn = _mm256_extracti128_si256(ms, 1);
-        __m256i s[NT];
-        for (int t = 0; t < NT; ++t)
-          s[t] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {
-          const __m256i q4 = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(w.qs + 32 * c));
-          const __m256i ql = _mm256_and_si256(q4, m4);
-          const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-          // int16 scale 2c (2c + 1) in every lane.
-          const __m256i sl = _mm256_shuffle_epi8(
-            sc, _mm256_set1_epi16(
-                  static_cast<short>((4 * c) | ((4 * c + 1) << 8))));
-          const __m256i sh = _mm256_shuffle_epi8(
-            sc, _mm256_set1_epi16(
-                  static_cast<short>((4 * c + 2) | ((4 * c + 3) << 8))));
-          for (int t = 0; t < NT; ++t) {
-            const std::int8_t* q8 = act[t][b].qs + 64 * c;
-            // u8 x s8 pairs: at most 2 * 15 * 128, no saturation; the
-            // scales (< 64) multiply the pair sums exactly.
-            const __m256i lo = _mm256_madd_epi16(
-              sl, _mm256_maddubs_epi16(
-                    ql, _mm256_loadu_si256(
-                          reinterpret_cast<const __m256i*>(q8))));
-            const __m256i hi = _mm256_madd_epi16(
-              sh, _mm256_maddubs_epi16(
-                    qh, _mm256_loadu_si256(
-                          reinterpret_cast<const __m256i*>(q8 + 32))));
-            if constexpr (Pairs)
-              isum[t][i][c][r] = _mm256_add_epi32(lo, hi);
-            else
-              s[t] = _mm256_add_epi32(s[t], _mm256_add_epi32(lo, hi));
-          }
-        }
-        for (int t = 0; t < NT; ++t) {
-          if constexpr (!Pairs)
-            isum[t][i][0][r] = s[t];
-          // Lane p: pair p's minimums times its activation sums.
-          imin[t][i][r] = _mm_madd_epi16(mn, bs[t][i]);
-        }
-      }
-    }
-    for (std::size_t i = 0; i < nc; ++i) {
-      const __m256 d = _mm256_cvtph_ps(
-        _mm_load_si128(reinterpret_cast<const __m128i*>(dh[i])));
-      const __m256 dmin = _mm256_cvtph_ps(
-        _mm_load_si128(reinterpret_cast<const __m128i*>(mh[i])));
-      for (int t = 0; t < NT; ++t) {
-        const __m256 ad = _mm256_set1_ps(act[t][b0 + i].d);
-        if constexpr (Pairs) {
-          __m256i mins[4];
-          pair_lanes8(imin[t][i], mins);
-#pragma GCC unroll 4
-          for (int p = 0; p < 4; ++p) {
-            acc[t] = _mm256_fmadd_ps(
-              _mm256_cvtepi32_ps(lane_sums8(isum[t][i][p])),
-              _mm256_mul_ps(d, ad), acc[t]);
-            accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins[p]),
-                                      _mm256_mul_ps(dmin, ad), accm[t]);
-          }
-        } else {
-          acc[t] = _mm256_fmadd_ps(
-            _mm256_cvtepi32_ps(lane_sums8(isum[t][i][0])),
-            _mm256_mul_ps(d, ad), acc[t]);
-          accm[t] = _mm256_fmadd_ps(
-            _mm256_cvtepi32_ps(lane_sums8(imin[t][i])),
-            _mm256_mul_ps(dmin, ad), accm[t]);
-        }
-      }
-    }
-  }
-  for (int t = 0; t < NT; ++t)
-    _mm256_storeu_ps(out[t], _mm256_sub_ps(acc[t], accm[t]));
-}
+#define EXO_ROWS8_NAME rows8_avx2
+#define EXO_ROWS8_TARGET __attribute__((target("avx2,fma,f16c")))
+#define EXO_ROWS8_STEP(s, sc, p) \
+  _mm256_add_epi32((s), _mm256_madd_epi16((sc), (p)))
+#include "backends/quant_repack_rows8.inc"
+#undef EXO_ROWS8_NAME
+#undef EXO_ROWS8_TARGET
+#undef EXO_ROWS8_STEP
+#define EXO_ROWS8_NAME rows8_vnni
+#define EXO_ROWS8_TARGET \
+  __attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni")))
+#define EXO_ROWS8_STEP(s, sc, p) _mm256_dpwssd_epi32((s), (sc), (p))
+#include "backends/quant_repack_rows8.inc"
+#undef EXO_ROWS8_NAME
+#undef EXO_ROWS8_TARGET
+#undef EXO_ROWS8_STEP
 
 // GCC 12's _mm512_cvtepi32_ps passes _mm512_undefined_ps() as its unused
 // merge operand, which -Wmaybe-uninitialized reports at every use.
@@ -682,6 +579,14 @@ void q6_panel_tokens_vnni(const q6_panel_block* p, std::size_t nb,
 template <bool Pairs>
 void rows8(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
            float* const* out, std::size_t n) {
+  if (have_vnni()) {
+    switch (n) {
+    case 1: rows8_vnni<1, Pairs>(x, nb, act, out); return;
+    case 2: rows8_vnni<2, Pairs>(x, nb, act, out); return;
+    case 3: rows8_vnni<3, Pairs>(x, nb, act, out); return;
+    default: rows8_vnni<4, Pairs>(x, nb, act, out); return;
+    }
+  }
   switch (n) {
   case 1: rows8_avx2<1, Pairs>(x, nb, act, out); return;
   case 2: rows8_avx2<2, Pairs>(x, nb, act, out); return;
