@@ -200,11 +200,53 @@ bool have_vnni() {
   return yes && host::widest_isa() == host::isa::avx512;
 }
 
+/// Two int16 values in one dword, lo in the low half (a vpdpwssd operand).
+std::int32_t pair16(int lo, int hi) {
+  return static_cast<std::int32_t>(
+    static_cast<std::uint32_t>(static_cast<std::uint16_t>(lo))
+    | (static_cast<std::uint32_t>(static_cast<std::uint16_t>(hi)) << 16));
+}
+
+/// The 16-row panels of a rows x nb matrix over `threads`: each thread
+/// keeps a 64-byte aligned scratch of nb Blocks, pack(scratch, r0, n)
+/// fills it with rows r0 .. r0 + n - 1, then sweep(scratch, r0, mask)
+/// runs the tokens through it (mask: the panel's valid lanes).
+template <class Block, class Pack, class Sweep>
+void for_each_panel(std::size_t rows, std::size_t nb, int threads, Pack pack,
+                    Sweep sweep) {
+  struct aligned_free {
+    void operator()(Block* p) const { std::free(p); }
+  };
+  using scratch = std::unique_ptr<Block, aligned_free>;
+  const long panels = static_cast<long>((rows + 15) / 16);
+  host::for_each_job(
+    panels, threads,
+    [nb] {
+      return scratch(
+        static_cast<Block*>(std::aligned_alloc(64, nb * sizeof(Block))));
+    },
+    [&](long pi, scratch& buf) {
+      const std::size_t r0 = static_cast<std::size_t>(pi) * 16;
+      const std::size_t n = std::min<std::size_t>(16, rows - r0);
+      pack(buf.get(), r0, n);
+      sweep(static_cast<const Block*>(buf.get()), r0,
+            static_cast<__mmask16>((1u << n) - 1u));
+    });
+}
+
 /// Tokens the VNNI path takes per pass over a panel (registers: 4 per token).
 constexpr int panel_width = 6;
 /// Batches smaller than this keep rows8_avx2 (unpacking a panel costs
 /// about as much as a few tokens' products).
 constexpr std::size_t panel_min_tokens = 8;
+
+/// Lane r: r * bytes (the gather offsets of a panel's 16 unpacked rows).
+__attribute__((target("avx512f"))) inline __m512i
+row_offsets(std::size_t bytes) {
+  return _mm512_mullo_epi32(
+    _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+    _mm512_set1_epi32(static_cast<int>(bytes)));
+}
 
 /// Rows r0 .. r0 + n - 1 (n <= 16; lanes beyond n are zero) of a Q4_K
 /// matrix with nb super-blocks per row, unpacked into nb panel blocks.
@@ -216,9 +258,7 @@ pack_panel(const block_q4_k* x, std::size_t nb, std::size_t n,
   alignas(64) std::int16_t mn[8][16];
   alignas(64) float d[16], dmin[16];
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m512i lane_rows = _mm512_mullo_epi32(
-    _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-    _mm512_set1_epi32(256));
+  const __m512i lane_rows = row_offsets(sizeof tmp[0]);
   for (std::size_t b = 0; b < nb; ++b) {
     for (std::size_t r = 0; r < 16; ++r) {
       if (r >= n) {
@@ -321,9 +361,10 @@ void panel_tokens_vnni(const panel_block* p, std::size_t nb,
           const __m512i mnp = _mm512_load_si512(&pb.mn[j / 2]);
 #pragma GCC unroll 8
           for (int t = 0; t < NT; ++t) {
-            const __m512i im = _mm512_dpwssd_epi32(
-              _mm512_setzero_si512(), mnp,
-              _mm512_set1_epi32(bsp[t][4 * b + static_cast<std::size_t>(j / 2)]));
+            const std::size_t pair = static_cast<std::size_t>(j / 2);
+            const __m512i im =
+              _mm512_dpwssd_epi32(_mm512_setzero_si512(), mnp,
+                                  _mm512_set1_epi32(bsp[t][4 * b + pair]));
             acc[t] =
               _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), dd[t], acc[t]);
             accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), dm[t], accm[t]);
@@ -374,29 +415,16 @@ void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
   std::vector<std::int32_t> bsp(m * nb * 4);
   for (std::size_t i = 0; i < m * nb; ++i) {
     const std::int16_t* s = q[i].bsums;
-    for (int p = 0; p < 4; ++p) {
-      const auto lo = static_cast<std::uint16_t>(s[4 * p] + s[4 * p + 1]);
-      const auto hi = static_cast<std::uint16_t>(s[4 * p + 2] + s[4 * p + 3]);
-      bsp[4 * i + p] = static_cast<std::int32_t>(
-        static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16));
-    }
+    for (int p = 0; p < 4; ++p)
+      bsp[4 * i + p] =
+        pair16(s[4 * p] + s[4 * p + 1], s[4 * p + 2] + s[4 * p + 3]);
   }
-  struct aligned_free {
-    void operator()(panel_block* p) const { std::free(p); }
-  };
-  using scratch = std::unique_ptr<panel_block, aligned_free>;
-  const long panels = static_cast<long>((rows + 15) / 16);
-  host::for_each_job(
-    panels, threads,
-    [nb] {
-      return scratch(static_cast<panel_block*>(
-        std::aligned_alloc(64, nb * sizeof(panel_block))));
+  for_each_panel<panel_block>(
+    rows, nb, threads,
+    [&](panel_block* buf, std::size_t r0, std::size_t n) {
+      pack_panel(x + r0 * nb, nb, n, buf);
     },
-    [&](long pi, scratch& buf) {
-      const std::size_t r0 = static_cast<std::size_t>(pi) * 16;
-      const std::size_t n = std::min<std::size_t>(16, rows - r0);
-      pack_panel(x + r0 * nb, nb, n, buf.get());
-      const auto mask = static_cast<__mmask16>((1u << n) - 1u);
+    [&](const panel_block* buf, std::size_t r0, __mmask16 mask) {
       // Tokens [0, mg) in the gemm's order, the rest in the gemv's.
       for (std::size_t t0 = 0; t0 < m;) {
         const std::size_t end = t0 < mg ? mg : m;
@@ -410,9 +438,9 @@ void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
           dst[t] = out + (t0 + t) * rows + r0;
         }
         if (pairs && t0 < mg)
-          panel_tokens<true>(buf.get(), nb, act, bs, dst, mask, nt);
+          panel_tokens<true>(buf, nb, act, bs, dst, mask, nt);
         else
-          panel_tokens<false>(buf.get(), nb, act, bs, dst, mask, nt);
+          panel_tokens<false>(buf, nb, act, bs, dst, mask, nt);
         t0 += nt;
       }
     });
@@ -445,9 +473,7 @@ pack_q6_panel(const block_q6_k* x, std::size_t nb, std::size_t n,
   alignas(64) float d[16];
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i m3 = _mm256_set1_epi8(3);
-  const __m512i lane_rows = _mm512_mullo_epi32(
-    _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-    _mm512_set1_epi32(512));
+  const __m512i lane_rows = row_offsets(sizeof tmp[0]);
   for (std::size_t b = 0; b < nb; ++b) {
     for (std::size_t r = 0; r < 16; ++r) {
       if (r >= n) {
@@ -484,12 +510,7 @@ pack_q6_panel(const block_q6_k* x, std::size_t nb, std::size_t n,
         }
       }
       for (int l = 0; l < 8; ++l)
-        scp[l][r] = static_cast<std::int32_t>(
-          static_cast<std::uint32_t>(
-            static_cast<std::uint16_t>(w.scales[2 * l]))
-          | (static_cast<std::uint32_t>(
-               static_cast<std::uint16_t>(w.scales[2 * l + 1]))
-             << 16));
+        scp[l][r] = pair16(w.scales[2 * l], w.scales[2 * l + 1]);
       d[r] = host::f16_to_f32(w.d);
     }
     q6_panel_block& p = out[b];
@@ -626,30 +647,15 @@ void matmul_q6_k_panels(const void* w, std::size_t rows, std::size_t k,
         dst[i] = y.qs[i];
       for (int l = 0; l < 8; ++l)
         bsp[(t * nb + b) * 8 + static_cast<std::size_t>(l)] =
-          static_cast<std::int32_t>(
-            static_cast<std::uint32_t>(
-              static_cast<std::uint16_t>(y.bsums[2 * l]))
-            | (static_cast<std::uint32_t>(
-                 static_cast<std::uint16_t>(y.bsums[2 * l + 1]))
-               << 16));
+          pair16(y.bsums[2 * l], y.bsums[2 * l + 1]);
     }
   });
-  struct aligned_free {
-    void operator()(q6_panel_block* p) const { std::free(p); }
-  };
-  using scratch = std::unique_ptr<q6_panel_block, aligned_free>;
-  const long panels = static_cast<long>((rows + 15) / 16);
-  host::for_each_job(
-    panels, threads,
-    [nb] {
-      return scratch(static_cast<q6_panel_block*>(
-        std::aligned_alloc(64, nb * sizeof(q6_panel_block))));
+  for_each_panel<q6_panel_block>(
+    rows, nb, threads,
+    [&](q6_panel_block* buf, std::size_t r0, std::size_t n) {
+      pack_q6_panel(x + r0 * nb, nb, n, buf);
     },
-    [&](long pi, scratch& buf) {
-      const std::size_t r0 = static_cast<std::size_t>(pi) * 16;
-      const std::size_t n = std::min<std::size_t>(16, rows - r0);
-      pack_q6_panel(x + r0 * nb, nb, n, buf.get());
-      const auto mask = static_cast<__mmask16>((1u << n) - 1u);
+    [&](const q6_panel_block* buf, std::size_t r0, __mmask16 mask) {
       for (std::size_t t0 = 0; t0 < m; t0 += q6_panel_width) {
         const std::size_t nt = std::min<std::size_t>(q6_panel_width, m - t0);
         const block_q8_k* act[q6_panel_width];
@@ -663,9 +669,15 @@ void matmul_q6_k_panels(const void* w, std::size_t rows, std::size_t k,
           dst[t] = out + (t0 + t) * rows + r0;
         }
         switch (nt) {
-        case 1: q6_panel_tokens_vnni<1>(buf.get(), nb, act, as, bs, dst, mask); break;
-        case 2: q6_panel_tokens_vnni<2>(buf.get(), nb, act, as, bs, dst, mask); break;
-        default: q6_panel_tokens_vnni<3>(buf.get(), nb, act, as, bs, dst, mask); break;
+        case 1:
+          q6_panel_tokens_vnni<1>(buf, nb, act, as, bs, dst, mask);
+          break;
+        case 2:
+          q6_panel_tokens_vnni<2>(buf, nb, act, as, bs, dst, mask);
+          break;
+        default:
+          q6_panel_tokens_vnni<3>(buf, nb, act, as, bs, dst, mask);
+          break;
         }
       }
     });
