@@ -5,6 +5,9 @@
 #   LLAMA_NODE_DIR=DIR bench/model/compare_llama_cpp.sh [BUILD] [RUNS]
 #
 # SPEED_TYPES="q4_k_m q6_k" times other formats (default: f16 q8_0 f32).
+# PIN="taskset -c 0" runs both engines' one-thread runs under that prefix:
+# on a shared VM unpinned one-thread decode figures swing 1.5x with the CPU
+# each engine lands on (docs/benchmarks.md, 2026-11-29).
 #
 # llama.cpp comes from the node-llama-cpp package (its prebuilt CPU
 # binary), installed by hand outside the project, for example
@@ -65,13 +68,16 @@ for type in ${SPEED_TYPES:-f16 q8_0 f32}; do
   for threads in 1 2; do
     best=(0 0 0 0)
     same=yes
+    pin=""
+    [ "$threads" != 1 ] || pin=${PIN:-}
     for _ in $(seq 1 "$RUNS"); do
       # Interleaved, so both see the same machine load.
-      "$EXO_MODEL" run --model "$m" --prompt "$PROMPT_LONG" -n 33 \
+      $pin "$EXO_MODEL" run --model "$m" --prompt "$PROMPT_LONG" -n 33 \
         --threads "$threads" --print-ids >"$WORK/exo.out"
       ep=$(awk '/^prompt:/ {print $2 / $5}' "$WORK/exo.out")
       eg=$(awk '/^generation:/ {print ($2 - 1) / $5}' "$WORK/exo.out")
-      node "$PROBE" "$m" "$PROMPT_LONG" 33 "$threads" >"$WORK/llama.out" 2>/dev/null
+      $pin node "$PROBE" "$m" "$PROMPT_LONG" 33 "$threads" \
+        >"$WORK/llama.out" 2>/dev/null
       n=$(sed -n 's/^prompt ids: //p' "$WORK/llama.out" | wc -w)
       lp=$(awk -v n="$n" '/^prompt_s/ {print n / $2}' "$WORK/llama.out")
       lg=$(awk '/^gen_tokens/ {print $2 / $4}' "$WORK/llama.out")
