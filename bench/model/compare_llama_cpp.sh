@@ -5,6 +5,10 @@
 #   LLAMA_NODE_DIR=DIR bench/model/compare_llama_cpp.sh [BUILD] [RUNS]
 #
 # SPEED_TYPES="q4_k_m q6_k" times other formats (default: f16 q8_0 f32).
+# SHAPE=1b times Llama-3.2-1B-shaped files instead (16 x 2048, ff 8192,
+# 32/8 heads, vocabulary 128256: issue 19's speed targets; ~2 minutes to
+# make each) and PROMPT_FILE=F takes the timed prompt from F (a 512-token
+# prompt for the targets; the default is the 83-token PROMPT_LONG).
 # PIN="taskset -c 0" runs both engines' one-thread runs under that prefix:
 # on a shared VM unpinned one-thread decode figures swing 1.5x with the CPU
 # each engine lands on (docs/benchmarks.md, 2026-11-29).
@@ -58,13 +62,24 @@ f16 gpt2 --layers 8 --dim 256 --ff 704 --heads 4 --kv-heads 4 --vocab 3000 --see
 q8_0 gpt2 --layers 4 --dim 256 --ff 768 --heads 8 --kv-heads 2 --vocab 1024 --seed 7
 CASES
 
+PROMPT_TIMED=$PROMPT_LONG
+[ -z "${PROMPT_FILE:-}" ] || PROMPT_TIMED=$(cat "$PROMPT_FILE")
+if [ "${SHAPE:-mid}" = 1b ]; then
+  SHAPE_ARGS="--layers 16 --dim 2048 --ff 8192 --heads 32 --kv-heads 8 --vocab 128256 --ctx 4096 --tokenizer gpt2"
+  SHAPE_TEXT="16 layers, 2048 wide, ff 8192, 32/8 heads, vocab 128256"
+else
+  SHAPE_ARGS="--layers 12 --dim 768 --ff 2048 --heads 12 --kv-heads 4 --vocab 32000"
+  SHAPE_TEXT="12 layers, 768 wide, ff 2048, 12/4 heads, vocab 32000"
+fi
+
 echo
-echo "== speed: 12 layers, 768 wide, ff 2048, 12/4 heads, vocab 32000; 83-token prompt, 32 generated; best of $RUNS =="
+echo "== speed: $SHAPE_TEXT; ${PROMPT_FILE:-83-token} prompt, 32 generated; best of $RUNS =="
 printf '  %-5s %-7s %-22s %-22s %s\n' type threads "prompt tok/s exo|llama" "gen tok/s exo|llama" tokens
 for type in ${SPEED_TYPES:-f16 q8_0 f32}; do
-  m="$WORK/mid-$type.gguf"
-  "$EXO_MODEL" make-test --out "$m" --type "$type" --layers 12 --dim 768 \
-    --ff 2048 --heads 12 --kv-heads 4 --vocab 32000 --seed 1 >/dev/null
+  m="$WORK/speed-$type.gguf"
+  # shellcheck disable=SC2086
+  "$EXO_MODEL" make-test --out "$m" --type "$type" $SHAPE_ARGS --seed 1 \
+    >/dev/null
   for threads in 1 2; do
     best=(0 0 0 0)
     same=yes
@@ -72,11 +87,11 @@ for type in ${SPEED_TYPES:-f16 q8_0 f32}; do
     [ "$threads" != 1 ] || pin=${PIN:-}
     for _ in $(seq 1 "$RUNS"); do
       # Interleaved, so both see the same machine load.
-      $pin "$EXO_MODEL" run --model "$m" --prompt "$PROMPT_LONG" -n 33 \
+      $pin "$EXO_MODEL" run --model "$m" --prompt "$PROMPT_TIMED" -n 33 \
         --threads "$threads" --print-ids >"$WORK/exo.out"
       ep=$(awk '/^prompt:/ {print $2 / $5}' "$WORK/exo.out")
       eg=$(awk '/^generation:/ {print ($2 - 1) / $5}' "$WORK/exo.out")
-      $pin node "$PROBE" "$m" "$PROMPT_LONG" 33 "$threads" \
+      $pin node "$PROBE" "$m" "$PROMPT_TIMED" 33 "$threads" \
         >"$WORK/llama.out" 2>/dev/null
       n=$(sed -n 's/^prompt ids: //p' "$WORK/llama.out" | wc -w)
       lp=$(awk -v n="$n" '/^prompt_s/ {print n / $2}' "$WORK/llama.out")
