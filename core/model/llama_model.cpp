@@ -111,11 +111,11 @@ void kv_cache::truncate(uint32_t n) {
   n_past_ = n;
 }
 
-float* kv_cache::k(uint32_t layer, uint32_t pos) {
+uint16_t* kv_cache::k(uint32_t layer, uint32_t pos) {
   return k_.data() + (size_t{layer - first_} * capacity_ + pos) * n_embd_kv_;
 }
 
-float* kv_cache::v(uint32_t layer, uint32_t pos) {
+uint16_t* kv_cache::v(uint32_t layer, uint32_t pos) {
   return v_.data() + (size_t{layer - first_} * capacity_ + pos) * n_embd_kv_;
 }
 
@@ -200,11 +200,11 @@ void llama_stage::forward(float* x, size_t n, kv_cache& cache) const {
            hp.rope_freq_base, model_->rope_freqs());
       rope(k.data() + t * nkv, hp.n_head_kv, hp.head_dim, hp.n_rot, pos,
            hp.rope_freq_base, model_->rope_freqs());
-      std::memcpy(cache.k(l, pos0 + t), k.data() + t * nkv, nkv * 4);
-      std::memcpy(cache.v(l, pos0 + t), v.data() + t * nkv, nkv * 4);
+      ops::to_f16(k.data() + t * nkv, cache.k(l, pos0 + t), nkv);
+      ops::to_f16(v.data() + t * nkv, cache.v(l, pos0 + t), nkv);
     }
-    const float* kc = cache.k(l, 0);
-    const float* vc = cache.v(l, 0);
+    const uint16_t* kc = cache.k(l, 0);
+    const uint16_t* vc = cache.v(l, 0);
     ops::attention(q.data(), kc, vc, n, pos0, hp.n_head, hp.n_head_kv,
                    hp.head_dim, nkv, scale, att.data());
     ops::matmul(L.wo, att.data(), n, tmp.data());

@@ -78,8 +78,10 @@ private:
   const float* rope_freqs_ = nullptr;
 };
 
-/// The K and V cache of one sequence for the layers [first, last), f32,
-/// laid out per layer as capacity rows of n_embd_kv floats.
+/// The K and V cache of one sequence for the layers [first, last) in IEEE
+/// half (llama.cpp's F16 cache: attention rounds K and V to half anyway,
+/// so halves give the same bits in half the bytes), laid out per layer as
+/// capacity rows of n_embd_kv values.
 class kv_cache {
 public:
   kv_cache(uint32_t first, uint32_t last, uint32_t n_embd_kv,
@@ -101,14 +103,14 @@ public:
   /// Forgets positions from `n` on (n <= n_past).
   void truncate(uint32_t n);
 
-  float* k(uint32_t layer, uint32_t pos);
-  float* v(uint32_t layer, uint32_t pos);
+  uint16_t* k(uint32_t layer, uint32_t pos);
+  uint16_t* v(uint32_t layer, uint32_t pos);
 
 private:
   friend class llama_stage;
   uint32_t first_, last_, n_embd_kv_, capacity_;
   uint32_t n_past_ = 0;
-  std::vector<float> k_, v_;
+  std::vector<uint16_t> k_, v_;
 };
 
 /// A contiguous range of layers [first, last) that can run alone: a pipeline

@@ -109,4 +109,16 @@ void attention(const float* q, const float* k, const float* v,
   host::attention(q, k, v, out, d, n_threads_, n_llama_threads_);
 }
 
+void attention(const float* q, const uint16_t* k, const uint16_t* v,
+               size_t n_tokens, size_t pos0, size_t n_head, size_t n_head_kv,
+               size_t head_dim, size_t kv_stride, float scale, float* out) {
+  backend::attention_dims d{n_tokens,  pos0,  n_head, n_head_kv, head_dim,
+                            kv_stride, scale, backend::kv_type::f16};
+  host::attention(q, k, v, out, d, n_threads_, n_llama_threads_);
+}
+
+void to_f16(const float* x, uint16_t* y, size_t n) {
+  host::to_f16(x, y, n);
+}
+
 } // namespace exo::model::ops

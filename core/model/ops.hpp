@@ -85,5 +85,13 @@ void add_bias(float* y, const float* b, size_t rows, size_t n);
 void attention(const float* q, const float* k, const float* v,
                size_t n_tokens, size_t pos0, size_t n_head, size_t n_head_kv,
                size_t head_dim, size_t kv_stride, float scale, float* out);
+/// The same over a cache stored as IEEE half (the same bits: the F32 form
+/// rounds K and V to half as it reads them).
+void attention(const float* q, const uint16_t* k, const uint16_t* v,
+               size_t n_tokens, size_t pos0, size_t n_head, size_t n_head_kv,
+               size_t head_dim, size_t kv_stride, float scale, float* out);
+
+/// y[i] = x[i] rounded to the nearest half (ties to even), as bits.
+void to_f16(const float* x, uint16_t* y, size_t n);
 
 } // namespace exo::model::ops
