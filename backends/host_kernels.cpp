@@ -942,12 +942,6 @@ void gemm_tiny(const float* x, std::size_t m, const std::uint8_t* w,
 #  define EXO_OMP_GROUPS
 #endif
 
-bool have_vnni() {
-  static const bool yes = __builtin_cpu_supports("avx512vnni")
-                          && __builtin_cpu_supports("avx512bw")
-                          && __builtin_cpu_supports("avx512vl");
-  return yes && have_avx512();
-}
 
 constexpr std::size_t q8_group = 4; // weight rows per group
 constexpr std::size_t q8_pairs = 4; // token pairs per VNNI tile
@@ -1414,6 +1408,13 @@ void softmax(float* x, std::size_t n) noexcept {
 
 isa widest_isa() noexcept {
   return have_avx512() ? isa::avx512 : have_avx2() ? isa::avx2 : isa::scalar;
+}
+
+bool have_vnni() noexcept {
+  static const bool yes = __builtin_cpu_supports("avx512vnni")
+                          && __builtin_cpu_supports("avx512bw")
+                          && __builtin_cpu_supports("avx512vl");
+  return yes && have_avx512();
 }
 
 // -- checks and sizes -------------------------------------------------------

@@ -111,6 +111,10 @@ void limit_isa(isa widest) noexcept;
 /// counts with FMA and F16C, AVX-512 with AVX-512F), capped by limit_isa.
 isa widest_isa() noexcept;
 
+/// Whether the kernels may use AVX-512 VNNI (vpdpbusd/vpdpwssd, with BW and
+/// VL): the CPU has them and limit_isa allows AVX-512.
+bool have_vnni() noexcept;
+
 // -- the operations of a Llama layer ----------------------------------------
 
 /// C[m x n] = A[m x k] * W^T, W stored [n x k] encoded as t (row-major rows

@@ -1626,87 +1626,28 @@ EXO_AVX2 float dot_q5_k_avx2(std::size_t nb, const block_q5_k* x,
 /// One Q6_K row against NT rows of activations at once, each token summed
 /// exactly as ggml's vec_dot_q6_K_q8_K sums it (the same bits): the
 /// weights are unpacked once per group of 32 for all NT tokens.
-/// The Q6_K product of NT tokens (llama.cpp's AVX2 vec_dot lanes), as a
-/// macro so that it is compiled twice: STEP(sum, scales, pairs) adds the
-/// scaled pair sums (madd + add on AVX2, one vpdpwssd with AVX-512 VNNI:
-/// the same integers, 8 fewer operations per block).
-#define EXO_Q6_K_TOKENS(NAME, TARGET, STEP) \
-template <int NT>                                                              \
-TARGET void NAME(std::size_t nb, const block_q6_k* x,                          \
-                                   const block_q8_k* const* y, float* out) {   \
-  const __m256i m4 = _mm256_set1_epi8(0xF);                                    \
-  const __m256i m3 = _mm256_set1_epi8(3);                                      \
-  __m256 acc[NT];                                                              \
-  for (int t = 0; t < NT; ++t)                                                 \
-    acc[t] = _mm256_setzero_ps();                                              \
-  for (std::size_t i = 0; i < nb; ++i) {                                       \
-    const __m256i sc16 = _mm256_cvtepi8_epi16(                                 \
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));       \
-    __m256i sumi[NT];                                                          \
-    for (int t = 0; t < NT; ++t)                                               \
-      sumi[t] = _mm256_setzero_si256();                                        \
-_Pragma("GCC unroll 2")                                                        \
-    for (int h = 0; h < 2; ++h) {                                              \
-      const __m256i half = half_of(sc16, h);                                   \
-      const __m256i l0 = load32(x[i].ql + 64 * h);                             \
-      const __m256i l1 = load32(x[i].ql + 64 * h + 32);                        \
-      const __m256i hb = load32(x[i].qh + 32 * h);                             \
-_Pragma("GCC unroll 4")                                                        \
-      for (int k = 0; k < 4; ++k) {                                            \
-        const __m256i lbits = (k & 1) ? l1 : l0;                               \
-        const __m256i lo =                                                     \
-            k < 2 ? _mm256_and_si256(lbits, m4)                                \
-                  : _mm256_and_si256(_mm256_srli_epi16(lbits, 4), m4);         \
-        const __m256i hi = _mm256_slli_epi16(                                  \
-            _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3), 4);            \
-        const __m256i q = _mm256_or_si256(lo, hi);                             \
-        const __m256i sc = pair_of(half, k);                                   \
-_Pragma("GCC unroll 4")                                                        \
-        for (int t = 0; t < NT; ++t) {                                         \
-          const __m256i p =                                                    \
-              _mm256_maddubs_epi16(q, load32(y[t][i].qs + 128 * h + 32 * k));  \
-          sumi[t] = STEP(sumi[t], sc, p);                                      \
-        }                                                                      \
-      }                                                                        \
-    }                                                                          \
-    const float dw = h2f_avx2(x[i].d);                                         \
-    for (int t = 0; t < NT; ++t) {                                             \
-      const __m256i s = _mm256_sub_epi32(                                      \
-          sumi[t],                                                             \
-          _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(y[t][i].bsums)),    \
-                            5));                                               \
-      const float d = y[t][i].d * dw;                                          \
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s),       \
-                               acc[t]);                                        \
-    }                                                                          \
-  }                                                                            \
-  for (int t = 0; t < NT; ++t)                                                 \
-    out[t] = hsum8_avx2(acc[t]);                                               \
-}
-
-#define EXO_Q6_K_MADD_ADD(s, sc, p) \
+#define EXO_Q6K_NAME dot_q6_k_avx2_tokens
+#define EXO_Q6K_TARGET EXO_AVX2
+#define EXO_Q6K_STEP(s, sc, p) \
   _mm256_add_epi32((s), _mm256_madd_epi16((sc), (p)))
-#define EXO_Q6_K_DPWSSD(s, sc, p) _mm256_dpwssd_epi32((s), (sc), (p))
-EXO_Q6_K_TOKENS(dot_q6_k_avx2_tokens, EXO_AVX2, EXO_Q6_K_MADD_ADD)
-EXO_Q6_K_TOKENS(dot_q6_k_vnni_tokens,
-                __attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni"))),
-                EXO_Q6_K_DPWSSD)
-#undef EXO_Q6_K_TOKENS
-#undef EXO_Q6_K_MADD_ADD
-#undef EXO_Q6_K_DPWSSD
+#include "backends/quant_formats_q6k.inc"
+#undef EXO_Q6K_NAME
+#undef EXO_Q6K_TARGET
+#undef EXO_Q6K_STEP
+#define EXO_Q6K_NAME dot_q6_k_vnni_tokens
+#define EXO_Q6K_TARGET \
+  __attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni")))
+#define EXO_Q6K_STEP(s, sc, p) _mm256_dpwssd_epi32((s), (sc), (p))
+#include "backends/quant_formats_q6k.inc"
+#undef EXO_Q6K_NAME
+#undef EXO_Q6K_TARGET
+#undef EXO_Q6K_STEP
 
-/// Whether the CPU has 256-bit VNNI (AVX-512 VL + VNNI) and the kernels
-/// may use AVX-512.
-bool have_vnni256() noexcept {
-  static const bool yes = __builtin_cpu_supports("avx512vl")
-                          && __builtin_cpu_supports("avx512vnni");
-  return yes && host::widest_isa() == host::isa::avx512;
-}
 
 /// dot_q6_k_avx2_tokens for n (1..4) tokens.
 void dot_q6_k_tokens(std::size_t nb, const block_q6_k* x,
                      const block_q8_k* const* y, float* out, std::size_t n) {
-  if (have_vnni256()) {
+  if (host::have_vnni()) {
     switch (n) {
     case 1: dot_q6_k_vnni_tokens<1>(nb, x, y, out); return;
     case 2: dot_q6_k_vnni_tokens<2>(nb, x, y, out); return;

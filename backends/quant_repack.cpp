@@ -191,14 +191,6 @@ struct panel_block {
   __m512 d, dmin; ///< the rows' super-block scales
 };
 
-/// Whether the CPU has the VNNI products (and the kernels may use them).
-bool have_vnni() {
-  static const bool yes = __builtin_cpu_supports("avx512f")
-                          && __builtin_cpu_supports("avx512bw")
-                          && __builtin_cpu_supports("avx512vl")
-                          && __builtin_cpu_supports("avx512vnni");
-  return yes && host::widest_isa() == host::isa::avx512;
-}
 
 /// Two int16 values in one dword, lo in the low half (a vpdpwssd operand).
 std::int32_t pair16(int lo, int hi) {
@@ -600,7 +592,7 @@ void q6_panel_tokens_vnni(const q6_panel_block* p, std::size_t nb,
 template <bool Pairs>
 void rows8(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
            float* const* out, std::size_t n) {
-  if (have_vnni()) {
+  if (host::have_vnni()) {
     switch (n) {
     case 1: rows8_vnni<1, Pairs>(x, nb, act, out); return;
     case 2: rows8_vnni<2, Pairs>(x, nb, act, out); return;
@@ -621,7 +613,7 @@ void rows8(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
 
 bool q6_k_panels(std::size_t m) noexcept {
 #ifdef EXO_REPACK_X86
-  return m >= panel_min_tokens && have_vnni();
+  return m >= panel_min_tokens && host::have_vnni();
 #else
   (void)m;
   return false;
@@ -743,7 +735,7 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
   const std::size_t mg = rows_apart || m < 4 ? 0 : m - m % 4;
   const bool pairs = mg > 0 && q4_k_gemm_here() == q4_k_gemm::by_pair;
 #ifdef EXO_REPACK_X86
-  if (m >= panel_min_tokens && have_vnni()) {
+  if (m >= panel_min_tokens && host::have_vnni()) {
     matmul_panels(blocks, rows, nb, q, m, mg, pairs, out, threads);
     return true;
   }

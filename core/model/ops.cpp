@@ -101,20 +101,32 @@ void add_bias(float* y, const float* b, size_t rows, size_t n) {
     add(y + r * n, b, n);
 }
 
+namespace {
+
+template <class KV>
+void attention_over(const float* q, const KV* k, const KV* v, size_t n_tokens,
+                    size_t pos0, size_t n_head, size_t n_head_kv,
+                    size_t head_dim, size_t kv_stride, float scale,
+                    backend::kv_type kv, float* out) {
+  backend::attention_dims d{n_tokens,  pos0,  n_head, n_head_kv, head_dim,
+                            kv_stride, scale, kv};
+  host::attention(q, k, v, out, d, n_threads_, n_llama_threads_);
+}
+
+} // namespace
+
 void attention(const float* q, const float* k, const float* v,
                size_t n_tokens, size_t pos0, size_t n_head, size_t n_head_kv,
                size_t head_dim, size_t kv_stride, float scale, float* out) {
-  backend::attention_dims d{n_tokens, pos0,      n_head, n_head_kv,
-                            head_dim, kv_stride, scale};
-  host::attention(q, k, v, out, d, n_threads_, n_llama_threads_);
+  attention_over(q, k, v, n_tokens, pos0, n_head, n_head_kv, head_dim,
+                 kv_stride, scale, backend::kv_type::f32, out);
 }
 
 void attention(const float* q, const uint16_t* k, const uint16_t* v,
                size_t n_tokens, size_t pos0, size_t n_head, size_t n_head_kv,
                size_t head_dim, size_t kv_stride, float scale, float* out) {
-  backend::attention_dims d{n_tokens,  pos0,  n_head, n_head_kv, head_dim,
-                            kv_stride, scale, backend::kv_type::f16};
-  host::attention(q, k, v, out, d, n_threads_, n_llama_threads_);
+  attention_over(q, k, v, n_tokens, pos0, n_head, n_head_kv, head_dim,
+                 kv_stride, scale, backend::kv_type::f16, out);
 }
 
 void to_f16(const float* x, uint16_t* y, size_t n) {
