@@ -440,20 +440,190 @@ softmax_state one_chunk_cells(const chunk_kernels<KV>& kf, const float* qh,
   return {M, S};
 }
 
-/// One query head over cache rows 0 .. n_pos-1 as one_chunk computes it
-/// (one_chunk_cells, then divided by the sum). qh and acc: head_dim floats
-/// of scratch.
+// -- one_chunk for several heads at once -------------------------------------
+//
+// The query heads of one GQA group read the same cache rows. The AVX-512
+// kernel walks the cells once for H of them: each cell's K and V rows are
+// widened once, each head's half accumulator stays in registers. Every
+// head's arithmetic is one_chunk_cells' own, in its order: interleaving
+// independent heads only hides the latency of each accumulator's chain
+// (fused multiply-add, round to half) behind the others'.
+
+/// A head block's outputs: per head its state and its unnormalized half
+/// accumulator (head_dim floats, acc_step apart).
+struct heads_out {
+  softmax_state* st;
+  float* acc;
+  std::size_t acc_step;
+};
+
+/// Asks for the cache lines of a row of n values (a hint: never faults).
+template <class KV> inline void prefetch_row(const KV* p, std::size_t n) {
+  const char* b = reinterpret_cast<const char*>(p);
+  for (std::size_t i = 0; i < n * sizeof(KV); i += 64)
+    __builtin_prefetch(b + i);
+}
+
+/// Cells per step of cells_heads_avx512.
+constexpr std::size_t cells_step = 16;
+
+/// H heads of NV 16-lane registers each (head_dim = 16 * NV; NV is 4 or
+/// 8, so ggml_vec_dot_f16's four accumulators over blocks of 64 are
+/// d[j % 4]). qh: the heads' queries rounded to half, q_step floats apart.
+/// Each step of 16 cells: the scores, then the online softmax in scalar
+/// code (libm's expf is a call, which would spill the accumulators for
+/// every cell), then the V sums replayed in one_chunk's order: for each
+/// cell, the rescale where the maximum rose (a factor of 1 changes no
+/// half), then the fused multiply-add rounded to half.
+template <int NV, int H, class KV>
+__attribute__((target("avx512f"))) void
+cells_heads_avx512(const float* qh, std::size_t q_step, const KV* k,
+                   const KV* v, std::size_t c0, std::size_t c1,
+                   std::size_t stride, float scale, const heads_out& o) {
+  static_assert(NV % 4 == 0 && H * NV <= 16, "registers");
+  __m512 a[H][NV];
+  float M[H];
+  float S[H];
+#pragma GCC unroll 16
+  for (int h = 0; h < H; ++h) {
+#pragma GCC unroll 16
+    for (int j = 0; j < NV; ++j)
+      a[h][j] = _mm512_setzero_ps();
+    M[h] = -inf;
+    S[h] = 0.0f;
+  }
+  float sc[H][cells_step];
+  float ms[H][cells_step];
+  for (std::size_t b0 = c0; b0 < c1; b0 += cells_step) {
+    const std::size_t n = std::min(cells_step, c1 - b0);
+    for (std::size_t c = 0; c < n; ++c) {
+      // The rows are a stride apart: K and V fetched ahead of their passes.
+      if (b0 + c + 24 < c1)
+        prefetch_row(k + (b0 + c + 24) * stride, NV * 16);
+      if (b0 + c + 8 < c1)
+        prefetch_row(v + (b0 + c + 8) * stride, NV * 16);
+      __m512 row[NV];
+#pragma GCC unroll 16
+      for (int j = 0; j < NV; ++j)
+        row[j] = load_half_avx512(k + (b0 + c) * stride + 16 * j);
+#pragma GCC unroll 16
+      for (int h = 0; h < H; ++h) {
+        const float* q = qh + static_cast<std::size_t>(h) * q_step;
+        __m512 d[4];
+#pragma GCC unroll 16
+        for (int j = 0; j < 4; ++j)
+          d[j] = _mm512_fmadd_ps(row[j], _mm512_loadu_ps(q + 16 * j),
+                                 _mm512_setzero_ps());
+#pragma GCC unroll 16
+        for (int j = 4; j < NV; ++j)
+          d[j % 4] =
+            _mm512_fmadd_ps(row[j], _mm512_loadu_ps(q + 16 * j), d[j % 4]);
+        float s = reduce16_avx512(_mm512_add_ps(_mm512_add_ps(d[0], d[2]),
+                                                _mm512_add_ps(d[1], d[3])));
+        s = s * scale;
+        sc[h][c] = s + 0.0f; // the mask of a visible cell
+      }
+    }
+    // one_chunk's online softmax; sc[h][c] becomes the cell's V weight.
+    for (int h = 0; h < H; ++h)
+      for (std::size_t c = 0; c < n; ++c) {
+        const float s = sc[h][c];
+        const float m_old = M[h];
+        float f = 1.0f;
+        float w = 1.0f;
+        if (s > m_old) {
+          M[h] = s;
+          f = std::exp(m_old - s);
+        } else {
+          w = std::exp(s - m_old);
+        }
+        const float scaled = S[h] * f; // two roundings, not fused
+        S[h] = scaled + w;
+        ms[h][c] = f;
+        sc[h][c] = w;
+      }
+    for (std::size_t c = 0; c < n; ++c) {
+      __m512 row[NV];
+#pragma GCC unroll 16
+      for (int j = 0; j < NV; ++j)
+        row[j] = load_half_avx512(v + (b0 + c) * stride + 16 * j);
+#pragma GCC unroll 16
+      for (int h = 0; h < H; ++h) {
+        if (ms[h][c] != 1.0f) {
+          const __m512 f = _mm512_set1_ps(ms[h][c]);
+#pragma GCC unroll 16
+          for (int j = 0; j < NV; ++j)
+            a[h][j] = round_half_avx512(_mm512_mul_ps(a[h][j], f));
+        }
+        const __m512 w = _mm512_set1_ps(sc[h][c]);
+#pragma GCC unroll 16
+        for (int j = 0; j < NV; ++j)
+          a[h][j] = round_half_avx512(_mm512_fmadd_ps(row[j], w, a[h][j]));
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int h = 0; h < H; ++h) {
+    float* acc = o.acc + static_cast<std::size_t>(h) * o.acc_step;
+#pragma GCC unroll 16
+    for (int j = 0; j < NV; ++j)
+      _mm512_storeu_ps(acc + 16 * j, a[h][j]);
+    o.st[h] = {M[h], S[h]};
+  }
+}
+
 template <class KV>
-void one_chunk_head(const chunk_kernels<KV>& kf, const float* q, const KV* k,
-                    const KV* v, std::size_t n_pos, std::size_t hd,
-                    std::size_t stride, float scale, float* qh, float* acc,
-                    float* out) {
-  round_to_f16(q, qh, hd);
-  const float S =
-    one_chunk_cells(kf, qh, k, v, 0, n_pos, hd, stride, scale, acc).S;
-  const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
-  for (std::size_t d = 0; d < hd; ++d)
-    out[d] = acc[d] * s_inv;
+using cells_heads_fn = void (*)(const float*, std::size_t, const KV*,
+                                const KV*, std::size_t, std::size_t,
+                                std::size_t, float, const heads_out&);
+
+/// The AVX-512 kernel for `heads` heads of head_dim hd, or null where
+/// there is none (another width, another ISA, more heads than fit).
+template <class KV>
+cells_heads_fn<KV> cells_heads_kernel(std::size_t hd, std::size_t heads) {
+  if (!use_avx512())
+    return nullptr;
+  if (hd == 64) {
+    switch (heads) {
+    case 1: return cells_heads_avx512<4, 1, KV>;
+    case 2: return cells_heads_avx512<4, 2, KV>;
+    case 3: return cells_heads_avx512<4, 3, KV>;
+    case 4: return cells_heads_avx512<4, 4, KV>;
+    default: return nullptr;
+    }
+  }
+  if (hd == 128) {
+    switch (heads) {
+    case 1: return cells_heads_avx512<8, 1, KV>;
+    case 2: return cells_heads_avx512<8, 2, KV>;
+    default: return nullptr;
+    }
+  }
+  return nullptr;
+}
+
+/// How many heads of head_dim hd one kernel call takes.
+std::size_t heads_per_block(std::size_t hd) {
+  if (!use_avx512())
+    return 1;
+  return hd == 64 ? 4 : hd == 128 ? 2 : 1;
+}
+
+/// `heads` query heads sharing a KV head (qh: their queries rounded to
+/// half, hd apart) over cache rows c0 .. c1-1 as one_chunk_cells computes
+/// each of them.
+template <class KV>
+void one_chunk_heads(const chunk_kernels<KV>& kf, const float* qh,
+                     std::size_t heads, const KV* k, const KV* v,
+                     std::size_t c0, std::size_t c1, std::size_t hd,
+                     std::size_t stride, float scale, const heads_out& o) {
+  if (auto fn = cells_heads_kernel<KV>(hd, heads)) {
+    fn(qh, hd, k, v, c0, c1, stride, scale, o);
+    return;
+  }
+  for (std::size_t h = 0; h < heads; ++h)
+    o.st[h] = one_chunk_cells(kf, qh + h * hd, k, v, c0, c1, hd, stride,
+                              scale, o.acc + h * o.acc_step);
 }
 
 /// The KV length llama.cpp's graph sees for a sequence of n_pos cells: the
@@ -463,7 +633,34 @@ std::size_t llama_kv_length(std::size_t n_pos) {
   return (n_pos + 255) / 256 * 256;
 }
 
-/// One token's query head as ggml's split-KV path computes it with
+/// Scratch of one block of up to `block` heads.
+struct heads_scratch {
+  std::vector<float> qh, acc, fin;
+  std::vector<softmax_state> st;
+  heads_scratch(std::size_t block, std::size_t hd)
+      : qh(block * hd), acc(block * hd), fin(block * hd), st(block) {}
+};
+
+/// One query row's heads (q: `heads` heads, hd apart, sharing k and v) as
+/// one_chunk computes them over cache rows 0 .. n_pos-1: one_chunk_cells,
+/// then divided by the sum.
+template <class KV>
+void one_chunk_rows(const chunk_kernels<KV>& kf, const float* q,
+                    std::size_t heads, const KV* k, const KV* v,
+                    std::size_t n_pos, std::size_t hd, std::size_t stride,
+                    float scale, heads_scratch& sc, float* out) {
+  round_to_f16(q, sc.qh.data(), heads * hd);
+  one_chunk_heads(kf, sc.qh.data(), heads, k, v, 0, n_pos, hd, stride, scale,
+                  {sc.st.data(), sc.acc.data(), hd});
+  for (std::size_t h = 0; h < heads; ++h) {
+    const float S = sc.st[h].S;
+    const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (std::size_t d = 0; d < hd; ++d)
+      out[h * hd + d] = sc.acc[h * hd + d] * s_inv;
+  }
+}
+
+/// One token's query heads as ggml's split-KV path computes them with
 /// `splits` threads (one token over 512 padded cells or more): the padded
 /// length cut into `splits` chunks of ceil(n_kv / splits) cells, one_chunk
 /// over each chunk's visible cells (M, S and the half accumulator widened
@@ -471,41 +668,45 @@ std::size_t llama_kv_length(std::size_t n_pos) {
 /// order, each rescaled by expf of its maximum's distance to the running
 /// one, the running sum and output as GCC contracts them
 /// (fma(old, scale_old, chunk * scale_new)), finally divided by the sum.
-/// scratch: 3 * head_dim floats.
 template <class KV>
-void split_kv_head(const chunk_kernels<KV>& kf, const float* q, const KV* k,
-                   const KV* v, std::size_t n_pos, std::size_t hd,
-                   std::size_t stride, float scale, std::size_t splits,
-                   float* scratch, float* out) {
-  float* qh = scratch;
-  float* acc = scratch + hd;
-  float* fin = scratch + 2 * hd;
-  round_to_f16(q, qh, hd);
+void split_kv_rows(const chunk_kernels<KV>& kf, const float* q,
+                   std::size_t heads, const KV* k, const KV* v,
+                   std::size_t n_pos, std::size_t hd, std::size_t stride,
+                   float scale, std::size_t splits, heads_scratch& sc,
+                   float* out) {
+  round_to_f16(q, sc.qh.data(), heads * hd);
   const std::size_t n_kv = llama_kv_length(n_pos);
   const std::size_t chunk = (n_kv + splits - 1) / splits;
-  std::fill(fin, fin + hd, 0.0f);
-  float M = -inf;
-  float S = 0.0f;
+  std::fill(sc.fin.begin(), sc.fin.begin() + heads * hd, 0.0f);
+  std::vector<softmax_state> run(heads, softmax_state{-inf, 0.0f});
   for (std::size_t c0 = 0; c0 < n_kv && c0 < n_pos; c0 += chunk) {
     const std::size_t c1 = std::min(c0 + chunk, n_pos);
-    const auto part =
-      one_chunk_cells(kf, qh, k, v, c0, c1, hd, stride, scale, acc);
-    if (part.S == 0.0f)
-      continue;
-    const float m_new = std::fmax(M, part.M);
-    const float scale_old = std::exp(M - m_new);
-    const float scale_new = std::exp(part.M - m_new);
-    for (std::size_t d = 0; d < hd; ++d)
-      fin[d] = std::fma(fin[d], scale_old, acc[d] * scale_new);
-    S = std::fma(S, scale_old, part.S * scale_new);
-    M = m_new;
+    one_chunk_heads(kf, sc.qh.data(), heads, k, v, c0, c1, hd, stride, scale,
+                    {sc.st.data(), sc.acc.data(), hd});
+    for (std::size_t h = 0; h < heads; ++h) {
+      const softmax_state part = sc.st[h];
+      if (part.S == 0.0f)
+        continue;
+      float& M = run[h].M;
+      float& S = run[h].S;
+      const float m_new = std::fmax(M, part.M);
+      const float scale_old = std::exp(M - m_new);
+      const float scale_new = std::exp(part.M - m_new);
+      float* fin = sc.fin.data() + h * hd;
+      const float* acc = sc.acc.data() + h * hd;
+      for (std::size_t d = 0; d < hd; ++d)
+        fin[d] = std::fma(fin[d], scale_old, acc[d] * scale_new);
+      S = std::fma(S, scale_old, part.S * scale_new);
+      M = m_new;
+    }
   }
-  if (S != 0.0f) {
-    const float s_inv = 1.0f / S;
+  for (std::size_t h = 0; h < heads; ++h) {
+    const float S = run[h].S;
+    const float s_inv = S != 0.0f ? 1.0f / S : 0.0f;
     for (std::size_t d = 0; d < hd; ++d)
-      fin[d] *= s_inv;
+      out[h * hd + d] =
+        S != 0.0f ? sc.fin[h * hd + d] * s_inv : sc.fin[h * hd + d];
   }
-  std::copy(fin, fin + hd, out);
 }
 
 // -- tiled: ggml_compute_forward_flash_attn_ext_tiled -----------------------
@@ -767,26 +968,29 @@ void attention_chunked(const float* q, const KV* k, const KV* v, float* out,
   const std::size_t hd = d.head_dim;
   const std::size_t group = d.n_heads / d.n_kv_heads;
   const std::size_t row = d.n_heads * hd;
-  const long jobs = static_cast<long>(d.n_tokens * d.n_heads);
+  // A job: one token's block of up to `block` heads of one KV head.
+  const std::size_t block = std::min(group, heads_per_block(hd));
+  const std::size_t blocks = (group + block - 1) / block;
+  const long jobs = static_cast<long>(d.n_tokens * d.n_kv_heads * blocks);
   const chunk_kernels<KV> kf = chunk_kernels_now<KV>();
   const bool split = attention_split_kv(d, llama_threads);
   for_each_job(
-    jobs, threads, [&] { return std::vector<float>(3 * hd); },
-    [&](long job, std::vector<float>& scratch) {
+    jobs, threads, [&] { return heads_scratch(block, hd); },
+    [&](long job, heads_scratch& sc) {
       const auto uj = static_cast<std::size_t>(job);
-      const std::size_t t = uj / d.n_heads;
-      const std::size_t h = uj % d.n_heads;
-      const std::size_t kvh = (h / group) * hd;
+      const std::size_t t = uj / (d.n_kv_heads * blocks);
+      const std::size_t g = uj / blocks % d.n_kv_heads;
+      const std::size_t h0 = g * group + uj % blocks * block;
+      const std::size_t heads = std::min(block, (g + 1) * group - h0);
+      const std::size_t off = t * row + h0 * hd;
       if (split)
-        split_kv_head(kf, q + h * hd, k + kvh, v + kvh, d.pos0 + 1, hd,
-                      d.kv_stride, d.scale,
-                      static_cast<std::size_t>(llama_threads), scratch.data(),
-                      out + h * hd);
+        split_kv_rows(kf, q + off, heads, k + g * hd, v + g * hd, d.pos0 + 1,
+                      hd, d.kv_stride, d.scale,
+                      static_cast<std::size_t>(llama_threads), sc, out + off);
       else
-        one_chunk_head(kf, q + t * row + h * hd, k + kvh, v + kvh,
-                       d.pos0 + t + 1, hd, d.kv_stride, d.scale,
-                       scratch.data(), scratch.data() + hd,
-                       out + t * row + h * hd);
+        one_chunk_rows(kf, q + off, heads, k + g * hd, v + g * hd,
+                       d.pos0 + t + 1, hd, d.kv_stride, d.scale, sc,
+                       out + off);
     });
 }
 

@@ -87,8 +87,11 @@ for type in ${SPEED_TYPES:-f16 q8_0 f32}; do
     [ "$threads" != 1 ] || pin=${PIN:-}
     for _ in $(seq 1 "$RUNS"); do
       # Interleaved, so both see the same machine load.
+      # --llama-threads: llama.cpp's split-KV decode (from 256 positions)
+      # depends on its thread count; reproduce the one it runs with.
       $pin "$EXO_MODEL" run --model "$m" --prompt "$PROMPT_TIMED" -n 33 \
-        --threads "$threads" --print-ids >"$WORK/exo.out"
+        --threads "$threads" --llama-threads "$threads" \
+        --print-ids >"$WORK/exo.out"
       ep=$(awk '/^prompt:/ {print $2 / $5}' "$WORK/exo.out")
       eg=$(awk '/^generation:/ {print ($2 - 1) / $5}' "$WORK/exo.out")
       $pin node "$PROBE" "$m" "$PROMPT_TIMED" 33 "$threads" \

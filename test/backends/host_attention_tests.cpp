@@ -420,8 +420,10 @@ TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
   // some),
   // 63 tokens, a head of 80 (leftovers after 64), a head of 24; tiled: 64
   // and 130 tokens (a partial Q tile) with GQA and heads of 64 and 128; a
-  // 70-token batch with heads of 24 stays one_chunk. Large score ranges
-  // make the online softmax rescale often.
+  // 70-token batch with heads of 24 stays one_chunk; GQA groups of 7, 6,
+  // 5 and 3 heads of 64 and 128 (the AVX-512 kernel's blocks of 4 and 2
+  // heads with a rest). Large score ranges make the online softmax rescale
+  // often.
   for (auto s :
        {shape{1, 0, 2, 2, 64, 128, 1.0f}, shape{1, 37, 4, 2, 128, 256, 3.0f},
         shape{1, 600, 8, 2, 64, 128, 2.0f}, shape{1, 256, 4, 2, 64, 128, 3.0f},
@@ -429,7 +431,9 @@ TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
         shape{63, 5, 4, 1, 64, 64, 2.0f},
         shape{5, 9, 2, 1, 80, 80, 2.0f}, shape{3, 2, 2, 2, 24, 48, 1.0f},
         shape{64, 0, 4, 4, 64, 256, 2.0f}, shape{130, 20, 4, 2, 128, 256, 1.5f},
-        shape{65, 530, 2, 1, 64, 64, 4.0f}, shape{70, 0, 2, 1, 24, 24, 1.0f}}) {
+        shape{65, 530, 2, 1, 64, 64, 4.0f}, shape{70, 0, 2, 1, 24, 24, 1.0f},
+        shape{1, 300, 7, 1, 64, 64, 3.0f}, shape{1, 700, 12, 2, 128, 256, 3.0f},
+        shape{3, 40, 10, 2, 64, 128, 2.0f}, shape{2, 600, 3, 1, 128, 128, 3.0f}}) {
     attention_dims d{s.n_tokens,
                      s.pos0,
                      s.n_heads,
