@@ -1626,22 +1626,157 @@ EXO_AVX2 float dot_q5_k_avx2(std::size_t nb, const block_q5_k* x,
 /// One Q6_K row against NT rows of activations at once, each token summed
 /// exactly as ggml's vec_dot_q6_K_q8_K sums it (the same bits): the
 /// weights are unpacked once per group of 32 for all NT tokens.
-#define EXO_Q6K_NAME dot_q6_k_avx2_tokens
-#define EXO_Q6K_TARGET EXO_AVX2
-#define EXO_Q6K_STEP(s, sc, p) \
-  _mm256_add_epi32((s), _mm256_madd_epi16((sc), (p)))
-#include "backends/quant_formats_q6k.inc"
-#undef EXO_Q6K_NAME
-#undef EXO_Q6K_TARGET
-#undef EXO_Q6K_STEP
-#define EXO_Q6K_NAME dot_q6_k_vnni_tokens
-#define EXO_Q6K_TARGET \
-  __attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni")))
-#define EXO_Q6K_STEP(s, sc, p) _mm256_dpwssd_epi32((s), (sc), (p))
-#include "backends/quant_formats_q6k.inc"
-#undef EXO_Q6K_NAME
-#undef EXO_Q6K_TARGET
-#undef EXO_Q6K_STEP
+template <int NT>
+EXO_AVX2 void dot_q6_k_avx2_tokens(std::size_t nb, const block_q6_k* x,
+                                 const block_q8_k* const* y, float* out) {
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t)
+    acc[t] = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < nb; ++i) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+    // Two integer chains per token (even and odd groups of 32): the sums
+    // are exact, so splitting them changes no bit, and the chained
+    // multiply-adds' latency halves.
+    __m256i sumi[NT][2];
+    for (int t = 0; t < NT; ++t)
+      sumi[t][0] = sumi[t][1] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i half = half_of(sc16, h);
+      const __m256i l0 = load32(x[i].ql + 64 * h);
+      const __m256i l1 = load32(x[i].ql + 64 * h + 32);
+      const __m256i hb = load32(x[i].qh + 32 * h);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m256i lbits = (k & 1) ? l1 : l0;
+        const __m256i lo =
+            k < 2 ? _mm256_and_si256(lbits, m4)
+                  : _mm256_and_si256(_mm256_srli_epi16(lbits, 4), m4);
+        const __m256i hi = _mm256_slli_epi16(
+            _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3), 4);
+        const __m256i q = _mm256_or_si256(lo, hi);
+        const __m256i sc = pair_of(half, k);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+          const __m256i p =
+              _mm256_maddubs_epi16(q, load32(y[t][i].qs + 128 * h + 32 * k));
+          sumi[t][k & 1] =
+              _mm256_add_epi32(sumi[t][k & 1], _mm256_madd_epi16(sc, p));
+        }
+      }
+    }
+    const float dw = h2f_avx2(x[i].d);
+    for (int t = 0; t < NT; ++t) {
+      const __m256i s = _mm256_sub_epi32(
+          _mm256_add_epi32(sumi[t][0], sumi[t][1]),
+          _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(y[t][i].bsums)),
+                            5));
+      const float d = y[t][i].d * dw;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s),
+                               acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    out[t] = hsum8_avx2(acc[t]);
+}
+
+#define EXO_AVX512_VNNI \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/// vpermw indices of the Q6_K scales for 512-bit step (h, kp): the 64
+/// weights 128h + 64kp .. +63 are groups of 32 k = 2kp and 2kp + 1, each
+/// scaled by 8h + 2k (its first 16) and 8h + 2k + 1 (its last 16); int16
+/// lane i of the products belongs to group 2kp + i / 16, half (i / 8) % 2.
+struct q6_scale_index {
+  alignas(64) std::uint16_t idx[2][2][32];
+  q6_scale_index() {
+    for (int h = 0; h < 2; ++h)
+      for (int kp = 0; kp < 2; ++kp)
+        for (int i = 0; i < 32; ++i)
+          idx[h][kp][i] = static_cast<std::uint16_t>(
+            8 * h + 2 * (2 * kp + i / 16) + (i / 8) % 2);
+  }
+};
+const q6_scale_index q6_scales512;
+
+/// dot_q6_k_avx2_tokens on 512-bit registers (AVX-512 BW + VNNI; the
+/// maskz forms with every lane set, as GCC 12 warns about the plain
+/// ones' undefined pass-through operand): two
+/// groups of 32 weights per instruction, their products scaled by one
+/// vpdpwssd. Lane j of the low and of the high 256 bits sums the bytes
+/// 4j .. 4j + 3 of its group, as lane j of the AVX2 kernel does; folded
+/// at the end of each block, the exact integer sums are the AVX2 kernel's,
+/// so the float steps and the bits are too.
+template <int NT>
+EXO_AVX512_VNNI void dot_q6_k_vnni_tokens(std::size_t nb, const block_q6_k* x,
+                                          const block_q8_k* const* y,
+                                          float* out) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  // 16-bit shift counts: 0 for the low group, 2 for the high one.
+  const __m512i cnt = _mm512_maskz_inserti64x4(
+    0xff, _mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  __m512i sidx[2][2];
+  for (int h = 0; h < 2; ++h)
+    for (int kp = 0; kp < 2; ++kp)
+      sidx[h][kp] = _mm512_load_si512(q6_scales512.idx[h][kp]);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t)
+    acc[t] = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < nb; ++i) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+    const __m512i sc = _mm512_castsi256_si512(sc16);
+    __m512i sumi[NT][2];
+    for (int t = 0; t < NT; ++t)
+      sumi[t][0] = sumi[t][1] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
+      const __m512i hb =
+        _mm512_maskz_broadcast_i64x4(0xff, load32(x[i].qh + 32 * h));
+      // Bits 2k, 2k + 1 of qh are bits 4, 5 of group k's weights: groups
+      // 0 | 1 take (hb >> 0 | 2) << 4, groups 2 | 3 (hb >> 0 | 2) & 0x30.
+      const __m512i t = _mm512_srlv_epi16(hb, cnt);
+      const __m512i q01 = _mm512_or_si512(
+        _mm512_and_si512(l, m4),
+        _mm512_and_si512(_mm512_slli_epi16(t, 4), m30));
+      const __m512i q23 = _mm512_or_si512(
+        _mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+        _mm512_and_si512(t, m30));
+      const __m512i s01 = _mm512_permutexvar_epi16(sidx[h][0], sc);
+      const __m512i s23 = _mm512_permutexvar_epi16(sidx[h][1], sc);
+#pragma GCC unroll 4
+      for (int t2 = 0; t2 < NT; ++t2) {
+        const std::int8_t* q8 = y[t2][i].qs + 128 * h;
+        sumi[t2][0] = _mm512_dpwssd_epi32(
+          sumi[t2][0], s01, _mm512_maddubs_epi16(q01, _mm512_loadu_si512(q8)));
+        sumi[t2][1] = _mm512_dpwssd_epi32(
+          sumi[t2][1], s23,
+          _mm512_maddubs_epi16(q23, _mm512_loadu_si512(q8 + 64)));
+      }
+    }
+    const float dw = h2f_avx2(x[i].d);
+    for (int t = 0; t < NT; ++t) {
+      const __m512i s2 = _mm512_add_epi32(sumi[t][0], sumi[t][1]);
+      const __m256i folded =
+        _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xff, s2, 0),
+                         _mm512_maskz_extracti64x4_epi64(0xff, s2, 1));
+      const __m256i s = _mm256_sub_epi32(
+          folded,
+          _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(y[t][i].bsums)),
+                            5));
+      const float d = y[t][i].d * dw;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s),
+                               acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    out[t] = hsum8_avx2(acc[t]);
+}
 
 
 /// dot_q6_k_avx2_tokens for n (1..4) tokens.

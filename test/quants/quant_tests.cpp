@@ -153,6 +153,9 @@ TEST_CASE("the portable and SIMD dot products give the same bits") {
       const float simd = vec_dot(t, n, wq.data(), aq.data());
       const float portable = vec_dot_portable(t, n, wq.data(), aq.data());
       CHECK(same_float(simd, portable));
+      // The AVX2 kernels where the CPU has AVX-512 kernels too.
+      host::limit_isa(host::isa::avx2);
+      CHECK(same_float(vec_dot(t, n, wq.data(), aq.data()), portable));
       host::limit_isa(host::isa::scalar);
       CHECK_FALSE(vec_dot_has_simd(t));
       CHECK(same_float(vec_dot(t, n, wq.data(), aq.data()), portable));
@@ -177,6 +180,12 @@ TEST_CASE("matmul_quant is the row-by-row dot product on any thread count") {
     std::vector<float> one(m * rows), two(m * rows);
     REQUIRE(matmul_quant(wq.data(), t, rows, k, a.data(), m, one.data(), 1));
     REQUIRE(matmul_quant(wq.data(), t, rows, k, a.data(), m, two.data(), 2));
+    for (std::size_t i = 0; i < one.size(); ++i)
+      CHECK(same_float(one[i], two[i]));
+    // The AVX2 kernels (token tiles too) where the CPU has AVX-512 ones.
+    host::limit_isa(host::isa::avx2);
+    REQUIRE(matmul_quant(wq.data(), t, rows, k, a.data(), m, two.data(), 1));
+    host::limit_isa(host::isa::avx512);
     for (std::size_t i = 0; i < one.size(); ++i)
       CHECK(same_float(one[i], two[i]));
     if (t == ggml_type::f16)
