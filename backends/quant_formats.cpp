@@ -1717,8 +1717,8 @@ EXO_AVX512_VNNI void dot_q6_k_vnni_tokens(std::size_t nb, const block_q6_k* x,
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i m30 = _mm512_set1_epi8(0x30);
   // 16-bit shift counts: 0 for the low group, 2 for the high one.
-  const __m512i cnt = _mm512_maskz_inserti64x4(
-    0xff, _mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  const __m512i cnt = _mm512_mask_blend_epi16(
+    0xffff0000u, _mm512_setzero_si512(), _mm512_set1_epi16(2));
   __m512i sidx[2][2];
   for (int h = 0; h < 2; ++h)
     for (int kp = 0; kp < 2; ++kp)

@@ -155,22 +155,33 @@ pair_lanes8(const __m128i v[8], __m256i out[4]) {
 /// the sums of each pair of sub-blocks apart).
 constexpr std::size_t rows8_chunk = 32;
 
+/// The 8 lanes of v's low half plus those of its high half.
+__attribute__((target("avx512f"))) inline __m256i fold512(__m512i v) {
+  return _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xff, v, 0),
+                          _mm512_maskz_extracti64x4_epi64(0xff, v, 1));
+}
+
 #define EXO_ROWS8_NAME rows8_avx2
 #define EXO_ROWS8_TARGET __attribute__((target("avx2,fma,f16c")))
 #define EXO_ROWS8_STEP(s, sc, p) \
   _mm256_add_epi32((s), _mm256_madd_epi16((sc), (p)))
+#define EXO_ROWS8_WIDE 0
 #include "backends/quant_repack_rows8.inc"
 #undef EXO_ROWS8_NAME
 #undef EXO_ROWS8_TARGET
 #undef EXO_ROWS8_STEP
+#undef EXO_ROWS8_WIDE
 #define EXO_ROWS8_NAME rows8_vnni
-#define EXO_ROWS8_TARGET \
-  __attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni")))
+#define EXO_ROWS8_TARGET                                                      \
+  __attribute__((                                                             \
+    target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define EXO_ROWS8_STEP(s, sc, p) _mm256_dpwssd_epi32((s), (sc), (p))
+#define EXO_ROWS8_WIDE 1
 #include "backends/quant_repack_rows8.inc"
 #undef EXO_ROWS8_NAME
 #undef EXO_ROWS8_TARGET
 #undef EXO_ROWS8_STEP
+#undef EXO_ROWS8_WIDE
 
 // GCC 12's _mm512_cvtepi32_ps passes _mm512_undefined_ps() as its unused
 // merge operand, which -Wmaybe-uninitialized reports at every use.
