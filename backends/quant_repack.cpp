@@ -720,6 +720,12 @@ bool q4_k_repacked(std::size_t rows) noexcept {
   return rows % 8 == 0;
 }
 
+std::size_t q4_k_pair_tokens(std::size_t m, bool rows_apart) noexcept {
+  if (rows_apart || m < 4 || q4_k_gemm_here() != q4_k_gemm::by_pair)
+    return 0;
+  return m - m % 4;
+}
+
 result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
                                   std::size_t k, const float* a,
                                   std::size_t m, float* out, int threads,
@@ -744,7 +750,7 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
   // m - m % 4 go through its gemm, the others (and single tokens) through
   // its gemv, which steps by super-block everywhere.
   const std::size_t mg = rows_apart || m < 4 ? 0 : m - m % 4;
-  const bool pairs = mg > 0 && q4_k_gemm_here() == q4_k_gemm::by_pair;
+  const bool pairs = q4_k_pair_tokens(m, rows_apart) > 0;
 #ifdef EXO_REPACK_X86
   if (m >= panel_min_tokens && host::have_vnni()) {
     matmul_panels(blocks, rows, nb, q, m, mg, pairs, out, threads);

@@ -44,6 +44,12 @@ q4_k_gemm q4_k_gemm_here() noexcept;
 /// nullopt goes back to the CPU's.
 void set_q4_k_gemm(std::optional<q4_k_gemm> steps) noexcept;
 
+/// How many leading tokens of an m-token batch matmul_q4_k_repacked sums
+/// by pair of sub-blocks: the m - m % 4 its gemm takes (m >= 4) where
+/// q4_k_gemm_here is by_pair, else none (every token by super-block, as
+/// the gemv; also with rows_apart). The GPU kernels take the same count.
+std::size_t q4_k_pair_tokens(std::size_t m, bool rows_apart) noexcept;
+
 /// out[t * rows + r] = dot(row r of W, row t of A) as ggml's repacked Q4_K
 /// kernels compute it: W is rows x k Q4_K (k a multiple of 256), A is m x k
 /// floats rounded to Q8_K per row. As llama.cpp's repacked mul_mat: with

@@ -100,9 +100,10 @@ struct cuda_platform {
   static int launch_matmul_weights(const float* a, const void* w,
                                    weight_type type, float* c,
                                    const matmul_dims& dims, void* scratch,
+                                   std::size_t q4_k_pair_tokens,
                                    cudaStream_t stream) {
     return cuda_kernels::launch_matmul_weights(a, w, type, c, dims, scratch,
-                                               stream);
+                                               q4_k_pair_tokens, stream);
   }
 
   static result<std::shared_ptr<gpu::management_library>> load_telemetry() {

@@ -54,6 +54,7 @@
 #include "backends/gpu_common/launch_geometry.hpp"
 #include "backends/gpu_common/telemetry_loader.hpp"
 #include "backends/host_kernels.hpp"
+#include "backends/quant_repack.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -429,10 +430,13 @@ protected:
     if (scratch_bytes != 0)
       EXO_TRY(check(cudaMallocAsync(&scratch, scratch_bytes, stream_),
                     EXO_GPU_NAME(cudaMallocAsync)));
+    // Q4_K batches step as this machine's llama.cpp build steps them.
     auto st = launch_status("matmul_weights kernel",
                             P::launch_matmul_weights(
                               f32_of(a), ptr_of(*w.buf) + w.offset, type,
-                              f32_of(c), dims, scratch, stream_));
+                              f32_of(c), dims, scratch,
+                              quant::q4_k_pair_tokens(dims.m, dims.rows_apart),
+                              stream_));
     if (scratch != nullptr)
       (void)cudaFreeAsync(scratch, stream_);
     return st;

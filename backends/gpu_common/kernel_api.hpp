@@ -68,6 +68,6 @@ int launch_to_f16(const float* a, std::uint16_t* out, std::size_t count,
 /// (kernel_quant.hpp).
 int launch_matmul_weights(const float* a, const void* w, weight_type type,
                           float* c, const matmul_dims& dims, void* scratch,
-                          void* stream);
+                          std::size_t q4_k_pair_tokens, void* stream);
 
 } // namespace exo::backend::EXO_GPU_KERNEL_NS

@@ -375,19 +375,25 @@ EXO_HD inline float combine_lanes(std::uint32_t type, const float* acc,
 // On x86 llama.cpp repacks Q4_K matrices whose row count is a multiple of 8
 // and sums each row's super-blocks in order (backends/quant_repack.hpp):
 //   acc  = fma(float(isum), d * d8, acc),  accm = fma(float(imin), dmin * d8,
-//   accm),  result acc - accm.
-// The integer sums are exact in any order, so the 8 lanes split isum.
+//   accm),  result acc - accm,
+// one step per super-block, or, for the first tokens of a batch on a CPU
+// whose llama.cpp build is AVX-512 (quant::q4_k_pair_tokens), one per pair
+// of sub-blocks. The integer sums are exact in any order, so the 8 lanes
+// split isum.
 
 /// Whether a Q4_K matrix of `rows` rows is summed the repacked way.
 EXO_HD inline bool q4_k_repacked(std::size_t rows) {
   return rows % 8 == 0;
 }
 
-/// Lane `lane`'s part of the super-block's isum = sum_e scale(e) q(e) y(e).
+/// Lane `lane`'s part of the super-block's isum = sum_e scale(e) q(e) y(e)
+/// over elements c0 .. c1-1 (whole groups of 32: the super-block, or a
+/// pair of sub-blocks 64p .. 64p+63).
 EXO_HD inline int q4_k_lane_isum(const std::uint8_t* b, const act_q8k& y,
-                                 unsigned lane) {
+                                 unsigned lane, unsigned c0 = 0,
+                                 unsigned c1 = 256) {
   int s = 0;
-  for (unsigned c = 0; c < 256; c += 32)
+  for (unsigned c = c0; c < c1; c += 32)
     for (unsigned e = c + 4 * lane; e < c + 4 * lane + 4; ++e) {
       int q, scale;
       kquant_q(quant::ggml_type::q4_k, b, e, q, scale);
@@ -407,7 +413,22 @@ EXO_HD inline int q4_k_imin(const std::uint8_t* b, const act_q8k& y) {
   return total;
 }
 
-/// One super-block's step of the repacked sums.
+/// Pair p's imin = m_2p (bsums[4p] + bsums[4p+1]) + m_2p+1 (bsums[4p+2] +
+/// bsums[4p+3]): the minimums of sub-blocks 2p and 2p + 1.
+EXO_HD inline int q4_k_imin_pair(const std::uint8_t* b, const act_q8k& y,
+                                 unsigned p) {
+  int total = 0;
+  for (unsigned j = 2 * p; j < 2 * p + 2; ++j) {
+    int sc, mn;
+    scale_min_k4(j, b + 4, sc, mn);
+    total += mn * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
+  }
+  return total;
+}
+
+/// One step of the repacked sums: a super-block's (the gemv's, and the
+/// gemm's by_super_block) or a pair of sub-blocks' (the gemm's by_pair,
+/// quant::q4_k_pair_tokens).
 EXO_HD inline void q4_k_repacked_step(const std::uint8_t* b, const act_q8k& y,
                                       int isum, int imin, float& acc,
                                       float& accm) {

@@ -3,6 +3,7 @@
 #include "backends/gpu_common/kernel_math.hpp"
 #include "backends/gpu_common/kernel_quant.hpp"
 #include "backends/gpu_common/launch_geometry.hpp"
+#include "backends/quant_repack.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -205,19 +206,27 @@ void matmul_weights(const float* a, const void* w, weight_type type,
     const std::size_t row_bytes = *weight_row_bytes(type, d.k);
     const std::size_t nb = d.k / weight_block_elements(type);
     if (type == weight_type::q4_k && math::q4_k_repacked(d.n)) {
-      // matvec_q4_k_repacked_kernel
+      // matvec_q4_k_repacked_kernel: the first pair_tokens tokens step by
+      // pair of sub-blocks, the others by super-block.
+      const std::size_t pair_tokens =
+        quant::q4_k_pair_tokens(d.m, d.rows_apart);
       for (std::size_t j = 0; j < d.n; ++j)
         for (std::size_t t = 0; t < d.m; ++t) {
           const auto* y = reinterpret_cast<const math::act_q8k*>(
             act.data() + t * act_row);
+          const unsigned parts = t < pair_tokens ? 4 : 1;
           float acc = 0.0f, accm = 0.0f;
           for (std::size_t i = 0; i < nb; ++i) {
             const std::uint8_t* b = wb + j * row_bytes + i * 144;
-            int isum = 0;
-            for (unsigned l = 0; l < math::dot_lanes; ++l)
-              isum += math::q4_k_lane_isum(b, y[i], l);
-            math::q4_k_repacked_step(b, y[i], isum, math::q4_k_imin(b, y[i]),
-                                     acc, accm);
+            for (unsigned p = 0; p < parts; ++p) {
+              const unsigned c0 = 256 / parts * p, c1 = c0 + 256 / parts;
+              int isum = 0;
+              for (unsigned l = 0; l < math::dot_lanes; ++l)
+                isum += math::q4_k_lane_isum(b, y[i], l, c0, c1);
+              const int imin = parts == 1 ? math::q4_k_imin(b, y[i])
+                                          : math::q4_k_imin_pair(b, y[i], p);
+              math::q4_k_repacked_step(b, y[i], isum, imin, acc, accm);
+            }
           }
           c[t * d.n + j] = acc - accm;
         }

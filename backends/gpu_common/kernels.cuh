@@ -297,16 +297,19 @@ __global__ void matvec_lanes_kernel(const std::uint8_t* w, const void* act,
 /// Q4_K matrices of a multiple of 8 rows, summed as llama.cpp's repacked
 /// kernels sum them (math::q4_k_repacked_step): per chunk of 8 super-blocks
 /// the 8 lanes of a row split the integer sums, then the row's first lane
-/// runs the float steps in order.
+/// runs the float steps in order, one per super-block, or one per pair of
+/// sub-blocks for the first pair_tokens tokens (quant::q4_k_pair_tokens).
 __global__ void matvec_q4_k_repacked_kernel(const std::uint8_t* w,
                                             const void* act, float* c,
                                             std::size_t mm, std::size_t nn,
                                             std::size_t nb,
-                                            std::size_t act_row) {
+                                            std::size_t act_row,
+                                            std::size_t pair_tokens) {
   constexpr unsigned rows = gpu::lanes_rows_per_block;
   constexpr unsigned chunk = m::dot_lanes;
+  constexpr unsigned pairs = 4; // pairs of sub-blocks in a super-block
   constexpr std::size_t bb = 144; // bytes of a Q4_K block
-  __shared__ int part[rows * m::dot_lanes * chunk];
+  __shared__ int part[rows * m::dot_lanes * chunk * pairs];
   const unsigned lane = threadIdx.x % m::dot_lanes;
   const auto* ab = static_cast<const std::uint8_t*>(act);
   for (std::size_t j0 = static_cast<std::size_t>(blockIdx.x) * rows; j0 < nn;
@@ -315,22 +318,31 @@ __global__ void matvec_q4_k_repacked_kernel(const std::uint8_t* w,
     const std::uint8_t* wr = w + j * nb * bb;
     for (std::size_t t = 0; t < mm; ++t) {
       const auto* y = reinterpret_cast<const m::act_q8k*>(ab + t * act_row);
+      const unsigned parts = t < pair_tokens ? pairs : 1;
       float acc = 0.0f, accm = 0.0f;
       for (std::size_t i0 = 0; i0 < nb; i0 += chunk) {
         for (unsigned k = 0; k < chunk; ++k)
-          part[threadIdx.x * chunk + k]
-            = j < nn && i0 + k < nb
-                ? m::q4_k_lane_isum(wr + (i0 + k) * bb, y[i0 + k], lane)
-                : 0;
+          for (unsigned p = 0; p < parts; ++p) {
+            const unsigned c0 = 256 / parts * p;
+            part[(threadIdx.x * chunk + k) * pairs + p]
+              = j < nn && i0 + k < nb
+                  ? m::q4_k_lane_isum(wr + (i0 + k) * bb, y[i0 + k], lane,
+                                      c0, c0 + 256 / parts)
+                  : 0;
+          }
         __syncthreads();
         if (lane == 0 && j < nn)
           for (unsigned k = 0; k < chunk && i0 + k < nb; ++k) {
-            int isum = 0;
-            for (unsigned l = 0; l < m::dot_lanes; ++l)
-              isum += part[(threadIdx.x + l) * chunk + k];
             const std::uint8_t* b = wr + (i0 + k) * bb;
-            m::q4_k_repacked_step(b, y[i0 + k], isum,
-                                  m::q4_k_imin(b, y[i0 + k]), acc, accm);
+            for (unsigned p = 0; p < parts; ++p) {
+              int isum = 0;
+              for (unsigned l = 0; l < m::dot_lanes; ++l)
+                isum += part[((threadIdx.x + l) * chunk + k) * pairs + p];
+              const int imin = parts == 1
+                                 ? m::q4_k_imin(b, y[i0 + k])
+                                 : m::q4_k_imin_pair(b, y[i0 + k], p);
+              m::q4_k_repacked_step(b, y[i0 + k], isum, imin, acc, accm);
+            }
           }
         __syncthreads();
       }
@@ -481,7 +493,7 @@ int launch_to_f16(const float* a, std::uint16_t* out, std::size_t count,
 
 int launch_matmul_weights(const float* a, const void* w, weight_type type,
                           float* c, const matmul_dims& d, void* scratch,
-                          void* stream) {
+                          std::size_t q4_k_pair_tokens, void* stream) {
   const auto format = m::act_format_of(ggml_type_id(type));
   if (format != m::act_format::none) {
     auto g = gpu::lanes_launch(d);
@@ -496,7 +508,7 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
     if (type == weight_type::q4_k && m::q4_k_repacked(d.n)) {
       matvec_q4_k_repacked_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
         static_cast<const std::uint8_t*>(w), scratch, c, d.m, d.n, d.k / wb,
-        d.k / be * m::act_block_bytes(format));
+        d.k / be * m::act_block_bytes(format), q4_k_pair_tokens);
       return last_error();
     }
     matvec_lanes_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(

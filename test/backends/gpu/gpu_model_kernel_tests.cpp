@@ -10,6 +10,7 @@
 #include "backends/gpu_common/kernel_reference.hpp"
 #include "backends/gpu_common/launch_geometry.hpp"
 #include "backends/host_kernels.hpp"
+#include "backends/quant_repack.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -174,17 +175,26 @@ TEST_CASE("the quantized product kernels give the CPU engine's bits") {
   // -- llama.cpp's x86 arithmetic -- bit for bit: on ggml's quantized
   // weights, on arbitrary bytes with finite scales, and on activations with
   // an all-zero block, ties and a large range.
+  // Q4_K batches in both orders of llama.cpp's repacked gemm (by pair of
+  // sub-blocks for the first m - m % 4 tokens on AVX-512 builds, by
+  // super-block on AVX2 ones), whichever this CPU has; rows_apart: every
+  // token by super-block.
   std::mt19937 rng{57};
   std::uniform_int_distribution<int> byte{0, 255};
   std::size_t compared = 0;
+  for (auto order : {quant::q4_k_gemm::by_super_block,
+                     quant::q4_k_gemm::by_pair})
   for (weight_type t : all_weight_types) {
     if (math::act_format_of(ggml_type_id(t)) == math::act_format::none)
       continue;
+    quant::set_q4_k_gemm(order);
     // n = 16: Q4_K the repacked way (a multiple of 8 rows), as llama.cpp.
     for (matmul_dims d : {matmul_dims{1, 13, 256, true},
                           matmul_dims{3, 7, 512, true},
                           matmul_dims{7, 5, 768, true},
-                          matmul_dims{2, 16, 512, true}}) {
+                          matmul_dims{2, 16, 512, true},
+                          matmul_dims{6, 16, 512, true},
+                          matmul_dims{5, 8, 256, true, true}}) {
       for (int variant = 0; variant < 3; ++variant) {
         INFO(to_string(t) << " m=" << d.m << " k=" << d.k << " variant "
                           << variant);
@@ -227,7 +237,8 @@ TEST_CASE("the quantized product kernels give the CPU engine's bits") {
       }
     }
   }
-  CHECK(compared == 10 * 3 * (13 + 21 + 35 + 32));
+  quant::set_q4_k_gemm(std::nullopt);
+  CHECK(compared == 2 * 10 * 3 * (13 + 21 + 35 + 32 + 96 + 40));
 }
 
 TEST_CASE("the kernels decode ggml's other formats as its to_float does, "
