@@ -310,6 +310,11 @@ std::shared_ptr<gguf_file> gguf_file::open(const std::string& path) {
       ::close(fd);
       throw gguf_error("cannot map '" + path + "': " + std::strerror(err));
     }
+    // Huge pages for the weights where the kernel can: pages read through
+    // this mapping come in 2 MiB folios and are mapped by one TLB entry
+    // each (a decode step streams every weight; with 4 KiB pages, walks and
+    // faults cost a third of a 1B model's step on a VM). Advice only.
+    (void) ::madvise(p, f->size_, MADV_HUGEPAGE);
     f->mapping_ = p;
     f->base_ = static_cast<const uint8_t*>(p);
   }
