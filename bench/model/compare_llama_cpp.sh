@@ -9,6 +9,9 @@
 # 32/8 heads, vocabulary 128256: issue 19's speed targets; ~2 minutes to
 # make each) and PROMPT_FILE=F takes the timed prompt from F (a 512-token
 # prompt for the targets; the default is the 83-token PROMPT_LONG).
+# DROP_CACHES=1 (root) drops the page cache after making each file, so
+# that its pages are read back in huge folios (docs/benchmarks.md,
+# 2026-11-29, later).
 # PIN="taskset -c 0" runs both engines' one-thread runs under that prefix:
 # on a shared VM unpinned one-thread decode figures swing 1.5x with the CPU
 # each engine lands on (docs/benchmarks.md, 2026-11-29).
@@ -80,6 +83,14 @@ for type in ${SPEED_TYPES:-f16 q8_0 f32}; do
   # shellcheck disable=SC2086
   "$EXO_MODEL" make-test --out "$m" --type "$type" $SHAPE_ARGS --seed 1 \
     >/dev/null
+  if [ -n "${DROP_CACHES:-}" ]; then
+    # A file just written sits in the page cache in small folios; read
+    # again through exo's MADV_HUGEPAGE mapping it comes in 2 MiB ones, as
+    # a model file read after a reboot does (both engines then map those).
+    sync
+    echo 1 >/proc/sys/vm/drop_caches
+    "$EXO_MODEL" run --model "$m" --prompt hi -n 1 >/dev/null
+  fi
   for threads in 1 2; do
     best=(0 0 0 0)
     same=yes
