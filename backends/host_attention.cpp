@@ -464,6 +464,15 @@ template <class KV> inline void prefetch_row(const KV* p, std::size_t n) {
     __builtin_prefetch(b + i);
 }
 
+/// A cache row of 16 * NV values widened into NV registers.
+template <int NV, class KV>
+__attribute__((target("avx512f"))) inline void
+load_row_avx512(const KV* p, __m512 (&row)[NV]) {
+#pragma GCC unroll 16
+  for (int j = 0; j < NV; ++j)
+    row[j] = load_half_avx512(p + 16 * j);
+}
+
 /// Cells per step of cells_heads_avx512.
 constexpr std::size_t cells_step = 16;
 
@@ -503,9 +512,7 @@ cells_heads_avx512(const float* qh, std::size_t q_step, const KV* k,
       if (b0 + c + 8 < c1)
         prefetch_row(v + (b0 + c + 8) * stride, NV * 16);
       __m512 row[NV];
-#pragma GCC unroll 16
-      for (int j = 0; j < NV; ++j)
-        row[j] = load_half_avx512(k + (b0 + c) * stride + 16 * j);
+      load_row_avx512<NV>(k + (b0 + c) * stride, row);
 #pragma GCC unroll 16
       for (int h = 0; h < H; ++h) {
         const float* q = qh + static_cast<std::size_t>(h) * q_step;
@@ -544,9 +551,7 @@ cells_heads_avx512(const float* qh, std::size_t q_step, const KV* k,
       }
     for (std::size_t c = 0; c < n; ++c) {
       __m512 row[NV];
-#pragma GCC unroll 16
-      for (int j = 0; j < NV; ++j)
-        row[j] = load_half_avx512(v + (b0 + c) * stride + 16 * j);
+      load_row_avx512<NV>(v + (b0 + c) * stride, row);
 #pragma GCC unroll 16
       for (int h = 0; h < H; ++h) {
         if (ms[h][c] != 1.0f) {

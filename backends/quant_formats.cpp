@@ -1623,6 +1623,19 @@ EXO_AVX2 float dot_q5_k_avx2(std::size_t nb, const block_q5_k* x,
   return hsum8_avx2(acc) + summs;
 }
 
+/// The end of a Q6_K block for one token, as ggml's AVX2 vec_dot ends it:
+/// the 8 integer lanes (scale x q x y, q unsigned 0..63) less 32 x the
+/// scaled activation sums (the weights' offset of 32), then one fused step
+/// of the float lanes by d8 * d.
+EXO_AVX2 inline __m256 q6_k_block_end(__m256i sumi, __m256i sc16,
+                                      const block_q8_k& y, float dw,
+                                      __m256 acc) {
+  const __m256i s = _mm256_sub_epi32(
+      sumi, _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(y.bsums)), 5));
+  const float d = y.d * dw;
+  return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc);
+}
+
 /// One Q6_K row against NT rows of activations at once, each token summed
 /// exactly as ggml's vec_dot_q6_K_q8_K sums it (the same bits): the
 /// weights are unpacked once per group of 32 for all NT tokens.
@@ -1669,15 +1682,9 @@ EXO_AVX2 void dot_q6_k_avx2_tokens(std::size_t nb, const block_q6_k* x,
       }
     }
     const float dw = h2f_avx2(x[i].d);
-    for (int t = 0; t < NT; ++t) {
-      const __m256i s = _mm256_sub_epi32(
-          _mm256_add_epi32(sumi[t][0], sumi[t][1]),
-          _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(y[t][i].bsums)),
-                            5));
-      const float d = y[t][i].d * dw;
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s),
-                               acc[t]);
-    }
+    for (int t = 0; t < NT; ++t)
+      acc[t] = q6_k_block_end(_mm256_add_epi32(sumi[t][0], sumi[t][1]), sc16,
+                              y[t][i], dw, acc[t]);
   }
   for (int t = 0; t < NT; ++t)
     out[t] = hsum8_avx2(acc[t]);
@@ -1765,13 +1772,7 @@ EXO_AVX512_VNNI void dot_q6_k_vnni_tokens(std::size_t nb, const block_q6_k* x,
       const __m256i folded =
         _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xff, s2, 0),
                          _mm512_maskz_extracti64x4_epi64(0xff, s2, 1));
-      const __m256i s = _mm256_sub_epi32(
-          folded,
-          _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(y[t][i].bsums)),
-                            5));
-      const float d = y[t][i].d * dw;
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s),
-                               acc[t]);
+      acc[t] = q6_k_block_end(folded, sc16, y[t][i], dw, acc[t]);
     }
   }
   for (int t = 0; t < NT; ++t)
