@@ -607,11 +607,13 @@ cells_heads_fn<KV> cells_heads_kernel(std::size_t hd, std::size_t heads) {
   return nullptr;
 }
 
-/// How many heads of head_dim hd one kernel call takes.
+/// How many heads of head_dim hd one kernel call takes: the most
+/// cells_heads_kernel has a kernel for (1 without one).
 std::size_t heads_per_block(std::size_t hd) {
-  if (!use_avx512())
-    return 1;
-  return hd == 64 ? 4 : hd == 128 ? 2 : 1;
+  std::size_t h = 4;
+  while (h > 1 && !cells_heads_kernel<float>(hd, h))
+    --h;
+  return h;
 }
 
 /// `heads` query heads sharing a KV head (qh: their queries rounded to
@@ -638,12 +640,14 @@ std::size_t llama_kv_length(std::size_t n_pos) {
   return (n_pos + 255) / 256 * 256;
 }
 
-/// Scratch of one block of up to `block` heads.
+/// Scratch of one block of up to `block` heads (st: one chunk's states;
+/// run: the split-KV merge's running states).
 struct heads_scratch {
   std::vector<float> qh, acc, fin;
-  std::vector<softmax_state> st;
+  std::vector<softmax_state> st, run;
   heads_scratch(std::size_t block, std::size_t hd)
-      : qh(block * hd), acc(block * hd), fin(block * hd), st(block) {}
+      : qh(block * hd), acc(block * hd), fin(block * hd), st(block),
+        run(block) {}
 };
 
 /// One query row's heads (q: `heads` heads, hd apart, sharing k and v) as
@@ -683,7 +687,8 @@ void split_kv_rows(const chunk_kernels<KV>& kf, const float* q,
   const std::size_t n_kv = llama_kv_length(n_pos);
   const std::size_t chunk = (n_kv + splits - 1) / splits;
   std::fill(sc.fin.begin(), sc.fin.begin() + heads * hd, 0.0f);
-  std::vector<softmax_state> run(heads, softmax_state{-inf, 0.0f});
+  auto& run = sc.run;
+  std::fill(run.begin(), run.begin() + heads, softmax_state{});
   for (std::size_t c0 = 0; c0 < n_kv && c0 < n_pos; c0 += chunk) {
     const std::size_t c1 = std::min(c0 + chunk, n_pos);
     one_chunk_heads(kf, sc.qh.data(), heads, k, v, c0, c1, hd, stride, scale,

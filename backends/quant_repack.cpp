@@ -748,9 +748,10 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
   const auto* blocks = static_cast<const block_q4_k*>(w);
   // llama.cpp's repacked mul_mat: with 4 tokens or more, the first
   // m - m % 4 go through its gemm, the others (and single tokens) through
-  // its gemv, which steps by super-block everywhere.
-  const std::size_t mg = rows_apart || m < 4 ? 0 : m - m % 4;
-  const bool pairs = q4_k_pair_tokens(m, rows_apart) > 0;
+  // its gemv, which steps by super-block everywhere. Only an AVX-512
+  // build's gemm steps otherwise (by pair): tokens [0, mg) here.
+  const std::size_t mg = q4_k_pair_tokens(m, rows_apart);
+  const bool pairs = mg > 0;
 #ifdef EXO_REPACK_X86
   if (m >= panel_min_tokens && host::have_vnni()) {
     matmul_panels(blocks, rows, nb, q, m, mg, pairs, out, threads);
