@@ -55,11 +55,16 @@ std::optional<backend_kind> parse_backend_kind(const std::string& name) {
 }
 
 const char* to_string(kv_type t) noexcept {
-  return t == kv_type::f16 ? "f16" : "f32";
+  switch (t) {
+    case kv_type::f32: return "f32";
+    case kv_type::f16: return "f16";
+    case kv_type::q8_0: return "q8_0";
+  }
+  return "unknown";
 }
 
 std::optional<kv_type> parse_kv_type(const std::string& name) {
-  for (auto t : {kv_type::f32, kv_type::f16})
+  for (auto t : {kv_type::f32, kv_type::f16, kv_type::q8_0})
     if (name == to_string(t))
       return t;
   return std::nullopt;
@@ -427,18 +432,20 @@ status device::rope(mut_view x, const_view positions,
 
 status device::attention(const_view q, const_view k, const_view v,
                          mut_view out, const attention_dims& dims) {
-  const auto kind = dims.kv == kv_type::f16 ? op_kind::attention_f16
-                                             : op_kind::attention;
-  if (dims.kv != kv_type::f32 && dims.kv != kv_type::f16)
+  if (dims.kv != kv_type::f32 && dims.kv != kv_type::f16
+      && dims.kv != kv_type::q8_0)
     return fail(errc::invalid_argument, "attention: unknown KV cache type");
+  const auto kind = dims.kv == kv_type::f16    ? op_kind::attention_f16
+                    : dims.kv == kv_type::q8_0 ? op_kind::attention_q8_0
+                                               : op_kind::attention;
   auto sz = host::check_attention(dims);
   if (!sz)
     return sz.err();
-  const auto kv_align = kv_value_bytes(dims.kv);
+  const auto kv_alignment = exo::backend::kv_align(dims.kv);
   EXO_TRY(check_view(kind, "q", q.buf, q.offset, q.limit, sz->q, 4, false));
-  EXO_TRY(check_view(kind, "k", k.buf, k.offset, k.limit, sz->kv, kv_align,
+  EXO_TRY(check_view(kind, "k", k.buf, k.offset, k.limit, sz->kv, kv_alignment,
                      false));
-  EXO_TRY(check_view(kind, "v", v.buf, v.offset, v.limit, sz->kv, kv_align,
+  EXO_TRY(check_view(kind, "v", v.buf, v.offset, v.limit, sz->kv, kv_alignment,
                      false));
   EXO_TRY(check_view(kind, "out", out.buf, out.offset, out.limit, sz->q, 4,
                      true));
@@ -491,6 +498,42 @@ status device::to_f16(const_view a, mut_view out, std::size_t count) {
                      2, true));
   EXO_TRY(disjoint(kind, a, *bytes, out, half_bytes));
   return do_to_f16(a, out, count);
+}
+
+status device::to_q8_0(const_view a, mut_view out, std::size_t count) {
+  constexpr auto kind = op_kind::to_q8_0;
+  auto bytes = count_bytes(kind, count);
+  if (!bytes)
+    return bytes.err();
+  if (count % 32 != 0)
+    return fail(errc::invalid_argument,
+                "to_q8_0: count " + std::to_string(count)
+                  + " is not a multiple of 32 (whole Q8_0 blocks)");
+  const auto q_bytes = kv_bytes_of(kv_type::q8_0, count);
+  EXO_TRY(check_view(kind, "a", a.buf, a.offset, a.limit, *bytes, 4, false));
+  EXO_TRY(check_view(kind, "out", out.buf, out.offset, out.limit, q_bytes,
+                     2, true));
+  EXO_TRY(disjoint(kind, a, *bytes, out, q_bytes));
+  return do_to_q8_0(a, out, count);
+}
+
+status device::hadamard(const_view a, mut_view out, std::size_t count,
+                        std::size_t n) {
+  constexpr auto kind = op_kind::hadamard;
+  auto bytes = count_bytes(kind, count);
+  if (!bytes)
+    return bytes.err();
+  if (n < 2 || n > 4096 || (n & (n - 1)) != 0 || count % n != 0)
+    return fail(errc::invalid_argument,
+                "hadamard: n " + std::to_string(n)
+                  + " must be a power of two in [2, 4096] dividing count "
+                  + std::to_string(count));
+  EXO_TRY(check_view(kind, "a", a.buf, a.offset, a.limit, *bytes, 4, false));
+  EXO_TRY(check_view(kind, "out", out.buf, out.offset, out.limit, *bytes, 4,
+                     true));
+  if (!(a.buf == out.buf && a.offset == out.offset))
+    EXO_TRY(disjoint(kind, a, *bytes, out, *bytes));
+  return do_hadamard(out, a, count, n);
 }
 
 // -- compute: host fallbacks -------------------------------------------------
@@ -585,6 +628,11 @@ status device::do_attention(const_view q, const_view k, const_view v,
     EXO_TRY(read(*k.buf, k.offset, hk.data(), sz->kv));
     EXO_TRY(read(*v.buf, v.offset, hv.data(), sz->kv));
     host::attention(hq.data(), hk.data(), hv.data(), ho.data(), dims, 1);
+  } else if (dims.kv == kv_type::q8_0) {
+    std::vector<host::block_q8_0> hk(sz->kv / 34), hv(sz->kv / 34);
+    EXO_TRY(read(*k.buf, k.offset, hk.data(), sz->kv));
+    EXO_TRY(read(*v.buf, v.offset, hv.data(), sz->kv));
+    host::attention(hq.data(), hk.data(), hv.data(), ho.data(), dims, 1);
   } else {
     std::vector<float> hk, hv;
     EXO_TRY(fetch(*this, k, sz->kv, hk));
@@ -600,6 +648,22 @@ status device::do_to_f16(const_view a, mut_view out, std::size_t count) {
   std::vector<std::uint16_t> ho(count);
   host::to_f16(ha.data(), ho.data(), count);
   return write(*out.buf, out.offset, ho.data(), count * 2);
+}
+
+status device::do_to_q8_0(const_view a, mut_view out, std::size_t count) {
+  std::vector<float> ha;
+  EXO_TRY(fetch(*this, a, count * sizeof(float), ha));
+  std::vector<host::block_q8_0> ho(count / 32);
+  host::quantize_q8_0_activations(ha.data(), ho.data(), count);
+  return write(*out.buf, out.offset, ho.data(), ho.size() * 34);
+}
+
+status device::do_hadamard(mut_view out, const_view a, std::size_t count,
+                           std::size_t n) {
+  std::vector<float> ha;
+  EXO_TRY(fetch(*this, a, count * sizeof(float), ha));
+  host::hadamard(ha.data(), ha.data(), count, n);
+  return write(*out.buf, out.offset, ha.data(), count * sizeof(float));
 }
 
 status device::do_silu_mul(const_view gate, const_view up, mut_view out,
@@ -725,15 +789,22 @@ status run(device& dev, const op_call& call) {
                        call.kind == op_kind::rope_neox});
     case op_kind::attention:
     case op_kind::attention_f16:
+    case op_kind::attention_q8_0:
       return dev.attention(in[0], in[1], in[2], call.output,
                            {d[0], d[1], d[2], d[3], d[4], d[5], s0,
                             call.kind == op_kind::attention_f16
                               ? kv_type::f16
+                            : call.kind == op_kind::attention_q8_0
+                              ? kv_type::q8_0
                               : kv_type::f32});
     case op_kind::silu_mul:
       return dev.silu_mul(in[0], in[1], call.output, d[0]);
     case op_kind::to_f16:
       return dev.to_f16(in[0], call.output, d[0]);
+    case op_kind::to_q8_0:
+      return dev.to_q8_0(in[0], call.output, d[0]);
+    case op_kind::hadamard:
+      return dev.hadamard(in[0], call.output, d[0], d[1]);
   }
   return fail(errc::unsupported, "unknown operation "
                                    + std::to_string(to_wire(call.kind)));

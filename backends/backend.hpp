@@ -283,18 +283,38 @@ struct rope_dims {
 };
 
 /// How a KV cache stores its keys and values.
-///   f16: IEEE half, 2 bytes per value (llama.cpp's default cache type, and
-///        exo's: device_stage_options::kv);
-///   f32: 4 bytes per value, rounded to half where attention reads it, so
-///        both types give the same bits (f16 holds exactly those halves).
-enum class kv_type : std::uint8_t { f32, f16 };
+///   f16:  IEEE half, 2 bytes per value (llama.cpp's default cache type, and
+///         exo's: device_stage_options::kv);
+///   f32:  4 bytes per value, rounded to half where attention reads it, so
+///         both types give the same bits (f16 holds exactly those halves);
+///   q8_0: ggml's Q8_0 blocks (32 values in 34 bytes: a half scale and 32
+///         signed bytes), llama.cpp's `--cache-type-k/-v q8_0`: rows
+///         quantized as llama.cpp's x86 CPU backend quantizes them (to_q8_0),
+///         attention as its flash attention computes over such a cache.
+///         Rows must be whole blocks: head_dim a multiple of 32.
+enum class kv_type : std::uint8_t { f32, f16, q8_0 };
 
 const char* to_string(kv_type t) noexcept;
 std::optional<kv_type> parse_kv_type(const std::string& name);
 
-/// Bytes of one stored K or V value.
-constexpr std::size_t kv_value_bytes(kv_type t) noexcept {
-  return t == kv_type::f16 ? 2 : 4;
+/// Values per block of a KV cache type (32 for q8_0, else 1) and bytes of
+/// one block.
+constexpr std::size_t kv_block_values(kv_type t) noexcept {
+  return t == kv_type::q8_0 ? 32 : 1;
+}
+constexpr std::size_t kv_block_bytes(kv_type t) noexcept {
+  return t == kv_type::q8_0 ? 34 : t == kv_type::f16 ? 2 : 4;
+}
+
+/// Bytes of `values` stored K or V values (a multiple of
+/// kv_block_values(t)).
+constexpr std::uint64_t kv_bytes_of(kv_type t, std::uint64_t values) noexcept {
+  return values / kv_block_values(t) * kv_block_bytes(t);
+}
+
+/// The alignment a view of a cache of type t needs (its scalars' size).
+constexpr std::size_t kv_align(kv_type t) noexcept {
+  return t == kv_type::f32 ? 4 : 2;
 }
 
 /// Causal grouped-query attention of `n_tokens` query rows at positions
@@ -303,17 +323,23 @@ constexpr std::size_t kv_value_bytes(kv_type t) noexcept {
 ///   k, v:   cache rows 0 .. pos0 + n_tokens - 1, each row `kv_stride`
 ///           values apart (kv_stride >= n_kv_heads * head_dim), holding
 ///           n_kv_heads heads of head_dim, stored as `kv` says (f32 at
-///           offsets that are multiples of 4, f16 of 2). The caller has
-///           written the rows of the new tokens before (ordering rule 4):
-///           an f16 cache's with to_f16.
+///           offsets that are multiples of 4, f16 and q8_0 of 2; a q8_0
+///           cache's kv_stride and head_dim are multiples of 32). The
+///           caller has written the rows of the new tokens before
+///           (ordering rule 4): an f16 cache's with to_f16, a q8_0 cache's
+///           with to_q8_0.
 /// Query row t, head h attends to cache rows 0 .. pos0 + t of KV head
 /// h / (n_heads / n_kv_heads): out = softmax(scale * q.k) . v, where every
 /// K and V value is the nearest half (ties to even) of what was written,
 /// as llama.cpp's F16 KV cache holds it: an f16 cache holds those halves,
 /// an f32 cache is rounded where read, so both give the same results and
-/// every backend sees the same keys and values. The cpu and sim devices
-/// compute llama.cpp's CPU flash attention bit for bit (host::attention);
-/// GPU kernels sum in F32.
+/// every backend sees the same keys and values. A q8_0 cache holds Q8_0
+/// blocks, and its attention is llama.cpp's flash attention over them: each
+/// query head quantized to Q8_0, scores by ggml_vec_dot_q8_0_q8_0, V rows
+/// decoded to f32 and summed with fused multiply-adds in an f32 accumulator.
+/// The cpu and sim devices compute llama.cpp's CPU flash attention bit for
+/// bit (host::attention); GPU kernels sum in F32 (their q8_0 attention runs
+/// on the host: device::do_attention).
 struct attention_dims {
   std::size_t n_tokens = 0;
   std::size_t pos0 = 0;
@@ -434,6 +460,16 @@ public:
   /// IEEE half, i < count > 0: the rows of an f16 KV cache. a is f32 at a
   /// multiple of 4, out at a multiple of 2; they do not overlap.
   status to_f16(const_view a, mut_view out, std::size_t count);
+  /// out = a (count f32, a multiple of 32) as Q8_0 blocks, quantized as
+  /// llama.cpp's x86 CPU backend quantizes rows into a q8_0 KV cache
+  /// (host::quantize_q8_0_activations): count / 32 blocks of 34 bytes.
+  status to_q8_0(const_view a, mut_view out, std::size_t count);
+  /// out = a with every run of n values (n a power of two, 2 <= n <=
+  /// 4096, count a multiple of n) rotated by the orthonormal
+  /// Walsh-Hadamard matrix of order n, as ggml's CPU backend computes a
+  /// product with such a matrix (host::hadamard). out may be a.
+  status hadamard(const_view a, mut_view out, std::size_t count,
+                  std::size_t n);
 
   // telemetry
   virtual telemetry read_telemetry() = 0;
@@ -467,6 +503,9 @@ protected:
   virtual status do_silu_mul(const_view gate, const_view up, mut_view out,
                              std::size_t count);
   virtual status do_to_f16(const_view a, mut_view out, std::size_t count);
+  virtual status do_to_q8_0(const_view a, mut_view out, std::size_t count);
+  virtual status do_hadamard(mut_view out, const_view a, std::size_t count,
+                             std::size_t n);
 
   /// Checks that `buf` belongs to this device and [offset, offset + bytes)
   /// lies inside it.

@@ -9,6 +9,7 @@
 #include "backends/host_kernels.hpp"
 #include "backends/host_parallel.hpp"
 #include "backends/host_reduce.hpp"
+#include "backends/quant_formats.hpp"
 
 #include <immintrin.h>
 
@@ -1004,7 +1005,137 @@ void attention_chunked(const float* q, const KV* k, const KV* v, float* out,
     });
 }
 
+// -- one_chunk over a Q8_0 cache ----------------------------------------------
+//
+// ggml_compute_forward_flash_attn_ext_f16_one_chunk with K and V of type
+// Q8_0: Q quantized by the CPU backend's quantize_row_q8_0 (vec_dot_type of
+// Q8_0), s = ggml_vec_dot_q8_0_q8_0, the V row decoded by
+// dequantize_row_q8_0 (q * d, one rounding) and added by ggml_vec_mad_f32
+// (fused multiply-adds; GCC contracts its leftovers the same way) into an
+// f32 accumulator that ggml_vec_scale_f32 rescales by plain products.
+
+/// acc[i] = fma(x[i], w, acc[i]) for n values (the same bits on every path).
+void mad_f32_scalar(float* acc, const float* x, float w, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    acc[i] = std::fma(x[i], w, acc[i]);
+}
+
+__attribute__((target("avx2,fma"))) void
+mad_f32_avx2(float* acc, const float* x, float w, std::size_t n) {
+  const __m256 wv = _mm256_set1_ps(w);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), wv,
+                                              _mm256_loadu_ps(acc + i)));
+  mad_f32_scalar(acc + i, x + i, w, n - i);
+}
+
+__attribute__((target("avx512f"))) void
+mad_f32_avx512(float* acc, const float* x, float w, std::size_t n) {
+  const __m512 wv = _mm512_set1_ps(w);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(_mm512_loadu_ps(x + i), wv,
+                                              _mm512_loadu_ps(acc + i)));
+  mad_f32_scalar(acc + i, x + i, w, n - i);
+}
+
+/// ggml's dequantize_row_q8_0 of `nb` blocks: y = q * d.
+void decode_q8_0(const block_q8_0* b, float* y, std::size_t nb) {
+  for (std::size_t i = 0; i < nb; ++i) {
+    const float d = f16_to_f32(b[i].d);
+    for (std::size_t j = 0; j < 32; ++j)
+      y[i * 32 + j] = static_cast<float>(b[i].qs[j]) * d;
+  }
+}
+
+/// Scratch of one (token, head) job over a Q8_0 cache.
+struct q8_scratch {
+  std::vector<block_q8_0> qq; ///< the query head as Q8_0
+  std::vector<float> v32, acc;
+  explicit q8_scratch(std::size_t hd) : qq(hd / 32), v32(hd), acc(hd) {}
+};
+
+/// One query head q (hd floats) over cache rows 0 .. n_pos-1 of k and v
+/// (its KV head's blocks, `stride` blocks apart): out = the head's output.
+void one_chunk_q8_0(const float* q, const block_q8_0* k, const block_q8_0* v,
+                    std::size_t n_pos, std::size_t hd, std::size_t stride,
+                    float scale, q8_scratch& sc, float* out) {
+  const std::size_t nb = hd / 32;
+  auto mad = use_avx512() ? mad_f32_avx512
+             : use_avx2() ? mad_f32_avx2
+                          : mad_f32_scalar;
+  quantize_q8_0_activations(q, sc.qq.data(), hd);
+  float* acc = sc.acc.data();
+  std::fill(acc, acc + hd, 0.0f);
+  float S = 0.0f;
+  float M = -inf;
+  for (std::size_t ic = 0; ic < n_pos; ++ic) {
+    float s = quant::vec_dot(quant::ggml_type::q8_0, hd, k + ic * stride,
+                             sc.qq.data());
+    s = s * scale;
+    s += 0.0f; // the mask of a visible cell
+    const float m_old = M;
+    float ms = 1.0f;
+    float vs = 1.0f;
+    if (s > M) {
+      M = s;
+      ms = std::exp(m_old - M);
+      for (std::size_t d = 0; d < hd; ++d)
+        acc[d] = acc[d] * ms;
+    } else {
+      vs = std::exp(s - M);
+    }
+    decode_q8_0(v + ic * stride, sc.v32.data(), nb);
+    mad(acc, sc.v32.data(), vs, hd);
+    const float scaled = S * ms; // two roundings, as one_chunk_cells
+    S = scaled + vs;
+  }
+  const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
+  for (std::size_t d = 0; d < hd; ++d)
+    out[d] = acc[d] * s_inv;
+}
+
 } // namespace
+
+void hadamard(const float* x, float* y, std::size_t count,
+              std::size_t n) noexcept {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(n));
+  for (std::size_t r = 0; r < count; r += n) {
+    const float* src = x + r;
+    float* dst = y + r;
+    for (std::size_t j = 0; j < n; ++j)
+      dst[j] = src[j] * scale;
+    for (std::size_t len = 1; len < n; len <<= 1)
+      for (std::size_t i = 0; i < n; i += 2 * len)
+        for (std::size_t j = 0; j < len; ++j) {
+          const float u = dst[i + j];
+          const float v = dst[i + len + j];
+          dst[i + j] = u + v;
+          dst[i + len + j] = u - v;
+        }
+  }
+}
+
+void attention(const float* q, const block_q8_0* k, const block_q8_0* v,
+               float* out, const attention_dims& d, int threads) noexcept {
+  const std::size_t hd = d.head_dim;
+  const std::size_t group = d.n_heads / d.n_kv_heads;
+  const std::size_t row = d.n_heads * hd;
+  const std::size_t stride = d.kv_stride / 32; // blocks between cache rows
+  const long jobs = static_cast<long>(d.n_tokens * d.n_heads);
+  for_each_job(
+    jobs, std::max(1, threads), [&] { return q8_scratch(hd); },
+    [&](long job, q8_scratch& sc) {
+      const auto uj = static_cast<std::size_t>(job);
+      const std::size_t t = uj / d.n_heads;
+      const std::size_t h = uj % d.n_heads;
+      const std::size_t g = h / group;
+      const std::size_t off = t * row + h * hd;
+      one_chunk_q8_0(q + off, k + g * hd / 32, v + g * hd / 32,
+                     d.pos0 + t + 1, hd, stride, d.scale, sc, out + off);
+    });
+}
 
 float expf_ggml(float x) noexcept {
   return expf_lane(x);

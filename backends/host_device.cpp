@@ -284,6 +284,11 @@ status host_device::do_attention(const_view q, const_view k, const_view v,
                     at<const std::uint16_t>(k.buf, k.offset),
                     at<const std::uint16_t>(v.buf, v.offset),
                     at(out.buf, out.offset), dims, threads_, llama_threads_);
+  else if (dims.kv == kv_type::q8_0)
+    host::attention(at(q.buf, q.offset),
+                    at<const host::block_q8_0>(k.buf, k.offset),
+                    at<const host::block_q8_0>(v.buf, v.offset),
+                    at(out.buf, out.offset), dims, threads_);
   else
     host::attention(at(q.buf, q.offset), at(k.buf, k.offset),
                     at(v.buf, v.offset), at(out.buf, out.offset), dims,
@@ -292,7 +297,9 @@ status host_device::do_attention(const_view q, const_view k, const_view v,
   // Each query row reads its causal prefix of K and V once per KV head.
   double ctx = static_cast<double>(dims.pos0)
                + 0.5 * static_cast<double>(dims.n_tokens + 1);
-  double kv_bytes = 2.0 * static_cast<double>(kv_value_bytes(dims.kv)) * ctx
+  double kv_bytes = 2.0 * ctx
+                    * static_cast<double>(kv_block_bytes(dims.kv))
+                    / static_cast<double>(kv_block_values(dims.kv))
                     * static_cast<double>(dims.n_kv_heads)
                     * static_cast<double>(dims.head_dim);
   const auto q_bytes = 4.0 * static_cast<double>(dims.n_tokens)
@@ -300,6 +307,36 @@ status host_device::do_attention(const_view q, const_view k, const_view v,
   account(2.0 * q_bytes + kv_bytes,
           4.0 * ctx * static_cast<double>(dims.n_tokens) * dims.n_heads
             * dims.head_dim);
+  return {};
+}
+
+status host_device::do_to_q8_0(const_view a, mut_view out,
+                               std::size_t count) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(admit("to_q8_0"));
+  on_compute();
+  host::quantize_q8_0_activations(at(a.buf, a.offset),
+                                  at<host::block_q8_0>(out.buf, out.offset),
+                                  count);
+  ++submitted_;
+  account(4.0 * static_cast<double>(count)
+            + static_cast<double>(kv_bytes_of(kv_type::q8_0, count)),
+          3.0 * static_cast<double>(count));
+  return {};
+}
+
+status host_device::do_hadamard(mut_view out, const_view a,
+                                std::size_t count, std::size_t n) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(admit("hadamard"));
+  on_compute();
+  host::hadamard(at(a.buf, a.offset), at(out.buf, out.offset), count, n);
+  ++submitted_;
+  double stages = 0;
+  for (std::size_t s = 1; s < n; s *= 2)
+    stages += 1;
+  account(8.0 * static_cast<double>(count),
+          (stages + 1) * static_cast<double>(count));
   return {};
 }
 

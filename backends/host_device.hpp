@@ -56,6 +56,9 @@ protected:
   status do_silu_mul(const_view gate, const_view up, mut_view out,
                      std::size_t count) override;
   status do_to_f16(const_view a, mut_view out, std::size_t count) override;
+  status do_to_q8_0(const_view a, mut_view out, std::size_t count) override;
+  status do_hadamard(mut_view out, const_view a, std::size_t count,
+                     std::size_t n) override;
 
   /// Hooks for subclasses, called with the lock held.
   /// Before any operation: a refusal (vanished, paused...) or nothing.

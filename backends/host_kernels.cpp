@@ -1502,6 +1502,13 @@ result<attention_bytes> check_attention(const attention_dims& d) {
                 "attention: kv_stride " + std::to_string(d.kv_stride)
                   + " is less than n_kv_heads * head_dim = "
                   + std::to_string(kv_row));
+  const std::size_t block = kv_block_values(d.kv);
+  if (d.head_dim % block != 0 || d.kv_stride % block != 0)
+    return fail(errc::invalid_argument,
+                std::string{"attention: a "} + to_string(d.kv)
+                  + " cache needs head_dim (" + std::to_string(d.head_dim)
+                  + ") and kv_stride (" + std::to_string(d.kv_stride)
+                  + ") to be multiples of " + std::to_string(block));
   constexpr auto limit
     = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
   if (d.pos0 > limit || d.n_tokens > limit - d.pos0)
@@ -1510,7 +1517,7 @@ result<attention_bytes> check_attention(const attention_dims& d) {
   std::size_t last = 0, kv = 0;
   if (!q || !mul_ok(d.pos0 + d.n_tokens - 1, d.kv_stride, last)
       || last > std::numeric_limits<std::size_t>::max() - kv_row
-      || !mul_ok(last + kv_row, kv_value_bytes(d.kv), kv))
+      || !mul_ok((last + kv_row) / block, kv_block_bytes(d.kv), kv))
     return overflow("attention");
   return attention_bytes{*q, kv};
 }

@@ -205,6 +205,27 @@ void attention(const float* q, const std::uint16_t* k, const std::uint16_t* v,
                float* out, const attention_dims& dims, int threads,
                int llama_threads = 1) noexcept;
 
+/// The same over a Q8_0 cache (dims.kv == kv_type::q8_0; head_dim and
+/// kv_stride multiples of 32): llama.cpp's flash attention over such a
+/// cache, which always takes ggml's one_chunk path (its tiled and split-KV
+/// paths are for F32/F16 caches only), so the bits depend on neither the
+/// batch nor any thread count: each query head quantized to Q8_0
+/// (quantize_q8_0_activations), scores by ggml_vec_dot_q8_0_q8_0, an online
+/// softmax with libm expf, V rows decoded to f32 (ggml's
+/// dequantize_row_q8_0) and summed with fused multiply-adds in an f32
+/// accumulator, finally divided by the sum.
+void attention(const float* q, const block_q8_0* k, const block_q8_0* v,
+               float* out, const attention_dims& dims, int threads) noexcept;
+
+/// y = x with every run of n values (n a power of two, count a multiple of
+/// n) times the orthonormal Walsh-Hadamard matrix of order n, as ggml's CPU
+/// backend computes a product with llama.cpp's rotation matrix
+/// (ggml_compute_forward_fwht): each value times 1/sqrtf(n), then the
+/// butterflies (u + v, u - v) for strides 1, 2, 4, ... n/2. Exact sums in
+/// a fixed order: the same bits on every instruction set. y may equal x.
+void hadamard(const float* x, float* y, std::size_t count,
+              std::size_t n) noexcept;
+
 /// Whether attention takes the tiled path for dims.
 bool attention_tiled_path(const attention_dims& dims) noexcept;
 

@@ -61,6 +61,14 @@ constexpr std::array<op_rule, op_count> rules{{
   {op_kind::to_f16, "to_f16", 1, 1, 1, 0, {"a"}, "out", {"count"}, {}, false},
   {op_kind::matmul_rows_q4_k, "matmul_rows_q4_k", 2, 2, 3, 0, {"a", "w"}, "c",
    {"m", "n", "k"}, {}, false},
+  {op_kind::attention_q8_0, "attention_q8_0", 3, 3, 6, 1, {"q", "k", "v"},
+   "out",
+   {"n_tokens", "pos0", "n_heads", "n_kv_heads", "head_dim", "kv_stride"},
+   {"scale"}, false},
+  {op_kind::to_q8_0, "to_q8_0", 1, 1, 1, 0, {"a"}, "out", {"count"}, {},
+   false},
+  {op_kind::hadamard, "hadamard", 1, 1, 2, 0, {"a"}, "out", {"count", "n"},
+   {}, true},
 }};
 
 // The table is indexed by wire number - 1.

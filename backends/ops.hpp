@@ -25,10 +25,16 @@
 ///                (rope_neox: llama.cpp's NEOX pairs, rope_dims::neox)
 ///   attention    inputs {q, k, v}, dims {n_tokens, pos0, n_heads,
 ///                n_kv_heads, head_dim, kv_stride}, scalars {scale}
-///   attention_f16
+///   attention_f16, attention_q8_0
 ///                the same with k and v stored as IEEE half (kv_type::f16)
+///                or Q8_0 blocks (kv_type::q8_0)
 ///   silu_mul     inputs {gate, up}, dims {count}
 ///   to_f16       inputs {a} (f32), dims {count}; out IEEE half
+///   to_q8_0      inputs {a} (f32), dims {count} (a multiple of 32); out
+///                count / 32 Q8_0 blocks
+///   hadamard     inputs {a}, dims {count, n}: every run of n values (n a
+///                power of two, count a multiple of n) times the orthonormal
+///                Walsh-Hadamard matrix of order n; out may be a
 ///
 /// The output is `out` (`c` for the products); rope rotates its output `x`
 /// in place.
@@ -85,10 +91,18 @@ enum class op_kind : std::uint8_t {
   // Q4_K as llama.cpp's repacked gemm does, which in its AVX-512 builds is
   // not what one row alone (its gemv) gives.
   matmul_rows_q4_k = 27,
+  // attention over a KV cache of Q8_0 blocks (kv_type::q8_0), and the
+  // quantization that writes its rows.
+  attention_q8_0 = 28,
+  to_q8_0 = 29,
+  // The rotation llama.cpp applies to Q, K, V and the attention output
+  // around a quantized KV cache (its attn_rot: a fast Walsh-Hadamard
+  // transform per head).
+  hadamard = 30,
 };
 
 /// How many operations there are (the highest wire number).
-constexpr std::size_t op_count = 27;
+constexpr std::size_t op_count = 30;
 
 /// The most inputs, dims and scalars any operation takes.
 constexpr std::size_t max_op_inputs = 3;

@@ -472,7 +472,8 @@ protected:
 
   status do_attention(const_view q, const_view k, const_view v, mut_view out,
                       const attention_dims& dims) override {
-    if (!P::has_kernels(props_)
+    // A q8_0 cache has no kernel here yet: the host computes it.
+    if (!P::has_kernels(props_) || dims.kv == kv_type::q8_0
         || dims.head_dim > 2 * gpu::math::attention_threads)
       return device::do_attention(q, k, v, out, dims);
     std::lock_guard<std::mutex> guard{mtx_};

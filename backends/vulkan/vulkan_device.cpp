@@ -1512,8 +1512,9 @@ status vulkan_device::do_attention(const_view q, const_view k,
   auto sz = host::check_attention(dims); // sizes only: checked
   if (!sz)
     return sz.err();
-  // Heads wider than the shader's workgroup covers go through the host.
-  if (dims.head_dim > attention_max_head_dim ||
+  // Heads wider than the shader's workgroup covers, and q8_0 caches (no
+  // shader yet), go through the host.
+  if (dims.head_dim > attention_max_head_dim || dims.kv == kv_type::q8_0 ||
       !fits_u32({sz->q / 4, sz->kv / 2, dims.n_tokens * dims.n_heads}))
     return device::do_attention(q, k, v, out, dims);
   std::lock_guard<std::mutex> guard{mtx_};

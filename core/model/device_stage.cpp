@@ -321,8 +321,8 @@ stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
   }
   for (auto f : scratch_floats(hp, o.max_tokens, o.kv))
     r.scratch_bytes += f * 4;
-  r.kv_bytes_per_token = 2 * std::uint64_t{last - first} * hp.n_embd_kv()
-                         * backend::kv_value_bytes(o.kv);
+  r.kv_bytes_per_token = 2 * std::uint64_t{last - first}
+                         * backend::kv_bytes_of(o.kv, hp.n_embd_kv());
   return r;
 }
 
@@ -354,6 +354,12 @@ device_stage::create(std::shared_ptr<const llama_model> model,
                   + std::to_string(model->hparams().n_ff) + " < "
                   + std::to_string(model->hparams().n_embd_kv())
                   + ") leaves no room for a batch's K and V rows");
+  if (opts.kv == backend::kv_type::q8_0
+      && model->hparams().head_dim % backend::kv_block_values(opts.kv) != 0)
+    return fail(errc::unsupported,
+                "device stage: a q8_0 KV cache needs a head width that is a "
+                "multiple of 32 (whole Q8_0 blocks); this model's is "
+                  + std::to_string(model->hparams().head_dim));
   if (opts.max_tokens == 0 || opts.max_tokens > (1u << 16)
       || opts.max_logit_rows == 0 || opts.max_logit_rows > opts.max_tokens
       || opts.upload_chunk_bytes < 64 || opts.max_ops_per_run == 0)
@@ -557,8 +563,7 @@ std::uint32_t device_stage::room_for(const cache& c,
 
 status device_stage::grow(cache& c, std::uint32_t room) {
   auto& hp = model_->hparams();
-  const std::uint64_t row = std::uint64_t{hp.n_embd_kv()}
-                            * backend::kv_value_bytes(opts_.kv);
+  const std::uint64_t row = backend::kv_bytes_of(opts_.kv, hp.n_embd_kv());
   const std::uint64_t layers = last_ - first_;
   const std::uint64_t bytes = layers * room * row;
   auto k = ops_.allocate(bytes);
@@ -745,9 +750,25 @@ result<std::uint64_t> device_stage::cache_bytes(cache_id id) const {
   return (*c)->bytes;
 }
 
+std::uint64_t device_stage::kv_rotation_k() const noexcept {
+  const std::uint64_t hd = model_->hparams().head_dim;
+  if (opts_.kv != backend::kv_type::q8_0 || hd % 64 != 0)
+    return 0;
+  std::uint64_t n = 64;
+  while (hd % (2 * n) == 0)
+    n *= 2;
+  return n;
+}
+
+std::uint64_t device_stage::kv_rotation_v() const noexcept {
+  return opts_.kv == backend::kv_type::q8_0
+             && model_->hparams().head_dim % 64 == 0
+           ? 64
+           : 0;
+}
+
 std::uint64_t device_stage::kv_row_bytes() const noexcept {
-  return std::uint64_t{model_->hparams().n_embd_kv()}
-         * backend::kv_value_bytes(opts_.kv);
+  return backend::kv_bytes_of(opts_.kv, model_->hparams().n_embd_kv());
 }
 
 status device_stage::read_kv(cache_id id, std::uint32_t pos, std::uint32_t n,
@@ -882,12 +903,25 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   const device_operand x_in = x_from_device ? dio.in : at(io_);
   // An f32 cache and one sequence: its K and V land in its cache rows
   // directly. Several: in g_/u_ first (one product for all rows), then
-  // each segment's rows go to its cache. An f16 cache: always in g_/u_
-  // first, then to_f16 writes each segment's rows to its cache.
+  // each segment's rows go to its cache. An f16 or q8_0 cache: always in
+  // g_/u_ first, then to_f16 / to_q8_0 writes each segment's rows to its
+  // cache.
   const bool batched = segs.size() > 1;
-  const bool f16 = opts_.kv == backend::kv_type::f16;
+  const bool f16 = opts_.kv != backend::kv_type::f32; // rows converted
+  const op_kind to_cache = opts_.kv == backend::kv_type::q8_0
+                             ? op_kind::to_q8_0
+                             : op_kind::to_f16;
+  const op_kind attention_kind
+    = opts_.kv == backend::kv_type::q8_0  ? op_kind::attention_q8_0
+      : opts_.kv == backend::kv_type::f16 ? op_kind::attention_f16
+                                          : op_kind::attention;
   const bool staged = batched || f16;
-  const std::uint64_t vb = backend::kv_value_bytes(opts_.kv);
+  const std::uint64_t row_bytes = kv_row_bytes();
+  // A quantized cache: llama.cpp rotates Q and K (Walsh-Hadamard, per head
+  // of `rot_k`), V and the attention output (per 64 values) so that the
+  // 8-bit blocks lose less (its attn_rot; none unless the head width is a
+  // multiple of 64).
+  const std::uint64_t rot_k = kv_rotation_k(), rot_v = kv_rotation_v();
   // Rows that must each get a one-token forward's bits: a batch's
   // one-token segments and every row of an apart segment.
   auto alone = [&](const segment& sg) { return sg.n == 1 || sg.apart; };
@@ -964,11 +998,11 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   };
   for (std::uint32_t l = first_; l < last_; ++l) {
     auto& L = layers_[l - first_];
-    const std::uint64_t kv0 = (l - first_) * std::uint64_t{nkv} * vb;
+    const std::uint64_t kv0 = (l - first_) * row_bytes;
     // Layer l's K/V of a cache with room for R positions start at kv0 * R.
     auto layer_kv = [&](const cache& c) { return kv0 * c.room; };
     auto new_row = [&](const cache& c, std::uint32_t pos) {
-      return layer_kv(c) + std::uint64_t{pos} * nkv * vb;
+      return layer_kv(c) + std::uint64_t{pos} * row_bytes;
     };
     const device_operand k_out =
       staged ? at(g_) : at(cs[0]->k, new_row(*cs[0], segs[0].pos));
@@ -1004,17 +1038,24 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     }
     rope(at(q_), hp.n_head);
     rope(k_out, hp.n_head_kv);
+    if (rot_k > 0) {
+      add(op_kind::hadamard, {at(q_)}, at(q_), {N * nq, rot_k}, {});
+      add(op_kind::hadamard, {k_out}, k_out, {N * nkv, rot_k}, {});
+    }
+    if (rot_v > 0)
+      add(op_kind::hadamard, {v_out}, v_out, {N * nkv, rot_v}, {});
     // Each segment's new rows into its cache: an f16 cache's rounded to
-    // half (to_f16), an f32 batch's times one (bit for bit; in pieces of
+    // half (to_f16), a q8_0 cache's quantized (to_q8_0, whole rows of
+    // blocks), an f32 batch's times one (bit for bit; in pieces of
     // ones_rows rows). Then each segment's attention.
     std::uint64_t r0 = 0;
     for (std::size_t s = 0; f16 && s < segs.size(); ++s) {
       auto& sg = segs[s];
       auto& c = *cs[s];
       const std::uint64_t src = r0 * nkv * 4;
-      add(op_kind::to_f16, {at(g_, src)}, at(c.k, new_row(c, sg.pos)),
+      add(to_cache, {at(g_, src)}, at(c.k, new_row(c, sg.pos)),
           {std::uint64_t{sg.n} * nkv}, {});
-      add(op_kind::to_f16, {at(u_, src)}, at(c.v, new_row(c, sg.pos)),
+      add(to_cache, {at(u_, src)}, at(c.v, new_row(c, sg.pos)),
           {std::uint64_t{sg.n} * nkv}, {});
       r0 += sg.n;
     }
@@ -1038,13 +1079,15 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     for (std::size_t s = 0; s < segs.size(); ++s) {
       auto& sg = segs[s];
       auto& c = *cs[s];
-      add(f16 ? op_kind::attention_f16 : op_kind::attention,
+      add(attention_kind,
           {at(q_, r0 * nq * 4), at(c.k, layer_kv(c)), at(c.v, layer_kv(c))},
           at(att_, r0 * nq * 4),
           {sg.n, sg.pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv},
           {scale});
       r0 += sg.n;
     }
+    if (rot_v > 0)
+      add(op_kind::hadamard, {at(att_)}, at(att_), {N * nq, rot_v}, {});
     mm(L.wo, at(att_), at(tmp_));
     add(op_kind::add, {resid, at(tmp_)}, at(io_), {N * e}, {});
     add(op_kind::rms_norm, {at(io_), at(L.ffn_norm)}, at(cur_), {N, e},

@@ -193,7 +193,10 @@ struct device_stage_options {
   /// holds them (create() uploads F16 copies there).
   bool stored_weights = true;
   /// How the KV caches store keys and values: f16 (llama.cpp's default:
-  /// half the memory of f32, the same bits, backend::kv_type) or f32.
+  /// half the memory of f32, the same bits, backend::kv_type), f32, or
+  /// q8_0 (34 bytes per 32 values, 53% of f16: llama.cpp's
+  /// `--cache-type-k q8_0 --cache-type-v q8_0`, with its bits; the model's
+  /// head width must be a multiple of 32).
   backend::kv_type kv = backend::kv_type::f16;
   /// A cache holds room for this many positions at first and grows as its
   /// sequence needs (to the next multiple of it, at least doubling, never
@@ -356,6 +359,14 @@ public:
   /// Bytes of one position of one layer's K (or V) in a cache: n_embd_kv
   /// values of the options' kv type.
   std::uint64_t kv_row_bytes() const noexcept;
+  /// The Walsh-Hadamard rotations llama.cpp applies around a quantized
+  /// cache (its attn_rot): Q and K per run of kv_rotation_k() values (the
+  /// largest power of two from 64 dividing the head width), V and the
+  /// attention output per kv_rotation_v() (64); 0 for none (an f16/f32
+  /// cache, or a head width not a multiple of 64). Orthonormal: attention
+  /// is unchanged up to rounding, the 8-bit blocks lose less.
+  std::uint64_t kv_rotation_k() const noexcept;
+  std::uint64_t kv_rotation_v() const noexcept;
   /// Bytes read_kv writes (and write_kv takes) for n positions of every
   /// layer of the stage.
   std::uint64_t kv_bytes(std::uint32_t n) const noexcept {

@@ -108,13 +108,24 @@ protected:
   }
   status do_attention(const_view q, const_view k, const_view v, mut_view out,
                       const attention_dims& d) override {
-    calls.push_back({d.kv == kv_type::f16 ? "attention_f16" : "attention",
+    calls.push_back({d.kv == kv_type::f16    ? "attention_f16"
+                     : d.kv == kv_type::q8_0 ? "attention_q8_0"
+                                             : "attention",
                      {q.offset, k.offset, v.offset, out.offset}, {}, {},
                      false});
     return {};
   }
   status do_to_f16(const_view a, mut_view out, std::size_t) override {
     calls.push_back({"to_f16", {a.offset, out.offset}, {}, {}, false});
+    return {};
+  }
+  status do_to_q8_0(const_view a, mut_view out, std::size_t) override {
+    calls.push_back({"to_q8_0", {a.offset, out.offset}, {}, {}, false});
+    return {};
+  }
+  status do_hadamard(mut_view out, const_view a, std::size_t,
+                     std::size_t) override {
+    calls.push_back({"hadamard", {a.offset, out.offset}, {}, {}, false});
     return {};
   }
   status do_silu_mul(const_view gate, const_view up, mut_view out,
@@ -224,12 +235,31 @@ sample sample_of(op_kind kind) {
       s.out_bytes = 16;
       s.out_align = 2;
       break;
+    case op_kind::attention_q8_0: // k and v: two rows of one Q8_0 block
+      dims({1, 1, 1, 1, 32, 32});
+      scalar(0.5f);
+      s.in_bytes = {128, 68, 68};
+      s.out_bytes = 128;
+      break;
+    case op_kind::to_q8_0:
+      dims({32});
+      s.in_bytes = {128};
+      s.out_bytes = 34;
+      s.out_align = 2;
+      break;
+    case op_kind::hadamard:
+      dims({8, 4});
+      s.in_bytes = {32};
+      s.out_bytes = 32;
+      break;
   }
   s.call.n_inputs = s.in_bytes.size();
   for (std::size_t i = 0; i < s.in_bytes.size(); ++i)
     s.in_align.push_back(
       (i == 1 && weights_of(kind) && kind != op_kind::matmul_f32)
-          || (i >= 1 && kind == op_kind::attention_f16)
+          || (i >= 1
+              && (kind == op_kind::attention_f16
+                  || kind == op_kind::attention_q8_0))
         ? 2
         : 4);
   return s;
@@ -276,14 +306,14 @@ TEST_CASE("the op table round-trips every operation through its number") {
     CHECK(check_counts(r.kind, r.min_inputs, r.n_dims, r.n_scalars).ok());
   }
   CHECK(names.size() == op_count);
-  CHECK(names.size() == 27);
+  CHECK(names.size() == 30);
   CHECK(names.count("matmul_q8_0") == 1);
   CHECK(names.count("matmul_q4_k") == 1);
   CHECK(names.count("matmul_rows_q4_k") == 1);
   // Every number outside the table is none, 0 included.
   for (int n = 0; n < 256; ++n)
     CHECK(op_from_wire(static_cast<std::uint8_t>(n)).has_value()
-          == (n >= 1 && n <= 27));
+          == (n >= 1 && n <= 30));
   CHECK(std::string{to_string(static_cast<op_kind>(0))} == "unknown");
 }
 

@@ -5,9 +5,11 @@
 //
 //   node llama_generate.mjs TOOLS_DIR JOBS.json OUT.json
 //
-// JOBS.json: [{"model": PATH, "prompt": TEXT, "n": N, "batch": B}, ...]
-// (batch: llama.cpp's batch size, 512 unless given; 1 evaluates the prompt
-// a token at a time); OUT.json gets
+// JOBS.json: [{"model": PATH, "prompt": TEXT, "n": N, "batch": B,
+// "kv": TYPE}, ...] (batch: llama.cpp's batch size, 512 unless given; 1
+// evaluates the prompt a token at a time; kv: the KV cache's key and value
+// type, e.g. "Q8_0" as llama.cpp's --cache-type-k/-v, F16 unless given);
+// OUT.json gets
 // [{"prompt": [ids], "generated": [ids]}, ...] in the same order. The prompt
 // is evaluated as one batch; generation does not stop at end-of-generation
 // tokens (llama.cpp yields them like any other).
@@ -27,7 +29,9 @@ for (const job of jobs) {
   const model = await llama.loadModel({ modelPath: job.model });
   const context = await model.createContext({
     contextSize: 512, batchSize: job.batch ?? 512, threads: 1,
-    sequences: 1 });
+    sequences: 1,
+    ...(job.kv ? { experimentalKvCacheKeyType: job.kv,
+                   experimentalKvCacheValueType: job.kv } : {}) });
   const seq = context.getSequence();
   const body = Array.from(model.tokenize(job.prompt, false), Number);
   const prompt = model.tokens.shouldPrependBosToken

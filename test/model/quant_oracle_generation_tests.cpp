@@ -29,7 +29,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/factory/factory.hpp"
 #include "core/gguf/gguf.hpp"
+#include "core/model/device_stage.hpp"
 #include "core/model/llama_model.hpp"
 #include "core/model/ops.hpp"
 #include "core/model/quant_mix.hpp"
@@ -93,7 +95,164 @@ exo_run run_exo(const std::string& path, bool one_by_one) {
   return r;
 }
 
+/// The same greedy run through the node's engine: a device_stage of every
+/// layer on the cpu device (one thread), its KV cache of type `kv`. The
+/// prompt goes in one forward (one_by_one: a token at a time).
+exo_run run_device(const std::string& path, exo::backend::kv_type kv,
+                   bool one_by_one) {
+  namespace backend = exo::backend;
+  auto model = llama_model::load(path);
+  auto tok = tokenizer::from_gguf(model->file());
+  exo_run r;
+  if (tok.add_bos())
+    r.prompt.push_back(tok.bos());
+  auto body = tok.tokenize(prompt, false, false);
+  r.prompt.insert(r.prompt.end(), body.begin(), body.end());
+  backend::factory_options fo;
+  fo.include = {"cpu"};
+  fo.use_environment = false;
+  auto reg = backend::registry::create(fo);
+  REQUIRE(reg.ok());
+  REQUIRE_FALSE(reg->devices().empty());
+  backend_ops ops(*reg->devices().front());
+  device_stage_options so;
+  so.kv = kv;
+  so.max_tokens = 64;
+  auto st = device_stage::create(model, 0, model->hparams().n_layer, ops, so);
+  REQUIRE(st.ok());
+  auto& stage = **st;
+  auto cache = stage.new_cache(512);
+  REQUIRE(cache.ok());
+  const size_t e = model->hparams().n_embd, nv = model->hparams().n_vocab;
+  std::vector<float> logits(nv);
+  std::uint32_t pos = 0;
+  auto eval = [&](const std::vector<int32_t>& toks) {
+    std::vector<float> x(toks.size() * e);
+    REQUIRE(stage.embed(toks.data(), toks.size(), x.data()).ok());
+    auto f = stage.forward(*cache, pos, x.data(), toks.size(), logits.data());
+    INFO((f.ok() ? std::string{} : f.err().to_string()));
+    REQUIRE(f.ok());
+    pos += static_cast<std::uint32_t>(toks.size());
+  };
+  if (one_by_one)
+    for (auto t : r.prompt)
+      eval({t});
+  else
+    eval(r.prompt);
+  for (size_t i = 0; i < n_gen; ++i) {
+    size_t best = 0;
+    for (size_t v = 1; v < nv; ++v)
+      if (logits[v] > logits[best])
+        best = v;
+    float second = -1e30f;
+    for (size_t v = 0; v < nv; ++v)
+      if (v != best)
+        second = std::max(second, logits[v]);
+    r.generated.push_back(static_cast<int32_t>(best));
+    r.margins.push_back(logits[best] - second);
+    if (i + 1 < n_gen)
+      eval({r.generated.back()});
+  }
+  return r;
+}
+
 } // namespace
+
+TEST_CASE("a q8_0 KV cache generates llama.cpp's greedy tokens with "
+          "--cache-type-k/-v q8_0",
+          "[quant][oracle]") {
+  exo::test::require_tool("node-llama-cpp");
+  const std::string node = find_node();
+  // Weight formats whose products give llama.cpp's bits exactly (F16 and
+  // Q8_0 on every x86 build; Q4_K_M on AVX-512 machines and where
+  // llama.cpp's variant sums as this machine's), with the prompt in one
+  // batch and a token at a time: the cache's rows come from both paths.
+  // Heads of 64 (llama.cpp rotates Q, K, V and the output per 64 values)
+  // and of 128 (Q and K per 128, V per 64).
+  struct job {
+    const char* type;
+    bool one_by_one;
+    std::uint32_t heads;
+  };
+  const std::vector<job> jobs_of = {{"f16", false, 4},
+                                    {"q8_0", false, 4},
+                                    {"q8_0", true, 4},
+                                    {"q4_k_m", false, 4},
+                                    {"q8_0", false, 2}};
+  auto tmp = exo::test::temp_dir("exo-kv-q8-oracle");
+  json jobs = json::array();
+  std::vector<std::string> paths;
+  for (auto& j : jobs_of) {
+    file_type ft;
+    REQUIRE(parse_file_type(j.type, ft));
+    test_model_options o;
+    o.layers = 2;
+    o.dim = 256;
+    o.ff = 512;
+    o.heads = j.heads;
+    o.kv_heads = j.heads / 2; // heads of 256 / heads values
+    o.vocab = 1024;
+    o.ctx = 512;
+    o.type = ft.base;
+    o.mix = ft.kind;
+    o.seed = 2;
+    auto path = tmp + "/" + j.type + "-h" + std::to_string(j.heads) + ".gguf";
+    if (std::find(paths.begin(), paths.end(), path) == paths.end())
+      make_test_model(o, path);
+    paths.push_back(path);
+    jobs.push_back({{"model", path},
+                    {"prompt", prompt},
+                    {"n", n_gen},
+                    {"batch", j.one_by_one ? 1 : 512},
+                    {"kv", "Q8_0"}});
+  }
+  exo::test::write_file(tmp + "/jobs.json", jobs.dump());
+  exo::test::process p(
+    {node, std::string(EXO_SOURCE_DIR) + "/test/model/llama_generate.mjs",
+     exo::test::tools_dir(), tmp + "/jobs.json", tmp + "/out.json"});
+  int rc = p.wait(std::chrono::minutes(8));
+  INFO("node stderr: " << p.err());
+  REQUIRE(rc == 0);
+  auto want = json::parse(exo::test::read_file(tmp + "/out.json"));
+  REQUIRE(want.size() == jobs_of.size());
+  for (size_t i = 0; i < jobs_of.size(); ++i) {
+    auto got = run_device(paths[i], exo::backend::kv_type::q8_0,
+                          jobs_of[i].one_by_one);
+    auto w_gen = want[i]["generated"].get<std::vector<int32_t>>();
+    size_t same = 0;
+    while (same < w_gen.size() && same < got.generated.size()
+           && w_gen[same] == got.generated[same])
+      ++same;
+    std::printf("  q8_0 cache, %-6s weights, heads of %u%s: %zu/%zu greedy "
+                "tokens as llama.cpp's",
+                jobs_of[i].type, 256 / jobs_of[i].heads,
+                jobs_of[i].one_by_one ? " (one by one)" : "", same, n_gen);
+    if (same < n_gen)
+      std::printf(" (exo's top-2 margin there: %.4g)", got.margins[same]);
+    std::printf("\n");
+    INFO(jobs_of[i].type << (jobs_of[i].one_by_one ? " one by one" : ""));
+    CHECK(got.prompt == want[i]["prompt"].get<std::vector<int32_t>>());
+    CHECK(same == n_gen);
+  }
+  // And the default F16 cache on the same file parts from llama.cpp's Q8_0
+  // run somewhere, or the test would not show the Q8_0 arithmetic.
+  bool any_differs = false;
+  for (size_t i = 0; i < jobs_of.size(); ++i) {
+    auto f16 = run_device(paths[i], exo::backend::kv_type::f16,
+                          jobs_of[i].one_by_one);
+    auto w = want[i]["generated"].get<std::vector<int32_t>>();
+    size_t same = 0;
+    while (same < w.size() && w[same] == f16.generated[same])
+      ++same;
+    std::printf("  f16 cache, %-6s weights, heads of %u: %zu/%zu of "
+                "llama.cpp's q8_0-cache tokens\n",
+                jobs_of[i].type, 256 / jobs_of[i].heads, same, n_gen);
+    any_differs |= f16.generated != w;
+  }
+  CHECK(any_differs);
+  for (auto& path : paths)
+    std::remove(path.c_str());
+}
 
 TEST_CASE("every weight format generates llama.cpp's 64 greedy tokens",
           "[quant][oracle]") {
