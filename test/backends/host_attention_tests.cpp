@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -615,4 +616,220 @@ TEST_CASE("rope rotates pairs with ggml's fused multiply-adds") {
   }
   host::rope(x.data(), pos.data(), nullptr, d);
   require_same_bits(x, want);
+}
+
+// -- a Q8_0 cache (llama.cpp's --cache-type-k/-v q8_0) ------------------------
+
+namespace {
+
+/// block_q8_0 of ggml-common.h.
+struct ggml_q8 {
+  f16 d;
+  std::int8_t qs[32];
+};
+static_assert(sizeof(ggml_q8) == 34, "Q8_0 blocks are 34 bytes");
+
+/// quantize_row_q8_0 of ggml-cpu/arch/x86/quants.c (AVX2 path): the
+/// largest magnitude, d = amax / 127 stored as half, x * (127 / amax)
+/// rounded to nearest even.
+void ggml_quantize_row_q8_0(const float* x, ggml_q8* y, std::size_t k) {
+  for (std::size_t i = 0; i < k / 32; ++i) {
+    float amax = 0.0f;
+    for (std::size_t j = 0; j < 32; ++j)
+      amax = std::max(amax, std::fabs(x[i * 32 + j]));
+    const float d = amax / 127.f;
+    y[i].d = to_f16(d);
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    for (std::size_t j = 0; j < 32; ++j)
+      y[i].qs[j] =
+        static_cast<std::int8_t>(std::nearbyint(x[i * 32 + j] * id));
+  }
+}
+
+/// ggml_vec_dot_q8_0_q8_0 (AVX2 path, which the AVX-512 build runs): eight
+/// lanes, lane j summing the products of bytes 4j .. 4j+3 of a block
+/// (maddubs + madd), each block's lanes added by fused multiply-adds with
+/// d = dx * dy, then hsum_float_8.
+float ggml_vec_dot_q8_0_q8_0(std::size_t n, const ggml_q8* x,
+                             const ggml_q8* y) {
+  float acc[8] = {};
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    const float d = to_f32(x[b].d) * to_f32(y[b].d);
+    for (int j = 0; j < 8; ++j) {
+      int s = 0;
+      for (int m = 0; m < 4; ++m)
+        s += x[b].qs[4 * j + m] * y[b].qs[4 * j + m];
+      acc[j] = std::fma(d, static_cast<float>(s), acc[j]);
+    }
+  }
+  float s4[4];
+  for (int i = 0; i < 4; ++i)
+    s4[i] = acc[4 + i] + acc[i];
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+/// ggml_compute_forward_flash_attn_ext_f16_one_chunk with Q8_0 K and V over
+/// llama.cpp's padded cache (cells past the sequence masked with -inf).
+std::vector<float> ggml_attention_q8_0(const std::vector<float>& q,
+                                       const std::vector<ggml_q8>& k,
+                                       const std::vector<ggml_q8>& v,
+                                       const attention_dims& d) {
+  const std::size_t hd = d.head_dim, stride = d.kv_stride / 32;
+  const std::size_t n_kv = (d.pos0 + d.n_tokens + 255) / 256 * 256;
+  std::vector<float> out(q.size());
+  std::vector<ggml_q8> qq(hd / 32);
+  std::vector<float> acc(hd), v32(hd);
+  for (std::size_t t = 0; t < d.n_tokens; ++t)
+    for (std::size_t h = 0; h < d.n_heads; ++h) {
+      const std::size_t g = h / (d.n_heads / d.n_kv_heads);
+      const float* pq = q.data() + (t * d.n_heads + h) * hd;
+      ggml_quantize_row_q8_0(pq, qq.data(), hd);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      float S = 0.0f, M = -inf;
+      for (std::size_t ic = 0; ic < n_kv; ++ic) {
+        const float mv = ic <= d.pos0 + t ? 0.0f : -inf;
+        if (mv == -inf)
+          continue;
+        const ggml_q8* kr = k.data() + ic * stride + g * hd / 32;
+        float s = ggml_vec_dot_q8_0_q8_0(hd, kr, qq.data());
+        s = s * d.scale;
+        s += mv;
+        const float Mold = M;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+          M = s;
+          ms = std::exp(Mold - M);
+          for (auto& a : acc)
+            a *= ms; // ggml_vec_scale_f32
+        } else {
+          vs = std::exp(s - M);
+        }
+        const ggml_q8* vr = v.data() + ic * stride + g * hd / 32;
+        for (std::size_t b = 0; b < hd / 32; ++b) // dequantize_row_q8_0
+          for (std::size_t j = 0; j < 32; ++j)
+            v32[b * 32 + j] = vr[b].qs[j] * to_f32(vr[b].d);
+        for (std::size_t i = 0; i < hd; ++i) // ggml_vec_mad_f32
+          acc[i] = std::fma(v32[i], vs, acc[i]);
+        const float Sms = S * ms;
+        S = Sms + vs;
+      }
+      const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
+      for (std::size_t i = 0; i < hd; ++i)
+        out[(t * d.n_heads + h) * hd + i] = acc[i] * S_inv;
+    }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("attention over a q8_0 cache computes llama.cpp's flash attention "
+          "bit for bit") {
+  std::mt19937 rng{31};
+  struct shape {
+    std::size_t n_tokens, pos0, n_heads, n_kv_heads, head_dim, stride;
+    float qk_range;
+  };
+  // ggml takes one_chunk over a Q8_0 cache for every batch (its tiled and
+  // split-KV paths are for F32/F16 caches): single tokens short and past
+  // 512 cells, batches of 63, 64 and 130 tokens, GQA, heads of 32, 64, 96
+  // and 128, a row stride wider than the heads.
+  for (auto s :
+       {shape{1, 0, 2, 2, 64, 128, 1.0f}, shape{1, 600, 8, 2, 64, 128, 3.0f},
+        shape{63, 5, 4, 1, 64, 64, 2.0f}, shape{64, 0, 4, 4, 32, 160, 2.0f},
+        shape{130, 20, 4, 2, 128, 256, 1.5f}, shape{3, 40, 6, 2, 96, 192, 4.0f},
+        shape{2, 300, 7, 1, 64, 96, 3.0f}}) {
+    attention_dims d{s.n_tokens,
+                     s.pos0,
+                     s.n_heads,
+                     s.n_kv_heads,
+                     s.head_dim,
+                     s.stride,
+                     1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+                     kv_type::q8_0};
+    const std::size_t n_ctx = s.pos0 + s.n_tokens;
+    auto q = random_floats(rng, s.n_tokens * s.n_heads * s.head_dim,
+                           -s.qk_range, s.qk_range);
+    auto kf = random_floats(rng, n_ctx * s.stride, -s.qk_range, s.qk_range);
+    auto vf = random_floats(rng, n_ctx * s.stride, -1.0f, 1.0f);
+    // The cache as llama.cpp's set_rows writes it, and as to_q8_0 does.
+    std::vector<ggml_q8> k(kf.size() / 32), v(vf.size() / 32);
+    ggml_quantize_row_q8_0(kf.data(), k.data(), kf.size());
+    ggml_quantize_row_q8_0(vf.data(), v.data(), vf.size());
+    std::vector<host::block_q8_0> hk(k.size()), hv(v.size());
+    host::quantize_q8_0_activations(kf.data(), hk.data(), kf.size());
+    host::quantize_q8_0_activations(vf.data(), hv.data(), vf.size());
+    REQUIRE(std::memcmp(hk.data(), k.data(), k.size() * 34) == 0);
+    REQUIRE(std::memcmp(hv.data(), v.data(), v.size() * 34) == 0);
+    INFO("n_tokens " << s.n_tokens << " pos0 " << s.pos0 << " heads "
+                     << s.n_heads << "/" << s.n_kv_heads << " head_dim "
+                     << s.head_dim);
+    const auto want = ggml_attention_q8_0(q, k, v, d);
+    for (auto widest : isas())
+      for (int threads : {1, 3}) {
+        INFO("isa " << static_cast<int>(widest) << " threads " << threads);
+        host::limit_isa(widest);
+        std::vector<float> got(q.size());
+        host::attention(q.data(), hk.data(), hv.data(), got.data(), d,
+                        threads);
+        require_same_bits(got, want);
+      }
+    host::limit_isa(host::isa::avx512);
+    // And it is attention: close to the exact softmax over the unquantized
+    // keys and values (8-bit blocks: about 1% of a block's largest value).
+    std::vector<float> exact(q.size());
+    auto d32 = d;
+    d32.kv = kv_type::f32;
+    host::attention(q.data(), kf.data(), vf.data(), exact.data(), d32, 1);
+    double worst = 0;
+    for (std::size_t i = 0; i < q.size(); ++i)
+      worst = std::max(worst, std::fabs(double{want[i]} - exact[i]));
+    CHECK(worst < 0.05 * s.qk_range);
+  }
+}
+
+TEST_CASE("hadamard is the orthonormal Walsh-Hadamard rotation, in ggml's "
+          "butterfly order") {
+  std::mt19937 rng{37};
+  for (std::size_t n : {2u, 64u, 128u, 256u}) {
+    INFO("n " << n);
+    const std::size_t count = 3 * n;
+    auto x = random_floats(rng, count, -4.0f, 4.0f);
+    // ggml_compute_forward_fwht, transcribed.
+    std::vector<float> want(x);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(n));
+    for (std::size_t r = 0; r < count; r += n) {
+      float* row = want.data() + r;
+      for (std::size_t j = 0; j < n; ++j)
+        row[j] = row[j] * scale;
+      for (std::size_t len = 1; len < n; len <<= 1)
+        for (std::size_t i = 0; i < n; i += 2 * len)
+          for (std::size_t j = 0; j < len; ++j) {
+            const float u = row[i + j], w = row[i + len + j];
+            row[i + j] = u + w;
+            row[i + len + j] = u - w;
+          }
+    }
+    std::vector<float> got(count);
+    host::hadamard(x.data(), got.data(), count, n);
+    require_same_bits(got, want);
+    // In place too.
+    std::vector<float> in_place(x);
+    host::hadamard(in_place.data(), in_place.data(), count, n);
+    require_same_bits(in_place, want);
+    // The matrix llama.cpp builds (ggml_gen_hadamard: H[i][j] =
+    // (-1)^popcount(i & j) / sqrt(n)) times each run, in double; and the
+    // rotation is its own inverse.
+    for (std::size_t r = 0; r < count; r += n)
+      for (std::size_t i = 0; i < n; ++i) {
+        double s = 0;
+        for (std::size_t j = 0; j < n; ++j)
+          s += (__builtin_popcountll(i & j) % 2 ? -1.0 : 1.0) * x[r + j];
+        s /= std::sqrt(static_cast<double>(n));
+        REQUIRE(std::fabs(got[r + i] - s) < 1e-5 * (1 + std::fabs(s)));
+      }
+    std::vector<float> back(count);
+    host::hadamard(got.data(), back.data(), count, n);
+    for (std::size_t i = 0; i < count; ++i)
+      REQUIRE(std::fabs(back[i] - x[i]) < 1e-5f);
+  }
 }

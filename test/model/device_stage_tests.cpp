@@ -56,7 +56,8 @@ struct temp_model {
                       std::uint32_t head_dim = 0) {
     path = (std::filesystem::temp_directory_path()
             / ("exo-device-stage-" + std::to_string(::getpid()) + "-" + arch
-               + "-" + to_string(type) + ".gguf"))
+               + "-" + to_string(type) + "-h" + std::to_string(head_dim)
+               + ".gguf"))
              .string();
     test_model_options o;
     o.arch = arch;
@@ -447,12 +448,13 @@ struct two_stages {
 /// alone. Batching shares the weight reads, not a row's arithmetic where
 /// the device keeps rows apart (see `exact`); elsewhere the last bits
 /// may move, never the most likely token.
-void batch_matches_alone(backend::device& dev, const temp_model& tm) {
+void batch_matches_alone(backend::device& dev, const temp_model& tm,
+                         backend::kv_type kv = backend::kv_type::f16) {
   INFO("device " << dev.properties().id << ", "
-                 << tm.path);
+                 << tm.path << ", " << backend::to_string(kv) << " cache");
   auto& hp = tm.model->hparams();
   backend_ops ops(dev);
-  two_stages st(dev, ops, tm, 32, 4);
+  two_stages st(dev, ops, tm, 32, 4, kv);
   auto& a = *st.a;
   auto& b = *st.b;
   using seg = device_stage::segment;
@@ -539,9 +541,14 @@ TEST_CASE("a batched forward gives each sequence exactly what it gets alone "
   }
   temp_model q2(tensor_type::f32, 5, "qwen2");
   temp_model q3(tensor_type::q8_0, 5, "qwen3", 32);
+  // A q8_0 cache: heads of 64 (rotated as llama.cpp rotates them) and of
+  // 32 (not rotated).
+  temp_model h64(tensor_type::f32, 5, "llama", 64);
   for (auto* dev : devices().devices()) {
     batch_matches_alone(*dev, q2);
     batch_matches_alone(*dev, q3);
+    batch_matches_alone(*dev, h64, backend::kv_type::q8_0);
+    batch_matches_alone(*dev, q3, backend::kv_type::q8_0);
   }
 }
 
@@ -864,10 +871,10 @@ TEST_CASE("an apart segment gives every row a one-token forward's logits "
   }
 }
 
-TEST_CASE("a sequence's KV rows move to stages of another split, on another "
-          "device, and it goes on with the bits of one that never moved",
-          "[device_stage][kv][move]") {
-  temp_model tm(tensor_type::f32);
+namespace {
+
+void kv_rows_move(const temp_model& tm, backend::kv_type kv) {
+  INFO(backend::to_string(kv) << " cache");
   auto& hp = tm.model->hparams();
   // From layers [0, 3) + [3, 4) on the cpu to [0, 1) + [1, 4) on the
   // simulated device (it runs the cpu's kernels: the same bits), with room
@@ -885,6 +892,7 @@ TEST_CASE("a sequence's KV rows move to stages of another split, on another "
   device_stage_options o;
   o.max_tokens = 32;
   o.kv_grow_positions = 16;
+  o.kv = kv;
   auto a0 = device_stage::create(tm.model, 0, 3, from_ops, o);
   auto a1 = device_stage::create(tm.model, 3, 4, from_ops, o);
   auto b0 = device_stage::create(tm.model, 0, 1, to_ops, o);
@@ -909,7 +917,8 @@ TEST_CASE("a sequence's KV rows move to stages of another split, on another "
   std::uint32_t pos = 27;
   for (std::int32_t t = 0; t < 10; ++t, ++pos)
     step(**a0, ca0, **a1, ca1, pos, {t});
-  CHECK((*a0)->kv_row_bytes() == hp.n_embd_kv() * 2); // f16 by default
+  CHECK((*a0)->kv_row_bytes()
+        == backend::kv_bytes_of(kv, hp.n_embd_kv())); // f16: 2 bytes
   // Out of the old stages, per layer, in pieces of 8 positions.
   std::vector<std::vector<std::uint8_t>> k(hp.n_layer), v(hp.n_layer);
   const auto row = (*a0)->kv_row_bytes();
@@ -965,4 +974,107 @@ TEST_CASE("a sequence's KV rows move to stages of another split, on another "
   auto past = (*b0)->write_kv(fresh, 0, n_ctx + 1, buf.data(), buf.size());
   REQUIRE_FALSE(past.ok());
   CHECK(*(*b0)->n_past(fresh) == 0);
+}
+
+} // namespace
+
+TEST_CASE("a sequence's KV rows move to stages of another split, on another "
+          "device, and it goes on with the bits of one that never moved",
+          "[device_stage][kv][move]") {
+  kv_rows_move(temp_model(tensor_type::f32), backend::kv_type::f16);
+  kv_rows_move(temp_model(tensor_type::f32, 5, "llama", 64),
+               backend::kv_type::q8_0);
+}
+
+TEST_CASE("a q8_0 KV cache holds 34 bytes per 32 values, gives the same bits "
+          "on the cpu and simulated devices and is refused for heads that "
+          "are not whole blocks",
+          "[device_stage][kv]") {
+  temp_model tm(tensor_type::f32, 7, "llama", 64);
+  auto& hp = tm.model->hparams();
+  REQUIRE(hp.head_dim == 64);
+  const std::uint32_t n_ctx = 48;
+  std::vector<std::vector<float>> first; // the cpu device's logits
+  auto devs = devices().devices();
+  std::stable_partition(devs.begin(), devs.end(), [](backend::device* d) {
+    return d->properties().kind == backend::backend_kind::cpu;
+  });
+  REQUIRE(devs.front()->properties().kind == backend::backend_kind::cpu);
+  for (auto* dev : devs) {
+    INFO("device " << dev->properties().id);
+    backend_ops ops(*dev);
+    two_stages q8(*dev, ops, tm, 32, 4, backend::kv_type::q8_0);
+    two_stages f16(*dev, ops, tm, 32, 4, backend::kv_type::f16);
+    CHECK(q8.a->kv_rotation_k() == 64);
+    CHECK(q8.a->kv_rotation_v() == 64);
+    CHECK(f16.a->kv_rotation_k() == 0);
+    // Memory: two layers of K and V rows of n_embd_kv / 32 blocks.
+    CHECK(q8.a->kv_row_bytes() == hp.n_embd_kv() / 32 * 34);
+    CHECK(device_stage_memory(*tm.model, 0, 2, q8.a->options())
+            .kv_bytes_per_token
+          == 2 * 2 * hp.n_embd_kv() / 32 * 34);
+    auto c0 = *q8.a->new_cache(n_ctx), c1 = *q8.b->new_cache(n_ctx);
+    CHECK(q8.a->cache_bytes() == 2 * 2 * std::uint64_t{n_ctx}
+                                   * hp.n_embd_kv() / 32 * 34);
+    auto f0 = *f16.a->new_cache(n_ctx), f1 = *f16.b->new_cache(n_ctx);
+    CHECK(q8.a->cache_bytes() * 64 == f16.a->cache_bytes() * 34);
+    std::vector<std::int32_t> prompt(21);
+    for (std::size_t i = 0; i < prompt.size(); ++i)
+      prompt[i] = static_cast<std::int32_t>((7 * i + 3) % hp.n_vocab);
+    std::vector<std::vector<float>> got;
+    double worst_f16 = 0;
+    std::uint32_t pos = 0;
+    for (int t = 0; t < 12; ++t) {
+      std::vector<std::int32_t> toks =
+        t == 0 ? prompt : std::vector<std::int32_t>{t * 31 % 400};
+      const auto n = toks.size();
+      std::vector<float> x(n * hp.n_embd), lq(hp.n_vocab), lf(hp.n_vocab);
+      REQUIRE(q8.a->embed(toks.data(), n, x.data()).ok());
+      auto xf = x;
+      REQUIRE(q8.a->forward(c0, pos, x.data(), n).ok());
+      REQUIRE(q8.b->forward(c1, pos, x.data(), n, lq.data()).ok());
+      REQUIRE(f16.a->forward(f0, pos, xf.data(), n).ok());
+      REQUIRE(f16.b->forward(f1, pos, xf.data(), n, lf.data()).ok());
+      worst_f16 = std::max(worst_f16, worst(lq, lf));
+      got.push_back(lq);
+      pos += static_cast<std::uint32_t>(n);
+    }
+    // The 8-bit cache is close to the f16 one, not the same.
+    WARN(dev->properties().id << ": worst relative logit difference, q8_0 "
+                                 "cache against f16: " << worst_f16);
+    CHECK(worst_f16 > 0);
+    CHECK(worst_f16 < 5e-2);
+    if (first.empty()) {
+      first = got;
+    } else {
+      const bool host = dev->properties().kind == backend::backend_kind::cpu
+                        || dev->properties().kind
+                             == backend::backend_kind::sim;
+      double w = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        INFO("step " << i);
+        if (host)
+          CHECK(std::memcmp(got[i].data(), first[i].data(),
+                            got[i].size() * 4)
+                == 0);
+        w = std::max(w, worst(got[i], first[i]));
+      }
+      // Measured: Vulkan on lavapipe 9e-4 (its products sum in its order).
+      WARN(dev->properties().id << ": worst relative logit difference from "
+                                   "the cpu device's: " << w);
+      CHECK(w < 2e-2);
+    }
+  }
+  // Heads of 16 values cannot be stored as Q8_0 blocks: refused, named.
+  temp_model narrow(tensor_type::f32);
+  REQUIRE(narrow.model->hparams().head_dim == 16);
+  backend_ops ops(*devs.front());
+  device_stage_options o;
+  o.kv = backend::kv_type::q8_0;
+  auto st = device_stage::create(narrow.model, 0, 4, ops, o);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.err().message.find("q8_0 KV cache needs a head width that is a "
+                              "multiple of 32")
+        != std::string::npos);
+  CHECK(st.err().message.find("is 16") != std::string::npos);
 }
