@@ -205,13 +205,15 @@ struct shard_spec {
   /// (model::stage_file_ranges): all a node without the file receives.
   std::vector<workload::model_part> parts;
   caf::actor owner; ///< the shard stops when its owner goes down
+  /// The KV cache's type (backend::parse_kv_type; "" = f16).
+  std::string kv_type;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_spec& x) {
   return wire(f, caf::meta::type_name("exo.shard_spec"), x.model, x.sha256,
               x.size, x.first, x.last, x.n_ctx, x.device, x.source_node,
-              x.parts, x.owner);
+              x.parts, x.owner, x.kv_type);
 }
 
 /// A shard that is up and ready for forward steps.
@@ -271,7 +273,7 @@ typename Inspector::result_type inspect(Inspector& f, job_request& x) {
   return wire(f, caf::meta::type_name("exo.job_request"), x.model, x.prompt,
               x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
               x.keep_logits, x.special, x.stop_tokens, x.name, x.batch,
-              x.draft, x.draft_tokens);
+              x.draft, x.draft_tokens, x.kv_type);
 }
 
 } // namespace workload

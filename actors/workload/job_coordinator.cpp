@@ -1017,6 +1017,7 @@ void start_stages(self_ptr self, const run_ptr& run) {
     spec.source_node = st.cfg.node;
     spec.parts = std::move(parts[i]);
     spec.owner = caf::actor_cast<caf::actor>(self);
+    spec.kv_type = run->job.request.kv_type;
     auto attempt = run->attempt;
     auto on_ready = [self, run, i, attempt](shard_ready& r) {
       if (attempt != run->attempt) { // re-placed meanwhile: not needed
@@ -1247,9 +1248,11 @@ std::vector<std::uint64_t> kv_need(const job_run& run,
                                    const std::vector<stage_place>& plan) {
   std::vector<std::uint64_t> out;
   auto seqs = std::max<std::uint64_t>(run.job.request.sequences, 1);
+  model::device_stage_options o;
+  o.kv = kv_type_of(run.job.request);
   for (auto& s : plan)
     out.push_back(model::device_stage_memory(*run.job.model, s.first, s.last,
-                                             model::device_stage_options{})
+                                             o)
                     .kv_bytes_per_token
                   * run.job.n_ctx * seqs);
   return out;
@@ -1396,7 +1399,7 @@ void place_and_start(self_ptr self, const run_ptr& run,
     // on the survivors of a loss (quickly: the job is waiting).
     try {
       auto preq = run_plan_request(req.model, run->job.n_ctx, req.sequences,
-                                   st.cfg.node);
+                                   st.cfg.node, {}, kv_type_of(req));
       reserve_draft(*run, st.cfg.node, preq);
       // The stages that survive hold their layers' weights (and their
       // nodes the file parts): of equal plans, the one that keeps them.
@@ -1432,7 +1435,8 @@ void place_and_start(self_ptr self, const run_ptr& run,
     static std::atomic<std::uint64_t> runs{0};
     preq = run_plan_request(req.model, run->job.n_ctx, req.sequences,
                             st.cfg.node,
-                            st.cfg.node + "#" + std::to_string(++runs));
+                            st.cfg.node + "#" + std::to_string(++runs),
+                            kv_type_of(req));
     reserve_draft(*run, st.cfg.node, preq);
   } catch (const std::exception& e) {
     end_run(self, run, e.what());
@@ -2067,6 +2071,7 @@ run_options run_options_of(const console::parsed_command& p) {
   o.name = p.text("id");
   if (p.has("id"))
     check_job_name(o.name);
+  o.kv_type = p.text("kv-type");
   if (!o.system.empty() && !o.chat)
     throw std::invalid_argument("--system goes with --chat");
   return o;

@@ -84,10 +84,11 @@ struct shard_slot {
 };
 
 /// The stages alive in this process, by (device actor, model, first,
-/// last): a shard on the same device for the same layers of the same
-/// (mapped) model shares the stage. Read and written on device threads.
-using stage_key =
-  std::tuple<caf::actor_id, const void*, std::uint32_t, std::uint32_t>;
+/// last, KV cache type): a shard on the same device for the same layers of
+/// the same (mapped) model with the same cache type shares the stage. Read
+/// and written on device threads.
+using stage_key = std::tuple<caf::actor_id, const void*, std::uint32_t,
+                             std::uint32_t, backend::kv_type>;
 std::mutex registry_mtx;
 std::map<stage_key, std::weak_ptr<hosted_stage>> registry;
 std::atomic<std::uint64_t> next_slot_id{1};
@@ -707,7 +708,7 @@ void set_up(self_ptr self) {
   t.run = [slot = st.slot, cfg = st.cfg](device::task_context& ctx,
                                          caf::response_promise&) {
     const stage_key key{ctx.device().id(), cfg.model.get(), cfg.first,
-                        cfg.last};
+                        cfg.last, cfg.kv};
     {
       std::lock_guard<std::mutex> guard{registry_mtx};
       auto it = registry.find(key);
@@ -726,6 +727,7 @@ void set_up(self_ptr self) {
     // The options placement counts with (model::device_stage_memory).
     auto o = model::shard_stage_options(cfg.model->hparams());
     o.upload_chunk_bytes = max_chunk_bytes;
+    o.kv = cfg.kv;
     auto stage = model::device_stage::create(cfg.model, cfg.first, cfg.last,
                                              *h->ops, o);
     if (stage) {

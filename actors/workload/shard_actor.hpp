@@ -68,6 +68,9 @@ struct shard_setup {
   std::uint32_t first = 0;
   std::uint32_t last = 0;
   std::uint32_t n_ctx = 0;  ///< context per sequence
+  /// How its device stage's KV caches store keys and values (shards of
+  /// jobs with other cache types never share a device stage).
+  backend::kv_type kv = backend::kv_type::f16;
   device_actor device;      ///< the device it computes on (required)
   std::string device_id;
   std::string node;

@@ -13,6 +13,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include <map>
@@ -118,9 +119,21 @@ load_model(self_ptr self, const std::string& path, bool whole,
   return m;
 }
 
+/// The KV cache type a spec names ("" = f16), none for an unknown name.
+std::optional<backend::kv_type> kv_of(const shard_spec& spec) {
+  return spec.kv_type.empty() ? std::optional{backend::kv_type::f16}
+                              : backend::parse_kv_type(spec.kv_type);
+}
+
 /// Picks the device and spawns the shard once the model file is at `path`.
 void start_shard(self_ptr self, shard_spec spec, std::string path,
                  bool whole, std::uint64_t received, caf::response_promise rp) {
+  if (!kv_of(spec)) {
+    rp.deliver(fail(exo_errc::invalid_argument,
+                    self->state.node + ": unknown KV cache type '"
+                      + spec.kv_type.substr(0, 16) + "'"));
+    return;
+  }
   std::shared_ptr<const model::llama_model> m;
   try {
     m = load_model(self, path, whole, spec.parts);
@@ -167,6 +180,7 @@ void start_shard(self_ptr self, shard_spec spec, std::string path,
           s.first = spec.first;
           s.last = spec.last;
           s.n_ctx = spec.n_ctx;
+          s.kv = *kv_of(spec);
           s.device = dev;
           s.device_id = order.front().id;
           s.node = self->state.node;

@@ -12,7 +12,7 @@ namespace exo::workload {
 plan_request run_plan_request(const std::string& model, std::uint32_t n_ctx,
                               std::uint32_t sequences,
                               const std::string& origin,
-                              const std::string& run) {
+                              const std::string& run, backend::kv_type kv) {
   plan_request r;
   r.model_path = model;
   r.context_length = n_ctx;
@@ -22,7 +22,7 @@ plan_request run_plan_request(const std::string& model, std::uint32_t n_ctx,
   r.run = run;
   r.origin = origin;
   try {
-    placement::attach_model(r, placement::load_model_spec(model, n_ctx));
+    placement::attach_model(r, placement::load_model_spec(model, n_ctx, kv));
   } catch (const placement::problem_error& e) {
     throw std::invalid_argument(e.what());
   }

@@ -10,6 +10,7 @@
 ///   stages_of(plan, member view) -> [stage_place]  (device names looked up)
 
 #include "actors/workload/simple_placement.hpp"
+#include "backends/backend.hpp"
 #include "messages/cluster.hpp"
 #include "core/placement/problem.hpp"
 #include "messages/placement.hpp"
@@ -29,12 +30,13 @@ namespace exo::workload {
 /// latency). With a `run` id ("NODE#N") the plan is kept as a job of the
 /// placement service, re-planned (and its reasons shown by `plans`) while
 /// the run lasts; the run drops it with (unplan_atom, job id) when it ends.
-/// Without one it is not kept. Throws std::invalid_argument when the model
-/// cannot be read.
+/// Without one it is not kept. The layers' KV memory is that of a cache of
+/// type `kv`. Throws std::invalid_argument when the model cannot be read.
 plan_request run_plan_request(const std::string& model, std::uint32_t n_ctx,
                               std::uint32_t sequences,
                               const std::string& origin,
-                              const std::string& run = {});
+                              const std::string& run = {},
+                              backend::kv_type kv = backend::kv_type::f16);
 
 /// A member view of one alive node with `devices` (a node planning on its
 /// own devices, without a cluster).

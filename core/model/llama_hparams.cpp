@@ -126,7 +126,7 @@ llama_hparams llama_hparams::from_gguf(const gguf_file& f) {
 }
 
 std::vector<layer_cost> layer_costs(const gguf_file& f, const llama_hparams& hp,
-                                    uint32_t n_ctx) {
+                                    uint32_t n_ctx, backend::kv_type kv) {
   if (n_ctx == 0)
     n_ctx = hp.n_ctx_train;
   static const char* names[] = {"attn_norm", "attn_q",   "attn_k",
@@ -150,15 +150,18 @@ std::vector<layer_cost> layer_costs(const gguf_file& f, const llama_hparams& hp,
         c.weight_bytes += t->n_bytes;
     c.flops_per_token += attn_flops;
     // As device_stage records a decode step: two norms, seven products,
-    // two ropes, K and V into the f16 cache (to_f16), attention, silu_mul
-    // and two residual adds; a bias add per biased projection, a norm per
-    // Q/K norm.
+    // two ropes, K and V into the cache (to_f16 / to_q8_0), attention,
+    // silu_mul and two residual adds; a bias add per biased projection, a
+    // norm per Q/K norm; a q8_0 cache of heads a multiple of 64 wide: the
+    // four rotations around it (hadamard of Q, K, V and the output).
     c.operations = 17;
+    if (kv == backend::kv_type::q8_0 && hp.head_dim % 64 == 0)
+      c.operations += 4;
     for (auto* n : {"attn_q.bias", "attn_k.bias", "attn_v.bias",
                     "attn_q_norm.weight", "attn_k_norm.weight"})
       if (f.find_tensor("blk." + std::to_string(l) + "." + n))
         ++c.operations;
-    c.kv_bytes_per_token = 2ull * hp.n_embd_kv() * 2; // an f16 cache
+    c.kv_bytes_per_token = 2 * backend::kv_bytes_of(kv, hp.n_embd_kv());
     c.activation_bytes = uint64_t{hp.n_embd} * sizeof(float);
   }
   auto& embd = f.tensor("token_embd.weight");

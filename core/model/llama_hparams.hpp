@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.hpp"
 #include "core/gguf/gguf.hpp"
 
 namespace exo::model {
@@ -75,7 +76,7 @@ struct llama_hparams {
 /// on the host and never puts the table on a device (device_stage.hpp).
 struct layer_cost {
   uint64_t weight_bytes = 0;       ///< Bytes of the layer's tensors.
-  uint64_t kv_bytes_per_token = 0; ///< K and V cache bytes (f16) per token.
+  uint64_t kv_bytes_per_token = 0; ///< K and V cache bytes per token.
   uint64_t flops_per_token = 0;    ///< Multiply-adds x2, attention included.
   uint64_t activation_bytes = 0;   ///< Bytes passed on per token.
   /// Device operations a decode step runs for the layer (each pays the
@@ -83,10 +84,11 @@ struct layer_cost {
   uint32_t operations = 0;
 };
 
-/// Per-layer costs of the model in `f`. Attention FLOPs are counted for a
-/// context of `n_ctx` tokens (the average position n_ctx / 2); 0 means the
-/// training context length.
+/// Per-layer costs of the model in `f` with a KV cache of type `kv`.
+/// Attention FLOPs are counted for a context of `n_ctx` tokens (the
+/// average position n_ctx / 2); 0 means the training context length.
 std::vector<layer_cost> layer_costs(const gguf_file& f, const llama_hparams& hp,
-                                    uint32_t n_ctx = 0);
+                                    uint32_t n_ctx = 0,
+                                    backend::kv_type kv = backend::kv_type::f16);
 
 } // namespace exo::model

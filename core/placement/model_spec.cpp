@@ -8,14 +8,16 @@
 
 namespace exo::placement {
 
-model_spec load_model_spec(const std::string& path, std::uint32_t n_ctx) {
+model_spec load_model_spec(const std::string& path, std::uint32_t n_ctx,
+                           backend::kv_type kv) {
   try {
     std::shared_ptr<model::gguf_file> f = model::gguf_file::open(path);
     const model::llama_model lm(f);
     const auto& hp = lm.hparams();
-    auto costs = model::layer_costs(*f, hp, n_ctx);
+    auto costs = model::layer_costs(*f, hp, n_ctx, kv);
     // Memory as a shard's device stage allocates it.
-    const auto opts = model::shard_stage_options(hp);
+    auto opts = model::shard_stage_options(hp);
+    opts.kv = kv;
     model_spec m;
     auto slash = path.find_last_of('/');
     m.name = slash == std::string::npos ? path : path.substr(slash + 1);

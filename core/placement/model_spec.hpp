@@ -4,6 +4,7 @@
 /// (exo_placement_model, no CAF) so that the model code's OpenMP flags stay
 /// out of targets that reuse the precompiled CAF headers.
 
+#include "backends/backend.hpp"
 #include "core/placement/problem.hpp"
 
 #include <cstdint>
@@ -30,7 +31,9 @@ struct model_spec {
 /// and the rope_freqs table; on the last stage the logits buffer; nothing
 /// extra on the first (the token embedding stays on the host). So
 /// problem::stage_memory(first, end) equals the device_stage_memory of
-/// that range. Throws problem_error naming the file and the reason.
-model_spec load_model_spec(const std::string& path, std::uint32_t n_ctx = 0);
+/// that range; the KV cache of type `kv`. Throws problem_error naming the
+/// file and the reason.
+model_spec load_model_spec(const std::string& path, std::uint32_t n_ctx = 0,
+                           backend::kv_type kv = backend::kv_type::f16);
 
 } // namespace exo::placement

@@ -34,6 +34,7 @@ job_request make_job_request(const run_options& o) {
   r.batch = o.batch;
   r.draft = o.draft;
   r.draft_tokens = o.draft_tokens;
+  r.kv_type = o.kv_type;
   r.keep_logits = !o.logits_out.empty();
   r.name = o.name;
   if (o.chat) {
@@ -97,8 +98,22 @@ void check_job_name(const std::string& name) {
                       "only (it names the job for attach)");
 }
 
+backend::kv_type kv_type_of(const job_request& r) {
+  if (r.kv_type.empty())
+    return backend::kv_type::f16;
+  if (auto t = backend::parse_kv_type(r.kv_type))
+    return *t;
+  std::string shown = r.kv_type.substr(0, 32);
+  for (auto& c : shown)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      c = '?';
+  throw job_error("--kv-type must be f16, q8_0 or f32, not '" + shown
+                  + (r.kv_type.size() > 32 ? "...'" : "'"));
+}
+
 std::uint32_t validate(const job_request& r, std::size_t prompt_tokens,
                        const model_limits& limits) {
+  kv_type_of(r); // throws for an unknown type
   if (prompt_tokens == 0)
     throw job_error("the prompt gives no tokens");
   if (r.sequences < 1 || r.sequences > max_job_sequences)
@@ -175,6 +190,10 @@ prepared_job prepare_job(job_request r) {
   limits.n_vocab = hp.n_vocab;
   limits.n_ctx_train = hp.n_ctx_train;
   p.n_ctx = validate(r, p.prompt.size(), limits);
+  if (kv_type_of(r) == backend::kv_type::q8_0 && hp.head_dim % 32 != 0)
+    throw job_error("--kv-type q8_0 needs the model's heads to be a "
+                    "multiple of 32 wide (whole Q8_0 blocks); "
+                    + r.model + "'s are " + std::to_string(hp.head_dim));
   for (auto t : r.stop_tokens)
     if (t < 0 || static_cast<std::uint32_t>(t) >= limits.n_vocab)
       throw job_error("stop token " + std::to_string(t)

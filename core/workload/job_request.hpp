@@ -13,10 +13,13 @@
 ///   - sequences in [1, max_job_sequences];
 ///   - stages 0 (the solver's plan) or in [1, n_layer];
 ///   - temperature finite in [0, max_temperature], top-p in [0, 1];
+///   - the KV cache type one of f16, q8_0, f32 (q8_0: the model's heads a
+///     multiple of 32 wide);
 ///   - the context (context_for): --ctx at most the model's training
 ///     context, and prompt + n_gen at most --ctx, or at most the training
 ///     context without --ctx.
 
+#include "backends/backend.hpp"
 #include "core/model/sampler.hpp"
 
 #include <cstddef>
@@ -70,6 +73,11 @@ struct job_request {
   /// Tokens that end a sequence besides the vocabulary's end-of-generation
   /// set (a chat template's end of turn).
   std::vector<std::int32_t> stop_tokens;
+  /// How the stages' KV caches store keys and values (--kv-type): "" or
+  /// "f16" (llama.cpp's default), "q8_0" (llama.cpp's --cache-type-k/-v
+  /// q8_0: 53% of the memory, its bits; heads a multiple of 32 wide) or
+  /// "f32".
+  std::string kv_type;
   /// The client's name for the job (console `run --id NAME`): `attach NAME`
   /// on any node finds it, also after its coordinating node died and
   /// another took it over. "" = none (it is still found as NODE:ID).
@@ -105,6 +113,10 @@ std::uint32_t context_for(std::size_t prompt_tokens, std::uint32_t n_gen,
 
 /// Checks the sampling parameters; throws job_error.
 void check_sampling(const model::sampler_params& p);
+
+/// The KV cache type a request names ("" is f16); throws job_error for a
+/// name that is none.
+backend::kv_type kv_type_of(const job_request& r);
 
 /// Checks every rule that does not need the model file (sequences, stages,
 /// sampling, context) and returns the context per sequence. Throws

@@ -74,6 +74,10 @@ void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
     ->type_name("K");
   app.add_option("--ctx", w.ctx, "context length (default: prompt + n)")
     ->type_name("C");
+  app.add_option("--kv-type", o.kv_type,
+                 "the KV cache's type: f16 (default), q8_0 (llama.cpp's "
+                 "--cache-type-k/-v q8_0: 53% of the memory) or f32")
+    ->type_name("TYPE");
   app.add_flag("--chat", o.chat,
                "the prompt is a user message, rendered with the model's "
                "chat template; stops at its end of turn");
@@ -144,6 +148,9 @@ run_options parse_run_options(const std::vector<std::string>& words,
     throw std::invalid_argument("--system goes with --chat");
   if (given("--id"))
     check_job_name(o.name); // a job_error is an invalid_argument
+  if (given("--kv-type") && !backend::parse_kv_type(o.kv_type))
+    throw std::invalid_argument("--kv-type must be f16, q8_0 or f32, not '"
+                                + o.kv_type + "'");
   return o;
 }
 

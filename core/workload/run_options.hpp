@@ -3,7 +3,7 @@
 /// The options of a job, shared by `exo-node run` and the console's `run`:
 ///   --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
 ///   [--top-k K] [--top-p P] [--stages K] [--sequences M] [--ctx C]
-///   [--chat [--system TEXT]] [--logits-out FILE]
+///   [--chat [--system TEXT]] [--kv-type TYPE] [--logits-out FILE]
 /// and, for `exo-node run` only, [--config FILE] [--state-dir DIR]
 /// [--llama-threads N].
 
@@ -38,6 +38,9 @@ struct run_options {
   std::string system;
   std::string logits_out;
   std::string name; ///< --id NAME (console run): what attach finds it by
+  /// --kv-type f16|q8_0|f32: how the KV caches store keys and values
+  /// ("" = f16; job_request::kv_type).
+  std::string kv_type;
   std::string config;          ///< local runs: node config file
   std::string state_dir;       ///< local runs: state directory override
   /// local runs: the cpu device gives llama.cpp -t N's attention bits

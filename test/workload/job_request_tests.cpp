@@ -147,9 +147,12 @@ TEST_CASE("a job request takes the job part of the run options",
   auto o = parse_run_options({"--model", "m.gguf", "--prompt", "hi", "-n",
                               "7", "--seed", "3", "--temperature", "0.5",
                               "--stages", "2", "--sequences", "4", "--ctx",
-                              "64", "--logits-out", "l.txt"},
+                              "64", "--logits-out", "l.txt", "--kv-type",
+                              "q8_0"},
                              true);
   auto r = make_job_request(o);
+  CHECK(r.kv_type == "q8_0");
+  CHECK(kv_type_of(r) == exo::backend::kv_type::q8_0);
   CHECK(r.model == "m.gguf");
   CHECK(r.prompt == "hi");
   CHECK(r.n_gen == 7);
@@ -191,6 +194,8 @@ TEST_CASE("run options parse numbers strictly", "[workload][job_request]") {
   CHECK(message({"--llama-threads", "1025"})
         == "--llama-threads: '1025' is larger than 1024");
   CHECK(message({"-n", "-1"}) == "-n: '-1' must be >= 0");
+  CHECK(message({"--kv-type", "q4_0"})
+        == "--kv-type must be f16, q8_0 or f32, not 'q4_0'");
   auto o = parse_run_options({"--model", "m", "--seed", "007", "--top-p",
                               ".5", "--temperature", "1e-1"},
                              true);
@@ -233,6 +238,20 @@ TEST_CASE("preparing a job loads the model, tokenizes the prompt and applies "
   r.stages = 4;
   CHECK(refusal([&] { prepare_job(r); })
         == "--stages 4 exceeds the model's 3 layers");
+  r.stages = 0;
+  // KV cache types: by name (a peer's request too), and Q8_0 blocks need
+  // heads a multiple of 32 wide (this model's are 8).
+  r.kv_type = "int4\n";
+  CHECK(refusal([&] { prepare_job(r); })
+        == "--kv-type must be f16, q8_0 or f32, not 'int4?'");
+  r.kv_type = "q8_0";
+  CHECK(refusal([&] { prepare_job(r); })
+        == "--kv-type q8_0 needs the model's heads to be a multiple of 32 "
+           "wide (whole Q8_0 blocks); "
+             + path + "'s are 8");
+  r.kv_type = "f32";
+  CHECK(prepare_job(r).request.kv_type == "f32");
+  r.kv_type = "";
   // A file that is no model names the file.
   r.model = (dir / "missing.gguf").string();
   why = refusal([&] { prepare_job(r); });

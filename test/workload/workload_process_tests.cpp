@@ -438,7 +438,28 @@ TEST_CASE("two nodes run a job across both: the node without the model "
     CHECK(two.out.find("on beta") != std::string::npos);
     CHECK(!line_after(one.out, "text: ").empty());
     CHECK(line_after(two.out, "text: ") == line_after(one.out, "text: "));
+    // With llama.cpp's 8-bit KV cache (--kv-type q8_0; heads of 64): each
+    // stage quantizes its own layers' rows, the text is one stage's.
+    auto q8one = console(p, a.port, qjob + " --stages 1 --kv-type q8_0");
+    INFO(q8one.out << q8one.err);
+    REQUIRE(q8one.code == 0);
+    auto q8two = console(p, a.port, qjob + " --stages 2 --kv-type q8_0");
+    INFO(q8two.out << q8two.err);
+    REQUIRE(q8two.code == 0);
+    CHECK(q8two.out.find("on beta") != std::string::npos);
+    CHECK(!line_after(q8one.out, "text: ").empty());
+    CHECK(line_after(q8two.out, "text: ") == line_after(q8one.out, "text: "));
   }
+  // Refused by name: an unknown cache type, and Q8_0 blocks on heads of 16.
+  auto bad = console(p, a.port, job + " --kv-type q4_0");
+  CHECK(bad.code != 0);
+  CHECK((bad.out + bad.err).find("--kv-type must be f16, q8_0 or f32, not "
+                                 "'q4_0'")
+        != std::string::npos);
+  auto narrow = console(p, a.port, job + " --kv-type q8_0");
+  CHECK(narrow.code != 0);
+  CHECK((narrow.out + narrow.err).find("multiple of 32 wide")
+        != std::string::npos);
   a.proc->signal(SIGTERM);
   b.proc->signal(SIGTERM);
   CHECK(a.proc->wait(30s) == 0);
