@@ -555,6 +555,12 @@ node_config parse_document(const std::string& json, const std::string& source) {
                     g.max_queued = static_cast<std::uint32_t>(
                       as_integer(v, q, 1, 65536));
                   }},
+                 {"kv_type",
+                  [&](element v, const std::string& q) {
+                    g.kv_type = as_string(v, q);
+                    if (!backend::parse_kv_type(g.kv_type))
+                      bad(q, "must be one of f16, q8_0, f32");
+                  }},
                  {"models", [&](element v, const std::string& q) {
                     std::size_t i = 0;
                     for (auto item : as_array(v, q, "objects")) {

@@ -170,6 +170,9 @@ struct gateway_section {
   std::uint32_t ctx = 4096;
   /// Completions admitted at once (waiting or running); more get 429.
   std::uint32_t max_queued = 64;
+  /// The KV cache type of every request's job ("f16", "q8_0", "f32"; ""
+  /// = f16): job_request::kv_type.
+  std::string kv_type;
 
   bool enabled() const { return !models.empty(); }
 };

@@ -124,6 +124,7 @@ mapped_job map_request(const model_source& model,
   if (job.sampling.temperature <= 0.0f) // speculation keeps greedy tokens
     job.draft = model.draft;
   job.n_ctx = 0; // prompt + n_gen
+  job.kv_type = limits.kv_type;
   out.stop_ids = tok.eog_ids();
   out.stop_ids.insert(job.stop_tokens.begin(), job.stop_tokens.end());
   return out;

@@ -77,6 +77,8 @@ struct mapping_limits {
   std::uint32_t ctx = 4096;
   /// max_tokens when a completions request gives none.
   std::uint32_t default_completion_tokens = 16;
+  /// Every job's KV cache type (job_request::kv_type; "" = f16).
+  std::string kv_type;
 };
 
 /// Maps `req` for `model`. `seed` is used when the request has none.

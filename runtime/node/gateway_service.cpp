@@ -165,6 +165,17 @@ gateway_service::gateway_service(runtime& rt,
                           + " (give one --model-id / gateway.models[].id)");
     try {
       models.push_back(gateway::load_model_source(id, m.path));
+      if (!g.kv_type.empty()) { // a cache the model cannot hold: now
+        workload::job_request probe;
+        probe.kv_type = g.kv_type;
+        auto kv = workload::kv_type_of(probe);
+        const auto hd = model::llama_hparams::from_gguf(*models.back().file)
+                          .head_dim;
+        if (kv == backend::kv_type::q8_0 && hd % 32 != 0)
+          throw startup_error("gateway.kv_type q8_0 needs heads a multiple "
+                              "of 32 wide (whole Q8_0 blocks); model " + id
+                              + "'s are " + std::to_string(hd));
+      }
       if (!m.draft.empty()) { // refused now, not on every greedy request
         auto model = model::llama_model::load(m.path);
         (void) workload::load_draft(m.draft, *model,
@@ -182,6 +193,7 @@ gateway_service::gateway_service(runtime& rt,
   }
   gateway::mapping_limits limits;
   limits.ctx = g.ctx;
+  limits.kv_type = g.kv_type;
   auto backend = std::make_shared<gateway::job_backend>(
     rt.system(), coordinator, std::move(models), limits);
   gateway::server_options o;

@@ -31,6 +31,7 @@ serve_settings parse_serve_command(int argc, char** argv, std::ostream& out,
   serve_settings result;
   std::vector<std::string> models, ids, drafts;
   std::string host, port, api_key, auth, ctx, config_file, state_dir;
+  std::string kv_type;
   bool https = false;
   CLI::App app{serve_description, "exo-node serve"};
   cli::configure(app);
@@ -65,6 +66,11 @@ serve_settings parse_serve_command(int argc, char** argv, std::ostream& out,
   app.add_option("--ctx", ctx,
                  "context per request, prompt + completion (4096)")
     ->type_name("C");
+  app.add_option("--kv-type", kv_type,
+                 "the KV cache's type: f16 (default), q8_0 (llama.cpp's "
+                 "--cache-type-k/-v q8_0: 53% of the memory) or f32")
+    ->type_name("TYPE")
+    ->check(CLI::IsMember({"f16", "q8_0", "f32"}));
   app.add_option("--config", config_file,
                  "node settings (JSON): the node and cluster to join")
     ->type_name("FILE");
@@ -120,6 +126,8 @@ serve_settings parse_serve_command(int argc, char** argv, std::ostream& out,
       g.https = true;
     if (!ctx.empty())
       g.ctx = static_cast<std::uint32_t>(to_uint("--ctx", ctx, 16, 1 << 24));
+    if (!kv_type.empty())
+      g.kv_type = kv_type;
     if (g.models.empty())
       throw std::invalid_argument(
         "serve needs --model FILE (or models in the config's gateway "

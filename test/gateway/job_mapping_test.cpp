@@ -187,6 +187,11 @@ TEST_CASE("completions map prompt, max_tokens and sampling, refusals are "
   auto with_draft = src;
   with_draft.draft = dir + "/plain.gguf";
   CHECK(map_request(with_draft, r, {}, 1).job.draft == with_draft.draft);
+  // The gateway's KV cache type goes with every job.
+  CHECK(m.job.kv_type.empty());
+  mapping_limits q8;
+  q8.kv_type = "q8_0";
+  CHECK(map_request(src, r, q8, 1).job.kv_type == "q8_0");
   auto warm = r;
   warm.temperature = 0.7;
   CHECK(map_request(with_draft, warm, {}, 1).job.draft.empty());
@@ -250,6 +255,15 @@ TEST_CASE("a gateway beyond loopback needs HTTPS and exo's access tokens") {
   CHECK_THROWS_WITH(config::parse(R"({"gateway": {"models": [{"id": "a"}]}})",
                                   "t"),
                     Catch::Contains("gateway.models[0].path"));
+  // The KV cache type of every request's job.
+  CHECK(cfg.gateway.kv_type.empty());
+  CHECK(config::parse(R"({"gateway": {"kv_type": "q8_0",
+                 "models": [{"path": "m.gguf"}]}})", "t").gateway.kv_type
+        == "q8_0");
+  CHECK_THROWS_WITH(config::parse(R"({"gateway": {"kv_type": "q4",
+                      "models": [{"path": "m.gguf"}]}})", "t"),
+                    Catch::Contains("gateway.kv_type: must be one of f16, "
+                                    "q8_0, f32"));
   // Beyond loopback: HTTPS alone, or tokens alone, are not enough.
   g.host = "0.0.0.0";
   g.https = true;
