@@ -1014,86 +1014,168 @@ void attention_chunked(const float* q, const KV* k, const KV* v, float* out,
 // (fused multiply-adds; GCC contracts its leftovers the same way) into an
 // f32 accumulator that ggml_vec_scale_f32 rescales by plain products.
 
-/// acc[i] = fma(x[i], w, acc[i]) for n values (the same bits on every path).
-void mad_f32_scalar(float* acc, const float* x, float w, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    acc[i] = std::fma(x[i], w, acc[i]);
+/// acc[i] = fma(float(q[i]) * d, w, acc[i]) for the 32 values of a Q8_0 V
+/// block: dequantize_row_q8_0 (one rounding) then ggml_vec_mad_f32.
+inline void mad_block_scalar(float* acc, const block_q8_0& b, float w) {
+  const float d = f16_to_f32(b.d);
+  for (std::size_t j = 0; j < 32; ++j)
+    acc[j] = std::fma(static_cast<float>(b.qs[j]) * d, w, acc[j]);
 }
 
-__attribute__((target("avx2,fma"))) void
-mad_f32_avx2(float* acc, const float* x, float w, std::size_t n) {
-  const __m256 wv = _mm256_set1_ps(w);
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), wv,
-                                              _mm256_loadu_ps(acc + i)));
-  mad_f32_scalar(acc + i, x + i, w, n - i);
-}
-
-__attribute__((target("avx512f"))) void
-mad_f32_avx512(float* acc, const float* x, float w, std::size_t n) {
-  const __m512 wv = _mm512_set1_ps(w);
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(_mm512_loadu_ps(x + i), wv,
-                                              _mm512_loadu_ps(acc + i)));
-  mad_f32_scalar(acc + i, x + i, w, n - i);
-}
-
-/// ggml's dequantize_row_q8_0 of `nb` blocks: y = q * d.
-void decode_q8_0(const block_q8_0* b, float* y, std::size_t nb) {
-  for (std::size_t i = 0; i < nb; ++i) {
-    const float d = f16_to_f32(b[i].d);
-    for (std::size_t j = 0; j < 32; ++j)
-      y[i * 32 + j] = static_cast<float>(b[i].qs[j]) * d;
-  }
-}
-
-/// Scratch of one (token, head) job over a Q8_0 cache.
+/// Scratch of one job over a Q8_0 cache: up to `heads` query heads of one
+/// KV head.
 struct q8_scratch {
-  std::vector<block_q8_0> qq; ///< the query head as Q8_0
-  std::vector<float> v32, acc;
-  explicit q8_scratch(std::size_t hd) : qq(hd / 32), v32(hd), acc(hd) {}
+  std::vector<block_q8_0> qq; ///< the query heads as Q8_0, hd / 32 apart
+  std::vector<float> acc, v32;
+  std::vector<softmax_state> st;
+  q8_scratch(std::size_t heads, std::size_t hd)
+    : qq(heads * hd / 32), acc(heads * hd), v32(hd), st(heads) {}
 };
 
-/// One query head q (hd floats) over cache rows 0 .. n_pos-1 of k and v
-/// (its KV head's blocks, `stride` blocks apart): out = the head's output.
-void one_chunk_q8_0(const float* q, const block_q8_0* k, const block_q8_0* v,
-                    std::size_t n_pos, std::size_t hd, std::size_t stride,
-                    float scale, q8_scratch& sc, float* out) {
-  const std::size_t nb = hd / 32;
-  auto mad = use_avx512() ? mad_f32_avx512
-             : use_avx2() ? mad_f32_avx2
-                          : mad_f32_scalar;
-  quantize_q8_0_activations(q, sc.qq.data(), hd);
-  float* acc = sc.acc.data();
-  std::fill(acc, acc + hd, 0.0f);
-  float S = 0.0f;
-  float M = -inf;
-  for (std::size_t ic = 0; ic < n_pos; ++ic) {
-    float s = quant::vec_dot(quant::ggml_type::q8_0, hd, k + ic * stride,
-                             sc.qq.data());
-    s = s * scale;
-    s += 0.0f; // the mask of a visible cell
-    const float m_old = M;
-    float ms = 1.0f;
-    float vs = 1.0f;
-    if (s > M) {
-      M = s;
-      ms = std::exp(m_old - M);
-      for (std::size_t d = 0; d < hd; ++d)
-        acc[d] = acc[d] * ms;
-    } else {
-      vs = std::exp(s - M);
-    }
-    decode_q8_0(v + ic * stride, sc.v32.data(), nb);
-    mad(acc, sc.v32.data(), vs, hd);
-    const float scaled = S * ms; // two roundings, as one_chunk_cells
-    S = scaled + vs;
+/// ggml_vec_dot_q8_0_q8_0 and ggml's V steps (dequantize_row_q8_0, then
+/// ggml_vec_mad_f32) on the portable path.
+struct q8_kernels_scalar {
+  static float dot(const block_q8_0* k, const block_q8_0* q, std::size_t nb) {
+    return quant::vec_dot_portable(quant::ggml_type::q8_0, nb * 32, k, q);
   }
-  const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
-  for (std::size_t d = 0; d < hd; ++d)
-    out[d] = acc[d] * s_inv;
+  static void decode(const block_q8_0* v, float* y, std::size_t nb) {
+    for (std::size_t b = 0; b < nb; ++b) {
+      const float d = f16_to_f32(v[b].d);
+      for (std::size_t j = 0; j < 32; ++j)
+        y[32 * b + j] = static_cast<float>(v[b].qs[j]) * d;
+    }
+  }
+  static void mad(float* acc, const float* x, float w, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i)
+      acc[i] = std::fma(x[i], w, acc[i]);
+  }
+};
+
+/// The same on AVX2 + FMA + F16C: ggml_vec_dot_q8_0_q8_0's AVX2 body (per
+/// block |k| times q with k's signs, pairs summed: eight lanes of four
+/// products, added to the lanes with d = dk * dq by fused multiply-adds;
+/// hsum_float_8), the V bytes widened to floats times d, fused with w.
+struct q8_kernels_avx2 {
+  __attribute__((target("avx2,fma,f16c"))) static float
+  dot(const block_q8_0* k, const block_q8_0* q, std::size_t nb) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (std::size_t b = 0; b < nb; ++b) {
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(k[b].d) * _cvtsh_ss(q[b].d));
+      const __m256i qk =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k[b].qs));
+      const __m256i qq =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[b].qs));
+      const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qk, qk),
+                                               _mm256_sign_epi8(qq, qk));
+      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+      acc = _mm256_fmadd_ps(d, p, acc);
+    }
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(acc, 1),
+                          _mm256_castps256_ps128(acc));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+  }
+  __attribute__((target("avx2,fma,f16c"))) static void
+  decode(const block_q8_0* v, float* y, std::size_t nb) {
+    for (std::size_t b = 0; b < nb; ++b) {
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(v[b].d));
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+          reinterpret_cast<const __m128i*>(v[b].qs + 8 * j)));
+        _mm256_storeu_ps(y + 32 * b + 8 * j,
+                         _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+      }
+    }
+  }
+  __attribute__((target("avx2,fma,f16c"))) static void
+  mad(float* acc, const float* x, float w, std::size_t n) {
+    const __m256 wv = _mm256_set1_ps(w);
+    for (std::size_t i = 0; i < n; i += 8) // n: a multiple of 32
+      _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), wv,
+                                                _mm256_loadu_ps(acc + i)));
+  }
+};
+
+/// one_chunk's cells 0 .. n_pos-1 for `heads` query heads of one KV head
+/// (qq: their queries as Q8_0): each head's online softmax in its own
+/// order, as ggml runs it head by head; the V row decoded once for all.
+template <class K>
+__attribute__((always_inline)) inline void
+cells_q8_0(const block_q8_0* qq, std::size_t heads, const block_q8_0* k,
+           const block_q8_0* v, std::size_t n_pos, std::size_t hd,
+           std::size_t stride, float scale, float* acc, float* v32,
+           softmax_state* st) {
+  const std::size_t nb = hd / 32;
+  std::fill(acc, acc + heads * hd, 0.0f);
+  for (std::size_t h = 0; h < heads; ++h)
+    st[h] = softmax_state{};
+  for (std::size_t ic = 0; ic < n_pos; ++ic) {
+    const block_q8_0* kr = k + ic * stride;
+    K::decode(v + ic * stride, v32, nb);
+    for (std::size_t h = 0; h < heads; ++h) {
+      float* a = acc + h * hd;
+      float s = K::dot(kr, qq + h * nb, nb);
+      s = s * scale;
+      s += 0.0f; // the mask of a visible cell
+      float& M = st[h].M;
+      float& S = st[h].S;
+      const float m_old = M;
+      float ms = 1.0f;
+      float vs = 1.0f;
+      if (s > M) {
+        M = s;
+        ms = std::exp(m_old - M);
+        for (std::size_t d = 0; d < hd; ++d) // ggml_vec_scale_f32
+          a[d] = a[d] * ms;
+      } else {
+        vs = std::exp(s - M);
+      }
+      K::mad(a, v32, vs, hd);
+      const float scaled = S * ms; // two roundings, as one_chunk_cells
+      S = scaled + vs;
+    }
+  }
+}
+
+__attribute__((target("avx2,fma,f16c"))) void
+cells_q8_0_avx2(const block_q8_0* qq, std::size_t heads, const block_q8_0* k,
+                const block_q8_0* v, std::size_t n_pos, std::size_t hd,
+                std::size_t stride, float scale, float* acc, float* v32,
+                softmax_state* st) {
+  cells_q8_0<q8_kernels_avx2>(qq, heads, k, v, n_pos, hd, stride, scale, acc,
+                              v32, st);
+}
+
+void cells_q8_0_scalar(const block_q8_0* qq, std::size_t heads,
+                       const block_q8_0* k, const block_q8_0* v,
+                       std::size_t n_pos, std::size_t hd, std::size_t stride,
+                       float scale, float* acc, float* v32,
+                       softmax_state* st) {
+  cells_q8_0<q8_kernels_scalar>(qq, heads, k, v, n_pos, hd, stride, scale,
+                                acc, v32, st);
+}
+
+/// `heads` query heads q (hd floats each, hd apart) of one KV head over
+/// cache rows 0 .. n_pos-1 of k and v (the KV head's blocks, `stride`
+/// blocks apart): out = the heads' outputs, hd apart.
+void one_chunk_q8_0(const float* q, std::size_t heads, const block_q8_0* k,
+                    const block_q8_0* v, std::size_t n_pos, std::size_t hd,
+                    std::size_t stride, float scale, q8_scratch& sc,
+                    float* out) {
+  const std::size_t nb = hd / 32;
+  for (std::size_t h = 0; h < heads; ++h) // q_to_vec_dot, head by head
+    quantize_q8_0_activations(q + h * hd, sc.qq.data() + h * nb, hd);
+  auto cells = use_avx2() ? cells_q8_0_avx2 : cells_q8_0_scalar;
+  cells(sc.qq.data(), heads, k, v, n_pos, hd, stride, scale, sc.acc.data(),
+        sc.v32.data(), sc.st.data());
+  for (std::size_t h = 0; h < heads; ++h) {
+    const float S = sc.st[h].S;
+    const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (std::size_t d = 0; d < hd; ++d)
+      out[h * hd + d] = sc.acc[h * hd + d] * s_inv;
+  }
 }
 
 } // namespace
@@ -1123,16 +1205,21 @@ void attention(const float* q, const block_q8_0* k, const block_q8_0* v,
   const std::size_t group = d.n_heads / d.n_kv_heads;
   const std::size_t row = d.n_heads * hd;
   const std::size_t stride = d.kv_stride / 32; // blocks between cache rows
-  const long jobs = static_cast<long>(d.n_tokens * d.n_heads);
+  // A job: one token's block of up to 8 query heads of one KV head (they
+  // share the decoded V rows).
+  const std::size_t block = std::min<std::size_t>(group, 8);
+  const std::size_t blocks = (group + block - 1) / block;
+  const long jobs = static_cast<long>(d.n_tokens * d.n_kv_heads * blocks);
   for_each_job(
-    jobs, std::max(1, threads), [&] { return q8_scratch(hd); },
+    jobs, std::max(1, threads), [&] { return q8_scratch(block, hd); },
     [&](long job, q8_scratch& sc) {
       const auto uj = static_cast<std::size_t>(job);
-      const std::size_t t = uj / d.n_heads;
-      const std::size_t h = uj % d.n_heads;
-      const std::size_t g = h / group;
-      const std::size_t off = t * row + h * hd;
-      one_chunk_q8_0(q + off, k + g * hd / 32, v + g * hd / 32,
+      const std::size_t t = uj / (d.n_kv_heads * blocks);
+      const std::size_t g = uj / blocks % d.n_kv_heads;
+      const std::size_t h0 = g * group + uj % blocks * block;
+      const std::size_t heads = std::min(block, (g + 1) * group - h0);
+      const std::size_t off = t * row + h0 * hd;
+      one_chunk_q8_0(q + off, heads, k + g * hd / 32, v + g * hd / 32,
                      d.pos0 + t + 1, hd, stride, d.scale, sc, out + off);
     });
 }

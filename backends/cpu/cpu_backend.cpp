@@ -60,7 +60,8 @@ public:
     props_.support = support_level::full;
     props_.capabilities = cap_host_visible | cap_elementwise | cap_matmul
                           | cap_model_ops | cap_clock | cap_utilization;
-    threads_ = usable_threads(id.logical_cores);
+    threads_ = opts.threads > 0 ? opts.threads
+                                : usable_threads(id.logical_cores);
     adopts_host_memory_ = opts.weights_in_place;
     llama_threads_ = std::max(1, opts.llama_threads);
     if (host_info::cpu_temperature_c())

@@ -21,6 +21,9 @@ struct cpu_options {
   /// The thread count of the llama.cpp whose attention bits the device
   /// gives (host::attention): 1, the default, whatever threads it runs.
   int llama_threads = 1;
+  /// Threads of the device's kernels; 0: one per CPU the process may run
+  /// on (OMP_NUM_THREADS caps it).
+  int threads = 0;
   /// Bind the kernels' threads one CPU each (host::bind_threads), on each
   /// thread that first runs an operation on the device, the caller
   /// included. Unbound, the OpenMP team's second thread may start on its

@@ -5,6 +5,7 @@
 #include "backends/vulkan/vulkan_util.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
@@ -97,6 +98,21 @@ struct to_f16_push {
   std::uint32_t a_off, o_off, words;
 };
 
+/// Push constants of to_q8_0.comp (o_off in 32-bit words; pairs of 34-byte
+/// blocks, 17 words each).
+struct to_q8_0_push {
+  std::uint32_t a_off, o_off, pairs;
+};
+
+/// Push constants of hadamard.comp.
+struct hadamard_push {
+  std::uint32_t a_off, o_off, runs, n;
+  float scale;
+};
+
+/// The longest run hadamard.comp rotates (its shared memory).
+constexpr std::size_t hadamard_max_n = 2048;
+
 /// attention.comp's workgroup: an invocation owns two output dimensions.
 constexpr std::size_t attention_max_head_dim = 256;
 
@@ -168,6 +184,9 @@ protected:
   status do_attention(const_view q, const_view k, const_view v, mut_view out,
                       const attention_dims& dims) override;
   status do_to_f16(const_view a, mut_view out, std::size_t count) override;
+  status do_to_q8_0(const_view a, mut_view out, std::size_t count) override;
+  status do_hadamard(mut_view out, const_view a, std::size_t count,
+                     std::size_t n) override;
   status do_silu_mul(const_view gate, const_view up, mut_view out,
                      std::size_t count) override;
 
@@ -226,6 +245,9 @@ public:
     k_matvec_quant,
     k_attention_f16,
     k_to_f16,
+    k_attention_q8_0,
+    k_to_q8_0,
+    k_hadamard,
     k_count
   };
 
@@ -909,7 +931,9 @@ status vulkan_device::ensure_pipeline(kernel k) {
       &vulkan_spirv::rms_norm,    &vulkan_spirv::rope,
       &vulkan_spirv::attention,   &vulkan_spirv::matvec_f16,
       &vulkan_spirv::matvec_q8_0, &vulkan_spirv::matvec_quant,
-      &vulkan_spirv::attention_f16, &vulkan_spirv::to_f16};
+      &vulkan_spirv::attention_f16, &vulkan_spirv::to_f16,
+      &vulkan_spirv::attention_q8_0, &vulkan_spirv::to_q8_0,
+      &vulkan_spirv::hadamard};
   VkShaderModuleCreateInfo smi{};
   smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
@@ -1512,28 +1536,39 @@ status vulkan_device::do_attention(const_view q, const_view k,
   auto sz = host::check_attention(dims); // sizes only: checked
   if (!sz)
     return sz.err();
-  // Heads wider than the shader's workgroup covers, and q8_0 caches (no
-  // shader yet), go through the host.
-  if (dims.head_dim > attention_max_head_dim || dims.kv == kv_type::q8_0 ||
-      !fits_u32({sz->q / 4, sz->kv / 2, dims.n_tokens * dims.n_heads}))
+  // Heads wider than the shader's workgroup covers go through the host; so
+  // does a q8_0 cache whose blocks end inside a 32-bit word at the end of
+  // its buffer (the shader reads whole words).
+  const bool q8 = dims.kv == kv_type::q8_0;
+  auto padded = [&](const const_view& x) {
+    return (x.offset + sz->kv + 3) / 4 * 4 - x.offset;
+  };
+  if (dims.head_dim > attention_max_head_dim
+      || !fits_u32({sz->q / 4, sz->kv, dims.n_tokens * dims.n_heads})
+      || (q8 && (k.offset + padded(k) > k.buf->size()
+                 || v.offset + padded(v) > v.buf->size())))
     return device::do_attention(q, k, v, out, dims);
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(usable("attention"));
   auto bq = bind(*q.buf, q.offset, sz->q, "attention q");
-  auto bk = bind(*k.buf, k.offset, sz->kv, "attention k");
-  auto bv = bind(*v.buf, v.offset, sz->kv, "attention v");
+  auto bk = bind(*k.buf, k.offset, q8 ? padded(k) : sz->kv, "attention k");
+  auto bv = bind(*v.buf, v.offset, q8 ? padded(v) : sz->kv, "attention v");
   auto bo = bind(*out.buf, out.offset, sz->q, "attention out");
   for (auto* r : {&bq, &bk, &bv, &bo})
     if (!*r)
       return r->err();
   const bool f16 = dims.kv == kv_type::f16;
   // An f16 cache's offsets count halves (its binding starts at a
-  // min_align multiple, so at an even number of halves).
+  // min_align multiple, so at an even number of halves), a q8_0 cache's
+  // bytes.
   auto kv_off = [&](const binding& b, std::size_t offset) {
-    return f16 ? static_cast<std::uint32_t>((offset - b.offset) / 2)
-               : b.elem_off;
+    return f16  ? static_cast<std::uint32_t>((offset - b.offset) / 2)
+           : q8 ? static_cast<std::uint32_t>(offset - b.offset)
+                : b.elem_off;
   };
-  auto bt = prepare(f16 ? k_attention_f16 : k_attention,
+  auto bt = prepare(f16  ? k_attention_f16
+                    : q8 ? k_attention_q8_0
+                         : k_attention,
                     {*bq, *bk, *bv, *bo});
   if (!bt)
     return bt.err();
@@ -1578,6 +1613,59 @@ status vulkan_device::do_to_f16(const_view a, mut_view out,
   vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                      sizeof(pc), &pc);
   auto groups = std::min<std::size_t>((count / 2 + 255) / 256, max_groups_[0]);
+  vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+  used_by(**bt, {a.buf, out.buf});
+  return finish(**bt);
+}
+
+status vulkan_device::do_to_q8_0(const_view a, mut_view out,
+                                 std::size_t count) {
+  // The shader writes pairs of blocks as 17 whole 32-bit words: other
+  // shapes take the generic path.
+  if (count % 64 != 0 || out.offset % 4 != 0 || !fits_u32({count}))
+    return device::do_to_q8_0(a, out, count);
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("to_q8_0"));
+  const std::size_t pairs = count / 64;
+  auto ba = bind(*a.buf, a.offset, count * 4, "to_q8_0 a");
+  auto bo = bind(*out.buf, out.offset, pairs * 68, "to_q8_0 out");
+  for (auto* r : {&ba, &bo})
+    if (!*r)
+      return r->err();
+  auto bt = prepare(k_to_q8_0, {*ba, *bo});
+  if (!bt)
+    return bt.err();
+  to_q8_0_push pc{ba->elem_off, bo->elem_off,
+                  static_cast<std::uint32_t>(pairs)};
+  vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                     sizeof(pc), &pc);
+  auto groups = std::min<std::size_t>((pairs + 63) / 64, max_groups_[0]);
+  vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+  used_by(**bt, {a.buf, out.buf});
+  return finish(**bt);
+}
+
+status vulkan_device::do_hadamard(mut_view out, const_view a,
+                                  std::size_t count, std::size_t n) {
+  if (n > hadamard_max_n || !fits_u32({count}))
+    return device::do_hadamard(out, a, count, n);
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("hadamard"));
+  auto ba = bind(*a.buf, a.offset, count * 4, "hadamard a");
+  auto bo = bind(*out.buf, out.offset, count * 4, "hadamard out");
+  for (auto* r : {&ba, &bo})
+    if (!*r)
+      return r->err();
+  auto bt = prepare(k_hadamard, {*ba, *bo});
+  if (!bt)
+    return bt.err();
+  hadamard_push pc{ba->elem_off, bo->elem_off,
+                   static_cast<std::uint32_t>(count / n),
+                   static_cast<std::uint32_t>(n),
+                   1.0f / std::sqrt(static_cast<float>(n))};
+  vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                     sizeof(pc), &pc);
+  auto groups = std::min<std::size_t>(count / n, max_groups_[0]);
   vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
   used_by(**bt, {a.buf, out.buf});
   return finish(**bt);

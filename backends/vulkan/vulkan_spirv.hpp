@@ -27,5 +27,8 @@ extern const blob matvec_q8_0; ///< C = A * W^T, W in GGUF's Q8_0 blocks
 extern const blob matvec_quant; ///< C = A * W^T, W in ggml's other formats
 extern const blob attention_f16; ///< attention over an f16 KV cache
 extern const blob to_f16;      ///< f32 rows stored as IEEE half
+extern const blob attention_q8_0; ///< attention over a q8_0 KV cache
+extern const blob to_q8_0;     ///< f32 rows stored as Q8_0 blocks
+extern const blob hadamard;    ///< Walsh-Hadamard rotation of runs of n
 
 } // namespace exo::backend::vulkan_spirv

@@ -12,6 +12,10 @@
 # DROP_CACHES=1 (root) drops the page cache after making each file, so
 # that its pages are read back in huge folios (docs/benchmarks.md,
 # 2026-11-29, later).
+# KV_TYPE=q8_0 runs both engines with that KV cache type (exo-model
+# --kv-type: the node's engine, a device stage on the cpu device;
+# llama.cpp's --cache-type-k/-v, through node-llama-cpp's
+# experimentalKvCacheKeyType/ValueType), in both parts.
 # PIN="taskset -c 0" runs both engines' one-thread runs under that prefix:
 # on a shared VM unpinned one-thread decode figures swing 1.5x with the CPU
 # each engine lands on (docs/benchmarks.md, 2026-11-29).
@@ -33,18 +37,25 @@ export LLAMA_NODE_DIR
 PROMPT_LONG="In a distant valley the river carved stone for ten thousand years while travellers passed through it with lanterns and maps, arguing about"
 PROMPT_MIXED=$'Héllo wörld! 日本語 🤖\n\ttabs  and   spaces 12345 it\'s'
 
+KV_EXO=()
+KV_LLAMA=()
+if [ -n "${KV_TYPE:-}" ]; then
+  KV_EXO=(--kv-type "$KV_TYPE")
+  KV_LLAMA=("$(echo "$KV_TYPE" | tr '[:lower:]' '[:upper:]')")
+fi
+
 exo_ids() { # model prompt n threads -> "prompt ids|generated ids"
   "$EXO_MODEL" run --model "$1" --prompt "$2" -n "$3" --threads "$4" \
-    --ctx 1024 --print-ids >"$WORK/exo.out"
+    --ctx 1024 --print-ids "${KV_EXO[@]}" >"$WORK/exo.out"
   echo "$(sed -n 's/^prompt ids: //p' "$WORK/exo.out")|$(sed -n 's/^generated ids: //p' "$WORK/exo.out")"
 }
 llama_ids() {
-  node "$PROBE" "$1" "$2" "$3" "$4" >"$WORK/llama.out" 2>"$WORK/llama.err" \
+  node "$PROBE" "$1" "$2" "$3" "$4" "${KV_LLAMA[@]}" >"$WORK/llama.out" 2>"$WORK/llama.err" \
     || { cat "$WORK/llama.err" >&2; return 1; }
   echo "$(sed -n 's/^prompt ids: //p' "$WORK/llama.out")|$(sed -n 's/^generated ids: //p' "$WORK/llama.out")"
 }
 
-echo "== token for token (greedy, 48 tokens) =="
+echo "== token for token (greedy, 48 tokens${KV_TYPE:+, KV cache $KV_TYPE}) =="
 fail=0
 while read -r type tok extra; do
   m="$WORK/check.gguf"
@@ -76,7 +87,7 @@ else
 fi
 
 echo
-echo "== speed: $SHAPE_TEXT; ${PROMPT_FILE:-83-token} prompt, 32 generated; best of $RUNS =="
+echo "== speed: $SHAPE_TEXT; ${PROMPT_FILE:-83-token} prompt, 32 generated; ${KV_TYPE:-f16} KV cache; best of $RUNS =="
 printf '  %-5s %-7s %-22s %-22s %s\n' type threads "prompt tok/s exo|llama" "gen tok/s exo|llama" tokens
 for type in ${SPEED_TYPES:-f16 q8_0 f32}; do
   m="$WORK/speed-$type.gguf"
@@ -102,10 +113,10 @@ for type in ${SPEED_TYPES:-f16 q8_0 f32}; do
       # depends on its thread count; reproduce the one it runs with.
       $pin "$EXO_MODEL" run --model "$m" --prompt "$PROMPT_TIMED" -n 33 \
         --threads "$threads" --llama-threads "$threads" \
-        --print-ids >"$WORK/exo.out"
+        --print-ids "${KV_EXO[@]}" >"$WORK/exo.out"
       ep=$(awk '/^prompt:/ {print $2 / $5}' "$WORK/exo.out")
       eg=$(awk '/^generation:/ {print ($2 - 1) / $5}' "$WORK/exo.out")
-      $pin node "$PROBE" "$m" "$PROMPT_TIMED" 33 "$threads" \
+      $pin node "$PROBE" "$m" "$PROMPT_TIMED" 33 "$threads" "${KV_LLAMA[@]}" \
         >"$WORK/llama.out" 2>/dev/null
       n=$(sed -n 's/^prompt ids: //p' "$WORK/llama.out" | wc -w)
       lp=$(awk -v n="$n" '/^prompt_s/ {print n / $2}' "$WORK/llama.out")

@@ -2,7 +2,9 @@
 // greedily and prints the prompt's token ids, the generated ids and the
 // timings, in the format compare_llama_cpp.sh reads. Not a dependency of
 // exo: the script finds the package in $LLAMA_NODE_DIR.
-//   node llama_cpp_probe.mjs MODEL.gguf PROMPT N_GEN THREADS
+//   node llama_cpp_probe.mjs MODEL.gguf PROMPT N_GEN THREADS [KV_TYPE]
+// (KV_TYPE: the KV cache's key and value type, e.g. Q8_0 as llama.cpp's
+// --cache-type-k/-v q8_0; F16 unless given)
 import {createRequire} from "node:module";
 import path from "node:path";
 
@@ -11,13 +13,15 @@ const require = createRequire(path.join(dir, "package.json"));
 const {getLlama, LlamaLogLevel} =
   await import(require.resolve("node-llama-cpp"));
 
-const [, , modelPath, prompt, nGenText, threadsText] = process.argv;
+const [, , modelPath, prompt, nGenText, threadsText, kvType] = process.argv;
 const nGen = Number(nGenText);
 const llama = await getLlama({gpu: false, build: "never",
                               logLevel: LlamaLogLevel.error});
 const model = await llama.loadModel({modelPath});
 const context = await model.createContext({
-  contextSize: 1024, threads: Number(threadsText), batchSize: 1024});
+  contextSize: 1024, threads: Number(threadsText), batchSize: 1024,
+  ...(kvType ? {experimentalKvCacheKeyType: kvType,
+                experimentalKvCacheValueType: kvType} : {})});
 const seq = context.getSequence();
 const body = model.tokenize(prompt, false);
 const tokens = model.tokens.shouldPrependBosToken

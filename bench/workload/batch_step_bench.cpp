@@ -11,7 +11,7 @@
 //   batch_step_bench [STEPS [B...]]
 //
 // Environment: EXO_BENCH_TYPE=f32|q4_k_m (one type only), EXO_BENCH_KV=
-// f16|f32 (the KV cache's type, default the shards' f16),
+// f16|q8_0|f32 (the KV cache's type, default the shards' f16),
 // EXO_BENCH_PROMPT=N (each sequence's prompt, default 16 tokens: a longer
 // one makes attention over the cache a larger part of a step),
 // EXO_BENCH_CTX=N (each sequence's context, default what it uses: the KV
@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
   if (const char* k = std::getenv("EXO_BENCH_KV")) {
     auto t = backend::parse_kv_type(k);
     if (!t) {
-      std::printf("error: EXO_BENCH_KV must be f16 or f32, not %s\n", k);
+      std::printf("error: EXO_BENCH_KV must be f16, q8_0 or f32, not %s\n", k);
       return 2;
     }
     kv = *t;

@@ -7,8 +7,11 @@
 //   exo-model run --model m.gguf --prompt "hello world" -n 16 [--seed S]
 //     [--temperature T] [--top-k K] [--top-p P] [--threads N]
 //     [--llama-threads N] [--logits-out FILE] [--chat [--system TEXT]]
+//     [--kv-type f16|q8_0|f32]
 //   (--chat: the prompt is a user message in the model's chat template,
-//   core/workload/chat_prompt.hpp; generation stops at its end of turn)
+//   core/workload/chat_prompt.hpp; generation stops at its end of turn;
+//   --kv-type: the node's engine, a device stage on the cpu device, with a
+//   KV cache of that type, instead of the host engine's f16 cache)
 //
 // Exit status: 0 on success, 2 on bad arguments or a bad model file.
 
@@ -22,7 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "backends/factory/factory.hpp"
 #include "core/cli/program.hpp"
+#include "core/model/device_stage.hpp"
 #include "core/gguf/gguf.hpp"
 #include "core/model/llama_hparams.hpp"
 #include "core/model/llama_model.hpp"
@@ -43,6 +48,65 @@ namespace {
 
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+/// The node's engine on this machine: every layer as one device stage on
+/// the cpu device (its kernels on `threads` threads), one sequence with a
+/// KV cache of type `kv`. eval() gives the logits of the last token.
+class device_engine {
+public:
+  device_engine(std::shared_ptr<const llama_model> model,
+                exo::backend::kv_type kv, int threads, int llama_threads,
+                std::uint32_t n_ctx)
+    : model_(std::move(model)) {
+    exo::backend::factory_options fo;
+    fo.include = {"cpu"};
+    fo.use_environment = false;
+    fo.cpu.threads = threads;
+    fo.cpu.llama_threads = llama_threads;
+    auto reg = exo::backend::registry::create(fo);
+    if (!reg || reg->devices().empty())
+      throw model_error("no cpu device");
+    reg_ = std::move(*reg);
+    ops_ = std::make_unique<backend_ops>(*reg_.devices().front());
+    device_stage_options so;
+    so.kv = kv;
+    so.max_tokens = 512; // llama.cpp's micro-batch
+    auto st = device_stage::create(model_, 0, model_->hparams().n_layer,
+                                   *ops_, so);
+    if (!st)
+      throw model_error(st.err().to_string());
+    stage_ = std::move(*st);
+    auto c = stage_->new_cache(n_ctx);
+    if (!c)
+      throw model_error(c.err().to_string());
+    cache_ = *c;
+  }
+
+  std::vector<float> eval(const std::vector<int32_t>& toks) {
+    const auto& hp = model_->hparams();
+    std::vector<float> logits(hp.n_vocab);
+    const std::size_t step = stage_->options().max_tokens;
+    for (std::size_t i = 0; i < toks.size(); i += step) {
+      const std::size_t n = std::min(step, toks.size() - i);
+      std::vector<float> x(n * hp.n_embd);
+      auto e = stage_->embed(toks.data() + i, n, x.data());
+      if (e.ok())
+        e = stage_->forward(cache_, pos_, x.data(), n, logits.data());
+      if (!e.ok())
+        throw model_error(e.err().to_string());
+      pos_ += static_cast<std::uint32_t>(n);
+    }
+    return logits;
+  }
+
+private:
+  std::shared_ptr<const llama_model> model_;
+  exo::backend::registry reg_;
+  std::unique_ptr<backend_ops> ops_;
+  std::unique_ptr<device_stage> stage_;
+  cache_id cache_ = 0;
+  std::uint32_t pos_ = 0;
 };
 
 /// The values of every subcommand as text, converted after parsing (the
@@ -281,15 +345,31 @@ int cmd_run(const arguments& a) {
     throw usage_error("prompt (" + std::to_string(prompt.size())
                       + " tokens) plus -n " + std::to_string(n_gen)
                       + " exceed the context of " + std::to_string(n_ctx));
+  // The host engine (an f16 cache), or with --kv-type the node's.
+  std::unique_ptr<device_engine> dev;
+  if (a.count("kv-type")) {
+    auto kv = exo::backend::parse_kv_type(a["kv-type"]);
+    if (!kv)
+      throw usage_error("--kv-type must be f16, q8_0 or f32, not '"
+                        + a["kv-type"] + "'");
+    if (*kv == exo::backend::kv_type::q8_0 && hp.head_dim % 32 != 0)
+      throw usage_error("--kv-type q8_0 needs heads a multiple of 32 wide; "
+                        "this model's are " + std::to_string(hp.head_dim));
+    dev = std::make_unique<device_engine>(model, *kv, threads,
+                                          ops::llama_threads(), n_ctx);
+  }
   llama_pipeline pipe(model, {0, hp.n_layer});
-  auto seq = pipe.new_sequence(n_ctx);
+  auto seq = pipe.new_sequence(dev ? 1 : n_ctx);
+  auto eval = [&](const std::vector<int32_t>& toks) {
+    return dev ? dev->eval(toks) : pipe.eval(seq, toks);
+  };
   sampler smp(sp);
 
   using clock = std::chrono::steady_clock;
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
   auto t0 = clock::now();
-  auto logits = pipe.eval(seq, prompt);
+  auto logits = eval(prompt);
   auto t1 = clock::now();
   std::vector<int32_t> out;
   std::string generated;
@@ -315,7 +395,7 @@ int cmd_run(const arguments& a) {
         break;
     }
     if (i + 1 < n_gen)
-      logits = pipe.eval(seq, {id});
+      logits = eval({id});
   }
   auto t2 = clock::now();
   const double tp = std::chrono::duration<double>(t1 - t0).count();
@@ -414,6 +494,10 @@ int main(int argc, char** argv) {
   opt(run, "ctx", "context length (default: the model's)", "C");
   opt(run, "logits-out", "write the last logits, one per line", "FILE");
   opt(run, "llama-threads", "give llama.cpp -t N's bits", "N");
+  opt(run, "kv-type",
+      "run the node's engine (the cpu device) with this KV cache: f16, "
+      "q8_0 (llama.cpp's --cache-type-k/-v q8_0) or f32",
+      "TYPE");
   run->add_flag("--print-ids", a.print_ids, "print prompt and output ids");
   run->add_flag("--chat", a.chat,
                 "the prompt is a user message in the model's chat template");

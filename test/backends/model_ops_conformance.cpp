@@ -466,6 +466,107 @@ TEST_CASE("an f16 KV cache written by to_f16 gives an f32 cache's bits") {
   }
 }
 
+TEST_CASE("a q8_0 KV cache written by to_q8_0 holds the host's blocks and "
+          "attention over it is attention") {
+  std::mt19937 rng{23};
+  for (auto* dev : devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      const auto kind = dev->properties().kind;
+      const bool host_kernels =
+        kind == backend_kind::cpu || kind == backend_kind::sim;
+      using shape = attention_shape;
+      // Rows of 3 blocks (102 bytes: rows at offsets a word-wide kernel
+      // cannot write), past 1024 positions, a prompt, GQA.
+      for (auto s : {shape{1, 6, 2, 1, 32, 32}, shape{2, 10, 3, 1, 96, 96},
+                     shape{1, 40, 4, 2, 64, 128}, shape{3, 1100, 2, 1, 64, 64},
+                     shape{20, 0, 4, 4, 32, 128}}) {
+        INFO("n_tokens " << s.n_tokens << " pos0 " << s.pos0 << " stride "
+                         << s.stride);
+        auto [d, q, k, v] = random_attention(rng, s);
+        d.kv = kv_type::q8_0;
+        auto sk = upload(*dev, k), sv = upload(*dev, v), bq = upload(*dev, q);
+        const std::size_t row = s.stride / 32 * 34;
+        const std::size_t rows = s.pos0 + s.n_tokens;
+        auto qk = alloc(*dev, rows * row), qv = alloc(*dev, rows * row);
+        for (std::size_t p = 0; p < s.pos0; ++p)
+          for (auto [src, dst] : {std::pair{sk.get(), qk.get()},
+                                  std::pair{sv.get(), qv.get()}})
+            REQUIRE(dev->to_q8_0({src, p * s.stride * 4}, {dst, p * row},
+                                 s.stride)
+                      .ok());
+        for (auto [src, dst] :
+             {std::pair{sk.get(), qk.get()}, std::pair{sv.get(), qv.get()}})
+          REQUIRE(dev->to_q8_0({src, s.pos0 * s.stride * 4},
+                               {dst, s.pos0 * row}, s.n_tokens * s.stride)
+                    .ok());
+        // The host's blocks: the same bytes on the host devices; a GPU's
+        // division may put a scale one half-ulp away and a value one step.
+        std::vector<std::vector<float>> decoded;
+        for (auto [b, src] : {std::pair{qk.get(), &k}, std::pair{qv.get(), &v}}) {
+          const std::size_t nb = src->size() / 32;
+          std::vector<host::block_q8_0> got(nb), want(nb);
+          REQUIRE(dev->read(*b, 0, got.data(), nb * 34).ok());
+          host::quantize_q8_0_activations(src->data(), want.data(),
+                                          src->size());
+          if (host_kernels)
+            REQUIRE(std::memcmp(got.data(), want.data(), nb * 34) == 0);
+          std::vector<float> dec(src->size());
+          for (std::size_t i = 0; i < nb; ++i) {
+            REQUIRE(std::abs(int{got[i].d} - int{want[i].d}) <= 1);
+            const double dg = half_value(got[i].d);
+            for (std::size_t j = 0; j < 32; ++j) {
+              REQUIRE(std::abs(got[i].qs[j] - want[i].qs[j]) <= 1);
+              dec[32 * i + j] = static_cast<float>(got[i].qs[j] * dg);
+            }
+          }
+          decoded.push_back(std::move(dec));
+        }
+        // Attention over the blocks: attention over their values, Q
+        // rounded to Q8_0 on the host devices (llama.cpp's), kept in f32 on
+        // GPUs.
+        auto out = alloc(*dev, q.size() * 4);
+        auto st = dev->attention({bq.get(), 0}, {qk.get(), 0}, {qv.get(), 0},
+                                 {out.get(), 0}, d);
+        INFO((st.ok() ? std::string{} : st.err().to_string()));
+        REQUIRE(st.ok());
+        auto d32 = d;
+        d32.kv = kv_type::f32;
+        require_close(download(*dev, *out, q.size()),
+                      attention_ref(q, decoded[0], decoded[1], d32), 2e-2);
+      }
+      // The cache's rows must be whole blocks.
+      auto a = alloc(*dev, 256), o = alloc(*dev, 256);
+      CHECK_FALSE(dev->to_q8_0({a.get(), 0}, {o.get(), 0}, 48).ok());
+    }
+  }
+}
+
+TEST_CASE("hadamard rotates runs of n as the host does, in place too") {
+  std::mt19937 rng{29};
+  for (auto* dev : devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      for (std::size_t n : {2u, 64u, 128u, 4096u}) {
+        INFO("n " << n);
+        const std::size_t count = 3 * n;
+        auto x = random_floats(rng, count, -4.0f, 4.0f);
+        std::vector<float> want(count);
+        host::hadamard(x.data(), want.data(), count, n);
+        auto bx = upload(*dev, x);
+        auto bo = alloc(*dev, count * 4);
+        REQUIRE(dev->hadamard({bx.get(), 0}, {bo.get(), 0}, count, n).ok());
+        auto got = download(*dev, *bo, count);
+        CHECK(std::memcmp(got.data(), want.data(), count * 4) == 0);
+        REQUIRE(dev->hadamard({bx.get(), 0}, {bx.get(), 0}, count, n).ok());
+        got = download(*dev, *bx, count);
+        CHECK(std::memcmp(got.data(), want.data(), count * 4) == 0);
+      }
+      auto b = alloc(*dev, 256);
+      CHECK_FALSE(dev->hadamard({b.get(), 0}, {b.get(), 0}, 48, 12).ok());
+      CHECK_FALSE(dev->hadamard({b.get(), 0}, {b.get(), 0}, 48, 32).ok());
+    }
+  }
+}
+
 TEST_CASE("silu_mul matches a double-precision reference, in place too") {
   std::mt19937 rng{15};
   for (auto* dev : devices().devices()) {

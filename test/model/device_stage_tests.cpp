@@ -1059,7 +1059,8 @@ TEST_CASE("a q8_0 KV cache holds 34 bytes per 32 values, gives the same bits "
                 == 0);
         w = std::max(w, worst(got[i], first[i]));
       }
-      // Measured: Vulkan on lavapipe 9e-4 (its products sum in its order).
+      // Measured: Vulkan on lavapipe 6e-3 (its products sum in its order,
+      // its q8_0 attention keeps Q in f32 where llama.cpp's quantizes it).
       WARN(dev->properties().id << ": worst relative logit difference from "
                                    "the cpu device's: " << w);
       CHECK(w < 2e-2);

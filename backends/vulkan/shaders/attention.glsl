@@ -8,12 +8,15 @@
 // rounded to half where read, as llama.cpp's F16 cache holds them (the
 // attention contract in backends/backend.hpp): attention.comp reads an f32
 // cache and rounds, attention_f16.comp (KV_F16) reads the halves of an f16
-// cache, two to a 32-bit word, k_off / v_off / kv_stride counted in halves.
+// cache, two to a 32-bit word, k_off / v_off / kv_stride counted in halves;
+// attention_q8_0.comp (KV_Q8) decodes a q8_0 cache's 34-byte blocks (q * d,
+// as ggml's dequantize_row_q8_0), k_off / v_off in bytes, kv_stride in
+// values (a multiple of 32).
 
 layout(local_size_x = 128) in;
 
 layout(set = 0, binding = 0) readonly buffer buf_q { float q[]; };
-#ifdef KV_F16
+#if defined(KV_F16) || defined(KV_Q8)
 layout(set = 0, binding = 1) readonly buffer buf_k { uint k[]; };
 layout(set = 0, binding = 2) readonly buffer buf_v { uint v[]; };
 #else
@@ -49,7 +52,28 @@ float half_round(float x) {
   return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x;
 }
 
-#ifdef KV_F16
+#if defined(KV_Q8)
+// Value i of the view (its blocks from byte k_off / v_off): the signed byte
+// times the block's half scale.
+#define K_OFF 0u
+#define V_OFF 0u
+float k_at(uint i) {
+  uint blk = p.k_off + (i >> 5u) * 34u; // even
+  float d = unpackHalf2x16((k[blk >> 2u] >> ((blk & 2u) * 8u)) & 0xffffu).x;
+  uint qb = blk + 2u + (i & 31u);
+  int q = int((k[qb >> 2u] >> ((qb & 3u) * 8u)) << 24u) >> 24;
+  return float(q) * d;
+}
+float v_at(uint i) {
+  uint blk = p.v_off + (i >> 5u) * 34u;
+  float d = unpackHalf2x16((v[blk >> 2u] >> ((blk & 2u) * 8u)) & 0xffffu).x;
+  uint qb = blk + 2u + (i & 31u);
+  int q = int((v[qb >> 2u] >> ((qb & 3u) * 8u)) << 24u) >> 24;
+  return float(q) * d;
+}
+#elif defined(KV_F16)
+#define K_OFF p.k_off
+#define V_OFF p.v_off
 float k_at(uint i) {
   vec2 pair = unpackHalf2x16(k[i >> 1u]);
   return (i & 1u) != 0u ? pair.y : pair.x;
@@ -59,6 +83,8 @@ float v_at(uint i) {
   return (i & 1u) != 0u ? pair.y : pair.x;
 }
 #else
+#define K_OFF p.k_off
+#define V_OFF p.v_off
 float k_at(uint i) {
   return half_round(k[i]);
 }
@@ -104,7 +130,7 @@ void main() {
       uint cn = min(CHUNK, n_pos - c0);
       float lmax = -3.402823466e38;
       for (uint j = tid; j < cn; j += WG) {
-        uint kb = p.k_off + (c0 + j) * p.kv_stride + kvh;
+        uint kb = K_OFF + (c0 + j) * p.kv_stride + kvh;
         float s = 0.0;
         for (uint i = 0u; i < p.head_dim; ++i)
           s += qs[i] * k_at(kb + i);
@@ -126,7 +152,7 @@ void main() {
       l = l * corr + csum;
       acc0 *= corr;
       acc1 *= corr;
-      uint vb = p.v_off + c0 * p.kv_stride + kvh;
+      uint vb = V_OFF + c0 * p.kv_stride + kvh;
       for (uint j = 0u; j < cn; ++j) {
         float e = sc[j];
         uint vr = vb + j * p.kv_stride;
