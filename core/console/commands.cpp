@@ -177,8 +177,10 @@ std::vector<command_spec> make_table() {
                      "tokens the draft proposes a round (4)"),
               1, 31),
        ranged(dashed("ctx", vt::count, "C", "context length"), 1, 1 << 24),
-       dashed("kv-type", vt::text, "TYPE",
-              "the KV cache's type: f16 (default), q8_0 or f32"),
+       choice(dashed("kv-type", vt::text, "f16|q8_0|f32",
+                     "the KV cache's type: f16 (default), q8_0 (llama.cpp's "
+                     "8-bit cache) or f32"),
+              {"f16", "q8_0", "f32"}),
        dashed("chat", vt::flag, "",
               "the prompt is a user message in the model's chat template"),
        dashed("system", vt::text, "TEXT", "with --chat: a system message"),
