@@ -19,7 +19,8 @@
 ///     static bool has_kernels(const device_properties&); // else host
 ///     static int launch_binary(...), launch_matmul_tiled(...), // kernels
 ///       launch_rmsnorm(...), launch_silu_mul(...), launch_rope_rows(...),
-///       launch_attention(...), launch_to_f16(...),
+///       launch_attention(...), launch_to_f16(...), launch_to_q8_0(...),
+///       launch_hadamard(...),
 ///       launch_matmul_weights(...);
 ///     static result<std::shared_ptr<gpu::management_library>>
 ///     load_telemetry();
@@ -472,8 +473,7 @@ protected:
 
   status do_attention(const_view q, const_view k, const_view v, mut_view out,
                       const attention_dims& dims) override {
-    // A q8_0 cache has no kernel here yet: the host computes it.
-    if (!P::has_kernels(props_) || dims.kv == kv_type::q8_0
+    if (!P::has_kernels(props_)
         || dims.head_dim > 2 * gpu::math::attention_threads)
       return device::do_attention(q, k, v, out, dims);
     std::lock_guard<std::mutex> guard{mtx_};
@@ -483,6 +483,29 @@ protected:
                                              ptr_of(*k.buf) + k.offset,
                                              ptr_of(*v.buf) + v.offset,
                                              f32_of(out), dims, stream_));
+  }
+
+  status do_to_q8_0(const_view a, mut_view out, std::size_t count) override {
+    if (!P::has_kernels(props_))
+      return device::do_to_q8_0(a, out, count);
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(select());
+    return launch_status("to_q8_0 kernel",
+                         P::launch_to_q8_0(f32_of(a),
+                                           reinterpret_cast<std::uint8_t*>(
+                                             ptr_of(*out.buf) + out.offset),
+                                           count, stream_));
+  }
+
+  status do_hadamard(mut_view out, const_view a, std::size_t count,
+                     std::size_t n) override {
+    if (!P::has_kernels(props_))
+      return device::do_hadamard(out, a, count, n);
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(select());
+    return launch_status("hadamard kernel",
+                         P::launch_hadamard(f32_of(a), f32_of(out), count, n,
+                                            stream_));
   }
 
   status do_to_f16(const_view a, mut_view out, std::size_t count) override {

@@ -57,6 +57,10 @@ int launch_attention(const float* q, const void* k, const void* v,
                      float* out, const attention_dims& dims, void* stream);
 
 /// out[i] = the half nearest a[i] (ties to even), as IEEE half bits.
+int launch_to_q8_0(const float* a, std::uint8_t* out, std::size_t count,
+                   void* stream);
+int launch_hadamard(const float* a, float* out, std::size_t count,
+                    std::size_t n, void* stream);
 int launch_to_f16(const float* a, std::uint16_t* out, std::size_t count,
                   void* stream);
 

@@ -451,4 +451,66 @@ EXO_HD inline float round_to_bf16(float x) {
   return f;
 }
 
+// -- a q8_0 KV cache (llama.cpp's --cache-type-k/-v q8_0) --------------------
+
+/// One 34-byte Q8_0 block of a KV cache row from 32 floats, as llama.cpp's
+/// x86 CPU backend writes it (host::quantize_q8_0_activations): d = amax /
+/// 127 stored as half, q = x * (127 / amax) rounded to nearest even.
+EXO_HD inline void quantize_kv_q8_0(const float* x, std::uint8_t* out) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float a = fabsf(x[j]);
+    amax = amax > a ? amax : a;
+  }
+  const std::uint16_t h = float_to_half(amax / 127.0f);
+  out[0] = static_cast<std::uint8_t>(h & 0xffu);
+  out[1] = static_cast<std::uint8_t>(h >> 8);
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  for (int j = 0; j < 32; ++j)
+    out[2 + j] = static_cast<std::uint8_t>(
+      static_cast<std::int8_t>(rintf(mul_rn(x[j], id))));
+}
+
+/// A value of a q8_0 KV cache as attention reads it: its byte times its
+/// block's half scale (ggml's dequantize_row_q8_0).
+struct q8_kv {
+  float v;
+};
+EXO_HD inline float kv_value(q8_kv x) {
+  return x.v;
+}
+
+/// A q8_0 cache addressed by value, as attention_kernel addresses an f32 or
+/// f16 cache by pointer: `at` values past `base` (a block boundary).
+struct q8_kv_ptr {
+  const std::uint8_t* base;
+  std::size_t at;
+  EXO_HD q8_kv_ptr operator+(std::size_t n) const {
+    return {base, at + n};
+  }
+  EXO_HD q8_kv operator[](std::size_t i) const {
+    const std::size_t x = at + i;
+    const std::uint8_t* b = base + x / 32 * 34;
+    return {mul_rn(static_cast<float>(static_cast<std::int8_t>(b[2 + x % 32])),
+                   half_at(b))};
+  }
+};
+
+/// ggml's fast Walsh-Hadamard transform of one run of n values in place
+/// (host::hadamard): each times `scale` (1 / sqrtf(n)), then the
+/// butterflies u + v, u - v for strides 1, 2, 4, ... n / 2. Exact
+/// operations in a fixed order: the host's bits.
+EXO_HD inline void hadamard_run(float* x, std::size_t n, float scale) {
+  for (std::size_t j = 0; j < n; ++j)
+    x[j] = mul_rn(x[j], scale);
+  for (std::size_t len = 1; len < n; len <<= 1)
+    for (std::size_t i = 0; i < n; i += 2 * len)
+      for (std::size_t j = 0; j < len; ++j) {
+        const float u = x[i + j];
+        const float v = x[i + len + j];
+        x[i + j] = u + v;
+        x[i + len + j] = u - v;
+      }
+}
+
 } // namespace exo::backend::gpu::math

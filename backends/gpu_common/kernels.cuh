@@ -164,10 +164,11 @@ __global__ void rope_rows_kernel(float* x, const std::int32_t* pos,
 /// One block of attention_threads per (query row, head) at a time; scores
 /// of a chunk of positions in shared memory, online softmax across chunks.
 /// K and V are rounded to half where read (the attention contract): KV is
-/// float (an f32 cache) or std::uint16_t (an f16 cache's halves).
+/// const float* (an f32 cache), const std::uint16_t* (an f16 cache's
+/// halves) or m::q8_kv_ptr (a q8_0 cache's blocks, decoded).
 template <class KV>
-__global__ void attention_kernel(const float* q, const KV* k, const KV* v,
-                                 float* out, attention_dims d) {
+__global__ void attention_kernel(const float* q, KV k, KV v, float* out,
+                                 attention_dims d) {
   constexpr unsigned threads = m::attention_threads;
   __shared__ float qs[2 * threads];
   __shared__ float sc[m::attention_chunk];
@@ -192,7 +193,7 @@ __global__ void attention_kernel(const float* q, const KV* k, const KV* v,
                                                        : m::attention_chunk;
       float lmax = -INFINITY;
       for (std::size_t j = tid; j < cn; j += threads) {
-        const KV* kr = k + (c0 + j) * d.kv_stride + kvh;
+        const auto kr = k + (c0 + j) * d.kv_stride + kvh;
         float s = 0;
         for (std::size_t i = 0; i < d.head_dim; ++i)
           s += qs[i] * m::kv_value(kr[i]);
@@ -214,7 +215,7 @@ __global__ void attention_kernel(const float* q, const KV* k, const KV* v,
       acc1 *= corr;
       for (std::size_t j = 0; j < cn; ++j) {
         float e = sc[j];
-        const KV* vr = v + (c0 + j) * d.kv_stride + kvh;
+        const auto vr = v + (c0 + j) * d.kv_stride + kvh;
         if (tid < d.head_dim)
           acc0 += e * m::kv_value(vr[tid]);
         if (d1 < d.head_dim)
@@ -476,9 +477,58 @@ int launch_attention(const float* q, const void* k, const void* v,
     attention_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
       q, static_cast<const std::uint16_t*>(k),
       static_cast<const std::uint16_t*>(v), out, d);
+  else if (d.kv == kv_type::q8_0)
+    attention_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+      q, m::q8_kv_ptr{static_cast<const std::uint8_t*>(k), 0},
+      m::q8_kv_ptr{static_cast<const std::uint8_t*>(v), 0}, out, d);
   else
     attention_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
       q, static_cast<const float*>(k), static_cast<const float*>(v), out, d);
+  return last_error();
+}
+
+/// One thread per 34-byte block (bytes, so any block offset).
+__global__ void to_q8_0_kernel(const float* a, std::uint8_t* out,
+                               std::size_t blocks) {
+  std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t b = static_cast<std::size_t>(blockIdx.x) * blockDim.x
+                       + threadIdx.x;
+       b < blocks; b += stride)
+    m::quantize_kv_q8_0(a + 32 * b, out + 34 * b);
+}
+
+/// One thread per run of n values: copied to out, rotated there (each
+/// thread reads only its own run, so out may be a).
+__global__ void hadamard_kernel(const float* a, float* out, std::size_t runs,
+                                std::size_t n, float scale) {
+  std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t r = static_cast<std::size_t>(blockIdx.x) * blockDim.x
+                       + threadIdx.x;
+       r < runs; r += stride) {
+    if (a != out)
+      for (std::size_t j = 0; j < n; ++j)
+        out[r * n + j] = a[r * n + j];
+    m::hadamard_run(out + r * n, n, scale);
+  }
+}
+
+int launch_to_q8_0(const float* a, std::uint8_t* out, std::size_t count,
+                   void* stream) {
+  auto g = gpu::elementwise_launch(count / 32);
+  if (g.grid == 0)
+    return 0;
+  to_q8_0_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(a, out,
+                                                            count / 32);
+  return last_error();
+}
+
+int launch_hadamard(const float* a, float* out, std::size_t count,
+                    std::size_t n, void* stream) {
+  auto g = gpu::elementwise_launch(count / n);
+  if (g.grid == 0)
+    return 0;
+  hadamard_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+    a, out, count / n, n, 1.0f / sqrtf(static_cast<float>(n)));
   return last_error();
 }
 

@@ -104,6 +104,16 @@ struct hip_platform {
     return hip_kernels::launch_to_f16(a, out, count, stream);
   }
 
+  static int launch_to_q8_0(const float* a, std::uint8_t* out,
+                            std::size_t count, hipStream_t stream) {
+    return hip_kernels::launch_to_q8_0(a, out, count, stream);
+  }
+
+  static int launch_hadamard(const float* a, float* out, std::size_t count,
+                             std::size_t n, hipStream_t stream) {
+    return hip_kernels::launch_hadamard(a, out, count, n, stream);
+  }
+
   static int launch_matmul_weights(const float* a, const void* w,
                                    weight_type type, float* c,
                                    const matmul_dims& dims, void* scratch,

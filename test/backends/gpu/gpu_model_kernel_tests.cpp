@@ -330,3 +330,36 @@ TEST_CASE("attention and product launches cover their work") {
   CHECK(act_scratch_bytes(weight_type::f16, {3, 8, 512, true}) == 0);
   CHECK(act_scratch_bytes(weight_type::bf16, {3, 8, 512, true}) == 0);
 }
+
+TEST_CASE("the kernels' q8_0 KV cache math is the host's: blocks, values, "
+          "rotation") {
+  // Blocks as host::quantize_q8_0_activations writes them (an all-zero
+  // block, ties of x * 127 / amax included by the random values' range).
+  auto x = random_floats(32 * 64, 5, -4.0f, 4.0f);
+  std::fill(x.begin(), x.begin() + 32, 0.0f);
+  std::vector<std::uint8_t> got(64 * 34);
+  for (std::size_t b = 0; b < 64; ++b)
+    math::quantize_kv_q8_0(x.data() + 32 * b, got.data() + 34 * b);
+  std::vector<host::block_q8_0> want(64);
+  host::quantize_q8_0_activations(x.data(), want.data(), x.size());
+  REQUIRE(std::memcmp(got.data(), want.data(), got.size()) == 0);
+  // The cache read by value: q * d, through a view offset by whole rows.
+  math::q8_kv_ptr view{got.data(), 0};
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const auto& b = want[i / 32];
+    const float v = static_cast<float>(b.qs[i % 32]) * host::f16_to_f32(b.d);
+    REQUIRE(bits_of(math::kv_value(view[i])) == bits_of(v));
+    REQUIRE(bits_of(math::kv_value((view + 64)[i % 64]))
+            == bits_of(math::kv_value(view[64 + i % 64])));
+  }
+  // The rotation, run by run.
+  for (std::size_t n : {2u, 64u, 128u}) {
+    auto r = random_floats(3 * n, 7, -4.0f, 4.0f);
+    std::vector<float> host_out(r.size());
+    host::hadamard(r.data(), host_out.data(), r.size(), n);
+    for (std::size_t i = 0; i < r.size(); i += n)
+      math::hadamard_run(r.data() + i, n,
+                         1.0f / std::sqrt(static_cast<float>(n)));
+    REQUIRE(std::memcmp(r.data(), host_out.data(), r.size() * 4) == 0);
+  }
+}
