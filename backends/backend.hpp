@@ -338,9 +338,8 @@ constexpr std::size_t kv_align(kv_type t) noexcept {
 /// query head quantized to Q8_0, scores by ggml_vec_dot_q8_0_q8_0, V rows
 /// decoded to f32 and summed with fused multiply-adds in an f32 accumulator.
 /// The cpu and sim devices compute llama.cpp's CPU flash attention bit for
-/// bit (host::attention); GPU kernels sum in F32 (Vulkan's q8_0 attention
-/// keeps Q in f32; CUDA/HIP run q8_0 attention on the host for now:
-/// device::do_attention).
+/// bit (host::attention); GPU kernels sum in F32 (their q8_0 attention
+/// decodes the blocks and keeps Q in f32).
 struct attention_dims {
   std::size_t n_tokens = 0;
   std::size_t pos0 = 0;
