@@ -975,6 +975,21 @@ void link_stages(self_ptr self, const run_ptr& run) {
 /// links them and runs the job.
 void start_stages(self_ptr self, const run_ptr& run) {
   auto& st = self->state;
+  // A cache type other than the default is said with the placement, with
+  // what a token of context costs in it.
+  const auto kv = kv_type_of(run->job.request);
+  if (kv != backend::kv_type::f16
+      && run->placement_text.find("KV cache: ") == std::string::npos) {
+    model::device_stage_options o;
+    o.kv = kv;
+    const auto& m = *run->job.model;
+    run->placement_text
+      += std::string{"KV cache: "} + backend::to_string(kv) + ", "
+         + std::to_string(model::device_stage_memory(m, 0, m.hparams().n_layer,
+                                                     o)
+                            .kv_bytes_per_token)
+         + " bytes a token of context (every layer)\n";
+  }
   if (run->sink.placed && !run->job_handle) // a job's recovery reports it itself
     run->sink.placed(job_placed{run->placement_text});
   auto k = static_cast<std::uint32_t>(run->plan.size());
