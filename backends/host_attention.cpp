@@ -972,28 +972,43 @@ void attention_tiled(const float* q, const KV* k, const KV* v, float* out,
   });
 }
 
+/// The jobs of a chunked attention: one token's block of up to `block`
+/// query heads of one KV head each.
+struct head_blocks {
+  const attention_dims& d;
+  std::size_t block;
+  std::size_t group = d.n_heads / d.n_kv_heads;
+  std::size_t blocks = (group + block - 1) / block;
+  long jobs() const {
+    return static_cast<long>(d.n_tokens * d.n_kv_heads * blocks);
+  }
+  struct job_of {
+    std::size_t t, g, heads, off; ///< token, KV head, heads, q/out offset
+  };
+  job_of of(long job) const {
+    const auto uj = static_cast<std::size_t>(job);
+    const std::size_t t = uj / (d.n_kv_heads * blocks);
+    const std::size_t g = uj / blocks % d.n_kv_heads;
+    const std::size_t h0 = g * group + uj % blocks * block;
+    return {t, g, std::min(block, (g + 1) * group - h0),
+            t * d.n_heads * d.head_dim + h0 * d.head_dim};
+  }
+};
+
 template <class KV>
 void attention_chunked(const float* q, const KV* k, const KV* v, float* out,
                        const attention_dims& d, int threads,
                        int llama_threads) {
   const std::size_t hd = d.head_dim;
-  const std::size_t group = d.n_heads / d.n_kv_heads;
-  const std::size_t row = d.n_heads * hd;
   // A job: one token's block of up to `block` heads of one KV head.
-  const std::size_t block = std::min(group, heads_per_block(hd));
-  const std::size_t blocks = (group + block - 1) / block;
-  const long jobs = static_cast<long>(d.n_tokens * d.n_kv_heads * blocks);
+  const head_blocks hb{d, std::min(d.n_heads / d.n_kv_heads,
+                                   heads_per_block(hd))};
   const chunk_kernels<KV> kf = chunk_kernels_now<KV>();
   const bool split = attention_split_kv(d, llama_threads);
   for_each_job(
-    jobs, threads, [&] { return heads_scratch(block, hd); },
+    hb.jobs(), threads, [&] { return heads_scratch(hb.block, hd); },
     [&](long job, heads_scratch& sc) {
-      const auto uj = static_cast<std::size_t>(job);
-      const std::size_t t = uj / (d.n_kv_heads * blocks);
-      const std::size_t g = uj / blocks % d.n_kv_heads;
-      const std::size_t h0 = g * group + uj % blocks * block;
-      const std::size_t heads = std::min(block, (g + 1) * group - h0);
-      const std::size_t off = t * row + h0 * hd;
+      const auto [t, g, heads, off] = hb.of(job);
       if (split)
         split_kv_rows(kf, q + off, heads, k + g * hd, v + g * hd, d.pos0 + 1,
                       hd, d.kv_stride, d.scale,
@@ -1202,23 +1217,14 @@ void hadamard(const float* x, float* y, std::size_t count,
 void attention(const float* q, const block_q8_0* k, const block_q8_0* v,
                float* out, const attention_dims& d, int threads) noexcept {
   const std::size_t hd = d.head_dim;
-  const std::size_t group = d.n_heads / d.n_kv_heads;
-  const std::size_t row = d.n_heads * hd;
   const std::size_t stride = d.kv_stride / 32; // blocks between cache rows
   // A job: one token's block of up to 8 query heads of one KV head (they
   // share the decoded V rows).
-  const std::size_t block = std::min<std::size_t>(group, 8);
-  const std::size_t blocks = (group + block - 1) / block;
-  const long jobs = static_cast<long>(d.n_tokens * d.n_kv_heads * blocks);
+  const head_blocks hb{d, std::min<std::size_t>(d.n_heads / d.n_kv_heads, 8)};
   for_each_job(
-    jobs, std::max(1, threads), [&] { return q8_scratch(block, hd); },
+    hb.jobs(), std::max(1, threads), [&] { return q8_scratch(hb.block, hd); },
     [&](long job, q8_scratch& sc) {
-      const auto uj = static_cast<std::size_t>(job);
-      const std::size_t t = uj / (d.n_kv_heads * blocks);
-      const std::size_t g = uj / blocks % d.n_kv_heads;
-      const std::size_t h0 = g * group + uj % blocks * block;
-      const std::size_t heads = std::min(block, (g + 1) * group - h0);
-      const std::size_t off = t * row + h0 * hd;
+      const auto [t, g, heads, off] = hb.of(job);
       one_chunk_q8_0(q + off, heads, k + g * hd / 32, v + g * hd / 32,
                      d.pos0 + t + 1, hd, stride, d.scale, sc, out + off);
     });

@@ -61,23 +61,24 @@ struct exo_run {
   std::vector<float> margins; ///< top-1 minus top-2 logit per step
 };
 
-exo_run run_exo(const std::string& path, bool one_by_one) {
-  auto model = llama_model::load(path);
-  auto tok = tokenizer::from_gguf(model->file());
+/// The prompt as llama.cpp's tokenizer gives it (BOS first where the
+/// vocabulary says so), then n_gen greedy tokens: `eval(tokens)` runs
+/// tokens through an engine and returns the last one's logits.
+template <class Eval>
+exo_run greedy(const llama_model& model, bool one_by_one, Eval eval) {
+  auto tok = tokenizer::from_gguf(model.file());
   exo_run r;
   if (tok.add_bos())
     r.prompt.push_back(tok.bos());
   auto body = tok.tokenize(prompt, false, false);
   r.prompt.insert(r.prompt.end(), body.begin(), body.end());
-  llama_pipeline pipe(model, {0, model->hparams().n_layer});
-  auto seq = pipe.new_sequence(512);
   std::vector<float> logits;
   if (one_by_one)
     for (auto t : r.prompt)
-      logits = pipe.eval(seq, {t});
+      logits = eval(std::vector<int32_t>{t});
   else
-    logits = pipe.eval(seq, r.prompt);
-  const size_t nv = model->hparams().n_vocab;
+    logits = eval(r.prompt);
+  const size_t nv = model.hparams().n_vocab;
   for (size_t i = 0; i < n_gen; ++i) {
     size_t best = 0;
     for (size_t v = 1; v < nv; ++v)
@@ -90,27 +91,31 @@ exo_run run_exo(const std::string& path, bool one_by_one) {
     r.generated.push_back(static_cast<int32_t>(best));
     r.margins.push_back(logits[best] - second);
     if (i + 1 < n_gen)
-      logits = pipe.eval(seq, {r.generated.back()});
+      logits = eval(std::vector<int32_t>{r.generated.back()});
   }
   return r;
 }
 
-/// The same greedy run through the node's engine: a device_stage of every
-/// layer on the cpu device (one thread), its KV cache of type `kv`. The
-/// prompt goes in one forward (one_by_one: a token at a time).
+/// The host engine (llama_pipeline, one stage).
+exo_run run_exo(const std::string& path, bool one_by_one) {
+  auto model = llama_model::load(path);
+  llama_pipeline pipe(model, {0, model->hparams().n_layer});
+  auto seq = pipe.new_sequence(512);
+  return greedy(*model, one_by_one, [&](const std::vector<int32_t>& toks) {
+    return pipe.eval(seq, toks);
+  });
+}
+
+/// The node's engine: a device_stage of every layer on the cpu device (one
+/// thread), its KV cache of type `kv`.
 exo_run run_device(const std::string& path, exo::backend::kv_type kv,
                    bool one_by_one) {
   namespace backend = exo::backend;
   auto model = llama_model::load(path);
-  auto tok = tokenizer::from_gguf(model->file());
-  exo_run r;
-  if (tok.add_bos())
-    r.prompt.push_back(tok.bos());
-  auto body = tok.tokenize(prompt, false, false);
-  r.prompt.insert(r.prompt.end(), body.begin(), body.end());
   backend::factory_options fo;
   fo.include = {"cpu"};
   fo.use_environment = false;
+  fo.cpu.threads = 1;
   auto reg = backend::registry::create(fo);
   REQUIRE(reg.ok());
   REQUIRE_FALSE(reg->devices().empty());
@@ -123,37 +128,17 @@ exo_run run_device(const std::string& path, exo::backend::kv_type kv,
   auto& stage = **st;
   auto cache = stage.new_cache(512);
   REQUIRE(cache.ok());
-  const size_t e = model->hparams().n_embd, nv = model->hparams().n_vocab;
-  std::vector<float> logits(nv);
+  const size_t e = model->hparams().n_embd;
   std::uint32_t pos = 0;
-  auto eval = [&](const std::vector<int32_t>& toks) {
-    std::vector<float> x(toks.size() * e);
+  return greedy(*model, one_by_one, [&](const std::vector<int32_t>& toks) {
+    std::vector<float> x(toks.size() * e), logits(model->hparams().n_vocab);
     REQUIRE(stage.embed(toks.data(), toks.size(), x.data()).ok());
     auto f = stage.forward(*cache, pos, x.data(), toks.size(), logits.data());
     INFO((f.ok() ? std::string{} : f.err().to_string()));
     REQUIRE(f.ok());
     pos += static_cast<std::uint32_t>(toks.size());
-  };
-  if (one_by_one)
-    for (auto t : r.prompt)
-      eval({t});
-  else
-    eval(r.prompt);
-  for (size_t i = 0; i < n_gen; ++i) {
-    size_t best = 0;
-    for (size_t v = 1; v < nv; ++v)
-      if (logits[v] > logits[best])
-        best = v;
-    float second = -1e30f;
-    for (size_t v = 0; v < nv; ++v)
-      if (v != best)
-        second = std::max(second, logits[v]);
-    r.generated.push_back(static_cast<int32_t>(best));
-    r.margins.push_back(logits[best] - second);
-    if (i + 1 < n_gen)
-      eval({r.generated.back()});
-  }
-  return r;
+    return logits;
+  });
 }
 
 } // namespace
