@@ -1039,6 +1039,23 @@ TEST_CASE("a q8_0 KV cache holds 34 bytes per 32 values, gives the same bits "
       got.push_back(lq);
       pos += static_cast<std::uint32_t>(n);
     }
+    {
+      // A decode step runs the operations placement counts for a q8_0
+      // cache's layers (layer_costs: the rotations included).
+      const auto costs = layer_costs(tm.model->file(), hp, 0,
+                                     backend::kv_type::q8_0);
+      CHECK(costs[0].operations
+            == layer_costs(tm.model->file(), hp)[0].operations + 4);
+      CHECK(costs[0].kv_bytes_per_token == 2 * hp.n_embd_kv() / 32 * 34);
+      std::vector<float> x(hp.n_embd), logits(hp.n_vocab);
+      const std::int32_t tok = 9;
+      REQUIRE(q8.a->embed(&tok, 1, x.data()).ok());
+      const auto ra = q8.a->ops_run(), rb = q8.b->ops_run();
+      REQUIRE(q8.a->forward(c0, pos, x.data(), 1).ok());
+      REQUIRE(q8.b->forward(c1, pos, x.data(), 1, logits.data()).ok());
+      CHECK(q8.a->ops_run() - ra == costs[0].operations + costs[1].operations);
+      CHECK(q8.b->ops_run() - rb == costs[2].operations + costs[3].operations);
+    }
     // The 8-bit cache is close to the f16 one, not the same.
     WARN(dev->properties().id << ": worst relative logit difference, q8_0 "
                                  "cache against f16: " << worst_f16);
