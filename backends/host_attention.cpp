@@ -1029,14 +1029,6 @@ void attention_chunked(const float* q, const KV* k, const KV* v, float* out,
 // (fused multiply-adds; GCC contracts its leftovers the same way) into an
 // f32 accumulator that ggml_vec_scale_f32 rescales by plain products.
 
-/// acc[i] = fma(float(q[i]) * d, w, acc[i]) for the 32 values of a Q8_0 V
-/// block: dequantize_row_q8_0 (one rounding) then ggml_vec_mad_f32.
-inline void mad_block_scalar(float* acc, const block_q8_0& b, float w) {
-  const float d = f16_to_f32(b.d);
-  for (std::size_t j = 0; j < 32; ++j)
-    acc[j] = std::fma(static_cast<float>(b.qs[j]) * d, w, acc[j]);
-}
-
 /// Scratch of one job over a Q8_0 cache: up to `heads` query heads of one
 /// KV head.
 struct q8_scratch {
