@@ -408,6 +408,34 @@ struct softmax_state {
   float S = 0.0f;
 };
 
+/// What one visible cell does to one_chunk's online softmax: the factor
+/// the accumulator is rescaled by when the cell raised the maximum (`grew`,
+/// ms = expf(old - new)) and the cell's V weight (vs = expf(s - M), or 1
+/// for a new maximum).
+struct cell_step {
+  float ms = 1.0f;
+  float vs = 1.0f;
+  bool grew = false;
+};
+
+/// One cell of score s (scaled, masked): the maximum and the sum move as
+/// ggml moves them, the sum in two roundings (S * ms, then + vs; not a
+/// fused multiply-add).
+inline cell_step online_step(softmax_state& st, float s) {
+  cell_step c;
+  const float m_old = st.M;
+  if (s > m_old) {
+    st.M = s;
+    c.ms = std::exp(m_old - s);
+    c.grew = true;
+  } else {
+    c.vs = std::exp(s - m_old);
+  }
+  const float scaled = st.S * c.ms;
+  st.S = scaled + c.vs;
+  return c;
+}
+
 /// One query head (qh: Q already rounded to half) over cache rows
 /// c0 .. c1-1 (k, v at its KV head, `stride` floats apart), as one_chunk
 /// does with an F16 cache: online softmax with expf, the V sum in a half
@@ -418,27 +446,17 @@ softmax_state one_chunk_cells(const chunk_kernels<KV>& kf, const float* qh,
                               std::size_t c1, std::size_t hd,
                               std::size_t stride, float scale, float* acc) {
   std::fill(acc, acc + hd, 0.0f);
-  float S = 0.0f;
-  float M = -inf;
+  softmax_state st;
   for (std::size_t ic = c0; ic < c1; ++ic) {
     float s = kf.dot(k + ic * stride, qh, hd);
     s = s * scale;
     s += 0.0f; // the mask of a visible cell
-    const float m_old = M;
-    float ms = 1.0f;
-    float vs = 1.0f;
-    if (s > M) {
-      M = s;
-      ms = std::exp(m_old - M);
-      kf.scale(acc, ms, hd);
-    } else {
-      vs = std::exp(s - M);
-    }
-    kf.mad(acc, v + ic * stride, vs, hd);
-    const float scaled = S * ms; // two roundings, not a fused multiply-add
-    S = scaled + vs;
+    const cell_step c = online_step(st, s);
+    if (c.grew)
+      kf.scale(acc, c.ms, hd);
+    kf.mad(acc, v + ic * stride, c.vs, hd);
   }
-  return {M, S};
+  return st;
 }
 
 // -- one_chunk for several heads at once -------------------------------------
@@ -492,15 +510,12 @@ cells_heads_avx512(const float* qh, std::size_t q_step, const KV* k,
                    std::size_t stride, float scale, const heads_out& o) {
   static_assert(NV % 4 == 0 && H * NV <= 16, "registers");
   __m512 a[H][NV];
-  float M[H];
-  float S[H];
+  softmax_state st[H];
 #pragma GCC unroll 16
   for (int h = 0; h < H; ++h) {
 #pragma GCC unroll 16
     for (int j = 0; j < NV; ++j)
       a[h][j] = _mm512_setzero_ps();
-    M[h] = -inf;
-    S[h] = 0.0f;
   }
   float sc[H][cells_step];
   float ms[H][cells_step];
@@ -535,20 +550,9 @@ cells_heads_avx512(const float* qh, std::size_t q_step, const KV* k,
     // one_chunk's online softmax; sc[h][c] becomes the cell's V weight.
     for (int h = 0; h < H; ++h)
       for (std::size_t c = 0; c < n; ++c) {
-        const float s = sc[h][c];
-        const float m_old = M[h];
-        float f = 1.0f;
-        float w = 1.0f;
-        if (s > m_old) {
-          M[h] = s;
-          f = std::exp(m_old - s);
-        } else {
-          w = std::exp(s - m_old);
-        }
-        const float scaled = S[h] * f; // two roundings, not fused
-        S[h] = scaled + w;
-        ms[h][c] = f;
-        sc[h][c] = w;
+        const cell_step step = online_step(st[h], sc[h][c]);
+        ms[h][c] = step.ms;
+        sc[h][c] = step.vs;
       }
     for (std::size_t c = 0; c < n; ++c) {
       __m512 row[NV];
@@ -574,7 +578,7 @@ cells_heads_avx512(const float* qh, std::size_t q_step, const KV* k,
 #pragma GCC unroll 16
     for (int j = 0; j < NV; ++j)
       _mm512_storeu_ps(acc + 16 * j, a[h][j]);
-    o.st[h] = {M[h], S[h]};
+    o.st[h] = st[h];
   }
 }
 
@@ -1126,22 +1130,11 @@ cells_q8_0(const block_q8_0* qq, std::size_t heads, const block_q8_0* k,
       float s = K::dot(kr, qq + h * nb, nb);
       s = s * scale;
       s += 0.0f; // the mask of a visible cell
-      float& M = st[h].M;
-      float& S = st[h].S;
-      const float m_old = M;
-      float ms = 1.0f;
-      float vs = 1.0f;
-      if (s > M) {
-        M = s;
-        ms = std::exp(m_old - M);
+      const cell_step c = online_step(st[h], s);
+      if (c.grew)
         for (std::size_t d = 0; d < hd; ++d) // ggml_vec_scale_f32
-          a[d] = a[d] * ms;
-      } else {
-        vs = std::exp(s - M);
-      }
-      K::mad(a, v32, vs, hd);
-      const float scaled = S * ms; // two roundings, as one_chunk_cells
-      S = scaled + vs;
+          a[d] = a[d] * c.ms;
+      K::mad(a, v32, c.vs, hd);
     }
   }
 }
