@@ -61,6 +61,20 @@ struct exo_run {
   std::vector<float> margins; ///< top-1 minus top-2 logit per step
 };
 
+/// llama.cpp's runs of `jobs` (llama_generate.mjs, in folder tmp): for
+/// each, {"prompt": [ids], "generated": [ids]}.
+json llama_generate(const std::string& node, const std::string& tmp,
+                    const json& jobs) {
+  exo::test::write_file(tmp + "/jobs.json", jobs.dump());
+  exo::test::process p(
+    {node, std::string(EXO_SOURCE_DIR) + "/test/model/llama_generate.mjs",
+     exo::test::tools_dir(), tmp + "/jobs.json", tmp + "/out.json"});
+  int rc = p.wait(std::chrono::minutes(8));
+  INFO("node stderr: " << p.err());
+  REQUIRE(rc == 0);
+  return json::parse(exo::test::read_file(tmp + "/out.json"));
+}
+
 /// The prompt as llama.cpp's tokenizer gives it (BOS first where the
 /// vocabulary says so), then n_gen greedy tokens: `eval(tokens)` runs
 /// tokens through an engine and returns the last one's logits.
@@ -191,14 +205,7 @@ TEST_CASE("a q8_0 KV cache generates llama.cpp's greedy tokens with "
                     {"batch", j.one_by_one ? 1 : 512},
                     {"kv", "Q8_0"}});
   }
-  exo::test::write_file(tmp + "/jobs.json", jobs.dump());
-  exo::test::process p(
-    {node, std::string(EXO_SOURCE_DIR) + "/test/model/llama_generate.mjs",
-     exo::test::tools_dir(), tmp + "/jobs.json", tmp + "/out.json"});
-  int rc = p.wait(std::chrono::minutes(8));
-  INFO("node stderr: " << p.err());
-  REQUIRE(rc == 0);
-  auto want = json::parse(exo::test::read_file(tmp + "/out.json"));
+  auto want = llama_generate(node, tmp, jobs);
   REQUIRE(want.size() == jobs_of.size());
   for (size_t i = 0; i < jobs_of.size(); ++i) {
     auto got = run_device(paths[i], exo::backend::kv_type::q8_0,
@@ -295,14 +302,7 @@ TEST_CASE("every weight format generates llama.cpp's 64 greedy tokens",
                     {"n", n_gen},
                     {"batch", one_by_one ? 1 : 512}});
   }
-  exo::test::write_file(tmp + "/jobs.json", jobs.dump());
-  exo::test::process p(
-    {node, std::string(EXO_SOURCE_DIR) + "/test/model/llama_generate.mjs",
-     exo::test::tools_dir(), tmp + "/jobs.json", tmp + "/out.json"});
-  int rc = p.wait(std::chrono::minutes(8));
-  INFO("node stderr: " << p.err());
-  REQUIRE(rc == 0);
-  auto want = json::parse(exo::test::read_file(tmp + "/out.json"));
+  auto want = llama_generate(node, tmp, jobs);
   REQUIRE(want.size() == formats.size());
 
   ops::set_threads(1);
