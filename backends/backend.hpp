@@ -312,6 +312,12 @@ constexpr std::uint64_t kv_bytes_of(kv_type t, std::uint64_t values) noexcept {
   return values / kv_block_values(t) * kv_block_bytes(t);
 }
 
+/// Whether heads of head_dim values are whole blocks of type t (a q8_0
+/// cache needs a multiple of 32; f16 and f32 hold any width).
+constexpr bool kv_holds_heads(kv_type t, std::size_t head_dim) noexcept {
+  return head_dim % kv_block_values(t) == 0;
+}
+
 /// The alignment a view of a cache of type t needs (its scalars' size).
 constexpr std::size_t kv_align(kv_type t) noexcept {
   return t == kv_type::f32 ? 4 : 2;

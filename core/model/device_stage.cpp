@@ -354,8 +354,7 @@ device_stage::create(std::shared_ptr<const llama_model> model,
                   + std::to_string(model->hparams().n_ff) + " < "
                   + std::to_string(model->hparams().n_embd_kv())
                   + ") leaves no room for a batch's K and V rows");
-  if (opts.kv == backend::kv_type::q8_0
-      && model->hparams().head_dim % backend::kv_block_values(opts.kv) != 0)
+  if (!backend::kv_holds_heads(opts.kv, model->hparams().head_dim))
     return fail(errc::unsupported,
                 "device stage: a q8_0 KV cache needs a head width that is a "
                 "multiple of 32 (whole Q8_0 blocks); this model's is "
@@ -750,21 +749,8 @@ result<std::uint64_t> device_stage::cache_bytes(cache_id id) const {
   return (*c)->bytes;
 }
 
-std::uint64_t device_stage::kv_rotation_k() const noexcept {
-  const std::uint64_t hd = model_->hparams().head_dim;
-  if (opts_.kv != backend::kv_type::q8_0 || hd % 64 != 0)
-    return 0;
-  std::uint64_t n = 64;
-  while (hd % (2 * n) == 0)
-    n *= 2;
-  return n;
-}
-
-std::uint64_t device_stage::kv_rotation_v() const noexcept {
-  return opts_.kv == backend::kv_type::q8_0
-             && model_->hparams().head_dim % 64 == 0
-           ? 64
-           : 0;
+kv_rotation device_stage::kv_rotations() const noexcept {
+  return kv_rotation_of(opts_.kv, model_->hparams().head_dim);
 }
 
 std::uint64_t device_stage::kv_row_bytes() const noexcept {
@@ -907,7 +893,7 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   // g_/u_ first, then to_f16 / to_q8_0 writes each segment's rows to its
   // cache.
   const bool batched = segs.size() > 1;
-  const bool f16 = opts_.kv != backend::kv_type::f32; // rows converted
+  const bool converted = opts_.kv != backend::kv_type::f32;
   const op_kind to_cache = opts_.kv == backend::kv_type::q8_0
                              ? op_kind::to_q8_0
                              : op_kind::to_f16;
@@ -915,13 +901,14 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     = opts_.kv == backend::kv_type::q8_0  ? op_kind::attention_q8_0
       : opts_.kv == backend::kv_type::f16 ? op_kind::attention_f16
                                           : op_kind::attention;
-  const bool staged = batched || f16;
+  const bool staged = batched || converted;
   const std::uint64_t row_bytes = kv_row_bytes();
   // A quantized cache: llama.cpp rotates Q and K (Walsh-Hadamard, per head
   // of `rot_k`), V and the attention output (per 64 values) so that the
   // 8-bit blocks lose less (its attn_rot; none unless the head width is a
   // multiple of 64).
-  const std::uint64_t rot_k = kv_rotation_k(), rot_v = kv_rotation_v();
+  const kv_rotation rot = kv_rotations();
+  const std::uint64_t rot_k = rot.k, rot_v = rot.v;
   // Rows that must each get a one-token forward's bits: a batch's
   // one-token segments and every row of an apart segment.
   auto alone = [&](const segment& sg) { return sg.n == 1 || sg.apart; };
@@ -929,7 +916,7 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
                                      [](const segment& sg) {
                                        return sg.apart;
                                      });
-  if (batched && !f16 && ones_floats_ > 0) {
+  if (batched && !converted && ones_floats_ > 0) {
     const std::vector<float> ones(ones_floats_, 1.0f);
     const auto* b = reinterpret_cast<const std::uint8_t*>(ones.data());
     for (std::uint64_t done = 0; done < ones.size() * 4;) {
@@ -1049,7 +1036,7 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     // blocks), an f32 batch's times one (bit for bit; in pieces of
     // ones_rows rows). Then each segment's attention.
     std::uint64_t r0 = 0;
-    for (std::size_t s = 0; f16 && s < segs.size(); ++s) {
+    for (std::size_t s = 0; converted && s < segs.size(); ++s) {
       auto& sg = segs[s];
       auto& c = *cs[s];
       const std::uint64_t src = r0 * nkv * 4;
@@ -1060,7 +1047,7 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
       r0 += sg.n;
     }
     r0 = 0;
-    for (std::size_t s = 0; batched && !f16 && s < segs.size(); ++s) {
+    for (std::size_t s = 0; batched && !converted && s < segs.size(); ++s) {
       auto& sg = segs[s];
       auto& c = *cs[s];
       for (std::uint64_t t = 0; t < sg.n; t += ones_rows) {

@@ -359,14 +359,8 @@ public:
   /// Bytes of one position of one layer's K (or V) in a cache: n_embd_kv
   /// values of the options' kv type.
   std::uint64_t kv_row_bytes() const noexcept;
-  /// The Walsh-Hadamard rotations llama.cpp applies around a quantized
-  /// cache (its attn_rot): Q and K per run of kv_rotation_k() values (the
-  /// largest power of two from 64 dividing the head width), V and the
-  /// attention output per kv_rotation_v() (64); 0 for none (an f16/f32
-  /// cache, or a head width not a multiple of 64). Orthonormal: attention
-  /// is unchanged up to rounding, the 8-bit blocks lose less.
-  std::uint64_t kv_rotation_k() const noexcept;
-  std::uint64_t kv_rotation_v() const noexcept;
+  /// The rotations around this stage's cache (model::kv_rotation_of).
+  kv_rotation kv_rotations() const noexcept;
   /// Bytes read_kv writes (and write_kv takes) for n positions of every
   /// layer of the stage.
   std::uint64_t kv_bytes(std::uint32_t n) const noexcept {

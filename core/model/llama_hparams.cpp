@@ -125,6 +125,15 @@ llama_hparams llama_hparams::from_gguf(const gguf_file& f) {
   return hp;
 }
 
+kv_rotation kv_rotation_of(backend::kv_type kv, uint32_t head_dim) {
+  if (kv != backend::kv_type::q8_0 || head_dim % 64 != 0)
+    return {};
+  uint64_t k = 64;
+  while (head_dim % (2 * k) == 0)
+    k *= 2;
+  return {k, 64};
+}
+
 std::vector<layer_cost> layer_costs(const gguf_file& f, const llama_hparams& hp,
                                     uint32_t n_ctx, backend::kv_type kv) {
   if (n_ctx == 0)
@@ -155,7 +164,7 @@ std::vector<layer_cost> layer_costs(const gguf_file& f, const llama_hparams& hp,
     // norm per Q/K norm; a q8_0 cache of heads a multiple of 64 wide: the
     // four rotations around it (hadamard of Q, K, V and the output).
     c.operations = 17;
-    if (kv == backend::kv_type::q8_0 && hp.head_dim % 64 == 0)
+    if (kv_rotation_of(kv, hp.head_dim).any())
       c.operations += 4;
     for (auto* n : {"attn_q.bias", "attn_k.bias", "attn_v.bias",
                     "attn_q_norm.weight", "attn_k_norm.weight"})

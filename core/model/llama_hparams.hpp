@@ -84,6 +84,21 @@ struct layer_cost {
   uint32_t operations = 0;
 };
 
+/// The Walsh-Hadamard rotations llama.cpp applies around a quantized KV
+/// cache (its attn_rot): Q and K per run of `k` values (the largest power
+/// of two from 64 dividing the head width), V and the attention output per
+/// `v` (64); both 0 for none (an f16/f32 cache, or heads that are not a
+/// multiple of 64 wide). Orthonormal: attention is unchanged up to
+/// rounding, the 8-bit blocks lose less.
+struct kv_rotation {
+  uint64_t k = 0;
+  uint64_t v = 0;
+  bool any() const {
+    return k != 0;
+  }
+};
+kv_rotation kv_rotation_of(backend::kv_type kv, uint32_t head_dim);
+
 /// Per-layer costs of the model in `f` with a KV cache of type `kv`.
 /// Attention FLOPs are counted for a context of `n_ctx` tokens (the
 /// average position n_ctx / 2); 0 means the training context length.

@@ -190,7 +190,7 @@ prepared_job prepare_job(job_request r) {
   limits.n_vocab = hp.n_vocab;
   limits.n_ctx_train = hp.n_ctx_train;
   p.n_ctx = validate(r, p.prompt.size(), limits);
-  if (kv_type_of(r) == backend::kv_type::q8_0 && hp.head_dim % 32 != 0)
+  if (!backend::kv_holds_heads(kv_type_of(r), hp.head_dim))
     throw job_error("--kv-type q8_0 needs the model's heads to be a "
                     "multiple of 32 wide (whole Q8_0 blocks); "
                     + r.model + "'s are " + std::to_string(hp.head_dim));

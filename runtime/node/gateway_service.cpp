@@ -171,7 +171,7 @@ gateway_service::gateway_service(runtime& rt,
         auto kv = workload::kv_type_of(probe);
         const auto hd = model::llama_hparams::from_gguf(*models.back().file)
                           .head_dim;
-        if (kv == backend::kv_type::q8_0 && hd % 32 != 0)
+        if (!backend::kv_holds_heads(kv, hd))
           throw startup_error("gateway.kv_type q8_0 needs heads a multiple "
                               "of 32 wide (whole Q8_0 blocks); model " + id
                               + "'s are " + std::to_string(hd));

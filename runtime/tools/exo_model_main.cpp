@@ -352,7 +352,7 @@ int cmd_run(const arguments& a) {
     if (!kv)
       throw usage_error("--kv-type must be f16, q8_0 or f32, not '"
                         + a["kv-type"] + "'");
-    if (*kv == exo::backend::kv_type::q8_0 && hp.head_dim % 32 != 0)
+    if (!exo::backend::kv_holds_heads(*kv, hp.head_dim))
       throw usage_error("--kv-type q8_0 needs heads a multiple of 32 wide; "
                         "this model's are " + std::to_string(hp.head_dim));
     dev = std::make_unique<device_engine>(model, *kv, threads,

@@ -1005,9 +1005,13 @@ TEST_CASE("a q8_0 KV cache holds 34 bytes per 32 values, gives the same bits "
     backend_ops ops(*dev);
     two_stages q8(*dev, ops, tm, 32, 4, backend::kv_type::q8_0);
     two_stages f16(*dev, ops, tm, 32, 4, backend::kv_type::f16);
-    CHECK(q8.a->kv_rotation_k() == 64);
-    CHECK(q8.a->kv_rotation_v() == 64);
-    CHECK(f16.a->kv_rotation_k() == 0);
+    CHECK(q8.a->kv_rotations().k == 64);
+    CHECK(q8.a->kv_rotations().v == 64);
+    CHECK_FALSE(f16.a->kv_rotations().any());
+    // Heads of 128 rotate Q and K per 128, of 192 per 64, of 96 not at all.
+    CHECK(kv_rotation_of(backend::kv_type::q8_0, 128).k == 128);
+    CHECK(kv_rotation_of(backend::kv_type::q8_0, 192).k == 64);
+    CHECK_FALSE(kv_rotation_of(backend::kv_type::q8_0, 96).any());
     // Memory: two layers of K and V rows of n_embd_kv / 32 blocks.
     CHECK(q8.a->kv_row_bytes() == hp.n_embd_kv() / 32 * 34);
     CHECK(device_stage_memory(*tm.model, 0, 2, q8.a->options())
