@@ -24,6 +24,11 @@ struct runner_options {
   /// with when it started, how long it took, its result and detail); empty:
   /// none.
   std::string report;
+  /// When >= 0, the bound of every run step's expect_step_within_pct
+  /// (predicted against measured step time): a machine that runs other
+  /// work beside the scenario (CI) passes a looser one than the file's,
+  /// which `make scenarios` holds on a quiet machine.
+  double step_within_pct = -1;
 };
 
 /// The exit status of a scenario that cannot run on this machine (it shapes

@@ -844,5 +844,8 @@ TEST_CASE("exo-scenario exits 2 with the reason for a bad file") {
   CHECK_THAT(r.err, Catch::Contains("run needs a scenario FILE.json"));
   r = exo::test::run({exe, "frob", file});
   CHECK(r.code == 2);
+  r = exo::test::run({exe, "run", file, "--step-within-pct", "0"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--step-within-pct"));
   std::filesystem::remove_all(dir);
 }
