@@ -13,7 +13,13 @@
 // may part late at a near-tie: accepted when it agrees for at least
 // `min_same` tokens and exo's margin there is under `near_tie` (logits
 // here spread over about +-3). An arithmetic difference in a format (Q4_K
-// before its repacked order: 22 tokens) fails.
+// before its repacked order: 22 tokens) fails. On a host with AMX-INT8
+// (Intel Sapphire Rapids and later) llama.cpp loads its "sapphirerapids"
+// variant, whose AMX kernels (ggml-cpu/amx) multiply Q4_0, Q4_1, Q8_0 and
+// the K-quants Q4_K, Q5_K, Q6_K in another order, which exo does not
+// reproduce: there those formats must agree for `min_same_amx` tokens
+// (Q4_K parted after 41 at a margin of 0.002 on a Xeon with AMX,
+// 2026-11-29).
 
 #include <catch2/catch.hpp>
 
@@ -21,6 +27,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,7 +57,27 @@ const char* const prompt =
   "hello to the world";
 constexpr size_t n_gen = 64;
 constexpr size_t min_same = 48;
+constexpr size_t min_same_amx = 32;
 constexpr float near_tie = 0.03f;
+
+/// Whether the CPU has AMX-INT8 (the kernels llama.cpp's sapphirerapids
+/// variant uses), from /proc/cpuinfo's flags.
+bool host_has_amx_int8() {
+  std::ifstream in{"/proc/cpuinfo"};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0)
+      return line.find(" amx_int8") != std::string::npos;
+  return false;
+}
+
+/// Whether llama.cpp has AMX kernels for (some matrices of) a format.
+bool amx_kernels(const std::string& format) {
+  for (const char* f : {"q4_0", "q4_1", "q8_0", "q4_k", "q5_k", "q6_k"})
+    if (format.rfind(f, 0) == 0)
+      return true;
+  return false;
+}
 
 std::string find_node() {
   return exo::test::require_node();
@@ -307,6 +334,13 @@ TEST_CASE("every weight format generates llama.cpp's 64 greedy tokens",
 
   ops::set_threads(1);
   ops::set_llama_threads(1);
+  const bool amx = host_has_amx_int8();
+  if (amx)
+    std::printf("  this host has AMX-INT8: llama.cpp multiplies q4_0, q4_1, "
+                "q8_0 and q4_k, q5_k, q6_k (and the mixes) with its AMX "
+                "kernels, whose order exo does not reproduce; those must "
+                "agree for %zu tokens before a near-tie, not %zu\n",
+                min_same_amx, min_same);
   for (size_t i = 0; i < formats.size(); ++i) {
     auto got = run_exo(paths[i], one_by_one);
     auto w_prompt = want[i]["prompt"].get<std::vector<int32_t>>();
@@ -328,7 +362,9 @@ TEST_CASE("every weight format generates llama.cpp's 64 greedy tokens",
     std::printf("\n");
     INFO(formats[i]);
     CHECK(got.prompt == w_prompt);
-    const bool tie = same >= min_same && same < got.margins.size()
+    const bool amx_format = amx && amx_kernels(formats[i]);
+    const bool tie = same >= (amx_format ? min_same_amx : min_same)
+                     && same < got.margins.size()
                      && got.margins[same] < near_tie;
     if (same < n_gen)
       WARN(formats[i] << " parts from llama.cpp after " << same
