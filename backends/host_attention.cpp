@@ -943,7 +943,9 @@ void attention_tiled(const float* q, const KV* k, const KV* v, float* out,
     auto& st = sc.st;
     const auto uj = static_cast<std::size_t>(job);
     const std::size_t g = uj / blocks; // KV head
-    const std::size_t t0 = (uj % blocks) * fa_tile;
+    // The last rows first: they see the most cells, and the dynamic
+    // schedule then ends on the cheapest jobs, not on one thread's longest.
+    const std::size_t t0 = (blocks - 1 - uj % blocks) * fa_tile;
     const std::size_t t1 = std::min(d.n_tokens, t0 + fa_tile);
     const std::size_t rows = (t1 - t0) * group;
     acc.assign(rows * hd, 0.0f);

@@ -2,6 +2,7 @@
 
 #include "backends/host_info.hpp"
 #include "backends/host_kernels.hpp"
+#include "backends/host_parallel.hpp"
 
 #include <cstdlib>
 #include <cstring>
@@ -50,6 +51,11 @@ private:
 namespace {
 
 constexpr std::size_t alignment = 64;
+
+/// Elements below which an elementwise or row operation stays on the
+/// calling thread: a decode step's rows (a few thousand floats) cost less
+/// than waking the other threads; a prompt's (rows x width) do not.
+constexpr std::size_t split_elements = 1u << 15;
 
 } // namespace
 
@@ -196,8 +202,13 @@ status host_device::do_elementwise(binary_op op, const_view a, const_view b,
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("elementwise"));
   on_compute();
-  host::elementwise(op, at(a.buf, a.offset), at(b.buf, b.offset),
-                    at(out.buf, out.offset), count);
+  const float* pa = at(a.buf, a.offset);
+  const float* pb = at(b.buf, b.offset);
+  float* po = at(out.buf, out.offset);
+  host::for_each_range(count, threads_, 16, split_elements,
+                       [&](std::size_t i, std::size_t e) {
+                         host::elementwise(op, pa + i, pb + i, po + i, e - i);
+                       });
   ++submitted_;
   account(3.0 * 4.0 * static_cast<double>(count),
           static_cast<double>(count));
@@ -246,8 +257,14 @@ status host_device::do_rms_norm(const_view x, const_view weight,
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("rms_norm"));
   on_compute();
-  host::rms_norm(at(x.buf, x.offset), at(weight.buf, weight.offset),
-                 at(out.buf, out.offset), rows, dim, eps);
+  const float* px = at(x.buf, x.offset);
+  const float* pw = at(weight.buf, weight.offset);
+  float* po = at(out.buf, out.offset);
+  host::for_each_range(rows, threads_, 1, split_elements / (dim ? dim : 1),
+                       [&](std::size_t r, std::size_t e) {
+                         host::rms_norm(px + r * dim, pw, po + r * dim, e - r,
+                                        dim, eps);
+                       });
   ++submitted_;
   const auto bytes = 4.0 * static_cast<double>(rows) * dim;
   account(2.0 * bytes + 4.0 * static_cast<double>(dim),
@@ -263,9 +280,16 @@ status host_device::do_rope(mut_view x, const_view positions,
   const float* ff = freq_factors.buf != nullptr
                       ? at(freq_factors.buf, freq_factors.offset)
                       : nullptr;
-  host::rope(at(x.buf, x.offset),
-             at<const std::int32_t>(positions.buf, positions.offset), ff,
-             dims);
+  float* px = at(x.buf, x.offset);
+  const auto* pos = at<const std::int32_t>(positions.buf, positions.offset);
+  const std::size_t row = dims.heads * dims.head_dim;
+  host::for_each_range(dims.rows, threads_, 1,
+                       split_elements / (row ? row : 1),
+                       [&](std::size_t r, std::size_t e) {
+                         rope_dims part = dims;
+                         part.rows = e - r;
+                         host::rope(px + r * row, pos + r, ff, part);
+                       });
   ++submitted_;
   const auto x_bytes = 4.0 * static_cast<double>(dims.rows) * dims.heads
                        * dims.head_dim;
@@ -315,9 +339,13 @@ status host_device::do_to_q8_0(const_view a, mut_view out,
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("to_q8_0"));
   on_compute();
-  host::quantize_q8_0_activations(at(a.buf, a.offset),
-                                  at<host::block_q8_0>(out.buf, out.offset),
-                                  count);
+  const float* pa = at(a.buf, a.offset);
+  auto* po = at<host::block_q8_0>(out.buf, out.offset);
+  host::for_each_range(count, threads_, 32, split_elements,
+                       [&](std::size_t i, std::size_t e) {
+                         host::quantize_q8_0_activations(pa + i, po + i / 32,
+                                                         e - i);
+                       });
   ++submitted_;
   account(4.0 * static_cast<double>(count)
             + static_cast<double>(kv_bytes_of(kv_type::q8_0, count)),
@@ -330,7 +358,12 @@ status host_device::do_hadamard(mut_view out, const_view a,
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("hadamard"));
   on_compute();
-  host::hadamard(at(a.buf, a.offset), at(out.buf, out.offset), count, n);
+  const float* pa = at(a.buf, a.offset);
+  float* po = at(out.buf, out.offset);
+  host::for_each_range(count, threads_, n, split_elements,
+                       [&](std::size_t i, std::size_t e) {
+                         host::hadamard(pa + i, po + i, e - i, n);
+                       });
   ++submitted_;
   double stages = 0;
   for (std::size_t s = 1; s < n; s *= 2)
@@ -345,8 +378,14 @@ status host_device::do_silu_mul(const_view gate, const_view up, mut_view out,
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("silu_mul"));
   on_compute();
-  host::silu_mul(at(gate.buf, gate.offset), at(up.buf, up.offset),
-                 at(out.buf, out.offset), count);
+  // Ranges of whole groups of 16: silu_mul's groups start where ggml's do.
+  const float* pg = at(gate.buf, gate.offset);
+  const float* pu = at(up.buf, up.offset);
+  float* po = at(out.buf, out.offset);
+  host::for_each_range(count, threads_, 16, split_elements,
+                       [&](std::size_t i, std::size_t e) {
+                         host::silu_mul(pg + i, pu + i, po + i, e - i);
+                       });
   ++submitted_;
   account(3.0 * 4.0 * static_cast<double>(count),
           5.0 * static_cast<double>(count));
@@ -358,8 +397,12 @@ status host_device::do_to_f16(const_view a, mut_view out,
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("to_f16"));
   on_compute();
-  host::to_f16(at(a.buf, a.offset), at<std::uint16_t>(out.buf, out.offset),
-               count);
+  const float* pa = at(a.buf, a.offset);
+  auto* po = at<std::uint16_t>(out.buf, out.offset);
+  host::for_each_range(count, threads_, 16, split_elements,
+                       [&](std::size_t i, std::size_t e) {
+                         host::to_f16(pa + i, po + i, e - i);
+                       });
   ++submitted_;
   account(6.0 * static_cast<double>(count), static_cast<double>(count));
   return {};

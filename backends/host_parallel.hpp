@@ -7,6 +7,9 @@
 /// decoded token runs about a hundred regions on one thread. Each index runs
 /// the same code either way, so results do not depend on the path.
 
+#include <algorithm>
+#include <cstddef>
+
 namespace exo::backend::host {
 
 /// body(i) for i in [0, n), statically split over `threads`.
@@ -48,6 +51,35 @@ inline void for_each_job(long n, int threads, MakeScratch make_scratch,
   auto scratch = make_scratch();
   for (long i = 0; i < n; ++i)
     body(i, scratch);
+}
+
+/// body(begin, end) over [0, n) cut into one range per thread, each but
+/// the last a multiple of `grain` long; on the calling thread alone (one
+/// range) when n is below `min_split` or one thread is asked for. For the
+/// elementwise and row operations of a prompt (norms, rope, gated units,
+/// conversions): each element or row is computed as it is alone, so the
+/// bits do not depend on the split, and a decode step's single rows stay
+/// off the OpenMP runtime.
+template <class F>
+inline void for_each_range(std::size_t n, int threads, std::size_t grain,
+                           std::size_t min_split, F&& body) {
+  grain = grain == 0 ? 1 : grain;
+  const std::size_t units = (n + grain - 1) / grain;
+  if (threads < 2 || n < min_split || units < 2) {
+    if (n > 0)
+      body(std::size_t{0}, n);
+    return;
+  }
+  const long parts = static_cast<long>(
+    std::min<std::size_t>(units, static_cast<std::size_t>(threads)));
+  const std::size_t per = (units + static_cast<std::size_t>(parts) - 1)
+                          / static_cast<std::size_t>(parts) * grain;
+  for_each_index(parts, threads, [&](long i) {
+    const std::size_t b = static_cast<std::size_t>(i) * per;
+    const std::size_t e = std::min(n, b + per);
+    if (b < e)
+      body(b, e);
+  });
 }
 
 } // namespace exo::backend::host

@@ -173,9 +173,11 @@ void llama_stage::forward(float* x, size_t n, kv_cache& cache) const {
     att(n * nq), tmp(n * e), g(n * ff), u(n * ff);
   for (uint32_t l = first_; l < last_; ++l) {
     auto& L = model_->layer(l);
-    for (size_t t = 0; t < n; ++t)
-      ops::rmsnorm(x + t * e, L.attn_norm, cur.data() + t * e, e,
-                   hp.rms_eps);
+    ops::for_rows(n, e, [&](size_t t0, size_t t1) {
+      for (size_t t = t0; t < t1; ++t)
+        ops::rmsnorm(x + t * e, L.attn_norm, cur.data() + t * e, e,
+                     hp.rms_eps);
+    });
     ops::matmul(L.wq, cur.data(), n, q.data());
     ops::matmul(L.wk, cur.data(), n, k.data());
     ops::matmul(L.wv, cur.data(), n, v.data());
@@ -194,23 +196,28 @@ void llama_stage::forward(float* x, size_t n, kv_cache& cache) const {
                      k.data() + r * hp.head_dim, hp.head_dim, hp.rms_eps);
     }
     auto rope = hp.rope_neox() ? &ops::rope_neox : &ops::rope;
-    for (size_t t = 0; t < n; ++t) {
-      const int64_t pos = pos0 + static_cast<int64_t>(t);
-      rope(q.data() + t * nq, hp.n_head, hp.head_dim, hp.n_rot, pos,
-           hp.rope_freq_base, model_->rope_freqs());
-      rope(k.data() + t * nkv, hp.n_head_kv, hp.head_dim, hp.n_rot, pos,
-           hp.rope_freq_base, model_->rope_freqs());
-      ops::to_f16(k.data() + t * nkv, cache.k(l, pos0 + t), nkv);
-      ops::to_f16(v.data() + t * nkv, cache.v(l, pos0 + t), nkv);
-    }
+    ops::for_rows(n, nq + 2 * nkv, [&](size_t t0, size_t t1) {
+      for (size_t t = t0; t < t1; ++t) {
+        const int64_t pos = pos0 + static_cast<int64_t>(t);
+        rope(q.data() + t * nq, hp.n_head, hp.head_dim, hp.n_rot, pos,
+             hp.rope_freq_base, model_->rope_freqs());
+        rope(k.data() + t * nkv, hp.n_head_kv, hp.head_dim, hp.n_rot, pos,
+             hp.rope_freq_base, model_->rope_freqs());
+        ops::to_f16(k.data() + t * nkv, cache.k(l, pos0 + t), nkv);
+        ops::to_f16(v.data() + t * nkv, cache.v(l, pos0 + t), nkv);
+      }
+    });
     const uint16_t* kc = cache.k(l, 0);
     const uint16_t* vc = cache.v(l, 0);
     ops::attention(q.data(), kc, vc, n, pos0, hp.n_head, hp.n_head_kv,
                    hp.head_dim, nkv, scale, att.data());
     ops::matmul(L.wo, att.data(), n, tmp.data());
     ops::add(x, tmp.data(), n * e);
-    for (size_t t = 0; t < n; ++t)
-      ops::rmsnorm(x + t * e, L.ffn_norm, cur.data() + t * e, e, hp.rms_eps);
+    ops::for_rows(n, e, [&](size_t t0, size_t t1) {
+      for (size_t t = t0; t < t1; ++t)
+        ops::rmsnorm(x + t * e, L.ffn_norm, cur.data() + t * e, e,
+                     hp.rms_eps);
+    });
     ops::matmul(L.gate, cur.data(), n, g.data());
     ops::matmul(L.up, cur.data(), n, u.data());
     ops::silu_gate(g.data(), u.data(), g.data(), n * ff);

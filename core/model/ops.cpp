@@ -5,6 +5,7 @@
 #include <cblas.h>
 
 #include "backends/host_kernels.hpp"
+#include "backends/host_parallel.hpp"
 
 // The arithmetic lives in backends/host_kernels.cpp, shared with the cpu and
 // simulated devices: the engine and the device operations are one
@@ -87,13 +88,34 @@ void softmax(float* x, size_t n) {
   host::softmax(x, n);
 }
 
+namespace {
+
+/// Elements below which a row operation stays on the calling thread (the
+/// host device's bound: host_device.cpp).
+constexpr size_t split_elements = size_t{1} << 15;
+
+} // namespace
+
+void for_rows(size_t rows, size_t width,
+              const std::function<void(size_t, size_t)>& body) {
+  host::for_each_range(rows, n_threads_, 1,
+                       split_elements / (width ? width : 1), body);
+}
+
 void silu_gate(const float* gate, const float* up, float* out, size_t n) {
-  host::silu_mul(gate, up, out, n);
+  // Whole groups of 16 per range: silu_mul's groups start where ggml's do.
+  host::for_each_range(n, n_threads_, 16, split_elements,
+                       [&](size_t i, size_t e) {
+                         host::silu_mul(gate + i, up + i, out + i, e - i);
+                       });
 }
 
 void add(float* y, const float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    y[i] += x[i];
+  host::for_each_range(n, n_threads_, 16, split_elements,
+                       [&](size_t b, size_t e) {
+                         for (size_t i = b; i < e; ++i)
+                           y[i] += x[i];
+                       });
 }
 
 void add_bias(float* y, const float* b, size_t rows, size_t n) {

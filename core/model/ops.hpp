@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "core/gguf/gguf.hpp"
 
@@ -93,5 +94,12 @@ void attention(const float* q, const uint16_t* k, const uint16_t* v,
 
 /// y[i] = x[i] rounded to the nearest half (ties to even), as bits.
 void to_f16(const float* x, uint16_t* y, size_t n);
+
+/// body(r0, r1) over the rows [0, rows) of `width` floats each, split over
+/// the engine's threads (set_threads) when there are enough of them (a
+/// prompt's), on the calling thread otherwise (a decode step's). For row
+/// operations that compute each row as they would alone.
+void for_rows(size_t rows, size_t width,
+              const std::function<void(size_t, size_t)>& body);
 
 } // namespace exo::model::ops

@@ -557,3 +557,106 @@ TEST_CASE("a cpu device gives the attention bits of the llama.cpp thread "
   auto two = on_device(2);
   CHECK(std::memcmp(one.data(), two.data(), one.size() * 4) != 0);
 }
+
+TEST_CASE("a cpu device on several threads splits a prompt's row and "
+          "elementwise operations and gives one thread's bits") {
+  // 1201 rows of 96 (a prompt's): above the split bound (32768 elements),
+  // with a tail that is not a whole group of 16, 32 or a thread's share.
+  const std::size_t rows = 1201, dim = 96, count = rows * dim;
+  std::mt19937 rng{11};
+  auto a = random_floats(rng, count, -4.0f, 4.0f);
+  auto b = random_floats(rng, count, -4.0f, 4.0f);
+  auto w = random_floats(rng, dim, 0.5f, 1.5f);
+  std::vector<std::int32_t> pos(rows);
+  std::iota(pos.begin(), pos.end(), 7);
+  struct outputs {
+    std::vector<float> add, norm, rope, silu, rotated;
+    std::vector<std::uint16_t> half;
+    std::vector<unsigned char> q8;
+  };
+  auto on_device = [&](int threads) {
+    cpu_options o;
+    o.threads = threads;
+    auto be = make_cpu_backend(o);
+    REQUIRE(be->initialize().ok());
+    auto* dev = be->device_at(0);
+    auto buf = [&](std::size_t bytes) {
+      auto r = dev->allocate(bytes);
+      REQUIRE(r.ok());
+      return std::move(*r);
+    };
+    auto ab = buf(count * 4), bb = buf(count * 4), wb = buf(dim * 4),
+         pb = buf(rows * 4), ob = buf(count * 4), hb = buf(count * 2),
+         qb = buf(count / 32 * 34);
+    REQUIRE(dev->write(*ab, 0, a.data(), count * 4).ok());
+    REQUIRE(dev->write(*bb, 0, b.data(), count * 4).ok());
+    REQUIRE(dev->write(*wb, 0, w.data(), dim * 4).ok());
+    REQUIRE(dev->write(*pb, 0, pos.data(), rows * 4).ok());
+    auto read = [&](std::vector<float>& out) {
+      out.resize(count);
+      REQUIRE(dev->read(*ob, 0, out.data(), count * 4).ok());
+    };
+    outputs out;
+    REQUIRE(dev->elementwise(binary_op::add, {ab.get(), 0}, {bb.get(), 0},
+                             {ob.get(), 0}, count)
+              .ok());
+    read(out.add);
+    REQUIRE(dev->rms_norm({ab.get(), 0}, {wb.get(), 0}, {ob.get(), 0}, rows,
+                          dim, 1e-5f)
+              .ok());
+    read(out.norm);
+    REQUIRE(dev->write(*ob, 0, a.data(), count * 4).ok());
+    rope_dims rd{rows, 3, 32, 32, 10000.0f, false};
+    REQUIRE(
+      dev->rope({ob.get(), 0}, {pb.get(), 0}, {nullptr, 0}, rd).ok());
+    read(out.rope);
+    REQUIRE(dev->silu_mul({ab.get(), 0}, {bb.get(), 0}, {ob.get(), 0}, count)
+              .ok());
+    read(out.silu);
+    REQUIRE(dev->hadamard({ab.get(), 0}, {ob.get(), 0}, count, 32).ok());
+    read(out.rotated);
+    REQUIRE(dev->to_f16({ab.get(), 0}, {hb.get(), 0}, count).ok());
+    out.half.resize(count);
+    REQUIRE(dev->read(*hb, 0, out.half.data(), count * 2).ok());
+    REQUIRE(dev->to_q8_0({ab.get(), 0}, {qb.get(), 0}, count).ok());
+    out.q8.resize(count / 32 * 34);
+    REQUIRE(dev->read(*qb, 0, out.q8.data(), out.q8.size()).ok());
+    return out;
+  };
+  // One thread's bits are the host kernels' over the whole operand.
+  outputs want;
+  want.add.resize(count);
+  host::elementwise(binary_op::add, a.data(), b.data(), want.add.data(),
+                    count);
+  want.norm.resize(count);
+  host::rms_norm(a.data(), w.data(), want.norm.data(), rows, dim, 1e-5f);
+  want.rope = a;
+  host::rope(want.rope.data(), pos.data(), nullptr,
+             {rows, 3, 32, 32, 10000.0f, false});
+  want.silu.resize(count);
+  host::silu_mul(a.data(), b.data(), want.silu.data(), count);
+  want.rotated.resize(count);
+  host::hadamard(a.data(), want.rotated.data(), count, 32);
+  want.half.resize(count);
+  host::to_f16(a.data(), want.half.data(), count);
+  want.q8.resize(count / 32 * 34);
+  host::quantize_q8_0_activations(
+    a.data(), reinterpret_cast<host::block_q8_0*>(want.q8.data()), count);
+  auto same = [](const auto& x, const auto& y) {
+    return x.size() == y.size()
+           && std::memcmp(x.data(), y.data(),
+                          x.size() * sizeof(x[0]))
+                == 0;
+  };
+  for (int threads : {1, 2, 3}) {
+    INFO("threads " << threads);
+    auto got = on_device(threads);
+    CHECK(same(got.add, want.add));
+    CHECK(same(got.norm, want.norm));
+    CHECK(same(got.rope, want.rope));
+    CHECK(same(got.silu, want.silu));
+    CHECK(same(got.rotated, want.rotated));
+    CHECK(same(got.half, want.half));
+    CHECK(same(got.q8, want.q8));
+  }
+}

@@ -3,13 +3,17 @@
 
 #include "backends/backend.hpp"
 #include "backends/host_kernels.hpp"
+#include "backends/host_parallel.hpp"
 #include "test/support/random.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <sched.h>
 #include <cstring>
+#include <mutex>
+#include <utility>
 #include <random>
 #include <vector>
 
@@ -458,4 +462,30 @@ TEST_CASE("bind_threads gives the kernels' threads one CPU each, the "
   host::matmul_weights(a.data(), w.data(), weight_type::f32, c1.data(), d, 1);
   host::matmul_weights(a.data(), w.data(), weight_type::f32, c2.data(), d, 2);
   CHECK(c1 == c2);
+}
+
+TEST_CASE("for_each_range cuts 0 .. n into one range per thread, each but "
+          "the last a multiple of the grain, and stays whole when small") {
+  auto ranges = [](std::size_t n, int threads, std::size_t grain,
+                   std::size_t min_split) {
+    std::mutex m;
+    std::vector<std::pair<std::size_t, std::size_t>> out;
+    host::for_each_range(n, threads, grain, min_split,
+                         [&](std::size_t b, std::size_t e) {
+                           std::lock_guard<std::mutex> g{m};
+                           out.emplace_back(b, e);
+                         });
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  using v = std::vector<std::pair<std::size_t, std::size_t>>;
+  CHECK(ranges(0, 4, 16, 0).empty());
+  CHECK(ranges(100, 1, 16, 0) == v{{0, 100}});
+  CHECK(ranges(100, 4, 16, 1000) == v{{0, 100}}); // below the bound
+  CHECK(ranges(10, 4, 16, 0) == v{{0, 10}});       // one grain: whole
+  CHECK(ranges(100, 2, 16, 0) == v{{0, 64}, {64, 100}});
+  CHECK(ranges(100, 3, 16, 0) == v{{0, 48}, {48, 96}, {96, 100}});
+  CHECK(ranges(1201, 2, 1, 0) == v{{0, 601}, {601, 1201}});
+  // More threads than grains: one range per grain.
+  CHECK(ranges(40, 8, 16, 0) == v{{0, 16}, {16, 32}, {32, 40}});
 }
