@@ -23,6 +23,7 @@
 #include <caf/meta/type_name.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,9 @@ typename Inspector::result_type inspect(Inspector& f, plan_layer_info& x) {
 /// The most layers a plan request may carry.
 constexpr std::size_t max_plan_layers = 4096;
 
+/// The most devices a plan request may name in kv_claims.
+constexpr std::size_t max_plan_claims = 4096;
+
 /// What to plan: a model file, the context to serve and the objective.
 struct plan_request {
   std::string model_path;             ///< a GGUF file on the planning node
@@ -86,6 +90,11 @@ struct plan_request {
   /// memory that holds them (plan_info::reserved_device); 0: none.
   std::string reserve_node;
   std::uint64_t reserve_bytes = 0;
+  /// Memory the KV caches of running jobs may still claim, per device
+  /// ("NODE/ID": bytes): their caches grow as their sequences hold more
+  /// positions, so a device's free memory today is not yet this plan's.
+  /// The solver counts each device's free memory less its claim.
+  std::map<std::string, std::uint64_t> kv_claims;
 };
 
 template<class Inspector>
@@ -94,7 +103,8 @@ typename Inspector::result_type inspect(Inspector& f, plan_request& x) {
               x.context_length, x.objective, x.blend_weight, x.time_limit_ms,
               x.keep, x.layers, x.model_name, x.context_train, x.origin,
               x.stage_bytes, x.first_stage_bytes, x.last_stage_bytes,
-              x.sequences, x.run, x.reserve_node, x.reserve_bytes);
+              x.sequences, x.run, x.reserve_node, x.reserve_bytes,
+              x.kv_claims);
 }
 
 /// One pipeline stage: a device and its layers [first_layer, end_layer).

@@ -113,6 +113,29 @@ std::string reserve_memory(conversion& c, const std::string& node,
   return id;
 }
 
+std::string reserve_for(conversion& c, const plan_request& r) {
+  if (r.kv_claims.size() > max_plan_claims)
+    throw problem_error("the request claims memory on "
+                        + std::to_string(r.kv_claims.size())
+                        + " devices, more than "
+                        + std::to_string(max_plan_claims));
+  auto& ds = c.p.devices;
+  for (const auto& [id, bytes] : r.kv_claims) {
+    auto it = std::find_if(ds.begin(), ds.end(),
+                           [&](const device& d) { return d.id == id; });
+    if (bytes == 0 || it == ds.end())
+      continue;
+    const auto kept = std::min(bytes, it->memory_bytes);
+    c.notes.push_back("device " + id + " keeps "
+                      + format_bytes(static_cast<double>(kept))
+                      + " for the KV caches of running jobs");
+    it->memory_bytes -= kept;
+    if (it->memory_bytes == 0)
+      ds.erase(it);
+  }
+  return reserve_memory(c, r.reserve_node, r.reserve_bytes);
+}
+
 conversion to_problem(const member_view& v, const model_spec& m,
                       std::uint64_t context_length, const objective& obj,
                       const conversion_options& opts,

@@ -87,6 +87,14 @@ struct conversion {
 std::string reserve_memory(conversion& c, const std::string& node,
                            std::uint64_t bytes);
 
+/// What a request keeps out of the solver's reach, before it solves: the
+/// KV claims of running jobs (plan_request::kv_claims: each device offers
+/// its free memory less its claim, with a note, and leaves the problem
+/// when nothing is left), then the draft model's room (reserve_memory).
+/// Returns the draft's device (plan_info::reserved_device). Throws
+/// problem_error for more than max_plan_claims claims.
+std::string reserve_for(conversion& c, const plan_request& r);
+
 /// "NODE/ID".
 std::string qualified_device_id(const std::string& node,
                                 const std::string& id);

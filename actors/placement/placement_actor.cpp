@@ -95,9 +95,10 @@ plan_info solve_on_snapshot(self_ptr self, const plan_request& r,
   auto conv = to_problem(view, m, ctx, objective_of(r), st.cfg.conversion,
                          st.thermal);
   conv.p.request.sequences = std::max<std::uint32_t>(r.sequences, 1);
-  const auto reserved = reserve_memory(conv, r.reserve_node, r.reserve_bytes);
   plan_info out;
+  std::string reserved;
   try {
+    reserved = reserve_for(conv, r);
     solve_options opts;
     opts.time_limit = milliseconds{r.time_limit_ms};
     out = to_plan_info(solve(conv.p, opts));

@@ -1257,19 +1257,55 @@ void retry_waiting(self_ptr self) {
   arm_retry(self);
 }
 
-/// The bytes of KV cache `run` needs on each stage of `plan`: its whole
-/// caches (every sequence at its full context), as placement counts them.
-std::vector<std::uint64_t> kv_need(const job_run& run,
-                                   const std::vector<stage_place>& plan) {
-  std::vector<std::uint64_t> out;
-  auto seqs = std::max<std::uint64_t>(run.job.request.sequences, 1);
+/// What `run`'s KV caches claim on each stage of `plan` (kv_claim) when
+/// its sequences hold `held` positions each (none: its whole caches, every
+/// sequence at its full context, as placement counts them).
+std::vector<std::uint64_t>
+kv_claims_on(const job_run& run, const std::vector<stage_place>& plan,
+             const std::vector<std::uint64_t>& held = {}) {
+  const auto seqs = std::max<std::uint32_t>(run.job.request.sequences, 1);
   model::device_stage_options o;
   o.kv = kv_type_of(run.job.request);
+  std::vector<std::uint64_t> out;
   for (auto& s : plan)
-    out.push_back(model::device_stage_memory(*run.job.model, s.first, s.last,
-                                             o)
-                    .kv_bytes_per_token
-                  * run.job.n_ctx * seqs);
+    out.push_back(kv_claim(model::device_stage_memory(*run.job.model,
+                                                      s.first, s.last, o)
+                             .kv_bytes_per_token,
+                           run.job.n_ctx, seqs, held));
+  return out;
+}
+
+/// What a running job's KV caches may still claim on each stage of its
+/// plan: each sequence holds its prompt and what it generated so far.
+std::vector<std::uint64_t> kv_claims_of(const job_run& run) {
+  const auto seqs = std::max<std::uint32_t>(run.job.request.sequences, 1);
+  std::vector<std::uint64_t> held(seqs, run.job.prompt.size());
+  if (run.log) {
+    std::lock_guard<std::mutex> guard{run.log->mx};
+    for (std::size_t s = 0; s < held.size() && s < run.log->tokens.size();
+         ++s)
+      held[s] += run.log->tokens[s].size();
+  }
+  return kv_claims_on(run, run.plan, held);
+}
+
+/// What the KV caches of this node's running jobs (but `except`) may still
+/// claim, per device ("NODE/ID"): kept out of a new plan's reach
+/// (plan_request::kv_claims) and of a job that joins their stages.
+std::map<std::string, std::uint64_t> kv_claims(self_ptr self,
+                                               const run_ptr& except) {
+  std::map<std::string, std::uint64_t> out;
+  for (auto& [id, rj] : self->state.running) {
+    auto r = rj.run.lock();
+    if (!r || r->ended || r == except || r->plan.empty())
+      continue;
+    try {
+      auto claims = kv_claims_of(*r);
+      for (std::size_t i = 0; i < claims.size(); ++i)
+        out[r->plan[i].node + "/" + r->plan[i].device] += claims[i];
+    } catch (const std::exception&) { // a bad range: claims nothing
+    }
+  }
   return out;
 }
 
@@ -1290,7 +1326,7 @@ member_view with_fresh_devices(member_view view,
 
 /// The running jobs of `run`'s model that it might join (none with a
 /// draft or an even split asked for), and the KV bytes every running job
-/// may still claim per device ("NODE/ID": their whole caches).
+/// may still claim per device ("NODE/ID": kv_claims).
 struct join_candidates {
   std::vector<std::pair<std::uint64_t, run_ptr>> beside;
   std::map<std::string, std::uint64_t> promised;
@@ -1300,6 +1336,7 @@ join_candidates candidates_for(self_ptr self, const run_ptr& run) {
   join_candidates out;
   if (run->job.draft || run->job.request.stages != 0)
     return out;
+  out.promised = kv_claims(self, run);
   auto same_model = [&](const job_run& r) {
     return run->sha.empty() ? r.job.request.model == run->job.request.model
                             : r.sha == run->sha;
@@ -1308,9 +1345,6 @@ join_candidates candidates_for(self_ptr self, const run_ptr& run) {
     auto r = rj.run.lock();
     if (!r || r->ended || r == run || r->plan.empty())
       continue;
-    auto kv = kv_need(*r, r->plan);
-    for (std::size_t i = 0; i < kv.size(); ++i)
-      out.promised[r->plan[i].node + "/" + r->plan[i].device] += kv[i];
     bool lost = std::any_of(r->plan.begin(), r->plan.end(),
                             [&](const stage_place& s) {
                               return run->lost_nodes.count(s.node) != 0;
@@ -1347,18 +1381,21 @@ void join_or_wait(self_ptr self, const run_ptr& run, member_view view,
       if (r->ended)
         continue;
       try {
-        if (!fits_beside(r->plan, kv_need(*run, r->plan), v, c.promised,
+        if (!fits_beside(r->plan, kv_claims_on(*run, r->plan), v, c.promised,
                          run->lost_devices))
           continue;
       } catch (const std::exception&) {
         continue;
       }
       run->plan = r->plan;
+      const auto reason = why.compare(0, after.size(), after) == 0
+                            ? why.substr(after.size())
+                            : why;
       run->placement_text
         = after + "placement: beside job " + std::to_string(id)
           + " (no plan of its own fits the free memory: it shares that "
             "job's stages and their weights, its KV caches fit beside)\n"
-          + describe(run->plan);
+          + "  no plan of its own: " + reason + "\n" + describe(run->plan);
       start_stages(self, run);
       return;
     }
@@ -1416,6 +1453,7 @@ void place_and_start(self_ptr self, const run_ptr& run,
       auto preq = run_plan_request(req.model, run->job.n_ctx, req.sequences,
                                    st.cfg.node, {}, kv_type_of(req));
       reserve_draft(*run, st.cfg.node, preq);
+      preq.kv_claims = kv_claims(self, run);
       // The stages that survive hold their layers' weights (and their
       // nodes the file parts): of equal plans, the one that keeps them.
       std::vector<placement::resident_layers> resident;
@@ -1453,6 +1491,7 @@ void place_and_start(self_ptr self, const run_ptr& run,
                             st.cfg.node + "#" + std::to_string(++runs),
                             kv_type_of(req));
     reserve_draft(*run, st.cfg.node, preq);
+    preq.kv_claims = kv_claims(self, run);
   } catch (const std::exception& e) {
     end_run(self, run, e.what());
     return;

@@ -57,8 +57,7 @@ plan_info plan_locally(
                                                : m.context_train;
     auto conv = placement::to_problem(view, m, ctx, obj);
     conv.p.request.sequences = std::max<std::uint32_t>(r.sequences, 1);
-    const auto reserved
-      = placement::reserve_memory(conv, r.reserve_node, r.reserve_bytes);
+    const auto reserved = placement::reserve_for(conv, r);
     for (const auto& x : resident)
       if (conv.p.find_device(x.device) && x.last_layer < conv.p.layers.size()
           && x.first_layer <= x.last_layer)
@@ -81,6 +80,17 @@ plan_info plan_locally(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
   return out;
+}
+
+std::uint64_t kv_claim(std::uint64_t kv_bytes_per_token, std::uint32_t n_ctx,
+                       std::uint32_t sequences,
+                       const std::vector<std::uint64_t>& held) {
+  std::uint64_t positions = 0;
+  for (std::uint32_t s = 0; s < sequences; ++s) {
+    const std::uint64_t h = s < held.size() ? held[s] : 0;
+    positions += n_ctx - std::min<std::uint64_t>(h, n_ctx);
+  }
+  return positions * kv_bytes_per_token;
 }
 
 bool fits_beside(const std::vector<stage_place>& plan,
@@ -121,6 +131,10 @@ std::string no_plan(const plan_info& p) {
   std::string why = "the placement solver found no plan (" + p.status + ")";
   for (auto& e : p.explanation)
     why += "; " + e;
+  // The memory it kept out of reach (reserve_for's notes) is part of why.
+  for (auto& n : p.notes)
+    if (n.find(" keeps ") != std::string::npos)
+      why += "; " + n;
   return why;
 }
 

@@ -55,13 +55,23 @@ plan_info plan_locally(
   const plan_request& r, const member_view& view, const std::string& node,
   const std::vector<placement::resident_layers>& resident = {});
 
+/// What the KV caches of one stage of a running job may still claim: each
+/// sequence's cache holds room for `n_ctx` positions when full and for at
+/// least `held[s]` now (its prompt and the tokens it generated: caches grow
+/// as their sequences do, device_stage_options::kv_grow_positions), so
+/// the rest, at `kv_bytes_per_token` each, may still be allocated. A
+/// sequence missing from `held` holds nothing yet.
+std::uint64_t kv_claim(std::uint64_t kv_bytes_per_token, std::uint32_t n_ctx,
+                       std::uint32_t sequences,
+                       const std::vector<std::uint64_t>& held);
+
 /// Whether a job whose KV caches need `kv[i]` bytes on stage i of `plan` —
 /// the stages a running job of the same model holds, whose weights it
 /// would share — fits beside it: every stage's device is on an alive
 /// member of `view`, not in `excluded` ("NODE/ID"), and has free memory
 /// for its KV with a 5% margin beyond `promised` ("NODE/ID" -> the bytes
-/// the jobs already there may still claim: their whole KV caches, which
-/// grow as their sequences do).
+/// the jobs already there may still claim: kv_claim of each of their
+/// stages).
 bool fits_beside(const std::vector<stage_place>& plan,
                  const std::vector<std::uint64_t>& kv,
                  const member_view& view,
@@ -69,7 +79,8 @@ bool fits_beside(const std::vector<stage_place>& plan,
                  const std::set<std::string>& excluded);
 
 /// Why a plan without stages has none: "the placement solver found no plan
-/// (STATUS); EXPLANATION...".
+/// (STATUS); EXPLANATION...; NOTE..." with the notes of the memory it kept
+/// out of reach (reserve_for: running jobs' KV claims, a draft's room).
 std::string no_plan(const plan_info& p);
 
 /// The stages of a solver's plan, in pipeline order: each stage's device

@@ -338,3 +338,57 @@ TEST_CASE("a job fits beside a running one when each of its stages' devices "
   CHECK_FALSE(workload::fits_beside(plan, {1}, v, {}, {}));
   CHECK_FALSE(workload::fits_beside({}, {}, v, {}, {}));
 }
+
+TEST_CASE("a running job's KV caches claim the positions its sequences do "
+          "not hold yet", "[placement][jobs]") {
+  // 3 sequences of 100 positions at 10 bytes each: 3000 bytes in all.
+  CHECK(workload::kv_claim(10, 100, 3, {}) == 3000);
+  // Holding 40, 100 and 250 (more than the context: nothing left).
+  CHECK(workload::kv_claim(10, 100, 3, {40, 100, 250}) == 600);
+  // A sequence missing from `held` holds nothing yet.
+  CHECK(workload::kv_claim(10, 100, 3, {40}) == 2600);
+  CHECK(workload::kv_claim(0, 100, 3, {}) == 0);
+  CHECK(workload::kv_claim(10, 100, 0, {}) == 0);
+}
+
+TEST_CASE("a plan keeps the KV claims of running jobs out of the devices' "
+          "free memory", "[placement][jobs]") {
+  auto path = test::temp_dir("exo-run-claims") + "/m.gguf";
+  model::test_model_options o;
+  o.layers = 4;
+  model::make_test_model(o, path);
+  member_view v;
+  v.from = "a";
+  v.members = {node("a", {sim_device("a", "fast", 1e13),
+                          sim_device("a", "slow", 1e11)})};
+  auto r = workload::run_plan_request(path, 64, 1, "a");
+  auto free_plan = workload::plan_locally(r, v, "a");
+  INFO(placement::render_text(free_plan));
+  REQUIRE(free_plan.stages.size() == 1);
+  CHECK(free_plan.stages[0].device == "a/fast");
+  // What a running job there may still claim leaves the fast device a MiB:
+  // too little for the model, so the plan takes the slow one.
+  r.kv_claims = {{"a/fast", (1ull << 30) - (1ull << 20)}, {"b/gone", 1}};
+  auto claimed = workload::plan_locally(r, v, "a");
+  INFO(placement::render_text(claimed));
+  REQUIRE(claimed.stages.size() == 1);
+  CHECK(claimed.stages[0].device == "a/slow");
+  bool noted = false;
+  for (auto& n : claimed.notes)
+    noted |= n.find("device a/fast keeps 1023") != std::string::npos
+             && n.find("for the KV caches of running jobs")
+                  != std::string::npos;
+  CHECK(noted);
+  // Claims on both devices: no room anywhere.
+  r.kv_claims["a/slow"] = 1ull << 30;
+  auto none = workload::plan_locally(r, v, "a");
+  CHECK(none.stages.empty());
+  // A request may name at most max_plan_claims devices.
+  r.kv_claims.clear();
+  for (std::size_t i = 0; i <= max_plan_claims; ++i)
+    r.kv_claims["n/" + std::to_string(i)] = 1;
+  auto refused = workload::plan_locally(r, v, "a");
+  CHECK(refused.status == "error");
+  REQUIRE_FALSE(refused.explanation.empty());
+  CHECK(refused.explanation[0].find("more than 4096") != std::string::npos);
+}

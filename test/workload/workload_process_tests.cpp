@@ -707,6 +707,16 @@ TEST_CASE("a job that finds no room joins a running job's stages when its "
   INFO(joining.out << joining.err);
   REQUIRE(joining.code == 0);
   CHECK(contains(joining.out, "placement: beside job 1"));
+  // 1b. 7 MiB of KV: a plan of its own (the weights again and working
+  //     memory: 33 MiB) fits the free memory of now (35 MiB usable), but
+  //     not beside the 8 MiB job 1's cache may still claim (its sequence
+  //     holds a few hundred of its 4096 positions; its cache grows as it
+  //     needs): it joins job 1 too, saying why.
+  auto claimed = console(p, n.port, job(24, 5, "--ctx 1792 --sequences 2"));
+  INFO(claimed.out << claimed.err);
+  REQUIRE(claimed.code == 0);
+  CHECK(contains(claimed.out, "for the KV caches of running jobs"));
+  CHECK(contains(claimed.out, "placement: beside job 1"));
   // 2. 32 MiB of KV fits neither beside job 1 nor beside its weights: it
   //    waits, says so, and runs once job 1 is cancelled.
   auto big = job(24, 4, "--ctx 4096 --sequences 4");
@@ -755,7 +765,7 @@ TEST_CASE("a job that finds no room joins a running job's stages when its "
   // 3. One that a running job keeps out longer than admission_wait_ms
   //    fails, saying why and how long it waited; the running job goes on.
   process third{background_console(p, n.port, holder)};
-  REQUIRE(n.proc->wait_for_output("job 6 started", 120s));
+  REQUIRE(n.proc->wait_for_output("job 7 started", 120s));
   auto t0 = std::chrono::steady_clock::now();
   auto refused = console(p, n.port, big);
   auto took = std::chrono::duration<double>(std::chrono::steady_clock::now()
@@ -767,8 +777,8 @@ TEST_CASE("a job that finds no room joins a running job's stages when its "
   CHECK(contains(refused.err, "s for the memory other jobs hold"));
   CHECK(took >= 3.5);
   CHECK(took < 30);
-  CHECK(contains(console(p, n.port, "jobs").out, "\n6 "));
-  CHECK(console(p, n.port, "cancel 6").code == 0);
+  CHECK(contains(console(p, n.port, "jobs").out, "\n7 "));
+  CHECK(console(p, n.port, "cancel 7").code == 0);
   CHECK(third.wait(60s) == 0);
   // 4. Nothing else runs (the last job ended over 2 s ago: its stage is
   //    gone): a job that cannot fit fails at once.
