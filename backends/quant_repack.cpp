@@ -186,7 +186,9 @@ __attribute__((target("avx512f"))) inline __m256i fold512(__m512i v) {
 // GCC 12's _mm512_cvtepi32_ps passes _mm512_undefined_ps() as its unused
 // merge operand, which -Wmaybe-uninitialized reports at every use.
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#if !defined(__clang__) // a GCC warning clang does not know
+#  pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 /// The AVX-512 VNNI path for batches (prefill): a panel of 16 rows is
 /// unpacked once into lanes (lane r = row r: each dword holds 4 consecutive
