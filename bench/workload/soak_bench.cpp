@@ -73,6 +73,7 @@ struct soak_node {
   int lives = 1;
   long rss_start = 0; ///< KiB, 30 s into its current life (0: not yet)
   steady::time_point born = steady::now();
+  std::size_t log_at_event = 0; ///< its log's length when the last event began
 };
 
 /// A job as the stream sends it: a prompt, its sampling, its reference.
@@ -114,6 +115,16 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
   const int clients = env_int("EXO_SOAK_CLIENTS", 2);
   const int stages = env_int("EXO_SOAK_STAGES", 0);
   const int through = env_int("EXO_SOAK_THROUGH", 0);
+  // The kinds of events (0 kill, 1 freeze, 2 stop): EXO_SOAK_EVENTS=1
+  // freezes only (one digit per kind; default all three).
+  std::vector<int> event_kinds;
+  for (const char* k = std::getenv("EXO_SOAK_EVENTS") ? std::getenv(
+                                                          "EXO_SOAK_EVENTS")
+                                                      : "012";
+       *k != '\0'; ++k)
+    if (*k >= '0' && *k <= '2')
+      event_kinds.push_back(*k - '0');
+  REQUIRE_FALSE(event_kinds.empty());
   std::mt19937 rng(static_cast<unsigned>(seed));
   pki p{"exo-soak"};
   exo::model::test_model_options mo;
@@ -309,7 +320,8 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
   const auto began = steady::now();
   const auto end = began + std::chrono::minutes(minutes);
   auto next_event = began + std::chrono::seconds(event_s);
-  std::uniform_int_distribution<int> pick_event(0, 2);
+  std::uniform_int_distribution<std::size_t> pick_event(
+    0, event_kinds.size() - 1);
   std::uniform_int_distribution<std::size_t> pick_victim(0, nodes.size() - 1);
   while (steady::now() < end) {
     collect(false, 0s);
@@ -317,7 +329,9 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
       launch();
     if (steady::now() >= next_event) {
       auto& v = nodes[pick_victim(rng)];
-      auto kind = pick_event(rng);
+      auto kind = event_kinds[pick_event(rng)];
+      for (auto& n : nodes)
+        n.log_at_event = n.now.proc->out().size();
       auto at = std::chrono::duration<double>(steady::now() - began).count();
       if (kind == 0) {
         v.now.proc->signal(SIGKILL);
@@ -344,9 +358,25 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
         // then restart the node the event was about (as an operator
         // would) and go on.
         std::string views;
-        for (auto& n : nodes)
+        for (auto& n : nodes) {
           views += "\n  " + n.opts.name + " sees "
                    + std::to_string(alive_count(n.now.port)) + " alive";
+          // Each node's whole log to a file, and its membership lines
+          // since the event into the report: what the next person needs
+          // to see why the views stayed apart.
+          const auto& log = n.now.proc->out();
+          std::ofstream{"/tmp/soak-unconverged-" + n.opts.name + ".log"}
+            << log;
+          std::istringstream lines{log.substr(
+            std::min(log.size(), n.log_at_event))};
+          for (std::string line; std::getline(lines, line);)
+            if (line.find("member ") != std::string::npos
+                || line.find("paused") != std::string::npos
+                || line.find("refuted") != std::string::npos
+                || line.find("verdict") != std::string::npos
+                || line.find("joined") != std::string::npos)
+              views += "\n    " + line;
+        }
         problems.push_back("after " + v.opts.name + " was "
                            + (kind == 0   ? std::string{"killed"}
                               : kind == 1 ? std::string{"frozen"}
