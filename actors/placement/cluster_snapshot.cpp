@@ -87,6 +87,23 @@ std::string qualified_device_id(const std::string& node,
   return node + "/" + id;
 }
 
+namespace {
+
+/// Keeps `bytes` (at most its free memory) of device `it` for `what`,
+/// with a note; a device left with nothing leaves the problem.
+void keep_on(conversion& c, std::vector<device>::iterator it,
+             std::uint64_t bytes, const std::string& what) {
+  const auto kept = std::min(bytes, it->memory_bytes);
+  c.notes.push_back("device " + it->id + " keeps "
+                    + format_bytes(static_cast<double>(kept)) + " for "
+                    + what);
+  it->memory_bytes -= kept;
+  if (it->memory_bytes == 0)
+    c.p.devices.erase(it);
+}
+
+} // namespace
+
 std::string reserve_memory(conversion& c, const std::string& node,
                            std::uint64_t bytes) {
   if (bytes == 0)
@@ -104,12 +121,7 @@ std::string reserve_memory(conversion& c, const std::string& node,
     return {};
   }
   auto id = best->id;
-  c.notes.push_back("device " + id + " keeps "
-                    + format_bytes(static_cast<double>(bytes))
-                    + " for the draft model");
-  best->memory_bytes -= bytes;
-  if (best->memory_bytes == 0)
-    ds.erase(best);
+  keep_on(c, best, bytes, "the draft model");
   return id;
 }
 
@@ -123,15 +135,8 @@ std::string reserve_for(conversion& c, const plan_request& r) {
   for (const auto& [id, bytes] : r.kv_claims) {
     auto it = std::find_if(ds.begin(), ds.end(),
                            [&](const device& d) { return d.id == id; });
-    if (bytes == 0 || it == ds.end())
-      continue;
-    const auto kept = std::min(bytes, it->memory_bytes);
-    c.notes.push_back("device " + id + " keeps "
-                      + format_bytes(static_cast<double>(kept))
-                      + " for the KV caches of running jobs");
-    it->memory_bytes -= kept;
-    if (it->memory_bytes == 0)
-      ds.erase(it);
+    if (bytes != 0 && it != ds.end())
+      keep_on(c, it, bytes, "the KV caches of running jobs");
   }
   return reserve_memory(c, r.reserve_node, r.reserve_bytes);
 }
