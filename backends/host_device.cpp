@@ -52,11 +52,6 @@ namespace {
 
 constexpr std::size_t alignment = 64;
 
-/// Elements below which an elementwise or row operation stays on the
-/// calling thread: a decode step's rows (a few thousand floats) cost less
-/// than waking the other threads; a prompt's (rows x width) do not.
-constexpr std::size_t split_elements = 1u << 15;
-
 } // namespace
 
 result<std::unique_ptr<buffer>> host_device::allocate(std::size_t bytes) {
@@ -205,7 +200,7 @@ status host_device::do_elementwise(binary_op op, const_view a, const_view b,
   const float* pa = at(a.buf, a.offset);
   const float* pb = at(b.buf, b.offset);
   float* po = at(out.buf, out.offset);
-  host::for_each_range(count, threads_, 16, split_elements,
+  host::for_each_range(count, threads_, 16, host::split_elements,
                        [&](std::size_t i, std::size_t e) {
                          host::elementwise(op, pa + i, pb + i, po + i, e - i);
                        });
@@ -260,7 +255,8 @@ status host_device::do_rms_norm(const_view x, const_view weight,
   const float* px = at(x.buf, x.offset);
   const float* pw = at(weight.buf, weight.offset);
   float* po = at(out.buf, out.offset);
-  host::for_each_range(rows, threads_, 1, split_elements / (dim ? dim : 1),
+  host::for_each_range(rows, threads_, 1,
+                       host::split_elements / (dim ? dim : 1),
                        [&](std::size_t r, std::size_t e) {
                          host::rms_norm(px + r * dim, pw, po + r * dim, e - r,
                                         dim, eps);
@@ -284,7 +280,7 @@ status host_device::do_rope(mut_view x, const_view positions,
   const auto* pos = at<const std::int32_t>(positions.buf, positions.offset);
   const std::size_t row = dims.heads * dims.head_dim;
   host::for_each_range(dims.rows, threads_, 1,
-                       split_elements / (row ? row : 1),
+                       host::split_elements / (row ? row : 1),
                        [&](std::size_t r, std::size_t e) {
                          rope_dims part = dims;
                          part.rows = e - r;
@@ -341,7 +337,7 @@ status host_device::do_to_q8_0(const_view a, mut_view out,
   on_compute();
   const float* pa = at(a.buf, a.offset);
   auto* po = at<host::block_q8_0>(out.buf, out.offset);
-  host::for_each_range(count, threads_, 32, split_elements,
+  host::for_each_range(count, threads_, 32, host::split_elements,
                        [&](std::size_t i, std::size_t e) {
                          host::quantize_q8_0_activations(pa + i, po + i / 32,
                                                          e - i);
@@ -360,7 +356,7 @@ status host_device::do_hadamard(mut_view out, const_view a,
   on_compute();
   const float* pa = at(a.buf, a.offset);
   float* po = at(out.buf, out.offset);
-  host::for_each_range(count, threads_, n, split_elements,
+  host::for_each_range(count, threads_, n, host::split_elements,
                        [&](std::size_t i, std::size_t e) {
                          host::hadamard(pa + i, po + i, e - i, n);
                        });
@@ -382,7 +378,7 @@ status host_device::do_silu_mul(const_view gate, const_view up, mut_view out,
   const float* pg = at(gate.buf, gate.offset);
   const float* pu = at(up.buf, up.offset);
   float* po = at(out.buf, out.offset);
-  host::for_each_range(count, threads_, 16, split_elements,
+  host::for_each_range(count, threads_, 16, host::split_elements,
                        [&](std::size_t i, std::size_t e) {
                          host::silu_mul(pg + i, pu + i, po + i, e - i);
                        });
@@ -399,7 +395,7 @@ status host_device::do_to_f16(const_view a, mut_view out,
   on_compute();
   const float* pa = at(a.buf, a.offset);
   auto* po = at<std::uint16_t>(out.buf, out.offset);
-  host::for_each_range(count, threads_, 16, split_elements,
+  host::for_each_range(count, threads_, 16, host::split_elements,
                        [&](std::size_t i, std::size_t e) {
                          host::to_f16(pa + i, po + i, e - i);
                        });

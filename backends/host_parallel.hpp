@@ -53,6 +53,12 @@ inline void for_each_job(long n, int threads, MakeScratch make_scratch,
     body(i, scratch);
 }
 
+/// Elements below which an elementwise or row operation stays on the
+/// calling thread (for_each_range's min_split): a decode step's rows (a
+/// few thousand floats) cost less than waking the other threads; a
+/// prompt's (rows x width) do not.
+constexpr std::size_t split_elements = std::size_t{1} << 15;
+
 /// body(begin, end) over [0, n) cut into one range per thread, each but
 /// the last a multiple of `grain` long; on the calling thread alone (one
 /// range) when n is below `min_split` or one thread is asked for. For the

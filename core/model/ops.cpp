@@ -88,30 +88,22 @@ void softmax(float* x, size_t n) {
   host::softmax(x, n);
 }
 
-namespace {
-
-/// Elements below which a row operation stays on the calling thread (the
-/// host device's bound: host_device.cpp).
-constexpr size_t split_elements = size_t{1} << 15;
-
-} // namespace
-
 void for_rows(size_t rows, size_t width,
               const std::function<void(size_t, size_t)>& body) {
   host::for_each_range(rows, n_threads_, 1,
-                       split_elements / (width ? width : 1), body);
+                       host::split_elements / (width ? width : 1), body);
 }
 
 void silu_gate(const float* gate, const float* up, float* out, size_t n) {
   // Whole groups of 16 per range: silu_mul's groups start where ggml's do.
-  host::for_each_range(n, n_threads_, 16, split_elements,
+  host::for_each_range(n, n_threads_, 16, host::split_elements,
                        [&](size_t i, size_t e) {
                          host::silu_mul(gate + i, up + i, out + i, e - i);
                        });
 }
 
 void add(float* y, const float* x, size_t n) {
-  host::for_each_range(n, n_threads_, 16, split_elements,
+  host::for_each_range(n, n_threads_, 16, host::split_elements,
                        [&](size_t b, size_t e) {
                          for (size_t i = b; i < e; ++i)
                            y[i] += x[i];
