@@ -124,6 +124,65 @@ void release_held(self_ptr self) {
   st.held = std::move(keep);
 }
 
+bool hint_former(self_ptr self) {
+  auto& st = self->state;
+  auto s = self->current_sender();
+  if (!s)
+    return false;
+  auto it = st.former.find(s->node());
+  if (it == st.former.end())
+    return false;
+  auto now = steady::now();
+  auto& f = it->second;
+  if (f.hinted == steady::time_point{} || now - f.hinted >= st.cfg.connect_timeout) {
+    f.hinted = now;
+    st.log("asked " + f.name
+           + " to join again: its node sends to us as to a member, but "
+             "we dropped it");
+    self->send(f.gate, join_atom::value);
+  }
+  return true;
+}
+
+void release_inbound(self_ptr self, const caf::node_id* node) {
+  auto& st = self->state;
+  if (st.inbound.empty())
+    return;
+  auto now = steady::now();
+  std::vector<held_inbound> keep;
+  for (auto& h : st.inbound) {
+    if (node != nullptr && h.node == *node) {
+      std::string name;
+      for (auto& [n, peer] : st.peers)
+        if (peer.node() == h.node)
+          name = n;
+      auto why = peer_service_refusal(h.msg, name);
+      auto svc = st.services.find(h.service);
+      if (!why.empty()) {
+        st.log("refused: " + why);
+        h.rp.deliver(make_exo_error(exo_errc::access_denied, why));
+      } else if (svc == st.services.end()) {
+        h.rp.deliver(make_exo_error(exo_errc::invalid_argument,
+                                    "no service "" + h.service + "" on "
+                                      + st.cfg.name));
+      } else {
+        h.rp.delegate(svc->second, std::move(h.msg));
+      }
+    } else if (now >= h.deadline) {
+      auto f = st.former.find(h.node);
+      h.rp.deliver(make_exo_error(
+        exo_errc::access_denied,
+        "the sender has not completed the join handshake ("
+          + (f == st.former.end() ? std::string{"its node"} : f->second.name)
+          + " was dropped as a member and did not join again within "
+          + std::to_string(2 * st.cfg.connect_timeout.count()) + " ms)"));
+    } else {
+      keep.push_back(std::move(h));
+    }
+  }
+  st.inbound = std::move(keep);
+}
+
 namespace {
 
 std::int64_t wall_ns() {
@@ -245,9 +304,22 @@ caf::message_handler core_handlers(self_ptr self) {
       },
       [self](service_atom, std::string& service,
              caf::message& m) -> caf::result<caf::message> {
-        if (!is_peer(self) && !is_local(self))
-          return denied();
         auto& st = self->state;
+        if (!is_peer(self) && !is_local(self)) {
+          // A node we dropped that still sends to us as a member (it was
+          // paused, or our verdict was about our link): held while it joins
+          // again, which it is told to do.
+          if (st.inbound.size() < gate_state::max_held_inbound
+              && hint_former(self)) {
+            auto node = self->current_sender()->node();
+            auto rp = self->make_response_promise(); // takes the sender
+            st.inbound.push_back(
+              {std::move(node), std::move(service), std::move(m), rp,
+               steady::now() + 2 * st.cfg.connect_timeout});
+            return rp;
+          }
+          return denied();
+        }
         if (!is_local(self)) {
           auto why = peer_service_refusal(m, sender_member(self));
           if (!why.empty()) {

@@ -25,12 +25,22 @@ void tick(self_ptr self) {
   // on waking made a thawed node gossip stale verdicts that partitioned
   // the cluster; it hears from them again (or declares them dead) within
   // a failure timeout from now.
+  // The others may have declared us dead and dropped us meanwhile (then
+  // nothing of theirs reaches us): every connected peer is asked to take
+  // us back with a join over its connection; one that does not answer
+  // within the connect timeout is dead.
   if (st.ticks > 1 && now - st.last_tick > st.cfg.failure_timeout) {
     st.table->heard_from_all(now);
     st.log("was paused for "
            + std::to_string(duration_cast<milliseconds>(now - st.last_tick)
                               .count())
-           + " ms: the members' silence is not held against them");
+           + " ms: the members' silence is not held against them; joining "
+             "them again");
+    std::vector<std::string> names;
+    for (auto& [name, peer] : st.peers)
+      names.push_back(name);
+    for (auto& name : names)
+      rejoin_peer(self, name);
   }
   st.last_tick = now;
   for (auto& name : st.table->expire(now, st.cfg.failure_timeout)) {
@@ -40,6 +50,7 @@ void tick(self_ptr self) {
   auto v = st.table->view();
   for (auto& [name, peer] : st.peers)
     self->send(peer, gossip_atom::value, v);
+  release_inbound(self, nullptr); // refuse what waited too long
   // Forget half-finished joins nobody completed.
   for (auto it = st.pending.begin(); it != st.pending.end();)
     it = it->second.deadline < now ? st.pending.erase(it) : std::next(it);
@@ -217,10 +228,11 @@ caf::message_handler health_handlers(self_ptr self) {
       },
       [self](gossip_atom, member_view& v) {
         auto& st = self->state;
-        if (!is_peer(self))
+        if (!is_peer(self)) {
+          hint_former(self); // a gate we dropped: it should join again
           return;
-        auto name = st.peer_names[caf::actor_cast<caf::actor_addr>(
-            self->current_sender())];
+        }
+        auto name = sender_member(self);
         if (auto err = member_table::validate(v)) {
           st.log("ignored gossip from " + name + ": " + *err);
           return;
@@ -248,6 +260,7 @@ caf::message_handler health_handlers(self_ptr self) {
           if (m.status != member_status::alive && st.peers.count(m.name) &&
               m.name != name && !st.table->alive(m.name))
             drop_peer(self, m.name);
+        redial_refuted(self, v);
         // A verdict learned by gossip is logged like one of our own, so the
         // log tells when each node learned of each death.
         for (auto& gone : was_alive)

@@ -51,8 +51,11 @@ void accept_peer(self_ptr self, const std::string& name, caf::actor peer) {
   }
   st.peer_names[peer.address()] = name;
   self->monitor(peer);
+  auto node = peer.node();
+  st.former.erase(node);
   st.peers[name] = std::move(peer);
   release_held(self); // messages that waited for this connection
+  release_inbound(self, &node); // what its node sent while dropped
 }
 
 void backoff(self_ptr self, const std::string& key,
@@ -163,6 +166,10 @@ void drop_peer(self_ptr self, const std::string& name) {
   auto it = st.peers.find(name);
   if (it == st.peers.end())
     return;
+  auto node = it->second.node();
+  if (!st.former.count(node) && st.former.size() >= gate_state::max_former)
+    st.former.erase(st.former.begin());
+  st.former[node] = former_peer{name, it->second, {}};
   st.peer_names.erase(it->second.address());
   self->demonitor(it->second);
   st.peers.erase(it);
@@ -188,6 +195,32 @@ void connect_missing(self_ptr self) {
     if (st.cfg.name < m.name && m.status == member_status::alive &&
         !st.peers.count(m.name))
       try_connect(self, m.host, m.port);
+}
+
+void rejoin_peer(self_ptr self, const std::string& name) {
+  auto& st = self->state;
+  auto it = st.peers.find(name);
+  auto* m = st.table->find(name);
+  if (it == st.peers.end() || m == nullptr)
+    return;
+  auto key = m->host + ":" + std::to_string(m->port);
+  auto& a = st.attempts[key];
+  if (a.in_flight)
+    return;
+  a.in_flight = true;
+  st.suspects[key] = name; // no answer: dead
+  handshake(self, it->second, key);
+}
+
+void redial_refuted(self_ptr self, const member_view& v) {
+  auto& st = self->state;
+  for (auto& name : st.table->contradicted(v)) {
+    if (st.peers.count(name))
+      continue;
+    auto* m = st.table->find(name);
+    if (m != nullptr)
+      try_connect(self, m->host, m->port);
+  }
 }
 
 void try_connect(self_ptr self, const std::string& host, std::uint16_t port) {
@@ -221,6 +254,15 @@ void try_connect(self_ptr self, const std::string& host, std::uint16_t port) {
 
 caf::message_handler join_handlers(self_ptr self) {
   return {
+      // A peer gate says it dropped us (hint_former): join it again.
+      [self](join_atom) {
+        if (!is_peer(self))
+          return;
+        auto name = sender_member(self);
+        self->state.log("joining " + name
+                        + " again: it no longer holds us a member");
+        rejoin_peer(self, name);
+      },
       // Open to anyone holding a certificate of the cluster CA.
       [self](join_atom, join_hello& h) -> caf::result<join_challenge> {
         auto& st = self->state;

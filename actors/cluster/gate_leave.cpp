@@ -39,6 +39,10 @@ caf::message_handler leave_handlers(self_ptr self) {
         auto name = st.peer_names[caf::actor_cast<caf::actor_addr>(
             self->current_sender())];
         drop_peer(self, name);
+        // It leaves for good: not asked to join again when it still
+        // gossips on its way out.
+        if (auto s = self->current_sender())
+          st.former.erase(s->node());
         if (st.table->mark(name, member_status::left, "left the cluster"))
           st.log("member " + name + " left");
         return caf::ok_atom::value;

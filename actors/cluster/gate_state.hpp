@@ -54,6 +54,25 @@ struct held_service_message {
   steady::time_point deadline;
 };
 
+/// A peer this gate dropped (declared dead, or replaced by a new
+/// connection under its name): its node may still think it is connected to
+/// us and send to us before it learns otherwise.
+struct former_peer {
+  std::string name;
+  caf::actor gate;
+  steady::time_point hinted{}; ///< when it was last told to join again
+};
+
+/// A service message from a former peer's node: held until that node has
+/// joined again (it was told to), refused at the deadline.
+struct held_inbound {
+  caf::node_id node;
+  std::string service;
+  caf::message msg;
+  caf::response_promise rp;
+  steady::time_point deadline;
+};
+
 /// Backoff of one address we try to connect to.
 struct attempt {
   steady::time_point next_try{};
@@ -89,6 +108,12 @@ struct gate_state {
   std::vector<caf::actor> watchers;
   member_view watched;
   std::vector<held_service_message> held;
+  /// Peers dropped, by node (at most max_former), and what their nodes
+  /// sent meanwhile (at most max_held_inbound).
+  std::map<caf::node_id, former_peer> former;
+  std::vector<held_inbound> inbound;
+  static constexpr std::size_t max_former = 256;
+  static constexpr std::size_t max_held_inbound = 256;
   std::uint64_t ticks = 0;
   steady::time_point last_tick; ///< when the last heartbeat tick ran
   std::uint64_t joins_accepted = 0;
@@ -128,6 +153,13 @@ void notify_watchers(self_ptr self);
 /// Delivers the held service messages whose node is connected now, and
 /// refuses those past their deadline (or whose node is no longer alive).
 void release_held(self_ptr self);
+/// A message from a node whose gate was our peer and was dropped: tells
+/// that gate (once a connect timeout) to join again, since its node still
+/// sends to us as to a member. Returns whether the sender is such a node.
+bool hint_former(self_ptr self);
+/// Delivers the held inbound service messages of `node` (which has just
+/// joined again), or, with `node` empty, refuses those past their deadline.
+void release_inbound(self_ptr self, const caf::node_id* node);
 /// Sends `ev` to the node's audit sink (nothing without one).
 void send_audit(self_ptr self, const audit::event& ev, std::string principal);
 
@@ -144,6 +176,17 @@ void try_connect(self_ptr self, const std::string& host, std::uint16_t port);
 
 /// Connects to every seed and every alive member we have no link to.
 void connect_missing(self_ptr self);
+
+/// Runs the join handshake again over the connection to peer `name`: after
+/// this node was paused, or when the peer says it dropped us. The peer
+/// readmits us (a member it declared dead comes back with a larger
+/// incarnation); no answer within the connect timeout makes it dead.
+void rejoin_peer(self_ptr self, const std::string& name);
+
+/// Dials the members that `v` (a peer's gossip) lists alive at an
+/// incarnation at least the one we declared dead: our verdict was about
+/// our own link, or we were paused, and neither side would dial otherwise.
+void redial_refuted(self_ptr self, const member_view& v);
 
 /// join and prove: admission of nodes and console clients.
 caf::message_handler join_handlers(self_ptr self);

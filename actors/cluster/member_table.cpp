@@ -178,6 +178,20 @@ member_table::discount_hearsay(member_view& v, time_point now,
   return out;
 }
 
+std::vector<std::string>
+member_table::contradicted(const member_view& v) const {
+  std::vector<std::string> out;
+  for (auto& m : v.members) {
+    if (m.name == self_ || m.status != member_status::alive)
+      continue;
+    auto it = members_.find(m.name);
+    if (it != members_.end() && it->second.info.status == member_status::dead
+        && m.incarnation >= it->second.info.incarnation)
+      out.push_back(m.name);
+  }
+  return out;
+}
+
 bool member_table::accuses_self(const member_view& v) const {
   auto mine = self_incarnation();
   for (auto& m : v.members)

@@ -91,6 +91,14 @@ public:
                    std::chrono::milliseconds window,
                    const std::vector<std::string>& connected) const;
 
+  /// The members we hold dead (not gone) that `v`, a peer's view, lists
+  /// alive at the same incarnation or a later one: the peer still hears
+  /// from them, so our verdict was about our own link or a pause of ours.
+  /// A merge keeps our verdict at an equal incarnation, and the member
+  /// never hears of it (its connected peers discount it), so nobody would
+  /// dial the other again: we must (a join readmits us both).
+  std::vector<std::string> contradicted(const member_view& v) const;
+
   /// Whether `v` claims we are dead or gone (at our incarnation or later).
   bool accuses_self(const member_view& v) const;
 

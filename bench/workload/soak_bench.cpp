@@ -293,11 +293,18 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
     r.name = "soak-" + std::to_string(++next_run);
     r.args = "kind " + std::to_string(r.kind) + ", --stages "
              + std::to_string(stages > 0 ? stages : pick_stages(rng));
+    // The other nodes as the client's fallbacks, as a user names several:
+    // an event may take the node down just before the client reaches it
+    // (a run that was never submitted is not a lost output).
+    console_options co{false, std::chrono::minutes(10)};
+    for (auto& o : nodes)
+      if (&o != &n)
+        co.fallback.push_back(o.now.port);
     r.proc = std::make_unique<process>(console_argv(
       p, n.now.port,
       {"run " + kinds[r.kind].args + r.args.substr(r.args.find(" --"))
        + " --id " + r.name},
-      {false, std::chrono::minutes(10)}));
+      co));
     if (std::getenv("EXO_SOAK_VERBOSE"))
       std::printf("%.2f s: start %s through %s, %s\n",
                   std::chrono::duration<double>(steady::now().time_since_epoch())

@@ -1,9 +1,10 @@
 // exo-console: look inside a running exo cluster.
 //
-//   exo-console --connect HOST:PORT --cert C --key K --ca CA [--exec CMD]
-//               [--json] [--token-file FILE]
+//   exo-console --connect HOST:PORT[,HOST:PORT...] --cert C --key K --ca CA
+//               [--exec CMD] [--json] [--token-file FILE]
 //
-// Connects to one node over mutual TLS with a client certificate (made with
+// Connects to one node (the first of those named that answers) over mutual
+// TLS with a client certificate (made with
 // `exo-cert issue-client`), proves its name, and runs commands: nodes,
 // devices, links, measure, actors [NODE], inspect [NODE:]ACTOR, coordinator.
 // With --token-file every command carries auth=TOKEN (the file's first
@@ -34,7 +35,7 @@ Without --exec it reads commands interactively (line editing, history in
 ~/.exo_console_history). Type "help" for the commands.)";
 
 struct options {
-  std::string connect;
+  std::vector<std::string> connect;
   exo::tls::material files;
   std::string passphrase_file;
   std::string token_file;
@@ -53,8 +54,11 @@ options parse(int argc, char** argv) {
   std::string timeout;
   CLI::App app{description, "exo-console"};
   exo::cli::configure(app);
-  app.add_option("--connect", o.connect, "the node to connect to")
-    ->type_name("HOST:PORT");
+  app.add_option("--connect", o.connect,
+                 "the node to connect to; more than one (repeated, or "
+                 "HOST:PORT,HOST:PORT) are tried in order until one answers")
+    ->type_name("HOST:PORT")
+    ->delimiter(',');
   app.add_option("--cert", o.files.certificate, "client certificate")
     ->type_name("FILE");
   app.add_option("--key", o.files.key, "its private key")->type_name("FILE");
@@ -299,9 +303,10 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
 
 int main(int argc, char** argv) {
   auto o = parse(argc, argv);
-  exo::config::peer_address where;
+  std::vector<exo::config::peer_address> nodes;
   try {
-    where = exo::config::parse_peer(o.connect, "--connect");
+    for (auto& text : o.connect)
+      nodes.push_back(exo::config::parse_peer(text, "--connect"));
   } catch (const exo::config::config_error& e) {
     die(2, e.what());
   }
@@ -322,7 +327,20 @@ int main(int argc, char** argv) {
   }
   try {
     exo::console::client c{o.files, std::chrono::milliseconds{o.timeout_ms}};
-    c.connect(where.host, where.port);
+    // The nodes in the order given: one that is down or restarting does
+    // not keep a client that named others from its cluster.
+    std::size_t at = 0;
+    for (;; ++at) {
+      try {
+        c.connect(nodes[at].host, nodes[at].port);
+        break;
+      } catch (const exo::console::client_error& e) {
+        if (at + 1 == nodes.size())
+          throw;
+        std::cerr << "exo-console: " << e.what() << "; trying "
+                  << o.connect[at + 1] << "\n";
+      }
+    }
     int failures = 0;
     if (!o.exec.empty()) {
       for (auto& line : o.exec)
@@ -330,7 +348,7 @@ int main(int argc, char** argv) {
           break;
       return failures == 0 ? 0 : 1;
     }
-    std::cout << "connected to " << c.node_name() << " at " << o.connect
+    std::cout << "connected to " << c.node_name() << " at " << o.connect[at]
               << " (type help)\n";
     const char* home = std::getenv("HOME");
     exo::console::line_editor ed{home ? std::string{home}

@@ -109,6 +109,53 @@ TEST_CASE("three nodes form a cluster, detect a SIGKILL within 3 s, "
     2s));
 }
 
+TEST_CASE("a node frozen past the failure timeout joins its peers again "
+          "when it thaws, and declares none of them dead") {
+  pki p{"exo-thaw"};
+  for (auto n : {"n1", "n2", "n3", "n4"})
+    p.node(n);
+  auto n1 = start_node(p, {"n1"});
+  auto n2 = start_node(p, node_options{"n2"}.seed(n1.port));
+  auto n3 = start_node(p, node_options{"n3"}.seed(n1.port));
+  auto n4 = start_node(p, node_options{"n4"}.seed(n1.port));
+  auto all_alive = [](const std::string& out) {
+    return status_of(out, "n1") == "alive" && status_of(out, "n2") == "alive"
+           && status_of(out, "n3") == "alive"
+           && status_of(out, "n4") == "alive";
+  };
+  for (auto* n : {&n1, &n2, &n3, &n4}) {
+    INFO("view of " << n->name);
+    REQUIRE(eventually(p, n->port, "nodes", all_alive, 20s));
+  }
+  // Frozen until every peer declared it dead and dropped it: nothing of
+  // theirs reaches it when it thaws, until it joins them again.
+  n3.proc->signal(SIGSTOP);
+  for (auto* n : {&n1, &n2, &n4}) {
+    INFO("log of " << n->name);
+    CHECK(n->proc->wait_for_output("member n3 is dead", 20s));
+  }
+  std::this_thread::sleep_for(500ms);
+  auto before = n3.proc->out().size();
+  n3.proc->signal(SIGCONT);
+  CHECK(n3.proc->wait_for_output("joining them again", 10s));
+  for (auto* n : {&n1, &n2, &n3, &n4}) {
+    INFO("view of " << n->name);
+    INFO("its log: " << n->proc->out() << n->proc->err());
+    CHECK(eventually(p, n->port, "nodes", all_alive, 10s));
+  }
+  // Twice the failure timeout later: still one view, and the thawed node
+  // declared nobody dead (it used to, 1.5 s after it thawed, since its
+  // peers had stopped talking to it).
+  std::this_thread::sleep_for(3s);
+  for (auto* n : {&n1, &n2, &n3, &n4}) {
+    INFO("view of " << n->name);
+    CHECK(eventually(p, n->port, "nodes", all_alive, 2s));
+  }
+  auto after = n3.proc->out().substr(before);
+  INFO(after);
+  CHECK(!contains(after, "is dead"));
+}
+
 TEST_CASE("the console lists links, actors and inspects one, in tables and "
           "JSON") {
   pki p{"exo-cluster"};
@@ -153,6 +200,31 @@ TEST_CASE("the console lists links, actors and inspects one, in tables and "
   CHECK(bad.code == 1);
   CHECK(contains(bad.err, "no live node named \"nowhere\""));
   CHECK(console(p, a.port, {"help"}).out.find("inspect") != std::string::npos);
+  // Several nodes named: one that cannot be reached (a port bound but not
+  // listening refuses at once) gives way to the next.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  auto closed = ntohs(addr.sin_port);
+  console_options o;
+  o.fallback = {a.port};
+  auto fell = console(p, closed, {"coordinator"}, o);
+  INFO(fell.out << fell.err);
+  CHECK(fell.code == 0);
+  CHECK(fell.out == "a\n");
+  CHECK(contains(fell.err, "cannot connect to 127.0.0.1:"
+                             + std::to_string(closed)));
+  CHECK(contains(fell.err, "; trying 127.0.0.1:" + std::to_string(a.port)));
+  // None answers: the last one's error, exit 1.
+  o.fallback = {closed};
+  auto none = console(p, closed, {"coordinator"}, o);
+  CHECK(none.code == 1);
+  CHECK(contains(none.err, "cannot connect"));
+  close(fd);
 }
 
 TEST_CASE("strangers are refused and the node stays healthy") {

@@ -153,6 +153,10 @@ std::vector<std::string> console_argv(const pki& p, std::uint16_t port,
                                 p.dir + "/ca/ca.crt",
                                 "--timeout-ms",
                                 std::to_string(o.timeout.count())};
+  for (auto more : o.fallback) {
+    argv.push_back("--connect");
+    argv.push_back("127.0.0.1:" + std::to_string(more));
+  }
   for (auto& c : cmds) {
     argv.push_back("--exec");
     argv.push_back(o.operator_token ? with_admin_token(port, c) : c);

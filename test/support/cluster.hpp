@@ -90,6 +90,9 @@ struct console_options {
   /// directory's admin.token), as the operator's would; false sends them
   /// as a client without a token.
   bool operator_token = true;
+  /// More nodes (ports on 127.0.0.1) the console tries, in order, when the
+  /// first cannot be reached (--connect given once for each).
+  std::vector<std::uint16_t> fallback = {};
 };
 
 /// Remembers that the node listening on `port` keeps its state (and

@@ -168,6 +168,36 @@ TEST_CASE("a death verdict that our own connection and heartbeats "
   CHECK(newer.members.size() == 1);
 }
 
+TEST_CASE("members we hold dead that a peer's view lists alive at the same "
+          "incarnation or later are contradicted: we must dial them") {
+  member_table t{member("c", 1)};
+  t.merge(member("a", 5), t0);
+  t.merge(member("b", 3), t0);
+  t.merge(member("d", 2), t0);
+  t.merge(member("e", 4), t0);
+  t.mark("a", member_status::dead, "no heartbeat");
+  t.mark("b", member_status::dead, "no heartbeat");
+  t.mark("d", member_status::left, "left the cluster");
+  member_view v;
+  v.from = "e";
+  v.members = {member("a", 5),                      // same incarnation
+               member("b", 2),                      // an older record
+               member("c", 1, member_status::dead), // about ourselves
+               member("d", 2),                      // left is final
+               member("e", 4)};                     // alive here too
+  CHECK(t.contradicted(v) == std::vector<std::string>{"a"});
+  // Merged, the verdict stands at an equal incarnation (so the dial is
+  // the only way back) and a later one is taken as it is.
+  t.merge(v, t0);
+  CHECK(!t.alive("a"));
+  CHECK(t.contradicted(v) == std::vector<std::string>{"a"});
+  v.members = {member("b", 4)};
+  CHECK(t.contradicted(v) == std::vector<std::string>{"b"});
+  t.merge(v, t0);
+  CHECK(t.alive("b"));
+  CHECK(t.contradicted(v).empty());
+}
+
 TEST_CASE("records from the network are validated against limits") {
   auto ok = member("node-1", 1);
   CHECK_FALSE(member_table::validate(ok));
