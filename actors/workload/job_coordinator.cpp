@@ -110,6 +110,10 @@ struct running_job {
   std::set<std::string> refused;
   /// Replication ticks since the last message to the backup.
   int quiet_ticks = 0;
+  /// Clients whose connection dropped ((cancel_atom, id, listener,
+  /// grace)): the job is cancelled once its grace has passed if every
+  /// client it has is among them.
+  std::set<caf::actor_addr> left;
 };
 
 /// A job this node backs up for the node that coordinates it (job_replica):
@@ -2266,6 +2270,24 @@ console_reply list_jobs(self_ptr self) {
   return r;
 }
 
+/// The longest resume grace a client may ask for (the gateway's
+/// resume_grace_ms is at most this).
+constexpr std::uint32_t max_resume_grace_ms = 600000;
+
+/// Whether every client of `rj` (the one that asked for it, those that
+/// follow it) is among those that left.
+bool every_client_left(const running_job& rj) {
+  auto run = rj.run.lock();
+  if (!run)
+    return !rj.left.empty();
+  if (run->listener && !rj.left.count(run->listener))
+    return false;
+  for (auto& f : run->followers)
+    if (f.listener && !rj.left.count(f.listener.address()))
+      return false;
+  return !rj.left.empty();
+}
+
 /// Asks job `id` to stop at its next token boundary; `then(bool)` gets
 /// whether it was still running. False at once when it is not ours.
 template <class F>
@@ -3224,6 +3246,37 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
       auto rp = self->make_response_promise<bool>();
       cancel(self, id, [rp](bool stopping) mutable { rp.deliver(stopping); });
       return rp;
+    },
+    [self](cancel_atom, std::uint64_t id, caf::actor& listener,
+           std::uint32_t grace_ms) -> bool {
+      // A streaming client whose connection dropped (the gateway's
+      // bridge): the job runs on for the grace, so that the client can
+      // resume it through any node, and is cancelled then unless a client
+      // follows it again.
+      auto& st = self->state;
+      auto it = st.running.find(id);
+      if (it == st.running.end() || !listener)
+        return false;
+      it->second.left.insert(listener.address());
+      auto grace = std::chrono::milliseconds{
+        std::min<std::uint32_t>(grace_ms, max_resume_grace_ms)};
+      self->delayed_send(self, grace, tick_atom::value, cancel_atom::value,
+                         id, grace_ms);
+      return true;
+    },
+    [self](tick_atom, cancel_atom, std::uint64_t id, std::uint32_t grace_ms) {
+      if (self->current_sender() != self->ctrl())
+        return;
+      auto& st = self->state;
+      auto it = st.running.find(id);
+      if (it == st.running.end() || it->second.cancel_requested
+          || !every_client_left(it->second))
+        return;
+      exo::text::line(std::cout)
+        << "exo-node " << st.cfg.node << ": job " << id
+        << " cancelled: its client left " << grace_ms
+        << " ms ago and none came back" << std::endl;
+      cancel(self, id, [](bool) {});
     },
     [self](console_atom, std::string& cmd,
            std::string& arg) -> caf::result<console_reply> {

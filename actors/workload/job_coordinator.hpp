@@ -38,6 +38,11 @@
 ///       boundary (false when it is not running here);
 ///   (cancel_atom, listener): the run that `listener` asked for and that
 ///       waits for memory ends now (its client left; no answer);
+///   (cancel_atom, job id, listener, grace ms) -> bool: the streaming
+///       client `listener` (the one that asked, or a follower) lost its
+///       connection: the job is cancelled when the grace has passed unless
+///       a client that did not leave follows it by then (false when it is
+///       not running here);
 /// and, as the node service "jobs", the console commands
 ///   run --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
 ///       [--top-k K] [--top-p P] [--stages K] [--sequences M] [--ctx C]

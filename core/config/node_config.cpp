@@ -555,6 +555,11 @@ node_config parse_document(const std::string& json, const std::string& source) {
                     g.max_queued = static_cast<std::uint32_t>(
                       as_integer(v, q, 1, 65536));
                   }},
+                 {"resume_grace_ms",
+                  [&](element v, const std::string& q) {
+                    g.resume_grace_ms = static_cast<std::uint32_t>(
+                      as_integer(v, q, 0, 600000));
+                  }},
                  {"kv_type",
                   [&](element v, const std::string& q) {
                     g.kv_type = as_string(v, q);

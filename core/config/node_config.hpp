@@ -170,6 +170,10 @@ struct gateway_section {
   std::uint32_t ctx = 4096;
   /// Completions admitted at once (waiting or running); more get 429.
   std::uint32_t max_queued = 64;
+  /// How long a streamed completion's job goes on after its client's
+  /// connection dropped, so that the client may resume it (X-Exo-Resume)
+  /// through any node; cancelled when no client came back. 0: at once.
+  std::uint32_t resume_grace_ms = 10000;
   /// The KV cache type of every request's job ("f16", "q8_0", "f32"; ""
   /// = f16): job_request::kv_type.
   std::string kv_type;

@@ -25,6 +25,7 @@ struct job_backend::state {
   std::map<std::string, model_source> models;
   std::vector<model_entry> entries;
   mapping_limits limits;
+  std::chrono::milliseconds resume_grace{0};
   std::mutex mx;
   std::mt19937_64 seeds{std::random_device{}()};
 
@@ -47,6 +48,8 @@ struct bridge_state {
   /// are replayed: those already passed on are dropped).
   std::uint32_t next_index = 0;
   bool started = false;
+  bool stream = false;     ///< streamed: a client that drops may resume
+  std::chrono::milliseconds resume_grace{0};
   bool cancel_sent = false;
   bool closed = false;     ///< the sink closed, or we stopped
   bool ended = false;      ///< finish() or fail() was called
@@ -73,6 +76,26 @@ void cancel_job(bridge_ptr self, const caf::actor& coordinator) {
   st.cancel_sent = true;
   self->request(st.runner ? st.runner : coordinator, std::chrono::seconds{10},
                 cancel_atom::value, st.job)
+    .then([](bool) {}, [](caf::error&) {});
+}
+
+/// The client's connection dropped: a streamed job that runs is left to
+/// the coordinator for the resume grace (it cancels the job then, unless a
+/// client follows it again); anything else is cancelled now.
+void leave_job(bridge_ptr self, const caf::actor& coordinator) {
+  auto& st = self->state;
+  if (!st.stream || st.resume_grace.count() <= 0 || !st.started) {
+    cancel_job(self, coordinator);
+    return;
+  }
+  st.closed = true;
+  if (st.cancel_sent)
+    return;
+  st.cancel_sent = true;
+  self
+    ->request(st.runner ? st.runner : coordinator, std::chrono::seconds{10},
+              cancel_atom::value, st.job, caf::actor_cast<caf::actor>(self),
+              static_cast<std::uint32_t>(st.resume_grace.count()))
     .then([](bool) {}, [](caf::error&) {});
 }
 
@@ -136,6 +159,8 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
                      completion_request req) {
   auto& st = self->state;
   st.sink = std::move(sink);
+  st.stream = req.stream;
+  st.resume_grace = be->resume_grace;
   auto coordinator = be->coordinator;
   auto it = be->models.find(req.model);
   if (it == be->models.end()) { // the server checked; a stale id
@@ -194,8 +219,8 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
       if (auto from = caf::actor_cast<caf::actor>(self->current_sender());
           from && from != coordinator)
         st.runner = from;
-      if (st.closed) // the client left while the job was placed
-        cancel_job(self, coordinator);
+      if (st.closed && !st.cancel_sent) // it left while the job was placed
+        leave_job(self, coordinator);
     },
     [self, coordinator](job_token& e) {
       auto& st = self->state;
@@ -228,11 +253,11 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
       }
       // An empty piece (a control token) still counts as a token.
       if (st.sink->token(text) == sink_state::closed)
-        cancel_job(self, coordinator);
+        leave_job(self, coordinator);
     },
     [self, coordinator](sink_closed_atom) {
       if (!self->state.closed)
-        cancel_job(self, coordinator);
+        leave_job(self, coordinator);
     },
   };
 }
@@ -241,11 +266,13 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
 
 job_backend::job_backend(caf::actor_system& sys, caf::actor coordinator,
                          std::vector<model_source> models,
-                         mapping_limits limits)
+                         mapping_limits limits,
+                         std::chrono::milliseconds resume_grace)
   : state_(std::make_shared<state>()) {
   state_->sys = &sys;
   state_->coordinator = std::move(coordinator);
   state_->limits = limits;
+  state_->resume_grace = resume_grace;
   auto now = std::chrono::duration_cast<std::chrono::seconds>(
                std::chrono::system_clock::now().time_since_epoch())
                .count();

@@ -26,7 +26,11 @@
 ///   sink closed (client gone, stop string, server stopping): the sink's
 ///   on_close sends the bridge a message; it cancels the job
 ///   ((cancel_atom, id) to the coordinator), which stops at its next token
-///   and frees its KV caches.
+///   and frees its KV caches. A streamed job whose client's connection
+///   dropped is left instead, with `resume_grace` (> 0): (cancel_atom, id,
+///   bridge, grace ms) to the coordinator that runs it, which cancels it
+///   once the grace has passed unless a client follows it again (a resume
+///   through this or any node).
 ///
 /// Neither side blocks: the server's threads only spawn actors and send
 /// messages (asynchronous), the actors only call the sink (which never
@@ -40,6 +44,7 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -49,7 +54,8 @@ namespace exo::gateway {
 class job_backend : public completion_backend {
 public:
   job_backend(caf::actor_system& sys, caf::actor coordinator,
-              std::vector<model_source> models, mapping_limits limits = {});
+              std::vector<model_source> models, mapping_limits limits = {},
+              std::chrono::milliseconds resume_grace = {});
   ~job_backend() override;
 
   void complete(const completion_request& req,

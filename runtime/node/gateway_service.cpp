@@ -195,7 +195,8 @@ gateway_service::gateway_service(runtime& rt,
   limits.ctx = g.ctx;
   limits.kv_type = g.kv_type;
   auto backend = std::make_shared<gateway::job_backend>(
-    rt.system(), coordinator, std::move(models), limits);
+    rt.system(), coordinator, std::move(models), limits,
+    std::chrono::milliseconds{g.resume_grace_ms});
   gateway::server_options o;
   o.host = g.host;
   o.port = g.port;

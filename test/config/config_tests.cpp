@@ -96,6 +96,10 @@ TEST_CASE("every documented key is read") {
   CHECK(defaults().devices.batch_wait.count() == 2000);
   CHECK(cfg.devices.rescan_interval.count() == 0);
   CHECK(cfg.log_level == "debug");
+  CHECK(defaults().gateway.resume_grace_ms == 10000);
+  CHECK(parse(R"({"gateway": {"resume_grace_ms": 0}})", "test")
+          .gateway.resume_grace_ms
+        == 0);
   auto f = cfg.factory_options();
   CHECK(f.cpu.memory_limit == 2048ull << 20);
   CHECK_FALSE(f.cpu.weights_in_place);
@@ -218,6 +222,10 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "devices.sim_profiles_file: profiles file /nonexistent/p.json: cannot open"},
     {R"({"log": {"level": "loud"}})",
      "log.level: must be one of error, warning, info, debug"},
+    {R"({"gateway": {"resume_grace_ms": -1}})",
+     "gateway.resume_grace_ms: must be an integer in [0, 600000]"},
+    {R"({"gateway": {"resume_grace_ms": "soon"}})",
+     "gateway.resume_grace_ms: must be"},
   };
   for (auto& r : table) {
     INFO(r.json);

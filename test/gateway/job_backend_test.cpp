@@ -105,6 +105,8 @@ struct script_log {
   std::vector<workload::job_request> requests;
   std::vector<std::uint64_t> cancels;
   std::vector<caf::actor_addr> withdrawn;
+  /// (job, grace ms) of each client left to the resume grace.
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> left;
 };
 
 enum class script {
@@ -162,6 +164,12 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
       if (s == script::waits_for_room)
         pending->deliver(make_exo_error(exo_errc::failed_state,
                                         "cancelled while it waited"));
+    },
+    [=](cancel_atom, std::uint64_t id, caf::actor&, std::uint32_t grace) {
+      // The job runs on; the test ends it as the grace's end would.
+      std::lock_guard<std::mutex> g{log->mx};
+      log->left.emplace_back(id, grace);
+      return true;
     },
     [=](cancel_atom, std::uint64_t id) {
       {
@@ -267,7 +275,8 @@ TEST_CASE("a client that leaves cancels its job") {
                          std::vector<std::int32_t>{10},
                          std::vector<std::string>{"a"});
   {
-    job_backend be{sys, coord, {fx.model}};
+    // A resume grace applies to streams only: this request is not one.
+    job_backend be{sys, coord, {fx.model}, {}, 1500ms};
     auto sink = std::make_shared<recording_sink>();
     be.complete(request("x"), sink);
     REQUIRE(sink->wait([&] { return !sink->tokens_.empty(); }));
@@ -276,8 +285,56 @@ TEST_CASE("a client that leaves cancels its job") {
     CHECK(sink->reason_ == finish_reason::stop);
     std::lock_guard<std::mutex> g{log->mx};
     CHECK(log->cancels == std::vector<std::uint64_t>{7});
+    CHECK(log->left.empty());
   }
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a streaming client that leaves hands its job to the resume "
+          "grace, and without a grace it cancels") {
+  fixture fx;
+  for (auto grace : {1500ms, 0ms}) {
+    INFO("grace " << grace.count() << " ms");
+    caf::actor_system sys{config()};
+    auto log = std::make_shared<script_log>();
+    auto coord = sys.spawn(coordinator, script::run_until_cancel, log,
+                           std::vector<std::int32_t>{10},
+                           std::vector<std::string>{"a"});
+    {
+      job_backend be{sys, coord, {fx.model}, {}, grace};
+      auto sink = std::make_shared<recording_sink>();
+      auto req = request("x");
+      req.stream = true;
+      be.complete(req, sink);
+      REQUIRE(sink->wait([&] { return !sink->tokens_.empty(); }));
+      sink->close();
+      sink->close(); // once
+      if (grace.count() > 0) {
+        for (int i = 0; i < 500; ++i) {
+          {
+            std::lock_guard<std::mutex> g{log->mx};
+            if (!log->left.empty())
+              break;
+          }
+          std::this_thread::sleep_for(10ms);
+        }
+        {
+          std::lock_guard<std::mutex> g{log->mx};
+          using left = std::pair<std::uint64_t, std::uint32_t>;
+          CHECK(log->left == std::vector<left>{{7, 1500}});
+          CHECK(log->cancels.empty());
+        }
+        // The grace ends with nobody back: the coordinator cancels it.
+        caf::anon_send(coord, cancel_atom::value, std::uint64_t{7});
+      }
+      REQUIRE(sink->ended());
+      std::lock_guard<std::mutex> g{log->mx};
+      CHECK(log->cancels == std::vector<std::uint64_t>{7});
+      if (grace.count() == 0)
+        CHECK(log->left.empty());
+    }
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  }
 }
 
 TEST_CASE("a client that leaves before its job starts withdraws it, once") {

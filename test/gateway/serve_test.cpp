@@ -111,7 +111,8 @@ std::string as_json_text(const std::string& s) {
 /// to its HTTP port.
 std::unique_ptr<process> serve_big_on_slow_device(pki& p,
                                                   const std::string& models,
-                                                  std::uint16_t& port) {
+                                                  std::uint16_t& port,
+                                                  int resume_grace_ms = 0) {
   p.node("n1");
   auto big = p.dir + "/big.gguf";
   REQUIRE(run({exo_model(), "make-test", "--out", big, "--layers", "4",
@@ -122,7 +123,9 @@ std::unique_ptr<process> serve_big_on_slow_device(pki& p,
           == 0);
   node_options o{"n1"};
   o.devices = slow_small_sim(p.dir, 40);
-  o.extra = R"(, "models": {"dirs": [")" + p.dir + R"("])" + models + "}";
+  o.extra = R"(, "models": {"dirs": [")" + p.dir + R"("])" + models + "}"
+            + R"(, "gateway": {"resume_grace_ms": )"
+            + std::to_string(resume_grace_ms) + "}";
   auto cfg = write_node_config(p, o);
   auto serve = std::make_unique<process>(std::vector<std::string>{
     exo_node(), "serve", "--config", cfg, "--model", big, "--port", "0",
@@ -516,13 +519,15 @@ TEST_CASE("exo-node serve beyond loopback: HTTPS with the cluster CA, exo's "
 }
 
 TEST_CASE("exo-node serve resumes a stream that ended from the bytes its "
-          "client has, refuses an unknown id (404) and a cancelled job (409)") {
+          "client has, one whose client dropped within the grace, and "
+          "refuses an unknown id (404) and a job cancelled after its grace "
+          "(409)") {
   namespace gwt = exo::gateway::testing;
   pki p{"exo-serve-resume"};
   // The slow device of the test above (25 ms a token): a job lasts while
-  // its client leaves.
+  // its client leaves. A stream whose client drops runs on 2 s.
   std::uint16_t port = 0;
-  auto node = serve_big_on_slow_device(p, "", port);
+  auto node = serve_big_on_slow_device(p, "", port, 2000);
   auto& serve = *node;
   auto body = std::string{R"({"model": "big", "prompt": "Once upon a time", )"
                           R"("temperature": 0, "max_tokens": 40, )"
@@ -573,7 +578,40 @@ TEST_CASE("exo-node serve resumes a stream that ended from the bytes its "
   CHECK(unknown.status == 404);
   CHECK(contains(unknown.body, "job_not_found"));
 
-  // A client that leaves cancels its job: there is nothing to resume.
+  // A client whose connection drops mid-stream and comes back within the
+  // grace gets the rest of its text: the job ran on meanwhile.
+  {
+    std::string dropped, upto;
+    {
+      gwt::client_socket c{port};
+      c.send(gwt::post("/v1/completions", body));
+      auto got = c.read_until("\"text\"", 60s);
+      got += c.read_until("\"text\"", 10s);
+      got += c.read_until("\"text\"", 10s);
+      INFO(got);
+      REQUIRE(std::regex_search(got, m, std::regex{"\"id\":\"([^\"]+)\""}));
+      dropped = m[1];
+      // The bytes of text of the last whole event received.
+      auto events = got.substr(0, got.rfind("\n\n"));
+      for (auto from = events;
+           std::regex_search(from, m, std::regex{"id: ([0-9]+)\n"});
+           from = m.suffix())
+        upto = m[1];
+    }
+    REQUIRE(!upto.empty());
+    std::this_thread::sleep_for(500ms); // a network blip
+    auto back = gwt::http_exchange(
+      port, gwt::post("/v1/completions", body,
+                      "X-Exo-Resume: " + dropped + "\r\nLast-Event-ID: "
+                        + upto + "\r\n"));
+    INFO(back.body);
+    REQUIRE(back.status == 200);
+    CHECK(text_of(back.body) == text.substr(std::stoul(upto)));
+    CHECK(!contains(serve.out(), "cancelled: its client left"));
+  }
+
+  // A client that leaves and does not come back within the grace: its
+  // job is cancelled, there is nothing to resume.
   auto long_body = std::string{R"({"model": "big", "prompt": "Once", )"
                                R"("max_tokens": 3000, "stream": true})"};
   std::string cancelled;
@@ -588,6 +626,10 @@ TEST_CASE("exo-node serve resumes a stream that ended from the bytes its "
     cancelled = m[1];
   }
   REQUIRE(!cancelled.empty());
+  // (A resume within the grace would follow it again: only after it.)
+  CHECK(serve.wait_for_output("cancelled: its client left 2000 ms ago and "
+                              "none came back",
+                              30s));
   nlohmann::json after;
   for (int i = 0; i < 100; ++i) { // its end reaches the node
     auto r = gwt::http_exchange(
