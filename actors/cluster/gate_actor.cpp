@@ -134,7 +134,8 @@ bool hint_former(self_ptr self) {
     return false;
   auto now = steady::now();
   auto& f = it->second;
-  if (f.hinted == steady::time_point{} || now - f.hinted >= st.cfg.connect_timeout) {
+  if (f.hinted == steady::time_point{}
+      || now - f.hinted >= st.cfg.connect_timeout) {
     f.hinted = now;
     st.log("asked " + f.name
            + " to join again: its node sends to us as to a member, but "
@@ -142,6 +143,14 @@ bool hint_former(self_ptr self) {
     self->send(f.gate, join_atom::value);
   }
   return true;
+}
+
+bool joining_with(self_ptr self, const caf::node_id& node) {
+  auto& st = self->state;
+  if (st.joining.count(node))
+    return true;
+  return std::any_of(st.pending.begin(), st.pending.end(),
+                     [&](const auto& p) { return p.first.node() == node; });
 }
 
 void release_inbound(self_ptr self, const caf::node_id* node) {
@@ -308,10 +317,12 @@ caf::message_handler core_handlers(self_ptr self) {
         if (!is_peer(self) && !is_local(self)) {
           // A node we dropped that still sends to us as a member (it was
           // paused, or our verdict was about our link): held while it joins
-          // again, which it is told to do.
+          // again, which it is told to do. So is one whose join with us is
+          // under way: it admitted us first, and what it sends now may
+          // overtake its answer (over a second connection both dialled).
+          auto node = self->current_sender()->node();
           if (st.inbound.size() < gate_state::max_held_inbound
-              && hint_former(self)) {
-            auto node = self->current_sender()->node();
+              && (hint_former(self) || joining_with(self, node))) {
             auto rp = self->make_response_promise(); // takes the sender
             st.inbound.push_back(
               {std::move(node), std::move(service), std::move(m), rp,

@@ -73,8 +73,16 @@ void backoff(self_ptr self, const std::string& key,
   a.delay = std::min(a.delay * 2, milliseconds{5000});
 }
 
+/// The handshake with `node` (as the dialer) ended, either way.
+void joined_or_not(self_ptr self, const caf::node_id& node) {
+  auto& j = self->state.joining;
+  if (auto it = j.find(node); it != j.end() && --it->second <= 0)
+    j.erase(it);
+}
+
 void handshake(self_ptr self, caf::actor peer, std::string key) {
   auto& st = self->state;
+  ++st.joining[peer.node()];
   auto nonce_j = tls::make_nonce();
   join_hello hello{st.cfg.name, to_bytes(nonce_j), false};
   self->request(peer, st.cfg.connect_timeout, join_atom::value, hello)
@@ -93,11 +101,13 @@ void handshake(self_ptr self, caf::actor peer, std::string key) {
                   tls::verify_join(c.cert_pem, *st.cfg.ca, nonce_j, c.responder,
                                    st.cfg.name, c.signature);
             } catch (const std::exception& e) {
+              joined_or_not(self, peer.node());
               st.log("refusing " + key + ": " + e.what());
               backoff(self, key);
               return;
             }
             if (responder == st.cfg.name) {
+              joined_or_not(self, peer.node());
               if (c.cert_pem == st.cfg.cert_pem) {
                 // A seed that is ourselves: never try it again.
                 st.attempts[key].is_self = true;
@@ -120,6 +130,7 @@ void handshake(self_ptr self, caf::actor peer, std::string key) {
                 .then(
                     [self, peer, key, responder](member_view& v) {
                       auto& st = self->state;
+                      joined_or_not(self, peer.node());
                       st.attempts[key] = attempt{};
                       st.attempts[key].peer = responder;
                       st.suspects.erase(key);
@@ -145,14 +156,16 @@ void handshake(self_ptr self, caf::actor peer, std::string key) {
                         st.log("joined " + responder + " (" + key + ")");
                       connect_missing(self);
                     },
-                    [self, key, responder](caf::error& err) {
+                    [self, peer, key, responder](caf::error& err) {
+                      joined_or_not(self, peer.node());
                       auto why = self->system().render(err);
                       self->state.log("join refused by " + responder + ": " +
                                       why);
                       backoff(self, key, why);
                     });
           },
-          [self, key](caf::error& err) {
+          [self, peer, key](caf::error& err) {
+            joined_or_not(self, peer.node());
             auto why = self->system().render(err);
             self->state.log("no join answer from " + key + ": " + why);
             backoff(self, key, why);

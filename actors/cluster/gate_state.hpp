@@ -112,6 +112,10 @@ struct gate_state {
   /// sent meanwhile (at most max_held_inbound).
   std::map<caf::node_id, former_peer> former;
   std::vector<held_inbound> inbound;
+  /// Nodes we run a join handshake with as the dialer (how many at once):
+  /// the other side admits us before we admit it, and what it sends then
+  /// may come over another connection ahead of its proof's answer.
+  std::map<caf::node_id, int> joining;
   static constexpr std::size_t max_former = 256;
   static constexpr std::size_t max_held_inbound = 256;
   std::uint64_t ticks = 0;
@@ -157,6 +161,8 @@ void release_held(self_ptr self);
 /// that gate (once a connect timeout) to join again, since its node still
 /// sends to us as to a member. Returns whether the sender is such a node.
 bool hint_former(self_ptr self);
+/// Whether a join handshake with `node` is under way, either side.
+bool joining_with(self_ptr self, const caf::node_id& node);
 /// Delivers the held inbound service messages of `node` (which has just
 /// joined again), or, with `node` empty, refuses those past their deadline.
 void release_inbound(self_ptr self, const caf::node_id* node);

@@ -154,6 +154,12 @@ TEST_CASE("a node frozen past the failure timeout joins its peers again "
   auto after = n3.proc->out().substr(before);
   INFO(after);
   CHECK(!contains(after, "is dead"));
+  // Its first gossip after the thaw reached peers that had dropped it
+  // (ahead of its join's proof): each told it to join again.
+  for (auto* n : {&n1, &n2, &n4}) {
+    INFO("log of " << n->name);
+    CHECK(contains(n->proc->out(), "asked n3 to join again"));
+  }
 }
 
 TEST_CASE("the console lists links, actors and inspects one, in tables and "
