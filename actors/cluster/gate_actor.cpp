@@ -149,8 +149,11 @@ bool joining_with(self_ptr self, const caf::node_id& node) {
   auto& st = self->state;
   if (st.joining.count(node))
     return true;
+  // (A console client's join holds nothing: clients send no services.)
   return std::any_of(st.pending.begin(), st.pending.end(),
-                     [&](const auto& p) { return p.first.node() == node; });
+                     [&](const auto& p) {
+                       return !p.second.client && p.first.node() == node;
+                     });
 }
 
 void release_inbound(self_ptr self, const caf::node_id* node) {
@@ -320,9 +323,10 @@ caf::message_handler core_handlers(self_ptr self) {
           // again, which it is told to do. So is one whose join with us is
           // under way: it admitted us first, and what it sends now may
           // overtake its answer (over a second connection both dialled).
-          auto node = self->current_sender()->node();
-          if (st.inbound.size() < gate_state::max_held_inbound
-              && (hint_former(self) || joining_with(self, node))) {
+          auto sender = self->current_sender(); // null: anonymous
+          if (sender && st.inbound.size() < gate_state::max_held_inbound
+              && (hint_former(self) || joining_with(self, sender->node()))) {
+            auto node = sender->node();
             auto rp = self->make_response_promise(); // takes the sender
             st.inbound.push_back(
               {std::move(node), std::move(service), std::move(m), rp,

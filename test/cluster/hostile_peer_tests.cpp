@@ -301,9 +301,11 @@ struct basp_peer {
                     basp::header_size + hs.size());
   }
 
-  /// Sends `msg` to the gate (a request with id `request` when not 0).
+  /// Sends `msg` to the gate (a request with id `request` when not 0),
+  /// from our actor `from` (0: anonymous, no sender at all).
   std::vector<char> message_to_gate(const caf::message& msg,
-                                    std::uint64_t request) {
+                                    std::uint64_t request,
+                                    caf::actor_id from = 1) {
     std::vector<char> payload;
     caf::binary_serializer sink{sys, payload};
     std::vector<caf::strong_actor_ptr> stages;
@@ -312,7 +314,7 @@ struct basp_peer {
     return frame(sys,
                  {basp::message_type::direct_message, 0, 0,
                   request == 0 ? 0 : caf::make_message_id(request).integer_value(),
-                  1, gate}, // from our actor 1 (the reply's address)
+                  from, gate}, // the reply's address (our actor 1)
                  payload);
   }
 
@@ -386,6 +388,34 @@ TEST_CASE("a message whose byte sequence claims 1 GiB costs the node "
   CHECK(contains(n1.proc->err(), "dropped a message that claims a sequence "
                                  "of 1073741824 elements"));
   CHECK_FALSE(contains(n1.proc->err(), "is not in force"));
+  CHECK(console(p, n1.port, {"nodes"}).code == 0);
+}
+
+TEST_CASE("service requests from a node that never joined are refused, "
+          "anonymous ones too, and the gate goes on") {
+  pki p{"exo-anonymous-service"};
+  p.node("n1");
+  issue_mallory(p);
+  auto n1 = start_node(p, plain_node("n1"));
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  basp_peer mallory{sys, n1.port, p.dir, "mallory"};
+  REQUIRE(mallory.hello());
+  auto svc = caf::make_message(
+    exo::service_atom::value, std::string{"jobs"},
+    caf::make_message(exo::console_atom::value, std::string{"jobs"},
+                      std::string{}));
+  // Neither a dropped peer's node nor one joining: refused at once, also
+  // in frames from actor 0 (no sender; the gate's hold looks at the
+  // sender's node).
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(mallory.send(mallory.message_to_gate(svc, 0, 0)));
+  REQUIRE(mallory.send(mallory.message_to_gate(svc, 3)));
+  CHECK(mallory.answered(3));
+  auto ping = caf::make_message(exo::ping_atom::value, std::int64_t{7});
+  REQUIRE(mallory.send(mallory.message_to_gate(ping, 4)));
+  CHECK(mallory.answered(4));
+  CHECK(n1.proc->running());
   CHECK(console(p, n1.port, {"nodes"}).code == 0);
 }
 
