@@ -155,10 +155,13 @@ TEST_CASE("a node frozen past the failure timeout joins its peers again "
   INFO(after);
   CHECK(!contains(after, "is dead"));
   // Its first gossip after the thaw reached peers that had dropped it
-  // (ahead of its join's proof): each told it to join again.
+  // (ahead of its join's proof): each told it to join again — unless the
+  // connection itself had gone meanwhile (seen under load), and the
+  // thawed node joined that peer afresh.
   for (auto* n : {&n1, &n2, &n4}) {
     INFO("log of " << n->name);
-    CHECK(contains(n->proc->out(), "asked n3 to join again"));
+    CHECK((contains(n->proc->out(), "asked n3 to join again")
+           || contains(after, "joined " + n->name + " (")));
   }
 }
 
