@@ -156,7 +156,8 @@ bool joining_with(self_ptr self, const caf::node_id& node) {
                      });
 }
 
-void release_inbound(self_ptr self, const caf::node_id* node) {
+void release_inbound(self_ptr self, const caf::node_id* node,
+                     const std::string& name) {
   auto& st = self->state;
   if (st.inbound.empty())
     return;
@@ -164,10 +165,6 @@ void release_inbound(self_ptr self, const caf::node_id* node) {
   std::vector<held_inbound> keep;
   for (auto& h : st.inbound) {
     if (node != nullptr && h.node == *node) {
-      std::string name;
-      for (auto& [n, peer] : st.peers)
-        if (peer.node() == h.node)
-          name = n;
       auto why = peer_service_refusal(h.msg, name);
       auto svc = st.services.find(h.service);
       if (!why.empty()) {
@@ -186,7 +183,7 @@ void release_inbound(self_ptr self, const caf::node_id* node) {
         exo_errc::access_denied,
         "the sender has not completed the join handshake ("
           + (f == st.former.end() ? std::string{"its node"} : f->second.name)
-          + " was dropped as a member and did not join again within "
+          + " did not join within "
           + std::to_string(2 * st.cfg.connect_timeout.count()) + " ms)"));
     } else {
       keep.push_back(std::move(h));

@@ -55,7 +55,7 @@ void accept_peer(self_ptr self, const std::string& name, caf::actor peer) {
   st.former.erase(node);
   st.peers[name] = std::move(peer);
   release_held(self); // messages that waited for this connection
-  release_inbound(self, &node); // what its node sent while dropped
+  release_inbound(self, &node, name); // what its node sent meanwhile
 }
 
 void backoff(self_ptr self, const std::string& key,

@@ -164,8 +164,10 @@ bool hint_former(self_ptr self);
 /// Whether a join handshake with `node` is under way, either side.
 bool joining_with(self_ptr self, const caf::node_id& node);
 /// Delivers the held inbound service messages of `node` (which has just
-/// joined again), or, with `node` empty, refuses those past their deadline.
-void release_inbound(self_ptr self, const caf::node_id* node);
+/// joined as member `name`), or, with `node` null, refuses those past their
+/// deadline.
+void release_inbound(self_ptr self, const caf::node_id* node,
+                     const std::string& name = {});
 /// Sends `ev` to the node's audit sink (nothing without one).
 void send_audit(self_ptr self, const audit::event& ev, std::string principal);
 

@@ -3258,10 +3258,9 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
       if (it == st.running.end() || !listener)
         return false;
       it->second.left.insert(listener.address());
-      auto grace = std::chrono::milliseconds{
-        std::min<std::uint32_t>(grace_ms, max_resume_grace_ms)};
-      self->delayed_send(self, grace, tick_atom::value, cancel_atom::value,
-                         id, grace_ms);
+      grace_ms = std::min(grace_ms, max_resume_grace_ms);
+      self->delayed_send(self, std::chrono::milliseconds{grace_ms},
+                         tick_atom::value, cancel_atom::value, id, grace_ms);
       return true;
     },
     [self](tick_atom, cancel_atom, std::uint64_t id, std::uint32_t grace_ms) {

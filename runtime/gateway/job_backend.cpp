@@ -219,7 +219,7 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
       if (auto from = caf::actor_cast<caf::actor>(self->current_sender());
           from && from != coordinator)
         st.runner = from;
-      if (st.closed && !st.cancel_sent) // it left while the job was placed
+      if (st.closed) // the client left while the job was placed
         leave_job(self, coordinator);
     },
     [self, coordinator](job_token& e) {
