@@ -308,12 +308,16 @@ struct job_pipeline {
   /// The stages' layer ranges: stage i runs [bounds[i], bounds[i + 1])
   /// (empty when not known: a planned move then rebuilds the caches).
   std::vector<std::uint32_t> bounds;
+  /// What the re-placement followed: the loss the job asked it for, and
+  /// any loss while it was being placed again ("...; then ..."); empty:
+  /// the job's own reason.
+  std::string lost;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_pipeline& x) {
   return wire(f, caf::meta::type_name("exo.job_pipeline"), x.stages, x.names,
-              x.placement, x.bounds);
+              x.placement, x.bounds, x.lost);
 }
 
 /// One recovery of a running job: what was lost, where its layers went and

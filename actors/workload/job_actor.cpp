@@ -1008,7 +1008,7 @@ void resume(self_ptr self, const std::string& why, job_pipeline& p) {
   }
   job_recovered r;
   r.job = st.cfg.id;
-  r.reason = why;
+  r.reason = p.lost.empty() ? why : std::move(p.lost);
   r.placement = std::move(p.placement);
   st.resumed = std::move(r);
   if (st.move && st.move->phase == move_phase::placing) {

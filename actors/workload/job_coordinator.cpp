@@ -268,6 +268,9 @@ struct job_run {
   /// A running job waiting for its new pipeline (recover_atom).
   std::optional<caf::typed_response_promise<job_pipeline>> recovery;
   std::string lost_why; ///< what the current re-placement follows
+  /// Between a loss and the new stages being linked: a loss meanwhile
+  /// (a node of the new plan dying) places it again, both losses said.
+  bool replacing = false;
   std::uint64_t bytes_sent = 0; ///< model bytes sent, all placements
   /// A job taken over from a coordinator that died: its "ORIGIN:ID", the
   /// tokens replicated so far, what happened and when.
@@ -889,6 +892,7 @@ void start_draft(self_ptr self, const run_ptr& run) {
 void stages_linked(self_ptr self, const run_ptr& run) {
   if (self->state.retrying.lock() == run) // the next in line may go
     self->state.retrying.reset();
+  run->replacing = false;
   run->wait_since = {}; // a later wait (a cache that cannot grow) is new
   run->wait_until = {};
   run->wait_to_cool.clear(); // a later pause moves it again
@@ -902,6 +906,7 @@ void stages_linked(self_ptr self, const run_ptr& run) {
     p.names.push_back(r.node + "/" + r.device);
   }
   p.placement = run->placement_text;
+  p.lost = run->lost_why;
   if (run->plan.size() == run->ready.size() && !run->plan.empty()) {
     p.bounds.push_back(run->plan.front().first);
     for (auto& sp : run->plan)
@@ -975,6 +980,8 @@ void link_stages(self_ptr self, const run_ptr& run) {
         });
 }
 
+void replace_run(self_ptr self, const run_ptr& run, std::string why);
+
 /// Starts the shards of `run->plan` on their nodes' shard hosts, then
 /// links them and runs the job.
 void start_stages(self_ptr self, const run_ptr& run) {
@@ -1010,6 +1017,15 @@ void start_stages(self_ptr self, const run_ptr& run) {
   }
   run->ready.resize(k);
   run->pending = k;
+  if (run->replacing && run->id != 0) { // the node's log says each attempt
+    std::string where;
+    for (auto& p : run->plan)
+      where += (where.empty() ? "" : " ") + p.node + "/" + p.device;
+    exo::text::line(std::cout)
+      << "exo-node " << st.cfg.node << ": job " << run->id
+      << " starting its stages again on " << where << " (after "
+      << run->lost_why << ")" << std::endl;
+  }
   auto& starting = st.starting;
   starting.erase(std::remove_if(starting.begin(), starting.end(),
                                 [](const std::weak_ptr<job_run>& w) {
@@ -1059,8 +1075,21 @@ void start_stages(self_ptr self, const run_ptr& run) {
     auto on_error = [self, run, i, attempt](caf::error& err) {
       if (attempt != run->attempt)
         return;
-      auto why = "stage " + std::to_string(i) + " on " + run->plan[i].node
-                 + ": " + render(self, err);
+      auto& node = run->plan[i].node;
+      auto why = "stage " + std::to_string(i) + " on " + node + ": "
+                 + render(self, err);
+      // Its node went while the stage started (the gate dropped it before
+      // this coordinator heard): a loss, placed again without it.
+      if (self->state.cfg.gate && node != self->state.cfg.node
+          && !run->ended
+          && (self->state.alive.count(node) == 0
+              || why.find("no live node named") != std::string::npos)) {
+        run->lost_nodes.insert(node);
+        replace_run(self, run,
+                    "node " + node + " went while its stage started ("
+                      + why + ")");
+        return;
+      }
       if (run->error.empty())
         run->error = why;
       if (--run->pending == 0)
@@ -1670,7 +1699,12 @@ void replace_run(self_ptr self, const run_ptr& run, std::string why) {
   run->error.clear();
   run->pending = 0;
   ++run->attempt;
-  run->lost_why = why;
+  // A loss while the last one was being placed again: both are said.
+  run->lost_why = run->replacing && !run->lost_why.empty()
+                    ? run->lost_why + "; then " + why
+                    : why;
+  why = run->lost_why;
+  run->replacing = true;
   if (run->attempt >= max_placements) {
     end_run(self, run,
             why + " (placed " + std::to_string(max_placements)
@@ -2031,12 +2065,19 @@ std::string recovery_line(const job_recovered& e) {
                   mib ? "MiB" : "KiB");
   }
   char line[200];
-  std::snprintf(line, sizeof line,
-                "%s %llu tokens re-fed, next token %.3f s after the loss "
-                "was noticed (%.3f s between tokens)\n",
-                e.moved_bytes > 0 ? "," : ":",
-                static_cast<unsigned long long>(e.replayed), e.recovery_s,
-                e.gap_s);
+  if (e.recovery_s <= 0 && e.gap_s <= 0) // another loss came first
+    std::snprintf(line, sizeof line,
+                  "%s %llu tokens re-fed, lost again before its first "
+                  "token\n",
+                  e.moved_bytes > 0 ? "," : ":",
+                  static_cast<unsigned long long>(e.replayed));
+  else
+    std::snprintf(line, sizeof line,
+                  "%s %llu tokens re-fed, next token %.3f s after the loss "
+                  "was noticed (%.3f s between tokens)\n",
+                  e.moved_bytes > 0 ? "," : ":",
+                  static_cast<unsigned long long>(e.replayed), e.recovery_s,
+                  e.gap_s);
   return "job " + std::to_string(e.job) + " recovered from " + e.reason
          + moved + line;
 }

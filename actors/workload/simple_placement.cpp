@@ -53,19 +53,26 @@ std::vector<stage_place> simple_placement(
   if (members.empty())
     throw std::invalid_argument("no member to place stages on");
   auto bounds = even_split(n_layer, k);
+  // Members without a usable device (all paused, lost or gone) take no
+  // stage; with none usable anywhere, the first is named.
   std::vector<std::vector<device_info>> usable;
+  std::vector<std::string> names;
   for (auto& [name, devs] : members) {
-    usable.push_back(stage_order(devs));
-    if (usable.back().empty())
-      throw std::invalid_argument("node " + name + " has no usable device");
+    auto ok = stage_order(devs);
+    if (ok.empty())
+      continue;
+    usable.push_back(std::move(ok));
+    names.push_back(name);
   }
-  std::vector<std::size_t> next(members.size(), 0);
+  if (usable.empty())
+    throw std::invalid_argument("node " + members.front().first
+                                + " has no usable device");
+  std::vector<std::size_t> next(usable.size(), 0);
   std::vector<stage_place> plan;
   for (std::uint32_t i = 0; i < k; ++i) {
-    auto m = i % members.size();
+    auto m = i % usable.size();
     auto& d = usable[m][next[m]++ % usable[m].size()];
-    plan.push_back({bounds[i], bounds[i + 1], members[m].first, d.id,
-                    d.name});
+    plan.push_back({bounds[i], bounds[i + 1], names[m], d.id, d.name});
   }
   return plan;
 }

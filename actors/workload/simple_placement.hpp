@@ -30,8 +30,10 @@ struct stage_place {
 std::vector<device_info> stage_order(std::vector<device_info> devices);
 
 /// Places `k` stages of `n_layer` layers over `members` (name and
-/// devices, the coordinator first). Throws std::invalid_argument when k is
-/// 0 or above n_layer, or a member has no usable device.
+/// devices, the coordinator first), stage i on the i-th member (round
+/// robin) that has a usable device. Members without one (their devices
+/// lost, paused or gone) take no stage. Throws std::invalid_argument when
+/// k is 0 or above n_layer, or no member has a usable device.
 std::vector<stage_place>
 simple_placement(std::uint32_t n_layer, std::uint32_t k,
                  const std::vector<std::pair<std::string,

@@ -1,6 +1,7 @@
 #include "backends/sim/sim_backend.hpp"
 
 #include <cstdio>
+#include <cstring>
 #include <simdjson.h>
 
 #include <algorithm>
@@ -168,6 +169,28 @@ void sim_device::catch_up_with_wall() {
     integrate(profile_.idle_power_w, wall - now_);
 }
 
+namespace {
+
+/// Whether operation `what` (host_device's names) is one of `kind`.
+bool is_op(sim_device::op_kind kind, const char* what) {
+  using k = sim_device::op_kind;
+  if (kind == k::none)
+    return false;
+  if (kind == k::every)
+    return true;
+  static const char* const data_ops[] = {
+    "allocate", "adopt_host", "write",  "read",     "copy",
+    "synchronize", "record",  "wait",   "completed"};
+  if (kind == k::allocations)
+    return std::strcmp(what, "allocate") == 0;
+  for (auto* op : data_ops) // kernels: every other operation
+    if (std::strcmp(what, op) == 0)
+      return false;
+  return true;
+}
+
+} // namespace
+
 status sim_device::admit(const char* what) {
   // vanish_after: this operation may be the one that finds it gone.
   for (auto left = ops_left_.load(); left > 0;)
@@ -184,7 +207,9 @@ status sim_device::admit(const char* what) {
         temp_c_ += heat_c_;
       break;
     }
-  while (hung_ && !gone_)
+  if (is_op(vanish_at_.load(), what))
+    gone_ = true;
+  while (!gone_ && is_op(hung_.load(), what))
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (gone_)
     return fail(errc::device_lost,
@@ -254,6 +279,28 @@ std::uint64_t vanish_after_count(const std::string& fault) {
   return n <= 1000000000 ? n : 0;
 }
 
+/// The hang or vanish a fault names ("hang", "hang:allocate",
+/// "hang:compute", "hang:off", "vanish_at:allocate", "vanish_at:compute");
+/// false when it names none. Injected at run time only: a node verifies
+/// its devices as it starts (an allocation, a kernel).
+bool op_fault_of(const std::string& fault, bool& vanish,
+                 sim_device::op_kind& kind) {
+  using k = sim_device::op_kind;
+  static const std::map<std::string, std::pair<bool, k>> faults = {
+    {"hang", {false, k::every}},
+    {"hang:allocate", {false, k::allocations}},
+    {"hang:compute", {false, k::kernels}},
+    {"hang:off", {false, k::none}},
+    {"vanish_at:allocate", {true, k::allocations}},
+    {"vanish_at:compute", {true, k::kernels}}};
+  auto it = faults.find(fault);
+  if (it == faults.end())
+    return false;
+  vanish = it->second.first;
+  kind = it->second.second;
+  return true;
+}
+
 } // namespace
 
 /// N and C of "heat_after:N:C"; false when `fault` is not of that form or
@@ -314,14 +361,19 @@ bool heat_now_of(const std::string& fault, double& c) {
 
 std::string sim_runtime_fault_error(const std::string& fault) {
   double c = 0;
+  sim_device::op_kind kind{};
+  bool vanish = false;
   if (fault == "fail_allocations:off" || fault == "fail_next_allocation"
-      || heat_now_of(fault, c) || sim_fault_error(fault).empty())
+      || heat_now_of(fault, c) || op_fault_of(fault, vanish, kind)
+      || sim_fault_error(fault).empty())
     return {};
   return "unknown fault \"" + fault
          + "\" (expected fail_allocations, fail_allocations:off, "
-           "fail_next_allocation, vanished, vanish_after:N, heat:C or "
-           "heat_after:N:C; N operations in [1, 1000000000], C degrees in "
-           "[1, 500], for heat:C in [-500, 500] and not 0)";
+           "fail_next_allocation, vanished, vanish_after:N, heat:C, "
+           "heat_after:N:C, hang, hang:allocate, hang:compute, hang:off, "
+           "vanish_at:allocate or vanish_at:compute; "
+           "N operations in [1, 1000000000], C degrees in [1, 500], for "
+           "heat:C in [-500, 500] and not 0)";
 }
 
 result<std::string> sim_device::inject_fault(const std::string& spec) {
@@ -340,6 +392,21 @@ result<std::string> sim_device::inject_fault(const std::string& spec) {
   if (spec == "fail_next_allocation") {
     fail_next_allocation("injected at run time");
     return std::string{"the next allocation of " + props_.id + " fails"};
+  }
+  bool vanish_later = false;
+  if (op_kind kind{}; op_fault_of(spec, vanish_later, kind)) {
+    const auto i = static_cast<int>(kind);
+    if (vanish_later) {
+      vanish_at(kind);
+      return std::string{props_.id + " vanishes at its next "
+                         + (kind == op_kind::allocations ? "allocation"
+                                                         : "kernel")};
+    }
+    static const char* const hang[] = {
+      "operations go on", "every operation blocks", "every allocation blocks",
+      "every kernel blocks"};
+    hang_at(kind);
+    return std::string{props_.id + ": " + hang[i]};
   }
   if (spec == "vanished") {
     vanish();
@@ -374,7 +441,15 @@ void sim_device::vanish() {
 }
 
 void sim_device::hang(bool on) {
-  hung_ = on;
+  hung_ = on ? op_kind::every : op_kind::none;
+}
+
+void sim_device::hang_at(op_kind kind) {
+  hung_ = kind;
+}
+
+void sim_device::vanish_at(op_kind kind) {
+  vanish_at_ = kind;
 }
 
 void sim_device::jump_temperature(double delta_c) {

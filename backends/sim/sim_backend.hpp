@@ -62,7 +62,19 @@ std::string sim_fault_error(const std::string& fault);
 ///   "fail_allocations:off"  allocations succeed again,
 ///   "fail_next_allocation"  only the next allocation fails,
 ///   "heat:C"                the temperature changes by C degrees now
-///                           (C in [-500, 500], not 0; negative cools).
+///                           (C in [-500, 500], not 0; negative cools),
+///   "hang"                  every operation blocks, as a hung kernel
+///                           would, until "hang:off" or a vanish,
+///   "hang:allocate"         every allocation blocks (a stage placed on
+///                           it never gets its weights),
+///   "hang:compute"          every kernel blocks (a stage's next step
+///                           never ends),
+///   "hang:off"              a hang ends (blocked operations go on),
+///   "vanish_at:allocate"    the device vanishes at its next allocation,
+///   "vanish_at:compute"     the device vanishes at its next kernel.
+/// (Not configurable: the node's start verifies its devices. A device
+/// that hangs no longer answers, not even a fault: one that is to vanish
+/// at a moment is told beforehand.)
 std::string sim_runtime_fault_error(const std::string& fault);
 
 struct sim_options {
@@ -98,6 +110,12 @@ public:
   /// While set, every operation blocks (as a hung kernel would) until
   /// cleared or the device vanishes.
   void hang(bool on);
+  /// Which operations a hang or a vanish waits for.
+  enum class op_kind { none, every, allocations, kernels };
+  /// Blocks the operations of `kind` from now (none: ends a hang).
+  void hang_at(op_kind kind);
+  /// The device vanishes at its next operation of `kind` (none: never).
+  void vanish_at(op_kind kind);
   /// Adds delta degrees to the temperature at once.
   void jump_temperature(double delta_c);
   /// Adds delta degrees at the `ops`-th operation from now (0: never).
@@ -126,7 +144,8 @@ private:
   sim_profile profile_;
   double time_scale_;
   std::atomic<bool> gone_{false};
-  std::atomic<bool> hung_{false};
+  std::atomic<op_kind> hung_{op_kind::none};
+  std::atomic<op_kind> vanish_at_{op_kind::none};
   std::atomic<bool> fail_allocs_{false};
   std::atomic<std::uint64_t> ops_left_{0}; ///< vanish_after; 0: never
   std::atomic<std::uint64_t> heat_ops_left_{0}; ///< heat_after; 0: never

@@ -253,6 +253,62 @@ TEST_CASE("a hung device blocks operations until the hang is released") {
   CHECK(pending.get().ok());
 }
 
+TEST_CASE("a hang blocks the operations it names until hang:off") {
+  using namespace std::chrono_literals;
+  sim_fixture f;
+  auto a = f.dev->allocate(64);
+  auto b = f.dev->allocate(64);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto kernel = [&] {
+    return f.dev->silu_mul({a->get(), 0}, {a->get(), 0}, {b->get(), 0}, 16);
+  };
+  // Allocations only: kernels and copies go on.
+  REQUIRE(f.dev->inject_fault("hang:allocate").ok());
+  CHECK(kernel().ok());
+  CHECK(f.dev->synchronize().ok());
+  auto alloc = std::async(std::launch::async,
+                          [&] { return f.dev->allocate(64).ok(); });
+  CHECK(alloc.wait_for(50ms) == std::future_status::timeout);
+  auto off = f.dev->inject_fault("hang:off");
+  REQUIRE(off.ok());
+  CHECK_THAT(*off, Catch::Matchers::Contains("operations go on"));
+  CHECK(alloc.get());
+  // Kernels only: a stage starts (allocations, writes), its step blocks.
+  REQUIRE(f.dev->inject_fault("hang:compute").ok());
+  CHECK(f.dev->allocate(64).ok());
+  CHECK(f.dev->synchronize().ok());
+  auto step = std::async(std::launch::async, kernel);
+  CHECK(step.wait_for(50ms) == std::future_status::timeout);
+  // A device that vanishes ends the hang with its error.
+  f.dev->vanish();
+  CHECK(step.get().err().code == errc::device_lost);
+  // Vanishing at the next allocation or kernel (a device lost at a chosen
+  // moment of a stage: as it gets its weights, at its next step).
+  sim_fixture g;
+  auto ga = g.dev->allocate(64);
+  REQUIRE(ga.ok());
+  REQUIRE(g.dev->inject_fault("vanish_at:compute").ok());
+  CHECK(g.dev->allocate(64).ok());
+  CHECK(g.dev->synchronize().ok());
+  CHECK_FALSE(g.dev->vanished());
+  CHECK(g.dev->silu_mul({ga->get(), 0}, {ga->get(), 0}, {ga->get(), 0}, 16)
+          .err()
+          .code
+        == errc::device_lost);
+  CHECK(g.dev->vanished());
+  sim_fixture h;
+  REQUIRE(h.dev->inject_fault("vanish_at:allocate").ok());
+  CHECK(h.dev->synchronize().ok());
+  CHECK(h.dev->allocate(64).err().code == errc::device_lost);
+  // At run time only (a node's start verifies its devices).
+  CHECK(sim_runtime_fault_error("hang").empty());
+  CHECK_THAT(sim_fault_error("hang:allocate"),
+             Catch::Matchers::Contains("unknown fault"));
+  CHECK_THAT(sim_runtime_fault_error("hang:sometimes"),
+             Catch::Matchers::Contains("hang:compute"));
+}
+
 TEST_CASE("a temperature jump is visible at once") {
   sim_fixture f;
   double before = f.dev->temperature();

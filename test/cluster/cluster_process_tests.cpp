@@ -14,25 +14,11 @@
 #include <algorithm>
 #include <csignal>
 #include <memory>
-#include <regex>
 #include <thread>
 
 using namespace exo::test;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
-
-namespace {
-
-
-std::string status_of(const std::string& json, const std::string& name) {
-  std::smatch m;
-  std::regex re{"\"name\": \"" + name
-                + "\", \"host\": \"[^\"]*\", \"port\": \\d+, "
-                  "\"bulk_port\": [1-9]\\d*, \"status\": \"(\\w+)\""};
-  return std::regex_search(json, m, re) ? std::string{m[1]} : "";
-}
-
-} // namespace
 
 TEST_CASE("three nodes form a cluster, detect a SIGKILL within 3 s, "
           "re-choose the coordinator and take the node back") {

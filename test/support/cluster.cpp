@@ -172,6 +172,14 @@ run_result console(const pki& p, std::uint16_t port,
   return run(console_argv(p, port, cmds, o), o.timeout + std::chrono::seconds(60));
 }
 
+std::string status_of(const std::string& json, const std::string& name) {
+  std::smatch m;
+  std::regex re{"\"name\": \"" + name
+                + "\", \"host\": \"[^\"]*\", \"port\": \\d+, "
+                  "\"bulk_port\": [1-9]\\d*, \"status\": \"(\\w+)\""};
+  return std::regex_search(json, m, re) ? std::string{m[1]} : "";
+}
+
 std::string job_backup(const pki& p, std::uint16_t port,
                        const std::string& name,
                        std::chrono::milliseconds timeout) {

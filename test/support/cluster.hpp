@@ -141,6 +141,10 @@ std::string job_backup(const pki& p, std::uint16_t port,
                        std::chrono::milliseconds timeout);
 
 
+/// The status ("alive", "dead", ...) of member `name` in the output of
+/// `nodes --json`; "" when it is not listed.
+std::string status_of(const std::string& json, const std::string& name);
+
 inline bool contains(const std::string& s, const std::string& what) {
   return s.find(what) != std::string::npos;
 }

@@ -7,6 +7,7 @@
 #include "actors/device/device_actor.hpp"
 #include "actors/workload/job_actor.hpp"
 #include "actors/workload/shard_actor.hpp"
+#include "actors/workload/simple_placement.hpp"
 #include "backends/factory/factory.hpp"
 #include "backends/sim/sim_backend.hpp"
 #include "messages/errors.hpp"
@@ -234,6 +235,37 @@ std::uint64_t num(const actor_snapshot& s, const char* k) {
 }
 
 } // namespace
+
+TEST_CASE("the even split skips members without a usable device, and "
+          "names one when none has any",
+          "[workload]") {
+  auto dev = [](std::string node, std::string id, device_state s) {
+    device_info d;
+    d.node = node;
+    d.id = id;
+    d.name = id;
+    d.backend = "sim";
+    d.state = s;
+    return d;
+  };
+  using members = std::vector<std::pair<std::string, std::vector<device_info>>>;
+  members m{{"coord", {dev("coord", "cpu:0", device_state::ready)}},
+            {"lost", {}}, // its only device failed under a stage
+            {"paused", {dev("paused", "sim:0", device_state::paused)}},
+            {"peer", {dev("peer", "sim:1", device_state::busy)}}};
+  auto plan = exo::workload::simple_placement(6, 3, m);
+  REQUIRE(plan.size() == 3);
+  CHECK(plan[0].node == "coord");
+  CHECK(plan[1].node == "peer");
+  CHECK(plan[1].device == "sim:1");
+  CHECK(plan[2].node == "coord");
+  CHECK(plan[0].first == 0);
+  CHECK(plan[2].last == 6);
+  members none{{"lost", {}},
+               {"paused", {dev("paused", "sim:0", device_state::paused)}}};
+  CHECK_THROWS_WITH(exo::workload::simple_placement(6, 2, none),
+                    Catch::Contains("node lost has no usable device"));
+}
 
 TEST_CASE("one stage and three stages give the same tokens and logits",
           "[workload]") {

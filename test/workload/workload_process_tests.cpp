@@ -14,6 +14,7 @@
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -618,6 +619,219 @@ TEST_CASE("a job whose other node is killed or freezes mid-run is re-placed "
     if (sig == SIGSTOP)
       b.proc->signal(SIGKILL);
   }
+}
+
+namespace {
+
+/// What strikes a node of a running job: it is killed, it freezes
+/// (SIGSTOP, declared dead after the failure timeout), or its device
+/// vanishes (the node lives on).
+enum class strike { kill, freeze, vanish };
+
+/// When. Each moment is held by a fault of the stage's simulated device
+/// (a kill or a freeze strikes while the device hangs; a device vanishes
+/// at the operation itself): `starting` before the first token, the
+/// stage's weights not on its device yet (at its first allocation);
+/// `prefill` the prompt's step inside the stage (at its first kernel);
+/// `decode` tokens flowing (at the next kernel once they do); `replacing`
+/// a first loss being recovered, when the node the stage went to next is
+/// struck as its weights arrive.
+enum class moment { starting, prefill, decode, replacing };
+
+const char* name_of(strike s) {
+  return s == strike::kill ? "kill" : s == strike::freeze ? "freeze"
+                                                          : "vanish";
+}
+
+const char* name_of(moment m) {
+  switch (m) {
+    case moment::starting:
+      return "starting";
+    case moment::prefill:
+      return "prefill";
+    case moment::decode:
+      return "decode";
+    default:
+      return "replacing";
+  }
+}
+
+/// Injects `fault` into the simulated device of the node `n` (its admin's
+/// `dev fault`).
+void fault_device(const pki& p, const node_proc& n, const std::string& fault) {
+  std::string admin;
+  {
+    std::ifstream f{p.dir + "/" + n.name + "/state/access/admin.token"};
+    std::getline(f, admin);
+  }
+  // (Retried while the node has not listed its devices yet.)
+  REQUIRE(poll_console(
+    p, n.port, "dev fault sim:adreno-740:0 " + fault + " auth=" + admin,
+    [](const run_result& r) { return r.code == 0; }, 30s, {false}));
+}
+
+/// A node whose one device is a simulated one (its stage goes there),
+/// seeded from `seed`, with `fault` injected once it runs ("" none).
+node_proc sim_node(const pki& p, const std::string& name, std::uint16_t seed,
+                   const std::string& fault) {
+  node_options o{name};
+  o.seeds = {seed};
+  o.failure_timeout_ms = 3000;
+  o.state_dir = p.dir + "/" + name + "/state";
+  o.devices = R"({"include": ["sim"], "exclude": ["cpu"],
+                  "simulated": [{"profile": "adreno-740"}],
+                  "rescan_interval_s": 0})";
+  auto n = start_node(p, o);
+  if (!fault.empty())
+    fault_device(p, n, fault);
+  return n;
+}
+
+/// The fault that holds a stage at its next operation of `kind`
+/// ("allocate", "compute"): a hang before a kill or a freeze, the vanish
+/// itself.
+std::string hold(strike s, const std::string& kind) {
+  return (s == strike::vanish ? "vanish_at:" : "hang:") + kind;
+}
+
+/// Kills or freezes `n` (a vanish strikes by itself).
+void strike_node(node_proc& n, strike s) {
+  if (s == strike::kill)
+    n.proc->signal(SIGKILL);
+  else if (s == strike::freeze)
+    n.proc->signal(SIGSTOP);
+}
+
+/// Until the node at `port` sees `name` alive.
+void sees_alive(const pki& p, std::uint16_t port, const std::string& name) {
+  REQUIRE(eventually(
+    p, port, "nodes",
+    [&](const std::string& out) { return status_of(out, name) == "alive"; },
+    30s));
+}
+
+/// Runs a 6-stage job from `coord` (stages 1, 3 and 5 on a fresh node, 3
+/// on its simulated device; after a loss of that node, on the node that
+/// joined meanwhile the same way) and strikes at moment `m`; the tokens
+/// must be the reference's and the recovery must say what it followed. `prompt_tokens`: the prompt's
+/// length (re-fed alone by a recovery before the first token).
+void strike_at(pki& p, node_proc& coord, int& jobs, strike s, moment m,
+               const std::string& job, const std::string& reference,
+               std::uint64_t prompt_tokens) {
+  // (No hyphen: the console wraps long lines after one.)
+  auto tag = std::string{name_of(s)} + name_of(m);
+  CAPTURE(tag);
+  p.node(tag);
+  auto b = sim_node(p, tag, coord.port,
+                    m == moment::starting  ? hold(s, "allocate")
+                    : m == moment::prefill ? hold(s, "compute")
+                                           : "");
+  sees_alive(p, coord.port, tag);
+  process runner{background_console(p, coord.port, job + " --stages 6")};
+  auto id = std::to_string(++jobs);
+  REQUIRE(coord.proc->wait_for_output("job " + id + " started", 120s));
+  std::optional<node_proc> d;
+  if (m == moment::replacing) {
+    // The node the job goes to next: held as its stage's weights arrive.
+    p.node(tag + "next");
+    d = sim_node(p, tag + "next", coord.port, hold(s, "allocate"));
+    sees_alive(p, coord.port, tag + "next");
+  }
+  if (m == moment::decode || m == moment::replacing) {
+    std::this_thread::sleep_for(300ms); // tokens flow
+    fault_device(p, b, hold(s, "compute")); // held at its next step
+  }
+  strike_node(b, s);
+  if (m == moment::replacing) {
+    REQUIRE(coord.proc->wait_for_output(
+      "job " + id + " starting its stages again on", 120s));
+    CHECK(contains(coord.proc->out(), " " + tag + "next/sim:adreno-740:0"));
+    strike_node(*d, s);
+  }
+  auto code = runner.wait(120s);
+  INFO(runner.out() << runner.err());
+  INFO("coord: " << coord.proc->out());
+  REQUIRE(code == 0);
+  CHECK(line_after(runner.out(), "text: ") == reference);
+  CHECK(contains(runner.out(), "job " + id + " recovered from "));
+  // What was lost is named. The second loss of `replacing` struck before
+  // the first recovery's first token: while its stages started (the
+  // recovery names both: "...; then node N is dead") or once they ran (a
+  // second recovery, before any token).
+  std::string said;
+  for (std::size_t at = 0;
+       (at = runner.out().find("job " + id + " recovered from ", at))
+       != std::string::npos;
+       ++at)
+    said += line_after(runner.out().substr(at), "recovered from ") + "\n";
+  CHECK(contains(said, s == strike::vanish ? tag + "/sim:adreno-740:0" : tag));
+  if (m == moment::replacing)
+    CHECK(contains(said, s == strike::vanish ? tag + "next/sim:adreno-740:0"
+                                             : tag + "next"));
+  // Before the first token only the prompt is re-fed; mid-decode more.
+  std::smatch sm;
+  std::regex re{"job " + id + " recovered from [^\n]*: ([0-9]+) tokens re-fed"};
+  auto out = runner.out();
+  REQUIRE(std::regex_search(out, sm, re));
+  auto refed = std::stoull(sm[1]);
+  if (m == moment::starting || m == moment::prefill)
+    CHECK(refed == prompt_tokens);
+  else
+    CHECK(refed > prompt_tokens);
+  std::printf("%s: %s", tag.c_str(), said.c_str());
+  // Gone before the next moment places anything.
+  for (auto* n : {&b, d ? &*d : nullptr})
+    if (n) {
+      n->proc->signal(SIGKILL);
+      REQUIRE(eventually(
+        p, coord.port, "nodes",
+        [&](const std::string& o) { return status_of(o, n->name) == "dead"; },
+        30s));
+    }
+}
+
+/// Each moment for strike `s`, on one coordinating node.
+void strike_at_every_moment(strike s) {
+  pki p{std::string{"exo-moment-"} + name_of(s)};
+  auto model = long_model(p, 6, "long6");
+  p.node("coord");
+  auto coord = start(p, "coord", {});
+  auto job = "run --model " + model
+             + " --prompt \"once upon a time\" -n 1500 --seed 2 "
+               "--temperature 0";
+  auto solo = console(p, coord.port, job + " --stages 1");
+  INFO(solo.out << solo.err);
+  REQUIRE(solo.code == 0);
+  REQUIRE(contains(solo.out, "generation: 1500 tokens"));
+  auto reference = line_after(solo.out, "text: ");
+  auto prompt = std::stoull(line_after(solo.out, "prompt: "));
+  int jobs = 1;
+  for (auto m : {moment::starting, moment::prefill, moment::decode,
+                 moment::replacing})
+    strike_at(p, coord, jobs, s, m, job, reference, prompt);
+}
+
+} // namespace
+
+TEST_CASE("a job whose stage node is killed before its first token, "
+          "mid-prefill, mid-decode or while it is being placed again gives "
+          "the tokens of an uninterrupted run",
+          "[workload][process]") {
+  strike_at_every_moment(strike::kill);
+}
+
+TEST_CASE("a job whose stage node freezes before its first token, "
+          "mid-prefill, mid-decode or while it is being placed again gives "
+          "the tokens of an uninterrupted run",
+          "[workload][process]") {
+  strike_at_every_moment(strike::freeze);
+}
+
+TEST_CASE("a job whose stage's device vanishes before its first token, "
+          "mid-prefill, mid-decode or while it is being placed again gives "
+          "the tokens of an uninterrupted run",
+          "[workload][process]") {
+  strike_at_every_moment(strike::vanish);
 }
 
 TEST_CASE("a job whose survivors cannot hold its model fails at once, "
