@@ -691,6 +691,8 @@ void replay(const std::vector<std::vector<std::int32_t>>& tokens,
                                          tok.piece(tokens[seq][i]), i});
 }
 
+void move_late_stages(self_ptr self, const run_ptr& run, const char* again);
+
 void start_job(self_ptr self, const run_ptr& run) {
   auto& req = run->job.request;
   auto& hp = run->job.model->hparams();
@@ -836,6 +838,9 @@ void start_job(self_ptr self, const run_ptr& run) {
                   audit::severity::warning);
         end_run(self, run, why);
       });
+  // Drained or paused for heat while its stages started (after run_atom:
+  // the job takes the move once it runs).
+  move_late_stages(self, run, "");
 }
 
 /// With a draft model (speculative decoding), starts its shard on this
@@ -889,6 +894,36 @@ void start_draft(self_ptr self, const run_ptr& run) {
 
 /// The stages are up and linked: the job starts, or a job that lost its
 /// pipeline gets the new one.
+/// A node drained or a device paused for heat while the run was being
+/// placed (the view it was placed on was older): its stages there move on
+/// at once, a planned move of the job that runs now (`again`: " again"
+/// after a re-placement, "" the first time).
+void move_late_stages(self_ptr self, const run_ptr& run, const char* again) {
+  auto& st = self->state;
+  std::vector<std::uint32_t> late;
+  std::string where;
+  for (std::uint32_t i = 0; i < run->plan.size(); ++i) {
+    auto& sp = run->plan[i];
+    auto dev = sp.node + "/" + sp.device;
+    if (run->lost_nodes.count(sp.node) != 0
+        || run->heat_paused.count(dev) != 0) {
+      late.push_back(i);
+      where += (where.empty() ? "" : ", ") + dev;
+    }
+  }
+  auto it = st.running.find(run->id);
+  if (late.empty() || it == st.running.end())
+    return;
+  exo::text::line(std::cout)
+    << "exo-node " << st.cfg.node << ": moving job " << run->id << " off "
+    << where << " (drained or paused for heat while it was placed" << again
+    << ")" << std::endl;
+  self->send(it->second.job, lost_atom::value,
+             where + " was drained or paused for heat while the job was placed"
+               + again + " (a planned move)",
+             late, true);
+}
+
 void stages_linked(self_ptr self, const run_ptr& run) {
   if (self->state.retrying.lock() == run) // the next in line may go
     self->state.retrying.reset();
@@ -930,25 +965,7 @@ void stages_linked(self_ptr self, const run_ptr& run) {
   auto rp = std::move(*run->recovery);
   run->recovery.reset();
   rp.deliver(std::move(p));
-  // A node drained or a device paused for heat while it was being placed
-  // (the view it was placed on was older): those stages move on at once.
-  std::vector<std::uint32_t> late;
-  std::string where;
-  for (std::uint32_t i = 0; i < run->plan.size(); ++i) {
-    auto& sp = run->plan[i];
-    auto dev = sp.node + "/" + sp.device;
-    if (run->lost_nodes.count(sp.node) != 0
-        || run->heat_paused.count(dev) != 0) {
-      late.push_back(i);
-      where += (where.empty() ? "" : ", ") + dev;
-    }
-  }
-  auto it = st.running.find(run->id);
-  if (!late.empty() && it != st.running.end())
-    self->send(it->second.job, lost_atom::value,
-               where + " was drained or paused for heat while the job was "
-                       "placed again (a planned move)",
-               late, true);
+  move_late_stages(self, run, " again");
 }
 
 void link_stages(self_ptr self, const run_ptr& run) {
@@ -2391,9 +2408,31 @@ caf::result<console_reply> console_cancel(self_ptr self,
 /// is not paused; when none has room it goes back there (no_room).
 void thermal_move(self_ptr self, const thermal_status& s) {
   auto& st = self->state;
+  const auto key = s.node + "/" + s.device;
+  // Runs placed there whose stages still start (no job yet): remembered,
+  // they move once the job runs (start_job), unless it cooled first.
+  for (auto& w : st.starting) {
+    auto run = w.lock();
+    if (!run || run->ended || run->job_handle)
+      continue;
+    if (s.state != "paused") {
+      if (run->heat_paused.erase(key) != 0)
+        run->lost_devices.erase(key);
+      continue;
+    }
+    for (auto& p : run->plan)
+      if (p.node + "/" + p.device == key) {
+        run->heat_paused.insert(key);
+        run->lost_devices.insert(key);
+        exo::text::line(std::cout)
+          << "exo-node " << st.cfg.node << ": a run placed on " << key
+          << " moves off it once its job runs (paused for heat)"
+          << std::endl;
+        break;
+      }
+  }
   if (s.state != "paused")
     return;
-  const auto key = s.node + "/" + s.device;
   for (auto& [id, rj] : st.running) {
     auto run = rj.run.lock();
     if (!run || run->ended)
@@ -2436,6 +2475,10 @@ std::vector<std::uint64_t> drain_here(self_ptr self, const std::string& node) {
   st.drained[node] = std::chrono::steady_clock::now() + drain_memory;
   for (auto& r : st.waiting)
     r->lost_nodes.insert(node);
+  // Runs whose stages start there: they move once their job runs.
+  for (auto& w : st.starting)
+    if (auto run = w.lock(); run && !run->ended && !run->job_handle)
+      run->lost_nodes.insert(node);
   for (auto& [id, rj] : st.running) {
     auto lost = stages_on(rj.plan, node);
     auto run = rj.run.lock();

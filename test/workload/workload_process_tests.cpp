@@ -656,9 +656,10 @@ const char* name_of(moment m) {
   }
 }
 
-/// Injects `fault` into the simulated device of the node `n` (its admin's
-/// `dev fault`).
-void fault_device(const pki& p, const node_proc& n, const std::string& fault) {
+/// Injects `fault` into simulated device `device` of the node `n` (its
+/// admin's `dev fault`).
+void fault_device(const pki& p, const node_proc& n, const std::string& fault,
+                  const std::string& device = "sim:adreno-740:0") {
   std::string admin;
   {
     std::ifstream f{p.dir + "/" + n.name + "/state/access/admin.token"};
@@ -666,7 +667,7 @@ void fault_device(const pki& p, const node_proc& n, const std::string& fault) {
   }
   // (Retried while the node has not listed its devices yet.)
   REQUIRE(poll_console(
-    p, n.port, "dev fault sim:adreno-740:0 " + fault + " auth=" + admin,
+    p, n.port, "dev fault " + device + " " + fault + " auth=" + admin,
     [](const run_result& r) { return r.code == 0; }, 30s, {false}));
 }
 
@@ -1185,24 +1186,34 @@ TEST_CASE("a node's own job is right beside a peer's job whose stage there "
   CHECK(line_after(peer_run.out(), "text: ") == line_after(solo.out, "text: "));
 }
 
+namespace {
+
+/// A simulated device profile "warm" (at dir/warm.json, returned) that
+/// cools within seconds on the wall clock: 2 s time constant, throttles at
+/// 95 C.
+std::string warm_profile(const pki& p) {
+  auto profiles = p.dir + "/warm.json";
+  std::ofstream f{profiles};
+  f << R"({"profiles": [{"name": "warm", "display_name": "warm",
+    "vendor": "test", "architecture": "t", "memory_gib": 0.25,
+    "compute_units": 8, "tflops": 1, "bandwidth_gbs": 1,
+    "idle_power_w": 10, "peak_power_w": 50,
+    "thermal_resistance_c_per_w": 0.1, "thermal_capacitance_j_per_c": 20,
+    "ambient_c": 30, "throttle_c": 95}]})";
+  return profiles;
+}
+
+} // namespace
+
 TEST_CASE("a device paused for heat sends its job elsewhere with its KV "
           "caches, or, with nowhere else to go, keeps it there until it "
           "cools, and the tokens are those of an uninterrupted run",
           "[workload][process][thermal]") {
   pki p{"exo-heat"};
   auto model = long_model(p);
-  // A simulated device that cools within seconds on the wall clock (2 s
-  // time constant) beside a cpu of 1 MiB, too small for the model.
-  auto profiles = p.dir + "/warm.json";
-  {
-    std::ofstream f{profiles};
-    f << R"({"profiles": [{"name": "warm", "display_name": "warm",
-      "vendor": "test", "architecture": "t", "memory_gib": 0.25,
-      "compute_units": 8, "tflops": 1, "bandwidth_gbs": 1,
-      "idle_power_w": 10, "peak_power_w": 50,
-      "thermal_resistance_c_per_w": 0.1, "thermal_capacitance_j_per_c": 20,
-      "ambient_c": 30, "throttle_c": 95}]})";
-  }
+  // A simulated device that cools within seconds beside a cpu of 1 MiB,
+  // too small for the model.
+  auto profiles = warm_profile(p);
   p.node("solo");
   node_options no{"solo"};
   no.state_dir = p.dir + "/solo/state";
@@ -1242,6 +1253,59 @@ TEST_CASE("a device paused for heat sends its job elsewhere with its KV "
                         "for heat ("));
   CHECK(contains(r.out, "iB), 0 tokens re-fed"));
   CHECK(line_after(r.out, "text: ") == line_after(whole.out, "text: "));
+}
+
+TEST_CASE("a device paused for heat while its job's stages start is left "
+          "as soon as the job runs, and the tokens are those of an "
+          "uninterrupted run",
+          "[workload][process][thermal]") {
+  pki p{"exo-heat-start"};
+  auto model = long_model(p, 4, "long4");
+  auto profiles = warm_profile(p);
+  p.node("coord");
+  p.node("late");
+  // Failure timeout 10 s: "late" stays alive while frozen below.
+  node_options co{"coord"};
+  co.state_dir = p.dir + "/coord/state";
+  co.failure_timeout_ms = 10000;
+  co.devices = R"({"include": ["cpu", "sim"], "sim_profiles_file": ")"
+               + profiles + R"(", "simulated": [{"profile": "warm"}],
+                   "sim_time_scale": 1, "rescan_interval_s": 0})";
+  auto a = start_node(p, co);
+  node_options lo{"late"};
+  lo.seeds = {a.port};
+  lo.state_dir = p.dir + "/late/state";
+  lo.failure_timeout_ms = 10000;
+  auto b = start_node(p, lo);
+  sees_alive(p, a.port, "late");
+  auto job = "run --model " + model
+             + " --prompt \"once upon a time\" -n 600 --seed 2 "
+               "--temperature 0";
+  auto solo = console(p, a.port, job + " --stages 1");
+  INFO(solo.out << solo.err);
+  REQUIRE(solo.code == 0);
+  // Four stages: coord/cpu, late/cpu, coord/sim:warm:0, late's sim. With
+  // late frozen its stages never answer: the run stays in its start while
+  // coord's warm device is paused for heat.
+  b.proc->signal(SIGSTOP);
+  process runner{background_console(p, a.port, job + " --stages 4")};
+  REQUIRE(a.proc->wait_for_output("stage 2: layers [2, 3) on coord sim:warm:0",
+                                  60s));
+  fault_device(p, a, "heat:200", "sim:warm:0");
+  REQUIRE(a.proc->wait_for_output("moves off it once its job runs (paused "
+                                  "for heat)",
+                                  30s));
+  b.proc->signal(SIGCONT);
+  auto code = runner.wait(120s);
+  INFO(runner.out() << runner.err() << "\ncoord: " << a.proc->out());
+  REQUIRE(code == 0);
+  CHECK(line_after(runner.out(), "text: ") == line_after(solo.out, "text: "));
+  CHECK(contains(a.proc->out(), "moving job 2 off coord/sim:warm:0 "
+                                "(drained or paused for heat while it was "
+                                "placed)"));
+  CHECK(contains(runner.out(), "job 2 recovered from coord/sim:warm:0 was "
+                               "drained or paused for heat while the job was "
+                               "placed (a planned move)"));
 }
 
 TEST_CASE("a job placed on a node that froze before its stage started is "
