@@ -165,11 +165,23 @@ bool holds_ready_backup(const pki& p, std::uint16_t port,
     60s);
 }
 
-/// A 3000-token greedy run of `model` (on long_model's file it never
+/// An `n`-token greedy run of `model` (on long_model's files it never
 /// samples end-of-sequence).
-std::string story_job(const std::string& model) {
-  return "run --model " + model
-         + " --prompt \"once upon a time\" -n 3000 --seed 2 --temperature 0";
+std::string story_job(const std::string& model, int n = 3000) {
+  return "run --model " + model + " --prompt \"once upon a time\" -n "
+         + std::to_string(n) + " --seed 2 --temperature 0";
+}
+
+/// The text `job` (of `n` tokens) gives on one stage of the node at `port`:
+/// the reference a run with losses must give.
+std::string solo_text(const pki& p, std::uint16_t port, const std::string& job,
+                      int n) {
+  auto solo = exo::test::console(p, port, {job + " --stages 1"},
+                                 {false, std::chrono::seconds(60)});
+  INFO(solo.out << solo.err);
+  REQUIRE(solo.code == 0);
+  REQUIRE(contains(solo.out, "generation: " + std::to_string(n) + " tokens"));
+  return line_after(solo.out, "text: ");
 }
 
 /// Nodes "coord" and `name` (seeded from coord), once coord sees `name`
@@ -564,14 +576,8 @@ TEST_CASE("a job whose other node is killed or freezes mid-run is re-placed "
   auto a = start(p, "coord", {});
   // Greedy, never at end-of-sequence on this model (the sampler's state
   // over a recovery: job_tests.cpp).
-  auto job = "run --model " + model
-             + " --prompt \"once upon a time\" -n 3000 --seed 2 "
-               "--temperature 0";
-  auto solo = console(p, a.port, job + " --stages 1");
-  INFO(solo.out << solo.err);
-  REQUIRE(solo.code == 0);
-  REQUIRE(contains(solo.out, "generation: 3000 tokens"));
-  auto reference = line_after(solo.out, "text: ");
+  auto job = story_job(model);
+  auto reference = solo_text(p, a.port, job, 3000);
   int jobs = 1;
   for (int sig : {SIGKILL, SIGSTOP}) {
     CAPTURE(sig);
@@ -797,15 +803,9 @@ void strike_at_every_moment(strike s) {
   auto model = long_model(p, 6, "long6");
   p.node("coord");
   auto coord = start(p, "coord", {});
-  auto job = "run --model " + model
-             + " --prompt \"once upon a time\" -n 1500 --seed 2 "
-               "--temperature 0";
-  auto solo = console(p, coord.port, job + " --stages 1");
-  INFO(solo.out << solo.err);
-  REQUIRE(solo.code == 0);
-  REQUIRE(contains(solo.out, "generation: 1500 tokens"));
-  auto reference = line_after(solo.out, "text: ");
-  auto prompt = std::stoull(line_after(solo.out, "prompt: "));
+  auto job = story_job(model, 1500);
+  auto reference = solo_text(p, coord.port, job, 1500);
+  const std::uint64_t prompt = 12; // "once upon a time" (bytes + BOS)
   int jobs = 1;
   for (auto m : {moment::starting, moment::prefill, moment::decode,
                  moment::replacing})
@@ -1278,12 +1278,8 @@ TEST_CASE("a device paused for heat while its job's stages start is left "
   lo.failure_timeout_ms = 10000;
   auto b = start_node(p, lo);
   sees_alive(p, a.port, "late");
-  auto job = "run --model " + model
-             + " --prompt \"once upon a time\" -n 600 --seed 2 "
-               "--temperature 0";
-  auto solo = console(p, a.port, job + " --stages 1");
-  INFO(solo.out << solo.err);
-  REQUIRE(solo.code == 0);
+  auto job = story_job(model, 600);
+  auto reference = solo_text(p, a.port, job, 600);
   // Four stages: coord/cpu, late/cpu, coord/sim:warm:0, late's sim. With
   // late frozen its stages never answer: the run stays in its start while
   // coord's warm device is paused for heat.
@@ -1299,7 +1295,7 @@ TEST_CASE("a device paused for heat while its job's stages start is left "
   auto code = runner.wait(120s);
   INFO(runner.out() << runner.err() << "\ncoord: " << a.proc->out());
   REQUIRE(code == 0);
-  CHECK(line_after(runner.out(), "text: ") == line_after(solo.out, "text: "));
+  CHECK(line_after(runner.out(), "text: ") == reference);
   CHECK(contains(a.proc->out(), "moving job 2 off coord/sim:warm:0 "
                                 "(drained or paused for heat while it was "
                                 "placed)"));
