@@ -892,8 +892,6 @@ void start_draft(self_ptr self, const run_ptr& run) {
       .then(on_ready, on_error);
 }
 
-/// The stages are up and linked: the job starts, or a job that lost its
-/// pipeline gets the new one.
 /// A node drained or a device paused for heat while the run was being
 /// placed (the view it was placed on was older): its stages there move on
 /// at once, a planned move of the job that runs now (`again`: " again"
@@ -924,6 +922,8 @@ void move_late_stages(self_ptr self, const run_ptr& run, const char* again) {
              late, true);
 }
 
+/// The stages are up and linked: the job starts, or a job that lost its
+/// pipeline gets the new one.
 void stages_linked(self_ptr self, const run_ptr& run) {
   if (self->state.retrying.lock() == run) // the next in line may go
     self->state.retrying.reset();
@@ -1096,11 +1096,11 @@ void start_stages(self_ptr self, const run_ptr& run) {
       auto why = "stage " + std::to_string(i) + " on " + node + ": "
                  + render(self, err);
       // Its node went while the stage started (the gate dropped it before
-      // this coordinator heard): a loss, placed again without it.
+      // this coordinator heard: the member event re-places the run
+      // otherwise): a loss, placed again without it.
       if (self->state.cfg.gate && node != self->state.cfg.node
           && !run->ended
-          && (self->state.alive.count(node) == 0
-              || why.find("no live node named") != std::string::npos)) {
+          && why.find("no live node named") != std::string::npos) {
         run->lost_nodes.insert(node);
         replace_run(self, run,
                     "node " + node + " went while its stage started ("
