@@ -554,11 +554,12 @@ TEST_CASE("exo-node serve resumes a stream that ended from the bytes its "
   // chunks (the bytes its third chunk's id says) gets the rest.
   std::smatch m;
   auto from = whole.body;
+  unsigned long had = 0;
   for (int i = 0; i < 3; ++i) {
     REQUIRE(std::regex_search(from, m, std::regex{"id: ([0-9]+)\n"}));
+    had = std::stoul(m[1]); // (m points into `from`: read before it moves)
     from = m.suffix();
   }
-  auto had = std::stoul(m[1]);
   auto rest = gwt::http_exchange(
     port, gwt::post("/v1/completions", body,
                     "X-Exo-Resume: " + id + "\r\nLast-Event-ID: "
