@@ -145,6 +145,10 @@ caf::behavior topology_impl(caf::event_based_actor* self,
                             topology_config cfg) {
   auto st = std::make_shared<topology_state>();
   st->cfg = cfg;
+  // A measurement waiting for the bulk phase holds the state that holds
+  // it (and its peer and requester): the queue goes with the actor, or
+  // that cycle outlives it (LeakSanitizer, an app stopping mid-measure).
+  self->attach_functor([st] { st->waiting.clear(); });
   return {
     [self, st](measure_atom, std::string& from, std::string& to,
                caf::actor& peer, bool fresh) -> caf::result<link_info> {
