@@ -1095,12 +1095,15 @@ void start_stages(self_ptr self, const run_ptr& run) {
       auto& node = run->plan[i].node;
       auto why = "stage " + std::to_string(i) + " on " + node + ": "
                  + render(self, err);
-      // Its node went while the stage started (the gate dropped it before
-      // this coordinator heard: the member event re-places the run
-      // otherwise): a loss, placed again without it.
+      // Its node went while the stage started, and this answer came before
+      // the member event that re-places the run: the gate had dropped it
+      // ("no live node named"), or the request was delegated to it and
+      // its end answered (request_receiver_down). A loss, placed again
+      // without it.
       if (self->state.cfg.gate && node != self->state.cfg.node
           && !run->ended
-          && why.find("no live node named") != std::string::npos) {
+          && (err == caf::sec::request_receiver_down
+              || why.find("no live node named") != std::string::npos)) {
         run->lost_nodes.insert(node);
         replace_run(self, run,
                     "node " + node + " went while its stage started ("
