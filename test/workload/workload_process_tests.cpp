@@ -645,21 +645,14 @@ enum class strike { kill, freeze, vanish };
 enum class moment { starting, prefill, decode, replacing };
 
 const char* name_of(strike s) {
-  return s == strike::kill ? "kill" : s == strike::freeze ? "freeze"
-                                                          : "vanish";
+  static const char* const names[] = {"kill", "freeze", "vanish"};
+  return names[static_cast<int>(s)];
 }
 
 const char* name_of(moment m) {
-  switch (m) {
-    case moment::starting:
-      return "starting";
-    case moment::prefill:
-      return "prefill";
-    case moment::decode:
-      return "decode";
-    default:
-      return "replacing";
-  }
+  static const char* const names[] = {"starting", "prefill", "decode",
+                                      "replacing"};
+  return names[static_cast<int>(m)];
 }
 
 /// Injects `fault` into simulated device `device` of the node `n` (its
