@@ -74,6 +74,7 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<job_recovered>>("exo.job_recovereds");
   cfg.add_message_type<job_replica>("exo.job_replica");
   cfg.add_message_type<job_progress>("exo.job_progress");
+  cfg.add_message_type<job_handoff>("exo.job_handoff");
   // placement (messages/placement.hpp)
   cfg.add_message_type<plan_request>("exo.plan_request");
   cfg.add_message_type<plan_stage_info>("exo.plan_stage_info");

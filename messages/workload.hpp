@@ -127,6 +127,26 @@ using replicate_atom = caf::atom_constant<caf::atom("replicate")>;
 /// none has it, asks again for a few seconds: a job whose node just died
 /// is found once its backup takes it over.
 using attach_atom = caf::atom_constant<caf::atom("attach")>;
+/// A graceful stop hands the jobs a node coordinates to their backups
+/// without recomputation (issue 21, planned moves):
+///
+/// (handoff_atom) -> console_reply, to a node's own jobs service as it
+/// stops: every job it runs moves its stages off this node (planned moves)
+/// and is handed to its backup; answers once each is handed over or left
+/// to the takeover (its replica re-fed) with what happened.
+///
+/// (handoff_atom) -> job_handoff, from a coordinator to its job: the job
+/// stops at its next token boundary (no step in flight, every sequence's
+/// last token sampled, not yet fed) and answers with its stages and what
+/// they hold; (handoff_atom, bool commit) then ends it without releasing
+/// its KV caches (commit) or lets it go on.
+///
+/// (handoff_atom, job_handoff) -> caf::actor, from the coordinator to the
+/// jobs service of the job's backup: it runs the job from there on the
+/// same stages and answers with its coordinator, which the stages are then
+/// given to ((adopt_atom, new owner) -> ok to each shard, from its owner
+/// only).
+using handoff_atom = caf::atom_constant<caf::atom("handoff")>;
 /// (prefetch_atom, sha256, size, source node) -> path, to a shard host:
 /// fetches the whole model file into this node's model cache (from the
 /// source's bulk channel, verified) and answers with its path.
@@ -396,6 +416,47 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_progress& x) {
   return wire(f, caf::meta::type_name("exo.job_progress"), x.origin, x.job,
               x.have, x.more, x.ended, x.recoveries);
+}
+
+/// A running job handed by its coordinating node (stopping) to the node
+/// that backs it up (see handoff_atom): the stages stay where they are,
+/// with their KV caches, and the backup's job goes on from each sequence's
+/// next token; nothing is re-fed. Checked by the receiver like every peer
+/// message (sizes, ranges, the replica it must already hold).
+struct job_handoff {
+  std::string origin;    ///< the stopping coordinator
+  std::uint64_t job = 0; ///< its id there: the key of the replica
+  /// The id its stages keep its KV caches under (its first coordinator's,
+  /// when it was handed over before).
+  std::uint64_t stage_job = 0;
+  std::vector<caf::actor> stages; ///< in order, linked as they are
+  std::vector<std::string> nodes;
+  std::vector<std::string> devices; ///< device ids on those nodes
+  std::vector<std::uint32_t> bounds; ///< stage i: [bounds[i], bounds[i+1])
+  /// Per sequence: every token generated so far and the positions its
+  /// stages' caches hold (the prompt and all of them but the last).
+  std::vector<std::vector<std::int32_t>> tokens;
+  std::vector<std::uint32_t> pos;
+  std::vector<job_recovered> recoveries; ///< every loss it survived
+  /// A recovery not over when it paused (its first token still to come:
+  /// the planned move of its stages off the stopping node), at most one,
+  /// and how long ago its loss was noticed: the backup's first token ends
+  /// it, its reason said before the handoff's.
+  std::vector<job_recovered> unfinished;
+  std::uint64_t unfinished_us = 0;
+  /// The caches may hold rows past `pos` (drafted tokens the model did not
+  /// keep): the first step of each sequence rewinds.
+  bool rewind = false;
+  std::uint64_t paused_us = 0; ///< since its last token, when handed over
+  std::string placement;       ///< how the stages were placed
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_handoff& x) {
+  return wire(f, caf::meta::type_name("exo.job_handoff"), x.origin, x.job,
+              x.stage_job, x.stages, x.nodes, x.devices, x.bounds, x.tokens, x.pos,
+              x.recoveries, x.unfinished, x.unfinished_us, x.rewind,
+              x.paused_us, x.placement);
 }
 
 /// One generated token of one sequence, with its text and its place in

@@ -68,6 +68,8 @@ std::string peer_service_refusal(const caf::message& m,
     origin = m.get_as<job_replica>(1).origin;
   else if (m.match_elements<replicate_atom, job_progress>())
     origin = m.get_as<job_progress>(1).origin;
+  else if (m.match_elements<handoff_atom, job_handoff>())
+    origin = m.get_as<job_handoff>(1).origin;
   else if (m.match_elements<thermal_atom, thermal_status>()) {
     origin = m.get_as<thermal_status>(1).node;
     if (origin == sender && !sender.empty())
@@ -79,7 +81,7 @@ std::string peer_service_refusal(const caf::message& m,
   if (origin == sender && !sender.empty())
     return {};
   return "a job replica of \"" + origin + "\" sent by \"" + sender
-         + "\": a node replicates only its own jobs";
+         + "\": a node replicates and hands over only its own jobs";
 }
 
 caf::error denied() {

@@ -35,6 +35,8 @@ struct sequence {
   /// tokens it proposed this round.
   std::uint32_t draft_pos = 0;
   std::vector<std::int32_t> drafted;
+  /// Its next step rewinds (a job handed over: rows past pos may be left).
+  bool rewind = false;
 };
 
 /// A planned move (drain, a device's thermal pause) that carries the KV
@@ -110,12 +112,23 @@ struct job_state {
     next_move;
   clock_type::time_point lost_at;    ///< when the loss was noticed
   clock_type::time_point last_token; ///< when the last token came
+  /// A handoff asked for (handoff_atom): answered at the next token
+  /// boundary; then the job is paused until told to end or go on.
+  std::optional<caf::typed_response_promise<job_handoff>> handoff;
+  bool paused = false;
   static inline const char* name = "exo.job";
 };
 
 using self_ptr = caf::stateful_actor<job_state>*;
 
+/// The id its stages keep its caches under.
+std::uint64_t stage_job(const job_state& st) {
+  return st.cfg.stage_job != 0 ? st.cfg.stage_job : st.cfg.id;
+}
+
 void send_step(self_ptr self, std::size_t g);
+void send_all(self_ptr self);
+void try_pause(self_ptr self);
 
 /// How long a failed step waits for its stage's down message, which makes
 /// it a loss (recovered) rather than an error (the job ends).
@@ -136,9 +149,14 @@ void finish(self_ptr self, std::string error) {
   st.result.generation_s
     = std::chrono::duration<double>(now - st.t_prompts).count();
   for (auto& stage : st.cfg.stages)
-    self->send(stage, release_atom::value, st.cfg.id);
+    self->send(stage, release_atom::value, stage_job(st));
   for (auto& stage : st.cfg.draft_stages)
-    caf::anon_send(stage, release_atom::value, st.cfg.id);
+    caf::anon_send(stage, release_atom::value, stage_job(st));
+  if (st.handoff) {
+    st.handoff->deliver(make_exo_error(exo_errc::failed_state,
+                                       "the job ended before its handoff"));
+    st.handoff.reset();
+  }
   if (st.cfg.finish)
     st.rp.deliver(st.cfg.finish(st.result));
   else
@@ -158,9 +176,9 @@ void sequence_done(self_ptr self, std::uint32_t j) {
     return;
   }
   for (auto& stage : st.cfg.stages) // no answer wanted
-    caf::anon_send(stage, release_atom::value, st.cfg.id, j);
+    caf::anon_send(stage, release_atom::value, stage_job(st), j);
   for (auto& stage : st.cfg.draft_stages)
-    caf::anon_send(stage, release_atom::value, st.cfg.id, j);
+    caf::anon_send(stage, release_atom::value, stage_job(st), j);
 }
 
 /// Sequence j's n tokens went through: `logits` (n_vocab floats) are its
@@ -254,8 +272,9 @@ void step_failed(self_ptr self, const std::vector<std::uint32_t>& seqs,
 
 void send_step(self_ptr self, std::size_t g) {
   auto& st = self->state;
-  if (st.finished || st.recovering || st.move)
-    return; // no new step while a planned move carries the caches
+  if (st.finished || st.recovering || st.move || st.handoff || st.paused)
+    return; // no new step while a planned move carries the caches, or
+             // while the job stops for its handoff
   if (st.speculative) { // groups of one: a round once its feed is read
     auto j = st.groups[g].front();
     auto& q = st.seqs[j];
@@ -265,7 +284,7 @@ void send_step(self_ptr self, std::size_t g) {
     }
   }
   stage_step s;
-  s.job = st.cfg.id;
+  s.job = stage_job(st);
   std::size_t budget = workload::max_batch_tokens(st.cfg.n_embd);
   const auto now = clock_type::now();
   // After a recovery the generated tokens are re-fed as they were first
@@ -308,6 +327,8 @@ void send_step(self_ptr self, std::size_t g) {
       s.tokens.push_back(st.result.tokens[j].back());
     }
     s.parts.push_back({j, q.pos, static_cast<std::uint32_t>(n)});
+    s.rewind = s.rewind || q.rewind;
+    q.rewind = false;
     budget -= n;
     q.waiting = true;
     q.sent = now;
@@ -351,6 +372,7 @@ void send_step(self_ptr self, std::size_t g) {
                                        r.x.begin() + row * v));
         }
         send_step(self, g);
+        try_pause(self);
       },
       [self, parts, epoch](caf::error& err) {
         std::vector<std::uint32_t> seqs;
@@ -386,6 +408,7 @@ void drop_draft(self_ptr self, std::uint32_t j) {
   for (std::size_t g = 0; g < st.groups.size(); ++g)
     if (st.groups[g].front() == j)
       send_step(self, g);
+  try_pause(self);
 }
 
 /// Feeds the draft what it has not read of sequence j (its prompt and
@@ -396,7 +419,7 @@ void draft_step(self_ptr self, std::uint32_t j) {
   const auto& out = st.result.tokens[j];
   const std::size_t known = q.prompt.size() + out.size();
   stage_step s;
-  s.job = st.cfg.id;
+  s.job = stage_job(st);
   s.seq = j;
   s.pos = q.draft_pos;
   s.rewind = true; // it may hold rejected proposals
@@ -422,6 +445,12 @@ void draft_step(self_ptr self, std::uint32_t j) {
         if (epoch != st.epoch || st.finished || !st.speculative)
           return;
         auto& q = st.seqs[j];
+        if (st.handoff) { // a token boundary: the round is dropped
+          q.waiting = false;
+          q.drafted.clear();
+          try_pause(self);
+          return;
+        }
         if (r.x.size() != st.cfg.n_vocab)
           return drop_draft(self, j);
         q.draft_pos += static_cast<std::uint32_t>(r.tokens.size());
@@ -459,7 +488,7 @@ void verify(self_ptr self, std::uint32_t j) {
   auto& st = self->state;
   auto& q = st.seqs[j];
   stage_step s;
-  s.job = st.cfg.id;
+  s.job = stage_job(st);
   s.seq = j;
   s.pos = q.pos;
   s.apart = true;
@@ -514,6 +543,7 @@ void verify(self_ptr self, std::uint32_t j) {
           for (std::size_t g = 0; g < st.groups.size(); ++g)
             if (st.groups[g].front() == j)
               send_step(self, g);
+        try_pause(self);
       },
       [self, j, epoch](caf::error& err) {
         step_failed(self, {j}, epoch, err);
@@ -695,6 +725,10 @@ void go_on(self_ptr self) {
     start_move(self, std::move(lost), std::move(why));
     return;
   }
+  if (st.handoff) { // asked for during the move: nothing in flight now
+    try_pause(self);
+    return;
+  }
   send_all(self);
 }
 
@@ -715,7 +749,7 @@ std::string take_rows(job_state& st, std::uint32_t j, std::uint32_t p,
                       kv_rows& r) {
   auto& m = *st.move;
   const auto asked = m.rows[j] - p;
-  if (r.job != st.cfg.id || r.seq != j || r.pos != p || r.n == 0
+  if (r.job != stage_job(st) || r.seq != j || r.pos != p || r.n == 0
       || r.n > asked)
     return "the stage answered positions " + std::to_string(r.pos) + " + "
            + std::to_string(r.n) + " of sequence " + std::to_string(r.seq)
@@ -810,7 +844,7 @@ void read_next(self_ptr self, std::size_t i, std::uint32_t j,
   auto& m = *st.move;
   auto epoch = m.epoch;
   self
-    ->request(st.cfg.stages[i], kv_timeout, kv_read_atom::value, st.cfg.id,
+    ->request(st.cfg.stages[i], kv_timeout, kv_read_atom::value, stage_job(st),
               j, p, m.rows[j] - p)
     .then(
       [self, i, j, p, epoch](kv_rows& r) {
@@ -911,7 +945,7 @@ void write_next(self_ptr self, std::size_t i, std::uint32_t j,
     return;
   }
   kv_rows r;
-  r.job = st.cfg.id;
+  r.job = stage_job(st);
   r.seq = j;
   r.first = a;
   r.last = b;
@@ -950,7 +984,7 @@ void write_done(self_ptr self) {
     for (std::uint32_t j = 0; j < st.seqs.size(); ++j)
       if (!st.seqs[j].done)
         for (auto& stage : st.cfg.stages) // before the re-fed steps
-          caf::anon_send(stage, release_atom::value, st.cfg.id, j);
+          caf::anon_send(stage, release_atom::value, stage_job(st), j);
     drop_carried(m, m.failed);
   }
   go_on(self);
@@ -1032,10 +1066,15 @@ std::string take_generated(self_ptr self) {
   if (gen.size() != st.seqs.size())
     return "the job resumes " + std::to_string(gen.size())
            + " sequences, it has " + std::to_string(st.seqs.size());
+  auto& held = st.cfg.resident;
+  if (!held.empty() && held.size() != gen.size())
+    return "the job resumes the caches of " + std::to_string(held.size())
+           + " sequences, it has " + std::to_string(gen.size());
   job_recovered r;
   r.job = st.cfg.id;
   r.reason = st.cfg.resumed_after;
   r.placement = st.cfg.resumed_placement;
+  r.moved_bytes = st.cfg.resumed_moved_bytes;
   st.result.recoveries = st.cfg.earlier_recoveries;
   for (std::size_t j = 0; j < gen.size(); ++j) {
     auto& q = st.seqs[j];
@@ -1061,7 +1100,24 @@ std::string take_generated(self_ptr self) {
       continue;
     }
     q.feed.insert(q.feed.end(), got.begin(), got.end());
-    r.replayed += q.feed.size();
+    if (held.empty()) {
+      r.replayed += q.feed.size();
+      continue;
+    }
+    // Handed over: its stages hold the first held[j] positions of the
+    // feed; it goes on from there (at least the last token is fed).
+    if (held[j] >= q.feed.size())
+      return "sequence " + std::to_string(j) + ": its caches hold "
+             + std::to_string(held[j]) + " positions, it has "
+             + std::to_string(q.feed.size()) + " tokens";
+    q.fed = q.pos = held[j];
+    q.rewind = st.cfg.rewind_first;
+    r.moved_positions += held[j];
+    if (!got.empty()) { // its prompt's logits came before the handoff
+      q.prompt_done = true;
+      if (--st.prompts_left == 0)
+        st.t_prompts = st.t0;
+    }
   }
   if (!r.reason.empty()) {
     st.resumed = std::move(r);
@@ -1075,13 +1131,55 @@ std::string take_generated(self_ptr self) {
   return {};
 }
 
+/// A handoff was asked for (handoff_atom): once the job is at a token
+/// boundary (no step in flight, no re-placement or move under way) it
+/// answers with its stages and what they hold, and pauses.
+void try_pause(self_ptr self) {
+  auto& st = self->state;
+  if (!st.handoff || st.finished || st.recovering || st.move || st.next_move)
+    return;
+  if (st.cancelling) { // it stops anyway: no handoff
+    st.handoff->deliver(make_exo_error(exo_errc::failed_state,
+                                       "the job is being cancelled"));
+    st.handoff.reset();
+    send_all(self);
+    return;
+  }
+  for (auto& q : st.seqs)
+    if (q.waiting)
+      return;
+  job_handoff h;
+  h.stage_job = stage_job(st);
+  h.stages = st.cfg.stages;
+  h.tokens = st.result.tokens;
+  for (auto& q : st.seqs)
+    h.pos.push_back(q.pos);
+  h.recoveries = st.result.recoveries;
+  if (st.resumed) { // a move whose first token is still to come
+    h.unfinished.push_back(*st.resumed);
+    h.unfinished_us = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now()
+                                                            - st.lost_at)
+        .count());
+  }
+  h.rewind = !st.cfg.draft_stages.empty();
+  h.paused_us = static_cast<std::uint64_t>(
+    std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now()
+                                                          - st.last_token)
+      .count());
+  st.paused = true;
+  auto rp = std::move(*st.handoff);
+  st.handoff.reset();
+  rp.deliver(std::move(h));
+}
+
 caf::behavior job_impl(self_ptr self, job_setup cfg) {
   self->state.cfg = std::move(cfg);
   for (auto& stage : self->state.cfg.stages)
     self->monitor(stage);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
-    if (st.finished)
+    if (st.finished || st.paused) // paused: its stages are handed over
       return;
     for (std::size_t i = 0; i < st.cfg.stages.size(); ++i)
       if (st.cfg.stages[i].address() == dm.source) {
@@ -1110,7 +1208,7 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       // under load, a node that came back) does not end a job whose tokens
       // flow: only a pipeline that has stalled for a while.
       auto& st = self->state;
-      if (st.finished)
+      if (st.finished || st.paused)
         return;
       auto now = clock_type::now();
       bool stalled = !st.started
@@ -1193,6 +1291,33 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
     [self](tick_atom) {
       if (self->current_sender() == self->ctrl()) // its own timer only
         watch(self);
+    },
+    [self](handoff_atom) -> caf::result<job_handoff> {
+      auto& st = self->state;
+      if (!st.started || st.finished || st.cancelling || st.handoff
+          || st.paused)
+        return make_exo_error(exo_errc::failed_state,
+                              "the job cannot be handed over now");
+      st.handoff = self->make_response_promise<job_handoff>();
+      auto rp = *st.handoff;
+      try_pause(self);
+      return rp;
+    },
+    [self](handoff_atom, bool commit) {
+      auto& st = self->state;
+      if (!st.paused || st.finished)
+        return;
+      st.paused = false;
+      if (!commit) { // the backup did not take it: it goes on here
+        send_all(self);
+        return;
+      }
+      // Handed over: its stages and their caches go on under another
+      // coordinator's job. Nothing is released.
+      st.finished = true;
+      st.rp.deliver(make_exo_error(exo_errc::failed_state,
+                                   "the job was handed over"));
+      self->quit();
     },
     [self](cancel_atom) {
       auto& st = self->state;

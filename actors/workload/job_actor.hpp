@@ -34,6 +34,12 @@
 ///   job <-- job_pipeline{stages, names, placement}   (or an error)
 ///   job --forward(prompt + generated so far)--> new stage 0 ...
 ///
+/// (handoff_atom) -> job_handoff pauses the job at its next token boundary
+/// (the steps in flight answered and sampled, none sent) and answers with
+/// its stages and what their caches hold; then (handoff_atom, true) ends
+/// it without releasing them (another coordinator's job goes on with
+/// them: job_setup::resident) and (handoff_atom, false) lets it go on.
+///
 /// (cancel_atom) -> bool stops the job at the next token boundary: no new
 /// step is sent, the steps in flight are awaited (their logits are not
 /// sampled), then the job releases its KV caches in every stage and
@@ -137,6 +143,9 @@ struct job_setup {
   /// as its first recovery (its stall measured to the first new token).
   std::string resumed_after;
   std::string resumed_placement;
+  /// With `resumed_after`: KV cache bytes a planned move carried for it
+  /// (one that was not over when the job was handed over).
+  std::uint64_t resumed_moved_bytes = 0;
   std::chrono::steady_clock::time_point resumed_since{};
   /// When the last of `generated` was known to be out (the last
   /// replicated token's arrival): the stall's gap_s counts from there.
@@ -144,6 +153,17 @@ struct job_setup {
   /// With `generated`: the recoveries of the job before it was taken over
   /// (replicated with its tokens); the result lists them first.
   std::vector<job_recovered> earlier_recoveries;
+  /// The id its stages know its KV caches by (0: `id`): a job handed over
+  /// by a coordinator that stops keeps the first one's there.
+  std::uint64_t stage_job = 0;
+  /// With `generated`, a job handed over (handoff_atom): the positions
+  /// each sequence's caches hold in `stages` (its prompt and every token
+  /// generated but the last). It goes on from there, nothing re-fed; its
+  /// first recovery (resumed_after) reports the positions kept.
+  std::vector<std::uint32_t> resident;
+  /// With `resident`: the caches may hold rows past those positions (an
+  /// earlier job's drafted tokens): each sequence's first step rewinds.
+  bool rewind_first = false;
   /// Turns the result into the reply to (run_atom).
   std::function<caf::message(job_result&)> finish;
 };

@@ -114,6 +114,8 @@ struct running_job {
   /// grace)): the job is cancelled once its grace has passed if every
   /// client it has is among them.
   std::set<caf::actor_addr> left;
+  /// Being handed to its backup (this node stops): no more progress to it.
+  bool handing_off = false;
 };
 
 /// A job this node backs up for the node that coordinates it (job_replica):
@@ -277,6 +279,7 @@ struct job_run {
   std::string key;
   std::vector<std::vector<std::int32_t>> generated;
   std::string resumed_after;
+  std::uint64_t resumed_moved_bytes = 0;
   std::vector<job_recovered> earlier_recoveries; ///< before the takeover
   std::chrono::steady_clock::time_point resumed_since{};
   std::chrono::steady_clock::time_point resumed_last_token{};
@@ -302,6 +305,11 @@ struct job_run {
   std::set<std::string> full_devices;
   /// The code a run that ends with an error ends with.
   exo_errc end_code = exo_errc::failed_state;
+  /// Handed to its backup (this node stops): it ends here without a word,
+  /// its clients re-attach there.
+  bool handed_off = false;
+  /// A job handed over to this node: its stages, kept as they are.
+  std::optional<job_handoff> handoff;
 };
 
 /// How many placements a run may go through (the first and re-placements
@@ -610,7 +618,7 @@ void replicate_tick(self_ptr self) {
   auto& st = self->state;
   bool any = false;
   for (auto& [id, rj] : st.running) {
-    if (rj.backup.empty() || !rj.log)
+    if (rj.backup.empty() || !rj.log || rj.handing_off)
       continue;
     any = true;
     job_progress p;
@@ -651,7 +659,7 @@ void replicate_tick(self_ptr self) {
                   return;
                 auto it = self->state.running.find(id);
                 if (it == self->state.running.end()
-                    || it->second.backup != backup)
+                    || it->second.backup != backup || it->second.handing_off)
                   return;
                 end_taken_over(self, id,
                                error_message(err)
@@ -668,7 +676,8 @@ void replicate_tick(self_ptr self) {
 void drop_replica(self_ptr self, std::uint64_t id) {
   auto& st = self->state;
   auto it = st.running.find(id);
-  if (it == st.running.end() || it->second.backup.empty())
+  if (it == st.running.end() || it->second.backup.empty()
+      || it->second.handing_off)
     return;
   job_progress p;
   p.origin = st.cfg.node;
@@ -719,10 +728,16 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.eog.insert(req.stop_tokens.begin(), req.stop_tokens.end());
   j.generated = run->generated;
   j.resumed_after = run->resumed_after;
+  j.resumed_moved_bytes = run->resumed_moved_bytes;
   j.resumed_placement = run->placement_text;
   j.resumed_since = run->resumed_since;
   j.resumed_last_token = run->resumed_last_token;
   j.earlier_recoveries = run->earlier_recoveries;
+  if (run->handoff) { // its stages hold the caches: nothing is re-fed
+    j.stage_job = run->handoff->stage_job;
+    j.resident = run->handoff->pos;
+    j.rewind_first = run->handoff->rewind;
+  }
   auto id = j.id;
   auto tok = run->job.tokenizer;
   auto log = std::make_shared<token_log>();
@@ -809,10 +824,18 @@ void start_job(self_ptr self, const run_ptr& run) {
   rj.log = log;
   if (run->sink.started)
     run->sink.started(job_started{id});
+  if (run->handoff) { // its origin is leaving: not a backup
+    rj.refused.insert(run->handoff->origin);
+    run->handoff.reset();
+  }
   choose_backup(self, id); // with a gate and another node alive
   self->request(job, caf::infinite, run_atom::value)
     .then(
       [self, run, job_id, id](job_report& r) {
+        if (run->handed_off) {
+          self->state.running.erase(id);
+          return;
+        }
         run->recovery.reset(); // the job is over: no re-placement for it
         ++run->attempt;
         drop_replica(self, id);
@@ -828,6 +851,10 @@ void start_job(self_ptr self, const run_ptr& run) {
         });
       },
       [self, run, job_id, id](caf::error& err) {
+        if (run->handed_off) { // its backup runs it now
+          self->state.running.erase(id);
+          return;
+        }
         run->recovery.reset();
         ++run->attempt;
         drop_replica(self, id);
@@ -1816,8 +1843,14 @@ void place_locally(self_ptr self, const run_ptr& run) {
 /// The first placement of `run` (and its retries while it waits for
 /// memory): on this node's devices without a gate, else through the
 /// coordinating node's placement service.
+void keep_handed_stages(self_ptr self, const run_ptr& run);
+
 void place_first(self_ptr self, const run_ptr& run) {
   auto& st = self->state;
+  if (run->handoff) {
+    keep_handed_stages(self, run);
+    return;
+  }
   if (!st.cfg.gate) {
     place_locally(self, run);
     return;
@@ -1839,6 +1872,47 @@ void place_first(self_ptr self, const run_ptr& run) {
       });
 }
 
+/// A job handed over (handoff_atom): its stages stay as they were, with
+/// their caches, and the job goes on from each sequence's next token.
+/// Stages that do not cover the model's layers are let go and the job is
+/// placed again as after a takeover (its tokens re-fed).
+void keep_handed_stages(self_ptr self, const run_ptr& run) {
+  auto& h = *run->handoff;
+  const auto n_layer = run->job.model->hparams().n_layer;
+  if (h.bounds.back() != n_layer) {
+    for (auto& stage : h.stages)
+      self->send_exit(stage, caf::exit_reason::user_shutdown);
+    run->resumed_after += "; its stages held " + std::to_string(h.bounds.back())
+                          + " layers, the model has "
+                          + std::to_string(n_layer) + ": placed again";
+    run->handoff.reset();
+    place_first(self, run);
+    return;
+  }
+  run->plan.clear();
+  run->ready.clear();
+  for (std::size_t i = 0; i < h.stages.size(); ++i) {
+    run->plan.push_back(
+      {h.bounds[i], h.bounds[i + 1], h.nodes[i], h.devices[i], h.devices[i]});
+    run->ready.push_back({h.stages[i], h.nodes[i], h.devices[i], h.devices[i],
+                          0});
+  }
+  run->placement_text = "stages kept as " + h.origin
+                        + " handed the job over (KV caches in place)\n"
+                        + describe(run->plan);
+  std::uint64_t held = 0;
+  for (auto p : h.pos)
+    held += p;
+  exo::text::line(std::cout)
+    << "exo-node " << self->state.cfg.node << ": job " << run->key
+    << " handed over by " << h.origin << ": its " << h.stages.size()
+    << " stages kept with " << held << " positions of KV cache, nothing re-fed"
+    << std::endl;
+  if (run->sink.placed)
+    run->sink.placed(job_placed{run->placement_text});
+  stages_linked(self, run);
+}
+
 /// A job taken over from a coordinating node that died (a backup_job).
 struct takeover {
   std::string key; ///< "ORIGIN:ID"
@@ -1847,10 +1921,13 @@ struct takeover {
   std::vector<std::vector<std::int32_t>> generated;
   std::vector<job_recovered> recoveries; ///< before the takeover
   std::string why;
+  std::uint64_t moved_bytes = 0; ///< KV carried by a move it followed
   std::chrono::steady_clock::time_point since;
   std::chrono::steady_clock::time_point last_token;
   std::vector<caf::typed_response_promise<console_reply>> attached;
   std::vector<follower> followers;
+  /// Handed over by its coordinator as it stopped: the stages to keep.
+  std::optional<job_handoff> handoff;
 };
 
 console_reply run_reply(const job_report& r, const std::string& prompt,
@@ -1985,10 +2062,12 @@ caf::error start_run(self_ptr self, job_request req, job_sink sink,
       run->generated = std::move(from->generated);
       run->earlier_recoveries = std::move(from->recoveries);
       run->resumed_after = from->why;
+      run->resumed_moved_bytes = from->moved_bytes;
       run->resumed_since = from->since;
       run->resumed_last_token = from->last_token;
       run->attached = std::move(from->attached);
       run->followers = std::move(from->followers);
+      run->handoff = std::move(from->handoff);
     } else if (st.cfg.gate) { // peers may need the file: name it by its digest
       run->sha = workload::file_sha256(run->job.request.model);
       run->size = workload::file_size(run->job.request.model);
@@ -2499,6 +2578,153 @@ std::vector<std::uint64_t> drain_here(self_ptr self, const std::string& node) {
   return moved;
 }
 
+/// Hands job `id` to its backup (this node stops): the job pauses at its
+/// next token boundary (after the planned move of any stage on this
+/// node), the backup runs it on the same stages (their caches in place)
+/// and becomes their owner, and the job ends here without releasing
+/// them. `done` gets a line saying what happened. A backup that refuses or
+/// does not answer leaves the job paused here: it takes it over (its
+/// replica re-fed) when this node has left — never two jobs on one set of
+/// caches.
+void hand_off(self_ptr self, std::uint64_t id,
+              std::function<void(std::string)> done) {
+  auto& st = self->state;
+  auto it = st.running.find(id);
+  if (it == st.running.end() || it->second.backup.empty()) {
+    done("job " + std::to_string(id) + " has no backup");
+    return;
+  }
+  auto& rj = it->second;
+  rj.handing_off = true; // its backup gets the tokens with the handoff
+  auto job = rj.job;
+  auto backup = rj.backup;
+  auto key = rj.key;
+  auto left = [id, key, backup](const std::string& why) {
+    return "job " + std::to_string(id) + " (" + key + ") is left to "
+           + backup + "'s takeover (re-fed): " + why;
+  };
+  self->request(job, 60s, handoff_atom::value)
+    .then(
+      [self, id, job, backup, key, done, left](job_handoff& h) {
+        auto& st = self->state;
+        auto it = st.running.find(id);
+        auto run = it == st.running.end() ? nullptr : it->second.run.lock();
+        bool fits = run && run->plan.size() == h.stages.size();
+        for (std::size_t i = 0; fits && i < h.stages.size(); ++i)
+          fits = run->plan[i].node != st.cfg.node
+                 && h.stages[i] == run->ready[i].shard;
+        if (!fits) { // a stage still here, or not the plan's: it goes on
+          self->send(job, handoff_atom::value, false);
+          done(left("its stages were not all off this node"));
+          return;
+        }
+        h.origin = st.cfg.node;
+        h.job = id;
+        h.bounds.push_back(run->plan.front().first);
+        for (auto& p : run->plan) {
+          h.nodes.push_back(p.node);
+          h.devices.push_back(p.device);
+          h.bounds.push_back(p.last);
+        }
+        h.placement = run->placement_text;
+        auto stages = h.stages;
+        std::uint64_t held = 0;
+        for (auto p : h.pos)
+          held += p;
+        self
+          ->request(st.cfg.gate, 60s, service_atom::value, backup,
+                    std::string{"jobs"},
+                    caf::make_message(handoff_atom::value, std::move(h)))
+          .then(
+            [self, id, job, backup, key, done, stages, held,
+             run](caf::actor& owner) {
+              // The stages follow the backup's coordinator from now on.
+              struct adoption {
+                std::size_t pending = 0;
+                std::string failed;
+              };
+              auto a = std::make_shared<adoption>();
+              a->pending = stages.size();
+              auto one = [self, a, id, job, backup, key, done, held, run,
+                          n = stages.size()](std::string why) {
+                if (!why.empty())
+                  a->failed += "; " + why;
+                if (--a->pending != 0)
+                  return;
+                run->handed_off = true;
+                self->send(job, handoff_atom::value, true);
+                auto line = "job " + std::to_string(id) + " (" + key
+                            + ") handed to " + backup + ": its "
+                            + std::to_string(n) + " stages kept with "
+                            + std::to_string(held)
+                            + " positions of KV cache, nothing re-fed"
+                            + a->failed;
+                exo::text::line(std::cout)
+                  << "exo-node " << self->state.cfg.node << ": " << line
+                  << std::endl;
+                done(line);
+              };
+              for (std::size_t i = 0; i < stages.size(); ++i)
+                self
+                  ->request(stages[i], 10s, adopt_atom::value, owner)
+                  .then([one](caf::ok_atom) mutable { one({}); },
+                        [self, one, i](caf::error& err) mutable {
+                          one("stage " + std::to_string(i)
+                              + " did not follow (it goes with this "
+                                "node, the job recovers): "
+                              + render(self, err));
+                        });
+            },
+            [self, done, left](caf::error& err) {
+              // Paused here until this node leaves; then the backup, if
+              // it did not take it, takes it over.
+              done(left(render(self, err)));
+            });
+      },
+      [self, done, left](caf::error& err) { done(left(render(self, err))); });
+}
+
+/// This node stops: its stages move off it (planned moves), then every
+/// job it runs that has a backup is handed to it (hand_off); answers with
+/// a line per job once each is handed over or left to its takeover.
+caf::result<console_reply> hand_off_all(self_ptr self) {
+  auto& st = self->state;
+  drain_here(self, st.cfg.node); // the jobs pause once their moves end
+  struct gather {
+    std::vector<std::string> lines;
+    std::size_t pending = 0;
+  };
+  auto g = std::make_shared<gather>();
+  auto rp = self->make_response_promise<console_reply>();
+  auto finish = [g, rp]() mutable {
+    console_reply r;
+    r.command = "handoff";
+    text::json lines = text::json::array();
+    for (auto& l : g->lines) {
+      r.text += l + "\n";
+      lines.push_back(l);
+    }
+    r.json = text::spaced({{"jobs", lines}});
+    rp.deliver(std::move(r));
+  };
+  std::vector<std::uint64_t> ids;
+  for (auto& [id, rj] : st.running)
+    if (!rj.backup.empty() && !rj.cancel_requested && !rj.handing_off)
+      ids.push_back(id);
+  g->pending = ids.size();
+  if (ids.empty()) {
+    finish();
+    return rp;
+  }
+  for (auto id : ids)
+    hand_off(self, id, [g, finish](std::string line) mutable {
+      g->lines.push_back(std::move(line));
+      if (--g->pending == 0)
+        finish();
+    });
+  return rp;
+}
+
 /// Console `drain NODE`: every run with stages on NODE moves off it, those
 /// this node coordinates and, asked through the gate (drain_atom), those
 /// of every other alive node, so that NODE may leave without failing them.
@@ -2598,7 +2824,9 @@ caf::result<console_reply> drain_everywhere(self_ptr self,
   return rp;
 }
 
-void take_over(self_ptr self, const std::string& key, const std::string& why);
+caf::error take_over(self_ptr self, const std::string& key,
+                     const std::string& why,
+                     std::optional<job_handoff> handoff = std::nullopt);
 
 /// A member that is no longer alive ends every running job with a stage
 /// on it at once (a killed node's stages go away and their jobs see it; a
@@ -2846,11 +3074,18 @@ caf::result<caf::ok_atom> on_progress(self_ptr self, job_progress& p) {
 /// The node that coordinated the job `key` this node backs up is gone:
 /// the job goes on here, placed on the survivors, from its replicated
 /// tokens. Its clients re-attach by its name or key.
-void take_over(self_ptr self, const std::string& key, const std::string& why) {
+caf::error take_over(self_ptr self, const std::string& key,
+                     const std::string& why,
+                     std::optional<job_handoff> handoff) {
   auto& st = self->state;
   auto it = st.backups.find(key);
   if (it == st.backups.end())
-    return;
+    return fail(exo_errc::invalid_argument,
+                "no job " + key + " is backed up on " + st.cfg.node);
+  if (handoff && it->second.path.empty()) // its origin keeps it a while
+    return fail(exo_errc::failed_state,
+                "the model of job " + key + " has not arrived on "
+                  + st.cfg.node + " yet");
   auto b = std::move(it->second);
   st.backups.erase(it);
   auto& node = st.cfg.node;
@@ -2865,29 +3100,46 @@ void take_over(self_ptr self, const std::string& key, const std::string& why) {
     fail_followers(b.followers, "job " + key + " is lost: " + why
                                   + ", and its backup " + node
                                   + " had not received the model yet");
-    return;
+    return caf::none;
   }
-  std::uint64_t have = 0;
-  for (auto& t : b.replica.tokens)
-    have += t.size();
-  exo::text::line(std::cout) << "exo-node " << node << ": taking job " << key << " over ("
-            << why << "): " << have << " tokens replicated" << std::endl;
   takeover from;
   from.key = key;
   from.sha = b.replica.model_sha256;
   from.size = b.replica.model_size;
-  from.generated = std::move(b.replica.tokens);
-  from.recoveries = std::move(b.replica.recoveries);
   from.why = why;
   from.since = std::chrono::steady_clock::now();
-  from.last_token = b.last_token;
+  if (handoff) { // its tokens and losses as they were when it paused
+    from.generated = std::move(handoff->tokens);
+    from.recoveries = std::move(handoff->recoveries);
+    from.last_token = from.since
+                      - std::chrono::microseconds{handoff->paused_us};
+    if (!handoff->unfinished.empty()) { // a move the handoff followed
+      auto& u = handoff->unfinished.front();
+      from.why = u.reason + "; then " + why;
+      from.moved_bytes = u.moved_bytes;
+      from.since -= std::chrono::microseconds{
+        std::min<std::uint64_t>(handoff->unfinished_us, 3'600'000'000ULL)};
+    }
+    from.handoff = std::move(handoff);
+  } else {
+    std::uint64_t have = 0;
+    for (auto& t : b.replica.tokens)
+      have += t.size();
+    exo::text::line(std::cout)
+      << "exo-node " << node << ": taking job " << key << " over (" << why
+      << "): " << have << " tokens replicated" << std::endl;
+    from.generated = std::move(b.replica.tokens);
+    from.recoveries = std::move(b.replica.recoveries);
+    from.last_token = b.last_token;
+  }
   from.attached = std::move(b.attached);
   from.followers = std::move(b.followers);
   auto req = std::move(b.replica.request);
   req.model = b.path;
   // The draft from this node's cache when it came (speculation changes
-  // no token: without it the job goes on all the same).
-  req.draft = b.draft_path;
+  // no token: without it the job goes on all the same); a job handed over
+  // goes on without one (its draft ran on the node that left).
+  req.draft = from.handoff ? std::string{} : b.draft_path;
   job_sink sink;
   sink.placed = [node, key](const job_placed& e) {
     exo::text::line(std::cout) << "exo-node " << node << ": job " << key << " placed:\n"
@@ -2900,9 +3152,62 @@ void take_over(self_ptr self, const std::string& key, const std::string& why) {
               << std::endl;
   };
   if (auto err = start_run(self, std::move(req), std::move(sink),
-                           std::move(from)))
+                           std::move(from))) {
     exo::text::line(std::cerr) << "exo-node " << node << ": cannot take job " << key
               << " over: " << error_message(err) << std::endl;
+    return err;
+  }
+  return caf::none;
+}
+
+/// Most stages a handed-over job may have (a peer's message).
+constexpr std::size_t max_handoff_stages = 1024;
+
+/// A job this node backs up, handed over by its coordinator as it stops
+/// (handoff_atom): checked (a peer sent it: sizes, layer ranges, alive
+/// nodes other than the origin), then run here on the same stages; the
+/// answer is this coordinator, which the stages follow from then on.
+caf::result<caf::actor> on_handoff(self_ptr self, job_handoff& h) {
+  auto& st = self->state;
+  auto bad = [](std::string what) {
+    return fail(exo_errc::invalid_argument, "handoff: " + what);
+  };
+  const auto key = h.origin + ":" + std::to_string(h.job);
+  auto it = st.backups.find(key);
+  if (h.origin.empty() || h.origin == st.cfg.node || it == st.backups.end())
+    return bad("no job " + key + " is backed up on " + st.cfg.node);
+  const auto& req = it->second.replica.request;
+  const auto k = h.stages.size();
+  if (k == 0 || k > max_handoff_stages || h.nodes.size() != k
+      || h.devices.size() != k || h.bounds.size() != k + 1
+      || h.bounds.front() != 0)
+    return bad("its " + std::to_string(k)
+               + " stages do not match their nodes, devices and layer "
+                 "bounds");
+  for (std::size_t i = 0; i < k; ++i) {
+    auto where = "stage " + std::to_string(i);
+    if (!h.stages[i] || h.bounds[i] >= h.bounds[i + 1])
+      return bad(where + " has no actor or no layers");
+    if (h.nodes[i] == h.origin)
+      return bad(where + " is still on " + h.origin);
+    if (h.nodes[i] != st.cfg.node && st.alive.count(h.nodes[i]) == 0)
+      return bad(where + " is on " + h.nodes[i] + ", not an alive member");
+  }
+  if (h.tokens.size() != req.sequences || h.pos.size() != req.sequences)
+    return bad("its sequences do not match the request");
+  for (auto& t : h.tokens)
+    if (t.size() > req.n_gen)
+      return bad("a sequence has more tokens than the request allows");
+  if (h.recoveries.size() > max_replicated_recoveries
+      || h.unfinished.size() > 1)
+    return bad("too many recoveries");
+  h.paused_us = std::min<std::uint64_t>(h.paused_us, 3'600'000'000ULL);
+  auto why = "coordinator " + h.origin
+             + " stopped: the job was handed over with its stages and KV "
+               "caches";
+  if (auto err = take_over(self, key, why, std::move(h)))
+    return err;
+  return caf::actor_cast<caf::actor>(self);
 }
 
 /// Finds job `key` here — a run of this node (by NODE:ID, its first
@@ -3250,6 +3555,17 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
         keys += (keys.empty() ? "" : ", ") + self->state.cfg.node + ":"
                 + std::to_string(id);
       return keys;
+    },
+    [self](handoff_atom) -> caf::result<console_reply> {
+      // This node's graceful stop, from its runtime (a local sender).
+      if (self->current_sender()
+          && self->current_sender()->node() != self->node())
+        return fail(exo_errc::invalid_argument,
+                    "handoff: only this node hands its jobs over");
+      return hand_off_all(self);
+    },
+    [self](handoff_atom, job_handoff& h) -> caf::result<caf::actor> {
+      return on_handoff(self, h);
     },
     [self](thermal_atom, thermal_status& s) -> caf::result<caf::atom_value> {
       thermal_move(self, s);

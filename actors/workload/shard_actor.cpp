@@ -992,6 +992,22 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
     [self](release_atom, std::uint64_t job) {
       return release(self, job, std::nullopt);
     },
+    [self](adopt_atom, caf::actor& owner) -> caf::result<caf::ok_atom> {
+      // A job handed to another coordinator: only the owner gives it away.
+      auto& st = self->state;
+      if (!owner || !st.cfg.owner
+          || self->current_sender() != st.cfg.owner.address())
+        return make_exo_error(exo_errc::invalid_argument,
+                              "shard: only its owner hands it over");
+      self->demonitor(st.cfg.owner);
+      st.cfg.owner = std::move(owner);
+      self->monitor(st.cfg.owner);
+      if (st.cfg.host)
+        self->send(st.cfg.host, adopt_atom::value,
+                   caf::actor_cast<caf::actor>(self),
+                   st.cfg.owner.node() != self->node());
+      return caf::ok_atom::value;
+    },
     [self](kv_read_atom, std::uint64_t job, std::uint32_t seq,
            std::uint32_t pos, std::uint32_t n) {
       return read_kv_rows(self, job, seq, pos, n);

@@ -15,6 +15,9 @@
 ///   (next_atom, caf::actor)     -> ok   the next stage (none: last stage)
 ///   (release_atom, job)         -> ok   frees the job's KV caches
 ///   (release_atom, job, seq)    -> ok   frees one sequence's (it ended)
+///   (adopt_atom, new owner)     -> ok   from its owner only: the shard
+///                                  follows the new one (a job handed to
+///                                  another coordinator, handoff_atom)
 ///   (inspect_atom)              -> actor_snapshot
 ///
 /// On start it sends its device a task that creates the stage: the layers'
@@ -75,6 +78,9 @@ struct shard_setup {
   std::string device_id;
   std::string node;
   caf::actor owner;         ///< stops when the owner goes down (optional)
+  /// Its shard host, told when the shard gets a new owner (adopt_atom)
+  /// with whether that one is of another node (optional).
+  caf::actor host;
   /// Steps of several jobs that share this stage's device stage wait at
   /// most this long for the other jobs of the last batch (continuous
   /// batching; see the top of this file).

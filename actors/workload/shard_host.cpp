@@ -185,6 +185,7 @@ void start_shard(self_ptr self, shard_spec spec, std::string path,
           s.device_id = order.front().id;
           s.node = self->state.node;
           s.owner = spec.owner;
+          s.host = caf::actor_cast<caf::actor>(self);
           s.batch_wait = self->state.batch_wait;
           caf::actor h;
           try {
@@ -456,6 +457,15 @@ caf::behavior shard_host_impl(self_ptr self, host_state init) {
     },
     [self](shard_atom, shard_spec& spec) -> caf::result<shard_ready> {
       return on_shard(self, spec);
+    },
+    [self](adopt_atom, caf::actor& shard, bool foreign) {
+      // One of its shards has a new owner (a job handed over): from that
+      // shard only.
+      if (!shard || self->current_sender() != shard.address())
+        return;
+      for (auto& x : self->state.shards)
+        if (x.handle == shard)
+          x.foreign = foreign;
     },
     [self](prefetch_atom, std::string& sha, std::uint64_t size,
            std::string& source) -> caf::result<std::string> {

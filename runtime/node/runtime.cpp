@@ -379,6 +379,45 @@ void move_foreign_stages(caf::scoped_actor& self, const caf::actor& jobs,
                         << std::endl;
 }
 
+/// Then its own jobs are handed to their backups with their stages and KV
+/// caches (handoff_atom: nothing re-fed); a job the handoff cannot take is
+/// taken over by its backup when this node has left (its replica re-fed).
+void hand_jobs_over(caf::scoped_actor& self, const caf::actor& jobs,
+                    const std::string& node) {
+  if (!jobs)
+    return;
+  auto began = std::chrono::steady_clock::now();
+  std::string said;
+  std::string failed;
+  self->request(jobs, std::chrono::seconds(45), handoff_atom::value)
+    .receive([&](console_reply& r) { said = r.text; },
+             [&](caf::error& err) { failed = self->system().render(err); });
+  if (said.empty() && failed.empty())
+    return; // no job to hand over
+  std::chrono::duration<double> took = std::chrono::steady_clock::now()
+                                       - began;
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.2f", took.count());
+  if (!failed.empty()) {
+    text::line(std::cout) << "exo-node " << node
+                          << ": the jobs were not handed over (" << failed
+                          << "): their backups take them over" << std::endl;
+    return;
+  }
+  // The handed ones are on the log already (the coordinator says each).
+  std::size_t at = 0;
+  while (at < said.size()) {
+    auto end = said.find('\n', at);
+    auto one = said.substr(at, end == std::string::npos ? end : end - at);
+    if (one.find(" is left to ") != std::string::npos)
+      text::line(std::cout) << "exo-node " << node << ": " << one
+                            << std::endl;
+    at = end == std::string::npos ? said.size() : end + 1;
+  }
+  text::line(std::cout) << "exo-node " << node << ": handing the jobs over "
+                        << "took " << secs << " s" << std::endl;
+}
+
 } // namespace
 
 void runtime::stop() {
@@ -392,6 +431,8 @@ void runtime::stop() {
       d.step = "moving other nodes' stages off this node";
       move_foreign_stages(self, service_actor("jobs"),
                           service_actor("shards"), d.cfg.node.name);
+      d.step = "handing this node's jobs to their backups";
+      hand_jobs_over(self, service_actor("jobs"), d.cfg.node.name);
     }
     d.step = "stopping services";
     for (auto& svc : d.services) {

@@ -991,6 +991,16 @@ std::string runner::check_reply(const step& s, const std::string& out,
                       + " recoveries, expected "
                       + std::to_string(s.expect_recoveries) + " ("
                       + describe_recoveries(reply.recoveries) + ")");
+  if (s.max_refed >= 0) {
+    std::uint64_t refed = 0;
+    for (auto& r : reply.recoveries)
+      refed += r.replayed;
+    if (refed > static_cast<std::uint64_t>(s.max_refed))
+      throw step_failed("its recoveries re-fed " + std::to_string(refed)
+                        + " tokens, at most " + std::to_string(s.max_refed)
+                        + " expected ("
+                        + describe_recoveries(reply.recoveries) + ")");
+  }
   return d + "; " + describe_recoveries(reply.recoveries);
 }
 

@@ -228,10 +228,11 @@ const std::map<step_kind, step_fields>& step_table() {
     {step_kind::run,
      {{"node", "prompt", "tokens", "stages", "seed", "temperature", "expect",
        "within_s", "reference", "background", "expect_recoveries",
-       "requests", "expect_step_within_pct"},
+       "max_refed", "requests", "expect_step_within_pct"},
       {"node", "prompt"}}},
     {step_kind::await,
-     {{"run", "expect", "expect_recoveries", "within_s"}, {"run"}}},
+     {{"run", "expect", "expect_recoveries", "max_refed", "within_s"},
+      {"run"}}},
     {step_kind::freeze, {{"node", "within_s", "coordinator"}, {"node"}}},
     {step_kind::thaw, {{"node"}, {"node"}}},
     {step_kind::sleep, {{"seconds"}, {"seconds"}}},
@@ -356,6 +357,10 @@ step parse_step(element e, const std::string& path) {
      [&](element v, const std::string& p) {
        s.expect_recoveries = static_cast<int>(as_integer(v, p, 0, 1000));
      }},
+    {"max_refed",
+     [&](element v, const std::string& p) {
+       s.max_refed = static_cast<long>(as_integer(v, p, 0, 1000000));
+     }},
     {"stages",
      [&](element v, const std::string& p) {
        s.stages = static_cast<int>(as_integer(v, p, 1, 64));
@@ -434,7 +439,7 @@ step parse_step(element e, const std::string& path) {
     s.json = true;
   if (s.kind == step_kind::run && !s.label.empty()) {
     // A background run's result is checked by its await step.
-    for (auto key : {"expect", "expect_recoveries"})
+    for (auto key : {"expect", "expect_recoveries", "max_refed"})
       if (seen.count(key))
         bad(join(path, key), "goes on the \"await\" step of a background "
                              "run (\"" + s.label + "\")");
@@ -442,8 +447,8 @@ step parse_step(element e, const std::string& path) {
   // The step times are read from the text of one foreground run.
   if (s.kind == step_kind::run && s.step_within_pct >= 0) {
     std::string clash = s.expect.json.empty() ? "" : "expect.json";
-    for (auto key : {"reference", "expect_recoveries", "background",
-                     "requests"})
+    for (auto key : {"reference", "expect_recoveries", "max_refed",
+                     "background", "requests"})
       if (seen.count(key))
         clash = key;
     if (!clash.empty())
@@ -453,7 +458,8 @@ step parse_step(element e, const std::string& path) {
   }
   // The run's JSON reply carries the tokens and the recoveries.
   if ((s.kind == step_kind::run || s.kind == step_kind::await)
-      && (s.reference || s.expect_recoveries >= 0 || !s.expect.json.empty()
+      && (s.reference || s.expect_recoveries >= 0 || s.max_refed >= 0
+          || !s.expect.json.empty()
           || !s.label.empty() || s.requests > 1))
     s.json = true;
   return s;

@@ -153,6 +153,10 @@ struct step {
   /// A foreground run or an await: the number of recoveries the reply must
   /// report; -1: not checked.
   int expect_recoveries = -1;
+  /// A foreground run or an await: the most tokens its recoveries may
+  /// re-feed in all (planned moves and handoffs re-feed none); -1: not
+  /// checked.
+  long max_refed = -1;
   // Every waiting step (all but thaw and sleep): the bound
   double within_s = -1; ///< -1: timing.default_within_s
   bool poll = false;    ///< console: retry until within_s passes
