@@ -1750,3 +1750,218 @@ TEST_CASE("speculative decoding with a draft model gives exactly the tokens "
     }
   }
 }
+
+namespace {
+
+/// Runs `j` until `at` tokens are out, then pauses it for a handoff
+/// (handoff_atom) and ends it there (commit): what it handed over.
+job_handoff pause_for_handoff(fixture& f, workload::job_setup j, int at) {
+  auto count = std::make_shared<std::atomic<int>>(0);
+  j.on_token = [count](std::uint32_t, std::int32_t) { ++*count; };
+  auto job = workload::spawn_job(*f.sys, std::move(j));
+  caf::anon_send(job, run_atom::value); // its answer: nobody's
+  for (int i = 0; i < 6000 && *count < at; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(*count >= at);
+  caf::scoped_actor self{*f.sys};
+  job_handoff h;
+  self->request(job, std::chrono::seconds(60), handoff_atom::value)
+    .receive([&](job_handoff& x) { h = std::move(x); },
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  // Paused: a second handoff is refused, no token comes meanwhile.
+  auto paused_at = count->load();
+  self->request(job, std::chrono::seconds(10), handoff_atom::value)
+    .receive([](job_handoff&) { FAIL("a paused job handed over twice"); },
+             [](caf::error& e) {
+               CHECK(to_string(e).find("cannot be handed over now")
+                     != std::string::npos);
+             });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(count->load() == paused_at);
+  self->send(job, handoff_atom::value, true);
+  self->wait_for(job);
+  return h;
+}
+
+} // namespace
+
+TEST_CASE("a job handed over at a token boundary goes on in another job on "
+          "the same stages: nothing re-fed, the tokens of an uninterrupted "
+          "run",
+          "[workload][handoff]") {
+  fixture f;
+  f.n_ctx = 1024;
+  // Three sequences at temperature 0.8 (the samplers carry over through
+  // the tokens handed over), one with a prompt longer than a step.
+  std::vector<std::int32_t> long_prompt(700);
+  for (std::size_t i = 0; i < long_prompt.size(); ++i)
+    long_prompt[i] = static_cast<std::int32_t>((31 * i + 4) % 400);
+  const std::vector<std::vector<std::int32_t>> ps{
+    {1, 17, 42, 99, 5}, {3, 8, 250}, long_prompt};
+  auto reference = f.run({0, 2, 4}, ps, 30, 0.8f, 21);
+  REQUIRE(reference.error.empty());
+  for (int at : {1, 12, 45}) {
+    CAPTURE(at);
+    auto stages = f.pipeline({0, 2, 4});
+    auto h = pause_for_handoff(f, f.job(70, stages, ps, 30, 0.8f, 21), at);
+    CHECK(h.stage_job == 70);
+    CHECK(h.stages == stages);
+    CHECK_FALSE(h.rewind);
+    REQUIRE(h.tokens.size() == 3);
+    REQUIRE(h.pos.size() == 3);
+    std::uint64_t held = 0, had = 0;
+    for (std::size_t s = 0; s < 3; ++s) {
+      CAPTURE(s);
+      had += h.tokens[s].size();
+      // Each sequence's prompt and tokens, all but the last (sampled,
+      // not read yet): or a prompt still being read, or one that ended.
+      if (!h.tokens[s].empty() && h.tokens[s].size() < 30)
+        CHECK(h.pos[s] == ps[s].size() + h.tokens[s].size() - 1);
+      else if (h.tokens[s].empty())
+        CHECK(h.pos[s] < ps[s].size());
+      if (h.tokens[s].size() < 30)
+        held += h.pos[s];
+    }
+    // The other coordinator's job: another id, the stages' caches under
+    // the first one's.
+    auto j = f.job(9, stages, ps, 30, 0.8f, 21);
+    j.generated = h.tokens;
+    j.resident = h.pos;
+    j.stage_job = h.stage_job;
+    j.resumed_after = "coordinator n1 stopped: handed over";
+    auto r = workload::run_job(*f.sys, std::move(j));
+    f.stop(stages);
+    INFO(r.error);
+    REQUIRE(r.error.empty());
+    CHECK(r.tokens == reference.tokens);
+    CHECK(r.generated_tokens == 3 * 30 - had);
+    REQUIRE(r.recoveries.size() == 1);
+    CHECK(r.recoveries[0].reason == "coordinator n1 stopped: handed over");
+    CHECK(r.recoveries[0].replayed == 0);
+    CHECK(r.recoveries[0].moved_positions == held);
+  }
+  SECTION("caches that do not hold what the job says are refused") {
+    auto stages = f.pipeline({0, 4});
+    auto j = f.job(11, stages, {{1, 2, 3}}, 8, 0.0f);
+    j.generated = {{4, 5}};
+    j.resident = {5}; // prompt 3 + 2 tokens: at most 4 positions are held
+    auto r = workload::run_job(*f.sys, j);
+    CHECK(r.error.find("its caches hold 5 positions, it has 5 tokens")
+          != std::string::npos);
+    j.resident = {4, 1};
+    r = workload::run_job(*f.sys, j);
+    CHECK(r.error.find("the caches of 2 sequences") != std::string::npos);
+    // The stages hold nothing for job 11: the first step says so.
+    j.resident = {4};
+    r = workload::run_job(*f.sys, j);
+    CHECK(r.error.find("starts at position 4") != std::string::npos);
+    f.stop(stages);
+  }
+}
+
+TEST_CASE("a speculating job handed over goes on without its draft: the "
+          "stages forget the proposals they did not keep",
+          "[workload][handoff][speculative]") {
+  fixture f;
+  // A draft of another seed (it rarely agrees): the stages hold rows of
+  // rejected proposals past each sequence's position when it pauses.
+  auto other_path = f.path + ".draft";
+  model::test_model_options o;
+  o.layers = 2;
+  o.dim = 64;
+  o.ff = 128;
+  o.vocab = 400;
+  o.seed = 99;
+  model::make_test_model(o, other_path);
+  auto other = model::llama_model::load(other_path);
+  std::filesystem::remove(other_path);
+  const auto cpu = f.device_index("cpu");
+  const std::vector<std::vector<std::int32_t>> ps{prompts()[0], prompts()[2]};
+  auto plain_stages = f.pipeline({0, 2, 4}, {cpu, cpu});
+  auto plain = workload::run_job(*f.sys, f.job(1, plain_stages, ps, 24, 0.0f));
+  f.stop(plain_stages);
+  REQUIRE(plain.error.empty());
+  auto stages = f.pipeline({0, 2, 4}, {cpu, cpu});
+  auto draft = shards_of(f, other, {0, 2});
+  auto j = f.job(5, stages, ps, 24, 0.0f);
+  j.draft_stages = draft;
+  j.draft_n_embd = other->hparams().n_embd;
+  j.draft_tokens = 4;
+  auto h = pause_for_handoff(f, std::move(j), 6);
+  CHECK(h.rewind);
+  f.stop(draft);
+  auto next = f.job(6, stages, ps, 24, 0.0f);
+  next.generated = h.tokens;
+  next.resident = h.pos;
+  next.stage_job = h.stage_job;
+  next.rewind_first = h.rewind;
+  next.resumed_after = "handed over";
+  auto r = workload::run_job(*f.sys, std::move(next));
+  f.stop(stages);
+  INFO(r.error);
+  REQUIRE(r.error.empty());
+  CHECK(r.tokens == plain.tokens);
+  REQUIRE(r.recoveries.size() == 1);
+  CHECK(r.recoveries[0].replayed == 0);
+}
+
+TEST_CASE("a shard follows a new owner only when its owner hands it over",
+          "[workload][handoff]") {
+  fixture f;
+  caf::scoped_actor self{*f.sys};
+  auto shard = std::make_shared<caf::actor>();
+  auto next_owner = f.sys->spawn([]() -> caf::behavior {
+    return {[](int) {}};
+  });
+  // The owner hands the shard to `next_owner` when asked (its own request:
+  // the shard sees it as the sender).
+  auto owner = f.sys->spawn(
+    [shard, next_owner](caf::event_based_actor* me) -> caf::behavior {
+      return {[=](int) -> caf::result<caf::ok_atom> {
+        auto rp = me->make_response_promise<caf::ok_atom>();
+        me->request(*shard, std::chrono::seconds(10), adopt_atom::value,
+                    next_owner)
+          .then([rp](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
+                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      }};
+    });
+  workload::shard_setup s;
+  s.model = f.model;
+  s.first = 0;
+  s.last = 4;
+  s.n_ctx = 64;
+  const auto d = f.device_index("cpu");
+  s.device = f.dev_actors[d];
+  s.device_id = f.devs[d]->properties().id;
+  s.node = "test";
+  s.owner = owner;
+  *shard = workload::spawn_shard(*f.sys, std::move(s));
+  self->monitor(*shard);
+  // Anyone else is refused, a delegate of the owner's too.
+  self->request(*shard, std::chrono::seconds(10), adopt_atom::value,
+                next_owner)
+    .receive([](caf::ok_atom) { FAIL("a stranger took the shard over"); },
+             [](caf::error& e) {
+               CHECK(to_string(e).find("only its owner hands it over")
+                     != std::string::npos);
+             });
+  self->request(owner, std::chrono::seconds(10), 1)
+    .receive([](caf::ok_atom) {},
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  // Its first owner goes: the shard stays (it answers).
+  self->send_exit(owner, caf::exit_reason::user_shutdown);
+  self->wait_for(owner);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  bool answers = false;
+  self->request(*shard, std::chrono::seconds(10), inspect_atom::value)
+    .receive([&](actor_snapshot&) { answers = true; },
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  CHECK(answers);
+  // Its new owner goes: so does the shard.
+  self->send_exit(next_owner, caf::exit_reason::user_shutdown);
+  bool gone = false;
+  self->receive([&](caf::down_msg& dm) { gone = dm.source == *shard; },
+                caf::after(std::chrono::seconds(10)) >> [] {});
+  CHECK(gone);
+}

@@ -1504,6 +1504,70 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
   CHECK(contains(none.err, "no job nosuchjob on"));
 }
 
+TEST_CASE("a job whose coordinating node stops is handed to its backup "
+          "with its stages and KV caches: nothing re-fed, and the console "
+          "re-attaches to the tokens of an uninterrupted run",
+          "[workload][process]") {
+  pki p{"exo-coord-stop"};
+  auto model = long_model(p);
+  // A draft speculating on coord: the stages hold rows of proposals they
+  // did not keep when the job pauses (the backup's job rewinds them).
+  auto draft = long_model(p, 1, "long-draft");
+  p.node("coord");
+  p.node("peer");
+  p.node("spare");
+  auto a = shared_key_node(p, "coord", {});
+  auto job = story_job(model);
+  auto reference = solo_text(p, a.port, job, 3000);
+  auto b = shared_key_node(p, "peer", {a.port});
+  auto c = shared_key_node(p, "spare", {a.port});
+  REQUIRE(sees_peer_and_spare(p, a.port));
+  process runner{background_console(
+    p, a.port,
+    job + " --stages 2 --id story --draft " + draft + " --draft-tokens 4")};
+  REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
+  auto backup = job_backup(p, a.port, "story", 60s);
+  REQUIRE(!backup.empty());
+  auto& keeper = backup == "spare" ? c : b;
+  REQUIRE(holds_ready_backup(p, keeper.port,
+                             "\"job\": \"coord:2\", \"name\": \"story\""));
+  std::this_thread::sleep_for(300ms); // tokens flow
+  // A graceful stop: coord moves its stage off itself, then hands the job
+  // over.
+  a.proc->signal(SIGTERM);
+  auto code = runner.wait(120s);
+  INFO(runner.out() << runner.err());
+  INFO("coord: " << a.proc->out());
+  INFO(backup << ": " << keeper.proc->out());
+  REQUIRE(code == 0);
+  CHECK(contains(a.proc->out(), "job 2 (coord:2) handed to " + backup
+                                  + ": its 2 stages kept with "));
+  CHECK(contains(keeper.proc->out(), "job coord:2 handed over by coord: its "
+                                     "2 stages kept with "));
+  CHECK_FALSE(contains(keeper.proc->out(), "taking job coord:2 over"));
+  CHECK(contains(runner.err(), "re-attaching to job story through"));
+  CHECK(contains(runner.out(), "attached to job coord:2"));
+  CHECK(line_after(runner.out(), "text: ") == reference);
+  // One recovery: the move of coord's stage, then the handoff; its caches
+  // carried, nothing re-fed.
+  std::smatch m;
+  std::regex re{"recovered from node coord is drained \\(a planned move\\); "
+                "then coordinator coord stopped: the job was handed over "
+                "with its stages and KV caches: KV caches moved \\(([0-9]+) "
+                "positions, [0-9.]+ [KM]iB\\), 0 tokens re-fed, next token "
+                "([0-9.]+) s after the loss was noticed \\(([0-9.]+) s "
+                "between tokens\\)"};
+  auto out = runner.out();
+  REQUIRE(std::regex_search(out, m, re));
+  CHECK(std::stoul(m[1]) > 4); // the prompt and some tokens
+  CHECK_FALSE(std::regex_search(out, std::regex{" [1-9][0-9]* tokens re-fed"}));
+  std::printf("job handed over to %s as its coordinator stopped: next token "
+              "%.3f s after the move off coord began (%.3f s between "
+              "tokens), %s positions of KV cache kept\n",
+              backup.c_str(), std::stod(m[2]), std::stod(m[3]),
+              m[1].str().c_str());
+}
+
 TEST_CASE("a coordinating node that froze and comes back after its backup "
           "took its job over ends its own copy",
           "[workload][process]") {
