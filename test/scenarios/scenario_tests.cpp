@@ -301,7 +301,7 @@ TEST_CASE("background runs, await, freeze and thaw are read") {
        "within_s": 30},
       {"do": "freeze", "node": "c", "within_s": 5, "coordinator": "a"},
       {"do": "await", "run": "long", "expect_recoveries": 1, "within_s": 90,
-       "expect": {"contains": "tokens"}},
+       "max_refed": 0, "expect": {"contains": "tokens"}},
       {"do": "thaw", "node": "c"},
       {"do": "run", "node": "b", "prompt": "x", "temperature": 0.7,
        "reference": true, "expect_recoveries": 0},
@@ -325,6 +325,7 @@ TEST_CASE("background runs, await, freeze and thaw are read") {
   CHECK(await.kind == step_kind::await);
   CHECK(await.label == "long");
   CHECK(await.expect_recoveries == 1);
+  CHECK(await.max_refed == 0);
   CHECK(await.within_s == 90);
   CHECK(await.expect.contains == std::vector<std::string>{"tokens"});
   CHECK(sc.steps[3].kind == step_kind::thaw);
@@ -338,6 +339,7 @@ TEST_CASE("background runs, await, freeze and thaw are read") {
   CHECK_FALSE(sc.steps[5].json);
   CHECK(sc.steps[5].temperature == -1);
   CHECK(sc.steps[5].expect_recoveries == -1);
+  CHECK(sc.steps[5].max_refed == -1);
   CHECK_FALSE(sc.steps[5].reference);
   // The model's context length defaults to make-test's 256.
   auto plain = parse(R"({"name": "p", "nodes": [{"name": "a"}],
@@ -548,6 +550,10 @@ TEST_CASE("bad background runs, awaits and freezes are refused") {
      "steps[1].node: unknown key for an \"await\" step"},
     {with_steps(bg("r") + ", " + await("r", R"(, "expect_recoveries": -1)")),
      "steps[1].expect_recoveries: must be an integer in [0, 1000], got -1"},
+    {with_steps(bg("r", R"(, "max_refed": 0)") + ", " + await("r")),
+     "steps[0].max_refed: goes on the \"await\" step"},
+    {with_steps(bg("r") + ", " + await("r", R"(, "max_refed": 1.5)")),
+     "steps[1].max_refed: must be an integer in [0, 1000000]"},
     {with_steps(bg("r") + ", " + await("r", R"(, "within_s": 0)")),
      "steps[1].within_s: must be a number in [0.1, 600], got 0"},
     {with_steps(bg("r", R"(, "reference": "yes")") + ", " + await("r")),
