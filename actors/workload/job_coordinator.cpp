@@ -2603,18 +2603,30 @@ void hand_off(self_ptr self, std::uint64_t id,
     return "job " + std::to_string(id) + " (" + key + ") is left to "
            + backup + "'s takeover (re-fed): " + why;
   };
-  self->request(job, 60s, handoff_atom::value)
+  // Not paused (it ended, or goes on here): its backup hears from it again
+  // (its progress, its end).
+  auto replicate_again = [self, id] {
+    if (auto it = self->state.running.find(id);
+        it != self->state.running.end())
+      it->second.handing_off = false;
+  };
+  // Bounded within the runtime's wait (45 s): the job's pause (after its
+  // move off this node), the backup's answer, the stages' adoption.
+  self->request(job, 25s, handoff_atom::value)
     .then(
-      [self, id, job, backup, key, done, left](job_handoff& h) {
+      [self, id, job, backup, key, done, left,
+       replicate_again](job_handoff& h) {
         auto& st = self->state;
         auto it = st.running.find(id);
         auto run = it == st.running.end() ? nullptr : it->second.run.lock();
-        bool fits = run && run->plan.size() == h.stages.size();
+        bool fits = run && run->plan.size() == h.stages.size()
+                    && run->ready.size() == h.stages.size();
         for (std::size_t i = 0; fits && i < h.stages.size(); ++i)
           fits = run->plan[i].node != st.cfg.node
                  && h.stages[i] == run->ready[i].shard;
         if (!fits) { // a stage still here, or not the plan's: it goes on
           self->send(job, handoff_atom::value, false);
+          replicate_again();
           done(left("its stages were not all off this node"));
           return;
         }
@@ -2632,7 +2644,7 @@ void hand_off(self_ptr self, std::uint64_t id,
         for (auto p : h.pos)
           held += p;
         self
-          ->request(st.cfg.gate, 60s, service_atom::value, backup,
+          ->request(st.cfg.gate, 10s, service_atom::value, backup,
                     std::string{"jobs"},
                     caf::make_message(handoff_atom::value, std::move(h)))
           .then(
@@ -2666,7 +2678,7 @@ void hand_off(self_ptr self, std::uint64_t id,
               };
               for (std::size_t i = 0; i < stages.size(); ++i)
                 self
-                  ->request(stages[i], 10s, adopt_atom::value, owner)
+                  ->request(stages[i], 5s, adopt_atom::value, owner)
                   .then([one](caf::ok_atom) mutable { one({}); },
                         [self, one, i](caf::error& err) mutable {
                           one("stage " + std::to_string(i)
@@ -2681,7 +2693,10 @@ void hand_off(self_ptr self, std::uint64_t id,
               done(left(render(self, err)));
             });
       },
-      [self, done, left](caf::error& err) { done(left(render(self, err))); });
+      [self, done, left, replicate_again](caf::error& err) {
+        replicate_again();
+        done(left(render(self, err)));
+      });
 }
 
 /// This node stops: its stages move off it (planned moves), then every

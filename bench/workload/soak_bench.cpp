@@ -208,6 +208,9 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
 
   std::map<std::string, int> events;
   int ok = 0, wrong = 0, failed = 0, recoveries = 0, next_run = 0;
+  // Of the recoveries: a stopping coordinator's handoffs, and those that
+  // re-fed no token (planned moves and handoffs).
+  int handoffs = 0, none_refed = 0;
   int unconverged = 0; // events after which the views did not agree
   std::vector<std::string> problems;
   std::vector<active_run> runs;
@@ -243,6 +246,15 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
         static const std::regex rec{"recovered from"};
         recoveries += static_cast<int>(
           std::distance(std::sregex_iterator(out.begin(), out.end(), rec),
+                        std::sregex_iterator()));
+        static const std::regex handed{
+          "recovered from[^\n]*handed over with its stages"};
+        handoffs += static_cast<int>(
+          std::distance(std::sregex_iterator(out.begin(), out.end(), handed),
+                        std::sregex_iterator()));
+        static const std::regex none{"recovered from[^\n]* 0 tokens re-fed"};
+        none_refed += static_cast<int>(
+          std::distance(std::sregex_iterator(out.begin(), out.end(), none),
                         std::sregex_iterator()));
         if (code != 0) {
           ++failed;
@@ -441,7 +453,9 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
     head << "| " << what << " | " << n << " |\n";
   head << "\nRuns: " << ok << " with the reference's text, " << wrong
        << " with another text, " << failed << " failed, " << unfinished
-       << " unfinished; " << recoveries << " recoveries reported; "
+       << " unfinished; " << recoveries << " recoveries reported ("
+       << handoffs << " handoffs of a stopping coordinator; " << none_refed
+       << " re-fed no token); "
        << unconverged << " events after which the cluster did not "
        << "converge within 60 s (the node was then restarted).\n\n";
   auto report = head.str() + rep.str();
