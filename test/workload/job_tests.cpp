@@ -1910,13 +1910,18 @@ TEST_CASE("a shard follows a new owner only when its owner hands it over",
   fixture f;
   caf::scoped_actor self{*f.sys};
   auto shard = std::make_shared<caf::actor>();
-  auto next_owner = f.sys->spawn([]() -> caf::behavior {
-    return {[](int) {}};
-  });
+  // (At least one argument after `self`: CAF 0.17 spawns a function
+  // without one through a null pointer, UBSan.)
+  auto next_owner = f.sys->spawn(
+    [](caf::event_based_actor*, int) -> caf::behavior {
+      return {[](int) {}};
+    },
+    0);
   // The owner hands the shard to `next_owner` when asked (its own request:
   // the shard sees it as the sender).
   auto owner = f.sys->spawn(
-    [shard, next_owner](caf::event_based_actor* me) -> caf::behavior {
+    [shard](caf::event_based_actor* me,
+            const caf::actor& next_owner) -> caf::behavior {
       return {[=](int) -> caf::result<caf::ok_atom> {
         auto rp = me->make_response_promise<caf::ok_atom>();
         me->request(*shard, std::chrono::seconds(10), adopt_atom::value,
@@ -1925,7 +1930,8 @@ TEST_CASE("a shard follows a new owner only when its owner hands it over",
                 [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
         return rp;
       }};
-    });
+    },
+    next_owner);
   workload::shard_setup s;
   s.model = f.model;
   s.first = 0;
