@@ -64,12 +64,17 @@ std::string sender_member(self_ptr self) {
 std::string peer_service_refusal(const caf::message& m,
                                  const std::string& sender) {
   std::string origin;
+  if (m.match_elements<handoff_atom, job_handoff>()) {
+    origin = m.get_as<job_handoff>(1).origin;
+    if (origin == sender && !sender.empty())
+      return {};
+    return "a job handoff of \"" + origin + "\" sent by \"" + sender
+           + "\": a node hands over only its own jobs";
+  }
   if (m.match_elements<replicate_atom, job_replica>())
     origin = m.get_as<job_replica>(1).origin;
   else if (m.match_elements<replicate_atom, job_progress>())
     origin = m.get_as<job_progress>(1).origin;
-  else if (m.match_elements<handoff_atom, job_handoff>())
-    origin = m.get_as<job_handoff>(1).origin;
   else if (m.match_elements<thermal_atom, thermal_status>()) {
     origin = m.get_as<thermal_status>(1).node;
     if (origin == sender && !sender.empty())
@@ -81,7 +86,7 @@ std::string peer_service_refusal(const caf::message& m,
   if (origin == sender && !sender.empty())
     return {};
   return "a job replica of \"" + origin + "\" sent by \"" + sender
-         + "\": a node replicates and hands over only its own jobs";
+         + "\": a node replicates only its own jobs";
 }
 
 caf::error denied() {

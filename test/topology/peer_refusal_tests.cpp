@@ -19,6 +19,16 @@ TEST_CASE("a peer's job replicas must be its own jobs") {
   r.job = 7;
   auto replica = caf::make_message(replicate_atom::value, r);
   CHECK(peer_service_refusal(replica, "n1").empty());
+  // So must the jobs it hands over as it stops (the backup then runs them
+  // on the stages named).
+  job_handoff h;
+  h.origin = "n1";
+  auto handoff = caf::make_message(handoff_atom::value, h);
+  CHECK(peer_service_refusal(handoff, "n1").empty());
+  CHECK(peer_service_refusal(handoff, "mallory")
+        == "a job handoff of \"n1\" sent by \"mallory\": a node hands "
+           "over only its own jobs");
+  CHECK_FALSE(peer_service_refusal(handoff, "").empty());
   CHECK(peer_service_refusal(replica, "mallory")
         == "a job replica of \"n1\" sent by \"mallory\": a node replicates "
            "only its own jobs");
