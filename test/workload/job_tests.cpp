@@ -1688,22 +1688,29 @@ shards_of(fixture& f, std::shared_ptr<const model::llama_model> m,
 
 } // namespace
 
-TEST_CASE("speculative decoding with a draft model gives exactly the tokens "
-          "of decoding without one",
-          "[workload][speculative]") {
-  fixture f;
-  // A draft of another seed and two layers (it rarely agrees), and the
-  // model itself as its own draft (it always does).
-  auto other_path = f.path + ".draft";
+/// A draft for the fixture's model: another seed, two layers, the same
+/// vocabulary (it rarely agrees with the model).
+std::shared_ptr<const model::llama_model> other_draft(fixture& f) {
+  auto path = f.path + ".draft";
   model::test_model_options o;
   o.layers = 2;
   o.dim = 64;
   o.ff = 128;
   o.vocab = 400;
   o.seed = 99;
-  model::make_test_model(o, other_path);
-  auto other = model::llama_model::load(other_path);
-  std::filesystem::remove(other_path); // mapped: the pages stay
+  model::make_test_model(o, path);
+  auto m = model::llama_model::load(path);
+  std::filesystem::remove(path); // mapped: the pages stay
+  return m;
+}
+
+TEST_CASE("speculative decoding with a draft model gives exactly the tokens "
+          "of decoding without one",
+          "[workload][speculative]") {
+  fixture f;
+  // A draft of another seed and two layers (it rarely agrees), and the
+  // model itself as its own draft (it always does).
+  auto other = other_draft(f);
   struct draft_case {
     const char* name;
     std::shared_ptr<const model::llama_model> m;
@@ -1865,16 +1872,7 @@ TEST_CASE("a speculating job handed over goes on without its draft: the "
   fixture f;
   // A draft of another seed (it rarely agrees): the stages hold rows of
   // rejected proposals past each sequence's position when it pauses.
-  auto other_path = f.path + ".draft";
-  model::test_model_options o;
-  o.layers = 2;
-  o.dim = 64;
-  o.ff = 128;
-  o.vocab = 400;
-  o.seed = 99;
-  model::make_test_model(o, other_path);
-  auto other = model::llama_model::load(other_path);
-  std::filesystem::remove(other_path);
+  auto other = other_draft(f);
   const auto cpu = f.device_index("cpu");
   const std::vector<std::vector<std::int32_t>> ps{prompts()[0], prompts()[2]};
   auto plain_stages = f.pipeline({0, 2, 4}, {cpu, cpu});

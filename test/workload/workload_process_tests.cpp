@@ -1427,37 +1427,54 @@ TEST_CASE("the console's run and exo-node run refuse the same over-long "
   CHECK(d.proc->wait(30s) == 0);
 }
 
+/// coord, peer and spare (one access key); the text story_job gives on one
+/// stage; and a two-stage run of it (--id story) coordinated by coord,
+/// speculating with a draft there (a draft changes no token), running
+/// once its backup holds the whole model.
+struct backed_up_story {
+  std::string reference;
+  node_proc coord, peer, spare;
+  std::unique_ptr<process> runner;
+  std::string backup;
+
+  backed_up_story(pki& p) {
+    auto model = long_model(p);
+    auto draft = long_model(p, 1, "long-draft");
+    p.node("coord");
+    p.node("peer");
+    p.node("spare");
+    coord = shared_key_node(p, "coord", {});
+    auto job = story_job(model);
+    reference = solo_text(p, coord.port, job, 3000);
+    peer = shared_key_node(p, "peer", {coord.port});
+    spare = shared_key_node(p, "spare", {coord.port});
+    REQUIRE(sees_peer_and_spare(p, coord.port));
+    runner = std::make_unique<process>(background_console(
+      p, coord.port,
+      job + " --stages 2 --id story --draft " + draft
+        + " --draft-tokens 4"));
+    REQUIRE(coord.proc->wait_for_output("job 2 started", 120s));
+    // The backup: spare, unless it looked unwell when the job started.
+    backup = job_backup(p, coord.port, "story", 60s);
+    REQUIRE(!backup.empty());
+    REQUIRE(holds_ready_backup(
+      p, keeper().port, "\"job\": \"coord:2\", \"name\": \"story\""));
+  }
+  node_proc& keeper() { return backup == "spare" ? spare : peer; }
+  node_proc& other() { return backup == "spare" ? peer : spare; }
+};
+
 TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
           "and the console re-attaches through another node to the tokens "
           "of an uninterrupted run",
           "[workload][process]") {
   pki p{"exo-coord-loss"};
-  auto model = long_model(p);
-  // Speculation with a draft changes no token.
-  auto draft = long_model(p, 1, "long-draft");
-  p.node("coord");
-  p.node("peer");
-  p.node("spare");
-  auto a = shared_key_node(p, "coord", {});
-  auto job = story_job(model);
-  auto solo = console(p, a.port, job + " --stages 1");
-  INFO(solo.out << solo.err);
-  REQUIRE(solo.code == 0);
-  auto reference = line_after(solo.out, "text: ");
-  auto b = shared_key_node(p, "peer", {a.port});
-  auto c = shared_key_node(p, "spare", {a.port});
-  REQUIRE(sees_peer_and_spare(p, a.port));
-  // Stages on coord and peer; the backup is another node (spare, unless
-  // it looked unwell when the job started).
-  process runner{background_console(
-    p, a.port,
-    job + " --stages 2 --id story --draft " + draft + " --draft-tokens 4")};
-  REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
-  auto backup = job_backup(p, a.port, "story", 60s);
-  REQUIRE(!backup.empty());
-  auto& keeper = backup == "spare" ? c : b;
-  REQUIRE(holds_ready_backup(p, keeper.port,
-                             "\"job\": \"coord:2\", \"name\": \"story\""));
+  backed_up_story story{p};
+  auto& a = story.coord;
+  auto& runner = *story.runner;
+  auto& backup = story.backup;
+  auto& keeper = story.keeper();
+  const auto& reference = story.reference;
   std::this_thread::sleep_for(300ms); // tokens flow and are replicated
   auto replicated = console(p, keeper.port, "jobs");
   a.proc->signal(SIGKILL);
@@ -1493,7 +1510,7 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
               std::stod(m[1]));
   // Ended: attached late, through the other node, it answers with the
   // same end (the node that finished it keeps its last runs' ends).
-  auto& other = backup == "spare" ? b : c;
+  auto& other = story.other();
   auto after = console(p, other.port, "attach story");
   INFO(after.out << after.err);
   CHECK(after.code == 0);
@@ -1509,28 +1526,14 @@ TEST_CASE("a job whose coordinating node stops is handed to its backup "
           "re-attaches to the tokens of an uninterrupted run",
           "[workload][process]") {
   pki p{"exo-coord-stop"};
-  auto model = long_model(p);
-  // A draft speculating on coord: the stages hold rows of proposals they
+  // The draft speculating on coord: the stages hold rows of proposals they
   // did not keep when the job pauses (the backup's job rewinds them).
-  auto draft = long_model(p, 1, "long-draft");
-  p.node("coord");
-  p.node("peer");
-  p.node("spare");
-  auto a = shared_key_node(p, "coord", {});
-  auto job = story_job(model);
-  auto reference = solo_text(p, a.port, job, 3000);
-  auto b = shared_key_node(p, "peer", {a.port});
-  auto c = shared_key_node(p, "spare", {a.port});
-  REQUIRE(sees_peer_and_spare(p, a.port));
-  process runner{background_console(
-    p, a.port,
-    job + " --stages 2 --id story --draft " + draft + " --draft-tokens 4")};
-  REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
-  auto backup = job_backup(p, a.port, "story", 60s);
-  REQUIRE(!backup.empty());
-  auto& keeper = backup == "spare" ? c : b;
-  REQUIRE(holds_ready_backup(p, keeper.port,
-                             "\"job\": \"coord:2\", \"name\": \"story\""));
+  backed_up_story story{p};
+  auto& a = story.coord;
+  auto& runner = *story.runner;
+  auto& backup = story.backup;
+  auto& keeper = story.keeper();
+  const auto& reference = story.reference;
   std::this_thread::sleep_for(300ms); // tokens flow
   // A graceful stop: coord moves its stage off itself, then hands the job
   // over.
