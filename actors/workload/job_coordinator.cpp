@@ -7,6 +7,7 @@
 #include <deque>
 
 #include "actors/placement/placement_actor.hpp"
+#include "actors/workload/handoff_check.hpp"
 #include "actors/workload/job_actor.hpp"
 #include "actors/workload/simple_placement.hpp"
 #include "actors/workload/solver_placement.hpp"
@@ -3175,9 +3176,6 @@ caf::error take_over(self_ptr self, const std::string& key,
   return caf::none;
 }
 
-/// Most stages a handed-over job may have (a peer's message).
-constexpr std::size_t max_handoff_stages = 1024;
-
 /// A job this node backs up, handed over by its coordinator as it stops
 /// (handoff_atom): checked (a peer sent it: sizes, layer ranges, alive
 /// nodes other than the origin), then run here on the same stages; the
@@ -3191,31 +3189,10 @@ caf::result<caf::actor> on_handoff(self_ptr self, job_handoff& h) {
   auto it = st.backups.find(key);
   if (h.origin.empty() || h.origin == st.cfg.node || it == st.backups.end())
     return bad("no job " + key + " is backed up on " + st.cfg.node);
-  const auto& req = it->second.replica.request;
-  const auto k = h.stages.size();
-  if (k == 0 || k > max_handoff_stages || h.nodes.size() != k
-      || h.devices.size() != k || h.bounds.size() != k + 1
-      || h.bounds.front() != 0)
-    return bad("its " + std::to_string(k)
-               + " stages do not match their nodes, devices and layer "
-                 "bounds");
-  for (std::size_t i = 0; i < k; ++i) {
-    auto where = "stage " + std::to_string(i);
-    if (!h.stages[i] || h.bounds[i] >= h.bounds[i + 1])
-      return bad(where + " has no actor or no layers");
-    if (h.nodes[i] == h.origin)
-      return bad(where + " is still on " + h.origin);
-    if (h.nodes[i] != st.cfg.node && st.alive.count(h.nodes[i]) == 0)
-      return bad(where + " is on " + h.nodes[i] + ", not an alive member");
-  }
-  if (h.tokens.size() != req.sequences || h.pos.size() != req.sequences)
-    return bad("its sequences do not match the request");
-  for (auto& t : h.tokens)
-    if (t.size() > req.n_gen)
-      return bad("a sequence has more tokens than the request allows");
-  if (h.recoveries.size() > max_replicated_recoveries
-      || h.unfinished.size() > 1)
-    return bad("too many recoveries");
+  if (auto why = handoff_problem(h, it->second.replica.request, st.cfg.node,
+                                 st.alive);
+      !why.empty())
+    return bad(why);
   h.paused_us = std::min<std::uint64_t>(h.paused_us, 3'600'000'000ULL);
   auto why = "coordinator " + h.origin
              + " stopped: the job was handed over with its stages and KV "

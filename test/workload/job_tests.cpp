@@ -5,6 +5,7 @@
 // (cpu, Vulkan where present, a simulated A100), round robin.
 
 #include "actors/device/device_actor.hpp"
+#include "actors/workload/handoff_check.hpp"
 #include "actors/workload/job_actor.hpp"
 #include "actors/workload/shard_actor.hpp"
 #include "actors/workload/simple_placement.hpp"
@@ -1968,4 +1969,78 @@ TEST_CASE("a shard follows a new owner only when its owner hands it over",
   self->receive([&](caf::down_msg& dm) { gone = dm.source == *shard; },
                 caf::after(std::chrono::seconds(10)) >> [] {});
   CHECK(gone);
+}
+
+TEST_CASE("a backup refuses a handoff whose stages, sequences or recoveries "
+          "do not add up, naming what",
+          "[workload][handoff]") {
+  fixture f;
+  auto stages = f.pipeline({0, 2, 4});
+  workload::job_request req;
+  req.sequences = 2;
+  req.n_gen = 10;
+  const std::set<std::string> alive{"n2", "n3"};
+  auto good = [&] {
+    job_handoff h;
+    h.origin = "n1";
+    h.job = 4;
+    h.stages = stages;
+    h.nodes = {"n2", "n3"};
+    h.devices = {"cpu:0", "cpu:0"};
+    h.bounds = {0, 2, 4};
+    h.tokens = {{5, 6}, {}};
+    h.pos = {7, 3};
+    return h;
+  };
+  auto problem = [&](job_handoff h) {
+    return workload::handoff_problem(h, req, "n3", alive);
+  };
+  CHECK(problem(good()).empty());
+  struct bad_case {
+    const char* what;
+    std::function<void(job_handoff&)> change;
+    const char* says;
+  };
+  const std::vector<bad_case> cases{
+    {"no stage", [](job_handoff& h) { h.stages.clear(); },
+     "its 0 stages do not match"},
+    {"a node short", [](job_handoff& h) { h.nodes.pop_back(); },
+     "stages do not match their nodes"},
+    {"bounds short", [](job_handoff& h) { h.bounds.pop_back(); },
+     "stages do not match their nodes, devices and layer bounds"},
+    {"not from 0", [](job_handoff& h) { h.bounds = {1, 2, 4}; },
+     "layer bounds"},
+    {"an empty range", [](job_handoff& h) { h.bounds = {0, 2, 2}; },
+     "stage 1 has no actor or no layers"},
+    {"a null stage", [](job_handoff& h) { h.stages[0] = caf::actor{}; },
+     "stage 0 has no actor"},
+    {"a stage on the origin", [](job_handoff& h) { h.nodes[1] = "n1"; },
+     "stage 1 is still on n1"},
+    {"a stage on a dead node", [](job_handoff& h) { h.nodes[0] = "n9"; },
+     "stage 0 is on n9, not an alive member"},
+    {"a sequence short", [](job_handoff& h) { h.tokens.pop_back(); },
+     "its sequences do not match the request"},
+    {"positions short", [](job_handoff& h) { h.pos.pop_back(); },
+     "its sequences do not match the request"},
+    {"too many tokens",
+     [](job_handoff& h) { h.tokens[0].assign(11, 5); },
+     "more tokens than the request allows"},
+    {"too many recoveries",
+     [](job_handoff& h) { h.recoveries.resize(max_replicated_recoveries + 1); },
+     "too many recoveries"},
+    {"two unfinished", [](job_handoff& h) { h.unfinished.resize(2); },
+     "too many recoveries"},
+  };
+  for (auto& c : cases) {
+    INFO(c.what);
+    auto h = good();
+    c.change(h);
+    auto why = problem(h);
+    CHECK(why.find(c.says) != std::string::npos);
+  }
+  // The receiving node itself may hold a stage (it is not in `alive`).
+  auto here = good();
+  here.nodes[0] = "n4";
+  CHECK(workload::handoff_problem(here, req, "n4", alive).empty());
+  f.stop(stages);
 }

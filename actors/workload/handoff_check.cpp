@@ -1,0 +1,34 @@
+#include "actors/workload/handoff_check.hpp"
+
+namespace exo::workload {
+
+std::string handoff_problem(const job_handoff& h, const job_request& req,
+                            const std::string& here,
+                            const std::set<std::string>& alive) {
+  const auto k = h.stages.size();
+  if (k == 0 || k > max_handoff_stages || h.nodes.size() != k
+      || h.devices.size() != k || h.bounds.size() != k + 1
+      || h.bounds.front() != 0)
+    return "its " + std::to_string(k)
+           + " stages do not match their nodes, devices and layer bounds";
+  for (std::size_t i = 0; i < k; ++i) {
+    auto where = "stage " + std::to_string(i);
+    if (!h.stages[i] || h.bounds[i] >= h.bounds[i + 1])
+      return where + " has no actor or no layers";
+    if (h.nodes[i] == h.origin)
+      return where + " is still on " + h.origin;
+    if (h.nodes[i] != here && alive.count(h.nodes[i]) == 0)
+      return where + " is on " + h.nodes[i] + ", not an alive member";
+  }
+  if (h.tokens.size() != req.sequences || h.pos.size() != req.sequences)
+    return "its sequences do not match the request";
+  for (auto& t : h.tokens)
+    if (t.size() > req.n_gen)
+      return "a sequence has more tokens than the request allows";
+  if (h.recoveries.size() > max_replicated_recoveries
+      || h.unfinished.size() > 1)
+    return "too many recoveries";
+  return {};
+}
+
+} // namespace exo::workload
