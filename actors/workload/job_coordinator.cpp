@@ -3153,9 +3153,10 @@ caf::error take_over(self_ptr self, const std::string& key,
   auto req = std::move(b.replica.request);
   req.model = b.path;
   // The draft from this node's cache when it came (speculation changes
-  // no token: without it the job goes on all the same); a job handed over
-  // goes on without one (its draft ran on the node that left).
-  req.draft = from.handoff ? std::string{} : b.draft_path;
+  // no token: without it the job goes on all the same). A job handed over
+  // gets a fresh draft shard here (its draft ran on the node that left):
+  // the draft reads the context again, the model's stages nothing.
+  req.draft = b.draft_path;
   job_sink sink;
   sink.placed = [node, key](const job_placed& e) {
     exo::text::line(std::cout) << "exo-node " << node << ": job " << key << " placed:\n"

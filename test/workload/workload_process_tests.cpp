@@ -1551,6 +1551,9 @@ TEST_CASE("a job whose coordinating node stops is handed to its backup "
   CHECK(contains(runner.err(), "re-attaching to job story through"));
   CHECK(contains(runner.out(), "attached to job coord:2"));
   CHECK(line_after(runner.out(), "text: ") == reference);
+  // It went on speculating with a draft of its own (the backup fetched the
+  // draft model with the model).
+  CHECK(contains(runner.out(), " on " + backup + "/cpu:0, 4 tokens a round"));
   // One recovery: the move of coord's stage, then the handoff; its caches
   // carried, nothing re-fed.
   std::smatch m;
