@@ -2600,9 +2600,13 @@ void hand_off(self_ptr self, std::uint64_t id,
   auto job = rj.job;
   auto backup = rj.backup;
   auto key = rj.key;
-  auto left = [id, key, backup](const std::string& why) {
-    return "job " + std::to_string(id) + " (" + key + ") is left to "
-           + backup + "'s takeover (re-fed): " + why;
+  // The node's log says it, as it says a job handed over.
+  auto left = [self, id, key, backup](const std::string& why) {
+    auto line = "job " + std::to_string(id) + " (" + key + ") is left to "
+                + backup + "'s takeover (re-fed): " + why;
+    exo::text::line(std::cout)
+      << "exo-node " << self->state.cfg.node << ": " << line << std::endl;
+    return line;
   };
   // Not paused (it ended, or goes on here): its backup hears from it again
   // (its progress, its end).

@@ -348,6 +348,15 @@ long foreign_stages(caf::scoped_actor& self, const caf::actor& shards) {
   return n;
 }
 
+/// "0.42": seconds since `began`, for the stop's log.
+std::string seconds_since(std::chrono::steady_clock::time_point began) {
+  std::chrono::duration<double> took = std::chrono::steady_clock::now()
+                                       - began;
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.2f", took.count());
+  return secs;
+}
+
 /// A graceful stop first has the other nodes move their jobs' stages off
 /// this node (planned moves: KV caches carried, nothing re-fed) and waits,
 /// bounded, until none is left here; its own jobs are taken over by their
@@ -365,10 +374,7 @@ void move_foreign_stages(caf::scoped_actor& self, const caf::actor& jobs,
   while ((left = foreign_stages(self, shards)) > 0
          && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  std::chrono::duration<double> took = std::chrono::steady_clock::now()
-                                       - began;
-  char secs[32];
-  std::snprintf(secs, sizeof secs, "%.2f", took.count());
+  const auto secs = seconds_since(began);
   text::line(std::cout) << "exo-node " << node << ": "
                         << (left > 0 ? std::to_string(left)
                                          + " stages of other nodes' jobs "
@@ -387,35 +393,21 @@ void hand_jobs_over(caf::scoped_actor& self, const caf::actor& jobs,
   if (!jobs)
     return;
   auto began = std::chrono::steady_clock::now();
-  std::string said;
+  bool any = false;
   std::string failed;
   self->request(jobs, std::chrono::seconds(45), handoff_atom::value)
-    .receive([&](console_reply& r) { said = r.text; },
+    .receive([&](console_reply& r) { any = !r.text.empty(); },
              [&](caf::error& err) { failed = self->system().render(err); });
-  if (said.empty() && failed.empty())
-    return; // no job to hand over
-  std::chrono::duration<double> took = std::chrono::steady_clock::now()
-                                       - began;
-  char secs[32];
-  std::snprintf(secs, sizeof secs, "%.2f", took.count());
-  if (!failed.empty()) {
+  // Each job handed over or left to its takeover is on the log already
+  // (the coordinator says each).
+  if (!failed.empty())
     text::line(std::cout) << "exo-node " << node
                           << ": the jobs were not handed over (" << failed
                           << "): their backups take them over" << std::endl;
-    return;
-  }
-  // The handed ones are on the log already (the coordinator says each).
-  std::size_t at = 0;
-  while (at < said.size()) {
-    auto end = said.find('\n', at);
-    auto one = said.substr(at, end == std::string::npos ? end : end - at);
-    if (one.find(" is left to ") != std::string::npos)
-      text::line(std::cout) << "exo-node " << node << ": " << one
-                            << std::endl;
-    at = end == std::string::npos ? said.size() : end + 1;
-  }
-  text::line(std::cout) << "exo-node " << node << ": handing the jobs over "
-                        << "took " << secs << " s" << std::endl;
+  else if (any)
+    text::line(std::cout) << "exo-node " << node
+                          << ": handing the jobs over took "
+                          << seconds_since(began) << " s" << std::endl;
 }
 
 } // namespace
