@@ -40,6 +40,8 @@ struct gate_config {
   std::chrono::milliseconds heartbeat{250};
   std::chrono::milliseconds failure_timeout{1500};
   std::chrono::milliseconds connect_timeout{2000};
+  /// member_table::forget_departed's retention.
+  std::chrono::milliseconds forget_departed{600000};
   std::chrono::milliseconds measure_interval{5000};
   std::uint64_t incarnation = 0;
   std::string cert_pem;                      ///< our certificate

@@ -47,6 +47,27 @@ void tick(self_ptr self) {
     drop_peer(self, name);
     st.log("member " + name + " is dead: no heartbeat");
   }
+  for (auto& name : st.table->forget_departed(now, st.cfg.forget_departed)) {
+    // Nothing else of it stays either: our record no longer lists a link
+    // to it, its address is no longer dialled (unless it is a seed).
+    st.links.erase(name);
+    for (auto it = st.attempts.begin(); it != st.attempts.end();) {
+      bool seed = false;
+      for (auto& sd : st.cfg.seeds)
+        seed = seed || it->first == sd.host + ":" + std::to_string(sd.port);
+      it = it->second.peer == name && !seed ? st.attempts.erase(it)
+                                            : std::next(it);
+    }
+    for (auto it = st.discounted.begin(); it != st.discounted.end();) {
+      auto slash = it->find('/');
+      bool about = it->substr(0, slash) == name
+                   || (slash != std::string::npos
+                       && it->substr(slash + 1) == name);
+      it = about ? st.discounted.erase(it) : std::next(it);
+    }
+    st.log("member " + name
+           + " forgotten (departed longer than network.forget_departed_ms)");
+  }
   auto v = st.table->view();
   for (auto& [name, peer] : st.peers)
     self->send(peer, gossip_atom::value, v);

@@ -36,6 +36,10 @@ bool member_table::merge(const member_info& m, time_point now) {
     return false;
   auto it = members_.find(m.name);
   if (it == members_.end()) {
+    if (auto f = forgotten_.find(m.name);
+        f != forgotten_.end() && m.incarnation <= f->second.incarnation)
+      return false; // stale gossip about a member forgotten here
+    forgotten_.erase(m.name);
     members_[m.name] = entry{m, now};
     return true;
   }
@@ -118,9 +122,36 @@ void member_table::revive(const std::string& name, time_point now) {
   it->second.last_heard = now;
 }
 
+std::vector<std::string>
+member_table::forget_departed(time_point now,
+                              std::chrono::milliseconds retention) {
+  for (auto it = forgotten_.begin(); it != forgotten_.end();)
+    it = it->second.until <= now ? forgotten_.erase(it) : std::next(it);
+  std::vector<std::string> out;
+  for (auto it = members_.begin(); it != members_.end();) {
+    auto& e = it->second;
+    if (it->first == self_ || e.info.status == member_status::alive) {
+      e.departed.reset();
+      ++it;
+      continue;
+    }
+    if (!e.departed)
+      e.departed = now;
+    if (now - *e.departed < retention) {
+      ++it;
+      continue;
+    }
+    forgotten_[it->first] = {e.info.incarnation, now + retention};
+    out.push_back(it->first);
+    it = members_.erase(it);
+  }
+  return out;
+}
+
 bool member_table::rejoin(const member_info& m, time_point now) {
   if (m.name == self_)
     return false;
+  forgotten_.erase(m.name); // the member itself, over its own connection
   auto it = members_.find(m.name);
   if (it != members_.end() && it->second.info.status != member_status::alive
       && it->second.info.incarnation >= m.incarnation) {

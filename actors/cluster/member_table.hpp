@@ -68,6 +68,19 @@ public:
   /// incarnation before.
   bool rejoin(const member_info& m, time_point now);
 
+  /// Forgets the members that have been dead or gone for `retention`
+  /// (counted from the first call that saw them so): without it a
+  /// long-lived cluster whose nodes come and go under new names (embedded
+  /// applications, autoscaled machines) filled its view with departed
+  /// members until the view outgrew max_members and nobody could join.
+  /// For `retention` more, gossip that still lists a forgotten member at
+  /// the incarnation it was forgotten at or below is ignored (the peers
+  /// forget it too, a little later; taking it back would pass it back and
+  /// forth for ever); a join of the member itself (rejoin) or a later
+  /// incarnation brings it back. Returns the names forgotten.
+  std::vector<std::string> forget_departed(time_point now,
+                                           std::chrono::milliseconds retention);
+
   /// Takes `seen` as our incarnation when it is larger (a peer raised it
   /// for us on a rejoin). Returns whether it did.
   bool adopt_incarnation(std::uint64_t seen);
@@ -129,9 +142,15 @@ private:
   struct entry {
     member_info info;
     time_point last_heard;
+    std::optional<time_point> departed; ///< first seen dead or gone
+  };
+  struct forgotten {
+    std::uint64_t incarnation = 0;
+    time_point until;
   };
   std::string self_;
   std::map<std::string, entry> members_;
+  std::map<std::string, forgotten> forgotten_;
 };
 
 /// The member events that lead from `before` to `after` (two views of one

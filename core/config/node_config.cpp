@@ -254,6 +254,11 @@ node_config parse_document(const std::string& json, const std::string& source) {
                     n.connect_timeout = std::chrono::milliseconds{
                       as_milliseconds(v, q, 50, 600000)};
                   }},
+                 {"forget_departed_ms",
+                  [&](element v, const std::string& q) {
+                    n.forget_departed = std::chrono::milliseconds{
+                      as_milliseconds(v, q, 1000, 604800000)};
+                  }},
                  {"limits",
                   [&](element v, const std::string& q) {
                     parse_limits(v, q, n.limits);
@@ -292,6 +297,10 @@ node_config parse_document(const std::string& json, const std::string& source) {
            if (n.failure_timeout <= n.heartbeat)
              bad(p + ".failure_timeout_ms",
                  "must be larger than heartbeat_ms");
+           if (n.forget_departed <= 2 * n.failure_timeout)
+             bad(p + ".forget_departed_ms",
+                 "must be more than twice failure_timeout_ms (gossip of a "
+                 "death must have reached every member first)");
          }},
         {"tls",
          [&](element e, const std::string& p) {

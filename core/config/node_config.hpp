@@ -45,6 +45,9 @@ struct network_section {
   std::chrono::milliseconds heartbeat{250};
   std::chrono::milliseconds failure_timeout{1500};
   std::chrono::milliseconds connect_timeout{2000};
+  /// How long a member that died or left stays in the view (then it is
+  /// forgotten: names that come and go do not fill the view).
+  std::chrono::milliseconds forget_departed{600000};
   /// What one TLS peer may hold of this node (`network.limits`).
   tls::connection_limits_config limits;
   discovery_section discovery;

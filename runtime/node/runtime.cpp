@@ -251,6 +251,7 @@ void runtime::start() {
   gc.seeds = d.cfg.network.seeds;
   gc.heartbeat = d.cfg.network.heartbeat;
   gc.failure_timeout = d.cfg.network.failure_timeout;
+  gc.forget_departed = d.cfg.network.forget_departed;
   gc.connect_timeout = d.cfg.network.connect_timeout;
   gc.incarnation = static_cast<std::uint64_t>(
     std::chrono::system_clock::now().time_since_epoch().count());

@@ -152,6 +152,11 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "network.heartbeat_ms: must be an integer in [10, 60000]"},
     {R"({"network": {"heartbeat_ms": 500, "failure_timeout_ms": 400}})",
      "network.failure_timeout_ms: must be larger than heartbeat_ms"},
+    {R"({"network": {"forget_departed_ms": 500}})",
+     "network.forget_departed_ms: must be an integer in [1000, 604800000]"},
+    {R"({"network": {"failure_timeout_ms": 1500, "forget_departed_ms": 3000}})",
+     "network.forget_departed_ms: must be more than twice "
+     "failure_timeout_ms"},
     // Duration and size keys also take a string with a unit (the strict
     // parser's rules and the key's range, in the key's unit).
     {R"({"network": {"heartbeat_ms": "5ms"}})",
@@ -241,7 +246,8 @@ TEST_CASE("bad config files are refused with a message naming the key") {
 TEST_CASE("duration and size keys take a number or a string with a unit") {
   auto cfg = parse(R"({"network": {"heartbeat_ms": "250ms",
                                     "failure_timeout_ms": "2s",
-                                    "connect_timeout_ms": 1500},
+                                    "connect_timeout_ms": 1500,
+                                    "forget_departed_ms": "1h"},
                        "devices": {"cpu_memory_limit_mib": "4GiB",
                                    "rescan_interval_s": "1h",
                                    "telemetry_interval_ms": "1.5s"},
@@ -250,6 +256,7 @@ TEST_CASE("duration and size keys take a number or a string with a unit") {
   CHECK(cfg.network.heartbeat == std::chrono::milliseconds{250});
   CHECK(cfg.network.failure_timeout == std::chrono::milliseconds{2000});
   CHECK(cfg.network.connect_timeout == std::chrono::milliseconds{1500});
+  CHECK(cfg.network.forget_departed == std::chrono::hours{1});
   CHECK(cfg.devices.cpu_memory_limit == (std::uint64_t{4} << 30));
   CHECK(cfg.devices.rescan_interval == std::chrono::seconds{3600});
   CHECK(cfg.devices.telemetry_interval == std::chrono::milliseconds{1500});

@@ -284,3 +284,64 @@ TEST_CASE("member events: a member restarted between two views ends its "
   CHECK(es[0].member.incarnation == 3);
   CHECK(es[0].previous == member_status::left);
 }
+
+TEST_CASE("departed members are forgotten after the retention, and stale "
+          "gossip does not bring them back") {
+  member_table t{member("m", 1)};
+  t.merge(member("b", 3), t0);
+  t.merge(member("c", 1), t0);
+  t.merge(member("d", 2, member_status::left), t0);
+  t.mark("b", member_status::dead, "killed");
+  // Retention counts from the first call that sees a member departed.
+  CHECK(t.forget_departed(t0 + 1s, 10s).empty());
+  CHECK(t.forget_departed(t0 + 10s, 10s).empty());
+  auto gone = t.forget_departed(t0 + 11s, 10s);
+  CHECK(gone == std::vector<std::string>{"b", "d"});
+  CHECK(t.find("b") == nullptr);
+  CHECK(t.find("d") == nullptr);
+  CHECK(t.alive("c")); // alive members stay
+  CHECK(t.find("m") != nullptr); // and ourselves
+  CHECK(t.view().members.size() == 2);
+  // A peer that has not forgotten yet gossips them back: ignored, alive
+  // claims of the forgotten incarnation too.
+  CHECK_FALSE(t.merge(member("b", 3, member_status::dead), t0 + 12s));
+  CHECK_FALSE(t.merge(member("b", 3), t0 + 12s));
+  CHECK_FALSE(t.merge(member("d", 1, member_status::left), t0 + 12s));
+  CHECK(t.find("b") == nullptr);
+  // A later incarnation is a restart: it comes back.
+  CHECK(t.merge(member("d", 3), t0 + 12s));
+  CHECK(t.alive("d"));
+  // The member itself joining over its own connection comes back too.
+  CHECK(t.rejoin(member("b", 3), t0 + 12s));
+  CHECK(t.alive("b"));
+  // A member that died and came back alive before the retention ran out
+  // starts its count again when it departs next.
+  t.merge(member("e", 1), t0 + 12s);
+  t.mark("e", member_status::dead, "killed");
+  CHECK(t.forget_departed(t0 + 13s, 10s).empty());
+  t.merge(member("e", 2), t0 + 14s);
+  CHECK(t.forget_departed(t0 + 15s, 10s).empty());
+  t.mark("e", member_status::dead, "killed");
+  CHECK(t.forget_departed(t0 + 20s, 10s).empty());
+  CHECK(t.forget_departed(t0 + 29s, 10s).empty());
+  CHECK(t.forget_departed(t0 + 30s, 10s) == std::vector<std::string>{"e"});
+  // After a second retention the quarantine ends: the old incarnation is
+  // news again (a node partitioned away for that long).
+  CHECK(t.forget_departed(t0 + 41s, 10s).empty());
+  CHECK(t.merge(member("e", 2, member_status::dead), t0 + 41s));
+}
+
+TEST_CASE("a cluster whose nodes come and go under new names keeps a view "
+          "within the limit") {
+  member_table t{member("m", 1)};
+  auto now = t0;
+  for (int i = 0; i < 3 * static_cast<int>(max_members); ++i) {
+    auto name = "app" + std::to_string(i);
+    t.merge(member(name, 1), now);
+    t.mark(name, member_status::left, "stopped");
+    now += 1s;
+    t.forget_departed(now, 60s);
+    REQUIRE_FALSE(member_table::validate(t.view()));
+  }
+  CHECK(t.view().members.size() <= 62);
+}
