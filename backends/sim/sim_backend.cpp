@@ -150,12 +150,15 @@ sim_device::sim_device(sim_profile profile, std::string id, double time_scale)
 void sim_device::integrate(double power_w, double seconds) {
   if (seconds <= 0)
     return;
-  // Exact step of C dT/dt = P - (T - T_amb) / R for constant P.
-  double tau = profile_.thermal_resistance * profile_.thermal_capacitance;
-  double target = profile_.ambient_c + power_w * profile_.thermal_resistance;
+  // Exact step of C dT/dt = P - (T - T_amb) / R for constant P; a cooler
+  // that works worse (cooling:F) multiplies R.
+  double r = profile_.thermal_resistance * cooling_;
+  double tau = r * profile_.thermal_capacitance;
+  double target = profile_.ambient_c + power_w * r;
   temp_c_ = target + (temp_c_ - target) * std::exp(-seconds / tau);
   now_ += seconds;
   last_power_w_ = power_w;
+  energy_since_read_ += power_w * seconds;
 }
 
 void sim_device::catch_up_with_wall() {
@@ -216,6 +219,7 @@ status sim_device::admit(const char* what) {
                 std::string{what} + ": simulated device " + props_.id
                   + " has vanished");
   catch_up_with_wall();
+  op_began_ = std::chrono::steady_clock::now();
   if (std::string{what} == "allocate" && !fail_next_alloc_.empty()) {
     auto reason = std::move(fail_next_alloc_);
     fail_next_alloc_.clear();
@@ -229,8 +233,18 @@ status sim_device::admit(const char* what) {
 
 void sim_device::account(double bytes, double flops) {
   double seconds = std::max(flops / profile_.flops, bytes / profile_.bandwidth);
-  integrate(profile_.peak_power_w, seconds);
-  busy_since_read_ += seconds;
+  // On a clock that follows the wall, the device was busy while the host
+  // computed its results too (since admit): it can be no faster than the
+  // host that stands in for it. Without that a decode on a simulated GPU
+  // showed it idle most of the time, and exo's own work never heated it.
+  double busy = seconds;
+  if (time_scale_ > 0)
+    busy += std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                          - op_began_)
+              .count()
+            / time_scale_;
+  integrate(profile_.peak_power_w, busy);
+  busy_since_read_ += busy;
   if (time_scale_ > 0)
     std::this_thread::sleep_for(
       std::chrono::duration<double>(seconds * time_scale_));
@@ -244,8 +258,11 @@ telemetry sim_device::read_telemetry() {
     return t;
   catch_up_with_wall();
   t.temperature_c = temp_c_;
-  t.power_w = last_power_w_;
   double span = now_ - time_at_read_;
+  // The mean power since the last reading (as NVML and ROCm SMI report
+  // it), not the draw of whichever operation came last.
+  t.power_w = span > 0 ? energy_since_read_ / span : last_power_w_;
+  energy_since_read_ = 0;
   t.utilization = span > 0 ? std::min(1.0, busy_since_read_ / span) : 0.0;
   busy_since_read_ = 0;
   time_at_read_ = now_;
@@ -322,16 +339,31 @@ bool heat_after_of(const std::string& fault, std::uint64_t& n, double& c) {
   return true;
 }
 
+/// F of "cooling:F" (F in [0.1, 20]); false when not of that form.
+bool cooling_of(const std::string& fault, double& f) {
+  static const std::string prefix = "cooling:";
+  if (fault.rfind(prefix, 0) != 0)
+    return false;
+  double x = 0;
+  char tail = 0;
+  if (std::sscanf(fault.c_str() + prefix.size(), "%lf%c", &x, &tail) != 1
+      || !(x >= 0.1 && x <= 20))
+    return false;
+  f = x;
+  return true;
+}
+
 std::string sim_fault_error(const std::string& fault) {
   std::uint64_t n = 0;
   double c = 0;
   if (fault == "fail_allocations" || fault == "vanished"
-      || vanish_after_count(fault) > 0 || heat_after_of(fault, n, c))
+      || vanish_after_count(fault) > 0 || heat_after_of(fault, n, c)
+      || cooling_of(fault, c))
     return {};
   return "unknown fault \"" + fault
-         + "\" (expected fail_allocations, vanished, vanish_after:N or "
-           "heat_after:N:C, N operations in [1, 1000000000], C degrees in "
-           "[1, 500])";
+         + "\" (expected fail_allocations, vanished, vanish_after:N, "
+           "heat_after:N:C or cooling:F, N operations in [1, 1000000000], "
+           "C degrees in [1, 500], F in [0.1, 20])";
 }
 
 namespace {
@@ -370,10 +402,10 @@ std::string sim_runtime_fault_error(const std::string& fault) {
   return "unknown fault \"" + fault
          + "\" (expected fail_allocations, fail_allocations:off, "
            "fail_next_allocation, vanished, vanish_after:N, heat:C, "
-           "heat_after:N:C, hang, hang:allocate, hang:compute, hang:off, "
-           "vanish_at:allocate or vanish_at:compute; "
+           "heat_after:N:C, cooling:F, hang, hang:allocate, hang:compute, "
+           "hang:off, vanish_at:allocate or vanish_at:compute; "
            "N operations in [1, 1000000000], C degrees in [1, 500], for "
-           "heat:C in [-500, 500] and not 0)";
+           "heat:C in [-500, 500] and not 0, F in [0.1, 20])";
 }
 
 result<std::string> sim_device::inject_fault(const std::string& spec) {
@@ -421,6 +453,20 @@ result<std::string> sim_device::inject_fault(const std::string& spec) {
     heat_after(n, c);
     return std::string{props_.id + " heats by "} + text_of(c)
            + " C at its " + std::to_string(n) + "th operation from now";
+  }
+  if (cooling_of(spec, c)) {
+    double idle = 0, busy = 0;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      catch_up_with_wall(); // the time so far at the former cooling
+      cooling_ = c;
+      auto r = profile_.thermal_resistance * c;
+      idle = profile_.ambient_c + profile_.idle_power_w * r;
+      busy = profile_.ambient_c + profile_.peak_power_w * r;
+    }
+    return std::string{props_.id + "'s cooler works at 1/"} + text_of(c)
+           + ": it heads for " + text_of(busy) + " C busy, " + text_of(idle)
+           + " C idle";
   }
   heat_now_of(spec, c);
   double now = 0;

@@ -49,7 +49,8 @@ struct sim_device_spec {
   /// operation fails with device_lost), "vanish_after:N" (the device
   /// vanishes at its N-th operation: a device lost mid-run) or
   /// "heat_after:N:C" (its temperature jumps C degrees at its N-th
-  /// operation: a thermal spike mid-run).
+  /// operation: a thermal spike mid-run) or "cooling:F" (a cooler F times
+  /// worse than the profile's from the start; see below).
   std::string fault = {};
 };
 
@@ -63,6 +64,11 @@ std::string sim_fault_error(const std::string& fault);
 ///   "fail_next_allocation"  only the next allocation fails,
 ///   "heat:C"                the temperature changes by C degrees now
 ///                           (C in [-500, 500], not 0; negative cools),
+///   "cooling:F"             the cooler works F times worse (the thermal
+///                           resistance is F times the profile's; F in
+///                           [0.1, 20], 1 restores it): a fan that fails,
+///                           a blocked vent — the device heats gradually
+///                           while it works, toward its new steady state,
 ///   "hang"                  every operation blocks, as a hung kernel
 ///                           would, until "hang:off" or a vanish,
 ///   "hang:allocate"         every allocation blocks (a stage placed on
@@ -155,6 +161,9 @@ private:
   double temp_c_;           // current temperature
   double last_power_w_;
   double busy_since_read_ = 0; // simulated busy seconds since last reading
+  double energy_since_read_ = 0; // joules since the last reading
+  double cooling_ = 1; // the cooler's thermal resistance, times the profile's
+  std::chrono::steady_clock::time_point op_began_; // the operation's admit
   double time_at_read_ = 0;
   std::chrono::steady_clock::time_point wall_start_;
 };

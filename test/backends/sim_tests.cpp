@@ -102,6 +102,73 @@ TEST_CASE("the temperature follows the RC model of the power drawn") {
   CHECK(f.dev->temperature() == Approx(idle_steady).epsilon(1e-6));
 }
 
+TEST_CASE("a cooler that works worse heats the device toward a higher "
+          "steady state, with a longer time constant") {
+  sim_fixture f{"rtx-4090"};
+  auto& p = f.dev->profile();
+  auto said = f.dev->inject_fault("cooling:3");
+  REQUIRE(said.ok());
+  // 28 + 450 * 0.3 busy, 28 + 25 * 0.3 idle.
+  CHECK(*said == "sim:rtx-4090:0's cooler works at 1/3.0: it heads for "
+                 "163.0 C busy, 35.5 C idle");
+  double r = 3 * p.thermal_resistance;
+  double tau = r * p.thermal_capacitance;
+  double start = f.dev->temperature();
+  f.dev->run_load(p.peak_power_w, tau);
+  double hot = p.ambient_c + p.peak_power_w * r;
+  CHECK(f.dev->temperature()
+        == Approx(hot + (start - hot) * std::exp(-1.0)).epsilon(1e-9));
+  // Repaired: back toward the profile's idle steady state.
+  REQUIRE(f.dev->inject_fault("cooling:1").ok());
+  f.dev->advance(50 * p.thermal_resistance * p.thermal_capacitance);
+  CHECK(f.dev->temperature()
+        == Approx(p.ambient_c + p.idle_power_w * p.thermal_resistance)
+             .epsilon(1e-6));
+  for (auto bad : {"cooling:0", "cooling:21", "cooling:", "cooling:2x",
+                   "cooling:nan"})
+    CHECK_FALSE(f.dev->inject_fault(bad).ok());
+  CHECK(sim_fault_error("cooling:2").empty()); // also from the start
+}
+
+TEST_CASE("on a clock that follows the wall, the host's time computing for "
+          "the device counts as busy, and the power read is the mean since "
+          "the last reading") {
+  sim_options opts;
+  opts.devices = {{"rtx-4090", ""}};
+  opts.time_scale = 1;
+  auto be = make_sim_backend(opts);
+  REQUIRE(be->initialize().ok());
+  auto* dev = dynamic_cast<sim_device*>(be->device_at(0));
+  REQUIRE(dev != nullptr);
+  auto& p = dev->profile();
+  (void) dev->read_telemetry();
+  // Matrix products whose profile time is nothing (82.6 TFLOP/s) but
+  // whose host time is not: back to back, the device is busy nearly all
+  // the time.
+  const std::size_t n = 192;
+  auto a = dev->allocate(n * n * 4);
+  auto c = dev->allocate(n * n * 4);
+  REQUIRE(a.ok());
+  REQUIRE(c.ok());
+  auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(300))
+    REQUIRE(dev->matmul({a->get(), 0}, {a->get(), 0}, {c->get(), 0},
+                        {n, n, n, false})
+              .ok());
+  auto busy = dev->read_telemetry();
+  REQUIRE(busy.utilization);
+  REQUIRE(busy.power_w);
+  CHECK(*busy.utilization > 0.5);
+  CHECK(*busy.power_w > p.idle_power_w + 0.5 * (p.peak_power_w - p.idle_power_w));
+  CHECK(*busy.power_w <= p.peak_power_w + 1e-9);
+  // Idle for a while: the mean falls to the idle power.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto idle = dev->read_telemetry();
+  REQUIRE(idle.power_w);
+  CHECK(*idle.power_w == Approx(p.idle_power_w).epsilon(0.05));
+  CHECK(*idle.utilization < 0.05);
+}
+
 TEST_CASE("an injected allocation failure hits exactly the next allocation") {
   sim_fixture f;
   f.dev->fail_next_allocation("test fault");
@@ -165,8 +232,8 @@ TEST_CASE("vanish_after:N works for N - 1 operations, then the device is "
                    "vanish_after:3x", "explode"})
     CHECK_THAT(sim_fault_error(bad),
                Catch::Matchers::Contains("expected fail_allocations, "
-                                         "vanished, vanish_after:N or "
-                                         "heat_after:N:C"));
+                                         "vanished, vanish_after:N, "
+                                         "heat_after:N:C or cooling:F"));
 }
 
 TEST_CASE("heat_after:N:C heats the device by C degrees at its N-th "
