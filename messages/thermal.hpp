@@ -49,6 +49,9 @@ struct thermal_status {
   std::uint64_t transitions = 0;
   double utilization = -1;     ///< busy fraction 0..1; -1: not reported
   std::uint32_t clock_mhz = 0; ///< 0: not reported
+  /// The highest temperature read since the monitor started (0: none yet):
+  /// whether the device ever crossed its limit.
+  double peak_c = 0;
 };
 
 template<class Inspector>
@@ -56,7 +59,7 @@ typename Inspector::result_type inspect(Inspector& f, thermal_status& x) {
   return wire(f, caf::meta::type_name("exo.thermal_status"), x.node, x.device,
               x.has_temperature, x.temp_c, x.power_w, x.predicted_c, x.limit_c,
               x.time_to_limit_s, x.state, x.fitted, x.reason, x.transitions,
-              x.utilization, x.clock_mhz);
+              x.utilization, x.clock_mhz, x.peak_c);
 }
 
 } // namespace exo

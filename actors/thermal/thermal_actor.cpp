@@ -32,6 +32,7 @@ struct monitor_state {
   thermal_status status;
   std::vector<caf::actor> subscribers;
   bool sampling = false;
+  bool seen_temperature = false; ///< status.peak_c holds a reading
 };
 
 using monitor_ptr = caf::stateful_actor<monitor_state>*;
@@ -106,6 +107,13 @@ void sample(monitor_ptr self, done_fn done) {
             }
             st.status.has_temperature = true;
             st.status.temp_c = *s.temperature_c;
+            if (std::isfinite(st.status.temp_c)) {
+              st.status.peak_c = st.seen_temperature
+                                   ? std::max(st.status.peak_c,
+                                              st.status.temp_c)
+                                   : st.status.temp_c;
+              st.seen_temperature = true;
+            }
             st.status.power_w = s.power_w ? *s.power_w : 0.0;
             thermal_sample ts{st.cfg.clock(), st.status.temp_c,
                               st.status.power_w};
@@ -228,6 +236,7 @@ std::string status_json(const std::vector<thermal_status>& xs) {
                        {"clock_mhz", s.clock_mhz},
                        {"predicted_c", text::number(s.predicted_c, 6)},
                        {"limit_c", text::number(s.limit_c, 6)},
+                       {"peak_c", text::number(s.peak_c, 6)},
                        {"time_to_limit_s", text::number(s.time_to_limit_s, 6)},
                        {"state", s.state}});
   return text::compact({{"devices", devices}});
@@ -372,7 +381,7 @@ std::optional<std::string> check_report(const std::vector<thermal_status>& xs) {
       return "a status with a name or state of bad length";
     for (double v :
          {s.temp_c, s.power_w, s.predicted_c, s.limit_c, s.time_to_limit_s,
-          s.utilization})
+          s.utilization, s.peak_c})
       if (!std::isfinite(v))
         return "status of " + s.device.substr(0, 128) +
                " holds a number that is not finite";
@@ -409,15 +418,15 @@ std::string render_overview(const std::vector<thermal_status>& xs) {
   for (std::size_t i = 0; i < paused.size(); ++i)
     o << (i ? ", " : "") << paused[i]->node << "/" << paused[i]->device;
   o << "\n";
-  o << "NODE/DEVICE  TEMP  PREDICTED  LIMIT  TIME-TO-LIMIT  STATE\n";
+  o << "NODE/DEVICE  TEMP  PEAK  PREDICTED  LIMIT  TIME-TO-LIMIT  STATE\n";
   for (auto& s : xs) {
     o << s.node << "/" << s.device << "  ";
     if (!s.has_temperature) {
-      o << "-  -  -  -  no temperature reading\n";
+      o << "-  -  -  -  -  no temperature reading\n";
       continue;
     }
-    o << fmt(s.temp_c) << "  " << fmt(s.predicted_c) << "  " << fmt(s.limit_c)
-      << "  "
+    o << fmt(s.temp_c) << "  " << fmt(s.peak_c) << "  " << fmt(s.predicted_c)
+      << "  " << fmt(s.limit_c) << "  "
       << (s.time_to_limit_s < 0 ? std::string{"never"}
                                 : fmt(s.time_to_limit_s) + " s")
       << "  " << s.state << "\n";

@@ -42,6 +42,11 @@ void thermal_config::validate() const {
   require(std::isfinite(min_dwell_s) && min_dwell_s >= 0,
           "min_dwell_s must be >= 0");
   require(fit_window >= 3, "fit_window must be >= 3");
+  require(std::isfinite(trend_window_s) && trend_window_s >= 0,
+          "trend_window_s must be >= 0");
+  require(std::isfinite(trend_tolerance_c_per_s)
+            && trend_tolerance_c_per_s >= 0,
+          "trend_tolerance_c_per_s must be >= 0");
   require(prior.valid(), "prior model needs R > 0, tau > 0, finite ambient");
 }
 
@@ -87,6 +92,49 @@ thermal_policy::observe(const thermal_sample& s, double planned_power_w) {
   temp_ = s.temp_c;
   planned_ = planned_power_w;
   predicted_ = predict_max(model_, s.temp_c, planned_power_w, cfg_.horizon_s);
+  // The trend: the slope of the last trend_window_s (least squares). When
+  // the device heats faster than the model says it should at this power
+  // (a cooler that failed: the fit still has the old one), the measured
+  // slope predicts, on the model's time constant.
+  slope_ = 0;
+  by_trend_ = false;
+  if (cfg_.trend_window_s > 0) {
+    while (!recent_.empty() && recent_.back().first >= s.time_s)
+      recent_.pop_back(); // a clock that went back: start again from here
+    recent_.emplace_back(s.time_s, s.temp_c);
+    while (recent_.front().first < s.time_s - cfg_.trend_window_s)
+      recent_.pop_front();
+    if (recent_.size() >= 3) {
+      double n = static_cast<double>(recent_.size());
+      double mt = 0, mx = 0;
+      for (auto& [t, x] : recent_) {
+        mt += t;
+        mx += x;
+      }
+      mt /= n;
+      mx /= n;
+      double num = 0, den = 0;
+      for (auto& [t, x] : recent_) {
+        num += (t - mt) * (x - mx);
+        den += (t - mt) * (t - mt);
+      }
+      double measured = den > 0 ? num / den : 0;
+      double tau = model_.tau_s;
+      double expected = (steady_state(model_, planned_power_w) - s.temp_c) / tau;
+      if (measured > std::max(expected, 0.0) + cfg_.trend_tolerance_c_per_s) {
+        slope_ = measured;
+        // A first-order rise that starts at this slope: never more than
+        // the straight line.
+        double by_slope = s.temp_c
+                          + measured * tau
+                              * (1 - std::exp(-cfg_.horizon_s / tau));
+        if (by_slope > predicted_) {
+          predicted_ = by_slope;
+          by_trend_ = true;
+        }
+      }
+    }
+  }
   auto next = target(s.temp_c, predicted_);
   if (next == state_) {
     calm_since_.reset();
@@ -114,11 +162,22 @@ thermal_policy::observe(const thermal_sample& s, double planned_power_w) {
                           "(limit %.1f C - margin %.1f C)",
                           s.temp_c, cfg_.pause_at(), cfg_.limit_c,
                           cfg_.margin_c)
-                    : fmt("predicted %.1f C within %.0f s at %.0f W reaches "
-                          "the pause point %.1f C",
-                          predicted_, cfg_.horizon_s, planned_power_w,
-                          cfg_.pause_at());
-      tr.reason += std::string{" ("} + source + " model)";
+                    : by_trend_
+                      ? fmt("rising %.2f C/s: predicted %.1f C within %.0f s "
+                            "reaches the pause point %.1f C",
+                            slope_, predicted_, cfg_.horizon_s,
+                            cfg_.pause_at())
+                      : fmt("predicted %.1f C within %.0f s at %.0f W reaches "
+                            "the pause point %.1f C",
+                            predicted_, cfg_.horizon_s, planned_power_w,
+                            cfg_.pause_at());
+      tr.reason += by_trend_ && s.temp_c < cfg_.pause_at()
+                     ? std::string{" (trend; the "} + source
+                         + " model said "
+                         + fmt("%.1f C)", predict_max(model_, s.temp_c,
+                                                      planned_power_w,
+                                                      cfg_.horizon_s))
+                     : std::string{" ("} + source + " model)";
       break;
     case thermal_state::warm:
       tr.reason = state_ == thermal_state::paused
@@ -147,7 +206,16 @@ thermal_policy::observe(const thermal_sample& s, double planned_power_w) {
 }
 
 std::optional<double> thermal_policy::time_to_limit() const noexcept {
-  return time_to_reach(model_, temp_, planned_, cfg_.limit_c);
+  auto by_model = time_to_reach(model_, temp_, planned_, cfg_.limit_c);
+  if (!by_trend_ || slope_ <= 0 || temp_ >= cfg_.limit_c)
+    return by_model;
+  // The measured slope on the model's time constant (as predicted).
+  rc_params p = model_;
+  p.ambient_c = temp_ + slope_ * p.tau_s - planned_ * p.resistance_c_per_w;
+  auto by_trend = time_to_reach(p, temp_, planned_, cfg_.limit_c);
+  if (!by_model || !by_trend)
+    return by_model ? by_model : by_trend;
+  return std::min(*by_model, *by_trend);
 }
 
 } // namespace exo::thermal

@@ -4,6 +4,7 @@
 #include "core/thermal/rc_model.hpp"
 
 #include <cstddef>
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +33,17 @@ struct thermal_config {
   double min_dwell_s = 5;
   /// Samples in the fitter's sliding window.
   std::size_t fit_window = 600;
+  /// The trend: the slope of the temperatures read over the last this
+  /// many seconds (least squares, at least three readings). When it is
+  /// steeper than the model's slope at the planned power by more than
+  /// trend_tolerance_c_per_s, the device heats faster than the model
+  /// knows (a fan that fails: the fit needs minutes of the new data to
+  /// follow), and the prediction is the rise that starts at the measured
+  /// slope, on the model's time constant. 0: off.
+  double trend_window_s = 5;
+  /// How much steeper than the model's the measured slope must be (noise,
+  /// a sensor's whole degrees, stay below it), C/s.
+  double trend_tolerance_c_per_s = 0.2;
   /// Model used until the fitter has enough data (e.g. the device profile).
   rc_params prior;
 
@@ -98,6 +110,9 @@ public:
   /// The prediction of the latest sample.
   double predicted_c() const noexcept { return predicted_; }
 
+  /// The trend's slope in C/s (0 when unknown or falling).
+  double trend_c_per_s() const noexcept { return slope_; }
+
   /// Seconds until the limit at the planned power, from the latest sample;
   /// nothing when it is never reached.
   std::optional<double> time_to_limit() const noexcept;
@@ -117,6 +132,9 @@ private:
   double temp_ = 0;
   double planned_ = 0;
   double predicted_ = 0;
+  double slope_ = 0;          ///< the trend, C/s (>= 0)
+  bool by_trend_ = false;     ///< the trend, not the model, predicted
+  std::deque<std::pair<double, double>> recent_; ///< (time, temperature)
 };
 
 } // namespace exo::thermal

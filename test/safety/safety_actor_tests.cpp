@@ -285,13 +285,15 @@ TEST_CASE_METHOD(fixture, "devices without temperature are listed as such",
   xs[0].temp_c = 71;
   xs[0].limit_c = 90;
   xs[0].state = "paused";
+  xs[0].peak_c = 86.5;
   xs[1].node = "n2";
   xs[1].device = "cpu0";
   xs[1].state = "no temperature";
   auto text = thermal::render_overview(xs);
   CHECK(text.find("hottest: n1/gpu0 71.0 C") != std::string::npos);
   CHECK(text.find("paused: n1/gpu0") != std::string::npos);
-  CHECK(text.find("n2/cpu0  -  -  -  -  no temperature reading")
+  CHECK(text.find("n1/gpu0  71.0  86.5  ") != std::string::npos); // peak
+  CHECK(text.find("n2/cpu0  -  -  -  -  -  no temperature reading")
         != std::string::npos);
   // A peer's report is typed but untrusted: one node, bounded, finite.
   CHECK(thermal::check_report(xs) == std::optional<std::string>{

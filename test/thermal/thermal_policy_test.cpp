@@ -223,3 +223,102 @@ TEST_CASE("thermal transitions map to pause, resume and warn audit events") {
   CHECK(make_audit_event(tr, "gpu3").type
         == exo::audit::event_type::thermal_warn);
 }
+
+namespace {
+
+/// A device under a steady 300 W whose cooler fails at 240 s (its thermal
+/// resistance and time constant 2.5 times what they were: the steady state
+/// moves from 79 C to 175 C, a rise of about 0.9 C/s at first), watched by
+/// `policy` from 25 C. Returns the highest temperature and the
+/// transitions.
+sim_result failing_cooler(thermal_policy& policy) {
+  sim_result out;
+  rc_params good{0.18, 40, 25};
+  rc_params bad{0.5, 100, 25};
+  double dt = policy.config().interval_s;
+  double temp = 25;
+  double drawn = 0;
+  for (double t = 0; t < 600; t += dt) {
+    auto& truth = t < 240 ? good : bad;
+    auto tr = policy.observe({t, temp, drawn}, 300);
+    if (tr)
+      out.transitions.push_back(*tr);
+    bool paused = policy.state() == thermal_state::paused;
+    bool just_paused = tr && tr->to == thermal_state::paused;
+    double power = paused && !just_paused ? 0 : 300;
+    for (int i = 0; i < 10; ++i) {
+      temp = step(truth, temp, power, dt / 10);
+      out.max_temp = std::max(out.max_temp, temp);
+    }
+    drawn = power;
+  }
+  return out;
+}
+
+/// The first transition to paused (REQUIREd).
+thermal_transition first_pause(const sim_result& r) {
+  for (auto& tr : r.transitions)
+    if (tr.to == thermal_state::paused)
+      return tr;
+  FAIL("never paused");
+  return {};
+}
+
+std::string log_of(const sim_result& r) {
+  std::string log;
+  for (auto& tr : r.transitions)
+    log += std::to_string(tr.time_s) + " " + std::string{to_string(tr.to)}
+           + ": " + tr.reason + "\n";
+  return log;
+}
+
+} // namespace
+
+TEST_CASE("a cooler that fails under load: the trend pauses the device "
+          "well before the pause point, where the model fitted before the "
+          "failure sees nothing coming") {
+  auto cfg = default_config();
+  thermal_policy policy{cfg};
+  auto res = failing_cooler(policy);
+  INFO(log_of(res));
+  CHECK(res.max_temp < cfg.limit_c);
+  auto tr = first_pause(res);
+  CHECK(tr.time_s > 240); // the good cooler held it warm, never paused
+  CHECK(tr.temp_c < cfg.pause_at() - 3);
+  CHECK_THAT(tr.reason, Catch::Contains("rising"));
+  CHECK_THAT(tr.reason, Catch::Contains("(trend; the "));
+  CHECK_THAT(tr.reason, Catch::Contains(" model said "));
+  // Without the trend it pauses only when the temperature itself reaches
+  // the pause point (the fit follows the new cooler too late).
+  auto off = cfg;
+  off.trend_window_s = 0;
+  thermal_policy blind{off};
+  auto late = failing_cooler(blind);
+  INFO(log_of(late));
+  auto at = first_pause(late);
+  CHECK(at.temp_c >= cfg.pause_at());
+  CHECK_THAT(at.reason, Catch::Contains("reached the pause point"));
+  CHECK(at.time_s > tr.time_s + 4);
+  CHECK(late.max_temp > res.max_temp + 3);
+}
+
+TEST_CASE("a device at its steady state, or warming up as its model says, "
+          "has no trend and no time to its limit") {
+  auto cfg = default_config();
+  thermal_policy policy{cfg};
+  rc_params truth{0.25, 40, 25};
+  auto res = simulate(policy, truth, [](double) { return 200.0; }, 900, 75,
+                      0.3);
+  CHECK(policy.trend_c_per_s() == 0);
+  CHECK(policy.time_to_limit() == std::nullopt);
+  CHECK(res.max_temp < 76);
+  // A warm-up the model knows: 25 C toward 82.5 C (the warm band), the
+  // model right from the start.
+  auto known = cfg;
+  known.prior = truth;
+  thermal_policy warmup{known};
+  auto w = simulate(warmup, truth, [](double) { return 230.0; }, 300, 25);
+  INFO(log_of(w));
+  for (auto& tr : w.transitions)
+    CHECK(tr.to != thermal_state::paused);
+}
