@@ -59,6 +59,13 @@ std::string secs(double s) {
   return os.str();
 }
 
+/// "86.2 C".
+std::string celsius(double c) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(1) << c << " C";
+  return os.str();
+}
+
 milliseconds ms(double seconds) {
   return milliseconds{static_cast<long long>(seconds * 1000)};
 }
@@ -287,6 +294,7 @@ private:
   std::string do_await(const step& s);
   std::string do_fault(const step& s);
   std::string do_audit(const step& s);
+  std::string do_thermal(const step& s);
   std::string do_freeze(const step& s);
   std::string do_thaw(const step& s);
   std::string do_network(const step& s);
@@ -532,6 +540,7 @@ void runner::start_node(live_node& n, bool quiet_start) {
       // Its nodes share this machine's cores: none pins its threads.
       {"cpu_bind_threads", false},
       {"cpu_measure_rates", spec.measure_rates},
+      {"sim_time_scale", spec.sim_time_scale},
       {"rescan_interval_s", 0}}},
     {"safety", {{"access_key_file", dir_ + "/pki/access.key"}}},
     // The scenario's model is the one file its clients name.
@@ -1437,6 +1446,64 @@ std::string runner::do_audit(const step& s) {
   return "audit chains verify: " + summary;
 }
 
+std::string runner::do_thermal(const step& s) {
+  auto on = nodes_on(s);
+  if (on.empty())
+    throw step_failed("no running node to ask");
+  std::string summary;
+  for (auto* n : on) {
+    auto name = n->spec->name;
+    auto r = console(*n, "thermal", true,
+                     std::max(milliseconds{sc_.timing.console_timeout_ms},
+                              ms(bound(s))));
+    if (r.code != 0)
+      throw step_failed("thermal on " + name + ": exo-console status "
+                        + std::to_string(r.code) + ": "
+                        + last_output(r.out + r.err, 5));
+    text::json doc;
+    try {
+      doc = text::json::parse(r.out);
+    } catch (const std::exception&) {
+      throw step_failed("thermal on " + name + ": not JSON: "
+                        + last_output(r.out, 5));
+    }
+    auto devices = doc.is_object() ? doc.find("devices") : doc.end();
+    if (devices == doc.end() || !devices->is_array())
+      throw step_failed("thermal on " + name + ": no \"devices\" in "
+                        + last_output(r.out, 5));
+    int seen = 0;
+    for (auto& d : *devices) {
+      // The node's own monitors (the view holds its peers' reports too).
+      if (!d.is_object() || d.value("node", "") != name
+          || !d.value("has_temperature", false))
+        continue;
+      auto num = [&](const char* key) {
+        auto it = d.find(key);
+        return it != d.end() && it->is_number() ? it->get<double>() : -1e9;
+      };
+      auto peak = num("peak_c");
+      auto limit = num("limit_c");
+      auto id = name + "/" + d.value("device", std::string{"?"});
+      if (peak < -1e8 || limit < -1e8)
+        throw step_failed("thermal on " + name + ": " + id
+                          + " reports no peak_c or limit_c");
+      if (peak >= limit)
+        throw step_failed(id + " crossed its thermal limit: peak "
+                          + celsius(peak) + ", limit " + celsius(limit)
+                          + " (now " + celsius(num("temp_c")) + ", "
+                          + d.value("state", std::string{"?"}) + ")");
+      summary += (summary.empty() ? "" : "; ") + id + " peak "
+                 + celsius(peak) + " < limit " + celsius(limit) + " ("
+                 + d.value("state", std::string{"?"}) + ")";
+      ++seen;
+    }
+    if (seen == 0)
+      summary += (summary.empty() ? "" : "; ") + name
+                 + ": no device reports a temperature";
+  }
+  return "no thermal limit crossed: " + summary;
+}
+
 std::string runner::run_step(const step& s) {
   switch (s.kind) {
     case step_kind::converge: return do_converge(s);
@@ -1455,6 +1522,7 @@ std::string runner::run_step(const step& s) {
     case step_kind::measure: return do_measure(s);
     case step_kind::fault: return do_fault(s);
     case step_kind::audit: return do_audit(s);
+    case step_kind::thermal: return do_thermal(s);
     case step_kind::sleep: {
       auto until = clock_type::now() + ms(s.seconds);
       while (clock_type::now() < until) {
@@ -1502,6 +1570,7 @@ std::string describe(const step& s) {
     case step_kind::sleep: d += " " + secs(s.seconds); break;
     case step_kind::fault: d += " " + s.node + "/" + s.device + ": " + s.fault; break;
     case step_kind::audit:
+    case step_kind::thermal:
       d += s.on.empty() ? " (every running node)" : " on " + [&] {
         std::string x;
         for (auto& o : s.on)

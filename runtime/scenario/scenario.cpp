@@ -126,6 +126,9 @@ node_spec parse_node(element e, const std::string& path) {
                   }},
                  {"measure_rates", [&](element x, const std::string& q) {
                     n.measure_rates = as_bool(x, q);
+                  }},
+                 {"sim_time_scale", [&](element x, const std::string& q) {
+                    n.sim_time_scale = as_number(x, q, 0, 1000);
                   }}});
          }},
         {"cpus",
@@ -245,6 +248,7 @@ const std::map<step_kind, step_fields>& step_table() {
      {{"node", "device", "fault", "expect", "within_s"},
       {"node", "device", "fault"}}},
     {step_kind::audit, {{"on", "within_s"}, {}}},
+    {step_kind::thermal, {{"on", "within_s"}, {}}},
   };
   return t;
 }
@@ -260,7 +264,7 @@ std::string a_step(const std::string& verb) {
 std::string kind_names() {
   return "converge, console, kill, stop, start, restart, plan, run, await, "
          "freeze, thaw, sleep, partition, heal, shape, measure, fault, "
-         "audit";
+         "audit, thermal";
 }
 
 std::optional<step_kind> parse_kind(const std::string& s) {
@@ -273,7 +277,8 @@ std::optional<step_kind> parse_kind(const std::string& s) {
     {"thaw", step_kind::thaw},         {"sleep", step_kind::sleep},
     {"partition", step_kind::partition}, {"heal", step_kind::heal},
     {"shape", step_kind::shape},         {"measure", step_kind::measure},
-    {"fault", step_kind::fault},         {"audit", step_kind::audit}};
+    {"fault", step_kind::fault},         {"audit", step_kind::audit},
+    {"thermal", step_kind::thermal}};
   auto it = names.find(s);
   if (it == names.end())
     return std::nullopt;
@@ -603,6 +608,7 @@ const char* to_string(step_kind k) noexcept {
     case step_kind::measure: return "measure";
     case step_kind::fault: return "fault";
     case step_kind::audit: return "audit";
+    case step_kind::thermal: return "thermal";
   }
   return "?";
 }

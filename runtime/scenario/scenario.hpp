@@ -46,6 +46,10 @@ struct node_spec {
   /// at start (placement works from them); off by default, the nodes
   /// sharing this machine's cores would each measure a different share.
   bool measure_rates = false;
+  /// devices.sim_time_scale: wall seconds per simulated second of the
+  /// node's simulated devices; 0 (the default): a simulated clock only
+  /// (they neither heat nor cool with time, only with their own work).
+  double sim_time_scale = 0;
   /// cpus: the CPUs the node runs on (its kernels' threads follow: one
   /// each); empty: every CPU the runner may use. Nodes sharing a machine
   /// on CPUs of their own run as machines of their own would.
@@ -120,7 +124,8 @@ enum class step_kind {
   shape,
   measure,
   fault,
-  audit
+  audit,
+  thermal
 };
 
 const char* to_string(step_kind k) noexcept;

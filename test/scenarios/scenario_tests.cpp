@@ -364,10 +364,18 @@ TEST_CASE("requests in flight, fault and audit steps are read") {
       {"do": "await", "run": "load", "expect_recoveries": 1},
       {"do": "run", "node": "a", "prompt": "y", "requests": 3},
       {"do": "audit"},
-      {"do": "audit", "on": ["b"], "within_s": 5}
+      {"do": "audit", "on": ["b"], "within_s": 5},
+      {"do": "fault", "node": "b", "device": "sim:m2-max:0",
+       "fault": "cooling:2.5"},
+      {"do": "thermal"},
+      {"do": "thermal", "on": ["a", "b"]}
     ]})",
                   "t");
-  REQUIRE(sc.steps.size() == 7);
+  REQUIRE(sc.steps.size() == 10);
+  CHECK(sc.steps[7].fault == "cooling:2.5");
+  CHECK(sc.steps[8].kind == step_kind::thermal);
+  CHECK(sc.steps[8].on.empty());
+  CHECK(sc.steps[9].on == std::vector<std::string>{"a", "b"});
   CHECK(sc.steps[0].requests == 4);
   CHECK(sc.steps[1].kind == step_kind::fault);
   CHECK(sc.steps[1].device == "sim:a100-40g:1");
@@ -410,6 +418,14 @@ TEST_CASE("requests in flight, fault and audit steps are read") {
                                "[1, 32]"));
   CHECK_THAT(refused(R"({"do": "audit", "on": ["q"]})"),
              Catch::StartsWith("steps[0].on[0]: no node named \"q\""));
+  CHECK_THAT(refused(R"({"do": "thermal", "on": ["q"]})"),
+             Catch::StartsWith("steps[0].on[0]: no node named \"q\""));
+  CHECK_THAT(refused(R"({"do": "thermal", "node": "a"})"),
+             Catch::StartsWith("steps[0].node: unknown key for a "
+                               "\"thermal\" step (expected one of: do, name, "
+                               "on, within_s)"));
+  CHECK_THAT(refused(R"({"do": "fault", "node": "b", "device": "sim:a100-40g:0", "fault": "cooling:30"})"),
+             Catch::StartsWith("steps[0].fault: unknown fault \"cooling:30\""));
   CHECK_THAT(refused(R"({"do": "audit", "node": "a"})"),
              Catch::StartsWith("steps[0].node: unknown key for an \"audit\" "
                                "step"));
@@ -419,7 +435,7 @@ TEST_CASE("measured rates, pinned cpus and a step time check are read") {
   auto sc = parse(R"({"name": "rates",
     "nodes": [{"name": "a", "cpus": [0],
                "devices": {"measure_rates": true}},
-              {"name": "b"}],
+              {"name": "b", "devices": {"sim_time_scale": 0.5}}],
     "steps": [
       {"do": "run", "node": "a", "prompt": "x", "tokens": 64,
        "expect_step_within_pct": 25},
@@ -431,6 +447,8 @@ TEST_CASE("measured rates, pinned cpus and a step time check are read") {
   CHECK(sc.nodes[0].cpus == std::vector<int>{0});
   CHECK_FALSE(sc.nodes[1].measure_rates); // nodes share the machine's cores
   CHECK(sc.nodes[1].cpus.empty());
+  CHECK(sc.nodes[0].sim_time_scale == 0); // a simulated clock only
+  CHECK(sc.nodes[1].sim_time_scale == 0.5);
   CHECK(sc.steps[0].step_within_pct == 25);
   CHECK_FALSE(sc.steps[0].json); // the reply's text carries both figures
   CHECK(sc.steps[1].step_within_pct < 0);
@@ -456,6 +474,10 @@ TEST_CASE("measured rates, pinned cpus and a step time check are read") {
                                "runner may use"));
   CHECK_THAT(refused(R"({"name": "a", "cpus": []})", sleep),
              Catch::StartsWith("nodes[0].cpus: must list at least one cpu"));
+  CHECK_THAT(refused(R"({"name": "a", "devices": {"sim_time_scale": -1}})",
+                     sleep),
+             Catch::StartsWith("nodes[0].devices.sim_time_scale: must be a "
+                               "number in [0, 1000]"));
   CHECK_THAT(refused(R"({"name": "a", "devices": {"measure_rates": 1}})",
                      sleep),
              Catch::StartsWith("nodes[0].devices.measure_rates: must be"));
