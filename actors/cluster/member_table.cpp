@@ -21,7 +21,7 @@ int severity(member_status s) {
 
 member_table::member_table(member_info self) : self_(self.name) {
   self.status = member_status::alive;
-  members_[self_] = entry{std::move(self), time_point{}};
+  members_[self_] = entry{std::move(self), time_point{}, std::nullopt};
 }
 
 void member_table::update_self(std::vector<device_info> devices,
@@ -40,7 +40,7 @@ bool member_table::merge(const member_info& m, time_point now) {
         f != forgotten_.end() && m.incarnation <= f->second.incarnation)
       return false; // stale gossip about a member forgotten here
     forgotten_.erase(m.name);
-    members_[m.name] = entry{m, now};
+    members_[m.name] = entry{m, now, std::nullopt};
     return true;
   }
   auto& cur = it->second.info;
