@@ -228,6 +228,10 @@ device::adopt_host(const void*, std::size_t, std::shared_ptr<const void>) {
                                    + " cannot read host memory in place");
 }
 
+bool device::measure_rates_again() {
+  return false;
+}
+
 result<std::string> device::inject_fault(const std::string& spec) {
   return fail(errc::unsupported,
               "fault \"" + spec + "\": " + properties().id

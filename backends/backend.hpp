@@ -486,6 +486,14 @@ public:
   /// default refuses with errc::unsupported: a real device takes no faults.
   virtual result<std::string> inject_fault(const std::string& spec);
 
+  /// Measures again the rates the device measured itself (peak_flops,
+  /// memory_bandwidth, launch_seconds: the cpu device with
+  /// cpu_options::measure_rates): properties() takes the new figures.
+  /// Call it only while no work runs on the device, from the thread that
+  /// runs its operations (its device actor), which alone reads the rates.
+  /// False (the default): the device measures nothing of its own.
+  virtual bool measure_rates_again();
+
 protected:
   // compute, called by the public methods above with checked operands
   // (every view of this device, inside its buffer and limit, aligned, not

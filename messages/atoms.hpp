@@ -30,6 +30,8 @@ using inspect_atom = caf::atom_constant<caf::atom("inspect")>;
 using actors_atom = caf::atom_constant<caf::atom("actors")>;
 using register_atom = caf::atom_constant<caf::atom("register")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+/// A link's figures (topology); a device's own rates, measured again.
+using measure_atom = caf::atom_constant<caf::atom("measure")>;
 using task_atom = caf::atom_constant<caf::atom("task")>;
 /// (subscribe_atom, ...): thermal statuses (messages/thermal.hpp), member
 /// events (messages/cluster.hpp).

@@ -41,7 +41,6 @@ using bulk_atom = caf::atom_constant<caf::atom("bulk")>;
 using console_atom = caf::atom_constant<caf::atom("console")>;
 using links_atom = caf::atom_constant<caf::atom("links")>;
 using members_atom = caf::atom_constant<caf::atom("members")>;
-using measure_atom = caf::atom_constant<caf::atom("measure")>;
 using broadcast_atom = caf::atom_constant<caf::atom("broadcast")>;
 using service_atom = caf::atom_constant<caf::atom("service")>;
 

@@ -257,6 +257,7 @@ using device_actor = caf::typed_actor<
                     std::vector<kernel_call>>::with<caf::atom_value>,
     caf::replies_to<sync_atom>::with<caf::atom_value>,
     caf::reacts_to<tick_atom>,              // sends held-back audit events
+    caf::reacts_to<tick_atom, measure_atom>, // measures its rates if idle
     caf::reacts_to<task_atom, device_task>, // answered by the task itself
     caf::replies_to<telemetry_atom>::with<telemetry_sample>,
     caf::replies_to<pause_atom, std::string>::with<caf::atom_value>,

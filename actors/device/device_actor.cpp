@@ -8,9 +8,14 @@
 #include "messages/audit.hpp"
 #include "messages/errors.hpp"
 
+#include "core/text/line.hpp"
+
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
 #include <deque>
 #include <random>
 
@@ -77,6 +82,11 @@ struct device_actor_state {
   /// Compute events not yet sent to the audit sink (cfg.audit_batch_interval).
   std::vector<audit_entry> audit_batch;
   bool audit_tick_armed = false; ///< a tick_atom will send audit_batch
+  /// cfg.measure_again: the work counted at the last look, and the looks
+  /// since the rates were last measured (0 after work).
+  std::uint64_t work_seen = 0;
+  std::uint64_t idle_looks = 0;
+  bool measured_since_work = false;
 
   ~device_actor_state() {
     if (ops) // before the pool goes: a stage elsewhere may still hold it
@@ -539,6 +549,46 @@ void run_held(self_ptr self) {
   }
 }
 
+/// cfg.measure_again's look: measures the device's rates again when it ran
+/// nothing since the last look and has not been measured since its last
+/// work (or ten looks ago). False: the device measures nothing itself.
+bool measure_if_idle(self_ptr self) {
+  auto& st = self->state;
+  auto work = st.operations + st.tasks + st.kernel_calls;
+  bool idle = work == st.work_seen && st.held.empty()
+              && st.state == device_state::ready;
+  if (work != st.work_seen) {
+    st.work_seen = work;
+    st.measured_since_work = false;
+    st.idle_looks = 0;
+  }
+  if (!idle)
+    return st.state != device_state::gone;
+  if (st.measured_since_work && ++st.idle_looks < 10)
+    return true;
+  auto before = describe(*st.dev, st.cfg.node);
+  if (!st.dev->measure_rates_again())
+    return false;
+  st.measured_since_work = true;
+  st.idle_looks = 0;
+  auto after = describe(*st.dev, st.cfg.node);
+  auto moved = [](double a, double b) {
+    return a > 0 ? std::abs(b - a) / a > 0.1 : b > 0;
+  };
+  if (moved(before.peak_flops, after.peak_flops)
+      || moved(before.memory_bandwidth, after.memory_bandwidth)) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  ": %s measured its rates again while idle: %.0f GFLOP/s, "
+                  "%.1f GB/s of weights (were %.0f, %.1f)",
+                  after.id.c_str(), after.peak_flops / 1e9,
+                  after.memory_bandwidth / 1e9, before.peak_flops / 1e9,
+                  before.memory_bandwidth / 1e9);
+    text::line(std::cout) << "exo-node " << st.cfg.node << line << std::endl;
+  }
+  return true;
+}
+
 exo::device_actor::behavior_type device_impl(self_ptr self,
                                              backend::device* dev,
                                              device_actor_config cfg) {
@@ -571,6 +621,9 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
     st.state = device_state::failed;
     st.state_reason = st.cfg.failed_reason;
   }
+  if (st.cfg.measure_again.count() > 0 && st.state == device_state::ready)
+    self->delayed_send(self, st.cfg.measure_again, tick_atom::value,
+                       measure_atom::value);
   return {
     [self](info_atom) -> caf::result<device_info> {
       if (auto err = foreign(self, access::permission::device_info))
@@ -743,6 +796,13 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
     [self](tick_atom) { // audit_batch_interval after a held-back event
       self->state.audit_tick_armed = false;
       send_audit_batch(self);
+    },
+    [self](tick_atom, measure_atom) { // cfg.measure_again, from itself only
+      if (self->current_sender() != self->ctrl())
+        return;
+      if (measure_if_idle(self))
+        self->delayed_send(self, self->state.cfg.measure_again,
+                           tick_atom::value, measure_atom::value);
     },
     [self](telemetry_atom) -> caf::result<telemetry_sample> {
       if (auto err = foreign(self, access::permission::monitoring_read))

@@ -63,6 +63,14 @@ struct device_actor_config {
   /// memory quota (reserved on allocate, released on free) and rate limit.
   /// Without a policy they are refused with access_denied.
   std::shared_ptr<access::shared_policy> access;
+  /// A device that measures its own rates (the cpu device with
+  /// devices.cpu_measure_rates) measures them again once it has run
+  /// nothing for this long (backend::device::measure_rates_again), and
+  /// again after each later spell of work, or every ten such periods
+  /// while it stays idle. The figures a node measures as it starts are
+  /// those of a moment (other programs starting with it, a loaded CI
+  /// machine): placement predicts from what the device does now. 0: never.
+  std::chrono::milliseconds measure_again{0};
 };
 
 /// Spawns the actor for `dev`, which must outlive it.

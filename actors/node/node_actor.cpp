@@ -39,6 +39,12 @@ void adopt(self_ptr self, const std::shared_ptr<backend::registry>& owner,
   if (st.setup.cfg.safety.audit_fsync == "every_record")
     dc.audit_batch_interval = std::chrono::milliseconds{0};
   dc.access = st.setup.access; // issue 6: token checks
+  // A device that measured its rates at start measures them again when
+  // idle (a device that measures nothing says so at its first look).
+  dc.measure_again = st.setup.cfg.devices.cpu_measure_rates
+                       ? std::chrono::milliseconds{st.setup.cfg.devices
+                                                     .cpu_measure_again}
+                       : std::chrono::milliseconds{0};
   if (!rec.verified)
     dc.failed_reason = rec.reason;
   auto handle = device::spawn_device_actor(self->system(), *rec.device, dc);

@@ -69,6 +69,18 @@ public:
     cpu_rates measured;
     if (opts.measure_rates)
       measured = measure_cpu_rates(threads_);
+    take_rates(measured);
+  }
+
+  bool measure_rates_again() override {
+    if (!opts_.measure_rates)
+      return false;
+    take_rates(measure_cpu_rates(threads_));
+    return true;
+  }
+
+  /// The figures given in the options, else those measured.
+  void take_rates(const cpu_rates& measured) {
     auto pick = [](double given, double got) -> std::optional<double> {
       if (given > 0)
         return given;
@@ -76,8 +88,8 @@ public:
         return got;
       return std::nullopt;
     };
-    props_.peak_flops = pick(opts.peak_flops, measured.flops);
-    props_.memory_bandwidth = pick(opts.memory_bandwidth,
+    props_.peak_flops = pick(opts_.peak_flops, measured.flops);
+    props_.memory_bandwidth = pick(opts_.memory_bandwidth,
                                    measured.bytes_per_second);
     props_.launch_seconds = pick(0, measured.launch_seconds);
   }

@@ -356,6 +356,11 @@ node_config parse_document(const std::string& json, const std::string& source) {
                   [&](element v, const std::string& q) {
                     d.cpu_measure_rates = as_bool(v, q);
                   }},
+                 {"cpu_measure_again_s",
+                  [&](element v, const std::string& q) {
+                    d.cpu_measure_again
+                      = std::chrono::seconds{as_seconds(v, q, 0, 86400)};
+                  }},
                  {"cpu_peak_gflops",
                   [&](element v, const std::string& q) {
                     d.cpu_peak_gflops = as_number(v, q, 0.001, 1e9);

@@ -4,6 +4,7 @@
 #include "actors/device/device_actor.hpp"
 #include "actors/device/device_task.hpp"
 #include "backends/factory/factory.hpp"
+#include "backends/host_device.hpp"
 #include "backends/host_kernels.hpp"
 #include "messages/errors.hpp"
 #include "messages/registration.hpp"
@@ -11,9 +12,11 @@
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 
 using namespace exo;
 using namespace std::chrono_literals;
@@ -631,4 +634,102 @@ TEST_CASE("a task held when its device actor exits is answered with an "
   REQUIRE(!w);
   CHECK(w.err().code == backend::errc::device_lost);
   (void) kept->free(a);
+}
+
+namespace {
+
+/// A host device that "measures" its rates by counting: each measurement
+/// reports one more GFLOP/s than the last.
+class counting_device final : public backend::host_device {
+public:
+  counting_device() {
+    props_.id = "cpu:9";
+    props_.kind = backend::backend_kind::cpu;
+    props_.name = "counting";
+    props_.total_memory = 64u << 20;
+    props_.max_allocation = props_.total_memory;
+    props_.peak_flops = 1e9;
+  }
+  backend::telemetry read_telemetry() override {
+    return {};
+  }
+  bool measure_rates_again() override {
+    ++measured;
+    if (!measures)
+      return false;
+    props_.peak_flops = (1.0 + measured) * 1e9;
+    return true;
+  }
+  std::atomic<int> measured{0}; ///< calls
+  bool measures = true;         ///< false: a device that measures nothing
+};
+
+} // namespace
+
+TEST_CASE("a device that measures its rates measures them again when idle, "
+          "and not while it works") {
+  config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  counting_device dev;
+  device::device_actor_config dc;
+  dc.node = "n1";
+  dc.measure_again = 100ms;
+  auto actor = device::spawn_device_actor(sys, dev, dc);
+  auto info = [&] {
+    device_info out;
+    self->request(actor, 10s, info_atom::value)
+      .receive([&](device_info& x) { out = x; },
+               [&](caf::error& err) { FAIL(sys.render(err)); });
+    return out;
+  };
+  // Idle from the start: measured at the first look, then left alone (the
+  // next at most every ten looks while it stays idle).
+  std::this_thread::sleep_for(350ms);
+  CHECK(dev.measured == 1);
+  CHECK(info().peak_flops == Approx(2e9)); // placement sees the new figure
+  // Busy: an operation every 20 ms — no measurement while it works.
+  auto start = dev.measured.load();
+  for (int i = 0; i < 25; ++i) {
+    self->request(actor, 10s, allocate_atom::value, std::uint64_t{64})
+      .receive([&](handle_id h) {
+                 self->request(actor, 10s, free_atom::value, h)
+                   .receive([](caf::atom_value) {},
+                            [&](caf::error& err) { FAIL(sys.render(err)); });
+               },
+               [&](caf::error& err) { FAIL(sys.render(err)); });
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(dev.measured == start);
+  // Idle again after that work: measured once more.
+  std::this_thread::sleep_for(350ms);
+  CHECK(dev.measured == start + 1);
+  self->send_exit(actor, caf::exit_reason::user_shutdown);
+  self->wait_for(actor);
+}
+
+TEST_CASE("a device that measures nothing of its own is asked once; a "
+          "tick from another actor is ignored") {
+  config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  counting_device dev;
+  dev.measures = false;
+  device::device_actor_config dc;
+  dc.node = "n1";
+  dc.measure_again = 50ms;
+  auto actor = device::spawn_device_actor(sys, dev, dc);
+  std::this_thread::sleep_for(400ms);
+  CHECK(dev.measured == 1); // its first look, then no timer any more
+  self->send_exit(actor, caf::exit_reason::user_shutdown);
+  self->wait_for(actor);
+  // No remote may make a device spend its time measuring.
+  counting_device other_dev;
+  dc.measure_again = std::chrono::hours{1};
+  auto other = device::spawn_device_actor(sys, other_dev, dc);
+  self->send(other, tick_atom::value, measure_atom::value);
+  std::this_thread::sleep_for(100ms);
+  CHECK(other_dev.measured == 0);
+  self->send_exit(other, caf::exit_reason::user_shutdown);
+  self->wait_for(other);
 }
