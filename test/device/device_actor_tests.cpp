@@ -708,7 +708,7 @@ TEST_CASE("a device that measures its rates measures them again when idle, "
   self->wait_for(actor);
 }
 
-TEST_CASE("a device that measures nothing of its own is asked once; a "
+TEST_CASE("a device that measures nothing of its own is asked once, and a "
           "tick from another actor is ignored") {
   config cfg;
   caf::actor_system sys{cfg};
