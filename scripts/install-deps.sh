@@ -18,6 +18,9 @@ packages=(
   # /metrics with promtool (package prometheus) and load the dashboard in
   # headless chromium (driven by puppeteer-core from the npm test tools).
   curl prometheus chromium wrk
+  # A child process of a test that crashes (an abort, a segfault) leaves a
+  # core; the harness prints gdb's backtraces of it (test/support/process).
+  gdb
   # `make fuzz`: clang with libFuzzer's runtime.
   clang libclang-rt-14-dev
 )

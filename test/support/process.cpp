@@ -4,12 +4,15 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -49,6 +52,7 @@ process::process(std::vector<std::string> argv,
   int out[2], err[2];
   if (pipe(out) != 0 || pipe(err) != 0)
     throw std::runtime_error("pipe failed");
+  program_ = argv.empty() ? std::string{} : argv[0];
   pid_ = fork();
   if (pid_ < 0)
     throw std::runtime_error("fork failed");
@@ -56,6 +60,13 @@ process::process(std::vector<std::string> argv,
     // A test killed before its destructors run (a signal, a pipe closed
     // under it) must not leave exo-node processes behind.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // A crash leaves a core for read_core() (where the kernel writes it
+    // into the working directory: core_pattern "core", as here).
+    rlimit core{};
+    if (getrlimit(RLIMIT_CORE, &core) == 0) {
+      core.rlim_cur = core.rlim_max;
+      setrlimit(RLIMIT_CORE, &core);
+    }
     dup2(out[1], 1);
     dup2(err[1], 2);
     close(out[0]);
@@ -123,9 +134,48 @@ void process::pump(int timeout_ms) {
 bool process::running() {
   if (exited_)
     return false;
-  if (waitpid(pid_, &status_, WNOHANG) == pid_)
+  if (waitpid(pid_, &status_, WNOHANG) == pid_) {
     exited_ = true;
+    read_core();
+  }
   return !exited_;
+}
+
+void process::read_core() {
+  if (!WIFSIGNALED(status_) || !WCOREDUMP(status_))
+    return;
+  std::string core;
+  for (auto name : {"core." + std::to_string(pid_), std::string{"core"}})
+    if (struct stat sb{}; ::stat(name.c_str(), &sb) == 0 && S_ISREG(sb.st_mode)
+                          && sb.st_mtime >= ::time(nullptr) - 600) {
+      core = name;
+      break;
+    }
+  std::string text = "\n--- " + program_ + " (pid " + std::to_string(pid_)
+                     + ") died by signal "
+                     + std::to_string(WTERMSIG(status_)) + " ("
+                     + strsignal(WTERMSIG(status_)) + ") and dumped core";
+  if (core.empty()) {
+    err_ += text + " (not in the working directory: see core_pattern)\n";
+    return;
+  }
+  if (::access("/usr/bin/gdb", X_OK) != 0) {
+    err_ += text + ": " + core + " (no gdb here to read it)\n";
+    return;
+  }
+  err_ += text + "; gdb's backtraces:\n";
+  auto cmd = "timeout 180 /usr/bin/gdb -batch -nx -q -ex 'info threads' "
+             "-ex 'thread apply all bt 30' '" + program_ + "' '" + core
+             + "' 2>&1";
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    std::size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+      err_.append(buf, n);
+    ::pclose(f);
+  }
+  err_ += "--- end of the backtraces\n";
+  ::unlink(core.c_str());
 }
 
 int process::wait(std::chrono::milliseconds timeout) {

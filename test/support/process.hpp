@@ -56,7 +56,13 @@ public:
 
 private:
   void pump(int timeout_ms);
+  /// After the child died by a signal and dumped core (a crash: an abort,
+  /// a segfault), appends gdb's backtrace of every thread of the core to
+  /// the captured stderr and removes the core; without gdb, says where the
+  /// core is. A rare crash in CI becomes a failure that shows where.
+  void read_core();
 
+  std::string program_;
   pid_t pid_ = -1;
   int out_fd_ = -1;
   int err_fd_ = -1;
