@@ -295,6 +295,10 @@ private:
   std::string do_fault(const step& s);
   std::string do_audit(const step& s);
   std::string do_thermal(const step& s);
+  /// `command` with --json on `n` (bounded by `s`), parsed: a failed
+  /// command or a reply that is not JSON fails the step, named.
+  text::json console_json(live_node& n, const std::string& command,
+                          const step& s);
   std::string do_freeze(const step& s);
   std::string do_thaw(const step& s);
   std::string do_network(const step& s);
@@ -1407,28 +1411,15 @@ std::string runner::do_audit(const step& s) {
     throw step_failed("no running node to verify");
   std::string summary;
   for (auto* n : on) {
-    auto r = console(*n, "audit verify", true,
-                     std::max(milliseconds{sc_.timing.console_timeout_ms},
-                              ms(bound(s))));
     auto name = n->spec->name;
-    if (r.code != 0)
-      throw step_failed("audit verify on " + name + ": exo-console status "
-                        + std::to_string(r.code) + ": "
-                        + last_output(r.out + r.err, 5));
-    text::json doc;
-    try {
-      doc = text::json::parse(r.out);
-    } catch (const std::exception&) {
-      throw step_failed("audit verify on " + name + ": not JSON: "
-                        + last_output(r.out, 5));
-    }
+    auto doc = console_json(*n, "audit verify", s);
     auto ok = doc.find("ok");
     if (!doc.is_object() || ok == doc.end() || !ok->is_boolean())
       throw step_failed("audit verify on " + name + ": no \"ok\" in "
-                        + last_output(r.out, 5));
+                        + last_output(doc.dump(), 5));
     if (!ok->get<bool>())
       throw step_failed("the audit chain of " + name + " does not verify: "
-                        + last_output(r.out, 5));
+                        + last_output(doc.dump(), 5));
     auto num = [&](const char* key) -> std::string {
       auto it = doc.find(key);
       return it != doc.end() && it->is_number_unsigned()
@@ -1446,6 +1437,24 @@ std::string runner::do_audit(const step& s) {
   return "audit chains verify: " + summary;
 }
 
+text::json runner::console_json(live_node& n, const std::string& command,
+                                const step& s) {
+  auto r = console(n, command, true,
+                   std::max(milliseconds{sc_.timing.console_timeout_ms},
+                            ms(bound(s))));
+  auto name = n.spec->name;
+  if (r.code != 0)
+    throw step_failed(command + " on " + name + ": exo-console status "
+                      + std::to_string(r.code) + ": "
+                      + last_output(r.out + r.err, 5));
+  try {
+    return text::json::parse(r.out);
+  } catch (const std::exception&) {
+    throw step_failed(command + " on " + name + ": not JSON: "
+                      + last_output(r.out, 5));
+  }
+}
+
 std::string runner::do_thermal(const step& s) {
   auto on = nodes_on(s);
   if (on.empty())
@@ -1453,24 +1462,11 @@ std::string runner::do_thermal(const step& s) {
   std::string summary;
   for (auto* n : on) {
     auto name = n->spec->name;
-    auto r = console(*n, "thermal", true,
-                     std::max(milliseconds{sc_.timing.console_timeout_ms},
-                              ms(bound(s))));
-    if (r.code != 0)
-      throw step_failed("thermal on " + name + ": exo-console status "
-                        + std::to_string(r.code) + ": "
-                        + last_output(r.out + r.err, 5));
-    text::json doc;
-    try {
-      doc = text::json::parse(r.out);
-    } catch (const std::exception&) {
-      throw step_failed("thermal on " + name + ": not JSON: "
-                        + last_output(r.out, 5));
-    }
+    auto doc = console_json(*n, "thermal", s);
     auto devices = doc.is_object() ? doc.find("devices") : doc.end();
     if (devices == doc.end() || !devices->is_array())
       throw step_failed("thermal on " + name + ": no \"devices\" in "
-                        + last_output(r.out, 5));
+                        + last_output(doc.dump(), 5));
     int seen = 0;
     for (auto& d : *devices) {
       // The node's own monitors (the view holds its peers' reports too).

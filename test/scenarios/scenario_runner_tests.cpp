@@ -57,6 +57,41 @@ TEST_CASE("a failed expectation fails the run with status 1 and cleans up") {
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("a device that crossed its thermal limit fails the thermal step, "
+          "named with its peak") {
+  auto dir = temp_dir("exo-scenario-hot");
+  auto file = dir + "/hot.json";
+  // A spike of 80 C on a simulated RTX 4090 (30.5 C idle): 110.5 C, over
+  // the 90 C limit at once; the monitor keeps that peak when it cools.
+  write_file(file, R"({"name": "hot",
+    "nodes": [{"name": "solo", "devices": {"backends": ["cpu"],
+               "simulated": [{"profile": "rtx-4090"}]}}],
+    "steps": [
+      {"do": "converge", "alive": 1, "within_s": 60},
+      {"do": "thermal"},
+      {"do": "fault", "node": "solo", "device": "sim:rtx-4090:0",
+       "fault": "heat:80"},
+      {"do": "console", "node": "solo", "command": "thermal", "poll": true,
+       "within_s": 20, "expect": {"contains": "paused: solo/sim:rtx-4090:0"}},
+      {"do": "fault", "node": "solo", "device": "sim:rtx-4090:0",
+       "fault": "heat:-80"},
+      {"do": "thermal"}]})");
+  auto r = run({build_path("runtime/scenario/exo-scenario"), "run", file},
+               240s);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out, Catch::Contains("[2/6] thermal (every running node) ... "
+                                    "PASS"));
+  CHECK_THAT(r.out, Catch::Contains("no thermal limit crossed: "
+                                    "solo/sim:rtx-4090:0 peak 30.5 C < limit "
+                                    "90.0 C (normal)"));
+  CHECK_THAT(r.out, Catch::Contains("[6/6] thermal (every running node) ... "
+                                    "FAIL"));
+  CHECK_THAT(r.out, Catch::Contains("solo/sim:rtx-4090:0 crossed its thermal "
+                                    "limit: peak 110.5 C, limit 90.0 C (now "));
+  std::filesystem::remove_all(dir);
+}
+
 namespace {
 
 /// The processes whose command line mentions `needle` (/proc/*/cmdline).
