@@ -664,6 +664,14 @@ public:
   bool measures = true;         ///< false: a device that measures nothing
 };
 
+/// A device actor's config that measures again after `every` idle.
+device::device_actor_config measuring(std::chrono::milliseconds every) {
+  device::device_actor_config dc;
+  dc.node = "n1";
+  dc.measure_again = every;
+  return dc;
+}
+
 } // namespace
 
 TEST_CASE("a device that measures its rates measures them again when idle, "
@@ -672,10 +680,7 @@ TEST_CASE("a device that measures its rates measures them again when idle, "
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   counting_device dev;
-  device::device_actor_config dc;
-  dc.node = "n1";
-  dc.measure_again = 100ms;
-  auto actor = device::spawn_device_actor(sys, dev, dc);
+  auto actor = device::spawn_device_actor(sys, dev, measuring(100ms));
   auto info = [&] {
     device_info out;
     self->request(actor, 10s, info_atom::value)
@@ -715,18 +720,15 @@ TEST_CASE("a device that measures nothing of its own is asked once, and a "
   caf::scoped_actor self{sys};
   counting_device dev;
   dev.measures = false;
-  device::device_actor_config dc;
-  dc.node = "n1";
-  dc.measure_again = 50ms;
-  auto actor = device::spawn_device_actor(sys, dev, dc);
+  auto actor = device::spawn_device_actor(sys, dev, measuring(50ms));
   std::this_thread::sleep_for(400ms);
   CHECK(dev.measured == 1); // its first look, then no timer any more
   self->send_exit(actor, caf::exit_reason::user_shutdown);
   self->wait_for(actor);
   // No remote may make a device spend its time measuring.
   counting_device other_dev;
-  dc.measure_again = std::chrono::hours{1};
-  auto other = device::spawn_device_actor(sys, other_dev, dc);
+  auto other = device::spawn_device_actor(sys, other_dev,
+                                          measuring(std::chrono::hours{1}));
   self->send(other, tick_atom::value, measure_atom::value);
   std::this_thread::sleep_for(100ms);
   CHECK(other_dev.measured == 0);
