@@ -16,6 +16,27 @@ using namespace std::chrono;
 namespace {
 
 /// One heartbeat: gossip to every peer, expire the silent, connect.
+/// A member the table forgot leaves nothing in the gate either: our record
+/// no longer lists a link to it, its address is no longer dialled (unless
+/// it is a seed), its discounted verdicts go.
+void forget_peer_state(gate_state& st, const std::string& name) {
+  st.links.erase(name);
+  std::set<std::string> seeds;
+  for (auto& sd : st.cfg.seeds)
+    seeds.insert(sd.host + ":" + std::to_string(sd.port));
+  for (auto it = st.attempts.begin(); it != st.attempts.end();)
+    it = it->second.peer == name && !seeds.count(it->first)
+           ? st.attempts.erase(it)
+           : std::next(it);
+  for (auto it = st.discounted.begin(); it != st.discounted.end();) {
+    auto slash = it->find('/');
+    bool about = it->substr(0, slash) == name
+                 || (slash != std::string::npos
+                     && it->substr(slash + 1) == name);
+    it = about ? st.discounted.erase(it) : std::next(it);
+  }
+}
+
 void tick(self_ptr self) {
   auto& st = self->state;
   ++st.ticks;
@@ -48,23 +69,7 @@ void tick(self_ptr self) {
     st.log("member " + name + " is dead: no heartbeat");
   }
   for (auto& name : st.table->forget_departed(now, st.cfg.forget_departed)) {
-    // Nothing else of it stays either: our record no longer lists a link
-    // to it, its address is no longer dialled (unless it is a seed).
-    st.links.erase(name);
-    for (auto it = st.attempts.begin(); it != st.attempts.end();) {
-      bool seed = false;
-      for (auto& sd : st.cfg.seeds)
-        seed = seed || it->first == sd.host + ":" + std::to_string(sd.port);
-      it = it->second.peer == name && !seed ? st.attempts.erase(it)
-                                            : std::next(it);
-    }
-    for (auto it = st.discounted.begin(); it != st.discounted.end();) {
-      auto slash = it->find('/');
-      bool about = it->substr(0, slash) == name
-                   || (slash != std::string::npos
-                       && it->substr(slash + 1) == name);
-      it = about ? st.discounted.erase(it) : std::next(it);
-    }
+    forget_peer_state(st, name);
     st.log("member " + name
            + " forgotten (departed longer than network.forget_departed_ms)");
   }

@@ -20,6 +20,25 @@ std::string fmt(const char* format, double a, double b = 0, double c = 0,
   return buf;
 }
 
+/// The least-squares slope of (time, temperature) pairs, C/s (0 when the
+/// times do not spread).
+double slope_of(const std::deque<std::pair<double, double>>& xs) {
+  double n = static_cast<double>(xs.size());
+  double mt = 0, mx = 0;
+  for (auto& [t, x] : xs) {
+    mt += t;
+    mx += x;
+  }
+  mt /= n;
+  mx /= n;
+  double num = 0, den = 0;
+  for (auto& [t, x] : xs) {
+    num += (t - mt) * (x - mx);
+    den += (t - mt) * (t - mt);
+  }
+  return den > 0 ? num / den : 0;
+}
+
 int severity(thermal_state s) noexcept {
   return static_cast<int>(s);
 }
@@ -91,7 +110,9 @@ thermal_policy::observe(const thermal_sample& s, double planned_power_w) {
   }
   temp_ = s.temp_c;
   planned_ = planned_power_w;
-  predicted_ = predict_max(model_, s.temp_c, planned_power_w, cfg_.horizon_s);
+  const double by_model
+    = predict_max(model_, s.temp_c, planned_power_w, cfg_.horizon_s);
+  predicted_ = by_model;
   // The trend: the slope of the last trend_window_s (least squares). When
   // the device heats faster than the model says it should at this power
   // (a cooler that failed: the fit still has the old one), the measured
@@ -105,20 +126,7 @@ thermal_policy::observe(const thermal_sample& s, double planned_power_w) {
     while (recent_.front().first < s.time_s - cfg_.trend_window_s)
       recent_.pop_front();
     if (recent_.size() >= 3) {
-      double n = static_cast<double>(recent_.size());
-      double mt = 0, mx = 0;
-      for (auto& [t, x] : recent_) {
-        mt += t;
-        mx += x;
-      }
-      mt /= n;
-      mx /= n;
-      double num = 0, den = 0;
-      for (auto& [t, x] : recent_) {
-        num += (t - mt) * (x - mx);
-        den += (t - mt) * (t - mt);
-      }
-      double measured = den > 0 ? num / den : 0;
+      double measured = slope_of(recent_);
       double tau = model_.tau_s;
       double expected = (steady_state(model_, planned_power_w) - s.temp_c) / tau;
       if (measured > std::max(expected, 0.0) + cfg_.trend_tolerance_c_per_s) {
@@ -173,10 +181,7 @@ thermal_policy::observe(const thermal_sample& s, double planned_power_w) {
                             cfg_.pause_at());
       tr.reason += by_trend_ && s.temp_c < cfg_.pause_at()
                      ? std::string{" (trend; the "} + source
-                         + " model said "
-                         + fmt("%.1f C)", predict_max(model_, s.temp_c,
-                                                      planned_power_w,
-                                                      cfg_.horizon_s))
+                         + " model said " + fmt("%.1f C)", by_model)
                      : std::string{" ("} + source + " model)";
       break;
     case thermal_state::warm:
