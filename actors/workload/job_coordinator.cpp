@@ -311,6 +311,9 @@ struct job_run {
   bool handed_off = false;
   /// A job handed over to this node: its stages, kept as they are.
   std::optional<job_handoff> handoff;
+  /// Cancelled before its job runs (a cancel its origin received while it
+  /// handed the job over): the job stops as soon as it starts.
+  bool cancel_on_start = false;
 };
 
 /// How many placements a run may go through (the first and re-placements
@@ -702,6 +705,8 @@ void replay(const std::vector<std::vector<std::int32_t>>& tokens,
 }
 
 void move_late_stages(self_ptr self, const run_ptr& run, const char* again);
+template <class F>
+void cancel(self_ptr self, std::uint64_t id, F then);
 
 void start_job(self_ptr self, const run_ptr& run) {
   auto& req = run->job.request;
@@ -829,7 +834,8 @@ void start_job(self_ptr self, const run_ptr& run) {
     rj.refused.insert(run->handoff->origin);
     run->handoff.reset();
   }
-  choose_backup(self, id); // with a gate and another node alive
+  if (!run->cancel_on_start)
+    choose_backup(self, id); // with a gate and another node alive
   self->request(job, caf::infinite, run_atom::value)
     .then(
       [self, run, job_id, id](job_report& r) {
@@ -869,6 +875,13 @@ void start_job(self_ptr self, const run_ptr& run) {
   // Drained or paused for heat while its stages started (after run_atom:
   // the job takes the move once it runs).
   move_late_stages(self, run, "");
+  if (run->cancel_on_start) { // after run_atom: it ends with its tokens
+    exo::text::line(std::cout)
+      << "exo-node " << self->state.cfg.node << ": job " << id << " ("
+      << run->key << ") stops: it was cancelled while it was handed over"
+      << std::endl;
+    cancel(self, id, [](bool) {});
+  }
 }
 
 /// With a draft model (speculative decoding), starts its shard on this
@@ -2623,6 +2636,16 @@ void hand_off(self_ptr self, std::uint64_t id,
        replicate_again](job_handoff& h) {
         auto& st = self->state;
         auto it = st.running.find(id);
+        if (it != st.running.end() && it->second.cancel_requested) {
+          // Cancelled while it paused: it stops here at once (the job
+          // holds the cancel), nothing is handed over.
+          self->send(job, handoff_atom::value, false);
+          replicate_again();
+          done("job " + std::to_string(id) + " (" + key
+               + ") was cancelled while it paused for its handoff: it "
+                 "stops here");
+          return;
+        }
         auto run = it == st.running.end() ? nullptr : it->second.run.lock();
         bool fits = run && run->plan.size() == h.stages.size()
                     && run->ready.size() == h.stages.size();
@@ -2648,6 +2671,10 @@ void hand_off(self_ptr self, std::uint64_t id,
         std::uint64_t held = 0;
         for (auto p : h.pos)
           held += p;
+        exo::text::line(std::cout)
+          << "exo-node " << st.cfg.node << ": job " << id << " (" << key
+          << ") paused at a token boundary: handing it to " << backup
+          << std::endl;
         self
           ->request(st.cfg.gate, 10s, service_atom::value, backup,
                     std::string{"jobs"},
@@ -2663,13 +2690,29 @@ void hand_off(self_ptr self, std::uint64_t id,
               auto a = std::make_shared<adoption>();
               a->pending = stages.size();
               auto one = [self, a, id, job, backup, key, done, held, run,
-                          n = stages.size()](std::string why) {
+                          owner, n = stages.size()](std::string why) {
                 if (!why.empty())
                   a->failed += "; " + why;
                 if (--a->pending != 0)
                   return;
                 run->handed_off = true;
                 self->send(job, handoff_atom::value, true);
+                // A cancel that came while the backup took it (the paused
+                // job held it): it follows the job to its new owner, which
+                // knows it by this node's key for it.
+                auto& st = self->state;
+                if (auto it = st.running.find(id);
+                    it != st.running.end() && it->second.cancel_requested) {
+                  // (A request: its answer must not reach a handler-less
+                  // actor, nor an error come back as a stray message.)
+                  self
+                    ->request(owner, 10s, cancel_atom::value,
+                              st.cfg.node + ":" + std::to_string(id))
+                    .then([](bool) {}, [](caf::error&) {});
+                  a->failed += "; cancelled meanwhile: the cancel follows "
+                               "it to "
+                               + backup;
+                }
                 auto line = "job " + std::to_string(id) + " (" + key
                             + ") handed to " + backup + ": its "
                             + std::to_string(n) + " stages kept with "
@@ -3507,12 +3550,41 @@ caf::result<job_report> follow(self_ptr self, const std::string& key,
 
 caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
   self->state.cfg = std::move(cfg);
+  // An error that answers none of its requests (a reply to a send) is
+  // said and dropped: by default it would end the actor, silently.
+  self->set_error_handler([self](caf::error& err) {
+    exo::text::line(std::cerr)
+      << "exo-node " << self->state.cfg.node
+      << ": the job coordinator dropped an error that answers nothing: "
+      << render(self, err) << std::endl;
+  });
+  self->set_exception_handler(
+    [](caf::scheduled_actor* me, std::exception_ptr& eptr) -> caf::error {
+      auto* c = static_cast<self_ptr>(me);
+      std::string what = "an unknown exception";
+      try {
+        std::rethrow_exception(eptr);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      exo::text::line(std::cerr)
+        << "exo-node " << c->state.cfg.node
+        << ": the job coordinator stops on an exception: " << what
+        << std::endl;
+      return caf::sec::runtime_error;
+    });
   // Its jobs are linked to it (they go when it goes); one that fails does
   // not take it along — the job's own end says what happened.
   self->set_exit_handler([self](caf::exit_msg& m) {
     if (self->state.linked_jobs.erase(m.source) != 0
         || m.reason == caf::exit_reason::normal)
       return;
+    if (m.reason != caf::exit_reason::user_shutdown) // not the node's stop
+      exo::text::line(std::cerr)
+        << "exo-node " << self->state.cfg.node
+        << ": the job coordinator stops: "
+        << self->system().render(m.reason) << std::endl;
     self->quit(m.reason);
   });
   if (self->state.cfg.gate)
@@ -3662,6 +3734,27 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
       self->delayed_send(self, std::chrono::milliseconds{grace_ms},
                          tick_atom::value, cancel_atom::value, id, grace_ms);
       return true;
+    },
+    [self](cancel_atom, std::string& key) -> bool {
+      // A job handed over to this node by its origin ("ORIGIN:ID", the key
+      // it has here) that a client cancelled there while the handoff was
+      // under way: it stops here, or as soon as its job runs.
+      auto& st = self->state;
+      for (auto& [id, rj] : st.running)
+        if (rj.key == key) {
+          exo::text::line(std::cout)
+            << "exo-node " << st.cfg.node << ": job " << id << " (" << key
+            << ") stops: it was cancelled while it was handed over"
+            << std::endl;
+          cancel(self, id, [](bool) {});
+          return true;
+        }
+      for (auto& w : st.starting)
+        if (auto run = w.lock(); run && !run->ended && run->key == key) {
+          run->cancel_on_start = true;
+          return true;
+        }
+      return false;
     },
     [self](tick_atom, cancel_atom, std::uint64_t id, std::uint32_t grace_ms) {
       if (self->current_sender() != self->ctrl())

@@ -43,6 +43,9 @@
 ///       connection: the job is cancelled when the grace has passed unless
 ///       a client that did not leave follows it by then (false when it is
 ///       not running here);
+///   (cancel_atom, "ORIGIN:ID") -> bool: a job handed over to this node
+///       that a client cancelled at its origin while the handoff was under
+///       way stops here (at once, or as soon as its job runs);
 /// and, as the node service "jobs", the console commands
 ///   run --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
 ///       [--top-k K] [--top-p P] [--stages K] [--sequences M] [--ctx C]

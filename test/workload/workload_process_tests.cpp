@@ -130,12 +130,13 @@ std::vector<std::string> long_run(const pki& p, const node_proc& g,
 
 /// A node of a cluster with one access key (a token is good on every
 /// node, so a console re-attaching through another node carries the same
-/// token), failure timeout 3 s.
+/// token), failure timeout 3 s unless said.
 node_proc shared_key_node(const pki& p, const std::string& name,
-                          std::vector<std::uint16_t> seeds) {
+                          std::vector<std::uint16_t> seeds,
+                          int failure_timeout_ms = 3000) {
   node_options o{name};
   o.seeds = std::move(seeds);
-  o.failure_timeout_ms = 3000;
+  o.failure_timeout_ms = failure_timeout_ms;
   o.state_dir = p.dir + "/" + name + "/state";
   o.extra = R"(, "safety": {"access_key_file": ")" + p.dir
             + R"(/access.key"})";
@@ -1572,6 +1573,82 @@ TEST_CASE("a job whose coordinating node stops is handed to its backup "
               "tokens), %s positions of KV cache kept\n",
               backup.c_str(), std::stod(m[2]), std::stod(m[3]),
               m[1].str().c_str());
+}
+
+TEST_CASE("a job cancelled while its stopping coordinator hands it over "
+          "stops at the backup that took it",
+          "[workload][process]") {
+  pki p{"exo-coord-stop-cancel"};
+  auto model = long_model(p);
+  p.node("coord");
+  p.node("peer");
+  p.node("spare");
+  // Failure timeout 10 s: the backup is frozen for a moment below.
+  auto a = shared_key_node(p, "coord", {}, 10000);
+  auto b = shared_key_node(p, "peer", {a.port}, 10000);
+  auto c = shared_key_node(p, "spare", {a.port}, 10000);
+  REQUIRE(sees_peer_and_spare(p, a.port));
+  process runner{background_console(
+    p, a.port, story_job(model) + " --stages 2 --id story")};
+  REQUIRE(a.proc->wait_for_output("job 1 started", 120s));
+  // Stages on coord and another member: the backup is the one without.
+  auto backup = job_backup(p, a.port, "story", 60s);
+  REQUIRE((backup == "peer" || backup == "spare"));
+  auto& keeper = backup == "spare" ? c : b;
+  auto& other = backup == "spare" ? b : c;
+  auto story_other = backup == "spare" ? "peer" : "spare";
+  REQUIRE(holds_ready_backup(p, keeper.port, "\"job\": \"coord:1\""));
+  // The stages move off coord, then off the backup if they went there:
+  // freezing the backup must hold the handoff, not the job's steps.
+  auto drain = [&](const std::string& node) {
+    auto d = console(p, a.port, "drain " + node);
+    INFO(d.out << d.err);
+    REQUIRE(d.code == 0);
+    REQUIRE(a.proc->wait_for_output("job 1 re-placed after node " + node
+                                      + " is drained",
+                                    60s));
+    auto moved = a.proc->out();
+    moved = moved.substr(moved.rfind("job 1 re-placed after"));
+    return moved.substr(0, moved.find('\n'));
+  };
+  auto moved = drain("coord");
+  if (contains(moved, backup + "/"))
+    moved = drain(backup);
+  INFO(moved);
+  REQUIRE(!contains(moved, backup + "/"));
+  REQUIRE(!contains(moved, "coord/"));
+  // The backup does not answer; coord stops: the job pauses at a token
+  // boundary and waits for the backup's answer. Cancelled now, and the
+  // backup takes it when it thaws: the cancel must follow the job there.
+  keeper.proc->signal(SIGSTOP);
+  a.proc->signal(SIGTERM);
+  bool paused = a.proc->wait_for_output(
+    "job 1 (coord:1) paused at a token boundary: handing it to " + backup,
+    30s);
+  auto cancel = console(p, a.port, "cancel 1");
+  keeper.proc->signal(SIGCONT);
+  REQUIRE(paused);
+  INFO(cancel.out << cancel.err);
+  CHECK(cancel.code == 0);
+  CHECK(contains(cancel.out, "cancelling job 1"));
+  INFO("coord: " << a.proc->out());
+  INFO(backup << ": " << keeper.proc->out());
+  CHECK(a.proc->wait_for_output("cancelled meanwhile: the cancel follows it "
+                                "to " + backup,
+                                30s));
+  CHECK(keeper.proc->wait_for_output("(coord:1) stops: it was cancelled while it "
+                                "was handed over",
+                                30s));
+  // The client, re-attached, hears the end of a cancelled run, not all of
+  // its 3000 tokens.
+  auto code = runner.wait(120s);
+  INFO(runner.out() << runner.err());
+  INFO("then " << backup << ": " << keeper.proc->out());
+  INFO("then " << story_other << ": " << other.proc->out());
+  CHECK(code == 0);
+  CHECK(contains(runner.out(), "attached to job coord:1"));
+  CHECK(contains(runner.out(), "cancelled: job "));
+  CHECK(!contains(runner.out(), "generation: 3000 tokens"));
 }
 
 TEST_CASE("a coordinating node that froze and comes back after its backup "
