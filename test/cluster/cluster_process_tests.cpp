@@ -304,3 +304,73 @@ TEST_CASE("strangers are refused and the node stays healthy") {
     std::this_thread::sleep_for(250ms);
   CHECK(seen);
 }
+
+TEST_CASE("members that left or died are forgotten after "
+          "network.forget_departed_ms, with their links, on every node, and "
+          "may join again") {
+  pki p{"exo-forget"};
+  for (auto n : {"n1", "n2", "n3", "n4"})
+    p.node(n);
+  // 4 s: the least a 1.5 s failure timeout allows (more than twice it).
+  auto opts = [](const char* name) {
+    node_options o{name};
+    o.network_extra = R"(, "forget_departed_ms": 4000)";
+    return o;
+  };
+  auto n1 = start_node(p, opts("n1"));
+  auto n2 = start_node(p, opts("n2").seed(n1.port));
+  auto n3 = start_node(p, opts("n3").seed(n1.port));
+  auto n4 = start_node(p, opts("n4").seed(n1.port));
+  REQUIRE(eventually(
+    p, n1.port, "nodes",
+    [](const std::string& out) {
+      return status_of(out, "n2") == "alive" && status_of(out, "n3") == "alive"
+             && status_of(out, "n4") == "alive";
+    },
+    15s));
+  // Links to every member measured and listed.
+  REQUIRE(console(p, n1.port, {"measure"}).code == 0);
+  auto links = console(p, n1.port, {"links"}, {true});
+  INFO(links.out);
+  REQUIRE(contains(links.out, "\"from\": \"n1\", \"to\": \"n3\""));
+  REQUIRE(contains(links.out, "\"from\": \"n1\", \"to\": \"n4\""));
+  // n3 leaves, n4 dies: listed as such at first, then forgotten.
+  n3.proc->signal(SIGTERM);
+  CHECK(n3.proc->wait(20s) == 0);
+  n4.proc->signal(SIGKILL);
+  CHECK(n4.proc->wait(10s) == 128 + SIGKILL);
+  CHECK(eventually(
+    p, n2.port, "nodes",
+    [](const std::string& out) {
+      return status_of(out, "n3") == "left" && status_of(out, "n4") == "dead";
+    },
+    10s));
+  for (auto* n : {&n1, &n2}) {
+    INFO("log of " << n->name << ": " << n->proc->out());
+    CHECK(n->proc->wait_for_output("member n3 forgotten (departed longer "
+                                   "than network.forget_departed_ms)",
+                                   20s));
+    CHECK(n->proc->wait_for_output("member n4 forgotten", 20s));
+    auto view = console(p, n->port, {"nodes"}, {true});
+    INFO(view.out);
+    CHECK(!contains(view.out, "\"n3\""));
+    CHECK(!contains(view.out, "\"n4\""));
+  }
+  // Our record of links no longer lists them, nor do the others'.
+  CHECK(eventually(
+    p, n1.port, "links",
+    [](const std::string& out) {
+      return contains(out, "\"to\": \"n2\"") && !contains(out, "n3")
+             && !contains(out, "n4");
+    },
+    10s, {true}));
+  // A forgotten member comes back as a member like any other.
+  auto again = start_node(p, opts("n3").seed(n2.port));
+  for (auto* n : {&n1, &n2}) {
+    INFO("view of " << n->name);
+    CHECK(eventually(
+      p, n->port, "nodes",
+      [](const std::string& out) { return status_of(out, "n3") == "alive"; },
+      15s));
+  }
+}
