@@ -217,7 +217,7 @@ status host_device::do_matmul(const_view a, const_view b, mut_view c,
   on_compute();
   auto sz = host::bytes_of(dims);
   host::matmul(at(a.buf, a.offset), at(b.buf, b.offset),
-               at(c.buf, c.offset), dims);
+               at(c.buf, c.offset), dims, threads_);
   ++submitted_;
   account(static_cast<double>(sz.a + sz.b + sz.c),
           2.0 * static_cast<double>(dims.m) * dims.n * dims.k);

@@ -7,7 +7,6 @@
 #include "backends/quant_formats.hpp"
 #include "backends/quant_repack.hpp"
 
-#include <cblas.h>
 #include <pthread.h>
 #include <sched.h>
 #if defined(_OPENMP)
@@ -63,20 +62,40 @@ void elementwise(binary_op op, const float* a, const float* b, float* out,
   }
 }
 
-void matmul(const float* a, const float* b, float* c,
-            const matmul_dims& d) noexcept {
-  const auto m = static_cast<blasint>(d.m);
-  const auto n = static_cast<blasint>(d.n);
-  const auto k = static_cast<blasint>(d.k);
-  if (d.m == 1 && d.transpose_b) {
-    // A single row times a weight matrix: a matrix-vector product.
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, b, k, a, 1, 0.0f, c,
-                1);
+void matmul(const float* a, const float* b, float* c, const matmul_dims& d,
+            int threads) noexcept {
+  if (d.transpose_b) {
+    // B^T's rows are B's: each output is a row of A against a row of B,
+    // the F32 weight product.
+    matmul_weights(a, reinterpret_cast<const std::uint8_t*>(b),
+                   weight_type::f32, c, d, threads);
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans,
-              d.transpose_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, k,
-              b, d.transpose_b ? k : n, 0.0f, c, n);
+  // B is k x n: each row of C is the sum of B's rows weighted by a row of
+  // A, in blocks of columns that stay in the cache while the rows pass.
+  constexpr std::size_t cols = 256;
+  const std::size_t m = d.m, n = d.n, k = d.k;
+  const std::size_t blocks = (n + cols - 1) / cols;
+  for_each_index(static_cast<long>(m * blocks), m * n * k > (1u << 16)
+                                                   ? threads
+                                                   : 1,
+                 [&](long job) {
+                   const std::size_t i = static_cast<std::size_t>(job)
+                                         / blocks;
+                   const std::size_t j0 = static_cast<std::size_t>(job)
+                                          % blocks * cols;
+                   const std::size_t j1 = std::min(n, j0 + cols);
+                   float* out = c + i * n;
+                   for (std::size_t j = j0; j < j1; ++j)
+                     out[j] = 0.0f;
+                   const float* row = a + i * k;
+                   for (std::size_t p = 0; p < k; ++p) {
+                     const float x = row[p];
+                     const float* brow = b + p * n;
+                     for (std::size_t j = j0; j < j1; ++j)
+                       out[j] += x * brow[j];
+                   }
+                 });
 }
 
 void matmul_reference(const float* a, const float* b, float* c,

@@ -24,9 +24,11 @@ namespace exo::backend::host {
 void elementwise(binary_op op, const float* a, const float* b, float* out,
                  std::size_t count) noexcept;
 
-/// C = A * B (or A * B^T) through BLAS (OpenBLAS sgemm).
-void matmul(const float* a, const float* b, float* c,
-            const matmul_dims& dims) noexcept;
+/// C = A * B (or A * B^T) with exo's own F32 kernels (A * B^T is
+/// matmul_weights' F32 product), on `threads` OpenMP threads where the
+/// build has OpenMP. Checked against matmul_reference.
+void matmul(const float* a, const float* b, float* c, const matmul_dims& dims,
+            int threads = 1) noexcept;
 
 /// The same product with plain loops in double precision: the reference the
 /// tests hold every backend to.

@@ -3,7 +3,7 @@
 find_package(Threads REQUIRED)
 find_package(OpenSSL REQUIRED)
 
-# CAF, Gecode, OpenBLAS: imported targets of our own (also installed).
+# CAF, Gecode: imported targets of our own (also installed).
 include(${CMAKE_CURRENT_LIST_DIR}/exo_imported_targets.cmake)
 
 find_package(simdjson REQUIRED)

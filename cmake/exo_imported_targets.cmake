@@ -1,6 +1,6 @@
 # Imported targets for the Debian libraries that ship no CMake package:
-# CAF 0.17 (no package, no pkg-config file), Gecode (libraries named
-# gecodeXXX) and OpenBLAS (CBLAS). Used by exo's own build
+# CAF 0.17 (no package, no pkg-config file) and Gecode (libraries named
+# gecodeXXX). Used by exo's own build
 # (ExoDependencies.cmake) and installed beside exoConfig.cmake, so that an
 # application using find_package(exo) gets the same targets.
 find_package(Threads REQUIRED)
@@ -39,13 +39,3 @@ if(NOT TARGET Gecode::gecode)
   unset(_exo_gecode_libs)
 endif()
 
-if(NOT TARGET OpenBLAS::openblas)
-  find_path(OPENBLAS_INCLUDE_DIR cblas.h
-            PATH_SUFFIXES openblas openblas-pthread
-            PATHS /usr/include/x86_64-linux-gnu /usr/include REQUIRED)
-  find_library(OPENBLAS_LIBRARY openblas REQUIRED)
-  add_library(OpenBLAS::openblas UNKNOWN IMPORTED)
-  set_target_properties(OpenBLAS::openblas PROPERTIES
-    IMPORTED_LOCATION ${OPENBLAS_LIBRARY}
-    INTERFACE_INCLUDE_DIRECTORIES ${OPENBLAS_INCLUDE_DIR})
-endif()

@@ -2,7 +2,7 @@
 # Pack the GPU checks of a build into one archive for a machine that has an
 # NVIDIA GPU but not this machine's packages: the stripped test and bench
 # binaries, exo-node and exo-model, and every shared library they need beyond
-# glibc and libstdc++ (CAF, Gecode, OpenSSL, OpenBLAS, cudart, ...). cuBLAS is
+# glibc and libstdc++ (CAF, Gecode, OpenSSL, cudart, ...). cuBLAS is
 # not packed: it is opened at run time from the GPU machine's CUDA toolkit.
 #
 #   scripts/gpu-bundle.sh [BUILD] [OUT.tar.xz]      (default build, .gpu/bundle.tar.xz)

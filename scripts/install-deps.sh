@@ -11,7 +11,6 @@ packages=(
   libcaf-dev libgecode-dev libsimdjson-dev libboost-dev libssl-dev catch2
   libcli11-dev
   libvulkan-dev mesa-vulkan-drivers glslc vulkan-tools
-  libopenblas-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev
   hipcc libamdhip64-dev librocm-smi-dev
   # Test tools: the gateway tests drive the server with curl, lint

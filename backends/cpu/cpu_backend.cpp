@@ -4,7 +4,6 @@
 #include "backends/host_info.hpp"
 #include "backends/host_kernels.hpp"
 
-#include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
@@ -51,7 +50,18 @@ public:
     props_.name = id.model_name;
     props_.vendor = id.vendor;
     props_.architecture = id.architecture;
-    props_.driver_version = openblas_get_config();
+    // The kernels are exo's own: the widest instructions they use here.
+    switch (host::widest_isa()) {
+      case host::isa::avx512:
+        props_.driver_version = "exo host kernels, AVX-512";
+        break;
+      case host::isa::avx2:
+        props_.driver_version = "exo host kernels, AVX2";
+        break;
+      case host::isa::scalar:
+        props_.driver_version = "exo host kernels, scalar";
+        break;
+    }
     props_.total_memory = opts.memory_limit != 0 ? opts.memory_limit
                                                  : host_info::total_memory();
     props_.max_allocation = props_.total_memory;

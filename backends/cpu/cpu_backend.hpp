@@ -1,7 +1,7 @@
 #pragma once
 
-/// The cpu backend: host memory, OpenBLAS for matrix products. Always
-/// present; the fallback of every machine.
+/// The cpu backend: host memory, exo's own kernels (backends/host_kernels)
+/// for every operation. Always present; the fallback of every machine.
 
 #include "backends/backend.hpp"
 

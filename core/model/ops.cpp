@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include <cblas.h>
 
 #include "backends/host_kernels.hpp"
 #include "backends/host_parallel.hpp"
@@ -34,7 +33,6 @@ backend::weight_type weight_type_of(tensor_type t) {
 
 void set_threads(int n) {
   n_threads_ = std::max(1, n);
-  openblas_set_num_threads(n_threads_);
 }
 
 int bind_threads() {

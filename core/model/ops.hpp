@@ -20,7 +20,7 @@ struct matrix_view {
   size_t rows = 0;
 };
 
-/// Sets the threads used by OpenBLAS and by the matrix kernels.
+/// Sets the threads used by the matrix kernels.
 void set_threads(int n);
 
 /// Returns the thread count last set with set_threads (1 by default).

@@ -106,8 +106,8 @@ Environment:
   EXO_BACKENDS          comma-separated backends to use (cuda,hip,vulkan,cpu,sim)
 )";
 
-/// Signals arrive on a pipe: a handler may run on any thread (OpenBLAS
-/// starts threads before main, so masking in main alone is not enough).
+/// Signals arrive on a pipe: a handler may run on any thread (libraries
+/// may start threads before main, so masking in main alone is not enough).
 int signal_pipe[2] = {-1, -1};
 
 extern "C" void on_signal(int sig) {

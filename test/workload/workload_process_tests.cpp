@@ -254,6 +254,7 @@ TEST_CASE("exo-node run with a draft model gives the same text and says "
                   "--prompt", "hi", "--draft", dir + "/other.gguf",
                   "--config", dir + "/node.json"},
                  60s);
+  INFO(bad.out << bad.err);
   CHECK(bad.code == 2);
   CHECK(bad.err.find("has a vocabulary of 400 tokens, the model 512")
         != std::string::npos);
