@@ -100,6 +100,18 @@ std::string gateway_section(const std::string& model) {
          + model + "\"}]}";
 }
 
+/// SIGTERM to both nodes; each exits 0, else its output is shown.
+void stop_both(node_proc& n1, node_proc& n2) {
+  n2.proc->signal(SIGTERM);
+  n1.proc->signal(SIGTERM);
+  auto code2 = n2.proc->wait(60s);
+  auto code1 = n1.proc->wait(60s);
+  INFO("n1: " << n1.proc->out() << n1.proc->err());
+  INFO("n2: " << n2.proc->out() << n2.proc->err());
+  CHECK(code2 == 0);
+  CHECK(code1 == 0);
+}
+
 } // namespace
 
 TEST_CASE("the dashboard shows a 3-node cluster, streams a chat and its "
@@ -283,10 +295,7 @@ TEST_CASE("a real Prometheus scrapes two gateways and finds every device's "
   CHECK(ok);
   prom.signal(SIGTERM);
   prom.wait(30s);
-  n2.proc->signal(SIGTERM);
-  n1.proc->signal(SIGTERM);
-  CHECK(n2.proc->wait(60s) == 0);
-  CHECK(n1.proc->wait(60s) == 0);
+  stop_both(n1, n2);
   std::system(("rm -rf " + p.dir).c_str());
 }
 
@@ -403,10 +412,7 @@ TEST_CASE("64 concurrent streaming clients on a 2-node cluster each get "
   CHECK(after - before < 512 * 1024);
   std::cout << load.out() << "gateway node RSS " << before / 1024
             << " MiB before, " << after / 1024 << " MiB after\n";
-  n2.proc->signal(SIGTERM);
-  n1.proc->signal(SIGTERM);
-  CHECK(n2.proc->wait(60s) == 0);
-  CHECK(n1.proc->wait(60s) == 0);
+  stop_both(n1, n2);
   std::system(("rm -rf " + p.dir).c_str());
 }
 
