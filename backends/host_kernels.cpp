@@ -76,26 +76,22 @@ void matmul(const float* a, const float* b, float* c, const matmul_dims& d,
   constexpr std::size_t cols = 256;
   const std::size_t m = d.m, n = d.n, k = d.k;
   const std::size_t blocks = (n + cols - 1) / cols;
-  for_each_index(static_cast<long>(m * blocks), m * n * k > (1u << 16)
-                                                   ? threads
-                                                   : 1,
-                 [&](long job) {
-                   const std::size_t i = static_cast<std::size_t>(job)
-                                         / blocks;
-                   const std::size_t j0 = static_cast<std::size_t>(job)
-                                          % blocks * cols;
-                   const std::size_t j1 = std::min(n, j0 + cols);
-                   float* out = c + i * n;
-                   for (std::size_t j = j0; j < j1; ++j)
-                     out[j] = 0.0f;
-                   const float* row = a + i * k;
-                   for (std::size_t p = 0; p < k; ++p) {
-                     const float x = row[p];
-                     const float* brow = b + p * n;
-                     for (std::size_t j = j0; j < j1; ++j)
-                       out[j] += x * brow[j];
-                   }
-                 });
+  // A small product stays on the calling thread.
+  const int team = m * n * k > (std::size_t{1} << 16) ? threads : 1;
+  for_each_index(static_cast<long>(m * blocks), team, [&](long job) {
+    const auto i = static_cast<std::size_t>(job) / blocks;
+    const auto j0 = static_cast<std::size_t>(job) % blocks * cols;
+    const auto j1 = std::min(n, j0 + cols);
+    float* out = c + i * n;
+    std::fill(out + j0, out + j1, 0.0f);
+    const float* row = a + i * k;
+    for (std::size_t p = 0; p < k; ++p) {
+      const float x = row[p];
+      const float* brow = b + p * n;
+      for (std::size_t j = j0; j < j1; ++j)
+        out[j] += x * brow[j];
+    }
+  });
 }
 
 void matmul_reference(const float* a, const float* b, float* c,

@@ -705,8 +705,7 @@ void replay(const std::vector<std::vector<std::int32_t>>& tokens,
 }
 
 void move_late_stages(self_ptr self, const run_ptr& run, const char* again);
-template <class F>
-void cancel(self_ptr self, std::uint64_t id, F then);
+void cancel_handed(self_ptr self, std::uint64_t id, const std::string& key);
 
 void start_job(self_ptr self, const run_ptr& run) {
   auto& req = run->job.request;
@@ -875,13 +874,8 @@ void start_job(self_ptr self, const run_ptr& run) {
   // Drained or paused for heat while its stages started (after run_atom:
   // the job takes the move once it runs).
   move_late_stages(self, run, "");
-  if (run->cancel_on_start) { // after run_atom: it ends with its tokens
-    exo::text::line(std::cout)
-      << "exo-node " << self->state.cfg.node << ": job " << id << " ("
-      << run->key << ") stops: it was cancelled while it was handed over"
-      << std::endl;
-    cancel(self, id, [](bool) {});
-  }
+  if (run->cancel_on_start) // after run_atom: it ends with its tokens
+    cancel_handed(self, id, run->key);
 }
 
 /// With a draft model (speculative decoding), starts its shard on this
@@ -2457,6 +2451,15 @@ void cancel(self_ptr self, std::uint64_t id, F then) {
           [then](caf::error&) mutable { then(false); });
 }
 
+/// Job `id` (KEY) was cancelled at its origin while the origin handed it
+/// to this node: it stops here, said on the log.
+void cancel_handed(self_ptr self, std::uint64_t id, const std::string& key) {
+  exo::text::line(std::cout)
+    << "exo-node " << self->state.cfg.node << ": job " << id << " (" << key
+    << ") stops: it was cancelled while it was handed over" << std::endl;
+  cancel(self, id, [](bool) {});
+}
+
 /// A console command's argument parsed with the command table, or the
 /// table's error with the command's usage.
 caf::expected<console::parsed_command>
@@ -3742,11 +3745,7 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
       auto& st = self->state;
       for (auto& [id, rj] : st.running)
         if (rj.key == key) {
-          exo::text::line(std::cout)
-            << "exo-node " << st.cfg.node << ": job " << id << " (" << key
-            << ") stops: it was cancelled while it was handed over"
-            << std::endl;
-          cancel(self, id, [](bool) {});
+          cancel_handed(self, id, key);
           return true;
         }
       for (auto& w : st.starting)

@@ -4,7 +4,6 @@
 #include "backends/host_info.hpp"
 #include "backends/host_kernels.hpp"
 
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-
 #include "backends/host_kernels.hpp"
 #include "backends/host_parallel.hpp"
 
