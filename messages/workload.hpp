@@ -157,15 +157,25 @@ constexpr std::size_t max_sequences_per_shard = 1024;
 
 /// Part of a batched step: n of its tokens (rows), of sequence `seq` at
 /// positions pos .. pos + n - 1.
+///
+/// `fork`: the sequence's first step, after a prompt it shares with
+/// sequence `from` (of the same job), which the stages computed once: each
+/// stage starts its cache as a copy of `from`'s first `pos` positions
+/// (device_stage::fork_cache), then runs the part. A stage that holds a
+/// cache for the sequence already (the step sent again after a planned
+/// move wrote it) runs the part as it is.
 struct step_part {
   std::uint32_t seq = 0;
   std::uint32_t pos = 0;
   std::uint32_t n = 0;
+  bool fork = false;
+  std::uint32_t from = 0;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_part& x) {
-  return wire(f, caf::meta::type_name("exo.step_part"), x.seq, x.pos, x.n);
+  return wire(f, caf::meta::type_name("exo.step_part"), x.seq, x.pos, x.n,
+              x.fork, x.from);
 }
 
 /// One batch on its way through the stages: tokens of one sequence, or of
@@ -293,7 +303,7 @@ typename Inspector::result_type inspect(Inspector& f, job_request& x) {
   return wire(f, caf::meta::type_name("exo.job_request"), x.model, x.prompt,
               x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
               x.keep_logits, x.special, x.stop_tokens, x.name, x.batch,
-              x.draft, x.draft_tokens, x.kv_type);
+              x.draft, x.draft_tokens, x.kv_type, x.share_prompt);
 }
 
 } // namespace workload

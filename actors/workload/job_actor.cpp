@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -37,6 +38,22 @@ struct sequence {
   std::vector<std::int32_t> drafted;
   /// Its next step rewinds (a job handed over: rows past pos may be left).
   bool rewind = false;
+  /// Its prompt is an earlier sequence's (`source`), which the stages
+  /// compute once: it sends nothing until the source's prompt is read,
+  /// then samples from the same logits and its first step starts its
+  /// caches as a copy of the source's (step_part::fork).
+  std::optional<std::uint32_t> source;
+  bool fork_pending = false; ///< its next step forks its caches
+  /// Sequences whose fork from this one is not done yet: its caches stay
+  /// until they are (release_held: it ended meanwhile).
+  std::uint32_t holds = 0;
+  bool release_held = false;
+
+  /// The positions its stages hold (a sequence whose fork is still to be
+  /// sent holds none there).
+  std::uint32_t held() const {
+    return fork_pending ? 0 : pos;
+  }
 };
 
 /// A planned move (drain, a device's thermal pause) that carries the KV
@@ -84,6 +101,9 @@ struct job_state {
   /// when a step cannot carry them all.
   std::vector<std::vector<std::uint32_t>> groups;
   std::uint32_t step_sequences = 1; ///< the most sequences per step
+  /// Sequences that may step now though their groups have no step coming
+  /// back (a shared prompt read): their groups step (kick_groups).
+  std::vector<std::uint32_t> kicked;
   /// Speculative decoding is on (draft stages, greedy sampling, no draft
   /// stage failed so far).
   bool speculative = false;
@@ -164,22 +184,85 @@ void finish(self_ptr self, std::string error) {
   self->quit();
 }
 
+/// Frees sequence j's KV caches on the stages (no answer wanted).
+void release_sequence(self_ptr self, std::uint32_t j) {
+  auto& st = self->state;
+  for (auto& stage : st.cfg.stages)
+    caf::anon_send(stage, release_atom::value, stage_job(st), j);
+  for (auto& stage : st.cfg.draft_stages)
+    caf::anon_send(stage, release_atom::value, stage_job(st), j);
+}
+
+void sequence_done(self_ptr self, std::uint32_t j);
+
+/// Sequence j ended before its prompt was read: the sequences that share
+/// it feed it themselves (or stop too, when the job is cancelled).
+void orphan_sharers(self_ptr self, std::uint32_t j) {
+  auto& st = self->state;
+  for (std::uint32_t k = 0; k < st.seqs.size() && !st.finished; ++k) {
+    auto& q = st.seqs[k];
+    if (q.done || q.source != j || q.prompt_done)
+      continue;
+    q.source.reset();
+    if (st.cancelling)
+      sequence_done(self, k);
+    else
+      st.kicked.push_back(k);
+  }
+}
+
 /// Sequence j has ended: the job ends with the last one; before that
-/// its KV caches go at once (memory follows the sequences still running).
+/// its KV caches go at once (memory follows the sequences still running),
+/// or once the forks from it are done.
 void sequence_done(self_ptr self, std::uint32_t j) {
   auto& st = self->state;
-  st.seqs[j].done = true;
+  auto& q = st.seqs[j];
+  q.done = true;
   if (--st.running == 0) {
     if (st.cancelling)
       st.result.cancelled = true;
     finish(self, "");
     return;
   }
-  for (auto& stage : st.cfg.stages) // no answer wanted
-    caf::anon_send(stage, release_atom::value, stage_job(st), j);
-  for (auto& stage : st.cfg.draft_stages)
-    caf::anon_send(stage, release_atom::value, stage_job(st), j);
+  if (!q.prompt_done)
+    orphan_sharers(self, j);
+  if (q.holds > 0)
+    q.release_held = true;
+  else
+    release_sequence(self, j);
 }
+
+/// A fork of sequence k from its source is done on every stage.
+void fork_done(self_ptr self, std::uint32_t k) {
+  auto& st = self->state;
+  auto& q = st.seqs[k];
+  if (!q.fork_pending)
+    return;
+  q.fork_pending = false;
+  auto& src = st.seqs[*q.source];
+  if (--src.holds == 0 && src.release_held) {
+    src.release_held = false;
+    release_sequence(self, *q.source);
+  }
+}
+
+/// Forgets every fork (a recovery: sequences not carried re-feed their
+/// own prompts); what the stages held back for them goes.
+void forget_forks(self_ptr self) {
+  auto& st = self->state;
+  for (std::uint32_t j = 0; j < st.seqs.size(); ++j) {
+    auto& q = st.seqs[j];
+    q.source.reset();
+    q.fork_pending = false;
+    q.holds = 0;
+    if (q.release_held) {
+      q.release_held = false;
+      release_sequence(self, j);
+    }
+  }
+}
+
+void take_logits(self_ptr self, std::uint32_t j, std::vector<float>&& logits);
 
 /// Sequence j's n tokens went through: `logits` (n_vocab floats) are its
 /// last row's. Samples its next token when its feed is read.
@@ -195,7 +278,8 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
   if (q.fed < q.feed.size()) // more of the prompt to feed
     return;
   auto& out = st.result.tokens[j];
-  if (!q.prompt_done) { // its prompt is read
+  const bool just_read = !q.prompt_done;
+  if (just_read) { // its prompt is read
     q.prompt_done = true;
     if (--st.prompts_left == 0)
       st.t_prompts = clock_type::now();
@@ -210,6 +294,35 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
                      "activations overflow");
     return;
   }
+  // The sequences that share this prompt read it now: the same logits,
+  // their own samplers; their first steps fork the caches.
+  if (just_read && !q.source)
+    for (std::uint32_t k = 0; k < st.seqs.size() && !st.finished; ++k) {
+      auto& s = st.seqs[k];
+      if (s.done || s.source != j || s.prompt_done)
+        continue;
+      s.prompt_done = true;
+      if (--st.prompts_left == 0)
+        st.t_prompts = clock_type::now();
+      s.pos = static_cast<std::uint32_t>(s.prompt.size());
+      s.fed = s.feed.size();
+      take_logits(self, k, std::vector<float>(logits_in));
+      if (!s.done) {
+        s.fork_pending = true;
+        ++q.holds;
+        st.kicked.push_back(k);
+      }
+    }
+  if (!st.finished)
+    take_logits(self, j, std::move(logits_in));
+}
+
+/// Samples sequence j's next token from `logits_in` (its last row's).
+void take_logits(self_ptr self, std::uint32_t j,
+                 std::vector<float>&& logits_in) {
+  auto& st = self->state;
+  auto& q = st.seqs[j];
+  auto& out = st.result.tokens[j];
   st.result.logits[j] = std::move(logits_in);
   auto& logits = st.result.logits[j];
   if (out.size() >= st.cfg.n_gen) {
@@ -270,6 +383,22 @@ void step_failed(self_ptr self, const std::vector<std::uint32_t>& seqs,
                      std::move(why));
 }
 
+/// The groups of the sequences that may step now (job_state::kicked).
+void kick_groups(self_ptr self) {
+  auto& st = self->state;
+  auto kicked = std::move(st.kicked);
+  st.kicked.clear();
+  std::vector<bool> seen(st.groups.size(), false);
+  for (auto k : kicked)
+    for (std::size_t g = 0; g < st.groups.size(); ++g)
+      if (!seen[g]
+          && std::find(st.groups[g].begin(), st.groups[g].end(), k)
+               != st.groups[g].end()) {
+        seen[g] = true;
+        send_step(self, g);
+      }
+}
+
 void send_step(self_ptr self, std::size_t g) {
   auto& st = self->state;
   if (st.finished || st.recovering || st.move || st.handoff || st.paused)
@@ -304,20 +433,37 @@ void send_step(self_ptr self, std::size_t g) {
       s.apart = true;
       break;
     }
+  // Prompts first: a piece of a prompt is cut where it is cut alone (see
+  // below), and a whole piece takes a whole step, which the tokens of
+  // the sequences that decode would otherwise never leave it.
+  std::stable_partition(order.begin(), order.end(), [&](std::uint32_t j) {
+    return st.seqs[j].fed < st.seqs[j].prompt.size();
+  });
+  bool forks = false;
   for (auto j : order) {
     auto& q = st.seqs[j];
-    if (q.done || q.waiting)
-      continue;
+    if (q.done || q.waiting || (q.source && !q.prompt_done))
+      continue; // (a shared prompt that is still being read)
     if (budget == 0 || s.parts.size() >= st.step_sequences)
       break;
     std::size_t n = 1;
-    if (q.fed < q.feed.size()) {
+    if (q.fed < q.prompt.size()) {
+      // The prompt's rows alone, in the pieces it is cut into when it is
+      // read alone (a whole step's tokens from its start on): a forward's
+      // rows depend on the rows they are computed with, so a sequence
+      // read in other pieces would get other bits than alone. A piece that
+      // does not fit what is left of this step waits for the next.
+      const std::size_t piece = workload::max_batch_tokens(st.cfg.n_embd);
+      n = std::min(q.prompt.size() - q.fed, piece - q.fed % piece);
+      if (n > budget)
+        continue;
+    } else if (q.fed < q.feed.size()) {
       n = std::min(q.feed.size() - q.fed, budget);
-      if (q.fed < q.prompt.size()) // the prompt's rows alone
-        n = std::min(n, q.prompt.size() - q.fed);
-      else if (s.apart) // a row of logits each: the last stage's bound
+      if (s.apart) // a row of logits each: the last stage's bound
         n = std::min<std::size_t>(
           n, workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab));
+    }
+    if (q.fed < q.feed.size()) {
       s.tokens.insert(s.tokens.end(), q.feed.begin() + q.fed,
                       q.feed.begin() + q.fed + n);
       q.fed += n;
@@ -327,6 +473,11 @@ void send_step(self_ptr self, std::size_t g) {
       s.tokens.push_back(st.result.tokens[j].back());
     }
     s.parts.push_back({j, q.pos, static_cast<std::uint32_t>(n)});
+    if (q.fork_pending) {
+      s.parts.back().fork = true;
+      s.parts.back().from = *q.source;
+      forks = true;
+    }
     s.rewind = s.rewind || q.rewind;
     q.rewind = false;
     budget -= n;
@@ -338,7 +489,7 @@ void send_step(self_ptr self, std::size_t g) {
   s.seq = s.parts.front().seq;
   s.pos = s.parts.front().pos;
   auto parts = s.parts;
-  if (s.parts.size() == 1)
+  if (s.parts.size() == 1 && !forks)
     s.parts.clear(); // one sequence: the plain form
   // No timeout on the request itself: the watchdog enforces step_timeout
   // (a CAF request timeout woke the clock thread twice per token).
@@ -367,11 +518,14 @@ void send_step(self_ptr self, std::size_t g) {
         std::size_t row = 0;
         for (std::size_t i = 0; i < parts.size() && !st.finished; ++i) {
           row += apart ? parts[i].n : 1;
+          if (parts[i].fork)
+            fork_done(self, parts[i].seq);
           on_logits(self, parts[i].seq, parts[i].n,
                     std::vector<float>(r.x.begin() + (row - 1) * v,
                                        r.x.begin() + row * v));
         }
         send_step(self, g);
+        kick_groups(self);
         try_pause(self);
       },
       [self, parts, epoch](caf::error& err) {
@@ -556,6 +710,17 @@ void send_all(self_ptr self) {
     send_step(self, g);
 }
 
+/// Sequences with the same prompt as an earlier one read it from that
+/// one (sequence::source): the stages compute each prompt once.
+void share_prompts(job_state& st) {
+  std::map<std::vector<std::int32_t>, std::uint32_t> first;
+  for (std::uint32_t j = 0; j < st.seqs.size(); ++j) {
+    auto [it, fresh] = first.emplace(st.seqs[j].prompt, j);
+    if (!fresh)
+      st.seqs[j].source = it->second;
+  }
+}
+
 /// Splits the job's sequences into groups (job_state::groups): as many as
 /// stages, more where a step cannot carry a group, at most one per
 /// sequence.
@@ -697,6 +862,8 @@ void start_move(self_ptr self, std::vector<std::uint32_t> lost,
 void go_on(self_ptr self) {
   auto& st = self->state;
   auto& r = *st.resumed;
+  forget_forks(self);
+  st.kicked.clear();
   for (std::size_t j = 0; j < st.seqs.size(); ++j) {
     auto& q = st.seqs[j];
     if (q.done)
@@ -916,8 +1083,8 @@ void start_move(self_ptr self, std::vector<std::uint32_t> lost,
       q.waiting = false;
       q.drafted.clear();
     }
-    m->carried[j] = !q.done;
-    m->rows[j] = q.pos;
+    m->carried[j] = !q.done && !q.fork_pending;
+    m->rows[j] = q.held();
   }
   m->chains = st.cfg.stages.size();
   st.move = std::move(m);
@@ -1153,7 +1320,7 @@ void try_pause(self_ptr self) {
   h.stages = st.cfg.stages;
   h.tokens = st.result.tokens;
   for (auto& q : st.seqs)
-    h.pos.push_back(q.pos);
+    h.pos.push_back(q.held());
   h.recoveries = st.result.recoveries;
   if (st.resumed) { // a move whose first token is still to come
     h.unfinished.push_back(*st.resumed);
@@ -1281,6 +1448,9 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
         finish(self, "");
         return st.rp;
       }
+      if (st.cfg.share_prompts && st.cfg.generated.empty()
+          && st.cfg.draft_stages.empty())
+        share_prompts(st);
       make_groups(st);
       if (!st.recovering) // else the new pipeline starts them (resume)
         send_all(self);

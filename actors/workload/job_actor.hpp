@@ -97,6 +97,10 @@ struct job_setup {
   std::uint32_t n_layer = 0;
   std::uint32_t n_embd_kv = 0;
   std::vector<std::vector<std::int32_t>> prompts; ///< one per sequence
+  /// Sequences whose prompt is an earlier sequence's share it: the stages
+  /// compute it once, the others sample from its logits and copy its KV
+  /// rows (a fresh job without a draft only).
+  bool share_prompts = true;
   std::uint32_t n_gen = 16;
   /// The most sequences one step carries (0: as many as a step can,
   /// workload::max_step_sequences); 1 sends every sequence on its own.

@@ -723,6 +723,7 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.prompts.assign(req.sequences, run->job.prompt);
   j.n_gen = req.n_gen;
   j.step_sequences = req.batch;
+  j.share_prompts = req.share_prompt;
   if (run->draft) {
     j.draft_stages = {run->draft};
     j.draft_n_embd = run->job.draft->hparams().n_embd;

@@ -80,6 +80,7 @@ struct shard_slot {
   std::uint64_t device_handoffs = 0; ///< steps passed on by device copy
   std::uint64_t host_handoffs = 0;   ///< steps passed on in the message
   std::uint64_t pause_waits = 0;     ///< steps held while the device paused
+  std::uint64_t forks = 0; ///< caches started as a copy of another's rows
   double busy_s = 0;
 };
 
@@ -305,6 +306,32 @@ caf::error cache_of(hosted_stage& h, const shard_slot& slot,
   return {};
 }
 
+/// The cache of (job, seq) for a part that forks it from sequence `from`
+/// (step_part::fork): a copy of from's first `pos` positions, made here;
+/// the cache itself when the sequence has one already.
+caf::error fork_of(hosted_stage& h, shard_slot& slot, std::uint64_t job,
+                   const step_part& p, model::cache_id& id) {
+  auto key = std::make_tuple(slot.id, job, p.seq);
+  if (auto it = h.caches.find(key); it != h.caches.end()) {
+    id = it->second;
+    return {};
+  }
+  auto src = h.caches.find(std::make_tuple(slot.id, job, p.from));
+  if (p.from == p.seq || src == h.caches.end())
+    return bad("shard: sequence " + std::to_string(p.seq)
+               + " forks from sequence " + std::to_string(p.from)
+               + ", which has no cache here");
+  if (h.caches.size() >= max_sequences_per_shard)
+    return make_exo_error(exo_errc::out_of_memory,
+                          "shard: too many sequences");
+  auto c = h.stage->fork_cache(src->second, p.pos);
+  if (!c)
+    return device_failed(c.err());
+  id = h.caches.emplace(key, *c).first->second;
+  ++slot.forks;
+  return {};
+}
+
 /// Checks a step against its sequences' caches (made on a sequence's
 /// first step) and forgets what a rewinding step writes over: the
 /// segments of its forward.
@@ -327,7 +354,8 @@ caf::error prepare(hosted_stage& h, shard_slot& slot, std::uint32_t n_ctx,
   segs.reserve(parts.size());
   for (auto& p : parts) {
     model::cache_id id = 0;
-    if (auto err = cache_of(h, slot, s.job, p.seq, p.pos, n_ctx, id))
+    if (auto err = p.fork ? fork_of(h, slot, s.job, p, id)
+                          : cache_of(h, slot, s.job, p.seq, p.pos, n_ctx, id))
       return err;
     auto past = stage.n_past(id);
     auto cap = stage.capacity(id);
@@ -1043,6 +1071,7 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
         snap.fields["device_handoffs"] = std::to_string(slot->device_handoffs);
         snap.fields["host_handoffs"] = std::to_string(slot->host_handoffs);
         snap.fields["pause_waits"] = std::to_string(slot->pause_waits);
+        snap.fields["forks"] = std::to_string(slot->forks);
         if (!slot->h) {
           snap.fields["compute"] = "none: the stage was never set up";
           rp.deliver(std::move(snap));

@@ -550,6 +550,40 @@ result<cache_id> device_stage::new_cache(std::uint32_t n_ctx) {
   return id;
 }
 
+result<cache_id> device_stage::fork_cache(cache_id src, std::uint32_t n) {
+  auto found = find_cache(src);
+  if (!found)
+    return found.err();
+  const cache from = **found;
+  if (n > from.n_past)
+    return fail(errc::invalid_argument,
+                "cannot fork " + std::to_string(n) + " positions of KV cache "
+                  + std::to_string(src) + ": it holds "
+                  + std::to_string(from.n_past));
+  cache c;
+  c.capacity = from.capacity;
+  if (auto st = grow(c, room_for(c, std::max<std::uint32_t>(n, 1))); !st)
+    return fail(st.err().code, "KV cache " + std::to_string(src)
+                                 + " could not be forked: "
+                                 + st.err().message);
+  const std::uint64_t row =
+    backend::kv_bytes_of(opts_.kv, model_->hparams().n_embd_kv());
+  const std::uint64_t held = std::uint64_t{n} * row;
+  for (std::uint64_t l = 0; held > 0 && l < last_ - first_; ++l)
+    for (auto [a, b] : {std::pair{from.k, c.k}, std::pair{from.v, c.v}})
+      if (auto st = ops_.copy(a, l * from.room * row, b, l * c.room * row, held);
+          !st) {
+        (void) ops_.free(c.k);
+        (void) ops_.free(c.v);
+        cache_bytes_ -= c.bytes;
+        return st.err();
+      }
+  c.n_past = n;
+  auto id = next_cache_++;
+  caches_.emplace(id, c);
+  return id;
+}
+
 std::uint32_t device_stage::room_for(const cache& c,
                                      std::uint64_t need) const {
   const std::uint64_t step = opts_.kv_grow_positions;

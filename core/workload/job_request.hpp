@@ -62,6 +62,9 @@ struct job_request {
   /// At most this many sequences per step (batched decoding); 0: as many
   /// as a step carries.
   std::uint32_t batch = 0;
+  /// The sequences' copies of the prompt are computed once (the stages
+  /// copy its KV rows: the same tokens); false: each computes its own.
+  bool share_prompt = true;
   bool keep_logits = false;    ///< report sequence 0's last logits
   /// Speculative decoding: the draft model's path on the coordinating
   /// node ("" = none) and its proposals per round (1 to 31).

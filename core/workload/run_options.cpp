@@ -64,6 +64,10 @@ void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
                  "at most B of the sequences in one step (batched decoding; "
                  "default: as many as a step carries, 1: each alone)")
     ->type_name("B");
+  app.add_flag("--no-prompt-sharing", o.no_prompt_sharing,
+               "compute each sequence's copy of the prompt (by default "
+               "the stages compute it once and copy its KV rows: the same "
+               "tokens)");
   app.add_option("--draft", o.draft,
                  "speculative decoding with this draft model (same "
                  "vocabulary; greedy runs): it proposes, the model checks "

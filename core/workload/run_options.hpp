@@ -26,6 +26,9 @@ struct run_options {
   /// --batch B: at most B sequences per step (1: each on its own); 0: as
   /// many as a step carries.
   std::uint32_t batch = 0;
+  /// --no-prompt-sharing: every sequence computes its copy of the prompt
+  /// (job_request::share_prompt).
+  bool no_prompt_sharing = false;
   /// --draft FILE: a draft model with the same vocabulary for speculative
   /// decoding (greedy runs), --draft-tokens K proposals a round.
   std::string draft;

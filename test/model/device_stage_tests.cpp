@@ -753,6 +753,97 @@ TEST_CASE("a KV cache grows as its sequence needs, with the bits of one "
   }
 }
 
+TEST_CASE("a forked KV cache starts with its source's positions and gives "
+          "the bits of computing them, on every device",
+          "[device_stage][kv][fork]") {
+  for (auto kv : {backend::kv_type::f16, backend::kv_type::q8_0}) {
+    temp_model tm(tensor_type::f32, 5, "llama", 64);
+    auto& hp = tm.model->hparams();
+    for (auto* dev : devices().devices()) {
+      INFO("device " << dev->properties().id << ", "
+                     << backend::to_string(kv) << " cache");
+      backend_ops base(*dev);
+      counting_ops ops(base);
+      device_stage_options o;
+      o.max_tokens = 32;
+      o.max_logit_rows = 4;
+      o.kv = kv;
+      o.kv_grow_positions = 16;
+      auto made = device_stage::create(tm.model, 0, 4, ops, o);
+      REQUIRE(made.ok());
+      auto& st = **made;
+      const std::uint32_t n_ctx = 100;
+      // One token at a time after a prompt of 20 (in pieces of 16 and 4).
+      auto feed = [&](cache_id c, std::vector<std::int32_t> toks) {
+        std::vector<float> x(toks.size() * hp.n_embd), logits(hp.n_vocab);
+        REQUIRE(st.embed(toks.data(), toks.size(), x.data()).ok());
+        auto f = st.forward(c, *st.n_past(c), x.data(), toks.size(),
+                            logits.data());
+        INFO((f.ok() ? "" : f.err().to_string()));
+        REQUIRE(f.ok());
+        return logits;
+      };
+      std::vector<std::int32_t> p16(16), p4 = {7, 300, 12, 5};
+      for (std::size_t i = 0; i < 16; ++i)
+        p16[i] = static_cast<std::int32_t>((11 * i + 3) % hp.n_vocab);
+      auto src = *st.new_cache(n_ctx);
+      feed(src, p16);
+      feed(src, p4);
+      // Computed alone, for comparison.
+      auto alone = *st.new_cache(n_ctx);
+      feed(alone, p16);
+      feed(alone, p4);
+      const auto bytes = st.cache_bytes();
+      // The whole prompt: the next token's logits are those of the cache
+      // that computed it, bit for bit (the source goes on meanwhile: a
+      // fork copies only what it asked for).
+      auto whole = st.fork_cache(src, 20);
+      REQUIRE(whole.ok());
+      CHECK(*st.n_past(*whole) == 20);
+      CHECK(*st.capacity(*whole) == n_ctx);
+      CHECK(*st.room(*whole) == 32);
+      CHECK(st.cache_bytes() == bytes + *st.cache_bytes(*whole));
+      auto want = feed(alone, {42});
+      feed(src, {99});
+      auto got = feed(*whole, {42});
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+      // At a piece boundary: the rest fed on the fork.
+      auto part = st.fork_cache(src, 16);
+      REQUIRE(part.ok());
+      CHECK(*st.n_past(*part) == 16);
+      feed(*part, p4);
+      got = feed(*part, {42});
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+      // It grows, and goes on, as any cache.
+      for (int i = 0; i < 20; ++i) {
+        auto t = static_cast<std::int32_t>(i + 1);
+        auto a = feed(alone, {t});
+        auto b = feed(*whole, {t});
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+      }
+      CHECK(*st.room(*whole) == 64);
+      // A fork of nothing is an empty cache; errors name the cache.
+      auto empty = st.fork_cache(src, 0);
+      REQUIRE(empty.ok());
+      CHECK(*st.n_past(*empty) == 0);
+      auto over = st.fork_cache(src, 22);
+      REQUIRE_FALSE(over.ok());
+      CHECK(over.err().message.find("it holds 21") != std::string::npos);
+      CHECK_FALSE(st.fork_cache(src + 1000, 1).ok());
+      ops.allocation_budget = 0;
+      auto full = st.fork_cache(src, 20);
+      REQUIRE_FALSE(full.ok());
+      CHECK(full.err().code == backend::errc::out_of_memory);
+      CHECK(full.err().message.find("could not be forked")
+            != std::string::npos);
+      ops.allocation_budget = ~std::uint64_t{0};
+      for (auto c : {src, alone, *whole, *part, *empty})
+        REQUIRE(st.drop_cache(c).ok());
+      CHECK(st.cache_bytes() == 0);
+    }
+  }
+}
+
 TEST_CASE("a batched forward checks its segments before it runs any",
           "[device_stage][batch]") {
   temp_model tm(tensor_type::f32);

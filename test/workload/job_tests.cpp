@@ -20,6 +20,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <future>
 #include <mutex>
 
 #include <thread>
@@ -435,6 +436,227 @@ TEST_CASE("four sequences in flight give what running them one by one gives",
       }
     }
   }
+}
+
+TEST_CASE("sequences of one prompt read it once, each gets what it gets "
+          "alone, the stages fork its KV rows",
+          "[workload][share]") {
+  fixture f;
+  auto cpu = f.device_index("cpu");
+  auto sim = f.device_index("sim");
+  struct layout {
+    std::vector<std::uint32_t> bounds;
+    std::vector<std::size_t> on;
+    bool host; ///< host devices only: the same bits
+  };
+  std::vector<layout> layouts{{{0, 4}, {cpu}, true},
+                              {{0, 2, 4}, {cpu, sim}, true},
+                              {{0, 2, 3, 4}, {0, 1, 2}, false}};
+  const auto a = prompts()[0], b = prompts()[1];
+  // Sequences 0, 2 and 3 share a prompt, 1 and 4 another.
+  const std::vector<std::vector<std::int32_t>> ps{a, b, a, a, b};
+  for (auto& l : layouts) {
+    INFO("stages " << l.bounds.size() - 1);
+    struct ran {
+      workload::job_result r;
+      std::vector<actor_snapshot> snaps;
+    };
+    auto run = [&](std::vector<std::vector<std::int32_t>> p,
+                   std::uint64_t seed, bool share, std::uint32_t per_step = 0) {
+      auto stages = f.pipeline(l.bounds, l.on);
+      auto j = f.job(1, stages, std::move(p), 10, 0.7f, seed);
+      j.share_prompts = share;
+      j.step_sequences = per_step;
+      ran out;
+      out.r = workload::run_job(*f.sys, std::move(j));
+      caf::scoped_actor self{*f.sys};
+      for (auto& s : stages) {
+        // Everything given back (the job's release follows its steps).
+        for (int i = 0; i < 200; ++i) {
+          if (num(snapshot_of(self, s), "kv_cache_bytes") == 0)
+            break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        out.snaps.push_back(snapshot_of(self, s));
+      }
+      f.stop(stages);
+      REQUIRE(out.r.error.empty());
+      return out;
+    };
+    for (std::uint32_t per_step : {0u, 1u}) {
+      INFO("sequences per step " << per_step);
+      auto shared = run(ps, 11, true, per_step);
+      auto apart = run(ps, 11, false, per_step);
+      REQUIRE(shared.r.tokens.size() == 5);
+      CHECK(shared.r.tokens == apart.r.tokens);
+      CHECK(shared.r.generated_tokens == 50);
+      CHECK(shared.r.prompt_tokens == apart.r.prompt_tokens);
+      for (std::size_t i = 0; i < shared.snaps.size(); ++i) {
+        INFO("stage " << i);
+        auto& s = shared.snaps[i];
+        // Each prompt once (5 + 3 tokens), then 9 fed tokens a sequence;
+        // apart, every copy of the prompt.
+        CHECK(num(s, "tokens") == 5 + 3 + 5 * 9);
+        CHECK(num(apart.snaps[i], "tokens") == 3 * 5 + 2 * 3 + 5 * 9);
+        CHECK(num(s, "forks") == 3);
+        CHECK(num(apart.snaps[i], "forks") == 0);
+        CHECK(num(s, "kv_cache_bytes") == 0);
+      }
+      for (std::size_t j = 0; j < ps.size(); ++j) {
+        INFO("sequence " << j);
+        auto alone = run({ps[j]}, 11 + j, true);
+        CHECK(alone.r.tokens[0] == shared.r.tokens[j]);
+        if (l.host)
+          CHECK(alone.r.logits[0] == shared.r.logits[j]);
+        else
+          CHECK(max_rel_diff(alone.r.logits[0], shared.r.logits[j]) <= 5e-3f);
+      }
+    }
+  }
+}
+
+TEST_CASE("long prompts of several sequences are read in the pieces each "
+          "is read in alone, with the bits of running alone",
+          "[workload][share]") {
+  // Prompts longer than a step carries (512 tokens here): read together,
+  // a step's tokens are shared out, but each prompt is still cut where it
+  // is cut alone (a forward's rows depend on the rows computed with them).
+  fixture f;
+  f.n_ctx = 1024;
+  // Q4_K matrices: their products over 4 rows or more take llama.cpp's
+  // batched kernels, whose sums depend on how many rows go together.
+  {
+    auto path = f.path + ".q4k";
+    model::test_model_options o;
+    o.layers = 4;
+    o.dim = 256;
+    o.ff = 512;
+    o.vocab = 400;
+    o.seed = 7;
+    o.type = model::tensor_type::q4_k;
+    model::make_test_model(o, path);
+    f.model = model::llama_model::load(path);
+    std::filesystem::remove(path); // mapped: the pages stay
+  }
+  auto long_prompt = [](std::size_t n, std::int32_t mul) {
+    std::vector<std::int32_t> p(n);
+    for (std::size_t i = 0; i < n; ++i)
+      p[i] = static_cast<std::int32_t>((mul * i + 1) % 400);
+    return p;
+  };
+  const std::vector<std::vector<std::int32_t>> ps{
+    long_prompt(700, 7), long_prompt(600, 13), long_prompt(700, 7),
+    {1, 17, 42}};
+  auto cpu = f.device_index("cpu");
+  auto sim = f.device_index("sim");
+  for (auto on : {std::vector<std::size_t>{cpu},
+                  std::vector<std::size_t>{cpu, sim}}) {
+    const std::vector<std::uint32_t> bounds =
+      on.size() == 1 ? std::vector<std::uint32_t>{0, 4}
+                     : std::vector<std::uint32_t>{0, 2, 4};
+    INFO("stages " << on.size());
+    auto run = [&](std::vector<std::vector<std::int32_t>> p,
+                   std::uint64_t seed, bool share) {
+      auto stages = f.pipeline(bounds, on);
+      auto j = f.job(1, stages, std::move(p), 4, 0.7f, seed);
+      j.share_prompts = share;
+      auto r = workload::run_job(*f.sys, std::move(j));
+      f.stop(stages);
+      INFO(r.error);
+      REQUIRE(r.error.empty());
+      return r;
+    };
+    for (bool share : {false, true}) {
+      INFO("shared " << share);
+      auto all = run(ps, 21, share);
+      for (std::size_t j = 0; j < ps.size(); ++j) {
+        INFO("sequence " << j);
+        auto alone = run({ps[j]}, 21 + j, share);
+        CHECK(alone.tokens[0] == all.tokens[j]);
+        CHECK((alone.logits[0] == all.logits[j])); // (not printed: 400)
+      }
+    }
+  }
+}
+
+TEST_CASE("a prompt's source sequence that ends at once keeps its KV rows "
+          "until the sequences sharing them have forked",
+          "[workload][share]") {
+  fixture f;
+  // A seed whose sequence 0 draws a first token the others never draw,
+  // made the end of generation: sequence 0 ends with the prompt's logits,
+  // before the others' first steps fork its rows.
+  const auto a = prompts()[0];
+  const std::vector<std::vector<std::int32_t>> ps{a, a, a};
+  auto stages = f.pipeline({0, 4}, {f.device_index("cpu")});
+  std::uint64_t seed = 1;
+  std::int32_t stop = -1;
+  for (; seed < 50 && stop < 0; ++seed) {
+    auto r = workload::run_job(*f.sys, f.job(1, stages, ps, 4, 1.0f, seed));
+    REQUIRE(r.error.empty());
+    if (r.tokens[1][0] != r.tokens[0][0] && r.tokens[2][0] != r.tokens[0][0]
+        && std::find(r.tokens[1].begin(), r.tokens[1].end(), r.tokens[0][0])
+             == r.tokens[1].end()
+        && std::find(r.tokens[2].begin(), r.tokens[2].end(), r.tokens[0][0])
+             == r.tokens[2].end())
+      stop = r.tokens[0][0];
+  }
+  --seed;
+  REQUIRE(stop >= 0);
+  f.stop(stages);
+  for (bool share : {true, false}) {
+    auto st = f.pipeline({0, 4}, {f.device_index("cpu")});
+    auto j = f.job(2, st, ps, 4, 1.0f, seed);
+    j.eog = {stop};
+    j.share_prompts = share;
+    auto r = workload::run_job(*f.sys, std::move(j));
+    INFO(r.error);
+    REQUIRE(r.error.empty()); // a fork from a released cache would fail
+    CHECK(r.tokens[0] == std::vector<std::int32_t>{stop});
+    CHECK(r.tokens[1].size() == 4);
+    CHECK(r.tokens[2].size() == 4);
+    caf::scoped_actor self{*f.sys};
+    CHECK(num(snapshot_of(self, st[0]), "forks") == (share ? 2 : 0));
+    f.stop(st);
+  }
+}
+
+TEST_CASE("a job cancelled while the prompt its sequences share is read "
+          "ends them all",
+          "[workload][share]") {
+  fixture f;
+  auto stages = f.pipeline({0, 2, 4}, {f.device_index("cpu"),
+                                       f.device_index("sim")});
+  auto done = std::make_shared<std::promise<workload::job_result>>();
+  auto j = f.job(3, stages, {prompts()[0], prompts()[0], prompts()[0]}, 8,
+                 0.7f);
+  j.finish = [done](workload::job_result& r) {
+    done->set_value(r);
+    return caf::make_message(caf::ok_atom::value);
+  };
+  auto h = workload::spawn_job(*f.sys, std::move(j));
+  // In this order in its mailbox: the prompt's step goes out, then the
+  // cancel; sequences 1 and 2 wait for sequence 0's prompt, which ends
+  // at the cancel's token boundary.
+  caf::anon_send(h, run_atom::value);
+  caf::anon_send(h, cancel_atom::value);
+  auto fut = done->get_future();
+  REQUIRE(fut.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  auto r = fut.get();
+  CHECK(r.cancelled);
+  CHECK(r.error.empty());
+  CHECK(r.generated_tokens == 0);
+  caf::scoped_actor self{*f.sys};
+  for (auto& s : stages) {
+    for (int i = 0; i < 200; ++i) {
+      if (num(snapshot_of(self, s), "kv_cache_bytes") == 0)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(num(snapshot_of(self, s), "kv_cache_bytes") == 0);
+    CHECK(num(snapshot_of(self, s), "forks") == 0);
+  }
+  f.stop(stages);
 }
 
 TEST_CASE("jobs that run the same layers on one device share its stage and "
