@@ -2269,6 +2269,7 @@ run_options run_options_of(const console::parsed_command& p) {
   o.stages = static_cast<std::uint32_t>(p.count("stages", o.stages));
   o.sequences = static_cast<std::uint32_t>(p.count("sequences", o.sequences));
   o.batch = static_cast<std::uint32_t>(p.count("batch", o.batch));
+  o.no_prompt_sharing = p.has("no-prompt-sharing");
   o.draft = p.text("draft");
   o.draft_tokens =
     static_cast<std::uint32_t>(p.count("draft-tokens", o.draft_tokens));

@@ -171,6 +171,9 @@ std::vector<command_spec> make_table() {
        ranged(dashed("batch", vt::count, "B",
                      "at most B sequences in one step (batched decoding)"),
               1, 256),
+       dashed("no-prompt-sharing", vt::flag, "",
+              "compute each sequence's copy of the prompt (by default it "
+              "is computed once: the same tokens)"),
        dashed("draft", vt::text, "FILE",
               "speculative decoding with this draft model (greedy runs)"),
        ranged(dashed("draft-tokens", vt::count, "K",

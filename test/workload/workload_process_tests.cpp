@@ -16,6 +16,7 @@
 #include <fstream>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -414,6 +415,27 @@ TEST_CASE("two nodes run a job across both: the node without the model "
   CHECK(sent(more.out) > 0);
   CHECK(sent(more.out) < whole);
   CHECK(line_after(more.out, "text: ") == line_after(solo.out, "text: "));
+  // Three sampled sequences of one prompt on both nodes: the prompt is
+  // read once (alpha's and beta's stages fork its KV rows, the steps that
+  // say so cross the wire), the texts are those of reading it three times.
+  {
+    auto seqs = job + " --stages 2 --sequences 3 --temperature 0.9";
+    auto shared = console(p, a.port, seqs);
+    INFO(shared.out << shared.err);
+    REQUIRE(shared.code == 0);
+    auto apart = console(p, a.port, seqs + " --no-prompt-sharing");
+    INFO(apart.out << apart.err);
+    REQUIRE(apart.code == 0);
+    CHECK(apart.out.find("on beta") != std::string::npos);
+    std::set<std::string> texts;
+    for (int i = 0; i < 3; ++i) {
+      auto k = "sequence " + std::to_string(i) + ": ";
+      CHECK(!line_after(shared.out, k).empty());
+      CHECK(line_after(shared.out, k) == line_after(apart.out, k));
+      texts.insert(line_after(shared.out, k));
+    }
+    CHECK(texts.size() > 1); // sampled apart, not one text three times
+  }
   // The coordinator audited each job's submission and end (issue 6).
   for (auto type : {"job_submitted", "job_finished"}) {
     auto q = console(p, a.port, std::string{"audit query type="} + type);
@@ -423,7 +445,7 @@ TEST_CASE("two nodes run a job across both: the node without the model "
     for (auto at = q.out.find(type); at != std::string::npos;
          at = q.out.find(type, at + 1))
       ++n;
-    CHECK(n == 4);
+    CHECK(n == 6);
   }
   CHECK(console(p, a.port, "audit query type=job_finished").out.find(
           "outcome=ok")
