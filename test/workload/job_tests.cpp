@@ -219,6 +219,23 @@ float max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
+/// Where a job's stages run: one stage on the cpu device, two on cpu and
+/// sim (host devices only: the same bits as alone), three on cpu, Vulkan
+/// and sim.
+struct layout {
+  std::vector<std::uint32_t> bounds;
+  std::vector<std::size_t> on;
+  bool host; ///< host devices only: the same bits
+};
+
+std::vector<layout> layouts_of(const fixture& f) {
+  auto cpu = f.device_index("cpu");
+  auto sim = f.device_index("sim");
+  return {{{0, 4}, {cpu}, true},
+          {{0, 2, 4}, {cpu, sim}, true},
+          {{0, 2, 3, 4}, {0, 1, 2}, false}};
+}
+
 /// An actor's counters for the console (inspect_atom).
 actor_snapshot snapshot_of(caf::scoped_actor& self, const caf::actor& a) {
   actor_snapshot out;
@@ -234,6 +251,18 @@ std::uint64_t num(const actor_snapshot& s, const char* k) {
   INFO(s.name << " has no field " << k);
   REQUIRE(it != s.fields.end());
   return std::stoull(it->second);
+}
+
+/// The snapshot of stage `a` once it holds no KV cache (a job's release
+/// follows its last steps), or after two seconds.
+actor_snapshot released(caf::scoped_actor& self, const caf::actor& a) {
+  for (int i = 0; i < 200; ++i) {
+    auto snap = snapshot_of(self, a);
+    if (num(snap, "kv_cache_bytes") == 0)
+      return snap;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return snapshot_of(self, a);
 }
 
 } // namespace
@@ -392,19 +421,9 @@ TEST_CASE("a one-stage job gives the engine's own logits", "[workload]") {
 TEST_CASE("four sequences in flight give what running them one by one gives",
           "[workload]") {
   fixture f;
-  auto cpu = f.device_index("cpu");
-  auto sim = f.device_index("sim");
   // One stage (one batch of four), two stages (two batches of two), three
   // stages on cpu, Vulkan and sim devices.
-  struct layout {
-    std::vector<std::uint32_t> bounds;
-    std::vector<std::size_t> on;
-    bool host; ///< host devices only: the same bits
-  };
-  std::vector<layout> layouts{{{0, 4}, {cpu}, true},
-                              {{0, 2, 4}, {cpu, sim}, true},
-                              {{0, 2, 3, 4}, {0, 1, 2}, false}};
-  for (auto& l : layouts) {
+  for (auto& l : layouts_of(f)) {
     INFO("stages " << l.bounds.size() - 1);
     auto run = [&](std::vector<std::vector<std::int32_t>> p,
                    std::uint64_t seed, std::uint32_t per_step = 0) {
@@ -442,20 +461,10 @@ TEST_CASE("sequences of one prompt read it once, each gets what it gets "
           "alone, the stages fork its KV rows",
           "[workload][share]") {
   fixture f;
-  auto cpu = f.device_index("cpu");
-  auto sim = f.device_index("sim");
-  struct layout {
-    std::vector<std::uint32_t> bounds;
-    std::vector<std::size_t> on;
-    bool host; ///< host devices only: the same bits
-  };
-  std::vector<layout> layouts{{{0, 4}, {cpu}, true},
-                              {{0, 2, 4}, {cpu, sim}, true},
-                              {{0, 2, 3, 4}, {0, 1, 2}, false}};
   const auto a = prompts()[0], b = prompts()[1];
   // Sequences 0, 2 and 3 share a prompt, 1 and 4 another.
   const std::vector<std::vector<std::int32_t>> ps{a, b, a, a, b};
-  for (auto& l : layouts) {
+  for (auto& l : layouts_of(f)) {
     INFO("stages " << l.bounds.size() - 1);
     struct ran {
       workload::job_result r;
@@ -470,15 +479,8 @@ TEST_CASE("sequences of one prompt read it once, each gets what it gets "
       ran out;
       out.r = workload::run_job(*f.sys, std::move(j));
       caf::scoped_actor self{*f.sys};
-      for (auto& s : stages) {
-        // Everything given back (the job's release follows its steps).
-        for (int i = 0; i < 200; ++i) {
-          if (num(snapshot_of(self, s), "kv_cache_bytes") == 0)
-            break;
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
-        out.snaps.push_back(snapshot_of(self, s));
-      }
+      for (auto& s : stages)
+        out.snaps.push_back(released(self, s));
       f.stop(stages);
       REQUIRE(out.r.error.empty());
       return out;
@@ -648,13 +650,9 @@ TEST_CASE("a job cancelled while the prompt its sequences share is read "
   CHECK(r.generated_tokens == 0);
   caf::scoped_actor self{*f.sys};
   for (auto& s : stages) {
-    for (int i = 0; i < 200; ++i) {
-      if (num(snapshot_of(self, s), "kv_cache_bytes") == 0)
-        break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    CHECK(num(snapshot_of(self, s), "kv_cache_bytes") == 0);
-    CHECK(num(snapshot_of(self, s), "forks") == 0);
+    auto snap = released(self, s);
+    CHECK(num(snap, "kv_cache_bytes") == 0);
+    CHECK(num(snap, "forks") == 0);
   }
   f.stop(stages);
 }
@@ -1866,12 +1864,7 @@ TEST_CASE("a job gives back each sequence's KV caches as it ends",
   CHECK(r.tokens[1] == first.tokens[1]);
   caf::scoped_actor self{*f.sys};
   // Both ended: nothing held (the job's release arrives after its steps).
-  for (int i = 0; i < 100; ++i) {
-    if (num(snapshot_of(self, shard), "kv_cache_bytes") == 0)
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  CHECK(num(snapshot_of(self, shard), "kv_cache_bytes") == 0);
+  CHECK(num(released(self, shard), "kv_cache_bytes") == 0);
   {
     std::lock_guard<std::mutex> g{log->m};
     CHECK(log->released == std::vector<std::int64_t>{0, -1});
