@@ -124,9 +124,31 @@ struct fixture {
     return stages;
   }
 
-  void stop(std::vector<caf::actor>& stages) {
+  /// Stops the stages. Every job through them has ended by then, so a
+  /// stage that still answers holds no KV cache (checked: the KV
+  /// accounting never leaks), unless `held` says the test keeps some.
+  void stop(std::vector<caf::actor>& stages, bool held = false,
+            int line = __builtin_LINE()) { // (the caller's line)
     caf::scoped_actor self{*sys};
     for (auto& s : stages) {
+      // A job's release follows its last step: give it a moment.
+      std::string kv;
+      for (int i = 0; i < 200 && !held; ++i) {
+        kv.clear();
+        self->request(s, std::chrono::seconds(5), inspect_atom::value)
+          .receive(
+            [&](actor_snapshot& snap) {
+              auto it = snap.fields.find("kv_cache_bytes");
+              kv = it == snap.fields.end() ? "0" : it->second;
+            },
+            [&](caf::error&) { kv = "0"; }); // gone already
+        if (kv == "0")
+          break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      INFO("a stage still holds KV caches when it is stopped (line "
+           << line << ")");
+      CHECK((held || kv == "0"));
       self->send_exit(s, caf::exit_reason::user_shutdown);
       self->wait_for(s);
     }
@@ -916,7 +938,8 @@ TEST_CASE("a shard on the cpu device reads its weights where the model is "
     model::llama_pipeline pipe(f.model, {0, 4});
     auto seq = pipe.new_sequence(128);
     CHECK(max_rel_diff(logits, pipe.eval(seq, s.tokens)) <= 1e-4f);
-    f.stop(stages);
+    // Held: steps sent by hand, never released.
+    f.stop(stages, true);
   }
 }
 
@@ -963,7 +986,8 @@ TEST_CASE("a step sent while its device is paused waits, then completes "
   model::llama_pipeline pipe(f.model, {0, 4});
   auto seq = pipe.new_sequence(128);
   CHECK(max_rel_diff(logits, pipe.eval(seq, s.tokens)) <= 1e-4f);
-  f.stop(stages);
+  // Held: steps sent by hand, never released.
+  f.stop(stages, true);
 }
 
 TEST_CASE("a shard without a device is refused", "[workload]") {
@@ -1282,7 +1306,8 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
     CHECK(r.recoveries[0].gap_s >= r.recoveries[0].recovery_s);
     CHECK(r.recoveries[1].reason.find("stage 0 (n1/cpu:0) is gone") == 0);
     CHECK(r.generated_tokens == 80);
-    f.stop(stages);
+    // Held: the job left them (re-placed).
+    f.stop(stages, true);
   }
   SECTION("a loss before the prompt is read") {
     auto stages = f.pipeline({0, 2, 4}, {si, cpu});
@@ -1292,7 +1317,8 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
     CHECK(r.error.empty());
     CHECK(r.tokens == reference.tokens);
     CHECK(r.recoveries.size() == 1);
-    f.stop(stages);
+    // Held: the job left them (re-placed).
+    f.stop(stages, true);
   }
   SECTION("a recoverer that cannot re-place it ends the job, naming both") {
     rs->refuse = true;
@@ -1314,10 +1340,11 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
     CHECK(r.error.find("stage 0 (n1/cpu:0) is gone") == 0);
     CHECK(r.error.find("(after 1 recovery, at most 1)") != std::string::npos);
     CHECK(r.recoveries.size() == 1);
-    f.stop(stages);
+    // Held: the job left them (re-placed).
+    f.stop(stages, true);
   }
-  for (auto& p : rs->made)
-    f.stop(p);
+  for (auto& p : rs->made) // (held: jobs that ended on a second loss)
+    f.stop(p, true);
   self->send_exit(recoverer, caf::exit_reason::user_shutdown);
 }
 
@@ -1374,7 +1401,8 @@ TEST_CASE("a planned move carries the KV caches to the new stages: nothing "
       .receive([](caf::ok_atom) {},
                [](caf::error& e) { FAIL(caf::to_string(e)); });
     *job_handle = caf::actor{};
-    f.stop(stages);
+    // Held: the job left them (moved).
+    f.stop(stages, true);
     f.stop(got->made);
     self->send_exit(rec, caf::exit_reason::user_shutdown);
     CHECK(got->lost == std::vector<std::uint32_t>{1});
@@ -1507,9 +1535,10 @@ TEST_CASE("a planned move asked for while the job moves already is made "
     CHECK(e.moved_bytes > 0);
   }
   CHECK(made->size() == 2);
-  f.stop(stages);
-  for (auto& p : *made)
-    f.stop(p);
+  // Held: the job left them (moved).
+  f.stop(stages, true);
+  for (auto& p : *made) // the job moved on from the first (held)
+    f.stop(p, &p != &made->back());
   self->send_exit(recoverer, caf::exit_reason::user_shutdown);
 }
 
@@ -1589,7 +1618,8 @@ TEST_CASE("a shard checks the KV rows it is given and the rows it is asked "
         CHECK(back.data == r.data);
       },
       [](caf::error& e) { FAIL(caf::to_string(e)); });
-  f.stop(stages);
+  // Held: rows written by hand, never released.
+  f.stop(stages, true);
 }
 
 // Last in the file: the sim device vanishes for good (the registry is the
@@ -1638,7 +1668,8 @@ TEST_CASE("a job whose device vanishes mid-decode is re-placed without the "
   CHECK(got->device_only);
   CHECK(got->lost == std::vector<std::uint32_t>{1});
   CHECK(got->why.find("stage 1 (n1/sim:0) is gone: device_lost") == 0);
-  f.stop(first);
+  // Held: the job left them (re-placed).
+  f.stop(first, true);
   f.stop(got->made);
   self->send_exit(recoverer, caf::exit_reason::user_shutdown);
 }
@@ -2103,7 +2134,8 @@ TEST_CASE("a speculating job handed over goes on without its draft: the "
   j.draft_tokens = 4;
   auto h = pause_for_handoff(f, std::move(j), 6);
   CHECK(h.rewind);
-  f.stop(draft);
+  // Held: the handed-over job's draft: its shard goes with its run.
+  f.stop(draft, true);
   auto next = f.job(6, stages, ps, 24, 0.0f);
   next.generated = h.tokens;
   next.resident = h.pos;
