@@ -241,6 +241,18 @@ float max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
+/// A generated model beside the fixture's file (`suffix` names it),
+/// loaded; the file goes at once (mapped: the pages stay).
+std::shared_ptr<const model::llama_model>
+generated(const fixture& f, const std::string& suffix,
+          const model::test_model_options& o) {
+  auto path = f.path + suffix;
+  model::make_test_model(o, path);
+  auto m = model::llama_model::load(path);
+  std::filesystem::remove(path);
+  return m;
+}
+
 /// Where a job's stages run: one stage on the cpu device, two on cpu and
 /// sim (host devices only: the same bits as alone), three on cpu, Vulkan
 /// and sim.
@@ -550,7 +562,6 @@ TEST_CASE("long prompts of several sequences are read in the pieces each "
   // Q4_K matrices: their products over 4 rows or more take llama.cpp's
   // batched kernels, whose sums depend on how many rows go together.
   {
-    auto path = f.path + ".q4k";
     model::test_model_options o;
     o.layers = 4;
     o.dim = 256;
@@ -558,9 +569,7 @@ TEST_CASE("long prompts of several sequences are read in the pieces each "
     o.vocab = 400;
     o.seed = 7;
     o.type = model::tensor_type::q4_k;
-    model::make_test_model(o, path);
-    f.model = model::llama_model::load(path);
-    std::filesystem::remove(path); // mapped: the pages stay
+    f.model = generated(f, ".q4k", o);
   }
   auto long_prompt = [](std::size_t n, std::int32_t mul) {
     std::vector<std::int32_t> p(n);
@@ -1938,17 +1947,13 @@ shards_of(fixture& f, std::shared_ptr<const model::llama_model> m,
 /// A draft for the fixture's model: another seed, two layers, the same
 /// vocabulary (it rarely agrees with the model).
 std::shared_ptr<const model::llama_model> other_draft(fixture& f) {
-  auto path = f.path + ".draft";
   model::test_model_options o;
   o.layers = 2;
   o.dim = 64;
   o.ff = 128;
   o.vocab = 400;
   o.seed = 99;
-  model::make_test_model(o, path);
-  auto m = model::llama_model::load(path);
-  std::filesystem::remove(path); // mapped: the pages stay
-  return m;
+  return generated(f, ".draft", o);
 }
 
 TEST_CASE("speculative decoding with a draft model gives exactly the tokens "
