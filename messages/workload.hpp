@@ -499,6 +499,8 @@ struct job_report {
   std::vector<std::string> texts; ///< the generated text, per sequence
   std::vector<float> logits;      ///< sequence 0's last (keep_logits)
   std::uint64_t prompt_tokens = 0;
+  /// Of them, copies of another sequence's prompt, computed once.
+  std::uint64_t shared_prompt_tokens = 0;
   std::uint64_t generated_tokens = 0;
   double prompt_s = 0;
   double generation_s = 0;
@@ -517,6 +519,21 @@ struct job_report {
   double generation_tps() const {
     return generation_s > 0 ? generated_tokens / generation_s : 0;
   }
+  /// "" or, when sequences shared a prompt, the line that says how many
+  /// prompt tokens were computed and at what rate.
+  std::string sharing_line() const {
+    if (shared_prompt_tokens == 0 || shared_prompt_tokens > prompt_tokens)
+      return {};
+    const auto computed = prompt_tokens - shared_prompt_tokens;
+    return "prompt sharing: " + std::to_string(shared_prompt_tokens)
+           + " of the " + std::to_string(prompt_tokens)
+           + " prompt tokens were copies of another sequence's prompt, "
+             "computed once; "
+           + std::to_string(computed) + " computed ("
+           + std::to_string(static_cast<long long>(
+             prompt_s > 0 ? computed / prompt_s : 0))
+           + " tokens/s)\n";
+  }
 };
 
 template<class Inspector>
@@ -525,7 +542,7 @@ typename Inspector::result_type inspect(Inspector& f, job_report& x) {
               x.stages, x.model_sha256, x.bytes_sent, x.tokens, x.texts,
               x.logits, x.prompt_tokens, x.generated_tokens, x.prompt_s,
               x.generation_s, x.cancelled, x.recoveries, x.draft, x.drafted,
-              x.accepted);
+              x.accepted, x.shared_prompt_tokens);
 }
 
 } // namespace exo

@@ -306,6 +306,7 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
         st.t_prompts = clock_type::now();
       s.pos = static_cast<std::uint32_t>(s.prompt.size());
       s.fed = s.feed.size();
+      st.result.shared_prompt_tokens += s.prompt.size();
       take_logits(self, k, std::vector<float>(logits_in));
       if (!s.done) {
         s.fork_pending = true;

@@ -66,6 +66,9 @@ struct job_result {
   std::vector<std::vector<std::int32_t>> tokens; ///< generated, per sequence
   std::vector<std::vector<float>> logits; ///< last logits, per sequence
   std::uint64_t prompt_tokens = 0;
+  /// Of them, the tokens of copies of another sequence's prompt, read from
+  /// its computation (job_setup::share_prompts): not computed again.
+  std::uint64_t shared_prompt_tokens = 0;
   std::uint64_t generated_tokens = 0;
   double prompt_s = 0;     ///< until the last prompt's logits arrived
   double generation_s = 0; ///< from then until the end

@@ -443,6 +443,7 @@ job_report make_report(const job_run& run, std::uint64_t id,
   if (run.job.request.keep_logits && !r.logits.empty())
     out.logits = r.logits[0];
   out.prompt_tokens = r.prompt_tokens;
+  out.shared_prompt_tokens = r.shared_prompt_tokens;
   out.generated_tokens = r.generated_tokens;
   out.prompt_s = r.prompt_s;
   out.generation_s = r.generation_s;
@@ -2224,7 +2225,7 @@ console_reply run_reply(const job_report& r, const std::string& prompt,
                 static_cast<unsigned long long>(r.generated_tokens),
                 r.generation_s, r.generation_tps(),
                 static_cast<unsigned>(r.tokens.size()));
-  out << line;
+  out << line << r.sharing_line();
   if (!r.draft.empty())
     out << "draft: " << r.draft << "; " << r.accepted << " of " << r.drafted
         << " proposed tokens kept\n";
@@ -2242,6 +2243,7 @@ console_reply run_reply(const job_report& r, const std::string& prompt,
                                  : text::json(r.tokens[0])},
      {"bytes_sent", r.bytes_sent},
      {"prompt_tps", text::number(r.prompt_tps(), 6)},
+     {"shared_prompt_tokens", r.shared_prompt_tokens},
      {"generation_tps", text::number(r.generation_tps(), 6)},
      {"job", r.job},
      {"cancelled", r.cancelled},

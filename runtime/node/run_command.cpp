@@ -104,7 +104,7 @@ int run_job_on(runtime& rt, const workload::run_options& o,
                 r.prompt_tps(),
                 static_cast<unsigned long long>(r.generated_tokens),
                 r.generation_s, r.generation_tps(), o.sequences, r.stages);
-  out << line;
+  out << line << r.sharing_line();
   if (!r.draft.empty())
     out << "draft: " << r.draft << "; " << r.accepted << " of " << r.drafted
         << " proposed tokens kept\n";

@@ -527,6 +527,8 @@ TEST_CASE("sequences of one prompt read it once, each gets what it gets "
       CHECK(shared.r.tokens == apart.r.tokens);
       CHECK(shared.r.generated_tokens == 50);
       CHECK(shared.r.prompt_tokens == apart.r.prompt_tokens);
+      CHECK(shared.r.shared_prompt_tokens == 5 + 5 + 3); // a, a and b
+      CHECK(apart.r.shared_prompt_tokens == 0);
       for (std::size_t i = 0; i < shared.snaps.size(); ++i) {
         INFO("stage " << i);
         auto& s = shared.snaps[i];

@@ -427,6 +427,12 @@ TEST_CASE("two nodes run a job across both: the node without the model "
     INFO(apart.out << apart.err);
     REQUIRE(apart.code == 0);
     CHECK(apart.out.find("on beta") != std::string::npos);
+    // 12 tokens a copy ("once upon a time" and the beginning of text).
+    CHECK(shared.out.find("prompt sharing: 24 of the 36 prompt tokens were "
+                          "copies of another sequence's prompt, computed "
+                          "once; 12 computed")
+          != std::string::npos);
+    CHECK(apart.out.find("prompt sharing") == std::string::npos);
     std::set<std::string> texts;
     for (int i = 0; i < 3; ++i) {
       auto k = "sequence " + std::to_string(i) + ": ";
