@@ -25,14 +25,8 @@ CORE=${CORE:-1}
 N=48
 WORK=$(mktemp -d /tmp/exo-batch-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-cat >"$WORK/node.json" <<JSON
-{"node": {"name": "bench", "state_dir": "$WORK/state"},
- "devices": {"include": ["cpu"], "rescan_interval_s": 0}}
-JSON
-stats() { # values... -> "median (min-max)"
-  printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1}
-    END {printf "%.0f (%.0f-%.0f)", v[int((NR + 1) / 2)], v[1], v[NR]}'
-}
+. "$(dirname "$0")/cpu_node_common.sh"
+cpu_node_config
 echo "12 layers, 512 wide, ff 1536, 8/4 heads, vocabulary 2048; $N tokens"
 echo "per sequence after a 16-token prompt; one core, one thread; median of $RUNS"
 printf '  %-7s %-9s %-26s %-26s %s\n' type sequences "exo tok/s (min-max)" \
@@ -51,9 +45,9 @@ for type in ${BATCH_TYPES:-f32 q4_k_m}; do
       out=$(taskset -c "$CORE" node "$PROBE" "$m" "$b" "$N" 1 2>/dev/null)
       l+=("$(echo "$out" | awk '/^sequences/ {print $4 / $6}')")
     done
-    em=$(stats "${e[@]}" | cut -d' ' -f1)
-    lm=$(stats "${l[@]}" | cut -d' ' -f1)
-    printf '  %-7s %-9s %-26s %-26s %.2fx\n' "$type" "$b" "$(stats "${e[@]}")" \
-      "$(stats "${l[@]}")" "$(awk -v a="$em" -v b="$lm" 'BEGIN {print a / b}')"
+    em=$(stats 0 "${e[@]}" | cut -d' ' -f1)
+    lm=$(stats 0 "${l[@]}" | cut -d' ' -f1)
+    printf '  %-7s %-9s %-26s %-26s %.2fx\n' "$type" "$b" "$(stats 0 "${e[@]}")" \
+      "$(stats 0 "${l[@]}")" "$(awk -v a="$em" -v b="$lm" 'BEGIN {print a / b}')"
   done
 done

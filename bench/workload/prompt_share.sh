@@ -27,14 +27,8 @@ LEN=${LEN:-1000}
 N=8
 WORK=$(mktemp -d /tmp/exo-share-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-cat >"$WORK/node.json" <<JSON
-{"node": {"name": "bench", "state_dir": "$WORK/state"},
- "devices": {"include": ["cpu"], "rescan_interval_s": 0}}
-JSON
-stats() { # values... -> "median (min-max)"
-  printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1}
-    END {printf "%.2f (%.2f-%.2f)", v[int((NR + 1) / 2)], v[1], v[NR]}'
-}
+. "$(dirname "$0")/cpu_node_common.sh"
+cpu_node_config
 # The prompt: about LEN tokens of the generated vocabulary (8 words are
 # about 29 of its tokens); the table says how many.
 PROMPT=$(python3 -c "import sys; print(' '.join(['the'] + ['quick brown fox jumps over a lazy dog'] * ($LEN // 29)))")
@@ -69,8 +63,8 @@ for type in ${SHARE_TYPES:-f32 q4_k_m}; do
       fi
     done
     lc="-"
-    [ "$HAVE_LLAMA" = 1 ] && lc=$(stats "${l[@]}")
+    [ "$HAVE_LLAMA" = 1 ] && lc=$(stats 2 "${l[@]}")
     printf '  %-7s %-3s %-7s %-22s %-22s %-22s\n' "$type" "$b" "$((toks / b))" \
-      "$(stats "${s[@]}")" "$(stats "${a[@]}")" "$lc"
+      "$(stats 2 "${s[@]}")" "$(stats 2 "${a[@]}")" "$lc"
   done
 done

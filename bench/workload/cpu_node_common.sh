@@ -1,0 +1,18 @@
+# Shared by the benchmarks that run `exo-node run` with only its cpu
+# device beside llama.cpp (batch_compare.sh, prompt_share.sh). Source it
+# after setting WORK (a scratch folder), then:
+#   cpu_node_config          writes $WORK/node.json: one node, cpu only
+#   stats DIGITS VALUES...   "median (min-max)" with DIGITS decimals
+cpu_node_config() {
+  cat >"$WORK/node.json" <<JSON
+{"node": {"name": "bench", "state_dir": "$WORK/state"},
+ "devices": {"include": ["cpu"], "rescan_interval_s": 0}}
+JSON
+}
+stats() {
+  local digits=$1
+  shift
+  printf '%s\n' "$@" | sort -g | awk -v d="$digits" '{v[NR] = $1}
+    END {f = "%." d "f"; printf f " (" f "-" f ")", v[int((NR + 1) / 2)],
+         v[1], v[NR]}'
+}
