@@ -169,7 +169,7 @@ TEST_CASE("a death verdict that our own connection and heartbeats "
 }
 
 TEST_CASE("members we hold dead that a peer's view lists alive at the same "
-          "incarnation or later are contradicted: we must dial them") {
+          "incarnation or later are contradicted, and we must dial them") {
   member_table t{member("c", 1)};
   t.merge(member("a", 5), t0);
   t.merge(member("b", 3), t0);

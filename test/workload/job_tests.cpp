@@ -2047,7 +2047,7 @@ job_handoff pause_for_handoff(fixture& f, workload::job_setup j, int at) {
 } // namespace
 
 TEST_CASE("a job handed over at a token boundary goes on in another job on "
-          "the same stages: nothing re-fed, the tokens of an uninterrupted "
+          "the same stages, nothing re-fed, the tokens of an uninterrupted "
           "run",
           "[workload][handoff]") {
   fixture f;

@@ -1552,7 +1552,7 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
 }
 
 TEST_CASE("a job whose coordinating node stops is handed to its backup "
-          "with its stages and KV caches: nothing re-fed, and the console "
+          "with its stages and KV caches, nothing re-fed, and the console "
           "re-attaches to the tokens of an uninterrupted run",
           "[workload][process]") {
   pki p{"exo-coord-stop"};
