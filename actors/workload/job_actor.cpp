@@ -434,9 +434,9 @@ void send_step(self_ptr self, std::size_t g) {
       s.apart = true;
       break;
     }
-  // Prompts first: a piece of a prompt is cut where it is cut alone (see
-  // below), and a whole piece takes a whole step, which the tokens of
-  // the sequences that decode would otherwise never leave it.
+  // Prompts first: a prompt's piece is cut where it is cut alone (see
+  // below), so a whole piece may need a whole step, which the decoding
+  // sequences' tokens would otherwise never leave free.
   std::stable_partition(order.begin(), order.end(), [&](std::uint32_t j) {
     return st.seqs[j].fed < st.seqs[j].prompt.size();
   });
