@@ -2,6 +2,7 @@
 
 #include "core/text/json.hpp"
 
+#include "runtime/scenario/listen_port.hpp"
 #include "runtime/scenario/netns.hpp"
 #include "runtime/scenario/process.hpp"
 #include "core/tls/cert_tool.hpp"
@@ -192,7 +193,10 @@ private:
   void make_pki();
   void make_model();
   void make_network();
-  void start_node(live_node& n, bool quiet_start = false);
+  /// Starts `n`. A node's first start draws a port outside the ephemeral
+  /// range (listen_port.hpp) that its restarts keep; `redraws` counts the
+  /// draws that another process took before the node could listen.
+  void start_node(live_node& n, bool quiet_start = false, int redraws = 0);
   void cleanup();
   /// The address `n` listens on: its namespace's, or 127.0.0.1.
   std::string host_of(const live_node& n) const {
@@ -485,11 +489,20 @@ void runner::make_network() {
   out_ << "\n" << std::flush;
 }
 
-void runner::start_node(live_node& n, bool quiet_start) {
+void runner::start_node(live_node& n, bool quiet_start, int redraws) {
   auto& spec = *n.spec;
   auto& t = sc_.timing;
   auto ndir = dir_ + "/" + spec.name;
   fs::create_directories(ndir);
+  // On 127.0.0.1 every process of the machine shares the ports: a port the
+  // kernel gave (port 0) may go to any of them while the node is down, and
+  // its restart could not listen where its peers look for it. In its own
+  // namespace a node is alone with its port.
+  bool drawn = false;
+  if (n.port == 0 && !net_) {
+    n.port = stable_listen_port(host_of(n));
+    drawn = true;
+  }
   // Seeds: the named ones that run (and are not frozen); when none of them
   // does (or the topology gives none, as to the first node of a star), every
   // running node, so that a restarted node finds the cluster. Only an
@@ -581,6 +594,16 @@ void runner::start_node(live_node& n, bool quiet_start) {
     if (!still_running(n.pid, status)) {
       n.running = false;
       n.pid = -1;
+      // Another process bound the drawn port between the draw and the
+      // node's listen: draw again (a few times).
+      if (drawn && redraws < 3
+          && text.find("cannot listen on") != std::string::npos) {
+        log_verbose(spec.name + ": port " + std::to_string(n.port)
+                    + " was taken before it listened; drawing another");
+        n.port = 0;
+        start_node(n, quiet_start, redraws + 1);
+        return;
+      }
       throw step_failed("node " + spec.name + " exited with status "
                         + std::to_string(status) + " while starting; log:\n"
                         + indent(tail(text, 15)));

@@ -8,6 +8,7 @@
 // commands are checked against a token's permission (strictly, when the
 // node requires a token), and client reads and policy changes are audited.
 
+#include "runtime/scenario/listen_port.hpp"
 #include "test/support/cluster.hpp"
 
 #include <catch2/catch.hpp>
@@ -61,12 +62,16 @@ struct cluster {
   }
 
   /// Starts `name` on `port` (0: a new node with a fresh certificate on a
-  /// free port, which is written back; else a restart on that port).
+  /// free port, which is written back; else a restart on that port). The
+  /// port lies outside the kernel's ephemeral range, where no other process
+  /// of the machine is given it while the node is down.
   std::unique_ptr<process> start(const std::string& name,
                                  std::uint16_t& port,
                                  const std::vector<std::uint16_t>& seeds) {
-    if (port == 0)
+    if (port == 0) {
       p.node(name);
+      port = exo::scenario::stable_listen_port("127.0.0.1");
+    }
     node_options o{name};
     o.port = port;
     o.seeds = seeds;

@@ -1,6 +1,7 @@
 // Scenario files: parsing, the errors bad files give (naming the key path),
 // the expectation checks, and exo-scenario's exit status for a bad file.
 
+#include "runtime/scenario/listen_port.hpp"
 #include "runtime/scenario/scenario.hpp"
 #include "test/support/process.hpp"
 
@@ -876,4 +877,29 @@ TEST_CASE("exo-scenario exits 2 with the reason for a bad file") {
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("--step-within-pct"));
   std::filesystem::remove_all(dir);
+}
+
+// -- ports that survive a restart (runtime/scenario/listen_port.hpp) --------
+
+TEST_CASE("the ephemeral range is read from the kernel's two numbers") {
+  using range = std::pair<std::uint16_t, std::uint16_t>;
+  CHECK(parse_ephemeral_range("32768\t60999\n") == range{32768, 60999});
+  CHECK(parse_ephemeral_range("1024 65535") == range{1024, 65535});
+  // Anything else: Linux's default.
+  CHECK(parse_ephemeral_range("") == range{32768, 60999});
+  CHECK(parse_ephemeral_range("40000 30000") == range{32768, 60999});
+  CHECK(parse_ephemeral_range("0 70000") == range{32768, 60999});
+  CHECK(parse_ephemeral_range("x y") == range{32768, 60999});
+}
+
+TEST_CASE("a stable port lies outside the ephemeral range and binds") {
+  auto [low, high] = ephemeral_range();
+  for (int i = 0; i < 20; ++i) {
+    auto port = stable_listen_port("127.0.0.1");
+    INFO("port " << port << ", ephemeral " << low << "-" << high);
+    CHECK(port >= 10000);
+    CHECK((port < low || port > high));
+  }
+  CHECK_THROWS_WITH(stable_listen_port("localhost"),
+                    Catch::Contains("not an IPv4 address"));
 }
