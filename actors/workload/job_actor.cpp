@@ -48,6 +48,9 @@ struct sequence {
   /// until they are (release_held: it ended meanwhile).
   std::uint32_t holds = 0;
   bool release_held = false;
+  /// Its client stopped it ((cancel_atom, seq): a choice whose stop string
+  /// matched): it ends at its next token boundary, the others go on.
+  bool stop = false;
 
   /// The positions its stages hold (a sequence whose fork is still to be
   /// sent holds none there).
@@ -270,7 +273,7 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
                std::vector<float>&& logits_in) {
   auto& st = self->state;
   auto& q = st.seqs[j];
-  if (st.cancelling) { // a token boundary: this sequence stops here
+  if (st.cancelling || q.stop) { // a token boundary: it stops here
     sequence_done(self, j);
     return;
   }
@@ -324,6 +327,10 @@ void take_logits(self_ptr self, std::uint32_t j,
   auto& st = self->state;
   auto& q = st.seqs[j];
   auto& out = st.result.tokens[j];
+  if (q.stop) { // a sharer stopped before its source's prompt was read
+    sequence_done(self, j);
+    return;
+  }
   st.result.logits[j] = std::move(logits_in);
   auto& logits = st.result.logits[j];
   if (out.size() >= st.cfg.n_gen) {
@@ -1495,6 +1502,14 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
       if (st.finished || st.cancelling)
         return false;
       st.cancelling = true;
+      return true;
+    },
+    [self](cancel_atom, std::uint32_t j) {
+      auto& st = self->state;
+      if (!st.started || st.finished || st.cancelling || j >= st.seqs.size()
+          || st.seqs[j].done || st.seqs[j].stop)
+        return false;
+      st.seqs[j].stop = true;
       return true;
     },
   };

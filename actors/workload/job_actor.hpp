@@ -44,6 +44,10 @@
 /// step is sent, the steps in flight are awaited (their logits are not
 /// sampled), then the job releases its KV caches in every stage and
 /// answers (run_atom) with what it generated so far and `cancelled` set.
+///
+/// (cancel_atom, seq) -> bool stops sequence `seq` alone at its next token
+/// boundary (its caches are released, the others go on; true when it was
+/// still running): a choice of a gateway request whose stop string matched.
 
 #include "core/model/sampler.hpp"
 #include "messages/workload.hpp"

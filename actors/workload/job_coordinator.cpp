@@ -3726,6 +3726,19 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
       cancel(self, id, [rp](bool stopping) mutable { rp.deliver(stopping); });
       return rp;
     },
+    [self](cancel_atom, std::uint64_t id,
+           std::uint32_t seq) -> caf::result<bool> {
+      // One sequence of a job (a gateway choice whose stop string
+      // matched): it stops, the others go on.
+      auto it = self->state.running.find(id);
+      if (it == self->state.running.end())
+        return false;
+      auto rp = self->make_response_promise<bool>();
+      self->request(it->second.job, 10s, cancel_atom::value, seq)
+        .then([rp](bool stopping) mutable { rp.deliver(stopping); },
+              [rp](caf::error&) mutable { rp.deliver(false); });
+      return rp;
+    },
     [self](cancel_atom, std::uint64_t id, caf::actor& listener,
            std::uint32_t grace_ms) -> bool {
       // A streaming client whose connection dropped (the gateway's

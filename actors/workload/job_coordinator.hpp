@@ -36,6 +36,9 @@
 /// It also answers
 ///   (cancel_atom, job id) -> bool: the job stops at its next token
 ///       boundary (false when it is not running here);
+///   (cancel_atom, job id, seq) -> bool: sequence `seq` of the job stops
+///       at its next token boundary, the others go on (a gateway choice
+///       whose stop string matched; false when it is not running here);
 ///   (cancel_atom, listener): the run that `listener` asked for and that
 ///       waits for memory ends now (its client left; no answer);
 ///   (cancel_atom, job id, listener, grace ms) -> bool: the streaming

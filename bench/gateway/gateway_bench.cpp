@@ -49,7 +49,7 @@ struct instant_backend : completion_backend {
       std::int64_t i = 0;
       std::atomic<bool> wait{false};
       while (i < n && !sink->closed()) {
-        auto s = sink->token(" tok");
+        auto s = sink->token(0, " tok");
         ++i;
         if (s == sink_state::full) {
           wait = true;

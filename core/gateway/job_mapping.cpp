@@ -119,7 +119,8 @@ mapped_job map_request(const model_source& model,
   job.sampling.temperature = static_cast<float>(req.temperature);
   job.sampling.top_p = static_cast<float>(req.top_p);
   job.sampling.seed = req.seed ? static_cast<std::uint64_t>(*req.seed) : seed;
-  job.sequences = 1;
+  job.sequences = req.n; // the choices; the prompt is read once
+  job.share_prompt = true;
   job.stages = 0;
   if (job.sampling.temperature <= 0.0f) // speculation keeps greedy tokens
     job.draft = model.draft;

@@ -12,6 +12,9 @@
 ///   max_tokens            -n; absent: 16 for completions (OpenAI's
 ///                         default), the rest of the context for chat
 ///   temperature, top_p, seed  the sampler's (no seed: a random one)
+///   n                     sequences: the job's sequence i is choice i
+///                         (seed + i; the prompt read once, its KV rows
+///                         copied to the others)
 ///
 /// Refusals are OpenAI errors: a model without a chat template, a template
 /// that fails, a prompt with no tokens and a request longer than the

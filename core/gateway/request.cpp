@@ -242,7 +242,8 @@ completion_request parse(endpoint_kind kind, const json& body,
                key, "unsupported_value");
       else if (v.is_array())
         refuse("Invalid 'prompt': " + std::to_string(v.size())
-                 + " prompts in one request are not supported (n = 1).",
+                 + " prompts in one request are not supported; send one "
+                   "request per prompt (several choices of one prompt: n).",
                key, "unsupported_value");
       else
         r.prompt = get_string(v, key);
@@ -271,10 +272,15 @@ completion_request parse(endpoint_kind kind, const json& body,
     } else if (key == "stop") {
       r.stop = get_stop(v);
     } else if (key == "n") {
-      if (!v.is_null() && get_integer(v, key) != 1)
-        refuse("Invalid value for 'n': " + v.dump()
-                 + ". exo generates one choice per request (n = 1).",
-               key, "unsupported_value");
+      if (v.is_null())
+        continue;
+      auto n = get_integer(v, key);
+      if (n < 1 || n > static_cast<std::int64_t>(limits.max_choices))
+        refuse("Invalid value for 'n': " + v.dump() + ". It must be from 1 to "
+                 + std::to_string(limits.max_choices) + " (the choices run "
+                 "as sequences of one job, each holding a KV cache).",
+               key);
+      r.n = static_cast<std::uint32_t>(n);
     } else if (key == "stream") {
       if (!v.is_null())
         r.stream = get_bool(v, key);
@@ -402,19 +408,29 @@ std::optional<resume_point> parse_resume(std::string_view resume,
   resume_point out;
   out.id = std::string{resume};
   if (!last_event_id.empty()) {
-    const bool digits = last_event_id.size() <= 15
-                        && std::all_of(last_event_id.begin(),
-                                       last_event_id.end(), [](char c) {
-                                         return c >= '0' && c <= '9';
-                                       });
-    if (!digits) {
-      error = invalid_request("Last-Event-ID must be the bytes of text "
-                              "received (a decimal number, as the stream's "
-                              "id: lines give it)",
-                              "Last-Event-ID");
-      return std::nullopt;
+    // "N" or, with several choices, "N0,N1,...": each 1 to 15 digits.
+    std::string_view rest = last_event_id;
+    for (;;) {
+      auto comma = rest.find(',');
+      auto count = rest.substr(0, comma);
+      const bool digits = !count.empty() && count.size() <= 15
+                          && std::all_of(count.begin(), count.end(),
+                                         [](char c) {
+                                           return c >= '0' && c <= '9';
+                                         });
+      if (!digits || out.after.size() == 256) {
+        error = invalid_request("Last-Event-ID must be the bytes of text "
+                                "received (decimal numbers, one per choice "
+                                "joined by commas, as the stream's id: "
+                                "lines give them)",
+                                "Last-Event-ID");
+        return std::nullopt;
+      }
+      out.after.push_back(std::stoull(std::string{count}));
+      if (comma == std::string_view::npos)
+        break;
+      rest.remove_prefix(comma + 1);
     }
-    out.after = std::stoull(std::string{last_event_id});
   }
   return out;
 }

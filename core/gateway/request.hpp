@@ -48,8 +48,12 @@ struct completion_request {
   double top_p = 1.0;
   /// The sampler's seed, when the client chose one.
   std::optional<std::int64_t> seed;
-  /// Up to four stop strings, none empty.
+  /// Up to four stop strings, none empty (each choice stops on its own).
   std::vector<std::string> stop;
+  /// Choices to generate (OpenAI's n, 1 to request_limits::max_choices):
+  /// sequences of one job, the prompt read once, choice i sampled with
+  /// seed + i.
+  std::uint32_t n = 1;
   /// Answer as server-sent events.
   bool stream = false;
   /// With stream: one last chunk carrying the usage.
@@ -63,26 +67,30 @@ struct completion_request {
   /// node's gateway.
   std::string id;
   /// A resumed stream (resume_point): follow job `id` instead of starting
-  /// one, and leave out the first `resume_after` bytes of its text (what
-  /// the client already has).
+  /// one, and leave out the first `resume_after[i]` bytes of choice i's
+  /// text (what the client already has; empty: nothing).
   bool resume = false;
-  std::uint64_t resume_after = 0;
+  std::vector<std::uint64_t> resume_after;
 };
 
 /// Where a client resumes a stream: the request's headers
 /// `X-Exo-Resume: <the completion's id>` and `Last-Event-ID: <bytes of
 /// text received>` (each text chunk of a stream carries that count as its
-/// SSE `id:`). The body is the original request again.
+/// SSE `id:`; with n > 1 choices, the counts of every choice joined by
+/// commas, "12,0,40"). The body is the original request again.
 struct resume_point {
   std::string id;
-  std::uint64_t after = 0;
+  /// Bytes received per choice; empty: none (no Last-Event-ID).
+  std::vector<std::uint64_t> after;
 };
 
 /// Reads the resume headers (empty views: the header is absent). Returns
 /// nothing without either header; sets `error` (status 400, else 0) and
 /// returns nothing for a malformed id (1 to 64 letters, digits, '.', '_'
-/// or '-'), a byte count that is not a decimal number, or a Last-Event-ID
-/// without X-Exo-Resume.
+/// or '-'), a Last-Event-ID that is not 1 to 256 decimal byte counts
+/// joined by commas, or a Last-Event-ID without X-Exo-Resume.
+/// (That it names as many counts as the request has choices is the
+/// server's check.)
 std::optional<resume_point> parse_resume(std::string_view resume,
                                          std::string_view last_event_id,
                                          api_error& error);
@@ -95,6 +103,8 @@ struct request_limits {
   std::int64_t max_tokens = 1 << 17;
   /// Most chat messages.
   std::size_t max_messages = 1024;
+  /// Largest n (choices per request).
+  std::uint32_t max_choices = 16;
 };
 
 /// A parse result: a request, or the error to answer with.

@@ -44,36 +44,39 @@ const char* to_string(finish_reason r) {
 }
 
 std::string completion_body(endpoint_kind kind, const response_head& head,
-                            std::string_view text, finish_reason reason,
+                            const std::vector<choice_result>& choices,
                             const usage& u) {
   auto out = head_json(head, is_chat(kind) ? "chat.completion"
                                            : "text_completion");
-  json choice;
-  if (is_chat(kind)) {
-    choice["index"] = 0;
-    json message;
-    message["role"] = "assistant";
-    message["content"] = std::string{text};
-    choice["message"] = std::move(message);
-    choice["logprobs"] = nullptr;
-  } else {
-    choice["text"] = std::string{text};
-    choice["index"] = 0;
-    choice["logprobs"] = nullptr;
+  out["choices"] = json::array();
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    json choice;
+    if (is_chat(kind)) {
+      choice["index"] = i;
+      json message;
+      message["role"] = "assistant";
+      message["content"] = choices[i].text;
+      choice["message"] = std::move(message);
+      choice["logprobs"] = nullptr;
+    } else {
+      choice["text"] = choices[i].text;
+      choice["index"] = i;
+      choice["logprobs"] = nullptr;
+    }
+    choice["finish_reason"] = to_string(choices[i].reason);
+    out["choices"].push_back(std::move(choice));
   }
-  choice["finish_reason"] = to_string(reason);
-  out["choices"] = json::array({std::move(choice)});
   out["usage"] = usage_json(u);
   return text::compact(out);
 }
 
 std::string text_chunk(endpoint_kind kind, const response_head& head,
-                       std::string_view text, bool first,
+                       std::uint32_t index, std::string_view text, bool first,
                        bool include_usage) {
   auto out = head_json(head, chunk_object(kind));
   json choice;
   if (is_chat(kind)) {
-    choice["index"] = 0;
+    choice["index"] = index;
     json delta = json::object();
     if (first)
       delta["role"] = "assistant";
@@ -81,7 +84,7 @@ std::string text_chunk(endpoint_kind kind, const response_head& head,
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = std::string{text};
-    choice["index"] = 0;
+    choice["index"] = index;
   }
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = nullptr;
@@ -92,15 +95,16 @@ std::string text_chunk(endpoint_kind kind, const response_head& head,
 }
 
 std::string finish_chunk(endpoint_kind kind, const response_head& head,
-                         finish_reason reason, bool include_usage) {
+                         std::uint32_t index, finish_reason reason,
+                         bool include_usage) {
   auto out = head_json(head, chunk_object(kind));
   json choice;
   if (is_chat(kind)) {
-    choice["index"] = 0;
+    choice["index"] = index;
     choice["delta"] = json::object();
   } else {
     choice["text"] = "";
-    choice["index"] = 0;
+    choice["index"] = index;
   }
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = to_string(reason);

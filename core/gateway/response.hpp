@@ -38,22 +38,32 @@ struct response_head {
   std::string model;
 };
 
+/// One choice of a whole answer.
+struct choice_result {
+  std::string text;
+  finish_reason reason = finish_reason::length;
+};
+
 /// A whole (non-streamed) answer: a `text_completion` object for
-/// completions, a `chat.completion` object for chat, as compact JSON.
+/// completions, a `chat.completion` object for chat, its choices with
+/// their indices in order, as compact JSON. `u` counts the completion
+/// tokens of every choice.
 std::string completion_body(endpoint_kind kind, const response_head& head,
-                            std::string_view text, finish_reason reason,
+                            const std::vector<choice_result>& choices,
                             const usage& u);
 
-/// One streamed chunk carrying `text` (and the assistant role when
-/// `first` for chat), as an SSE event. With `include_usage` the chunk has
-/// `"usage": null`, as OpenAI's.
+/// One streamed chunk carrying `text` of choice `index` (and the assistant
+/// role when `first`, the choice's first chunk, for chat), as an SSE
+/// event. With `include_usage` the chunk has `"usage": null`, as OpenAI's.
 std::string text_chunk(endpoint_kind kind, const response_head& head,
-                       std::string_view text, bool first,
+                       std::uint32_t index, std::string_view text, bool first,
                        bool include_usage);
 
-/// The chunk that ends the choice with its finish_reason, as an SSE event.
+/// The chunk that ends choice `index` with its finish_reason, as an SSE
+/// event.
 std::string finish_chunk(endpoint_kind kind, const response_head& head,
-                         finish_reason reason, bool include_usage);
+                         std::uint32_t index, finish_reason reason,
+                         bool include_usage);
 
 /// The last chunk of a stream with include_usage: no choices, the usage;
 /// as an SSE event.

@@ -9,15 +9,25 @@
 /// ```
 ///  client --POST--> server --complete(req, sink)--> backend
 ///                     ^                               |
-///                     |   token(text) ... token(text) |  any thread,
-///                     '-- finish(reason, usage) ------'  never blocks
+///                     |   token(i, text) ...          |  any thread,
+///                     |   end_choice(i, reason) ...   |  never blocks
+///                     '-- finish(reason, usage) ------'
 ///
-///  token() answers: open   go on
-///                   full   the client reads slower than tokens come:
-///                          pause until the on_ready callback runs
-///                   closed stop (client gone, stop string matched, server
-///                          stopping), then call finish or fail
+///  token() answers: open        go on
+///                   full        the client reads slower than tokens come:
+///                               pause until the on_ready callback runs
+///                   choice_done this choice is over (its stop string
+///                               matched): stop generating it, the others
+///                               go on
+///                   closed      stop (client gone, every choice's stop
+///                               string matched, server stopping), then
+///                               call finish or fail
 /// ```
+///
+/// A request has req.n choices (0 to n - 1); a backend that generates them
+/// as it goes ends each with end_choice() when it is over (its end token,
+/// all the tokens it may have), so that a stream says so at once;
+/// finish() ends the choices not ended yet.
 ///
 /// Rules: complete() returns without waiting for generation; exactly one
 /// of finish() or fail() follows every complete(), from any thread, also
@@ -29,6 +39,7 @@
 #include "core/gateway/request.hpp"
 #include "core/gateway/response.hpp"
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string_view>
@@ -37,9 +48,10 @@ namespace exo::gateway {
 
 /// What token() tells the backend.
 enum class sink_state {
-  open,   ///< Go on.
-  full,   ///< Pause until on_ready's callback runs.
-  closed, ///< Stop generating; then call finish() or fail().
+  open,        ///< Go on.
+  full,        ///< Pause until on_ready's callback runs.
+  choice_done, ///< Stop generating this choice; the others go on.
+  closed,      ///< Stop generating; then call finish() or fail().
 };
 
 /// Receives the output of one completion. Thread-safe.
@@ -47,13 +59,21 @@ class token_sink {
 public:
   virtual ~token_sink() = default;
 
-  /// One generated token's text (may end inside a UTF-8 character: the
-  /// gateway holds incomplete characters back).
-  virtual sink_state token(std::string_view text) = 0;
+  /// One generated token's text for choice `choice` (may end inside a
+  /// UTF-8 character: the gateway holds incomplete characters back). A
+  /// token of a choice that ended, or of no choice of the request, is
+  /// dropped (choice_done).
+  virtual sink_state token(std::uint32_t choice, std::string_view text) = 0;
 
-  /// Generation ended. `u.prompt_tokens` is the prompt's length in tokens;
-  /// the gateway counts the completion tokens itself (the tokens it was
-  /// given before it closed).
+  /// Choice `choice` is over with `reason` (a stop string the sink found
+  /// makes it stop): nothing more of it is sent; a stream sends its
+  /// finish_reason now.
+  virtual void end_choice(std::uint32_t choice, finish_reason reason) = 0;
+
+  /// Generation ended; the choices not ended yet end with `reason`.
+  /// `u.prompt_tokens` is the prompt's length in tokens (once, whatever
+  /// n); the gateway counts the completion tokens itself (the tokens it
+  /// was given for each choice before it ended).
   virtual void finish(finish_reason reason, usage u) = 0;
 
   /// Generation failed (e.g. unavailable() when no device can take it).
@@ -66,8 +86,9 @@ public:
   /// callback; runs at once on the caller's thread if there is room.
   virtual void on_ready(std::function<void()> fn) = 0;
 
-  /// Runs `fn` once when the sink closes (client disconnected, a stop
-  /// string matched, a slow client overran its buffer, the server stops):
+  /// Runs `fn` once when the sink closes (client disconnected, every
+  /// choice's stop string matched, a slow client overran its buffer, the
+  /// server stops):
   /// the backend cancels the job and frees its KV cache. Runs at once if
   /// already closed.
   virtual void on_close(std::function<void()> fn) = 0;

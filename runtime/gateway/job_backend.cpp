@@ -37,6 +37,15 @@ struct job_backend::state {
 
 namespace {
 
+/// One choice of the request: sequence i of the job.
+struct choice_state {
+  /// The index of its sequence's next token (a followed job's tokens are
+  /// replayed: those already passed on are dropped).
+  std::uint32_t next_index = 0;
+  bool ended = false;
+  std::unique_ptr<stop_filter> filter; ///< the template's text markers
+};
+
 struct bridge_state {
   std::shared_ptr<token_sink> sink;
   mapped_job mapped;
@@ -44,16 +53,14 @@ struct bridge_state {
   /// The coordinator that runs it, when not this node's (a resumed stream
   /// follows the job wherever it went): cancels go there.
   caf::actor runner;
-  /// The index of the next token of sequence 0 (a followed job's tokens
-  /// are replayed: those already passed on are dropped).
-  std::uint32_t next_index = 0;
+  std::vector<choice_state> choices;
+  std::size_t open_choices = 0;
   bool started = false;
   bool stream = false;     ///< streamed: a client that drops may resume
   std::chrono::milliseconds resume_grace{0};
   bool cancel_sent = false;
   bool closed = false;     ///< the sink closed, or we stopped
   bool ended = false;      ///< finish() or fail() was called
-  std::unique_ptr<stop_filter> filter; ///< the template's text markers
   static inline const char* name = "exo.gateway_bridge";
 };
 
@@ -131,19 +138,52 @@ api_error resume_failure(const caf::error& err) {
   return {409, msg, "invalid_request_error", "X-Exo-Resume", "resume_failed"};
 }
 
-void end_with(bridge_ptr self, finish_reason reason, std::int64_t prompt) {
+/// Choice i is over with `reason`: the text its filter held back, then its
+/// end (the sink sends its finish_reason).
+void end_choice(bridge_ptr self, std::uint32_t i, finish_reason reason) {
+  auto& st = self->state;
+  auto& c = st.choices[i];
+  if (c.ended)
+    return;
+  c.ended = true;
+  --st.open_choices;
+  if (c.filter) { // text held back by the end-of-turn filter
+    auto tail = c.filter->flush();
+    if (!tail.empty() && !c.filter->stopped())
+      st.sink->token(i, tail);
+  }
+  st.sink->end_choice(i, reason);
+}
+
+/// Choice i stops before its sequence ends (a stop string matched): its
+/// sequence alone is stopped, or the job when it was the last choice.
+void stop_choice(bridge_ptr self, std::uint32_t i,
+                 const caf::actor& coordinator) {
+  auto& st = self->state;
+  end_choice(self, i, finish_reason::stop);
+  if (st.open_choices == 0) {
+    cancel_job(self, coordinator);
+    return;
+  }
+  self->request(st.runner ? st.runner : coordinator, std::chrono::seconds{10},
+                cancel_atom::value, st.job, i)
+    .then([](bool) {}, [](caf::error&) {});
+}
+
+/// The job ended: each choice not over yet ends as its tokens say.
+void end_with(bridge_ptr self, const job_report& r) {
   auto& st = self->state;
   if (st.ended)
     return;
+  static const std::vector<std::int32_t> none;
+  for (std::uint32_t i = 0; i < st.choices.size(); ++i)
+    end_choice(self, i,
+               finish_of(i < r.tokens.size() ? r.tokens[i] : none,
+                         st.mapped.stop_ids, r.cancelled || st.closed));
   st.ended = true;
-  if (st.filter) { // text held back by the end-of-turn filter
-    auto tail = st.filter->flush();
-    if (!tail.empty() && !st.filter->stopped())
-      st.sink->token(tail);
-  }
-  usage u;
-  u.prompt_tokens = prompt;
-  st.sink->finish(reason, u);
+  usage u; // the prompt once, whatever n (the job counts every copy)
+  u.prompt_tokens = st.mapped.prompt_tokens;
+  st.sink->finish(finish_reason::length, u);
 }
 
 void fail_with(bridge_ptr self, api_error e) {
@@ -174,8 +214,11 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
     self->quit();
     return {};
   }
+  st.choices.resize(st.mapped.job.sequences);
+  st.open_choices = st.choices.size();
   if (!st.mapped.stop_strings.empty())
-    st.filter = std::make_unique<stop_filter>(st.mapped.stop_strings);
+    for (auto& c : st.choices)
+      c.filter = std::make_unique<stop_filter>(st.mapped.stop_strings);
   // The completion's id names the job: a client whose node dies resumes
   // the stream by it through another node.
   st.mapped.job.name = req.id;
@@ -194,12 +237,7 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
                                  st.mapped.job, me);
   std::move(asked).then(
       [self](job_report& r) {
-        auto& st = self->state;
-        static const std::vector<std::int32_t> none;
-        auto& tokens = r.tokens.empty() ? none : r.tokens[0];
-        auto reason = finish_of(tokens, st.mapped.stop_ids,
-                                r.cancelled || st.closed);
-        end_with(self, reason, static_cast<std::int64_t>(r.prompt_tokens));
+        end_with(self, r);
         self->quit();
       },
       [self, resume = req.resume](caf::error& err) {
@@ -224,36 +262,53 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
     },
     [self, coordinator](job_token& e) {
       auto& st = self->state;
-      if (e.seq != 0 || st.closed || st.ended || e.index < st.next_index)
+      if (e.seq >= st.choices.size() || st.closed || st.ended)
         return;
-      if (e.index > st.next_index) { // never silently: the text has a hole
+      auto& c = st.choices[e.seq];
+      if (c.ended || e.index < c.next_index)
+        return;
+      if (e.index > c.next_index) { // never silently: the text has a hole
         fail_with(self, job_failure(
                           make_exo_error(exo_errc::failed_state,
                                          "tokens " + std::to_string(
-                                           st.next_index)
+                                           c.next_index)
                                            + " to "
                                            + std::to_string(e.index - 1)
+                                           + " of sequence "
+                                           + std::to_string(e.seq)
                                            + " of the job did not arrive"),
                           true));
         cancel_job(self, coordinator);
         return;
       }
-      ++st.next_index;
-      if (st.mapped.stop_ids.count(e.token) != 0)
-        return; // the end of the answer, not its text
+      ++c.next_index;
+      if (st.mapped.stop_ids.count(e.token) != 0) {
+        end_choice(self, e.seq, finish_reason::stop); // not its text
+        return;
+      }
       std::string text = std::move(e.piece);
-      if (st.filter) {
-        text = st.filter->feed(text);
-        if (st.filter->stopped()) {
+      if (c.filter) {
+        text = c.filter->feed(text);
+        if (c.filter->stopped()) {
           if (!text.empty())
-            st.sink->token(text);
-          cancel_job(self, coordinator);
+            st.sink->token(e.seq, text);
+          stop_choice(self, e.seq, coordinator);
           return;
         }
       }
       // An empty piece (a control token) still counts as a token.
-      if (st.sink->token(text) == sink_state::closed)
-        leave_job(self, coordinator);
+      switch (st.sink->token(e.seq, text)) {
+        case sink_state::closed:
+          leave_job(self, coordinator);
+          return;
+        case sink_state::choice_done: // the request's stop string
+          stop_choice(self, e.seq, coordinator);
+          return;
+        default:
+          break;
+      }
+      if (c.next_index >= st.mapped.job.n_gen) // all it may have
+        end_choice(self, e.seq, finish_reason::length);
     },
     [self, coordinator](sink_closed_atom) {
       if (!self->state.closed)

@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <atomic>
@@ -189,15 +190,20 @@ public:
     : st_(std::move(st)),
       req_(std::move(req)),
       head_(std::move(head)),
-      filter_(req_.stop),
-      skip_(req_.resume_after),
       io_(std::move(io)),
       owner_(std::move(owner)),
       started_(steady::now()),
       last_token_(started_) {
+    for (std::uint32_t i = 0; i < std::max<std::uint32_t>(req_.n, 1); ++i) {
+      choices_.emplace_back(req_.stop);
+      if (i < req_.resume_after.size())
+        choices_.back().skip = req_.resume_after[i];
+    }
+    open_choices_ = choices_.size();
   }
 
-  sink_state token(std::string_view text) override;
+  sink_state token(std::uint32_t choice, std::string_view text) override;
+  void end_choice(std::uint32_t choice, finish_reason reason) override;
   void finish(finish_reason reason, usage u) override;
   void fail(api_error e) override;
   void on_ready(std::function<void()> fn) override;
@@ -237,25 +243,42 @@ public:
   }
 
 private:
+  /// One choice of the answer: its own stop strings and text.
+  struct choice {
+    explicit choice(std::vector<std::string> stops)
+      : filter(std::move(stops)) {
+    }
+    stop_filter filter;
+    std::uint64_t skip = 0;       // text bytes the resumed client has
+    std::uint64_t text_bytes = 0; // text bytes produced so far, skipped too
+    std::string text;             // non-stream: the answer so far
+    bool first = true;            // stream: no chunk of it sent yet
+    bool ended = false;
+    finish_reason reason = finish_reason::length;
+  };
+
   void schedule_locked(); // mx_ held
   void release_slot();
-  /// Counts `out` in the text sent so far and leaves out what a resumed
-  /// stream's client already has (mx_ held).
-  std::string visible(std::string out);
-  /// A stream's text chunk, with the text's end as its SSE id (mx_ held).
-  std::string chunk(const std::string& text);
+  /// Counts `out` in choice c's text sent so far and leaves out what a
+  /// resumed stream's client already has (mx_ held).
+  std::string visible(choice& c, std::string out);
+  /// A stream's text chunk of choice i, with the text's end as its SSE id
+  /// (every choice's end, joined by commas, when there are several; mx_
+  /// held).
+  std::string chunk(std::uint32_t i, const std::string& text);
+  /// Ends choice i: the text its filter held back, and in a stream its
+  /// finish chunk (mx_ held).
+  void end_locked(std::uint32_t i, finish_reason reason);
 
   std::shared_ptr<server::state> st_;
   completion_request req_;
   response_head head_;
   mutable std::mutex mx_;
-  stop_filter filter_;
-  std::uint64_t skip_ = 0;      // text bytes the resumed client has
-  std::uint64_t text_bytes_ = 0; // text bytes produced so far, skipped too
+  std::vector<choice> choices_;
+  std::size_t open_choices_ = 0;
   std::string pending_;  // stream: SSE bytes not yet taken
-  std::string text_;     // non-stream: the answer so far
-  std::int64_t tokens_ = 0;
-  bool first_ = true;
+  std::int64_t tokens_ = 0; // of every choice
+  bool sent_any_ = false; // stream: a chunk was produced
   bool closed_ = false;
   bool finished_ = false;
   bool detached_ = false;
@@ -849,13 +872,16 @@ void stream_sink::schedule_locked() {
   });
 }
 
-sink_state stream_sink::token(std::string_view text) {
+sink_state stream_sink::token(std::uint32_t choice, std::string_view text) {
   std::vector<std::function<void()>> cbs;
   sink_state result = sink_state::open;
   {
     std::lock_guard<std::mutex> guard{mx_};
     if (closed_ || finished_)
       return sink_state::closed;
+    if (choice >= choices_.size() || choices_[choice].ended)
+      return sink_state::choice_done;
+    auto& c = choices_[choice];
     ++tokens_;
     auto now = steady::now();
     {
@@ -867,10 +893,10 @@ sink_state stream_sink::token(std::string_view text) {
         .observe(d.count());
     }
     last_token_ = now;
-    auto out = visible(filter_.feed(text));
+    auto out = visible(c, c.filter.feed(text));
     if (req_.stream) {
       if (!out.empty())
-        pending_ += chunk(out);
+        pending_ += chunk(choice, out);
       {
         std::lock_guard<std::mutex> stats_guard{st_->mx};
         if (pending_.size() > st_->stats.peak_stream_buffer)
@@ -898,15 +924,22 @@ sink_state stream_sink::token(std::string_view text) {
         }
       }
     } else {
-      text_ += out;
+      c.text += out;
     }
-    if (filter_.stopped() && !closed_) {
-      closed_ = true;
-      cbs.swap(close_cbs_);
-      if (ready_cb_)
-        cbs.push_back(std::move(ready_cb_));
-      ready_cb_ = nullptr;
-      result = sink_state::closed;
+    if (c.filter.stopped() && !closed_) {
+      // Its stop string: this choice is over (the others go on); with the
+      // last one, the answer.
+      end_locked(choice, finish_reason::stop);
+      if (open_choices_ == 0) {
+        closed_ = true;
+        cbs.swap(close_cbs_);
+        if (ready_cb_)
+          cbs.push_back(std::move(ready_cb_));
+        ready_cb_ = nullptr;
+        result = sink_state::closed;
+      } else {
+        result = sink_state::choice_done;
+      }
     }
   }
   for (auto& f : cbs)
@@ -914,23 +947,61 @@ sink_state stream_sink::token(std::string_view text) {
   return result;
 }
 
-std::string stream_sink::visible(std::string out) {
+std::string stream_sink::visible(choice& c, std::string out) {
   out = valid_utf8(out);
-  text_bytes_ += out.size();
-  if (skip_ > 0) {
+  c.text_bytes += out.size();
+  if (c.skip > 0) {
     auto n = static_cast<std::size_t>(
-      std::min<std::uint64_t>(skip_, out.size()));
+      std::min<std::uint64_t>(c.skip, out.size()));
     out.erase(0, n);
-    skip_ -= n;
+    c.skip -= n;
   }
   return out;
 }
 
-std::string stream_sink::chunk(const std::string& text) {
-  auto out = "id: " + std::to_string(text_bytes_) + "\n"
-             + text_chunk(req_.kind, head_, text, first_, req_.include_usage);
-  first_ = false;
+std::string stream_sink::chunk(std::uint32_t i, const std::string& text) {
+  std::string id;
+  for (auto& c : choices_)
+    id += (id.empty() ? "" : ",") + std::to_string(c.text_bytes);
+  auto& c = choices_[i];
+  auto out = "id: " + id + "\n"
+             + text_chunk(req_.kind, head_, i, text, c.first,
+                          req_.include_usage);
+  c.first = false;
+  sent_any_ = true;
   return out;
+}
+
+void stream_sink::end_locked(std::uint32_t i, finish_reason reason) {
+  auto& c = choices_[i];
+  if (c.ended)
+    return;
+  c.ended = true;
+  --open_choices_;
+  if (c.filter.stopped())
+    reason = finish_reason::stop;
+  c.reason = reason;
+  auto tail = visible(c, c.filter.flush());
+  if (!req_.stream) {
+    c.text += tail;
+    return;
+  }
+  if (!tail.empty())
+    pending_ += chunk(i, tail);
+  if (c.first) { // an empty answer still names the role
+    pending_ += text_chunk(req_.kind, head_, i, "", true, req_.include_usage);
+    c.first = false;
+    sent_any_ = true;
+  }
+  pending_ += finish_chunk(req_.kind, head_, i, reason, req_.include_usage);
+  schedule_locked();
+}
+
+void stream_sink::end_choice(std::uint32_t choice, finish_reason reason) {
+  std::lock_guard<std::mutex> guard{mx_};
+  if (finished_ || choice >= choices_.size())
+    return;
+  end_locked(choice, reason);
 }
 
 void stream_sink::release_slot() {
@@ -943,24 +1014,18 @@ void stream_sink::finish(finish_reason reason, usage u) {
     if (finished_)
       return;
     finished_ = true;
-    if (filter_.stopped())
-      reason = finish_reason::stop;
+    for (std::uint32_t i = 0; i < choices_.size(); ++i)
+      end_locked(i, reason);
     u.completion_tokens = tokens_;
-    auto tail = visible(filter_.flush());
     if (req_.stream) {
-      if (!tail.empty())
-        pending_ += chunk(tail);
-      if (first_ && tail.empty()) // an empty answer still names the role
-        pending_ += text_chunk(req_.kind, head_, "", true,
-                               req_.include_usage);
-      first_ = false;
-      pending_ += finish_chunk(req_.kind, head_, reason, req_.include_usage);
       if (req_.include_usage)
         pending_ += usage_chunk(req_.kind, head_, u);
       pending_ += sse_done();
     } else {
-      text_ += tail;
-      pending_ = completion_body(req_.kind, head_, text_, reason, u);
+      std::vector<choice_result> out;
+      for (auto& c : choices_)
+        out.push_back({std::move(c.text), c.reason});
+      pending_ = completion_body(req_.kind, head_, out, u);
     }
     done_ = true;
     schedule_locked();
@@ -974,7 +1039,7 @@ void stream_sink::fail(api_error e) {
     if (finished_)
       return;
     finished_ = true;
-    if (req_.stream && !first_) {
+    if (req_.stream && sent_any_) {
       pending_ += error_event(e);
       pending_ += sse_done();
     } else {
@@ -1292,6 +1357,17 @@ void session::handle_completion(endpoint_kind kind) {
                              resume_error);
   if (resume_error.status != 0)
     return send_error(resume_error, keep_alive_);
+  if (resume && !resume->after.empty()
+      && resume->after.size() != parsed.request->n)
+    return send_error(
+      invalid_request("Last-Event-ID names "
+                        + std::to_string(resume->after.size())
+                        + " byte counts; the request has "
+                        + std::to_string(parsed.request->n)
+                        + " choices (n): one count per choice, joined by "
+                          "commas, as the stream's id: lines give them",
+                      "Last-Event-ID"),
+      keep_alive_);
   if (!st_->opts.backend)
     return send_error(unavailable("No backend runs completions on this "
                                   "server"),

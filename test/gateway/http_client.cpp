@@ -195,12 +195,14 @@ std::vector<std::string> sse_payloads(const std::string& body) {
     if (end == std::string::npos)
       throw std::runtime_error("an SSE event without its blank line");
     auto ev = body.substr(p, end - p);
-    if (ev.compare(0, 4, "id: ") == 0) { // a text chunk's byte count
+    if (ev.compare(0, 4, "id: ") == 0) { // a text chunk's byte counts
       auto nl = ev.find('\n');
       auto id = ev.substr(4, nl == std::string::npos ? nl : nl - 4);
-      if (nl == std::string::npos || id.empty()
-          || id.find_first_not_of("0123456789") != std::string::npos)
-        throw std::runtime_error("an SSE id that is not a number: " + ev);
+      // One number per choice, joined by commas.
+      if (nl == std::string::npos || id.empty() || id.front() == ','
+          || id.back() == ',' || id.find(",,") != std::string::npos
+          || id.find_first_not_of("0123456789,") != std::string::npos)
+        throw std::runtime_error("an SSE id that is not byte counts: " + ev);
       ev = ev.substr(nl + 1);
     }
     if (ev.compare(0, 6, "data: ") != 0)

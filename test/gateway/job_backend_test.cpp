@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
+#include <map>
 #include <thread>
 #include <cstdlib>
 #include <mutex>
@@ -28,20 +29,39 @@ using namespace std::chrono_literals;
 namespace {
 
 /// Records what the bridge tells it; close() acts as a client leaving.
+/// Choice 0's tokens are tokens_, every choice's in choice_tokens_; a
+/// choice in done_after_ answers choice_done at that many tokens (its stop
+/// string, as the server's sink finds it).
 class recording_sink : public token_sink {
 public:
-  sink_state token(std::string_view text) override {
+  sink_state token(std::uint32_t choice, std::string_view text) override {
     std::lock_guard<std::mutex> g{mx_};
     if (closed_)
       return sink_state::closed;
-    tokens_.emplace_back(text);
+    if (ended_choices_.count(choice) != 0)
+      return sink_state::choice_done;
+    if (choice == 0)
+      tokens_.emplace_back(text);
+    auto& mine = choice_tokens_[choice];
+    mine.emplace_back(text);
     cv_.notify_all();
+    if (auto it = done_after_.find(choice);
+        it != done_after_.end() && mine.size() == it->second) {
+      ended_choices_[choice] = finish_reason::stop;
+      return sink_state::choice_done;
+    }
     return sink_state::open;
+  }
+  void end_choice(std::uint32_t choice, finish_reason r) override {
+    std::lock_guard<std::mutex> g{mx_};
+    ended_choices_.emplace(choice, r);
+    ++end_choice_calls_;
   }
   void finish(finish_reason r, usage u) override {
     std::lock_guard<std::mutex> g{mx_};
     ++ends_;
-    reason_ = r;
+    // The bridge ends every choice (end_choice) before it finishes.
+    CHECK(r == finish_reason::length);
     usage_ = u;
     cv_.notify_all();
   }
@@ -90,11 +110,14 @@ public:
   mutable std::mutex mx_;
   std::condition_variable cv_;
   std::vector<std::string> tokens_;
+  std::map<std::uint32_t, std::vector<std::string>> choice_tokens_;
+  std::map<std::uint32_t, std::size_t> done_after_;
+  std::map<std::uint32_t, finish_reason> ended_choices_;
+  int end_choice_calls_ = 0;
   std::vector<std::function<void()>> close_cbs_;
   int ends_ = 0;
   bool closed_ = false;
   bool failed_ = false;
-  finish_reason reason_ = finish_reason::length;
   usage usage_;
   api_error error_;
 };
@@ -104,6 +127,8 @@ struct script_log {
   std::mutex mx;
   std::vector<workload::job_request> requests;
   std::vector<std::uint64_t> cancels;
+  /// (job, sequence) of each sequence stopped alone.
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> seq_cancels;
   std::vector<caf::actor_addr> withdrawn;
   /// (job, grace ms) of each client left to the resume grace.
   std::vector<std::pair<std::uint64_t, std::uint32_t>> left;
@@ -111,6 +136,7 @@ struct script_log {
 
 enum class script {
   tokens_then_eos,
+  choices, ///< three sequences: the script's tokens, 8 tokens, 8 tokens
   run_until_cancel,
   refuse,
   fail_early,
@@ -147,6 +173,22 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
       job_report rep;
       rep.job = 7;
       rep.prompt_tokens = 5;
+      if (s == script::choices) { // sequences 1 and 2 run to n_gen
+        rep.tokens.resize(3);
+        for (std::uint32_t i = 0; i < 8; ++i)
+          for (std::uint32_t q = 0; q < 3; ++q) {
+            if (q == 0 && i >= ids.size())
+              continue;
+            auto id = q == 0 ? ids[i] : static_cast<std::int32_t>(20 + i);
+            auto piece = q == 0 ? pieces[i]
+                                : std::to_string(q) + "." + std::to_string(i)
+                                    + " ";
+            self->send(listener, job_token{7, q, id, piece, i});
+            rep.tokens[q].push_back(id);
+          }
+        rep.prompt_tokens = 3 * 5; // every copy of the prompt
+        return rep;
+      }
       rep.tokens.emplace_back();
       for (std::size_t i = 0; i < ids.size(); ++i) {
         self->send(listener, job_token{7, 0, ids[i], pieces[i],
@@ -169,6 +211,11 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
       // The job runs on; the test ends it as the grace's end would.
       std::lock_guard<std::mutex> g{log->mx};
       log->left.emplace_back(id, grace);
+      return true;
+    },
+    [=](cancel_atom, std::uint64_t id, std::uint32_t seq) {
+      std::lock_guard<std::mutex> g{log->mx};
+      log->seq_cancels.emplace_back(id, seq);
       return true;
     },
     [=](cancel_atom, std::uint64_t id) {
@@ -238,14 +285,63 @@ TEST_CASE("the bridge streams a job's tokens and ends at its end token") {
     REQUIRE(sink->ended());
     CHECK_FALSE(sink->failed_);
     CHECK(sink->tokens_ == std::vector<std::string>{"Hel", "lo"});
-    CHECK(sink->reason_ == finish_reason::stop);
-    CHECK(sink->usage_.prompt_tokens == 5);
+    CHECK(sink->ended_choices_.at(0) == finish_reason::stop);
+    // The prompt's tokens as the gateway maps it (BOS and the text).
+    CHECK(sink->usage_.prompt_tokens
+          == static_cast<std::int64_t>(
+            fx.model.tokenizer
+              ->encode("Once upon a time", fx.model.tokenizer->add_bos())
+              .size()));
     std::lock_guard<std::mutex> g{log->mx};
     REQUIRE(log->requests.size() == 1);
     CHECK(log->requests[0].prompt == "Once upon a time");
     CHECK(log->requests[0].n_gen == 8);
     CHECK(log->requests[0].sampling.temperature == 0.0f);
     CHECK(log->cancels.empty());
+  }
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("n choices are the job's sequences, each ends on its own, a "
+          "choice whose stop string matched stops its sequence alone") {
+  fixture fx;
+  caf::actor_system sys{config()};
+  auto log = std::make_shared<script_log>();
+  auto coord = sys.spawn(coordinator, script::choices, log,
+                         std::vector<std::int32_t>{10, 11, fx.eos},
+                         std::vector<std::string>{"Hel", "lo", ""});
+  {
+    job_backend be{sys, coord, {fx.model}};
+    auto sink = std::make_shared<recording_sink>();
+    sink->done_after_[2] = 2; // choice 2's stop string after 2 tokens
+    auto req = request("Once upon a time");
+    req.n = 3;
+    be.complete(req, sink);
+    REQUIRE(sink->ended());
+    CHECK_FALSE(sink->failed_);
+    std::lock_guard<std::mutex> g{sink->mx_};
+    // Choice 0 ends at its end token, choice 1 with all its 8 tokens,
+    // choice 2 at its stop string: none by the job's end.
+    CHECK(sink->choice_tokens_[0] == std::vector<std::string>{"Hel", "lo"});
+    CHECK(sink->choice_tokens_[1].size() == 8);
+    CHECK(sink->choice_tokens_[1].front() == "1.0 ");
+    CHECK(sink->choice_tokens_[2]
+          == std::vector<std::string>{"2.0 ", "2.1 "});
+    CHECK(sink->ended_choices_[0] == finish_reason::stop);
+    CHECK(sink->ended_choices_[1] == finish_reason::length);
+    CHECK(sink->ended_choices_[2] == finish_reason::stop);
+    // The prompt counts once, not once per sequence.
+    CHECK(sink->usage_.prompt_tokens
+          == static_cast<std::int64_t>(
+            fx.model.tokenizer
+              ->encode("Once upon a time", fx.model.tokenizer->add_bos())
+              .size()));
+    std::lock_guard<std::mutex> lg{log->mx};
+    REQUIRE(log->requests.size() == 1);
+    CHECK(log->requests[0].sequences == 3);
+    using stop = std::pair<std::uint64_t, std::uint32_t>;
+    CHECK(log->seq_cancels == std::vector<stop>{{7, 2}});
+    CHECK(log->cancels.empty()); // the job itself is not cancelled
   }
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
 }
@@ -262,7 +358,7 @@ TEST_CASE("a job that generated all it may ends with length") {
     auto sink = std::make_shared<recording_sink>();
     be.complete(request("x"), sink);
     REQUIRE(sink->ended());
-    CHECK(sink->reason_ == finish_reason::length);
+    CHECK(sink->ended_choices_.at(0) == finish_reason::length);
   }
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
 }
@@ -282,7 +378,7 @@ TEST_CASE("a client that leaves cancels its job") {
     REQUIRE(sink->wait([&] { return !sink->tokens_.empty(); }));
     sink->close();
     REQUIRE(sink->ended());
-    CHECK(sink->reason_ == finish_reason::stop);
+    CHECK(sink->ended_choices_.at(0) == finish_reason::stop);
     std::lock_guard<std::mutex> g{log->mx};
     CHECK(log->cancels == std::vector<std::uint64_t>{7});
     CHECK(log->left.empty());

@@ -181,6 +181,16 @@ TEST_CASE("completions map prompt, max_tokens and sampling, refusals are "
   // The same rules as the coordinator's.
   CHECK(workload::prepare_job(m.job).prompt.size()
         == static_cast<std::size_t>(m.prompt_tokens));
+  CHECK(m.job.sequences == 1);
+  // n choices are n sequences of one job, the prompt read once.
+  auto three = r;
+  three.n = 3;
+  auto m3 = map_request(src, three, {}, 1);
+  REQUIRE_FALSE(m3.error);
+  CHECK(m3.job.sequences == 3);
+  CHECK(m3.job.share_prompt);
+  CHECK(m3.prompt_tokens == m.prompt_tokens); // usage counts it once
+  CHECK(workload::prepare_job(m3.job).request.sequences == 3);
   CHECK(m.job.draft.empty());
   // A served model's draft goes with its greedy requests only (speculative
   // decoding keeps greedy tokens; sampled ones would differ).

@@ -121,7 +121,7 @@ TEST_CASE("wrong types are refused with the field named") {
   }
 }
 
-TEST_CASE("out-of-range values and n other than 1 are refused") {
+TEST_CASE("out-of-range values are refused, n beyond its bounds too") {
   auto with = [](const std::string& extra) {
     return chat(R"({"model":"tiny","messages":[{"role":"user","content":"x"}],)"
                 + extra + "}");
@@ -136,10 +136,20 @@ TEST_CASE("out-of-range values and n other than 1 are refused") {
   CHECK(huge.error.message.find("larger than the limit") != std::string::npos);
   CHECK(with(R"("max_tokens":99999999999999999999)").error.param
         == "max_tokens");
-  auto n = with(R"("n":2)");
-  CHECK(n.error.status == 400);
-  CHECK(n.error.param == "n");
-  CHECK(with(R"("n":1)"));
+  // n: 1 to max_choices (16) choices.
+  for (const char* bad : {R"("n":0)", R"("n":17)", R"("n":-1)", R"("n":2.5)",
+                          R"("n":"2")"}) {
+    INFO(bad);
+    auto n = with(bad);
+    CHECK(n.error.status == 400);
+    CHECK(n.error.param == "n");
+  }
+  CHECK(with(R"("n":17)").error.message.find("from 1 to 16")
+        != std::string::npos);
+  CHECK(with(R"("n":1)").request->n == 1);
+  CHECK(with(R"("n":null)").request->n == 1);
+  CHECK(with(R"("n":16)").request->n == 16);
+  CHECK(with(R"("n":3)").request->n == 3);
   CHECK(with(R"("stop":["a","b","c","d","e"])").error.param == "stop");
   CHECK(with(R"("stop":"")").error.param == "stop");
   CHECK(with(R"("stream_options":{"include_usage":true})").error.param

@@ -23,7 +23,7 @@ json event_json(const std::string& event) {
 
 TEST_CASE("a chat completion object carries the message, reason and usage") {
   auto j = json::parse(completion_body(endpoint_kind::chat_completions, head,
-                                       "hi there", finish_reason::length,
+                                       {{"hi there", finish_reason::length}},
                                        {5, 2}));
   CHECK(j["id"] == "chatcmpl-x-1");
   CHECK(j["object"] == "chat.completion");
@@ -41,8 +41,9 @@ TEST_CASE("a chat completion object carries the message, reason and usage") {
 
 TEST_CASE("a text completion object carries the text") {
   auto j = json::parse(completion_body(endpoint_kind::completions,
-                                       {"cmpl-x-2", 1, "tiny"}, "abc",
-                                       finish_reason::stop, {1, 3}));
+                                       {"cmpl-x-2", 1, "tiny"},
+                                       {{"abc", finish_reason::stop}},
+                                       {1, 3}));
   CHECK(j["object"] == "text_completion");
   CHECK(j["choices"][0]["text"] == "abc");
   CHECK(j["choices"][0]["finish_reason"] == "stop");
@@ -52,7 +53,7 @@ TEST_CASE("a text completion object carries the text") {
 
 TEST_CASE("chat stream chunks: role first, deltas, finish, usage, DONE") {
   auto first = event_json(text_chunk(endpoint_kind::chat_completions, head,
-                                     "Hel", true, true));
+                                     0, "Hel", true, true));
   CHECK(first["object"] == "chat.completion.chunk");
   CHECK(first["choices"][0]["delta"]["role"] == "assistant");
   CHECK(first["choices"][0]["delta"]["content"] == "Hel");
@@ -60,11 +61,11 @@ TEST_CASE("chat stream chunks: role first, deltas, finish, usage, DONE") {
   CHECK(first.contains("usage"));
   CHECK(first["usage"].is_null());
   auto next = event_json(text_chunk(endpoint_kind::chat_completions, head,
-                                    "lo", false, false));
+                                    0, "lo", false, false));
   CHECK_FALSE(next["choices"][0]["delta"].contains("role"));
   CHECK_FALSE(next.contains("usage"));
   auto fin = event_json(finish_chunk(endpoint_kind::chat_completions, head,
-                                     finish_reason::stop, false));
+                                     0, finish_reason::stop, false));
   CHECK(fin["choices"][0]["delta"] == json::object());
   CHECK(fin["choices"][0]["finish_reason"] == "stop");
   auto use = event_json(usage_chunk(endpoint_kind::chat_completions, head,
@@ -75,10 +76,41 @@ TEST_CASE("chat stream chunks: role first, deltas, finish, usage, DONE") {
 }
 
 TEST_CASE("completion stream chunks are text_completion objects") {
-  auto c = event_json(text_chunk(endpoint_kind::completions, head, "a\"b\n",
-                                 true, false));
+  auto c = event_json(text_chunk(endpoint_kind::completions, head, 0,
+                                 "a\"b\n", true, false));
   CHECK(c["object"] == "text_completion");
   CHECK(c["choices"][0]["text"] == "a\"b\n");
+}
+
+TEST_CASE("several choices: each with its index, text and reason") {
+  auto j = json::parse(completion_body(
+    endpoint_kind::completions, head,
+    {{"one", finish_reason::stop}, {"", finish_reason::length},
+     {"three", finish_reason::length}},
+    {4, 9}));
+  REQUIRE(j["choices"].size() == 3);
+  for (std::size_t i = 0; i < 3; ++i)
+    CHECK(j["choices"][i]["index"] == i);
+  CHECK(j["choices"][0]["text"] == "one");
+  CHECK(j["choices"][1]["text"] == "");
+  CHECK(j["choices"][2]["text"] == "three");
+  CHECK(j["choices"][0]["finish_reason"] == "stop");
+  CHECK(j["choices"][2]["finish_reason"] == "length");
+  CHECK(j["usage"]["completion_tokens"] == 9);
+  auto c = json::parse(completion_body(
+    endpoint_kind::chat_completions, head,
+    {{"a", finish_reason::stop}, {"b", finish_reason::stop}}, {1, 2}));
+  CHECK(c["choices"][1]["index"] == 1);
+  CHECK(c["choices"][1]["message"]["content"] == "b");
+  // A stream's chunks name their choice.
+  auto t = event_json(text_chunk(endpoint_kind::chat_completions, head, 2,
+                                 "x", true, false));
+  CHECK(t["choices"][0]["index"] == 2);
+  CHECK(t["choices"][0]["delta"]["role"] == "assistant");
+  auto f = event_json(finish_chunk(endpoint_kind::completions, head, 1,
+                                   finish_reason::length, false));
+  CHECK(f["choices"][0]["index"] == 1);
+  CHECK(f["choices"][0]["finish_reason"] == "length");
 }
 
 TEST_CASE("an error inside a stream is one SSE event with the error "

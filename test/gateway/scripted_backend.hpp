@@ -6,6 +6,7 @@
 
 #include "runtime/gateway/completion_backend.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -19,6 +20,10 @@ namespace exo::gateway::testing {
 
 /// Emits `tokens` (at most max_tokens of them) on a thread per request,
 /// honouring the sink's back-pressure and closing, and records what it saw.
+/// With n choices, choice c's tokens are the script from token c on
+/// (cyclically), the choices' tokens taken in turns; a choice that ended
+/// by the whole script ends with stop, one cut by max_tokens with length
+/// (choices 1 on by end_choice, choice 0 by finish).
 class scripted_backend : public completion_backend {
 public:
   explicit scripted_backend(std::vector<std::string> tokens,
@@ -82,6 +87,10 @@ public:
   int finished() const {
     return finished_;
   }
+  /// Tokens the sink answered choice_done to.
+  int choices_done() const {
+    return choices_done_;
+  }
   std::vector<completion_request> requests() {
     std::lock_guard<std::mutex> guard{mx_};
     return requests_;
@@ -106,30 +115,46 @@ private:
     std::size_t n = tokens_.size();
     if (req.max_tokens && std::size_t(*req.max_tokens) < n)
       n = std::size_t(*req.max_tokens);
-    std::size_t i = 0;
-    for (; i < n; ++i) {
-      auto s = sink->token(tokens_[i]);
-      if (s == sink_state::closed)
-        break;
-      if (s == sink_state::full) {
-        {
-          std::lock_guard<std::mutex> guard{mx_};
-          ++pauses_;
-          ready = false;
-          cv_.notify_all();
+    const std::uint32_t choices = std::max<std::uint32_t>(req.n, 1);
+    std::vector<bool> done(choices, false);
+    bool stopped = false;
+    for (std::size_t i = 0; i < n && !stopped; ++i)
+      for (std::uint32_t c = 0; c < choices && !stopped; ++c) {
+        if (done[c])
+          continue;
+        auto s = sink->token(c, tokens_[(i + c) % tokens_.size()]);
+        if (s == sink_state::closed) {
+          stopped = true;
+          break;
         }
-        sink->on_ready([this, flags] {
+        if (s == sink_state::choice_done) {
+          done[c] = true;
           std::lock_guard<std::mutex> guard{mx_};
-          flags->first = true;
-          cv_.notify_all();
-        });
-        std::unique_lock<std::mutex> lock{mx_};
-        cv_.wait(lock, [&] { return ready || closed; });
+          ++choices_done_;
+          continue;
+        }
+        if (s == sink_state::full) {
+          {
+            std::lock_guard<std::mutex> guard{mx_};
+            ++pauses_;
+            ready = false;
+            cv_.notify_all();
+          }
+          sink->on_ready([this, flags] {
+            std::lock_guard<std::mutex> guard{mx_};
+            flags->first = true;
+            cv_.notify_all();
+          });
+          std::unique_lock<std::mutex> lock{mx_};
+          cv_.wait(lock, [&] { return ready || closed; });
+        }
       }
-    }
-    sink->finish(i < tokens_.size() && i == n ? finish_reason::length
-                                              : finish_reason::stop,
-                 usage{prompt_tokens_, 0});
+    auto reason = !stopped && n < tokens_.size() ? finish_reason::length
+                                                 : finish_reason::stop;
+    for (std::uint32_t c = 1; c < choices; ++c)
+      if (!done[c])
+        sink->end_choice(c, reason);
+    sink->finish(reason, usage{prompt_tokens_, 0});
     std::lock_guard<std::mutex> guard{mx_};
     ++finished_;
     cv_.notify_all();
@@ -144,6 +169,7 @@ private:
   int closes_seen_ = 0;
   int pauses_ = 0;
   int finished_ = 0;
+  int choices_done_ = 0;
   std::vector<completion_request> requests_;
   std::vector<std::thread> threads_;
 };

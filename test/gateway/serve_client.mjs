@@ -2,6 +2,8 @@
 // `openai`, from the test-only tools): lists the models, completes on a
 // model without a chat template, streams a chat on one with Llama 3's
 // template, checks the texts against `exo-model run`'s (given by the test),
+// asks for n = 3 sampled choices (each the engine's run with seed + i;
+// streamed with a stop string, each choice cut on its own),
 // the 404 of an unknown model and the 400 of a chat on a model without a
 // template; then starts a long stream, says "streaming", waits until the
 // file ABORT_FLAG exists and disconnects mid-stream.
@@ -82,6 +84,68 @@ check(finish === c.finish, `streamed finish_reason ${finish}`);
 check(usage && usage.completion_tokens === c.tokens
         && usage.prompt_tokens === c.prompt_tokens,
       `streamed usage ${JSON.stringify(usage)}`);
+
+// n = 3 sampled choices: choice i is the engine's run with seed + i.
+const s = expected.sampled;
+const n = s.texts.length;
+const many = await client.completions.create({
+  model: s.model, prompt: s.prompt, max_tokens: s.max_tokens,
+  temperature: s.temperature, top_p: 1, seed: s.seed, n,
+});
+check(many.choices.length === n, `n = ${n}: ${many.choices.length} choices`);
+for (const ch of many.choices)
+  check(ch.text === s.texts[ch.index]
+          && ch.finish_reason === s.finish[ch.index],
+        `choice ${ch.index}: ${JSON.stringify(ch.text)} (${ch.finish_reason})`
+          + ` is the engine's with seed ${s.seed + ch.index}`);
+const sum = s.tokens.reduce((a, b) => a + b, 0);
+check(many.usage.prompt_tokens === s.prompt_tokens
+        && many.usage.completion_tokens === sum,
+      `n = ${n} usage ${JSON.stringify(many.usage)}: the prompt once, `
+        + `${sum} completion tokens`);
+// Streamed, with a stop string taken from choice 1's text: each choice is
+// cut where the string first appears in it, the others run on.
+const source = s.texts[1];
+let stop = null;
+for (let i = Math.floor(source.length / 2); i + 3 <= source.length && !stop;
+     ++i)
+  if (/^[A-Za-z]{3}$/.test(source.slice(i, i + 3)))
+    stop = source.slice(i, i + 3);
+for (const from of [Math.floor(source.length / 2), 0])
+  for (let i = from; i + 2 <= source.length && !stop; ++i)
+    if (/^[ -~]{2}$/.test(source.slice(i, i + 2)))
+      stop = source.slice(i, i + 2);
+check(stop !== null, `a stop string from choice 1's text: `
+        + JSON.stringify(stop));
+const cut = await client.completions.create({
+  model: s.model, prompt: s.prompt, max_tokens: s.max_tokens,
+  temperature: s.temperature, top_p: 1, seed: s.seed, n, stop,
+  stream: true,
+});
+const texts = new Array(n).fill("");
+const finishes = new Array(n).fill(null);
+let late = 0; // text of a choice after its finish
+for await (const chunk of cut)
+  for (const ch of chunk.choices) {
+    if (finishes[ch.index] !== null && ch.text !== "")
+      ++late;
+    texts[ch.index] += ch.text;
+    if (ch.finish_reason)
+      finishes[ch.index] = ch.finish_reason;
+  }
+check(late === 0, `no text of a choice after its finish (${late})`);
+let cutSome = false;
+for (let i = 0; i < n; ++i) {
+  const at = s.texts[i].indexOf(stop);
+  const want = at >= 0 ? s.texts[i].slice(0, at) : s.texts[i];
+  const reason = at >= 0 ? "stop" : s.finish[i];
+  cutSome = cutSome || (at >= 0 && i !== 1);
+  check(texts[i] === want && finishes[i] === reason,
+        `streamed choice ${i} with stop ${JSON.stringify(stop)}: `
+          + `${JSON.stringify(texts[i])} (${finishes[i]})`);
+}
+console.log(`ok: the stop string cut ${cutSome ? "other choices too"
+                                                : "choice 1 only"}`);
 
 try {
   await client.chat.completions.create({

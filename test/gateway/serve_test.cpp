@@ -194,6 +194,30 @@ TEST_CASE("exo-node serve answers the official openai client with the "
   bool plain_stopped = false, chat_stopped = false;
   auto plain_tokens = answer_tokens(plain_run, plain_n, plain_stopped);
   auto chat_tokens = answer_tokens(chat_run, chat_n, chat_stopped);
+  // n = 3 sampled choices of one request: choice i is what the engine
+  // samples alone with seed + i (the gateway's top-k is the engine's
+  // default, its top-p the request's).
+  const int sampled_seed = 77;
+  nlohmann::json sampled{{"model", "tiny"},
+                         {"prompt", prompt},
+                         {"max_tokens", plain_n},
+                         {"temperature", 0.8},
+                         {"seed", sampled_seed},
+                         {"prompt_tokens", plain_run.prompt_tokens},
+                         {"texts", nlohmann::json::array()},
+                         {"tokens", nlohmann::json::array()},
+                         {"finish", nlohmann::json::array()}};
+  for (int i = 0; i < 3; ++i) {
+    auto e = run_engine({"--model", plain, "--prompt", prompt, "-n",
+                         std::to_string(plain_n), "--temperature", "0.8",
+                         "--top-p", "1", "--seed",
+                         std::to_string(sampled_seed + i)},
+                        prompt);
+    bool stopped = false;
+    sampled["tokens"].push_back(answer_tokens(e, plain_n, stopped));
+    sampled["texts"].push_back(as_json_text(e.text));
+    sampled["finish"].push_back(stopped ? "stop" : "length");
+  }
 
   // The node: the cluster config of n1, serving both models.
   auto cfg = write_node_config(p, node_options{"n1"});
@@ -227,6 +251,7 @@ TEST_CASE("exo-node serve answers the official openai client with the "
       {"tokens", chat_tokens},
       {"prompt_tokens", chat_run.prompt_tokens},
       {"finish", chat_stopped ? "stop" : "length"}}},
+    {"sampled", sampled},
     {"long_tokens", 8000}};
   auto flag = dir + "/abort-now";
   process client{{node, EXO_SOURCE_DIR "/test/gateway/serve_client.mjs",

@@ -90,6 +90,57 @@ std::string stream_text(const std::string& body, json* usage = nullptr,
   return text;
 }
 
+/// The script's text for choice `c` of n (the scripted backend's choice c
+/// starts at token c): its first `n` tokens.
+std::string choice_text(std::size_t c, std::size_t n) {
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i)
+    s += tokens[(i + c) % tokens.size()];
+  return s;
+}
+
+/// A stream of several choices, read per choice: texts, finish reasons,
+/// and the position (event number) of each choice's finish.
+struct choices_read {
+  std::map<std::uint32_t, std::string> text;
+  std::map<std::uint32_t, std::string> reason;
+  std::map<std::uint32_t, std::size_t> finished_at;
+  std::map<std::uint32_t, std::size_t> last_text_at;
+  json usage;
+};
+
+choices_read read_choices(const std::string& body) {
+  choices_read out;
+  auto events = sse_payloads(body);
+  REQUIRE(events.size() >= 2);
+  REQUIRE(events.back() == "[DONE]");
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    auto j = json::parse(events[i]);
+    REQUIRE_FALSE(j.contains("error"));
+    if (j["choices"].empty()) {
+      out.usage = j["usage"];
+      continue;
+    }
+    REQUIRE(j["choices"].size() == 1);
+    auto& c = j["choices"][0];
+    auto index = c["index"].get<std::uint32_t>();
+    std::string piece = c.contains("delta")
+                          ? c["delta"].value("content", std::string{})
+                          : c["text"].get<std::string>();
+    if (!piece.empty()) {
+      CHECK(out.reason.count(index) == 0); // no text after its finish
+      out.text[index] += piece;
+      out.last_text_at[index] = i;
+    }
+    if (!c["finish_reason"].is_null()) {
+      CHECK(out.reason.count(index) == 0); // one finish per choice
+      out.reason[index] = c["finish_reason"];
+      out.finished_at[index] = i;
+    }
+  }
+  return out;
+}
+
 /// Runs Debian's curl (installed by scripts/install-deps.sh) against this
 /// test's own server on 127.0.0.1: a real client, never a download.
 std::string run_curl(const std::string& args) {
@@ -197,7 +248,7 @@ TEST_CASE("each text chunk's SSE id is the text's length so far, and a "
   auto req = backend->requests().at(1);
   CHECK(req.resume);
   CHECK(req.id == id);
-  CHECK(req.resume_after == after);
+  CHECK(req.resume_after == std::vector<std::uint64_t>{after});
 
   // Malformed resume headers are refused, naming the header.
   auto bad = [&](const std::string& headers) {
@@ -212,6 +263,121 @@ TEST_CASE("each text chunk's SSE id is the text's length so far, and a "
   CHECK(bad("X-Exo-Resume: " + id + "\r\nLast-Event-ID: -3\r\n")
         == "Last-Event-ID");
   CHECK(bad("Last-Event-ID: 3\r\n") == "Last-Event-ID");
+  CHECK(backend->requests().size() == 2);
+}
+
+TEST_CASE("n choices: each its text, index and finish reason, the usage "
+          "summed, a stop string ends one choice and the others go on") {
+  auto backend = std::make_shared<scripted_backend>(tokens, 4);
+  server srv{options(backend)};
+  auto port = srv.start();
+  // Whole answers: three choices of four tokens.
+  auto r = http_exchange(port, post("/v1/completions",
+                                    R"({"model":"tiny","prompt":"x",)"
+                                    R"("max_tokens":4,"n":3})"));
+  REQUIRE(r.status == 200);
+  auto j = json::parse(r.body);
+  REQUIRE(j["choices"].size() == 3);
+  for (std::size_t c = 0; c < 3; ++c) {
+    INFO("choice " << c);
+    CHECK(j["choices"][c]["index"] == c);
+    CHECK(j["choices"][c]["text"] == choice_text(c, 4));
+    CHECK(j["choices"][c]["finish_reason"] == "length");
+  }
+  CHECK(j["usage"]["prompt_tokens"] == 4);
+  CHECK(j["usage"]["completion_tokens"] == 12);
+  CHECK(backend->requests().at(0).n == 3);
+
+  // "Hel" ends choice 0 at its first token and choice 2 at its eighth
+  // ("Hello", the script's first token, comes last there); choice 1 runs
+  // to max_tokens. Streamed and whole: the same texts and reasons.
+  const std::string stop = R"(,"max_tokens":8,"n":3,"stop":"Hel")";
+  auto whole = http_exchange(port, post("/v1/chat/completions",
+                                        chat_body(false, stop)));
+  REQUIRE(whole.status == 200);
+  auto w = json::parse(whole.body);
+  REQUIRE(w["choices"].size() == 3);
+  CHECK(w["choices"][0]["message"]["content"] == "");
+  CHECK(w["choices"][0]["finish_reason"] == "stop");
+  CHECK(w["choices"][1]["message"]["content"] == choice_text(1, 8));
+  CHECK(w["choices"][1]["finish_reason"] == "length");
+  CHECK(w["choices"][2]["message"]["content"] == choice_text(2, 7));
+  CHECK(w["choices"][2]["finish_reason"] == "stop");
+  CHECK(w["usage"]["completion_tokens"] == 1 + 8 + 8);
+  // The backend was told each of choices 0 and 2 was done, once.
+  CHECK(eventually([&] { return backend->choices_done() == 2; }));
+
+  auto streamed = http_exchange(
+    port, post("/v1/chat/completions",
+               chat_body(true, stop + R"(,"stream_options":)"
+                                      R"({"include_usage":true})")));
+  REQUIRE(streamed.status == 200);
+  auto s = read_choices(streamed.body);
+  CHECK(s.text[0] == "");
+  CHECK(s.text[1] == choice_text(1, 8));
+  CHECK(s.text[2] == choice_text(2, 7));
+  CHECK(s.reason[0] == "stop");
+  CHECK(s.reason[1] == "length");
+  CHECK(s.reason[2] == "stop");
+  // A choice's finish goes out when it ends, not with the answer's end.
+  CHECK(s.finished_at[0] < s.last_text_at[1]);
+  CHECK(s.usage["completion_tokens"] == 17);
+  CHECK(eventually([&] { return backend->choices_done() == 4; }));
+}
+
+TEST_CASE("with n choices each SSE id names every choice's bytes so far, "
+          "and a resume gives each choice from its own count") {
+  auto backend = std::make_shared<scripted_backend>(tokens, 4);
+  server srv{options(backend)};
+  auto port = srv.start();
+  auto r = http_exchange(port, post("/v1/chat/completions",
+                                    chat_body(true, R"(,"n":2)")));
+  REQUIRE(r.status == 200);
+  std::regex event{"id: ([0-9]+),([0-9]+)\ndata: (\\{[^\n]*)\n\n"};
+  std::vector<std::string> text(2);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ids;
+  std::string id;
+  for (std::sregex_iterator it{r.body.begin(), r.body.end(), event}, end;
+       it != end; ++it) {
+    auto j = json::parse((*it)[3].str());
+    auto c = j["choices"][0]["index"].get<std::size_t>();
+    REQUIRE(c < 2);
+    text[c] += j["choices"][0]["delta"]["content"].get<std::string>();
+    CHECK(std::stoull((*it)[1].str()) == text[0].size());
+    CHECK(std::stoull((*it)[2].str()) == text[1].size());
+    ids.emplace_back(text[0].size(), text[1].size());
+    id = j["id"];
+  }
+  CHECK(text[0] == choice_text(0, tokens.size()));
+  CHECK(text[1] == choice_text(1, tokens.size()));
+  REQUIRE(ids.size() >= 4);
+  auto [a, b] = ids[2];
+  auto resumed = http_exchange(
+    port, post("/v1/chat/completions", chat_body(true, R"(,"n":2)"),
+               "X-Exo-Resume: " + id + "\r\nLast-Event-ID: "
+                 + std::to_string(a) + "," + std::to_string(b) + "\r\n"));
+  REQUIRE(resumed.status == 200);
+  auto again = read_choices(resumed.body);
+  CHECK(again.text[0] == text[0].substr(a));
+  CHECK(again.text[1] == text[1].substr(b));
+  CHECK(backend->requests().at(1).resume_after
+        == std::vector<std::uint64_t>{a, b});
+  // One count per choice, decimal numbers.
+  auto bad = [&](const std::string& last, const std::string& extra) {
+    auto x = http_exchange(
+      port, post("/v1/chat/completions", chat_body(true, extra),
+                 "X-Exo-Resume: " + id + "\r\nLast-Event-ID: " + last
+                   + "\r\n"));
+    CHECK(x.status == 400);
+    return json::parse(x.body)["error"];
+  };
+  auto one = bad("5", R"(,"n":2)");
+  CHECK(one["param"] == "Last-Event-ID");
+  CHECK(one["message"].get<std::string>().find("2 choices")
+        != std::string::npos);
+  CHECK(bad("1,2", "")["param"] == "Last-Event-ID");
+  CHECK(bad("1,,2", R"(,"n":3)")["param"] == "Last-Event-ID");
+  CHECK(bad("1,2,", R"(,"n":2)")["param"] == "Last-Event-ID");
   CHECK(backend->requests().size() == 2);
 }
 
@@ -261,10 +427,10 @@ TEST_CASE("bad requests are answered in OpenAI's error shape") {
                                      R"({"role":"user","content":"x"}]})"));
   CHECK(unknown.status == 404);
   CHECK(json::parse(unknown.body)["error"]["code"] == "model_not_found");
-  auto n2 = http_exchange(port, post("/v1/chat/completions",
-                                chat_body(false, R"(,"n":2)")));
-  CHECK(n2.status == 400);
-  CHECK(json::parse(n2.body)["error"]["param"] == "n");
+  auto n17 = http_exchange(port, post("/v1/chat/completions",
+                                 chat_body(false, R"(,"n":17)")));
+  CHECK(n17.status == 400);
+  CHECK(json::parse(n17.body)["error"]["param"] == "n");
   auto wrong_method = http_exchange(port, "GET /v1/chat/completions HTTP/1.1\r\n"
                                      "Host: x\r\nConnection: close\r\n\r\n");
   CHECK(wrong_method.status == 405);

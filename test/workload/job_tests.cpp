@@ -22,6 +22,7 @@
 #include <atomic>
 #include <future>
 #include <mutex>
+#include <optional>
 
 #include <thread>
 
@@ -1087,6 +1088,75 @@ TEST_CASE("a cancelled job stops at the next token and keeps what it made "
   CHECK(early->cancelled);
   CHECK(early->generated_tokens == 0);
   f.stop(stages);
+}
+
+TEST_CASE("a sequence stopped alone ends at its next token, frees its "
+          "caches, and the others get what they get unstopped",
+          "[workload][share]") {
+  fixture f;
+  const auto a = prompts()[0];
+  const std::vector<std::vector<std::int32_t>> ps{a, a, a};
+  auto si = f.device_index("sim");
+  // Sequence `which` is stopped after its `after`-th token (0: as soon as
+  // the job runs, while the prompt the sequences share is being read).
+  auto run = [&](std::uint64_t id, std::optional<std::uint32_t> which,
+                 std::size_t after) {
+    auto stages = f.pipeline({0, 2, 4}, {si, si});
+    auto j = f.job(id, stages, ps, 8, 0.7f, 5);
+    auto result = std::make_shared<workload::job_result>();
+    auto handle = std::make_shared<caf::actor>();
+    auto seen = std::make_shared<std::size_t>(0);
+    if (which && after > 0)
+      j.on_token = [handle, seen, which, after](std::uint32_t seq,
+                                                std::int32_t) {
+        if (seq == *which && ++*seen == after)
+          caf::anon_send(*handle, cancel_atom::value, *which);
+      };
+    j.finish = [result](workload::job_result& r) {
+      *result = r;
+      return caf::make_message(caf::ok_atom::value);
+    };
+    *handle = workload::spawn_job(*f.sys, std::move(j));
+    caf::scoped_actor self{*f.sys};
+    // Before the job runs, a sequence cannot be stopped.
+    self->request(*handle, std::chrono::seconds(10), cancel_atom::value,
+                  std::uint32_t{0})
+      .receive([&](bool b) { CHECK_FALSE(b); },
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+    auto done = self->request(*handle, std::chrono::seconds(60),
+                              run_atom::value);
+    if (which && after == 0) // queued behind the run: it is read now
+      caf::anon_send(*handle, cancel_atom::value, *which);
+    std::move(done).receive([](caf::ok_atom) {},
+                            [](caf::error& e) { FAIL(caf::to_string(e)); });
+    f.stop(stages); // checks that every KV cache was given back
+    REQUIRE(result->error.empty());
+    CHECK_FALSE(result->cancelled);
+    return *result;
+  };
+  auto full = run(31, std::nullopt, 0);
+  REQUIRE(full.tokens.size() == 3);
+  for (std::uint32_t which : {0u, 1u, 2u}) {
+    INFO("sequence " << which << " stopped after its third token");
+    auto r = run(32 + which, which, 3);
+    REQUIRE(r.tokens.size() == 3);
+    for (std::uint32_t k = 0; k < 3; ++k) {
+      INFO("sequence " << k);
+      if (k != which) {
+        CHECK(r.tokens[k] == full.tokens[k]);
+      } else { // its next step's logits came after the stop: not sampled
+        REQUIRE(r.tokens[k].size() == 3);
+        CHECK(std::equal(r.tokens[k].begin(), r.tokens[k].end(),
+                         full.tokens[k].begin()));
+      }
+    }
+    CHECK(r.generated_tokens == 8 + 8 + 3);
+  }
+  // Stopped while the prompt it shares with sequence 0 is read: nothing.
+  auto early = run(40, 2u, 0);
+  CHECK(early.tokens[0] == full.tokens[0]);
+  CHECK(early.tokens[1] == full.tokens[1]);
+  CHECK(early.tokens[2].empty());
 }
 
 TEST_CASE("a step no stage answers ends the job at its step timeout with "
