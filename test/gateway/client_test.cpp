@@ -82,11 +82,14 @@ TEST_CASE("the official openai client lists, completes and streams") {
   };
   server srv{o};
   auto port = srv.start();
-  std::string text;
-  for (auto& t : tokens)
-    text += t;
+  std::string text, second; // the scripted backend's choices 0 and 1
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    text += tokens[i];
+    second += tokens[(i + 1) % tokens.size()];
+  }
   nlohmann::json expected{{"models", {"tiny-llama", "tiny-qwen"}},
                           {"text", text},
+                          {"second", second},
                           {"tokens", tokens.size()},
                           {"prompt_tokens", 5}};
   auto r = exo::test::run({node, EXO_SOURCE_DIR "/test/gateway/openai_client.mjs",
@@ -98,7 +101,8 @@ TEST_CASE("the official openai client lists, completes and streams") {
   CHECK(r.out.find("all checks passed") != std::string::npos);
   // What the client sent reached the backend as typed requests.
   auto reqs = backend->requests();
-  REQUIRE(reqs.size() == 3);
+  REQUIRE(reqs.size() == 4);
+  CHECK(reqs[3].n == 2);
   CHECK(reqs[0].kind == endpoint_kind::completions);
   CHECK(reqs[0].prompt == "Once upon a time");
   CHECK(reqs[0].seed == 42);

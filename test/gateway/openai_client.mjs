@@ -92,13 +92,23 @@ try {
   check(e instanceof OpenAI.NotFoundError, "unknown model: NotFoundError");
 }
 check(status === 404, "unknown model: 404");
+const two = await client.chat.completions.create({
+  model: expected.models[0], messages: [{ role: "user", content: "x" }],
+  n: 2 });
+check(two.choices.length === 2
+        && two.choices.every((c, i) => c.index === i)
+        && two.choices[0].message.content === expected.text
+        && two.choices[1].message.content === expected.second,
+      `n = 2: ${JSON.stringify(two.choices.map((c) => c.message.content))}`);
+check(two.usage.completion_tokens === 2 * expected.tokens,
+      `n = 2 usage ${JSON.stringify(two.usage)}`);
 try {
   await client.chat.completions.create({
     model: expected.models[0], messages: [{ role: "user", content: "x" }],
-    n: 2 });
-  check(false, "n = 2 refused");
+    n: 17 });
+  check(false, "n = 17 refused");
 } catch (e) {
   check(e instanceof OpenAI.BadRequestError && e.param === "n",
-        `n = 2: BadRequestError on param ${e.param}`);
+        `n = 17: BadRequestError on param ${e.param}`);
 }
 console.log("all checks passed");
