@@ -70,6 +70,8 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<job_report>("exo.job_report");
   cfg.add_message_type<job_pipeline>("exo.job_pipeline");
   cfg.add_message_type<kv_rows>("exo.kv_rows");
+  cfg.add_message_type<prefix_claim>("exo.prefix_claim");
+  cfg.add_message_type<prefix_retain>("exo.prefix_retain");
   cfg.add_message_type<job_recovered>("exo.job_recovered");
   cfg.add_message_type<std::vector<job_recovered>>("exo.job_recovereds");
   cfg.add_message_type<job_replica>("exo.job_replica");

@@ -152,8 +152,58 @@ using handoff_atom = caf::atom_constant<caf::atom("handoff")>;
 /// source's bulk channel, verified) and answers with its path.
 using prefetch_atom = caf::atom_constant<caf::atom("prefetch")>;
 
+/// The prefix cache (core/workload/prefix_key.hpp): a stage keeps the
+/// first rows of a prompt it read, for later jobs that start with the
+/// same tokens, while it lives (shared by jobs on the same device and
+/// layers), within its budget (shard_setup::prefix_cache_bytes, the least
+/// recently used dropped first, and all of them that no job holds when a
+/// KV cache cannot grow).
+///
+/// (retain_atom, prefix_retain), from a job to each of its stages once a
+/// sequence's prompt is read: keep a copy of its rows up to its longest
+/// prefix, found by the key of each of its prefixes (no answer; nothing
+/// when the budget cannot hold it, the longest key is kept already or the
+/// sequence has no such rows here).
+using retain_atom = caf::atom_constant<caf::atom("retain")>;
+/// (claim_atom, prefix_claim) -> prefix_claim, from a job to each of its
+/// stages before its first step: the keys of the request's that the stage
+/// holds, each held for the job until it releases its caches; a step part
+/// with `prefix` then starts the sequence's cache as a copy.
+using claim_atom = caf::atom_constant<caf::atom("claim")>;
+
 /// Largest batch, sequence count and context a shard accepts from a peer.
 constexpr std::size_t max_sequences_per_shard = 1024;
+
+/// Keys of prompt prefixes a job asks its stages for (claim_atom), and
+/// those a stage holds (the answer). At most max_prefix_claim keys.
+struct prefix_claim {
+  std::uint64_t job = 0;
+  std::vector<std::uint64_t> keys;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prefix_claim& x) {
+  return wire(f, caf::meta::type_name("exo.prefix_claim"), x.job, x.keys);
+}
+
+/// Most keys in one prefix_claim or prefix_retain.
+constexpr std::size_t max_prefix_claim = 4096;
+
+/// A sequence's prompt prefixes to keep (retain_atom): keys[i] is the key
+/// of its first lengths[i] positions, lengths ascending; the rows kept are
+/// those of the longest.
+struct prefix_retain {
+  std::uint64_t job = 0;
+  std::uint32_t seq = 0;
+  std::vector<std::uint32_t> lengths;
+  std::vector<std::uint64_t> keys;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prefix_retain& x) {
+  return wire(f, caf::meta::type_name("exo.prefix_retain"), x.job, x.seq,
+              x.lengths, x.keys);
+}
 
 /// Part of a batched step: n of its tokens (rows), of sequence `seq` at
 /// positions pos .. pos + n - 1.
@@ -163,19 +213,22 @@ constexpr std::size_t max_sequences_per_shard = 1024;
 /// stage starts its cache as a copy of `from`'s first `pos` positions
 /// (device_stage::fork_cache), then runs the part. A stage that holds a
 /// cache for the sequence already (the step sent again after a planned
-/// move wrote it) runs the part as it is.
+/// move wrote it) runs the part as it is. With `prefix` (not 0) the copy
+/// is of the stage's retained prompt prefix of that key (claim_atom),
+/// which holds `pos` positions, instead of another sequence's.
 struct step_part {
   std::uint32_t seq = 0;
   std::uint32_t pos = 0;
   std::uint32_t n = 0;
   bool fork = false;
   std::uint32_t from = 0;
+  std::uint64_t prefix = 0;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_part& x) {
   return wire(f, caf::meta::type_name("exo.step_part"), x.seq, x.pos, x.n,
-              x.fork, x.from);
+              x.fork, x.from, x.prefix);
 }
 
 /// One batch on its way through the stages: tokens of one sequence, or of
@@ -303,7 +356,8 @@ typename Inspector::result_type inspect(Inspector& f, job_request& x) {
   return wire(f, caf::meta::type_name("exo.job_request"), x.model, x.prompt,
               x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
               x.keep_logits, x.special, x.stop_tokens, x.name, x.batch,
-              x.draft, x.draft_tokens, x.kv_type, x.share_prompt);
+              x.draft, x.draft_tokens, x.kv_type, x.share_prompt,
+              x.prefix_cache);
 }
 
 } // namespace workload
@@ -501,6 +555,9 @@ struct job_report {
   std::uint64_t prompt_tokens = 0;
   /// Of them, copies of another sequence's prompt, computed once.
   std::uint64_t shared_prompt_tokens = 0;
+  /// Of them, rows copied from the stages' prefix cache (an earlier job
+  /// read them).
+  std::uint64_t cached_prompt_tokens = 0;
   std::uint64_t generated_tokens = 0;
   double prompt_s = 0;
   double generation_s = 0;
@@ -519,17 +576,26 @@ struct job_report {
   double generation_tps() const {
     return generation_s > 0 ? generated_tokens / generation_s : 0;
   }
-  /// "" or, when sequences shared a prompt, the line that says how many
-  /// prompt tokens were computed and at what rate.
+  /// "" or, when sequences shared a prompt or rows came from the prefix
+  /// cache, the line that says how many prompt tokens were computed and at
+  /// what rate.
   std::string sharing_line() const {
-    if (shared_prompt_tokens == 0 || shared_prompt_tokens > prompt_tokens)
+    const auto reused = shared_prompt_tokens + cached_prompt_tokens;
+    if (reused == 0 || reused > prompt_tokens)
       return {};
-    const auto computed = prompt_tokens - shared_prompt_tokens;
-    return "prompt sharing: " + std::to_string(shared_prompt_tokens)
-           + " of the " + std::to_string(prompt_tokens)
-           + " prompt tokens were copies of another sequence's prompt, "
-             "computed once; "
-           + std::to_string(computed) + " computed ("
+    const auto computed = prompt_tokens - reused;
+    std::string line = "prompt sharing: ";
+    if (shared_prompt_tokens > 0)
+      line += std::to_string(shared_prompt_tokens) + " of the "
+              + std::to_string(prompt_tokens)
+              + " prompt tokens were copies of another sequence's prompt, "
+                "computed once; ";
+    if (cached_prompt_tokens > 0)
+      line += std::to_string(cached_prompt_tokens) + " of the "
+              + std::to_string(prompt_tokens)
+              + " prompt tokens came from the prefix cache (an earlier job "
+                "read them); ";
+    return line + std::to_string(computed) + " computed ("
            + std::to_string(static_cast<long long>(
              prompt_s > 0 ? computed / prompt_s : 0))
            + " tokens/s)\n";
@@ -542,7 +608,7 @@ typename Inspector::result_type inspect(Inspector& f, job_report& x) {
               x.stages, x.model_sha256, x.bytes_sent, x.tokens, x.texts,
               x.logits, x.prompt_tokens, x.generated_tokens, x.prompt_s,
               x.generation_s, x.cancelled, x.recoveries, x.draft, x.drafted,
-              x.accepted, x.shared_prompt_tokens);
+              x.accepted, x.shared_prompt_tokens, x.cached_prompt_tokens);
 }
 
 } // namespace exo

@@ -1,6 +1,7 @@
 #include "actors/workload/job_actor.hpp"
 
 #include "actors/workload/shard_actor.hpp"
+#include "core/workload/prefix_key.hpp"
 #include "messages/errors.hpp"
 #include "messages/workload.hpp"
 
@@ -51,11 +52,18 @@ struct sequence {
   /// Its client stopped it ((cancel_atom, seq): a choice whose stop string
   /// matched): it ends at its next token boundary, the others go on.
   bool stop = false;
+  /// Its prompt's prefixes (a source of its prompt, with the prefix cache
+  /// on), and the one its stages hold for it: its first step starts its
+  /// caches as a copy of those rows (step_part::prefix) instead of
+  /// computing them (prefix_pending until that step is answered).
+  std::vector<workload::prefix_key> prefixes;
+  std::uint64_t prefix = 0;
+  bool prefix_pending = false;
 
   /// The positions its stages hold (a sequence whose fork is still to be
   /// sent holds none there).
   std::uint32_t held() const {
-    return fork_pending ? 0 : pos;
+    return fork_pending || prefix_pending ? 0 : pos;
   }
 };
 
@@ -118,6 +126,8 @@ struct job_state {
   bool started = false;
   bool finished = false;
   bool cancelling = false;
+  /// Asking the stages for prompt prefixes (claim_prefixes): no step yet.
+  bool claiming = false;
   /// Bumped by every recovery: answers of an older pipeline are dropped.
   std::uint64_t epoch = 0;
   /// Waiting for the recoverer's new pipeline.
@@ -257,6 +267,8 @@ void forget_forks(self_ptr self) {
     auto& q = st.seqs[j];
     q.source.reset();
     q.fork_pending = false;
+    q.prefix_pending = false; // the new stages hold nothing for the job
+    q.prefix = 0;
     q.holds = 0;
     if (q.release_held) {
       q.release_held = false;
@@ -296,6 +308,20 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
                    + "): its weights hold NaN or infinity, or its "
                      "activations overflow");
     return;
+  }
+  // Its prompt's longest prefix stays on the stages for later jobs (the
+  // prefix cache), unless that is what it started from.
+  if (just_read && !q.source && !q.prefixes.empty()
+      && q.prefixes.back().key != q.prefix) {
+    prefix_retain r;
+    r.job = stage_job(st);
+    r.seq = j;
+    for (auto& k : q.prefixes) {
+      r.lengths.push_back(k.n);
+      r.keys.push_back(k.key);
+    }
+    for (auto& stage : st.cfg.stages)
+      self->send(stage, retain_atom::value, r);
   }
   // The sequences that share this prompt read it now: the same logits,
   // their own samplers; their first steps fork the caches.
@@ -409,9 +435,10 @@ void kick_groups(self_ptr self) {
 
 void send_step(self_ptr self, std::size_t g) {
   auto& st = self->state;
-  if (st.finished || st.recovering || st.move || st.handoff || st.paused)
+  if (st.finished || st.recovering || st.move || st.handoff || st.paused
+      || st.claiming)
     return; // no new step while a planned move carries the caches, or
-             // while the job stops for its handoff
+             // while the job stops for its handoff (or asks for prefixes)
   if (st.speculative) { // groups of one: a round once its feed is read
     auto j = st.groups[g].front();
     auto& q = st.seqs[j];
@@ -485,6 +512,10 @@ void send_step(self_ptr self, std::size_t g) {
       s.parts.back().fork = true;
       s.parts.back().from = *q.source;
       forks = true;
+    } else if (q.prefix_pending) { // its start: the stages' kept rows
+      s.parts.back().fork = true;
+      s.parts.back().prefix = q.prefix;
+      forks = true;
     }
     s.rewind = s.rewind || q.rewind;
     q.rewind = false;
@@ -526,7 +557,9 @@ void send_step(self_ptr self, std::size_t g) {
         std::size_t row = 0;
         for (std::size_t i = 0; i < parts.size() && !st.finished; ++i) {
           row += apart ? parts[i].n : 1;
-          if (parts[i].fork)
+          if (parts[i].fork && parts[i].prefix != 0)
+            st.seqs[parts[i].seq].prefix_pending = false;
+          else if (parts[i].fork)
             fork_done(self, parts[i].seq);
           on_logits(self, parts[i].seq, parts[i].n,
                     std::vector<float>(r.x.begin() + (row - 1) * v,
@@ -716,6 +749,80 @@ void verify(self_ptr self, std::uint32_t j) {
 void send_all(self_ptr self) {
   for (std::size_t g = 0; g < self->state.groups.size(); ++g)
     send_step(self, g);
+}
+
+/// How long a stage may take to say which prompt prefixes it keeps.
+constexpr auto claim_timeout = std::chrono::seconds(30);
+
+/// The stages answered the claim (`held`: how many hold each key): each
+/// source sequence starts from the longest prefix of its prompt that every
+/// stage holds; then every group steps.
+void claimed(self_ptr self, std::uint64_t epoch,
+             const std::map<std::uint64_t, std::size_t>& held) {
+  auto& st = self->state;
+  st.claiming = false;
+  if (st.finished)
+    return;
+  if (epoch == st.epoch) // else re-placed meanwhile: nothing held there
+    for (auto& q : st.seqs) {
+      if (q.done || q.source || q.prompt_done)
+        continue;
+      for (auto it = q.prefixes.rbegin(); it != q.prefixes.rend(); ++it) {
+        auto h = held.find(it->key);
+        if (h == held.end() || h->second < st.cfg.stages.size())
+          continue;
+        q.prefix = it->key;
+        q.prefix_pending = true;
+        q.pos = it->n;
+        q.fed = it->n;
+        st.result.cached_prompt_tokens += it->n;
+        break;
+      }
+    }
+  send_all(self);
+}
+
+/// The prefix cache: asks every stage which prefixes of the sources'
+/// prompts (whole pieces, core/workload/prefix_key.hpp) it keeps from
+/// earlier jobs (held for this job from then on), and sends the steps
+/// once all have answered (a stage that fails to answer holds none).
+void claim_prefixes(self_ptr self) {
+  auto& st = self->state;
+  const auto piece = workload::max_batch_tokens(st.cfg.n_embd);
+  prefix_claim c;
+  c.job = stage_job(st);
+  for (auto& q : st.seqs) {
+    if (q.done || q.source)
+      continue;
+    q.prefixes = workload::prefix_keys(q.prompt, piece);
+    for (auto& k : q.prefixes)
+      c.keys.push_back(k.key);
+  }
+  std::sort(c.keys.begin(), c.keys.end());
+  c.keys.erase(std::unique(c.keys.begin(), c.keys.end()), c.keys.end());
+  if (c.keys.size() > max_prefix_claim)
+    c.keys.resize(max_prefix_claim);
+  if (c.keys.empty()) {
+    send_all(self);
+    return;
+  }
+  st.claiming = true;
+  auto held = std::make_shared<std::map<std::uint64_t, std::size_t>>();
+  auto left = std::make_shared<std::size_t>(st.cfg.stages.size());
+  const auto epoch = st.epoch;
+  for (auto& stage : st.cfg.stages)
+    self->request(stage, claim_timeout, claim_atom::value, c)
+      .then(
+        [self, held, left, epoch](prefix_claim& r) {
+          for (auto k : r.keys)
+            ++(*held)[k];
+          if (--*left == 0)
+            claimed(self, epoch, *held);
+        },
+        [self, held, left, epoch](caf::error&) {
+          if (--*left == 0)
+            claimed(self, epoch, *held);
+        });
 }
 
 /// Sequences with the same prompt as an earlier one read it from that
@@ -1091,7 +1198,7 @@ void start_move(self_ptr self, std::vector<std::uint32_t> lost,
       q.waiting = false;
       q.drafted.clear();
     }
-    m->carried[j] = !q.done && !q.fork_pending;
+    m->carried[j] = !q.done && !q.fork_pending && !q.prefix_pending;
     m->rows[j] = q.held();
   }
   m->chains = st.cfg.stages.size();
@@ -1460,7 +1567,10 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
           && st.cfg.draft_stages.empty())
         share_prompts(st);
       make_groups(st);
-      if (!st.recovering) // else the new pipeline starts them (resume)
+      if (st.cfg.prefix_cache && st.cfg.generated.empty()
+          && st.cfg.draft_stages.empty())
+        claim_prefixes(self); // the steps go once the stages answered
+      else if (!st.recovering) // else the new pipeline starts them (resume)
         send_all(self);
       self->delayed_send(self, watchdog_period(st.cfg.step_timeout),
                          tick_atom::value);

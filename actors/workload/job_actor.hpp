@@ -73,6 +73,9 @@ struct job_result {
   /// Of them, the tokens of copies of another sequence's prompt, read from
   /// its computation (job_setup::share_prompts): not computed again.
   std::uint64_t shared_prompt_tokens = 0;
+  /// Of them, the tokens whose KV rows came from the stages' prefix cache
+  /// (job_setup::prefix_cache): read by an earlier job, not computed.
+  std::uint64_t cached_prompt_tokens = 0;
   std::uint64_t generated_tokens = 0;
   double prompt_s = 0;     ///< until the last prompt's logits arrived
   double generation_s = 0; ///< from then until the end
@@ -108,6 +111,11 @@ struct job_setup {
   /// compute it once, the others sample from its logits and copy its KV
   /// rows (a fresh job without a draft only).
   bool share_prompts = true;
+  /// The prefix cache (messages/workload.hpp retain_atom, claim_atom): a
+  /// fresh job without a draft asks its stages for the rows of its
+  /// prompts' prefixes that earlier jobs read, copies them instead of
+  /// computing them, and leaves its own prompts' for later jobs.
+  bool prefix_cache = true;
   std::uint32_t n_gen = 16;
   /// The most sequences one step carries (0: as many as a step can,
   /// workload::max_step_sequences); 1 sends every sequence on its own.

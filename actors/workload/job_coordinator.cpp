@@ -444,6 +444,7 @@ job_report make_report(const job_run& run, std::uint64_t id,
     out.logits = r.logits[0];
   out.prompt_tokens = r.prompt_tokens;
   out.shared_prompt_tokens = r.shared_prompt_tokens;
+  out.cached_prompt_tokens = r.cached_prompt_tokens;
   out.generated_tokens = r.generated_tokens;
   out.prompt_s = r.prompt_s;
   out.generation_s = r.generation_s;
@@ -725,6 +726,7 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.n_gen = req.n_gen;
   j.step_sequences = req.batch;
   j.share_prompts = req.share_prompt;
+  j.prefix_cache = req.prefix_cache;
   if (run->draft) {
     j.draft_stages = {run->draft};
     j.draft_n_embd = run->job.draft->hparams().n_embd;
@@ -2244,6 +2246,7 @@ console_reply run_reply(const job_report& r, const std::string& prompt,
      {"bytes_sent", r.bytes_sent},
      {"prompt_tps", text::number(r.prompt_tps(), 6)},
      {"shared_prompt_tokens", r.shared_prompt_tokens},
+     {"cached_prompt_tokens", r.cached_prompt_tokens},
      {"generation_tps", text::number(r.generation_tps(), 6)},
      {"job", r.job},
      {"cancelled", r.cancelled},
@@ -2272,6 +2275,7 @@ run_options run_options_of(const console::parsed_command& p) {
   o.sequences = static_cast<std::uint32_t>(p.count("sequences", o.sequences));
   o.batch = static_cast<std::uint32_t>(p.count("batch", o.batch));
   o.no_prompt_sharing = p.has("no-prompt-sharing");
+  o.no_prefix_cache = p.has("no-prefix-cache");
   o.draft = p.text("draft");
   o.draft_tokens =
     static_cast<std::uint32_t>(p.count("draft-tokens", o.draft_tokens));

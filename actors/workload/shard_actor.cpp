@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -67,6 +68,97 @@ struct hosted_stage {
   std::uint64_t timer_gen = 0;
   std::uint64_t forwards = 0;     ///< batched forwards run
   std::uint64_t merged_steps = 0; ///< steps that shared one with another job
+  /// The prefix cache (messages/workload.hpp retain_atom): the rows of
+  /// prompts read by jobs, kept after them within a budget; each found by
+  /// the keys of its whole-piece prefixes.
+  struct prefix {
+    model::cache_id cache = 0;
+    std::uint32_t n = 0; ///< positions kept
+    std::uint64_t bytes = 0;
+    std::uint64_t used = 0; ///< when last kept or claimed (a counter)
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> keys; ///< (n, key)
+    /// The jobs that claimed it: (shard slot id, job).
+    std::set<std::pair<std::uint64_t, std::uint64_t>> holders;
+  };
+  std::map<std::uint64_t, prefix> prefixes; ///< by entry id
+  /// Each key's entry and length.
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint32_t>> by_key;
+  std::uint64_t next_prefix = 1;
+  std::uint64_t prefix_bytes = 0;
+  std::uint64_t prefix_budget = 0; ///< bytes (the first shard's setting)
+  std::uint64_t prefix_clock = 0;
+  std::uint64_t prefixes_dropped = 0;
+
+  /// Drops entry `it` (its rows go); its keys find another entry that
+  /// holds them, if any.
+  std::map<std::uint64_t, prefix>::iterator
+  drop_prefix(std::map<std::uint64_t, prefix>::iterator it) {
+    if (stage)
+      (void) stage->drop_cache(it->second.cache);
+    prefix_bytes -= it->second.bytes;
+    ++prefixes_dropped;
+    const auto id = it->first;
+    auto keys = std::move(it->second.keys);
+    auto next = prefixes.erase(it);
+    for (auto& [n, key] : keys) {
+      auto k = by_key.find(key);
+      if (k == by_key.end() || k->second.first != id)
+        continue;
+      by_key.erase(k);
+      for (auto& [other, e] : prefixes)
+        if (std::find(e.keys.begin(), e.keys.end(), std::make_pair(n, key))
+            != e.keys.end()) {
+          by_key[key] = {other, n};
+          break;
+        }
+    }
+    return next;
+  }
+
+  /// Drops the least recently used entries no job holds until `need`
+  /// more bytes fit the budget; false when they cannot.
+  bool make_room(std::uint64_t need) {
+    if (need > prefix_budget)
+      return false;
+    while (prefix_bytes + need > prefix_budget) {
+      auto lru = prefixes.end();
+      for (auto it = prefixes.begin(); it != prefixes.end(); ++it)
+        if (it->second.holders.empty()
+            && (lru == prefixes.end() || it->second.used < lru->second.used))
+          lru = it;
+      if (lru == prefixes.end())
+        return false;
+      drop_prefix(lru);
+    }
+    return true;
+  }
+
+  /// Drops every entry no job holds (a KV cache could not grow); whether
+  /// any went.
+  bool drop_unheld_prefixes() {
+    bool any = false;
+    for (auto it = prefixes.begin(); it != prefixes.end();)
+      if (it->second.holders.empty()) {
+        it = drop_prefix(it);
+        any = true;
+      } else {
+        ++it;
+      }
+    return any;
+  }
+
+  /// Job `job` of slot `slot` holds no entry any more.
+  void let_go(std::uint64_t slot, std::uint64_t job) {
+    for (auto& kv : prefixes)
+      kv.second.holders.erase({slot, job});
+  }
+  /// Nor does any job of that slot.
+  void let_go(std::uint64_t slot) {
+    for (auto& kv : prefixes)
+      for (auto it = kv.second.holders.begin();
+           it != kv.second.holders.end();)
+        it = it->first == slot ? kv.second.holders.erase(it) : ++it;
+  }
 };
 
 /// What one shard keeps with its (shared) stage, on the device's thread.
@@ -81,6 +173,10 @@ struct shard_slot {
   std::uint64_t host_handoffs = 0;   ///< steps passed on in the message
   std::uint64_t pause_waits = 0;     ///< steps held while the device paused
   std::uint64_t forks = 0; ///< caches started as a copy of another's rows
+  /// Caches started as a copy of a retained prompt prefix, and the
+  /// positions they did not compute.
+  std::uint64_t prefix_forks = 0;
+  std::uint64_t prefix_positions = 0;
   double busy_s = 0;
 };
 
@@ -222,6 +318,7 @@ device_task free_task(std::vector<handle_id> bufs,
     }
     if (h.batcher)
       h.batcher->forget(slot->id);
+    h.let_go(slot->id);
     --h.users;
     slot.reset();
   };
@@ -310,10 +407,40 @@ caf::error cache_of(hosted_stage& h, const shard_slot& slot,
 /// (step_part::fork): a copy of from's first `pos` positions, made here;
 /// the cache itself when the sequence has one already.
 caf::error fork_of(hosted_stage& h, shard_slot& slot, std::uint64_t job,
-                   const step_part& p, model::cache_id& id) {
+                   const step_part& p, std::uint32_t n_ctx,
+                   model::cache_id& id) {
   auto key = std::make_tuple(slot.id, job, p.seq);
   if (auto it = h.caches.find(key); it != h.caches.end()) {
     id = it->second;
+    return {};
+  }
+  if (p.prefix != 0) { // a kept prompt prefix the job claimed
+    auto k = h.prefixes.end();
+    if (auto by = h.by_key.find(p.prefix);
+        by != h.by_key.end() && by->second.second == p.pos)
+      k = h.prefixes.find(by->second.first);
+    if (k == h.prefixes.end()
+        || k->second.holders.count({slot.id, job}) == 0)
+      return bad("shard: sequence " + std::to_string(p.seq)
+                 + " starts from a prompt prefix of "
+                 + std::to_string(p.pos)
+                 + " positions that its job does not hold here");
+    if (h.caches.size() >= max_sequences_per_shard)
+      return make_exo_error(exo_errc::out_of_memory,
+                            "shard: too many sequences");
+    auto& pre = k->second;
+    auto c = h.stage->fork_cache(pre.cache, p.pos, n_ctx);
+    if (!c && c.err().code == backend::errc::out_of_memory) {
+      // Entries no job holds give way (this one is held).
+      h.drop_unheld_prefixes();
+      c = h.stage->fork_cache(pre.cache, p.pos, n_ctx);
+    }
+    if (!c)
+      return device_failed(c.err());
+    pre.used = ++h.prefix_clock;
+    id = h.caches.emplace(key, *c).first->second;
+    ++slot.prefix_forks;
+    slot.prefix_positions += p.pos;
     return {};
   }
   auto src = h.caches.find(std::make_tuple(slot.id, job, p.from));
@@ -354,7 +481,7 @@ caf::error prepare(hosted_stage& h, shard_slot& slot, std::uint32_t n_ctx,
   segs.reserve(parts.size());
   for (auto& p : parts) {
     model::cache_id id = 0;
-    if (auto err = p.fork ? fork_of(h, slot, s.job, p, id)
+    if (auto err = p.fork ? fork_of(h, slot, s.job, p, n_ctx, id)
                           : cache_of(h, slot, s.job, p.seq, p.pos, n_ctx, id))
       return err;
     auto past = stage.n_past(id);
@@ -427,11 +554,17 @@ void run_batch(hosted_stage& h, std::vector<pending_step> batch) {
   // grow fails alone (its shard goes, its job moves), the others run.
   for (auto it = batch.begin(); it != batch.end();) {
     caf::error err;
-    for (auto& sg : it->segs)
-      if (auto r = stage.reserve(sg.cache, sg.pos + sg.n); !r) {
+    for (auto& sg : it->segs) {
+      auto r = stage.reserve(sg.cache, sg.pos + sg.n);
+      // Kept prompt prefixes give way to a running sequence.
+      if (!r && r.err().code == backend::errc::out_of_memory
+          && h.drop_unheld_prefixes())
+        r = stage.reserve(sg.cache, sg.pos + sg.n);
+      if (!r) {
         err = device_failed(r.err());
         break;
       }
+    }
     if (!err) {
       ++it;
       continue;
@@ -769,6 +902,7 @@ void set_up(self_ptr self) {
     h->upload_s =
       std::chrono::duration<double>(clock_type::now() - t0).count();
     h->users = 1;
+    h->prefix_budget = cfg.prefix_cache_bytes;
     slot->h = h;
     if (h->stage) {
       std::lock_guard<std::mutex> guard{registry_mtx};
@@ -822,6 +956,8 @@ caf::result<caf::message> release(self_ptr self, std::uint64_t job,
     }
     if (!seq && h.batcher) // the job is done here: not waited for
       h.batcher->forget(slot->id);
+    if (!seq)
+      h.let_go(slot->id, job);
     rp.deliver(caf::ok_atom::value);
   };
   return self->delegate(st.device, task_atom::value, std::move(t));
@@ -947,6 +1083,91 @@ caf::result<caf::message> write_kv_rows(self_ptr self, kv_rows rows) {
   return self->delegate(st.device, task_atom::value, std::move(t));
 }
 
+/// (retain_atom, prefix_retain): keeps a copy of the sequence's rows up to
+/// its longest prefix in the stage's prefix cache, found by each prefix's
+/// key (on the device's thread, after the steps sent before; no answer).
+void retain_prefix(self_ptr self, prefix_retain r) {
+  auto& st = self->state;
+  if (st.cfg.prefix_cache_bytes == 0 || r.keys.empty()
+      || r.keys.size() != r.lengths.size() || r.keys.size() > max_prefix_claim
+      || r.lengths.back() > st.cfg.n_ctx || r.lengths.front() == 0
+      || !std::is_sorted(r.lengths.begin(), r.lengths.end())
+      || std::find(r.keys.begin(), r.keys.end(), 0) != r.keys.end())
+    return; // nothing kept for a request that is not one
+  device_task t;
+  t.run = [slot = st.slot, r = std::move(r)](device::task_context&,
+                                             caf::response_promise&) {
+    if (no_stage(*slot))
+      return;
+    auto& h = *slot->h;
+    const auto n = r.lengths.back();
+    if (auto by = h.by_key.find(r.keys.back()); by != h.by_key.end()) {
+      if (auto pre = h.prefixes.find(by->second.first);
+          pre != h.prefixes.end())
+        pre->second.used = ++h.prefix_clock; // kept already
+      return;
+    }
+    auto c = h.caches.find(std::make_tuple(slot->id, r.job, r.seq));
+    if (c == h.caches.end())
+      return; // released already: nothing to keep
+    auto& stage = *h.stage;
+    auto past = stage.n_past(c->second);
+    if (!past || *past < n)
+      return;
+    // Its rows alone (capacity n), within the budget.
+    if (!h.make_room(stage.kv_bytes(n)))
+      return;
+    auto copy = stage.fork_cache(c->second, n, n);
+    if (!copy)
+      return; // no room on the device: the running sequences come first
+    hosted_stage::prefix pre;
+    pre.cache = *copy;
+    pre.n = n;
+    auto real = stage.cache_bytes(*copy);
+    pre.bytes = real ? *real : stage.kv_bytes(n);
+    pre.used = ++h.prefix_clock;
+    const auto id = h.next_prefix++;
+    for (std::size_t i = 0; i < r.keys.size(); ++i) {
+      pre.keys.emplace_back(r.lengths[i], r.keys[i]);
+      h.by_key.emplace(r.keys[i], std::make_pair(id, r.lengths[i]));
+    }
+    h.prefix_bytes += pre.bytes;
+    h.prefixes.emplace(id, std::move(pre));
+  };
+  self->send(st.device, task_atom::value, std::move(t));
+}
+
+/// (claim_atom, prefix_claim) -> prefix_claim: the keys this stage keeps,
+/// each held for the job (not dropped) until it releases its caches.
+caf::result<caf::message> claim_prefixes(self_ptr self, prefix_claim& c) {
+  auto& st = self->state;
+  if (c.keys.size() > max_prefix_claim)
+    return bad("shard: a claim of " + std::to_string(c.keys.size())
+               + " prompt prefixes (at most "
+               + std::to_string(max_prefix_claim) + ")");
+  device_task t;
+  t.run = [slot = st.slot, c = std::move(c)](device::task_context&,
+                                             caf::response_promise& rp) {
+    prefix_claim held;
+    held.job = c.job;
+    if (slot->h)
+      for (auto key : c.keys) {
+        auto& h = *slot->h;
+        auto by = h.by_key.find(key);
+        if (by == h.by_key.end())
+          continue;
+        auto pre = h.prefixes.find(by->second.first);
+        if (pre == h.prefixes.end())
+          continue;
+        pre->second.holders.insert({slot->id, c.job});
+        pre->second.used = ++h.prefix_clock;
+        held.keys.push_back(key);
+      }
+    rp.deliver(std::move(held));
+  };
+  return self->delegate(st.device, task_atom::value, std::move(t));
+}
+
 caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
@@ -1046,6 +1267,12 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
     [self](release_atom, std::uint64_t job, std::uint32_t seq) {
       return release(self, job, seq);
     },
+    [self](retain_atom, prefix_retain& r) {
+      retain_prefix(self, std::move(r));
+    },
+    [self](claim_atom, prefix_claim& c) {
+      return claim_prefixes(self, c);
+    },
     [self](inspect_atom) -> caf::result<actor_snapshot> {
       auto& st = self->state;
       actor_snapshot snap;
@@ -1072,6 +1299,9 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
         snap.fields["host_handoffs"] = std::to_string(slot->host_handoffs);
         snap.fields["pause_waits"] = std::to_string(slot->pause_waits);
         snap.fields["forks"] = std::to_string(slot->forks);
+        snap.fields["prefix_forks"] = std::to_string(slot->prefix_forks);
+        snap.fields["prefix_positions"] =
+          std::to_string(slot->prefix_positions);
         if (!slot->h) {
           snap.fields["compute"] = "none: the stage was never set up";
           rp.deliver(std::move(snap));
@@ -1083,6 +1313,11 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
         snap.fields["shared_by"] = std::to_string(h.users);
         snap.fields["stage_forwards"] = std::to_string(h.forwards);
         snap.fields["merged_steps"] = std::to_string(h.merged_steps);
+        // The stage's prefix cache (every job's).
+        snap.fields["prefixes"] = std::to_string(h.prefixes.size());
+        snap.fields["prefix_keys"] = std::to_string(h.by_key.size());
+        snap.fields["prefix_bytes"] = std::to_string(h.prefix_bytes);
+        snap.fields["prefixes_dropped"] = std::to_string(h.prefixes_dropped);
         std::uint64_t sequences = 0, kv = 0;
         for (auto& [key, id] : h.caches) {
           if (std::get<0>(key) != slot->id)

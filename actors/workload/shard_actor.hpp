@@ -15,6 +15,10 @@
 ///   (next_atom, caf::actor)     -> ok   the next stage (none: last stage)
 ///   (release_atom, job)         -> ok   frees the job's KV caches
 ///   (release_atom, job, seq)    -> ok   frees one sequence's (it ended)
+///   (retain_atom, prefix_retain)       keeps a sequence's prompt rows
+///                                  for later jobs (the prefix cache)
+///   (claim_atom, prefix_claim)  -> prefix_claim  the keys it keeps, held
+///                                  for the job until it is released
 ///   (adopt_atom, new owner)     -> ok   from its owner only: the shard
 ///                                  follows the new one (a job handed to
 ///                                  another coordinator, handoff_atom)
@@ -85,6 +89,10 @@ struct shard_setup {
   /// most this long for the other jobs of the last batch (continuous
   /// batching; see the top of this file).
   std::chrono::microseconds batch_wait{2000};
+  /// Bytes of prompt prefixes its stage keeps for later jobs
+  /// (messages/workload.hpp retain_atom; the stage's first shard sets
+  /// it); 0 keeps none.
+  std::uint64_t prefix_cache_bytes = 0;
 };
 
 /// Spawns a shard; throws model_error for a bad layer range or

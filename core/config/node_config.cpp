@@ -375,6 +375,12 @@ node_config parse_document(const std::string& json, const std::string& source) {
                       static_cast<std::int64_t>(
                         as_number(v, q, 0, 1000) * 1000.0)};
                   }},
+                 {"prefix_cache_mib",
+                  [&](element v, const std::string& q) {
+                    d.prefix_cache_bytes =
+                      static_cast<std::uint64_t>(as_integer(v, q, 0, 1 << 20))
+                      << 20;
+                  }},
                  {"cpu_llama_threads",
                   [&](element v, const std::string& q) {
                     d.cpu_llama_threads =

@@ -106,6 +106,10 @@ struct devices_section {
   /// to run with them (continuous batching). 0: steps never wait (jobs
   /// still share the weights, and steps that meet still batch).
   std::chrono::microseconds batch_wait{2000};
+  /// Bytes of prompt prefixes each stage keeps after the jobs that read
+  /// them, for later jobs that start with the same tokens (a system
+  /// prompt, a chat's history): prefix_cache_mib, 0 keeps none.
+  std::uint64_t prefix_cache_bytes = std::uint64_t{256} << 20;
   std::vector<backend::sim_device_spec> simulated;
   std::string sim_profiles_file;      ///< extra profiles (JSON)
   double sim_time_scale = 0;

@@ -174,6 +174,9 @@ std::vector<command_spec> make_table() {
        dashed("no-prompt-sharing", vt::flag, "",
               "compute each sequence's copy of the prompt (by default it "
               "is computed once: the same tokens)"),
+       dashed("no-prefix-cache", vt::flag, "",
+              "compute the whole prompt (by default rows an earlier job "
+              "read on the same stages are copied: the same tokens)"),
        dashed("draft", vt::text, "FILE",
               "speculative decoding with this draft model (greedy runs)"),
        ranged(dashed("draft-tokens", vt::count, "K",

@@ -550,7 +550,8 @@ result<cache_id> device_stage::new_cache(std::uint32_t n_ctx) {
   return id;
 }
 
-result<cache_id> device_stage::fork_cache(cache_id src, std::uint32_t n) {
+result<cache_id> device_stage::fork_cache(cache_id src, std::uint32_t n,
+                                          std::uint32_t capacity) {
   auto found = find_cache(src);
   if (!found)
     return found.err();
@@ -561,7 +562,12 @@ result<cache_id> device_stage::fork_cache(cache_id src, std::uint32_t n) {
                   + std::to_string(src) + ": it holds "
                   + std::to_string(from.n_past));
   cache c;
-  c.capacity = from.capacity;
+  c.capacity = capacity != 0 ? capacity : from.capacity;
+  if (n > c.capacity)
+    return fail(errc::invalid_argument,
+                "cannot fork " + std::to_string(n) + " positions of KV cache "
+                  + std::to_string(src) + " into a cache of "
+                  + std::to_string(c.capacity));
   if (auto st = grow(c, room_for(c, std::max<std::uint32_t>(n, 1))); !st)
     return fail(st.err().code, "KV cache " + std::to_string(src)
                                  + " could not be forked: "

@@ -341,10 +341,12 @@ public:
   /// A new cache that starts with the first `n` positions of cache `src`
   /// (copied on the device, layer by layer): a sequence whose first n
   /// tokens are src's gets the rows src computed for them, without
-  /// computing them again (several sequences of one prompt). Its capacity
-  /// is src's; src is unchanged. An error naming the cache when src is
-  /// unknown, holds fewer than n positions, or the device has no room.
-  backend::result<cache_id> fork_cache(cache_id src, std::uint32_t n);
+  /// computing them again (several sequences of one prompt; a retained
+  /// prompt prefix). Its capacity is `capacity` (0: src's); src is
+  /// unchanged. An error naming the cache when src is unknown, holds fewer
+  /// than n positions, n exceeds the capacity, or the device has no room.
+  backend::result<cache_id> fork_cache(cache_id src, std::uint32_t n,
+                                       std::uint32_t capacity = 0);
   /// Frees a sequence's cache.
   backend::status drop_cache(cache_id id);
   /// Positions stored in a cache (an error for an unknown id).

@@ -33,6 +33,7 @@ job_request make_job_request(const run_options& o) {
   r.n_ctx = o.n_ctx;
   r.batch = o.batch;
   r.share_prompt = !o.no_prompt_sharing;
+  r.prefix_cache = !o.no_prefix_cache;
   r.draft = o.draft;
   r.draft_tokens = o.draft_tokens;
   r.kv_type = o.kv_type;

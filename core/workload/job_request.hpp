@@ -65,6 +65,10 @@ struct job_request {
   /// The sequences' copies of the prompt are computed once (the stages
   /// copy its KV rows: the same tokens); false: each computes its own.
   bool share_prompt = true;
+  /// The stages' prefix cache: rows of the prompt that an earlier job read
+  /// are copied, not computed (core/workload/prefix_key.hpp); false: the
+  /// whole prompt is computed.
+  bool prefix_cache = true;
   bool keep_logits = false;    ///< report sequence 0's last logits
   /// Speculative decoding: the draft model's path on the coordinating
   /// node ("" = none) and its proposals per round (1 to 31).

@@ -68,6 +68,10 @@ void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
                "compute each sequence's copy of the prompt (by default "
                "the stages compute it once and copy its KV rows: the same "
                "tokens)");
+  app.add_flag("--no-prefix-cache", o.no_prefix_cache,
+               "compute the whole prompt (by default the rows of its start "
+               "that an earlier job read on the same stages are copied: "
+               "the same tokens)");
   app.add_option("--draft", o.draft,
                  "speculative decoding with this draft model (same "
                  "vocabulary; greedy runs): it proposes, the model checks "

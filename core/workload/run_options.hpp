@@ -29,6 +29,9 @@ struct run_options {
   /// --no-prompt-sharing: every sequence computes its copy of the prompt
   /// (job_request::share_prompt).
   bool no_prompt_sharing = false;
+  /// --no-prefix-cache: no prompt rows are copied from the stages' prefix
+  /// cache (job_request::prefix_cache).
+  bool no_prefix_cache = false;
   /// --draft FILE: a draft model with the same vocabulary for speculative
   /// decoding (greedy runs), --draft-tokens K proposals a round.
   std::string draft;

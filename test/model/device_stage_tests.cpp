@@ -822,6 +822,23 @@ TEST_CASE("a forked KV cache starts with its source's positions and gives "
         CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
       }
       CHECK(*st.room(*whole) == 64);
+      // A compact copy (a retained prompt prefix: its capacity its rows),
+      // and a fork of it with a context of its own: the same bits.
+      auto kept = st.fork_cache(src, 16, 16);
+      REQUIRE(kept.ok());
+      CHECK(*st.capacity(*kept) == 16);
+      auto later = st.fork_cache(*kept, 16, n_ctx);
+      REQUIRE(later.ok());
+      CHECK(*st.capacity(*later) == n_ctx);
+      feed(*later, p4);
+      got = feed(*later, {42});
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+      auto small = st.fork_cache(src, 20, 16);
+      REQUIRE_FALSE(small.ok());
+      CHECK(small.err().message.find("into a cache of 16")
+            != std::string::npos);
+      REQUIRE(st.drop_cache(*kept).ok());
+      REQUIRE(st.drop_cache(*later).ok());
       // A fork of nothing is an empty cache; errors name the cache.
       auto empty = st.fork_cache(src, 0);
       REQUIRE(empty.ok());

@@ -16,6 +16,7 @@
 #include "messages/workload.hpp"
 #include "core/model/llama_model.hpp"
 #include "core/model/test_model.hpp"
+#include "core/workload/prefix_key.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -61,6 +62,8 @@ struct fixture {
   std::chrono::microseconds batch_wait{2000};
   /// The context of the shards' sequences.
   std::uint32_t n_ctx = 128;
+  /// The shards' prefix cache (none unless a test asks).
+  std::uint64_t prefix_cache_bytes = 0;
 
   fixture() {
     register_messages(cfg);
@@ -114,6 +117,7 @@ struct fixture {
       s.device_id = devs[d]->properties().id;
       s.node = "test";
       s.batch_wait = batch_wait;
+      s.prefix_cache_bytes = prefix_cache_bytes;
       stages.push_back(workload::spawn_shard(*sys, std::move(s)));
     }
     caf::scoped_actor self{*sys};
@@ -613,6 +617,191 @@ TEST_CASE("long prompts of several sequences are read in the pieces each "
       }
     }
   }
+}
+
+TEST_CASE("a job starts from the prompt rows an earlier job left on its "
+          "stages and gets what it gets alone",
+          "[workload][prefix]") {
+  // A shared start of 600 tokens: the stages keep the rows of whole
+  // pieces (512 tokens) of the prompts they read; a later job copies the
+  // longest prefix every stage keeps and reads the rest in the pieces it
+  // is cut into alone.
+  fixture f;
+  f.n_ctx = 2048;
+  {
+    model::test_model_options o;
+    o.layers = 4;
+    o.dim = 256;
+    o.ff = 512;
+    o.vocab = 400;
+    o.seed = 7;
+    o.type = model::tensor_type::q4_k;
+    f.model = generated(f, ".q4k", o);
+  }
+  REQUIRE(workload::max_batch_tokens(256) == 512);
+  auto part = [](std::size_t n, std::int32_t mul) {
+    std::vector<std::int32_t> p(n);
+    for (std::size_t i = 0; i < n; ++i)
+      p[i] = static_cast<std::int32_t>((mul * i + 1) % 400);
+    return p;
+  };
+  auto cat = [](std::vector<std::int32_t> a,
+                const std::vector<std::int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const auto system = part(600, 7);
+  const auto a = cat(system, part(500, 13)); // 1100: pieces 512, 1024
+  const auto b = cat(system, part(300, 11)); //  900: 512 (a's)
+  const auto c = cat(a, part(200, 5));       // 1300: 1024 (a's)
+  const auto other = part(900, 3);           // another start
+  auto cpu = f.device_index("cpu");
+  auto sim = f.device_index("sim");
+  for (auto on : {std::vector<std::size_t>{cpu},
+                  std::vector<std::size_t>{cpu, sim}}) {
+    const std::vector<std::uint32_t> bounds =
+      on.size() == 1 ? std::vector<std::uint32_t>{0, 4}
+                     : std::vector<std::uint32_t>{0, 2, 4};
+    INFO("stages " << on.size());
+    // Alone: fresh stages, nothing kept.
+    auto alone = [&](const std::vector<std::int32_t>& p, std::uint64_t seed) {
+      auto stages = f.pipeline(bounds, on);
+      auto r = workload::run_job(*f.sys, f.job(1, stages, {p}, 4, 0.7f, seed));
+      f.stop(stages);
+      REQUIRE(r.error.empty());
+      return r;
+    };
+    f.prefix_cache_bytes = 64ull << 20;
+    auto stages = f.pipeline(bounds, on);
+    caf::scoped_actor self{*f.sys};
+    auto run = [&](std::uint64_t id, const std::vector<std::int32_t>& p,
+                   std::uint64_t seed, bool cache = true) {
+      auto j = f.job(id, stages, {p}, 4, 0.7f, seed);
+      j.prefix_cache = cache;
+      auto r = workload::run_job(*f.sys, std::move(j));
+      INFO(r.error);
+      REQUIRE(r.error.empty());
+      return r;
+    };
+    auto ra = run(1, a, 21);
+    CHECK(ra.cached_prompt_tokens == 0); // nothing kept yet
+    auto rb = run(2, b, 22);
+    CHECK(rb.cached_prompt_tokens == 512); // the system prompt's piece
+    auto rc = run(3, c, 23);
+    CHECK(rc.cached_prompt_tokens == 1024); // a's two pieces
+    auto ro = run(4, other, 24);
+    CHECK(ro.cached_prompt_tokens == 0);
+    auto again = run(5, a, 25); // its own longest prefix: kept
+    CHECK(again.cached_prompt_tokens == 1024);
+    auto off = run(6, b, 22, false);
+    CHECK(off.cached_prompt_tokens == 0);
+    // Each as alone: the same tokens and logits, bit for bit.
+    for (auto& [r, p, seed] :
+         {std::tuple{&ra, &a, 21}, std::tuple{&rb, &b, 22},
+          std::tuple{&rc, &c, 23}, std::tuple{&ro, &other, 24},
+          std::tuple{&again, &a, 25}, std::tuple{&off, &b, 22}}) {
+      INFO("prompt of " << p->size() << " tokens, seed " << seed);
+      auto want = alone(*p, static_cast<std::uint64_t>(seed));
+      CHECK(want.tokens[0] == r->tokens[0]);
+      CHECK((want.logits[0] == r->logits[0])); // (not printed: 400)
+    }
+    // What the stages computed and copied: the first stage read every
+    // prompt but the 512 + 1024 + 1024 copied positions.
+    auto snap = snapshot_of(self, stages[0]);
+    CHECK(num(snap, "prefix_forks") == 3);
+    CHECK(num(snap, "prefix_positions") == 512 + 1024 + 1024);
+    const auto fed = a.size() + b.size() + c.size() + other.size() + a.size()
+                     + b.size() + 6 * 3; // and 3 fed tokens a job
+    CHECK(num(snap, "tokens") == fed - (512 + 1024 + 1024));
+    // Kept: a's rows and other's (b's and c's longest keys were a's).
+    CHECK(num(snap, "prefixes") == 2);
+    CHECK(num(snap, "kv_cache_bytes") == 0); // the jobs' own caches went
+    CHECK(num(snap, "prefix_bytes") > 0);
+    f.stop(stages);
+    f.prefix_cache_bytes = 0;
+  }
+}
+
+TEST_CASE("the prefix cache keeps to its budget, drops the least recently "
+          "used and never what a job holds",
+          "[workload][prefix]") {
+  fixture f;
+  f.n_ctx = 1024;
+  f.batch_wait = std::chrono::microseconds{0};
+  auto prompt = [&](std::int32_t mul) {
+    std::vector<std::int32_t> p(600);
+    for (std::size_t i = 0; i < p.size(); ++i)
+      p[i] = static_cast<std::int32_t>((mul * i + 1) % 400);
+    return p;
+  };
+  const auto piece = workload::max_batch_tokens(f.model->hparams().n_embd);
+  REQUIRE(piece == 512);
+  // Room for two prompts' 512 rows on the stage (f16 K and V, 4 layers).
+  const std::uint64_t one = 4ull * 2 * 512 * f.model->hparams().n_embd_kv()
+                            * 2;
+  f.prefix_cache_bytes = 2 * one;
+  auto stages = f.pipeline({0, 4}, {f.device_index("cpu")});
+  caf::scoped_actor self{*f.sys};
+  auto run = [&](std::uint64_t id, std::int32_t mul) {
+    auto r = workload::run_job(*f.sys,
+                               f.job(id, stages, {prompt(mul)}, 2, 0.0f));
+    REQUIRE(r.error.empty());
+    return r.cached_prompt_tokens;
+  };
+  CHECK(run(1, 3) == 0);
+  CHECK(run(2, 5) == 0);
+  CHECK(num(snapshot_of(self, stages[0]), "prefixes") == 2);
+  CHECK(run(3, 3) == 512); // 3 used again: 5 is the least recent
+  CHECK(run(4, 7) == 0);   // 7 takes 5's room
+  auto snap = snapshot_of(self, stages[0]);
+  CHECK(num(snap, "prefixes") == 2);
+  CHECK(num(snap, "prefixes_dropped") == 1);
+  CHECK(num(snap, "prefix_bytes") == 2 * one);
+  CHECK(run(5, 5) == 0);   // gone (and now kept again, 3 dropped)
+  CHECK(run(6, 7) == 512);
+  // A claim holds the rows until the job is released: none is dropped
+  // for another's, whatever the budget.
+  prefix_claim c;
+  c.job = 77;
+  c.keys = {workload::prefix_keys(prompt(7), piece).at(0).key,
+            workload::prefix_keys(prompt(5), piece).at(0).key};
+  self->request(stages[0], std::chrono::seconds(10), claim_atom::value, c)
+    .receive([&](prefix_claim& r) { CHECK(r.keys.size() == 2); },
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  CHECK(run(7, 11) == 0); // no room: both are held
+  snap = snapshot_of(self, stages[0]);
+  CHECK(num(snap, "prefixes") == 2);
+  self->request(stages[0], std::chrono::seconds(10), release_atom::value,
+                std::uint64_t{77})
+    .receive([](caf::ok_atom) {}, [](caf::error& e) { FAIL(caf::to_string(e)); });
+  CHECK(run(8, 11) == 0); // kept now (in the room of the least recent)
+  CHECK(run(9, 11) == 512);
+  // A claim of keys no one keeps, and of too many, holds nothing.
+  c.keys = {12345};
+  self->request(stages[0], std::chrono::seconds(10), claim_atom::value, c)
+    .receive([&](prefix_claim& r) { CHECK(r.keys.empty()); },
+             [](caf::error& e) { FAIL(caf::to_string(e)); });
+  c.keys.assign(max_prefix_claim + 1, 1);
+  self->request(stages[0], std::chrono::seconds(10), claim_atom::value, c)
+    .receive([](prefix_claim&) { FAIL("a claim of too many keys"); },
+             [](caf::error& e) {
+               CHECK(error_message(e).find("at most") != std::string::npos);
+             });
+  // A step that names a prefix its job does not hold is refused.
+  stage_step s;
+  s.job = 99;
+  s.seq = 0;
+  s.pos = 512;
+  s.tokens = {1};
+  s.parts = {step_part{0, 512, 1, true, 0,
+                       workload::prefix_keys(prompt(11), piece).at(0).key}};
+  self->request(stages[0], std::chrono::seconds(10), forward_atom::value, s)
+    .receive([](stage_step&) { FAIL("a prefix the job does not hold"); },
+             [](caf::error& e) {
+               CHECK(error_message(e).find("does not hold")
+                     != std::string::npos);
+             });
+  f.stop(stages);
 }
 
 TEST_CASE("a prompt's source sequence that ends at once keeps its KV rows "
