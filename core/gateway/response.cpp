@@ -21,6 +21,7 @@ json usage_json(const usage& u) {
   out["prompt_tokens"] = u.prompt_tokens;
   out["completion_tokens"] = u.completion_tokens;
   out["total_tokens"] = u.prompt_tokens + u.completion_tokens;
+  out["prompt_tokens_details"] = json{{"cached_tokens", u.cached_tokens}};
   return out;
 }
 

@@ -28,6 +28,9 @@ const char* to_string(finish_reason r);
 struct usage {
   std::int64_t prompt_tokens = 0;
   std::int64_t completion_tokens = 0;
+  /// Of the prompt's tokens, those whose KV rows came from the prefix
+  /// cache (`prompt_tokens_details.cached_tokens`, as OpenAI's).
+  std::int64_t cached_tokens = 0;
 };
 
 /// What identifies a response: id, creation time, model.

@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -183,6 +184,8 @@ void end_with(bridge_ptr self, const job_report& r) {
   st.ended = true;
   usage u; // the prompt once, whatever n (the job counts every copy)
   u.prompt_tokens = st.mapped.prompt_tokens;
+  u.cached_tokens = std::min<std::int64_t>(
+    static_cast<std::int64_t>(r.cached_prompt_tokens), u.prompt_tokens);
   st.sink->finish(finish_reason::length, u);
 }
 

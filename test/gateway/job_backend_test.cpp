@@ -195,6 +195,7 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
                                         static_cast<std::uint32_t>(i)});
         rep.tokens[0].push_back(ids[i]);
       }
+      rep.cached_prompt_tokens = 2; // from the stages' prefix cache
       if (s == script::tokens_then_eos)
         return rep;
       *pending = self->make_response_promise();
@@ -292,6 +293,7 @@ TEST_CASE("the bridge streams a job's tokens and ends at its end token") {
             fx.model.tokenizer
               ->encode("Once upon a time", fx.model.tokenizer->add_bos())
               .size()));
+    CHECK(sink->usage_.cached_tokens == 2);
     std::lock_guard<std::mutex> g{log->mx};
     REQUIRE(log->requests.size() == 1);
     CHECK(log->requests[0].prompt == "Once upon a time");
@@ -336,6 +338,16 @@ TEST_CASE("n choices are the job's sequences, each ends on its own, a "
             fx.model.tokenizer
               ->encode("Once upon a time", fx.model.tokenizer->add_bos())
               .size()));
+    // The stop reaches the coordinator after the sink ended (the scripted
+    // job answered at once): wait for it, bounded.
+    for (int i = 0; i < 500; ++i) {
+      {
+        std::lock_guard<std::mutex> lg{log->mx};
+        if (!log->seq_cancels.empty())
+          break;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
     std::lock_guard<std::mutex> lg{log->mx};
     REQUIRE(log->requests.size() == 1);
     CHECK(log->requests[0].sequences == 3);

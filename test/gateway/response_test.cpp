@@ -36,7 +36,12 @@ TEST_CASE("a chat completion object carries the message, reason and usage") {
   CHECK(j["choices"][0]["finish_reason"] == "length");
   CHECK(j["usage"] == json{{"prompt_tokens", 5},
                            {"completion_tokens", 2},
-                           {"total_tokens", 7}});
+                           {"total_tokens", 7},
+                           {"prompt_tokens_details", {{"cached_tokens", 0}}}});
+  usage cached{600, 2, 512};
+  auto k = json::parse(completion_body(endpoint_kind::completions, head,
+                                       {{"x", finish_reason::stop}}, cached));
+  CHECK(k["usage"]["prompt_tokens_details"]["cached_tokens"] == 512);
 }
 
 TEST_CASE("a text completion object carries the text") {

@@ -166,14 +166,33 @@ try {
         `chat on a model without a template: 400 (${e.message})`);
 }
 
-// A client that goes away mid-stream.
+// A client that goes away mid-stream. Its long system prompt stays on the
+// stage (the prefix cache) while it runs: a chat that starts alike copies
+// those rows and answers what the engine answers alone.
+const k = expected.cached;
 const long = await client.chat.completions.create({
-  model: c.model, messages: [{ role: "user", content: c.user }],
+  model: c.model,
+  messages: [{ role: "system", content: k.system },
+             { role: "user", content: c.user }],
   max_tokens: expected.long_tokens, temperature: 0, stream: true,
 });
 let chunks = 0;
 for await (const chunk of long) {
   if (++chunks === 3) {
+    const again = await client.chat.completions.create({
+      model: c.model,
+      messages: [{ role: "system", content: k.system },
+                 { role: "user", content: k.user }],
+      max_tokens: k.max_tokens, temperature: 0,
+    });
+    check(again.choices[0].message.content === k.text,
+          `beside the long stream, ${JSON.stringify(again.choices[0]
+            .message.content)} is the engine's alone`);
+    const details = again.usage.prompt_tokens_details;
+    check(again.usage.prompt_tokens === k.prompt_tokens && details
+            && details.cached_tokens === k.cached_tokens,
+          `its usage ${JSON.stringify(again.usage)}: ${k.cached_tokens} `
+            + `of ${k.prompt_tokens} prompt tokens from the prefix cache`);
     console.log("streaming");
     while (!fs.existsSync(abortFlag))
       await new Promise((r) => setTimeout(r, 50));

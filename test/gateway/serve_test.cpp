@@ -194,6 +194,27 @@ TEST_CASE("exo-node serve answers the official openai client with the "
   bool plain_stopped = false, chat_stopped = false;
   auto plain_tokens = answer_tokens(plain_run, plain_n, plain_stopped);
   auto chat_tokens = answer_tokens(chat_run, chat_n, chat_stopped);
+  // A long system prompt (over one piece of 512 tokens) that the long
+  // stream below reads first: a chat with it while that stream runs
+  // copies the rows of its first 512 tokens from the stage's prefix cache
+  // and answers what the engine answers alone.
+  std::string long_system;
+  for (int i = 0; i < 80; ++i)
+    long_system += "Answer briefly, kindly and in plain words. ";
+  const std::string cached_user = "What is a prefix cache?";
+  auto cached_probe = run({exo_model(), "run", "--model", chat, "--chat",
+                           "--system", long_system, "--prompt", cached_user,
+                           "-n", "1"},
+                          120s);
+  REQUIRE(cached_probe.code == 0);
+  auto cached_at = cached_probe.out.find(header);
+  REQUIRE(cached_at != std::string::npos);
+  auto cached_run = run_engine(
+    {"--model", chat, "--chat", "--system", long_system, "--prompt",
+     cached_user, "-n", "12"},
+    cached_probe.out.substr(0, cached_at + header.size()));
+  REQUIRE(cached_run.prompt_tokens > 512);
+  REQUIRE(cached_run.prompt_tokens < 1024);
   // n = 3 sampled choices of one request: choice i is what the engine
   // samples alone with seed + i (the gateway's top-k is the engine's
   // default, its top-p the request's).
@@ -252,7 +273,14 @@ TEST_CASE("exo-node serve answers the official openai client with the "
       {"prompt_tokens", chat_run.prompt_tokens},
       {"finish", chat_stopped ? "stop" : "length"}}},
     {"sampled", sampled},
-    {"long_tokens", 8000}};
+    {"cached",
+     {{"system", long_system},
+      {"user", cached_user},
+      {"max_tokens", 12},
+      {"text", as_json_text(cached_run.text)},
+      {"prompt_tokens", cached_run.prompt_tokens},
+      {"cached_tokens", 512}}},
+    {"long_tokens", 7000}};
   auto flag = dir + "/abort-now";
   process client{{node, EXO_SOURCE_DIR "/test/gateway/serve_client.mjs",
                   tools_dir(), std::to_string(http_port), "sk-serve",
