@@ -77,6 +77,8 @@ const fn types[] = {
   round_trip<std::vector<exo::thermal_status>>,
   round_trip<exo::audit_checkpoint>,
   round_trip<exo::kv_rows>,
+  round_trip<exo::prefix_claim>,
+  round_trip<exo::prefix_retain>,
 };
 
 } // namespace
