@@ -258,6 +258,30 @@ generated(const fixture& f, const std::string& suffix,
   return m;
 }
 
+/// A 4-layer, 256-wide Q4_K model for the fixture (a step carries 512
+/// tokens of it): Q4_K matrices' products over 4 rows or more take
+/// llama.cpp's batched kernels, whose sums depend on how many rows go
+/// together, so a prompt read in other pieces would get other bits.
+void use_q4k_model(fixture& f) {
+  model::test_model_options o;
+  o.layers = 4;
+  o.dim = 256;
+  o.ff = 512;
+  o.vocab = 400;
+  o.seed = 7;
+  o.type = model::tensor_type::q4_k;
+  f.model = generated(f, ".q4k", o);
+  REQUIRE(workload::max_batch_tokens(256) == 512);
+}
+
+/// n tokens of a 400-token vocabulary, in a pattern set by `mul`.
+std::vector<std::int32_t> pattern(std::size_t n, std::int32_t mul) {
+  std::vector<std::int32_t> p(n);
+  for (std::size_t i = 0; i < n; ++i)
+    p[i] = static_cast<std::int32_t>((mul * i + 1) % 400);
+  return p;
+}
+
 /// Where a job's stages run: one stage on the cpu device, two on cpu and
 /// sim (host devices only: the same bits as alone), three on cpu, Vulkan
 /// and sim.
@@ -566,34 +590,14 @@ TEST_CASE("long prompts of several sequences are read in the pieces each "
   // is cut alone (a forward's rows depend on the rows computed with them).
   fixture f;
   f.n_ctx = 1024;
-  // Q4_K matrices: their products over 4 rows or more take llama.cpp's
-  // batched kernels, whose sums depend on how many rows go together.
-  {
-    model::test_model_options o;
-    o.layers = 4;
-    o.dim = 256;
-    o.ff = 512;
-    o.vocab = 400;
-    o.seed = 7;
-    o.type = model::tensor_type::q4_k;
-    f.model = generated(f, ".q4k", o);
-  }
-  auto long_prompt = [](std::size_t n, std::int32_t mul) {
-    std::vector<std::int32_t> p(n);
-    for (std::size_t i = 0; i < n; ++i)
-      p[i] = static_cast<std::int32_t>((mul * i + 1) % 400);
-    return p;
-  };
+  use_q4k_model(f);
   const std::vector<std::vector<std::int32_t>> ps{
-    long_prompt(700, 7), long_prompt(600, 13), long_prompt(700, 7),
-    {1, 17, 42}};
-  auto cpu = f.device_index("cpu");
-  auto sim = f.device_index("sim");
-  for (auto on : {std::vector<std::size_t>{cpu},
-                  std::vector<std::size_t>{cpu, sim}}) {
-    const std::vector<std::uint32_t> bounds =
-      on.size() == 1 ? std::vector<std::uint32_t>{0, 4}
-                     : std::vector<std::uint32_t>{0, 2, 4};
+    pattern(700, 7), pattern(600, 13), pattern(700, 7), {1, 17, 42}};
+  for (auto& l : layouts_of(f)) {
+    if (!l.host)
+      continue;
+    const auto& bounds = l.bounds;
+    const auto& on = l.on;
     INFO("stages " << on.size());
     auto run = [&](std::vector<std::vector<std::int32_t>> p,
                    std::uint64_t seed, bool share) {
@@ -628,23 +632,8 @@ TEST_CASE("a job starts from the prompt rows an earlier job left on its "
   // is cut into alone.
   fixture f;
   f.n_ctx = 2048;
-  {
-    model::test_model_options o;
-    o.layers = 4;
-    o.dim = 256;
-    o.ff = 512;
-    o.vocab = 400;
-    o.seed = 7;
-    o.type = model::tensor_type::q4_k;
-    f.model = generated(f, ".q4k", o);
-  }
-  REQUIRE(workload::max_batch_tokens(256) == 512);
-  auto part = [](std::size_t n, std::int32_t mul) {
-    std::vector<std::int32_t> p(n);
-    for (std::size_t i = 0; i < n; ++i)
-      p[i] = static_cast<std::int32_t>((mul * i + 1) % 400);
-    return p;
-  };
+  use_q4k_model(f);
+  const auto part = pattern;
   auto cat = [](std::vector<std::int32_t> a,
                 const std::vector<std::int32_t>& b) {
     a.insert(a.end(), b.begin(), b.end());
@@ -655,13 +644,11 @@ TEST_CASE("a job starts from the prompt rows an earlier job left on its "
   const auto b = cat(system, part(300, 11)); //  900: 512 (a's)
   const auto c = cat(a, part(200, 5));       // 1300: 1024 (a's)
   const auto other = part(900, 3);           // another start
-  auto cpu = f.device_index("cpu");
-  auto sim = f.device_index("sim");
-  for (auto on : {std::vector<std::size_t>{cpu},
-                  std::vector<std::size_t>{cpu, sim}}) {
-    const std::vector<std::uint32_t> bounds =
-      on.size() == 1 ? std::vector<std::uint32_t>{0, 4}
-                     : std::vector<std::uint32_t>{0, 2, 4};
+  for (auto& l : layouts_of(f)) {
+    if (!l.host)
+      continue;
+    const auto& bounds = l.bounds;
+    const auto& on = l.on;
     INFO("stages " << on.size());
     // Alone: fresh stages, nothing kept.
     auto alone = [&](const std::vector<std::int32_t>& p, std::uint64_t seed) {
@@ -728,12 +715,7 @@ TEST_CASE("the prefix cache keeps to its budget, drops the least recently "
   fixture f;
   f.n_ctx = 1024;
   f.batch_wait = std::chrono::microseconds{0};
-  auto prompt = [&](std::int32_t mul) {
-    std::vector<std::int32_t> p(600);
-    for (std::size_t i = 0; i < p.size(); ++i)
-      p[i] = static_cast<std::int32_t>((mul * i + 1) % 400);
-    return p;
-  };
+  auto prompt = [](std::int32_t mul) { return pattern(600, mul); };
   const auto piece = workload::max_batch_tokens(f.model->hparams().n_embd);
   REQUIRE(piece == 512);
   // Room for two prompts' 512 rows on the stage (f16 K and V, 4 layers).
