@@ -507,6 +507,57 @@ TEST_CASE("two nodes run a job across both: the node without the model "
   CHECK(narrow.code != 0);
   CHECK((narrow.out + narrow.err).find("multiple of 32 wide")
         != std::string::npos);
+  // The prefix cache across both nodes: while a long run on alpha's and
+  // beta's stages keeps them, a run whose prompt starts as its does
+  // claims the rows both stages kept (the claims and copies cross the
+  // wire) and gives the text of reading it all.
+  {
+    auto lm = long_model(p, 2, "prefix");
+    std::string start = "the";
+    for (int i = 0; i < 40; ++i)
+      start += " quick brown fox jumps over a lazy dog";
+    process keeper{background_console(
+      p, a.port,
+      "run --model " + lm + " --prompt \"" + start
+        + " once\" -n 2500 --temperature 0 --stages 2")};
+    // Its prompt read (it has generated tokens): its rows are kept.
+    std::string keeper_job;
+    REQUIRE(eventually(p, a.port, "jobs", [&](const std::string& json) {
+      (void) a.proc->out(); // the node prints every token: read its pipe
+      // The running jobs only (the ended ones are "recent").
+      auto at = json.find("\"jobs\": [");
+      auto end = json.find("\"recent\"");
+      if (at == std::string::npos || end == std::string::npos || end < at)
+        return false;
+      auto running = json.substr(at, end - at);
+      std::smatch m;
+      if (!std::regex_search(running, std::regex{"\"tokens\": [1-9]"})
+          || !std::regex_search(running, m,
+                                std::regex{"\"job\": ([0-9]+)"}))
+        return false;
+      keeper_job = m[1];
+      return true;
+    }, 60s));
+    auto later = "run --model " + lm + " --prompt \"" + start
+                 + " twice\" -n 6 --temperature 0 --stages 2";
+    auto cached = console(p, a.port, later);
+    INFO(cached.out << cached.err);
+    REQUIRE(cached.code == 0);
+    CHECK(cached.out.find("on beta") != std::string::npos);
+    CHECK(std::regex_search(cached.out,
+                            std::regex{"[1-9][0-9]* of the [0-9]+ prompt "
+                                       "tokens came from the prefix cache"}));
+    (void) a.proc->out();
+    auto all = console(p, a.port, later + " --no-prefix-cache");
+    INFO(all.out << all.err);
+    REQUIRE(all.code == 0);
+    CHECK(all.out.find("prefix cache") == std::string::npos);
+    CHECK(!line_after(all.out, "text: ").empty());
+    CHECK(line_after(cached.out, "text: ") == line_after(all.out, "text: "));
+    console(p, a.port, "cancel " + keeper_job);
+    CHECK(keeper.wait(60s) == 0);
+    (void) a.proc->out();
+  }
   a.proc->signal(SIGTERM);
   b.proc->signal(SIGTERM);
   CHECK(a.proc->wait(30s) == 0);
