@@ -147,22 +147,11 @@ TEST_CASE("prompt read with the prefix cache and without", "[.bench]") {
        + " what is a fox\" -n 2900 --temperature 0"},
       console_options{false, std::chrono::milliseconds{600000}})};
     std::string keeper_job;
+    // Once the long run has tokens its prompt is read and its rows kept.
     REQUIRE(eventually(p, node.port, "jobs", [&](const std::string& json) {
       (void) node.proc->out();
-      // The running jobs only (the ended ones are "recent"), once the
-      // long run has tokens: its prompt is read, its rows kept.
-      auto at = json.find("\"jobs\": [");
-      auto end = json.find("\"recent\"");
-      if (at == std::string::npos || end == std::string::npos || end < at)
-        return false;
-      auto running = json.substr(at, end - at);
-      std::smatch m;
-      if (!std::regex_search(running, std::regex{"\"tokens\": [1-9]"})
-          || !std::regex_search(running, m,
-                                std::regex{"\"job\": ([0-9]+)"}))
-        return false;
-      keeper_job = m[1];
-      return true;
+      keeper_job = running_job_with_tokens(json);
+      return !keeper_job.empty();
     }, 60s));
     std::vector<double> with, without, llama;
     prompt_read last;

@@ -172,6 +172,19 @@ run_result console(const pki& p, std::uint16_t port,
   return run(console_argv(p, port, cmds, o), o.timeout + std::chrono::seconds(60));
 }
 
+std::string running_job_with_tokens(const std::string& jobs_json) {
+  auto at = jobs_json.find("\"jobs\": [");
+  auto end = jobs_json.find("\"recent\"");
+  if (at == std::string::npos || end == std::string::npos || end < at)
+    return "";
+  auto running = jobs_json.substr(at, end - at);
+  std::smatch m;
+  if (!std::regex_search(running, std::regex{"\"tokens\": [1-9]"})
+      || !std::regex_search(running, m, std::regex{"\"job\": ([0-9]+)"}))
+    return "";
+  return m[1];
+}
+
 std::string status_of(const std::string& json, const std::string& name) {
   std::smatch m;
   std::regex re{"\"name\": \"" + name

@@ -133,6 +133,11 @@ bool eventually(const pki& p, std::uint16_t port, const std::string& cmd,
       },
       timeout, o);
 }
+/// The id of the first running job in a `jobs` JSON answer (not those
+/// that ended, listed under "recent") that has generated tokens (its
+/// prompt is read); "" when none.
+std::string running_job_with_tokens(const std::string& jobs_json);
+
 /// The node that backs up a job the node at `port` coordinates: the one
 /// named `name` (run --id), or any when "", as `jobs` shows it once it has
 /// one; "" when none within `timeout`.

@@ -524,19 +524,8 @@ TEST_CASE("two nodes run a job across both: the node without the model "
     std::string keeper_job;
     REQUIRE(eventually(p, a.port, "jobs", [&](const std::string& json) {
       (void) a.proc->out(); // the node prints every token: read its pipe
-      // The running jobs only (the ended ones are "recent").
-      auto at = json.find("\"jobs\": [");
-      auto end = json.find("\"recent\"");
-      if (at == std::string::npos || end == std::string::npos || end < at)
-        return false;
-      auto running = json.substr(at, end - at);
-      std::smatch m;
-      if (!std::regex_search(running, std::regex{"\"tokens\": [1-9]"})
-          || !std::regex_search(running, m,
-                                std::regex{"\"job\": ([0-9]+)"}))
-        return false;
-      keeper_job = m[1];
-      return true;
+      keeper_job = running_job_with_tokens(json);
+      return !keeper_job.empty();
     }, 60s));
     auto later = "run --model " + lm + " --prompt \"" + start
                  + " twice\" -n 6 --temperature 0 --stages 2";
