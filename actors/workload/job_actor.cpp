@@ -814,6 +814,11 @@ void claim_prefixes(self_ptr self) {
     self->request(stage, claim_timeout, claim_atom::value, c)
       .then(
         [self, held, left, epoch](prefix_claim& r) {
+          // Each key once per stage (a stage's answer is not trusted to
+          // name it once).
+          std::sort(r.keys.begin(), r.keys.end());
+          r.keys.erase(std::unique(r.keys.begin(), r.keys.end()),
+                       r.keys.end());
           for (auto k : r.keys)
             ++(*held)[k];
           if (--*left == 0)

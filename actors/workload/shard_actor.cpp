@@ -1,6 +1,7 @@
 #include "actors/workload/shard_actor.hpp"
 
 #include "actors/device/device_task.hpp"
+#include "core/workload/prefix_cache.hpp"
 #include "core/workload/step_batcher.hpp"
 #include "messages/errors.hpp"
 
@@ -68,96 +69,24 @@ struct hosted_stage {
   std::uint64_t timer_gen = 0;
   std::uint64_t forwards = 0;     ///< batched forwards run
   std::uint64_t merged_steps = 0; ///< steps that shared one with another job
-  /// The prefix cache (messages/workload.hpp retain_atom): the rows of
-  /// prompts read by jobs, kept after them within a budget; each found by
-  /// the keys of its whole-piece prefixes.
-  struct prefix {
-    model::cache_id cache = 0;
-    std::uint32_t n = 0; ///< positions kept
-    std::uint64_t bytes = 0;
-    std::uint64_t used = 0; ///< when last kept or claimed (a counter)
-    std::vector<std::pair<std::uint32_t, std::uint64_t>> keys; ///< (n, key)
-    /// The jobs that claimed it: (shard slot id, job).
-    std::set<std::pair<std::uint64_t, std::uint64_t>> holders;
-  };
-  std::map<std::uint64_t, prefix> prefixes; ///< by entry id
-  /// Each key's entry and length.
-  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint32_t>> by_key;
-  std::uint64_t next_prefix = 1;
-  std::uint64_t prefix_bytes = 0;
-  std::uint64_t prefix_budget = 0; ///< bytes (the first shard's setting)
-  std::uint64_t prefix_clock = 0;
-  std::uint64_t prefixes_dropped = 0;
+  /// The prefix cache (messages/workload.hpp retain_atom): prompt rows
+  /// kept after the jobs that read them, within a budget (the first
+  /// shard's setting); the bookkeeping is plain logic, the rows are
+  /// caches of the stage.
+  workload::prefix_cache prefixes;
 
-  /// Drops entry `it` (its rows go); its keys find another entry that
-  /// holds them, if any.
-  std::map<std::uint64_t, prefix>::iterator
-  drop_prefix(std::map<std::uint64_t, prefix>::iterator it) {
+  /// Frees the caches of dropped prefix-cache entries.
+  void drop_caches(const std::vector<model::cache_id>& ids) {
     if (stage)
-      (void) stage->drop_cache(it->second.cache);
-    prefix_bytes -= it->second.bytes;
-    ++prefixes_dropped;
-    const auto id = it->first;
-    auto keys = std::move(it->second.keys);
-    auto next = prefixes.erase(it);
-    for (auto& [n, key] : keys) {
-      auto k = by_key.find(key);
-      if (k == by_key.end() || k->second.first != id)
-        continue;
-      by_key.erase(k);
-      for (auto& [other, e] : prefixes)
-        if (std::find(e.keys.begin(), e.keys.end(), std::make_pair(n, key))
-            != e.keys.end()) {
-          by_key[key] = {other, n};
-          break;
-        }
-    }
-    return next;
+      for (auto id : ids)
+        (void) stage->drop_cache(id);
   }
-
-  /// Drops the least recently used entries no job holds until `need`
-  /// more bytes fit the budget; false when they cannot.
-  bool make_room(std::uint64_t need) {
-    if (need > prefix_budget)
-      return false;
-    while (prefix_bytes + need > prefix_budget) {
-      auto lru = prefixes.end();
-      for (auto it = prefixes.begin(); it != prefixes.end(); ++it)
-        if (it->second.holders.empty()
-            && (lru == prefixes.end() || it->second.used < lru->second.used))
-          lru = it;
-      if (lru == prefixes.end())
-        return false;
-      drop_prefix(lru);
-    }
-    return true;
-  }
-
-  /// Drops every entry no job holds (a KV cache could not grow); whether
-  /// any went.
+  /// Drops every entry no job holds (a sequence's cache could not grow);
+  /// whether any went.
   bool drop_unheld_prefixes() {
-    bool any = false;
-    for (auto it = prefixes.begin(); it != prefixes.end();)
-      if (it->second.holders.empty()) {
-        it = drop_prefix(it);
-        any = true;
-      } else {
-        ++it;
-      }
-    return any;
-  }
-
-  /// Job `job` of slot `slot` holds no entry any more.
-  void let_go(std::uint64_t slot, std::uint64_t job) {
-    for (auto& kv : prefixes)
-      kv.second.holders.erase({slot, job});
-  }
-  /// Nor does any job of that slot.
-  void let_go(std::uint64_t slot) {
-    for (auto& kv : prefixes)
-      for (auto it = kv.second.holders.begin();
-           it != kv.second.holders.end();)
-        it = it->first == slot ? kv.second.holders.erase(it) : ++it;
+    auto ids = prefixes.drop_unheld();
+    drop_caches(ids);
+    return !ids.empty();
   }
 };
 
@@ -318,7 +247,7 @@ device_task free_task(std::vector<handle_id> bufs,
     }
     if (h.batcher)
       h.batcher->forget(slot->id);
-    h.let_go(slot->id);
+    h.prefixes.let_go_slot(slot->id);
     --h.users;
     slot.reset();
   };
@@ -415,12 +344,8 @@ caf::error fork_of(hosted_stage& h, shard_slot& slot, std::uint64_t job,
     return {};
   }
   if (p.prefix != 0) { // a kept prompt prefix the job claimed
-    auto k = h.prefixes.end();
-    if (auto by = h.by_key.find(p.prefix);
-        by != h.by_key.end() && by->second.second == p.pos)
-      k = h.prefixes.find(by->second.first);
-    if (k == h.prefixes.end()
-        || k->second.holders.count({slot.id, job}) == 0)
+    auto kept = h.prefixes.claimed(p.prefix, p.pos, {slot.id, job});
+    if (!kept)
       return bad("shard: sequence " + std::to_string(p.seq)
                  + " starts from a prompt prefix of "
                  + std::to_string(p.pos)
@@ -428,16 +353,13 @@ caf::error fork_of(hosted_stage& h, shard_slot& slot, std::uint64_t job,
     if (h.caches.size() >= max_sequences_per_shard)
       return make_exo_error(exo_errc::out_of_memory,
                             "shard: too many sequences");
-    auto& pre = k->second;
-    auto c = h.stage->fork_cache(pre.cache, p.pos, n_ctx);
-    if (!c && c.err().code == backend::errc::out_of_memory) {
-      // Entries no job holds give way (this one is held).
-      h.drop_unheld_prefixes();
-      c = h.stage->fork_cache(pre.cache, p.pos, n_ctx);
-    }
+    auto c = h.stage->fork_cache(*kept, p.pos, n_ctx);
+    // Entries no job holds give way (this one is held).
+    if (!c && c.err().code == backend::errc::out_of_memory
+        && h.drop_unheld_prefixes())
+      c = h.stage->fork_cache(*kept, p.pos, n_ctx);
     if (!c)
       return device_failed(c.err());
-    pre.used = ++h.prefix_clock;
     id = h.caches.emplace(key, *c).first->second;
     ++slot.prefix_forks;
     slot.prefix_positions += p.pos;
@@ -902,7 +824,7 @@ void set_up(self_ptr self) {
     h->upload_s =
       std::chrono::duration<double>(clock_type::now() - t0).count();
     h->users = 1;
-    h->prefix_budget = cfg.prefix_cache_bytes;
+    h->prefixes = workload::prefix_cache{cfg.prefix_cache_bytes};
     slot->h = h;
     if (h->stage) {
       std::lock_guard<std::mutex> guard{registry_mtx};
@@ -957,7 +879,7 @@ caf::result<caf::message> release(self_ptr self, std::uint64_t job,
     if (!seq && h.batcher) // the job is done here: not waited for
       h.batcher->forget(slot->id);
     if (!seq)
-      h.let_go(slot->id, job);
+      h.prefixes.let_go({slot->id, job});
     rp.deliver(caf::ok_atom::value);
   };
   return self->delegate(st.device, task_atom::value, std::move(t));
@@ -1101,12 +1023,8 @@ void retain_prefix(self_ptr self, prefix_retain r) {
       return;
     auto& h = *slot->h;
     const auto n = r.lengths.back();
-    if (auto by = h.by_key.find(r.keys.back()); by != h.by_key.end()) {
-      if (auto pre = h.prefixes.find(by->second.first);
-          pre != h.prefixes.end())
-        pre->second.used = ++h.prefix_clock; // kept already
-      return;
-    }
+    if (h.prefixes.touch(r.keys.back()))
+      return; // kept already
     auto c = h.caches.find(std::make_tuple(slot->id, r.job, r.seq));
     if (c == h.caches.end())
       return; // released already: nothing to keep
@@ -1115,24 +1033,19 @@ void retain_prefix(self_ptr self, prefix_retain r) {
     if (!past || *past < n)
       return;
     // Its rows alone (capacity n), within the budget.
-    if (!h.make_room(stage.kv_bytes(n)))
+    std::vector<model::cache_id> dropped;
+    const bool room = h.prefixes.make_room(stage.kv_bytes(n), dropped);
+    h.drop_caches(dropped);
+    if (!room)
       return;
     auto copy = stage.fork_cache(c->second, n, n);
     if (!copy)
       return; // no room on the device: the running sequences come first
-    hosted_stage::prefix pre;
-    pre.cache = *copy;
-    pre.n = n;
-    auto real = stage.cache_bytes(*copy);
-    pre.bytes = real ? *real : stage.kv_bytes(n);
-    pre.used = ++h.prefix_clock;
-    const auto id = h.next_prefix++;
-    for (std::size_t i = 0; i < r.keys.size(); ++i) {
-      pre.keys.emplace_back(r.lengths[i], r.keys[i]);
-      h.by_key.emplace(r.keys[i], std::make_pair(id, r.lengths[i]));
-    }
-    h.prefix_bytes += pre.bytes;
-    h.prefixes.emplace(id, std::move(pre));
+    auto bytes = stage.cache_bytes(*copy);
+    std::vector<workload::prefix_key> keys;
+    for (std::size_t i = 0; i < r.keys.size(); ++i)
+      keys.push_back({r.lengths[i], r.keys[i]});
+    h.prefixes.add(*copy, bytes ? *bytes : stage.kv_bytes(n), keys);
   };
   self->send(st.device, task_atom::value, std::move(t));
 }
@@ -1151,18 +1064,7 @@ caf::result<caf::message> claim_prefixes(self_ptr self, prefix_claim& c) {
     prefix_claim held;
     held.job = c.job;
     if (slot->h)
-      for (auto key : c.keys) {
-        auto& h = *slot->h;
-        auto by = h.by_key.find(key);
-        if (by == h.by_key.end())
-          continue;
-        auto pre = h.prefixes.find(by->second.first);
-        if (pre == h.prefixes.end())
-          continue;
-        pre->second.holders.insert({slot->id, c.job});
-        pre->second.used = ++h.prefix_clock;
-        held.keys.push_back(key);
-      }
+      held.keys = slot->h->prefixes.claim(c.keys, {slot->id, c.job});
     rp.deliver(std::move(held));
   };
   return self->delegate(st.device, task_atom::value, std::move(t));
@@ -1314,10 +1216,11 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
         snap.fields["stage_forwards"] = std::to_string(h.forwards);
         snap.fields["merged_steps"] = std::to_string(h.merged_steps);
         // The stage's prefix cache (every job's).
-        snap.fields["prefixes"] = std::to_string(h.prefixes.size());
-        snap.fields["prefix_keys"] = std::to_string(h.by_key.size());
-        snap.fields["prefix_bytes"] = std::to_string(h.prefix_bytes);
-        snap.fields["prefixes_dropped"] = std::to_string(h.prefixes_dropped);
+        snap.fields["prefixes"] = std::to_string(h.prefixes.entries());
+        snap.fields["prefix_keys"] = std::to_string(h.prefixes.keys());
+        snap.fields["prefix_bytes"] = std::to_string(h.prefixes.bytes());
+        snap.fields["prefixes_dropped"] =
+          std::to_string(h.prefixes.dropped());
         std::uint64_t sequences = 0, kv = 0;
         for (auto& [key, id] : h.caches) {
           if (std::get<0>(key) != slot->id)

@@ -1,6 +1,7 @@
 // Keys of prompt prefixes (core/workload/prefix_key.hpp): whole pieces
 // only, at least one token left, the key a function of the prefix alone.
 
+#include "core/workload/prefix_cache.hpp"
 #include "core/workload/prefix_key.hpp"
 
 #include <catch2/catch.hpp>
@@ -69,4 +70,54 @@ TEST_CASE("a very long prompt keeps its longest prefix keys", "[prefix]") {
   REQUIRE(k.size() == max_prefix_keys);
   CHECK(k.back().n == 300 * 16);
   CHECK(k.front().n == (300 - max_prefix_keys + 1) * 16);
+}
+
+// -- the bookkeeping of a stage's kept rows (core/workload/prefix_cache) --
+
+TEST_CASE("the prefix cache finds entries by any of their keys, keeps to "
+          "its budget, least recently used first, never what a job holds",
+          "[prefix]") {
+  prefix_cache c{300};
+  std::vector<prefix_cache::cache_id> dropped;
+  // Entry A (cache 11): keys of its 512 and 1024 prefixes; B (12): 512'.
+  c.add(11, 100, {{512, 1}, {1024, 2}});
+  c.add(12, 100, {{512, 3}});
+  CHECK(c.entries() == 2);
+  CHECK(c.keys() == 3);
+  CHECK(c.bytes() == 200);
+  CHECK(c.touch(2));
+  CHECK_FALSE(c.touch(99));
+  // Claims hold the entries they find, for their job only.
+  const prefix_cache::holder job{1, 7}, other{1, 8};
+  CHECK(c.claim({1, 99, 3}, job) == std::vector<std::uint64_t>{1, 3});
+  CHECK(c.claimed(1, 512, job) == std::optional<prefix_cache::cache_id>{11});
+  CHECK_FALSE(c.claimed(1, 1024, job)); // key 1 is the 512 prefix
+  CHECK_FALSE(c.claimed(1, 512, other));
+  // Held per entry: A's other key serves the job too.
+  CHECK(c.claimed(2, 1024, job) == std::optional<prefix_cache::cache_id>{11});
+  // Both held: no room for another 200.
+  CHECK_FALSE(c.make_room(200, dropped));
+  CHECK(dropped.empty());
+  CHECK(c.drop_unheld().empty());
+  c.let_go(job);
+  // A was used last (claimed() after both claims): B goes first.
+  CHECK(c.make_room(150, dropped));
+  CHECK(dropped == std::vector<prefix_cache::cache_id>{12});
+  CHECK(c.bytes() == 100);
+  CHECK_FALSE(c.touch(3));
+  CHECK_FALSE(c.make_room(301, dropped)); // more than the budget
+  // A key kept by two entries stays found when one goes.
+  c.add(13, 100, {{512, 1}, {1024, 4}}); // key 1 stays A's
+  dropped.clear();
+  c.claim({4}, other);
+  CHECK(c.drop_unheld() == std::vector<prefix_cache::cache_id>{11});
+  CHECK(c.claimed(1, 512, other)
+        == std::optional<prefix_cache::cache_id>{13});
+  CHECK_FALSE(c.touch(2));
+  c.let_go_slot(1);
+  CHECK(c.drop_unheld() == std::vector<prefix_cache::cache_id>{13});
+  CHECK(c.entries() == 0);
+  CHECK(c.keys() == 0);
+  CHECK(c.bytes() == 0);
+  CHECK(c.dropped() == 3);
 }
