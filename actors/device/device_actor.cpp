@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <iostream>
 #include <deque>
+#include <map>
 #include <random>
 
 namespace exo::device {
@@ -87,8 +88,34 @@ struct device_actor_state {
   std::uint64_t work_seen = 0;
   std::uint64_t idle_looks = 0;
   bool measured_since_work = false;
+  /// What tasks asked the device to keep (task_context::keep), by ticket:
+  /// tickets grow, so the first is the oldest.
+  struct kept_object {
+    std::shared_ptr<void> obj;
+    std::uint64_t bytes = 0;
+  };
+  std::map<std::uint64_t, kept_object> kept;
+  std::uint64_t kept_bytes = 0;
+  std::uint64_t next_keep_ticket = 1;
+  std::uint64_t kept_released = 0; ///< let go for room
+  std::uint64_t kept_expired = 0;  ///< let go when their time passed
+
+  /// Lets go of a kept object; whether it was kept.
+  bool let_go(std::uint64_t ticket) {
+    auto it = kept.find(ticket);
+    if (it == kept.end())
+      return false;
+    auto obj = std::move(it->second.obj);
+    kept_bytes -= it->second.bytes;
+    kept.erase(it);
+    obj.reset(); // after the map is consistent: it frees through ops
+    return true;
+  }
 
   ~device_actor_state() {
+    // On the actor's thread, while its buffers still exist.
+    while (!kept.empty())
+      let_go(kept.begin()->first);
     if (ops) // before the pool goes: a stage elsewhere may still hold it
       ops->detach();
     for (auto& h : held)
@@ -126,14 +153,15 @@ using self_ptr = exo::device_actor::stateful_pointer<device_actor_state>;
 
 /// A device's free memory as exo can use it: what the backend reports free
 /// plus the freed buffers the pool keeps for reuse (it gives them back when
-/// an allocation needs the room), at most the device's total. Without it a
+/// an allocation needs the room) and what tasks keep (task_context::keep:
+/// let go when an allocation needs the room), at most the device's total. Without it a
 /// device looked fuller after every job, and placement refused plans that
 /// fit.
 std::uint64_t with_cached(const device_actor_state& st, std::uint64_t free) {
   if (!st.pool)
     return free;
   auto total = st.dev->properties().total_memory;
-  auto sum = free + st.pool->cached_bytes();
+  auto sum = free + st.pool->cached_bytes() + st.kept_bytes;
   return total > 0 ? std::min(sum, total) : sum;
 }
 
@@ -359,6 +387,13 @@ caf::result<handle_id> do_allocate(self_ptr self, std::uint64_t bytes,
     return err;
   ++st.operations;
   auto h = st.pool->allocate(bytes);
+  // What tasks keep gives way, the oldest first.
+  while (!h && h.err().code == backend::errc::out_of_memory
+         && !st.kept.empty()) {
+    ++st.kept_released;
+    st.let_go(st.kept.begin()->first);
+    h = st.pool->allocate(bytes);
+  }
   if (!h)
     return st.failed(h.err());
   audit_op(self, audit::event_type::device_allocate, principal,
@@ -503,6 +538,35 @@ public:
     return waited_;
   }
 
+  std::uint64_t keep(std::shared_ptr<void> obj, std::uint64_t bytes,
+                     std::chrono::milliseconds keep_for) override {
+    auto& st = self_->state;
+    const auto ticket = st.next_keep_ticket++;
+    st.kept.emplace(ticket,
+                    device_actor_state::kept_object{std::move(obj), bytes});
+    st.kept_bytes += bytes;
+    // The timer holds the ticket only: dropped with the mailbox, it frees
+    // nothing off the actor's thread.
+    device_task t;
+    t.kind = task_kind::immediate;
+    t.run = [ticket](task_context& ctx, caf::response_promise&) {
+      static_cast<actor_task_context&>(ctx).expire(ticket);
+    };
+    self_->delayed_send(self_, keep_for, task_atom::value, std::move(t));
+    return ticket;
+  }
+
+  void let_go(std::uint64_t ticket) override {
+    self_->state.let_go(ticket);
+  }
+
+  /// keep()'s timer.
+  void expire(std::uint64_t ticket) {
+    auto& st = self_->state;
+    if (st.let_go(ticket))
+      ++st.kept_expired;
+  }
+
 private:
   self_ptr self_;
   bool waited_;
@@ -615,6 +679,13 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
   hooks.on_free = [self] {
     ++self->state.operations;
     audit_op(self, audit::event_type::device_free, {}, {});
+  };
+  hooks.on_no_room = [self] {
+    auto& st = self->state;
+    if (st.kept.empty())
+      return false;
+    ++st.kept_released;
+    return st.let_go(st.kept.begin()->first);
   };
   st.ops = std::make_shared<pool_ops>(*dev, *st.pool, std::move(hooks));
   if (!st.cfg.failed_reason.empty()) {
@@ -950,6 +1021,10 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
         {"tasks", std::to_string(st.tasks)},
         {"compute_tasks", std::to_string(st.compute_tasks)},
         {"held_tasks", std::to_string(st.held.size())},
+        {"kept", std::to_string(st.kept.size())},
+        {"kept_bytes", std::to_string(st.kept_bytes)},
+        {"kept_released", std::to_string(st.kept_released)},
+        {"kept_expired", std::to_string(st.kept_expired)},
         {"last_error", st.last_error},
         {"access_denials", std::to_string(st.denials)},
         {"queue_depth", std::to_string(self->mailbox().size())},

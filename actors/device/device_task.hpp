@@ -10,6 +10,8 @@
 
 #include <caf/actor.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -43,6 +45,22 @@ public:
 
   /// Whether the task was held while the device was paused.
   virtual bool waited_for_resume() const = 0;
+
+  /// Keeps `obj` after the task, for later tasks that may use it again (a
+  /// stage whose last job ended: its weights and kept prompt rows). The
+  /// device's reference goes, on the actor's thread, when `keep_for` has
+  /// passed, when an allocation of this device finds no room (the oldest
+  /// first), when let_go() names its ticket, or when the actor exits
+  /// (before its buffers go). `bytes` (what it holds of the device's
+  /// memory) count as free in the device's free memory while it is kept:
+  /// placement sees room it can have. Returns the ticket (never 0).
+  virtual std::uint64_t keep(std::shared_ptr<void> obj, std::uint64_t bytes,
+                             std::chrono::milliseconds keep_for)
+    = 0;
+
+  /// The device stops keeping what `ticket` names (nothing when it is not
+  /// kept any more); it goes with its last other holder.
+  virtual void let_go(std::uint64_t ticket) = 0;
 };
 
 } // namespace exo::device

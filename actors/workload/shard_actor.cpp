@@ -61,6 +61,7 @@ struct hosted_stage {
     caches;
   double upload_s = 0;
   std::uint64_t users = 0; ///< shards that use it
+  std::uint64_t reuses = 0; ///< shards that found it made
   // Continuous batching: the steps waiting, by ticket.
   std::unique_ptr<step_batcher> batcher;
   std::map<std::uint64_t, pending_step> pending;
@@ -74,6 +75,9 @@ struct hosted_stage {
   /// shard's setting); the bookkeeping is plain logic, the rows are
   /// caches of the stage.
   workload::prefix_cache prefixes;
+  /// The device keeps the stage after its last shard went (keep_alive):
+  /// its ticket (device::task_context::keep), 0 when not kept.
+  std::uint64_t keep_ticket = 0;
 
   /// Frees the caches of dropped prefix-cache entries.
   void drop_caches(const std::vector<model::cache_id>& ids) {
@@ -96,6 +100,8 @@ struct shard_slot {
   std::shared_ptr<hosted_stage> h;
   /// How long its steps wait for the other jobs of the stage's last batch.
   std::chrono::microseconds batch_wait{2000};
+  /// shard_setup::keep_alive.
+  std::chrono::milliseconds keep_alive{0};
   std::uint64_t steps = 0;
   std::uint64_t tokens = 0;
   std::uint64_t device_handoffs = 0; ///< steps passed on by device copy
@@ -223,7 +229,8 @@ void flush_all(hosted_stage& h) {
 /// Frees buffers of a device on its thread, and lets go of a shard's
 /// place in its stage: its sequences' caches are dropped (after the steps
 /// that wait, which run first) and the stage goes when its last shard
-/// does. A task with no answer.
+/// does, or the device keeps it for the shard's keep_alive (the next job
+/// of these layers finds it in the registry). A task with no answer.
 device_task free_task(std::vector<handle_id> bufs,
                       std::shared_ptr<shard_slot> slot = nullptr) {
   device_task t;
@@ -248,7 +255,9 @@ device_task free_task(std::vector<handle_id> bufs,
     if (h.batcher)
       h.batcher->forget(slot->id);
     h.prefixes.let_go_slot(slot->id);
-    --h.users;
+    if (--h.users == 0 && h.stage && slot->keep_alive.count() > 0)
+      h.keep_ticket = ctx.keep(slot->h, h.stage->footprint(),
+                               slot->keep_alive);
     slot.reset();
   };
   return t;
@@ -787,6 +796,7 @@ void set_up(self_ptr self) {
   st.slot = std::make_shared<shard_slot>();
   st.slot->id = next_slot_id++;
   st.slot->batch_wait = st.cfg.batch_wait;
+  st.slot->keep_alive = st.cfg.keep_alive;
   device_task t;
   t.run = [slot = st.slot, cfg = st.cfg](device::task_context& ctx,
                                          caf::response_promise&) {
@@ -798,7 +808,12 @@ void set_up(self_ptr self) {
       if (it != registry.end()) {
         if (auto h = it->second.lock(); h && h->stage) {
           slot->h = std::move(h);
-          ++slot->h->users;
+          if (slot->h->users++ == 0 && slot->h->keep_ticket != 0) {
+            // Kept after its last job: in use again, no longer free room.
+            ctx.let_go(slot->h->keep_ticket);
+            slot->h->keep_ticket = 0;
+          }
+          ++slot->h->reuses;
           return;
         }
         registry.erase(it);
@@ -1213,6 +1228,7 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
         snap.fields["compute"] = h.stage ? "device" : "none: " + h.init_error;
         snap.fields["upload_s"] = std::to_string(h.upload_s);
         snap.fields["shared_by"] = std::to_string(h.users);
+        snap.fields["stage_reuses"] = std::to_string(h.reuses);
         snap.fields["stage_forwards"] = std::to_string(h.forwards);
         snap.fields["merged_steps"] = std::to_string(h.merged_steps);
         // The stage's prefix cache (every job's).

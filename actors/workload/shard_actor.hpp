@@ -93,6 +93,11 @@ struct shard_setup {
   /// (messages/workload.hpp retain_atom; the stage's first shard sets
   /// it); 0 keeps none.
   std::uint64_t prefix_cache_bytes = 0;
+  /// How long its stage stays on the device after its last shard goes (its
+  /// weights and kept prompt prefixes, for the next job of these layers:
+  /// a chat's next turn), given way at once when the device needs the room
+  /// (device::task_context::keep); 0: it goes with its last shard.
+  std::chrono::milliseconds keep_alive{0};
 };
 
 /// Spawns a shard; throws model_error for a bad layer range or

@@ -59,6 +59,7 @@ struct host_state {
   std::string state_dir;
   std::chrono::microseconds batch_wait{2000}; ///< devices.batch_wait_ms
   std::uint64_t prefix_cache_bytes = 0; ///< devices.prefix_cache_mib
+  std::chrono::milliseconds keep_alive{0}; ///< devices.keep_alive_s
   caf::actor node_actor;
   caf::actor gate;
   /// The models loaded, by file: the model file a local coordinator
@@ -189,6 +190,7 @@ void start_shard(self_ptr self, shard_spec spec, std::string path,
           s.host = caf::actor_cast<caf::actor>(self);
           s.batch_wait = self->state.batch_wait;
           s.prefix_cache_bytes = self->state.prefix_cache_bytes;
+          s.keep_alive = self->state.keep_alive;
           caf::actor h;
           try {
             h = workload::spawn_shard(self->system(), std::move(s));
@@ -496,6 +498,7 @@ service spawn_shard_host(const service_context& ctx) {
   init.state_dir = ctx.cfg->node.state_dir;
   init.batch_wait = ctx.cfg->devices.batch_wait;
   init.prefix_cache_bytes = ctx.cfg->devices.prefix_cache_bytes;
+  init.keep_alive = ctx.cfg->devices.keep_alive;
   init.node_actor = ctx.node;
   init.gate = ctx.gate;
   init.tls = ctx.tls;

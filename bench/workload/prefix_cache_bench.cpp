@@ -9,7 +9,9 @@
 // number of tokens read from scratch by node-llama-cpp (what it does for
 // a request that does not continue its slot's conversation; it keeps no
 // prefix across slots), measured in the same run once the running request
-// is cancelled (alone on the core). Each cell: the median of RUNS
+// is cancelled (alone on the core), beside exo's runs then: with the cache
+// ("after": no job runs, the rows come from the stage its device kept
+// after the last job) and without. Each cell: the median of RUNS
 // (min-max) seconds until the prompt was read.
 //
 //   build/bench/workload/prefix_cache_bench "[.bench]"   (target
@@ -124,9 +126,10 @@ TEST_CASE("prompt read with the prefix cache and without", "[.bench]") {
               "until the prompt is read beside a running request; one core; "
               "median of %d (min-max)\n",
               runs);
-  std::printf("  %-7s %-7s %-7s %-22s %-22s %-22s %-22s\n", "type",
+  std::printf("  %-7s %-7s %-7s %-22s %-22s %-22s %-22s %-22s\n", "type",
               "tokens", "cached", "exo, cache, beside", "exo, all, beside",
-              "exo, all, alone", "llama.cpp, all, alone");
+              "exo, cache, after", "exo, all, alone",
+              "llama.cpp, all, alone");
   std::vector<std::string> types{"f32", "q4_k_m"};
   if (auto* t = std::getenv("EXO_PREFIX_TYPES"))
     types = {t};
@@ -155,20 +158,21 @@ TEST_CASE("prompt read with the prefix cache and without", "[.bench]") {
     }, 60s));
     std::vector<double> with, without, llama;
     prompt_read last;
+    // Question i of the system prompt, with the prefix cache or without.
+    auto ask = [&](int i, bool cache) {
+      // The node prints every job's prompt and placement: its pipe is
+      // read between runs, or a full pipe would stop its writes.
+      (void) node.proc->out();
+      return read_of(console(
+        p, node.port,
+        {"run --model " + model + " --prompt \"" + system
+         + " and a question number " + std::to_string(i) + "\" -n 1"
+         + (cache ? "" : " --no-prefix-cache")},
+        console_options{false, std::chrono::milliseconds{120000}}));
+    };
     for (int i = 0; i < runs; ++i) {
-      auto ask = [&](bool cache) {
-        // The node prints every job's prompt and placement: its pipe is
-        // read between runs, or a full pipe would stop its writes.
-        (void) node.proc->out();
-        return read_of(console(
-          p, node.port,
-          {"run --model " + model + " --prompt \"" + system
-           + " and a question number " + std::to_string(i) + "\" -n 1"
-           + (cache ? "" : " --no-prefix-cache")},
-          console_options{false, std::chrono::milliseconds{120000}}));
-      };
-      auto a = ask(true);
-      auto b = ask(false);
+      auto a = ask(i, true);
+      auto b = ask(i, false);
       REQUIRE(a.cached > 0);
       REQUIRE(b.cached == 0);
       with.push_back(a.seconds);
@@ -177,17 +181,17 @@ TEST_CASE("prompt read with the prefix cache and without", "[.bench]") {
     }
     // llama.cpp alone, once the running request is cancelled (it would
     // share the core with another process's decoding otherwise, where
-    // exo's batches with it).
+    // exo's batches with it). No job runs then: with the cache, the rows
+    // come from the stage the device kept after its last job
+    // (devices.keep_alive_s), as a chat's next turn finds them.
     console(p, node.port, {"cancel " + keeper_job});
     keeper.wait(60s);
-    std::vector<double> alone;
+    std::vector<double> alone, after;
     for (int i = 0; i < runs; ++i) {
-      (void) node.proc->out();
-      alone.push_back(read_of(console(
-        p, node.port,
-        {"run --model " + model + " --prompt \"" + system
-         + " and a question number " + std::to_string(i) + "\" -n 1"},
-        console_options{false, std::chrono::milliseconds{120000}})).seconds);
+      auto kept = ask(i, true);
+      REQUIRE(kept.cached > 0);
+      after.push_back(kept.seconds);
+      alone.push_back(ask(i, false).seconds);
       if (!have_llama)
         continue;
       auto l = run({"/usr/bin/taskset", "-c", core, "/usr/bin/node",
@@ -200,9 +204,9 @@ TEST_CASE("prompt read with the prefix cache and without", "[.bench]") {
           && std::regex_search(l.out, m, std::regex{"prompt_s ([0-9.e-]+)"}))
         llama.push_back(std::stod(m[1]));
     }
-    std::printf("  %-7s %-7ld %-7ld %-22s %-22s %-22s %-22s\n", type,
+    std::printf("  %-7s %-7ld %-7ld %-22s %-22s %-22s %-22s %-22s\n", type,
                 last.tokens, last.cached, cell(with).c_str(),
-                cell(without).c_str(), cell(alone).c_str(),
-                cell(llama).c_str());
+                cell(without).c_str(), cell(after).c_str(),
+                cell(alone).c_str(), cell(llama).c_str());
   }
 }

@@ -381,6 +381,12 @@ node_config parse_document(const std::string& json, const std::string& source) {
                       static_cast<std::uint64_t>(as_integer(v, q, 0, 1 << 20))
                       << 20;
                   }},
+                 {"keep_alive_s",
+                  [&](element v, const std::string& q) {
+                    d.keep_alive = std::chrono::milliseconds{
+                      static_cast<std::int64_t>(
+                        as_number(v, q, 0, 86400) * 1000.0)};
+                  }},
                  {"cpu_llama_threads",
                   [&](element v, const std::string& q) {
                     d.cpu_llama_threads =

@@ -110,6 +110,11 @@ struct devices_section {
   /// them, for later jobs that start with the same tokens (a system
   /// prompt, a chat's history): prefix_cache_mib, 0 keeps none.
   std::uint64_t prefix_cache_bytes = std::uint64_t{256} << 20;
+  /// A stage (its weights and kept prompt prefixes) stays on its device
+  /// this long after its last job, for the next job of those layers (a
+  /// chat's next turn reads only its new message); it gives way at once
+  /// when the device needs the room. keep_alive_s, 0: freed at once.
+  std::chrono::milliseconds keep_alive{std::chrono::minutes(5)};
   std::vector<backend::sim_device_spec> simulated;
   std::string sim_profiles_file;      ///< extra profiles (JSON)
   double sim_time_scale = 0;

@@ -137,6 +137,11 @@ result<std::uint64_t> buffer_pool::size_of(std::uint64_t handle) const {
   return it->second.size;
 }
 
+std::uint64_t buffer_pool::footprint(std::uint64_t handle) const noexcept {
+  auto it = live_.find(handle);
+  return it == live_.end() ? 0 : it->second.buf->size();
+}
+
 void buffer_pool::trim() {
   cache_.clear();
   cached_bytes_ = 0;

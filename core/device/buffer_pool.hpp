@@ -56,6 +56,9 @@ public:
 
   /// The size a handle was allocated with, or an error.
   result<std::uint64_t> size_of(std::uint64_t handle) const;
+  /// The size of the buffer behind a handle (its size class: what the
+  /// device has back when it goes), 0 for an unknown handle.
+  std::uint64_t footprint(std::uint64_t handle) const noexcept;
 
   /// Frees every cached (unused) buffer.
   void trim();

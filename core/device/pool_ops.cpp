@@ -41,15 +41,27 @@ result<backend::buffer*> pool_ops::resolve(model::device_handle h,
 }
 
 result<model::device_handle> pool_ops::allocate(std::uint64_t bytes) {
-  std::lock_guard<std::mutex> guard{mx_};
-  if (!pool_)
-    return gone().err();
-  auto h = pool_->allocate(bytes);
-  if (!h && hooks_.on_error)
-    hooks_.on_error(h.err());
-  if (h && hooks_.on_allocate)
-    hooks_.on_allocate(bytes, false);
-  return h;
+  for (;;) {
+    bool detached = false;
+    auto h = [&]() -> result<model::device_handle> {
+      std::lock_guard<std::mutex> guard{mx_};
+      detached = pool_ == nullptr;
+      if (detached)
+        return gone().err();
+      return pool_->allocate(bytes);
+    }();
+    if (detached)
+      return h;
+    // Outside the lock: what goes frees its buffers through this object.
+    if (!h && h.err().code == errc::out_of_memory && hooks_.on_no_room
+        && hooks_.on_no_room())
+      continue;
+    if (!h && hooks_.on_error)
+      hooks_.on_error(h.err());
+    if (h && hooks_.on_allocate)
+      hooks_.on_allocate(bytes, false);
+    return h;
+  }
 }
 
 status pool_ops::free(model::device_handle h) {
@@ -91,15 +103,26 @@ status pool_ops::read(model::device_handle h, std::uint64_t offset,
 result<model::device_handle>
 pool_ops::adopt_host(const void* data, std::uint64_t bytes,
                      std::shared_ptr<const void> keep) {
-  std::lock_guard<std::mutex> guard{mx_};
-  if (!pool_)
-    return gone().err();
-  auto h = pool_->adopt(data, bytes, std::move(keep));
-  if (!h && h.err().code != errc::unsupported && hooks_.on_error)
-    hooks_.on_error(h.err());
-  if (h && hooks_.on_allocate)
-    hooks_.on_allocate(bytes, true);
-  return h;
+  for (;;) {
+    bool detached = false;
+    auto h = [&]() -> result<model::device_handle> {
+      std::lock_guard<std::mutex> guard{mx_};
+      detached = pool_ == nullptr;
+      if (detached)
+        return gone().err();
+      return pool_->adopt(data, bytes, keep);
+    }();
+    if (detached)
+      return h;
+    if (!h && h.err().code == errc::out_of_memory && hooks_.on_no_room
+        && hooks_.on_no_room())
+      continue;
+    if (!h && h.err().code != errc::unsupported && hooks_.on_error)
+      hooks_.on_error(h.err());
+    if (h && hooks_.on_allocate)
+      hooks_.on_allocate(bytes, true);
+    return h;
+  }
 }
 
 status pool_ops::run(const std::vector<model::device_op>& ops) {
@@ -140,6 +163,11 @@ status pool_ops::copy(model::device_handle src, std::uint64_t src_off,
     return to.err();
   ++copies_;
   return reported(dev_->copy(**from, src_off, **to, dst_off, bytes));
+}
+
+std::uint64_t pool_ops::footprint(model::device_handle h) const {
+  std::lock_guard<std::mutex> guard{mx_};
+  return pool_ ? pool_->footprint(h) : 0;
 }
 
 void pool_ops::detach() {

@@ -32,6 +32,11 @@ public:
     std::function<void(const backend::error&)> on_error;
     std::function<void(std::uint64_t bytes, bool in_place)> on_allocate;
     std::function<void()> on_free;
+    /// An allocation (or adoption) found no room: frees what the device
+    /// keeps that may go (device::task_context::keep), one thing at a
+    /// time; whether anything went (the call is tried again). Called
+    /// without the mutex held: what it frees frees through this object.
+    std::function<bool()> on_no_room;
   };
 
   pool_ops(backend::device& dev, buffer_pool& pool, hooks h);
@@ -50,6 +55,8 @@ public:
   std::string where() const override;
   /// The device's own answer (false once detached).
   bool runs_weights(backend::weight_type t) const override;
+  /// The pool's size of the buffer (0 once detached).
+  std::uint64_t footprint(model::device_handle h) const override;
 
   /// Copies `bytes` between two buffers of this device.
   status copy(model::device_handle src, std::uint64_t src_off,

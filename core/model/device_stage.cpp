@@ -83,6 +83,11 @@ status backend_ops::free(device_handle h) {
   return {};
 }
 
+std::uint64_t backend_ops::footprint(device_handle h) const {
+  auto it = bufs_.find(h);
+  return it == bufs_.end() ? 0 : it->second->size();
+}
+
 result<backend::buffer*> backend_ops::find(device_handle h) const {
   auto it = bufs_.find(h);
   if (it == bufs_.end())
@@ -380,6 +385,15 @@ device_stage::~device_stage() {
   }
   for (auto h : owned_)
     (void) ops_.free(h);
+}
+
+std::uint64_t device_stage::footprint() const {
+  std::uint64_t sum = 0;
+  for (auto h : owned_)
+    sum += ops_.footprint(h);
+  for (auto& c : caches_)
+    sum += ops_.footprint(c.second.k) + ops_.footprint(c.second.v);
+  return sum;
 }
 
 result<device_handle> device_stage::alloc(std::uint64_t bytes) {

@@ -89,6 +89,11 @@ public:
   virtual backend::status copy(device_handle src, std::uint64_t src_offset,
                                device_handle dst, std::uint64_t dst_offset,
                                std::uint64_t bytes);
+  /// Bytes of the device's memory the buffer behind `h` takes (at least
+  /// the bytes it was asked for: a pool rounds up; adopted host memory
+  /// counts as the device counts it); 0 for an unknown handle. What a
+  /// stage gives back when it goes (device_stage::footprint).
+  virtual std::uint64_t footprint(device_handle h) const = 0;
   /// Runs the operations in order; stops at the first failure.
   virtual backend::status run(const std::vector<device_op>& ops) = 0;
   virtual backend::status synchronize() = 0;
@@ -148,6 +153,7 @@ public:
   backend::status copy(device_handle src, std::uint64_t src_offset,
                        device_handle dst, std::uint64_t dst_offset,
                        std::uint64_t bytes) override;
+  std::uint64_t footprint(device_handle h) const override;
 
   backend::device& device() const noexcept {
     return dev_;
@@ -329,6 +335,10 @@ public:
   std::uint64_t cache_bytes() const noexcept {
     return cache_bytes_;
   }
+  /// Bytes of the device's memory the stage holds (device_ops::footprint
+  /// of every buffer: weights, read in place or not, scratch, caches):
+  /// what the device has again once the stage is gone.
+  std::uint64_t footprint() const;
   /// Operations run through device_ops so far.
   std::uint64_t ops_run() const noexcept {
     return ops_run_;

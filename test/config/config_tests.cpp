@@ -55,6 +55,7 @@ TEST_CASE("every documented key is read") {
                 "cpu_llama_threads": 4, "cpu_bind_threads": false,
                 "cpu_measure_rates": false, "cpu_peak_gflops": 150,
                 "cpu_memory_gbps": 12.5, "batch_wait_ms": 0.5,
+                "keep_alive_s": 1.5,
                 "simulated": [{"profile": "a100-40g", "id": "sim:big"},
                               {"profile": "adreno-740", "count": 2}],
                 "sim_time_scale": 0.5, "rescan_interval_s": 0,
@@ -94,6 +95,8 @@ TEST_CASE("every documented key is read") {
   CHECK(cfg.devices.sim_time_scale == 0.5);
   CHECK(cfg.devices.batch_wait.count() == 500);
   CHECK(defaults().devices.batch_wait.count() == 2000);
+  CHECK(cfg.devices.keep_alive.count() == 1500);
+  CHECK(defaults().devices.keep_alive.count() == 300000);
   CHECK(cfg.devices.rescan_interval.count() == 0);
   CHECK(cfg.log_level == "debug");
   CHECK(defaults().gateway.resume_grace_ms == 10000);
@@ -207,6 +210,10 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "devices.batch_wait_ms: must be"},
     {R"({"devices": {"batch_wait_ms": -1}})",
      "devices.batch_wait_ms: must be"},
+    {R"({"devices": {"keep_alive_s": -1}})",
+     "devices.keep_alive_s: must be"},
+    {R"({"devices": {"keep_alive_s": 1e9}})",
+     "devices.keep_alive_s: must be"},
     {R"({"devices": {"cpu_llama_threads": 0}})",
      "devices.cpu_llama_threads: must be an integer in [1, 1024]"},
     {R"({"devices": {"exclude": [1]}})",

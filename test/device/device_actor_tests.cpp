@@ -735,3 +735,150 @@ TEST_CASE("a device that measures nothing of its own is asked once, and a "
   self->send_exit(other, caf::exit_reason::user_shutdown);
   self->wait_for(other);
 }
+
+// -- what tasks keep (task_context::keep) -------------------------------------
+
+namespace {
+
+/// A buffer a task keeps on the device; on destruction it frees the
+/// buffer and records whether the device still had it (footprint > 0: the
+/// actor's pool had not gone yet).
+struct kept_buffer {
+  std::shared_ptr<model::device_ops> ops;
+  handle_id h = 0;
+  std::shared_ptr<std::atomic<int>> freed_live;
+  std::shared_ptr<std::atomic<int>> freed;
+  ~kept_buffer() {
+    if (ops->footprint(h) > 0 && ops->free(h))
+      ++*freed_live;
+    ++*freed;
+  }
+};
+
+} // namespace
+
+TEST_CASE("what a task keeps counts as free memory, gives way to an "
+          "allocation that needs its room, and goes when its time is up, "
+          "when let go or with the actor") {
+  constexpr std::uint64_t mib = 1u << 20;
+  backend::factory_options opts;
+  opts.use_environment = false;
+  opts.include = {"cpu"};
+  opts.cpu.memory_limit = 8 * mib;
+  auto reg = backend::registry::create(opts);
+  REQUIRE(reg.ok());
+  auto* dev = reg->devices().at(0);
+  config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  device::device_actor_config dc;
+  dc.node = "n1";
+  dc.pool_cache_limit = 0; // freed buffers go back to the device
+  auto actor = device::spawn_device_actor(sys, *dev, dc);
+  auto target = caf::actor_cast<caf::actor>(actor);
+  auto freed_live = std::make_shared<std::atomic<int>>(0);
+  auto freed = std::make_shared<std::atomic<int>>(0);
+  // Keeps a buffer of `bytes` for `keep_for`; answers its ticket.
+  auto keep = [&](std::uint64_t bytes, std::chrono::milliseconds keep_for) {
+    device_task t;
+    t.run = [=](device::task_context& ctx, caf::response_promise& rp) {
+      auto ops = ctx.ops();
+      auto h = ops->allocate(bytes);
+      if (!h) {
+        rp.deliver(std::string{"allocate: "} + h.err().message);
+        return;
+      }
+      auto obj = std::make_shared<kept_buffer>();
+      obj->ops = ops;
+      obj->h = *h;
+      obj->freed_live = freed_live;
+      obj->freed = freed;
+      auto size = ops->footprint(*h);
+      rp.deliver(std::to_string(ctx.keep(obj, size, keep_for)));
+    };
+    std::string out;
+    self->request(target, 10s, task_atom::value, std::move(t))
+      .receive([&](std::string& s) { out = s; },
+               [&](caf::error& err) { out = sys.render(err); });
+    return out;
+  };
+  auto field = [&](const char* k) {
+    std::uint64_t v = 0;
+    self->request(actor, 10s, inspect_atom::value)
+      .receive([&](actor_snapshot& s) { v = std::stoull(s.fields[k]); },
+               [&](caf::error& err) { FAIL(sys.render(err)); });
+    return v;
+  };
+  auto free_memory = [&] {
+    std::uint64_t v = 0;
+    self->request(actor, 10s, info_atom::value)
+      .receive([&](device_info& i) { v = i.free_memory; },
+               [&](caf::error& err) { FAIL(sys.render(err)); });
+    return v;
+  };
+  REQUIRE(free_memory() == 8 * mib);
+  // Kept: the device counts its 4 MiB as free (placement may plan on it).
+  CHECK(keep(4 * mib, std::chrono::hours{1}) == "1");
+  CHECK(field("kept") == 1);
+  CHECK(field("kept_bytes") == 4 * mib);
+  CHECK(free_memory() == 8 * mib);
+  // An allocation through a message that needs the room gets it.
+  handle_id big = 0;
+  self->request(actor, 10s, allocate_atom::value, 6 * mib)
+    .receive([&](handle_id h) { big = h; },
+             [&](caf::error& err) { FAIL(sys.render(err)); });
+  CHECK(big != 0);
+  CHECK(*freed_live == 1);
+  CHECK(field("kept") == 0);
+  CHECK(field("kept_released") == 1);
+  CHECK(free_memory() == 0); // (6 MiB in the pool's 8 MiB size)
+  self->request(actor, 10s, free_atom::value, big)
+    .receive([](caf::atom_value) {},
+             [&](caf::error& err) { FAIL(sys.render(err)); });
+  // So does one inside a task (a stage's weights or KV cache), the oldest
+  // kept first, only as much as it needs: of 2 + 4 MiB kept, a 3 MiB
+  // buffer (4 MiB in the pool's sizes) takes the 2's room.
+  CHECK(keep(2 * mib, std::chrono::hours{1}) == "2");
+  CHECK(keep(4 * mib, std::chrono::hours{1}) == "3");
+  CHECK(free_memory() == 8 * mib);
+  CHECK(keep(3 * mib, std::chrono::hours{1}) == "4");
+  CHECK(*freed_live == 2);
+  CHECK(field("kept") == 2);
+  CHECK(field("kept_bytes") == 8 * mib);
+  // One that needs all of it gets all of it.
+  self->request(actor, 10s, allocate_atom::value, 7 * mib)
+    .receive([&](handle_id h) { big = h; },
+             [&](caf::error& err) { FAIL(sys.render(err)); });
+  CHECK(*freed_live == 4);
+  CHECK(field("kept") == 0);
+  CHECK(field("kept_released") == 4);
+  self->request(actor, 10s, free_atom::value, big)
+    .receive([](caf::atom_value) {},
+             [&](caf::error& err) { FAIL(sys.render(err)); });
+  // Let go by its ticket: it goes at once (nothing else holds it).
+  auto ticket = std::stoull(keep(mib, std::chrono::hours{1}));
+  device_task t;
+  t.run = [ticket](device::task_context& ctx, caf::response_promise& rp) {
+    ctx.let_go(ticket);
+    ctx.let_go(ticket); // a second time: nothing
+    ctx.let_go(12345);  // unknown: nothing
+    rp.deliver(std::string{"ok"});
+  };
+  self->request(target, 10s, task_atom::value, std::move(t))
+    .receive([](std::string&) {}, [&](caf::error& err) { FAIL(sys.render(err)); });
+  CHECK(*freed_live == 5);
+  CHECK(field("kept_bytes") == 0);
+  // Its time up: it goes on the actor's thread, by itself.
+  keep(mib, 100ms);
+  for (int i = 0; i < 500 && field("kept_expired") == 0; ++i)
+    std::this_thread::sleep_for(10ms);
+  CHECK(field("kept_expired") == 1);
+  CHECK(*freed_live == 6);
+  CHECK(free_memory() == 8 * mib);
+  // The actor exits: what it keeps goes first, while its buffers exist.
+  keep(mib, std::chrono::hours{1});
+  self->send_exit(actor, caf::exit_reason::user_shutdown);
+  self->wait_for(actor);
+  CHECK(*freed_live == 7);
+  CHECK(*freed == 7);
+}

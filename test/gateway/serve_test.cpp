@@ -312,6 +312,23 @@ TEST_CASE("exo-node serve answers the official openai client with the "
   INFO(console_run.out << console_run.err);
   CHECK(console_run.code == 0);
   CHECK(contains(console_run.out, "\"tokens\": " + ids_json));
+  // No job runs now, yet the long system prompt's rows are still there:
+  // the device kept the stage after its last job (devices.keep_alive_s),
+  // so a later turn with the same start copies them and gives the
+  // engine's tokens.
+  std::string cached_ids = "[";
+  for (std::size_t i = 0; i < cached_run.ids.size(); ++i)
+    cached_ids += (i ? ", " : "") + std::to_string(cached_run.ids[i]);
+  cached_ids += "]";
+  auto later = console(
+    p, cluster_port,
+    {"run --model " + chat + " --chat --system \"" + long_system
+     + "\" --prompt \"" + cached_user + "\" -n 12"},
+    console_options{true, std::chrono::milliseconds{120000}});
+  INFO(later.out << later.err);
+  CHECK(later.code == 0);
+  CHECK(contains(later.out, "\"cached_prompt_tokens\": 512"));
+  CHECK(contains(later.out, "\"tokens\": " + cached_ids));
   serve.signal(SIGTERM);
   CHECK(serve.wait(60s) == 0);
   std::system(("rm -rf " + dir).c_str());

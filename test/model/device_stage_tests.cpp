@@ -117,6 +117,9 @@ struct counting_ops final : device_ops {
   backend::status free(device_handle h) override {
     return inner.free(h);
   }
+  std::uint64_t footprint(device_handle h) const override {
+    return inner.footprint(h);
+  }
   backend::status write(device_handle h, std::uint64_t o, const void* s,
                         std::uint64_t b) override {
     ++writes;
@@ -250,6 +253,14 @@ void compare_on(backend::device& dev, const temp_model& tm, tensor_type type,
              + b.cache_bytes());
   // Two sequences, K and V, two layers, halves (the f16 cache).
   CHECK(a.cache_bytes() == 2 * 2 * 2 * n_ctx * hp.n_embd_kv() * 2);
+  // What the stages give back when they go: every buffer, weights read in
+  // place included, as the device counts it (host devices: exactly).
+  CHECK(a.footprint() >= a.weight_bytes() + a.cache_bytes());
+  CHECK(b.footprint() >= b.weight_bytes() + b.cache_bytes());
+  if (dev.properties().kind == backend::backend_kind::cpu
+      || dev.properties().kind == backend::backend_kind::sim)
+    CHECK(a.footprint() + b.footprint()
+          == dev.memory().used_by_exo - used0);
 
   auto* sim = dynamic_cast<backend::sim_device*>(&dev);
   double t0 = sim ? sim->now() : 0;

@@ -64,6 +64,9 @@ struct fixture {
   std::uint32_t n_ctx = 128;
   /// The shards' prefix cache (none unless a test asks).
   std::uint64_t prefix_cache_bytes = 0;
+  /// How long a device keeps a stage after its last shard (none unless a
+  /// test asks).
+  std::chrono::milliseconds keep_alive{0};
 
   fixture() {
     register_messages(cfg);
@@ -118,6 +121,7 @@ struct fixture {
       s.node = "test";
       s.batch_wait = batch_wait;
       s.prefix_cache_bytes = prefix_cache_bytes;
+      s.keep_alive = keep_alive;
       stages.push_back(workload::spawn_shard(*sys, std::move(s)));
     }
     caf::scoped_actor self{*sys};
@@ -707,6 +711,79 @@ TEST_CASE("a job starts from the prompt rows an earlier job left on its "
     f.stop(stages);
     f.prefix_cache_bytes = 0;
   }
+}
+
+TEST_CASE("a stage stays on its device after its last job: the next job's "
+          "shards find it with the prompt rows it kept",
+          "[workload][prefix][keep]") {
+  // A chat's turns are jobs one after another, each on shards of its own:
+  // the device keeps the stage (weights and kept rows) between them.
+  fixture f;
+  f.n_ctx = 2048;
+  f.prefix_cache_bytes = 64ull << 20;
+  f.keep_alive = std::chrono::hours{1};
+  const auto cpu = f.device_index("cpu");
+  auto dev = caf::actor_cast<caf::actor>(f.dev_actors[cpu]);
+  caf::scoped_actor self{*f.sys};
+  auto cat = [](std::vector<std::int32_t> a,
+                const std::vector<std::int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const auto first = cat(pattern(600, 7), pattern(100, 13));
+  const auto second = cat(first, pattern(80, 5)); // the next turn
+  // A job on fresh shards; the first stage's snapshot before they stop.
+  auto run = [&](std::uint64_t id, const std::vector<std::int32_t>& p,
+                 bool cache) {
+    auto stages = f.pipeline({0, 4}, {cpu});
+    auto j = f.job(id, stages, {p}, 4, 0.7f, 31);
+    j.prefix_cache = cache;
+    auto r = workload::run_job(*f.sys, std::move(j));
+    INFO(r.error);
+    REQUIRE(r.error.empty());
+    auto snap = snapshot_of(self, stages[0]);
+    f.stop(stages);
+    return std::pair{r, snap};
+  };
+  auto [r1, s1] = run(1, first, true);
+  CHECK(r1.cached_prompt_tokens == 0);
+  CHECK(num(s1, "stage_reuses") == 0);
+  // Its shards are gone; the device keeps the stage, counted as free.
+  auto kept = snapshot_of(self, dev);
+  CHECK(num(kept, "kept") == 1);
+  CHECK(num(kept, "kept_bytes")
+        >= num(s1, "weight_bytes") + num(s1, "prefix_bytes"));
+  CHECK(num(s1, "prefix_bytes") > 0);
+  auto [r2, s2] = run(2, second, true);
+  CHECK(r2.cached_prompt_tokens == 512);
+  CHECK(num(s2, "stage_reuses") == 1);
+  CHECK(num(s2, "tokens") == second.size() - 512 + 3);
+  // The same bits as reading it all.
+  auto [ref, sref] = run(3, second, false);
+  CHECK(ref.cached_prompt_tokens == 0);
+  CHECK(num(sref, "stage_reuses") == 2);
+  CHECK(ref.tokens[0] == r2.tokens[0]);
+  CHECK((ref.logits[0] == r2.logits[0])); // (not printed: 400)
+  // Without keep_alive the stage goes with its last shard.
+  f.keep_alive = std::chrono::milliseconds{0};
+  auto [r4, s4] = run(4, second, true);
+  CHECK(r4.cached_prompt_tokens == 512);
+  auto gone = snapshot_of(self, dev);
+  CHECK(num(gone, "kept") == 0);
+  CHECK(num(gone, "kept_bytes") == 0);
+  auto [r5, s5] = run(5, second, true);
+  CHECK(r5.cached_prompt_tokens == 0);
+  CHECK(num(s5, "stage_reuses") == 0);
+  // A short keep_alive: the device lets it go by itself.
+  f.keep_alive = std::chrono::milliseconds{200};
+  run(6, first, true);
+  for (int i = 0; i < 500 && num(snapshot_of(self, dev), "kept") != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto expired = snapshot_of(self, dev);
+  CHECK(num(expired, "kept") == 0);
+  CHECK(num(expired, "kept_expired") >= 1);
+  auto [r7, s7] = run(7, second, true);
+  CHECK(r7.cached_prompt_tokens == 0);
 }
 
 TEST_CASE("the prefix cache keeps to its budget, drops the least recently "

@@ -1068,6 +1068,79 @@ TEST_CASE("a job that finds no room joins a running job's stages when its "
   CHECK(!contains(huge.err, "waited"));
 }
 
+TEST_CASE("a stage kept after its last job counts as free memory and gives "
+          "its device's room to another model's job",
+          "[workload][process][keep]") {
+  pki p{"exo-keep"};
+  // Two models of 25 MiB of F32 weights each on a 40 MiB device: one
+  // stage at a time fits.
+  auto a = big_model(p);
+  exo::model::test_model_options o;
+  o.layers = 4;
+  o.dim = 256;
+  o.ff = 1024;
+  o.vocab = 4096;
+  o.ctx = 4096;
+  o.seed = 6;
+  auto b = p.dir + "/other.gguf";
+  exo::model::make_test_model(o, b);
+  p.node("solo");
+  node_options no{"solo"};
+  no.state_dir = p.dir + "/solo/state";
+  no.devices = slow_small_sim(p.dir, 40);
+  auto n = start_node(p, no);
+  auto job = [&](const std::string& model) {
+    auto r = console(p, n.port,
+                     std::vector<std::string>{
+                       "run --model " + model
+                       + " --prompt \"once upon a time\" -n 4 --ctx 256 "
+                         "--temperature 0"},
+                     console_options{true, std::chrono::milliseconds{120000}});
+    INFO(r.out << r.err);
+    CHECK(r.code == 0);
+    return r.out;
+  };
+  auto device = [&] {
+    return console(p, n.port,
+                   std::vector<std::string>{"inspect solo:device/sim:tiny:0"},
+                   console_options{true})
+      .out;
+  };
+  auto field = [](const std::string& out, const std::string& key) {
+    std::smatch m;
+    std::regex re{"\"" + key + "\": \"?(\\d+)"};
+    return std::regex_search(out, m, re) ? std::stoull(m[1].str())
+                                         : ~0ull;
+  };
+  auto first = job(a);
+  // The job is over; the device keeps its stage and says its memory is
+  // free (40 MiB: placement may plan on it).
+  auto kept = device();
+  INFO(kept);
+  CHECK(field(kept, "kept") == 1);
+  CHECK(field(kept, "kept_bytes") >= 25ull << 20);
+  CHECK(contains(console(p, n.port, std::vector<std::string>{"devices"},
+                         console_options{true})
+                   .out,
+                 "\"free_memory\": 41943040"));
+  // The other model's stage needs that room: the kept one gives way.
+  job(b);
+  auto after = device();
+  INFO(after);
+  CHECK(field(after, "kept_released") >= 1);
+  CHECK(field(after, "kept") == 1); // the other model's stage now
+  // And the first model again, the same text as before.
+  auto again = job(a);
+  CHECK(field(device(), "kept_released") >= 2);
+  auto tokens = [](const std::string& out) {
+    std::smatch m;
+    std::regex re{"\"tokens\": \\[[^\\]]*\\]"};
+    return std::regex_search(out, m, re) ? m[0].str() : std::string{"none"};
+  };
+  CHECK(tokens(first) != "none");
+  CHECK(tokens(again) == tokens(first));
+}
+
 TEST_CASE("the solver re-places a job that lost a node on the two that "
           "remain, the tokens unchanged", "[workload][process]") {
   pki p{"exo-resolve"};
