@@ -27,14 +27,25 @@ WORK=$(mktemp -d /tmp/exo-batch-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 . "$(dirname "$0")/cpu_node_common.sh"
 cpu_node_config
-echo "12 layers, 512 wide, ff 1536, 8/4 heads, vocabulary 2048; $N tokens"
+# SHAPE=1b: Llama-3.2-1B-shaped files (weights far larger than the
+# caches, as any real model's; at most 8 sequences: 10 rows of 128256
+# logits fill a step's answer).
+if [ "${SHAPE:-mid}" = 1b ]; then
+  SHAPE_ARGS="--layers 16 --dim 2048 --ff 8192 --heads 32 --kv-heads 8 --vocab 128256 --ctx 4096 --tokenizer gpt2"
+  SHAPE_TEXT="16 layers, 2048 wide, ff 8192, 32/8 heads, vocabulary 128256"
+else
+  SHAPE_ARGS="--layers 12 --dim 512 --ff 1536 --heads 8 --kv-heads 4 --vocab 2048"
+  SHAPE_TEXT="12 layers, 512 wide, ff 1536, 8/4 heads, vocabulary 2048"
+fi
+echo "$SHAPE_TEXT; $N tokens"
 echo "per sequence after a 16-token prompt; one core, one thread; median of $RUNS"
 printf '  %-7s %-9s %-26s %-26s %s\n' type sequences "exo tok/s (min-max)" \
   "llama.cpp tok/s (min-max)" "exo / llama.cpp"
 for type in ${BATCH_TYPES:-f32 q4_k_m}; do
   m="$WORK/$type.gguf"
-  "$EXO_MODEL" make-test --out "$m" --type "$type" --layers 12 --dim 512 \
-    --ff 1536 --heads 8 --kv-heads 4 --vocab 2048 --seed 1 >/dev/null
+  # shellcheck disable=SC2086
+  "$EXO_MODEL" make-test --out "$m" --type "$type" $SHAPE_ARGS --seed 1 \
+    >/dev/null
   for b in ${BATCHES:-1 4 16}; do
     e=() l=()
     for _ in $(seq 1 "$RUNS"); do

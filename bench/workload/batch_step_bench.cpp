@@ -15,7 +15,10 @@
 // EXO_BENCH_PROMPT=N (each sequence's prompt, default 16 tokens: a longer
 // one makes attention over the cache a larger part of a step),
 // EXO_BENCH_CTX=N (each sequence's context, default what it uses: the KV
-// memory printed shows what the sequences hold against their contexts).
+// memory printed shows what the sequences hold against their contexts),
+// EXO_BENCH_SHAPE=1b (a Llama-3.2-1B-shaped model instead: 16 layers,
+// 2048 wide, ff 8192, 32/8 heads, vocabulary 128256; weights far larger
+// than the caches, as any real model's).
 
 #include "backends/factory/factory.hpp"
 #include "core/model/device_stage.hpp"
@@ -68,6 +71,16 @@ int run_type(const char* type, int steps) {
   o.kv_heads = 4;
   o.vocab = 2048;
   o.ctx = 1024;
+  if (const char* shape = std::getenv("EXO_BENCH_SHAPE");
+      shape && std::string{shape} == "1b") {
+    o.layers = 16;
+    o.dim = 2048;
+    o.ff = 8192;
+    o.heads = 32;
+    o.kv_heads = 8;
+    o.vocab = 128256;
+    o.ctx = 4096;
+  }
   model::file_type ft;
   if (!model::parse_file_type(type, ft)) {
     std::printf("error: unknown type %s\n", type);
@@ -159,9 +172,10 @@ int run_type(const char* type, int steps) {
       for (auto& sg : p.segs)
         ++sg.pos;
     }
-  std::printf("%s (12 layers, 512 wide, ff 1536), %s KV cache, %u-token "
+  std::printf("%s (%u layers, %u wide, ff %u), %s KV cache, %u-token "
               "prompts, %d steps each, 1 thread:\n",
-              type, backend::to_string(kv), prompt, steps);
+              type, o.layers, o.dim, o.ff, backend::to_string(kv), prompt,
+              steps);
   const double one = median(paths.front().times);
   for (auto& p : paths) {
     const double t = median(p.times);

@@ -152,7 +152,6 @@ TEST_CASE("prompt read with the prefix cache and without", "[.bench]") {
     std::string keeper_job;
     // Once the long run has tokens its prompt is read and its rows kept.
     REQUIRE(eventually(p, node.port, "jobs", [&](const std::string& json) {
-      (void) node.proc->out();
       keeper_job = running_job_with_tokens(json);
       return !keeper_job.empty();
     }, 60s));
@@ -160,9 +159,6 @@ TEST_CASE("prompt read with the prefix cache and without", "[.bench]") {
     prompt_read last;
     // Question i of the system prompt, with the prefix cache or without.
     auto ask = [&](int i, bool cache) {
-      // The node prints every job's prompt and placement: its pipe is
-      // read between runs, or a full pipe would stop its writes.
-      (void) node.proc->out();
       return read_of(console(
         p, node.port,
         {"run --model " + model + " --prompt \"" + system

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -96,6 +97,9 @@ process::process(std::vector<std::string> argv,
   err_fd_ = err[0];
   fcntl(out_fd_, F_SETFL, O_NONBLOCK);
   fcntl(err_fd_, F_SETFL, O_NONBLOCK);
+  if (pipe(wake_) != 0)
+    throw std::runtime_error("pipe failed");
+  reader_ = std::thread{[this] { read_pipes(); }};
 }
 
 process::~process() {
@@ -103,32 +107,65 @@ process::~process() {
     ::kill(pid_, SIGKILL);
     waitpid(pid_, &status_, 0);
   }
-  if (out_fd_ >= 0)
-    close(out_fd_);
-  if (err_fd_ >= 0)
-    close(err_fd_);
+  // The reader stops at once (a grandchild may still hold the pipes).
+  if (write(wake_[1], "x", 1) < 0) {
+  }
+  reader_.join();
+  for (int fd : {out_fd_, err_fd_, wake_[0], wake_[1]})
+    if (fd >= 0)
+      close(fd);
+}
+
+void process::read_pipes() {
+  bool open[2] = {true, true};
+  char buf[65536];
+  while (open[0] || open[1]) {
+    pollfd fds[3] = {{open[0] ? out_fd_ : -1, POLLIN, 0},
+                     {open[1] ? err_fd_ : -1, POLLIN, 0},
+                     {wake_[0], POLLIN, 0}};
+    if (poll(fds, 3, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    if (fds[2].revents != 0)
+      break;
+    for (int i = 0; i < 2; ++i) {
+      if (!open[i] || fds[i].revents == 0)
+        continue;
+      for (;;) {
+        auto n = read(fds[i].fd, buf, sizeof(buf));
+        if (n > 0) {
+          std::lock_guard<std::mutex> guard{mx_};
+          (i == 0 ? out_ : err_).append(buf, static_cast<size_t>(n));
+          grew_.notify_all();
+          continue;
+        }
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+          open[i] = false; // the child (and all who held it) closed it
+          std::lock_guard<std::mutex> guard{mx_};
+          --pipes_open_;
+          grew_.notify_all();
+        }
+        if (n < 0 && errno == EINTR)
+          continue;
+        break;
+      }
+    }
+  }
+  std::lock_guard<std::mutex> guard{mx_};
+  pipes_open_ = 0;
+  grew_.notify_all();
+}
+
+void process::drain(std::chrono::milliseconds bound) {
+  std::unique_lock<std::mutex> lock{mx_};
+  grew_.wait_for(lock, bound, [this] { return pipes_open_ == 0; });
 }
 
 void process::signal(int sig) {
   if (!exited_)
     ::kill(pid_, sig);
-}
-
-void process::pump(int timeout_ms) {
-  pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
-  if (poll(fds, 2, timeout_ms) <= 0)
-    return;
-  char buf[65536];
-  for (auto& f : fds) {
-    if (f.revents == 0)
-      continue;
-    for (;;) {
-      auto n = read(f.fd, buf, sizeof(buf));
-      if (n <= 0)
-        break;
-      (f.fd == out_fd_ ? out_ : err_).append(buf, static_cast<size_t>(n));
-    }
-  }
 }
 
 bool process::running() {
@@ -155,15 +192,19 @@ void process::read_core() {
                      + ") died by signal "
                      + std::to_string(WTERMSIG(status_)) + " ("
                      + strsignal(WTERMSIG(status_)) + ") and dumped core";
+  auto add = [this](const std::string& more) {
+    std::lock_guard<std::mutex> guard{mx_};
+    err_ += more;
+  };
   if (core.empty()) {
-    err_ += text + " (not in the working directory: see core_pattern)\n";
+    add(text + " (not in the working directory: see core_pattern)\n");
     return;
   }
   if (::access("/usr/bin/gdb", X_OK) != 0) {
-    err_ += text + ": " + core + " (no gdb here to read it)\n";
+    add(text + ": " + core + " (no gdb here to read it)\n");
     return;
   }
-  err_ += text + "; gdb's backtraces:\n";
+  std::string told = text + "; gdb's backtraces:\n";
   auto cmd = "timeout 180 /usr/bin/gdb -batch -nx -q -ex 'info threads' "
              "-ex 'thread apply all bt 30' '" + program_ + "' '" + core
              + "' 2>&1";
@@ -171,10 +212,10 @@ void process::read_core() {
     char buf[4096];
     std::size_t n = 0;
     while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
-      err_.append(buf, n);
+      told.append(buf, n);
     ::pclose(f);
   }
-  err_ += "--- end of the backtraces\n";
+  add(told + "--- end of the backtraces\n");
   ::unlink(core.c_str());
 }
 
@@ -183,10 +224,9 @@ int process::wait(std::chrono::milliseconds timeout) {
   while (running()) {
     if (std::chrono::steady_clock::now() >= deadline)
       return -1;
-    pump(10);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  pump(0);
-  pump(0);
+  drain(std::chrono::seconds(2)); // what it printed last
   if (WIFEXITED(status_))
     return WEXITSTATUS(status_);
   if (WIFSIGNALED(status_))
@@ -197,28 +237,38 @@ int process::wait(std::chrono::milliseconds timeout) {
 bool process::wait_for_output(const std::string& needle,
                               std::chrono::milliseconds timeout,
                               bool in_stderr) {
-  auto& text = in_stderr ? err_ : out_;
+  const auto& text = in_stderr ? err_ : out_;
   auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock<std::mutex> lock{mx_};
   for (;;) {
     if (text.find(needle) != std::string::npos)
       return true;
-    if (std::chrono::steady_clock::now() >= deadline)
+    if (std::chrono::steady_clock::now() >= deadline || pipes_open_ == 0)
       return false;
-    if (!running()) {
-      pump(0);
-      return text.find(needle) != std::string::npos;
+    // Woken by new output; a child that exits with its pipes held open
+    // elsewhere is noticed within 50 ms.
+    grew_.wait_for(lock, std::chrono::milliseconds(50));
+    if (!exited_) {
+      lock.unlock();
+      const bool alive = running();
+      lock.lock();
+      if (!alive) {
+        lock.unlock();
+        drain(std::chrono::seconds(2));
+        lock.lock();
+        return text.find(needle) != std::string::npos;
+      }
     }
-    pump(20);
   }
 }
 
-const std::string& process::out() {
-  pump(0);
+std::string process::out() const {
+  std::lock_guard<std::mutex> guard{mx_};
   return out_;
 }
 
-const std::string& process::err() {
-  pump(0);
+std::string process::err() const {
+  std::lock_guard<std::mutex> guard{mx_};
   return err_;
 }
 

@@ -5,7 +5,10 @@
 /// exo-node processes on 127.0.0.1.
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sys/types.h>
@@ -25,7 +28,9 @@ std::string read_file(const std::string& path);
 class process {
 public:
   /// Starts `argv[0]` with the given arguments; stdout and stderr are
-  /// captured (stderr into its own buffer).
+  /// captured (stderr into its own buffer) by a thread of this object that
+  /// reads them as they come: a child that prints a lot never blocks on a
+  /// full pipe, however long the test goes without looking.
   explicit process(std::vector<std::string> argv,
                    std::vector<std::string> env = {});
   ~process(); ///< kills the child with SIGKILL if still running
@@ -44,18 +49,24 @@ public:
   /// one, or -1 on timeout (the child keeps running).
   int wait(std::chrono::milliseconds timeout);
 
-  /// Reads what is available; waits up to `timeout` for `needle` to show up
-  /// in stdout (in stderr with `in_stderr`). Returns whether it did.
+  /// Waits up to `timeout` for `needle` to show up in stdout (in stderr
+  /// with `in_stderr`). Returns whether it did.
   bool wait_for_output(const std::string& needle,
                        std::chrono::milliseconds timeout,
                        bool in_stderr = false);
 
-  const std::string& out();
-  const std::string& err();
+  /// What the child printed so far.
+  std::string out() const;
+  std::string err() const;
   bool running();
 
 private:
-  void pump(int timeout_ms);
+  /// The reader thread: appends what the pipes bring until both end or
+  /// the object goes.
+  void read_pipes();
+  /// Waits (at most `bound`) for the reader to have read both pipes to
+  /// their end (the child exited: what it printed last is in).
+  void drain(std::chrono::milliseconds bound);
   /// After the child died by a signal and dumped core (a crash: an abort,
   /// a segfault), appends gdb's backtrace of every thread of the core to
   /// the captured stderr and removes the core; without gdb, says where the
@@ -66,10 +77,15 @@ private:
   pid_t pid_ = -1;
   int out_fd_ = -1;
   int err_fd_ = -1;
+  int wake_[2] = {-1, -1}; ///< written to stop the reader
   int status_ = -1;
   bool exited_ = false;
+  mutable std::mutex mx_; ///< guards out_, err_, pipes_open_
+  std::condition_variable grew_;
   std::string out_;
   std::string err_;
+  int pipes_open_ = 2;
+  std::thread reader_;
 };
 
 /// Runs a program to completion (deadline `timeout`), returning
