@@ -24,9 +24,14 @@
 
 #include <caf/all.hpp>
 
+#if defined(__SANITIZE_ADDRESS__)
+#  include <sanitizer/lsan_interface.h>
+#endif
+
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -133,9 +138,30 @@ void install_signal_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
+/// Ends the process once its work is done, without the destructors of
+/// static objects and libraries: detached actor threads (a device actor's,
+/// which ran OpenMP regions as their master) may still be in their last
+/// steps (their thread-specific data's destructors) after the runtime has
+/// stopped them, and libgomp's and the GPU runtimes' exit-time destructors
+/// racing them aborted about one exo-node in a thousand with "double free
+/// or corruption" in __nptl_deallocate_tsd (the same race as OpenBLAS's,
+/// commit 41240d1). Everything of exo's is stopped and written by then:
+/// the runtime stops its services and devices and closes the audit log;
+/// the standard streams are flushed here. Sanitizer builds still check
+/// for leaks.
+[[noreturn]] void end_process(int code) {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+#if defined(__SANITIZE_ADDRESS__)
+  __lsan_do_leak_check();
+#endif
+  std::_Exit(code);
+}
+
 [[noreturn]] void die(int code, const std::string& msg) {
   std::cerr << "exo-node: " << msg << "\n";
-  std::exit(code);
+  end_process(code);
 }
 
 struct options {
@@ -259,7 +285,9 @@ int run_node(const exo::config::node_config& cfg,
 
 } // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int node_main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "plan") == 0)
     return exo::placement::run_plan_command(argc - 1, argv + 1, std::cout,
                                             std::cerr);
@@ -300,4 +328,10 @@ int main(int argc, char** argv) {
   }
   auto t0 = std::chrono::steady_clock::now();
   return run_node(load_config(o), t0);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  end_process(node_main(argc, argv));
 }
