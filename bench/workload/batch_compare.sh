@@ -51,7 +51,7 @@ for type in ${BATCH_TYPES:-f32 q4_k_m}; do
     for _ in $(seq 1 "$RUNS"); do
       out=$(taskset -c "$CORE" "$NODE" run --config "$WORK/node.json" \
         --model "$m" --prompt "Once upon a time there was" -n "$N" \
-        --sequences "$b" 2>&1)
+        --sequences "$b" 2>&1 | tr -d '\0')
       e+=("$(echo "$out" | sed -n 's/^generation: .*(\([0-9.]*\) tokens\/s).*/\1/p')")
       out=$(taskset -c "$CORE" node "$PROBE" "$m" "$b" "$N" 1 2>/dev/null)
       l+=("$(echo "$out" | awk '/^sequences/ {print $4 / $6}')")
