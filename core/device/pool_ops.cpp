@@ -40,28 +40,32 @@ result<backend::buffer*> pool_ops::resolve(model::device_handle h,
   return b;
 }
 
-result<model::device_handle> pool_ops::allocate(std::uint64_t bytes) {
+template <class Try>
+result<model::device_handle> pool_ops::with_room(Try attempt,
+                                                 bool& detached) {
   for (;;) {
-    bool detached = false;
     auto h = [&]() -> result<model::device_handle> {
       std::lock_guard<std::mutex> guard{mx_};
       detached = pool_ == nullptr;
       if (detached)
         return gone().err();
-      return pool_->allocate(bytes);
+      return attempt();
     }();
-    if (detached)
-      return h;
     // Outside the lock: what goes frees its buffers through this object.
-    if (!h && h.err().code == errc::out_of_memory && hooks_.on_no_room
-        && hooks_.on_no_room())
-      continue;
-    if (!h && hooks_.on_error)
-      hooks_.on_error(h.err());
-    if (h && hooks_.on_allocate)
-      hooks_.on_allocate(bytes, false);
-    return h;
+    if (detached || h || h.err().code != errc::out_of_memory
+        || !hooks_.on_no_room || !hooks_.on_no_room())
+      return h;
   }
+}
+
+result<model::device_handle> pool_ops::allocate(std::uint64_t bytes) {
+  bool detached = false;
+  auto h = with_room([&] { return pool_->allocate(bytes); }, detached);
+  if (!h && !detached && hooks_.on_error)
+    hooks_.on_error(h.err());
+  if (h && hooks_.on_allocate)
+    hooks_.on_allocate(bytes, false);
+  return h;
 }
 
 status pool_ops::free(model::device_handle h) {
@@ -103,26 +107,15 @@ status pool_ops::read(model::device_handle h, std::uint64_t offset,
 result<model::device_handle>
 pool_ops::adopt_host(const void* data, std::uint64_t bytes,
                      std::shared_ptr<const void> keep) {
-  for (;;) {
-    bool detached = false;
-    auto h = [&]() -> result<model::device_handle> {
-      std::lock_guard<std::mutex> guard{mx_};
-      detached = pool_ == nullptr;
-      if (detached)
-        return gone().err();
-      return pool_->adopt(data, bytes, keep);
-    }();
-    if (detached)
-      return h;
-    if (!h && h.err().code == errc::out_of_memory && hooks_.on_no_room
-        && hooks_.on_no_room())
-      continue;
-    if (!h && h.err().code != errc::unsupported && hooks_.on_error)
-      hooks_.on_error(h.err());
-    if (h && hooks_.on_allocate)
-      hooks_.on_allocate(bytes, true);
-    return h;
-  }
+  bool detached = false;
+  auto h = with_room([&] { return pool_->adopt(data, bytes, keep); },
+                     detached);
+  if (!h && !detached && h.err().code != errc::unsupported
+      && hooks_.on_error)
+    hooks_.on_error(h.err());
+  if (h && hooks_.on_allocate)
+    hooks_.on_allocate(bytes, true);
+  return h;
 }
 
 status pool_ops::run(const std::vector<model::device_op>& ops) {

@@ -80,6 +80,12 @@ public:
   }
 
 private:
+  /// Runs `attempt` (an allocation from the pool) under the lock; when it
+  /// finds no room, asks hooks::on_no_room (without the lock) to free
+  /// what may go and tries again while something went. Once detached:
+  /// device_lost, and `detached` set.
+  template <class Try>
+  result<model::device_handle> with_room(Try attempt, bool& detached);
   /// `s`, reported to on_error when it is a failure.
   status reported(status s);
   /// The buffer behind `h` for [offset, offset + bytes); a failure is

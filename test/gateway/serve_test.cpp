@@ -300,10 +300,14 @@ TEST_CASE("exo-node serve answers the official openai client with the "
     return contains(json, "\"jobs\": []") || contains(json, "\"jobs\":[]");
   }, 30s));
   // The console's run --chat on the same node gives the same tokens.
-  std::string ids_json = "[";
-  for (std::size_t i = 0; i < chat_run.ids.size(); ++i)
-    ids_json += (i ? ", " : "") + std::to_string(chat_run.ids[i]);
-  ids_json += "]";
+  // Token ids as the console's JSON prints them.
+  auto ids_text = [](const auto& ids) {
+    std::string text = "[";
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      text += (i ? ", " : "") + std::to_string(ids[i]);
+    return text + "]";
+  };
+  const auto ids_json = ids_text(chat_run.ids);
   auto console_run = console(
     p, cluster_port,
     {"run --model " + chat + " --chat --system \"" + system
@@ -316,10 +320,7 @@ TEST_CASE("exo-node serve answers the official openai client with the "
   // the device kept the stage after its last job (devices.keep_alive_s),
   // so a later turn with the same start copies them and gives the
   // engine's tokens.
-  std::string cached_ids = "[";
-  for (std::size_t i = 0; i < cached_run.ids.size(); ++i)
-    cached_ids += (i ? ", " : "") + std::to_string(cached_run.ids[i]);
-  cached_ids += "]";
+  const auto cached_ids = ids_text(cached_run.ids);
   auto later = console(
     p, cluster_port,
     {"run --model " + chat + " --chat --system \"" + long_system

@@ -97,16 +97,18 @@ std::string long_model(const pki& p, std::uint32_t layers = 2,
 }
 
 /// About 25 MiB of F32 weights (4 layers, 256 wide, vocabulary 4096,
-/// context 4096; 2 KiB of F16 KV cache a token) at dir/big.gguf.
-std::string big_model(const pki& p) {
+/// context 4096; 2 KiB of F16 KV cache a token) at dir/NAME.gguf; another
+/// seed gives another model of the same shape.
+std::string big_model(const pki& p, const std::string& name = "big",
+                      std::uint32_t seed = 5) {
   exo::model::test_model_options o;
   o.layers = 4;
   o.dim = 256;
   o.ff = 1024;
   o.vocab = 4096;
   o.ctx = 4096;
-  o.seed = 5;
-  auto model = p.dir + "/big.gguf";
+  o.seed = seed;
+  auto model = p.dir + "/" + name + ".gguf";
   exo::model::make_test_model(o, model);
   return model;
 }
@@ -1072,15 +1074,7 @@ TEST_CASE("a stage kept after its last job counts as free memory and gives "
   // Two models of 25 MiB of F32 weights each on a 40 MiB device: one
   // stage at a time fits.
   auto a = big_model(p);
-  exo::model::test_model_options o;
-  o.layers = 4;
-  o.dim = 256;
-  o.ff = 1024;
-  o.vocab = 4096;
-  o.ctx = 4096;
-  o.seed = 6;
-  auto b = p.dir + "/other.gguf";
-  exo::model::make_test_model(o, b);
+  auto b = big_model(p, "other", 6);
   p.node("solo");
   node_options no{"solo"};
   no.state_dir = p.dir + "/solo/state";
