@@ -112,6 +112,15 @@ struct device_actor_state {
     return true;
   }
 
+  /// An allocation found no room: lets go of the oldest kept object;
+  /// whether there was one (the allocation is tried again).
+  bool give_way() {
+    if (kept.empty())
+      return false;
+    ++kept_released;
+    return let_go(kept.begin()->first);
+  }
+
   ~device_actor_state() {
     // On the actor's thread, while its buffers still exist.
     while (!kept.empty())
@@ -389,11 +398,8 @@ caf::result<handle_id> do_allocate(self_ptr self, std::uint64_t bytes,
   auto h = st.pool->allocate(bytes);
   // What tasks keep gives way, the oldest first.
   while (!h && h.err().code == backend::errc::out_of_memory
-         && !st.kept.empty()) {
-    ++st.kept_released;
-    st.let_go(st.kept.begin()->first);
+         && st.give_way())
     h = st.pool->allocate(bytes);
-  }
   if (!h)
     return st.failed(h.err());
   audit_op(self, audit::event_type::device_allocate, principal,
@@ -680,13 +686,7 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
     ++self->state.operations;
     audit_op(self, audit::event_type::device_free, {}, {});
   };
-  hooks.on_no_room = [self] {
-    auto& st = self->state;
-    if (st.kept.empty())
-      return false;
-    ++st.kept_released;
-    return st.let_go(st.kept.begin()->first);
-  };
+  hooks.on_no_room = [self] { return self->state.give_way(); };
   st.ops = std::make_shared<pool_ops>(*dev, *st.pool, std::move(hooks));
   if (!st.cfg.failed_reason.empty()) {
     st.state = device_state::failed;

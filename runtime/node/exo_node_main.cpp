@@ -143,9 +143,9 @@ void install_signal_handlers() {
 /// which ran OpenMP regions as their master) may still be in their last
 /// steps (their thread-specific data's destructors) after the runtime has
 /// stopped them, and libgomp's and the GPU runtimes' exit-time destructors
-/// racing them aborted about one exo-node in a thousand with "double free
-/// or corruption" in __nptl_deallocate_tsd (the same race as OpenBLAS's,
-/// commit 41240d1). Everything of exo's is stopped and written by then:
+/// racing them aborted one exo-node of a full test suite with "double
+/// free or corruption" in __nptl_deallocate_tsd (the same race as
+/// OpenBLAS's, commit 41240d1). Everything of exo's is stopped and written by then:
 /// the runtime stops its services and devices and closes the audit log;
 /// the standard streams are flushed here. Sanitizer builds still check
 /// for leaks.
