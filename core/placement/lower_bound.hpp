@@ -45,9 +45,11 @@ std::optional<capacity_bound> capacity_lower_bound(const cost_model& m);
 /// (layers covered, ends covered), device by device, node by node,
 /// O(devices * layers^2). Bottleneck: the least T at which windows of at
 /// most T ticks cover the model within the nodes that cuts of at most T
-/// join. Exact for pipelines of identical middle layers on a uniform
-/// network, where the node-block program's plans meet it. nullopt when no
-/// cover exists (then no plan exists).
+/// join. Blend: for each bottleneck B (where a window's ticks start or
+/// stop fitting under it), the latency bound over windows of at most B
+/// plus B's share, the least over B. Exact for pipelines of identical
+/// middle layers on a uniform network, where the node-block program's
+/// plans meet it. nullopt when no cover exists (then no plan exists).
 std::optional<std::int64_t> window_lower_bound(const cost_model& m);
 
 } // namespace exo::placement

@@ -55,7 +55,58 @@ struct shared {
   /// Per node: a potential p >= 0 with p(a) + p(b) at most the cheapest
   /// cut between a and b less intra, for every two nodes.
   std::vector<std::int64_t> potential;
+  /// Per node: smaller potentials q fitted to the part of the cuts that
+  /// each end adds (a network card's latency), and the residual hop r(a)
+  /// = min over b of (cut(a, b) - intra - q(a) - q(b)) >= 0 (what the
+  /// slower end's bandwidth adds).
+  std::vector<std::int64_t> fitted, residual;
 };
+
+/// Fits s.fitted and s.residual: cuts of the form q(a) + q(b) + r(a, b),
+/// q what each end adds and r the slower end's share (a link as slow as
+/// its slower card), give q(a) = min over b != c of (y(a, b) + y(a, c) -
+/// y(b, c)) / 2 (exact when r is 0; r's part is what the residual hops
+/// charge as a tree). Lowered until every pair fits, so every q is a
+/// potential and every residual >= 0 whatever the cuts are.
+template <typename Cut>
+void fit_potentials(shared& s, int nodes, const Cut& y) {
+  s.fitted.assign(nodes, 0);
+  s.residual.assign(nodes, 0);
+  if (nodes < 2)
+    return;
+  for (int a = 0; a < nodes; ++a) {
+    std::int64_t q = inf;
+    for (int b = 0; b < nodes; ++b)
+      for (int c = b + 1; c < nodes; ++c)
+        if (b != a && c != a)
+          q = std::min(q, (y(a, b) + y(a, c) - y(b, c)) / 2);
+    s.fitted[a] = q < inf ? std::max<std::int64_t>(0, q) : s.hop[a] / 2;
+  }
+  for (int round = 0; round < 64; ++round) {
+    bool fits = true;
+    for (int a = 0; a < nodes; ++a)
+      for (int b = a + 1; b < nodes; ++b) {
+        const auto over = s.fitted[a] + s.fitted[b] - y(a, b);
+        if (over <= 0)
+          continue;
+        fits = false;
+        const auto half = (over + 1) / 2;
+        s.fitted[a] = std::max<std::int64_t>(0, s.fitted[a] - half);
+        s.fitted[b] = std::max<std::int64_t>(0, s.fitted[b] - (over - half));
+      }
+    if (fits)
+      break;
+    if (round == 63)
+      s.fitted.assign(nodes, 0);
+  }
+  for (int a = 0; a < nodes; ++a) {
+    std::int64_t r = inf;
+    for (int b = 0; b < nodes; ++b)
+      if (b != a)
+        r = std::min(r, y(a, b) - s.fitted[a] - s.fitted[b]);
+    s.residual[a] = r < inf ? std::max<std::int64_t>(0, r) : 0;
+  }
+}
 
 shared prepare(const cost_model& m) {
   shared s;
@@ -96,6 +147,7 @@ shared prepare(const cost_model& m) {
       if (room < inf)
         s.potential[a] = std::max(s.potential[a], room);
     }
+  fit_potentials(s, nodes, y);
   return s;
 }
 
@@ -114,17 +166,20 @@ enum class ends {
   together,
 };
 
-/// How the cuts between nodes are charged to the nodes a plan visits.
-enum class charge {
-  /// Tree: a node's hop, all but the root (see `ends`).
-  hops,
-  /// Potentials: a plan's visits v1..vV are joined by V - 1 cuts, each
-  /// costing at least p(a) + p(b), so they cost at least twice the
-  /// potentials of the visits less those of the first and the last visit:
-  /// every node visited pays 2p, the nodes holding the first and the last
-  /// layer get p back each when they differ (when they are one node, it is
-  /// visited twice and keeps paying 2p).
-  potentials,
+/// How the cuts between nodes are charged to the nodes a plan visits:
+/// potentials q and hops h per node, a cut(a, b) costing at least intra +
+/// q(a) + q(b) + h(a) (and + h(b)). A plan's visits v1..vV are joined by
+/// V - 1 cuts, so they cost at least twice the potentials of the visits
+/// less those of the first and the last visit (every node visited pays
+/// 2q; the nodes holding the first and the last layer get q back each when
+/// they differ; when they are one node, it is visited twice and keeps
+/// paying 2q), plus the hops as `ends` says (a tree: all but the root's).
+/// Three ways, each bounding every plan: hops alone (q = 0, h = hop), the
+/// largest potentials (h = 0), and the fitted potentials with their
+/// residual hops (shared::fitted).
+struct charge {
+  const std::vector<std::int64_t>& q;
+  const std::vector<std::int64_t>& h;
 };
 
 /// Least latency (in units: `wt` per tick of compute and transfer, `wp`
@@ -134,11 +189,11 @@ enum class charge {
 /// holds layer 0, the last layer L - 1), its cuts cost at least `intra`
 /// each, and the cuts between nodes as `ends` and `charge` say. A knapsack
 /// over (layers covered, first and last covered, a node entered, this node
-/// took the first / the last layer), node by node in order of hop (the
-/// first node entered is the root), device by device.
+/// took the first / the last layer), node by node in order of the charge's
+/// hop (the first node entered is the root), device by device.
 std::int64_t latency_bound(const cost_model& m, const shared& s,
                            std::int64_t wt, std::int64_t wp, ends e,
-                           charge c, int only_node = -1) {
+                           const charge& c, int only_node = -1) {
   const int L = static_cast<int>(m.layers());
   const int nodes = static_cast<int>(m.nodes());
   const std::int64_t pen = m.node_penalty();
@@ -155,20 +210,18 @@ std::int64_t latency_bound(const cost_model& m, const shared& s,
   for (int a = 0; a < nodes; ++a)
     order[a] = a;
   std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return s.hop[a] < s.hop[b]; });
+                   [&](int a, int b) { return c.h[a] < c.h[b]; });
   for (int a : order) {
     if (only_node >= 0 && a != only_node)
       continue;
-    // Enter node a: the root pays its hop only when the ends are together;
-    // every later node pays its hop and the node penalty.
+    // Enter node a: it pays 2q, and its hop unless it is the root of a
+    // plan whose ends are apart; every later node pays the node penalty.
     G.assign(F.size(), inf);
-    const std::int64_t p = s.potential[a];
-    const std::int64_t cut = e == ends::one_node   ? 0
-                             : c == charge::hops ? s.hop[a]
-                                                 : 2 * p;
-    const std::int64_t later = wt * cut + wp * pen;
+    const std::int64_t p = e == ends::one_node ? 0 : c.q[a];
+    const std::int64_t hop = e == ends::one_node ? 0 : c.h[a];
+    const std::int64_t later = wt * (2 * p + hop) + wp * pen;
     const std::int64_t root =
-      c == charge::potentials || e == ends::together ? wt * cut : 0;
+      wt * (2 * p + (e == ends::together ? hop : 0));
     for (int f = 0; f < entered_bit * 2; ++f)
       for (int j = 0; j <= L; ++j) {
         const auto v = F[at(j, f)];
@@ -209,7 +262,7 @@ std::int64_t latency_bound(const cost_model& m, const shared& s,
                         : e == ends::together ? took_first == took_last
                                               : true;
       const std::int64_t back =
-        c == charge::potentials && e == ends::apart
+        e == ends::apart
           ? wt * p * ((took_first ? 1 : 0) + (took_last ? 1 : 0))
           : 0;
       for (int j = 0; j <= L; ++j) {
@@ -235,16 +288,38 @@ std::int64_t latency_bound(const cost_model& m, const shared& s,
     best = std::min(best, w.all < inf ? wt * w.all : inf);
   if (L < 2)
     return best;
-  // Each way of charging the cuts bounds every plan: the larger of the two
-  // for each way the ends sit.
-  for (auto e : {ends::apart, ends::together})
-    best = std::min(best,
-                    std::max(latency_bound(m, s, wt, wp, e, charge::hops),
-                             latency_bound(m, s, wt, wp, e,
-                                           charge::potentials)));
+  // Each way of charging the cuts bounds every plan: the largest for each
+  // way the ends sit.
+  const std::vector<std::int64_t> none(m.nodes(), 0);
+  const charge ways[] = {{none, s.hop}, {s.potential, none},
+                         {s.fitted, s.residual}};
+  // A charge no larger than another on every node (q and h) bounds no
+  // higher: sum over the visits of 2q + h less the root's h and the ends'
+  // q grows with each. Such a charge is skipped.
+  auto under = [](const charge& a, const charge& b) {
+    for (std::size_t i = 0; i < a.q.size(); ++i)
+      if (a.q[i] > b.q[i] || a.h[i] > b.h[i])
+        return false;
+    return true;
+  };
+  std::vector<const charge*> used;
+  for (std::size_t i = 0; i < std::size(ways); ++i) {
+    bool skip = false;
+    for (std::size_t j = 0; j < std::size(ways) && !skip; ++j)
+      skip = j != i && under(ways[i], ways[j])
+             && (!under(ways[j], ways[i]) || j < i);
+    if (!skip)
+      used.push_back(&ways[i]);
+  }
+  for (auto e : {ends::apart, ends::together}) {
+    std::int64_t most = 0;
+    for (const auto* c : used)
+      most = std::max(most, latency_bound(m, s, wt, wp, e, *c));
+    best = std::min(best, most);
+  }
   for (int a = 0; a < static_cast<int>(m.nodes()); ++a)
     best = std::min(best, latency_bound(m, s, wt, wp, ends::one_node,
-                                        charge::hops, a));
+                                        ways[0], a));
   return best;
 }
 
@@ -325,6 +400,76 @@ std::int64_t bottleneck_bound(const cost_model& m, const shared& s) {
   return lo;
 }
 
+/// The blend w x latency + (100 - w) x bottleneck (+ 100 x penalty, in
+/// the latency part) bounded as one: a plan whose bottleneck is B runs no
+/// window longer than B, so its weighted latency is at least the latency
+/// bound over windows of at most B, lat(B), which only changes where B
+/// passes a window's ticks. With those values b0 = bottleneck_bound() <
+/// b1 < ... (each window's ticks above b0), a plan's B lies in some [bj,
+/// bj+1) and costs at least lat(bj) + (100 - w) bj; the least of these is
+/// the bound. lat falls as B grows, so a run of values [bi, bk] costs at
+/// least lat(bk) + (100 - w) bi: runs that cannot go below the best found
+/// are skipped (a bisection over the values, lat computed at few of
+/// them). Tighter than the two parts' bounds added, which lets one plan
+/// have the best latency and another the best bottleneck.
+std::int64_t blend_bound(const cost_model& m, const shared& s) {
+  const std::int64_t w = m.blend_percent();
+  const std::int64_t t0 = bottleneck_bound(m, s);
+  if (t0 >= inf)
+    return inf;
+  std::vector<std::int64_t> at{t0};
+  for (const auto& x : s.win) {
+    for (const auto* c : {&x.mid, &x.first, &x.last})
+      for (auto v : *c)
+        if (v > t0 && v < inf)
+          at.push_back(v);
+    if (x.all > t0 && x.all < inf)
+      at.push_back(x.all);
+  }
+  std::sort(at.begin(), at.end());
+  at.erase(std::unique(at.begin(), at.end()), at.end());
+  // lat(at[i]), computed when first needed.
+  std::vector<std::int64_t> lat(at.size(), -1);
+  auto lat_at = [&](std::size_t i) {
+    if (lat[i] >= 0)
+      return lat[i];
+    shared capped = s;
+    auto cap = [&](std::int64_t& v) {
+      if (v > at[i])
+        v = inf;
+    };
+    for (auto& x : capped.win) {
+      for (auto* c : {&x.mid, &x.first, &x.last})
+        for (auto& v : *c)
+          cap(v);
+      cap(x.all);
+    }
+    lat[i] = latency_bound(m, capped, w, 100);
+    return lat[i];
+  };
+  auto cost = [&](std::size_t i) {
+    const auto l = lat_at(i);
+    return l < inf ? l + (100 - w) * at[i] : inf;
+  };
+  const std::size_t n = at.size();
+  std::int64_t best = std::min(cost(0), cost(n - 1));
+  std::vector<std::pair<std::size_t, std::size_t>> runs{{0, n - 1}};
+  while (!runs.empty()) {
+    auto [lo, hi] = runs.back();
+    runs.pop_back();
+    if (hi <= lo + 1)
+      continue;
+    const auto l = lat_at(hi);
+    if (l >= inf || l + (100 - w) * at[lo + 1] >= best)
+      continue;
+    const auto mid = lo + (hi - lo) / 2;
+    best = std::min(best, cost(mid));
+    runs.push_back({lo, mid});
+    runs.push_back({mid, hi});
+  }
+  return best;
+}
+
 } // namespace
 
 std::optional<std::int64_t> window_lower_bound(const cost_model& m) {
@@ -341,12 +486,8 @@ std::optional<std::int64_t> window_lower_bound(const cost_model& m) {
       return v < inf ? std::optional<std::int64_t>(v) : std::nullopt;
     }
     case objective_kind::blend: {
-      const std::int64_t w = m.blend_percent();
-      auto a = latency_bound(m, s, w, 100);
-      auto b = bottleneck_bound(m, s);
-      if (a >= inf || b >= inf)
-        return std::nullopt;
-      return a + (100 - w) * b;
+      auto v = blend_bound(m, s);
+      return v < inf ? std::optional<std::int64_t>(v) : std::nullopt;
     }
   }
   return std::nullopt;

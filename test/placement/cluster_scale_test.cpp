@@ -180,7 +180,9 @@ TEST_CASE("64 devices on 16 nodes in 8 kinds: proven optimal, latency and "
 
 TEST_CASE("an unproven plan states its bound and gap, never proven") {
   // A network card per node kind: the window bound cannot see which nodes
-  // a path may pair, the plan keeps a certified gap.
+  // a path may pair, the plan keeps a certified gap. Its cuts are charged
+  // by what each card adds (fitted potentials) and the slower card's
+  // bandwidth (residual hops): 0.10% here, 0.37% with either alone.
   auto p = rack(128, true, objective_kind::latency, 1000, true);
   auto r = solve(p);
   REQUIRE(r.best);
@@ -188,7 +190,21 @@ TEST_CASE("an unproven plan states its bound and gap, never proven") {
   CHECK(r.status == solve_status::feasible);
   CHECK(r.best->lower_bound_seconds > 0);
   CHECK(r.best->lower_bound_seconds < r.best->objective_seconds);
-  CHECK(r.best->objective_seconds < 1.1 * r.best->lower_bound_seconds);
+  CHECK(r.best->objective_seconds < 1.002 * r.best->lower_bound_seconds);
+}
+
+TEST_CASE("a blend of latency and bottleneck is bounded as one and "
+          "proven at 64 devices") {
+  // The two parts' bounds added let one plan have the best latency and
+  // another the best bottleneck (a 1.07% gap on this cluster); bounding
+  // the latency of the plans of each bottleneck proves the plan.
+  auto p = rack(128, true, objective_kind::blend, 1);
+  auto r = solve(p);
+  REQUIRE(r.best);
+  CHECK(r.best->solver == "node-blocks");
+  CHECK(r.best->proven_optimal);
+  CHECK(r.best->lower_bound_seconds == r.best->objective_seconds);
+  CHECK(check_plan(p, *r.best).empty());
 }
 
 TEST_CASE("the proven objective does not change when devices and nodes are "
