@@ -12,6 +12,7 @@
 #include "core/placement/pack.hpp"
 #include "core/placement/plan.hpp"
 #include "core/placement/plan_command.hpp"
+#include "core/placement/plan_moves.hpp"
 #include "core/placement/problem.hpp"
 #include "core/placement/problem_json.hpp"
 #include "core/placement/random_problem.hpp"

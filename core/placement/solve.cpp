@@ -7,6 +7,7 @@
 #include "core/placement/gecode_solver.hpp"
 #include "core/placement/lower_bound.hpp"
 #include "core/placement/node_blocks.hpp"
+#include "core/placement/plan_moves.hpp"
 #include "core/placement/subset_search.hpp"
 
 #include <algorithm>
@@ -111,6 +112,7 @@ solve_result solve(const problem& original, const solve_options& opts,
     lower = std::max(lower, *w);
   std::optional<std::int64_t> best_units;
   std::int64_t best_moved = 0;
+  assignment best_assignment;
   bool proven = false;
   bool infeasible = false;
   // Accepts a plan from a solver: checked, strictly better, reported.
@@ -130,6 +132,7 @@ solve_result solve(const problem& original, const solve_options& opts,
       return;
     best_units = x.objective_units;
     best_moved = x.moving_us;
+    best_assignment = a;
     x.lower_bound_seconds = m.to_seconds(lower);
     x.solve_seconds = elapsed();
     res.best = x;
@@ -202,6 +205,18 @@ solve_result solve(const problem& original, const solve_options& opts,
         res.cancelled = true;
         break;
     }
+  }
+  // A plan not proven: local moves the programs cannot make (a node
+  // entered twice, a bridge between two slow links), in at most a tenth
+  // of the time limit.
+  if (opts.solver == solver_kind::both && best_units && !proven
+      && lower < *best_units && !res.cancelled) {
+    auto r = improve_by_moves(m, best_assignment,
+                              std::chrono::steady_clock::now()
+                                + opts.time_limit / 10,
+                              cancel);
+    if (r.moves > 0)
+      accept(r.best, "moves");
   }
   const bool bound_met = best_units && lower >= *best_units;
   const bool run_gecode = (opts.solver == solver_kind::gecode && !bound_met)
