@@ -36,6 +36,29 @@ bool fits(const cost_model& m, const stage_assignment& s) {
   return s.end > s.first && s.end <= m.max_end(s.device, s.first);
 }
 
+/// The cuts c at which stage i's layers may go to its neighbours: [0, 0]
+/// for the first stage (all to the next), [L, L] for the last.
+std::pair<int, int> split_range(const assignment& a, int i) {
+  const int S = static_cast<int>(a.size());
+  if (i == 0)
+    return {0, 0};
+  if (i + 1 == S)
+    return {a[i].end, a[i].end};
+  return {a[i].first, a[i].end};
+}
+
+/// a without stage i, its layers [first, c) to the stage before and
+/// [c, end) to the stage after.
+assignment without(const assignment& a, int i, int c) {
+  auto b = a;
+  if (i > 0)
+    b[i - 1].end = c;
+  if (i + 1 < static_cast<int>(a.size()))
+    b[i + 1].first = c;
+  b.erase(b.begin() + i);
+  return b;
+}
+
 } // namespace
 
 plan_moves_result improve_by_moves(
@@ -68,6 +91,35 @@ plan_moves_result improve_by_moves(
     ++out.moves;
     return true;
   };
+  // Inserts device d into r at boundary s (before stage s; s == |r|:
+  // after the last), every boundary but `skip`: the new stage takes
+  // [c1, c2), the end of stage s - 1 and the start of stage s, each
+  // keeping at least one layer. True when a plan was kept.
+  auto insert = [&](const assignment& r, int d, int skip) {
+    const int R = static_cast<int>(r.size());
+    const int L = static_cast<int>(m.layers());
+    for (int s = 0; s <= R; ++s) {
+      if (s == skip)
+        continue;
+      const int at = s < R ? r[s].first : r[R - 1].end;
+      const int c1_lo = s > 0 ? std::max(r[s - 1].first + 1, at - reach) : 0;
+      const int c1_hi = s > 0 ? at : 0;
+      const int c2_lo = s < R ? at : L;
+      const int c2_hi = s < R ? std::min(r[s].end - 1, at + reach) : L;
+      for (int c1 = c1_lo; c1 <= c1_hi; ++c1)
+        for (int c2 = std::max(c2_lo, c1 + 1); c2 <= c2_hi; ++c2) {
+          auto b = r;
+          if (s > 0)
+            b[s - 1].end = c1;
+          if (s < R)
+            b[s].first = c2;
+          b.insert(b.begin() + s, stage_assignment{d, c1, c2});
+          if (take(b))
+            return true;
+        }
+    }
+    return false;
+  };
   bool moved = true;
   while (moved && !stop()) {
     moved = false;
@@ -88,17 +140,9 @@ plan_moves_result improve_by_moves(
     // Stages removed: the layers go to the neighbours, split anywhere
     // (the first stage's to the next, the last's to the one before).
     for (int s = 0; s < S && S > 1 && !moved; ++s) {
-      const int lo = s == 0 ? 0 : s + 1 == S ? a[s].end : a[s].first;
-      const int hi = s == 0 ? 0 : a[s].end;
-      for (int c = lo; c <= hi && !moved; ++c) {
-        auto b = a;
-        if (s > 0)
-          b[s - 1].end = c;
-        if (s + 1 < S)
-          b[s + 1].first = c;
-        b.erase(b.begin() + s);
-        moved = take(b);
-      }
+      const auto [lo, hi] = split_range(a, s);
+      for (int c = lo; c <= hi && !moved; ++c)
+        moved = take(without(a, s, c));
     }
     if (moved || stop() || a.size() >= m.max_stages())
       continue;
@@ -113,27 +157,7 @@ plan_moves_result improve_by_moves(
           || class_tried[static_cast<std::size_t>(m.device_class(d))])
         continue;
       class_tried[static_cast<std::size_t>(m.device_class(d))] = 1;
-      for (int s = 0; s <= S && !moved; ++s) {
-        // The new stage takes [c1, c2): the end of stage s - 1 and the
-        // start of stage s, each keeping at least one layer.
-        const int at = s < S ? a[s].first : a[S - 1].end;
-        const int c1_lo = s > 0 ? std::max(a[s - 1].first + 1, at - reach) : 0;
-        const int c1_hi = s > 0 ? at : 0;
-        const int c2_hi = s < S ? std::min(a[s].end - 1, at + reach)
-                                : static_cast<int>(m.layers());
-        const int c2_lo = s < S ? at : static_cast<int>(m.layers());
-        for (int c1 = c1_lo; c1 <= c1_hi && !moved; ++c1)
-          for (int c2 = std::max(c2_lo, c1 + 1); c2 <= c2_hi && !moved;
-               ++c2) {
-            auto b = a;
-            if (s > 0)
-              b[s - 1].end = c1;
-            if (s < S)
-              b[s].first = c2;
-            b.insert(b.begin() + s, stage_assignment{d, c1, c2});
-            moved = take(b);
-          }
-      }
+      moved = insert(a, d, -1);
     }
     if (moved || stop())
       continue;
@@ -163,55 +187,22 @@ plan_moves_result improve_by_moves(
     // A stage's device moved elsewhere: its layers to its neighbours (the
     // best split), the device inserted at another boundary as above.
     for (int i = 0; i < S && S > 2 && !moved && !stop(); ++i) {
-      const int d = a[i].device;
-      const int lo = i == 0 ? 0 : i + 1 == S ? a[i].end : a[i].first;
-      const int hi = i == 0 ? 0 : a[i].end;
+      const auto [lo, hi] = split_range(a, i);
       assignment r;
       key rk{};
-      bool have = false;
       for (int c = lo; c <= hi; ++c) {
-        auto b = a;
-        if (i > 0)
-          b[i - 1].end = c;
-        if (i + 1 < S)
-          b[i + 1].first = c;
-        b.erase(b.begin() + i);
-        bool ok = true;
-        for (const auto& x : b)
-          ok = ok && fits(m, x);
-        if (!ok)
+        auto b = without(a, i, c);
+        if (!std::all_of(b.begin(), b.end(),
+                         [&](const auto& x) { return fits(m, x); }))
           continue;
         auto k = key_of(m, b);
-        if (!have || k < rk) {
+        if (r.empty() || k < rk) {
           rk = k;
           r = std::move(b);
-          have = true;
         }
       }
-      if (!have)
-        continue;
-      const int R = static_cast<int>(r.size());
-      for (int s = 0; s <= R && !moved; ++s) {
-        if (s == i)
-          continue; // where it was
-        const int at = s < R ? r[s].first : r[R - 1].end;
-        const int c1_lo = s > 0 ? std::max(r[s - 1].first + 1, at - reach) : 0;
-        const int c1_hi = s > 0 ? at : 0;
-        const int c2_hi = s < R ? std::min(r[s].end - 1, at + reach)
-                                : static_cast<int>(m.layers());
-        const int c2_lo = s < R ? at : static_cast<int>(m.layers());
-        for (int c1 = c1_lo; c1 <= c1_hi && !moved; ++c1)
-          for (int c2 = std::max(c2_lo, c1 + 1); c2 <= c2_hi && !moved;
-               ++c2) {
-            auto b = r;
-            if (s > 0)
-              b[s - 1].end = c1;
-            if (s < R)
-              b[s].first = c2;
-            b.insert(b.begin() + s, stage_assignment{d, c1, c2});
-            moved = take(b);
-          }
-      }
+      if (!r.empty())
+        moved = insert(r, a[i].device, i); // not where it was
     }
   }
   out.best = a;

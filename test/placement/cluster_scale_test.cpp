@@ -30,6 +30,21 @@ problem small_cluster(std::uint64_t seed, objective_kind k) {
   return random_cluster(o);
 }
 
+/// Calls f(seed, kind, problem, model, exact result) for the small
+/// clusters of seeds 1..seeds (objectives in turn) the exact program
+/// solves.
+template <typename F> void for_each_solved_small(std::uint64_t seeds, F&& f) {
+  for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
+    auto kind = static_cast<objective_kind>(seed % 3);
+    auto p = small_cluster(seed, kind);
+    INFO("seed " << seed);
+    cost_model m(p);
+    auto ex = solve_exact(m);
+    if (ex.status == exact_status::solved)
+      f(seed, kind, p, m, ex);
+  }
+}
+
 /// 64 devices on 16 nodes of 4 node kinds (8 device kinds with `two`)
 /// behind one switch, or with a network card per node kind (`nics`).
 problem rack(std::size_t layers, bool two, objective_kind kind,
@@ -106,14 +121,9 @@ TEST_CASE("nodes of one hardware behind one switch are interchangeable, "
 TEST_CASE("the window bound never exceeds the exact optimum and a "
           "node-block plan proven by it is the exact optimum") {
   int proven = 0, checked = 0;
-  for (std::uint64_t seed = 1; seed <= 90; ++seed) {
-    auto kind = static_cast<objective_kind>(seed % 3);
-    auto p = small_cluster(seed, kind);
-    INFO("seed " << seed);
-    cost_model m(p);
-    auto ex = solve_exact(m);
-    if (ex.status != exact_status::solved)
-      continue;
+  for_each_solved_small(90, [&](std::uint64_t seed, objective_kind kind,
+                                const problem& p, const cost_model& m,
+                                const exact_result& ex) {
     ++checked;
     auto wb = window_lower_bound(m);
     REQUIRE(wb.has_value());
@@ -155,7 +165,7 @@ TEST_CASE("the window bound never exceeds the exact optimum and a "
       CHECK(rq.best->objective_units >= r.best->objective_units);
     if (rq.best->proven_optimal)
       CHECK(r.best->objective_units >= rq.best->objective_units);
-  }
+  });
   CHECK(checked > 70);
   CHECK(proven > checked / 2);
 }
@@ -453,19 +463,14 @@ TEST_CASE("jobs packed on one cluster never share more memory than a "
 TEST_CASE("local moves keep plans valid, never worse, never below the "
           "exact optimum") {
   int improved = 0, checked = 0;
-  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
-    auto kind = static_cast<objective_kind>(seed % 3);
-    auto p = small_cluster(seed, kind);
-    INFO("seed " << seed);
-    cost_model m(p);
-    auto ex = solve_exact(m);
-    if (ex.status != exact_status::solved)
-      continue;
+  for_each_solved_small(60, [&](std::uint64_t, objective_kind kind,
+                                const problem& p, const cost_model& m,
+                                const exact_result& ex) {
     // From the baseline's plan (often far from the optimum) and from the
     // node-block program's.
     auto base = baseline_assignment(m);
     if (!check_plan(p, make_plan(m, base)).empty())
-      continue;
+      return;
     ++checked;
     for (const auto& start : {base, solve_node_blocks(m).best}) {
       if (start.empty())
@@ -491,7 +496,7 @@ TEST_CASE("local moves keep plans valid, never worse, never below the "
                                                       && x.end == y.end;
                                              })));
     }
-  }
+  });
   CHECK(checked > 40);
   CHECK(improved > 10);
 }
