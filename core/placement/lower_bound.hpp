@@ -41,7 +41,9 @@ std::optional<capacity_bound> capacity_lower_bound(const cost_model& m);
 /// its stage's working memory), the windows of a plan are disjoint and
 /// cover the model, the first and the last layer are where they are, and
 /// every node a plan enters but the one with the cheapest links costs at
-/// least its cheapest cut to another node. Latency: a knapsack over
+/// least its cheapest cut to another node (or, charged by potentials, each
+/// visit twice its potential; or both: potentials fitted to what each
+/// network card adds and residual hops for the slower card). Latency: a knapsack over
 /// (layers covered, ends covered), device by device, node by node,
 /// O(devices * layers^2). Bottleneck: the least T at which windows of at
 /// most T ticks cover the model within the nodes that cuts of at most T

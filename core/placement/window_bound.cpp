@@ -60,6 +60,10 @@ struct shared {
   /// = min over b of (cut(a, b) - intra - q(a) - q(b)) >= 0 (what the
   /// slower end's bandwidth adds).
   std::vector<std::int64_t> fitted, residual;
+  /// Potentials leaning to one end of the residual's widest pair, and
+  /// their residual hops (fit_potentials).
+  std::vector<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>>
+    leaning;
 };
 
 /// Fits s.fitted and s.residual: cuts of the form q(a) + q(b) + r(a, b),
@@ -80,7 +84,8 @@ void fit_potentials(shared& s, int nodes, const Cut& y) {
       for (int c = b + 1; c < nodes; ++c)
         if (b != a && c != a)
           q = std::min(q, (y(a, b) + y(a, c) - y(b, c)) / 2);
-    s.fitted[a] = q < inf ? std::max<std::int64_t>(0, q) : s.hop[a] / 2;
+    // y is in half ticks (prepare()): hop / 2 ticks is hop half ticks.
+    s.fitted[a] = q < inf ? std::max<std::int64_t>(0, q) : s.hop[a];
   }
   for (int round = 0; round < 64; ++round) {
     bool fits = true;
@@ -105,6 +110,43 @@ void fit_potentials(shared& s, int nodes, const Cut& y) {
       if (b != a)
         r = std::min(r, y(a, b) - s.fitted[a] - s.fitted[b]);
     s.residual[a] = r < inf ? std::max<std::int64_t>(0, r) : 0;
+  }
+  // What y does not tell apart: cuts of l(a) + l(b) + max(t(a), t(b)) fit
+  // as q = l + t / 2 with the residual |t(a) - t(b)| / 2, which charges
+  // nothing where every node has a twin, and as q = l + t_min / 2 with
+  // the residual max(t(a), t(b)) - t_min, which a tree charges exactly
+  // (each node but the fastest card's pays its own t). The residual's
+  // widest pair (e1, e2) is the slowest and the fastest card; lowering
+  // each q by its residual to one of them (either, both tried) gives the
+  // second fit. Lower potentials keep every residual >= 0.
+  std::int64_t widest = 0;
+  int e1 = -1, e2 = -1;
+  for (int a = 0; a < nodes; ++a)
+    for (int b = a + 1; b < nodes; ++b) {
+      const auto r = y(a, b) - s.fitted[a] - s.fitted[b];
+      if (r > widest) {
+        widest = r;
+        e1 = a;
+        e2 = b;
+      }
+    }
+  if (e1 < 0)
+    return;
+  for (int e : {e1, e2}) {
+    std::vector<std::int64_t> q(nodes), h(nodes, 0);
+    for (int a = 0; a < nodes; ++a)
+      q[a] = a == e ? s.fitted[a]
+                    : std::max<std::int64_t>(
+                        0, s.fitted[a]
+                             - (y(a, e) - s.fitted[a] - s.fitted[e]));
+    for (int a = 0; a < nodes; ++a) {
+      std::int64_t r = inf;
+      for (int b = 0; b < nodes; ++b)
+        if (b != a)
+          r = std::min(r, y(a, b) - q[a] - q[b]);
+      h[a] = r < inf ? std::max<std::int64_t>(0, r) : 0;
+    }
+    s.leaning.emplace_back(std::move(q), std::move(h));
   }
 }
 
@@ -147,7 +189,8 @@ shared prepare(const cost_model& m) {
       if (room < inf)
         s.potential[a] = std::max(s.potential[a], room);
     }
-  fit_potentials(s, nodes, y);
+  // In half ticks, so that the halves above are exact.
+  fit_potentials(s, nodes, [&](int a, int b) { return 2 * y(a, b); });
   return s;
 }
 
@@ -180,6 +223,8 @@ enum class ends {
 struct charge {
   const std::vector<std::int64_t>& q;
   const std::vector<std::int64_t>& h;
+  /// q and h are in 1/unit ticks (the fitted ones in half ticks).
+  std::int64_t unit = 1;
 };
 
 /// Least latency (in units: `wt` per tick of compute and transfer, `wp`
@@ -197,6 +242,7 @@ std::int64_t latency_bound(const cost_model& m, const shared& s,
   const int L = static_cast<int>(m.layers());
   const int nodes = static_cast<int>(m.nodes());
   const std::int64_t pen = m.node_penalty();
+  const std::int64_t U = c.unit;
   constexpr int first_bit = 1, last_bit = 2, entered_bit = 4,
                 node_first = 8, node_last = 16, states = 32;
   const std::size_t W = static_cast<std::size_t>(L) + 1;
@@ -219,7 +265,7 @@ std::int64_t latency_bound(const cost_model& m, const shared& s,
     G.assign(F.size(), inf);
     const std::int64_t p = e == ends::one_node ? 0 : c.q[a];
     const std::int64_t hop = e == ends::one_node ? 0 : c.h[a];
-    const std::int64_t later = wt * (2 * p + hop) + wp * pen;
+    const std::int64_t later = wt * (2 * p + hop) + wp * U * pen;
     const std::int64_t root =
       wt * (2 * p + (e == ends::together ? hop : 0));
     for (int f = 0; f < entered_bit * 2; ++f)
@@ -244,7 +290,7 @@ std::int64_t latency_bound(const cost_model& m, const shared& s,
             for (int k = 1; j + k <= L; ++k) {
               if (cost[k] >= inf)
                 continue;
-              auto v = base + wt * (cost[k] + s.intra);
+              auto v = base + wt * U * (cost[k] + s.intra);
               auto& cell = H[at(j + k, f | bits)];
               cell = std::min(cell, v);
             }
@@ -275,7 +321,10 @@ std::int64_t latency_bound(const cost_model& m, const shared& s,
     }
   }
   std::int64_t cover = F[at(L, first_bit | last_bit | entered_bit)];
-  return cover < inf ? cover - wt * s.intra : inf;
+  if (cover >= inf)
+    return inf;
+  // Plans cost whole units: the bound in units, rounded up.
+  return (cover - wt * U * s.intra + U - 1) / U;
 }
 
 /// The least of latency_bound() over every way a plan's ends can sit, and
@@ -291,21 +340,24 @@ std::int64_t latency_bound(const cost_model& m, const shared& s,
   // Each way of charging the cuts bounds every plan: the largest for each
   // way the ends sit.
   const std::vector<std::int64_t> none(m.nodes(), 0);
-  const charge ways[] = {{none, s.hop}, {s.potential, none},
-                         {s.fitted, s.residual}};
+  std::vector<charge> ways{{none, s.hop}, {s.potential, none},
+                          {s.fitted, s.residual, 2}};
+  for (const auto& [q, h] : s.leaning)
+    ways.push_back({q, h, 2});
   // A charge no larger than another on every node (q and h) bounds no
   // higher: sum over the visits of 2q + h less the root's h and the ends'
   // q grows with each. Such a charge is skipped.
   auto under = [](const charge& a, const charge& b) {
     for (std::size_t i = 0; i < a.q.size(); ++i)
-      if (a.q[i] > b.q[i] || a.h[i] > b.h[i])
+      if (a.q[i] * b.unit > b.q[i] * a.unit
+          || a.h[i] * b.unit > b.h[i] * a.unit)
         return false;
     return true;
   };
   std::vector<const charge*> used;
-  for (std::size_t i = 0; i < std::size(ways); ++i) {
+  for (std::size_t i = 0; i < ways.size(); ++i) {
     bool skip = false;
-    for (std::size_t j = 0; j < std::size(ways) && !skip; ++j)
+    for (std::size_t j = 0; j < ways.size() && !skip; ++j)
       skip = j != i && under(ways[i], ways[j])
              && (!under(ways[j], ways[i]) || j < i);
     if (!skip)

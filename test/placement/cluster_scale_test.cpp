@@ -190,17 +190,33 @@ TEST_CASE("64 devices on 16 nodes in 8 kinds: proven optimal, latency and "
 
 TEST_CASE("an unproven plan states its bound and gap, never proven") {
   // A network card per node kind: the window bound cannot see which nodes
-  // a path may pair, the plan keeps a certified gap. Its cuts are charged
-  // by what each card adds (fitted potentials) and the slower card's
-  // bandwidth (residual hops): 0.10% here, 0.37% with either alone.
-  auto p = rack(128, true, objective_kind::latency, 1000, true);
+  // a path may pair, this plan keeps a certified gap: 0.32% (0.81% with
+  // the fitted potentials alone, more with potentials or hops alone).
+  auto p = rack(128, true, objective_kind::latency, 1002, true);
   auto r = solve(p);
   REQUIRE(r.best);
   CHECK_FALSE(r.best->proven_optimal);
   CHECK(r.status == solve_status::feasible);
   CHECK(r.best->lower_bound_seconds > 0);
   CHECK(r.best->lower_bound_seconds < r.best->objective_seconds);
-  CHECK(r.best->objective_seconds < 1.002 * r.best->lower_bound_seconds);
+  CHECK(r.best->objective_seconds < 1.005 * r.best->lower_bound_seconds);
+}
+
+TEST_CASE("cuts of network cards that differ by node kind: charged by "
+          "what each card adds and by the slower card, the plan is proven") {
+  // A link as slow as its slower card costs lat(a) + lat(b) + bytes /
+  // min(bw): potentials leaning to the fastest card leave a residual a
+  // tree charges exactly. The gap on this seed was 0.37% (potentials or
+  // hops), 0.10% (fitted potentials), 0.02% (leaning, in whole ticks).
+  for (std::uint64_t seed : {1000, 1001, 1005}) {
+    INFO("seed " << seed);
+    auto p = rack(128, true, objective_kind::latency, seed, true);
+    auto r = solve(p);
+    REQUIRE(r.best);
+    CHECK(r.best->proven_optimal);
+    CHECK(r.best->lower_bound_seconds == r.best->objective_seconds);
+    CHECK(check_plan(p, *r.best).empty());
+  }
 }
 
 TEST_CASE("a blend of latency and bottleneck is bounded as one and "
