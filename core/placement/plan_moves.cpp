@@ -1,7 +1,11 @@
 #include "core/placement/plan_moves.hpp"
 
+#include "core/placement/node_blocks.hpp"
+
 #include <algorithm>
 #include <array>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace exo::placement {
@@ -15,7 +19,7 @@ constexpr int reach = 8;
 /// What a move must lower, in this order.
 using key = std::array<std::int64_t, 4>;
 
-key key_of(const cost_model& m, const assignment& a) {
+key key_of(const cost_model& m, const assignment& a, move_goal goal) {
   const auto ev = m.evaluate(a);
   // Stages and cuts at the bottleneck: a plan with three cuts at its
   // bottleneck is improved by removing one of them, long before its
@@ -29,6 +33,8 @@ key key_of(const cost_model& m, const assignment& a) {
              == ev.bottleneck)
       ++at_max;
   }
+  if (goal == move_goal::moving)
+    return {ev.objective, ev.moved, at_max, ev.latency};
   return {ev.objective, at_max, ev.latency, ev.moved};
 }
 
@@ -64,7 +70,7 @@ assignment without(const assignment& a, int i, int c) {
 plan_moves_result improve_by_moves(
   const cost_model& m, const assignment& start,
   std::chrono::steady_clock::time_point deadline,
-  const std::atomic<bool>* cancel) {
+  const std::atomic<bool>* cancel, move_goal goal) {
   plan_moves_result out;
   out.best = start;
   out.objective = m.evaluate(start).objective;
@@ -77,13 +83,13 @@ plan_moves_result improve_by_moves(
            || std::chrono::steady_clock::now() >= deadline;
   };
   assignment a = start;
-  key best = key_of(m, a);
+  key best = key_of(m, a, goal);
   // Tries candidate `b`: kept when its key is lower.
   auto take = [&](const assignment& b) {
     for (const auto& s : b)
       if (!fits(m, s))
         return false;
-    auto k = key_of(m, b);
+    auto k = key_of(m, b, goal);
     if (!(k < best))
       return false;
     best = k;
@@ -195,7 +201,7 @@ plan_moves_result improve_by_moves(
         if (!std::all_of(b.begin(), b.end(),
                          [&](const auto& x) { return fits(m, x); }))
           continue;
-        auto k = key_of(m, b);
+        auto k = key_of(m, b, goal);
         if (r.empty() || k < rk) {
           rk = k;
           r = std::move(b);
@@ -208,6 +214,163 @@ plan_moves_result improve_by_moves(
   out.best = a;
   out.objective = best[0];
   return out;
+}
+
+assignment previous_plan(const cost_model& m, const problem& p) {
+  const int n = static_cast<int>(m.devices());
+  const int L = static_cast<int>(m.layers());
+  std::map<std::string, int> index;
+  for (int d = 0; d < n; ++d)
+    index[p.devices[m.problem_device(d)].id] = d;
+  assignment held;
+  for (const auto& r : p.resident) {
+    auto it = index.find(r.device);
+    if (it == index.end() || r.last_layer < r.first_layer
+        || r.last_layer >= static_cast<std::size_t>(L))
+      continue;
+    stage_assignment s{it->second, static_cast<int>(r.first_layer),
+                       static_cast<int>(r.last_layer) + 1};
+    if (fits(m, s))
+      held.push_back(s);
+  }
+  if (held.empty())
+    return {};
+  std::sort(held.begin(), held.end(),
+            [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<char> used(static_cast<std::size_t>(n), 0);
+  assignment kept;
+  for (const auto& s : held)
+    if ((kept.empty() || s.first >= kept.back().end)
+        && !used[static_cast<std::size_t>(s.device)]) {
+      kept.push_back(s);
+      used[static_cast<std::size_t>(s.device)] = 1;
+    }
+  assignment out;
+  int pos = 0;
+  // Layers [pos, to) to the last stage as far as it fits, then to unused
+  // devices: each the one that takes most (the faster on a tie).
+  auto fill = [&](int to) {
+    if (!out.empty() && out.back().end == pos)
+      pos = out.back().end =
+        std::max(pos, std::min(to, m.max_end(out.back().device,
+                                             out.back().first)));
+    while (pos < to) {
+      int pick = -1, most = 0;
+      for (int d = 0; d < n; ++d) {
+        if (used[static_cast<std::size_t>(d)])
+          continue;
+        const int e = std::min(to, m.max_end(d, pos));
+        if (e - pos > most
+            || (e - pos == most && most > 0
+                && m.stage_time(d, pos, e) < m.stage_time(pick, pos, e))) {
+          pick = d;
+          most = e - pos;
+        }
+      }
+      if (pick < 0)
+        return false;
+      used[static_cast<std::size_t>(pick)] = 1;
+      out.push_back({pick, pos, pos + most});
+      pos += most;
+    }
+    return true;
+  };
+  for (const auto& s : kept) {
+    if (s.first > pos && !fill(s.first))
+      return {};
+    out.push_back(s);
+    pos = s.end;
+  }
+  if (pos < L && !fill(L))
+    return {};
+  if (out.size() > m.max_stages())
+    return {};
+  return out;
+}
+
+assignment keep_in_place(const cost_model& m, const cost_model& bare,
+                         const assignment& start) {
+  if (!m.has_resident() || start.empty())
+    return start;
+  const auto nc = interchangeable_nodes(bare);
+  const int n = static_cast<int>(m.devices());
+  const int nodes = static_cast<int>(m.nodes());
+  std::vector<std::vector<int>> on_node(static_cast<std::size_t>(nodes));
+  for (int d = 0; d < n; ++d)
+    on_node[static_cast<std::size_t>(m.node(d))].push_back(d);
+  auto moving = [&](const assignment& x) {
+    std::int64_t t = 0;
+    for (const auto& s : x)
+      t += m.moving_cost(s.device, s.first, s.end);
+    return t;
+  };
+  assignment a = start;
+  std::int64_t best = moving(a);
+  // A device of node y of kind k that `taken` does not use, or -1.
+  auto partner = [&](int y, int k, const std::vector<char>& taken) {
+    for (int d : on_node[static_cast<std::size_t>(y)])
+      if (bare.device_kind(d) == k && !taken[static_cast<std::size_t>(d)])
+        return d;
+    return -1;
+  };
+  // Swaps nodes x and y: each stage on x goes to a device of y of its
+  // kind and the other way; false when the kinds do not match up.
+  auto swapped = [&](int x, int y, assignment& b) {
+    std::vector<char> taken(static_cast<std::size_t>(n), 0);
+    std::vector<int> to(static_cast<std::size_t>(n), -1);
+    for (const auto& s : b)
+      if (m.node(s.device) == x || m.node(s.device) == y) {
+        const int other = m.node(s.device) == x ? y : x;
+        const int d =
+          partner(other, bare.device_kind(s.device), taken);
+        if (d < 0)
+          return false;
+        taken[static_cast<std::size_t>(d)] = 1;
+        to[static_cast<std::size_t>(s.device)] = d;
+      }
+    for (auto& s : b)
+      if (to[static_cast<std::size_t>(s.device)] >= 0)
+        s.device = to[static_cast<std::size_t>(s.device)];
+    return true;
+  };
+  bool better = true;
+  while (better) {
+    better = false;
+    // Nodes of one class.
+    for (const auto& cls : nc.members)
+      for (std::size_t i = 0; i < cls.size(); ++i)
+        for (std::size_t j = i + 1; j < cls.size(); ++j) {
+          auto b = a;
+          if (!swapped(cls[i], cls[j], b))
+            continue;
+          const auto t = moving(b);
+          if (t < best) {
+            best = t;
+            a = std::move(b);
+            better = true;
+          }
+        }
+    // Devices of one kind on one node: a stage to another such device
+    // (used by another stage or not).
+    for (std::size_t s = 0; s < a.size(); ++s)
+      for (int d : on_node[static_cast<std::size_t>(m.node(a[s].device))]) {
+        if (d == a[s].device
+            || bare.device_kind(d) != bare.device_kind(a[s].device))
+          continue;
+        auto b = a;
+        for (auto& x : b)
+          if (x.device == d)
+            x.device = a[s].device;
+        b[s].device = d;
+        const auto t = moving(b);
+        if (t < best) {
+          best = t;
+          a = std::move(b);
+          better = true;
+        }
+      }
+  }
+  return a;
 }
 
 } // namespace exo::placement

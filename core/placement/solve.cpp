@@ -11,6 +11,9 @@
 #include "core/placement/subset_search.hpp"
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 namespace exo::placement {
 
@@ -54,6 +57,43 @@ namespace {
 
 /// Above this many devices the default solver does not run Gecode.
 constexpr std::size_t max_gecode_devices = 32;
+
+/// A cancel flag that is set at a deadline or when `outer` is (polled
+/// every millisecond), until destroyed.
+class deadline_cancel {
+public:
+  deadline_cancel(std::chrono::steady_clock::time_point deadline,
+                  const std::atomic<bool>* outer)
+      : timer_([this, deadline, outer] {
+          std::unique_lock<std::mutex> lock(mu_);
+          while (!done_) {
+            if (std::chrono::steady_clock::now() >= deadline
+                || (outer && outer->load(std::memory_order_relaxed))) {
+              flag_.store(true, std::memory_order_relaxed);
+              return;
+            }
+            cv_.wait_for(lock, std::chrono::milliseconds(1));
+          }
+        }) {}
+  ~deadline_cancel() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    timer_.join();
+  }
+  deadline_cancel(const deadline_cancel&) = delete;
+  deadline_cancel& operator=(const deadline_cancel&) = delete;
+  const std::atomic<bool>* flag() const { return &flag_; }
+
+private:
+  std::atomic<bool> flag_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread timer_; // last: started once the rest exists
+};
 
 /// A simple valid lower bound: each layer on its fastest device.
 std::int64_t static_lower_bound(const cost_model& m) {
@@ -180,12 +220,51 @@ solve_result solve(const problem& original, const solve_options& opts,
         // program over node visits is exact among plans that enter each
         // node once, and its plan is often proven by the window bound.
         if (opts.solver == solver_kind::both) {
-          auto nb =
-            solve_node_blocks(m, cancel, opts.exact_max_entries, lower);
+          // Re-placement: weights in place (`resident`) make devices of
+          // one kind differ, and the program's table grows with them (a
+          // 64-device cluster less a node: 500 node-visit states become
+          // 10240, 7-40x the time). The objective does not depend on them:
+          // the program runs on the cluster without them, and the moving
+          // time is then lowered by moves that keep the objective, from
+          // its plan and from the previous plan made whole.
+          problem bare;
+          if (m.has_resident()) {
+            bare = p;
+            bare.resident.clear();
+          }
+          const cost_model m_bare(m.has_resident() ? bare : p);
+          auto nb = solve_node_blocks(m.has_resident() ? m_bare : m, cancel,
+                                      opts.exact_max_entries, lower);
           if (nb.found)
             accept(nb.best, "node-blocks");
           else if (!nb.skipped.empty())
             res.notes.push_back("node-block program skipped: " + nb.skipped);
+          if (m.has_resident() && !res.cancelled) {
+            const auto until =
+              std::chrono::steady_clock::now() + opts.time_limit / 10;
+            const assignment from_program =
+              keep_in_place(m, m_bare, best_assignment);
+            for (const auto& start : {from_program, previous_plan(m, p)}) {
+              if (start.empty())
+                continue;
+              auto r =
+                improve_by_moves(m, start, until, cancel, move_goal::moving);
+              accept(r.best, r.moves > 0 ? "moves" : "previous plan");
+            }
+            // Then, in at most half the time limit, the program with the
+            // weights in place: the plan of that objective that moves
+            // least (among those that enter each node once), when it
+            // finishes in time.
+            if (best_units && lower >= *best_units) {
+              deadline_cancel stop_at(std::chrono::steady_clock::now()
+                                        + opts.time_limit / 2,
+                                      cancel);
+              auto exact_moving = solve_node_blocks(
+                m, stop_at.flag(), opts.exact_max_entries, *best_units);
+              if (exact_moving.found)
+                accept(exact_moving.best, "node-blocks");
+            }
+          }
         }
         // Unless that plan is proven: good plans (devices in orders, the
         // exact program on subsets of the devices), in at most 40% of the
