@@ -61,6 +61,26 @@ problem rack(std::size_t layers, bool two, objective_kind kind,
   return random_cluster(o);
 }
 
+/// rack() after the node of its plan's middle stage is lost: the
+/// surviving stages' layers are resident where they ran.
+problem rack_after_loss(std::size_t layers, bool two, objective_kind kind,
+                        std::uint64_t seed, std::string* lost_node = nullptr) {
+  auto p = rack(layers, two, kind, seed);
+  auto first = solve(p);
+  REQUIRE(first.best);
+  const auto& stages = first.best->stages;
+  const auto lost = stages[stages.size() / 2].node;
+  for (auto& d : p.devices)
+    if (d.node == lost)
+      d.excluded = true;
+  for (const auto& s : stages)
+    if (s.node != lost)
+      p.resident.push_back({s.device_id, s.first_layer, s.end_layer - 1});
+  if (lost_node)
+    *lost_node = lost;
+  return p;
+}
+
 /// solve() with the exact program kept out (its table "too large"), so
 /// that the node-block program and the bounds do the work.
 solve_result solve_at_scale(const problem& p) {
@@ -402,19 +422,11 @@ TEST_CASE("between plans of equal objective and equal bytes moved the one "
 TEST_CASE("re-placing a 64-device cluster after a loss keeps the surviving "
           "stages' weights where the objective allows") {
   for (auto kind : {objective_kind::latency, objective_kind::throughput}) {
-    auto p = rack(96, false, kind, 31);
-    auto first = solve(p);
-    REQUIRE(first.best);
     // The node of the middle stage is lost; the rest hold their layers.
-    const auto& stages = first.best->stages;
-    const auto lost = stages[stages.size() / 2].node;
-    for (auto& d : p.devices)
-      if (d.node == lost)
-        d.excluded = true;
-    auto blind = solve(p);
-    for (const auto& s : stages)
-      if (s.node != lost)
-        p.resident.push_back({s.device_id, s.first_layer, s.end_layer - 1});
+    auto p = rack_after_loss(96, false, kind, 31);
+    auto bare = p;
+    bare.resident.clear();
+    auto blind = solve(bare);
     auto keep = solve(p);
     INFO(to_string(kind));
     REQUIRE(blind.best);
@@ -539,36 +551,13 @@ TEST_CASE("with a network card per node kind, moves the node-block program "
   CHECK(rq.best->solver == "moves");
 }
 
-namespace {
-
-/// rack() after the node of its plan's middle stage is lost: the
-/// surviving stages' layers are resident where they ran.
-problem rack_after_loss(std::size_t layers, objective_kind kind,
-                        std::uint64_t seed, std::string* lost_node = nullptr) {
-  auto p = rack(layers, true, kind, seed);
-  auto first = solve(p);
-  REQUIRE(first.best);
-  const auto& stages = first.best->stages;
-  const auto lost = stages[stages.size() / 2].node;
-  for (auto& d : p.devices)
-    if (d.node == lost)
-      d.excluded = true;
-  for (const auto& s : stages)
-    if (s.node != lost)
-      p.resident.push_back({s.device_id, s.first_layer, s.end_layer - 1});
-  if (lost_node)
-    *lost_node = lost;
-  return p;
-}
-
-} // namespace
 
 TEST_CASE("the previous plan made whole keeps every surviving stage and "
           "fills the lost node's layers") {
   for (std::uint64_t seed : {1005, 1011}) {
     INFO("seed " << seed);
     std::string lost;
-    auto p = rack_after_loss(128, objective_kind::latency, seed, &lost);
+    auto p = rack_after_loss(128, true, objective_kind::latency, seed, &lost);
     cost_model m(p);
     auto a = previous_plan(m, p);
     REQUIRE_FALSE(a.empty());
@@ -599,7 +588,7 @@ TEST_CASE("re-placement: the proven objective comes from the cluster "
   // Resident weights make devices of one kind differ (12 node classes
   // instead of 4 here), which makes the node-block program 7-40x slower;
   // the objective does not depend on them.
-  auto p = rack_after_loss(128, objective_kind::latency, 1005);
+  auto p = rack_after_loss(128, true, objective_kind::latency, 1005);
   auto bare = p;
   bare.resident.clear();
   auto without = solve(bare);
