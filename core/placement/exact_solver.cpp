@@ -18,9 +18,14 @@ struct dp_out {
 };
 
 /// One DP run; `sum` selects latency (sum) or bottleneck (max) costs. The
-/// node penalty is added to the final value in both cases.
+/// node penalty is added to the final value in both cases. `limit`: no
+/// stage and no cut above it (a blend's bottleneck; inf: none). The value
+/// is time_weight x cost + pen_weight x penalty (a blend's latency part:
+/// w and 100; each state's least cost is kept and its nodes fix its
+/// penalty, so the weighted choice is exact).
 dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
-              std::size_t max_entries) {
+              std::size_t max_entries, std::int64_t limit = inf,
+              std::int64_t time_weight = 1, std::int64_t pen_weight = 1) {
   dp_out out;
   const int L = static_cast<int>(m.layers());
   const int K = static_cast<int>(m.classes());
@@ -61,6 +66,8 @@ dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
   for (int k = 0; k < K; ++k) {
     int me = m.max_end(rep[k], 0);
     for (int e = 1; e <= me; ++e) {
+      if (m.stage_time(rep[k], 0, e) > limit)
+        break;
       auto i = at(stride[k], e, k);
       f[i] = m.stage_time(rep[k], 0, e);
       par[i] = start_marker;
@@ -101,7 +108,10 @@ dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
         for (int k = 0; k < K; ++k) {
           if (row[k] >= inf)
             continue;
-          auto v = combine(row[k], m.transfer_nodes(node[k], node[k2], l));
+          const auto cut = m.transfer_nodes(node[k], node[k2], l);
+          if (cut > limit)
+            continue;
+          auto v = combine(row[k], cut);
           auto w = moved(at(S, l, k));
           if (better(v, w, best, best_mv)) {
             best = v;
@@ -112,6 +122,8 @@ dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
         const std::size_t S2 = S + stride[k2];
         const std::int64_t base = m.cum_time(rep[k2], l);
         for (int e = l + 1; e <= me; ++e) {
+          if (m.cum_time(rep[k2], e) - base > limit)
+            break;
           auto v = combine(best, m.cum_time(rep[k2], e) - base);
           auto w = track ? best_mv + m.moving_cost(rep[k2], l, e) : 0;
           auto i = at(S2, e, k2);
@@ -149,13 +161,15 @@ dp_out run_dp(const cost_model& m, bool sum, const std::atomic<bool>* cancel,
     }
     if (!ok || used > max_st)
       continue;
-    const std::int64_t pen = m.node_penalty() * (nodes - 1);
+    const std::int64_t pen = pen_weight * m.node_penalty() * (nodes - 1);
     for (int k = 0; k < K; ++k) {
       if (c[k] == 0)
         continue;
       auto v = f[at(S, L, k)];
-      if (v < inf && better(v + pen, moved(at(S, L, k)), best, best_mv)) {
-        best = v + pen;
+      if (v < inf
+          && better(time_weight * v + pen, moved(at(S, L, k)), best,
+                    best_mv)) {
+        best = time_weight * v + pen;
         best_mv = moved(at(S, L, k));
         best_s = S;
         best_k = k;
@@ -279,9 +293,18 @@ exact_result solve_exact(const cost_model& m, const std::atomic<bool>* cancel,
     }
     return res;
   }
-  // Blend: the optimum of each part bounds the blend from below; the better
-  // of the two optimal plans bounds it from above.
-  auto a = run_dp(m, true, cancel, max_entries);
+  // Blend: the latency optimum (a) and the bottleneck optimum (b), then
+  // the latency optimum among the plans whose every stage and cut is at
+  // most T, P(T), for the values T a stage or a cut can take up to a's
+  // bottleneck. A plan of bottleneck B costs at least lat(B) + (100 - w) x
+  // B (lat(T): P(T)'s w x latency + 100 x penalty, which falls as T
+  // grows), and P(B) costs no more than it: the least over B is the
+  // optimum. A run of values [Ti, Tj] costs at least lat(Tj) + (100 - w)
+  // x Ti,
+  // so runs that cannot beat the best plan are skipped (a bisection); at
+  // most 48 runs, after which the runs left give the lower bound.
+  const std::int64_t w = m.blend_percent();
+  auto a = run_dp(m, true, cancel, max_entries, inf, w, 100);
   if (a.status != exact_status::solved) {
     res.status = a.status;
     return res;
@@ -291,18 +314,95 @@ exact_result solve_exact(const cost_model& m, const std::atomic<bool>* cancel,
     res.status = b.status;
     return res;
   }
-  const std::int64_t w = m.blend_percent();
-  res.lower_bound = w * a.value + (100 - w) * b.value;
-  auto oa = m.evaluate(a.best).objective;
-  auto ob = m.evaluate(b.best).objective;
   res.status = exact_status::solved;
-  if (oa <= ob) {
-    res.best = std::move(a.best);
-    res.objective = oa;
-  } else {
-    res.best = std::move(b.best);
-    res.objective = ob;
+  std::int64_t best = inf;
+  auto keep = [&](assignment&& x) {
+    const auto o = m.evaluate(x).objective;
+    if (o < best) {
+      best = o;
+      res.best = std::move(x);
+    }
+  };
+  const std::int64_t hi = m.evaluate(a.best).bottleneck;
+  // Every plan of bottleneck hi or more costs at least this much.
+  std::int64_t lower = a.value + (100 - w) * hi;
+  keep(std::move(a.best));
+  keep(std::move(b.best));
+  const int L = static_cast<int>(m.layers());
+  std::vector<std::int64_t> at;
+  for (std::size_t k = 0; k < m.classes(); ++k) {
+    const int d = m.class_members(static_cast<int>(k))[0];
+    for (int f = 0; f < L; ++f)
+      for (int e = f + 1; e <= m.max_end(d, f); ++e) {
+        const auto v = m.stage_time(d, f, e);
+        if (v >= hi)
+          break;
+        at.push_back(v);
+      }
   }
+  for (int x = 0; x < static_cast<int>(m.nodes()); ++x)
+    for (int y = 0; y < static_cast<int>(m.nodes()); ++y)
+      for (int cut = 1; cut < L; ++cut) {
+        const auto v = m.transfer_nodes(x, y, cut);
+        if (v < hi)
+          at.push_back(v);
+      }
+  std::sort(at.begin(), at.end());
+  at.erase(std::unique(at.begin(), at.end()), at.end());
+  if (at.empty()) {
+    res.objective = best;
+    res.lower_bound = std::min(lower, best);
+    return res;
+  }
+  // lat(i) (inf: no plan), computed when first needed.
+  std::vector<std::int64_t> lat(at.size(), -1);
+  int runs = 0;
+  auto lat_at = [&](std::size_t i) {
+    if (lat[i] < 0) {
+      auto r = run_dp(m, true, cancel, max_entries, at[i], w, 100);
+      ++runs;
+      if (r.status == exact_status::cancelled)
+        return std::int64_t{-2};
+      lat[i] = r.status == exact_status::solved ? r.value : inf;
+      if (r.status == exact_status::solved)
+        keep(std::move(r.best));
+    }
+    return lat[i];
+  };
+  auto at_least = [&](std::size_t i, std::size_t j) { // plans in [Ti, Tj]
+    return lat[j] >= inf ? inf : lat[j] + (100 - w) * at[i];
+  };
+  const std::size_t n = at.size();
+  if (lat_at(0) == -2 || lat_at(n - 1) == -2) {
+    res.status = exact_status::cancelled;
+    return res;
+  }
+  lower = std::min(lower, at_least(0, 0));
+  lower = std::min(lower, at_least(n - 1, n - 1));
+  std::vector<std::pair<std::size_t, std::size_t>> open{{0, n - 1}};
+  while (!open.empty()) {
+    auto [i, j] = open.back();
+    open.pop_back();
+    if (j <= i + 1)
+      continue;
+    const auto bound = at_least(i + 1, j);
+    if (bound >= best)
+      continue; // nothing in (Ti, Tj) beats the best plan
+    if (runs >= 48) {
+      lower = std::min(lower, bound);
+      continue;
+    }
+    const auto mid = i + (j - i) / 2;
+    if (lat_at(mid) == -2) {
+      res.status = exact_status::cancelled;
+      return res;
+    }
+    lower = std::min(lower, at_least(mid, mid));
+    open.push_back({i, mid});
+    open.push_back({mid, j});
+  }
+  res.objective = best;
+  res.lower_bound = std::min(lower, best);
   return res;
 }
 

@@ -27,10 +27,10 @@ struct exact_result {
   /// Objective units of `best`.
   std::int64_t objective = 0;
   /// Proven lower bound in objective units. Equals `objective` for the
-  /// latency and throughput objectives; for a blend it is
-  /// w * (min latency) + (1 - w) * (min bottleneck), and `best` is the
-  /// better of the two optimal plans, so optimality is proven only when
-  /// both are equal.
+  /// latency and throughput objectives; for a blend, the least over
+  /// bottlenecks B of the latency optimum under B plus B's share, found
+  /// with at most 48 runs of the program (exact_solver.cpp): it equals
+  /// `objective` unless runs of bottlenecks were left unexplored.
   std::int64_t lower_bound = 0;
   /// Number of DP states (class-count vectors).
   std::size_t states = 0;

@@ -39,8 +39,10 @@ std::vector<node_kinds> kinds_per_node(const cost_model& m) {
 /// (a count per kind), cuts inside the node between them.
 class node_program {
 public:
-  node_program(const cost_model& m, int node, const node_kinds& nk, bool sum)
-      : m_(m), node_(node), sum_(sum) {
+  /// `limit`: no stage and no cut inside the node above it (inf: none).
+  node_program(const cost_model& m, int node, const node_kinds& nk, bool sum,
+               std::int64_t limit = inf)
+      : m_(m), node_(node), sum_(sum), limit_(limit) {
     const std::size_t K = nk.kind.size();
     std::size_t U = 1;
     for (std::size_t k = 0; k < K; ++k) {
@@ -67,6 +69,8 @@ public:
     const int K = static_cast<int>(cnt_.size());
     for (int k = 0; k < K; ++k)
       for (int e = l + 1; e <= m_.max_end(rep_[k], l); ++e) {
+        if (m_.stage_time(rep_[k], l, e) > limit_)
+          break; // longer windows take longer
         auto i = at(stride_[k], e);
         h_[i] = m_.stage_time(rep_[k], l, e);
         mv_[i] = m_.moving_cost(rep_[k], l, e);
@@ -83,13 +87,18 @@ public:
         const auto base = h_[at(u, e)];
         if (base >= inf)
           continue;
-        const auto t = combine(base, m_.transfer_nodes(node_, node_, e));
+        const auto cut = m_.transfer_nodes(node_, node_, e);
+        if (cut > limit_)
+          continue;
+        const auto t = combine(base, cut);
         const auto tm = mv_[at(u, e)];
         for (int k = 0; k < K; ++k) {
           if (c[k] >= cnt_[k])
             continue;
           const auto u2 = u + stride_[k];
           for (int e2 = e + 1; e2 <= m_.max_end(rep_[k], e); ++e2) {
+            if (m_.stage_time(rep_[k], e, e2) > limit_)
+              break;
             auto v = combine(t, m_.stage_time(rep_[k], e, e2));
             auto w = tm + m_.moving_cost(rep_[k], e, e2);
             auto i = at(u2, e2);
@@ -154,6 +163,7 @@ private:
   const cost_model& m_;
   int node_;
   bool sum_;
+  std::int64_t limit_ = inf;
   bool too_large_ = false;
   std::vector<int> cnt_, rep_;
   std::vector<std::size_t> stride_;
@@ -172,10 +182,11 @@ struct dp_out {
 
 /// One run of the program. States whose every completion costs more than
 /// `cap` are skipped (inf: none): the plan found is the best block plan
-/// whenever its cost is at most `cap`.
+/// whenever its cost is at most `cap`. `limit`: no stage and no cut above
+/// it (the blend's bottleneck; inf: none).
 dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
                   const std::atomic<bool>* cancel, std::size_t max_entries,
-                  std::int64_t cap = inf) {
+                  std::int64_t cap = inf, std::int64_t limit = inf) {
   dp_out out;
   const int L = static_cast<int>(m.layers());
   const int C = static_cast<int>(nc.members.size());
@@ -212,7 +223,7 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
   };
   for (int c = 0; c < C; ++c) {
     const int rep = nc.members[c][0];
-    node_program np(m, rep, kinds[rep], sum);
+    node_program np(m, rep, kinds[rep], sum, limit);
     if (np.too_large()) {
       out.skipped = "a node has too many device patterns";
       return out;
@@ -315,7 +326,10 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
         for (int c = 0; c < C; ++c) {
           if (row[c] >= inf)
             continue;
-          auto x = combine(row[c], inter(c, c2, l));
+          const auto cut = inter(c, c2, l);
+          if (cut > limit)
+            continue;
+          auto x = combine(row[c], cut);
           auto w = moved(at(S, l, c));
           if (better(x, w, best, best_mv)) {
             best = x;
@@ -387,7 +401,7 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
   std::vector<int> next(C, 0);
   for (const auto& vi : visits) {
     const int node = nc.members[vi.c][static_cast<std::size_t>(next[vi.c]++)];
-    node_program np(m, node, kinds[node], sum);
+    node_program np(m, node, kinds[node], sum, limit);
     np.run(vi.first);
     std::vector<std::size_t> used(kinds[node].kind.size(), 0);
     for (const auto& st : np.stages(vi.end)) {
@@ -541,13 +555,84 @@ node_block_result solve_node_blocks(const cost_model& m,
   auto b = run_blocks(m, nc, false, cancel, max_entries);
   auto ea = a.found ? m.evaluate(a.best) : evaluation{};
   auto eb = b.found ? m.evaluate(b.best) : evaluation{};
-  if (a.found && b.found
-      && better(eb.objective, eb.moved, ea.objective, ea.moved))
+  dp_out best;
+  evaluation eb_best;
+  auto keep = [&](dp_out&& r) {
+    if (!r.found)
+      return;
+    auto e = m.evaluate(r.best);
+    if (!best.found || better(e.objective, e.moved, eb_best.objective,
+                              eb_best.moved)) {
+      eb_best = e;
+      best = std::move(r);
+    }
+  };
+  // A blend between the two: the latency program with every stage and cut
+  // at most T (a plan of bottleneck B is found by the run at T = B, at no
+  // more latency), for bottlenecks T from the throughput plan's to the
+  // latency plan's: the values a stage or cut can take there, 9 of them
+  // evenly, then halving the gaps beside the best, at most 16 runs.
+  if (a.found && b.found && ea.bottleneck > eb.bottleneck
+      && !(cancel && cancel->load(std::memory_order_relaxed))) {
+    const std::int64_t lo = eb.bottleneck, hi = ea.bottleneck;
+    std::vector<std::int64_t> at;
+    const int L = static_cast<int>(m.layers());
+    for (std::size_t k = 0; k < m.kinds(); ++k) {
+      const int d = m.kind_representative(static_cast<int>(k));
+      for (int f = 0; f < L; ++f)
+        for (int e = f + 1; e <= m.max_end(d, f); ++e) {
+          const auto v = m.stage_time(d, f, e);
+          if (v > hi)
+            break;
+          if (v >= lo)
+            at.push_back(v);
+        }
+    }
+    for (int x = 0; x < static_cast<int>(m.nodes()); ++x)
+      for (int y = 0; y < static_cast<int>(m.nodes()); ++y)
+        for (int cut = 1; cut < L; ++cut) {
+          const auto v = m.transfer_nodes(x, y, cut);
+          if (v >= lo && v <= hi)
+            at.push_back(v);
+        }
+    at.push_back(lo);
+    at.push_back(hi);
+    std::sort(at.begin(), at.end());
+    at.erase(std::unique(at.begin(), at.end()), at.end());
+    std::map<std::size_t, std::int64_t> tried; // index -> blend objective
+    auto run_at = [&](std::size_t i) {
+      if (tried.count(i) || tried.size() >= 16)
+        return;
+      auto r = run_blocks(m, nc, true, cancel, max_entries, inf, at[i]);
+      tried[i] = r.found ? m.evaluate(r.best).objective : inf;
+      keep(std::move(r));
+    };
+    const std::size_t n = at.size();
+    for (std::size_t j = 0; j <= 8; ++j)
+      run_at(j * (n - 1) / 8);
+    for (int round = 0; round < 4 && tried.size() < 16; ++round) {
+      auto arg = std::min_element(
+        tried.begin(), tried.end(),
+        [](const auto& x, const auto& y) { return x.second < y.second; });
+      auto it = tried.find(arg->first);
+      const std::size_t i = it->first;
+      const std::size_t left = it == tried.begin() ? i : std::prev(it)->first;
+      const std::size_t right =
+        std::next(it) == tried.end() ? i : std::next(it)->first;
+      const std::size_t before = tried.size();
+      run_at((left + i) / 2);
+      run_at((i + right) / 2);
+      if (tried.size() == before)
+        break; // the neighbours are next to it already
+    }
+  }
+  if (!a.found && !b.found) { // skipped: say why
     finish(std::move(b));
-  else if (a.found)
-    finish(std::move(a));
-  else
-    finish(std::move(b));
+    return res;
+  }
+  keep(std::move(a));
+  keep(std::move(b));
+  finish(std::move(best));
   return res;
 }
 

@@ -242,15 +242,21 @@ TEST_CASE("cuts of network cards that differ by node kind: charged by "
 TEST_CASE("a blend of latency and bottleneck is bounded as one and "
           "proven at 64 devices") {
   // The two parts' bounds added let one plan have the best latency and
-  // another the best bottleneck (a 1.07% gap on this cluster); bounding
-  // the latency of the plans of each bottleneck proves the plan.
-  auto p = rack(128, true, objective_kind::blend, 1);
-  auto r = solve(p);
-  REQUIRE(r.best);
-  CHECK(r.best->solver == "node-blocks");
-  CHECK(r.best->proven_optimal);
-  CHECK(r.best->lower_bound_seconds == r.best->objective_seconds);
-  CHECK(check_plan(p, *r.best).empty());
+  // another the best bottleneck (a 1.07% gap on seed 1); bounding the
+  // latency of the plans of each bottleneck proves the plan. On seeds 3,
+  // 5 and 7 the program's plan was the better of the latency and the
+  // throughput plans (gaps of 2.77%, 0.95%, 2.32%); it now also runs the
+  // latency program under bottleneck limits between the two.
+  for (std::uint64_t seed : {1, 3, 5, 7}) {
+    INFO("seed " << seed);
+    auto p = rack(128, true, objective_kind::blend, seed);
+    auto r = solve(p);
+    REQUIRE(r.best);
+    CHECK(r.best->solver == "node-blocks");
+    CHECK(r.best->proven_optimal);
+    CHECK(r.best->lower_bound_seconds == r.best->objective_seconds);
+    CHECK(check_plan(p, *r.best).empty());
+  }
 }
 
 TEST_CASE("the proven objective does not change when devices and nodes are "
