@@ -1,5 +1,7 @@
 #include "core/placement/exact_solver.hpp"
 
+#include "core/placement/bottleneck_search.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -349,58 +351,27 @@ exact_result solve_exact(const cost_model& m, const std::atomic<bool>* cancel,
       }
   std::sort(at.begin(), at.end());
   at.erase(std::unique(at.begin(), at.end()), at.end());
-  if (at.empty()) {
-    res.objective = best;
-    res.lower_bound = std::min(lower, best);
-    return res;
-  }
-  // lat(i) (inf: no plan), computed when first needed.
-  std::vector<std::int64_t> lat(at.size(), -1);
-  int runs = 0;
-  auto lat_at = [&](std::size_t i) {
-    if (lat[i] < 0) {
+  bool cancelled = false;
+  auto least = least_over_bottlenecks(
+    at, 100 - w,
+    [&](std::size_t i) -> std::optional<std::int64_t> {
       auto r = run_dp(m, true, cancel, max_entries, at[i], w, 100);
-      ++runs;
-      if (r.status == exact_status::cancelled)
-        return std::int64_t{-2};
-      lat[i] = r.status == exact_status::solved ? r.value : inf;
-      if (r.status == exact_status::solved)
-        keep(std::move(r.best));
-    }
-    return lat[i];
-  };
-  auto at_least = [&](std::size_t i, std::size_t j) { // plans in [Ti, Tj]
-    return lat[j] >= inf ? inf : lat[j] + (100 - w) * at[i];
-  };
-  const std::size_t n = at.size();
-  if (lat_at(0) == -2 || lat_at(n - 1) == -2) {
+      if (r.status == exact_status::cancelled) {
+        cancelled = true;
+        return std::nullopt;
+      }
+      if (r.status != exact_status::solved)
+        return inf;
+      const auto v = r.value;
+      keep(std::move(r.best));
+      return v;
+    },
+    best, inf, 48);
+  if (!least || cancelled) {
     res.status = exact_status::cancelled;
     return res;
   }
-  lower = std::min(lower, at_least(0, 0));
-  lower = std::min(lower, at_least(n - 1, n - 1));
-  std::vector<std::pair<std::size_t, std::size_t>> open{{0, n - 1}};
-  while (!open.empty()) {
-    auto [i, j] = open.back();
-    open.pop_back();
-    if (j <= i + 1)
-      continue;
-    const auto bound = at_least(i + 1, j);
-    if (bound >= best)
-      continue; // nothing in (Ti, Tj) beats the best plan
-    if (runs >= 48) {
-      lower = std::min(lower, bound);
-      continue;
-    }
-    const auto mid = i + (j - i) / 2;
-    if (lat_at(mid) == -2) {
-      res.status = exact_status::cancelled;
-      return res;
-    }
-    lower = std::min(lower, at_least(mid, mid));
-    open.push_back({i, mid});
-    open.push_back({mid, j});
-  }
+  lower = std::min(lower, *least);
   res.objective = best;
   res.lower_bound = std::min(lower, best);
   return res;

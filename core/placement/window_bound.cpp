@@ -4,6 +4,8 @@
 // enters but one charged the cheapest cut out of it.
 #include "core/placement/lower_bound.hpp"
 
+#include "core/placement/bottleneck_search.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -480,46 +482,25 @@ std::int64_t blend_bound(const cost_model& m, const shared& s) {
   }
   std::sort(at.begin(), at.end());
   at.erase(std::unique(at.begin(), at.end()), at.end());
-  // lat(at[i]), computed when first needed.
-  std::vector<std::int64_t> lat(at.size(), -1);
-  auto lat_at = [&](std::size_t i) {
-    if (lat[i] >= 0)
-      return lat[i];
-    shared capped = s;
-    auto cap = [&](std::int64_t& v) {
-      if (v > at[i])
-        v = inf;
-    };
-    for (auto& x : capped.win) {
-      for (auto* c : {&x.mid, &x.first, &x.last})
-        for (auto& v : *c)
-          cap(v);
-      cap(x.all);
-    }
-    lat[i] = latency_bound(m, capped, w, 100);
-    return lat[i];
-  };
-  auto cost = [&](std::size_t i) {
-    const auto l = lat_at(i);
-    return l < inf ? l + (100 - w) * at[i] : inf;
-  };
-  const std::size_t n = at.size();
-  std::int64_t best = std::min(cost(0), cost(n - 1));
-  std::vector<std::pair<std::size_t, std::size_t>> runs{{0, n - 1}};
-  while (!runs.empty()) {
-    auto [lo, hi] = runs.back();
-    runs.pop_back();
-    if (hi <= lo + 1)
-      continue;
-    const auto l = lat_at(hi);
-    if (l >= inf || l + (100 - w) * at[lo + 1] >= best)
-      continue;
-    const auto mid = lo + (hi - lo) / 2;
-    best = std::min(best, cost(mid));
-    runs.push_back({lo, mid});
-    runs.push_back({mid, hi});
-  }
-  return best;
+  const std::int64_t no_incumbent = inf;
+  auto v = least_over_bottlenecks(
+    at, 100 - w,
+    [&](std::size_t i) -> std::optional<std::int64_t> {
+      shared capped = s;
+      auto cap = [&](std::int64_t& x) {
+        if (x > at[i])
+          x = inf;
+      };
+      for (auto& x : capped.win) {
+        for (auto* c : {&x.mid, &x.first, &x.last})
+          for (auto& y : *c)
+            cap(y);
+        cap(x.all);
+      }
+      return latency_bound(m, capped, w, 100);
+    },
+    no_incumbent, inf, std::numeric_limits<int>::max());
+  return v.value_or(inf);
 }
 
 } // namespace
