@@ -1,5 +1,7 @@
 #include "core/placement/node_blocks.hpp"
 
+#include "core/placement/bottleneck_search.hpp"
+
 #include <algorithm>
 #include <array>
 #include <limits>
@@ -570,8 +572,8 @@ node_block_result solve_node_blocks(const cost_model& m,
   // A blend between the two: the latency program with every stage and cut
   // at most T (a plan of bottleneck B is found by the run at T = B, at no
   // more latency), for bottlenecks T from the throughput plan's to the
-  // latency plan's: the values a stage or cut can take there, 9 of them
-  // evenly, then halving the gaps beside the best, at most 16 runs.
+  // latency plan's: the values a stage or cut can take there, bisected as
+  // the exact program does (least_over_bottlenecks), at most 16 runs.
   if (a.found && b.found && ea.bottleneck > eb.bottleneck
       && !(cancel && cancel->load(std::memory_order_relaxed))) {
     const std::int64_t lo = eb.bottleneck, hi = ea.bottleneck;
@@ -599,32 +601,22 @@ node_block_result solve_node_blocks(const cost_model& m,
     at.push_back(hi);
     std::sort(at.begin(), at.end());
     at.erase(std::unique(at.begin(), at.end()), at.end());
-    std::map<std::size_t, std::int64_t> tried; // index -> blend objective
-    auto run_at = [&](std::size_t i) {
-      if (tried.count(i) || tried.size() >= 16)
-        return;
-      auto r = run_blocks(m, nc, true, cancel, max_entries, inf, at[i]);
-      tried[i] = r.found ? m.evaluate(r.best).objective : inf;
-      keep(std::move(r));
-    };
-    const std::size_t n = at.size();
-    for (std::size_t j = 0; j <= 8; ++j)
-      run_at(j * (n - 1) / 8);
-    for (int round = 0; round < 4 && tried.size() < 16; ++round) {
-      auto arg = std::min_element(
-        tried.begin(), tried.end(),
-        [](const auto& x, const auto& y) { return x.second < y.second; });
-      auto it = tried.find(arg->first);
-      const std::size_t i = it->first;
-      const std::size_t left = it == tried.begin() ? i : std::prev(it)->first;
-      const std::size_t right =
-        std::next(it) == tried.end() ? i : std::next(it)->first;
-      const std::size_t before = tried.size();
-      run_at((left + i) / 2);
-      run_at((i + right) / 2);
-      if (tried.size() == before)
-        break; // the neighbours are next to it already
-    }
+    std::int64_t incumbent = std::min(ea.objective, eb.objective);
+    (void)least_over_bottlenecks(
+      at, 100 - m.blend_percent(),
+      [&](std::size_t i) -> std::optional<std::int64_t> {
+        auto r = run_blocks(m, nc, true, cancel, max_entries, inf, at[i]);
+        if (r.skipped == "cancelled")
+          return std::nullopt;
+        if (!r.found)
+          return inf;
+        // w x (latency + penalty): at most the blend's latency part.
+        const auto v = m.blend_percent() * r.value;
+        keep(std::move(r));
+        incumbent = std::min(incumbent, eb_best.objective);
+        return v;
+      },
+      incumbent, inf, 16);
   }
   if (!a.found && !b.found) { // skipped: say why
     finish(std::move(b));
