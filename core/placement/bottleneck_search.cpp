@@ -8,7 +8,8 @@ namespace exo::placement {
 std::optional<std::int64_t> least_over_bottlenecks(
   const std::vector<std::int64_t>& at, std::int64_t share,
   const std::function<std::optional<std::int64_t>(std::size_t)>& lat_at,
-  const std::int64_t& incumbent, std::int64_t none, int budget) {
+  const std::int64_t& incumbent, std::int64_t none,
+  const std::function<bool(int calls)>& more) {
   const std::size_t n = at.size();
   if (n == 0)
     return none;
@@ -41,7 +42,7 @@ std::optional<std::int64_t> least_over_bottlenecks(
       lat[j] >= none ? none : lat[j] + share * at[i + 1];
     if (inside >= std::min(least, incumbent))
       continue; // nothing in (at[i], at[j]) goes below
-    if (calls >= budget) {
+    if (!more(calls)) {
       least = std::min(least, inside);
       continue;
     }

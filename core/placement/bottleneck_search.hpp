@@ -15,13 +15,14 @@ namespace exo::placement {
 /// plan) not increasing with i. A run of values [i, j] costs at least
 /// lat(j) + share x at[i + 1] inside: runs that cannot go below the least
 /// found or `incumbent` (what the caller already has; read each time, so
-/// lat_at may lower it) are skipped, the others halved (a bisection). With
-/// `budget` calls spent, each run left counts with that bound. nullopt
-/// when lat_at returns nullopt (cancelled). `none` when at is empty or no
-/// value has a plan.
+/// lat_at may lower it) are skipped, the others halved (a bisection). Once
+/// `more(calls)` says no (a budget of calls, a deadline), each run left
+/// counts with that bound. nullopt when lat_at returns nullopt
+/// (cancelled). `none` when at is empty or no value has a plan.
 std::optional<std::int64_t> least_over_bottlenecks(
   const std::vector<std::int64_t>& at, std::int64_t share,
   const std::function<std::optional<std::int64_t>(std::size_t)>& lat_at,
-  const std::int64_t& incumbent, std::int64_t none, int budget);
+  const std::int64_t& incumbent, std::int64_t none,
+  const std::function<bool(int calls)>& more);
 
 } // namespace exo::placement

@@ -3,6 +3,7 @@
 #include "core/placement/bottleneck_search.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <vector>
 
@@ -277,7 +278,8 @@ std::size_t exact_state_count(const cost_model& m) {
 }
 
 exact_result solve_exact(const cost_model& m, const std::atomic<bool>* cancel,
-                         std::size_t max_entries) {
+                         std::size_t max_entries,
+                         std::chrono::steady_clock::time_point deadline) {
   exact_result res;
   res.states = exact_state_count(m);
   if (m.devices() == 0 || m.layers() == 0) {
@@ -304,7 +306,8 @@ exact_result solve_exact(const cost_model& m, const std::atomic<bool>* cancel,
   // optimum. A run of values [Ti, Tj] costs at least lat(Tj) + (100 - w)
   // x Ti,
   // so runs that cannot beat the best plan are skipped (a bisection); at
-  // most 48 runs, after which the runs left give the lower bound.
+  // most 48 runs and until `deadline`, after which the runs left give the
+  // lower bound.
   const std::int64_t w = m.blend_percent();
   auto a = run_dp(m, true, cancel, max_entries, inf, w, 100);
   if (a.status != exact_status::solved) {
@@ -366,7 +369,9 @@ exact_result solve_exact(const cost_model& m, const std::atomic<bool>* cancel,
       keep(std::move(r.best));
       return v;
     },
-    best, inf, 48);
+    best, inf, [&](int calls) {
+      return calls < 48 && std::chrono::steady_clock::now() < deadline;
+    });
   if (!least || cancelled) {
     res.status = exact_status::cancelled;
     return res;

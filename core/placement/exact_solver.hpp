@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -51,9 +52,13 @@ struct exact_result {
 /// final states. Runs in O(states * L * K * (K + L)).
 ///
 /// `max_entries` bounds states * (L + 1) * K (12 bytes each).
-exact_result solve_exact(const cost_model& m,
-                         const std::atomic<bool>* cancel = nullptr,
-                         std::size_t max_entries = 16'000'000);
+/// `deadline`: a blend's bisection over bottlenecks stops there (its plan
+/// then keeps a certified gap); the programs themselves obey `cancel`.
+exact_result solve_exact(
+  const cost_model& m, const std::atomic<bool>* cancel = nullptr,
+  std::size_t max_entries = 16'000'000,
+  std::chrono::steady_clock::time_point deadline =
+    std::chrono::steady_clock::time_point::max());
 
 /// A cheap valid lower bound in objective units: the same program with
 /// devices allowed to repeat (no device subsets), stage limits, pinned

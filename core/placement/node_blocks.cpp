@@ -616,7 +616,7 @@ node_block_result solve_node_blocks(const cost_model& m,
         incumbent = std::min(incumbent, eb_best.objective);
         return v;
       },
-      incumbent, inf, 16);
+      incumbent, inf, [](int calls) { return calls < 16; });
   }
   if (!a.found && !b.found) { // skipped: say why
     finish(std::move(b));

@@ -201,7 +201,8 @@ solve_result solve(const problem& original, const solve_options& opts,
   // default solver leaves it out and gives its time to the heuristics.
   const bool gecode_helps = m.devices() <= max_gecode_devices;
   if (opts.solver == solver_kind::exact || opts.solver == solver_kind::both) {
-    auto r = solve_exact(m, cancel, opts.exact_max_entries);
+    auto r = solve_exact(m, cancel, opts.exact_max_entries,
+                         t0 + opts.time_limit);
     switch (r.status) {
       case exact_status::solved:
         lower = std::max(lower, r.lower_bound);

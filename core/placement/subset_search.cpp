@@ -163,10 +163,10 @@ std::vector<std::int64_t> node_capacity(const cost_model& m) {
 
 /// The exact program on the devices of `subset` (model indices): its
 /// optimal plan among them, in `m`'s indices.
-std::optional<assignment> solve_subset(const cost_model& m,
-                                       const std::vector<int>& subset,
-                                       std::size_t max_entries,
-                                       const std::atomic<bool>* cancel) {
+std::optional<assignment> solve_subset(
+  const cost_model& m, const std::vector<int>& subset,
+  std::size_t max_entries, const std::atomic<bool>* cancel,
+  std::chrono::steady_clock::time_point deadline) {
   problem p = m.source();
   std::set<std::size_t> keep;
   for (int d : subset)
@@ -175,7 +175,7 @@ std::optional<assignment> solve_subset(const cost_model& m,
     if (!keep.count(i))
       p.devices[i].excluded = true;
   cost_model sub(p);
-  auto r = solve_exact(sub, cancel, max_entries);
+  auto r = solve_exact(sub, cancel, max_entries, deadline);
   if (r.status != exact_status::solved)
     return std::nullopt;
   std::map<std::size_t, int> index; // problem device -> m's index
@@ -267,7 +267,8 @@ std::optional<heuristic_plan> search_subsets(
       break;
     if (tried(i))
       continue;
-    if (auto a = solve_subset(m, subsets[i], max_entries, cancel))
+    if (auto a = solve_subset(m, subsets[i], max_entries, cancel,
+                              start + budget))
       offer(*a, "exact-subset");
   }
   // Around the best plan: its devices, the rest filled with the fastest.
@@ -278,7 +279,7 @@ std::optional<heuristic_plan> search_subsets(
     ds.insert(ds.end(), fastest.begin(), fastest.end());
     auto s = complete(ds);
     if (std::find(subsets.begin(), subsets.end(), s) == subsets.end())
-      if (auto a = solve_subset(m, s, max_entries, cancel))
+      if (auto a = solve_subset(m, s, max_entries, cancel, start + budget))
         offer(*a, "exact-subset");
   }
   return best;

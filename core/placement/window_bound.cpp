@@ -499,7 +499,7 @@ std::int64_t blend_bound(const cost_model& m, const shared& s) {
       }
       return latency_bound(m, capped, w, 100);
     },
-    no_incumbent, inf, std::numeric_limits<int>::max());
+    no_incumbent, inf, [](int) { return true; });
   return v.value_or(inf);
 }
 

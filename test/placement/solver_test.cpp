@@ -145,6 +145,31 @@ TEST_CASE("a blend: the exact solver's plan is the brute-force optimum "
   CHECK(proven == feasible);
 }
 
+TEST_CASE("a blend's bisection stops at its deadline with a certified "
+          "gap") {
+  int cut_short = 0;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    auto p = small(seed, objective_kind::blend, false, false);
+    cost_model m(p);
+    auto full = solve_exact(m);
+    if (full.status != exact_status::solved)
+      continue;
+    INFO("seed " << seed);
+    REQUIRE(full.proven_optimal());
+    // A deadline already past: only the latency and throughput programs
+    // and the two ends of the bisection run.
+    auto early = solve_exact(m, nullptr, 16'000'000,
+                             std::chrono::steady_clock::now());
+    REQUIRE(early.status == exact_status::solved);
+    CHECK(early.objective >= full.objective);
+    CHECK(early.lower_bound <= full.objective);
+    CHECK(early.lower_bound <= early.objective);
+    CHECK(m.evaluate(early.best).objective == early.objective);
+    cut_short += early.proven_optimal() ? 0 : 1;
+  }
+  CHECK(cut_short > 0);
+}
+
 TEST_CASE("the exact solver and Gecode agree on hundreds of random "
           "instances where both prove optimality") {
   int compared = 0;
