@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace exo::placement {
 
@@ -229,13 +230,15 @@ solve_result solve(const problem& original, const solve_options& opts,
           // time is then lowered by moves that keep the objective, from
           // its plan and from the previous plan made whole.
           problem bare;
+          std::optional<cost_model> without;
           if (m.has_resident()) {
             bare = p;
             bare.resident.clear();
+            without.emplace(bare);
           }
-          const cost_model m_bare(m.has_resident() ? bare : p);
-          auto nb = solve_node_blocks(m.has_resident() ? m_bare : m, cancel,
-                                      opts.exact_max_entries, lower);
+          const cost_model& m_bare = without ? *without : m;
+          auto nb =
+            solve_node_blocks(m_bare, cancel, opts.exact_max_entries, lower);
           if (nb.found)
             accept(nb.best, "node-blocks");
           else if (!nb.skipped.empty())
@@ -243,14 +246,15 @@ solve_result solve(const problem& original, const solve_options& opts,
           if (m.has_resident() && !res.cancelled) {
             const auto until =
               std::chrono::steady_clock::now() + opts.time_limit / 10;
-            const assignment from_program =
-              keep_in_place(m, m_bare, best_assignment);
-            for (const auto& start : {from_program, previous_plan(m, p)}) {
+            const std::pair<assignment, const char*> starts[] = {
+              {keep_in_place(m, m_bare, best_assignment), "node-blocks"},
+              {previous_plan(m, p), "previous plan"}};
+            for (const auto& [start, label] : starts) {
               if (start.empty())
                 continue;
               auto r =
                 improve_by_moves(m, start, until, cancel, move_goal::moving);
-              accept(r.best, r.moves > 0 ? "moves" : "previous plan");
+              accept(r.best, r.moves > 0 ? "moves" : label);
             }
             // Then, in at most half the time limit, the program with the
             // weights in place: the plan of that objective that moves
