@@ -5,6 +5,34 @@
 
 namespace exo::placement {
 
+std::vector<std::int64_t> bottleneck_values(const cost_model& m,
+                                            std::int64_t lo, std::int64_t hi) {
+  std::vector<std::int64_t> at;
+  const int L = static_cast<int>(m.layers());
+  for (std::size_t k = 0; k < m.kinds(); ++k) {
+    const int d = m.kind_representative(static_cast<int>(k));
+    for (int f = 0; f < L; ++f)
+      for (int e = f + 1; e <= m.max_end(d, f); ++e) {
+        const auto v = m.stage_time(d, f, e);
+        if (v > hi)
+          break; // longer windows take longer
+        if (v >= lo)
+          at.push_back(v);
+      }
+  }
+  const int N = static_cast<int>(m.nodes());
+  for (int x = 0; x < N; ++x)
+    for (int y = 0; y < N; ++y)
+      for (int cut = 1; cut < L; ++cut) {
+        const auto v = m.transfer_nodes(x, y, cut);
+        if (v >= lo && v <= hi)
+          at.push_back(v);
+      }
+  std::sort(at.begin(), at.end());
+  at.erase(std::unique(at.begin(), at.end()), at.end());
+  return at;
+}
+
 std::optional<std::int64_t> least_over_bottlenecks(
   const std::vector<std::int64_t>& at, std::int64_t share,
   const std::function<std::optional<std::int64_t>(std::size_t)>& lat_at,

@@ -2,6 +2,8 @@
 
 // The least over a blend's bottlenecks: shared by the window bound and the
 // exact program (both bound a blend by the latency under each bottleneck).
+#include "core/placement/cost_model.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -19,6 +21,12 @@ namespace exo::placement {
 /// `more(calls)` says no (a budget of calls, a deadline), each run left
 /// counts with that bound. nullopt when lat_at returns nullopt
 /// (cancelled). `none` when at is empty or no value has a plan.
+/// The values a plan's bottleneck can take in [lo, hi]: the time of every
+/// window of layers on every device kind, and every cut between two nodes
+/// (or inside one), ascending, once each.
+std::vector<std::int64_t> bottleneck_values(const cost_model& m,
+                                            std::int64_t lo, std::int64_t hi);
+
 std::optional<std::int64_t> least_over_bottlenecks(
   const std::vector<std::int64_t>& at, std::int64_t share,
   const std::function<std::optional<std::int64_t>(std::size_t)>& lat_at,

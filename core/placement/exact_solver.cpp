@@ -304,10 +304,9 @@ exact_result solve_exact(const cost_model& m, const std::atomic<bool>* cancel,
   // B (lat(T): P(T)'s w x latency + 100 x penalty, which falls as T
   // grows), and P(B) costs no more than it: the least over B is the
   // optimum. A run of values [Ti, Tj] costs at least lat(Tj) + (100 - w)
-  // x Ti,
-  // so runs that cannot beat the best plan are skipped (a bisection); at
-  // most 48 runs and until `deadline`, after which the runs left give the
-  // lower bound.
+  // x Ti, so runs that cannot beat the best plan are skipped (a
+  // bisection); at most 48 runs and until `deadline`, after which the runs
+  // left give the lower bound.
   const std::int64_t w = m.blend_percent();
   auto a = run_dp(m, true, cancel, max_entries, inf, w, 100);
   if (a.status != exact_status::solved) {
@@ -333,27 +332,8 @@ exact_result solve_exact(const cost_model& m, const std::atomic<bool>* cancel,
   std::int64_t lower = a.value + (100 - w) * hi;
   keep(std::move(a.best));
   keep(std::move(b.best));
-  const int L = static_cast<int>(m.layers());
-  std::vector<std::int64_t> at;
-  for (std::size_t k = 0; k < m.classes(); ++k) {
-    const int d = m.class_members(static_cast<int>(k))[0];
-    for (int f = 0; f < L; ++f)
-      for (int e = f + 1; e <= m.max_end(d, f); ++e) {
-        const auto v = m.stage_time(d, f, e);
-        if (v >= hi)
-          break;
-        at.push_back(v);
-      }
-  }
-  for (int x = 0; x < static_cast<int>(m.nodes()); ++x)
-    for (int y = 0; y < static_cast<int>(m.nodes()); ++y)
-      for (int cut = 1; cut < L; ++cut) {
-        const auto v = m.transfer_nodes(x, y, cut);
-        if (v < hi)
-          at.push_back(v);
-      }
-  std::sort(at.begin(), at.end());
-  at.erase(std::unique(at.begin(), at.end()), at.end());
+  // Plans of bottleneck hi or more are counted in `lower`.
+  const auto at = bottleneck_values(m, 0, hi - 1);
   bool cancelled = false;
   auto least = least_over_bottlenecks(
     at, 100 - w,

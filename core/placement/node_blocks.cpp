@@ -577,30 +577,7 @@ node_block_result solve_node_blocks(const cost_model& m,
   if (a.found && b.found && ea.bottleneck > eb.bottleneck
       && !(cancel && cancel->load(std::memory_order_relaxed))) {
     const std::int64_t lo = eb.bottleneck, hi = ea.bottleneck;
-    std::vector<std::int64_t> at;
-    const int L = static_cast<int>(m.layers());
-    for (std::size_t k = 0; k < m.kinds(); ++k) {
-      const int d = m.kind_representative(static_cast<int>(k));
-      for (int f = 0; f < L; ++f)
-        for (int e = f + 1; e <= m.max_end(d, f); ++e) {
-          const auto v = m.stage_time(d, f, e);
-          if (v > hi)
-            break;
-          if (v >= lo)
-            at.push_back(v);
-        }
-    }
-    for (int x = 0; x < static_cast<int>(m.nodes()); ++x)
-      for (int y = 0; y < static_cast<int>(m.nodes()); ++y)
-        for (int cut = 1; cut < L; ++cut) {
-          const auto v = m.transfer_nodes(x, y, cut);
-          if (v >= lo && v <= hi)
-            at.push_back(v);
-        }
-    at.push_back(lo);
-    at.push_back(hi);
-    std::sort(at.begin(), at.end());
-    at.erase(std::unique(at.begin(), at.end()), at.end());
+    const auto at = bottleneck_values(m, lo, hi);
     std::int64_t incumbent = std::min(ea.objective, eb.objective);
     (void)least_over_bottlenecks(
       at, 100 - m.blend_percent(),
