@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <limits>
 #include <map>
 #include <set>
@@ -182,12 +183,29 @@ struct dp_out {
   std::size_t states = 0;
 };
 
+/// When a run stops: `cancel` set ("cancelled") or `deadline` passed
+/// ("out of time").
+struct stop_when {
+  const std::atomic<bool>* cancel = nullptr;
+  std::chrono::steady_clock::time_point deadline =
+    std::chrono::steady_clock::time_point::max();
+  /// Why it stops now, or nullptr.
+  const char* why() const {
+    if (cancel && cancel->load(std::memory_order_relaxed))
+      return "cancelled";
+    if (deadline != std::chrono::steady_clock::time_point::max()
+        && std::chrono::steady_clock::now() >= deadline)
+      return "out of time";
+    return nullptr;
+  }
+};
+
 /// One run of the program. States whose every completion costs more than
 /// `cap` are skipped (inf: none): the plan found is the best block plan
 /// whenever its cost is at most `cap`. `limit`: no stage and no cut above
 /// it (the blend's bottleneck; inf: none).
 dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
-                  const std::atomic<bool>* cancel, std::size_t max_entries,
+                  const stop_when& stop, std::size_t max_entries,
                   std::int64_t cap = inf, std::int64_t limit = inf) {
   dp_out out;
   const int L = static_cast<int>(m.layers());
@@ -231,8 +249,8 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
       return out;
     }
     for (int l = 0; l < L; ++l) {
-      if (cancel && cancel->load(std::memory_order_relaxed)) {
-        out.skipped = "cancelled";
+      if (const char* why = stop.why()) {
+        out.skipped = why;
         return out;
       }
       np.run(l);
@@ -298,8 +316,8 @@ dp_out run_blocks(const cost_model& m, const node_classes& nc, bool sum,
       }
   std::vector<int> v(C);
   for (std::size_t S = 1; S < ns; ++S) {
-    if (cancel && cancel->load(std::memory_order_relaxed)) {
-      out.skipped = "cancelled";
+    if (const char* why = stop.why()) {
+      out.skipped = why;
       return out;
     }
     std::size_t r = S;
@@ -502,10 +520,11 @@ node_classes interchangeable_nodes(const cost_model& m) {
   return out;
 }
 
-node_block_result solve_node_blocks(const cost_model& m,
-                                    const std::atomic<bool>* cancel,
-                                    std::size_t max_entries,
-                                    std::optional<std::int64_t> lower) {
+node_block_result solve_node_blocks(
+  const cost_model& m, const std::atomic<bool>* cancel,
+  std::size_t max_entries, std::optional<std::int64_t> lower,
+  std::chrono::steady_clock::time_point deadline) {
+  const stop_when stop{cancel, deadline};
   node_block_result res;
   if (m.devices() == 0 || m.layers() == 0) {
     res.skipped = "no devices or no layers";
@@ -543,18 +562,18 @@ node_block_result solve_node_blocks(const cost_model& m,
       for (std::int64_t pct : {1, 10}) {
         const std::int64_t cap = *lower + std::max<std::int64_t>(
                                             *lower * pct / 100, 1);
-        auto r = run_blocks(m, nc, sum, cancel, max_entries, cap);
+        auto r = run_blocks(m, nc, sum, stop, max_entries, cap);
         if (!r.skipped.empty() || (r.found && r.value <= cap)) {
           finish(std::move(r));
           return res;
         }
       }
     }
-    finish(run_blocks(m, nc, sum, cancel, max_entries));
+    finish(run_blocks(m, nc, sum, stop, max_entries));
     return res;
   }
-  auto a = run_blocks(m, nc, true, cancel, max_entries);
-  auto b = run_blocks(m, nc, false, cancel, max_entries);
+  auto a = run_blocks(m, nc, true, stop, max_entries);
+  auto b = run_blocks(m, nc, false, stop, max_entries);
   auto ea = a.found ? m.evaluate(a.best) : evaluation{};
   auto eb = b.found ? m.evaluate(b.best) : evaluation{};
   dp_out best;
@@ -575,15 +594,15 @@ node_block_result solve_node_blocks(const cost_model& m,
   // latency plan's: the values a stage or cut can take there, bisected as
   // the exact program does (least_over_bottlenecks), at most 16 runs.
   if (a.found && b.found && ea.bottleneck > eb.bottleneck
-      && !(cancel && cancel->load(std::memory_order_relaxed))) {
+      && !stop.why()) {
     const std::int64_t lo = eb.bottleneck, hi = ea.bottleneck;
     const auto at = bottleneck_values(m, lo, hi);
     std::int64_t incumbent = std::min(ea.objective, eb.objective);
     (void)least_over_bottlenecks(
       at, 100 - m.blend_percent(),
       [&](std::size_t i) -> std::optional<std::int64_t> {
-        auto r = run_blocks(m, nc, true, cancel, max_entries, inf, at[i]);
-        if (r.skipped == "cancelled")
+        auto r = run_blocks(m, nc, true, stop, max_entries, inf, at[i]);
+        if (!r.found && stop.why())
           return std::nullopt;
         if (!r.found)
           return inf;

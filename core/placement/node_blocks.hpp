@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -56,10 +57,13 @@ struct node_block_result {
 /// `lower`: a valid lower bound on the objective (solve() passes the
 /// window bound); the program then first skips the states that cannot
 /// finish within 1% (then 10%) of it — the same plan, found faster when the
-/// bound is tight.
+/// bound is tight. `deadline`: the program stops there as when cancelled
+/// (skipped "out of time", nothing found).
 node_block_result solve_node_blocks(
   const cost_model& m, const std::atomic<bool>* cancel = nullptr,
   std::size_t max_entries = 16'000'000,
-  std::optional<std::int64_t> lower = std::nullopt);
+  std::optional<std::int64_t> lower = std::nullopt,
+  std::chrono::steady_clock::time_point deadline =
+    std::chrono::steady_clock::time_point::max());
 
 } // namespace exo::placement

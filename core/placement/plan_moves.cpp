@@ -298,12 +298,7 @@ assignment keep_in_place(const cost_model& m, const cost_model& bare,
   std::vector<std::vector<int>> on_node(static_cast<std::size_t>(nodes));
   for (int d = 0; d < n; ++d)
     on_node[static_cast<std::size_t>(m.node(d))].push_back(d);
-  auto moving = [&](const assignment& x) {
-    std::int64_t t = 0;
-    for (const auto& s : x)
-      t += m.moving_cost(s.device, s.first, s.end);
-    return t;
-  };
+  auto moving = [&](const assignment& x) { return m.evaluate(x).moved; };
   assignment a = start;
   std::int64_t best = moving(a);
   // A device of node y of kind k that `taken` does not use, or -1.

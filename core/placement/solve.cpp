@@ -11,9 +11,6 @@
 #include "core/placement/subset_search.hpp"
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <utility>
 
 namespace exo::placement {
@@ -58,43 +55,6 @@ namespace {
 
 /// Above this many devices the default solver does not run Gecode.
 constexpr std::size_t max_gecode_devices = 32;
-
-/// A cancel flag that is set at a deadline or when `outer` is (polled
-/// every millisecond), until destroyed.
-class deadline_cancel {
-public:
-  deadline_cancel(std::chrono::steady_clock::time_point deadline,
-                  const std::atomic<bool>* outer)
-      : timer_([this, deadline, outer] {
-          std::unique_lock<std::mutex> lock(mu_);
-          while (!done_) {
-            if (std::chrono::steady_clock::now() >= deadline
-                || (outer && outer->load(std::memory_order_relaxed))) {
-              flag_.store(true, std::memory_order_relaxed);
-              return;
-            }
-            cv_.wait_for(lock, std::chrono::milliseconds(1));
-          }
-        }) {}
-  ~deadline_cancel() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_one();
-    timer_.join();
-  }
-  deadline_cancel(const deadline_cancel&) = delete;
-  deadline_cancel& operator=(const deadline_cancel&) = delete;
-  const std::atomic<bool>* flag() const { return &flag_; }
-
-private:
-  std::atomic<bool> flag_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread timer_; // last: started once the rest exists
-};
 
 /// A simple valid lower bound: each layer on its fastest device.
 std::int64_t static_lower_bound(const cost_model& m) {
@@ -261,11 +221,9 @@ solve_result solve(const problem& original, const solve_options& opts,
             // least (among those that enter each node once), when it
             // finishes in time.
             if (best_units && lower >= *best_units) {
-              deadline_cancel stop_at(std::chrono::steady_clock::now()
-                                        + opts.time_limit / 2,
-                                      cancel);
               auto exact_moving = solve_node_blocks(
-                m, stop_at.flag(), opts.exact_max_entries, *best_units);
+                m, cancel, opts.exact_max_entries, *best_units,
+                std::chrono::steady_clock::now() + opts.time_limit / 2);
               if (exact_moving.found)
                 accept(exact_moving.best, "node-blocks");
             }
