@@ -18,3 +18,4 @@
 #include "core/placement/random_problem.hpp"
 #include "core/placement/solve.hpp"
 #include "core/placement/subset_search.hpp"
+#include "core/placement/walk_plans.hpp"

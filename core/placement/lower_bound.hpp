@@ -54,4 +54,11 @@ std::optional<capacity_bound> capacity_lower_bound(const cost_model& m);
 /// plans meet it. nullopt when no cover exists (then no plan exists).
 std::optional<std::int64_t> window_lower_bound(const cost_model& m);
 
+/// The window bound's part for the plans that come back: a valid lower
+/// bound (latency, ticks) on every plan whose first and last layer sit on
+/// one node and that visits another node between them (such a plan enters
+/// that node twice). nullopt for other objectives, fewer than two layers,
+/// or when no such plan can exist. See block_plans_suffice().
+std::optional<std::int64_t> returning_lower_bound(const cost_model& m);
+
 } // namespace exo::placement

@@ -520,6 +520,46 @@ node_classes interchangeable_nodes(const cost_model& m) {
   return out;
 }
 
+bool block_plans_suffice(const cost_model& m) {
+  const int L = static_cast<int>(m.layers());
+  const int N = static_cast<int>(m.nodes());
+  if (m.kind() != objective_kind::latency || m.devices() == 0 || N > 256
+      || m.max_stages() < m.devices())
+    return false;
+  for (int d = 0; d < static_cast<int>(m.devices()); ++d)
+    if (m.must_use(d))
+      return false;
+  if (L < 3)
+    return true; // at most two stages: no node is entered twice
+  // Middle layers alike on every device kind: the same ticks each, and a
+  // window [b, e) with 1 <= b < e <= L - 1 fits iff e - b <= most.
+  for (std::size_t k = 0; k < m.kinds(); ++k) {
+    const int d = m.kind_representative(static_cast<int>(k));
+    const auto one = m.stage_time(d, 1, 2);
+    const int most = std::min(m.max_end(d, 1), L - 1) - 1;
+    for (int b = 1; b + 1 < L; ++b)
+      if (m.stage_time(d, b, b + 1) != one
+          || std::min(m.max_end(d, b), L - 1) != std::min(b + most, L - 1))
+        return false;
+  }
+  // A cut costs the same wherever it falls.
+  for (int a = 0; a < N; ++a)
+    for (int b = 0; b < N; ++b)
+      for (int cut = 2; cut < L; ++cut)
+        if (m.transfer_nodes(a, b, cut) != m.transfer_nodes(a, b, 1))
+          return false;
+  auto c = [&m](int a, int b) { return m.transfer_nodes(a, b, 1); };
+  for (int a = 0; a < N; ++a)
+    for (int s = 0; s < N; ++s) {
+      if (s == a)
+        continue;
+      for (int y = 0; y < N; ++y)
+        if (y != a && c(s, y) + c(a, a) > c(s, a) + c(a, y))
+          return false;
+    }
+  return true;
+}
+
 node_block_result solve_node_blocks(
   const cost_model& m, const std::atomic<bool>* cancel,
   std::size_t max_entries, std::optional<std::int64_t> lower,

@@ -26,6 +26,26 @@ struct node_classes {
 
 node_classes interchangeable_nodes(const cost_model& m);
 
+/// Whether, for latency, every plan whose first and last layer sit on
+/// different nodes can be rearranged into one that enters each node once
+/// (a block plan), no slower. Between two visits of a node A, ... A S A Y
+/// becomes ... A A S Y (or, when the second visit holds the last layer,
+/// X A S A becomes X S A A): the stages keep their devices and lengths,
+/// the same nodes are used, and the cuts S|A and A|Y (X|A and A|S) become
+/// A|A and S|Y (X|S and A|A). That is no slower when
+/// - the objective is latency, nothing is pinned and no stage limit binds;
+/// - every middle layer (neither the first nor the last) costs each device
+///   the same ticks and a window of middle layers fits a device by its
+///   length alone (the moved stages hold only middle layers);
+/// - a cut costs the same wherever it falls (between layers 1 and L - 1);
+/// - cut(s, y) + cut(a, a) <= cut(s, a) + cut(a, y) for every node a and
+///   nodes s, y other than a (a triangle inequality with the cut inside a).
+/// Each step merges two visits, so the best block plan (the node-block
+/// program's, exact among them) is at most every such plan; the plans
+/// whose first and last layer share a node are bounded by
+/// returning_lower_bound(). False beyond 256 nodes (the check is cubic).
+bool block_plans_suffice(const cost_model& m);
+
 /// What solve_node_blocks() found.
 struct node_block_result {
   /// A plan was found (`best`, `objective`).

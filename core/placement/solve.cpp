@@ -9,6 +9,7 @@
 #include "core/placement/node_blocks.hpp"
 #include "core/placement/plan_moves.hpp"
 #include "core/placement/subset_search.hpp"
+#include "core/placement/walk_plans.hpp"
 
 #include <algorithm>
 #include <utility>
@@ -199,9 +200,25 @@ solve_result solve(const problem& original, const solve_options& opts,
           const cost_model& m_bare = without ? *without : m;
           auto nb =
             solve_node_blocks(m_bare, cancel, opts.exact_max_entries, lower);
-          if (nb.found)
+          if (nb.found) {
             accept(nb.best, "node-blocks");
-          else if (!nb.skipped.empty())
+            // Latency: where a plan that enters a node twice can be
+            // rearranged into one that does not, no slower, the best block
+            // plan is at most every plan but those that come back to their
+            // first node, which the window bound's part for them bounds.
+            if (lower < nb.objective && block_plans_suffice(m_bare)) {
+              const auto back = returning_lower_bound(m_bare);
+              const auto proof =
+                back ? std::min(nb.objective, *back) : nb.objective;
+              if (proof > lower) {
+                lower = proof;
+                res.notes.push_back(
+                  "node-block plans suffice: a plan that enters a node "
+                  "twice becomes one that does not, no slower (identical "
+                  "middle layers, cuts obeying the triangle inequality)");
+              }
+            }
+          } else if (!nb.skipped.empty())
             res.notes.push_back("node-block program skipped: " + nb.skipped);
           if (m.has_resident() && !res.cancelled) {
             const auto until =
@@ -228,6 +245,18 @@ solve_result solve(const problem& original, const solve_options& opts,
                 accept(exact_moving.best, "node-blocks");
             }
           }
+        }
+        // Throughput, unproven: plans that pass a node more than once (a
+        // node with a fast card as a bridge between slow ones), which the
+        // node-block program cannot make, in at most a tenth of the time.
+        if (opts.solver == solver_kind::both
+            && m.kind() == objective_kind::throughput && best_units
+            && lower < *best_units && !res.cancelled) {
+          if (auto w = least_walk_plan(m, lower, *best_units,
+                                       std::chrono::steady_clock::now()
+                                         + opts.time_limit / 10,
+                                       cancel))
+            accept(*w, "walk");
         }
         // Unless that plan is proven: good plans (devices in orders, the
         // exact program on subsets of the devices), in at most 40% of the

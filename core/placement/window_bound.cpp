@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace exo::placement {
@@ -330,13 +331,16 @@ std::int64_t latency_bound(const cost_model& m, const shared& s,
 }
 
 /// The least of latency_bound() over every way a plan's ends can sit, and
-/// of the plans of one stage.
+/// of the plans of one stage; with `only`, over the plans whose ends sit
+/// that way.
 std::int64_t latency_bound(const cost_model& m, const shared& s,
-                           std::int64_t wt, std::int64_t wp) {
+                           std::int64_t wt, std::int64_t wp,
+                           std::optional<ends> only = std::nullopt) {
   const int L = static_cast<int>(m.layers());
   std::int64_t best = inf;
-  for (const auto& w : s.win)
-    best = std::min(best, w.all < inf ? wt * w.all : inf);
+  if (!only)
+    for (const auto& w : s.win)
+      best = std::min(best, w.all < inf ? wt * w.all : inf);
   if (L < 2)
     return best;
   // Each way of charging the cuts bounds every plan: the largest for each
@@ -365,12 +369,15 @@ std::int64_t latency_bound(const cost_model& m, const shared& s,
     if (!skip)
       used.push_back(&ways[i]);
   }
-  for (auto e : {ends::apart, ends::together}) {
+  for (auto e : only ? std::vector<ends>{*only}
+                      : std::vector<ends>{ends::apart, ends::together}) {
     std::int64_t most = 0;
     for (const auto* c : used)
       most = std::max(most, latency_bound(m, s, wt, wp, e, *c));
     best = std::min(best, most);
   }
+  if (only)
+    return best;
   for (int a = 0; a < static_cast<int>(m.nodes()); ++a)
     best = std::min(best, latency_bound(m, s, wt, wp, ends::one_node,
                                         ways[0], a));
@@ -524,6 +531,14 @@ std::optional<std::int64_t> window_lower_bound(const cost_model& m) {
     }
   }
   return std::nullopt;
+}
+
+std::optional<std::int64_t> returning_lower_bound(const cost_model& m) {
+  if (m.devices() == 0 || m.layers() < 2
+      || m.kind() != objective_kind::latency)
+    return std::nullopt;
+  const auto v = latency_bound(m, prepare(m), 1, 1, ends::together);
+  return v < inf ? std::optional<std::int64_t>(v) : std::nullopt;
 }
 
 } // namespace exo::placement
