@@ -220,11 +220,27 @@ solve_result solve(const problem& original, const solve_options& opts,
             }
           } else if (!nb.skipped.empty())
             res.notes.push_back("node-block program skipped: " + nb.skipped);
+          // Throughput, unproven: plans that pass a node more than once
+          // (a node with a fast card as a bridge between slow ones), which
+          // the node-block program cannot make, in at most a tenth of the
+          // time.
+          bool walked = false;
+          if (m.kind() == objective_kind::throughput && best_units
+              && lower < *best_units && !res.cancelled) {
+            if (auto w = least_walk_plan(m, lower, *best_units,
+                                         std::chrono::steady_clock::now()
+                                           + opts.time_limit / 10,
+                                         cancel)) {
+              accept(*w, "walk");
+              walked = true;
+            }
+          }
           if (m.has_resident() && !res.cancelled) {
             const auto until =
               std::chrono::steady_clock::now() + opts.time_limit / 10;
             const std::pair<assignment, const char*> starts[] = {
-              {keep_in_place(m, m_bare, best_assignment), "node-blocks"},
+              {keep_in_place(m, m_bare, best_assignment),
+               walked ? "walk" : "node-blocks"},
               {previous_plan(m, p), "previous plan"}};
             for (const auto& [start, label] : starts) {
               if (start.empty())
@@ -235,9 +251,10 @@ solve_result solve(const problem& original, const solve_options& opts,
             }
             // Then, in at most half the time limit, the program with the
             // weights in place: the plan of that objective that moves
-            // least (among those that enter each node once), when it
-            // finishes in time.
-            if (best_units && lower >= *best_units) {
+            // least (among those that enter each node once, so not when
+            // only a walk reaches that objective), when it finishes in
+            // time.
+            if (best_units && lower >= *best_units && !walked) {
               auto exact_moving = solve_node_blocks(
                 m, cancel, opts.exact_max_entries, *best_units,
                 std::chrono::steady_clock::now() + opts.time_limit / 2);
@@ -245,18 +262,6 @@ solve_result solve(const problem& original, const solve_options& opts,
                 accept(exact_moving.best, "node-blocks");
             }
           }
-        }
-        // Throughput, unproven: plans that pass a node more than once (a
-        // node with a fast card as a bridge between slow ones), which the
-        // node-block program cannot make, in at most a tenth of the time.
-        if (opts.solver == solver_kind::both
-            && m.kind() == objective_kind::throughput && best_units
-            && lower < *best_units && !res.cancelled) {
-          if (auto w = least_walk_plan(m, lower, *best_units,
-                                       std::chrono::steady_clock::now()
-                                         + opts.time_limit / 10,
-                                       cancel))
-            accept(*w, "walk");
         }
         // Unless that plan is proven: good plans (devices in orders, the
         // exact program on subsets of the devices), in at most 40% of the

@@ -9,24 +9,32 @@ namespace exo::placement {
 
 namespace {
 
+/// Per node pair (a * nodes + b): the dearest cut between them, either
+/// way (a walk passes a link both ways).
+std::vector<std::int64_t> dearest_cuts(const cost_model& m) {
+  const int N = static_cast<int>(m.nodes());
+  const int L = static_cast<int>(m.layers());
+  std::vector<std::int64_t> worst(static_cast<std::size_t>(N) * N, 0);
+  for (int a = 0; a < N; ++a)
+    for (int b = 0; b < N; ++b) {
+      auto& w = worst[static_cast<std::size_t>(a) * N + b];
+      for (int cut = 1; cut < L; ++cut)
+        w = std::max({w, m.transfer_nodes(a, b, cut),
+                      m.transfer_nodes(b, a, cut)});
+    }
+  return worst;
+}
+
 /// What the walk plans need of the cluster at one limit.
 class walk_builder {
 public:
-  walk_builder(const cost_model& m, std::int64_t limit)
-      : m_(m), T_(limit), L_(static_cast<int>(m.layers())),
+  walk_builder(const cost_model& m, const std::vector<std::int64_t>& worst,
+               std::int64_t limit)
+      : m_(m), worst_(worst), T_(limit), L_(static_cast<int>(m.layers())),
         N_(static_cast<int>(m.nodes())) {
     on_.resize(N_);
     for (int d = 0; d < static_cast<int>(m.devices()); ++d)
       on_[m.node(d)].push_back(d);
-    // Every cut between two nodes, either way, at most the limit.
-    worst_.assign(static_cast<std::size_t>(N_ * N_), 0);
-    for (int a = 0; a < N_; ++a)
-      for (int b = 0; b < N_; ++b)
-        for (int cut = 1; cut < L_; ++cut)
-          worst_[static_cast<std::size_t>(a * N_ + b)] =
-            std::max({worst_[static_cast<std::size_t>(a * N_ + b)],
-                      m.transfer_nodes(a, b, cut),
-                      m.transfer_nodes(b, a, cut)});
     cap_.assign(m.devices(), 0);
     node_cap_.assign(N_, 0);
     usable_.assign(N_, 0);
@@ -58,30 +66,36 @@ public:
     std::int64_t held = node_cap_[root];
     // A node passed as often as it has devices (kids == usable: each child
     // a pass, none for coming back) must lie on the walk's last branch:
-    // such nodes must lie on one path from the root.
-    auto may_take_child = [&](int u) {
-      if (kids[u] + 2 <= usable_[u])
-        return true;
-      if (kids[u] + 1 != usable_[u])
-        return false;
-      int deepest = u, dd = depth_of(u, parent);
+    // such nodes must lie on one path from the root. `allowed`: nodes that
+    // may take one more child.
+    std::vector<char> allowed(N_), on_path(N_);
+    auto update_allowed = [&] {
+      int deepest = -1, dd = -1;
       for (int x : taken)
-        if (x != u && kids[x] > 0 && kids[x] == usable_[x]) {
+        if (kids[x] > 0 && kids[x] == usable_[x]) {
           const int dx = depth_of(x, parent);
           if (dx > dd) {
             deepest = x;
             dd = dx;
           }
         }
-      std::vector<char> on_path(N_, 0);
+      std::fill(on_path.begin(), on_path.end(), 0);
       for (int x = deepest; x >= 0; x = parent[x])
         on_path[x] = 1;
-      if (!on_path[u])
-        return false;
-      for (int x : taken)
-        if (kids[x] > 0 && kids[x] == usable_[x] && !on_path[x])
-          return false;
-      return true;
+      for (int u : taken) {
+        if (kids[u] + 2 <= usable_[u]) {
+          allowed[u] = 1;
+          continue;
+        }
+        bool ok = kids[u] + 1 == usable_[u];
+        if (ok && deepest >= 0 && !on_path[u]) {
+          // u below the deepest such node keeps them on one path.
+          ok = false;
+          for (int x = parent[u]; x >= 0 && !ok; x = parent[x])
+            ok = x == deepest;
+        }
+        allowed[u] = ok;
+      }
     };
     for (;;) {
       if (held >= L_) {
@@ -91,13 +105,14 @@ public:
       }
       // The neighbour of the nodes taken that adds the most layers, hung
       // below a taken node that can pass it, the one with most to spare.
+      update_allowed();
       int best = -1, via = -1;
       for (int v = 0; v < N_; ++v) {
         if (parent[v] != -2 || usable_[v] == 0)
           continue;
         int u_best = -1;
         for (int u : taken)
-          if (adjacent(u, v) && may_take_child(u)
+          if (adjacent(u, v) && allowed[u]
               && (u_best < 0
                   || usable_[u] - kids[u] > usable_[u_best] - kids[u_best]))
             u_best = u;
@@ -121,9 +136,12 @@ public:
   }
 
   int nodes() const { return N_; }
-  /// Layers the node's first device takes from layer 0.
+  /// Most layers one of the node's devices takes from layer 0.
   int first_reach(int a) const {
-    return on_[a].empty() ? 0 : reach(on_[a][0], 0);
+    int most = 0;
+    for (int d : on_[a])
+      most = std::max(most, reach(d, 0));
+    return most;
   }
 
 private:
@@ -232,10 +250,10 @@ private:
   }
 
   const cost_model& m_;
+  const std::vector<std::int64_t>& worst_;
   std::int64_t T_;
   int L_, N_;
   std::vector<std::vector<int>> on_;
-  std::vector<std::int64_t> worst_;
   std::vector<int> cap_;
   std::vector<std::int64_t> node_cap_;
   std::vector<int> usable_;
@@ -243,13 +261,12 @@ private:
 
 } // namespace
 
-std::optional<assignment> walk_plan(const cost_model& m, std::int64_t limit) {
-  if (m.devices() == 0 || m.layers() == 0)
-    return std::nullopt;
-  for (int d = 0; d < static_cast<int>(m.devices()); ++d)
-    if (m.must_use(d))
-      return std::nullopt;
-  walk_builder w(m, limit);
+namespace {
+
+std::optional<assignment> walk_plan(const cost_model& m,
+                                    const std::vector<std::int64_t>& worst,
+                                    std::int64_t limit) {
+  walk_builder w(m, worst, limit);
   // Roots by how much of the model's start their best device takes.
   std::vector<int> roots(w.nodes());
   std::iota(roots.begin(), roots.end(), 0);
@@ -267,18 +284,38 @@ std::optional<assignment> walk_plan(const cost_model& m, std::int64_t limit) {
   return std::nullopt;
 }
 
+bool walkable(const cost_model& m) {
+  if (m.devices() == 0 || m.layers() == 0)
+    return false;
+  for (int d = 0; d < static_cast<int>(m.devices()); ++d)
+    if (m.must_use(d))
+      return false;
+  return true;
+}
+
+} // namespace
+
+std::optional<assignment> walk_plan(const cost_model& m, std::int64_t limit) {
+  if (!walkable(m))
+    return std::nullopt;
+  return walk_plan(m, dearest_cuts(m), limit);
+}
+
 std::optional<assignment> least_walk_plan(
   const cost_model& m, std::int64_t lower, std::int64_t upper,
   std::chrono::steady_clock::time_point deadline,
   const std::atomic<bool>* cancel) {
   std::optional<assignment> best;
+  if (!walkable(m))
+    return best;
+  const auto worst = dearest_cuts(m);
   std::int64_t lo = lower, hi = upper - 1;
   while (lo <= hi) {
     if ((cancel && cancel->load(std::memory_order_relaxed))
         || std::chrono::steady_clock::now() >= deadline)
       break;
     const auto mid = lo + (hi - lo) / 2;
-    if (auto a = walk_plan(m, mid)) {
+    if (auto a = walk_plan(m, worst, mid)) {
       hi = std::min(mid, m.evaluate(*a).bottleneck) - 1;
       best = std::move(a);
     } else {
