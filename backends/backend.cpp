@@ -217,6 +217,10 @@ void* device::host_pointer(buffer&) {
   return nullptr;
 }
 
+bool device::counts_adopted_memory() const noexcept {
+  return true;
+}
+
 bool device::runs_weights(weight_type t) const noexcept {
   return t == weight_type::f32 || t == weight_type::f16
          || t == weight_type::q8_0;

@@ -391,6 +391,12 @@ public:
   virtual result<std::unique_ptr<buffer>>
   adopt_host(const void* data, std::size_t bytes,
              std::shared_ptr<const void> keep);
+  /// Whether memory().free counts host memory read in place (adopt_host)
+  /// as used, so that releasing such a buffer gives its bytes back. The
+  /// default: yes. Not the cpu device without a memory limit, whose free
+  /// memory is the host's available memory, which counts a mapped file's
+  /// pages as available already.
+  virtual bool counts_adopted_memory() const noexcept;
 
   // transfers (see the ordering rules at the top of this file)
   virtual status write(buffer& dst, std::size_t offset, const void* src,

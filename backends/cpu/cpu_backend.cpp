@@ -103,6 +103,12 @@ public:
     props_.launch_seconds = pick(0, measured.launch_seconds);
   }
 
+  /// Without a limit, free memory is the host's available memory: a
+  /// mapped model file's pages count there already.
+  bool counts_adopted_memory() const noexcept override {
+    return opts_.memory_limit != 0;
+  }
+
   memory_info memory() override {
     auto info = host_device::memory();
     if (opts_.memory_limit == 0)

@@ -74,7 +74,9 @@ result<std::uint64_t> buffer_pool::adopt(const void* data, std::uint64_t bytes,
   }
   if (!made)
     return made.err();
-  return add(std::move(*made), bytes);
+  auto id = add(std::move(*made), bytes);
+  live_.at(id).adopted = true;
+  return id;
 }
 
 std::uint64_t buffer_pool::add(std::unique_ptr<backend::buffer> buf,
@@ -139,7 +141,10 @@ result<std::uint64_t> buffer_pool::size_of(std::uint64_t handle) const {
 
 std::uint64_t buffer_pool::footprint(std::uint64_t handle) const noexcept {
   auto it = live_.find(handle);
-  return it == live_.end() ? 0 : it->second.buf->size();
+  if (it == live_.end()
+      || (it->second.adopted && !dev_.counts_adopted_memory()))
+    return 0;
+  return it->second.buf->size();
 }
 
 void buffer_pool::trim() {

@@ -57,7 +57,9 @@ public:
   /// The size a handle was allocated with, or an error.
   result<std::uint64_t> size_of(std::uint64_t handle) const;
   /// The size of the buffer behind a handle (its size class: what the
-  /// device has back when it goes), 0 for an unknown handle.
+  /// device has back when it goes), 0 for an unknown handle and for host
+  /// memory read in place on a device whose free memory does not count it
+  /// (backend::device::counts_adopted_memory).
   std::uint64_t footprint(std::uint64_t handle) const noexcept;
 
   /// Frees every cached (unused) buffer.
@@ -87,6 +89,7 @@ private:
   struct entry {
     std::unique_ptr<backend::buffer> buf;
     std::uint64_t size;
+    bool adopted = false; ///< host memory read in place (adopt)
   };
 
   backend::device& dev_;

@@ -77,6 +77,7 @@ result<device_handle> backend_ops::allocate(std::uint64_t bytes) {
 }
 
 status backend_ops::free(device_handle h) {
+  adopted_.erase(h);
   if (bufs_.erase(h) == 0)
     return fail(errc::invalid_argument,
                 "free: unknown buffer " + std::to_string(h));
@@ -85,7 +86,10 @@ status backend_ops::free(device_handle h) {
 
 std::uint64_t backend_ops::footprint(device_handle h) const {
   auto it = bufs_.find(h);
-  return it == bufs_.end() ? 0 : it->second->size();
+  if (it == bufs_.end()
+      || (adopted_.count(h) != 0 && !dev_.counts_adopted_memory()))
+    return 0;
+  return it->second->size();
 }
 
 result<backend::buffer*> backend_ops::find(device_handle h) const {
@@ -135,6 +139,7 @@ result<device_handle> backend_ops::adopt_host(const void* data,
     return b.err();
   auto h = next_++;
   bufs_.emplace(h, std::move(*b));
+  adopted_.insert(h);
   return h;
 }
 

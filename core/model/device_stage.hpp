@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,8 @@ private:
   backend::device& dev_;
   device_handle next_ = 1;
   std::map<device_handle, std::unique_ptr<backend::buffer>> bufs_;
+  /// Handles of host memory read in place (adopt_host).
+  std::set<device_handle> adopted_;
 };
 
 /// The wire's max_chunk_bytes (messages/device.hpp, which this CAF-free
@@ -336,8 +339,9 @@ public:
     return cache_bytes_;
   }
   /// Bytes of the device's memory the stage holds (device_ops::footprint
-  /// of every buffer: weights, read in place or not, scratch, caches):
-  /// what the device has again once the stage is gone.
+  /// of every buffer: weights, scratch, caches; weights read in place as
+  /// the device counts them, nothing on the cpu device without a memory
+  /// limit): what the device has again once the stage is gone.
   std::uint64_t footprint() const;
   /// Operations run through device_ops so far.
   std::uint64_t ops_run() const noexcept {

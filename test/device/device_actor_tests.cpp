@@ -882,3 +882,55 @@ TEST_CASE("what a task keeps counts as free memory, gives way to an "
   CHECK(*freed_live == 7);
   CHECK(*freed == 7);
 }
+
+TEST_CASE("host memory read in place counts as the device counts it: the "
+          "cpu device without a limit gives none back when it goes") {
+  // A kept stage's weights read in place from the mapped model file: the
+  // cpu device without a memory limit reports the host's available memory,
+  // which counts the mapped pages already; counting them again as the kept
+  // stage's room made a node look freer than it was. With a limit, the
+  // device counts them as used and gets them back.
+  constexpr std::uint64_t mib = 1u << 20;
+  auto data = std::make_shared<std::vector<float>>(mib / sizeof(float));
+  for (std::uint64_t limit : {std::uint64_t{0}, 64 * mib}) {
+    INFO("memory limit " << limit);
+    backend::factory_options opts;
+    opts.use_environment = false;
+    opts.include = {"cpu"};
+    opts.cpu.memory_limit = limit;
+    opts.cpu.weights_in_place = true;
+    auto reg = backend::registry::create(opts);
+    REQUIRE(reg.ok());
+    auto* dev = reg->devices().at(0);
+    CHECK(dev->counts_adopted_memory() == (limit != 0));
+    config cfg;
+    caf::actor_system sys{cfg};
+    caf::scoped_actor self{sys};
+    device::device_actor_config dc;
+    dc.node = "n1";
+    auto actor = device::spawn_device_actor(sys, *dev, dc);
+    device_task t;
+    t.run = [data](device::task_context& ctx, caf::response_promise& rp) {
+      auto ops = ctx.ops();
+      auto a = ops->adopt_host(data->data(), mib, data);
+      auto b = ops->allocate(mib);
+      if (!a || !b) {
+        rp.deliver(std::string{"no buffer"});
+        return;
+      }
+      auto out = std::to_string(ops->footprint(*a)) + " "
+                 + std::to_string(ops->footprint(*b) >= mib);
+      (void) ops->free(*a);
+      (void) ops->free(*b);
+      rp.deliver(out);
+    };
+    std::string out;
+    self->request(caf::actor_cast<caf::actor>(actor), 10s, task_atom::value,
+                  std::move(t))
+      .receive([&](std::string& s) { out = s; },
+               [&](caf::error& err) { out = sys.render(err); });
+    CHECK(out == (limit != 0 ? std::to_string(mib) : "0") + " 1");
+    self->send_exit(actor, caf::exit_reason::user_shutdown);
+    self->wait_for(actor);
+  }
+}
