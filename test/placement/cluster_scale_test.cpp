@@ -81,6 +81,19 @@ problem rack_after_loss(std::size_t layers, bool two, objective_kind kind,
   return p;
 }
 
+/// Checks that `r` has a plan of `p`, proven (its bound meets it), by
+/// `solver` unless empty, that passes every check.
+void check_proven(const problem& p, const solve_result& r,
+                  const std::string& solver = {}) {
+  REQUIRE(r.best);
+  if (!solver.empty())
+    CHECK(r.best->solver == solver);
+  CHECK(r.best->proven_optimal);
+  CHECK(r.status == solve_status::optimal);
+  CHECK(r.best->lower_bound_seconds == r.best->objective_seconds);
+  CHECK(check_plan(p, *r.best).empty());
+}
+
 /// solve() with the exact program kept out (its table "too large"), so
 /// that the node-block program and the bounds do the work.
 solve_result solve_at_scale(const problem& p) {
@@ -198,13 +211,7 @@ TEST_CASE("64 devices on 16 nodes in 8 kinds: proven optimal, latency and "
       INFO(to_string(kind) << " seed " << seed);
       cost_model m(p);
       CHECK(m.kinds() == 8);
-      auto r = solve(p);
-      REQUIRE(r.best);
-      CHECK(r.best->solver == "node-blocks");
-      CHECK(r.best->proven_optimal);
-      CHECK(r.status == solve_status::optimal);
-      CHECK(r.best->lower_bound_seconds == r.best->objective_seconds);
-      CHECK(check_plan(p, *r.best).empty());
+      check_proven(p, solve(p), "node-blocks");
     }
 }
 
@@ -239,11 +246,7 @@ TEST_CASE("throughput with a network card per node kind: walks through "
     INFO("seed " << seed);
     auto p = rack(128, true, objective_kind::throughput, seed, true);
     auto r = solve(p);
-    REQUIRE(r.best);
-    CHECK(r.best->solver == "walk");
-    CHECK(r.best->proven_optimal);
-    CHECK(r.best->lower_bound_seconds == r.best->objective_seconds);
-    CHECK(check_plan(p, *r.best).empty());
+    check_proven(p, r, "walk");
     cost_model m(p);
     auto nb = solve_node_blocks(m);
     REQUIRE(nb.found);
@@ -402,11 +405,7 @@ TEST_CASE("latency with a network card per node kind: 64-device plans are "
     cost_model m(p);
     CHECK(block_plans_suffice(m));
     auto r = solve(p);
-    REQUIRE(r.best);
-    CHECK(r.best->proven_optimal);
-    CHECK(r.status == solve_status::optimal);
-    CHECK(r.best->lower_bound_seconds == r.best->objective_seconds);
-    CHECK(check_plan(p, *r.best).empty());
+    check_proven(p, r);
     CHECK(std::find_if(r.notes.begin(), r.notes.end(), [](const auto& n) {
             return n.find("block plans suffice") != std::string::npos;
           }) != r.notes.end());
@@ -422,11 +421,7 @@ TEST_CASE("cuts of network cards that differ by node kind: charged by "
   for (std::uint64_t seed : {1000, 1001, 1005}) {
     INFO("seed " << seed);
     auto p = rack(128, true, objective_kind::latency, seed, true);
-    auto r = solve(p);
-    REQUIRE(r.best);
-    CHECK(r.best->proven_optimal);
-    CHECK(r.best->lower_bound_seconds == r.best->objective_seconds);
-    CHECK(check_plan(p, *r.best).empty());
+    check_proven(p, solve(p));
   }
 }
 
@@ -441,12 +436,7 @@ TEST_CASE("a blend of latency and bottleneck is bounded as one and "
   for (std::uint64_t seed : {1, 3, 5, 7}) {
     INFO("seed " << seed);
     auto p = rack(128, true, objective_kind::blend, seed);
-    auto r = solve(p);
-    REQUIRE(r.best);
-    CHECK(r.best->solver == "node-blocks");
-    CHECK(r.best->proven_optimal);
-    CHECK(r.best->lower_bound_seconds == r.best->objective_seconds);
-    CHECK(check_plan(p, *r.best).empty());
+    check_proven(p, solve(p), "node-blocks");
   }
 }
 
