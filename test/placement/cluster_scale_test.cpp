@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <optional>
 
 using namespace exo::placement;
 
@@ -31,11 +32,13 @@ problem small_cluster(std::uint64_t seed, objective_kind k) {
 }
 
 /// Calls f(seed, kind, problem, model, exact result) for the small
-/// clusters of seeds 1..seeds (objectives in turn) the exact program
-/// solves.
-template <typename F> void for_each_solved_small(std::uint64_t seeds, F&& f) {
+/// clusters of seeds 1..seeds (objectives in turn, or `only`) the exact
+/// program solves.
+template <typename F>
+void for_each_solved_small(std::uint64_t seeds, F&& f,
+                           std::optional<objective_kind> only = {}) {
   for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
-    auto kind = static_cast<objective_kind>(seed % 3);
+    auto kind = only ? *only : static_cast<objective_kind>(seed % 3);
     auto p = small_cluster(seed, kind);
     INFO("seed " << seed);
     cost_model m(p);
@@ -264,33 +267,32 @@ TEST_CASE("throughput with a network card per node kind: walks through "
 TEST_CASE("walk plans are valid, within their limit and never below the "
           "exact optimum") {
   int found = 0, checked = 0;
-  for (std::uint64_t seed = 1; seed <= 120; ++seed) {
-    auto p = small_cluster(seed, objective_kind::throughput);
-    INFO("seed " << seed);
-    cost_model m(p);
-    auto ex = solve_exact(m);
-    if (ex.status != exact_status::solved)
-      continue;
-    ++checked;
-    for (std::int64_t limit :
-         {ex.objective, ex.objective + ex.objective / 10,
-          ex.objective * 2}) {
-      auto w = walk_plan(m, limit);
-      if (!w)
-        continue;
-      ++found;
-      CHECK(check_plan(p, make_plan(m, *w)).empty());
-      const auto e = m.evaluate(*w);
-      CHECK(e.bottleneck <= limit);
-      CHECK(e.objective >= ex.objective);
-    }
-    // Below the optimum there is none.
-    CHECK_FALSE(walk_plan(m, ex.objective - 1).has_value());
-    auto least = least_walk_plan(m, 0, ex.objective * 2,
-                                 std::chrono::steady_clock::time_point::max());
-    if (least)
-      CHECK(m.evaluate(*least).objective >= ex.objective);
-  }
+  for_each_solved_small(
+    120,
+    [&](std::uint64_t, objective_kind, const problem& p, const cost_model& m,
+        const exact_result& ex) {
+      ++checked;
+      for (std::int64_t limit :
+           {ex.objective, ex.objective + ex.objective / 10,
+            ex.objective * 2}) {
+        auto w = walk_plan(m, limit);
+        if (!w)
+          continue;
+        ++found;
+        CHECK(check_plan(p, make_plan(m, *w)).empty());
+        const auto e = m.evaluate(*w);
+        CHECK(e.bottleneck <= limit);
+        CHECK(e.objective >= ex.objective);
+      }
+      // Below the optimum there is none.
+      CHECK_FALSE(walk_plan(m, ex.objective - 1).has_value());
+      auto least =
+        least_walk_plan(m, 0, ex.objective * 2,
+                        std::chrono::steady_clock::time_point::max());
+      if (least)
+        CHECK(m.evaluate(*least).objective >= ex.objective);
+    },
+    objective_kind::throughput);
   INFO("checked " << checked << ", found " << found);
   CHECK(checked > 100);
   CHECK(found > checked);
@@ -304,26 +306,24 @@ TEST_CASE("latency: where block plans suffice, the best block plan is the "
   // exact optimum, and where the block plan is below that bound it is the
   // optimum.
   int held = 0, proven = 0;
-  for (std::uint64_t seed = 1; seed <= 240; ++seed) {
-    auto p = small_cluster(seed, objective_kind::latency);
-    INFO("seed " << seed);
-    cost_model m(p);
-    if (!block_plans_suffice(m))
-      continue;
-    auto ex = solve_exact(m);
-    if (ex.status != exact_status::solved)
-      continue; // its table is too large
-    ++held;
-    auto nb = solve_node_blocks(m);
-    REQUIRE(nb.found);
-    const auto back = returning_lower_bound(m);
-    const auto proof = back ? std::min(nb.objective, *back) : nb.objective;
-    CHECK(proof <= ex.objective);
-    if (!back || *back >= nb.objective) {
-      ++proven;
-      CHECK(nb.objective == ex.objective);
-    }
-  }
+  for_each_solved_small(
+    240,
+    [&](std::uint64_t, objective_kind, const problem&, const cost_model& m,
+        const exact_result& ex) {
+      if (!block_plans_suffice(m))
+        return;
+      ++held;
+      auto nb = solve_node_blocks(m);
+      REQUIRE(nb.found);
+      const auto back = returning_lower_bound(m);
+      const auto proof = back ? std::min(nb.objective, *back) : nb.objective;
+      CHECK(proof <= ex.objective);
+      if (!back || *back >= nb.objective) {
+        ++proven;
+        CHECK(nb.objective == ex.objective);
+      }
+    },
+    objective_kind::latency);
   INFO("held " << held << ", proven " << proven);
   CHECK(held > 200); // 239 of 240
   CHECK(proven > 200); // 238
