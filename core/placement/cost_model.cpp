@@ -30,9 +30,10 @@ cost_model::cost_model(const problem& p) : p_(&p) {
   // Transfer seconds per node pair and cut.
   std::vector<double> xs(node_count_ * node_count_ * (L + 1), 0.0);
   double max_x = 0;
+  const link_index links(p);
   for (std::size_t a = 0; a < node_count_; ++a)
     for (std::size_t b = 0; b < node_count_; ++b) {
-      auto spec = p.link_between(node_names[a], node_names[b]);
+      auto spec = links.between(node_names[a], node_names[b]);
       for (std::size_t c = 1; c < L; ++c) {
         double s = spec.latency
                    + static_cast<double>(p.layers[c - 1].activation_bytes)
@@ -148,7 +149,7 @@ cost_model::cost_model(const problem& p) : p_(&p) {
       if (per_byte.count(key) == 0) {
         double pb = -1, lat = 0;
         try {
-          const auto spec = p.link_between(a, b);
+          const auto spec = links.between(a, b);
           if (spec.bandwidth > 0) {
             pb = 1.0 / spec.bandwidth;
             lat = spec.latency;

@@ -26,12 +26,13 @@ std::vector<device_score> score_devices(const problem& p) {
   for (const auto& d : p.devices)
     nodes.insert(d.node);
   std::map<std::string, double> mean_t;
+  const link_index links(p);
   for (const auto& a : nodes) {
     double sum = 0;
     int cnt = 0;
     for (const auto& b : nodes)
       if (a != b) {
-        auto s = p.link_between(a, b);
+        auto s = links.between(a, b);
         sum += s.latency + 1048576.0 / s.bandwidth;
         ++cnt;
       }

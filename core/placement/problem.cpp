@@ -100,6 +100,15 @@ std::uint64_t problem::usable_memory(std::size_t d) const {
     std::floor(m * (1.0L - static_cast<long double>(request.safety_margin))));
 }
 
+namespace {
+
+problem_error no_link(const std::string& a, const std::string& b) {
+  return problem_error("links: no link between nodes \"" + a + "\" and \""
+                       + b + "\" (add one, or a default_link)");
+}
+
+} // namespace
+
 link_spec problem::link_between(const std::string& a,
                                 const std::string& b) const {
   if (a == b)
@@ -109,8 +118,41 @@ link_spec problem::link_between(const std::string& a,
       return l.spec;
   if (default_link)
     return *default_link;
-  throw problem_error("links: no link between nodes \"" + a + "\" and \"" + b
-                      + "\" (add one, or a default_link)");
+  throw no_link(a, b);
+}
+
+namespace {
+
+std::string pair_key(const std::string& a, const std::string& b) {
+  const auto& lo = a < b ? a : b;
+  const auto& hi = a < b ? b : a;
+  std::string key;
+  key.reserve(lo.size() + hi.size() + 1);
+  key += lo;
+  key += '\0';
+  key += hi;
+  return key;
+}
+
+} // namespace
+
+link_index::link_index(const problem& p) : p_(p) {
+  by_pair_.reserve(p.links.size());
+  for (const auto& l : p.links)
+    if (l.a != l.b)
+      by_pair_.emplace(pair_key(l.a, l.b), l.spec); // the first one listed
+}
+
+link_spec link_index::between(const std::string& a,
+                              const std::string& b) const {
+  if (a == b)
+    return p_.intra_node;
+  auto it = by_pair_.find(pair_key(a, b));
+  if (it != by_pair_.end())
+    return it->second;
+  if (p_.default_link)
+    return *p_.default_link;
+  throw no_link(a, b);
 }
 
 std::optional<std::size_t> problem::find_device(const std::string& id) const {
@@ -237,9 +279,10 @@ void validate(const problem& p) {
                           "(layers + 1) must be at most "
                         + std::to_string(max_transfer_cells) + ")");
   }
+  const link_index links(p);
   for (auto i = nodes.begin(); i != nodes.end(); ++i)
     for (auto j = std::next(i); j != nodes.end(); ++j)
-      p.link_between(*i, *j); // throws when missing
+      links.between(*i, *j); // throws when missing
   if (!(p.request.safety_margin >= 0 && p.request.safety_margin < 1))
     fail("request.safety_margin", "must be in [0, 1)");
   if (p.request.context_length > (std::uint64_t{1} << 32))

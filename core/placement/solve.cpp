@@ -12,6 +12,7 @@
 #include "core/placement/walk_plans.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 namespace exo::placement {
@@ -110,8 +111,9 @@ solve_result solve(const problem& original, const solve_options& opts,
     lower = std::max(lower, *r);
   if (auto c = capacity_lower_bound(m))
     lower = std::max(lower, c->objective);
-  if (auto w = window_lower_bound(m))
-    lower = std::max(lower, *w);
+  const auto window = window_lower_bound(m);
+  if (window)
+    lower = std::max(lower, *window);
   std::optional<std::int64_t> best_units;
   std::int64_t best_moved = 0;
   assignment best_assignment;
@@ -154,6 +156,17 @@ solve_result solve(const problem& original, const solve_options& opts,
     }
     res.solve_seconds = elapsed();
     res.lower_bound_seconds = m.to_seconds(lower);
+    return res;
+  }
+
+  // No cover of the layers by device windows: no plan exists (a layer no
+  // device can hold, memory that does not pack). Said at once, instead of
+  // searching to the time limit where the exact program cannot prove it.
+  if (!window && m.layers() > 0) {
+    res.status = solve_status::infeasible;
+    res.explanation = explain_infeasible(p);
+    res.lower_bound_seconds = m.to_seconds(lower);
+    res.solve_seconds = elapsed();
     return res;
   }
 
@@ -225,9 +238,11 @@ solve_result solve(const problem& original, const solve_options& opts,
           // the node-block program cannot make, in at most a tenth of the
           // time.
           bool walked = false;
-          if (m.kind() == objective_kind::throughput && best_units
-              && lower < *best_units && !res.cancelled) {
-            if (auto w = least_walk_plan(m, lower, *best_units,
+          if (m.kind() == objective_kind::throughput
+              && (!best_units || lower < *best_units) && !res.cancelled) {
+            if (auto w = least_walk_plan(
+                  m, lower,
+                  best_units.value_or(std::numeric_limits<std::int64_t>::max()),
                                          std::chrono::steady_clock::now()
                                            + opts.time_limit / 10,
                                          cancel)) {
@@ -272,7 +287,7 @@ solve_result solve(const problem& original, const solve_options& opts,
           auto budget = std::chrono::milliseconds(opts.time_limit.count()
                                                   * share / 10);
           if (auto h = search_subsets(m, opts.exact_max_entries, budget,
-                                      cancel))
+                                      cancel, lower))
             accept(h->plan, h->method.c_str());
         }
         break;

@@ -199,7 +199,8 @@ std::size_t table_entries(std::size_t devices, std::size_t layers) {
 
 std::optional<heuristic_plan> search_subsets(
   const cost_model& m, std::size_t max_entries,
-  std::chrono::milliseconds budget, const std::atomic<bool>* cancel) {
+  std::chrono::milliseconds budget, const std::atomic<bool>* cancel,
+  std::int64_t enough) {
   const auto start = clock::now();
   const int n = static_cast<int>(m.devices());
   const int L = static_cast<int>(m.layers());
@@ -218,7 +219,10 @@ std::optional<heuristic_plan> search_subsets(
   auto cap = node_capacity(m);
   std::sort(starts.begin(), starts.end(),
             [&](int a, int b) { return cap[a] > cap[b]; });
+  auto met = [&] { return best && best->objective <= enough; };
   for (int first : starts) {
+    if (met())
+      return best;
     if (clock::now() - start > budget / 2 || (cancel && cancel->load()))
       break;
     if (auto a = in_order(m, devices_by_node(m, node_order(m, first))))
@@ -260,7 +264,8 @@ std::optional<heuristic_plan> search_subsets(
            != subsets.begin() + i;
   };
   auto out_of_time = [&] {
-    return clock::now() - start > budget || (cancel && cancel->load());
+    return met() || clock::now() - start > budget
+           || (cancel && cancel->load());
   };
   for (std::size_t i = 0; i < subsets.size(); ++i) {
     if (out_of_time())

@@ -30,10 +30,12 @@ struct heuristic_plan {
 ///     enough for its table (`max_entries`): the fastest devices, whole
 ///     nodes joined by their cheapest links, the devices of the best plan
 ///     so far — its plan is optimal among those devices.
-/// Stops after `budget` or when `cancel` is raised, keeping the best plan;
-/// nullopt when none of them finds a plan.
+/// Stops after `budget`, when `cancel` is raised or once a plan's objective
+/// is at most `enough` (a lower bound: that plan is optimal), keeping the
+/// best plan; nullopt when none of them finds a plan.
 std::optional<heuristic_plan> search_subsets(
   const cost_model& m, std::size_t max_entries,
-  std::chrono::milliseconds budget, const std::atomic<bool>* cancel);
+  std::chrono::milliseconds budget, const std::atomic<bool>* cancel,
+  std::int64_t enough = -1);
 
 } // namespace exo::placement

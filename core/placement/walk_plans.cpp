@@ -309,7 +309,12 @@ std::optional<assignment> least_walk_plan(
   if (!walkable(m))
     return best;
   const auto worst = dearest_cuts(m);
-  std::int64_t lo = lower, hi = upper - 1;
+  // No plan has a stage slower than a device running the whole model, nor
+  // a cut dearer than the dearest.
+  std::int64_t slowest = *std::max_element(worst.begin(), worst.end());
+  for (int d = 0; d < static_cast<int>(m.devices()); ++d)
+    slowest = std::max(slowest, m.cum_time(d, static_cast<int>(m.layers())));
+  std::int64_t lo = lower, hi = std::min(upper - 1, slowest);
   while (lo <= hi) {
     if ((cancel && cancel->load(std::memory_order_relaxed))
         || std::chrono::steady_clock::now() >= deadline)

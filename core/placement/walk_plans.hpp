@@ -28,6 +28,8 @@ std::optional<assignment> walk_plan(const cost_model& m, std::int64_t limit);
 
 /// The walk plan of least bottleneck with a limit in [lower, upper)
 /// (bisected: where a limit finds one, the next tries lower), or nullopt.
+/// `upper` may be any larger value (no plan known): the limits then stop
+/// at the slowest stage or cut a plan could have.
 /// Stops at `deadline` or when `cancel` is set.
 std::optional<assignment> least_walk_plan(
   const cost_model& m, std::int64_t lower, std::int64_t upper,

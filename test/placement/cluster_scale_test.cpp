@@ -7,6 +7,7 @@
 #include "core/placement/all.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -817,4 +818,79 @@ TEST_CASE("re-placement: the proven objective comes from the cluster "
   CHECK(m.evaluate(kept).objective == m.evaluate(nb.best).objective);
   CHECK(m.evaluate(kept).moved <= m.evaluate(nb.best).moved);
   CHECK(check_plan(p, make_plan(m, kept)).empty());
+}
+
+TEST_CASE("a cluster the layers cannot cover is refused at once, with the "
+          "reason, and the window bound's 'no cover' is always right") {
+  // 250 single-device nodes, each too small for the heavy last layer: no
+  // plan exists. The exact program's table is too large to prove it, so
+  // solve() searched to its time limit and said "the time limit ran out";
+  // the window bound finds no cover of the layers and says why at once.
+  random_cluster_options o;
+  o.layers = 128;
+  o.nodes = 250;
+  o.devices_per_node = 1;
+  o.node_kinds = 8;
+  o.two_device_kinds = true;
+  o.mixed_nics = true;
+  o.objective = objective_kind::throughput;
+  o.seed = 7;
+  auto p = random_cluster(o);
+  solve_options so;
+  so.time_limit = std::chrono::seconds(30);
+  auto r = solve(p, so);
+  CHECK(r.status == solve_status::infeasible);
+  CHECK_FALSE(r.best);
+  REQUIRE_FALSE(r.explanation.empty());
+  CHECK(r.explanation[0].find("layer 127 alone needs") != std::string::npos);
+  CHECK(r.solve_seconds < 20); // not the time limit
+  // Small clusters with less memory: wherever the window bound finds no
+  // cover, the exact program finds no plan.
+  int none = 0;
+  for (std::uint64_t seed = 1; seed <= 150; ++seed) {
+    auto q = small_cluster(seed, static_cast<objective_kind>(seed % 3));
+    for (auto& d : q.devices)
+      d.memory_bytes = d.memory_bytes * (1 + seed % 4) / 6;
+    INFO("seed " << seed);
+    cost_model m(q);
+    if (window_lower_bound(m))
+      continue;
+    ++none;
+    auto ex = solve_exact(m);
+    CHECK(ex.status == exact_status::infeasible);
+    CHECK(solve(q).status == solve_status::infeasible);
+  }
+  INFO("no cover on " << none);
+  CHECK(none > 20);
+}
+
+TEST_CASE("throughput on 250 devices the node-block program cannot take: "
+          "a walk is the first plan and meets the bound") {
+  // 125 nodes of 8 kinds with a card per kind: 9^8 node-visit states are
+  // too many. The walk runs without a plan to beat (limits up to the
+  // slowest stage a plan could have); its plan is proven by the bound,
+  // and the heuristics are not run.
+  random_cluster_options o;
+  o.layers = 128;
+  o.nodes = 125;
+  o.devices_per_node = 2;
+  o.node_kinds = 8;
+  o.two_device_kinds = true;
+  o.mixed_nics = true;
+  o.objective = objective_kind::throughput;
+  o.seed = 7;
+  auto p = random_cluster(o);
+  check_proven(p, solve(p), "walk");
+}
+
+TEST_CASE("the subset search stops once a plan meets the bound it is given") {
+  auto p = rack(80, false, objective_kind::latency, 3);
+  cost_model m(p);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto h = search_subsets(m, 1, std::chrono::minutes(10), nullptr,
+                          std::numeric_limits<std::int64_t>::max());
+  REQUIRE(h);
+  CHECK(h->method == "ordered"); // the first plan found
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::minutes(1));
+  CHECK(check_plan(p, make_plan(m, h->plan)).empty());
 }
