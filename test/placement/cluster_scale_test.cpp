@@ -85,6 +85,21 @@ problem rack_after_loss(std::size_t layers, bool two, objective_kind kind,
   return p;
 }
 
+/// 250 devices (the most a problem may have) on `nodes` nodes of 8 kinds,
+/// a network card per kind, 128 layers, throughput.
+problem widest(std::size_t nodes, std::size_t devices_per_node) {
+  random_cluster_options o;
+  o.layers = 128;
+  o.nodes = nodes;
+  o.devices_per_node = devices_per_node;
+  o.node_kinds = 8;
+  o.two_device_kinds = true;
+  o.mixed_nics = true;
+  o.objective = objective_kind::throughput;
+  o.seed = 7;
+  return random_cluster(o);
+}
+
 /// Checks that `r` has a plan of `p`, proven (its bound meets it), by
 /// `solver` unless empty, that passes every check.
 void check_proven(const problem& p, const solve_result& r,
@@ -826,16 +841,7 @@ TEST_CASE("a cluster the layers cannot cover is refused at once, with the "
   // plan exists. The exact program's table is too large to prove it, so
   // solve() searched to its time limit and said "the time limit ran out";
   // the window bound finds no cover of the layers and says why at once.
-  random_cluster_options o;
-  o.layers = 128;
-  o.nodes = 250;
-  o.devices_per_node = 1;
-  o.node_kinds = 8;
-  o.two_device_kinds = true;
-  o.mixed_nics = true;
-  o.objective = objective_kind::throughput;
-  o.seed = 7;
-  auto p = random_cluster(o);
+  auto p = widest(250, 1);
   solve_options so;
   so.time_limit = std::chrono::seconds(30);
   auto r = solve(p, so);
@@ -870,16 +876,7 @@ TEST_CASE("throughput on 250 devices the node-block program cannot take: "
   // too many. The walk runs without a plan to beat (limits up to the
   // slowest stage a plan could have); its plan is proven by the bound,
   // and the heuristics are not run.
-  random_cluster_options o;
-  o.layers = 128;
-  o.nodes = 125;
-  o.devices_per_node = 2;
-  o.node_kinds = 8;
-  o.two_device_kinds = true;
-  o.mixed_nics = true;
-  o.objective = objective_kind::throughput;
-  o.seed = 7;
-  auto p = random_cluster(o);
+  auto p = widest(125, 2);
   check_proven(p, solve(p), "walk");
 }
 
