@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -126,6 +127,12 @@ public:
 
   /// The device must be part of every plan (pinned, or holds pinned layers).
   bool must_use(int d) const { return must_use_[d] != 0; }
+  /// Some device must be part of every plan (the programs that place whole
+  /// nodes or walks skip such problems).
+  bool any_must_use() const {
+    return std::any_of(must_use_.begin(), must_use_.end(),
+                       [](char x) { return x != 0; });
+  }
   /// Most stages allowed (already capped at the device count).
   std::size_t max_stages() const { return max_stages_; }
   /// Ticks added per node used beyond the first.

@@ -524,11 +524,8 @@ bool block_plans_suffice(const cost_model& m) {
   const int L = static_cast<int>(m.layers());
   const int N = static_cast<int>(m.nodes());
   if (m.kind() != objective_kind::latency || m.devices() == 0 || N > 256
-      || m.max_stages() < m.devices())
+      || m.max_stages() < m.devices() || m.any_must_use())
     return false;
-  for (int d = 0; d < static_cast<int>(m.devices()); ++d)
-    if (m.must_use(d))
-      return false;
   if (L < 3)
     return true; // at most two stages: no node is entered twice
   // Middle layers alike on every device kind: the same ticks each, and a
@@ -570,11 +567,10 @@ node_block_result solve_node_blocks(
     res.skipped = "no devices or no layers";
     return res;
   }
-  for (int d = 0; d < static_cast<int>(m.devices()); ++d)
-    if (m.must_use(d)) {
-      res.skipped = "pinned devices or layers";
-      return res;
-    }
+  if (m.any_must_use()) {
+    res.skipped = "pinned devices or layers";
+    return res;
+  }
   if (m.max_stages() < m.devices()) {
     res.skipped = "a stage limit";
     return res;

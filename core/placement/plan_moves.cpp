@@ -74,10 +74,9 @@ plan_moves_result improve_by_moves(
   plan_moves_result out;
   out.best = start;
   out.objective = m.evaluate(start).objective;
+  if (m.any_must_use())
+    return out;
   const int n = static_cast<int>(m.devices());
-  for (int d = 0; d < n; ++d)
-    if (m.must_use(d))
-      return out;
   auto stop = [&] {
     return (cancel && cancel->load(std::memory_order_relaxed))
            || std::chrono::steady_clock::now() >= deadline;

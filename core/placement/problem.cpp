@@ -107,22 +107,6 @@ problem_error no_link(const std::string& a, const std::string& b) {
                        + b + "\" (add one, or a default_link)");
 }
 
-} // namespace
-
-link_spec problem::link_between(const std::string& a,
-                                const std::string& b) const {
-  if (a == b)
-    return intra_node;
-  for (const auto& l : links)
-    if ((l.a == a && l.b == b) || (l.a == b && l.b == a))
-      return l.spec;
-  if (default_link)
-    return *default_link;
-  throw no_link(a, b);
-}
-
-namespace {
-
 std::string pair_key(const std::string& a, const std::string& b) {
   const auto& lo = a < b ? a : b;
   const auto& hi = a < b ? b : a;
@@ -135,6 +119,11 @@ std::string pair_key(const std::string& a, const std::string& b) {
 }
 
 } // namespace
+
+link_spec problem::link_between(const std::string& a,
+                                const std::string& b) const {
+  return link_index(*this).between(a, b);
+}
 
 link_index::link_index(const problem& p) : p_(p) {
   by_pair_.reserve(p.links.size());

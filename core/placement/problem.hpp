@@ -182,14 +182,15 @@ struct problem {
   /// Bytes device `d` can give to layers (free memory less the margin).
   std::uint64_t usable_memory(std::size_t d) const;
   /// The link between nodes `a` and `b`; throws problem_error if none.
+  /// O(links) a call: for many lookups, link_index.
   link_spec link_between(const std::string& a, const std::string& b) const;
   /// Index of the device named `id`, or nullopt.
   std::optional<std::size_t> find_device(const std::string& id) const;
 };
 
-/// The links of a problem by node pair: problem::link_between scans the
-/// list (fine for one lookup; every pair of a 250-node cluster scanning
-/// 31 000 links took seconds). Holds `p` by reference.
+/// The links of a problem by node pair, built once for many lookups
+/// (problem::link_between builds one per call: every pair of a 250-node
+/// cluster scanning 31 000 links took seconds). Holds `p` by reference.
 class link_index {
 public:
   explicit link_index(const problem& p);

@@ -240,11 +240,11 @@ solve_result solve(const problem& original, const solve_options& opts,
           bool walked = false;
           if (m.kind() == objective_kind::throughput
               && (!best_units || lower < *best_units) && !res.cancelled) {
-            if (auto w = least_walk_plan(
-                  m, lower,
-                  best_units.value_or(std::numeric_limits<std::int64_t>::max()),
-                                         std::chrono::steady_clock::now()
-                                           + opts.time_limit / 10,
+            const auto none = std::numeric_limits<std::int64_t>::max();
+            const auto until =
+              std::chrono::steady_clock::now() + opts.time_limit / 10;
+            if (auto w = least_walk_plan(m, lower,
+                                         best_units.value_or(none), until,
                                          cancel)) {
               accept(*w, "walk");
               walked = true;

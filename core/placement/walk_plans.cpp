@@ -259,22 +259,19 @@ private:
   std::vector<int> usable_;
 };
 
-} // namespace
-
-namespace {
-
 std::optional<assignment> walk_plan(const cost_model& m,
                                     const std::vector<std::int64_t>& worst,
                                     std::int64_t limit) {
   walk_builder w(m, worst, limit);
   // Roots by how much of the model's start their best device takes.
-  std::vector<int> roots(w.nodes());
+  std::vector<int> roots(w.nodes()), first(w.nodes());
   std::iota(roots.begin(), roots.end(), 0);
-  std::stable_sort(roots.begin(), roots.end(), [&](int a, int b) {
-    return w.first_reach(a) > w.first_reach(b);
-  });
+  for (int a : roots)
+    first[a] = w.first_reach(a);
+  std::stable_sort(roots.begin(), roots.end(),
+                   [&](int a, int b) { return first[a] > first[b]; });
   for (std::size_t i = 0; i < roots.size() && i < 8; ++i) {
-    if (w.first_reach(roots[i]) == 0)
+    if (first[roots[i]] == 0)
       break;
     auto a = w.from(roots[i]);
     if (!a.empty() && a.size() <= m.max_stages()
@@ -285,12 +282,7 @@ std::optional<assignment> walk_plan(const cost_model& m,
 }
 
 bool walkable(const cost_model& m) {
-  if (m.devices() == 0 || m.layers() == 0)
-    return false;
-  for (int d = 0; d < static_cast<int>(m.devices()); ++d)
-    if (m.must_use(d))
-      return false;
-  return true;
+  return m.devices() > 0 && m.layers() > 0 && !m.any_must_use();
 }
 
 } // namespace
