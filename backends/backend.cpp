@@ -465,6 +465,101 @@ status device::attention(const_view q, const_view k, const_view v,
 
 namespace {
 
+/// Bytes of a view from its offset to its buffer's (or allocation's) end.
+std::size_t view_extent(const_view v) {
+  std::size_t size = v.buf->size();
+  if (v.limit != 0 && v.limit < size)
+    size = v.limit;
+  return v.offset <= size ? size - v.offset : 0;
+}
+
+} // namespace
+
+status device::attention_paged(const_view q, const_view k, const_view v,
+                               const_view table, mut_view out,
+                               const attention_dims& dims) {
+  constexpr auto kind = op_kind::attention_paged;
+  if (dims.kv != kv_type::f32 && dims.kv != kv_type::f16
+      && dims.kv != kv_type::q8_0)
+    return fail(errc::invalid_argument,
+                "attention_paged: unknown KV cache type");
+  auto sz = host::check_paged_attention(dims);
+  if (!sz)
+    return sz.err();
+  const auto kv_alignment = exo::backend::kv_align(dims.kv);
+  EXO_TRY(check_view(kind, "q", q.buf, q.offset, q.limit, sz->q, 4, false));
+  EXO_TRY(check_view(kind, "k", k.buf, k.offset, k.limit, sz->block_rows,
+                     kv_alignment, false));
+  EXO_TRY(check_view(kind, "v", v.buf, v.offset, v.limit, sz->block_rows,
+                     kv_alignment, false));
+  EXO_TRY(check_view(kind, "table", table.buf, table.offset, table.limit,
+                     sz->table, 4, false));
+  EXO_TRY(check_view(kind, "out", out.buf, out.offset, out.limit, sz->q, 4,
+                     true));
+  // The blocks may lie anywhere in k's and v's buffers: out must not.
+  EXO_TRY(disjoint(kind, q, sz->q, out, sz->q));
+  EXO_TRY(disjoint(kind, table, sz->table, out, sz->q));
+  EXO_TRY(disjoint(kind, k, view_extent(k), out, sz->q));
+  EXO_TRY(disjoint(kind, v, view_extent(v), out, sz->q));
+  auto d = dims;
+  d.block_table = nullptr;
+  return do_attention_paged(q, k, v, table, out, d);
+}
+
+bool device::reads_kv_blocks() const noexcept {
+  return false;
+}
+
+status device::do_attention_paged(const_view q, const_view k, const_view v,
+                                  const_view table, mut_view out,
+                                  const attention_dims& dims) {
+  // Through host memory: the table, then each block's rows gathered into
+  // one run (the same rows, so the same bits), then attention over it.
+  auto sz = host::check_paged_attention(dims); // sizes only: checked
+  if (!sz)
+    return sz.err();
+  const std::size_t n_blocks = attention_blocks(dims);
+  std::vector<std::int32_t> tab(n_blocks);
+  EXO_TRY(read(*table.buf, table.offset, tab.data(), sz->table));
+  EXO_TRY(host::check_block_table(tab.data(), n_blocks, *sz, view_extent(k),
+                                  view_extent(v)));
+  const std::size_t run_values = n_blocks * dims.block_positions
+                                 * dims.kv_stride;
+  const std::size_t run_bytes = kv_bytes_of(dims.kv, run_values);
+  const std::size_t step = kv_bytes_of(dims.kv, dims.block_positions
+                                                  * dims.kv_stride);
+  std::vector<std::uint8_t> hk(run_bytes), hv(run_bytes);
+  for (std::size_t b = 0; b < n_blocks; ++b) {
+    const std::size_t from = static_cast<std::size_t>(tab[b]) * sz->block;
+    EXO_TRY(read(*k.buf, k.offset + from, hk.data() + b * step,
+                 sz->block_rows));
+    EXO_TRY(read(*v.buf, v.offset + from, hv.data() + b * step,
+                 sz->block_rows));
+  }
+  auto d = dims;
+  d.block_positions = 0;
+  d.block_stride = 0;
+  std::vector<float> hq(sz->q / sizeof(float)), ho(sz->q / sizeof(float));
+  EXO_TRY(read(*q.buf, q.offset, hq.data(), sz->q));
+  if (dims.kv == kv_type::f16)
+    host::attention(hq.data(),
+                    reinterpret_cast<const std::uint16_t*>(hk.data()),
+                    reinterpret_cast<const std::uint16_t*>(hv.data()),
+                    ho.data(), d, 1);
+  else if (dims.kv == kv_type::q8_0)
+    host::attention(hq.data(),
+                    reinterpret_cast<const host::block_q8_0*>(hk.data()),
+                    reinterpret_cast<const host::block_q8_0*>(hv.data()),
+                    ho.data(), d, 1);
+  else
+    host::attention(hq.data(), reinterpret_cast<const float*>(hk.data()),
+                    reinterpret_cast<const float*>(hv.data()), ho.data(), d,
+                    1);
+  return write(*out.buf, out.offset, ho.data(), sz->q);
+}
+
+namespace {
+
 /// Bytes of `count` f32 elements of an operation that needs at least one.
 result<std::size_t> count_bytes(op_kind kind, std::size_t count) {
   if (count == 0)
@@ -805,6 +900,17 @@ status run(device& dev, const op_call& call) {
                             : call.kind == op_kind::attention_q8_0
                               ? kv_type::q8_0
                               : kv_type::f32});
+    case op_kind::attention_paged: {
+      if (d[6] > static_cast<std::uint64_t>(kv_type::q8_0))
+        return fail(errc::invalid_argument,
+                    "attention_paged: unknown KV cache type "
+                      + std::to_string(d[6]));
+      attention_dims ad{d[0], d[1], d[2], d[3], d[4], d[5], s0,
+                        static_cast<kv_type>(d[6])};
+      ad.block_positions = d[7];
+      ad.block_stride = d[8];
+      return dev.attention_paged(in[0], in[1], in[2], in[3], call.output, ad);
+    }
     case op_kind::silu_mul:
       return dev.silu_mul(in[0], in[1], call.output, d[0]);
     case op_kind::to_f16:

@@ -355,7 +355,25 @@ struct attention_dims {
   std::size_t kv_stride = 0;  ///< values between cache rows
   float scale = 1.0f;         ///< usually 1 / sqrt(head_dim)
   kv_type kv = kv_type::f32;  ///< how k and v are stored
+  /// A paged cache (device::attention_paged; 0: one run of rows): rows in
+  /// blocks of `block_positions` (a power of two), blocks `block_stride`
+  /// values apart from k and v; cache row i is row i % block_positions of
+  /// block table[i / block_positions]. The bits are those of the same rows
+  /// in one run.
+  std::size_t block_positions = 0;
+  std::size_t block_stride = 0;
+  /// The host kernels' copy of the block table (set by the device from
+  /// the table operand, already checked against the buffers).
+  const std::int32_t* block_table = nullptr;
 };
+
+/// Block indices a paged attention's table holds: one per block its
+/// queries see (ceil((pos0 + n_tokens) / block_positions)).
+inline std::size_t attention_blocks(const attention_dims& d) noexcept {
+  return d.block_positions == 0
+           ? 0
+           : (d.pos0 + d.n_tokens + d.block_positions - 1) / d.block_positions;
+}
 
 // -- device ------------------------------------------------------------------
 
@@ -462,6 +480,19 @@ public:
   /// out = causal grouped-query attention (see attention_dims).
   status attention(const_view q, const_view k, const_view v, mut_view out,
                    const attention_dims& dims);
+  /// The same over a paged cache: `table` holds attention_blocks(dims)
+  /// int32 block indices; k and v are the first block's rows of the KV
+  /// head 0 (a layer's part of block 0 of the cache's pool), and every
+  /// block a table names must lie inside their views (checked, on the
+  /// host devices against the table's values; an index outside is an
+  /// error naming it, never a read outside).
+  status attention_paged(const_view q, const_view k, const_view v,
+                         const_view table, mut_view out,
+                         const attention_dims& dims);
+  /// Whether attention_paged runs natively (reading rows through the
+  /// table); false: the default, correct but through host memory, so a
+  /// stage keeps contiguous caches there.
+  virtual bool reads_kv_blocks() const noexcept;
 
   /// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i],
   /// f32, i < count > 0. out may equal gate or up.
@@ -520,6 +551,10 @@ protected:
                          const_view freq_factors, const rope_dims& dims);
   virtual status do_attention(const_view q, const_view k, const_view v,
                               mut_view out, const attention_dims& dims);
+  /// dims.block_table is null here: the table is in `table`.
+  virtual status do_attention_paged(const_view q, const_view k,
+                                    const_view v, const_view table,
+                                    mut_view out, const attention_dims& dims);
   virtual status do_silu_mul(const_view gate, const_view up, mut_view out,
                              std::size_t count);
   virtual status do_to_f16(const_view a, mut_view out, std::size_t count);

@@ -386,6 +386,51 @@ mad_f16_avx512(float* acc, const KV* v, float w, std::size_t n) {
   mad_f16_scalar(acc + i, v + i, w, n - i);
 }
 
+/// Where cache row i of one KV head lies: `stride` values apart in one
+/// run (a contiguous cache), or through a block table (a paged cache:
+/// row i in block table[i >> shift], row i & mask of it, blocks
+/// block_stride values apart). Every kernel below reads rows only
+/// through row(), in the order it would read a contiguous cache, so a
+/// paged cache gives the same bits.
+template <class KV> struct kv_rows {
+  const KV* base = nullptr;
+  std::size_t stride = 0;
+  const std::int32_t* table = nullptr;
+  std::size_t shift = 0;
+  std::size_t block_stride = 0;
+
+  const KV* row(std::size_t i) const noexcept {
+    if (table == nullptr)
+      return base + i * stride;
+    const auto b = static_cast<std::size_t>(table[i >> shift]);
+    return base + b * block_stride
+           + (i & ((std::size_t{1} << shift) - 1)) * stride;
+  }
+  /// The same rows `off` values further in (another KV head).
+  kv_rows at(std::size_t off) const noexcept {
+    kv_rows r = *this;
+    r.base += off;
+    return r;
+  }
+};
+
+/// The rows of a cache as `d` describes it (contiguous, or paged through
+/// d.block_table), its strides in units of `per` values (1, or 32 for
+/// Q8_0 blocks).
+template <class KV>
+kv_rows<KV> rows_of(const KV* p, const attention_dims& d, std::size_t per) {
+  kv_rows<KV> r;
+  r.base = p;
+  r.stride = d.kv_stride / per;
+  if (d.block_positions != 0 && d.block_table != nullptr) {
+    r.table = d.block_table;
+    while ((std::size_t{1} << r.shift) < d.block_positions)
+      ++r.shift;
+    r.block_stride = d.block_stride / per;
+  }
+  return r;
+}
+
 template <class KV>
 struct chunk_kernels {
   float (*dot)(const KV*, const float*, std::size_t);
@@ -442,19 +487,19 @@ inline cell_step online_step(softmax_state& st, float s) {
 /// accumulator `acc` (head_dim floats, left unnormalized).
 template <class KV>
 softmax_state one_chunk_cells(const chunk_kernels<KV>& kf, const float* qh,
-                              const KV* k, const KV* v, std::size_t c0,
-                              std::size_t c1, std::size_t hd,
-                              std::size_t stride, float scale, float* acc) {
+                              kv_rows<KV> k, kv_rows<KV> v, std::size_t c0,
+                              std::size_t c1, std::size_t hd, float scale,
+                              float* acc) {
   std::fill(acc, acc + hd, 0.0f);
   softmax_state st;
   for (std::size_t ic = c0; ic < c1; ++ic) {
-    float s = kf.dot(k + ic * stride, qh, hd);
+    float s = kf.dot(k.row(ic), qh, hd);
     s = s * scale;
     s += 0.0f; // the mask of a visible cell
     const cell_step c = online_step(st, s);
     if (c.grew)
       kf.scale(acc, c.ms, hd);
-    kf.mad(acc, v + ic * stride, c.vs, hd);
+    kf.mad(acc, v.row(ic), c.vs, hd);
   }
   return st;
 }
@@ -505,9 +550,9 @@ constexpr std::size_t cells_step = 16;
 /// half), then the fused multiply-add rounded to half.
 template <int NV, int H, class KV>
 __attribute__((target("avx512f"))) void
-cells_heads_avx512(const float* qh, std::size_t q_step, const KV* k,
-                   const KV* v, std::size_t c0, std::size_t c1,
-                   std::size_t stride, float scale, const heads_out& o) {
+cells_heads_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
+                   kv_rows<KV> v, std::size_t c0, std::size_t c1, float scale,
+                   const heads_out& o) {
   static_assert(NV % 4 == 0 && H * NV <= 16, "registers");
   __m512 a[H][NV];
   softmax_state st[H];
@@ -524,11 +569,11 @@ cells_heads_avx512(const float* qh, std::size_t q_step, const KV* k,
     for (std::size_t c = 0; c < n; ++c) {
       // The rows are a stride apart: K and V fetched ahead of their passes.
       if (b0 + c + 24 < c1)
-        prefetch_row(k + (b0 + c + 24) * stride, NV * 16);
+        prefetch_row(k.row(b0 + c + 24), NV * 16);
       if (b0 + c + 8 < c1)
-        prefetch_row(v + (b0 + c + 8) * stride, NV * 16);
+        prefetch_row(v.row(b0 + c + 8), NV * 16);
       __m512 row[NV];
-      load_row_avx512<NV>(k + (b0 + c) * stride, row);
+      load_row_avx512<NV>(k.row(b0 + c), row);
 #pragma GCC unroll 16
       for (int h = 0; h < H; ++h) {
         const float* q = qh + static_cast<std::size_t>(h) * q_step;
@@ -556,7 +601,7 @@ cells_heads_avx512(const float* qh, std::size_t q_step, const KV* k,
       }
     for (std::size_t c = 0; c < n; ++c) {
       __m512 row[NV];
-      load_row_avx512<NV>(v + (b0 + c) * stride, row);
+      load_row_avx512<NV>(v.row(b0 + c), row);
 #pragma GCC unroll 16
       for (int h = 0; h < H; ++h) {
         if (ms[h][c] != 1.0f) {
@@ -583,9 +628,9 @@ cells_heads_avx512(const float* qh, std::size_t q_step, const KV* k,
 }
 
 template <class KV>
-using cells_heads_fn = void (*)(const float*, std::size_t, const KV*,
-                                const KV*, std::size_t, std::size_t,
-                                std::size_t, float, const heads_out&);
+using cells_heads_fn = void (*)(const float*, std::size_t, kv_rows<KV>,
+                                kv_rows<KV>, std::size_t, std::size_t, float,
+                                const heads_out&);
 
 /// The AVX-512 kernel for `heads` heads of head_dim hd, or null where
 /// there is none (another width, another ISA, more heads than fit).
@@ -626,16 +671,16 @@ std::size_t heads_per_block(std::size_t hd) {
 /// each of them.
 template <class KV>
 void one_chunk_heads(const chunk_kernels<KV>& kf, const float* qh,
-                     std::size_t heads, const KV* k, const KV* v,
+                     std::size_t heads, kv_rows<KV> k, kv_rows<KV> v,
                      std::size_t c0, std::size_t c1, std::size_t hd,
-                     std::size_t stride, float scale, const heads_out& o) {
+                     float scale, const heads_out& o) {
   if (auto fn = cells_heads_kernel<KV>(hd, heads)) {
-    fn(qh, hd, k, v, c0, c1, stride, scale, o);
+    fn(qh, hd, k, v, c0, c1, scale, o);
     return;
   }
   for (std::size_t h = 0; h < heads; ++h)
-    o.st[h] = one_chunk_cells(kf, qh + h * hd, k, v, c0, c1, hd, stride,
-                              scale, o.acc + h * o.acc_step);
+    o.st[h] = one_chunk_cells(kf, qh + h * hd, k, v, c0, c1, hd, scale,
+                              o.acc + h * o.acc_step);
 }
 
 /// The KV length llama.cpp's graph sees for a sequence of n_pos cells: the
@@ -660,11 +705,11 @@ struct heads_scratch {
 /// then divided by the sum.
 template <class KV>
 void one_chunk_rows(const chunk_kernels<KV>& kf, const float* q,
-                    std::size_t heads, const KV* k, const KV* v,
-                    std::size_t n_pos, std::size_t hd, std::size_t stride,
-                    float scale, heads_scratch& sc, float* out) {
+                    std::size_t heads, kv_rows<KV> k, kv_rows<KV> v,
+                    std::size_t n_pos, std::size_t hd, float scale,
+                    heads_scratch& sc, float* out) {
   round_to_f16(q, sc.qh.data(), heads * hd);
-  one_chunk_heads(kf, sc.qh.data(), heads, k, v, 0, n_pos, hd, stride, scale,
+  one_chunk_heads(kf, sc.qh.data(), heads, k, v, 0, n_pos, hd, scale,
                   {sc.st.data(), sc.acc.data(), hd});
   for (std::size_t h = 0; h < heads; ++h) {
     const float S = sc.st[h].S;
@@ -684,10 +729,9 @@ void one_chunk_rows(const chunk_kernels<KV>& kf, const float* q,
 /// (fma(old, scale_old, chunk * scale_new)), finally divided by the sum.
 template <class KV>
 void split_kv_rows(const chunk_kernels<KV>& kf, const float* q,
-                   std::size_t heads, const KV* k, const KV* v,
-                   std::size_t n_pos, std::size_t hd, std::size_t stride,
-                   float scale, std::size_t splits, heads_scratch& sc,
-                   float* out) {
+                   std::size_t heads, kv_rows<KV> k, kv_rows<KV> v,
+                   std::size_t n_pos, std::size_t hd, float scale,
+                   std::size_t splits, heads_scratch& sc, float* out) {
   round_to_f16(q, sc.qh.data(), heads * hd);
   const std::size_t n_kv = llama_kv_length(n_pos);
   const std::size_t chunk = (n_kv + splits - 1) / splits;
@@ -696,7 +740,7 @@ void split_kv_rows(const chunk_kernels<KV>& kf, const float* q,
   std::fill(run.begin(), run.begin() + heads, softmax_state{});
   for (std::size_t c0 = 0; c0 < n_kv && c0 < n_pos; c0 += chunk) {
     const std::size_t c1 = std::min(c0 + chunk, n_pos);
-    one_chunk_heads(kf, sc.qh.data(), heads, k, v, c0, c1, hd, stride, scale,
+    one_chunk_heads(kf, sc.qh.data(), heads, k, v, c0, c1, hd, scale,
                     {sc.st.data(), sc.acc.data(), hd});
     for (std::size_t h = 0; h < heads; ++h) {
       const softmax_state part = sc.st[h];
@@ -742,17 +786,17 @@ struct kv_tile {
 };
 
 template <class KV>
-void pack_tile(const KV* k, const KV* v, std::size_t c0, std::size_t cells,
-               std::size_t hd, std::size_t stride, kv_tile& t) {
+void pack_tile(kv_rows<KV> k, kv_rows<KV> v, std::size_t c0,
+               std::size_t cells, std::size_t hd, kv_tile& t) {
   t.kt.assign(hd * fa_tile, 0.0f);
   t.vt.assign(fa_tile * hd, 0.0f);
   t.cells = cells;
   std::vector<float> row(hd);
   for (std::size_t c = 0; c < cells; ++c) {
-    widen_row(k + (c0 + c) * stride, row.data(), hd);
+    widen_row(k.row(c0 + c), row.data(), hd);
     for (std::size_t d = 0; d < hd; ++d)
       t.kt[d * fa_tile + c] = row[d];
-    widen_row(v + (c0 + c) * stride, t.vt.data() + c * hd, hd);
+    widen_row(v.row(c0 + c), t.vt.data() + c * hd, hd);
   }
 }
 
@@ -923,8 +967,8 @@ void tile_row(const tile_kernels& kf, const float* q, const kv_tile& t,
 }
 
 template <class KV>
-void attention_tiled(const float* q, const KV* k, const KV* v, float* out,
-                     const attention_dims& d, int threads) {
+void attention_tiled(const float* q, kv_rows<KV> k, kv_rows<KV> v,
+                     float* out, const attention_dims& d, int threads) {
   const std::size_t hd = d.head_dim;
   const std::size_t group = d.n_heads / d.n_kv_heads;
   const std::size_t row = d.n_heads * hd;
@@ -952,8 +996,8 @@ void attention_tiled(const float* q, const KV* k, const KV* v, float* out,
     st.assign(rows, row_state{});
     const std::size_t end = d.pos0 + t1; // cells any row of the block sees
     for (std::size_t c0 = 0; c0 < end; c0 += fa_tile) {
-      pack_tile(k + g * hd, v + g * hd, c0, std::min(fa_tile, end - c0), hd,
-                d.kv_stride, t);
+      pack_tile(k.at(g * hd), v.at(g * hd), c0, std::min(fa_tile, end - c0),
+                hd, t);
       for (std::size_t tt = t0; tt < t1; ++tt) {
         const std::size_t pos = d.pos0 + tt;
         if (pos < c0)
@@ -1002,8 +1046,8 @@ struct head_blocks {
 };
 
 template <class KV>
-void attention_chunked(const float* q, const KV* k, const KV* v, float* out,
-                       const attention_dims& d, int threads,
+void attention_chunked(const float* q, kv_rows<KV> k, kv_rows<KV> v,
+                       float* out, const attention_dims& d, int threads,
                        int llama_threads) {
   const std::size_t hd = d.head_dim;
   // A job: one token's block of up to `block` heads of one KV head.
@@ -1016,13 +1060,12 @@ void attention_chunked(const float* q, const KV* k, const KV* v, float* out,
     [&](long job, heads_scratch& sc) {
       const auto [t, g, heads, off] = hb.of(job);
       if (split)
-        split_kv_rows(kf, q + off, heads, k + g * hd, v + g * hd, d.pos0 + 1,
-                      hd, d.kv_stride, d.scale,
+        split_kv_rows(kf, q + off, heads, k.at(g * hd), v.at(g * hd),
+                      d.pos0 + 1, hd, d.scale,
                       static_cast<std::size_t>(llama_threads), sc, out + off);
       else
-        one_chunk_rows(kf, q + off, heads, k + g * hd, v + g * hd,
-                       d.pos0 + t + 1, hd, d.kv_stride, d.scale, sc,
-                       out + off);
+        one_chunk_rows(kf, q + off, heads, k.at(g * hd), v.at(g * hd),
+                       d.pos0 + t + 1, hd, d.scale, sc, out + off);
     });
 }
 
@@ -1116,17 +1159,16 @@ struct q8_kernels_avx2 {
 /// order, as ggml runs it head by head; the V row decoded once for all.
 template <class K>
 __attribute__((always_inline)) inline void
-cells_q8_0(const block_q8_0* qq, std::size_t heads, const block_q8_0* k,
-           const block_q8_0* v, std::size_t n_pos, std::size_t hd,
-           std::size_t stride, float scale, float* acc, float* v32,
-           softmax_state* st) {
+cells_q8_0(const block_q8_0* qq, std::size_t heads, kv_rows<block_q8_0> k,
+           kv_rows<block_q8_0> v, std::size_t n_pos, std::size_t hd,
+           float scale, float* acc, float* v32, softmax_state* st) {
   const std::size_t nb = hd / 32;
   std::fill(acc, acc + heads * hd, 0.0f);
   for (std::size_t h = 0; h < heads; ++h)
     st[h] = softmax_state{};
   for (std::size_t ic = 0; ic < n_pos; ++ic) {
-    const block_q8_0* kr = k + ic * stride;
-    K::decode(v + ic * stride, v32, nb);
+    const block_q8_0* kr = k.row(ic);
+    K::decode(v.row(ic), v32, nb);
     for (std::size_t h = 0; h < heads; ++h) {
       float* a = acc + h * hd;
       float s = K::dot(kr, qq + h * nb, nb);
@@ -1142,35 +1184,33 @@ cells_q8_0(const block_q8_0* qq, std::size_t heads, const block_q8_0* k,
 }
 
 __attribute__((target("avx2,fma,f16c"))) void
-cells_q8_0_avx2(const block_q8_0* qq, std::size_t heads, const block_q8_0* k,
-                const block_q8_0* v, std::size_t n_pos, std::size_t hd,
-                std::size_t stride, float scale, float* acc, float* v32,
-                softmax_state* st) {
-  cells_q8_0<q8_kernels_avx2>(qq, heads, k, v, n_pos, hd, stride, scale, acc,
-                              v32, st);
+cells_q8_0_avx2(const block_q8_0* qq, std::size_t heads,
+                kv_rows<block_q8_0> k, kv_rows<block_q8_0> v,
+                std::size_t n_pos, std::size_t hd, float scale, float* acc,
+                float* v32, softmax_state* st) {
+  cells_q8_0<q8_kernels_avx2>(qq, heads, k, v, n_pos, hd, scale, acc, v32,
+                              st);
 }
 
 void cells_q8_0_scalar(const block_q8_0* qq, std::size_t heads,
-                       const block_q8_0* k, const block_q8_0* v,
-                       std::size_t n_pos, std::size_t hd, std::size_t stride,
-                       float scale, float* acc, float* v32,
-                       softmax_state* st) {
-  cells_q8_0<q8_kernels_scalar>(qq, heads, k, v, n_pos, hd, stride, scale,
-                                acc, v32, st);
+                       kv_rows<block_q8_0> k, kv_rows<block_q8_0> v,
+                       std::size_t n_pos, std::size_t hd, float scale,
+                       float* acc, float* v32, softmax_state* st) {
+  cells_q8_0<q8_kernels_scalar>(qq, heads, k, v, n_pos, hd, scale, acc, v32,
+                                st);
 }
 
 /// `heads` query heads q (hd floats each, hd apart) of one KV head over
 /// cache rows 0 .. n_pos-1 of k and v (the KV head's blocks, `stride`
 /// blocks apart): out = the heads' outputs, hd apart.
-void one_chunk_q8_0(const float* q, std::size_t heads, const block_q8_0* k,
-                    const block_q8_0* v, std::size_t n_pos, std::size_t hd,
-                    std::size_t stride, float scale, q8_scratch& sc,
-                    float* out) {
+void one_chunk_q8_0(const float* q, std::size_t heads, kv_rows<block_q8_0> k,
+                    kv_rows<block_q8_0> v, std::size_t n_pos, std::size_t hd,
+                    float scale, q8_scratch& sc, float* out) {
   const std::size_t nb = hd / 32;
   for (std::size_t h = 0; h < heads; ++h) // q_to_vec_dot, head by head
     quantize_q8_0_activations(q + h * hd, sc.qq.data() + h * nb, hd);
   auto cells = use_avx2() ? cells_q8_0_avx2 : cells_q8_0_scalar;
-  cells(sc.qq.data(), heads, k, v, n_pos, hd, stride, scale, sc.acc.data(),
+  cells(sc.qq.data(), heads, k, v, n_pos, hd, scale, sc.acc.data(),
         sc.v32.data(), sc.st.data());
   for (std::size_t h = 0; h < heads; ++h) {
     const float S = sc.st[h].S;
@@ -1204,7 +1244,8 @@ void hadamard(const float* x, float* y, std::size_t count,
 void attention(const float* q, const block_q8_0* k, const block_q8_0* v,
                float* out, const attention_dims& d, int threads) noexcept {
   const std::size_t hd = d.head_dim;
-  const std::size_t stride = d.kv_stride / 32; // blocks between cache rows
+  // Strides in blocks of 32 values.
+  const auto kr = rows_of(k, d, 32), vr = rows_of(v, d, 32);
   // A job: one token's block of up to 8 query heads of one KV head (they
   // share the decoded V rows).
   const head_blocks hb{d, std::min<std::size_t>(d.n_heads / d.n_kv_heads, 8)};
@@ -1212,8 +1253,8 @@ void attention(const float* q, const block_q8_0* k, const block_q8_0* v,
     hb.jobs(), std::max(1, threads), [&] { return q8_scratch(hb.block, hd); },
     [&](long job, q8_scratch& sc) {
       const auto [t, g, heads, off] = hb.of(job);
-      one_chunk_q8_0(q + off, heads, k + g * hd / 32, v + g * hd / 32,
-                     d.pos0 + t + 1, hd, stride, d.scale, sc, out + off);
+      one_chunk_q8_0(q + off, heads, kr.at(g * hd / 32), vr.at(g * hd / 32),
+                     d.pos0 + t + 1, hd, d.scale, sc, out + off);
     });
 }
 
@@ -1248,9 +1289,10 @@ void attention_of(const float* q, const KV* k, const KV* v, float* out,
                   const attention_dims& d, int threads, int llama_threads) {
   threads = std::max(1, threads);
   if (attention_tiled_path(d))
-    attention_tiled(q, k, v, out, d, threads);
+    attention_tiled(q, rows_of(k, d, 1), rows_of(v, d, 1), out, d, threads);
   else
-    attention_chunked(q, k, v, out, d, threads, llama_threads);
+    attention_chunked(q, rows_of(k, d, 1), rows_of(v, d, 1), out, d, threads,
+                      llama_threads);
 }
 
 } // namespace

@@ -299,6 +299,40 @@ status host_device::do_attention(const_view q, const_view k, const_view v,
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("attention"));
   on_compute();
+  return attention_locked(q, k, v, out, dims);
+}
+
+bool host_device::reads_kv_blocks() const noexcept {
+  return true;
+}
+
+status host_device::do_attention_paged(const_view q, const_view k,
+                                       const_view v, const_view table,
+                                       mut_view out,
+                                       const attention_dims& dims) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(admit("attention_paged"));
+  auto sz = host::check_paged_attention(dims); // sizes only: checked
+  if (!sz)
+    return sz.err();
+  auto extent = [](const_view w) {
+    std::size_t size = w.buf->size();
+    if (w.limit != 0 && w.limit < size)
+      size = w.limit;
+    return w.offset <= size ? size - w.offset : 0;
+  };
+  const auto* tab = at<const std::int32_t>(table.buf, table.offset);
+  EXO_TRY(host::check_block_table(tab, attention_blocks(dims), *sz,
+                                  extent(k), extent(v)));
+  on_compute();
+  auto d = dims;
+  d.block_table = tab;
+  return attention_locked(q, k, v, out, d);
+}
+
+status host_device::attention_locked(const_view q, const_view k,
+                                     const_view v, mut_view out,
+                                     const attention_dims& dims) {
   if (dims.kv == kv_type::f16)
     host::attention(at(q.buf, q.offset),
                     at<const std::uint16_t>(k.buf, k.offset),

@@ -26,6 +26,8 @@ public:
   memory_info memory() override;
   /// Every weight type: the host kernels run them all.
   bool runs_weights(weight_type t) const noexcept override;
+  /// Attention reads a paged cache's rows where they are.
+  bool reads_kv_blocks() const noexcept override;
 
   status write(buffer& dst, std::size_t offset, const void* src,
                std::size_t bytes) override;
@@ -53,6 +55,9 @@ protected:
                  const rope_dims& dims) override;
   status do_attention(const_view q, const_view k, const_view v, mut_view out,
                       const attention_dims& dims) override;
+  status do_attention_paged(const_view q, const_view k, const_view v,
+                            const_view table, mut_view out,
+                            const attention_dims& dims) override;
   status do_silu_mul(const_view gate, const_view up, mut_view out,
                      std::size_t count) override;
   status do_to_f16(const_view a, mut_view out, std::size_t count) override;
@@ -87,6 +92,10 @@ protected:
   huge_page_arena arena_;
 
 private:
+  /// do_attention's body (the lock held, admitted): dims.block_table set
+  /// for a paged cache.
+  status attention_locked(const_view q, const_view k, const_view v,
+                          mut_view out, const attention_dims& dims);
   class host_buffer;
 
   /// The host address of offset `off` in a buffer of this device.

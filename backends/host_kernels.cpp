@@ -1537,6 +1537,61 @@ result<attention_bytes> check_attention(const attention_dims& d) {
   return attention_bytes{*q, kv};
 }
 
+result<paged_attention_bytes> check_paged_attention(const attention_dims& d) {
+  auto base = d;
+  base.block_positions = 0;
+  base.pos0 = 0;
+  base.n_tokens = 1;
+  auto one = check_attention(base); // the shape, and one row's bytes
+  if (!one)
+    return one.err();
+  auto all = check_attention(d); // positions in range (no bytes used)
+  if (!all)
+    return all.err();
+  const std::size_t B = d.block_positions;
+  if (B == 0 || (B & (B - 1)) != 0 || B > (std::size_t{1} << 20))
+    return fail(errc::invalid_argument,
+                "attention_paged: block_positions "
+                  + std::to_string(B)
+                  + " must be a power of two up to 1048576");
+  std::size_t span = 0;
+  if (!mul_ok(B, d.kv_stride, span))
+    return overflow("attention_paged");
+  const std::size_t per = kv_block_values(d.kv);
+  if (d.block_stride < span || d.block_stride % per != 0)
+    return fail(errc::invalid_argument,
+                "attention_paged: block_stride " + std::to_string(d.block_stride)
+                  + " must hold block_positions * kv_stride = "
+                  + std::to_string(span) + " values and be a multiple of "
+                  + std::to_string(per));
+  const std::size_t rows_values = (B - 1) * d.kv_stride
+                                  + d.n_kv_heads * d.head_dim;
+  std::size_t block = 0;
+  if (!mul_ok(d.block_stride / per, kv_block_bytes(d.kv), block))
+    return overflow("attention_paged");
+  return paged_attention_bytes{all->q, attention_blocks(d) * 4,
+                               rows_values / per * kv_block_bytes(d.kv),
+                               block};
+}
+
+status check_block_table(const std::int32_t* table, std::size_t n,
+                         const paged_attention_bytes& sz,
+                         std::size_t k_extent, std::size_t v_extent) {
+  const std::size_t extent = std::min(k_extent, v_extent);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int32_t b = table[i];
+    std::size_t start = 0;
+    if (b < 0 || !mul_ok(static_cast<std::size_t>(b), sz.block, start)
+        || start > extent || sz.block_rows > extent - start)
+      return fail(errc::out_of_range,
+                  "attention_paged: block table entry " + std::to_string(i)
+                    + " (" + std::to_string(b)
+                    + ") names a block outside the cache's "
+                    + std::to_string(extent) + " bytes");
+  }
+  return {};
+}
+
 int bind_threads(int threads) noexcept {
 #if defined(_OPENMP)
   cpu_set_t mask;

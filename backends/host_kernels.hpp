@@ -263,4 +263,23 @@ struct attention_bytes {
 };
 result<attention_bytes> check_attention(const attention_dims& dims);
 
+/// Sizes of a paged attention (attention_dims::block_positions != 0):
+/// check_attention's q, the table's bytes, the bytes of one block's rows
+/// (what k and v must hold from their offsets at least) and where a
+/// block's last row ends, in bytes from the block's start.
+struct paged_attention_bytes {
+  std::size_t q;
+  std::size_t table;
+  std::size_t block_rows; ///< (block_positions - 1) rows apart + one row
+  std::size_t block;      ///< block_stride values
+};
+result<paged_attention_bytes> check_paged_attention(const attention_dims& d);
+
+/// Checks each of the n entries of a block table: an index >= 0 whose
+/// block's rows end within `extent` bytes of k and of v (the views'
+/// bytes from their offsets). An error names the first bad entry.
+status check_block_table(const std::int32_t* table, std::size_t n,
+                         const paged_attention_bytes& sz,
+                         std::size_t k_extent, std::size_t v_extent);
+
 } // namespace exo::backend::host

@@ -69,6 +69,11 @@ constexpr std::array<op_rule, op_count> rules{{
    false},
   {op_kind::hadamard, "hadamard", 1, 1, 2, 0, {"a"}, "out", {"count", "n"},
    {}, true},
+  {op_kind::attention_paged, "attention_paged", 4, 4, 9, 1,
+   {"q", "k", "v", "table"}, "out",
+   {"n_tokens", "pos0", "n_heads", "n_kv_heads", "head_dim", "kv_stride",
+    "kv_type", "block_positions", "block_stride"},
+   {"scale"}, false},
 }};
 
 // The table is indexed by wire number - 1.

@@ -28,6 +28,11 @@
 ///   attention_f16, attention_q8_0
 ///                the same with k and v stored as IEEE half (kv_type::f16)
 ///                or Q8_0 blocks (kv_type::q8_0)
+///   attention_paged
+///                inputs {q, k, v, table}, dims {n_tokens, pos0, n_heads,
+///                n_kv_heads, head_dim, kv_stride, kv_type (backend::
+///                kv_type's number), block_positions, block_stride},
+///                scalars {scale}: a paged cache (attention_dims)
 ///   silu_mul     inputs {gate, up}, dims {count}
 ///   to_f16       inputs {a} (f32), dims {count}; out IEEE half
 ///   to_q8_0      inputs {a} (f32), dims {count} (a multiple of 32); out
@@ -99,14 +104,17 @@ enum class op_kind : std::uint8_t {
   // around a quantized KV cache (its attn_rot: a fast Walsh-Hadamard
   // transform per head).
   hadamard = 30,
+  // attention over a paged KV cache: rows in fixed-size blocks found
+  // through a block table (attention_dims::block_positions).
+  attention_paged = 31,
 };
 
 /// How many operations there are (the highest wire number).
-constexpr std::size_t op_count = 30;
+constexpr std::size_t op_count = 31;
 
 /// The most inputs, dims and scalars any operation takes.
-constexpr std::size_t max_op_inputs = 3;
-constexpr std::size_t max_op_dims = 6;
+constexpr std::size_t max_op_inputs = 4;
+constexpr std::size_t max_op_dims = 9;
 constexpr std::size_t max_op_scalars = 1;
 
 /// The operand rules of one operation: how many of each it takes and their

@@ -1254,6 +1254,20 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
             std::to_string(stage.weight_bytes_in_place());
           snap.fields["kv_cache_bytes"] = std::to_string(kv);
           snap.fields["device_ops"] = std::to_string(stage.ops_run());
+          // The stage's KV cache (every job's): paged blocks, or one run
+          // of rows per sequence.
+          snap.fields["stage_kv_bytes"] = std::to_string(stage.cache_bytes());
+          if (stage.paged()) {
+            const auto kb = stage.kv_blocks();
+            snap.fields["kv_block_positions"] =
+              std::to_string(stage.block_positions());
+            snap.fields["kv_blocks"] = std::to_string(kb.total);
+            snap.fields["kv_blocks_used"] = std::to_string(kb.used);
+            snap.fields["kv_blocks_shared"] = std::to_string(kb.shared);
+            snap.fields["kv_blocks_copied"] = std::to_string(kb.copies);
+          } else {
+            snap.fields["kv_block_positions"] = "0 (contiguous)";
+          }
         }
         rp.deliver(std::move(snap));
       };

@@ -43,6 +43,12 @@ namespace {
 std::uint32_t prompt = 16;
 std::uint32_t n_ctx = 0; ///< 0: prompt + steps + 1
 backend::kv_type kv = backend::kv_type::f16;
+/// EXO_BENCH_KV_BLOCK: positions per block of a paged cache (0: contiguous);
+/// -1: the stage's default.
+int kv_block = -1;
+/// EXO_BENCH_SHARED_PROMPT: every sequence of a step forks the first's
+/// prompt instead of reading its own.
+bool shared_prompt = false;
 std::vector<std::uint32_t> batches = {1, 2, 4, 8, 16};
 
 struct batch_path {
@@ -103,6 +109,8 @@ int run_type(const char* type, int steps) {
   model::backend_ops ops(*reg->devices().front());
   model::device_stage_options so = model::shard_stage_options(hp);
   so.kv = kv;
+  if (kv_block >= 0)
+    so.kv_block_positions = static_cast<std::uint32_t>(kv_block);
   auto st = model::device_stage::create(m, 0, hp.n_layer, ops, so);
   if (!st) {
     std::printf("error: %s\n", st.err().to_string().c_str());
@@ -114,6 +122,17 @@ int run_type(const char* type, int steps) {
     batch_path p;
     p.b = b;
     for (std::uint32_t s = 0; s < b; ++s) {
+      if (shared_prompt && s > 0) {
+        // The first sequence's prompt, forked (shared blocks when paged).
+        auto c = stage.fork_cache(p.caches.front(), prompt);
+        if (!c) {
+          std::printf("error: %s\n", c.err().to_string().c_str());
+          return 1;
+        }
+        p.caches.push_back(*c);
+        p.segs.push_back({*c, prompt, 1});
+        continue;
+      }
       auto c = stage.new_cache(n_ctx ? n_ctx : prompt + steps + 1);
       if (!c) {
         std::printf("error: %s\n", c.err().to_string().c_str());
@@ -151,6 +170,15 @@ int run_type(const char* type, int steps) {
                 static_cast<double>(stage.cache_bytes()) / (1 << 20),
                 static_cast<unsigned long long>(seqs), ctx,
                 static_cast<double>(whole) / (1 << 20));
+    if (stage.paged()) {
+      const auto kb = stage.kv_blocks();
+      std::printf("paged KV cache: blocks of %u positions, %u of %u in use "
+                  "(%u shared, %llu copied on write)\n",
+                  stage.block_positions(), kb.used, kb.total, kb.shared,
+                  static_cast<unsigned long long>(kb.copies));
+    } else {
+      std::printf("contiguous KV caches (one run of rows per sequence)\n");
+    }
   }
   for (int i = 0; i < steps; ++i)
     for (std::size_t k = 0; k < paths.size(); ++k) {
@@ -206,6 +234,9 @@ int main(int argc, char** argv) {
   }
   if (const char* n = std::getenv("EXO_BENCH_PROMPT"))
     prompt = static_cast<std::uint32_t>(std::max(1, std::atoi(n)));
+  if (const char* n = std::getenv("EXO_BENCH_KV_BLOCK")) // 0: contiguous
+    kv_block = std::max(0, std::atoi(n));
+  shared_prompt = std::getenv("EXO_BENCH_SHARED_PROMPT") != nullptr;
   if (const char* n = std::getenv("EXO_BENCH_CTX"))
     n_ctx = static_cast<std::uint32_t>(std::max(1, std::atoi(n)));
   for (const char* t : {"f32", "q4_k_m"})

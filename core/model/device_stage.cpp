@@ -22,6 +22,10 @@ bool device_ops::runs_weights(backend::weight_type t) const {
          || t == backend::weight_type::q8_0;
 }
 
+bool device_ops::reads_kv_blocks() const {
+  return false;
+}
+
 result<device_handle> device_ops::adopt_host(const void*, std::uint64_t,
                                              std::shared_ptr<const void>) {
   return fail(errc::unsupported, where() + " cannot read host memory in place");
@@ -212,6 +216,10 @@ bool backend_ops::runs_weights(backend::weight_type t) const {
   return dev_.runs_weights(t);
 }
 
+bool backend_ops::reads_kv_blocks() const {
+  return dev_.reads_kv_blocks();
+}
+
 // -- device_stage --------------------------------------------------------------
 
 namespace {
@@ -250,6 +258,21 @@ std::array<std::uint64_t, 8> scratch_floats(const llama_hparams& hp,
   const std::uint64_t ones
     = kv_type == backend::kv_type::f32 ? std::min(T, ones_rows) * kv : 0;
   return {T * (e + 1), T * e, T * nq, T * nq, T * e, T * ff, T * ff, ones};
+}
+
+/// Bytes of the block tables a paged stage's step writes, allocated with
+/// its scratch: one int32 per block of a training context (4096 when the
+/// file says none) for each of the most sequences a step carries
+/// (batch_sequences_for's cap, 32, within max_tokens). A step that needs
+/// more (a context past the training one) grows the buffer.
+std::uint64_t table_bytes(const llama_hparams& hp,
+                          const device_stage_options& o) {
+  if (o.kv_block_positions == 0)
+    return 0;
+  const std::uint64_t ctx = hp.n_ctx_train != 0 ? hp.n_ctx_train : 4096;
+  const std::uint64_t seqs = std::min<std::uint64_t>(o.max_tokens, 32);
+  return seqs * ((ctx + o.kv_block_positions - 1) / o.kv_block_positions)
+         * 4;
 }
 
 /// Bytes of the logits buffer of the last stage.
@@ -331,6 +354,7 @@ stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
   }
   for (auto f : scratch_floats(hp, o.max_tokens, o.kv))
     r.scratch_bytes += f * 4;
+  r.scratch_bytes += table_bytes(hp, o);
   r.kv_bytes_per_token = 2 * std::uint64_t{last - first}
                          * backend::kv_bytes_of(o.kv, hp.n_embd_kv());
   return r;
@@ -343,7 +367,10 @@ device_stage::device_stage(std::shared_ptr<const llama_model> model,
     first_(first),
     last_(last),
     ops_(ops),
-    opts_(opts) {
+    opts_(opts),
+    block_positions_(opts.kv_block_positions != 0 && ops.reads_kv_blocks()
+                       ? opts.kv_block_positions
+                       : 0) {
 }
 
 result<std::unique_ptr<device_stage>>
@@ -373,6 +400,11 @@ device_stage::create(std::shared_ptr<const llama_model> model,
       || opts.max_logit_rows == 0 || opts.max_logit_rows > opts.max_tokens
       || opts.upload_chunk_bytes < 64 || opts.max_ops_per_run == 0)
     return fail(errc::invalid_argument, "device stage: bad options");
+  if (const auto B = opts.kv_block_positions;
+      B > 4096 || (B & (B - 1)) != 0)
+    return fail(errc::invalid_argument,
+                "device stage: kv_block_positions " + std::to_string(B)
+                  + " is not 0 or a power of two up to 4096");
   std::unique_ptr<device_stage> st{
     new device_stage(std::move(model), first, last, ops, opts)};
   auto s = st->upload_all();
@@ -385,9 +417,14 @@ device_stage::create(std::shared_ptr<const llama_model> model,
 
 device_stage::~device_stage() {
   for (auto& c : caches_) {
+    if (c.second.k == 0)
+      continue; // paged: its blocks are the pool's
     (void) ops_.free(c.second.k);
     (void) ops_.free(c.second.v);
   }
+  for (auto h : {pool_.k, pool_.v, tables_})
+    if (h != 0)
+      (void) ops_.free(h);
   for (auto h : owned_)
     (void) ops_.free(h);
 }
@@ -397,7 +434,11 @@ std::uint64_t device_stage::footprint() const {
   for (auto h : owned_)
     sum += ops_.footprint(h);
   for (auto& c : caches_)
-    sum += ops_.footprint(c.second.k) + ops_.footprint(c.second.v);
+    if (c.second.k != 0)
+      sum += ops_.footprint(c.second.k) + ops_.footprint(c.second.v);
+  for (auto h : {pool_.k, pool_.v, tables_})
+    if (h != 0)
+      sum += ops_.footprint(h);
   return sum;
 }
 
@@ -548,6 +589,14 @@ status device_stage::upload_all() {
     *scratch[i] = *h;
   }
   ones_floats_ = floats.back(); // written by the first batched forward
+  if (const auto tb = table_bytes(hp, opts_); tb > 0 && paged()) {
+    // Not in owned_: a step that needs more replaces it.
+    auto h = ops_.allocate(tb);
+    if (!h)
+      return h.err();
+    tables_ = *h;
+    tables_bytes_ = tb;
+  }
   if (is_last()) {
     auto h = alloc(logits_buffer_bytes(hp, opts_));
     if (!h)
@@ -563,7 +612,15 @@ result<cache_id> device_stage::new_cache(std::uint32_t n_ctx) {
                 "a KV cache needs a context of at least one token");
   cache c;
   c.capacity = n_ctx;
-  EXO_TRY(grow(c, room_for(c, 1)));
+  if (paged()) {
+    cap_blocks_ += blocks_of(c);
+    if (auto st = take_blocks(c, 1); !st) {
+      cap_blocks_ -= blocks_of(c);
+      return st.err();
+    }
+  } else {
+    EXO_TRY(grow(c, room_for(c, 1)));
+  }
   auto id = next_cache_++;
   caches_.emplace(id, c);
   return id;
@@ -587,6 +644,29 @@ result<cache_id> device_stage::fork_cache(cache_id src, std::uint32_t n,
                 "cannot fork " + std::to_string(n) + " positions of KV cache "
                   + std::to_string(src) + " into a cache of "
                   + std::to_string(c.capacity));
+  if (paged()) {
+    // The source's blocks of positions [0, n), shared: a block either
+    // writes later is copied first (own_blocks).
+    const std::uint32_t B = block_positions_;
+    c.table.assign(from.table.begin(), from.table.begin() + (n + B - 1) / B);
+    for (auto b : c.table)
+      ++pool_.refs[static_cast<std::size_t>(b)];
+    cap_blocks_ += blocks_of(c);
+    c.room = std::min<std::uint32_t>(
+      static_cast<std::uint32_t>(c.table.size()) * B, c.capacity);
+    c.bytes = c.table.size() * 2 * block_bytes();
+    if (auto st = take_blocks(c, std::max<std::uint32_t>(n, 1)); !st) {
+      release_blocks(c);
+      cap_blocks_ -= blocks_of(c);
+      return fail(st.err().code, "KV cache " + std::to_string(src)
+                                   + " could not be forked: "
+                                   + st.err().message);
+    }
+    c.n_past = n;
+    auto id = next_cache_++;
+    caches_.emplace(id, std::move(c));
+    return id;
+  }
   if (auto st = grow(c, room_for(c, std::max<std::uint32_t>(n, 1))); !st)
     return fail(st.err().code, "KV cache " + std::to_string(src)
                                  + " could not be forked: "
@@ -661,6 +741,12 @@ status device_stage::drop_cache(cache_id id) {
   if (it == caches_.end())
     return fail(errc::invalid_argument,
                 "unknown KV cache " + std::to_string(id));
+  if (it->second.k == 0) { // paged
+    release_blocks(it->second);
+    cap_blocks_ -= blocks_of(it->second);
+    caches_.erase(it);
+    return {};
+  }
   auto s1 = ops_.free(it->second.k);
   auto s2 = ops_.free(it->second.v);
   cache_bytes_ -= it->second.bytes;
@@ -699,7 +785,8 @@ status device_stage::reserve(cache_id id, std::uint32_t positions) {
   const std::uint32_t need = std::min(positions, c.capacity);
   if (need <= c.room)
     return {};
-  if (auto st = grow(c, room_for(c, need)); !st)
+  if (auto st = paged() ? take_blocks(c, need) : grow(c, room_for(c, need));
+      !st)
     return fail(st.err().code,
                 "KV cache " + std::to_string(id) + " could not grow past "
                   + std::to_string(c.room) + " positions: "
@@ -829,9 +916,18 @@ status device_stage::read_kv(cache_id id, std::uint32_t pos, std::uint32_t n,
                   + std::to_string(n) + " from position "
                   + std::to_string(pos));
   const std::uint64_t row = kv_row_bytes(), run = std::uint64_t{n} * row;
-  for (std::uint64_t l = 0; l < last_ - first_; ++l)
-    for (auto buf : {c.k, c.v}) {
-      EXO_TRY(ops_.read(buf, (l * c.room + pos) * row, out, run));
+  for (std::uint32_t l = 0; l < last_ - first_; ++l)
+    for (int kv = 0; kv < 2; ++kv) {
+      if (paged())
+        EXO_TRY(for_runs(c, l, pos, n,
+                         [&](std::uint64_t off, std::uint32_t r0,
+                             std::uint32_t rows) {
+                           return ops_.read(kv == 0 ? pool_.k : pool_.v, off,
+                                            out + r0 * row, rows * row);
+                         }));
+      else
+        EXO_TRY(ops_.read(kv == 0 ? c.k : c.v, (l * c.room + pos) * row, out,
+                          run));
       out += run;
     }
   return {};
@@ -857,10 +953,21 @@ status device_stage::write_kv(cache_id id, std::uint32_t pos, std::uint32_t n,
                   + ") are " + std::to_string(kv_bytes(n)) + " bytes, got "
                   + std::to_string(bytes));
   EXO_TRY(reserve(id, pos + n));
+  if (paged())
+    EXO_TRY(own_blocks(c, pos, n));
   const std::uint64_t row = kv_row_bytes(), run = std::uint64_t{n} * row;
-  for (std::uint64_t l = 0; l < last_ - first_; ++l)
-    for (auto buf : {c.k, c.v}) {
-      EXO_TRY(ops_.write(buf, (l * c.room + pos) * row, data, run));
+  for (std::uint32_t l = 0; l < last_ - first_; ++l)
+    for (int kv = 0; kv < 2; ++kv) {
+      if (paged())
+        EXO_TRY(for_runs(c, l, pos, n,
+                         [&](std::uint64_t off, std::uint32_t r0,
+                             std::uint32_t rows) {
+                           return ops_.write(kv == 0 ? pool_.k : pool_.v, off,
+                                             data + r0 * row, rows * row);
+                         }));
+      else
+        EXO_TRY(ops_.write(kv == 0 ? c.k : c.v, (l * c.room + pos) * row,
+                           data, run));
       data += run;
     }
   c.n_past = pos + n;
@@ -877,6 +984,230 @@ status device_stage::truncate(cache_id id, std::uint32_t n) {
                   + std::to_string((*c)->n_past) + " positions to "
                   + std::to_string(n));
   (*c)->n_past = n;
+  return {};
+}
+
+// -- the block pool of a paged stage -------------------------------------------
+
+std::uint64_t device_stage::block_bytes() const noexcept {
+  return std::uint64_t{last_ - first_} * block_positions_ * kv_row_bytes();
+}
+
+device_stage::kv_block_stats device_stage::kv_blocks() const noexcept {
+  kv_block_stats st;
+  st.total = pool_.blocks;
+  for (auto r : pool_.refs) {
+    st.used += r > 0 ? 1 : 0;
+    st.shared += r > 1 ? 1 : 0;
+  }
+  st.copies = pool_.copies;
+  st.grows = pool_.grows;
+  return st;
+}
+
+status device_stage::check_kv_blocks() const {
+  if (!paged())
+    return {};
+  std::vector<std::uint32_t> held(pool_.blocks, 0);
+  for (auto& [id, c] : caches_) {
+    const std::uint64_t B = block_positions_;
+    if (c.table.size() * B < std::min<std::uint64_t>(c.n_past, c.capacity))
+      return fail(errc::invalid_argument, "KV cache " + std::to_string(id) + " holds "
+                                    + std::to_string(c.n_past)
+                                    + " positions in "
+                                    + std::to_string(c.table.size())
+                                    + " blocks");
+    for (auto b : c.table) {
+      if (b < 0 || static_cast<std::uint32_t>(b) >= pool_.blocks)
+        return fail(errc::invalid_argument, "KV cache " + std::to_string(id)
+                                      + " names block " + std::to_string(b)
+                                      + " of a pool of "
+                                      + std::to_string(pool_.blocks));
+      ++held[static_cast<std::size_t>(b)];
+    }
+  }
+  std::vector<bool> is_free(pool_.blocks, false);
+  for (auto b : pool_.free) {
+    if (b < 0 || static_cast<std::uint32_t>(b) >= pool_.blocks
+        || is_free[static_cast<std::size_t>(b)])
+      return fail(errc::invalid_argument, "block " + std::to_string(b)
+                                    + " is on the free list twice or is "
+                                      "not the pool's");
+    is_free[static_cast<std::size_t>(b)] = true;
+  }
+  std::uint64_t used = 0;
+  for (std::uint32_t b = 0; b < pool_.blocks; ++b) {
+    if (held[b] != pool_.refs[b])
+      return fail(errc::invalid_argument, "block " + std::to_string(b) + " is held by "
+                                    + std::to_string(held[b])
+                                    + " caches, its count says "
+                                    + std::to_string(pool_.refs[b]));
+    if ((held[b] == 0) != is_free[b])
+      return fail(errc::invalid_argument,
+                  "block " + std::to_string(b)
+                    + (held[b] == 0 ? " is held by no cache and not free"
+                                    : " is held and on the free list"));
+    used += held[b] > 0 ? 1 : 0;
+  }
+  if (cache_bytes_ != used * 2 * block_bytes())
+    return fail(errc::invalid_argument, "the stage counts "
+                                  + std::to_string(cache_bytes_)
+                                  + " bytes of KV cache, its blocks "
+                                  + std::to_string(used * 2 * block_bytes()));
+  return {};
+}
+
+status device_stage::grow_pool(std::uint32_t blocks) {
+  const std::uint64_t bb = block_bytes();
+  auto k = ops_.allocate(blocks * bb);
+  if (!k)
+    return k.err();
+  auto v = ops_.allocate(blocks * bb);
+  if (!v) {
+    (void) ops_.free(*k);
+    return v.err();
+  }
+  // The blocks keep their numbers: the old arenas to the start of the new.
+  if (pool_.blocks > 0)
+    for (auto [from, to] : {std::pair{pool_.k, *k}, std::pair{pool_.v, *v}})
+      if (auto st = ops_.copy(from, 0, to, 0, pool_.blocks * bb); !st) {
+        (void) ops_.free(*k);
+        (void) ops_.free(*v);
+        return st;
+      }
+  if (pool_.k != 0) {
+    (void) ops_.free(pool_.k);
+    (void) ops_.free(pool_.v);
+  }
+  pool_.k = *k;
+  pool_.v = *v;
+  // The lowest new block is taken first.
+  for (std::uint32_t b = blocks; b-- > pool_.blocks;)
+    pool_.free.push_back(static_cast<std::int32_t>(b));
+  pool_.refs.resize(blocks, 0);
+  pool_.blocks = blocks;
+  ++pool_.grows;
+  return {};
+}
+
+std::uint64_t device_stage::blocks_of(const cache& c) const noexcept {
+  return (std::uint64_t{c.capacity} + block_positions_ - 1) / block_positions_;
+}
+
+result<std::int32_t> device_stage::new_block() {
+  if (pool_.free.empty()) {
+    // Doubling (at least 8 blocks), never past what the caches could ever
+    // hold together (their contexts' blocks: so a stage holds no more
+    // than placement counts for its sequences); when the device has no
+    // room for that, just one more.
+    const std::uint64_t want = std::min<std::uint64_t>(
+      std::max<std::uint64_t>(8, 2ull * pool_.blocks), cap_blocks_);
+    const auto more = static_cast<std::uint32_t>(
+      std::max<std::uint64_t>(want, pool_.blocks + 1ull));
+    if (auto st = grow_pool(more); !st) {
+      if (more == pool_.blocks + 1)
+        return st.err();
+      EXO_TRY(grow_pool(pool_.blocks + 1));
+    }
+  }
+  const std::int32_t b = pool_.free.back();
+  pool_.free.pop_back();
+  pool_.refs[static_cast<std::size_t>(b)] = 1;
+  cache_bytes_ += 2 * block_bytes();
+  return b;
+}
+
+void device_stage::release_blocks(cache& c) {
+  for (auto b : c.table)
+    if (--pool_.refs[static_cast<std::size_t>(b)] == 0) {
+      pool_.free.push_back(b);
+      cache_bytes_ -= 2 * block_bytes();
+    }
+  c.table.clear();
+  c.room = 0;
+  c.bytes = 0;
+  if (cache_bytes_ == 0 && pool_.k != 0) {
+    // No block held: the arenas go back to the device.
+    (void) ops_.free(pool_.k);
+    (void) ops_.free(pool_.v);
+    pool_.k = pool_.v = 0;
+    pool_.blocks = 0;
+    pool_.refs.clear();
+    pool_.free.clear();
+  }
+}
+
+status device_stage::take_blocks(cache& c, std::uint32_t positions) {
+  const std::uint32_t B = block_positions_;
+  const std::size_t need
+    = (std::min(positions, c.capacity) + std::size_t{B} - 1) / B;
+  const std::size_t had = c.table.size();
+  while (c.table.size() < need) {
+    auto b = new_block();
+    if (!b) {
+      // Back as it was.
+      for (std::size_t i = had; i < c.table.size(); ++i) {
+        const auto x = c.table[i];
+        pool_.refs[static_cast<std::size_t>(x)] = 0;
+        pool_.free.push_back(x);
+        cache_bytes_ -= 2 * block_bytes();
+      }
+      c.table.resize(had);
+      return b.err();
+    }
+    c.table.push_back(*b);
+  }
+  c.room = std::min<std::uint32_t>(static_cast<std::uint32_t>(need) * B,
+                                   c.capacity);
+  c.bytes = c.table.size() * 2 * block_bytes();
+  return {};
+}
+
+status device_stage::own_blocks(cache& c, std::uint32_t pos,
+                                std::uint32_t n) {
+  const std::uint32_t B = block_positions_;
+  const std::uint64_t bb = block_bytes();
+  for (std::size_t i = pos / B; n > 0 && i <= (pos + n - 1) / B
+                                && i < c.table.size();
+       ++i) {
+    const auto b = c.table[i];
+    if (pool_.refs[static_cast<std::size_t>(b)] <= 1)
+      continue;
+    // Copy on write: this cache's own copy of the shared block.
+    auto nb = new_block();
+    if (!nb)
+      return nb.err();
+    for (auto arena : {pool_.k, pool_.v})
+      if (auto st = ops_.copy(arena, static_cast<std::uint64_t>(b) * bb,
+                              arena, static_cast<std::uint64_t>(*nb) * bb,
+                              bb);
+          !st) {
+        pool_.refs[static_cast<std::size_t>(*nb)] = 0;
+        pool_.free.push_back(*nb);
+        cache_bytes_ -= 2 * bb;
+        return st;
+      }
+    --pool_.refs[static_cast<std::size_t>(b)];
+    c.table[i] = *nb;
+    ++pool_.copies;
+  }
+  return {};
+}
+
+template <class F>
+status device_stage::for_runs(const cache& c, std::uint32_t l,
+                              std::uint32_t pos, std::uint32_t n,
+                              F&& f) const {
+  const std::uint32_t B = block_positions_;
+  const std::uint64_t row = kv_row_bytes();
+  for (std::uint32_t done = 0; done < n;) {
+    const std::uint32_t p = pos + done;
+    const std::uint32_t rows = std::min(n - done, B - p % B);
+    const auto b = static_cast<std::uint64_t>(c.table[p / B]);
+    EXO_TRY(f(b * block_bytes() + (std::uint64_t{l} * B + p % B) * row, done,
+              rows));
+    done += rows;
+  }
   return {};
 }
 
@@ -925,6 +1256,35 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   // rows copied; on failure it stays as it was and nothing runs).
   for (std::size_t s = 0; s < segs.size(); ++s)
     EXO_TRY(reserve(segs[s].cache, segs[s].pos + segs[s].n));
+  // Paged: the blocks the new rows go to are each cache's own (copied on
+  // write where shared), and each segment's block table goes to the
+  // device with the step.
+  std::vector<std::uint64_t> table_off(paged() ? segs.size() : 0);
+  if (paged()) {
+    table_staging_.clear();
+    for (std::size_t s = 0; s < segs.size(); ++s) {
+      EXO_TRY(own_blocks(*cs[s], segs[s].pos, segs[s].n));
+      const std::size_t nb = (segs[s].pos + segs[s].n + block_positions_ - 1)
+                             / block_positions_;
+      table_off[s] = table_staging_.size() * 4;
+      table_staging_.insert(table_staging_.end(), cs[s]->table.begin(),
+                            cs[s]->table.begin()
+                              + static_cast<std::ptrdiff_t>(nb));
+    }
+    const std::uint64_t bytes = table_staging_.size() * 4;
+    if (bytes > tables_bytes_) {
+      const std::uint64_t want
+        = std::max<std::uint64_t>({bytes, 2 * tables_bytes_, 4096});
+      auto h = ops_.allocate(want);
+      if (!h)
+        return h.err();
+      if (tables_ != 0)
+        (void) ops_.free(tables_);
+      tables_ = *h;
+      tables_bytes_ = want;
+    }
+    EXO_TRY(ops_.write(tables_, 0, table_staging_.data(), bytes));
+  }
   auto& hp = model_->hparams();
   const std::uint64_t e = hp.n_embd, nq = hp.n_embd_q(), nkv = hp.n_embd_kv(),
                       ff = hp.n_ff;
@@ -960,7 +1320,8 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     = opts_.kv == backend::kv_type::q8_0  ? op_kind::attention_q8_0
       : opts_.kv == backend::kv_type::f16 ? op_kind::attention_f16
                                           : op_kind::attention;
-  const bool staged = batched || converted;
+  // A paged cache: always staged (rows go to their blocks in runs).
+  const bool staged = batched || converted || paged();
   const std::uint64_t row_bytes = kv_row_bytes();
   // A quantized cache: llama.cpp rotates Q and K (Walsh-Hadamard, per head
   // of `rot_k`), V and the attention output (per 64 values) so that the
@@ -975,7 +1336,7 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
                                      [](const segment& sg) {
                                        return sg.apart;
                                      });
-  if (batched && !converted && ones_floats_ > 0) {
+  if (staged && !converted && ones_floats_ > 0) {
     const std::vector<float> ones(ones_floats_, 1.0f);
     const auto* b = reinterpret_cast<const std::uint8_t*>(ones.data());
     for (std::uint64_t done = 0; done < ones.size() * 4;) {
@@ -1094,42 +1455,67 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     // half (to_f16), a q8_0 cache's quantized (to_q8_0, whole rows of
     // blocks), an f32 batch's times one (bit for bit; in pieces of
     // ones_rows rows). Then each segment's attention.
-    std::uint64_t r0 = 0;
-    for (std::size_t s = 0; converted && s < segs.size(); ++s) {
-      auto& sg = segs[s];
-      auto& c = *cs[s];
+    // Rows [t, t + rows) of segment s (its first row at r0 of the step)
+    // to where its cache keeps them: an f16/q8_0 cache's converted, an
+    // f32 one's times one, in pieces of ones_rows.
+    auto to_cache_rows = [&](std::uint64_t r0, device_operand k_dst,
+                             device_operand v_dst, std::uint64_t rows) {
       const std::uint64_t src = r0 * nkv * 4;
-      add(to_cache, {at(g_, src)}, at(c.k, new_row(c, sg.pos)),
-          {std::uint64_t{sg.n} * nkv}, {});
-      add(to_cache, {at(u_, src)}, at(c.v, new_row(c, sg.pos)),
-          {std::uint64_t{sg.n} * nkv}, {});
-      r0 += sg.n;
-    }
-    r0 = 0;
-    for (std::size_t s = 0; batched && !converted && s < segs.size(); ++s) {
+      if (converted) {
+        add(to_cache, {at(g_, src)}, k_dst, {rows * nkv}, {});
+        add(to_cache, {at(u_, src)}, v_dst, {rows * nkv}, {});
+        return;
+      }
+      for (std::uint64_t t = 0; t < rows; t += ones_rows) {
+        const std::uint64_t m = std::min<std::uint64_t>(ones_rows, rows - t);
+        const std::uint64_t step = t * row_bytes, from = src + t * nkv * 4;
+        add(op_kind::mul, {at(g_, from), at(ones_)},
+            at(k_dst.buf, k_dst.offset + step), {m * nkv}, {});
+        add(op_kind::mul, {at(u_, from), at(ones_)},
+            at(v_dst.buf, v_dst.offset + step), {m * nkv}, {});
+      }
+    };
+    std::uint64_t r0 = 0;
+    for (std::size_t s = 0; staged && s < segs.size(); ++s) {
       auto& sg = segs[s];
       auto& c = *cs[s];
-      for (std::uint64_t t = 0; t < sg.n; t += ones_rows) {
-        const std::uint64_t rows = std::min<std::uint64_t>(ones_rows, sg.n - t);
-        const std::uint64_t src = (r0 + t) * nkv * 4;
-        add(op_kind::mul, {at(g_, src), at(ones_)},
-            at(c.k, new_row(c, sg.pos + static_cast<std::uint32_t>(t))),
-            {rows * nkv}, {});
-        add(op_kind::mul, {at(u_, src), at(ones_)},
-            at(c.v, new_row(c, sg.pos + static_cast<std::uint32_t>(t))),
-            {rows * nkv}, {});
-      }
+      if (paged())
+        (void) for_runs(c, l - first_, sg.pos, sg.n,
+                        [&](std::uint64_t off, std::uint32_t t,
+                            std::uint32_t rows) -> status {
+                          to_cache_rows(r0 + t, at(pool_.k, off),
+                                        at(pool_.v, off), rows);
+                          return {};
+                        });
+      else
+        to_cache_rows(r0, at(c.k, new_row(c, sg.pos)),
+                      at(c.v, new_row(c, sg.pos)), sg.n);
       r0 += sg.n;
     }
     r0 = 0;
     for (std::size_t s = 0; s < segs.size(); ++s) {
       auto& sg = segs[s];
       auto& c = *cs[s];
-      add(attention_kind,
-          {at(q_, r0 * nq * 4), at(c.k, layer_kv(c)), at(c.v, layer_kv(c))},
-          at(att_, r0 * nq * 4),
-          {sg.n, sg.pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv},
-          {scale});
+      if (paged()) {
+        // Layer l's rows of block 0; the table names the blocks.
+        const std::uint64_t first_row = std::uint64_t{l - first_}
+                                        * block_positions_ * row_bytes;
+        add(op_kind::attention_paged,
+            {at(q_, r0 * nq * 4), at(pool_.k, first_row),
+             at(pool_.v, first_row), at(tables_, table_off[s])},
+            at(att_, r0 * nq * 4),
+            {sg.n, sg.pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv,
+             static_cast<std::uint64_t>(opts_.kv), block_positions_,
+             block_bytes() / backend::kv_block_bytes(opts_.kv)
+               * backend::kv_block_values(opts_.kv)},
+            {scale});
+      } else {
+        add(attention_kind,
+            {at(q_, r0 * nq * 4), at(c.k, layer_kv(c)), at(c.v, layer_kv(c))},
+            at(att_, r0 * nq * 4),
+            {sg.n, sg.pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv},
+            {scale});
+      }
       r0 += sg.n;
     }
     if (rot_v > 0)

@@ -84,6 +84,9 @@ public:
   /// (backend::device::runs_weights). The default: f32, f16 and q8_0,
   /// which every backend runs.
   virtual bool runs_weights(backend::weight_type t) const;
+  /// Whether the device's attention reads a paged cache's rows where they
+  /// lie (backend::device::reads_kv_blocks). The default: no.
+  virtual bool reads_kv_blocks() const;
   /// Copies `bytes` between two buffers of the device (in order with the
   /// other operations). The default goes through host memory (read, then
   /// write) in pieces of at most 4 MiB.
@@ -151,6 +154,7 @@ public:
   backend::status synchronize() override;
   std::string where() const override;
   bool runs_weights(backend::weight_type t) const override;
+  bool reads_kv_blocks() const override;
   backend::status copy(device_handle src, std::uint64_t src_offset,
                        device_handle dst, std::uint64_t dst_offset,
                        std::uint64_t bytes) override;
@@ -212,6 +216,14 @@ struct device_stage_options {
   /// past the context new_cache was given), so memory follows the tokens
   /// a sequence holds, not its context; 0: the whole context at once.
   std::uint32_t kv_grow_positions = 256;
+  /// A paged KV cache (on a device whose attention reads blocks where
+  /// they lie: device_ops::reads_kv_blocks): the stage's caches take
+  /// blocks of this many positions (a power of two) from one pool, each
+  /// sequence a table of them; a fork or a kept prompt prefix shares the
+  /// source's blocks (copy-on-write: a block written while another cache
+  /// holds it is copied first). 0, or a device that cannot: one run of
+  /// rows per sequence, grown as kv_grow_positions says.
+  std::uint32_t kv_block_positions = 32;
 };
 
 /// The most tokens one step of a shard may carry for a model `n_embd`
@@ -353,7 +365,8 @@ public:
   /// of them when 0), grown by forward() as the sequence needs.
   backend::result<cache_id> new_cache(std::uint32_t n_ctx);
   /// A new cache that starts with the first `n` positions of cache `src`
-  /// (copied on the device, layer by layer): a sequence whose first n
+  /// (paged: src's blocks, shared until either writes into one; else
+  /// copied on the device, layer by layer): a sequence whose first n
   /// tokens are src's gets the rows src computed for them, without
   /// computing them again (several sequences of one prompt; a retained
   /// prompt prefix). Its capacity is `capacity` (0: src's); src is
@@ -376,8 +389,35 @@ public:
   /// capacity()); nothing when it does. An error naming the cache (and
   /// the cache as it was) when the device has no room.
   backend::status reserve(cache_id id, std::uint32_t positions);
-  /// Bytes of one sequence's cache on the device now (K and V).
+  /// Bytes of one sequence's cache on the device now (K and V; a paged
+  /// cache's blocks, shared ones too).
   backend::result<std::uint64_t> cache_bytes(cache_id id) const;
+
+  /// Whether the caches are paged (options().kv_block_positions on a
+  /// device that reads blocks).
+  bool paged() const noexcept {
+    return block_positions_ != 0;
+  }
+  /// The block pool of a paged stage: blocks of block_positions()
+  /// positions of every layer (K and V each block_bytes()).
+  struct kv_block_stats {
+    std::uint32_t total = 0;  ///< blocks the pool has room for
+    std::uint32_t used = 0;   ///< held by at least one cache
+    std::uint32_t shared = 0; ///< held by two caches or more
+    std::uint64_t copies = 0; ///< blocks copied on write so far
+    std::uint64_t grows = 0;  ///< times the pool grew
+  };
+  kv_block_stats kv_blocks() const noexcept;
+  std::uint32_t block_positions() const noexcept {
+    return block_positions_;
+  }
+  /// Bytes of one block of K (or of V): every layer of the stage.
+  std::uint64_t block_bytes() const noexcept;
+  /// Checks the pool's books against the caches' tables: each block's
+  /// count is the number of tables holding it, the free list holds
+  /// exactly the blocks none holds, each once; an error says what is
+  /// wrong (tests run it after every step).
+  backend::status check_kv_blocks() const;
 
   /// Bytes of one position of one layer's K (or V) in a cache: n_embd_kv
   /// values of the options' kv type.
@@ -486,11 +526,22 @@ private:
     device_handle bq = 0, bk = 0, bv = 0, q_norm = 0, k_norm = 0;
   };
   struct cache {
-    device_handle k = 0, v = 0;
+    device_handle k = 0, v = 0; ///< 0 when paged
     std::uint32_t capacity = 0; ///< the most positions (n_ctx)
     std::uint32_t room = 0;     ///< positions allocated: rows per layer
     std::uint32_t n_past = 0;
     std::uint64_t bytes = 0;
+    /// Paged: the pool's blocks holding positions [i * B, (i + 1) * B).
+    std::vector<std::int32_t> table;
+  };
+  /// The block pool of a paged stage: K and V arenas of `blocks` blocks,
+  /// each block every layer's B rows (layer l's at l * B rows).
+  struct block_pool {
+    device_handle k = 0, v = 0;
+    std::uint32_t blocks = 0;
+    std::vector<std::uint32_t> refs;   ///< caches holding each block
+    std::vector<std::int32_t> free;    ///< blocks no cache holds
+    std::uint64_t copies = 0, grows = 0;
   };
 
   device_stage(std::shared_ptr<const llama_model> model, std::uint32_t first,
@@ -514,6 +565,26 @@ private:
   backend::status grow(cache& c, std::uint32_t room);
   /// The positions a cache holding n_past + n first gets room for.
   std::uint32_t room_for(const cache& c, std::uint64_t need) const;
+  /// Paged: c's table covers `positions` (blocks from the pool, which
+  /// grows when it has none left); c is unchanged on failure.
+  backend::status take_blocks(cache& c, std::uint32_t positions);
+  /// Paged: the blocks holding positions [pos, pos + n) of c are c's
+  /// alone (a block another cache holds is copied first).
+  backend::status own_blocks(cache& c, std::uint32_t pos, std::uint32_t n);
+  /// Paged: blocks of c's whole context.
+  std::uint64_t blocks_of(const cache& c) const noexcept;
+  /// Paged: a block from the free list (the pool grown when empty).
+  backend::result<std::int32_t> new_block();
+  /// Paged: the pool with room for at least `blocks` blocks (arenas
+  /// copied into new ones).
+  backend::status grow_pool(std::uint32_t blocks);
+  /// Paged: gives c's blocks back.
+  void release_blocks(cache& c);
+  /// Paged: calls f(block offset of row pos in the K/V arena, rows) for
+  /// each run of c's rows [pos, pos + n) of layer l within one block.
+  template <class F>
+  backend::status for_runs(const cache& c, std::uint32_t l, std::uint32_t pos,
+                           std::uint32_t n, F&& f) const;
   /// forward()'s body: the last `logit_rows` rows of each segment get
   /// logits on the last stage (0: one row, every row of an apart one).
   backend::status run_forward(const std::vector<segment>& segs, float* x,
@@ -541,6 +612,16 @@ private:
   /// Floats of ones_ still to be written (by the first batched forward).
   std::uint64_t ones_floats_ = 0;
   std::map<cache_id, cache> caches_;
+  /// Paged: positions per block (0: contiguous caches), the pool, and the
+  /// device buffer the step's block tables are written to.
+  std::uint32_t block_positions_ = 0;
+  block_pool pool_;
+  /// Paged: the blocks every cache's context could take together (the
+  /// pool's most).
+  std::uint64_t cap_blocks_ = 0;
+  device_handle tables_ = 0;
+  std::uint64_t tables_bytes_ = 0;
+  std::vector<std::int32_t> table_staging_;
   cache_id next_cache_ = 1;
   std::uint64_t weight_bytes_ = 0;
   std::uint64_t in_place_bytes_ = 0;

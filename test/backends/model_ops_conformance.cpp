@@ -18,6 +18,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -461,6 +462,132 @@ TEST_CASE("an f16 KV cache written by to_f16 gives an f32 cache's bits") {
         const auto b = download(*dev, *o16, q.size());
         CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
         require_close(b, attention_ref(q, k, v, d), attention_bound(*dev, d));
+      }
+    }
+  }
+}
+
+TEST_CASE("attention over a paged cache gives the bits of the same rows in "
+          "one run, on every device and cache type") {
+  std::mt19937 rng{23};
+  using shape = attention_shape;
+  for (auto* dev : devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      // Decode past a block, a small batch, a prompt on the tiled path
+      // (64 tokens and more), one token over 512 cells (split-KV bound).
+      for (auto s : {shape{1, 37, 4, 2, 32, 64}, shape{5, 40, 4, 1, 64, 64},
+                     shape{70, 10, 2, 2, 32, 96}, shape{1, 600, 2, 1, 64, 64}})
+        for (auto kv : {kv_type::f32, kv_type::f16, kv_type::q8_0})
+          for (std::size_t B : {std::size_t{8}, std::size_t{32}}) {
+            INFO("n_tokens " << s.n_tokens << " pos0 " << s.pos0 << " kv "
+                             << to_string(kv) << " block " << B);
+            auto [d, q, k, v] = random_attention(rng, s);
+            d.kv = kv;
+            const std::size_t n_pos = s.pos0 + s.n_tokens;
+            // The rows as the cache type stores them, in one run.
+            auto stored = [&](const std::vector<float>& x) {
+              std::vector<std::uint8_t> out(kv_bytes_of(kv, x.size()));
+              if (kv == kv_type::f16)
+                host::to_f16(x.data(),
+                             reinterpret_cast<std::uint16_t*>(out.data()),
+                             x.size());
+              else if (kv == kv_type::q8_0)
+                host::quantize_q8_0_activations(
+                  x.data(), reinterpret_cast<host::block_q8_0*>(out.data()),
+                  x.size());
+              else
+                std::memcpy(out.data(), x.data(), out.size());
+              return out;
+            };
+            const auto rk = stored(k), rv = stored(v);
+            const std::size_t row = kv_bytes_of(kv, s.stride);
+            // Blocks of B rows of this "layer" at an offset of 2 * B rows
+            // in blocks of 3 * B rows (two other layers around it), in a
+            // shuffled order with unused blocks between.
+            const std::size_t n_blocks = (n_pos + B - 1) / B;
+            std::vector<std::int32_t> table(n_blocks);
+            for (std::size_t i = 0; i < n_blocks; ++i)
+              table[i] = static_cast<std::int32_t>(2 * i + 1);
+            std::shuffle(table.begin(), table.end(), rng);
+            const std::size_t block = 3 * B * row, first = 2 * B * row;
+            std::vector<std::uint8_t> pk((2 * n_blocks + 2) * block, 0xA5),
+              pv(pk);
+            for (std::size_t p = 0; p < n_pos; ++p) {
+              const std::size_t at = static_cast<std::size_t>(table[p / B])
+                                       * block
+                                     + first + (p % B) * row;
+              std::memcpy(pk.data() + at, rk.data() + p * row, row);
+              std::memcpy(pv.data() + at, rv.data() + p * row, row);
+            }
+            auto bq = upload(*dev, q), bk = upload(*dev, rk),
+                 bv = upload(*dev, rv), bpk = upload(*dev, pk),
+                 bpv = upload(*dev, pv), bt = upload(*dev, table);
+            auto o1 = alloc(*dev, q.size() * 4), o2 = alloc(*dev, q.size() * 4);
+            auto dp = d;
+            dp.block_positions = B;
+            dp.block_stride = 3 * B * s.stride;
+            REQUIRE(dev->attention_paged({bq.get(), 0}, {bpk.get(), first},
+                                         {bpv.get(), first}, {bt.get(), 0},
+                                         {o2.get(), 0}, dp)
+                      .ok());
+            std::vector<float> want(q.size());
+            if (dev->reads_kv_blocks()) {
+              // The device's own attention over the run.
+              REQUIRE(dev->attention({bq.get(), 0}, {bk.get(), 0},
+                                     {bv.get(), 0}, {o1.get(), 0}, d)
+                        .ok());
+              want = download(*dev, *o1, q.size());
+            } else if (kv == kv_type::f16) {
+              // Through host memory: the host kernels' bits.
+              host::attention(q.data(),
+                              reinterpret_cast<const std::uint16_t*>(rk.data()),
+                              reinterpret_cast<const std::uint16_t*>(rv.data()),
+                              want.data(), d, 1);
+            } else if (kv == kv_type::q8_0) {
+              host::attention(
+                q.data(), reinterpret_cast<const host::block_q8_0*>(rk.data()),
+                reinterpret_cast<const host::block_q8_0*>(rv.data()),
+                want.data(), d, 1);
+            } else {
+              host::attention(q.data(), k.data(), v.data(), want.data(), d, 1);
+            }
+            const auto got = download(*dev, *o2, q.size());
+            CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
+            // A table entry outside the cache, or negative, is refused by
+            // name and nothing is read there.
+            for (std::int32_t bad : {static_cast<std::int32_t>(2 * n_blocks + 2),
+                                     -1}) {
+              auto t2 = table;
+              t2.back() = bad;
+              auto bt2 = upload(*dev, t2);
+              auto st = dev->attention_paged({bq.get(), 0}, {bpk.get(), first},
+                                             {bpv.get(), first},
+                                             {bt2.get(), 0}, {o2.get(), 0},
+                                             dp);
+              REQUIRE_FALSE(st.ok());
+              CHECK(st.err().code == errc::out_of_range);
+              CHECK(st.err().message.find("block table entry "
+                                          + std::to_string(n_blocks - 1))
+                    != std::string::npos);
+            }
+          }
+      // Malformed paging: a block size that is not a power of two, blocks
+      // that overlap.
+      auto [d, q, k, v] = random_attention(rng, shape{1, 3, 2, 1, 8, 8});
+      auto bq = upload(*dev, q), bk = upload(*dev, k);
+      std::vector<std::int32_t> table{0};
+      auto bt = upload(*dev, table);
+      auto out = alloc(*dev, q.size() * 4);
+      for (auto [B, stride] : {std::pair{std::size_t{3}, std::size_t{24}},
+                               std::pair{std::size_t{4}, std::size_t{16}}}) {
+        auto dp = d;
+        dp.block_positions = B;
+        dp.block_stride = stride;
+        auto st = dev->attention_paged({bq.get(), 0}, {bk.get(), 0},
+                                       {bk.get(), 0}, {bt.get(), 0},
+                                       {out.get(), 0}, dp);
+        REQUIRE_FALSE(st.ok());
+        CHECK(st.err().code == errc::invalid_argument);
       }
     }
   }

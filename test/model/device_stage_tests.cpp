@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <filesystem>
 #include <unistd.h>
 
@@ -139,6 +140,12 @@ struct counting_ops final : device_ops {
   bool runs_weights(backend::weight_type t) const override {
     return common_formats_only ? device_ops::runs_weights(t)
                                : inner.runs_weights(t);
+  }
+  /// Say the device reads paged caches where it does (else contiguous
+  /// caches, device_ops' default).
+  bool pass_blocks = false;
+  bool reads_kv_blocks() const override {
+    return pass_blocks && inner.reads_kv_blocks();
   }
   backend::status synchronize() override {
     return inner.synchronize();
@@ -602,12 +609,16 @@ TEST_CASE("an f16 KV cache gives an f32 cache's logits bit for bit on every "
           sc[0] = *st.a->new_cache(n_ctx);
           sc[1] = *st.b->new_cache(n_ctx);
         }
+        // Room for the whole context at once (40 positions, below the
+        // first growth); a paged cache: its first block.
+        const std::uint64_t held =
+          st.a->paged() ? st.a->block_positions() : n_ctx;
         CHECK(st.a->cache_bytes()
-              == 2 * 2 * 2 * n_ctx * hp.n_embd_kv() * (k == 0 ? 4 : 2));
+              == 2 * 2 * 2 * held * hp.n_embd_kv() * (k == 0 ? 4 : 2));
         CHECK(st.a->cache_bytes() / 2
               == device_stage_memory(*tm.model, 0, 2, st.a->options())
                        .kv_bytes_per_token
-                   * n_ctx);
+                   * held);
         for (auto& step : steps) {
           std::vector<seg> sa, sb;
           std::vector<std::int32_t> toks;
@@ -1147,8 +1158,10 @@ TEST_CASE("a q8_0 KV cache holds 34 bytes per 32 values, gives the same bits "
             .kv_bytes_per_token
           == 2 * 2 * hp.n_embd_kv() / 32 * 34);
     auto c0 = *q8.a->new_cache(n_ctx), c1 = *q8.b->new_cache(n_ctx);
-    CHECK(q8.a->cache_bytes() == 2 * 2 * std::uint64_t{n_ctx}
-                                   * hp.n_embd_kv() / 32 * 34);
+    const std::uint64_t held =
+      q8.a->paged() ? q8.a->block_positions() : n_ctx;
+    CHECK(q8.a->cache_bytes()
+          == 2 * 2 * held * hp.n_embd_kv() / 32 * 34);
     auto f0 = *f16.a->new_cache(n_ctx), f1 = *f16.b->new_cache(n_ctx);
     CHECK(q8.a->cache_bytes() * 64 == f16.a->cache_bytes() * 34);
     std::vector<std::int32_t> prompt(21);
@@ -1228,4 +1241,232 @@ TEST_CASE("a q8_0 KV cache holds 34 bytes per 32 values, gives the same bits "
                               "multiple of 32")
         != std::string::npos);
   CHECK(st.err().message.find("is 16") != std::string::npos);
+}
+
+TEST_CASE("a paged KV cache gives contiguous caches' bits, shares forked "
+          "blocks copy-on-write and never leaks a block",
+          "[device_stage][kv][paged]") {
+  for (auto kv : {backend::kv_type::f16, backend::kv_type::f32,
+                  backend::kv_type::q8_0}) {
+    temp_model tm(tensor_type::f32, 5, "llama", 64);
+    auto& hp = tm.model->hparams();
+    for (auto* dev : devices().devices()) {
+      INFO("device " << dev->properties().id << ", "
+                     << backend::to_string(kv) << " cache");
+      backend_ops base(*dev);
+      counting_ops pops(base), cops(base);
+      pops.pass_blocks = true;
+      device_stage_options o;
+      o.max_tokens = 32;
+      o.max_logit_rows = 4;
+      o.kv = kv;
+      o.kv_block_positions = 8;
+      auto pm = device_stage::create(tm.model, 0, 4, pops, o);
+      auto cm = device_stage::create(tm.model, 0, 4, cops, o);
+      REQUIRE((pm.ok() && cm.ok()));
+      auto& P = **pm;
+      auto& C = **cm;
+      CHECK(P.paged() == dev->reads_kv_blocks());
+      CHECK_FALSE(C.paged());
+      if (!P.paged())
+        continue; // a device that cannot: contiguous caches (tested above)
+      const std::uint64_t block = P.block_bytes();
+      CHECK(block == 4 * 8 * P.kv_row_bytes());
+      const std::uint32_t n_ctx = 200;
+      // Each step on both stages: the same logits bit for bit, and the
+      // pool's books right after it.
+      std::map<cache_id, cache_id> twin; // paged id -> contiguous id
+      auto fresh = [&] {
+        auto p = *P.new_cache(n_ctx);
+        twin[p] = *C.new_cache(n_ctx);
+        return p;
+      };
+      auto fork = [&](cache_id src, std::uint32_t n, std::uint32_t cap = 0) {
+        auto p = P.fork_cache(src, n, cap);
+        REQUIRE(p.ok());
+        auto c = C.fork_cache(twin.at(src), n, cap);
+        REQUIRE(c.ok());
+        twin[*p] = *c;
+        REQUIRE(P.check_kv_blocks().ok());
+        return *p;
+      };
+      auto step = [&](std::vector<std::pair<cache_id, std::vector<std::int32_t>>>
+                        parts) {
+        std::vector<float> out[2];
+        for (int k = 0; k < 2; ++k) {
+          auto& st = k == 0 ? P : C;
+          std::vector<device_stage::segment> segs;
+          std::vector<std::int32_t> all;
+          for (auto& [id, toks] : parts) {
+            const cache_id c = k == 0 ? id : twin.at(id);
+            segs.push_back({c, *st.n_past(c),
+                            static_cast<std::uint32_t>(toks.size())});
+            all.insert(all.end(), toks.begin(), toks.end());
+          }
+          std::vector<float> x(all.size() * hp.n_embd),
+            logits(segs.size() * hp.n_vocab);
+          REQUIRE(st.embed(all.data(), all.size(), x.data()).ok());
+          auto f = st.forward(segs, x.data(), logits.data());
+          INFO((f.ok() ? "" : f.err().to_string()));
+          REQUIRE(f.ok());
+          out[k] = logits;
+        }
+        auto books = P.check_kv_blocks();
+        INFO((books.ok() ? "" : books.err().to_string()));
+        REQUIRE(books.ok());
+        CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4)
+              == 0);
+        return out[0];
+      };
+      std::vector<std::int32_t> p16(16), p4 = {7, 300, 12, 5};
+      for (std::size_t i = 0; i < 16; ++i)
+        p16[i] = static_cast<std::int32_t>((11 * i + 3) % hp.n_vocab);
+      auto src = fresh();
+      CHECK(P.kv_blocks().used == 1);
+      step({{src, p16}});
+      step({{src, p4}});
+      // 20 positions: 3 blocks of 8; memory is the blocks held.
+      CHECK(P.kv_blocks().used == 3);
+      CHECK(*P.cache_bytes(src) == 3 * 2 * block);
+      CHECK(P.cache_bytes() == 3 * 2 * block);
+      CHECK(*P.room(src) == 24);
+      // A fork of the whole prompt holds the same blocks: nothing copied,
+      // nothing allocated.
+      auto whole = fork(src, 20);
+      auto st1 = P.kv_blocks();
+      CHECK(st1.used == 3);
+      CHECK(st1.shared == 3);
+      CHECK(st1.copies == 0);
+      CHECK(P.cache_bytes() == 3 * 2 * block);
+      // The source writes position 20, in the shared third block: it gets
+      // its own copy; the fork then writes there alone, without a copy.
+      step({{src, {99}}});
+      CHECK(P.kv_blocks().copies == 1);
+      CHECK(P.kv_blocks().used == 4);
+      CHECK(P.kv_blocks().shared == 2);
+      step({{whole, {42}}});
+      CHECK(P.kv_blocks().copies == 1);
+      // Batched: the fork, the source and a fork of the first 16
+      // positions (two whole blocks shared) that reads the rest itself.
+      auto part = fork(src, 16);
+      CHECK(P.kv_blocks().shared == 2);
+      step({{part, p4}, {src, {5}}, {whole, {6}}});
+      for (int i = 0; i < 12; ++i)
+        step({{part, {static_cast<std::int32_t>(i + 1)}},
+              {src, {static_cast<std::int32_t>(2 * i + 1)}},
+              {whole, {static_cast<std::int32_t>(3 * i + 1)}}});
+      // Speculative decoding's rewind into a shared block: the next write
+      // copies it first, and the other holder keeps its rows.
+      auto spec = fork(whole, 30);
+      REQUIRE(P.truncate(spec, 26).ok());
+      REQUIRE(C.truncate(twin.at(spec), 26).ok());
+      const auto copies = P.kv_blocks().copies;
+      step({{spec, {8, 9}}, {whole, {10}}});
+      // spec's copy of positions 24-31; whole's block is its own again.
+      CHECK(P.kv_blocks().copies == copies + 1);
+      // A kept prompt prefix (its capacity its rows) and a later job's
+      // fork of it: blocks shared, the bits of reading the prompt.
+      auto kept = fork(src, 16, 16);
+      auto later = fork(kept, 16, n_ctx);
+      step({{later, p4}});
+      // A cache moved out and in (read_kv / write_kv) through blocks.
+      std::vector<std::uint8_t> rows(P.kv_bytes(20)), crows(rows.size());
+      REQUIRE(P.read_kv(src, 0, 20, rows.data()).ok());
+      REQUIRE(C.read_kv(twin.at(src), 0, 20, crows.data()).ok());
+      CHECK(rows == crows);
+      auto moved = fresh();
+      REQUIRE(P.write_kv(moved, 0, 20, rows.data(), rows.size()).ok());
+      REQUIRE(C.write_kv(twin.at(moved), 0, 20, rows.data(), rows.size())
+                .ok());
+      REQUIRE(P.check_kv_blocks().ok());
+      step({{moved, {42}}});
+      // Dropping every cache gives every block back, and the arenas.
+      for (auto& [p, c] : twin) {
+        REQUIRE(P.drop_cache(p).ok());
+        REQUIRE(P.check_kv_blocks().ok());
+      }
+      CHECK(P.kv_blocks().used == 0);
+      CHECK(P.kv_blocks().total == 0);
+      CHECK(P.cache_bytes() == 0);
+      // A pool that cannot grow: the forward says so and changes nothing.
+      auto a = *P.new_cache(n_ctx);
+      std::vector<float> x(16 * hp.n_embd), logits(hp.n_vocab);
+      REQUIRE(P.embed(p16.data(), 16, x.data()).ok());
+      REQUIRE(P.forward(a, 0, x.data(), 16, logits.data()).ok());
+      const auto total = P.kv_blocks().total;
+      for (std::uint32_t i = 2; i < total; ++i) // fill the pool
+        REQUIRE(P.new_cache(n_ctx).ok());
+      pops.allocation_budget = 0;
+      REQUIRE(P.embed(p16.data(), 16, x.data()).ok());
+      auto f = P.forward(a, 16, x.data(), 16, logits.data());
+      REQUIRE_FALSE(f.ok());
+      CHECK(f.err().code == backend::errc::out_of_memory);
+      CHECK(f.err().message.find("could not grow past 16 positions")
+            != std::string::npos);
+      CHECK(*P.n_past(a) == 16);
+      REQUIRE(P.check_kv_blocks().ok());
+      pops.allocation_budget = ~std::uint64_t{0};
+      REQUIRE(P.forward(a, 16, x.data(), 16, logits.data()).ok());
+      CHECK(P.kv_blocks().grows >= 2);
+      REQUIRE(P.check_kv_blocks().ok());
+    }
+  }
+}
+
+TEST_CASE("sequences of one prompt share its blocks: 64 sequences of a 4096 "
+          "context hold the prompt once",
+          "[device_stage][kv][paged]") {
+  temp_model tm(tensor_type::f32, 5, "llama", 64);
+  auto& hp = tm.model->hparams();
+  auto devs = devices().devices();
+  auto it = std::find_if(devs.begin(), devs.end(), [](backend::device* d) {
+    return d->properties().kind == backend::backend_kind::cpu;
+  });
+  REQUIRE(it != devs.end());
+  auto* cpu = *it;
+  backend_ops ops(*cpu);
+  device_stage_options o;
+  o.max_tokens = 64;
+  o.max_logit_rows = 64;
+  auto made = device_stage::create(tm.model, 0, 4, ops, o);
+  REQUIRE(made.ok());
+  auto& st = **made;
+  REQUIRE(st.paged());
+  REQUIRE(st.block_positions() == 32);
+  std::vector<std::int32_t> prompt(40);
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = static_cast<std::int32_t>((5 * i + 2) % hp.n_vocab);
+  auto src = *st.new_cache(4096);
+  std::vector<float> x(64 * hp.n_embd), logits(64 * hp.n_vocab);
+  REQUIRE(st.embed(prompt.data(), prompt.size(), x.data()).ok());
+  REQUIRE(st.forward(src, 0, x.data(), prompt.size(), logits.data()).ok());
+  std::vector<cache_id> seqs{src};
+  for (int i = 1; i < 64; ++i)
+    seqs.push_back(*st.fork_cache(src, 40));
+  // Two blocks (40 positions), held 64 times.
+  CHECK(st.kv_blocks().used == 2);
+  CHECK(st.cache_bytes() == 2 * 2 * st.block_bytes());
+  // Each writes its first token: the second block (partly the prompt's)
+  // is copied by every sequence but the last to write it, which then
+  // holds it alone; the first stays shared by all.
+  std::vector<device_stage::segment> segs;
+  std::vector<std::int32_t> toks;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    segs.push_back({seqs[i], 40, 1});
+    toks.push_back(static_cast<std::int32_t>(i % hp.n_vocab));
+  }
+  REQUIRE(st.embed(toks.data(), toks.size(), x.data()).ok());
+  REQUIRE(st.forward(segs, x.data(), logits.data()).ok());
+  REQUIRE(st.check_kv_blocks().ok());
+  CHECK(st.kv_blocks().used == 1 + 64);
+  CHECK(st.kv_blocks().shared == 1);
+  CHECK(st.kv_blocks().copies == 63);
+  // 65 blocks of 32 positions where 64 whole contexts would be 4096 each.
+  const auto per_token = device_stage_memory(*tm.model, 0, 4, o)
+                           .kv_bytes_per_token;
+  CHECK(st.cache_bytes() == 65 * 32 * per_token);
+  CHECK(st.cache_bytes() * 100 < 64ull * 4096 * per_token);
+  for (auto c : seqs)
+    REQUIRE(st.drop_cache(c).ok());
+  CHECK(st.kv_blocks().used == 0);
 }

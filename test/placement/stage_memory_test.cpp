@@ -15,6 +15,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 #include <unistd.h>
 
 using namespace exo;
@@ -70,7 +71,9 @@ TEST_CASE("placement counts exactly what a shard's device stage allocates") {
     {"qwen3", model::tensor_type::q8_0, true, "qwen3", 32}, // Q/K norms
     // Q4_K and Q6_K are held as stored (every backend runs them).
     {"q4_k_m", model::tensor_type::q4_k, false, "llama", 0, true}};
-  const std::uint32_t n_ctx = 40, sequences = 2;
+  // A context of whole 32-position blocks: a paged cache at its fullest
+  // holds exactly its context.
+  const std::uint32_t n_ctx = 64, sequences = 2;
   auto& dev = sim_device();
   for (const auto& v : variants) {
     INFO("model " << v.tag);
@@ -134,8 +137,23 @@ TEST_CASE("placement counts exactly what a shard's device stage allocates") {
           CHECK((*st)->weight_bytes() == want.weight_bytes());
           CHECK(dev.memory().used_by_exo - before
                 == want.weight_bytes() + want.working_bytes());
-          for (std::uint32_t s = 0; s < sequences; ++s)
-            REQUIRE((*st)->new_cache(n_ctx).ok());
+          // Every sequence at its fullest: a paged stage (the sim device
+          // reads blocks) takes its blocks as positions come.
+          for (std::uint32_t s = 0; s < sequences; ++s) {
+            auto c = (*st)->new_cache(n_ctx);
+            REQUIRE(c.ok());
+            std::vector<std::int32_t> toks(n_ctx);
+            for (std::uint32_t i = 0; i < n_ctx; ++i)
+              toks[i] = static_cast<std::int32_t>((7 * i + s) % 400);
+            std::vector<float> x(std::size_t{n_ctx} * m->hparams().n_embd,
+                                 0.25f),
+              logits(m->hparams().n_vocab);
+            if (first == 0)
+              REQUIRE((*st)->embed(toks.data(), n_ctx, x.data()).ok());
+            REQUIRE((*st)->forward(*c, 0, x.data(), n_ctx, logits.data())
+                      .ok());
+          }
+          CHECK((*st)->paged());
           CHECK((*st)->cache_bytes()
                 == want.kv_bytes_per_token * n_ctx * sequences);
           // Everything the stage holds, by the device's own accounting.

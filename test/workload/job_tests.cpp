@@ -1130,11 +1130,14 @@ TEST_CASE("a shard computes on its device and keeps its KV cache there",
   CHECK(sim->now() > t0);
   auto after = snapshot(dev);
   CHECK(num(after, "kernel_calls") - num(loaded, "kernel_calls") >= 4 * 14);
-  // ... and the sequence's KV cache (4 layers x 128 positions x 32 halves,
-  // K and V) lives in the device's memory.
+  // ... and the sequence's KV cache (one block of the stage's paged
+  // cache: 4 layers x 32 positions x 32 halves, K and V) lives in the
+  // device's memory.
   sh = snapshot(stages[0]);
-  const std::uint64_t kv = 2ull * 4 * 128 * f.model->hparams().n_embd_kv() * 2;
+  const std::uint64_t kv = 2ull * 4 * 32 * f.model->hparams().n_embd_kv() * 2;
   CHECK(num(sh, "kv_cache_bytes") == kv);
+  CHECK(num(sh, "kv_block_positions") == 32);
+  CHECK(num(sh, "kv_blocks_used") == 1);
   CHECK(num(after, "live_bytes") - num(loaded, "live_bytes") >= kv);
   // The device's logits are the host engine's.
   model::llama_pipeline pipe(f.model, {0, 4});
@@ -1158,6 +1161,7 @@ TEST_CASE("a shard computes on its device and keeps its KV cache there",
     .receive([](caf::ok_atom) {}, [](caf::error& e) { FAIL(error_message(e)); });
   sh = snapshot(stages[0]);
   CHECK(num(sh, "kv_cache_bytes") == 0);
+  CHECK(num(sh, "kv_blocks_used") == 0); // every block back in the pool
   f.stop(stages);
 }
 
@@ -2162,7 +2166,8 @@ TEST_CASE("a sequence that ended gives its KV cache back while the others "
   };
   step(0, 0, {1, 17, 42});
   step(1, 0, {1, 200});
-  auto one = 128ull * 2 * 4 * f.model->hparams().n_embd_kv() * 2; // halves
+  // One 32-position block of the paged cache each (halves).
+  auto one = 32ull * 2 * 4 * f.model->hparams().n_embd_kv() * 2;
   CHECK(num(snapshot_of(self, stages[0]), "kv_cache_bytes") == 2 * one);
   self->request(stages[0], std::chrono::seconds(10), release_atom::value,
                 std::uint64_t{9}, std::uint32_t{0})
@@ -2170,11 +2175,15 @@ TEST_CASE("a sequence that ended gives its KV cache back while the others "
   auto sh = snapshot_of(self, stages[0]);
   CHECK(num(sh, "kv_cache_bytes") == one);
   CHECK(num(sh, "sequences") == 1);
+  CHECK(num(sh, "kv_blocks_used") == 1);
   step(1, 2, {5}); // the other one goes on
   self->request(stages[0], std::chrono::seconds(10), release_atom::value,
                 std::uint64_t{9})
     .receive([](caf::ok_atom) {}, [](caf::error& e) { FAIL(error_message(e)); });
-  CHECK(num(snapshot_of(self, stages[0]), "kv_cache_bytes") == 0);
+  sh = snapshot_of(self, stages[0]);
+  CHECK(num(sh, "kv_cache_bytes") == 0);
+  CHECK(num(sh, "kv_blocks_used") == 0);
+  CHECK(num(sh, "stage_kv_bytes") == 0);
   f.stop(stages);
 }
 
