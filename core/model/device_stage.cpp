@@ -745,6 +745,7 @@ status device_stage::drop_cache(cache_id id) {
     release_blocks(it->second);
     cap_blocks_ -= blocks_of(it->second);
     caches_.erase(it);
+    trim_pool();
     return {};
   }
   auto s1 = ops_.free(it->second.k);
@@ -1002,6 +1003,7 @@ device_stage::kv_block_stats device_stage::kv_blocks() const noexcept {
   }
   st.copies = pool_.copies;
   st.grows = pool_.grows;
+  st.trims = pool_.trims;
   return st;
 }
 
@@ -1135,6 +1137,55 @@ void device_stage::release_blocks(cache& c) {
     pool_.refs.clear();
     pool_.free.clear();
   }
+}
+
+void device_stage::trim_pool() {
+  const std::uint64_t bb = block_bytes();
+  const std::uint64_t used = cache_bytes_ / (2 * bb);
+  if (pool_.blocks <= 8 || used * 4 > pool_.blocks)
+    return;
+  // A quarter or less in use: the held blocks move to the start of
+  // arenas of twice their number (at least 8), the tables follow.
+  const auto n = static_cast<std::uint32_t>(std::max<std::uint64_t>(8, 2 * used));
+  auto k = ops_.allocate(n * bb);
+  if (!k)
+    return; // no room for new arenas: keep the old ones
+  auto v = ops_.allocate(n * bb);
+  if (!v) {
+    (void) ops_.free(*k);
+    return;
+  }
+  std::vector<std::int32_t> to(pool_.blocks, -1);
+  std::int32_t next = 0;
+  for (std::uint32_t b = 0; b < pool_.blocks; ++b) {
+    if (pool_.refs[b] == 0)
+      continue;
+    for (auto [from, dst] : {std::pair{pool_.k, *k}, std::pair{pool_.v, *v}})
+      if (!ops_.copy(from, b * bb, dst, static_cast<std::uint64_t>(next) * bb,
+                     bb)) {
+        (void) ops_.free(*k);
+        (void) ops_.free(*v);
+        return;
+      }
+    to[b] = next++;
+  }
+  for (auto& [id, c] : caches_)
+    for (auto& e : c.table)
+      e = to[static_cast<std::size_t>(e)];
+  std::vector<std::uint32_t> refs(n, 0);
+  for (std::uint32_t b = 0; b < pool_.blocks; ++b)
+    if (to[b] >= 0)
+      refs[static_cast<std::size_t>(to[b])] = pool_.refs[b];
+  (void) ops_.free(pool_.k);
+  (void) ops_.free(pool_.v);
+  pool_.k = *k;
+  pool_.v = *v;
+  pool_.refs = std::move(refs);
+  pool_.free.clear();
+  for (std::uint32_t b = n; b-- > static_cast<std::uint32_t>(next);)
+    pool_.free.push_back(static_cast<std::int32_t>(b));
+  pool_.blocks = n;
+  ++pool_.trims;
 }
 
 status device_stage::take_blocks(cache& c, std::uint32_t positions) {

@@ -406,6 +406,7 @@ public:
     std::uint32_t shared = 0; ///< held by two caches or more
     std::uint64_t copies = 0; ///< blocks copied on write so far
     std::uint64_t grows = 0;  ///< times the pool grew
+    std::uint64_t trims = 0;  ///< times it shrank (a quarter or less used)
   };
   kv_block_stats kv_blocks() const noexcept;
   std::uint32_t block_positions() const noexcept {
@@ -541,7 +542,7 @@ private:
     std::uint32_t blocks = 0;
     std::vector<std::uint32_t> refs;   ///< caches holding each block
     std::vector<std::int32_t> free;    ///< blocks no cache holds
-    std::uint64_t copies = 0, grows = 0;
+    std::uint64_t copies = 0, grows = 0, trims = 0;
   };
 
   device_stage(std::shared_ptr<const llama_model> model, std::uint32_t first,
@@ -580,6 +581,10 @@ private:
   backend::status grow_pool(std::uint32_t blocks);
   /// Paged: gives c's blocks back.
   void release_blocks(cache& c);
+  /// Paged: when a quarter of the pool or less is held, moves the held
+  /// blocks into arenas of twice their number (memory follows the tokens
+  /// held after a burst too); nothing when the device has no room.
+  void trim_pool();
   /// Paged: calls f(block offset of row pos in the K/V arena, rows) for
   /// each run of c's rows [pos, pos + n) of layer l within one block.
   template <class F>

@@ -1380,6 +1380,36 @@ TEST_CASE("a paged KV cache gives contiguous caches' bits, shares forked "
                 .ok());
       REQUIRE(P.check_kv_blocks().ok());
       step({{moved, {42}}});
+      // After a burst the pool shrinks to what is held, and the caches
+      // left go on with their rows where the tables now say.
+      std::vector<cache_id> burst;
+      for (int i = 0; i < 12; ++i) {
+        burst.push_back(fresh());
+        step({{burst.back(), p16}});
+      }
+      const auto grown = P.kv_blocks();
+      for (auto c : burst) {
+        REQUIRE(P.drop_cache(c).ok());
+        REQUIRE(C.drop_cache(twin.at(c)).ok());
+        twin.erase(c);
+        REQUIRE(P.check_kv_blocks().ok());
+      }
+      for (auto& [p, c] : twin)
+        if (p != src && p != whole) {
+          REQUIRE(P.drop_cache(p).ok());
+          REQUIRE(C.drop_cache(c).ok());
+        }
+      for (auto it = twin.begin(); it != twin.end();)
+        it = it->first != src && it->first != whole ? twin.erase(it)
+                                                    : std::next(it);
+      REQUIRE(P.check_kv_blocks().ok());
+      CHECK(P.kv_blocks().trims > grown.trims);
+      CHECK(P.kv_blocks().total < grown.total);
+      CHECK(P.kv_blocks().total <= std::max<std::uint32_t>(
+                                      8, 4 * P.kv_blocks().used));
+      for (int i = 0; i < 3; ++i)
+        step({{src, {static_cast<std::int32_t>(i + 40)}},
+              {whole, {static_cast<std::int32_t>(i + 50)}}});
       // Dropping every cache gives every block back, and the arenas.
       for (auto& [p, c] : twin) {
         REQUIRE(P.drop_cache(p).ok());
@@ -1466,7 +1496,24 @@ TEST_CASE("sequences of one prompt share its blocks: 64 sequences of a 4096 "
                            .kv_bytes_per_token;
   CHECK(st.cache_bytes() == 65 * 32 * per_token);
   CHECK(st.cache_bytes() * 100 < 64ull * 4096 * per_token);
+  // 60 of them end: the pool gives back what the 4 left do not hold.
+  const auto burst = st.kv_blocks().total;
+  CHECK(burst >= 65);
+  for (std::size_t i = 4; i < seqs.size(); ++i)
+    REQUIRE(st.drop_cache(seqs[i]).ok());
+  REQUIRE(st.check_kv_blocks().ok());
+  CHECK(st.kv_blocks().used == 5);
+  CHECK(st.kv_blocks().total <= 20);
+  CHECK(st.kv_blocks().trims >= 1);
+  seqs.resize(4);
+  segs.resize(4);
+  for (auto& sg : segs)
+    sg.pos = 41;
+  REQUIRE(st.embed(toks.data(), 4, x.data()).ok());
+  REQUIRE(st.forward(segs, x.data(), logits.data()).ok());
+  REQUIRE(st.check_kv_blocks().ok());
   for (auto c : seqs)
     REQUIRE(st.drop_cache(c).ok());
   CHECK(st.kv_blocks().used == 0);
+  CHECK(st.kv_blocks().total == 0);
 }
