@@ -362,9 +362,13 @@ struct attention_dims {
   /// in one run.
   std::size_t block_positions = 0;
   std::size_t block_stride = 0;
-  /// The host kernels' copy of the block table (set by the device from
-  /// the table operand, already checked against the buffers).
+  /// The kernels' copy of the block table (set by the device from the
+  /// table operand: host memory for the host kernels, which the device
+  /// checked against the buffers; device memory for a GPU kernel).
   const std::int32_t* block_table = nullptr;
+  /// A GPU kernel's clamp: an entry past it reads this block (the last
+  /// inside the views; a kernel cannot refuse a table).
+  std::size_t max_block = 0;
 };
 
 /// Block indices a paged attention's table holds: one per block its

@@ -485,6 +485,40 @@ protected:
                                              f32_of(out), dims, stream_));
   }
 
+  /// The attention kernel over a paged cache: the table's entries are
+  /// clamped to the cache (m::kv_row_at), never checked on the host (that
+  /// would wait for the stream). Stages keep contiguous caches here
+  /// (reads_kv_blocks: no) until the kernel has run on a GPU.
+  status do_attention_paged(const_view q, const_view k, const_view v,
+                            const_view table, mut_view out,
+                            const attention_dims& dims) override {
+    auto sz = host::check_paged_attention(dims); // sizes only: checked
+    if (!sz)
+      return sz.err();
+    auto extent = [](const const_view& x) {
+      std::size_t size = x.buf->size();
+      if (x.limit != 0 && x.limit < size)
+        size = x.limit;
+      return size - x.offset;
+    };
+    const std::size_t e = std::min(extent(k), extent(v));
+    if (!P::has_kernels(props_)
+        || dims.head_dim > 2 * gpu::math::attention_threads
+        || e < sz->block_rows)
+      return device::do_attention_paged(q, k, v, table, out, dims);
+    auto d = dims;
+    d.block_table = reinterpret_cast<const std::int32_t*>(
+      ptr_of(*table.buf) + table.offset);
+    d.max_block = (e - sz->block_rows) / sz->block;
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(select());
+    return launch_status("attention kernel",
+                         P::launch_attention(f32_of(q),
+                                             ptr_of(*k.buf) + k.offset,
+                                             ptr_of(*v.buf) + v.offset,
+                                             f32_of(out), d, stream_));
+  }
+
   status do_to_q8_0(const_view a, mut_view out, std::size_t count) override {
     if (!P::has_kernels(props_))
       return device::do_to_q8_0(a, out, count);

@@ -173,6 +173,24 @@ EXO_HD inline float kv_value(std::uint16_t h) {
   return half_to_float(h);
 }
 
+/// Where cache row r of an attention starts, in values: r * kv_stride in
+/// one run of rows, or (block_positions != 0) row r % block_positions of
+/// block table[r / block_positions], blocks block_stride values apart. An
+/// entry past max_block (or negative) reads block max_block: a kernel
+/// cannot refuse a table, and never reads outside the cache.
+EXO_HD inline std::size_t kv_row_at(std::size_t r, std::size_t kv_stride,
+                                    const std::int32_t* table,
+                                    std::size_t block_positions,
+                                    std::size_t block_stride,
+                                    std::size_t max_block) {
+  if (block_positions == 0)
+    return r * kv_stride;
+  std::size_t b = static_cast<std::uint32_t>(table[r / block_positions]);
+  if (b > max_block)
+    b = max_block;
+  return b * block_stride + (r % block_positions) * kv_stride;
+}
+
 /// A little-endian half at p (any alignment).
 EXO_HD inline float half_at(const std::uint8_t* p) {
   return half_to_float(static_cast<std::uint16_t>(p[0] | (p[1] << 8)));

@@ -128,6 +128,10 @@ void attention_of(const float* q, const KV* k, const KV* v, float* out,
   const std::size_t row = d.n_heads * d.head_dim;
   std::vector<float> sc(math::attention_chunk);
   std::vector<float> acc(d.head_dim);
+  auto row_at = [&d](std::size_t r) {
+    return math::kv_row_at(r, d.kv_stride, d.block_table, d.block_positions,
+                           d.block_stride, d.max_block);
+  };
   for (std::size_t t = 0; t < d.n_tokens; ++t)
     for (std::size_t h = 0; h < d.n_heads; ++h) {
       const float* qh = q + t * row + h * d.head_dim;
@@ -139,7 +143,7 @@ void attention_of(const float* q, const KV* k, const KV* v, float* out,
         std::size_t cn = std::min(math::attention_chunk, n_pos - c0);
         float cmax = -INFINITY;
         for (std::size_t j = 0; j < cn; ++j) {
-          const KV* kr = k + (c0 + j) * d.kv_stride + kvh;
+          const KV* kr = k + row_at(c0 + j) + kvh;
           float s = 0;
           for (std::size_t i = 0; i < d.head_dim; ++i)
             s += qh[i] * math::kv_value(kr[i]);
@@ -158,7 +162,7 @@ void attention_of(const float* q, const KV* k, const KV* v, float* out,
           acc[i] *= corr;
           for (std::size_t j = 0; j < cn; ++j)
             acc[i] += sc[j]
-                      * math::kv_value(v[(c0 + j) * d.kv_stride + kvh + i]);
+                      * math::kv_value(v[row_at(c0 + j) + kvh + i]);
         }
         mx = nm;
       }

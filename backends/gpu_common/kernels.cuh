@@ -177,6 +177,10 @@ __global__ void attention_kernel(const float* q, KV k, KV v, float* out,
   std::size_t group = d.n_heads / d.n_kv_heads;
   std::size_t row = d.n_heads * d.head_dim;
   std::size_t d1 = tid + threads;
+  auto row_at = [&d](std::size_t r) {
+    return m::kv_row_at(r, d.kv_stride, d.block_table, d.block_positions,
+                        d.block_stride, d.max_block);
+  };
   for (std::size_t th = blockIdx.x; th < d.n_tokens * d.n_heads;
        th += gridDim.x) {
     std::size_t t = th / d.n_heads;
@@ -193,7 +197,7 @@ __global__ void attention_kernel(const float* q, KV k, KV v, float* out,
                                                        : m::attention_chunk;
       float lmax = -INFINITY;
       for (std::size_t j = tid; j < cn; j += threads) {
-        const auto kr = k + (c0 + j) * d.kv_stride + kvh;
+        const auto kr = k + row_at(c0 + j) + kvh;
         float s = 0;
         for (std::size_t i = 0; i < d.head_dim; ++i)
           s += qs[i] * m::kv_value(kr[i]);
@@ -215,7 +219,7 @@ __global__ void attention_kernel(const float* q, KV k, KV v, float* out,
       acc1 *= corr;
       for (std::size_t j = 0; j < cn; ++j) {
         float e = sc[j];
-        const auto vr = v + (c0 + j) * d.kv_stride + kvh;
+        const auto vr = v + row_at(c0 + j) + kvh;
         if (tid < d.head_dim)
           acc0 += e * m::kv_value(vr[tid]);
         if (d1 < d.head_dim)

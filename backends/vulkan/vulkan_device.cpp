@@ -49,7 +49,7 @@ constexpr std::uint32_t max_batches = 8;
 constexpr std::uint32_t push_bytes = 64;
 /// Storage buffers per descriptor set; a kernel that uses fewer leaves the
 /// rest unwritten (allowed: they are not statically used).
-constexpr std::uint32_t max_bindings = 4;
+constexpr std::uint32_t max_bindings = 5;
 constexpr std::uint32_t no_type = std::numeric_limits<std::uint32_t>::max();
 
 /// Push constants of elementwise.comp.
@@ -91,7 +91,44 @@ struct attention_push {
   std::uint32_t q_off, k_off, v_off, o_off, n_tokens, pos0, n_heads, n_kv_heads,
       head_dim, kv_stride;
   float scale;
+  /// The *_paged variants: the table's offset (words), log2 of the
+  /// positions per block, values between blocks, the last block inside
+  /// the views.
+  std::uint32_t tab_off = 0, block_shift = 0, block_stride = 0,
+                max_block = 0;
 };
+static_assert(sizeof(attention_push) <= push_bytes, "push constants");
+
+/// A cache view's offset in the attention shaders' units from its
+/// binding's start: halves for an f16 cache (the binding starts at a
+/// min_align multiple, so at an even number of halves), bytes for q8_0,
+/// else the binding's float offset.
+std::uint32_t kv_offset(kv_type kv, std::size_t binding_start,
+                        std::uint32_t elem_off, std::size_t offset) {
+  return kv == kv_type::f16    ? static_cast<std::uint32_t>(
+                                   (offset - binding_start) / 2)
+         : kv == kv_type::q8_0 ? static_cast<std::uint32_t>(
+                                   offset - binding_start)
+                               : elem_off;
+}
+
+/// attention_push of dims, the views' offsets given (in the shader's
+/// units: floats, halves or bytes).
+attention_push attention_push_of(const attention_dims& dims,
+                                 std::uint32_t q_off, std::uint32_t k_off,
+                                 std::uint32_t v_off, std::uint32_t o_off) {
+  return {q_off,
+          k_off,
+          v_off,
+          o_off,
+          static_cast<std::uint32_t>(dims.n_tokens),
+          static_cast<std::uint32_t>(dims.pos0),
+          static_cast<std::uint32_t>(dims.n_heads),
+          static_cast<std::uint32_t>(dims.n_kv_heads),
+          static_cast<std::uint32_t>(dims.head_dim),
+          static_cast<std::uint32_t>(dims.kv_stride),
+          dims.scale};
+}
 
 /// Push constants of to_f16.comp (o_off in 32-bit words, two halves each).
 struct to_f16_push {
@@ -168,6 +205,10 @@ class vulkan_device final : public device {
   bool runs_weights(weight_type) const noexcept override {
     return true;
   }
+  /// The *_paged attention shaders read a paged cache where it lies.
+  bool reads_kv_blocks() const noexcept override {
+    return true;
+  }
 
 protected:
   // Operands arrive checked (device's public methods).
@@ -183,6 +224,9 @@ protected:
                  const rope_dims& dims) override;
   status do_attention(const_view q, const_view k, const_view v, mut_view out,
                       const attention_dims& dims) override;
+  status do_attention_paged(const_view q, const_view k, const_view v,
+                            const_view table, mut_view out,
+                            const attention_dims& dims) override;
   status do_to_f16(const_view a, mut_view out, std::size_t count) override;
   status do_to_q8_0(const_view a, mut_view out, std::size_t count) override;
   status do_hadamard(mut_view out, const_view a, std::size_t count,
@@ -248,6 +292,9 @@ public:
     k_attention_q8_0,
     k_to_q8_0,
     k_hadamard,
+    k_attention_paged,
+    k_attention_f16_paged,
+    k_attention_q8_0_paged,
     k_count
   };
 
@@ -933,7 +980,9 @@ status vulkan_device::ensure_pipeline(kernel k) {
       &vulkan_spirv::matvec_q8_0, &vulkan_spirv::matvec_quant,
       &vulkan_spirv::attention_f16, &vulkan_spirv::to_f16,
       &vulkan_spirv::attention_q8_0, &vulkan_spirv::to_q8_0,
-      &vulkan_spirv::hadamard};
+      &vulkan_spirv::hadamard,    &vulkan_spirv::attention_paged,
+      &vulkan_spirv::attention_f16_paged,
+      &vulkan_spirv::attention_q8_0_paged};
   VkShaderModuleCreateInfo smi{};
   smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
@@ -1558,13 +1607,8 @@ status vulkan_device::do_attention(const_view q, const_view k,
     if (!*r)
       return r->err();
   const bool f16 = dims.kv == kv_type::f16;
-  // An f16 cache's offsets count halves (its binding starts at a
-  // min_align multiple, so at an even number of halves), a q8_0 cache's
-  // bytes.
   auto kv_off = [&](const binding& b, std::size_t offset) {
-    return f16  ? static_cast<std::uint32_t>((offset - b.offset) / 2)
-           : q8 ? static_cast<std::uint32_t>(offset - b.offset)
-                : b.elem_off;
+    return kv_offset(dims.kv, b.offset, b.elem_off, offset);
   };
   auto bt = prepare(f16  ? k_attention_f16
                     : q8 ? k_attention_q8_0
@@ -1572,17 +1616,8 @@ status vulkan_device::do_attention(const_view q, const_view k,
                     {*bq, *bk, *bv, *bo});
   if (!bt)
     return bt.err();
-  attention_push pc{bq->elem_off,
-                    kv_off(*bk, k.offset),
-                    kv_off(*bv, v.offset),
-                    bo->elem_off,
-                    static_cast<std::uint32_t>(dims.n_tokens),
-                    static_cast<std::uint32_t>(dims.pos0),
-                    static_cast<std::uint32_t>(dims.n_heads),
-                    static_cast<std::uint32_t>(dims.n_kv_heads),
-                    static_cast<std::uint32_t>(dims.head_dim),
-                    static_cast<std::uint32_t>(dims.kv_stride),
-                    dims.scale};
+  auto pc = attention_push_of(dims, bq->elem_off, kv_off(*bk, k.offset),
+                              kv_off(*bv, v.offset), bo->elem_off);
   vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                      sizeof(pc), &pc);
   auto groups =
@@ -1590,6 +1625,68 @@ status vulkan_device::do_attention(const_view q, const_view k,
   vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
   used_by(**bt, {q.buf, k.buf, v.buf, out.buf});
   return finish(**bt);
+}
+
+status vulkan_device::do_attention_paged(const_view q, const_view k,
+                                         const_view v, const_view table,
+                                         mut_view out,
+                                         const attention_dims& dims) {
+  auto sz = host::check_paged_attention(dims); // sizes only: checked
+  if (!sz)
+    return sz.err();
+  // k and v are bound from their offsets to their buffers' ends (every
+  // block the table may name), in whole 32-bit words for the halves and
+  // Q8_0 blocks the shaders read word by word.
+  auto extent = [](const const_view& x) {
+    std::size_t size = x.buf->size();
+    if (x.limit != 0 && x.limit < size)
+      size = x.limit;
+    return (size - x.offset) / 4 * 4;
+  };
+  const std::size_t ek = extent(k), ev = extent(v);
+  const std::size_t e = std::min(ek, ev);
+  const bool q8 = dims.kv == kv_type::q8_0;
+  const bool f16 = dims.kv == kv_type::f16;
+  if (dims.head_dim > attention_max_head_dim || e < sz->block_rows
+      || dims.block_positions > (std::size_t{1} << 31)
+      || !fits_u32({sz->q / 4, ek, ev, dims.n_tokens * dims.n_heads,
+                    dims.block_stride, dims.pos0 + dims.n_tokens}))
+    return device::do_attention_paged(q, k, v, table, out, dims);
+  std::uint32_t shift = 0;
+  while ((std::size_t{1} << shift) < dims.block_positions)
+    ++shift;
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("attention_paged"));
+  auto bq = bind(*q.buf, q.offset, sz->q, "attention_paged q");
+  auto bk = bind(*k.buf, k.offset, ek, "attention_paged k");
+  auto bv = bind(*v.buf, v.offset, ev, "attention_paged v");
+  auto bo = bind(*out.buf, out.offset, sz->q, "attention_paged out");
+  auto bt = bind(*table.buf, table.offset, sz->table, "attention_paged table");
+  for (auto* r : {&bq, &bk, &bv, &bo, &bt})
+    if (!*r)
+      return r->err();
+  auto kv_off = [&](const binding& b, std::size_t offset) {
+    return kv_offset(dims.kv, b.offset, b.elem_off, offset);
+  };
+  auto batch = prepare(f16  ? k_attention_f16_paged
+                       : q8 ? k_attention_q8_0_paged
+                            : k_attention_paged,
+                       {*bq, *bk, *bv, *bo, *bt});
+  if (!batch)
+    return batch.err();
+  auto pc = attention_push_of(dims, bq->elem_off, kv_off(*bk, k.offset),
+                              kv_off(*bv, v.offset), bo->elem_off);
+  pc.tab_off = bt->elem_off;
+  pc.block_shift = shift;
+  pc.block_stride = static_cast<std::uint32_t>(dims.block_stride);
+  pc.max_block = static_cast<std::uint32_t>((e - sz->block_rows) / sz->block);
+  vkCmdPushConstants((*batch)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT,
+                     0, sizeof(pc), &pc);
+  auto groups =
+      std::min<std::size_t>(dims.n_tokens * dims.n_heads, max_groups_[0]);
+  vkCmdDispatch((*batch)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+  used_by(**batch, {q.buf, k.buf, v.buf, out.buf, table.buf});
+  return finish(**batch);
 }
 
 status vulkan_device::do_to_f16(const_view a, mut_view out,

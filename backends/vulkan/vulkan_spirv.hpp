@@ -30,5 +30,10 @@ extern const blob to_f16;      ///< f32 rows stored as IEEE half
 extern const blob attention_q8_0; ///< attention over a q8_0 KV cache
 extern const blob to_q8_0;     ///< f32 rows stored as Q8_0 blocks
 extern const blob hadamard;    ///< Walsh-Hadamard rotation of runs of n
+/// attention, attention_f16 and attention_q8_0 over a paged cache (rows
+/// found through a block table).
+extern const blob attention_paged;
+extern const blob attention_f16_paged;
+extern const blob attention_q8_0_paged;
 
 } // namespace exo::backend::vulkan_spirv

@@ -916,20 +916,30 @@ status device_stage::read_kv(cache_id id, std::uint32_t pos, std::uint32_t n,
                   + std::to_string(c.n_past) + " positions: cannot read "
                   + std::to_string(n) + " from position "
                   + std::to_string(pos));
+  return for_kv_runs(c, pos, n,
+                     [&](device_handle h, std::uint64_t off, std::uint64_t at,
+                         std::uint64_t bytes) {
+                       return ops_.read(h, off, out + at, bytes);
+                     });
+}
+
+template <class F>
+status device_stage::for_kv_runs(const cache& c, std::uint32_t pos,
+                                 std::uint32_t n, F&& f) const {
   const std::uint64_t row = kv_row_bytes(), run = std::uint64_t{n} * row;
+  std::uint64_t at = 0;
   for (std::uint32_t l = 0; l < last_ - first_; ++l)
-    for (int kv = 0; kv < 2; ++kv) {
-      if (paged())
-        EXO_TRY(for_runs(c, l, pos, n,
-                         [&](std::uint64_t off, std::uint32_t r0,
-                             std::uint32_t rows) {
-                           return ops_.read(kv == 0 ? pool_.k : pool_.v, off,
-                                            out + r0 * row, rows * row);
-                         }));
-      else
-        EXO_TRY(ops_.read(kv == 0 ? c.k : c.v, (l * c.room + pos) * row, out,
-                          run));
-      out += run;
+    for (int kv = 0; kv < 2; ++kv, at += run) {
+      if (!paged()) {
+        EXO_TRY(f(kv == 0 ? c.k : c.v, (l * c.room + pos) * row, at, run));
+        continue;
+      }
+      const device_handle h = kv == 0 ? pool_.k : pool_.v;
+      EXO_TRY(for_runs(c, l, pos, n,
+                       [&](std::uint64_t off, std::uint32_t r0,
+                           std::uint32_t rows) {
+                         return f(h, off, at + r0 * row, rows * row);
+                       }));
     }
   return {};
 }
@@ -956,21 +966,11 @@ status device_stage::write_kv(cache_id id, std::uint32_t pos, std::uint32_t n,
   EXO_TRY(reserve(id, pos + n));
   if (paged())
     EXO_TRY(own_blocks(c, pos, n));
-  const std::uint64_t row = kv_row_bytes(), run = std::uint64_t{n} * row;
-  for (std::uint32_t l = 0; l < last_ - first_; ++l)
-    for (int kv = 0; kv < 2; ++kv) {
-      if (paged())
-        EXO_TRY(for_runs(c, l, pos, n,
-                         [&](std::uint64_t off, std::uint32_t r0,
-                             std::uint32_t rows) {
-                           return ops_.write(kv == 0 ? pool_.k : pool_.v, off,
-                                             data + r0 * row, rows * row);
-                         }));
-      else
-        EXO_TRY(ops_.write(kv == 0 ? c.k : c.v, (l * c.room + pos) * row,
-                           data, run));
-      data += run;
-    }
+  EXO_TRY(for_kv_runs(c, pos, n,
+                      [&](device_handle h, std::uint64_t off, std::uint64_t at,
+                          std::uint64_t b) {
+                        return ops_.write(h, off, data + at, b);
+                      }));
   c.n_past = pos + n;
   return {};
 }

@@ -590,6 +590,11 @@ private:
   template <class F>
   backend::status for_runs(const cache& c, std::uint32_t l, std::uint32_t pos,
                            std::uint32_t n, F&& f) const;
+  /// Calls f(buffer, offset, offset in read_kv's layout, bytes) for each
+  /// run of positions [pos, pos + n) of c: layer by layer, K then V.
+  template <class F>
+  backend::status for_kv_runs(const cache& c, std::uint32_t pos,
+                              std::uint32_t n, F&& f) const;
   /// forward()'s body: the last `logit_rows` rows of each segment get
   /// logits on the last stage (0: one row, every row of an apart one).
   backend::status run_forward(const std::vector<segment>& segs, float* x,

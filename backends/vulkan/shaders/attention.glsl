@@ -11,7 +11,10 @@
 // cache, two to a 32-bit word, k_off / v_off / kv_stride counted in halves;
 // attention_q8_0.comp (KV_Q8) decodes a q8_0 cache's 34-byte blocks (q * d,
 // as ggml's dequantize_row_q8_0), k_off / v_off in bytes, kv_stride in
-// values (a multiple of 32).
+// values (a multiple of 32). PAGED (the *_paged.comp variants): cache row r
+// lies in block tab[tab_off + (r >> block_shift)], row r & (2^block_shift -
+// 1) of it, blocks block_stride values apart (attention_dims' paged cache);
+// the rows are read in the same order, so the sums are those of one run.
 
 layout(local_size_x = 128) in;
 
@@ -24,6 +27,9 @@ layout(set = 0, binding = 1) readonly buffer buf_k { float k[]; };
 layout(set = 0, binding = 2) readonly buffer buf_v { float v[]; };
 #endif
 layout(set = 0, binding = 3) writeonly buffer buf_o { float o[]; };
+#if defined(PAGED)
+layout(set = 0, binding = 4) readonly buffer buf_t { uint tab[]; };
+#endif
 
 layout(push_constant) uniform params {
   uint q_off;
@@ -37,7 +43,23 @@ layout(push_constant) uniform params {
   uint head_dim;
   uint kv_stride;
   float scale;
+  uint tab_off;      // PAGED: in 32-bit words
+  uint block_shift;  // PAGED: log2 of the positions per block
+  uint block_stride; // PAGED: values between blocks
+  uint max_block;    // PAGED: the last block that lies inside k and v
 } p;
+
+// Where cache row r starts, in values from the view's start.
+uint row_at(uint r) {
+#if defined(PAGED)
+  // An entry past the views reads the last block inside them: never a
+  // read outside the cache (the host checks tables where it can).
+  uint b = min(tab[p.tab_off + (r >> p.block_shift)], p.max_block);
+  return b * p.block_stride + (r & ((1u << p.block_shift) - 1u)) * p.kv_stride;
+#else
+  return r * p.kv_stride;
+#endif
+}
 
 const uint WG = 128u;
 const uint CHUNK = 1024u;
@@ -130,7 +152,7 @@ void main() {
       uint cn = min(CHUNK, n_pos - c0);
       float lmax = -3.402823466e38;
       for (uint j = tid; j < cn; j += WG) {
-        uint kb = K_OFF + (c0 + j) * p.kv_stride + kvh;
+        uint kb = K_OFF + row_at(c0 + j) + kvh;
         float s = 0.0;
         for (uint i = 0u; i < p.head_dim; ++i)
           s += qs[i] * k_at(kb + i);
@@ -152,10 +174,9 @@ void main() {
       l = l * corr + csum;
       acc0 *= corr;
       acc1 *= corr;
-      uint vb = V_OFF + c0 * p.kv_stride + kvh;
       for (uint j = 0u; j < cn; ++j) {
         float e = sc[j];
-        uint vr = vb + j * p.kv_stride;
+        uint vr = V_OFF + row_at(c0 + j) + kvh;
         if (tid < p.head_dim)
           acc0 += e * v_at(vr + tid);
         if (d1 < p.head_dim)

@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -147,6 +148,46 @@ TEST_CASE("the attention kernel's online softmax matches the host") {
     // after every position; 4 * 2^-11 bounds what that leaves (7e-4 seen
     // over 2102 positions).
     require_close(got, want, 2e-3);
+  }
+}
+
+TEST_CASE("the attention kernel reads a paged cache through its table with "
+          "the bits of one run, and clamps entries outside the cache") {
+  // 2100 positions in blocks of 32, shuffled, with other rows between.
+  const std::size_t B = 32, n_tokens = 2, pos0 = 2100, heads = 2, hd = 64,
+                    stride = 64, ctx = pos0 + n_tokens;
+  attention_dims d{n_tokens, pos0, heads, 1, hd, stride, 0.125f};
+  auto q = random_floats(n_tokens * heads * hd, 11, -2, 2);
+  auto k = random_floats(ctx * stride, 12, -2, 2);
+  auto v = random_floats(ctx * stride, 13);
+  std::vector<float> want(q.size()), got(q.size());
+  reference::attention(q.data(), k.data(), v.data(), want.data(), d);
+  const std::size_t blocks = (ctx + B - 1) / B, block = 2 * B * stride;
+  std::vector<std::int32_t> table(blocks);
+  for (std::size_t i = 0; i < blocks; ++i)
+    table[i] = static_cast<std::int32_t>((i * 37) % blocks); // a permutation
+  std::vector<float> pk((blocks + 1) * block, -7.0f), pv(pk);
+  for (std::size_t p = 0; p < ctx; ++p) {
+    const std::size_t at =
+      static_cast<std::size_t>(table[p / B]) * block + (p % B) * stride;
+    std::copy_n(k.begin() + p * stride, stride, pk.begin() + at);
+    std::copy_n(v.begin() + p * stride, stride, pv.begin() + at);
+  }
+  auto dp = d;
+  dp.block_positions = B;
+  dp.block_stride = block;
+  dp.block_table = table.data();
+  dp.max_block = blocks; // the spare block at the end
+  reference::attention(q.data(), pk.data(), pv.data(), got.data(), dp);
+  CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+  // An entry past the cache, or negative, reads the last block in it.
+  for (std::int32_t bad : {static_cast<std::int32_t>(blocks + 5), -3}) {
+    auto t2 = table;
+    t2[3] = bad;
+    dp.block_table = t2.data();
+    reference::attention(q.data(), pk.data(), pv.data(), got.data(), dp);
+    for (float x : got)
+      CHECK(std::isfinite(x));
   }
 }
 

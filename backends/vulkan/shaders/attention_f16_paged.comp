@@ -1,0 +1,7 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Attention over an f16 KV cache in blocks found through a table (the
+// shader is attention.glsl).
+#define KV_F16 1
+#define PAGED 1
+#include "attention.glsl"
