@@ -463,17 +463,6 @@ status device::attention(const_view q, const_view k, const_view v,
   return do_attention(q, k, v, out, dims);
 }
 
-namespace {
-
-/// Bytes of a view from its offset to its buffer's (or allocation's) end.
-std::size_t view_extent(const_view v) {
-  std::size_t size = v.buf->size();
-  if (v.limit != 0 && v.limit < size)
-    size = v.limit;
-  return v.offset <= size ? size - v.offset : 0;
-}
-
-} // namespace
 
 status device::attention_paged(const_view q, const_view k, const_view v,
                                const_view table, mut_view out,
@@ -499,8 +488,8 @@ status device::attention_paged(const_view q, const_view k, const_view v,
   // The blocks may lie anywhere in k's and v's buffers: out must not.
   EXO_TRY(disjoint(kind, q, sz->q, out, sz->q));
   EXO_TRY(disjoint(kind, table, sz->table, out, sz->q));
-  EXO_TRY(disjoint(kind, k, view_extent(k), out, sz->q));
-  EXO_TRY(disjoint(kind, v, view_extent(v), out, sz->q));
+  EXO_TRY(disjoint(kind, k, host::view_extent(k), out, sz->q));
+  EXO_TRY(disjoint(kind, v, host::view_extent(v), out, sz->q));
   auto d = dims;
   d.block_table = nullptr;
   return do_attention_paged(q, k, v, table, out, d);
@@ -521,8 +510,9 @@ status device::do_attention_paged(const_view q, const_view k, const_view v,
   const std::size_t n_blocks = attention_blocks(dims);
   std::vector<std::int32_t> tab(n_blocks);
   EXO_TRY(read(*table.buf, table.offset, tab.data(), sz->table));
-  EXO_TRY(host::check_block_table(tab.data(), n_blocks, *sz, view_extent(k),
-                                  view_extent(v)));
+  EXO_TRY(host::check_block_table(tab.data(), n_blocks, *sz,
+                                  host::view_extent(k),
+                                  host::view_extent(v)));
   const std::size_t run_values = n_blocks * dims.block_positions
                                  * dims.kv_stride;
   const std::size_t run_bytes = kv_bytes_of(dims.kv, run_values);

@@ -315,15 +315,10 @@ status host_device::do_attention_paged(const_view q, const_view k,
   auto sz = host::check_paged_attention(dims); // sizes only: checked
   if (!sz)
     return sz.err();
-  auto extent = [](const_view w) {
-    std::size_t size = w.buf->size();
-    if (w.limit != 0 && w.limit < size)
-      size = w.limit;
-    return w.offset <= size ? size - w.offset : 0;
-  };
   const auto* tab = at<const std::int32_t>(table.buf, table.offset);
   EXO_TRY(host::check_block_table(tab, attention_blocks(dims), *sz,
-                                  extent(k), extent(v)));
+                                  host::view_extent(k),
+                                  host::view_extent(v)));
   on_compute();
   auto d = dims;
   d.block_table = tab;

@@ -1574,6 +1574,13 @@ result<paged_attention_bytes> check_paged_attention(const attention_dims& d) {
                                block};
 }
 
+std::size_t view_extent(const_view v) noexcept {
+  std::size_t size = v.buf->size();
+  if (v.limit != 0 && v.limit < size)
+    size = v.limit;
+  return v.offset <= size ? size - v.offset : 0;
+}
+
 status check_block_table(const std::int32_t* table, std::size_t n,
                          const paged_attention_bytes& sz,
                          std::size_t k_extent, std::size_t v_extent) {

@@ -275,6 +275,11 @@ struct paged_attention_bytes {
 };
 result<paged_attention_bytes> check_paged_attention(const attention_dims& d);
 
+/// Bytes of a view from its offset to the end of its buffer, or of its
+/// allocation where its limit is less (0 when the offset is past it): how
+/// far a paged cache's blocks may lie.
+std::size_t view_extent(const_view v) noexcept;
+
 /// Checks each of the n entries of a block table: an index >= 0 whose
 /// block's rows end within `extent` bytes of k and of v (the views'
 /// bytes from their offsets). An error names the first bad entry.

@@ -476,6 +476,13 @@ protected:
     if (!P::has_kernels(props_)
         || dims.head_dim > 2 * gpu::math::attention_threads)
       return device::do_attention(q, k, v, out, dims);
+    return attention_kernel(q, k, v, out, dims);
+  }
+
+  /// The attention kernel over k and v as dims says (contiguous or
+  /// paged).
+  status attention_kernel(const_view q, const_view k, const_view v,
+                          mut_view out, const attention_dims& dims) {
     std::lock_guard<std::mutex> guard{mtx_};
     EXO_TRY(select());
     return launch_status("attention kernel",
@@ -495,13 +502,8 @@ protected:
     auto sz = host::check_paged_attention(dims); // sizes only: checked
     if (!sz)
       return sz.err();
-    auto extent = [](const const_view& x) {
-      std::size_t size = x.buf->size();
-      if (x.limit != 0 && x.limit < size)
-        size = x.limit;
-      return size - x.offset;
-    };
-    const std::size_t e = std::min(extent(k), extent(v));
+    const std::size_t e =
+      std::min(host::view_extent(k), host::view_extent(v));
     if (!P::has_kernels(props_)
         || dims.head_dim > 2 * gpu::math::attention_threads
         || e < sz->block_rows)
@@ -510,13 +512,7 @@ protected:
     d.block_table = reinterpret_cast<const std::int32_t*>(
       ptr_of(*table.buf) + table.offset);
     d.max_block = (e - sz->block_rows) / sz->block;
-    std::lock_guard<std::mutex> guard{mtx_};
-    EXO_TRY(select());
-    return launch_status("attention kernel",
-                         P::launch_attention(f32_of(q),
-                                             ptr_of(*k.buf) + k.offset,
-                                             ptr_of(*v.buf) + v.offset,
-                                             f32_of(out), d, stream_));
+    return attention_kernel(q, k, v, out, d);
   }
 
   status do_to_q8_0(const_view a, mut_view out, std::size_t count) override {

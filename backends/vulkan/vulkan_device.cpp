@@ -1637,13 +1637,8 @@ status vulkan_device::do_attention_paged(const_view q, const_view k,
   // k and v are bound from their offsets to their buffers' ends (every
   // block the table may name), in whole 32-bit words for the halves and
   // Q8_0 blocks the shaders read word by word.
-  auto extent = [](const const_view& x) {
-    std::size_t size = x.buf->size();
-    if (x.limit != 0 && x.limit < size)
-      size = x.limit;
-    return (size - x.offset) / 4 * 4;
-  };
-  const std::size_t ek = extent(k), ev = extent(v);
+  const std::size_t ek = host::view_extent(k) / 4 * 4,
+                    ev = host::view_extent(v) / 4 * 4;
   const std::size_t e = std::min(ek, ev);
   const bool q8 = dims.kv == kv_type::q8_0;
   const bool f16 = dims.kv == kv_type::f16;
