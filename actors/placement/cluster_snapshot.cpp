@@ -151,6 +151,13 @@ conversion to_problem(const member_view& v, const model_spec& m,
   p.layers = m.layers;
   p.stage_memory_extra = m.extras;
   p.request.context_length = context_length;
+  p.request.kv_block_positions = stage_kv_block_positions;
+  if (p.request.kv_positions() != context_length)
+    out.notes.push_back(
+      "KV caches counted in whole blocks of "
+      + std::to_string(stage_kv_block_positions) + " positions: "
+      + std::to_string(p.request.kv_positions()) + " per sequence for a "
+      + std::to_string(context_length) + "-token context");
   p.request.safety_margin = opts.safety_margin;
   p.objective = obj;
   p.default_link = opts.default_link;

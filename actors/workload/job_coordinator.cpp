@@ -1191,12 +1191,14 @@ void reserve_draft(const job_run& run, const std::string& node,
   if (!run.job.draft || run.draft || run.attempt > 0)
     return;
   const auto& hp = run.job.draft->hparams();
+  const auto o = model::shard_stage_options(hp);
+  const auto mem = model::device_stage_memory(*run.job.draft, 0, hp.n_layer, o);
   r.reserve_node = node;
   r.reserve_bytes
-    = model::device_stage_memory(*run.job.draft, 0, hp.n_layer,
-                                 model::shard_stage_options(hp))
-        .total(run.job.n_ctx, std::max<std::uint32_t>(
-                                run.job.request.sequences, 1));
+    = mem.weight_bytes() + mem.working_bytes()
+      + kv_claim(mem.kv_bytes_per_token, run.job.n_ctx,
+                 std::max<std::uint32_t>(run.job.request.sequences, 1), {},
+                 o.kv_block_positions);
 }
 
 /// The draft's device from a plan's reservation ("NODE/ID" of this node).
@@ -1363,7 +1365,8 @@ kv_claims_on(const job_run& run, const std::vector<stage_place>& plan,
     out.push_back(kv_claim(model::device_stage_memory(*run.job.model,
                                                       s.first, s.last, o)
                              .kv_bytes_per_token,
-                           run.job.n_ctx, seqs, held));
+                           run.job.n_ctx, seqs, held,
+                           o.kv_block_positions));
   return out;
 }
 

@@ -84,11 +84,18 @@ plan_info plan_locally(
 
 std::uint64_t kv_claim(std::uint64_t kv_bytes_per_token, std::uint32_t n_ctx,
                        std::uint32_t sequences,
-                       const std::vector<std::uint64_t>& held) {
+                       const std::vector<std::uint64_t>& held,
+                       std::uint32_t block_positions) {
+  // In whole blocks: a cache takes a block at its first position.
+  const auto whole = [block_positions](std::uint64_t n) {
+    const std::uint64_t B = std::max<std::uint32_t>(block_positions, 1);
+    return (n + B - 1) / B * B;
+  };
+  const std::uint64_t full = whole(n_ctx);
   std::uint64_t positions = 0;
   for (std::uint32_t s = 0; s < sequences; ++s) {
     const std::uint64_t h = s < held.size() ? held[s] : 0;
-    positions += n_ctx - std::min<std::uint64_t>(h, n_ctx);
+    positions += full - std::min(whole(h), full);
   }
   return positions * kv_bytes_per_token;
 }

@@ -60,10 +60,13 @@ plan_info plan_locally(
 /// least `held[s]` now (its prompt and the tokens it generated: caches grow
 /// as their sequences do, device_stage_options::kv_grow_positions), so
 /// the rest, at `kv_bytes_per_token` each, may still be allocated. A
-/// sequence missing from `held` holds nothing yet.
+/// sequence missing from `held` holds nothing yet. With `block_positions`
+/// (a paged stage's blocks; 0: none) both counts are whole blocks: a
+/// cache takes a block at its first position.
 std::uint64_t kv_claim(std::uint64_t kv_bytes_per_token, std::uint32_t n_ctx,
                        std::uint32_t sequences,
-                       const std::vector<std::uint64_t>& held);
+                       const std::vector<std::uint64_t>& held,
+                       std::uint32_t block_positions);
 
 /// Whether a job whose KV caches need `kv[i]` bytes on stage i of `plan` —
 /// the stages a running job of the same model holds, whose weights it

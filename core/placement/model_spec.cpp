@@ -8,6 +8,10 @@
 
 namespace exo::placement {
 
+static_assert(model::device_stage_options{}.kv_block_positions
+                == stage_kv_block_positions,
+              "placement counts KV in the blocks a shard's stage takes");
+
 model_spec load_model_spec(const std::string& path, std::uint32_t n_ctx,
                            backend::kv_type kv) {
   try {

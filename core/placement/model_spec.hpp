@@ -13,6 +13,12 @@
 
 namespace exo::placement {
 
+/// The positions of a KV block in a shard's paged stage
+/// (model::device_stage_options::kv_block_positions, checked equal where
+/// both are seen): placement counts each sequence's cache in whole blocks
+/// (problem::request::kv_block_positions).
+constexpr std::uint32_t stage_kv_block_positions = 32;
+
 /// A model as placement sees it.
 struct model_spec {
   std::string name;

@@ -75,7 +75,7 @@ double problem::layer_seconds(std::size_t d, std::size_t l) const {
 
 std::uint64_t problem::layer_memory(std::size_t l) const {
   return layers[l].weight_bytes
-         + layers[l].kv_bytes_per_token * request.context_length
+         + layers[l].kv_bytes_per_token * request.kv_positions()
              * request.sequences;
 }
 
@@ -212,7 +212,7 @@ void validate(const problem& p) {
       fail(path + ".flops_per_token", "must be in [0, 1e18]");
     long double need = static_cast<long double>(y.weight_bytes)
                        + static_cast<long double>(y.kv_bytes_per_token)
-                           * p.request.context_length
+                           * p.request.kv_positions()
                            * p.request.sequences;
     if (need > 1e18L)
       fail(path, "needs more than 1e18 bytes (weights + KV cache)");
@@ -276,6 +276,10 @@ void validate(const problem& p) {
     fail("request.safety_margin", "must be in [0, 1)");
   if (p.request.context_length > (std::uint64_t{1} << 32))
     fail("request.context_length", "must be < 2^32 tokens");
+  if (const auto B = p.request.kv_block_positions;
+      B > 4096 || (B & (B - 1)) != 0)
+    fail("request.kv_block_positions",
+         "must be 0 or a power of two up to 4096");
   if (p.request.sequences == 0 || p.request.sequences > 65536)
     fail("request.sequences", "must be in [1, 65536]");
   // A device's layer range: a known device, first <= last < layers.

@@ -98,6 +98,18 @@ struct request {
   std::uint64_t sequences = 1;
   /// Fraction of each device's free memory held back, in [0, 1).
   double safety_margin = 0.05;
+  /// KV caches held in whole blocks of this many positions (a paged
+  /// stage's cache takes its last block whole); 0: position by position.
+  std::uint32_t kv_block_positions = 0;
+
+  /// The positions each sequence's KV cache holds at its fullest:
+  /// context_length, rounded up to whole blocks.
+  std::uint64_t kv_positions() const noexcept {
+    if (kv_block_positions == 0)
+      return context_length;
+    return (context_length + kv_block_positions - 1) / kv_block_positions
+           * kv_block_positions;
+  }
 };
 
 /// Layers first_layer..last_layer (inclusive) of one device.

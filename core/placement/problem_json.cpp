@@ -333,7 +333,8 @@ problem parse_problem_json(std::string_view text) {
   read_model(need(o, "model", ""), p);
   if (has(o, "request", v)) {
     auto ro = as_object(v, "request");
-    only_keys(ro, "request", {"context_length", "sequences", "safety_margin"});
+    only_keys(ro, "request", {"context_length", "sequences", "safety_margin",
+                              "kv_block_positions"});
     element x;
     if (has(ro, "context_length", x))
       p.request.context_length = as_count(x, "request.context_length");
@@ -341,6 +342,13 @@ problem parse_problem_json(std::string_view text) {
       p.request.sequences = as_count(x, "request.sequences");
     if (has(ro, "safety_margin", x))
       p.request.safety_margin = as_number(x, "request.safety_margin");
+    if (has(ro, "kv_block_positions", x)) {
+      const auto b = as_count(x, "request.kv_block_positions");
+      if (b > 4096)
+        throw problem_error("request.kv_block_positions: must be at most "
+                            "4096");
+      p.request.kv_block_positions = static_cast<std::uint32_t>(b);
+    }
   }
   if (has(o, "constraints", v)) {
     auto co = as_object(v, "constraints");

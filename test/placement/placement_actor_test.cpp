@@ -14,6 +14,8 @@
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -221,6 +223,20 @@ TEST_CASE("a cluster view becomes a problem: usable devices, defaults and "
   CHECK(has_note("member b left out: dead"));
   CHECK(has_note("a/cpu0: no peak FLOP/s"));
   CHECK_NOTHROW(validate(p));
+  // KV caches are counted in a paged stage's whole blocks: none over for
+  // a context of whole blocks, the last block whole for any other.
+  CHECK(p.request.kv_block_positions == stage_kv_block_positions);
+  CHECK(p.request.kv_positions() == 128);
+  CHECK(p.layer_memory(0) == (1u << 20) + 1024u * 128);
+  CHECK_FALSE(has_note("whole blocks"));
+  auto odd = to_problem(v, m, 100, obj);
+  CHECK(odd.p.request.context_length == 100);
+  CHECK(odd.p.request.kv_positions() == 128);
+  CHECK(odd.p.layer_memory(0) == (1u << 20) + 1024u * 128);
+  CHECK(std::find(odd.notes.begin(), odd.notes.end(),
+                  "KV caches counted in whole blocks of 32 positions: 128 "
+                  "per sequence for a 100-token context")
+        != odd.notes.end());
 }
 
 TEST_CASE("changes of members and device states are described, nothing "

@@ -82,6 +82,23 @@ TEST_CASE("a valid problem file is read completely") {
   CHECK(p.objective.kind == objective_kind::blend);
   CHECK(p.objective.blend_weight == 0.25);
   CHECK(p.link_between("a", "b").latency == 0.001);
+  // Counted position by position unless the request says blocks.
+  CHECK(p.request.kv_block_positions == 0);
+  CHECK(p.request.kv_positions() == 2048);
+}
+
+TEST_CASE("a request may count its KV caches in whole blocks") {
+  auto p = parse_problem_json(with(
+    "\"context_length\": 2048",
+    "\"context_length\": 2000, \"kv_block_positions\": 32"));
+  CHECK(p.request.context_length == 2000);
+  CHECK(p.request.kv_block_positions == 32);
+  CHECK(p.request.kv_positions() == 2016);
+  CHECK(p.layer_memory(1) == 1000000 + 1024 * 2016 * 2);
+  p.request.context_length = 2016;
+  CHECK(p.request.kv_positions() == 2016);
+  p.request.context_length = 0;
+  CHECK(p.request.kv_positions() == 0);
 }
 
 TEST_CASE("bad problem files are refused with the key path named") {
@@ -148,6 +165,12 @@ TEST_CASE("bad problem files are refused with the key path named") {
      "request.safety_margin: must be in [0, 1)"},
     {"\"context_length\": 2048", "\"context_length\": 1.5",
      "request.context_length: expected a non-negative integer"},
+    {"\"context_length\": 2048",
+     "\"context_length\": 2048, \"kv_block_positions\": 24",
+     "request.kv_block_positions: must be 0 or a power of two up to 4096"},
+    {"\"context_length\": 2048",
+     "\"context_length\": 2048, \"kv_block_positions\": 8192",
+     "request.kv_block_positions: must be at most 4096"},
     {"\"first_layer\": 0", "\"first_layer\": 3, \"last_layer\": 1",
      "constraints.pins[0].first_layer: must be <= last_layer"},
     {"\"first_layer\": 0", "\"first_layer\": 0, \"last_layer\": 5",

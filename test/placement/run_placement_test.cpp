@@ -342,13 +342,20 @@ TEST_CASE("a job fits beside a running one when each of its stages' devices "
 TEST_CASE("a running job's KV caches claim the positions its sequences do "
           "not hold yet", "[placement][jobs]") {
   // 3 sequences of 100 positions at 10 bytes each: 3000 bytes in all.
-  CHECK(workload::kv_claim(10, 100, 3, {}) == 3000);
+  CHECK(workload::kv_claim(10, 100, 3, {}, 0) == 3000);
   // Holding 40, 100 and 250 (more than the context: nothing left).
-  CHECK(workload::kv_claim(10, 100, 3, {40, 100, 250}) == 600);
+  CHECK(workload::kv_claim(10, 100, 3, {40, 100, 250}, 0) == 600);
   // A sequence missing from `held` holds nothing yet.
-  CHECK(workload::kv_claim(10, 100, 3, {40}) == 2600);
-  CHECK(workload::kv_claim(0, 100, 3, {}) == 0);
-  CHECK(workload::kv_claim(10, 100, 0, {}) == 0);
+  CHECK(workload::kv_claim(10, 100, 3, {40}, 0) == 2600);
+  CHECK(workload::kv_claim(0, 100, 3, {}, 0) == 0);
+  CHECK(workload::kv_claim(10, 100, 0, {}, 0) == 0);
+  // A paged stage's caches in blocks of 32: a 100-token context takes 4
+  // blocks (128 positions) at its fullest; holding 40 positions is holding
+  // 2 blocks (64), 1 position a block.
+  CHECK(workload::kv_claim(10, 100, 3, {}, 32) == 3 * 1280);
+  CHECK(workload::kv_claim(10, 100, 3, {40, 100, 250}, 32) == 640);
+  CHECK(workload::kv_claim(10, 100, 2, {1, 0}, 32) == 960 + 1280);
+  CHECK(workload::kv_claim(10, 128, 1, {128}, 32) == 0);
 }
 
 TEST_CASE("a plan keeps the KV claims of running jobs out of the devices' "

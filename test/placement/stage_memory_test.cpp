@@ -72,8 +72,9 @@ TEST_CASE("placement counts exactly what a shard's device stage allocates") {
     // Q4_K and Q6_K are held as stored (every backend runs them).
     {"q4_k_m", model::tensor_type::q4_k, false, "llama", 0, true}};
   // A context of whole 32-position blocks: a paged cache at its fullest
-  // holds exactly its context.
-  const std::uint32_t n_ctx = 64, sequences = 2;
+  // holds exactly its context; one of 40: its last block whole, as
+  // placement counts it (problem::request::kv_block_positions).
+  const std::uint32_t sequences = 2;
   auto& dev = sim_device();
   for (const auto& v : variants) {
     INFO("model " << v.tag);
@@ -94,7 +95,7 @@ TEST_CASE("placement counts exactly what a shard's device stage allocates") {
       o.mix = model::file_type::mix::q4_k_m;
     }
     temp_model tm(o, v.tag);
-    auto spec = placement::load_model_spec(tm.path, n_ctx);
+    auto spec = placement::load_model_spec(tm.path, 64);
     REQUIRE(spec.layers.size() == 4);
     {
       // A layer's weights are its tensors' bytes in the file.
@@ -111,8 +112,8 @@ TEST_CASE("placement counts exactly what a shard's device stage allocates") {
     placement::problem p;
     p.layers = spec.layers;
     p.stage_memory_extra = spec.extras;
-    p.request.context_length = n_ctx;
     p.request.sequences = sequences;
+    p.request.kv_block_positions = placement::stage_kv_block_positions;
     // The token embedding is not on the device: nothing extra on the first.
     CHECK(spec.extras.first_stage == 0);
     CHECK(spec.extras.every_stage > 0);
@@ -124,44 +125,55 @@ TEST_CASE("placement counts exactly what a shard's device stage allocates") {
     auto m = model::llama_model::load(tm.path);
     const auto opts = model::shard_stage_options(m->hparams());
     CHECK(opts.max_tokens == model::batch_tokens_for(64));
+    struct stage_case {
+      std::uint32_t n_ctx, first, last;
+    };
+    std::vector<stage_case> cases;
     for (std::uint32_t first = 0; first < 4; ++first)
-      for (std::uint32_t last = first + 1; last <= 4; ++last) {
-        INFO("layers [" << first << ", " << last << ")");
-        auto want = model::device_stage_memory(*m, first, last, opts);
-        CHECK(p.stage_memory(first, last) == want.total(n_ctx, sequences));
-        model::backend_ops ops(dev);
-        const auto before = dev.memory().used_by_exo;
-        {
-          auto st = model::device_stage::create(m, first, last, ops, opts);
-          REQUIRE(st.ok());
-          CHECK((*st)->weight_bytes() == want.weight_bytes());
-          CHECK(dev.memory().used_by_exo - before
-                == want.weight_bytes() + want.working_bytes());
-          // Every sequence at its fullest: a paged stage (the sim device
-          // reads blocks) takes its blocks as positions come.
-          for (std::uint32_t s = 0; s < sequences; ++s) {
-            auto c = (*st)->new_cache(n_ctx);
-            REQUIRE(c.ok());
-            std::vector<std::int32_t> toks(n_ctx);
-            for (std::uint32_t i = 0; i < n_ctx; ++i)
-              toks[i] = static_cast<std::int32_t>((7 * i + s) % 400);
-            std::vector<float> x(std::size_t{n_ctx} * m->hparams().n_embd,
-                                 0.25f),
-              logits(m->hparams().n_vocab);
-            if (first == 0)
-              REQUIRE((*st)->embed(toks.data(), n_ctx, x.data()).ok());
-            REQUIRE((*st)->forward(*c, 0, x.data(), n_ctx, logits.data())
-                      .ok());
-          }
-          CHECK((*st)->paged());
-          CHECK((*st)->cache_bytes()
-                == want.kv_bytes_per_token * n_ctx * sequences);
-          // Everything the stage holds, by the device's own accounting.
-          CHECK(dev.memory().used_by_exo - before
-                == p.stage_memory(first, last));
+      for (std::uint32_t last = first + 1; last <= 4; ++last)
+        cases.push_back({64, first, last});
+    cases.push_back({40, 0, 4}); // the whole model shows the rounding
+    for (const auto& [n_ctx, first, last] : cases) {
+      INFO("context " << n_ctx << ", layers [" << first << ", " << last
+                      << ")");
+      p.request.context_length = n_ctx;
+      const std::uint64_t held = p.request.kv_positions();
+      CHECK(held == 64); // 40 positions take 2 blocks
+      auto want = model::device_stage_memory(*m, first, last, opts);
+      CHECK(p.stage_memory(first, last) == want.total(held, sequences));
+      model::backend_ops ops(dev);
+      const auto before = dev.memory().used_by_exo;
+      {
+        auto st = model::device_stage::create(m, first, last, ops, opts);
+        REQUIRE(st.ok());
+        CHECK((*st)->weight_bytes() == want.weight_bytes());
+        CHECK(dev.memory().used_by_exo - before
+              == want.weight_bytes() + want.working_bytes());
+        // Every sequence at its fullest: a paged stage (the sim device
+        // reads blocks) takes its blocks as positions come.
+        for (std::uint32_t s = 0; s < sequences; ++s) {
+          auto c = (*st)->new_cache(n_ctx);
+          REQUIRE(c.ok());
+          std::vector<std::int32_t> toks(n_ctx);
+          for (std::uint32_t i = 0; i < n_ctx; ++i)
+            toks[i] = static_cast<std::int32_t>((7 * i + s) % 400);
+          std::vector<float> x(std::size_t{n_ctx} * m->hparams().n_embd,
+                               0.25f),
+            logits(m->hparams().n_vocab);
+          if (first == 0)
+            REQUIRE((*st)->embed(toks.data(), n_ctx, x.data()).ok());
+          REQUIRE((*st)->forward(*c, 0, x.data(), n_ctx, logits.data())
+                    .ok());
         }
-        CHECK(dev.memory().used_by_exo == before);
+        CHECK((*st)->paged());
+        CHECK((*st)->cache_bytes()
+              == want.kv_bytes_per_token * held * sequences);
+        // Everything the stage holds, by the device's own accounting.
+        CHECK(dev.memory().used_by_exo - before
+              == p.stage_memory(first, last));
       }
+      CHECK(dev.memory().used_by_exo == before);
+    }
   }
 }
 
