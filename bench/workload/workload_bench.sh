@@ -64,13 +64,32 @@ con "$job --stages 2 --sequences 1" >/dev/null # warm-up, sends the model
 echo "model: $LAYERS layers, $DIM wide, ff $FF, $TYPE; -n $N per sequence"
 # "K M B": K stages (nodes), M sequences, at most B per step (0: as many
 # as a step carries: batched decoding; 1: each sequence on its own step).
-for spec in "1 1 0" "1 4 1" "1 4 0" "1 16 0" "2 1 0" "2 4 1" "2 4 0" \
-  "2 16 0"; do
+declare -A gen
+for spec in "1 1 0" "1 2 0" "1 4 1" "1 4 0" "1 8 0" "1 16 0" "2 1 0" \
+  "2 4 1" "2 4 0" "2 16 0"; do
   set -- $spec
   batch=""
   [ "$3" != 0 ] && batch="--batch $3"
   out=$(con "$job --stages $1 --sequences $2 $batch")
   tps=$(echo "$out" | sed -n 's/^generation: .*(\([0-9.]*\) tokens\/s).*/\1/p')
+  gen["$1 $2 $3"]=$tps
   echo "stages $1 (nodes $1), sequences $2, per step ${3/#0/all}:" \
     "generation $tps tokens/s"
+done
+# What a pipeline of K stages can give at best: M sequences go as K groups
+# of M/K, so each node runs, per round of M tokens, K steps of M/K
+# sequences over 1/K of the layers: the time one node takes for one step
+# of M/K sequences over all of them. At best K x (one node, M/K sequences).
+for km in "2 4" "2 16"; do
+  set -- $km
+  one=${gen["1 $2 0"]:-}
+  part=${gen["1 $(($2 / $1)) 0"]:-}
+  got=${gen["$1 $2 0"]:-}
+  [ -z "$one" ] || [ -z "$part" ] || [ -z "$got" ] && continue
+  awk -v k="$1" -v m="$2" -v one="$one" -v part="$part" -v got="$got" \
+    'BEGIN { b = k * part;
+      printf "stages %d, sequences %d: %.1f tokens/s = %.2fx one node; " \
+             "bound %d x (one node, %d sequences) = %.1f = %.2fx one " \
+             "node; %.0f%% of the bound\n", k, m, got, got / one, k, \
+             m / k, b, b / one, 100 * got / b }'
 done
