@@ -1645,6 +1645,7 @@ EXO_AVX2 void dot_q6_k_avx2_tokens(std::size_t nb, const block_q6_k* x,
   const __m256i m4 = _mm256_set1_epi8(0xF);
   const __m256i m3 = _mm256_set1_epi8(3);
   __m256 acc[NT];
+  #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t)
     acc[t] = _mm256_setzero_ps();
   for (std::size_t i = 0; i < nb; ++i) {
@@ -1654,6 +1655,7 @@ EXO_AVX2 void dot_q6_k_avx2_tokens(std::size_t nb, const block_q6_k* x,
     // are exact, so splitting them changes no bit, and the chained
     // multiply-adds' latency halves.
     __m256i sumi[NT][2];
+    #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t)
       sumi[t][0] = sumi[t][1] = _mm256_setzero_si256();
 #pragma GCC unroll 2
@@ -1682,10 +1684,12 @@ EXO_AVX2 void dot_q6_k_avx2_tokens(std::size_t nb, const block_q6_k* x,
       }
     }
     const float dw = h2f_avx2(x[i].d);
+    #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t)
       acc[t] = q6_k_block_end(_mm256_add_epi32(sumi[t][0], sumi[t][1]), sc16,
                               y[t][i], dw, acc[t]);
   }
+  #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t)
     out[t] = hsum8_avx2(acc[t]);
 }
@@ -1731,6 +1735,7 @@ EXO_AVX512_VNNI void dot_q6_k_vnni_tokens(std::size_t nb, const block_q6_k* x,
     for (int kp = 0; kp < 2; ++kp)
       sidx[h][kp] = _mm512_load_si512(q6_scales512.idx[h][kp]);
   __m256 acc[NT];
+  #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t)
     acc[t] = _mm256_setzero_ps();
   for (std::size_t i = 0; i < nb; ++i) {
@@ -1738,6 +1743,7 @@ EXO_AVX512_VNNI void dot_q6_k_vnni_tokens(std::size_t nb, const block_q6_k* x,
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
     const __m512i sc = _mm512_castsi256_si512(sc16);
     __m512i sumi[NT][2];
+    #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t)
       sumi[t][0] = sumi[t][1] = _mm512_setzero_si512();
 #pragma GCC unroll 2
@@ -1767,6 +1773,7 @@ EXO_AVX512_VNNI void dot_q6_k_vnni_tokens(std::size_t nb, const block_q6_k* x,
       }
     }
     const float dw = h2f_avx2(x[i].d);
+    #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) {
       const __m512i s2 = _mm512_add_epi32(sumi[t][0], sumi[t][1]);
       const __m256i folded =
@@ -1775,6 +1782,7 @@ EXO_AVX512_VNNI void dot_q6_k_vnni_tokens(std::size_t nb, const block_q6_k* x,
       acc[t] = q6_k_block_end(folded, sc16, y[t][i], dw, acc[t]);
     }
   }
+  #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t)
     out[t] = hsum8_avx2(acc[t]);
 }
