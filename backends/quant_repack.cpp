@@ -241,9 +241,12 @@ void for_each_panel(std::size_t rows, std::size_t nb, int threads, Pack pack,
 
 /// Tokens the VNNI path takes per pass over a panel (registers: 4 per token).
 constexpr int panel_width = 6;
-/// Batches smaller than this keep rows8_avx2 (unpacking a panel costs
-/// about as much as a few tokens' products).
-constexpr std::size_t panel_min_tokens = 8;
+/// Batches smaller than this keep rows8 (a panel is unpacked anew for each
+/// product, which costs more than unpacking each row's blocks for every 4
+/// tokens: batch_step_bench, Q4_K_M 12 x 512, one core, 2026-11-30: 8
+/// tokens 7.9 ms a step through rows8 against 10.3 through panels, 12
+/// about even, 16 13.4 against 15.4).
+constexpr std::size_t panel_min_tokens = 12;
 
 /// Lane r: r * bytes (the gather offsets of a panel's 16 unpacked rows).
 __attribute__((target("avx512f"))) inline __m512i
