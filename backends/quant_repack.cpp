@@ -256,61 +256,96 @@ row_offsets(std::size_t bytes) {
     _mm512_set1_epi32(static_cast<int>(bytes)));
 }
 
+/// r[0..15] (16 dwords each) transposed in place: dword j of r[i] becomes
+/// dword i of r[j]. 4 x 4 blocks within each 128-bit lane first
+/// (unpacks), then the lanes (shuffle_i32x4).
+__attribute__((target("avx512f"))) inline void transpose16(__m512i r[16]) {
+  __m512i b[4][4]; // rows 4G..4G+3: lane l holds column 4l + k
+#pragma GCC unroll 4
+  for (int G = 0; G < 4; ++G) {
+    const __m512i a0 = _mm512_unpacklo_epi32(r[4 * G], r[4 * G + 1]);
+    const __m512i a1 = _mm512_unpackhi_epi32(r[4 * G], r[4 * G + 1]);
+    const __m512i a2 = _mm512_unpacklo_epi32(r[4 * G + 2], r[4 * G + 3]);
+    const __m512i a3 = _mm512_unpackhi_epi32(r[4 * G + 2], r[4 * G + 3]);
+    b[G][0] = _mm512_unpacklo_epi64(a0, a2);
+    b[G][1] = _mm512_unpackhi_epi64(a0, a2);
+    b[G][2] = _mm512_unpacklo_epi64(a1, a3);
+    b[G][3] = _mm512_unpackhi_epi64(a1, a3);
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512i s0 = _mm512_shuffle_i32x4(b[0][k], b[1][k], 0x44);
+    const __m512i s1 = _mm512_shuffle_i32x4(b[0][k], b[1][k], 0xEE);
+    const __m512i s2 = _mm512_shuffle_i32x4(b[2][k], b[3][k], 0x44);
+    const __m512i s3 = _mm512_shuffle_i32x4(b[2][k], b[3][k], 0xEE);
+    r[k] = _mm512_shuffle_i32x4(s0, s2, 0x88);
+    r[4 + k] = _mm512_shuffle_i32x4(s0, s2, 0xDD);
+    r[8 + k] = _mm512_shuffle_i32x4(s1, s3, 0x88);
+    r[12 + k] = _mm512_shuffle_i32x4(s1, s3, 0xDD);
+  }
+}
+
 /// Rows r0 .. r0 + n - 1 (n <= 16; lanes beyond n are zero) of a Q4_K
 /// matrix with nb super-blocks per row, unpacked into nb panel blocks.
+/// Per block: each row's nibbles as bytes (64 weights per 512 bits, the
+/// low nibbles of 32 bytes then their high ones), 16 rows transposed into
+/// lanes; the scales and minimums of every row unpacked at once
+/// (scales_mins_avx2) and gathered into lanes; d and dmin converted as
+/// rows8 converts them.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) void
 pack_panel(const block_q4_k* x, std::size_t nb, std::size_t n,
            panel_block* out) {
-  alignas(64) std::uint8_t tmp[16][256];
-  alignas(64) std::int32_t sc[8][16];
-  alignas(64) std::int16_t mn[8][16];
-  alignas(64) float d[16], dmin[16];
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m512i lane_rows = row_offsets(sizeof tmp[0]);
+  const __m512i m4z = _mm512_set1_epi8(0x0F);
+  // 16-bit shift counts: 0 in the low half (low nibbles), 4 in the high.
+  const __m512i shift4 = _mm512_mask_blend_epi16(
+    0xffff0000u, _mm512_setzero_si512(), _mm512_set1_epi16(4));
+  // Row r: its 8 scales then its 8 minimums (int16); rows >= n stay zero.
+  alignas(64) std::int16_t sm[16][16] = {};
+  alignas(32) std::uint16_t dh[16] = {}, mh[16] = {};
+  const __m512i lane_rows = row_offsets(sizeof sm[0]);
   for (std::size_t b = 0; b < nb; ++b) {
-    for (std::size_t r = 0; r < 16; ++r) {
-      if (r >= n) {
-        std::memset(tmp[r], 0, sizeof tmp[r]);
-        for (int j = 0; j < 8; ++j) {
-          sc[j][r] = 0;
-          mn[j][r] = 0;
-        }
-        d[r] = dmin[r] = 0.0f;
-        continue;
-      }
-      const block_q4_k& w = x[r * nb + b];
-      for (int c = 0; c < 4; ++c) {
-        const __m256i q4 = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(w.qs + 32 * c));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp[r] + 64 * c),
-                           _mm256_and_si256(q4, m4));
-        _mm256_store_si256(
-          reinterpret_cast<__m256i*>(tmp[r] + 64 * c + 32),
-          _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4));
-      }
-      for (int j = 0; j < 8; ++j) {
-        int s = 0, m = 0;
-        scale_min(j, w.scales, s, m);
-        sc[j][r] = s;
-        mn[j][r] = static_cast<std::int16_t>(m);
-      }
-      d[r] = host::f16_to_f32(w.d);
-      dmin[r] = host::f16_to_f32(w.dmin);
-    }
     panel_block& p = out[b];
-    for (int g = 0; g < 64; ++g)
-      p.w[g] = _mm512_i32gather_epi32(lane_rows, tmp[0] + 4 * g, 1);
-    for (int j = 0; j < 8; ++j)
-      p.sc[j] = _mm512_load_si512(sc[j]);
-    for (int q = 0; q < 4; ++q)
-      p.mn[q] = _mm512_or_si512(
-        _mm512_cvtepu16_epi32(_mm256_load_si256(
-          reinterpret_cast<const __m256i*>(mn[2 * q]))),
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256(
-                            reinterpret_cast<const __m256i*>(mn[2 * q + 1]))),
-                          16));
-    p.d = _mm512_load_ps(d);
-    p.dmin = _mm512_load_ps(dmin);
+    for (std::size_t r = 0; r < n; ++r) {
+      const block_q4_k& w = x[r * nb + b];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sm[r]),
+                         scales_mins_avx2(w.scales));
+      dh[r] = w.d;
+      mh[r] = w.dmin;
+    }
+#pragma GCC unroll 1
+    for (int c = 0; c < 4; ++c) { // dwords 16c .. 16c + 15 of every row
+      __m512i rows[16];
+      for (std::size_t r = 0; r < 16; ++r)
+        rows[r] = r < n ? _mm512_and_si512(
+                            _mm512_srlv_epi16(
+                              _mm512_maskz_broadcast_i64x4(
+                                0xff, _mm256_loadu_si256(
+                                        reinterpret_cast<const __m256i*>(
+                                          x[r * nb + b].qs + 32 * c))),
+                              shift4),
+                            m4z)
+                        : _mm512_setzero_si512();
+      transpose16(rows);
+      for (int k = 0; k < 16; ++k)
+        _mm512_store_si512(&p.w[16 * c + k], rows[k]);
+    }
+    // Dword q of each row: scales 2q | 2q + 1 (q < 4), minimums
+    // 2(q - 4) | 2(q - 4) + 1 (q >= 4), one row per lane.
+    const __m512i low16 = _mm512_set1_epi32(0xffff);
+    for (int q = 0; q < 8; ++q) {
+      const __m512i t =
+        _mm512_i32gather_epi32(lane_rows, &sm[0][2 * q], 1);
+      if (q < 4) {
+        p.sc[2 * q] = _mm512_and_si512(t, low16);
+        p.sc[2 * q + 1] = _mm512_srli_epi32(t, 16);
+      } else {
+        p.mn[q - 4] = t;
+      }
+    }
+    p.d = _mm512_cvtph_ps(
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(dh)));
+    p.dmin = _mm512_cvtph_ps(
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(mh)));
   }
 }
 
@@ -481,7 +516,6 @@ pack_q6_panel(const block_q6_k* x, std::size_t nb, std::size_t n,
   alignas(64) float d[16];
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i m3 = _mm256_set1_epi8(3);
-  const __m512i lane_rows = row_offsets(sizeof tmp[0]);
   for (std::size_t b = 0; b < nb; ++b) {
     for (std::size_t r = 0; r < 16; ++r) {
       if (r >= n) {
@@ -522,11 +556,19 @@ pack_q6_panel(const block_q6_k* x, std::size_t nb, std::size_t n,
       d[r] = host::f16_to_f32(w.d);
     }
     q6_panel_block& p = out[b];
-    for (int c = 0; c < 8; ++c)   // chunk 4h + k
-      for (int l = 0; l < 8; ++l) // bytes 4l..4l+3 of the chunk
-        for (int half = 0; half < 2; ++half)
-          p.w[8 * c + l][half] = _mm512_i32gather_epi32(
-            lane_rows, tmp[0] + 32 * c + 4 * l + 2 * half, 1);
+    // p.w[8c + l][half] is dword 16c + 2l + half of every row (chunk
+    // 4h + k = c, bytes 4l..4l+3 of it): the rows' 128 dwords transposed,
+    // 16 at a time.
+    __m512i* pw = &p.w[0][0];
+#pragma GCC unroll 1
+    for (int c = 0; c < 8; ++c) {
+      __m512i rows[16];
+      for (int r = 0; r < 16; ++r)
+        rows[r] = _mm512_load_si512(tmp[r] + 32 * c);
+      transpose16(rows);
+      for (int k = 0; k < 16; ++k)
+        _mm512_store_si512(pw + 16 * c + k, rows[k]);
+    }
     for (int l = 0; l < 8; ++l)
       p.scp[l] = _mm512_load_si512(scp[l]);
     p.d = _mm512_load_ps(d);
