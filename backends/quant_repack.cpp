@@ -243,10 +243,11 @@ void for_each_panel(std::size_t rows, std::size_t nb, int threads, Pack pack,
 constexpr int panel_width = 6;
 /// Batches smaller than this keep rows8 (a panel is unpacked anew for each
 /// product, which costs more than unpacking each row's blocks for every 4
-/// tokens: batch_step_bench, Q4_K_M 12 x 512, one core, 2026-11-30: 8
-/// tokens 7.9 ms a step through rows8 against 10.3 through panels, 12
-/// about even, 16 13.4 against 15.4).
-constexpr std::size_t panel_min_tokens = 12;
+/// tokens when the tokens are few: batch_step_bench, Q4_K_M 12 x 512, one
+/// core, 2026-11-30, with the transposed panels: 8 tokens 8.4-8.6 ms a step
+/// through rows8 against 8.8-9.1 through panels, 9 tokens 10.8-12.0
+/// against 8.9-11.1, 10 tokens 10.9-11.4 against 9.9-10.0).
+constexpr std::size_t panel_min_tokens = 9;
 
 /// Lane r: r * bytes (the gather offsets of a panel's 16 unpacked rows).
 __attribute__((target("avx512f"))) inline __m512i

@@ -419,7 +419,7 @@ TEST_CASE("repacked Q4_K products are the loaded llama.cpp build's gemm and "
       gemv(sh.k, theirs.data() + i * rows, rows, packed.data(), one.data(), 1,
            sh.rows);
     }
-    // Every path of exo's: AVX-512 VNNI panels (12 tokens and more), AVX2
+    // Every path of exo's: AVX-512 VNNI panels (9 tokens and more), AVX2
     // groups of 8 rows, the portable sums.
     for (auto isa : {host::isa::avx512, host::isa::avx2, host::isa::scalar}) {
       CAPTURE(static_cast<int>(isa));

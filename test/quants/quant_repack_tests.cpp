@@ -18,7 +18,7 @@ using namespace exo::backend::quant;
 TEST_CASE("repacked Q4_K products agree across paths and threads and with "
           "vec_dot",
           "[quant][repack]") {
-  // Rows in 16-row panels (AVX-512 VNNI, batches of 12 or more), groups of
+  // Rows in 16-row panels (AVX-512 VNNI, batches of 9 or more), groups of
   // 8 (AVX2) and rests; tokens in tiles of 6 or 4 and rests; one token.
   struct shape {
     std::size_t rows, k, m;
