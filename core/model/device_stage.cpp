@@ -1061,28 +1061,28 @@ status device_stage::check_kv_blocks() const {
 
 status device_stage::grow_pool(std::uint32_t blocks) {
   const std::uint64_t bb = block_bytes();
-  auto k = ops_.allocate(blocks * bb);
-  if (!k)
-    return k.err();
-  auto v = ops_.allocate(blocks * bb);
-  if (!v) {
-    (void) ops_.free(*k);
-    return v.err();
-  }
-  // The blocks keep their numbers: the old arenas to the start of the new.
-  if (pool_.blocks > 0)
-    for (auto [from, to] : {std::pair{pool_.k, *k}, std::pair{pool_.v, *v}})
-      if (auto st = ops_.copy(from, 0, to, 0, pool_.blocks * bb); !st) {
-        (void) ops_.free(*k);
-        (void) ops_.free(*v);
+  // K's arena, then V's: each old arena goes as soon as its blocks are
+  // copied, so a growth needs room for one new arena beside the pool, not
+  // two. The blocks keep their numbers. A growth that gets K's arena but
+  // not V's keeps the larger K (the rows in its first blocks, as before)
+  // and the pool's count: the next growth finds K grown already.
+  for (auto [arena, room] : {std::pair{&pool_.k, &pool_.k_room},
+                             std::pair{&pool_.v, &pool_.v_room}}) {
+    if (*room >= blocks)
+      continue;
+    auto h = ops_.allocate(blocks * bb);
+    if (!h)
+      return h.err();
+    if (pool_.blocks > 0)
+      if (auto st = ops_.copy(*arena, 0, *h, 0, pool_.blocks * bb); !st) {
+        (void) ops_.free(*h);
         return st;
       }
-  if (pool_.k != 0) {
-    (void) ops_.free(pool_.k);
-    (void) ops_.free(pool_.v);
+    if (*arena != 0)
+      (void) ops_.free(*arena);
+    *arena = *h;
+    *room = blocks;
   }
-  pool_.k = *k;
-  pool_.v = *v;
   // The lowest new block is taken first.
   for (std::uint32_t b = blocks; b-- > pool_.blocks;)
     pool_.free.push_back(static_cast<std::int32_t>(b));
@@ -1133,7 +1133,7 @@ void device_stage::release_blocks(cache& c) {
     (void) ops_.free(pool_.k);
     (void) ops_.free(pool_.v);
     pool_.k = pool_.v = 0;
-    pool_.blocks = 0;
+    pool_.blocks = pool_.k_room = pool_.v_room = 0;
     pool_.refs.clear();
     pool_.free.clear();
   }
@@ -1184,7 +1184,7 @@ void device_stage::trim_pool() {
   pool_.free.clear();
   for (std::uint32_t b = n; b-- > static_cast<std::uint32_t>(next);)
     pool_.free.push_back(static_cast<std::int32_t>(b));
-  pool_.blocks = n;
+  pool_.blocks = pool_.k_room = pool_.v_room = n;
   ++pool_.trims;
 }
 

@@ -540,6 +540,9 @@ private:
   struct block_pool {
     device_handle k = 0, v = 0;
     std::uint32_t blocks = 0;
+    /// The blocks each arena has room for: `blocks`, except after a growth
+    /// that got K's larger arena but not V's (grow_pool).
+    std::uint32_t k_room = 0, v_room = 0;
     std::vector<std::uint32_t> refs;   ///< caches holding each block
     std::vector<std::int32_t> free;    ///< blocks no cache holds
     std::uint64_t copies = 0, grows = 0, trims = 0;

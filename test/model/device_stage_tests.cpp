@@ -1435,10 +1435,33 @@ TEST_CASE("a paged KV cache gives contiguous caches' bits, shares forked "
             != std::string::npos);
       CHECK(*P.n_past(a) == 16);
       REQUIRE(P.check_kv_blocks().ok());
-      pops.allocation_budget = ~std::uint64_t{0};
-      REQUIRE(P.forward(a, 16, x.data(), 16, logits.data()).ok());
+      // One token at position 16 (a block boundary: the blocks hold 16
+      // positions or fewer here, as the failure above shows) needs one
+      // block more. With room for one arena of one block more K's arena
+      // grows (its old one freed once copied), V's cannot: the forward
+      // fails and changes nothing the caches hold.
+      const std::uint64_t one_more = (total + 1) * P.block_bytes();
+      pops.allocation_budget = one_more;
+      REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
+      f = P.forward(a, 16, x.data(), 1, logits.data());
+      REQUIRE_FALSE(f.ok());
+      CHECK(f.err().code == backend::errc::out_of_memory);
+      CHECK(*P.n_past(a) == 16);
+      CHECK(P.kv_blocks().total == total);
+      CHECK(pops.allocation_budget == 0); // K's arena took it
+      REQUIRE(P.check_kv_blocks().ok());
+      // The next growth finds K's arena grown already: room for V's alone
+      // is enough (a growth never needs two new arenas at once).
+      pops.allocation_budget = one_more;
+      REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
+      f = P.forward(a, 16, x.data(), 1, logits.data());
+      INFO((f.ok() ? std::string{} : f.err().message));
+      REQUIRE(f.ok());
+      CHECK(*P.n_past(a) == 17);
+      CHECK(P.kv_blocks().total == total + 1);
       CHECK(P.kv_blocks().grows >= 2);
       REQUIRE(P.check_kv_blocks().ok());
+      pops.allocation_budget = ~std::uint64_t{0};
     }
   }
 }
