@@ -161,6 +161,20 @@ __attribute__((target("avx512f"))) inline __m256i fold512(__m512i v) {
                           _mm512_maskz_extracti64x4_epi64(0xff, v, 1));
 }
 
+/// Sub-blocks 2c and 2c + 1 of a Q4_K block as bytes in 512 bits: the
+/// low nibbles of qs[0..31] (weights 64c .. 64c + 31) in the low half, the
+/// high nibbles (64c + 32 .. 64c + 63) in the high half. `qs`: w.qs + 32c.
+__attribute__((target("avx512f,avx512bw"))) inline __m512i
+nibbles512(const std::uint8_t* qs) {
+  // 16-bit shift counts: 0 in the low half, 4 in the high.
+  const __m512i shift4 = _mm512_mask_blend_epi16(
+    0xffff0000u, _mm512_setzero_si512(), _mm512_set1_epi16(4));
+  const __m512i q4 = _mm512_maskz_broadcast_i64x4(
+    0xff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)));
+  return _mm512_and_si512(_mm512_srlv_epi16(q4, shift4),
+                          _mm512_set1_epi8(0x0F));
+}
+
 #define EXO_ROWS8_NAME rows8_avx2
 #define EXO_ROWS8_TARGET __attribute__((target("avx2,fma,f16c")))
 #define EXO_ROWS8_STEP(s, sc, p) \
@@ -296,10 +310,6 @@ __attribute__((target("avx512f"))) inline void transpose16(__m512i r[16]) {
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) void
 pack_panel(const block_q4_k* x, std::size_t nb, std::size_t n,
            panel_block* out) {
-  const __m512i m4z = _mm512_set1_epi8(0x0F);
-  // 16-bit shift counts: 0 in the low half (low nibbles), 4 in the high.
-  const __m512i shift4 = _mm512_mask_blend_epi16(
-    0xffff0000u, _mm512_setzero_si512(), _mm512_set1_epi16(4));
   // Row r: its 8 scales then its 8 minimums (int16); rows >= n stay zero.
   alignas(64) std::int16_t sm[16][16] = {};
   alignas(32) std::uint16_t dh[16] = {}, mh[16] = {};
@@ -317,14 +327,7 @@ pack_panel(const block_q4_k* x, std::size_t nb, std::size_t n,
     for (int c = 0; c < 4; ++c) { // dwords 16c .. 16c + 15 of every row
       __m512i rows[16];
       for (std::size_t r = 0; r < 16; ++r)
-        rows[r] = r < n ? _mm512_and_si512(
-                            _mm512_srlv_epi16(
-                              _mm512_maskz_broadcast_i64x4(
-                                0xff, _mm256_loadu_si256(
-                                        reinterpret_cast<const __m256i*>(
-                                          x[r * nb + b].qs + 32 * c))),
-                              shift4),
-                            m4z)
+        rows[r] = r < n ? nibbles512(x[r * nb + b].qs + 32 * c)
                         : _mm512_setzero_si512();
       transpose16(rows);
       for (int k = 0; k < 16; ++k)

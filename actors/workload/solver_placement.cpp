@@ -87,15 +87,14 @@ std::uint64_t kv_claim(std::uint64_t kv_bytes_per_token, std::uint32_t n_ctx,
                        const std::vector<std::uint64_t>& held,
                        std::uint32_t block_positions) {
   // In whole blocks: a cache takes a block at its first position.
-  const auto whole = [block_positions](std::uint64_t n) {
-    const std::uint64_t B = std::max<std::uint32_t>(block_positions, 1);
-    return (n + B - 1) / B * B;
-  };
-  const std::uint64_t full = whole(n_ctx);
+  const std::uint64_t full
+    = placement::whole_kv_blocks(n_ctx, block_positions);
   std::uint64_t positions = 0;
   for (std::uint32_t s = 0; s < sequences; ++s) {
     const std::uint64_t h = s < held.size() ? held[s] : 0;
-    positions += full - std::min(whole(h), full);
+    positions += full
+                 - std::min(placement::whole_kv_blocks(h, block_positions),
+                            full);
   }
   return positions * kv_bytes_per_token;
 }

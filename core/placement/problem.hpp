@@ -90,6 +90,15 @@ struct stage_extras {
   std::uint64_t last_stage = 0;
 };
 
+/// `positions` rounded up to whole blocks of `block_positions` (0: as
+/// they are): what a paged KV cache takes for them.
+inline std::uint64_t whole_kv_blocks(std::uint64_t positions,
+                                     std::uint32_t block_positions) noexcept {
+  if (block_positions == 0)
+    return positions;
+  return (positions + block_positions - 1) / block_positions * block_positions;
+}
+
 /// What is being served.
 struct request {
   /// Tokens of context the KV cache must hold.
@@ -105,10 +114,7 @@ struct request {
   /// The positions each sequence's KV cache holds at its fullest:
   /// context_length, rounded up to whole blocks.
   std::uint64_t kv_positions() const noexcept {
-    if (kv_block_positions == 0)
-      return context_length;
-    return (context_length + kv_block_positions - 1) / kv_block_positions
-           * kv_block_positions;
+    return whole_kv_blocks(context_length, kv_block_positions);
   }
 };
 
