@@ -253,6 +253,15 @@ void for_each_panel(std::size_t rows, std::size_t nb, int threads, Pack pack,
     });
 }
 
+/// Asks for the `rows` rows of `row_bytes` each at `p` in this core's L2
+/// (the next panel's weights, while this one's tokens run).
+inline void prefetch_rows(const void* p, std::size_t rows,
+                          std::size_t row_bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (std::size_t off = 0; off < rows * row_bytes; off += 64)
+    _mm_prefetch(c + off, _MM_HINT_T1);
+}
+
 /// Tokens the VNNI path takes per pass over a panel (registers: 4 per token).
 constexpr int panel_width = 6;
 /// Batches smaller than this keep rows8 (a panel is unpacked anew for each
@@ -470,6 +479,9 @@ void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
     rows, nb, threads,
     [&](panel_block* buf, std::size_t r0, std::size_t n) {
       pack_panel(x + r0 * nb, nb, n, buf);
+      if (r0 + 16 < rows)
+        prefetch_rows(x + (r0 + 16) * nb, std::min<std::size_t>(16, rows - r0 - 16),
+                      nb * sizeof(block_q4_k));
     },
     [&](const panel_block* buf, std::size_t r0, __mmask16 mask) {
       // Tokens [0, mg) in the gemm's order, the rest in the gemv's.
@@ -708,6 +720,9 @@ void matmul_q6_k_panels(const void* w, std::size_t rows, std::size_t k,
     rows, nb, threads,
     [&](q6_panel_block* buf, std::size_t r0, std::size_t n) {
       pack_q6_panel(x + r0 * nb, nb, n, buf);
+      if (r0 + 16 < rows)
+        prefetch_rows(x + (r0 + 16) * nb, std::min<std::size_t>(16, rows - r0 - 16),
+                      nb * sizeof(block_q6_k));
     },
     [&](const q6_panel_block* buf, std::size_t r0, __mmask16 mask) {
       for (std::size_t t0 = 0; t0 < m; t0 += q6_panel_width) {
