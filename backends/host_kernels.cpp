@@ -9,6 +9,8 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #if defined(_OPENMP)
 #  include <omp.h>
 #endif
@@ -1430,6 +1432,48 @@ bool have_vnni() noexcept {
                           && __builtin_cpu_supports("avx512bw")
                           && __builtin_cpu_supports("avx512vl");
   return yes && have_avx512();
+}
+
+namespace {
+
+std::atomic<bool> amx_allowed{true};
+
+/// CPUID.(7,0): EDX bits 24 (AMX-TILE) and 25 (AMX-INT8), ECX bit 1
+/// (AVX-512 VBMI); XCR0 bits 17 and 18 (the OS saves the tile state); then
+/// the kernel's permission for this process's tile data (Linux 5.16+:
+/// arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)), which it refuses
+/// where a thread's alternate signal stack is too small for the state.
+bool cpu_grants_amx() noexcept {
+#if defined(__linux__) && defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0)
+    return false;
+  if ((d & (1u << 24)) == 0 || (d & (1u << 25)) == 0 || (c & (1u << 1)) == 0)
+    return false;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0 || (c & (1u << 27)) == 0)
+    return false; // no OSXSAVE: xgetbv would fault
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17))
+    return false;
+  constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+  return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata)
+         == 0;
+#else
+  return false;
+#endif
+}
+
+} // namespace
+
+bool have_amx() noexcept {
+  static const bool granted = cpu_grants_amx();
+  return granted && amx_allowed.load(std::memory_order_relaxed)
+         && have_vnni();
+}
+
+void allow_amx(bool allowed) noexcept {
+  amx_allowed.store(allowed, std::memory_order_relaxed);
 }
 
 // -- checks and sizes -------------------------------------------------------

@@ -117,6 +117,16 @@ isa widest_isa() noexcept;
 /// VL): the CPU has them and limit_isa allows AVX-512.
 bool have_vnni() noexcept;
 
+/// Whether the kernels may use AMX's int8 tiles (tdpbusd; Sapphire Rapids
+/// and later): have_vnni(), the CPU has AMX-TILE, AMX-INT8 and AVX-512
+/// VBMI, the kernel granted this process the tile state (Linux's
+/// ARCH_REQ_XCOMP_PERM, asked once), and allow_amx has not turned them off.
+bool have_amx() noexcept;
+
+/// Lets the kernels use AMX tiles where the CPU has them (the default) or
+/// not (tests: the AVX-512 VNNI paths give the same bits).
+void allow_amx(bool allowed) noexcept;
+
 // -- the operations of a Llama layer ----------------------------------------
 
 /// C[m x n] = A[m x k] * W^T, W stored [n x k] encoded as t (row-major rows

@@ -197,12 +197,14 @@ nibbles512(const std::uint8_t* qs) {
 #undef EXO_ROWS8_STEP
 #undef EXO_ROWS8_WIDE
 
-// GCC 12's _mm512_cvtepi32_ps passes _mm512_undefined_ps() as its unused
-// merge operand, which -Wmaybe-uninitialized reports at every use.
+// GCC 12's _mm512_cvtepi32_ps (and unpacks) pass _mm512_undefined_*() as
+// their unused merge operand, which -Wmaybe-uninitialized (and, inlined
+// into the AMX kernels, -Wuninitialized) reports at every use.
 #pragma GCC diagnostic push
 #if !defined(__clang__) // a GCC warning clang does not know
 #  pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 /// The AVX-512 VNNI path for batches (prefill): a panel of 16 rows is
 /// unpacked once into lanes (lane r = row r: each dword holds 4 consecutive
@@ -660,6 +662,8 @@ void q6_panel_tokens_vnni(const q6_panel_block* p, std::size_t nb,
   }
 }
 
+#include "backends/quant_repack_amx.inc"
+
 #pragma GCC diagnostic pop
 
 /// rows8_avx2 for n (1..4) tokens.
@@ -819,6 +823,10 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
   const std::size_t mg = q4_k_pair_tokens(m, rows_apart);
   const bool pairs = mg > 0;
 #ifdef EXO_REPACK_X86
+  if (m >= amx_min_tokens && host::have_amx()) {
+    matmul_amx(blocks, rows, nb, q, m, mg, pairs, out, threads);
+    return true;
+  }
   if (m >= panel_min_tokens && host::have_vnni()) {
     matmul_panels(blocks, rows, nb, q, m, mg, pairs, out, threads);
     return true;

@@ -379,7 +379,8 @@ TEST_CASE("repacked Q4_K products are the loaded llama.cpp build's gemm and "
     int rows, k, m;
   };
   for (const shape sh : {shape{24, 512, 8}, shape{64, 2048, 13},
-                         shape{16, 256, 5}, shape{40, 768, 3}}) {
+                         shape{16, 256, 5}, shape{40, 768, 3},
+                         shape{48, 1024, 37}}) {
     CAPTURE(sh.rows, sh.k, sh.m);
     const auto rows = static_cast<std::size_t>(sh.rows);
     const auto k = static_cast<std::size_t>(sh.k);
@@ -419,11 +420,15 @@ TEST_CASE("repacked Q4_K products are the loaded llama.cpp build's gemm and "
       gemv(sh.k, theirs.data() + i * rows, rows, packed.data(), one.data(), 1,
            sh.rows);
     }
-    // Every path of exo's: AVX-512 VNNI panels (9 tokens and more), AVX2
-    // groups of 8 rows, the portable sums.
-    for (auto isa : {host::isa::avx512, host::isa::avx2, host::isa::scalar}) {
-      CAPTURE(static_cast<int>(isa));
-      host::limit_isa(isa);
+    // Every path of exo's: AMX tiles (8 tokens and more, where the CPU
+    // has them), AVX-512 VNNI panels (9 and more), AVX2 groups of 8 rows,
+    // the portable sums.
+    for (int path = 0; path < 4; ++path) {
+      CAPTURE(path);
+      host::allow_amx(path == 0);
+      host::limit_isa(path < 2    ? host::isa::avx512
+                      : path == 2 ? host::isa::avx2
+                                  : host::isa::scalar);
       REQUIRE(matmul_q4_k_repacked(w.data(), rows, k, a.data(), m,
                                    mine.data(), 2)
                 .ok());
@@ -433,5 +438,6 @@ TEST_CASE("repacked Q4_K products are the loaded llama.cpp build's gemm and "
       CHECK(differ == 0);
     }
     host::limit_isa(host::isa::avx512);
+    host::allow_amx(true);
   }
 }

@@ -18,14 +18,19 @@ using namespace exo::backend::quant;
 TEST_CASE("repacked Q4_K products agree across paths and threads and with "
           "vec_dot",
           "[quant][repack]") {
-  // Rows in 16-row panels (AVX-512 VNNI, batches of 9 or more), groups of
-  // 8 (AVX2) and rests; tokens in tiles of 6 or 4 and rests; one token.
+  // Rows in 16-row panels (AMX tiles from 8 tokens, AVX-512 VNNI from 9),
+  // groups of 8 (AVX2) and rests; tokens in groups of 16, tiles of 6 or 4
+  // and rests; one token. 17 and 35 tokens: the gemm's tokens and the
+  // gemv's in groups of their own.
   struct shape {
     std::size_t rows, k, m;
   };
+  if (!host::have_amx())
+    WARN("this CPU (or kernel) gives no AMX tiles: their path is not run");
   for (const shape sh : {shape{20, 512, 9}, shape{40, 768, 13},
                          shape{8, 256, 8}, shape{24, 512, 3},
-                         shape{16, 256, 1}}) {
+                         shape{16, 256, 1}, shape{36, 512, 17},
+                         shape{16, 1024, 35}}) {
     CAPTURE(sh.rows, sh.k, sh.m);
     const std::size_t rows = sh.rows, k = sh.k, m = sh.m;
     std::mt19937 rng(static_cast<unsigned>(5 + rows + m));
@@ -44,10 +49,20 @@ TEST_CASE("repacked Q4_K products agree across paths and threads and with "
     CAPTURE(static_cast<int>(steps));
     set_q4_k_gemm(steps);
     std::vector<float> simd(m * rows), avx2(m * rows), scalar(m * rows),
-      two(m * rows), ref(m * rows), apart(m * rows), alone(m * rows);
+      two(m * rows), ref(m * rows), apart(m * rows), alone(m * rows),
+      vnni(m * rows), vnni_apart(m * rows);
     REQUIRE(
       matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, simd.data(), 1)
         .ok());
+    host::allow_amx(false);
+    REQUIRE(
+      matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, vnni.data(), 1)
+        .ok());
+    REQUIRE(matmul_q4_k_repacked(w.data(), rows, k, a.data(), m,
+                                 vnni_apart.data(), 1, true)
+              .ok());
+    host::allow_amx(true);
+    CHECK(simd == vnni);
     REQUIRE(
       matmul_q4_k_repacked(w.data(), rows, k, a.data(), m, two.data(), 2)
         .ok());
@@ -80,6 +95,7 @@ TEST_CASE("repacked Q4_K products agree across paths and threads and with "
                                  apart.data(), 1, true)
               .ok());
     CHECK(apart == alone);
+    CHECK(vnni_apart == alone);
     const std::size_t mg = m >= 4 ? m - m % 4 : 0;
     std::size_t gemm_differs = 0;
     for (std::size_t i = 0; i < m * rows; ++i) {
