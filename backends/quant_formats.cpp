@@ -2185,6 +2185,13 @@ result<bool> matmul_quant(const void* w, ggml_type t, std::size_t rows,
   const auto* wbytes = static_cast<const std::uint8_t*>(w);
   host::for_each_index(static_cast<long>(rows), threads, [&](long r) {
     const std::uint8_t* row = wbytes + static_cast<std::size_t>(r) * rb;
+    // The row after next into L2: the hardware prefetchers alone keep
+    // too few lines in flight for a weight stream from DRAM (Q6_K, 32
+    // matrices of 8192 x 2048, one core: one token 8.1 -> 11.7 GB/s, four
+    // 5.7 -> 7.9).
+    if (static_cast<std::size_t>(r) + 2 < rows)
+      for (std::size_t off = 0; off < rb; off += 64)
+        __builtin_prefetch(row + 2 * rb + off, 0, 2);
     if (simd && t == ggml_type::q6_k && m > 1) {
       // Tokens 4 at a time: each row's weights unpacked once per tile.
       for (std::size_t i0 = 0; i0 < m; i0 += 4) {

@@ -256,12 +256,35 @@ void for_each_panel(std::size_t rows, std::size_t nb, int threads, Pack pack,
 }
 
 /// Asks for the `rows` rows of `row_bytes` each at `p` in this core's L2
-/// (the next panel's weights, while this one's tokens run).
+/// (a group of rows the kernel reads soon).
 inline void prefetch_rows(const void* p, std::size_t rows,
                           std::size_t row_bytes) {
   const char* c = static_cast<const char*>(p);
   for (std::size_t off = 0; off < rows * row_bytes; off += 64)
     _mm_prefetch(c + off, _MM_HINT_T1);
+}
+
+/// Rows a panel's packing asks for ahead: those of the panel after next
+/// (rows r0 + 32 .. r0 + 47 of `rows`), or none.
+inline std::size_t panel_ahead(std::size_t r0, std::size_t rows) {
+  return r0 + 32 < rows ? std::min<std::size_t>(16, rows - r0 - 32) : 0;
+}
+
+/// Block b of each of the `ahead` rows 32 panel rows on from x (a panel's
+/// first row; nb blocks a row) into L2: packing a panel block by block
+/// asks for the panel after next's, so the weights stream from DRAM while
+/// the tokens run (each of 16 rows is its own short stream, which the
+/// hardware prefetchers pick up late). Q6_K from DRAM, 8192 x 2048
+/// matrices, one core, 9 tokens: 188 ms per 440 MB with a panel's
+/// rows asked for at its start, ... with this.
+template <class Block>
+inline void prefetch_panel_block(const Block* x, std::size_t nb,
+                                 std::size_t b, std::size_t ahead) {
+  for (std::size_t r = 0; r < ahead; ++r) {
+    const char* c = reinterpret_cast<const char*>(x + (32 + r) * nb + b);
+    for (std::size_t off = 0; off < sizeof(Block); off += 64)
+      _mm_prefetch(c + off, _MM_HINT_T1);
+  }
 }
 
 /// Tokens the VNNI path takes per pass over a panel (registers: 4 per token).
@@ -273,6 +296,15 @@ constexpr int panel_width = 6;
 /// through rows8 against 8.8-9.1 through panels, 9 tokens 10.8-12.0
 /// against 8.9-11.1, 10 tokens 10.9-11.4 against 9.9-10.0).
 constexpr std::size_t panel_min_tokens = 9;
+
+/// Batches from which Q6_K goes through panels: below, each row's blocks
+/// unpacked once per 4 tokens (dot_q6_k_tokens) cost less than a panel
+/// unpacked per product, also from DRAM, where those tokens read the
+/// weights m / 4 times (one core, 2026-12-01, Q6_K 8192 x 2048, ms a
+/// product, panels against rows: in L3 9 tokens 8.1 / 4.1 (8), 16 10.5 /
+/// 6.8, 32 14.4 / 13.2, 64 23.3 / 22.7, 128 38.0 / 57.2; from DRAM, 16
+/// matrices: 32 tokens 192 / 178, 64 316 / 360).
+constexpr std::size_t q6_panel_min_tokens = 48;
 
 /// Lane r: r * bytes (the gather offsets of a panel's 16 unpacked rows).
 __attribute__((target("avx512f"))) inline __m512i
@@ -320,12 +352,13 @@ __attribute__((target("avx512f"))) inline void transpose16(__m512i r[16]) {
 /// rows8 converts them.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) void
 pack_panel(const block_q4_k* x, std::size_t nb, std::size_t n,
-           panel_block* out) {
+           std::size_t ahead, panel_block* out) {
   // Row r: its 8 scales then its 8 minimums (int16); rows >= n stay zero.
   alignas(64) std::int16_t sm[16][16] = {};
   alignas(32) std::uint16_t dh[16] = {}, mh[16] = {};
   const __m512i lane_rows = row_offsets(sizeof sm[0]);
   for (std::size_t b = 0; b < nb; ++b) {
+    prefetch_panel_block(x, nb, b, ahead);
     panel_block& p = out[b];
     for (std::size_t r = 0; r < n; ++r) {
       const block_q4_k& w = x[r * nb + b];
@@ -480,10 +513,7 @@ void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
   for_each_panel<panel_block>(
     rows, nb, threads,
     [&](panel_block* buf, std::size_t r0, std::size_t n) {
-      pack_panel(x + r0 * nb, nb, n, buf);
-      if (r0 + 16 < rows)
-        prefetch_rows(x + (r0 + 16) * nb, std::min<std::size_t>(16, rows - r0 - 16),
-                      nb * sizeof(block_q4_k));
+      pack_panel(x + r0 * nb, nb, n, panel_ahead(r0, rows), buf);
     },
     [&](const panel_block* buf, std::size_t r0, __mmask16 mask) {
       // Tokens [0, mg) in the gemm's order, the rest in the gemv's.
@@ -528,13 +558,14 @@ constexpr int q6_panel_width = 3;
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) void
 pack_q6_panel(const block_q6_k* x, std::size_t nb, std::size_t n,
-              q6_panel_block* out) {
+              std::size_t ahead, q6_panel_block* out) {
   alignas(64) std::int16_t tmp[16][256];
   alignas(64) std::int32_t scp[8][16];
   alignas(64) float d[16];
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i m3 = _mm256_set1_epi8(3);
   for (std::size_t b = 0; b < nb; ++b) {
+    prefetch_panel_block(x, nb, b, ahead);
     for (std::size_t r = 0; r < 16; ++r) {
       if (r >= n) {
         std::memset(tmp[r], 0, sizeof tmp[r]);
@@ -691,7 +722,7 @@ void rows8(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
 
 bool q6_k_panels(std::size_t m) noexcept {
 #ifdef EXO_REPACK_X86
-  return m >= panel_min_tokens && host::have_vnni();
+  return m >= q6_panel_min_tokens && host::have_vnni();
 #else
   (void)m;
   return false;
@@ -723,10 +754,7 @@ void matmul_q6_k_panels(const void* w, std::size_t rows, std::size_t k,
   for_each_panel<q6_panel_block>(
     rows, nb, threads,
     [&](q6_panel_block* buf, std::size_t r0, std::size_t n) {
-      pack_q6_panel(x + r0 * nb, nb, n, buf);
-      if (r0 + 16 < rows)
-        prefetch_rows(x + (r0 + 16) * nb, std::min<std::size_t>(16, rows - r0 - 16),
-                      nb * sizeof(block_q6_k));
+      pack_q6_panel(x + r0 * nb, nb, n, panel_ahead(r0, rows), buf);
     },
     [&](const q6_panel_block* buf, std::size_t r0, __mmask16 mask) {
       for (std::size_t t0 = 0; t0 < m; t0 += q6_panel_width) {
@@ -841,6 +869,14 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
     const std::size_t r0 = static_cast<std::size_t>(g) * 8;
     const std::size_t n = std::min<std::size_t>(8, rows - r0);
 #ifdef EXO_REPACK_X86
+    // Each row of a group is its own short stream, which the hardware
+    // prefetchers pick up late: ask for the group after next (one token,
+    // 32 matrices of 8192 x 2048 from DRAM: 7.2 -> 8.1 GB/s; 9-10 GB/s
+    // from L3, the kernel's own pace).
+    if (r0 + 16 < rows)
+      prefetch_rows(blocks + (r0 + 16) * nb,
+                    std::min<std::size_t>(8, rows - r0 - 16),
+                    nb * sizeof(block_q4_k));
     if (simd && n == 8) {
       float tmp[4][8];
       for (std::size_t t0 = 0; t0 < m;) {

@@ -56,10 +56,11 @@ std::size_t q4_k_pair_tokens(std::size_t m, bool rows_apart) noexcept;
 /// m >= 4 the first m - m % 4 tokens take the gemm's steps
 /// (q4_k_gemm_here), the others the gemv's; rows_apart: every token the
 /// gemv's, as alone. Rows split over `threads` (results do not depend on
-/// it). Batches of 9 or more tokens on a CPU with AVX-512
-/// VNNI go through 16-row panels unpacked once per call (rows in lanes,
-/// vpdpbusd), fewer tokens through 8-row groups (AVX2); every path gives
-/// the same bits. Refuses null pointers and k not a whole number of
+/// it). Batches of 8 or more tokens on a CPU with AMX go through 16-row
+/// panels on its int8 tiles (host::have_amx), of 9 or more on a CPU with
+/// AVX-512 VNNI through 16-row panels unpacked once per call (rows in
+/// lanes, vpdpbusd), fewer tokens through 8-row groups (AVX2); every path
+/// gives the same bits. Refuses null pointers and k not a whole number of
 /// blocks.
 result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
                                   std::size_t k, const float* a,
@@ -67,7 +68,7 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
                                   bool rows_apart = false);
 
 /// Whether matmul_quant sends a Q6_K product of m tokens to
-/// matmul_q6_k_panels here (a batch of 9 or more, AVX-512 VNNI).
+/// matmul_q6_k_panels here (a batch of 48 or more, AVX-512 VNNI).
 bool q6_k_panels(std::size_t m) noexcept;
 
 /// out[t * rows + r] = vec_dot_q6_K_q8_K(row r of W, token t) with the

@@ -18,9 +18,15 @@
 // memory printed shows what the sequences hold against their contexts),
 // EXO_BENCH_SHAPE=1b (a Llama-3.2-1B-shaped model instead: 16 layers,
 // 2048 wide, ff 8192, 32/8 heads, vocabulary 128256; weights far larger
-// than the caches, as any real model's).
+// than the caches, as any real model's), EXO_BENCH_AMX=both (each batch
+// size also without AMX tiles, alternating with it step by step; where
+// the CPU has none both rows are the same path), EXO_BENCH_PREFILL=N
+// (also times an N-token prompt into a fresh cache, 5 times, with AMX
+// tiles and, with EXO_BENCH_AMX=both, without), EXO_BENCH_MODEL_DIR=DIR
+// (keeps the generated model there and loads it on the next run).
 
 #include "backends/factory/factory.hpp"
+#include "backends/host_kernels.hpp"
 #include "core/model/device_stage.hpp"
 #include "core/model/llama_model.hpp"
 #include "core/model/test_model.hpp"
@@ -50,9 +56,14 @@ int kv_block = -1;
 /// prompt instead of reading its own.
 bool shared_prompt = false;
 std::vector<std::uint32_t> batches = {1, 2, 4, 8, 16};
+/// EXO_BENCH_AMX=both: every batch size with and without AMX tiles.
+bool amx_both = false;
+/// EXO_BENCH_PREFILL: tokens of the timed prompt (0: none).
+std::uint32_t prefill = 0;
 
 struct batch_path {
   std::uint32_t b = 1;
+  bool amx = true; ///< AMX tiles allowed (where the CPU has them)
   std::vector<model::cache_id> caches;
   std::vector<model::device_stage::segment> segs;
   std::vector<float> x, logits;
@@ -94,9 +105,19 @@ int run_type(const char* type, int steps) {
   }
   o.type = ft.base;
   o.mix = ft.kind;
-  model::make_test_model(o, path);
+  // EXO_BENCH_MODEL_DIR: keep the generated file there and use it again
+  // (the 1B shape takes minutes to make); by shape and type.
+  const char* keep = std::getenv("EXO_BENCH_MODEL_DIR");
+  if (keep)
+    path = (std::filesystem::path(keep)
+            / ("batch-bench-" + std::to_string(o.layers) + "x"
+               + std::to_string(o.dim) + "-" + type + ".gguf"))
+             .string();
+  if (!keep || !std::filesystem::exists(path))
+    model::make_test_model(o, path);
   auto m = model::llama_model::load(path);
-  std::filesystem::remove(path); // mapped: the pages stay
+  if (!keep)
+    std::filesystem::remove(path); // mapped: the pages stay
   auto& hp = m->hparams();
   backend::factory_options fo;
   fo.use_environment = false;
@@ -118,9 +139,11 @@ int run_type(const char* type, int steps) {
   }
   auto& stage = **st;
   std::vector<batch_path> paths;
-  for (auto b : batches) {
+  for (std::size_t bi = 0; bi < batches.size() * (amx_both ? 2 : 1); ++bi) {
+    const auto b = batches[bi % batches.size()];
     batch_path p;
     p.b = b;
+    p.amx = bi < batches.size();
     for (std::uint32_t s = 0; s < b; ++s) {
       if (shared_prompt && s > 0) {
         // The first sequence's prompt, forked (shared blocks when paged).
@@ -186,6 +209,7 @@ int run_type(const char* type, int steps) {
       std::vector<std::int32_t> toks(p.b);
       for (std::uint32_t s = 0; s < p.b; ++s)
         toks[s] = static_cast<std::int32_t>((31 * i + 5 * s + 3) % hp.n_vocab);
+      backend::host::allow_amx(p.amx);
       auto t0 = clock_type::now();
       (void)stage.embed(toks.data(), p.b, p.x.data());
       auto ok = p.b == 1 ? stage.forward(p.caches[0], p.segs[0].pos,
@@ -208,8 +232,49 @@ int run_type(const char* type, int steps) {
   for (auto& p : paths) {
     const double t = median(p.times);
     std::printf("  %2u sequences per step: %7.3f ms per step, %7.1f tokens/s "
-                "(%.2fx one sequence)\n",
-                p.b, t * 1e3, p.b / t, (p.b / t) / (1.0 / one));
+                "(%.2fx one sequence)%s\n",
+                p.b, t * 1e3, p.b / t, (p.b / t) / (1.0 / one),
+                !amx_both ? "" : p.amx ? ", AMX" : ", no AMX");
+  }
+  backend::host::allow_amx(true);
+  if (prefill > 0) {
+    // An N-token prompt into a fresh cache, in pieces of a step's most
+    // tokens; with and without AMX alternating.
+    std::vector<std::int32_t> toks(prefill);
+    for (std::uint32_t i = 0; i < prefill; ++i)
+      toks[i] = static_cast<std::int32_t>((11 * i + 7) % hp.n_vocab);
+    std::vector<double> t_amx, t_no;
+    for (int rep = 0; rep < 5; ++rep)
+      for (int with = 1; with >= (amx_both ? 0 : 1); --with) {
+        backend::host::allow_amx(with != 0);
+        auto c = stage.new_cache(prefill + 1);
+        if (!c) {
+          std::printf("error: %s\n", c.err().to_string().c_str());
+          return 1;
+        }
+        auto t0 = clock_type::now();
+        for (std::uint32_t p0 = 0; p0 < prefill; p0 += so.max_tokens) {
+          const std::uint32_t n = std::min(so.max_tokens, prefill - p0);
+          std::vector<float> x(std::size_t{n} * hp.n_embd),
+            logits(hp.n_vocab);
+          (void)stage.embed(toks.data() + p0, n, x.data());
+          if (!stage.forward(*c, p0, x.data(), n, logits.data()))
+            return 1;
+        }
+        (with ? t_amx : t_no)
+          .push_back(std::chrono::duration<double>(clock_type::now() - t0)
+                       .count());
+        (void)stage.drop_cache(*c);
+      }
+    backend::host::allow_amx(true);
+    std::printf("  %u-token prompt (pieces of %u): %.1f ms, %.1f tokens/s%s\n",
+                prefill, so.max_tokens, median(t_amx) * 1e3,
+                prefill / median(t_amx), amx_both ? ", AMX" : "");
+    if (amx_both)
+      std::printf("  %u-token prompt (pieces of %u): %.1f ms, %.1f tokens/s, "
+                  "no AMX\n",
+                  prefill, so.max_tokens, median(t_no) * 1e3,
+                  prefill / median(t_no));
   }
   return 0;
 }
@@ -237,6 +302,10 @@ int main(int argc, char** argv) {
   if (const char* n = std::getenv("EXO_BENCH_KV_BLOCK")) // 0: contiguous
     kv_block = std::max(0, std::atoi(n));
   shared_prompt = std::getenv("EXO_BENCH_SHARED_PROMPT") != nullptr;
+  if (const char* a = std::getenv("EXO_BENCH_AMX"))
+    amx_both = std::string{a} == "both";
+  if (const char* n = std::getenv("EXO_BENCH_PREFILL"))
+    prefill = static_cast<std::uint32_t>(std::max(0, std::atoi(n)));
   if (const char* n = std::getenv("EXO_BENCH_CTX"))
     n_ctx = static_cast<std::uint32_t>(std::max(1, std::atoi(n)));
   for (const char* t : {"f32", "q4_k_m"})

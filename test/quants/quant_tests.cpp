@@ -165,10 +165,10 @@ TEST_CASE("the portable and SIMD dot products give the same bits") {
 }
 
 TEST_CASE("matmul_quant is the row-by-row dot product on any thread count") {
-  // Token tiles of 4 and 2; with 13 tokens, the AVX-512 VNNI panels of
-  // Q4_K and Q6_K (16 rows, a masked rest of 5).
+  // Token tiles of 4 and 2; with 50 tokens, the AVX-512 VNNI panels of
+  // Q6_K (16 rows, a masked rest of 5; from 48 tokens).
   const std::size_t rows = 37, k = 512;
-  for (const std::size_t m : {std::size_t{6}, std::size_t{13}})
+  for (const std::size_t m : {std::size_t{6}, std::size_t{13}, std::size_t{50}})
   for (ggml_type t : weight_formats) {
     INFO(name(t) << ", " << m << " tokens");
     auto a = gaussian(m * k, 99);
