@@ -420,9 +420,9 @@ TEST_CASE("repacked Q4_K products are the loaded llama.cpp build's gemm and "
       gemv(sh.k, theirs.data() + i * rows, rows, packed.data(), one.data(), 1,
            sh.rows);
     }
-    // Every path of exo's: AMX tiles (8 tokens and more, where the CPU
-    // has them), AVX-512 VNNI panels (9 and more), AVX2 groups of 8 rows,
-    // the portable sums.
+    // Every path of exo's: AMX tiles (8 tokens and more where the CPU has
+    // them, not for the gemm's steps by pair), AVX-512 VNNI panels (9 and
+    // more), AVX2 groups of 8 rows, the portable sums.
     for (int path = 0; path < 4; ++path) {
       CAPTURE(path);
       host::allow_amx(path == 0);
@@ -438,6 +438,29 @@ TEST_CASE("repacked Q4_K products are the loaded llama.cpp build's gemm and "
       CHECK(differ == 0);
     }
     host::limit_isa(host::isa::avx512);
+    host::allow_amx(true);
+    // Rows apart (a decode batch: each token as alone) is llama.cpp's
+    // gemv for every token; from 8 tokens on the AMX tiles where the CPU
+    // has them (they take no gemm steps by pair), else the VNNI panels.
+    std::vector<float> gemv_all(m * rows);
+    for (std::size_t i = 0; i < m; ++i) {
+      std::vector<std::uint8_t> one(sizeof(block_q8_k) * nb);
+      o.get_type_traits_cpu(id(ggml_type::q8_k))
+        ->from_float(a.data() + i * k, one.data(), sh.k);
+      gemv(sh.k, gemv_all.data() + i * rows, rows, packed.data(), one.data(),
+           1, sh.rows);
+    }
+    for (const bool amx : {true, false}) {
+      CAPTURE(amx);
+      host::allow_amx(amx);
+      REQUIRE(matmul_q4_k_repacked(w.data(), rows, k, a.data(), m,
+                                   mine.data(), 2, true)
+                .ok());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < mine.size(); ++i)
+        differ += std::memcmp(&mine[i], &gemv_all[i], 4) != 0;
+      CHECK(differ == 0);
+    }
     host::allow_amx(true);
   }
 }
