@@ -18,7 +18,7 @@ using namespace exo::backend::quant;
 TEST_CASE("repacked Q4_K products agree across paths and threads and with "
           "vec_dot",
           "[quant][repack]") {
-  // Rows in 16-row panels (AMX tiles from 8 tokens, AVX-512 VNNI from 9),
+  // Rows in 16-row panels (AMX tiles from 12 tokens, AVX-512 VNNI from 9),
   // groups of 8 (AVX2) and rests; tokens in groups of 16, tiles of 6 or 4
   // and rests; one token. 17 and 35 tokens: the gemm's tokens and the
   // gemv's in groups of their own.
