@@ -40,6 +40,12 @@ bool cpu_has_f16c() noexcept {
   return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
 }
 
+bool cpu_has_clflushopt() noexcept {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0
+         && (b & (1u << 23)) != 0;
+}
+
 
 namespace {
 /// The widest instruction set the kernels may use (limit_isa).
