@@ -275,10 +275,11 @@ inline std::size_t panel_ahead(std::size_t r0, std::size_t rows) {
 /// first row; nb blocks a row) into L2: packing a panel block by block
 /// asks for the panel after next's, so the weights stream from DRAM while
 /// the tokens run (each of 16 rows is its own short stream, which the
-/// hardware prefetchers pick up late). On the AMX path, 1B-shaped
-/// Q4_K_M, 8 sequences: 176-182 ms a step against 220-258 with the next
-/// panel asked for whole at its start (single runs, a noisy VM); the
-/// Q6_K panels are bound by their own work either way.
+/// hardware prefetchers pick up late). On the AMX path (then taken from
+/// 8 tokens), 1B-shaped Q4_K_M, 8 sequences: 176-182 ms a step against
+/// 220-258 asking for the next panel whole at its start, in single runs
+/// of an hour when runs moved 30%; the Q6_K panels are bound by their own
+/// work either way.
 template <class Block>
 inline void prefetch_panel_block(const Block* x, std::size_t nb,
                                  std::size_t b, std::size_t ahead) {
