@@ -152,6 +152,14 @@ pair_lanes8(const __m128i v[8], __m256i out[4]) {
   out[3] = _mm256_unpackhi_epi64(t2, t3);
 }
 
+/// How far ahead rows8 asks for the weights it reads, in bytes (24
+/// blocks): in the loop, each block asking for the one 24 on, rather than
+/// a group's 8 rows at once (a burst of up to 576 prefetches that stalls
+/// the loads behind it). Q4_K 8192 x 2048, 32 matrices streamed from
+/// DRAM, one core, three alternating runs: one token 6.0-7.6 GB/s (group
+/// after next, at once) -> 8.1-10.3, four 3.5-5.0 -> 5.2-5.8; nothing
+/// asked for ahead, 6.4 and 4.8.
+constexpr std::size_t rows8_prefetch = 24 * sizeof(block_q4_k);
 /// Super-blocks rows8_avx2 takes per pass (a quarter of them when it keeps
 /// the sums of each pair of sub-blocks apart).
 constexpr std::size_t rows8_chunk = 32;
@@ -254,15 +262,6 @@ void for_each_panel(std::size_t rows, std::size_t nb, int threads, Pack pack,
       sweep(static_cast<const Block*>(buf.get()), r0,
             static_cast<__mmask16>((1u << n) - 1u));
     });
-}
-
-/// Asks for the `rows` rows of `row_bytes` each at `p` in this core's L2
-/// (a group of rows the kernel reads soon).
-inline void prefetch_rows(const void* p, std::size_t rows,
-                          std::size_t row_bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (std::size_t off = 0; off < rows * row_bytes; off += 64)
-    _mm_prefetch(c + off, _MM_HINT_T1);
 }
 
 /// Rows a panel's packing asks for ahead: those of the panel after next
@@ -874,14 +873,6 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
     const std::size_t r0 = static_cast<std::size_t>(g) * 8;
     const std::size_t n = std::min<std::size_t>(8, rows - r0);
 #ifdef EXO_REPACK_X86
-    // Each row of a group is its own short stream, which the hardware
-    // prefetchers pick up late: ask for the group after next (one token,
-    // 32 matrices of 8192 x 2048 from DRAM: 7.2 -> 8.1 GB/s; 9-10 GB/s
-    // from L3, the kernel's own pace).
-    if (r0 + 16 < rows)
-      prefetch_rows(blocks + (r0 + 16) * nb,
-                    std::min<std::size_t>(8, rows - r0 - 16),
-                    nb * sizeof(block_q4_k));
     if (simd && n == 8) {
       float tmp[4][8];
       for (std::size_t t0 = 0; t0 < m;) {
