@@ -237,6 +237,31 @@ std::int32_t pair16(int lo, int hi) {
     | (static_cast<std::uint32_t>(static_cast<std::uint16_t>(hi)) << 16));
 }
 
+/// Pair p of a Q8_K block's sub-block sums as one vpdpwssd operand:
+/// (bs_2p, bs_2p+1), bs_j = bsums[2j] + bsums[2j+1] (the 32 activations of
+/// sub-block j; the minimums' factor).
+std::int32_t bsum_pair(const block_q8_k& y, int p) {
+  const std::int16_t* s = y.bsums;
+  return pair16(s[4 * p] + s[4 * p + 1], s[4 * p + 2] + s[4 * p + 3]);
+}
+
+/// std::free for what aligned_array allocates.
+struct aligned_free {
+  void operator()(void* p) const { std::free(p); }
+};
+
+/// count T's at a 64-byte boundary (the kernels' aligned loads and
+/// stores), uninitialized; std::bad_alloc when there is no room, as a
+/// std::vector would throw.
+template <class T>
+std::unique_ptr<T, aligned_free> aligned_array(std::size_t count) {
+  const std::size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
+  if (!p)
+    throw std::bad_alloc();
+  return std::unique_ptr<T, aligned_free>(static_cast<T*>(p));
+}
+
 /// The 16-row panels of a rows x nb matrix over `threads`: each thread
 /// keeps a 64-byte aligned scratch of nb Blocks, pack(scratch, r0, n)
 /// fills it with rows r0 .. r0 + n - 1, then sweep(scratch, r0, mask)
@@ -244,17 +269,10 @@ std::int32_t pair16(int lo, int hi) {
 template <class Block, class Pack, class Sweep>
 void for_each_panel(std::size_t rows, std::size_t nb, int threads, Pack pack,
                     Sweep sweep) {
-  struct aligned_free {
-    void operator()(Block* p) const { std::free(p); }
-  };
   using scratch = std::unique_ptr<Block, aligned_free>;
   const long panels = static_cast<long>((rows + 15) / 16);
   host::for_each_job(
-    panels, threads,
-    [nb] {
-      return scratch(
-        static_cast<Block*>(std::aligned_alloc(64, nb * sizeof(Block))));
-    },
+    panels, threads, [nb] { return aligned_array<Block>(nb); },
     [&](long pi, scratch& buf) {
       const std::size_t r0 = static_cast<std::size_t>(pi) * 16;
       const std::size_t n = std::min<std::size_t>(16, rows - r0);
@@ -506,12 +524,9 @@ void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
                    std::size_t mg, bool pairs, float* out, int threads) {
   // The minimums' activation sums, paired per super-block.
   std::vector<std::int32_t> bsp(m * nb * 4);
-  for (std::size_t i = 0; i < m * nb; ++i) {
-    const std::int16_t* s = q[i].bsums;
+  for (std::size_t i = 0; i < m * nb; ++i)
     for (int p = 0; p < 4; ++p)
-      bsp[4 * i + p] =
-        pair16(s[4 * p] + s[4 * p + 1], s[4 * p + 2] + s[4 * p + 3]);
-  }
+      bsp[4 * i + p] = bsum_pair(q[i], p);
   for_each_panel<panel_block>(
     rows, nb, threads,
     [&](panel_block* buf, std::size_t r0, std::size_t n) {
