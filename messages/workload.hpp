@@ -236,8 +236,8 @@ typename Inspector::result_type inspect(Inspector& f, step_part& x) {
 /// of them). The first stage embeds `tokens`; every stage reads and writes
 /// `x` (n rows of n_embd floats, n = tokens.size()); the last stage
 /// replies with the logits of the last row of each sequence in `x`
-/// (n_vocab floats each, in order). Bounded by max_chunk_bytes like every
-/// bulk message.
+/// (n_vocab floats each, in order), or with `top_k` candidates of each
+/// (see top_k). Bounded by max_chunk_bytes like every bulk message.
 ///
 /// `parts` empty: every token is sequence `seq`'s, from `pos`. Else the
 /// sequences in row order (distinct, their n adding up to tokens.size(),
@@ -264,12 +264,27 @@ struct stage_step {
   /// sequences: they forget the positions from there on first (drafted
   /// tokens the model did not accept).
   bool rewind = false;
+  /// Not 0: the last stage answers with each row of logits reduced to its
+  /// `top_k` best (model::sampler::top_candidates: larger first, the lower
+  /// token id first among equals), their values in `x` and their token ids
+  /// in `top_ids`, top_k of each per row, instead of whole rows: all a
+  /// sampler reads (model::sampler::candidates), a few bytes instead of
+  /// n_vocab floats a row, so a step of a large-vocabulary model carries
+  /// as many sequences as its activations allow. A row holding a
+  /// non-finite logit is reduced to the first one, top_k times. At most
+  /// max_step_top_k, below the model's n_vocab.
+  std::uint32_t top_k = 0;
+  std::vector<std::int32_t> top_ids;
 };
+
+/// The largest stage_step::top_k a stage accepts.
+constexpr std::uint32_t max_step_top_k = 4096;
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stage_step& x) {
   return wire(f, caf::meta::type_name("exo.stage_step"), x.job, x.seq, x.pos,
-              x.tokens, x.x, x.on_device, x.parts, x.apart, x.rewind);
+              x.tokens, x.x, x.on_device, x.parts, x.apart, x.rewind,
+              x.top_k, x.top_ids);
 }
 
 /// What a shard is: layers [first, last) of a model on one device.

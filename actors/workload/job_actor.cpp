@@ -20,6 +20,14 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+/// A row of logits as the last stage returned it: whole (`ids` empty:
+/// values[t] is token t's), or its best candidates (stage_step::top_k:
+/// ids[i]'s logit is values[i], best first).
+struct logit_row {
+  std::vector<std::int32_t> ids;
+  std::vector<float> values;
+};
+
 struct sequence {
   std::vector<std::int32_t> prompt;
   /// What the pipeline must read before the next token is sampled: the
@@ -112,6 +120,10 @@ struct job_state {
   /// when a step cannot carry them all.
   std::vector<std::vector<std::uint32_t>> groups;
   std::uint32_t step_sequences = 1; ///< the most sequences per step
+  /// What the last stage returns of each row of logits: whole rows (0:
+  /// setup's keep_logits, or a sampler that reads them), else this many
+  /// best candidates (stage_step::top_k).
+  std::uint32_t top_k = 0;
   /// Sequences that may step now though their groups have no step coming
   /// back (a shared prompt read): their groups step (kick_groups).
   std::vector<std::uint32_t> kicked;
@@ -277,12 +289,12 @@ void forget_forks(self_ptr self) {
   }
 }
 
-void take_logits(self_ptr self, std::uint32_t j, std::vector<float>&& logits);
+void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits);
 
-/// Sequence j's n tokens went through: `logits` (n_vocab floats) are its
-/// last row's. Samples its next token when its feed is read.
+/// Sequence j's n tokens went through: `logits_in` are its last row's.
+/// Samples its next token when its feed is read.
 void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
-               std::vector<float>&& logits_in) {
+               logit_row&& logits_in) {
   auto& st = self->state;
   auto& q = st.seqs[j];
   if (st.cancelling || q.stop) { // a token boundary: it stops here
@@ -299,11 +311,13 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
     if (--st.prompts_left == 0)
       st.t_prompts = clock_type::now();
   }
-  if (auto bad = model::sampler::first_non_finite(logits_in.data(),
-                                                   logits_in.size());
-      bad != logits_in.size() && out.size() < st.cfg.n_gen) {
+  const auto& values = logits_in.values;
+  if (auto bad = model::sampler::first_non_finite(values.data(),
+                                                   values.size());
+      bad != values.size() && out.size() < st.cfg.n_gen) {
+    const auto token = logits_in.ids.empty() ? bad : logits_in.ids[bad];
     finish(self, "the model gave a non-finite logit (token "
-                   + std::to_string(bad) + " of sequence " + std::to_string(j)
+                   + std::to_string(token) + " of sequence " + std::to_string(j)
                    + " at position " + std::to_string(q.pos)
                    + "): its weights hold NaN or infinity, or its "
                      "activations overflow");
@@ -336,7 +350,7 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
       s.pos = static_cast<std::uint32_t>(s.prompt.size());
       s.fed = s.feed.size();
       st.result.shared_prompt_tokens += s.prompt.size();
-      take_logits(self, k, std::vector<float>(logits_in));
+      take_logits(self, k, logit_row(logits_in));
       if (!s.done) {
         s.fork_pending = true;
         ++q.holds;
@@ -347,9 +361,41 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
     take_logits(self, j, std::move(logits_in));
 }
 
+/// Whether the last stage's answer `r` holds `rows` rows of logits as a
+/// step with `top_k` asked for (whole rows of n_vocab when 0): "" or what
+/// is wrong (a peer is not trusted with sizes or token ids).
+std::string check_answer(const stage_step& r, std::size_t rows,
+                         std::uint32_t top_k, std::size_t n_vocab) {
+  const std::size_t width = top_k == 0 ? n_vocab : top_k;
+  if (r.x.size() != rows * width)
+    return "the last stage sent " + std::to_string(r.x.size())
+           + " logits, expected " + std::to_string(rows * width);
+  if (top_k == 0)
+    return {};
+  if (r.top_ids.size() != rows * width)
+    return "the last stage sent " + std::to_string(r.top_ids.size())
+           + " candidate token ids, expected " + std::to_string(rows * width);
+  for (auto id : r.top_ids)
+    if (id < 0 || static_cast<std::size_t>(id) >= n_vocab)
+      return "the last stage sent candidate token " + std::to_string(id)
+             + ", outside the vocabulary of " + std::to_string(n_vocab);
+  return {};
+}
+
+/// Row i of a checked answer (check_answer).
+logit_row row_of(const stage_step& r, std::size_t i, std::uint32_t top_k,
+                 std::size_t n_vocab) {
+  logit_row row;
+  const std::size_t width = top_k == 0 ? n_vocab : top_k;
+  row.values.assign(r.x.begin() + i * width, r.x.begin() + (i + 1) * width);
+  if (top_k != 0)
+    row.ids.assign(r.top_ids.begin() + i * width,
+                   r.top_ids.begin() + (i + 1) * width);
+  return row;
+}
+
 /// Samples sequence j's next token from `logits_in` (its last row's).
-void take_logits(self_ptr self, std::uint32_t j,
-                 std::vector<float>&& logits_in) {
+void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits_in) {
   auto& st = self->state;
   auto& q = st.seqs[j];
   auto& out = st.result.tokens[j];
@@ -357,13 +403,18 @@ void take_logits(self_ptr self, std::uint32_t j,
     sequence_done(self, j);
     return;
   }
-  st.result.logits[j] = std::move(logits_in);
-  auto& logits = st.result.logits[j];
+  if (logits_in.ids.empty())
+    st.result.logits[j] = std::move(logits_in.values);
+  const auto& logits =
+    logits_in.ids.empty() ? st.result.logits[j] : logits_in.values;
   if (out.size() >= st.cfg.n_gen) {
     sequence_done(self, j);
     return;
   } else {
-    auto id = q.smp->sample(logits.data(), logits.size());
+    auto id = logits_in.ids.empty()
+                ? q.smp->sample(logits.data(), logits.size())
+                : q.smp->sample_top(logits_in.ids.data(), logits.data(),
+                                    logits.size());
     out.push_back(id);
     ++st.result.generated_tokens;
     auto now = clock_type::now();
@@ -496,7 +547,8 @@ void send_step(self_ptr self, std::size_t g) {
       n = std::min(q.feed.size() - q.fed, budget);
       if (s.apart) // a row of logits each: the last stage's bound
         n = std::min<std::size_t>(
-          n, workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab));
+          n, workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab,
+                                          st.top_k));
     }
     if (q.fed < q.feed.size()) {
       s.tokens.insert(s.tokens.end(), q.feed.begin() + q.fed,
@@ -530,14 +582,16 @@ void send_step(self_ptr self, std::size_t g) {
   auto parts = s.parts;
   if (s.parts.size() == 1 && !forks)
     s.parts.clear(); // one sequence: the plain form
+  s.top_k = st.top_k;
   // No timeout on the request itself: the watchdog enforces step_timeout
   // (a CAF request timeout woke the clock thread twice per token).
   auto epoch = st.epoch;
   const bool apart = s.apart;
+  const auto top_k = s.top_k;
   self->request(st.cfg.stages.front(), caf::infinite, forward_atom::value,
                 std::move(s))
     .then(
-      [self, g, parts, epoch, apart](stage_step& r) {
+      [self, g, parts, epoch, apart, top_k](stage_step& r) {
         auto& st = self->state;
         if (epoch != st.epoch || st.finished)
           return; // from a pipeline the job has left
@@ -549,9 +603,8 @@ void send_step(self_ptr self, std::size_t g) {
         std::size_t rows = 0;
         for (auto& p : parts)
           rows += apart ? p.n : 1;
-        if (r.x.size() != rows * v) {
-          finish(self, "the last stage sent " + std::to_string(r.x.size())
-                         + " logits, expected " + std::to_string(rows * v));
+        if (auto why = check_answer(r, rows, top_k, v); !why.empty()) {
+          finish(self, why);
           return;
         }
         std::size_t row = 0;
@@ -562,8 +615,7 @@ void send_step(self_ptr self, std::size_t g) {
           else if (parts[i].fork)
             fork_done(self, parts[i].seq);
           on_logits(self, parts[i].seq, parts[i].n,
-                    std::vector<float>(r.x.begin() + (row - 1) * v,
-                                       r.x.begin() + row * v));
+                    row_of(r, row - 1, top_k, v));
         }
         send_step(self, g);
         kick_groups(self);
@@ -581,9 +633,11 @@ void send_step(self_ptr self, std::size_t g) {
 
 void verify(self_ptr self, std::uint32_t j);
 
-/// The greedy choice of a row of logits (the first of equal maxima).
-std::int32_t argmax(const float* v, std::size_t n) {
-  return static_cast<std::int32_t>(std::max_element(v, v + n) - v);
+/// What a step asks the last stage for when all it needs is each row's
+/// greedy choice: its best candidate (0, whole rows, for a one-token
+/// vocabulary, which stage_step::top_k cannot be below).
+std::uint32_t greedy_top_k(std::size_t n_vocab) {
+  return n_vocab > 1 ? 1 : 0;
 }
 
 /// How many tokens the draft proposes for sequence j this round: a round
@@ -629,13 +683,16 @@ void draft_step(self_ptr self, std::uint32_t j) {
   } else {
     s.tokens.push_back(q.drafted.back()); // its last proposal
   }
+  // Its greedy choice is all the draft's answer needs.
+  s.top_k = greedy_top_k(st.cfg.n_vocab);
+  const auto top_k = s.top_k;
   q.waiting = true;
   q.sent = clock_type::now();
   auto epoch = st.epoch;
   self->request(st.cfg.draft_stages.front(), caf::infinite,
                 forward_atom::value, std::move(s))
     .then(
-      [self, j, epoch](stage_step& r) {
+      [self, j, epoch, top_k](stage_step& r) {
         auto& st = self->state;
         if (epoch != st.epoch || st.finished || !st.speculative)
           return;
@@ -646,14 +703,16 @@ void draft_step(self_ptr self, std::uint32_t j) {
           try_pause(self);
           return;
         }
-        if (r.x.size() != st.cfg.n_vocab)
+        if (!check_answer(r, 1, top_k, st.cfg.n_vocab).empty())
           return drop_draft(self, j);
         q.draft_pos += static_cast<std::uint32_t>(r.tokens.size());
         const std::size_t known =
           q.prompt.size() + st.result.tokens[j].size();
         if (q.draft_pos < known) // more to read
           return draft_step(self, j);
-        q.drafted.push_back(argmax(r.x.data(), r.x.size()));
+        q.drafted.push_back(top_k != 0 ? r.top_ids.front()
+                                       : model::sampler::argmax(
+                                           r.x.data(), r.x.size()));
         if (q.drafted.size() < proposals(st, j))
           return draft_step(self, j);
         verify(self, j);
@@ -690,22 +749,23 @@ void verify(self_ptr self, std::uint32_t j) {
   s.rewind = true; // it may hold rows of rejected proposals
   s.tokens.push_back(st.result.tokens[j].back());
   s.tokens.insert(s.tokens.end(), q.drafted.begin(), q.drafted.end());
+  s.top_k = st.top_k;
+  const auto top_k = s.top_k;
   q.waiting = true;
   q.sent = clock_type::now();
   auto epoch = st.epoch;
   self->request(st.cfg.stages.front(), caf::infinite, forward_atom::value,
                 std::move(s))
     .then(
-      [self, j, epoch](stage_step& r) {
+      [self, j, epoch, top_k](stage_step& r) {
         auto& st = self->state;
         if (epoch != st.epoch || st.finished)
           return;
         auto& q = st.seqs[j];
         q.waiting = false;
         const std::size_t v = st.cfg.n_vocab, rows = q.drafted.size() + 1;
-        if (r.x.size() != rows * v) {
-          finish(self, "the last stage sent " + std::to_string(r.x.size())
-                         + " logits, expected " + std::to_string(rows * v));
+        if (auto why = check_answer(r, rows, top_k, v); !why.empty()) {
+          finish(self, why);
           return;
         }
         st.result.drafted += q.drafted.size();
@@ -721,9 +781,7 @@ void verify(self_ptr self, std::uint32_t j) {
             break;
           if (i > 0)
             ++st.result.accepted;
-          on_logits(self, j, 1,
-                    std::vector<float>(r.x.begin() + i * v,
-                                       r.x.begin() + (i + 1) * v));
+          on_logits(self, j, 1, row_of(r, i, top_k, v));
           if (q.done)
             break;
         }
@@ -846,8 +904,14 @@ void share_prompts(job_state& st) {
 /// sequence.
 void make_groups(job_state& st) {
   const std::size_t m = st.seqs.size();
+  // What the last stage returns of a row: what the sampler reads of it,
+  // unless the setup keeps whole rows.
+  const auto k = model::sampler::candidates(st.cfg.sampling, st.cfg.n_vocab);
+  st.top_k = st.cfg.keep_logits || k >= st.cfg.n_vocab || k > max_step_top_k
+               ? 0
+               : static_cast<std::uint32_t>(k);
   st.step_sequences = std::max<std::uint32_t>(
-    1, workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab));
+    1, workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab, st.top_k));
   if (st.cfg.step_sequences > 0)
     st.step_sequences = std::min(st.step_sequences, st.cfg.step_sequences);
   // Speculative decoding: greedy only, each sequence its own rounds, at
@@ -859,7 +923,8 @@ void make_groups(job_state& st) {
     st.step_sequences = 1;
     st.cfg.draft_tokens = std::min<std::uint32_t>(
       st.cfg.draft_tokens,
-      workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab) - 1);
+      workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab, st.top_k)
+        - 1);
     st.speculative = st.cfg.draft_tokens > 0;
   }
   std::size_t g = std::max<std::size_t>(st.cfg.stages.size(), 1);

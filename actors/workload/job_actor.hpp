@@ -136,6 +136,15 @@ struct job_setup {
   std::uint32_t draft_n_embd = 0; ///< the draft model's width
   std::uint32_t draft_tokens = 4;
   model::sampler_params sampling; ///< sequence j is seeded with seed + j
+  /// The last stage returns each sequence's whole row of logits, and the
+  /// result keeps the last one of each (job_result::logits). false: it
+  /// returns only what the sampler reads of a row (its top_k best, or the
+  /// largest at temperature 0: stage_step::top_k), result.logits stay
+  /// empty, and a step carries as many sequences as its activations allow
+  /// instead of as many rows of n_vocab floats as fit a message (8 for a
+  /// 128K vocabulary); a sampler that reads whole rows (top_k 0) gets them
+  /// either way.
+  bool keep_logits = true;
   /// End-of-generation tokens (EOS, EOT, <|eot_id|>, <|im_end|>...): a
   /// sequence stops at any of them.
   std::set<std::int32_t> eog;

@@ -733,6 +733,7 @@ void start_job(self_ptr self, const run_ptr& run) {
     j.draft_tokens = req.draft_tokens;
   }
   j.sampling = req.sampling;
+  j.keep_logits = req.keep_logits;
   j.eog = run->job.tokenizer->eog_ids();
   j.eog.insert(req.stop_tokens.begin(), req.stop_tokens.end());
   j.generated = run->generated;

@@ -1,6 +1,7 @@
 #include "actors/workload/shard_actor.hpp"
 
 #include "actors/device/device_task.hpp"
+#include "core/model/sampler.hpp"
 #include "core/workload/prefix_cache.hpp"
 #include "core/workload/step_batcher.hpp"
 #include "messages/errors.hpp"
@@ -443,6 +444,33 @@ std::size_t logit_rows(const std::vector<model::device_stage::segment>& segs) {
   return rows;
 }
 
+/// The last stage's answer to step s from its `rows` rows of logits
+/// (n_vocab floats each, at `logits`): whole rows in x, or each reduced
+/// to its s.top_k candidates (stage_step::top_k).
+void answer_logits(stage_step& s, const float* logits, std::size_t rows,
+                   std::size_t n_vocab) {
+  if (s.top_k == 0) {
+    s.x.assign(logits, logits + rows * n_vocab);
+    s.top_ids.clear();
+    return;
+  }
+  const std::size_t k = s.top_k;
+  s.x.resize(rows * k);
+  s.top_ids.resize(rows * k);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * n_vocab;
+    auto* ids = s.top_ids.data() + r * k;
+    auto* values = s.x.data() + r * k;
+    if (auto bad = model::sampler::first_non_finite(row, n_vocab);
+        bad != n_vocab) { // the job names it
+      std::fill(ids, ids + k, static_cast<std::int32_t>(bad));
+      std::fill(values, values + k, row[bad]);
+      continue;
+    }
+    model::sampler::top_candidates(row, n_vocab, k, ids, values);
+  }
+}
+
 /// Runs one step's prepared segments on the device (inside a device
 /// task); returns an error, or none with `s` updated (x: the activations
 /// out, unless io.keep_out leaves them on the device; on the last stage
@@ -465,10 +493,14 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
   ++h.forwards;
   ++total_forwards;
   if (stage.is_last()) {
-    std::vector<float> logits(logit_rows(segs) * std::size_t{hp.n_vocab});
+    const std::size_t rows = logit_rows(segs);
+    std::vector<float> logits(rows * std::size_t{hp.n_vocab});
     if (auto f = stage.forward(segs, x, logits.data(), io); !f)
       return device_failed(f.err());
-    s.x = std::move(logits);
+    if (s.top_k == 0)
+      s.x = std::move(logits);
+    else
+      answer_logits(s, logits.data(), rows, hp.n_vocab);
   } else if (auto f = stage.forward(segs, x, nullptr, io); !f) {
     return device_failed(f.err());
   }
@@ -561,8 +593,8 @@ void run_batch(hosted_stage& h, std::vector<pending_step> batch) {
       continue;
     }
     if (stage.is_last()) {
-      const std::size_t r = logit_rows(p.segs) * hp.n_vocab;
-      p.s.x.assign(logits.begin() + logit0, logits.begin() + logit0 + r);
+      const std::size_t r = logit_rows(p.segs);
+      answer_logits(p.s, logits.data() + logit0 * hp.n_vocab, r, hp.n_vocab);
       logit0 += r;
     } else {
       p.s.x.assign(x.begin() + row0 * hp.n_embd,
@@ -1109,8 +1141,22 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
       if (!st.is_first() && !s.on_device && s.x.size() != n * hp.n_embd)
         return bad("shard: expected " + std::to_string(n * hp.n_embd)
                    + " activations, got " + std::to_string(s.x.size()));
-      if (auto why = check_parts(s, max_step_sequences(hp.n_embd, hp.n_vocab)); !why.empty())
+      if (s.top_k > max_step_top_k || s.top_k >= hp.n_vocab)
+        return bad("shard: a step may ask for at most "
+                   + std::to_string(std::min<std::uint64_t>(
+                     max_step_top_k, hp.n_vocab - 1))
+                   + " candidates a row (top_k), not "
+                   + std::to_string(s.top_k));
+      if (!s.top_ids.empty())
+        return bad("shard: a step carries no candidates (top_ids) on its "
+                   "way in");
+      const auto most = max_step_sequences(hp.n_embd, hp.n_vocab, s.top_k);
+      if (auto why = check_parts(s, most); !why.empty())
         return bad("shard: " + why);
+      if (s.apart && n > most) // a row of logits per token
+        return bad("shard: a step whose rows are apart returns at most "
+                   + std::to_string(most) + " rows of logits, not "
+                   + std::to_string(n));
       const std::uint64_t bytes = n * st.row_bytes();
       model::device_stage::device_io io;
       if (s.on_device) { // the previous stage copied x into our inbox
@@ -1302,9 +1348,9 @@ std::uint32_t max_batch_tokens(std::uint32_t n_embd) {
   return model::batch_tokens_for(n_embd, max_chunk_bytes);
 }
 
-std::uint32_t max_step_sequences(std::uint32_t n_embd,
-                                 std::uint32_t n_vocab) {
-  return model::batch_sequences_for(n_embd, n_vocab, max_chunk_bytes);
+std::uint32_t max_step_sequences(std::uint32_t n_embd, std::uint32_t n_vocab,
+                                 std::uint32_t top_k) {
+  return model::batch_sequences_for(n_embd, n_vocab, max_chunk_bytes, top_k);
 }
 
 caf::actor spawn_shard(caf::actor_system& sys, shard_setup setup) {

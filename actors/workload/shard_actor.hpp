@@ -116,9 +116,11 @@ stage_batching_totals batching_totals() noexcept;
 /// with these widths: activations and logits stay within max_chunk_bytes.
 std::uint32_t max_batch_tokens(std::uint32_t n_embd);
 
-/// The most sequences one step may carry (stage_step::parts): their rows
-/// of logits stay within max_chunk_bytes (model::batch_sequences_for).
-std::uint32_t max_step_sequences(std::uint32_t n_embd,
-                                 std::uint32_t n_vocab);
+/// The most sequences one step may carry (stage_step::parts): what the
+/// last stage returns for them, whole rows of logits or (top_k, not 0)
+/// each row's candidates, stays within max_chunk_bytes
+/// (model::batch_sequences_for).
+std::uint32_t max_step_sequences(std::uint32_t n_embd, std::uint32_t n_vocab,
+                                 std::uint32_t top_k = 0);
 
 } // namespace exo::workload

@@ -308,8 +308,11 @@ std::uint32_t batch_tokens_for(std::uint32_t n_embd,
 
 std::uint32_t batch_sequences_for(std::uint32_t n_embd,
                                   std::uint32_t n_vocab,
-                                  std::uint64_t chunk_bytes) {
-  const std::uint64_t row = std::uint64_t{n_vocab} * sizeof(float);
+                                  std::uint64_t chunk_bytes,
+                                  std::uint32_t top_k) {
+  const std::uint64_t row =
+    top_k == 0 ? std::uint64_t{n_vocab} * sizeof(float)
+               : std::uint64_t{top_k} * (sizeof(float) + sizeof(std::int32_t));
   std::uint64_t n = chunk_bytes / (row == 0 ? 1 : row);
   n = std::min<std::uint64_t>({n, batch_tokens_for(n_embd, chunk_bytes),
                                32});
@@ -319,7 +322,8 @@ std::uint32_t batch_sequences_for(std::uint32_t n_embd,
 device_stage_options shard_stage_options(const llama_hparams& hp) {
   device_stage_options o;
   o.max_tokens = batch_tokens_for(hp.n_embd);
-  o.max_logit_rows = batch_sequences_for(hp.n_embd, hp.n_vocab);
+  o.max_logit_rows = batch_sequences_for(hp.n_embd, hp.n_vocab,
+                                         default_upload_chunk_bytes, 1);
   return o;
 }
 

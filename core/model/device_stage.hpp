@@ -234,17 +234,21 @@ std::uint32_t batch_tokens_for(std::uint32_t n_embd,
                                = default_upload_chunk_bytes);
 
 /// The most sequences one step of a shard may carry for a model with
-/// these widths: at most batch_tokens_for(n_embd) and 32, and their rows of
-/// logits (one per sequence, n_vocab floats each) within `chunk_bytes`
-/// (at least 1).
+/// these widths: at most batch_tokens_for(n_embd) and 32, and what the
+/// last stage returns for them (a row per sequence) within `chunk_bytes`
+/// (at least 1): a whole row of logits each (n_vocab floats), or with
+/// `top_k` (not 0) each row's top_k best logits and their token ids
+/// (messages/workload.hpp stage_step::top_k).
 std::uint32_t batch_sequences_for(std::uint32_t n_embd,
                                   std::uint32_t n_vocab,
                                   std::uint64_t chunk_bytes
-                                  = default_upload_chunk_bytes);
+                                  = default_upload_chunk_bytes,
+                                  std::uint32_t top_k = 0);
 
 /// The options a shard (actors/workload/shard_actor) runs its stage with:
-/// batches of batch_tokens_for(n_embd) rows, up to
-/// batch_sequences_for(hp) sequences per step with one row of logits each.
+/// batches of batch_tokens_for(n_embd) rows, up to as many rows of logits
+/// as a step of sequences whose rows return reduced may carry
+/// (batch_sequences_for with a top_k).
 /// Placement sizes a stage's working memory with the same options.
 device_stage_options shard_stage_options(const llama_hparams& hp);
 

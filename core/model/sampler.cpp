@@ -30,32 +30,85 @@ void sampler::skip(size_t n) {
     rng_.discard(n);
 }
 
+size_t sampler::candidates(const sampler_params& p, size_t n_vocab) {
+  if (p.temperature <= 0.0f)
+    return 1;
+  return p.top_k > 0 && p.top_k < n_vocab ? p.top_k : 0;
+}
+
+void sampler::top_candidates(const float* logits, size_t n, size_t k,
+                             int32_t* ids, float* values) {
+  k = std::min(k, n);
+  if (k == 0)
+    return;
+  // better(a, b): a comes first (sample()'s order).
+  auto better = [logits](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  if (k == 1) {
+    ids[0] = argmax(logits, n);
+    values[0] = logits[ids[0]];
+    return;
+  }
+  // A heap of the k best so far, the worst of them on top: one pass, and
+  // most logits are turned away by one comparison with that worst.
+  std::vector<int32_t> heap(k);
+  std::iota(heap.begin(), heap.end(), 0);
+  std::make_heap(heap.begin(), heap.end(), better);
+  for (size_t i = k; i < n; ++i) {
+    // Ties with the worst lose: its id is lower.
+    if (!(logits[i] > logits[heap.front()]))
+      continue;
+    std::pop_heap(heap.begin(), heap.end(), better);
+    heap.back() = static_cast<int32_t>(i);
+    std::push_heap(heap.begin(), heap.end(), better);
+  }
+  std::sort_heap(heap.begin(), heap.end(), better);
+  for (size_t i = 0; i < k; ++i) {
+    ids[i] = heap[i];
+    values[i] = logits[heap[i]];
+  }
+}
+
 int32_t sampler::sample(const float* logits, size_t n) {
   if (n == 0)
     return -1;
   if (p_.temperature <= 0.0f)
     return argmax(logits, n);
-  std::vector<int32_t> idx(n);
-  std::iota(idx.begin(), idx.end(), 0);
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  size_t keep = n;
-  if (p_.top_k > 0 && p_.top_k < n) {
-    keep = p_.top_k;
-    std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), by_logit);
-  } else {
-    std::sort(idx.begin(), idx.end(), by_logit);
+  size_t keep = candidates(p_, n);
+  if (keep == 0)
+    keep = n;
+  std::vector<int32_t> ids(keep);
+  std::vector<float> values(keep);
+  if (keep < n) {
+    top_candidates(logits, n, keep, ids.data(), values.data());
+  } else { // the whole row, in order
+    std::iota(ids.begin(), ids.end(), 0);
+    std::sort(ids.begin(), ids.end(), [logits](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (size_t i = 0; i < n; ++i)
+      values[i] = logits[ids[i]];
   }
-  idx.resize(keep);
+  return sample_top(ids.data(), values.data(), keep);
+}
+
+int32_t sampler::sample_top(const int32_t* ids, const float* values,
+                            size_t k) {
+  if (k == 0)
+    return -1;
+  if (p_.temperature <= 0.0f)
+    return ids[0];
+  if (p_.top_k > 0 && p_.top_k < k)
+    k = p_.top_k;
   // Probabilities at temperature 1 for top-p, as llama.cpp's sampler chain
   // applies top-p before temperature.
   auto probs = [&](float temp) {
-    std::vector<double> pr(idx.size());
-    const double mx = logits[idx[0]];
+    std::vector<double> pr(k);
+    const double mx = values[0];
     double sum = 0.0;
-    for (size_t i = 0; i < idx.size(); ++i) {
-      pr[i] = std::exp((logits[idx[i]] - mx) / temp);
+    for (size_t i = 0; i < k; ++i) {
+      pr[i] = std::exp((values[i] - mx) / temp);
       sum += pr[i];
     }
     for (auto& v : pr)
@@ -65,13 +118,13 @@ int32_t sampler::sample(const float* logits, size_t n) {
   if (p_.top_p < 1.0f) {
     auto pr = probs(1.0f);
     double cum = 0.0;
-    size_t k = 0;
-    while (k < pr.size()) {
-      cum += pr[k++];
+    size_t kept = 0;
+    while (kept < pr.size()) {
+      cum += pr[kept++];
       if (cum >= p_.top_p)
         break;
     }
-    idx.resize(std::max<size_t>(k, 1));
+    k = std::max<size_t>(kept, 1);
   }
   auto pr = probs(p_.temperature);
   // A uniform double in [0, 1) from 53 random bits, portable across
@@ -81,9 +134,9 @@ int32_t sampler::sample(const float* logits, size_t n) {
   for (size_t i = 0; i < pr.size(); ++i) {
     cum += pr[i];
     if (u < cum)
-      return idx[i];
+      return ids[i];
   }
-  return idx.back();
+  return ids[k - 1];
 }
 
 } // namespace exo::model

@@ -24,6 +24,26 @@ public:
   /// Returns the chosen token id among `n` logits.
   int32_t sample(const float* logits, size_t n);
 
+  /// How many of a row's best logits sample() reads (top_candidates):
+  /// 1 at a temperature <= 0 (the largest), top_k when it is below
+  /// n_vocab; 0 when it reads the whole row (top_k 0 or >= n_vocab).
+  static size_t candidates(const sampler_params& p, size_t n_vocab);
+
+  /// The `k` best of `n` logits (k <= n), best first: larger values
+  /// first, the lower token id first among equal ones (a strict order, so
+  /// the k are always the same). Their ids go to `ids`, their values to
+  /// `values` (k each). The logits must be finite (first_non_finite).
+  static void top_candidates(const float* logits, size_t n, size_t k,
+                             int32_t* ids, float* values);
+
+  /// Returns the token sample() would choose from a whole row, given only
+  /// its `k` best logits in top_candidates' order, with k >= candidates()
+  /// of this sampler's parameters (k of a row that has fewer tokens than
+  /// top_k: all of them): what a job samples from when its last stage
+  /// returns each row's candidates instead of the row (stage_step::top_k).
+  /// Draws what sample() draws.
+  int32_t sample_top(const int32_t* ids, const float* values, size_t k);
+
   /// Puts the sampler where it would be after `n` calls of sample(): each
   /// call at a temperature above 0 draws one number, at 0 none. A job taken
   /// over from another node (its tokens so far replicated) goes on with the

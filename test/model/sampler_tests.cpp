@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -101,4 +102,74 @@ TEST_CASE("skip(n) puts a sampler where n samples would, whatever the "
       CHECK(c != a);
     }
   }
+}
+
+namespace {
+
+/// A row of n logits with many ties (values on a coarse grid).
+std::vector<float> tied_row(size_t n, uint32_t salt) {
+  std::vector<float> l(n);
+  for (size_t i = 0; i < n; ++i)
+    l[i] = static_cast<float>((i * 2654435761u + salt) % 23) * 0.25f - 2.0f;
+  return l;
+}
+
+} // namespace
+
+TEST_CASE("top_candidates are the k best, larger first, lower id first "
+          "among equals",
+          "[sampler]") {
+  for (size_t n : {1u, 5u, 64u, 1000u})
+    for (size_t k : {1u, 2u, 7u, 40u, 1000u}) {
+      if (k > n)
+        continue;
+      CAPTURE(n, k);
+      auto l = tied_row(n, static_cast<uint32_t>(n + k));
+      std::vector<int32_t> want(n);
+      for (size_t i = 0; i < n; ++i)
+        want[i] = static_cast<int32_t>(i);
+      std::stable_sort(want.begin(), want.end(),
+                       [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+      want.resize(k);
+      std::vector<int32_t> ids(k);
+      std::vector<float> values(k);
+      sampler::top_candidates(l.data(), n, k, ids.data(), values.data());
+      CHECK(ids == want);
+      for (size_t i = 0; i < k; ++i)
+        CHECK(values[i] == l[ids[i]]);
+    }
+}
+
+TEST_CASE("sampling a row's candidates picks what sampling the row picks",
+          "[sampler]") {
+  const size_t n = 3000;
+  for (float temp : {0.0f, 0.6f, 1.5f})
+    for (uint32_t top_k : {1u, 2u, 40u, 2999u})
+      for (float top_p : {1.0f, 0.95f, 0.3f}) {
+        CAPTURE(temp, top_k, top_p);
+        sampler_params p;
+        p.temperature = temp;
+        p.top_k = top_k;
+        p.top_p = top_p;
+        p.seed = 1234 + top_k;
+        const size_t k = sampler::candidates(p, n);
+        CHECK(k == (temp <= 0 ? 1 : top_k));
+        sampler whole(p), top(p);
+        std::vector<int32_t> a, b;
+        for (uint32_t step = 0; step < 60; ++step) {
+          auto l = tied_row(n, step);
+          std::vector<int32_t> ids(k);
+          std::vector<float> values(k);
+          sampler::top_candidates(l.data(), n, k, ids.data(), values.data());
+          a.push_back(whole.sample(l.data(), n));
+          b.push_back(top.sample_top(ids.data(), values.data(), k));
+        }
+        CHECK(a == b);
+      }
+  sampler_params p;
+  p.temperature = 0.8f;
+  p.top_k = 0;
+  CHECK(sampler::candidates(p, n) == 0); // the whole row
+  p.top_k = static_cast<uint32_t>(n);
+  CHECK(sampler::candidates(p, n) == 0);
 }

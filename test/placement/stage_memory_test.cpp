@@ -120,6 +120,20 @@ TEST_CASE("placement counts exactly what a shard's device stage allocates") {
     // A row of logits for each sequence a step may carry (batched
     // decoding: 32 for this 400-token vocabulary).
     CHECK(model::batch_sequences_for(64, 400) == 32);
+    // A 128K vocabulary: 8 whole rows fit a message, 32 rows of 40
+    // candidates (or of the greedy one) do; the last stage's buffer holds
+    // the rows of a step of candidates.
+    CHECK(model::batch_sequences_for(2048, 128256) == 8);
+    CHECK(model::batch_sequences_for(2048, 128256,
+                                     model::default_upload_chunk_bytes, 40)
+          == 32);
+    CHECK(model::batch_sequences_for(2048, 128256,
+                                     model::default_upload_chunk_bytes, 1)
+          == 32);
+    model::llama_hparams big;
+    big.n_embd = 2048;
+    big.n_vocab = 128256;
+    CHECK(model::shard_stage_options(big).max_logit_rows == 32);
     CHECK(spec.extras.last_stage == 32u * 400u * 4);
 
     auto m = model::llama_model::load(tm.path);

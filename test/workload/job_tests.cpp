@@ -524,6 +524,81 @@ TEST_CASE("four sequences in flight give what running them one by one gives",
   }
 }
 
+TEST_CASE("a job whose last stage returns each row's candidates gets the "
+          "tokens of whole rows",
+          "[workload]") {
+  fixture f;
+  for (auto& l : layouts_of(f))
+    for (float temp : {0.0f, 0.7f})
+      for (std::uint32_t top_k : {40u, 3u, 0u}) {
+        INFO("stages " << l.bounds.size() - 1 << ", temperature " << temp
+                       << ", top_k " << top_k);
+        auto run = [&](bool keep_logits) {
+          auto stages = f.pipeline(l.bounds, l.on);
+          // Two sequences share a prompt (one read, two samplers).
+          auto p = prompts();
+          p.push_back(p[1]);
+          auto j = f.job(1, stages, std::move(p), 10, temp, 21);
+          j.sampling.top_k = top_k;
+          j.keep_logits = keep_logits;
+          auto r = workload::run_job(*f.sys, std::move(j));
+          f.stop(stages);
+          REQUIRE(r.error.empty());
+          return r;
+        };
+        auto whole = run(true);
+        auto top = run(false);
+        CHECK(top.tokens == whole.tokens);
+        CHECK(top.generated_tokens == 50);
+        for (std::size_t q = 0; q < 5; ++q) {
+          CHECK(whole.logits[q].size() == 400);
+          // A sampler that reads whole rows (top_k 0 above temperature 0)
+          // gets them; the others get candidates and keep no logits.
+          CHECK(top.logits[q].size() == (temp > 0 && top_k == 0 ? 400 : 0));
+        }
+      }
+}
+
+TEST_CASE("a step of a large-vocabulary model carries more sequences when "
+          "its last stage returns candidates",
+          "[workload]") {
+  fixture f;
+  model::test_model_options o;
+  o.layers = 2;
+  o.dim = 64;
+  o.ff = 128;
+  o.vocab = 65536; // 256 KiB a row of logits: 16 rows a message
+  o.seed = 5;
+  f.model = generated(f, ".vocab64k", o);
+  REQUIRE(workload::max_step_sequences(64, 65536) == 16);
+  REQUIRE(workload::max_step_sequences(64, 65536, 1) == 32);
+  REQUIRE(workload::max_step_sequences(64, 65536, 40) == 32);
+  const auto cpu = f.device_index("cpu");
+  caf::scoped_actor self{*f.sys};
+  std::vector<std::vector<std::int32_t>> p;
+  for (std::int32_t i = 0; i < 24; ++i)
+    p.push_back({1, 1000 + 2000 * i});
+  std::vector<std::vector<std::vector<std::int32_t>>> tokens;
+  for (bool keep : {true, false}) {
+    INFO((keep ? "whole rows" : "candidates"));
+    auto stages = f.pipeline({0, 2}, {cpu});
+    auto j = f.job(1, stages, p, 4, 0.0f);
+    j.keep_logits = keep;
+    j.share_prompts = false;
+    auto r = workload::run_job(*f.sys, std::move(j));
+    REQUIRE(r.error.empty());
+    auto sh = snapshot_of(self, stages[0]);
+    // 24 sequences: two groups of 12 with whole rows (16 a step at most),
+    // one of 24 with candidates. Each group: its prompts, then three
+    // tokens.
+    CHECK(num(sh, "steps") == (keep ? 2 * 4 : 4));
+    CHECK(num(sh, "tokens") == 24 * 2 + 24 * 3);
+    tokens.push_back(r.tokens);
+    f.stop(stages);
+  }
+  CHECK(tokens[0] == tokens[1]);
+}
+
 TEST_CASE("sequences of one prompt read it once, each gets what it gets "
           "alone, the stages fork its KV rows",
           "[workload][share]") {
@@ -1075,6 +1150,25 @@ TEST_CASE("a shard refuses steps out of order, too wide or off-vocabulary",
   off.seq = 2;
   off.tokens = {100000};
   expect_error(off, "shard:");
+  stage_step wide_top;
+  wide_top.tokens = {1};
+  wide_top.top_k = 400; // the whole vocabulary
+  expect_error(wide_top, "at most 399 candidates a row (top_k), not 400");
+  stage_step ids_in;
+  ids_in.tokens = {1};
+  ids_in.top_k = 2;
+  ids_in.top_ids = {5, 6};
+  expect_error(ids_in, "carries no candidates (top_ids) on its way in");
+  stage_step too_many;
+  too_many.tokens.assign(40, 1);
+  for (std::uint32_t q = 0; q < 40; ++q)
+    too_many.parts.push_back({q, 0, 1});
+  too_many.top_k = 1;
+  expect_error(too_many, "a step carries at most 32 sequences, not 40");
+  stage_step apart_rows;
+  apart_rows.tokens.assign(40, 1);
+  apart_rows.apart = true;
+  expect_error(apart_rows, "returns at most 32 rows of logits, not 40");
   f.stop(stages);
   stages = f.pipeline({0, 2, 4});
   stage_step wrong_width;
@@ -2335,6 +2429,22 @@ TEST_CASE("speculative decoding with a draft model gives exactly the tokens "
         f.stop(draft);
         f.stop(stages);
       }
+      // The verifying steps return each row's greedy candidate: the same.
+      INFO("draft: " << d.name << ", candidates only");
+      auto stages = f.pipeline(bounds, {cpu, cpu});
+      auto draft = shards_of(f, d.m, d.bounds);
+      auto j = f.job(1, stages, {prompts()[0], prompts()[2]}, 24, 0.0f);
+      j.draft_stages = draft;
+      j.draft_n_embd = d.m->hparams().n_embd;
+      j.draft_tokens = 4;
+      j.keep_logits = false;
+      auto r = workload::run_job(*f.sys, std::move(j));
+      REQUIRE(r.error.empty());
+      CHECK(r.tokens == plain.tokens);
+      CHECK(r.drafted > 0);
+      CHECK(r.logits[0].empty());
+      f.stop(draft);
+      f.stop(stages);
     }
   }
 }
