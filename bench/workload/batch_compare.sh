@@ -28,8 +28,9 @@ trap 'rm -rf "$WORK"' EXIT
 . "$(dirname "$0")/cpu_node_common.sh"
 cpu_node_config
 # SHAPE=1b: Llama-3.2-1B-shaped files (weights far larger than the
-# caches, as any real model's; at most 8 sequences: 10 rows of 128256
-# logits fill a step's answer).
+# caches, as any real model's; a step carries up to 32 sequences: the
+# last stage returns each greedy token's candidate, not a row of 128256
+# logits).
 if [ "${SHAPE:-mid}" = 1b ]; then
   SHAPE_ARGS="--layers 16 --dim 2048 --ff 8192 --heads 32 --kv-heads 8 --vocab 128256 --ctx 4096 --tokenizer gpt2"
   SHAPE_TEXT="16 layers, 2048 wide, ff 8192, 32/8 heads, vocabulary 128256"
