@@ -5,7 +5,7 @@
 # one stage decode as one batch) and at 0 (each job's steps run as they
 # come), alternating. Prints, per run, the aggregate tokens/s (K x N tokens
 # over the wall time of the K streams) and each setting's median.
-#   bench/gateway/concurrent_serve.sh BUILD [RUNS K N LAYERS DIM FF TYPE CORE]
+#   [SHAPE=1b] bench/gateway/concurrent_serve.sh BUILD [RUNS K N LAYERS DIM FF TYPE CORE]
 set -euo pipefail
 BUILD=${1:-build}
 RUNS=${2:-3}
@@ -52,8 +52,13 @@ aggregate() {
   awk -v k="$K" -v n="$N" -v a="$t0" -v b="$t1" \
     'BEGIN { printf "%.1f", k * n / (b - a) }'
 }
-echo "model: $LAYERS layers, $DIM wide, ff $FF, $TYPE, vocabulary 2048;" \
-  "$K streams of $N tokens at once; core $CORE; $RUNS runs each"
+if [ "${SHAPE:-}" = 1b ]; then
+  echo "model: the 1B shape (16 layers, 2048 wide, ff 8192), $TYPE, vocabulary 128256;" \
+    "$K streams of $N tokens at once; core $CORE; $RUNS runs each"
+else
+  echo "model: $LAYERS layers, $DIM wide, ff $FF, $TYPE, vocabulary 2048;" \
+    "$K streams of $N tokens at once; core $CORE; $RUNS runs each"
+fi
 printf "%-5s %22s %22s\n" run "batch_wait 2 ms tok/s" "batch_wait 0 tok/s"
 with=() without=()
 for r in $(seq 1 "$RUNS"); do

@@ -25,9 +25,15 @@ overhead_args() {
 }
 
 overhead_model() {
+  # SHAPE=1b: a Llama-3.2-1B-shaped file instead (16 layers, 2048 wide, ff
+  # 8192, 32/8 heads, a 128256-word vocabulary; LAYERS, DIM, FF ignored).
+  local shape="--layers $LAYERS --dim $DIM --ff $FF --heads 8 --kv-heads 4 --vocab 2048 --ctx 512"
+  if [ "${SHAPE:-}" = 1b ]; then
+    shape="--layers 16 --dim 2048 --ff 8192 --heads 32 --kv-heads 8 --vocab 128256 --ctx 4096 --tokenizer gpt2"
+  fi
+  # shellcheck disable=SC2086
   "$BUILD/runtime/tools/exo-model" make-test --out "$WORK/model.gguf" \
-    --layers "$LAYERS" --dim "$DIM" --ff "$FF" --heads 8 --kv-heads 4 \
-    --vocab 2048 --ctx 512 --type "$TYPE" >/dev/null
+    $shape --type "$TYPE" >/dev/null
   cat >"$WORK/node.json" <<JSON
 {"node": {"name": "solo", "state_dir": "$WORK/state"},
  "devices": {"include": ["cpu"], "rescan_interval_s": 0}}
