@@ -36,37 +36,80 @@ size_t sampler::candidates(const sampler_params& p, size_t n_vocab) {
   return p.top_k > 0 && p.top_k < n_vocab ? p.top_k : 0;
 }
 
+namespace {
+
+/// Logits are scanned in blocks of this many: a block whose largest value
+/// does not pass the bar is turned away at once.
+constexpr size_t scan_block = 16;
+
+/// The largest of l[0 .. scan_block) (finite values): a max reduction the
+/// compiler vectorises.
+inline float block_max(const float* l) {
+  float m[scan_block];
+  for (size_t j = 0; j < scan_block; ++j)
+    m[j] = l[j];
+  for (size_t w = scan_block / 2; w > 0; w /= 2)
+    for (size_t j = 0; j < w; ++j)
+      m[j] = m[j + w] > m[j] ? m[j + w] : m[j];
+  return m[0];
+}
+
+/// A candidate: its logit and token id.
+struct candidate {
+  float value;
+  int32_t id;
+};
+
+/// a comes before b: the larger logit, the lower id among equal ones.
+inline bool better(const candidate& a, const candidate& b) {
+  return a.value > b.value || (a.value == b.value && a.id < b.id);
+}
+
+} // namespace
+
 void sampler::top_candidates(const float* logits, size_t n, size_t k,
                              int32_t* ids, float* values) {
   k = std::min(k, n);
   if (k == 0)
     return;
-  // better(a, b): a comes first (sample()'s order).
-  auto better = [logits](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  // Up to 2k candidates; when full, the best k are kept (nth_element) and
+  // the worst of them is the bar a later logit must pass. A later logit
+  // equal to the bar loses (its id is higher), so the bar is strict. One
+  // pass over the row, most of it blocks of 16 turned away at once.
+  std::vector<candidate> kept;
+  kept.reserve(2 * k);
+  float bar = 0.0f;
+  bool have_bar = false;
+  auto take = [&](size_t i) {
+    kept.push_back({logits[i], static_cast<int32_t>(i)});
+    if (kept.size() < 2 * k)
+      return;
+    std::nth_element(kept.begin(), kept.begin() + (k - 1), kept.end(),
+                     better);
+    kept.resize(k);
+    bar = kept[k - 1].value;
+    have_bar = true;
   };
-  if (k == 1) {
-    ids[0] = argmax(logits, n);
-    values[0] = logits[ids[0]];
-    return;
+  size_t i = 0;
+  for (; i < n && !have_bar; ++i)
+    take(i);
+  for (; i + scan_block <= n; i += scan_block)
+    if (block_max(logits + i) > bar)
+      for (size_t j = i; j < i + scan_block; ++j)
+        if (logits[j] > bar)
+          take(j);
+  for (; i < n; ++i)
+    if (!have_bar || logits[i] > bar)
+      take(i);
+  if (kept.size() > k) {
+    std::nth_element(kept.begin(), kept.begin() + (k - 1), kept.end(),
+                     better);
+    kept.resize(k);
   }
-  // A heap of the k best so far, the worst of them on top: one pass, and
-  // most logits are turned away by one comparison with that worst.
-  std::vector<int32_t> heap(k);
-  std::iota(heap.begin(), heap.end(), 0);
-  std::make_heap(heap.begin(), heap.end(), better);
-  for (size_t i = k; i < n; ++i) {
-    // Ties with the worst lose: its id is lower.
-    if (!(logits[i] > logits[heap.front()]))
-      continue;
-    std::pop_heap(heap.begin(), heap.end(), better);
-    heap.back() = static_cast<int32_t>(i);
-    std::push_heap(heap.begin(), heap.end(), better);
-  }
-  std::sort_heap(heap.begin(), heap.end(), better);
-  for (size_t i = 0; i < k; ++i) {
-    ids[i] = heap[i];
-    values[i] = logits[heap[i]];
+  std::sort(kept.begin(), kept.end(), better);
+  for (size_t c = 0; c < k; ++c) {
+    ids[c] = kept[c].id;
+    values[c] = kept[c].value;
   }
 }
 

@@ -119,8 +119,8 @@ std::vector<float> tied_row(size_t n, uint32_t salt) {
 TEST_CASE("top_candidates are the k best, larger first, lower id first "
           "among equals",
           "[sampler]") {
-  for (size_t n : {1u, 5u, 64u, 1000u})
-    for (size_t k : {1u, 2u, 7u, 40u, 1000u}) {
+  for (size_t n : {1u, 5u, 64u, 1000u, 50000u})
+    for (size_t k : {1u, 2u, 7u, 40u, 1000u, 4096u}) {
       if (k > n)
         continue;
       CAPTURE(n, k);
