@@ -1734,12 +1734,18 @@ const q6_scale_index q6_scales512;
 
 /// dot_q6_k_avx2_tokens on 512-bit registers (AVX-512 BW + VNNI; the
 /// maskz forms with every lane set, as GCC 12 warns about the plain
-/// ones' undefined pass-through operand): two
+/// ones' undefined pass-through operand), for up to 8 tokens: two
 /// groups of 32 weights per instruction, their products scaled by one
 /// vpdpwssd. Lane j of the low and of the high 256 bits sums the bytes
 /// 4j .. 4j + 3 of its group, as lane j of the AVX2 kernel does; folded
 /// at the end of each block, the exact integer sums are the AVX2 kernel's,
-/// so the float steps and the bits are too.
+/// so the float steps and the bits are too. Each token has one
+/// accumulator for both halves of a block, and the -32 of every weight
+/// (sub-block j's scale times 32 times its activation sum, lane j / 2 of
+/// the AVX2 kernel's madd) goes into the low lanes by one more vpdpwssd
+/// with the scales times -32 (at most 4096 in magnitude: no overflow),
+/// instead of a madd, a shift and a subtraction after the fold: integer
+/// sums, lane for lane the same.
 template <int NT>
 EXO_AVX512_VNNI void dot_q6_k_vnni_tokens(std::size_t nb, const block_q6_k* x,
                                           const block_q8_k* const* y,
@@ -1754,7 +1760,7 @@ EXO_AVX512_VNNI void dot_q6_k_vnni_tokens(std::size_t nb, const block_q6_k* x,
     for (int kp = 0; kp < 2; ++kp)
       sidx[h][kp] = _mm512_load_si512(q6_scales512.idx[h][kp]);
   __m256 acc[NT];
-  #pragma GCC unroll 4
+  #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t)
     acc[t] = _mm256_setzero_ps();
   for (std::size_t i = 0; i < nb; ++i) {
@@ -1762,10 +1768,14 @@ EXO_AVX512_VNNI void dot_q6_k_vnni_tokens(std::size_t nb, const block_q6_k* x,
     const __m256i sc16 = _mm256_cvtepi8_epi16(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
     const __m512i sc = _mm512_castsi256_si512(sc16);
-    __m512i sumi[NT][2];
-    #pragma GCC unroll 4
+    // -32 times each scale, in the low 256 bits (the high ones meet
+    // activation sums loaded as zeros).
+    const __m512i nsc32 = _mm512_castsi256_si512(
+      _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)));
+    __m512i sumi[NT];
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
-      sumi[t][0] = sumi[t][1] = _mm512_setzero_si512();
+      sumi[t] = _mm512_setzero_si512();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
@@ -1782,33 +1792,36 @@ EXO_AVX512_VNNI void dot_q6_k_vnni_tokens(std::size_t nb, const block_q6_k* x,
         _mm512_and_si512(t, m30));
       const __m512i s01 = _mm512_permutexvar_epi16(sidx[h][0], sc);
       const __m512i s23 = _mm512_permutexvar_epi16(sidx[h][1], sc);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int t2 = 0; t2 < NT; ++t2) {
         const std::int8_t* q8 = y[t2][i].qs + 128 * h;
-        sumi[t2][0] = _mm512_dpwssd_epi32(
-          sumi[t2][0], s01, _mm512_maddubs_epi16(q01, _mm512_loadu_si512(q8)));
-        sumi[t2][1] = _mm512_dpwssd_epi32(
-          sumi[t2][1], s23,
+        sumi[t2] = _mm512_dpwssd_epi32(
+          sumi[t2], s01, _mm512_maddubs_epi16(q01, _mm512_loadu_si512(q8)));
+        sumi[t2] = _mm512_dpwssd_epi32(
+          sumi[t2], s23,
           _mm512_maddubs_epi16(q23, _mm512_loadu_si512(q8 + 64)));
       }
     }
     const float dw = h2f_avx2(x[i].d);
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
-      const __m512i s2 = _mm512_add_epi32(sumi[t][0], sumi[t][1]);
-      const __m256i folded =
+      const __m512i bs = _mm512_maskz_loadu_epi16(0x0000ffffu, y[t][i].bsums);
+      const __m512i s2 = _mm512_dpwssd_epi32(sumi[t], nsc32, bs);
+      const __m256i s =
         _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xff, s2, 0),
                          _mm512_maskz_extracti64x4_epi64(0xff, s2, 1));
-      acc[t] = q6_k_block_end(folded, sc16, y[t][i], dw, acc[t]);
+      const float d = y[t][i].d * dw;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s),
+                               acc[t]);
     }
   }
-  #pragma GCC unroll 4
+  #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t)
     out[t] = hsum8_avx2(acc[t]);
 }
 
 
-/// dot_q6_k_avx2_tokens for n (1..4) tokens.
+/// dot_q6_k_avx2_tokens for n (1..q6_k_token_group) tokens.
 void dot_q6_k_tokens(std::size_t nb, const block_q6_k* x,
                      const block_q8_k* const* y, float* out, std::size_t n) {
   if (host::have_vnni()) {
@@ -1816,8 +1829,17 @@ void dot_q6_k_tokens(std::size_t nb, const block_q6_k* x,
     case 1: dot_q6_k_vnni_tokens<1>(nb, x, y, out); return;
     case 2: dot_q6_k_vnni_tokens<2>(nb, x, y, out); return;
     case 3: dot_q6_k_vnni_tokens<3>(nb, x, y, out); return;
-    default: dot_q6_k_vnni_tokens<4>(nb, x, y, out); return;
+    case 4: dot_q6_k_vnni_tokens<4>(nb, x, y, out); return;
+    case 5: dot_q6_k_vnni_tokens<5>(nb, x, y, out); return;
+    case 6: dot_q6_k_vnni_tokens<6>(nb, x, y, out); return;
+    case 7: dot_q6_k_vnni_tokens<7>(nb, x, y, out); return;
+    default: dot_q6_k_vnni_tokens<8>(nb, x, y, out); return;
     }
+  }
+  if (n > 4) { // the AVX2 kernel's registers hold 4 tokens
+    dot_q6_k_tokens(nb, x, y, out, 4);
+    dot_q6_k_tokens(nb, x, y + 4, out + 4, n - 4);
+    return;
   }
   switch (n) {
   case 1: dot_q6_k_avx2_tokens<1>(nb, x, y, out); return;
@@ -2215,11 +2237,11 @@ result<bool> matmul_quant(const void* w, ggml_type t, std::size_t rows,
       for (std::size_t off = 0; off < rb; off += 64)
         __builtin_prefetch(row + 2 * rb + off, 0, 2);
     if (simd && t == ggml_type::q6_k && m > 1) {
-      // Tokens 4 at a time: each row's weights unpacked once per tile.
-      for (std::size_t i0 = 0; i0 < m; i0 += 4) {
-        const std::size_t n = std::min<std::size_t>(4, m - i0);
-        const block_q8_k* ys[4];
-        float v[4];
+      // Tokens 8 at a time: each row's weights unpacked once per group.
+      for (std::size_t i0 = 0; i0 < m; i0 += 8) {
+        const std::size_t n = std::min<std::size_t>(8, m - i0);
+        const block_q8_k* ys[8];
+        float v[8];
         for (std::size_t i = 0; i < n; ++i)
           ys[i] = blocks<block_q8_k>(q.data() + (i0 + i) * act);
         dot_q6_k_tokens(k / qk_k, blocks<block_q6_k>(row), ys, v, n);
