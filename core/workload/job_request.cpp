@@ -6,8 +6,12 @@
 #include "core/tokenizer/tokenizer.hpp"
 #include "core/workload/run_options.hpp"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <mutex>
 #include <sstream>
 
 namespace exo::workload {
@@ -18,6 +22,79 @@ std::string number(float x) {
   std::ostringstream out;
   out << x;
   return out.str();
+}
+
+/// A model file loaded for jobs, with its tokenizer, and the version of the
+/// file it was loaded from.
+struct loaded_model {
+  std::string path;
+  /// inode, size and modification time (the identity file_sha256's memo
+  /// uses, and the inode: a file replaced by another is another).
+  std::int64_t ino = 0, size = 0, mtime_s = 0, mtime_ns = 0;
+  std::shared_ptr<const model::llama_model> model;
+  std::shared_ptr<const model::tokenizer> tokenizer;
+  std::uint64_t used = 0;
+};
+
+/// How many model files stay loaded for the next job (a server's models).
+constexpr std::size_t loaded_models_kept = 4;
+
+/// The model at `path` and its tokenizer, loaded once per version of the
+/// file: a server prepares a job per request, and loading a 128K-word
+/// vocabulary (the GGUF's metadata and the tokenizer's tables) cost
+/// ~0.1 s of the node's time each. A file that changed (another inode,
+/// size or modification time) is loaded again; the least recently used
+/// of more than loaded_models_kept goes.
+loaded_model load_model_once(const std::string& path) {
+  loaded_model want;
+  auto load = [&] {
+    want.model = model::llama_model::load(path);
+    want.tokenizer = std::make_shared<const model::tokenizer>(
+      model::tokenizer::from_gguf(want.model->file()));
+  };
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) != 0) { // the loader says why
+    load();
+    return want;
+  }
+  want.path = path;
+  want.ino = static_cast<std::int64_t>(sb.st_ino);
+  want.size = static_cast<std::int64_t>(sb.st_size);
+  want.mtime_s = static_cast<std::int64_t>(sb.st_mtim.tv_sec);
+  want.mtime_ns = static_cast<std::int64_t>(sb.st_mtim.tv_nsec);
+  auto same = [&](const loaded_model& m) {
+    return m.path == want.path && m.ino == want.ino && m.size == want.size
+           && m.mtime_s == want.mtime_s && m.mtime_ns == want.mtime_ns;
+  };
+  static std::mutex mx;
+  static std::vector<loaded_model> kept;
+  static std::uint64_t tick = 0;
+  {
+    std::lock_guard<std::mutex> guard{mx};
+    for (auto& m : kept)
+      if (same(m)) {
+        m.used = ++tick;
+        return m;
+      }
+  }
+  load(); // outside the lock: another model's jobs do not wait for it
+  std::lock_guard<std::mutex> guard{mx};
+  want.used = ++tick;
+  // Another version of the same path goes now (its mapping with it, once
+  // no job holds it).
+  kept.erase(std::remove_if(kept.begin(), kept.end(),
+                            [&](const loaded_model& m) {
+                              return m.path == path;
+                            }),
+             kept.end());
+  kept.push_back(want);
+  if (kept.size() > loaded_models_kept)
+    kept.erase(std::min_element(kept.begin(), kept.end(),
+                                [](const loaded_model& a,
+                                   const loaded_model& b) {
+                                  return a.used < b.used;
+                                }));
+  return want;
 }
 
 } // namespace
@@ -174,9 +251,9 @@ prepared_job prepare_job(job_request r) {
   if (r.model.empty())
     throw job_error("a job needs a model file (--model FILE)");
   try {
-    p.model = model::llama_model::load(r.model);
-    p.tokenizer = std::make_shared<model::tokenizer>(
-      model::tokenizer::from_gguf(p.model->file()));
+    auto m = load_model_once(r.model);
+    p.model = std::move(m.model);
+    p.tokenizer = std::move(m.tokenizer);
   } catch (const std::exception& e) {
     throw job_error("model " + r.model + ": " + e.what());
   }

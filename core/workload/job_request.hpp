@@ -135,7 +135,7 @@ std::uint32_t validate(const job_request& r, std::size_t prompt_tokens,
 struct prepared_job {
   job_request request;
   std::shared_ptr<const model::llama_model> model;
-  std::shared_ptr<model::tokenizer> tokenizer;
+  std::shared_ptr<const model::tokenizer> tokenizer;
   /// The draft model (request.draft), its vocabulary checked: the same
   /// pieces for every id.
   std::shared_ptr<const model::llama_model> draft;
@@ -150,9 +150,10 @@ std::shared_ptr<const model::llama_model>
 load_draft(const std::string& path, const model::llama_model& m,
            const model::tokenizer& tok, std::uint32_t n_ctx);
 
-/// Loads the model and its tokenizer, tokenizes the prompt and applies
-/// every rule. Throws job_error naming the problem (a model that cannot be
-/// read included).
+/// Loads the model and its tokenizer (once per version of the file: the
+/// last few files stay loaded, shared by the jobs prepared from them),
+/// tokenizes the prompt and applies every rule. Throws job_error naming
+/// the problem (a model that cannot be read included).
 prepared_job prepare_job(job_request r);
 
 } // namespace exo::workload

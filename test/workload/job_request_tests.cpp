@@ -3,12 +3,14 @@
 
 #include "core/model/llama_model.hpp"
 #include "core/model/test_model.hpp"
+#include "core/tokenizer/tokenizer.hpp"
 #include "core/workload/job_request.hpp"
 #include "core/workload/run_options.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <chrono>
 #include <filesystem>
 #include <limits>
 #include <unistd.h>
@@ -259,6 +261,53 @@ TEST_CASE("preparing a job loads the model, tokenizes the prompt and applies "
   r.model = "";
   CHECK(refusal([&] { prepare_job(r); }).find("needs a model file")
         != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("jobs prepared from one model file share one load of it until "
+          "the file changes",
+          "[workload][job_request]") {
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path()
+             / ("exo-job-load-once-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  exo::model::test_model_options o;
+  o.layers = 2;
+  o.dim = 32;
+  o.ff = 64;
+  o.vocab = 400;
+  o.ctx = 64;
+  auto path = (dir / "model.gguf").string();
+  exo::model::make_test_model(o, path);
+  job_request r;
+  r.model = path;
+  r.prompt = "once upon a time";
+  r.n_gen = 4;
+  auto a = prepare_job(r);
+  auto b = prepare_job(r);
+  CHECK(a.model == b.model); // the same load, not an equal one
+  CHECK(a.tokenizer == b.tokenizer);
+  CHECK(a.prompt == b.prompt);
+  // Another model written over the file: loaded again, whatever the
+  // clock's resolution (its time set a second on).
+  const auto when = fs::last_write_time(path);
+  o.vocab = 450;
+  o.seed = 9;
+  exo::model::make_test_model(o, path);
+  fs::last_write_time(path, when + std::chrono::seconds(1));
+  auto c = prepare_job(r);
+  CHECK(c.model != a.model);
+  CHECK(c.tokenizer != a.tokenizer);
+  CHECK(c.model->hparams().n_vocab == 450);
+  CHECK(c.tokenizer->size() == 450);
+  CHECK(a.model->hparams().n_vocab == 400); // a job holding the old one
+  // Another file of the same model, copied: its own load.
+  auto copy = (dir / "copy.gguf").string();
+  fs::copy_file(path, copy);
+  r.model = copy;
+  auto d = prepare_job(r);
+  CHECK(d.model != c.model);
+  CHECK(prepare_job(r).model == d.model);
   fs::remove_all(dir);
 }
 
