@@ -206,25 +206,47 @@ TEST_CASE("run options parse numbers strictly", "[workload][job_request]") {
   CHECK(o.sampling.temperature == 0.1f);
 }
 
+namespace {
+
+/// A scratch folder (removed with it) holding model.gguf, a small test
+/// model (3 layers, 32 wide, a 512-word vocabulary, a 64-token context),
+/// and a request of 5 tokens after "once upon a time" for it.
+struct model_dir {
+  std::filesystem::path dir;
+  std::string path;
+  exo::model::test_model_options opts;
+  job_request request;
+
+  explicit model_dir(const std::string& name)
+    : dir(std::filesystem::temp_directory_path()
+          / (name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(dir);
+    path = (dir / "model.gguf").string();
+    opts.layers = 3;
+    opts.dim = 32;
+    opts.ff = 64;
+    opts.vocab = 512;
+    opts.ctx = 64;
+    exo::model::make_test_model(opts, path);
+    request.model = path;
+    request.prompt = "once upon a time";
+    request.n_gen = 5;
+  }
+  ~model_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+} // namespace
+
 TEST_CASE("preparing a job loads the model, tokenizes the prompt and applies "
           "the rules",
           "[workload][job_request]") {
-  namespace fs = std::filesystem;
-  auto dir = fs::temp_directory_path()
-             / ("exo-job-request-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  exo::model::test_model_options o;
-  o.layers = 3;
-  o.dim = 32;
-  o.ff = 64;
-  o.vocab = 512;
-  o.ctx = 64;
-  auto path = (dir / "model.gguf").string();
-  exo::model::make_test_model(o, path);
-  job_request r;
-  r.model = path;
-  r.prompt = "once upon a time";
-  r.n_gen = 5;
+  model_dir m("exo-job-request");
+  const auto& dir = m.dir;
+  const auto& path = m.path;
+  auto r = m.request;
   auto p = prepare_job(r);
   REQUIRE(p.model);
   REQUIRE(p.tokenizer);
@@ -261,28 +283,16 @@ TEST_CASE("preparing a job loads the model, tokenizes the prompt and applies "
   r.model = "";
   CHECK(refusal([&] { prepare_job(r); }).find("needs a model file")
         != std::string::npos);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("jobs prepared from one model file share one load of it until "
           "the file changes",
           "[workload][job_request]") {
   namespace fs = std::filesystem;
-  auto dir = fs::temp_directory_path()
-             / ("exo-job-load-once-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  exo::model::test_model_options o;
-  o.layers = 2;
-  o.dim = 32;
-  o.ff = 64;
-  o.vocab = 400;
-  o.ctx = 64;
-  auto path = (dir / "model.gguf").string();
-  exo::model::make_test_model(o, path);
-  job_request r;
-  r.model = path;
-  r.prompt = "once upon a time";
-  r.n_gen = 4;
+  model_dir m("exo-job-load-once");
+  const auto& path = m.path;
+  auto& o = m.opts;
+  auto r = m.request;
   auto a = prepare_job(r);
   auto b = prepare_job(r);
   CHECK(a.model == b.model); // the same load, not an equal one
@@ -300,15 +310,14 @@ TEST_CASE("jobs prepared from one model file share one load of it until "
   CHECK(c.tokenizer != a.tokenizer);
   CHECK(c.model->hparams().n_vocab == 450);
   CHECK(c.tokenizer->size() == 450);
-  CHECK(a.model->hparams().n_vocab == 400); // a job holding the old one
+  CHECK(a.model->hparams().n_vocab == 512); // a job holding the old one
   // Another file of the same model, copied: its own load.
-  auto copy = (dir / "copy.gguf").string();
+  auto copy = (m.dir / "copy.gguf").string();
   fs::copy_file(path, copy);
   r.model = copy;
   auto d = prepare_job(r);
   CHECK(d.model != c.model);
   CHECK(prepare_job(r).model == d.model);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("a draft model must share the model's vocabulary",
