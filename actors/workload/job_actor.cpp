@@ -633,11 +633,12 @@ void send_step(self_ptr self, std::size_t g) {
 
 void verify(self_ptr self, std::uint32_t j);
 
-/// What a step asks the last stage for when all it needs is each row's
-/// greedy choice: its best candidate (0, whole rows, for a one-token
-/// vocabulary, which stage_step::top_k cannot be below).
-std::uint32_t greedy_top_k(std::size_t n_vocab) {
-  return n_vocab > 1 ? 1 : 0;
+/// The stage_step::top_k of a step whose rows are read for their `k`
+/// best candidates (0: whole rows): k where a stage takes it (below
+/// n_vocab, at most max_step_top_k), else 0, whole rows.
+std::uint32_t step_top_k(std::size_t k, std::size_t n_vocab) {
+  return k >= n_vocab || k > max_step_top_k ? 0
+                                            : static_cast<std::uint32_t>(k);
 }
 
 /// How many tokens the draft proposes for sequence j this round: a round
@@ -684,7 +685,7 @@ void draft_step(self_ptr self, std::uint32_t j) {
     s.tokens.push_back(q.drafted.back()); // its last proposal
   }
   // Its greedy choice is all the draft's answer needs.
-  s.top_k = greedy_top_k(st.cfg.n_vocab);
+  s.top_k = step_top_k(1, st.cfg.n_vocab);
   const auto top_k = s.top_k;
   q.waiting = true;
   q.sent = clock_type::now();
@@ -906,10 +907,11 @@ void make_groups(job_state& st) {
   const std::size_t m = st.seqs.size();
   // What the last stage returns of a row: what the sampler reads of it,
   // unless the setup keeps whole rows.
-  const auto k = model::sampler::candidates(st.cfg.sampling, st.cfg.n_vocab);
-  st.top_k = st.cfg.keep_logits || k >= st.cfg.n_vocab || k > max_step_top_k
+  st.top_k = st.cfg.keep_logits
                ? 0
-               : static_cast<std::uint32_t>(k);
+               : step_top_k(model::sampler::candidates(st.cfg.sampling,
+                                                       st.cfg.n_vocab),
+                            st.cfg.n_vocab);
   st.step_sequences = std::max<std::uint32_t>(
     1, workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab, st.top_k));
   if (st.cfg.step_sequences > 0)

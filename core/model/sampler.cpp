@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <vector>
 
 namespace exo::model {
@@ -119,20 +118,11 @@ int32_t sampler::sample(const float* logits, size_t n) {
   if (p_.temperature <= 0.0f)
     return argmax(logits, n);
   size_t keep = candidates(p_, n);
-  if (keep == 0)
+  if (keep == 0) // the whole row, in order
     keep = n;
   std::vector<int32_t> ids(keep);
   std::vector<float> values(keep);
-  if (keep < n) {
-    top_candidates(logits, n, keep, ids.data(), values.data());
-  } else { // the whole row, in order
-    std::iota(ids.begin(), ids.end(), 0);
-    std::sort(ids.begin(), ids.end(), [logits](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    for (size_t i = 0; i < n; ++i)
-      values[i] = logits[ids[i]];
-  }
+  top_candidates(logits, n, keep, ids.data(), values.data());
   return sample_top(ids.data(), values.data(), keep);
 }
 
