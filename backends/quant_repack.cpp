@@ -870,10 +870,10 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
   const std::size_t mg = q4_k_pair_tokens(m, rows_apart);
   const bool pairs = mg > 0;
 #ifdef EXO_REPACK_X86
-  // The tiles only where every token steps per super-block (see
-  // quant_repack_amx.inc).
-  if (m >= amx_min_tokens && !pairs && host::have_amx()) {
-    matmul_amx(blocks, rows, nb, q, m, out, threads);
+  // The tiles (quant_repack_amx.inc): later for the gemm's tokens.
+  if (m >= (pairs ? amx_min_pair_tokens : amx_min_tokens)
+      && host::have_amx()) {
+    matmul_amx(blocks, rows, nb, q, m, mg, out, threads);
     return true;
   }
   if (m >= panel_min_tokens && host::have_vnni()) {

@@ -57,8 +57,9 @@ std::size_t q4_k_pair_tokens(std::size_t m, bool rows_apart) noexcept;
 /// (q4_k_gemm_here), the others the gemv's; rows_apart: every token the
 /// gemv's, as alone. Rows split over `threads` (results do not depend on
 /// it). Batches of 12 or more tokens that step per super-block (rows
-/// apart, or an AVX2 build's gemm) go through 16-row panels on AMX's int8
-/// tiles where the CPU has them (host::have_amx); of 9 or more on a CPU with
+/// apart, or an AVX2 build's gemm), or of 32 or more with the AVX-512
+/// gemm's steps by pair, go through 16-row panels on AMX's int8 tiles
+/// where the CPU has them (host::have_amx); of 9 or more on a CPU with
 /// AVX-512 VNNI through 16-row panels unpacked once per call (rows in
 /// lanes, vpdpbusd), fewer tokens through 8-row groups (AVX2); every path
 /// gives the same bits. Refuses null pointers and k not a whole number of

@@ -23,7 +23,10 @@
 // the CPU has none both rows are the same path), EXO_BENCH_PREFILL=N
 // (also times an N-token prompt into a fresh cache, 5 times, with AMX
 // tiles and, with EXO_BENCH_AMX=both, without), EXO_BENCH_MODEL_DIR=DIR
-// (keeps the generated model there and loads it on the next run).
+// (keeps the generated model there and loads it on the next run),
+// EXO_BENCH_BURST=K,L (also times K fresh L-token prompts read as one
+// step, against one K x L-token prompt and the K prompts one by one: what
+// a burst of requests costs, 5 times each, alternating).
 
 #include "backends/factory/factory.hpp"
 #include "backends/host_kernels.hpp"
@@ -60,6 +63,8 @@ std::vector<std::uint32_t> batches = {1, 2, 4, 8, 16};
 bool amx_both = false;
 /// EXO_BENCH_PREFILL: tokens of the timed prompt (0: none).
 std::uint32_t prefill = 0;
+/// EXO_BENCH_BURST=K,L: K prompts of L tokens (0: none).
+std::uint32_t burst_k = 0, burst_l = 0;
 
 struct batch_path {
   std::uint32_t b = 1;
@@ -276,6 +281,57 @@ int run_type(const char* type, int steps) {
                   prefill, so.max_tokens, median(t_no) * 1e3,
                   prefill / median(t_no));
   }
+  if (burst_k > 0 && burst_l > 0) {
+    // K prompts of L tokens: as one step of K segments, as one prompt of
+    // K x L tokens, and one by one. Within one step's tokens.
+    const std::uint32_t total = std::min(burst_k * burst_l, so.max_tokens);
+    const std::uint32_t k = total / burst_l;
+    std::vector<std::int32_t> toks(std::size_t{k} * burst_l);
+    for (std::size_t i = 0; i < toks.size(); ++i)
+      toks[i] = static_cast<std::int32_t>((13 * i + 5) % hp.n_vocab);
+    std::vector<float> x(toks.size() * hp.n_embd),
+      logits(std::size_t{k} * hp.n_vocab);
+    std::vector<double> t_seg, t_one, t_each;
+    for (int rep = 0; rep < 5; ++rep)
+      for (int how = 0; how < 3; ++how) {
+        std::vector<model::cache_id> cs;
+        for (std::uint32_t s = 0; s < (how == 1 ? 1 : k); ++s) {
+          auto c = stage.new_cache(how == 1 ? k * burst_l + 1 : burst_l + 1);
+          if (!c) {
+            std::printf("error: %s\n", c.err().to_string().c_str());
+            return 1;
+          }
+          cs.push_back(*c);
+        }
+        auto t0 = clock_type::now();
+        (void)stage.embed(toks.data(), k * burst_l, x.data());
+        if (how == 0) {
+          std::vector<model::device_stage::segment> segs;
+          for (auto c : cs)
+            segs.push_back({c, 0, burst_l});
+          if (!stage.forward(segs, x.data(), logits.data()))
+            return 1;
+        } else if (how == 1) {
+          if (!stage.forward(cs[0], 0, x.data(), k * burst_l, logits.data()))
+            return 1;
+        } else {
+          for (std::uint32_t s = 0; s < k; ++s)
+            if (!stage.forward(cs[s], 0,
+                               x.data() + std::size_t{s} * burst_l * hp.n_embd,
+                               burst_l, logits.data()))
+              return 1;
+        }
+        (how == 0 ? t_seg : how == 1 ? t_one : t_each)
+          .push_back(std::chrono::duration<double>(clock_type::now() - t0)
+                       .count());
+        for (auto c : cs)
+          (void)stage.drop_cache(c);
+      }
+    std::printf("  %u prompts of %u tokens: one step %.1f ms, one %u-token "
+                "prompt %.1f ms, one by one %.1f ms\n",
+                k, burst_l, median(t_seg) * 1e3, k * burst_l,
+                median(t_one) * 1e3, median(t_each) * 1e3);
+  }
   return 0;
 }
 
@@ -306,6 +362,15 @@ int main(int argc, char** argv) {
     amx_both = std::string{a} == "both";
   if (const char* n = std::getenv("EXO_BENCH_PREFILL"))
     prefill = static_cast<std::uint32_t>(std::max(0, std::atoi(n)));
+  if (const char* b = std::getenv("EXO_BENCH_BURST")) {
+    unsigned k = 0, l = 0;
+    if (std::sscanf(b, "%u,%u", &k, &l) != 2 || k == 0 || l == 0) {
+      std::printf("error: EXO_BENCH_BURST must be K,L, not %s\n", b);
+      return 2;
+    }
+    burst_k = k;
+    burst_l = l;
+  }
   if (const char* n = std::getenv("EXO_BENCH_CTX"))
     n_ctx = static_cast<std::uint32_t>(std::max(1, std::atoi(n)));
   for (const char* t : {"f32", "q4_k_m"})

@@ -421,8 +421,9 @@ TEST_CASE("repacked Q4_K products are the loaded llama.cpp build's gemm and "
            sh.rows);
     }
     // Every path of exo's: AMX tiles (12 tokens and more where the CPU has
-    // them, not for the gemm's steps by pair), AVX-512 VNNI panels (9 and
-    // more), AVX2 groups of 8 rows, the portable sums.
+    // them, 32 and more for the gemm's steps by pair: 37 tokens here),
+    // AVX-512 VNNI panels (9 and more), AVX2 groups of 8 rows, the
+    // portable sums.
     for (int path = 0; path < 4; ++path) {
       CAPTURE(path);
       host::allow_amx(path == 0);
@@ -441,7 +442,7 @@ TEST_CASE("repacked Q4_K products are the loaded llama.cpp build's gemm and "
     host::allow_amx(true);
     // Rows apart (a decode batch: each token as alone) is llama.cpp's
     // gemv for every token; from 12 tokens on the AMX tiles where the CPU
-    // has them (they take no gemm steps by pair), else the VNNI panels.
+    // has them, else the VNNI panels.
     std::vector<float> gemv_all(m * rows);
     for (std::size_t i = 0; i < m; ++i) {
       std::vector<std::uint8_t> one(sizeof(block_q8_k) * nb);
