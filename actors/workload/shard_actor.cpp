@@ -45,6 +45,16 @@ struct pending_step {
   caf::actor shard;
 };
 
+/// A stage's figures for stage_figures_now(): written on the stage's
+/// device thread (publish), read from any; owns nothing of the device, so
+/// a reader never keeps a stage alive.
+struct stage_gauges {
+  stage_figures labels; ///< device, model, layers, kv type: set once
+  std::atomic<std::uint64_t> jobs{0}, sequences{0}, kv_bytes{0}, kv_blocks{0},
+    kv_blocks_used{0}, kv_blocks_shared{0}, forwards{0}, rows{0},
+    merged_steps{0};
+};
+
 /// The stage of a range of one model's layers on one device, shared by the
 /// shards of every job that runs those layers there: the weights are read
 /// or uploaded once, each shard's sequences have their own KV caches, and
@@ -70,7 +80,10 @@ struct hosted_stage {
   bool timer_armed = false;
   std::uint64_t timer_gen = 0;
   std::uint64_t forwards = 0;     ///< batched forwards run
+  std::uint64_t rows = 0;         ///< token rows they computed
   std::uint64_t merged_steps = 0; ///< steps that shared one with another job
+  /// What stage_figures_now() reads (publish()).
+  std::shared_ptr<stage_gauges> gauges = std::make_shared<stage_gauges>();
   /// The prefix cache (messages/workload.hpp retain_atom): prompt rows
   /// kept after the jobs that read them, within a budget (the first
   /// shard's setting); the bookkeeping is plain logic, the rows are
@@ -92,6 +105,24 @@ struct hosted_stage {
     auto ids = prefixes.drop_unheld();
     drop_caches(ids);
     return !ids.empty();
+  }
+  /// Its figures for stage_figures_now() (on the device's thread).
+  void publish() {
+    auto& g = *gauges;
+    g.jobs = users;
+    g.sequences = caches.size();
+    g.forwards = forwards;
+    g.rows = rows;
+    g.merged_steps = merged_steps;
+    if (!stage)
+      return;
+    g.kv_bytes = stage->cache_bytes();
+    if (stage->paged()) {
+      const auto kb = stage->kv_blocks();
+      g.kv_blocks = kb.total;
+      g.kv_blocks_used = kb.used;
+      g.kv_blocks_shared = kb.shared;
+    }
   }
 };
 
@@ -124,6 +155,8 @@ using stage_key = std::tuple<caf::actor_id, const void*, std::uint32_t,
                              std::uint32_t, backend::kv_type>;
 std::mutex registry_mtx;
 std::map<stage_key, std::weak_ptr<hosted_stage>> registry;
+/// Every stage's figures (stage_figures_now), also under registry_mtx.
+std::vector<std::weak_ptr<stage_gauges>> gauges_registry;
 std::atomic<std::uint64_t> next_slot_id{1};
 /// batching_totals(): every stage's, for the shard host's snapshot.
 std::atomic<std::uint64_t> total_forwards{0};
@@ -259,6 +292,7 @@ device_task free_task(std::vector<handle_id> bufs,
     if (--h.users == 0 && h.stage && slot->keep_alive.count() > 0)
       h.keep_ticket = ctx.keep(slot->h, h.stage->footprint(),
                                slot->keep_alive);
+    h.publish();
     slot.reset();
   };
   return t;
@@ -492,19 +526,22 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
   float* x = s.x.empty() ? nullptr : s.x.data();
   ++h.forwards;
   ++total_forwards;
+  h.rows += n;
+  caf::error err;
   if (stage.is_last()) {
     const std::size_t rows = logit_rows(segs);
     std::vector<float> logits(rows * std::size_t{hp.n_vocab});
     if (auto f = stage.forward(segs, x, logits.data(), io); !f)
-      return device_failed(f.err());
-    if (s.top_k == 0)
+      err = device_failed(f.err());
+    else if (s.top_k == 0)
       s.x = std::move(logits);
     else
       answer_logits(s, logits.data(), rows, hp.n_vocab);
   } else if (auto f = stage.forward(segs, x, nullptr, io); !f) {
-    return device_failed(f.err());
+    err = device_failed(f.err());
   }
-  return caf::none;
+  h.publish();
+  return err;
 }
 
 /// Runs waiting steps (of one or several jobs) as one forward: their rows
@@ -562,6 +599,7 @@ void run_batch(hosted_stage& h, std::vector<pending_step> batch) {
   if (!err) {
     ++h.forwards;
     ++total_forwards;
+    h.rows += rows;
     if (stage.is_last())
       logits.resize(logit_rows(segs) * std::size_t{hp.n_vocab});
     auto f = stage.forward(segs, x.data(),
@@ -579,6 +617,7 @@ void run_batch(hosted_stage& h, std::vector<pending_step> batch) {
     h.merged_steps += batch.size();
     total_merged_steps += batch.size();
   }
+  h.publish();
   std::size_t row0 = 0, logit0 = 0;
   for (auto& p : batch) {
     const std::size_t n = p.s.tokens.size();
@@ -846,6 +885,7 @@ void set_up(self_ptr self) {
             slot->h->keep_ticket = 0;
           }
           ++slot->h->reuses;
+          slot->h->publish();
           return;
         }
         registry.erase(it);
@@ -874,8 +914,18 @@ void set_up(self_ptr self) {
     h->prefixes = workload::prefix_cache{cfg.prefix_cache_bytes};
     slot->h = h;
     if (h->stage) {
+      auto& l = h->gauges->labels;
+      l.device = cfg.device_id;
+      l.model = cfg.model_sha256.substr(0, 12);
+      l.first = cfg.first;
+      l.last = cfg.last;
+      l.kv_type = backend::to_string(cfg.kv);
+      l.kv_block_positions =
+        h->stage->paged() ? h->stage->block_positions() : 0;
+      h->publish();
       std::lock_guard<std::mutex> guard{registry_mtx};
       registry[key] = h;
+      gauges_registry.push_back(h->gauges);
     }
   };
   // Tasks run in the order they are sent: every step comes after this.
@@ -927,6 +977,7 @@ caf::result<caf::message> release(self_ptr self, std::uint64_t job,
       h.batcher->forget(slot->id);
     if (!seq)
       h.prefixes.let_go({slot->id, job});
+    h.publish();
     rp.deliver(caf::ok_atom::value);
   };
   return self->delegate(st.device, task_atom::value, std::move(t));
@@ -1342,6 +1393,31 @@ static_assert(max_chunk_bytes == model::default_upload_chunk_bytes,
 
 stage_batching_totals batching_totals() noexcept {
   return {total_forwards.load(), total_merged_steps.load()};
+}
+
+std::vector<stage_figures> stage_figures_now() {
+  std::vector<stage_figures> out;
+  std::lock_guard<std::mutex> guard{registry_mtx};
+  for (auto it = gauges_registry.begin(); it != gauges_registry.end();) {
+    auto g = it->lock();
+    if (!g) {
+      it = gauges_registry.erase(it);
+      continue;
+    }
+    stage_figures f = g->labels;
+    f.jobs = g->jobs;
+    f.sequences = g->sequences;
+    f.kv_bytes = g->kv_bytes;
+    f.kv_blocks = g->kv_blocks;
+    f.kv_blocks_used = g->kv_blocks_used;
+    f.kv_blocks_shared = g->kv_blocks_shared;
+    f.forwards = g->forwards;
+    f.rows = g->rows;
+    f.merged_steps = g->merged_steps;
+    out.push_back(std::move(f));
+    ++it;
+  }
+  return out;
 }
 
 std::uint32_t max_batch_tokens(std::uint32_t n_embd) {

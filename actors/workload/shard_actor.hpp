@@ -67,6 +67,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace exo::workload {
 
@@ -81,6 +82,8 @@ struct shard_setup {
   device_actor device;      ///< the device it computes on (required)
   std::string device_id;
   std::string node;
+  /// The model file's sha256 (hex; the stage's label in stage_figures_now).
+  std::string model_sha256;
   caf::actor owner;         ///< stops when the owner goes down (optional)
   /// Its shard host, told when the shard gets a new owner (adopt_atom)
   /// with whether that one is of another node (optional).
@@ -111,6 +114,35 @@ struct stage_batching_totals {
   std::uint64_t merged_steps = 0;
 };
 stage_batching_totals batching_totals() noexcept;
+
+/// One device stage of this process (the layers of a model on a device,
+/// every job's sequences on it), as the shard host reports it and the
+/// gateway's /metrics shows it. Figures are published by the stage's
+/// device thread after each forward and each change of its users or
+/// caches, so they may be a step old.
+struct stage_figures {
+  std::string device;       ///< device id
+  std::string model;        ///< the model file's sha256, 12 hex digits
+  std::uint32_t first = 0;  ///< layers [first, last)
+  std::uint32_t last = 0;
+  std::string kv_type;      ///< f16, q8_0, f32
+  std::uint64_t jobs = 0;      ///< shards (one per job) that use it now
+  std::uint64_t sequences = 0; ///< jobs' sequences whose KV cache it holds
+  std::uint64_t kv_bytes = 0;  ///< KV cache memory on the device
+  /// A paged cache's blocks: in its pool, held by a sequence (or a kept
+  /// prompt prefix), held by more than one; all 0 for contiguous caches.
+  std::uint64_t kv_blocks = 0;
+  std::uint64_t kv_blocks_used = 0;
+  std::uint64_t kv_blocks_shared = 0;
+  std::uint32_t kv_block_positions = 0; ///< positions per block (0: contiguous)
+  std::uint64_t forwards = 0;     ///< forwards run (each a batch of steps)
+  std::uint64_t rows = 0;         ///< token rows those forwards computed
+  std::uint64_t merged_steps = 0; ///< steps that ran with another job's
+};
+
+/// Every stage alive in this process now (kept ones after their last job
+/// included), in no particular order. Any thread.
+std::vector<stage_figures> stage_figures_now();
 
 /// The largest batch (tokens of one step) the job may send for a model
 /// with these widths: activations and logits stay within max_chunk_bytes.

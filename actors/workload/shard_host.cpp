@@ -186,6 +186,7 @@ void start_shard(self_ptr self, shard_spec spec, std::string path,
           s.device = dev;
           s.device_id = order.front().id;
           s.node = self->state.node;
+          s.model_sha256 = spec.sha256;
           s.owner = spec.owner;
           s.host = caf::actor_cast<caf::actor>(self);
           s.batch_wait = self->state.batch_wait;
@@ -457,6 +458,30 @@ caf::behavior shard_host_impl(self_ptr self, host_state init) {
                   {"models", std::to_string(st.models.size())},
                   {"stage_forwards", std::to_string(totals.forwards)},
                   {"merged_steps", std::to_string(totals.merged_steps)}};
+      // Each device stage of the process ("stage N": one JSON object;
+      // the gateway's /metrics reads them, core/gateway/prometheus.hpp
+      // write_stage_metrics).
+      auto stages = workload::stage_figures_now();
+      s.fields["stages"] = std::to_string(stages.size());
+      for (std::size_t i = 0; i < stages.size(); ++i) {
+        const auto& f = stages[i];
+        s.fields["stage " + std::to_string(i)] = text::compact(
+          text::json{{"device", f.device},
+                     {"model", f.model},
+                     {"first", f.first},
+                     {"last", f.last},
+                     {"kv_type", f.kv_type},
+                     {"jobs", f.jobs},
+                     {"sequences", f.sequences},
+                     {"kv_bytes", f.kv_bytes},
+                     {"kv_blocks", f.kv_blocks},
+                     {"kv_blocks_used", f.kv_blocks_used},
+                     {"kv_blocks_shared", f.kv_blocks_shared},
+                     {"kv_block_positions", f.kv_block_positions},
+                     {"forwards", f.forwards},
+                     {"rows", f.rows},
+                     {"merged_steps", f.merged_steps}});
+      }
       return s;
     },
     [self](shard_atom, shard_spec& spec) -> caf::result<shard_ready> {

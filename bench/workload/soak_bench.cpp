@@ -1,6 +1,7 @@
 // The soak of issue 21 (`make soak`, not in CI): four exo-node processes on
 // 127.0.0.1 and a stream of jobs — two console runs at a time, each through
-// a random node, split over 2 or 3 stages, greedy or sampled with a seed —
+// a random node, split over 2 or 3 stages, greedy or sampled with a seed,
+// one sequence or three in one job (batched steps) —
 // while every EXO_SOAK_EVENT_S seconds (20) a random node is killed and
 // restarted, frozen for 4 s, or stopped gracefully and restarted. Every run
 // must end with exactly the text of the same job run uninterrupted on one
@@ -45,10 +46,13 @@ int env_int(const char* name, int fallback) {
   return v && std::atoi(v) > 0 ? std::atoi(v) : fallback;
 }
 
-/// The generated text of a console run's reply: from "text: " to the
-/// "prompt: " line that follows it (the text may hold newlines).
+/// The generated text of a console run's reply: from "text: " (or, for
+/// several sequences, "sequence 0: ") to the "prompt: " line that follows
+/// it (the texts may hold newlines).
 std::string text_of(const std::string& out) {
   auto at = out.find("text: ");
+  if (at == std::string::npos)
+    at = out.find("sequence 0: ");
   if (at == std::string::npos)
     return "";
   auto end = out.find("\nprompt: ", at);
@@ -189,11 +193,29 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
 
   // The references: each kind of job on one device of n1, uninterrupted.
   std::vector<job_kind> kinds;
+  // Three prompts, greedy or sampled, one sequence each; and three
+  // sequences of one prompt in one job (batched steps; sampled, sequence
+  // j draws from seed + j), greedy or sampled.
+  struct job_shape {
+    const char* prompt;
+    const char* sampling;
+    int sequences;
+  };
+  std::vector<job_shape> shapes;
   for (auto prompt : {"once upon a time", "the cluster", "hello world"})
-    for (auto sampling : {"--temperature 0", "--temperature 0.8 --seed 7"}) {
+    for (auto sampling : {"--temperature 0", "--temperature 0.8 --seed 7"})
+      shapes.push_back({prompt, sampling, 1});
+  for (auto sampling : {"--temperature 0", "--temperature 0.8 --seed 11"})
+    shapes.push_back({"a batch of", sampling, 3});
+  for (auto& sh : shapes) {
+    {
       job_kind k;
-      k.args = std::string{"--model "} + model + " --prompt \"" + prompt
-               + "\" -n 1500 " + sampling;
+      k.args = std::string{"--model "} + model + " --prompt \"" + sh.prompt
+               + "\" -n " + (sh.sequences > 1 ? "500" : "1500") + " "
+               + sh.sampling
+               + (sh.sequences > 1
+                    ? " --sequences " + std::to_string(sh.sequences)
+                    : std::string{});
       auto solo = console(p, nodes[static_cast<std::size_t>(
                                     env_int("EXO_SOAK_REFNODE", 1) - 1)]
                                 .now.port,
@@ -205,6 +227,7 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
       REQUIRE(!k.reference.empty());
       kinds.push_back(k);
     }
+  }
 
   std::map<std::string, int> events;
   int ok = 0, wrong = 0, failed = 0, recoveries = 0, next_run = 0;
@@ -447,7 +470,8 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
   head << "Soak: " << minutes << " min of events (" << secs
        << " s in all), 4 nodes, a random event every " << event_s
        << " s (seed " << seed << "), two console runs at a time of 1500 "
-       << "tokens (6 kinds: 3 prompts, greedy or sampled), 2 or 3 stages, "
+       << "tokens (8 kinds: 3 prompts, greedy or sampled, and 3 sequences "
+       << "of 500 tokens in one job, greedy or sampled), 2 or 3 stages, "
        << "each through a random node.\n\n| event | count |\n| --- | --- |\n";
   for (auto& [what, n] : events)
     head << "| " << what << " | " << n << " |\n";

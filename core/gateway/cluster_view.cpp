@@ -279,4 +279,136 @@ std::vector<prometheus::device_reading> device_readings(const json& snapshot) {
   return out;
 }
 
+namespace {
+
+const char* const stage_strings[] = {"device", "model", "kv_type"};
+const char* const stage_counts[] = {
+  "first",          "last",          "jobs",
+  "sequences",      "kv_bytes",      "kv_blocks",
+  "kv_blocks_used", "kv_blocks_shared", "kv_block_positions",
+  "forwards",       "rows",          "merged_steps"};
+
+} // namespace
+
+json stage_entries(const std::string& node,
+                   const std::map<std::string, std::string>& fields) {
+  json out = json::array();
+  for (auto& [key, value] : fields) {
+    if (key.rfind("stage ", 0) != 0)
+      continue;
+    if (out.size() >= max_view_entries)
+      break;
+    auto e = json::parse(value, nullptr, false);
+    if (e.is_discarded() || !e.is_object())
+      continue;
+    json entry = json::object();
+    bool ok = true;
+    for (auto* k : stage_strings) {
+      ok = ok && e.contains(k) && e[k].is_string()
+           && e[k].get_ref<const std::string&>().size() <= 256;
+      if (ok)
+        entry[k] = e[k];
+    }
+    for (auto* k : stage_counts) {
+      ok = ok && e.contains(k) && e[k].is_number_unsigned();
+      if (ok)
+        entry[k] = e[k];
+    }
+    if (!ok)
+      continue;
+    entry["node"] = node;
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+void write_stage_metrics(prometheus::text_writer& w, const json& stages) {
+  using prometheus::metric_type;
+  // By label set, in a stable order; entries with the same labels summed.
+  struct figures {
+    prometheus::label_set labels;
+    double jobs = 0, sequences = 0, kv_bytes = 0, blocks = 0, used = 0,
+           shared = 0, forwards = 0, rows = 0, merged = 0;
+    bool paged = false;
+  };
+  std::map<std::string, figures> by;
+  if (stages.is_array())
+    for (auto& e : stages) {
+      if (!e.is_object())
+        continue;
+      prometheus::label_set labels{
+        {"node", str(e, "node")},
+        {"device", str(e, "device")},
+        {"model", str(e, "model")},
+        {"layers", std::to_string(static_cast<std::uint64_t>(num(e, "first")))
+                     + "-"
+                     + std::to_string(static_cast<std::uint64_t>(num(e, "last")))},
+        {"kv_type", str(e, "kv_type")}};
+      std::string key;
+      for (auto& [_, v] : labels)
+        key += v + '\n';
+      auto& f = by[key];
+      f.labels = std::move(labels);
+      f.jobs += num(e, "jobs");
+      f.sequences += num(e, "sequences");
+      f.kv_bytes += num(e, "kv_bytes");
+      f.paged = f.paged || num(e, "kv_block_positions") > 0;
+      f.blocks += num(e, "kv_blocks");
+      f.used += num(e, "kv_blocks_used");
+      f.shared += num(e, "kv_blocks_shared");
+      f.forwards += num(e, "forwards");
+      f.rows += num(e, "rows");
+      f.merged += num(e, "merged_steps");
+    }
+  if (by.empty())
+    return;
+  auto family = [&](const char* name, const char* help, metric_type type,
+                    double figures::*value, bool paged_only) {
+    bool any = false;
+    for (auto& [_, f] : by)
+      any = any || !paged_only || f.paged;
+    if (!any)
+      return;
+    w.family(name, help, type);
+    for (auto& [_, f] : by)
+      if (!paged_only || f.paged)
+        w.sample(f.labels, f.*value);
+  };
+  family("exo_stage_jobs", "Jobs whose shard uses the device stage now",
+         metric_type::gauge, &figures::jobs, false);
+  family("exo_stage_sequences",
+         "Sequences whose KV cache the device stage holds",
+         metric_type::gauge, &figures::sequences, false);
+  family("exo_kv_cache_bytes", "KV cache memory of the device stage",
+         metric_type::gauge, &figures::kv_bytes, false);
+  family("exo_kv_cache_blocks", "Blocks in the device stage's paged KV pool",
+         metric_type::gauge, &figures::blocks, true);
+  family("exo_kv_cache_blocks_used",
+         "Blocks of the paged KV pool held by sequences or kept prefixes",
+         metric_type::gauge, &figures::used, true);
+  family("exo_kv_cache_blocks_shared",
+         "Blocks of the paged KV pool held by more than one sequence",
+         metric_type::gauge, &figures::shared, true);
+  bool any_paged = false;
+  for (auto& [_, f] : by)
+    any_paged = any_paged || f.paged;
+  if (any_paged) {
+    w.family("exo_kv_cache_usage_ratio",
+             "Used blocks of the paged KV pool over its blocks (0 when empty)",
+             metric_type::gauge);
+    for (auto& [_, f] : by)
+      if (f.paged)
+        w.sample(f.labels, f.blocks > 0 ? f.used / f.blocks : 0.0);
+  }
+  family("exo_stage_forwards_total",
+         "Forwards the device stage ran (each a batch of steps)",
+         metric_type::counter, &figures::forwards, false);
+  family("exo_stage_rows_total",
+         "Token rows the device stage's forwards computed",
+         metric_type::counter, &figures::rows, false);
+  family("exo_stage_merged_steps_total",
+         "Steps that ran in one forward with another job's",
+         metric_type::counter, &figures::merged, false);
+}
+
 } // namespace exo::gateway

@@ -26,6 +26,7 @@
 #include "core/text/json.hpp"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -80,5 +81,26 @@ std::vector<text::json> audit_events(const text::json& records,
 /// on its node, `UUID` "NODE/ID", `Hostname` the node.
 std::vector<prometheus::device_reading>
 device_readings(const text::json& snapshot);
+
+/// The device stages a node's shard host lists in its inspection (fields
+/// "stage N", each one JSON object: workload::stage_figures), each with
+/// "node" added. The fields come from a peer: an entry that does not
+/// parse, or lacks a field or has one of the wrong type (strings of at
+/// most 256 bytes, counts as non-negative integers), is left out, and so
+/// is everything past max_view_entries.
+text::json stage_entries(const std::string& node,
+                         const std::map<std::string, std::string>& fields);
+
+/// Writes the serving families of `stages` (stage_entries of every
+/// node), each labelled node, device, model (12 hex digits of its sha256),
+/// layers ("first-last") and kv_type: gauges exo_stage_jobs,
+/// exo_stage_sequences, exo_kv_cache_bytes and, for paged caches,
+/// exo_kv_cache_blocks, exo_kv_cache_blocks_used,
+/// exo_kv_cache_blocks_shared, exo_kv_cache_usage_ratio; counters
+/// exo_stage_forwards_total, exo_stage_rows_total (token rows computed:
+/// rows / forwards is the mean batch) and exo_stage_merged_steps_total
+/// (steps that ran with another job's: continuous batching). Entries with
+/// the same labels are summed. Nothing is written without stages.
+void write_stage_metrics(prometheus::text_writer& w, const text::json& stages);
 
 } // namespace exo::gateway

@@ -33,6 +33,8 @@ struct cluster_watch::shared {
   std::uint64_t audit_last = 0; // the audit log's last sequence number
   /// The placement service's counters (its inspect fields): plans, replans.
   std::map<std::string, double> placement;
+  /// Every live node's device stages (stage_entries), for /metrics.
+  json stages = json::array();
 
   void publish(json snap, std::vector<json> events) {
     std::vector<std::string> texts;
@@ -68,6 +70,7 @@ struct poll_round {
   cluster_parts parts;
   int waiting = 0;
   std::vector<json> audit;
+  json stages = json::array(); ///< every answering node's
 };
 
 struct poller_state {
@@ -100,6 +103,10 @@ void finish_round(poller_ptr self, const std::shared_ptr<poll_round>& r) {
   for (auto& e : audit_events(json(r->audit), t))
     events.push_back(std::move(e));
   st.last = snap;
+  {
+    std::lock_guard<std::mutex> guard{st.sh->mx};
+    st.sh->stages = std::move(r->stages);
+  }
   st.sh->publish(std::move(snap), std::move(events));
   st.polling = false;
   self->delayed_send(self, st.interval, tick_atom::value);
@@ -164,6 +171,25 @@ void poll(poller_ptr self) {
     std::lock_guard<std::mutex> guard{self->state.sh->mx};
     self->state.sh->placement = std::move(counters);
   });
+  // The device stages of every node alive at the last poll (this node's
+  // alone at the first): their shard hosts' inspections.
+  std::vector<std::string> alive;
+  if (st.last.is_object() && st.last.contains("nodes")
+      && st.last["nodes"].is_array())
+    for (auto& n : st.last["nodes"])
+      if (n.is_object() && n.value("status", "") == "alive"
+          && n.contains("name") && n["name"].is_string())
+        alive.push_back(n["name"].get<std::string>());
+  if (alive.empty())
+    alive.push_back(st.sh->node);
+  for (auto& name : alive)
+    ask(self, r, "inspect", name + ":shards", [r, name](console_reply& x) {
+      if (x.actors.size() != 1)
+        return;
+      for (auto& e : stage_entries(name, x.actors[0].fields))
+        if (r->stages.size() < max_view_entries)
+          r->stages.push_back(std::move(e));
+    });
   // The audit log's new records (on the first poll only where it ends:
   // the events are what happens from now on).
   auto arg = st.audit_started
@@ -355,11 +381,12 @@ void cluster_watch::collect(prometheus::text_writer& w) {
   std::vector<prometheus::device_reading> readings;
   std::uint64_t polls = 0, audit_last = 0;
   std::size_t nodes = 0, jobs = 0;
-  json links, thermal;
+  json links, thermal, stages;
   std::map<std::string, double> placement;
   {
     std::lock_guard<std::mutex> guard{sh_->mx};
     placement = sh_->placement;
+    stages = sh_->stages;
     readings = sh_->readings;
     audit_last = sh_->audit_last;
     links = sh_->snapshot["links"];
@@ -423,6 +450,7 @@ void cluster_watch::collect(prometheus::text_writer& w) {
              prometheus::metric_type::counter);
     w.sample({}, placement["replans"]);
   }
+  write_stage_metrics(w, stages);
   w.family("exo_audit_last_sequence",
            "The last sequence number of this node's audit log",
            prometheus::metric_type::gauge);

@@ -210,3 +210,83 @@ TEST_CASE("devices read as dcgm-exporter gauges with their temperatures") {
   CHECK(r[0].fb_free_mib == Approx(2));
   CHECK_FALSE(r[2].fb_used_mib.has_value()); // free > total: not a reading
 }
+
+TEST_CASE("a node's device stages become the serving metrics, a peer's "
+          "bad entries left out") {
+  auto stage = [](const std::string& device, std::uint64_t used,
+                  std::uint64_t positions) {
+    return json{{"device", device},       {"model", "d0804fd7562d"},
+                {"first", 0},             {"last", 4},
+                {"kv_type", "f16"},       {"jobs", 2},
+                {"sequences", 3},         {"kv_bytes", 65536},
+                {"kv_blocks", 8},         {"kv_blocks_used", used},
+                {"kv_blocks_shared", 1},  {"kv_block_positions", positions},
+                {"forwards", 40},         {"rows", 100},
+                {"merged_steps", 12}};
+  };
+  std::map<std::string, std::string> fields{
+    {"shards", "2"},
+    {"stages", "6"},
+    {"stage 0", exo::text::compact(stage("sim:0", 6, 32))},
+    {"stage 1", exo::text::compact(stage("cpu:0", 0, 0))},
+    {"stage 2", "{not json"},
+    {"stage 3", exo::text::compact(json::array({1, 2}))},
+    // A negative count, a count as text, an overlong label: left out.
+    {"stage 4", [&] {
+       auto j = stage("sim:1", 1, 32);
+       j["rows"] = -5;
+       return exo::text::compact(j);
+     }()},
+    {"stage 5", [&] {
+       auto j = stage("sim:2", 1, 32);
+       j["jobs"] = "2";
+       return exo::text::compact(j);
+     }()},
+    {"stage 6", [&] {
+       auto j = stage(std::string(300, 'x'), 1, 32);
+       return exo::text::compact(j);
+     }()}};
+  auto entries = stage_entries("alpha", fields);
+  REQUIRE(entries.size() == 2);
+  CHECK(entries[0]["node"] == "alpha");
+  CHECK(entries[0]["device"] == "sim:0");
+  CHECK(entries[1]["device"] == "cpu:0");
+  // A second node's copy of the first stage's labels (same node name: a
+  // process with two mapped copies of one file) is summed, not repeated.
+  auto twice = stage_entries("alpha", {{"stage 0",
+                                        exo::text::compact(
+                                          stage("sim:0", 2, 32))}});
+  entries.push_back(twice[0]);
+  prometheus::text_writer w;
+  write_stage_metrics(w, entries);
+  const auto& out = w.str();
+  INFO(out);
+  const std::string sim = "{node=\"alpha\",device=\"sim:0\",model="
+                          "\"d0804fd7562d\",layers=\"0-4\",kv_type=\"f16\"}";
+  const std::string cpu = "{node=\"alpha\",device=\"cpu:0\",model="
+                          "\"d0804fd7562d\",layers=\"0-4\",kv_type=\"f16\"}";
+  CHECK(out.find("# TYPE exo_stage_jobs gauge\n") != std::string::npos);
+  CHECK(out.find("exo_stage_jobs" + sim + " 4\n") != std::string::npos);
+  CHECK(out.find("exo_stage_jobs" + cpu + " 2\n") != std::string::npos);
+  CHECK(out.find("exo_stage_sequences" + sim + " 6\n") != std::string::npos);
+  CHECK(out.find("exo_kv_cache_bytes" + cpu + " 65536\n")
+        != std::string::npos);
+  // Paged families only for the paged stage (the cpu one is contiguous).
+  CHECK(out.find("exo_kv_cache_blocks" + sim + " 16\n") != std::string::npos);
+  CHECK(out.find("exo_kv_cache_blocks_used" + sim + " 8\n")
+        != std::string::npos);
+  CHECK(out.find("exo_kv_cache_usage_ratio" + sim + " 0.5\n")
+        != std::string::npos);
+  CHECK(out.find("exo_kv_cache_blocks" + cpu) == std::string::npos);
+  CHECK(out.find("exo_kv_cache_usage_ratio" + cpu) == std::string::npos);
+  CHECK(out.find("# TYPE exo_stage_forwards_total counter\n")
+        != std::string::npos);
+  CHECK(out.find("exo_stage_rows_total" + sim + " 200\n") != std::string::npos);
+  CHECK(out.find("exo_stage_merged_steps_total" + cpu + " 12\n")
+        != std::string::npos);
+  // No stage: no family at all.
+  prometheus::text_writer none;
+  write_stage_metrics(none, json::array());
+  write_stage_metrics(none, json{{"not", "a list"}});
+  CHECK(none.str().empty());
+}

@@ -16,10 +16,12 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <csignal>
 #include <thread>
 #include <cstdlib>
 #include <regex>
+#include <sstream>
 #include <unistd.h>
 
 using namespace exo::test;
@@ -112,7 +114,8 @@ std::string as_json_text(const std::string& s) {
 std::unique_ptr<process> serve_big_on_slow_device(pki& p,
                                                   const std::string& models,
                                                   std::uint16_t& port,
-                                                  int resume_grace_ms = 0) {
+                                                  int resume_grace_ms = 0,
+                                                  int batch_wait_ms = -1) {
   p.node("n1");
   auto big = p.dir + "/big.gguf";
   REQUIRE(run({exo_model(), "make-test", "--out", big, "--layers", "4",
@@ -123,6 +126,12 @@ std::unique_ptr<process> serve_big_on_slow_device(pki& p,
           == 0);
   node_options o{"n1"};
   o.devices = slow_small_sim(p.dir, 40);
+  if (batch_wait_ms >= 0) {
+    const std::string rescan = R"("rescan_interval_s": 0)";
+    o.devices.replace(o.devices.find(rescan), rescan.size(),
+                      rescan + R"(, "batch_wait_ms": )"
+                        + std::to_string(batch_wait_ms));
+  }
   o.extra = R"(, "models": {"dirs": [")" + p.dir + R"("])" + models + "}"
             + R"(, "gateway": {"resume_grace_ms": )"
             + std::to_string(resume_grace_ms) + "}";
@@ -446,6 +455,116 @@ TEST_CASE("while a stream holds the device a request with no room waits, "
   INFO(served);
   CHECK(contains(served, "HTTP/1.1 200"));
   CHECK(contains(served, "\"finish_reason\":\"length\""));
+  serve.signal(SIGTERM);
+  CHECK(serve.wait(30s) == 0);
+}
+
+/// The value of the first sample of `name` in a Prometheus exposition
+/// (a line "name{...} value"), or nullopt.
+std::optional<double> sample_of(const std::string& body,
+                                const std::string& name) {
+  std::smatch m;
+  if (!std::regex_search(body, m,
+                         std::regex{"\n" + name + "\\{[^}]*\\} ([^\n]+)"}))
+    return std::nullopt;
+  return std::stod(m[1]);
+}
+
+TEST_CASE("exo-node serve's /metrics shows the stage its requests share: "
+          "jobs, sequences, KV blocks, forwards, merged steps") {
+  pki p{"exo-serve-stage"};
+  // The slow simulated device (25 ms a token), and steps of the two jobs
+  // below wait up to 500 ms for each other, so they run merged.
+  std::uint16_t http_port = 0;
+  auto node = serve_big_on_slow_device(p, "", http_port, 0, 500);
+  auto& serve = *node;
+  auto url = "http://127.0.0.1:" + std::to_string(http_port);
+  auto curl = [&](int tokens, bool stream) {
+    // Debian's curl (scripts/install-deps.sh) against this test's own
+    // node: a real client, never a download.
+    auto curl_path = which("curl");
+    REQUIRE(!curl_path.empty());
+    return std::vector<std::string>{
+      curl_path, "-sS", "-N", "--max-time", "120", url + "/v1/completions",
+      "-H", "Content-Type: application/json", "-d",
+      std::string{R"({"model": "big", "prompt": "once upon a time", )"}
+        + R"("temperature": 0, "max_tokens": )" + std::to_string(tokens)
+        + (stream ? R"(, "stream": true})" : "}")};
+  };
+  auto metrics = [&] {
+    auto r = exo::gateway::testing::http_exchange(
+      http_port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: "
+                 "close\r\n\r\n");
+    REQUIRE(r.status == 200);
+    return r.body;
+  };
+  // Polls /metrics (the gateway looks every second) until `pred` holds.
+  auto until = [&](auto pred) {
+    std::string body;
+    for (int i = 0; i < 300; ++i) {
+      body = metrics();
+      if (pred(body))
+        return body;
+      std::this_thread::sleep_for(100ms);
+    }
+    return body;
+  };
+  // A long stream (400 tokens: 10 s), and beside it a short request.
+  process holder{curl(400, true)};
+  if (!holder.wait_for_output("data: ", 60s))
+    FAIL("the stream did not start: " << holder.out() << holder.err()
+                                      << "\nthe node's output: "
+                                      << serve.out() << serve.err());
+  auto during = until([](const std::string& b) {
+    return sample_of(b, "exo_stage_jobs") == 1.0;
+  });
+  INFO(during);
+  CHECK(sample_of(during, "exo_stage_jobs") == 1.0);
+  CHECK(sample_of(during, "exo_stage_sequences") == 1.0);
+  CHECK(sample_of(during, "exo_kv_cache_bytes").value_or(0) > 0);
+  // The sim device is a host device: its stage's cache is paged.
+  CHECK(sample_of(during, "exo_kv_cache_blocks_used").value_or(0) > 0);
+  CHECK(sample_of(during, "exo_kv_cache_blocks").value_or(0)
+        >= sample_of(during, "exo_kv_cache_blocks_used").value_or(1));
+  auto ratio = sample_of(during, "exo_kv_cache_usage_ratio").value_or(0);
+  CHECK(ratio > 0);
+  CHECK(ratio <= 1);
+  CHECK(contains(during, "exo_stage_forwards_total{node=\"n1\",device=\"sim:"));
+  CHECK(contains(during, ",layers=\"0-4\",kv_type=\"f16\"}"));
+  auto short_run = run(curl(16, false), 130s);
+  INFO(short_run.out << short_run.err);
+  CHECK(contains(short_run.out, "\"finish_reason\":\"length\""));
+  CHECK(holder.wait(120s) == 0);
+  // Both done: the stage stays (keep_alive) with no job and no sequence,
+  // its counters kept; the short request's steps ran with the stream's.
+  auto after = until([](const std::string& b) {
+    return sample_of(b, "exo_stage_jobs") == 0.0
+           && sample_of(b, "exo_stage_sequences") == 0.0;
+  });
+  INFO(after);
+  CHECK(sample_of(after, "exo_stage_jobs") == 0.0);
+  CHECK(sample_of(after, "exo_stage_sequences") == 0.0);
+  CHECK(sample_of(after, "exo_stage_forwards_total").value_or(0) >= 400);
+  // Every token of both (the last one sampled is not fed back) and their
+  // prompts.
+  CHECK(sample_of(after, "exo_stage_rows_total").value_or(0) >= 399 + 15 + 8);
+  CHECK(sample_of(after, "exo_stage_merged_steps_total").value_or(0) > 0);
+  if (auto promtool = which("promtool"); !promtool.empty()) {
+    write_file(p.dir + "/metrics.txt", after);
+    auto lint = run({"/bin/sh", "-c",
+                     promtool + " check metrics < " + p.dir + "/metrics.txt"});
+    INFO(lint.out << lint.err);
+    // It parses (exit 1 is a parse error); dcgm-exporter's label names
+    // (UUID, modelName, Hostname) are its only complaint.
+    CHECK(lint.code != 1);
+    for (auto& text : {lint.out, lint.err}) {
+      std::istringstream in{text};
+      std::string l;
+      while (std::getline(in, l))
+        if (!l.empty())
+          CHECK(contains(l, "label names should be written in 'snake_case'"));
+    }
+  }
   serve.signal(SIGTERM);
   CHECK(serve.wait(30s) == 0);
 }
