@@ -328,7 +328,7 @@ void write_stage_metrics(prometheus::text_writer& w, const json& stages) {
   struct figures {
     prometheus::label_set labels;
     double jobs = 0, sequences = 0, kv_bytes = 0, blocks = 0, used = 0,
-           shared = 0, forwards = 0, rows = 0, merged = 0;
+           shared = 0, forwards = 0, rows = 0, merged = 0, ratio = 0;
     bool paged = false;
   };
   std::map<std::string, figures> by;
@@ -362,6 +362,8 @@ void write_stage_metrics(prometheus::text_writer& w, const json& stages) {
     }
   if (by.empty())
     return;
+  for (auto& [_, f] : by)
+    f.ratio = f.blocks > 0 ? f.used / f.blocks : 0.0;
   auto family = [&](const char* name, const char* help, metric_type type,
                     double figures::*value, bool paged_only) {
     bool any = false;
@@ -389,17 +391,9 @@ void write_stage_metrics(prometheus::text_writer& w, const json& stages) {
   family("exo_kv_cache_blocks_shared",
          "Blocks of the paged KV pool held by more than one sequence",
          metric_type::gauge, &figures::shared, true);
-  bool any_paged = false;
-  for (auto& [_, f] : by)
-    any_paged = any_paged || f.paged;
-  if (any_paged) {
-    w.family("exo_kv_cache_usage_ratio",
-             "Used blocks of the paged KV pool over its blocks (0 when empty)",
-             metric_type::gauge);
-    for (auto& [_, f] : by)
-      if (f.paged)
-        w.sample(f.labels, f.blocks > 0 ? f.used / f.blocks : 0.0);
-  }
+  family("exo_kv_cache_usage_ratio",
+         "Used blocks of the paged KV pool over its blocks (0 when empty)",
+         metric_type::gauge, &figures::ratio, true);
   family("exo_stage_forwards_total",
          "Forwards the device stage ran (each a batch of steps)",
          metric_type::counter, &figures::forwards, false);
