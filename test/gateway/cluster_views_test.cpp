@@ -176,18 +176,23 @@ TEST_CASE("a real Prometheus scrapes two gateways and finds every device's "
   p.node("n1");
   p.node("n2");
   auto model = p.dir + "/tiny.gguf";
-  must(run({exo_model(), "make-test", "--out", model, "--seed", "3"}));
+  // 4 layers: the job below goes over three stages.
+  must(run({exo_model(), "make-test", "--out", model, "--seed", "3",
+            "--layers", "4"}));
   // Simulated GPUs report temperatures (their thermal model).
   const char* sims = R"({"include": ["sim"],
                 "simulated": [{"profile": "adreno-740"}, {"profile": "rtx-4090"}],
                 "rescan_interval_s": 0})";
+  // The model's folder for the job below (the console's run names files
+  // of models.dirs).
+  const std::string dirs = R"(, "models": {"dirs": [")" + p.dir + R"("]})";
   node_options o1{"n1"};
   o1.devices = sims;
-  o1.extra = gateway_section(model);
+  o1.extra = gateway_section(model) + dirs;
   auto n1 = start_node(p, o1);
   node_options o2 = node_options{"n2"}.seed(n1.port);
   o2.devices = sims;
-  o2.extra = gateway_section(model);
+  o2.extra = gateway_section(model) + dirs;
   auto n2 = start_node(p, o2);
   std::vector<std::uint16_t> gws{gateway_port(n1), gateway_port(n2)};
   // Both gateways see both nodes; which devices have a sensor.
@@ -212,9 +217,53 @@ TEST_CASE("a real Prometheus scrapes two gateways and finds every device's "
                        + t["device"].get<std::string>());
   }
   REQUIRE(sensors.size() == 4);
+  // A job over three stages (n1 has two devices: n2 takes one at least),
+  // then each stage's figures in n1's /metrics, n2's through its shard
+  // host's inspection (the stages stay after the job: keep_alive).
+  auto ran = console(p, n1.port,
+                     {"run --model " + model + " --prompt \"hello\" -n 8 "
+                      "--stages 3"},
+                     {false, 120s});
+  INFO(ran.out << ran.err);
+  REQUIRE(ran.code == 0);
+  std::vector<std::string> stage_series;
+  std::set<std::string> stage_nodes;
+  {
+    static const std::regex line{
+      "stage \\d+: layers \\[(\\d+), (\\d+)\\) on (\\S+) (\\S+)"};
+    for (std::sregex_iterator i{ran.out.begin(), ran.out.end(), line}, e;
+         i != e; ++i) {
+      auto& m = *i;
+      stage_nodes.insert(m[3].str());
+      stage_series.push_back("exo_stage_forwards_total{node=\"" + m[3].str()
+                             + "\",device=\"" + m[4].str() + "\",model=\"");
+      stage_series.push_back(",layers=\"" + m[1].str() + "-" + m[2].str()
+                             + "\",kv_type=\"f16\"} ");
+    }
+  }
+  REQUIRE(stage_series.size() == 6);
+  CHECK(stage_nodes.count("n2") == 1);
+  gwt::http_reply metrics;
+  auto has_stages = [&] {
+    metrics = gwt::http_exchange(gws[0], "GET /metrics HTTP/1.1\r\nHost: "
+                                         "x\r\nConnection: close\r\n\r\n");
+    for (std::size_t i = 0; i < stage_series.size(); i += 2) {
+      auto at = metrics.body.find(stage_series[i]);
+      if (at == std::string::npos)
+        return false;
+      auto eol = metrics.body.find('\n', at);
+      if (metrics.body.substr(at, eol - at).find(stage_series[i + 1])
+          == std::string::npos)
+        return false;
+    }
+    return true;
+  };
+  bool staged = false;
+  for (int i = 0; i < 120 && !(staged = has_stages()); ++i)
+    std::this_thread::sleep_for(250ms);
+  INFO(metrics.body);
+  CHECK(staged);
   // promtool accepts what each gateway serves.
-  auto metrics = gwt::http_exchange(gws[0], "GET /metrics HTTP/1.1\r\nHost: "
-                                            "x\r\nConnection: close\r\n\r\n");
   REQUIRE(metrics.status == 200);
   CHECK(contains(metrics.body, "exo_thermal_state{node=\"n2\""));
   CHECK(contains(metrics.body, "exo_link_rtt_seconds{from=\"n1\",to=\"n2\"}"));
