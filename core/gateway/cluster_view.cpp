@@ -95,7 +95,20 @@ json make_snapshot(const cluster_parts& parts) {
           {"links", objects(parts.links)},
           {"thermal", objects(member(parts.thermal, "devices"))},
           {"jobs", jobs},
-          {"models", objects(parts.models)}};
+          {"models", objects(parts.models)},
+          {"jobs_waiting", objects(member(parts.jobs, "waiting")).size()}};
+}
+
+job_counts count_jobs(const json& snapshot) {
+  job_counts c;
+  auto jobs = member(snapshot, "jobs");
+  if (jobs.is_array())
+    for (auto& j : jobs)
+      c.running += str(j, "state") == "running";
+  auto w = member(snapshot, "jobs_waiting");
+  if (w.is_number_unsigned())
+    c.waiting = w.get<std::size_t>();
+  return c;
 }
 
 json snapshot_part(const json& snapshot, const std::string& name) {

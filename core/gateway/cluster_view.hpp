@@ -9,7 +9,8 @@
 /// The snapshot (GET /v1/cluster):
 ///
 ///   {"node", "coordinator", "nodes": [...], "devices": [...],
-///    "links": [...], "thermal": [...], "jobs": [...], "models": [...]}
+///    "links": [...], "thermal": [...], "jobs": [...], "models": [...],
+///    "jobs_waiting": N}   (runs waiting for memory to be admitted)
 ///
 /// Events (WebSocket /v1/events), each {"type", "time_ms", "data"}:
 ///   node       a nodes[] entry + "change": joined | status | left
@@ -40,7 +41,8 @@ struct cluster_parts {
   text::json devices;        ///< [...]
   text::json links;          ///< [...]
   text::json thermal;        ///< {"devices": [...]}
-  text::json jobs;           ///< {"node", "jobs": [...], "recent": [...]}
+  text::json jobs;           ///< {"node", "jobs": [...], "recent": [...],
+                             ///<  "waiting": [...]}
   text::json models;         ///< [{"id", "object", "owned_by"}, ...]
 };
 
@@ -81,6 +83,15 @@ std::vector<text::json> audit_events(const text::json& records,
 /// on its node, `UUID` "NODE/ID", `Hostname` the node.
 std::vector<prometheus::device_reading>
 device_readings(const text::json& snapshot);
+
+/// The jobs of a snapshot this node coordinates now (state "running"; the
+/// snapshot's jobs also hold the ones that ended lately) and the runs
+/// waiting for memory to be admitted ("jobs_waiting").
+struct job_counts {
+  std::size_t running = 0;
+  std::size_t waiting = 0;
+};
+job_counts count_jobs(const text::json& snapshot);
 
 /// The device stages a node's shard host lists in its inspection (fields
 /// "stage N", each one JSON object: workload::stage_figures), each with

@@ -380,7 +380,7 @@ bool cluster_watch::ask(const std::string& name, std::size_t limit,
 void cluster_watch::collect(prometheus::text_writer& w) {
   std::vector<prometheus::device_reading> readings;
   std::uint64_t polls = 0, audit_last = 0;
-  std::size_t nodes = 0, jobs = 0;
+  std::size_t nodes = 0, jobs = 0, waiting = 0;
   json links, thermal, stages;
   std::map<std::string, double> placement;
   {
@@ -397,8 +397,9 @@ void cluster_watch::collect(prometheus::text_writer& w) {
       for (auto& x : n)
         if (x.is_object() && x.value("status", "") == "alive")
           ++nodes;
-    auto& j = sh_->snapshot["jobs"];
-    jobs = j.is_array() ? j.size() : 0;
+    const auto counted = count_jobs(sh_->snapshot);
+    jobs = counted.running;
+    waiting = counted.waiting;
   }
   prometheus::write_device_gauges(w, readings);
   w.family("exo_cluster_nodes", "Members of the cluster that are alive",
@@ -407,6 +408,10 @@ void cluster_watch::collect(prometheus::text_writer& w) {
   w.family("exo_jobs_running", "Jobs this node coordinates now",
            prometheus::metric_type::gauge);
   w.sample({}, static_cast<double>(jobs));
+  w.family("exo_jobs_waiting",
+           "Jobs this node coordinates that wait for memory to be admitted",
+           prometheus::metric_type::gauge);
+  w.sample({}, static_cast<double>(waiting));
   auto text_of = [](const json& o, const char* k) {
     return o.contains(k) && o[k].is_string() ? o[k].get<std::string>()
                                              : std::string{};

@@ -290,3 +290,26 @@ TEST_CASE("a node's device stages become the serving metrics, a peer's "
   write_stage_metrics(none, json{{"not", "a list"}});
   CHECK(none.str().empty());
 }
+
+TEST_CASE("the jobs running and waiting for memory are counted apart from "
+          "the ones that ended lately") {
+  cluster_parts p = parts_with(json::array({node("alpha")}), json::array(),
+                               json::array(),
+                               json::array({{{"job", 1}, {"model", "m"}},
+                                            {{"job", 2}, {"model", "m"}}}));
+  p.jobs["recent"] = json::array({{{"job", 0}, {"state", "cancelled"}},
+                                  {{"job", 7}}});
+  p.jobs["waiting"] = json::array({{{"model", "m"}, {"seconds", 0.5}},
+                                   {{"model", "m"}, {"seconds", 0.1}},
+                                   "not an object"});
+  auto s = make_snapshot(p);
+  CHECK(s["jobs"].size() == 4); // the views show the recent ones too
+  auto c = count_jobs(s);
+  CHECK(c.running == 2);
+  CHECK(c.waiting == 2);
+  // Nothing waiting, or a peer's junk: 0.
+  p.jobs["waiting"] = "junk";
+  CHECK(count_jobs(make_snapshot(p)).waiting == 0);
+  CHECK(count_jobs(json{}).running == 0);
+  CHECK(count_jobs(json{{"jobs", 3}, {"jobs_waiting", -1}}).waiting == 0);
+}
