@@ -213,4 +213,24 @@ std::vector<std::string> sse_payloads(const std::string& body) {
   return out;
 }
 
+std::vector<std::string> promtool_complaints(const std::string& out,
+                                             const std::string& err) {
+  std::vector<std::string> other;
+  for (const auto* text : {&out, &err}) {
+    std::size_t at = 0;
+    while (at < text->size()) {
+      auto end = text->find('\n', at);
+      if (end == std::string::npos)
+        end = text->size();
+      auto line = text->substr(at, end - at);
+      if (!line.empty()
+          && line.find("label names should be written in 'snake_case'")
+               == std::string::npos)
+        other.push_back(line);
+      at = end + 1;
+    }
+  }
+  return other;
+}
+
 } // namespace exo::gateway::testing

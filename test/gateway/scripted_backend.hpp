@@ -229,4 +229,10 @@ std::string post(const std::string& path, const std::string& body,
 /// The `data:` payloads of an SSE body, in order.
 std::vector<std::string> sse_payloads(const std::string& body);
 
+/// The lines of promtool's `check metrics` output (stdout and stderr)
+/// other than its one allowed complaint: dcgm-exporter's own label names
+/// (UUID, modelName, Hostname) are not snake_case. Empty: nothing else.
+std::vector<std::string> promtool_complaints(const std::string& out,
+                                             const std::string& err);
+
 } // namespace exo::gateway::testing
