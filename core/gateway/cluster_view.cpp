@@ -96,7 +96,8 @@ json make_snapshot(const cluster_parts& parts) {
           {"thermal", objects(member(parts.thermal, "devices"))},
           {"jobs", jobs},
           {"models", objects(parts.models)},
-          {"jobs_waiting", objects(member(parts.jobs, "waiting")).size()}};
+          {"jobs_waiting", objects(member(parts.jobs, "waiting")).size()},
+          {"stages", objects(parts.stages)}};
 }
 
 job_counts count_jobs(const json& snapshot) {

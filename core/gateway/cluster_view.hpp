@@ -10,7 +10,8 @@
 ///
 ///   {"node", "coordinator", "nodes": [...], "devices": [...],
 ///    "links": [...], "thermal": [...], "jobs": [...], "models": [...],
-///    "jobs_waiting": N}   (runs waiting for memory to be admitted)
+///    "jobs_waiting": N,   (runs waiting for memory to be admitted)
+///    "stages": [...]}     (every node's device stages: stage_entries)
 ///
 /// Events (WebSocket /v1/events), each {"type", "time_ms", "data"}:
 ///   node       a nodes[] entry + "change": joined | status | left
@@ -44,6 +45,7 @@ struct cluster_parts {
   text::json jobs;           ///< {"node", "jobs": [...], "recent": [...],
                              ///<  "waiting": [...]}
   text::json models;         ///< [{"id", "object", "owned_by"}, ...]
+  text::json stages;         ///< stage_entries of every node, [...]
 };
 
 /// At most this many entries of each list are kept (a cluster view from

@@ -33,8 +33,6 @@ struct cluster_watch::shared {
   std::uint64_t audit_last = 0; // the audit log's last sequence number
   /// The placement service's counters (its inspect fields): plans, replans.
   std::map<std::string, double> placement;
-  /// Every live node's device stages (stage_entries), for /metrics.
-  json stages = json::array();
 
   void publish(json snap, std::vector<json> events) {
     std::vector<std::string> texts;
@@ -70,7 +68,6 @@ struct poll_round {
   cluster_parts parts;
   int waiting = 0;
   std::vector<json> audit;
-  json stages = json::array(); ///< every answering node's
 };
 
 struct poller_state {
@@ -103,10 +100,6 @@ void finish_round(poller_ptr self, const std::shared_ptr<poll_round>& r) {
   for (auto& e : audit_events(json(r->audit), t))
     events.push_back(std::move(e));
   st.last = snap;
-  {
-    std::lock_guard<std::mutex> guard{st.sh->mx};
-    st.sh->stages = std::move(r->stages);
-  }
   st.sh->publish(std::move(snap), std::move(events));
   st.polling = false;
   self->delayed_send(self, st.interval, tick_atom::value);
@@ -182,13 +175,14 @@ void poll(poller_ptr self) {
         alive.push_back(n["name"].get<std::string>());
   if (alive.empty())
     alive.push_back(st.sh->node);
+  r->parts.stages = json::array();
   for (auto& name : alive)
     ask(self, r, "inspect", name + ":shards", [r, name](console_reply& x) {
       if (x.actors.size() != 1)
         return;
       for (auto& e : stage_entries(name, x.actors[0].fields))
-        if (r->stages.size() < max_view_entries)
-          r->stages.push_back(std::move(e));
+        if (r->parts.stages.size() < max_view_entries)
+          r->parts.stages.push_back(std::move(e));
     });
   // The audit log's new records (on the first poll only where it ends:
   // the events are what happens from now on).
@@ -386,7 +380,7 @@ void cluster_watch::collect(prometheus::text_writer& w) {
   {
     std::lock_guard<std::mutex> guard{sh_->mx};
     placement = sh_->placement;
-    stages = sh_->stages;
+    stages = sh_->snapshot["stages"];
     readings = sh_->readings;
     audit_last = sh_->audit_last;
     links = sh_->snapshot["links"];

@@ -284,6 +284,12 @@ TEST_CASE("a node's device stages become the serving metrics, a peer's "
   CHECK(out.find("exo_stage_rows_total" + sim + " 200\n") != std::string::npos);
   CHECK(out.find("exo_stage_merged_steps_total" + cpu + " 12\n")
         != std::string::npos);
+  // The snapshot (GET /v1/cluster, the dashboard) carries them too.
+  cluster_parts parts;
+  parts.stages = entries;
+  CHECK(make_snapshot(parts)["stages"].size() == 3);
+  parts.stages = json{{"not", "a list"}};
+  CHECK(make_snapshot(parts)["stages"].empty());
   // No stage: no family at all.
   prometheus::text_writer none;
   write_stage_metrics(none, json::array());

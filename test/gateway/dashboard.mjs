@@ -250,6 +250,19 @@ try {
     .then(h => h.jsonValue())
     .catch(() => { throw new Error("no job with a stage row naming a device"); });
 
+  // The device stages the job ran on, each naming its device (kept after
+  // the job: keep_alive), with the figures of its batches.
+  deadline = Date.now() + timeoutMs;
+  const stageRows = await page.waitForFunction(devs => {
+    const rows = [...document.querySelectorAll('[data-testid^="stage-"]')];
+    const named = rows.filter(r => devs.some(d => r.textContent.includes(d))
+                                   && r.textContent.includes("rows/fwd")
+                                   && r.textContent.includes("KV "));
+    return named.length ? named.length : null;
+  }, { timeout: left(), polling: 250 }, devices.length ? devices : [""])
+    .then(h => h.jsonValue())
+    .catch(() => { throw new Error("no device stage row naming a device"); });
+
   // Let pending requests settle, then look for late problems.
   await new Promise(r => setTimeout(r, 500));
   check();
@@ -259,6 +272,7 @@ try {
   await finish(0, `dashboard ok: ${nodes.length} nodes, ${devices.length} devices shown; `
     + `answer of ${answer.text.length} chars (${JSON.stringify(answer.text.slice(0, 40))}…); `
     + `${job.id} with ${job.stages} stages on ${job.where.join(", ")}; `
+    + `${stageRows} device stage rows; `
     + `${events} events logged (${live}); `
     + `token ${tokenTyped ? "entered" : "not asked for"}; no console errors; ${seconds} s; `
     + `screenshot ${opts.screenshot ?? "(none)"}`);

@@ -79,6 +79,25 @@ export function startMock({ port = 0, token = "" } = {}) {
                  last_layer: 15 }],
     };
     state.jobs.push(job);
+    // The device stages the job's layers run on (kept after it, as exo's
+    // are for keep_alive): their users, sequences, KV blocks and batches.
+    const stages = job.stages.map(s => {
+      let st = state.stages.find(x => x.node === s.node && x.device === s.device
+                                      && x.first === s.first_layer);
+      if (!st) {
+        st = { node: s.node, device: s.device, model: "d0804fd7562d",
+               first: s.first_layer, last: s.last_layer + 1, kv_type: "f16",
+               jobs: 0, sequences: 0, kv_bytes: 0, kv_blocks: 64,
+               kv_blocks_used: 0, kv_blocks_shared: 0, kv_block_positions: 32,
+               forwards: 0, rows: 0, merged_steps: 0 };
+        state.stages.push(st);
+      }
+      st.jobs += 1;
+      st.sequences += 1;
+      st.kv_blocks_used += 2;
+      st.kv_bytes += 2 * 32 * 4096;
+      return st;
+    });
     for (const s of job.stages) {
       const d = dev(s.node, s.device);
       d.free_memory -= 1.25 * GiB;
@@ -111,6 +130,12 @@ export function startMock({ port = 0, token = "" } = {}) {
       clearInterval(report);
       job.state = jobState;
       state.jobs = state.jobs.filter(j => j !== job);
+      for (const st of stages) {
+        st.jobs -= 1;
+        st.sequences -= 1;
+        st.kv_blocks_used -= 2;
+        st.kv_bytes -= 2 * 32 * 4096;
+      }
       for (const s of job.stages) {
         const d = dev(s.node, s.device);
         d.free_memory += 1.25 * GiB;
@@ -124,6 +149,10 @@ export function startMock({ port = 0, token = "" } = {}) {
       if (i < max) {
         res.write(chunk({ content: words[i++] }, null));
         job.tokens = i;
+        for (const st of stages) {
+          st.forwards += 1;
+          st.rows += 1;
+        }
         return;
       }
       res.write(chunk({}, i < words.length ? "length" : "stop"));
@@ -310,6 +339,7 @@ function makeCluster() {
       thermal("gamma", "vulkan0", 48, 90),
     ],
     jobs: [],
+    stages: [],
   };
 }
 

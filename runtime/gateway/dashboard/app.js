@@ -12,7 +12,7 @@ const SVG_NS = "http://www.w3.org/2000/svg";
 
 const state = {
   cluster: { node: "", coordinator: "", nodes: [], devices: [], links: [],
-             thermal: [], jobs: [], models: [] },
+             thermal: [], jobs: [], models: [], stages: [] },
   loaded: false,       // a snapshot has arrived
   authNeeded: false,   // the last call was answered 401
   jobs: new Map(),     // job id -> what the page knows of it
@@ -175,7 +175,7 @@ async function refresh() {
       return false;
     }
     const snap = await res.json();
-    for (const k of ["nodes", "devices", "links", "thermal", "jobs", "models"])
+    for (const k of ["nodes", "devices", "links", "thermal", "jobs", "models", "stages"])
       state.cluster[k] = Array.isArray(snap?.[k]) ? snap[k] : [];
     state.cluster.node = String(snap?.node ?? "");
     state.cluster.coordinator = String(snap?.coordinator ?? "");
@@ -454,6 +454,7 @@ function render() {
   }
   renderTopology(c);
   renderNodes(c);
+  renderStages(c);
   renderJobs();
 }
 
@@ -593,6 +594,46 @@ function deviceRow(d, t) {
         ? h("span", { class: "load", "data-testid": "load",
                       text: `load ${Math.round(t.utilization * 100)}%` })
         : null));
+}
+
+// The device stages: the layers of a model on a device, shared by the jobs
+// that run them; their KV pool and how full their batches are.
+function renderStages(c) {
+  const stages = [...c.stages].sort((a, b) =>
+    deviceKey(a.node, a.device).localeCompare(deviceKey(b.node, b.device))
+    || a.first - b.first);
+  renderInto($("stages"), JSON.stringify(stages), () =>
+    stages.length ? stages.map(stageRow)
+                  : h("p", { class: "empty", text: "no device stage yet" }));
+}
+
+function stageRow(s) {
+  const n = k => Number.isFinite(s[k]) ? s[k] : 0;
+  const paged = n("kv_block_positions") > 0;
+  const frac = paged && n("kv_blocks") > 0 ? Math.min(1, n("kv_blocks_used") / n("kv_blocks")) : 0;
+  const fill = h("span", { class: `fill${frac > 0.9 ? " high" : ""}` });
+  fill.style.width = `${(frac * 100).toFixed(1)}%`;
+  const batch = n("forwards") > 0 ? (n("rows") / n("forwards")).toFixed(1) : "–";
+  const where = deviceKey(s.node, s.device);
+  return h("article", { class: "stage-row",
+                        "data-testid": `stage-${where}/${n("first")}-${n("last")}` },
+    h("header", {},
+      h("strong", { class: "where", text: where }),
+      h("span", { class: "muted", text: `layers ${n("first")}–${n("last") - 1}` }),
+      h("span", { class: "muted", text: String(s.model ?? "") })),
+    h("div", { class: "stage-figures" },
+      h("span", { text: `${n("jobs")} job${n("jobs") === 1 ? "" : "s"}` }),
+      h("span", { text: `${n("sequences")} seq` }),
+      h("span", { title: "token rows per forward: the mean batch", text: `${batch} rows/fwd` }),
+      h("span", { title: "steps that ran with another job's", text: `${n("merged_steps")} merged` })),
+    h("div", { class: "mem",
+               title: paged ? `${n("kv_blocks_used")} of ${n("kv_blocks")} blocks of `
+                              + `${n("kv_block_positions")} positions, ${n("kv_blocks_shared")} shared`
+                            : "contiguous KV caches" },
+      paged ? h("span", { class: "bar" }, fill) : null,
+      h("span", { class: "mem-text",
+                  text: paged ? `KV ${n("kv_blocks_used")}/${n("kv_blocks")} blocks · ${fmtBytes(n("kv_bytes"))}`
+                              : `KV ${fmtBytes(n("kv_bytes"))}` })));
 }
 
 function renderJobs() {
