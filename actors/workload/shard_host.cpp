@@ -459,8 +459,8 @@ caf::behavior shard_host_impl(self_ptr self, host_state init) {
                   {"stage_forwards", std::to_string(totals.forwards)},
                   {"merged_steps", std::to_string(totals.merged_steps)}};
       // Each device stage of the process ("stage N": one JSON object;
-      // the gateway's /metrics reads them, core/gateway/prometheus.hpp
-      // write_stage_metrics).
+      // the gateway's /metrics and dashboard read them,
+      // core/gateway/cluster_view.hpp stage_entries).
       auto stages = workload::stage_figures_now();
       s.fields["stages"] = std::to_string(stages.size());
       for (std::size_t i = 0; i < stages.size(); ++i) {
