@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -43,6 +44,7 @@ struct pending_step {
   caf::actor next;
   bool last = false;
   caf::actor shard;
+  clock_type::time_point since; ///< when it reached the stage
 };
 
 /// A stage's figures for stage_figures_now(): written on the stage's
@@ -53,6 +55,21 @@ struct stage_gauges {
   std::atomic<std::uint64_t> jobs{0}, sequences{0}, kv_bytes{0}, kv_blocks{0},
     kv_blocks_used{0}, kv_blocks_shared{0}, forwards{0}, rows{0},
     merged_steps{0};
+  /// How long steps waited for their batch: counts per bucket of
+  /// batch_wait_bounds (not cumulative), and the sum in nanoseconds.
+  std::array<std::atomic<std::uint64_t>, batch_wait_buckets> wait_counts{};
+  std::atomic<std::uint64_t> wait_ns{0};
+
+  /// Counts a step that waited from `since` to `now` (device thread).
+  void count_wait(clock_type::time_point since, clock_type::time_point now) {
+    const auto ns = std::max<std::int64_t>(
+      0, std::chrono::duration_cast<std::chrono::nanoseconds>(now - since)
+           .count());
+    wait_counts[batch_wait_bucket(static_cast<double>(ns) * 1e-9)]
+      .fetch_add(1, std::memory_order_relaxed);
+    wait_ns.fetch_add(static_cast<std::uint64_t>(ns),
+                      std::memory_order_relaxed);
+  }
 };
 
 /// The stage of a range of one model's layers on one device, shared by the
@@ -247,10 +264,12 @@ void flush_all(hosted_stage& h) {
   ++h.timer_gen; // a deadline already sent finds nothing to do
   while (!h.batcher->empty()) {
     std::vector<pending_step> batch;
+    const auto now = clock_type::now();
     for (auto ticket : h.batcher->take()) {
       auto it = h.pending.find(ticket);
       if (it == h.pending.end())
         continue;
+      h.gauges->count_wait(it->second.since, now);
       batch.push_back(std::move(it->second));
       h.pending.erase(it);
     }
@@ -731,7 +750,7 @@ device_task step_task(self_ptr self, stage_step s,
       b.logit_rows = static_cast<std::uint32_t>(logit_rows(segs));
       h.pending.emplace(ticket, pending_step{slot, std::move(s),
                                              std::move(segs), rp, next, last,
-                                             shard});
+                                             shard, t0});
       // Only the first stage waits for the other jobs (their next steps
       // come from their samplers): a later stage that waited could wait
       // for a job whose step waits at the first stage for this one.
@@ -1414,6 +1433,10 @@ std::vector<stage_figures> stage_figures_now() {
     f.forwards = g->forwards;
     f.rows = g->rows;
     f.merged_steps = g->merged_steps;
+    f.wait_counts.reserve(g->wait_counts.size());
+    for (auto& c : g->wait_counts)
+      f.wait_counts.push_back(c.load(std::memory_order_relaxed));
+    f.wait_sum_s = static_cast<double>(g->wait_ns.load()) * 1e-9;
     out.push_back(std::move(f));
     ++it;
   }

@@ -138,6 +138,11 @@ struct stage_figures {
   std::uint64_t forwards = 0;     ///< forwards run (each a batch of steps)
   std::uint64_t rows = 0;         ///< token rows those forwards computed
   std::uint64_t merged_steps = 0; ///< steps that ran with another job's
+  /// How long its steps waited for their batch: a count per bucket of
+  /// workload::batch_wait_bounds (core/workload/step_batcher.hpp; not
+  /// cumulative, one more than the bounds), and their sum in seconds.
+  std::vector<std::uint64_t> wait_counts;
+  double wait_sum_s = 0;
 };
 
 /// Every stage alive in this process now (kept ones after their last job

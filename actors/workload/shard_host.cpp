@@ -6,6 +6,7 @@
 #include "actors/workload/simple_placement.hpp"
 #include "core/tls/bulk_channel.hpp"
 #include "core/workload/model_cache.hpp"
+#include "core/workload/step_batcher.hpp"
 #include "messages/cluster.hpp"
 #include "messages/errors.hpp"
 #include "messages/workload.hpp"
@@ -13,6 +14,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <set>
 
@@ -480,7 +482,13 @@ caf::behavior shard_host_impl(self_ptr self, host_state init) {
                      {"kv_block_positions", f.kv_block_positions},
                      {"forwards", f.forwards},
                      {"rows", f.rows},
-                     {"merged_steps", f.merged_steps}});
+                     {"merged_steps", f.merged_steps},
+                     {"wait_le",
+                      std::vector<double>(
+                        std::begin(workload::batch_wait_bounds),
+                        std::end(workload::batch_wait_bounds))},
+                     {"wait_counts", f.wait_counts},
+                     {"wait_sum_s", f.wait_sum_s}});
       }
       return s;
     },

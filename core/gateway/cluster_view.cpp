@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 namespace exo::gateway {
 
@@ -302,6 +303,43 @@ const char* const stage_counts[] = {
   "kv_blocks_used", "kv_blocks_shared", "kv_block_positions",
   "forwards",       "rows",          "merged_steps"};
 
+/// Most buckets a stage's wait histogram may have (a peer's input).
+constexpr std::size_t max_wait_bounds = 32;
+
+/// A stage entry's batch-wait histogram (wait_le: bounds, finite and
+/// ascending; wait_counts: one unsigned count per bucket and one past the
+/// last bound; wait_sum_s: finite, >= 0), copied into `entry`. An entry
+/// without any of the three (a node of an earlier version) has none;
+/// false when they are there but malformed.
+bool copy_wait_histogram(const json& e, json& entry) {
+  const bool any = e.contains("wait_le") || e.contains("wait_counts")
+                   || e.contains("wait_sum_s");
+  if (!any)
+    return true;
+  if (!e.contains("wait_le") || !e.contains("wait_counts")
+      || !e.contains("wait_sum_s"))
+    return false;
+  const auto& le = e["wait_le"];
+  const auto& counts = e["wait_counts"];
+  const auto& sum = e["wait_sum_s"];
+  if (!le.is_array() || le.empty() || le.size() > max_wait_bounds
+      || !counts.is_array() || counts.size() != le.size() + 1
+      || !sum.is_number() || !std::isfinite(sum.get<double>())
+      || sum.get<double>() < 0)
+    return false;
+  for (std::size_t i = 0; i < le.size(); ++i)
+    if (!le[i].is_number() || !std::isfinite(le[i].get<double>())
+        || (i > 0 && le[i].get<double>() <= le[i - 1].get<double>()))
+      return false;
+  for (auto& c : counts)
+    if (!c.is_number_unsigned())
+      return false;
+  entry["wait_le"] = le;
+  entry["wait_counts"] = counts;
+  entry["wait_sum_s"] = sum;
+  return true;
+}
+
 } // namespace
 
 json stage_entries(const std::string& node,
@@ -328,7 +366,7 @@ json stage_entries(const std::string& node,
       if (ok)
         entry[k] = e[k];
     }
-    if (!ok)
+    if (!ok || !copy_wait_histogram(e, entry))
       continue;
     entry["node"] = node;
     out.push_back(std::move(entry));
@@ -344,6 +382,9 @@ void write_stage_metrics(prometheus::text_writer& w, const json& stages) {
     double jobs = 0, sequences = 0, kv_bytes = 0, blocks = 0, used = 0,
            shared = 0, forwards = 0, rows = 0, merged = 0, ratio = 0;
     bool paged = false;
+    /// The steps' waits for their batch: entries with other bounds than
+    /// the first's are left out of it.
+    std::optional<prometheus::histogram> wait;
   };
   std::map<std::string, figures> by;
   if (stages.is_array())
@@ -373,6 +414,15 @@ void write_stage_metrics(prometheus::text_writer& w, const json& stages) {
       f.forwards += num(e, "forwards");
       f.rows += num(e, "rows");
       f.merged += num(e, "merged_steps");
+      if (json wait; e.contains("wait_le") && copy_wait_histogram(e, wait)) {
+        const auto bounds = wait["wait_le"].get<std::vector<double>>();
+        const auto counts =
+          wait["wait_counts"].get<std::vector<std::uint64_t>>();
+        if (!f.wait)
+          f.wait.emplace(bounds);
+        if (f.wait->upper_bounds() == bounds)
+          f.wait->add(counts, wait["wait_sum_s"].get<double>());
+      }
     }
   if (by.empty())
     return;
@@ -417,6 +467,17 @@ void write_stage_metrics(prometheus::text_writer& w, const json& stages) {
   family("exo_stage_merged_steps_total",
          "Steps that ran in one forward with another job's",
          metric_type::counter, &figures::merged, false);
+  bool waits = false;
+  for (auto& [_, f] : by)
+    waits = waits || f.wait;
+  if (!waits)
+    return;
+  w.family("exo_stage_batch_wait_seconds",
+           "How long steps waited at the device stage for their batch",
+           metric_type::histogram);
+  for (auto& [_, f] : by)
+    if (f.wait)
+      w.sample(f.labels, *f.wait);
 }
 
 } // namespace exo::gateway

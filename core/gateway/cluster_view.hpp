@@ -100,7 +100,10 @@ job_counts count_jobs(const text::json& snapshot);
 /// "node" added. The fields come from a peer: an entry that does not
 /// parse, or lacks a field or has one of the wrong type (strings of at
 /// most 256 bytes, counts as non-negative integers), is left out, and so
-/// is everything past max_view_entries.
+/// is everything past max_view_entries. The batch-wait histogram
+/// (wait_le: at most 32 finite ascending bounds, wait_counts: one count
+/// per bucket and one past the last bound, wait_sum_s) may be missing
+/// (a node of an earlier version), never malformed.
 text::json stage_entries(const std::string& node,
                          const std::map<std::string, std::string>& fields);
 
@@ -112,8 +115,11 @@ text::json stage_entries(const std::string& node,
 /// exo_kv_cache_blocks_shared, exo_kv_cache_usage_ratio; counters
 /// exo_stage_forwards_total, exo_stage_rows_total (token rows computed:
 /// rows / forwards is the mean batch) and exo_stage_merged_steps_total
-/// (steps that ran with another job's: continuous batching). Entries with
-/// the same labels are summed. Nothing is written without stages.
+/// (steps that ran with another job's: continuous batching); the
+/// histogram exo_stage_batch_wait_seconds (how long steps waited for
+/// their batch: what continuous batching costs in latency). Entries with
+/// the same labels are summed (wait histograms with the first one's
+/// bounds). Nothing is written without stages.
 void write_stage_metrics(prometheus::text_writer& w, const text::json& stages);
 
 } // namespace exo::gateway

@@ -58,6 +58,19 @@ void histogram::observe(double v) {
   ++count_;
 }
 
+void histogram::add(const std::vector<std::uint64_t>& counts, double sum) {
+  if (counts.size() != counts_.size())
+    throw std::invalid_argument("histogram::add: " + std::to_string(counts.size())
+                                + " counts for "
+                                + std::to_string(counts_.size())
+                                + " buckets");
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    counts_[i] += counts[i];
+    count_ += counts[i];
+  }
+  sum_ += sum;
+}
+
 bool valid_metric_name(std::string_view name) {
   if (name.empty())
     return false;

@@ -30,6 +30,11 @@ public:
 
   void observe(double v);
 
+  /// Adds what was observed elsewhere with the same bounds: per-bucket
+  /// counts as bucket_counts() gives them, and their sum
+  /// (std::invalid_argument when the counts do not match the buckets).
+  void add(const std::vector<std::uint64_t>& counts, double sum);
+
   const std::vector<double>& upper_bounds() const { return bounds_; }
   /// Per-bucket counts (not cumulative), one more than upper_bounds():
   /// the last one counts the observations above every bound.

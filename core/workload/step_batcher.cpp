@@ -1,8 +1,17 @@
 #include "core/workload/step_batcher.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace exo::workload {
+
+std::size_t batch_wait_bucket(double seconds) noexcept {
+  const auto* end = std::end(batch_wait_bounds);
+  // NaN (never a wait) counts past every bound.
+  const auto* it = std::find_if(std::begin(batch_wait_bounds), end,
+                                [&](double b) { return seconds <= b; });
+  return static_cast<std::size_t>(it - std::begin(batch_wait_bounds));
+}
 
 step_batcher::step_batcher(std::uint32_t max_tokens,
                            std::uint32_t max_logit_rows)

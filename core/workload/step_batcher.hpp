@@ -31,6 +31,21 @@
 
 namespace exo::workload {
 
+/// Upper bounds, in seconds, of the buckets that count how long a step
+/// waited for its stage's batch (from its arrival at the stage to the
+/// forward that ran it: the latency continuous batching costs; the
+/// shards' figures and the gateway's exo_stage_batch_wait_seconds). The
+/// default batch_wait is 2 ms; a stage that waits for a job that does not
+/// come back waits batch_wait whole.
+inline constexpr double batch_wait_bounds[] = {
+  0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
+inline constexpr std::size_t batch_wait_buckets =
+  sizeof batch_wait_bounds / sizeof batch_wait_bounds[0] + 1;
+
+/// The bucket a wait of `seconds` counts in (the first whose bound is >=
+/// it; the last, past every bound, for longer waits).
+std::size_t batch_wait_bucket(double seconds) noexcept;
+
 class step_batcher {
 public:
   /// A sequence of a job: (job, sequence).

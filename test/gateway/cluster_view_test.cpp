@@ -297,6 +297,95 @@ TEST_CASE("a node's device stages become the serving metrics, a peer's "
   CHECK(none.str().empty());
 }
 
+TEST_CASE("a stage's batch waits become a histogram summed by labels, "
+          "a peer's malformed ones left out") {
+  auto stage = [](const std::string& device) {
+    return json{{"device", device},      {"model", "d0804fd7562d"},
+                {"first", 0},            {"last", 4},
+                {"kv_type", "f16"},      {"jobs", 1},
+                {"sequences", 1},        {"kv_bytes", 4096},
+                {"kv_blocks", 0},        {"kv_blocks_used", 0},
+                {"kv_blocks_shared", 0}, {"kv_block_positions", 0},
+                {"forwards", 10},        {"rows", 10},
+                {"merged_steps", 0}};
+  };
+  auto waited = [&](const std::string& device, json le, json counts,
+                    json sum) {
+    auto j = stage(device);
+    j["wait_le"] = std::move(le);
+    j["wait_counts"] = std::move(counts);
+    j["wait_sum_s"] = std::move(sum);
+    return exo::text::compact(j);
+  };
+  std::map<std::string, std::string> fields{
+    {"stage 0", waited("sim:0", {0.001, 0.01}, {3, 2, 1}, 0.5)},
+    // No histogram at all (a node of an earlier version): kept.
+    {"stage 1", exo::text::compact(stage("cpu:0"))},
+    // Malformed: left out whole.
+    {"stage 2", waited("bad:0", {0.01, 0.001}, {1, 1, 1}, 0)},
+    {"stage 3", waited("bad:1", {0.001, 0.01}, {1, 1}, 0)},
+    {"stage 4", waited("bad:2", {0.001, 0.01}, {1, 1, 1}, -1)},
+    {"stage 5", waited("bad:3", {0.001, 0.01}, {"1", 1, 1}, 0)},
+    {"stage 6", waited("bad:4", json::array(), {1}, 0)},
+    {"stage 7", waited("bad:5", "0.001", {1, 1}, 0)},
+    {"stage 8", [&] {
+       json le = json::array(), counts = json::array({0});
+       for (int i = 1; i <= 33; ++i) {
+         le.push_back(i);
+         counts.push_back(0);
+       }
+       return waited("bad:6", le, counts, 0);
+     }()},
+    {"stage 9", [&] {
+       auto j = stage("bad:7");
+       j["wait_le"] = json::array({0.001});
+       return exo::text::compact(j);
+     }()}};
+  auto entries = stage_entries("alpha", fields);
+  REQUIRE(entries.size() == 2);
+  CHECK(entries[0]["device"] == "sim:0");
+  CHECK(entries[1]["device"] == "cpu:0");
+  // The same labels again: with the same bounds, summed; with others, left
+  // out of the histogram (its other figures still summed).
+  entries.push_back(stage_entries(
+    "alpha", {{"stage 0", waited("sim:0", {0.001, 0.01}, {1, 0, 0},
+                                 0.0005)}})[0]);
+  entries.push_back(stage_entries(
+    "alpha", {{"stage 0", waited("sim:0", {0.002}, {7, 7}, 9)}})[0]);
+  prometheus::text_writer w;
+  write_stage_metrics(w, entries);
+  const auto& out = w.str();
+  INFO(out);
+  const std::string sim = "{node=\"alpha\",device=\"sim:0\",model="
+                          "\"d0804fd7562d\",layers=\"0-4\",kv_type=\"f16\"";
+  CHECK(out.find("# TYPE exo_stage_batch_wait_seconds histogram\n")
+        != std::string::npos);
+  CHECK(out.find("exo_stage_batch_wait_seconds_bucket" + sim
+                 + ",le=\"0.001\"} 4\n")
+        != std::string::npos);
+  CHECK(out.find("exo_stage_batch_wait_seconds_bucket" + sim
+                 + ",le=\"0.01\"} 6\n")
+        != std::string::npos);
+  CHECK(out.find("exo_stage_batch_wait_seconds_bucket" + sim
+                 + ",le=\"+Inf\"} 7\n")
+        != std::string::npos);
+  CHECK(out.find("exo_stage_batch_wait_seconds_sum" + sim + "} 0.5005\n")
+        != std::string::npos);
+  CHECK(out.find("exo_stage_batch_wait_seconds_count" + sim + "} 7\n")
+        != std::string::npos);
+  CHECK(out.find("le=\"0.002\"") == std::string::npos);
+  CHECK(out.find("exo_stage_forwards_total" + sim + "} 30\n")
+        != std::string::npos);
+  CHECK(out.find("exo_stage_batch_wait_seconds_count{node=\"alpha\","
+                 "device=\"cpu:0\"")
+        == std::string::npos);
+  // No stage with a histogram: no family.
+  prometheus::text_writer plain;
+  write_stage_metrics(plain, json::array({entries[1]}));
+  CHECK(plain.str().find("exo_stage_batch_wait_seconds") == std::string::npos);
+  CHECK(plain.str().find("exo_stage_jobs") != std::string::npos);
+}
+
 TEST_CASE("the jobs running and waiting for memory are counted apart from "
           "the ones that ended lately") {
   cluster_parts p = parts_with(json::array({node("alpha")}), json::array(),

@@ -257,6 +257,7 @@ try {
     const rows = [...document.querySelectorAll('[data-testid^="stage-"]')];
     const named = rows.filter(r => devs.some(d => r.textContent.includes(d))
                                    && r.textContent.includes("rows/fwd")
+                                   && r.textContent.includes("wait ")
                                    && r.textContent.includes("KV "));
     return named.length ? named.length : null;
   }, { timeout: left(), polling: 250 }, devices.length ? devices : [""])

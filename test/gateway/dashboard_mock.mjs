@@ -89,7 +89,10 @@ export function startMock({ port = 0, token = "" } = {}) {
                first: s.first_layer, last: s.last_layer + 1, kv_type: "f16",
                jobs: 0, sequences: 0, kv_bytes: 0, kv_blocks: 64,
                kv_blocks_used: 0, kv_blocks_shared: 0, kv_block_positions: 32,
-               forwards: 0, rows: 0, merged_steps: 0 };
+               forwards: 0, rows: 0, merged_steps: 0,
+               wait_le: [0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025,
+                         0.05, 0.1, 0.25, 0.5, 1],
+               wait_counts: new Array(13).fill(0), wait_sum_s: 0 };
         state.stages.push(st);
       }
       st.jobs += 1;
@@ -152,6 +155,8 @@ export function startMock({ port = 0, token = "" } = {}) {
         for (const st of stages) {
           st.forwards += 1;
           st.rows += 1;
+          st.wait_counts[3] += 1; // waited 1.5 ms for its batch
+          st.wait_sum_s += 0.0015;
         }
         return;
       }

@@ -50,6 +50,17 @@ TEST_CASE("a histogram writes cumulative buckets, +Inf, sum and count") {
         != std::string::npos);
 }
 
+TEST_CASE("a histogram adds counts observed elsewhere with its bounds") {
+  histogram h{{0.1, 1}};
+  h.observe(0.05);
+  h.add({1, 2, 3}, 4.5);
+  CHECK(h.bucket_counts() == std::vector<std::uint64_t>{2, 2, 3});
+  CHECK(h.count() == 7);
+  CHECK(h.sum() == Approx(4.55));
+  CHECK_THROWS_AS(h.add({1, 2}, 0), std::invalid_argument);
+  CHECK(h.count() == 7); // nothing added
+}
+
 TEST_CASE("values: shortest round trip, infinities and NaN") {
   CHECK(format_value(0.1) == "0.1");
   CHECK(format_value(42) == "42");

@@ -563,6 +563,18 @@ TEST_CASE("exo-node serve's /metrics shows the stage its requests share: "
   // prompts.
   CHECK(sample_of(after, "exo_stage_rows_total").value_or(0) >= 399 + 15 + 8);
   CHECK(sample_of(after, "exo_stage_merged_steps_total").value_or(0) > 0);
+  // What batching cost them: every step of both waited at the stage for
+  // its batch (the stream's prompt and 399 tokens fed back, the short
+  // request's prompt and 15), some longer than the first bucket (0.1 ms:
+  // a step merged with the other job's waited for that job's sampler).
+  const auto waits =
+    sample_of(after, "exo_stage_batch_wait_seconds_count").value_or(0);
+  CHECK(waits >= 400 + 16);
+  CHECK(sample_of(after, "exo_stage_batch_wait_seconds_bucket").value_or(-1)
+        < waits);
+  CHECK(sample_of(after, "exo_stage_batch_wait_seconds_sum").value_or(0) > 0);
+  CHECK(contains(after, "exo_stage_batch_wait_seconds_bucket{node=\"n1\","
+                        "device=\"sim:"));
   if (auto promtool = which("promtool"); !promtool.empty()) {
     write_file(p.dir + "/metrics.txt", after);
     auto lint = run({"/bin/sh", "-c",

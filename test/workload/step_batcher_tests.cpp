@@ -5,6 +5,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <iterator>
+
 using exo::workload::step_batcher;
 
 namespace {
@@ -108,4 +111,24 @@ TEST_CASE("steps that fill a batch run without waiting for the others",
   both_ran(b);
   CHECK_FALSE(b.add(one(3, 1, {0}, 4)));
   CHECK(b.add(one(4, 1, {1}, 4))); // 8 tokens: a full batch
+}
+
+TEST_CASE("a step's wait for its batch counts in the bucket of the first "
+          "bound that holds it",
+          "[workload][batcher]") {
+  using exo::workload::batch_wait_bounds;
+  using exo::workload::batch_wait_bucket;
+  using exo::workload::batch_wait_buckets;
+  constexpr std::size_t last = batch_wait_buckets - 1;
+  STATIC_REQUIRE(batch_wait_buckets == std::size(batch_wait_bounds) + 1);
+  for (std::size_t i = 1; i < std::size(batch_wait_bounds); ++i)
+    CHECK(batch_wait_bounds[i - 1] < batch_wait_bounds[i]);
+  CHECK(batch_wait_bucket(0) == 0);
+  CHECK(batch_wait_bucket(0.0001) == 0); // a bound holds its own value
+  CHECK(batch_wait_bucket(0.00011) == 1);
+  CHECK(batch_wait_bucket(0.002) == 3);  // the default batch_wait
+  CHECK(batch_wait_bucket(0.0021) == 4);
+  CHECK(batch_wait_bucket(1.0) == last - 1);
+  CHECK(batch_wait_bucket(1.5) == last);
+  CHECK(batch_wait_bucket(std::nan("")) == last);
 }

@@ -614,6 +614,11 @@ function stageRow(s) {
   const fill = h("span", { class: `fill${frac > 0.9 ? " high" : ""}` });
   fill.style.width = `${(frac * 100).toFixed(1)}%`;
   const batch = n("forwards") > 0 ? (n("rows") / n("forwards")).toFixed(1) : "–";
+  // The mean of the batch-wait histogram (steps that waited at the stage).
+  const waits = (Array.isArray(s.wait_counts) ? s.wait_counts : [])
+    .reduce((a, c) => a + (Number.isFinite(c) ? c : 0), 0);
+  const wait = waits > 0 && Number.isFinite(s.wait_sum_s)
+    ? `${(s.wait_sum_s / waits * 1000).toFixed(2)} ms` : "–";
   const where = deviceKey(s.node, s.device);
   return h("article", { class: "stage-row",
                         "data-testid": `stage-${where}/${n("first")}-${n("last")}` },
@@ -625,7 +630,9 @@ function stageRow(s) {
       h("span", { text: `${n("jobs")} job${n("jobs") === 1 ? "" : "s"}` }),
       h("span", { text: `${n("sequences")} seq` }),
       h("span", { title: "token rows per forward: the mean batch", text: `${batch} rows/fwd` }),
-      h("span", { title: "steps that ran with another job's", text: `${n("merged_steps")} merged` })),
+      h("span", { title: "steps that ran with another job's", text: `${n("merged_steps")} merged` }),
+      h("span", { title: `mean time a step waited for its batch (${waits} steps)`,
+                  text: `wait ${wait}` })),
     h("div", { class: "mem",
                title: paged ? `${n("kv_blocks_used")} of ${n("kv_blocks")} blocks of `
                               + `${n("kv_block_positions")} positions, ${n("kv_blocks_shared")} shared`
