@@ -309,13 +309,22 @@ inline void prefetch_panel_block(const Block* x, std::size_t nb,
 
 /// Tokens the VNNI path takes per pass over a panel (registers: 4 per token).
 constexpr int panel_width = 6;
-/// Batches smaller than this keep rows8 (a panel is unpacked anew for each
+/// Batches with tokens by pair (the gemm of an AVX-512 build) smaller than
+/// this keep rows8 (a panel is unpacked anew for each
 /// product, which costs more than unpacking each row's blocks for every 4
 /// tokens when the tokens are few: batch_step_bench, Q4_K_M 12 x 512, one
 /// core, 2026-11-30, with the transposed panels: 8 tokens 8.4-8.6 ms a step
 /// through rows8 against 8.8-9.1 through panels, 9 tokens 10.8-12.0
 /// against 8.9-11.1, 10 tokens 10.9-11.4 against 9.9-10.0).
 constexpr std::size_t panel_min_tokens = 9;
+/// Batches whose tokens all step by super-block (rows apart: a batched
+/// decode; an AVX2 build's gemm) keep quads_vnni below this: it takes a
+/// vpdpbusd per 64 weights and token as the panels do, without their
+/// unpacking (AMD EPYC Zen 4, one core, 2026-12-01, Q4_K 8192 x 2048, 64
+/// matrices from DRAM, ms, quads against panels: 9 tokens 130 / 178, 16
+/// 196 / 224, 24 288 / 289, 32 390 / 337; two matrices in L3: 16 6.1 /
+/// 6.8, 20 8.1 / 7.8, 24 8.8 / 8.6).
+constexpr std::size_t quads_max_tokens = 20;
 
 /// Batches from which Q6_K goes through panels: below, each row's blocks
 /// unpacked once per group of tokens (dot_q6_k_tokens) cost less than a
@@ -712,6 +721,194 @@ void q6_panel_tokens_vnni(const q6_panel_block* p, std::size_t nb,
   }
 }
 
+/// Four rows' 16 bytes at p[i] + off, row i in 128-bit lane i.
+__attribute__((target("avx512f"))) inline __m512i
+lanes4(const std::uint8_t* const* p, std::size_t off) {
+  __m512i v = _mm512_castsi128_si512(
+    _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[0] + off)));
+  v = _mm512_inserti32x4(
+    v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[1] + off)), 1);
+  v = _mm512_inserti32x4(
+    v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[2] + off)), 2);
+  return _mm512_inserti32x4(
+    v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[3] + off)), 3);
+}
+
+/// Tokens quads_vnni takes per pass (registers: the sums of 8 tokens for
+/// both quads, the weights of one step and the activations fit the 32).
+constexpr int quads_width = 8;
+
+/// 8 consecutive rows against NT tokens with the sums of every token by
+/// super-block (dot_row without pairs: the gemv's steps, or rows apart),
+/// the same bits as rows8, for AVX-512 VNNI: four rows per 512 bits (row i
+/// in 128-bit lane i, 16 of its weights), each token's 16 activations
+/// broadcast to the four lanes, one vpdpbusd per 64 weights and token
+/// (rows8 takes a vpmaddubsw and a vpdpwssd). Per sub-block a lane's four
+/// dwords each hold the sum of 8 products (|s| <= 8 * 15 * 128 < 2^15),
+/// so one vpdpwssd against the row's scale (low word; high word 0) scales
+/// them exactly. Per super-block the lanes of both quads are summed into
+/// the 8 rows' integers, and the float chains are rows8's. The 8 rows are
+/// one region of memory; the next 8 rows' region is asked for in order
+/// (18 lines a block) while these are read 8 rows side by side, which on
+/// their own are 8 streams and half as fast from DRAM.
+template <int NT>
+__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+void quads_vnni(const block_q4_k* x, std::size_t nb,
+                const block_q8_k* const* act, float* const* out) {
+  __m256 acc[NT], accm[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    accm[t] = _mm256_setzero_ps();
+  }
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  // vpshufb: dword k of each lane <- int16 j (bytes 2j, 2j + 1), high
+  // word 0.
+  __m512i pick[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j)
+    pick[j] = _mm512_set1_epi32((2 * j) | ((2 * j + 1) << 8) | (0x80 << 16)
+                                | (0x80 << 24));
+  // Dwords 0, 4, 8, 12 (rows 0-3), 2, 6, 10, 14 (rows 4-7) of the integer
+  // sums, then the same of the minimums' (quads_vnni's reduction).
+  const __m512i gather8 = _mm512_set_epi32(30, 26, 22, 18, 28, 24, 20, 16,
+                                           14, 10, 6, 2, 12, 8, 4, 0);
+  const std::uintptr_t next =
+    reinterpret_cast<std::uintptr_t>(x) + 8 * nb * sizeof(block_q4_k);
+  constexpr std::size_t step_bytes = 8 * sizeof(block_q4_k);
+  for (std::size_t b = 0; b < nb; ++b) {
+    // The next 8 rows, a block's worth of each per block here, in order
+    // (prefetches never fault, past the matrix's end too).
+#pragma GCC unroll 18
+    for (std::size_t l = 0; l < step_bytes / 64; ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(next + b * step_bytes
+                                                 + 64 * l),
+                   _MM_HINT_T1);
+    __m512i sc[2][8], mn[2];
+    const std::uint8_t* qs[2][4];
+    alignas(16) std::uint16_t dh[8], mh[8];
+#pragma GCC unroll 2
+    for (int q = 0; q < 2; ++q) {
+      __m256i ms[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const block_q4_k& w = x[static_cast<std::size_t>(4 * q + i) * nb + b];
+        ms[i] = scales_mins_avx2(w.scales);
+        dh[4 * q + i] = w.d;
+        mh[4 * q + i] = w.dmin;
+        qs[q][i] = w.qs;
+      }
+      // Row i's 8 scales (int16) in lane i, and its 8 minimums.
+      __m512i s4 = _mm512_castsi128_si512(_mm256_castsi256_si128(ms[0]));
+      __m512i m4s = _mm512_castsi128_si512(_mm256_extracti128_si256(ms[0], 1));
+      s4 = _mm512_inserti32x4(s4, _mm256_castsi256_si128(ms[1]), 1);
+      m4s = _mm512_inserti32x4(m4s, _mm256_extracti128_si256(ms[1], 1), 1);
+      s4 = _mm512_inserti32x4(s4, _mm256_castsi256_si128(ms[2]), 2);
+      m4s = _mm512_inserti32x4(m4s, _mm256_extracti128_si256(ms[2], 1), 2);
+      s4 = _mm512_inserti32x4(s4, _mm256_castsi256_si128(ms[3]), 3);
+      m4s = _mm512_inserti32x4(m4s, _mm256_extracti128_si256(ms[3], 1), 3);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j)
+        sc[q][j] = _mm512_shuffle_epi8(s4, pick[j]);
+      mn[q] = m4s;
+    }
+    __m512i is[2][NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      is[0][t] = _mm512_setzero_si512();
+      is[1][t] = _mm512_setzero_si512();
+    }
+    // Unrolled: GCC keeps the sums in registers only so (a loop left
+    // rolled ran 2 and 4 tokens 2x slower).
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      // qs[32c + k]: weight 64c + k (low nibble, sub-block 2c) and
+      // 64c + 32 + k (high nibble, sub-block 2c + 1); k < 16, then k >= 16.
+      __m512i lo0[2], lo1[2], hi0[2], hi1[2];
+#pragma GCC unroll 2
+      for (int q = 0; q < 2; ++q) {
+        const __m512i w0 = lanes4(qs[q], 32 * c);
+        const __m512i w1 = lanes4(qs[q], 32 * c + 16);
+        lo0[q] = _mm512_and_si512(w0, m4);
+        hi0[q] = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
+        lo1[q] = _mm512_and_si512(w1, m4);
+        hi1[q] = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const std::int8_t* a = act[t][b].qs + 64 * c;
+        const __m512i a0 = _mm512_broadcast_i32x4(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+        const __m512i a1 = _mm512_broadcast_i32x4(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16)));
+        const __m512i a2 = _mm512_broadcast_i32x4(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 32)));
+        const __m512i a3 = _mm512_broadcast_i32x4(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 48)));
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; ++q) {
+          __m512i sl =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0[q], a0);
+          sl = _mm512_dpbusd_epi32(sl, lo1[q], a1);
+          __m512i sh =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi0[q], a2);
+          sh = _mm512_dpbusd_epi32(sh, hi1[q], a3);
+          is[q][t] = _mm512_dpwssd_epi32(is[q][t], sl, sc[q][2 * c]);
+          is[q][t] = _mm512_dpwssd_epi32(is[q][t], sh, sc[q][2 * c + 1]);
+        }
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(
+      _mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+    const __m256 dmin = _mm256_cvtph_ps(
+      _mm_load_si128(reinterpret_cast<const __m128i*>(mh)));
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      // Lane p of bs: pair p's activation sums (rows8's bs).
+      const __m256i s = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(act[t][b].bsums));
+      const __m512i bs = _mm512_broadcast_i32x4(_mm_hadd_epi16(
+        _mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1)));
+      const __m512i m0 = _mm512_madd_epi16(mn[0], bs);
+      const __m512i m1 = _mm512_madd_epi16(mn[1], bs);
+      // Lane i: [a02, a13, b02, b13] (a: row i, b: row 4 + i), then
+      // [a, a, b, b]; then the 8 rows of both in order.
+      __m512i ui = _mm512_add_epi32(_mm512_unpacklo_epi64(is[0][t], is[1][t]),
+                                    _mm512_unpackhi_epi64(is[0][t], is[1][t]));
+      __m512i um = _mm512_add_epi32(_mm512_unpacklo_epi64(m0, m1),
+                                    _mm512_unpackhi_epi64(m0, m1));
+      ui = _mm512_add_epi32(ui, _mm512_shuffle_epi32(ui, _MM_PERM_CDAB));
+      um = _mm512_add_epi32(um, _mm512_shuffle_epi32(um, _MM_PERM_CDAB));
+      const __m512i both = _mm512_permutex2var_epi32(ui, gather8, um);
+      const __m256 ad = _mm256_set1_ps(act[t][b].d);
+      acc[t] = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(_mm512_castsi512_si256(both)),
+        _mm256_mul_ps(d, ad), acc[t]);
+      accm[t] = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(both, 1)),
+        _mm256_mul_ps(dmin, ad), accm[t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t)
+    _mm256_storeu_ps(out[t], _mm256_sub_ps(acc[t], accm[t]));
+}
+
+/// quads_vnni for n (1..quads_width) tokens.
+void quads(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
+           float* const* out, std::size_t n) {
+  switch (n) {
+  case 1: quads_vnni<1>(x, nb, act, out); return;
+  case 2: quads_vnni<2>(x, nb, act, out); return;
+  case 3: quads_vnni<3>(x, nb, act, out); return;
+  case 4: quads_vnni<4>(x, nb, act, out); return;
+  case 5: quads_vnni<5>(x, nb, act, out); return;
+  case 6: quads_vnni<6>(x, nb, act, out); return;
+  case 7: quads_vnni<7>(x, nb, act, out); return;
+  default: quads_vnni<8>(x, nb, act, out); return;
+  }
+}
+
 #include "backends/quant_repack_amx.inc"
 
 #pragma GCC diagnostic pop
@@ -876,7 +1073,8 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
     matmul_amx(blocks, rows, nb, q, m, mg, out, threads);
     return true;
   }
-  if (m >= panel_min_tokens && host::have_vnni()) {
+  if (m >= (pairs ? panel_min_tokens : quads_max_tokens)
+      && host::have_vnni()) {
     matmul_panels(blocks, rows, nb, q, m, mg, pairs, out, threads);
     return true;
   }
@@ -891,18 +1089,25 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
     const std::size_t n = std::min<std::size_t>(8, rows - r0);
 #ifdef EXO_REPACK_X86
     if (simd && n == 8) {
-      float tmp[4][8];
+      // The tokens by super-block through quads_vnni where the CPU has
+      // VNNI, the others (and AVX2 CPUs) through rows8.
+      const bool vnni = host::have_vnni();
+      float tmp[quads_width][8];
       for (std::size_t t0 = 0; t0 < m;) {
         const std::size_t end = t0 < mg ? mg : m;
-        const std::size_t nt = std::min<std::size_t>(4, end - t0);
-        const block_q8_k* act[4];
-        float* dst[4];
+        const bool by_pair = pairs && t0 < mg;
+        const std::size_t nt = std::min<std::size_t>(
+          vnni && !by_pair ? quads_width : 4, end - t0);
+        const block_q8_k* act[quads_width];
+        float* dst[quads_width];
         for (std::size_t t = 0; t < nt; ++t) {
           act[t] = q.data() + (t0 + t) * nb;
           dst[t] = tmp[t];
         }
-        if (pairs && t0 < mg)
+        if (by_pair)
           rows8<true>(blocks + r0 * nb, nb, act, dst, nt);
+        else if (vnni)
+          quads(blocks + r0 * nb, nb, act, dst, nt);
         else
           rows8<false>(blocks + r0 * nb, nb, act, dst, nt);
         for (std::size_t t = 0; t < nt; ++t)

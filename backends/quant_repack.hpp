@@ -59,9 +59,12 @@ std::size_t q4_k_pair_tokens(std::size_t m, bool rows_apart) noexcept;
 /// it). Batches of 12 or more tokens that step per super-block (rows
 /// apart, or an AVX2 build's gemm), or of 32 or more with the AVX-512
 /// gemm's steps by pair, go through 16-row panels on AMX's int8 tiles
-/// where the CPU has them (host::have_amx); of 9 or more on a CPU with
-/// AVX-512 VNNI through 16-row panels unpacked once per call (rows in
-/// lanes, vpdpbusd), fewer tokens through 8-row groups (AVX2); every path
+/// where the CPU has them (host::have_amx); on a CPU with AVX-512 VNNI,
+/// batches with tokens by pair from 9 tokens and the others from 20
+/// through 16-row panels unpacked once per call (rows in lanes,
+/// vpdpbusd), fewer tokens by super-block through 8-row groups of four
+/// rows per register (vpdpbusd, 8 tokens a pass), by pair through 8-row
+/// groups (AVX2, 4 tokens a pass), as on CPUs without VNNI; every path
 /// gives the same bits. Refuses null pointers and k not a whole number of
 /// blocks.
 result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,

@@ -19,8 +19,10 @@ TEST_CASE("repacked Q4_K products agree across paths and threads and with "
           "vec_dot",
           "[quant][repack]") {
   // Rows in 16-row panels (AMX tiles from 12 tokens, from 32 for the
-  // gemm's steps by pair; AVX-512 VNNI from 9), groups of 8 (AVX2) and
-  // rests; tokens in groups of 16, tiles of 6 or 4 and rests; one token.
+  // gemm's steps by pair; AVX-512 VNNI from 9 by pair, from 20 by
+  // super-block), groups of 8 (AVX-512 VNNI by super-block: 8 tokens a
+  // pass, 15 = 8 + 7, 19 = 8 + 8 + 3; AVX2: 4) and rests; tokens in groups
+  // of 16, tiles of 6 or 4 and rests; one token.
   // 17, 35 and 50 tokens: the gemm's tokens and the gemv's in groups of
   // their own (on the tiles by pair: 35, two groups of 16 through one
   // pair's weights; 50, three, the last alone).
@@ -32,7 +34,9 @@ TEST_CASE("repacked Q4_K products agree across paths and threads and with "
   for (const shape sh : {shape{20, 512, 9}, shape{40, 768, 13},
                          shape{8, 256, 8}, shape{24, 512, 3},
                          shape{16, 256, 1}, shape{36, 512, 17},
-                         shape{16, 1024, 35}, shape{40, 512, 50}}) {
+                         shape{16, 1024, 35}, shape{40, 512, 50},
+                         shape{24, 2048, 15}, shape{16, 768, 6},
+                         shape{32, 512, 19}}) {
     CAPTURE(sh.rows, sh.k, sh.m);
     const std::size_t rows = sh.rows, k = sh.k, m = sh.m;
     std::mt19937 rng(static_cast<unsigned>(5 + rows + m));
