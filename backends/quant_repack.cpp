@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -762,13 +763,25 @@ void quads_vnni(const block_q4_k* x, std::size_t nb,
     accm[t] = _mm256_setzero_ps();
   }
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  // vpshufb: dword k of each lane <- int16 j (bytes 2j, 2j + 1), high
-  // word 0.
+  // vpshufb: dword k of each lane <- scale byte j (high bytes 0); the
+  // minimum bytes 8-15 as int16.
   __m512i pick[8];
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j)
-    pick[j] = _mm512_set1_epi32((2 * j) | ((2 * j + 1) << 8) | (0x80 << 16)
-                                | (0x80 << 24));
+    pick[j] = _mm512_set1_epi32(j | (0x80 << 8) | (0x80 << 16) | (0x80 << 24));
+  const __m512i pick_mins = _mm512_broadcast_i32x4(_mm_setr_epi8(
+    8, -128, 9, -128, 10, -128, 11, -128, 12, -128, 13, -128, 14, -128, 15,
+    -128));
+  // The 6-bit fields of [u0, u2, u1, u2] (dword 3 shifted by 4) and the
+  // top bits of [u0, u0, u1, u1] >> 2 (scales_mins_avx2's).
+  const __m512i shift_hi = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0, 0, 4));
+  const __m512i low_bits = _mm512_broadcast_i32x4(
+    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m512i top_bits = _mm512_broadcast_i32x4(
+    _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  // Dword 0 of each lane of both quads: rows 0-7's d | dmin << 16.
+  const __m512i heads8 =
+    _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 28, 24, 20, 16, 12, 8, 4, 0);
   // Dwords 0, 4, 8, 12 (rows 0-3), 2, 6, 10, 14 (rows 4-7) of the integer
   // sums, then the same of the minimums' (quads_vnni's reduction).
   const __m512i gather8 = _mm512_set_epi32(30, 26, 22, 18, 28, 24, 20, 16,
@@ -784,34 +797,42 @@ void quads_vnni(const block_q4_k* x, std::size_t nb,
       _mm_prefetch(reinterpret_cast<const char*>(next + b * step_bytes
                                                  + 64 * l),
                    _MM_HINT_T1);
-    __m512i sc[2][8], mn[2];
+    // Per quad, each row's first 16 bytes in its lane: d | dmin << 16,
+    // then the 12 scale bytes as u0, u1, u2 (scales_mins_avx2's 6-bit
+    // fields, four rows at once): bytes 0-7 of a lane its 8 scales, 8-15
+    // its 8 minimums.
+    __m512i sc[2][8], mn[2], head[2];
     const std::uint8_t* qs[2][4];
-    alignas(16) std::uint16_t dh[8], mh[8];
 #pragma GCC unroll 2
     for (int q = 0; q < 2; ++q) {
-      __m256i ms[4];
+      const std::uint8_t* row[4];
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
         const block_q4_k& w = x[static_cast<std::size_t>(4 * q + i) * nb + b];
-        ms[i] = scales_mins_avx2(w.scales);
-        dh[4 * q + i] = w.d;
-        mh[4 * q + i] = w.dmin;
+        row[i] = reinterpret_cast<const std::uint8_t*>(&w);
         qs[q][i] = w.qs;
       }
-      // Row i's 8 scales (int16) in lane i, and its 8 minimums.
-      __m512i s4 = _mm512_castsi128_si512(_mm256_castsi256_si128(ms[0]));
-      __m512i m4s = _mm512_castsi128_si512(_mm256_extracti128_si256(ms[0], 1));
-      s4 = _mm512_inserti32x4(s4, _mm256_castsi256_si128(ms[1]), 1);
-      m4s = _mm512_inserti32x4(m4s, _mm256_extracti128_si256(ms[1], 1), 1);
-      s4 = _mm512_inserti32x4(s4, _mm256_castsi256_si128(ms[2]), 2);
-      m4s = _mm512_inserti32x4(m4s, _mm256_extracti128_si256(ms[2], 1), 2);
-      s4 = _mm512_inserti32x4(s4, _mm256_castsi256_si128(ms[3]), 3);
-      m4s = _mm512_inserti32x4(m4s, _mm256_extracti128_si256(ms[3], 1), 3);
+      static_assert(offsetof(block_q4_k, scales) == 4
+                      && offsetof(block_q4_k, qs) == 16,
+                    "d, dmin and the scales are a block's first 16 bytes");
+      head[q] = lanes4(row, 0);
+      // [u0, u2, u1, u2] and [u0, u0, u1, u1] of each lane.
+      const __m512i a = _mm512_shuffle_epi32(head[q], _MM_PERM_DCDB);
+      const __m512i c = _mm512_shuffle_epi32(head[q], _MM_PERM_CCBB);
+      const __m512i sm = _mm512_or_si512(
+        _mm512_and_si512(_mm512_srlv_epi32(a, shift_hi), low_bits),
+        _mm512_and_si512(_mm512_srli_epi32(c, 2), top_bits));
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j)
-        sc[q][j] = _mm512_shuffle_epi8(s4, pick[j]);
-      mn[q] = m4s;
+        sc[q][j] = _mm512_shuffle_epi8(sm, pick[j]);
+      mn[q] = _mm512_shuffle_epi8(sm, pick_mins);
     }
+    // d | dmin << 16 of the 8 rows in order.
+    const __m256i dd = _mm512_castsi512_si256(
+      _mm512_permutex2var_epi32(head[0], heads8, head[1]));
+    const __m256 d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(dd));
+    const __m256 dmin =
+      _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(dd, 16)));
     __m512i is[2][NT];
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
@@ -858,10 +879,6 @@ void quads_vnni(const block_q4_k* x, std::size_t nb,
         }
       }
     }
-    const __m256 d = _mm256_cvtph_ps(
-      _mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
-    const __m256 dmin = _mm256_cvtph_ps(
-      _mm_load_si128(reinterpret_cast<const __m128i*>(mh)));
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       // Lane p of bs: pair p's activation sums (rows8's bs).
