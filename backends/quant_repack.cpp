@@ -930,16 +930,19 @@ void quads(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
 
 #pragma GCC diagnostic pop
 
-/// rows8_avx2 for n (1..4) tokens.
+/// rows8_avx2 for n (1..4) tokens; rows8_vnni for the tokens by pair
+/// (the others take quads_vnni where the CPU has VNNI).
 template <bool Pairs>
 void rows8(const block_q4_k* x, std::size_t nb, const block_q8_k* const* act,
            float* const* out, std::size_t n) {
-  if (host::have_vnni()) {
-    switch (n) {
-    case 1: rows8_vnni<1, Pairs>(x, nb, act, out); return;
-    case 2: rows8_vnni<2, Pairs>(x, nb, act, out); return;
-    case 3: rows8_vnni<3, Pairs>(x, nb, act, out); return;
-    default: rows8_vnni<4, Pairs>(x, nb, act, out); return;
+  if constexpr (Pairs) {
+    if (host::have_vnni()) {
+      switch (n) {
+      case 1: rows8_vnni<1, true>(x, nb, act, out); return;
+      case 2: rows8_vnni<2, true>(x, nb, act, out); return;
+      case 3: rows8_vnni<3, true>(x, nb, act, out); return;
+      default: rows8_vnni<4, true>(x, nb, act, out); return;
+      }
     }
   }
   switch (n) {
