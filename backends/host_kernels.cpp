@@ -715,13 +715,25 @@ load16_halves(const void* w, std::size_t i) {
   }
 }
 
+/// How far ahead of its loads vec_dot_row_tile_avx512 asks for the
+/// weight stream in L2, in bytes. Several tokens' activations are read
+/// beside the weights; once they no longer fit L1 (4 tokens of a 1536-long
+/// row: 24 KiB) the hardware prefetchers keep too few weight lines in
+/// flight. 200 matrices of 512 x 1536 F32 from DRAM, one core: 4 tokens
+/// 64-74 ms -> 25-28 ms (one token: 25-33 ms); 1536 x 512: 35-52 -> 26-28.
+constexpr std::size_t row_tile_ahead = 8192;
+
 /// C[j] for one row (w) and RN tokens j (stride k): the four chains of
 /// every output in one pass over the row (4 x RN accumulators), so the
-/// row is read once, in order, as a stream.
+/// row is read once, in order, as a stream. The weights row_tile_ahead
+/// bytes on (the rest of this row, then the next rows: a matrix's rows
+/// lie one after another) are asked for in L2 as it goes; the address is
+/// an integer's (no pointer leaves its array) and prefetches never fault.
 template <int RN, bool F16>
 __attribute__((target("avx512f,avx2,fma,f16c"))) void
 vec_dot_row_tile_avx512(const std::uint8_t* w, const float* x, std::size_t k,
                         float* c, std::size_t ldc) {
+  constexpr std::size_t step_bytes = F16 ? 128 : 256; // 64 weights
   __m512 acc[4][RN];
 #pragma GCC unroll 4
   for (int q = 0; q < 4; ++q)
@@ -730,6 +742,12 @@ vec_dot_row_tile_avx512(const std::uint8_t* w, const float* x, std::size_t k,
       acc[q][j] = _mm512_setzero_ps();
   const std::size_t np = k & ~std::size_t{63};
   for (std::size_t l = 0; l < np; l += 64) {
+    const char* ahead = reinterpret_cast<const char*>(
+      reinterpret_cast<std::uintptr_t>(w) + l / 64 * step_bytes
+      + row_tile_ahead);
+#pragma GCC unroll 4
+    for (std::size_t b = 0; b < step_bytes; b += 64)
+      _mm_prefetch(ahead + b, _MM_HINT_T1);
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
       const std::size_t e = l + 16 * static_cast<std::size_t>(q);
@@ -788,12 +806,23 @@ void gemv_tiled(const float* x, std::size_t m, const std::uint8_t* w,
   // it is in L2.
   const std::size_t panel = panel_rows(rb, rows, threads);
   const long panels = static_cast<long>((rows + panel - 1) / panel);
+  // Tokens a tile: as many as keep their activations in 24 KiB of L1
+  // beside the weight stream (up to 6), or 6 where not even two fit (they
+  // come from L2 either way; each weight load then serves the most), in
+  // tiles of equal size. 200 matrices of 512 x 1536 F32 from DRAM, one
+  // core (docs/benchmarks.md): 8 tokens as 6 + 2, 80-86 ms -> as 4 + 4,
+  // 45-57; 16 as 6 + 6 + 4, 124-137 -> 4 x 4, 79-87. 2048 x 2048: 4 tokens
+  // as 2 + 2, 53-61 -> 43-44; 8 as 3 + 3 + 2, 86-88 -> 57-59.
+  const std::size_t fit = (std::size_t{24} << 10) / (k * sizeof(float));
+  const std::size_t most = fit >= 2 ? std::min<std::size_t>(6, fit) : 6;
+  const std::size_t tiles = (m + most - 1) / most;
+  const std::size_t per = (m + tiles - 1) / tiles;
   EXO_OMP_PANELS
   for (long pi = 0; pi < panels; ++pi) {
     const std::size_t r0 = static_cast<std::size_t>(pi) * panel;
     const std::size_t r1 = std::min(rows, r0 + panel);
-    for (std::size_t t0 = 0; t0 < m; t0 += 6) {
-      const std::size_t tn = std::min<std::size_t>(6, m - t0);
+    for (std::size_t t0 = 0; t0 < m; t0 += per) {
+      const std::size_t tn = std::min(per, m - t0);
       const row_tile_fn fn = f16 ? vec_dot_row_tiles<true>[tn - 1]
                                  : vec_dot_row_tiles<false>[tn - 1];
       for (std::size_t r = r0; r < r1; ++r)

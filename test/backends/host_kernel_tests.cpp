@@ -375,11 +375,13 @@ TEST_CASE("F32 and F16 products compute llama.cpp's vec_dot and tinyBLAS "
           "orders bit for bit on every path") {
   // One token: ggml_vec_dot_f32/_f16. Two tokens and more: tinyBLAS where
   // llamafile_sgemm takes the product (k % 16 == 0, rows % 4 == 0),
-  // vec_dot per output otherwise and with the rows apart (2 x 3 tiles of
-  // them on AVX-512; an odd row count leaves a one-row tile). k covers the vec_dot leftovers (none, < 8,
-  // 8-15, 16 + < 8, 32 + 8 + < 8) and sgemm's refusal (k % 16 != 0).
+  // vec_dot per output otherwise and with the rows apart (one row x up
+  // to 6 tokens a tile on AVX-512, fewer where long rows' activations
+  // would leave L1: 1544 takes 3 a tile, 3100 none that fit, so 6). k
+  // covers the vec_dot leftovers (none, < 8, 8-15, 16 + < 8, 32 + 8 + < 8)
+  // and sgemm's refusal (k % 16 != 0).
   std::mt19937 rng{23};
-  const std::size_t ks[] = {16, 48, 64, 77, 100, 520, 1000};
+  const std::size_t ks[] = {16, 48, 64, 77, 100, 520, 1000, 1544, 3100};
   const std::size_t ms[] = {1, 2, 7, 64, 130};
   const std::size_t ns[] = {8, 6, 5};
   for (auto t : {weight_type::f32, weight_type::f16})
