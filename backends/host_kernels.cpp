@@ -984,8 +984,10 @@ void gemm_tiny(const float* x, std::size_t m, const std::uint8_t* w,
 // directly, and its accumulator starts at -128 * (sum of the weights of the
 // lane), which makes every lane the exact signed sum. AVX2: ggml's sign trick
 // (|w| times a with w's sign) with maddubs, one token per ymm. Weight rows
-// go in groups of 4 (split over threads); the group's scales and VNNI
-// corrections are computed once and stay in L1 while all tokens pass.
+// go in groups of 4 (split over threads); for prompts the group's scales
+// and VNNI corrections are computed once and stay in L1 while all tokens
+// pass; for decode batches (up to q8_inline_pairs pairs) the tiles compute
+// them as they read the weights, in one pass over the matrix.
 
 #if defined(_OPENMP)
 #  define EXO_OMP_GROUPS                                                   \
@@ -996,6 +998,16 @@ void gemm_tiny(const float* x, std::size_t m, const std::uint8_t* w,
 
 
 constexpr std::size_t q8_group = 4; // weight rows per group
+/// How far past a tile's rows its inline form asks for the weights. The
+/// 12 x 512 Q8_0 model's steps on the Zen 4 VM, ms for 2 / 4 / 8
+/// sequences (one sequence 2.3): the next rows only 4.4-4.6 / 5.4-5.6 /
+/// 7.9-8.1; 2 KiB on 3.1-3.3 / 4.2-4.3 / 7.4-7.6; 8 KiB 2.7-2.8 / 4.1 /
+/// 7.4-7.5; 16 KiB about as 8; 32 KiB 3.1-3.3 / 4.7 / 8.2-9.1.
+constexpr std::size_t q8_ahead = 8192;
+/// Token pairs up to which a product takes the inline tiles (decode
+/// steps); larger batches (prompts) precompute each group's corrections
+/// once for all their tiles.
+constexpr std::size_t q8_inline_pairs = 16;
 constexpr std::size_t q8_pairs = 4; // token pairs per VNNI tile
 constexpr std::size_t q8_tokens = 4; // tokens per AVX2 tile
 
@@ -1075,8 +1087,13 @@ void group_scales(const std::uint8_t* w, std::size_t rb, std::size_t nr,
 }
 
 /// C rows r0.. (R of them) for TP token pairs from pair p0, AVX-512 VNNI.
-template <int R, int TP>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) void
+/// Inline: the corrections and scales of each row's blocks are computed
+/// here from the weights as they are read (corr and dw unused), for
+/// batches of one tile of pairs (decode steps), where the group's
+/// precomputed ones would serve a single tile: a pass over the weights
+/// and a store and a load of 32 bytes per block saved. The same sums.
+template <int R, int TP, bool Inline = false>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))) void
 q8_tile_vnni(const std::uint8_t* w, std::size_t rb, const std::int32_t* corr,
              const float* dw, const std::uint8_t* u, const float* ud,
              std::size_t nb, float* c, std::size_t ldc, std::size_t t0,
@@ -1085,13 +1102,26 @@ q8_tile_vnni(const std::uint8_t* w, std::size_t rb, const std::int32_t* corr,
   // undefined pass-through operand of the plain intrinsics.
   constexpr __mmask8 all8 = 0xff;
   constexpr __mmask16 all16 = 0xffff;
+  const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[R][TP];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int i = 0; i < TP; ++i)
       acc[r][i] = _mm512_setzero_ps();
+  // Inline: the tile reads its R rows side by side (R streams, which the
+  // hardware prefetchers follow poorly from DRAM); the region q8_ahead
+  // bytes past these R rows is asked for in L2 in order, R blocks' worth
+  // per block (prefetches never fault; the address is an integer's).
+  const std::uintptr_t next = reinterpret_cast<std::uintptr_t>(w)
+                             + static_cast<std::size_t>(R) * rb + q8_ahead;
   for (std::size_t b = 0; b < nb; ++b) {
+    if constexpr (Inline) {
+#pragma GCC unroll 4
+      for (int l = 0; l < (R * 34 + 63) / 64 + 1; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(next + b * R * 34 + 64 * l),
+                     _MM_HINT_T1);
+    }
     __m512i av[TP];
     __m512 ad[TP];
 #pragma GCC unroll 4
@@ -1102,12 +1132,24 @@ q8_tile_vnni(const std::uint8_t* w, std::size_t rb, const std::int32_t* corr,
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const std::size_t rbk = static_cast<std::size_t>(r) * nb + b;
+      const std::uint8_t* blk = w + static_cast<std::size_t>(r) * rb + b * 34;
       const __m512i wq = _mm512_maskz_broadcast_i64x4(all8, _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(w + static_cast<std::size_t>(r) * rb
-                                         + b * 34 + 2)));
-      const __m512i cr = _mm512_maskz_broadcast_i64x4(all8, _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(corr + rbk * 8)));
-      const __m512 d = _mm512_set1_ps(dw[rbk]);
+        reinterpret_cast<const __m256i*>(blk + 2)));
+      __m512i cr;
+      __m512 d;
+      if constexpr (Inline) {
+        // group_corrections' -128 x each lane's weights, in both halves.
+        cr = _mm512_sub_epi32(
+          _mm512_setzero_si512(),
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wq));
+        std::uint16_t h;
+        std::memcpy(&h, blk, 2);
+        d = _mm512_set1_ps(_cvtsh_ss(h));
+      } else {
+        cr = _mm512_maskz_broadcast_i64x4(all8, _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(corr + rbk * 8)));
+        d = _mm512_set1_ps(dw[rbk]);
+      }
 #pragma GCC unroll 4
       for (int i = 0; i < TP; ++i) {
         const __m512i s = _mm512_dpbusd_epi32(cr, av[i], wq);
@@ -1138,22 +1180,23 @@ using q8_vnni_fn = void (*)(const std::uint8_t*, std::size_t,
                             const std::uint8_t*, const float*, std::size_t,
                             float*, std::size_t, std::size_t, std::size_t);
 
-template <int R>
+template <int R, bool Inline>
 q8_vnni_fn q8_vnni_for(std::size_t tp) {
   switch (tp) {
-    case 1: return &q8_tile_vnni<R, 1>;
-    case 2: return &q8_tile_vnni<R, 2>;
-    case 3: return &q8_tile_vnni<R, 3>;
-    default: return &q8_tile_vnni<R, 4>;
+    case 1: return &q8_tile_vnni<R, 1, Inline>;
+    case 2: return &q8_tile_vnni<R, 2, Inline>;
+    case 3: return &q8_tile_vnni<R, 3, Inline>;
+    default: return &q8_tile_vnni<R, 4, Inline>;
   }
 }
 
+template <bool Inline>
 q8_vnni_fn q8_vnni_for(std::size_t r, std::size_t tp) {
   switch (r) {
-    case 1: return q8_vnni_for<1>(tp);
-    case 2: return q8_vnni_for<2>(tp);
-    case 3: return q8_vnni_for<3>(tp);
-    default: return q8_vnni_for<4>(tp);
+    case 1: return q8_vnni_for<1, Inline>(tp);
+    case 2: return q8_vnni_for<2, Inline>(tp);
+    case 3: return q8_vnni_for<3, Inline>(tp);
+    default: return q8_vnni_for<4, Inline>(tp);
   }
 }
 
@@ -1173,6 +1216,25 @@ void gemm_q8_vnni(const prepared_input& p, std::size_t m,
   // blocking.
   const std::size_t block_rows = 16 * q8_group, block_pairs = 8 * q8_pairs;
   const long groups = static_cast<long>((rows + block_rows - 1) / block_rows);
+  if (pairs <= q8_inline_pairs) {
+    // Decode steps: a group's corrections would serve a tile or a few;
+    // the tiles compute them as they read the weights, which stream from
+    // memory once, in order (the group's later tiles find its rows in
+    // L1).
+    const long rgroups = static_cast<long>((rows + q8_group - 1) / q8_group);
+    for_each_index(rgroups, threads, [&](long g) {
+      const std::size_t r0 = static_cast<std::size_t>(g) * q8_group;
+      const std::size_t nr = std::min(q8_group, rows - r0);
+      for (std::size_t p0 = 0; p0 < pairs; p0 += q8_pairs) {
+        const std::size_t tp = std::min(q8_pairs, pairs - p0);
+        q8_vnni_for<true>(nr, tp)(w + r0 * rb, rb, nullptr, nullptr,
+                                  act.u.data() + p0 * nb * 64,
+                                  act.d.data() + p0 * nb * 16, nb, c + r0,
+                                  rows, 2 * p0, m);
+      }
+    });
+    return;
+  }
   EXO_OMP_GROUPS
   for (long g = 0; g < groups; ++g) {
     const std::size_t rb0 = static_cast<std::size_t>(g) * block_rows;
@@ -1189,7 +1251,7 @@ void gemm_q8_vnni(const prepared_input& p, std::size_t m,
         const std::size_t nr = std::min(q8_group, nrb - r);
         for (std::size_t p0 = pb; p0 < pe; p0 += q8_pairs) {
           const std::size_t tp = std::min(q8_pairs, pe - p0);
-          q8_vnni_for(nr, tp)(w + (rb0 + r) * rb, rb,
+          q8_vnni_for<false>(nr, tp)(w + (rb0 + r) * rb, rb,
                               corr.data() + r * nb * 8, dw.data() + r * nb,
                               act.u.data() + p0 * nb * 64,
                               act.d.data() + p0 * nb * 16, nb,

@@ -10,7 +10,8 @@
 //
 //   batch_step_bench [STEPS [B...]]
 //
-// Environment: EXO_BENCH_TYPE=f32|q4_k_m (one type only), EXO_BENCH_KV=
+// Environment: EXO_BENCH_TYPE=f32|q4_k_m|q8_0|... (one type only: any
+// that exo-model make-test writes; default f32 and q4_k_m), EXO_BENCH_KV=
 // f16|q8_0|f32 (the KV cache's type, default the shards' f16),
 // EXO_BENCH_PROMPT=N (each sequence's prompt, default 16 tokens: a longer
 // one makes attention over the cache a larger part of a step),
@@ -344,7 +345,7 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i)
     batches.push_back(static_cast<std::uint32_t>(std::max(1, std::atoi(argv[i]))));
   int rc = 0;
-  const char* only = std::getenv("EXO_BENCH_TYPE"); // f32 or q4_k_m
+  const char* only = std::getenv("EXO_BENCH_TYPE"); // one type only
   if (const char* k = std::getenv("EXO_BENCH_KV")) {
     auto t = backend::parse_kv_type(k);
     if (!t) {
@@ -373,8 +374,9 @@ int main(int argc, char** argv) {
   }
   if (const char* n = std::getenv("EXO_BENCH_CTX"))
     n_ctx = static_cast<std::uint32_t>(std::max(1, std::atoi(n)));
+  if (only) // any file type exo-model make-test writes (q8_0, q5_k_m, ...)
+    return run_type(only, steps);
   for (const char* t : {"f32", "q4_k_m"})
-    if (!only || std::string{only} == t)
-      rc |= run_type(t, steps);
+    rc |= run_type(t, steps);
   return rc;
 }

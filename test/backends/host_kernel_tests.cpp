@@ -193,14 +193,16 @@ TEST_CASE("Q8_0 products give the same bits on every path, row count and "
           "thread count") {
   // The scalar kernel, AVX2 (maddubs) and AVX-512 VNNI, one token or a
   // batch at every remainder of the 4-row and 2/4/8-token tiles, 1 or 2
-  // threads: all compute llama.cpp's eight-lane block sums.
+  // threads: all compute llama.cpp's eight-lane block sums. VNNI: up to
+  // 32 tokens the tiles correct their sums as they read the weights (32
+  // and below), more precompute each group's corrections (33, 83).
   std::mt19937 rng{23};
   struct shape {
     std::size_t m, n, k;
   };
-  std::vector<shape> shapes{{1, 5, 32},   {2, 7, 64},    {3, 9, 96},
-                            {11, 13, 256}, {17, 6, 512}, {83, 21, 768},
-                            {5, 70, 2048}};
+  std::vector<shape> shapes{{1, 5, 32},    {2, 7, 64},     {3, 9, 96},
+                            {11, 13, 256}, {17, 6, 512},   {83, 21, 768},
+                            {5, 70, 2048}, {32, 11, 256},  {33, 10, 256}};
   for (std::size_t m = 1; m <= 19; ++m)
     shapes.push_back({m, 4 + m % 5, 128});
   for (auto s : shapes) {
