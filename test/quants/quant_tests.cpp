@@ -166,7 +166,8 @@ TEST_CASE("the portable and SIMD dot products give the same bits") {
 
 TEST_CASE("matmul_quant is the row-by-row dot product on any thread count") {
   // Token tiles of 4 and 2 (the token kernels of Q6_K, Q5_K, Q4_0, Q4_1,
-  // Q5_0 and Q5_1: 6 = 4 + 2, 13 = 4 + 4 + 4 + 1 for the AVX2 ones); with
+  // Q5_0 and Q5_1: 6 = 4 + 2, 13 = 4 + 4 + 4 + 1 for the AVX2 ones; BF16's
+  // AVX-512F kernel 8 a pass: 13 = 8 + 5); with
   // 50 tokens, the AVX-512 VNNI panels of Q6_K (16 rows, a masked rest of
   // 5; from 48 tokens).
   const std::size_t rows = 37, k = 512;
