@@ -1754,6 +1754,110 @@ EXO_AVX2 float dot_q3_k_avx2(std::size_t nb, const block_q3_k* x,
   return hsum8_avx2(acc);
 }
 
+/// dot_q2_k_avx2 for NT tokens at once, each with the bits it gets alone:
+/// a block's scales and 2-bit weights unpacked once for all of them.
+template <int NT>
+EXO_AVX2 void dot_q2_k_avx2_tokens(std::size_t nb, const block_q2_k* x,
+                                   const block_q8_k* const* y, float* out) {
+  __m256 acc[NT];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t)
+    acc[t] = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  for (std::size_t i = 0; i < nb; ++i) {
+    const float dx = h2f_avx2(x[i].d), dmx = h2f_avx2(x[i].dmin);
+    const __m128i packed =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
+    const __m256i mins =
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      const __m256i prod = _mm256_madd_epi16(mins, load32(y[t][i].bsums));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-y[t][i].d * dmx),
+                               _mm256_cvtepi32_ps(prod), acc[t]);
+    }
+    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
+    __m256i sumi[NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t)
+      sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i half = half_of(sc16, h);
+      const __m256i bits = load32(x[i].qs + 32 * h);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+        const __m256i sc = pair_of(half, k);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+          const __m256i p = _mm256_maddubs_epi16(
+              q, load32(y[t][i].qs + 128 * h + 32 * k));
+          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(sc, p));
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][i].d * dx),
+                               _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t)
+    out[t] = hsum8_avx2(acc[t]);
+}
+
+/// dot_q3_k_avx2 for NT tokens at once, each with the bits it gets alone:
+/// a block's scales, low bits and high-bit offsets unpacked once.
+template <int NT>
+EXO_AVX2 void dot_q3_k_avx2_tokens(std::size_t nb, const block_q3_k* x,
+                                   const block_q8_k* const* y, float* out) {
+  __m256 acc[NT];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t)
+    acc[t] = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m256i four = _mm256_set1_epi8(4);
+  for (std::size_t i = 0; i < nb; ++i) {
+    const float dx = h2f_avx2(x[i].d);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(q3k_unpack(x[i].scales));
+    const __m256i hbits = load32(x[i].hmask);
+    __m256i sumi[NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t)
+      sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i half = half_of(sc16, h);
+      const __m256i bits = load32(x[i].qs + 32 * h);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+        const __m256i mask =
+            _mm256_set1_epi8(static_cast<char>(1 << (4 * h + k)));
+        const __m256i off = _mm256_andnot_si256(
+            _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mask), mask), four);
+        const __m256i sc = pair_of(half, k);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+          const __m256i qy = load32(y[t][i].qs + 128 * h + 32 * k);
+          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(lo, qy),
+                                             _mm256_maddubs_epi16(off, qy));
+          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(sc, p));
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][i].d * dx),
+                               _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t)
+    out[t] = hsum8_avx2(acc[t]);
+}
+
 /// The minimum term of Q4_K/Q5_K: 4 int32 lanes, lane l = m[2l] * (b[4l] +
 /// b[4l+1]) + m[2l+1] * (b[4l+2] + b[4l+3]).
 EXO_AVX2 inline __m128i k4_min_lanes(__m256i mins_and_scales,
@@ -1908,16 +2012,50 @@ EXO_AVX2 void dot_q5_k_avx2_tokens(std::size_t nb, const block_q5_k* x,
     out[t] = hsum8_avx2(acc[t]) + summs[t];
 }
 
-/// dot_q5_k_avx2_tokens for n tokens, 4 at a time.
-void dot_q5_k_tokens(std::size_t nb, const block_q5_k* x,
-                     const block_q8_k* const* y, float* out, std::size_t n) {
+/// A K-quant token kernel (dot_q5_k_avx2_tokens etc.) for n tokens, 4 at
+/// a time.
+template <class B, template <int> class K>
+void k_tokens(std::size_t nb, const void* x, const block_q8_k* const* y,
+              float* out, std::size_t n) {
+  const auto* b = static_cast<const B*>(x);
   for (; n >= 4; n -= 4, y += 4, out += 4)
-    dot_q5_k_avx2_tokens<4>(nb, x, y, out);
+    K<4>::run(nb, b, y, out);
   switch (n) {
-  case 1: dot_q5_k_avx2_tokens<1>(nb, x, y, out); return;
-  case 2: dot_q5_k_avx2_tokens<2>(nb, x, y, out); return;
-  case 3: dot_q5_k_avx2_tokens<3>(nb, x, y, out); return;
+  case 1: K<1>::run(nb, b, y, out); return;
+  case 2: K<2>::run(nb, b, y, out); return;
+  case 3: K<3>::run(nb, b, y, out); return;
   default: return;
+  }
+}
+template <int NT> struct q2_k_tokens {
+  static void run(std::size_t nb, const block_q2_k* x,
+                  const block_q8_k* const* y, float* out) {
+    dot_q2_k_avx2_tokens<NT>(nb, x, y, out);
+  }
+};
+template <int NT> struct q3_k_tokens {
+  static void run(std::size_t nb, const block_q3_k* x,
+                  const block_q8_k* const* y, float* out) {
+    dot_q3_k_avx2_tokens<NT>(nb, x, y, out);
+  }
+};
+template <int NT> struct q5_k_tokens {
+  static void run(std::size_t nb, const block_q5_k* x,
+                  const block_q8_k* const* y, float* out) {
+    dot_q5_k_avx2_tokens<NT>(nb, x, y, out);
+  }
+};
+
+/// The token kernel of a K-quant other than Q4_K and Q6_K (their own
+/// paths), or null.
+using k_tokens_fn = void (*)(std::size_t, const void*,
+                             const block_q8_k* const*, float*, std::size_t);
+k_tokens_fn k_tokens_kernel(ggml_type t) {
+  switch (t) {
+  case ggml_type::q2_k: return &k_tokens<block_q2_k, q2_k_tokens>;
+  case ggml_type::q3_k: return &k_tokens<block_q3_k, q3_k_tokens>;
+  case ggml_type::q5_k: return &k_tokens<block_q5_k, q5_k_tokens>;
+  default: return nullptr;
   }
 }
 
@@ -2596,21 +2734,22 @@ result<bool> matmul_quant(const void* w, ggml_type t, std::size_t rows,
         }
         return;
       }
-    if (simd && t == ggml_type::q5_k && m > 1) {
-      // Tokens 8 at a time (the kernel takes 4 a pass): each row's weights
-      // unpacked once per 4 tokens.
-      for (std::size_t i0 = 0; i0 < m; i0 += 8) {
-        const std::size_t n = std::min<std::size_t>(8, m - i0);
-        const block_q8_k* ys[8];
-        float v[8];
-        for (std::size_t i = 0; i < n; ++i)
-          ys[i] = blocks<block_q8_k>(q.data() + (i0 + i) * act);
-        dot_q5_k_tokens(k / qk_k, blocks<block_q5_k>(row), ys, v, n);
-        for (std::size_t i = 0; i < n; ++i)
-          out[(i0 + i) * rows + static_cast<std::size_t>(r)] = v[i];
+    if (simd && m > 1)
+      if (const k_tokens_fn f = k_tokens_kernel(t)) {
+        // Q2_K, Q3_K, Q5_K: tokens 8 at a time (the kernels take 4 a
+        // pass), each row's blocks unpacked once per 4 tokens.
+        for (std::size_t i0 = 0; i0 < m; i0 += 8) {
+          const std::size_t n = std::min<std::size_t>(8, m - i0);
+          const block_q8_k* ys[8];
+          float v[8];
+          for (std::size_t i = 0; i < n; ++i)
+            ys[i] = blocks<block_q8_k>(q.data() + (i0 + i) * act);
+          f(k / qk_k, row, ys, v, n);
+          for (std::size_t i = 0; i < n; ++i)
+            out[(i0 + i) * rows + static_cast<std::size_t>(r)] = v[i];
+        }
+        return;
       }
-      return;
-    }
     for (std::size_t i = 0; i < m; ++i)
       out[i * rows + static_cast<std::size_t>(r)] =
           dot_blocks(t, k, row, q.data() + i * act, simd);
