@@ -11,6 +11,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <limits>
 #include <string>
 #include <vector>
@@ -2009,6 +2010,10 @@ template <int NT> struct q5_k_tokens {
 
 void q5_k_vnni_tokens(std::size_t nb, const void* x,
                       const block_q8_k* const* y, float* out, std::size_t n);
+void q2_k_vnni_tokens(std::size_t nb, const void* x,
+                      const block_q8_k* const* y, float* out, std::size_t n);
+void q3_k_vnni_tokens(std::size_t nb, const void* x,
+                      const block_q8_k* const* y, float* out, std::size_t n);
 
 /// The token kernel of a K-quant other than Q4_K and Q6_K (their own
 /// paths), or null.
@@ -2016,8 +2021,12 @@ using k_tokens_fn = void (*)(std::size_t, const void*,
                              const block_q8_k* const*, float*, std::size_t);
 k_tokens_fn k_tokens_kernel(ggml_type t) {
   switch (t) {
-  case ggml_type::q2_k: return &k_tokens<block_q2_k, q2_k_tokens>;
-  case ggml_type::q3_k: return &k_tokens<block_q3_k, q3_k_tokens>;
+  case ggml_type::q2_k:
+    return host::have_vnni() ? &q2_k_vnni_tokens
+                             : &k_tokens<block_q2_k, q2_k_tokens>;
+  case ggml_type::q3_k:
+    return host::have_vnni() ? &q3_k_vnni_tokens
+                             : &k_tokens<block_q3_k, q3_k_tokens>;
   case ggml_type::q5_k:
     return host::have_vnni() ? &q5_k_vnni_tokens
                              : &k_tokens<block_q5_k, q5_k_tokens>;
@@ -2320,6 +2329,134 @@ EXO_AVX512_VNNI void dot_q5_k_vnni_tokens(std::size_t nb, const block_q5_k* x,
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t)
     out[t] = hsum8_avx2(acc[t]) + summs[t];
+}
+
+/// dot_q2_k_avx2_tokens (Q3 false) and dot_q3_k_avx2_tokens (Q3 true)
+/// on 512-bit registers (AVX-512 BW + VNNI), for up to 8 tokens: groups
+/// k = 2kp and 2kp + 1 of 32 weights (2-bit fields of one 32-byte run,
+/// shifted by 2k) in one register against their 64 contiguous
+/// activations; the scales by 16 weights through dot_q6_k_vnni_tokens'
+/// indices (Q2_K's and Q3_K's sixteen scales lie as Q6_K's). Q3_K keeps
+/// the AVX2 kernel's two vpmaddubsw (the low bits, then 4 where the high
+/// bit is clear, subtracted: its lanes hold that difference). Lane j of
+/// each 256-bit half sums the bytes 4j .. 4j + 3 of its group as lane j of
+/// the AVX2 kernel does; folded per block: the same integers and bits.
+template <bool Q3, int NT>
+EXO_AVX512_VNNI void dot_q23_k_vnni_tokens(std::size_t nb, const void* xv,
+                                           const block_q8_k* const* y,
+                                           float* out) {
+  using block = std::conditional_t<Q3, block_q3_k, block_q2_k>;
+  const auto* x = static_cast<const block*>(xv);
+  const __m512i m3 = _mm512_set1_epi8(3);
+  const __m512i four = _mm512_set1_epi8(4);
+  __m512i sidx[2][2], cnt[2];
+#pragma GCC unroll 2
+  for (int kp = 0; kp < 2; ++kp) {
+    // 16-bit shift counts: 2k for group k (the low half 2kp, the high
+    // half 2kp + 1).
+    cnt[kp] = _mm512_mask_blend_epi16(
+      0xffff0000u, _mm512_set1_epi16(static_cast<short>(4 * kp)),
+      _mm512_set1_epi16(static_cast<short>(4 * kp + 2)));
+    for (int h = 0; h < 2; ++h)
+      sidx[h][kp] = _mm512_load_si512(q6_scales512.idx[h][kp]);
+  }
+  __m256 acc[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t)
+    acc[t] = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < nb; ++i) {
+    const char* ahead = reinterpret_cast<const char*>(
+      reinterpret_cast<std::uintptr_t>(x + i) + 32 * sizeof(block));
+    _mm_prefetch(ahead, _MM_HINT_T0);
+    _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    const float dx = h2f_avx2(x[i].d);
+    __m256i sc16;
+    __m512i hb = _mm512_setzero_si512();
+    if constexpr (Q3) {
+      sc16 = _mm256_cvtepi8_epi16(q3k_unpack(x[i].scales));
+      hb = _mm512_maskz_broadcast_i64x4(0xff, load32(x[i].hmask));
+    } else {
+      const __m128i packed =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
+      const __m256i mins = _mm256_cvtepu8_epi16(
+          _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF)));
+      const float dmx = h2f_avx2(x[i].dmin);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const __m256i prod = _mm256_madd_epi16(mins, load32(y[t][i].bsums));
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-y[t][i].d * dmx),
+                                 _mm256_cvtepi32_ps(prod), acc[t]);
+      }
+      sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0xF)));
+    }
+    const __m512i sc = _mm512_castsi256_si512(sc16);
+    __m512i sumi[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+      sumi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i bits =
+        _mm512_maskz_broadcast_i64x4(0xff, load32(x[i].qs + 32 * h));
+#pragma GCC unroll 2
+      for (int kp = 0; kp < 2; ++kp) {
+        const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(bits, cnt[kp]), m3);
+        const __m512i s = _mm512_permutexvar_epi16(sidx[h][kp], sc);
+        __m512i off = _mm512_setzero_si512();
+        if constexpr (Q3) {
+          // 4 where group k's high bit (bit 4h + k of hmask) is clear.
+          const __m512i hm = _mm512_mask_blend_epi8(
+            0xffffffff00000000ull,
+            _mm512_set1_epi8(static_cast<char>(1 << (4 * h + 2 * kp))),
+            _mm512_set1_epi8(static_cast<char>(1 << (4 * h + 2 * kp + 1))));
+          off = _mm512_maskz_mov_epi8(_mm512_testn_epi8_mask(hb, hm), four);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+          const __m512i qy =
+            _mm512_loadu_si512(y[t][i].qs + 128 * h + 64 * kp);
+          __m512i p = _mm512_maddubs_epi16(lo, qy);
+          if constexpr (Q3)
+            p = _mm512_sub_epi16(p, _mm512_maddubs_epi16(off, qy));
+          sumi[t] = _mm512_dpwssd_epi32(sumi[t], s, p);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const __m256i f =
+        _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xff, sumi[t], 0),
+                         _mm512_maskz_extracti64x4_epi64(0xff, sumi[t], 1));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][i].d * dx),
+                               _mm256_cvtepi32_ps(f), acc[t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t)
+    out[t] = hsum8_avx2(acc[t]);
+}
+
+template <bool Q3>
+void q23_k_vnni_tokens(std::size_t nb, const void* x,
+                       const block_q8_k* const* y, float* out, std::size_t n) {
+  switch (n) {
+  case 1: dot_q23_k_vnni_tokens<Q3, 1>(nb, x, y, out); return;
+  case 2: dot_q23_k_vnni_tokens<Q3, 2>(nb, x, y, out); return;
+  case 3: dot_q23_k_vnni_tokens<Q3, 3>(nb, x, y, out); return;
+  case 4: dot_q23_k_vnni_tokens<Q3, 4>(nb, x, y, out); return;
+  case 5: dot_q23_k_vnni_tokens<Q3, 5>(nb, x, y, out); return;
+  case 6: dot_q23_k_vnni_tokens<Q3, 6>(nb, x, y, out); return;
+  case 7: dot_q23_k_vnni_tokens<Q3, 7>(nb, x, y, out); return;
+  default: dot_q23_k_vnni_tokens<Q3, 8>(nb, x, y, out); return;
+  }
+}
+void q2_k_vnni_tokens(std::size_t nb, const void* x,
+                      const block_q8_k* const* y, float* out, std::size_t n) {
+  q23_k_vnni_tokens<false>(nb, x, y, out, n);
+}
+void q3_k_vnni_tokens(std::size_t nb, const void* x,
+                      const block_q8_k* const* y, float* out, std::size_t n) {
+  q23_k_vnni_tokens<true>(nb, x, y, out, n);
 }
 
 void q5_k_vnni_tokens(std::size_t nb, const void* x,
@@ -2766,7 +2903,9 @@ result<bool> matmul_quant(const void* w, ggml_type t, std::size_t rows,
     // 5.7 -> 7.9). Q6_K's SIMD kernels now ask in their loop
     // (prefetch_q6_k_ahead), which did better still.
     if (!(simd && (t == ggml_type::q6_k || t == ggml_type::bf16
-                   || (t == ggml_type::q5_k && host::have_vnni())))
+                   || ((t == ggml_type::q5_k || t == ggml_type::q3_k
+                        || t == ggml_type::q2_k)
+                       && host::have_vnni())))
         && static_cast<std::size_t>(r) + 2 < rows)
       for (std::size_t off = 0; off < rb; off += 64)
         __builtin_prefetch(row + 2 * rb + off, 0, 2);

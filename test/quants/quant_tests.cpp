@@ -165,13 +165,15 @@ TEST_CASE("the portable and SIMD dot products give the same bits") {
 }
 
 TEST_CASE("matmul_quant is the row-by-row dot product on any thread count") {
-  // Token tiles of 4 and 2 (the token kernels of Q6_K, Q5_K, Q4_0, Q4_1,
-  // Q5_0 and Q5_1: 6 = 4 + 2, 13 = 4 + 4 + 4 + 1 for the AVX2 ones; BF16's
-  // AVX-512F kernel 8 a pass: 13 = 8 + 5); with
-  // 50 tokens, the AVX-512 VNNI panels of Q6_K (16 rows, a masked rest of
-  // 5; from 48 tokens).
+  // One token (the token kernels' <1>, which Q2_K, Q3_K and Q5_K take on
+  // VNNI CPUs), 3, token tiles of 4 and 2 (the token kernels of Q6_K,
+  // Q5_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0 and Q5_1: 6 = 4 + 2, 13 = 4 + 4 +
+  // 4 + 1 for the AVX2 ones; the VNNI and BF16 ones 8 a pass: 13 = 8 + 5);
+  // with 50 tokens, the AVX-512 VNNI panels of Q6_K (16 rows, a masked
+  // rest of 5; from 48 tokens).
   const std::size_t rows = 37, k = 512;
-  for (const std::size_t m : {std::size_t{6}, std::size_t{13}, std::size_t{50}})
+  for (const std::size_t m : {std::size_t{1}, std::size_t{3}, std::size_t{6},
+                              std::size_t{13}, std::size_t{50}})
   for (ggml_type t : weight_formats) {
     INFO(name(t) << ", " << m << " tokens");
     auto a = gaussian(m * k, 99);
