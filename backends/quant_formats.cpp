@@ -1444,35 +1444,7 @@ EXO_AVX2 inline __m256i bit_bytes(const std::uint8_t* p) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
 }
 
-EXO_AVX2 float dot_q4_0_avx2(std::size_t nb, const block_q4_0* x,
-                             const block_q8_0* y) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i eight = _mm256_set1_epi8(8);
-  for (std::size_t i = 0; i < nb; ++i) {
-    const __m256 d = _mm256_set1_ps(h2f_avx2(x[i].d) * h2f_avx2(y[i].d));
-    const __m256i qx = _mm256_sub_epi8(nibbles(x[i].qs), eight);
-    const __m256i qy =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
-  }
-  return hsum8_avx2(acc);
-}
 
-EXO_AVX2 float dot_q5_0_avx2(std::size_t nb, const block_q5_0* x,
-                             const block_q8_0* y) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i sixteen = _mm256_set1_epi8(16);
-  for (std::size_t i = 0; i < nb; ++i) {
-    const __m256 d = _mm256_set1_ps(h2f_avx2(x[i].d) * h2f_avx2(y[i].d));
-    const __m256i hi = _mm256_and_si256(bit_bytes(x[i].qh), sixteen);
-    const __m256i qx =
-        _mm256_sub_epi8(_mm256_or_si256(nibbles(x[i].qs), hi), sixteen);
-    const __m256i qy =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
-  }
-  return hsum8_avx2(acc);
-}
 
 EXO_AVX2 float dot_q8_0_avx2(std::size_t nb, const block_q8_0* x,
                              const block_q8_0* y) {
@@ -1488,37 +1460,7 @@ EXO_AVX2 float dot_q8_0_avx2(std::size_t nb, const block_q8_0* x,
   return hsum8_avx2(acc);
 }
 
-EXO_AVX2 float dot_q4_1_avx2(std::size_t nb, const block_q4_1* x,
-                             const block_q8_1* y) {
-  __m256 acc = _mm256_setzero_ps();
-  float summs = 0;
-  for (std::size_t i = 0; i < nb; ++i) {
-    summs = add_min_term(summs, h2f_avx2(x[i].m), h2f_avx2(y[i].s));
-    const __m256 d = _mm256_set1_ps(h2f_avx2(x[i].d) * h2f_avx2(y[i].d));
-    const __m256i qy =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8(nibbles(x[i].qs), qy)),
-                          acc);
-  }
-  return hsum8_avx2(acc) + summs;
-}
 
-EXO_AVX2 float dot_q5_1_avx2(std::size_t nb, const block_q5_1* x,
-                             const block_q8_1* y) {
-  __m256 acc = _mm256_setzero_ps();
-  float summs = 0;
-  const __m256i sixteen = _mm256_set1_epi8(16);
-  for (std::size_t i = 0; i < nb; ++i) {
-    summs = add_min_term(summs, h2f_avx2(x[i].m), h2f_avx2(y[i].s));
-    const __m256 d = _mm256_set1_ps(h2f_avx2(x[i].d) * h2f_avx2(y[i].d));
-    const __m256i hi = _mm256_and_si256(bit_bytes(x[i].qh), sixteen);
-    const __m256i qx = _mm256_or_si256(nibbles(x[i].qs), hi);
-    const __m256i qy =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8(qx, qy)), acc);
-  }
-  return hsum8_avx2(acc) + summs;
-}
 
 /// The 32 weights of a block of the 32-element formats as bytes, as
 /// their AVX2 dot products unpack them (signed: Q4_0, Q5_0; unsigned with
@@ -1560,10 +1502,11 @@ struct unpack_q5_1 {
   }
 };
 
-/// dot_q4_0_avx2 (Q5_0, Q4_1, Q5_1: U says which) for NT tokens at once,
-/// each with the bits it gets alone: a block's weights are unpacked once
-/// for all of them; each token's integer lanes, float steps and minimum
-/// term are the one-token kernel's. A decode batch took each row once per
+/// The 32-element formats' dot products (Q4_0, Q5_0, Q4_1, Q5_1: U says
+/// which) for NT tokens at once, each token as ggml's AVX2 vec_dot kernel
+/// sums it (the same bits): a block's weights are unpacked once for all of
+/// them; each token's integer lanes, float steps and minimum term are its
+/// own. A decode batch took each row once per
 /// token (12 x 512 Q4_0 model, one core: 4 sequences 1.22x one sequence's
 /// step).
 template <class U, int NT>
@@ -1618,6 +1561,21 @@ void dot_32_tokens_n(std::size_t nb, const void* x, const void* const* y,
     }
   }
 }
+
+/// The one-token dot products of the 32-element formats (ggml's AVX2
+/// vec_dot kernels' bits): dot_32_tokens for one token.
+#define EXO_DOT32(T, U)                                                      \
+  EXO_AVX2 float dot_##T##_avx2(std::size_t nb, const U::block* x,           \
+                                const U::act* y) {                           \
+    float out;                                                               \
+    dot_32_tokens<U, 1>(nb, x, &y, &out);                                    \
+    return out;                                                              \
+  }
+EXO_DOT32(q4_0, unpack_q4_0)
+EXO_DOT32(q5_0, unpack_q5_0)
+EXO_DOT32(q4_1, unpack_q4_1)
+EXO_DOT32(q5_1, unpack_q5_1)
+#undef EXO_DOT32
 
 /// The token kernel of a 32-element weight format, or null (other
 /// formats; no AVX2).
@@ -1692,128 +1650,19 @@ inline __m128i q3k_unpack(const std::uint8_t* s12) {
   return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
-EXO_AVX2 float dot_q2_k_avx2(std::size_t nb, const block_q2_k* x,
-                             const block_q8_k* y) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i m3 = _mm256_set1_epi8(3);
-  const __m128i m4 = _mm_set1_epi8(0xF);
-  for (std::size_t i = 0; i < nb; ++i) {
-    const float d = y[i].d * h2f_avx2(x[i].d);
-    const float dmin = -y[i].d * h2f_avx2(x[i].dmin);
-    const __m128i packed =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
-    const __m256i mins =
-        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
-    const __m256i prod = _mm256_madd_epi16(mins, load32(y[i].bsums));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
-    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
-    __m256i sumi = _mm256_setzero_si256();
-    const std::int8_t* q8 = y[i].qs;
-    for (int h = 0; h < 2; ++h) {
-      const __m256i half = half_of(sc16, h);
-      const __m256i bits = load32(x[i].qs + 32 * h);
-      for (int k = 0; k < 4; ++k, q8 += 32) {
-        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
-        const __m256i p = _mm256_maddubs_epi16(q, load32(q8));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pair_of(half, k), p));
-      }
-    }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-  }
-  return hsum8_avx2(acc);
-}
 
-EXO_AVX2 float dot_q3_k_avx2(std::size_t nb, const block_q3_k* x,
-                             const block_q8_k* y) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i m3 = _mm256_set1_epi8(3);
-  const __m256i four = _mm256_set1_epi8(4);
-  for (std::size_t i = 0; i < nb; ++i) {
-    const float d = y[i].d * h2f_avx2(x[i].d);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(q3k_unpack(x[i].scales));
-    const __m256i hbits = load32(x[i].hmask);
-    __m256i sumi = _mm256_setzero_si256();
-    const std::int8_t* q8 = y[i].qs;
-    for (int h = 0; h < 2; ++h) {
-      const __m256i half = half_of(sc16, h);
-      const __m256i bits = load32(x[i].qs + 32 * h);
-      for (int k = 0; k < 4; ++k, q8 += 32) {
-        const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
-        // 4 where the high bit is clear, subtracted (values -4..3).
-        const __m256i mask =
-            _mm256_set1_epi8(static_cast<char>(1 << (4 * h + k)));
-        const __m256i off = _mm256_andnot_si256(
-            _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mask), mask), four);
-        const __m256i qy = load32(q8);
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(lo, qy),
-                                           _mm256_maddubs_epi16(off, qy));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pair_of(half, k), p));
-      }
-    }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-  }
-  return hsum8_avx2(acc);
-}
 
-/// dot_q2_k_avx2 for NT tokens at once, each with the bits it gets alone:
-/// a block's scales and 2-bit weights unpacked once for all of them.
-template <int NT>
-EXO_AVX2 void dot_q2_k_avx2_tokens(std::size_t nb, const block_q2_k* x,
-                                   const block_q8_k* const* y, float* out) {
-  __m256 acc[NT];
-#pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t)
-    acc[t] = _mm256_setzero_ps();
-  const __m256i m3 = _mm256_set1_epi8(3);
-  const __m128i m4 = _mm_set1_epi8(0xF);
-  for (std::size_t i = 0; i < nb; ++i) {
-    const float dx = h2f_avx2(x[i].d), dmx = h2f_avx2(x[i].dmin);
-    const __m128i packed =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
-    const __m256i mins =
-        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) {
-      const __m256i prod = _mm256_madd_epi16(mins, load32(y[t][i].bsums));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-y[t][i].d * dmx),
-                               _mm256_cvtepi32_ps(prod), acc[t]);
-    }
-    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
-    __m256i sumi[NT];
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t)
-      sumi[t] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256i half = half_of(sc16, h);
-      const __m256i bits = load32(x[i].qs + 32 * h);
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
-        const __m256i sc = pair_of(half, k);
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t) {
-          const __m256i p = _mm256_maddubs_epi16(
-              q, load32(y[t][i].qs + 128 * h + 32 * k));
-          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(sc, p));
-        }
-      }
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t)
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][i].d * dx),
-                               _mm256_cvtepi32_ps(sumi[t]), acc[t]);
-  }
-#pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t)
-    out[t] = hsum8_avx2(acc[t]);
-}
-
-/// dot_q3_k_avx2 for NT tokens at once, each with the bits it gets alone:
-/// a block's scales, low bits and high-bit offsets unpacked once.
-template <int NT>
-EXO_AVX2 void dot_q3_k_avx2_tokens(std::size_t nb, const block_q3_k* x,
-                                   const block_q8_k* const* y, float* out) {
+/// Q2_K's (Q3 false) and Q3_K's (Q3 true) dot products with Q8_K for NT
+/// tokens at once on AVX2, each token as ggml's vec_dot_q2_K_q8_K /
+/// vec_dot_q3_K_q8_K AVX2 kernels sum it (the same bits): a block's scales,
+/// 2-bit fields (and Q3_K's high-bit offsets: 4 where the bit is clear,
+/// subtracted) unpacked once for all of them. Q2_K's minimum term goes
+/// into each token's float lanes first, as ggml's does.
+template <bool Q3, int NT>
+EXO_AVX2 void dot_q23_k_avx2_tokens(std::size_t nb, const void* xv,
+                                    const block_q8_k* const* y, float* out) {
+  using block = std::conditional_t<Q3, block_q3_k, block_q2_k>;
+  const auto* x = static_cast<const block*>(xv);
   __m256 acc[NT];
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t)
@@ -1822,8 +1671,26 @@ EXO_AVX2 void dot_q3_k_avx2_tokens(std::size_t nb, const block_q3_k* x,
   const __m256i four = _mm256_set1_epi8(4);
   for (std::size_t i = 0; i < nb; ++i) {
     const float dx = h2f_avx2(x[i].d);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(q3k_unpack(x[i].scales));
-    const __m256i hbits = load32(x[i].hmask);
+    __m256i sc16;
+    __m256i hbits = _mm256_setzero_si256();
+    if constexpr (Q3) {
+      sc16 = _mm256_cvtepi8_epi16(q3k_unpack(x[i].scales));
+      hbits = load32(x[i].hmask);
+    } else {
+      const __m128i m4 = _mm_set1_epi8(0xF);
+      const __m128i packed =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
+      const __m256i mins =
+          _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+      const float dmx = h2f_avx2(x[i].dmin);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const __m256i prod = _mm256_madd_epi16(mins, load32(y[t][i].bsums));
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-y[t][i].d * dmx),
+                                 _mm256_cvtepi32_ps(prod), acc[t]);
+      }
+      sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
+    }
     __m256i sumi[NT];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t)
@@ -1835,16 +1702,20 @@ EXO_AVX2 void dot_q3_k_avx2_tokens(std::size_t nb, const block_q3_k* x,
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
-        const __m256i mask =
-            _mm256_set1_epi8(static_cast<char>(1 << (4 * h + k)));
-        const __m256i off = _mm256_andnot_si256(
-            _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mask), mask), four);
+        __m256i off = _mm256_setzero_si256();
+        if constexpr (Q3) {
+          const __m256i mask =
+              _mm256_set1_epi8(static_cast<char>(1 << (4 * h + k)));
+          off = _mm256_andnot_si256(
+              _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mask), mask), four);
+        }
         const __m256i sc = pair_of(half, k);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
           const __m256i qy = load32(y[t][i].qs + 128 * h + 32 * k);
-          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(lo, qy),
-                                             _mm256_maddubs_epi16(off, qy));
+          __m256i p = _mm256_maddubs_epi16(lo, qy);
+          if constexpr (Q3)
+            p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(off, qy));
           sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(sc, p));
         }
       }
@@ -1857,6 +1728,20 @@ EXO_AVX2 void dot_q3_k_avx2_tokens(std::size_t nb, const block_q3_k* x,
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t)
     out[t] = hsum8_avx2(acc[t]);
+}
+
+EXO_AVX2 float dot_q2_k_avx2(std::size_t nb, const block_q2_k* x,
+                             const block_q8_k* y) {
+  float out;
+  dot_q23_k_avx2_tokens<false, 1>(nb, x, &y, &out);
+  return out;
+}
+
+EXO_AVX2 float dot_q3_k_avx2(std::size_t nb, const block_q3_k* x,
+                             const block_q8_k* y) {
+  float out;
+  dot_q23_k_avx2_tokens<true, 1>(nb, x, &y, &out);
+  return out;
 }
 
 /// The minimum term of Q4_K/Q5_K: 4 int32 lanes, lane l = m[2l] * (b[4l] +
@@ -1992,13 +1877,13 @@ void k_tokens(std::size_t nb, const void* x, const block_q8_k* const* y,
 template <int NT> struct q2_k_tokens {
   static void run(std::size_t nb, const block_q2_k* x,
                   const block_q8_k* const* y, float* out) {
-    dot_q2_k_avx2_tokens<NT>(nb, x, y, out);
+    dot_q23_k_avx2_tokens<false, NT>(nb, x, y, out);
   }
 };
 template <int NT> struct q3_k_tokens {
   static void run(std::size_t nb, const block_q3_k* x,
                   const block_q8_k* const* y, float* out) {
-    dot_q3_k_avx2_tokens<NT>(nb, x, y, out);
+    dot_q23_k_avx2_tokens<true, NT>(nb, x, y, out);
   }
 };
 template <int NT> struct q5_k_tokens {
@@ -2331,7 +2216,7 @@ EXO_AVX512_VNNI void dot_q5_k_vnni_tokens(std::size_t nb, const block_q5_k* x,
     out[t] = hsum8_avx2(acc[t]) + summs[t];
 }
 
-/// dot_q2_k_avx2_tokens (Q3 false) and dot_q3_k_avx2_tokens (Q3 true)
+/// dot_q23_k_avx2_tokens (Q2_K: Q3 false; Q3_K: Q3 true)
 /// on 512-bit registers (AVX-512 BW + VNNI), for up to 8 tokens: groups
 /// k = 2kp and 2kp + 1 of 32 weights (2-bit fields of one 32-byte run,
 /// shifted by 2k) in one register against their 64 contiguous
