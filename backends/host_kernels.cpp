@@ -1089,9 +1089,10 @@ void group_scales(const std::uint8_t* w, std::size_t rb, std::size_t nr,
 /// C rows r0.. (R of them) for TP token pairs from pair p0, AVX-512 VNNI.
 /// Inline: the corrections and scales of each row's blocks are computed
 /// here from the weights as they are read (corr and dw unused), for
-/// batches of one tile of pairs (decode steps), where the group's
-/// precomputed ones would serve a single tile: a pass over the weights
-/// and a store and a load of 32 bytes per block saved. The same sums.
+/// decode batches (up to q8_inline_pairs pairs: a group's rows meet 4
+/// tiles at most), where the group's precomputed ones would serve little:
+/// a pass over the weights and a store and a load of 32 bytes per block
+/// saved. The same sums.
 template <int R, int TP, bool Inline = false>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))) void
 q8_tile_vnni(const std::uint8_t* w, std::size_t rb, const std::int32_t* corr,
