@@ -1397,8 +1397,11 @@ bool bf16_simd() noexcept {
 void dot_bf16_rows(std::size_t k, const std::uint16_t* w,
                    const float* const* a, float* out, std::size_t n) {
   for (std::size_t t0 = 0; t0 < n; t0 += 8) {
-    const void* const* at = reinterpret_cast<const void* const*>(a + t0);
-    switch (std::min<std::size_t>(8, n - t0)) {
+    const std::size_t nt = std::min<std::size_t>(8, n - t0);
+    const void* at[8];
+    for (std::size_t t = 0; t < nt; ++t)
+      at[t] = a[t0 + t];
+    switch (nt) {
     case 1: dot_bf16_tokens<1, true>(k, w, at, out + t0); break;
     case 2: dot_bf16_tokens<2, true>(k, w, at, out + t0); break;
     case 3: dot_bf16_tokens<3, true>(k, w, at, out + t0); break;
@@ -1444,8 +1447,6 @@ EXO_AVX2 inline __m256i bit_bytes(const std::uint8_t* p) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
 }
 
-
-
 EXO_AVX2 float dot_q8_0_avx2(std::size_t nb, const block_q8_0* x,
                              const block_q8_0* y) {
   __m256 acc = _mm256_setzero_ps();
@@ -1459,8 +1460,6 @@ EXO_AVX2 float dot_q8_0_avx2(std::size_t nb, const block_q8_0* x,
   }
   return hsum8_avx2(acc);
 }
-
-
 
 /// The 32 weights of a block of the 32-element formats as bytes, as
 /// their AVX2 dot products unpack them (signed: Q4_0, Q5_0; unsigned with
@@ -1506,9 +1505,8 @@ struct unpack_q5_1 {
 /// which) for NT tokens at once, each token as ggml's AVX2 vec_dot kernel
 /// sums it (the same bits): a block's weights are unpacked once for all of
 /// them; each token's integer lanes, float steps and minimum term are its
-/// own. A decode batch took each row once per
-/// token (12 x 512 Q4_0 model, one core: 4 sequences 1.22x one sequence's
-/// step).
+/// own. A decode batch took each row once per token (12 x 512 Q4_0
+/// model, one core: 4 sequences 1.22x one sequence's step).
 template <class U, int NT>
 EXO_AVX2 void dot_32_tokens(std::size_t nb, const typename U::block* x,
                             const typename U::act* const* y, float* out) {
@@ -1650,8 +1648,6 @@ inline __m128i q3k_unpack(const std::uint8_t* s12) {
   return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
-
-
 /// Q2_K's (Q3 false) and Q3_K's (Q3 true) dot products with Q8_K for NT
 /// tokens at once on AVX2, each token as ggml's vec_dot_q2_K_q8_K /
 /// vec_dot_q3_K_q8_K AVX2 kernels sum it (the same bits): a block's scales,
@@ -1787,15 +1783,22 @@ EXO_AVX2 float dot_q4_k_avx2(std::size_t nb, const block_q4_k* x,
   return hsum8_avx2(acc) + _mm_cvtss_f32(acc_m);
 }
 
-float dot_q5_k_avx2(std::size_t nb, const block_q5_k* x,
-                    const block_q8_k* y);
+/// The minimum term of a Q5_K block for one token, added to its running
+/// sum as ggml's AVX2 vec_dot_q5_K_q8_K adds it (both Q5_K token kernels).
+EXO_AVX2 inline float q5k_min_step(float summs, __m256i ms,
+                                   const block_q8_k& y, float dmx) {
+  __m128i m = k4_min_lanes(ms, y.bsums);
+  m = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
+  m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 1));
+  return add_q5k_min(summs, -y.d * dmx, _mm_cvtsi128_si32(m));
+}
 
-/// dot_q5_k_avx2 for NT tokens at once (each with the bits it gets
-/// alone): a block's scales and 5-bit weights are unpacked once for all
-/// of them, each token's integer sums, minimum term and float steps are
-/// dot_q5_k_avx2's. A decode batch of a Q5_K_M file took each row once per
-/// token (12 x 512 model, one core: 4 sequences 1.44x one sequence's
-/// step).
+/// Q5_K's dot product with Q8_K for NT tokens at once on AVX2, each token
+/// as ggml's vec_dot_q5_K_q8_K AVX2 kernel sums it (the same bits): a
+/// block's scales and 5-bit weights are unpacked once for all of them,
+/// each token's integer sums, minimum term and float steps its own. A
+/// decode batch of a Q5_K_M file took each row once per token (12 x 512
+/// model, one core: 4 sequences 1.44x one sequence's step).
 template <int NT>
 EXO_AVX2 void dot_q5_k_avx2_tokens(std::size_t nb, const block_q5_k* x,
                                    const block_q8_k* const* y, float* out) {
@@ -1812,12 +1815,8 @@ EXO_AVX2 void dot_q5_k_avx2_tokens(std::size_t nb, const block_q5_k* x,
     const float dx = h2f_avx2(x[i].d), dmx = h2f_avx2(x[i].dmin);
     const __m256i ms = _mm256_cvtepu8_epi16(k4_unpack(x[i].scales));
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) {
-      __m128i m = k4_min_lanes(ms, y[t][i].bsums);
-      m = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
-      m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 1));
-      summs[t] = add_q5k_min(summs[t], -y[t][i].d * dmx, _mm_cvtsi128_si32(m));
-    }
+    for (int t = 0; t < NT; ++t)
+      summs[t] = q5k_min_step(summs[t], ms, y[t][i], dmx);
     const __m256i scales = half_of(ms, 0);
     const __m256i hbits = load32(x[i].qh);
     __m256i sumi[NT];
@@ -2126,7 +2125,6 @@ EXO_AVX512_VNNI void dot_q6_k_vnni_tokens(std::size_t nb, const block_q6_k* x,
     out[t] = hsum8_avx2(acc[t]);
 }
 
-
 /// dot_q5_k_avx2_tokens on 512-bit registers (AVX-512 BW + VNNI; the
 /// maskz forms with every lane set, as GCC 12 warns about the plain
 /// ones' undefined pass-through operand), for up to 8 tokens: a step's two
@@ -2170,12 +2168,8 @@ EXO_AVX512_VNNI void dot_q5_k_vnni_tokens(std::size_t nb, const block_q5_k* x,
     const float dx = h2f_avx2(x[i].d), dmx = h2f_avx2(x[i].dmin);
     const __m256i ms = _mm256_cvtepu8_epi16(k4_unpack(x[i].scales));
 #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) {
-      __m128i m = k4_min_lanes(ms, y[t][i].bsums);
-      m = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
-      m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 1));
-      summs[t] = add_q5k_min(summs[t], -y[t][i].d * dmx, _mm_cvtsi128_si32(m));
-    }
+    for (int t = 0; t < NT; ++t)
+      summs[t] = q5k_min_step(summs[t], ms, y[t][i], dmx);
     const __m512i sc = _mm512_castsi256_si512(ms); // words 0-7: the scales
     const __m512i hb =
       _mm512_maskz_broadcast_i64x4(0xff, load32(x[i].qh));
