@@ -481,6 +481,198 @@ inline cell_step online_step(softmax_state& st, float s) {
   return c;
 }
 
+// -- libm's expf, 16 lanes ----------------------------------------------------
+//
+// one_chunk's online softmax calls libm's expf for every cell and head.
+// glibc's expf (sysdeps/ieee754/flt-32/e_expf.c, built with fused
+// multiply-adds as __expf_fma, which x86-64 CPUs with FMA run) computes in
+// double: k = round(x * 32 / ln 2) by adding 1.5 * 2^52, 2^(k / 32) from a
+// 32-entry table with k's high bits added to the exponent, times a cubic
+// in the remainder. The same steps in 8 double lanes give its bits for
+// every |x| < 88 (all 2.2e9 such floats compared on glibc 2.36); other
+// lanes (|x| >= 88 and NaN: libm's special cases, over- and underflow)
+// are libm's own calls. Where this process's libm computes otherwise
+// (another C library or version) the check at first use sees it and every
+// cell calls expf.
+
+/// 2^(i / 32) correctly rounded, less i << 47 (the exponent bits k's high
+/// part adds back): glibc's __exp2f_data.tab.
+alignas(64) constexpr std::uint64_t expf_table[32] = {
+  0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f,
+  0x3fef9301d0125b51, 0x3fef72b83c7d517b, 0x3fef54873168b9aa,
+  0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715,
+  0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+  0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+  0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74,
+  0x3feea11473eb0187, 0x3feea589994cce13, 0x3feeace5422aa0db,
+  0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+  0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c,
+  0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+  0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+
+/// expf of 8 floats with |x| < 88 in glibc's steps.
+__attribute__((target("avx512f"))) inline __m256
+expf_libm8(__m256 x) {
+  constexpr double n = 32.0;
+  const __m512d z = _mm512_mul_pd(_mm512_maskz_cvtps_pd(0xff, x),
+                                  _mm512_set1_pd(0x1.71547652b82fep+0 * n));
+  const __m512d shift = _mm512_set1_pd(0x1.8p+52);
+  const __m512d kd_shifted = _mm512_add_pd(z, shift);
+  const __m512i ki = _mm512_castpd_si512(kd_shifted);
+  const __m512d r = _mm512_sub_pd(z, _mm512_sub_pd(kd_shifted, shift));
+  // T[ki % 32]: entries 0-15 and 16-31 picked by ki's low 4 bits, bit 4
+  // choosing between them.
+  const __m512i* t = reinterpret_cast<const __m512i*>(expf_table);
+  const __m512i lo = _mm512_permutex2var_epi64(_mm512_load_si512(t), ki,
+                                               _mm512_load_si512(t + 1));
+  const __m512i hi = _mm512_permutex2var_epi64(_mm512_load_si512(t + 2), ki,
+                                               _mm512_load_si512(t + 3));
+  const __mmask8 upper = _mm512_test_epi64_mask(ki, _mm512_set1_epi64(16));
+  const __m512d s = _mm512_castsi512_pd(_mm512_add_epi64(
+    _mm512_mask_blend_epi64(upper, lo, hi), _mm512_maskz_slli_epi64(0xff, ki, 47)));
+  const __m512d c0 = _mm512_set1_pd(0x1.c6af84b912394p-5 / n / n / n);
+  const __m512d c1 = _mm512_set1_pd(0x1.ebfce50fac4f3p-3 / n / n);
+  const __m512d c2 = _mm512_set1_pd(0x1.62e42ff0c52d6p-1 / n);
+  const __m512d p = _mm512_fmadd_pd(c0, r, c1);
+  const __m512d y = _mm512_fmadd_pd(
+    p, _mm512_mul_pd(r, r), _mm512_fmadd_pd(c2, r, _mm512_set1_pd(1.0)));
+  return _mm512_maskz_cvtpd_ps(0xff, _mm512_mul_pd(y, s));
+}
+
+/// std::exp of 16 floats: expf_libm8 where |x| < 88, 0 for -inf, libm's
+/// call elsewhere (glibc's other special cases: over- and underflow, +inf,
+/// NaN).
+__attribute__((target("avx512f"), always_inline)) inline __m512
+expf_libm16_avx512(__m512 x) {
+  const __m512d xd = _mm512_castps_pd(x);
+  const __m256 e0 =
+    expf_libm8(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, xd, 0)));
+  const __m256 e1 =
+    expf_libm8(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, xd, 1)));
+  __m512 e = _mm512_castpd_ps(_mm512_maskz_insertf64x4(
+    0xff, _mm512_castpd256_pd512(_mm256_castps_pd(e0)), _mm256_castps_pd(e1),
+    1));
+  // libm's first special case here too: expf(-inf) = 0 (a first cell's
+  // rescale of the empty sum).
+  const __mmask16 ninf = _mm512_cmpeq_epi32_mask(
+    _mm512_castps_si512(x), _mm512_set1_epi32(static_cast<int>(0xff800000u)));
+  e = _mm512_mask_mov_ps(e, ninf, _mm512_setzero_ps());
+  const __mmask16 libm = static_cast<__mmask16>(
+    _mm512_cmpge_epu32_mask(_mm512_and_si512(_mm512_castps_si512(x),
+                                             _mm512_set1_epi32(0x7fffffff)),
+                            _mm512_set1_epi32(0x42b00000)) // 88.0f
+    & ~ninf);
+  if (libm != 0) {
+    alignas(64) float xs[16], es[16];
+    _mm512_store_ps(xs, x);
+    _mm512_store_ps(es, e);
+    for (unsigned m = libm; m != 0; m &= m - 1) {
+      const int i = __builtin_ctz(m);
+      es[i] = std::exp(xs[i]);
+    }
+    e = _mm512_load_ps(es);
+  }
+  return e;
+}
+
+/// expf_libm16_avx512 on 16 floats in memory, for callers without
+/// AVX-512 code of their own.
+__attribute__((target("avx512f"))) void expf_libm16_avx512(const float* x,
+                                                           float* e) {
+  _mm512_storeu_ps(e, expf_libm16_avx512(_mm512_loadu_ps(x)));
+}
+
+/// Whether expf_libm16_avx512 gives this process's std::exp bits:
+/// compared once, on every 4096th float of both signs below 88 in
+/// magnitude and libm's special cases; false without AVX-512.
+bool expf_libm16_matches() {
+  static const bool same = [] {
+    if (!__builtin_cpu_supports("avx512f"))
+      return false;
+    std::vector<float> x;
+    for (std::uint32_t b = 0; b < 0x42b00000u; b += 4096)
+      for (std::uint32_t sign : {0u, 0x80000000u}) {
+        float f;
+        const std::uint32_t u = b | sign;
+        std::memcpy(&f, &u, 4);
+        x.push_back(f);
+      }
+    for (float f : {88.0f, -88.0f, 89.0f, -100.0f, -103.5f, -104.0f, inf,
+                    -inf, std::numeric_limits<float>::quiet_NaN()})
+      x.push_back(f);
+    while (x.size() % 16 != 0)
+      x.push_back(0.0f);
+    std::vector<float> e(x.size());
+    for (std::size_t i = 0; i < x.size(); i += 16)
+      expf_libm16_avx512(x.data() + i, e.data() + i);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float want = std::exp(x[i]);
+      if (std::memcmp(&want, &e[i], 4) != 0)
+        return false;
+    }
+    return true;
+  }();
+  return same;
+}
+
+/// Lanes k.. of v moved up k lanes, lanes below k `fill`.
+template <int K>
+__attribute__((target("avx512f"))) inline __m512 lanes_up(__m512 v,
+                                                          __m512 fill) {
+  const __m512i from = _mm512_sub_epi32(
+    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+    _mm512_set1_epi32(K));
+  return _mm512_mask_permutexvar_ps(fill, static_cast<__mmask16>(0xffffu << K),
+                                    from, v);
+}
+
+/// online_step's maximum and weights for cells 0 .. n-1 (n <= 16) of
+/// scores s (16 in memory): ms[c] and vs[c] as online_step gives cell
+/// c's, in vector lanes. The maximum before each cell is a prefix scan
+/// of _mm512_max_ps(later, earlier), which is online_step's "later if
+/// greater" (a tie or a NaN keeps the earlier; NaN scores enter as -inf,
+/// which no step takes); the cells that raise it take ms = expf(old -
+/// s), the others vs = expf(s - old), 16 exponentials together
+/// (expf_libm16_avx512 where `lanes`, else one expf each). The sum is left to
+/// the caller (S = S * ms[c], then + vs[c]): a chain of two roundings a
+/// cell, which the V pass hides where it runs beside it.
+__attribute__((target("avx512f"), always_inline)) inline void
+online_weights16(softmax_state& st, const float* s, std::size_t n,
+                 bool lanes, float* ms, float* vs) {
+  const __mmask16 in = static_cast<__mmask16>((1u << n) - 1);
+  const __m512 ninf = _mm512_set1_ps(-inf);
+  const __m512 sv = _mm512_maskz_loadu_ps(in, s);
+  // NaN scores and lanes past n as -inf.
+  const __m512 sc = _mm512_mask_mov_ps(
+    ninf, _mm512_mask_cmp_ps_mask(in, sv, sv, _CMP_ORD_Q), sv);
+  __m512 p = sc; // lane c: the maximum of cells 0 .. c
+  p = _mm512_maskz_max_ps(0xffff, p, lanes_up<1>(p, ninf));
+  p = _mm512_maskz_max_ps(0xffff, p, lanes_up<2>(p, ninf));
+  p = _mm512_maskz_max_ps(0xffff, p, lanes_up<4>(p, ninf));
+  p = _mm512_maskz_max_ps(0xffff, p, lanes_up<8>(p, ninf));
+  const __m512 m0 = _mm512_set1_ps(st.M);
+  p = _mm512_maskz_max_ps(0xffff, p, m0);
+  // The maximum each cell finds: the previous cell's, st.M for cell 0.
+  const __m512 old = lanes_up<1>(p, m0);
+  const __mmask16 grew = _mm512_mask_cmp_ps_mask(in, sv, old, _CMP_GT_OQ);
+  const __m512 arg = _mm512_mask_sub_ps(_mm512_sub_ps(sv, old), grew, old, sv);
+  st.M = _mm512_cvtss_f32(_mm512_maskz_permutexvar_ps(
+    0xffff, _mm512_set1_epi32(15), p));
+  __m512 ev;
+  if (lanes) {
+    ev = expf_libm16_avx512(arg);
+  } else {
+    alignas(64) float e[16];
+    _mm512_store_ps(e, arg);
+    for (std::size_t c = 0; c < n; ++c)
+      e[c] = std::exp(e[c]);
+    ev = _mm512_load_ps(e);
+  }
+  const __m512 one = _mm512_set1_ps(1.0f);
+  _mm512_mask_storeu_ps(ms, in, _mm512_mask_mov_ps(one, grew, ev));
+  _mm512_mask_storeu_ps(vs, in, _mm512_mask_mov_ps(ev, grew, one));
+}
+
 /// One query head (qh: Q already rounded to half) over cache rows
 /// c0 .. c1-1 (k, v at its KV head, `stride` floats apart), as one_chunk
 /// does with an F16 cache: online softmax with expf, the V sum in a half
@@ -540,14 +732,69 @@ load_row_avx512(const KV* p, __m512 (&row)[NV]) {
 /// Cells per step of cells_heads_avx512.
 constexpr std::size_t cells_step = 16;
 
+/// The scores of cells b0 .. b0+n-1 (n <= cells_step) for H heads of
+/// cells_heads_avx512 and their online softmax weights: each cell's K row
+/// widened once, per head ggml_vec_dot_f16's four accumulators over
+/// blocks of 64 (d[j % 4]) summed into dk, then per head the 16 cells'
+/// trees together (reduce16_rows_avx512), scaled and masked (+ 0), and
+/// online_weights16: st[h].M moves, ms[h][c] and vs[h][c] are cell c's.
+template <int NV, int H, class KV>
+__attribute__((target("avx512f"))) void
+cells_weights_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
+                     kv_rows<KV> v, std::size_t b0, std::size_t n,
+                     std::size_t c1, float scale, bool lanes,
+                     softmax_state* st, float (*ms)[cells_step],
+                     float (*vs)[cells_step]) {
+  // Per head and cell the sum of the score's four accumulators.
+  alignas(64) float dk[H][cells_step][16];
+  for (std::size_t c = 0; c < n; ++c) {
+    // The rows are a stride apart: K and V fetched ahead of their passes.
+    if (b0 + c + 24 < c1)
+      prefetch_row(k.row(b0 + c + 24), NV * 16);
+    if (b0 + c + 8 < c1)
+      prefetch_row(v.row(b0 + c + 8), NV * 16);
+    __m512 row[NV];
+    load_row_avx512<NV>(k.row(b0 + c), row);
+#pragma GCC unroll 16
+    for (int h = 0; h < H; ++h) {
+      const float* q = qh + static_cast<std::size_t>(h) * q_step;
+      __m512 d[4];
+#pragma GCC unroll 16
+      for (int j = 0; j < 4; ++j)
+        d[j] = _mm512_fmadd_ps(row[j], _mm512_loadu_ps(q + 16 * j),
+                               _mm512_setzero_ps());
+#pragma GCC unroll 16
+      for (int j = 4; j < NV; ++j)
+        d[j % 4] =
+          _mm512_fmadd_ps(row[j], _mm512_loadu_ps(q + 16 * j), d[j % 4]);
+      _mm512_store_ps(dk[h][c], _mm512_add_ps(_mm512_add_ps(d[0], d[2]),
+                                              _mm512_add_ps(d[1], d[3])));
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    for (std::size_t c = n; c < cells_step; ++c)
+      _mm512_store_ps(dk[h][c], _mm512_setzero_ps());
+#pragma GCC unroll 4
+  for (int h = 0; h < H; ++h) {
+    alignas(64) float s[cells_step];
+    const __m512 sum = reduce16_rows_avx512(&dk[h][0][0]);
+    _mm512_store_ps(s, _mm512_add_ps(_mm512_mul_ps(sum, _mm512_set1_ps(scale)),
+                                     _mm512_setzero_ps()));
+    online_weights16(st[h], s, n, lanes, ms[h], vs[h]);
+  }
+}
+
 /// H heads of NV 16-lane registers each (head_dim = 16 * NV; NV is 4 or
 /// 8, so ggml_vec_dot_f16's four accumulators over blocks of 64 are
 /// d[j % 4]). qh: the heads' queries rounded to half, q_step floats apart.
-/// Each step of 16 cells: the scores, then the online softmax in scalar
-/// code (libm's expf is a call, which would spill the accumulators for
-/// every cell), then the V sums replayed in one_chunk's order: for each
-/// cell, the rescale where the maximum rose (a factor of 1 changes no
-/// half), then the fused multiply-add rounded to half.
+/// Steps of 16 cells: the scores and online softmax weights
+/// (cells_weights_avx512: the trees, the maximum and the exponentials in
+/// vector lanes, libm's bits), then the V sums replayed in one_chunk's
+/// order: for each cell, the sum S (S * ms, then + vs), the rescale where
+/// the maximum rose (a factor of 1 changes no half), then the fused
+/// multiply-add rounded to half. The next step's weights are computed
+/// before this step's V sums, so that their chain of latencies runs
+/// beside the V pass instead of stalling it.
 template <int NV, int H, class KV>
 __attribute__((target("avx512f"))) void
 cells_heads_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
@@ -562,55 +809,37 @@ cells_heads_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
     for (int j = 0; j < NV; ++j)
       a[h][j] = _mm512_setzero_ps();
   }
-  float sc[H][cells_step];
-  float ms[H][cells_step];
-  for (std::size_t b0 = c0; b0 < c1; b0 += cells_step) {
+  // Two steps' weights: ms (the rescale) and vs (the V weight).
+  float vs[2][H][cells_step];
+  float ms[2][H][cells_step];
+  const bool lanes = expf_libm16_matches();
+  int cur = 0;
+  if (c0 < c1)
+    cells_weights_avx512<NV, H>(qh, q_step, k, v, c0,
+                                std::min(cells_step, c1 - c0), c1, scale,
+                                lanes, st, ms[0], vs[0]);
+  for (std::size_t b0 = c0; b0 < c1; b0 += cells_step, cur ^= 1) {
     const std::size_t n = std::min(cells_step, c1 - b0);
-    for (std::size_t c = 0; c < n; ++c) {
-      // The rows are a stride apart: K and V fetched ahead of their passes.
-      if (b0 + c + 24 < c1)
-        prefetch_row(k.row(b0 + c + 24), NV * 16);
-      if (b0 + c + 8 < c1)
-        prefetch_row(v.row(b0 + c + 8), NV * 16);
-      __m512 row[NV];
-      load_row_avx512<NV>(k.row(b0 + c), row);
-#pragma GCC unroll 16
-      for (int h = 0; h < H; ++h) {
-        const float* q = qh + static_cast<std::size_t>(h) * q_step;
-        __m512 d[4];
-#pragma GCC unroll 16
-        for (int j = 0; j < 4; ++j)
-          d[j] = _mm512_fmadd_ps(row[j], _mm512_loadu_ps(q + 16 * j),
-                                 _mm512_setzero_ps());
-#pragma GCC unroll 16
-        for (int j = 4; j < NV; ++j)
-          d[j % 4] =
-            _mm512_fmadd_ps(row[j], _mm512_loadu_ps(q + 16 * j), d[j % 4]);
-        float s = reduce16_avx512(_mm512_add_ps(_mm512_add_ps(d[0], d[2]),
-                                                _mm512_add_ps(d[1], d[3])));
-        s = s * scale;
-        sc[h][c] = s + 0.0f; // the mask of a visible cell
-      }
-    }
-    // one_chunk's online softmax; sc[h][c] becomes the cell's V weight.
-    for (int h = 0; h < H; ++h)
-      for (std::size_t c = 0; c < n; ++c) {
-        const cell_step step = online_step(st[h], sc[h][c]);
-        ms[h][c] = step.ms;
-        sc[h][c] = step.vs;
-      }
+    const std::size_t b1 = b0 + cells_step;
+    if (b1 < c1)
+      cells_weights_avx512<NV, H>(qh, q_step, k, v, b1,
+                                  std::min(cells_step, c1 - b1), c1, scale,
+                                  lanes, st, ms[cur ^ 1], vs[cur ^ 1]);
     for (std::size_t c = 0; c < n; ++c) {
       __m512 row[NV];
       load_row_avx512<NV>(v.row(b0 + c), row);
 #pragma GCC unroll 16
       for (int h = 0; h < H; ++h) {
-        if (ms[h][c] != 1.0f) {
-          const __m512 f = _mm512_set1_ps(ms[h][c]);
+        const float m = ms[cur][h][c];
+        const float scaled = st[h].S * m;
+        st[h].S = scaled + vs[cur][h][c];
+        if (m != 1.0f) {
+          const __m512 f = _mm512_set1_ps(m);
 #pragma GCC unroll 16
           for (int j = 0; j < NV; ++j)
             a[h][j] = round_half_avx512(_mm512_mul_ps(a[h][j], f));
         }
-        const __m512 w = _mm512_set1_ps(sc[h][c]);
+        const __m512 w = _mm512_set1_ps(vs[cur][h][c]);
 #pragma GCC unroll 16
         for (int j = 0; j < NV; ++j)
           a[h][j] = round_half_avx512(_mm512_fmadd_ps(row[j], w, a[h][j]));
@@ -1260,6 +1489,19 @@ void attention(const float* q, const block_q8_0* k, const block_q8_0* v,
 
 float expf_ggml(float x) noexcept {
   return expf_lane(x);
+}
+
+void expf_libm16(const float* x, float* out) noexcept {
+  if (expf_libm16_matches()) {
+    expf_libm16_avx512(x, out);
+  } else {
+    for (int i = 0; i < 16; ++i)
+      out[i] = std::exp(x[i]);
+  }
+}
+
+bool expf_libm_lanes() noexcept {
+  return expf_libm16_matches();
 }
 
 void silu_mul(const float* gate, const float* up, float* out,

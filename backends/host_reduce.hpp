@@ -40,4 +40,53 @@ __attribute__((target("avx512f"))) inline float reduce16_avx512(__m512 v) {
     _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, d, 1)));
 }
 
+/// Quarters (128 bits) qa, qb of a, then qc, qd of b; the maskz form: GCC
+/// 12's plain _mm512_shuffle_f32x4 starts from an undefined register and
+/// warns.
+template <int Imm>
+__attribute__((target("avx512f"))) inline __m512 quarters(__m512 a,
+                                                          __m512 b) {
+  return _mm512_maskz_shuffle_f32x4(0xffff, a, b, Imm);
+}
+
+/// In each quarter: lanes ia, ib of a, then ic, id of b (maskz, as above).
+template <int Imm>
+__attribute__((target("avx512f"))) inline __m512 pairs(__m512 a, __m512 b) {
+  return _mm512_maskz_shuffle_ps(0xffff, a, b, Imm);
+}
+
+/// reduce16_avx512 of 16 rows of 16 floats (rows[16 * c .. 16 * c + 15],
+/// 64-byte aligned) at once: lane c is row c's sum, by the same tree
+/// (every lane's adds are its own row's: halves, quarters, pairs), the
+/// rows transposed along the way by shuffles: 15 adds for 16 sums.
+__attribute__((target("avx512f"))) inline __m512
+reduce16_rows_avx512(const float* rows) {
+  constexpr int lo = _MM_SHUFFLE(1, 0, 1, 0), hi = _MM_SHUFFLE(3, 2, 3, 2);
+  constexpr int even = _MM_SHUFFLE(2, 0, 2, 0), odd = _MM_SHUFFLE(3, 1, 3, 1);
+  // Half k of w[p]: row 2p + k's lanes i + i+8.
+  __m512 w[8];
+  for (int p = 0; p < 8; ++p) {
+    const __m512 a = _mm512_load_ps(rows + 32 * p);
+    const __m512 b = _mm512_load_ps(rows + 32 * p + 16);
+    w[p] = _mm512_add_ps(quarters<lo>(a, b), quarters<hi>(a, b));
+  }
+  // Quarter j of x[r]: row 4r + j's lanes i + i+4.
+  __m512 x[4];
+  for (int r = 0; r < 4; ++r)
+    x[r] = _mm512_add_ps(quarters<even>(w[2 * r], w[2 * r + 1]),
+                         quarters<odd>(w[2 * r], w[2 * r + 1]));
+  // Quarter j of y[u]: lanes 0 + 2, 1 + 3 of rows 8u + j and 8u + 4 + j.
+  __m512 y[2];
+  for (int u = 0; u < 2; ++u)
+    y[u] = _mm512_add_ps(pairs<lo>(x[2 * u], x[2 * u + 1]),
+                         pairs<hi>(x[2 * u], x[2 * u + 1]));
+  // Lane 4j + k: row 4k + j's sum; then the rows in lane order.
+  const __m512 sums =
+    _mm512_add_ps(pairs<even>(y[0], y[1]), pairs<odd>(y[0], y[1]));
+  return _mm512_maskz_permutexvar_ps(
+    0xffff,
+    _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+    sums);
+}
+
 } // namespace exo::backend::host

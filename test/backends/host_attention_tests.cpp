@@ -590,6 +590,41 @@ TEST_CASE("expf_ggml is ggml's vector expf, within 3 ulp of exp") {
   CHECK(std::isnan(host::expf_ggml(std::nanf(""))));
 }
 
+TEST_CASE("expf_libm16 gives std::exp's bits for every kind of float") {
+#if defined(__GLIBC__)
+  // glibc's expf: the vector lanes reproduce its steps, so on an AVX-512
+  // CPU they must be in use (a false here is a lost speed-up, not a
+  // wrong bit: the kernels would call expf for every cell).
+  if (__builtin_cpu_supports("avx512f"))
+    CHECK(host::expf_libm_lanes());
+#endif
+  // Every 61st bit pattern: both signs, subnormals, |x| >= 88 (libm's
+  // own calls), infinities and NaNs, 16 lanes a call.
+  std::vector<float> x;
+  for (std::uint64_t b = 0; b <= 0xffffffffu; b += 61) {
+    const auto u = static_cast<std::uint32_t>(b);
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  for (float f : {0.0f, -0.0f, 88.0f, -88.0f, 0x1.5fffffp6f, -0x1.5fffffp6f,
+                  88.72283f, 88.72284f, -103.27893f, -103.97208f, -104.0f,
+                  inf, -inf, std::nanf("")})
+    x.push_back(f);
+  while (x.size() % 16 != 0)
+    x.push_back(1.0f);
+  std::vector<float> got(x.size());
+  for (std::size_t i = 0; i < x.size(); i += 16)
+    host::expf_libm16(x.data() + i, got.data() + i);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float want = std::exp(x[i]);
+    if (bits_of(got[i]) != bits_of(want) && wrong++ < 5)
+      FAIL_CHECK("expf(" << x[i] << "): " << got[i] << ", libm " << want);
+  }
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("rope rotates pairs with ggml's fused multiply-adds") {
   // ggml_rope_cache_init (theta by repeated multiplication, cosf / sinf)
   // and rotate_pairs as GCC contracts it in llama.cpp's x86 builds:
