@@ -1412,6 +1412,59 @@ cells_q8_0(const block_q8_0* qq, std::size_t heads, kv_rows<block_q8_0> k,
   }
 }
 
+/// cells_q8_0 in steps of 16 cells on AVX-512: each head's scores of the
+/// step (K::dot, as cells_q8_0), their softmax steps with the maximum and
+/// the exponentials in vector lanes (online_weights16), then per cell the
+/// V row decoded once and each head's sum, rescale and V sum in
+/// cells_q8_0's order. At most 8 heads (one_chunk_q8_0's blocks).
+template <class K>
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) inline void
+cells_q8_0_steps(const block_q8_0* qq, std::size_t heads,
+                 kv_rows<block_q8_0> k, kv_rows<block_q8_0> v,
+                 std::size_t n_pos, std::size_t hd, float scale, float* acc,
+                 float* v32, softmax_state* st) {
+  const std::size_t nb = hd / 32;
+  std::fill(acc, acc + heads * hd, 0.0f);
+  for (std::size_t h = 0; h < heads; ++h)
+    st[h] = softmax_state{};
+  const bool lanes = expf_libm16_matches();
+  alignas(64) float s[8][cells_step];
+  float ms[8][cells_step], vs[8][cells_step];
+  for (std::size_t b0 = 0; b0 < n_pos; b0 += cells_step) {
+    const std::size_t n = std::min(cells_step, n_pos - b0);
+    for (std::size_t c = 0; c < n; ++c) {
+      const block_q8_0* kr = k.row(b0 + c);
+      for (std::size_t h = 0; h < heads; ++h) {
+        const float sc = K::dot(kr, qq + h * nb, nb) * scale;
+        s[h][c] = sc + 0.0f; // the mask of a visible cell
+      }
+    }
+    for (std::size_t h = 0; h < heads; ++h)
+      online_weights16(st[h], s[h], n, lanes, ms[h], vs[h]);
+    for (std::size_t c = 0; c < n; ++c) {
+      K::decode(v.row(b0 + c), v32, nb);
+      for (std::size_t h = 0; h < heads; ++h) {
+        float* a = acc + h * hd;
+        const float scaled = st[h].S * ms[h][c];
+        st[h].S = scaled + vs[h][c];
+        if (ms[h][c] != 1.0f)
+          for (std::size_t d = 0; d < hd; ++d) // ggml_vec_scale_f32
+            a[d] = a[d] * ms[h][c];
+        K::mad(a, v32, vs[h][c], hd);
+      }
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx2,fma,f16c"))) void
+cells_q8_0_avx512(const block_q8_0* qq, std::size_t heads,
+                  kv_rows<block_q8_0> k, kv_rows<block_q8_0> v,
+                  std::size_t n_pos, std::size_t hd, float scale, float* acc,
+                  float* v32, softmax_state* st) {
+  cells_q8_0_steps<q8_kernels_avx2>(qq, heads, k, v, n_pos, hd, scale, acc,
+                                    v32, st);
+}
+
 __attribute__((target("avx2,fma,f16c"))) void
 cells_q8_0_avx2(const block_q8_0* qq, std::size_t heads,
                 kv_rows<block_q8_0> k, kv_rows<block_q8_0> v,
@@ -1438,7 +1491,9 @@ void one_chunk_q8_0(const float* q, std::size_t heads, kv_rows<block_q8_0> k,
   const std::size_t nb = hd / 32;
   for (std::size_t h = 0; h < heads; ++h) // q_to_vec_dot, head by head
     quantize_q8_0_activations(q + h * hd, sc.qq.data() + h * nb, hd);
-  auto cells = use_avx2() ? cells_q8_0_avx2 : cells_q8_0_scalar;
+  auto cells = use_avx512() ? cells_q8_0_avx512
+               : use_avx2() ? cells_q8_0_avx2
+                            : cells_q8_0_scalar;
   cells(sc.qq.data(), heads, k, v, n_pos, hd, scale, sc.acc.data(),
         sc.v32.data(), sc.st.data());
   for (std::size_t h = 0; h < heads; ++h) {
