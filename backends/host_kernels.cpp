@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -250,66 +251,15 @@ void quantize_q8_0(const float* x, block_q8_0* y, std::size_t n) noexcept {
   }
 }
 
-namespace {
-
-/// One block as llama.cpp's x86 quantize_row_q8_0 computes it.
-void quantize_act_block_scalar(const float* x, block_q8_0* y) {
-  float amax = 0.0f;
-  for (int j = 0; j < 32; ++j)
-    amax = std::max(amax, std::fabs(x[j]));
-  y->d = f32_to_f16(amax / 127.0f);
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  for (int j = 0; j < 32; ++j) {
-    // Ties to even (the default rounding mode), as _mm256_round_ps; NaN
-    // and out-of-range values saturate like the packs that store them.
-    const float v = std::nearbyint(x[j] * id);
-    y->qs[j] = static_cast<std::int8_t>(
-      !(v >= -128.0f) ? -128 : v > 127.0f ? 127 : static_cast<int>(v));
-  }
-}
-
-__attribute__((target("avx2,fma,f16c"))) void
-quantize_act_avx2(const float* x, block_q8_0* y, std::size_t nb) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (std::size_t b = 0; b < nb; ++b, x += 32) {
-    __m256 v[4];
-    for (int i = 0; i < 4; ++i)
-      v[i] = _mm256_loadu_ps(x + 8 * i);
-    __m256 mx = _mm256_andnot_ps(sign, v[0]);
-    for (int i = 1; i < 4; ++i)
-      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
-    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(mx, 1),
-                           _mm256_castps256_ps128(mx));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    y[b].d = f32_to_f16(amax / 127.0f);
-    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-    __m256i q[4];
-    for (int i = 0; i < 4; ++i)
-      q[i] = _mm256_cvtps_epi32(_mm256_round_ps(
-        _mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    const __m256i q01 = _mm256_packs_epi32(q[0], q[1]);
-    const __m256i q23 = _mm256_packs_epi32(q[2], q[3]);
-    const __m256i bytes = _mm256_permutevar8x32_epi32(
-      _mm256_packs_epi16(q01, q23), perm);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs), bytes);
-  }
-}
-
-bool have_avx2_fma_f16c();
-
-} // namespace
+static_assert(sizeof(block_q8_0) == sizeof(quant::block_q8_0)
+                && offsetof(block_q8_0, qs) == offsetof(quant::block_q8_0, qs),
+              "host and quant Q8_0 blocks are one layout");
 
 void quantize_q8_0_activations(const float* x, block_q8_0* y,
                                std::size_t n) noexcept {
-  if (have_avx2_fma_f16c()) {
-    quantize_act_avx2(x, y, n / 32);
-    return;
-  }
-  for (std::size_t b = 0; b < n / 32; ++b)
-    quantize_act_block_scalar(x + b * 32, y + b);
+  // llama.cpp's x86 quantize_row_q8_0: quant's activation quantizer (its
+  // AVX2 body where the instruction set has it).
+  quant::quantize_activations(quant::ggml_type::q8_0, x, y, n);
 }
 
 void decode_row(weight_type t, const std::uint8_t* src, float* dst,
@@ -378,10 +328,6 @@ bool have_avx2() {
   return yes
          && isa_limit.load(std::memory_order_relaxed)
               >= static_cast<int>(isa::avx2);
-}
-
-bool have_avx2_fma_f16c() {
-  return have_avx2();
 }
 
 bool have_avx512() {

@@ -2388,6 +2388,50 @@ float dot_q6_k_avx2(std::size_t nb, const block_q6_k* x,
   return out;
 }
 
+/// One block of 32 activations as ggml's AVX2 quantize_row_q8_0/_1: the
+/// largest magnitude by max_ps over the four registers, then halves,
+/// quarters, pairs; d = max / 127 (stored as half), q = x * (127 / max)
+/// rounded half to even (_mm256_round_ps), saturated by the packs.
+/// Returns d; `sum`: the 32 rounded values' sum (int32, before the
+/// packs), for Q8_1's s. The same bytes as act_block for finite x.
+EXO_AVX2 float act_block_avx2(const float* x, std::int8_t* q,
+                              std::uint16_t& d_bits, int* sum) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  for (int i = 0; i < 4; ++i)
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+  __m256 mx = _mm256_andnot_ps(sign, v[0]);
+  for (int i = 1; i < 4; ++i)
+    mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
+  __m128 m4 =
+    _mm_max_ps(_mm256_extractf128_ps(mx, 1), _mm256_castps256_ps128(mx));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const float d = amax / 127.f;
+  d_bits = f2h(d);
+  const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+  __m256i r[4];
+  for (int i = 0; i < 4; ++i)
+    r[i] = _mm256_cvtps_epi32(_mm256_round_ps(
+      _mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  if (sum != nullptr) {
+    const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]),
+                                        _mm256_add_epi32(r[2], r[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_extracti128_si256(s8, 1),
+                               _mm256_castsi256_si128(s8));
+    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+    *sum = _mm_cvtsi128_si32(s4);
+  }
+  const __m256i bytes = _mm256_permutevar8x32_epi32(
+    _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]),
+                       _mm256_packs_epi32(r[2], r[3])),
+    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), bytes);
+  return d;
+}
+
 /// quantize_q8_k with the same operations 8 lanes at a time: the first
 /// largest magnitude (NaN skipped, as the scalar comparison does), the
 /// product iscale * x, nearest_int's magic addition, the cap at 127 and
@@ -2659,17 +2703,27 @@ void quantize_activations(ggml_type t, const float* x, void* dst,
   switch (t) {
   case ggml_type::q8_0: {
     auto* y = static_cast<block_q8_0*>(dst);
+    const bool avx2 = host::widest_isa() != host::isa::scalar;
     for (std::size_t i = 0; i < n / 32; ++i)
-      act_block(x + 32 * i, y[i].qs, y[i].d);
+      if (avx2)
+        act_block_avx2(x + 32 * i, y[i].qs, y[i].d, nullptr);
+      else
+        act_block(x + 32 * i, y[i].qs, y[i].d);
     return;
   }
   case ggml_type::q8_1: {
     auto* y = static_cast<block_q8_1*>(dst);
+    const bool avx2 = host::widest_isa() != host::isa::scalar;
     for (std::size_t i = 0; i < n / 32; ++i) {
-      const float d = act_block(x + 32 * i, y[i].qs, y[i].d);
       int sum = 0;
-      for (int j = 0; j < 32; ++j)
-        sum += y[i].qs[j];
+      float d;
+      if (avx2) {
+        d = act_block_avx2(x + 32 * i, y[i].qs, y[i].d, &sum);
+      } else {
+        d = act_block(x + 32 * i, y[i].qs, y[i].d);
+        for (int j = 0; j < 32; ++j)
+          sum += y[i].qs[j];
+      }
       y[i].s = f2h(d * static_cast<float>(sum));
     }
     return;

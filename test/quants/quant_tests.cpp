@@ -137,6 +137,37 @@ TEST_CASE("zeros quantize to zeros and non-finite input does not crash") {
   }
 }
 
+TEST_CASE("activations quantize to the same bytes on every instruction "
+          "set") {
+  // Gaussian rows, levels and their midpoints (ties to even), zero blocks
+  // and an outlier: the AVX2 quantizers (Q8_0/Q8_1 ggml's AVX2 body, Q8_K
+  // its lanes) against the scalar ones.
+  const std::size_t n = 1024;
+  std::vector<std::vector<float>> rows = {gaussian(n, 5),
+                                         gaussian(n, 6, 30.0f)};
+  std::vector<float> levels(n);
+  for (std::size_t i = 0; i < n; ++i)
+    levels[i] = 0.5f * static_cast<float>(static_cast<int>(i % 33) - 16);
+  rows.push_back(levels);
+  auto zeros = gaussian(n, 7, 0.05f);
+  for (std::size_t i = 0; i < 300; ++i)
+    zeros[i] = 0.0f;
+  zeros[700] = 3.0e4f;
+  rows.push_back(zeros);
+  for (ggml_type t : {ggml_type::q8_0, ggml_type::q8_1, ggml_type::q8_k})
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      INFO(name(t) << " row " << r);
+      const std::size_t bytes = *row_bytes(t, n);
+      std::vector<std::uint8_t> simd(bytes), scalar(bytes);
+      host::limit_isa(host::isa::avx512);
+      quantize_activations(t, rows[r].data(), simd.data(), n);
+      host::limit_isa(host::isa::scalar);
+      quantize_activations(t, rows[r].data(), scalar.data(), n);
+      host::limit_isa(host::isa::avx512);
+      CHECK(simd == scalar);
+    }
+}
+
 TEST_CASE("the portable and SIMD dot products give the same bits") {
   const std::size_t n = 2048;
   for (ggml_type t : weight_formats) {
