@@ -1112,7 +1112,6 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
       // The tokens by super-block through quads_vnni where the CPU has
       // VNNI, the others (and AVX2 CPUs) through rows8.
       const bool vnni = host::have_vnni();
-      float tmp[quads_width][8];
       for (std::size_t t0 = 0; t0 < m;) {
         const std::size_t end = t0 < mg ? mg : m;
         const bool by_pair = pairs && t0 < mg;
@@ -1120,9 +1119,11 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
           vnni && !by_pair ? quads_width : 4, end - t0);
         const block_q8_k* act[quads_width];
         float* dst[quads_width];
+        // Each token's 8 outputs straight into its row of out (a copy
+        // through a buffer stalled on the kernels' fresh stores).
         for (std::size_t t = 0; t < nt; ++t) {
           act[t] = q.data() + (t0 + t) * nb;
-          dst[t] = tmp[t];
+          dst[t] = out + (t0 + t) * rows + r0;
         }
         if (by_pair)
           rows8<true>(blocks + r0 * nb, nb, act, dst, nt);
@@ -1130,8 +1131,6 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
           quads(blocks + r0 * nb, nb, act, dst, nt);
         else
           rows8<false>(blocks + r0 * nb, nb, act, dst, nt);
-        for (std::size_t t = 0; t < nt; ++t)
-          std::memcpy(out + (t0 + t) * rows + r0, tmp[t], sizeof tmp[t]);
         t0 += nt;
       }
       return;
