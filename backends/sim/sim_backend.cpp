@@ -210,6 +210,13 @@ status sim_device::admit(const char* what) {
         temp_c_ += heat_c_;
       break;
     }
+  // hang_after: this operation may be the first that blocks.
+  for (auto left = hang_ops_left_.load(); left > 0;)
+    if (hang_ops_left_.compare_exchange_weak(left, left - 1)) {
+      if (left == 1)
+        hung_ = op_kind::every;
+      break;
+    }
   if (is_op(vanish_at_.load(), what))
     gone_ = true;
   while (!gone_ && is_op(hung_.load(), what))
@@ -280,10 +287,10 @@ void sim_device::fail_allocations(bool on) {
 
 namespace {
 
-/// N of "vanish_after:N", 0 when `fault` is not of that form or N is out
-/// of [1, 10^9].
-std::uint64_t vanish_after_count(const std::string& fault) {
-  static const std::string prefix = "vanish_after:";
+/// N of "PREFIX:N" (`prefix` with its colon), 0 when `fault` is not of
+/// that form or N is out of [1, 10^9].
+std::uint64_t count_after(const std::string& fault,
+                          const std::string& prefix) {
   if (fault.rfind(prefix, 0) != 0 || fault.size() == prefix.size()
       || fault.size() > prefix.size() + 10)
     return 0;
@@ -294,6 +301,16 @@ std::uint64_t vanish_after_count(const std::string& fault) {
     n = n * 10 + static_cast<std::uint64_t>(c - '0');
   }
   return n <= 1000000000 ? n : 0;
+}
+
+/// N of "vanish_after:N" (0: not one).
+std::uint64_t vanish_after_count(const std::string& fault) {
+  return count_after(fault, "vanish_after:");
+}
+
+/// N of "hang_after:N" (0: not one).
+std::uint64_t hang_after_count(const std::string& fault) {
+  return count_after(fault, "hang_after:");
 }
 
 /// The hang or vanish a fault names ("hang", "hang:allocate",
@@ -397,13 +414,13 @@ std::string sim_runtime_fault_error(const std::string& fault) {
   bool vanish = false;
   if (fault == "fail_allocations:off" || fault == "fail_next_allocation"
       || heat_now_of(fault, c) || op_fault_of(fault, vanish, kind)
-      || sim_fault_error(fault).empty())
+      || hang_after_count(fault) > 0 || sim_fault_error(fault).empty())
     return {};
   return "unknown fault \"" + fault
          + "\" (expected fail_allocations, fail_allocations:off, "
            "fail_next_allocation, vanished, vanish_after:N, heat:C, "
            "heat_after:N:C, cooling:F, hang, hang:allocate, hang:compute, "
-           "hang:off, vanish_at:allocate or vanish_at:compute; "
+           "hang_after:N, hang:off, vanish_at:allocate or vanish_at:compute; "
            "N operations in [1, 1000000000], C degrees in [1, 500], for "
            "heat:C in [-500, 500] and not 0, F in [0.1, 20])";
 }
@@ -439,6 +456,11 @@ result<std::string> sim_device::inject_fault(const std::string& spec) {
       "every kernel blocks"};
     hang_at(kind);
     return std::string{props_.id + ": " + hang[i]};
+  }
+  if ((n = hang_after_count(spec)) > 0) {
+    hang_after(n);
+    return std::string{props_.id + " hangs from its "} + std::to_string(n)
+           + "th operation from now";
   }
   if (spec == "vanished") {
     vanish();
@@ -491,7 +513,13 @@ void sim_device::hang(bool on) {
 }
 
 void sim_device::hang_at(op_kind kind) {
+  if (kind == op_kind::none)
+    hang_ops_left_ = 0;
   hung_ = kind;
+}
+
+void sim_device::hang_after(std::uint64_t ops) {
+  hang_ops_left_ = ops;
 }
 
 void sim_device::vanish_at(op_kind kind) {

@@ -75,7 +75,11 @@ std::string sim_fault_error(const std::string& fault);
 ///                           it never gets its weights),
 ///   "hang:compute"          every kernel blocks (a stage's next step
 ///                           never ends),
-///   "hang:off"              a hang ends (blocked operations go on),
+///   "hang_after:N"          every operation blocks from the N-th one from
+///                           now on (a kernel that hangs mid-run, at a
+///                           moment armed beforehand: N in [1, 10^9]),
+///   "hang:off"              a hang ends (blocked operations go on; a
+///                           pending hang_after is disarmed),
 ///   "vanish_at:allocate"    the device vanishes at its next allocation,
 ///   "vanish_at:compute"     the device vanishes at its next kernel.
 /// (Not configurable: the node's start verifies its devices. A device
@@ -118,8 +122,11 @@ public:
   void hang(bool on);
   /// Which operations a hang or a vanish waits for.
   enum class op_kind { none, every, allocations, kernels };
-  /// Blocks the operations of `kind` from now (none: ends a hang).
+  /// Blocks the operations of `kind` from now (none: ends a hang and
+  /// disarms a pending hang_after).
   void hang_at(op_kind kind);
+  /// Every operation blocks from the `ops`-th one from now on (0: never).
+  void hang_after(std::uint64_t ops);
   /// The device vanishes at its next operation of `kind` (none: never).
   void vanish_at(op_kind kind);
   /// Adds delta degrees to the temperature at once.
@@ -155,6 +162,7 @@ private:
   std::atomic<bool> fail_allocs_{false};
   std::atomic<std::uint64_t> ops_left_{0}; ///< vanish_after; 0: never
   std::atomic<std::uint64_t> heat_ops_left_{0}; ///< heat_after; 0: never
+  std::atomic<std::uint64_t> hang_ops_left_{0}; ///< hang_after; 0: never
   double heat_c_ = 0;
   std::string fail_next_alloc_;
   double now_ = 0;          // simulated seconds

@@ -376,6 +376,42 @@ TEST_CASE("a hang blocks the operations it names until hang:off") {
              Catch::Matchers::Contains("hang:compute"));
 }
 
+TEST_CASE("hang_after:N lets N - 1 operations through and blocks from the "
+          "N-th on until hang:off, which also disarms one pending") {
+  using namespace std::chrono_literals;
+  sim_fixture f;
+  auto set = f.dev->inject_fault("hang_after:3");
+  REQUIRE(set.ok());
+  CHECK_THAT(*set, Catch::Matchers::Contains("hangs from its 3th operation"));
+  auto a = f.dev->allocate(64); // 1
+  REQUIRE(a.ok());
+  char tmp[8] = {};
+  CHECK(f.dev->write(**a, 0, tmp, 8).ok()); // 2
+  auto third = std::async(std::launch::async,
+                          [&] { return f.dev->synchronize(); });
+  CHECK(third.wait_for(50ms) == std::future_status::timeout);
+  // Every kind of operation blocks once it has struck.
+  auto alloc = std::async(std::launch::async,
+                          [&] { return f.dev->allocate(64).ok(); });
+  CHECK(alloc.wait_for(50ms) == std::future_status::timeout);
+  REQUIRE(f.dev->inject_fault("hang:off").ok());
+  CHECK(third.get().ok());
+  CHECK(alloc.get());
+  // hang:off before it strikes disarms it.
+  REQUIRE(f.dev->inject_fault("hang_after:2").ok());
+  REQUIRE(f.dev->inject_fault("hang:off").ok());
+  for (int i = 0; i < 4; ++i)
+    CHECK(f.dev->synchronize().ok());
+  // At run time only; N in [1, 10^9].
+  CHECK(sim_runtime_fault_error("hang_after:1000000000").empty());
+  CHECK_THAT(sim_fault_error("hang_after:3"),
+             Catch::Matchers::Contains("unknown fault"));
+  for (auto bad : {"hang_after:", "hang_after:0", "hang_after:-1",
+                   "hang_after:1000000001", "hang_after:2s"})
+    CHECK_THAT(sim_runtime_fault_error(bad),
+               Catch::Matchers::Contains("hang_after:N"));
+}
+
 TEST_CASE("a temperature jump is visible at once") {
   sim_fixture f;
   double before = f.dev->temperature();

@@ -708,9 +708,12 @@ enum class strike { kill, freeze, vanish };
 /// at the operation itself): `starting` before the first token, the
 /// stage's weights not on its device yet (at its first allocation);
 /// `prefill` the prompt's step inside the stage (at its first kernel);
-/// `decode` tokens flowing (at the next kernel once they do); `replacing`
-/// a first loss being recovered, when the node the stage went to next is
-/// struck as its weights arrive.
+/// `decode` tokens flowing (from an operation many steps in, armed before
+/// the job); `replacing` a first loss being recovered, when the node the
+/// stage went to next is struck as its weights arrive (the first loss: a
+/// kill or a freeze of the node held mid-decode, or for a vanish a kill:
+/// a hung device answers no fault, and the next node must be there before
+/// the first loss).
 enum class moment { starting, prefill, decode, replacing };
 
 const char* name_of(strike s) {
@@ -763,6 +766,13 @@ std::string hold(strike s, const std::string& kind) {
   return (s == strike::vanish ? "vanish_at:" : "hang:") + kind;
 }
 
+/// The simulated device's operations after which a stage holds mid-decode:
+/// armed before the job (a fault sent once tokens flow could land after a
+/// short job ended, on a loaded machine), many steps into its decode (a
+/// one-layer stage's step is a few dozen operations) and far before its
+/// end (1500 steps).
+constexpr int decode_hold_ops = 2000;
+
 /// Kills or freezes `n` (a vanish strikes by itself).
 void strike_node(node_proc& n, strike s) {
   if (s == strike::kill)
@@ -791,10 +801,16 @@ void strike_at(pki& p, node_proc& coord, int& jobs, strike s, moment m,
   auto tag = std::string{name_of(s)} + name_of(m);
   CAPTURE(tag);
   p.node(tag);
+  // Mid-decode a vanish strikes by itself; a kill or a freeze (and the
+  // first loss of `replacing`, which waits for the next node) strikes the
+  // stage held by a hang.
+  const auto after = std::to_string(decode_hold_ops);
   auto b = sim_node(p, tag, coord.port,
                     m == moment::starting  ? hold(s, "allocate")
                     : m == moment::prefill ? hold(s, "compute")
-                                           : "");
+                    : m == moment::decode && s == strike::vanish
+                      ? "vanish_after:" + after
+                      : "hang_after:" + after);
   sees_alive(p, coord.port, tag);
   process runner{background_console(p, coord.port, job + " --stages 6")};
   auto id = std::to_string(++jobs);
@@ -806,11 +822,17 @@ void strike_at(pki& p, node_proc& coord, int& jobs, strike s, moment m,
     d = sim_node(p, tag + "next", coord.port, hold(s, "allocate"));
     sees_alive(p, coord.port, tag + "next");
   }
-  if (m == moment::decode || m == moment::replacing) {
-    std::this_thread::sleep_for(300ms); // tokens flow
-    fault_device(p, b, hold(s, "compute")); // held at its next step
-  }
-  strike_node(b, s);
+  if (m == moment::replacing || (m == moment::decode && s != strike::vanish))
+    // Tokens flow (the hang holds the stage from some step on: the job
+    // cannot end first).
+    REQUIRE(eventually(
+      p, coord.port, "jobs",
+      [&](const std::string& json) {
+        return running_job_with_tokens(json) == id;
+      },
+      60s));
+  strike_node(b, m == moment::replacing && s == strike::vanish ? strike::kill
+                                                               : s);
   if (m == moment::replacing) {
     REQUIRE(coord.proc->wait_for_output(
       "job " + id + " starting its stages again on", 120s));
@@ -833,7 +855,9 @@ void strike_at(pki& p, node_proc& coord, int& jobs, strike s, moment m,
        != std::string::npos;
        ++at)
     said += line_after(runner.out().substr(at), "recovered from ") + "\n";
-  CHECK(contains(said, s == strike::vanish ? tag + "/sim:adreno-740:0" : tag));
+  CHECK(contains(said, s == strike::vanish && m != moment::replacing
+                         ? tag + "/sim:adreno-740:0"
+                         : tag));
   if (m == moment::replacing)
     CHECK(contains(said, s == strike::vanish ? tag + "next/sim:adreno-740:0"
                                              : tag + "next"));
