@@ -630,27 +630,36 @@ TEST_CASE("rope rotates pairs with ggml's fused multiply-adds") {
   // and rotate_pairs as GCC contracts it in llama.cpp's x86 builds:
   // x0 c - x1 s and x0 s + x1 c, each one fused multiply-add with the x1
   // product rounded first.
+  // Pairs adjacent (NORMAL) or half a rotation apart (NEOX), with the
+  // multiply-adds as instructions (AVX2) and as libm's fmaf (portable).
   std::mt19937 rng{25};
-  rope_dims d{3, 4, 64, 64, 10000.0f};
-  auto x = random_floats(rng, 3 * 4 * 64, -3.0f, 3.0f);
-  std::vector<std::int32_t> pos{0, 17, 900};
-  auto want = x;
-  for (std::size_t r = 0; r < 3; ++r) {
-    const float theta_scale = std::pow(d.freq_base, -2.0f / 64.0f);
-    float theta = static_cast<float>(pos[r]);
-    for (std::size_t i0 = 0; i0 < 64; i0 += 2) {
-      const float c = std::cos(theta), s = std::sin(theta);
-      for (std::size_t h = 0; h < 4; ++h) {
-        float* p = want.data() + (r * 4 + h) * 64 + i0;
-        const float x0 = p[0], x1 = p[1];
-        p[0] = std::fma(x0, c, -(x1 * s));
-        p[1] = std::fma(x0, s, x1 * c);
+  for (bool neox : {false, true})
+  for (auto widest : {host::isa::avx2, host::isa::scalar}) {
+    CAPTURE(neox, static_cast<int>(widest));
+    rope_dims d{3, 4, 64, 64, 10000.0f, neox};
+    auto x = random_floats(rng, 3 * 4 * 64, -3.0f, 3.0f);
+    std::vector<std::int32_t> pos{0, 17, 900};
+    auto want = x;
+    const std::size_t step = neox ? 1 : 2, offset = neox ? 32 : 1;
+    for (std::size_t r = 0; r < 3; ++r) {
+      const float theta_scale = std::pow(d.freq_base, -2.0f / 64.0f);
+      float theta = static_cast<float>(pos[r]);
+      for (std::size_t i0 = 0; i0 < 64; i0 += 2) {
+        const float c = std::cos(theta), s = std::sin(theta);
+        for (std::size_t h = 0; h < 4; ++h) {
+          float* p = want.data() + (r * 4 + h) * 64 + i0 / 2 * step;
+          const float x0 = p[0], x1 = p[offset];
+          p[0] = std::fma(x0, c, -(x1 * s));
+          p[offset] = std::fma(x0, s, x1 * c);
+        }
+        theta *= theta_scale;
       }
-      theta *= theta_scale;
     }
+    host::limit_isa(widest);
+    host::rope(x.data(), pos.data(), nullptr, d);
+    host::limit_isa(host::isa::avx512);
+    require_same_bits(x, want);
   }
-  host::rope(x.data(), pos.data(), nullptr, d);
-  require_same_bits(x, want);
 }
 
 // -- a Q8_0 cache (llama.cpp's --cache-type-k/-v q8_0) ------------------------
