@@ -2435,14 +2435,23 @@ EXO_AVX2 float act_block_avx2(const float* x, std::int8_t* q,
 /// quantize_q8_k with the same operations 8 lanes at a time: the first
 /// largest magnitude (NaN skipped, as the scalar comparison does), the
 /// product iscale * x, nearest_int's magic addition, the cap at 127 and
-/// the 16-value sums. Same bytes as quantize_q8_k for any input.
+/// the 16-value sums. Same bytes as quantize_q8_k for any input. The
+/// largest magnitude in four chains of max (exact in any order), the
+/// first value of that magnitude found by comparing 8 at a time, and the
+/// sums taken from the 32-bit values before they are packed (they lie in
+/// [-127, 127]: the packs keep them).
 EXO_AVX2 void quantize_q8_k_avx2(const float* x, block_q8_k& y) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  __m256 mx = _mm256_setzero_ps();
-  for (int j = 0; j < kqk; j += 8) // max_ps keeps mx where x is NaN
-    mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), mx);
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx),
-                         _mm256_extractf128_ps(mx, 1));
+  __m256 mx[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(),
+                  _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int j = 0; j < kqk; j += 32) // max_ps keeps mx where x is NaN
+    for (int u = 0; u < 4; ++u)
+      mx[u] = _mm256_max_ps(
+        _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j + 8 * u)), mx[u]);
+  const __m256 m8
+    = _mm256_max_ps(_mm256_max_ps(mx[0], mx[1]), _mm256_max_ps(mx[2], mx[3]));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8),
+                         _mm256_extractf128_ps(m8, 1));
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
   const float amax = _mm_cvtss_f32(m4);
@@ -2451,11 +2460,15 @@ EXO_AVX2 void quantize_q8_k_avx2(const float* x, block_q8_k& y) {
     return;
   }
   float max = 0;
-  for (int j = 0; j < kqk; ++j)
-    if (std::fabs(x[j]) == amax) {
-      max = x[j];
+  const __m256 va = _mm256_set1_ps(amax);
+  for (int j = 0; j < kqk; j += 8) {
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(
+      _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), va, _CMP_EQ_OQ));
+    if (hit != 0) {
+      max = x[j + __builtin_ctz(static_cast<unsigned>(hit))];
       break;
     }
+  }
   const float iscale = -127.f / max;
   const __m256 vs = _mm256_set1_ps(iscale);
   const __m256 magic = _mm256_set1_ps(12582912.f);
@@ -2471,6 +2484,15 @@ EXO_AVX2 void quantize_q8_k_avx2(const float* x, block_q8_k& y) {
         _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(v), mant), bias),
         cap);
     }
+    // The sums of values j .. j + 15 and j + 16 .. j + 31: pairs, then
+    // quads within each 128-bit half, then the halves.
+    __m256i h = _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]),
+                                  _mm256_add_epi32(q[2], q[3]));
+    h = _mm256_hadd_epi32(h, h);
+    const __m128i s2 = _mm_add_epi32(_mm256_castsi256_si128(h),
+                                     _mm256_extracti128_si256(h, 1));
+    y.bsums[j / 16] = static_cast<std::int16_t>(_mm_cvtsi128_si32(s2));
+    y.bsums[j / 16 + 1] = static_cast<std::int16_t>(_mm_extract_epi32(s2, 1));
     // Values lie in [-128, 127] (|iscale * x| <= 127): the saturating
     // packs keep them; the permute undoes the packs' lane interleaving.
     const __m256i p16a = _mm256_packs_epi32(q[0], q[1]);
@@ -2479,16 +2501,6 @@ EXO_AVX2 void quantize_q8_k_avx2(const float* x, block_q8_k& y) {
       _mm256_packs_epi16(p16a, p16b),
       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y.qs + j), p8);
-  }
-  for (int g = 0; g < 16; ++g) {
-    const __m256i v = _mm256_cvtepi8_epi16(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.qs + 16 * g)));
-    __m128i h = _mm_add_epi16(_mm256_castsi256_si128(v),
-                              _mm256_extracti128_si256(v, 1));
-    h = _mm_hadd_epi16(h, h);
-    h = _mm_hadd_epi16(h, h);
-    h = _mm_hadd_epi16(h, h);
-    y.bsums[g] = static_cast<std::int16_t>(_mm_extract_epi16(h, 0));
   }
   y.d = 1 / iscale;
 }

@@ -154,8 +154,26 @@ TEST_CASE("activations quantize to the same bytes on every instruction "
     zeros[i] = 0.0f;
   zeros[700] = 3.0e4f;
   rows.push_back(zeros);
+  // The largest magnitude twice in a block, negative first in some blocks
+  // and positive first in others (Q8_K scales by the first one's sign):
+  // within 8 values (one compare) in blocks 0 and 1, apart in 2 and 3.
+  auto ties = gaussian(n, 8);
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const float sign = b % 2 ? 1.0f : -1.0f;
+    ties[256 * b + 40 + b] = sign * 9.0f;
+    ties[256 * b + (b < 2 ? 43 + b : 200 - 3 * b)] = -sign * 9.0f;
+  }
+  rows.push_back(ties);
+  // Q8_K for any input, NaN (skipped by the largest magnitude's search)
+  // included.
+  auto nan = gaussian(n, 9);
+  nan[5] = std::numeric_limits<float>::quiet_NaN();
+  nan[600] = -std::numeric_limits<float>::quiet_NaN();
+  rows.push_back(nan);
   for (ggml_type t : {ggml_type::q8_0, ggml_type::q8_1, ggml_type::q8_k})
     for (std::size_t r = 0; r < rows.size(); ++r) {
+      if (r == rows.size() - 1 && t != ggml_type::q8_k)
+        continue; // (Q8_0/Q8_1: finite input, as act_block_avx2 says)
       INFO(name(t) << " row " << r);
       const std::size_t bytes = *row_bytes(t, n);
       std::vector<std::uint8_t> simd(bytes), scalar(bytes);
