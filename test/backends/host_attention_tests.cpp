@@ -625,6 +625,49 @@ TEST_CASE("expf_libm16 gives std::exp's bits for every kind of float") {
   CHECK(wrong == 0);
 }
 
+TEST_CASE("rms_norm sums each row's float squares in double, one after "
+          "another, as ggml does, for any number of rows, in place too") {
+  std::mt19937 rng{26};
+  const std::size_t dim = 200;
+  for (std::size_t rows : {1, 3, 4, 5, 9}) {
+    CAPTURE(rows);
+    auto x = random_floats(rng, rows * dim, -4.0f, 4.0f);
+    x[0] = 3.0e-20f; // magnitudes far apart: the order matters
+    auto w = random_floats(rng, dim, 0.5f, 1.5f);
+    std::vector<float> want(rows * dim);
+    for (std::size_t r = 0; r < rows; ++r) {
+      double sum = 0.0;
+      for (std::size_t i = 0; i < dim; ++i)
+        sum += static_cast<double>(x[r * dim + i] * x[r * dim + i]);
+      const float mean = static_cast<float>(sum / static_cast<double>(dim));
+      const float scale = 1.0f / std::sqrt(mean + 1e-5f);
+      for (std::size_t i = 0; i < dim; ++i)
+        want[r * dim + i] = x[r * dim + i] * scale * w[i];
+    }
+    std::vector<float> got(rows * dim);
+    host::rms_norm(x.data(), w.data(), got.data(), rows, dim, 1e-5f);
+    require_same_bits(got, want);
+    host::rms_norm(x.data(), w.data(), x.data(), rows, dim, 1e-5f);
+    require_same_bits(x, want);
+  }
+  // A row whose sum depends on the order: 32 + 2^-19 and then twelve
+  // squares of 2^-25, each lost beside it (the mean 2 + 2^-23, a tie that
+  // rounds to 2 as a float); summed first they would add 2^-47 (the mean
+  // 2 + 2^-22, and 4 / sqrt of it a float lower).
+  std::vector<float> crafted(5 * 16), w(16, 1.0f);
+  for (std::size_t r = 0; r < 5; ++r) {
+    crafted[r * 16] = crafted[r * 16 + 1] = 4.0f;
+    crafted[r * 16 + 2] = crafted[r * 16 + 3] = std::ldexp(1.0f, -10);
+    for (std::size_t i = 4; i < 16; ++i)
+      crafted[r * 16 + i] = std::ldexp(1.0f, -25);
+  }
+  std::vector<float> got(5 * 16);
+  host::rms_norm(crafted.data(), w.data(), got.data(), 5, 16, 0.0f);
+  const float scale = 1.0f / std::sqrt(2.0f);
+  for (std::size_t r = 0; r < 5; ++r)
+    CHECK(got[r * 16] == 4.0f * scale);
+}
+
 TEST_CASE("rope rotates pairs with ggml's fused multiply-adds") {
   // ggml_rope_cache_init (theta by repeated multiplication, cosf / sinf)
   // and rotate_pairs as GCC contracts it in llama.cpp's x86 builds:
