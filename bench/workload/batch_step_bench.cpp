@@ -27,7 +27,9 @@
 // (keeps the generated model there and loads it on the next run),
 // EXO_BENCH_BURST=K,L (also times K fresh L-token prompts read as one
 // step, against one K x L-token prompt and the K prompts one by one: what
-// a burst of requests costs, 5 times each, alternating).
+// a burst of requests costs, 5 times each, alternating), EXO_BENCH_ISA=
+// avx2|scalar (the host kernels no wider than that, as on a CPU without
+// AVX-512: host::limit_isa).
 
 #include "backends/factory/factory.hpp"
 #include "backends/host_kernels.hpp"
@@ -361,6 +363,18 @@ int main(int argc, char** argv) {
   shared_prompt = std::getenv("EXO_BENCH_SHARED_PROMPT") != nullptr;
   if (const char* a = std::getenv("EXO_BENCH_AMX"))
     amx_both = std::string{a} == "both";
+  if (const char* w = std::getenv("EXO_BENCH_ISA")) {
+    const std::string isa{w};
+    if (isa != "avx2" && isa != "scalar" && isa != "avx512") {
+      std::printf("error: EXO_BENCH_ISA must be avx512, avx2 or scalar, "
+                  "not %s\n", w);
+      return 2;
+    }
+    namespace host = backend::host;
+    host::limit_isa(isa == "avx2"     ? host::isa::avx2
+                    : isa == "scalar" ? host::isa::scalar
+                                      : host::isa::avx512);
+  }
   if (const char* n = std::getenv("EXO_BENCH_PREFILL"))
     prefill = static_cast<std::uint32_t>(std::max(0, std::atoi(n)));
   if (const char* b = std::getenv("EXO_BENCH_BURST")) {
