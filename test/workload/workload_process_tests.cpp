@@ -665,7 +665,13 @@ TEST_CASE("a job whose other node is killed or freezes mid-run is re-placed "
     process runner{background_console(p, a.port, job + " --stages 2")};
     auto id = std::to_string(++jobs);
     REQUIRE(a.proc->wait_for_output("job " + id + " started", 120s));
-    std::this_thread::sleep_for(300ms); // tokens are flowing
+    // Tokens flow (listed by the job), then the strike.
+    REQUIRE(eventually(
+      p, a.port, "jobs",
+      [&](const std::string& json) {
+        return running_job_with_tokens(json) == id;
+      },
+      60s));
     b.proc->signal(sig);
     auto code = runner.wait(120s);
     INFO(runner.out() << runner.err());
