@@ -1459,12 +1459,6 @@ rotate_heads_fma(float* x, const float* cs, std::size_t heads,
   rotate_heads(x, cs, heads, head_dim, n_rot, neox);
 }
 
-void rotate_heads_portable(float* x, const float* cs, std::size_t heads,
-                           std::size_t head_dim, std::size_t n_rot,
-                           bool neox) noexcept {
-  rotate_heads(x, cs, heads, head_dim, n_rot, neox);
-}
-
 /// Rotates heads of one row at `pos` (see rotate_heads).
 void rope_heads(float* x, std::size_t heads, std::size_t head_dim,
                 std::size_t n_rot, std::int64_t pos, float freq_base,
@@ -1481,7 +1475,7 @@ void rope_heads(float* x, std::size_t heads, std::size_t head_dim,
   if (have_avx2())
     rotate_heads_fma(x, cs, heads, head_dim, n_rot, neox);
   else
-    rotate_heads_portable(x, cs, heads, head_dim, n_rot, neox);
+    rotate_heads(x, cs, heads, head_dim, n_rot, neox); // libm's fmaf
 }
 
 } // namespace

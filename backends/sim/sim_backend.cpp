@@ -509,7 +509,7 @@ void sim_device::vanish() {
 }
 
 void sim_device::hang(bool on) {
-  hung_ = on ? op_kind::every : op_kind::none;
+  hang_at(on ? op_kind::every : op_kind::none);
 }
 
 void sim_device::hang_at(op_kind kind) {

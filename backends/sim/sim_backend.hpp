@@ -118,7 +118,8 @@ public:
     return gone_;
   }
   /// While set, every operation blocks (as a hung kernel would) until
-  /// cleared or the device vanishes.
+  /// cleared or the device vanishes; clearing disarms a pending
+  /// hang_after too (as hang_at(none)).
   void hang(bool on);
   /// Which operations a hang or a vanish waits for.
   enum class op_kind { none, every, allocations, kernels };

@@ -169,6 +169,17 @@ bool holds_ready_backup(const pki& p, std::uint16_t port,
     60s);
 }
 
+/// Waits until job `id` of the node on `port` has generated tokens (its
+/// prompt read: tokens flow).
+bool job_has_tokens(const pki& p, std::uint16_t port, const std::string& id) {
+  return eventually(
+    p, port, "jobs",
+    [&](const std::string& json) {
+      return running_job_with_tokens(json) == id;
+    },
+    60s);
+}
+
 /// An `n`-token greedy run of `model` (on long_model's files it never
 /// samples end-of-sequence).
 std::string story_job(const std::string& model, int n = 3000) {
@@ -665,13 +676,7 @@ TEST_CASE("a job whose other node is killed or freezes mid-run is re-placed "
     process runner{background_console(p, a.port, job + " --stages 2")};
     auto id = std::to_string(++jobs);
     REQUIRE(a.proc->wait_for_output("job " + id + " started", 120s));
-    // Tokens flow (listed by the job), then the strike.
-    REQUIRE(eventually(
-      p, a.port, "jobs",
-      [&](const std::string& json) {
-        return running_job_with_tokens(json) == id;
-      },
-      60s));
+    REQUIRE(job_has_tokens(p, a.port, id)); // then the strike
     b.proc->signal(sig);
     auto code = runner.wait(120s);
     INFO(runner.out() << runner.err());
@@ -831,12 +836,7 @@ void strike_at(pki& p, node_proc& coord, int& jobs, strike s, moment m,
   if (m == moment::replacing || (m == moment::decode && s != strike::vanish))
     // Tokens flow (the hang holds the stage from some step on: the job
     // cannot end first).
-    REQUIRE(eventually(
-      p, coord.port, "jobs",
-      [&](const std::string& json) {
-        return running_job_with_tokens(json) == id;
-      },
-      60s));
+    REQUIRE(job_has_tokens(p, coord.port, id));
   strike_node(b, m == moment::replacing && s == strike::vanish ? strike::kill
                                                                : s);
   if (m == moment::replacing) {
