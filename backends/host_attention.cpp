@@ -729,6 +729,67 @@ load_row_avx512(const KV* p, __m512 (&row)[NV]) {
     row[j] = load_half_avx512(p + 16 * j);
 }
 
+/// Lanes 0-7 and 8-15 of x as doubles, and back (rounded to nearest):
+/// the maskz forms, as above.
+__attribute__((target("avx512f"))) inline __m512d widen_low8(__m512 x) {
+  return _mm512_maskz_cvtps_pd(
+    0xff, _mm256_castpd_ps(
+            _mm512_maskz_extractf64x4_pd(0xf, _mm512_castps_pd(x), 0)));
+}
+__attribute__((target("avx512f"))) inline __m512d widen_high8(__m512 x) {
+  return _mm512_maskz_cvtps_pd(
+    0xff, _mm256_castpd_ps(
+            _mm512_maskz_extractf64x4_pd(0xf, _mm512_castps_pd(x), 1)));
+}
+__attribute__((target("avx512f"))) inline __m512 narrow16(__m512d lo,
+                                                         __m512d hi) {
+  return _mm512_castpd_ps(_mm512_maskz_insertf64x4(
+    0xff, _mm512_castps_pd(_mm512_castps256_ps512(
+            _mm512_maskz_cvtpd_ps(0xff, lo))),
+    _mm256_castps_pd(_mm512_maskz_cvtpd_ps(0xff, hi)), 1));
+}
+
+/// Rows r[0..15] of 16 floats transposed in place (r[i] lane c: row c's
+/// element i): unpacks within 128-bit lanes, then the lanes moved; the
+/// maskz forms, as above.
+__attribute__((target("avx512f"), always_inline)) inline void
+transpose16_avx512(__m512 (&r)[16]) {
+  __m512 a[16];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    a[2 * k] = _mm512_maskz_unpacklo_ps(0xffff, r[2 * k], r[2 * k + 1]);
+    a[2 * k + 1] = _mm512_maskz_unpackhi_ps(0xffff, r[2 * k], r[2 * k + 1]);
+  }
+  // b[4k + m], 128-bit lane L: element 4L + m of rows 4k .. 4k+3.
+  __m512 b[16];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512d a0 = _mm512_castps_pd(a[4 * k]);
+    const __m512d a1 = _mm512_castps_pd(a[4 * k + 1]);
+    const __m512d a2 = _mm512_castps_pd(a[4 * k + 2]);
+    const __m512d a3 = _mm512_castps_pd(a[4 * k + 3]);
+    b[4 * k] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(0xff, a0, a2));
+    b[4 * k + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(0xff, a0, a2));
+    b[4 * k + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(0xff, a1, a3));
+    b[4 * k + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(0xff, a1, a3));
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    const __m512 e01 =
+      _mm512_maskz_shuffle_f32x4(0xffff, b[m], b[4 + m], 0x88);
+    const __m512 o01 =
+      _mm512_maskz_shuffle_f32x4(0xffff, b[m], b[4 + m], 0xdd);
+    const __m512 e23 =
+      _mm512_maskz_shuffle_f32x4(0xffff, b[8 + m], b[12 + m], 0x88);
+    const __m512 o23 =
+      _mm512_maskz_shuffle_f32x4(0xffff, b[8 + m], b[12 + m], 0xdd);
+    r[m] = _mm512_maskz_shuffle_f32x4(0xffff, e01, e23, 0x88);
+    r[4 + m] = _mm512_maskz_shuffle_f32x4(0xffff, o01, o23, 0x88);
+    r[8 + m] = _mm512_maskz_shuffle_f32x4(0xffff, e01, e23, 0xdd);
+    r[12 + m] = _mm512_maskz_shuffle_f32x4(0xffff, o01, o23, 0xdd);
+  }
+}
+
 /// Cells per step of cells_heads_avx512.
 constexpr std::size_t cells_step = 16;
 
@@ -738,6 +799,11 @@ constexpr std::size_t cells_step = 16;
 /// blocks of 64 (d[j % 4]) summed into dk, then per head the 16 cells'
 /// trees together (reduce16_rows_avx512), scaled and masked (+ 0), and
 /// online_weights16: st[h].M moves, ms[h][c] and vs[h][c] are cell c's.
+/// A head_dim that is not a multiple of 64 leaves ggml a rest it sums in
+/// double, one product after the other, from the tree's result (all of
+/// the row below 64): the rest's products go to `rest` row by row, and
+/// its sums run in cell lanes (8 cells to a register of doubles, each
+/// lane its own cell's chain, in ggml's order), a column gathered a step.
 template <int NV, int H, class KV>
 __attribute__((target("avx512f"))) void
 cells_weights_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
@@ -745,8 +811,13 @@ cells_weights_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
                      std::size_t c1, float scale, bool lanes,
                      softmax_state* st, float (*ms)[cells_step],
                      float (*vs)[cells_step]) {
+  constexpr int NT = NV & ~3; // registers in the blocks of 64
+  constexpr int NR = NV - NT; // registers of the rest
+  constexpr int R = 16 * NR;  // floats of the rest
   // Per head and cell the sum of the score's four accumulators.
   alignas(64) float dk[H][cells_step][16];
+  // Per head and cell the rest's products.
+  alignas(64) float rest[H][cells_step][R > 0 ? R : 1];
   for (std::size_t c = 0; c < n; ++c) {
     // The rows are a stride apart: K and V fetched ahead of their passes.
     if (b0 + c + 24 < c1)
@@ -758,35 +829,64 @@ cells_weights_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
 #pragma GCC unroll 16
     for (int h = 0; h < H; ++h) {
       const float* q = qh + static_cast<std::size_t>(h) * q_step;
-      __m512 d[4];
+      if constexpr (NT > 0) {
+        __m512 d[4];
 #pragma GCC unroll 16
-      for (int j = 0; j < 4; ++j)
-        d[j] = _mm512_fmadd_ps(row[j], _mm512_loadu_ps(q + 16 * j),
-                               _mm512_setzero_ps());
+        for (int j = 0; j < 4; ++j)
+          d[j] = _mm512_fmadd_ps(row[j], _mm512_loadu_ps(q + 16 * j),
+                                 _mm512_setzero_ps());
 #pragma GCC unroll 16
-      for (int j = 4; j < NV; ++j)
-        d[j % 4] =
-          _mm512_fmadd_ps(row[j], _mm512_loadu_ps(q + 16 * j), d[j % 4]);
-      _mm512_store_ps(dk[h][c], _mm512_add_ps(_mm512_add_ps(d[0], d[2]),
-                                              _mm512_add_ps(d[1], d[3])));
+        for (int j = 4; j < NT; ++j)
+          d[j % 4] =
+            _mm512_fmadd_ps(row[j], _mm512_loadu_ps(q + 16 * j), d[j % 4]);
+        _mm512_store_ps(dk[h][c], _mm512_add_ps(_mm512_add_ps(d[0], d[2]),
+                                                _mm512_add_ps(d[1], d[3])));
+      }
+#pragma GCC unroll 16
+      for (int j = NT; j < NV; ++j)
+        _mm512_store_ps(&rest[h][c][16 * (j - NT)],
+                        _mm512_mul_ps(row[j], _mm512_loadu_ps(q + 16 * j)));
     }
   }
   for (int h = 0; h < H; ++h)
-    for (std::size_t c = n; c < cells_step; ++c)
+    for (std::size_t c = n; c < cells_step; ++c) {
       _mm512_store_ps(dk[h][c], _mm512_setzero_ps());
+      if constexpr (R > 0)
+        std::fill(rest[h][c], rest[h][c] + R, 0.0f);
+    }
 #pragma GCC unroll 4
   for (int h = 0; h < H; ++h) {
     alignas(64) float s[cells_step];
-    const __m512 sum = reduce16_rows_avx512(&dk[h][0][0]);
+    __m512 sum = NT > 0 ? reduce16_rows_avx512(&dk[h][0][0])
+                        : _mm512_setzero_ps();
+    if constexpr (R > 0) {
+      // Cells 0-7 and 8-15 in double lanes, the rest's columns in order.
+      __m512d lo = widen_low8(sum);
+      __m512d hi = widen_high8(sum);
+#pragma GCC unroll 1
+      for (int jb = 0; jb < NR; ++jb) {
+        __m512 col[16];
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; ++c)
+          col[c] = _mm512_load_ps(&rest[h][c][16 * jb]);
+        transpose16_avx512(col);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) {
+          lo = _mm512_add_pd(lo, widen_low8(col[i]));
+          hi = _mm512_add_pd(hi, widen_high8(col[i]));
+        }
+      }
+      sum = narrow16(lo, hi);
+    }
     _mm512_store_ps(s, _mm512_add_ps(_mm512_mul_ps(sum, _mm512_set1_ps(scale)),
                                      _mm512_setzero_ps()));
     online_weights16(st[h], s, n, lanes, ms[h], vs[h]);
   }
 }
 
-/// H heads of NV 16-lane registers each (head_dim = 16 * NV; NV is 4 or
-/// 8, so ggml_vec_dot_f16's four accumulators over blocks of 64 are
-/// d[j % 4]). qh: the heads' queries rounded to half, q_step floats apart.
+/// H heads of NV 16-lane registers each (head_dim = 16 * NV:
+/// ggml_vec_dot_f16's four accumulators over its blocks of 64 are
+/// d[j % 4], the rest it sums in double). qh: the heads' queries rounded to half, q_step floats apart.
 /// Steps of 16 cells: the scores and online softmax weights
 /// (cells_weights_avx512: the trees, the maximum and the exponentials in
 /// vector lanes, libm's bits), then the V sums replayed in one_chunk's
@@ -800,7 +900,7 @@ __attribute__((target("avx512f"))) void
 cells_heads_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
                    kv_rows<KV> v, std::size_t c0, std::size_t c1, float scale,
                    const heads_out& o) {
-  static_assert(NV % 4 == 0 && H * NV <= 16, "registers");
+  static_assert(NV >= 1 && H * NV <= 16, "registers");
   __m512 a[H][NV];
   softmax_state st[H];
 #pragma GCC unroll 16
@@ -867,23 +967,41 @@ template <class KV>
 cells_heads_fn<KV> cells_heads_kernel(std::size_t hd, std::size_t heads) {
   if (!use_avx512())
     return nullptr;
-  if (hd == 64) {
-    switch (heads) {
-    case 1: return cells_heads_avx512<4, 1, KV>;
-    case 2: return cells_heads_avx512<4, 2, KV>;
-    case 3: return cells_heads_avx512<4, 3, KV>;
-    case 4: return cells_heads_avx512<4, 4, KV>;
-    default: return nullptr;
-    }
-  }
-  if (hd == 128) {
+  switch (hd) {
+  case 16:
+  case 32:
+  case 48:
+  case 64:
+  case 80:
+  case 96:
+    break;
+  case 128:
     switch (heads) {
     case 1: return cells_heads_avx512<8, 1, KV>;
     case 2: return cells_heads_avx512<8, 2, KV>;
     default: return nullptr;
     }
+  default:
+    return nullptr;
   }
-  return nullptr;
+  // Up to 4 heads of 16-96 values (at most 12 accumulator registers, 2
+  // heads of 80 and 96).
+  constexpr cells_heads_fn<KV> kernels[6][4] = {
+    {cells_heads_avx512<1, 1, KV>, cells_heads_avx512<1, 2, KV>,
+     cells_heads_avx512<1, 3, KV>, cells_heads_avx512<1, 4, KV>},
+    {cells_heads_avx512<2, 1, KV>, cells_heads_avx512<2, 2, KV>,
+     cells_heads_avx512<2, 3, KV>, cells_heads_avx512<2, 4, KV>},
+    {cells_heads_avx512<3, 1, KV>, cells_heads_avx512<3, 2, KV>,
+     cells_heads_avx512<3, 3, KV>, cells_heads_avx512<3, 4, KV>},
+    {cells_heads_avx512<4, 1, KV>, cells_heads_avx512<4, 2, KV>,
+     cells_heads_avx512<4, 3, KV>, cells_heads_avx512<4, 4, KV>},
+    {cells_heads_avx512<5, 1, KV>, cells_heads_avx512<5, 2, KV>, nullptr,
+     nullptr},
+    {cells_heads_avx512<6, 1, KV>, cells_heads_avx512<6, 2, KV>, nullptr,
+     nullptr}};
+  if (heads < 1 || heads > 4)
+    return nullptr;
+  return kernels[hd / 16 - 1][heads - 1];
 }
 
 /// How many heads of head_dim hd one kernel call takes: the most

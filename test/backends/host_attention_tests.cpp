@@ -423,8 +423,10 @@ TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
   // and 130 tokens (a partial Q tile) with GQA and heads of 64 and 128; a
   // 70-token batch with heads of 24 stays one_chunk; GQA groups of 7, 6,
   // 5 and 3 heads of 64 and 128 (the AVX-512 kernel's blocks of 4 and 2
-  // heads with a rest). Large score ranges make the online softmax rescale
-  // often.
+  // heads with a rest); heads of 16, 32 and 48 (all of the row in ggml's
+  // double rest) and 80 and 96 (a block of 64 and a rest) in GQA groups
+  // of 1-5, over cells that fill the kernel's steps of 16 and not. Large
+  // score ranges make the online softmax rescale often.
   for (auto s :
        {shape{1, 0, 2, 2, 64, 128, 1.0f}, shape{1, 37, 4, 2, 128, 256, 3.0f},
         shape{1, 600, 8, 2, 64, 128, 2.0f}, shape{1, 256, 4, 2, 64, 128, 3.0f},
@@ -434,7 +436,11 @@ TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
         shape{64, 0, 4, 4, 64, 256, 2.0f}, shape{130, 20, 4, 2, 128, 256, 1.5f},
         shape{65, 530, 2, 1, 64, 64, 4.0f}, shape{70, 0, 2, 1, 24, 24, 1.0f},
         shape{1, 300, 7, 1, 64, 64, 3.0f}, shape{1, 700, 12, 2, 128, 256, 3.0f},
-        shape{3, 40, 10, 2, 64, 128, 2.0f}, shape{2, 600, 3, 1, 128, 128, 3.0f}}) {
+        shape{3, 40, 10, 2, 64, 128, 2.0f}, shape{2, 600, 3, 1, 128, 128, 3.0f},
+        shape{1, 700, 8, 4, 32, 128, 3.0f}, shape{1, 33, 4, 1, 32, 32, 2.0f},
+        shape{2, 17, 6, 1, 16, 16, 4.0f}, shape{1, 530, 6, 2, 48, 96, 2.0f},
+        shape{1, 300, 4, 2, 96, 192, 3.0f}, shape{1, 1100, 6, 2, 80, 160, 2.0f},
+        shape{4, 90, 10, 2, 32, 64, 8.0f}}) {
     attention_dims d{s.n_tokens,
                      s.pos0,
                      s.n_heads,
