@@ -180,6 +180,24 @@ bool job_has_tokens(const pki& p, std::uint16_t port, const std::string& id) {
     60s);
 }
 
+/// Waits until the node on `port` backs up the job that `fragment` (of its
+/// `jobs` JSON) names with at least one of its tokens replicated.
+bool backup_has_tokens(const pki& p, std::uint16_t port,
+                       const std::string& fragment) {
+  return eventually(
+    p, port, "jobs",
+    [&](const std::string& json) {
+      auto at = json.find(fragment);
+      if (at == std::string::npos)
+        return false;
+      auto entry = json.substr(at, json.find('}', at) - at);
+      std::smatch m;
+      return std::regex_search(entry, m, std::regex{R"("tokens": ([0-9]+))"})
+             && m[1] != "0";
+    },
+    60s);
+}
+
 /// An `n`-token greedy run of `model` (on long_model's files it never
 /// samples end-of-sequence).
 std::string story_job(const std::string& model, int n = 3000) {
@@ -961,7 +979,7 @@ TEST_CASE("a job whose survivors cannot hold its model fails at once, "
       + " --prompt \"once upon a time\" -n 4000 --seed 2 --temperature 0")};
   REQUIRE(a.proc->wait_for_output("job 1 started", 120s));
   REQUIRE(contains(a.proc->out(), "on roomy"));
-  std::this_thread::sleep_for(300ms);
+  REQUIRE(job_has_tokens(p, a.port, "1")); // then the kill
   auto t0 = std::chrono::steady_clock::now();
   b.proc->signal(SIGKILL);
   auto code = runner.wait(60s);
@@ -1226,7 +1244,7 @@ TEST_CASE("the solver re-places a job that lost a node on the two that "
   INFO(placed);
   auto victim = contains(placed, "on n2 cpu:0") ? 1 : 2;
   REQUIRE(contains(placed, "on " + nodes[victim].name + " cpu:0"));
-  std::this_thread::sleep_for(300ms);
+  REQUIRE(job_has_tokens(p, a.port, "2")); // then the kill
   nodes[victim].proc->signal(SIGKILL);
   auto code = runner.wait(120s);
   INFO(runner.out() << runner.err());
@@ -1639,7 +1657,8 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
   auto& backup = story.backup;
   auto& keeper = story.keeper();
   const auto& reference = story.reference;
-  std::this_thread::sleep_for(300ms); // tokens flow and are replicated
+  // Tokens flow and are replicated.
+  REQUIRE(backup_has_tokens(p, keeper.port, "\"job\": \"coord:2\""));
   auto replicated = console(p, keeper.port, "jobs");
   a.proc->signal(SIGKILL);
   auto code = runner.wait(120s);
@@ -1698,7 +1717,7 @@ TEST_CASE("a job whose coordinating node stops is handed to its backup "
   auto& backup = story.backup;
   auto& keeper = story.keeper();
   const auto& reference = story.reference;
-  std::this_thread::sleep_for(300ms); // tokens flow
+  REQUIRE(job_has_tokens(p, a.port, "2")); // tokens flow
   // A graceful stop: coord moves its stage off itself, then hands the job
   // over.
   a.proc->signal(SIGTERM);
@@ -1837,7 +1856,8 @@ TEST_CASE("a coordinating node that froze and comes back after its backup "
   if (!holds_ready_backup(p, keeper.port, "\"job\": \"coord:1\""))
     FAIL("no ready backup; its output: " << keeper.proc->out()
                                          << keeper.proc->err());
-  std::this_thread::sleep_for(300ms); // tokens flow and are replicated
+  // Tokens flow and are replicated.
+  REQUIRE(backup_has_tokens(p, keeper.port, "\"job\": \"coord:1\""));
   // Frozen: declared dead, its job taken over by the backup.
   a.proc->signal(SIGSTOP);
   REQUIRE(keeper.proc->wait_for_output("taking job coord:1 over", 60s));
