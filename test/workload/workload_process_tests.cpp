@@ -1265,13 +1265,16 @@ TEST_CASE("drain moves a running job's stage off a node, which may then "
   pki p{"exo-drain"};
   auto model = long_model(p);
   auto [a, b] = coord_and(p, "leaving");
+  // 4000 tokens (about 2.5 s on an idle Zen 4 core): the drain must find
+  // the run mid-decode, with KV caches to carry.
   auto job = "run --model " + model
-             + " --prompt \"once upon a time\" -n 3000 --seed 2 "
+             + " --prompt \"once upon a time\" -n 4000 --seed 2 "
                "--temperature 0";
   auto solo = console(p, a.port, job + " --stages 1");
   REQUIRE(solo.code == 0);
   process runner{background_console(p, a.port, job + " --stages 2")};
   REQUIRE(a.proc->wait_for_output("job 2 started", 120s));
+  REQUIRE(job_has_tokens(p, a.port, "2"));
   // Typed on the node that leaves: the run its coordinator holds moves.
   auto d = console(p, b.port, "drain leaving");
   INFO(d.out << d.err);
