@@ -803,7 +803,9 @@ constexpr std::size_t cells_step = 16;
 /// double, one product after the other, from the tree's result (all of
 /// the row below 64): the rest's products go to `rest` row by row, and
 /// its sums run in cell lanes (8 cells to a register of doubles, each
-/// lane its own cell's chain, in ggml's order), a column gathered a step.
+/// lane its own cell's chain, in ggml's order) over 16 x 16 blocks of it
+/// transposed in registers (columns gathered from memory cost twice as
+/// much).
 template <int NV, int H, class KV>
 __attribute__((target("avx512f"))) void
 cells_weights_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
