@@ -281,7 +281,17 @@ dot_f16_avx2(const KV* k, const float* q, std::size_t n) {
   __m256 hi =
       _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
   double sum = reduce16_avx2(lo, hi);
-  for (std::size_t i = np; i < n; ++i)
+  // The rest in double, one product after the other as ggml sums it; the
+  // products (widen(k) * q, rounded to float) 8 at a time.
+  std::size_t i = np;
+  for (; i + 8 <= n; i += 8) {
+    alignas(32) float p[8];
+    _mm256_store_ps(p, _mm256_mul_ps(load_half_avx2(k + i),
+                                     _mm256_loadu_ps(q + i)));
+    for (int j = 0; j < 8; ++j)
+      sum += static_cast<double>(p[j]);
+  }
+  for (; i < n; ++i)
     sum += static_cast<double>(widen(k[i]) * q[i]);
   return static_cast<float>(sum);
 }
