@@ -862,7 +862,8 @@ cells_weights_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
   }
   for (int h = 0; h < H; ++h)
     for (std::size_t c = n; c < cells_step; ++c) {
-      _mm512_store_ps(dk[h][c], _mm512_setzero_ps());
+      if constexpr (NT > 0)
+        _mm512_store_ps(dk[h][c], _mm512_setzero_ps());
       if constexpr (R > 0)
         std::fill(rest[h][c], rest[h][c] + R, 0.0f);
     }

@@ -191,9 +191,7 @@ bool backup_has_tokens(const pki& p, std::uint16_t port,
       if (at == std::string::npos)
         return false;
       auto entry = json.substr(at, json.find('}', at) - at);
-      std::smatch m;
-      return std::regex_search(entry, m, std::regex{R"("tokens": ([0-9]+))"})
-             && m[1] != "0";
+      return std::regex_search(entry, std::regex{R"("tokens": [1-9])"});
     },
     60s);
 }
