@@ -592,36 +592,39 @@ __attribute__((target("avx512f"))) void expf_libm16_avx512(const float* x,
   _mm512_storeu_ps(e, expf_libm16_avx512(_mm512_loadu_ps(x)));
 }
 
-/// Whether expf_libm16_avx512 gives this process's std::exp bits:
-/// compared once, on every 4096th float of both signs below 88 in
-/// magnitude and libm's special cases; false without AVX-512.
-bool expf_libm16_matches() {
-  static const bool same = [] {
-    if (!__builtin_cpu_supports("avx512f"))
-      return false;
-    std::vector<float> x;
-    for (std::uint32_t b = 0; b < 0x42b00000u; b += 4096)
-      for (std::uint32_t sign : {0u, 0x80000000u}) {
-        float f;
-        const std::uint32_t u = b | sign;
-        std::memcpy(&f, &u, 4);
-        x.push_back(f);
-      }
-    for (float f : {88.0f, -88.0f, 89.0f, -100.0f, -103.5f, -104.0f, inf,
-                    -inf, std::numeric_limits<float>::quiet_NaN()})
+/// Whether `lanes` (expf on `width` floats in memory) gives this process's
+/// std::exp bits: compared once per kernel, on every 4096th float of both
+/// signs below 88 in magnitude and libm's special cases.
+bool lanes_give_libm(void (*lanes)(const float*, float*), std::size_t width) {
+  std::vector<float> x;
+  for (std::uint32_t b = 0; b < 0x42b00000u; b += 4096)
+    for (std::uint32_t sign : {0u, 0x80000000u}) {
+      float f;
+      const std::uint32_t u = b | sign;
+      std::memcpy(&f, &u, 4);
       x.push_back(f);
-    while (x.size() % 16 != 0)
-      x.push_back(0.0f);
-    std::vector<float> e(x.size());
-    for (std::size_t i = 0; i < x.size(); i += 16)
-      expf_libm16_avx512(x.data() + i, e.data() + i);
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const float want = std::exp(x[i]);
-      if (std::memcmp(&want, &e[i], 4) != 0)
-        return false;
     }
-    return true;
-  }();
+  for (float f : {88.0f, -88.0f, 89.0f, -100.0f, -103.5f, -104.0f, inf,
+                  -inf, std::numeric_limits<float>::quiet_NaN()})
+    x.push_back(f);
+  while (x.size() % width != 0)
+    x.push_back(0.0f);
+  std::vector<float> e(x.size());
+  for (std::size_t i = 0; i < x.size(); i += width)
+    lanes(x.data() + i, e.data() + i);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float want = std::exp(x[i]);
+    if (std::memcmp(&want, &e[i], 4) != 0)
+      return false;
+  }
+  return true;
+}
+
+/// Whether expf_libm16_avx512 gives this process's std::exp bits (false
+/// without AVX-512).
+bool expf_libm16_matches() {
+  static const bool same = __builtin_cpu_supports("avx512f")
+                           && lanes_give_libm(expf_libm16_avx512, 16);
   return same;
 }
 
@@ -969,17 +972,408 @@ cells_heads_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
   }
 }
 
+// -- one_chunk for several heads at once, AVX2 ---------------------------------
+//
+// cells_heads_avx512's steps on 8 lanes: the scores of 8 cells for H heads
+// (each cell's K row widened once a block of 64 for all of them), their
+// trees together (reduce16_rows_avx2), the rest in cell lanes (4 cells to a
+// register of doubles), the maximum and the exponentials in vector lanes
+// (glibc's expf steps, its table read by a gather), then the V sums in
+// one_chunk's order. Sixteen registers hold no head of 128 and its V row
+// at once: the V pass walks a step's cells once per slice of each head's
+// accumulator (elements do not interact), the slice loaded from and
+// stored to the output between steps.
+
+/// expf of 4 floats with |x| < 88 in glibc's steps (expf_libm8's).
+__attribute__((target("avx2,fma"), always_inline)) inline __m128
+expf_libm4_avx2(__m128 x) {
+  constexpr double n = 32.0;
+  const __m256d z = _mm256_mul_pd(_mm256_cvtps_pd(x),
+                                  _mm256_set1_pd(0x1.71547652b82fep+0 * n));
+  const __m256d shift = _mm256_set1_pd(0x1.8p+52);
+  const __m256d kd_shifted = _mm256_add_pd(z, shift);
+  const __m256i ki = _mm256_castpd_si256(kd_shifted);
+  const __m256d r = _mm256_sub_pd(z, _mm256_sub_pd(kd_shifted, shift));
+  const __m256i t = _mm256_i64gather_epi64(
+    reinterpret_cast<const long long*>(expf_table),
+    _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+  const __m256d s =
+    _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64(ki, 47)));
+  const __m256d c0 = _mm256_set1_pd(0x1.c6af84b912394p-5 / n / n / n);
+  const __m256d c1 = _mm256_set1_pd(0x1.ebfce50fac4f3p-3 / n / n);
+  const __m256d c2 = _mm256_set1_pd(0x1.62e42ff0c52d6p-1 / n);
+  const __m256d p = _mm256_fmadd_pd(c0, r, c1);
+  const __m256d y = _mm256_fmadd_pd(
+    p, _mm256_mul_pd(r, r), _mm256_fmadd_pd(c2, r, _mm256_set1_pd(1.0)));
+  return _mm256_cvtpd_ps(_mm256_mul_pd(y, s));
+}
+
+/// std::exp of 8 floats as expf_libm16_avx512 computes 16.
+__attribute__((target("avx2,fma"), always_inline)) inline __m256
+expf_libm8_avx2(__m256 x) {
+  __m256 e = _mm256_set_m128(expf_libm4_avx2(_mm256_extractf128_ps(x, 1)),
+                             expf_libm4_avx2(_mm256_castps256_ps128(x)));
+  const __m256i xi = _mm256_castps_si256(x);
+  const __m256i ninf =
+    _mm256_cmpeq_epi32(xi, _mm256_set1_epi32(static_cast<int>(0xff800000u)));
+  e = _mm256_andnot_ps(_mm256_castsi256_ps(ninf), e);
+  // |x| >= 88 (NaN too) but not -inf: libm's call.
+  const __m256i big = _mm256_cmpgt_epi32(
+    _mm256_and_si256(xi, _mm256_set1_epi32(0x7fffffff)),
+    _mm256_set1_epi32(0x42afffff));
+  const int libm =
+    _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_andnot_si256(ninf, big)));
+  if (libm != 0) {
+    alignas(32) float xs[8], es[8];
+    _mm256_store_ps(xs, x);
+    _mm256_store_ps(es, e);
+    for (unsigned m = static_cast<unsigned>(libm); m != 0; m &= m - 1) {
+      const int i = __builtin_ctz(m);
+      es[i] = std::exp(xs[i]);
+    }
+    e = _mm256_load_ps(es);
+  }
+  return e;
+}
+
+__attribute__((target("avx2,fma"))) void expf_libm8_avx2(const float* x,
+                                                         float* e) {
+  _mm256_storeu_ps(e, expf_libm8_avx2(_mm256_loadu_ps(x)));
+}
+
+/// Whether expf_libm8_avx2 gives this process's std::exp bits (false
+/// without AVX2 and FMA).
+bool expf_libm8_matches() {
+  static const bool same = __builtin_cpu_supports("avx2")
+                           && __builtin_cpu_supports("fma")
+                           && lanes_give_libm(expf_libm8_avx2, 8);
+  return same;
+}
+
+/// Lanes k.. of v moved up k lanes, lanes below k `fill`.
+template <int K>
+__attribute__((target("avx2"), always_inline)) inline __m256
+lanes_up8(__m256 v, __m256 fill) {
+  const __m256i from = _mm256_and_si256(
+    _mm256_sub_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                     _mm256_set1_epi32(K)),
+    _mm256_set1_epi32(7));
+  return _mm256_blend_ps(_mm256_permutevar8x32_ps(v, from), fill,
+                         (1 << K) - 1);
+}
+
+/// online_weights16 on 8 lanes: cells 0 .. n-1 (n <= 8) of scores s (8
+/// in memory).
+__attribute__((target("avx2,fma"), always_inline)) inline void
+online_weights8(softmax_state& st, const float* s, std::size_t n, bool lanes,
+                float* ms, float* vs) {
+  const __m256 in = _mm256_castsi256_ps(
+    _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+  const __m256 ninf = _mm256_set1_ps(-inf);
+  const __m256 sv = _mm256_loadu_ps(s);
+  // NaN scores and lanes past n as -inf.
+  const __m256 sc = _mm256_blendv_ps(
+    ninf, sv, _mm256_and_ps(in, _mm256_cmp_ps(sv, sv, _CMP_ORD_Q)));
+  __m256 p = sc; // lane c: the maximum of cells 0 .. c
+  p = _mm256_max_ps(p, lanes_up8<1>(p, ninf));
+  p = _mm256_max_ps(p, lanes_up8<2>(p, ninf));
+  p = _mm256_max_ps(p, lanes_up8<4>(p, ninf));
+  const __m256 m0 = _mm256_set1_ps(st.M);
+  p = _mm256_max_ps(p, m0);
+  // The maximum each cell finds: the previous cell's, st.M for cell 0.
+  const __m256 old = lanes_up8<1>(p, m0);
+  const __m256 grew = _mm256_and_ps(in, _mm256_cmp_ps(sv, old, _CMP_GT_OQ));
+  const __m256 arg =
+    _mm256_blendv_ps(_mm256_sub_ps(sv, old), _mm256_sub_ps(old, sv), grew);
+  st.M = _mm_cvtss_f32(_mm_permute_ps(_mm256_extractf128_ps(p, 1), 0xff));
+  __m256 ev;
+  if (lanes) {
+    ev = expf_libm8_avx2(arg);
+  } else {
+    alignas(32) float e[8];
+    _mm256_store_ps(e, arg);
+    for (std::size_t c = 0; c < n; ++c)
+      e[c] = std::exp(e[c]);
+    ev = _mm256_load_ps(e);
+  }
+  const __m256 one = _mm256_set1_ps(1.0f);
+  _mm256_storeu_ps(ms, _mm256_blendv_ps(one, ev, grew));
+  _mm256_storeu_ps(vs, _mm256_blendv_ps(ev, one, grew));
+}
+
+/// Rows r[0..7] of 8 floats transposed in place (r[i] lane c: row c's
+/// element i).
+__attribute__((target("avx2"), always_inline)) inline void
+transpose8_avx2(__m256 (&r)[8]) {
+  __m256 t[8];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm256_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm256_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+  }
+  // u[4k + m], 128-bit lane L: element 4L + m of rows 4k .. 4k+3.
+  __m256 u[8];
+#pragma GCC unroll 2
+  for (int k = 0; k < 2; ++k) {
+    u[4 * k] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * k + 1] =
+      _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * k + 2] =
+      _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * k + 3] =
+      _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    r[m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x20);
+    r[4 + m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x31);
+  }
+}
+
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256
+round_half_avx2(__m256 x) {
+  return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/// Cells per step of cells_heads_avx2.
+constexpr std::size_t cells_step8 = 8;
+
+/// cells_weights_avx512 on 8 lanes for cells b0 .. b0+n-1 (n <= 8): per
+/// cell and block of 64 the K row widened once, per head ggml's four
+/// 16-lane accumulators as 8 registers (lanes 0-7 and 8-15 of each),
+/// their first sum (halves: lanes i + i+8) stored per cell and the rest of
+/// the tree run for the 8 cells together; the part past the blocks of 64
+/// as products per cell, summed in double cell lanes after an 8 x 8
+/// transpose.
+template <int NV, int H, class KV>
+__attribute__((target("avx2,fma,f16c"))) void
+cells_weights_avx2(const float* qh, std::size_t q_step, kv_rows<KV> k,
+                   kv_rows<KV> v, std::size_t b0, std::size_t n,
+                   std::size_t c1, float scale, bool lanes, softmax_state* st,
+                   float (*ms)[cells_step8], float (*vs)[cells_step8]) {
+  constexpr int NB = NV / 8;      // blocks of 64
+  constexpr int NR = NV - 8 * NB; // registers of the rest
+  constexpr int R = 8 * NR;       // floats of the rest
+  alignas(32) float t3[H][cells_step8][8];
+  alignas(32) float rest[H][cells_step8][R > 0 ? R : 1];
+  for (std::size_t c = 0; c < n; ++c) {
+    if (b0 + c + 16 < c1)
+      prefetch_row(k.row(b0 + c + 16), NV * 8);
+    if (b0 + c + 8 < c1)
+      prefetch_row(v.row(b0 + c + 8), NV * 8);
+    const KV* kr = k.row(b0 + c);
+    if constexpr (NB > 0) {
+      // Blocks before the last: each head's accumulators in memory.
+      alignas(32) float part[NB > 1 ? H : 1][64];
+#pragma GCC unroll 1
+      for (int b = 0; b < NB; ++b) {
+        __m256 row[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j)
+          row[j] = load_half_avx2(kr + 64 * b + 8 * j);
+#pragma GCC unroll 4
+        for (int h = 0; h < H; ++h) {
+          const float* q = qh + static_cast<std::size_t>(h) * q_step + 64 * b;
+          __m256 d[8];
+#pragma GCC unroll 8
+          for (int j = 0; j < 8; ++j)
+            d[j] = _mm256_fmadd_ps(row[j], _mm256_loadu_ps(q + 8 * j),
+                                   b == 0 ? _mm256_setzero_ps()
+                                          : _mm256_load_ps(part[h] + 8 * j));
+          if (b + 1 < NB) {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j)
+              _mm256_store_ps(part[h] + 8 * j, d[j]);
+          } else {
+            // Accumulator j's lanes 0-7 are d[2j], 8-15 d[2j+1].
+            const __m256 lo = _mm256_add_ps(_mm256_add_ps(d[0], d[4]),
+                                            _mm256_add_ps(d[2], d[6]));
+            const __m256 hi = _mm256_add_ps(_mm256_add_ps(d[1], d[5]),
+                                            _mm256_add_ps(d[3], d[7]));
+            _mm256_store_ps(t3[h][c], _mm256_add_ps(hi, lo));
+          }
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      const __m256 row = load_half_avx2(kr + 64 * NB + 8 * j);
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h)
+        _mm256_store_ps(
+          &rest[h][c][8 * j],
+          _mm256_mul_ps(row, _mm256_loadu_ps(qh + static_cast<std::size_t>(h)
+                                                      * q_step
+                                             + 64 * NB + 8 * j)));
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    for (std::size_t c = n; c < cells_step8; ++c) {
+      if constexpr (NB > 0)
+        _mm256_store_ps(t3[h][c], _mm256_setzero_ps());
+      if constexpr (R > 0)
+        std::fill(rest[h][c], rest[h][c] + R, 0.0f);
+    }
+#pragma GCC unroll 4
+  for (int h = 0; h < H; ++h) {
+    alignas(32) float s[cells_step8];
+    __m256 sum =
+      NB > 0 ? reduce16_rows_avx2(&t3[h][0][0]) : _mm256_setzero_ps();
+    if constexpr (R > 0) {
+      // Cells 0-3 and 4-7 in double lanes, the rest's columns in order.
+      __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(sum));
+      __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(sum, 1));
+#pragma GCC unroll 1
+      for (int jb = 0; jb < NR; ++jb) {
+        __m256 col[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c)
+          col[c] = _mm256_load_ps(&rest[h][c][8 * jb]);
+        transpose8_avx2(col);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(col[i])));
+          hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(col[i], 1)));
+        }
+      }
+      sum = _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
+    }
+    _mm256_store_ps(s, _mm256_add_ps(_mm256_mul_ps(sum, _mm256_set1_ps(scale)),
+                                     _mm256_setzero_ps()));
+    online_weights8(st[h], s, n, lanes, ms[h], vs[h]);
+  }
+}
+
+/// Registers of each head's accumulator the V pass of cells_heads_avx2
+/// holds at once: the most that divides NV with H of them in at most 12.
+template <int NV, int H> constexpr int v_slice() {
+  int s = 12 / H < NV ? 12 / H : NV;
+  while (NV % s != 0)
+    --s;
+  return s;
+}
+
+/// cells_heads_avx512 on AVX2: H heads of head_dim 8 * NV (a multiple of
+/// 16), steps of 8 cells, the next step's weights computed before this
+/// step's V sums; per step each head's sum S in one_chunk's order, then
+/// per slice of the accumulators the cells' rescales and fused
+/// multiply-adds rounded to half, in one_chunk's order for every element.
+template <int NV, int H, class KV>
+__attribute__((target("avx2,fma,f16c"))) void
+cells_heads_avx2(const float* qh, std::size_t q_step, kv_rows<KV> k,
+                 kv_rows<KV> v, std::size_t c0, std::size_t c1, float scale,
+                 const heads_out& o) {
+  static_assert(NV >= 2 && NV % 2 == 0, "head_dim a multiple of 16");
+  constexpr int SW = v_slice<NV, H>();
+  softmax_state st[H];
+  for (int h = 0; h < H; ++h)
+    std::fill(o.acc + static_cast<std::size_t>(h) * o.acc_step,
+              o.acc + static_cast<std::size_t>(h) * o.acc_step + 8 * NV,
+              0.0f);
+  float vs[2][H][cells_step8];
+  float ms[2][H][cells_step8];
+  const bool lanes = expf_libm8_matches();
+  int cur = 0;
+  if (c0 < c1)
+    cells_weights_avx2<NV, H>(qh, q_step, k, v, c0,
+                              std::min(cells_step8, c1 - c0), c1, scale,
+                              lanes, st, ms[0], vs[0]);
+  for (std::size_t b0 = c0; b0 < c1; b0 += cells_step8, cur ^= 1) {
+    const std::size_t n = std::min(cells_step8, c1 - b0);
+    const std::size_t b1 = b0 + cells_step8;
+    if (b1 < c1)
+      cells_weights_avx2<NV, H>(qh, q_step, k, v, b1,
+                                std::min(cells_step8, c1 - b1), c1, scale,
+                                lanes, st, ms[cur ^ 1], vs[cur ^ 1]);
+    for (int h = 0; h < H; ++h)
+      for (std::size_t c = 0; c < n; ++c) {
+        const float scaled = st[h].S * ms[cur][h][c];
+        st[h].S = scaled + vs[cur][h][c];
+      }
+#pragma GCC unroll 1
+    for (int j0 = 0; j0 < NV; j0 += SW) {
+      __m256 a[H][SW];
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) {
+        const float* acc =
+          o.acc + static_cast<std::size_t>(h) * o.acc_step + 8 * j0;
+#pragma GCC unroll 12
+        for (int j = 0; j < SW; ++j)
+          a[h][j] = _mm256_loadu_ps(acc + 8 * j);
+      }
+      for (std::size_t c = 0; c < n; ++c) {
+        const KV* vr = v.row(b0 + c) + 8 * j0;
+#pragma GCC unroll 4
+        for (int h = 0; h < H; ++h) {
+          const float m = ms[cur][h][c];
+          if (m != 1.0f) {
+            const __m256 f = _mm256_set1_ps(m);
+#pragma GCC unroll 12
+            for (int j = 0; j < SW; ++j)
+              a[h][j] = round_half_avx2(_mm256_mul_ps(a[h][j], f));
+          }
+        }
+#pragma GCC unroll 12
+        for (int j = 0; j < SW; ++j) {
+          const __m256 row = load_half_avx2(vr + 8 * j);
+#pragma GCC unroll 4
+          for (int h = 0; h < H; ++h)
+            a[h][j] = round_half_avx2(
+              _mm256_fmadd_ps(row, _mm256_set1_ps(vs[cur][h][c]), a[h][j]));
+        }
+      }
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) {
+        float* acc = o.acc + static_cast<std::size_t>(h) * o.acc_step + 8 * j0;
+#pragma GCC unroll 12
+        for (int j = 0; j < SW; ++j)
+          _mm256_storeu_ps(acc + 8 * j, a[h][j]);
+      }
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    o.st[h] = st[h];
+}
+
 template <class KV>
 using cells_heads_fn = void (*)(const float*, std::size_t, kv_rows<KV>,
                                 kv_rows<KV>, std::size_t, std::size_t, float,
                                 const heads_out&);
 
-/// The AVX-512 kernel for `heads` heads of head_dim hd, or null where
-/// there is none (another width, another ISA, more heads than fit).
+/// The AVX2 kernel for `heads` heads of head_dim hd, or null where there
+/// is none: heads of 16-96 and 128 values, up to 4 at once.
+template <class KV>
+cells_heads_fn<KV> cells_heads_kernel_avx2(std::size_t hd, std::size_t heads) {
+  if (heads < 1 || heads > 4 || hd % 16 != 0 || hd < 16 || hd > 128
+      || hd == 112)
+    return nullptr;
+  constexpr cells_heads_fn<KV> kernels[8][4] = {
+    {cells_heads_avx2<2, 1, KV>, cells_heads_avx2<2, 2, KV>,
+     cells_heads_avx2<2, 3, KV>, cells_heads_avx2<2, 4, KV>},
+    {cells_heads_avx2<4, 1, KV>, cells_heads_avx2<4, 2, KV>,
+     cells_heads_avx2<4, 3, KV>, cells_heads_avx2<4, 4, KV>},
+    {cells_heads_avx2<6, 1, KV>, cells_heads_avx2<6, 2, KV>,
+     cells_heads_avx2<6, 3, KV>, cells_heads_avx2<6, 4, KV>},
+    {cells_heads_avx2<8, 1, KV>, cells_heads_avx2<8, 2, KV>,
+     cells_heads_avx2<8, 3, KV>, cells_heads_avx2<8, 4, KV>},
+    {cells_heads_avx2<10, 1, KV>, cells_heads_avx2<10, 2, KV>,
+     cells_heads_avx2<10, 3, KV>, cells_heads_avx2<10, 4, KV>},
+    {cells_heads_avx2<12, 1, KV>, cells_heads_avx2<12, 2, KV>,
+     cells_heads_avx2<12, 3, KV>, cells_heads_avx2<12, 4, KV>},
+    {nullptr, nullptr, nullptr, nullptr},
+    {cells_heads_avx2<16, 1, KV>, cells_heads_avx2<16, 2, KV>,
+     cells_heads_avx2<16, 3, KV>, cells_heads_avx2<16, 4, KV>}};
+  return kernels[hd / 16 - 1][heads - 1];
+}
+
+/// The kernel for `heads` heads of head_dim hd on this CPU (AVX-512, else
+/// AVX2), or null where there is none (another width, no such ISA, more
+/// heads than fit).
 template <class KV>
 cells_heads_fn<KV> cells_heads_kernel(std::size_t hd, std::size_t heads) {
   if (!use_avx512())
-    return nullptr;
+    return use_avx2() ? cells_heads_kernel_avx2<KV>(hd, heads) : nullptr;
   switch (hd) {
   case 16:
   case 32:
@@ -1678,8 +2072,11 @@ float expf_ggml(float x) noexcept {
 }
 
 void expf_libm16(const float* x, float* out) noexcept {
-  if (expf_libm16_matches()) {
+  if (use_avx512() && expf_libm16_matches()) {
     expf_libm16_avx512(x, out);
+  } else if (use_avx2() && expf_libm8_matches()) {
+    expf_libm8_avx2(x, out);
+    expf_libm8_avx2(x + 8, out + 8);
   } else {
     for (int i = 0; i < 16; ++i)
       out[i] = std::exp(x[i]);
@@ -1687,7 +2084,8 @@ void expf_libm16(const float* x, float* out) noexcept {
 }
 
 bool expf_libm_lanes() noexcept {
-  return expf_libm16_matches();
+  return (use_avx512() && expf_libm16_matches())
+         || (use_avx2() && expf_libm8_matches());
 }
 
 void silu_mul(const float* gate, const float* up, float* out,

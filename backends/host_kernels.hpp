@@ -176,15 +176,16 @@ void softmax(float* x, std::size_t n) noexcept;
 float expf_ggml(float x) noexcept;
 
 /// std::exp of 16 floats (out may equal x) as the attention kernels'
-/// online softmax computes them: where the CPU has AVX-512F and the
-/// process's libm gives the same bits (expf_libm_lanes), glibc's expf
-/// steps in double vector lanes for |x| < 88 and libm's calls for the
-/// rest; else a call each. The bits of std::exp either way.
+/// online softmax computes them: where the CPU has AVX-512F (or AVX2 and
+/// FMA) and the process's libm gives the same bits (expf_libm_lanes),
+/// glibc's expf steps in double vector lanes for |x| < 88 and libm's calls
+/// for the rest; else a call each. The bits of std::exp either way.
 void expf_libm16(const float* x, float* out) noexcept;
 
 /// Whether expf_libm16 computes in vector lanes here: the CPU has
-/// AVX-512F and a check at first use (every 4096th float below 88 in
-/// magnitude, and libm's special cases) found std::exp's bits.
+/// AVX-512F, or AVX2 and FMA (as limit_isa allows), and a check at first
+/// use (every 4096th float below 88 in magnitude, and libm's special
+/// cases) found std::exp's bits.
 bool expf_libm_lanes() noexcept;
 
 /// out[i] = silu(gate[i]) * up[i] as ggml_vec_swiglu_f32 computes it (the

@@ -40,6 +40,34 @@ __attribute__((target("avx512f"))) inline float reduce16_avx512(__m512 v) {
     _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, d, 1)));
 }
 
+/// reduce16_avx2 of 8 rows at once from their first step (t3: row c's
+/// hi + lo at t3[8 * c .. 8 * c + 7], 32-byte aligned): lane c is row c's
+/// sum, by the same tree (quarters, then pairs), the rows transposed along
+/// the way by shuffles.
+__attribute__((target("avx2"))) inline __m256
+reduce16_rows_avx2(const float* t3) {
+  // w[p], 128-bit half k: row 2p + k's lanes i + i+4.
+  __m256 w[4];
+  for (int p = 0; p < 4; ++p) {
+    const __m256 a = _mm256_load_ps(t3 + 16 * p);
+    const __m256 b = _mm256_load_ps(t3 + 16 * p + 8);
+    w[p] = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20),
+                         _mm256_permute2f128_ps(a, b, 0x31));
+  }
+  // z[u], half k: lanes 0 + 2, 1 + 3 of rows 4u + k, then 4u + 2 + k.
+  __m256 z[2];
+  for (int u = 0; u < 2; ++u)
+    z[u] = _mm256_add_ps(
+      _mm256_shuffle_ps(w[2 * u], w[2 * u + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+      _mm256_shuffle_ps(w[2 * u], w[2 * u + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Half k: the sums of rows k, 2 + k, 4 + k, 6 + k; then in lane order.
+  const __m256 sums = _mm256_add_ps(
+    _mm256_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+    _mm256_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm256_permutevar8x32_ps(sums,
+                                  _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 /// Quarters (128 bits) qa, qb of a, then qc, qd of b; the maskz form: GCC
 /// 12's plain _mm512_shuffle_f32x4 starts from an undefined register and
 /// warns.

@@ -490,6 +490,67 @@ TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
   }
 }
 
+TEST_CASE("attention through a block table gives the bits of the same rows "
+          "in one run on every instruction set") {
+  // The grouped-head kernels (AVX-512's steps of 16 cells, AVX2's of 8)
+  // read every row through the table: blocks of 16 rows in a shuffled
+  // order with unused blocks between, against the same rows in one run.
+  std::mt19937 rng{27};
+  struct shape {
+    std::size_t pos0, n_heads, n_kv_heads, head_dim;
+  };
+  for (auto s : {shape{100, 8, 4, 32}, shape{300, 4, 1, 64},
+                 shape{77, 6, 2, 128}, shape{600, 3, 1, 80},
+                 shape{40, 14, 2, 16}}) {
+    const std::size_t B = 16, stride = s.n_kv_heads * s.head_dim;
+    const std::size_t n_pos = s.pos0 + 1;
+    attention_dims d{1,
+                     s.pos0,
+                     s.n_heads,
+                     s.n_kv_heads,
+                     s.head_dim,
+                     stride,
+                     1.0f / std::sqrt(static_cast<float>(s.head_dim))};
+    d.kv = kv_type::f16;
+    auto q = random_floats(rng, s.n_heads * s.head_dim, -3.0f, 3.0f);
+    std::vector<std::uint16_t> k(n_pos * stride), v(n_pos * stride);
+    {
+      auto kf = random_floats(rng, k.size(), -3.0f, 3.0f);
+      auto vf = random_floats(rng, v.size(), -1.0f, 1.0f);
+      host::to_f16(kf.data(), k.data(), k.size());
+      host::to_f16(vf.data(), v.data(), v.size());
+    }
+    const std::size_t n_blocks = (n_pos + B - 1) / B;
+    std::vector<std::int32_t> table(n_blocks);
+    for (std::size_t i = 0; i < n_blocks; ++i)
+      table[i] = static_cast<std::int32_t>(2 * i + 1);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<std::uint16_t> pk((2 * n_blocks + 2) * B * stride, 0x7e00),
+      pv(pk);
+    for (std::size_t p = 0; p < n_pos; ++p) {
+      const std::size_t at =
+        (static_cast<std::size_t>(table[p / B]) * B + p % B) * stride;
+      std::copy_n(k.begin() + p * stride, stride, pk.begin() + at);
+      std::copy_n(v.begin() + p * stride, stride, pv.begin() + at);
+    }
+    auto dp = d;
+    dp.block_positions = B;
+    dp.block_stride = B * stride;
+    dp.block_table = table.data();
+    for (auto widest : isas()) {
+      INFO("pos0 " << s.pos0 << " heads " << s.n_heads << "/"
+                   << s.n_kv_heads << " head_dim " << s.head_dim << " isa "
+                   << static_cast<int>(widest));
+      host::limit_isa(widest);
+      std::vector<float> want(q.size()), got(q.size());
+      host::attention(q.data(), k.data(), v.data(), want.data(), d, 1);
+      host::attention(q.data(), pk.data(), pv.data(), got.data(), dp, 2);
+      require_same_bits(got, want);
+    }
+    host::limit_isa(host::isa::avx512);
+  }
+}
+
 TEST_CASE("attention reads K and V as halves: pre-rounded caches change "
           "nothing") {
   std::mt19937 rng{22};
@@ -597,13 +658,6 @@ TEST_CASE("expf_ggml is ggml's vector expf, within 3 ulp of exp") {
 }
 
 TEST_CASE("expf_libm16 gives std::exp's bits for every kind of float") {
-#if defined(__GLIBC__)
-  // glibc's expf: the vector lanes reproduce its steps, so on an AVX-512
-  // CPU they must be in use (a false here is a lost speed-up, not a
-  // wrong bit: the kernels would call expf for every cell).
-  if (__builtin_cpu_supports("avx512f"))
-    CHECK(host::expf_libm_lanes());
-#endif
   // Every 61st bit pattern: both signs, subnormals, |x| >= 88 (libm's
   // own calls), infinities and NaNs, 16 lanes a call.
   std::vector<float> x;
@@ -619,16 +673,32 @@ TEST_CASE("expf_libm16 gives std::exp's bits for every kind of float") {
     x.push_back(f);
   while (x.size() % 16 != 0)
     x.push_back(1.0f);
-  std::vector<float> got(x.size());
-  for (std::size_t i = 0; i < x.size(); i += 16)
-    host::expf_libm16(x.data() + i, got.data() + i);
-  std::size_t wrong = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const float want = std::exp(x[i]);
-    if (bits_of(got[i]) != bits_of(want) && wrong++ < 5)
-      FAIL_CHECK("expf(" << x[i] << "): " << got[i] << ", libm " << want);
+  // Every instruction set: AVX-512's 16 lanes, AVX2's 8, libm's calls.
+  for (auto widest : isas()) {
+    CAPTURE(static_cast<int>(widest));
+    host::limit_isa(widest);
+#if defined(__GLIBC__)
+    // glibc's expf: the vector lanes reproduce its steps, so where the CPU
+    // has the ISA they must be in use (a false here is a lost speed-up,
+    // not a wrong bit: the kernels would call expf for every cell).
+    if (widest == host::isa::avx512 && __builtin_cpu_supports("avx512f"))
+      CHECK(host::expf_libm_lanes());
+    if (widest == host::isa::avx2 && __builtin_cpu_supports("avx2")
+        && __builtin_cpu_supports("fma"))
+      CHECK(host::expf_libm_lanes());
+#endif
+    std::vector<float> got(x.size());
+    for (std::size_t i = 0; i < x.size(); i += 16)
+      host::expf_libm16(x.data() + i, got.data() + i);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float want = std::exp(x[i]);
+      if (bits_of(got[i]) != bits_of(want) && wrong++ < 5)
+        FAIL_CHECK("expf(" << x[i] << "): " << got[i] << ", libm " << want);
+    }
+    CHECK(wrong == 0);
   }
-  CHECK(wrong == 0);
+  host::limit_isa(host::isa::avx512);
 }
 
 TEST_CASE("rms_norm sums each row's float squares in double, one after "
