@@ -173,6 +173,7 @@ private:
   double energy_since_read_ = 0; // joules since the last reading
   double cooling_ = 1; // the cooler's thermal resistance, times the profile's
   std::chrono::steady_clock::time_point op_began_; // the operation's admit
+  double owed_s_ = 0; // wall seconds of device time not slept yet
   double time_at_read_ = 0;
   std::chrono::steady_clock::time_point wall_start_;
 };
