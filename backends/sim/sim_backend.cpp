@@ -254,22 +254,13 @@ void sim_device::account(double bytes, double flops) {
   busy_since_read_ += busy;
   if (time_scale_ <= 0)
     return;
-  // The device's own time on the wall, slept once it adds up to a
-  // millisecond: a sleep per operation (microseconds each on a fast
-  // profile) overslept by the timer's slack, tens of microseconds each,
-  // so a fast device ran at the pace of its operation count and sat idle
-  // most of the wall time. What a sleep oversleeps is credited to the
-  // next ones (at most one quantum: a stalled host is not made up for).
-  constexpr double quantum = 1e-3;
-  owed_s_ += seconds * time_scale_;
-  if (owed_s_ < quantum)
-    return;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(std::chrono::duration<double>(owed_s_));
-  owed_s_ -= std::chrono::duration<double>(std::chrono::steady_clock::now()
-                                           - t0)
-               .count();
-  owed_s_ = std::max(owed_s_, -quantum);
+  if (const double s = pacer_.owe(seconds * time_scale_); s > 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(s));
+    pacer_.slept(std::chrono::duration<double>(
+                   std::chrono::steady_clock::now() - t0)
+                   .count());
+  }
 }
 
 telemetry sim_device::read_telemetry() {

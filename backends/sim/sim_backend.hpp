@@ -16,6 +16,38 @@
 
 namespace exo::backend {
 
+/// A simulated device's own time on the wall, as sleeps of at least a
+/// quantum: a sleep per operation (microseconds each on a fast profile)
+/// oversleeps by the timer's slack, tens of microseconds each, so a fast
+/// device would run at the pace of its operation count and sit idle most
+/// of the wall time. What a sleep oversleeps is credited to the next ones,
+/// at most one quantum (a host that stalled is not made up for). Pure
+/// logic: the caller sleeps.
+class wall_pacer {
+public:
+  explicit wall_pacer(double quantum_s = 1e-3) : quantum_(quantum_s) {}
+  /// Adds `seconds` of device time; returns how long to sleep now (the
+  /// whole debt once it reaches the quantum), or 0.
+  double owe(double seconds) noexcept {
+    owed_ += seconds;
+    return owed_ >= quantum_ ? owed_ : 0;
+  }
+  /// A sleep that owe() asked for took `took` seconds.
+  void slept(double took) noexcept {
+    owed_ -= took;
+    if (owed_ < -quantum_)
+      owed_ = -quantum_;
+  }
+  /// Seconds not slept yet (negative: credit for an oversleep).
+  double owed() const noexcept {
+    return owed_;
+  }
+
+private:
+  double quantum_;
+  double owed_ = 0;
+};
+
 /// What a simulated device is like.
 struct sim_profile {
   std::string name;         ///< "a100-40g"
@@ -173,7 +205,7 @@ private:
   double energy_since_read_ = 0; // joules since the last reading
   double cooling_ = 1; // the cooler's thermal resistance, times the profile's
   std::chrono::steady_clock::time_point op_began_; // the operation's admit
-  double owed_s_ = 0; // wall seconds of device time not slept yet
+  wall_pacer pacer_; // the device's time slept a millisecond at a time
   double time_at_read_ = 0;
   std::chrono::steady_clock::time_point wall_start_;
 };

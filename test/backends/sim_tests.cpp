@@ -169,6 +169,43 @@ TEST_CASE("on a clock that follows the wall, the host's time computing for "
   CHECK(*idle.utilization < 0.05);
 }
 
+TEST_CASE("a simulated device sleeps its time once it adds up to a "
+          "millisecond, and oversleeps are credited") {
+  wall_pacer p; // 1 ms
+  // 49 operations of 20 us: nothing to sleep yet; the 50th owes 1 ms.
+  for (int i = 0; i < 49; ++i)
+    CHECK(p.owe(20e-6) == 0);
+  CHECK(p.owe(20e-6) == Approx(1e-3));
+  // The sleep took 1.06 ms: 60 us of credit against the next ones.
+  p.slept(1.06e-3);
+  CHECK(p.owed() == Approx(-0.06e-3));
+  CHECK(p.owe(1e-3) == 0);
+  CHECK(p.owe(0.06e-3) == Approx(1e-3));
+  p.slept(1e-3);
+  CHECK(p.owed() == Approx(0).margin(1e-12));
+  // A long operation sleeps its whole time at once.
+  CHECK(p.owe(5e-3) == Approx(5e-3));
+  // A host that stalled (a 50 ms sleep for 5) is credited one quantum at
+  // most: the device is not run faster than its profile for long.
+  p.slept(50e-3);
+  CHECK(p.owed() == Approx(-1e-3));
+  CHECK(p.owe(1.5e-3) == 0);
+  CHECK(p.owe(0.5e-3) == Approx(1e-3));
+  // Over many operations the sleeps add up to the device's time, less
+  // at most the credit of the last oversleep.
+  wall_pacer q;
+  double asked = 0, total = 0;
+  for (int i = 0; i < 10000; ++i) {
+    total += 7e-6;
+    if (double s = q.owe(7e-6); s > 0) {
+      asked += s + 20e-6; // each sleep oversleeps by 20 us
+      q.slept(s + 20e-6);
+    }
+  }
+  CHECK(asked <= total + 1e-3);
+  CHECK(asked >= total - 1e-3);
+}
+
 TEST_CASE("an injected allocation failure hits exactly the next allocation") {
   sim_fixture f;
   f.dev->fail_next_allocation("test fault");
