@@ -1776,6 +1776,23 @@ void attention_tiled(const float* q, kv_rows<KV> k, kv_rows<KV> v,
   });
 }
 
+/// The heads a job of a chunked attention takes: the most a kernel call
+/// takes (`most`, at most the GQA group), fewer where that would leave
+/// some of `threads` without a job (one token over few KV heads: a model
+/// with 2 KV heads and groups of 7 is 4 jobs in blocks of 4, 14 alone).
+/// Each head's arithmetic is its own whatever the block: the bits do not
+/// depend on it.
+std::size_t block_for_threads(const attention_dims& d, std::size_t most,
+                              int threads) {
+  const std::size_t group = d.n_heads / d.n_kv_heads;
+  std::size_t block = std::min(group, most);
+  const auto want = static_cast<std::size_t>(std::max(1, threads));
+  while (block > 1
+         && d.n_tokens * d.n_kv_heads * ((group + block - 1) / block) < want)
+    --block;
+  return block;
+}
+
 /// The jobs of a chunked attention: one token's block of up to `block`
 /// query heads of one KV head each.
 struct head_blocks {
@@ -1805,8 +1822,7 @@ void attention_chunked(const float* q, kv_rows<KV> k, kv_rows<KV> v,
                        int llama_threads) {
   const std::size_t hd = d.head_dim;
   // A job: one token's block of up to `block` heads of one KV head.
-  const head_blocks hb{d, std::min(d.n_heads / d.n_kv_heads,
-                                   heads_per_block(hd))};
+  const head_blocks hb{d, block_for_threads(d, heads_per_block(hd), threads)};
   const chunk_kernels<KV> kf = chunk_kernels_now<KV>();
   const bool split = attention_split_kv(d, llama_threads);
   for_each_job(
@@ -2057,7 +2073,7 @@ void attention(const float* q, const block_q8_0* k, const block_q8_0* v,
   const auto kr = rows_of(k, d, 32), vr = rows_of(v, d, 32);
   // A job: one token's block of up to 8 query heads of one KV head (they
   // share the decoded V rows).
-  const head_blocks hb{d, std::min<std::size_t>(d.n_heads / d.n_kv_heads, 8)};
+  const head_blocks hb{d, block_for_threads(d, 8, threads)};
   for_each_job(
     hb.jobs(), std::max(1, threads), [&] { return q8_scratch(hb.block, hd); },
     [&](long job, q8_scratch& sc) {
