@@ -1096,6 +1096,33 @@ status device_stage::grow_pool(std::uint32_t blocks) {
   return {};
 }
 
+status device_stage::grow_pool_by(std::uint64_t add) {
+  // The most the device has room for, halving the step: a growth by one
+  // block at a time would copy the whole pool for every new block once
+  // the device has no room to double it. A growth by `add` needs room
+  // for t + 2 * add blocks at its peak (K's new arena of t + add beside
+  // the pool, then, K's old one freed, V's), or t + add where K's arena
+  // has grown already: one allocation of that size, freed at once, says
+  // whether it fits before a step that does not fit grows K alone. A
+  // step of one block is tried as it is (nothing smaller would fit).
+  const std::uint64_t bb = block_bytes();
+  for (;; add = (add + 1) / 2) {
+    const std::uint64_t t = pool_.blocks;
+    const auto blocks = static_cast<std::uint32_t>(t + add);
+    if (add > 1) {
+      const std::uint64_t peak =
+        (pool_.k_room >= blocks ? t + add : t + 2 * add) * bb;
+      auto probe = ops_.allocate(peak);
+      if (!probe)
+        continue;
+      (void) ops_.free(*probe);
+    }
+    auto st = grow_pool(blocks);
+    if (st || add == 1)
+      return st;
+  }
+}
+
 std::uint64_t device_stage::blocks_of(const cache& c) const noexcept {
   return (std::uint64_t{c.capacity} + block_positions_ - 1) / block_positions_;
 }
@@ -1108,13 +1135,8 @@ result<std::int32_t> device_stage::new_block() {
     // room for that, just one more.
     const std::uint64_t want = std::min<std::uint64_t>(
       std::max<std::uint64_t>(8, 2ull * pool_.blocks), cap_blocks_);
-    const auto more = static_cast<std::uint32_t>(
-      std::max<std::uint64_t>(want, pool_.blocks + 1ull));
-    if (auto st = grow_pool(more); !st) {
-      if (more == pool_.blocks + 1)
-        return st.err();
-      EXO_TRY(grow_pool(pool_.blocks + 1));
-    }
+    EXO_TRY(grow_pool_by(std::max<std::uint64_t>(want, pool_.blocks + 1ull)
+                         - pool_.blocks));
   }
   const std::int32_t b = pool_.free.back();
   pool_.free.pop_back();

@@ -586,6 +586,9 @@ private:
   /// Paged: the pool with room for at least `blocks` blocks (arenas
   /// copied into new ones).
   backend::status grow_pool(std::uint32_t blocks);
+  /// Paged: the pool grown by `add` blocks, or by the most the device has
+  /// room for (halves of `add`, down to one block).
+  backend::status grow_pool_by(std::uint64_t add);
   /// Paged: gives c's blocks back.
   void release_blocks(cache& c);
   /// Paged: when a quarter of the pool or less is held, moves the held

@@ -90,6 +90,11 @@ struct counting_ops final : device_ops {
                 adopted = 0, copies = 0;
   /// Allocations fail past this many bytes (from now on).
   std::uint64_t allocation_budget = ~std::uint64_t{0};
+  /// Frees give their bytes back to the budget (a device's free memory),
+  /// instead of the budget counting allocations only.
+  bool credit_frees = false;
+  std::map<device_handle, std::uint64_t> sizes;
+  std::uint64_t allocations = 0;
   explicit counting_ops(device_ops& i, bool adopt = false)
     : inner(i), pass_adopt(adopt) {
   }
@@ -108,7 +113,11 @@ struct counting_ops final : device_ops {
       return backend::fail(backend::errc::out_of_memory,
                            "the test's allocation budget is spent");
     allocation_budget -= b;
-    return inner.allocate(b);
+    ++allocations;
+    auto h = inner.allocate(b);
+    if (h)
+      sizes[*h] = b;
+    return h;
   }
   backend::status copy(device_handle src, std::uint64_t so, device_handle dst,
                        std::uint64_t doff, std::uint64_t b) override {
@@ -116,6 +125,11 @@ struct counting_ops final : device_ops {
     return inner.copy(src, so, dst, doff, b);
   }
   backend::status free(device_handle h) override {
+    if (auto it = sizes.find(h); it != sizes.end()) {
+      if (credit_frees)
+        allocation_budget += it->second;
+      sizes.erase(it);
+    }
     return inner.free(h);
   }
   std::uint64_t footprint(device_handle h) const override {
@@ -1461,6 +1475,38 @@ TEST_CASE("a paged KV cache gives contiguous caches' bits, shares forked "
       CHECK(P.kv_blocks().total == total + 1);
       CHECK(P.kv_blocks().grows >= 2);
       REQUIRE(P.check_kv_blocks().ok());
+      // A full pool on a device without room to double it grows by the
+      // most it has room for, not one block (each growth copies the whole
+      // pool): with free memory for the pool and 8 blocks more, a growth
+      // by `add` needs t + 2 * add blocks at its peak (K's new arena, then
+      // V's once K's old one is freed), so it grows by 2 to 4 blocks, in
+      // one growth, and never runs out halfway.
+      const auto t2 = P.kv_blocks().total;
+      REQUIRE(P.kv_blocks().used == t2);
+      pops.credit_frees = true;
+      pops.allocation_budget = (t2 + 8) * P.block_bytes();
+      const auto grows = P.kv_blocks().grows;
+      const auto copied = pops.copies;
+      auto extra = P.new_cache(n_ctx);
+      INFO((extra ? std::string{} : extra.err().message));
+      REQUIRE(extra.ok());
+      CHECK(P.kv_blocks().total >= t2 + 2);
+      CHECK(P.kv_blocks().total <= t2 + 4);
+      CHECK(P.kv_blocks().grows == grows + 1);
+      CHECK(pops.copies == copied + 2); // K's arena and V's, once each
+      REQUIRE(P.check_kv_blocks().ok());
+      // The blocks it added are taken without another growth.
+      for (std::uint32_t i = t2 + 1; i < P.kv_blocks().total; ++i)
+        REQUIRE(P.new_cache(n_ctx).ok());
+      CHECK(P.kv_blocks().grows == grows + 1);
+      CHECK(P.kv_blocks().used == P.kv_blocks().total);
+      // With room for one block more only, it grows by one, as before.
+      const auto t3 = P.kv_blocks().total;
+      pops.allocation_budget = (t3 + 2) * P.block_bytes();
+      REQUIRE(P.new_cache(n_ctx).ok());
+      CHECK(P.kv_blocks().total == t3 + 1);
+      REQUIRE(P.check_kv_blocks().ok());
+      pops.credit_frees = false;
       pops.allocation_budget = ~std::uint64_t{0};
     }
   }
