@@ -972,6 +972,89 @@ cells_heads_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
   }
 }
 
+/// cells_heads_avx512 for more heads than their accumulators leave
+/// registers for (3 or 4 heads of 80-128 of a GQA group, each cell's K and
+/// V rows widened once for all of them): per step each head's sum S in
+/// one_chunk's order, then per slice of SW registers of every head's
+/// accumulator the step's rescales and fused multiply-adds rounded to
+/// half, the slice loaded from and stored to the output between steps
+/// (each element's chain in one_chunk's order, as cells_heads_avx2 does).
+template <int NV, int H, int SW, class KV>
+__attribute__((target("avx512f"))) void
+cells_heads_sliced_avx512(const float* qh, std::size_t q_step,
+                          kv_rows<KV> k, kv_rows<KV> v, std::size_t c0,
+                          std::size_t c1, float scale, const heads_out& o) {
+  static_assert(NV % SW == 0 && H * SW <= 24, "registers");
+  softmax_state st[H];
+  for (int h = 0; h < H; ++h)
+    std::fill(o.acc + static_cast<std::size_t>(h) * o.acc_step,
+              o.acc + static_cast<std::size_t>(h) * o.acc_step + 16 * NV,
+              0.0f);
+  float vs[2][H][cells_step];
+  float ms[2][H][cells_step];
+  const bool lanes = expf_libm16_matches();
+  int cur = 0;
+  if (c0 < c1)
+    cells_weights_avx512<NV, H>(qh, q_step, k, v, c0,
+                                std::min(cells_step, c1 - c0), c1, scale,
+                                lanes, st, ms[0], vs[0]);
+  for (std::size_t b0 = c0; b0 < c1; b0 += cells_step, cur ^= 1) {
+    const std::size_t n = std::min(cells_step, c1 - b0);
+    const std::size_t b1 = b0 + cells_step;
+    if (b1 < c1)
+      cells_weights_avx512<NV, H>(qh, q_step, k, v, b1,
+                                  std::min(cells_step, c1 - b1), c1, scale,
+                                  lanes, st, ms[cur ^ 1], vs[cur ^ 1]);
+    for (int h = 0; h < H; ++h)
+      for (std::size_t c = 0; c < n; ++c) {
+        const float scaled = st[h].S * ms[cur][h][c];
+        st[h].S = scaled + vs[cur][h][c];
+      }
+#pragma GCC unroll 1
+    for (int j0 = 0; j0 < NV; j0 += SW) {
+      __m512 a[H][SW];
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) {
+        const float* acc =
+          o.acc + static_cast<std::size_t>(h) * o.acc_step + 16 * j0;
+#pragma GCC unroll 8
+        for (int j = 0; j < SW; ++j)
+          a[h][j] = _mm512_loadu_ps(acc + 16 * j);
+      }
+      for (std::size_t c = 0; c < n; ++c) {
+        const KV* vr = v.row(b0 + c) + 16 * j0;
+#pragma GCC unroll 4
+        for (int h = 0; h < H; ++h) {
+          const float m = ms[cur][h][c];
+          if (m != 1.0f) {
+            const __m512 f = _mm512_set1_ps(m);
+#pragma GCC unroll 8
+            for (int j = 0; j < SW; ++j)
+              a[h][j] = round_half_avx512(_mm512_mul_ps(a[h][j], f));
+          }
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < SW; ++j) {
+          const __m512 row = load_half_avx512(vr + 16 * j);
+#pragma GCC unroll 4
+          for (int h = 0; h < H; ++h)
+            a[h][j] = round_half_avx512(_mm512_fmadd_ps(
+              row, _mm512_set1_ps(vs[cur][h][c]), a[h][j]));
+        }
+      }
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) {
+        float* acc = o.acc + static_cast<std::size_t>(h) * o.acc_step + 16 * j0;
+#pragma GCC unroll 8
+        for (int j = 0; j < SW; ++j)
+          _mm512_storeu_ps(acc + 16 * j, a[h][j]);
+      }
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    o.st[h] = st[h];
+}
+
 // -- one_chunk for several heads at once, AVX2 ---------------------------------
 //
 // cells_heads_avx512's steps on 8 lanes: the scores of 8 cells for H heads
@@ -1386,13 +1469,16 @@ cells_heads_fn<KV> cells_heads_kernel(std::size_t hd, std::size_t heads) {
     switch (heads) {
     case 1: return cells_heads_avx512<8, 1, KV>;
     case 2: return cells_heads_avx512<8, 2, KV>;
+    case 3: return cells_heads_sliced_avx512<8, 3, 8, KV>;
+    case 4: return cells_heads_sliced_avx512<8, 4, 4, KV>;
     default: return nullptr;
     }
   default:
     return nullptr;
   }
-  // Up to 4 heads of 16-96 values (at most 12 accumulator registers, 2
-  // heads of 80 and 96).
+  // Up to 4 heads of 16-96 values: their accumulators in registers for
+  // the whole call where they take at most 16 (heads of 16-64, two of 80
+  // or 96), else in one slice a step (cells_heads_sliced_avx512).
   constexpr cells_heads_fn<KV> kernels[6][4] = {
     {cells_heads_avx512<1, 1, KV>, cells_heads_avx512<1, 2, KV>,
      cells_heads_avx512<1, 3, KV>, cells_heads_avx512<1, 4, KV>},
@@ -1402,10 +1488,12 @@ cells_heads_fn<KV> cells_heads_kernel(std::size_t hd, std::size_t heads) {
      cells_heads_avx512<3, 3, KV>, cells_heads_avx512<3, 4, KV>},
     {cells_heads_avx512<4, 1, KV>, cells_heads_avx512<4, 2, KV>,
      cells_heads_avx512<4, 3, KV>, cells_heads_avx512<4, 4, KV>},
-    {cells_heads_avx512<5, 1, KV>, cells_heads_avx512<5, 2, KV>, nullptr,
-     nullptr},
-    {cells_heads_avx512<6, 1, KV>, cells_heads_avx512<6, 2, KV>, nullptr,
-     nullptr}};
+    {cells_heads_avx512<5, 1, KV>, cells_heads_avx512<5, 2, KV>,
+     cells_heads_sliced_avx512<5, 3, 5, KV>,
+     cells_heads_sliced_avx512<5, 4, 5, KV>},
+    {cells_heads_avx512<6, 1, KV>, cells_heads_avx512<6, 2, KV>,
+     cells_heads_sliced_avx512<6, 3, 6, KV>,
+     cells_heads_sliced_avx512<6, 4, 6, KV>}};
   if (heads < 1 || heads > 4)
     return nullptr;
   return kernels[hd / 16 - 1][heads - 1];

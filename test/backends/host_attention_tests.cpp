@@ -425,7 +425,8 @@ TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
   // 5 and 3 heads of 64 and 128 (the AVX-512 kernel's blocks of 4 and 2
   // heads with a rest); heads of 16, 32 and 48 (all of the row in ggml's
   // double rest) and 80 and 96 (a block of 64 and a rest) in GQA groups
-  // of 1-5, over cells that fill the kernel's steps of 16 and not. Large
+  // of 1-5, over cells that fill the kernel's steps of 16 and not; 3 and
+  // 4 heads of 80, 96 and 128 (the accumulators in slices). Large
   // score ranges make the online softmax rescale often.
   for (auto s :
        {shape{1, 0, 2, 2, 64, 128, 1.0f}, shape{1, 37, 4, 2, 128, 256, 3.0f},
@@ -440,7 +441,8 @@ TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
         shape{1, 700, 8, 4, 32, 128, 3.0f}, shape{1, 33, 4, 1, 32, 32, 2.0f},
         shape{2, 17, 6, 1, 16, 16, 4.0f}, shape{1, 530, 6, 2, 48, 96, 2.0f},
         shape{1, 300, 4, 2, 96, 192, 3.0f}, shape{1, 1100, 6, 2, 80, 160, 2.0f},
-        shape{4, 90, 10, 2, 32, 64, 8.0f}}) {
+        shape{4, 90, 10, 2, 32, 64, 8.0f}, shape{1, 400, 8, 2, 96, 192, 3.0f},
+        shape{2, 70, 4, 1, 80, 80, 2.0f}}) {
     attention_dims d{s.n_tokens,
                      s.pos0,
                      s.n_heads,
