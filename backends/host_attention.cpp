@@ -972,88 +972,23 @@ cells_heads_avx512(const float* qh, std::size_t q_step, kv_rows<KV> k,
   }
 }
 
-/// cells_heads_avx512 for more heads than their accumulators leave
-/// registers for (3 or 4 heads of 80-128 of a GQA group, each cell's K and
-/// V rows widened once for all of them): per step each head's sum S in
-/// one_chunk's order, then per slice of SW registers of every head's
-/// accumulator the step's rescales and fused multiply-adds rounded to
-/// half, the slice loaded from and stored to the output between steps
-/// (each element's chain in one_chunk's order, as cells_heads_avx2 does).
-template <int NV, int H, int SW, class KV>
-__attribute__((target("avx512f"))) void
-cells_heads_sliced_avx512(const float* qh, std::size_t q_step,
-                          kv_rows<KV> k, kv_rows<KV> v, std::size_t c0,
-                          std::size_t c1, float scale, const heads_out& o) {
-  static_assert(NV % SW == 0 && H * SW <= 24, "registers");
-  softmax_state st[H];
-  for (int h = 0; h < H; ++h)
-    std::fill(o.acc + static_cast<std::size_t>(h) * o.acc_step,
-              o.acc + static_cast<std::size_t>(h) * o.acc_step + 16 * NV,
-              0.0f);
-  float vs[2][H][cells_step];
-  float ms[2][H][cells_step];
-  const bool lanes = expf_libm16_matches();
-  int cur = 0;
-  if (c0 < c1)
-    cells_weights_avx512<NV, H>(qh, q_step, k, v, c0,
-                                std::min(cells_step, c1 - c0), c1, scale,
-                                lanes, st, ms[0], vs[0]);
-  for (std::size_t b0 = c0; b0 < c1; b0 += cells_step, cur ^= 1) {
-    const std::size_t n = std::min(cells_step, c1 - b0);
-    const std::size_t b1 = b0 + cells_step;
-    if (b1 < c1)
-      cells_weights_avx512<NV, H>(qh, q_step, k, v, b1,
-                                  std::min(cells_step, c1 - b1), c1, scale,
-                                  lanes, st, ms[cur ^ 1], vs[cur ^ 1]);
-    for (int h = 0; h < H; ++h)
-      for (std::size_t c = 0; c < n; ++c) {
-        const float scaled = st[h].S * ms[cur][h][c];
-        st[h].S = scaled + vs[cur][h][c];
-      }
-#pragma GCC unroll 1
-    for (int j0 = 0; j0 < NV; j0 += SW) {
-      __m512 a[H][SW];
-#pragma GCC unroll 4
-      for (int h = 0; h < H; ++h) {
-        const float* acc =
-          o.acc + static_cast<std::size_t>(h) * o.acc_step + 16 * j0;
-#pragma GCC unroll 8
-        for (int j = 0; j < SW; ++j)
-          a[h][j] = _mm512_loadu_ps(acc + 16 * j);
-      }
-      for (std::size_t c = 0; c < n; ++c) {
-        const KV* vr = v.row(b0 + c) + 16 * j0;
-#pragma GCC unroll 4
-        for (int h = 0; h < H; ++h) {
-          const float m = ms[cur][h][c];
-          if (m != 1.0f) {
-            const __m512 f = _mm512_set1_ps(m);
-#pragma GCC unroll 8
-            for (int j = 0; j < SW; ++j)
-              a[h][j] = round_half_avx512(_mm512_mul_ps(a[h][j], f));
-          }
-        }
-#pragma GCC unroll 8
-        for (int j = 0; j < SW; ++j) {
-          const __m512 row = load_half_avx512(vr + 16 * j);
-#pragma GCC unroll 4
-          for (int h = 0; h < H; ++h)
-            a[h][j] = round_half_avx512(_mm512_fmadd_ps(
-              row, _mm512_set1_ps(vs[cur][h][c]), a[h][j]));
-        }
-      }
-#pragma GCC unroll 4
-      for (int h = 0; h < H; ++h) {
-        float* acc = o.acc + static_cast<std::size_t>(h) * o.acc_step + 16 * j0;
-#pragma GCC unroll 8
-        for (int j = 0; j < SW; ++j)
-          _mm512_storeu_ps(acc + 16 * j, a[h][j]);
-      }
-    }
-  }
-  for (int h = 0; h < H; ++h)
-    o.st[h] = st[h];
-}
+#define EXO_SLICED_NAME cells_heads_sliced_avx512
+#define EXO_SLICED_TARGET __attribute__((target("avx512f")))
+#define EXO_SLICED_VEC __m512
+#define EXO_SLICED_LANES 16
+#define EXO_SLICED_MAX_ACC 24
+#define EXO_SLICED_STEP cells_step
+#define EXO_SLICED_WEIGHTS cells_weights_avx512
+#define EXO_SLICED_EXPF_LANES expf_libm16_matches
+#define EXO_SLICED_LOADU _mm512_loadu_ps
+#define EXO_SLICED_STOREU _mm512_storeu_ps
+#define EXO_SLICED_SET1 _mm512_set1_ps
+#define EXO_SLICED_MUL _mm512_mul_ps
+#define EXO_SLICED_FMADD _mm512_fmadd_ps
+#define EXO_SLICED_ROUND_HALF round_half_avx512
+#define EXO_SLICED_LOAD_HALF load_half_avx512
+#include "backends/host_attention_sliced.inc"
+#include "backends/host_attention_sliced_undef.inc"
 
 // -- one_chunk for several heads at once, AVX2 ---------------------------------
 //
@@ -1337,86 +1272,35 @@ template <int NV, int H> constexpr int v_slice() {
   return s;
 }
 
+#define EXO_SLICED_NAME cells_heads_avx2_slices
+#define EXO_SLICED_TARGET __attribute__((target("avx2,fma,f16c")))
+#define EXO_SLICED_VEC __m256
+#define EXO_SLICED_LANES 8
+#define EXO_SLICED_MAX_ACC 12
+#define EXO_SLICED_STEP cells_step8
+#define EXO_SLICED_WEIGHTS cells_weights_avx2
+#define EXO_SLICED_EXPF_LANES expf_libm8_matches
+#define EXO_SLICED_LOADU _mm256_loadu_ps
+#define EXO_SLICED_STOREU _mm256_storeu_ps
+#define EXO_SLICED_SET1 _mm256_set1_ps
+#define EXO_SLICED_MUL _mm256_mul_ps
+#define EXO_SLICED_FMADD _mm256_fmadd_ps
+#define EXO_SLICED_ROUND_HALF round_half_avx2
+#define EXO_SLICED_LOAD_HALF load_half_avx2
+#include "backends/host_attention_sliced.inc"
+#include "backends/host_attention_sliced_undef.inc"
+
 /// cells_heads_avx512 on AVX2: H heads of head_dim 8 * NV (a multiple of
-/// 16), steps of 8 cells, the next step's weights computed before this
-/// step's V sums; per step each head's sum S in one_chunk's order, then
-/// per slice of the accumulators the cells' rescales and fused
-/// multiply-adds rounded to half, in one_chunk's order for every element.
+/// 16) in steps of 8 cells, the accumulators in slices of v_slice<NV, H>()
+/// registers of each head.
 template <int NV, int H, class KV>
 __attribute__((target("avx2,fma,f16c"))) void
 cells_heads_avx2(const float* qh, std::size_t q_step, kv_rows<KV> k,
                  kv_rows<KV> v, std::size_t c0, std::size_t c1, float scale,
                  const heads_out& o) {
   static_assert(NV >= 2 && NV % 2 == 0, "head_dim a multiple of 16");
-  constexpr int SW = v_slice<NV, H>();
-  softmax_state st[H];
-  for (int h = 0; h < H; ++h)
-    std::fill(o.acc + static_cast<std::size_t>(h) * o.acc_step,
-              o.acc + static_cast<std::size_t>(h) * o.acc_step + 8 * NV,
-              0.0f);
-  float vs[2][H][cells_step8];
-  float ms[2][H][cells_step8];
-  const bool lanes = expf_libm8_matches();
-  int cur = 0;
-  if (c0 < c1)
-    cells_weights_avx2<NV, H>(qh, q_step, k, v, c0,
-                              std::min(cells_step8, c1 - c0), c1, scale,
-                              lanes, st, ms[0], vs[0]);
-  for (std::size_t b0 = c0; b0 < c1; b0 += cells_step8, cur ^= 1) {
-    const std::size_t n = std::min(cells_step8, c1 - b0);
-    const std::size_t b1 = b0 + cells_step8;
-    if (b1 < c1)
-      cells_weights_avx2<NV, H>(qh, q_step, k, v, b1,
-                                std::min(cells_step8, c1 - b1), c1, scale,
-                                lanes, st, ms[cur ^ 1], vs[cur ^ 1]);
-    for (int h = 0; h < H; ++h)
-      for (std::size_t c = 0; c < n; ++c) {
-        const float scaled = st[h].S * ms[cur][h][c];
-        st[h].S = scaled + vs[cur][h][c];
-      }
-#pragma GCC unroll 1
-    for (int j0 = 0; j0 < NV; j0 += SW) {
-      __m256 a[H][SW];
-#pragma GCC unroll 4
-      for (int h = 0; h < H; ++h) {
-        const float* acc =
-          o.acc + static_cast<std::size_t>(h) * o.acc_step + 8 * j0;
-#pragma GCC unroll 12
-        for (int j = 0; j < SW; ++j)
-          a[h][j] = _mm256_loadu_ps(acc + 8 * j);
-      }
-      for (std::size_t c = 0; c < n; ++c) {
-        const KV* vr = v.row(b0 + c) + 8 * j0;
-#pragma GCC unroll 4
-        for (int h = 0; h < H; ++h) {
-          const float m = ms[cur][h][c];
-          if (m != 1.0f) {
-            const __m256 f = _mm256_set1_ps(m);
-#pragma GCC unroll 12
-            for (int j = 0; j < SW; ++j)
-              a[h][j] = round_half_avx2(_mm256_mul_ps(a[h][j], f));
-          }
-        }
-#pragma GCC unroll 12
-        for (int j = 0; j < SW; ++j) {
-          const __m256 row = load_half_avx2(vr + 8 * j);
-#pragma GCC unroll 4
-          for (int h = 0; h < H; ++h)
-            a[h][j] = round_half_avx2(
-              _mm256_fmadd_ps(row, _mm256_set1_ps(vs[cur][h][c]), a[h][j]));
-        }
-      }
-#pragma GCC unroll 4
-      for (int h = 0; h < H; ++h) {
-        float* acc = o.acc + static_cast<std::size_t>(h) * o.acc_step + 8 * j0;
-#pragma GCC unroll 12
-        for (int j = 0; j < SW; ++j)
-          _mm256_storeu_ps(acc + 8 * j, a[h][j]);
-      }
-    }
-  }
-  for (int h = 0; h < H; ++h)
-    o.st[h] = st[h];
+  cells_heads_avx2_slices<NV, H, v_slice<NV, H>(), KV>(qh, q_step, k, v, c0,
+                                                       c1, scale, o);
 }
 
 template <class KV>

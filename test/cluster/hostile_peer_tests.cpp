@@ -474,19 +474,21 @@ TEST_CASE("a client that asks and never reads the replies cannot make the "
   p.node("n2");
   issue_mallory(p);
   // Each ping's answer is about 110 bytes: at 10 000 a second the socket's
-  // buffers (a few MiB) fill within seconds. A short idle timeout.
-  auto limits = [](const char* unread) {
+  // buffers (a few MiB) fill within seconds. n1: only the unread rule acts
+  // (a stall takes a minute; with the 3 s below, a loaded machine that
+  // sent the pings slowly saw n1 drop the peer for its stalled output
+  // first); n2: only the stall rule, after a short idle timeout.
+  auto limits = [](const char* unread, const char* idle_ms) {
     return std::string{R"(, "limits": {"client_messages_per_s": 20000,
                                        "message_burst": 20000,
-                                       "idle_timeout_ms": 3000,
-                                       "max_client_unread_messages": )"}
-           + unread + "}";
+                                       "idle_timeout_ms": )"}
+           + idle_ms + R"(, "max_client_unread_messages": )" + unread + "}";
   };
   auto o1 = plain_node("n1");
-  o1.network_extra = limits("64");
+  o1.network_extra = limits("64", "60000");
   node_options o2 = o1;
   o2.name = "n2";
-  o2.network_extra = limits("0"); // unlimited: only the stall rule acts
+  o2.network_extra = limits("0", "3000"); // unlimited unread replies
   auto n1 = start_node(p, o1);
   auto n2 = start_node(p, o2);
   caf::actor_system_config cfg;

@@ -377,12 +377,11 @@ std::string engine_text(const std::string& model, const std::string& prompt,
 /// through the gateway must carry (stream_through_loss.mjs and
 /// resume_after_loss.mjs read it).
 json long_stream_case(const pki& p, const std::string& seed,
-                      std::string& model) {
+                      std::string& model, int max_tokens = 1500) {
   model = p.dir + "/big.gguf";
   must(run({exo_model(), "make-test", "--out", model, "--layers", "4",
             "--dim", "256", "--ff", "1024", "--vocab", "4096", "--ctx",
             "2048", "--seed", seed}));
-  const int max_tokens = 1500;
   auto prompt = std::string{"Once upon a time"};
   return {{"model", "chat"},
           {"prompt", prompt},
@@ -527,7 +526,13 @@ TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
   require_tool("openai");
   pki p{"exo-stream-resume"};
   std::string model;
-  auto expected = long_stream_case(p, "7", model);
+  // The stream must still be going when r1 dies, after its backup holds
+  // tokens: on the cpu 1500 tokens of this model took about 2 s, which a
+  // loaded machine could spend before the kill. Each node's layers go on
+  // a simulated device that reads 1 GB/s on the wall clock (about 25 ms
+  // a token of these 25 MiB): 400 tokens take 10 s or more whatever the
+  // host's speed.
+  auto expected = long_stream_case(p, "7", model, 400);
   // Every node serves the model: r1 coordinates the job (its gateway took
   // the request), one of the others backs it up.
   std::vector<node_proc> nodes;
@@ -535,7 +540,7 @@ TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
     p.node(name);
     node_options o{name};
     o.failure_timeout_ms = 3000;
-    o.devices = R"({"include": ["cpu"], "rescan_interval_s": 0})";
+    o.devices = slow_small_sim(p.dir, 40);
     o.extra = gateway_section(model);
     if (!nodes.empty())
       o.seeds = {nodes.front().port};
