@@ -1154,6 +1154,19 @@ round_half_avx2(__m256 x) {
   return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
 }
 
+/// ggml's four 16-lane accumulators as 8 registers (accumulator j's
+/// lanes 0-7 in d[2j], 8-15 in d[2j+1]) summed as dot_f16 sums them, (a0
+/// + a2) + (a1 + a3), then the tree's first step (lanes i + i+8): the 8
+/// floats reduce16_rows_avx2 takes.
+__attribute__((target("avx2"), always_inline)) inline __m256
+first_tree_avx2(const __m256 (&d)[8]) {
+  const __m256 lo =
+    _mm256_add_ps(_mm256_add_ps(d[0], d[4]), _mm256_add_ps(d[2], d[6]));
+  const __m256 hi =
+    _mm256_add_ps(_mm256_add_ps(d[1], d[5]), _mm256_add_ps(d[3], d[7]));
+  return _mm256_add_ps(hi, lo);
+}
+
 /// Cells per step of cells_heads_avx2.
 constexpr std::size_t cells_step8 = 8;
 
@@ -1181,37 +1194,46 @@ cells_weights_avx2(const float* qh, std::size_t q_step, kv_rows<KV> k,
     if (b0 + c + 8 < c1)
       prefetch_row(v.row(b0 + c + 8), NV * 8);
     const KV* kr = k.row(b0 + c);
-    if constexpr (NB > 0) {
-      // Blocks before the last: each head's accumulators in memory.
-      alignas(32) float part[NB > 1 ? H : 1][64];
-#pragma GCC unroll 1
-      for (int b = 0; b < NB; ++b) {
-        __m256 row[8];
+    if constexpr (NB > 1) {
+      // The row widened once into L1, then each head's 8 accumulators
+      // (ggml's four of 16 lanes: accumulator j's lanes 0-7 are d[2j],
+      // 8-15 d[2j+1]) over the blocks in order, in registers.
+      alignas(32) float kf[64 * NB];
+#pragma GCC unroll 16
+      for (int j = 0; j < 8 * NB; ++j)
+        _mm256_store_ps(kf + 8 * j, load_half_avx2(kr + 8 * j));
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) {
+        const float* q = qh + static_cast<std::size_t>(h) * q_step;
+        __m256 d[8];
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j)
-          row[j] = load_half_avx2(kr + 64 * b + 8 * j);
+          d[j] = _mm256_fmadd_ps(_mm256_load_ps(kf + 8 * j),
+                                 _mm256_loadu_ps(q + 8 * j),
+                                 _mm256_setzero_ps());
 #pragma GCC unroll 4
-        for (int h = 0; h < H; ++h) {
-          const float* q = qh + static_cast<std::size_t>(h) * q_step + 64 * b;
-          __m256 d[8];
+        for (int b = 1; b < NB; ++b)
 #pragma GCC unroll 8
           for (int j = 0; j < 8; ++j)
-            d[j] = _mm256_fmadd_ps(row[j], _mm256_loadu_ps(q + 8 * j),
-                                   b == 0 ? _mm256_setzero_ps()
-                                          : _mm256_load_ps(part[h] + 8 * j));
-          if (b + 1 < NB) {
+            d[j] = _mm256_fmadd_ps(_mm256_load_ps(kf + 64 * b + 8 * j),
+                                   _mm256_loadu_ps(q + 64 * b + 8 * j), d[j]);
+        _mm256_store_ps(t3[h][c], first_tree_avx2(d));
+      }
+    } else if constexpr (NB == 1) {
+      // One block: the row in registers for every head.
+      __m256 row[8];
 #pragma GCC unroll 8
-            for (int j = 0; j < 8; ++j)
-              _mm256_store_ps(part[h] + 8 * j, d[j]);
-          } else {
-            // Accumulator j's lanes 0-7 are d[2j], 8-15 d[2j+1].
-            const __m256 lo = _mm256_add_ps(_mm256_add_ps(d[0], d[4]),
-                                            _mm256_add_ps(d[2], d[6]));
-            const __m256 hi = _mm256_add_ps(_mm256_add_ps(d[1], d[5]),
-                                            _mm256_add_ps(d[3], d[7]));
-            _mm256_store_ps(t3[h][c], _mm256_add_ps(hi, lo));
-          }
-        }
+      for (int j = 0; j < 8; ++j)
+        row[j] = load_half_avx2(kr + 8 * j);
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) {
+        const float* q = qh + static_cast<std::size_t>(h) * q_step;
+        __m256 d[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j)
+          d[j] = _mm256_fmadd_ps(row[j], _mm256_loadu_ps(q + 8 * j),
+                                 _mm256_setzero_ps());
+        _mm256_store_ps(t3[h][c], first_tree_avx2(d));
       }
     }
 #pragma GCC unroll 8
