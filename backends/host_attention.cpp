@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -549,6 +550,15 @@ expf_libm8(__m256 x) {
   return _mm512_maskz_cvtpd_ps(0xff, _mm512_mul_pd(y, s));
 }
 
+/// es[i] = std::exp(xs[i]) for each bit i of `lanes`: the lanes whose
+/// special cases the vector steps leave to libm.
+inline void exp_lanes_by_libm(const float* xs, float* es, unsigned lanes) {
+  for (; lanes != 0; lanes &= lanes - 1) {
+    const int i = __builtin_ctz(lanes);
+    es[i] = std::exp(xs[i]);
+  }
+}
+
 /// std::exp of 16 floats: expf_libm8 where |x| < 88, 0 for -inf, libm's
 /// call elsewhere (glibc's other special cases: over- and underflow, +inf,
 /// NaN).
@@ -576,10 +586,7 @@ expf_libm16_avx512(__m512 x) {
     alignas(64) float xs[16], es[16];
     _mm512_store_ps(xs, x);
     _mm512_store_ps(es, e);
-    for (unsigned m = libm; m != 0; m &= m - 1) {
-      const int i = __builtin_ctz(m);
-      es[i] = std::exp(xs[i]);
-    }
+    exp_lanes_by_libm(xs, es, libm);
     e = _mm512_load_ps(es);
   }
   return e;
@@ -677,8 +684,7 @@ online_weights16(softmax_state& st, const float* s, std::size_t n,
   } else {
     alignas(64) float e[16];
     _mm512_store_ps(e, arg);
-    for (std::size_t c = 0; c < n; ++c)
-      e[c] = std::exp(e[c]);
+    exp_lanes_by_libm(e, e, (1u << n) - 1u);
     ev = _mm512_load_ps(e);
   }
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -1045,10 +1051,7 @@ expf_libm8_avx2(__m256 x) {
     alignas(32) float xs[8], es[8];
     _mm256_store_ps(xs, x);
     _mm256_store_ps(es, e);
-    for (unsigned m = static_cast<unsigned>(libm); m != 0; m &= m - 1) {
-      const int i = __builtin_ctz(m);
-      es[i] = std::exp(xs[i]);
-    }
+    exp_lanes_by_libm(xs, es, static_cast<unsigned>(libm));
     e = _mm256_load_ps(es);
   }
   return e;
@@ -1111,8 +1114,7 @@ online_weights8(softmax_state& st, const float* s, std::size_t n, bool lanes,
   } else {
     alignas(32) float e[8];
     _mm256_store_ps(e, arg);
-    for (std::size_t c = 0; c < n; ++c)
-      e[c] = std::exp(e[c]);
+    exp_lanes_by_libm(e, e, (1u << n) - 1u);
     ev = _mm256_load_ps(e);
   }
   const __m256 one = _mm256_set1_ps(1.0f);
@@ -1285,16 +1287,16 @@ cells_weights_avx2(const float* qh, std::size_t q_step, kv_rows<KV> k,
   }
 }
 
-/// Registers of each head's accumulator the V pass of cells_heads_avx2
-/// holds at once: the most that divides NV with H of them in at most 12.
-template <int NV, int H> constexpr int v_slice() {
-  int s = 12 / H < NV ? 12 / H : NV;
+/// Registers of each head's accumulator a sliced kernel's V pass holds
+/// at once: the most that divides NV with H of them in at most MaxAcc.
+template <int NV, int H, int MaxAcc> constexpr int slice_width() {
+  int s = MaxAcc / H < NV ? MaxAcc / H : NV;
   while (NV % s != 0)
     --s;
   return s;
 }
 
-#define EXO_SLICED_NAME cells_heads_avx2_slices
+#define EXO_SLICED_NAME cells_heads_avx2
 #define EXO_SLICED_TARGET __attribute__((target("avx2,fma,f16c")))
 #define EXO_SLICED_VEC __m256
 #define EXO_SLICED_LANES 8
@@ -1312,97 +1314,69 @@ template <int NV, int H> constexpr int v_slice() {
 #include "backends/host_attention_sliced.inc"
 #include "backends/host_attention_sliced_undef.inc"
 
-/// cells_heads_avx512 on AVX2: H heads of head_dim 8 * NV (a multiple of
-/// 16) in steps of 8 cells, the accumulators in slices of v_slice<NV, H>()
-/// registers of each head.
-template <int NV, int H, class KV>
-__attribute__((target("avx2,fma,f16c"))) void
-cells_heads_avx2(const float* qh, std::size_t q_step, kv_rows<KV> k,
-                 kv_rows<KV> v, std::size_t c0, std::size_t c1, float scale,
-                 const heads_out& o) {
-  static_assert(NV >= 2 && NV % 2 == 0, "head_dim a multiple of 16");
-  cells_heads_avx2_slices<NV, H, v_slice<NV, H>(), KV>(qh, q_step, k, v, c0,
-                                                       c1, scale, o);
-}
-
 template <class KV>
 using cells_heads_fn = void (*)(const float*, std::size_t, kv_rows<KV>,
                                 kv_rows<KV>, std::size_t, std::size_t, float,
                                 const heads_out&);
 
-/// The AVX2 kernel for `heads` heads of head_dim hd, or null where there
-/// is none: heads of 16-96 and 128 values, up to 4 at once.
-template <class KV>
-cells_heads_fn<KV> cells_heads_kernel_avx2(std::size_t hd, std::size_t heads) {
-  if (heads < 1 || heads > 4 || hd % 16 != 0 || hd < 16 || hd > 128
-      || hd == 112)
-    return nullptr;
-  constexpr cells_heads_fn<KV> kernels[8][4] = {
-    {cells_heads_avx2<2, 1, KV>, cells_heads_avx2<2, 2, KV>,
-     cells_heads_avx2<2, 3, KV>, cells_heads_avx2<2, 4, KV>},
-    {cells_heads_avx2<4, 1, KV>, cells_heads_avx2<4, 2, KV>,
-     cells_heads_avx2<4, 3, KV>, cells_heads_avx2<4, 4, KV>},
-    {cells_heads_avx2<6, 1, KV>, cells_heads_avx2<6, 2, KV>,
-     cells_heads_avx2<6, 3, KV>, cells_heads_avx2<6, 4, KV>},
-    {cells_heads_avx2<8, 1, KV>, cells_heads_avx2<8, 2, KV>,
-     cells_heads_avx2<8, 3, KV>, cells_heads_avx2<8, 4, KV>},
-    {cells_heads_avx2<10, 1, KV>, cells_heads_avx2<10, 2, KV>,
-     cells_heads_avx2<10, 3, KV>, cells_heads_avx2<10, 4, KV>},
-    {cells_heads_avx2<12, 1, KV>, cells_heads_avx2<12, 2, KV>,
-     cells_heads_avx2<12, 3, KV>, cells_heads_avx2<12, 4, KV>},
-    {nullptr, nullptr, nullptr, nullptr},
-    {cells_heads_avx2<16, 1, KV>, cells_heads_avx2<16, 2, KV>,
-     cells_heads_avx2<16, 3, KV>, cells_heads_avx2<16, 4, KV>}};
-  return kernels[hd / 16 - 1][heads - 1];
+/// The grouped-heads kernels of AVX-512: heads' accumulators in registers
+/// for the whole call where they fit (two heads, or up to four of at most
+/// 64 values), else in slices of up to 24 registers a step.
+struct avx512_heads {
+  static constexpr std::size_t lanes = 16;
+  template <int NV, int H, class KV> static constexpr cells_heads_fn<KV> kernel() {
+    if constexpr (H <= 2 || NV <= 4)
+      return cells_heads_avx512<NV, H, KV>;
+    else
+      return cells_heads_sliced_avx512<NV, H, slice_width<NV, H, 24>(), KV>;
+  }
+};
+
+/// The grouped-heads kernels of AVX2: accumulators in slices of up to 12
+/// registers a step.
+struct avx2_heads {
+  static constexpr std::size_t lanes = 8;
+  template <int NV, int H, class KV> static constexpr cells_heads_fn<KV> kernel() {
+    return cells_heads_avx2<NV, H, slice_width<NV, H, 12>(), KV>;
+  }
+};
+
+/// Isa's kernels for 1-4 heads of head_dim HD (none for 112: no model has
+/// it).
+template <class Isa, std::size_t HD, class KV>
+constexpr std::array<cells_heads_fn<KV>, 4> heads_row() {
+  constexpr int nv = static_cast<int>(HD / Isa::lanes);
+  if constexpr (HD == 112)
+    return {};
+  else
+    return {Isa::template kernel<nv, 1, KV>(), Isa::template kernel<nv, 2, KV>(),
+            Isa::template kernel<nv, 3, KV>(), Isa::template kernel<nv, 4, KV>()};
 }
 
-/// The kernel for `heads` heads of head_dim hd on this CPU (AVX-512, else
-/// AVX2), or null where there is none (another width, no such ISA, more
-/// heads than fit).
+/// Isa's kernel for `heads` heads of head_dim hd (16 .. 128 in steps of 16),
+/// or null.
+template <class Isa, class KV>
+cells_heads_fn<KV> heads_kernel_of(std::size_t hd, std::size_t heads) {
+  static constexpr std::array<std::array<cells_heads_fn<KV>, 4>, 8> table = {
+    heads_row<Isa, 16, KV>(),  heads_row<Isa, 32, KV>(),
+    heads_row<Isa, 48, KV>(),  heads_row<Isa, 64, KV>(),
+    heads_row<Isa, 80, KV>(),  heads_row<Isa, 96, KV>(),
+    heads_row<Isa, 112, KV>(), heads_row<Isa, 128, KV>()};
+  return table[hd / 16 - 1][heads - 1];
+}
+
+/// The grouped-heads kernel for `heads` heads of head_dim hd on this CPU
+/// (AVX-512, else AVX2), or null where there is none (another width, no
+/// such ISA, more than 4 heads).
 template <class KV>
 cells_heads_fn<KV> cells_heads_kernel(std::size_t hd, std::size_t heads) {
-  if (!use_avx512())
-    return use_avx2() ? cells_heads_kernel_avx2<KV>(hd, heads) : nullptr;
-  switch (hd) {
-  case 16:
-  case 32:
-  case 48:
-  case 64:
-  case 80:
-  case 96:
-    break;
-  case 128:
-    switch (heads) {
-    case 1: return cells_heads_avx512<8, 1, KV>;
-    case 2: return cells_heads_avx512<8, 2, KV>;
-    case 3: return cells_heads_sliced_avx512<8, 3, 8, KV>;
-    case 4: return cells_heads_sliced_avx512<8, 4, 4, KV>;
-    default: return nullptr;
-    }
-  default:
+  if (heads < 1 || heads > 4 || hd % 16 != 0 || hd < 16 || hd > 128)
     return nullptr;
-  }
-  // Up to 4 heads of 16-96 values: their accumulators in registers for
-  // the whole call where they take at most 16 (heads of 16-64, two of 80
-  // or 96), else in one slice a step (cells_heads_sliced_avx512).
-  constexpr cells_heads_fn<KV> kernels[6][4] = {
-    {cells_heads_avx512<1, 1, KV>, cells_heads_avx512<1, 2, KV>,
-     cells_heads_avx512<1, 3, KV>, cells_heads_avx512<1, 4, KV>},
-    {cells_heads_avx512<2, 1, KV>, cells_heads_avx512<2, 2, KV>,
-     cells_heads_avx512<2, 3, KV>, cells_heads_avx512<2, 4, KV>},
-    {cells_heads_avx512<3, 1, KV>, cells_heads_avx512<3, 2, KV>,
-     cells_heads_avx512<3, 3, KV>, cells_heads_avx512<3, 4, KV>},
-    {cells_heads_avx512<4, 1, KV>, cells_heads_avx512<4, 2, KV>,
-     cells_heads_avx512<4, 3, KV>, cells_heads_avx512<4, 4, KV>},
-    {cells_heads_avx512<5, 1, KV>, cells_heads_avx512<5, 2, KV>,
-     cells_heads_sliced_avx512<5, 3, 5, KV>,
-     cells_heads_sliced_avx512<5, 4, 5, KV>},
-    {cells_heads_avx512<6, 1, KV>, cells_heads_avx512<6, 2, KV>,
-     cells_heads_sliced_avx512<6, 3, 6, KV>,
-     cells_heads_sliced_avx512<6, 4, 6, KV>}};
-  if (heads < 1 || heads > 4)
-    return nullptr;
-  return kernels[hd / 16 - 1][heads - 1];
+  if (use_avx512())
+    return heads_kernel_of<avx512_heads, KV>(hd, heads);
+  if (use_avx2())
+    return heads_kernel_of<avx2_heads, KV>(hd, heads);
+  return nullptr;
 }
 
 /// How many heads of head_dim hd one kernel call takes: the most

@@ -1132,7 +1132,7 @@ result<std::int32_t> device_stage::new_block() {
     // Doubling (at least 8 blocks), never past what the caches could ever
     // hold together (their contexts' blocks: so a stage holds no more
     // than placement counts for its sequences); when the device has no
-    // room for that, just one more.
+    // room for that, the most it has room for (grow_pool_by).
     const std::uint64_t want = std::min<std::uint64_t>(
       std::max<std::uint64_t>(8, 2ull * pool_.blocks), cap_blocks_);
     EXO_TRY(grow_pool_by(std::max<std::uint64_t>(want, pool_.blocks + 1ull)
