@@ -213,6 +213,15 @@ status device::copy_to_peer(const buffer&, std::size_t, buffer&, std::size_t,
   return fail(errc::unsupported, "no direct peer copy on this device");
 }
 
+status device::resize(buffer&, std::size_t) {
+  return fail(errc::unsupported, properties().id
+                                   + " cannot resize a buffer in place");
+}
+
+bool device::resizes() const noexcept {
+  return false;
+}
+
 void* device::host_pointer(buffer&) {
   return nullptr;
 }

@@ -157,6 +157,12 @@ public:
     return read_only_;
   }
 
+protected:
+  /// The size after device::resize (the device's own buffer type).
+  void set_size(std::size_t size) noexcept {
+    size_ = size;
+  }
+
 private:
   device* owner_;
   std::size_t size_;
@@ -399,6 +405,18 @@ public:
   // memory
   virtual result<std::unique_ptr<buffer>> allocate(std::size_t bytes) = 0;
   virtual memory_info memory() = 0;
+
+  /// Optional: `buf` (of this device, writable) as a buffer of `bytes`,
+  /// its first min(old, new) bytes kept, without a second buffer's worth
+  /// of memory at any time: growing needs room for the difference only.
+  /// Ordered like `copy` (rule 4: operations before it see the old
+  /// buffer, after it the new one). Its memory may move (host pointers
+  /// taken before are stale). On failure the buffer is as it was. The
+  /// default says unsupported; callers then allocate a new buffer and
+  /// copy. A host device moves pages, not bytes (huge_page_arena).
+  virtual status resize(buffer& buf, std::size_t bytes);
+  /// Whether resize is supported (the default: no).
+  virtual bool resizes() const noexcept;
 
   /// Whether this device's matmul_weights runs weights encoded as t. The
   /// default: f32, f16 and q8_0 (every backend's kernels); host devices run

@@ -4,6 +4,7 @@
 #include "backends/host_kernels.hpp"
 #include "backends/host_parallel.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -39,6 +40,15 @@ public:
   /// Writable only when !read_only() (every write path checks that).
   char* data() const noexcept {
     return static_cast<char*>(mem_);
+  }
+  /// Now `size` bytes at mem (arena_bytes from the arena, or 0: malloc).
+  void moved(void* mem, std::size_t size, std::size_t arena_bytes) noexcept {
+    mem_ = mem;
+    arena_bytes_ = arena_bytes;
+    set_size(size);
+  }
+  std::size_t arena_bytes() const noexcept {
+    return arena_bytes_;
   }
 
 private:
@@ -76,6 +86,50 @@ result<std::unique_ptr<buffer>> host_device::allocate(std::size_t bytes) {
   ++submitted_;
   return std::unique_ptr<buffer>{
     new host_buffer(*this, bytes, mem, large ? rounded : 0)};
+}
+
+status host_device::resize(buffer& buf, std::size_t bytes) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  // A growth takes memory as an allocation does (a simulated device's
+  // allocation faults refuse it); a shrink only gives some back.
+  EXO_TRY(admit(bytes > buf.size() ? "resize" : "shrink"));
+  EXO_TRY(check_range(buf, 0, 0, "resize"));
+  EXO_TRY(check_writable(buf, "resize"));
+  if (bytes == 0)
+    return fail(errc::invalid_argument, "resize: size must be > 0");
+  if (bytes > props_.max_allocation)
+    return fail(errc::out_of_memory,
+                "resize: " + std::to_string(bytes)
+                  + " bytes exceeds the device's largest allocation of "
+                  + std::to_string(props_.max_allocation));
+  auto& hb = static_cast<host_buffer&>(buf);
+  const std::size_t old = buf.size();
+  if (bytes > old)
+    EXO_TRY(reserve(bytes - old, used_));
+  const auto rounded = (bytes + alignment - 1) / alignment * alignment;
+  if (hb.arena_bytes() > 0) {
+    // The arena moves pages (or grows the block where it is).
+    void* mem = arena_.resize(hb.data(), hb.arena_bytes(), rounded);
+    if (mem == nullptr)
+      return fail(errc::out_of_memory, "resize: the host refused "
+                                         + std::to_string(bytes) + " bytes");
+    hb.moved(mem, bytes, rounded);
+  } else {
+    // A small buffer from malloc: a new one (from the arena once large
+    // enough), its bytes copied.
+    const bool large = arena_.takes(rounded);
+    void* mem = large ? arena_.allocate(rounded)
+                      : std::aligned_alloc(alignment, rounded);
+    if (mem == nullptr)
+      return fail(errc::out_of_memory, "resize: the host refused "
+                                         + std::to_string(bytes) + " bytes");
+    std::memcpy(mem, hb.data(), std::min(old, bytes));
+    std::free(hb.data());
+    hb.moved(mem, bytes, large ? rounded : 0);
+  }
+  used_ = used_ - old + bytes;
+  ++submitted_;
+  return {};
 }
 
 result<std::unique_ptr<buffer>>

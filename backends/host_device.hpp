@@ -24,6 +24,12 @@ public:
   adopt_host(const void* data, std::size_t bytes,
              std::shared_ptr<const void> keep) override;
   memory_info memory() override;
+  /// Moves pages, never copies more than a small buffer (< 256 KiB, from
+  /// malloc) holds; read-only (adopted) buffers are refused.
+  status resize(buffer& buf, std::size_t bytes) override;
+  bool resizes() const noexcept override {
+    return true;
+  }
   /// Every weight type: the host kernels run them all.
   bool runs_weights(weight_type t) const noexcept override;
   /// Attention reads a paged cache's rows where they are.

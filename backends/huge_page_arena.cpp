@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 namespace exo::backend {
 
@@ -79,38 +80,112 @@ void* huge_page_arena::allocate(std::size_t bytes) {
   return r == nullptr ? nullptr : take(*r);
 }
 
+huge_page_arena::region* huge_page_arena::region_of(const char* c) noexcept {
+  for (auto& r : regions_)
+    if (c >= r.base && c < r.base + r.size)
+      return &r;
+  return nullptr;
+}
+
+void huge_page_arena::give(region& r, std::size_t off, std::size_t len) {
+  auto end = off + len;
+  // Merge with the free neighbours on either side.
+  auto next = r.free.lower_bound(off);
+  if (next != r.free.end() && next->first == end) {
+    end += next->second;
+    next = r.free.erase(next);
+  }
+  if (next != r.free.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      off = prev->first;
+      r.free.erase(prev);
+    }
+  }
+  r.free.emplace(off, end - off);
+  r.used -= len;
+}
+
+bool huge_page_arena::carve(region& r, std::size_t off, std::size_t len) {
+  auto it = r.free.upper_bound(off);
+  if (it == r.free.begin())
+    return false;
+  --it;
+  const auto [start, size] = *it;
+  if (off + len > start + size)
+    return false;
+  r.free.erase(it);
+  if (off > start)
+    r.free.emplace(start, off - start);
+  if (start + size > off + len)
+    r.free.emplace(off + len, start + size - off - len);
+  r.used += len;
+  return true;
+}
+
+void huge_page_arena::release_at(std::size_t i, std::size_t off,
+                                 std::size_t len) {
+  auto& r = regions_[i];
+  give(r, off, len);
+  if (r.used == 0) {
+    unmap(r);
+    regions_.erase(regions_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+}
+
 void huge_page_arena::release(void* p, std::size_t bytes) {
   if (p == nullptr)
     return;
   auto* c = static_cast<char*>(p);
-  const auto len = round_up(bytes, granule);
-  for (auto it = regions_.begin(); it != regions_.end(); ++it) {
-    auto& r = *it;
-    if (c < r.base || c >= r.base + r.size)
-      continue;
-    auto off = static_cast<std::size_t>(c - r.base);
-    auto end = off + len;
-    // Merge with the free neighbours on either side.
-    auto next = r.free.lower_bound(off);
-    if (next != r.free.end() && next->first == end) {
-      end += next->second;
-      next = r.free.erase(next);
-    }
-    if (next != r.free.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == off) {
-        off = prev->first;
-        r.free.erase(prev);
-      }
-    }
-    r.free.emplace(off, end - off);
-    r.used -= len;
-    if (r.used == 0) {
-      unmap(r);
-      regions_.erase(it);
-    }
-    return;
+  if (auto* r = region_of(c))
+    release_at(static_cast<std::size_t>(r - regions_.data()),
+               static_cast<std::size_t>(c - r->base), round_up(bytes, granule));
+}
+
+void* huge_page_arena::resize(void* p, std::size_t old_bytes,
+                              std::size_t new_bytes) {
+  if (p == nullptr || new_bytes == 0
+      || new_bytes > SIZE_MAX - 2 * region_bytes_ - 2 * huge_page)
+    return nullptr;
+  auto* c = static_cast<char*>(p);
+  auto* r = region_of(c);
+  if (r == nullptr)
+    return nullptr;
+  const auto off = static_cast<std::size_t>(c - r->base);
+  const auto had = round_up(old_bytes, granule);
+  const auto need = round_up(new_bytes, granule);
+  if (need <= had) {
+    if (need < had)
+      give(*r, off + need, had - need);
+    return p;
   }
+  // Where it is, when the space after it is free.
+  if (auto next = r->free.find(off + had);
+      next != r->free.end() && next->second >= need - had) {
+    (void) carve(*r, off + had, need - had);
+    return p;
+  }
+  // Else into a new region, at the same offset within a huge page (an
+  // aligned huge page moves as one page-table entry; one split across
+  // two addresses would be broken into small pages).
+  const auto index = static_cast<std::size_t>(r - regions_.data());
+  const auto lead = reinterpret_cast<std::uintptr_t>(c) % huge_page;
+  auto* nr = add_region(lead + need); // may move regions_: r is stale now
+  if (nr == nullptr)
+    return nullptr;
+  (void) carve(*nr, lead, need);
+  auto* dst = nr->base + lead;
+  // The pages move; the old range stays mapped, empty (MREMAP_DONTUNMAP),
+  // so the old region keeps no hole another mapping could take.
+  void* moved = ::mremap(c, had, had,
+                         MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst);
+  if (moved == MAP_FAILED) {
+    std::memcpy(dst, c, std::min(old_bytes, new_bytes));
+    bytes_copied_ += std::min(old_bytes, new_bytes);
+  }
+  ++moves_;
+  release_at(index, off, had);
+  return dst;
 }
 
 std::size_t huge_page_arena::mapped_bytes() const noexcept {

@@ -47,6 +47,26 @@ public:
   /// Returns a block from allocate() with the same `bytes`.
   void release(void* p, std::size_t bytes);
 
+  /// The block `p` of `old_bytes` (from allocate() or resize()) as a block
+  /// of `new_bytes`, its first min(old, new) bytes kept, without copying
+  /// them: it shrinks or grows where it is when the space after it is
+  /// free; else its pages move to a new region (mremap: the page tables
+  /// move, the memory stays), at the same offset within a huge page so
+  /// that huge pages move whole. The old address is then invalid. Null
+  /// when the host refuses (p is unchanged then). Where the kernel cannot
+  /// move pages (before Linux 5.7) the bytes are copied instead
+  /// (bytes_copied() says so).
+  void* resize(void* p, std::size_t old_bytes, std::size_t new_bytes);
+
+  /// Blocks resize() moved to another address, and bytes it had to copy
+  /// doing so (0 where the kernel moves pages).
+  std::uint64_t moves() const noexcept {
+    return moves_;
+  }
+  std::uint64_t bytes_copied() const noexcept {
+    return bytes_copied_;
+  }
+
   /// Bytes of address space mapped for regions (not all of it resident).
   std::size_t mapped_bytes() const noexcept;
   /// Regions mapped now.
@@ -69,10 +89,23 @@ private:
   /// A new region of at least `bytes`, or null.
   region* add_region(std::size_t bytes);
   void unmap(region& r);
+  /// The region holding address c, or null.
+  region* region_of(const char* c) noexcept;
+  /// Gives [off, off + len) of r back to its free list, merged with its
+  /// free neighbours.
+  static void give(region& r, std::size_t off, std::size_t len);
+  /// Takes [off, off + len) of r from the free block that holds it;
+  /// whether one does.
+  static bool carve(region& r, std::size_t off, std::size_t len);
+  /// Releases [off, off + len) of regions_[i], unmapping the region when
+  /// nothing is left in it.
+  void release_at(std::size_t i, std::size_t off, std::size_t len);
 
   std::size_t min_bytes_;
   std::size_t region_bytes_;
   std::vector<region> regions_;
+  std::uint64_t moves_ = 0;
+  std::uint64_t bytes_copied_ = 0;
 };
 
 } // namespace exo::backend

@@ -682,6 +682,11 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
     audit_op(self, audit::event_type::device_allocate, {},
              std::move(details));
   };
+  hooks.on_resize = [self](std::uint64_t bytes) {
+    ++self->state.operations;
+    audit_op(self, audit::event_type::device_allocate, {},
+             {{"bytes", std::to_string(bytes)}, {"resize", "true"}});
+  };
   hooks.on_free = [self] {
     ++self->state.operations;
     audit_op(self, audit::event_type::device_free, {}, {});

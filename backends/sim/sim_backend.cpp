@@ -175,6 +175,12 @@ void sim_device::catch_up_with_wall() {
 namespace {
 
 /// Whether operation `what` (host_device's names) is one of `kind`.
+/// Whether the operation takes device memory: an allocation, or a
+/// buffer's growth (host_device::resize admits it as "resize").
+bool allocates(const char* what) {
+  return std::strcmp(what, "allocate") == 0 || std::strcmp(what, "resize") == 0;
+}
+
 bool is_op(sim_device::op_kind kind, const char* what) {
   using k = sim_device::op_kind;
   if (kind == k::none)
@@ -182,10 +188,10 @@ bool is_op(sim_device::op_kind kind, const char* what) {
   if (kind == k::every)
     return true;
   static const char* const data_ops[] = {
-    "allocate", "adopt_host", "write",  "read",     "copy",
-    "synchronize", "record",  "wait",   "completed"};
+    "allocate", "adopt_host", "resize", "shrink",    "write", "read",
+    "copy",     "synchronize", "record", "completed", "wait"};
   if (kind == k::allocations)
-    return std::strcmp(what, "allocate") == 0;
+    return allocates(what);
   for (auto* op : data_ops) // kernels: every other operation
     if (std::strcmp(what, op) == 0)
       return false;
@@ -227,14 +233,15 @@ status sim_device::admit(const char* what) {
                   + " has vanished");
   catch_up_with_wall();
   op_began_ = std::chrono::steady_clock::now();
-  if (std::string{what} == "allocate" && !fail_next_alloc_.empty()) {
+  if (allocates(what) && !fail_next_alloc_.empty()) {
     auto reason = std::move(fail_next_alloc_);
     fail_next_alloc_.clear();
-    return fail(errc::out_of_memory, "allocate: injected fault: " + reason);
-  }
-  if (std::string{what} == "allocate" && fail_allocs_)
     return fail(errc::out_of_memory,
-                "allocate: injected fault: every allocation fails");
+                std::string{what} + ": injected fault: " + reason);
+  }
+  if (allocates(what) && fail_allocs_)
+    return fail(errc::out_of_memory,
+                std::string{what} + ": injected fault: every allocation fails");
   return {};
 }
 

@@ -1,6 +1,8 @@
 // Device layer benchmark: host<->device and device<->device copy bandwidth
 // per device for 1..256 MiB beside plain memcpy measured in the same run;
-// allocation and synchronize latency; discovery cold and warm; exo-node
+// allocation and synchronize latency; growing a buffer (a KV pool's arena)
+// to twice its size by a new buffer and a copy beside resizing it where it
+// is (devices that resize); discovery cold and warm; exo-node
 // start to ready (when given the path of exo-node).
 //
 //   device_bench [path/to/exo-node]
@@ -84,6 +86,57 @@ void copies(backend::device& dev) {
   double sync_us = seconds_since(t0) / iters * 1e6;
   std::printf("  allocate+free 4 KiB: %.2f us   synchronize: %.2f us\n",
               alloc_us, sync_us);
+}
+
+/// A written buffer of n grown to 2n: a new buffer, a copy and a free (what
+/// a KV pool's growth does on a device that cannot resize), beside
+/// device::resize; and the peak memory of each.
+void growth(backend::device& dev) {
+  if (!dev.resizes())
+    return;
+  std::printf("\n%s: a written buffer grown to twice its size\n",
+              dev.properties().id.c_str());
+  std::printf("  %8s %16s %12s %14s %10s\n", "size", "allocate+copy",
+              "resize", "peak (copy)", "(resize)");
+  for (std::size_t mib : {16, 256, 1024}) {
+    const std::size_t n = mib << 20;
+    std::vector<char> fill(n, 3);
+    double t_copy = 1e30, t_resize = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto a = dev.allocate(n);
+      if (!a) {
+        std::printf("  %5zu MiB: allocation failed\n", mib);
+        return;
+      }
+      (void) dev.write(**a, 0, fill.data(), n);
+      auto t0 = clock_type::now();
+      auto b = dev.allocate(2 * n);
+      if (!b) {
+        std::printf("  %5zu MiB: no room for a copy\n", mib);
+        return;
+      }
+      (void) dev.copy(**a, 0, **b, 0, n);
+      (void) dev.synchronize();
+      a->reset();
+      t_copy = std::min(t_copy, seconds_since(t0));
+      b->reset();
+      auto c = dev.allocate(n);
+      if (!c)
+        return;
+      (void) dev.write(**c, 0, fill.data(), n);
+      t0 = clock_type::now();
+      if (!dev.resize(**c, 2 * n))
+        return;
+      (void) dev.synchronize();
+      t_resize = std::min(t_resize, seconds_since(t0));
+      char last = 0;
+      (void) dev.read(**c, n - 1, &last, 1);
+      if (last != 3)
+        std::printf("  resize lost the bytes!\n");
+    }
+    std::printf("  %4zu MiB %13.2f ms %9.3f ms %10zu MiB %6zu MiB\n", mib,
+                t_copy * 1e3, t_resize * 1e3, 3 * mib, 2 * mib);
+  }
 }
 
 void device_to_device(std::vector<backend::device*>& devs) {
@@ -195,6 +248,8 @@ int main(int argc, char** argv) {
   for (auto* d : devs)
     copies(*d);
   device_to_device(devs);
+  for (auto* d : devs)
+    growth(*d);
   std::printf("\n== discovery ==\n");
   discovery_times();
   if (argc > 1) {

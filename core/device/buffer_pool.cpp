@@ -63,6 +63,42 @@ result<std::uint64_t> buffer_pool::allocate(std::uint64_t bytes) {
   return add(std::move(buf), bytes);
 }
 
+status buffer_pool::resize(std::uint64_t handle, std::uint64_t bytes) {
+  if (bytes == 0)
+    return fail(errc::invalid_argument, "resize: size must be > 0");
+  if (bytes > SIZE_MAX)
+    return fail(errc::out_of_memory, "resize: too large");
+  auto it = live_.find(handle);
+  if (it == live_.end())
+    return fail(errc::invalid_argument,
+                "resize: unknown handle " + std::to_string(handle));
+  auto& e = it->second;
+  if (e.adopted)
+    return fail(errc::invalid_argument,
+                "resize: handle " + std::to_string(handle)
+                  + " is host memory read in place");
+  auto cls = size_class(bytes);
+  if (cls > dev_.properties().max_allocation)
+    cls = bytes;
+  if (cls != e.buf->size() && bytes != e.buf->size()) {
+    auto to = [&](std::uint64_t n) {
+      return dev_.resize(*e.buf, static_cast<std::size_t>(n));
+    };
+    auto st = to(cls);
+    if (!st && st.err().code == errc::out_of_memory && !cache_.empty()) {
+      trim();
+      st = to(cls);
+    }
+    if (!st && st.err().code == errc::out_of_memory && cls > bytes)
+      st = to(bytes); // rounding is never a reason to fail (allocate)
+    if (!st)
+      return st;
+  }
+  live_bytes_ = live_bytes_ - e.size + bytes;
+  e.size = bytes;
+  return {};
+}
+
 result<std::uint64_t> buffer_pool::adopt(const void* data, std::uint64_t bytes,
                                          std::shared_ptr<const void> keep) {
   if (bytes > SIZE_MAX)

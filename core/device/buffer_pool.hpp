@@ -44,6 +44,12 @@ public:
   /// Returns the handle's buffer to the pool.
   status release(std::uint64_t handle);
 
+  /// The handle's buffer as one of at least `bytes` (its first bytes
+  /// kept; backend::device::resize, so the buffer is resized where it is,
+  /// to its new size class, or kept when the class stays). Unsupported
+  /// where the device cannot; refused for adopted memory.
+  status resize(std::uint64_t handle, std::uint64_t bytes);
+
   /// The buffer behind a handle after checking [offset, offset + len) lies
   /// inside the size that was asked for.
   result<backend::buffer*> resolve(std::uint64_t handle, std::uint64_t offset,

@@ -142,6 +142,11 @@ bool pool_ops::runs_weights(backend::weight_type t) const {
   return pool_ && dev_->runs_weights(t);
 }
 
+bool pool_ops::resizes() const {
+  std::lock_guard<std::mutex> guard{mx_};
+  return pool_ && dev_->resizes();
+}
+
 bool pool_ops::reads_kv_blocks() const {
   std::lock_guard<std::mutex> guard{mx_};
   return pool_ && dev_->reads_kv_blocks();
@@ -161,6 +166,24 @@ status pool_ops::copy(model::device_handle src, std::uint64_t src_off,
     return to.err();
   ++copies_;
   return reported(dev_->copy(**from, src_off, **to, dst_off, bytes));
+}
+
+status pool_ops::resize(model::device_handle h, std::uint64_t bytes) {
+  bool detached = false;
+  auto r = with_room(
+    [&]() -> result<model::device_handle> {
+      EXO_TRY(pool_->resize(h, bytes));
+      return h;
+    },
+    detached);
+  if (!r && !detached && r.err().code != errc::unsupported
+      && hooks_.on_error)
+    hooks_.on_error(r.err());
+  if (!r)
+    return r.err();
+  if (hooks_.on_resize)
+    hooks_.on_resize(bytes);
+  return {};
 }
 
 std::uint64_t pool_ops::footprint(model::device_handle h) const {

@@ -32,6 +32,8 @@ public:
     std::function<void(const backend::error&)> on_error;
     std::function<void(std::uint64_t bytes, bool in_place)> on_allocate;
     std::function<void()> on_free;
+    /// A buffer resized to `bytes` (audited like an allocation).
+    std::function<void(std::uint64_t bytes)> on_resize;
     /// An allocation (or adoption) found no room: frees what the device
     /// keeps that may go (device::task_context::keep), one thing at a
     /// time; whether anything went (the call is tried again). Called
@@ -58,6 +60,11 @@ public:
   bool reads_kv_blocks() const override;
   /// The pool's size of the buffer (0 once detached).
   std::uint64_t footprint(model::device_handle h) const override;
+
+  /// The pool's resize (room made as for an allocation: on_no_room).
+  status resize(model::device_handle h, std::uint64_t bytes) override;
+  /// The device's answer (false once detached).
+  bool resizes() const override;
 
   /// Copies `bytes` between two buffers of this device.
   status copy(model::device_handle src, std::uint64_t src_off,

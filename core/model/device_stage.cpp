@@ -46,6 +46,14 @@ status device_ops::copy(device_handle src, std::uint64_t src_offset,
   return {};
 }
 
+status device_ops::resize(device_handle, std::uint64_t) {
+  return fail(errc::unsupported, where() + " cannot resize a buffer in place");
+}
+
+bool device_ops::resizes() const {
+  return false;
+}
+
 status device_ops::step(device_handle in, std::uint64_t in_offset,
                         const void* src, std::uint64_t in_bytes,
                         const std::vector<device_op>& ops, device_handle out,
@@ -132,6 +140,19 @@ status backend_ops::copy(device_handle src, std::uint64_t src_offset,
   return dev_.copy(**from, src_offset, **to, dst_offset, bytes);
 }
 
+status backend_ops::resize(device_handle h, std::uint64_t bytes) {
+  auto b = find(h);
+  if (!b)
+    return b.err();
+  if (adopted_.count(h) != 0)
+    return fail(errc::invalid_argument,
+                "resize: buffer " + std::to_string(h)
+                  + " is host memory read in place");
+  if (bytes > std::numeric_limits<std::size_t>::max())
+    return fail(errc::out_of_memory, "resize: too large");
+  return dev_.resize(**b, static_cast<std::size_t>(bytes));
+}
+
 result<device_handle> backend_ops::adopt_host(const void* data,
                                               std::uint64_t bytes,
                                               std::shared_ptr<const void> keep) {
@@ -214,6 +235,10 @@ std::string backend_ops::where() const {
 
 bool backend_ops::runs_weights(backend::weight_type t) const {
   return dev_.runs_weights(t);
+}
+
+bool backend_ops::resizes() const {
+  return dev_.resizes();
 }
 
 bool backend_ops::reads_kv_blocks() const {
@@ -1065,29 +1090,48 @@ status device_stage::check_kv_blocks() const {
 
 status device_stage::grow_pool(std::uint32_t blocks) {
   const std::uint64_t bb = block_bytes();
-  // K's arena, then V's: each old arena goes as soon as its blocks are
-  // copied, so a growth needs room for one new arena beside the pool, not
-  // two. The blocks keep their numbers. A growth that gets K's arena but
-  // not V's keeps the larger K (the rows in its first blocks, as before)
-  // and the pool's count: the next growth finds K grown already.
-  for (auto [arena, room] : {std::pair{&pool_.k, &pool_.k_room},
-                             std::pair{&pool_.v, &pool_.v_room}}) {
-    if (*room >= blocks)
-      continue;
-    auto h = ops_.allocate(blocks * bb);
-    if (!h)
-      return h.err();
-    if (pool_.blocks > 0)
-      if (auto st = ops_.copy(*arena, 0, *h, 0, pool_.blocks * bb); !st) {
-        (void) ops_.free(*h);
+  if (pool_.k != 0 && ops_.resizes()) {
+    // Each arena resized where it is (device_ops::resize): room for the
+    // new blocks only, nothing copied. When V's cannot grow, K's goes
+    // back to its old size: a failed growth leaves the device as it was.
+    const std::uint32_t k_had = pool_.k_room;
+    if (pool_.k_room < blocks) {
+      EXO_TRY(ops_.resize(pool_.k, blocks * bb));
+      pool_.k_room = blocks;
+    }
+    if (pool_.v_room < blocks) {
+      if (auto st = ops_.resize(pool_.v, blocks * bb); !st) {
+        if (k_had < blocks && ops_.resize(pool_.k, k_had * bb))
+          pool_.k_room = k_had;
         return st;
       }
-    if (*arena != 0)
-      (void) ops_.free(*arena);
-    *arena = *h;
-    *room = blocks;
+      pool_.v_room = blocks;
+    }
+  } else {
+    // K's arena, then V's: each old arena goes as soon as its blocks are
+    // copied, so a growth needs room for one new arena beside the pool,
+    // not two. A growth that gets K's arena but not V's keeps the larger
+    // K (the rows in its first blocks, as before) and the pool's count:
+    // the next growth finds K grown already.
+    for (auto [arena, room] : {std::pair{&pool_.k, &pool_.k_room},
+                               std::pair{&pool_.v, &pool_.v_room}}) {
+      if (*room >= blocks)
+        continue;
+      auto h = ops_.allocate(blocks * bb);
+      if (!h)
+        return h.err();
+      if (pool_.blocks > 0)
+        if (auto st = ops_.copy(*arena, 0, *h, 0, pool_.blocks * bb); !st) {
+          (void) ops_.free(*h);
+          return st;
+        }
+      if (*arena != 0)
+        (void) ops_.free(*arena);
+      *arena = *h;
+      *room = blocks;
+    }
   }
-  // The lowest new block is taken first.
+  // The blocks keep their numbers; the lowest new block is taken first.
   for (std::uint32_t b = blocks; b-- > pool_.blocks;)
     pool_.free.push_back(static_cast<std::int32_t>(b));
   pool_.refs.resize(blocks, 0);
@@ -1099,17 +1143,21 @@ status device_stage::grow_pool(std::uint32_t blocks) {
 status device_stage::grow_pool_by(std::uint64_t add) {
   // The most the device has room for, halving the step: a growth by one
   // block at a time would copy the whole pool for every new block once
-  // the device has no room to double it. A growth by `add` needs room
-  // for t + 2 * add blocks at its peak (K's new arena of t + add beside
-  // the pool, then, K's old one freed, V's), or t + add where K's arena
-  // has grown already: one allocation of that size, freed at once, says
-  // whether it fits before a step that does not fit grows K alone. A
-  // step of one block is tried as it is (nothing smaller would fit).
+  // the device has no room to double it (or, resizing in place, grow
+  // by one block per 32-odd positions). Copying, a growth by `add` needs
+  // room for t + 2 * add blocks at its peak (K's new arena of t + add
+  // beside the pool, then, K's old one freed, V's), or t + add where
+  // K's arena has grown already: one allocation of that size, freed at
+  // once, says whether it fits before a step that does not fit grows K
+  // alone. Resizing in place needs room for 2 * add blocks, and a
+  // growth that fails leaves nothing grown: no probe. A step of one
+  // block is tried as it is (nothing smaller would fit).
   const std::uint64_t bb = block_bytes();
+  const bool in_place = pool_.k != 0 && ops_.resizes();
   for (;; add = (add + 1) / 2) {
     const std::uint64_t t = pool_.blocks;
     const auto blocks = static_cast<std::uint32_t>(t + add);
-    if (add > 1) {
+    if (add > 1 && !in_place) {
       const std::uint64_t peak =
         (pool_.k_room >= blocks ? t + add : t + 2 * add) * bb;
       auto probe = ops_.allocate(peak);
@@ -1173,27 +1221,57 @@ void device_stage::trim_pool() {
   // A quarter or less in use: the held blocks move to the start of
   // arenas of twice their number (at least 8), the tables follow.
   const auto n = static_cast<std::uint32_t>(std::max<std::uint64_t>(8, 2 * used));
-  auto k = ops_.allocate(n * bb);
-  if (!k)
-    return; // no room for new arenas: keep the old ones
-  auto v = ops_.allocate(n * bb);
-  if (!v) {
-    (void) ops_.free(*k);
-    return;
-  }
   std::vector<std::int32_t> to(pool_.blocks, -1);
-  std::int32_t next = 0;
-  for (std::uint32_t b = 0; b < pool_.blocks; ++b) {
-    if (pool_.refs[b] == 0)
-      continue;
-    for (auto [from, dst] : {std::pair{pool_.k, *k}, std::pair{pool_.v, *v}})
-      if (!ops_.copy(from, b * bb, dst, static_cast<std::uint64_t>(next) * bb,
-                     bb)) {
-        (void) ops_.free(*k);
-        (void) ops_.free(*v);
-        return;
+  if (ops_.resizes()) {
+    // In place: the held blocks past n move into free blocks below it,
+    // then both arenas shrink to n blocks where they are.
+    std::vector<std::int32_t> below;
+    for (std::uint32_t b = n; b-- > 0;)
+      if (pool_.refs[b] == 0)
+        below.push_back(static_cast<std::int32_t>(b));
+    for (std::uint32_t b = 0; b < pool_.blocks; ++b) {
+      if (pool_.refs[b] == 0)
+        continue;
+      if (b < n) {
+        to[b] = static_cast<std::int32_t>(b);
+        continue;
       }
-    to[b] = next++;
+      const auto dst = static_cast<std::uint64_t>(below.back());
+      for (auto arena : {pool_.k, pool_.v})
+        if (!ops_.copy(arena, b * bb, arena, dst * bb, bb))
+          return; // the tables still say where every row is
+      to[b] = below.back();
+      below.pop_back();
+    }
+    pool_.k_room = ops_.resize(pool_.k, n * bb) ? n : pool_.k_room;
+    pool_.v_room = ops_.resize(pool_.v, n * bb) ? n : pool_.v_room;
+  } else {
+    auto k = ops_.allocate(n * bb);
+    if (!k)
+      return; // no room for new arenas: keep the old ones
+    auto v = ops_.allocate(n * bb);
+    if (!v) {
+      (void) ops_.free(*k);
+      return;
+    }
+    std::int32_t next = 0;
+    for (std::uint32_t b = 0; b < pool_.blocks; ++b) {
+      if (pool_.refs[b] == 0)
+        continue;
+      for (auto [from, dst] : {std::pair{pool_.k, *k}, std::pair{pool_.v, *v}})
+        if (!ops_.copy(from, b * bb, dst, static_cast<std::uint64_t>(next) * bb,
+                       bb)) {
+          (void) ops_.free(*k);
+          (void) ops_.free(*v);
+          return;
+        }
+      to[b] = next++;
+    }
+    (void) ops_.free(pool_.k);
+    (void) ops_.free(pool_.v);
+    pool_.k = *k;
+    pool_.v = *v;
+    pool_.k_room = pool_.v_room = n;
   }
   for (auto& [id, c] : caches_)
     for (auto& e : c.table)
@@ -1202,15 +1280,13 @@ void device_stage::trim_pool() {
   for (std::uint32_t b = 0; b < pool_.blocks; ++b)
     if (to[b] >= 0)
       refs[static_cast<std::size_t>(to[b])] = pool_.refs[b];
-  (void) ops_.free(pool_.k);
-  (void) ops_.free(pool_.v);
-  pool_.k = *k;
-  pool_.v = *v;
   pool_.refs = std::move(refs);
   pool_.free.clear();
-  for (std::uint32_t b = n; b-- > static_cast<std::uint32_t>(next);)
-    pool_.free.push_back(static_cast<std::int32_t>(b));
-  pool_.blocks = pool_.k_room = pool_.v_room = n;
+  // The lowest free block is taken first.
+  for (std::uint32_t b = n; b-- > 0;)
+    if (pool_.refs[b] == 0)
+      pool_.free.push_back(static_cast<std::int32_t>(b));
+  pool_.blocks = n;
   ++pool_.trims;
 }
 

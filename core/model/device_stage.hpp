@@ -93,6 +93,15 @@ public:
   virtual backend::status copy(device_handle src, std::uint64_t src_offset,
                                device_handle dst, std::uint64_t dst_offset,
                                std::uint64_t bytes);
+  /// The buffer behind `h` as one of `bytes`, its first min(old, new)
+  /// bytes kept, needing room for the difference only (in order with the
+  /// other operations; the handle stays). On failure it is as it was.
+  /// errc::unsupported (the default) where the device cannot
+  /// (backend::device::resize); the caller then allocates and copies.
+  virtual backend::status resize(device_handle h, std::uint64_t bytes);
+  /// Whether resize is supported (backend::device::resizes; the default:
+  /// no).
+  virtual bool resizes() const;
   /// Bytes of the device's memory the buffer behind `h` takes (at least
   /// the bytes it was asked for: a pool rounds up; adopted host memory
   /// counts as the device counts it); 0 for an unknown handle. What a
@@ -158,6 +167,8 @@ public:
   backend::status copy(device_handle src, std::uint64_t src_offset,
                        device_handle dst, std::uint64_t dst_offset,
                        std::uint64_t bytes) override;
+  backend::status resize(device_handle h, std::uint64_t bytes) override;
+  bool resizes() const override;
   std::uint64_t footprint(device_handle h) const override;
 
   backend::device& device() const noexcept {

@@ -147,6 +147,78 @@ TEST_CASE("allocated bytes show up in the device's memory info") {
   }
 }
 
+TEST_CASE("a resized buffer keeps its first bytes and its memory is "
+          "counted, and a device that cannot resize says so") {
+  std::mt19937 rng{5};
+  for (auto* dev : all_devices().devices()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      auto buf = alloc(*dev, 100000);
+      auto data = random_bytes(rng, 100000);
+      REQUIRE(dev->write(*buf, 0, data.data(), data.size()).ok());
+      const auto used = dev->memory().used_by_exo;
+      if (!dev->resizes()) {
+        auto st = dev->resize(*buf, 200000);
+        REQUIRE_FALSE(st.ok());
+        CHECK(st.err().code == errc::unsupported);
+        CHECK(buf->size() == 100000);
+        continue;
+      }
+      // Small (from malloc), large (the huge-page arena), larger, smaller:
+      // the bytes both sizes hold stay, the new ones are writable.
+      std::size_t had = 100000;
+      for (std::size_t n : {std::size_t{3} << 20, std::size_t{9} << 20,
+                            std::size_t{5000}, std::size_t{1} << 20}) {
+        REQUIRE(dev->resize(*buf, n).ok());
+        CHECK(buf->size() == n);
+        CHECK(dev->memory().used_by_exo == used - 100000 + n);
+        const auto keep = std::min({had, n, data.size()});
+        std::vector<std::uint8_t> back(keep);
+        REQUIRE(dev->read(*buf, 0, back.data(), keep).ok());
+        CHECK(std::equal(back.begin(), back.end(), data.begin()));
+        if (n > had) {
+          auto more = random_bytes(rng, n - had);
+          REQUIRE(dev->write(*buf, had, more.data(), more.size()).ok());
+          data.resize(had);
+          data.insert(data.end(), more.begin(), more.end());
+        }
+        data.resize(std::min(data.size(), n));
+        had = n;
+      }
+      CHECK(dev->write(*buf, 0, data.data(), (1 << 20) + 1).err().code
+            == errc::out_of_range);
+      // Refused, and nothing changes: size 0, past the device, another
+      // device's buffer, a read-only buffer.
+      CHECK(dev->resize(*buf, 0).err().code == errc::invalid_argument);
+      CHECK(dev->resize(*buf, dev->properties().max_allocation + 1)
+              .err().code
+            == errc::out_of_memory);
+      // One byte more than the device has free beside the buffer.
+      const auto mem = dev->memory();
+      CHECK(dev->resize(*buf, (1u << 20) + mem.free + 1).err().code
+            == errc::out_of_memory);
+      CHECK(buf->size() == (1u << 20));
+      for (auto* other : all_devices().devices())
+        if (other != dev) {
+          auto theirs = alloc(*other, 64);
+          CHECK(dev->resize(*theirs, 128).err().code == errc::wrong_device);
+          break;
+        }
+      {
+        static const std::vector<float> host(1024, 2.0f);
+        auto adopted = dev->adopt_host(
+          host.data(), 4096, std::shared_ptr<const void>(&host, [](auto*) {}));
+        if (adopted) {
+          CHECK(dev->resize(**adopted, 8192).err().code
+                == errc::invalid_argument);
+          CHECK((*adopted)->size() == 4096);
+        }
+      }
+      buf.reset();
+      CHECK(dev->memory().used_by_exo == used - 100000);
+    }
+  }
+}
+
 TEST_CASE("copy round trips keep every byte at random sizes and offsets") {
   std::mt19937 rng{42};
   for (auto* dev : all_devices().devices()) {

@@ -4,6 +4,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -40,6 +44,35 @@ std::string vm_flags_of(const void* p) {
       return line;
   }
   return {};
+}
+
+/// The physical frame behind the page of `p` (/proc/self/pagemap), or 0
+/// where the kernel does not say (a process without CAP_SYS_ADMIN reads
+/// zeros) or the page is not resident.
+std::uint64_t frame_of(const void* p) {
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY);
+  if (fd < 0)
+    return 0;
+  std::uint64_t entry = 0;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto at = static_cast<off_t>(addr(p) / page * sizeof entry);
+  const bool ok = ::pread(fd, &entry, sizeof entry, at) == sizeof entry;
+  ::close(fd);
+  if (!ok || (entry >> 63) == 0) // not present
+    return 0;
+  return entry & ((std::uint64_t{1} << 55) - 1);
+}
+
+/// Whether the kernel moves pages with MREMAP_DONTUNMAP (Linux 5.7).
+bool kernel_moves_pages() {
+  utsname u{};
+  if (::uname(&u) != 0)
+    return false;
+  int major = 0, minor = 0;
+  std::istringstream in{u.release};
+  char dot = 0;
+  in >> major >> dot >> minor;
+  return major > 5 || (major == 5 && minor >= 7);
 }
 
 } // namespace
@@ -140,5 +173,138 @@ TEST_CASE("random allocations never overlap and keep their bytes") {
     REQUIRE(live[i - 1].p + live[i - 1].n <= live[i].p);
   for (auto& b : live)
     arena.release(b.p, b.n);
+  CHECK(arena.regions() == 0);
+}
+
+TEST_CASE("a block grows where it is when the space after it is free, and "
+          "shrinks giving its tail back") {
+  huge_page_arena arena{4096, 8 * MiB};
+  auto* a = static_cast<unsigned char*>(arena.allocate(MiB));
+  REQUIRE(a != nullptr);
+  std::memset(a, 0x11, MiB);
+  auto* g = static_cast<unsigned char*>(arena.resize(a, MiB, 3 * MiB + 5));
+  CHECK(g == a); // in place
+  CHECK(arena.moves() == 0);
+  CHECK(a[MiB - 1] == 0x11);
+  std::memset(a + MiB, 0x22, 2 * MiB + 5); // all of it is usable
+  // The next block comes after the grown one.
+  void* b = arena.allocate(MiB);
+  REQUIRE(b != nullptr);
+  CHECK(addr(b) == addr(a) + 3 * MiB + 4096);
+  // Shrunk, its tail is free again and merges with what follows it.
+  arena.release(b, MiB);
+  CHECK(arena.resize(a, 3 * MiB + 5, MiB / 2) == a);
+  void* c = arena.allocate(7 * MiB);
+  CHECK(addr(c) == addr(a) + MiB / 2);
+  CHECK(a[MiB / 2 - 1] == 0x11);
+  CHECK(arena.resize(a, MiB / 2, MiB / 2) == a); // the same size: nothing
+  CHECK(arena.resize(nullptr, 1, 2) == nullptr);
+  CHECK(arena.resize(a, MiB / 2, 0) == nullptr);
+  CHECK(arena.resize(a, MiB / 2, SIZE_MAX) == nullptr);
+  int outside = 0;
+  CHECK(arena.resize(&outside, 4, 8) == nullptr); // not the arena's
+  arena.release(c, 7 * MiB);
+  arena.release(a, MiB / 2);
+  CHECK(arena.regions() == 0);
+}
+
+TEST_CASE("a block with a neighbour after it grows by moving its pages, not "
+          "its bytes") {
+  huge_page_arena arena{4096, 8 * MiB};
+  const std::size_t n = 6 * MiB + 12288; // whole huge pages and a few small
+  auto* a = static_cast<unsigned char*>(arena.allocate(n));
+  void* b = arena.allocate(MiB); // right after it
+  REQUIRE((a && b));
+  for (std::size_t i = 0; i < n; ++i)
+    a[i] = static_cast<unsigned char>(i * 7 + i / 4096);
+  const auto frame = frame_of(a + 2 * MiB + 100);
+  const auto lead = addr(a) % huge_page_arena::huge_page;
+  auto* g = static_cast<unsigned char*>(arena.resize(a, n, 20 * MiB));
+  REQUIRE(g != nullptr);
+  CHECK(g != a);
+  CHECK(arena.moves() == 1);
+  // At the same place within a huge page: huge pages move whole.
+  CHECK(addr(g) % huge_page_arena::huge_page == lead);
+  bool same = true;
+  for (std::size_t i = 0; i < n; ++i)
+    same = same && g[i] == static_cast<unsigned char>(i * 7 + i / 4096);
+  CHECK(same);
+  std::memset(g + n, 0x33, 20 * MiB - n); // the new part is usable
+  if (kernel_moves_pages()) {
+    CHECK(arena.bytes_copied() == 0);
+    // The same physical page, where the kernel tells this process.
+    if (frame != 0)
+      CHECK(frame_of(g + 2 * MiB + 100) == frame);
+  }
+  // The old place is free: the region of b takes a block of its size.
+  void* c = arena.allocate(n);
+  CHECK(c == a);
+  CHECK(arena.regions() == 2);
+  arena.release(c, n);
+  arena.release(b, MiB);
+  CHECK(arena.regions() == 1);
+  // A block alone in its region moves the same way; the old region goes.
+  auto* h = static_cast<unsigned char*>(arena.resize(g, 20 * MiB, 41 * MiB));
+  REQUIRE(h != nullptr);
+  CHECK(h[n - 1] == static_cast<unsigned char>((n - 1) * 7 + (n - 1) / 4096));
+  CHECK(h[20 * MiB - 1] == 0x33);
+  arena.release(h, 41 * MiB);
+  CHECK(arena.regions() == 0);
+}
+
+TEST_CASE("random allocations, resizes and releases never overlap and keep "
+          "their bytes") {
+  huge_page_arena arena{4096, 4 * MiB};
+  std::mt19937 rng{23};
+  struct block {
+    unsigned char* p;
+    std::size_t n;
+    unsigned char fill;
+  };
+  std::vector<block> live;
+  auto intact = [](const block& b) {
+    for (std::size_t j = 0; j < b.n; j += 997)
+      if (b.p[j] != b.fill)
+        return false;
+    return b.p[b.n - 1] == b.fill;
+  };
+  for (int i = 0; i < 2000; ++i) {
+    const auto pick = rng() % 4;
+    if (!live.empty() && pick == 0) {
+      auto k = rng() % live.size();
+      REQUIRE(intact(live[k]));
+      arena.release(live[k].p, live[k].n);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+      continue;
+    }
+    if (!live.empty() && pick == 1) {
+      auto& b = live[rng() % live.size()];
+      REQUIRE(intact(b));
+      const auto n = 1 + rng() % (5 * MiB);
+      auto* p = static_cast<unsigned char*>(arena.resize(b.p, b.n, n));
+      REQUIRE(p != nullptr);
+      if (n > b.n)
+        std::memset(p + b.n, b.fill, n - b.n);
+      b.p = p;
+      b.n = n;
+      REQUIRE(intact(b));
+      continue;
+    }
+    auto n = 1 + rng() % (3 * MiB);
+    auto* p = static_cast<unsigned char*>(arena.allocate(n));
+    REQUIRE(p != nullptr);
+    auto fill = static_cast<unsigned char>(i);
+    std::memset(p, fill, n);
+    live.push_back({p, n, fill});
+  }
+  CHECK(arena.moves() > 0);
+  std::sort(live.begin(), live.end(),
+            [](const block& x, const block& y) { return x.p < y.p; });
+  for (std::size_t i = 1; i < live.size(); ++i)
+    REQUIRE(live[i - 1].p + live[i - 1].n <= live[i].p);
+  for (auto& b : live) {
+    REQUIRE(intact(b));
+    arena.release(b.p, b.n);
+  }
   CHECK(arena.regions() == 0);
 }

@@ -310,11 +310,24 @@ TEST_CASE("faults injected at run time take effect at once") {
   REQUIRE(f.dev->inject_fault("fail_next_allocation").ok());
   CHECK_FALSE(f.dev->allocate(64).ok());
   CHECK(f.dev->allocate(64).ok()); // only the next one
+  auto grown = f.dev->allocate(1 << 20);
+  REQUIRE(grown.ok());
   REQUIRE(f.dev->inject_fault("fail_allocations").ok());
   CHECK_FALSE(f.dev->allocate(64).ok());
   CHECK_FALSE(f.dev->allocate(64).ok());
+  // A buffer's growth takes memory as an allocation does; a shrink only
+  // gives some back (a failed growth's undo must work).
+  auto st = f.dev->resize(**grown, 2 << 20);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.err().code == errc::out_of_memory);
+  CHECK_THAT(st.err().message, Catch::Matchers::Contains("injected fault"));
+  CHECK((*grown)->size() == (1u << 20));
+  CHECK(f.dev->resize(**grown, 1 << 19).ok());
   REQUIRE(f.dev->inject_fault("fail_allocations:off").ok());
   CHECK(f.dev->allocate(64).ok());
+  REQUIRE(f.dev->inject_fault("fail_next_allocation").ok());
+  CHECK_FALSE(f.dev->resize(**grown, 1 << 20).ok());
+  CHECK(f.dev->resize(**grown, 1 << 20).ok()); // only the next one
 
   REQUIRE(f.dev->inject_fault("vanish_after:2").ok());
   CHECK(f.dev->synchronize().ok());

@@ -131,3 +131,56 @@ TEST_CASE("adopted host memory gets a checked handle and is never pooled") {
   CHECK(pool.live_bytes() == 0);
   CHECK_FALSE(pool.resolve(*h, 0, 1).ok());
 }
+
+TEST_CASE("a handle's buffer is resized where it is, to its new class, and "
+          "keeps its bytes") {
+  fixture f; // 64 MiB device
+  buffer_pool pool{*f.dev, 64u << 20, 3};
+  auto h = pool.allocate(5000);
+  REQUIRE(h.ok());
+  std::vector<std::uint8_t> data(5000);
+  for (std::size_t i = 0; i < data.size(); ++i)
+    data[i] = static_cast<std::uint8_t>(i * 13);
+  REQUIRE(f.dev->write(**pool.resolve(*h, 0, 5000), 0, data.data(), 5000)
+            .ok());
+  // Within its class (8 KiB): only the size asked for changes.
+  auto* b = *pool.resolve(*h, 0, 1);
+  REQUIRE(pool.resize(*h, 8000).ok());
+  CHECK(*pool.size_of(*h) == 8000);
+  CHECK(pool.footprint(*h) == 8192);
+  CHECK(pool.live_bytes() == 8000);
+  // Past it: the same buffer, of the new class, the first bytes kept.
+  REQUIRE(pool.resize(*h, 3u << 20).ok());
+  CHECK(*pool.resolve(*h, 0, 1) == b);
+  CHECK(pool.footprint(*h) == (4u << 20));
+  CHECK(pool.resolve(*h, 0, 3u << 20).ok());
+  CHECK_FALSE(pool.resolve(*h, 0, (3u << 20) + 1).ok());
+  std::vector<std::uint8_t> back(5000);
+  REQUIRE(f.dev->read(*b, 0, back.data(), 5000).ok());
+  CHECK(back == data);
+  // A class that does not fit beside the cache: the cache goes first.
+  auto other = pool.allocate(20u << 20);
+  REQUIRE(other.ok());
+  REQUIRE(pool.release(*other).ok());
+  CHECK(pool.cached_bytes() == (32u << 20));
+  REQUIRE(pool.resize(*h, 40u << 20).ok());
+  CHECK(pool.cached_bytes() == 0);
+  CHECK(pool.footprint(*h) == (64u << 20));
+  CHECK(pool.resize(*h, 65u << 20).err().code == backend::errc::out_of_memory);
+  CHECK(*pool.size_of(*h) == (40u << 20)); // unchanged
+  // A class that does not fit at all: exactly the size asked for.
+  REQUIRE(pool.resize(*h, 10u << 20).ok()); // class 16 MiB
+  auto small = pool.allocate(4096);
+  REQUIRE(small.ok());
+  REQUIRE(pool.resize(*h, 63u << 20).ok()); // class 64 MiB: no room
+  CHECK(pool.footprint(*h) == (63u << 20));
+  REQUIRE(pool.resize(*h, 100).ok());
+  CHECK(pool.footprint(*h) == 4096);
+  CHECK(pool.live_bytes() == 100 + 4096); // and `small`
+  CHECK(pool.resize(*h, 0).err().code == backend::errc::invalid_argument);
+  CHECK(pool.resize(*h ^ 1, 10).err().code == backend::errc::invalid_argument);
+  auto mem = std::make_shared<std::vector<float>>(1000, 1.0f);
+  auto a = pool.adopt(mem->data(), 4000, mem);
+  REQUIRE(a.ok());
+  CHECK(pool.resize(*a, 8000).err().code == backend::errc::invalid_argument);
+}

@@ -124,6 +124,30 @@ struct counting_ops final : device_ops {
     ++copies;
     return inner.copy(src, so, dst, doff, b);
   }
+  /// Forward resize (else: unsupported, so the stage allocates and
+  /// copies); a growth takes the difference from the budget, a shrink
+  /// gives it back where frees do.
+  bool pass_resize = false;
+  std::uint64_t resized = 0;
+  bool resizes() const override {
+    return pass_resize && inner.resizes();
+  }
+  backend::status resize(device_handle h, std::uint64_t b) override {
+    if (!pass_resize)
+      return device_ops::resize(h, b);
+    const std::uint64_t old = sizes.at(h);
+    if (b > old && b - old > allocation_budget)
+      return backend::fail(backend::errc::out_of_memory,
+                           "the test's allocation budget is spent");
+    EXO_TRY(inner.resize(h, b));
+    if (b > old)
+      allocation_budget -= b - old;
+    else if (credit_frees)
+      allocation_budget += old - b;
+    sizes[h] = b;
+    ++resized;
+    return {};
+  }
   backend::status free(device_handle h) override {
     if (auto it = sizes.find(h); it != sizes.end()) {
       if (credit_frees)
@@ -1264,12 +1288,19 @@ TEST_CASE("a paged KV cache gives contiguous caches' bits, shares forked "
                   backend::kv_type::q8_0}) {
     temp_model tm(tensor_type::f32, 5, "llama", 64);
     auto& hp = tm.model->hparams();
-    for (auto* dev : devices().devices()) {
+    for (auto* dev : devices().devices())
+    for (bool resizing : {false, true}) {
+      // resizing: the pool's arenas grow and shrink where they are
+      // (device_ops::resize, host devices); else new arenas and copies.
+      if (resizing && !dev->resizes())
+        continue;
       INFO("device " << dev->properties().id << ", "
-                     << backend::to_string(kv) << " cache");
+                     << backend::to_string(kv) << " cache"
+                     << (resizing ? ", arenas resized" : ", arenas copied"));
       backend_ops base(*dev);
       counting_ops pops(base), cops(base);
       pops.pass_blocks = true;
+      pops.pass_resize = resizing;
       device_stage_options o;
       o.max_tokens = 32;
       o.max_logit_rows = 4;
@@ -1402,6 +1433,7 @@ TEST_CASE("a paged KV cache gives contiguous caches' bits, shares forked "
         step({{burst.back(), p16}});
       }
       const auto grown = P.kv_blocks();
+      const auto allocated = pops.allocations;
       for (auto c : burst) {
         REQUIRE(P.drop_cache(c).ok());
         REQUIRE(C.drop_cache(twin.at(c)).ok());
@@ -1421,6 +1453,9 @@ TEST_CASE("a paged KV cache gives contiguous caches' bits, shares forked "
       CHECK(P.kv_blocks().total < grown.total);
       CHECK(P.kv_blocks().total <= std::max<std::uint32_t>(
                                       8, 4 * P.kv_blocks().used));
+      // Resizing, the arenas shrank where they are: no new ones.
+      if (resizing)
+        CHECK(pops.allocations == allocated);
       for (int i = 0; i < 3; ++i)
         step({{src, {static_cast<std::int32_t>(i + 40)}},
               {whole, {static_cast<std::int32_t>(i + 50)}}});
@@ -1449,63 +1484,116 @@ TEST_CASE("a paged KV cache gives contiguous caches' bits, shares forked "
             != std::string::npos);
       CHECK(*P.n_past(a) == 16);
       REQUIRE(P.check_kv_blocks().ok());
-      // One token at position 16 (a block boundary: the blocks hold 16
-      // positions or fewer here, as the failure above shows) needs one
-      // block more. With room for one arena of one block more K's arena
-      // grows (its old one freed once copied), V's cannot: the forward
-      // fails and changes nothing the caches hold.
-      const std::uint64_t one_more = (total + 1) * P.block_bytes();
-      pops.allocation_budget = one_more;
-      REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
-      f = P.forward(a, 16, x.data(), 1, logits.data());
-      REQUIRE_FALSE(f.ok());
-      CHECK(f.err().code == backend::errc::out_of_memory);
-      CHECK(*P.n_past(a) == 16);
-      CHECK(P.kv_blocks().total == total);
-      CHECK(pops.allocation_budget == 0); // K's arena took it
-      REQUIRE(P.check_kv_blocks().ok());
-      // The next growth finds K's arena grown already: room for V's alone
-      // is enough (a growth never needs two new arenas at once).
-      pops.allocation_budget = one_more;
-      REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
-      f = P.forward(a, 16, x.data(), 1, logits.data());
-      INFO((f.ok() ? std::string{} : f.err().message));
-      REQUIRE(f.ok());
-      CHECK(*P.n_past(a) == 17);
-      CHECK(P.kv_blocks().total == total + 1);
-      CHECK(P.kv_blocks().grows >= 2);
-      REQUIRE(P.check_kv_blocks().ok());
-      // A full pool on a device without room to double it grows by the
-      // most it has room for, not one block (each growth copies the whole
-      // pool): with free memory for the pool and 8 blocks more, a growth
-      // by `add` needs t + 2 * add blocks at its peak (K's new arena, then
-      // V's once K's old one is freed), so it grows by 2 to 4 blocks, in
-      // one growth, and never runs out halfway.
-      const auto t2 = P.kv_blocks().total;
-      REQUIRE(P.kv_blocks().used == t2);
-      pops.credit_frees = true;
-      pops.allocation_budget = (t2 + 8) * P.block_bytes();
-      const auto grows = P.kv_blocks().grows;
-      const auto copied = pops.copies;
-      auto extra = P.new_cache(n_ctx);
-      INFO((extra ? std::string{} : extra.err().message));
-      REQUIRE(extra.ok());
-      CHECK(P.kv_blocks().total >= t2 + 2);
-      CHECK(P.kv_blocks().total <= t2 + 4);
-      CHECK(P.kv_blocks().grows == grows + 1);
-      CHECK(pops.copies == copied + 2); // K's arena and V's, once each
-      REQUIRE(P.check_kv_blocks().ok());
-      // The blocks it added are taken without another growth.
-      for (std::uint32_t i = t2 + 1; i < P.kv_blocks().total; ++i)
+      if (!resizing) {
+        // One token at position 16 (a block boundary: the blocks hold 16
+        // positions or fewer here, as the failure above shows) needs one
+        // block more. With room for one arena of one block more K's arena
+        // grows (its old one freed once copied), V's cannot: the forward
+        // fails and changes nothing the caches hold.
+        const std::uint64_t one_more = (total + 1) * P.block_bytes();
+        pops.allocation_budget = one_more;
+        REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
+        f = P.forward(a, 16, x.data(), 1, logits.data());
+        REQUIRE_FALSE(f.ok());
+        CHECK(f.err().code == backend::errc::out_of_memory);
+        CHECK(*P.n_past(a) == 16);
+        CHECK(P.kv_blocks().total == total);
+        CHECK(pops.allocation_budget == 0); // K's arena took it
+        REQUIRE(P.check_kv_blocks().ok());
+        // The next growth finds K's arena grown already: room for V's alone
+        // is enough (a growth never needs two new arenas at once).
+        pops.allocation_budget = one_more;
+        REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
+        f = P.forward(a, 16, x.data(), 1, logits.data());
+        INFO((f.ok() ? std::string{} : f.err().message));
+        REQUIRE(f.ok());
+        CHECK(*P.n_past(a) == 17);
+        CHECK(P.kv_blocks().total == total + 1);
+        CHECK(P.kv_blocks().grows >= 2);
+        REQUIRE(P.check_kv_blocks().ok());
+        // A full pool on a device without room to double it grows by the
+        // most it has room for, not one block (each growth copies the whole
+        // pool): with free memory for the pool and 8 blocks more, a growth
+        // by `add` needs t + 2 * add blocks at its peak (K's new arena, then
+        // V's once K's old one is freed), so it grows by 2 to 4 blocks, in
+        // one growth, and never runs out halfway.
+        const auto t2 = P.kv_blocks().total;
+        REQUIRE(P.kv_blocks().used == t2);
+        pops.credit_frees = true;
+        pops.allocation_budget = (t2 + 8) * P.block_bytes();
+        const auto grows = P.kv_blocks().grows;
+        const auto copied = pops.copies;
+        auto extra = P.new_cache(n_ctx);
+        INFO((extra ? std::string{} : extra.err().message));
+        REQUIRE(extra.ok());
+        CHECK(P.kv_blocks().total >= t2 + 2);
+        CHECK(P.kv_blocks().total <= t2 + 4);
+        CHECK(P.kv_blocks().grows == grows + 1);
+        CHECK(pops.copies == copied + 2); // K's arena and V's, once each
+        REQUIRE(P.check_kv_blocks().ok());
+        // The blocks it added are taken without another growth.
+        for (std::uint32_t i = t2 + 1; i < P.kv_blocks().total; ++i)
+          REQUIRE(P.new_cache(n_ctx).ok());
+        CHECK(P.kv_blocks().grows == grows + 1);
+        CHECK(P.kv_blocks().used == P.kv_blocks().total);
+        // With room for one block more only, it grows by one, as before.
+        const auto t3 = P.kv_blocks().total;
+        pops.allocation_budget = (t3 + 2) * P.block_bytes();
         REQUIRE(P.new_cache(n_ctx).ok());
-      CHECK(P.kv_blocks().grows == grows + 1);
-      CHECK(P.kv_blocks().used == P.kv_blocks().total);
-      // With room for one block more only, it grows by one, as before.
-      const auto t3 = P.kv_blocks().total;
-      pops.allocation_budget = (t3 + 2) * P.block_bytes();
-      REQUIRE(P.new_cache(n_ctx).ok());
-      CHECK(P.kv_blocks().total == t3 + 1);
-      REQUIRE(P.check_kv_blocks().ok());
+        CHECK(P.kv_blocks().total == t3 + 1);
+        REQUIRE(P.check_kv_blocks().ok());
+      } else {
+        // Resizing: K's arena grows by one block, V's cannot, and K's
+        // goes back to its size: the forward fails and the device has
+        // its memory back.
+        pops.credit_frees = true;
+        pops.allocation_budget = P.block_bytes();
+        REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
+        f = P.forward(a, 16, x.data(), 1, logits.data());
+        REQUIRE_FALSE(f.ok());
+        CHECK(f.err().code == backend::errc::out_of_memory);
+        CHECK(*P.n_past(a) == 16);
+        CHECK(P.kv_blocks().total == total);
+        CHECK(pops.allocation_budget == P.block_bytes());
+        REQUIRE(P.check_kv_blocks().ok());
+        // Room for two blocks: both arenas grow by one, in place.
+        pops.allocation_budget = 2 * P.block_bytes();
+        const auto allocations = pops.allocations;
+        const auto copied = pops.copies;
+        REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
+        f = P.forward(a, 16, x.data(), 1, logits.data());
+        INFO((f.ok() ? std::string{} : f.err().message));
+        REQUIRE(f.ok());
+        CHECK(*P.n_past(a) == 17);
+        CHECK(P.kv_blocks().total == total + 1);
+        CHECK(pops.allocation_budget == 0);
+        REQUIRE(P.check_kv_blocks().ok());
+        // A full pool with free memory for 8 blocks only, far less than
+        // the pool (copying, no growth would fit: a new arena is the
+        // pool's size and more): in place it grows, in one growth, by the
+        // first step of the halving (from doubling) whose two arenas'
+        // growths fit, nothing allocated or copied; the steps that did
+        // not fit left nothing grown.
+        const auto t2 = P.kv_blocks().total;
+        REQUIRE(P.kv_blocks().used == t2);
+        REQUIRE(t2 > 8);
+        pops.allocation_budget = 8 * P.block_bytes();
+        std::uint64_t add = t2;
+        while (2 * add > 8)
+          add = (add + 1) / 2;
+        const auto grows = P.kv_blocks().grows;
+        const auto resized = pops.resized;
+        auto extra = P.new_cache(n_ctx);
+        INFO((extra ? std::string{} : extra.err().message));
+        REQUIRE(extra.ok());
+        CHECK(P.kv_blocks().total == t2 + add);
+        CHECK(P.kv_blocks().grows == grows + 1);
+        CHECK(pops.resized >= resized + 2);
+        CHECK(pops.allocation_budget == (8 - 2 * add) * P.block_bytes());
+        CHECK(pops.allocations == allocations);
+        CHECK(pops.copies == copied);
+        REQUIRE(P.check_kv_blocks().ok());
+      }
       pops.credit_frees = false;
       pops.allocation_budget = ~std::uint64_t{0};
     }
