@@ -88,6 +88,11 @@ huge_page_arena::region* huge_page_arena::region_of(const char* c) noexcept {
 }
 
 void huge_page_arena::give(region& r, std::size_t off, std::size_t len) {
+  // The pages go back to the host (a region lives while any block of it
+  // does: a shrunk KV arena's tail would stay resident); small blocks
+  // keep theirs, not worth a call each.
+  if (len >= return_bytes)
+    (void) ::madvise(r.base + off, len, MADV_DONTNEED);
   auto end = off + len;
   // Merge with the free neighbours on either side.
   auto next = r.free.lower_bound(off);

@@ -28,6 +28,10 @@ class huge_page_arena {
 public:
   static constexpr std::size_t huge_page = std::size_t{2} << 20;
   static constexpr std::size_t granule = 4096;
+  /// A released (or shrunk-off) range of at least this many bytes gives
+  /// its pages back to the host at once (MADV_DONTNEED); the address
+  /// space stays the region's.
+  static constexpr std::size_t return_bytes = std::size_t{1} << 20;
 
   explicit huge_page_arena(std::size_t min_bytes = std::size_t{256} << 10,
                            std::size_t region_bytes = std::size_t{64} << 20);

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -61,6 +62,18 @@ std::uint64_t frame_of(const void* p) {
   if (!ok || (entry >> 63) == 0) // not present
     return 0;
   return entry & ((std::uint64_t{1} << 55) - 1);
+}
+
+/// Resident pages of [p, p + n) (mincore), n a multiple of the page size.
+std::size_t resident_pages(const void* p, std::size_t n) {
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> v(n / page);
+  if (::mincore(const_cast<void*>(p), n, v.data()) != 0)
+    return SIZE_MAX;
+  std::size_t k = 0;
+  for (auto b : v)
+    k += b & 1;
+  return k;
 }
 
 /// Whether the kernel moves pages with MREMAP_DONTUNMAP (Linux 5.7).
@@ -307,4 +320,32 @@ TEST_CASE("random allocations, resizes and releases never overlap and keep "
     arena.release(b.p, b.n);
   }
   CHECK(arena.regions() == 0);
+}
+
+TEST_CASE("a released or shrunk-off megabyte and more goes back to the host") {
+  huge_page_arena arena{4096, 16 * MiB};
+  auto* a = static_cast<unsigned char*>(arena.allocate(8 * MiB));
+  auto* keep = static_cast<unsigned char*>(arena.allocate(MiB)); // the region lives
+  REQUIRE((a && keep));
+  std::memset(a, 1, 8 * MiB);
+  std::memset(keep, 2, MiB);
+  const std::size_t pages = 8 * MiB / static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  CHECK(resident_pages(a, 8 * MiB) == pages);
+  // Shrunk to 1 MiB: the 7 MiB after it are no longer resident.
+  REQUIRE(arena.resize(a, 8 * MiB, MiB) == a);
+  CHECK(resident_pages(a, MiB) == pages / 8);
+  CHECK(resident_pages(a + MiB, 7 * MiB) == 0);
+  CHECK(a[MiB - 1] == 1);
+  // Released: none of it.
+  arena.release(a, MiB);
+  CHECK(resident_pages(a, MiB) == 0);
+  CHECK(arena.regions() == 1);
+  CHECK(keep[MiB - 1] == 2);
+  // Reused, the memory is there again (zeroed).
+  auto* b = static_cast<unsigned char*>(arena.allocate(2 * MiB));
+  CHECK(b == a);
+  b[0] = 5;
+  CHECK(b[1] == 0);
+  arena.release(b, 2 * MiB);
+  arena.release(keep, MiB);
 }
