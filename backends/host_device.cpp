@@ -62,26 +62,43 @@ namespace {
 
 constexpr std::size_t alignment = 64;
 
+std::size_t round_up(std::size_t bytes) noexcept {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+error refused(std::size_t bytes, const char* what) {
+  return fail(errc::out_of_memory, std::string{what} + ": the host refused "
+                                     + std::to_string(bytes) + " bytes");
+}
+
 } // namespace
+
+status host_device::check_size(std::size_t bytes, const char* what) const {
+  if (bytes == 0)
+    return fail(errc::invalid_argument, std::string{what} + ": size must be > 0");
+  if (bytes > props_.max_allocation)
+    return fail(errc::out_of_memory,
+                std::string{what} + ": " + std::to_string(bytes)
+                  + " bytes exceeds the device's largest allocation of "
+                  + std::to_string(props_.max_allocation));
+  return {};
+}
+
+void* host_device::take(std::size_t rounded) {
+  return arena_.takes(rounded) ? arena_.allocate(rounded)
+                               : std::aligned_alloc(alignment, rounded);
+}
 
 result<std::unique_ptr<buffer>> host_device::allocate(std::size_t bytes) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(admit("allocate"));
-  if (bytes == 0)
-    return fail(errc::invalid_argument, "allocate: size must be > 0");
-  if (bytes > props_.max_allocation)
-    return fail(errc::out_of_memory,
-                "allocate: " + std::to_string(bytes)
-                  + " bytes exceeds the device's largest allocation of "
-                  + std::to_string(props_.max_allocation));
+  EXO_TRY(check_size(bytes, "allocate"));
   EXO_TRY(reserve(bytes, used_));
-  auto rounded = (bytes + alignment - 1) / alignment * alignment;
+  const auto rounded = round_up(bytes);
   const bool large = arena_.takes(rounded);
-  void* mem = large ? arena_.allocate(rounded)
-                    : std::aligned_alloc(alignment, rounded);
+  void* mem = take(rounded);
   if (mem == nullptr)
-    return fail(errc::out_of_memory, "allocate: the host refused "
-                                       + std::to_string(bytes) + " bytes");
+    return refused(bytes, "allocate");
   used_ += bytes;
   ++submitted_;
   return std::unique_ptr<buffer>{
@@ -95,37 +112,27 @@ status host_device::resize(buffer& buf, std::size_t bytes) {
   EXO_TRY(admit(bytes > buf.size() ? "resize" : "shrink"));
   EXO_TRY(check_range(buf, 0, 0, "resize"));
   EXO_TRY(check_writable(buf, "resize"));
-  if (bytes == 0)
-    return fail(errc::invalid_argument, "resize: size must be > 0");
-  if (bytes > props_.max_allocation)
-    return fail(errc::out_of_memory,
-                "resize: " + std::to_string(bytes)
-                  + " bytes exceeds the device's largest allocation of "
-                  + std::to_string(props_.max_allocation));
+  EXO_TRY(check_size(bytes, "resize"));
   auto& hb = static_cast<host_buffer&>(buf);
   const std::size_t old = buf.size();
   if (bytes > old)
     EXO_TRY(reserve(bytes - old, used_));
-  const auto rounded = (bytes + alignment - 1) / alignment * alignment;
+  const auto rounded = round_up(bytes);
   if (hb.arena_bytes() > 0) {
     // The arena moves pages (or grows the block where it is).
     void* mem = arena_.resize(hb.data(), hb.arena_bytes(), rounded);
     if (mem == nullptr)
-      return fail(errc::out_of_memory, "resize: the host refused "
-                                         + std::to_string(bytes) + " bytes");
+      return refused(bytes, "resize");
     hb.moved(mem, bytes, rounded);
   } else {
     // A small buffer from malloc: a new one (from the arena once large
     // enough), its bytes copied.
-    const bool large = arena_.takes(rounded);
-    void* mem = large ? arena_.allocate(rounded)
-                      : std::aligned_alloc(alignment, rounded);
+    void* mem = take(rounded);
     if (mem == nullptr)
-      return fail(errc::out_of_memory, "resize: the host refused "
-                                         + std::to_string(bytes) + " bytes");
+      return refused(bytes, "resize");
     std::memcpy(mem, hb.data(), std::min(old, bytes));
     std::free(hb.data());
-    hb.moved(mem, bytes, large ? rounded : 0);
+    hb.moved(mem, bytes, arena_.takes(rounded) ? rounded : 0);
   }
   used_ = used_ - old + bytes;
   ++submitted_;

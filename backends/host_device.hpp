@@ -104,6 +104,12 @@ private:
                           mut_view out, const attention_dims& dims);
   class host_buffer;
 
+  /// Refuses a buffer size of 0 or past the largest allocation.
+  status check_size(std::size_t bytes, const char* what) const;
+  /// `rounded` bytes: from the arena when large, else from malloc; null
+  /// when the host refuses.
+  void* take(std::size_t rounded);
+
   /// The host address of offset `off` in a buffer of this device.
   template <class T = float>
   static T* at(const buffer* b, std::size_t off);

@@ -64,6 +64,21 @@ std::uint64_t frame_of(const void* p) {
   return entry & ((std::uint64_t{1} << 55) - 1);
 }
 
+/// A block of the random tests: every byte `fill`.
+struct block {
+  unsigned char* p;
+  std::size_t n;
+  unsigned char fill;
+};
+
+/// Whether b still holds its fill (every 997th byte and the last).
+bool intact(const block& b) {
+  for (std::size_t j = 0; j < b.n; j += 997)
+    if (b.p[j] != b.fill)
+      return false;
+  return b.p[b.n - 1] == b.fill;
+}
+
 /// Resident pages of [p, p + n) (mincore), n a multiple of the page size.
 std::size_t resident_pages(const void* p, std::size_t n) {
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
@@ -153,42 +168,6 @@ TEST_CASE("a buffer larger than a region gets a region of its own") {
   CHECK(arena.regions() == 0);
 }
 
-TEST_CASE("random allocations never overlap and keep their bytes") {
-  huge_page_arena arena{4096, 4 * MiB};
-  std::mt19937 rng{11};
-  struct block {
-    unsigned char* p;
-    std::size_t n;
-    unsigned char fill;
-  };
-  std::vector<block> live;
-  for (int i = 0; i < 2000; ++i) {
-    if (!live.empty() && rng() % 3 == 0) {
-      auto k = rng() % live.size();
-      auto b = live[k];
-      for (std::size_t j = 0; j < b.n; j += 997)
-        REQUIRE(b.p[j] == b.fill);
-      REQUIRE(b.p[b.n - 1] == b.fill);
-      arena.release(b.p, b.n);
-      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
-      continue;
-    }
-    auto n = 1 + rng() % (3 * MiB);
-    auto* p = static_cast<unsigned char*>(arena.allocate(n));
-    REQUIRE(p != nullptr);
-    auto fill = static_cast<unsigned char>(i);
-    std::memset(p, fill, n);
-    live.push_back({p, n, fill});
-  }
-  std::sort(live.begin(), live.end(),
-            [](const block& x, const block& y) { return x.p < y.p; });
-  for (std::size_t i = 1; i < live.size(); ++i)
-    REQUIRE(live[i - 1].p + live[i - 1].n <= live[i].p);
-  for (auto& b : live)
-    arena.release(b.p, b.n);
-  CHECK(arena.regions() == 0);
-}
-
 TEST_CASE("a block grows where it is when the space after it is free, and "
           "shrinks giving its tail back") {
   huge_page_arena arena{4096, 8 * MiB};
@@ -269,18 +248,7 @@ TEST_CASE("random allocations, resizes and releases never overlap and keep "
           "their bytes") {
   huge_page_arena arena{4096, 4 * MiB};
   std::mt19937 rng{23};
-  struct block {
-    unsigned char* p;
-    std::size_t n;
-    unsigned char fill;
-  };
   std::vector<block> live;
-  auto intact = [](const block& b) {
-    for (std::size_t j = 0; j < b.n; j += 997)
-      if (b.p[j] != b.fill)
-        return false;
-    return b.p[b.n - 1] == b.fill;
-  };
   for (int i = 0; i < 2000; ++i) {
     const auto pick = rng() % 4;
     if (!live.empty() && pick == 0) {

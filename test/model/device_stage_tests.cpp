@@ -1484,6 +1484,25 @@ TEST_CASE("a paged KV cache gives contiguous caches' bits, shares forked "
             != std::string::npos);
       CHECK(*P.n_past(a) == 16);
       REQUIRE(P.check_kv_blocks().ok());
+      // One token at position 16 fails for want of memory and changes
+      // nothing.
+      auto token_at_16_fails = [&] {
+        REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
+        f = P.forward(a, 16, x.data(), 1, logits.data());
+        REQUIRE_FALSE(f.ok());
+        CHECK(f.err().code == backend::errc::out_of_memory);
+        CHECK(*P.n_past(a) == 16);
+        CHECK(P.kv_blocks().total == total);
+      };
+      // ... or goes on, in a pool of one block more.
+      auto token_at_16_goes_on = [&] {
+        REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
+        f = P.forward(a, 16, x.data(), 1, logits.data());
+        INFO((f.ok() ? std::string{} : f.err().message));
+        REQUIRE(f.ok());
+        CHECK(*P.n_past(a) == 17);
+        CHECK(P.kv_blocks().total == total + 1);
+      };
       if (!resizing) {
         // One token at position 16 (a block boundary: the blocks hold 16
         // positions or fewer here, as the failure above shows) needs one
@@ -1492,23 +1511,13 @@ TEST_CASE("a paged KV cache gives contiguous caches' bits, shares forked "
         // fails and changes nothing the caches hold.
         const std::uint64_t one_more = (total + 1) * P.block_bytes();
         pops.allocation_budget = one_more;
-        REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
-        f = P.forward(a, 16, x.data(), 1, logits.data());
-        REQUIRE_FALSE(f.ok());
-        CHECK(f.err().code == backend::errc::out_of_memory);
-        CHECK(*P.n_past(a) == 16);
-        CHECK(P.kv_blocks().total == total);
+        token_at_16_fails();
         CHECK(pops.allocation_budget == 0); // K's arena took it
         REQUIRE(P.check_kv_blocks().ok());
         // The next growth finds K's arena grown already: room for V's alone
         // is enough (a growth never needs two new arenas at once).
         pops.allocation_budget = one_more;
-        REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
-        f = P.forward(a, 16, x.data(), 1, logits.data());
-        INFO((f.ok() ? std::string{} : f.err().message));
-        REQUIRE(f.ok());
-        CHECK(*P.n_past(a) == 17);
-        CHECK(P.kv_blocks().total == total + 1);
+        token_at_16_goes_on();
         CHECK(P.kv_blocks().grows >= 2);
         REQUIRE(P.check_kv_blocks().ok());
         // A full pool on a device without room to double it grows by the
@@ -1548,24 +1557,14 @@ TEST_CASE("a paged KV cache gives contiguous caches' bits, shares forked "
         // its memory back.
         pops.credit_frees = true;
         pops.allocation_budget = P.block_bytes();
-        REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
-        f = P.forward(a, 16, x.data(), 1, logits.data());
-        REQUIRE_FALSE(f.ok());
-        CHECK(f.err().code == backend::errc::out_of_memory);
-        CHECK(*P.n_past(a) == 16);
-        CHECK(P.kv_blocks().total == total);
+        token_at_16_fails();
         CHECK(pops.allocation_budget == P.block_bytes());
         REQUIRE(P.check_kv_blocks().ok());
         // Room for two blocks: both arenas grow by one, in place.
         pops.allocation_budget = 2 * P.block_bytes();
         const auto allocations = pops.allocations;
         const auto copied = pops.copies;
-        REQUIRE(P.embed(p16.data(), 1, x.data()).ok());
-        f = P.forward(a, 16, x.data(), 1, logits.data());
-        INFO((f.ok() ? std::string{} : f.err().message));
-        REQUIRE(f.ok());
-        CHECK(*P.n_past(a) == 17);
-        CHECK(P.kv_blocks().total == total + 1);
+        token_at_16_goes_on();
         CHECK(pops.allocation_budget == 0);
         REQUIRE(P.check_kv_blocks().ok());
         // A full pool with free memory for 8 blocks only, far less than
