@@ -174,13 +174,13 @@ void sim_device::catch_up_with_wall() {
 
 namespace {
 
-/// Whether operation `what` (host_device's names) is one of `kind`.
 /// Whether the operation takes device memory: an allocation, or a
 /// buffer's growth (host_device::resize admits it as "resize").
 bool allocates(const char* what) {
   return std::strcmp(what, "allocate") == 0 || std::strcmp(what, "resize") == 0;
 }
 
+/// Whether operation `what` (host_device's names) is one of `kind`.
 bool is_op(sim_device::op_kind kind, const char* what) {
   using k = sim_device::op_kind;
   if (kind == k::none)

@@ -78,8 +78,8 @@ struct sim_device_spec {
   std::string id;      ///< optional stable id; default "sim:<profile>:<n>"
   /// A fault (for scenarios): empty, or one sim_fault_error() accepts:
   /// "fail_allocations" (every allocation fails, and every growth of a
-/// buffer: device::resize), "vanished" (every
-  /// operation fails with device_lost), "vanish_after:N" (the device
+  /// buffer: device::resize), "vanished" (every operation fails with
+  /// device_lost), "vanish_after:N" (the device
   /// vanishes at its N-th operation: a device lost mid-run) or
   /// "heat_after:N:C" (its temperature jumps C degrees at its N-th
   /// operation: a thermal spike mid-run) or "cooling:F" (a cooler F times

@@ -1218,8 +1218,8 @@ void device_stage::trim_pool() {
   const std::uint64_t used = cache_bytes_ / (2 * bb);
   if (pool_.blocks <= 8 || used * 4 > pool_.blocks)
     return;
-  // A quarter or less in use: the held blocks move to the start of
-  // arenas of twice their number (at least 8), the tables follow.
+  // A quarter or less in use: the arenas become twice the held blocks
+  // (at least 8), every held block below that, the tables following.
   const auto n = static_cast<std::uint32_t>(std::max<std::uint64_t>(8, 2 * used));
   std::vector<std::int32_t> to(pool_.blocks, -1);
   if (ops_.resizes()) {
