@@ -41,10 +41,12 @@ struct sequence {
   bool done = false;
   bool waiting = false;        ///< a step is in flight
   clock_type::time_point sent; ///< when it was sent
-  /// Speculative decoding: positions the draft's caches hold, and the
-  /// tokens it proposed this round.
+  /// Speculative decoding: positions the draft's caches hold, the tokens
+  /// it proposed this round and, when sampling (temperature above 0), the
+  /// distribution each was drawn from.
   std::uint32_t draft_pos = 0;
   std::vector<std::int32_t> drafted;
+  std::vector<model::token_distribution> draft_dists;
   /// Its next step rewinds (a job handed over: rows past pos may be left).
   bool rewind = false;
   /// Its prompt is an earlier sequence's (`source`), which the stages
@@ -127,8 +129,8 @@ struct job_state {
   /// Sequences that may step now though their groups have no step coming
   /// back (a shared prompt read): their groups step (kick_groups).
   std::vector<std::uint32_t> kicked;
-  /// Speculative decoding is on (draft stages, greedy sampling, no draft
-  /// stage failed so far).
+  /// Speculative decoding is on (draft stages, no draft stage failed so
+  /// far).
   bool speculative = false;
   job_result result;
   std::size_t prompts_left = 0;
@@ -289,12 +291,15 @@ void forget_forks(self_ptr self) {
   }
 }
 
-void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits);
+void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits,
+                 std::optional<std::int32_t> chosen = std::nullopt);
 
 /// Sequence j's n tokens went through: `logits_in` are its last row's.
-/// Samples its next token when its feed is read.
+/// Samples its next token when its feed is read (`chosen`: the token
+/// speculative sampling picked from these logits instead).
 void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
-               logit_row&& logits_in) {
+               logit_row&& logits_in,
+               std::optional<std::int32_t> chosen = std::nullopt) {
   auto& st = self->state;
   auto& q = st.seqs[j];
   if (st.cancelling || q.stop) { // a token boundary: it stops here
@@ -358,7 +363,7 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
       }
     }
   if (!st.finished)
-    take_logits(self, j, std::move(logits_in));
+    take_logits(self, j, std::move(logits_in), chosen);
 }
 
 /// Whether the last stage's answer `r` holds `rows` rows of logits as a
@@ -394,8 +399,20 @@ logit_row row_of(const stage_step& r, std::size_t i, std::uint32_t top_k,
   return row;
 }
 
-/// Samples sequence j's next token from `logits_in` (its last row's).
-void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits_in) {
+/// The distribution a sampler draws from for `row` (whole or its
+/// candidates; finite values).
+model::token_distribution distribution_of(const model::sampler& smp,
+                                          const logit_row& row) {
+  return row.ids.empty()
+           ? smp.distribution(row.values.data(), row.values.size())
+           : smp.distribution(row.ids.data(), row.values.data(),
+                              row.ids.size());
+}
+
+/// Samples sequence j's next token from `logits_in` (its last row's), or
+/// takes `chosen` (speculative sampling's pick from them).
+void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits_in,
+                 std::optional<std::int32_t> chosen) {
   auto& st = self->state;
   auto& q = st.seqs[j];
   auto& out = st.result.tokens[j];
@@ -411,7 +428,8 @@ void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits_in) {
     sequence_done(self, j);
     return;
   } else {
-    auto id = logits_in.ids.empty()
+    auto id = chosen ? *chosen
+              : logits_in.ids.empty()
                 ? q.smp->sample(logits.data(), logits.size())
                 : q.smp->sample_top(logits_in.ids.data(), logits.data(),
                                     logits.size());
@@ -655,6 +673,7 @@ void drop_draft(self_ptr self, std::uint32_t j) {
   st.speculative = false;
   st.seqs[j].waiting = false;
   st.seqs[j].drafted.clear();
+  st.seqs[j].draft_dists.clear();
   for (std::size_t g = 0; g < st.groups.size(); ++g)
     if (st.groups[g].front() == j)
       send_step(self, g);
@@ -684,8 +703,13 @@ void draft_step(self_ptr self, std::uint32_t j) {
   } else {
     s.tokens.push_back(q.drafted.back()); // its last proposal
   }
-  // Its greedy choice is all the draft's answer needs.
-  s.top_k = step_top_k(1, st.cfg.n_vocab);
+  // Greedy, its best candidate is all the draft's answer needs; sampling,
+  // the candidates the sampler reads (0: whole rows).
+  const bool sampled = st.cfg.sampling.temperature > 0.0f;
+  s.top_k = step_top_k(
+    sampled ? model::sampler::candidates(st.cfg.sampling, st.cfg.n_vocab)
+            : 1,
+    st.cfg.n_vocab);
   const auto top_k = s.top_k;
   q.waiting = true;
   q.sent = clock_type::now();
@@ -701,6 +725,7 @@ void draft_step(self_ptr self, std::uint32_t j) {
         if (st.handoff) { // a token boundary: the round is dropped
           q.waiting = false;
           q.drafted.clear();
+          q.draft_dists.clear();
           try_pause(self);
           return;
         }
@@ -711,9 +736,22 @@ void draft_step(self_ptr self, std::uint32_t j) {
           q.prompt.size() + st.result.tokens[j].size();
         if (q.draft_pos < known) // more to read
           return draft_step(self, j);
-        q.drafted.push_back(top_k != 0 ? r.top_ids.front()
-                                       : model::sampler::argmax(
-                                           r.x.data(), r.x.size()));
+        if (st.cfg.sampling.temperature <= 0.0f) {
+          q.drafted.push_back(top_k != 0 ? r.top_ids.front()
+                                         : model::sampler::argmax(
+                                             r.x.data(), r.x.size()));
+        } else {
+          // A proposal drawn from the draft's distribution, kept for the
+          // model's verdict (a draft that gives non-finite logits is
+          // dropped: nothing can be drawn from them).
+          if (model::sampler::first_non_finite(r.x.data(), r.x.size())
+              != r.x.size())
+            return drop_draft(self, j);
+          auto d = distribution_of(*q.smp,
+                                   row_of(r, 0, top_k, st.cfg.n_vocab));
+          q.drafted.push_back(q.smp->draw(d));
+          q.draft_dists.push_back(std::move(d));
+        }
         if (q.drafted.size() < proposals(st, j))
           return draft_step(self, j);
         verify(self, j);
@@ -731,6 +769,7 @@ void draft_step(self_ptr self, std::uint32_t j) {
 void speculate(self_ptr self, std::uint32_t j) {
   auto& q = self->state.seqs[j];
   q.drafted.clear();
+  q.draft_dists.clear();
   if (proposals(self->state, j) == 0)
     verify(self, j);
   else
@@ -772,10 +811,40 @@ void verify(self_ptr self, std::uint32_t j) {
         st.result.drafted += q.drafted.size();
         const auto known = static_cast<std::uint32_t>(
           q.prompt.size() + st.result.tokens[j].size());
-        // Row i holds the logits after the last token and i proposals:
-        // the model's token there is kept; so is the next row's while it
-        // agreed with the proposal it read.
-        for (std::size_t i = 0; i < rows && !st.finished; ++i) {
+        // Row i holds the logits after the last token and i proposals.
+        // Sampling: proposal i is kept with probability min(1, p/q)
+        // (model::keep_proposal), else the model's token there is drawn
+        // from the residual and the round ends; after every proposal
+        // kept, the last row's token is the model's own draw.
+        if (st.cfg.sampling.temperature > 0.0f) {
+          for (std::size_t i = 0; i < rows && !st.finished; ++i) {
+            auto row = row_of(r, i, top_k, v);
+            std::optional<std::int32_t> chosen;
+            bool kept = false;
+            if (i < q.drafted.size()
+                && model::sampler::first_non_finite(row.values.data(),
+                                                    row.values.size())
+                     == row.values.size()) { // (else on_logits ends it)
+              const auto p = distribution_of(*q.smp, row);
+              const auto x = q.drafted[i];
+              kept = model::keep_proposal(p, q.draft_dists[i], x,
+                                          q.smp->uniform());
+              chosen = kept ? x
+                            : q.smp->draw(model::residual(p,
+                                                          q.draft_dists[i]));
+              if (kept)
+                ++st.result.accepted;
+            }
+            on_logits(self, j, 1, std::move(row), chosen);
+            if (q.done || !kept)
+              break;
+          }
+        }
+        // Greedy: the model's token there is kept; so is the next row's
+        // while it agreed with the proposal it read.
+        for (std::size_t i = 0;
+             st.cfg.sampling.temperature <= 0.0f && i < rows && !st.finished;
+             ++i) {
           const bool agreed_before = i == 0 || st.result.tokens[j].back()
                                                  == q.drafted[i - 1];
           if (!agreed_before)
@@ -916,11 +985,10 @@ void make_groups(job_state& st) {
     1, workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab, st.top_k));
   if (st.cfg.step_sequences > 0)
     st.step_sequences = std::min(st.step_sequences, st.cfg.step_sequences);
-  // Speculative decoding: greedy only, each sequence its own rounds, at
-  // most as many proposals as a step may return rows of logits for.
-  st.speculative = !st.cfg.draft_stages.empty()
-                   && st.cfg.sampling.temperature <= 0.0f
-                   && st.cfg.draft_tokens > 0;
+  // Speculative decoding (greedy or sampling), each sequence its own
+  // rounds, at most as many proposals as a step may return rows of logits
+  // for.
+  st.speculative = !st.cfg.draft_stages.empty() && st.cfg.draft_tokens > 0;
   if (st.speculative) {
     st.step_sequences = 1;
     st.cfg.draft_tokens = std::min<std::uint32_t>(
@@ -1269,6 +1337,7 @@ void start_move(self_ptr self, std::vector<std::uint32_t> lost,
       q.fed_in_flight = 0;
       q.waiting = false;
       q.drafted.clear();
+      q.draft_dists.clear();
     }
     m->carried[j] = !q.done && !q.fork_pending && !q.prefix_pending;
     m->rows[j] = q.held();

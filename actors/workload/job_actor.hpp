@@ -120,18 +120,23 @@ struct job_setup {
   /// The most sequences one step carries (0: as many as a step can,
   /// workload::max_step_sequences); 1 sends every sequence on its own.
   std::uint32_t step_sequences = 0;
-  /// Speculative decoding (greedy sampling only; ignored otherwise): the
-  /// stages of a draft model with the same vocabulary (in order, each
-  /// told its next; the job keeps its sequences' caches there as in its
-  /// own stages and releases them). After its prompt, each sequence
-  /// repeats: the draft proposes `draft_tokens` tokens one by one, the
-  /// model reads the last token and the proposals in one step whose rows
-  /// are each a step of its own (stage_step::apart), and the job keeps the
-  /// proposals up to the first one the model does not pick, plus the
-  /// model's own next token; the stages forget the rest
-  /// (stage_step::rewind). The tokens are exactly those of decoding
-  /// without a draft. A draft stage that fails turns speculation off for
-  /// the rest of the job.
+  /// Speculative decoding: the stages of a draft model with the same
+  /// vocabulary (in order, each told its next; the job keeps its
+  /// sequences' caches there as in its own stages and releases them).
+  /// After its prompt, each sequence repeats: the draft proposes
+  /// `draft_tokens` tokens one by one, the model reads the last token and
+  /// the proposals in one step whose rows are each a step of its own
+  /// (stage_step::apart), and the job keeps the proposals up to the first
+  /// one the model does not pick, plus the model's own next token; the
+  /// stages forget the rest (stage_step::rewind). Greedy, the tokens are
+  /// exactly those of decoding without a draft. Sampling (temperature
+  /// above 0), the draft draws each proposal from its distribution q and
+  /// the model keeps it with probability min(1, p/q), else draws its
+  /// token from the residual (model::keep_proposal, model::residual):
+  /// every token is distributed exactly as without a draft, and a seed
+  /// gives the same tokens again, though not the same ones as without a
+  /// draft (the draws differ). A draft stage that fails turns speculation
+  /// off for the rest of the job.
   std::vector<caf::actor> draft_stages;
   std::uint32_t draft_n_embd = 0; ///< the draft model's width
   std::uint32_t draft_tokens = 4;

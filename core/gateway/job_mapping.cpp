@@ -122,8 +122,8 @@ mapped_job map_request(const model_source& model,
   job.sequences = req.n; // the choices; the prompt is read once
   job.share_prompt = true;
   job.stages = 0;
-  if (job.sampling.temperature <= 0.0f) // speculation keeps greedy tokens
-    job.draft = model.draft;
+  // Speculation keeps greedy tokens, and sampled ones' distribution.
+  job.draft = model.draft;
   job.n_ctx = 0; // prompt + n_gen
   job.kv_type = limits.kv_type;
   out.stop_ids = tok.eog_ids();

@@ -48,8 +48,8 @@ struct model_source {
   std::shared_ptr<const model::tokenizer> tokenizer;
   std::uint32_t n_ctx_train = 0; ///< 0: the file states none
   bool has_chat_template = false;
-  /// A draft model's file for the greedy requests (speculative decoding);
-  /// "" none. The coordinator checks its vocabulary per job.
+  /// A draft model's file for the requests (speculative decoding); ""
+  /// none. The coordinator checks its vocabulary per job.
   std::string draft;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <vector>
 
 namespace exo::model {
@@ -117,13 +118,7 @@ int32_t sampler::sample(const float* logits, size_t n) {
     return -1;
   if (p_.temperature <= 0.0f)
     return argmax(logits, n);
-  size_t keep = candidates(p_, n);
-  if (keep == 0) // the whole row, in order
-    keep = n;
-  std::vector<int32_t> ids(keep);
-  std::vector<float> values(keep);
-  top_candidates(logits, n, keep, ids.data(), values.data());
-  return sample_top(ids.data(), values.data(), keep);
+  return draw(distribution(logits, n));
 }
 
 int32_t sampler::sample_top(const int32_t* ids, const float* values,
@@ -132,6 +127,20 @@ int32_t sampler::sample_top(const int32_t* ids, const float* values,
     return -1;
   if (p_.temperature <= 0.0f)
     return ids[0];
+  return draw(distribution(ids, values, k));
+}
+
+token_distribution sampler::distribution(const int32_t* ids,
+                                         const float* values,
+                                         size_t k) const {
+  token_distribution d;
+  if (k == 0)
+    return d;
+  if (p_.temperature <= 0.0f) { // greedy: the best candidate, surely
+    d.ids.push_back(ids[0]);
+    d.probs.push_back(1.0);
+    return d;
+  }
   if (p_.top_k > 0 && p_.top_k < k)
     k = p_.top_k;
   // Probabilities at temperature 1 for top-p, as llama.cpp's sampler chain
@@ -159,17 +168,76 @@ int32_t sampler::sample_top(const int32_t* ids, const float* values,
     }
     k = std::max<size_t>(kept, 1);
   }
-  auto pr = probs(p_.temperature);
-  // A uniform double in [0, 1) from 53 random bits, portable across
-  // standard libraries.
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  d.probs = probs(p_.temperature);
+  d.ids.assign(ids, ids + k);
+  return d;
+}
+
+token_distribution sampler::distribution(const float* logits,
+                                         size_t n) const {
+  size_t keep = candidates(p_, n);
+  if (keep == 0) // the whole row, in order
+    keep = n;
+  keep = std::min(keep, n);
+  std::vector<int32_t> ids(keep);
+  std::vector<float> values(keep);
+  top_candidates(logits, n, keep, ids.data(), values.data());
+  return distribution(ids.data(), values.data(), keep);
+}
+
+double sampler::uniform() {
+  // Portable across standard libraries (no std::uniform_real_distribution).
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
+
+int32_t sampler::draw(const token_distribution& d) {
+  const double u = uniform();
   double cum = 0.0;
-  for (size_t i = 0; i < pr.size(); ++i) {
-    cum += pr[i];
+  for (size_t i = 0; i < d.probs.size(); ++i) {
+    cum += d.probs[i];
     if (u < cum)
-      return ids[i];
+      return d.ids[i];
   }
-  return ids[k - 1];
+  return d.ids.back(); // u at or above a sum rounded below 1
+}
+
+double token_distribution::of(int32_t id) const {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == id)
+      return probs[i];
+  return 0.0;
+}
+
+bool keep_proposal(const token_distribution& p, const token_distribution& q,
+                   int32_t x, double u) {
+  const double qx = q.of(x);
+  // q(x) > 0 for a proposal drawn from q; a q without x keeps nothing.
+  return qx > 0.0 && u * qx < p.of(x);
+}
+
+token_distribution residual(const token_distribution& p,
+                            const token_distribution& q) {
+  // q by token (a whole vocabulary's row has as many candidates).
+  std::unordered_map<int32_t, double> qs;
+  qs.reserve(q.ids.size());
+  for (size_t i = 0; i < q.ids.size(); ++i)
+    qs.emplace(q.ids[i], q.probs[i]);
+  token_distribution r;
+  double sum = 0.0;
+  for (size_t i = 0; i < p.ids.size(); ++i) {
+    const auto it = qs.find(p.ids[i]);
+    const double v = p.probs[i] - (it == qs.end() ? 0.0 : it->second);
+    if (v > 0.0) {
+      r.ids.push_back(p.ids[i]);
+      r.probs.push_back(v);
+      sum += v;
+    }
+  }
+  if (r.ids.empty() || !(sum > 0.0))
+    return p;
+  for (auto& v : r.probs)
+    v /= sum;
+  return r;
 }
 
 } // namespace exo::model

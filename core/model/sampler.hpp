@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <vector>
 
 namespace exo::model {
 
@@ -13,6 +14,15 @@ struct sampler_params {
   uint32_t top_k = 40;
   float top_p = 0.95f;
   uint64_t seed = 0;
+};
+
+/// A distribution over tokens: ids[i] with probability probs[i] (the
+/// others 0), in the order sample_top reads them.
+struct token_distribution {
+  std::vector<int32_t> ids;
+  std::vector<double> probs;
+  /// The probability of `id` (0 when it is not among ids).
+  double of(int32_t id) const;
 };
 
 /// Picks tokens from logits: top-k, then top-p, then temperature, then a
@@ -44,6 +54,20 @@ public:
   /// Draws what sample() draws.
   int32_t sample_top(const int32_t* ids, const float* values, size_t k);
 
+  /// The distribution sample_top draws from at a temperature above 0
+  /// (the same arguments): the candidates top-k and top-p keep, with
+  /// their probabilities at the temperature. Draws nothing.
+  token_distribution distribution(const int32_t* ids, const float* values,
+                                  size_t k) const;
+  /// The same from a whole row of `n` logits (what sample() draws from).
+  token_distribution distribution(const float* logits, size_t n) const;
+
+  /// A token drawn from `d` (not empty) as sample_top draws: one number.
+  int32_t draw(const token_distribution& d);
+
+  /// A uniform double in [0, 1) from 53 random bits: one number.
+  double uniform();
+
   /// Puts the sampler where it would be after `n` calls of sample(): each
   /// call at a temperature above 0 draws one number, at 0 none. A job taken
   /// over from another node (its tokens so far replicated) goes on with the
@@ -59,9 +83,34 @@ public:
   /// with an error instead of printing garbage.
   static size_t first_non_finite(const float* logits, size_t n);
 
+  const sampler_params& params() const noexcept {
+    return p_;
+  }
+
 private:
   sampler_params p_;
   std::mt19937_64 rng_;
 };
+
+// -- speculative sampling ---------------------------------------------------
+//
+// Leviathan et al. and Chen et al. (2023): a draft draws proposal x from its
+// distribution q; the model, with distribution p at the same position, keeps
+// it with probability min(1, p(x) / q(x)), else draws its token from the
+// residual max(0, p - q), normalised. Each token kept or drawn is then
+// distributed exactly as p, whatever q is: sampling with a draft gives the
+// model's distribution, only faster when the draft often agrees.
+
+/// Whether proposal `x`, drawn from `q`, is kept given the model's `p` and
+/// a uniform `u` in [0, 1): u < p(x) / q(x).
+bool keep_proposal(const token_distribution& p, const token_distribution& q,
+                   int32_t x, double u);
+
+/// What the model draws from when it does not keep a proposal drawn from
+/// `q`: max(0, p - q) normalised, over p's candidates in p's order. When
+/// that leaves nothing (p <= q everywhere, which a rejection makes
+/// possible only through rounding), p itself.
+token_distribution residual(const token_distribution& p,
+                            const token_distribution& q);
 
 } // namespace exo::model

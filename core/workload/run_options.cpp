@@ -74,8 +74,9 @@ void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
                "the same tokens)");
   app.add_option("--draft", o.draft,
                  "speculative decoding with this draft model (same "
-                 "vocabulary; greedy runs): it proposes, the model checks "
-                 "its proposals in one step, the tokens are the same")
+                 "vocabulary): it proposes, the model checks its proposals "
+                 "in one step; greedy, the tokens are the same, sampling "
+                 "(--temperature), their distribution")
     ->type_name("FILE");
   app.add_option("--draft-tokens", w.draft_tokens,
                  "tokens the draft proposes a round (4)")

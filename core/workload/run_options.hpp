@@ -33,7 +33,8 @@ struct run_options {
   /// cache (job_request::prefix_cache).
   bool no_prefix_cache = false;
   /// --draft FILE: a draft model with the same vocabulary for speculative
-  /// decoding (greedy runs), --draft-tokens K proposals a round.
+  /// decoding (greedy or sampled runs), --draft-tokens K proposals a
+  /// round.
   std::string draft;
   std::uint32_t draft_tokens = 4;
   std::uint32_t n_ctx = 0;     ///< 0: prompt + n, at most the model's

@@ -176,7 +176,7 @@ gateway_service::gateway_service(runtime& rt,
                               "of 32 wide (whole Q8_0 blocks); model " + id
                               + "'s are " + std::to_string(hd));
       }
-      if (!m.draft.empty()) { // refused now, not on every greedy request
+      if (!m.draft.empty()) { // refused now, not on every request
         auto model = model::llama_model::load(m.path);
         (void) workload::load_draft(m.draft, *model,
                                     *models.back().tokenizer, 0);

@@ -44,8 +44,8 @@ serve_settings parse_serve_command(int argc, char** argv, std::ostream& out,
     ->type_name("ID")
     ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--draft", drafts,
-                 "a draft model for the greedy requests of the --model of "
-                 "the same rank (speculative decoding; same vocabulary)")
+                 "a draft model for the requests of the --model of the "
+                 "same rank (speculative decoding; same vocabulary)")
     ->type_name("FILE")
     ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--host", host, "address to listen on (127.0.0.1)")

@@ -192,19 +192,21 @@ TEST_CASE("completions map prompt, max_tokens and sampling, refusals are "
   CHECK(m3.prompt_tokens == m.prompt_tokens); // usage counts it once
   CHECK(workload::prepare_job(m3.job).request.sequences == 3);
   CHECK(m.job.draft.empty());
-  // A served model's draft goes with its greedy requests only (speculative
-  // decoding keeps greedy tokens; sampled ones would differ).
+  // A served model's draft goes with every request: greedy ones keep their
+  // tokens, sampled ones their distribution (speculative sampling).
   auto with_draft = src;
   with_draft.draft = dir + "/plain.gguf";
   CHECK(map_request(with_draft, r, {}, 1).job.draft == with_draft.draft);
+  auto sampled = r;
+  sampled.temperature = 0.7;
+  const auto sampled_job = map_request(with_draft, sampled, {}, 1).job;
+  CHECK(sampled_job.draft == with_draft.draft);
+  CHECK(sampled_job.sampling.temperature == 0.7f);
   // The gateway's KV cache type goes with every job.
   CHECK(m.job.kv_type.empty());
   mapping_limits q8;
   q8.kv_type = "q8_0";
   CHECK(map_request(src, r, q8, 1).job.kv_type == "q8_0");
-  auto warm = r;
-  warm.temperature = 0.7;
-  CHECK(map_request(with_draft, warm, {}, 1).job.draft.empty());
 
   r.max_tokens = 1000; // more than the model's context of 256
   auto big = map_request(src, r, {}, 1);

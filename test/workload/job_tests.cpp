@@ -2379,6 +2379,13 @@ std::shared_ptr<const model::llama_model> other_draft(fixture& f) {
   return generated(f, ".draft", o);
 }
 
+/// A draft model and the bounds of its stages.
+struct draft_case {
+  const char* name;
+  std::shared_ptr<const model::llama_model> m;
+  std::vector<std::uint32_t> bounds;
+};
+
 TEST_CASE("speculative decoding with a draft model gives exactly the tokens "
           "of decoding without one",
           "[workload][speculative]") {
@@ -2386,11 +2393,6 @@ TEST_CASE("speculative decoding with a draft model gives exactly the tokens "
   // A draft of another seed and two layers (it rarely agrees), and the
   // model itself as its own draft (it always does).
   auto other = other_draft(f);
-  struct draft_case {
-    const char* name;
-    std::shared_ptr<const model::llama_model> m;
-    std::vector<std::uint32_t> bounds;
-  };
   std::vector<draft_case> drafts{{"another model", other, {0, 2}},
                                  {"the model itself", f.model, {0, 2, 4}}};
   for (auto& bounds : std::vector<std::vector<std::uint32_t>>{{0, 4},
@@ -2445,6 +2447,74 @@ TEST_CASE("speculative decoding with a draft model gives exactly the tokens "
       CHECK(r.logits[0].empty());
       f.stop(draft);
       f.stop(stages);
+    }
+  }
+}
+
+TEST_CASE("speculative sampling: a draft that is the model keeps every "
+          "proposal, a seed gives the same tokens again",
+          "[workload][speculative]") {
+  // Temperature 0.8: the draft draws its proposals, the model keeps each
+  // with probability min(1, p/q) (core/model/sampler.hpp; sampler_tests
+  // checks that the tokens are distributed exactly as p). Here: the
+  // rounds line each proposal up with the row the model read it in (a
+  // draft that is the model has q = p there, bit for bit, so every
+  // proposal is kept; one row off and they would differ), a seed repeats
+  // its tokens, and rows returned whole or as candidates draw the same.
+  fixture f;
+  auto other = other_draft(f);
+  const auto cpu = f.device_index("cpu");
+  const std::vector<std::uint32_t> bounds{0, 2, 4};
+  const std::vector<std::vector<std::int32_t>> ps{prompts()[0],
+                                                  prompts()[2]};
+  auto plain_stages = f.pipeline(bounds, {cpu, cpu});
+  auto plain = workload::run_job(*f.sys,
+                                 f.job(1, plain_stages, ps, 24, 0.8f, 5));
+  f.stop(plain_stages);
+  REQUIRE(plain.error.empty());
+  for (auto& d : std::vector<draft_case>{{"the model itself", f.model,
+                                          {0, 2, 4}},
+                                         {"another model", other, {0, 2}}}) {
+    std::vector<std::vector<std::int32_t>> first;
+    for (bool keep_logits : {true, false}) {
+      for (int again = 0; again < 2; ++again) {
+        INFO("draft: " << d.name << (keep_logits ? ", whole rows"
+                                                 : ", candidates")
+                       << (again ? ", again" : ""));
+        auto stages = f.pipeline(bounds, {cpu, cpu});
+        auto draft = shards_of(f, d.m, d.bounds);
+        auto j = f.job(1, stages, ps, 24, 0.8f, 5);
+        j.draft_stages = draft;
+        j.draft_n_embd = d.m->hparams().n_embd;
+        j.draft_tokens = 4;
+        j.keep_logits = keep_logits;
+        auto r = workload::run_job(*f.sys, std::move(j));
+        f.stop(draft);
+        f.stop(stages);
+        REQUIRE(r.error.empty());
+        REQUIRE(r.tokens.size() == ps.size());
+        CHECK(r.drafted > 0);
+        if (d.m == f.model)
+          CHECK(r.accepted == r.drafted);
+        else
+          CHECK(r.accepted < r.drafted);
+        for (std::size_t q = 0; q < ps.size(); ++q) {
+          REQUIRE(!r.tokens[q].empty());
+          // The first token is drawn from the prompt's logits before any
+          // round: the plain run's first draw.
+          CHECK(r.tokens[q][0] == plain.tokens[q][0]);
+          CHECK(r.tokens[q].size() == 24); // (no end-of-generation ids)
+          for (auto t : r.tokens[q])
+            CHECK((t >= 0 && t < static_cast<std::int32_t>(
+                                   f.model->hparams().n_vocab)));
+        }
+        CHECK(r.generated_tokens
+              == r.tokens[0].size() + r.tokens[1].size());
+        if (first.empty())
+          first = r.tokens;
+        else // the same seed: the same tokens, whole rows or candidates
+          CHECK(r.tokens == first);
+      }
     }
   }
 }

@@ -253,11 +253,12 @@ TEST_CASE("exo-node run with a draft model gives the same text and says "
   write_file(dir + "/node.json", R"({"node": {"name": "solo",
     "state_dir": ")" + dir + R"(/state"},
     "devices": {"include": ["cpu"], "rescan_interval_s": 0}})");
-  auto go = [&](std::vector<std::string> extra) {
+  auto go = [&](std::vector<std::string> extra,
+                std::string temperature = "0") {
     std::vector<std::string> args{exo_node(), "run", "--model",
                                   dir + "/model.gguf", "--prompt",
                                   "the quick brown fox", "-n", "40",
-                                  "--temperature", "0", "--config",
+                                  "--temperature", temperature, "--config",
                                   dir + "/node.json"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto r = run(args, 120s);
@@ -277,6 +278,15 @@ TEST_CASE("exo-node run with a draft model gives the same text and says "
         != std::string::npos);
   CHECK(drafted.find("proposed tokens kept") != std::string::npos);
   CHECK(plain.find("draft:") == std::string::npos);
+  // Sampled (speculative sampling): the draft proposes and is checked
+  // too, and a seed gives the same text again.
+  const std::vector<std::string> sampling{"--seed", "4", "--draft",
+                                          dir + "/draft.gguf",
+                                          "--draft-tokens", "5"};
+  auto sampled = go(sampling, "0.8");
+  CHECK(sampled.find("proposed tokens kept") != std::string::npos);
+  CHECK(!text(sampled).empty());
+  CHECK(text(go(sampling, "0.8")) == text(sampled));
   // A draft of another vocabulary is refused before anything runs.
   o.vocab = 400;
   exo::model::make_test_model(o, dir + "/other.gguf");
