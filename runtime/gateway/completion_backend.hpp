@@ -43,6 +43,7 @@
 #include <functional>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 namespace exo::gateway {
 
@@ -117,6 +118,22 @@ public:
   /// Appends families to `w`; called on a gateway thread per scrape, so it
   /// answers from what it already has and never waits on the cluster.
   virtual void collect(prometheus::text_writer& w) = 0;
+};
+
+/// Several metrics sources as one (server_options::metrics), in order.
+class metrics_sources : public metrics_source {
+public:
+  explicit metrics_sources(std::vector<std::shared_ptr<metrics_source>> s)
+    : sources_(std::move(s)) {
+  }
+  void collect(prometheus::text_writer& w) override {
+    for (auto& s : sources_)
+      if (s)
+        s->collect(w);
+  }
+
+private:
+  std::vector<std::shared_ptr<metrics_source>> sources_;
 };
 
 } // namespace exo::gateway

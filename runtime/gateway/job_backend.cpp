@@ -29,10 +29,21 @@ struct job_backend::state {
   std::chrono::milliseconds resume_grace{0};
   std::mutex mx;
   std::mt19937_64 seeds{std::random_device{}()};
+  /// Speculative decoding, by model id: tokens proposed, and kept.
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> drafts;
 
   std::uint64_t next_seed() {
     std::lock_guard<std::mutex> guard{mx};
     return seeds();
+  }
+  void count_draft(const std::string& model, std::uint64_t proposed,
+                   std::uint64_t kept) {
+    std::lock_guard<std::mutex> guard{mx};
+    auto it = drafts.find(model);
+    if (it == drafts.end())
+      return; // a model without a draft
+    it->second.first += proposed;
+    it->second.second += kept;
   }
 };
 
@@ -239,7 +250,8 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
                  : self->request(coordinator, caf::infinite, run_atom::value,
                                  st.mapped.job, me);
   std::move(asked).then(
-      [self](job_report& r) {
+      [self, be, model = req.model](job_report& r) {
+        be->count_draft(model, r.drafted, r.accepted);
         end_with(self, r);
         self->quit();
       },
@@ -336,6 +348,8 @@ job_backend::job_backend(caf::actor_system& sys, caf::actor coordinator,
                .count();
   for (auto& m : models) {
     state_->entries.push_back({m.id, now, "exo"});
+    if (!m.draft.empty())
+      state_->drafts[m.id] = {0, 0};
     auto id = m.id;
     state_->models.emplace(std::move(id), std::move(m));
   }
@@ -353,6 +367,23 @@ void job_backend::complete(const completion_request& req,
 
 std::vector<model_entry> job_backend::entries() const {
   return state_->entries;
+}
+
+void job_backend::collect(prometheus::text_writer& w) {
+  std::lock_guard<std::mutex> guard{state_->mx};
+  if (state_->drafts.empty())
+    return;
+  w.family("exo_speculative_proposed_tokens_total",
+           "Tokens a served model's draft proposed (speculative decoding), "
+           "over the jobs that ended.",
+           prometheus::metric_type::counter);
+  for (auto& [id, n] : state_->drafts)
+    w.sample({{"model", id}}, static_cast<double>(n.first));
+  w.family("exo_speculative_accepted_tokens_total",
+           "Of them, those the model kept.",
+           prometheus::metric_type::counter);
+  for (auto& [id, n] : state_->drafts)
+    w.sample({{"model", id}}, static_cast<double>(n.second));
 }
 
 } // namespace exo::gateway

@@ -50,8 +50,11 @@
 
 namespace exo::gateway {
 
-/// Runs completions as jobs of `coordinator` (spawned in `sys`).
-class job_backend : public completion_backend {
+/// Runs completions as jobs of `coordinator` (spawned in `sys`). As a
+/// metrics source: per served model with a draft, the tokens its draft
+/// proposed and those the model kept (speculative decoding), summed over
+/// the jobs that ended.
+class job_backend : public completion_backend, public metrics_source {
 public:
   job_backend(caf::actor_system& sys, caf::actor coordinator,
               std::vector<model_source> models, mapping_limits limits = {},
@@ -63,6 +66,10 @@ public:
 
   /// The models, for server_options::models.
   std::vector<model_entry> entries() const;
+
+  /// exo_speculative_proposed_tokens_total and
+  /// exo_speculative_accepted_tokens_total, by model (models with a draft).
+  void collect(prometheus::text_writer& w) override;
 
   struct state;
 

@@ -206,7 +206,9 @@ gateway_service::gateway_service(runtime& rt,
     rt.system(), caf::actor_cast<caf::actor>(rt.gate()),
     rt.config().node.name, o.models);
   o.views = impl_->watch;
-  o.metrics = impl_->watch;
+  o.metrics = std::make_shared<gateway::metrics_sources>(
+    std::vector<std::shared_ptr<gateway::metrics_source>>{impl_->watch,
+                                                          backend});
   o.limits.max_queued = g.max_queued;
   o.requests.max_tokens = g.ctx;
   o.authorize = make_authorize(rt, g);

@@ -196,6 +196,8 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
         rep.tokens[0].push_back(ids[i]);
       }
       rep.cached_prompt_tokens = 2; // from the stages' prefix cache
+      rep.drafted = 6; // as a job with a draft reports (else both 0)
+      rep.accepted = 4;
       if (s == script::tokens_then_eos)
         return rep;
       *pending = self->make_response_promise();
@@ -300,6 +302,56 @@ TEST_CASE("the bridge streams a job's tokens and ends at its end token") {
     CHECK(log->requests[0].n_gen == 8);
     CHECK(log->requests[0].sampling.temperature == 0.0f);
     CHECK(log->cancels.empty());
+  }
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a served model's draft: /metrics counts the tokens it proposed "
+          "and those the model kept") {
+  fixture fx;
+  caf::actor_system sys{config()};
+  auto log = std::make_shared<script_log>();
+  auto coord = sys.spawn(coordinator, script::tokens_then_eos, log,
+                         std::vector<std::int32_t>{10, fx.eos},
+                         std::vector<std::string>{"Hi", ""});
+  {
+    auto plain = fx.model;
+    plain.id = "plain";
+    auto drafted = fx.model;
+    drafted.draft = fx.dir + "/m.gguf"; // the coordinator is scripted
+    job_backend be{sys, coord, {drafted, plain}};
+    auto scrape = [&] {
+      prometheus::text_writer w;
+      be.collect(w);
+      return w.str();
+    };
+    // Only the model with a draft, at 0 before any job.
+    auto before = scrape();
+    INFO(before);
+    CHECK(before.find("exo_speculative_proposed_tokens_total{model=\"m\"} 0")
+          != std::string::npos);
+    CHECK(before.find("model=\"plain\"") == std::string::npos);
+    for (const char* model : {"m", "m", "plain"}) {
+      auto r = request("Once upon a time");
+      r.model = model;
+      auto sink = std::make_shared<recording_sink>();
+      be.complete(r, sink);
+      REQUIRE(sink->ended());
+      CHECK(sink->tokens_ == std::vector<std::string>{"Hi"});
+    }
+    // Two jobs of m at 6 proposed, 4 kept each; plain's are not counted.
+    auto after = scrape();
+    INFO(after);
+    CHECK(after.find("exo_speculative_proposed_tokens_total{model=\"m\"} 12")
+          != std::string::npos);
+    CHECK(after.find("exo_speculative_accepted_tokens_total{model=\"m\"} 8")
+          != std::string::npos);
+    CHECK(after.find("model=\"plain\"") == std::string::npos);
+    // A backend whose models have no draft adds nothing.
+    job_backend none{sys, coord, {plain}};
+    prometheus::text_writer w;
+    none.collect(w);
+    CHECK(w.str().empty());
   }
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
 }
