@@ -83,10 +83,6 @@ public:
   /// with an error instead of printing garbage.
   static size_t first_non_finite(const float* logits, size_t n);
 
-  const sampler_params& params() const noexcept {
-    return p_;
-  }
-
 private:
   sampler_params p_;
   std::mt19937_64 rng_;
