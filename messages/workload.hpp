@@ -459,6 +459,11 @@ struct job_replica {
   std::string model_sha256;
   std::uint64_t model_size = 0;
   std::vector<std::vector<std::int32_t>> tokens; ///< so far, per sequence
+  /// Per sequence: the numbers its sampler drew for `tokens`
+  /// (model::sampler::draws; a speculative round draws several a token).
+  /// Tokens are replicated a whole round at a time, so a takeover draws
+  /// from there what the first node would have.
+  std::vector<std::uint64_t> draws;
   /// The losses the job survived so far (a takeover reports them before
   /// its own); at most max_replicated_recoveries are kept.
   std::vector<job_recovered> recoveries;
@@ -475,18 +480,20 @@ constexpr std::size_t max_replicated_recoveries = 64;
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_replica& x) {
   return wire(f, caf::meta::type_name("exo.job_replica"), x.origin, x.job,
-              x.request, x.model_sha256, x.model_size, x.tokens,
+              x.request, x.model_sha256, x.model_size, x.tokens, x.draws,
               x.recoveries, x.draft_sha256, x.draft_size);
 }
 
 /// More of a replicated job (see job_replica): sequence j had have[j]
-/// tokens, `more[j]` follow; `recoveries` the losses it survived since the
-/// last progress. `ended`: the job ended, the replica goes.
+/// tokens, `more[j]` follow, drawn with draws[j] numbers in all;
+/// `recoveries` the losses it survived since the last progress. `ended`:
+/// the job ended, the replica goes.
 struct job_progress {
   std::string origin;
   std::uint64_t job = 0;
   std::vector<std::uint32_t> have;
   std::vector<std::vector<std::int32_t>> more;
+  std::vector<std::uint64_t> draws;
   bool ended = false;
   std::vector<job_recovered> recoveries;
 };
@@ -494,7 +501,7 @@ struct job_progress {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_progress& x) {
   return wire(f, caf::meta::type_name("exo.job_progress"), x.origin, x.job,
-              x.have, x.more, x.ended, x.recoveries);
+              x.have, x.more, x.draws, x.ended, x.recoveries);
 }
 
 /// A running job handed by its coordinating node (stopping) to the node
@@ -516,6 +523,9 @@ struct job_handoff {
   /// stages' caches hold (the prompt and all of them but the last).
   std::vector<std::vector<std::int32_t>> tokens;
   std::vector<std::uint32_t> pos;
+  /// Per sequence: the numbers its sampler drew for `tokens` (a round of
+  /// speculative decoding dropped at the pause does not count).
+  std::vector<std::uint64_t> draws;
   std::vector<job_recovered> recoveries; ///< every loss it survived
   /// A recovery not over when it paused (its first token still to come:
   /// the planned move of its stages off the stopping node), at most one,
@@ -534,7 +544,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_handoff& x) {
   return wire(f, caf::meta::type_name("exo.job_handoff"), x.origin, x.job,
               x.stage_job, x.stages, x.nodes, x.devices, x.bounds, x.tokens, x.pos,
-              x.recoveries, x.unfinished, x.unfinished_us, x.rewind,
+              x.draws, x.recoveries, x.unfinished, x.unfinished_us, x.rewind,
               x.paused_us, x.placement);
 }
 

@@ -20,11 +20,17 @@ std::string handoff_problem(const job_handoff& h, const job_request& req,
     if (h.nodes[i] != here && alive.count(h.nodes[i]) == 0)
       return where + " is on " + h.nodes[i] + ", not an alive member";
   }
-  if (h.tokens.size() != req.sequences || h.pos.size() != req.sequences)
+  if (h.tokens.size() != req.sequences || h.pos.size() != req.sequences
+      || h.draws.size() != req.sequences)
     return "its sequences do not match the request";
-  for (auto& t : h.tokens)
-    if (t.size() > req.n_gen)
+  for (std::size_t j = 0; j < h.tokens.size(); ++j) {
+    if (h.tokens[j].size() > req.n_gen)
       return "a sequence has more tokens than the request allows";
+    if (h.draws[j] > max_draws(h.tokens[j].size(), req.draft_tokens))
+      return "sequence " + std::to_string(j) + "'s sampler drew "
+             + std::to_string(h.draws[j]) + " numbers, more than its "
+             + std::to_string(h.tokens[j].size()) + " tokens take";
+  }
   if (h.recoveries.size() > max_replicated_recoveries
       || h.unfinished.size() > 1)
     return "too many recoveries";

@@ -1,6 +1,7 @@
 #include "actors/workload/job_actor.hpp"
 
 #include "actors/workload/shard_actor.hpp"
+#include "core/workload/job_request.hpp"
 #include "core/workload/prefix_key.hpp"
 #include "messages/errors.hpp"
 #include "messages/workload.hpp"
@@ -37,7 +38,16 @@ struct sequence {
   std::size_t fed_in_flight = 0; ///< of them, in the step in flight
   std::uint32_t pos = 0;
   bool prompt_done = false; ///< its prompt's logits have arrived once
+  /// Resumed with its tokens so far: the feed holds all but the last,
+  /// which is known; the feed's last row is not sampled, the next step (or
+  /// round) reads that token as a running sequence's would.
+  bool known_next = false;
   std::unique_ptr<model::sampler> smp;
+  /// The numbers its sampler had drawn when its tokens were last whole
+  /// (settle): a round's proposals drawn and then dropped (a handoff, a
+  /// recovery) do not count, and the sampler goes back there.
+  std::uint64_t draws = 0;
+  bool in_round = false; ///< verify() is taking a round's tokens
   bool done = false;
   bool waiting = false;        ///< a step is in flight
   clock_type::time_point sent; ///< when it was sent
@@ -309,6 +319,15 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
   q.pos += n;
   if (q.fed < q.feed.size()) // more of the prompt to feed
     return;
+  if (q.known_next) { // resumed: its next step reads its last token
+    q.known_next = false;
+    if (!q.prompt_done) {
+      q.prompt_done = true;
+      if (--st.prompts_left == 0)
+        st.t_prompts = clock_type::now();
+    }
+    return;
+  }
   auto& out = st.result.tokens[j];
   const bool just_read = !q.prompt_done;
   if (just_read) { // its prompt is read
@@ -409,6 +428,16 @@ model::token_distribution distribution_of(const model::sampler& smp,
                               row.ids.size());
 }
 
+/// Sequence j's tokens are whole (no round under way past them): their
+/// draws are what a takeover or a recovery goes on from (on_settled).
+void settle(self_ptr self, std::uint32_t j) {
+  auto& st = self->state;
+  auto& q = st.seqs[j];
+  q.draws = q.smp->draws();
+  if (st.cfg.on_settled)
+    st.cfg.on_settled(j, st.result.tokens[j].size(), q.draws);
+}
+
 /// Samples sequence j's next token from `logits_in` (its last row's), or
 /// takes `chosen` (speculative sampling's pick from them).
 void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits_in,
@@ -448,6 +477,8 @@ void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits_in,
     st.last_token = now;
     if (st.cfg.on_token)
       st.cfg.on_token(j, id);
+    if (!q.in_round)
+      settle(self, j);
     if (out.size() >= st.cfg.n_gen || st.cfg.eog.count(id) != 0)
       sequence_done(self, j);
     // else it goes on in its group's next step
@@ -816,6 +847,7 @@ void verify(self_ptr self, std::uint32_t j) {
         // (model::keep_proposal), else the model's token there is drawn
         // from the residual and the round ends; after every proposal
         // kept, the last row's token is the model's own draw.
+        q.in_round = true;
         if (st.cfg.sampling.temperature > 0.0f) {
           for (std::size_t i = 0; i < rows && !st.finished; ++i) {
             auto row = row_of(r, i, top_k, v);
@@ -858,8 +890,11 @@ void verify(self_ptr self, std::uint32_t j) {
         // The model read the last token and the proposals it agreed with
         // (on_logits advanced its position row by row); the draft keeps
         // what it read of them (all proposals but its last).
+        q.in_round = false;
         const auto emitted = static_cast<std::uint32_t>(
           q.prompt.size() + st.result.tokens[j].size() - known);
+        if (emitted > 0)
+          settle(self, j);
         q.draft_pos = std::min<std::uint32_t>(
           q.draft_pos, known + emitted - 1);
         if (!st.finished && !q.done)
@@ -1123,13 +1158,20 @@ void go_on(self_ptr self) {
     auto& q = st.seqs[j];
     if (q.done)
       continue;
+    // Where its tokens were last whole: the proposals of a round taken
+    // back are drawn again.
+    q.smp->restart(q.draws);
     if (st.move && st.move->carried[j]) {
       r.moved_positions += st.move->rows[j];
       continue;
     }
+    // Its prompt and tokens but the last, which its next step (or round)
+    // reads, as a running sequence's.
     auto& out = st.result.tokens[j];
     q.feed = q.prompt;
-    q.feed.insert(q.feed.end(), out.begin(), out.end());
+    if (!out.empty())
+      q.feed.insert(q.feed.end(), out.begin(), out.end() - 1);
+    q.known_next = !out.empty();
     q.fed = 0;
     q.pos = 0;
     r.replayed += q.feed.size();
@@ -1493,6 +1535,10 @@ std::string take_generated(self_ptr self) {
   if (!held.empty() && held.size() != gen.size())
     return "the job resumes the caches of " + std::to_string(held.size())
            + " sequences, it has " + std::to_string(gen.size());
+  auto& draws = st.cfg.generated_draws;
+  if (!draws.empty() && draws.size() != gen.size())
+    return "the job resumes the draws of " + std::to_string(draws.size())
+           + " sequences, it has " + std::to_string(gen.size());
   job_recovered r;
   r.job = st.cfg.id;
   r.reason = st.cfg.resumed_after;
@@ -1512,7 +1558,18 @@ std::string take_generated(self_ptr self) {
                + std::to_string(t) + ", outside the vocabulary of "
                + std::to_string(st.cfg.n_vocab);
     st.result.tokens[j] = got;
-    q.smp->skip(got.size());
+    if (draws.empty()) {
+      q.smp->skip(got.size());
+    } else {
+      const auto most = max_draws(got.size(), st.cfg.draft_tokens);
+      if (draws[j] > most)
+        return "sequence " + std::to_string(j) + " resumes after "
+               + std::to_string(draws[j]) + " draws of its sampler, more "
+               + "than its " + std::to_string(got.size()) + " tokens take ("
+               + std::to_string(most) + ")";
+      q.smp->restart(draws[j]);
+    }
+    q.draws = q.smp->draws();
     if (!got.empty()
         && (got.size() >= st.cfg.n_gen || st.cfg.eog.count(got.back()) != 0)) {
       q.done = true;
@@ -1522,17 +1579,25 @@ std::string take_generated(self_ptr self) {
         st.t_prompts = st.t0;
       continue;
     }
-    q.feed.insert(q.feed.end(), got.begin(), got.end());
+    // All but the last token: the next step (or round) reads that one, as
+    // a running sequence's.
+    const std::size_t total = q.prompt.size() + got.size();
+    if (!got.empty()) {
+      q.feed.insert(q.feed.end(), got.begin(), got.end() - 1);
+      q.known_next = true;
+    }
     if (held.empty()) {
       r.replayed += q.feed.size();
       continue;
     }
     // Handed over: its stages hold the first held[j] positions of the
-    // feed; it goes on from there (at least the last token is fed).
-    if (held[j] >= q.feed.size())
+    // prompt and tokens (at most all but the last); it goes on from there.
+    if (held[j] >= total)
       return "sequence " + std::to_string(j) + ": its caches hold "
              + std::to_string(held[j]) + " positions, it has "
-             + std::to_string(q.feed.size()) + " tokens";
+             + std::to_string(total) + " tokens";
+    if (held[j] == q.feed.size())
+      q.known_next = false; // nothing left to feed
     q.fed = q.pos = held[j];
     q.rewind = st.cfg.rewind_first;
     r.moved_positions += held[j];
@@ -1575,8 +1640,10 @@ void try_pause(self_ptr self) {
   h.stage_job = stage_job(st);
   h.stages = st.cfg.stages;
   h.tokens = st.result.tokens;
-  for (auto& q : st.seqs)
+  for (auto& q : st.seqs) {
     h.pos.push_back(q.held());
+    h.draws.push_back(q.draws);
+  }
   h.recoveries = st.result.recoveries;
   if (st.resumed) { // a move whose first token is still to come
     h.unfinished.push_back(*st.resumed);

@@ -158,6 +158,13 @@ struct job_setup {
   std::chrono::milliseconds step_timeout{120000};
   /// Called in the job's context for every token, as it is produced.
   std::function<void(std::uint32_t seq, std::int32_t token)> on_token;
+  /// Called in the job's context when sequence `seq`'s tokens are whole
+  /// (after each token; speculating, after a round's last): its first
+  /// `tokens`, for which its sampler drew `draws` numbers. A job resumed
+  /// from there (generated, generated_draws) draws what this one will.
+  std::function<void(std::uint32_t seq, std::size_t tokens,
+                     std::uint64_t draws)>
+    on_settled;
   /// Who re-places the job's stages after a loss (its coordinator); none:
   /// a loss ends the job.
   caf::actor recoverer;
@@ -168,10 +175,15 @@ struct job_setup {
   std::function<void(const job_recovered&)> on_recovered;
   /// Tokens each sequence generated before this job began (a job taken
   /// over from a coordinating node that died, its tokens replicated): fed
-  /// after the prompt, the sampler advanced past them (sampler::skip), so
+  /// after the prompt (all but the last: its next step or round reads it,
+  /// as a running sequence's), the sampler advanced past their draws, so
   /// the job goes on exactly as the first one would have. They are part of
   /// the result (not of generated_tokens) and not passed to on_token.
   std::vector<std::vector<std::int32_t>> generated;
+  /// Per sequence, what its sampler drew for `generated` (on_settled's
+  /// `draws`; at most workload::max_draws); empty: one number a token at a
+  /// temperature above 0 (a run without a draft).
+  std::vector<std::uint64_t> generated_draws;
   /// With `generated`: what the job resumes after and since when; reported
   /// as its first recovery (its stall measured to the first new token).
   std::string resumed_after;

@@ -76,6 +76,11 @@ struct follower {
 struct token_log {
   std::mutex mx;
   std::vector<std::vector<std::int32_t>> tokens;
+  /// Per sequence: how many of `tokens` are whole (job_setup::on_settled:
+  /// no round of speculative decoding under way past them) and the
+  /// numbers its sampler drew for them: what is replicated.
+  std::vector<std::size_t> whole;
+  std::vector<std::uint64_t> draws;
   /// The losses the job survived (its earlier coordinators' too).
   std::vector<job_recovered> recoveries;
   /// The followers' listeners: each got the tokens so far, under `mx`,
@@ -279,6 +284,7 @@ struct job_run {
   /// tokens replicated so far, what happened and when.
   std::string key;
   std::vector<std::vector<std::int32_t>> generated;
+  std::vector<std::uint64_t> generated_draws; ///< their samplers' draws
   std::string resumed_after;
   std::uint64_t resumed_moved_bytes = 0;
   std::vector<job_recovered> earlier_recoveries; ///< before the takeover
@@ -586,7 +592,14 @@ void choose_backup(self_ptr self, std::uint64_t id) {
   r.draft_size = run->draft_size;
   {
     std::lock_guard<std::mutex> guard{rj.log->mx};
-    r.tokens = rj.log->tokens;
+    for (std::size_t j = 0; j < rj.log->tokens.size(); ++j) {
+      auto& t = rj.log->tokens[j];
+      r.tokens.emplace_back(t.begin(),
+                            t.begin()
+                              + static_cast<std::ptrdiff_t>(
+                                std::min(rj.log->whole[j], t.size())));
+    }
+    r.draws = rj.log->draws;
     r.recoveries = rj.log->recoveries;
   }
   rj.replicated_recoveries = r.recoveries.size();
@@ -633,13 +646,18 @@ void replicate_tick(self_ptr self) {
     bool more = false;
     {
       std::lock_guard<std::mutex> guard{rj.log->mx};
+      // Whole rounds only (token_log::whole), with their draws.
       auto& t = rj.log->tokens;
       rj.replicated.resize(t.size(), 0);
       for (std::size_t j = 0; j < t.size(); ++j) {
-        p.have.push_back(rj.replicated[j]);
-        p.more.emplace_back(t[j].begin() + rj.replicated[j], t[j].end());
+        const auto whole = std::min(rj.log->whole[j], t[j].size());
+        const auto from = std::min<std::size_t>(rj.replicated[j], whole);
+        p.have.push_back(static_cast<std::uint32_t>(from));
+        p.more.emplace_back(t[j].begin() + static_cast<std::ptrdiff_t>(from),
+                            t[j].begin() + static_cast<std::ptrdiff_t>(whole));
+        p.draws.push_back(rj.log->draws[j]);
         more = more || !p.more.back().empty();
-        rj.replicated[j] = static_cast<std::uint32_t>(t[j].size());
+        rj.replicated[j] = static_cast<std::uint32_t>(whole);
       }
       auto& rs = rj.log->recoveries;
       if (rj.replicated_recoveries < rs.size()) {
@@ -727,16 +745,19 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.step_sequences = req.batch;
   j.share_prompts = req.share_prompt;
   j.prefix_cache = req.prefix_cache;
+  // (Without the draft too: what a resumed job's samplers drew is held to
+  // what rounds of that many proposals draw, workload::max_draws.)
+  j.draft_tokens = req.draft_tokens;
   if (run->draft) {
     j.draft_stages = {run->draft};
     j.draft_n_embd = run->job.draft->hparams().n_embd;
-    j.draft_tokens = req.draft_tokens;
   }
   j.sampling = req.sampling;
   j.keep_logits = req.keep_logits;
   j.eog = run->job.tokenizer->eog_ids();
   j.eog.insert(req.stop_tokens.begin(), req.stop_tokens.end());
   j.generated = run->generated;
+  j.generated_draws = run->generated_draws;
   j.resumed_after = run->resumed_after;
   j.resumed_moved_bytes = run->resumed_moved_bytes;
   j.resumed_placement = run->placement_text;
@@ -754,6 +775,10 @@ void start_job(self_ptr self, const run_ptr& run) {
   log->tokens = run->generated;
   log->recoveries = run->earlier_recoveries;
   log->tokens.resize(req.sequences);
+  for (auto& t : log->tokens)
+    log->whole.push_back(t.size());
+  log->draws = run->generated_draws;
+  log->draws.resize(req.sequences, 0);
   std::uint64_t so_far = 0;
   for (auto& t : log->tokens)
     so_far += t.size();
@@ -767,6 +792,14 @@ void start_job(self_ptr self, const run_ptr& run) {
       log->listeners.push_back(f.listener);
     }
   run->log = log;
+  j.on_settled = [log](std::uint32_t seq, std::size_t tokens,
+                       std::uint64_t draws) {
+    std::lock_guard<std::mutex> guard{log->mx};
+    if (seq < log->whole.size()) {
+      log->whole[seq] = tokens;
+      log->draws[seq] = draws;
+    }
+  };
   j.on_token = [run, tok, produced, log, id](std::uint32_t seq,
                                              std::int32_t t) {
     produced->fetch_add(1, std::memory_order_relaxed);
@@ -1935,6 +1968,7 @@ struct takeover {
   std::string sha; ///< the model's digest (its file is the cache's)
   std::uint64_t size = 0;
   std::vector<std::vector<std::int32_t>> generated;
+  std::vector<std::uint64_t> generated_draws; ///< their samplers' draws
   std::vector<job_recovered> recoveries; ///< before the takeover
   std::string why;
   std::uint64_t moved_bytes = 0; ///< KV carried by a move it followed
@@ -2076,6 +2110,7 @@ caf::error start_run(self_ptr self, job_request req, job_sink sink,
       run->size = from->size;
       run->key = from->key;
       run->generated = std::move(from->generated);
+      run->generated_draws = std::move(from->generated_draws);
       run->earlier_recoveries = std::move(from->recoveries);
       run->resumed_after = from->why;
       run->resumed_moved_bytes = from->moved_bytes;
@@ -3001,11 +3036,16 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
       || r.model_size > workload::max_model_bytes)
     return bad("the model's digest or size is malformed");
   if (r.request.sequences < 1 || r.request.sequences > max_job_sequences
-      || r.tokens.size() != r.request.sequences)
+      || r.tokens.size() != r.request.sequences
+      || r.draws.size() != r.request.sequences)
     return bad("the sequences do not match the request");
-  for (auto& t : r.tokens)
-    if (t.size() > r.request.n_gen)
+  for (std::size_t j = 0; j < r.tokens.size(); ++j) {
+    if (r.tokens[j].size() > r.request.n_gen)
       return bad("a sequence holds more tokens than -n");
+    if (r.draws[j] > max_draws(r.tokens[j].size(), r.request.draft_tokens))
+      return bad("sequence " + std::to_string(j)
+                 + "'s sampler drew more numbers than its tokens take");
+  }
   if (r.recoveries.size() > max_replicated_recoveries)
     return bad("more than " + std::to_string(max_replicated_recoveries)
                + " recoveries");
@@ -3132,15 +3172,22 @@ caf::result<caf::ok_atom> on_progress(self_ptr self, job_progress& p) {
     return caf::ok_atom::value;
   }
   auto& tokens = b.replica.tokens;
-  auto n = std::min({p.have.size(), p.more.size(), tokens.size()});
+  auto& draws = b.replica.draws;
+  auto n = std::min({p.have.size(), p.more.size(), p.draws.size(),
+                     tokens.size(), draws.size()});
   for (std::size_t j = 0; j < n; ++j) {
     // Only what follows what this node holds (a gap or a repeat is left
-    // out: those tokens are generated again after a takeover).
+    // out: those tokens are generated again after a takeover), and draws
+    // its tokens can take.
     if (p.have[j] != tokens[j].size()
-        || p.more[j].size() > b.replica.request.n_gen - tokens[j].size())
+        || p.more[j].size() > b.replica.request.n_gen - tokens[j].size()
+        || p.draws[j] > max_draws(tokens[j].size() + p.more[j].size(),
+                                  b.replica.request.draft_tokens))
       continue;
     tokens[j].insert(tokens[j].end(), p.more[j].begin(), p.more[j].end());
-    b.last_token = std::chrono::steady_clock::now();
+    draws[j] = p.draws[j];
+    if (!p.more[j].empty())
+      b.last_token = std::chrono::steady_clock::now();
   }
   auto& rs = b.replica.recoveries;
   for (auto& r : p.recoveries)
@@ -3188,6 +3235,7 @@ caf::error take_over(self_ptr self, const std::string& key,
   from.since = std::chrono::steady_clock::now();
   if (handoff) { // its tokens and losses as they were when it paused
     from.generated = std::move(handoff->tokens);
+    from.generated_draws = std::move(handoff->draws);
     from.recoveries = std::move(handoff->recoveries);
     from.last_token = from.since
                       - std::chrono::microseconds{handoff->paused_us};
@@ -3207,6 +3255,7 @@ caf::error take_over(self_ptr self, const std::string& key,
       << "exo-node " << node << ": taking job " << key << " over (" << why
       << "): " << have << " tokens replicated" << std::endl;
     from.generated = std::move(b.replica.tokens);
+    from.generated_draws = std::move(b.replica.draws);
     from.recoveries = std::move(b.replica.recoveries);
     from.last_token = b.last_token;
   }

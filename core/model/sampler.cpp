@@ -26,8 +26,16 @@ size_t sampler::first_non_finite(const float* logits, size_t n) {
 }
 
 void sampler::skip(size_t n) {
-  if (p_.temperature > 0.0f)
+  if (p_.temperature > 0.0f) {
     rng_.discard(n);
+    draws_ += n;
+  }
+}
+
+void sampler::restart(uint64_t draws) {
+  rng_.seed(p_.seed);
+  rng_.discard(draws);
+  draws_ = draws;
 }
 
 size_t sampler::candidates(const sampler_params& p, size_t n_vocab) {
@@ -187,6 +195,7 @@ token_distribution sampler::distribution(const float* logits,
 
 double sampler::uniform() {
   // Portable across standard libraries (no std::uniform_real_distribution).
+  ++draws_;
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }
 

@@ -74,6 +74,15 @@ public:
   /// same draws as an uninterrupted run.
   void skip(size_t n);
 
+  /// How many numbers it has drawn (skip and restart count theirs): what a
+  /// job taken over in the middle of speculative rounds, which draw
+  /// several numbers a token, must skip (restart).
+  uint64_t draws() const { return draws_; }
+
+  /// Puts the sampler where it is after drawing `draws` numbers from its
+  /// seed, whatever it drew before (a round's proposals drawn and dropped).
+  void restart(uint64_t draws);
+
   /// Index of the largest logit (the lowest index on ties).
   static int32_t argmax(const float* logits, size_t n);
 
@@ -86,6 +95,7 @@ public:
 private:
   sampler_params p_;
   std::mt19937_64 rng_;
+  uint64_t draws_ = 0;
 };
 
 // -- speculative sampling ---------------------------------------------------

@@ -167,6 +167,11 @@ void check_sampling(const model::sampler_params& p) {
                     + number(p.top_p));
 }
 
+std::uint64_t max_draws(std::uint64_t tokens, std::uint32_t draft_tokens) {
+  const std::uint64_t k = std::min(draft_tokens, max_draft_tokens);
+  return tokens * (2 * k + 1);
+}
+
 void check_job_name(const std::string& name) {
   if (name.empty() || name.size() > max_job_name)
     throw job_error("--id must be 1 to " + std::to_string(max_job_name)
@@ -279,8 +284,9 @@ prepared_job prepare_job(job_request r) {
                       + " is outside the model's vocabulary of "
                       + std::to_string(limits.n_vocab));
   if (!r.draft.empty()) {
-    if (r.draft_tokens < 1 || r.draft_tokens > 31)
-      throw job_error("--draft-tokens must be in [1, 31], not "
+    if (r.draft_tokens < 1 || r.draft_tokens > max_draft_tokens)
+      throw job_error("--draft-tokens must be in [1, "
+                      + std::to_string(max_draft_tokens) + "], not "
                       + std::to_string(r.draft_tokens));
     p.draft = load_draft(r.draft, *p.model, *p.tokenizer, p.n_ctx);
   }

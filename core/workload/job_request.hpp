@@ -71,7 +71,8 @@ struct job_request {
   bool prefix_cache = true;
   bool keep_logits = false;    ///< report sequence 0's last logits
   /// Speculative decoding: the draft model's path on the coordinating
-  /// node ("" = none) and its proposals per round (1 to 31).
+  /// node ("" = none) and its proposals per round (1 to
+  /// max_draft_tokens).
   std::string draft;
   std::uint32_t draft_tokens = 4;
   /// The prompt is a rendered chat (core/workload/chat_prompt.hpp): its
@@ -90,6 +91,18 @@ struct job_request {
   /// another took it over. "" = none (it is still found as NODE:ID).
   std::string name;
 };
+
+/// The most proposals a round of speculative decoding may ask for.
+constexpr std::uint32_t max_draft_tokens = 31;
+
+/// The most numbers a sequence's sampler draws for `tokens` tokens of a
+/// job whose draft proposes `draft_tokens` a round: a round keeps at least
+/// one token and draws its proposals, a verdict on each and one token more
+/// (speculative sampling, model::keep_proposal); a plain run draws one a
+/// token. What a peer says a sequence drew (job_replica::draws) is held to
+/// it: a sampler skips that many numbers one by one. (`draft_tokens` above
+/// max_draft_tokens counts as that.)
+std::uint64_t max_draws(std::uint64_t tokens, std::uint32_t draft_tokens);
 
 /// Longest job name (run --id).
 constexpr std::size_t max_job_name = 64;

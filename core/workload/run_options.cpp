@@ -144,7 +144,8 @@ run_options parse_run_options(const std::vector<std::string>& words,
   if (given("--batch"))
     o.batch = to_u32("--batch", w.batch, 1, 256);
   if (given("--draft-tokens"))
-    o.draft_tokens = to_u32("--draft-tokens", w.draft_tokens, 1, 31);
+    o.draft_tokens = to_u32("--draft-tokens", w.draft_tokens, 1,
+                             max_draft_tokens);
   if (given("--draft-tokens") && o.draft.empty())
     throw std::invalid_argument("--draft-tokens goes with --draft");
   if (given("--ctx"))

@@ -107,6 +107,51 @@ TEST_CASE("skip(n) puts a sampler where n samples would, whatever the "
   }
 }
 
+TEST_CASE("a sampler counts its draws, and restart(n) puts it where n "
+          "draws did, whatever it drew since", "[sampler]") {
+  std::vector<float> l(50);
+  for (size_t i = 0; i < l.size(); ++i)
+    l[i] = static_cast<float>((i * 13) % 7) * 0.4f;
+  sampler_params p;
+  p.temperature = 0.9f;
+  p.top_k = 20;
+  p.seed = 11;
+  sampler a(p);
+  CHECK(a.draws() == 0);
+  // A speculative round's draws: proposals, a verdict, a residual's draw.
+  const auto d = a.distribution(l.data(), l.size());
+  a.draw(d);
+  a.draw(d);
+  a.uniform();
+  a.sample(l.data(), l.size());
+  CHECK(a.draws() == 4);
+  a.skip(3);
+  CHECK(a.draws() == 7);
+  std::vector<double> after7;
+  for (int i = 0; i < 5; ++i)
+    after7.push_back(a.uniform());
+  CHECK(a.draws() == 12);
+  // Back to 7 (the five since: a round dropped), and from a fresh one.
+  a.restart(7);
+  CHECK(a.draws() == 7);
+  sampler b(p);
+  b.restart(7);
+  for (int i = 0; i < 5; ++i) {
+    const double u = after7[static_cast<size_t>(i)];
+    CHECK(a.uniform() == u);
+    CHECK(b.uniform() == u);
+  }
+  // restart(0) is the fresh sampler; at temperature 0 sample() draws none.
+  a.restart(0);
+  sampler c(p);
+  CHECK(a.uniform() == c.uniform());
+  p.temperature = 0.0f;
+  sampler greedy(p);
+  greedy.sample(l.data(), l.size());
+  greedy.skip(5);
+  CHECK(greedy.draws() == 0);
+}
+
 namespace {
 
 /// A row of n logits with many ties (values on a coarse grid).

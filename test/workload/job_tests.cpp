@@ -262,6 +262,56 @@ generated(const fixture& f, const std::string& suffix,
   return m;
 }
 
+namespace {
+
+/// Shards of `m` (layers split at `bounds`) on the fixture's cpu device,
+/// linked in order.
+std::vector<caf::actor>
+shards_of(fixture& f, std::shared_ptr<const model::llama_model> m,
+          const std::vector<std::uint32_t>& bounds) {
+  std::vector<caf::actor> stages;
+  auto d = f.device_index("cpu");
+  for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+    workload::shard_setup s;
+    s.model = m;
+    s.first = bounds[i];
+    s.last = bounds[i + 1];
+    s.n_ctx = 128;
+    s.device = f.dev_actors[d];
+    s.device_id = f.devs[d]->properties().id;
+    s.node = "test";
+    stages.push_back(workload::spawn_shard(*f.sys, std::move(s)));
+  }
+  caf::scoped_actor self{*f.sys};
+  for (std::size_t i = 0; i + 1 < stages.size(); ++i)
+    self->request(stages[i], std::chrono::seconds(10), next_atom::value,
+                  stages[i + 1])
+      .receive([](caf::ok_atom) {},
+               [](caf::error& e) { FAIL(caf::to_string(e)); });
+  return stages;
+}
+
+} // namespace
+
+/// A draft for the fixture's model: another seed, two layers, the same
+/// vocabulary (it rarely agrees with the model).
+std::shared_ptr<const model::llama_model> other_draft(fixture& f) {
+  model::test_model_options o;
+  o.layers = 2;
+  o.dim = 64;
+  o.ff = 128;
+  o.vocab = 400;
+  o.seed = 99;
+  return generated(f, ".draft", o);
+}
+
+/// A draft model and the bounds of its stages.
+struct draft_case {
+  const char* name;
+  std::shared_ptr<const model::llama_model> m;
+  std::vector<std::uint32_t> bounds;
+};
+
 /// A 4-layer, 256-wide Q4_K model for the fixture (a step carries 512
 /// tokens of it): Q4_K matrices' products over 4 rows or more take
 /// llama.cpp's batched kernels, whose sums depend on how many rows go
@@ -1726,14 +1776,47 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
     CHECK(rs->reasons[0].find("stage 1 (n2/cpu:0) is gone") == 0);
     CHECK(rs->lost[0] == std::vector<std::uint32_t>{1});
     CHECK(rs->lost[1] == std::vector<std::uint32_t>{0});
-    // Each recovery re-fed the prompts and what was generated so far.
-    CHECK(r.recoveries[0].replayed >= 5 + 3 + 7);
-    CHECK(r.recoveries[0].replayed <= 5 + 3 + 7 + 2);
+    // Each recovery re-fed the prompts and what was generated so far but
+    // each sequence's last token (its next step reads that one).
+    CHECK(r.recoveries[0].replayed >= 5 + 3 + 7 - 2);
+    CHECK(r.recoveries[0].replayed <= 5 + 3 + 7);
     CHECK(r.recoveries[0].recovery_s > 0);
     CHECK(r.recoveries[0].gap_s >= r.recoveries[0].recovery_s);
     CHECK(r.recoveries[1].reason.find("stage 0 (n1/cpu:0) is gone") == 0);
     CHECK(r.generated_tokens == 80);
     // Held: the job left them (re-placed).
+    f.stop(stages, true);
+  }
+  SECTION("a speculating job: a round under way is drawn again") {
+    // A draft that is never kept: each token a round of 4 proposals, a
+    // verdict on each and a residual's draw. The loss drops the round in
+    // flight; its sampler goes back to where its tokens were whole.
+    auto other = other_draft(f);
+    auto with_draft = [&](std::uint64_t id, std::vector<caf::actor> stages,
+                          std::vector<caf::actor> draft) {
+      auto j = setup(id, std::move(stages));
+      j.draft_stages = std::move(draft);
+      j.draft_n_embd = other->hparams().n_embd;
+      j.draft_tokens = 4;
+      return j;
+    };
+    auto ref_stages = f.pipeline({0, 2, 4}, {si, cpu});
+    auto ref_draft = shards_of(f, other, {0, 2});
+    auto spec_reference = workload::run_job(
+      *f.sys, with_draft(45, ref_stages, ref_draft));
+    f.stop(ref_draft);
+    f.stop(ref_stages);
+    REQUIRE(spec_reference.error.empty());
+    REQUIRE(spec_reference.drafted > 0);
+    auto stages = f.pipeline({0, 2, 4}, {si, cpu});
+    auto draft = shards_of(f, other, {0, 2});
+    auto r = run(with_draft(46, stages, draft), {9});
+    f.stop(draft);
+    INFO(r.error);
+    CHECK(r.error.empty());
+    CHECK(r.tokens == spec_reference.tokens);
+    CHECK(r.recoveries.size() == 1);
+    CHECK(r.drafted > 0);
     f.stop(stages, true);
   }
   SECTION("a loss before the prompt is read") {
@@ -1871,7 +1954,7 @@ TEST_CASE("a planned move carries the KV caches to the new stages: nothing "
     REQUIRE(r.recoveries.size() == 1);
     auto& e = r.recoveries[0];
     CHECK(e.moved_bytes == 0);
-    CHECK(e.replayed >= 5 + 3 + 700 + 12 - 3);
+    CHECK(e.replayed >= 5 + 3 + 700 + 12 - 3 - 3); // (but the last tokens)
     CHECK(e.reason.find("its KV caches were re-fed, not moved (the new "
                         "stages' layer ranges do not cover the 4 layers "
                         "carried)")
@@ -2185,10 +2268,12 @@ TEST_CASE("a job resumed from the tokens another job generated goes on "
     auto j = f.job(2, stages, ps, 30, 0.9f, 5);
     // What a coordinator that died had replicated: each sequence's first
     // `cut` tokens (sequence 2 one fewer: replicas lag unevenly).
+    std::vector<std::size_t> j_generated;
     for (std::size_t s = 0; s < ps.size(); ++s) {
       auto n = s == 2 && cut > 0 ? cut - 1 : cut;
       j.generated.emplace_back(reference.tokens[s].begin(),
                                reference.tokens[s].begin() + n);
+      j_generated.push_back(n);
     }
     j.resumed_after = "coordinator n1 is dead";
     auto fresh = std::make_shared<std::vector<std::int32_t>>();
@@ -2207,11 +2292,17 @@ TEST_CASE("a job resumed from the tokens another job generated goes on "
     CHECK(fresh->size() == 30 - cut);
     CHECK(r.generated_tokens == 3 * 30 - (3 * cut - (cut > 0 ? 1 : 0)));
     // The takeover is the job's first recovery: the prompts and tokens of
-    // the sequences still running were re-fed.
+    // the sequences still running were re-fed, each but its last token
+    // (its next step reads that one, as a running sequence's).
     REQUIRE(r.recoveries.size() == 1);
     CHECK(r.recoveries[0].reason == "coordinator n1 is dead");
-    CHECK(r.recoveries[0].replayed
-          == (cut < 30 ? 5 + 3 + 2 * cut : 0) + 2 + (cut > 0 ? cut - 1 : 0));
+    std::size_t refed = 0;
+    for (std::size_t s = 0; s < ps.size(); ++s) {
+      const auto n = j_generated[s];
+      if (n < 30)
+        refed += ps[s].size() + (n > 0 ? n - 1 : 0);
+    }
+    CHECK(r.recoveries[0].replayed == refed);
   }
   SECTION("a job whose sequences had all ended ends at once") {
     auto stages = f.pipeline({0, 4});
@@ -2335,56 +2426,6 @@ TEST_CASE("a job gives back each sequence's KV caches as it ends",
   self->send_exit(proxy, caf::exit_reason::user_shutdown);
   f.stop(stages);
 }
-
-namespace {
-
-/// Shards of `m` (layers split at `bounds`) on the fixture's cpu device,
-/// linked in order.
-std::vector<caf::actor>
-shards_of(fixture& f, std::shared_ptr<const model::llama_model> m,
-          const std::vector<std::uint32_t>& bounds) {
-  std::vector<caf::actor> stages;
-  auto d = f.device_index("cpu");
-  for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
-    workload::shard_setup s;
-    s.model = m;
-    s.first = bounds[i];
-    s.last = bounds[i + 1];
-    s.n_ctx = 128;
-    s.device = f.dev_actors[d];
-    s.device_id = f.devs[d]->properties().id;
-    s.node = "test";
-    stages.push_back(workload::spawn_shard(*f.sys, std::move(s)));
-  }
-  caf::scoped_actor self{*f.sys};
-  for (std::size_t i = 0; i + 1 < stages.size(); ++i)
-    self->request(stages[i], std::chrono::seconds(10), next_atom::value,
-                  stages[i + 1])
-      .receive([](caf::ok_atom) {},
-               [](caf::error& e) { FAIL(caf::to_string(e)); });
-  return stages;
-}
-
-} // namespace
-
-/// A draft for the fixture's model: another seed, two layers, the same
-/// vocabulary (it rarely agrees with the model).
-std::shared_ptr<const model::llama_model> other_draft(fixture& f) {
-  model::test_model_options o;
-  o.layers = 2;
-  o.dim = 64;
-  o.ff = 128;
-  o.vocab = 400;
-  o.seed = 99;
-  return generated(f, ".draft", o);
-}
-
-/// A draft model and the bounds of its stages.
-struct draft_case {
-  const char* name;
-  std::shared_ptr<const model::llama_model> m;
-  std::vector<std::uint32_t> bounds;
-};
 
 TEST_CASE("speculative decoding with a draft model gives exactly the tokens "
           "of decoding without one",
@@ -2665,6 +2706,152 @@ TEST_CASE("a speculating job handed over goes on without its draft: the "
   CHECK(r.recoveries[0].replayed == 0);
 }
 
+TEST_CASE("a sampled speculating job taken over or handed over goes on "
+          "with the tokens of an uninterrupted run, its samplers skipping "
+          "the numbers each round drew",
+          "[workload][handoff][speculative]") {
+  // Temperature 0.8: a round draws its proposals, a verdict on each and
+  // the model's token, more numbers than the tokens it keeps. A job that
+  // goes on from a sequence's tokens must skip exactly the numbers drawn
+  // for them (on_settled's draws, not one a token) and read the last one
+  // in its next round, as the first job would have. Two drafts: the model
+  // itself (every proposal kept: rounds of 5 tokens, replicated whole) and
+  // another model (none kept: each token from the residual).
+  fixture f;
+  const auto cpu = f.device_index("cpu");
+  const std::vector<std::vector<std::int32_t>> ps{prompts()[0], prompts()[2]};
+  const std::vector<std::uint32_t> bounds{0, 2, 4};
+  for (auto& d : std::vector<draft_case>{{"the model itself", f.model,
+                                          {0, 2, 4}},
+                                         {"another model", other_draft(f),
+                                          {0, 2}}}) {
+    INFO("draft: " << d.name);
+    const bool agrees = d.m == f.model;
+    auto with_draft = [&](std::uint64_t id, std::vector<caf::actor> stages,
+                          std::vector<caf::actor> draft) {
+      auto j = f.job(id, std::move(stages), ps, 24, 0.8f, 5);
+      j.draft_stages = std::move(draft);
+      j.draft_n_embd = d.m->hparams().n_embd;
+      j.draft_tokens = 4;
+      return j;
+    };
+    // The uninterrupted run, and where each sequence's tokens were whole.
+    struct settled_point {
+      std::size_t tokens;
+      std::uint64_t draws;
+    };
+    auto points = std::make_shared<std::vector<std::vector<settled_point>>>(
+      ps.size());
+    workload::job_result reference;
+    {
+      auto stages = f.pipeline(bounds, {cpu, cpu});
+      auto draft = shards_of(f, d.m, d.bounds);
+      auto j = with_draft(1, stages, draft);
+      j.on_settled = [points](std::uint32_t s, std::size_t n,
+                              std::uint64_t k) {
+        (*points)[s].push_back({n, k});
+      };
+      reference = workload::run_job(*f.sys, std::move(j));
+      f.stop(draft);
+      f.stop(stages);
+    }
+    REQUIRE(reference.error.empty());
+    CHECK((reference.accepted == reference.drafted) == agrees);
+    for (std::size_t s = 0; s < ps.size(); ++s) {
+      CAPTURE(s);
+      auto& pts = (*points)[s];
+      REQUIRE(pts.size() >= 4);
+      REQUIRE(pts.back().tokens == reference.tokens[s].size());
+      // The first token from the prompt (one number), then rounds: of 5
+      // tokens drawn with 9 numbers, or of 1 drawn with 6.
+      CHECK(pts[0].tokens == 1);
+      CHECK(pts[0].draws == 1);
+      CHECK(pts[2].tokens == (agrees ? 11u : 3u));
+      CHECK(pts[2].draws == (agrees ? 19u : 13u));
+    }
+    auto resume = [&](workload::job_setup& j, std::size_t at, bool draws) {
+      for (std::size_t s = 0; s < ps.size(); ++s) {
+        // (sequences lag unevenly)
+        const auto& p = (*points)[s][s == 0 ? at : at - 1];
+        j.generated.emplace_back(reference.tokens[s].begin(),
+                                 reference.tokens[s].begin()
+                                   + static_cast<std::ptrdiff_t>(p.tokens));
+        if (draws)
+          j.generated_draws.push_back(p.draws);
+      }
+      j.resumed_after = "coordinator n1 is dead";
+    };
+    // Taken over from replicated tokens: re-fed, the same tokens.
+    for (std::size_t at : {std::size_t{2}, std::size_t{3}}) {
+      CAPTURE(at);
+      auto stages = f.pipeline(bounds, {cpu, cpu});
+      auto draft = shards_of(f, d.m, d.bounds);
+      auto j = with_draft(2, stages, draft);
+      resume(j, at, true);
+      auto r = workload::run_job(*f.sys, std::move(j));
+      f.stop(draft);
+      f.stop(stages);
+      INFO(r.error);
+      REQUIRE(r.error.empty());
+      CHECK(r.tokens == reference.tokens);
+      CHECK(r.drafted > 0);
+    }
+    {
+      // Skipping one number a token instead (what a takeover did before)
+      // draws other tokens: the draws are what makes them the same.
+      auto stages = f.pipeline(bounds, {cpu, cpu});
+      auto draft = shards_of(f, d.m, d.bounds);
+      auto j = with_draft(3, stages, draft);
+      resume(j, 2, false);
+      auto r = workload::run_job(*f.sys, std::move(j));
+      f.stop(draft);
+      f.stop(stages);
+      REQUIRE(r.error.empty());
+      CHECK(r.tokens != reference.tokens);
+    }
+    // Handed over at a token boundary (a round under way dropped, its
+    // numbers drawn again): nothing re-fed, the same tokens.
+    for (int at : {3, 11}) {
+      CAPTURE(at);
+      auto stages = f.pipeline(bounds, {cpu, cpu});
+      auto draft = shards_of(f, d.m, d.bounds);
+      auto h = pause_for_handoff(f, with_draft(5, stages, draft), at);
+      f.stop(draft, true);
+      REQUIRE(h.draws.size() == ps.size());
+      auto next_draft = shards_of(f, d.m, d.bounds);
+      auto j = with_draft(6, stages, next_draft);
+      j.generated = h.tokens;
+      j.generated_draws = h.draws;
+      j.resident = h.pos;
+      j.stage_job = h.stage_job;
+      j.rewind_first = h.rewind;
+      j.resumed_after = "handed over";
+      auto r = workload::run_job(*f.sys, std::move(j));
+      f.stop(next_draft);
+      f.stop(stages);
+      INFO(r.error);
+      REQUIRE(r.error.empty());
+      CHECK(r.tokens == reference.tokens);
+      REQUIRE(r.recoveries.size() == 1);
+      CHECK(r.recoveries[0].replayed == 0);
+    }
+  }
+  // What a job resumes is checked: at most 2 x 4 + 1 numbers a token.
+  auto stages = f.pipeline(bounds, {cpu, cpu});
+  auto j = f.job(7, stages, ps, 24, 0.8f, 5);
+  j.generated = {{5, 6}, {}};
+  j.generated_draws = {19, 0};
+  auto r = workload::run_job(*f.sys, j);
+  CHECK(r.error.find("sequence 0 resumes after 19 draws of its sampler, "
+                     "more than its 2 tokens take (18)")
+        != std::string::npos);
+  j.generated_draws = {3};
+  r = workload::run_job(*f.sys, j);
+  CHECK(r.error.find("the job resumes the draws of 1 sequences, it has 2")
+        != std::string::npos);
+  f.stop(stages, true);
+}
+
 TEST_CASE("a shard follows a new owner only when its owner hands it over",
           "[workload][handoff]") {
   fixture f;
@@ -2751,12 +2938,16 @@ TEST_CASE("a backup refuses a handoff whose stages, sequences or recoveries "
     h.bounds = {0, 2, 4};
     h.tokens = {{5, 6}, {}};
     h.pos = {7, 3};
+    h.draws = {2, 0};
     return h;
   };
   auto problem = [&](job_handoff h) {
     return workload::handoff_problem(h, req, "n3", alive);
   };
   CHECK(problem(good()).empty());
+  auto most = good();
+  most.draws[0] = 18;
+  CHECK(problem(most).empty());
   struct bad_case {
     const char* what;
     std::function<void(job_handoff&)> change;
@@ -2783,6 +2974,14 @@ TEST_CASE("a backup refuses a handoff whose stages, sequences or recoveries "
      "its sequences do not match the request"},
     {"positions short", [](job_handoff& h) { h.pos.pop_back(); },
      "its sequences do not match the request"},
+    {"draws short", [](job_handoff& h) { h.draws.pop_back(); },
+     "its sequences do not match the request"},
+    // 2 tokens of 4 proposals a round: at most 2 x (4 + 4 + 1) numbers
+    // (a sampler skips what a peer says, one by one).
+    {"too many draws", [](job_handoff& h) { h.draws[0] = 19; },
+     "sequence 0's sampler drew 19 numbers, more than its 2 tokens take"},
+    {"draws without tokens", [](job_handoff& h) { h.draws[1] = 1; },
+     "sequence 1's sampler drew 1 numbers"},
     {"too many tokens",
      [](job_handoff& h) { h.tokens[0].assign(11, 5); },
      "more tokens than the request allows"},

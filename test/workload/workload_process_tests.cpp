@@ -198,9 +198,10 @@ bool backup_has_tokens(const pki& p, std::uint16_t port,
 
 /// An `n`-token greedy run of `model` (on long_model's files it never
 /// samples end-of-sequence).
-std::string story_job(const std::string& model, int n = 3000) {
+std::string story_job(const std::string& model, int n = 3000,
+                      const std::string& temperature = "0") {
   return "run --model " + model + " --prompt \"once upon a time\" -n "
-         + std::to_string(n) + " --seed 2 --temperature 0";
+         + std::to_string(n) + " --seed 2 --temperature " + temperature;
 }
 
 /// The text `job` (of `n` tokens) gives on one stage of the node at `port`:
@@ -1621,9 +1622,11 @@ TEST_CASE("the console's run and exo-node run refuse the same over-long "
 }
 
 /// coord, peer and spare (one access key); the text story_job gives on one
-/// stage; and a two-stage run of it (--id story) coordinated by coord,
-/// speculating with a draft there (a draft changes no token), running
-/// once its backup holds the whole model.
+/// stage, sampled at temperature 0.2 and speculating with a draft
+/// (speculative sampling: each round draws several numbers a token, which
+/// a job that goes on from its tokens must skip); and a two-stage run of
+/// it (--id story) coordinated by coord, the draft there, running once its
+/// backup holds the whole model.
 struct backed_up_story {
   std::string reference;
   node_proc coord, peer, spare;
@@ -1637,15 +1640,14 @@ struct backed_up_story {
     p.node("peer");
     p.node("spare");
     coord = shared_key_node(p, "coord", {});
-    auto job = story_job(model);
+    auto job = story_job(model, 3000, "0.2") + " --draft " + draft
+               + " --draft-tokens 4";
     reference = solo_text(p, coord.port, job, 3000);
     peer = shared_key_node(p, "peer", {coord.port});
     spare = shared_key_node(p, "spare", {coord.port});
     REQUIRE(sees_peer_and_spare(p, coord.port));
     runner = std::make_unique<process>(background_console(
-      p, coord.port,
-      job + " --stages 2 --id story --draft " + draft
-        + " --draft-tokens 4"));
+      p, coord.port, job + " --stages 2 --id story"));
     REQUIRE(coord.proc->wait_for_output("job 2 started", 120s));
     // The backup: spare, unless it looked unwell when the job started.
     backup = job_backup(p, coord.port, "story", 60s);
@@ -1683,8 +1685,8 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
   CHECK(contains(runner.err(), "re-attaching to job story through"));
   CHECK(contains(runner.out(), "attached to job coord:2"));
   // The backup took it over from the tokens it held and went on: the text is
-  // that of an uninterrupted run (greedy, never at end-of-sequence on this
-  // model; the samplers' draws over a takeover: job_tests.cpp).
+  // that of an uninterrupted run (its samplers skipped the numbers the
+  // replicated rounds drew; never at end-of-sequence with this seed).
   CHECK(contains(keeper.proc->out(), "taking job coord:2 over (coordinator "
                                      "coord is dead"));
   CHECK(contains(runner.out(), "recovered from coordinator coord is dead"));
