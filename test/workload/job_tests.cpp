@@ -2592,6 +2592,17 @@ job_handoff pause_for_handoff(fixture& f, workload::job_setup j, int at) {
   return h;
 }
 
+/// Sets `j` (the next coordinator's job) to go on from handoff `h`.
+void resume_from(workload::job_setup& j, const job_handoff& h,
+                 std::string why) {
+  j.generated = h.tokens;
+  j.generated_draws = h.draws;
+  j.resident = h.pos;
+  j.stage_job = h.stage_job;
+  j.rewind_first = h.rewind;
+  j.resumed_after = std::move(why);
+}
+
 } // namespace
 
 TEST_CASE("a job handed over at a token boundary goes on in another job on "
@@ -2634,10 +2645,7 @@ TEST_CASE("a job handed over at a token boundary goes on in another job on "
     // The other coordinator's job: another id, the stages' caches under
     // the first one's.
     auto j = f.job(9, stages, ps, 30, 0.8f, 21);
-    j.generated = h.tokens;
-    j.resident = h.pos;
-    j.stage_job = h.stage_job;
-    j.resumed_after = "coordinator n1 stopped: handed over";
+    resume_from(j, h, "coordinator n1 stopped: handed over");
     auto r = workload::run_job(*f.sys, std::move(j));
     f.stop(stages);
     INFO(r.error);
@@ -2692,11 +2700,7 @@ TEST_CASE("a speculating job handed over goes on without its draft: the "
   // Held: the handed-over job's draft: its shard goes with its run.
   f.stop(draft, true);
   auto next = f.job(6, stages, ps, 24, 0.0f);
-  next.generated = h.tokens;
-  next.resident = h.pos;
-  next.stage_job = h.stage_job;
-  next.rewind_first = h.rewind;
-  next.resumed_after = "handed over";
+  resume_from(next, h, "handed over");
   auto r = workload::run_job(*f.sys, std::move(next));
   f.stop(stages);
   INFO(r.error);
@@ -2820,12 +2824,7 @@ TEST_CASE("a sampled speculating job taken over or handed over goes on "
       REQUIRE(h.draws.size() == ps.size());
       auto next_draft = shards_of(f, d.m, d.bounds);
       auto j = with_draft(6, stages, next_draft);
-      j.generated = h.tokens;
-      j.generated_draws = h.draws;
-      j.resident = h.pos;
-      j.stage_job = h.stage_job;
-      j.rewind_first = h.rewind;
-      j.resumed_after = "handed over";
+      resume_from(j, h, "handed over");
       auto r = workload::run_job(*f.sys, std::move(j));
       f.stop(next_draft);
       f.stop(stages);
