@@ -798,10 +798,17 @@ void draft_step(self_ptr self, std::uint32_t j) {
 /// Starts a round for sequence j: the draft proposes, the model verifies
 /// (with no room for a proposal, the model's plain next step).
 void speculate(self_ptr self, std::uint32_t j) {
-  auto& q = self->state.seqs[j];
+  auto& st = self->state;
+  auto& q = st.seqs[j];
   q.drafted.clear();
   q.draft_dists.clear();
-  if (proposals(self->state, j) == 0)
+  // The draft reads at least the last token again: its logits there are
+  // its first proposal's. (A round dropped by a recovery left it past
+  // that, its caches holding proposals no one kept: its step rewinds.)
+  const auto known =
+    static_cast<std::uint32_t>(q.prompt.size() + st.result.tokens[j].size());
+  q.draft_pos = std::min(q.draft_pos, known - 1);
+  if (proposals(st, j) == 0)
     verify(self, j);
   else
     draft_step(self, j);
