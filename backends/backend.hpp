@@ -547,7 +547,8 @@ public:
 
   /// Measures again the rates the device measured itself (peak_flops,
   /// memory_bandwidth, launch_seconds: the cpu device with
-  /// cpu_options::measure_rates): properties() takes the new figures.
+  /// cpu_options::measure_rates, a Vulkan device with
+  /// vulkan_options::measure_rates): properties() takes the new figures.
   /// Call it only while no work runs on the device, from the thread that
   /// runs its operations (its device actor), which alone reads the rates.
   /// False (the default): the device measures nothing of its own.

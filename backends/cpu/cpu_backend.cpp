@@ -76,7 +76,7 @@ public:
     llama_threads_ = std::max(1, opts.llama_threads);
     if (host_info::cpu_temperature_c())
       props_.capabilities |= cap_temperature;
-    cpu_rates measured;
+    device_rates measured;
     if (opts.measure_rates)
       measured = measure_cpu_rates(threads_);
     take_rates(measured);
@@ -90,7 +90,7 @@ public:
   }
 
   /// The figures given in the options, else those measured.
-  void take_rates(const cpu_rates& measured) {
+  void take_rates(const device_rates& measured) {
     auto pick = [](double given, double got) -> std::optional<double> {
       if (given > 0)
         return given;
@@ -209,23 +209,6 @@ struct f32_product {
   }
 };
 
-/// The median seconds of `runs` timed calls of `op`, after one untimed call
-/// that warms the threads; `before` runs untimed before each call.
-template<class Op, class Before>
-double median_seconds(int runs, Op& op, Before&& before) {
-  using clock = std::chrono::steady_clock;
-  std::vector<double> t;
-  for (int i = 0; i <= runs; ++i) {
-    before();
-    auto t0 = clock::now();
-    op();
-    if (i > 0)
-      t.push_back(std::chrono::duration<double>(clock::now() - t0).count());
-  }
-  std::nth_element(t.begin(), t.begin() + runs / 2, t.end());
-  return t[static_cast<std::size_t>(runs / 2)];
-}
-
 #if defined(__x86_64__) || defined(__i386__)
 __attribute__((target("clflushopt"))) void
 flush_lines_opt(const char* p, std::size_t bytes) {
@@ -251,10 +234,10 @@ void flush_lines(const char* p, std::size_t bytes) {
 
 } // namespace
 
-cpu_rates measure_cpu_rates(int threads) {
+device_rates measure_cpu_rates(int threads) {
   threads = std::max(1, threads);
   auto nothing = [] {};
-  cpu_rates r;
+  device_rates r;
   // A generated token: each weight read once (matrix-vector), from memory:
   // 64 MiB of F32 weights in small pages, as a model file's mapping gives
   // them (weights read in place; huge pages would make the figure a TLB's

@@ -4,6 +4,7 @@
 /// for every operation. Always present; the fallback of every machine.
 
 #include "backends/backend.hpp"
+#include "backends/device_rates.hpp"
 
 #include <memory>
 
@@ -50,16 +51,11 @@ struct cpu_options {
 };
 
 /// What the cpu kernels achieve on this host with `threads` threads (see
-/// cpu_options::measure_rates).
-struct cpu_rates {
-  double flops = 0;          ///< FLOP/s
-  double bytes_per_second = 0;
-  /// One small operation's own cost: a 64 x 64 matrix-vector product
-  /// run back to back (the median of 201), threads woken as the
-  /// process's OpenMP wait policy has them.
-  double launch_seconds = 0;
-};
-cpu_rates measure_cpu_rates(int threads);
+/// cpu_options::measure_rates): the host kernels timed directly, the
+/// weights flushed from the caches for the bytes/s, the small product
+/// timed alone (the median of 201) with the threads woken as the
+/// process's OpenMP wait policy has them.
+device_rates measure_cpu_rates(int threads);
 
 std::unique_ptr<backend> make_cpu_backend(cpu_options opts = {});
 

@@ -32,7 +32,11 @@ result<std::unique_ptr<backend>> make_backend(backend_kind kind,
       return make_sim_backend(opts.sim);
     case backend_kind::vulkan:
 #ifdef EXO_HAVE_VULKAN
-      return make_vulkan_backend();
+    {
+      vulkan_options v;
+      v.measure_rates = opts.vulkan_measure_rates;
+      return make_vulkan_backend(v);
+    }
 #else
       return fail(errc::unsupported, "this build has no Vulkan support");
 #endif

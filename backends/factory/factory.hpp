@@ -26,6 +26,9 @@ struct factory_options {
   bool use_environment = true;
   cpu_options cpu;
   sim_options sim;
+  /// Vulkan devices measure their rates when opened
+  /// (vulkan_options::measure_rates).
+  bool vulkan_measure_rates = false;
 };
 
 /// What the factory did with one backend.

@@ -20,6 +20,14 @@ struct vulkan_options {
   bool force_staging = false;
   /// Bytes per staging chunk (two chunks per device, allocated on first use).
   std::size_t staging_chunk = std::size_t{8} << 20;
+  /// Each device measures, when opened, what its own operations achieve
+  /// (measure_device_rates: FLOP/s, weight bytes/s, an operation's own
+  /// cost) and reports them (device_properties::peak_flops,
+  /// memory_bandwidth, launch_seconds): the driver says none of them, and
+  /// placement would assume 20 GFLOP/s and no cost per operation (lavapipe
+  /// runs an operation in tens of microseconds). Off by default in the
+  /// library; a node turns it on (devices.vulkan_measure_rates).
+  bool measure_rates = false;
 };
 
 std::unique_ptr<backend> make_vulkan_backend(vulkan_options opts = {});

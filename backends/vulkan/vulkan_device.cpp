@@ -1,5 +1,6 @@
 #include "backends/vulkan/vulkan_device.hpp"
 
+#include "backends/device_rates.hpp"
 #include "backends/host_kernels.hpp"
 #include "backends/vulkan/vulkan_spirv.hpp"
 #include "backends/vulkan/vulkan_util.hpp"
@@ -184,6 +185,19 @@ class vulkan_device final : public device {
   status init(const std::vector<std::string>& taken_ids);
 
   const device_properties& properties() const override { return props_; }
+
+  bool measure_rates_again() override {
+    if (!opts_.measure_rates)
+      return false;
+    auto r = measure_device_rates(*this);
+    auto given = [](double x) -> std::optional<double> {
+      return x > 0 ? std::optional<double>{x} : std::nullopt;
+    };
+    props_.peak_flops = given(r.flops);
+    props_.memory_bandwidth = given(r.bytes_per_second);
+    props_.launch_seconds = given(r.launch_seconds);
+    return true;
+  }
 
   result<std::unique_ptr<buffer>> allocate(std::size_t bytes) override;
   memory_info memory() override;
@@ -1771,6 +1785,7 @@ open_device(VkPhysicalDevice physical, const vulkan_options& opts,
   auto dev = std::make_unique<vulkan_device>(physical, opts);
   if (auto st = dev->init(taken_ids); !st.ok())
     return st.err();
+  dev->measure_rates_again();
   return std::unique_ptr<device>{std::move(dev)};
 }
 

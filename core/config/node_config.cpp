@@ -356,6 +356,10 @@ node_config parse_document(const std::string& json, const std::string& source) {
                   [&](element v, const std::string& q) {
                     d.cpu_measure_rates = as_bool(v, q);
                   }},
+                 {"vulkan_measure_rates",
+                  [&](element v, const std::string& q) {
+                    d.vulkan_measure_rates = as_bool(v, q);
+                  }},
                  {"cpu_measure_again_s",
                   [&](element v, const std::string& q) {
                     d.cpu_measure_again
@@ -710,6 +714,7 @@ backend::factory_options node_config::factory_options() const {
   o.cpu.llama_threads = devices.cpu_llama_threads;
   o.cpu.bind_threads = devices.cpu_bind_threads;
   o.cpu.measure_rates = devices.cpu_measure_rates;
+  o.vulkan_measure_rates = devices.vulkan_measure_rates;
   o.cpu.peak_flops = devices.cpu_peak_gflops * 1e9;
   o.cpu.memory_bandwidth = devices.cpu_memory_gbps * 1e9;
   o.sim.devices = devices.simulated;

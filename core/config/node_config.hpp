@@ -95,6 +95,9 @@ struct devices_section {
   /// The cpu device measures its FLOP/s and weight bytes/s at discovery
   /// (placement works from them); off: it reports none, placement assumes.
   bool cpu_measure_rates = true;
+  /// Vulkan devices measure theirs when opened (the driver reports none):
+  /// backend::measure_device_rates.
+  bool vulkan_measure_rates = true;
   /// It measures them again after this long without work (and after each
   /// later spell of work): device_actor_config::measure_again. 0: never.
   std::chrono::seconds cpu_measure_again{60};

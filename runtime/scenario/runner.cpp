@@ -557,6 +557,7 @@ void runner::start_node(live_node& n, bool quiet_start, int redraws) {
       // Its nodes share this machine's cores: none pins its threads.
       {"cpu_bind_threads", false},
       {"cpu_measure_rates", spec.measure_rates},
+      {"vulkan_measure_rates", spec.measure_rates},
       {"sim_time_scale", spec.sim_time_scale},
       {"rescan_interval_s", 0}}},
     {"safety", {{"access_key_file", dir_ + "/pki/access.key"}}},

@@ -42,8 +42,8 @@ struct node_spec {
   /// main CA, another name a CA of its own (and a console client of it).
   std::string cluster;
   std::uint64_t cpu_memory_limit_mib = 0;
-  /// devices.measure_rates: the cpu device measures its FLOP/s and bytes/s
-  /// at start (placement works from them); off by default, the nodes
+  /// devices.measure_rates: the cpu and Vulkan devices measure their FLOP/s
+  /// and bytes/s at start (placement works from them); off by default, the nodes
   /// sharing this machine's cores would each measure a different share.
   bool measure_rates = false;
   /// devices.sim_time_scale: wall seconds per simulated second of the

@@ -11,7 +11,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -459,4 +461,45 @@ TEST_CASE("vulkan keeps order across many queued operations") {
   }
   REQUIRE(fx.dev->synchronize().ok());
   CHECK(fx.dev->memory().used_by_exo == before);
+}
+
+TEST_CASE("a Vulkan device reports no rates unless it measures them, and "
+          "measured ones are its own operations'") {
+  {
+    fixture f;
+    auto& p = f.dev->properties();
+    CHECK_FALSE(p.peak_flops);
+    CHECK_FALSE(p.memory_bandwidth);
+    CHECK_FALSE(p.launch_seconds);
+    CHECK_FALSE(f.dev->measure_rates_again());
+  }
+  vulkan_options o;
+  o.measure_rates = true;
+  auto t0 = std::chrono::steady_clock::now();
+  fixture f{o};
+  const double open_s =
+    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+  auto& p = f.dev->properties();
+  REQUIRE(p.peak_flops);
+  REQUIRE(p.memory_bandwidth);
+  REQUIRE(p.launch_seconds);
+  std::printf("Vulkan device %s measured %.1f GFLOP/s (F32 matrix product), "
+              "%.1f GB/s (matrix-vector over 64 MiB), %.1f us an operation; "
+              "opened in %.3f s\n",
+              p.name.c_str(), *p.peak_flops / 1e9, *p.memory_bandwidth / 1e9,
+              *p.launch_seconds * 1e6, open_s);
+  // Broad sanity: a device that computes at all, an operation's cost
+  // below a second, and no more bytes a second than a machine moves.
+  CHECK(*p.peak_flops > 1e7);
+  CHECK(*p.memory_bandwidth > 1e7);
+  CHECK(*p.memory_bandwidth < 1e14);
+  CHECK(*p.launch_seconds > 0);
+  CHECK(*p.launch_seconds < 1);
+  // Measured again: new figures of the same kind; the buffers it used are
+  // given back.
+  const auto used = f.dev->memory().free;
+  CHECK(f.dev->measure_rates_again());
+  CHECK(f.dev->properties().peak_flops);
+  CHECK(f.dev->memory().free == used);
 }

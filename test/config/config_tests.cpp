@@ -31,8 +31,10 @@ TEST_CASE("an empty config gives a single local node with every default") {
   CHECK(cfg.devices.cpu_llama_threads == 1);
   CHECK(cfg.devices.cpu_bind_threads);
   CHECK(cfg.devices.cpu_measure_rates);
+  CHECK(cfg.devices.vulkan_measure_rates);
   CHECK(cfg.devices.cpu_peak_gflops == 0);
   CHECK(cfg.factory_options().cpu.measure_rates);
+  CHECK(cfg.factory_options().vulkan_measure_rates);
   CHECK(cfg.factory_options().cpu.bind_threads);
   CHECK(cfg.models.backup_jobs);
   CHECK(cfg.models.admission_wait == std::chrono::milliseconds{30000});
@@ -53,7 +55,8 @@ TEST_CASE("every documented key is read") {
     "devices": {"include": ["vulkan", "cpu", "sim"], "exclude": ["cuda"],
                 "cpu_memory_limit_mib": 2048, "cpu_weights_in_place": false,
                 "cpu_llama_threads": 4, "cpu_bind_threads": false,
-                "cpu_measure_rates": false, "cpu_peak_gflops": 150,
+                "cpu_measure_rates": false, "vulkan_measure_rates": false,
+                "cpu_peak_gflops": 150,
                 "cpu_memory_gbps": 12.5, "batch_wait_ms": 0.5,
                 "keep_alive_s": 1.5,
                 "simulated": [{"profile": "a100-40g", "id": "sim:big"},
@@ -87,6 +90,7 @@ TEST_CASE("every documented key is read") {
   CHECK_FALSE(cfg.devices.cpu_bind_threads);
   CHECK_FALSE(cfg.factory_options().cpu.bind_threads);
   CHECK_FALSE(cfg.factory_options().cpu.measure_rates);
+  CHECK_FALSE(cfg.factory_options().vulkan_measure_rates);
   CHECK(cfg.factory_options().cpu.peak_flops == Approx(150e9));
   CHECK(cfg.factory_options().cpu.memory_bandwidth == Approx(12.5e9));
   REQUIRE(cfg.devices.simulated.size() == 3);

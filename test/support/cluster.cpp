@@ -93,6 +93,9 @@ std::string write_node_config(const pki& p, const node_options& o) {
   if (devices.find("cpu_measure_rates") == std::string::npos
       && !devices.empty() && devices.front() == '{')
     devices.insert(1, R"("cpu_measure_rates": false, )");
+  if (devices.find("vulkan_measure_rates") == std::string::npos
+      && !devices.empty() && devices.front() == '{')
+    devices.insert(1, R"("vulkan_measure_rates": false, )");
   // Clients name models and problems from the test's folder.
   std::string models = o.extra.find("\"models\"") == std::string::npos
                            ? R"(, "models": {"dirs": [")" + p.dir + R"("]})"
