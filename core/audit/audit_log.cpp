@@ -264,4 +264,45 @@ query_page audit_log::query(const audit_query& q) {
   return query_directory(opts_.directory, opts_.file_prefix, q);
 }
 
+std::optional<record> audit_log::record_at(std::uint64_t seq) {
+  flush();
+  if (seq == 0)
+    return std::nullopt;
+  record_reader reader;
+  auto files = list_log_files(opts_.directory, opts_.file_prefix);
+  for (auto f = files.rbegin(); f != files.rend(); ++f) {
+    for (std::uint64_t window = 64 << 10;; window *= 2) {
+      auto tail = read_tail(f->path, window);
+      std::string_view content{tail.bytes};
+      if (tail.offset > 0) { // the first line may be cut
+        auto nl = content.find('\n');
+        content.remove_prefix(nl == std::string_view::npos ? content.size()
+                                                            : nl + 1);
+      }
+      std::optional<record> found;
+      std::uint64_t first = 0; // the smallest readable seq in the tail
+      record r;
+      for_each_line(content, [&](std::string_view line, std::size_t,
+                                 bool complete) {
+        if (!complete || !reader.read(line, r, false).empty())
+          return true;
+        if (first == 0 || r.seq < first)
+          first = r.seq;
+        if (r.seq == seq) {
+          found = r;
+          return false;
+        }
+        return true;
+      });
+      if (found)
+        return found;
+      if (first != 0 && first <= seq)
+        return std::nullopt; // it would be in this tail
+      if (tail.offset == 0 || window >= (std::uint64_t{1} << 62))
+        break; // the whole file: an older one may hold it
+    }
+  }
+  return std::nullopt;
+}
+
 } // namespace exo::audit

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace exo::audit {
@@ -76,6 +77,15 @@ public:
 
   /// Flushes, then runs `q` over all files of this log.
   query_page query(const audit_query& q);
+
+  /// Flushes, then returns record `seq` as stored (its hash not checked),
+  /// or nothing when no readable record has that number. Reads the files
+  /// from their ends, newest first, in growing tails (from 64 KiB) until
+  /// one reaches a record at or before `seq`: a record near the end (the
+  /// latest checkpoint's, at a node's start) costs the same in a log of a
+  /// few records or of many 64 MiB files, where query() parses every
+  /// record before it.
+  std::optional<record> record_at(std::uint64_t seq);
 
   /// Sequence number of the last appended record (0 when empty).
   std::uint64_t last_seq() const noexcept { return seq_; }

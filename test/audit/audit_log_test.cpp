@@ -407,6 +407,61 @@ TEST_CASE("rotation starts numbered files and carries the chain across them") {
   CHECK(bad.bad_file == paths[2]);
 }
 
+TEST_CASE("record_at finds a record from the files' ends, across rotated "
+          "files, as a query does") {
+  temp_dir dir;
+  auto opts = options(dir);
+  opts.max_file_bytes = 256 << 10; // a few files of more than one window
+  std::uint64_t last = 0;
+  {
+    audit_log log{opts};
+    for (std::size_t i = 0; i < 4000; ++i)
+      log.append(make_event(i));
+    last = log.last_seq();
+  }
+  REQUIRE(list_log_files(dir.path(), "audit").size() >= 3);
+  audit_log log{opts};
+  auto by_query = [&](std::uint64_t seq) {
+    audit_query q;
+    q.after_seq = seq - 1;
+    q.limit = 1;
+    auto page = log.query(q);
+    REQUIRE(!page.records.empty());
+    return page.records.front();
+  };
+  for (std::uint64_t seq = 1; seq <= last; seq += 97) {
+    CAPTURE(seq);
+    auto at = log.record_at(seq);
+    REQUIRE(at);
+    CHECK(at->seq == seq);
+    CHECK(at->hash == by_query(seq).hash);
+  }
+  for (std::uint64_t seq : {std::uint64_t{1}, last - 1, last}) {
+    auto at = log.record_at(seq);
+    REQUIRE(at);
+    CHECK(at->hash == by_query(seq).hash);
+  }
+  CHECK_FALSE(log.record_at(0));
+  CHECK_FALSE(log.record_at(last + 1));
+  // Buffered records are flushed first.
+  auto next = log.append(make_event(4000));
+  auto at = log.record_at(next);
+  REQUIRE(at);
+  CHECK(at->seq == next);
+  // A record whose line no longer parses is missing; its neighbours are not.
+  auto newest = list_log_files(dir.path(), "audit").back().path;
+  auto lines = lines_of(slurp(newest));
+  REQUIRE(lines.size() > 10);
+  record r;
+  record_reader reader;
+  REQUIRE(reader.read(lines[5], r) == "");
+  lines[5] = "{garbage";
+  spit(newest, join_lines(lines));
+  CHECK_FALSE(log.record_at(r.seq));
+  CHECK(log.record_at(r.seq - 1));
+  CHECK(log.record_at(r.seq + 1));
+}
+
 TEST_CASE("recovery after rotation continues from the previous file when the "
           "newest is empty") {
   temp_dir dir;
