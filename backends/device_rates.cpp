@@ -56,46 +56,42 @@ struct product {
   }
 };
 
+/// The median seconds of `runs` rounds of `ops` products of `p` queued
+/// back to back, then one wait; 0 when the device refused any of them.
+double round_seconds(product& p, int runs, int ops) {
+  bool ok = p.ok;
+  double s = median_seconds(
+    runs,
+    [&] {
+      for (int i = 0; i < ops && ok; ++i)
+        ok = p.queue();
+      ok = ok && p.d.synchronize().ok();
+    },
+    [] {});
+  return ok ? s : 0;
+}
+
 } // namespace
 
 device_rates measure_device_rates(device& d) {
   device_rates r;
-  auto nothing = [] {};
   // A prompt: 64 rows through a 1024 x 1024 matrix.
   {
-    product p{d, 64, 1024, 1024};
-    bool ok = p.ok;
-    double s = median_seconds(
-      3, [&] { ok = ok && p.queue() && d.synchronize().ok(); }, nothing);
-    if (ok && s > 0)
+    product prompt{d, 64, 1024, 1024};
+    if (double s = round_seconds(prompt, 3, 1); s > 0)
       r.flops = 2.0 * 64 * 1024 * 1024 / s;
   }
   // A generated token: each weight read once (64 MiB of F32).
   {
-    product p{d, 1, 4096, 4096};
-    bool ok = p.ok;
-    double s = median_seconds(
-      3, [&] { ok = ok && p.queue() && d.synchronize().ok(); }, nothing);
-    if (ok && s > 0)
+    product token{d, 1, 4096, 4096};
+    if (double s = round_seconds(token, 3, 1); s > 0)
       r.bytes_per_second = 4096.0 * 4096 * sizeof(float) / s;
   }
   // An operation's own cost: 16 products too small to take time of their
   // own, back to back, then one wait.
-  {
-    product p{d, 1, 64, 64};
-    bool ok = p.ok;
-    constexpr int n = 16;
-    double s = median_seconds(
-      15,
-      [&] {
-        for (int i = 0; i < n && ok; ++i)
-          ok = p.queue();
-        ok = ok && d.synchronize().ok();
-      },
-      nothing);
-    if (ok && s > 0)
-      r.launch_seconds = s / n;
-  }
+  product small{d, 1, 64, 64};
+  if (double s = round_seconds(small, 15, 16); s > 0)
+    r.launch_seconds = s / 16;
   return r;
 }
 
