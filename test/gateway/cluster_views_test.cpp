@@ -521,7 +521,8 @@ TEST_CASE("a streaming completion goes on, its text unchanged, when the node "
 }
 
 TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
-          "completion through another node's gateway, its text unchanged") {
+          "completion through another node's gateway, its sampled, "
+          "speculated text unchanged") {
   auto node = require_node();
   require_tool("openai");
   pki p{"exo-stream-resume"};
@@ -533,6 +534,19 @@ TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
   // a token of these 25 MiB): 400 tokens take 10 s or more whatever the
   // host's speed.
   auto expected = long_stream_case(p, "7", model, 400);
+  // The request is sampled with a seed and speculates: the served draft
+  // is the model's first layer with its embedding and head (the same
+  // seed), so that its proposals are often kept. A round draws several
+  // numbers a token; the backup must go on where the rounds replicated to
+  // it ended, with the draws they spent, for the client to get the text
+  // of the run that was not interrupted.
+  auto draft = p.dir + "/draft.gguf";
+  must(run({exo_model(), "make-test", "--out", draft, "--layers", "1",
+            "--dim", "256", "--ff", "1024", "--vocab", "4096", "--ctx",
+            "2048", "--seed", "7"}));
+  auto served = ", \"gateway\": {\"port\": 0, \"models\": [{\"id\": "
+                "\"chat\", \"path\": \""
+                + model + "\", \"draft\": \"" + draft + "\"}]}";
   // Every node serves the model: r1 coordinates the job (its gateway took
   // the request), one of the others backs it up.
   std::vector<node_proc> nodes;
@@ -540,8 +554,8 @@ TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
     p.node(name);
     node_options o{name};
     o.failure_timeout_ms = 3000;
-    o.devices = slow_small_sim(p.dir, 40);
-    o.extra = gateway_section(model);
+    o.devices = slow_small_sim(p.dir, 48);
+    o.extra = served;
     if (!nodes.empty())
       o.seeds = {nodes.front().port};
     nodes.push_back(start_node(p, o));
@@ -551,6 +565,40 @@ TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
             return j["nodes"].size() == 3;
           })["nodes"].size()
           == 3);
+  // The uninterrupted run of the same request: its text is the reference
+  // (at this temperature and seed 400 tokens without an end of text).
+  expected["temperature"] = 0.8;
+  expected["seed"] = 11;
+  json ask{{"model", "chat"},
+           {"prompt", expected["prompt"]},
+           {"max_tokens", expected["max_tokens"]},
+           {"temperature", expected["temperature"]},
+           {"seed", expected["seed"]}};
+  auto body = ask.dump();
+  gwt::client_socket s{gateway_port(nodes[1])};
+  s.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+         "application/json\r\nConnection: close\r\nContent-Length: "
+         + std::to_string(body.size()) + "\r\n\r\n" + body);
+  auto whole = gwt::parse_reply(s.read_all(std::chrono::milliseconds{300000}));
+  INFO(whole.body);
+  REQUIRE(whole.status == 200);
+  auto reference = json::parse(whole.body);
+  REQUIRE(reference["choices"][0]["finish_reason"] == "length");
+  REQUIRE(reference["usage"]["completion_tokens"] == 400);
+  // A sampled text, not the greedy one.
+  REQUIRE(reference["choices"][0]["text"] != expected["text"]);
+  expected["text"] = reference["choices"][0]["text"];
+  // It speculated: the draft's proposals were kept (r2's gateway counts
+  // them for the jobs it submitted).
+  auto metrics = gwt::http_exchange(gateway_port(nodes[1]),
+                                    "GET /metrics HTTP/1.1\r\nHost: x\r\n"
+                                    "Connection: close\r\n\r\n");
+  std::smatch kept;
+  std::regex accepted{
+    "exo_speculative_accepted_tokens_total\\{model=\"chat\"\\} ([0-9]+)"};
+  INFO(metrics.body);
+  REQUIRE(std::regex_search(metrics.body, kept, accepted));
+  CHECK(std::stoul(kept[1].str()) > 0);
   auto url = [](std::uint16_t port) {
     return "http://127.0.0.1:" + std::to_string(port) + "/v1";
   };

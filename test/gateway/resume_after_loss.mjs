@@ -4,12 +4,13 @@
 // stream breaks, sends the same request to another node's gateway with the
 // completion's id (X-Exo-Resume) and the bytes of text it has
 // (Last-Event-ID), goes on with that stream and checks that the whole text
-// equals the engine's (temperature 0), nothing repeated, nothing missing.
+// equals the uninterrupted run's, nothing repeated, nothing missing.
 //
 //   node resume_after_loss.mjs TOOLS_DIR FIRST_URL OTHER_URL EXPECTED_JSON
 //
-// EXPECTED_JSON: {"model", "prompt", "max_tokens", "text"}. Exit 0 and
-// "stream right" when it holds, 1 with the reason otherwise.
+// EXPECTED_JSON: {"model", "prompt", "max_tokens", "text"} and optionally
+// "temperature" (0 unless given) and "seed" (a sampled request's). Exit 0
+// and "stream right" when it holds, 1 with the reason otherwise.
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 
@@ -20,8 +21,11 @@ const { default: OpenAI } = await import(
 
 const body = {
   model: expected.model, prompt: expected.prompt,
-  max_tokens: expected.max_tokens, temperature: 0, stream: true,
+  max_tokens: expected.max_tokens, temperature: expected.temperature ?? 0,
+  stream: true,
 };
+if (expected.seed !== undefined)
+  body.seed = expected.seed;
 let text = "", id = null, finish = null, cued = false;
 let resumedAt = null, firstAgain = null; // when the resume went, its text came
 
