@@ -121,8 +121,9 @@ using replicate_atom = caf::atom_constant<caf::atom("replicate")>;
 /// `key` as a stream (the gateway's resumed completions): `listener` gets
 /// job_started, then every token generated so far (replayed, each with its
 /// index) and those that follow as they come; the answer is the job's
-/// report (or its error). `prompt` must be the job's prompt text (a client
-/// resumes only its own request). With `forward`, a node that does not
+/// report (or its error). `prompt` must be the job's
+/// workload::prompt_identity (its text, or its token ids: a client resumes
+/// only its own request). With `forward`, a node that does not
 /// have the job asks the others (which do not forward again) and, while
 /// none has it, asks again for a few seconds: a job whose node just died
 /// is found once its backup takes it over.
@@ -372,7 +373,7 @@ typename Inspector::result_type inspect(Inspector& f, job_request& x) {
               x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
               x.keep_logits, x.special, x.stop_tokens, x.name, x.batch,
               x.draft, x.draft_tokens, x.kv_type, x.share_prompt,
-              x.prefix_cache);
+              x.prefix_cache, x.prompt_ids);
 }
 
 } // namespace workload

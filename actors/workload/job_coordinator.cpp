@@ -132,6 +132,11 @@ struct backup_job {
   /// The draft model there, once fetched ("" without one, or when it
   /// could not be: the job then goes on without it).
   std::string draft_path;
+  /// The draft model is being fetched (after the model). A takeover
+  /// meanwhile goes on without it: a greedy job's tokens are the same, a
+  /// sampled one's are drawn from the same distribution but are not the
+  /// uninterrupted run's (its rounds drew other numbers).
+  bool draft_pending = false;
   /// When the last of its tokens arrived here.
   std::chrono::steady_clock::time_point last_token;
   /// Clients attached before a takeover (attach_atom): moved to the run.
@@ -156,7 +161,7 @@ struct pending_follow {
 
 /// An ended run's tokens and report, for a follower that comes late.
 struct ended_stream {
-  std::string prompt; ///< the job's (a follower's must be the same)
+  std::string prompt; ///< prompt_identity (a follower gives the same)
   std::vector<job_token> tokens;
   caf::expected<job_report> report{job_report{}};
 };
@@ -2061,7 +2066,7 @@ void run_ended(self_ptr self, job_run& run,
       n += t.size();
     if (n <= max_replayed_tokens) {
       stream = std::make_shared<ended_stream>();
-      stream->prompt = run.job.request.prompt;
+      stream->prompt = prompt_identity(run.job.request);
       stream->report = report;
       for (std::uint32_t seq = 0; seq < r->tokens.size(); ++seq)
         for (std::uint32_t i = 0; i < r->tokens[seq].size(); ++i)
@@ -2071,7 +2076,7 @@ void run_ended(self_ptr self, job_run& run,
     }
   } else if (!r) {
     stream = std::make_shared<ended_stream>();
-    stream->prompt = run.job.request.prompt;
+    stream->prompt = prompt_identity(run.job.request);
     stream->report = report;
   }
   auto& ended = self->state.ended;
@@ -2446,12 +2451,16 @@ console_reply list_jobs(self_ptr self) {
                 ? std::string{}
                 : " (" + b.replica.request.name + ")")
           << ": " << have << " tokens"
-          << (b.path.empty() ? ", fetching the model" : ", ready") << "\n";
+          << (b.path.empty()        ? ", fetching the model"
+              : b.draft_pending ? ", fetching the draft model"
+                                : ", ready")
+          << "\n";
+    // Ready: what a takeover would use has arrived.
     backups.push_back({{"job", key},
                        {"name", b.replica.request.name},
                        {"origin", b.replica.origin},
                        {"tokens", have},
-                       {"ready", !b.path.empty()}});
+                       {"ready", !b.path.empty() && !b.draft_pending}});
   }
   r.text = table.str();
   text::json recent = text::json::array();
@@ -3066,6 +3075,7 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
   b.replica = std::move(r);
   b.path.clear();
   b.draft_path.clear();
+  b.draft_pending = !draft_sha.empty();
   b.last_token = std::chrono::steady_clock::now();
   auto rp = self->make_response_promise<caf::ok_atom>();
   self
@@ -3095,11 +3105,16 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
           .then(
             [self, key, rp](std::string& draft) mutable {
               auto it = self->state.backups.find(key);
-              if (it != self->state.backups.end())
+              if (it != self->state.backups.end()) {
                 it->second.draft_path = draft;
+                it->second.draft_pending = false;
+              }
               rp.deliver(caf::ok_atom::value);
             },
             [self, key, rp](caf::error& err) mutable {
+              auto it = self->state.backups.find(key);
+              if (it != self->state.backups.end())
+                it->second.draft_pending = false;
               exo::text::line(std::cerr)
                 << "exo-node " << self->state.cfg.node << ": job " << key
                 << " is backed up without its draft model: "
@@ -3453,7 +3468,7 @@ bool follow_here(self_ptr self, const std::string& key,
     if (names_job(key, rj.key, rj.name)
         || key == st.cfg.node + ":" + std::to_string(id))
       if (auto run = rj.run.lock(); run && !run->ended && run->log) {
-        if (other_prompt(run->job.request.prompt))
+        if (other_prompt(prompt_identity(run->job.request)))
           return true;
         self->send(listener, job_started{id});
         {
@@ -3470,7 +3485,7 @@ bool follow_here(self_ptr self, const std::string& key,
     if (auto run = w.lock(); run && !run->ended && !run->key.empty()
                              && names_job(key, run->key,
                                           run->job.request.name)) {
-      if (other_prompt(run->job.request.prompt))
+      if (other_prompt(prompt_identity(run->job.request)))
         return true;
       run->followers.push_back({listener, rp});
       return true;
@@ -3480,7 +3495,7 @@ bool follow_here(self_ptr self, const std::string& key,
   for (auto& [k, b] : st.backups)
     if (names_job(key, k, b.replica.request.name)
         && !st.alive.count(b.replica.origin)) {
-      if (other_prompt(b.replica.request.prompt))
+      if (other_prompt(prompt_identity(b.replica.request)))
         return true;
       b.followers.push_back({listener, rp});
       return true;

@@ -83,10 +83,24 @@ mapped_job map_request(const model_source& model,
       job.special = true;
       job.stop_tokens = chat.stop_tokens;
       out.stop_strings = std::move(chat.stop_strings);
+    } else if (!req.prompt_ids.empty()) {
+      for (std::size_t i = 0; i < req.prompt_ids.size(); ++i)
+        if (static_cast<std::uint64_t>(req.prompt_ids[i]) >= tok.size()) {
+          out.error = invalid_request(
+            "Invalid 'prompt[" + std::to_string(i) + "]': token "
+              + std::to_string(req.prompt_ids[i])
+              + " is outside the vocabulary of model " + model.id + " ("
+              + std::to_string(tok.size()) + " tokens).",
+            "prompt");
+          return out;
+        }
+      job.prompt_ids = req.prompt_ids;
     } else {
       job.prompt = req.prompt;
     }
-    prompt = workload::prompt_tokens(tok, job.prompt, job.special);
+    prompt = job.prompt_ids.empty()
+               ? workload::prompt_tokens(tok, job.prompt, job.special)
+               : job.prompt_ids;
   } catch (const std::exception& e) {
     out.error = invalid_request(
       e.what(), req.kind == endpoint_kind::chat_completions ? "messages"

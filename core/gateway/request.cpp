@@ -188,6 +188,53 @@ std::vector<std::string> get_stop(const json& v) {
   return out;
 }
 
+/// Token ids of a prompt given as an array of integers (`what` names it
+/// in errors: "prompt" or "prompt[0]").
+std::vector<std::int32_t> get_token_ids(const json& v,
+                                        const std::string& what) {
+  if (v.empty())
+    refuse("Invalid '" + what + "': an empty array of tokens (no prompt).",
+           what);
+  std::vector<std::int32_t> ids;
+  ids.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const auto& t = v[i];
+    const auto at = what + "[" + std::to_string(i) + "]";
+    if (!t.is_number_integer())
+      wrong_type(at, t, "a token id (an integer)");
+    // Unsigned first: a value above int64's range is not one below it.
+    if (t.is_number_unsigned() ? t.get<std::uint64_t>() > 0x7fffffffULL
+                               : (t.get<std::int64_t>() < 0
+                                  || t.get<std::int64_t>() > 0x7fffffffLL))
+      refuse("Invalid '" + at + "': " + t.dump()
+               + " is not a token id (0 or more).",
+             at);
+    ids.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
+  }
+  return ids;
+}
+
+/// A completion's prompt: a string, or OpenAI's other forms of one prompt
+/// (an array of one string, an array of token ids, an array of one array
+/// of token ids); several prompts are refused.
+void get_prompt(const json& v, completion_request& r) {
+  if (!v.is_array()) {
+    r.prompt = get_string(v, "prompt");
+    return;
+  }
+  if (v.size() > 1 && (v[0].is_string() || v[0].is_array()))
+    refuse("Invalid 'prompt': " + std::to_string(v.size())
+             + " prompts in one request are not supported; send one "
+               "request per prompt (several choices of one prompt: n).",
+           "prompt", "unsupported_value");
+  if (v.size() == 1 && v[0].is_string())
+    r.prompt = v[0].get<std::string>();
+  else if (v.size() == 1 && v[0].is_array())
+    r.prompt_ids = get_token_ids(v[0], "prompt[0]");
+  else
+    r.prompt_ids = get_token_ids(v, "prompt");
+}
+
 /// Fields OpenAI defines that exo does not implement: accepted only with
 /// their neutral value, so that nothing a client asks for is silently
 /// ignored.
@@ -234,19 +281,7 @@ completion_request parse(endpoint_kind kind, const json& body,
       r.model = get_string(v, key);
       have_model = true;
     } else if (key == "prompt" && !chat) {
-      if (v.is_array() && v.size() == 1 && v[0].is_string())
-        r.prompt = v[0].get<std::string>();
-      else if (v.is_array() && (v.empty() || !v[0].is_string()))
-        refuse("Invalid 'prompt': token arrays are not supported; send the "
-               "prompt as a string.",
-               key, "unsupported_value");
-      else if (v.is_array())
-        refuse("Invalid 'prompt': " + std::to_string(v.size())
-                 + " prompts in one request are not supported; send one "
-                   "request per prompt (several choices of one prompt: n).",
-               key, "unsupported_value");
-      else
-        r.prompt = get_string(v, key);
+      get_prompt(v, r);
       have_input = true;
     } else if (key == "messages" && chat) {
       r.messages = get_messages(v, limits);

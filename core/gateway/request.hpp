@@ -37,6 +37,10 @@ struct completion_request {
   std::string model;
   /// The prompt (completions only).
   std::string prompt;
+  /// Or the prompt as token ids of the model's vocabulary (completions
+  /// only: `"prompt": [ids]` or `[[ids]]`), read as given (no BOS added);
+  /// then `prompt` is empty.
+  std::vector<std::int32_t> prompt_ids;
   /// The conversation (chat only; at least one message).
   std::vector<chat_message> messages;
   /// Most tokens to generate (max_tokens or max_completion_tokens); absent:

@@ -251,6 +251,16 @@ load_draft(const std::string& path, const model::llama_model& m,
   return draft;
 }
 
+std::string prompt_identity(const job_request& r) {
+  if (r.prompt_ids.empty())
+    return r.prompt;
+  std::string s{'\0'};
+  s += "tokens:";
+  for (std::size_t i = 0; i < r.prompt_ids.size(); ++i)
+    s += (i ? "," : "") + std::to_string(r.prompt_ids[i]);
+  return s;
+}
+
 prepared_job prepare_job(job_request r) {
   prepared_job p;
   if (r.model.empty())
@@ -262,13 +272,26 @@ prepared_job prepare_job(job_request r) {
   } catch (const std::exception& e) {
     throw job_error("model " + r.model + ": " + e.what());
   }
-  try {
-    p.prompt = prompt_tokens(*p.tokenizer, r.prompt, r.special);
-  } catch (const std::exception& e) {
-    throw job_error(std::string{"the prompt cannot be tokenized: "}
-                    + e.what());
-  }
   auto& hp = p.model->hparams();
+  if (!r.prompt_ids.empty()) {
+    if (!r.prompt.empty())
+      throw job_error("a job's prompt is text or token ids, not both");
+    for (std::size_t i = 0; i < r.prompt_ids.size(); ++i)
+      if (r.prompt_ids[i] < 0
+          || static_cast<std::uint32_t>(r.prompt_ids[i]) >= hp.n_vocab)
+        throw job_error("prompt token " + std::to_string(i) + " ("
+                        + std::to_string(r.prompt_ids[i])
+                        + ") is outside the model's vocabulary of "
+                        + std::to_string(hp.n_vocab) + " tokens");
+    p.prompt = r.prompt_ids;
+  } else {
+    try {
+      p.prompt = prompt_tokens(*p.tokenizer, r.prompt, r.special);
+    } catch (const std::exception& e) {
+      throw job_error(std::string{"the prompt cannot be tokenized: "}
+                      + e.what());
+    }
+  }
   model_limits limits;
   limits.n_layer = hp.n_layer;
   limits.n_vocab = hp.n_vocab;

@@ -54,6 +54,10 @@ public:
 struct job_request {
   std::string model;  ///< path of the GGUF file on the coordinating node
   std::string prompt; ///< text, tokenized with the model's vocabulary
+  /// The prompt as token ids of the model's vocabulary (a client's token
+  /// array: /v1/completions with `"prompt": [ids]`), read as they are;
+  /// when given, `prompt` is empty.
+  std::vector<std::int32_t> prompt_ids;
   std::uint32_t n_gen = 16; ///< tokens to generate per sequence
   model::sampler_params sampling;
   std::uint32_t stages = 0;    ///< 0: the solver's plan; K: an even split
@@ -91,6 +95,13 @@ struct job_request {
   /// another took it over. "" = none (it is still found as NODE:ID).
   std::string name;
 };
+
+/// What names a job's prompt to a client that follows it (attach: a client
+/// resumes only its own request): the prompt's text, or for a prompt of
+/// token ids a NUL byte, "tokens:" and the ids joined by commas (no text
+/// prompt a client sends through the gateway starts with a NUL byte's
+/// "tokens:" and means those ids).
+std::string prompt_identity(const job_request& r);
 
 /// The most proposals a round of speculative decoding may ask for.
 constexpr std::uint32_t max_draft_tokens = 31;

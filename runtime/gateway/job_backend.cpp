@@ -246,7 +246,8 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
   auto asked = req.resume
                  ? self->request(coordinator, caf::infinite,
                                  attach_atom::value, req.id,
-                                 st.mapped.job.prompt, me, true)
+                                 workload::prompt_identity(st.mapped.job), me,
+                                 true)
                  : self->request(coordinator, caf::infinite, run_atom::value,
                                  st.mapped.job, me);
   std::move(asked).then(

@@ -182,6 +182,30 @@ TEST_CASE("completions map prompt, max_tokens and sampling, refusals are "
   CHECK(workload::prepare_job(m.job).prompt.size()
         == static_cast<std::size_t>(m.prompt_tokens));
   CHECK(m.job.sequences == 1);
+  // The prompt as token ids: read as given, the same prompt as the text's
+  // tokens; an id outside the vocabulary is a 400 naming it.
+  auto by_ids = r;
+  by_ids.prompt.clear();
+  by_ids.prompt_ids =
+    src.tokenizer->encode(r.prompt, src.tokenizer->add_bos());
+  auto mi = map_request(src, by_ids, {}, 1);
+  REQUIRE_FALSE(mi.error);
+  CHECK(mi.job.prompt.empty());
+  CHECK(mi.job.prompt_ids == by_ids.prompt_ids);
+  CHECK(mi.prompt_tokens == m.prompt_tokens);
+  CHECK(workload::prepare_job(mi.job).prompt
+        == workload::prepare_job(m.job).prompt);
+  by_ids.prompt_ids.push_back(
+    static_cast<std::int32_t>(src.tokenizer->size()));
+  auto outside = map_request(src, by_ids, {}, 1);
+  REQUIRE(outside.error);
+  CHECK(outside.error->status == 400);
+  CHECK(outside.error->param == "prompt");
+  CHECK(outside.error->message.find(
+          "'prompt[" + std::to_string(by_ids.prompt_ids.size() - 1)
+          + "]': token " + std::to_string(src.tokenizer->size())
+          + " is outside the vocabulary of model plain")
+        != std::string::npos);
   // n choices are n sequences of one job, the prompt read once.
   auto three = r;
   three.n = 3;

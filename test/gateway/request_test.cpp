@@ -177,9 +177,9 @@ TEST_CASE("unknown fields and unsupported features are refused, not "
   auto tools = chat(R"({"model":"tiny","messages":[{"role":"user",
       "content":"x","tool_calls":[]}]})");
   CHECK(tools.error.param == "messages[0].tool_calls");
-  CHECK(completion(R"({"model":"tiny","prompt":[1,2,3]})").error.param
-        == "prompt");
   CHECK(completion(R"({"model":"tiny","prompt":["a","b"]})").error.param
+        == "prompt");
+  CHECK(completion(R"({"model":"tiny","prompt":[[1],[2]]})").error.param
         == "prompt");
   CHECK(completion(R"({"model":"tiny","messages":[]})").error.param
         == "messages");
@@ -223,4 +223,42 @@ TEST_CASE("the error object has OpenAI's shape with null param and code") {
   CHECK(queue_full(8).status == 429);
   CHECK(unavailable("no device").status == 503);
   CHECK(unauthorized("no token").status == 401);
+}
+
+TEST_CASE("a completion's prompt may be token ids, as OpenAI's API allows") {
+  auto ids = completion(R"({"model":"tiny","prompt":[1, 259, 306]})");
+  REQUIRE(ids);
+  CHECK(ids.request->prompt.empty());
+  CHECK(ids.request->prompt_ids == std::vector<std::int32_t>{1, 259, 306});
+  auto nested = completion(R"({"model":"tiny","prompt":[[7, 2147483647]]})");
+  REQUIRE(nested);
+  CHECK(nested.request->prompt_ids
+        == std::vector<std::int32_t>{7, 2147483647});
+  auto one = completion(R"({"model":"tiny","prompt":["text"]})");
+  REQUIRE(one);
+  CHECK(one.request->prompt == "text");
+  CHECK(one.request->prompt_ids.empty());
+  // What is not a token id names the element.
+  struct bad {
+    const char* prompt;
+    const char* param;
+    const char* says;
+  };
+  for (auto b : {bad{"[]", "prompt", "empty array"},
+                 bad{"[[]]", "prompt[0]", "empty array"},
+                 bad{"[1, -2]", "prompt[1]", "-2 is not a token id"},
+                 bad{"[2147483648]", "prompt[0]", "not a token id"},
+                 bad{"[18446744073709551615]", "prompt[0]", "not a token id"},
+                 bad{"[1.5]", "prompt[0]", "an integer"},
+                 bad{"[1, \"a\"]", "prompt[1]", "an integer"},
+                 bad{"[[1], 2]", "prompt", "prompts in one request"},
+                 bad{"[[1, null]]", "prompt[0][1]", "an integer"}}) {
+    auto r = completion(std::string{R"({"model":"tiny","prompt":)"} + b.prompt
+                        + "}");
+    INFO(b.prompt << ": " << r.error.message);
+    REQUIRE_FALSE(r);
+    CHECK(r.error.status == 400);
+    CHECK(r.error.param == b.param);
+    CHECK(r.error.message.find(b.says) != std::string::npos);
+  }
 }

@@ -2,6 +2,7 @@
 // `openai`, from the test-only tools): lists the models, completes on a
 // model without a chat template, streams a chat on one with Llama 3's
 // template, checks the texts against `exo-model run`'s (given by the test),
+// the same prompt as token ids (and a token outside the vocabulary: 400),
 // asks for n = 3 sampled choices (each the engine's run with seed + i;
 // streamed with a stop string, each choice cut on its own),
 // the 404 of an unknown model and the 400 of a chat on a model without a
@@ -56,6 +57,26 @@ check(completion.usage.completion_tokens === p.tokens
       `completion usage ${JSON.stringify(completion.usage)}`);
 check(completion.choices[0].finish_reason === p.finish,
       `completion finish_reason ${completion.choices[0].finish_reason}`);
+
+// The prompt as its token ids (OpenAI's token array): the same text.
+const byIds = await client.completions.create({
+  model: p.model, prompt: p.prompt_ids, max_tokens: p.max_tokens,
+  temperature: 0,
+});
+check(byIds.choices[0].text === p.text
+        && byIds.usage.prompt_tokens === p.prompt_tokens
+        && byIds.usage.completion_tokens === p.tokens,
+      `the prompt as token ids ${JSON.stringify(p.prompt_ids)}: the same `
+        + `text and usage ${JSON.stringify(byIds.usage)}`);
+try {
+  await client.completions.create({
+    model: p.model, prompt: [...p.prompt_ids, 1 << 30], max_tokens: 1 });
+  check(false, "a token outside the vocabulary refused");
+} catch (e) {
+  check(e instanceof OpenAI.BadRequestError && e.error?.param === "prompt"
+          && /outside the vocabulary/.test(e.message),
+        `a token outside the vocabulary: 400 (${e.message})`);
+}
 
 const c = expected.chat;
 const stream = await client.chat.completions.create({

@@ -52,6 +52,7 @@ struct engine_run {
   std::string text;
   std::vector<long> ids;
   std::size_t prompt_tokens = 0;
+  std::vector<long> prompt_ids;
 };
 
 std::vector<long> numbers(const std::string& line) {
@@ -84,7 +85,8 @@ engine_run run_engine(std::vector<std::string> args,
   REQUIRE(std::regex_search(r.out, m, std::regex{"generated ids: ([0-9 ]*)"}));
   e.ids = numbers(m[1]);
   REQUIRE(std::regex_search(r.out, m, std::regex{"prompt ids: ([0-9 ]*)"}));
-  e.prompt_tokens = numbers(m[1]).size();
+  e.prompt_ids = numbers(m[1]);
+  e.prompt_tokens = e.prompt_ids.size();
   return e;
 }
 
@@ -270,6 +272,7 @@ TEST_CASE("exo-node serve answers the official openai client with the "
       {"text", as_json_text(plain_run.text)},
       {"tokens", plain_tokens},
       {"prompt_tokens", plain_run.prompt_tokens},
+      {"prompt_ids", plain_run.prompt_ids},
       {"finish", plain_stopped ? "stop" : "length"}}},
     {"chat",
      {{"model", "llama3-chat"},
@@ -785,6 +788,51 @@ TEST_CASE("exo-node serve resumes a stream that ended from the bytes its "
                     "X-Exo-Resume: " + id + "\r\n"));
   CHECK(other.status == 404);
   CHECK(contains(other.body, "another prompt"));
+  // The prompt as its token ids (OpenAI's token array, as llama.cpp reads
+  // the text: exo-model run --print-ids) gives the same text; it resumes
+  // with its own ids, not with its text or other ids, and the text's job
+  // does not resume with the ids.
+  {
+    auto probe = run({exo_model(), "run", "--model", p.dir + "/big.gguf",
+                      "--prompt", "Once upon a time", "-n", "1",
+                      "--print-ids"},
+                     120s);
+    REQUIRE(probe.code == 0);
+    REQUIRE(std::regex_search(probe.out, m,
+                              std::regex{"prompt ids: ([0-9 ]*)"}));
+    std::string ids;
+    for (auto id : numbers(m[1]))
+      ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+    auto with_ids = [&](const std::string& prompt) {
+      return R"({"model": "big", "prompt": )" + prompt
+             + R"(, "temperature": 0, "max_tokens": 40, "stream": true})";
+    };
+    auto as_ids = with_ids("[" + ids + "]");
+    auto by_ids = gwt::http_exchange(port, gwt::post("/v1/completions",
+                                                     as_ids));
+    INFO(by_ids.body);
+    REQUIRE(by_ids.status == 200);
+    std::string ids_job;
+    CHECK(text_of(by_ids.body, &ids_job) == text);
+    auto resume = [&](const std::string& b, const std::string& job) {
+      return gwt::http_exchange(
+        port, gwt::post("/v1/completions", b,
+                        "X-Exo-Resume: " + job + "\r\nLast-Event-ID: "
+                          + std::to_string(had) + "\r\n"));
+    };
+    auto again = resume(with_ids("[[" + ids + "]]"), ids_job);
+    INFO(again.body);
+    REQUIRE(again.status == 200);
+    CHECK(text_of(again.body) == text.substr(had));
+    for (auto& [b, job] :
+         std::vector<std::pair<std::string, std::string>>{
+           {body, ids_job}, {with_ids("[" + ids + ", 7]"), ids_job},
+           {as_ids, id}}) {
+      auto refused = resume(b, job);
+      CHECK(refused.status == 404);
+      CHECK(contains(refused.body, "another prompt"));
+    }
+  }
   auto unknown = gwt::http_exchange(
     port, gwt::post("/v1/completions", body, "X-Exo-Resume: cmpl-nothing\r\n"));
   CHECK(unknown.status == 404);

@@ -276,6 +276,38 @@ TEST_CASE("preparing a job loads the model, tokenizes the prompt and applies "
   r.kv_type = "f32";
   CHECK(prepare_job(r).request.kv_type == "f32");
   r.kv_type = "";
+  // The prompt as token ids (a client's token array) is read as given:
+  // the text's tokens give the same prompt; ids outside the vocabulary,
+  // or ids beside a text, are refused. Its identity (what a client that
+  // resumes the job names) is not any text's.
+  {
+    auto ids = r;
+    ids.prompt.clear();
+    ids.prompt_ids = p.prompt;
+    auto q = prepare_job(ids);
+    CHECK(q.prompt == p.prompt);
+    CHECK(q.n_ctx == p.n_ctx);
+    CHECK(prompt_identity(r) == r.prompt);
+    CHECK(prompt_identity(ids) != prompt_identity(r));
+    CHECK(prompt_identity(ids).find('\0') == 0);
+    auto other = ids;
+    other.prompt_ids.push_back(1);
+    CHECK(prompt_identity(other) != prompt_identity(ids));
+    const auto n_vocab = p.model->hparams().n_vocab;
+    other.prompt_ids.back() = static_cast<std::int32_t>(n_vocab);
+    CHECK(refusal([&] { prepare_job(other); })
+          == "prompt token " + std::to_string(p.prompt.size()) + " ("
+               + std::to_string(n_vocab)
+               + ") is outside the model's vocabulary of "
+               + std::to_string(n_vocab) + " tokens");
+    other.prompt_ids.back() = -1;
+    CHECK(refusal([&] { prepare_job(other); }).find("(-1) is outside")
+          != std::string::npos);
+    auto both = ids;
+    both.prompt = "x";
+    CHECK(refusal([&] { prepare_job(both); })
+          == "a job's prompt is text or token ids, not both");
+  }
   // A file that is no model names the file.
   r.model = (dir / "missing.gguf").string();
   why = refusal([&] { prepare_job(r); });
