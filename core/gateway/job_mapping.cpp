@@ -1,8 +1,10 @@
 #include "core/gateway/job_mapping.hpp"
 
+#include "core/gateway/response.hpp"
 #include "core/gguf/gguf.hpp"
 #include "core/model/llama_hparams.hpp"
 #include "core/tokenizer/tokenizer.hpp"
+#include "core/text/json.hpp"
 #include "core/workload/chat_prompt.hpp"
 
 #include <algorithm>
@@ -57,6 +59,109 @@ api_error context_exceeded(std::uint32_t ctx, std::int64_t prompt,
 
 } // namespace
 
+namespace {
+
+/// The prompt's tokens as a job reads them, its fields set in `job` (the
+/// text, or ids as given, or a chat rendered with the model's template and
+/// its stop tokens; the template's textual stops into `stop_strings`), or
+/// the error naming the request's field.
+std::optional<api_error>
+read_prompt(const model_source& model, endpoint_kind kind,
+            const std::string& text, const std::vector<std::int32_t>& ids,
+            const std::vector<chat_message>& messages,
+            workload::job_request& job, std::vector<std::string>& stop_strings,
+            std::vector<std::int32_t>& prompt) {
+  auto& tok = *model.tokenizer;
+  try {
+    if (kind == endpoint_kind::chat_completions) {
+      if (!model.has_chat_template)
+        return invalid_request(
+          "model " + model.id
+            + " has no chat template (tokenizer.chat_template): use "
+              "/v1/completions with a prompt",
+          "model", "no_chat_template");
+      std::vector<chat::message> chat_messages;
+      for (auto& m : messages)
+        chat_messages.push_back({m.role, m.content});
+      auto chat = workload::render_chat(*model.file, tok, chat_messages);
+      job.prompt = std::move(chat.text);
+      job.special = true;
+      job.stop_tokens = chat.stop_tokens;
+      stop_strings = std::move(chat.stop_strings);
+    } else if (!ids.empty()) {
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        if (static_cast<std::uint64_t>(ids[i]) >= tok.size())
+          return invalid_request(
+            "Invalid 'prompt[" + std::to_string(i) + "]': token "
+              + std::to_string(ids[i])
+              + " is outside the vocabulary of model " + model.id + " ("
+              + std::to_string(tok.size()) + " tokens).",
+            "prompt");
+      job.prompt_ids = ids;
+    } else {
+      job.prompt = text;
+    }
+    prompt = job.prompt_ids.empty()
+               ? workload::prompt_tokens(tok, job.prompt, job.special)
+               : job.prompt_ids;
+  } catch (const std::exception& e) {
+    return invalid_request(e.what(), kind == endpoint_kind::chat_completions
+                                       ? "messages"
+                                       : "prompt");
+  }
+  return std::nullopt;
+}
+
+/// The context a request of `model` may use.
+std::uint32_t context_of(const model_source& model,
+                         const mapping_limits& limits) {
+  std::uint32_t ctx = limits.ctx;
+  if (model.n_ctx_train != 0)
+    ctx = std::min(ctx, model.n_ctx_train);
+  return ctx;
+}
+
+} // namespace
+
+tokenize_answer answer_tokenize(const model_source& model,
+                                const tokenize_request& req,
+                                const mapping_limits& limits) {
+  tokenize_answer out;
+  auto& tok = *model.tokenizer;
+  text::json body;
+  if (req.detokenize) {
+    for (std::size_t i = 0; i < req.tokens.size(); ++i)
+      if (static_cast<std::uint64_t>(req.tokens[i]) >= tok.size()) {
+        out.error = invalid_request(
+          "Invalid 'tokens[" + std::to_string(i) + "]': token "
+            + std::to_string(req.tokens[i])
+            + " is outside the vocabulary of model " + model.id + " ("
+            + std::to_string(tok.size()) + " tokens).",
+          "tokens");
+        return out;
+      }
+    // llama.cpp's detokenize with special tokens as their text; bytes
+    // that are not UTF-8 (a character cut between ids) become U+FFFD.
+    body["prompt"] = valid_utf8(tok.detokenize(req.tokens, true));
+  } else {
+    workload::job_request job;
+    std::vector<std::string> stops;
+    std::vector<std::int32_t> prompt;
+    if (req.kind == endpoint_kind::completions && !req.add_special) {
+      prompt = tok.encode(req.prompt, false);
+    } else if (auto e = read_prompt(model, req.kind, req.prompt, {},
+                                    req.messages, job, stops, prompt)) {
+      out.error = std::move(e);
+      return out;
+    }
+    body["count"] = prompt.size();
+    body["max_model_len"] = context_of(model, limits);
+    body["tokens"] = prompt;
+  }
+  out.body = body.dump();
+  return out;
+}
+
 mapped_job map_request(const model_source& model,
                        const completion_request& req,
                        const mapping_limits& limits, std::uint64_t seed) {
@@ -65,46 +170,9 @@ mapped_job map_request(const model_source& model,
   job.model = model.path;
   auto& tok = *model.tokenizer;
   std::vector<std::int32_t> prompt;
-  try {
-    if (req.kind == endpoint_kind::chat_completions) {
-      if (!model.has_chat_template) {
-        out.error = invalid_request(
-          "model " + model.id
-            + " has no chat template (tokenizer.chat_template): use "
-              "/v1/completions with a prompt",
-          "model", "no_chat_template");
-        return out;
-      }
-      std::vector<chat::message> messages;
-      for (auto& m : req.messages)
-        messages.push_back({m.role, m.content});
-      auto chat = workload::render_chat(*model.file, tok, messages);
-      job.prompt = std::move(chat.text);
-      job.special = true;
-      job.stop_tokens = chat.stop_tokens;
-      out.stop_strings = std::move(chat.stop_strings);
-    } else if (!req.prompt_ids.empty()) {
-      for (std::size_t i = 0; i < req.prompt_ids.size(); ++i)
-        if (static_cast<std::uint64_t>(req.prompt_ids[i]) >= tok.size()) {
-          out.error = invalid_request(
-            "Invalid 'prompt[" + std::to_string(i) + "]': token "
-              + std::to_string(req.prompt_ids[i])
-              + " is outside the vocabulary of model " + model.id + " ("
-              + std::to_string(tok.size()) + " tokens).",
-            "prompt");
-          return out;
-        }
-      job.prompt_ids = req.prompt_ids;
-    } else {
-      job.prompt = req.prompt;
-    }
-    prompt = job.prompt_ids.empty()
-               ? workload::prompt_tokens(tok, job.prompt, job.special)
-               : job.prompt_ids;
-  } catch (const std::exception& e) {
-    out.error = invalid_request(
-      e.what(), req.kind == endpoint_kind::chat_completions ? "messages"
-                                                            : "prompt");
+  if (auto e = read_prompt(model, req.kind, req.prompt, req.prompt_ids,
+                           req.messages, job, out.stop_strings, prompt)) {
+    out.error = std::move(e);
     return out;
   }
   if (prompt.empty()) {
@@ -112,9 +180,7 @@ mapped_job map_request(const model_source& model,
     return out;
   }
   out.prompt_tokens = static_cast<std::int64_t>(prompt.size());
-  std::uint32_t ctx = limits.ctx;
-  if (model.n_ctx_train != 0)
-    ctx = std::min(ctx, model.n_ctx_train);
+  const std::uint32_t ctx = context_of(model, limits);
   std::int64_t n_gen = 0;
   if (req.max_tokens) {
     n_gen = *req.max_tokens;

@@ -89,6 +89,15 @@ mapped_job map_request(const model_source& model,
                        const completion_request& req,
                        const mapping_limits& limits, std::uint64_t seed);
 
+/// Answers `req` for `model`. tokenize: `{"count", "max_model_len",
+/// "tokens"}`, the tokens a completion (or chat completion) of the prompt
+/// reads, or without `add_special` the text's tokens alone; detokenize:
+/// `{"prompt"}`, llama.cpp's text of the ids (special tokens as their
+/// text). A token outside the vocabulary is a 400 naming it.
+tokenize_answer answer_tokenize(const model_source& model,
+                                const tokenize_request& req,
+                                const mapping_limits& limits);
+
 /// How a job that ran ended: stop when its last token is in `stop_ids`
 /// or it was stopped early (`cancelled`: the client closed, a stop string
 /// matched), length otherwise (it generated all it was allowed).

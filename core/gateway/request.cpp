@@ -383,15 +383,64 @@ completion_request parse(endpoint_kind kind, const json& body,
   return r;
 }
 
-} // namespace
+tokenize_request parse_tokenize_body(bool detokenize, const json& body,
+                                     const request_limits& limits,
+                                     const model_filter& known_model) {
+  if (!body.is_object())
+    throw refused{invalid_json(std::string{"expected an object, got "}
+                               + type_name(body))};
+  tokenize_request r;
+  r.detokenize = detokenize;
+  bool have_model = false, have_input = false;
+  const char* input = detokenize ? "tokens" : "prompt";
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const auto& key = it.key();
+    const auto& v = it.value();
+    if (key == "model") {
+      r.model = get_string(v, key);
+      have_model = true;
+    } else if (detokenize && key == "tokens") {
+      if (!v.is_array())
+        wrong_type(key, v, "an array of token ids");
+      // An empty array is an empty text.
+      if (!v.empty())
+        r.tokens = get_token_ids(v, key);
+      have_input = true;
+    } else if (!detokenize && key == "prompt" && !have_input) {
+      r.prompt = get_string(v, key);
+      have_input = true;
+    } else if (!detokenize && key == "messages" && !have_input) {
+      r.kind = endpoint_kind::chat_completions;
+      r.messages = get_messages(v, limits);
+      have_input = true;
+    } else if (!detokenize && key == "add_special_tokens") {
+      r.add_special = get_bool(v, key);
+    } else if (!detokenize && (key == "prompt" || key == "messages")) {
+      refuse("Give 'prompt' or 'messages', not both.", key);
+    } else {
+      refuse("Unrecognized parameter: '" + key + "'.", key,
+             "unknown_parameter");
+    }
+  }
+  if (!have_model)
+    refuse("Missing required parameter: 'model'.", "model",
+           "missing_required_parameter");
+  if (!have_input)
+    refuse(std::string{"Missing required parameter: '"} + input
+             + (detokenize ? "'." : "' (or 'messages')."),
+           input, "missing_required_parameter");
+  if (known_model && !known_model(r.model))
+    throw refused{model_not_found(r.model)};
+  return r;
+}
 
-parsed_request parse_request(endpoint_kind kind, std::string_view body,
-                             const request_limits& limits,
-                             const model_filter& known_model) {
-  parsed_request out;
+/// The JSON document of a request body, or the error: a body over the
+/// limit, bad JSON.
+std::optional<json> read_body(std::string_view body,
+                              const request_limits& limits, api_error& error) {
   if (body.size() > limits.max_body_bytes) {
-    out.error = body_too_large(limits.max_body_bytes);
-    return out;
+    error = body_too_large(limits.max_body_bytes);
+    return std::nullopt;
   }
   json doc = json::parse(body, nullptr, false);
   if (doc.is_discarded()) {
@@ -399,21 +448,55 @@ parsed_request parse_request(endpoint_kind kind, std::string_view body,
     try {
       auto again = json::parse(body);
       (void) again;
-      out.error = invalid_json("not valid JSON");
+      error = invalid_json("not valid JSON");
     } catch (const json::exception& e) {
       // parse_error, and out_of_range for a number that overflows a
       // double (1e100000): both are the client's bad JSON.
-      out.error = invalid_json(e.what());
+      error = invalid_json(e.what());
     }
-    return out;
+    return std::nullopt;
   }
+  return doc;
+}
+
+/// Runs `parse` on the body's document; refusals become `error`.
+template <class T, class Parse>
+std::optional<T> parse_body(std::string_view body,
+                            const request_limits& limits, api_error& error,
+                            Parse parse) {
+  auto doc = read_body(body, limits, error);
+  if (!doc)
+    return std::nullopt;
   try {
-    out.request = parse(kind, doc, limits, known_model);
+    return parse(*doc);
   } catch (const refused& r) {
-    out.error = r.error;
+    error = r.error;
   } catch (const json::exception& e) {
-    out.error = invalid_request(std::string{"Malformed request: "} + e.what());
+    error = invalid_request(std::string{"Malformed request: "} + e.what());
   }
+  return std::nullopt;
+}
+
+} // namespace
+
+parsed_request parse_request(endpoint_kind kind, std::string_view body,
+                             const request_limits& limits,
+                             const model_filter& known_model) {
+  parsed_request out;
+  out.request = parse_body<completion_request>(
+    body, limits, out.error,
+    [&](const json& doc) { return parse(kind, doc, limits, known_model); });
+  return out;
+}
+
+parsed_tokenize parse_tokenize(bool detokenize, std::string_view body,
+                               const request_limits& limits,
+                               const model_filter& known_model) {
+  parsed_tokenize out;
+  out.request = parse_body<tokenize_request>(
+    body, limits, out.error, [&](const json& doc) {
+      return parse_tokenize_body(detokenize, doc, limits, known_model);
+    });
   return out;
 }
 

@@ -118,6 +118,39 @@ struct parsed_request {
   explicit operator bool() const noexcept { return request.has_value(); }
 };
 
+/// `POST /tokenize` and `POST /detokenize` (vLLM's endpoints beside the
+/// OpenAI API): a prompt's tokens as a completion reads them, and the text
+/// of token ids.
+struct tokenize_request {
+  std::string model;
+  /// tokenize: a completion's prompt (`prompt`: text) or a chat's
+  /// (`messages`: the prompt its template renders); detokenize: `tokens`.
+  endpoint_kind kind = endpoint_kind::completions;
+  std::string prompt;
+  std::vector<chat_message> messages;
+  /// tokenize: the BOS (and what else the vocabulary adds) as a
+  /// completion's prompt gets it (vLLM's add_special_tokens, default
+  /// true); false: the text's tokens alone.
+  bool add_special = true;
+  bool detokenize = false;
+  /// detokenize: the ids to turn into text.
+  std::vector<std::int32_t> tokens;
+};
+
+/// The answer to a /tokenize or /detokenize request: its JSON body, or
+/// the error.
+struct tokenize_answer {
+  std::string body;
+  std::optional<api_error> error;
+};
+
+/// A tokenize parse result.
+struct parsed_tokenize {
+  std::optional<tokenize_request> request;
+  api_error error;
+  explicit operator bool() const noexcept { return request.has_value(); }
+};
+
 /// Whether a model id is served here.
 using model_filter = std::function<bool(const std::string&)>;
 
@@ -127,5 +160,13 @@ using model_filter = std::function<bool(const std::string&)>;
 parsed_request parse_request(endpoint_kind kind, std::string_view body,
                              const request_limits& limits,
                              const model_filter& known_model = {});
+
+/// Parses the body of `POST /tokenize` (`detokenize` false: "model" and
+/// "prompt" or "messages", optional "add_special_tokens") or
+/// `POST /detokenize` ("model" and "tokens"), refusing what parse_request
+/// refuses (bad JSON, a body too large, unknown fields, an unknown model).
+parsed_tokenize parse_tokenize(bool detokenize, std::string_view body,
+                               const request_limits& limits,
+                               const model_filter& known_model = {});
 
 } // namespace exo::gateway

@@ -107,6 +107,16 @@ public:
   /// returns at once. See the rules above.
   virtual void complete(const completion_request& req,
                         std::shared_ptr<token_sink> sink) = 0;
+
+  /// Answers /tokenize or /detokenize (`req` validated: the model is one
+  /// of the server's models), on the server's thread: the vocabulary's
+  /// work only, never waiting on the cluster. A backend without
+  /// vocabularies answers 501.
+  virtual tokenize_answer tokenize(const tokenize_request& req) {
+    (void) req;
+    return {{}, api_error{501, "This server's backend does not tokenize.",
+                          "not_implemented_error", "", "not_implemented"}};
+  }
 };
 
 /// Adds metric families to each `/metrics` scrape (device gauges with

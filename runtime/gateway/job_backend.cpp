@@ -366,6 +366,14 @@ void job_backend::complete(const completion_request& req,
   sink->on_close([a] { caf::anon_send(a, sink_closed_atom::value); });
 }
 
+tokenize_answer job_backend::tokenize(const tokenize_request& req) {
+  // The models never change after construction: read without the lock.
+  auto it = state_->models.find(req.model);
+  if (it == state_->models.end()) // the server checked; a stale id
+    return {{}, model_not_found(req.model)};
+  return answer_tokenize(it->second, req, state_->limits);
+}
+
 std::vector<model_entry> job_backend::entries() const {
   return state_->entries;
 }

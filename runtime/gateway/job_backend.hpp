@@ -64,6 +64,10 @@ public:
   void complete(const completion_request& req,
                 std::shared_ptr<token_sink> sink) override;
 
+  /// /tokenize and /detokenize with the served models' vocabularies
+  /// (answer_tokenize).
+  tokenize_answer tokenize(const tokenize_request& req) override;
+
   /// The models, for server_options::models.
   std::vector<model_entry> entries() const;
 

@@ -466,6 +466,7 @@ private:
 
   void handle();
   void handle_completion(endpoint_kind kind);
+  void handle_tokenize(bool detokenize);
   void handle_cluster(const std::string& path, http::verb method,
                       const std::string& method_name);
   void start_events();
@@ -1173,6 +1174,14 @@ void session::handle() {
                                ? endpoint_kind::completions
                                : endpoint_kind::chat_completions);
   }
+  if (path == "/tokenize" || path == "/detokenize") {
+    if (!only(http::verb::post))
+      return;
+    endpoint_ = path;
+    if (!authorized(access::permission::job_submit))
+      return;
+    return handle_tokenize(path == "/detokenize");
+  }
   if (auto* a = find_asset(path)) {
     if (!only(http::verb::get))
       return;
@@ -1336,6 +1345,24 @@ void session::handle_cluster(const std::string& path, http::verb method,
   if (!body)
     return send_error(unknown_endpoint(method_name, path), keep_alive_);
   send(200, std::move(*body), "application/json", keep_alive_);
+}
+
+void session::handle_tokenize(bool detokenize) {
+  request_limits limits = st_->opts.requests;
+  limits.max_body_bytes = st_->opts.limits.max_body_bytes;
+  auto parsed = parse_tokenize(
+    detokenize, parser_->get().body(), limits,
+    [this](const std::string& id) { return st_->known_model(id); });
+  if (!parsed)
+    return send_error(parsed.error, keep_alive_);
+  if (!st_->opts.backend)
+    return send_error(unavailable("No backend runs completions on this "
+                                  "server"),
+                      keep_alive_);
+  auto answer = st_->opts.backend->tokenize(*parsed.request);
+  if (answer.error)
+    return send_error(*answer.error, keep_alive_);
+  send(200, std::move(answer.body), "application/json", keep_alive_);
 }
 
 void session::handle_completion(endpoint_kind kind) {

@@ -14,6 +14,8 @@
 #include "core/workload/run_options.hpp"
 #include "test/support/process.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -95,6 +97,15 @@ TEST_CASE("a chat is rendered with the model's template, one BOS, stopping "
   // No max_tokens: the rest of the context (the model's 256 < 4096).
   CHECK(m.job.n_gen == 256 - ids.size());
   CHECK(m.job.sampling.seed == 7);
+  // /tokenize of the messages: the chat's prompt as the job reads it.
+  tokenize_request t;
+  t.model = "m";
+  t.kind = endpoint_kind::chat_completions;
+  t.messages = {{"system", "be brief", ""}, {"user", "hello", ""}};
+  auto a = answer_tokenize(src, t, {});
+  REQUIRE_FALSE(a.error);
+  CHECK(nlohmann::json::parse(a.body)["tokens"].get<std::vector<std::int32_t>>()
+        == ids);
   std::system(("rm -rf " + dir).c_str());
 }
 
@@ -206,6 +217,40 @@ TEST_CASE("completions map prompt, max_tokens and sampling, refusals are "
           + "]': token " + std::to_string(src.tokenizer->size())
           + " is outside the vocabulary of model plain")
         != std::string::npos);
+  // /tokenize: the tokens a completion of the prompt reads (its count is
+  // the usage's), or the text's alone; /detokenize: llama.cpp's text.
+  {
+    tokenize_request t;
+    t.model = "plain";
+    t.prompt = r.prompt;
+    auto a = answer_tokenize(src, t, {});
+    REQUIRE_FALSE(a.error);
+    auto j = nlohmann::json::parse(a.body);
+    CHECK(j["tokens"].get<std::vector<std::int32_t>>()
+          == src.tokenizer->encode(r.prompt, src.tokenizer->add_bos()));
+    CHECK(j["count"] == m.prompt_tokens);
+    CHECK(j["max_model_len"] == 256);
+    t.add_special = false;
+    auto bare = nlohmann::json::parse(answer_tokenize(src, t, {}).body);
+    CHECK(bare["tokens"].get<std::vector<std::int32_t>>()
+          == src.tokenizer->encode(r.prompt, false));
+    tokenize_request d;
+    d.model = "plain";
+    d.detokenize = true;
+    d.tokens = bare["tokens"].get<std::vector<std::int32_t>>();
+    auto back = nlohmann::json::parse(answer_tokenize(src, d, {}).body);
+    CHECK(back["prompt"] == r.prompt);
+    d.tokens.push_back(static_cast<std::int32_t>(src.tokenizer->size()));
+    auto outside_vocab = answer_tokenize(src, d, {});
+    REQUIRE(outside_vocab.error);
+    CHECK(outside_vocab.error->status == 400);
+    CHECK(outside_vocab.error->param == "tokens");
+    t.kind = endpoint_kind::chat_completions;
+    t.messages = {{"user", "x", ""}};
+    auto no_template = answer_tokenize(src, t, {});
+    REQUIRE(no_template.error);
+    CHECK(no_template.error->code == "no_chat_template");
+  }
   // n choices are n sequences of one job, the prompt read once.
   auto three = r;
   three.n = 3;

@@ -262,3 +262,73 @@ TEST_CASE("a completion's prompt may be token ids, as OpenAI's API allows") {
     CHECK(r.error.message.find(b.says) != std::string::npos);
   }
 }
+
+TEST_CASE("/tokenize and /detokenize bodies are parsed and refused by name") {
+  auto tok = [](const std::string& body) {
+    return parse_tokenize(false, body, {},
+                          [](const std::string& id) { return id == "tiny"; });
+  };
+  auto detok = [](const std::string& body) {
+    return parse_tokenize(true, body, {},
+                          [](const std::string& id) { return id == "tiny"; });
+  };
+  auto text = tok(R"({"model":"tiny","prompt":"Once upon a time"})");
+  REQUIRE(text);
+  CHECK(text.request->kind == endpoint_kind::completions);
+  CHECK(text.request->prompt == "Once upon a time");
+  CHECK(text.request->add_special);
+  CHECK_FALSE(text.request->detokenize);
+  auto bare = tok(R"({"model":"tiny","prompt":"x","add_special_tokens":false})");
+  REQUIRE(bare);
+  CHECK_FALSE(bare.request->add_special);
+  auto chat = tok(R"({"model":"tiny","messages":[{"role":"user","content":"hi"}]})");
+  REQUIRE(chat);
+  CHECK(chat.request->kind == endpoint_kind::chat_completions);
+  REQUIRE(chat.request->messages.size() == 1);
+  CHECK(chat.request->messages[0].content == "hi");
+  auto ids = detok(R"({"model":"tiny","tokens":[1, 2, 3]})");
+  REQUIRE(ids);
+  CHECK(ids.request->detokenize);
+  CHECK(ids.request->tokens == std::vector<std::int32_t>{1, 2, 3});
+  auto none = detok(R"({"model":"tiny","tokens":[]})");
+  REQUIRE(none);
+  CHECK(none.request->tokens.empty());
+  struct bad {
+    bool detokenize;
+    const char* body;
+    int status;
+    const char* param;
+  };
+  for (auto b : {bad{false, R"({"prompt":"x"})", 400, "model"},
+                 bad{false, R"({"model":"tiny"})", 400, "prompt"},
+                 bad{false, R"({"model":"other","prompt":"x"})", 404, "model"},
+                 bad{false, R"({"model":"tiny","prompt":1})", 400, "prompt"},
+                 bad{false, R"({"model":"tiny","prompt":"x","messages":[]})",
+                     400, "messages"},
+                 bad{false, R"({"model":"tiny","prompt":"x","tokens":[1]})",
+                     400, "tokens"},
+                 bad{false,
+                     R"({"model":"tiny","prompt":"x","add_special_tokens":1})",
+                     400, "add_special_tokens"},
+                 bad{true, R"({"model":"tiny"})", 400, "tokens"},
+                 bad{true, R"({"model":"tiny","tokens":[-1]})", 400,
+                     "tokens[0]"},
+                 bad{true, R"({"model":"tiny","tokens":"1 2"})", 400, "tokens"},
+                 bad{true, R"({"model":"tiny","tokens":[1],"prompt":"x"})",
+                     400, "prompt"},
+                 bad{true, R"([1, 2])", 400, ""},
+                 bad{true, R"({"model":)", 400, ""}}) {
+    auto r = parse_tokenize(b.detokenize, b.body, {},
+                            [](const std::string& id) { return id == "tiny"; });
+    INFO(b.body << ": " << r.error.message);
+    REQUIRE_FALSE(r);
+    CHECK(r.error.status == b.status);
+    CHECK(r.error.param == b.param);
+  }
+  request_limits small;
+  small.max_body_bytes = 16;
+  CHECK(parse_tokenize(false, R"({"model":"tiny","prompt":"a long prompt"})",
+                       small)
+          .error.status
+        == 413);
+}

@@ -803,6 +803,26 @@ TEST_CASE("exo-node serve resumes a stream that ended from the bytes its "
     std::string ids;
     for (auto id : numbers(m[1]))
       ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+    // /tokenize gives the same ids (llama.cpp's tokenizer is the oracle);
+    // /detokenize gives the text back (without the BOS: the first
+    // piece's SentencePiece space is dropped).
+    auto tokenized = gwt::http_exchange(
+      port, gwt::post("/tokenize", R"({"model": "big", "prompt": )"
+                                     R"("Once upon a time"})"));
+    INFO(tokenized.body);
+    REQUIRE(tokenized.status == 200);
+    auto tj = nlohmann::json::parse(tokenized.body);
+    CHECK(tj["tokens"].get<std::vector<long>>() == numbers(m[1]));
+    CHECK(tj["count"] == numbers(m[1]).size());
+    CHECK(tj["max_model_len"] == 4096);
+    auto ids_after_bos = ids.substr(ids.find(", ") + 2);
+    auto detokenized = gwt::http_exchange(
+      port, gwt::post("/detokenize", R"({"model": "big", "tokens": [)"
+                                       + ids_after_bos + "]}"));
+    INFO(detokenized.body);
+    REQUIRE(detokenized.status == 200);
+    CHECK(nlohmann::json::parse(detokenized.body)["prompt"]
+          == "Once upon a time");
     auto with_ids = [&](const std::string& prompt) {
       return R"({"model": "big", "prompt": )" + prompt
              + R"(, "temperature": 0, "max_tokens": 40, "stream": true})";

@@ -608,9 +608,25 @@ TEST_CASE("bearer tokens are checked on every endpoint but /health") {
           .status
         == 401);
   CHECK(backend->started() == 0);
+  // /tokenize and /detokenize ask what a completion asks; this backend
+  // has no vocabulary (501 once allowed).
+  const std::string tok_body = R"({"model":"tiny","prompt":"x"})";
+  CHECK(http_exchange(port, post("/tokenize", tok_body)).status == 401);
+  auto no_vocab = http_exchange(
+    port, post("/tokenize", tok_body, "Authorization: Bearer sk-good\r\n"));
+  CHECK(no_vocab.status == 501);
+  CHECK(json::parse(no_vocab.body)["error"]["code"] == "not_implemented");
+  CHECK(http_exchange(port, post("/detokenize",
+                                 R"({"model":"tiny","tokens":[1]})",
+                                 "Authorization: Bearer sk-monitor\r\n"))
+          .status
+        == 403);
+  CHECK(get("/tokenize", "Authorization: Bearer sk-good\r\n").status == 405);
   std::lock_guard<std::mutex> guard{mx};
   std::map<std::string, access::permission> by_path(asked.begin(),
                                                     asked.end());
+  CHECK(by_path["/tokenize"] == access::permission::job_submit);
+  CHECK(by_path["/detokenize"] == access::permission::job_submit);
   CHECK(by_path.count("/health") == 0);
   CHECK(by_path["/v1/models"] == access::permission::job_submit);
   CHECK(by_path["/metrics"] == access::permission::monitoring_read);
