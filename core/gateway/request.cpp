@@ -260,12 +260,23 @@ bool neutral_unsupported(const std::string& key, const json& v) {
   return false;
 }
 
-completion_request parse(endpoint_kind kind, const json& body,
-                         const request_limits& limits,
-                         const model_filter& known_model) {
+void require_object(const json& body) {
   if (!body.is_object())
     throw refused{invalid_json(std::string{"expected an object, got "}
                                + type_name(body))};
+}
+
+/// Refuses a model the server does not serve (404), after every other
+/// check of the body.
+void require_known(const std::string& model, const model_filter& known) {
+  if (known && !known(model))
+    throw refused{model_not_found(model)};
+}
+
+completion_request parse(endpoint_kind kind, const json& body,
+                         const request_limits& limits,
+                         const model_filter& known_model) {
+  require_object(body);
   const bool chat = kind == endpoint_kind::chat_completions;
   completion_request r;
   r.kind = kind;
@@ -378,17 +389,14 @@ completion_request parse(endpoint_kind kind, const json& body,
     refuse("The 'stream_options' parameter is only allowed when 'stream' is "
            "enabled.",
            "stream_options");
-  if (known_model && !known_model(r.model))
-    throw refused{model_not_found(r.model)};
+  require_known(r.model, known_model);
   return r;
 }
 
 tokenize_request parse_tokenize_body(bool detokenize, const json& body,
                                      const request_limits& limits,
                                      const model_filter& known_model) {
-  if (!body.is_object())
-    throw refused{invalid_json(std::string{"expected an object, got "}
-                               + type_name(body))};
+  require_object(body);
   tokenize_request r;
   r.detokenize = detokenize;
   bool have_model = false, have_input = false;
@@ -429,8 +437,7 @@ tokenize_request parse_tokenize_body(bool detokenize, const json& body,
     refuse(std::string{"Missing required parameter: '"} + input
              + (detokenize ? "'." : "' (or 'messages')."),
            input, "missing_required_parameter");
-  if (known_model && !known_model(r.model))
-    throw refused{model_not_found(r.model)};
+  require_known(r.model, known_model);
   return r;
 }
 

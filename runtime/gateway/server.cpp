@@ -467,6 +467,18 @@ private:
   void handle();
   void handle_completion(endpoint_kind kind);
   void handle_tokenize(bool detokenize);
+
+  /// The request parsers' bounds: the server's request limits and body
+  /// limit.
+  request_limits request_limits_of() const {
+    request_limits limits = st_->opts.requests;
+    limits.max_body_bytes = st_->opts.limits.max_body_bytes;
+    return limits;
+  }
+  /// The parsers' model check: a model this server serves.
+  model_filter known_model() const {
+    return [st = st_](const std::string& id) { return st->known_model(id); };
+  }
   void handle_cluster(const std::string& path, http::verb method,
                       const std::string& method_name);
   void start_events();
@@ -1348,11 +1360,8 @@ void session::handle_cluster(const std::string& path, http::verb method,
 }
 
 void session::handle_tokenize(bool detokenize) {
-  request_limits limits = st_->opts.requests;
-  limits.max_body_bytes = st_->opts.limits.max_body_bytes;
-  auto parsed = parse_tokenize(
-    detokenize, parser_->get().body(), limits,
-    [this](const std::string& id) { return st_->known_model(id); });
+  auto parsed = parse_tokenize(detokenize, parser_->get().body(),
+                               request_limits_of(), known_model());
   if (!parsed)
     return send_error(parsed.error, keep_alive_);
   if (!st_->opts.backend)
@@ -1366,11 +1375,8 @@ void session::handle_tokenize(bool detokenize) {
 }
 
 void session::handle_completion(endpoint_kind kind) {
-  request_limits limits = st_->opts.requests;
-  limits.max_body_bytes = st_->opts.limits.max_body_bytes;
-  auto parsed = parse_request(
-    kind, parser_->get().body(), limits,
-    [this](const std::string& id) { return st_->known_model(id); });
+  auto parsed = parse_request(kind, parser_->get().body(),
+                              request_limits_of(), known_model());
   if (!parsed)
     return send_error(parsed.error, keep_alive_);
   // A client whose gateway node died resumes its stream here.
