@@ -3078,51 +3078,30 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
   b.draft_pending = !draft_sha.empty();
   b.last_token = std::chrono::steady_clock::now();
   auto rp = self->make_response_promise<caf::ok_atom>();
+  // The model and the draft are fetched side by side (a takeover before
+  // the draft arrived goes on without it); the replica is answered once
+  // the model is here and the draft here or failed, or when the model
+  // fails.
+  auto left = std::make_shared<int>(draft_sha.empty() ? 1 : 2);
+  auto answered = std::make_shared<bool>(false);
+  auto one_done = [rp, left, answered]() mutable {
+    if (--*left == 0 && !*answered) {
+      *answered = true;
+      rp.deliver(caf::ok_atom::value);
+    }
+  };
   self
     ->request(st.cfg.gate, 3600s, service_atom::value, st.cfg.node,
               std::string{"shards"},
               caf::make_message(prefetch_atom::value, sha, size, origin))
     .then(
-      [self, key, rp, draft_sha, draft_size,
-       origin](std::string& path) mutable {
-        auto& st = self->state;
-        auto it = st.backups.find(key);
-        if (it == st.backups.end()) { // ended meanwhile
-          rp.deliver(caf::ok_atom::value);
-          return;
-        }
-        it->second.path = path;
-        if (draft_sha.empty()) {
-          rp.deliver(caf::ok_atom::value);
-          return;
-        }
-        // The draft too; without it the job would go on all the same.
-        self
-          ->request(st.cfg.gate, 3600s, service_atom::value, st.cfg.node,
-                    std::string{"shards"},
-                    caf::make_message(prefetch_atom::value, draft_sha,
-                                      draft_size, origin))
-          .then(
-            [self, key, rp](std::string& draft) mutable {
-              auto it = self->state.backups.find(key);
-              if (it != self->state.backups.end()) {
-                it->second.draft_path = draft;
-                it->second.draft_pending = false;
-              }
-              rp.deliver(caf::ok_atom::value);
-            },
-            [self, key, rp](caf::error& err) mutable {
-              auto it = self->state.backups.find(key);
-              if (it != self->state.backups.end())
-                it->second.draft_pending = false;
-              exo::text::line(std::cerr)
-                << "exo-node " << self->state.cfg.node << ": job " << key
-                << " is backed up without its draft model: "
-                << render(self, err) << std::endl;
-              rp.deliver(caf::ok_atom::value);
-            });
+      [self, key, one_done](std::string& path) mutable {
+        auto it = self->state.backups.find(key);
+        if (it != self->state.backups.end()) // else: ended meanwhile
+          it->second.path = path;
+        one_done();
       },
-      [self, key, rp](caf::error& err) mutable {
+      [self, key, rp, answered](caf::error& err) mutable {
         auto why = render(self, err);
         auto it = self->state.backups.find(key);
         if (it != self->state.backups.end()) {
@@ -3135,11 +3114,41 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
                            + why);
           self->state.backups.erase(it);
         }
+        if (*answered)
+          return;
+        *answered = true;
         rp.deliver(fail(exo_errc::failed_state,
                         self->state.cfg.node
                           + " cannot fetch the model to back job " + key
                           + " up: " + why));
       });
+  if (!draft_sha.empty())
+    self
+      ->request(st.cfg.gate, 3600s, service_atom::value, st.cfg.node,
+                std::string{"shards"},
+                caf::make_message(prefetch_atom::value, draft_sha, draft_size,
+                                  origin))
+      .then(
+        [self, key, one_done](std::string& draft) mutable {
+          auto it = self->state.backups.find(key);
+          if (it != self->state.backups.end()) {
+            it->second.draft_path = draft;
+            it->second.draft_pending = false;
+          }
+          one_done();
+        },
+        [self, key, one_done](caf::error& err) mutable {
+          auto it = self->state.backups.find(key);
+          if (it != self->state.backups.end()) {
+            it->second.draft_pending = false;
+            // Without it the job would go on all the same.
+            exo::text::line(std::cerr)
+              << "exo-node " << self->state.cfg.node << ": job " << key
+              << " is backed up without its draft model: "
+              << render(self, err) << std::endl;
+          }
+          one_done();
+        });
   return rp;
 }
 
