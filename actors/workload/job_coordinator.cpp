@@ -132,7 +132,7 @@ struct backup_job {
   /// The draft model there, once fetched ("" without one, or when it
   /// could not be: the job then goes on without it).
   std::string draft_path;
-  /// The draft model is being fetched (after the model). A takeover
+  /// The draft model is being fetched (beside the model). A takeover
   /// meanwhile goes on without it: a greedy job's tokens are the same, a
   /// sampled one's are drawn from the same distribution but are not the
   /// uninterrupted run's (its rounds drew other numbers).

@@ -61,6 +61,23 @@ api_error context_exceeded(std::uint32_t ctx, std::int64_t prompt,
 
 namespace {
 
+/// The 400 naming the first of `ids` (the request's field `field`) that is
+/// outside the model's vocabulary, if one is.
+std::optional<api_error> outside_vocabulary(const model_source& model,
+                                            const std::vector<std::int32_t>& ids,
+                                            const std::string& field) {
+  const auto n = model.tokenizer->size();
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (static_cast<std::uint64_t>(ids[i]) >= n)
+      return invalid_request("Invalid '" + field + "[" + std::to_string(i)
+                               + "]': token " + std::to_string(ids[i])
+                               + " is outside the vocabulary of model "
+                               + model.id + " (" + std::to_string(n)
+                               + " tokens).",
+                             field);
+  return std::nullopt;
+}
+
 /// The prompt's tokens as a job reads them, its fields set in `job` (the
 /// text, or ids as given, or a chat rendered with the model's template and
 /// its stop tokens; the template's textual stops into `stop_strings`), or
@@ -89,14 +106,8 @@ read_prompt(const model_source& model, endpoint_kind kind,
       job.stop_tokens = chat.stop_tokens;
       stop_strings = std::move(chat.stop_strings);
     } else if (!ids.empty()) {
-      for (std::size_t i = 0; i < ids.size(); ++i)
-        if (static_cast<std::uint64_t>(ids[i]) >= tok.size())
-          return invalid_request(
-            "Invalid 'prompt[" + std::to_string(i) + "]': token "
-              + std::to_string(ids[i])
-              + " is outside the vocabulary of model " + model.id + " ("
-              + std::to_string(tok.size()) + " tokens).",
-            "prompt");
+      if (auto e = outside_vocabulary(model, ids, "prompt"))
+        return e;
       job.prompt_ids = ids;
     } else {
       job.prompt = text;
@@ -130,16 +141,8 @@ tokenize_answer answer_tokenize(const model_source& model,
   auto& tok = *model.tokenizer;
   text::json body;
   if (req.detokenize) {
-    for (std::size_t i = 0; i < req.tokens.size(); ++i)
-      if (static_cast<std::uint64_t>(req.tokens[i]) >= tok.size()) {
-        out.error = invalid_request(
-          "Invalid 'tokens[" + std::to_string(i) + "]': token "
-            + std::to_string(req.tokens[i])
-            + " is outside the vocabulary of model " + model.id + " ("
-            + std::to_string(tok.size()) + " tokens).",
-          "tokens");
-        return out;
-      }
+    if ((out.error = outside_vocabulary(model, req.tokens, "tokens")))
+      return out;
     // llama.cpp's detokenize with special tokens as their text; bytes
     // that are not UTF-8 (a character cut between ids) become U+FFFD.
     body["prompt"] = valid_utf8(tok.detokenize(req.tokens, true));
