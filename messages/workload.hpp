@@ -276,6 +276,11 @@ struct stage_step {
   /// max_step_top_k, below the model's n_vocab.
   std::uint32_t top_k = 0;
   std::vector<std::int32_t> top_ids;
+  /// With top_k: the last stage also answers with each row's
+  /// model::log_sum_exp in `lse` (one a row), which the job's
+  /// log-probabilities subtract (job_request::logprobs).
+  bool logprobs = false;
+  std::vector<double> lse;
 };
 
 /// The largest stage_step::top_k a stage accepts.
@@ -285,7 +290,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stage_step& x) {
   return wire(f, caf::meta::type_name("exo.stage_step"), x.job, x.seq, x.pos,
               x.tokens, x.x, x.on_device, x.parts, x.apart, x.rewind,
-              x.top_k, x.top_ids);
+              x.top_k, x.top_ids, x.logprobs, x.lse);
 }
 
 /// What a shard is: layers [first, last) of a model on one device.
@@ -363,6 +368,12 @@ typename Inspector::result_type inspect(Inspector& f, sampler_params& x) {
               x.top_k, x.top_p, x.seed);
 }
 
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
+  return wire(f, caf::meta::type_name("exo.token_logprobs"), x.logprob,
+              x.top_ids, x.top_logprobs);
+}
+
 } // namespace model
 
 namespace workload {
@@ -373,7 +384,7 @@ typename Inspector::result_type inspect(Inspector& f, job_request& x) {
               x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
               x.keep_logits, x.special, x.stop_tokens, x.name, x.batch,
               x.draft, x.draft_tokens, x.kv_type, x.share_prompt,
-              x.prefix_cache, x.prompt_ids);
+              x.prefix_cache, x.prompt_ids, x.logprobs);
 }
 
 } // namespace workload
@@ -472,6 +483,9 @@ struct job_replica {
   /// without one); the backup fetches it too and goes on with it.
   std::string draft_sha256;
   std::uint64_t draft_size = 0;
+  /// With request.logprobs >= 0: per sequence, each of `tokens`'
+  /// log-probabilities (as many as its tokens); else empty.
+  std::vector<std::vector<model::token_logprobs>> logprobs;
 };
 
 /// The most recoveries a backup keeps of a job (a peer cannot make it
@@ -482,7 +496,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_replica& x) {
   return wire(f, caf::meta::type_name("exo.job_replica"), x.origin, x.job,
               x.request, x.model_sha256, x.model_size, x.tokens, x.draws,
-              x.recoveries, x.draft_sha256, x.draft_size);
+              x.recoveries, x.draft_sha256, x.draft_size, x.logprobs);
 }
 
 /// More of a replicated job (see job_replica): sequence j had have[j]
@@ -497,12 +511,15 @@ struct job_progress {
   std::vector<std::uint64_t> draws;
   bool ended = false;
   std::vector<job_recovered> recoveries;
+  /// With logprobs: `more`'s log-probabilities, per sequence (as many).
+  std::vector<std::vector<model::token_logprobs>> more_logprobs;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_progress& x) {
   return wire(f, caf::meta::type_name("exo.job_progress"), x.origin, x.job,
-              x.have, x.more, x.draws, x.ended, x.recoveries);
+              x.have, x.more, x.draws, x.ended, x.recoveries,
+              x.more_logprobs);
 }
 
 /// A running job handed by its coordinating node (stopping) to the node
@@ -539,6 +556,8 @@ struct job_handoff {
   bool rewind = false;
   std::uint64_t paused_us = 0; ///< since its last token, when handed over
   std::string placement;       ///< how the stages were placed
+  /// With logprobs: `tokens`' log-probabilities, per sequence (as many).
+  std::vector<std::vector<model::token_logprobs>> logprobs;
 };
 
 template<class Inspector>
@@ -546,7 +565,7 @@ typename Inspector::result_type inspect(Inspector& f, job_handoff& x) {
   return wire(f, caf::meta::type_name("exo.job_handoff"), x.origin, x.job,
               x.stage_job, x.stages, x.nodes, x.devices, x.bounds, x.tokens, x.pos,
               x.draws, x.recoveries, x.unfinished, x.unfinished_us, x.rewind,
-              x.paused_us, x.placement);
+              x.paused_us, x.placement, x.logprobs);
 }
 
 /// One generated token of one sequence, with its text and its place in
@@ -559,12 +578,16 @@ struct job_token {
   std::int32_t token = 0;
   std::string piece;
   std::uint32_t index = 0;
+  /// The job asked for log-probabilities (job_request::logprobs): this
+  /// token's.
+  bool has_logprobs = false;
+  model::token_logprobs logprobs{};
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_token& x) {
   return wire(f, caf::meta::type_name("exo.job_token"), x.job, x.seq, x.token,
-              x.piece, x.index);
+              x.piece, x.index, x.has_logprobs, x.logprobs);
 }
 
 /// The end of a job that ran (cancelled or not): what it generated and

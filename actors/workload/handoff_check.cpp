@@ -31,6 +31,9 @@ std::string handoff_problem(const job_handoff& h, const job_request& req,
              + std::to_string(h.draws[j]) + " numbers, more than its "
              + std::to_string(h.tokens[j].size()) + " tokens take";
   }
+  if (auto why = logprobs_problem(h.tokens, h.logprobs, req.logprobs);
+      !why.empty())
+    return why;
   if (h.recoveries.size() > max_replicated_recoveries
       || h.unfinished.size() > 1)
     return "too many recoveries";

@@ -27,6 +27,9 @@ using clock_type = std::chrono::steady_clock;
 struct logit_row {
   std::vector<std::int32_t> ids;
   std::vector<float> values;
+  /// With ids: the whole row's model::log_sum_exp, when the job asked for
+  /// it (job_setup::logprobs).
+  double lse = 0.0;
 };
 
 struct sequence {
@@ -136,6 +139,9 @@ struct job_state {
   /// setup's keep_logits, or a sampler that reads them), else this many
   /// best candidates (stage_step::top_k).
   std::uint32_t top_k = 0;
+  /// The last stage answers with each row's log-sum-exp too (candidates
+  /// and job_setup::logprobs).
+  bool lse = false;
   /// Sequences that may step now though their groups have no step coming
   /// back (a shared prompt read): their groups step (kick_groups).
   std::vector<std::uint32_t> kicked;
@@ -389,13 +395,17 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
 /// step with `top_k` asked for (whole rows of n_vocab when 0): "" or what
 /// is wrong (a peer is not trusted with sizes or token ids).
 std::string check_answer(const stage_step& r, std::size_t rows,
-                         std::uint32_t top_k, std::size_t n_vocab) {
+                         std::uint32_t top_k, std::size_t n_vocab,
+                         bool lse = false) {
   const std::size_t width = top_k == 0 ? n_vocab : top_k;
   if (r.x.size() != rows * width)
     return "the last stage sent " + std::to_string(r.x.size())
            + " logits, expected " + std::to_string(rows * width);
   if (top_k == 0)
     return {};
+  if (lse && r.lse.size() != rows)
+    return "the last stage sent " + std::to_string(r.lse.size())
+           + " log-sum-exps, expected " + std::to_string(rows);
   if (r.top_ids.size() != rows * width)
     return "the last stage sent " + std::to_string(r.top_ids.size())
            + " candidate token ids, expected " + std::to_string(rows * width);
@@ -415,6 +425,8 @@ logit_row row_of(const stage_step& r, std::size_t i, std::uint32_t top_k,
   if (top_k != 0)
     row.ids.assign(r.top_ids.begin() + i * width,
                    r.top_ids.begin() + (i + 1) * width);
+  if (top_k != 0 && i < r.lse.size())
+    row.lse = r.lse[i];
   return row;
 }
 
@@ -464,6 +476,16 @@ void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits_in,
                                     logits.size());
     out.push_back(id);
     ++st.result.generated_tokens;
+    // Its log-probabilities, from the row it was chosen from (the logits
+    // are finite: on_logits checked them).
+    std::optional<model::token_logprobs> lp;
+    if (st.cfg.logprobs >= 0) {
+      const auto top = static_cast<std::size_t>(st.cfg.logprobs);
+      lp = logits_in.ids.empty()
+             ? model::logprobs_of(logits.data(), logits.size(), id, top)
+             : model::logprobs_of(logits_in.ids.data(), logits.data(),
+                                  logits.size(), logits_in.lse, id, top);
+    }
     auto now = clock_type::now();
     if (st.resumed) { // the first token after a recovery: its stall known
       auto& r = *st.resumed;
@@ -476,7 +498,7 @@ void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits_in,
     }
     st.last_token = now;
     if (st.cfg.on_token)
-      st.cfg.on_token(j, id);
+      st.cfg.on_token(j, id, lp ? &*lp : nullptr);
     if (!q.in_round)
       settle(self, j);
     if (out.size() >= st.cfg.n_gen || st.cfg.eog.count(id) != 0)
@@ -632,15 +654,17 @@ void send_step(self_ptr self, std::size_t g) {
   if (s.parts.size() == 1 && !forks)
     s.parts.clear(); // one sequence: the plain form
   s.top_k = st.top_k;
+  s.logprobs = st.lse;
   // No timeout on the request itself: the watchdog enforces step_timeout
   // (a CAF request timeout woke the clock thread twice per token).
   auto epoch = st.epoch;
   const bool apart = s.apart;
   const auto top_k = s.top_k;
+  const bool lse = s.logprobs;
   self->request(st.cfg.stages.front(), caf::infinite, forward_atom::value,
                 std::move(s))
     .then(
-      [self, g, parts, epoch, apart, top_k](stage_step& r) {
+      [self, g, parts, epoch, apart, top_k, lse](stage_step& r) {
         auto& st = self->state;
         if (epoch != st.epoch || st.finished)
           return; // from a pipeline the job has left
@@ -652,7 +676,7 @@ void send_step(self_ptr self, std::size_t g) {
         std::size_t rows = 0;
         for (auto& p : parts)
           rows += apart ? p.n : 1;
-        if (auto why = check_answer(r, rows, top_k, v); !why.empty()) {
+        if (auto why = check_answer(r, rows, top_k, v, lse); !why.empty()) {
           finish(self, why);
           return;
         }
@@ -828,21 +852,23 @@ void verify(self_ptr self, std::uint32_t j) {
   s.tokens.push_back(st.result.tokens[j].back());
   s.tokens.insert(s.tokens.end(), q.drafted.begin(), q.drafted.end());
   s.top_k = st.top_k;
+  s.logprobs = st.lse;
   const auto top_k = s.top_k;
+  const bool lse = s.logprobs;
   q.waiting = true;
   q.sent = clock_type::now();
   auto epoch = st.epoch;
   self->request(st.cfg.stages.front(), caf::infinite, forward_atom::value,
                 std::move(s))
     .then(
-      [self, j, epoch, top_k](stage_step& r) {
+      [self, j, epoch, top_k, lse](stage_step& r) {
         auto& st = self->state;
         if (epoch != st.epoch || st.finished)
           return;
         auto& q = st.seqs[j];
         q.waiting = false;
         const std::size_t v = st.cfg.n_vocab, rows = q.drafted.size() + 1;
-        if (auto why = check_answer(r, rows, top_k, v); !why.empty()) {
+        if (auto why = check_answer(r, rows, top_k, v, lse); !why.empty()) {
           finish(self, why);
           return;
         }
@@ -1018,11 +1044,15 @@ void make_groups(job_state& st) {
   const std::size_t m = st.seqs.size();
   // What the last stage returns of a row: what the sampler reads of it,
   // unless the setup keeps whole rows.
-  st.top_k = st.cfg.keep_logits
-               ? 0
-               : step_top_k(model::sampler::candidates(st.cfg.sampling,
-                                                       st.cfg.n_vocab),
-                            st.cfg.n_vocab);
+  // With log-probabilities, at least the alternatives they name (and the
+  // row's log-sum-exp beside them).
+  std::size_t read = model::sampler::candidates(st.cfg.sampling,
+                                                st.cfg.n_vocab);
+  if (read != 0 && st.cfg.logprobs > 0)
+    read = std::max<std::size_t>(read,
+                                 static_cast<std::size_t>(st.cfg.logprobs));
+  st.top_k = st.cfg.keep_logits ? 0 : step_top_k(read, st.cfg.n_vocab);
+  st.lse = st.cfg.logprobs >= 0 && st.top_k != 0;
   st.step_sequences = std::max<std::uint32_t>(
     1, workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab, st.top_k));
   if (st.cfg.step_sequences > 0)

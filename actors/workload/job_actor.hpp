@@ -156,8 +156,14 @@ struct job_setup {
   /// A step in flight for longer ends the job with an error naming the
   /// sequence (checked by a watchdog every step_timeout / 4, at most 1 s).
   std::chrono::milliseconds step_timeout{120000};
-  /// Called in the job's context for every token, as it is produced.
-  std::function<void(std::uint32_t seq, std::int32_t token)> on_token;
+  /// -1: none; else each token's log-probability and its `logprobs` best
+  /// alternatives' (job_request::logprobs), passed to on_token.
+  std::int32_t logprobs = -1;
+  /// Called in the job's context for every token, as it is produced, with
+  /// its log-probabilities when the job computes them (else nullptr).
+  std::function<void(std::uint32_t seq, std::int32_t token,
+                     const model::token_logprobs* logprobs)>
+    on_token;
   /// Called in the job's context when sequence `seq`'s tokens are whole
   /// (after each token; speculating, after a round's last): its first
   /// `tokens`, for which its sampler drew `draws` numbers. A job resumed

@@ -76,6 +76,9 @@ struct follower {
 struct token_log {
   std::mutex mx;
   std::vector<std::vector<std::int32_t>> tokens;
+  /// With job_request::logprobs: each token's log-probabilities, beside
+  /// `tokens` (as many per sequence); else empty.
+  std::vector<std::vector<model::token_logprobs>> logprobs;
   /// Per sequence: how many of `tokens` are whole (job_setup::on_settled:
   /// no round of speculative decoding under way past them) and the
   /// numbers its sampler drew for them: what is replicated.
@@ -290,6 +293,8 @@ struct job_run {
   std::string key;
   std::vector<std::vector<std::int32_t>> generated;
   std::vector<std::uint64_t> generated_draws; ///< their samplers' draws
+  /// Their log-probabilities (job_request::logprobs; else empty).
+  std::vector<std::vector<model::token_logprobs>> generated_logprobs;
   std::string resumed_after;
   std::uint64_t resumed_moved_bytes = 0;
   std::vector<job_recovered> earlier_recoveries; ///< before the takeover
@@ -606,6 +611,13 @@ void choose_backup(self_ptr self, std::uint64_t id) {
     }
     r.draws = rj.log->draws;
     r.recoveries = rj.log->recoveries;
+    for (std::size_t j = 0; j < rj.log->logprobs.size(); ++j) {
+      auto& l = rj.log->logprobs[j];
+      r.logprobs.emplace_back(
+        l.begin(), l.begin()
+                     + static_cast<std::ptrdiff_t>(
+                       std::min(r.tokens[j].size(), l.size())));
+    }
   }
   rj.replicated_recoveries = r.recoveries.size();
   rj.backup = pick;
@@ -660,6 +672,12 @@ void replicate_tick(self_ptr self) {
         p.have.push_back(static_cast<std::uint32_t>(from));
         p.more.emplace_back(t[j].begin() + static_cast<std::ptrdiff_t>(from),
                             t[j].begin() + static_cast<std::ptrdiff_t>(whole));
+        if (j < rj.log->logprobs.size()) {
+          auto& l = rj.log->logprobs[j];
+          p.more_logprobs.emplace_back(
+            l.begin() + static_cast<std::ptrdiff_t>(std::min(from, l.size())),
+            l.begin() + static_cast<std::ptrdiff_t>(std::min(whole, l.size())));
+        }
         p.draws.push_back(rj.log->draws[j]);
         more = more || !p.more.back().empty();
         rj.replicated[j] = static_cast<std::uint32_t>(whole);
@@ -719,14 +737,28 @@ void drop_replica(self_ptr self, std::uint64_t id) {
     .then([](caf::ok_atom) {}, [](caf::error&) {});
 }
 
+/// Token i of sequence seq as a listener gets it, with its
+/// log-probabilities when `logprobs` holds them.
+job_token token_event(std::uint64_t id, std::uint32_t seq, std::uint32_t i,
+                      const std::vector<std::vector<std::int32_t>>& tokens,
+                      const std::vector<std::vector<model::token_logprobs>>&
+                        logprobs,
+                      const model::tokenizer& tok) {
+  job_token e{id, seq, tokens[seq][i], tok.piece(tokens[seq][i]), i};
+  if (seq < logprobs.size() && i < logprobs[seq].size()) {
+    e.has_logprobs = true;
+    e.logprobs = logprobs[seq][i];
+  }
+  return e;
+}
+
 /// Sends `listener` the tokens generated so far, each sequence in order.
-void replay(const std::vector<std::vector<std::int32_t>>& tokens,
-            const model::tokenizer& tok, std::uint64_t id,
-            const caf::actor& listener) {
-  for (std::uint32_t seq = 0; seq < tokens.size(); ++seq)
-    for (std::uint32_t i = 0; i < tokens[seq].size(); ++i)
-      caf::anon_send(listener, job_token{id, seq, tokens[seq][i],
-                                         tok.piece(tokens[seq][i]), i});
+void replay(const token_log& log, const model::tokenizer& tok,
+            std::uint64_t id, const caf::actor& listener) {
+  for (std::uint32_t seq = 0; seq < log.tokens.size(); ++seq)
+    for (std::uint32_t i = 0; i < log.tokens[seq].size(); ++i)
+      caf::anon_send(listener,
+                     token_event(id, seq, i, log.tokens, log.logprobs, tok));
 }
 
 void move_late_stages(self_ptr self, const run_ptr& run, const char* again);
@@ -759,6 +791,7 @@ void start_job(self_ptr self, const run_ptr& run) {
   }
   j.sampling = req.sampling;
   j.keep_logits = req.keep_logits;
+  j.logprobs = req.logprobs;
   j.eog = run->job.tokenizer->eog_ids();
   j.eog.insert(req.stop_tokens.begin(), req.stop_tokens.end());
   j.generated = run->generated;
@@ -784,6 +817,10 @@ void start_job(self_ptr self, const run_ptr& run) {
     log->whole.push_back(t.size());
   log->draws = run->generated_draws;
   log->draws.resize(req.sequences, 0);
+  if (req.logprobs >= 0) {
+    log->logprobs = run->generated_logprobs;
+    log->logprobs.resize(req.sequences);
+  }
   std::uint64_t so_far = 0;
   for (auto& t : log->tokens)
     so_far += t.size();
@@ -793,7 +830,7 @@ void start_job(self_ptr self, const run_ptr& run) {
   for (auto& f : run->followers)
     if (f.listener) {
       self->send(f.listener, job_started{id});
-      replay(log->tokens, *tok, id, f.listener);
+      replay(*log, *tok, id, f.listener);
       log->listeners.push_back(f.listener);
     }
   run->log = log;
@@ -805,16 +842,23 @@ void start_job(self_ptr self, const run_ptr& run) {
       log->draws[seq] = draws;
     }
   };
-  j.on_token = [run, tok, produced, log, id](std::uint32_t seq,
-                                             std::int32_t t) {
+  j.on_token = [run, tok, produced, log,
+                id](std::uint32_t seq, std::int32_t t,
+                    const model::token_logprobs* lp) {
     produced->fetch_add(1, std::memory_order_relaxed);
     job_token e{id, seq, t, tok->piece(t), 0};
+    if (lp) {
+      e.has_logprobs = true;
+      e.logprobs = *lp;
+    }
     std::vector<caf::actor> followers;
     {
       std::lock_guard<std::mutex> guard{log->mx};
       if (seq < log->tokens.size()) {
         e.index = static_cast<std::uint32_t>(log->tokens[seq].size());
         log->tokens[seq].push_back(t);
+        if (lp && seq < log->logprobs.size())
+          log->logprobs[seq].push_back(*lp);
       }
       followers = log->listeners;
     }
@@ -1974,6 +2018,7 @@ struct takeover {
   std::uint64_t size = 0;
   std::vector<std::vector<std::int32_t>> generated;
   std::vector<std::uint64_t> generated_draws; ///< their samplers' draws
+  std::vector<std::vector<model::token_logprobs>> generated_logprobs;
   std::vector<job_recovered> recoveries; ///< before the takeover
   std::string why;
   std::uint64_t moved_bytes = 0; ///< KV carried by a move it followed
@@ -2068,11 +2113,16 @@ void run_ended(self_ptr self, job_run& run,
       stream = std::make_shared<ended_stream>();
       stream->prompt = prompt_identity(run.job.request);
       stream->report = report;
+      std::vector<std::vector<model::token_logprobs>> logprobs;
+      if (run.log) {
+        std::lock_guard<std::mutex> guard{run.log->mx};
+        logprobs = run.log->logprobs;
+      }
       for (std::uint32_t seq = 0; seq < r->tokens.size(); ++seq)
         for (std::uint32_t i = 0; i < r->tokens[seq].size(); ++i)
-          stream->tokens.push_back(
-            job_token{run.id, seq, r->tokens[seq][i],
-                      run.job.tokenizer->piece(r->tokens[seq][i]), i});
+          stream->tokens.push_back(token_event(run.id, seq, i, r->tokens,
+                                               logprobs,
+                                               *run.job.tokenizer));
     }
   } else if (!r) {
     stream = std::make_shared<ended_stream>();
@@ -2116,6 +2166,7 @@ caf::error start_run(self_ptr self, job_request req, job_sink sink,
       run->key = from->key;
       run->generated = std::move(from->generated);
       run->generated_draws = std::move(from->generated_draws);
+      run->generated_logprobs = std::move(from->generated_logprobs);
       run->earlier_recoveries = std::move(from->recoveries);
       run->resumed_after = from->why;
       run->resumed_moved_bytes = from->moved_bytes;
@@ -2719,6 +2770,21 @@ void hand_off(self_ptr self, std::uint64_t id,
         }
         h.origin = st.cfg.node;
         h.job = id;
+        if (run->job.request.logprobs >= 0 && run->log) {
+          // Its tokens' log-probabilities, from the log (which holds every
+          // token the job gave).
+          std::lock_guard<std::mutex> guard{run->log->mx};
+          for (std::size_t j = 0; j < h.tokens.size(); ++j) {
+            h.logprobs.emplace_back();
+            if (j < run->log->logprobs.size()) {
+              auto& l = run->log->logprobs[j];
+              h.logprobs.back().assign(
+                l.begin(), l.begin()
+                             + static_cast<std::ptrdiff_t>(std::min(
+                               l.size(), h.tokens[j].size())));
+            }
+          }
+        }
         h.bounds.push_back(run->plan.front().first);
         for (auto& p : run->plan) {
           h.nodes.push_back(p.node);
@@ -3058,6 +3124,9 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
   if (r.recoveries.size() > max_replicated_recoveries)
     return bad("more than " + std::to_string(max_replicated_recoveries)
                + " recoveries");
+  if (auto why = logprobs_problem(r.tokens, r.logprobs, r.request.logprobs);
+      !why.empty())
+    return bad(why);
   if (!r.draft_sha256.empty()
       && (!workload::is_sha256(r.draft_sha256) || r.draft_size == 0
           || r.draft_size > workload::max_model_bytes))
@@ -3208,6 +3277,18 @@ caf::result<caf::ok_atom> on_progress(self_ptr self, job_progress& p) {
         || p.draws[j] > max_draws(tokens[j].size() + p.more[j].size(),
                                   b.replica.request.draft_tokens))
       continue;
+    // Their log-probabilities come with them (as many, well formed), or
+    // the tokens are left out too.
+    auto& lp = b.replica.logprobs;
+    if (b.replica.request.logprobs >= 0) {
+      if (j >= p.more_logprobs.size() || j >= lp.size()
+          || !logprobs_problem({p.more[j]}, {p.more_logprobs[j]},
+                               b.replica.request.logprobs)
+                .empty())
+        continue;
+      lp[j].insert(lp[j].end(), p.more_logprobs[j].begin(),
+                   p.more_logprobs[j].end());
+    }
     tokens[j].insert(tokens[j].end(), p.more[j].begin(), p.more[j].end());
     draws[j] = p.draws[j];
     if (!p.more[j].empty())
@@ -3260,6 +3341,7 @@ caf::error take_over(self_ptr self, const std::string& key,
   if (handoff) { // its tokens and losses as they were when it paused
     from.generated = std::move(handoff->tokens);
     from.generated_draws = std::move(handoff->draws);
+    from.generated_logprobs = std::move(handoff->logprobs);
     from.recoveries = std::move(handoff->recoveries);
     from.last_token = from.since
                       - std::chrono::microseconds{handoff->paused_us};
@@ -3280,6 +3362,7 @@ caf::error take_over(self_ptr self, const std::string& key,
       << "): " << have << " tokens replicated" << std::endl;
     from.generated = std::move(b.replica.tokens);
     from.generated_draws = std::move(b.replica.draws);
+    from.generated_logprobs = std::move(b.replica.logprobs);
     from.recoveries = std::move(b.replica.recoveries);
     from.last_token = b.last_token;
   }
@@ -3484,7 +3567,7 @@ bool follow_here(self_ptr self, const std::string& key,
           // Under the log's lock: no token is sent between the replay and
           // the listener's first live one.
           std::lock_guard<std::mutex> guard{run->log->mx};
-          replay(run->log->tokens, *run->job.tokenizer, id, listener);
+          replay(*run->log, *run->job.tokenizer, id, listener);
           run->log->listeners.push_back(listener);
         }
         run->followers.push_back({listener, rp});

@@ -499,9 +499,11 @@ std::size_t logit_rows(const std::vector<model::device_stage::segment>& segs) {
 
 /// The last stage's answer to step s from its `rows` rows of logits
 /// (n_vocab floats each, at `logits`): whole rows in x, or each reduced
-/// to its s.top_k candidates (stage_step::top_k).
+/// to its s.top_k candidates (stage_step::top_k), with each row's
+/// log-sum-exp when s.logprobs asks for it.
 void answer_logits(stage_step& s, const float* logits, std::size_t rows,
                    std::size_t n_vocab) {
+  s.lse.clear();
   if (s.top_k == 0) {
     s.x.assign(logits, logits + rows * n_vocab);
     s.top_ids.clear();
@@ -510,6 +512,8 @@ void answer_logits(stage_step& s, const float* logits, std::size_t rows,
   const std::size_t k = s.top_k;
   s.x.resize(rows * k);
   s.top_ids.resize(rows * k);
+  if (s.logprobs)
+    s.lse.resize(rows);
   for (std::size_t r = 0; r < rows; ++r) {
     const float* row = logits + r * n_vocab;
     auto* ids = s.top_ids.data() + r * k;
@@ -518,9 +522,13 @@ void answer_logits(stage_step& s, const float* logits, std::size_t rows,
         bad != n_vocab) { // the job names it
       std::fill(ids, ids + k, static_cast<std::int32_t>(bad));
       std::fill(values, values + k, row[bad]);
+      if (s.logprobs)
+        s.lse[r] = row[bad];
       continue;
     }
     model::sampler::top_candidates(row, n_vocab, k, ids, values);
+    if (s.logprobs)
+      s.lse[r] = model::log_sum_exp(row, n_vocab);
   }
 }
 
@@ -1217,9 +1225,9 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
                      max_step_top_k, hp.n_vocab - 1))
                    + " candidates a row (top_k), not "
                    + std::to_string(s.top_k));
-      if (!s.top_ids.empty())
-        return bad("shard: a step carries no candidates (top_ids) on its "
-                   "way in");
+      if (!s.top_ids.empty() || !s.lse.empty())
+        return bad("shard: a step carries no candidates (top_ids, lse) on "
+                   "its way in");
       const auto most = max_step_sequences(hp.n_embd, hp.n_vocab, s.top_k);
       if (auto why = check_parts(s, most); !why.empty())
         return bad("shard: " + why);

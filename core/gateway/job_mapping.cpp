@@ -209,10 +209,14 @@ mapped_job map_request(const model_source& model,
   job.draft = model.draft;
   job.n_ctx = 0; // prompt + n_gen
   job.kv_type = limits.kv_type;
+  job.logprobs = req.logprobs;
   out.stop_ids = tok.eog_ids();
   out.stop_ids.insert(job.stop_tokens.begin(), job.stop_tokens.end());
   return out;
 }
+
+static_assert(max_top_logprobs == model::max_top_logprobs,
+              "the gateway's bound on top_logprobs is the jobs'");
 
 finish_reason finish_of(const std::vector<std::int32_t>& tokens,
                         const std::set<std::int32_t>& stop_ids,

@@ -12,6 +12,8 @@
 ///   max_tokens            -n; absent: 16 for completions (OpenAI's
 ///                         default), the rest of the context for chat
 ///   temperature, top_p, seed  the sampler's (no seed: a random one)
+///   logprobs, top_logprobs  each token's log-probability and its best
+///                         alternatives' (job_request::logprobs)
 ///   n                     sequences: the job's sequence i is choice i
 ///                         (seed + i; the prompt read once, its KV rows
 ///                         copied to the others)

@@ -235,20 +235,30 @@ void get_prompt(const json& v, completion_request& r) {
     r.prompt_ids = get_token_ids(v, "prompt");
 }
 
+/// A count of alternative tokens a response names per token (completions'
+/// logprobs, chat's top_logprobs): 0 to max_top_logprobs.
+std::int64_t get_logprob_count(std::int64_t n, const std::string& key) {
+  if (n < 0 || n > max_top_logprobs)
+    refuse("Invalid value for '" + key + "': " + std::to_string(n)
+             + ". It must be from 0 to " + std::to_string(max_top_logprobs)
+             + ".",
+           key);
+  return n;
+}
+
 /// Fields OpenAI defines that exo does not implement: accepted only with
 /// their neutral value, so that nothing a client asks for is silently
 /// ignored.
 bool neutral_unsupported(const std::string& key, const json& v) {
   if (v.is_null())
-    return key == "logprobs" || key == "top_logprobs" || key == "suffix"
-           || key == "logit_bias" || key == "response_format"
+    return key == "suffix" || key == "logit_bias" || key == "response_format"
            || key == "best_of" || key == "echo"
            || key == "frequency_penalty" || key == "presence_penalty"
            || key == "metadata" || key == "store"
            || key == "parallel_tool_calls";
   if (key == "frequency_penalty" || key == "presence_penalty")
     return v.is_number() && v.get<double>() == 0.0;
-  if (key == "logprobs" || key == "echo" || key == "store")
+  if (key == "echo" || key == "store")
     return v.is_boolean() && !v.get<bool>();
   if (key == "best_of")
     return v.is_number_integer() && v.get<std::int64_t>() == 1;
@@ -283,6 +293,8 @@ completion_request parse(endpoint_kind kind, const json& body,
   std::optional<std::int64_t> max_tokens;
   std::optional<std::int64_t> max_completion_tokens;
   bool have_stream_options = false;
+  std::optional<std::int64_t> top_logprobs; // chat
+  bool chat_logprobs = false;
   bool have_model = false;
   bool have_input = false;
   for (auto it = body.begin(); it != body.end(); ++it) {
@@ -327,6 +339,17 @@ completion_request parse(endpoint_kind kind, const json& body,
                  "as sequences of one job, each holding a KV cache).",
                key);
       r.n = static_cast<std::uint32_t>(n);
+    } else if (key == "logprobs" && chat) {
+      if (!v.is_null())
+        chat_logprobs = get_bool(v, key);
+    } else if (key == "top_logprobs" && chat) {
+      if (!v.is_null())
+        top_logprobs = get_integer(v, key);
+    } else if (key == "logprobs") { // completions: how many alternatives
+      if (v.is_null() || (v.is_boolean() && !v.get<bool>()))
+        continue;
+      r.logprobs = static_cast<std::int32_t>(
+        get_logprob_count(get_integer(v, key), key));
     } else if (key == "stream") {
       if (!v.is_null())
         r.stream = get_bool(v, key);
@@ -385,6 +408,13 @@ completion_request parse(endpoint_kind kind, const json& body,
                + std::to_string(limits.max_tokens) + " tokens.",
              param);
   }
+  if (top_logprobs && !chat_logprobs)
+    refuse("Invalid value for 'top_logprobs': 'logprobs' must be set to true "
+           "when 'top_logprobs' is specified.",
+           "top_logprobs");
+  if (chat_logprobs)
+    r.logprobs = static_cast<std::int32_t>(
+      top_logprobs ? get_logprob_count(*top_logprobs, "top_logprobs") : 0);
   if (have_stream_options && !r.stream)
     refuse("The 'stream_options' parameter is only allowed when 'stream' is "
            "enabled.",

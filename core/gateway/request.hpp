@@ -32,6 +32,10 @@ struct chat_message {
 };
 
 /// A validated completion request, what the coordinator runs.
+/// The most alternatives a response names per token (OpenAI's
+/// top_logprobs; the jobs' model::max_top_logprobs).
+constexpr std::int64_t max_top_logprobs = 20;
+
 struct completion_request {
   endpoint_kind kind = endpoint_kind::completions;
   std::string model;
@@ -64,6 +68,10 @@ struct completion_request {
   bool include_usage = false;
   /// The end user's identifier, for logs.
   std::string user;
+  /// -1: no log-probabilities; else each generated token's and its
+  /// `logprobs` best alternatives' (completions' `logprobs: N`, chat's
+  /// `logprobs: true` with `top_logprobs: N`; 0 to max_top_logprobs).
+  std::int32_t logprobs = -1;
 
   // Set by the server, not read from the body:
   /// The completion's id (the chunks' "id"): the name of its job, by which

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 
 namespace exo::gateway {
@@ -38,6 +39,68 @@ const char* chunk_object(endpoint_kind k) {
   return is_chat(k) ? "chat.completion.chunk" : "text_completion";
 }
 
+/// A float as JSON shows it: its shortest decimal (9 significant digits
+/// at most), not the double it widens to.
+double shown(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  return std::strtod(buf, nullptr);
+}
+
+json bytes_of(const std::string& s) {
+  json out = json::array();
+  for (unsigned char c : s)
+    out.push_back(static_cast<int>(c));
+  return out;
+}
+
+/// A choice's `logprobs` object for `tokens` (see completion_body).
+json logprobs_json(endpoint_kind kind, const std::vector<token_logprob>& tokens,
+                   std::uint64_t text_offset) {
+  if (is_chat(kind)) {
+    json content = json::array();
+    for (auto& t : tokens) {
+      json e;
+      e["token"] = valid_utf8(t.token);
+      e["logprob"] = shown(t.logprob);
+      e["bytes"] = bytes_of(t.token);
+      json top = json::array();
+      for (auto& a : t.top)
+        top.push_back(json{{"token", valid_utf8(a.token)},
+                           {"logprob", shown(a.logprob)},
+                           {"bytes", bytes_of(a.token)}});
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
+    }
+    json out;
+    out["content"] = std::move(content);
+    out["refusal"] = nullptr;
+    return out;
+  }
+  json names = json::array(), values = json::array(), tops = json::array(),
+       offsets = json::array();
+  for (auto& t : tokens) {
+    auto text = valid_utf8(t.token);
+    names.push_back(text);
+    values.push_back(shown(t.logprob));
+    json top = json::object();
+    for (auto& a : t.top) {
+      auto name = valid_utf8(a.token);
+      if (!top.contains(name)) // two tokens of one text: the better one
+        top[name] = shown(a.logprob);
+    }
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += t.token.size(); // its bytes in the choice's text
+  }
+  json out;
+  out["tokens"] = std::move(names);
+  out["token_logprobs"] = std::move(values);
+  out["top_logprobs"] = std::move(tops);
+  out["text_offset"] = std::move(offsets);
+  return out;
+}
+
 } // namespace
 
 const char* to_string(finish_reason r) {
@@ -58,12 +121,13 @@ std::string completion_body(endpoint_kind kind, const response_head& head,
       message["role"] = "assistant";
       message["content"] = choices[i].text;
       choice["message"] = std::move(message);
-      choice["logprobs"] = nullptr;
     } else {
       choice["text"] = choices[i].text;
       choice["index"] = i;
-      choice["logprobs"] = nullptr;
     }
+    choice["logprobs"] =
+      choices[i].with_logprobs ? logprobs_json(kind, choices[i].logprobs, 0)
+                               : json(nullptr);
     choice["finish_reason"] = to_string(choices[i].reason);
     out["choices"].push_back(std::move(choice));
   }
@@ -73,7 +137,9 @@ std::string completion_body(endpoint_kind kind, const response_head& head,
 
 std::string text_chunk(endpoint_kind kind, const response_head& head,
                        std::uint32_t index, std::string_view text, bool first,
-                       bool include_usage) {
+                       bool include_usage,
+                       const std::vector<token_logprob>* logprobs,
+                       std::uint64_t text_offset) {
   auto out = head_json(head, chunk_object(kind));
   json choice;
   if (is_chat(kind)) {
@@ -87,7 +153,8 @@ std::string text_chunk(endpoint_kind kind, const response_head& head,
     choice["text"] = std::string{text};
     choice["index"] = index;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs ? logprobs_json(kind, *logprobs, text_offset)
+                                : json(nullptr);
   choice["finish_reason"] = nullptr;
   out["choices"] = json::array({std::move(choice)});
   if (include_usage)

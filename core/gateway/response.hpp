@@ -41,16 +41,39 @@ struct response_head {
   std::string model;
 };
 
+/// A generated token's log-probability as a response shows it (the
+/// request's logprobs): its bytes (a token may hold part of a UTF-8
+/// character) and its best alternatives', best first.
+struct token_logprob {
+  struct alternative {
+    std::string token;
+    float logprob = 0.0f;
+  };
+  std::string token;
+  float logprob = 0.0f;
+  std::vector<alternative> top;
+};
+
 /// One choice of a whole answer.
 struct choice_result {
   std::string text;
   finish_reason reason = finish_reason::length;
+  /// The request asked for log-probabilities: its tokens'.
+  bool with_logprobs = false;
+  std::vector<token_logprob> logprobs{};
 };
 
 /// A whole (non-streamed) answer: a `text_completion` object for
 /// completions, a `chat.completion` object for chat, its choices with
 /// their indices in order, as compact JSON. `u` counts the completion
-/// tokens of every choice.
+/// tokens of every choice. A choice's `logprobs` is null, or with
+/// with_logprobs its tokens' as OpenAI shows them: for chat
+/// `{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token",
+/// "logprob", "bytes"}]}], "refusal": null}`, for completions
+/// `{"tokens", "token_logprobs", "top_logprobs": [{token: logprob}],
+/// "text_offset"}` (offsets in bytes of the choice's text). A token's text
+/// is its bytes with what is not whole UTF-8 replaced (valid_utf8); chat's
+/// `bytes` are the token's own.
 std::string completion_body(endpoint_kind kind, const response_head& head,
                             const std::vector<choice_result>& choices,
                             const usage& u);
@@ -58,9 +81,14 @@ std::string completion_body(endpoint_kind kind, const response_head& head,
 /// One streamed chunk carrying `text` of choice `index` (and the assistant
 /// role when `first`, the choice's first chunk, for chat), as an SSE
 /// event. With `include_usage` the chunk has `"usage": null`, as OpenAI's.
+/// With `logprobs` the chunk's `logprobs` holds those tokens' (as
+/// completion_body shows them; completions' text offsets from
+/// `text_offset`, the bytes of the choice's text before the chunk's).
 std::string text_chunk(endpoint_kind kind, const response_head& head,
                        std::uint32_t index, std::string_view text, bool first,
-                       bool include_usage);
+                       bool include_usage,
+                       const std::vector<token_logprob>* logprobs = nullptr,
+                       std::uint64_t text_offset = 0);
 
 /// The chunk that ends choice `index` with its finish_reason, as an SSE
 /// event.

@@ -25,6 +25,36 @@ struct token_distribution {
   double of(int32_t id) const;
 };
 
+/// The most alternatives a token's log-probabilities name
+/// (token_logprobs::top_ids; OpenAI's top_logprobs allows 20).
+constexpr size_t max_top_logprobs = 20;
+
+/// A generated token's log-probability under the model's distribution
+/// (the log-softmax of the raw logits: no temperature, top-k or top-p, as
+/// OpenAI's and vLLM's logprobs) and its best alternatives', best first
+/// (the order of sampler::top_candidates: the lower id among equals).
+struct token_logprobs {
+  float logprob = 0.0f;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+};
+
+/// log(sum(exp(logits[i]))) of `n` finite logits (n > 0), in double:
+/// what a row's log-softmax subtracts.
+double log_sum_exp(const float* logits, size_t n);
+
+/// Token `id`'s log-probabilities and its row's `top` best (top at most
+/// n) from a whole row of `n` finite logits.
+token_logprobs logprobs_of(const float* logits, size_t n, int32_t id,
+                           size_t top);
+
+/// The same from a row's `k` best logits in top_candidates' order and the
+/// whole row's log_sum_exp `lse`: `id` must be among them (what a sampler
+/// chose from them is) and `top` at most k. An id that is not gets the
+/// logprob of the worst candidate (its probability is at most that).
+token_logprobs logprobs_of(const int32_t* ids, const float* values, size_t k,
+                           double lse, int32_t id, size_t top);
+
 /// Picks tokens from logits: top-k, then top-p, then temperature, then a
 /// draw from a seeded generator, so a seed always gives the same tokens.
 class sampler {

@@ -172,6 +172,38 @@ std::uint64_t max_draws(std::uint64_t tokens, std::uint32_t draft_tokens) {
   return tokens * (2 * k + 1);
 }
 
+std::string logprobs_problem(
+  const std::vector<std::vector<std::int32_t>>& tokens,
+  const std::vector<std::vector<model::token_logprobs>>& lp,
+  std::int32_t logprobs) {
+  if (logprobs < 0)
+    return lp.empty() ? std::string{}
+                      : "log-probabilities of a job that asked for none";
+  if (lp.size() != tokens.size())
+    return "log-probabilities of " + std::to_string(lp.size())
+           + " sequences, not " + std::to_string(tokens.size());
+  const auto top = static_cast<std::size_t>(logprobs);
+  for (std::size_t j = 0; j < lp.size(); ++j) {
+    if (lp[j].size() != tokens[j].size())
+      return "sequence " + std::to_string(j) + " has "
+             + std::to_string(lp[j].size()) + " log-probabilities for "
+             + std::to_string(tokens[j].size()) + " tokens";
+    for (auto& t : lp[j]) {
+      bool finite = std::isfinite(t.logprob);
+      for (auto v : t.top_logprobs)
+        finite = finite && std::isfinite(v);
+      if (!finite || t.top_ids.size() > top
+          || t.top_logprobs.size() != t.top_ids.size()
+          || std::any_of(t.top_ids.begin(), t.top_ids.end(),
+                         [](std::int32_t id) { return id < 0; }))
+        return "sequence " + std::to_string(j)
+               + " has a malformed log-probability (more than "
+               + std::to_string(top) + " alternatives, or not a number)";
+    }
+  }
+  return {};
+}
+
 void check_job_name(const std::string& name) {
   if (name.empty() || name.size() > max_job_name)
     throw job_error("--id must be 1 to " + std::to_string(max_job_name)
@@ -213,6 +245,11 @@ std::uint32_t validate(const job_request& r, std::size_t prompt_tokens,
                     + " exceeds the model's "
                     + std::to_string(limits.n_layer) + " layers");
   check_sampling(r.sampling);
+  if (r.logprobs < -1
+      || r.logprobs > static_cast<std::int32_t>(model::max_top_logprobs))
+    throw job_error("logprobs must be -1 (none) or in [0, "
+                    + std::to_string(model::max_top_logprobs) + "], not "
+                    + std::to_string(r.logprobs));
   if (!r.name.empty())
     check_job_name(r.name);
   return context_for(prompt_tokens, r.n_gen, r.n_ctx, limits);

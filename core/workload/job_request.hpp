@@ -13,6 +13,7 @@
 ///   - sequences in [1, max_job_sequences];
 ///   - stages 0 (the solver's plan) or in [1, n_layer];
 ///   - temperature finite in [0, max_temperature], top-p in [0, 1];
+///   - logprobs -1 or in [0, model::max_top_logprobs];
 ///   - the KV cache type one of f16, q8_0, f32 (q8_0: the model's heads a
 ///     multiple of 32 wide);
 ///   - the context (context_for): --ctx at most the model's training
@@ -94,6 +95,10 @@ struct job_request {
   /// on any node finds it, also after its coordinating node died and
   /// another took it over. "" = none (it is still found as NODE:ID).
   std::string name;
+  /// -1: none; else every generated token comes with its log-probability
+  /// and its `logprobs` best alternatives' (0 to model::max_top_logprobs;
+  /// model::token_logprobs: OpenAI's logprobs / top_logprobs).
+  std::int32_t logprobs = -1;
 };
 
 /// What names a job's prompt to a client that follows it (attach: a client
@@ -102,6 +107,16 @@ struct job_request {
 /// prompt a client sends through the gateway starts with a NUL byte's
 /// "tokens:" and means those ids).
 std::string prompt_identity(const job_request& r);
+
+/// What is wrong with the log-probabilities a peer sent beside a job's
+/// `tokens` (job_replica, job_progress, job_handoff), "" when nothing: none
+/// when `logprobs` is -1; else one per token, each with at most `logprobs`
+/// alternatives (ids not negative: a vocabulary's bound is the user's
+/// check), every number finite.
+std::string logprobs_problem(
+  const std::vector<std::vector<std::int32_t>>& tokens,
+  const std::vector<std::vector<model::token_logprobs>>& lp,
+  std::int32_t logprobs);
 
 /// The most proposals a round of speculative decoding may ask for.
 constexpr std::uint32_t max_draft_tokens = 31;

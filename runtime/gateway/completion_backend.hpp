@@ -61,10 +61,13 @@ public:
   virtual ~token_sink() = default;
 
   /// One generated token's text for choice `choice` (may end inside a
-  /// UTF-8 character: the gateway holds incomplete characters back). A
-  /// token of a choice that ended, or of no choice of the request, is
-  /// dropped (choice_done).
-  virtual sink_state token(std::uint32_t choice, std::string_view text) = 0;
+  /// UTF-8 character: the gateway holds incomplete characters back), with
+  /// its log-probabilities when the request asked for them (else
+  /// nullptr): they go out with the chunk that completes the token's text,
+  /// and not when a stop string cut it. A token of a choice that ended, or
+  /// of no choice of the request, is dropped (choice_done).
+  virtual sink_state token(std::uint32_t choice, std::string_view text,
+                           const token_logprob* logprob = nullptr) = 0;
 
   /// Choice `choice` is over with `reason` (a stop string the sink found
   /// makes it stop): nothing more of it is sent; a stream sends its

@@ -1,6 +1,7 @@
 #include "runtime/gateway/job_backend.hpp"
 
 #include "messages/errors.hpp"
+#include "core/tokenizer/tokenizer.hpp"
 #include "messages/workload.hpp"
 
 #include <caf/all.hpp>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 
 namespace exo::gateway {
@@ -61,6 +63,9 @@ struct choice_state {
 struct bridge_state {
   std::shared_ptr<token_sink> sink;
   mapped_job mapped;
+  /// The model's vocabulary: the texts of the tokens log-probabilities
+  /// name.
+  std::shared_ptr<const model::tokenizer> tokenizer;
   std::uint64_t job = 0;   ///< the coordinator's id, once started
   /// The coordinator that runs it, when not this node's (a resumed stream
   /// follows the job wherever it went): cancels go there.
@@ -200,6 +205,26 @@ void end_with(bridge_ptr self, const job_report& r) {
   st.sink->finish(finish_reason::length, u);
 }
 
+/// A token's log-probabilities as the response shows them: the texts of
+/// it and its alternatives (control tokens by name; an id outside the
+/// vocabulary, which no job gives, by none).
+token_logprob logprob_of(const job_token& e, const model::tokenizer& tok) {
+  auto text = [&](std::int32_t id) {
+    return id >= 0 && static_cast<std::size_t>(id) < tok.size()
+             ? tok.piece(id, true)
+             : std::string{};
+  };
+  token_logprob out;
+  out.token = text(e.token);
+  out.logprob = e.logprobs.logprob;
+  const auto n =
+    std::min(e.logprobs.top_ids.size(), e.logprobs.top_logprobs.size());
+  for (std::size_t i = 0; i < n; ++i)
+    out.top.push_back(
+      {text(e.logprobs.top_ids[i]), e.logprobs.top_logprobs[i]});
+  return out;
+}
+
 void fail_with(bridge_ptr self, api_error e) {
   auto& st = self->state;
   if (st.ended)
@@ -223,6 +248,7 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
     return {};
   }
   st.mapped = map_request(it->second, req, be->limits, be->next_seed());
+  st.tokenizer = it->second.tokenizer;
   if (st.mapped.error) {
     fail_with(self, *st.mapped.error);
     self->quit();
@@ -303,17 +329,20 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
         return;
       }
       std::string text = std::move(e.piece);
+      std::optional<token_logprob> lp;
+      if (e.has_logprobs && st.mapped.job.logprobs >= 0)
+        lp = logprob_of(e, *st.tokenizer);
       if (c.filter) {
         text = c.filter->feed(text);
         if (c.filter->stopped()) {
           if (!text.empty())
-            st.sink->token(e.seq, text);
+            st.sink->token(e.seq, text, lp ? &*lp : nullptr);
           stop_choice(self, e.seq, coordinator);
           return;
         }
       }
       // An empty piece (a control token) still counts as a token.
-      switch (st.sink->token(e.seq, text)) {
+      switch (st.sink->token(e.seq, text, lp ? &*lp : nullptr)) {
         case sink_state::closed:
           leave_job(self, coordinator);
           return;

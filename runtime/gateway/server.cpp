@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdio>
 #include <deque>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -202,7 +203,8 @@ public:
     open_choices_ = choices_.size();
   }
 
-  sink_state token(std::uint32_t choice, std::string_view text) override;
+  sink_state token(std::uint32_t choice, std::string_view text,
+                   const token_logprob* logprob) override;
   void end_choice(std::uint32_t choice, finish_reason reason) override;
   void finish(finish_reason reason, usage u) override;
   void fail(api_error e) override;
@@ -252,6 +254,15 @@ private:
     std::uint64_t skip = 0;       // text bytes the resumed client has
     std::uint64_t text_bytes = 0; // text bytes produced so far, skipped too
     std::string text;             // non-stream: the answer so far
+    /// Log-probabilities (the request's logprobs): of tokens whose text
+    /// the filter still holds (with the bytes fed to it up to their end),
+    /// of tokens whose text is out but not yet in a chunk, and (not
+    /// streamed) of every token in the answer.
+    std::deque<std::pair<std::uint64_t, token_logprob>> held_logprobs;
+    std::vector<token_logprob> ready_logprobs;
+    std::vector<token_logprob> logprobs;
+    std::uint64_t fed = 0;      // bytes fed to the filter
+    std::uint64_t released = 0; // of them, let through
     bool first = true;            // stream: no chunk of it sent yet
     bool ended = false;
     finish_reason reason = finish_reason::length;
@@ -263,9 +274,12 @@ private:
   /// resumed stream's client already has (mx_ held).
   std::string visible(choice& c, std::string out);
   /// A stream's text chunk of choice i, with the text's end as its SSE id
-  /// (every choice's end, joined by commas, when there are several; mx_
-  /// held).
+  /// (every choice's end, joined by commas, when there are several) and
+  /// the log-probabilities of the tokens it completes (mx_ held).
   std::string chunk(std::uint32_t i, const std::string& text);
+  /// Moves choice c's held log-probabilities whose tokens' text the filter
+  /// let through to its ready ones (mx_ held).
+  void release_logprobs(choice& c);
   /// Ends choice i: the text its filter held back, and in a stream its
   /// finish chunk (mx_ held).
   void end_locked(std::uint32_t i, finish_reason reason);
@@ -885,7 +899,16 @@ void stream_sink::schedule_locked() {
   });
 }
 
-sink_state stream_sink::token(std::uint32_t choice, std::string_view text) {
+void stream_sink::release_logprobs(choice& c) {
+  while (!c.held_logprobs.empty()
+         && c.held_logprobs.front().first <= c.released) {
+    c.ready_logprobs.push_back(std::move(c.held_logprobs.front().second));
+    c.held_logprobs.pop_front();
+  }
+}
+
+sink_state stream_sink::token(std::uint32_t choice, std::string_view text,
+                              const token_logprob* logprob) {
   std::vector<std::function<void()>> cbs;
   sink_state result = sink_state::open;
   {
@@ -906,7 +929,16 @@ sink_state stream_sink::token(std::uint32_t choice, std::string_view text) {
         .observe(d.count());
     }
     last_token_ = now;
-    auto out = visible(c, c.filter.feed(text));
+    c.fed += text.size();
+    if (logprob && req_.logprobs >= 0)
+      c.held_logprobs.emplace_back(c.fed, *logprob);
+    auto raw = c.filter.feed(text);
+    c.released += raw.size();
+    release_logprobs(c);
+    const bool resumed_part = c.skip > 0;
+    auto out = visible(c, std::move(raw));
+    if (resumed_part && out.empty()) // what the resumed client has
+      c.ready_logprobs.clear();
     if (req_.stream) {
       if (!out.empty())
         pending_ += chunk(choice, out);
@@ -938,6 +970,9 @@ sink_state stream_sink::token(std::uint32_t choice, std::string_view text) {
       }
     } else {
       c.text += out;
+      for (auto& l : c.ready_logprobs)
+        c.logprobs.push_back(std::move(l));
+      c.ready_logprobs.clear();
     }
     if (c.filter.stopped() && !closed_) {
       // Its stop string: this choice is over (the others go on); with the
@@ -977,9 +1012,13 @@ std::string stream_sink::chunk(std::uint32_t i, const std::string& text) {
   for (auto& c : choices_)
     id += (id.empty() ? "" : ",") + std::to_string(c.text_bytes);
   auto& c = choices_[i];
+  const bool with_logprobs = req_.logprobs >= 0;
   auto out = "id: " + id + "\n"
              + text_chunk(req_.kind, head_, i, text, c.first,
-                          req_.include_usage);
+                          req_.include_usage,
+                          with_logprobs ? &c.ready_logprobs : nullptr,
+                          c.text_bytes - text.size());
+  c.ready_logprobs.clear();
   c.first = false;
   sent_any_ = true;
   return out;
@@ -994,12 +1033,21 @@ void stream_sink::end_locked(std::uint32_t i, finish_reason reason) {
   if (c.filter.stopped())
     reason = finish_reason::stop;
   c.reason = reason;
-  auto tail = visible(c, c.filter.flush());
+  auto raw = c.filter.flush();
+  c.released += raw.size();
+  // Past a stop string the tokens held back are not part of the answer.
+  if (!c.filter.stopped())
+    release_logprobs(c);
+  c.held_logprobs.clear();
+  auto tail = visible(c, std::move(raw));
   if (!req_.stream) {
     c.text += tail;
+    for (auto& l : c.ready_logprobs)
+      c.logprobs.push_back(std::move(l));
+    c.ready_logprobs.clear();
     return;
   }
-  if (!tail.empty())
+  if (!tail.empty() || !c.ready_logprobs.empty())
     pending_ += chunk(i, tail);
   if (c.first) { // an empty answer still names the role
     pending_ += text_chunk(req_.kind, head_, i, "", true, req_.include_usage);
@@ -1037,7 +1085,8 @@ void stream_sink::finish(finish_reason reason, usage u) {
     } else {
       std::vector<choice_result> out;
       for (auto& c : choices_)
-        out.push_back({std::move(c.text), c.reason});
+        out.push_back({std::move(c.text), c.reason, req_.logprobs >= 0,
+                       std::move(c.logprobs)});
       pending_ = completion_body(req_.kind, head_, out, u);
     }
     done_ = true;

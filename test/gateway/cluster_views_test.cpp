@@ -583,11 +583,15 @@ TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
   // (at this temperature and seed 400 tokens without an end of text).
   expected["temperature"] = 0.8;
   expected["seed"] = 11;
+  // With each token's log-probability and two alternatives': the
+  // backup's are the replicated ones, then its own.
+  expected["logprobs"] = 2;
   json ask{{"model", "chat"},
            {"prompt", expected["prompt"]},
            {"max_tokens", expected["max_tokens"]},
            {"temperature", expected["temperature"]},
-           {"seed", expected["seed"]}};
+           {"seed", expected["seed"]},
+           {"logprobs", expected["logprobs"]}};
   auto body = ask.dump();
   gwt::client_socket s{gateway_port(nodes[1])};
   s.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
@@ -602,6 +606,11 @@ TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
   // A sampled text, not the greedy one.
   REQUIRE(reference["choices"][0]["text"] != expected["text"]);
   expected["text"] = reference["choices"][0]["text"];
+  auto& lp = reference["choices"][0]["logprobs"];
+  REQUIRE(lp["tokens"].size() == 400);
+  REQUIRE(lp["top_logprobs"][0].size() >= 1);
+  expected["logprob_tokens"] = lp["tokens"];
+  expected["token_logprobs"] = lp["token_logprobs"];
   // It speculated: the draft's proposals were kept (r2's gateway counts
   // them for the jobs it submitted).
   auto metrics = gwt::http_exchange(gateway_port(nodes[1]),
@@ -649,6 +658,9 @@ TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
                           << "\nr3:\n" << nodes[2].proc->out());
   CHECK(code == 0);
   CHECK(contains(client.out(), "stream right"));
+  CHECK(contains(client.out(), "log-probabilities right: 400 tokens"));
+  CHECK(contains(client.out(),
+                 "read again from the start: 400 log-probabilities"));
   CHECK(contains(client.out(), "re-attached: first text"));
   CHECK(contains(b.proc->out(), "taking job r1:"));
   std::cout << client.out();

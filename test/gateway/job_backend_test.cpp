@@ -34,14 +34,18 @@ namespace {
 /// string, as the server's sink finds it).
 class recording_sink : public token_sink {
 public:
-  sink_state token(std::uint32_t choice, std::string_view text) override {
+  sink_state token(std::uint32_t choice, std::string_view text,
+                   const token_logprob* logprob) override {
     std::lock_guard<std::mutex> g{mx_};
     if (closed_)
       return sink_state::closed;
     if (ended_choices_.count(choice) != 0)
       return sink_state::choice_done;
-    if (choice == 0)
+    if (choice == 0) {
       tokens_.emplace_back(text);
+      if (logprob)
+        logprobs_.push_back(*logprob);
+    }
     auto& mine = choice_tokens_[choice];
     mine.emplace_back(text);
     cv_.notify_all();
@@ -110,6 +114,7 @@ public:
   mutable std::mutex mx_;
   std::condition_variable cv_;
   std::vector<std::string> tokens_;
+  std::vector<token_logprob> logprobs_; ///< choice 0's
   std::map<std::uint32_t, std::vector<std::string>> choice_tokens_;
   std::map<std::uint32_t, std::size_t> done_after_;
   std::map<std::uint32_t, finish_reason> ended_choices_;
@@ -191,8 +196,16 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
       }
       rep.tokens.emplace_back();
       for (std::size_t i = 0; i < ids.size(); ++i) {
-        self->send(listener, job_token{7, 0, ids[i], pieces[i],
-                                        static_cast<std::uint32_t>(i)});
+        job_token e{7, 0, ids[i], pieces[i], static_cast<std::uint32_t>(i)};
+        if (r.logprobs >= 0) { // as a job that computes them sends them
+          e.has_logprobs = true;
+          e.logprobs.logprob = -0.25f * static_cast<float>(i + 1);
+          for (std::int32_t k = 0; k < r.logprobs; ++k) {
+            e.logprobs.top_ids.push_back(k == 0 ? ids[i] : 3 + k);
+            e.logprobs.top_logprobs.push_back(-0.25f * (i + 1) - k);
+          }
+        }
+        self->send(listener, e);
         rep.tokens[0].push_back(ids[i]);
       }
       rep.cached_prompt_tokens = 2; // from the stages' prefix cache
@@ -302,6 +315,50 @@ TEST_CASE("the bridge streams a job's tokens and ends at its end token") {
     CHECK(log->requests[0].n_gen == 8);
     CHECK(log->requests[0].sampling.temperature == 0.0f);
     CHECK(log->cancels.empty());
+  }
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("the bridge passes each token's log-probabilities on with the "
+          "texts of it and its alternatives") {
+  fixture fx;
+  caf::actor_system sys{config()};
+  auto log = std::make_shared<script_log>();
+  auto coord = sys.spawn(coordinator, script::tokens_then_eos, log,
+                         std::vector<std::int32_t>{10, 11, fx.eos},
+                         std::vector<std::string>{"Hel", "lo", ""});
+  {
+    job_backend be{sys, coord, {fx.model}};
+    auto r = request("Once upon a time");
+    r.logprobs = 2;
+    auto sink = std::make_shared<recording_sink>();
+    be.complete(r, sink);
+    REQUIRE(sink->ended());
+    CHECK(sink->tokens_ == std::vector<std::string>{"Hel", "lo"});
+    REQUIRE(sink->logprobs_.size() == 2);
+    auto& tok = *fx.model.tokenizer;
+    for (std::size_t i = 0; i < 2; ++i) {
+      auto& l = sink->logprobs_[i];
+      CHECK(l.token == tok.piece(10 + static_cast<std::int32_t>(i), true));
+      CHECK(l.logprob == -0.25f * static_cast<float>(i + 1));
+      REQUIRE(l.top.size() == 2);
+      CHECK(l.top[0].token == l.token);
+      CHECK(l.top[1].token == tok.piece(4, true));
+      CHECK(l.top[1].logprob == -0.25f * (i + 1) - 1);
+    }
+    std::lock_guard<std::mutex> g{log->mx};
+    REQUIRE(log->requests.size() == 1);
+    CHECK(log->requests[0].logprobs == 2); // the job computes them
+  }
+  {
+    // Not asked for: none (the request's -1 is the job's).
+    job_backend be{sys, coord, {fx.model}};
+    auto sink = std::make_shared<recording_sink>();
+    be.complete(request("Once upon a time"), sink);
+    REQUIRE(sink->ended());
+    CHECK(sink->logprobs_.empty());
+    std::lock_guard<std::mutex> g{log->mx};
+    CHECK(log->requests.back().logprobs == -1);
   }
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
 }

@@ -158,6 +158,39 @@ TEST_CASE("out-of-range values are refused, n beyond its bounds too") {
         == "max_tokens");
 }
 
+TEST_CASE("log-probabilities: chat's logprobs and top_logprobs, "
+          "completions' count, refused by name out of range") {
+  auto chat_with = [](const std::string& extra) {
+    return chat(R"({"model":"tiny","messages":[{"role":"user","content":"x"}])"
+                + extra + "}");
+  };
+  auto completion_with = [](const std::string& extra) {
+    return completion(R"({"model":"tiny","prompt":"x")" + extra + "}");
+  };
+  CHECK(chat_with("").request->logprobs == -1);
+  CHECK(chat_with(R"(,"logprobs":false)").request->logprobs == -1);
+  CHECK(chat_with(R"(,"logprobs":true)").request->logprobs == 0);
+  CHECK(chat_with(R"(,"logprobs":true,"top_logprobs":20)").request->logprobs
+        == 20);
+  CHECK(chat_with(R"(,"top_logprobs":null,"logprobs":true)").request->logprobs
+        == 0);
+  CHECK(chat_with(R"(,"top_logprobs":2)").error.param == "top_logprobs");
+  CHECK(chat_with(R"(,"logprobs":false,"top_logprobs":2)").error.param
+        == "top_logprobs");
+  CHECK(chat_with(R"(,"logprobs":true,"top_logprobs":21)").error.param
+        == "top_logprobs");
+  CHECK(chat_with(R"(,"logprobs":3)").error.param == "logprobs");
+  CHECK(completion_with("").request->logprobs == -1);
+  CHECK(completion_with(R"(,"logprobs":null)").request->logprobs == -1);
+  CHECK(completion_with(R"(,"logprobs":false)").request->logprobs == -1);
+  CHECK(completion_with(R"(,"logprobs":0)").request->logprobs == 0);
+  CHECK(completion_with(R"(,"logprobs":5)").request->logprobs == 5);
+  CHECK(completion_with(R"(,"logprobs":-1)").error.param == "logprobs");
+  CHECK(completion_with(R"(,"logprobs":true)").error.param == "logprobs");
+  CHECK(completion_with(R"(,"top_logprobs":2)").error.param
+        == "top_logprobs");
+}
+
 TEST_CASE("unknown fields and unsupported features are refused, not "
           "ignored") {
   auto with = [](const std::string& extra) {
@@ -170,7 +203,7 @@ TEST_CASE("unknown fields and unsupported features are refused, not "
   CHECK(unknown.error.code == "unknown_parameter");
   CHECK(with(R"("presence_penalty":0.5)").error.param == "presence_penalty");
   CHECK(with(R"("presence_penalty":0)"));
-  CHECK(with(R"("logprobs":true)").error.param == "logprobs");
+  CHECK(with(R"("echo":true)").error.param == "echo");
   auto image = chat(R"({"model":"tiny","messages":[{"role":"user","content":
       [{"type":"image_url","image_url":{"url":"x"}}]}]})");
   CHECK(image.error.param == "messages[0].content[0].type");

@@ -9,8 +9,11 @@
 //   node resume_after_loss.mjs TOOLS_DIR FIRST_URL OTHER_URL EXPECTED_JSON
 //
 // EXPECTED_JSON: {"model", "prompt", "max_tokens", "text"} and optionally
-// "temperature" (0 unless given) and "seed" (a sampled request's). Exit 0
-// and "stream right" when it holds, 1 with the reason otherwise.
+// "temperature" (0 unless given), "seed" (a sampled request's) and
+// "logprobs" (the request asks for them) with the uninterrupted run's
+// "logprob_tokens" and "token_logprobs", which the streams' must equal,
+// each token once. Exit 0 and "stream right" when it holds, 1 with the
+// reason otherwise.
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 
@@ -26,6 +29,9 @@ const body = {
 };
 if (expected.seed !== undefined)
   body.seed = expected.seed;
+if (expected.logprobs !== undefined)
+  body.logprobs = expected.logprobs;
+const names = [], values = []; // the tokens' log-probabilities received
 let text = "", id = null, finish = null, cued = false;
 let resumedAt = null, firstAgain = null; // when the resume went, its text came
 
@@ -36,6 +42,10 @@ async function read(stream) {
     for await (const chunk of stream) {
       id = chunk.id ?? id;
       const ch = chunk.choices?.[0];
+      if (ch?.logprobs) {
+        names.push(...ch.logprobs.tokens);
+        values.push(...ch.logprobs.token_logprobs);
+      }
       if (ch?.text) {
         text += ch.text;
         if (resumedAt !== null && firstAgain === null)
@@ -91,6 +101,38 @@ if (text !== expected.text) {
   console.error(`FAILED: got ${JSON.stringify(text)}, expected ` +
                 JSON.stringify(expected.text));
   process.exit(1);
+}
+if (expected.logprobs !== undefined) {
+  const want = expected.token_logprobs;
+  const bad = values.findIndex((v, i) => Math.abs(v - want[i]) > 1e-5);
+  if (names.length !== want.length
+      || JSON.stringify(names) !== JSON.stringify(expected.logprob_tokens)
+      || bad >= 0) {
+    console.error(`FAILED: log-probabilities of ${names.length} tokens, ` +
+                  `expected ${want.length}; first difference at ` +
+                  `${bad >= 0 ? bad : "a token's text"}`);
+    process.exit(1);
+  }
+  console.log(`log-probabilities right: ${names.length} tokens`);
+  // The whole stream again from its first byte: the tokens the replica
+  // held come with the log-probabilities replicated beside them.
+  names.length = 0;
+  values.length = 0;
+  text = "";
+  finish = null;
+  broke = await read(await other.completions.create(body, {
+    headers: { "X-Exo-Resume": id, "Last-Event-ID": "0" },
+  }));
+  const again = values.findIndex((v, i) => Math.abs(v - want[i]) > 1e-5);
+  if (broke || text !== expected.text || names.length !== want.length
+      || again >= 0) {
+    console.error(`FAILED: the stream read again from its start has ` +
+                  `${names.length} log-probabilities (first difference at ` +
+                  `${again}), its text ${text === expected.text ? "right" :
+                                         "wrong"}: ${broke?.message ?? ""}`);
+    process.exit(1);
+  }
+  console.log(`read again from the start: ${names.length} log-probabilities`);
 }
 console.log(`re-attached: first text ${(firstAgain ?? Date.now()) - resumedAt} ms ` +
             `after the resume was sent`);

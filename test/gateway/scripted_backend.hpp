@@ -122,7 +122,16 @@ private:
       for (std::uint32_t c = 0; c < choices && !stopped; ++c) {
         if (done[c])
           continue;
-        auto s = sink->token(c, tokens_[(i + c) % tokens_.size()]);
+        // Asked for log-probabilities: token i's is -(i + 1) / 8, its
+        // alternatives the token itself and "alt" j, each 1 lower.
+        const auto& text = tokens_[(i + c) % tokens_.size()];
+        token_logprob lp;
+        lp.token = text;
+        lp.logprob = -static_cast<float>(i + 1) / 8;
+        for (std::int32_t j = 0; j < req.logprobs; ++j)
+          lp.top.push_back({j == 0 ? text : "alt" + std::to_string(j),
+                            lp.logprob - static_cast<float>(j)});
+        auto s = sink->token(c, text, req.logprobs >= 0 ? &lp : nullptr);
         if (s == sink_state::closed) {
           stopped = true;
           break;

@@ -409,6 +409,143 @@ TEST_CASE("a stop string ends the stream before it and closes the sink") {
   CHECK(backend->wait_until([&] { return backend->closes_seen() == 1; }));
 }
 
+TEST_CASE("log-probabilities go out with their tokens' text: whole and "
+          "streamed, chat's and completions' shapes, cut by a stop string, "
+          "left out of what a resumed client has") {
+  auto backend = std::make_shared<scripted_backend>(tokens, 4);
+  server srv{options(backend)};
+  auto port = srv.start();
+  auto lp = [](std::size_t i) { return -static_cast<double>(i + 1) / 8; };
+  // Chat, whole: every token, its bytes and its alternatives.
+  auto r = http_exchange(
+    port, post("/v1/chat/completions",
+               chat_body(false, R"(,"logprobs":true,"top_logprobs":2)")));
+  REQUIRE(r.status == 200);
+  auto j = json::parse(r.body);
+  auto& content = j["choices"][0]["logprobs"]["content"];
+  REQUIRE(content.size() == tokens.size());
+  CHECK(j["choices"][0]["logprobs"]["refusal"].is_null());
+  CHECK(backend->requests().at(0).logprobs == 2);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    INFO(i);
+    auto& e = content[i];
+    CHECK(e["logprob"].get<double>() == lp(i));
+    std::vector<int> bytes;
+    for (unsigned char c : tokens[i])
+      bytes.push_back(c);
+    CHECK(e["bytes"].get<std::vector<int>>() == bytes);
+    REQUIRE(e["top_logprobs"].size() == 2);
+    CHECK(e["top_logprobs"][0]["logprob"].get<double>() == lp(i));
+    CHECK(e["top_logprobs"][1]["token"] == "alt1");
+    CHECK(e["top_logprobs"][1]["logprob"].get<double>() == lp(i) - 1);
+  }
+  CHECK(content[0]["token"] == "Hello");
+  CHECK(content[6]["token"] == "\xef\xbf\xbd"); // half of "é": bytes [195]
+  // Without logprobs: null, and the job is asked for none.
+  r = http_exchange(port, post("/v1/chat/completions", chat_body(false)));
+  CHECK(json::parse(r.body)["choices"][0]["logprobs"].is_null());
+  CHECK(backend->requests().at(1).logprobs == -1);
+
+  // Streamed, with a stop string: the tokens whose text went out, each in
+  // the chunk that completed it; " wor" and "ld" made the stop string.
+  r = http_exchange(
+    port, post("/v1/chat/completions",
+               chat_body(true, R"(,"stop":"world","logprobs":true)")));
+  REQUIRE(r.status == 200);
+  std::vector<std::string> listed;
+  for (auto& event : sse_payloads(r.body)) {
+    if (event == "[DONE]")
+      continue;
+    auto c = json::parse(event)["choices"][0];
+    if (c["logprobs"].is_null())
+      continue;
+    for (auto& e : c["logprobs"]["content"]) {
+      listed.push_back(e["token"]);
+      CHECK(e["top_logprobs"].empty());
+    }
+  }
+  CHECK(stream_text(r.body) == "Hello, ");
+  CHECK(listed == std::vector<std::string>{"Hello", ","});
+
+  // Completions, whole: tokens, their logprobs, alternatives by text and
+  // each token's byte offset in the text.
+  auto completion = [](bool stream) {
+    return std::string{R"({"model":"tiny","prompt":"hi","logprobs":1,)"}
+           + R"("stream":)" + (stream ? "true" : "false") + "}";
+  };
+  r = http_exchange(port, post("/v1/completions", completion(false)));
+  REQUIRE(r.status == 200);
+  auto l = json::parse(r.body)["choices"][0]["logprobs"];
+  REQUIRE(l["tokens"].size() == tokens.size());
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    INFO(i);
+    CHECK(l["token_logprobs"][i].get<double>() == lp(i));
+    CHECK(l["text_offset"][i] == offset);
+    REQUIRE(l["top_logprobs"][i].size() == 1);
+    CHECK(l["top_logprobs"][i].begin().value().get<double>() == lp(i));
+    offset += tokens[i].size();
+  }
+  CHECK(l["tokens"][2] == " wor");
+
+  // Streamed, then resumed after its first two chunks: the resumed stream
+  // lists the tokens the client does not have, offsets in the whole text.
+  r = http_exchange(port, post("/v1/completions", completion(true)));
+  REQUIRE(r.status == 200);
+  std::regex event{"id: ([0-9]+)\ndata: (\\{[^\n]*)\n\n"};
+  std::vector<std::uint64_t> ids;
+  std::string id;
+  for (std::sregex_iterator it{r.body.begin(), r.body.end(), event}, end;
+       it != end; ++it) {
+    ids.push_back(std::stoull((*it)[1].str()));
+    id = json::parse((*it)[2].str())["id"];
+  }
+  REQUIRE(ids.size() >= 3);
+  auto resumed = http_exchange(
+    port, post("/v1/completions", completion(true),
+               "X-Exo-Resume: " + id + "\r\nLast-Event-ID: "
+                 + std::to_string(ids[1]) + "\r\n"));
+  REQUIRE(resumed.status == 200);
+  std::vector<std::string> names;
+  std::vector<std::uint64_t> offsets;
+  for (auto& e : sse_payloads(resumed.body)) {
+    if (e == "[DONE]")
+      continue;
+    auto c = json::parse(e)["choices"][0];
+    if (c["logprobs"].is_null())
+      continue;
+    for (std::size_t i = 0; i < c["logprobs"]["tokens"].size(); ++i) {
+      names.push_back(c["logprobs"]["tokens"][i]);
+      offsets.push_back(c["logprobs"]["text_offset"][i]);
+    }
+  }
+  REQUIRE(names.size() == tokens.size() - 2);
+  CHECK(names.front() == tokens[2]);
+  CHECK(offsets.front() == ids[1]);
+
+  // Refused: a count out of range, top_logprobs without logprobs, echo.
+  auto refused = [&](const std::string& path, const std::string& body) {
+    auto x = http_exchange(port, post(path, body));
+    CHECK(x.status == 400);
+    return json::parse(x.body)["error"]["param"].get<std::string>();
+  };
+  CHECK(refused("/v1/completions",
+                R"({"model":"tiny","prompt":"hi","logprobs":21})")
+        == "logprobs");
+  CHECK(refused("/v1/completions",
+                R"({"model":"tiny","prompt":"hi","logprobs":true})")
+        == "logprobs");
+  CHECK(refused("/v1/chat/completions",
+                chat_body(false, R"(,"top_logprobs":3)"))
+        == "top_logprobs");
+  CHECK(refused("/v1/chat/completions",
+                chat_body(false, R"(,"logprobs":true,"top_logprobs":-1)"))
+        == "top_logprobs");
+  CHECK(refused("/v1/completions",
+                R"({"model":"tiny","prompt":"hi","echo":true})")
+        == "echo");
+}
+
 TEST_CASE("bad requests are answered in OpenAI's error shape") {
   auto backend = std::make_shared<scripted_backend>(tokens);
   server srv{options(backend)};

@@ -380,3 +380,47 @@ TEST_CASE("speculative sampling gives exactly the model's distribution, "
   CHECK(r.ids == p.ids);
   CHECK(r.probs == p.probs);
 }
+
+TEST_CASE("a token's logprobs are the row's log-softmax, from the whole row "
+          "or from its candidates and log-sum-exp",
+          "[sampler]") {
+  // Values far apart in scale: the log-sum-exp must not overflow.
+  std::vector<float> row = {3.0f, 1000.0f, -2.0f, 999.0f, 1000.0f, 0.5f,
+                            7.25f, 998.5f, -50.0f};
+  double sum = 0;
+  for (float v : row)
+    sum += std::exp(static_cast<double>(v) - 1000.0);
+  const double lse = 1000.0 + std::log(sum);
+  CHECK(log_sum_exp(row.data(), row.size()) == Approx(lse).epsilon(1e-12));
+  const std::vector<float> small = {0.0f, 0.0f};
+  CHECK(log_sum_exp(small.data(), 2) == Approx(std::log(2.0)));
+
+  const auto a = logprobs_of(row.data(), row.size(), 3, 3);
+  CHECK(a.logprob == Approx(999.0 - lse));
+  // Best first, the lower id first among equals (1 and 4 tie).
+  CHECK(a.top_ids == std::vector<std::int32_t>{1, 4, 3});
+  REQUIRE(a.top_logprobs.size() == 3);
+  CHECK(a.top_logprobs[0] == Approx(1000.0 - lse));
+  CHECK(a.top_logprobs[2] == Approx(999.0 - lse));
+  // The probabilities of the whole row add up to one.
+  const auto all = logprobs_of(row.data(), row.size(), 0, row.size());
+  double p = 0;
+  for (float l : all.top_logprobs)
+    p += std::exp(static_cast<double>(l));
+  CHECK(p == Approx(1.0).epsilon(1e-6));
+  CHECK(logprobs_of(row.data(), row.size(), 0, 0).top_ids.empty());
+
+  // From 4 candidates and the row's log-sum-exp: the same numbers.
+  std::vector<std::int32_t> ids(4);
+  std::vector<float> values(4);
+  sampler::top_candidates(row.data(), row.size(), 4, ids.data(),
+                          values.data());
+  const auto b = logprobs_of(ids.data(), values.data(), 4, lse, 3, 3);
+  CHECK(b.logprob == a.logprob);
+  CHECK(b.top_ids == a.top_ids);
+  CHECK(b.top_logprobs == a.top_logprobs);
+  // An id outside the candidates gets at most the worst one's.
+  const auto c = logprobs_of(ids.data(), values.data(), 4, lse, 8, 1);
+  CHECK(c.logprob == Approx(values[3] - lse));
+  CHECK(c.top_ids == std::vector<std::int32_t>{1});
+}

@@ -144,6 +144,48 @@ TEST_CASE("a request's sequences, stages and prompt are checked against the "
         != std::string::npos);
 }
 
+TEST_CASE("a request's logprobs are -1 or 0 to 20, and a peer's "
+          "log-probabilities must fit its tokens",
+          "[workload][job_request]") {
+  job_request r;
+  r.n_gen = 8;
+  for (std::int32_t n : {-1, 0, 20}) {
+    r.logprobs = n;
+    CHECK(refusal([&] { validate(r, 4, limits()); }).empty());
+  }
+  for (std::int32_t n : {-2, 21}) {
+    r.logprobs = n;
+    CHECK(refusal([&] { validate(r, 4, limits()); })
+          == "logprobs must be -1 (none) or in [0, 20], not "
+               + std::to_string(n));
+  }
+  const std::vector<std::vector<std::int32_t>> tokens{{5, 6}, {}};
+  exo::model::token_logprobs one;
+  one.logprob = -0.5f;
+  one.top_ids = {5, 9};
+  one.top_logprobs = {-0.5f, -1.5f};
+  using lps = std::vector<std::vector<exo::model::token_logprobs>>;
+  CHECK(logprobs_problem(tokens, {}, -1).empty());
+  CHECK(logprobs_problem(tokens, lps{{one, one}, {}}, 2).empty());
+  CHECK(logprobs_problem(tokens, lps{{one, one}, {}}, -1)
+        == "log-probabilities of a job that asked for none");
+  CHECK(logprobs_problem(tokens, lps{{one, one}}, 2)
+        == "log-probabilities of 1 sequences, not 2");
+  CHECK(logprobs_problem(tokens, lps{{one}, {}}, 2)
+        == "sequence 0 has 1 log-probabilities for 2 tokens");
+  CHECK(logprobs_problem(tokens, lps{{one, one}, {}}, 1).find("more than 1")
+        != std::string::npos); // two alternatives where one was asked
+  auto bad = one;
+  bad.top_logprobs.pop_back(); // ids and values disagree
+  CHECK(!logprobs_problem(tokens, lps{{one, bad}, {}}, 2).empty());
+  bad = one;
+  bad.logprob = std::numeric_limits<float>::quiet_NaN();
+  CHECK(!logprobs_problem(tokens, lps{{bad, one}, {}}, 2).empty());
+  bad = one;
+  bad.top_ids[1] = -3;
+  CHECK(!logprobs_problem(tokens, lps{{bad, one}, {}}, 2).empty());
+}
+
 TEST_CASE("a job request takes the job part of the run options",
           "[workload][job_request]") {
   auto o = parse_run_options({"--model", "m.gguf", "--prompt", "hi", "-n",

@@ -36,6 +36,9 @@
 
 using namespace exo;
 
+/// What job_setup::on_token is given beside a token (its log-probabilities).
+using lp_ptr = const exo::model::token_logprobs*;
+
 namespace {
 
 backend::registry& registry() {
@@ -1208,7 +1211,15 @@ TEST_CASE("a shard refuses steps out of order, too wide or off-vocabulary",
   ids_in.tokens = {1};
   ids_in.top_k = 2;
   ids_in.top_ids = {5, 6};
-  expect_error(ids_in, "carries no candidates (top_ids) on its way in");
+  expect_error(ids_in,
+               "carries no candidates (top_ids, lse) on its way in");
+  stage_step lse_in; // nor log-sum-exps
+  lse_in.tokens = {1};
+  lse_in.top_k = 2;
+  lse_in.logprobs = true;
+  lse_in.lse = {1.0};
+  expect_error(lse_in,
+               "carries no candidates (top_ids, lse) on its way in");
   stage_step too_many;
   too_many.tokens.assign(40, 1);
   for (std::uint32_t q = 0; q < 40; ++q)
@@ -1440,7 +1451,7 @@ TEST_CASE("a cancelled job stops at the next token and keeps what it made "
   auto handle = std::make_shared<caf::actor>();
   auto j = setup(21, 100);
   auto seen = std::make_shared<int>(0);
-  j.on_token = [handle, seen](std::uint32_t, std::int32_t) {
+  j.on_token = [handle, seen](std::uint32_t, std::int32_t, lp_ptr) {
     if (++*seen == 3)
       caf::anon_send(*handle, cancel_atom::value);
   };
@@ -1503,8 +1514,9 @@ TEST_CASE("a sequence stopped alone ends at its next token, frees its "
     auto handle = std::make_shared<caf::actor>();
     auto seen = std::make_shared<std::size_t>(0);
     if (which && after > 0)
-      j.on_token = [handle, seen, which, after](std::uint32_t seq,
-                                                std::int32_t) {
+      j.on_token = [handle, seen, which, after](
+                     std::uint32_t seq, std::int32_t,
+                     lp_ptr) {
         if (seq == *which && ++*seen == after)
           caf::anon_send(*handle, cancel_atom::value, *which);
       };
@@ -1608,7 +1620,7 @@ TEST_CASE("a job ends at once naming a stage that goes away, and on a lost "
     auto result = std::make_shared<workload::job_result>();
     auto handle = std::make_shared<caf::actor>();
     auto count = std::make_shared<std::int32_t>(0);
-    j.on_token = [handle, count, each](std::uint32_t, std::int32_t) {
+    j.on_token = [handle, count, each](std::uint32_t, std::int32_t, lp_ptr) {
       each(*handle, ++*count);
     };
     j.finish = [result](workload::job_result& r) {
@@ -1645,7 +1657,7 @@ TEST_CASE("a job ends at once naming a stage that goes away, and on a lost "
   auto stalled_stages = f.pipeline({0, 2, 4}, {si, si});
   auto tokens = std::make_shared<std::atomic<int>>(0);
   auto j = setup(33, stalled_stages);
-  j.on_token = [tokens](std::uint32_t, std::int32_t) { ++*tokens; };
+  j.on_token = [tokens](std::uint32_t, std::int32_t, lp_ptr) { ++*tokens; };
   auto stalled = std::make_shared<workload::job_result>();
   j.finish = [stalled](workload::job_result& r) {
     *stalled = r;
@@ -1739,7 +1751,8 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
     auto count = std::make_shared<int>(0);
     auto current = std::make_shared<std::vector<caf::actor>>(j.stages);
     auto rs2 = rs;
-    j.on_token = [count, kill_at, current, rs2](std::uint32_t, std::int32_t) {
+    j.on_token = [count, kill_at, current, rs2](
+                   std::uint32_t, std::int32_t, lp_ptr) {
       ++*count;
       for (std::size_t k = 0; k < kill_at.size(); ++k)
         if (*count == kill_at[k]) {
@@ -1895,7 +1908,7 @@ TEST_CASE("a planned move carries the KV caches to the new stages: nothing "
     auto result = std::make_shared<workload::job_result>();
     auto job_handle = std::make_shared<caf::actor>();
     auto count = std::make_shared<int>(0);
-    j.on_token = [count, at, job_handle](std::uint32_t, std::int32_t) {
+    j.on_token = [count, at, job_handle](std::uint32_t, std::int32_t, lp_ptr) {
       if (++*count == at)
         caf::anon_send(*job_handle, lost_atom::value,
                        std::string{"node leaving is drained (a planned "
@@ -2019,7 +2032,7 @@ TEST_CASE("a planned move asked for while the job moves already is made "
   j.recoverer = recoverer;
   auto result = std::make_shared<workload::job_result>();
   auto count = std::make_shared<int>(0);
-  j.on_token = [count, job](std::uint32_t, std::int32_t) {
+  j.on_token = [count, job](std::uint32_t, std::int32_t, lp_ptr) {
     if (++*count == 9)
       caf::anon_send(*job, lost_atom::value,
                      std::string{"node n2 is drained (a planned move)"},
@@ -2158,7 +2171,7 @@ TEST_CASE("a job whose device vanishes mid-decode is re-placed without the "
   auto j = setup(51, first);
   j.recoverer = recoverer;
   auto count = std::make_shared<int>(0);
-  j.on_token = [count, sim](std::uint32_t, std::int32_t) {
+  j.on_token = [count, sim](std::uint32_t, std::int32_t, lp_ptr) {
     if (++*count == 5)
       sim->vanish();
   };
@@ -2232,7 +2245,7 @@ TEST_CASE("a job whose KV cache cannot grow on its device moves to another "
   // From the 100th token on the device has no memory to give: the cache
   // cannot grow past 256 positions.
   auto count = std::make_shared<int>(0);
-  j.on_token = [count, sim](std::uint32_t, std::int32_t) {
+  j.on_token = [count, sim](std::uint32_t, std::int32_t, lp_ptr) {
     if (++*count == 100)
       sim->fail_allocations(true);
   };
@@ -2277,7 +2290,7 @@ TEST_CASE("a job resumed from the tokens another job generated goes on "
     }
     j.resumed_after = "coordinator n1 is dead";
     auto fresh = std::make_shared<std::vector<std::int32_t>>();
-    j.on_token = [fresh](std::uint32_t s, std::int32_t t) {
+    j.on_token = [fresh](std::uint32_t s, std::int32_t t, lp_ptr) {
       if (s == 0)
         fresh->push_back(t);
     };
@@ -2566,7 +2579,7 @@ namespace {
 /// (handoff_atom) and ends it there (commit): what it handed over.
 job_handoff pause_for_handoff(fixture& f, workload::job_setup j, int at) {
   auto count = std::make_shared<std::atomic<int>>(0);
-  j.on_token = [count](std::uint32_t, std::int32_t) { ++*count; };
+  j.on_token = [count](std::uint32_t, std::int32_t, lp_ptr) { ++*count; };
   auto job = workload::spawn_job(*f.sys, std::move(j));
   caf::anon_send(job, run_atom::value); // its answer: nobody's
   for (int i = 0; i < 6000 && *count < at; ++i)
@@ -3002,4 +3015,96 @@ TEST_CASE("a backup refuses a handoff whose stages, sequences or recoveries "
   here.nodes[0] = "n4";
   CHECK(workload::handoff_problem(here, req, "n4", alive).empty());
   f.stop(stages);
+}
+
+TEST_CASE("each token's log-probabilities are its row's log-softmax: from "
+          "whole rows, from candidates and the stages' log-sum-exp, "
+          "batched or speculative, the same numbers",
+          "[workload][logprobs]") {
+  fixture f;
+  const auto cpu = f.device_index("cpu");
+  // One stage: the two sequences go through it as one batch a step.
+  const std::vector<std::uint32_t> bounds{0, 4};
+  const std::vector<std::vector<std::int32_t>> ps{prompts()[0],
+                                                  prompts()[2]};
+  const auto n_vocab = f.model->hparams().n_vocab;
+  using seen_t = std::vector<std::vector<model::token_logprobs>>;
+  // Runs the job with 3 alternatives a token; its tokens' log-probabilities
+  // as on_token got them, per sequence.
+  auto run = [&](float temperature, bool keep_logits, bool draft,
+                 workload::job_result& out) {
+    auto stages = f.pipeline(bounds, {cpu});
+    std::vector<caf::actor> draft_stages;
+    auto j = f.job(1, stages, ps, 12, temperature, 5);
+    j.keep_logits = keep_logits;
+    j.logprobs = 3;
+    if (draft) {
+      draft_stages = shards_of(f, f.model, {0, 4});
+      j.draft_stages = draft_stages;
+      j.draft_n_embd = f.model->hparams().n_embd;
+      j.draft_tokens = 3;
+    }
+    auto seen = std::make_shared<seen_t>(ps.size());
+    j.on_token = [seen](std::uint32_t seq, std::int32_t,
+                        const model::token_logprobs* lp) {
+      REQUIRE(lp != nullptr);
+      (*seen)[seq].push_back(*lp);
+    };
+    out = workload::run_job(*f.sys, std::move(j));
+    f.stop(draft_stages);
+    f.stop(stages);
+    REQUIRE(out.error.empty());
+    return *seen;
+  };
+  for (float temperature : {0.0f, 0.8f}) {
+    INFO("temperature " << temperature);
+    workload::job_result whole;
+    auto reference = run(temperature, true, false, whole);
+    for (std::size_t q = 0; q < ps.size(); ++q) {
+      REQUIRE(reference[q].size() == whole.tokens[q].size());
+      for (std::size_t i = 0; i < reference[q].size(); ++i) {
+        auto& lp = reference[q][i];
+        REQUIRE(lp.top_ids.size() == 3);
+        CHECK(lp.logprob <= 0.0f);
+        CHECK(lp.top_logprobs[0] >= lp.top_logprobs[1]);
+        CHECK(lp.top_logprobs[1] >= lp.top_logprobs[2]);
+        if (temperature == 0.0f) { // the chosen token is the best one
+          CHECK(lp.top_ids[0] == whole.tokens[q][i]);
+          CHECK(lp.top_logprobs[0] == lp.logprob);
+        }
+      }
+      // The last token's, from the row the job kept: log-softmax's numbers.
+      REQUIRE(whole.logits[q].size() == n_vocab);
+      auto last = model::logprobs_of(whole.logits[q].data(), n_vocab,
+                                     whole.tokens[q].back(), 3);
+      CHECK(reference[q].back().logprob == last.logprob);
+      CHECK(reference[q].back().top_ids == last.top_ids);
+      double p = 0; // and they are probabilities
+      for (std::uint32_t t = 0; t < n_vocab; ++t)
+        p += std::exp(model::logprobs_of(whole.logits[q].data(), n_vocab,
+                                         static_cast<std::int32_t>(t), 0)
+                        .logprob);
+      CHECK(p == Approx(1.0).epsilon(1e-4));
+    }
+    // Candidates and the stages' log-sum-exp: the same tokens, the same
+    // numbers; so with a draft (its own model: every proposal kept, the
+    // rows verified apart).
+    for (bool draft : {false, true}) {
+      INFO((draft ? "with a draft" : "candidates"));
+      workload::job_result r;
+      auto got = run(temperature, false, draft, r);
+      if (!draft || temperature == 0.0f) { // (a draft draws other numbers)
+        CHECK(r.tokens == whole.tokens);
+        for (std::size_t q = 0; q < ps.size(); ++q)
+          for (std::size_t i = 0; i < got[q].size(); ++i) {
+            INFO("sequence " << q << " token " << i);
+            CHECK(got[q][i].logprob == Approx(reference[q][i].logprob)
+                                         .epsilon(1e-6));
+            CHECK(got[q][i].top_ids == reference[q][i].top_ids);
+          }
+      }
+      for (std::size_t q = 0; q < ps.size(); ++q)
+        CHECK(got[q].size() == r.tokens[q].size());
+    }
+  }
 }
