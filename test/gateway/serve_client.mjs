@@ -3,6 +3,7 @@
 // model without a chat template, streams a chat on one with Llama 3's
 // template, checks the texts against `exo-model run`'s (given by the test),
 // the same prompt as token ids (and a token outside the vocabulary: 400),
+// a chat and a completion with log-probabilities,
 // asks for n = 3 sampled choices (each the engine's run with seed + i;
 // streamed with a stop string, each choice cut on its own),
 // the 404 of an unknown model and the 400 of a chat on a model without a
@@ -105,6 +106,55 @@ check(finish === c.finish, `streamed finish_reason ${finish}`);
 check(usage && usage.completion_tokens === c.tokens
         && usage.prompt_tokens === c.prompt_tokens,
       `streamed usage ${JSON.stringify(usage)}`);
+
+// The same chat with each token's log-probability and 3 alternatives':
+// the engine's text, a token per answer token whose bytes make the text,
+// the greedy token the best of its alternatives, probabilities that add
+// up to at most one; streamed, the same numbers.
+const withLogprobs = {
+  model: c.model,
+  messages: [{ role: "system", content: c.system },
+             { role: "user", content: c.user }],
+  max_tokens: c.max_tokens, temperature: 0, logprobs: true, top_logprobs: 3,
+};
+const scored = await client.chat.completions.create(withLogprobs);
+const lp = scored.choices[0].logprobs?.content ?? [];
+check(scored.choices[0].message.content === c.text
+        && lp.length === c.tokens,
+      `chat with logprobs: the same text, ${lp.length} tokens listed`);
+const joinedBytes = Buffer.from(lp.flatMap((e) => e.bytes));
+check(joinedBytes.toString("utf8") === c.text,
+      "the listed tokens' bytes make the text");
+check(lp.every((e) => e.top_logprobs.length === 3
+                 && e.top_logprobs[0].token === e.token
+                 && e.top_logprobs[0].logprob === e.logprob
+                 && e.logprob <= 0
+                 && e.top_logprobs[1].logprob <= e.top_logprobs[0].logprob
+                 && e.top_logprobs[2].logprob <= e.top_logprobs[1].logprob
+                 && e.top_logprobs.reduce((a, t) => a + Math.exp(t.logprob),
+                                          0) <= 1 + 1e-6),
+      "each greedy token is the best of its 3 alternatives, probabilities " +
+        "at most one");
+const streamedLp = [];
+for await (const chunk of await client.chat.completions.create(
+                 { ...withLogprobs, stream: true }))
+  for (const ch of chunk.choices)
+    streamedLp.push(...(ch.logprobs?.content ?? []));
+check(JSON.stringify(streamedLp) === JSON.stringify(lp),
+      "streamed, the same log-probabilities");
+// A completion's shape: tokens, their logprobs, alternatives by text.
+const scoredText = await client.completions.create({
+  model: p.model, prompt: p.prompt, max_tokens: p.max_tokens,
+  temperature: 0, logprobs: 2,
+});
+const tl = scoredText.choices[0].logprobs;
+check(scoredText.choices[0].text === p.text
+        && tl.tokens.length === p.tokens
+        && tl.token_logprobs.length === p.tokens
+        && tl.top_logprobs.every((t) => Object.keys(t).length >= 1)
+        && tl.text_offset[0] === 0,
+      `completion with logprobs: ${tl.tokens.length} tokens, offsets ` +
+        JSON.stringify(tl.text_offset.slice(0, 4)));
 
 // n = 3 sampled choices: choice i is the engine's run with seed + i.
 const s = expected.sampled;
