@@ -114,6 +114,9 @@ struct running_job {
   /// nodes that refused.
   std::shared_ptr<token_log> log;
   std::string backup;
+  /// The backup answered the replica: it holds the model (and the draft,
+  /// or failed to fetch it) and could take the job over now.
+  bool backup_ready = false;
   std::vector<std::uint32_t> replicated;
   std::size_t replicated_recoveries = 0;
   std::set<std::string> refused;
@@ -493,6 +496,7 @@ text::json job_json(std::uint64_t id, const running_job& j,
           {"key", j.key},
           {"name", j.name},
           {"backup", j.backup},
+          {"backup_ready", j.backup_ready},
           {"stages", stages}};
 }
 
@@ -558,6 +562,7 @@ void end_taken_over(self_ptr self, std::uint64_t id, const std::string& why) {
   exo::text::line(std::cout) << "exo-node " << st.cfg.node << ": job " << id
             << " ends here: " << why << std::endl;
   it->second.backup.clear(); // no more progress, no replica to drop
+  it->second.backup_ready = false;
   if (auto run = it->second.run.lock())
     end_run(self, run, why);
   it->second.cancel_requested = true;
@@ -579,6 +584,7 @@ void choose_backup(self_ptr self, std::uint64_t id) {
   if (!run || run->ended)
     return;
   rj.backup.clear();
+  rj.backup_ready = false;
   std::string pick;
   for (int pass = 0; pass < 2 && pick.empty(); ++pass)
     for (auto& m : st.alive) {
@@ -621,6 +627,7 @@ void choose_backup(self_ptr self, std::uint64_t id) {
   }
   rj.replicated_recoveries = r.recoveries.size();
   rj.backup = pick;
+  rj.backup_ready = false;
   rj.replicated.clear();
   for (auto& t : r.tokens)
     rj.replicated.push_back(static_cast<std::uint32_t>(t.size()));
@@ -630,18 +637,23 @@ void choose_backup(self_ptr self, std::uint64_t id) {
     ->request(st.cfg.gate, 3600s, service_atom::value, pick,
               std::string{"jobs"},
               caf::make_message(replicate_atom::value, std::move(r)))
-    .then([](caf::ok_atom) {},
-          [self, id, pick](caf::error& err) {
-            auto& st = self->state;
-            auto it = st.running.find(id);
-            if (it == st.running.end() || it->second.backup != pick)
-              return;
-            exo::text::line(std::cerr) << "exo-node " << st.cfg.node << ": job " << id
-                      << " is not backed up on " << pick << ": "
-                      << render(self, err) << std::endl;
-            it->second.refused.insert(pick);
-            choose_backup(self, id);
-          });
+    .then(
+      [self, id, pick](caf::ok_atom) {
+        auto it = self->state.running.find(id);
+        if (it != self->state.running.end() && it->second.backup == pick)
+          it->second.backup_ready = true;
+      },
+      [self, id, pick](caf::error& err) {
+        auto& st = self->state;
+        auto it = st.running.find(id);
+        if (it == st.running.end() || it->second.backup != pick)
+          return;
+        exo::text::line(std::cerr) << "exo-node " << st.cfg.node << ": job " << id
+                  << " is not backed up on " << pick << ": "
+                  << render(self, err) << std::endl;
+        it->second.refused.insert(pick);
+        choose_backup(self, id);
+      });
   if (!st.replicating) {
     st.replicating = true;
     self->delayed_send(self, replicate_period, tick_atom::value);
