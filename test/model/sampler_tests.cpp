@@ -391,7 +391,9 @@ TEST_CASE("a token's logprobs are the row's log-softmax, from the whole row "
   for (float v : row)
     sum += std::exp(static_cast<double>(v) - 1000.0);
   const double lse = 1000.0 + std::log(sum);
-  CHECK(log_sum_exp(row.data(), row.size()) == Approx(lse).epsilon(1e-12));
+  // (Exponentials in float, summed in double: within a float's rounding.)
+  CHECK(log_sum_exp(row.data(), row.size())
+        == Approx(lse).epsilon(0).margin(1e-6));
   const std::vector<float> small = {0.0f, 0.0f};
   CHECK(log_sum_exp(small.data(), 2) == Approx(std::log(2.0)));
 
