@@ -250,6 +250,18 @@ try {
     .then(h => h.jsonValue())
     .catch(() => { throw new Error("no job with a stage row naming a device"); });
 
+  // The node that backs the job up (another member: it would take the job
+  // over if the coordinator were lost), and whether it is ready to.
+  deadline = Date.now() + timeoutMs;
+  const backup = await page.waitForFunction((id, names) => {
+    const row = document.querySelector(`[data-testid="${id}"] [data-testid="backup"]`);
+    const text = row?.textContent ?? "";
+    return names.some(n => text === `backup ${n}` || text.startsWith(`backup ${n} · `))
+      ? text : null;
+  }, { timeout: left(), polling: 250 }, job.id, nodes)
+    .then(h => h.jsonValue())
+    .catch(() => { throw new Error("the job's backup is not shown"); });
+
   // The device stages the job ran on, each naming its device (kept after
   // the job: keep_alive), with the figures of its batches.
   deadline = Date.now() + timeoutMs;
@@ -272,7 +284,7 @@ try {
   const seconds = ((Date.now() - started) / 1000).toFixed(1);
   await finish(0, `dashboard ok: ${nodes.length} nodes, ${devices.length} devices shown; `
     + `answer of ${answer.text.length} chars (${JSON.stringify(answer.text.slice(0, 40))}…); `
-    + `${job.id} with ${job.stages} stages on ${job.where.join(", ")}; `
+    + `${job.id} with ${job.stages} stages on ${job.where.join(", ")}, ${backup}; `
     + `${stageRows} device stage rows; `
     + `${events} events logged (${live}); `
     + `token ${tokenTyped ? "entered" : "not asked for"}; no console errors; ${seconds} s; `

@@ -73,7 +73,7 @@ export function startMock({ port = 0, token = "" } = {}) {
     const dev = (n, d) => state.devices.find(x => x.node === n && x.id === d);
     const job = {
       job: id, model: body.model, tokens: 0, cancelling: false,
-      state: "running",
+      state: "running", backup: "gamma", backup_ready: true,
       stages: [{ node: "beta", device: "cuda0", first_layer: 0, last_layer: 9 },
                { node: "gamma", device: "vulkan0", first_layer: 10,
                  last_layer: 15 }],

@@ -229,6 +229,12 @@ function noteJob(j) {
     job.stages = j.stages;
   if (typeof j.cancelling === "boolean")
     job.cancelling = j.cancelling;
+  // The node that backs the job up ("" none), and whether it holds what a
+  // takeover needs (the model, the draft).
+  if (typeof j.backup === "string")
+    job.backup = j.backup;
+  if (typeof j.backup_ready === "boolean")
+    job.backupReady = j.backup_ready;
   // How long the job ran, as the coordinator measured it (an ended job's
   // average needs no samples of ours).
   if (Number.isFinite(j.seconds))
@@ -646,7 +652,8 @@ function stageRow(s) {
 function renderJobs() {
   const jobs = [...state.jobs.values()].sort((a, b) => b.job - a.job);
   const key = JSON.stringify(jobs.map(j => [j.job, j.model, j.tokens, j.state, j.stages,
-                                            j.cancelling, rateText(j)]));
+                                            j.cancelling, j.backup, j.backupReady,
+                                            rateText(j)]));
   renderInto($("jobs"), key, () => {
     if (!jobs.length)
       return h("p", { class: "empty", text: "no jobs yet; send a chat message" });
@@ -666,7 +673,19 @@ function renderJobs() {
           h("span", { class: `state s-${shown}`, text: shown })),
         h("div", { class: "job-figures" },
           h("span", { text: `${j.tokens} tokens` }),
-          h("span", { class: "rate", text: rateText(j) })),
+          h("span", { class: "rate", text: rateText(j) }),
+          j.backup
+            ? h("span", { class: j.state !== "running" ? "backup"
+                                 : `backup ${j.backupReady ? "ready" : "pending"}`,
+                          "data-testid": "backup",
+                          title: j.backupReady
+                            ? "the backup holds the model: it takes the job over if its node is lost"
+                            : "the backup is still fetching the model",
+                          // (whether it was ready matters no more once the job ended)
+                          text: j.state === "running"
+                            ? `backup ${j.backup} · ${j.backupReady ? "ready" : "fetching"}`
+                            : `backup ${j.backup}` })
+            : null),
         j.stages.length ? strip : null,
         j.stages.length
           ? h("ol", { class: "stages" }, j.stages.map((st, i) =>
