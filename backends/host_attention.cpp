@@ -2055,6 +2055,53 @@ float expf_ggml(float x) noexcept {
   return expf_lane(x);
 }
 
+namespace {
+
+__attribute__((target("avx512f"))) double sum_exp_avx512(const float* x,
+                                                          std::size_t n,
+                                                          float shift,
+                                                          std::size_t& i) {
+  const __m512 s = _mm512_set1_ps(shift);
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = expf_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), s));
+    lo = _mm512_add_pd(lo, widen_low8(e));
+    hi = _mm512_add_pd(hi, widen_high8(e));
+  }
+  alignas(64) double out[8];
+  _mm512_store_pd(out, _mm512_add_pd(lo, hi));
+  return ((out[0] + out[1]) + (out[2] + out[3]))
+         + ((out[4] + out[5]) + (out[6] + out[7]));
+}
+
+__attribute__((target("avx2,fma"))) double sum_exp_avx2(const float* x,
+                                                        std::size_t n,
+                                                        float shift,
+                                                        std::size_t& i) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = expf_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double out[4];
+  _mm256_store_pd(out, _mm256_add_pd(lo, hi));
+  return (out[0] + out[1]) + (out[2] + out[3]);
+}
+
+} // namespace
+
+double sum_exp(const float* x, std::size_t n, float shift) noexcept {
+  std::size_t i = 0;
+  double sum = use_avx512() ? sum_exp_avx512(x, n, shift, i)
+               : use_avx2() ? sum_exp_avx2(x, n, shift, i)
+                            : 0.0;
+  for (; i < n; ++i)
+    sum += expf_lane(x[i] - shift);
+  return sum;
+}
+
 void expf_libm16(const float* x, float* out) noexcept {
   if (use_avx512() && expf_libm16_matches()) {
     expf_libm16_avx512(x, out);

@@ -175,6 +175,12 @@ void softmax(float* x, std::size_t n) noexcept;
 /// infinity above about 88.4. Not libm's expf.
 float expf_ggml(float x) noexcept;
 
+/// The sum of expf_ggml(x[i] - shift) over n floats: in 16 (AVX-512) or 8
+/// (AVX2) vector lanes where the CPU has them, each lane's exponential
+/// widened to double and summed there (a row's log-sum-exp: about 0.1 ms
+/// for a 128K-token vocabulary).
+double sum_exp(const float* x, std::size_t n, float shift) noexcept;
+
 /// std::exp of 16 floats (out may equal x) as the attention kernels'
 /// online softmax computes them: where the CPU has AVX-512F (or AVX2 and
 /// FMA) and the process's libm gives the same bits (expf_libm_lanes),

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/host_kernels.hpp"
 #include "core/model/sampler.hpp"
 
 using namespace exo::model;
@@ -394,6 +395,25 @@ TEST_CASE("a token's logprobs are the row's log-softmax, from the whole row "
   // (Exponentials in float, summed in double: within a float's rounding.)
   CHECK(log_sum_exp(row.data(), row.size())
         == Approx(lse).epsilon(0).margin(1e-6));
+  // A row of a vocabulary's size on every instruction set (its vector
+  // lanes, then the tail one by one): within a float's rounding.
+  std::vector<float> big(32003);
+  for (std::size_t i = 0; i < big.size(); ++i)
+    big[i] = static_cast<float>((i * 7919) % 2000) / 97.0f - 12.0f;
+  double big_sum = 0;
+  const float big_max = *std::max_element(big.begin(), big.end());
+  for (float v : big)
+    big_sum += std::exp(static_cast<double>(v) - big_max);
+  const double big_lse = big_max + std::log(big_sum);
+  const auto widest = exo::backend::host::widest_isa();
+  for (auto limit : {exo::backend::host::isa::avx512,
+                     exo::backend::host::isa::avx2,
+                     exo::backend::host::isa::scalar}) {
+    exo::backend::host::limit_isa(limit);
+    CHECK(log_sum_exp(big.data(), big.size())
+          == Approx(big_lse).epsilon(0).margin(1e-6));
+  }
+  exo::backend::host::limit_isa(widest);
   const std::vector<float> small = {0.0f, 0.0f};
   CHECK(log_sum_exp(small.data(), 2) == Approx(std::log(2.0)));
 
@@ -417,12 +437,14 @@ TEST_CASE("a token's logprobs are the row's log-softmax, from the whole row "
   std::vector<float> values(4);
   sampler::top_candidates(row.data(), row.size(), 4, ids.data(),
                           values.data());
-  const auto b = logprobs_of(ids.data(), values.data(), 4, lse, 3, 3);
+  // (The stage's log-sum-exp, as the whole row's path computes it.)
+  const double stage_lse = log_sum_exp(row.data(), row.size());
+  const auto b = logprobs_of(ids.data(), values.data(), 4, stage_lse, 3, 3);
   CHECK(b.logprob == a.logprob);
   CHECK(b.top_ids == a.top_ids);
   CHECK(b.top_logprobs == a.top_logprobs);
   // An id outside the candidates gets at most the worst one's.
-  const auto c = logprobs_of(ids.data(), values.data(), 4, lse, 8, 1);
-  CHECK(c.logprob == Approx(values[3] - lse));
+  const auto c = logprobs_of(ids.data(), values.data(), 4, stage_lse, 8, 1);
+  CHECK(c.logprob == Approx(values[3] - stage_lse));
   CHECK(c.top_ids == std::vector<std::int32_t>{1});
 }
