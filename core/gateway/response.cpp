@@ -55,8 +55,8 @@ json bytes_of(const std::string& s) {
 }
 
 /// A choice's `logprobs` object for `tokens` (see completion_body).
-json logprobs_json(endpoint_kind kind, const std::vector<token_logprob>& tokens,
-                   std::uint64_t text_offset) {
+json logprobs_json(endpoint_kind kind,
+                   const std::vector<token_logprob>& tokens) {
   if (is_chat(kind)) {
     json content = json::array();
     for (auto& t : tokens) {
@@ -90,8 +90,7 @@ json logprobs_json(endpoint_kind kind, const std::vector<token_logprob>& tokens,
         top[name] = shown(a.logprob);
     }
     tops.push_back(std::move(top));
-    offsets.push_back(text_offset);
-    text_offset += t.token.size(); // its bytes in the choice's text
+    offsets.push_back(t.text_offset);
   }
   json out;
   out["tokens"] = std::move(names);
@@ -126,7 +125,7 @@ std::string completion_body(endpoint_kind kind, const response_head& head,
       choice["index"] = i;
     }
     choice["logprobs"] =
-      choices[i].with_logprobs ? logprobs_json(kind, choices[i].logprobs, 0)
+      choices[i].with_logprobs ? logprobs_json(kind, choices[i].logprobs)
                                : json(nullptr);
     choice["finish_reason"] = to_string(choices[i].reason);
     out["choices"].push_back(std::move(choice));
@@ -138,8 +137,7 @@ std::string completion_body(endpoint_kind kind, const response_head& head,
 std::string text_chunk(endpoint_kind kind, const response_head& head,
                        std::uint32_t index, std::string_view text, bool first,
                        bool include_usage,
-                       const std::vector<token_logprob>* logprobs,
-                       std::uint64_t text_offset) {
+                       const std::vector<token_logprob>* logprobs) {
   auto out = head_json(head, chunk_object(kind));
   json choice;
   if (is_chat(kind)) {
@@ -153,8 +151,8 @@ std::string text_chunk(endpoint_kind kind, const response_head& head,
     choice["text"] = std::string{text};
     choice["index"] = index;
   }
-  choice["logprobs"] = logprobs ? logprobs_json(kind, *logprobs, text_offset)
-                                : json(nullptr);
+  choice["logprobs"] =
+    logprobs ? logprobs_json(kind, *logprobs) : json(nullptr);
   choice["finish_reason"] = nullptr;
   out["choices"] = json::array({std::move(choice)});
   if (include_usage)

@@ -52,6 +52,9 @@ struct token_logprob {
   std::string token;
   float logprob = 0.0f;
   std::vector<alternative> top;
+  /// Where its bytes start in the choice's text (completions'
+  /// text_offset; set by the server's sink).
+  std::uint64_t text_offset = 0;
 };
 
 /// One choice of a whole answer.
@@ -71,7 +74,8 @@ struct choice_result {
 /// `{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token",
 /// "logprob", "bytes"}]}], "refusal": null}`, for completions
 /// `{"tokens", "token_logprobs", "top_logprobs": [{token: logprob}],
-/// "text_offset"}` (offsets in bytes of the choice's text). A token's text
+/// "text_offset"}` (each token's text_offset: bytes of the choice's text
+/// before it). A token's text
 /// is its bytes with what is not whole UTF-8 replaced (valid_utf8); chat's
 /// `bytes` are the token's own.
 std::string completion_body(endpoint_kind kind, const response_head& head,
@@ -82,13 +86,11 @@ std::string completion_body(endpoint_kind kind, const response_head& head,
 /// role when `first`, the choice's first chunk, for chat), as an SSE
 /// event. With `include_usage` the chunk has `"usage": null`, as OpenAI's.
 /// With `logprobs` the chunk's `logprobs` holds those tokens' (as
-/// completion_body shows them; completions' text offsets from
-/// `text_offset`, the bytes of the choice's text before the chunk's).
+/// completion_body shows them).
 std::string text_chunk(endpoint_kind kind, const response_head& head,
                        std::uint32_t index, std::string_view text, bool first,
                        bool include_usage,
-                       const std::vector<token_logprob>* logprobs = nullptr,
-                       std::uint64_t text_offset = 0);
+                       const std::vector<token_logprob>* logprobs = nullptr);
 
 /// The chunk that ends choice `index` with its finish_reason, as an SSE
 /// event.

@@ -929,9 +929,11 @@ sink_state stream_sink::token(std::uint32_t choice, std::string_view text,
         .observe(d.count());
     }
     last_token_ = now;
+    if (logprob && req_.logprobs >= 0) {
+      c.held_logprobs.emplace_back(c.fed + text.size(), *logprob);
+      c.held_logprobs.back().second.text_offset = c.fed;
+    }
     c.fed += text.size();
-    if (logprob && req_.logprobs >= 0)
-      c.held_logprobs.emplace_back(c.fed, *logprob);
     auto raw = c.filter.feed(text);
     c.released += raw.size();
     release_logprobs(c);
@@ -1016,8 +1018,7 @@ std::string stream_sink::chunk(std::uint32_t i, const std::string& text) {
   auto out = "id: " + id + "\n"
              + text_chunk(req_.kind, head_, i, text, c.first,
                           req_.include_usage,
-                          with_logprobs ? &c.ready_logprobs : nullptr,
-                          c.text_bytes - text.size());
+                          with_logprobs ? &c.ready_logprobs : nullptr);
   c.ready_logprobs.clear();
   c.first = false;
   sent_any_ = true;
