@@ -569,6 +569,17 @@ void end_taken_over(self_ptr self, std::uint64_t id, const std::string& why) {
   self->send(it->second.job, cancel_atom::value);
 }
 
+/// Entries [from, to) of a sequence's log-probabilities, as far as it has
+/// them.
+std::vector<model::token_logprobs>
+logprobs_between(const std::vector<model::token_logprobs>& l,
+                 std::size_t from, std::size_t to) {
+  to = std::min(to, l.size());
+  from = std::min(from, to);
+  return {l.begin() + static_cast<std::ptrdiff_t>(from),
+          l.begin() + static_cast<std::ptrdiff_t>(to)};
+}
+
 /// Chooses a node to back job `id` up — an alive member that is not this
 /// node, has not refused, preferably one without a stage of the job (it
 /// would be lost with it) — and sends it the job's replica. A node that
@@ -617,17 +628,12 @@ void choose_backup(self_ptr self, std::uint64_t id) {
     }
     r.draws = rj.log->draws;
     r.recoveries = rj.log->recoveries;
-    for (std::size_t j = 0; j < rj.log->logprobs.size(); ++j) {
-      auto& l = rj.log->logprobs[j];
-      r.logprobs.emplace_back(
-        l.begin(), l.begin()
-                     + static_cast<std::ptrdiff_t>(
-                       std::min(r.tokens[j].size(), l.size())));
-    }
+    for (std::size_t j = 0; j < rj.log->logprobs.size(); ++j)
+      r.logprobs.push_back(
+        logprobs_between(rj.log->logprobs[j], 0, r.tokens[j].size()));
   }
   rj.replicated_recoveries = r.recoveries.size();
   rj.backup = pick;
-  rj.backup_ready = false;
   rj.replicated.clear();
   for (auto& t : r.tokens)
     rj.replicated.push_back(static_cast<std::uint32_t>(t.size()));
@@ -684,12 +690,9 @@ void replicate_tick(self_ptr self) {
         p.have.push_back(static_cast<std::uint32_t>(from));
         p.more.emplace_back(t[j].begin() + static_cast<std::ptrdiff_t>(from),
                             t[j].begin() + static_cast<std::ptrdiff_t>(whole));
-        if (j < rj.log->logprobs.size()) {
-          auto& l = rj.log->logprobs[j];
-          p.more_logprobs.emplace_back(
-            l.begin() + static_cast<std::ptrdiff_t>(std::min(from, l.size())),
-            l.begin() + static_cast<std::ptrdiff_t>(std::min(whole, l.size())));
-        }
+        if (j < rj.log->logprobs.size())
+          p.more_logprobs.push_back(
+            logprobs_between(rj.log->logprobs[j], from, whole));
         p.draws.push_back(rj.log->draws[j]);
         more = more || !p.more.back().empty();
         rj.replicated[j] = static_cast<std::uint32_t>(whole);
@@ -749,19 +752,29 @@ void drop_replica(self_ptr self, std::uint64_t id) {
     .then([](caf::ok_atom) {}, [](caf::error&) {});
 }
 
-/// Token i of sequence seq as a listener gets it, with its
-/// log-probabilities when `logprobs` holds them.
+/// Token `t` of sequence seq, its index-th, as a listener gets it, with
+/// its log-probabilities when there are some (`lp` not null).
+job_token token_event(std::uint64_t id, std::uint32_t seq, std::int32_t t,
+                      std::uint32_t index, const model::token_logprobs* lp,
+                      const model::tokenizer& tok) {
+  job_token e{id, seq, t, tok.piece(t), index};
+  if (lp) {
+    e.has_logprobs = true;
+    e.logprobs = *lp;
+  }
+  return e;
+}
+
+/// Token i of sequence seq of `tokens`, with its log-probabilities when
+/// `logprobs` holds them.
 job_token token_event(std::uint64_t id, std::uint32_t seq, std::uint32_t i,
                       const std::vector<std::vector<std::int32_t>>& tokens,
                       const std::vector<std::vector<model::token_logprobs>>&
                         logprobs,
                       const model::tokenizer& tok) {
-  job_token e{id, seq, tokens[seq][i], tok.piece(tokens[seq][i]), i};
-  if (seq < logprobs.size() && i < logprobs[seq].size()) {
-    e.has_logprobs = true;
-    e.logprobs = logprobs[seq][i];
-  }
-  return e;
+  const bool has = seq < logprobs.size() && i < logprobs[seq].size();
+  return token_event(id, seq, tokens[seq][i], i,
+                     has ? &logprobs[seq][i] : nullptr, tok);
 }
 
 /// Sends `listener` the tokens generated so far, each sequence in order.
@@ -858,11 +871,7 @@ void start_job(self_ptr self, const run_ptr& run) {
                 id](std::uint32_t seq, std::int32_t t,
                     const model::token_logprobs* lp) {
     produced->fetch_add(1, std::memory_order_relaxed);
-    job_token e{id, seq, t, tok->piece(t), 0};
-    if (lp) {
-      e.has_logprobs = true;
-      e.logprobs = *lp;
-    }
+    auto e = token_event(id, seq, t, 0, lp, *tok);
     std::vector<caf::actor> followers;
     {
       std::lock_guard<std::mutex> guard{log->mx};
@@ -2786,16 +2795,12 @@ void hand_off(self_ptr self, std::uint64_t id,
           // Its tokens' log-probabilities, from the log (which holds every
           // token the job gave).
           std::lock_guard<std::mutex> guard{run->log->mx};
-          for (std::size_t j = 0; j < h.tokens.size(); ++j) {
-            h.logprobs.emplace_back();
-            if (j < run->log->logprobs.size()) {
-              auto& l = run->log->logprobs[j];
-              h.logprobs.back().assign(
-                l.begin(), l.begin()
-                             + static_cast<std::ptrdiff_t>(std::min(
-                               l.size(), h.tokens[j].size())));
-            }
-          }
+          for (std::size_t j = 0; j < h.tokens.size(); ++j)
+            h.logprobs.push_back(
+              j < run->log->logprobs.size()
+                ? logprobs_between(run->log->logprobs[j], 0,
+                                   h.tokens[j].size())
+                : std::vector<model::token_logprobs>{});
         }
         h.bounds.push_back(run->plan.front().first);
         for (auto& p : run->plan) {
