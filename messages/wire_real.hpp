@@ -10,11 +10,12 @@
 /// connection of the node. Found by fuzz/messages_fuzz.cpp.
 ///
 /// exo's inspect() functions call `wire(f, ...)` instead of `f(...)`: every
-/// double, float, optional<double> and vector<float> among the fields goes
-/// as its bits (exact, Inf and NaN included, and cheaper: a vector<float>
-/// is one block of bytes); everything else as CAF would send it. Other
-/// inspectors (to_string) see the plain values. A vector<float> a peer
-/// sends is refused past max_wire_floats before anything is allocated.
+/// double, float, optional<double>, vector<float> and vector<double> among
+/// the fields goes as its bits (exact, Inf and NaN included, and cheaper: a
+/// vector is one block of bytes); everything else as CAF would send it.
+/// Other inspectors (to_string) see the plain values. A vector a peer
+/// sends is refused past max_wire_floats floats' bytes before anything is
+/// allocated.
 /// The bits go in the host's order: exo runs on little-endian hosts only.
 
 #include <caf/deserializer.hpp>
@@ -35,8 +36,8 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 namespace exo {
 
-/// The most floats one vector<float> field may claim (64 MiB, the largest
-/// message a node may announce).
+/// The most floats one vector<float> field may claim, half as many doubles
+/// for a vector<double> (64 MiB, the largest message a node may announce).
 constexpr std::size_t max_wire_floats = 16u << 20;
 
 template<class T>
@@ -48,8 +49,9 @@ struct optional_real_bits {
   caf::optional<double>* x;
 };
 
-struct floats_bits {
-  std::vector<float>* xs;
+template<class T>
+struct reals_bits {
+  std::vector<T>* xs;
 };
 
 template<class Inspector>
@@ -97,26 +99,26 @@ typename Inspector::result_type inspect(Inspector& f, optional_real_bits& r) {
   }
 }
 
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, floats_bits& r) {
+template<class Inspector, class T>
+typename Inspector::result_type inspect(Inspector& f, reals_bits<T>& r) {
   auto& xs = *r.xs;
   if constexpr (saves<Inspector>) {
     auto n = xs.size();
     if (auto err = f.begin_sequence(n))
       return err;
     if (n > 0)
-      if (auto err = f.apply_raw(n * sizeof(float), xs.data()))
+      if (auto err = f.apply_raw(n * sizeof(T), xs.data()))
         return err;
     return f.end_sequence();
   } else if constexpr (loads<Inspector>) {
     std::size_t n = 0;
     if (auto err = f.begin_sequence(n))
       return err;
-    if (n > max_wire_floats)
+    if (n > max_wire_floats * sizeof(float) / sizeof(T))
       return caf::make_error(caf::sec::invalid_argument);
     xs.resize(n);
     if (n > 0)
-      if (auto err = f.apply_raw(n * sizeof(float), xs.data()))
+      if (auto err = f.apply_raw(n * sizeof(T), xs.data()))
         return err;
     return f.end_sequence();
   } else {
@@ -139,7 +141,10 @@ inline real_bits<float> on_wire(float& x) {
 inline optional_real_bits on_wire(caf::optional<double>& x) {
   return {&x};
 }
-inline floats_bits on_wire(std::vector<float>& x) {
+inline reals_bits<float> on_wire(std::vector<float>& x) {
+  return {&x};
+}
+inline reals_bits<double> on_wire(std::vector<double>& x) {
   return {&x};
 }
 

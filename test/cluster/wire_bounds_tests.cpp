@@ -159,6 +159,14 @@ TEST_CASE("infinities and NaNs cross the wire exactly (CAF's own float "
   REQUIRE(stb.x.size() == st.x.size());
   for (std::size_t i = 0; i < st.x.size(); ++i)
     CHECK(same_bits(stb.x[i], st.x[i]));
+  // A row's log-sum-exp (doubles) the same way: CAF's packing of a
+  // vector<double> holding an infinity never ended (found by the fuzzer).
+  st.logprobs = true;
+  st.lse = {inf, -inf, std::nan(""), 1e-310, -2.5};
+  auto lb = round_trip(st);
+  REQUIRE(lb.lse.size() == st.lse.size());
+  for (std::size_t i = 0; i < st.lse.size(); ++i)
+    CHECK(std::memcmp(&lb.lse[i], &st.lse[i], sizeof(double)) == 0);
   // A vector<float> a peer claims past 64 MiB is refused before it is
   // allocated.
   auto before = peak_rss_kib();
