@@ -365,7 +365,8 @@ namespace model {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampler_params& x) {
   return wire(f, caf::meta::type_name("exo.sampler_params"), x.temperature,
-              x.top_k, x.top_p, x.seed);
+              x.top_k, x.top_p, x.seed, x.frequency_penalty,
+              x.presence_penalty, x.bias_ids, x.bias_values);
 }
 
 template<class Inspector>

@@ -440,6 +440,22 @@ model::token_distribution distribution_of(const model::sampler& smp,
                               row.ids.size());
 }
 
+/// A whole row of logits as sequence j samples from it: adjusted by the
+/// job's logit bias and penalties for the tokens it has generated so far
+/// (model::adjust_logits, in `scratch`); `values` itself when nothing
+/// adjusts it (rows come whole when something does).
+const std::vector<float>& adjusted(const job_state& st, std::uint32_t j,
+                                   const std::vector<float>& values,
+                                   std::vector<float>& scratch) {
+  if (!model::adjusts_logits(st.cfg.sampling))
+    return values;
+  scratch = values;
+  const auto& out = st.result.tokens[j];
+  model::adjust_logits(st.cfg.sampling, out.data(), out.size(),
+                       scratch.data(), scratch.size());
+  return scratch;
+}
+
 /// Sequence j's tokens are whole (no round under way past them): their
 /// draws are what a takeover or a recovery goes on from (on_settled).
 void settle(self_ptr self, std::uint32_t j) {
@@ -469,11 +485,19 @@ void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits_in,
     sequence_done(self, j);
     return;
   } else {
-    auto id = chosen ? *chosen
-              : logits_in.ids.empty()
-                ? q.smp->sample(logits.data(), logits.size())
-                : q.smp->sample_top(logits_in.ids.data(), logits.data(),
-                                    logits.size());
+    // Sampled from the row adjusted by the bias and penalties; the
+    // log-probabilities below are the model's own (vLLM's default).
+    std::int32_t id = 0;
+    if (chosen) {
+      id = *chosen;
+    } else if (logits_in.ids.empty()) {
+      std::vector<float> scratch;
+      const auto& row = adjusted(st, j, logits, scratch);
+      id = q.smp->sample(row.data(), row.size());
+    } else {
+      id = q.smp->sample_top(logits_in.ids.data(), logits.data(),
+                             logits.size());
+    }
     out.push_back(id);
     ++st.result.generated_tokens;
     // Its log-probabilities, from the row it was chosen from (the logits
@@ -890,7 +914,13 @@ void verify(self_ptr self, std::uint32_t j) {
                 && model::sampler::first_non_finite(row.values.data(),
                                                     row.values.size())
                      == row.values.size()) { // (else on_logits ends it)
-              const auto p = distribution_of(*q.smp, row);
+              // (Whole rows when adjusted, by the tokens so far: the
+              // ones this round kept included.)
+              std::vector<float> scratch;
+              const auto& a = adjusted(st, j, row.values, scratch);
+              const auto p = row.ids.empty()
+                               ? q.smp->distribution(a.data(), a.size())
+                               : distribution_of(*q.smp, row);
               const auto x = q.drafted[i];
               kept = model::keep_proposal(p, q.draft_dists[i], x,
                                           q.smp->uniform());
@@ -1043,11 +1073,11 @@ void share_prompts(job_state& st) {
 void make_groups(job_state& st) {
   const std::size_t m = st.seqs.size();
   // What the last stage returns of a row: what the sampler reads of it,
-  // unless the setup keeps whole rows.
+  // unless the setup keeps whole rows or the rows are adjusted first (a
+  // logit bias, a penalty: whole rows).
   // With log-probabilities, at least the alternatives they name (and the
   // row's log-sum-exp beside them).
-  std::size_t read = model::sampler::candidates(st.cfg.sampling,
-                                                st.cfg.n_vocab);
+  std::size_t read = model::logits_needed(st.cfg.sampling, st.cfg.n_vocab);
   if (read != 0 && st.cfg.logprobs > 0)
     read = std::max<std::size_t>(read,
                                  static_cast<std::size_t>(st.cfg.logprobs));

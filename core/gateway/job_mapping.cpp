@@ -202,6 +202,20 @@ mapped_job map_request(const model_source& model,
   job.sampling.temperature = static_cast<float>(req.temperature);
   job.sampling.top_p = static_cast<float>(req.top_p);
   job.sampling.seed = req.seed ? static_cast<std::uint64_t>(*req.seed) : seed;
+  job.sampling.frequency_penalty = static_cast<float>(req.frequency_penalty);
+  job.sampling.presence_penalty = static_cast<float>(req.presence_penalty);
+  for (const auto& [id, bias] : req.logit_bias) { // ascending ids
+    if (static_cast<std::uint64_t>(id) >= model.tokenizer->size()) {
+      out.error = invalid_request(
+        "Invalid 'logit_bias': token " + std::to_string(id)
+          + " is outside the vocabulary of model " + model.id + " ("
+          + std::to_string(model.tokenizer->size()) + " tokens).",
+        "logit_bias");
+      return out;
+    }
+    job.sampling.bias_ids.push_back(id);
+    job.sampling.bias_values.push_back(static_cast<float>(bias));
+  }
   job.sequences = req.n; // the choices; the prompt is read once
   job.share_prompt = true;
   job.stages = 0;
@@ -217,6 +231,8 @@ mapped_job map_request(const model_source& model,
 
 static_assert(max_top_logprobs == model::max_top_logprobs,
               "the gateway's bound on top_logprobs is the jobs'");
+static_assert(max_logit_bias == model::max_logit_bias,
+              "the gateway's bound on logit_bias is the jobs'");
 
 finish_reason finish_of(const std::vector<std::int32_t>& tokens,
                         const std::set<std::int32_t>& stop_ids,

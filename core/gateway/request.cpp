@@ -246,23 +246,48 @@ std::int64_t get_logprob_count(std::int64_t n, const std::string& key) {
   return n;
 }
 
+/// OpenAI's logit_bias: an object from token ids (decimal strings) to
+/// biases in [-100, 100], at most max_logit_bias of them.
+std::map<std::int32_t, double> get_logit_bias(const json& v) {
+  const std::string key = "logit_bias";
+  if (!v.is_object())
+    wrong_type(key, v, "an object");
+  if (v.size() > max_logit_bias)
+    refuse("Invalid value for 'logit_bias': " + std::to_string(v.size())
+             + " tokens, more than the limit of "
+             + std::to_string(max_logit_bias) + ".",
+           key);
+  std::map<std::int32_t, double> out;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const auto& id = it.key();
+    const bool digits =
+      !id.empty() && id.size() <= 9
+      && std::all_of(id.begin(), id.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits)
+      refuse("Invalid key in 'logit_bias': \"" + id.substr(0, 32)
+               + "\" is not a token id (a non-negative integer).",
+             key);
+    const auto bias = get_number(it.value(), key + "." + id, -100.0, 100.0);
+    out[static_cast<std::int32_t>(std::stol(id))] = bias;
+  }
+  return out;
+}
+
 /// Fields OpenAI defines that exo does not implement: accepted only with
 /// their neutral value, so that nothing a client asks for is silently
 /// ignored.
 bool neutral_unsupported(const std::string& key, const json& v) {
   if (v.is_null())
-    return key == "suffix" || key == "logit_bias" || key == "response_format"
+    return key == "suffix" || key == "response_format"
            || key == "best_of" || key == "echo"
-           || key == "frequency_penalty" || key == "presence_penalty"
            || key == "metadata" || key == "store"
            || key == "parallel_tool_calls";
-  if (key == "frequency_penalty" || key == "presence_penalty")
-    return v.is_number() && v.get<double>() == 0.0;
   if (key == "echo" || key == "store")
     return v.is_boolean() && !v.get<bool>();
   if (key == "best_of")
     return v.is_number_integer() && v.get<std::int64_t>() == 1;
-  if (key == "logit_bias" || key == "metadata")
+  if (key == "metadata")
     return v.is_object() && v.empty();
   if (key == "response_format")
     return v.is_object() && v.size() == 1 && v.contains("type")
@@ -327,6 +352,15 @@ completion_request parse(endpoint_kind kind, const json& body,
     } else if (key == "seed") {
       if (!v.is_null())
         r.seed = get_integer(v, key);
+    } else if (key == "frequency_penalty") {
+      if (!v.is_null())
+        r.frequency_penalty = get_number(v, key, -2.0, 2.0);
+    } else if (key == "presence_penalty") {
+      if (!v.is_null())
+        r.presence_penalty = get_number(v, key, -2.0, 2.0);
+    } else if (key == "logit_bias") {
+      if (!v.is_null())
+        r.logit_bias = get_logit_bias(v);
     } else if (key == "stop") {
       r.stop = get_stop(v);
     } else if (key == "n") {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,6 +36,8 @@ struct chat_message {
 /// The most alternatives a response names per token (OpenAI's
 /// top_logprobs; the jobs' model::max_top_logprobs).
 constexpr std::int64_t max_top_logprobs = 20;
+/// The most tokens a logit_bias names (model::max_logit_bias).
+constexpr std::size_t max_logit_bias = 1024;
 
 struct completion_request {
   endpoint_kind kind = endpoint_kind::completions;
@@ -56,6 +59,15 @@ struct completion_request {
   double top_p = 1.0;
   /// The sampler's seed, when the client chose one.
   std::optional<std::int64_t> seed;
+  /// OpenAI's penalties, each in [-2, 2]: a token's logit loses
+  /// frequency_penalty for every time the choice generated it so far, and
+  /// presence_penalty once if it did (model::adjust_logits).
+  double frequency_penalty = 0.0;
+  double presence_penalty = 0.0;
+  /// OpenAI's logit_bias: token id -> bias in [-100, 100] added to its
+  /// logit; at most max_logit_bias tokens (the vocabulary is the mapping's
+  /// check).
+  std::map<std::int32_t, double> logit_bias;
   /// Up to four stop strings, none empty (each choice stops on its own).
   std::vector<std::string> stop;
   /// Choices to generate (OpenAI's n, 1 to request_limits::max_choices):

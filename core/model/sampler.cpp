@@ -40,6 +40,40 @@ void sampler::restart(uint64_t draws) {
   draws_ = draws;
 }
 
+bool adjusts_logits(const sampler_params& p) {
+  return p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f
+         || !p.bias_ids.empty();
+}
+
+void adjust_logits(const sampler_params& p, const int32_t* generated,
+                   size_t n_generated, float* logits, size_t n) {
+  const size_t nb = std::min(p.bias_ids.size(), p.bias_values.size());
+  for (size_t i = 0; i < nb; ++i) {
+    const auto id = p.bias_ids[i];
+    if (id >= 0 && static_cast<size_t>(id) < n)
+      logits[id] += p.bias_values[i];
+  }
+  if (p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f)
+    return;
+  // Counts of each distinct token: sorted copy, runs.
+  std::vector<int32_t> ids(generated, generated + n_generated);
+  std::sort(ids.begin(), ids.end());
+  for (size_t i = 0; i < ids.size();) {
+    size_t e = i + 1;
+    while (e < ids.size() && ids[e] == ids[i])
+      ++e;
+    const auto id = ids[i];
+    if (id >= 0 && static_cast<size_t>(id) < n)
+      logits[id] -= static_cast<float>(e - i) * p.frequency_penalty
+                    + p.presence_penalty;
+    i = e;
+  }
+}
+
+size_t logits_needed(const sampler_params& p, size_t n_vocab) {
+  return adjusts_logits(p) ? 0 : sampler::candidates(p, n_vocab);
+}
+
 size_t sampler::candidates(const sampler_params& p, size_t n_vocab) {
   if (p.temperature <= 0.0f)
     return 1;

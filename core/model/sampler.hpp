@@ -9,12 +9,49 @@ namespace exo::model {
 
 /// How to pick the next token. temperature <= 0 means greedy (argmax);
 /// top_k == 0 and top_p >= 1 disable those filters.
+///
+/// Before any of them, a row of logits may be adjusted (adjust_logits):
+/// OpenAI's logit_bias, frequency_penalty and presence_penalty.
 struct sampler_params {
   float temperature = 0.0f;
   uint32_t top_k = 40;
   float top_p = 0.95f;
   uint64_t seed = 0;
+  /// Subtracted from a token's logit once per time the sequence has
+  /// generated it so far (-2 to 2: negative values favour repeats).
+  float frequency_penalty = 0.0f;
+  /// Subtracted from a token's logit once if the sequence has generated it
+  /// so far (-2 to 2).
+  float presence_penalty = 0.0f;
+  /// Added to the logits of the tokens named (ids ascending, distinct;
+  /// each -100 to 100): OpenAI's logit_bias.
+  std::vector<int32_t> bias_ids;
+  std::vector<float> bias_values;
 };
+
+/// The most tokens a logit_bias may name (OpenAI's own limit is 300).
+constexpr size_t max_logit_bias = 1024;
+
+/// The largest |frequency_penalty| and |presence_penalty|, and |bias|.
+constexpr float max_penalty = 2.0f;
+constexpr float max_logit_bias_value = 100.0f;
+
+/// Whether `p` adjusts rows before sampling (a bias or a penalty set).
+bool adjusts_logits(const sampler_params& p);
+
+/// How many of a row's best logits a job needs from its last stage to
+/// sample with `p`: sampler::candidates, or 0 (whole rows) when the row is
+/// adjusted first (a bias or a penalty can lift any token into them).
+size_t logits_needed(const sampler_params& p, size_t n_vocab);
+
+/// Adjusts a row of `n` logits as `p` says, given the tokens the sequence
+/// has generated so far (`generated`, its prompt not included, as OpenAI
+/// and vLLM count): first each logit_bias id gets its bias added, then
+/// each generated token's logit loses count * frequency_penalty +
+/// presence_penalty (llama.cpp's expression, in float). Ids outside the
+/// row are ignored. Touches only the ids named: O(generated + biases).
+void adjust_logits(const sampler_params& p, const int32_t* generated,
+                   size_t n_generated, float* logits, size_t n);
 
 /// A distribution over tokens: ids[i] with probability probs[i] (the
 /// others 0), in the order sample_top reads them.

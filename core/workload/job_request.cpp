@@ -165,6 +165,38 @@ void check_sampling(const model::sampler_params& p) {
   if (!std::isfinite(p.top_p) || p.top_p < 0.0f || p.top_p > 1.0f)
     throw job_error("--top-p must be a number in [0, 1], not "
                     + number(p.top_p));
+  auto penalty = [](float v, const char* name) {
+    if (!std::isfinite(v) || v < -model::max_penalty
+        || v > model::max_penalty)
+      throw job_error(std::string{name} + " must be a number in ["
+                      + number(-model::max_penalty) + ", "
+                      + number(model::max_penalty) + "], not " + number(v));
+  };
+  penalty(p.frequency_penalty, "--frequency-penalty");
+  penalty(p.presence_penalty, "--presence-penalty");
+  if (p.bias_ids.size() != p.bias_values.size())
+    throw job_error("the logit bias names " + std::to_string(p.bias_ids.size())
+                    + " tokens but has " + std::to_string(p.bias_values.size())
+                    + " values");
+  if (p.bias_ids.size() > model::max_logit_bias)
+    throw job_error("the logit bias names " + std::to_string(p.bias_ids.size())
+                    + " tokens, more than "
+                    + std::to_string(model::max_logit_bias));
+  for (std::size_t i = 0; i < p.bias_ids.size(); ++i) {
+    const auto id = p.bias_ids[i];
+    const auto v = p.bias_values[i];
+    if (id < 0 || (i > 0 && id <= p.bias_ids[i - 1]))
+      throw job_error("the logit bias's token ids must be distinct, "
+                      "ascending and not negative; " + std::to_string(id)
+                      + " is not");
+    if (!std::isfinite(v) || v < -model::max_logit_bias_value
+        || v > model::max_logit_bias_value)
+      throw job_error("the logit bias of token " + std::to_string(id)
+                      + " must be a number in ["
+                      + number(-model::max_logit_bias_value) + ", "
+                      + number(model::max_logit_bias_value) + "], not "
+                      + number(v));
+  }
 }
 
 std::uint64_t max_draws(std::uint64_t tokens, std::uint32_t draft_tokens) {
@@ -245,6 +277,13 @@ std::uint32_t validate(const job_request& r, std::size_t prompt_tokens,
                     + " exceeds the model's "
                     + std::to_string(limits.n_layer) + " layers");
   check_sampling(r.sampling);
+  if (!r.sampling.bias_ids.empty()
+      && static_cast<std::uint32_t>(r.sampling.bias_ids.back())
+           >= limits.n_vocab)
+    throw job_error("the logit bias names token "
+                    + std::to_string(r.sampling.bias_ids.back())
+                    + ", outside the model's vocabulary of "
+                    + std::to_string(limits.n_vocab) + " tokens");
   if (r.logprobs < -1
       || r.logprobs > static_cast<std::int32_t>(model::max_top_logprobs))
     throw job_error("logprobs must be -1 (none) or in [0, "

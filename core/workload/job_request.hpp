@@ -12,7 +12,10 @@
 ///   - the prompt gives at least one token;
 ///   - sequences in [1, max_job_sequences];
 ///   - stages 0 (the solver's plan) or in [1, n_layer];
-///   - temperature finite in [0, max_temperature], top-p in [0, 1];
+///   - temperature finite in [0, max_temperature], top-p in [0, 1],
+///     frequency and presence penalties in [-2, 2], a logit bias of at
+///     most model::max_logit_bias tokens of the vocabulary (ascending,
+///     distinct), each -100 to 100;
 ///   - logprobs -1 or in [0, model::max_top_logprobs];
 ///   - the KV cache type one of f16, q8_0, f32 (q8_0: the model's heads a
 ///     multiple of 32 wide);

@@ -5,6 +5,7 @@
 #include "core/workload/job_request.hpp"
 
 #include <limits>
+#include <map>
 
 #include <stdexcept>
 
@@ -39,8 +40,39 @@ namespace {
 struct run_words {
   std::string n, seed, temperature, top_k, top_p, stages, sequences, ctx;
   std::string batch, draft_tokens;
+  std::string frequency_penalty, presence_penalty, logit_bias;
   std::string llama_threads;
 };
+
+/// --logit-bias "ID=BIAS,ID=BIAS,...": the sampler's bias, ids ascending
+/// (a repeated id is refused; ranges and the vocabulary are the job's
+/// checks).
+void parse_logit_bias(const std::string& v, model::sampler_params& p) {
+  std::map<std::int32_t, float> bias;
+  std::size_t at = 0;
+  while (at <= v.size()) {
+    auto end = v.find(',', at);
+    if (end == std::string::npos)
+      end = v.size();
+    const auto item = v.substr(at, end - at);
+    const auto eq = item.find('=');
+    if (eq == std::string::npos)
+      throw std::invalid_argument("--logit-bias wants ID=BIAS[,ID=BIAS...], "
+                                  "not '" + item + "'");
+    const auto id = text::parse_integer<std::int32_t>(
+      item.substr(0, eq), 0, std::numeric_limits<std::int32_t>::max(),
+      "--logit-bias's token id");
+    if (!bias.emplace(id, to_float("--logit-bias", item.substr(eq + 1)))
+           .second)
+      throw std::invalid_argument("--logit-bias names token "
+                                  + std::to_string(id) + " twice");
+    at = end + 1;
+  }
+  for (const auto& [id, b] : bias) {
+    p.bias_ids.push_back(id);
+    p.bias_values.push_back(b);
+  }
+}
 
 /// The options of a run on `app`; `local` adds exo-node run's own.
 void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
@@ -54,6 +86,18 @@ void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
   app.add_option("--top-k", w.top_k, "sample from the K most likely")
     ->type_name("K");
   app.add_option("--top-p", w.top_p, "nucleus sampling")->type_name("P");
+  app.add_option("--frequency-penalty", w.frequency_penalty,
+                 "subtract F from a token's logit per time it was generated "
+                 "(-2 to 2, OpenAI's frequency_penalty)")
+    ->type_name("F");
+  app.add_option("--presence-penalty", w.presence_penalty,
+                 "subtract F from the logit of a token generated before "
+                 "(-2 to 2)")
+    ->type_name("F");
+  app.add_option("--logit-bias", w.logit_bias,
+                 "add BIAS (-100 to 100) to token ID's logit, "
+                 "ID=BIAS[,ID=BIAS...]")
+    ->type_name("LIST");
   app.add_option("--stages", w.stages,
                  "split evenly into K stages (default: the solver's plan)")
     ->type_name("K");
@@ -137,6 +181,14 @@ run_options parse_run_options(const std::vector<std::string>& words,
     o.sampling.top_k = to_u32("--top-k", w.top_k, 0, 1u << 30);
   if (given("--top-p"))
     o.sampling.top_p = to_float("--top-p", w.top_p);
+  if (given("--frequency-penalty"))
+    o.sampling.frequency_penalty =
+      to_float("--frequency-penalty", w.frequency_penalty);
+  if (given("--presence-penalty"))
+    o.sampling.presence_penalty =
+      to_float("--presence-penalty", w.presence_penalty);
+  if (given("--logit-bias"))
+    parse_logit_bias(w.logit_bias, o.sampling);
   if (given("--stages"))
     o.stages = to_u32("--stages", w.stages, 1, 1024);
   if (given("--sequences"))

@@ -2,7 +2,9 @@
 
 /// The options of a job, shared by `exo-node run` and the console's `run`:
 ///   --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
-///   [--top-k K] [--top-p P] [--stages K] [--sequences M] [--ctx C]
+///   [--top-k K] [--top-p P] [--frequency-penalty F]
+///   [--presence-penalty F] [--logit-bias ID=B,...] [--stages K]
+///   [--sequences M] [--ctx C]
 ///   [--chat [--system TEXT]] [--kv-type TYPE] [--logits-out FILE]
 /// and, for `exo-node run` only, [--config FILE] [--state-dir DIR]
 /// [--llama-threads N].

@@ -178,7 +178,9 @@ TEST_CASE("the console's run takes the options of exo-node run that are not "
         words.push_back("d.gguf");
       }
       words.push_back((o.name.size() == 1 ? "-" : "--") + o.name);
-      if (o.type != value_type::flag)
+      if (o.name == "logit-bias") // text of its own form
+        words.push_back("3=1.5,7=-100");
+      else if (o.type != value_type::flag)
         words.push_back(sample(o.type, o.min, o.max, o.choices));
     }
     CHECK_NOTHROW(exo::workload::parse_run_options(words, false));

@@ -271,6 +271,29 @@ TEST_CASE("completions map prompt, max_tokens and sampling, refusals are "
   const auto sampled_job = map_request(with_draft, sampled, {}, 1).job;
   CHECK(sampled_job.draft == with_draft.draft);
   CHECK(sampled_job.sampling.temperature == 0.7f);
+  // Penalties and a logit bias go to the job's sampler (ids ascending);
+  // a token outside the vocabulary is a 400 naming logit_bias.
+  CHECK(m.job.sampling.bias_ids.empty());
+  auto penalized = r;
+  penalized.frequency_penalty = 0.5;
+  penalized.presence_penalty = -1.0;
+  penalized.logit_bias = {{9, -100.0}, {2, 1.5}};
+  auto mp = map_request(src, penalized, {}, 1);
+  REQUIRE_FALSE(mp.error);
+  CHECK(mp.job.sampling.frequency_penalty == 0.5f);
+  CHECK(mp.job.sampling.presence_penalty == -1.0f);
+  CHECK(mp.job.sampling.bias_ids == std::vector<std::int32_t>{2, 9});
+  CHECK(mp.job.sampling.bias_values == std::vector<float>{1.5f, -100.0f});
+  CHECK(workload::prepare_job(mp.job).request.sampling.bias_ids.size() == 2);
+  penalized.logit_bias[static_cast<std::int32_t>(src.tokenizer->size())] = 1;
+  auto bad_bias = map_request(src, penalized, {}, 1);
+  REQUIRE(bad_bias.error);
+  CHECK(bad_bias.error->status == 400);
+  CHECK(bad_bias.error->param == "logit_bias");
+  CHECK(bad_bias.error->message.find(
+          "token " + std::to_string(src.tokenizer->size())
+          + " is outside the vocabulary of model plain")
+        != std::string::npos);
   // The gateway's KV cache type goes with every job.
   CHECK(m.job.kv_type.empty());
   mapping_limits q8;

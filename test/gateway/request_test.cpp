@@ -201,9 +201,8 @@ TEST_CASE("unknown fields and unsupported features are refused, not "
   CHECK(unknown.error.status == 400);
   CHECK(unknown.error.param == "temprature");
   CHECK(unknown.error.code == "unknown_parameter");
-  CHECK(with(R"("presence_penalty":0.5)").error.param == "presence_penalty");
-  CHECK(with(R"("presence_penalty":0)"));
   CHECK(with(R"("echo":true)").error.param == "echo");
+  CHECK(with(R"("best_of":2)").error.param == "best_of");
   auto image = chat(R"({"model":"tiny","messages":[{"role":"user","content":
       [{"type":"image_url","image_url":{"url":"x"}}]}]})");
   CHECK(image.error.param == "messages[0].content[0].type");
@@ -364,4 +363,56 @@ TEST_CASE("/tokenize and /detokenize bodies are parsed and refused by name") {
                        small)
           .error.status
         == 413);
+}
+
+TEST_CASE("penalties and a logit bias are read and bounded as OpenAI's") {
+  auto with = [](const std::string& extra) {
+    return chat(R"({"model":"tiny","messages":[{"role":"user","content":"x"}])"
+                + extra + "}");
+  };
+  auto none = with("");
+  REQUIRE(none);
+  CHECK(none.request->frequency_penalty == 0.0);
+  CHECK(none.request->presence_penalty == 0.0);
+  CHECK(none.request->logit_bias.empty());
+  auto r = with(R"(,"frequency_penalty":1.5,"presence_penalty":-2,
+                  "logit_bias":{"50256":-100,"7":2.5,"0":100})");
+  REQUIRE(r);
+  CHECK(r.request->frequency_penalty == 1.5);
+  CHECK(r.request->presence_penalty == -2.0);
+  CHECK(r.request->logit_bias
+        == std::map<std::int32_t, double>{{0, 100.0}, {7, 2.5},
+                                          {50256, -100.0}});
+  auto nulls = with(R"(,"frequency_penalty":null,"presence_penalty":null,
+                      "logit_bias":null)");
+  REQUIRE(nulls);
+  CHECK(nulls.request->logit_bias.empty());
+  CHECK(with(R"(,"logit_bias":{})"));
+  // Out of range, of the wrong type, or not a token id: a 400 naming it.
+  auto far = with(R"(,"frequency_penalty":2.5)");
+  CHECK(far.error.status == 400);
+  CHECK(far.error.param == "frequency_penalty");
+  CHECK(far.error.message.find("is not in [-2.0, 2.0]") != std::string::npos);
+  CHECK(with(R"(,"presence_penalty":"1")").error.param == "presence_penalty");
+  CHECK(with(R"(,"logit_bias":[1,2])").error.param == "logit_bias");
+  CHECK(with(R"(,"logit_bias":{"7":101})").error.param == "logit_bias.7");
+  CHECK(with(R"(,"logit_bias":{"7":"up"})").error.param == "logit_bias.7");
+  for (const char* key : {"-1", "x", "", "1.5", "+3", " 3", "12345678901"}) {
+    INFO(key);
+    auto bad = with(std::string{R"(,"logit_bias":{")"} + key + R"(":1})");
+    CHECK(bad.error.param == "logit_bias");
+    CHECK(bad.error.message.find("not a token id") != std::string::npos);
+  }
+  std::string many = R"(,"logit_bias":{)";
+  for (int i = 0; i <= 1024; ++i)
+    many += (i ? "," : "") + ("\"" + std::to_string(i) + "\":1");
+  many += "}";
+  CHECK(with(many).error.message.find("more than the limit of 1024")
+        != std::string::npos);
+  // The completions endpoint reads them the same way.
+  auto c = completion(R"({"model":"tiny","prompt":"a","frequency_penalty":0.5,
+                          "logit_bias":{"3":-1}})");
+  REQUIRE(c);
+  CHECK(c.request->frequency_penalty == 0.5);
+  CHECK(c.request->logit_bias.size() == 1);
 }

@@ -3,7 +3,7 @@
 // model without a chat template, streams a chat on one with Llama 3's
 // template, checks the texts against `exo-model run`'s (given by the test),
 // the same prompt as token ids (and a token outside the vocabulary: 400),
-// a chat and a completion with log-probabilities,
+// a chat and a completion with log-probabilities, a logit bias,
 // asks for n = 3 sampled choices (each the engine's run with seed + i;
 // streamed with a stop string, each choice cut on its own),
 // the 404 of an unknown model and the 400 of a chat on a model without a
@@ -155,6 +155,31 @@ check(scoredText.choices[0].text === p.text
         && tl.text_offset[0] === 0,
       `completion with logprobs: ${tl.tokens.length} tokens, offsets ` +
         JSON.stringify(tl.text_offset.slice(0, 4)));
+
+// A logit bias of 100 on one token (the prompt's last): greedy picks it
+// every time; its log-probabilities stay the model's own (below 0). Out of
+// range penalties are a 400 naming them.
+const favoured = p.prompt_ids[p.prompt_ids.length - 1];
+const biased = await client.completions.create({
+  model: p.model, prompt: p.prompt, max_tokens: 4, temperature: 0,
+  logprobs: 0, logit_bias: { [String(favoured)]: 100 },
+  frequency_penalty: 0.5, presence_penalty: 0.5,
+});
+const bt = biased.choices[0].logprobs;
+check(bt.tokens.length === 4 && bt.tokens.every((t) => t === bt.tokens[0])
+        && biased.choices[0].text === bt.tokens[0].repeat(4)
+        && bt.token_logprobs.every((l) => l < 0),
+      `logit_bias {${favoured}: 100}: ${JSON.stringify(bt.tokens)} `
+        + JSON.stringify(bt.token_logprobs));
+try {
+  await client.completions.create({
+    model: p.model, prompt: p.prompt, max_tokens: 1, presence_penalty: 2.5 });
+  check(false, "a presence_penalty of 2.5 refused");
+} catch (e) {
+  check(e instanceof OpenAI.BadRequestError
+          && e.error?.param === "presence_penalty",
+        `presence_penalty 2.5: 400 (${e.message})`);
+}
 
 // n = 3 sampled choices: choice i is the engine's run with seed + i.
 const s = expected.sampled;

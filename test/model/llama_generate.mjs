@@ -6,9 +6,14 @@
 //   node llama_generate.mjs TOOLS_DIR JOBS.json OUT.json
 //
 // JOBS.json: [{"model": PATH, "prompt": TEXT, "n": N, "batch": B,
-// "kv": TYPE}, ...] (batch: llama.cpp's batch size, 512 unless given; 1
-// evaluates the prompt a token at a time; kv: the KV cache's key and value
-// type, e.g. "Q8_0" as llama.cpp's --cache-type-k/-v, F16 unless given);
+// "kv": TYPE, "frequency_penalty": F, "presence_penalty": P,
+// "logit_bias": [[ID, BIAS], ...]}, ...] (batch: llama.cpp's batch size,
+// 512 unless given; 1 evaluates the prompt a token at a time; kv: the KV
+// cache's key and value type, e.g. "Q8_0" as llama.cpp's
+// --cache-type-k/-v, F16 unless given; the penalties, llama.cpp's
+// penalties sampler over every token generated so far (OpenAI's
+// frequency_penalty and presence_penalty, no repeat penalty), and the
+// logit bias, its logit-bias sampler, both before the greedy pick);
 // OUT.json gets
 // [{"prompt": [ids], "generated": [ids]}, ...] in the same order. The prompt
 // is evaluated as one batch; generation does not stop at end-of-generation
@@ -18,7 +23,7 @@ import path from "node:path";
 import { pathToFileURL } from "node:url";
 
 const [tools, jobsPath, outPath] = process.argv.slice(2);
-const { getLlama, LlamaLogLevel } = await import(pathToFileURL(
+const { getLlama, LlamaLogLevel, TokenBias } = await import(pathToFileURL(
   path.join(tools, "node_modules/node-llama-cpp/dist/index.js")).href);
 
 const llama = await getLlama({ gpu: false, build: "never",
@@ -37,8 +42,24 @@ for (const job of jobs) {
   const prompt = model.tokens.shouldPrependBosToken
     ? [Number(model.tokens.bos), ...body] : body;
   const generated = [];
-  for await (const t of seq.evaluate(prompt, { temperature: 0,
-                                               yieldEogToken: true })) {
+  const options = { temperature: 0, yieldEogToken: true };
+  if (job.frequency_penalty || job.presence_penalty)
+    options.repeatPenalty = {
+      punishTokens: () => generated, // OpenAI's: the generated tokens
+      maxPunishTokens: job.n,
+      penalty: 1,
+      frequencyPenalty: job.frequency_penalty ?? 0,
+      presencePenalty: job.presence_penalty ?? 0,
+    };
+  if (job.logit_bias) {
+    // By id, as given (TokenBias.set would tokenize text and skip
+    // end-of-generation tokens).
+    const bias = new TokenBias(model.tokenizer);
+    for (const [id, b] of job.logit_bias)
+      bias._biases.set(id, b);
+    options.tokenBias = bias;
+  }
+  for await (const t of seq.evaluate(prompt, options)) {
     generated.push(Number(t));
     if (generated.length >= job.n)
       break;

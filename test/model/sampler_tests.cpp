@@ -338,7 +338,12 @@ TEST_CASE("speculative sampling gives exactly the model's distribution, "
     for (std::size_t i = 0; i < p.ids.size(); ++i)
       CHECK(out.count(p.ids[i]) == 1);
     if (c % 5 == 0) { // a draft that is the model: every proposal kept
-      sampler s({0.8f, 40, 1.0f, static_cast<std::uint64_t>(c)});
+      sampler_params sp;
+      sp.temperature = 0.8f;
+      sp.top_k = 40;
+      sp.top_p = 1.0f;
+      sp.seed = static_cast<std::uint64_t>(c);
+      sampler s(sp);
       for (int i = 0; i < 100; ++i)
         CHECK(keep_proposal(p, q, s.draw(q), s.uniform()));
     }
@@ -349,7 +354,12 @@ TEST_CASE("speculative sampling gives exactly the model's distribution, "
   const std::vector<float> lq = {-1.0f, 0.0f, 2.5f, 0.5f, 1.0f, 2.0f};
   const auto p = dist(lp, 1.0f, 0, 1.0f);
   const auto q = dist(lq, 1.0f, 4, 1.0f); // misses two of p's tokens
-  sampler s({1.0f, 0, 1.0f, 1234});
+  sampler_params sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 0;
+  sp.top_p = 1.0f;
+  sp.seed = 1234;
+  sampler s(sp);
   std::map<std::int32_t, int> counts;
   const int rounds = 100000;
   int kept = 0;
@@ -447,4 +457,49 @@ TEST_CASE("a token's logprobs are the row's log-softmax, from the whole row "
   const auto c = logprobs_of(ids.data(), values.data(), 4, stage_lse, 8, 1);
   CHECK(c.logprob == Approx(values[3] - stage_lse));
   CHECK(c.top_ids == std::vector<std::int32_t>{1});
+}
+
+TEST_CASE("a logit bias and OpenAI's penalties adjust a row before it is "
+          "sampled", "[sampler]") {
+  sampler_params p;
+  CHECK_FALSE(adjusts_logits(p));
+  CHECK(logits_needed(p, 100) == 1); // greedy: the best candidate
+  p.temperature = 0.7f;
+  CHECK(logits_needed(p, 100) == 40); // top_k
+  std::vector<float> row = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+  const auto raw = row;
+  // Nothing set: nothing changes.
+  const std::vector<std::int32_t> gen = {4, 2, 4, 4, 1, 999, -3};
+  adjust_logits(p, gen.data(), gen.size(), row.data(), row.size());
+  CHECK(row == raw);
+
+  // Frequency: once per time generated; presence: once if generated at
+  // all (4 three times, 2 and 1 once; 999 and -3 are outside the row).
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.25f;
+  CHECK(adjusts_logits(p));
+  CHECK(logits_needed(p, 100) == 0); // whole rows
+  adjust_logits(p, gen.data(), gen.size(), row.data(), row.size());
+  CHECK(row == std::vector<float>{1.0f, 2.0f - 0.75f, 3.0f - 0.75f, 4.0f,
+                                  5.0f - 1.75f, 6.0f});
+  // Negative penalties favour repeats.
+  row = raw;
+  p.frequency_penalty = -1.0f;
+  p.presence_penalty = 0.0f;
+  adjust_logits(p, gen.data(), gen.size(), row.data(), row.size());
+  CHECK(row[4] == 8.0f);
+  CHECK(row[1] == 3.0f);
+
+  // The bias is added first, to the ids named, whatever was generated.
+  row = raw;
+  p.frequency_penalty = 0.0f;
+  p.bias_ids = {0, 3, 5, 7};
+  p.bias_values = {10.0f, -100.0f, -0.5f, 50.0f}; // (7: outside)
+  adjust_logits(p, nullptr, 0, row.data(), row.size());
+  CHECK(row == std::vector<float>{11.0f, 2.0f, 3.0f, -96.0f, 5.0f, 5.5f});
+  // Greedy over the adjusted row: the bias made 0 the best.
+  CHECK(sampler::argmax(row.data(), row.size()) == 0);
+  p.temperature = 0.0f;
+  sampler greedy(p);
+  CHECK(greedy.sample(row.data(), row.size()) == 0);
 }

@@ -113,6 +113,61 @@ TEST_CASE("sampling parameters out of range are refused by name",
   CHECK(refusal([&] { check_sampling(p); }).find("--top-p must be") == 0);
 }
 
+TEST_CASE("penalties and a logit bias out of range are refused by name",
+          "[workload][job_request]") {
+  exo::model::sampler_params p;
+  p.frequency_penalty = -2.0f;
+  p.presence_penalty = 2.0f;
+  p.bias_ids = {0, 7, 100};
+  p.bias_values = {-100.0f, 0.5f, 100.0f};
+  CHECK(refusal([&] { check_sampling(p); }).empty());
+  auto q = p;
+  q.frequency_penalty = 2.5f;
+  CHECK(refusal([&] { check_sampling(q); })
+        == "--frequency-penalty must be a number in [-2, 2], not 2.5");
+  q = p;
+  q.presence_penalty = std::numeric_limits<float>::quiet_NaN();
+  CHECK(refusal([&] { check_sampling(q); }).find("--presence-penalty must")
+        == 0);
+  q = p;
+  q.bias_values[1] = 101.0f;
+  CHECK(refusal([&] { check_sampling(q); })
+        == "the logit bias of token 7 must be a number in [-100, 100], not "
+           "101");
+  q = p;
+  q.bias_ids = {0, 100, 7}; // not ascending
+  CHECK(refusal([&] { check_sampling(q); }).find("distinct, ascending")
+        != std::string::npos);
+  q.bias_ids = {0, 7, 7};
+  CHECK(!refusal([&] { check_sampling(q); }).empty());
+  q.bias_ids = {-1, 7, 100};
+  CHECK(!refusal([&] { check_sampling(q); }).empty());
+  q = p;
+  q.bias_values.pop_back();
+  CHECK(refusal([&] { check_sampling(q); })
+        == "the logit bias names 3 tokens but has 2 values");
+  q = p;
+  q.bias_ids.clear();
+  q.bias_values.clear();
+  for (std::int32_t i = 0; i <= 1024; ++i) {
+    q.bias_ids.push_back(i);
+    q.bias_values.push_back(1.0f);
+  }
+  CHECK(refusal([&] { check_sampling(q); })
+        == "the logit bias names 1025 tokens, more than 1024");
+  // The vocabulary: validate() knows it.
+  job_request r;
+  r.n_gen = 8;
+  r.sampling = p;
+  auto lim = limits();
+  lim.n_vocab = 101;
+  CHECK(refusal([&] { validate(r, 4, lim); }).empty());
+  lim.n_vocab = 100;
+  CHECK(refusal([&] { validate(r, 4, lim); })
+        == "the logit bias names token 100, outside the model's vocabulary "
+           "of 100 tokens");
+}
+
 TEST_CASE("a request's sequences, stages and prompt are checked against the "
           "model",
           "[workload][job_request]") {
@@ -206,6 +261,16 @@ TEST_CASE("a job request takes the job part of the run options",
   CHECK(r.sequences == 4);
   CHECK(r.n_ctx == 64);
   CHECK(r.keep_logits);
+  // Penalties and a logit bias (ids sorted, as the sampler wants them).
+  o = parse_run_options({"--model", "m.gguf", "--frequency-penalty", "0.5",
+                         "--presence-penalty", "-1.25", "--logit-bias",
+                         "9=-100,3=2.5"},
+                        false);
+  r = make_job_request(o);
+  CHECK(r.sampling.frequency_penalty == 0.5f);
+  CHECK(r.sampling.presence_penalty == -1.25f);
+  CHECK(r.sampling.bias_ids == std::vector<std::int32_t>{3, 9});
+  CHECK(r.sampling.bias_values == std::vector<float>{2.5f, -100.0f});
 }
 
 TEST_CASE("run options parse numbers strictly", "[workload][job_request]") {
@@ -240,6 +305,14 @@ TEST_CASE("run options parse numbers strictly", "[workload][job_request]") {
   CHECK(message({"-n", "-1"}) == "-n: '-1' must be >= 0");
   CHECK(message({"--kv-type", "q4_0"})
         == "--kv-type must be f16, q8_0 or f32, not 'q4_0'");
+  CHECK(message({"--logit-bias", "3"})
+        == "--logit-bias wants ID=BIAS[,ID=BIAS...], not '3'");
+  CHECK(message({"--logit-bias", "3=1,3=2"})
+        == "--logit-bias names token 3 twice");
+  CHECK(message({"--logit-bias", "-3=1"}).find("--logit-bias's token id")
+        == 0);
+  CHECK(message({"--logit-bias", "3=1,"})
+        == "--logit-bias wants ID=BIAS[,ID=BIAS...], not ''");
   auto o = parse_run_options({"--model", "m", "--seed", "007", "--top-p",
                               ".5", "--temperature", "1e-1"},
                              true);

@@ -14,7 +14,9 @@
 #include "messages/errors.hpp"
 #include "messages/registration.hpp"
 #include "messages/workload.hpp"
+#include "core/model/device_stage.hpp"
 #include "core/model/llama_model.hpp"
+#include "core/model/sampler.hpp"
 #include "core/model/test_model.hpp"
 #include "core/workload/prefix_key.hpp"
 
@@ -2501,6 +2503,156 @@ TEST_CASE("speculative decoding with a draft model gives exactly the tokens "
       CHECK(r.logits[0].empty());
       f.stop(draft);
       f.stop(stages);
+    }
+  }
+}
+
+namespace {
+
+/// `n` tokens of `prompt` from the fixture's model alone (a device stage of
+/// every layer on a cpu device of its own, the prompt in one forward, then
+/// a token at a time), each row adjusted by `p`'s bias and penalties for
+/// the tokens generated so far and sampled by a sampler of `p` (greedy at
+/// temperature 0): what a job's sequence seeded with p.seed must give.
+/// `raw` gets each token's row as the model gave it.
+std::vector<std::int32_t>
+adjusted_alone(const fixture& f, const std::vector<std::int32_t>& prompt,
+               std::size_t n, const model::sampler_params& p,
+               std::vector<std::vector<float>>& raw) {
+  backend::factory_options fo;
+  fo.include = {"cpu"};
+  fo.use_environment = false;
+  fo.cpu.threads = 1;
+  auto reg = backend::registry::create(fo);
+  REQUIRE(reg.ok());
+  model::backend_ops ops(*reg->devices().front());
+  auto st = model::device_stage::create(f.model, 0,
+                                        f.model->hparams().n_layer, ops, {});
+  REQUIRE(st.ok());
+  auto& stage = **st;
+  auto cache = stage.new_cache(f.n_ctx);
+  REQUIRE(cache.ok());
+  const std::size_t e = f.model->hparams().n_embd;
+  const std::size_t v = f.model->hparams().n_vocab;
+  model::sampler smp(p);
+  std::vector<std::int32_t> out;
+  std::vector<std::int32_t> in = prompt;
+  std::uint32_t pos = 0;
+  raw.clear();
+  while (out.size() < n) {
+    std::vector<float> x(in.size() * e), logits(v);
+    REQUIRE(stage.embed(in.data(), in.size(), x.data()).ok());
+    REQUIRE(stage.forward(*cache, pos, x.data(), in.size(), logits.data())
+              .ok());
+    pos += static_cast<std::uint32_t>(in.size());
+    raw.push_back(logits);
+    model::adjust_logits(p, out.data(), out.size(), logits.data(), v);
+    out.push_back(smp.sample(logits.data(), v));
+    in = {out.back()};
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a logit bias and penalties adjust each sequence's rows for its "
+          "own tokens in batches and across stages and with a draft while "
+          "its log-probabilities stay the model's",
+          "[workload][sampling]") {
+  fixture f;
+  const std::vector<std::vector<std::int32_t>> ps{prompts()[0],
+                                                  prompts()[2]};
+  const std::size_t n = 24;
+  auto plain = f.run({0, 4}, ps, n, 0.0f);
+  REQUIRE(plain.error.empty());
+  // Penalties on repeats, sequence 0's first token banned and a token
+  // neither sequence chose favoured.
+  std::int32_t favoured = 0;
+  while (std::count(plain.tokens[0].begin(), plain.tokens[0].end(), favoured)
+         + std::count(plain.tokens[1].begin(), plain.tokens[1].end(),
+                      favoured)
+         > 0)
+    ++favoured;
+  const std::int32_t banned = plain.tokens[0][0];
+  model::sampler_params adj;
+  adj.frequency_penalty = 0.75f;
+  adj.presence_penalty = 0.5f;
+  adj.bias_ids = {std::min(banned, favoured), std::max(banned, favoured)};
+  adj.bias_values = banned < favoured ? std::vector<float>{-100.0f, 1.5f}
+                                      : std::vector<float>{1.5f, -100.0f};
+  for (float temperature : {0.0f, 0.8f}) {
+    adj.temperature = temperature;
+    adj.top_k = 40;
+    adj.top_p = 0.95f;
+    std::vector<std::vector<std::int32_t>> expected(ps.size());
+    std::vector<std::vector<std::vector<float>>> raw(ps.size());
+    for (std::size_t q = 0; q < ps.size(); ++q) {
+      auto pq = adj;
+      pq.seed = 5 + q; // a job seeds sequence q with seed + q
+      expected[q] = adjusted_alone(f, ps[q], n, pq, raw[q]);
+      CHECK(std::find(expected[q].begin(), expected[q].end(), banned)
+            == expected[q].end());
+    }
+    if (temperature == 0.0f) { // the adjustments matter here
+      CHECK(expected[0] != plain.tokens[0]);
+      CHECK(expected[1] != plain.tokens[1]);
+    }
+    struct run_case {
+      const char* name;
+      std::vector<std::uint32_t> bounds;
+      bool draft;
+    };
+    for (const auto& c : {run_case{"one stage, batched", {0, 4}, false},
+                          run_case{"two stages", {0, 2, 4}, false},
+                          run_case{"with a draft", {0, 2, 4}, true}}) {
+      INFO(c.name << ", temperature " << temperature);
+      const auto cpu = f.device_index("cpu");
+      auto stages = f.pipeline(c.bounds, {cpu, cpu});
+      std::vector<caf::actor> draft;
+      auto j = f.job(1, stages, ps, n, temperature, 5);
+      j.sampling = adj;
+      j.sampling.seed = 5;
+      j.keep_logits = false;
+      j.logprobs = 2;
+      if (c.draft) {
+        draft = shards_of(f, f.model, {0, 4});
+        j.draft_stages = draft;
+        j.draft_n_embd = f.model->hparams().n_embd;
+        j.draft_tokens = 3;
+      }
+      auto lps = std::make_shared<
+        std::vector<std::vector<model::token_logprobs>>>(ps.size());
+      j.on_token = [lps](std::uint32_t seq, std::int32_t, lp_ptr lp) {
+        REQUIRE(lp != nullptr);
+        (*lps)[seq].push_back(*lp);
+      };
+      auto r = workload::run_job(*f.sys, std::move(j));
+      if (c.draft)
+        f.stop(draft);
+      f.stop(stages);
+      REQUIRE(r.error.empty());
+      if (c.draft)
+        CHECK(r.drafted > 0);
+      if (c.draft && temperature > 0.0f) {
+        // Speculative sampling draws other numbers: the tokens are
+        // distributed as the adjusted rows say, not the same draws. The
+        // banned token never comes.
+        for (auto& t : r.tokens)
+          CHECK(std::find(t.begin(), t.end(), banned) == t.end());
+        continue;
+      }
+      for (std::size_t q = 0; q < ps.size(); ++q) {
+        INFO("sequence " << q);
+        CHECK(r.tokens[q] == expected[q]);
+        REQUIRE((*lps)[q].size() == r.tokens[q].size());
+        // The model's own log-probabilities: of the raw rows.
+        for (std::size_t i = 0; i < r.tokens[q].size(); ++i) {
+          auto want = model::logprobs_of(raw[q][i].data(), raw[q][i].size(),
+                                         r.tokens[q][i], 2);
+          CHECK((*lps)[q][i].logprob == want.logprob);
+          CHECK((*lps)[q][i].top_ids == want.top_ids);
+        }
+      }
     }
   }
 }
