@@ -365,8 +365,9 @@ namespace model {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampler_params& x) {
   return wire(f, caf::meta::type_name("exo.sampler_params"), x.temperature,
-              x.top_k, x.top_p, x.seed, x.frequency_penalty,
-              x.presence_penalty, x.bias_ids, x.bias_values);
+              x.top_k, x.top_p, x.seed, x.min_p, x.repetition_penalty,
+              x.frequency_penalty, x.presence_penalty, x.bias_ids,
+              x.bias_values);
 }
 
 template<class Inspector>

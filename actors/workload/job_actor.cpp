@@ -441,7 +441,8 @@ model::token_distribution distribution_of(const model::sampler& smp,
 }
 
 /// A whole row of logits as sequence j samples from it: adjusted by the
-/// job's logit bias and penalties for the tokens it has generated so far
+/// job's logit bias and penalties for its prompt and the tokens it has
+/// generated so far
 /// (model::adjust_logits, in `scratch`); `values` itself when nothing
 /// adjusts it (rows come whole when something does).
 const std::vector<float>& adjusted(const job_state& st, std::uint32_t j,
@@ -451,8 +452,10 @@ const std::vector<float>& adjusted(const job_state& st, std::uint32_t j,
     return values;
   scratch = values;
   const auto& out = st.result.tokens[j];
-  model::adjust_logits(st.cfg.sampling, out.data(), out.size(),
-                       scratch.data(), scratch.size());
+  const auto& prompt = st.seqs[j].prompt;
+  model::adjust_logits(st.cfg.sampling, prompt.data(), prompt.size(),
+                       out.data(), out.size(), scratch.data(),
+                       scratch.size());
   return scratch;
 }
 

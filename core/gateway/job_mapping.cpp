@@ -202,6 +202,12 @@ mapped_job map_request(const model_source& model,
   job.sampling.temperature = static_cast<float>(req.temperature);
   job.sampling.top_p = static_cast<float>(req.top_p);
   job.sampling.seed = req.seed ? static_cast<std::uint64_t>(*req.seed) : seed;
+  if (req.top_k) // (else the sampler's 40, as llama-server)
+    job.sampling.top_k =
+      *req.top_k <= 0 ? 0u : static_cast<std::uint32_t>(*req.top_k);
+  job.sampling.min_p = static_cast<float>(req.min_p);
+  job.sampling.repetition_penalty =
+    static_cast<float>(req.repetition_penalty);
   job.sampling.frequency_penalty = static_cast<float>(req.frequency_penalty);
   job.sampling.presence_penalty = static_cast<float>(req.presence_penalty);
   for (const auto& [id, bias] : req.logit_bias) { // ascending ids

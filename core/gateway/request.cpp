@@ -352,6 +352,26 @@ completion_request parse(endpoint_kind kind, const json& body,
     } else if (key == "seed") {
       if (!v.is_null())
         r.seed = get_integer(v, key);
+    } else if (key == "top_k") {
+      if (v.is_null())
+        continue;
+      auto k = get_integer(v, key);
+      if (k < -1 || k > (1 << 30))
+        refuse("Invalid value for 'top_k': " + v.dump()
+                 + ". It must be -1 or 0 (every token) or a count up to "
+                 + std::to_string(1 << 30) + ".",
+               key);
+      r.top_k = k;
+    } else if (key == "min_p") {
+      if (!v.is_null())
+        r.min_p = get_number(v, key, 0.0, 1.0);
+    } else if (key == "repetition_penalty") {
+      if (v.is_null())
+        continue;
+      r.repetition_penalty = get_number(v, key, 0.0, 2.0);
+      if (r.repetition_penalty == 0.0)
+        refuse("Invalid value for 'repetition_penalty': must be greater "
+               "than 0.", key);
     } else if (key == "frequency_penalty") {
       if (!v.is_null())
         r.frequency_penalty = get_number(v, key, -2.0, 2.0);

@@ -59,6 +59,14 @@ struct completion_request {
   double top_p = 1.0;
   /// The sampler's seed, when the client chose one.
   std::optional<std::int64_t> seed;
+  /// vLLM's sampling extras (llama-server takes them too): the best
+  /// `top_k` tokens only (absent: 40, as llama-server; 0 or -1: the whole
+  /// vocabulary), `min_p` in [0, 1] (tokens at least min_p times as likely
+  /// as the best), `repetition_penalty` in (0, 2] over the prompt's and
+  /// generated tokens (1: none).
+  std::optional<std::int64_t> top_k;
+  double min_p = 0.0;
+  double repetition_penalty = 1.0;
   /// OpenAI's penalties, each in [-2, 2]: a token's logit loses
   /// frequency_penalty for every time the choice generated it so far, and
   /// presence_penalty once if it did (model::adjust_logits).

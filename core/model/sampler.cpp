@@ -42,16 +42,31 @@ void sampler::restart(uint64_t draws) {
 
 bool adjusts_logits(const sampler_params& p) {
   return p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f
-         || !p.bias_ids.empty();
+         || p.repetition_penalty != 1.0f || !p.bias_ids.empty();
 }
 
-void adjust_logits(const sampler_params& p, const int32_t* generated,
+void adjust_logits(const sampler_params& p, const int32_t* prompt,
+                   size_t n_prompt, const int32_t* generated,
                    size_t n_generated, float* logits, size_t n) {
   const size_t nb = std::min(p.bias_ids.size(), p.bias_values.size());
   for (size_t i = 0; i < nb; ++i) {
     const auto id = p.bias_ids[i];
     if (id >= 0 && static_cast<size_t>(id) < n)
       logits[id] += p.bias_values[i];
+  }
+  if (p.repetition_penalty != 1.0f) {
+    std::vector<int32_t> seen(prompt, prompt + n_prompt);
+    seen.insert(seen.end(), generated, generated + n_generated);
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (auto id : seen)
+      if (id >= 0 && static_cast<size_t>(id) < n) {
+        float& v = logits[id];
+        if (v <= 0.0f)
+          v *= p.repetition_penalty;
+        else
+          v /= p.repetition_penalty;
+      }
   }
   if (p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f)
     return;
@@ -211,6 +226,15 @@ token_distribution sampler::distribution(const int32_t* ids,
         break;
     }
     k = std::max<size_t>(kept, 1);
+  }
+  if (p_.min_p > 0.0f) {
+    // llama.cpp's min-p, on the logits: those at least the best one's
+    // plus log(min_p) stay (the best always does).
+    const float bar = values[0] + std::log(p_.min_p);
+    size_t kept = 1;
+    while (kept < k && values[kept] >= bar)
+      ++kept;
+    k = kept;
   }
   d.probs = probs(p_.temperature);
   d.ids.assign(ids, ids + k);

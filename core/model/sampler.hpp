@@ -8,15 +8,23 @@
 namespace exo::model {
 
 /// How to pick the next token. temperature <= 0 means greedy (argmax);
-/// top_k == 0 and top_p >= 1 disable those filters.
+/// top_k == 0, top_p >= 1 and min_p == 0 disable those filters.
 ///
 /// Before any of them, a row of logits may be adjusted (adjust_logits):
-/// OpenAI's logit_bias, frequency_penalty and presence_penalty.
+/// OpenAI's logit_bias, frequency_penalty and presence_penalty, and the
+/// repetition_penalty of vLLM and llama.cpp.
 struct sampler_params {
   float temperature = 0.0f;
   uint32_t top_k = 40;
   float top_p = 0.95f;
   uint64_t seed = 0;
+  /// llama.cpp's and vLLM's min-p: after top-k and top-p, only the tokens
+  /// at least min_p times as likely as the best stay (0 to 1).
+  float min_p = 0.0f;
+  /// Divides a positive logit, multiplies a negative one, of every token
+  /// in the prompt or generated so far (once each; vLLM's and llama.cpp's
+  /// repetition penalty, (0, 2]; 1: none).
+  float repetition_penalty = 1.0f;
   /// Subtracted from a token's logit once per time the sequence has
   /// generated it so far (-2 to 2: negative values favour repeats).
   float frequency_penalty = 0.0f;
@@ -32,8 +40,10 @@ struct sampler_params {
 /// The most tokens a logit_bias may name (OpenAI's own limit is 300).
 constexpr size_t max_logit_bias = 1024;
 
-/// The largest |frequency_penalty| and |presence_penalty|, and |bias|.
+/// The largest |frequency_penalty| and |presence_penalty|, and
+/// repetition_penalty, and |bias|.
 constexpr float max_penalty = 2.0f;
+constexpr float max_repetition_penalty = 2.0f;
 constexpr float max_logit_bias_value = 100.0f;
 
 /// Whether `p` adjusts rows before sampling (a bias or a penalty set).
@@ -44,13 +54,17 @@ bool adjusts_logits(const sampler_params& p);
 /// adjusted first (a bias or a penalty can lift any token into them).
 size_t logits_needed(const sampler_params& p, size_t n_vocab);
 
-/// Adjusts a row of `n` logits as `p` says, given the tokens the sequence
-/// has generated so far (`generated`, its prompt not included, as OpenAI
-/// and vLLM count): first each logit_bias id gets its bias added, then
-/// each generated token's logit loses count * frequency_penalty +
-/// presence_penalty (llama.cpp's expression, in float). Ids outside the
-/// row are ignored. Touches only the ids named: O(generated + biases).
-void adjust_logits(const sampler_params& p, const int32_t* generated,
+/// Adjusts a row of `n` logits as `p` says, given the sequence's prompt
+/// and the tokens it has generated so far: first each logit_bias id gets
+/// its bias added; then each token of the prompt or generated (once each)
+/// gets its logit divided by repetition_penalty when positive, multiplied
+/// when not (vLLM's tokens, llama.cpp's arithmetic); then each generated
+/// token's logit (its prompt not counted, as OpenAI and vLLM count) loses
+/// count * frequency_penalty + presence_penalty (llama.cpp's expression,
+/// in float). Ids outside the row are ignored. Touches only the ids named:
+/// O((prompt + generated) log + biases).
+void adjust_logits(const sampler_params& p, const int32_t* prompt,
+                   size_t n_prompt, const int32_t* generated,
                    size_t n_generated, float* logits, size_t n);
 
 /// A distribution over tokens: ids[i] with probability probs[i] (the
@@ -92,8 +106,9 @@ token_logprobs logprobs_of(const float* logits, size_t n, int32_t id,
 token_logprobs logprobs_of(const int32_t* ids, const float* values, size_t k,
                            double lse, int32_t id, size_t top);
 
-/// Picks tokens from logits: top-k, then top-p, then temperature, then a
-/// draw from a seeded generator, so a seed always gives the same tokens.
+/// Picks tokens from logits: top-k, then top-p, then min-p, then
+/// temperature (llama.cpp's chain), then a draw from a seeded generator,
+/// so a seed always gives the same tokens.
 class sampler {
 public:
   explicit sampler(const sampler_params& p);

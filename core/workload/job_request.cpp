@@ -174,6 +174,14 @@ void check_sampling(const model::sampler_params& p) {
   };
   penalty(p.frequency_penalty, "--frequency-penalty");
   penalty(p.presence_penalty, "--presence-penalty");
+  if (!std::isfinite(p.min_p) || p.min_p < 0.0f || p.min_p > 1.0f)
+    throw job_error("--min-p must be a number in [0, 1], not "
+                    + number(p.min_p));
+  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f
+      || p.repetition_penalty > model::max_repetition_penalty)
+    throw job_error("--repetition-penalty must be a number in (0, "
+                    + number(model::max_repetition_penalty) + "], not "
+                    + number(p.repetition_penalty));
   if (p.bias_ids.size() != p.bias_values.size())
     throw job_error("the logit bias names " + std::to_string(p.bias_ids.size())
                     + " tokens but has " + std::to_string(p.bias_values.size())

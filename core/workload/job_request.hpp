@@ -13,7 +13,8 @@
 ///   - sequences in [1, max_job_sequences];
 ///   - stages 0 (the solver's plan) or in [1, n_layer];
 ///   - temperature finite in [0, max_temperature], top-p in [0, 1],
-///     frequency and presence penalties in [-2, 2], a logit bias of at
+///     min-p in [0, 1], repetition penalty in (0, 2], frequency and
+///     presence penalties in [-2, 2], a logit bias of at
 ///     most model::max_logit_bias tokens of the vocabulary (ascending,
 ///     distinct), each -100 to 100;
 ///   - logprobs -1 or in [0, model::max_top_logprobs];

@@ -41,6 +41,7 @@ struct run_words {
   std::string n, seed, temperature, top_k, top_p, stages, sequences, ctx;
   std::string batch, draft_tokens;
   std::string frequency_penalty, presence_penalty, logit_bias;
+  std::string min_p, repetition_penalty;
   std::string llama_threads;
 };
 
@@ -86,6 +87,14 @@ void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
   app.add_option("--top-k", w.top_k, "sample from the K most likely")
     ->type_name("K");
   app.add_option("--top-p", w.top_p, "nucleus sampling")->type_name("P");
+  app.add_option("--min-p", w.min_p,
+                 "keep the tokens at least P times as likely as the best "
+                 "(after top-k and top-p; 0: off)")
+    ->type_name("P");
+  app.add_option("--repetition-penalty", w.repetition_penalty,
+                 "divide the logits of the prompt's and generated tokens by "
+                 "R (multiply the negative ones; 1: off, at most 2)")
+    ->type_name("R");
   app.add_option("--frequency-penalty", w.frequency_penalty,
                  "subtract F from a token's logit per time it was generated "
                  "(-2 to 2, OpenAI's frequency_penalty)")
@@ -181,6 +190,11 @@ run_options parse_run_options(const std::vector<std::string>& words,
     o.sampling.top_k = to_u32("--top-k", w.top_k, 0, 1u << 30);
   if (given("--top-p"))
     o.sampling.top_p = to_float("--top-p", w.top_p);
+  if (given("--min-p"))
+    o.sampling.min_p = to_float("--min-p", w.min_p);
+  if (given("--repetition-penalty"))
+    o.sampling.repetition_penalty =
+      to_float("--repetition-penalty", w.repetition_penalty);
   if (given("--frequency-penalty"))
     o.sampling.frequency_penalty =
       to_float("--frequency-penalty", w.frequency_penalty);

@@ -2,7 +2,8 @@
 
 /// The options of a job, shared by `exo-node run` and the console's `run`:
 ///   --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
-///   [--top-k K] [--top-p P] [--frequency-penalty F]
+///   [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
+///   [--frequency-penalty F]
 ///   [--presence-penalty F] [--logit-bias ID=B,...] [--stages K]
 ///   [--sequences M] [--ctx C]
 ///   [--chat [--system TEXT]] [--kv-type TYPE] [--logits-out FILE]

@@ -3,7 +3,8 @@
 /// `exo-node run`: one job on this node, through the runtime.
 ///
 ///   exo-node run --model FILE.gguf --prompt TEXT [-n N] [--seed S]
-///     [--temperature T] [--top-k K] [--top-p P] [--frequency-penalty F]
+///     [--temperature T] [--top-k K] [--top-p P] [--min-p P]
+///     [--repetition-penalty R] [--frequency-penalty F]
 ///     [--presence-penalty F] [--logit-bias ID=B,...] [--stages K]
 ///     [--sequences M] [--ctx C] [--chat [--system TEXT]]
 ///     [--logits-out FILE] [--config FILE]

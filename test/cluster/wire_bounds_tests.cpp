@@ -185,6 +185,33 @@ TEST_CASE("infinities and NaNs cross the wire exactly (CAF's own float "
   CHECK(peak_rss_kib() - before < 64 * 1024);
 }
 
+TEST_CASE("a job request's sampling parameters cross the wire whole") {
+  workload::job_request r;
+  r.prompt = "hi";
+  auto& p = r.sampling;
+  p.temperature = 0.7f;
+  p.top_k = 20;
+  p.top_p = 0.9f;
+  p.seed = 11;
+  p.min_p = 0.05f;
+  p.repetition_penalty = 1.1f;
+  p.frequency_penalty = -0.5f;
+  p.presence_penalty = 1.5f;
+  p.bias_ids = {3, 50256};
+  p.bias_values = {-100.0f, 2.5f};
+  auto b = round_trip(r).sampling;
+  CHECK(b.temperature == p.temperature);
+  CHECK(b.top_k == p.top_k);
+  CHECK(b.top_p == p.top_p);
+  CHECK(b.seed == p.seed);
+  CHECK(b.min_p == p.min_p);
+  CHECK(b.repetition_penalty == p.repetition_penalty);
+  CHECK(b.frequency_penalty == p.frequency_penalty);
+  CHECK(b.presence_penalty == p.presence_penalty);
+  CHECK(b.bias_ids == p.bias_ids);
+  CHECK(b.bias_values == p.bias_values);
+}
+
 // CAF's built-in byte sequence (std::vector<char>), which any peer may put
 // in any message, is resized to the length claimed before a byte is read;
 // messages/sequence_bound.cpp refuses a claim past the message's end.

@@ -285,6 +285,22 @@ TEST_CASE("completions map prompt, max_tokens and sampling, refusals are "
   CHECK(mp.job.sampling.bias_ids == std::vector<std::int32_t>{2, 9});
   CHECK(mp.job.sampling.bias_values == std::vector<float>{1.5f, -100.0f});
   CHECK(workload::prepare_job(mp.job).request.sampling.bias_ids.size() == 2);
+  // vLLM's top_k, min_p and repetition_penalty: absent, the sampler's
+  // top-k of 40 (as llama-server); -1 or 0, every token.
+  CHECK(mp.job.sampling.top_k == 40);
+  CHECK(mp.job.sampling.min_p == 0.0f);
+  CHECK(mp.job.sampling.repetition_penalty == 1.0f);
+  auto extras = r;
+  extras.top_k = 20;
+  extras.min_p = 0.05;
+  extras.repetition_penalty = 1.25;
+  auto me = map_request(src, extras, {}, 1);
+  REQUIRE_FALSE(me.error);
+  CHECK(me.job.sampling.top_k == 20);
+  CHECK(me.job.sampling.min_p == 0.05f);
+  CHECK(me.job.sampling.repetition_penalty == 1.25f);
+  extras.top_k = -1;
+  CHECK(map_request(src, extras, {}, 1).job.sampling.top_k == 0);
   penalized.logit_bias[static_cast<std::int32_t>(src.tokenizer->size())] = 1;
   auto bad_bias = map_request(src, penalized, {}, 1);
   REQUIRE(bad_bias.error);

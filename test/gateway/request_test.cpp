@@ -365,7 +365,8 @@ TEST_CASE("/tokenize and /detokenize bodies are parsed and refused by name") {
         == 413);
 }
 
-TEST_CASE("penalties and a logit bias are read and bounded as OpenAI's") {
+TEST_CASE("penalties and a logit bias are read and bounded as OpenAI's and "
+          "vLLM's sampling extras as vLLM's") {
   auto with = [](const std::string& extra) {
     return chat(R"({"model":"tiny","messages":[{"role":"user","content":"x"}])"
                 + extra + "}");
@@ -409,6 +410,23 @@ TEST_CASE("penalties and a logit bias are read and bounded as OpenAI's") {
   many += "}";
   CHECK(with(many).error.message.find("more than the limit of 1024")
         != std::string::npos);
+  // vLLM's extras: top_k (-1 and 0: every token), min_p, repetition.
+  CHECK_FALSE(none.request->top_k);
+  CHECK(none.request->min_p == 0.0);
+  CHECK(none.request->repetition_penalty == 1.0);
+  auto extras = with(R"(,"top_k":20,"min_p":0.05,"repetition_penalty":1.1)");
+  REQUIRE(extras);
+  CHECK(extras.request->top_k == 20);
+  CHECK(extras.request->min_p == 0.05);
+  CHECK(extras.request->repetition_penalty == 1.1);
+  CHECK(with(R"(,"top_k":-1)").request->top_k == -1);
+  CHECK(with(R"(,"top_k":-2)").error.param == "top_k");
+  CHECK(with(R"(,"top_k":1.5)").error.param == "top_k");
+  CHECK(with(R"(,"min_p":1.5)").error.param == "min_p");
+  CHECK(with(R"(,"repetition_penalty":0)").error.param
+        == "repetition_penalty");
+  CHECK(with(R"(,"repetition_penalty":2.01)").error.param
+        == "repetition_penalty");
   // The completions endpoint reads them the same way.
   auto c = completion(R"({"model":"tiny","prompt":"a","frequency_penalty":0.5,
                           "logit_bias":{"3":-1}})");

@@ -171,6 +171,18 @@ check(bt.tokens.length === 4 && bt.tokens.every((t) => t === bt.tokens[0])
         && bt.token_logprobs.every((l) => l < 0),
       `logit_bias {${favoured}: 100}: ${JSON.stringify(bt.tokens)} `
         + JSON.stringify(bt.token_logprobs));
+// vLLM's sampling extras (the openai client passes them through): at a
+// high temperature, top_k 1 or min_p 1 leave only the best token, so the
+// text is greedy's; top_k -1 is accepted (every token).
+for (const extra of [{ top_k: 1 }, { min_p: 1 }, { top_k: -1, min_p: 1 }]) {
+  const r = await client.completions.create({
+    model: p.model, prompt: p.prompt, max_tokens: p.max_tokens,
+    temperature: 1.5, seed: 9, ...extra,
+  });
+  check(r.choices[0].text === p.text,
+        `temperature 1.5 with ${JSON.stringify(extra)}: greedy's text `
+          + JSON.stringify(r.choices[0].text));
+}
 try {
   await client.completions.create({
     model: p.model, prompt: p.prompt, max_tokens: 1, presence_penalty: 2.5 });

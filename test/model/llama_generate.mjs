@@ -7,13 +7,17 @@
 //
 // JOBS.json: [{"model": PATH, "prompt": TEXT, "n": N, "batch": B,
 // "kv": TYPE, "frequency_penalty": F, "presence_penalty": P,
-// "logit_bias": [[ID, BIAS], ...]}, ...] (batch: llama.cpp's batch size,
+// "repetition_penalty": R, "logit_bias": [[ID, BIAS], ...]}, ...] (batch:
+// llama.cpp's batch size,
 // 512 unless given; 1 evaluates the prompt a token at a time; kv: the KV
 // cache's key and value type, e.g. "Q8_0" as llama.cpp's
 // --cache-type-k/-v, F16 unless given; the penalties, llama.cpp's
 // penalties sampler over every token generated so far (OpenAI's
-// frequency_penalty and presence_penalty, no repeat penalty), and the
-// logit bias, its logit-bias sampler, both before the greedy pick);
+// frequency_penalty and presence_penalty), or its repeat penalty over
+// the prompt and every token generated so far (vLLM's
+// repetition_penalty; not with the others, which would count the prompt
+// too), and the logit bias, its logit-bias sampler, all before the greedy
+// pick);
 // OUT.json gets
 // [{"prompt": [ids], "generated": [ids]}, ...] in the same order. The prompt
 // is evaluated as one batch; generation does not stop at end-of-generation
@@ -43,7 +47,17 @@ for (const job of jobs) {
     ? [Number(model.tokens.bos), ...body] : body;
   const generated = [];
   const options = { temperature: 0, yieldEogToken: true };
-  if (job.frequency_penalty || job.presence_penalty)
+  const repetition = job.repetition_penalty ?? 1;
+  if (repetition !== 1) {
+    if (job.frequency_penalty || job.presence_penalty)
+      throw new Error("repetition_penalty goes alone: llama.cpp's window "
+                      + "would count the prompt's tokens in the others");
+    options.repeatPenalty = {
+      punishTokens: () => [...prompt, ...generated],
+      maxPunishTokens: prompt.length + job.n,
+      penalty: repetition,
+    };
+  } else if (job.frequency_penalty || job.presence_penalty)
     options.repeatPenalty = {
       punishTokens: () => generated, // OpenAI's: the generated tokens
       maxPunishTokens: job.n,

@@ -126,8 +126,9 @@ exo_run greedy(const llama_model& model, bool one_by_one, Eval eval,
   const size_t nv = model.hparams().n_vocab;
   for (size_t i = 0; i < n_gen; ++i) {
     if (adjust)
-      adjust_logits(*adjust, r.generated.data(), r.generated.size(),
-                    logits.data(), nv);
+      adjust_logits(*adjust, r.prompt.data(), r.prompt.size(),
+                    r.generated.data(), r.generated.size(), logits.data(),
+                    nv);
     size_t best = 0;
     for (size_t v = 1; v < nv; ++v)
       if (logits[v] > logits[best])
@@ -309,6 +310,7 @@ TEST_CASE("penalties and a logit bias pick llama.cpp's greedy tokens "
     const char* name;
     float frequency, presence;
     bool bias;
+    float repetition = 1.0f;
   };
   // (Greedy repeats no token in 64 here: negative penalties make it, and
   // then the positive frequency of the third case counts.)
@@ -316,16 +318,23 @@ TEST_CASE("penalties and a logit bias pick llama.cpp's greedy tokens "
     {"frequency -1", -1.0f, 0.0f, false},
     {"presence -1.5", 0.0f, -1.5f, false},
     {"frequency 1.5, presence -2, bias", 1.5f, -2.0f, true},
-    {"bias only", 0.0f, 0.0f, true}};
+    {"bias only", 0.0f, 0.0f, true},
+    // llama.cpp's repeat penalty over the prompt and the generated tokens
+    // (vLLM's repetition_penalty); above 1, and below 1, which makes
+    // greedy repeat.
+    {"repetition 1.5", 0.0f, 0.0f, false, 1.5f},
+    {"repetition 0.5", 0.0f, 0.0f, false, 0.5f}};
   json jobs = json::array();
   std::vector<sampler_params> params;
   for (auto& c : cases) {
     sampler_params p;
     p.frequency_penalty = c.frequency;
     p.presence_penalty = c.presence;
+    p.repetition_penalty = c.repetition;
     json job = {{"model", path}, {"prompt", prompt}, {"n", n_gen},
                 {"frequency_penalty", c.frequency},
-                {"presence_penalty", c.presence}};
+                {"presence_penalty", c.presence},
+                {"repetition_penalty", c.repetition}};
     if (c.bias) {
       std::vector<std::pair<int32_t, float>> b = {
         {favoured, 2.5f}, {plain.generated[0], -100.0f}};

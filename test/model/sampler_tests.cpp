@@ -470,7 +470,8 @@ TEST_CASE("a logit bias and OpenAI's penalties adjust a row before it is "
   const auto raw = row;
   // Nothing set: nothing changes.
   const std::vector<std::int32_t> gen = {4, 2, 4, 4, 1, 999, -3};
-  adjust_logits(p, gen.data(), gen.size(), row.data(), row.size());
+  adjust_logits(p, nullptr, 0, gen.data(), gen.size(), row.data(),
+                row.size());
   CHECK(row == raw);
 
   // Frequency: once per time generated; presence: once if generated at
@@ -479,14 +480,16 @@ TEST_CASE("a logit bias and OpenAI's penalties adjust a row before it is "
   p.presence_penalty = 0.25f;
   CHECK(adjusts_logits(p));
   CHECK(logits_needed(p, 100) == 0); // whole rows
-  adjust_logits(p, gen.data(), gen.size(), row.data(), row.size());
+  adjust_logits(p, nullptr, 0, gen.data(), gen.size(), row.data(),
+                row.size());
   CHECK(row == std::vector<float>{1.0f, 2.0f - 0.75f, 3.0f - 0.75f, 4.0f,
                                   5.0f - 1.75f, 6.0f});
   // Negative penalties favour repeats.
   row = raw;
   p.frequency_penalty = -1.0f;
   p.presence_penalty = 0.0f;
-  adjust_logits(p, gen.data(), gen.size(), row.data(), row.size());
+  adjust_logits(p, nullptr, 0, gen.data(), gen.size(), row.data(),
+                row.size());
   CHECK(row[4] == 8.0f);
   CHECK(row[1] == 3.0f);
 
@@ -495,11 +498,78 @@ TEST_CASE("a logit bias and OpenAI's penalties adjust a row before it is "
   p.frequency_penalty = 0.0f;
   p.bias_ids = {0, 3, 5, 7};
   p.bias_values = {10.0f, -100.0f, -0.5f, 50.0f}; // (7: outside)
-  adjust_logits(p, nullptr, 0, row.data(), row.size());
+  adjust_logits(p, nullptr, 0, nullptr, 0, row.data(), row.size());
   CHECK(row == std::vector<float>{11.0f, 2.0f, 3.0f, -96.0f, 5.0f, 5.5f});
   // Greedy over the adjusted row: the bias made 0 the best.
   CHECK(sampler::argmax(row.data(), row.size()) == 0);
   p.temperature = 0.0f;
   sampler greedy(p);
   CHECK(greedy.sample(row.data(), row.size()) == 0);
+}
+
+TEST_CASE("a repetition penalty divides the positive logits of the prompt's "
+          "and generated tokens and multiplies the negative ones",
+          "[sampler]") {
+  sampler_params p;
+  p.repetition_penalty = 2.0f;
+  CHECK(adjusts_logits(p));
+  std::vector<float> row = {4.0f, -1.0f, 3.0f, 0.0f, -0.5f, 1.0f};
+  const std::vector<std::int32_t> prompt = {0, 1, 1, 1, 77};
+  const std::vector<std::int32_t> gen = {4, 0, 0};
+  // Each token once, however often it came: 0 (prompt and generated), 1,
+  // 4; then the frequency penalty counts only the generated ones.
+  p.frequency_penalty = 0.5f;
+  adjust_logits(p, prompt.data(), prompt.size(), gen.data(), gen.size(),
+                row.data(), row.size());
+  CHECK(row == std::vector<float>{4.0f / 2 - 1.0f, -2.0f, 3.0f, 0.0f,
+                                  -1.0f - 0.5f, 1.0f});
+  // Below 1 it favours them.
+  p.repetition_penalty = 0.5f;
+  p.frequency_penalty = 0.0f;
+  row = {4.0f, -1.0f, 3.0f};
+  adjust_logits(p, prompt.data(), prompt.size(), nullptr, 0, row.data(),
+                row.size());
+  CHECK(row == std::vector<float>{8.0f, -0.5f, 3.0f});
+}
+
+TEST_CASE("min-p keeps the candidates at least min_p times as likely as the "
+          "best, after top-k and top-p", "[sampler]") {
+  // Logits 0, -1, -2, -3 (probabilities relative to the best: 1, e^-1,
+  // e^-2, e^-3): min_p 0.2 keeps the first two (e^-1 = 0.37, e^-2 =
+  // 0.135).
+  const std::vector<std::int32_t> ids = {5, 2, 9, 1};
+  const std::vector<float> values = {0.0f, -1.0f, -2.0f, -3.0f};
+  sampler_params p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.2f;
+  auto d = sampler(p).distribution(ids.data(), values.data(), 4);
+  CHECK(d.ids == std::vector<std::int32_t>{5, 2});
+  CHECK(d.probs[0] + d.probs[1] == Approx(1.0));
+  CHECK(d.probs[0] / d.probs[1] == Approx(std::exp(1.0)));
+  // At another temperature the same tokens (llama.cpp's logit bar, before
+  // the temperature).
+  p.temperature = 3.0f;
+  CHECK(sampler(p).distribution(ids.data(), values.data(), 4).ids == d.ids);
+  // 0: off; 1: only the best (and its equals).
+  p.min_p = 0.0f;
+  CHECK(sampler(p).distribution(ids.data(), values.data(), 4).ids.size()
+        == 4);
+  p.min_p = 1.0f;
+  CHECK(sampler(p).distribution(ids.data(), values.data(), 4).ids
+        == std::vector<std::int32_t>{5});
+  // A whole row: the same as its sorted candidates.
+  std::vector<float> row(10, -10.0f);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    row[static_cast<std::size_t>(ids[i])] = values[i];
+  p.min_p = 0.2f;
+  p.temperature = 1.0f;
+  CHECK(sampler(p).distribution(row.data(), row.size()).ids == d.ids);
+  // Sampling draws only from those.
+  sampler s(p);
+  for (int i = 0; i < 200; ++i) {
+    auto t = s.sample(row.data(), row.size());
+    CHECK((t == 5 || t == 2));
+  }
 }

@@ -130,6 +130,18 @@ TEST_CASE("penalties and a logit bias out of range are refused by name",
   CHECK(refusal([&] { check_sampling(q); }).find("--presence-penalty must")
         == 0);
   q = p;
+  q.min_p = 1.5f;
+  CHECK(refusal([&] { check_sampling(q); })
+        == "--min-p must be a number in [0, 1], not 1.5");
+  q = p;
+  q.repetition_penalty = 0.0f;
+  CHECK(refusal([&] { check_sampling(q); })
+        == "--repetition-penalty must be a number in (0, 2], not 0");
+  q.repetition_penalty = 2.0f;
+  CHECK(refusal([&] { check_sampling(q); }).empty());
+  q.repetition_penalty = 2.5f;
+  CHECK(!refusal([&] { check_sampling(q); }).empty());
+  q = p;
   q.bias_values[1] = 101.0f;
   CHECK(refusal([&] { check_sampling(q); })
         == "the logit bias of token 7 must be a number in [-100, 100], not "
@@ -264,9 +276,12 @@ TEST_CASE("a job request takes the job part of the run options",
   // Penalties and a logit bias (ids sorted, as the sampler wants them).
   o = parse_run_options({"--model", "m.gguf", "--frequency-penalty", "0.5",
                          "--presence-penalty", "-1.25", "--logit-bias",
-                         "9=-100,3=2.5"},
+                         "9=-100,3=2.5", "--min-p", "0.05",
+                         "--repetition-penalty", "1.1"},
                         false);
   r = make_job_request(o);
+  CHECK(r.sampling.min_p == 0.05f);
+  CHECK(r.sampling.repetition_penalty == 1.1f);
   CHECK(r.sampling.frequency_penalty == 0.5f);
   CHECK(r.sampling.presence_penalty == -1.25f);
   CHECK(r.sampling.bias_ids == std::vector<std::int32_t>{3, 9});

@@ -2512,7 +2512,8 @@ namespace {
 /// `n` tokens of `prompt` from the fixture's model alone (a device stage of
 /// every layer on a cpu device of its own, the prompt in one forward, then
 /// a token at a time), each row adjusted by `p`'s bias and penalties for
-/// the tokens generated so far and sampled by a sampler of `p` (greedy at
+/// the prompt and the tokens generated so far and sampled by a sampler of
+/// `p` (greedy at
 /// temperature 0): what a job's sequence seeded with p.seed must give.
 /// `raw` gets each token's row as the model gave it.
 std::vector<std::int32_t>
@@ -2546,7 +2547,8 @@ adjusted_alone(const fixture& f, const std::vector<std::int32_t>& prompt,
               .ok());
     pos += static_cast<std::uint32_t>(in.size());
     raw.push_back(logits);
-    model::adjust_logits(p, out.data(), out.size(), logits.data(), v);
+    model::adjust_logits(p, prompt.data(), prompt.size(), out.data(),
+                         out.size(), logits.data(), v);
     out.push_back(smp.sample(logits.data(), v));
     in = {out.back()};
   }
@@ -2577,6 +2579,8 @@ TEST_CASE("a logit bias and penalties adjust each sequence's rows for its "
   model::sampler_params adj;
   adj.frequency_penalty = 0.75f;
   adj.presence_penalty = 0.5f;
+  adj.repetition_penalty = 1.25f; // (the prompt's tokens too)
+  adj.min_p = 0.05f;
   adj.bias_ids = {std::min(banned, favoured), std::max(banned, favoured)};
   adj.bias_values = banned < favoured ? std::vector<float>{-100.0f, 1.5f}
                                       : std::vector<float>{1.5f, -100.0f};
