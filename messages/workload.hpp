@@ -367,7 +367,7 @@ typename Inspector::result_type inspect(Inspector& f, sampler_params& x) {
   return wire(f, caf::meta::type_name("exo.sampler_params"), x.temperature,
               x.top_k, x.top_p, x.seed, x.min_p, x.repetition_penalty,
               x.frequency_penalty, x.presence_penalty, x.bias_ids,
-              x.bias_values);
+              x.bias_values, x.json);
 }
 
 template<class Inspector>

@@ -1,6 +1,7 @@
 #include "actors/workload/job_actor.hpp"
 
 #include "actors/workload/shard_actor.hpp"
+#include "core/model/json_constraint.hpp"
 #include "core/workload/job_request.hpp"
 #include "core/workload/prefix_key.hpp"
 #include "messages/errors.hpp"
@@ -60,6 +61,13 @@ struct sequence {
   std::uint32_t draft_pos = 0;
   std::vector<std::int32_t> drafted;
   std::vector<model::token_distribution> draft_dists;
+  /// JSON mode (sampling.json): where its text stands, after its first
+  /// `json_fed` generated tokens (a resumed sequence's are fed on first
+  /// use); `json_lost` when a token it took could not be fed (then it is
+  /// not masked any more).
+  model::json_prefix json;
+  std::size_t json_fed = 0;
+  bool json_lost = false;
   /// Its next step rewinds (a job handed over: rows past pos may be left).
   bool rewind = false;
   /// Its prompt is an earlier sequence's (`source`), which the stages
@@ -442,21 +450,41 @@ model::token_distribution distribution_of(const model::sampler& smp,
 
 /// A whole row of logits as sequence j samples from it: adjusted by the
 /// job's logit bias and penalties for its prompt and the tokens it has
-/// generated so far
-/// (model::adjust_logits, in `scratch`); `values` itself when nothing
-/// adjusts it (rows come whole when something does).
-const std::vector<float>& adjusted(const job_state& st, std::uint32_t j,
+/// generated so far (model::adjust_logits), and in JSON mode with every
+/// token masked that would break its JSON (model::mask_json), in
+/// `scratch`; `values` itself when nothing adjusts it (rows come whole
+/// when something does). `stuck`: JSON mode left no token at all.
+const std::vector<float>& adjusted(job_state& st, std::uint32_t j,
                                    const std::vector<float>& values,
-                                   std::vector<float>& scratch) {
+                                   std::vector<float>& scratch, bool& stuck) {
+  stuck = false;
   if (!model::adjusts_logits(st.cfg.sampling))
     return values;
   scratch = values;
+  auto& q = st.seqs[j];
   const auto& out = st.result.tokens[j];
-  const auto& prompt = st.seqs[j].prompt;
+  const auto& prompt = q.prompt;
   model::adjust_logits(st.cfg.sampling, prompt.data(), prompt.size(),
                        out.data(), out.size(), scratch.data(),
                        scratch.size());
+  if (st.cfg.sampling.json && st.cfg.token_bytes && !q.json_lost) {
+    const auto& bytes = *st.cfg.token_bytes;
+    for (; q.json_fed < out.size() && !q.json_lost; ++q.json_fed) {
+      const auto t = static_cast<std::size_t>(out[q.json_fed]);
+      q.json_lost = t >= bytes.size() || !q.json.feed(bytes[t]);
+    }
+    if (!q.json_lost)
+      stuck = model::mask_json(q.json, bytes, st.cfg.eog, scratch.data(),
+                               scratch.size())
+              == 0;
+  }
   return scratch;
+}
+
+/// Why a sequence that JSON mode left without a token ends the job.
+std::string no_json_token(std::uint32_t j) {
+  return "sequence " + std::to_string(j)
+         + ": no token of the model's vocabulary continues its JSON";
 }
 
 /// Sequence j's tokens are whole (no round under way past them): their
@@ -495,7 +523,12 @@ void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits_in,
       id = *chosen;
     } else if (logits_in.ids.empty()) {
       std::vector<float> scratch;
-      const auto& row = adjusted(st, j, logits, scratch);
+      bool stuck = false;
+      const auto& row = adjusted(st, j, logits, scratch, stuck);
+      if (stuck) {
+        finish(self, no_json_token(j));
+        return;
+      }
       id = q.smp->sample(row.data(), row.size());
     } else {
       id = q.smp->sample_top(logits_in.ids.data(), logits.data(),
@@ -920,7 +953,12 @@ void verify(self_ptr self, std::uint32_t j) {
               // (Whole rows when adjusted, by the tokens so far: the
               // ones this round kept included.)
               std::vector<float> scratch;
-              const auto& a = adjusted(st, j, row.values, scratch);
+              bool stuck = false;
+              const auto& a = adjusted(st, j, row.values, scratch, stuck);
+              if (stuck) {
+                finish(self, no_json_token(j));
+                break;
+              }
               const auto p = row.ids.empty()
                                ? q.smp->distribution(a.data(), a.size())
                                : distribution_of(*q.smp, row);

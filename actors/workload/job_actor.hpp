@@ -59,6 +59,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <set>
 #include <vector>
@@ -153,6 +154,9 @@ struct job_setup {
   /// End-of-generation tokens (EOS, EOT, <|eot_id|>, <|im_end|>...): a
   /// sequence stops at any of them.
   std::set<std::int32_t> eog;
+  /// JSON mode (sampling.json): each token's bytes as it decodes (empty
+  /// for control and unused tokens: model::mask_json), n_vocab of them.
+  std::shared_ptr<const std::vector<std::string>> token_bytes;
   /// A step in flight for longer ends the job with an error naming the
   /// sequence (checked by a watchdog every step_timeout / 4, at most 1 s).
   std::chrono::milliseconds step_timeout{120000};

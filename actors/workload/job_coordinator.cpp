@@ -16,6 +16,7 @@
 #include "core/config/node_config.hpp"
 #include "core/text/file.hpp"
 #include "core/model/device_stage.hpp"
+#include "core/model/json_constraint.hpp"
 #include "core/model/stage_ranges.hpp"
 #include "core/tls/bulk_channel.hpp"
 #include "core/tokenizer/tokenizer.hpp"
@@ -819,6 +820,8 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.logprobs = req.logprobs;
   j.eog = run->job.tokenizer->eog_ids();
   j.eog.insert(req.stop_tokens.begin(), req.stop_tokens.end());
+  if (req.sampling.json)
+    j.token_bytes = model::token_bytes_of(*run->job.tokenizer, hp.n_vocab);
   j.generated = run->generated;
   j.generated_draws = run->generated_draws;
   j.resumed_after = run->resumed_after;

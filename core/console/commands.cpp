@@ -175,6 +175,8 @@ std::vector<command_spec> make_table() {
        ranged(dashed("presence-penalty", vt::number, "F",
                      "subtract F once from a token generated before"),
               -2, 2),
+       dashed("json", vt::flag, "",
+              "JSON mode: the text is one JSON object"),
        dashed("logit-bias", vt::text, "LIST",
               "ID=BIAS[,ID=BIAS...]: add BIAS to token ID's logit"),
        ranged(dashed("stages", vt::count, "K", "split evenly into K stages"),

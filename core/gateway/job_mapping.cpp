@@ -208,6 +208,7 @@ mapped_job map_request(const model_source& model,
   job.sampling.min_p = static_cast<float>(req.min_p);
   job.sampling.repetition_penalty =
     static_cast<float>(req.repetition_penalty);
+  job.sampling.json = req.json_object;
   job.sampling.frequency_penalty = static_cast<float>(req.frequency_penalty);
   job.sampling.presence_penalty = static_cast<float>(req.presence_penalty);
   for (const auto& [id, bias] : req.logit_bias) { // ascending ids

@@ -274,13 +274,40 @@ std::map<std::int32_t, double> get_logit_bias(const json& v) {
   return out;
 }
 
+/// response_format: {"type": "text"} (plain text) or {"type":
+/// "json_object"} (JSON mode); json_schema is refused by name.
+bool get_json_mode(const json& v) {
+  const std::string key = "response_format";
+  if (!v.is_object())
+    wrong_type(key, v, "an object");
+  auto t = v.find("type");
+  if (t == v.end())
+    refuse("Missing required parameter: 'response_format.type'.",
+           key + ".type", "missing_required_parameter");
+  if (!t->is_string())
+    wrong_type(key + ".type", *t, "a string");
+  const auto type = t->get<std::string>();
+  if (type == "json_schema")
+    refuse("'response_format' of type 'json_schema' is not supported; "
+           "'json_object' is (the output is one JSON object).",
+           key + ".type", "unsupported_value");
+  if (type != "text" && type != "json_object")
+    refuse("Invalid value for 'response_format.type': '" + type.substr(0, 32)
+             + "'. Supported values are: 'text' and 'json_object'.",
+           key + ".type");
+  for (auto it = v.begin(); it != v.end(); ++it)
+    if (it.key() != "type")
+      refuse("Unrecognized parameter: 'response_format." + it.key() + "'.",
+             key + "." + it.key(), "unknown_parameter");
+  return type == "json_object";
+}
+
 /// Fields OpenAI defines that exo does not implement: accepted only with
 /// their neutral value, so that nothing a client asks for is silently
 /// ignored.
 bool neutral_unsupported(const std::string& key, const json& v) {
   if (v.is_null())
-    return key == "suffix" || key == "response_format"
-           || key == "best_of" || key == "echo"
+    return key == "suffix" || key == "best_of" || key == "echo"
            || key == "metadata" || key == "store"
            || key == "parallel_tool_calls";
   if (key == "echo" || key == "store")
@@ -289,9 +316,6 @@ bool neutral_unsupported(const std::string& key, const json& v) {
     return v.is_number_integer() && v.get<std::int64_t>() == 1;
   if (key == "metadata")
     return v.is_object() && v.empty();
-  if (key == "response_format")
-    return v.is_object() && v.size() == 1 && v.contains("type")
-           && v["type"] == "text";
   return false;
 }
 
@@ -378,6 +402,9 @@ completion_request parse(endpoint_kind kind, const json& body,
     } else if (key == "presence_penalty") {
       if (!v.is_null())
         r.presence_penalty = get_number(v, key, -2.0, 2.0);
+    } else if (key == "response_format") {
+      if (!v.is_null())
+        r.json_object = get_json_mode(v);
     } else if (key == "logit_bias") {
       if (!v.is_null())
         r.logit_bias = get_logit_bias(v);

@@ -72,6 +72,9 @@ struct completion_request {
   /// presence_penalty once if it did (model::adjust_logits).
   double frequency_penalty = 0.0;
   double presence_penalty = 0.0;
+  /// response_format {"type": "json_object"}: JSON mode, the text is one
+  /// JSON object (model::sampler_params::json).
+  bool json_object = false;
   /// OpenAI's logit_bias: token id -> bias in [-100, 100] added to its
   /// logit; at most max_logit_bias tokens (the vocabulary is the mapping's
   /// check).

@@ -42,7 +42,7 @@ void sampler::restart(uint64_t draws) {
 
 bool adjusts_logits(const sampler_params& p) {
   return p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f
-         || p.repetition_penalty != 1.0f || !p.bias_ids.empty();
+         || p.repetition_penalty != 1.0f || !p.bias_ids.empty() || p.json;
 }
 
 void adjust_logits(const sampler_params& p, const int32_t* prompt,
@@ -202,6 +202,9 @@ token_distribution sampler::distribution(const int32_t* ids,
   }
   if (p_.top_k > 0 && p_.top_k < k)
     k = p_.top_k;
+  // Masked candidates (the worst, sorted) are no candidates at all.
+  while (k > 1 && values[k - 1] <= masked_logit)
+    --k;
   // Probabilities at temperature 1 for top-p, as llama.cpp's sampler chain
   // applies top-p before temperature.
   auto probs = [&](float temp) {

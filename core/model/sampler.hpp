@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -35,7 +36,16 @@ struct sampler_params {
   /// each -100 to 100): OpenAI's logit_bias.
   std::vector<int32_t> bias_ids;
   std::vector<float> bias_values;
+  /// JSON mode (response_format json_object): the job masks every token
+  /// that would make the text no prefix of a JSON object
+  /// (json_constraint.hpp), and ends the sequence when the object closes.
+  bool json = false;
 };
+
+/// A logit no sampler chooses: a candidate with it is left out of every
+/// distribution (a token JSON mode forbids: json_constraint.hpp). The
+/// lowest finite float, so that rows stay finite.
+inline constexpr float masked_logit = std::numeric_limits<float>::lowest();
 
 /// The most tokens a logit_bias may name (OpenAI's own limit is 300).
 constexpr size_t max_logit_bias = 1024;
@@ -46,7 +56,8 @@ constexpr float max_penalty = 2.0f;
 constexpr float max_repetition_penalty = 2.0f;
 constexpr float max_logit_bias_value = 100.0f;
 
-/// Whether `p` adjusts rows before sampling (a bias or a penalty set).
+/// Whether `p` adjusts rows before sampling (a bias or a penalty set, or
+/// JSON mode's mask).
 bool adjusts_logits(const sampler_params& p);
 
 /// How many of a row's best logits a job needs from its last stage to

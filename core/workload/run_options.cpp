@@ -107,6 +107,9 @@ void describe(CLI::App& app, run_options& o, run_words& w, bool local) {
                  "add BIAS (-100 to 100) to token ID's logit, "
                  "ID=BIAS[,ID=BIAS...]")
     ->type_name("LIST");
+  app.add_flag("--json", o.sampling.json,
+               "JSON mode: the text is one JSON object (every token that "
+               "would break it is masked; it ends with the object)");
   app.add_option("--stages", w.stages,
                  "split evenly into K stages (default: the solver's plan)")
     ->type_name("K");

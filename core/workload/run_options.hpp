@@ -4,7 +4,7 @@
 ///   --model FILE --prompt TEXT [-n N] [--seed S] [--temperature T]
 ///   [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
 ///   [--frequency-penalty F]
-///   [--presence-penalty F] [--logit-bias ID=B,...] [--stages K]
+///   [--presence-penalty F] [--logit-bias ID=B,...] [--json] [--stages K]
 ///   [--sequences M] [--ctx C]
 ///   [--chat [--system TEXT]] [--kv-type TYPE] [--logits-out FILE]
 /// and, for `exo-node run` only, [--config FILE] [--state-dir DIR]

@@ -5,7 +5,7 @@
 ///   exo-node run --model FILE.gguf --prompt TEXT [-n N] [--seed S]
 ///     [--temperature T] [--top-k K] [--top-p P] [--min-p P]
 ///     [--repetition-penalty R] [--frequency-penalty F]
-///     [--presence-penalty F] [--logit-bias ID=B,...] [--stages K]
+///     [--presence-penalty F] [--logit-bias ID=B,...] [--json] [--stages K]
 ///     [--sequences M] [--ctx C] [--chat [--system TEXT]]
 ///     [--logits-out FILE] [--config FILE]
 ///     [--state-dir DIR] [--llama-threads N]

@@ -199,7 +199,9 @@ TEST_CASE("a job request's sampling parameters cross the wire whole") {
   p.presence_penalty = 1.5f;
   p.bias_ids = {3, 50256};
   p.bias_values = {-100.0f, 2.5f};
+  p.json = true;
   auto b = round_trip(r).sampling;
+  CHECK(b.json);
   CHECK(b.temperature == p.temperature);
   CHECK(b.top_k == p.top_k);
   CHECK(b.top_p == p.top_p);

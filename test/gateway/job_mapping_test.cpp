@@ -301,6 +301,9 @@ TEST_CASE("completions map prompt, max_tokens and sampling, refusals are "
   CHECK(me.job.sampling.repetition_penalty == 1.25f);
   extras.top_k = -1;
   CHECK(map_request(src, extras, {}, 1).job.sampling.top_k == 0);
+  CHECK_FALSE(me.job.sampling.json);
+  extras.json_object = true;
+  CHECK(map_request(src, extras, {}, 1).job.sampling.json);
   penalized.logit_bias[static_cast<std::int32_t>(src.tokenizer->size())] = 1;
   auto bad_bias = map_request(src, penalized, {}, 1);
   REQUIRE(bad_bias.error);

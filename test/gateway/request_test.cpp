@@ -434,3 +434,33 @@ TEST_CASE("penalties and a logit bias are read and bounded as OpenAI's and "
   CHECK(c.request->frequency_penalty == 0.5);
   CHECK(c.request->logit_bias.size() == 1);
 }
+
+TEST_CASE("response_format json_object is JSON mode, json_schema is refused "
+          "by name") {
+  auto with = [](const std::string& extra) {
+    return chat(R"({"model":"tiny","messages":[{"role":"user","content":"x"}])"
+                + extra + "}");
+  };
+  CHECK_FALSE(with("").request->json_object);
+  CHECK_FALSE(with(R"(,"response_format":{"type":"text"})").request->json_object);
+  CHECK_FALSE(with(R"(,"response_format":null)").request->json_object);
+  CHECK(with(R"(,"response_format":{"type":"json_object"})").request->json_object);
+  auto schema = with(R"(,"response_format":{"type":"json_schema",
+                       "json_schema":{"name":"x","schema":{}}})");
+  CHECK(schema.error.status == 400);
+  CHECK(schema.error.param == "response_format.type");
+  CHECK(schema.error.message.find("json_schema' is not supported")
+        != std::string::npos);
+  CHECK(with(R"(,"response_format":{"type":"yaml"})").error.param
+        == "response_format.type");
+  CHECK(with(R"(,"response_format":{})").error.param
+        == "response_format.type");
+  CHECK(with(R"(,"response_format":"json_object")").error.param
+        == "response_format");
+  CHECK(with(R"(,"response_format":{"type":"json_object","strict":true})")
+          .error.param
+        == "response_format.strict");
+  CHECK(completion(R"({"model":"tiny","prompt":"a",
+                      "response_format":{"type":"json_object"}})")
+          .request->json_object);
+}

@@ -3,7 +3,8 @@
 // model without a chat template, streams a chat on one with Llama 3's
 // template, checks the texts against `exo-model run`'s (given by the test),
 // the same prompt as token ids (and a token outside the vocabulary: 400),
-// a chat and a completion with log-probabilities, a logit bias,
+// a chat and a completion with log-probabilities, a logit bias, JSON
+// mode,
 // asks for n = 3 sampled choices (each the engine's run with seed + i;
 // streamed with a stop string, each choice cut on its own),
 // the 404 of an unknown model and the 400 of a chat on a model without a
@@ -191,6 +192,35 @@ try {
   check(e instanceof OpenAI.BadRequestError
           && e.error?.param === "presence_penalty",
         `presence_penalty 2.5: 400 (${e.message})`);
+}
+
+// JSON mode: each of 4 sampled choices is a prefix of one JSON object, and
+// a choice that stopped parses as one; json_schema is a 400 naming it.
+const jsonChat = await client.chat.completions.create({
+  model: c.model, messages: [{ role: "user", content: c.user }],
+  max_tokens: 48, temperature: 0.9, seed: 4, n: 4,
+  response_format: { type: "json_object" },
+});
+for (const ch of jsonChat.choices) {
+  const t = ch.message.content;
+  let parsed = null;
+  try { parsed = JSON.parse(t); } catch (e) { parsed = null; }
+  check(/^\s*\{/.test(t) && (ch.finish_reason !== "stop"
+                               || (parsed !== null && typeof parsed
+                                   === "object" && !Array.isArray(parsed))),
+        `json_object choice ${ch.index} (${ch.finish_reason}): `
+          + JSON.stringify(t));
+}
+try {
+  await client.chat.completions.create({
+    model: c.model, messages: [{ role: "user", content: c.user }],
+    max_tokens: 4, response_format: { type: "json_schema",
+      json_schema: { name: "x", schema: { type: "object" } } } });
+  check(false, "json_schema refused");
+} catch (e) {
+  check(e instanceof OpenAI.BadRequestError
+          && e.error?.param === "response_format.type",
+        `json_schema: 400 (${e.message})`);
 }
 
 // n = 3 sampled choices: choice i is the engine's run with seed + i.

@@ -282,6 +282,9 @@ TEST_CASE("a job request takes the job part of the run options",
   r = make_job_request(o);
   CHECK(r.sampling.min_p == 0.05f);
   CHECK(r.sampling.repetition_penalty == 1.1f);
+  CHECK_FALSE(r.sampling.json);
+  CHECK(make_job_request(parse_run_options({"--model", "m", "--json"}, false))
+          .sampling.json);
   CHECK(r.sampling.frequency_penalty == 0.5f);
   CHECK(r.sampling.presence_penalty == -1.25f);
   CHECK(r.sampling.bias_ids == std::vector<std::int32_t>{3, 9});

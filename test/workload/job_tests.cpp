@@ -15,9 +15,11 @@
 #include "messages/registration.hpp"
 #include "messages/workload.hpp"
 #include "core/model/device_stage.hpp"
+#include "core/model/json_constraint.hpp"
 #include "core/model/llama_model.hpp"
 #include "core/model/sampler.hpp"
 #include "core/model/test_model.hpp"
+#include "core/tokenizer/tokenizer.hpp"
 #include "core/workload/prefix_key.hpp"
 
 #include <catch2/catch.hpp>
@@ -30,6 +32,8 @@
 #include <thread>
 
 #include <caf/all.hpp>
+
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
@@ -2659,6 +2663,76 @@ TEST_CASE("a logit bias and penalties adjust each sequence's rows for its "
       }
     }
   }
+}
+
+TEST_CASE("in JSON mode each sequence's text stays a prefix of one JSON "
+          "object and ends when the object closes",
+          "[workload][sampling][json]") {
+  fixture f;
+  const auto tok = model::tokenizer::from_gguf(f.model->file());
+  const auto bytes =
+    model::token_bytes_of(tok, f.model->hparams().n_vocab);
+  const std::vector<std::vector<std::int32_t>> ps{prompts()[0],
+                                                  prompts()[2]};
+  auto text_of = [&](const std::vector<std::int32_t>& ids) {
+    std::string t;
+    for (auto id : ids)
+      if (tok.eog_ids().count(id) == 0)
+        t += (*bytes)[static_cast<std::size_t>(id)];
+    return t;
+  };
+  // Without it, the model's text is no JSON.
+  auto plain = f.run({0, 4}, ps, 48, 0.0f);
+  REQUIRE(plain.error.empty());
+  {
+    model::json_prefix p;
+    CHECK_FALSE(p.feed(text_of(plain.tokens[0])));
+  }
+  const auto cpu = f.device_index("cpu");
+  std::size_t whole = 0;
+  for (float temperature : {0.0f, 0.9f}) {
+    for (bool draft : {false, true}) {
+      INFO("temperature " << temperature << (draft ? ", a draft" : ""));
+      auto stages = f.pipeline({0, 2, 4}, {cpu, cpu});
+      std::vector<caf::actor> drafts;
+      auto j = f.job(1, stages, ps, 48, temperature, 5);
+      j.sampling.json = true;
+      j.sampling.frequency_penalty = 0.25f; // (with an adjustment too)
+      j.token_bytes = bytes;
+      j.eog = tok.eog_ids();
+      j.keep_logits = false;
+      if (draft) {
+        drafts = shards_of(f, f.model, {0, 4});
+        j.draft_stages = drafts;
+        j.draft_n_embd = f.model->hparams().n_embd;
+        j.draft_tokens = 3;
+      }
+      auto r = workload::run_job(*f.sys, std::move(j));
+      if (draft)
+        f.stop(drafts);
+      f.stop(stages);
+      REQUIRE(r.error.empty());
+      for (std::size_t q = 0; q < ps.size(); ++q) {
+        const auto& ids = r.tokens[q];
+        REQUIRE(!ids.empty());
+        const auto text = text_of(ids);
+        INFO("sequence " << q << ": " << text);
+        model::json_prefix p;
+        CHECK(p.feed(text));
+        // It ended at an end-of-generation token only once the object was
+        // whole, and then it parses as one.
+        const bool ended = tok.eog_ids().count(ids.back()) != 0;
+        CHECK(ended == p.complete());
+        if (ended) {
+          ++whole;
+          auto doc = nlohmann::json::parse(text, nullptr, false);
+          CHECK(doc.is_object());
+        }
+      }
+    }
+  }
+  // (Some object closed within 48 tokens: the end is reached too.)
+  CHECK(whole > 0);
 }
 
 TEST_CASE("speculative sampling: a draft that is the model keeps every "
