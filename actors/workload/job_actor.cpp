@@ -1,7 +1,6 @@
 #include "actors/workload/job_actor.hpp"
 
 #include "actors/workload/shard_actor.hpp"
-#include "core/model/json_constraint.hpp"
 #include "core/workload/job_request.hpp"
 #include "core/workload/prefix_key.hpp"
 #include "messages/errors.hpp"
@@ -467,15 +466,15 @@ const std::vector<float>& adjusted(job_state& st, std::uint32_t j,
   model::adjust_logits(st.cfg.sampling, prompt.data(), prompt.size(),
                        out.data(), out.size(), scratch.data(),
                        scratch.size());
-  if (st.cfg.sampling.json && st.cfg.token_bytes && !q.json_lost) {
-    const auto& bytes = *st.cfg.token_bytes;
+  if (st.cfg.sampling.json && st.cfg.vocab && !q.json_lost) {
+    const auto& bytes = st.cfg.vocab->bytes;
     for (; q.json_fed < out.size() && !q.json_lost; ++q.json_fed) {
       const auto t = static_cast<std::size_t>(out[q.json_fed]);
       q.json_lost = t >= bytes.size() || !q.json.feed(bytes[t]);
     }
     if (!q.json_lost)
-      stuck = model::mask_json(q.json, bytes, st.cfg.eog, scratch.data(),
-                               scratch.size())
+      stuck = model::mask_json(q.json, *st.cfg.vocab, st.cfg.eog,
+                               scratch.data(), scratch.size())
               == 0;
   }
   return scratch;

@@ -49,6 +49,7 @@
 /// boundary (its caches are released, the others go on; true when it was
 /// still running): a choice of a gateway request whose stop string matched.
 
+#include "core/model/json_constraint.hpp"
 #include "core/model/sampler.hpp"
 #include "messages/workload.hpp"
 
@@ -154,9 +155,9 @@ struct job_setup {
   /// End-of-generation tokens (EOS, EOT, <|eot_id|>, <|im_end|>...): a
   /// sequence stops at any of them.
   std::set<std::int32_t> eog;
-  /// JSON mode (sampling.json): each token's bytes as it decodes (empty
-  /// for control and unused tokens: model::mask_json), n_vocab of them.
-  std::shared_ptr<const std::vector<std::string>> token_bytes;
+  /// JSON mode (sampling.json): the vocabulary's bytes as generated text
+  /// gives them (model::vocab_bytes_of, read by model::mask_json).
+  std::shared_ptr<const model::vocab_bytes> vocab;
   /// A step in flight for longer ends the job with an error naming the
   /// sequence (checked by a watchdog every step_timeout / 4, at most 1 s).
   std::chrono::milliseconds step_timeout{120000};

@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
                               generated.data(), generated.size(),
                               scratch.data(), n);
               }));
-  const auto bytes = token_bytes_of(tok, n);
+  const auto bytes = vocab_bytes_of(tok, n);
   const std::set<std::int32_t> end = tok.eog_ids();
   struct at {
     const char* name;

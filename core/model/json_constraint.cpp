@@ -4,6 +4,7 @@
 #include "core/tokenizer/tokenizer.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace exo::model {
 
@@ -299,41 +300,89 @@ bool json_prefix::feed(char c) {
   return false;
 }
 
-std::size_t mask_json(const json_prefix& state,
-                      const std::vector<std::string>& token_bytes,
+vocab_bytes make_vocab_bytes(std::vector<std::string> bytes) {
+  vocab_bytes v;
+  v.bytes = std::move(bytes);
+  for (std::size_t id = 0; id < v.bytes.size(); ++id)
+    if (!v.bytes[id].empty())
+      v.order.push_back(static_cast<std::int32_t>(id));
+  std::sort(v.order.begin(), v.order.end(),
+            [&](std::int32_t a, std::int32_t b) {
+              return v.bytes[static_cast<std::size_t>(a)]
+                     < v.bytes[static_cast<std::size_t>(b)];
+            });
+  v.shared.assign(v.order.size(), 0);
+  for (std::size_t i = 1; i < v.order.size(); ++i) {
+    const auto& a = v.bytes[static_cast<std::size_t>(v.order[i - 1])];
+    const auto& b = v.bytes[static_cast<std::size_t>(v.order[i])];
+    std::uint32_t k = 0;
+    while (k < a.size() && k < b.size() && a[k] == b[k])
+      ++k;
+    v.shared[i] = k;
+  }
+  return v;
+}
+
+std::shared_ptr<const vocab_bytes> vocab_bytes_of(const tokenizer& tok,
+                                                  std::size_t n) {
+  std::vector<std::string> bytes(n);
+  const std::size_t have = std::min(n, tok.size());
+  for (std::size_t id = 0; id < have; ++id)
+    bytes[id] = tok.piece(static_cast<std::int32_t>(id), false);
+  return std::make_shared<const vocab_bytes>(
+    make_vocab_bytes(std::move(bytes)));
+}
+
+std::size_t mask_json(const json_prefix& state, const vocab_bytes& vocab,
                       const std::set<std::int32_t>& end_tokens, float* logits,
                       std::size_t n) {
-  const bool complete = state.complete();
+  std::vector<char> keep(n, 0);
+  const auto& bytes = vocab.bytes;
+  if (state.complete()) {
+    if (end_tokens.empty())
+      for (std::size_t id = 0; id < n && id < bytes.size(); ++id)
+        keep[id] = !bytes[id].empty()
+                   && bytes[id].find_first_not_of(" \t\n\r")
+                        == std::string::npos;
+  } else {
+    // The trie's walk: path[d] is the state after the first d bytes of
+    // the token at hand (those it shares with the one before are already
+    // there); `dead` is the byte of the path the state refused.
+    std::vector<json_prefix> path{state};
+    std::size_t dead = SIZE_MAX;
+    for (std::size_t i = 0; i < vocab.order.size(); ++i) {
+      const auto id = static_cast<std::size_t>(vocab.order[i]);
+      const std::size_t shared = vocab.shared[i];
+      if (dead != SIZE_MAX && shared > dead)
+        continue; // it starts with the refused bytes too
+      dead = SIZE_MAX;
+      path.resize(std::min(path.size(), shared + 1));
+      const auto& b = bytes[id];
+      bool ok = true;
+      for (std::size_t d = path.size() - 1; d < b.size(); ++d) {
+        json_prefix next = path.back();
+        if (!next.feed(b[d])) {
+          dead = d;
+          ok = false;
+          break;
+        }
+        path.push_back(std::move(next));
+      }
+      if (ok && id < n)
+        keep[id] = 1;
+    }
+  }
+  for (auto t : end_tokens)
+    if (t >= 0 && static_cast<std::size_t>(t) < n)
+      keep[static_cast<std::size_t>(t)] = state.complete();
   std::size_t kept = 0;
   for (std::size_t id = 0; id < n; ++id) {
-    bool ok = false;
-    if (end_tokens.count(static_cast<std::int32_t>(id)) != 0) {
-      ok = complete;
-    } else if (id < token_bytes.size() && !token_bytes[id].empty()) {
-      const auto& b = token_bytes[id];
-      if (complete) {
-        ok = end_tokens.empty()
-             && b.find_first_not_of(" \t\n\r") == std::string::npos;
-      } else {
-        json_prefix s = state;
-        ok = s.feed(b);
-      }
-    }
-    if (ok)
+    if (keep[id])
       ++kept;
     else
       logits[id] = masked_logit;
   }
   return kept;
-}
-
-std::shared_ptr<const std::vector<std::string>>
-token_bytes_of(const tokenizer& tok, std::size_t n) {
-  auto out = std::make_shared<std::vector<std::string>>(n);
-  const std::size_t have = std::min(n, tok.size());
-  for (std::size_t id = 0; id < have; ++id)
-    (*out)[id] = tok.piece(static_cast<std::int32_t>(id), false);
-  return out;
 }
 
 } // namespace exo::model

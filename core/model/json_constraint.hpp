@@ -94,20 +94,34 @@ private:
   std::string stack_;             ///< '{' and '[' of the open containers
 };
 
+/// A vocabulary's bytes arranged for mask_json: each token's bytes as
+/// generated text gives them (empty for control and unused tokens), and
+/// the tokens that have some sorted by them, each with the length of the
+/// start it shares with the one before (a walk of the vocabulary's trie:
+/// each shared start is checked once, and a start the state refuses
+/// rules out every token that begins with it).
+struct vocab_bytes {
+  std::vector<std::string> bytes;   ///< by token id
+  std::vector<std::int32_t> order;  ///< ids with bytes, sorted by bytes
+  std::vector<std::uint32_t> shared; ///< per order[i]: bytes shared with
+                                     ///< order[i - 1] (0 for the first)
+};
+
+/// vocab_bytes of `bytes` (by id).
+vocab_bytes make_vocab_bytes(std::vector<std::string> bytes);
+
+/// The first `n` tokens of `tok` (tokenizer::piece without specials; ids
+/// past the vocabulary have none).
+std::shared_ptr<const vocab_bytes> vocab_bytes_of(const tokenizer& tok,
+                                                  std::size_t n);
+
 /// Masks (model::masked_logit), in a row of `n` logits, every token that
-/// cannot come next after `state`: a token whose bytes (`token_bytes[id]`; empty for control and
-/// unused tokens) the state refuses, and while the object is open every
-/// token of `end_tokens`; once it is complete only `end_tokens` stay (or,
-/// with none, tokens of whitespace alone). Returns how many tokens stay.
-std::size_t mask_json(const json_prefix& state,
-                      const std::vector<std::string>& token_bytes,
+/// cannot come next after `state`: a token whose bytes the state refuses
+/// (or that has none), and while the object is open every token of
+/// `end_tokens`; once it is complete only `end_tokens` stay (or, with
+/// none, tokens of whitespace alone). Returns how many tokens stay.
+std::size_t mask_json(const json_prefix& state, const vocab_bytes& vocab,
                       const std::set<std::int32_t>& end_tokens, float* logits,
                       std::size_t n);
-
-/// Each of the first `n` tokens' bytes as generated text gives them
-/// (tokenizer::piece without specials: empty for control and unused
-/// tokens, and for ids past the vocabulary): mask_json's token_bytes.
-std::shared_ptr<const std::vector<std::string>>
-token_bytes_of(const tokenizer& tok, std::size_t n);
 
 } // namespace exo::model

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -107,11 +108,11 @@ TEST_CASE("mask_json keeps the tokens that continue the object, then only "
           "the end", "[json]") {
   // A vocabulary: 0 end of text (a control token: no bytes), 1 "{", 2
   // "{\"", 3 "}", 4 "a", 5 "\"a\":", 6 " ", 7 "1}", 8 "x", 9 (unused).
-  const std::vector<std::string> bytes = {"",  "{", "{\"", "}", "a",
-                                          "\"a\":", " ", "1}", "x", ""};
+  const auto bytes = make_vocab_bytes({"", "{", "{\"", "}", "a", "\"a\":",
+                                       " ", "1}", "x", ""});
   const std::set<std::int32_t> end = {0};
   auto allowed = [&](const json_prefix& p, const std::set<std::int32_t>& e) {
-    std::vector<float> row(bytes.size(), 1.0f);
+    std::vector<float> row(bytes.bytes.size(), 1.0f);
     auto kept = mask_json(p, bytes, e, row.data(), row.size());
     std::vector<std::int32_t> ids;
     for (std::size_t i = 0; i < row.size(); ++i)
@@ -132,7 +133,7 @@ TEST_CASE("mask_json keeps the tokens that continue the object, then only "
   CHECK(allowed(p, end) == std::vector<std::int32_t>{0});
   CHECK(allowed(p, {}) == std::vector<std::int32_t>{6});
   // A sampler never draws a masked token, whatever the draw.
-  std::vector<float> row(bytes.size(), 0.0f);
+  std::vector<float> row(bytes.bytes.size(), 0.0f);
   json_prefix fresh;
   mask_json(fresh, bytes, end, row.data(), row.size());
   sampler_params sp;
@@ -147,4 +148,52 @@ TEST_CASE("mask_json keeps the tokens that continue the object, then only "
     auto t = s.sample(row.data(), row.size());
     CHECK((t == 1 || t == 2 || t == 6));
   }
+}
+
+TEST_CASE("mask_json's walk of the sorted vocabulary keeps exactly the "
+          "tokens a check of each would keep", "[json]") {
+  // Random tokens over JSON's bytes (duplicates, prefixes of each other,
+  // a UTF-8 lead and continuation byte among them), and states at every
+  // prefix of a few documents.
+  std::mt19937 rng(7);
+  const std::string alphabet = "{}[]\":, \n1-0.eE+tfnrulas\\x\xc3\xa9";
+  std::uniform_int_distribution<std::size_t> letter(0, alphabet.size() - 1),
+    length(1, 6);
+  std::vector<std::string> tokens = {"", "ab", "ab", "a"};
+  for (int i = 0; i < 3000; ++i) {
+    std::string t;
+    for (std::size_t k = length(rng); k > 0; --k)
+      t += alphabet[letter(rng)];
+    tokens.push_back(t);
+  }
+  const auto vocab = make_vocab_bytes(tokens);
+  const std::set<std::int32_t> end = {0};
+  std::size_t states = 0;
+  for (const std::string doc :
+       {R"( {"a": [1, -2.5e+3, true, null, "x\n\u00e9"], "b" : {"c":[]}})",
+        "{\"caf\xc3\xa9\":\"\\ud83d\\ude00\"}"}) {
+    json_prefix p;
+    for (std::size_t i = 0; i <= doc.size(); ++i) {
+      std::vector<float> row(tokens.size(), 1.0f);
+      const auto kept = mask_json(p, vocab, end, row.data(), row.size());
+      std::size_t want = 0;
+      for (std::size_t id = 0; id < tokens.size(); ++id) {
+        bool ok = false;
+        if (id == 0)
+          ok = p.complete();
+        else if (!tokens[id].empty() && !p.complete()) {
+          json_prefix s = p;
+          ok = s.feed(tokens[id]);
+        }
+        want += ok;
+        INFO("after " << doc.substr(0, i) << " token '" << tokens[id] << "'");
+        CHECK((row[id] != masked_logit) == ok);
+      }
+      CHECK(kept == want);
+      ++states;
+      if (i < doc.size())
+        REQUIRE(p.feed(doc[i]));
+    }
+  }
+  CHECK(states > 80);
 }

@@ -2517,8 +2517,8 @@ namespace {
 /// every layer on a cpu device of its own, the prompt in one forward, then
 /// a token at a time), each row adjusted by `p`'s bias and penalties for
 /// the prompt and the tokens generated so far and sampled by a sampler of
-/// `p` (greedy at
-/// temperature 0): what a job's sequence seeded with p.seed must give.
+/// `p` (greedy at temperature 0): what a job's sequence seeded with p.seed
+/// must give.
 /// `raw` gets each token's row as the model gave it.
 std::vector<std::int32_t>
 adjusted_alone(const fixture& f, const std::vector<std::int32_t>& prompt,
@@ -2670,15 +2670,14 @@ TEST_CASE("in JSON mode each sequence's text stays a prefix of one JSON "
           "[workload][sampling][json]") {
   fixture f;
   const auto tok = model::tokenizer::from_gguf(f.model->file());
-  const auto bytes =
-    model::token_bytes_of(tok, f.model->hparams().n_vocab);
+  const auto vocab = model::vocab_bytes_of(tok, f.model->hparams().n_vocab);
   const std::vector<std::vector<std::int32_t>> ps{prompts()[0],
                                                   prompts()[2]};
   auto text_of = [&](const std::vector<std::int32_t>& ids) {
     std::string t;
     for (auto id : ids)
       if (tok.eog_ids().count(id) == 0)
-        t += (*bytes)[static_cast<std::size_t>(id)];
+        t += vocab->bytes[static_cast<std::size_t>(id)];
     return t;
   };
   // Without it, the model's text is no JSON.
@@ -2698,7 +2697,7 @@ TEST_CASE("in JSON mode each sequence's text stays a prefix of one JSON "
       auto j = f.job(1, stages, ps, 48, temperature, 5);
       j.sampling.json = true;
       j.sampling.frequency_penalty = 0.25f; // (with an adjustment too)
-      j.token_bytes = bytes;
+      j.vocab = vocab;
       j.eog = tok.eog_ids();
       j.keep_logits = false;
       if (draft) {
