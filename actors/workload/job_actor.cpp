@@ -452,10 +452,14 @@ model::token_distribution distribution_of(const model::sampler& smp,
 /// generated so far (model::adjust_logits), and in JSON mode with every
 /// token masked that would break its JSON (model::mask_json), in
 /// `scratch`; `values` itself when nothing adjusts it (rows come whole
-/// when something does). `stuck`: JSON mode left no token at all.
+/// when something does). `drafted`: tokens proposed after those (the
+/// draft's row for its next proposal), counted as generated. `stuck`:
+/// JSON mode left no token at all.
 const std::vector<float>& adjusted(job_state& st, std::uint32_t j,
                                    const std::vector<float>& values,
-                                   std::vector<float>& scratch, bool& stuck) {
+                                   std::vector<float>& scratch, bool& stuck,
+                                   const std::vector<std::int32_t>& drafted =
+                                     {}) {
   stuck = false;
   if (!model::adjusts_logits(st.cfg.sampling))
     return values;
@@ -463,17 +467,29 @@ const std::vector<float>& adjusted(job_state& st, std::uint32_t j,
   auto& q = st.seqs[j];
   const auto& out = st.result.tokens[j];
   const auto& prompt = q.prompt;
+  std::vector<std::int32_t> with_drafted;
+  if (!drafted.empty()) {
+    with_drafted = out;
+    with_drafted.insert(with_drafted.end(), drafted.begin(), drafted.end());
+  }
+  const auto& gen = drafted.empty() ? out : with_drafted;
   model::adjust_logits(st.cfg.sampling, prompt.data(), prompt.size(),
-                       out.data(), out.size(), scratch.data(),
+                       gen.data(), gen.size(), scratch.data(),
                        scratch.size());
   if (st.cfg.sampling.json && st.cfg.vocab && !q.json_lost) {
     const auto& bytes = st.cfg.vocab->bytes;
-    for (; q.json_fed < out.size() && !q.json_lost; ++q.json_fed) {
-      const auto t = static_cast<std::size_t>(out[q.json_fed]);
-      q.json_lost = t >= bytes.size() || !q.json.feed(bytes[t]);
-    }
-    if (!q.json_lost)
-      stuck = model::mask_json(q.json, *st.cfg.vocab, st.cfg.eog,
+    auto feed = [&](model::json_prefix& state, std::int32_t id) {
+      const auto t = static_cast<std::size_t>(id);
+      return t < bytes.size() && state.feed(bytes[t]);
+    };
+    for (; q.json_fed < out.size() && !q.json_lost; ++q.json_fed)
+      q.json_lost = !feed(q.json, out[q.json_fed]);
+    auto state = q.json; // (and the proposals', on a copy)
+    bool lost = q.json_lost;
+    for (std::size_t i = 0; i < drafted.size() && !lost; ++i)
+      lost = !feed(state, drafted[i]);
+    if (!lost)
+      stuck = model::mask_json(state, *st.cfg.vocab, st.cfg.eog,
                                scratch.data(), scratch.size())
               == 0;
   }
@@ -818,11 +834,14 @@ void draft_step(self_ptr self, std::uint32_t j) {
     s.tokens.push_back(q.drafted.back()); // its last proposal
   }
   // Greedy, its best candidate is all the draft's answer needs; sampling,
-  // the candidates the sampler reads (0: whole rows).
+  // the candidates the sampler reads (0: whole rows); whole rows when the
+  // job adjusts them (the draft proposes from rows adjusted as the model's
+  // will be: a draft that agrees keeps agreeing).
   const bool sampled = st.cfg.sampling.temperature > 0.0f;
   s.top_k = step_top_k(
-    sampled ? model::sampler::candidates(st.cfg.sampling, st.cfg.n_vocab)
-            : 1,
+    model::adjusts_logits(st.cfg.sampling) ? 0
+    : sampled ? model::sampler::candidates(st.cfg.sampling, st.cfg.n_vocab)
+              : 1,
     st.cfg.n_vocab);
   const auto top_k = s.top_k;
   q.waiting = true;
@@ -850,10 +869,19 @@ void draft_step(self_ptr self, std::uint32_t j) {
           q.prompt.size() + st.result.tokens[j].size();
         if (q.draft_pos < known) // more to read
           return draft_step(self, j);
+        // (Rows the job adjusts come whole: adjusted for the tokens so
+        // far and the proposals before this one.)
+        std::vector<float> scratch;
+        bool stuck = false;
+        const auto& row =
+          top_k != 0 ? r.x
+                     : adjusted(st, j, r.x, scratch, stuck, q.drafted);
+        if (stuck) // the model's own step will say so
+          return drop_draft(self, j);
         if (st.cfg.sampling.temperature <= 0.0f) {
           q.drafted.push_back(top_k != 0 ? r.top_ids.front()
                                          : model::sampler::argmax(
-                                             r.x.data(), r.x.size()));
+                                             row.data(), row.size()));
         } else {
           // A proposal drawn from the draft's distribution, kept for the
           // model's verdict (a draft that gives non-finite logits is
@@ -861,12 +889,17 @@ void draft_step(self_ptr self, std::uint32_t j) {
           if (model::sampler::first_non_finite(r.x.data(), r.x.size())
               != r.x.size())
             return drop_draft(self, j);
-          auto d = distribution_of(*q.smp,
-                                   row_of(r, 0, top_k, st.cfg.n_vocab));
+          auto d = top_k != 0 ? distribution_of(*q.smp,
+                                                row_of(r, 0, top_k,
+                                                       st.cfg.n_vocab))
+                              : q.smp->distribution(row.data(), row.size());
           q.drafted.push_back(q.smp->draw(d));
           q.draft_dists.push_back(std::move(d));
         }
-        if (q.drafted.size() < proposals(st, j))
+        // (Nothing is proposed past an end of generation: were it kept,
+        // the sequence ends there.)
+        if (q.drafted.size() < proposals(st, j)
+            && st.cfg.eog.count(q.drafted.back()) == 0)
           return draft_step(self, j);
         verify(self, j);
       },
@@ -976,18 +1009,19 @@ void verify(self_ptr self, std::uint32_t j) {
           }
         }
         // Greedy: the model's token there is kept; so is the next row's
-        // while it agreed with the proposal it read.
+        // while it agreed with the proposal it read (a proposal the model
+        // agreed with is accepted, the one it ended its sequence at too).
         for (std::size_t i = 0;
              st.cfg.sampling.temperature <= 0.0f && i < rows && !st.finished;
              ++i) {
-          const bool agreed_before = i == 0 || st.result.tokens[j].back()
-                                                 == q.drafted[i - 1];
-          if (!agreed_before)
-            break;
-          if (i > 0)
-            ++st.result.accepted;
+          const auto& toks = st.result.tokens[j];
+          const std::size_t before = toks.size();
           on_logits(self, j, 1, row_of(r, i, top_k, v));
-          if (q.done)
+          const bool agreed = i < q.drafted.size() && toks.size() > before
+                              && toks.back() == q.drafted[i];
+          if (agreed)
+            ++st.result.accepted;
+          if (q.done || !agreed)
             break;
         }
         // The model read the last token and the proposals it agreed with
