@@ -821,7 +821,7 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.eog = run->job.tokenizer->eog_ids();
   j.eog.insert(req.stop_tokens.begin(), req.stop_tokens.end());
   if (req.sampling.json)
-    j.vocab = model::vocab_bytes_of(*run->job.tokenizer, hp.n_vocab);
+    j.vocab = model::shared_vocab_bytes(run->job.tokenizer, hp.n_vocab);
   j.generated = run->generated;
   j.generated_draws = run->generated_draws;
   j.resumed_after = run->resumed_after;

@@ -97,7 +97,12 @@ int main(int argc, char** argv) {
                               generated.data(), generated.size(),
                               scratch.data(), n);
               }));
+  const auto t0 = clock_type::now();
   const auto bytes = vocab_bytes_of(tok, n);
+  std::printf("vocab_bytes_of (once a job)     %8.3f\n",
+              std::chrono::duration<double, std::milli>(clock_type::now()
+                                                        - t0)
+                .count());
   const std::set<std::int32_t> end = tok.eog_ids();
   struct at {
     const char* name;

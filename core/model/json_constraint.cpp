@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 
 namespace exo::model {
 
@@ -331,6 +332,27 @@ std::shared_ptr<const vocab_bytes> vocab_bytes_of(const tokenizer& tok,
     bytes[id] = tok.piece(static_cast<std::int32_t>(id), false);
   return std::make_shared<const vocab_bytes>(
     make_vocab_bytes(std::move(bytes)));
+}
+
+std::shared_ptr<const vocab_bytes>
+shared_vocab_bytes(const std::shared_ptr<const tokenizer>& tok,
+                   std::size_t n) {
+  struct entry {
+    std::weak_ptr<const tokenizer> tok;
+    std::size_t n;
+    std::shared_ptr<const vocab_bytes> vocab;
+  };
+  static std::mutex m;
+  static std::vector<entry> made;
+  std::lock_guard<std::mutex> lock{m};
+  made.erase(std::remove_if(made.begin(), made.end(),
+                            [](const entry& e) { return e.tok.expired(); }),
+             made.end());
+  for (const auto& e : made)
+    if (e.n == n && !e.tok.owner_before(tok) && !tok.owner_before(e.tok))
+      return e.vocab;
+  made.push_back({tok, n, vocab_bytes_of(*tok, n)});
+  return made.back().vocab;
 }
 
 std::size_t mask_json(const json_prefix& state, const vocab_bytes& vocab,

@@ -1,11 +1,18 @@
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/model/json_constraint.hpp"
+#include "core/model/llama_model.hpp"
+#include "core/model/test_model.hpp"
+#include "core/tokenizer/tokenizer.hpp"
 #include "core/model/sampler.hpp"
 
 using namespace exo::model;
@@ -196,4 +203,34 @@ TEST_CASE("mask_json's walk of the sorted vocabulary keeps exactly the "
     }
   }
   CHECK(states > 80);
+}
+
+TEST_CASE("a loaded tokenizer's vocabulary bytes are made once and shared",
+          "[json]") {
+  // A vocabulary of a generated model: its tokenizer loaded twice.
+  const auto path = std::string{"/tmp/exo-json-vocab-"}
+                    + std::to_string(::getpid()) + ".gguf";
+  test_model_options o;
+  o.vocab = 400;
+  make_test_model(o, path);
+  auto model = llama_model::load(path);
+  std::remove(path.c_str());
+  auto a = std::make_shared<const tokenizer>(
+    tokenizer::from_gguf(model->file()));
+  auto b = std::make_shared<const tokenizer>(
+    tokenizer::from_gguf(model->file()));
+  const auto va = shared_vocab_bytes(a, 400);
+  CHECK(shared_vocab_bytes(a, 400) == va); // the same, not made again
+  const auto vb = shared_vocab_bytes(b, 400);
+  CHECK(vb != va); // another tokenizer: its own
+  CHECK(vb->order == va->order);
+  CHECK(va->bytes == vocab_bytes_of(*a, 400)->bytes);
+  // Released and loaded again: made anew for the new one.
+  a.reset();
+  auto c = std::make_shared<const tokenizer>(
+    tokenizer::from_gguf(model->file()));
+  const auto vc = shared_vocab_bytes(c, 400);
+  CHECK(vc != va);
+  CHECK(vc->bytes == va->bytes);
+  CHECK(shared_vocab_bytes(b, 400) == vb);
 }
