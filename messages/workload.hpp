@@ -488,6 +488,13 @@ struct job_replica {
   /// With request.logprobs >= 0: per sequence, each of `tokens`'
   /// log-probabilities (as many as its tokens); else empty.
   std::vector<std::vector<model::token_logprobs>> logprobs;
+  /// The keys ("NODE:ID", workload::job_key_problem) of the copies of the
+  /// job that ran before this one, each taken over by the next: the first
+  /// coordinator's first (the job's key everywhere: a job taken over keeps
+  /// it), at most workload::max_job_lineage. Empty for a job that started
+  /// on `origin`. A node that backs several copies of one job up tells
+  /// which copy ran before which (the later one is the job).
+  std::vector<std::string> lineage;
 };
 
 /// The most recoveries a backup keeps of a job (a peer cannot make it
@@ -498,7 +505,8 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_replica& x) {
   return wire(f, caf::meta::type_name("exo.job_replica"), x.origin, x.job,
               x.request, x.model_sha256, x.model_size, x.tokens, x.draws,
-              x.recoveries, x.draft_sha256, x.draft_size, x.logprobs);
+              x.recoveries, x.draft_sha256, x.draft_size, x.logprobs,
+              x.lineage);
 }
 
 /// More of a replicated job (see job_replica): sequence j had have[j]

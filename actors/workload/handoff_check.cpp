@@ -40,4 +40,40 @@ std::string handoff_problem(const job_handoff& h, const job_request& req,
   return {};
 }
 
+std::string replica_problem(const job_replica& r, const std::string& here) {
+  if (r.origin.empty() || r.origin == here)
+    return "the origin must be another node";
+  if (!is_sha256(r.model_sha256) || r.model_size == 0
+      || r.model_size > max_model_bytes)
+    return "the model's digest or size is malformed";
+  if (r.request.sequences < 1 || r.request.sequences > max_job_sequences
+      || r.tokens.size() != r.request.sequences
+      || r.draws.size() != r.request.sequences)
+    return "the sequences do not match the request";
+  for (std::size_t j = 0; j < r.tokens.size(); ++j) {
+    if (r.tokens[j].size() > r.request.n_gen)
+      return "a sequence holds more tokens than -n";
+    if (r.draws[j] > max_draws(r.tokens[j].size(), r.request.draft_tokens))
+      return "sequence " + std::to_string(j)
+             + "'s sampler drew more numbers than its tokens take";
+  }
+  if (r.recoveries.size() > max_replicated_recoveries)
+    return "more than " + std::to_string(max_replicated_recoveries)
+           + " recoveries";
+  if (auto why = logprobs_problem(r.tokens, r.logprobs, r.request.logprobs);
+      !why.empty())
+    return why;
+  if (!r.draft_sha256.empty()
+      && (!is_sha256(r.draft_sha256) || r.draft_size == 0
+          || r.draft_size > max_model_bytes))
+    return "the draft model's digest or size is malformed";
+  if (r.lineage.size() > max_job_lineage)
+    return "the job's line of copies names more than "
+           + std::to_string(max_job_lineage);
+  for (auto& k : r.lineage)
+    if (auto why = job_key_problem(k); !why.empty())
+      return why;
+  return {};
+}
+
 } // namespace exo::workload

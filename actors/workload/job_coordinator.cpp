@@ -109,6 +109,15 @@ struct running_job {
   /// "NODE:ID" of the node that first coordinated it (attach finds it by
   /// that, and by its run --id name).
   std::string key;
+  /// "ORIGIN:ID" this node backed it up as before it took it over ("" for
+  /// a job that started here); not `key` for a job taken over twice: its
+  /// origin asks by it.
+  std::string taken_from;
+  /// The keys of the copies before this one (job_replica::lineage).
+  std::vector<std::string> lineage;
+  /// The node that took this copy over while this node was unreachable
+  /// (end_taken_over): this copy ends, the job runs there. "" if none.
+  std::string moved_to;
   std::string name;
   /// Replication (with a gate): every token so far, the node that backs
   /// the job up ("" none yet), the tokens it holds per sequence and the
@@ -189,6 +198,9 @@ struct coordinator_state {
   /// The other members alive now (the gate's member events): where
   /// backups are chosen.
   std::set<std::string> alive;
+  /// When each member was last seen dead or gone (the gate's member
+  /// events), for lineage_believed; entries older than lineage_window go.
+  std::map<std::string, std::chrono::steady_clock::time_point> went_down;
   /// The jobs of other nodes this node backs up, by "ORIGIN:ID".
   std::map<std::string, backup_job> backups;
   /// The replication timer runs.
@@ -203,6 +215,8 @@ struct coordinator_state {
     /// NODE:ID of its run here: a job taken over keeps its first key, but
     /// its backup knows it by this one (and asks by it when it ends).
     std::string here;
+    std::string taken_from; ///< as running_job::taken_from
+    std::string moved_to; ///< as running_job::moved_to
     caf::expected<console_reply> reply;
     /// For a follower (null when the run never started or was too long).
     std::shared_ptr<const ended_stream> stream;
@@ -295,6 +309,9 @@ struct job_run {
   /// A job taken over from a coordinator that died: its "ORIGIN:ID", the
   /// tokens replicated so far, what happened and when.
   std::string key;
+  std::string taken_from; ///< as running_job::taken_from
+  std::string moved_to; ///< as running_job::moved_to
+  std::vector<std::string> lineage; ///< as running_job::lineage
   std::vector<std::vector<std::int32_t>> generated;
   std::vector<std::uint64_t> generated_draws; ///< their samplers' draws
   /// Their log-probabilities (job_request::logprobs; else empty).
@@ -538,6 +555,10 @@ constexpr auto replicate_period = std::chrono::milliseconds(100);
 /// heartbeat, 1 s).
 constexpr int heartbeat_ticks = 10;
 
+/// How long a member seen dead or gone is remembered so (coordinator_state::
+/// went_down): a line of copies of a job naming it is believed that long.
+constexpr auto lineage_window = std::chrono::minutes(10);
+
 /// How many jobs of other nodes one node backs up at most.
 constexpr std::size_t max_backups = 1024;
 
@@ -564,10 +585,16 @@ void end_taken_over(self_ptr self, std::uint64_t id, const std::string& why) {
             << " ends here: " << why << std::endl;
   it->second.backup.clear(); // no more progress, no replica to drop
   it->second.backup_ready = false;
-  if (auto run = it->second.run.lock())
+  it->second.moved_to = console::taken_over_by(why);
+  if (auto run = it->second.run.lock()) {
+    run->moved_to = it->second.moved_to;
     end_run(self, run, why);
+  }
   it->second.cancel_requested = true;
-  self->send(it->second.job, cancel_atom::value);
+  // Asked, not sent: the job answers whether it stops, and an answer to a
+  // plain message would come back here as one nobody handles.
+  self->request(it->second.job, 10s, cancel_atom::value)
+    .then([](bool) {}, [](caf::error&) {});
 }
 
 /// Entries [from, to) of a sequence's log-probabilities, as far as it has
@@ -614,6 +641,7 @@ void choose_backup(self_ptr self, std::uint64_t id) {
   r.job = id;
   r.request = run->job.request;
   r.request.model.clear(); // a path of this node: no use elsewhere
+  r.lineage = rj.lineage;
   r.model_sha256 = run->sha;
   r.model_size = run->size;
   r.draft_sha256 = run->draft_sha;
@@ -655,6 +683,12 @@ void choose_backup(self_ptr self, std::uint64_t id) {
         auto it = st.running.find(id);
         if (it == st.running.end() || it->second.backup != pick)
           return;
+        if (taken_over(err)) { // it knows the job runs elsewhere now
+          end_taken_over(self, id,
+                         error_message(err)
+                           + " while this node was unreachable");
+          return;
+        }
         exo::text::line(std::cerr) << "exo-node " << st.cfg.node << ": job " << id
                   << " is not backed up on " << pick << ": "
                   << render(self, err) << std::endl;
@@ -936,6 +970,8 @@ void start_job(self_ptr self, const run_ptr& run) {
   if (run->key.empty())
     run->key = self->state.cfg.node + ":" + job_id;
   rj.key = run->key;
+  rj.taken_from = run->taken_from;
+  rj.lineage = run->lineage;
   rj.name = req.name;
   rj.log = log;
   if (run->sink.started)
@@ -2037,7 +2073,9 @@ void keep_handed_stages(self_ptr self, const run_ptr& run) {
 
 /// A job taken over from a coordinating node that died (a backup_job).
 struct takeover {
-  std::string key; ///< "ORIGIN:ID"
+  std::string key; ///< "ORIGIN:ID" of its first coordinator
+  std::string taken_from; ///< "ORIGIN:ID" it was backed up as here
+  std::vector<std::string> lineage; ///< the copies before, this one's last
   std::string sha; ///< the model's digest (its file is the cache's)
   std::uint64_t size = 0;
   std::vector<std::vector<std::int32_t>> generated;
@@ -2158,7 +2196,8 @@ void run_ended(self_ptr self, job_run& run,
                    run.id == 0 ? std::string{}
                                : self->state.cfg.node + ":"
                                    + std::to_string(run.id),
-                   std::move(reply), std::move(stream)});
+                   run.taken_from, run.moved_to, std::move(reply),
+                   std::move(stream)});
   if (ended.size() > recent_jobs)
     ended.pop_front();
 }
@@ -2188,6 +2227,8 @@ caf::error start_run(self_ptr self, job_request req, job_sink sink,
       run->sha = from->sha;
       run->size = from->size;
       run->key = from->key;
+      run->taken_from = from->taken_from;
+      run->lineage = std::move(from->lineage);
       run->generated = std::move(from->generated);
       run->generated_draws = std::move(from->generated_draws);
       run->generated_logprobs = std::move(from->generated_logprobs);
@@ -3059,6 +3100,13 @@ void on_member(self_ptr self, const member_event& e) {
     return;
   }
   st.alive.erase(e.member.name);
+  {
+    auto now = std::chrono::steady_clock::now();
+    for (auto it = st.went_down.begin(); it != st.went_down.end();)
+      it = now - it->second > lineage_window ? st.went_down.erase(it)
+                                             : std::next(it);
+    st.went_down[e.member.name] = now;
+  }
   st.drained.erase(e.member.name); // back later: a fresh node
   // Follows streaming from it (or waiting for its answer) look again.
   std::vector<std::pair<std::uint64_t, std::uint32_t>> asked;
@@ -3116,6 +3164,69 @@ void on_member(self_ptr self, const member_event& e) {
 
 // -- backing jobs up and taking them over ------------------------------------
 
+/// Whether this node believes a peer's word that its copy of a job was
+/// taken over from the copies `lineage` names: each of their nodes is
+/// not alive here, or was seen dead or gone within lineage_window. A
+/// member cannot make this node end (or take over under another name)
+/// the job of a node that never went.
+bool lineage_believed(const coordinator_state& st,
+                      const std::vector<std::string>& lineage) {
+  auto now = std::chrono::steady_clock::now();
+  for (auto& k : lineage) {
+    auto node = k.substr(0, k.rfind(':'));
+    if (node == st.cfg.node)
+      continue; // this node's own copy: it knows whether it left
+    if (!st.alive.count(node))
+      continue;
+    auto it = st.went_down.find(node);
+    if (it == st.went_down.end() || now - it->second > lineage_window)
+      return false;
+  }
+  return true;
+}
+
+/// The node that runs job `key` now, as this node knows, when that is not
+/// `asker`, whose copy the job left (`lineage`: the copies the asker's
+/// copy was taken over from, as far as this node knows):
+/// - this node, when it took the job over (running here, or among the
+///   ends of its last runs, by its first key or the one it was backed up
+///   as);
+/// - the node that took this node's copy over in turn, told to the node
+///   this node had taken it from (a node after it in the line is not
+///   behind it);
+/// - the origin of a copy this node backs up that descends from `key`
+///   (its replica's lineage names it), unless the asker's copy was taken
+///   over from that one.
+/// "" when this node knows of no such run. A job that started here and
+/// runs here is not one: a node that took it over while this one was
+/// unreachable tells this one so when it replicates to it.
+std::string holder_of(const coordinator_state& st, const std::string& key,
+                      const std::string& asker,
+                      const std::vector<std::string>& lineage) {
+  auto holder = [&](const std::string& k, const std::string& from,
+                    const std::string& moved_to) -> std::string {
+    if (k != key && (from.empty() || from != key))
+      return {};
+    if (!moved_to.empty())
+      return from.rfind(asker + ":", 0) == 0 ? moved_to : std::string{};
+    return from.empty() ? std::string{} : st.cfg.node;
+  };
+  for (auto& [id, rj] : st.running)
+    if (auto h = holder(rj.key, rj.taken_from, rj.moved_to); !h.empty())
+      return h;
+  for (auto& e : st.ended)
+    if (auto h = holder(e.key, e.taken_from, e.moved_to); !h.empty())
+      return h;
+  auto has = [](const std::vector<std::string>& l, const std::string& k) {
+    return std::find(l.begin(), l.end(), k) != l.end();
+  };
+  for (auto& [k, b] : st.backups)
+    if (k != key && has(b.replica.lineage, key) && b.replica.origin != asker
+        && !has(lineage, k) && lineage_believed(st, b.replica.lineage))
+      return b.replica.origin;
+  return {};
+}
+
 /// A job of `r.origin` to back up: checked (a peer sent it), kept, and its
 /// model fetched whole into this node's cache before the answer.
 caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
@@ -3125,33 +3236,15 @@ caf::result<caf::ok_atom> on_replica(self_ptr self, job_replica& r) {
   };
   if (!st.cfg.gate)
     return bad("this node is not in a cluster");
-  if (r.origin.empty() || r.origin == st.cfg.node)
-    return bad("the origin must be another node");
-  if (!workload::is_sha256(r.model_sha256) || r.model_size == 0
-      || r.model_size > workload::max_model_bytes)
-    return bad("the model's digest or size is malformed");
-  if (r.request.sequences < 1 || r.request.sequences > max_job_sequences
-      || r.tokens.size() != r.request.sequences
-      || r.draws.size() != r.request.sequences)
-    return bad("the sequences do not match the request");
-  for (std::size_t j = 0; j < r.tokens.size(); ++j) {
-    if (r.tokens[j].size() > r.request.n_gen)
-      return bad("a sequence holds more tokens than -n");
-    if (r.draws[j] > max_draws(r.tokens[j].size(), r.request.draft_tokens))
-      return bad("sequence " + std::to_string(j)
-                 + "'s sampler drew more numbers than its tokens take");
-  }
-  if (r.recoveries.size() > max_replicated_recoveries)
-    return bad("more than " + std::to_string(max_replicated_recoveries)
-               + " recoveries");
-  if (auto why = logprobs_problem(r.tokens, r.logprobs, r.request.logprobs);
-      !why.empty())
+  if (auto why = workload::replica_problem(r, st.cfg.node); !why.empty())
     return bad(why);
-  if (!r.draft_sha256.empty()
-      && (!workload::is_sha256(r.draft_sha256) || r.draft_size == 0
-          || r.draft_size > workload::max_model_bytes))
-    return bad("the draft model's digest or size is malformed");
   auto key = r.origin + ":" + std::to_string(r.job);
+  // A copy of a job that runs elsewhere now (its node was frozen or cut
+  // off, and came back): it ends, it gets no backup.
+  for (auto& k : {key, r.lineage.empty() ? key : r.lineage.front()})
+    if (auto holder = holder_of(st, k, r.origin, r.lineage); !holder.empty())
+      return fail(exo_errc::failed_state,
+                  "job " + k + console::job_taken_over + holder);
   if (st.backups.count(key) == 0 && st.backups.size() >= max_backups)
     return bad("this node backs up " + std::to_string(max_backups)
                + " jobs already");
@@ -3246,20 +3339,28 @@ caf::result<caf::ok_atom> on_progress(self_ptr self, job_progress& p) {
   auto& st = self->state;
   const auto key = p.origin + ":" + std::to_string(p.job);
   auto it = st.backups.find(key);
-  if (it == st.backups.end()) {
-    // A job this node took over (running here, or among the ends of its
-    // last runs) whose origin speaks again: it must stop its copy.
-    if (!p.ended && p.origin != st.cfg.node) {
-      bool here = std::any_of(st.running.begin(), st.running.end(),
-                              [&](const auto& r) { return r.second.key == key; })
-                  || std::any_of(st.ended.begin(), st.ended.end(),
-                                 [&](const auto& e) { return e.key == key; });
-      if (here)
-        return fail(exo_errc::failed_state,
-                    "job " + key + console::job_taken_over + st.cfg.node);
+  // A job that runs elsewhere now, whose origin speaks again: it must stop
+  // its copy. So too when this node backs that copy up: the origin came
+  // back after it was declared dead and went on, while the node that took
+  // its job over backs it up here as well (its replica names the same
+  // first key); the copy taken over is the job from then on.
+  if (!p.ended && p.origin != st.cfg.node)
+    if (auto holder = holder_of(st, key, p.origin,
+                                it == st.backups.end()
+                                  ? std::vector<std::string>{}
+                                  : it->second.replica.lineage);
+        !holder.empty()) {
+      auto why = "job " + key + console::job_taken_over + holder;
+      if (it != st.backups.end()) {
+        for (auto& a : it->second.attached)
+          a.deliver(fail(exo_errc::failed_state, why));
+        fail_followers(it->second.followers, why);
+        st.backups.erase(it);
+      }
+      return fail(exo_errc::failed_state, why);
     }
+  if (it == st.backups.end())
     return caf::ok_atom::value;
-  }
   auto& b = it->second;
   if (p.ended) {
     // It ended on its node: the clients attached here get its end from
@@ -3353,7 +3454,16 @@ caf::error take_over(self_ptr self, const std::string& key,
     return caf::none;
   }
   takeover from;
-  from.key = key;
+  // A job taken over before keeps its first key (attach and the nodes
+  // that held it before know it by that); its origin asks by `key`.
+  // (A line of copies this node does not believe is left out: the job is
+  // the origin's then.)
+  from.lineage = workload::extend_lineage(
+    lineage_believed(st, b.replica.lineage) ? b.replica.lineage
+                                            : std::vector<std::string>{},
+    key);
+  from.key = from.lineage.front();
+  from.taken_from = key;
   from.sha = b.replica.model_sha256;
   from.size = b.replica.model_size;
   from.why = why;
@@ -3396,11 +3506,13 @@ caf::error take_over(self_ptr self, const std::string& key,
   // the draft reads the context again, the model's stages nothing.
   req.draft = b.draft_path;
   job_sink sink;
-  sink.placed = [node, key](const job_placed& e) {
+  // Named by its first key from here on (attach and the console know it
+  // by that), as the copies before this one were.
+  sink.placed = [node, key = from.key](const job_placed& e) {
     exo::text::line(std::cout) << "exo-node " << node << ": job " << key << " placed:\n"
               << e.text << std::flush;
   };
-  sink.done = [node, key](caf::expected<job_report> r) {
+  sink.done = [node, key = from.key](caf::expected<job_report> r) {
     exo::text::line(std::cout) << "exo-node " << node << ": job " << key << " (taken over) "
               << (r ? (r->cancelled ? "cancelled" : "finished")
                     : "failed: " + error_message(r.error()))
@@ -3945,12 +4057,13 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
       // under way: it stops here, or as soon as its job runs.
       auto& st = self->state;
       for (auto& [id, rj] : st.running)
-        if (rj.key == key) {
+        if (rj.key == key || rj.taken_from == key) {
           cancel_handed(self, id, key);
           return true;
         }
       for (auto& w : st.starting)
-        if (auto run = w.lock(); run && !run->ended && run->key == key) {
+        if (auto run = w.lock(); run && !run->ended
+                                 && (run->key == key || run->taken_from == key)) {
           run->cancel_on_start = true;
           return true;
         }

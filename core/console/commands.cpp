@@ -3,6 +3,7 @@
 #include "core/cli/words.hpp"
 #include "core/text/number.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -622,6 +623,48 @@ std::string help_text(const std::string& name) {
   if (out.empty())
     throw command_error("unknown command \"" + name.substr(0, 64) + "\"");
   return out;
+}
+
+job_follow follow_reading(const std::string& msg) {
+  if (msg.rfind("lost node ", 0) == 0)
+    return job_follow::node_lost;
+  if (msg.find(job_taken_over) != std::string::npos)
+    return job_follow::taken_over;
+  // The attach service's answer when no node has the job (its errc's
+  // name first on the console's side).
+  for (auto* head : {"attach: no job ", "invalid_argument: attach: no job "})
+    if (msg.rfind(head, 0) == 0)
+      return job_follow::not_found;
+  return job_follow::ended;
+}
+
+std::string taken_over_by(const std::string& msg) {
+  const std::string sep = job_taken_over;
+  auto at = msg.rfind(sep);
+  if (at == std::string::npos)
+    return {};
+  auto from = at + sep.size();
+  auto end = msg.find_first_of(" \t\n;,()", from);
+  return msg.substr(from, end == std::string::npos ? std::string::npos
+                                                   : end - from);
+}
+
+std::vector<std::string> follow_order(const std::vector<std::string>& members,
+                                      const std::string& prefer,
+                                      const std::string& last) {
+  std::vector<std::string> order;
+  auto has = [&](const std::string& n) {
+    return std::find(members.begin(), members.end(), n) != members.end();
+  };
+  if (!prefer.empty() && prefer != last && has(prefer))
+    order.push_back(prefer);
+  for (auto& m : members)
+    if (m != prefer && m != last
+        && std::find(order.begin(), order.end(), m) == order.end())
+      order.push_back(m);
+  if (!last.empty() && has(last))
+    order.push_back(last);
+  return order;
 }
 
 } // namespace exo::console

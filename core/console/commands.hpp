@@ -40,6 +40,31 @@ namespace exo::console {
 /// re-attaches to it (attach by its name) instead of failing.
 inline constexpr const char* job_taken_over = " was taken over by ";
 
+/// How an error a console got while it waited for a job (run, attach)
+/// reads to a console that follows the job (follow_reading): the job may
+/// have moved, or not yet arrived where it goes.
+enum class job_follow : std::uint8_t {
+  ended,      ///< about the job itself: the console reports it
+  node_lost,  ///< "lost node ...": the node it waited through went
+  taken_over, ///< "... was taken over by NODE": the job runs there now
+  not_found,  ///< "attach: no job ...": not here yet (a takeover under way)
+};
+
+/// Reads `msg` (a client_error's text) as above.
+job_follow follow_reading(const std::string& msg);
+
+/// The node `msg` says took the job over ("job coord:1 was taken over by
+/// spare while ..." gives "spare"), "" when it says none.
+std::string taken_over_by(const std::string& msg);
+
+/// The members a console asks next for a job it follows, in order: the
+/// one a takeover named (`prefer`, when it is among them) first, then the
+/// others as given, and the one it just lost (`last`) at the end: a
+/// frozen node that came back knows where its job went.
+std::vector<std::string> follow_order(const std::vector<std::string>& members,
+                                      const std::string& prefer,
+                                      const std::string& last);
+
 /// What an argument or option holds; checked by the parser.
 enum class value_type : std::uint8_t {
   text,   ///< any word

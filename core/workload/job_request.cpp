@@ -212,6 +212,31 @@ std::uint64_t max_draws(std::uint64_t tokens, std::uint32_t draft_tokens) {
   return tokens * (2 * k + 1);
 }
 
+std::vector<std::string> extend_lineage(std::vector<std::string> lineage,
+                                        const std::string& key) {
+  lineage.push_back(key);
+  if (lineage.size() > max_job_lineage)
+    lineage.erase(lineage.begin() + 1,
+                  lineage.end() - static_cast<std::ptrdiff_t>(max_job_lineage - 1));
+  return lineage;
+}
+
+std::string job_key_problem(const std::string& key) {
+  auto colon = key.rfind(':');
+  if (colon == std::string::npos)
+    return "the job's key has no ':' (NODE:ID)";
+  if (colon == 0 || colon > max_key_node)
+    return "the job's key names no node, or one longer than "
+           + std::to_string(max_key_node) + " bytes";
+  auto id = key.substr(colon + 1);
+  if (id.empty() || id.size() > 20
+      || id.find_first_not_of("0123456789") != std::string::npos)
+    return "the job's key has no decimal id after its ':'";
+  if (id.size() == 20 && id > "18446744073709551615")
+    return "the job's key's id does not fit 64 bits";
+  return {};
+}
+
 std::string logprobs_problem(
   const std::vector<std::vector<std::int32_t>>& tokens,
   const std::vector<std::vector<model::token_logprobs>>& lp,

@@ -122,6 +122,23 @@ std::string logprobs_problem(
   const std::vector<std::vector<model::token_logprobs>>& lp,
   std::int32_t logprobs);
 
+/// Longest node name in a job's key (as a member's name).
+constexpr std::size_t max_key_node = 64;
+
+/// Most copies of one job a replica names (job_replica::lineage): a longer
+/// line keeps its first and its last ones.
+constexpr std::size_t max_job_lineage = 16;
+
+/// `lineage` with `key` (the copy that ran last) added, the middle ones
+/// dropped past max_job_lineage.
+std::vector<std::string> extend_lineage(std::vector<std::string> lineage,
+                                        const std::string& key);
+
+/// What is wrong with `key` as a job's key from a peer ("NODE:ID": 1 to
+/// max_key_node bytes of name, ':', then a decimal id of 1 to 20 digits
+/// that fits 64 bits), "" when nothing.
+std::string job_key_problem(const std::string& key);
+
 /// The most proposals a round of speculative decoding may ask for.
 constexpr std::uint32_t max_draft_tokens = 31;
 

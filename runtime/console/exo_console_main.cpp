@@ -23,9 +23,12 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <thread>
 #include <iostream>
 
 namespace {
@@ -132,38 +135,115 @@ std::string run_name() {
   return buf;
 }
 
+/// Rounds over the members in a row in which none had the job a console
+/// follows, a second apart, before it gives up (a takeover takes a
+/// failure timeout, a placement and perhaps a model's transfer).
+constexpr int max_quiet_rounds = 30;
+
+/// Moves of one job a console follows at most (each a node lost or a
+/// takeover): beyond that it is going round in circles.
+constexpr int max_job_moves = 32;
+
 /// A `run` (or `attach`) whose node died while the console waited, or
 /// whose node ended its copy because the job's backup took it over: the
-/// console connects to another member (as the member view read before the
-/// run names them) and attaches to the job by its name — its backup node
-/// took it over — and returns that reply. Throws client_error when no
-/// member has it.
-exo::console_reply reattach(exo::console::client& c,
-                            const exo::member_view& view,
-                            const std::string& lost_node,
-                            const std::string& name, const std::string& auth,
-                            const std::string& why) {
+/// console connects to another member (the one that took the job over
+/// first, the node it lost last) and attaches to the job by its name, and
+/// does so again each time the job moves on (the node it re-attached
+/// through goes too, or its copy is taken over in turn) or is not there
+/// yet (a takeover under way); the members come from the last node that
+/// answered. Returns the job's reply; throws client_error for an error
+/// about the job itself, when no member could be reached in a round, or
+/// when no member has had it for max_quiet_rounds rounds.
+exo::console_reply reattach(exo::console::client& c, exo::member_view view,
+                            std::string lost_node, const std::string& name,
+                            const std::string& auth, std::string why) {
   using namespace exo;
-  std::string tried;
-  for (auto& m : view.members) {
-    if (m.name == lost_node || m.status != member_status::alive || m.port == 0)
-      continue;
-    auto where = m.host + ":" + std::to_string(m.port);
-    std::cerr << "exo-console: " << why << "; re-attaching to job " << name
-              << " through " << m.name << " at " << where << "\n";
-    try {
-      c.connect(m.host, m.port);
-      return c.ask("attach",
-                   name + (auth.empty() ? std::string{} : " " + auth));
-    } catch (const console::client_error& e) {
-      std::cerr << "exo-console: " << m.name << ": " << e.what() << "\n";
-      tried += std::string{tried.empty() ? "" : "; "} + m.name + ": "
-               + e.what();
+  auto prefer = console::taken_over_by(why);
+  int quiet = 0;
+  int moves = 0;
+  for (;;) {
+    // The node a takeover named is asked even when the view holds it dead:
+    // a node that froze and came back may be listed so a while.
+    std::vector<std::string> names;
+    for (auto& m : view.members)
+      if (m.port != 0
+          && (m.status == member_status::alive || m.name == prefer))
+        names.push_back(m.name);
+    // The node lost first is asked only after the others (it may be gone
+    // for good); in a later round it may know where its job went.
+    auto order = console::follow_order(names, prefer, lost_node);
+    if (moves == 0 && quiet == 0 && !order.empty() && order.back() == lost_node
+        && console::follow_reading(why) == console::job_follow::node_lost)
+      order.pop_back();
+    std::string tried;
+    bool moved = false;
+    bool reached = false; // a member answered (it may have the job later)
+    for (auto& n : order) {
+      auto m = std::find_if(view.members.begin(), view.members.end(),
+                            [&](const member_info& x) { return x.name == n; });
+      auto where = m->host + ":" + std::to_string(m->port);
+      std::cerr << "exo-console: " << why << "; re-attaching to job " << name
+                << " through " << m->name << " at " << where << "\n";
+      auto node = m->name;
+      try {
+        c.connect(m->host, m->port);
+      } catch (const console::client_error& e) { // not there now
+        std::cerr << "exo-console: " << node << ": " << e.what() << "\n";
+        tried += std::string{tried.empty() ? "" : "; "} + node + ": "
+                 + e.what();
+        continue;
+      }
+      reached = true;
+      try { // the members as this node sees them now
+        auto v = c.ask("nodes", auth).nodes;
+        if (!v.members.empty())
+          view = std::move(v);
+      } catch (const console::client_error&) {
+      }
+      try {
+        return c.ask("attach",
+                     name + (auth.empty() ? std::string{} : " " + auth));
+      } catch (const console::client_error& e) {
+        std::string msg = e.what();
+        std::cerr << "exo-console: " << node << ": " << msg << "\n";
+        tried += std::string{tried.empty() ? "" : "; "} + node + ": " + msg;
+        switch (console::follow_reading(msg)) {
+          case console::job_follow::ended:
+            throw;
+          case console::job_follow::not_found:
+            continue;
+          case console::job_follow::node_lost:
+            prefer.clear();
+            break;
+          case console::job_follow::taken_over:
+            prefer = console::taken_over_by(msg);
+            break;
+        }
+        lost_node = node;
+        why = msg;
+        moved = true;
+      }
+      if (moved)
+        break;
     }
+    if (moved) {
+      quiet = 0;
+      if (++moves > max_job_moves)
+        throw console::client_error(why + "; job " + name + " moved "
+                                    + std::to_string(max_job_moves)
+                                    + " times: the console stops following it");
+      // Nodes may disagree a moment about where it went: not a busy loop.
+      if (moves > 2)
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      continue;
+    }
+    // No member to wait for (none could be reached), or waited enough.
+    if (!reached || ++quiet >= max_quiet_rounds)
+      throw console::client_error(why + "; no other node has job " + name
+                                  + (tried.empty() ? std::string{}
+                                                   : " (" + tried + ")"));
+    std::this_thread::sleep_for(std::chrono::seconds(1));
   }
-  throw console::client_error(why + "; no other node has job " + name
-                              + (tried.empty() ? std::string{}
-                                               : " (" + tried + ")"));
 }
 
 /// Runs one command line; returns false when the console should quit.

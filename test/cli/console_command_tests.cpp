@@ -250,3 +250,39 @@ TEST_CASE("dev alloc takes a size, counts and numbers are strict") {
   CHECK(p.count("ctx", 0) == 512);
   CHECK(p.number("blend", 0) == 0.5);
 }
+
+TEST_CASE("a console follows a job that moved - where to and in what order") {
+  using J = job_follow;
+  CHECK(follow_reading("lost node coord (127.0.0.1:4000): it stopped "
+                       "answering (two pings of 1 s)")
+        == J::node_lost);
+  auto twice = "failed_state: job coord:1: job peer:1 was taken over by "
+               "spare while this node was unreachable";
+  CHECK(follow_reading(twice) == J::taken_over);
+  CHECK(taken_over_by(twice) == "spare");
+  CHECK(taken_over_by("job coord:1 was taken over by peer") == "peer");
+  CHECK(taken_over_by("job coord:1 was taken over by peer; then x") == "peer");
+  CHECK(taken_over_by("lost node coord").empty());
+  CHECK(follow_reading("invalid_argument: attach: no job story on peer, "
+                       "coord, spare")
+        == J::not_found);
+  CHECK(follow_reading("attach: no job story on peer") == J::not_found);
+  // About the job itself: reported, not followed.
+  CHECK(follow_reading("failed_state: job coord:1 is lost: coordinator coord "
+                       "is dead, and its backup spare had not received the "
+                       "model yet")
+        == J::ended);
+  CHECK(follow_reading("invalid_argument: run: -n must be at least 1")
+        == J::ended);
+  // The node a takeover named first, the node just lost last.
+  std::vector<std::string> m{"coord", "peer", "spare"};
+  CHECK(follow_order(m, "spare", "peer")
+        == std::vector<std::string>{"spare", "coord", "peer"});
+  CHECK(follow_order(m, "", "coord")
+        == std::vector<std::string>{"peer", "spare", "coord"});
+  CHECK(follow_order(m, "gone", "")
+        == std::vector<std::string>{"coord", "peer", "spare"});
+  // A node that names itself is asked last, not first again.
+  CHECK(follow_order(m, "peer", "peer")
+        == std::vector<std::string>{"coord", "spare", "peer"});
+}

@@ -306,3 +306,14 @@ TEST_CASE("a message from a peer holding a byte sequence that claims 1 GiB "
   CHECK(refused_sequence_claims() == refused + 1);
   CHECK(peak_rss_kib() - before < 64 * 1024);
 }
+
+TEST_CASE("a job replica's line of copies crosses the wire whole") {
+  job_replica r;
+  r.origin = "spare";
+  r.job = 3;
+  r.lineage = {"coord:1", "peer:1"};
+  auto b = round_trip(r);
+  CHECK(b.origin == "spare");
+  CHECK(b.job == 3);
+  CHECK(b.lineage == r.lineage);
+}

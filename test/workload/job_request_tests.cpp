@@ -534,3 +534,34 @@ TEST_CASE("a draft model must share the model's vocabulary",
                                  true));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a job's key from a peer is NODE:ID and its line of copies is "
+          "bounded") {
+  CHECK(job_key_problem("coord:1").empty());
+  CHECK(job_key_problem("n-1.a:18446744073709551615").empty());
+  CHECK(job_key_problem("a:b:7").empty()); // the id follows the last ':'
+  CHECK(job_key_problem("coord") == "the job's key has no ':' (NODE:ID)");
+  CHECK(job_key_problem(":1").find("names no node") != std::string::npos);
+  CHECK(job_key_problem(std::string(65, 'n') + ":1").find("64 bytes")
+        != std::string::npos);
+  CHECK_FALSE(job_key_problem(std::string(64, 'n') + ":1").find("64 bytes")
+              != std::string::npos);
+  CHECK(job_key_problem("coord:").find("no decimal id") != std::string::npos);
+  CHECK(job_key_problem("coord:-1").find("no decimal id") != std::string::npos);
+  CHECK(job_key_problem("coord:1x").find("no decimal id") != std::string::npos);
+  CHECK(job_key_problem("coord:" + std::string(21, '1')).find("no decimal id")
+        != std::string::npos);
+  CHECK(job_key_problem("coord:18446744073709551616").find("64 bits")
+        != std::string::npos);
+  // The line of copies keeps its first (the job's key) and its last ones.
+  std::vector<std::string> l;
+  for (int i = 0; i < 40; ++i)
+    l = extend_lineage(l, "n" + std::to_string(i) + ":1");
+  REQUIRE(l.size() == max_job_lineage);
+  CHECK(l.front() == "n0:1");
+  CHECK(l.back() == "n39:1");
+  CHECK(l[1] == "n" + std::to_string(40 - max_job_lineage + 1) + ":1");
+  CHECK(extend_lineage({}, "coord:1") == std::vector<std::string>{"coord:1"});
+  CHECK(extend_lineage({"coord:1"}, "peer:1")
+        == std::vector<std::string>{"coord:1", "peer:1"});
+}

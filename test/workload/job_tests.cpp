@@ -3345,3 +3345,65 @@ TEST_CASE("each token's log-probabilities are its row's log-softmax: from "
     }
   }
 }
+
+TEST_CASE("a backup refuses a replica whose model, sequences or line of "
+          "copies do not add up, naming what",
+          "[workload][backup]") {
+  auto good = [] {
+    job_replica r;
+    r.origin = "n2";
+    r.job = 3;
+    r.request.sequences = 2;
+    r.request.n_gen = 10;
+    r.model_sha256 = std::string(64, 'a');
+    r.model_size = 4096;
+    r.tokens = {{5, 6}, {}};
+    r.draws = {2, 0};
+    r.lineage = {"n1:4"};
+    return r;
+  };
+  CHECK(workload::replica_problem(good(), "n3").empty());
+  auto no_line = good();
+  no_line.lineage.clear(); // a job that started on its origin
+  CHECK(workload::replica_problem(no_line, "n3").empty());
+  struct bad_case {
+    const char* what;
+    std::function<void(job_replica&)> change;
+    const char* says;
+  };
+  const std::vector<bad_case> cases{
+    {"from itself", [](job_replica& r) { r.origin = "n3"; },
+     "the origin must be another node"},
+    {"no origin", [](job_replica& r) { r.origin.clear(); },
+     "the origin must be another node"},
+    {"a short digest", [](job_replica& r) { r.model_sha256 = "abc"; },
+     "the model's digest or size is malformed"},
+    {"no size", [](job_replica& r) { r.model_size = 0; },
+     "the model's digest or size is malformed"},
+    {"a sequence short", [](job_replica& r) { r.tokens.pop_back(); },
+     "the sequences do not match the request"},
+    {"too many tokens", [](job_replica& r) { r.tokens[0].assign(11, 5); },
+     "a sequence holds more tokens than -n"},
+    {"too many draws", [](job_replica& r) { r.draws[1] = 1; },
+     "sequence 1's sampler drew more numbers than its tokens take"},
+    {"a bad draft digest", [](job_replica& r) { r.draft_sha256 = "x"; },
+     "the draft model's digest or size is malformed"},
+    {"a key without an id", [](job_replica& r) { r.lineage = {"n1"}; },
+     "the job's key has no ':' (NODE:ID)"},
+    {"a key with a word for an id",
+     [](job_replica& r) { r.lineage = {"n1:x"}; },
+     "the job's key has no decimal id"},
+    {"too long a line",
+     [](job_replica& r) {
+       r.lineage.assign(workload::max_job_lineage + 1, "n1:1");
+     },
+     "the job's line of copies names more than 16"},
+  };
+  for (auto& c : cases) {
+    INFO(c.what);
+    auto r = good();
+    c.change(r);
+    CHECK(workload::replica_problem(r, "n3").find(c.says)
+          != std::string::npos);
+  }
+}
