@@ -330,7 +330,17 @@ std::vector<member_event> member_changes(const member_view& before,
       continue;
     }
     auto& was = *it->second;
-    if (was.incarnation != m.incarnation) {
+    // The same life of the node (its join time, set once at its start,
+    // unchanged) alive in both views at a higher incarnation: it refuted
+    // a verdict this node never held, and never stopped. Reporting that
+    // as a restart had the jobs it coordinated taken over for nothing.
+    bool refuted = was.incarnation != m.incarnation && was.join_time_ns != 0
+                   && was.join_time_ns == m.join_time_ns
+                   && was.status == member_status::alive
+                   && m.status == member_status::alive;
+    if (refuted) {
+      // Nothing changed that a listener acts on.
+    } else if (was.incarnation != m.incarnation) {
       // Restarted between the two views (it left or died and came back
       // within one tick): the old incarnation ended — listeners that act
       // on a member's end (jobs it coordinated, stages it held) must see

@@ -159,7 +159,9 @@ private:
 /// one missing from `after` is `removed`; one whose incarnation differs
 /// restarted in between: a `status` event ends the old incarnation (dead,
 /// "restarted ..."; none when `before` had it dead or left already), then
-/// `joined` brings the new one; in name order. Each event names
+/// `joined` brings the new one -- unless it is alive in both with the same
+/// join time (the same life: it refuted a verdict, which raised its
+/// incarnation), which is no event; in name order. Each event names
 /// `coordinator`.
 std::vector<member_event> member_changes(const member_view& before,
                                          const member_view& after,

@@ -285,6 +285,51 @@ TEST_CASE("member events: a member restarted between two views ends its "
   CHECK(es[0].previous == member_status::left);
 }
 
+TEST_CASE("member events - a member that refuted a verdict between two views "
+          "is the same life and not a restart") {
+  auto life = [](const std::string& name, std::uint64_t inc,
+                 std::int64_t joined) {
+    auto m = member(name, inc);
+    m.join_time_ns = joined;
+    return m;
+  };
+  member_table t{member("m", 1)};
+  t.merge(life("b", 1, 1000), t0);
+  t.merge(life("c", 1, 2000), t0);
+  auto before = t.view();
+  // b raised its incarnation to refute a stale verdict this node never
+  // held: alive in both views, the same join time. No event: the jobs it
+  // coordinates are not taken over.
+  t.merge(life("b", 2, 1000), t0);
+  // c restarted within the tick: a new join time.
+  t.mark("c", member_status::left, "left the cluster");
+  t.merge(life("c", 2, 5000), t0);
+  auto es = member_changes(before, t.view(), t.coordinator());
+  REQUIRE(es.size() == 2);
+  CHECK(es[0].member.name == "c");
+  CHECK(es[0].change == member_change::status);
+  CHECK(es[0].member.status == member_status::dead);
+  CHECK(es[0].member.status_reason == "restarted (incarnation 1 -> 2)");
+  CHECK(es[1].member.name == "c");
+  CHECK(es[1].change == member_change::joined);
+  // Seen dead, then back in the same life: it joins again, as before.
+  t.mark("b", member_status::dead, "no heartbeat");
+  auto dead = t.view();
+  t.merge(life("b", 3, 1000), t0);
+  es = member_changes(dead, t.view(), t.coordinator());
+  REQUIRE(es.size() == 1);
+  CHECK(es[0].change == member_change::joined);
+  CHECK(es[0].previous == member_status::dead);
+  // Without a join time (0: not known) a new incarnation is a restart.
+  member_table u{member("m", 1)};
+  u.merge(member("d", 1), t0);
+  auto u0 = u.view();
+  u.merge(member("d", 2), t0);
+  es = member_changes(u0, u.view(), u.coordinator());
+  REQUIRE(es.size() == 2);
+  CHECK(es[0].member.status_reason == "restarted (incarnation 1 -> 2)");
+}
+
 TEST_CASE("departed members are forgotten after the retention, and stale "
           "gossip does not bring them back") {
   member_table t{member("m", 1)};
