@@ -20,6 +20,7 @@
 #include "core/model/stage_ranges.hpp"
 #include "core/tls/bulk_channel.hpp"
 #include "core/tokenizer/tokenizer.hpp"
+#include "core/workload/job_numbers.hpp"
 #include "core/workload/job_request.hpp"
 #include "core/workload/model_cache.hpp"
 #include "core/workload/run_options.hpp"
@@ -193,7 +194,9 @@ struct coordinator_state {
   std::map<std::string, std::string> offered; ///< sha256 -> path
   /// Parts with digests per "sha256:first:last", computed once.
   std::map<std::string, std::vector<workload::model_part>> parts;
-  std::uint64_t jobs = 0;
+  std::uint64_t jobs = 0; ///< jobs started since this node started
+  /// Job ids: they go on across restarts (job_numbers_file).
+  workload::job_numbers numbers;
   std::map<std::uint64_t, running_job> running; ///< by job id
   /// The other members alive now (the gate's member events): where
   /// backups are chosen.
@@ -828,7 +831,11 @@ void start_job(self_ptr self, const run_ptr& run) {
   auto& req = run->job.request;
   auto& hp = run->job.model->hparams();
   job_setup j;
-  j.id = ++self->state.jobs;
+  ++self->state.jobs;
+  j.id = self->state.numbers.next();
+  if (auto note = self->state.numbers.take_note(); !note.empty())
+    exo::text::line(std::cerr) << "exo-node " << self->state.cfg.node << ": "
+                               << note << std::endl;
   for (auto& r : run->ready) {
     j.stages.push_back(r.shard);
     j.stage_names.push_back(r.node + "/" + r.device);
@@ -3853,6 +3860,10 @@ caf::result<job_report> follow(self_ptr self, const std::string& key,
 
 caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
   self->state.cfg = std::move(cfg);
+  self->state.numbers = workload::job_numbers{self->state.cfg.job_numbers_file};
+  if (auto note = self->state.numbers.take_note(); !note.empty())
+    exo::text::line(std::cerr) << "exo-node " << self->state.cfg.node << ": "
+                               << note << std::endl;
   // An error that answers none of its requests (a reply to a send) is
   // said and dropped: by default it would end the actor, silently.
   self->set_error_handler([self](caf::error& err) {
@@ -4121,6 +4132,7 @@ service spawn_jobs_service(const service_context& ctx) {
   cfg.client_dirs = config::client_dirs(*ctx.cfg);
   cfg.backups = ctx.cfg->models.backup_jobs;
   cfg.admission_wait = ctx.cfg->models.admission_wait;
+  cfg.job_numbers_file = ctx.cfg->node.state_dir + "/job-numbers";
   service s;
   s.name = "jobs";
   s.kind = "jobs";

@@ -106,6 +106,11 @@ struct job_coordinator_config {
   /// this coordinator's other runs hold (models.admission_wait_ms); 0:
   /// it fails at once. A run waits only while other runs hold memory.
   std::chrono::milliseconds admission_wait{30000};
+  /// Where the last job number given out is kept (core/workload/
+  /// job_numbers.hpp: a restarted node goes on from it, so that its new
+  /// jobs' keys are not those of its old ones, which other nodes may have
+  /// taken over); "": numbers in memory, from 1 (a node alone).
+  std::string job_numbers_file;
 };
 
 /// Spawns a coordinator (detached: it maps and hashes model files).

@@ -4,6 +4,7 @@
 #include "core/model/llama_model.hpp"
 #include "core/model/test_model.hpp"
 #include "core/tokenizer/tokenizer.hpp"
+#include "core/workload/job_numbers.hpp"
 #include "core/workload/job_request.hpp"
 #include "core/workload/run_options.hpp"
 
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <unistd.h>
 
@@ -564,4 +566,90 @@ TEST_CASE("a job's key from a peer is NODE:ID and its line of copies is "
   CHECK(extend_lineage({}, "coord:1") == std::vector<std::string>{"coord:1"});
   CHECK(extend_lineage({"coord:1"}, "peer:1")
         == std::vector<std::string>{"coord:1", "peer:1"});
+}
+
+TEST_CASE("a node's job numbers go on across its restarts and a bad or "
+          "unwritable numbers file is said and set aside",
+          "[workload][job_numbers]") {
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path()
+             / ("exo-job-numbers-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto file = (dir / "job-numbers").string();
+  auto write = [&](const std::string& text) {
+    std::ofstream{file, std::ios::trunc} << text;
+  };
+  auto read = [&] {
+    std::ifstream in{file};
+    return std::string{std::istreambuf_iterator<char>{in}, {}};
+  };
+
+  // In memory (a node alone): from 1, nothing written.
+  job_numbers mem;
+  CHECK(mem.next() == 1);
+  CHECK(mem.next() == 2);
+  CHECK(mem.take_note().empty());
+
+  // Kept: a second life of the node goes on where the first stopped.
+  {
+    job_numbers first{file};
+    CHECK(first.take_note().empty());
+    CHECK(first.last() == 0);
+    CHECK(first.next() == 1);
+    CHECK(first.next() == 2);
+    CHECK(read() == "exo job numbers: last 2\n");
+  }
+  job_numbers second{file};
+  CHECK(second.take_note().empty());
+  CHECK(second.last() == 2);
+  CHECK(second.next() == 3);
+  CHECK(read() == job_numbers::file_text(3));
+  CHECK_FALSE(fs::exists(file + ".tmp"));
+
+  // A file that is not ours is set aside with a note naming it and why;
+  // the numbers start from 1 and the file is written right again.
+  for (auto bad : {std::string{}, std::string{"42\n"},
+                   std::string{"exo job numbers: last x\n"},
+                   std::string{"exo job numbers: last -3\n"},
+                   std::string{"exo job numbers: last 99999999999999999999\n"},
+                   std::string{"exo job numbers: last 9223372036854775808\n"},
+                   std::string(300, '7')}) {
+    write(bad);
+    job_numbers n{file};
+    auto note = n.take_note();
+    INFO(bad << " -> " << note);
+    CHECK(note.find("set aside the job numbers file " + file) == 0);
+    CHECK(note.find("start from 1 again") != std::string::npos);
+    CHECK(n.take_note().empty()); // said once
+    CHECK(n.next() == 1);
+    CHECK(read() == job_numbers::file_text(1));
+  }
+  // The largest it takes.
+  write("exo job numbers: last 9223372036854775807\n");
+  CHECK(job_numbers{file}.last() == 9223372036854775807ull);
+  CHECK(job_numbers::parse("exo job numbers: last 17") == 17);
+  CHECK_THROWS_WITH(job_numbers::parse("exo job numbers: last 1x"),
+                    Catch::Contains("the last job number"));
+
+  // A folder in its place, and a folder that is gone: the numbers are given
+  // all the same and the note says they are not kept, once.
+  fs::remove(file);
+  fs::create_directories(file);
+  {
+    job_numbers n{file};
+    auto note = n.take_note();
+    CHECK(note.find("set aside the job numbers file " + file) == 0);
+    CHECK(n.next() == 1);
+    note = n.take_note();
+    CHECK(note.find("job numbers are not kept (cannot rename") == 0);
+    CHECK(n.next() == 2);
+    CHECK(n.take_note().empty());
+  }
+  job_numbers gone{(dir / "no" / "such" / "dir" / "job-numbers").string()};
+  CHECK(gone.take_note().empty());
+  CHECK(gone.next() == 1);
+  CHECK(gone.take_note().find("job numbers are not kept (cannot write ")
+        == 0);
+  fs::remove_all(dir);
 }

@@ -1638,13 +1638,14 @@ TEST_CASE("the console's run and exo-node run refuse the same over-long "
 /// it (--id story) coordinated by coord, the draft there, running once its
 /// backup holds the whole model.
 struct backed_up_story {
+  std::string model;
   std::string reference;
   node_proc coord, peer, spare;
   std::unique_ptr<process> runner;
   std::string backup;
 
   backed_up_story(pki& p) {
-    auto model = long_model(p);
+    model = long_model(p);
     auto draft = long_model(p, 1, "long-draft");
     p.node("coord");
     p.node("peer");
@@ -1725,6 +1726,29 @@ TEST_CASE("a job whose coordinating node dies is taken over by its backup, "
   auto none = console(p, other.port, "attach nosuchjob");
   CHECK(none.code != 0);
   CHECK(contains(none.err, "no job nosuchjob on"));
+
+  // coord starts again, from the same state folder. Its job numbers go on
+  // from the last it gave out (2): with numbers from 1 again its second
+  // new job would be coord:2 again, a key the node that took the old one
+  // over still knows, and a backup there would end it as taken over.
+  a.proc->wait(30s);
+  auto again = shared_key_node(p, "coord", {keeper.port});
+  REQUIRE(all_see_each_other(p, again, story.peer, story.spare));
+  for (const char* id : {"3", "4"}) {
+    auto r = console(p, again.port,
+                     story_job(story.model, 400) + " --stages 2");
+    INFO(r.out << r.err);
+    INFO("coord: " << again.proc->out());
+    CHECK(r.code == 0);
+    CHECK(contains(r.out, "generation: 400 tokens"));
+    CHECK(contains(again.proc->out(), std::string{"job "} + id + " started"));
+  }
+  CHECK_FALSE(contains(again.proc->out(), "job 1 started"));
+  CHECK_FALSE(contains(again.proc->out(), "taken over by"));
+  std::ifstream numbers{p.dir + "/coord/state/job-numbers"};
+  std::string kept;
+  std::getline(numbers, kept);
+  CHECK(kept == "exo job numbers: last 4");
 }
 
 TEST_CASE("a job whose coordinating node stops is handed to its backup "
