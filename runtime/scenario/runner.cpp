@@ -173,6 +173,11 @@ struct background_run {
   bool has_reference = false;
   std::vector<std::int64_t> reference; ///< the tokens of its --stages 1 run
   clock_type::time_point started;
+  /// The step by whose end every request had ended ("[9/12] stop n1"),
+  /// when that was before its await: a step meant to land mid-run that
+  /// came later found no run (a faster machine than the scenario's
+  /// author's). Said when its await fails.
+  std::string ended_by;
 };
 
 class runner {
@@ -294,6 +299,11 @@ private:
   /// recoveries); a request that fails or times out is lost.
   std::string finish_run(const step& s, const std::string& label,
                          double seconds);
+  /// Notes in each background run that has just ended that it ended by
+  /// the end of step `label` (background_run::ended_by).
+  void note_ended_runs(const std::string& label);
+  std::string finish_run_checked(const step& s, const std::string& label,
+                                 double seconds);
   std::set<std::uint64_t> job_ids(live_node& n, const std::string& name);
   std::string do_await(const step& s);
   std::string do_fault(const step& s);
@@ -1219,8 +1229,40 @@ std::string runner::start_background(const step& s) {
          + secs(since(t0));
 }
 
+void runner::note_ended_runs(const std::string& label) {
+  for (auto& [name, b] : runs_) {
+    if (!b.ended_by.empty())
+      continue;
+    bool going = false;
+    for (auto& c : b.clients) {
+      int status = 0;
+      if (c.pid > 0 && !still_running(c.pid, status)) {
+        c.status = status;
+        c.pid = -1;
+      }
+      going = going || c.pid > 0;
+    }
+    if (!going)
+      b.ended_by = label;
+  }
+}
+
 std::string runner::finish_run(const step& s, const std::string& label,
                                double seconds) {
+  try {
+    return finish_run_checked(s, label, seconds);
+  } catch (const step_failed& e) {
+    auto& b = runs_.at(label);
+    if (b.ended_by.empty())
+      throw;
+    throw step_failed(std::string{e.what()} + "\n(run \"" + label
+                      + "\" had ended by the end of step " + b.ended_by
+                      + ": a step after that one found it over)");
+  }
+}
+
+std::string runner::finish_run_checked(const step& s, const std::string& label,
+                                       double seconds) {
   auto& b = runs_.at(label);
   auto t0 = clock_type::now();
   auto many = b.clients.size() > 1;
@@ -1711,6 +1753,9 @@ int runner::go() {
     auto t0 = clock_type::now();
     try {
       auto detail = run_step(s);
+      if (s.kind != step_kind::await)
+        note_ended_runs("[" + std::to_string(i + 1) + "/"
+                        + std::to_string(total) + "] " + describe(s));
       out_ << (opts_.verbose ? "  " : "") << "PASS (" << secs(since(t0))
            << ")" << (detail.empty() ? "" : " " + detail) << "\n";
       ++passed;

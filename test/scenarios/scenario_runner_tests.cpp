@@ -154,6 +154,39 @@ TEST_CASE("a failure mid-run stops the background run and the frozen node") {
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("an await that fails names the step by whose end its run was "
+          "over") {
+  auto dir = temp_dir("exo-scenario-over");
+  auto file = dir + "/over.json";
+  // A run meant to be hit mid-run by a later step, over by then (as on a
+  // machine faster than the scenario's author's): the await's failure
+  // says by which step's end. Its second stage is on a simulated device
+  // paced to the wall (sim_time_scale 1000), so the run is seen running
+  // on any machine and over well before the await.
+  write_file(file, R"({"name": "over",
+    "model": {"layers": 2},
+    "nodes": [{"name": "a", "devices": {"backends": [],
+                 "simulated": [{"profile": "adreno-740"}],
+                 "sim_time_scale": 1000}}],
+    "steps": [
+      {"do": "converge", "alive": 1, "within_s": 60},
+      {"do": "run", "node": "a", "prompt": "hi", "tokens": 200,
+       "stages": 2, "background": "short", "within_s": 60},
+      {"do": "sleep", "seconds": 8},
+      {"do": "await", "run": "short", "expect_recoveries": 1,
+       "within_s": 60}]})");
+  auto r = run({build_path("runtime/scenario/exo-scenario"), "run", file},
+               240s);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out, Catch::Contains("[4/4] await short ... FAIL"));
+  CHECK_THAT(r.out, Catch::Contains("0 recoveries, expected 1"));
+  CHECK_THAT(r.out, Catch::Contains("(run \"short\" had ended by the end of "
+                                    "step [3/4] sleep 8.00 s: a step after "
+                                    "that one found it over)"));
+  std::filesystem::remove_all(dir);
+}
+
 namespace {
 
 /// The namespaces and links named with `tag` (`ip`), as "namespace NAME" /
