@@ -20,6 +20,7 @@
 #include "core/model/stage_ranges.hpp"
 #include "core/tls/bulk_channel.hpp"
 #include "core/tokenizer/tokenizer.hpp"
+#include "core/workload/job_lineage.hpp"
 #include "core/workload/job_numbers.hpp"
 #include "core/workload/job_request.hpp"
 #include "core/workload/model_cache.hpp"
@@ -559,8 +560,8 @@ constexpr auto replicate_period = std::chrono::milliseconds(100);
 constexpr int heartbeat_ticks = 10;
 
 /// How long a member seen dead or gone is remembered so (coordinator_state::
-/// went_down): a line of copies of a job naming it is believed that long.
-constexpr auto lineage_window = std::chrono::minutes(10);
+/// went_down): workload::lineage_window.
+using workload::lineage_window;
 
 /// How many jobs of other nodes one node backs up at most.
 constexpr std::size_t max_backups = 1024;
@@ -3172,64 +3173,39 @@ void on_member(self_ptr self, const member_event& e) {
 // -- backing jobs up and taking them over ------------------------------------
 
 /// Whether this node believes a peer's word that its copy of a job was
-/// taken over from the copies `lineage` names: each of their nodes is
-/// not alive here, or was seen dead or gone within lineage_window. A
-/// member cannot make this node end (or take over under another name)
-/// the job of a node that never went.
+/// taken over from the copies `lineage` names (workload::lineage_believed).
 bool lineage_believed(const coordinator_state& st,
                       const std::vector<std::string>& lineage) {
-  auto now = std::chrono::steady_clock::now();
-  for (auto& k : lineage) {
-    auto node = k.substr(0, k.rfind(':'));
-    if (node == st.cfg.node)
-      continue; // this node's own copy: it knows whether it left
-    if (!st.alive.count(node))
-      continue;
-    auto it = st.went_down.find(node);
-    if (it == st.went_down.end() || now - it->second > lineage_window)
-      return false;
-  }
-  return true;
+  return workload::lineage_believed(st.cfg.node, lineage, st.alive,
+                                    st.went_down,
+                                    std::chrono::steady_clock::now());
 }
 
 /// The node that runs job `key` now, as this node knows, when that is not
 /// `asker`, whose copy the job left (`lineage`: the copies the asker's
-/// copy was taken over from, as far as this node knows):
-/// - this node, when it took the job over (running here, or among the
-///   ends of its last runs, by its first key or the one it was backed up
-///   as);
-/// - the node that took this node's copy over in turn, told to the node
-///   this node had taken it from (a node after it in the line is not
-///   behind it);
-/// - the origin of a copy this node backs up that descends from `key`
-///   (its replica's lineage names it), unless the asker's copy was taken
-///   over from that one.
-/// "" when this node knows of no such run. A job that started here and
-/// runs here is not one: a node that took it over while this one was
-/// unreachable tells this one so when it replicates to it.
+/// copy was taken over from, as far as this node knows): what one of its
+/// runs (running here, or among the ends of its last runs) says
+/// (workload::copy_holder), else the origin of a copy this node backs up
+/// that descends from `key` (workload::backup_descends) by a lineage it
+/// believes. "" when this node knows of no such run.
 std::string holder_of(const coordinator_state& st, const std::string& key,
                       const std::string& asker,
                       const std::vector<std::string>& lineage) {
-  auto holder = [&](const std::string& k, const std::string& from,
-                    const std::string& moved_to) -> std::string {
-    if (k != key && (from.empty() || from != key))
-      return {};
-    if (!moved_to.empty())
-      return from.rfind(asker + ":", 0) == 0 ? moved_to : std::string{};
-    return from.empty() ? std::string{} : st.cfg.node;
-  };
+  const auto& self = st.cfg.node;
   for (auto& [id, rj] : st.running)
-    if (auto h = holder(rj.key, rj.taken_from, rj.moved_to); !h.empty())
+    if (auto h = workload::copy_holder(self, key, asker, rj.key,
+                                       rj.taken_from, rj.moved_to);
+        !h.empty())
       return h;
   for (auto& e : st.ended)
-    if (auto h = holder(e.key, e.taken_from, e.moved_to); !h.empty())
+    if (auto h = workload::copy_holder(self, key, asker, e.key, e.taken_from,
+                                       e.moved_to);
+        !h.empty())
       return h;
-  auto has = [](const std::vector<std::string>& l, const std::string& k) {
-    return std::find(l.begin(), l.end(), k) != l.end();
-  };
   for (auto& [k, b] : st.backups)
-    if (k != key && has(b.replica.lineage, key) && b.replica.origin != asker
-        && !has(lineage, k) && lineage_believed(st, b.replica.lineage))
+    if (workload::backup_descends(key, asker, lineage, k, b.replica.origin,
+                                  b.replica.lineage)
+        && lineage_believed(st, b.replica.lineage))
       return b.replica.origin;
   return {};
 }
