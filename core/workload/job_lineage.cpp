@@ -17,10 +17,11 @@ std::string node_of_job(const std::string& key) {
 }
 
 bool lineage_believed(
-  const std::string& self, const std::vector<std::string>& lineage,
-  const std::set<std::string>& alive,
-  const std::map<std::string, std::chrono::steady_clock::time_point>& went_down,
-  std::chrono::steady_clock::time_point now) {
+    const std::string& self, const std::vector<std::string>& lineage,
+    const std::set<std::string>& alive,
+    const std::map<std::string, std::chrono::steady_clock::time_point>&
+        went_down,
+    std::chrono::steady_clock::time_point now) {
   for (auto& k : lineage) {
     auto node = node_of_job(k);
     if (node == self)
@@ -49,8 +50,8 @@ bool backup_descends(const std::string& key, const std::string& asker,
                      const std::vector<std::string>& asker_lineage,
                      const std::string& backup_key, const std::string& origin,
                      const std::vector<std::string>& backup_lineage) {
-  return backup_key != key && names(backup_lineage, key) && origin != asker
-         && !names(asker_lineage, backup_key);
+  return backup_key != key && names(backup_lineage, key) && origin != asker &&
+         !names(asker_lineage, backup_key);
 }
 
 } // namespace exo::workload

@@ -33,10 +33,11 @@ std::string node_of_job(const std::string& key);
 /// lineage_window of `now`. A member cannot make a node end (or take over
 /// under another name) the job of a node that never went.
 bool lineage_believed(
-  const std::string& self, const std::vector<std::string>& lineage,
-  const std::set<std::string>& alive,
-  const std::map<std::string, std::chrono::steady_clock::time_point>& went_down,
-  std::chrono::steady_clock::time_point now);
+    const std::string& self, const std::vector<std::string>& lineage,
+    const std::set<std::string>& alive,
+    const std::map<std::string, std::chrono::steady_clock::time_point>&
+        went_down,
+    std::chrono::steady_clock::time_point now);
 
 /// The holder of job `key`, as one copy that node `self` runs or ran
 /// tells it, for a copy of node `asker`: the copy's own key `copy_key`,

@@ -18,8 +18,8 @@ constexpr const char* prefix = "exo job numbers: last ";
 
 /// Far below 2^64: a file that claims more is not ours, and next() never
 /// wraps (2^63 jobs would take the age of the universe).
-constexpr std::uint64_t max_last = std::numeric_limits<std::uint64_t>::max()
-                                   / 2;
+constexpr std::uint64_t max_last =
+    std::numeric_limits<std::uint64_t>::max() / 2;
 
 } // namespace
 
@@ -44,8 +44,8 @@ job_numbers::job_numbers(std::string path) : path_(std::move(path)) {
   try {
     last_ = parse(text::read_file(path_, 256, "job numbers file"));
   } catch (const std::exception& e) {
-    note_ = "set aside the job numbers file " + path_ + " (" + e.what()
-            + "): job numbers start from 1 again";
+    note_ = "set aside the job numbers file " + path_ + " (" + e.what() +
+            "): job numbers start from 1 again";
     last_ = 0;
   }
 }
@@ -68,12 +68,11 @@ std::uint64_t job_numbers::next() {
       why = "cannot write " + tmp + ": " + std::strerror(errno);
   }
   if (why.empty() && std::rename(tmp.c_str(), path_.c_str()) != 0)
-    why = "cannot rename " + tmp + " to " + path_ + ": "
-          + std::strerror(errno);
+    why = "cannot rename " + tmp + " to " + path_ + ": " + std::strerror(errno);
   if (!why.empty() && !write_failed_) {
     write_failed_ = true;
-    note_ = "job numbers are not kept (" + why
-            + "): after a restart they start from 1 again";
+    note_ = "job numbers are not kept (" + why +
+            "): after a restart they start from 1 again";
   }
   return n;
 }

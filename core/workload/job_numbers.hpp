@@ -15,7 +15,7 @@
 namespace exo::workload {
 
 class job_numbers {
-public:
+ public:
   /// Numbers kept in the file at `path`; "" keeps them in memory only
   /// (from 1: a node alone, `exo-node run`, backs nothing up). A file
   /// that cannot be read or holds no number is set aside: the numbers
@@ -28,15 +28,11 @@ public:
   std::uint64_t next();
 
   /// The last number given out (0: none yet).
-  std::uint64_t last() const noexcept {
-    return last_;
-  }
+  std::uint64_t last() const noexcept { return last_; }
 
   /// Why the file was set aside or could not be written, once: "" when
   /// all went well or it was taken already. Meant for the node's log.
-  std::string take_note() {
-    return std::exchange(note_, {});
-  }
+  std::string take_note() { return std::exchange(note_, {}); }
 
   /// The text the file holds for `last` ("exo job numbers: last 42\n").
   static std::string file_text(std::uint64_t last);
@@ -45,7 +41,7 @@ public:
   /// naming what is wrong.
   static std::uint64_t parse(const std::string& text);
 
-private:
+ private:
   std::string path_;
   std::uint64_t last_ = 0;
   std::string note_;

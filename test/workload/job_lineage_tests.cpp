@@ -83,6 +83,6 @@ TEST_CASE("a backed-up copy runs a job when it descends from it and the "
   CHECK_FALSE(backup_descends("a:2", "c", {}, "c:7", "c", line));
   // Not when the asker's copy was itself taken over from c:7 (a later
   // copy in the line is not behind an earlier one).
-  CHECK_FALSE(backup_descends("a:2", "e", {"a:2", "d:4", "c:7"}, "c:7", "c",
-                              line));
+  CHECK_FALSE(
+      backup_descends("a:2", "e", {"a:2", "d:4", "c:7"}, "c:7", "c", line));
 }
