@@ -450,6 +450,9 @@ completion_request parse(endpoint_kind kind, const json& body,
     } else if (key == "user") {
       if (!v.is_null())
         r.user = get_string(v, key);
+    } else if (key == "echo" && !chat) {
+      if (!v.is_null())
+        r.echo = get_bool(v, key);
     } else if (neutral_unsupported(key, v)) {
       continue;
     } else if (key == "prompt" || key == "messages"
@@ -463,6 +466,10 @@ completion_request parse(endpoint_kind kind, const json& body,
              key, "unknown_parameter");
     }
   }
+  if (r.echo && r.logprobs >= 0)
+    refuse("'echo' with 'logprobs' is not supported: the prompt's own "
+           "log-probabilities are not computed ('echo' alone is).",
+           "echo", "unsupported_value");
   if (!have_model)
     refuse("Missing required parameter: 'model'.", "model",
            "missing_required_parameter");

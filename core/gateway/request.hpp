@@ -95,6 +95,10 @@ struct completion_request {
   /// `logprobs` best alternatives' (completions' `logprobs: N`, chat's
   /// `logprobs: true` with `top_logprobs: N`; 0 to max_top_logprobs).
   std::int32_t logprobs = -1;
+  /// Completions' `echo`: each choice's text starts with the prompt (a
+  /// prompt of token ids as their text). Not with logprobs: the prompt's
+  /// own log-probabilities are not computed (refused by name).
+  bool echo = false;
 
   // Set by the server, not read from the body:
   /// The completion's id (the chunks' "id"): the name of its job, by which
@@ -106,6 +110,10 @@ struct completion_request {
   /// text (what the client already has; empty: nothing).
   bool resume = false;
   std::vector<std::uint64_t> resume_after;
+  /// With echo: the prompt's text, which each choice's text starts with
+  /// (counted in its bytes like the completion's: a resumed client that
+  /// has it does not get it again).
+  std::string echo_text;
 };
 
 /// Where a client resumes a stream: the request's headers

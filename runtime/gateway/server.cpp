@@ -1,6 +1,7 @@
 #include "runtime/gateway/server.hpp"
 
 #include "core/gateway/prometheus.hpp"
+#include "core/text/json.hpp"
 #include "core/text/number.hpp"
 #include "runtime/gateway/dashboard_assets.hpp"
 
@@ -118,6 +119,36 @@ void async_teardown(beast::role_type, conn_stream& s, Handler&& handler) {
 
 class session;
 class stream_sink;
+
+/// For a request with echo: the text its choices start with, the prompt's
+/// (a prompt of token ids: their text, as /detokenize gives it, from the
+/// backend). The error when the backend cannot give it.
+std::optional<api_error> set_echo_text(completion_backend& backend,
+                                       completion_request& r) {
+  if (!r.echo)
+    return std::nullopt;
+  if (r.prompt_ids.empty()) {
+    r.echo_text = r.prompt;
+    return std::nullopt;
+  }
+  tokenize_request t;
+  t.model = r.model;
+  t.detokenize = true;
+  t.tokens = r.prompt_ids;
+  auto a = backend.tokenize(t);
+  if (a.error)
+    return a.error;
+  try {
+    r.echo_text = text::json::parse(a.body).at("prompt").get<std::string>();
+  } catch (const std::exception& e) {
+    return api_error{500,
+                     std::string{"The backend's text of the prompt's tokens "
+                                 "is not readable: "}
+                       + e.what(),
+                     "server_error", "echo", "backend_error"};
+  }
+  return std::nullopt;
+}
 class events_session;
 
 // -- server state -------------------------------------------------------------
@@ -251,6 +282,7 @@ private:
       : filter(std::move(stops)) {
     }
     stop_filter filter;
+    bool echoed = false;          // echo: the prompt's text went out
     std::uint64_t skip = 0;       // text bytes the resumed client has
     std::uint64_t text_bytes = 0; // text bytes produced so far, skipped too
     std::string text;             // non-stream: the answer so far
@@ -283,6 +315,9 @@ private:
   /// Ends choice i: the text its filter held back, and in a stream its
   /// finish chunk (mx_ held).
   void end_locked(std::uint32_t i, finish_reason reason);
+  /// echo: choice i's text starts with the prompt's, once (before its
+  /// first token, or as it ends without one).
+  void echo_locked(std::uint32_t i);
 
   std::shared_ptr<server::state> st_;
   completion_request req_;
@@ -917,6 +952,7 @@ sink_state stream_sink::token(std::uint32_t choice, std::string_view text,
       return sink_state::closed;
     if (choice >= choices_.size() || choices_[choice].ended)
       return sink_state::choice_done;
+    echo_locked(choice);
     auto& c = choices_[choice];
     ++tokens_;
     auto now = steady::now();
@@ -1025,10 +1061,25 @@ std::string stream_sink::chunk(std::uint32_t i, const std::string& text) {
   return out;
 }
 
+void stream_sink::echo_locked(std::uint32_t i) {
+  auto& c = choices_[i];
+  if (c.echoed || req_.echo_text.empty())
+    return;
+  c.echoed = true;
+  // Not fed to the stop filter (a stop string is looked for in what is
+  // generated) and not a token; its bytes count like the completion's.
+  auto out = visible(c, req_.echo_text);
+  if (!req_.stream)
+    c.text += out;
+  else if (!out.empty())
+    pending_ += chunk(i, out);
+}
+
 void stream_sink::end_locked(std::uint32_t i, finish_reason reason) {
   auto& c = choices_[i];
   if (c.ended)
     return;
+  echo_locked(i);
   c.ended = true;
   --open_choices_;
   if (c.filter.stopped())
@@ -1455,6 +1506,8 @@ void session::handle_completion(endpoint_kind kind) {
     return send_error(unavailable("No backend runs completions on this "
                                   "server"),
                       keep_alive_);
+  if (auto e = set_echo_text(*st_->opts.backend, *parsed.request))
+    return send_error(*e, keep_alive_);
   if (st_->in_flight.fetch_add(1) >= st_->opts.limits.max_queued) {
     st_->in_flight.fetch_sub(1);
     auto e = queue_full(st_->opts.limits.max_queued);

@@ -464,3 +464,33 @@ TEST_CASE("response_format json_object is JSON mode, json_schema is refused "
                       "response_format":{"type":"json_object"}})")
           .request->json_object);
 }
+
+TEST_CASE("a completion's echo is read; with logprobs, or on a chat, it is "
+          "refused by name") {
+  auto plain = completion(R"({"model":"tiny","prompt":"x","echo":true})");
+  REQUIRE(plain);
+  CHECK(plain.request->echo);
+  CHECK(plain.request->echo_text.empty()); // the server's to set
+  auto off = completion(R"({"model":"tiny","prompt":"x","echo":false})");
+  REQUIRE(off);
+  CHECK_FALSE(off.request->echo);
+  auto null = completion(R"({"model":"tiny","prompt":"x","echo":null})");
+  REQUIRE(null);
+  CHECK_FALSE(null.request->echo);
+  auto typed = completion(R"({"model":"tiny","prompt":"x","echo":1})");
+  CHECK(typed.error.status == 400);
+  CHECK(typed.error.param == "echo");
+  // The prompt's own log-probabilities are not computed: never a silent
+  // answer without them, whichever field comes first.
+  for (auto body : {R"({"model":"tiny","prompt":"x","echo":true,"logprobs":1})",
+                    R"({"model":"tiny","logprobs":0,"echo":true,"prompt":"x"})"}) {
+    auto both = completion(body);
+    CHECK(both.error.status == 400);
+    CHECK(both.error.param == "echo");
+    CHECK(both.error.code == "unsupported_value");
+    CHECK_THAT(both.error.message, Catch::Contains("logprobs"));
+  }
+  auto chat_echo = chat(R"({"model":"tiny","messages":[{"role":"user",)"
+                        R"("content":"x"}],"echo":true})");
+  CHECK(chat_echo.error.param == "echo");
+}

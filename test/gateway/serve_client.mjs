@@ -3,6 +3,7 @@
 // model without a chat template, streams a chat on one with Llama 3's
 // template, checks the texts against `exo-model run`'s (given by the test),
 // the same prompt as token ids (and a token outside the vocabulary: 400),
+// echo (of a text and of token ids),
 // a chat and a completion with log-probabilities, a logit bias, JSON
 // mode,
 // asks for n = 3 sampled choices (each the engine's run with seed + i;
@@ -78,6 +79,44 @@ try {
   check(e instanceof OpenAI.BadRequestError && e.error?.param === "prompt"
           && /outside the vocabulary/.test(e.message),
         `a token outside the vocabulary: 400 (${e.message})`);
+}
+
+// echo: each choice's text is the prompt's, then the same completion; a
+// prompt of token ids echoes their text as /detokenize gives it; echo
+// with logprobs (the prompt's own, not computed) is refused by name.
+const echoed = await client.completions.create({
+  model: p.model, prompt: p.prompt, max_tokens: p.max_tokens,
+  temperature: 0, echo: true,
+});
+check(echoed.choices[0].text === p.prompt + p.text
+        && echoed.usage.completion_tokens === p.tokens,
+      `echo: ${JSON.stringify(echoed.choices[0].text)} is the prompt, then `
+        + `the completion (usage ${JSON.stringify(echoed.usage)})`);
+const detokenized = await (await fetch(
+  `http://127.0.0.1:${port}/detokenize`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json",
+               Authorization: `Bearer ${apiKey}` },
+    body: JSON.stringify({ model: p.model, tokens: p.prompt_ids }),
+  })).json();
+const echoedIds = await client.completions.create({
+  model: p.model, prompt: p.prompt_ids, max_tokens: p.max_tokens,
+  temperature: 0, echo: true,
+});
+check(typeof detokenized.prompt === "string"
+        && detokenized.prompt.endsWith(p.prompt)
+        && echoedIds.choices[0].text === detokenized.prompt + p.text,
+      `echo of token ids: ${JSON.stringify(echoedIds.choices[0].text)} is `
+        + `their text ${JSON.stringify(detokenized.prompt)}, then the `
+        + `completion`);
+try {
+  await client.completions.create({
+    model: p.model, prompt: p.prompt, max_tokens: 1, echo: true,
+    logprobs: 2 });
+  check(false, "echo with logprobs refused");
+} catch (e) {
+  check(e instanceof OpenAI.BadRequestError && e.error?.param === "echo",
+        `echo with logprobs: 400 (${e.message})`);
 }
 
 const c = expected.chat;

@@ -523,7 +523,8 @@ TEST_CASE("log-probabilities go out with their tokens' text: whole and "
   CHECK(names.front() == tokens[2]);
   CHECK(offsets.front() == ids[1]);
 
-  // Refused: a count out of range, top_logprobs without logprobs, echo.
+  // Refused: a count out of range, top_logprobs without logprobs, echo
+  // (the prompt's own log-probabilities are not computed).
   auto refused = [&](const std::string& path, const std::string& body) {
     auto x = http_exchange(port, post(path, body));
     CHECK(x.status == 400);
@@ -542,7 +543,7 @@ TEST_CASE("log-probabilities go out with their tokens' text: whole and "
                 chat_body(false, R"(,"logprobs":true,"top_logprobs":-1)"))
         == "top_logprobs");
   CHECK(refused("/v1/completions",
-                R"({"model":"tiny","prompt":"hi","echo":true})")
+                R"({"model":"tiny","prompt":"hi","echo":true,"logprobs":2})")
         == "echo");
 }
 
@@ -1163,4 +1164,60 @@ TEST_CASE("a WebSocket that never reads is closed at its limit") {
                             "Connection: close\r\n\r\n")
           .status
         == 200);
+}
+
+TEST_CASE("echo starts each choice's text with the prompt's, whole or "
+          "streamed, past no stop string, and a resume counts its bytes") {
+  auto backend = std::make_shared<scripted_backend>(tokens, 4);
+  server srv{options(backend)};
+  auto port = srv.start();
+  const std::string prompt = "Hello there: ";
+  // "Hel" is in the prompt and is choice 0's first token: only what is
+  // generated is looked at, so choice 0 is its prompt alone (stopped), and
+  // choice 1 runs to max_tokens after its prompt.
+  const std::string body = R"({"model":"tiny","prompt":")" + prompt
+                           + R"(","echo":true,"max_tokens":4,"n":2,)"
+                             R"("stop":"Hel")";
+  auto r = http_exchange(port, post("/v1/completions", body + "}"));
+  REQUIRE(r.status == 200);
+  auto j = json::parse(r.body);
+  REQUIRE(j["choices"].size() == 2);
+  CHECK(j["choices"][0]["text"] == prompt);
+  CHECK(j["choices"][0]["finish_reason"] == "stop");
+  CHECK(j["choices"][1]["text"] == prompt + choice_text(1, 4));
+  CHECK(j["choices"][1]["finish_reason"] == "length");
+  CHECK(j["usage"]["completion_tokens"] == 1 + 4); // the prompt is no token
+  CHECK(backend->requests().at(0).echo);
+
+  auto streamed = http_exchange(port, post("/v1/completions",
+                                           body + R"(,"stream":true})"));
+  REQUIRE(streamed.status == 200);
+  auto s = read_choices(streamed.body);
+  CHECK(s.text[0] == prompt);
+  CHECK(s.text[1] == prompt + choice_text(1, 4));
+  CHECK(s.reason[0] == "stop");
+  CHECK(s.reason[1] == "length");
+  auto id = json::parse(sse_payloads(streamed.body).at(0))["id"]
+              .get<std::string>();
+
+  // A client that had the prompt and two bytes of choice 1 resumes: the
+  // echo is not sent again.
+  const auto had = std::to_string(prompt.size()) + ","
+                   + std::to_string(prompt.size() + 2);
+  auto resumed = http_exchange(
+    port, post("/v1/completions", body + R"(,"stream":true})",
+               "X-Exo-Resume: " + id + "\r\nLast-Event-ID: " + had + "\r\n"));
+  REQUIRE(resumed.status == 200);
+  auto again = read_choices(resumed.body);
+  CHECK(again.text[0] == "");
+  CHECK(again.text[1] == choice_text(1, 4).substr(2));
+
+  // A prompt of token ids is echoed as their text, which this backend
+  // cannot give: the answer says so instead of echoing nothing.
+  auto ids = http_exchange(port, post("/v1/completions",
+                                      R"({"model":"tiny","prompt":[1,2],)"
+                                      R"("echo":true})"));
+  CHECK(ids.status == 501);
+  CHECK(ids.body.find("does not tokenize") != std::string::npos);
+  CHECK(backend->requests().size() == 3);
 }
