@@ -465,8 +465,8 @@ TEST_CASE("response_format json_object is JSON mode, json_schema is refused "
           .request->json_object);
 }
 
-TEST_CASE("a completion's echo is read; with logprobs, or on a chat, it is "
-          "refused by name") {
+TEST_CASE("a completion's echo is read, and refused by name with logprobs "
+          "or on a chat") {
   auto plain = completion(R"({"model":"tiny","prompt":"x","echo":true})");
   REQUIRE(plain);
   CHECK(plain.request->echo);
