@@ -180,6 +180,21 @@ struct background_run {
   std::string ended_by;
 };
 
+/// Notes the exit status of each of `b`'s requests that has ended;
+/// whether any is still going.
+bool reap_clients(background_run& b) {
+  bool going = false;
+  for (auto& c : b.clients) {
+    int status = 0;
+    if (c.pid > 0 && !still_running(c.pid, status)) {
+      c.status = status;
+      c.pid = -1;
+    }
+    going = going || c.pid > 0;
+  }
+  return going;
+}
+
 class runner {
 public:
   runner(const scenario& sc, const runner_options& o, std::ostream& out)
@@ -1231,18 +1246,7 @@ std::string runner::start_background(const step& s) {
 
 void runner::note_ended_runs(const std::string& label) {
   for (auto& [name, b] : runs_) {
-    if (!b.ended_by.empty())
-      continue;
-    bool going = false;
-    for (auto& c : b.clients) {
-      int status = 0;
-      if (c.pid > 0 && !still_running(c.pid, status)) {
-        c.status = status;
-        c.pid = -1;
-      }
-      going = going || c.pid > 0;
-    }
-    if (!going)
+    if (b.ended_by.empty() && !reap_clients(b))
       b.ended_by = label;
   }
 }
@@ -1273,16 +1277,7 @@ std::string runner::finish_run_checked(const step& s, const std::string& label,
   };
   for (;;) {
     check_interrupt();
-    bool going = false;
-    for (auto& c : b.clients) {
-      int status = 0;
-      if (c.pid > 0 && !still_running(c.pid, status)) {
-        c.status = status;
-        c.pid = -1;
-      }
-      going = going || c.pid > 0;
-    }
-    if (!going)
+    if (!reap_clients(b))
       break;
     if (since(t0) >= seconds) {
       std::string late;
