@@ -79,6 +79,7 @@ const fn types[] = {
   round_trip<exo::kv_rows>,
   round_trip<exo::prefix_claim>,
   round_trip<exo::prefix_retain>,
+  round_trip<exo::job_prompt_scores>,
 };
 
 } // namespace

@@ -67,6 +67,7 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<job_placed>("exo.job_placed");
   cfg.add_message_type<job_started>("exo.job_started");
   cfg.add_message_type<job_token>("exo.job_token");
+  cfg.add_message_type<job_prompt_scores>("exo.job_prompt_scores");
   cfg.add_message_type<job_report>("exo.job_report");
   cfg.add_message_type<job_pipeline>("exo.job_pipeline");
   cfg.add_message_type<kv_rows>("exo.kv_rows");

@@ -35,6 +35,8 @@
 ///   caller --(run_atom, job_request, listener)--> coordinator
 ///     listener <-- job_placed{how the stages were placed}
 ///     listener <-- job_started{job id}
+///     listener <-- job_prompt_scores{job, seq, scores}  (prompt_logprobs:
+///                  each sequence's, before its first token)
 ///     listener <-- job_token{job, seq, token, piece}   (each, as produced)
 ///     listener <-- job_recovered{what was lost, new stages, stall}
 ///                  (after a loss, with the first token that follows it)
@@ -232,6 +234,38 @@ typename Inspector::result_type inspect(Inspector& f, step_part& x) {
               x.fork, x.from, x.prefix);
 }
 
+namespace model {
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
+  return wire(f, caf::meta::type_name("exo.token_logprobs"), x.logprob,
+              x.top_ids, x.top_logprobs);
+}
+
+} // namespace model
+
+/// A prompt's scoring (stage_step::scores, job_request::prompt_logprobs):
+/// the log-probability of each of its tokens after the ones before it,
+/// as OpenAI's completions show with `echo` and `logprobs`.
+struct step_scores {
+  /// Asked: one per row of the step (empty: none), the token whose
+  /// log-probability that row's logits give (the prompt's next token), or
+  /// -1 for a row not scored.
+  std::vector<std::int32_t> ids;
+  /// Asked: also each scored row's `top` best tokens (at most
+  /// model::max_top_logprobs).
+  std::uint32_t top = 0;
+  /// Answered by the last stage: one per row with an id, in row order
+  /// (model::logprobs_of: the id's log-probability, its row's `top` best).
+  std::vector<model::token_logprobs> rows;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_scores& x) {
+  return wire(f, caf::meta::type_name("exo.step_scores"), x.ids, x.top,
+              x.rows);
+}
+
 /// One batch on its way through the stages: tokens of one sequence, or of
 /// several (batched decoding: every stage reads its weights once for all
 /// of them). The first stage embeds `tokens`; every stage reads and writes
@@ -281,6 +315,11 @@ struct stage_step {
   /// log-probabilities subtract (job_request::logprobs).
   bool logprobs = false;
   std::vector<double> lse;
+  /// Rows to score (a prompt read with job_request::prompt_logprobs): the
+  /// last stage answers with each asked row's log-probabilities besides
+  /// the usual logits, computed from every row's logits in pieces
+  /// (device_stage::row_logits) without changing the step's own bits.
+  step_scores scores;
 };
 
 /// The largest stage_step::top_k a stage accepts.
@@ -290,7 +329,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stage_step& x) {
   return wire(f, caf::meta::type_name("exo.stage_step"), x.job, x.seq, x.pos,
               x.tokens, x.x, x.on_device, x.parts, x.apart, x.rewind,
-              x.top_k, x.top_ids, x.logprobs, x.lse);
+              x.top_k, x.top_ids, x.logprobs, x.lse, x.scores);
 }
 
 /// What a shard is: layers [first, last) of a model on one device.
@@ -370,12 +409,6 @@ typename Inspector::result_type inspect(Inspector& f, sampler_params& x) {
               x.bias_values, x.json);
 }
 
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
-  return wire(f, caf::meta::type_name("exo.token_logprobs"), x.logprob,
-              x.top_ids, x.top_logprobs);
-}
-
 } // namespace model
 
 namespace workload {
@@ -386,7 +419,7 @@ typename Inspector::result_type inspect(Inspector& f, job_request& x) {
               x.n_gen, x.sampling, x.stages, x.sequences, x.n_ctx,
               x.keep_logits, x.special, x.stop_tokens, x.name, x.batch,
               x.draft, x.draft_tokens, x.kv_type, x.share_prompt,
-              x.prefix_cache, x.prompt_ids, x.logprobs);
+              x.prefix_cache, x.prompt_ids, x.logprobs, x.prompt_logprobs);
 }
 
 } // namespace workload
@@ -598,6 +631,25 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_token& x) {
   return wire(f, caf::meta::type_name("exo.job_token"), x.job, x.seq, x.token,
               x.piece, x.index, x.has_logprobs, x.logprobs);
+}
+
+/// The log-probabilities of sequence `seq`'s prompt tokens after the
+/// first, each after the ones before it (job_request::prompt_logprobs):
+/// `scores[i]` is token i + 1's, with the request's `logprobs` best
+/// alternatives. Sent once per sequence, before its first job_token (a
+/// job taken over computes and sends them again; a follower keeps the
+/// first).
+struct job_prompt_scores {
+  std::uint64_t job = 0;
+  std::uint32_t seq = 0;
+  std::vector<std::int32_t> tokens; ///< the prompt (one more than scores)
+  std::vector<model::token_logprobs> scores;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_prompt_scores& x) {
+  return wire(f, caf::meta::type_name("exo.job_prompt_scores"), x.job, x.seq,
+              x.tokens, x.scores);
 }
 
 /// The end of a job that ran (cancelled or not): what it generated and

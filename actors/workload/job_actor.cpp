@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -89,6 +90,11 @@ struct sequence {
   std::vector<workload::prefix_key> prefixes;
   std::uint64_t prefix = 0;
   bool prefix_pending = false;
+  /// job_setup::prompt_logprobs: its prompt's scores as the steps that
+  /// read it answer (scored[i]: prompt token i + 1's), and whether they
+  /// went out (on_prompt_scores).
+  std::vector<model::token_logprobs> scored;
+  bool scores_out = false;
 
   /// The positions its stages hold (a sequence whose fork is still to be
   /// sent holds none there).
@@ -317,6 +323,19 @@ void forget_forks(self_ptr self) {
 void take_logits(self_ptr self, std::uint32_t j, logit_row&& logits,
                  std::optional<std::int32_t> chosen = std::nullopt);
 
+/// Sequence j's prompt is read: its scores go out, once
+/// (job_setup::prompt_logprobs): those of sequence `from` (itself, or the
+/// sequence whose prompt it shares).
+void send_scores(self_ptr self, std::uint32_t j, std::uint32_t from) {
+  auto& st = self->state;
+  auto& q = st.seqs[j];
+  if (!st.cfg.prompt_logprobs || q.scores_out)
+    return;
+  q.scores_out = true;
+  if (st.cfg.on_prompt_scores)
+    st.cfg.on_prompt_scores(j, st.seqs[from].scored);
+}
+
 /// Sequence j's n tokens went through: `logits_in` are its last row's.
 /// Samples its next token when its feed is read (`chosen`: the token
 /// speculative sampling picked from these logits instead).
@@ -335,6 +354,7 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
   if (q.known_next) { // resumed: its next step reads its last token
     q.known_next = false;
     if (!q.prompt_done) {
+      send_scores(self, j, j);
       q.prompt_done = true;
       if (--st.prompts_left == 0)
         st.t_prompts = clock_type::now();
@@ -344,6 +364,7 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
   auto& out = st.result.tokens[j];
   const bool just_read = !q.prompt_done;
   if (just_read) { // its prompt is read
+    send_scores(self, j, j);
     q.prompt_done = true;
     if (--st.prompts_left == 0)
       st.t_prompts = clock_type::now();
@@ -387,6 +408,7 @@ void on_logits(self_ptr self, std::uint32_t j, std::uint32_t n,
       s.pos = static_cast<std::uint32_t>(s.prompt.size());
       s.fed = s.feed.size();
       st.result.shared_prompt_tokens += s.prompt.size();
+      send_scores(self, k, j);
       take_logits(self, k, logit_row(logits_in));
       if (!s.done) {
         s.fork_pending = true;
@@ -420,6 +442,31 @@ std::string check_answer(const stage_step& r, std::size_t rows,
     if (id < 0 || static_cast<std::size_t>(id) >= n_vocab)
       return "the last stage sent candidate token " + std::to_string(id)
              + ", outside the vocabulary of " + std::to_string(n_vocab);
+  return {};
+}
+
+/// Whether the scores in the last stage's answer are those a step asked
+/// for: one per scored row, each with `top` alternatives of the
+/// vocabulary, finite numbers. "" or what is wrong.
+std::string check_scores(const step_scores& sc, std::size_t rows,
+                         std::size_t top, std::size_t n_vocab) {
+  if (sc.rows.size() != rows)
+    return "the last stage sent " + std::to_string(sc.rows.size())
+           + " prompt scores, expected " + std::to_string(rows);
+  for (auto& r : sc.rows) {
+    if (r.top_ids.size() != top || r.top_logprobs.size() != top)
+      return "the last stage sent a prompt score with "
+             + std::to_string(r.top_ids.size()) + " alternatives, expected "
+             + std::to_string(top);
+    if (!std::isfinite(r.logprob))
+      return "the last stage sent a non-finite prompt score";
+    for (std::size_t i = 0; i < top; ++i)
+      if (r.top_ids[i] < 0 || static_cast<std::size_t>(r.top_ids[i]) >= n_vocab
+          || !std::isfinite(r.top_logprobs[i]))
+        return "the last stage sent a prompt score's alternative "
+               + std::to_string(r.top_ids[i]) + " outside the vocabulary of "
+               + std::to_string(n_vocab) + " or not finite";
+  }
   return {};
 }
 
@@ -672,6 +719,10 @@ void send_step(self_ptr self, std::size_t g) {
     return st.seqs[j].fed < st.seqs[j].prompt.size();
   });
   bool forks = false;
+  // Prompt rows to score (prompt_logprobs): an id per row of the step, and
+  // where each scored one goes (sequence, prompt index).
+  std::vector<std::int32_t> score_ids;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> score_slots;
   for (auto j : order) {
     auto& q = st.seqs[j];
     if (q.done || q.waiting || (q.source && !q.prompt_done))
@@ -695,6 +746,15 @@ void send_step(self_ptr self, std::size_t g) {
         n = std::min<std::size_t>(
           n, workload::max_step_sequences(st.cfg.n_embd, st.cfg.n_vocab,
                                           st.top_k));
+    }
+    // Row t reads feed[fed + t]: a prompt token's row scores the next one.
+    for (std::size_t t = 0; t < n; ++t) {
+      const std::size_t i = q.fed + t;
+      const bool scores = st.cfg.prompt_logprobs && !q.scores_out
+                          && q.fed < q.feed.size() && i + 1 < q.prompt.size();
+      score_ids.push_back(scores ? q.prompt[i + 1] : -1);
+      if (scores)
+        score_slots.emplace_back(j, static_cast<std::uint32_t>(i));
     }
     if (q.fed < q.feed.size()) {
       s.tokens.insert(s.tokens.end(), q.feed.begin() + q.fed,
@@ -730,6 +790,11 @@ void send_step(self_ptr self, std::size_t g) {
     s.parts.clear(); // one sequence: the plain form
   s.top_k = st.top_k;
   s.logprobs = st.lse;
+  if (!score_slots.empty()) {
+    s.scores.ids = std::move(score_ids);
+    s.scores.top = static_cast<std::uint32_t>(std::max(0, st.cfg.logprobs));
+  }
+  const std::size_t score_top = s.scores.top;
   // No timeout on the request itself: the watchdog enforces step_timeout
   // (a CAF request timeout woke the clock thread twice per token).
   auto epoch = st.epoch;
@@ -739,7 +804,8 @@ void send_step(self_ptr self, std::size_t g) {
   self->request(st.cfg.stages.front(), caf::infinite, forward_atom::value,
                 std::move(s))
     .then(
-      [self, g, parts, epoch, apart, top_k, lse](stage_step& r) {
+      [self, g, parts, epoch, apart, top_k, lse, score_top,
+       score_slots = std::move(score_slots)](stage_step& r) {
         auto& st = self->state;
         if (epoch != st.epoch || st.finished)
           return; // from a pipeline the job has left
@@ -754,6 +820,17 @@ void send_step(self_ptr self, std::size_t g) {
         if (auto why = check_answer(r, rows, top_k, v, lse); !why.empty()) {
           finish(self, why);
           return;
+        }
+        if (auto why = check_scores(r.scores, score_slots.size(), score_top,
+                                    v);
+            !why.empty()) {
+          finish(self, why);
+          return;
+        }
+        for (std::size_t k = 0; k < score_slots.size(); ++k) {
+          auto& q = st.seqs[score_slots[k].first];
+          if (score_slots[k].second < q.scored.size())
+            q.scored[score_slots[k].second] = std::move(r.scores.rows[k]);
         }
         std::size_t row = 0;
         for (std::size_t i = 0; i < parts.size() && !st.finished; ++i) {
@@ -1897,6 +1974,11 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
           return st.rp;
         }
         st.result.prompt_tokens += q.prompt.size();
+        if (st.cfg.prompt_logprobs) {
+          q.scored.resize(q.prompt.size() - 1);
+          // Resident caches: its first job read and scored the prompt.
+          q.scores_out = !st.cfg.resident.empty();
+        }
         auto sp = st.cfg.sampling;
         sp.seed += j;
         q.smp = std::make_unique<model::sampler>(sp);
@@ -1917,7 +1999,7 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
         share_prompts(st);
       make_groups(st);
       if (st.cfg.prefix_cache && st.cfg.generated.empty()
-          && st.cfg.draft_stages.empty())
+          && st.cfg.draft_stages.empty() && !st.cfg.prompt_logprobs)
         claim_prefixes(self); // the steps go once the stages answered
       else if (!st.recovering) // else the new pipeline starts them (resume)
         send_all(self);
@@ -1935,6 +2017,14 @@ caf::behavior job_impl(self_ptr self, job_setup cfg) {
           || st.paused)
         return make_exo_error(exo_errc::failed_state,
                               "the job cannot be handed over now");
+      // A prompt being scored goes on here (its scores so far are not
+      // handed over; a takeover re-feeds and scores it again).
+      if (st.cfg.prompt_logprobs)
+        for (auto& q : st.seqs)
+          if (!q.done && !q.scores_out)
+            return make_exo_error(exo_errc::failed_state,
+                                  "the job cannot be handed over while a "
+                                  "prompt is being scored");
       st.handoff = self->make_response_promise<job_handoff>();
       auto rp = *st.handoff;
       try_pause(self);

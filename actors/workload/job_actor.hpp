@@ -164,6 +164,18 @@ struct job_setup {
   /// -1: none; else each token's log-probability and its `logprobs` best
   /// alternatives' (job_request::logprobs), passed to on_token.
   std::int32_t logprobs = -1;
+  /// With logprobs >= 0: each sequence's prompt is scored as it is read
+  /// (stage_step::scores: every prompt token's log-probability after the
+  /// ones before it, and its `logprobs` best alternatives), and
+  /// on_prompt_scores gets them once, when its prompt is read, before its
+  /// first token (a sequence sharing another's prompt gets that one's). A
+  /// job that goes on from resident caches (a handoff) does not send them
+  /// again: its first coordinator did. The caller turns the prefix cache
+  /// off (rows copied from it are not scored).
+  bool prompt_logprobs = false;
+  std::function<void(std::uint32_t seq,
+                     const std::vector<model::token_logprobs>& scores)>
+    on_prompt_scores;
   /// Called in the job's context for every token, as it is produced, with
   /// its log-probabilities when the job computes them (else nullptr).
   std::function<void(std::uint32_t seq, std::int32_t token,

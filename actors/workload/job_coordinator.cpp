@@ -57,6 +57,9 @@ struct job_sink {
   std::function<void(const job_placed&)> placed;
   std::function<void(const job_started&)> started;
   std::function<void(const job_token&)> token;
+  /// Called in the job's context with each sequence's prompt scores
+  /// (job_request::prompt_logprobs), before its first token.
+  std::function<void(const job_prompt_scores&)> scores;
   /// Called in the job's context after a recovery (its stall measured).
   std::function<void(const job_recovered&)> recovered;
   /// Called once, in the coordinator's context, with the report or the
@@ -82,6 +85,10 @@ struct token_log {
   /// With job_request::logprobs: each token's log-probabilities, beside
   /// `tokens` (as many per sequence); else empty.
   std::vector<std::vector<model::token_logprobs>> logprobs;
+  /// With job_request::prompt_logprobs: each sequence's prompt scores,
+  /// once its job computed them (job_prompt_scores; job empty when not
+  /// yet).
+  std::vector<job_prompt_scores> prompt_scores;
   /// Per sequence: how many of `tokens` are whole (job_setup::on_settled:
   /// no round of speculative decoding under way past them) and the
   /// numbers its sampler drew for them: what is replicated.
@@ -180,6 +187,7 @@ struct pending_follow {
 /// An ended run's tokens and report, for a follower that comes late.
 struct ended_stream {
   std::string prompt; ///< prompt_identity (a follower gives the same)
+  std::vector<job_prompt_scores> scores; ///< before the tokens
   std::vector<job_token> tokens;
   caf::expected<job_report> report{job_report{}};
 };
@@ -816,9 +824,16 @@ job_token token_event(std::uint64_t id, std::uint32_t seq, std::uint32_t i,
                      has ? &logprobs[seq][i] : nullptr, tok);
 }
 
-/// Sends `listener` the tokens generated so far, each sequence in order.
+/// Sends `listener` the tokens generated so far, each sequence in order
+/// (its prompt scores first, when it has them).
 void replay(const token_log& log, const model::tokenizer& tok,
             std::uint64_t id, const caf::actor& listener) {
+  for (auto& e : log.prompt_scores)
+    if (e.job != 0) {
+      auto copy = e;
+      copy.job = id;
+      caf::anon_send(listener, std::move(copy));
+    }
   for (std::uint32_t seq = 0; seq < log.tokens.size(); ++seq)
     for (std::uint32_t i = 0; i < log.tokens[seq].size(); ++i)
       caf::anon_send(listener,
@@ -849,7 +864,10 @@ void start_job(self_ptr self, const run_ptr& run) {
   j.n_gen = req.n_gen;
   j.step_sequences = req.batch;
   j.share_prompts = req.share_prompt;
-  j.prefix_cache = req.prefix_cache;
+  // A scored prompt's rows all go through the output head: none are
+  // copied from (or left to) the prefix cache.
+  j.prefix_cache = req.prefix_cache && !req.prompt_logprobs;
+  j.prompt_logprobs = req.prompt_logprobs && req.logprobs >= 0;
   // (Without the draft too: what a resumed job's samplers drew is held to
   // what rounds of that many proposals draw, workload::max_draws.)
   j.draft_tokens = req.draft_tokens;
@@ -891,6 +909,8 @@ void start_job(self_ptr self, const run_ptr& run) {
     log->logprobs = run->generated_logprobs;
     log->logprobs.resize(req.sequences);
   }
+  if (j.prompt_logprobs)
+    log->prompt_scores.resize(req.sequences);
   std::uint64_t so_far = 0;
   for (auto& t : log->tokens)
     so_far += t.size();
@@ -911,6 +931,22 @@ void start_job(self_ptr self, const run_ptr& run) {
       log->whole[seq] = tokens;
       log->draws[seq] = draws;
     }
+  };
+  j.on_prompt_scores = [run, log, id](
+                         std::uint32_t seq,
+                         const std::vector<model::token_logprobs>& scores) {
+    job_prompt_scores e{id, seq, run->job.prompt, scores};
+    std::vector<caf::actor> followers;
+    {
+      std::lock_guard<std::mutex> guard{log->mx};
+      if (seq < log->prompt_scores.size())
+        log->prompt_scores[seq] = e;
+      followers = log->listeners;
+    }
+    for (auto& f : followers)
+      caf::anon_send(f, e);
+    if (run->sink.scores)
+      run->sink.scores(e);
   };
   j.on_token = [run, tok, produced, log,
                 id](std::uint32_t seq, std::int32_t t,
@@ -2187,6 +2223,11 @@ void run_ended(self_ptr self, job_run& run,
       if (run.log) {
         std::lock_guard<std::mutex> guard{run.log->mx};
         logprobs = run.log->logprobs;
+        for (auto& e : run.log->prompt_scores)
+          if (e.job != 0) {
+            stream->scores.push_back(e);
+            stream->scores.back().job = run.id;
+          }
       }
       for (std::uint32_t seq = 0; seq < r->tokens.size(); ++seq)
         for (std::uint32_t i = 0; i < r->tokens[seq].size(); ++i)
@@ -2316,6 +2357,9 @@ job_sink listener_sink(caf::actor listener,
       caf::anon_send(listener, e);
     };
     s.token = [listener](const job_token& e) { caf::anon_send(listener, e); };
+    s.scores = [listener](const job_prompt_scores& e) {
+      caf::anon_send(listener, e);
+    };
     s.recovered = [listener](const job_recovered& e) {
       caf::anon_send(listener, e);
     };
@@ -3729,6 +3773,8 @@ bool follow_here(self_ptr self, const std::string& key,
       }
       if (report)
         self->send(listener, job_started{report->job});
+      for (auto& e : it->stream->scores)
+        caf::anon_send(listener, e);
       for (auto& t : it->stream->tokens)
         caf::anon_send(listener, t);
       deliver_report(rp, report);

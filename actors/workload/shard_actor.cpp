@@ -532,6 +532,72 @@ void answer_logits(stage_step& s, const float* logits, std::size_t rows,
   }
 }
 
+/// What is wrong with the scores a step asks for (a peer is not trusted
+/// with sizes or token ids), "" when nothing.
+std::string scores_problem(const step_scores& sc, std::size_t n,
+                           std::size_t n_vocab) {
+  if (!sc.rows.empty())
+    return "a step carries no scores on its way in";
+  if (sc.ids.empty())
+    return sc.top == 0 ? std::string{}
+                       : std::string{"a step asks for scores' best tokens "
+                                     "without ids to score"};
+  if (sc.ids.size() != n)
+    return "a step asks for " + std::to_string(sc.ids.size())
+           + " scores of its " + std::to_string(n) + " rows";
+  if (sc.top > model::max_top_logprobs)
+    return "a step asks for at most "
+           + std::to_string(model::max_top_logprobs)
+           + " best tokens a scored row, not " + std::to_string(sc.top);
+  for (auto id : sc.ids)
+    if (id < -1 || (id >= 0 && static_cast<std::size_t>(id) >= n_vocab))
+      return "a step asks for the score of token " + std::to_string(id)
+             + ", outside the vocabulary of " + std::to_string(n_vocab);
+  return {};
+}
+
+/// The last stage, right after the forward that computed step s's rows
+/// (from row `row0` of it): each row with a score id gets its
+/// log-probabilities (stage_step::scores), from its logits computed again
+/// in pieces of at most max_logit_rows rows (device_stage::row_logits).
+caf::error score_rows(model::device_stage& stage, stage_step& s,
+                      std::size_t row0) {
+  auto& sc = s.scores;
+  sc.rows.clear();
+  if (sc.ids.empty())
+    return caf::none;
+  const std::size_t v = stage.model().hparams().n_vocab;
+  const std::size_t piece = std::max<std::size_t>(
+    1, stage.options().max_logit_rows);
+  std::vector<float> logits;
+  const std::size_t n = sc.ids.size();
+  for (std::size_t r = 0; r < n;) {
+    if (sc.ids[r] < 0) {
+      ++r;
+      continue;
+    }
+    // A run of rows to score, at most `piece` of them.
+    std::size_t e = r;
+    while (e < n && e - r < piece && sc.ids[e] >= 0)
+      ++e;
+    logits.resize((e - r) * v);
+    if (auto f = stage.row_logits(row0 + r, e - r, logits.data()); !f)
+      return device_failed(f.err());
+    for (std::size_t i = r; i < e; ++i) {
+      const float* row = logits.data() + (i - r) * v;
+      if (auto bad_at = model::sampler::first_non_finite(row, v);
+          bad_at != v)
+        return bad("shard: the model gave a non-finite logit (token "
+                   + std::to_string(bad_at) + ") for row "
+                   + std::to_string(i) + " of a scored step: its weights "
+                   "hold NaN or infinity, or its activations overflow");
+      sc.rows.push_back(model::logprobs_of(row, v, sc.ids[i], sc.top));
+    }
+    r = e;
+  }
+  return caf::none;
+}
+
 /// Runs one step's prepared segments on the device (inside a device
 /// task); returns an error, or none with `s` updated (x: the activations
 /// out, unless io.keep_out leaves them on the device; on the last stage
@@ -560,9 +626,11 @@ caf::error compute(hosted_stage& h, const model::llama_model& m,
     std::vector<float> logits(rows * std::size_t{hp.n_vocab});
     if (auto f = stage.forward(segs, x, logits.data(), io); !f)
       err = device_failed(f.err());
-    else if (s.top_k == 0)
-      s.x = std::move(logits);
     else
+      err = score_rows(stage, s, 0);
+    if (!err && s.top_k == 0)
+      s.x = std::move(logits);
+    else if (!err)
       answer_logits(s, logits.data(), rows, hp.n_vocab);
   } else if (auto f = stage.forward(segs, x, nullptr, io); !f) {
     err = device_failed(f.err());
@@ -660,6 +728,13 @@ void run_batch(hosted_stage& h, std::vector<pending_step> batch) {
     }
     if (stage.is_last()) {
       const std::size_t r = logit_rows(p.segs);
+      if (auto e = score_rows(stage, p.s, row0)) {
+        quit_if_lost(p.shard, e);
+        p.rp.deliver(std::move(e));
+        row0 += n;
+        logit0 += r;
+        continue;
+      }
       answer_logits(p.s, logits.data() + logit0 * hp.n_vocab, r, hp.n_vocab);
       logit0 += r;
     } else {
@@ -1228,6 +1303,8 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
       if (!s.top_ids.empty() || !s.lse.empty())
         return bad("shard: a step carries no candidates (top_ids, lse) on "
                    "its way in");
+      if (auto why = scores_problem(s.scores, n, hp.n_vocab); !why.empty())
+        return bad("shard: " + why);
       const auto most = max_step_sequences(hp.n_embd, hp.n_vocab, s.top_k);
       if (auto why = check_parts(s, most); !why.empty())
         return bad("shard: " + why);

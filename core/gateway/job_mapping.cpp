@@ -231,6 +231,8 @@ mapped_job map_request(const model_source& model,
   job.n_ctx = 0; // prompt + n_gen
   job.kv_type = limits.kv_type;
   job.logprobs = req.logprobs;
+  // echo with logprobs: the prompt's tokens are scored too.
+  job.prompt_logprobs = req.echo && req.logprobs >= 0;
   out.stop_ids = tok.eog_ids();
   out.stop_ids.insert(job.stop_tokens.begin(), job.stop_tokens.end());
   return out;

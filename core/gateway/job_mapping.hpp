@@ -14,6 +14,8 @@
 ///   temperature, top_p, seed  the sampler's (no seed: a random one)
 ///   logprobs, top_logprobs  each token's log-probability and its best
 ///                         alternatives' (job_request::logprobs)
+///   echo with logprobs    the prompt's tokens' too
+///                         (job_request::prompt_logprobs)
 ///   n                     sequences: the job's sequence i is choice i
 ///                         (seed + i; the prompt read once, its KV rows
 ///                         copied to the others)

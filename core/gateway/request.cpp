@@ -466,10 +466,6 @@ completion_request parse(endpoint_kind kind, const json& body,
              key, "unknown_parameter");
     }
   }
-  if (r.echo && r.logprobs >= 0)
-    refuse("'echo' with 'logprobs' is not supported: the prompt's own "
-           "log-probabilities are not computed ('echo' alone is).",
-           "echo", "unsupported_value");
   if (!have_model)
     refuse("Missing required parameter: 'model'.", "model",
            "missing_required_parameter");
@@ -485,9 +481,12 @@ completion_request parse(endpoint_kind kind, const json& body,
   if (r.max_tokens) {
     auto param = max_completion_tokens ? "max_completion_tokens"
                                        : "max_tokens";
-    if (*r.max_tokens < 1)
+    // 0 with echo: the prompt alone (with logprobs, scored), as OpenAI's
+    // legacy completions allow.
+    if (*r.max_tokens < (r.echo ? 0 : 1))
       refuse(std::string{"Invalid '"} + param + "': "
-               + std::to_string(*r.max_tokens) + ". Expected at least 1.",
+               + std::to_string(*r.max_tokens) + ". Expected at least "
+               + (r.echo ? "0" : "1 (0 only with 'echo')") + ".",
              param);
     if (*r.max_tokens > limits.max_tokens)
       refuse(std::string{"Invalid '"} + param + "': "

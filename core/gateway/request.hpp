@@ -96,8 +96,10 @@ struct completion_request {
   /// `logprobs: true` with `top_logprobs: N`; 0 to max_top_logprobs).
   std::int32_t logprobs = -1;
   /// Completions' `echo`: each choice's text starts with the prompt (a
-  /// prompt of token ids as their text). Not with logprobs: the prompt's
-  /// own log-probabilities are not computed (refused by name).
+  /// prompt of token ids as their text). With logprobs the choice's
+  /// logprobs start with the prompt's tokens (the first one's null), as
+  /// scoring a text reads them (lm-evaluation-harness); max_tokens may
+  /// then be 0.
   bool echo = false;
 
   // Set by the server, not read from the body:

@@ -82,6 +82,12 @@ json logprobs_json(endpoint_kind kind,
   for (auto& t : tokens) {
     auto text = valid_utf8(t.token);
     names.push_back(text);
+    offsets.push_back(t.text_offset);
+    if (!t.scored) { // an echoed prompt's first token
+      values.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
     values.push_back(shown(t.logprob));
     json top = json::object();
     for (auto& a : t.top) {
@@ -90,7 +96,6 @@ json logprobs_json(endpoint_kind kind,
         top[name] = shown(a.logprob);
     }
     tops.push_back(std::move(top));
-    offsets.push_back(t.text_offset);
   }
   json out;
   out["tokens"] = std::move(names);

@@ -55,6 +55,10 @@ struct token_logprob {
   /// Where its bytes start in the choice's text (completions'
   /// text_offset; set by the server's sink).
   std::uint64_t text_offset = 0;
+  /// false: a token without a log-probability (an echoed prompt's first:
+  /// nothing comes before it), shown as null in token_logprobs and
+  /// top_logprobs.
+  bool scored = true;
 };
 
 /// One choice of a whole answer.

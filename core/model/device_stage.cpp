@@ -918,6 +918,38 @@ status device_stage::forward(const std::vector<segment>& segs, float* x,
   return run_forward(segs, x, logits, 0, dio);
 }
 
+status device_stage::row_logits(std::uint64_t row, std::uint64_t rows,
+                                float* logits) {
+  if (!is_last())
+    return fail(errc::invalid_argument,
+                "only the last stage computes logits");
+  if (!logits || rows == 0 || rows > opts_.max_logit_rows)
+    return fail(errc::invalid_argument,
+                "row logits: 1 to " + std::to_string(opts_.max_logit_rows)
+                  + " rows at once, not " + std::to_string(rows));
+  if (row > last_rows_ || rows > last_rows_ - row)
+    return fail(errc::out_of_range,
+                "row logits: rows " + std::to_string(row) + " to "
+                  + std::to_string(row + rows) + " of a forward of "
+                  + std::to_string(last_rows_) + " rows");
+  auto& hp = model_->hparams();
+  const std::uint64_t e = hp.n_embd;
+  std::vector<device_op> ops(2);
+  ops[0].kind = op_kind::rms_norm;
+  ops[0].inputs = {at(io_, row * e * 4), at(output_norm_)};
+  ops[0].output = at(cur_);
+  ops[0].dims = {rows, e};
+  ops[0].scalars = {hp.rms_eps};
+  ops[1].kind = output_.kind;
+  ops[1].inputs = {at(cur_), at(output_.buf)};
+  ops[1].output = at(logits_);
+  ops[1].dims = {rows, output_.rows, output_.cols};
+  EXO_TRY(ops_.step(io_, 0, nullptr, 0, ops, logits_, 0, logits,
+                    rows * hp.n_vocab * 4));
+  ops_run_ += ops.size();
+  return {};
+}
+
 result<std::uint64_t> device_stage::cache_bytes(cache_id id) const {
   auto c = find_cache(id);
   if (!c)
@@ -1367,6 +1399,7 @@ status device_stage::for_runs(const cache& c, std::uint32_t l,
 status device_stage::run_forward(const std::vector<segment>& segs, float* x,
                                  float* logits, std::size_t logit_rows,
                                  const device_io& dio) {
+  last_rows_ = 0;
   // Everything is checked before anything runs: all or nothing.
   std::uint64_t N = 0;
   std::vector<cache*> cs(segs.size());
@@ -1735,6 +1768,10 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   }
   for (std::size_t s = 0; s < segs.size(); ++s)
     cs[s]->n_past += segs[s].n;
+  // io_ holds the rows' final activations (a stage without layers whose
+  // rows stayed in another buffer: none).
+  if (last_ > first_ || !x_from_device)
+    last_rows_ = N;
   return {};
 }
 

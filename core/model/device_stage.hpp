@@ -522,6 +522,17 @@ public:
                           float* logits, const device_io& io);
   backend::status forward(const std::vector<segment>& segs, float* x,
                           float* logits);
+  /// Last stage, after a successful forward: the logits of rows
+  /// [row, row + rows) of that forward's rows (every segment's, in order),
+  /// 1 <= rows <= max_logit_rows, n_vocab floats each, into `logits`.
+  /// What scoring a prompt reads (the log-probability of each of its
+  /// tokens): every row of a long step in pieces the logits buffer holds,
+  /// without changing the step itself. Rows the forward returned logits
+  /// for may differ from these in the last bits (another product shape).
+  /// An error names a stage that is not the last, no forward yet, or rows
+  /// past the forward's.
+  backend::status row_logits(std::uint64_t row, std::uint64_t rows,
+                             float* logits);
   /// The activations out of the last forward of a stage that is not the
   /// last (n rows of n_embd floats from offset 0), valid until the next
   /// forward.
@@ -640,6 +651,9 @@ private:
                 u_ = 0, ones_ = 0, logits_ = 0;
   /// The segments of a single-sequence forward (no allocation per step).
   std::vector<segment> one_;
+  /// Rows of the last successful forward whose final activations io_
+  /// still holds (row_logits); 0 after a failed one.
+  std::uint64_t last_rows_ = 0;
   /// Floats of ones_ still to be written (by the first batched forward).
   std::uint64_t ones_floats_ = 0;
   std::map<cache_id, cache> caches_;

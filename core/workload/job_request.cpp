@@ -322,6 +322,9 @@ std::uint32_t validate(const job_request& r, std::size_t prompt_tokens,
     throw job_error("logprobs must be -1 (none) or in [0, "
                     + std::to_string(model::max_top_logprobs) + "], not "
                     + std::to_string(r.logprobs));
+  if (r.prompt_logprobs && r.logprobs < 0)
+    throw job_error("the prompt's log-probabilities need logprobs (0 to "
+                    + std::to_string(model::max_top_logprobs) + ")");
   if (!r.name.empty())
     check_job_name(r.name);
   return context_for(prompt_tokens, r.n_gen, r.n_ctx, limits);

@@ -17,7 +17,8 @@
 ///     presence penalties in [-2, 2], a logit bias of at
 ///     most model::max_logit_bias tokens of the vocabulary (ascending,
 ///     distinct), each -100 to 100;
-///   - logprobs -1 or in [0, model::max_top_logprobs];
+///   - logprobs -1 or in [0, model::max_top_logprobs]; prompt_logprobs
+///     only with logprobs;
 ///   - the KV cache type one of f16, q8_0, f32 (q8_0: the model's heads a
 ///     multiple of 32 wide);
 ///   - the context (context_for): --ctx at most the model's training
@@ -103,6 +104,13 @@ struct job_request {
   /// and its `logprobs` best alternatives' (0 to model::max_top_logprobs;
   /// model::token_logprobs: OpenAI's logprobs / top_logprobs).
   std::int32_t logprobs = -1;
+  /// With logprobs: the prompt's tokens' too, each after the ones before
+  /// it (the first has none), with its `logprobs` best alternatives
+  /// (job_prompt_scores, before the first token of each sequence):
+  /// OpenAI's completions with `echo`, what scoring a text reads (every
+  /// row of the prompt goes through the output head; the prefix cache is
+  /// not claimed from).
+  bool prompt_logprobs = false;
 };
 
 /// What names a job's prompt to a client that follows it (attach: a client

@@ -69,6 +69,17 @@ public:
   virtual sink_state token(std::uint32_t choice, std::string_view text,
                            const token_logprob* logprob = nullptr) = 0;
 
+  /// The prompt's tokens with their log-probabilities, for a request with
+  /// echo and logprobs (the first token's `scored` false): they go out
+  /// with the echoed prompt, before choice `choice`'s first token. A
+  /// backend gives them before the choice's first token (or its end);
+  /// later ones, and a second time, are dropped.
+  virtual void prompt_logprobs(std::uint32_t choice,
+                               std::vector<token_logprob> tokens) {
+    (void) choice;
+    (void) tokens;
+  }
+
   /// Choice `choice` is over with `reason` (a stop string the sink found
   /// makes it stop): nothing more of it is sent; a stream sends its
   /// finish_reason now.

@@ -225,6 +225,49 @@ token_logprob logprob_of(const job_token& e, const model::tokenizer& tok) {
   return out;
 }
 
+/// A prompt's scores as an echo's log-probabilities show them: every
+/// token's text, the first one's without a log-probability. "" or what
+/// is wrong with them (a peer's message: counts and ids checked).
+std::string prompt_logprobs_of(const job_prompt_scores& e,
+                               const model::tokenizer& tok,
+                               std::vector<token_logprob>& out) {
+  if (e.tokens.empty() || e.scores.size() + 1 != e.tokens.size())
+    return "the job sent " + std::to_string(e.scores.size())
+           + " prompt scores for a prompt of "
+           + std::to_string(e.tokens.size()) + " tokens";
+  auto text = [&](std::int32_t id, std::string& t) {
+    if (id < 0 || static_cast<std::size_t>(id) >= tok.size())
+      return false;
+    t = tok.piece(id, true);
+    return true;
+  };
+  out.clear();
+  out.reserve(e.tokens.size());
+  for (std::size_t i = 0; i < e.tokens.size(); ++i) {
+    token_logprob lp;
+    if (!text(e.tokens[i], lp.token))
+      return "the job sent prompt token " + std::to_string(e.tokens[i])
+             + ", outside the vocabulary";
+    if (i == 0) {
+      lp.scored = false;
+    } else {
+      auto& sc = e.scores[i - 1];
+      lp.logprob = sc.logprob;
+      const auto n = std::min(sc.top_ids.size(), sc.top_logprobs.size());
+      for (std::size_t k = 0; k < n; ++k) {
+        token_logprob::alternative a;
+        if (!text(sc.top_ids[k], a.token))
+          return "the job sent prompt alternative "
+                 + std::to_string(sc.top_ids[k]) + ", outside the vocabulary";
+        a.logprob = sc.top_logprobs[k];
+        lp.top.push_back(std::move(a));
+      }
+    }
+    out.push_back(std::move(lp));
+  }
+  return {};
+}
+
 void fail_with(bridge_ptr self, api_error e) {
   auto& st = self->state;
   if (st.ended)
@@ -301,6 +344,21 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
         st.runner = from;
       if (st.closed) // the client left while the job was placed
         leave_job(self, coordinator);
+    },
+    [self, coordinator](job_prompt_scores& e) {
+      auto& st = self->state;
+      if (e.seq >= st.choices.size() || st.closed || st.ended
+          || !st.mapped.job.prompt_logprobs)
+        return;
+      std::vector<token_logprob> lps;
+      if (auto why = prompt_logprobs_of(e, *st.tokenizer, lps); !why.empty()) {
+        fail_with(self, job_failure(make_exo_error(exo_errc::failed_state,
+                                                   why),
+                                    true));
+        cancel_job(self, coordinator);
+        return;
+      }
+      st.sink->prompt_logprobs(e.seq, std::move(lps));
     },
     [self, coordinator](job_token& e) {
       auto& st = self->state;

@@ -9,6 +9,8 @@
 ///           max_tokens, sampling, context) -- refused: sink.fail(400)
 ///     --(run_atom, job_request, bridge)--> coordinator
 ///     <-- job_started{id}    remembered for cancelling
+///     <-- job_prompt_scores  (echo with logprobs) sink.prompt_logprobs:
+///                            the prompt's tokens, each scored
 ///     <-- job_token{piece}   sink.token(piece); the end-of-turn token
 ///                            and the vocabulary's end of generation
 ///                            are not text

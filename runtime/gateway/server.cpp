@@ -236,6 +236,8 @@ public:
 
   sink_state token(std::uint32_t choice, std::string_view text,
                    const token_logprob* logprob) override;
+  void prompt_logprobs(std::uint32_t choice,
+                       std::vector<token_logprob> tokens) override;
   void end_choice(std::uint32_t choice, finish_reason reason) override;
   void finish(finish_reason reason, usage u) override;
   void fail(api_error e) override;
@@ -283,6 +285,9 @@ private:
     }
     stop_filter filter;
     bool echoed = false;          // echo: the prompt's text went out
+    /// echo with logprobs: the prompt's tokens (prompt_logprobs), which
+    /// go out with the echo.
+    std::optional<std::vector<token_logprob>> prompt_lps;
     std::uint64_t skip = 0;       // text bytes the resumed client has
     std::uint64_t text_bytes = 0; // text bytes produced so far, skipped too
     std::string text;             // non-stream: the answer so far
@@ -316,8 +321,13 @@ private:
   /// finish chunk (mx_ held).
   void end_locked(std::uint32_t i, finish_reason reason);
   /// echo: choice i's text starts with the prompt's, once (before its
-  /// first token, or as it ends without one).
+  /// first token, or as it ends without one), with its tokens'
+  /// log-probabilities when the request asks for them (mx_ held).
   void echo_locked(std::uint32_t i);
+  /// The bytes of the echoed prompt before each choice's completion.
+  std::uint64_t echo_bytes() const {
+    return req_.echo ? req_.echo_text.size() : 0;
+  }
 
   std::shared_ptr<server::state> st_;
   completion_request req_;
@@ -967,7 +977,8 @@ sink_state stream_sink::token(std::uint32_t choice, std::string_view text,
     last_token_ = now;
     if (logprob && req_.logprobs >= 0) {
       c.held_logprobs.emplace_back(c.fed + text.size(), *logprob);
-      c.held_logprobs.back().second.text_offset = c.fed;
+      // Offsets count the echoed prompt's text before the completion's.
+      c.held_logprobs.back().second.text_offset = echo_bytes() + c.fed;
     }
     c.fed += text.size();
     auto raw = c.filter.feed(text);
@@ -1061,6 +1072,25 @@ std::string stream_sink::chunk(std::uint32_t i, const std::string& text) {
   return out;
 }
 
+void stream_sink::prompt_logprobs(std::uint32_t choice,
+                                  std::vector<token_logprob> tokens) {
+  std::lock_guard<std::mutex> guard{mx_};
+  if (closed_ || finished_ || !req_.echo || req_.logprobs < 0
+      || choice >= choices_.size())
+    return;
+  auto& c = choices_[choice];
+  if (c.echoed || c.prompt_lps)
+    return; // late, or again (a job taken over scores it again)
+  // Each token's offset: the bytes of the tokens before it (a prompt's
+  // text need not be its tokens' joined: a BOS token, a leading space).
+  std::uint64_t offset = 0;
+  for (auto& t : tokens) {
+    t.text_offset = offset;
+    offset += t.token.size();
+  }
+  c.prompt_lps = std::move(tokens);
+}
+
 void stream_sink::echo_locked(std::uint32_t i) {
   auto& c = choices_[i];
   if (c.echoed || req_.echo_text.empty())
@@ -1069,10 +1099,22 @@ void stream_sink::echo_locked(std::uint32_t i) {
   // Not fed to the stop filter (a stop string is looked for in what is
   // generated) and not a token; its bytes count like the completion's.
   auto out = visible(c, req_.echo_text);
-  if (!req_.stream)
+  // With logprobs, the prompt's tokens' go with it (and not to a resumed
+  // client that has it).
+  std::vector<token_logprob> lps;
+  if (c.prompt_lps && req_.logprobs >= 0 && !out.empty())
+    lps = std::move(*c.prompt_lps);
+  c.prompt_lps.reset();
+  if (!req_.stream) {
     c.text += out;
-  else if (!out.empty())
+    c.logprobs.insert(c.logprobs.end(), std::make_move_iterator(lps.begin()),
+                      std::make_move_iterator(lps.end()));
+  } else if (!out.empty()) {
+    c.ready_logprobs.insert(c.ready_logprobs.begin(),
+                            std::make_move_iterator(lps.begin()),
+                            std::make_move_iterator(lps.end()));
     pending_ += chunk(i, out);
+  }
 }
 
 void stream_sink::end_locked(std::uint32_t i, finish_reason reason) {

@@ -56,6 +56,14 @@ public:
     }
     return sink_state::open;
   }
+  void prompt_logprobs(std::uint32_t choice,
+                       std::vector<token_logprob> tokens) override {
+    std::lock_guard<std::mutex> g{mx_};
+    // Before the choice's first token, as the bridge must give them.
+    CHECK(choice_tokens_[choice].empty());
+    prompt_logprobs_[choice] = std::move(tokens);
+  }
+  std::map<std::uint32_t, std::vector<token_logprob>> prompt_logprobs_;
   void end_choice(std::uint32_t choice, finish_reason r) override {
     std::lock_guard<std::mutex> g{mx_};
     ended_choices_.emplace(choice, r);
@@ -195,6 +203,21 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
         return rep;
       }
       rep.tokens.emplace_back();
+      if (r.prompt_logprobs) { // as a job sends them, before the tokens
+        job_prompt_scores e{7, 0, {1, 10, 11}, {}};
+        for (std::int32_t t = 0; t < 2; ++t) {
+          model::token_logprobs lp;
+          lp.logprob = -1.5f - static_cast<float>(t);
+          for (std::int32_t k = 0; k < r.logprobs; ++k) {
+            lp.top_ids.push_back(10 + k);
+            lp.top_logprobs.push_back(-0.5f - static_cast<float>(k));
+          }
+          e.scores.push_back(lp);
+        }
+        if (r.prompt == "bad scores")
+          e.scores.pop_back(); // one short of the prompt's tokens
+        self->send(listener, e);
+      }
       for (std::size_t i = 0; i < ids.size(); ++i) {
         job_token e{7, 0, ids[i], pieces[i], static_cast<std::uint32_t>(i)};
         if (r.logprobs >= 0) { // as a job that computes them sends them
@@ -359,6 +382,56 @@ TEST_CASE("the bridge passes each token's log-probabilities on with the "
     CHECK(sink->logprobs_.empty());
     std::lock_guard<std::mutex> g{log->mx};
     CHECK(log->requests.back().logprobs == -1);
+  }
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("the bridge passes a scored prompt's tokens on before the first "
+          "token, and fails a job whose scores do not fit its prompt") {
+  fixture fx;
+  caf::actor_system sys{config()};
+  auto log = std::make_shared<script_log>();
+  auto coord = sys.spawn(coordinator, script::tokens_then_eos, log,
+                         std::vector<std::int32_t>{10, 11, fx.eos},
+                         std::vector<std::string>{"Hel", "lo", ""});
+  auto& tok = *fx.model.tokenizer;
+  {
+    job_backend be{sys, coord, {fx.model}};
+    auto r = request("Once upon a time");
+    r.logprobs = 1;
+    r.echo = true;
+    auto sink = std::make_shared<recording_sink>();
+    be.complete(r, sink);
+    REQUIRE(sink->ended());
+    CHECK_FALSE(sink->failed_);
+    CHECK(sink->tokens_ == std::vector<std::string>{"Hel", "lo"});
+    REQUIRE(sink->prompt_logprobs_.count(0) == 1);
+    auto& p = sink->prompt_logprobs_[0];
+    REQUIRE(p.size() == 3);
+    CHECK(p[0].token == tok.piece(1, true));
+    CHECK_FALSE(p[0].scored);
+    for (std::size_t i = 1; i < 3; ++i) {
+      CHECK(p[i].scored);
+      CHECK(p[i].token == tok.piece(9 + static_cast<std::int32_t>(i), true));
+      CHECK(p[i].logprob == -0.5f - static_cast<float>(i));
+      REQUIRE(p[i].top.size() == 1);
+      CHECK(p[i].top[0].token == tok.piece(10, true));
+    }
+    std::lock_guard<std::mutex> g{log->mx};
+    CHECK(log->requests.back().prompt_logprobs);
+  }
+  {
+    job_backend be{sys, coord, {fx.model}};
+    auto r = request("bad scores");
+    r.logprobs = 1;
+    r.echo = true;
+    auto sink = std::make_shared<recording_sink>();
+    be.complete(r, sink);
+    REQUIRE(sink->ended());
+    CHECK(sink->failed_);
+    CHECK_THAT(sink->error_.message,
+               Catch::Contains("1 prompt scores for a prompt of 3 tokens"));
+    CHECK(sink->prompt_logprobs_.empty());
   }
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
 }

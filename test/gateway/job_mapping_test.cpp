@@ -193,6 +193,21 @@ TEST_CASE("completions map prompt, max_tokens and sampling, refusals are "
   CHECK(workload::prepare_job(m.job).prompt.size()
         == static_cast<std::size_t>(m.prompt_tokens));
   CHECK(m.job.sequences == 1);
+  CHECK_FALSE(m.job.prompt_logprobs);
+  // echo with logprobs scores the prompt; echo alone does not; max_tokens
+  // 0 (with echo) generates nothing, a job like any other.
+  auto scored = r;
+  scored.echo = true;
+  CHECK_FALSE(map_request(src, scored, {}, 1).job.prompt_logprobs);
+  scored.logprobs = 1;
+  scored.max_tokens = 0;
+  auto ms = map_request(src, scored, {}, 1);
+  REQUIRE_FALSE(ms.error);
+  CHECK(ms.job.prompt_logprobs);
+  CHECK(ms.job.logprobs == 1);
+  CHECK(ms.job.n_gen == 0);
+  CHECK(workload::prepare_job(ms.job).prompt.size()
+        == static_cast<std::size_t>(m.prompt_tokens));
   // The prompt as token ids: read as given, the same prompt as the text's
   // tokens; an id outside the vocabulary is a 400 naming it.
   auto by_ids = r;

@@ -465,8 +465,8 @@ TEST_CASE("response_format json_object is JSON mode, json_schema is refused "
           .request->json_object);
 }
 
-TEST_CASE("a completion's echo is read, and refused by name with logprobs "
-          "or on a chat") {
+TEST_CASE("a completion's echo is read, with logprobs too (the prompt "
+          "scored) and max_tokens 0, and refused by name on a chat") {
   auto plain = completion(R"({"model":"tiny","prompt":"x","echo":true})");
   REQUIRE(plain);
   CHECK(plain.request->echo);
@@ -480,16 +480,29 @@ TEST_CASE("a completion's echo is read, and refused by name with logprobs "
   auto typed = completion(R"({"model":"tiny","prompt":"x","echo":1})");
   CHECK(typed.error.status == 400);
   CHECK(typed.error.param == "echo");
-  // The prompt's own log-probabilities are not computed: never a silent
-  // answer without them, whichever field comes first.
+  // With logprobs (lm-evaluation-harness's loglikelihood requests),
+  // whichever field comes first; max_tokens 0 only with echo.
   for (auto body : {R"({"model":"tiny","prompt":"x","echo":true,"logprobs":1})",
-                    R"({"model":"tiny","logprobs":0,"echo":true,"prompt":"x"})"}) {
+                    R"({"model":"tiny","logprobs":0,"echo":true,"prompt":"x"})",
+                    R"({"model":"tiny","prompt":[1,5],"max_tokens":0,)"
+                    R"("echo":true,"logprobs":1})"}) {
+    INFO(body);
     auto both = completion(body);
-    CHECK(both.error.status == 400);
-    CHECK(both.error.param == "echo");
-    CHECK(both.error.code == "unsupported_value");
-    CHECK_THAT(both.error.message, Catch::Contains("logprobs"));
+    REQUIRE(both);
+    CHECK(both.request->echo);
+    CHECK(both.request->logprobs >= 0);
   }
+  CHECK(*completion(R"({"model":"tiny","prompt":"x","echo":true,)"
+                    R"("max_tokens":0})")
+           .request->max_tokens
+        == 0);
+  auto none = completion(R"({"model":"tiny","prompt":"x","max_tokens":0})");
+  CHECK(none.error.status == 400);
+  CHECK(none.error.param == "max_tokens");
+  CHECK_THAT(none.error.message, Catch::Contains("0 only with 'echo'"));
+  auto negative = completion(R"({"model":"tiny","prompt":"x","echo":true,)"
+                             R"("max_tokens":-1})");
+  CHECK(negative.error.param == "max_tokens");
   auto chat_echo = chat(R"({"model":"tiny","messages":[{"role":"user",)"
                         R"("content":"x"}],"echo":true})");
   CHECK(chat_echo.error.param == "echo");

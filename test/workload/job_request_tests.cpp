@@ -228,6 +228,17 @@ TEST_CASE("a request's logprobs are -1 or 0 to 20, and a peer's "
           == "logprobs must be -1 (none) or in [0, 20], not "
                + std::to_string(n));
   }
+  // The prompt's scores come with logprobs only; max_tokens 0 (the
+  // prompt alone, scored) is a request like any other.
+  r.prompt_logprobs = true;
+  r.logprobs = -1;
+  CHECK(refusal([&] { validate(r, 4, limits()); })
+        == "the prompt's log-probabilities need logprobs (0 to 20)");
+  r.logprobs = 1;
+  r.n_gen = 0;
+  CHECK(refusal([&] { validate(r, 4, limits()); }).empty());
+  r.prompt_logprobs = false;
+  r.n_gen = 8;
   const std::vector<std::vector<std::int32_t>> tokens{{5, 6}, {}};
   exo::model::token_logprobs one;
   one.logprob = -0.5f;

@@ -3346,6 +3346,119 @@ TEST_CASE("each token's log-probabilities are its row's log-softmax: from "
   }
 }
 
+TEST_CASE("a prompt's scores are each prompt row's log-softmax at the "
+          "next prompt token, sent once per sequence before its first "
+          "token, and change no token",
+          "[workload][logprobs]") {
+  fixture f;
+  const auto n_vocab = f.model->hparams().n_vocab;
+  // A prompt longer than the last stage's rows of logits at once (scored
+  // in pieces), one short one, and a copy of the long one (its prompt read
+  // once: the copy gets the same scores).
+  std::vector<std::int32_t> longp{1};
+  for (int i = 0; i < 90; ++i)
+    longp.push_back(static_cast<std::int32_t>(3 + (i * 37) % 390));
+  const std::vector<std::vector<std::int32_t>> ps{longp, {1, 200, 3},
+                                                  longp};
+  const std::vector<std::uint32_t> bounds{0, 2, 4};
+  const std::size_t top = 3;
+  // The reference: each prefix's last row of logits, alone (a job that
+  // generates nothing keeps them), its log-softmax at the next token.
+  auto stages = f.pipeline(bounds);
+  std::vector<std::vector<model::token_logprobs>> want(ps.size());
+  std::uint64_t id = 100;
+  for (std::size_t q = 0; q < 2; ++q)
+    for (std::size_t i = 0; i + 1 < ps[q].size(); ++i) {
+      std::vector<std::int32_t> prefix(ps[q].begin(), ps[q].begin() + i + 1);
+      auto j = f.job(++id, stages, {prefix}, 0, 0.0f);
+      j.keep_logits = true;
+      auto r = workload::run_job(*f.sys, std::move(j));
+      REQUIRE(r.error.empty());
+      REQUIRE(r.tokens[0].empty());
+      REQUIRE(r.logits[0].size() == n_vocab);
+      want[q].push_back(model::logprobs_of(r.logits[0].data(), n_vocab,
+                                           ps[q][i + 1], top));
+    }
+  want[2] = want[0];
+  // Without scores: the tokens to compare with.
+  auto plain = workload::run_job(*f.sys, f.job(1, stages, ps, 6, 0.0f));
+  REQUIRE(plain.error.empty());
+  // n_gen 6, 0 (the prompt alone), and 6 with a draft (its own model:
+  // speculative rounds after the prompt; the prompts read one by one).
+  for (std::uint32_t n_gen : {6u, 0u, 7u}) {
+    const bool draft = n_gen == 7u;
+    if (draft)
+      n_gen = 6;
+    INFO("n_gen " << n_gen << (draft ? ", with a draft" : ""));
+    struct seen_t {
+      std::vector<std::vector<model::token_logprobs>> scores;
+      std::vector<int> times;       // on_prompt_scores calls per sequence
+      std::vector<bool> early;      // before the sequence's first token
+      std::vector<std::size_t> tokens;
+    };
+    auto seen = std::make_shared<seen_t>();
+    seen->scores.resize(ps.size());
+    seen->times.assign(ps.size(), 0);
+    seen->early.assign(ps.size(), true);
+    seen->tokens.assign(ps.size(), 0);
+    auto j = f.job(++id, stages, ps, n_gen, 0.0f);
+    j.keep_logits = false;
+    j.logprobs = static_cast<std::int32_t>(top);
+    j.prompt_logprobs = true;
+    j.on_prompt_scores = [seen](std::uint32_t seq,
+                                const std::vector<model::token_logprobs>& s) {
+      ++seen->times[seq];
+      seen->early[seq] = seen->tokens[seq] == 0;
+      seen->scores[seq] = s;
+    };
+    j.on_token = [seen](std::uint32_t seq, std::int32_t,
+                        const model::token_logprobs*) {
+      ++seen->tokens[seq];
+    };
+    std::vector<caf::actor> draft_stages;
+    if (draft) {
+      draft_stages = shards_of(f, f.model, {0, 4});
+      j.draft_stages = draft_stages;
+      j.draft_n_embd = f.model->hparams().n_embd;
+      j.draft_tokens = 3;
+    }
+    auto r = workload::run_job(*f.sys, std::move(j));
+    f.stop(draft_stages);
+    REQUIRE(r.error.empty());
+    if (draft)
+      CHECK(r.accepted > 0);
+    for (std::size_t q = 0; q < ps.size(); ++q) {
+      INFO("sequence " << q);
+      CHECK(seen->times[q] == 1);
+      CHECK(seen->early[q]);
+      if (n_gen > 0)
+        CHECK(r.tokens[q] == plain.tokens[q]);
+      else
+        CHECK(r.tokens[q].empty());
+      REQUIRE(seen->scores[q].size() == ps[q].size() - 1);
+      for (std::size_t i = 0; i < want[q].size(); ++i) {
+        INFO("prompt token " << i + 1);
+        auto& got = seen->scores[q][i];
+        // Up to a forward's rows computed with other rows: a K or V value
+        // one f32 bit off may round to another f16 (the cache's type),
+        // which moves a logit by ~1e-3 here; a wrong row or token is off
+        // by far more.
+        CHECK(got.logprob == Approx(want[q][i].logprob).margin(3e-3));
+        CHECK(got.logprob <= 0.0f);
+        REQUIRE(got.top_ids.size() == top);
+        CHECK(got.top_ids == want[q][i].top_ids);
+        CHECK(got.top_logprobs[0] >= got.top_logprobs[1]);
+      }
+    }
+    REQUIRE(seen->scores[2].size() == seen->scores[0].size());
+    for (std::size_t i = 0; i < seen->scores[0].size(); ++i) {
+      CHECK(seen->scores[2][i].logprob == seen->scores[0][i].logprob);
+      CHECK(seen->scores[2][i].top_ids == seen->scores[0][i].top_ids);
+    }
+  }
+  f.stop(stages);
+}
+
 TEST_CASE("a backup refuses a replica whose model, sequences or line of "
           "copies do not add up, naming what",
           "[workload][backup]") {
