@@ -27,7 +27,7 @@ overhead_args() {
 overhead_model() {
   # SHAPE=1b: a Llama-3.2-1B-shaped file instead (16 layers, 2048 wide, ff
   # 8192, 32/8 heads, a 128256-word vocabulary; LAYERS, DIM, FF ignored).
-  local shape="--layers $LAYERS --dim $DIM --ff $FF --heads 8 --kv-heads 4 --vocab 2048 --ctx 512"
+  local shape="--layers $LAYERS --dim $DIM --ff $FF --heads 8 --kv-heads 4 --vocab ${VOCAB:-2048} --ctx ${CTX:-512}"
   if [ "${SHAPE:-}" = 1b ]; then
     shape="--layers 16 --dim 2048 --ff 8192 --heads 32 --kv-heads 8 --vocab 128256 --ctx 4096 --tokenizer gpt2"
   fi

@@ -227,14 +227,19 @@ token_logprob logprob_of(const job_token& e, const model::tokenizer& tok) {
 
 /// A prompt's scores as an echo's log-probabilities show them: every
 /// token's text, the first one's without a log-probability. "" or what
-/// is wrong with them (a peer's message: counts and ids checked).
+/// is wrong with them (a peer's message: counts, ids and at most `top`
+/// alternatives checked).
 std::string prompt_logprobs_of(const job_prompt_scores& e,
-                               const model::tokenizer& tok,
+                               const model::tokenizer& tok, std::size_t top,
                                std::vector<token_logprob>& out) {
   if (e.tokens.empty() || e.scores.size() + 1 != e.tokens.size())
     return "the job sent " + std::to_string(e.scores.size())
            + " prompt scores for a prompt of "
            + std::to_string(e.tokens.size()) + " tokens";
+  for (auto& sc : e.scores)
+    if (sc.top_ids.size() > top || sc.top_logprobs.size() > top)
+      return "the job sent a prompt score with more than "
+             + std::to_string(top) + " alternatives";
   auto text = [&](std::int32_t id, std::string& t) {
     if (id < 0 || static_cast<std::size_t>(id) >= tok.size())
       return false;
@@ -351,7 +356,10 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
           || !st.mapped.job.prompt_logprobs)
         return;
       std::vector<token_logprob> lps;
-      if (auto why = prompt_logprobs_of(e, *st.tokenizer, lps); !why.empty()) {
+      const auto top = static_cast<std::size_t>(
+        std::max(0, st.mapped.job.logprobs));
+      if (auto why = prompt_logprobs_of(e, *st.tokenizer, top, lps);
+          !why.empty()) {
         fail_with(self, job_failure(make_exo_error(exo_errc::failed_state,
                                                    why),
                                     true));
