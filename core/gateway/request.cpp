@@ -214,25 +214,45 @@ std::vector<std::int32_t> get_token_ids(const json& v,
   return ids;
 }
 
-/// A completion's prompt: a string, or OpenAI's other forms of one prompt
-/// (an array of one string, an array of token ids, an array of one array
-/// of token ids); several prompts are refused.
-void get_prompt(const json& v, completion_request& r) {
+/// A completion's prompt: a string, or OpenAI's other forms of it (an
+/// array of strings, an array of token ids, an array of arrays of token
+/// ids); several prompts (at most limits.max_prompts) are each a request
+/// of their own (completion_request::more_prompts).
+void get_prompt(const json& v, completion_request& r,
+                const request_limits& limits) {
   if (!v.is_array()) {
     r.prompt = get_string(v, "prompt");
     return;
   }
-  if (v.size() > 1 && (v[0].is_string() || v[0].is_array()))
-    refuse("Invalid 'prompt': " + std::to_string(v.size())
-             + " prompts in one request are not supported; send one "
-               "request per prompt (several choices of one prompt: n).",
-           "prompt", "unsupported_value");
-  if (v.size() == 1 && v[0].is_string())
-    r.prompt = v[0].get<std::string>();
-  else if (v.size() == 1 && v[0].is_array())
-    r.prompt_ids = get_token_ids(v[0], "prompt[0]");
-  else
+  const bool strings = !v.empty() && v[0].is_string();
+  const bool arrays = !v.empty() && v[0].is_array();
+  if (!strings && !arrays) {
     r.prompt_ids = get_token_ids(v, "prompt");
+    return;
+  }
+  if (v.size() > limits.max_prompts)
+    refuse("Invalid 'prompt': " + std::to_string(v.size())
+             + " prompts in one request; at most "
+             + std::to_string(limits.max_prompts) + ".",
+           "prompt", "unsupported_value");
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const auto at = "prompt[" + std::to_string(i) + "]";
+    if (strings) {
+      auto text = get_string(v[i], at);
+      if (i == 0)
+        r.prompt = std::move(text);
+      else
+        r.more_prompts.push_back(std::move(text));
+    } else {
+      if (!v[i].is_array())
+        wrong_type(at, v[i], "an array of token ids (as prompt[0])");
+      auto ids = get_token_ids(v[i], at);
+      if (i == 0)
+        r.prompt_ids = std::move(ids);
+      else
+        r.more_prompt_ids.push_back(std::move(ids));
+    }
+  }
 }
 
 /// A count of alternative tokens a response names per token (completions'
@@ -353,7 +373,7 @@ completion_request parse(endpoint_kind kind, const json& body,
       r.model = get_string(v, key);
       have_model = true;
     } else if (key == "prompt" && !chat) {
-      get_prompt(v, r);
+      get_prompt(v, r, limits);
       have_input = true;
     } else if (key == "messages" && chat) {
       r.messages = get_messages(v, limits);
@@ -473,6 +493,12 @@ completion_request parse(endpoint_kind kind, const json& body,
     refuse(std::string{"Missing required parameter: '"}
              + (chat ? "messages" : "prompt") + "'.",
            chat ? "messages" : "prompt", "missing_required_parameter");
+  if (r.prompt_count() > 1 && r.total_choices() > limits.max_prompts)
+    refuse("Invalid 'n': " + std::to_string(r.n) + " choices of each of "
+             + std::to_string(r.prompt_count()) + " prompts are "
+             + std::to_string(r.total_choices()) + "; at most "
+             + std::to_string(limits.max_prompts) + " in one request.",
+           "n");
   if (max_tokens && max_completion_tokens
       && *max_tokens != *max_completion_tokens)
     refuse("'max_tokens' and 'max_completion_tokens' disagree; send one.",

@@ -95,6 +95,22 @@ struct completion_request {
   /// `logprobs` best alternatives' (completions' `logprobs: N`, chat's
   /// `logprobs: true` with `top_logprobs: N`; 0 to max_top_logprobs).
   std::int32_t logprobs = -1;
+  /// Completions' prompts after the first (OpenAI's array of strings, or
+  /// of token-id arrays; the first is `prompt` or `prompt_ids`, and all
+  /// are of one form): the server runs each prompt as a request of its
+  /// own (its n choices, its job), and the answer's choice p * n + j is
+  /// prompt p's choice j, the usage their sum. A backend sees one prompt
+  /// a request (these empty).
+  std::vector<std::string> more_prompts;
+  std::vector<std::vector<std::int32_t>> more_prompt_ids;
+  /// The request's prompts (1 and the more ones).
+  std::size_t prompt_count() const {
+    return 1 + more_prompts.size() + more_prompt_ids.size();
+  }
+  /// The answer's choices: n for each prompt.
+  std::uint32_t total_choices() const {
+    return n * static_cast<std::uint32_t>(prompt_count());
+  }
   /// Completions' `echo`: each choice's text starts with the prompt (a
   /// prompt of token ids as their text). With logprobs the choice's
   /// logprobs start with the prompt's tokens (the first one's null), as
@@ -114,8 +130,9 @@ struct completion_request {
   std::vector<std::uint64_t> resume_after;
   /// With echo: the prompt's text, which each choice's text starts with
   /// (counted in its bytes like the completion's: a resumed client that
-  /// has it does not get it again).
+  /// has it does not get it again); the more prompts' in more_echo_texts.
   std::string echo_text;
+  std::vector<std::string> more_echo_texts;
 };
 
 /// Where a client resumes a stream: the request's headers
@@ -150,6 +167,9 @@ struct request_limits {
   std::size_t max_messages = 1024;
   /// Largest n (choices per request).
   std::uint32_t max_choices = 16;
+  /// Most prompts in one completions request (OpenAI's array of prompts),
+  /// and most choices in all (prompts times n).
+  std::size_t max_prompts = 64;
 };
 
 /// A parse result: a request, or the error to answer with.

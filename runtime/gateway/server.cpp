@@ -120,26 +120,21 @@ void async_teardown(beast::role_type, conn_stream& s, Handler&& handler) {
 class session;
 class stream_sink;
 
-/// For a request with echo: the text its choices start with, the prompt's
-/// (a prompt of token ids: their text, as /detokenize gives it, from the
-/// backend). The error when the backend cannot give it.
-std::optional<api_error> set_echo_text(completion_backend& backend,
-                                       completion_request& r) {
-  if (!r.echo)
-    return std::nullopt;
-  if (r.prompt_ids.empty()) {
-    r.echo_text = r.prompt;
-    return std::nullopt;
-  }
+/// The text of a prompt of token ids, as /detokenize gives it, from the
+/// backend; the error when it cannot give it.
+std::optional<api_error> text_of_ids(completion_backend& backend,
+                                     const completion_request& r,
+                                     const std::vector<std::int32_t>& ids,
+                                     std::string& out) {
   tokenize_request t;
   t.model = r.model;
   t.detokenize = true;
-  t.tokens = r.prompt_ids;
+  t.tokens = ids;
   auto a = backend.tokenize(t);
   if (a.error)
     return a.error;
   try {
-    r.echo_text = text::json::parse(a.body).at("prompt").get<std::string>();
+    out = text::json::parse(a.body).at("prompt").get<std::string>();
   } catch (const std::exception& e) {
     return api_error{500,
                      std::string{"The backend's text of the prompt's tokens "
@@ -149,6 +144,54 @@ std::optional<api_error> set_echo_text(completion_backend& backend,
   }
   return std::nullopt;
 }
+
+/// For a request with echo: the text its choices start with, each
+/// prompt's (a prompt of token ids: their text, as /detokenize gives it,
+/// from the backend). The error when the backend cannot give it.
+std::optional<api_error> set_echo_text(completion_backend& backend,
+                                       completion_request& r) {
+  if (!r.echo)
+    return std::nullopt;
+  if (r.prompt_ids.empty()) {
+    r.echo_text = r.prompt;
+    r.more_echo_texts = r.more_prompts;
+    return std::nullopt;
+  }
+  if (auto e = text_of_ids(backend, r, r.prompt_ids, r.echo_text))
+    return e;
+  r.more_echo_texts.resize(r.more_prompt_ids.size());
+  for (std::size_t p = 0; p < r.more_prompt_ids.size(); ++p)
+    if (auto e = text_of_ids(backend, r, r.more_prompt_ids[p],
+                             r.more_echo_texts[p]))
+      return e;
+  return std::nullopt;
+}
+
+/// Prompt `p` of a request with several, as a request of its own: its n
+/// choices, its echo text, the part of a resume that is its, its job named
+/// "<id>-<p>".
+completion_request part_request(const completion_request& r, std::size_t p) {
+  completion_request out = r;
+  out.more_prompts.clear();
+  out.more_prompt_ids.clear();
+  out.more_echo_texts.clear();
+  if (p > 0) {
+    if (!r.more_prompts.empty())
+      out.prompt = r.more_prompts[p - 1];
+    else
+      out.prompt_ids = r.more_prompt_ids[p - 1];
+    if (p - 1 < r.more_echo_texts.size())
+      out.echo_text = r.more_echo_texts[p - 1];
+  }
+  out.id = r.id + "-" + std::to_string(p);
+  const std::size_t n = std::max<std::uint32_t>(r.n, 1);
+  out.resume_after.clear();
+  if (r.resume_after.size() >= (p + 1) * n)
+    out.resume_after.assign(r.resume_after.begin() + p * n,
+                            r.resume_after.begin() + (p + 1) * n);
+  return out;
+}
+
 class events_session;
 
 // -- server state -------------------------------------------------------------
@@ -226,12 +269,21 @@ public:
       owner_(std::move(owner)),
       started_(steady::now()),
       last_token_(started_) {
-    for (std::uint32_t i = 0; i < std::max<std::uint32_t>(req_.n, 1); ++i) {
+    const std::uint32_t n = std::max<std::uint32_t>(req_.n, 1);
+    const std::size_t parts = req_.prompt_count();
+    for (std::uint32_t i = 0; i < n * parts; ++i) {
       choices_.emplace_back(req_.stop);
       if (i < req_.resume_after.size())
         choices_.back().skip = req_.resume_after[i];
+      const std::size_t p = i / n;
+      if (p == 0)
+        choices_.back().echo_text = req_.echo_text;
+      else if (p - 1 < req_.more_echo_texts.size())
+        choices_.back().echo_text = req_.more_echo_texts[p - 1];
     }
     open_choices_ = choices_.size();
+    ready_cbs_.resize(parts);
+    parts_done_.assign(parts, false);
   }
 
   sink_state token(std::uint32_t choice, std::string_view text,
@@ -240,8 +292,14 @@ public:
                        std::vector<token_logprob> tokens) override;
   void end_choice(std::uint32_t choice, finish_reason reason) override;
   void finish(finish_reason reason, usage u) override;
+  /// Part `part`'s backend finished (a request of several prompts: one
+  /// request a prompt, part_sink): its choices end with `reason`; when
+  /// every part finished, the answer, the usage their sum.
+  void finish_part(std::size_t part, finish_reason reason, usage u);
   void fail(api_error e) override;
   void on_ready(std::function<void()> fn) override;
+  /// on_ready of part `part`'s backend.
+  void on_ready_part(std::size_t part, std::function<void()> fn);
   void on_close(std::function<void()> fn) override;
   bool closed() const override {
     std::lock_guard<std::mutex> guard{mx_};
@@ -285,6 +343,7 @@ private:
     }
     stop_filter filter;
     bool echoed = false;          // echo: the prompt's text went out
+    std::string echo_text;        // echo: its prompt's text
     /// echo with logprobs: the prompt's tokens (prompt_logprobs), which
     /// go out with the echo.
     std::optional<std::vector<token_logprob>> prompt_lps;
@@ -306,6 +365,8 @@ private:
   };
 
   void schedule_locked(); // mx_ held
+  /// Moves every part's ready callback into `out` (mx_ held).
+  void take_ready_locked(std::vector<std::function<void()>>& out);
   void release_slot();
   /// Counts `out` in choice c's text sent so far and leaves out what a
   /// resumed stream's client already has (mx_ held).
@@ -324,10 +385,7 @@ private:
   /// first token, or as it ends without one), with its tokens'
   /// log-probabilities when the request asks for them (mx_ held).
   void echo_locked(std::uint32_t i);
-  /// The bytes of the echoed prompt before each choice's completion.
-  std::uint64_t echo_bytes() const {
-    return req_.echo ? req_.echo_text.size() : 0;
-  }
+
 
   std::shared_ptr<server::state> st_;
   completion_request req_;
@@ -345,7 +403,13 @@ private:
   bool full_ = false;
   bool done_ = false; // the last bytes are in pending_ / the answer is ready
   std::optional<api_error> early_error_;
-  std::function<void()> ready_cb_;
+  /// on_ready's callback of each part (a prompt of the request: its
+  /// backend's request, part_sink), run when there is room again.
+  std::vector<std::function<void()>> ready_cbs_;
+  /// Which parts finished (finish_part), and the usage they gave.
+  std::vector<bool> parts_done_;
+  std::size_t parts_finished_ = 0;
+  usage parts_usage_;
   std::vector<std::function<void()>> close_cbs_;
   net::io_context::executor_type io_;
   std::weak_ptr<session> owner_;
@@ -944,6 +1008,59 @@ void stream_sink::schedule_locked() {
   });
 }
 
+/// The sink of one prompt's request when a request has several
+/// (completion_request::more_prompts): its choices are the answer's
+/// part * n .. part * n + n - 1; its finish ends them (the answer goes
+/// when every part finished), its failure fails the answer and closes it
+/// (the other prompts' jobs stop).
+class part_sink : public token_sink {
+public:
+  part_sink(std::shared_ptr<stream_sink> parent, std::size_t part,
+            std::uint32_t n)
+    : parent_(std::move(parent)),
+      part_(part),
+      n_(n),
+      first_(static_cast<std::uint32_t>(part) * n) {
+  }
+  sink_state token(std::uint32_t choice, std::string_view text,
+                   const token_logprob* logprob) override {
+    if (choice >= n_)
+      return sink_state::choice_done;
+    return parent_->token(first_ + choice, text, logprob);
+  }
+  void prompt_logprobs(std::uint32_t choice,
+                       std::vector<token_logprob> tokens) override {
+    if (choice < n_)
+      parent_->prompt_logprobs(first_ + choice, std::move(tokens));
+  }
+  void end_choice(std::uint32_t choice, finish_reason reason) override {
+    if (choice < n_)
+      parent_->end_choice(first_ + choice, reason);
+  }
+  void finish(finish_reason reason, usage u) override {
+    parent_->finish_part(part_, reason, u);
+  }
+  void fail(api_error e) override {
+    parent_->fail(std::move(e));
+    parent_->close(false);
+  }
+  void on_ready(std::function<void()> fn) override {
+    parent_->on_ready_part(part_, std::move(fn));
+  }
+  void on_close(std::function<void()> fn) override {
+    parent_->on_close(std::move(fn));
+  }
+  bool closed() const override {
+    return parent_->closed();
+  }
+
+private:
+  std::shared_ptr<stream_sink> parent_;
+  std::size_t part_;
+  std::uint32_t n_;
+  std::uint32_t first_;
+};
+
 void stream_sink::release_logprobs(choice& c) {
   while (!c.held_logprobs.empty()
          && c.held_logprobs.front().first <= c.released) {
@@ -978,7 +1095,8 @@ sink_state stream_sink::token(std::uint32_t choice, std::string_view text,
     if (logprob && req_.logprobs >= 0) {
       c.held_logprobs.emplace_back(c.fed + text.size(), *logprob);
       // Offsets count the echoed prompt's text before the completion's.
-      c.held_logprobs.back().second.text_offset = echo_bytes() + c.fed;
+      c.held_logprobs.back().second.text_offset
+        = (req_.echo ? c.echo_text.size() : 0) + c.fed;
     }
     c.fed += text.size();
     auto raw = c.filter.feed(text);
@@ -1000,9 +1118,7 @@ sink_state stream_sink::token(std::uint32_t choice, std::string_view text,
         // The backend ignored `full`: the slow client is dropped.
         closed_ = true;
         cbs.swap(close_cbs_);
-        if (ready_cb_)
-          cbs.push_back(std::move(ready_cb_));
-        ready_cb_ = nullptr;
+        take_ready_locked(cbs);
         if (!detached_)
           net::post(io_, [owner = owner_] {
             if (auto s = owner.lock())
@@ -1030,9 +1146,7 @@ sink_state stream_sink::token(std::uint32_t choice, std::string_view text,
       if (open_choices_ == 0) {
         closed_ = true;
         cbs.swap(close_cbs_);
-        if (ready_cb_)
-          cbs.push_back(std::move(ready_cb_));
-        ready_cb_ = nullptr;
+        take_ready_locked(cbs);
         result = sink_state::closed;
       } else {
         result = sink_state::choice_done;
@@ -1093,12 +1207,12 @@ void stream_sink::prompt_logprobs(std::uint32_t choice,
 
 void stream_sink::echo_locked(std::uint32_t i) {
   auto& c = choices_[i];
-  if (c.echoed || req_.echo_text.empty())
+  if (c.echoed || c.echo_text.empty())
     return;
   c.echoed = true;
   // Not fed to the stop filter (a stop string is looked for in what is
   // generated) and not a token; its bytes count like the completion's.
-  auto out = visible(c, req_.echo_text);
+  auto out = visible(c, c.echo_text);
   // With logprobs, the prompt's tokens' go with it (and not to a resumed
   // client that has it).
   std::vector<token_logprob> lps;
@@ -1164,13 +1278,26 @@ void stream_sink::release_slot() {
 }
 
 void stream_sink::finish(finish_reason reason, usage u) {
+  finish_part(0, reason, u);
+}
+
+void stream_sink::finish_part(std::size_t part, finish_reason reason,
+                              usage u) {
   {
     std::lock_guard<std::mutex> guard{mx_};
-    if (finished_)
+    if (finished_ || part >= parts_done_.size() || parts_done_[part])
       return;
+    parts_done_[part] = true;
+    // The part's choices not ended yet end with its reason.
+    const std::size_t n = choices_.size() / parts_done_.size();
+    for (std::size_t i = part * n; i < (part + 1) * n; ++i)
+      end_locked(static_cast<std::uint32_t>(i), reason);
+    parts_usage_.prompt_tokens += u.prompt_tokens;
+    parts_usage_.cached_tokens += u.cached_tokens;
+    if (++parts_finished_ < parts_done_.size())
+      return; // the other prompts' go on
     finished_ = true;
-    for (std::uint32_t i = 0; i < choices_.size(); ++i)
-      end_locked(i, reason);
+    u = parts_usage_;
     u.completion_tokens = tokens_;
     if (req_.stream) {
       if (req_.include_usage)
@@ -1208,10 +1335,14 @@ void stream_sink::fail(api_error e) {
 }
 
 void stream_sink::on_ready(std::function<void()> fn) {
+  on_ready_part(0, std::move(fn));
+}
+
+void stream_sink::on_ready_part(std::size_t part, std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> guard{mx_};
-    if (full_ && !closed_) {
-      ready_cb_ = std::move(fn);
+    if (full_ && !closed_ && part < ready_cbs_.size()) {
+      ready_cbs_[part] = std::move(fn);
       return;
     }
   }
@@ -1237,9 +1368,7 @@ void stream_sink::close(bool client_gone) {
       return;
     closed_ = true;
     cbs.swap(close_cbs_);
-    if (ready_cb_)
-      cbs.push_back(std::move(ready_cb_));
-    ready_cb_ = nullptr;
+    take_ready_locked(cbs);
   }
   (void) client_gone;
   for (auto& f : cbs)
@@ -1264,17 +1393,24 @@ stream_sink::batch stream_sink::take() {
 }
 
 void stream_sink::written() {
-  std::function<void()> cb;
+  std::vector<std::function<void()>> cbs;
   {
     std::lock_guard<std::mutex> guard{mx_};
     if (full_ && pending_.size() < st_->opts.limits.stream_buffer_bytes / 2) {
       full_ = false;
-      cb = std::move(ready_cb_);
-      ready_cb_ = nullptr;
+      take_ready_locked(cbs);
     }
   }
-  if (cb)
-    cb();
+  for (auto& f : cbs)
+    f();
+}
+
+void stream_sink::take_ready_locked(std::vector<std::function<void()>>& out) {
+  for (auto& f : ready_cbs_)
+    if (f) {
+      out.push_back(std::move(f));
+      f = nullptr;
+    }
 }
 
 // -- session: routes ----------------------------------------------------------
@@ -1534,14 +1670,15 @@ void session::handle_completion(endpoint_kind kind) {
   if (resume_error.status != 0)
     return send_error(resume_error, keep_alive_);
   if (resume && !resume->after.empty()
-      && resume->after.size() != parsed.request->n)
+      && resume->after.size() != parsed.request->total_choices())
     return send_error(
       invalid_request("Last-Event-ID names "
                         + std::to_string(resume->after.size())
                         + " byte counts; the request has "
-                        + std::to_string(parsed.request->n)
-                        + " choices (n): one count per choice, joined by "
-                          "commas, as the stream's id: lines give them",
+                        + std::to_string(parsed.request->total_choices())
+                        + " choices (n for each prompt): one count per "
+                          "choice, joined by commas, as the stream's id: "
+                          "lines give them",
                       "Last-Event-ID"),
       keep_alive_);
   if (!st_->opts.backend)
@@ -1578,10 +1715,21 @@ void session::handle_completion(endpoint_kind kind) {
   writing_ = false;
   watch();
   try {
-    st_->opts.backend->complete(*parsed.request, sink_);
+    const auto parts = parsed.request->prompt_count();
+    if (parts == 1) {
+      st_->opts.backend->complete(*parsed.request, sink_);
+    } else { // each prompt a request of its own, into one answer
+      const auto n = std::max<std::uint32_t>(parsed.request->n, 1);
+      // (Every part starts, closed or not: each one's finish or failure
+      // counts toward the answer's end.)
+      for (std::size_t p = 0; p < parts; ++p)
+        st_->opts.backend->complete(part_request(*parsed.request, p),
+                                    std::make_shared<part_sink>(sink_, p, n));
+    }
   } catch (const std::exception& e) {
     sink_->fail(api_error{500, std::string{"The backend failed: "} + e.what(),
                           "server_error", {}, "backend_error"});
+    sink_->close(false);
   }
 }
 

@@ -209,10 +209,9 @@ TEST_CASE("unknown fields and unsupported features are refused, not "
   auto tools = chat(R"({"model":"tiny","messages":[{"role":"user",
       "content":"x","tool_calls":[]}]})");
   CHECK(tools.error.param == "messages[0].tool_calls");
-  CHECK(completion(R"({"model":"tiny","prompt":["a","b"]})").error.param
-        == "prompt");
-  CHECK(completion(R"({"model":"tiny","prompt":[[1],[2]]})").error.param
-        == "prompt");
+  // (Several prompts are requests of their own: see below.)
+  CHECK(completion(R"({"model":"tiny","prompt":["a","b"]})"));
+  CHECK(completion(R"({"model":"tiny","prompt":[[1],[2]]})"));
   CHECK(completion(R"({"model":"tiny","messages":[]})").error.param
         == "messages");
 }
@@ -283,7 +282,9 @@ TEST_CASE("a completion's prompt may be token ids, as OpenAI's API allows") {
                  bad{"[18446744073709551615]", "prompt[0]", "not a token id"},
                  bad{"[1.5]", "prompt[0]", "an integer"},
                  bad{"[1, \"a\"]", "prompt[1]", "an integer"},
-                 bad{"[[1], 2]", "prompt", "prompts in one request"},
+                 bad{"[[1], 2]", "prompt[1]", "an array of token ids"},
+                 bad{"[\"a\", [1]]", "prompt[1]", "a string"},
+                 bad{"[[1], []]", "prompt[1]", "empty array"},
                  bad{"[[1, null]]", "prompt[0][1]", "an integer"}}) {
     auto r = completion(std::string{R"({"model":"tiny","prompt":)"} + b.prompt
                         + "}");
@@ -293,6 +294,36 @@ TEST_CASE("a completion's prompt may be token ids, as OpenAI's API allows") {
     CHECK(r.error.param == b.param);
     CHECK(r.error.message.find(b.says) != std::string::npos);
   }
+}
+
+TEST_CASE("a completion may carry several prompts, each with its n "
+          "choices, up to 64 choices in all") {
+  auto texts = completion(R"({"model":"tiny","prompt":["a","bc","d"]})");
+  REQUIRE(texts);
+  CHECK(texts.request->prompt == "a");
+  CHECK(texts.request->more_prompts == std::vector<std::string>{"bc", "d"});
+  CHECK(texts.request->prompt_count() == 3);
+  CHECK(texts.request->total_choices() == 3);
+  auto ids = completion(R"({"model":"tiny","prompt":[[1,2],[3]],"n":2})");
+  REQUIRE(ids);
+  CHECK(ids.request->prompt_ids == std::vector<std::int32_t>{1, 2});
+  REQUIRE(ids.request->more_prompt_ids.size() == 1);
+  CHECK(ids.request->more_prompt_ids[0] == std::vector<std::int32_t>{3});
+  CHECK(ids.request->total_choices() == 4);
+  // 65 prompts, or 33 prompts of 2 choices: over the bound, named.
+  std::string many = "[";
+  for (int i = 0; i < 65; ++i)
+    many += std::string{i ? "," : ""} + "\"x\"";
+  auto too_many = completion(R"({"model":"tiny","prompt":)" + many + "]}");
+  CHECK(too_many.error.param == "prompt");
+  CHECK_THAT(too_many.error.message, Catch::Contains("at most 64"));
+  std::string some = "[";
+  for (int i = 0; i < 33; ++i)
+    some += std::string{i ? "," : ""} + "\"x\"";
+  auto choices = completion(R"({"model":"tiny","n":2,"prompt":)" + some
+                            + "]}");
+  CHECK(choices.error.param == "n");
+  CHECK_THAT(choices.error.message, Catch::Contains("are 66; at most 64"));
 }
 
 TEST_CASE("/tokenize and /detokenize bodies are parsed and refused by name") {

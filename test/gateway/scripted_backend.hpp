@@ -112,6 +112,14 @@ private:
       std::unique_lock<std::mutex> lock{mx_};
       cv_.wait(lock, [&] { return !held_ || closed; });
     }
+    if (req.prompt == "<fail>") { // a backend that cannot run it
+      sink->fail(api_error{503, "scripted failure", "server_error", {},
+                           "unavailable"});
+      std::lock_guard<std::mutex> guard{mx_};
+      ++finished_;
+      cv_.notify_all();
+      return;
+    }
     std::size_t n = tokens_.size();
     if (req.max_tokens && std::size_t(*req.max_tokens) < n)
       n = std::size_t(*req.max_tokens);

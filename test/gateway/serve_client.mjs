@@ -4,7 +4,8 @@
 // template, checks the texts against `exo-model run`'s (given by the test),
 // the same prompt as token ids (and a token outside the vocabulary: 400),
 // echo (of a text and of token ids; with logprobs, the prompt's tokens
-// scored, against llama.cpp's logits for the same file),
+// scored, against llama.cpp's logits for the same file; several prompts in
+// one request),
 // a chat and a completion with log-probabilities, a logit bias, JSON
 // mode,
 // asks for n = 3 sampled choices (each the engine's run with seed + i;
@@ -185,6 +186,23 @@ for await (const chunk of scoredStream)
 check(JSON.stringify(streamedTokens) === JSON.stringify(slp.tokens)
         && JSON.stringify(streamedLps) === JSON.stringify(slp.token_logprobs),
       "streamed echo with logprobs: the same tokens and numbers");
+// Several prompts in one request (lm-evaluation-harness's batches): each
+// prompt's choices in order, each what it gets alone.
+const shortIds = p.prompt_ids.slice(0, 5);
+const shortAlone = await client.completions.create({
+  ...scoredReq, prompt: shortIds });
+const batch = await client.completions.create({
+  ...scoredReq, prompt: [p.prompt_ids, shortIds] });
+check(batch.choices.length === 2
+        && batch.choices[0].index === 0 && batch.choices[1].index === 1
+        && JSON.stringify(batch.choices[0].logprobs)
+             === JSON.stringify(echoScored.choices[0].logprobs)
+        && JSON.stringify(batch.choices[1].logprobs)
+             === JSON.stringify(shortAlone.choices[0].logprobs)
+        && batch.choices[1].text === shortAlone.choices[0].text
+        && batch.usage.prompt_tokens === p.prompt_ids.length + 5,
+      `two prompts in one request: each choice is its prompt's alone `
+        + `(usage ${JSON.stringify(batch.usage)})`);
 // max_tokens 0: the prompt alone, scored.
 const promptOnly = await client.completions.create({
   model: p.model, prompt: p.prompt, max_tokens: 0, echo: true, logprobs: 0,

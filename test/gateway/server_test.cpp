@@ -1162,6 +1162,85 @@ TEST_CASE("a WebSocket that never reads is closed at its limit") {
         == 200);
 }
 
+TEST_CASE("several prompts in one completion: each prompt's request "
+          "gives choices p * n + j, whole or streamed, echoed, resumed, and "
+          "one that fails fails the answer and stops the others") {
+  auto backend = std::make_shared<scripted_backend>(tokens, 4);
+  server srv{options(backend)};
+  auto port = srv.start();
+  const std::string body = R"({"model":"tiny","prompt":["A: ","B: ","C: "],)"
+                           R"("n":2,"max_tokens":3,"echo":true)";
+  auto r = http_exchange(port, post("/v1/completions", body + "}"));
+  REQUIRE(r.status == 200);
+  auto j = json::parse(r.body);
+  REQUIRE(j["choices"].size() == 6);
+  const std::vector<std::string> prompts{"A: ", "B: ", "C: "};
+  for (std::size_t i = 0; i < 6; ++i) {
+    INFO("choice " << i);
+    CHECK(j["choices"][i]["index"] == i);
+    CHECK(j["choices"][i]["text"] == prompts[i / 2] + choice_text(i % 2, 3));
+    CHECK(j["choices"][i]["finish_reason"] == "length");
+  }
+  CHECK(j["usage"]["prompt_tokens"] == 3 * 4); // each prompt's, summed
+  CHECK(j["usage"]["completion_tokens"] == 6 * 3);
+  auto reqs = backend->requests();
+  REQUIRE(reqs.size() == 3); // one request a prompt, n choices each
+  for (std::size_t p = 0; p < 3; ++p) {
+    CHECK(reqs[p].prompt == prompts[p]);
+    CHECK(reqs[p].more_prompts.empty());
+    CHECK(reqs[p].n == 2);
+    CHECK(reqs[p].echo_text == prompts[p]);
+    CHECK(reqs[p].id == reqs[0].id.substr(0, reqs[0].id.size() - 2) + "-"
+                          + std::to_string(p));
+  }
+
+  // Streamed: each choice's text by its index; its SSE ids count all six.
+  auto streamed = http_exchange(port, post("/v1/completions",
+                                           body + R"(,"stream":true})"));
+  REQUIRE(streamed.status == 200);
+  auto s = read_choices(streamed.body);
+  for (std::uint32_t i = 0; i < 6; ++i) {
+    CHECK(s.text[i] == prompts[i / 2] + choice_text(i % 2, 3));
+    CHECK(s.reason[i] == "length");
+  }
+  auto id = json::parse(sse_payloads(streamed.body).at(0))["id"]
+              .get<std::string>();
+  // A resume names six counts: each prompt's request gets its two.
+  auto resumed = http_exchange(
+    port, post("/v1/completions", body + R"(,"stream":true})",
+               "X-Exo-Resume: " + id
+                 + "\r\nLast-Event-ID: 3,3,3,3,3,4\r\n"));
+  REQUIRE(resumed.status == 200);
+  auto again = read_choices(resumed.body);
+  CHECK(again.text[0] == choice_text(0, 3));
+  CHECK(again.text[5] == choice_text(1, 3).substr(1));
+  reqs = backend->requests();
+  REQUIRE(reqs.size() == 9);
+  CHECK(reqs[8].id == id + "-2");
+  CHECK(reqs[8].resume);
+  CHECK(reqs[8].resume_after == std::vector<std::uint64_t>{3, 4});
+  auto wrong = http_exchange(
+    port, post("/v1/completions", body + R"(,"stream":true})",
+               "X-Exo-Resume: " + id + "\r\nLast-Event-ID: 3,3\r\n"));
+  CHECK(wrong.status == 400);
+  CHECK(wrong.body.find("6 choices") != std::string::npos);
+
+  // A prompt whose request fails: the answer is its error, and the other
+  // prompt's request is told to stop (its sink closes).
+  const int closes = backend->closes_seen();
+  auto failed = http_exchange(
+    port, post("/v1/completions",
+               R"({"model":"tiny","prompt":["A: ","<fail>"],"max_tokens":3})"));
+  CHECK(failed.status == 503);
+  CHECK(failed.body.find("scripted failure") != std::string::npos);
+  CHECK(backend->wait_until([&] { return backend->closes_seen() > closes; }));
+  // The slots are given back: a plain request still goes.
+  CHECK(http_exchange(port, post("/v1/completions",
+                                 R"({"model":"tiny","prompt":"x"})"))
+          .status
+        == 200);
+}
+
 TEST_CASE("echo with logprobs starts each choice's logprobs with the "
           "prompt's tokens, the first null, whole or streamed, with "
           "max_tokens 0 too, and not again to a resumed client") {
