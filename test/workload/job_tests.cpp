@@ -1806,6 +1806,29 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
     // Held: the job left them (re-placed).
     f.stop(stages, true);
   }
+  SECTION("a scored prompt: its scores go out once, not again when the "
+          "recoveries re-feed it") {
+    auto stages = f.pipeline({0, 2, 4}, {si, cpu});
+    auto j = setup(47, stages);
+    j.logprobs = 0;
+    j.prompt_logprobs = true;
+    auto calls = std::make_shared<std::vector<std::size_t>>(2, 0);
+    auto sizes = std::make_shared<std::vector<std::size_t>>(2, 0);
+    j.on_prompt_scores = [calls, sizes](
+                           std::uint32_t seq,
+                           const std::vector<model::token_logprobs>& sc) {
+      ++(*calls)[seq];
+      (*sizes)[seq] = sc.size();
+    };
+    auto r = run(std::move(j), {7, 50});
+    INFO(r.error);
+    CHECK(r.error.empty());
+    CHECK(r.tokens == reference.tokens);
+    CHECK(r.recoveries.size() == 2);
+    CHECK(*calls == std::vector<std::size_t>{1, 1});
+    CHECK(*sizes == std::vector<std::size_t>{4, 2});
+    f.stop(stages, true);
+  }
   SECTION("a speculating job: a round under way is drawn again") {
     // A draft that is never kept: each token a round of 4 proposals, a
     // verdict on each and a residual's draw. The loss drops the round in
