@@ -5,6 +5,8 @@
 //   exo-node --devices [--json] [--config FILE]
 //                                     discover, verify, print, exit
 //   exo-node serve --model FILE ...   serve models over the OpenAI API
+//   exo-node perplexity --url URL --model ID --file TEXT
+//                                     a served model's perplexity
 //   exo-node plan --problem FILE ...  place a model on devices (no cluster)
 //   exo-node audit verify [--checkpoints FILE --ca CA] FILE...
 //                                     verify audit logs
@@ -18,6 +20,7 @@
 #include "messages/atoms.hpp"
 #include "messages/sequence_bound.hpp"
 #include "runtime/node/gateway_service.hpp"
+#include "runtime/node/perplexity_command.hpp"
 #include "runtime/node/run_command.hpp"
 #include "runtime/node/runtime.hpp"
 #include "runtime/node/serve_command.hpp"
@@ -103,6 +106,10 @@ constexpr const char* footer = R"(Commands (each answers --help):
                  [--config FILE]
                (serve models over the OpenAI API; alone, or as the node of
                --config in its cluster; also a config's gateway section)
+  exo-node perplexity --url http://HOST:PORT --model ID --file TEXT
+                      [--ctx 512] [--chunks N] [--batch 4] [--api-key KEY]
+               (a served model's perplexity on a text, as llama.cpp's
+               llama-perplexity computes it, through its gateway)
 
 Without --config every setting has its default: a single local node
 (config/README.md describes the file).
@@ -296,6 +303,9 @@ int node_main(int argc, char** argv) {
                                          std::cerr);
   if (argc >= 2 && std::strcmp(argv[1], "run") == 0)
     return exo::run_command(argc - 1, argv + 1, std::cout, std::cerr);
+  if (argc >= 2 && std::strcmp(argv[1], "perplexity") == 0)
+    return exo::run_perplexity_command(argc - 1, argv + 1, std::cout,
+                                       std::cerr);
   if (argc >= 2 && std::strcmp(argv[1], "serve") == 0) {
     auto t0 = std::chrono::steady_clock::now();
     auto s = exo::parse_serve_command(argc - 1, argv + 1, std::cout,

