@@ -214,6 +214,40 @@ TEST_CASE("a job request's sampling parameters cross the wire whole") {
   CHECK(b.bias_values == p.bias_values);
 }
 
+TEST_CASE("a prompt's scores cross the wire whole: asked in a step, "
+          "answered, and sent to a listener") {
+  workload::job_request r;
+  r.prompt = "hi";
+  r.logprobs = 2;
+  r.prompt_logprobs = true;
+  auto rb = round_trip(r);
+  CHECK(rb.prompt_logprobs);
+  CHECK(rb.logprobs == 2);
+  model::token_logprobs lp;
+  lp.logprob = -1.25f;
+  lp.top_ids = {7, 9};
+  lp.top_logprobs = {-0.5f, -1.25f};
+  stage_step s;
+  s.tokens = {1, 2, 3};
+  s.scores.ids = {2, 3, -1};
+  s.scores.top = 2;
+  s.scores.rows = {lp, lp};
+  auto sb = round_trip(s);
+  CHECK(sb.scores.ids == s.scores.ids);
+  CHECK(sb.scores.top == 2);
+  REQUIRE(sb.scores.rows.size() == 2);
+  CHECK(sb.scores.rows[1].logprob == lp.logprob);
+  CHECK(sb.scores.rows[1].top_ids == lp.top_ids);
+  CHECK(sb.scores.rows[1].top_logprobs == lp.top_logprobs);
+  job_prompt_scores e{4, 1, {1, 2, 3}, {lp, lp}};
+  auto eb = round_trip(e);
+  CHECK(eb.job == 4);
+  CHECK(eb.seq == 1);
+  CHECK(eb.tokens == e.tokens);
+  REQUIRE(eb.scores.size() == 2);
+  CHECK(eb.scores[0].top_logprobs == lp.top_logprobs);
+}
+
 // CAF's built-in byte sequence (std::vector<char>), which any peer may put
 // in any message, is resized to the length claimed before a byte is read;
 // messages/sequence_bound.cpp refuses a claim past the message's end.
