@@ -167,6 +167,12 @@ std::optional<api_error> set_echo_text(completion_backend& backend,
   return std::nullopt;
 }
 
+/// The admission slots a completion takes (limits::max_queued counts
+/// them): one a prompt (each is a job), at most the whole queue.
+std::size_t slots_of(const completion_request& r, std::size_t max_queued) {
+  return std::max<std::size_t>(1, std::min(r.prompt_count(), max_queued));
+}
+
 /// Prompt `p` of a request with several, as a request of its own: its n
 /// choices, its echo text, the part of a resume that is its, its job named
 /// "<id>-<p>".
@@ -1274,7 +1280,7 @@ void stream_sink::end_choice(std::uint32_t choice, finish_reason reason) {
 }
 
 void stream_sink::release_slot() {
-  st_->in_flight.fetch_sub(1);
+  st_->in_flight.fetch_sub(slots_of(req_, st_->opts.limits.max_queued));
 }
 
 void stream_sink::finish(finish_reason reason, usage u) {
@@ -1687,8 +1693,11 @@ void session::handle_completion(endpoint_kind kind) {
                       keep_alive_);
   if (auto e = set_echo_text(*st_->opts.backend, *parsed.request))
     return send_error(*e, keep_alive_);
-  if (st_->in_flight.fetch_add(1) >= st_->opts.limits.max_queued) {
-    st_->in_flight.fetch_sub(1);
+  // Each prompt is a job: it takes a slot of its own.
+  const auto slots = slots_of(*parsed.request, st_->opts.limits.max_queued);
+  if (st_->in_flight.fetch_add(slots) + slots
+      > st_->opts.limits.max_queued) {
+    st_->in_flight.fetch_sub(slots);
     auto e = queue_full(st_->opts.limits.max_queued);
     limit_hit(e);
     return send_error(e, keep_alive_);

@@ -52,7 +52,8 @@ struct server_limits {
   std::size_t max_body_bytes = 1 << 20;
   /// Open connections; more are answered 503 and closed.
   std::size_t max_connections = 256;
-  /// Completions admitted (waiting or running); more are answered 429.
+  /// Completions admitted (waiting or running; a request of several
+  /// prompts counts each, up to all of them); more are answered 429.
   std::size_t max_queued = 64;
   /// From the start of waiting for a request until it has fully arrived.
   std::chrono::milliseconds request_timeout{10'000};

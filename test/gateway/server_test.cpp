@@ -791,6 +791,24 @@ TEST_CASE("more admitted completions than the queue holds get 429") {
   CHECK(http_exchange(port, post("/v1/chat/completions", chat_body(false)))
           .status
         == 200);
+  // Each prompt of a request is a job: two prompts take both slots, three
+  // (more than the queue) take the whole queue, and give them back.
+  backend->hold();
+  const std::string two = R"({"model":"tiny","prompt":["a","b"]})";
+  client_socket c{port};
+  c.send(post("/v1/completions", two));
+  REQUIRE(backend->wait_until([&] { return backend->started() == 5; }));
+  CHECK(srv.stats().in_flight == 2);
+  CHECK(http_exchange(port, post("/v1/chat/completions", chat_body(false)))
+          .status
+        == 429);
+  backend->release();
+  CHECK(json::parse(parse_reply(c.read_all()).body)["choices"].size() == 2);
+  CHECK(eventually([&] { return srv.stats().in_flight == 0; }));
+  auto three = http_exchange(
+    port, post("/v1/completions", R"({"model":"tiny","prompt":["a","b","c"]})"));
+  CHECK(three.status == 200);
+  CHECK(eventually([&] { return srv.stats().in_flight == 0; }));
 }
 
 TEST_CASE("a client that disconnects closes its sink and frees its slot") {
