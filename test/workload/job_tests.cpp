@@ -1806,20 +1806,24 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
     // Held: the job left them (re-placed).
     f.stop(stages, true);
   }
-  SECTION("a scored prompt: its scores go out once, not again when the "
-          "recoveries re-feed it") {
+  SECTION("a scored prompt: its scores go out once, across recoveries "
+          "after it and one while it is read") {
     auto stages = f.pipeline({0, 2, 4}, {si, cpu});
     auto j = setup(47, stages);
     j.logprobs = 0;
     j.prompt_logprobs = true;
     auto calls = std::make_shared<std::vector<std::size_t>>(2, 0);
     auto sizes = std::make_shared<std::vector<std::size_t>>(2, 0);
-    j.on_prompt_scores = [calls, sizes](
+    auto seen = std::make_shared<
+      std::vector<std::vector<model::token_logprobs>>>(2);
+    j.on_prompt_scores = [calls, sizes, seen](
                            std::uint32_t seq,
                            const std::vector<model::token_logprobs>& sc) {
       ++(*calls)[seq];
       (*sizes)[seq] = sc.size();
+      (*seen)[seq] = sc;
     };
+    auto scored_setup = j;
     auto r = run(std::move(j), {7, 50});
     INFO(r.error);
     CHECK(r.error.empty());
@@ -1828,6 +1832,28 @@ TEST_CASE("a job whose stages go away is re-placed by its recoverer and "
     CHECK(*calls == std::vector<std::size_t>{1, 1});
     CHECK(*sizes == std::vector<std::size_t>{4, 2});
     f.stop(stages, true);
+    // Lost while its prompt is read (the first step fails): the new
+    // pipeline reads and scores it, once; the same scores (another split:
+    // up to a forward's last bits).
+    auto first = *seen;
+    *calls = {0, 0};
+    auto lost = f.pipeline({0, 2, 4}, {si, cpu});
+    caf::anon_send_exit(lost[1], caf::exit_reason::kill);
+    scored_setup.id = 48;
+    scored_setup.stages = lost;
+    auto again = run(std::move(scored_setup), {});
+    INFO(again.error);
+    CHECK(again.error.empty());
+    CHECK(again.tokens == reference.tokens);
+    CHECK(again.recoveries.size() == 1);
+    CHECK(*calls == std::vector<std::size_t>{1, 1});
+    for (std::size_t q = 0; q < 2; ++q) {
+      REQUIRE((*seen)[q].size() == first[q].size());
+      for (std::size_t i = 0; i < first[q].size(); ++i)
+        CHECK((*seen)[q][i].logprob
+              == Approx(first[q][i].logprob).margin(3e-3));
+    }
+    f.stop(lost, true);
   }
   SECTION("a speculating job: a round under way is drawn again") {
     // A draft that is never kept: each token a round of 4 proposals, a
