@@ -19,13 +19,7 @@ VOCAB=${VOCAB:-32000}
 export VOCAB
 LLAMA_NODE_DIR=${LLAMA_NODE_DIR:-$HOME/.cache/exo-test-tools}
 export LLAMA_NODE_DIR
-WORK=$(mktemp -d /tmp/exo-prompt-scoring-XXXXXX)
-SERVE_PID=
-cleanup() {
-  [ -n "$SERVE_PID" ] && kill "$SERVE_PID" 2>/dev/null && wait "$SERVE_PID" 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+serve_workdir prompt-scoring
 overhead_model
 awk -v n="$LEN" -v v="$VOCAB" 'BEGIN {
   printf "[1"; for (i = 1; i < n; ++i) printf ",%d", 3 + (i * 7919) % (v - 3);

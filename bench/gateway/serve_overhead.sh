@@ -10,13 +10,7 @@
 set -euo pipefail
 . "$(dirname "$0")/../workload/overhead_common.sh"
 overhead_args 7 "$@"
-WORK=$(mktemp -d /tmp/exo-serve-overhead-XXXXXX)
-SERVE_PID=
-cleanup() {
-  [ -n "$SERVE_PID" ] && kill "$SERVE_PID" 2>/dev/null && wait "$SERVE_PID" 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+serve_workdir serve-overhead
 overhead_model
 start_serve "$WORK/node.json"
 stream() {

@@ -5,6 +5,8 @@
 #   overhead_model                     $WORK/model.gguf and $WORK/node.json
 #   engine                             the engine's generation tokens/s
 #   median                             the median of numbers on stdin
+#   serve_workdir NAME                 $WORK (/tmp/exo-NAME-XXXXXX), removed
+#                                      at exit with the node SERVE_PID
 #   start_serve CONFIG                 `exo-node serve` of $WORK/model.gguf
 #                                      as model m on core $CORE; sets
 #                                      SERVE_PID and PORT
@@ -51,6 +53,12 @@ engine() {
 median() {
   sort -g | awk '{ v[NR] = $1 }
     END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+serve_workdir() {
+  WORK=$(mktemp -d "/tmp/exo-$1-XXXXXX")
+  SERVE_PID=
+  trap 'if [ -n "$SERVE_PID" ]; then kill "$SERVE_PID" 2>/dev/null && wait "$SERVE_PID" 2>/dev/null; fi; rm -rf "$WORK"' EXIT
 }
 
 start_serve() {

@@ -392,7 +392,6 @@ private:
   /// log-probabilities when the request asks for them (mx_ held).
   void echo_locked(std::uint32_t i);
 
-
   std::shared_ptr<server::state> st_;
   completion_request req_;
   response_head head_;
@@ -1101,8 +1100,7 @@ sink_state stream_sink::token(std::uint32_t choice, std::string_view text,
     if (logprob && req_.logprobs >= 0) {
       c.held_logprobs.emplace_back(c.fed + text.size(), *logprob);
       // Offsets count the echoed prompt's text before the completion's.
-      c.held_logprobs.back().second.text_offset
-        = (req_.echo ? c.echo_text.size() : 0) + c.fed;
+      c.held_logprobs.back().second.text_offset = c.echo_text.size() + c.fed;
     }
     c.fed += text.size();
     auto raw = c.filter.feed(text);
