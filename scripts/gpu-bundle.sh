@@ -13,7 +13,8 @@ BUILD=${1:-build}
 OUT=${2:-.gpu/bundle.tar.xz}
 bins="test/backends/gpu_conformance test/backends/cuda_backend_tests
   test/backends/cublas_library_tests test/backends/backend_conformance
-  test/backends/gpu_common_tests bench/backends/gpu_bench
+  test/backends/gpu_common_tests test/model/device_stage_tests
+  bench/backends/gpu_bench
   bench/backends/model_ops_bench bench/backends/device_bench
   runtime/node/exo-node runtime/tools/exo-model"
 tmp=$(mktemp -d)
