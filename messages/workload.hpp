@@ -239,7 +239,7 @@ namespace model {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
   return wire(f, caf::meta::type_name("exo.token_logprobs"), x.logprob,
-              x.top_ids, x.top_logprobs);
+              x.top_ids, x.top_logprobs, x.rank);
 }
 
 } // namespace model

@@ -447,7 +447,8 @@ std::string check_answer(const stage_step& r, std::size_t rows,
 
 /// Whether the scores in the last stage's answer are those a step asked
 /// for: one per scored row, each with `top` alternatives of the
-/// vocabulary, finite numbers. "" or what is wrong.
+/// vocabulary, finite numbers, a rank within the vocabulary. "" or what
+/// is wrong.
 std::string check_scores(const step_scores& sc, std::size_t rows,
                          std::size_t top, std::size_t n_vocab) {
   if (sc.rows.size() != rows)
@@ -460,6 +461,10 @@ std::string check_scores(const step_scores& sc, std::size_t rows,
              + std::to_string(top);
     if (!std::isfinite(r.logprob))
       return "the last stage sent a non-finite prompt score";
+    if (r.rank == 0 || r.rank > n_vocab)
+      return "the last stage sent a prompt score of rank "
+             + std::to_string(r.rank) + ", outside the vocabulary of "
+             + std::to_string(n_vocab);
     for (std::size_t i = 0; i < top; ++i)
       if (r.top_ids[i] < 0 || static_cast<std::size_t>(r.top_ids[i]) >= n_vocab
           || !std::isfinite(r.top_logprobs[i]))

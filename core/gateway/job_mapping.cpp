@@ -230,9 +230,12 @@ mapped_job map_request(const model_source& model,
   job.draft = model.draft;
   job.n_ctx = 0; // prompt + n_gen
   job.kv_type = limits.kv_type;
-  job.logprobs = req.logprobs;
-  // echo with logprobs: the prompt's tokens are scored too.
-  job.prompt_logprobs = req.echo && req.logprobs >= 0;
+  // echo with logprobs, or prompt_logprobs: the prompt's tokens are
+  // scored too, with as many alternatives as either asks (the job has one
+  // count; the bridge gives each part of the answer its own).
+  job.prompt_logprobs = (req.echo && req.logprobs >= 0)
+                        || req.prompt_logprobs >= 0;
+  job.logprobs = std::max(req.logprobs, req.prompt_logprobs);
   out.stop_ids = tok.eog_ids();
   out.stop_ids.insert(job.stop_tokens.begin(), job.stop_tokens.end());
   return out;

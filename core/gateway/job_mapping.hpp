@@ -16,6 +16,8 @@
 ///                         alternatives' (job_request::logprobs)
 ///   echo with logprobs    the prompt's tokens' too
 ///                         (job_request::prompt_logprobs)
+///   prompt_logprobs       likewise (vLLM's; the job's logprobs the larger
+///                         count, each part of the answer cut to its own)
 ///   n                     sequences: the job's sequence i is choice i
 ///                         (seed + i; the prompt read once, its KV rows
 ///                         copied to the others)

@@ -473,6 +473,17 @@ completion_request parse(endpoint_kind kind, const json& body,
     } else if (key == "echo" && !chat) {
       if (!v.is_null())
         r.echo = get_bool(v, key);
+    } else if (key == "prompt_logprobs") { // vLLM's
+      if (v.is_null())
+        continue;
+      const auto n = get_integer(v, key);
+      if (n == -1)
+        refuse("Invalid value for 'prompt_logprobs': -1 (the whole "
+               "vocabulary) is not served; it must be from 0 to "
+                 + std::to_string(max_top_logprobs) + ".",
+               key);
+      r.prompt_logprobs =
+        static_cast<std::int32_t>(get_logprob_count(n, key));
     } else if (neutral_unsupported(key, v)) {
       continue;
     } else if (key == "prompt" || key == "messages"
@@ -508,11 +519,14 @@ completion_request parse(endpoint_kind kind, const json& body,
     auto param = max_completion_tokens ? "max_completion_tokens"
                                        : "max_tokens";
     // 0 with echo: the prompt alone (with logprobs, scored), as OpenAI's
-    // legacy completions allow.
-    if (*r.max_tokens < (r.echo ? 0 : 1))
+    // legacy completions allow; with prompt_logprobs: the prompt scored.
+    const bool prompt_only = r.echo || r.prompt_logprobs >= 0;
+    if (*r.max_tokens < (prompt_only ? 0 : 1))
       refuse(std::string{"Invalid '"} + param + "': "
                + std::to_string(*r.max_tokens) + ". Expected at least "
-               + (r.echo ? "0" : "1 (0 only with 'echo')") + ".",
+               + (prompt_only ? "0"
+                              : "1 (0 only with 'echo' or 'prompt_logprobs')")
+               + ".",
              param);
     if (*r.max_tokens > limits.max_tokens)
       refuse(std::string{"Invalid '"} + param + "': "
@@ -528,6 +542,10 @@ completion_request parse(endpoint_kind kind, const json& body,
   if (chat_logprobs)
     r.logprobs = static_cast<std::int32_t>(
       top_logprobs ? get_logprob_count(*top_logprobs, "top_logprobs") : 0);
+  if (r.prompt_logprobs >= 0 && r.stream)
+    refuse("'prompt_logprobs' is not available when 'stream' is true (the "
+           "whole answer carries them).",
+           "prompt_logprobs");
   if (have_stream_options && !r.stream)
     refuse("The 'stream_options' parameter is only allowed when 'stream' is "
            "enabled.",

@@ -117,6 +117,13 @@ struct completion_request {
   /// scoring a text reads them (lm-evaluation-harness); max_tokens may
   /// then be 0.
   bool echo = false;
+  /// vLLM's `prompt_logprobs: N` (completions and chat): -1 none; else the
+  /// prompt's tokens after the first with their log-probability, their
+  /// rank in the vocabulary and their row's N best alternatives (0 to
+  /// max_top_logprobs), each choice's `prompt_logprobs` for completions,
+  /// the answer's for chat (the rendered template's tokens). Not with
+  /// stream (vLLM's rule: no chunk has a place for them).
+  std::int32_t prompt_logprobs = -1;
 
   // Set by the server, not read from the body:
   /// The completion's id (the chunks' "id"): the name of its job, by which

@@ -105,6 +105,32 @@ json logprobs_json(endpoint_kind kind,
   return out;
 }
 
+/// vLLM's prompt_logprobs of a prompt's `tokens` (see completion_body).
+json prompt_logprobs_json(const std::vector<token_logprob>& tokens) {
+  json out = json::array();
+  for (auto& t : tokens) {
+    if (!t.scored) { // the first: nothing comes before it
+      out.push_back(nullptr);
+      continue;
+    }
+    json row = json::object();
+    auto entry = [](float logprob, std::uint32_t rank,
+                    const std::string& token) {
+      return json{{"logprob", shown(logprob)},
+                  {"rank", rank},
+                  {"decoded_token", valid_utf8(token)}};
+    };
+    row[std::to_string(t.id)] = entry(t.logprob, t.rank, t.token);
+    for (std::size_t k = 0; k < t.top.size(); ++k)
+      if (t.top[k].id != t.id)
+        row[std::to_string(t.top[k].id)] =
+          entry(t.top[k].logprob, static_cast<std::uint32_t>(k + 1),
+                t.top[k].token);
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
 } // namespace
 
 const char* to_string(finish_reason r) {
@@ -133,8 +159,14 @@ std::string completion_body(endpoint_kind kind, const response_head& head,
       choices[i].with_logprobs ? logprobs_json(kind, choices[i].logprobs)
                                : json(nullptr);
     choice["finish_reason"] = to_string(choices[i].reason);
+    if (choices[i].prompt_logprobs && !is_chat(kind))
+      choice["prompt_logprobs"] =
+        prompt_logprobs_json(*choices[i].prompt_logprobs);
     out["choices"].push_back(std::move(choice));
   }
+  if (is_chat(kind) && !choices.empty() && choices.front().prompt_logprobs)
+    out["prompt_logprobs"] =
+      prompt_logprobs_json(*choices.front().prompt_logprobs);
   out["usage"] = usage_json(u);
   return text::compact(out);
 }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,10 +49,16 @@ struct token_logprob {
   struct alternative {
     std::string token;
     float logprob = 0.0f;
+    std::int32_t id = -1; ///< the token id (-1: not known)
   };
   std::string token;
   float logprob = 0.0f;
   std::vector<alternative> top;
+  /// The token id (-1: not known) and its rank in its row (tokens at
+  /// least as likely, itself included; 0: not known): a prompt's scores
+  /// have both (prompt_logprobs_json).
+  std::int32_t id = -1;
+  std::uint32_t rank = 0;
   /// Where its bytes start in the choice's text (completions'
   /// text_offset; set by the server's sink).
   std::uint64_t text_offset = 0;
@@ -68,6 +75,9 @@ struct choice_result {
   /// The request asked for log-probabilities: its tokens'.
   bool with_logprobs = false;
   std::vector<token_logprob> logprobs{};
+  /// vLLM's prompt_logprobs (the request's): its prompt's tokens, the
+  /// first unscored, with ids, ranks and the alternatives asked for.
+  std::optional<std::vector<token_logprob>> prompt_logprobs{};
 };
 
 /// A whole (non-streamed) answer: a `text_completion` object for
@@ -81,7 +91,13 @@ struct choice_result {
 /// "text_offset"}` (each token's text_offset: bytes of the choice's text
 /// before it). A token's text
 /// is its bytes with what is not whole UTF-8 replaced (valid_utf8); chat's
-/// `bytes` are the token's own.
+/// `bytes` are the token's own. With vLLM's prompt_logprobs, each
+/// completions choice's `prompt_logprobs` (chat: the answer's, choice 0's)
+/// is `null` for the prompt's first token, then per token an object from
+/// token ids (decimal strings) to `{"logprob", "rank", "decoded_token"}`:
+/// the prompt's token (its rank in the vocabulary) and its alternatives
+/// (rank k for the k-th best; one that is the prompt's token is not
+/// repeated).
 std::string completion_body(endpoint_kind kind, const response_head& head,
                             const std::vector<choice_result>& choices,
                             const usage& u);

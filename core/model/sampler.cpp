@@ -331,6 +331,9 @@ token_logprobs logprobs_of(const float* logits, size_t n, int32_t id,
   const double lse = log_sum_exp(logits, n);
   token_logprobs out;
   out.logprob = static_cast<float>(logits[id] - lse);
+  const float own = logits[id];
+  out.rank = static_cast<uint32_t>(
+    std::count_if(logits, logits + n, [own](float v) { return v >= own; }));
   top = std::min(top, n);
   out.top_ids.resize(top);
   out.top_logprobs.resize(top);
@@ -348,6 +351,8 @@ token_logprobs logprobs_of(const int32_t* ids, const float* values, size_t k,
   for (size_t i = 0; i < k; ++i)
     if (ids[i] == id) {
       out.logprob = static_cast<float>(values[i] - lse);
+      out.rank = static_cast<uint32_t>(std::count_if(
+        values, values + k, [own = values[i]](float v) { return v >= own; }));
       break;
     }
   top = std::min(top, k);

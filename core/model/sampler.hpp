@@ -99,6 +99,10 @@ struct token_logprobs {
   float logprob = 0.0f;
   std::vector<int32_t> top_ids;
   std::vector<float> top_logprobs;
+  /// The token's rank in its row: how many tokens are at least as likely
+  /// (itself included; vLLM's `rank`, 1 for the best); 0 where it is not
+  /// known (a row's candidates that do not hold the token).
+  uint32_t rank = 0;
 };
 
 /// log(sum(exp(logits[i]))) of `n` finite logits (n > 0), in double:

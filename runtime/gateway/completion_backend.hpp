@@ -69,11 +69,14 @@ public:
   virtual sink_state token(std::uint32_t choice, std::string_view text,
                            const token_logprob* logprob = nullptr) = 0;
 
-  /// The prompt's tokens with their log-probabilities, for a request with
-  /// echo and logprobs (the first token's `scored` false): they go out
-  /// with the echoed prompt, before choice `choice`'s first token. A
-  /// backend gives them before the choice's first token (or its end);
-  /// later ones, and a second time, are dropped.
+  /// The prompt's tokens with their log-probabilities (ids, ranks, and
+  /// the larger of the request's two counts of alternatives), for a
+  /// request with echo and logprobs or with prompt_logprobs (the first
+  /// token's `scored` false): with echo they go out with the echoed
+  /// prompt, before choice `choice`'s first token, cut to `logprobs`
+  /// alternatives; as prompt_logprobs with the whole answer, cut to
+  /// `prompt_logprobs`. A backend gives them before the choice's first
+  /// token (or its end); later ones, and a second time, are dropped.
   virtual void prompt_logprobs(std::uint32_t choice,
                                std::vector<token_logprob> tokens) {
     (void) choice;

@@ -78,6 +78,9 @@ struct bridge_state {
   bool cancel_sent = false;
   bool closed = false;     ///< the sink closed, or we stopped
   bool ended = false;      ///< finish() or fail() was called
+  /// The request's logprobs: the alternatives of each generated token (-1:
+  /// none). The job's count may be larger (prompt_logprobs asks for more).
+  std::int32_t token_top = -1;
   static inline const char* name = "exo.gateway_bridge";
 };
 
@@ -206,9 +209,10 @@ void end_with(bridge_ptr self, const job_report& r) {
 }
 
 /// A token's log-probabilities as the response shows them: the texts of
-/// it and its alternatives (control tokens by name; an id outside the
-/// vocabulary, which no job gives, by none).
-token_logprob logprob_of(const job_token& e, const model::tokenizer& tok) {
+/// it and its first `top` alternatives (control tokens by name; an id
+/// outside the vocabulary, which no job gives, by none).
+token_logprob logprob_of(const job_token& e, const model::tokenizer& tok,
+                         std::size_t top) {
   auto text = [&](std::int32_t id) {
     return id >= 0 && static_cast<std::size_t>(id) < tok.size()
              ? tok.piece(id, true)
@@ -217,11 +221,11 @@ token_logprob logprob_of(const job_token& e, const model::tokenizer& tok) {
   token_logprob out;
   out.token = text(e.token);
   out.logprob = e.logprobs.logprob;
-  const auto n =
-    std::min(e.logprobs.top_ids.size(), e.logprobs.top_logprobs.size());
+  const auto n = std::min({e.logprobs.top_ids.size(),
+                           e.logprobs.top_logprobs.size(), top});
   for (std::size_t i = 0; i < n; ++i)
-    out.top.push_back(
-      {text(e.logprobs.top_ids[i]), e.logprobs.top_logprobs[i]});
+    out.top.push_back({text(e.logprobs.top_ids[i]),
+                       e.logprobs.top_logprobs[i], e.logprobs.top_ids[i]});
   return out;
 }
 
@@ -236,10 +240,14 @@ std::string prompt_logprobs_of(const job_prompt_scores& e,
     return "the job sent " + std::to_string(e.scores.size())
            + " prompt scores for a prompt of "
            + std::to_string(e.tokens.size()) + " tokens";
-  for (auto& sc : e.scores)
+  for (auto& sc : e.scores) {
     if (sc.top_ids.size() > top || sc.top_logprobs.size() > top)
       return "the job sent a prompt score with more than "
              + std::to_string(top) + " alternatives";
+    if (sc.rank == 0 || sc.rank > tok.size())
+      return "the job sent a prompt score of rank " + std::to_string(sc.rank)
+             + ", outside the vocabulary of " + std::to_string(tok.size());
+  }
   auto text = [&](std::int32_t id, std::string& t) {
     if (id < 0 || static_cast<std::size_t>(id) >= tok.size())
       return false;
@@ -253,11 +261,13 @@ std::string prompt_logprobs_of(const job_prompt_scores& e,
     if (!text(e.tokens[i], lp.token))
       return "the job sent prompt token " + std::to_string(e.tokens[i])
              + ", outside the vocabulary";
+    lp.id = e.tokens[i];
     if (i == 0) {
       lp.scored = false;
     } else {
       auto& sc = e.scores[i - 1];
       lp.logprob = sc.logprob;
+      lp.rank = sc.rank;
       const auto n = std::min(sc.top_ids.size(), sc.top_logprobs.size());
       for (std::size_t k = 0; k < n; ++k) {
         token_logprob::alternative a;
@@ -265,6 +275,7 @@ std::string prompt_logprobs_of(const job_prompt_scores& e,
           return "the job sent prompt alternative "
                  + std::to_string(sc.top_ids[k]) + ", outside the vocabulary";
         a.logprob = sc.top_logprobs[k];
+        a.id = sc.top_ids[k];
         lp.top.push_back(std::move(a));
       }
     }
@@ -287,6 +298,7 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
   auto& st = self->state;
   st.sink = std::move(sink);
   st.stream = req.stream;
+  st.token_top = req.logprobs;
   st.resume_grace = be->resume_grace;
   auto coordinator = be->coordinator;
   auto it = be->models.find(req.model);
@@ -396,8 +408,9 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
       }
       std::string text = std::move(e.piece);
       std::optional<token_logprob> lp;
-      if (e.has_logprobs && st.mapped.job.logprobs >= 0)
-        lp = logprob_of(e, *st.tokenizer);
+      if (e.has_logprobs && st.token_top >= 0)
+        lp = logprob_of(e, *st.tokenizer,
+                        static_cast<std::size_t>(st.token_top));
       if (c.filter) {
         text = c.filter->feed(text);
         if (c.filter->stopped()) {

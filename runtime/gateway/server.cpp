@@ -353,6 +353,9 @@ private:
     /// echo with logprobs: the prompt's tokens (prompt_logprobs), which
     /// go out with the echo.
     std::optional<std::vector<token_logprob>> prompt_lps;
+    /// vLLM's prompt_logprobs (the request's): the prompt's tokens, cut
+    /// to the alternatives it asked for.
+    std::optional<std::vector<token_logprob>> prompt_scores;
     std::uint64_t skip = 0;       // text bytes the resumed client has
     std::uint64_t text_bytes = 0; // text bytes produced so far, skipped too
     std::string text;             // non-stream: the answer so far
@@ -1193,20 +1196,33 @@ std::string stream_sink::chunk(std::uint32_t i, const std::string& text) {
 void stream_sink::prompt_logprobs(std::uint32_t choice,
                                   std::vector<token_logprob> tokens) {
   std::lock_guard<std::mutex> guard{mx_};
-  if (closed_ || finished_ || !req_.echo || req_.logprobs < 0
-      || choice >= choices_.size())
+  if (closed_ || finished_ || choice >= choices_.size())
     return;
   auto& c = choices_[choice];
-  if (c.echoed || c.prompt_lps)
-    return; // late, or again (a job taken over scores it again)
+  // Each part of the answer with the alternatives it asked for (the job
+  // scores with the larger count).
+  auto cut = [&tokens](std::int32_t top) {
+    auto out = tokens;
+    for (auto& t : out)
+      if (t.top.size() > static_cast<std::size_t>(top))
+        t.top.resize(static_cast<std::size_t>(top));
+    return out;
+  };
+  // Later ones, or a second time (a job taken over scores it again), are
+  // dropped.
+  if (req_.prompt_logprobs >= 0 && !c.prompt_scores)
+    c.prompt_scores = cut(req_.prompt_logprobs);
+  if (!req_.echo || req_.logprobs < 0 || c.echoed || c.prompt_lps)
+    return;
   // Each token's offset: the bytes of the tokens before it (a prompt's
   // text need not be its tokens' joined: a BOS token, a leading space).
+  auto lps = cut(req_.logprobs);
   std::uint64_t offset = 0;
-  for (auto& t : tokens) {
+  for (auto& t : lps) {
     t.text_offset = offset;
     offset += t.token.size();
   }
-  c.prompt_lps = std::move(tokens);
+  c.prompt_lps = std::move(lps);
 }
 
 void stream_sink::echo_locked(std::uint32_t i) {
@@ -1307,11 +1323,21 @@ void stream_sink::finish_part(std::size_t part, finish_reason reason,
       if (req_.include_usage)
         pending_ += usage_chunk(req_.kind, head_, u);
       pending_ += sse_done();
+    } else if (req_.prompt_logprobs >= 0
+               && std::any_of(choices_.begin(), choices_.end(),
+                              [](const choice& c) {
+                                return !c.prompt_scores;
+                              })) {
+      // Never an answer that silently lacks what was asked for.
+      early_error_ = api_error{500,
+                               "The job ended without its prompt's "
+                               "log-probabilities (prompt_logprobs).",
+                               "server_error", "", "job_failed"};
     } else {
       std::vector<choice_result> out;
       for (auto& c : choices_)
         out.push_back({std::move(c.text), c.reason, req_.logprobs >= 0,
-                       std::move(c.logprobs)});
+                       std::move(c.logprobs), std::move(c.prompt_scores)});
       pending_ = completion_body(req_.kind, head_, out, u);
     }
     done_ = true;

@@ -208,6 +208,7 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
         for (std::int32_t t = 0; t < 2; ++t) {
           model::token_logprobs lp;
           lp.logprob = -1.5f - static_cast<float>(t);
+          lp.rank = static_cast<std::uint32_t>(t + 2);
           for (std::int32_t k = 0; k < r.logprobs; ++k) {
             lp.top_ids.push_back(10 + k);
             lp.top_logprobs.push_back(-0.5f - static_cast<float>(k));
@@ -216,6 +217,8 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
         }
         if (r.prompt == "bad scores")
           e.scores.pop_back(); // one short of the prompt's tokens
+        if (r.prompt == "bad rank")
+          e.scores.back().rank = 0;
         self->send(listener, e);
       }
       for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -410,15 +413,62 @@ TEST_CASE("the bridge passes a scored prompt's tokens on before the first "
     REQUIRE(p.size() == 3);
     CHECK(p[0].token == tok.piece(1, true));
     CHECK_FALSE(p[0].scored);
+    CHECK(p[0].id == 1);
     for (std::size_t i = 1; i < 3; ++i) {
       CHECK(p[i].scored);
       CHECK(p[i].token == tok.piece(9 + static_cast<std::int32_t>(i), true));
+      CHECK(p[i].id == 9 + static_cast<std::int32_t>(i));
+      CHECK(p[i].rank == i + 1);
       CHECK(p[i].logprob == -0.5f - static_cast<float>(i));
       REQUIRE(p[i].top.size() == 1);
       CHECK(p[i].top[0].token == tok.piece(10, true));
+      CHECK(p[i].top[0].id == 10);
     }
+    CHECK(sink->logprobs_.size() == 2);
     std::lock_guard<std::mutex> g{log->mx};
     CHECK(log->requests.back().prompt_logprobs);
+  }
+  {
+    // vLLM's prompt_logprobs without logprobs: the job scores with 3
+    // alternatives (and so computes the generated tokens' too), the sink
+    // gets the prompt's and no generated token's.
+    job_backend be{sys, coord, {fx.model}};
+    auto r = request("Once upon a time");
+    r.prompt_logprobs = 3;
+    auto sink = std::make_shared<recording_sink>();
+    be.complete(r, sink);
+    REQUIRE(sink->ended());
+    CHECK_FALSE(sink->failed_);
+    REQUIRE(sink->prompt_logprobs_.count(0) == 1);
+    CHECK(sink->prompt_logprobs_[0][1].top.size() == 3);
+    CHECK(sink->tokens_ == std::vector<std::string>{"Hel", "lo"});
+    CHECK(sink->logprobs_.empty());
+    std::lock_guard<std::mutex> g{log->mx};
+    CHECK(log->requests.back().prompt_logprobs);
+    CHECK(log->requests.back().logprobs == 3);
+  }
+  {
+    // logprobs 1 and prompt_logprobs 2: the generated tokens' cut to 1.
+    job_backend be{sys, coord, {fx.model}};
+    auto r = request("Once upon a time");
+    r.logprobs = 1;
+    r.prompt_logprobs = 2;
+    auto sink = std::make_shared<recording_sink>();
+    be.complete(r, sink);
+    REQUIRE(sink->ended());
+    REQUIRE(sink->logprobs_.size() == 2);
+    CHECK(sink->logprobs_[0].top.size() == 1);
+    CHECK(sink->prompt_logprobs_[0][1].top.size() == 2);
+  }
+  {
+    job_backend be{sys, coord, {fx.model}};
+    auto r = request("bad rank");
+    r.prompt_logprobs = 0;
+    auto sink = std::make_shared<recording_sink>();
+    be.complete(r, sink);
+    REQUIRE(sink->ended());
+    CHECK(sink->failed_);
+    CHECK_THAT(sink->error_.message, Catch::Contains("of rank 0"));
   }
   {
     job_backend be{sys, coord, {fx.model}};

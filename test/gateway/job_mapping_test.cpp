@@ -208,6 +208,19 @@ TEST_CASE("completions map prompt, max_tokens and sampling, refusals are "
   CHECK(ms.job.n_gen == 0);
   CHECK(workload::prepare_job(ms.job).prompt.size()
         == static_cast<std::size_t>(m.prompt_tokens));
+  // vLLM's prompt_logprobs scores it too, with or without logprobs: the
+  // job's count of alternatives is the larger one.
+  auto vllm = r;
+  vllm.prompt_logprobs = 3;
+  auto mv = map_request(src, vllm, {}, 1);
+  REQUIRE_FALSE(mv.error);
+  CHECK(mv.job.prompt_logprobs);
+  CHECK(mv.job.logprobs == 3);
+  vllm.logprobs = 5;
+  CHECK(map_request(src, vllm, {}, 1).job.logprobs == 5);
+  vllm.prompt_logprobs = 0;
+  vllm.logprobs = -1;
+  CHECK(map_request(src, vllm, {}, 1).job.logprobs == 0);
   // The prompt as token ids: read as given, the same prompt as the text's
   // tokens; an id outside the vocabulary is a 400 naming it.
   auto by_ids = r;

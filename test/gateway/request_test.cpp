@@ -538,3 +538,48 @@ TEST_CASE("a completion's echo is read, with logprobs too (the prompt "
                         R"("content":"x"}],"echo":true})");
   CHECK(chat_echo.error.param == "echo");
 }
+
+TEST_CASE("vLLM's prompt_logprobs is read on completions and chat, from 0 "
+          "to 20, and refused by name with stream, -1 or a wrong type") {
+  CHECK(completion(R"({"model":"tiny","prompt":"x"})")
+          .request->prompt_logprobs
+        == -1);
+  CHECK(completion(R"({"model":"tiny","prompt":"x","prompt_logprobs":null})")
+          .request->prompt_logprobs
+        == -1);
+  auto zero = completion(R"({"model":"tiny","prompt":"x","prompt_logprobs":0})");
+  REQUIRE(zero);
+  CHECK(zero.request->prompt_logprobs == 0);
+  CHECK(zero.request->logprobs == -1); // the generated tokens' stay apart
+  auto max = chat(R"({"model":"tiny","messages":[{"role":"user",)"
+                  R"("content":"x"}],"prompt_logprobs":20})");
+  REQUIRE(max);
+  CHECK(max.request->prompt_logprobs == 20);
+  for (auto body : {R"({"model":"tiny","prompt":"x","prompt_logprobs":21})",
+                    R"({"model":"tiny","prompt":"x","prompt_logprobs":-2})",
+                    R"({"model":"tiny","prompt":"x","prompt_logprobs":"3"})",
+                    R"({"model":"tiny","prompt":"x","prompt_logprobs":true})"}) {
+    INFO(body);
+    auto bad = completion(body);
+    CHECK(bad.error.status == 400);
+    CHECK(bad.error.param == "prompt_logprobs");
+  }
+  auto whole = completion(R"({"model":"tiny","prompt":"x",)"
+                          R"("prompt_logprobs":-1})");
+  CHECK(whole.error.param == "prompt_logprobs");
+  CHECK_THAT(whole.error.message, Catch::Contains("whole vocabulary"));
+  // max_tokens 0 with it: the prompt scored, nothing generated.
+  CHECK(*completion(R"({"model":"tiny","prompt":"x","max_tokens":0,)"
+                    R"("prompt_logprobs":1})")
+           .request->max_tokens
+        == 0);
+  CHECK(*chat(R"({"model":"tiny","messages":[{"role":"user","content":"x"}],)"
+              R"("max_completion_tokens":0,"prompt_logprobs":0})")
+           .request->max_tokens
+        == 0);
+  auto streamed = chat(R"({"model":"tiny","messages":[{"role":"user",)"
+                       R"("content":"x"}],"stream":true,"prompt_logprobs":1})");
+  CHECK(streamed.error.status == 400);
+  CHECK(streamed.error.param == "prompt_logprobs");
+  CHECK_THAT(streamed.error.message, Catch::Contains("stream"));
+}

@@ -56,6 +56,53 @@ TEST_CASE("a text completion object carries the text") {
   CHECK(j["usage"]["total_tokens"] == 4);
 }
 
+TEST_CASE("vLLM's prompt_logprobs: per completions choice, once for a chat, "
+          "the first token null, then ids to logprob, rank and text") {
+  // A prompt of three tokens: the first unscored; the second ranked 4th
+  // with two alternatives; the third is its row's best (not repeated among
+  // its alternatives), its text half a UTF-8 character.
+  std::vector<token_logprob> prompt(3);
+  prompt[0].token = "<s>";
+  prompt[0].id = 1;
+  prompt[0].scored = false;
+  prompt[1].token = " fox";
+  prompt[1].id = 7;
+  prompt[1].logprob = -2.5f;
+  prompt[1].rank = 4;
+  prompt[1].top = {{" dog", -0.25f, 9}, {" cat", -1.5f, 3}};
+  prompt[2].token = "\xe2";
+  prompt[2].id = 300;
+  prompt[2].logprob = -0.125f;
+  prompt[2].rank = 1;
+  prompt[2].top = {{"\xe2", -0.125f, 300}, {"x", -3.0f, 2}};
+  const json expected = json::array(
+    {nullptr,
+     {{"7", {{"logprob", -2.5}, {"rank", 4}, {"decoded_token", " fox"}}},
+      {"9", {{"logprob", -0.25}, {"rank", 1}, {"decoded_token", " dog"}}},
+      {"3", {{"logprob", -1.5}, {"rank", 2}, {"decoded_token", " cat"}}}},
+     {{"300",
+       {{"logprob", -0.125}, {"rank", 1}, {"decoded_token", "\ufffd"}}},
+      {"2", {{"logprob", -3.0}, {"rank", 2}, {"decoded_token", "x"}}}}});
+  choice_result with{"a", finish_reason::length};
+  with.prompt_logprobs = prompt;
+  choice_result without{"b", finish_reason::length};
+  auto j = json::parse(completion_body(endpoint_kind::completions, head,
+                                       {with, without}, {3, 2}));
+  CHECK(j["choices"][0]["prompt_logprobs"] == expected);
+  CHECK_FALSE(j["choices"][1].contains("prompt_logprobs"));
+  CHECK(j["choices"][0]["logprobs"].is_null()); // logprobs not asked for
+  CHECK_FALSE(j.contains("prompt_logprobs"));
+  // Chat: the answer's (every choice has the same prompt).
+  auto c = json::parse(completion_body(endpoint_kind::chat_completions, head,
+                                       {with, with}, {3, 2}));
+  CHECK(c["prompt_logprobs"] == expected);
+  CHECK_FALSE(c["choices"][0].contains("prompt_logprobs"));
+  // None asked for: no field.
+  auto none = json::parse(completion_body(endpoint_kind::chat_completions,
+                                          head, {without}, {3, 1}));
+  CHECK_FALSE(none.contains("prompt_logprobs"));
+}
+
 TEST_CASE("chat stream chunks: role first, deltas, finish, usage, DONE") {
   auto first = event_json(text_chunk(endpoint_kind::chat_completions, head,
                                      0, "Hel", true, true));

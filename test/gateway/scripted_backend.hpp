@@ -7,6 +7,7 @@
 #include "runtime/gateway/completion_backend.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -30,6 +31,10 @@ public:
                             std::int64_t prompt_tokens = 3)
     : tokens_(std::move(tokens)), prompt_tokens_(prompt_tokens) {
   }
+
+  /// false: the prompt's scores are never given (a backend that fails to
+  /// send what prompt_logprobs asked for).
+  std::atomic<bool> send_prompt_scores{true};
 
   ~scripted_backend() override {
     release();
@@ -126,9 +131,10 @@ private:
     const std::uint32_t choices = std::max<std::uint32_t>(req.n, 1);
     std::vector<bool> done(choices, false);
     bool stopped = false;
-    // echo with logprobs: the prompt's tokens first (prompt_tokens_of),
-    // the first unscored.
-    if (req.echo && req.logprobs >= 0)
+    // echo with logprobs, or prompt_logprobs: the prompt's tokens first
+    // (prompt_tokens_of), the first unscored.
+    if (((req.echo && req.logprobs >= 0) || req.prompt_logprobs >= 0)
+        && send_prompt_scores)
       for (std::uint32_t c = 0; c < choices; ++c)
         sink->prompt_logprobs(c, prompt_tokens_of(req));
     for (std::size_t i = 0; i < n && !stopped; ++i)
@@ -183,22 +189,27 @@ private:
   }
 
 public:
-  /// The prompt's tokens as this backend scores them: "<s>" (no
-  /// log-probability), then the prompt's text in pieces of 4 bytes, piece
-  /// k's log-probability -(k + 1) / 4 and its `logprobs` alternatives
-  /// "p" j, each 1 lower.
+  /// The prompt's tokens as this backend scores them (as a job does, with
+  /// the larger of logprobs and prompt_logprobs alternatives): "<s>" (id
+  /// 1, no log-probability), then the prompt's text in pieces of 4 bytes,
+  /// piece k id 100 + k, rank k + 2, log-probability -(k + 1) / 4, its
+  /// alternatives "p" j ids 1000 + j, each 1 lower.
   static std::vector<token_logprob> prompt_tokens_of(
     const completion_request& req) {
     std::vector<token_logprob> out(1);
     out[0].token = "<s>";
+    out[0].id = 1;
     out[0].scored = false;
+    const auto top = std::max(req.logprobs, req.prompt_logprobs);
     for (std::size_t at = 0, k = 0; at < req.prompt.size(); at += 4, ++k) {
       token_logprob t;
       t.token = req.prompt.substr(at, 4);
+      t.id = static_cast<std::int32_t>(100 + k);
+      t.rank = static_cast<std::uint32_t>(k + 2);
       t.logprob = -static_cast<float>(k + 1) / 4;
-      for (std::int32_t j = 0; j < req.logprobs; ++j)
+      for (std::int32_t j = 0; j < top; ++j)
         t.top.push_back({"p" + std::to_string(j),
-                         t.logprob - static_cast<float>(j)});
+                         t.logprob - static_cast<float>(j), 1000 + j});
       out.push_back(std::move(t));
     }
     return out;

@@ -5,7 +5,7 @@
 // the same prompt as token ids (and a token outside the vocabulary: 400),
 // echo (of a text and of token ids; with logprobs, the prompt's tokens
 // scored, against llama.cpp's logits for the same file; several prompts in
-// one request),
+// one request; vLLM's prompt_logprobs, also on a chat),
 // a chat and a completion with log-probabilities, a logit bias, JSON
 // mode,
 // asks for n = 3 sampled choices (each the engine's run with seed + i;
@@ -134,8 +134,23 @@ for (let i = 1; i < p.prompt_ids.length; ++i) {
   for (const v of logits.values())
     sum += Math.exp(v - max);
   const lse = max + Math.log(sum);
-  oracle[i] = { logprob: logits.get(p.prompt_ids[i]) - lse,
-                best: max - lse };
+  // The token's rank (vLLM's: tokens at least as likely), as bounds that
+  // allow for logits within 1e-4 of its own (exo's and llama.cpp's kernels
+  // round differently), and the row's two best log-probabilities.
+  const own = logits.get(p.prompt_ids[i]);
+  let above = 0, near = 0;
+  const sorted = [];
+  for (const v of logits.values()) {
+    if (v > own + 1e-4)
+      ++above;
+    else if (v >= own - 1e-4)
+      ++near;
+    sorted.push(v);
+  }
+  sorted.sort((a, b) => b - a);
+  oracle[i] = { logprob: own - lse, best: max - lse,
+                rankLo: above + 1, rankHi: above + near,
+                top: [sorted[0] - lse, sorted[1] - lse] };
 }
 await oracleContext.dispose();
 await oracleModel.dispose();
@@ -203,6 +218,70 @@ check(batch.choices.length === 2
         && batch.usage.prompt_tokens === p.prompt_ids.length + 5,
       `two prompts in one request: each choice is its prompt's alone `
         + `(usage ${JSON.stringify(batch.usage)})`);
+// vLLM's prompt_logprobs: each prompt token after the first keyed by its
+// id with its log-probability (echo's numbers), its rank in the
+// vocabulary and its row's best alternatives ranked 1, 2; no generated
+// token's log-probabilities where logprobs was not asked for.
+const vllmScored = await client.completions.create({
+  model: p.model, prompt: p.prompt_ids, max_tokens: 1, prompt_logprobs: 2,
+  temperature: 0,
+});
+const plp = vllmScored.choices[0].prompt_logprobs;
+check(Array.isArray(plp) && plp.length === p.prompt_ids.length
+        && plp[0] === null && vllmScored.choices[0].logprobs === null
+        && vllmScored.choices[0].text === echoScored.choices[0].text
+                                            .slice(-plainLp.choices[0]
+                                                     .text.length),
+      `prompt_logprobs: one entry per prompt token, the first null, `
+        + `no generated token's logprobs (${JSON.stringify(plp?.[1])})`);
+let rankWrong = "";
+for (let i = 1; i < p.prompt_ids.length && !rankWrong; ++i) {
+  const row = plp[i];
+  const own = row[String(p.prompt_ids[i])];
+  const alts = Object.entries(row).filter(
+    ([id]) => id !== String(p.prompt_ids[i]));
+  if (!own || own.logprob !== slp.token_logprobs[i]
+      || own.rank < oracle[i].rankLo || own.rank > oracle[i].rankHi
+      || typeof own.decoded_token !== "string")
+    rankWrong = `token ${i}: ${JSON.stringify(own)}, llama.cpp's rank `
+                + `${oracle[i].rankLo}..${oracle[i].rankHi}`;
+  else if (alts.length !== (own.rank <= 2 ? 1 : 2)
+           || alts.some(([, a]) => a.rank < 1 || a.rank > 2
+                        || Math.abs(a.logprob - oracle[i].top[a.rank - 1])
+                             > 1e-3))
+    rankWrong = `token ${i}'s alternatives: ${JSON.stringify(row)}`;
+}
+check(rankWrong === "",
+      `prompt_logprobs: echo's numbers, llama.cpp's ranks and best `
+        + `alternatives ${rankWrong}`);
+// Chat: the answer's prompt_logprobs, the rendered template's tokens;
+// max_tokens 0: the prompt scored, nothing generated.
+const chatScored = await client.chat.completions.create({
+  model: expected.chat.model,
+  messages: [{ role: "user", content: expected.chat.user }],
+  max_tokens: 0, temperature: 0, prompt_logprobs: 0,
+});
+const cplp = chatScored.prompt_logprobs;
+check(Array.isArray(cplp)
+        && cplp.length === chatScored.usage.prompt_tokens
+        && chatScored.usage.completion_tokens === 0
+        && chatScored.choices[0].message.content === ""
+        && cplp[0] === null
+        && cplp.slice(1).every((r) => Object.keys(r).length === 1
+                                      && Object.values(r)[0].rank >= 1),
+      `chat prompt_logprobs: the template's ${cplp?.length} tokens `
+        + `(usage ${JSON.stringify(chatScored.usage)})`);
+// Not with stream (vLLM's rule): refused, by name.
+let streamRefused = "";
+try {
+  await client.completions.create({
+    model: p.model, prompt: p.prompt, max_tokens: 1, prompt_logprobs: 1,
+    stream: true });
+} catch (e) {
+  streamRefused = `${e.status} ${e.param ?? e.error?.param}`;
+}
+check(streamRefused === "400 prompt_logprobs",
+      `prompt_logprobs with stream is refused (${streamRefused})`);
 // max_tokens 0: the prompt alone, scored.
 const promptOnly = await client.completions.create({
   model: p.model, prompt: p.prompt, max_tokens: 0, echo: true, logprobs: 0,

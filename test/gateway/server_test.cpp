@@ -1259,6 +1259,79 @@ TEST_CASE("several prompts in one completion: each prompt's request "
         == 200);
 }
 
+TEST_CASE("vLLM's prompt_logprobs: each completions choice's, the chat's "
+          "answer's, each cut to its own count, and an answer without them "
+          "fails") {
+  auto backend = std::make_shared<scripted_backend>(tokens, 4);
+  server srv{options(backend)};
+  auto port = srv.start();
+  const std::string prompt = "Hello there: ";
+  completion_request shape;
+  shape.prompt = prompt;
+  const auto scored = scripted_backend::prompt_tokens_of(shape);
+  const std::string head = R"({"model":"tiny","prompt":")" + prompt + "\",";
+  // Without logprobs: the prompt's tokens keyed by id, one alternative
+  // each; no generated token's log-probabilities.
+  auto r = http_exchange(port, post("/v1/completions",
+                                    head + R"("prompt_logprobs":1,"n":2})"));
+  REQUIRE(r.status == 200);
+  auto j = json::parse(r.body);
+  REQUIRE(j["choices"].size() == 2);
+  for (std::size_t c = 0; c < 2; ++c) {
+    INFO("choice " << c);
+    auto& plp = j["choices"][c]["prompt_logprobs"];
+    REQUIRE(plp.size() == scored.size());
+    CHECK(plp[0].is_null());
+    for (std::size_t i = 1; i < scored.size(); ++i) {
+      INFO("prompt token " << i);
+      REQUIRE(plp[i].size() == 2);
+      auto& own = plp[i][std::to_string(100 + i - 1)];
+      CHECK(own["logprob"].get<double>() == scored[i].logprob);
+      CHECK(own["rank"] == i + 1);
+      CHECK(own["decoded_token"] == scored[i].token);
+      CHECK(plp[i]["1000"]["rank"] == 1);
+      CHECK(plp[i]["1000"]["decoded_token"] == "p0");
+    }
+    CHECK(j["choices"][c]["logprobs"].is_null());
+  }
+  CHECK(backend->requests().back().prompt_logprobs == 1);
+  // With echo and logprobs 2: the echo's tokens with two alternatives,
+  // prompt_logprobs with none (the backend scored with two).
+  r = http_exchange(port, post("/v1/completions",
+                               head + R"("echo":true,"logprobs":2,)"
+                                      R"("prompt_logprobs":0})"));
+  REQUIRE(r.status == 200);
+  j = json::parse(r.body);
+  auto& echo = j["choices"][0]["logprobs"];
+  CHECK(echo["top_logprobs"][1].size() == 2);
+  auto& plp = j["choices"][0]["prompt_logprobs"];
+  REQUIRE(plp.size() == scored.size());
+  for (std::size_t i = 1; i < scored.size(); ++i)
+    CHECK(plp[i].size() == 1);
+  // Chat: the answer's, not a choice's.
+  r = http_exchange(port, post("/v1/chat/completions",
+                               R"({"model":"tiny","messages":[{"role":)"
+                               R"("user","content":"hi"}],)"
+                               R"("prompt_logprobs":3})"));
+  REQUIRE(r.status == 200);
+  j = json::parse(r.body);
+  CHECK(j["prompt_logprobs"].is_array());
+  CHECK(j["prompt_logprobs"][0].is_null());
+  CHECK_FALSE(j["choices"][0].contains("prompt_logprobs"));
+  // A backend that ends without them: an error, never an answer that
+  // silently lacks them.
+  backend->send_prompt_scores = false;
+  r = http_exchange(port, post("/v1/completions",
+                               head + R"("prompt_logprobs":1})"));
+  CHECK(r.status == 500);
+  CHECK_THAT(r.body, Catch::Contains("prompt_logprobs"));
+  // Streamed: refused by name before anything runs.
+  r = http_exchange(port, post("/v1/completions",
+                               head + R"("prompt_logprobs":1,"stream":true})"));
+  CHECK(r.status == 400);
+  CHECK(json::parse(r.body)["error"]["param"] == "prompt_logprobs");
+}
+
 TEST_CASE("echo with logprobs starts each choice's logprobs with the "
           "prompt's tokens, the first null, whole or streamed, with "
           "max_tokens 0 too, and not again to a resumed client") {

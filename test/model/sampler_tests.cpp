@@ -434,6 +434,12 @@ TEST_CASE("a token's logprobs are the row's log-softmax, from the whole row "
   REQUIRE(a.top_logprobs.size() == 3);
   CHECK(a.top_logprobs[0] == Approx(1000.0 - lse));
   CHECK(a.top_logprobs[2] == Approx(999.0 - lse));
+  // Its rank: the tokens at least as likely, itself included (vLLM's):
+  // two of 1000 and itself; tied best tokens share rank 2; the worst's is
+  // the row's size.
+  CHECK(a.rank == 3);
+  CHECK(logprobs_of(row.data(), row.size(), 1, 0).rank == 2);
+  CHECK(logprobs_of(row.data(), row.size(), 8, 0).rank == 9);
   // The probabilities of the whole row add up to one.
   const auto all = logprobs_of(row.data(), row.size(), 0, row.size());
   double p = 0;
@@ -453,10 +459,13 @@ TEST_CASE("a token's logprobs are the row's log-softmax, from the whole row "
   CHECK(b.logprob == a.logprob);
   CHECK(b.top_ids == a.top_ids);
   CHECK(b.top_logprobs == a.top_logprobs);
-  // An id outside the candidates gets at most the worst one's.
+  CHECK(b.rank == a.rank);
+  // An id outside the candidates gets at most the worst one's, and no
+  // rank (it is not known).
   const auto c = logprobs_of(ids.data(), values.data(), 4, stage_lse, 8, 1);
   CHECK(c.logprob == Approx(values[3] - stage_lse));
   CHECK(c.top_ids == std::vector<std::int32_t>{1});
+  CHECK(c.rank == 0);
 }
 
 TEST_CASE("a logit bias and OpenAI's penalties adjust a row before it is "

@@ -3494,6 +3494,11 @@ TEST_CASE("a prompt's scores are each prompt row's log-softmax at the "
         // by far more.
         CHECK(got.logprob == Approx(want[q][i].logprob).margin(3e-3));
         CHECK(got.logprob <= 0.0f);
+        // Its rank in the vocabulary: the prefix alone's, up to the
+        // near-ties those last bits may swap.
+        CHECK(got.rank >= 1);
+        CHECK(static_cast<double>(got.rank)
+              == Approx(want[q][i].rank).margin(2));
         REQUIRE(got.top_ids.size() == top);
         CHECK(got.top_ids == want[q][i].top_ids);
         CHECK(got.top_logprobs[0] >= got.top_logprobs[1]);
