@@ -107,6 +107,11 @@ json logprobs_json(endpoint_kind kind,
 
 /// vLLM's prompt_logprobs of a prompt's `tokens` (see completion_body).
 json prompt_logprobs_json(const std::vector<token_logprob>& tokens) {
+  auto entry = [](float logprob, std::uint32_t rank, const std::string& token) {
+    return json{{"logprob", shown(logprob)},
+                {"rank", rank},
+                {"decoded_token", valid_utf8(token)}};
+  };
   json out = json::array();
   for (auto& t : tokens) {
     if (!t.scored) { // the first: nothing comes before it
@@ -114,12 +119,6 @@ json prompt_logprobs_json(const std::vector<token_logprob>& tokens) {
       continue;
     }
     json row = json::object();
-    auto entry = [](float logprob, std::uint32_t rank,
-                    const std::string& token) {
-      return json{{"logprob", shown(logprob)},
-                  {"rank", rank},
-                  {"decoded_token", valid_utf8(token)}};
-    };
     row[std::to_string(t.id)] = entry(t.logprob, t.rank, t.token);
     for (std::size_t k = 0; k < t.top.size(); ++k)
       if (t.top[k].id != t.id)

@@ -398,14 +398,19 @@ TEST_CASE("the bridge passes a scored prompt's tokens on before the first "
                          std::vector<std::int32_t>{10, 11, fx.eos},
                          std::vector<std::string>{"Hel", "lo", ""});
   auto& tok = *fx.model.tokenizer;
-  {
+  // Runs `r` through a bridge to its end: what the sink recorded.
+  auto complete = [&](const completion_request& r) {
     job_backend be{sys, coord, {fx.model}};
-    auto r = request("Once upon a time");
-    r.logprobs = 1;
-    r.echo = true;
     auto sink = std::make_shared<recording_sink>();
     be.complete(r, sink);
     REQUIRE(sink->ended());
+    return sink;
+  };
+  {
+    auto r = request("Once upon a time");
+    r.logprobs = 1;
+    r.echo = true;
+    auto sink = complete(r);
     CHECK_FALSE(sink->failed_);
     CHECK(sink->tokens_ == std::vector<std::string>{"Hel", "lo"});
     REQUIRE(sink->prompt_logprobs_.count(0) == 1);
@@ -432,12 +437,9 @@ TEST_CASE("the bridge passes a scored prompt's tokens on before the first "
     // vLLM's prompt_logprobs without logprobs: the job scores with 3
     // alternatives (and so computes the generated tokens' too), the sink
     // gets the prompt's and no generated token's.
-    job_backend be{sys, coord, {fx.model}};
     auto r = request("Once upon a time");
     r.prompt_logprobs = 3;
-    auto sink = std::make_shared<recording_sink>();
-    be.complete(r, sink);
-    REQUIRE(sink->ended());
+    auto sink = complete(r);
     CHECK_FALSE(sink->failed_);
     REQUIRE(sink->prompt_logprobs_.count(0) == 1);
     CHECK(sink->prompt_logprobs_[0][1].top.size() == 3);
@@ -449,35 +451,26 @@ TEST_CASE("the bridge passes a scored prompt's tokens on before the first "
   }
   {
     // logprobs 1 and prompt_logprobs 2: the generated tokens' cut to 1.
-    job_backend be{sys, coord, {fx.model}};
     auto r = request("Once upon a time");
     r.logprobs = 1;
     r.prompt_logprobs = 2;
-    auto sink = std::make_shared<recording_sink>();
-    be.complete(r, sink);
-    REQUIRE(sink->ended());
+    auto sink = complete(r);
     REQUIRE(sink->logprobs_.size() == 2);
     CHECK(sink->logprobs_[0].top.size() == 1);
     CHECK(sink->prompt_logprobs_[0][1].top.size() == 2);
   }
   {
-    job_backend be{sys, coord, {fx.model}};
     auto r = request("bad rank");
     r.prompt_logprobs = 0;
-    auto sink = std::make_shared<recording_sink>();
-    be.complete(r, sink);
-    REQUIRE(sink->ended());
+    auto sink = complete(r);
     CHECK(sink->failed_);
     CHECK_THAT(sink->error_.message, Catch::Contains("of rank 0"));
   }
   {
-    job_backend be{sys, coord, {fx.model}};
     auto r = request("bad scores");
     r.logprobs = 1;
     r.echo = true;
-    auto sink = std::make_shared<recording_sink>();
-    be.complete(r, sink);
-    REQUIRE(sink->ended());
+    auto sink = complete(r);
     CHECK(sink->failed_);
     CHECK_THAT(sink->error_.message,
                Catch::Contains("1 prompt scores for a prompt of 3 tokens"));
