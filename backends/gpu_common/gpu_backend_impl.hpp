@@ -495,7 +495,10 @@ protected:
   /// The attention kernel over a paged cache: the table's entries are
   /// clamped to the cache (m::kv_row_at), never checked on the host (that
   /// would wait for the stream). Stages keep contiguous caches here
-  /// (reads_kv_blocks: no) until the kernel has run on a GPU.
+  /// (reads_kv_blocks: no) until the kernel has given the device's
+  /// contiguous attention's bits on a GPU (backend_conformance's paged
+  /// case; on an H200 on 2026-12-04 it ran but was compared with the
+  /// host's bits, which a GPU's sums never give).
   status do_attention_paged(const_view q, const_view k, const_view v,
                             const_view table, mut_view out,
                             const attention_dims& dims) override {

@@ -234,9 +234,11 @@ void start_to_ready(const char* exo_node) {
 } // namespace
 
 int main(int argc, char** argv) {
+  // A line at a time: a run cut short by a time limit keeps what it said.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   backend::factory_options o;
   o.use_environment = false;
-  o.include = {"cpu", "sim", "vulkan"};
+  o.include = {"cpu", "sim", "vulkan", "cuda", "hip"};
   o.sim.devices = {{"a100-40g", ""}};
   auto reg = backend::registry::create(o);
   if (!reg) {

@@ -68,11 +68,7 @@ shared float qs[2u * WG];
 shared float sc[CHUNK];
 shared float red[WG];
 
-// x rounded to the nearest half (packHalf2x16 rounds to nearest even on the
-// drivers exo runs on, as in matvec_f16.comp).
-float half_round(float x) {
-  return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x;
-}
+#include "half.glsl"
 
 #if defined(KV_Q8)
 // Value i of the view (its blocks from byte k_off / v_off): the signed byte

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // C[m x n] = A[m x k] * W^T with W [n x k] in IEEE half, read as 32-bit
 // words at a byte offset (w_off, even). Activations are rounded to half
 // first, as llama.cpp does where they meet F16 weights. A workgroup owns R
@@ -25,6 +26,8 @@ const uint R = 4u;
 
 shared float red[R * WG];
 
+#include "half.glsl"
+
 float weight(uint byte_addr) {
   vec2 pair = unpackHalf2x16(w[byte_addr >> 2u]);
   return (byte_addr & 2u) != 0u ? pair.y : pair.x;
@@ -41,7 +44,7 @@ void main() {
         acc[r] = 0.0;
       uint xb = p.a_off + t * p.k;
       for (uint i = tid; i < p.k; i += WG) {
-        float x = unpackHalf2x16(packHalf2x16(vec2(a[xb + i], 0.0))).x;
+        float x = half_round(a[xb + i]);
         uint wb = p.w_off + j0 * row_bytes + 2u * i;
         for (uint r = 0u; r < rows; ++r)
           acc[r] += weight(wb + r * row_bytes) * x;

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // C[m x n] = A[m x k] * W^T with W [n x k] in GGUF's Q8_0: each row is k/32
 // blocks of 34 bytes (an IEEE half scale d, then 32 int8 q), read as 32-bit
 // words at a byte offset (w_off, even). As in llama.cpp, every 32-element
@@ -27,9 +28,7 @@ const uint R = 4u;
 
 shared float red[R * WG];
 
-float to_half(float x) {
-  return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x;
-}
+#include "half.glsl"
 
 void main() {
   uint tid = gl_LocalInvocationID.x;
@@ -48,7 +47,7 @@ void main() {
           amax = max(amax, abs(a[xb + i]));
         float d = amax / 127.0;
         float id = d != 0.0 ? 1.0 / d : 0.0;
-        float dx = to_half(d);
+        float dx = half_round(d);
         int qx[32];
         for (uint i = 0u; i < 32u; ++i) {
           float s = a[xb + i] * id;
