@@ -141,6 +141,20 @@ struct running_job {
   std::set<std::string> refused;
   /// Replication ticks since the last message to the backup.
   int quiet_ticks = 0;
+  /// Backups this node saw go down while they held the job's replica: any
+  /// of them may have taken the job over (this node was the one cut off,
+  /// or both were). Each is asked every heartbeat while alive here, until
+  /// it answers (probe_former_backups); ticks since the last asking.
+  std::set<std::string> former_backups;
+  int probe_ticks = 0;
+  /// This node was paused past the failure timeout while the job ran (at
+  /// `fenced_at`): the node that backed it up then may have taken it over.
+  /// Until that node answers after the pause (fence_limit at most), a lost
+  /// stage is not re-placed (held_recovery, what was lost): the copy waits
+  /// instead of running on beside the copy taken over.
+  std::set<std::string> fence;
+  std::chrono::steady_clock::time_point fenced_at;
+  std::optional<std::string> held_recovery;
   /// Clients whose connection dropped ((cancel_atom, id, listener,
   /// grace)): the job is cancelled once its grace has passed if every
   /// client it has is among them.
@@ -215,8 +229,10 @@ struct coordinator_state {
   std::map<std::string, std::chrono::steady_clock::time_point> went_down;
   /// The jobs of other nodes this node backs up, by "ORIGIN:ID".
   std::map<std::string, backup_job> backups;
-  /// The replication timer runs.
+  /// The replication timer runs; when it last ticked (a longer gap than
+  /// the failure timeout: this node was paused).
   bool replicating = false;
+  std::chrono::steady_clock::time_point last_replicate;
   /// The jobs linked to it (they stop with it), until their exit message.
   std::set<caf::actor_addr> linked_jobs;
   /// The ends of the last runs (attach after the end, or through a backup
@@ -591,8 +607,8 @@ bool taken_over(const caf::error& err) {
 void end_taken_over(self_ptr self, std::uint64_t id, const std::string& why) {
   auto& st = self->state;
   auto it = st.running.find(id);
-  if (it == st.running.end())
-    return;
+  if (it == st.running.end() || !it->second.moved_to.empty())
+    return; // not here, or ending already (another node said so first)
   exo::text::line(std::cout) << "exo-node " << st.cfg.node << ": job " << id
             << " ends here: " << why << std::endl;
   it->second.backup.clear(); // no more progress, no replica to drop
@@ -713,13 +729,152 @@ void choose_backup(self_ptr self, std::uint64_t id) {
   }
 }
 
+void replace_run(self_ptr self, const run_ptr& run, std::string why);
+
+/// How long a fenced job waits for the node that backed it up before this
+/// node was paused (running_job::fence): a node that took the job over
+/// answers well within it; one that crashed never does, and the job goes
+/// on.
+std::chrono::milliseconds fence_limit(const job_coordinator_config& cfg) {
+  return std::max<std::chrono::milliseconds>(4 * cfg.failure_timeout, 10s);
+}
+
+/// Job `id` need not wait for `node` any more (it answered, or the wait is
+/// over): once no node is left to hear from, a re-placement that waited
+/// goes on.
+void unfence(self_ptr self, std::uint64_t id, const std::string& node) {
+  auto& st = self->state;
+  auto it = st.running.find(id);
+  if (it == st.running.end())
+    return;
+  auto& rj = it->second;
+  rj.fence.erase(node);
+  if (!rj.fence.empty() || !rj.held_recovery)
+    return;
+  auto why = std::move(*rj.held_recovery);
+  rj.held_recovery.reset();
+  if (auto run = rj.run.lock(); run && run->recovery && !run->ended)
+    replace_run(self, run, std::move(why));
+}
+
+/// An answer of `node` to what job `id` sent it at `sent` (a heartbeat or
+/// a probe): `err` none, or the error. A node that took the job over ends
+/// this copy; one that answered after this node's pause lifts its fence;
+/// a former backup that answered is not asked again.
+void heard_from(self_ptr self, std::uint64_t id, const std::string& node,
+                std::chrono::steady_clock::time_point sent,
+                const caf::error& err) {
+  auto& st = self->state;
+  auto it = st.running.find(id);
+  if (it == st.running.end() || it->second.handing_off)
+    return;
+  if (err && taken_over(err)) {
+    end_taken_over(self, id,
+                   error_message(err) + " while this node was unreachable");
+    return;
+  }
+  const bool answered
+    = !err
+      || (err.category() == exo_error_category()
+          && err.code() == static_cast<std::uint8_t>(exo_errc::failed_state));
+  if (!answered)
+    return; // not reached: asked again
+  it->second.former_backups.erase(node);
+  if (sent >= it->second.fenced_at)
+    unfence(self, id, node);
+}
+
+/// Asks job `id`'s former backups and the nodes its fence waits for, those
+/// alive here, whether one of them runs the job now (an empty
+/// job_progress: a node that took the copy over answers so, as to a
+/// heartbeat). A node whose backup was declared dead may be the one that
+/// was cut off: its backup took the job over, and the job's new backup
+/// here knows nothing of that. The current backup hears the heartbeats.
+void probe_former_backups(self_ptr self, std::uint64_t id) {
+  auto& st = self->state;
+  auto it = st.running.find(id);
+  if (it == st.running.end())
+    return;
+  auto ask = it->second.former_backups;
+  ask.insert(it->second.fence.begin(), it->second.fence.end());
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& fb : ask) {
+    if (st.alive.count(fb) == 0 || fb == it->second.backup)
+      continue;
+    job_progress p;
+    p.origin = st.cfg.node;
+    p.job = id;
+    self
+      ->request(st.cfg.gate, 30s, service_atom::value, fb,
+                std::string{"jobs"},
+                caf::make_message(replicate_atom::value, std::move(p)))
+      .then(
+        [self, id, fb, now](caf::ok_atom) {
+          heard_from(self, id, fb, now, caf::error{});
+        },
+        [self, id, fb, now](caf::error& err) {
+          heard_from(self, id, fb, now, err);
+        });
+  }
+}
+
+/// After a pause of this node: every job with a backup waits for it
+/// (running_job::fence). Paused: its timer late by more than three
+/// quarters of the failure timeout (the others count their silence from
+/// their last word from this node, before the timer's last tick, so a
+/// pause a little shorter than the timeout may be enough for a verdict; a
+/// false alarm costs one answer from the backup, or fence_limit when the
+/// backup died then). And a fence whose nodes have not answered within
+/// fence_limit is lifted: the job goes on.
+void check_fences(self_ptr self, std::chrono::steady_clock::time_point now) {
+  auto& st = self->state;
+  const bool paused
+    = st.last_replicate != std::chrono::steady_clock::time_point{}
+      && now - st.last_replicate > st.cfg.failure_timeout * 3 / 4;
+  std::vector<std::pair<std::uint64_t, std::string>> lapsed;
+  for (auto& [id, rj] : st.running) {
+    if (paused && !rj.backup.empty() && !rj.handing_off) {
+      rj.fence.insert(rj.backup);
+      rj.former_backups.insert(rj.backup);
+      rj.fenced_at = now;
+    }
+    if (!rj.fence.empty() && now - rj.fenced_at > fence_limit(st.cfg))
+      for (auto& n : rj.fence)
+        lapsed.emplace_back(id, n);
+  }
+  for (auto& [id, n] : lapsed) {
+    auto it = st.running.find(id);
+    if (it == st.running.end())
+      continue;
+    if (it->second.held_recovery)
+      exo::text::line(std::cout)
+        << "exo-node " << st.cfg.node << ": job " << id << " goes on: " << n
+        << ", which backed it up when this node was paused, has not answered"
+           " in "
+        << fence_limit(st.cfg).count() << " ms" << std::endl;
+    unfence(self, id, n);
+  }
+}
+
 /// Sends every backed-up job's new tokens to its backup (job_progress);
-/// runs while such jobs run.
+/// runs while such jobs run (or wait for nodes that backed them up).
 void replicate_tick(self_ptr self) {
   auto& st = self->state;
+  const auto now = std::chrono::steady_clock::now();
+  check_fences(self, now);
+  st.last_replicate = now;
   bool any = false;
   for (auto& [id, rj] : st.running) {
-    if (rj.backup.empty() || !rj.log || rj.handing_off)
+    if (rj.handing_off)
+      continue;
+    if (!rj.former_backups.empty() || !rj.fence.empty()) {
+      any = true;
+      if (++rj.probe_ticks >= heartbeat_ticks) {
+        rj.probe_ticks = 0;
+        probe_former_backups(self, id);
+      }
+    }
+    if (rj.backup.empty() || !rj.log)
       continue;
     any = true;
     job_progress p;
@@ -758,27 +913,25 @@ void replicate_tick(self_ptr self) {
     // so (a job stuck without tokens would never hear it otherwise).
     if (more || ++rj.quiet_ticks >= heartbeat_ticks) {
       rj.quiet_ticks = 0;
+      auto backup = rj.backup;
       self
-        ->request(st.cfg.gate, 30s, service_atom::value, rj.backup,
+        ->request(st.cfg.gate, 30s, service_atom::value, backup,
                   std::string{"jobs"},
                   caf::make_message(replicate_atom::value, std::move(p)))
-        .then([](caf::ok_atom) {},
-              [self, id = id, backup = rj.backup](caf::error& err) {
-                if (!taken_over(err))
-                  return;
-                auto it = self->state.running.find(id);
-                if (it == self->state.running.end()
-                    || it->second.backup != backup || it->second.handing_off)
-                  return;
-                end_taken_over(self, id,
-                               error_message(err)
-                                 + " while this node was unreachable");
-              });
+        .then(
+          [self, id = id, backup, now](caf::ok_atom) {
+            heard_from(self, id, backup, now, caf::error{});
+          },
+          [self, id = id, backup, now](caf::error& err) {
+            heard_from(self, id, backup, now, err);
+          });
     }
   }
   st.replicating = any;
   if (any)
     self->delayed_send(self, replicate_period, tick_atom::value);
+  else
+    st.last_replicate = {};
 }
 
 /// Job `id` ended here: its backup drops the replica.
@@ -1999,6 +2152,21 @@ caf::result<job_pipeline> recover_job(self_ptr self, std::uint64_t id,
     }
   auto rp = self->make_response_promise<job_pipeline>();
   run->recovery = rp;
+  if (auto& rj = it->second; !rj.fence.empty()) {
+    // This node was paused: the node that backed the job up then may run
+    // it now. It is heard first (unfence).
+    std::string nodes;
+    for (auto& n : rj.fence)
+      nodes += (nodes.empty() ? "" : ", ") + n;
+    exo::text::line(std::cout)
+      << "exo-node " << st.cfg.node << ": job " << id
+      << " waits to hear from " << nodes
+      << " (it backed the job up when this node was paused) before it is "
+         "re-placed after "
+      << why << std::endl;
+    rj.held_recovery = std::move(why);
+    return rp;
+  }
   replace_run(self, run, std::move(why));
   return rp;
 }
@@ -3167,11 +3335,14 @@ void on_member(self_ptr self, const member_event& e) {
       asked.emplace_back(n, f.round);
   for (auto& [n, round] : asked)
     follow_missed(self, n, round, e.member.name, caf::error{});
-  // Our jobs that it backed up get another backup.
+  // Our jobs that it backed up get another backup; it may have taken them
+  // over (if this node was the one cut off): it is asked once it is back.
   std::vector<std::uint64_t> orphans;
   for (auto& [id, rj] : st.running)
-    if (rj.backup == e.member.name)
+    if (rj.backup == e.member.name) {
       orphans.push_back(id);
+      rj.former_backups.insert(e.member.name);
+    }
   for (auto id : orphans)
     choose_backup(self, id);
   // Its jobs that this node backs up go on here.
@@ -3238,9 +3409,20 @@ std::string holder_of(const coordinator_state& st, const std::string& key,
   const auto& self = st.cfg.node;
   for (auto& [id, rj] : st.running)
     if (auto h = workload::copy_holder(self, key, asker, rj.key,
-                                       rj.taken_from, rj.moved_to);
+                                       rj.taken_from, rj.moved_to, lineage,
+                                       self + ":" + std::to_string(id));
         !h.empty())
       return h;
+  // A copy being taken over here, its stages still starting, holds it
+  // already.
+  for (auto& w : st.starting)
+    if (auto run = w.lock(); run && !run->ended)
+      if (auto h = workload::copy_holder(
+            self, key, asker, run->key, run->taken_from, run->moved_to,
+            lineage,
+            run->id == 0 ? std::string{} : self + ":" + std::to_string(run->id));
+          !h.empty())
+        return h;
   for (auto& e : st.ended)
     if (auto h = workload::copy_holder(self, key, asker, e.key, e.taken_from,
                                        e.moved_to);
@@ -4154,6 +4336,7 @@ service spawn_jobs_service(const service_context& ctx) {
   cfg.client_dirs = config::client_dirs(*ctx.cfg);
   cfg.backups = ctx.cfg->models.backup_jobs;
   cfg.admission_wait = ctx.cfg->models.admission_wait;
+  cfg.failure_timeout = ctx.cfg->network.failure_timeout;
   cfg.job_numbers_file = ctx.cfg->node.state_dir + "/job-numbers";
   service s;
   s.name = "jobs";

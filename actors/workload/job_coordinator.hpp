@@ -106,6 +106,11 @@ struct job_coordinator_config {
   /// this coordinator's other runs hold (models.admission_wait_ms); 0:
   /// it fails at once. A run waits only while other runs hold memory.
   std::chrono::milliseconds admission_wait{30000};
+  /// The gate's failure timeout (network.failure_timeout_ms): a node whose
+  /// own timers stalled about this long was paused, and the backups of its
+  /// jobs may have taken them over meanwhile (job_coordinator.cpp,
+  /// check_fences).
+  std::chrono::milliseconds failure_timeout{1500};
   /// Where the last job number given out is kept (core/workload/
   /// job_numbers.hpp: a restarted node goes on from it, so that its new
   /// jobs' keys are not those of its old ones, which other nodes may have

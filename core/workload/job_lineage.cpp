@@ -38,8 +38,12 @@ bool lineage_believed(
 std::string copy_holder(const std::string& self, const std::string& key,
                         const std::string& asker, const std::string& copy_key,
                         const std::string& taken_from,
-                        const std::string& moved_to) {
+                        const std::string& moved_to,
+                        const std::vector<std::string>& asker_lineage,
+                        const std::string& own_key) {
   if (copy_key != key && (taken_from.empty() || taken_from != key))
+    return {};
+  if (!own_key.empty() && names(asker_lineage, own_key))
     return {};
   if (!moved_to.empty())
     return taken_from.rfind(asker + ":", 0) == 0 ? moved_to : std::string{};

@@ -51,11 +51,17 @@ bool lineage_believed(
 ///   behind it: it asks the one after it);
 /// - "" otherwise: a job that started on `self` and runs there is not
 ///   taken over (a node that took it over while `self` was unreachable
-///   says so when it replicates to `self`).
+///   says so when it replicates to `self`); and "" when the asker's copy
+///   was taken over from this very copy (`asker_lineage`, the keys of the
+///   copies before the asker's, names `own_key`, this copy's NODE:ID on
+///   `self`): a copy does not claim the job from one that came after it
+///   (it hears that it was taken over, and ends).
 std::string copy_holder(const std::string& self, const std::string& key,
                         const std::string& asker, const std::string& copy_key,
                         const std::string& taken_from,
-                        const std::string& moved_to);
+                        const std::string& moved_to,
+                        const std::vector<std::string>& asker_lineage = {},
+                        const std::string& own_key = {});
 
 /// Whether a copy that a node backs up (`backup_key`, its replica's
 /// `origin` and `backup_lineage`) runs job `key` now, for the copy of

@@ -66,6 +66,14 @@ TEST_CASE("a copy names who holds the job it was taken over from",
   CHECK(copy_holder("b", "ab:2", "ab", "b:5", "ab:2", "c") == "c");
   // A copy that started here and was handed on names no one either.
   CHECK(copy_holder("b", "b:5", "a", "b:5", "", "c").empty());
+  // The asker's copy was taken over from this one (b:5, not told yet):
+  // b does not claim the job from it, by either key; an asker whose line
+  // does not name b:5 still hears that b holds it.
+  CHECK(copy_holder("b", "a:2", "c", "a:2", "a:2", "", {"a:2", "b:5"}, "b:5")
+          .empty());
+  CHECK(copy_holder("b", "b:5", "c", "a:2", "a:2", "", {"a:2", "b:5"}, "b:5")
+          .empty());
+  CHECK(copy_holder("b", "a:2", "c", "a:2", "a:2", "", {"a:2"}, "b:5") == "b");
 }
 
 TEST_CASE("a backed-up copy runs a job when it descends from it and the "
