@@ -147,8 +147,9 @@ struct running_job {
   /// it answers (probe_former_backups); ticks since the last asking.
   std::set<std::string> former_backups;
   int probe_ticks = 0;
-  /// This node was paused past the failure timeout while the job ran (at
-  /// `fenced_at`): the node that backed it up then may have taken it over.
+  /// This node was paused about the failure timeout while the job ran (at
+  /// `fenced_at`, check_fences): the node that backed it up then may have
+  /// taken it over.
   /// Until that node answers after the pause (fence_limit at most), a lost
   /// stage is not re-placed (held_recovery, what was lost): the copy waits
   /// instead of running on beside the copy taken over.
@@ -229,8 +230,8 @@ struct coordinator_state {
   std::map<std::string, std::chrono::steady_clock::time_point> went_down;
   /// The jobs of other nodes this node backs up, by "ORIGIN:ID".
   std::map<std::string, backup_job> backups;
-  /// The replication timer runs; when it last ticked (a longer gap than
-  /// the failure timeout: this node was paused).
+  /// The replication timer runs; when it last ticked (a gap of more than
+  /// 3/4 of the failure timeout: this node was paused, check_fences).
   bool replicating = false;
   std::chrono::steady_clock::time_point last_replicate;
   /// The jobs linked to it (they stop with it), until their exit message.
