@@ -785,6 +785,23 @@ void heard_from(self_ptr self, std::uint64_t id, const std::string& node,
     unfence(self, id, node);
 }
 
+/// Sends job `id`'s progress `p` to `node`; its answer goes to heard_from.
+void send_progress(self_ptr self, std::uint64_t id, const std::string& node,
+                   job_progress p, std::chrono::steady_clock::time_point now) {
+  auto& st = self->state;
+  self
+    ->request(st.cfg.gate, 30s, service_atom::value, node,
+              std::string{"jobs"},
+              caf::make_message(replicate_atom::value, std::move(p)))
+    .then(
+      [self, id, node, now](caf::ok_atom) {
+        heard_from(self, id, node, now, caf::error{});
+      },
+      [self, id, node, now](caf::error& err) {
+        heard_from(self, id, node, now, err);
+      });
+}
+
 /// Asks job `id`'s former backups and the nodes its fence waits for, those
 /// alive here, whether one of them runs the job now (an empty
 /// job_progress: a node that took the copy over answers so, as to a
@@ -805,17 +822,7 @@ void probe_former_backups(self_ptr self, std::uint64_t id) {
     job_progress p;
     p.origin = st.cfg.node;
     p.job = id;
-    self
-      ->request(st.cfg.gate, 30s, service_atom::value, fb,
-                std::string{"jobs"},
-                caf::make_message(replicate_atom::value, std::move(p)))
-      .then(
-        [self, id, fb, now](caf::ok_atom) {
-          heard_from(self, id, fb, now, caf::error{});
-        },
-        [self, id, fb, now](caf::error& err) {
-          heard_from(self, id, fb, now, err);
-        });
+    send_progress(self, id, fb, std::move(p), now);
   }
 }
 
@@ -914,18 +921,7 @@ void replicate_tick(self_ptr self) {
     // so (a job stuck without tokens would never hear it otherwise).
     if (more || ++rj.quiet_ticks >= heartbeat_ticks) {
       rj.quiet_ticks = 0;
-      auto backup = rj.backup;
-      self
-        ->request(st.cfg.gate, 30s, service_atom::value, backup,
-                  std::string{"jobs"},
-                  caf::make_message(replicate_atom::value, std::move(p)))
-        .then(
-          [self, id = id, backup, now](caf::ok_atom) {
-            heard_from(self, id, backup, now, caf::error{});
-          },
-          [self, id = id, backup, now](caf::error& err) {
-            heard_from(self, id, backup, now, err);
-          });
+      send_progress(self, id, rj.backup, std::move(p), now);
     }
   }
   st.replicating = any;
@@ -1377,7 +1373,6 @@ void link_stages(self_ptr self, const run_ptr& run) {
         });
 }
 
-void replace_run(self_ptr self, const run_ptr& run, std::string why);
 
 /// Starts the shards of `run->plan` on their nodes' shard hosts, then
 /// links them and runs the job.
