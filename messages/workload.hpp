@@ -556,13 +556,19 @@ struct job_progress {
   std::vector<job_recovered> recoveries;
   /// With logprobs: `more`'s log-probabilities, per sequence (as many).
   std::vector<std::vector<model::token_logprobs>> more_logprobs;
+  /// With `ended`, why the replica goes when the job did not end: this
+  /// copy was taken over by node `moved_to` (its clients there follow
+  /// the job to it), or, `moved_to` being `origin`, the job goes on there
+  /// with another backup (a former backup's stale replica: its clients
+  /// attach at the origin). Empty: the job ended on `origin`.
+  std::string moved_to;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_progress& x) {
   return wire(f, caf::meta::type_name("exo.job_progress"), x.origin, x.job,
               x.have, x.more, x.draws, x.ended, x.recoveries,
-              x.more_logprobs);
+              x.more_logprobs, x.moved_to);
 }
 
 /// A running job handed by its coordinating node (stopping) to the node

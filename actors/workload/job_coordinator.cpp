@@ -603,8 +603,47 @@ bool taken_over(const caf::error& err) {
               != std::string::npos;
 }
 
+/// Tells `node` to drop its replica of job `id` (job_progress::ended):
+/// the job ended here (`moved_to` empty), this copy was taken over by
+/// `moved_to`, or (`moved_to` this node) the job goes on here and `node`
+/// no longer backs it up. Asked, not sent, and nothing waits for the
+/// answer: a node that does not get it holds a replica nobody updates,
+/// which it drops when it hears of the job's end or its holder.
+void send_drop(self_ptr self, std::uint64_t id, const std::string& node,
+               const std::string& moved_to) {
+  auto& st = self->state;
+  job_progress p;
+  p.origin = st.cfg.node;
+  p.job = id;
+  p.ended = true;
+  p.moved_to = moved_to;
+  self
+    ->request(st.cfg.gate, 30s, service_atom::value, node,
+              std::string{"jobs"},
+              caf::make_message(replicate_atom::value, std::move(p)))
+    .then([](caf::ok_atom) {}, [](caf::error&) {});
+}
+
+/// Job `id`'s backup and its former backups that are alive here, but
+/// `except`: the nodes that may hold a replica of it.
+std::vector<std::string> replica_holders(const coordinator_state& st,
+                                         const running_job& rj,
+                                         const std::string& except) {
+  std::vector<std::string> out;
+  if (!rj.backup.empty() && rj.backup != except)
+    out.push_back(rj.backup);
+  for (auto& fb : rj.former_backups)
+    if (fb != rj.backup && fb != except && st.alive.count(fb) != 0)
+      out.push_back(fb);
+  return out;
+}
+
 /// Ends this node's copy of job `id`, which its backup took over while
-/// this node was unreachable: the job stops, its stages too.
+/// this node was unreachable: the job stops, its stages too. The nodes
+/// that back this copy up drop their replicas and send the clients
+/// attached there on to the node that took it over (a replica kept would
+/// hold them until the job's end never came, and would be taken over
+/// again if this node went).
 void end_taken_over(self_ptr self, std::uint64_t id, const std::string& why) {
   auto& st = self->state;
   auto it = st.running.find(id);
@@ -612,6 +651,11 @@ void end_taken_over(self_ptr self, std::uint64_t id, const std::string& why) {
     return; // not here, or ending already (another node said so first)
   exo::text::line(std::cout) << "exo-node " << st.cfg.node << ": job " << id
             << " ends here: " << why << std::endl;
+  const auto taker = console::taken_over_by(why);
+  if (!it->second.handing_off)
+    for (auto& n : replica_holders(st, it->second, taker))
+      send_drop(self, id, n, taker);
+  it->second.former_backups.clear();
   it->second.backup.clear(); // no more progress, no replica to drop
   it->second.backup_ready = false;
   it->second.moved_to = console::taken_over_by(why);
@@ -780,7 +824,16 @@ void heard_from(self_ptr self, std::uint64_t id, const std::string& node,
           && err.code() == static_cast<std::uint8_t>(exo_errc::failed_state));
   if (!answered)
     return; // not reached: asked again
-  it->second.former_backups.erase(node);
+  // A former backup that answered and did not take the job over may still
+  // hold the replica it had when this node saw it go (a false suspicion):
+  // it drops it, else it would take the job over beside the backup if
+  // this node went. Only once it is alive again here: the answers to what
+  // was sent before it went down come in first, from a node not yet back
+  // (which could not be told, and may still take the job over after).
+  if (st.alive.count(node) != 0
+      && it->second.former_backups.erase(node) != 0
+      && node != it->second.backup)
+    send_drop(self, id, node, st.cfg.node);
   if (sent >= it->second.fenced_at)
     unfence(self, id, node);
 }
@@ -935,18 +988,10 @@ void replicate_tick(self_ptr self) {
 void drop_replica(self_ptr self, std::uint64_t id) {
   auto& st = self->state;
   auto it = st.running.find(id);
-  if (it == st.running.end() || it->second.backup.empty()
-      || it->second.handing_off)
+  if (it == st.running.end() || it->second.handing_off)
     return;
-  job_progress p;
-  p.origin = st.cfg.node;
-  p.job = id;
-  p.ended = true;
-  self
-    ->request(st.cfg.gate, 30s, service_atom::value, it->second.backup,
-              std::string{"jobs"},
-              caf::make_message(replicate_atom::value, std::move(p)))
-    .then([](caf::ok_atom) {}, [](caf::error&) {});
+  for (auto& n : replica_holders(st, it->second, {}))
+    send_drop(self, id, n, {});
 }
 
 /// Token `t` of sequence seq, its index-th, as a listener gets it, with
@@ -3567,6 +3612,40 @@ caf::result<caf::ok_atom> on_progress(self_ptr self, job_progress& p) {
   if (it == st.backups.end())
     return caf::ok_atom::value;
   auto& b = it->second;
+  if (p.ended && !p.moved_to.empty()) {
+    if (p.moved_to.size() > max_name_length)
+      return fail(exo_errc::invalid_argument,
+                  "job " + key + ": a node name of "
+                    + std::to_string(p.moved_to.size())
+                    + " bytes where the job moved (at most "
+                    + std::to_string(max_name_length) + ")");
+    auto why = p.moved_to == p.origin
+                 ? "job " + key + " is backed up elsewhere now"
+                 : "job " + key + console::job_taken_over + p.moved_to;
+    exo::text::line(std::cout)
+      << "exo-node " << st.cfg.node << ": drops its replica: " << why
+      << std::endl;
+    if (p.moved_to == p.origin) {
+      // It goes on there: the clients attached here wait for its end
+      // there, and followers look for it again.
+      for (auto& a : b.attached)
+        self
+          ->request(st.cfg.gate, std::chrono::seconds(24 * 3600),
+                    service_atom::value, p.origin, std::string{"jobs"},
+                    caf::make_message(attach_atom::value, key))
+          .then([a](console_reply& r) mutable { a.deliver(std::move(r)); },
+                [a](caf::error& err) mutable { a.deliver(std::move(err)); });
+      for (auto& f : b.followers)
+        f.rp.deliver(fail(exo_errc::invalid_argument, why));
+    } else {
+      // Its clients here follow it to the node that took it over.
+      for (auto& a : b.attached)
+        a.deliver(fail(exo_errc::failed_state, why));
+      fail_followers(b.followers, why);
+    }
+    st.backups.erase(it);
+    return caf::ok_atom::value;
+  }
   if (p.ended) {
     // It ended on its node: the clients attached here get its end from
     // there (the node keeps the ends of its last runs).

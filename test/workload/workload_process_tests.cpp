@@ -1889,7 +1889,9 @@ struct story_on_three {
   node_proc a, b, c;
   std::unique_ptr<process> runner;
   std::string backup;
-  story_on_three(pki& p, const std::string& model, int silence = 3000) {
+  /// `more`: options the run gets beside story_job's.
+  story_on_three(pki& p, const std::string& model, int silence = 3000,
+                 const std::string& more = "") {
     p.node("coord");
     p.node("peer");
     p.node("spare");
@@ -1898,7 +1900,7 @@ struct story_on_three {
     c = shared_key_node(p, "spare", {a.port}, silence);
     REQUIRE(all_see_each_other(p, a, b, c));
     runner = std::make_unique<process>(background_console(
-      p, a.port, story_job(model) + " --stages 2 --id story"));
+      p, a.port, story_job(model) + " --stages 2 --id story" + more));
     REQUIRE(a.proc->wait_for_output("job 1 started", 120s));
     backup = job_backup(p, a.port, "story", 60s);
     REQUIRE((backup == "peer" || backup == "spare"));
@@ -1913,6 +1915,44 @@ struct story_on_three {
   node_proc& third() { return backup == "spare" ? b : c; }
   std::string third_name() const { return backup == "spare" ? "peer" : "spare"; }
 };
+
+TEST_CASE("a backup that froze past the failure timeout drops the replica "
+          "it still holds when it comes back, and the job goes on",
+          "[workload][process]") {
+  pki p{"exo-backup-freeze"};
+  auto model = long_model(p);
+  // Eight sequences, each on its own step: the job runs long enough for
+  // the backup to freeze, be replaced and come back.
+  story_on_three story{p, model, 3000, " --sequences 8 --batch 1"};
+  auto& a = story.a;
+  auto& runner = *story.runner;
+  auto& backup = story.backup;
+  auto& keeper = story.keeper();
+  // Frozen: coord declares it dead and backs the job up elsewhere.
+  keeper.proc->signal(SIGSTOP);
+  bool dead = a.proc->wait_for_output("member " + backup + " is dead", 60s);
+  bool elsewhere
+    = dead
+      && holds_ready_backup(p, story.third().port, "\"job\": \"coord:1\"");
+  keeper.proc->signal(SIGCONT);
+  INFO("coord: " << a.proc->out());
+  REQUIRE(dead);
+  REQUIRE(elsewhere);
+  // Back, it still holds the job's old replica: coord, which asks its
+  // former backups whether one took the job over, tells it to drop it
+  // (else it would take the job over beside the new backup if coord
+  // went).
+  bool dropped = keeper.proc->wait_for_output(
+    "drops its replica: job coord:1 is backed up elsewhere now", 60s);
+  INFO(backup << ": " << keeper.proc->out());
+  CHECK(dropped);
+  auto code = runner.wait(180s);
+  INFO("runner: " << runner.out() << runner.err());
+  CHECK(code == 0);
+  CHECK(contains(runner.out(), "generation: 24000 tokens"));
+  CHECK(!contains(keeper.proc->out(), "taking job coord:1 over"));
+  CHECK(!contains(runner.err(), "re-attaching"));
+}
 
 TEST_CASE("a coordinating node that froze and comes back after its backup "
           "took its job over ends its own copy",
@@ -1981,8 +2021,12 @@ TEST_CASE("a coordinating node that froze and comes back after its backup "
 /// the third dead while its stage and backup were there: the keeper, paused
 /// past the failure timeout, must not re-place its copy then (the third
 /// took it over), but wait to hear from the third and end.
+/// `console_follows`: the console, which follows the job through the
+/// third, must see its end although it lost the third (a stop past its
+/// pings) and re-attached elsewhere.
 void taken_over_twice(bool coord_back_first,
-                      std::chrono::milliseconds stall_third = {}) {
+                      std::chrono::milliseconds stall_third = {},
+                      bool console_follows = false) {
   pki p{"exo-takeover-twice"};
   auto model = long_model(p);
   story_on_three story{p, model, coord_back_first ? 3000 : 10000};
@@ -2046,9 +2090,20 @@ void taken_over_twice(bool coord_back_first,
     CHECK(third.proc->wait_for_output("job coord:1 (taken over) finished",
                                       180s));
     CHECK(!contains(keeper.proc->out(), "(taken over) finished"));
-    // (The console attached through the stopped third loses it and looks
-    // for the job again: not what this case is about.)
-    runner.wait(60s);
+    // The console, attached through the third since coord froze, loses
+    // it too when the stop outlasts its pings, and looks for the job
+    // again: with console_follows it must find it and see its end.
+    auto rc = runner.wait(console_follows ? 180s : 60s);
+    if (console_follows) {
+      INFO("runner: " << runner.out() << runner.err());
+      INFO("coord, at the end: " << a.proc->out() << a.proc->err());
+      INFO(third_name << ", at the end: " << third.proc->out());
+      INFO(backup << ", at the end: " << keeper.proc->out());
+      CHECK(rc == 0);
+      CHECK(contains(runner.out(), "attached to job coord:1"));
+      CHECK(line_after(runner.out(), "text: ")
+            == solo_text(p, a.port, job, 3000));
+    }
     return;
   }
   auto code = runner.wait(180s);
@@ -2095,4 +2150,15 @@ TEST_CASE("a node back from a pause that cannot reach the node that took its "
           "job over waits for it instead of running the job on",
           "[workload][process]") {
   taken_over_twice(true, 1800ms);
+}
+
+TEST_CASE("a console that loses the node it followed a job taken over twice "
+          "through finds the job and its end",
+          "[workload][process]") {
+  // The third is stopped past the console's two pings: the console
+  // re-attaches through the others, one of which backed the keeper's copy
+  // up when the third took it over. Before such a replica was dropped
+  // with the copy, the console waited there for an end that never came
+  // (3 runs of 4 here).
+  taken_over_twice(true, 2800ms, true);
 }
