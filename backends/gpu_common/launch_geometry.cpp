@@ -56,7 +56,7 @@ launch_1d weights_launch(weight_type type, const matmul_dims& d) {
     return {};
   (void)type;
   std::uint32_t threads = 32;
-  while (threads < d.k && threads < 256)
+  while (threads < d.k && threads < weights_max_threads)
     threads *= 2;
   return {capped_blocks(d.n, 1), threads};
 }

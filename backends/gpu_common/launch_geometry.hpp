@@ -49,8 +49,9 @@ launch_2d matmul_launch(const matmul_dims& dims);
 launch_1d attention_launch(const attention_dims& dims);
 
 /// The F16 / BF16 matrix-vector kernels: one block per row of W (n),
-/// capped (the kernel strides); threads a power of two, at most 256, that
-/// covers the row's elements where it can.
+/// capped (the kernel strides); threads a power of two, at most
+/// weights_max_threads, that covers the row's elements where it can.
+constexpr std::uint32_t weights_max_threads = 256;
 launch_1d weights_launch(weight_type type, const matmul_dims& dims);
 
 /// The quantized matrix-vector kernel (kernel_quant.hpp): rows_per_block

@@ -9,18 +9,23 @@ exo_add_test(NAME gpu_common_tests
   LIBS exo_gpu_common
   LABELS unit)
 
-# Conformance on real GPUs (label backend): every check WARNs and returns
-# when the build's GPU backends find no device.
-if(TARGET exo_backend_cuda OR TARGET exo_backend_hip)
-  exo_add_test(NAME gpu_conformance
-    SOURCES ${CMAKE_SOURCE_DIR}/test/backends/gpu/gpu_conformance_tests.cpp
-    LIBS exo_gpu_common exo_backend_core
-    LABELS backend)
-  foreach(b cuda hip)
-    string(TOUPPER ${b} B)
-    if(TARGET exo_backend_${b})
-      target_link_libraries(gpu_conformance PRIVATE exo_backend_${b})
-      target_compile_definitions(gpu_conformance PRIVATE EXO_TEST_${B}=1)
-    endif()
-  endforeach()
-endif()
+# Conformance on real GPUs (label backend): every check WARNs for a
+# backend that finds no device, and runs on the GPU emulator's devices.
+exo_add_test(NAME gpu_conformance
+  SOURCES ${CMAKE_SOURCE_DIR}/test/backends/gpu/gpu_conformance_tests.cpp
+  LIBS exo_gpu_common exo_backend_core exo_gpu_emulator
+  LABELS backend)
+foreach(b cuda hip)
+  string(TOUPPER ${b} B)
+  if(TARGET exo_backend_${b})
+    target_link_libraries(gpu_conformance PRIVATE exo_backend_${b})
+    target_compile_definitions(gpu_conformance PRIVATE EXO_TEST_${B}=1)
+  endif()
+endforeach()
+
+# The GPU emulator, and the shared kernels run through it (label unit):
+# needs no GPU.
+exo_add_test(NAME gpu_emulator_tests
+  SOURCES ${CMAKE_SOURCE_DIR}/test/backends/gpu/gpu_emulator_tests.cpp
+  LIBS exo_gpu_emulator
+  LABELS unit)

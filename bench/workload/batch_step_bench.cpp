@@ -29,9 +29,15 @@
 // step, against one K x L-token prompt and the K prompts one by one: what
 // a burst of requests costs, 5 times each, alternating), EXO_BENCH_ISA=
 // avx2|scalar (the host kernels no wider than that, as on a CPU without
-// AVX-512: host::limit_isa).
+// AVX-512: host::limit_isa), EXO_BENCH_DEVICE=gpu-emulator (the stage on
+// the GPU emulator's device instead of the cpu device: the CUDA kernels on
+// the host, far slower than either; printed per batch size, what the last
+// step asked of the GPU: kernel launches, barrier phases, copies and host
+// waits, from gpu::emu::stats).
 
 #include "backends/factory/factory.hpp"
+#include "backends/gpu_common/gpu_emulator.hpp"
+#include "backends/gpu_common/gpu_emulator_backend.hpp"
 #include "backends/host_kernels.hpp"
 #include "core/model/device_stage.hpp"
 #include "core/model/llama_model.hpp"
@@ -68,6 +74,8 @@ bool amx_both = false;
 std::uint32_t prefill = 0;
 /// EXO_BENCH_BURST=K,L: K prompts of L tokens (0: none).
 std::uint32_t burst_k = 0, burst_l = 0;
+/// EXO_BENCH_DEVICE=gpu-emulator: the stage on the GPU emulator.
+bool on_emulator = false;
 
 struct batch_path {
   std::uint32_t b = 1;
@@ -76,7 +84,36 @@ struct batch_path {
   std::vector<model::device_stage::segment> segs;
   std::vector<float> x, logits;
   std::vector<double> times;
+  backend::gpu::emu::runtime_stats last; ///< on the emulator: last step
 };
+
+/// One line of what a step asked of the emulated GPU.
+void print_emulated(const batch_path& p) {
+  const auto& s = p.last;
+  std::uint64_t launches = 0, phases = 0;
+  for (auto& [name, k] : s.kernels) {
+    launches += k.launches;
+    phases += k.phases;
+  }
+  std::printf("  %2u sequences, one step on the emulated GPU: %llu launches, "
+              "%llu barrier phases, %llu host waits, %llu copies to the "
+              "device (%llu B), %llu back (%llu B), %llu on it, %llu "
+              "allocations\n   ",
+              p.b, static_cast<unsigned long long>(launches),
+              static_cast<unsigned long long>(phases),
+              static_cast<unsigned long long>(s.host_waits),
+              static_cast<unsigned long long>(s.to_device),
+              static_cast<unsigned long long>(s.to_device_bytes),
+              static_cast<unsigned long long>(s.to_host),
+              static_cast<unsigned long long>(s.to_host_bytes),
+              static_cast<unsigned long long>(s.on_device),
+              static_cast<unsigned long long>(s.allocations));
+  for (auto& [name, k] : s.kernels)
+    std::printf(" %s %llu/%llu", name.c_str(),
+                static_cast<unsigned long long>(k.launches),
+                static_cast<unsigned long long>(k.phases));
+  std::printf(" (launches/phases)\n");
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -135,7 +172,16 @@ int run_type(const char* type, int steps) {
     std::printf("error: no cpu device\n");
     return 1;
   }
-  model::backend_ops ops(*reg->devices().front());
+  std::unique_ptr<backend::backend> emulator;
+  if (on_emulator) {
+    emulator = backend::make_gpu_emulator_backend();
+    if (auto e = emulator->initialize(); !e) {
+      std::printf("error: %s\n", e.err().to_string().c_str());
+      return 1;
+    }
+  }
+  model::backend_ops ops(on_emulator ? *emulator->device_at(0)
+                                     : *reg->devices().front());
   model::device_stage_options so = model::shard_stage_options(hp);
   so.kv = kv;
   if (kv_block >= 0)
@@ -218,6 +264,7 @@ int run_type(const char* type, int steps) {
       for (std::uint32_t s = 0; s < p.b; ++s)
         toks[s] = static_cast<std::int32_t>((31 * i + 5 * s + 3) % hp.n_vocab);
       backend::host::allow_amx(p.amx);
+      backend::gpu::emu::reset_stats();
       auto t0 = clock_type::now();
       (void)stage.embed(toks.data(), p.b, p.x.data());
       auto ok = p.b == 1 ? stage.forward(p.caches[0], p.segs[0].pos,
@@ -229,6 +276,7 @@ int run_type(const char* type, int steps) {
       }
       p.times.push_back(
         std::chrono::duration<double>(clock_type::now() - t0).count());
+      p.last = backend::gpu::emu::stats();
       for (auto& sg : p.segs)
         ++sg.pos;
     }
@@ -244,6 +292,9 @@ int run_type(const char* type, int steps) {
                 p.b, t * 1e3, p.b / t, (p.b / t) / (1.0 / one),
                 !amx_both ? "" : p.amx ? ", AMX" : ", no AMX");
   }
+  if (on_emulator)
+    for (auto& p : paths)
+      print_emulated(p);
   backend::host::allow_amx(true);
   if (prefill > 0) {
     // An N-token prompt into a fresh cache, in pieces of a step's most
@@ -388,6 +439,15 @@ int main(int argc, char** argv) {
   }
   if (const char* n = std::getenv("EXO_BENCH_CTX"))
     n_ctx = static_cast<std::uint32_t>(std::max(1, std::atoi(n)));
+  if (const char* d = std::getenv("EXO_BENCH_DEVICE")) {
+    const std::string dev{d};
+    if (dev != "cpu" && dev != "gpu-emulator") {
+      std::printf("error: EXO_BENCH_DEVICE must be cpu or gpu-emulator, "
+                  "not %s\n", d);
+      return 2;
+    }
+    on_emulator = dev == "gpu-emulator";
+  }
   if (only) // any file type exo-model make-test writes (q8_0, q5_k_m, ...)
     return run_type(only, steps);
   for (const char* t : {"f32", "q4_k_m"})

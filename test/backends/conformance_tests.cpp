@@ -6,6 +6,8 @@
 #include "backends/host_kernels.hpp"
 #include "test/support/random.hpp"
 
+#include "test/support/emulated_gpu.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -33,6 +35,11 @@ registry& all_devices() {
     return std::move(*r);
   }();
   return reg;
+}
+
+/// The registry's devices and the emulated GPU (test/support/emulated_gpu.hpp).
+std::vector<device*> every_device() {
+  return exo::test::with_emulated_gpu(all_devices());
 }
 
 std::vector<std::uint8_t> random_bytes(std::mt19937& rng, std::size_t n) {
@@ -71,7 +78,7 @@ void require_close(const std::vector<float>& got,
 } // namespace
 
 TEST_CASE("the factory finds a cpu device and the configured simulated ones") {
-  auto devs = all_devices().devices();
+  auto devs = every_device();
   int cpu = 0, sim = 0;
   for (auto* d : devs) {
     cpu += d->properties().kind == backend_kind::cpu;
@@ -82,7 +89,7 @@ TEST_CASE("the factory finds a cpu device and the configured simulated ones") {
 }
 
 TEST_CASE("every device describes itself completely and honestly") {
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     auto& p = dev->properties();
     DYNAMIC_SECTION(p.id) {
       CHECK_FALSE(p.id.empty());
@@ -106,7 +113,7 @@ TEST_CASE("every device describes itself completely and honestly") {
 }
 
 TEST_CASE("allocation of zero fails, small and unaligned sizes work") {
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       auto zero = dev->allocate(0);
       REQUIRE_FALSE(zero.ok());
@@ -121,7 +128,7 @@ TEST_CASE("allocation of zero fails, small and unaligned sizes work") {
 }
 
 TEST_CASE("an allocation larger than the device is an out-of-memory value") {
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       auto too_big = dev->properties().total_memory + 1;
       auto r = dev->allocate(static_cast<std::size_t>(too_big));
@@ -135,7 +142,7 @@ TEST_CASE("an allocation larger than the device is an out-of-memory value") {
 }
 
 TEST_CASE("allocated bytes show up in the device's memory info") {
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       auto before = dev->memory().used_by_exo;
       {
@@ -150,7 +157,7 @@ TEST_CASE("allocated bytes show up in the device's memory info") {
 TEST_CASE("a resized buffer keeps its first bytes and its memory is "
           "counted, and a device that cannot resize says so") {
   std::mt19937 rng{5};
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       auto buf = alloc(*dev, 100000);
       auto data = random_bytes(rng, 100000);
@@ -197,7 +204,7 @@ TEST_CASE("a resized buffer keeps its first bytes and its memory is "
       CHECK(dev->resize(*buf, (1u << 20) + mem.free + 1).err().code
             == errc::out_of_memory);
       CHECK(buf->size() == (1u << 20));
-      for (auto* other : all_devices().devices())
+      for (auto* other : every_device())
         if (other != dev) {
           auto theirs = alloc(*other, 64);
           CHECK(dev->resize(*theirs, 128).err().code == errc::wrong_device);
@@ -221,7 +228,7 @@ TEST_CASE("a resized buffer keeps its first bytes and its memory is "
 
 TEST_CASE("copy round trips keep every byte at random sizes and offsets") {
   std::mt19937 rng{42};
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       auto buf = alloc(*dev, 1 << 20);
       for (int round = 0; round < 40; ++round) {
@@ -238,7 +245,7 @@ TEST_CASE("copy round trips keep every byte at random sizes and offsets") {
 }
 
 TEST_CASE("ranges outside a buffer are refused and change nothing") {
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       auto buf = alloc(*dev, 256);
       std::vector<std::uint8_t> data(256, 7);
@@ -263,7 +270,7 @@ TEST_CASE("ranges outside a buffer are refused and change nothing") {
 }
 
 TEST_CASE("a buffer of another device is refused with wrong_device") {
-  auto devs = all_devices().devices();
+  auto devs = every_device();
   REQUIRE(devs.size() >= 2);
   auto a = alloc(*devs[0], 64);
   auto b = alloc(*devs[1], 64);
@@ -274,7 +281,7 @@ TEST_CASE("a buffer of another device is refused with wrong_device") {
 
 TEST_CASE("copies within a device move the bytes") {
   std::mt19937 rng{7};
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       auto a = alloc(*dev, 100000);
       auto b = alloc(*dev, 100000);
@@ -290,7 +297,7 @@ TEST_CASE("copies within a device move the bytes") {
 
 TEST_CASE("copies between every pair of devices move the bytes") {
   std::mt19937 rng{9};
-  auto devs = all_devices().devices();
+  auto devs = every_device();
   for (auto* src : devs)
     for (auto* dst : devs) {
       DYNAMIC_SECTION(src->properties().id << " -> " << dst->properties().id) {
@@ -310,7 +317,7 @@ TEST_CASE("copies between every pair of devices move the bytes") {
 
 TEST_CASE("element-wise kernels match the host") {
   std::mt19937 rng{1};
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       for (std::size_t n : {1u, 17u, 1000u, 65537u}) {
         auto x = random_floats(rng, n), y = random_floats(rng, n);
@@ -342,7 +349,7 @@ TEST_CASE("matrix products match a double-precision reference") {
                             {64, 64, 64, false}, {100, 37, 129, true},
                             // Past one block of 256 columns, on threads.
                             {9, 600, 70, false}, {3, 520, 300, true}};
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       for (auto s : shapes) {
         matmul_dims d{s.m, s.n, s.k, s.t};
@@ -375,7 +382,7 @@ TEST_CASE("no backend loads OpenBLAS") {
 }
 
 TEST_CASE("a matrix product with an undersized output is refused") {
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       auto a = alloc(*dev, 16 * 4), b = alloc(*dev, 16 * 4),
            c = alloc(*dev, 15 * 4);
@@ -394,7 +401,7 @@ TEST_CASE("a matrix product with an undersized output is refused") {
 
 TEST_CASE("an event recorded after work completes after it, in order") {
   std::mt19937 rng{3};
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       std::size_t n = 128;
       auto x = random_floats(rng, n * n);
@@ -428,7 +435,7 @@ TEST_CASE("an event recorded after work completes after it, in order") {
 }
 
 TEST_CASE("an event of another device, or from the future, is refused") {
-  auto devs = all_devices().devices();
+  auto devs = every_device();
   REQUIRE(devs.size() >= 2);
   auto e = devs[0]->record();
   REQUIRE(e.ok());
@@ -442,7 +449,7 @@ TEST_CASE("host memory adopted in place is read, counted, never written, and "
           "kept alive, devices that cannot say unsupported") {
   std::mt19937 rng{9};
   const std::size_t m = 3, n = 40, k = 24;
-  for (auto* dev : all_devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       auto w = std::make_shared<std::vector<float>>(random_floats(rng, n * k));
       const auto original = *w;

@@ -16,6 +16,8 @@
 #include "backends/quant_formats.hpp"
 #include "test/support/random.hpp"
 
+#include "test/support/emulated_gpu.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -40,6 +42,11 @@ registry& devices() {
     return std::move(*r);
   }();
   return reg;
+}
+
+/// The registry's devices and the emulated GPU (test/support/emulated_gpu.hpp).
+std::vector<device*> every_device() {
+  return exo::test::with_emulated_gpu(devices());
 }
 
 std::unique_ptr<buffer> alloc(device& dev, std::size_t n) {
@@ -255,7 +262,7 @@ const char* name(weight_type t) {
 
 TEST_CASE("rms_norm matches a double-precision reference, in place too") {
   std::mt19937 rng{11};
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       for (std::size_t dim : {1u, 7u, 64u, 257u, 2048u}) {
         const std::size_t rows = 3;
@@ -281,7 +288,7 @@ TEST_CASE("rms_norm matches a double-precision reference, in place too") {
 TEST_CASE("rope rotates adjacent pairs (NEOX: halves) by position, leaving "
           "the rest") {
   std::mt19937 rng{12};
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       // Full rotation, partial rotation (n_rot < head_dim) with Llama 3
       // frequency factors, and one large head.
@@ -345,7 +352,7 @@ attention_case random_attention(std::mt19937& rng, const attention_shape& s) {
 TEST_CASE("causal grouped-query attention matches a reference") {
   std::mt19937 rng{13};
   using shape = attention_shape;
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       for (auto s : {shape{1, 0, 2, 2, 8, 16}, shape{3, 5, 4, 2, 16, 40},
                      shape{1, 70, 8, 1, 64, 64}, shape{6, 0, 6, 3, 32, 96},
@@ -384,7 +391,7 @@ TEST_CASE("causal grouped-query attention matches a reference") {
 
 TEST_CASE("attention sees cache rows written by earlier operations") {
   std::mt19937 rng{14};
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       // Decode step by step: each step copies its K/V row into the cache
       // on the device, then attends; the last step sees every row.
@@ -411,7 +418,7 @@ TEST_CASE("attention sees cache rows written by earlier operations") {
 
 TEST_CASE("an f16 KV cache written by to_f16 gives an f32 cache's bits") {
   std::mt19937 rng{19};
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       using shape = attention_shape;
       // Rows of 9 halves (18 bytes) put every other row at an offset a
@@ -496,7 +503,7 @@ TEST_CASE("attention over a paged cache gives the bits of the same rows in "
           "one run, on every device and cache type") {
   std::mt19937 rng{23};
   using shape = attention_shape;
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       // Decode past a block, a small batch, a prompt on the tiled path
       // (64 tokens and more), one token over 512 cells (split-KV bound).
@@ -615,7 +622,7 @@ TEST_CASE("attention over a paged cache gives the bits of the same rows in "
 TEST_CASE("a q8_0 KV cache written by to_q8_0 holds the host's blocks and "
           "attention over it is attention") {
   std::mt19937 rng{23};
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       const auto kind = dev->properties().kind;
       const bool host_kernels =
@@ -689,7 +696,7 @@ TEST_CASE("a q8_0 KV cache written by to_q8_0 holds the host's blocks and "
 
 TEST_CASE("hadamard rotates runs of n as the host does, in place too") {
   std::mt19937 rng{29};
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       for (std::size_t n : {2u, 64u, 128u, 4096u}) {
         INFO("n " << n);
@@ -715,7 +722,7 @@ TEST_CASE("hadamard rotates runs of n as the host does, in place too") {
 
 TEST_CASE("silu_mul matches a double-precision reference, in place too") {
   std::mt19937 rng{15};
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       for (std::size_t n : {1u, 33u, 5000u}) {
         auto g = random_floats(rng, n, -8.0f, 8.0f), u = random_floats(rng, n);
@@ -743,7 +750,7 @@ TEST_CASE("products with F32, F16 and Q8_0 weights meet their bounds") {
   // m < 4 takes matrix-vector paths, m >= 4 matrix-matrix ones.
   std::vector<shape> shapes{{1, 1, 32},  {1, 300, 256}, {2, 37, 96},
                             {5, 64, 128}, {17, 33, 512}, {1, 2048, 64}};
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       for (auto t : {weight_type::f32, weight_type::f16, weight_type::q8_0}) {
         for (auto s : shapes) {
@@ -806,7 +813,7 @@ TEST_CASE("products with ggml's other formats meet their bounds where a "
     std::size_t m, n, k;
   };
   const std::vector<shape> shapes{{1, 16, 256}, {3, 13, 256}, {6, 24, 512}};
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       const auto kind = dev->properties().kind;
       const bool host = kind == backend_kind::cpu || kind == backend_kind::sim;
@@ -892,7 +899,7 @@ TEST_CASE("products with ggml's other formats meet their bounds where a "
 }
 
 TEST_CASE("malformed Llama operations are refused with values, not crashes") {
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {
       auto a = alloc(*dev, 4096), b = alloc(*dev, 4096);
       auto code = [](const status& st) {
@@ -955,7 +962,7 @@ TEST_CASE("malformed Llama operations are refused with values, not crashes") {
 }
 
 TEST_CASE("Llama operations refuse buffers of another device") {
-  auto devs = devices().devices();
+  auto devs = every_device();
   REQUIRE(devs.size() >= 2);
   auto a = alloc(*devs[0], 1024), b = alloc(*devs[1], 1024);
   auto st = devs[0]->silu_mul({a.get(), 0}, {b.get(), 0}, {a.get(), 512}, 16);

@@ -23,6 +23,8 @@
 #include "core/model/llama_model.hpp"
 #include "core/model/test_model.hpp"
 
+#include "test/support/emulated_gpu.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -47,6 +49,11 @@ backend::registry& devices() {
     return std::move(*r);
   }();
   return reg;
+}
+
+/// The registry's devices and the emulated GPU (test/support/emulated_gpu.hpp).
+std::vector<backend::device*> every_device() {
+  return exo::test::with_emulated_gpu(devices());
 }
 
 struct temp_model {
@@ -382,7 +389,7 @@ TEST_CASE("a device stage gives the host engine's logits on every device",
           "[device_stage]") {
   for (auto type : {tensor_type::f32, tensor_type::f16, tensor_type::q8_0}) {
     temp_model tm(type);
-    for (auto* dev : devices().devices())
+    for (auto* dev : every_device())
       for (bool in_place : {true, false})
         compare_on(*dev, tm, type, in_place);
   }
@@ -396,7 +403,7 @@ TEST_CASE("qwen2 and qwen3 device stages give the host engine's logits on "
     temp_model q3(type, 5, "qwen3", 32); // heads of 32 on a 64-wide model
     REQUIRE(q2.model->layer(0).bq != nullptr);
     REQUIRE(q3.model->layer(0).q_norm != nullptr);
-    for (auto* dev : devices().devices()) {
+    for (auto* dev : every_device()) {
       compare_on(*dev, q2, type, true);
       compare_on(*dev, q3, type, false);
     }
@@ -417,7 +424,7 @@ TEST_CASE("a device stage runs the other weight formats as stored where the "
   for (auto type : {tensor_type::q4_0, tensor_type::q4_k, tensor_type::q6_k,
                     tensor_type::bf16}) {
     temp_model tm(type);
-    for (auto* dev : devices().devices()) {
+    for (auto* dev : every_device()) {
       for (bool in_place : {true, false})
         compare_on(*dev, tm, type, in_place);
       // A device without kernels for them gets F16 copies.
@@ -429,7 +436,7 @@ TEST_CASE("a device stage runs the other weight formats as stored where the "
 TEST_CASE("a device stage covers cpu, Vulkan and a simulated device",
           "[device_stage]") {
   std::vector<std::string> kinds;
-  for (auto* dev : devices().devices())
+  for (auto* dev : every_device())
     kinds.push_back(backend::to_string(dev->properties().kind));
   auto has = [&](const char* k) {
     return std::find(kinds.begin(), kinds.end(), k) != kinds.end();
@@ -443,7 +450,7 @@ TEST_CASE("a device stage covers cpu, Vulkan and a simulated device",
 TEST_CASE("a one-stage model on a device frees what it allocated",
           "[device_stage]") {
   temp_model tm(tensor_type::f32);
-  auto& dev = *devices().devices().front();
+  auto& dev = *every_device().front();
   backend_ops ops(dev);
   {
     auto st = device_stage::create(tm.model, 0, 4, ops);
@@ -458,7 +465,7 @@ TEST_CASE("a one-stage model on a device frees what it allocated",
 TEST_CASE("a device stage checks ranges, positions, context and tokens",
           "[device_stage]") {
   temp_model tm(tensor_type::f32);
-  auto& dev = *devices().devices().front();
+  auto& dev = *every_device().front();
   backend_ops ops(dev);
   auto& hp = tm.model->hparams();
   CHECK_FALSE(device_stage::create(tm.model, 2, 2, ops).ok());
@@ -619,7 +626,7 @@ TEST_CASE("a batched forward gives each sequence exactly what it gets alone "
   for (auto type : {tensor_type::f32, tensor_type::f16, tensor_type::q8_0,
                     tensor_type::q4_k, tensor_type::q6_k}) {
     temp_model tm(type);
-    for (auto* dev : devices().devices())
+    for (auto* dev : every_device())
       batch_matches_alone(*dev, tm);
   }
   temp_model q2(tensor_type::f32, 5, "qwen2");
@@ -627,7 +634,7 @@ TEST_CASE("a batched forward gives each sequence exactly what it gets alone "
   // A q8_0 cache: heads of 64 (rotated as llama.cpp rotates them) and of
   // 32 (not rotated).
   temp_model h64(tensor_type::f32, 5, "llama", 64);
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     batch_matches_alone(*dev, q2);
     batch_matches_alone(*dev, q3);
     batch_matches_alone(*dev, h64, backend::kv_type::q8_0);
@@ -641,7 +648,7 @@ TEST_CASE("an f16 KV cache gives an f32 cache's logits bit for bit on every "
   for (auto type : {tensor_type::f32, tensor_type::q8_0}) {
     temp_model tm(type);
     auto& hp = tm.model->hparams();
-    for (auto* dev : devices().devices()) {
+    for (auto* dev : every_device()) {
       INFO("device " << dev->properties().id << ", " << to_string(type));
       backend_ops ops(*dev);
       two_stages f32(*dev, ops, tm, 32, 4, backend::kv_type::f32);
@@ -737,7 +744,7 @@ TEST_CASE("a KV cache grows as its sequence needs, with the bits of one "
           "[device_stage][kv]") {
   temp_model tm(tensor_type::f32);
   auto& hp = tm.model->hparams();
-  for (auto* dev : devices().devices()) {
+  for (auto* dev : every_device()) {
     INFO("device " << dev->properties().id);
     backend_ops base(*dev);
     counting_ops ops(base);
@@ -846,7 +853,7 @@ TEST_CASE("a forked KV cache starts with its source's positions and gives "
   for (auto kv : {backend::kv_type::f16, backend::kv_type::q8_0}) {
     temp_model tm(tensor_type::f32, 5, "llama", 64);
     auto& hp = tm.model->hparams();
-    for (auto* dev : devices().devices()) {
+    for (auto* dev : every_device()) {
       INFO("device " << dev->properties().id << ", "
                      << backend::to_string(kv) << " cache");
       backend_ops base(*dev);
@@ -951,7 +958,7 @@ TEST_CASE("a forked KV cache starts with its source's positions and gives "
 TEST_CASE("a batched forward checks its segments before it runs any",
           "[device_stage][batch]") {
   temp_model tm(tensor_type::f32);
-  auto& dev = *devices().devices().front();
+  auto& dev = *every_device().front();
   backend_ops ops(dev);
   auto& hp = tm.model->hparams();
   device_stage_options opts;
@@ -1061,7 +1068,7 @@ TEST_CASE("an apart segment gives every row a one-token forward's logits "
   for (auto type : {tensor_type::f32, tensor_type::f16, tensor_type::q8_0,
                     tensor_type::q4_k}) {
     temp_model tm(type);
-    for (auto* dev : devices().devices())
+    for (auto* dev : every_device())
       apart_matches_steps(*dev, tm);
   }
 }
@@ -1075,7 +1082,7 @@ void kv_rows_move(const temp_model& tm, backend::kv_type kv) {
   // simulated device (it runs the cpu's kernels: the same bits), with room
   // for 16 positions at first (the rows written make it grow).
   backend::device *cpu = nullptr, *sim = nullptr;
-  for (auto* d : devices().devices()) {
+  for (auto* d : every_device()) {
     auto id = d->properties().id;
     if (id.rfind("cpu", 0) == 0 && !cpu)
       cpu = d;
@@ -1190,7 +1197,7 @@ TEST_CASE("a q8_0 KV cache holds 34 bytes per 32 values, gives the same bits "
   REQUIRE(hp.head_dim == 64);
   const std::uint32_t n_ctx = 48;
   std::vector<std::vector<float>> first; // the cpu device's logits
-  auto devs = devices().devices();
+  auto devs = every_device();
   std::stable_partition(devs.begin(), devs.end(), [](backend::device* d) {
     return d->properties().kind == backend::backend_kind::cpu;
   });
@@ -1305,7 +1312,7 @@ TEST_CASE("a paged KV cache gives contiguous caches' bits, shares forked "
                   backend::kv_type::q8_0}) {
     temp_model tm(tensor_type::f32, 5, "llama", 64);
     auto& hp = tm.model->hparams();
-    for (auto* dev : devices().devices())
+    for (auto* dev : every_device())
     for (bool resizing : {false, true}) {
       // resizing: the pool's arenas grow and shrink where they are
       // (device_ops::resize, host devices); else new arenas and copies.
@@ -1621,7 +1628,7 @@ TEST_CASE("sequences of one prompt share its blocks: 64 sequences of a 4096 "
           "[device_stage][kv][paged]") {
   temp_model tm(tensor_type::f32, 5, "llama", 64);
   auto& hp = tm.model->hparams();
-  auto devs = devices().devices();
+  auto devs = every_device();
   auto it = std::find_if(devs.begin(), devs.end(), [](backend::device* d) {
     return d->properties().kind == backend::backend_kind::cpu;
   });

@@ -2,13 +2,17 @@
 // backend): the ordering rules of backend.hpp, transfers larger than the
 // staging buffers, the native kernels (cuBLAS and the shared tiled kernel)
 // against the host reference, events, peer copies. Without a device each
-// test WARNs why and returns: a clean skip, not a pass of anything.
+// test WARNs why and returns: a clean skip, not a pass of anything. The
+// same checks always run on the GPU emulator's two devices
+// (gpu_emulator.hpp): the device code and kernels, on the host.
 
 #include "backends/backend.hpp"
 #include "backends/gpu_common/gpu_properties.hpp"
 #include "backends/gpu_common/kernel_quant.hpp"
 #include "backends/host_kernels.hpp"
 
+#include "backends/gpu_common/gpu_emulator.hpp"
+#include "backends/gpu_common/gpu_emulator_backend.hpp"
 #ifdef EXO_TEST_CUDA
 #  include "backends/cuda/cuda_backend.hpp"
 #endif
@@ -44,6 +48,10 @@ std::vector<candidate> candidates() {
 #ifdef EXO_TEST_HIP
   out.push_back({"hip", [](gpu_options o) { return make_hip_backend(o); }});
 #endif
+  out.push_back({"cuda-emu", [](gpu_options o) {
+                   gpu::emu::configure({2, std::size_t{1} << 30});
+                   return make_gpu_emulator_backend(o);
+                 }});
   return out;
 }
 
@@ -67,7 +75,7 @@ void for_each_gpu(gpu_options opts,
     be->shutdown();
   }
   if (!any)
-    WARN("no CUDA or HIP device: the GPU conformance checks did not run");
+    FAIL("not even the GPU emulator has a device");
 }
 
 void for_each_gpu(const std::function<void(const char*, backend&)>& f) {

@@ -1,0 +1,351 @@
+// The GPU emulator (gpu_emulator.hpp) and, through it, the shared kernels
+// of kernels.cuh as the GPU runs them: blocks of threads with barriers,
+// shared memory and grid-stride loops, on the host. The emulator's own
+// semantics first (barriers, divergence, launch limits, streams and
+// events), then the kernels: against their host replicas
+// (kernel_reference.hpp) bit for bit, rows of a batch against the same
+// rows alone, paged attention against one run of rows, and every kernel
+// with its threads in both orders (a result that depends on the order is a
+// race between threads).
+
+#include "backends/gpu_common/gpu_emulator.hpp"
+#include "backends/gpu_common/kernel_math.hpp"
+#include "backends/gpu_common/kernel_quant.hpp"
+#include "backends/gpu_common/kernel_reference.hpp"
+#include "backends/gpu_common/launch_geometry.hpp"
+#include "backends/host_kernels.hpp"
+#include "backends/quant_repack.hpp"
+
+#define EXO_GPU_KERNEL_NS emu_kernels
+#include "backends/gpu_common/kernel_api.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <random>
+#include <vector>
+
+using namespace exo::backend;
+namespace emu = exo::backend::gpu::emu;
+namespace k = exo::backend::emu_kernels;
+
+namespace {
+
+std::vector<float> random_floats(std::size_t n, unsigned seed,
+                                 float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng{seed};
+  std::uniform_real_distribution<float> d{lo, hi};
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = d(rng);
+  return v;
+}
+
+/// Within rel of want (relative to 1 at least): the replicas of the row
+/// kernels sum in another order than the threads' tree.
+bool close_to(const std::vector<float>& got, const std::vector<float>& want,
+              double rel) {
+  if (got.size() != want.size())
+    return false;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(got[i] - want[i])
+          <= rel * std::max(1.0, std::fabs(double{want[i]}))))
+      return false;
+  return true;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size()
+         && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// Runs f with the threads of each block forward, then backward; both
+/// results must have the same bits (else threads race), and the first is
+/// returned.
+template <class F>
+std::vector<float> both_orders(F f) {
+  emu::set_thread_order(emu::thread_order::forward);
+  auto fwd = f();
+  emu::set_thread_order(emu::thread_order::reverse);
+  auto rev = f();
+  emu::set_thread_order(emu::thread_order::forward);
+  CHECK(same_bits(fwd, rev));
+  return fwd;
+}
+
+/// C = A W^T through launch_matmul_weights on the null stream.
+std::vector<float> product(const std::vector<float>& a,
+                           const std::vector<std::uint8_t>& w,
+                           weight_type t, matmul_dims d) {
+  std::vector<float> c(d.m * d.n, -1.0f);
+  std::vector<std::uint8_t> scratch(gpu::act_scratch_bytes(t, d) + 1);
+  REQUIRE(k::launch_matmul_weights(
+            a.data(), w.data(), t, c.data(), d, scratch.data(),
+            quant::q4_k_pair_tokens(d.m, d.rows_apart), nullptr)
+          == 0);
+  return c;
+}
+
+std::vector<std::uint8_t> encode(weight_type t, const std::vector<float>& w,
+                                 std::size_t n, std::size_t kk) {
+  const std::size_t rb = *weight_row_bytes(t, kk);
+  std::vector<std::uint8_t> enc(rb * n);
+  for (std::size_t j = 0; j < n; ++j)
+    host::encode_row(t, w.data() + j * kk, enc.data() + j * rb, kk);
+  return enc;
+}
+
+} // namespace
+
+TEST_CASE("emulated blocks meet at barriers, share their static memory and "
+          "see their indices") {
+  // Each thread writes its index, waits, then reads its neighbour's: only a
+  // barrier between the two makes every read see the write.
+  std::vector<unsigned> out(3 * 64);
+  static unsigned shared[64];
+  auto st = emu::run_grid(emu::dim3{3}, emu::dim3{64}, [&] {
+    const unsigned t = emu::thread_idx().x, b = emu::block_idx().x;
+    shared[t] = b * 1000 + t;
+    emu::syncthreads();
+    out[b * 64 + t] = shared[(t + 1) % emu::block_dim().x];
+    emu::syncthreads();
+  });
+  REQUIRE(st == 0);
+  for (unsigned b = 0; b < 3; ++b)
+    for (unsigned t = 0; t < 64; ++t)
+      CHECK(out[b * 64 + t] == b * 1000 + (t + 1) % 64);
+  // Two- and three-dimensional indices cover every thread once.
+  std::vector<int> seen(2 * 3 * 4 * 5, 0);
+  REQUIRE(emu::run_grid(emu::dim3{2, 3}, emu::dim3{4, 5}, [&] {
+            auto t = emu::thread_idx();
+            auto b = emu::block_idx();
+            ++seen[((b.y * emu::grid_dim().x + b.x) * 5 + t.y) * 4 + t.x];
+          })
+          == 0);
+  CHECK(std::count(seen.begin(), seen.end(), 1)
+        == static_cast<long>(seen.size()));
+}
+
+TEST_CASE("an emulated barrier that not every thread reaches fails the "
+          "launch, and launches beyond the limits are refused") {
+  auto divergent = emu::run_grid(emu::dim3{1}, emu::dim3{32}, [] {
+    if (emu::thread_idx().x < 16)
+      emu::syncthreads();
+  });
+  CHECK(divergent == emu::error_launch_failure);
+  // After a failure the next launch runs normally (fibers start afresh).
+  std::atomic<int> ran{0};
+  CHECK(emu::run_grid(emu::dim3{2}, emu::dim3{8}, [&] {
+          emu::syncthreads();
+          ++ran;
+        })
+        == 0);
+  CHECK(ran == 16);
+  for (auto [g, b] : {std::pair{emu::dim3{0}, emu::dim3{32}},
+                      std::pair{emu::dim3{1}, emu::dim3{2048}},
+                      std::pair{emu::dim3{1}, emu::dim3{64, 32}},
+                      std::pair{emu::dim3{1, 70000}, emu::dim3{32}}})
+    CHECK(emu::run_grid(g, b, [] {}) == emu::error_invalid_configuration);
+}
+
+TEST_CASE("an emulated stream runs its work in order after the call, and "
+          "events and waits order streams") {
+  emu::configure({1, std::size_t{64} << 20});
+  REQUIRE(emu::set_device(0) == emu::success);
+  emu::stream_t a = nullptr, b = nullptr;
+  REQUIRE(emu::stream_create_with_flags(&a, emu::stream_non_blocking)
+          == emu::success);
+  REQUIRE(emu::stream_create_with_flags(&b, emu::stream_non_blocking)
+          == emu::success);
+  void* dev = nullptr;
+  REQUIRE(emu::malloc_async(&dev, 4096, a) == emu::success);
+  CHECK(emu::bytes_in_use(0) == 4096);
+  // Fresh device memory reads as NaN patterns, not zeros.
+  std::vector<float> host(1024, 1.0f), back(1024, 0.0f);
+  REQUIRE(emu::memcpy_async(back.data(), dev, 4096, emu::device_to_host, a)
+          == emu::success);
+  REQUIRE(emu::stream_synchronize(a) == emu::success);
+  CHECK(std::isnan(back[0]));
+  // Stream b waits for a's event: its copy sees a's kernel's writes.
+  REQUIRE(emu::memcpy_async(dev, host.data(), 4096, emu::host_to_device, a)
+          == emu::success);
+  emu::launch_on_stream("test", a, emu::dim3{4}, emu::dim3{256}, [dev] {
+    auto* f = static_cast<float*>(dev);
+    f[emu::block_idx().x * 256 + emu::thread_idx().x] *= 3.0f;
+  });
+  REQUIRE(emu::get_last_error() == emu::success);
+  emu::event_t ev = nullptr;
+  REQUIRE(emu::event_create_with_flags(&ev, emu::event_disable_timing)
+          == emu::success);
+  REQUIRE(emu::event_record(ev, a) == emu::success);
+  REQUIRE(emu::stream_wait_event(b, ev, 0) == emu::success);
+  REQUIRE(emu::memcpy_async(back.data(), dev, 4096, emu::device_to_host, b)
+          == emu::success);
+  REQUIRE(emu::stream_synchronize(b) == emu::success);
+  CHECK(std::all_of(back.begin(), back.end(),
+                    [](float x) { return x == 3.0f; }));
+  REQUIRE(emu::event_synchronize(ev) == emu::success);
+  CHECK(emu::event_query(ev) == emu::success);
+  // Copies outside an allocation are refused when they are made.
+  CHECK(emu::memcpy_async(back.data(), static_cast<char*>(dev) + 8, 4096,
+                          emu::device_to_host, a)
+        == emu::error_invalid_value);
+  CHECK(emu::get_last_error() == emu::error_invalid_value);
+  CHECK(emu::get_last_error() == emu::success);
+  // A kernel that fails makes the stream's synchronization fail.
+  emu::launch_on_stream("test", a, emu::dim3{1}, emu::dim3{2}, [] {
+    if (emu::thread_idx().x == 0)
+      emu::syncthreads();
+  });
+  CHECK(emu::stream_synchronize(a) == emu::error_launch_failure);
+  REQUIRE(emu::free_async(dev, b) == emu::success);
+  REQUIRE(emu::stream_synchronize(b) == emu::success);
+  CHECK(emu::bytes_in_use(0) == 0);
+  // Beyond the device's memory: an out-of-memory error, nothing held.
+  void* big = nullptr;
+  CHECK(emu::malloc_async(&big, std::size_t{65} << 20, b)
+        == emu::error_memory_allocation);
+  (void)emu::get_last_error();
+  CHECK(emu::bytes_in_use(0) == 0);
+  REQUIRE(emu::event_destroy(ev) == emu::success);
+  REQUIRE(emu::stream_destroy(a) == emu::success);
+  REQUIRE(emu::stream_destroy(b) == emu::success);
+  emu::configure({});
+}
+
+TEST_CASE("the emulated row kernels agree with their host replicas") {
+  const std::size_t rows = 5, cols = 300;
+  auto x = random_floats(rows * cols, 1, -3, 3);
+  auto w = random_floats(cols, 2);
+  std::vector<float> want(rows * cols);
+  gpu::reference::rmsnorm(x.data(), w.data(), want.data(), rows, cols, 1e-5f);
+  auto got = both_orders([&] {
+    std::vector<float> out(rows * cols);
+    REQUIRE(k::launch_rmsnorm(x.data(), w.data(), out.data(), rows, cols,
+                              1e-5f, nullptr)
+            == 0);
+    return out;
+  });
+  CHECK(close_to(got, want, 1e-5));
+  gpu::reference::softmax_rows(x.data(), want.data(), rows, cols);
+  got = both_orders([&] {
+    std::vector<float> out(rows * cols);
+    REQUIRE(k::launch_softmax_rows(x.data(), out.data(), rows, cols, nullptr)
+            == 0);
+    return out;
+  });
+  CHECK(close_to(got, want, 1e-5));
+  // The tiled product (bit for bit: each thread sums its row and column
+  // in the replica's order), with edges that are not multiples of the tile.
+  matmul_dims d{19, 23, 37, true};
+  auto a = random_floats(d.m * d.k, 3);
+  auto b = random_floats(d.n * d.k, 4);
+  std::vector<float> c_want(d.m * d.n);
+  gpu::reference::tiled_matmul(a.data(), b.data(), c_want.data(), d);
+  got = both_orders([&] {
+    std::vector<float> c(d.m * d.n);
+    REQUIRE(k::launch_matmul_tiled(a.data(), b.data(), c.data(), d, nullptr)
+            == 0);
+    return c;
+  });
+  CHECK(same_bits(got, c_want));
+}
+
+TEST_CASE("the emulated attention kernel agrees with its replica, and a "
+          "paged cache gives the bits of one run of rows") {
+  // 1100 positions: two chunks of scores; 4 heads over 2 K/V heads.
+  const std::size_t n_tokens = 3, pos0 = 1100, heads = 4, kvh = 2, hd = 64,
+                    stride = kvh * hd, ctx = pos0 + n_tokens;
+  attention_dims d{n_tokens, pos0, heads, kvh, hd, stride, 0.125f};
+  auto q = random_floats(n_tokens * heads * hd, 11, -2, 2);
+  auto kc = random_floats(ctx * stride, 12, -2, 2);
+  auto vc = random_floats(ctx * stride, 13);
+  std::vector<float> want(q.size());
+  gpu::reference::attention(q.data(), kc.data(), vc.data(), want.data(), d);
+  auto run = [&](const float* kp, const float* vp, const attention_dims& dd) {
+    return both_orders([&] {
+      std::vector<float> out(q.size());
+      REQUIRE(k::launch_attention(q.data(), kp, vp, out.data(), dd, nullptr)
+              == 0);
+      return out;
+    });
+  };
+  auto contiguous = run(kc.data(), vc.data(), d);
+  CHECK(close_to(contiguous, want, 1e-5));
+  // The same rows in shuffled blocks of 32 with other rows between.
+  const std::size_t B = 32, blocks = (ctx + B - 1) / B, block = 2 * B * stride;
+  std::vector<std::int32_t> table(blocks);
+  for (std::size_t i = 0; i < blocks; ++i)
+    table[i] = static_cast<std::int32_t>((i * 13) % blocks);
+  std::vector<float> pk((blocks + 1) * block, -7.0f), pv(pk);
+  for (std::size_t p = 0; p < ctx; ++p) {
+    const std::size_t at =
+      static_cast<std::size_t>(table[p / B]) * block + (p % B) * stride;
+    std::copy_n(kc.begin() + p * stride, stride, pk.begin() + at);
+    std::copy_n(vc.begin() + p * stride, stride, pv.begin() + at);
+  }
+  auto dp = d;
+  dp.block_positions = B;
+  dp.block_stride = block;
+  dp.block_table = table.data();
+  dp.max_block = blocks;
+  CHECK(same_bits(run(pk.data(), pv.data(), dp), contiguous));
+  // Entries outside the cache read its last block: finite, in bounds.
+  auto bad = table;
+  bad[2] = static_cast<std::int32_t>(blocks + 9);
+  bad[5] = -4;
+  dp.block_table = bad.data();
+  for (float x : run(pk.data(), pv.data(), dp))
+    CHECK(std::isfinite(x));
+}
+
+TEST_CASE("the emulated product kernels give every row of a batch the bits "
+          "it gets alone, in every format") {
+  // What a batched step relies on: a sequence's logits do not depend on
+  // which sequences share its step. Rows of A one by one against all of
+  // them at once; the quantized formats also against the CPU engine.
+  std::size_t compared = 0;
+  for (weight_type t : all_weight_types) {
+    if (t == weight_type::f32)
+      continue; // the tiled kernel (above); F32 weights go through BLAS
+    const bool k_quant = weight_block_elements(t) == 256;
+    // n = 16: Q4_K the repacked way; 20 rows of W otherwise.
+    for (matmul_dims d : {matmul_dims{9, 16, k_quant ? 512u : 96u, true},
+                          matmul_dims{17, 20, k_quant ? 256u : 64u, true}}) {
+      INFO(to_string(t) << " m=" << d.m << " n=" << d.n << " k=" << d.k);
+      auto a = random_floats(d.m * d.k, 20 + static_cast<unsigned>(d.m), -2, 2);
+      auto enc = encode(t, random_floats(d.n * d.k, 30), d.n, d.k);
+      // A decode batch: rows apart (Q4_K: every token by super-block).
+      auto da = d;
+      da.rows_apart = true;
+      auto all = both_orders([&] { return product(a, enc, t, da); });
+      for (std::size_t r = 0; r < d.m; ++r) {
+        std::vector<float> row(a.begin() + r * d.k,
+                               a.begin() + (r + 1) * d.k);
+        auto alone = product(row, enc, t, {1, d.n, d.k, true});
+        INFO("row " << r);
+        CHECK(std::memcmp(alone.data(), all.data() + r * d.n,
+                          d.n * sizeof(float))
+              == 0);
+        compared += d.n;
+      }
+      if (gpu::math::act_format_of(ggml_type_id(t))
+          != gpu::math::act_format::none) {
+        // The quantized formats give the CPU engine's bits, apart and as a
+        // prompt's batch (Q4_K: by pair of sub-blocks where llama.cpp's
+        // gemm steps so here).
+        for (auto dd : {da, d}) {
+          INFO("rows apart: " << dd.rows_apart);
+          std::vector<float> want(d.m * d.n);
+          host::matmul_weights(a.data(), enc.data(), t, want.data(), dd, 1);
+          CHECK(same_bits(product(a, enc, t, dd), want));
+        }
+      }
+    }
+  }
+  CHECK(compared == (std::size(all_weight_types) - 1) * (9 * 16 + 17 * 20));
+}
