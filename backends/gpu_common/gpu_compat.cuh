@@ -6,7 +6,10 @@
 /// GPU emulator (EXO_GPU_EMULATE, gpu_emulator.hpp), to host functions.
 /// Kernel syntax (__global__, __shared__, threadIdx ...) is the same in
 /// CUDA and HIP; a launch is written EXO_LAUNCH(kernel, grid, block,
-/// stream)(arguments...), CUDA's kernel<<<grid, block, 0, stream>>>(...).
+/// stream)(arguments...), CUDA's kernel<<<grid, block, 0, stream>>>(...),
+/// and a butterfly shuffle within 32 lanes EXO_SHFL_XOR(v, mask) (CUDA's
+/// __shfl_xor_sync over the full warp, HIP's __shfl_xor: masks below 32
+/// keep a 64-wide wavefront's halves apart).
 
 #if defined(EXO_GPU_EMULATE)
 #  include "backends/gpu_common/gpu_emulator.hpp"
@@ -19,6 +22,7 @@
 #  define blockDim (::exo::backend::gpu::emu::block_dim())
 #  define gridDim (::exo::backend::gpu::emu::grid_dim())
 #  define __syncthreads() ::exo::backend::gpu::emu::syncthreads()
+#  define EXO_SHFL_XOR(v, mask) ::exo::backend::gpu::emu::shfl_xor((v), (mask))
 #  define cudaStream_t ::exo::backend::gpu::emu::stream_t
 #  define cudaGetLastError ::exo::backend::gpu::emu::get_last_error
 using dim3 = ::exo::backend::gpu::emu::dim3;
@@ -41,4 +45,9 @@ using dim3 = ::exo::backend::gpu::emu::dim3;
 #  define EXO_LAUNCH(kernel, grid, block, stream)                            \
     kernel<<<(grid), (block), 0, as_stream(stream)>>>
 #  define EXO_UNROLL _Pragma("unroll")
+#  if defined(EXO_GPU_HIP)
+#    define EXO_SHFL_XOR(v, mask) __shfl_xor((v), (mask))
+#  else
+#    define EXO_SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask))
+#  endif
 #endif

@@ -93,6 +93,8 @@ struct fiber {
   dim3 tid;
   bool done = false;
   std::uint64_t barriers = 0;
+  bool shuffling = false; ///< waits in a shuffle, not at __syncthreads
+  float lane_value = 0.0f; ///< what it offers to a shuffle
 #ifdef EXO_EMU_ASAN
   void* fake_stack = nullptr;
 #endif
@@ -107,6 +109,7 @@ struct runner {
   ucontext_t main_ctx;
 #endif
   std::size_t current = 0;
+  std::size_t threads = 0; ///< of the running block
   bool in_block = false;
   dim3 grid, block, bidx;
   const std::function<void()>* body = nullptr;
@@ -212,6 +215,7 @@ namespace {
 void start_fiber(runner& r, fiber& f) {
   f.done = false;
   f.barriers = 0;
+  f.shuffling = false;
 #ifdef EXO_EMU_ASAN
   f.fake_stack = nullptr;
 #endif
@@ -273,7 +277,8 @@ bool run_block(runner& r, std::size_t n, std::uint64_t& phases) {
     if (done != 0)
       return false; // some ended while the others wait at a barrier
     for (std::size_t i = 1; i < n; ++i)
-      if (r.fibers[i].barriers != r.fibers[0].barriers)
+      if (r.fibers[i].barriers != r.fibers[0].barriers
+          || r.fibers[i].shuffling != r.fibers[0].shuffling)
         return false;
   }
 }
@@ -322,7 +327,25 @@ const dim3& grid_dim() noexcept {
 void syncthreads() {
   runner& r = *this_runner;
   ++r.fibers[r.current].barriers;
+  r.fibers[r.current].shuffling = false;
   to_main(r, false);
+}
+
+float shfl_xor(float v, unsigned mask) {
+  runner& r = *this_runner;
+  const std::size_t me = r.current;
+  // Offer v, wait until every thread has, take the partner's, and wait
+  // again before anyone offers the next value.
+  r.fibers[me].lane_value = v;
+  r.fibers[me].shuffling = true;
+  ++r.fibers[me].barriers;
+  to_main(r, false);
+  const std::size_t lane = me % warp_lanes;
+  const std::size_t partner = me - lane + ((lane ^ mask) % warp_lanes);
+  const float got = partner < r.threads ? r.fibers[partner].lane_value : v;
+  ++r.fibers[me].barriers;
+  to_main(r, false);
+  return got;
 }
 
 int run_grid(dim3 grid, dim3 block, const std::function<void()>& body,
@@ -341,6 +364,7 @@ int run_grid(dim3 grid, dim3 block, const std::function<void()>& body,
   r.grid = grid;
   r.block = block;
   r.body = &body;
+  r.threads = n;
   std::uint64_t local_phases = 0;
   std::uint64_t& phases = phases_out != nullptr ? *phases_out : local_phases;
   std::size_t i = 0;

@@ -52,6 +52,17 @@ const dim3& grid_dim() noexcept;
 /// __syncthreads.
 void syncthreads();
 
+/// Threads a warp shuffle spans here, on every vendor: NVIDIA's warp, and
+/// half of a 64-wide AMD wavefront (xor masks below 32 stay inside it).
+constexpr unsigned warp_lanes = 32;
+
+/// __shfl_xor_sync(full mask, v, mask): the v of the thread whose lane
+/// (index within its 32) is this one's xor mask. Every thread of the block
+/// must make the same shuffles (the kernels here shuffle uniformly); the
+/// emulator checks that, like its barriers, and a thread that shuffles
+/// while another waits at __syncthreads fails the launch.
+float shfl_xor(float v, unsigned mask);
+
 /// Runs body as every thread of every block of the grid, on the calling
 /// host thread. 0, or a CUDA error code: 9 (invalid configuration: a
 /// dimension of zero or beyond the hardware's limits) before anything

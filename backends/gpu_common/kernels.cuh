@@ -319,6 +319,63 @@ EXO_UNROLL
   }
 }
 
+/// Eight halves: one 16-byte load.
+struct alignas(16) half8 {
+  std::uint16_t h[8];
+};
+
+/// F16 weights whose rows are whole 16-byte runs at a 16-byte aligned
+/// address (else matvec_rows_kernel). A warp (32 lanes) per row of W, each
+/// lane 8 consecutive halves per load (256 a step of the warp), the rows of
+/// A in groups of rows_at_once: each lane sums its elements of a row in
+/// order, and the lanes meet in a butterfly (EXO_SHFL_XOR; a + b == b + a,
+/// so every lane holds the same bits). A row's result does not depend on
+/// the rows that share its group. Every warp of a block makes the same
+/// trips and shuffles; a warp past the last row computes nothing and
+/// writes nothing.
+__global__ void matvec_f16_warps_kernel(const float* a, const std::uint16_t* w,
+                                        float* c, std::size_t mm,
+                                        std::size_t nn, std::size_t kk) {
+  constexpr unsigned R = rows_at_once, L = 32;
+  const unsigned lane = threadIdx.x % L, warp = threadIdx.x / L;
+  const std::size_t warps = blockDim.x / L;
+  for (std::size_t j0 = blockIdx.x * warps; j0 < nn;
+       j0 += static_cast<std::size_t>(gridDim.x) * warps) {
+    const std::size_t j = j0 + warp;
+    const bool live = j < nn;
+    const auto* wr = reinterpret_cast<const half8*>(w + (live ? j : 0) * kk);
+    for (std::size_t t0 = 0; t0 < mm; t0 += R) {
+      const unsigned rows = mm - t0 < R ? static_cast<unsigned>(mm - t0) : R;
+      float s[R];
+EXO_UNROLL
+      for (unsigned u = 0; u < R; ++u)
+        s[u] = 0;
+      if (live)
+        for (std::size_t v = lane; v < kk / 8; v += L) {
+          const half8 h = wr[v];
+          float wv[8];
+EXO_UNROLL
+          for (unsigned e = 0; e < 8; ++e)
+            wv[e] = m::half_to_float(h.h[e]);
+EXO_UNROLL
+          for (unsigned u = 0; u < R; ++u)
+            if (u < rows) {
+              const float* ap = a + (t0 + u) * kk + v * 8;
+EXO_UNROLL
+              for (unsigned e = 0; e < 8; ++e)
+                s[u] += wv[e] * m::round_to_half(ap[e]);
+            }
+        }
+      for (unsigned u = 0; u < rows; ++u)
+        for (unsigned x = L / 2; x > 0; x /= 2)
+          s[u] += EXO_SHFL_XOR(s[u], x);
+      if (lane == 0 && live)
+        for (unsigned u = 0; u < rows; ++u)
+          c[(t0 + u) * nn + j] = s[u];
+    }
+  }
+}
+
 /// Rounds the activations to the format the weights meet (kernel_quant.hpp):
 /// one thread per block of 32 or 256.
 __global__ void quantize_act_kernel(const float* a, void* out,
@@ -610,7 +667,12 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
   auto g = gpu::weights_launch(type, d);
   if (g.grid == 0)
     return 0;
-  if (type == weight_type::f16)
+  if (type == weight_type::f16 && d.k % 8 == 0
+      && reinterpret_cast<std::uintptr_t>(w) % 16 == 0) {
+    auto gw = gpu::warp_rows_launch(d);
+    EXO_LAUNCH(matvec_f16_warps_kernel, gw.grid, gw.block, stream)(
+      a, static_cast<const std::uint16_t*>(w), c, d.m, d.n, d.k);
+  } else if (type == weight_type::f16)
     EXO_LAUNCH(matvec_rows_kernel, g.grid, g.block, stream)(
       a, f16_elements{static_cast<const std::uint16_t*>(w), d.k}, c, d.m,
       d.n, d.k);

@@ -61,6 +61,12 @@ launch_1d weights_launch(weight_type type, const matmul_dims& d) {
   return {capped_blocks(d.n, 1), threads};
 }
 
+launch_1d warp_rows_launch(const matmul_dims& d) {
+  if (d.m == 0 || d.n == 0 || d.k == 0)
+    return {};
+  return {capped_blocks(d.n, warp_rows_per_block), warp_rows_per_block * 32};
+}
+
 launch_1d lanes_launch(const matmul_dims& d) {
   if (d.m == 0 || d.n == 0 || d.k == 0)
     return {};

@@ -54,6 +54,11 @@ launch_1d attention_launch(const attention_dims& dims);
 constexpr std::uint32_t weights_max_threads = 256;
 launch_1d weights_launch(weight_type type, const matmul_dims& dims);
 
+/// matvec_f16_warps_kernel: one warp (32 threads) per row of W, this many
+/// rows per block, capped (the kernel strides).
+constexpr std::uint32_t warp_rows_per_block = 8;
+launch_1d warp_rows_launch(const matmul_dims& dims);
+
 /// The quantized matrix-vector kernel (kernel_quant.hpp): rows_per_block
 /// rows of W per block, math::dot_lanes threads each (capped; the kernel
 /// strides over the rest).

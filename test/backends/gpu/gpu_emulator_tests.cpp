@@ -152,6 +152,34 @@ TEST_CASE("an emulated barrier that not every thread reaches fails the "
     CHECK(emu::run_grid(g, b, [] {}) == emu::error_invalid_configuration);
 }
 
+TEST_CASE("emulated warp shuffles exchange values within 32 lanes, and a "
+          "shuffle beside a barrier fails the launch") {
+  std::vector<float> out(2 * 64);
+  REQUIRE(emu::run_grid(emu::dim3{2}, emu::dim3{64}, [&] {
+            const unsigned t = emu::thread_idx().x, b = emu::block_idx().x;
+            float v = static_cast<float>(t);
+            const float swapped = emu::shfl_xor(v, 1);
+            for (unsigned x = 16; x > 0; x /= 2)
+              v += emu::shfl_xor(v, x);
+            out[b * 64 + t] = v * 1000 + swapped;
+          })
+          == 0);
+  for (unsigned t = 0; t < 64; ++t) {
+    // The sum of the lane numbers of t's 32 (0..31 or 32..63), and the
+    // neighbour's number.
+    const float warp_sum = t < 32 ? 496.0f : 1520.0f;
+    CHECK(out[t] == warp_sum * 1000 + static_cast<float>(t ^ 1));
+    CHECK(out[64 + t] == out[t]);
+  }
+  CHECK(emu::run_grid(emu::dim3{1}, emu::dim3{64}, [] {
+          if (emu::thread_idx().x < 32)
+            (void)emu::shfl_xor(1.0f, 1);
+          else
+            emu::syncthreads();
+        })
+        == emu::error_launch_failure);
+}
+
 TEST_CASE("an emulated stream runs its work in order after the call, and "
           "events and waits order streams") {
   emu::configure({1, std::size_t{64} << 20});
@@ -348,4 +376,38 @@ TEST_CASE("the emulated product kernels give every row of a batch the bits "
     }
   }
   CHECK(compared == (std::size(all_weight_types) - 1) * (9 * 16 + 17 * 20));
+}
+
+TEST_CASE("F16 weights at a 16-byte boundary take the warp kernel, others "
+          "the row kernel, and the two agree") {
+  matmul_dims d{5, 40, 264, true};
+  auto a = random_floats(d.m * d.k, 41, -2, 2);
+  auto enc = encode(weight_type::f16, random_floats(d.n * d.k, 42), d.n,
+                    d.k);
+  // The rows at a 16-byte boundary, and 2 bytes further on (an even
+  // address, not a 16-byte one).
+  std::vector<std::uint8_t> room(enc.size() + 32);
+  auto* aligned = room.data();
+  while (reinterpret_cast<std::uintptr_t>(aligned) % 16 != 0)
+    ++aligned;
+  std::vector<std::uint8_t> room2(room.size());
+  auto* off = room2.data();
+  while (reinterpret_cast<std::uintptr_t>(off) % 16 != 2)
+    ++off;
+  std::memcpy(aligned, enc.data(), enc.size());
+  std::memcpy(off, enc.data(), enc.size());
+  std::vector<float> fast(d.m * d.n), slow(d.m * d.n);
+  std::vector<std::uint8_t> scratch(1);
+  emu::reset_stats();
+  REQUIRE(k::launch_matmul_weights(a.data(), aligned, weight_type::f16,
+                                   fast.data(), d, scratch.data(), 0, nullptr)
+          == 0);
+  CHECK(emu::stats().kernels.count("matvec_f16_warps_kernel") == 1);
+  emu::reset_stats();
+  REQUIRE(k::launch_matmul_weights(a.data(), off, weight_type::f16,
+                                   slow.data(), d, scratch.data(), 0, nullptr)
+          == 0);
+  CHECK(emu::stats().kernels.count("matvec_rows_kernel") == 1);
+  CHECK(emu::stats().kernels.count("matvec_f16_warps_kernel") == 0);
+  CHECK(close_to(fast, slow, 1e-5));
 }

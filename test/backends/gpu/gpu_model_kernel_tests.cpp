@@ -359,6 +359,10 @@ TEST_CASE("attention and product launches cover their work") {
   auto bf = weights_launch(weight_type::bf16, {1, 10, 64, true});
   CHECK(bf.grid == 10);
   CHECK(bf.block == 64);
+  auto warps = warp_rows_launch({1, 4096, 4096, true});
+  CHECK(warps.grid == 4096 / warp_rows_per_block);
+  CHECK(warps.block == warp_rows_per_block * 32);
+  CHECK(warp_rows_launch({3, 0, 64, true}).grid == 0);
   auto q8 = lanes_launch({1, 10, 64, true});
   CHECK(q8.grid == 1);
   CHECK(q8.block == lanes_rows_per_block * math::dot_lanes);
