@@ -247,16 +247,18 @@ EXO_HD inline void kquant_q(quant::ggml_type t, const std::uint8_t* b,
   }
 }
 
-/// Lane `lane`'s part of the dot product of the row at w (nb blocks of GGUF
-/// type `type`) with the quantized activations at act: *acc is the lane's
-/// float accumulator, *extra the minimum terms the format keeps beside the
-/// lanes (Q4_1/Q5_1/Q5_K: one accumulator, kept by every lane alike; Q4_K:
-/// four, lanes 0-3). combine_lanes sums them.
-EXO_HD inline void lane_dot(std::uint32_t type, const std::uint8_t* w,
-                            const void* act, std::size_t nb, unsigned lane,
-                            float* acc_out, float* extra_out) {
+/// Block i's step of lane `lane`'s part of the dot product of a row of
+/// GGUF type `type` (w: the row's first block) with the quantized
+/// activations at act: acc is the lane's float accumulator, extra the
+/// minimum terms the format keeps beside the lanes (Q4_1/Q5_1/Q5_K: one
+/// accumulator, kept by every lane alike; Q4_K: four, lanes 0-3). The
+/// steps of blocks 0 .. nb-1 in order are lane_dot; a kernel may run
+/// several rows of activations block by block, each with the bits of its
+/// own loop.
+EXO_HD inline void lane_block(std::uint32_t type, const std::uint8_t* w,
+                              const void* act, std::size_t i, unsigned lane,
+                              float& acc, float& extra) {
   const auto t = static_cast<quant::ggml_type>(type);
-  float acc = 0.0f, extra = 0.0f;
   const unsigned e0 = 4 * lane;
   if (act_format_of(type) != act_format::q8_k) {
     const auto* y = static_cast<const act_q8*>(act);
@@ -267,17 +269,13 @@ EXO_HD inline void lane_dot(std::uint32_t type, const std::uint8_t* w,
                                                          : 34;
     const bool min_term
       = t == quant::ggml_type::q4_1 || t == quant::ggml_type::q5_1;
-    for (std::size_t i = 0; i < nb; ++i) {
-      const std::uint8_t* b = w + i * bb;
-      if (min_term)
-        extra = fmaf(half_at(b + 2), y[i].s, extra);
-      int v = 0;
-      for (unsigned e = e0; e < e0 + 4; ++e)
-        v += legacy_q(t, b, e) * y[i].qs[e];
-      acc = fmaf(mul_rn(half_at(b), y[i].d), static_cast<float>(v), acc);
-    }
-    *acc_out = acc;
-    *extra_out = extra;
+    const std::uint8_t* b = w + i * bb;
+    if (min_term)
+      extra = fmaf(half_at(b + 2), y[i].s, extra);
+    int v = 0;
+    for (unsigned e = e0; e < e0 + 4; ++e)
+      v += legacy_q(t, b, e) * y[i].qs[e];
+    acc = fmaf(mul_rn(half_at(b), y[i].d), static_cast<float>(v), acc);
     return;
   }
   const auto* y = static_cast<const act_q8k*>(act);
@@ -286,68 +284,77 @@ EXO_HD inline void lane_dot(std::uint32_t type, const std::uint8_t* w,
                          : t == quant::ggml_type::q4_k ? 144
                          : t == quant::ggml_type::q5_k ? 176
                                                        : 210;
-  for (std::size_t i = 0; i < nb; ++i) {
-    const std::uint8_t* b = w + i * bb;
-    const std::int16_t* bs = y[i].bsums;
-    // The block's scale(s), in the order the portable dots fuse them.
-    float d = 0.0f;
-    switch (t) {
-    case quant::ggml_type::q2_k: {
-      d = mul_rn(y[i].d, half_at(b + 80));
-      const float dmin = mul_rn(-y[i].d, half_at(b + 82));
-      const int mins = (b[2 * lane] >> 4) * bs[2 * lane]
-                       + (b[2 * lane + 1] >> 4) * bs[2 * lane + 1];
-      acc = fmaf(dmin, static_cast<float>(mins), acc);
-      break;
-    }
-    case quant::ggml_type::q3_k:
-      d = mul_rn(y[i].d, half_at(b + 108));
-      break;
-    case quant::ggml_type::q4_k: {
-      d = mul_rn(y[i].d, half_at(b));
-      const float dmin = mul_rn(-y[i].d, half_at(b + 2));
-      if (lane < 4) {
-        int sc0, mn0, sc1, mn1;
-        scale_min_k4(2 * lane, b + 4, sc0, mn0);
-        scale_min_k4(2 * lane + 1, b + 4, sc1, mn1);
-        const int p0 = bs[4 * lane] + bs[4 * lane + 1];
-        const int p1 = bs[4 * lane + 2] + bs[4 * lane + 3];
-        extra = fmaf(dmin, static_cast<float>(mn0 * p0 + mn1 * p1), extra);
-      }
-      break;
-    }
-    case quant::ggml_type::q5_k: {
-      d = mul_rn(y[i].d, half_at(b));
-      const float dmin = mul_rn(-y[i].d, half_at(b + 2));
-      int total = 0;
-      for (unsigned j = 0; j < 8; ++j) {
-        int sc, mn;
-        scale_min_k4(j, b + 4, sc, mn);
-        total += mn * (bs[2 * j] + bs[2 * j + 1]);
-      }
-      extra = fmaf(dmin, static_cast<float>(total), extra);
-      break;
-    }
-    default: // q6_k
-      d = mul_rn(y[i].d, half_at(b + 208));
-      break;
-    }
-    int s = 0;
-    for (unsigned c = 0; c < 256; c += 32) {
-      int v = 0;
-      for (unsigned e = c + e0; e < c + e0 + 4; ++e) {
-        int q, scale;
-        kquant_q(t, b, e, q, scale);
-        v += scale * (q * y[i].qs[e]);
-      }
-      s += v;
-    }
-    if (t == quant::ggml_type::q6_k)
-      s -= 32 * (static_cast<std::int8_t>(b[192 + 2 * lane]) * bs[2 * lane]
-                 + static_cast<std::int8_t>(b[192 + 2 * lane + 1])
-                     * bs[2 * lane + 1]);
-    acc = fmaf(d, static_cast<float>(s), acc);
+  const std::uint8_t* b = w + i * bb;
+  const std::int16_t* bs = y[i].bsums;
+  // The block's scale(s), in the order the portable dots fuse them.
+  float d = 0.0f;
+  switch (t) {
+  case quant::ggml_type::q2_k: {
+    d = mul_rn(y[i].d, half_at(b + 80));
+    const float dmin = mul_rn(-y[i].d, half_at(b + 82));
+    const int mins = (b[2 * lane] >> 4) * bs[2 * lane]
+                     + (b[2 * lane + 1] >> 4) * bs[2 * lane + 1];
+    acc = fmaf(dmin, static_cast<float>(mins), acc);
+    break;
   }
+  case quant::ggml_type::q3_k:
+    d = mul_rn(y[i].d, half_at(b + 108));
+    break;
+  case quant::ggml_type::q4_k: {
+    d = mul_rn(y[i].d, half_at(b));
+    const float dmin = mul_rn(-y[i].d, half_at(b + 2));
+    if (lane < 4) {
+      int sc0, mn0, sc1, mn1;
+      scale_min_k4(2 * lane, b + 4, sc0, mn0);
+      scale_min_k4(2 * lane + 1, b + 4, sc1, mn1);
+      const int p0 = bs[4 * lane] + bs[4 * lane + 1];
+      const int p1 = bs[4 * lane + 2] + bs[4 * lane + 3];
+      extra = fmaf(dmin, static_cast<float>(mn0 * p0 + mn1 * p1), extra);
+    }
+    break;
+  }
+  case quant::ggml_type::q5_k: {
+    d = mul_rn(y[i].d, half_at(b));
+    const float dmin = mul_rn(-y[i].d, half_at(b + 2));
+    int total = 0;
+    for (unsigned j = 0; j < 8; ++j) {
+      int sc, mn;
+      scale_min_k4(j, b + 4, sc, mn);
+      total += mn * (bs[2 * j] + bs[2 * j + 1]);
+    }
+    extra = fmaf(dmin, static_cast<float>(total), extra);
+    break;
+  }
+  default: // q6_k
+    d = mul_rn(y[i].d, half_at(b + 208));
+    break;
+  }
+  int s = 0;
+  for (unsigned c = 0; c < 256; c += 32) {
+    int v = 0;
+    for (unsigned e = c + e0; e < c + e0 + 4; ++e) {
+      int q, scale;
+      kquant_q(t, b, e, q, scale);
+      v += scale * (q * y[i].qs[e]);
+    }
+    s += v;
+  }
+  if (t == quant::ggml_type::q6_k)
+    s -= 32 * (static_cast<std::int8_t>(b[192 + 2 * lane]) * bs[2 * lane]
+               + static_cast<std::int8_t>(b[192 + 2 * lane + 1])
+                   * bs[2 * lane + 1]);
+  acc = fmaf(d, static_cast<float>(s), acc);
+}
+
+/// Lane `lane`'s part of the dot product of the row at w (nb blocks of GGUF
+/// type `type`) with the quantized activations at act: lane_block for
+/// every block in order. combine_lanes sums the lanes.
+EXO_HD inline void lane_dot(std::uint32_t type, const std::uint8_t* w,
+                            const void* act, std::size_t nb, unsigned lane,
+                            float* acc_out, float* extra_out) {
+  float acc = 0.0f, extra = 0.0f;
+  for (std::size_t i = 0; i < nb; ++i)
+    lane_block(type, w, act, i, lane, acc, extra);
   *acc_out = acc;
   *extra_out = extra;
 }

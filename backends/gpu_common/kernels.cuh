@@ -386,34 +386,54 @@ __global__ void quantize_act_kernel(const float* a, void* out,
     m::quantize_act_block(f, a, b, out);
 }
 
+/// Rows of A that matvec_lanes_kernel takes at once.
+constexpr unsigned lanes_rows_at_once = 4;
+
 /// Q4_0 ... Q8_0 and the K-quants against quantized activations, with the
 /// CPU engine's lanes: math::dot_lanes threads per row of W, rows_per_block
-/// rows per block (grid-stride), every row of A in turn. act holds m rows
-/// of act_row bytes.
+/// rows per block (grid-stride), the rows of A in groups of
+/// lanes_rows_at_once, block by block (each block of W read once for the
+/// group; every row of A steps through the blocks in order, so it gets the
+/// bits it gets alone). act holds m rows of act_row bytes.
 __global__ void matvec_lanes_kernel(const std::uint8_t* w, const void* act,
                                     float* c, std::size_t mm, std::size_t nn,
                                     std::size_t nb, std::size_t row_bytes,
                                     std::size_t act_row, std::uint32_t type) {
   constexpr unsigned rows = gpu::lanes_rows_per_block;
-  __shared__ float accs[rows * m::dot_lanes];
-  __shared__ float extras[rows * m::dot_lanes];
+  constexpr unsigned R = lanes_rows_at_once;
+  constexpr unsigned threads = rows * m::dot_lanes;
+  __shared__ float accs[R * threads];
+  __shared__ float extras[R * threads];
   const unsigned lane = threadIdx.x % m::dot_lanes;
   const unsigned slot = threadIdx.x / m::dot_lanes;
   const auto* ab = static_cast<const std::uint8_t*>(act);
   for (std::size_t j0 = static_cast<std::size_t>(blockIdx.x) * rows; j0 < nn;
        j0 += static_cast<std::size_t>(gridDim.x) * rows) {
     const std::size_t j = j0 + slot;
-    for (std::size_t t = 0; t < mm; ++t) {
-      float acc = 0.0f, extra = 0.0f;
+    for (std::size_t t0 = 0; t0 < mm; t0 += R) {
+      const unsigned group = mm - t0 < R ? static_cast<unsigned>(mm - t0) : R;
+      float acc[R], extra[R];
+EXO_UNROLL
+      for (unsigned u = 0; u < R; ++u)
+        acc[u] = extra[u] = 0.0f;
       if (j < nn)
-        m::lane_dot(type, w + j * row_bytes, ab + t * act_row, nb, lane,
-                    &acc, &extra);
-      accs[threadIdx.x] = acc;
-      extras[threadIdx.x] = extra;
+        for (std::size_t i = 0; i < nb; ++i)
+EXO_UNROLL
+          for (unsigned u = 0; u < R; ++u)
+            if (u < group)
+              m::lane_block(type, w + j * row_bytes, ab + (t0 + u) * act_row,
+                            i, lane, acc[u], extra[u]);
+EXO_UNROLL
+      for (unsigned u = 0; u < R; ++u) {
+        accs[u * threads + threadIdx.x] = acc[u];
+        extras[u * threads + threadIdx.x] = extra[u];
+      }
       __syncthreads();
       if (lane == 0 && j < nn)
-        c[t * nn + j] = m::combine_lanes(type, accs + threadIdx.x,
-                                         extras + threadIdx.x);
+        for (unsigned u = 0; u < group; ++u)
+          c[(t0 + u) * nn + j] =
+            m::combine_lanes(type, accs + u * threads + threadIdx.x,
+                             extras + u * threads + threadIdx.x);
       __syncthreads();
     }
   }
