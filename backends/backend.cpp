@@ -508,6 +508,95 @@ bool device::reads_kv_blocks() const noexcept {
   return false;
 }
 
+status device::attention_paged_rows(const_view q, const_view k, const_view v,
+                                    const_view tables, mut_view out,
+                                    const attention_dims& dims,
+                                    std::size_t table_len) {
+  constexpr auto kind = op_kind::attention_paged_rows;
+  if (dims.kv != kv_type::f32 && dims.kv != kv_type::f16
+      && dims.kv != kv_type::q8_0)
+    return fail(errc::invalid_argument,
+                "attention_paged_rows: unknown KV cache type");
+  constexpr std::size_t max_rows = std::size_t{1} << 16;
+  if (dims.n_tokens == 0 || dims.n_tokens > max_rows || table_len == 0
+      || dims.block_positions == 0
+      || table_len > (std::size_t{1} << 31) / dims.block_positions)
+    return fail(errc::invalid_argument,
+                "attention_paged_rows: rows (" + std::to_string(dims.n_tokens)
+                  + ") must be 1 to " + std::to_string(max_rows)
+                  + " and table_len (" + std::to_string(table_len)
+                  + ") blocks of block_positions ("
+                  + std::to_string(dims.block_positions)
+                  + ") must cover 1 to 2^31 positions");
+  // One row at the last position a table covers: its sizes.
+  auto one = dims;
+  one.n_tokens = 1;
+  one.pos0 = table_len * dims.block_positions - 1;
+  auto sz = host::check_paged_attention(one);
+  if (!sz)
+    return sz.err();
+  const std::size_t q_bytes = sz->q * dims.n_tokens;
+  const std::size_t t_bytes = (1 + table_len) * 4 * dims.n_tokens;
+  if (q_bytes / dims.n_tokens != sz->q
+      || t_bytes / dims.n_tokens != (1 + table_len) * 4)
+    return fail(errc::invalid_argument, "attention_paged_rows: too large");
+  const auto kv_alignment = exo::backend::kv_align(dims.kv);
+  EXO_TRY(check_view(kind, "q", q.buf, q.offset, q.limit, q_bytes, 4, false));
+  EXO_TRY(check_view(kind, "k", k.buf, k.offset, k.limit, sz->block_rows,
+                     kv_alignment, false));
+  EXO_TRY(check_view(kind, "v", v.buf, v.offset, v.limit, sz->block_rows,
+                     kv_alignment, false));
+  EXO_TRY(check_view(kind, "tables", tables.buf, tables.offset, tables.limit,
+                     t_bytes, 4, false));
+  EXO_TRY(check_view(kind, "out", out.buf, out.offset, out.limit, q_bytes, 4,
+                     true));
+  EXO_TRY(disjoint(kind, q, q_bytes, out, q_bytes));
+  EXO_TRY(disjoint(kind, tables, t_bytes, out, q_bytes));
+  EXO_TRY(disjoint(kind, k, host::view_extent(k), out, q_bytes));
+  EXO_TRY(disjoint(kind, v, host::view_extent(v), out, q_bytes));
+  auto d = dims;
+  d.block_table = nullptr;
+  d.row_tables = nullptr;
+  d.row_table_len = 0;
+  return do_attention_paged_rows(q, k, v, tables, out, d, table_len);
+}
+
+bool device::runs_attention_rows() const noexcept {
+  return false;
+}
+
+status device::do_attention_paged_rows(const_view q, const_view k,
+                                       const_view v, const_view tables,
+                                       mut_view out,
+                                       const attention_dims& dims,
+                                       std::size_t table_len) {
+  // Row by row through attention_paged, after reading the tables back.
+  const std::size_t stride = 1 + table_len;
+  std::vector<std::int32_t> tab(dims.n_tokens * stride);
+  EXO_TRY(read(*tables.buf, tables.offset, tab.data(), tab.size() * 4));
+  const std::size_t row_bytes = dims.n_heads * dims.head_dim * 4;
+  const std::size_t positions = table_len * dims.block_positions;
+  for (std::size_t r = 0; r < dims.n_tokens; ++r) {
+    const std::int32_t p = tab[r * stride];
+    if (p < 0 || static_cast<std::size_t>(p) >= positions)
+      return fail(errc::out_of_range,
+                  "attention_paged_rows: row " + std::to_string(r)
+                    + "'s position " + std::to_string(p)
+                    + " is outside its table of " + std::to_string(table_len)
+                    + " blocks of " + std::to_string(dims.block_positions));
+    auto d = dims;
+    d.n_tokens = 1;
+    d.pos0 = static_cast<std::size_t>(p);
+    const_view qr = q, tr = tables;
+    mut_view outr = out;
+    qr.offset += r * row_bytes;
+    outr.offset += r * row_bytes;
+    tr.offset += (r * stride + 1) * 4;
+    EXO_TRY(attention_paged(qr, k, v, tr, outr, d));
+  }
+  return {};
+}
+
 status device::do_attention_paged(const_view q, const_view k, const_view v,
                                   const_view table, mut_view out,
                                   const attention_dims& dims) {
@@ -909,6 +998,18 @@ status run(device& dev, const op_call& call) {
       ad.block_positions = d[7];
       ad.block_stride = d[8];
       return dev.attention_paged(in[0], in[1], in[2], in[3], call.output, ad);
+    }
+    case op_kind::attention_paged_rows: {
+      if (d[5] > static_cast<std::uint64_t>(kv_type::q8_0))
+        return fail(errc::invalid_argument,
+                    "attention_paged_rows: unknown KV cache type "
+                      + std::to_string(d[5]));
+      attention_dims ad{d[0], 0, d[1], d[2], d[3], d[4], s0,
+                        static_cast<kv_type>(d[5])};
+      ad.block_positions = d[6];
+      ad.block_stride = d[7];
+      return dev.attention_paged_rows(in[0], in[1], in[2], in[3], call.output,
+                                      ad, d[8]);
     }
     case op_kind::silu_mul:
       return dev.silu_mul(in[0], in[1], call.output, d[0]);

@@ -375,6 +375,12 @@ struct attention_dims {
   /// A GPU kernel's clamp: an entry past it reads this block (the last
   /// inside the views; a kernel cannot refuse a table).
   std::size_t max_block = 0;
+  /// A GPU kernel's copy of attention_paged_rows' tables (device memory;
+  /// null otherwise): query row t is one token at position
+  /// row_tables[t * (1 + row_table_len)] (clamped into the table) over
+  /// the row_table_len block indices after it; pos0 is not used.
+  const std::int32_t* row_tables = nullptr;
+  std::size_t row_table_len = 0;
 };
 
 /// Block indices a paged attention's table holds: one per block its
@@ -515,6 +521,22 @@ public:
   /// table); false: the default, correct but through host memory, so a
   /// stage keeps contiguous caches there.
   virtual bool reads_kv_blocks() const noexcept;
+  /// A decode batch's attention in one operation: row r of q (dims.n_tokens
+  /// rows) is one token of its own sequence. `tables` holds, per row,
+  /// 1 + table_len int32: the row's position p, then the block indices of
+  /// its cache (as attention_paged's table; those past its last block are
+  /// not read). Row r gives the bits of attention_paged of that row alone
+  /// at pos0 = p with n_tokens = 1 (dims.pos0 is not used). A position
+  /// outside [0, table_len * block_positions) is an error naming the row
+  /// on the host devices; a GPU kernel clamps it into the table.
+  status attention_paged_rows(const_view q, const_view k, const_view v,
+                              const_view tables, mut_view out,
+                              const attention_dims& dims,
+                              std::size_t table_len);
+  /// Whether attention_paged_rows runs as one operation (else: the
+  /// default, correct, but row by row after reading the tables back, which
+  /// waits for the device's queue; a stage then sends a row at a time).
+  virtual bool runs_attention_rows() const noexcept;
 
   /// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i],
   /// f32, i < count > 0. out may equal gate or up.
@@ -578,6 +600,12 @@ protected:
   virtual status do_attention_paged(const_view q, const_view k,
                                     const_view v, const_view table,
                                     mut_view out, const attention_dims& dims);
+  /// Checked: the views hold dims.n_tokens rows and their tables.
+  virtual status do_attention_paged_rows(const_view q, const_view k,
+                                         const_view v, const_view tables,
+                                         mut_view out,
+                                         const attention_dims& dims,
+                                         std::size_t table_len);
   virtual status do_silu_mul(const_view gate, const_view up, mut_view out,
                              std::size_t count);
   virtual status do_to_f16(const_view a, mut_view out, std::size_t count);

@@ -74,6 +74,11 @@ constexpr std::array<op_rule, op_count> rules{{
    {"n_tokens", "pos0", "n_heads", "n_kv_heads", "head_dim", "kv_stride",
     "kv_type", "block_positions", "block_stride"},
    {"scale"}, false},
+  {op_kind::attention_paged_rows, "attention_paged_rows", 4, 4, 9, 1,
+   {"q", "k", "v", "tables"}, "out",
+   {"rows", "n_heads", "n_kv_heads", "head_dim", "kv_stride", "kv_type",
+    "block_positions", "block_stride", "table_len"},
+   {"scale"}, false},
 }};
 
 // The table is indexed by wire number - 1.

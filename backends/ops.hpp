@@ -33,6 +33,14 @@
 ///                n_kv_heads, head_dim, kv_stride, kv_type (backend::
 ///                kv_type's number), block_positions, block_stride},
 ///                scalars {scale}: a paged cache (attention_dims)
+///   attention_paged_rows
+///                inputs {q, k, v, tables}, dims {rows, n_heads,
+///                n_kv_heads, head_dim, kv_stride, kv_type,
+///                block_positions, block_stride, table_len}, scalars
+///                {scale}: every row of q one token of its own sequence
+///                over its own paged cache; tables holds per row its
+///                position, then table_len block indices
+///                (device::attention_paged_rows)
 ///   silu_mul     inputs {gate, up}, dims {count}
 ///   to_f16       inputs {a} (f32), dims {count}; out IEEE half
 ///   to_q8_0      inputs {a} (f32), dims {count} (a multiple of 32); out
@@ -107,10 +115,13 @@ enum class op_kind : std::uint8_t {
   // attention over a paged KV cache: rows in fixed-size blocks found
   // through a block table (attention_dims::block_positions).
   attention_paged = 31,
+  // a decode batch's attention in one operation: each row of q one token
+  // of its own sequence, with its own position and block table.
+  attention_paged_rows = 32,
 };
 
 /// How many operations there are (the highest wire number).
-constexpr std::size_t op_count = 31;
+constexpr std::size_t op_count = 32;
 
 /// The most inputs, dims and scalars any operation takes.
 constexpr std::size_t max_op_inputs = 4;

@@ -501,6 +501,39 @@ protected:
     return P::has_kernels(props_);
   }
 
+  /// A decode batch's attention in one launch where the kernels run.
+  bool runs_attention_rows() const noexcept override {
+    return P::has_kernels(props_);
+  }
+
+  /// Every row's position and table are read by the kernel from `tables`
+  /// (positions clamped into the table, entries into the cache, as
+  /// do_attention_paged's: never a read outside).
+  status do_attention_paged_rows(const_view q, const_view k, const_view v,
+                                 const_view tables, mut_view out,
+                                 const attention_dims& dims,
+                                 std::size_t table_len) override {
+    auto one = dims;
+    one.n_tokens = 1;
+    one.pos0 = table_len * dims.block_positions - 1;
+    auto sz = host::check_paged_attention(one); // sizes only: checked
+    if (!sz)
+      return sz.err();
+    const std::size_t e =
+      std::min(host::view_extent(k), host::view_extent(v));
+    if (!P::has_kernels(props_)
+        || dims.head_dim > 2 * gpu::math::attention_threads
+        || e < sz->block_rows)
+      return device::do_attention_paged_rows(q, k, v, tables, out, dims,
+                                             table_len);
+    auto d = dims;
+    d.row_tables = reinterpret_cast<const std::int32_t*>(
+      ptr_of(*tables.buf) + tables.offset);
+    d.row_table_len = table_len;
+    d.max_block = (e - sz->block_rows) / sz->block;
+    return attention_kernel(q, k, v, out, d);
+  }
+
   /// The attention kernel over a paged cache: the table's entries are
   /// clamped to the cache (m::kv_row_at), never checked on the host (that
   /// would wait for the stream).

@@ -180,16 +180,29 @@ __global__ void attention_kernel(const float* q, KV k, KV v, float* out,
   std::size_t group = d.n_heads / d.n_kv_heads;
   std::size_t row = d.n_heads * d.head_dim;
   std::size_t d1 = tid + threads;
-  auto row_at = [&d](std::size_t r) {
-    return m::kv_row_at(r, d.kv_stride, d.block_table, d.block_positions,
-                        d.block_stride, d.max_block);
-  };
   for (std::size_t th = blockIdx.x; th < d.n_tokens * d.n_heads;
        th += gridDim.x) {
     std::size_t t = th / d.n_heads;
     std::size_t h = th % d.n_heads;
     std::size_t kvh = (h / group) * d.head_dim;
     std::size_t n_pos = d.pos0 + t + 1;
+    const std::int32_t* table = d.block_table;
+    if (d.row_tables != nullptr) {
+      // attention_paged_rows: row t's own position (clamped into its
+      // table) and block table.
+      const std::int32_t* rt = d.row_tables + t * (1 + d.row_table_len);
+      const std::size_t last = d.row_table_len * d.block_positions - 1;
+      const std::int32_t p = rt[0];
+      n_pos = (p < 0 ? 0 : static_cast<std::size_t>(p) > last
+                             ? last
+                             : static_cast<std::size_t>(p))
+              + 1;
+      table = rt + 1;
+    }
+    auto row_at = [&d, table](std::size_t r) {
+      return m::kv_row_at(r, d.kv_stride, table, d.block_positions,
+                          d.block_stride, d.max_block);
+    };
     const float* qh = q + t * row + h * d.head_dim;
     for (std::size_t i = tid; i < d.head_dim; i += threads)
       qs[i] = qh[i];

@@ -26,6 +26,10 @@ bool device_ops::reads_kv_blocks() const {
   return false;
 }
 
+bool device_ops::attention_rows() const {
+  return false;
+}
+
 result<device_handle> device_ops::adopt_host(const void*, std::uint64_t,
                                              std::shared_ptr<const void>) {
   return fail(errc::unsupported, where() + " cannot read host memory in place");
@@ -243,6 +247,10 @@ bool backend_ops::resizes() const {
 
 bool backend_ops::reads_kv_blocks() const {
   return dev_.reads_kv_blocks();
+}
+
+bool backend_ops::attention_rows() const {
+  return dev_.runs_attention_rows();
 }
 
 // -- device_stage --------------------------------------------------------------
@@ -1445,17 +1453,36 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   // Paged: the blocks the new rows go to are each cache's own (copied on
   // write where shared), and each segment's block table goes to the
   // device with the step.
+  // A decode batch (every segment one token) on a device that runs it as
+  // one operation: one attention_paged_rows a layer, whose tables hold
+  // each row's position and then its block table, all padded to the
+  // longest (rows_table_len blocks), instead of one attention per segment.
+  const bool rows_attention =
+    paged() && segs.size() > 1 && ops_.attention_rows()
+    && std::all_of(segs.begin(), segs.end(),
+                   [](const segment& sg) { return sg.n == 1; });
+  std::uint64_t rows_table_len = 0;
   std::vector<std::uint64_t> table_off(paged() ? segs.size() : 0);
   if (paged()) {
     table_staging_.clear();
+    std::vector<std::size_t> nbs(segs.size());
     for (std::size_t s = 0; s < segs.size(); ++s) {
       EXO_TRY(own_blocks(*cs[s], segs[s].pos, segs[s].n));
-      const std::size_t nb = (segs[s].pos + segs[s].n + block_positions_ - 1)
-                             / block_positions_;
+      nbs[s] = (segs[s].pos + segs[s].n + block_positions_ - 1)
+               / block_positions_;
+      rows_table_len = std::max<std::uint64_t>(rows_table_len, nbs[s]);
+    }
+    for (std::size_t s = 0; s < segs.size(); ++s) {
       table_off[s] = table_staging_.size() * 4;
+      if (rows_attention)
+        table_staging_.push_back(static_cast<std::int32_t>(segs[s].pos));
       table_staging_.insert(table_staging_.end(), cs[s]->table.begin(),
                             cs[s]->table.begin()
-                              + static_cast<std::ptrdiff_t>(nb));
+                              + static_cast<std::ptrdiff_t>(nbs[s]));
+      if (rows_attention) // never read: past the row's last block
+        table_staging_.resize(table_staging_.size() + rows_table_len
+                                - nbs[s],
+                              0);
     }
     const std::uint64_t bytes = table_staging_.size() * 4;
     if (bytes > tables_bytes_) {
@@ -1679,7 +1706,21 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
       r0 += sg.n;
     }
     r0 = 0;
-    for (std::size_t s = 0; s < segs.size(); ++s) {
+    if (rows_attention) {
+      const std::uint64_t first_row = std::uint64_t{l - first_}
+                                      * block_positions_ * row_bytes;
+      add(op_kind::attention_paged_rows,
+          {at(q_), at(pool_.k, first_row), at(pool_.v, first_row),
+           at(tables_)},
+          at(att_),
+          {segs.size(), hp.n_head, hp.n_head_kv, hp.head_dim, nkv,
+           static_cast<std::uint64_t>(opts_.kv), block_positions_,
+           block_bytes() / backend::kv_block_bytes(opts_.kv)
+             * backend::kv_block_values(opts_.kv),
+           rows_table_len},
+          {scale});
+    }
+    for (std::size_t s = 0; !rows_attention && s < segs.size(); ++s) {
       auto& sg = segs[s];
       auto& c = *cs[s];
       if (paged()) {

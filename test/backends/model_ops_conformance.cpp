@@ -619,6 +619,139 @@ TEST_CASE("attention over a paged cache gives the bits of the same rows in "
   }
 }
 
+TEST_CASE("attention_paged_rows gives every row of a decode batch the bits "
+          "of its own attention_paged, and refuses positions outside its "
+          "table") {
+  // Three sequences of one pool at positions 5, 20 and 37 (blocks of 8,
+  // interleaved in the pool), one query row each, kv f32, f16 and q8_0.
+  std::mt19937 rng{29};
+  const std::size_t B = 8, heads = 4, kvh = 2, hd = 32, stride = 64;
+  const std::size_t pos[] = {5, 20, 37};
+  const std::size_t R = 3, L = (37 + B) / B; // the longest table: 5 blocks
+  for (auto* dev : every_device()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      for (auto kv : {kv_type::f32, kv_type::f16, kv_type::q8_0}) {
+        INFO("kv " << to_string(kv));
+        const std::size_t row = kv_bytes_of(kv, stride);
+        const std::size_t block = B * row;
+        std::vector<std::uint8_t> pk((R * L + 1) * block, 0xA5), pv(pk);
+        std::vector<float> q;
+        std::vector<std::int32_t> tables; // per row: position, L entries
+        std::vector<std::vector<std::int32_t>> own(R);
+        attention_dims d{};
+        for (std::size_t r = 0; r < R; ++r) {
+          auto c = random_attention(rng, {1, pos[r], heads, kvh, hd, stride});
+          d = c.d;
+          q.insert(q.end(), c.q.begin(), c.q.end());
+          std::vector<std::uint8_t> rk(kv_bytes_of(kv, c.k.size())),
+            rv(rk.size());
+          if (kv == kv_type::f16) {
+            host::to_f16(c.k.data(), reinterpret_cast<std::uint16_t*>(rk.data()),
+                         c.k.size());
+            host::to_f16(c.v.data(), reinterpret_cast<std::uint16_t*>(rv.data()),
+                         c.v.size());
+          } else if (kv == kv_type::q8_0) {
+            host::quantize_q8_0_activations(
+              c.k.data(), reinterpret_cast<host::block_q8_0*>(rk.data()),
+              c.k.size());
+            host::quantize_q8_0_activations(
+              c.v.data(), reinterpret_cast<host::block_q8_0*>(rv.data()),
+              c.v.size());
+          } else {
+            std::memcpy(rk.data(), c.k.data(), rk.size());
+            std::memcpy(rv.data(), c.v.data(), rv.size());
+          }
+          const std::size_t nb = pos[r] / B + 1;
+          tables.push_back(static_cast<std::int32_t>(pos[r]));
+          for (std::size_t i = 0; i < L; ++i) {
+            const auto b = static_cast<std::int32_t>(i * R + (R - 1 - r));
+            if (i < nb)
+              own[r].push_back(b);
+            tables.push_back(i < nb ? b : 0); // past its last: never read
+          }
+          for (std::size_t p = 0; p <= pos[r]; ++p) {
+            const std::size_t at =
+              static_cast<std::size_t>(own[r][p / B]) * block + (p % B) * row;
+            std::memcpy(pk.data() + at, rk.data() + p * row, row);
+            std::memcpy(pv.data() + at, rv.data() + p * row, row);
+          }
+        }
+        d.kv = kv;
+        d.block_positions = B;
+        d.block_stride = B * stride;
+        auto bq = upload(*dev, q), bk = upload(*dev, pk), bv = upload(*dev, pv),
+             bt = upload(*dev, tables);
+        auto o1 = alloc(*dev, q.size() * 4), o2 = alloc(*dev, q.size() * 4);
+        const std::size_t qrow = heads * hd * 4;
+        for (std::size_t r = 0; r < R; ++r) {
+          auto bo = upload(*dev, own[r]);
+          auto dr = d;
+          dr.n_tokens = 1;
+          dr.pos0 = pos[r];
+          REQUIRE(dev->attention_paged({bq.get(), r * qrow}, {bk.get(), 0},
+                                       {bv.get(), 0}, {bo.get(), 0},
+                                       {o1.get(), r * qrow}, dr)
+                    .ok());
+        }
+        auto dr = d;
+        dr.n_tokens = R;
+        dr.pos0 = 12345; // not used
+        REQUIRE(dev->attention_paged_rows({bq.get(), 0}, {bk.get(), 0},
+                                          {bv.get(), 0}, {bt.get(), 0},
+                                          {o2.get(), 0}, dr, L)
+                  .ok());
+        const auto want = download(*dev, *o1, q.size());
+        const auto got = download(*dev, *o2, q.size());
+        CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
+        // Through the operation table too (the stage's way).
+        op_call call;
+        call.kind = op_kind::attention_paged_rows;
+        call.n_inputs = 4;
+        call.inputs[0] = {bq.get(), 0};
+        call.inputs[1] = {bk.get(), 0};
+        call.inputs[2] = {bv.get(), 0};
+        call.inputs[3] = {bt.get(), 0};
+        call.output = {o2.get(), 0};
+        call.n_dims = 9;
+        call.dims = {R, heads, kvh, hd, stride, static_cast<std::size_t>(kv),
+                     B, B * stride, L};
+        call.n_scalars = 1;
+        call.scalars = {d.scale};
+        REQUIRE(run(*dev, call).ok());
+        CHECK(download(*dev, *o2, q.size()) == got);
+        // A row whose position its table does not cover: the host devices
+        // and the path through host memory name the row; a GPU kernel
+        // clamps it into the table and reads nothing outside the cache.
+        const bool gpu = dev->runs_attention_rows();
+        auto bad = tables;
+        bad[1 + L] = static_cast<std::int32_t>(L * B);
+        auto bb = upload(*dev, bad);
+        auto st = dev->attention_paged_rows({bq.get(), 0}, {bk.get(), 0},
+                                            {bv.get(), 0}, {bb.get(), 0},
+                                            {o2.get(), 0}, dr, L);
+        if (gpu) {
+          CHECK(st.ok());
+        } else {
+          REQUIRE_FALSE(st.ok());
+          CHECK(st.err().code == errc::out_of_range);
+          CHECK(st.err().message.find("row 1") != std::string::npos);
+        }
+        // Tables too small for their rows, and no rows: refused.
+        CHECK_FALSE(dev->attention_paged_rows({bq.get(), 0}, {bk.get(), 0},
+                                              {bv.get(), 0}, {bt.get(), 0},
+                                              {o2.get(), 0}, dr, 4 * L)
+                      .ok());
+        auto none = dr;
+        none.n_tokens = 0;
+        CHECK_FALSE(dev->attention_paged_rows({bq.get(), 0}, {bk.get(), 0},
+                                              {bv.get(), 0}, {bt.get(), 0},
+                                              {o2.get(), 0}, none, L)
+                      .ok());
+      }
+    }
+  }
+}
+
 TEST_CASE("a q8_0 KV cache written by to_q8_0 holds the host's blocks and "
           "attention over it is attention") {
   std::mt19937 rng{23};

@@ -123,6 +123,14 @@ protected:
                      {}, {}, false});
     return {};
   }
+  status do_attention_paged_rows(const_view q, const_view k, const_view v,
+                                 const_view tables, mut_view out,
+                                 const attention_dims&, std::size_t) override {
+    calls.push_back({"attention_paged_rows",
+                     {q.offset, k.offset, v.offset, tables.offset, out.offset},
+                     {}, {}, false});
+    return {};
+  }
   status do_to_f16(const_view a, mut_view out, std::size_t) override {
     calls.push_back({"to_f16", {a.offset, out.offset}, {}, {}, false});
     return {};
@@ -266,6 +274,12 @@ sample sample_of(op_kind kind) {
       s.in_bytes = {32, 32, 32, 8};
       s.out_bytes = 32;
       break;
+    case op_kind::attention_paged_rows: // one row, a position and 2 blocks
+      dims({1, 2, 1, 4, 4, 0, 2, 8, 2});
+      scalar(0.5f);
+      s.in_bytes = {32, 32, 32, 12};
+      s.out_bytes = 32;
+      break;
   }
   s.call.n_inputs = s.in_bytes.size();
   for (std::size_t i = 0; i < s.in_bytes.size(); ++i)
@@ -320,14 +334,15 @@ TEST_CASE("the op table round-trips every operation through its number") {
     CHECK(check_counts(r.kind, r.min_inputs, r.n_dims, r.n_scalars).ok());
   }
   CHECK(names.size() == op_count);
-  CHECK(names.size() == 31);
+  CHECK(names.size() == 32);
+  CHECK(names.count("attention_paged_rows") == 1);
   CHECK(names.count("matmul_q8_0") == 1);
   CHECK(names.count("matmul_q4_k") == 1);
   CHECK(names.count("matmul_rows_q4_k") == 1);
   // Every number outside the table is none, 0 included.
   for (int n = 0; n < 256; ++n)
     CHECK(op_from_wire(static_cast<std::uint8_t>(n)).has_value()
-          == (n >= 1 && n <= 31));
+          == (n >= 1 && n <= 32));
   CHECK(std::string{to_string(static_cast<op_kind>(0))} == "unknown");
 }
 
