@@ -807,8 +807,11 @@ error_t free_async(void* ptr, stream_t stream) {
     {
       std::lock_guard<std::mutex> g{rt().mtx};
       auto it = rt().live.find(static_cast<const char*>(ptr));
-      auto& d = rt().devices[static_cast<std::size_t>(it->second.device)];
-      d.in_use -= std::min(d.in_use, it->second.bytes);
+      const auto dev = static_cast<std::size_t>(it->second.device);
+      if (dev < rt().devices.size()) { // configure may have dropped it
+        auto& d = rt().devices[dev];
+        d.in_use -= std::min(d.in_use, it->second.bytes);
+      }
       rt().live.erase(it);
     }
     std::free(ptr);

@@ -158,7 +158,8 @@ struct device_prop {
 };
 
 /// The emulated machine: how many devices and how much memory each has.
-/// Set before a backend initializes; devices() == 0 reports no device.
+/// Set before a backend initializes, while no emulated device is in use
+/// (it starts the devices' books afresh); devices == 0 reports no device.
 struct machine {
   int devices = 1;
   std::size_t memory_per_device = std::size_t{2} << 30;
