@@ -64,6 +64,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -513,24 +514,20 @@ protected:
                                  const_view tables, mut_view out,
                                  const attention_dims& dims,
                                  std::size_t table_len) override {
-    auto one = dims;
-    one.n_tokens = 1;
-    one.pos0 = table_len * dims.block_positions - 1;
-    auto sz = host::check_paged_attention(one); // sizes only: checked
-    if (!sz)
-      return sz.err();
-    const std::size_t e =
-      std::min(host::view_extent(k), host::view_extent(v));
-    if (!P::has_kernels(props_)
-        || dims.head_dim > 2 * gpu::math::attention_threads
-        || e < sz->block_rows)
+    auto widest = dims; // a row at the last position a table covers
+    widest.n_tokens = 1;
+    widest.pos0 = table_len * dims.block_positions - 1;
+    auto max_block = kernel_max_block(widest, k, v);
+    if (!max_block)
+      return max_block.err();
+    if (!*max_block)
       return device::do_attention_paged_rows(q, k, v, tables, out, dims,
                                              table_len);
     auto d = dims;
     d.row_tables = reinterpret_cast<const std::int32_t*>(
       ptr_of(*tables.buf) + tables.offset);
     d.row_table_len = table_len;
-    d.max_block = (e - sz->block_rows) / sz->block;
+    d.max_block = **max_block;
     return attention_kernel(q, k, v, out, d);
   }
 
@@ -540,6 +537,24 @@ protected:
   status do_attention_paged(const_view q, const_view k, const_view v,
                             const_view table, mut_view out,
                             const attention_dims& dims) override {
+    auto max_block = kernel_max_block(dims, k, v);
+    if (!max_block)
+      return max_block.err();
+    if (!*max_block)
+      return device::do_attention_paged(q, k, v, table, out, dims);
+    auto d = dims;
+    d.block_table = reinterpret_cast<const std::int32_t*>(
+      ptr_of(*table.buf) + table.offset);
+    d.max_block = **max_block;
+    return attention_kernel(q, k, v, out, d);
+  }
+
+  /// The last block of k and v a paged kernel may read (its clamp) for
+  /// attention sized as `dims`, or none where the kernel cannot run it
+  /// (no kernels, heads too wide, views shorter than a block): the path
+  /// through host memory.
+  result<std::optional<std::size_t>> kernel_max_block(
+    const attention_dims& dims, const_view k, const_view v) const {
     auto sz = host::check_paged_attention(dims); // sizes only: checked
     if (!sz)
       return sz.err();
@@ -548,12 +563,8 @@ protected:
     if (!P::has_kernels(props_)
         || dims.head_dim > 2 * gpu::math::attention_threads
         || e < sz->block_rows)
-      return device::do_attention_paged(q, k, v, table, out, dims);
-    auto d = dims;
-    d.block_table = reinterpret_cast<const std::int32_t*>(
-      ptr_of(*table.buf) + table.offset);
-    d.max_block = (e - sz->block_rows) / sz->block;
-    return attention_kernel(q, k, v, out, d);
+      return std::optional<std::size_t>{};
+    return std::optional<std::size_t>{(e - sz->block_rows) / sz->block};
   }
 
   status do_to_q8_0(const_view a, mut_view out, std::size_t count) override {
