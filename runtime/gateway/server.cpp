@@ -1341,9 +1341,12 @@ void stream_sink::finish_part(std::size_t part, finish_reason reason,
       pending_ = completion_body(req_.kind, head_, out, u);
     }
     done_ = true;
+    // The slot is free before the answer's last byte can leave: a client
+    // that sends its next request on reading this one is never refused
+    // for the slot this one still held.
+    release_slot();
     schedule_locked();
   }
-  release_slot();
 }
 
 void stream_sink::fail(api_error e) {
@@ -1359,9 +1362,9 @@ void stream_sink::fail(api_error e) {
       early_error_ = std::move(e);
     }
     done_ = true;
+    release_slot(); // before the answer can leave, as in finish_part
     schedule_locked();
   }
-  release_slot();
 }
 
 void stream_sink::on_ready(std::function<void()> fn) {

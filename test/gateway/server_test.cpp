@@ -791,6 +791,9 @@ TEST_CASE("more admitted completions than the queue holds get 429") {
   CHECK(http_exchange(port, post("/v1/chat/completions", chat_body(false)))
           .status
         == 200);
+  // Its slot was free before its answer left (CI once saw the next request
+  // find it still taken).
+  CHECK(srv.stats().in_flight == 0);
   // Each prompt of a request is a job: two prompts take both slots, three
   // (more than the queue) take the whole queue, and give them back.
   backend->hold();
@@ -809,6 +812,27 @@ TEST_CASE("more admitted completions than the queue holds get 429") {
     port, post("/v1/completions", R"({"model":"tiny","prompt":["a","b","c"]})"));
   CHECK(three.status == 200);
   CHECK(eventually([&] { return srv.stats().in_flight == 0; }));
+}
+
+TEST_CASE("a client that asks again on reading an answer gets a free slot") {
+  // One slot: every answer must give it back before its last byte leaves,
+  // or the client's next request meets 429 for its own finished one.
+  auto backend = std::make_shared<scripted_backend>(tokens);
+  auto o = options(backend);
+  o.limits.max_queued = 1;
+  server srv{o};
+  auto port = srv.start();
+  for (int i = 0; i < 100; ++i) {
+    const bool stream = i % 2 == 1;
+    const std::string body = i % 4 == 2 ? R"({"model":"tiny","prompt":"<fail>"})"
+                                        : chat_body(stream);
+    const std::string path = i % 4 == 2 ? "/v1/completions"
+                                        : "/v1/chat/completions";
+    auto r = http_exchange(port, post(path, body));
+    INFO("request " << i << ": " << r.status << " " << r.body);
+    CHECK(r.status == (i % 4 == 2 ? 503 : 200));
+    CHECK(srv.stats().in_flight == 0);
+  }
 }
 
 TEST_CASE("a client that disconnects closes its sink and frees its slot") {
