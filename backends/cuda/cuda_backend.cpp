@@ -107,6 +107,12 @@ struct cuda_platform {
     return cuda_kernels::launch_hadamard(a, out, count, n, stream);
   }
 
+  static int launch_dequant_rows(const void* w, weight_type type, float* out,
+                                 std::size_t rows, std::size_t k,
+                                 cudaStream_t stream) {
+    return cuda_kernels::launch_dequant_rows(w, type, out, rows, k, stream);
+  }
+
   static int launch_matmul_weights(const float* a, const void* w,
                                    weight_type type, float* c,
                                    const matmul_dims& dims, void* scratch,

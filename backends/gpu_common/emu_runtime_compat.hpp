@@ -39,6 +39,7 @@
 #define cudaMemPoolAttrReleaseThreshold EXO_EMU_ pool_release_threshold
 #define cudaMemPoolSetAttribute EXO_EMU_ mem_pool_set_attribute
 #define cudaMemPool_t EXO_EMU_ mem_pool_t
+#define cudaMemcpy2DAsync EXO_EMU_ memcpy_2d_async
 #define cudaMemcpyAsync EXO_EMU_ memcpy_async
 #define cudaMemcpyDeviceToDevice EXO_EMU_ device_to_device
 #define cudaMemcpyDeviceToHost EXO_EMU_ device_to_host

@@ -20,7 +20,7 @@
 ///     static int launch_binary(...), launch_matmul_tiled(...), // kernels
 ///       launch_rmsnorm(...), launch_silu_mul(...), launch_rope_rows(...),
 ///       launch_attention(...), launch_to_f16(...), launch_to_q8_0(...),
-///       launch_hadamard(...),
+///       launch_hadamard(...), launch_dequant_rows(...),
 ///       launch_matmul_weights(...);
 ///     static result<std::shared_ptr<gpu::management_library>>
 ///     load_telemetry();
@@ -400,16 +400,76 @@ protected:
 
   status do_matmul(const_view a, const_view b, mut_view c,
                    const matmul_dims& dims) override {
-    bool tiled = opts_.tiled_matmul || !P::has_blas;
-    if (tiled && !P::has_kernels(props_))
+    if ((opts_.tiled_matmul || !P::has_blas) && !P::has_kernels(props_))
       return device::do_matmul(a, b, c, dims);
     std::lock_guard<std::mutex> guard{mtx_};
     EXO_TRY(select());
-    if (tiled)
+    return product(f32_of(a), f32_of(b), f32_of(c), dims);
+  }
+
+  /// C = A op(B) in F32: the vendor BLAS, or the tiled kernel where there
+  /// is none or the options ask for it. mtx_ held.
+  status product(const float* a, const float* b, float* c,
+                 const matmul_dims& dims) {
+    if (opts_.tiled_matmul || !P::has_blas)
       return launch_status("matmul kernel",
-                           P::launch_matmul_tiled(f32_of(a), f32_of(b),
-                                                  f32_of(c), dims, stream_));
-    return blas_.matmul(f32_of(a), f32_of(b), f32_of(c), dims);
+                           P::launch_matmul_tiled(a, b, c, dims, stream_));
+    return blas_.matmul(a, b, c, dims);
+  }
+
+  /// Whether matmul_weights takes prompt_product (gpu_options::
+  /// prompt_gemm_rows): a prompt's rows, enough of them, weights to decode.
+  bool prompt_gemm(weight_type type, const matmul_dims& dims) const {
+    return type != weight_type::f32 && !dims.rows_apart
+           && opts_.prompt_gemm_rows != 0 && dims.m >= opts_.prompt_gemm_rows;
+  }
+
+  /// A prompt's product through decoded weights: W's rows decoded to F32 a
+  /// piece at a time (at most prompt_gemm_chunk_bytes, whole rows), each
+  /// piece multiplied by product(); with more than one piece its results
+  /// go through a second temporary into their columns of C. nullopt: the
+  /// temporaries could not be had (the caller takes the matrix-vector
+  /// kernels instead, which need none). mtx_ held.
+  std::optional<status> prompt_product(const float* a, const char* w,
+                                       weight_type type, float* c,
+                                       const matmul_dims& dims) {
+    const std::size_t m = dims.m, n = dims.n, k = dims.k;
+    const std::size_t row_bytes = *weight_row_bytes(type, k);
+    const std::size_t cap = opts_.prompt_gemm_chunk_bytes;
+    std::size_t rows = std::max<std::size_t>(1, cap / (k * 4));
+    if (rows < n) // the piece's results are held too
+      rows = std::max<std::size_t>(1, std::min(rows, cap / (m * 4)));
+    rows = std::min(rows, n);
+    const bool whole = rows == n;
+    void* wf = nullptr;
+    void* cf = nullptr;
+    if (cudaMallocAsync(&wf, rows * k * 4, stream_) != cudaSuccess
+        || (!whole
+            && cudaMallocAsync(&cf, m * rows * 4, stream_) != cudaSuccess)) {
+      (void)cudaGetLastError(); // not the next launch's error
+      if (wf != nullptr)
+        (void)cudaFreeAsync(wf, stream_);
+      return std::nullopt;
+    }
+    auto* decoded = static_cast<float*>(wf);
+    status st;
+    for (std::size_t j0 = 0; j0 < n && st.ok(); j0 += rows) {
+      const std::size_t nr = std::min(rows, n - j0);
+      st = launch_status("dequant_rows kernel",
+                         P::launch_dequant_rows(w + j0 * row_bytes, type,
+                                                decoded, nr, k, stream_));
+      if (st.ok())
+        st = product(a, decoded, whole ? c : static_cast<float*>(cf),
+                     {m, nr, k, true});
+      if (st.ok() && !whole)
+        st = check(cudaMemcpy2DAsync(c + j0, n * 4, cf, nr * 4, nr * 4, m,
+                                     cudaMemcpyDeviceToDevice, stream_),
+                   EXO_GPU_NAME(cudaMemcpy2DAsync));
+    }
+    (void)cudaFreeAsync(wf, stream_);
+    if (cf != nullptr)
+      (void)cudaFreeAsync(cf, stream_);
+    return st;
   }
 
   // -- the operations of a Llama layer --------------------------------------
@@ -425,6 +485,10 @@ protected:
       return do_matmul(a, w, c, {dims.m, dims.n, dims.k, true});
     std::lock_guard<std::mutex> guard{mtx_};
     EXO_TRY(select());
+    if (prompt_gemm(type, dims))
+      if (auto st = prompt_product(f32_of(a), ptr_of(*w.buf) + w.offset, type,
+                                   f32_of(c), dims))
+        return *st;
     // The quantized activations live in a stream-ordered temporary (the
     // pool keeps its memory): freed after the kernels that read it.
     void* scratch = nullptr;

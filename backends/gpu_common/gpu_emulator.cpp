@@ -831,6 +831,24 @@ error_t free_host(void* ptr) {
   return success;
 }
 
+namespace {
+
+/// A copy of `bytes` in the stats, by direction.
+void count_copy(memcpy_kind kind, std::size_t bytes) {
+  count([&](runtime_stats& st) {
+    auto* n = kind == host_to_device   ? &st.to_device
+              : kind == device_to_host ? &st.to_host
+                                       : &st.on_device;
+    auto* b = kind == host_to_device   ? &st.to_device_bytes
+              : kind == device_to_host ? &st.to_host_bytes
+                                       : &st.on_device_bytes;
+    ++*n;
+    *b += bytes;
+  });
+}
+
+} // namespace
+
 error_t memcpy_async(void* dst, const void* src, std::size_t bytes,
                      memcpy_kind kind, stream_t stream) {
   if (bytes == 0)
@@ -842,18 +860,32 @@ error_t memcpy_async(void* dst, const void* src, std::size_t bytes,
   if ((dst_dev && !inside_allocation(dst, bytes))
       || (src_dev && !inside_allocation(src, bytes)))
     return fail_now(error_invalid_value);
-  count([&](runtime_stats& st) {
-    auto* n = kind == host_to_device   ? &st.to_device
-              : kind == device_to_host ? &st.to_host
-                                       : &st.on_device;
-    auto* b = kind == host_to_device   ? &st.to_device_bytes
-              : kind == device_to_host ? &st.to_host_bytes
-                                       : &st.on_device_bytes;
-    ++*n;
-    *b += bytes;
-  });
+  count_copy(kind, bytes);
   return enqueue(stream, [dst, src, bytes] {
     std::memmove(dst, src, bytes);
+    return success;
+  });
+}
+
+error_t memcpy_2d_async(void* dst, std::size_t dpitch, const void* src,
+                        std::size_t spitch, std::size_t width,
+                        std::size_t height, memcpy_kind kind,
+                        stream_t stream) {
+  if (width == 0 || height == 0)
+    return success;
+  if (dst == nullptr || src == nullptr || width > dpitch || width > spitch)
+    return fail_now(error_invalid_value);
+  const std::size_t dspan = (height - 1) * dpitch + width;
+  const std::size_t sspan = (height - 1) * spitch + width;
+  if ((kind != device_to_host && !inside_allocation(dst, dspan))
+      || (kind != host_to_device && !inside_allocation(src, sspan)))
+    return fail_now(error_invalid_value);
+  count_copy(kind, width * height);
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  return enqueue(stream, [d, s, dpitch, spitch, width, height] {
+    for (std::size_t r = 0; r < height; ++r)
+      std::memmove(d + r * dpitch, s + r * spitch, width);
     return success;
   });
 }

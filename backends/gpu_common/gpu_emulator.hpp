@@ -200,6 +200,13 @@ error_t malloc_host(void** ptr, std::size_t bytes);
 error_t free_host(void* ptr);
 error_t memcpy_async(void* dst, const void* src, std::size_t bytes,
                      memcpy_kind kind, stream_t stream);
+/// height rows of width bytes, row r from src + r * spitch to dst + r *
+/// dpitch (cudaMemcpy2DAsync): each whole span must lie in one allocation
+/// on the device side, width must not exceed either pitch.
+error_t memcpy_2d_async(void* dst, std::size_t dpitch, const void* src,
+                        std::size_t spitch, std::size_t width,
+                        std::size_t height, memcpy_kind kind,
+                        stream_t stream);
 error_t memcpy_peer_async(void* dst, int dst_device, const void* src,
                           int src_device, std::size_t bytes,
                           stream_t stream);

@@ -64,6 +64,12 @@ int launch_hadamard(const float* a, float* out, std::size_t count,
 int launch_to_f16(const float* a, std::uint16_t* out, std::size_t count,
                   void* stream);
 
+/// out[r * k + i] = element i of row r of W ([rows x k] in ggml format
+/// `type` other than f32, at an even address), decoded to float
+/// (math::dequant_element).
+int launch_dequant_rows(const void* w, weight_type type, float* out,
+                        std::size_t rows, std::size_t k, void* stream);
+
 /// C[m x n] = A[m x k] * W^T with W [n x k] in any ggml format at an even
 /// address; activations rounded / quantized as llama.cpp does. Q4_0 ...
 /// Q8_0 and the K-quants first quantize A into `scratch` (at least

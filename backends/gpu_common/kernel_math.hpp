@@ -219,11 +219,16 @@ EXO_HD inline std::uint32_t fifth_bits(const std::uint8_t* h) {
 
 /// Element e of the block of ggml format `type` (a GGUF id) at b, as
 /// ggml's to_float gives it up to float rounding (ggml's byte layouts,
-/// backends/quant_formats.hpp). The element-wise form a GPU thread needs;
-/// Vulkan's matvec_quant.comp decodes the same way. 0 for another type.
+/// backends/quant_formats.hpp; an F16 "block" is one half). The
+/// element-wise form a GPU thread needs; Vulkan's matvec_quant.comp decodes
+/// the same way. 0 for another type (f32 and the activation formats).
 EXO_HD inline float dequant_element(std::uint32_t type, const std::uint8_t* b,
                                     unsigned e) {
   switch (static_cast<quant::ggml_type>(type)) {
+  case quant::ggml_type::f16:
+    return half_at(b);
+  case quant::ggml_type::q8_0: // d, then 32 int8
+    return half_at(b) * static_cast<float>(static_cast<std::int8_t>(b[2 + e]));
   case quant::ggml_type::bf16: {
     std::uint32_t u = static_cast<std::uint32_t>(b[0] | (b[1] << 8)) << 16;
     float f;
@@ -294,7 +299,7 @@ EXO_HD inline float dequant_element(std::uint32_t type, const std::uint8_t* b,
     const int sc = static_cast<std::int8_t>(b[192 + 8 * n + l / 16 + 2 * qt]);
     return half_at(b + 208) * static_cast<float>(sc) * static_cast<float>(q);
   }
-  default: // f32, f16, q8_0 have kernels of their own; q8_1/q8_k no weights
+  default: // f32 needs no decoding; q8_1/q8_k are no weights' formats
     break;
   }
   return 0.0f;

@@ -39,6 +39,23 @@ __global__ void to_f16_kernel(const float* a, std::uint16_t* out,
     out[i] = m::float_to_half(a[i]);
 }
 
+/// out[r * kk + i] = element i of row r of W (rows of row_bytes bytes in
+/// blocks of be elements and bb bytes, ggml format `type`), as
+/// math::dequant_element decodes it: a prompt's product multiplies the
+/// decoded rows (gpu_backend_impl.hpp, prompt_product).
+__global__ void dequant_rows_kernel(const std::uint8_t* w, float* out,
+                                    std::size_t rows, std::size_t kk,
+                                    std::size_t row_bytes, std::size_t be,
+                                    std::size_t bb, std::uint32_t type) {
+  std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t x = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       x < rows * kk; x += stride) {
+    const std::size_t r = x / kk, i = x % kk;
+    out[x] = m::dequant_element(type, w + r * row_bytes + i / be * bb,
+                                static_cast<unsigned>(i % be));
+  }
+}
+
 __global__ void silu_mul_kernel(const float* gate, const float* up,
                                 float* out, std::size_t n) {
   std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
@@ -668,6 +685,19 @@ int launch_to_f16(const float* a, std::uint16_t* out, std::size_t count,
   if (g.grid == 0)
     return 0;
   EXO_LAUNCH(to_f16_kernel, g.grid, g.block, stream)(a, out, count);
+  return last_error();
+}
+
+int launch_dequant_rows(const void* w, weight_type type, float* out,
+                        std::size_t rows, std::size_t k, void* stream) {
+  auto g = gpu::elementwise_launch(rows * k);
+  if (g.grid == 0 || type == weight_type::f32)
+    return 0;
+  const std::size_t be = weight_block_elements(type);
+  EXO_LAUNCH(dequant_rows_kernel, g.grid, g.block, stream)(
+    static_cast<const std::uint8_t*>(w), out, rows, k,
+    *weight_row_bytes(type, k), be, *weight_row_bytes(type, be),
+    ggml_type_id(type));
   return last_error();
 }
 

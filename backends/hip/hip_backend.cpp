@@ -114,6 +114,12 @@ struct hip_platform {
     return hip_kernels::launch_hadamard(a, out, count, n, stream);
   }
 
+  static int launch_dequant_rows(const void* w, weight_type type, float* out,
+                                 std::size_t rows, std::size_t k,
+                                 hipStream_t stream) {
+    return hip_kernels::launch_dequant_rows(w, type, out, rows, k, stream);
+  }
+
   static int launch_matmul_weights(const float* a, const void* w,
                                    weight_type type, float* c,
                                    const matmul_dims& dims, void* scratch,

@@ -433,6 +433,55 @@ TEST_CASE("a device stage runs the other weight formats as stored where the "
   }
 }
 
+TEST_CASE("a prompt of 40 tokens on the emulated GPU takes the decoded "
+          "weights' products and gives the host engine's logits",
+          "[device_stage]") {
+  // gpu_options::prompt_gemm_rows: the GPU multiplies a prompt's 40 rows by
+  // the decoded weights in F32 (the host engine rounds the activations as
+  // llama.cpp does: within tolerance()), and the token after it, one row,
+  // through the row kernels.
+  auto& dev = exo::test::emulated_gpu();
+  for (auto type : {tensor_type::f16, tensor_type::q8_0, tensor_type::q4_k}) {
+    INFO(to_string(type));
+    temp_model tm(type);
+    auto& hp = tm.model->hparams();
+    backend_ops ops(dev);
+    device_stage_options o;
+    o.max_tokens = 64;
+    o.max_logit_rows = 64;
+    auto made = device_stage::create(tm.model, 0, hp.n_layer, ops, o);
+    REQUIRE(made.ok());
+    auto& st = **made;
+    llama_pipeline ref(tm.model, {0, hp.n_layer});
+    auto rs = ref.new_sequence(64);
+    auto c = st.new_cache(64);
+    REQUIRE(c.ok());
+    std::vector<std::int32_t> prompt(40);
+    for (std::size_t i = 0; i < prompt.size(); ++i)
+      prompt[i] = static_cast<std::int32_t>((9 * i + 4) % hp.n_vocab);
+    double w = 0;
+    for (const auto& toks : {prompt, std::vector<std::int32_t>{17}}) {
+      const std::size_t n = toks.size();
+      std::vector<float> x(n * hp.n_embd), logits(n * hp.n_vocab);
+      REQUIRE(st.embed(toks.data(), n, x.data()).ok());
+      backend::gpu::emu::reset_stats();
+      REQUIRE(st.forward(*c, *st.n_past(*c), x.data(), n, logits.data(), n)
+                .ok());
+      const auto decoded =
+        backend::gpu::emu::stats().kernels["dequant_rows_kernel"].launches;
+      // Every product of the prompt (7 a layer and the head) decodes W;
+      // the token's none.
+      CHECK(decoded == (n == 40 ? 7 * hp.n_layer + 1 : 0));
+      w = std::max(w, worst(logits, ref.eval(rs, toks, true)));
+    }
+    WARN("emulated GPU, " << to_string(type)
+                          << ", a 40-token prompt: worst relative logit "
+                             "difference " << w);
+    CHECK(w <= tolerance(type));
+    REQUIRE(st.drop_cache(*c).ok());
+  }
+}
+
 TEST_CASE("a device stage covers cpu, Vulkan and a simulated device",
           "[device_stage]") {
   std::vector<std::string> kinds;

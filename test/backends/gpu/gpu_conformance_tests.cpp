@@ -298,6 +298,101 @@ TEST_CASE("GPU quantized products give the CPU engine's bits") {
   });
 }
 
+TEST_CASE("GPU prompt products of many rows multiply the decoded weights "
+          "in F32, in pieces too, vendor BLAS and tiled kernel alike") {
+  // gpu_options::prompt_gemm_rows: a prompt's product of 40 rows (not
+  // apart) in every format other than F32 is the product of A with the
+  // decoded weights within F32 rounding (the activations are not rounded
+  // to 8 bits or to half, so tighter than the row kernels' bounds), with
+  // W in one piece or in pieces of a few rows; with the option off it is
+  // the row kernels' (the CPU engine's bits for the quantized formats).
+  for (std::size_t chunk : {std::size_t{64} << 20, std::size_t{10240}}) {
+    for (bool tiled : {false, true}) {
+      gpu_options opts;
+      opts.staging_bytes = small_staging;
+      opts.tiled_matmul = tiled;
+      opts.prompt_gemm_chunk_bytes = chunk;
+      for_each_gpu(opts, [&](const char*, backend& be) {
+        auto& dev = *be.device_at(0);
+        for (weight_type t : all_weight_types) {
+          for (matmul_dims d : {matmul_dims{40, 37, 256, true},
+                                matmul_dims{33, 8, 512, true}}) {
+            INFO(to_string(t) << " chunk " << chunk << " tiled " << tiled
+                              << " m=" << d.m << " n=" << d.n
+                              << " k=" << d.k);
+            auto a = random_floats(d.m * d.k, 300);
+            auto w = random_floats(d.n * d.k, 301);
+            const std::size_t rb = *weight_row_bytes(t, d.k);
+            const std::size_t woff = t == weight_type::f32 ? 8 : 6;
+            std::vector<std::uint8_t> enc(woff + rb * d.n);
+            for (std::size_t j = 0; j < d.n; ++j)
+              host::encode_row(t, w.data() + j * d.k,
+                               enc.data() + woff + j * rb, d.k);
+            auto ba = alloc(dev, a.size() * 4);
+            auto bw = alloc(dev, enc.size());
+            auto bc = alloc(dev, d.m * d.n * 4);
+            REQUIRE(dev.write(*ba, 0, a.data(), a.size() * 4).ok());
+            REQUIRE(dev.write(*bw, 0, enc.data(), enc.size()).ok());
+            REQUIRE(dev.matmul_weights({ba.get(), 0}, {bw.get(), woff}, t,
+                                       {bc.get(), 0}, d)
+                      .ok());
+            std::vector<float> got(d.m * d.n);
+            REQUIRE(dev.read(*bc, 0, got.data(), got.size() * 4).ok());
+            std::vector<float> deq(d.n * d.k);
+            for (std::size_t j = 0; j < d.n; ++j)
+              host::decode_row(t, enc.data() + woff + j * rb,
+                               deq.data() + j * d.k, d.k);
+            for (std::size_t i = 0; i < d.m; ++i)
+              for (std::size_t j = 0; j < d.n; ++j) {
+                double want = 0, mag = 0;
+                for (std::size_t p = 0; p < d.k; ++p) {
+                  const double x = double{a[i * d.k + p]} * deq[j * d.k + p];
+                  want += x;
+                  mag += std::fabs(x);
+                }
+                INFO("row " << i << " col " << j << ": got "
+                            << got[i * d.n + j] << ", want " << want);
+                // k unit roundoffs: F32's bound for a sum of k products
+                // in any order.
+                REQUIRE(std::fabs(got[i * d.n + j] - want)
+                        <= static_cast<double>(d.k) * 0x1p-24 * mag + 1e-6);
+              }
+          }
+        }
+      });
+    }
+  }
+  // Off: 40 rows of the quantized formats give the CPU engine's bits.
+  gpu_options off;
+  off.prompt_gemm_rows = 0;
+  for_each_gpu(off, [](const char*, backend& be) {
+    auto& dev = *be.device_at(0);
+    for (weight_type t : {weight_type::q8_0, weight_type::q4_k,
+                          weight_type::q6_k}) {
+      const matmul_dims d{40, 16, 256, true};
+      INFO(to_string(t));
+      auto a = random_floats(d.m * d.k, 310);
+      auto w = random_floats(d.n * d.k, 311);
+      const std::size_t rb = *weight_row_bytes(t, d.k);
+      std::vector<std::uint8_t> enc(rb * d.n);
+      for (std::size_t j = 0; j < d.n; ++j)
+        host::encode_row(t, w.data() + j * d.k, enc.data() + j * rb, d.k);
+      auto ba = alloc(dev, a.size() * 4);
+      auto bw = alloc(dev, enc.size());
+      auto bc = alloc(dev, d.m * d.n * 4);
+      REQUIRE(dev.write(*ba, 0, a.data(), a.size() * 4).ok());
+      REQUIRE(dev.write(*bw, 0, enc.data(), enc.size()).ok());
+      REQUIRE(dev.matmul_weights({ba.get(), 0}, {bw.get(), 0}, t,
+                                 {bc.get(), 0}, d)
+                .ok());
+      std::vector<float> got(d.m * d.n), want(d.m * d.n);
+      REQUIRE(dev.read(*bc, 0, got.data(), got.size() * 4).ok());
+      host::matmul_weights(a.data(), enc.data(), t, want.data(), d, 1);
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+    }
+  });
+}
+
 TEST_CASE("GPU events complete in queue order and belong to their device") {
   for_each_gpu([](const char*, backend& be) {
     auto& dev = *be.device_at(0);

@@ -9,11 +9,13 @@
 // race between threads).
 
 #include "backends/gpu_common/gpu_emulator.hpp"
+#include "backends/gpu_common/gpu_emulator_backend.hpp"
 #include "backends/gpu_common/kernel_math.hpp"
 #include "backends/gpu_common/kernel_quant.hpp"
 #include "backends/gpu_common/kernel_reference.hpp"
 #include "backends/gpu_common/launch_geometry.hpp"
 #include "backends/host_kernels.hpp"
+#include "backends/quant_formats.hpp"
 #include "backends/quant_repack.hpp"
 
 #define EXO_GPU_KERNEL_NS emu_kernels
@@ -410,4 +412,116 @@ TEST_CASE("F16 weights at a 16-byte boundary take the warp kernel, others "
   CHECK(emu::stats().kernels.count("matvec_rows_kernel") == 1);
   CHECK(emu::stats().kernels.count("matvec_f16_warps_kernel") == 0);
   CHECK(close_to(fast, slow, 1e-5));
+}
+
+TEST_CASE("the emulated dequant_rows kernel decodes every format as the "
+          "host does") {
+  // Rows of every format other than F32 at an even, not 4-aligned,
+  // address; element i of row r against quant::dequantize_row.
+  const std::size_t n = 5, kk = 512;
+  for (weight_type t : all_weight_types) {
+    if (t == weight_type::f32)
+      continue;
+    INFO(to_string(t));
+    auto enc = encode(t, random_floats(n * kk, 50, -3, 3), n, kk);
+    std::vector<std::uint8_t> room(enc.size() + 8);
+    std::memcpy(room.data() + 6, enc.data(), enc.size());
+    const std::size_t rb = *weight_row_bytes(t, kk);
+    std::vector<float> want(n * kk);
+    for (std::size_t r = 0; r < n; ++r)
+      quant::dequantize_row(static_cast<quant::ggml_type>(ggml_type_id(t)),
+                            enc.data() + r * rb, want.data() + r * kk, kk);
+    auto got = both_orders([&] {
+      std::vector<float> out(n * kk, -7.0f);
+      REQUIRE(k::launch_dequant_rows(room.data() + 6, t, out.data(), n, kk,
+                                     nullptr)
+              == 0);
+      return out;
+    });
+    CHECK(close_to(got, want, 1e-6));
+  }
+}
+
+TEST_CASE("a prompt's product on the emulated device decodes the weights "
+          "piece by piece and gives the tiled product's bits") {
+  // gpu_options::prompt_gemm_rows: 40 rows of a prompt (not apart) take
+  // the decoded weights and the tiled kernel (the emulator has no BLAS),
+  // in one piece or in pieces of 10 rows of W whose results are copied
+  // into their columns; 40 rows apart, and 31 rows, take the row kernels.
+  emu::configure({1, std::size_t{1} << 28});
+  const std::size_t kk = 256;
+  for (std::size_t chunk : {std::size_t{64} << 20, 10 * kk * 4}) {
+    gpu_options opts;
+    opts.prompt_gemm_chunk_bytes = chunk;
+    auto be = make_gpu_emulator_backend(opts);
+    REQUIRE(be->initialize().ok());
+    auto& dev = *be->device_at(0);
+    for (weight_type t : {weight_type::f16, weight_type::q8_0,
+                          weight_type::q4_k, weight_type::q6_k,
+                          weight_type::bf16}) {
+      for (std::size_t m : {40u, 31u}) {
+        for (bool apart : {false, true}) {
+          const matmul_dims d{m, 37, kk, true, apart};
+          INFO(to_string(t) << " chunk " << chunk << " m=" << m
+                            << " apart " << apart);
+          auto a = random_floats(d.m * d.k, 60, -2, 2);
+          auto enc = encode(t, random_floats(d.n * d.k, 61), d.n, d.k);
+          auto ba = dev.allocate(a.size() * 4);
+          auto bw = dev.allocate(enc.size() + 6);
+          auto bc = dev.allocate(d.m * d.n * 4);
+          REQUIRE((ba.ok() && bw.ok() && bc.ok()));
+          REQUIRE(dev.write(**ba, 0, a.data(), a.size() * 4).ok());
+          REQUIRE(dev.write(**bw, 6, enc.data(), enc.size()).ok());
+          emu::reset_stats();
+          REQUIRE(dev.matmul_weights({ba->get(), 0}, {bw->get(), 6}, t,
+                                     {bc->get(), 0}, d)
+                    .ok());
+          std::vector<float> got(d.m * d.n);
+          REQUIRE(dev.read(**bc, 0, got.data(), got.size() * 4).ok());
+          const bool prompt = !apart && m >= opts.prompt_gemm_rows;
+          const std::size_t pieces = chunk == 10 * kk * 4 ? 4 : 1;
+          auto stats = emu::stats();
+          CHECK(stats.kernels["dequant_rows_kernel"].launches
+                == (prompt ? pieces : 0));
+          CHECK(stats.kernels["matmul_tiled_kernel"].launches
+                == (prompt ? pieces : 0));
+          CHECK(stats.on_device == (prompt && pieces > 1 ? pieces : 0));
+          if (!prompt) {
+            // The row kernels, launched directly on W at the same address
+            // modulo 16 (F16 rows at 16 bytes take the warp kernel).
+            std::vector<std::uint8_t> room(enc.size() + 32);
+            auto* at = room.data();
+            while (reinterpret_cast<std::uintptr_t>(at) % 16 != 6)
+              ++at;
+            std::memcpy(at, enc.data(), enc.size());
+            std::vector<float> want(d.m * d.n);
+            std::vector<std::uint8_t> scratch(gpu::act_scratch_bytes(t, d)
+                                              + 1);
+            REQUIRE(k::launch_matmul_weights(
+                      a.data(), at, t, want.data(), d, scratch.data(),
+                      quant::q4_k_pair_tokens(d.m, d.rows_apart), nullptr)
+                    == 0);
+            CHECK(same_bits(got, want));
+            continue;
+          }
+          // The replica: W decoded element by element, then the tiled
+          // kernel's order.
+          const std::size_t rb = *weight_row_bytes(t, d.k);
+          const std::size_t be_ = weight_block_elements(t);
+          const std::size_t bb = *weight_row_bytes(t, be_);
+          std::vector<float> deq(d.n * d.k), want(d.m * d.n);
+          for (std::size_t j = 0; j < d.n; ++j)
+            for (std::size_t i = 0; i < d.k; ++i)
+              deq[j * d.k + i] = gpu::math::dequant_element(
+                ggml_type_id(t), enc.data() + j * rb + i / be_ * bb,
+                static_cast<unsigned>(i % be_));
+          gpu::reference::tiled_matmul(a.data(), deq.data(), want.data(),
+                                       {d.m, d.n, d.k, true});
+          CHECK(same_bits(got, want));
+        }
+      }
+    }
+    be->shutdown();
+  }
+  emu::configure({});
 }
