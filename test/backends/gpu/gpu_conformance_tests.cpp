@@ -109,6 +109,35 @@ void require_close(const std::vector<float>& got,
   }
 }
 
+/// W (n rows of k) encoded as t, starting `woff` bytes into the result.
+std::vector<std::uint8_t> encode_rows(weight_type t,
+                                      const std::vector<float>& w,
+                                      const matmul_dims& d, std::size_t woff) {
+  const std::size_t rb = *weight_row_bytes(t, d.k);
+  std::vector<std::uint8_t> enc(woff + rb * d.n);
+  for (std::size_t j = 0; j < d.n; ++j)
+    host::encode_row(t, w.data() + j * d.k, enc.data() + woff + j * rb, d.k);
+  return enc;
+}
+
+/// A W^T on dev: a and enc uploaded, matmul_weights with W at woff, C read.
+std::vector<float> weights_product(device& dev, weight_type t,
+                                   const std::vector<float>& a,
+                                   const std::vector<std::uint8_t>& enc,
+                                   std::size_t woff, const matmul_dims& d) {
+  auto ba = alloc(dev, a.size() * 4);
+  auto bw = alloc(dev, enc.size());
+  auto bc = alloc(dev, d.m * d.n * 4);
+  REQUIRE(dev.write(*ba, 0, a.data(), a.size() * 4).ok());
+  REQUIRE(dev.write(*bw, 0, enc.data(), enc.size()).ok());
+  REQUIRE(dev.matmul_weights({ba.get(), 0}, {bw.get(), woff}, t,
+                             {bc.get(), 0}, d)
+            .ok());
+  std::vector<float> got(d.m * d.n);
+  REQUIRE(dev.read(*bc, 0, got.data(), got.size() * 4).ok());
+  return got;
+}
+
 } // namespace
 
 TEST_CASE("GPU devices report their properties from the runtime") {
@@ -243,20 +272,9 @@ TEST_CASE("GPU quantized products give the CPU engine's bits") {
           auto w = random_floats(d.n * d.k, 200 + seed);
           const std::size_t rb = *weight_row_bytes(t, d.k);
           const std::size_t woff = 6; // even, not 4-aligned
-          std::vector<std::uint8_t> enc(woff + rb * d.n);
-          for (std::size_t j = 0; j < d.n; ++j)
-            host::encode_row(t, w.data() + j * d.k,
-                             enc.data() + woff + j * rb, d.k);
-          auto ba = alloc(dev, a.size() * 4);
-          auto bw = alloc(dev, enc.size());
-          auto bc = alloc(dev, d.m * d.n * 4);
-          REQUIRE(dev.write(*ba, 0, a.data(), a.size() * 4).ok());
-          REQUIRE(dev.write(*bw, 0, enc.data(), enc.size()).ok());
-          REQUIRE(dev.matmul_weights({ba.get(), 0}, {bw.get(), woff}, t,
-                                     {bc.get(), 0}, d)
-                    .ok());
-          std::vector<float> got(d.m * d.n), want(d.m * d.n);
-          REQUIRE(dev.read(*bc, 0, got.data(), got.size() * 4).ok());
+          auto enc = encode_rows(t, w, d, woff);
+          auto got = weights_product(dev, t, a, enc, woff, d);
+          std::vector<float> want(d.m * d.n);
           host::matmul_weights(a.data(), enc.data() + woff, t, want.data(),
                                d, 1);
           for (std::size_t i = 0; i < got.size(); ++i) {
@@ -324,20 +342,8 @@ TEST_CASE("GPU prompt products of many rows multiply the decoded weights "
             auto w = random_floats(d.n * d.k, 301);
             const std::size_t rb = *weight_row_bytes(t, d.k);
             const std::size_t woff = t == weight_type::f32 ? 8 : 6;
-            std::vector<std::uint8_t> enc(woff + rb * d.n);
-            for (std::size_t j = 0; j < d.n; ++j)
-              host::encode_row(t, w.data() + j * d.k,
-                               enc.data() + woff + j * rb, d.k);
-            auto ba = alloc(dev, a.size() * 4);
-            auto bw = alloc(dev, enc.size());
-            auto bc = alloc(dev, d.m * d.n * 4);
-            REQUIRE(dev.write(*ba, 0, a.data(), a.size() * 4).ok());
-            REQUIRE(dev.write(*bw, 0, enc.data(), enc.size()).ok());
-            REQUIRE(dev.matmul_weights({ba.get(), 0}, {bw.get(), woff}, t,
-                                       {bc.get(), 0}, d)
-                      .ok());
-            std::vector<float> got(d.m * d.n);
-            REQUIRE(dev.read(*bc, 0, got.data(), got.size() * 4).ok());
+            auto enc = encode_rows(t, w, d, woff);
+            auto got = weights_product(dev, t, a, enc, woff, d);
             std::vector<float> deq(d.n * d.k);
             for (std::size_t j = 0; j < d.n; ++j)
               host::decode_row(t, enc.data() + woff + j * rb,
@@ -372,21 +378,9 @@ TEST_CASE("GPU prompt products of many rows multiply the decoded weights "
       const matmul_dims d{40, 16, 256, true};
       INFO(to_string(t));
       auto a = random_floats(d.m * d.k, 310);
-      auto w = random_floats(d.n * d.k, 311);
-      const std::size_t rb = *weight_row_bytes(t, d.k);
-      std::vector<std::uint8_t> enc(rb * d.n);
-      for (std::size_t j = 0; j < d.n; ++j)
-        host::encode_row(t, w.data() + j * d.k, enc.data() + j * rb, d.k);
-      auto ba = alloc(dev, a.size() * 4);
-      auto bw = alloc(dev, enc.size());
-      auto bc = alloc(dev, d.m * d.n * 4);
-      REQUIRE(dev.write(*ba, 0, a.data(), a.size() * 4).ok());
-      REQUIRE(dev.write(*bw, 0, enc.data(), enc.size()).ok());
-      REQUIRE(dev.matmul_weights({ba.get(), 0}, {bw.get(), 0}, t,
-                                 {bc.get(), 0}, d)
-                .ok());
-      std::vector<float> got(d.m * d.n), want(d.m * d.n);
-      REQUIRE(dev.read(*bc, 0, got.data(), got.size() * 4).ok());
+      auto enc = encode_rows(t, random_floats(d.n * d.k, 311), d, 0);
+      auto got = weights_product(dev, t, a, enc, 0, d);
+      std::vector<float> want(d.m * d.n);
       host::matmul_weights(a.data(), enc.data(), t, want.data(), d, 1);
       CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
     }
