@@ -561,8 +561,55 @@ status device::attention_paged_rows(const_view q, const_view k, const_view v,
   return do_attention_paged_rows(q, k, v, tables, out, d, table_len);
 }
 
-bool device::runs_attention_rows() const noexcept {
+bool device::runs_paged_rows() const noexcept {
   return false;
+}
+
+status device::store_kv_rows(const_view a, const_view tables, mut_view kv,
+                             const kv_rows_dims& dims) {
+  constexpr auto kind = op_kind::store_kv_rows;
+  if (dims.kv != kv_type::f32 && dims.kv != kv_type::f16
+      && dims.kv != kv_type::q8_0)
+    return fail(errc::invalid_argument, "store_kv_rows: unknown KV cache type");
+  constexpr std::size_t max_rows = std::size_t{1} << 16;
+  if (dims.rows == 0 || dims.rows > max_rows || dims.table_len == 0
+      || dims.block_positions == 0
+      || dims.table_len > (std::size_t{1} << 31) / dims.block_positions)
+    return fail(errc::invalid_argument,
+                "store_kv_rows: rows (" + std::to_string(dims.rows)
+                  + ") must be 1 to " + std::to_string(max_rows)
+                  + " and table_len (" + std::to_string(dims.table_len)
+                  + ") blocks of block_positions ("
+                  + std::to_string(dims.block_positions)
+                  + ") must cover 1 to 2^31 positions");
+  const std::size_t per = kv_block_values(dims.kv);
+  if (dims.width == 0 || dims.width > dims.kv_stride || dims.width % per != 0
+      || dims.kv_stride % per != 0)
+    return fail(errc::invalid_argument,
+                "store_kv_rows: width (" + std::to_string(dims.width)
+                  + ") must be 1 to kv_stride ("
+                  + std::to_string(dims.kv_stride) + "), both multiples of "
+                  + std::to_string(per) + " for a " + to_string(dims.kv)
+                  + " cache");
+  auto sz = host::check_paged_attention(kv_rows_attention(dims));
+  if (!sz)
+    return named(kind, sz.err());
+  auto a_bytes = f32_bytes(dims.rows, dims.width);
+  const std::size_t t_bytes = (1 + dims.table_len) * 4 * dims.rows;
+  if (!a_bytes || t_bytes / dims.rows != (1 + dims.table_len) * 4)
+    return fail(errc::invalid_argument, "store_kv_rows: too large");
+  EXO_TRY(check_view(kind, "a", a.buf, a.offset, a.limit, *a_bytes, 4,
+                     false));
+  EXO_TRY(check_view(kind, "tables", tables.buf, tables.offset, tables.limit,
+                     t_bytes, 4, false));
+  EXO_TRY(check_view(kind, "kv", kv.buf, kv.offset, kv.limit, sz->block_rows,
+                     exo::backend::kv_align(dims.kv), true));
+  const std::size_t extent = host::view_extent({kv.buf, kv.offset, kv.limit});
+  EXO_TRY(disjoint(kind, a, *a_bytes, kv, extent));
+  EXO_TRY(disjoint(kind, tables, t_bytes, kv, extent));
+  auto d = dims;
+  d.max_block = 0;
+  return do_store_kv_rows(a, tables, kv, d);
 }
 
 status device::do_attention_paged_rows(const_view q, const_view k,
@@ -849,6 +896,58 @@ status device::do_to_q8_0(const_view a, mut_view out, std::size_t count) {
   return write(*out.buf, out.offset, ho.data(), ho.size() * 34);
 }
 
+status device::do_store_kv_rows(const_view a, const_view tables, mut_view kv,
+                                const kv_rows_dims& dims) {
+  // Every row's slot checked before anything is written, then row by row
+  // through host memory.
+  const std::size_t stride = 1 + dims.table_len;
+  std::vector<std::int32_t> tab(dims.rows * stride);
+  EXO_TRY(read(*tables.buf, tables.offset, tab.data(), tab.size() * 4));
+  auto sz = host::check_paged_attention(kv_rows_attention(dims));
+  if (!sz)
+    return sz.err();
+  const std::size_t extent = host::view_extent({kv.buf, kv.offset, kv.limit});
+  const std::size_t positions = dims.table_len * dims.block_positions;
+  const std::size_t row_bytes = kv_bytes_of(dims.kv, dims.width);
+  std::vector<std::size_t> at(dims.rows);
+  for (std::size_t r = 0; r < dims.rows; ++r) {
+    const std::int32_t p = tab[r * stride];
+    if (p < 0 || static_cast<std::size_t>(p) >= positions)
+      return fail(errc::out_of_range,
+                  "store_kv_rows: row " + std::to_string(r) + "'s position "
+                    + std::to_string(p) + " is outside its table of "
+                    + std::to_string(dims.table_len) + " blocks of "
+                    + std::to_string(dims.block_positions));
+    const auto pp = static_cast<std::size_t>(p);
+    const std::int32_t b = tab[r * stride + 1 + pp / dims.block_positions];
+    if (!host::check_block_table(&b, 1, *sz, extent, extent))
+      return fail(errc::out_of_range,
+                  "store_kv_rows: row " + std::to_string(r) + "'s block "
+                    + std::to_string(b) + " (position " + std::to_string(p)
+                    + ") lies outside the cache's " + std::to_string(extent)
+                    + " bytes");
+    at[r] = static_cast<std::size_t>(b) * sz->block
+            + kv_bytes_of(dims.kv, (pp % dims.block_positions)
+                                     * dims.kv_stride);
+  }
+  std::vector<float> ha;
+  EXO_TRY(fetch(*this, a, dims.rows * dims.width * sizeof(float), ha));
+  std::vector<std::uint8_t> row(row_bytes);
+  for (std::size_t r = 0; r < dims.rows; ++r) {
+    const float* src = ha.data() + r * dims.width;
+    if (dims.kv == kv_type::f16)
+      host::to_f16(src, reinterpret_cast<std::uint16_t*>(row.data()),
+                   dims.width);
+    else if (dims.kv == kv_type::q8_0)
+      host::quantize_q8_0_activations(
+        src, reinterpret_cast<host::block_q8_0*>(row.data()), dims.width);
+    else
+      std::memcpy(row.data(), src, row_bytes);
+    EXO_TRY(write(*kv.buf, kv.offset + at[r], row.data(), row_bytes));
+  }
+  return {};
+}
+
 status device::do_hadamard(mut_view out, const_view a, std::size_t count,
                            std::size_t n) {
   std::vector<float> ha;
@@ -1010,6 +1109,21 @@ status run(device& dev, const op_call& call) {
       ad.block_stride = d[7];
       return dev.attention_paged_rows(in[0], in[1], in[2], in[3], call.output,
                                       ad, d[8]);
+    }
+    case op_kind::store_kv_rows: {
+      if (d[3] > static_cast<std::uint64_t>(kv_type::q8_0))
+        return fail(errc::invalid_argument,
+                    "store_kv_rows: unknown KV cache type "
+                      + std::to_string(d[3]));
+      kv_rows_dims kd;
+      kd.rows = d[0];
+      kd.width = d[1];
+      kd.kv_stride = d[2];
+      kd.kv = static_cast<kv_type>(d[3]);
+      kd.block_positions = d[4];
+      kd.block_stride = d[5];
+      kd.table_len = d[6];
+      return dev.store_kv_rows(in[0], in[1], call.output, kd);
     }
     case op_kind::silu_mul:
       return dev.silu_mul(in[0], in[1], call.output, d[0]);

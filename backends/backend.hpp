@@ -391,6 +391,37 @@ inline std::size_t attention_blocks(const attention_dims& d) noexcept {
            : (d.pos0 + d.n_tokens + d.block_positions - 1) / d.block_positions;
 }
 
+/// A decode batch's new K (or V) rows into a paged cache
+/// (device::store_kv_rows): row r of `a` (width f32 values) goes to cache
+/// row p % block_positions of block table[p / block_positions], where p
+/// and table are row r's entry of attention_paged_rows' tables (its
+/// position, then table_len block indices). It is stored as the cache
+/// holds it: an f16 cache's as to_f16 rounds it, a q8_0 cache's as
+/// to_q8_0 quantizes it (width a multiple of 32), an f32 cache's as is.
+struct kv_rows_dims {
+  std::size_t rows = 0;            ///< rows of a, one per sequence
+  std::size_t width = 0;           ///< values of a row (<= kv_stride)
+  std::size_t kv_stride = 0;       ///< values between cache rows
+  kv_type kv = kv_type::f16;       ///< how the cache stores them
+  std::size_t block_positions = 0; ///< a power of two
+  std::size_t block_stride = 0;    ///< values between blocks
+  std::size_t table_len = 0;       ///< block indices per row
+  /// A GPU kernel's clamp (set by the device): positions are clamped into
+  /// the table, block indices to this block (the last inside the view).
+  std::size_t max_block = 0;
+};
+
+/// store_kv_rows' cache seen as attention of one head of `width` values at
+/// the last position its tables cover: host::check_paged_attention of it
+/// gives a block's bytes and what kv must hold.
+inline attention_dims kv_rows_attention(const kv_rows_dims& d) noexcept {
+  attention_dims a{1, d.table_len * d.block_positions - 1, 1, 1, d.width,
+                   d.kv_stride, 1.0f, d.kv};
+  a.block_positions = d.block_positions;
+  a.block_stride = d.block_stride;
+  return a;
+}
+
 // -- device ------------------------------------------------------------------
 
 /// One device: the only way to its memory and its queue.
@@ -533,10 +564,22 @@ public:
                               const_view tables, mut_view out,
                               const attention_dims& dims,
                               std::size_t table_len);
-  /// Whether attention_paged_rows runs as one operation (else: the
-  /// default, correct, but row by row after reading the tables back, which
-  /// waits for the device's queue; a stage then sends a row at a time).
-  virtual bool runs_attention_rows() const noexcept;
+  /// Writes a decode batch's new K (or V) rows, each to its own
+  /// sequence's slot of a paged cache (kv_rows_dims): the bytes to_f16,
+  /// to_q8_0 or a copy of that row alone would write there; nothing else
+  /// of kv changes. `tables` is attention_paged_rows' (the same step's),
+  /// kv the cache view attention_paged_rows reads (block 0 of its layer).
+  /// A position outside its table, or a block whose rows do not lie in
+  /// kv, is an error naming the row on the host devices, and nothing is
+  /// written; a GPU kernel clamps both (never a write outside kv). Two
+  /// rows naming one slot: one of them lands there.
+  status store_kv_rows(const_view a, const_view tables, mut_view kv,
+                       const kv_rows_dims& dims);
+  /// Whether attention_paged_rows and store_kv_rows run as one operation
+  /// each (else: the default, correct, but row by row after reading the
+  /// tables back, which waits for the device's queue; a stage then sends
+  /// a sequence at a time).
+  virtual bool runs_paged_rows() const noexcept;
 
   /// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i],
   /// f32, i < count > 0. out may equal gate or up.
@@ -606,6 +649,9 @@ protected:
                                          mut_view out,
                                          const attention_dims& dims,
                                          std::size_t table_len);
+  /// Checked: the views hold dims.rows rows, their tables and one block.
+  virtual status do_store_kv_rows(const_view a, const_view tables,
+                                  mut_view kv, const kv_rows_dims& dims);
   virtual status do_silu_mul(const_view gate, const_view up, mut_view out,
                              std::size_t count);
   virtual status do_to_f16(const_view a, mut_view out, std::size_t count);

@@ -79,6 +79,10 @@ constexpr std::array<op_rule, op_count> rules{{
    {"rows", "n_heads", "n_kv_heads", "head_dim", "kv_stride", "kv_type",
     "block_positions", "block_stride", "table_len"},
    {"scale"}, false},
+  {op_kind::store_kv_rows, "store_kv_rows", 2, 2, 7, 0, {"a", "tables"}, "kv",
+   {"rows", "width", "kv_stride", "kv_type", "block_positions",
+    "block_stride", "table_len"},
+   {}, false},
 }};
 
 // The table is indexed by wire number - 1.

@@ -41,6 +41,12 @@
 ///                over its own paged cache; tables holds per row its
 ///                position, then table_len block indices
 ///                (device::attention_paged_rows)
+///   store_kv_rows
+///                inputs {a, tables}, out kv, dims {rows, width,
+///                kv_stride, kv_type, block_positions, block_stride,
+///                table_len}: row r of a (width f32) stored, as the cache
+///                holds it, at its position in its block (tables as
+///                attention_paged_rows'; device::store_kv_rows)
 ///   silu_mul     inputs {gate, up}, dims {count}
 ///   to_f16       inputs {a} (f32), dims {count}; out IEEE half
 ///   to_q8_0      inputs {a} (f32), dims {count} (a multiple of 32); out
@@ -118,10 +124,13 @@ enum class op_kind : std::uint8_t {
   // a decode batch's attention in one operation: each row of q one token
   // of its own sequence, with its own position and block table.
   attention_paged_rows = 32,
+  // a decode batch's new K (or V) rows, each into its own sequence's slot
+  // of a paged cache (attention_paged_rows' tables).
+  store_kv_rows = 33,
 };
 
 /// How many operations there are (the highest wire number).
-constexpr std::size_t op_count = 32;
+constexpr std::size_t op_count = 33;
 
 /// The most inputs, dims and scalars any operation takes.
 constexpr std::size_t max_op_inputs = 4;

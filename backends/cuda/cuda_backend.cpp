@@ -107,6 +107,12 @@ struct cuda_platform {
     return cuda_kernels::launch_hadamard(a, out, count, n, stream);
   }
 
+  static int launch_store_kv_rows(const float* a, const std::int32_t* tables,
+                                  void* kv, const kv_rows_dims& dims,
+                                  cudaStream_t stream) {
+    return cuda_kernels::launch_store_kv_rows(a, tables, kv, dims, stream);
+  }
+
   static int launch_dequant_rows(const void* w, weight_type type, float* out,
                                  std::size_t rows, std::size_t k,
                                  cudaStream_t stream) {

@@ -91,6 +91,12 @@ struct emu_platform {
     return emu_kernels::launch_hadamard(a, out, count, n, stream);
   }
 
+  static int launch_store_kv_rows(const float* a, const std::int32_t* tables,
+                                  void* kv, const kv_rows_dims& dims,
+                                  gpu::emu::stream_t stream) {
+    return emu_kernels::launch_store_kv_rows(a, tables, kv, dims, stream);
+  }
+
   static int launch_dequant_rows(const void* w, weight_type type, float* out,
                                  std::size_t rows, std::size_t k,
                                  gpu::emu::stream_t stream) {

@@ -20,7 +20,8 @@
 ///     static int launch_binary(...), launch_matmul_tiled(...), // kernels
 ///       launch_rmsnorm(...), launch_silu_mul(...), launch_rope_rows(...),
 ///       launch_attention(...), launch_to_f16(...), launch_to_q8_0(...),
-///       launch_hadamard(...), launch_dequant_rows(...),
+///       launch_hadamard(...), launch_store_kv_rows(...),
+///       launch_dequant_rows(...),
 ///       launch_matmul_weights(...);
 ///     static result<std::shared_ptr<gpu::management_library>>
 ///     load_telemetry();
@@ -567,7 +568,7 @@ protected:
   }
 
   /// A decode batch's attention in one launch where the kernels run.
-  bool runs_attention_rows() const noexcept override {
+  bool runs_paged_rows() const noexcept override {
     return P::has_kernels(props_);
   }
 
@@ -593,6 +594,29 @@ protected:
     d.row_table_len = table_len;
     d.max_block = **max_block;
     return attention_kernel(q, k, v, out, d);
+  }
+
+  /// Every row's slot is found by the kernel from `tables` (positions
+  /// clamped into the table, blocks into kv: never a write outside).
+  status do_store_kv_rows(const_view a, const_view tables, mut_view kv,
+                          const kv_rows_dims& dims) override {
+    auto sz = host::check_paged_attention(kv_rows_attention(dims)); // checked
+    if (!sz)
+      return sz.err();
+    const std::size_t e = host::view_extent({kv.buf, kv.offset, kv.limit});
+    if (!P::has_kernels(props_) || e < sz->block_rows)
+      return device::do_store_kv_rows(a, tables, kv, dims);
+    auto d = dims;
+    d.max_block = (e - sz->block_rows) / sz->block;
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(select());
+    return launch_status(
+      "store_kv_rows kernel",
+      P::launch_store_kv_rows(
+        f32_of(a),
+        reinterpret_cast<const std::int32_t*>(ptr_of(*tables.buf)
+                                              + tables.offset),
+        ptr_of(*kv.buf) + kv.offset, d, stream_));
   }
 
   /// The attention kernel over a paged cache: the table's entries are

@@ -56,13 +56,19 @@ int launch_rope_rows(float* x, const std::int32_t* positions,
 int launch_attention(const float* q, const void* k, const void* v,
                      float* out, const attention_dims& dims, void* stream);
 
-/// out[i] = the half nearest a[i] (ties to even), as IEEE half bits.
+/// out = a (count f32, a multiple of 32) as Q8_0 blocks (to_q8_0).
 int launch_to_q8_0(const float* a, std::uint8_t* out, std::size_t count,
                    void* stream);
+/// Every run of n values of a rotated into out (hadamard; out may be a).
 int launch_hadamard(const float* a, float* out, std::size_t count,
                     std::size_t n, void* stream);
+/// out[i] = the half nearest a[i] (ties to even), as IEEE half bits.
 int launch_to_f16(const float* a, std::uint16_t* out, std::size_t count,
                   void* stream);
+/// A decode batch's new K or V rows into their paged cache slots (see
+/// kv_rows_dims; dims.max_block set: positions and blocks are clamped).
+int launch_store_kv_rows(const float* a, const std::int32_t* tables,
+                         void* kv, const kv_rows_dims& dims, void* stream);
 
 /// out[r * k + i] = element i of row r of W ([rows x k] in ggml format
 /// `type` other than f32, at an even address), decoded to float

@@ -644,6 +644,41 @@ __global__ void to_q8_0_kernel(const float* a, std::uint8_t* out,
     m::quantize_kv_q8_0(a + 32 * b, out + 34 * b);
 }
 
+/// store_kv_rows: one thread per unit (a value; a 32-value block of a
+/// q8_0 cache) of a row of a, stored where its row's position lies in its
+/// block table (the position clamped into the table, the block to
+/// d.max_block by m::kv_row_at: never a write outside the cache).
+__global__ void store_kv_rows_kernel(const float* a,
+                                     const std::int32_t* tables,
+                                     std::uint8_t* kv, kv_rows_dims d) {
+  const std::size_t per = d.kv == kv_type::q8_0 ? 32 : 1;
+  const std::size_t units = d.width / per;
+  const std::size_t last = d.table_len * d.block_positions - 1;
+  std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x
+                       + threadIdx.x;
+       i < d.rows * units; i += stride) {
+    const std::size_t r = i / units, u = i % units;
+    const std::int32_t* rt = tables + r * (1 + d.table_len);
+    const std::int32_t p = rt[0];
+    const std::size_t pos = p < 0 ? 0
+                            : static_cast<std::size_t>(p) > last
+                              ? last
+                              : static_cast<std::size_t>(p);
+    const std::size_t at =
+      m::kv_row_at(pos, d.kv_stride, rt + 1, d.block_positions,
+                   d.block_stride, d.max_block)
+      + u * per; // values from kv
+    const float* x = a + r * d.width + u * per;
+    if (d.kv == kv_type::q8_0)
+      m::quantize_kv_q8_0(x, kv + at / 32 * 34);
+    else if (d.kv == kv_type::f16)
+      reinterpret_cast<std::uint16_t*>(kv)[at] = m::float_to_half(*x);
+    else
+      reinterpret_cast<float*>(kv)[at] = *x;
+  }
+}
+
 /// One thread per run of n values: copied to out, rotated there (each
 /// thread reads only its own run, so out may be a).
 __global__ void hadamard_kernel(const float* a, float* out, std::size_t runs,
@@ -685,6 +720,17 @@ int launch_to_f16(const float* a, std::uint16_t* out, std::size_t count,
   if (g.grid == 0)
     return 0;
   EXO_LAUNCH(to_f16_kernel, g.grid, g.block, stream)(a, out, count);
+  return last_error();
+}
+
+int launch_store_kv_rows(const float* a, const std::int32_t* tables,
+                         void* kv, const kv_rows_dims& dims, void* stream) {
+  const std::size_t per = dims.kv == kv_type::q8_0 ? 32 : 1;
+  auto g = gpu::elementwise_launch(dims.rows * (dims.width / per));
+  if (g.grid == 0)
+    return 0;
+  EXO_LAUNCH(store_kv_rows_kernel, g.grid, g.block, stream)(
+    a, tables, static_cast<std::uint8_t*>(kv), dims);
   return last_error();
 }
 

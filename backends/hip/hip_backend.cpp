@@ -114,6 +114,12 @@ struct hip_platform {
     return hip_kernels::launch_hadamard(a, out, count, n, stream);
   }
 
+  static int launch_store_kv_rows(const float* a, const std::int32_t* tables,
+                                  void* kv, const kv_rows_dims& dims,
+                                  hipStream_t stream) {
+    return hip_kernels::launch_store_kv_rows(a, tables, kv, dims, stream);
+  }
+
   static int launch_dequant_rows(const void* w, weight_type type, float* out,
                                  std::size_t rows, std::size_t k,
                                  hipStream_t stream) {

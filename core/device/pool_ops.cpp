@@ -152,9 +152,9 @@ bool pool_ops::reads_kv_blocks() const {
   return pool_ && dev_->reads_kv_blocks();
 }
 
-bool pool_ops::attention_rows() const {
+bool pool_ops::paged_rows() const {
   std::lock_guard<std::mutex> guard{mx_};
-  return pool_ && dev_->runs_attention_rows();
+  return pool_ && dev_->runs_paged_rows();
 }
 
 status pool_ops::copy(model::device_handle src, std::uint64_t src_off,

@@ -58,7 +58,7 @@ public:
   /// The device's own answer (false once detached).
   bool runs_weights(backend::weight_type t) const override;
   bool reads_kv_blocks() const override;
-  bool attention_rows() const override;
+  bool paged_rows() const override;
   /// The pool's size of the buffer (0 once detached).
   std::uint64_t footprint(model::device_handle h) const override;
 

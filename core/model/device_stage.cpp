@@ -26,7 +26,7 @@ bool device_ops::reads_kv_blocks() const {
   return false;
 }
 
-bool device_ops::attention_rows() const {
+bool device_ops::paged_rows() const {
   return false;
 }
 
@@ -249,8 +249,8 @@ bool backend_ops::reads_kv_blocks() const {
   return dev_.reads_kv_blocks();
 }
 
-bool backend_ops::attention_rows() const {
-  return dev_.runs_attention_rows();
+bool backend_ops::paged_rows() const {
+  return dev_.runs_paged_rows();
 }
 
 // -- device_stage --------------------------------------------------------------
@@ -1454,11 +1454,12 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   // write where shared), and each segment's block table goes to the
   // device with the step.
   // A decode batch (every segment one token) on a device that runs it as
-  // one operation: one attention_paged_rows a layer, whose tables hold
-  // each row's position and then its block table, all padded to the
-  // longest (rows_table_len blocks), instead of one attention per segment.
+  // one operation: two store_kv_rows (K and V) and one
+  // attention_paged_rows a layer, whose tables hold each row's position
+  // and then its block table, all padded to the longest (rows_table_len
+  // blocks), instead of two conversions and one attention per segment.
   const bool rows_attention =
-    paged() && segs.size() > 1 && ops_.attention_rows()
+    paged() && segs.size() > 1 && ops_.paged_rows()
     && std::all_of(segs.begin(), segs.end(),
                    [](const segment& sg) { return sg.n == 1; });
   std::uint64_t rows_table_len = 0;
@@ -1688,8 +1689,30 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
             at(v_dst.buf, v_dst.offset + step), {m * nkv}, {});
       }
     };
+    // A paged cache's layer l: its rows of block 0 (the tables name the
+    // blocks), blocks block_stride values apart.
+    const std::uint64_t first_row = std::uint64_t{l - first_}
+                                    * block_positions_ * row_bytes;
+    const std::uint64_t block_stride = block_bytes()
+                                       / backend::kv_block_bytes(opts_.kv)
+                                       * backend::kv_block_values(opts_.kv);
+    if (rows_attention) {
+      // A decode batch: every sequence's new K and V row to its own slot,
+      // one operation each (attention_paged_rows' tables).
+      add(op_kind::store_kv_rows, {at(g_), at(tables_)},
+          at(pool_.k, first_row),
+          {segs.size(), nkv, nkv, static_cast<std::uint64_t>(opts_.kv),
+           block_positions_, block_stride, rows_table_len},
+          {});
+      add(op_kind::store_kv_rows, {at(u_), at(tables_)},
+          at(pool_.v, first_row),
+          {segs.size(), nkv, nkv, static_cast<std::uint64_t>(opts_.kv),
+           block_positions_, block_stride, rows_table_len},
+          {});
+    }
     std::uint64_t r0 = 0;
-    for (std::size_t s = 0; staged && s < segs.size(); ++s) {
+    for (std::size_t s = 0; staged && !rows_attention && s < segs.size();
+         ++s) {
       auto& sg = segs[s];
       auto& c = *cs[s];
       if (paged())
@@ -1706,35 +1729,26 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
       r0 += sg.n;
     }
     r0 = 0;
-    if (rows_attention) {
-      const std::uint64_t first_row = std::uint64_t{l - first_}
-                                      * block_positions_ * row_bytes;
+    if (rows_attention)
       add(op_kind::attention_paged_rows,
           {at(q_), at(pool_.k, first_row), at(pool_.v, first_row),
            at(tables_)},
           at(att_),
           {segs.size(), hp.n_head, hp.n_head_kv, hp.head_dim, nkv,
            static_cast<std::uint64_t>(opts_.kv), block_positions_,
-           block_bytes() / backend::kv_block_bytes(opts_.kv)
-             * backend::kv_block_values(opts_.kv),
-           rows_table_len},
+           block_stride, rows_table_len},
           {scale});
-    }
     for (std::size_t s = 0; !rows_attention && s < segs.size(); ++s) {
       auto& sg = segs[s];
       auto& c = *cs[s];
       if (paged()) {
-        // Layer l's rows of block 0; the table names the blocks.
-        const std::uint64_t first_row = std::uint64_t{l - first_}
-                                        * block_positions_ * row_bytes;
         add(op_kind::attention_paged,
             {at(q_, r0 * nq * 4), at(pool_.k, first_row),
              at(pool_.v, first_row), at(tables_, table_off[s])},
             at(att_, r0 * nq * 4),
             {sg.n, sg.pos, hp.n_head, hp.n_head_kv, hp.head_dim, nkv,
              static_cast<std::uint64_t>(opts_.kv), block_positions_,
-             block_bytes() / backend::kv_block_bytes(opts_.kv)
-               * backend::kv_block_values(opts_.kv)},
+             block_stride},
             {scale});
       } else {
         add(attention_kind,
@@ -1767,15 +1781,29 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     out_rows += rows_out(sg);
   if (is_last()) {
     // The last rows of each segment, normed into consecutive rows of
-    // cur_, then one product with the output head.
-    std::uint64_t end = 0, done = 0;
+    // cur_, then one product with the output head. Rows that follow each
+    // other in io_ (all of a decode batch's) are one norm: each row's bits
+    // are its own.
+    std::uint64_t end = 0, done = 0, run_from = 0, run_rows = 0;
+    auto norm_run = [&] {
+      if (run_rows > 0)
+        add(op_kind::rms_norm, {at(io_, run_from * e * 4), at(output_norm_)},
+            at(cur_, (done - run_rows) * e * 4), {run_rows, e},
+            {hp.rms_eps});
+    };
     for (std::size_t s = 0; s < segs.size(); ++s) {
       const std::uint64_t R = rows_out(segs[s]);
       end += segs[s].n;
-      add(op_kind::rms_norm, {at(io_, (end - R) * e * 4), at(output_norm_)},
-          at(cur_, done * e * 4), {R, e}, {hp.rms_eps});
+      if (run_rows > 0 && end - R != run_from + run_rows) {
+        norm_run();
+        run_rows = 0;
+      }
+      if (run_rows == 0)
+        run_from = end - R;
+      run_rows += R;
       done += R;
     }
+    norm_run();
     // Rows of several sequences, or of an apart one: each on its own.
     add(batched || any_apart ? backend::rows_apart_op(output_.kind)
                              : output_.kind,

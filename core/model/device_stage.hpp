@@ -87,10 +87,10 @@ public:
   /// Whether the device's attention reads a paged cache's rows where they
   /// lie (backend::device::reads_kv_blocks). The default: no.
   virtual bool reads_kv_blocks() const;
-  /// Whether the device runs a decode batch's attention as one operation
-  /// (backend::device::runs_attention_rows). The default: no, so a stage
-  /// sends one attention_paged per sequence.
-  virtual bool attention_rows() const;
+  /// Whether the device runs a decode batch's cache writes and attention
+  /// as one operation each (backend::device::runs_paged_rows). The
+  /// default: no, so a stage sends them sequence by sequence.
+  virtual bool paged_rows() const;
   /// Copies `bytes` between two buffers of the device (in order with the
   /// other operations). The default goes through host memory (read, then
   /// write) in pieces of at most 4 MiB.
@@ -168,7 +168,7 @@ public:
   std::string where() const override;
   bool runs_weights(backend::weight_type t) const override;
   bool reads_kv_blocks() const override;
-  bool attention_rows() const override;
+  bool paged_rows() const override;
   backend::status copy(device_handle src, std::uint64_t src_offset,
                        device_handle dst, std::uint64_t dst_offset,
                        std::uint64_t bytes) override;

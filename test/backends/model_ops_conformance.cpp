@@ -722,7 +722,7 @@ TEST_CASE("attention_paged_rows gives every row of a decode batch the bits "
         // A row whose position its table does not cover: the host devices
         // and the path through host memory name the row; a GPU kernel
         // clamps it into the table and reads nothing outside the cache.
-        const bool gpu = dev->runs_attention_rows();
+        const bool gpu = dev->runs_paged_rows();
         auto bad = tables;
         bad[1 + L] = static_cast<std::int32_t>(L * B);
         auto bb = upload(*dev, bad);
@@ -747,6 +747,147 @@ TEST_CASE("attention_paged_rows gives every row of a decode batch the bits "
                                               {bv.get(), 0}, {bt.get(), 0},
                                               {o2.get(), 0}, none, L)
                       .ok());
+      }
+    }
+  }
+}
+
+TEST_CASE("store_kv_rows writes each row of a decode batch where its own "
+          "to_f16, to_q8_0 or copy would, and nothing else") {
+  // Three sequences at positions 5, 20 and 37 of one pool (blocks of 8
+  // rows, 96 values apart, interleaved), one new row of 64 values each;
+  // past the view's limit a guard that no device may write.
+  std::mt19937 rng{31};
+  const std::size_t B = 8, width = 64, stride = 96;
+  const std::size_t pos[] = {5, 20, 37};
+  const std::size_t R = 3, L = (37 + B) / B; // the longest table: 5 blocks
+  auto bytes_of = [](device& dev, const buffer& b) {
+    std::vector<std::uint8_t> v(b.size());
+    REQUIRE(dev.read(b, 0, v.data(), v.size()).ok());
+    return v;
+  };
+  for (auto* dev : every_device()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      for (auto kv : {kv_type::f32, kv_type::f16, kv_type::q8_0}) {
+        INFO("kv " << to_string(kv));
+        const std::size_t row = kv_bytes_of(kv, stride);
+        const std::size_t block = B * row;
+        const std::size_t pool = (R * L + 1) * block;
+        std::vector<std::uint8_t> init(pool + 256);
+        for (auto& b : init)
+          b = static_cast<std::uint8_t>(rng());
+        const auto a = random_floats(rng, R * width, -4.0f, 4.0f);
+        std::vector<std::int32_t> tables; // per row: position, L entries
+        std::vector<std::size_t> slot(R);
+        for (std::size_t r = 0; r < R; ++r) {
+          tables.push_back(static_cast<std::int32_t>(pos[r]));
+          for (std::size_t i = 0; i < L; ++i) // past its last: not read
+            tables.push_back(i <= pos[r] / B
+                               ? static_cast<std::int32_t>(i * R + (R - 1 - r))
+                               : -7);
+          slot[r] = static_cast<std::size_t>(
+                      tables[r * (1 + L) + 1 + pos[r] / B])
+                      * block
+                    + (pos[r] % B) * row;
+        }
+        auto ba = upload(*dev, a), bt = upload(*dev, tables);
+        // What each row's own conversion writes at its slot.
+        auto want = upload(*dev, init);
+        for (std::size_t r = 0; r < R; ++r) {
+          const_view ar{ba.get(), r * width * 4};
+          mut_view at{want.get(), slot[r]};
+          if (kv == kv_type::f16)
+            REQUIRE(dev->to_f16(ar, at, width).ok());
+          else if (kv == kv_type::q8_0)
+            REQUIRE(dev->to_q8_0(ar, at, width).ok());
+          else
+            REQUIRE(dev->write(*want, slot[r], a.data() + r * width,
+                               width * 4)
+                      .ok());
+        }
+        const auto expected = bytes_of(*dev, *want);
+        kv_rows_dims d;
+        d.rows = R;
+        d.width = width;
+        d.kv_stride = stride;
+        d.kv = kv;
+        d.block_positions = B;
+        d.block_stride = B * stride;
+        d.table_len = L;
+        auto got = upload(*dev, init);
+        REQUIRE(dev->store_kv_rows({ba.get(), 0}, {bt.get(), 0},
+                                   {got.get(), 0, pool}, d)
+                  .ok());
+        CHECK(bytes_of(*dev, *got) == expected);
+        // Through the operation table too (the stage's way).
+        auto got2 = upload(*dev, init);
+        op_call call;
+        call.kind = op_kind::store_kv_rows;
+        call.n_inputs = 2;
+        call.inputs[0] = {ba.get(), 0};
+        call.inputs[1] = {bt.get(), 0};
+        call.output = {got2.get(), 0, pool};
+        call.n_dims = 7;
+        call.dims = {R, width, stride, static_cast<std::size_t>(kv), B,
+                     B * stride, L};
+        REQUIRE(run(*dev, call).ok());
+        CHECK(bytes_of(*dev, *got2) == expected);
+        // A position outside its table, a block past the view, a negative
+        // block: the host devices and the path through host memory name
+        // the row and write nothing; a GPU kernel clamps them into the
+        // view and writes nothing past it.
+        const bool gpu = dev->runs_paged_rows();
+        struct bad_case {
+          std::size_t index;
+          std::int32_t value;
+          const char* row;
+        };
+        for (auto [index, value, name] :
+             {bad_case{1 + L, static_cast<std::int32_t>(L * B), "row 1"},
+              bad_case{2 * (1 + L) + 1 + pos[2] / B,
+                       static_cast<std::int32_t>(R * L + 1), "row 2"},
+              bad_case{1 + pos[0] / B, -1, "row 0"}}) {
+          INFO(name << ": entry " << index << " = " << value);
+          auto bad = tables;
+          bad[index] = value;
+          auto bb = upload(*dev, bad);
+          auto b3 = upload(*dev, init);
+          auto st = dev->store_kv_rows({ba.get(), 0}, {bb.get(), 0},
+                                       {b3.get(), 0, pool}, d);
+          const auto after = bytes_of(*dev, *b3);
+          if (gpu) {
+            CHECK(st.ok());
+            CHECK(std::equal(after.begin() + pool, after.end(),
+                             init.begin() + pool));
+          } else {
+            REQUIRE_FALSE(st.ok());
+            CHECK(st.err().code == errc::out_of_range);
+            CHECK(st.err().message.find(name) != std::string::npos);
+            CHECK(after == init);
+          }
+        }
+        // Malformed: no rows, rows wider than the cache's, a view shorter
+        // than a block, and (q8_0) rows that are not whole blocks.
+        auto refused = [&](kv_rows_dims bad, std::size_t limit,
+                           errc want_code) {
+          auto st = dev->store_kv_rows({ba.get(), 0}, {bt.get(), 0},
+                                       {got.get(), 0, limit}, bad);
+          REQUIRE_FALSE(st.ok());
+          CHECK(st.err().code == want_code);
+          CHECK(st.err().message.find("store_kv_rows") != std::string::npos);
+        };
+        auto none = d;
+        none.rows = 0;
+        refused(none, pool, errc::invalid_argument);
+        auto wide = d;
+        wide.width = stride + 32;
+        refused(wide, pool, errc::invalid_argument);
+        refused(d, block / 2, errc::out_of_range);
+        if (kv == kv_type::q8_0) {
+          auto partial = d;
+          partial.width = 48;
+          refused(partial, pool, errc::invalid_argument);
+        }
       }
     }
   }

@@ -131,6 +131,12 @@ protected:
                      {}, {}, false});
     return {};
   }
+  status do_store_kv_rows(const_view a, const_view tables, mut_view kv,
+                          const kv_rows_dims&) override {
+    calls.push_back({"store_kv_rows", {a.offset, tables.offset, kv.offset},
+                     {}, {}, false});
+    return {};
+  }
   status do_to_f16(const_view a, mut_view out, std::size_t) override {
     calls.push_back({"to_f16", {a.offset, out.offset}, {}, {}, false});
     return {};
@@ -280,6 +286,11 @@ sample sample_of(op_kind kind) {
       s.in_bytes = {32, 32, 32, 12};
       s.out_bytes = 32;
       break;
+    case op_kind::store_kv_rows: // one f32 row of 4, blocks of two rows
+      dims({1, 4, 4, 0, 2, 8, 2});
+      s.in_bytes = {16, 12};
+      s.out_bytes = 32;
+      break;
   }
   s.call.n_inputs = s.in_bytes.size();
   for (std::size_t i = 0; i < s.in_bytes.size(); ++i)
@@ -334,15 +345,16 @@ TEST_CASE("the op table round-trips every operation through its number") {
     CHECK(check_counts(r.kind, r.min_inputs, r.n_dims, r.n_scalars).ok());
   }
   CHECK(names.size() == op_count);
-  CHECK(names.size() == 32);
+  CHECK(names.size() == 33);
   CHECK(names.count("attention_paged_rows") == 1);
+  CHECK(names.count("store_kv_rows") == 1);
   CHECK(names.count("matmul_q8_0") == 1);
   CHECK(names.count("matmul_q4_k") == 1);
   CHECK(names.count("matmul_rows_q4_k") == 1);
   // Every number outside the table is none, 0 included.
   for (int n = 0; n < 256; ++n)
     CHECK(op_from_wire(static_cast<std::uint8_t>(n)).has_value()
-          == (n >= 1 && n <= 32));
+          == (n >= 1 && n <= 33));
   CHECK(std::string{to_string(static_cast<op_kind>(0))} == "unknown");
 }
 
