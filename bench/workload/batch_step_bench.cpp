@@ -33,7 +33,8 @@
 // the GPU emulator's device instead of the cpu device: the CUDA kernels on
 // the host, far slower than either; printed per batch size, what the last
 // step asked of the GPU: kernel launches, barrier phases, copies and host
-// waits, from gpu::emu::stats).
+// waits, from gpu::emu::stats), EXO_BENCH_DEVICE=vulkan (the stage on the
+// first Vulkan device: Mesa's lavapipe here).
 
 #include "backends/factory/factory.hpp"
 #include "backends/gpu_common/gpu_emulator.hpp"
@@ -76,6 +77,8 @@ std::uint32_t prefill = 0;
 std::uint32_t burst_k = 0, burst_l = 0;
 /// EXO_BENCH_DEVICE=gpu-emulator: the stage on the GPU emulator.
 bool on_emulator = false;
+/// EXO_BENCH_DEVICE=vulkan: the stage on the first Vulkan device.
+bool on_vulkan = false;
 
 struct batch_path {
   std::uint32_t b = 1;
@@ -166,10 +169,10 @@ int run_type(const char* type, int steps) {
   auto& hp = m->hparams();
   backend::factory_options fo;
   fo.use_environment = false;
-  fo.include = {"cpu"};
+  fo.include = {on_vulkan ? "vulkan" : "cpu"};
   auto reg = backend::registry::create(fo);
   if (!reg || reg->devices().empty()) {
-    std::printf("error: no cpu device\n");
+    std::printf("error: no %s device\n", on_vulkan ? "vulkan" : "cpu");
     return 1;
   }
   std::unique_ptr<backend::backend> emulator;
@@ -441,12 +444,13 @@ int main(int argc, char** argv) {
     n_ctx = static_cast<std::uint32_t>(std::max(1, std::atoi(n)));
   if (const char* d = std::getenv("EXO_BENCH_DEVICE")) {
     const std::string dev{d};
-    if (dev != "cpu" && dev != "gpu-emulator") {
-      std::printf("error: EXO_BENCH_DEVICE must be cpu or gpu-emulator, "
-                  "not %s\n", d);
+    if (dev != "cpu" && dev != "gpu-emulator" && dev != "vulkan") {
+      std::printf("error: EXO_BENCH_DEVICE must be cpu, gpu-emulator or "
+                  "vulkan, not %s\n", d);
       return 2;
     }
     on_emulator = dev == "gpu-emulator";
+    on_vulkan = dev == "vulkan";
   }
   if (only) // any file type exo-model make-test writes (q8_0, q5_k_m, ...)
     return run_type(only, steps);
