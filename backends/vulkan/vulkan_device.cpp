@@ -97,6 +97,8 @@ struct attention_push {
   /// the views.
   std::uint32_t tab_off = 0, block_shift = 0, block_stride = 0,
                 max_block = 0;
+  /// The *_paged_rows variants: block indices per row's table.
+  std::uint32_t row_table_len = 0;
 };
 static_assert(sizeof(attention_push) <= push_bytes, "push constants");
 
@@ -141,6 +143,13 @@ struct to_f16_push {
 struct to_q8_0_push {
   std::uint32_t a_off, o_off, pairs;
 };
+
+/// Push constants of store_kv_rows.comp.
+struct store_kv_rows_push {
+  std::uint32_t a_off, tab_off, kv_off, rows, width, kv_stride, block_shift,
+      block_stride, table_len, max_block, kv_type;
+};
+static_assert(sizeof(store_kv_rows_push) <= push_bytes, "push constants");
 
 /// Push constants of hadamard.comp.
 struct hadamard_push {
@@ -223,6 +232,11 @@ class vulkan_device final : public device {
   bool reads_kv_blocks() const noexcept override {
     return true;
   }
+  /// A decode batch's attention and K/V writes in one dispatch each
+  /// (*_paged_rows.comp, store_kv_rows.comp).
+  bool runs_paged_rows() const noexcept override {
+    return true;
+  }
 
 protected:
   // Operands arrive checked (device's public methods).
@@ -241,6 +255,18 @@ protected:
   status do_attention_paged(const_view q, const_view k, const_view v,
                             const_view table, mut_view out,
                             const attention_dims& dims) override;
+  status do_attention_paged_rows(const_view q, const_view k, const_view v,
+                                 const_view tables, mut_view out,
+                                 const attention_dims& dims,
+                                 std::size_t table_len) override;
+  status do_store_kv_rows(const_view a, const_view tables, mut_view kv,
+                          const kv_rows_dims& dims) override;
+  /// attention_paged (row_table_len 0) and attention_paged_rows: one
+  /// dispatch of the *_paged or *_paged_rows shaders (takes mtx_).
+  status paged_attention(const_view q, const_view k, const_view v,
+                         const_view table, mut_view out,
+                         const attention_dims& dims,
+                         std::size_t row_table_len);
   status do_to_f16(const_view a, mut_view out, std::size_t count) override;
   status do_to_q8_0(const_view a, mut_view out, std::size_t count) override;
   status do_hadamard(mut_view out, const_view a, std::size_t count,
@@ -309,6 +335,10 @@ public:
     k_attention_paged,
     k_attention_f16_paged,
     k_attention_q8_0_paged,
+    k_attention_paged_rows,
+    k_attention_f16_paged_rows,
+    k_attention_q8_0_paged_rows,
+    k_store_kv_rows,
     k_count
   };
 
@@ -996,7 +1026,11 @@ status vulkan_device::ensure_pipeline(kernel k) {
       &vulkan_spirv::attention_q8_0, &vulkan_spirv::to_q8_0,
       &vulkan_spirv::hadamard,    &vulkan_spirv::attention_paged,
       &vulkan_spirv::attention_f16_paged,
-      &vulkan_spirv::attention_q8_0_paged};
+      &vulkan_spirv::attention_q8_0_paged,
+      &vulkan_spirv::attention_paged_rows,
+      &vulkan_spirv::attention_f16_paged_rows,
+      &vulkan_spirv::attention_q8_0_paged_rows,
+      &vulkan_spirv::store_kv_rows};
   VkShaderModuleCreateInfo smi{};
   smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
@@ -1645,9 +1679,37 @@ status vulkan_device::do_attention_paged(const_view q, const_view k,
                                          const_view v, const_view table,
                                          mut_view out,
                                          const attention_dims& dims) {
-  auto sz = host::check_paged_attention(dims); // sizes only: checked
+  return paged_attention(q, k, v, table, out, dims, 0);
+}
+
+status vulkan_device::do_attention_paged_rows(const_view q, const_view k,
+                                              const_view v,
+                                              const_view tables,
+                                              mut_view out,
+                                              const attention_dims& dims,
+                                              std::size_t table_len) {
+  return paged_attention(q, k, v, tables, out, dims, table_len);
+}
+
+status vulkan_device::paged_attention(const_view q, const_view k,
+                                      const_view v, const_view table,
+                                      mut_view out,
+                                      const attention_dims& dims,
+                                      std::size_t row_table_len) {
+  // attention_paged_rows (row_table_len != 0): sized as one row at the
+  // last position its table covers, its tables a row's each.
+  const bool rows = row_table_len != 0;
+  auto widest = dims;
+  if (rows) {
+    widest.n_tokens = 1;
+    widest.pos0 = row_table_len * dims.block_positions - 1;
+  }
+  auto sz = host::check_paged_attention(widest); // sizes only: checked
   if (!sz)
     return sz.err();
+  const std::size_t q_bytes = rows ? sz->q * dims.n_tokens : sz->q;
+  const std::size_t t_bytes =
+    rows ? (1 + row_table_len) * 4 * dims.n_tokens : sz->table;
   // k and v are bound from their offsets to their buffers' ends (every
   // block the table may name), in whole 32-bit words for the halves and
   // Q8_0 blocks the shaders read word by word.
@@ -1656,31 +1718,41 @@ status vulkan_device::do_attention_paged(const_view q, const_view k,
   const std::size_t e = std::min(ek, ev);
   const bool q8 = dims.kv == kv_type::q8_0;
   const bool f16 = dims.kv == kv_type::f16;
+  auto host_path = [&] {
+    return rows ? device::do_attention_paged_rows(q, k, v, table, out, dims,
+                                                  row_table_len)
+                : device::do_attention_paged(q, k, v, table, out, dims);
+  };
   if (dims.head_dim > attention_max_head_dim || e < sz->block_rows
       || dims.block_positions > (std::size_t{1} << 31)
-      || !fits_u32({sz->q / 4, ek, ev, dims.n_tokens * dims.n_heads,
-                    dims.block_stride, dims.pos0 + dims.n_tokens}))
-    return device::do_attention_paged(q, k, v, table, out, dims);
+      || !fits_u32({q_bytes / 4, ek, ev, t_bytes / 4,
+                    dims.n_tokens * dims.n_heads, dims.block_stride,
+                    widest.pos0 + widest.n_tokens}))
+    return host_path();
   std::uint32_t shift = 0;
   while ((std::size_t{1} << shift) < dims.block_positions)
     ++shift;
+  const char* what = rows ? "attention_paged_rows" : "attention_paged";
   std::lock_guard<std::mutex> guard{mtx_};
-  EXO_TRY(usable("attention_paged"));
-  auto bq = bind(*q.buf, q.offset, sz->q, "attention_paged q");
-  auto bk = bind(*k.buf, k.offset, ek, "attention_paged k");
-  auto bv = bind(*v.buf, v.offset, ev, "attention_paged v");
-  auto bo = bind(*out.buf, out.offset, sz->q, "attention_paged out");
-  auto bt = bind(*table.buf, table.offset, sz->table, "attention_paged table");
+  EXO_TRY(usable(what));
+  auto bq = bind(*q.buf, q.offset, q_bytes, what);
+  auto bk = bind(*k.buf, k.offset, ek, what);
+  auto bv = bind(*v.buf, v.offset, ev, what);
+  auto bo = bind(*out.buf, out.offset, q_bytes, what);
+  auto bt = bind(*table.buf, table.offset, t_bytes, what);
   for (auto* r : {&bq, &bk, &bv, &bo, &bt})
     if (!*r)
       return r->err();
   auto kv_off = [&](const binding& b, std::size_t offset) {
     return kv_offset(dims.kv, b.offset, b.elem_off, offset);
   };
-  auto batch = prepare(f16  ? k_attention_f16_paged
-                       : q8 ? k_attention_q8_0_paged
-                            : k_attention_paged,
-                       {*bq, *bk, *bv, *bo, *bt});
+  const kernel kk = rows ? (f16  ? k_attention_f16_paged_rows
+                            : q8 ? k_attention_q8_0_paged_rows
+                                 : k_attention_paged_rows)
+                         : (f16  ? k_attention_f16_paged
+                            : q8 ? k_attention_q8_0_paged
+                                 : k_attention_paged);
+  auto batch = prepare(kk, {*bq, *bk, *bv, *bo, *bt});
   if (!batch)
     return batch.err();
   auto pc = attention_push_of(dims, bq->elem_off, kv_off(*bk, k.offset),
@@ -1689,12 +1761,74 @@ status vulkan_device::do_attention_paged(const_view q, const_view k,
   pc.block_shift = shift;
   pc.block_stride = static_cast<std::uint32_t>(dims.block_stride);
   pc.max_block = static_cast<std::uint32_t>((e - sz->block_rows) / sz->block);
+  pc.row_table_len = static_cast<std::uint32_t>(row_table_len);
   vkCmdPushConstants((*batch)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT,
                      0, sizeof(pc), &pc);
   auto groups =
       std::min<std::size_t>(dims.n_tokens * dims.n_heads, max_groups_[0]);
   vkCmdDispatch((*batch)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
   used_by(**batch, {q.buf, k.buf, v.buf, out.buf, table.buf});
+  return finish(**batch);
+}
+
+status vulkan_device::do_store_kv_rows(const_view a, const_view tables,
+                                       mut_view kv,
+                                       const kv_rows_dims& dims) {
+  auto sz = host::check_paged_attention(kv_rows_attention(dims)); // checked
+  if (!sz)
+    return sz.err();
+  // The shader writes whole 32-bit words: every row of an f16 cache must
+  // start at an even half, a q8_0 cache's at a pair of blocks on a word
+  // (strides, width and the view's offset below); other shapes, and a
+  // view shorter than a block in whole words, take the generic path.
+  const std::size_t e = host::view_extent({kv.buf, kv.offset, kv.limit}) / 4
+                        * 4;
+  const std::size_t unit = dims.kv == kv_type::q8_0 ? 64
+                           : dims.kv == kv_type::f16 ? 2
+                                                     : 1;
+  const std::size_t a_bytes = dims.rows * dims.width * 4;
+  const std::size_t t_bytes = dims.rows * (1 + dims.table_len) * 4;
+  const std::size_t start = kv.offset / min_align_ * min_align_;
+  const std::size_t lead = kv.offset - start; // bytes before the view
+  const bool aligned = dims.width % unit == 0 && dims.kv_stride % unit == 0
+                       && dims.block_stride % unit == 0 && lead % 4 == 0;
+  if (!aligned || e < sz->block_rows
+      || dims.block_positions > (std::size_t{1} << 31)
+      || !fits_u32({a_bytes / 4, t_bytes / 4, e + lead,
+                    dims.rows * dims.width, dims.block_stride}))
+    return device::do_store_kv_rows(a, tables, kv, dims);
+  std::uint32_t shift = 0;
+  while ((std::size_t{1} << shift) < dims.block_positions)
+    ++shift;
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("store_kv_rows"));
+  auto ba = bind(*a.buf, a.offset, a_bytes, "store_kv_rows a");
+  auto bt = bind(*tables.buf, tables.offset, t_bytes, "store_kv_rows tables");
+  auto bk = bind(*kv.buf, kv.offset, e, "store_kv_rows kv");
+  for (auto* r : {&ba, &bt, &bk})
+    if (!*r)
+      return r->err();
+  auto batch = prepare(k_store_kv_rows, {*ba, *bt, *bk});
+  if (!batch)
+    return batch.err();
+  store_kv_rows_push pc{};
+  pc.a_off = ba->elem_off;
+  pc.tab_off = bt->elem_off;
+  pc.kv_off = kv_offset(dims.kv, bk->offset, bk->elem_off, kv.offset);
+  pc.rows = static_cast<std::uint32_t>(dims.rows);
+  pc.width = static_cast<std::uint32_t>(dims.width);
+  pc.kv_stride = static_cast<std::uint32_t>(dims.kv_stride);
+  pc.block_shift = shift;
+  pc.block_stride = static_cast<std::uint32_t>(dims.block_stride);
+  pc.table_len = static_cast<std::uint32_t>(dims.table_len);
+  pc.max_block = static_cast<std::uint32_t>((e - sz->block_rows) / sz->block);
+  pc.kv_type = static_cast<std::uint32_t>(dims.kv);
+  vkCmdPushConstants((*batch)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT,
+                     0, sizeof(pc), &pc);
+  const std::size_t units = dims.rows * (dims.width / unit);
+  auto groups = std::min<std::size_t>((units + 63) / 64, max_groups_[0]);
+  vkCmdDispatch((*batch)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+  used_by(**batch, {a.buf, tables.buf, kv.buf});
   return finish(**batch);
 }
 

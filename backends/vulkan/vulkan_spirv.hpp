@@ -35,5 +35,11 @@ extern const blob hadamard;    ///< Walsh-Hadamard rotation of runs of n
 extern const blob attention_paged;
 extern const blob attention_f16_paged;
 extern const blob attention_q8_0_paged;
+/// The paged variants for a decode batch (attention_paged_rows): every
+/// query row with its own position and table.
+extern const blob attention_paged_rows;
+extern const blob attention_f16_paged_rows;
+extern const blob attention_q8_0_paged_rows;
+extern const blob store_kv_rows; ///< a decode batch's K/V rows into a cache
 
 } // namespace exo::backend::vulkan_spirv

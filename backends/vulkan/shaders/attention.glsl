@@ -15,6 +15,10 @@
 // lies in block tab[tab_off + (r >> block_shift)], row r & (2^block_shift -
 // 1) of it, blocks block_stride values apart (attention_dims' paged cache);
 // the rows are read in the same order, so the sums are those of one run.
+// ROWS (the *_paged_rows.comp variants, attention_paged_rows): query row t
+// is one token of its own sequence; its position is tab[tab_off + t * (1 +
+// row_table_len)] (clamped into its table) and its block table the
+// row_table_len entries after it; pos0 is not used.
 
 layout(local_size_x = 128) in;
 
@@ -47,14 +51,16 @@ layout(push_constant) uniform params {
   uint block_shift;  // PAGED: log2 of the positions per block
   uint block_stride; // PAGED: values between blocks
   uint max_block;    // PAGED: the last block that lies inside k and v
+  uint row_table_len; // ROWS: block indices per row's table
 } p;
 
-// Where cache row r starts, in values from the view's start.
-uint row_at(uint r) {
+// Where cache row r starts, in values from the view's start, its block
+// table at word tb of tab (PAGED).
+uint row_at(uint tb, uint r) {
 #if defined(PAGED)
   // An entry past the views reads the last block inside them: never a
   // read outside the cache (the host checks tables where it can).
-  uint b = min(tab[p.tab_off + (r >> p.block_shift)], p.max_block);
+  uint b = min(tab[tb + (r >> p.block_shift)], p.max_block);
   return b * p.block_stride + (r & ((1u << p.block_shift) - 1u)) * p.kv_stride;
 #else
   return r * p.kv_stride;
@@ -135,7 +141,18 @@ void main() {
     uint t = th / p.n_heads;
     uint h = th % p.n_heads;
     uint kvh = (h / group) * p.head_dim;
+#if defined(ROWS)
+    uint rt = p.tab_off + t * (1u + p.row_table_len);
+    uint last = (p.row_table_len << p.block_shift) - 1u;
+    uint n_pos = (int(tab[rt]) < 0 ? 0u : min(tab[rt], last)) + 1u;
+    uint tb = rt + 1u;
+#elif defined(PAGED)
     uint n_pos = p.pos0 + t + 1u;
+    uint tb = p.tab_off;
+#else
+    uint n_pos = p.pos0 + t + 1u;
+    uint tb = 0u;
+#endif
     uint qb = p.q_off + t * row + h * p.head_dim;
     for (uint i = tid; i < p.head_dim; i += WG)
       qs[i] = q[qb + i];
@@ -148,7 +165,7 @@ void main() {
       uint cn = min(CHUNK, n_pos - c0);
       float lmax = -3.402823466e38;
       for (uint j = tid; j < cn; j += WG) {
-        uint kb = K_OFF + row_at(c0 + j) + kvh;
+        uint kb = K_OFF + row_at(tb, c0 + j) + kvh;
         float s = 0.0;
         for (uint i = 0u; i < p.head_dim; ++i)
           s += qs[i] * k_at(kb + i);
@@ -172,7 +189,7 @@ void main() {
       acc1 *= corr;
       for (uint j = 0u; j < cn; ++j) {
         float e = sc[j];
-        uint vr = V_OFF + row_at(c0 + j) + kvh;
+        uint vr = V_OFF + row_at(tb, c0 + j) + kvh;
         if (tid < p.head_dim)
           acc0 += e * v_at(vr + tid);
         if (d1 < p.head_dim)
