@@ -26,7 +26,7 @@ error blas_failure(const cuda::cublas_api& api, const char* call,
 }
 
 /// NVIDIA specifics for gpu_backend_impl.hpp.
-struct cuda_platform {
+struct cuda_platform : cuda_kernels::launches {
   static constexpr backend_kind kind = backend_kind::cuda;
   static constexpr gpu::api api = gpu::api::cuda;
   static constexpr const char* id_prefix = "cuda";
@@ -54,78 +54,6 @@ struct cuda_platform {
 
   static bool has_kernels(const device_properties& props) {
     return props.support == support_level::full;
-  }
-
-  static int launch_binary(binary_op op, const float* a, const float* b,
-                           float* out, std::size_t count,
-                           cudaStream_t stream) {
-    return cuda_kernels::launch_binary(op, a, b, out, count, stream);
-  }
-
-  static int launch_matmul_tiled(const float* a, const float* b, float* c,
-                                 const matmul_dims& dims,
-                                 cudaStream_t stream) {
-    return cuda_kernels::launch_matmul_tiled(a, b, c, dims, stream);
-  }
-
-  static int launch_rmsnorm(const float* x, const float* w, float* out,
-                            std::size_t rows, std::size_t cols, float eps,
-                            cudaStream_t stream) {
-    return cuda_kernels::launch_rmsnorm(x, w, out, rows, cols, eps, stream);
-  }
-
-  static int launch_silu_mul(const float* gate, const float* up, float* out,
-                             std::size_t count, cudaStream_t stream) {
-    return cuda_kernels::launch_silu_mul(gate, up, out, count, stream);
-  }
-
-  static int launch_rope_rows(float* x, const std::int32_t* positions,
-                              const float* freq_factors,
-                              const rope_dims& dims, cudaStream_t stream) {
-    return cuda_kernels::launch_rope_rows(x, positions, freq_factors, dims,
-                                  stream);
-  }
-
-  static int launch_attention(const float* q, const void* k, const void* v,
-                              float* out, const attention_dims& dims,
-                              cudaStream_t stream) {
-    return cuda_kernels::launch_attention(q, k, v, out, dims, stream);
-  }
-
-  static int launch_to_f16(const float* a, std::uint16_t* out,
-                           std::size_t count, cudaStream_t stream) {
-    return cuda_kernels::launch_to_f16(a, out, count, stream);
-  }
-
-  static int launch_to_q8_0(const float* a, std::uint8_t* out,
-                            std::size_t count, cudaStream_t stream) {
-    return cuda_kernels::launch_to_q8_0(a, out, count, stream);
-  }
-
-  static int launch_hadamard(const float* a, float* out, std::size_t count,
-                             std::size_t n, cudaStream_t stream) {
-    return cuda_kernels::launch_hadamard(a, out, count, n, stream);
-  }
-
-  static int launch_store_kv_rows(const float* a, const std::int32_t* tables,
-                                  void* kv, const kv_rows_dims& dims,
-                                  cudaStream_t stream) {
-    return cuda_kernels::launch_store_kv_rows(a, tables, kv, dims, stream);
-  }
-
-  static int launch_dequant_rows(const void* w, weight_type type, float* out,
-                                 std::size_t rows, std::size_t k,
-                                 cudaStream_t stream) {
-    return cuda_kernels::launch_dequant_rows(w, type, out, rows, k, stream);
-  }
-
-  static int launch_matmul_weights(const float* a, const void* w,
-                                   weight_type type, float* c,
-                                   const matmul_dims& dims, void* scratch,
-                                   std::size_t q4_k_pair_tokens,
-                                   cudaStream_t stream) {
-    return cuda_kernels::launch_matmul_weights(a, w, type, c, dims, scratch,
-                                               q4_k_pair_tokens, stream);
   }
 
   static result<std::shared_ptr<gpu::management_library>> load_telemetry() {

@@ -17,12 +17,8 @@
 ///     static void describe(int ordinal, const cudaDeviceProp&,
 ///                          device_properties&); // arch, uuid, FLOP/s
 ///     static bool has_kernels(const device_properties&); // else host
-///     static int launch_binary(...), launch_matmul_tiled(...), // kernels
-///       launch_rmsnorm(...), launch_silu_mul(...), launch_rope_rows(...),
-///       launch_attention(...), launch_to_f16(...), launch_to_q8_0(...),
-///       launch_hadamard(...), launch_store_kv_rows(...),
-///       launch_dequant_rows(...),
-///       launch_matmul_weights(...);
+///     // the kernels: launch_binary, launch_attention, ... (the platform
+///     // derives from its kernel namespace's `launches`, kernel_api.hpp)
 ///     static result<std::shared_ptr<gpu::management_library>>
 ///     load_telemetry();
 ///     struct blas;  // per device: status init(cudaStream_t),

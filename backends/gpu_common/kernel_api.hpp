@@ -86,4 +86,22 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
                           float* c, const matmul_dims& dims, void* scratch,
                           std::size_t q4_k_pair_tokens, void* stream);
 
+/// The launches gpu_backend_impl.hpp calls, as static members: a platform
+/// type P derives from this (its stream, a pointer, converts to void*), so
+/// that one list serves CUDA, HIP and the emulator.
+struct launches {
+  static constexpr auto launch_binary = &EXO_GPU_KERNEL_NS::launch_binary;
+  static constexpr auto launch_matmul_tiled = &EXO_GPU_KERNEL_NS::launch_matmul_tiled;
+  static constexpr auto launch_rmsnorm = &EXO_GPU_KERNEL_NS::launch_rmsnorm;
+  static constexpr auto launch_silu_mul = &EXO_GPU_KERNEL_NS::launch_silu_mul;
+  static constexpr auto launch_rope_rows = &EXO_GPU_KERNEL_NS::launch_rope_rows;
+  static constexpr auto launch_attention = &EXO_GPU_KERNEL_NS::launch_attention;
+  static constexpr auto launch_to_f16 = &EXO_GPU_KERNEL_NS::launch_to_f16;
+  static constexpr auto launch_to_q8_0 = &EXO_GPU_KERNEL_NS::launch_to_q8_0;
+  static constexpr auto launch_hadamard = &EXO_GPU_KERNEL_NS::launch_hadamard;
+  static constexpr auto launch_store_kv_rows = &EXO_GPU_KERNEL_NS::launch_store_kv_rows;
+  static constexpr auto launch_dequant_rows = &EXO_GPU_KERNEL_NS::launch_dequant_rows;
+  static constexpr auto launch_matmul_weights = &EXO_GPU_KERNEL_NS::launch_matmul_weights;
+};
+
 } // namespace exo::backend::EXO_GPU_KERNEL_NS

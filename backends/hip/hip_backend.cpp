@@ -26,7 +26,7 @@ bool compiled_for(const std::string& arch) {
 }
 
 /// AMD specifics for gpu_backend_impl.hpp.
-struct hip_platform {
+struct hip_platform : hip_kernels::launches {
   static constexpr backend_kind kind = backend_kind::hip;
   static constexpr gpu::api api = gpu::api::hip;
   static constexpr const char* id_prefix = "hip";
@@ -61,78 +61,6 @@ struct hip_platform {
 
   static bool has_kernels(const device_properties& props) {
     return props.support == support_level::full;
-  }
-
-  static int launch_binary(binary_op op, const float* a, const float* b,
-                           float* out, std::size_t count,
-                           hipStream_t stream) {
-    return hip_kernels::launch_binary(op, a, b, out, count, stream);
-  }
-
-  static int launch_matmul_tiled(const float* a, const float* b, float* c,
-                                 const matmul_dims& dims,
-                                 hipStream_t stream) {
-    return hip_kernels::launch_matmul_tiled(a, b, c, dims, stream);
-  }
-
-  static int launch_rmsnorm(const float* x, const float* w, float* out,
-                            std::size_t rows, std::size_t cols, float eps,
-                            hipStream_t stream) {
-    return hip_kernels::launch_rmsnorm(x, w, out, rows, cols, eps, stream);
-  }
-
-  static int launch_silu_mul(const float* gate, const float* up, float* out,
-                             std::size_t count, hipStream_t stream) {
-    return hip_kernels::launch_silu_mul(gate, up, out, count, stream);
-  }
-
-  static int launch_rope_rows(float* x, const std::int32_t* positions,
-                              const float* freq_factors,
-                              const rope_dims& dims, hipStream_t stream) {
-    return hip_kernels::launch_rope_rows(x, positions, freq_factors, dims,
-                                  stream);
-  }
-
-  static int launch_attention(const float* q, const void* k, const void* v,
-                              float* out, const attention_dims& dims,
-                              hipStream_t stream) {
-    return hip_kernels::launch_attention(q, k, v, out, dims, stream);
-  }
-
-  static int launch_to_f16(const float* a, std::uint16_t* out,
-                           std::size_t count, hipStream_t stream) {
-    return hip_kernels::launch_to_f16(a, out, count, stream);
-  }
-
-  static int launch_to_q8_0(const float* a, std::uint8_t* out,
-                            std::size_t count, hipStream_t stream) {
-    return hip_kernels::launch_to_q8_0(a, out, count, stream);
-  }
-
-  static int launch_hadamard(const float* a, float* out, std::size_t count,
-                             std::size_t n, hipStream_t stream) {
-    return hip_kernels::launch_hadamard(a, out, count, n, stream);
-  }
-
-  static int launch_store_kv_rows(const float* a, const std::int32_t* tables,
-                                  void* kv, const kv_rows_dims& dims,
-                                  hipStream_t stream) {
-    return hip_kernels::launch_store_kv_rows(a, tables, kv, dims, stream);
-  }
-
-  static int launch_dequant_rows(const void* w, weight_type type, float* out,
-                                 std::size_t rows, std::size_t k,
-                                 hipStream_t stream) {
-    return hip_kernels::launch_dequant_rows(w, type, out, rows, k, stream);
-  }
-
-  static int launch_matmul_weights(const float* a, const void* w,
-                                   weight_type type, float* c,
-                                   const matmul_dims& dims, void* scratch,
-                                   std::size_t q4_k_pair_tokens,
-                                   hipStream_t stream) {
-    return hip_kernels::launch_matmul_weights(a, w, type, c, dims, scratch,
-                                               q4_k_pair_tokens, stream);
   }
 
   static result<std::shared_ptr<gpu::management_library>> load_telemetry() {
