@@ -49,6 +49,20 @@ std::vector<device*> every_device() {
   return exo::test::with_emulated_gpu(devices());
 }
 
+/// body(device, kv) for every device and KV cache type, each device in a
+/// section of its own, the type in the messages.
+template <class F>
+void on_every_device_and_kv(F body) {
+  for (auto* dev : every_device()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      for (auto kv : {kv_type::f32, kv_type::f16, kv_type::q8_0}) {
+        INFO("kv " << to_string(kv));
+        body(*dev, kv);
+      }
+    }
+  }
+}
+
 std::unique_ptr<buffer> alloc(device& dev, std::size_t n) {
   auto r = dev.allocate(n);
   REQUIRE(r.ok());
@@ -628,128 +642,123 @@ TEST_CASE("attention_paged_rows gives every row of a decode batch the bits "
   const std::size_t B = 8, heads = 4, kvh = 2, hd = 32, stride = 64;
   const std::size_t pos[] = {5, 20, 37};
   const std::size_t R = 3, L = (37 + B) / B; // the longest table: 5 blocks
-  for (auto* dev : every_device()) {
-    DYNAMIC_SECTION(dev->properties().id) {
-      for (auto kv : {kv_type::f32, kv_type::f16, kv_type::q8_0}) {
-        INFO("kv " << to_string(kv));
-        const std::size_t row = kv_bytes_of(kv, stride);
-        const std::size_t block = B * row;
-        std::vector<std::uint8_t> pk((R * L + 1) * block, 0xA5), pv(pk);
-        std::vector<float> q;
-        std::vector<std::int32_t> tables; // per row: position, L entries
-        std::vector<std::vector<std::int32_t>> own(R);
-        attention_dims d{};
-        for (std::size_t r = 0; r < R; ++r) {
-          auto c = random_attention(rng, {1, pos[r], heads, kvh, hd, stride});
-          d = c.d;
-          q.insert(q.end(), c.q.begin(), c.q.end());
-          std::vector<std::uint8_t> rk(kv_bytes_of(kv, c.k.size())),
-            rv(rk.size());
-          if (kv == kv_type::f16) {
-            host::to_f16(c.k.data(), reinterpret_cast<std::uint16_t*>(rk.data()),
-                         c.k.size());
-            host::to_f16(c.v.data(), reinterpret_cast<std::uint16_t*>(rv.data()),
-                         c.v.size());
-          } else if (kv == kv_type::q8_0) {
-            host::quantize_q8_0_activations(
-              c.k.data(), reinterpret_cast<host::block_q8_0*>(rk.data()),
-              c.k.size());
-            host::quantize_q8_0_activations(
-              c.v.data(), reinterpret_cast<host::block_q8_0*>(rv.data()),
-              c.v.size());
-          } else {
-            std::memcpy(rk.data(), c.k.data(), rk.size());
-            std::memcpy(rv.data(), c.v.data(), rv.size());
-          }
-          const std::size_t nb = pos[r] / B + 1;
-          tables.push_back(static_cast<std::int32_t>(pos[r]));
-          for (std::size_t i = 0; i < L; ++i) {
-            const auto b = static_cast<std::int32_t>(i * R + (R - 1 - r));
-            if (i < nb)
-              own[r].push_back(b);
-            tables.push_back(i < nb ? b : 0); // past its last: never read
-          }
-          for (std::size_t p = 0; p <= pos[r]; ++p) {
-            const std::size_t at =
-              static_cast<std::size_t>(own[r][p / B]) * block + (p % B) * row;
-            std::memcpy(pk.data() + at, rk.data() + p * row, row);
-            std::memcpy(pv.data() + at, rv.data() + p * row, row);
-          }
-        }
-        d.kv = kv;
-        d.block_positions = B;
-        d.block_stride = B * stride;
-        auto bq = upload(*dev, q), bk = upload(*dev, pk), bv = upload(*dev, pv),
-             bt = upload(*dev, tables);
-        auto o1 = alloc(*dev, q.size() * 4), o2 = alloc(*dev, q.size() * 4);
-        const std::size_t qrow = heads * hd * 4;
-        for (std::size_t r = 0; r < R; ++r) {
-          auto bo = upload(*dev, own[r]);
-          auto dr = d;
-          dr.n_tokens = 1;
-          dr.pos0 = pos[r];
-          REQUIRE(dev->attention_paged({bq.get(), r * qrow}, {bk.get(), 0},
-                                       {bv.get(), 0}, {bo.get(), 0},
-                                       {o1.get(), r * qrow}, dr)
-                    .ok());
-        }
-        auto dr = d;
-        dr.n_tokens = R;
-        dr.pos0 = 12345; // not used
-        REQUIRE(dev->attention_paged_rows({bq.get(), 0}, {bk.get(), 0},
-                                          {bv.get(), 0}, {bt.get(), 0},
-                                          {o2.get(), 0}, dr, L)
-                  .ok());
-        const auto want = download(*dev, *o1, q.size());
-        const auto got = download(*dev, *o2, q.size());
-        CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
-        // Through the operation table too (the stage's way).
-        op_call call;
-        call.kind = op_kind::attention_paged_rows;
-        call.n_inputs = 4;
-        call.inputs[0] = {bq.get(), 0};
-        call.inputs[1] = {bk.get(), 0};
-        call.inputs[2] = {bv.get(), 0};
-        call.inputs[3] = {bt.get(), 0};
-        call.output = {o2.get(), 0};
-        call.n_dims = 9;
-        call.dims = {R, heads, kvh, hd, stride, static_cast<std::size_t>(kv),
-                     B, B * stride, L};
-        call.n_scalars = 1;
-        call.scalars = {d.scale};
-        REQUIRE(run(*dev, call).ok());
-        CHECK(download(*dev, *o2, q.size()) == got);
-        // A row whose position its table does not cover: the host devices
-        // and the path through host memory name the row; a GPU kernel
-        // clamps it into the table and reads nothing outside the cache.
-        const bool gpu = dev->runs_paged_rows();
-        auto bad = tables;
-        bad[1 + L] = static_cast<std::int32_t>(L * B);
-        auto bb = upload(*dev, bad);
-        auto st = dev->attention_paged_rows({bq.get(), 0}, {bk.get(), 0},
-                                            {bv.get(), 0}, {bb.get(), 0},
-                                            {o2.get(), 0}, dr, L);
-        if (gpu) {
-          CHECK(st.ok());
-        } else {
-          REQUIRE_FALSE(st.ok());
-          CHECK(st.err().code == errc::out_of_range);
-          CHECK(st.err().message.find("row 1") != std::string::npos);
-        }
-        // Tables too small for their rows, and no rows: refused.
-        CHECK_FALSE(dev->attention_paged_rows({bq.get(), 0}, {bk.get(), 0},
-                                              {bv.get(), 0}, {bt.get(), 0},
-                                              {o2.get(), 0}, dr, 4 * L)
-                      .ok());
-        auto none = dr;
-        none.n_tokens = 0;
-        CHECK_FALSE(dev->attention_paged_rows({bq.get(), 0}, {bk.get(), 0},
-                                              {bv.get(), 0}, {bt.get(), 0},
-                                              {o2.get(), 0}, none, L)
-                      .ok());
+  on_every_device_and_kv([&](device& dev, kv_type kv) {
+    const std::size_t row = kv_bytes_of(kv, stride);
+    const std::size_t block = B * row;
+    std::vector<std::uint8_t> pk((R * L + 1) * block, 0xA5), pv(pk);
+    std::vector<float> q;
+    std::vector<std::int32_t> tables; // per row: position, L entries
+    std::vector<std::vector<std::int32_t>> own(R);
+    attention_dims d{};
+    for (std::size_t r = 0; r < R; ++r) {
+      auto c = random_attention(rng, {1, pos[r], heads, kvh, hd, stride});
+      d = c.d;
+      q.insert(q.end(), c.q.begin(), c.q.end());
+      std::vector<std::uint8_t> rk(kv_bytes_of(kv, c.k.size())),
+        rv(rk.size());
+      if (kv == kv_type::f16) {
+        host::to_f16(c.k.data(), reinterpret_cast<std::uint16_t*>(rk.data()),
+                     c.k.size());
+        host::to_f16(c.v.data(), reinterpret_cast<std::uint16_t*>(rv.data()),
+                     c.v.size());
+      } else if (kv == kv_type::q8_0) {
+        host::quantize_q8_0_activations(
+          c.k.data(), reinterpret_cast<host::block_q8_0*>(rk.data()),
+          c.k.size());
+        host::quantize_q8_0_activations(
+          c.v.data(), reinterpret_cast<host::block_q8_0*>(rv.data()),
+          c.v.size());
+      } else {
+        std::memcpy(rk.data(), c.k.data(), rk.size());
+        std::memcpy(rv.data(), c.v.data(), rv.size());
+      }
+      const std::size_t nb = pos[r] / B + 1;
+      tables.push_back(static_cast<std::int32_t>(pos[r]));
+      for (std::size_t i = 0; i < L; ++i) {
+        const auto b = static_cast<std::int32_t>(i * R + (R - 1 - r));
+        if (i < nb)
+          own[r].push_back(b);
+        tables.push_back(i < nb ? b : 0); // past its last: never read
+      }
+      for (std::size_t p = 0; p <= pos[r]; ++p) {
+        const std::size_t at =
+          static_cast<std::size_t>(own[r][p / B]) * block + (p % B) * row;
+        std::memcpy(pk.data() + at, rk.data() + p * row, row);
+        std::memcpy(pv.data() + at, rv.data() + p * row, row);
       }
     }
-  }
+    d.kv = kv;
+    d.block_positions = B;
+    d.block_stride = B * stride;
+    auto bq = upload(dev, q), bk = upload(dev, pk), bv = upload(dev, pv),
+         bt = upload(dev, tables);
+    auto o1 = alloc(dev, q.size() * 4), o2 = alloc(dev, q.size() * 4);
+    const std::size_t qrow = heads * hd * 4;
+    for (std::size_t r = 0; r < R; ++r) {
+      auto bo = upload(dev, own[r]);
+      auto dr = d;
+      dr.n_tokens = 1;
+      dr.pos0 = pos[r];
+      REQUIRE(dev.attention_paged({bq.get(), r * qrow}, {bk.get(), 0},
+                                   {bv.get(), 0}, {bo.get(), 0},
+                                   {o1.get(), r * qrow}, dr)
+                .ok());
+    }
+    auto dr = d;
+    dr.n_tokens = R;
+    dr.pos0 = 12345; // not used
+    REQUIRE(dev.attention_paged_rows({bq.get(), 0}, {bk.get(), 0},
+                                      {bv.get(), 0}, {bt.get(), 0},
+                                      {o2.get(), 0}, dr, L)
+              .ok());
+    const auto want = download(dev, *o1, q.size());
+    const auto got = download(dev, *o2, q.size());
+    CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
+    // Through the operation table too (the stage's way).
+    op_call call;
+    call.kind = op_kind::attention_paged_rows;
+    call.n_inputs = 4;
+    call.inputs[0] = {bq.get(), 0};
+    call.inputs[1] = {bk.get(), 0};
+    call.inputs[2] = {bv.get(), 0};
+    call.inputs[3] = {bt.get(), 0};
+    call.output = {o2.get(), 0};
+    call.n_dims = 9;
+    call.dims = {R, heads, kvh, hd, stride, static_cast<std::size_t>(kv),
+                 B, B * stride, L};
+    call.n_scalars = 1;
+    call.scalars = {d.scale};
+    REQUIRE(run(dev, call).ok());
+    CHECK(download(dev, *o2, q.size()) == got);
+    // A row whose position its table does not cover: the host devices
+    // and the path through host memory name the row; a GPU kernel
+    // clamps it into the table and reads nothing outside the cache.
+    const bool gpu = dev.runs_paged_rows();
+    auto bad = tables;
+    bad[1 + L] = static_cast<std::int32_t>(L * B);
+    auto bb = upload(dev, bad);
+    auto st = dev.attention_paged_rows({bq.get(), 0}, {bk.get(), 0},
+                                        {bv.get(), 0}, {bb.get(), 0},
+                                        {o2.get(), 0}, dr, L);
+    if (gpu) {
+      CHECK(st.ok());
+    } else {
+      REQUIRE_FALSE(st.ok());
+      CHECK(st.err().code == errc::out_of_range);
+      CHECK(st.err().message.find("row 1") != std::string::npos);
+    }
+    // Tables too small for their rows, and no rows: refused.
+    CHECK_FALSE(dev.attention_paged_rows({bq.get(), 0}, {bk.get(), 0},
+                                          {bv.get(), 0}, {bt.get(), 0},
+                                          {o2.get(), 0}, dr, 4 * L)
+                  .ok());
+    auto none = dr;
+    none.n_tokens = 0;
+    CHECK_FALSE(dev.attention_paged_rows({bq.get(), 0}, {bk.get(), 0},
+                                          {bv.get(), 0}, {bt.get(), 0},
+                                          {o2.get(), 0}, none, L)
+                  .ok());
+  });
 }
 
 TEST_CASE("store_kv_rows writes each row of a decode batch where its own "
@@ -766,138 +775,133 @@ TEST_CASE("store_kv_rows writes each row of a decode batch where its own "
     REQUIRE(dev.read(b, 0, v.data(), v.size()).ok());
     return v;
   };
-  for (auto* dev : every_device()) {
-    DYNAMIC_SECTION(dev->properties().id) {
-      for (auto kv : {kv_type::f32, kv_type::f16, kv_type::q8_0}) {
-        INFO("kv " << to_string(kv));
-        const std::size_t row = kv_bytes_of(kv, stride);
-        const std::size_t block = B * row;
-        const std::size_t pool = (R * L + 1) * block;
-        std::vector<std::uint8_t> init(pool + 256);
-        for (auto& b : init)
-          b = static_cast<std::uint8_t>(rng());
-        const auto a = random_floats(rng, R * width, -4.0f, 4.0f);
-        std::vector<std::int32_t> tables; // per row: position, L entries
-        std::vector<std::size_t> slot(R);
-        for (std::size_t r = 0; r < R; ++r) {
-          tables.push_back(static_cast<std::int32_t>(pos[r]));
-          for (std::size_t i = 0; i < L; ++i) // past its last: not read
-            tables.push_back(i <= pos[r] / B
-                               ? static_cast<std::int32_t>(i * R + (R - 1 - r))
-                               : -7);
-          slot[r] = static_cast<std::size_t>(
-                      tables[r * (1 + L) + 1 + pos[r] / B])
-                      * block
-                    + (pos[r] % B) * row;
-        }
-        auto ba = upload(*dev, a), bt = upload(*dev, tables);
-        // What each row's own conversion writes at its slot.
-        auto want = upload(*dev, init);
-        for (std::size_t r = 0; r < R; ++r) {
-          const_view ar{ba.get(), r * width * 4};
-          mut_view at{want.get(), slot[r]};
-          if (kv == kv_type::f16)
-            REQUIRE(dev->to_f16(ar, at, width).ok());
-          else if (kv == kv_type::q8_0)
-            REQUIRE(dev->to_q8_0(ar, at, width).ok());
-          else
-            REQUIRE(dev->write(*want, slot[r], a.data() + r * width,
-                               width * 4)
-                      .ok());
-        }
-        const auto expected = bytes_of(*dev, *want);
-        kv_rows_dims d;
-        d.rows = R;
-        d.width = width;
-        d.kv_stride = stride;
-        d.kv = kv;
-        d.block_positions = B;
-        d.block_stride = B * stride;
-        d.table_len = L;
-        auto got = upload(*dev, init);
-        REQUIRE(dev->store_kv_rows({ba.get(), 0}, {bt.get(), 0},
-                                   {got.get(), 0, pool}, d)
+  on_every_device_and_kv([&](device& dev, kv_type kv) {
+    const std::size_t row = kv_bytes_of(kv, stride);
+    const std::size_t block = B * row;
+    const std::size_t pool = (R * L + 1) * block;
+    std::vector<std::uint8_t> init(pool + 256);
+    for (auto& b : init)
+      b = static_cast<std::uint8_t>(rng());
+    const auto a = random_floats(rng, R * width, -4.0f, 4.0f);
+    std::vector<std::int32_t> tables; // per row: position, L entries
+    std::vector<std::size_t> slot(R);
+    for (std::size_t r = 0; r < R; ++r) {
+      tables.push_back(static_cast<std::int32_t>(pos[r]));
+      for (std::size_t i = 0; i < L; ++i) // past its last: not read
+        tables.push_back(i <= pos[r] / B
+                           ? static_cast<std::int32_t>(i * R + (R - 1 - r))
+                           : -7);
+      slot[r] = static_cast<std::size_t>(
+                  tables[r * (1 + L) + 1 + pos[r] / B])
+                  * block
+                + (pos[r] % B) * row;
+    }
+    auto ba = upload(dev, a), bt = upload(dev, tables);
+    // What each row's own conversion writes at its slot.
+    auto want = upload(dev, init);
+    for (std::size_t r = 0; r < R; ++r) {
+      const_view ar{ba.get(), r * width * 4};
+      mut_view at{want.get(), slot[r]};
+      if (kv == kv_type::f16)
+        REQUIRE(dev.to_f16(ar, at, width).ok());
+      else if (kv == kv_type::q8_0)
+        REQUIRE(dev.to_q8_0(ar, at, width).ok());
+      else
+        REQUIRE(dev.write(*want, slot[r], a.data() + r * width,
+                           width * 4)
                   .ok());
-        CHECK(bytes_of(*dev, *got) == expected);
-        // Through the operation table too (the stage's way).
-        auto got2 = upload(*dev, init);
-        op_call call;
-        call.kind = op_kind::store_kv_rows;
-        call.n_inputs = 2;
-        call.inputs[0] = {ba.get(), 0};
-        call.inputs[1] = {bt.get(), 0};
-        call.output = {got2.get(), 0, pool};
-        call.n_dims = 7;
-        call.dims = {R, width, stride, static_cast<std::size_t>(kv), B,
-                     B * stride, L};
-        REQUIRE(run(*dev, call).ok());
-        CHECK(bytes_of(*dev, *got2) == expected);
-        // A position outside its table, a block past the view, a negative
-        // block: the host devices (and any device's path through host
-        // memory) name the row and write nothing; a GPU kernel clamps them
-        // into the view and writes nothing past it (CUDA's and HIP's
-        // always; Vulkan's where every row starts at a whole word, as
-        // here, else it takes the path through host memory).
-        const auto kind = dev->properties().kind;
-        const bool host =
-          kind == backend_kind::cpu || kind == backend_kind::sim;
-        const bool kernel = dev->runs_paged_rows();
-        struct bad_case {
-          std::size_t index;
-          std::int32_t value;
-          const char* row;
-        };
-        for (auto [index, value, name] :
-             {bad_case{1 + L, static_cast<std::int32_t>(L * B), "row 1"},
-              bad_case{2 * (1 + L) + 1 + pos[2] / B,
-                       static_cast<std::int32_t>(R * L + 1), "row 2"},
-              bad_case{1 + pos[0] / B, -1, "row 0"}}) {
-          INFO(name << ": entry " << index << " = " << value);
-          auto bad = tables;
-          bad[index] = value;
-          auto bb = upload(*dev, bad);
-          auto b3 = upload(*dev, init);
-          auto st = dev->store_kv_rows({ba.get(), 0}, {bb.get(), 0},
-                                       {b3.get(), 0, pool}, d);
-          const auto after = bytes_of(*dev, *b3);
-          if (kernel)
-            CHECK(st.ok());
-          if (st.ok()) {
-            CHECK_FALSE(host);
-            CHECK(std::equal(after.begin() + pool, after.end(),
-                             init.begin() + pool));
-          } else {
-            REQUIRE_FALSE(st.ok());
-            CHECK(st.err().code == errc::out_of_range);
-            CHECK(st.err().message.find(name) != std::string::npos);
-            CHECK(after == init);
-          }
-        }
-        // Malformed: no rows, rows wider than the cache's, a view shorter
-        // than a block, and (q8_0) rows that are not whole blocks.
-        auto refused = [&](kv_rows_dims bad, std::size_t limit,
-                           errc want_code) {
-          auto st = dev->store_kv_rows({ba.get(), 0}, {bt.get(), 0},
-                                       {got.get(), 0, limit}, bad);
-          REQUIRE_FALSE(st.ok());
-          CHECK(st.err().code == want_code);
-          CHECK(st.err().message.find("store_kv_rows") != std::string::npos);
-        };
-        auto none = d;
-        none.rows = 0;
-        refused(none, pool, errc::invalid_argument);
-        auto wide = d;
-        wide.width = stride + 32;
-        refused(wide, pool, errc::invalid_argument);
-        refused(d, block / 2, errc::out_of_range);
-        if (kv == kv_type::q8_0) {
-          auto partial = d;
-          partial.width = 48;
-          refused(partial, pool, errc::invalid_argument);
-        }
+    }
+    const auto expected = bytes_of(dev, *want);
+    kv_rows_dims d;
+    d.rows = R;
+    d.width = width;
+    d.kv_stride = stride;
+    d.kv = kv;
+    d.block_positions = B;
+    d.block_stride = B * stride;
+    d.table_len = L;
+    auto got = upload(dev, init);
+    REQUIRE(dev.store_kv_rows({ba.get(), 0}, {bt.get(), 0},
+                               {got.get(), 0, pool}, d)
+              .ok());
+    CHECK(bytes_of(dev, *got) == expected);
+    // Through the operation table too (the stage's way).
+    auto got2 = upload(dev, init);
+    op_call call;
+    call.kind = op_kind::store_kv_rows;
+    call.n_inputs = 2;
+    call.inputs[0] = {ba.get(), 0};
+    call.inputs[1] = {bt.get(), 0};
+    call.output = {got2.get(), 0, pool};
+    call.n_dims = 7;
+    call.dims = {R, width, stride, static_cast<std::size_t>(kv), B,
+                 B * stride, L};
+    REQUIRE(run(dev, call).ok());
+    CHECK(bytes_of(dev, *got2) == expected);
+    // A position outside its table, a block past the view, a negative
+    // block: the host devices (and any device's path through host
+    // memory) name the row and write nothing; a GPU kernel clamps them
+    // into the view and writes nothing past it (CUDA's and HIP's
+    // always; Vulkan's where every row starts at a whole word, as
+    // here, else it takes the path through host memory).
+    const auto kind = dev.properties().kind;
+    const bool host =
+      kind == backend_kind::cpu || kind == backend_kind::sim;
+    const bool kernel = dev.runs_paged_rows();
+    struct bad_case {
+      std::size_t index;
+      std::int32_t value;
+      const char* row;
+    };
+    for (auto [index, value, name] :
+         {bad_case{1 + L, static_cast<std::int32_t>(L * B), "row 1"},
+          bad_case{2 * (1 + L) + 1 + pos[2] / B,
+                   static_cast<std::int32_t>(R * L + 1), "row 2"},
+          bad_case{1 + pos[0] / B, -1, "row 0"}}) {
+      INFO(name << ": entry " << index << " = " << value);
+      auto bad = tables;
+      bad[index] = value;
+      auto bb = upload(dev, bad);
+      auto b3 = upload(dev, init);
+      auto st = dev.store_kv_rows({ba.get(), 0}, {bb.get(), 0},
+                                   {b3.get(), 0, pool}, d);
+      const auto after = bytes_of(dev, *b3);
+      if (kernel)
+        CHECK(st.ok());
+      if (st.ok()) {
+        CHECK_FALSE(host);
+        CHECK(std::equal(after.begin() + pool, after.end(),
+                         init.begin() + pool));
+      } else {
+        REQUIRE_FALSE(st.ok());
+        CHECK(st.err().code == errc::out_of_range);
+        CHECK(st.err().message.find(name) != std::string::npos);
+        CHECK(after == init);
       }
     }
-  }
+    // Malformed: no rows, rows wider than the cache's, a view shorter
+    // than a block, and (q8_0) rows that are not whole blocks.
+    auto refused = [&](kv_rows_dims bad, std::size_t limit,
+                       errc want_code) {
+      auto st = dev.store_kv_rows({ba.get(), 0}, {bt.get(), 0},
+                                   {got.get(), 0, limit}, bad);
+      REQUIRE_FALSE(st.ok());
+      CHECK(st.err().code == want_code);
+      CHECK(st.err().message.find("store_kv_rows") != std::string::npos);
+    };
+    auto none = d;
+    none.rows = 0;
+    refused(none, pool, errc::invalid_argument);
+    auto wide = d;
+    wide.width = stride + 32;
+    refused(wide, pool, errc::invalid_argument);
+    refused(d, block / 2, errc::out_of_range);
+    if (kv == kv_type::q8_0) {
+      auto partial = d;
+      partial.width = 48;
+      refused(partial, pool, errc::invalid_argument);
+    }
+  });
 }
 
 TEST_CASE("a q8_0 KV cache written by to_q8_0 holds the host's blocks and "
