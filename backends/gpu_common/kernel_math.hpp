@@ -191,6 +191,15 @@ EXO_HD inline std::size_t kv_row_at(std::size_t r, std::size_t kv_stride,
   return b * block_stride + (r % block_positions) * kv_stride;
 }
 
+/// A decode-batch row's position p from its table (attention_paged_rows,
+/// store_kv_rows) clamped into the table's positions [0, last]: a kernel
+/// cannot refuse a table.
+EXO_HD inline std::size_t row_position(std::int32_t p, std::size_t last) {
+  return p < 0 ? 0
+         : static_cast<std::size_t>(p) > last ? last
+                                              : static_cast<std::size_t>(p);
+}
+
 /// A little-endian half at p (any alignment).
 EXO_HD inline float half_at(const std::uint8_t* p) {
   return half_to_float(static_cast<std::uint16_t>(p[0] | (p[1] << 8)));

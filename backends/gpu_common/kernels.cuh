@@ -208,11 +208,8 @@ __global__ void attention_kernel(const float* q, KV k, KV v, float* out,
       // attention_paged_rows: row t's own position (clamped into its
       // table) and block table.
       const std::int32_t* rt = d.row_tables + t * (1 + d.row_table_len);
-      const std::size_t last = d.row_table_len * d.block_positions - 1;
-      const std::int32_t p = rt[0];
-      n_pos = (p < 0 ? 0 : static_cast<std::size_t>(p) > last
-                             ? last
-                             : static_cast<std::size_t>(p))
+      n_pos = m::row_position(rt[0],
+                              d.row_table_len * d.block_positions - 1)
               + 1;
       table = rt + 1;
     }
@@ -660,11 +657,7 @@ __global__ void store_kv_rows_kernel(const float* a,
        i < d.rows * units; i += stride) {
     const std::size_t r = i / units, u = i % units;
     const std::int32_t* rt = tables + r * (1 + d.table_len);
-    const std::int32_t p = rt[0];
-    const std::size_t pos = p < 0 ? 0
-                            : static_cast<std::size_t>(p) > last
-                              ? last
-                              : static_cast<std::size_t>(p);
+    const std::size_t pos = m::row_position(rt[0], last);
     const std::size_t at =
       m::kv_row_at(pos, d.kv_stride, rt + 1, d.block_positions,
                    d.block_stride, d.max_block)
