@@ -163,8 +163,11 @@ constexpr std::size_t hadamard_max_n = 2048;
 /// attention.comp's workgroup: an invocation owns two output dimensions.
 constexpr std::size_t attention_max_head_dim = 256;
 
-/// Rows of W one workgroup of matvec_f16 / matvec_q8_0 owns at a time.
+/// Rows of W one workgroup of matvec_f16 / matvec_q8_0 / matvec_quant owns
+/// at a time, and rows of A the _x4 pipelines (matvec_f16, matvec_quant)
+/// take at a time (weight_tiles.glsl: R and T).
 constexpr std::size_t weight_rows_per_group = 4;
+constexpr std::size_t weight_tile_rows = 4;
 
 std::string hex(const std::uint8_t* bytes, std::size_t n) {
   static const char digits[] = "0123456789abcdef";
@@ -339,6 +342,8 @@ public:
     k_attention_f16_paged_rows,
     k_attention_q8_0_paged_rows,
     k_store_kv_rows,
+    k_matvec_f16_x4,
+    k_matvec_quant_x4,
     k_count
   };
 
@@ -1030,7 +1035,9 @@ status vulkan_device::ensure_pipeline(kernel k) {
       &vulkan_spirv::attention_paged_rows,
       &vulkan_spirv::attention_f16_paged_rows,
       &vulkan_spirv::attention_q8_0_paged_rows,
-      &vulkan_spirv::store_kv_rows};
+      &vulkan_spirv::store_kv_rows,
+      &vulkan_spirv::matvec_f16_x4,
+      &vulkan_spirv::matvec_quant_x4};
   VkShaderModuleCreateInfo smi{};
   smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
@@ -1525,32 +1532,50 @@ status vulkan_device::do_matmul_weights(const_view a, const_view w,
   if (!ba || !wb || !bc)
     return !ba ? ba.err() : !wb ? wb.err() : bc.err();
   const bool quant = type != weight_type::f16 && type != weight_type::q8_0;
-  auto bt = prepare(type == weight_type::f16    ? k_matvec_f16
-                    : type == weight_type::q8_0 ? k_matvec_q8_0
-                                                : k_matvec_quant,
-                    {*ba, *wb, *bc});
-  if (!bt)
-    return bt.err();
-  quant_push pc{ba->elem_off,
-                static_cast<std::uint32_t>(w.offset - wb->offset),
-                bc->elem_off,
-                static_cast<std::uint32_t>(dims.m),
-                static_cast<std::uint32_t>(dims.n),
-                static_cast<std::uint32_t>(dims.k),
-                ggml_type_id(type),
-                static_cast<std::uint32_t>(weight_block_elements(type)),
-                static_cast<std::uint32_t>(*weight_row_bytes(
-                  type, weight_block_elements(type)))};
-  // matvec_f16 and matvec_q8_0 read the first six words (weights_push).
-  static_assert(sizeof(weights_push) == 6 * sizeof(std::uint32_t));
-  vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                     quant ? sizeof(quant_push) : sizeof(weights_push), &pc);
-  auto groups = std::min<std::size_t>((dims.n + weight_rows_per_group - 1) /
-                                          weight_rows_per_group,
-                                      max_groups_[0]);
-  vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
-  used_by(**bt, {a.buf, w.buf, c.buf});
-  return finish(**bt);
+  const kernel one = type == weight_type::f16    ? k_matvec_f16
+                     : type == weight_type::q8_0 ? k_matvec_q8_0
+                                                 : k_matvec_quant;
+  const kernel four =
+    type == weight_type::f16 ? k_matvec_f16_x4 : k_matvec_quant_x4;
+  // Whole tiles of 4 rows of A through the _x4 pipeline (each weight read
+  // once for 4 rows), the rest row by row: the same bits for every row
+  // (weight_tiles.glsl). Q8_0 goes row by row: on lavapipe its tiles were
+  // slower (docs/benchmarks.md, "Products with stored weights on
+  // lavapipe").
+  const std::size_t tiled = type == weight_type::q8_0
+                              ? 0
+                              : dims.m / weight_tile_rows * weight_tile_rows;
+  for (const bool tiles : {true, false}) {
+    const std::size_t m0 = tiles ? 0 : tiled;
+    const std::size_t rows = tiles ? tiled : dims.m - tiled;
+    if (rows == 0)
+      continue;
+    auto bt = prepare(tiles ? four : one, {*ba, *wb, *bc});
+    if (!bt)
+      return bt.err();
+    quant_push pc{static_cast<std::uint32_t>(ba->elem_off + m0 * dims.k),
+                  static_cast<std::uint32_t>(w.offset - wb->offset),
+                  static_cast<std::uint32_t>(bc->elem_off + m0 * dims.n),
+                  static_cast<std::uint32_t>(rows),
+                  static_cast<std::uint32_t>(dims.n),
+                  static_cast<std::uint32_t>(dims.k),
+                  ggml_type_id(type),
+                  static_cast<std::uint32_t>(weight_block_elements(type)),
+                  static_cast<std::uint32_t>(*weight_row_bytes(
+                    type, weight_block_elements(type)))};
+    // matvec_f16 and matvec_q8_0 read the first six words (weights_push).
+    static_assert(sizeof(weights_push) == 6 * sizeof(std::uint32_t));
+    vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT,
+                       0, quant ? sizeof(quant_push) : sizeof(weights_push),
+                       &pc);
+    auto groups = std::min<std::size_t>(
+      (dims.n + weight_rows_per_group - 1) / weight_rows_per_group,
+      max_groups_[0]);
+    vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+    used_by(**bt, {a.buf, w.buf, c.buf});
+    EXO_TRY(finish(**bt));
+  }
+  return {};
 }
 
 status vulkan_device::do_rms_norm(const_view x, const_view weight,

@@ -41,5 +41,9 @@ extern const blob attention_paged_rows;
 extern const blob attention_f16_paged_rows;
 extern const blob attention_q8_0_paged_rows;
 extern const blob store_kv_rows; ///< a decode batch's K/V rows into a cache
+/// matvec_f16 and matvec_quant with tiles of 4 rows of A
+/// (weight_tiles.glsl): each weight read once for 4 rows.
+extern const blob matvec_f16_x4;
+extern const blob matvec_quant_x4;
 
 } // namespace exo::backend::vulkan_spirv

@@ -1183,6 +1183,61 @@ TEST_CASE("products with ggml's other formats meet their bounds where a "
   }
 }
 
+TEST_CASE("a row's product with stored weights has its bits whatever rows "
+          "share the product") {
+  // A decode batch's sequences and a prompt's tokens are rows of one
+  // product; each must get what it gets alone where the device says so:
+  // the host kernels, and Vulkan's weight shaders (weight_tiles.glsl: of
+  // 11 rows, two tiles of 4 go through the _x4 pipelines and 3 rows one by
+  // one). F32 on Vulkan is matmul.comp's tiles for several rows: not
+  // compared.
+  std::mt19937 rng{31};
+  const std::size_t m = 11, n = 9, k = 256;
+  for (auto* dev : every_device()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      const auto kind = dev->properties().kind;
+      const bool host = kind == backend_kind::cpu || kind == backend_kind::sim;
+      for (weight_type t : all_weight_types) {
+        if (!dev->runs_weights(t)
+            || !(host || (kind == backend_kind::vulkan
+                          && t != weight_type::f32)))
+          continue;
+        INFO(to_string(t));
+        auto a = random_floats(rng, m * k);
+        auto w = random_floats(rng, n * k);
+        std::vector<std::uint8_t> bytes;
+        if (t == weight_type::f32 || t == weight_type::f16
+            || t == weight_type::q8_0) {
+          bytes = encode(t, w).bytes;
+        } else {
+          const auto g = static_cast<quant::ggml_type>(ggml_type_id(t));
+          const std::size_t rb = *weight_row_bytes(t, k);
+          bytes.resize(rb * n);
+          for (std::size_t r = 0; r < n; ++r)
+            quant::quantize_row(g, w.data() + r * k, bytes.data() + r * rb,
+                                k);
+        }
+        auto ba = upload(*dev, a);
+        auto bw = upload(*dev, bytes);
+        auto bc = alloc(*dev, m * n * 4);
+        REQUIRE(dev->matmul_weights({ba.get(), 0}, {bw.get(), 0}, t,
+                                    {bc.get(), 0}, {m, n, k, true})
+                  .ok());
+        auto all = download(*dev, *bc, m * n);
+        auto one = alloc(*dev, n * 4);
+        for (std::size_t i = 0; i < m; ++i) {
+          INFO("row " << i);
+          REQUIRE(dev->matmul_weights({ba.get(), i * k * 4}, {bw.get(), 0},
+                                      t, {one.get(), 0}, {1, n, k, true})
+                    .ok());
+          auto alone = download(*dev, *one, n);
+          CHECK(std::memcmp(alone.data(), all.data() + i * n, n * 4) == 0);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("malformed Llama operations are refused with values, not crashes") {
   for (auto* dev : every_device()) {
     DYNAMIC_SECTION(dev->properties().id) {

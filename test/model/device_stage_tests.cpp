@@ -59,9 +59,11 @@ std::vector<backend::device*> every_device() {
 struct temp_model {
   std::string path;
   std::shared_ptr<const llama_model> model;
-  explicit temp_model(tensor_type type, std::uint64_t seed = 5,
+  tensor_type type;
+  explicit temp_model(tensor_type type_, std::uint64_t seed = 5,
                       const std::string& arch = "llama",
-                      std::uint32_t head_dim = 0) {
+                      std::uint32_t head_dim = 0)
+      : type(type_) {
     path = (std::filesystem::temp_directory_path()
             / ("exo-device-stage-" + std::to_string(::getpid()) + "-" + arch
                + "-" + to_string(type) + "-h" + std::to_string(head_dim)
@@ -599,9 +601,15 @@ void batch_matches_alone(backend::device& dev, const temp_model& tm,
   using seg = device_stage::segment;
   // The host devices give each row of a batch the arithmetic it gets
   // alone (quantized products are the same per row whatever the count;
-  // F32/F16 one-token rows go as matmul_rows_*): the same bits. GPU
-  // shaders may sum a batch's rows their own way: the last bits move.
-  const bool exact = st.exact;
+  // F32/F16 one-token rows go as matmul_rows_*): the same bits. So do
+  // Vulkan's products with stored weights (weight_tiles.glsl: a row's sums
+  // do not depend on the rows that share its tile); its F32 products of
+  // several rows are matmul.comp's tiles, and other GPU kernels may sum a
+  // batch's rows their own way: the last bits move.
+  const bool exact =
+    st.exact
+    || (dev.properties().kind == backend::backend_kind::vulkan
+        && tm.type != tensor_type::f32);
   double worst_seen = 0;
   const std::uint32_t n_ctx = 24;
   std::vector<std::vector<std::vector<std::int32_t>>> steps = {

@@ -2,9 +2,9 @@
 #extension GL_GOOGLE_include_directive : require
 // C[m x n] = A[m x k] * W^T with W [n x k] in IEEE half, read as 32-bit
 // words at a byte offset (w_off, even). Activations are rounded to half
-// first, as llama.cpp does where they meet F16 weights. A workgroup owns R
-// rows of W at a time (grid-stride) and walks the m rows of A, so each
-// weight is read once per row of A from cache. Sums reduce in shared memory.
+// first, as llama.cpp does where they meet F16 weights. Tiles of R rows of
+// W and T rows of A (weight_tiles.glsl): each weight is read once for T
+// rows of A.
 
 layout(local_size_x = 64) in;
 
@@ -21,12 +21,8 @@ layout(push_constant) uniform params {
   uint k;
 } p;
 
-const uint WG = 64u;
-const uint R = 4u;
-
-shared float red[R * WG];
-
 #include "half.glsl"
+#include "weight_tiles.glsl"
 
 float weight(uint byte_addr) {
   vec2 pair = unpackHalf2x16(w[byte_addr >> 2u]);
@@ -38,29 +34,22 @@ void main() {
   uint row_bytes = p.k * 2u;
   for (uint j0 = gl_WorkGroupID.x * R; j0 < p.n; j0 += gl_NumWorkGroups.x * R) {
     uint rows = min(R, p.n - j0);
-    for (uint t = 0u; t < p.m; ++t) {
-      float acc[R];
-      for (uint r = 0u; r < R; ++r)
-        acc[r] = 0.0;
-      uint xb = p.a_off + t * p.k;
+    for (uint t0 = 0u; t0 + T <= p.m; t0 += T) {
+      float acc[R * T];
+      for (uint q = 0u; q < R * T; ++q)
+        acc[q] = 0.0;
       for (uint i = tid; i < p.k; i += WG) {
-        float x = half_round(a[xb + i]);
+        float x[T];
+        for (uint t = 0u; t < T; ++t)
+          x[t] = half_round(a[p.a_off + (t0 + t) * p.k + i]);
         uint wb = p.w_off + j0 * row_bytes + 2u * i;
-        for (uint r = 0u; r < rows; ++r)
-          acc[r] += weight(wb + r * row_bytes) * x;
+        for (uint r = 0u; r < rows; ++r) {
+          float wr = weight(wb + r * row_bytes);
+          for (uint t = 0u; t < T; ++t)
+            acc[t * R + r] += wr * x[t];
+        }
       }
-      for (uint r = 0u; r < R; ++r)
-        red[r * WG + tid] = acc[r];
-      barrier();
-      for (uint h = WG / 2u; h > 0u; h >>= 1u) {
-        if (tid < h)
-          for (uint r = 0u; r < R; ++r)
-            red[r * WG + tid] += red[r * WG + tid + h];
-        barrier();
-      }
-      if (tid < rows)
-        c[p.c_off + t * p.n + j0 + tid] = red[tid * WG];
-      barrier();
+      store_tile(acc, tid, j0, rows, t0);
     }
   }
 }

@@ -1,14 +1,15 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // C[m x n] = A[m x k] * W^T with W [n x k] in one of ggml's block formats
 // (BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K; the type is GGUF's id),
 // read as 32-bit words at a byte offset (w_off, even). Each weight is
 // dequantized in the shader exactly as ggml's to_float writes it (byte
 // layouts: backends/quant_formats.hpp) and multiplied in F32 with the
 // activations as they are (the CPU rounds activations to 8 bits for these
-// formats; a GPU does not need to). A workgroup owns R rows of W at a time
-// (grid-stride) and walks the m rows of A; an invocation takes 32 elements
-// at a time, decoding a K-quant group's scale and minimum once (tuning for
-// real GPUs, shared memory and wider loads, is later work).
+// formats; a GPU does not need to). Tiles of R rows of W and T rows of A
+// (weight_tiles.glsl): an invocation takes 32 elements at a time (a
+// K-quant group's scale and minimum decoded once), each weight decoded
+// once for all T rows of A.
 
 layout(local_size_x = 64) in;
 
@@ -28,9 +29,6 @@ layout(push_constant) uniform params {
   uint block_bytes; // bytes per block
 } p;
 
-const uint WG = 64u;
-const uint R = 4u;
-
 const uint T_Q4_0 = 2u;
 const uint T_Q4_1 = 3u;
 const uint T_Q5_0 = 6u;
@@ -42,7 +40,7 @@ const uint T_Q5_K = 13u;
 const uint T_Q6_K = 14u;
 const uint T_BF16 = 30u;
 
-shared float red[R * WG];
+#include "weight_tiles.glsl"
 
 uint byte_at(uint off) {
   return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xFFu;
@@ -143,15 +141,20 @@ float dequant(uint b, uint e) {
   return 0.0;
 }
 
-// The dot product of 32 elements of a row, group g32 (0.. block_elems/32 -
-// 1) of the block at b, with activations a[x .. x + 31]: the group's
-// scales and minimums decoded once, its weights one by one.
-float dot32(uint b, uint g32, uint x) {
-  float s = 0.0;
+// The dot products of 32 elements of a row, group g32 (0 ..
+// block_elems/32 - 1) of the block at b, with the T rows of A at x, x +
+// p.k, ...: the group's scales and minimums decoded once, each weight once
+// for all T rows, each row's sum in the order of l.
+void dot32(uint b, uint g32, uint x, out float s[T]) {
+  for (uint t = 0u; t < T; ++t)
+    s[t] = 0.0;
   if (p.type == T_BF16) {
-    for (uint i = 0u; i < 32u; ++i)
-      s += dequant(b + 2u * i, 0u) * a[x + i];
-    return s;
+    for (uint l = 0u; l < 32u; ++l) {
+      float v = dequant(b + 2u * l, 0u);
+      for (uint t = 0u; t < T; ++t)
+        s[t] += v * a[x + t * p.k + l];
+    }
+    return;
   }
   if (p.type == T_Q4_K || p.type == T_Q5_K) {
     // Sub-block g32: chunk j = g32 / 2, low (even) or high (odd) nibbles.
@@ -163,12 +166,14 @@ float dot32(uint b, uint g32, uint x) {
     uint qs = b + (five ? 48u : 16u) + 32u * j;
     for (uint l = 0u; l < 32u; ++l) {
       uint q = byte_at(qs + l);
-      uint v = hf != 0u ? q >> 4u : q & 0xFu;
+      uint u = hf != 0u ? q >> 4u : q & 0xFu;
       if (five)
-        v |= ((byte_at(b + 16u + l) >> g32) & 1u) << 4u;
-      s += (d * float(v) - m) * a[x + l];
+        u |= ((byte_at(b + 16u + l) >> g32) & 1u) << 4u;
+      float v = d * float(u) - m;
+      for (uint t = 0u; t < T; ++t)
+        s[t] += v * a[x + t * p.k + l];
     }
-    return s;
+    return;
   }
   if (p.type == T_Q6_K) {
     // Elements 32 g32 .. +31: half n, quarter qt; two 16-element scales.
@@ -180,16 +185,20 @@ float dot32(uint b, uint g32, uint x) {
       uint hi = (byte_at(b + 128u + 32u * n + l) >> (2u * qt)) & 3u;
       int q = int(lo | (hi << 4u)) - 32;
       int sc = int(byte_at(b + 192u + 8u * n + l / 16u + 2u * qt) << 24u) >> 24;
-      s += d * float(sc) * float(q) * a[x + l];
+      float v = d * float(sc) * float(q);
+      for (uint t = 0u; t < T; ++t)
+        s[t] += v * a[x + t * p.k + l];
     }
-    return s;
+    return;
   }
   // The 32-element formats (a whole block) and Q2_K/Q3_K (16-element
   // scales): element by element.
   uint e0 = 32u * g32;
-  for (uint i = 0u; i < 32u; ++i)
-    s += dequant(b, e0 + i) * a[x + i];
-  return s;
+  for (uint l = 0u; l < 32u; ++l) {
+    float v = dequant(b, e0 + l);
+    for (uint t = 0u; t < T; ++t)
+      s[t] += v * a[x + t * p.k + l];
+  }
 }
 
 void main() {
@@ -199,38 +208,32 @@ void main() {
   uint per_block = p.block_elems / 32u; // 0 for BF16 (one element a block)
   for (uint j0 = gl_WorkGroupID.x * R; j0 < p.n; j0 += gl_NumWorkGroups.x * R) {
     uint rows = min(R, p.n - j0);
-    for (uint t = 0u; t < p.m; ++t) {
-      float acc[R];
-      for (uint r = 0u; r < R; ++r)
-        acc[r] = 0.0;
-      uint xb = p.a_off + t * p.k;
+    for (uint t0 = 0u; t0 + T <= p.m; t0 += T) {
+      float acc[R * T];
+      for (uint q = 0u; q < R * T; ++q)
+        acc[q] = 0.0;
+      uint xb = p.a_off + t0 * p.k;
       for (uint g = tid; g < groups; g += WG) {
         // BF16: 32 elements of 2 bytes; the others: group g % per_block of
         // block g / per_block.
         uint off = per_block == 0u ? 64u * g
                                    : (g / per_block) * p.block_bytes;
         uint g32 = per_block == 0u ? 0u : g % per_block;
-        for (uint r = 0u; r < rows; ++r)
-          acc[r] += dot32(p.w_off + (j0 + r) * row_bytes + off, g32,
-                          xb + 32u * g);
+        for (uint r = 0u; r < rows; ++r) {
+          float s[T];
+          dot32(p.w_off + (j0 + r) * row_bytes + off, g32, xb + 32u * g, s);
+          for (uint t = 0u; t < T; ++t)
+            acc[t * R + r] += s[t];
+        }
       }
       // BF16 rows need not be a multiple of 32 long: the rest one by one.
       for (uint i = 32u * groups + tid; i < p.k; i += WG)
-        for (uint r = 0u; r < rows; ++r)
-          acc[r] += dequant(p.w_off + (j0 + r) * row_bytes + 2u * i, 0u)
-                    * a[xb + i];
-      for (uint r = 0u; r < R; ++r)
-        red[r * WG + tid] = acc[r];
-      barrier();
-      for (uint h = WG / 2u; h > 0u; h >>= 1u) {
-        if (tid < h)
-          for (uint r = 0u; r < R; ++r)
-            red[r * WG + tid] += red[r * WG + tid + h];
-        barrier();
-      }
-      if (tid < rows)
-        c[p.c_off + t * p.n + j0 + tid] = red[tid * WG];
-      barrier();
+        for (uint r = 0u; r < rows; ++r) {
+          float v = dequant(p.w_off + (j0 + r) * row_bytes + 2u * i, 0u);
+          for (uint t = 0u; t < T; ++t)
+            acc[t * R + r] += v * a[xb + t * p.k + i];
+        }
+      store_tile(acc, tid, j0, rows, t0);
     }
   }
 }
