@@ -165,10 +165,22 @@ encoded encode(weight_type t, const std::vector<float>& w) {
         }
       }
       break;
-    default: // the other formats: ggml's quantizers (quant_formats.hpp)
+    default: // the other formats: ggml's quantizers (quantized() below)
       FAIL("encode() writes f32, f16 and q8_0 only");
   }
   return out;
+}
+
+/// W [n x k] in format t as ggml's reference quantizers write it, row by
+/// row (quant_formats.hpp).
+std::vector<std::uint8_t> quantized(weight_type t, const std::vector<float>& w,
+                                    std::size_t n, std::size_t k) {
+  const auto g = static_cast<quant::ggml_type>(ggml_type_id(t));
+  const std::size_t rb = *weight_row_bytes(t, k);
+  std::vector<std::uint8_t> bytes(rb * n);
+  for (std::size_t r = 0; r < n; ++r)
+    quant::quantize_row(g, w.data() + r * k, bytes.data() + r * rb, k);
+  return bytes;
 }
 
 // -- references ---------------------------------------------------------------
@@ -1119,10 +1131,7 @@ TEST_CASE("products with ggml's other formats meet their bounds where a "
           auto a = random_floats(rng, s.m * s.k);
           auto w = random_floats(rng, s.n * s.k);
           const std::size_t rb = *weight_row_bytes(t, s.k);
-          std::vector<std::uint8_t> bytes(rb * s.n);
-          for (std::size_t r = 0; r < s.n; ++r)
-            quant::quantize_row(g, w.data() + r * s.k, bytes.data() + r * rb,
-                                s.k);
+          auto bytes = quantized(t, w, s.n, s.k);
           const std::size_t woff = 6; // even, not 4-aligned
           auto ba = upload(*dev, a);
           auto bw = upload(*dev, bytes, woff);
@@ -1205,18 +1214,9 @@ TEST_CASE("a row's product with stored weights has its bits whatever rows "
         INFO(to_string(t));
         auto a = random_floats(rng, m * k);
         auto w = random_floats(rng, n * k);
-        std::vector<std::uint8_t> bytes;
-        if (t == weight_type::f32 || t == weight_type::f16
-            || t == weight_type::q8_0) {
-          bytes = encode(t, w).bytes;
-        } else {
-          const auto g = static_cast<quant::ggml_type>(ggml_type_id(t));
-          const std::size_t rb = *weight_row_bytes(t, k);
-          bytes.resize(rb * n);
-          for (std::size_t r = 0; r < n; ++r)
-            quant::quantize_row(g, w.data() + r * k, bytes.data() + r * rb,
-                                k);
-        }
+        const bool common = t == weight_type::f32 || t == weight_type::f16
+                            || t == weight_type::q8_0;
+        auto bytes = common ? encode(t, w).bytes : quantized(t, w, n, k);
         auto ba = upload(*dev, a);
         auto bw = upload(*dev, bytes);
         auto bc = alloc(*dev, m * n * 4);
