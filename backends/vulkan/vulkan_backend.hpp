@@ -28,6 +28,10 @@ struct vulkan_options {
   /// runs an operation in tens of microseconds). Off by default in the
   /// library; a node turns it on (devices.vulkan_measure_rates).
   bool measure_rates = false;
+  /// Take the paths of a device without subgroup arithmetic (matvec and
+  /// matvec_f32w instead of matvec_subgroup) even where the device has it:
+  /// tests use it to run them on lavapipe.
+  bool no_subgroup_arithmetic = false;
 };
 
 std::unique_ptr<backend> make_vulkan_backend(vulkan_options opts = {});

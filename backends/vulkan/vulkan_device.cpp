@@ -344,11 +344,18 @@ public:
     k_store_kv_rows,
     k_matvec_f16_x4,
     k_matvec_quant_x4,
+    k_matvec_f32w,
+    k_matvec_f32w_x4,
+    k_matvec_subgroup_x4,
     k_count
   };
 
   // All private helpers run with mtx_ held.
   status usable(const char* what);
+  /// matmul_weights' F32 weights on a device with subgroup arithmetic:
+  /// matvec_subgroup, whole tiles of 4 rows of A through its _x4 pipeline.
+  status matmul_f32_weights_subgroup(const_view a, const_view w, mut_view c,
+                                     const matmul_dims& dims);
   status note(VkResult r, const std::string& what);
   void init_properties();
   status choose_memory_types();
@@ -681,6 +688,7 @@ void vulkan_device::init_properties() {
   vkGetPhysicalDeviceProperties2(phys_, &p2);
   const auto& base = p2.properties;
   subgroup_add_ =
+      !opts_.no_subgroup_arithmetic &&
       (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
       (sub.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) &&
       (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
@@ -1037,7 +1045,10 @@ status vulkan_device::ensure_pipeline(kernel k) {
       &vulkan_spirv::attention_q8_0_paged_rows,
       &vulkan_spirv::store_kv_rows,
       &vulkan_spirv::matvec_f16_x4,
-      &vulkan_spirv::matvec_quant_x4};
+      &vulkan_spirv::matvec_quant_x4,
+      &vulkan_spirv::matvec_f32w,
+      &vulkan_spirv::matvec_f32w_x4,
+      &vulkan_spirv::matvec_subgroup_x4};
   VkShaderModuleCreateInfo smi{};
   smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
@@ -1507,16 +1518,16 @@ status vulkan_device::do_matmul_weights(const_view a, const_view w,
   auto sz = host::check_matmul_weights(type, dims); // sizes only: checked
   if (!sz)
     return sz.err();
-  matmul_dims d{dims.m, dims.n, dims.k, true};
-  if (type == weight_type::f32)
-    return do_matmul(a, w, c, d);
-  if (!fits_u32({sz->a / 4, sz->c / 4, dims.k * 2, sz->w}))
+  if (!fits_u32({sz->a / 4, sz->c / 4, dims.k * 4, sz->w}))
     return device::do_matmul_weights(a, w, type, c, dims);
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(usable("matmul_weights"));
+  if (type == weight_type::f32 && subgroup_add_)
+    return matmul_f32_weights_subgroup(a, w, c, dims);
   // The shader reads the weights as 32-bit words from the window's start:
   // the window starts on a word (and the device's alignment) and ends on a
-  // word (buffers are whole words long); w_off is the even byte offset in it.
+  // word (buffers are whole words long); w_off is the byte offset in it
+  // (even; a multiple of 4 for F32: weight_align).
   auto align = std::max<VkDeviceSize>(min_align_, 4);
   VkDeviceSize wstart = w.offset / align * align;
   VkDeviceSize wend = (w.offset + sz->w + 3) / 4 * 4;
@@ -1531,17 +1542,21 @@ status vulkan_device::do_matmul_weights(const_view a, const_view w,
   auto bc = bind(*c.buf, c.offset, sz->c, "matmul_weights c");
   if (!ba || !wb || !bc)
     return !ba ? ba.err() : !wb ? wb.err() : bc.err();
-  const bool quant = type != weight_type::f16 && type != weight_type::q8_0;
-  const kernel one = type == weight_type::f16    ? k_matvec_f16
+  const bool quant = type != weight_type::f32 && type != weight_type::f16
+                     && type != weight_type::q8_0;
+  const kernel one = type == weight_type::f32    ? k_matvec_f32w
+                     : type == weight_type::f16  ? k_matvec_f16
                      : type == weight_type::q8_0 ? k_matvec_q8_0
                                                  : k_matvec_quant;
-  const kernel four =
-    type == weight_type::f16 ? k_matvec_f16_x4 : k_matvec_quant_x4;
+  const kernel four = type == weight_type::f32   ? k_matvec_f32w_x4
+                      : type == weight_type::f16 ? k_matvec_f16_x4
+                                                 : k_matvec_quant_x4;
   // Whole tiles of 4 rows of A through the _x4 pipeline (each weight read
   // once for 4 rows), the rest row by row: the same bits for every row
-  // (weight_tiles.glsl). Q8_0 goes row by row: on lavapipe its tiles were
-  // slower (docs/benchmarks.md, "Products with stored weights on
-  // lavapipe").
+  // (weight_tiles.glsl), F32 included (matmul.comp's 64 x 64 tiles sum in
+  // another order than one row's). Q8_0 goes row by row: on lavapipe its
+  // tiles were slower (docs/benchmarks.md, "Products with stored weights
+  // on lavapipe").
   const std::size_t tiled = type == weight_type::q8_0
                               ? 0
                               : dims.m / weight_tile_rows * weight_tile_rows;
@@ -1563,7 +1578,8 @@ status vulkan_device::do_matmul_weights(const_view a, const_view w,
                   static_cast<std::uint32_t>(weight_block_elements(type)),
                   static_cast<std::uint32_t>(*weight_row_bytes(
                     type, weight_block_elements(type)))};
-    // matvec_f16 and matvec_q8_0 read the first six words (weights_push).
+    // matvec_f16 (and f32w) and matvec_q8_0 read the first six words
+    // (weights_push).
     static_assert(sizeof(weights_push) == 6 * sizeof(std::uint32_t));
     vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT,
                        0, quant ? sizeof(quant_push) : sizeof(weights_push),
@@ -1571,6 +1587,49 @@ status vulkan_device::do_matmul_weights(const_view a, const_view w,
     auto groups = std::min<std::size_t>(
       (dims.n + weight_rows_per_group - 1) / weight_rows_per_group,
       max_groups_[0]);
+    vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+    used_by(**bt, {a.buf, w.buf, c.buf});
+    EXO_TRY(finish(**bt));
+  }
+  return {};
+}
+
+status vulkan_device::matmul_f32_weights_subgroup(const_view a,
+                                                  const_view w, mut_view c,
+                                                  const matmul_dims& dims) {
+  auto sz = host::bytes_of({dims.m, dims.n, dims.k, true});
+  auto ba = bind(*a.buf, a.offset, sz.a, "matmul_weights a");
+  auto bw = bind(*w.buf, w.offset, sz.b, "matmul_weights w");
+  auto bc = bind(*c.buf, c.offset, sz.c, "matmul_weights c");
+  if (!ba || !bw || !bc)
+    return !ba ? ba.err() : !bw ? bw.err() : bc.err();
+  // matmul's m == 1 product is this one's T = 1 pipeline: one row's bits
+  // whichever way it comes.
+  const std::size_t tiled = dims.m / weight_tile_rows * weight_tile_rows;
+  const std::size_t per_group =
+    std::max<std::uint32_t>(1, 256 / subgroup_size_);
+  for (const bool tiles : {true, false}) {
+    const std::size_t m0 = tiles ? 0 : tiled;
+    const std::size_t rows = tiles ? tiled : dims.m - tiled;
+    if (rows == 0)
+      continue;
+    auto bt = prepare(tiles ? k_matvec_subgroup_x4 : k_matvec_subgroup,
+                      {*ba, *bw, *bc});
+    if (!bt)
+      return bt.err();
+    matmul_push pc{static_cast<std::uint32_t>(ba->elem_off + m0 * dims.k),
+                   bw->elem_off,
+                   static_cast<std::uint32_t>(bc->elem_off + m0 * dims.n),
+                   static_cast<std::uint32_t>(rows),
+                   static_cast<std::uint32_t>(dims.n),
+                   static_cast<std::uint32_t>(dims.k),
+                   1u,
+                   0,
+                   0};
+    vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT,
+                       0, sizeof(pc), &pc);
+    auto groups = std::min<std::size_t>((dims.n + per_group - 1) / per_group,
+                                        max_groups_[0]);
     vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
     used_by(**bt, {a.buf, w.buf, c.buf});
     EXO_TRY(finish(**bt));

@@ -45,5 +45,11 @@ extern const blob store_kv_rows; ///< a decode batch's K/V rows into a cache
 /// (weight_tiles.glsl): each weight read once for 4 rows.
 extern const blob matvec_f16_x4;
 extern const blob matvec_quant_x4;
+/// F32 weights, one row of A and tiles of 4 (a row's bits whatever rows
+/// share the product): matvec_subgroup with tiles, and matvec_f16.comp
+/// for F32 (WEIGHTS_F32) where the device has no subgroup arithmetic.
+extern const blob matvec_subgroup_x4;
+extern const blob matvec_f32w;
+extern const blob matvec_f32w_x4;
 
 } // namespace exo::backend::vulkan_spirv

@@ -1196,10 +1196,9 @@ TEST_CASE("a row's product with stored weights has its bits whatever rows "
           "share the product") {
   // A decode batch's sequences and a prompt's tokens are rows of one
   // product; each must get what it gets alone where the device says so:
-  // the host kernels, and Vulkan's weight shaders (weight_tiles.glsl: of
-  // 11 rows, two tiles of 4 go through the _x4 pipelines and 3 rows one by
-  // one). F32 on Vulkan is matmul.comp's tiles for several rows: not
-  // compared.
+  // the host kernels, and Vulkan's weight shaders in every format
+  // (weight_tiles.glsl: of 11 rows, two tiles of 4 go through the _x4
+  // pipelines and 3 rows one by one).
   std::mt19937 rng{31};
   const std::size_t m = 11, n = 9, k = 256;
   for (auto* dev : every_device()) {
@@ -1207,9 +1206,7 @@ TEST_CASE("a row's product with stored weights has its bits whatever rows "
       const auto kind = dev->properties().kind;
       const bool host = kind == backend_kind::cpu || kind == backend_kind::sim;
       for (weight_type t : all_weight_types) {
-        if (!dev->runs_weights(t)
-            || !(host || (kind == backend_kind::vulkan
-                          && t != weight_type::f32)))
+        if (!dev->runs_weights(t) || !(host || kind == backend_kind::vulkan))
           continue;
         INFO(to_string(t));
         auto a = random_floats(rng, m * k);

@@ -334,6 +334,51 @@ TEST_CASE("vulkan matmul works through staged buffers") {
   check_matmul(fx, {1, 90, 110, true}, 0, 4, 0, rng);
 }
 
+TEST_CASE("vulkan products with F32 weights give a row a lone row's bits, "
+          "with and without subgroup arithmetic") {
+  // matmul_weights' F32 rows go through matvec_subgroup (or matvec_f32w
+  // where the device has no subgroup arithmetic) in tiles of 4 rows and
+  // one by one: every row of a product must have the bits it gets alone
+  // (a decode batch's sequences, a speculative step's draft rows).
+  vulkan_options plain;
+  plain.no_subgroup_arithmetic = true;
+  for (bool sub : {true, false}) {
+    INFO((sub ? "subgroup arithmetic" : "without subgroup arithmetic"));
+    fixture fx{sub ? vulkan_options{} : plain};
+    std::mt19937 rng{53};
+    const std::size_t m = 11, n = 37, k = 129, off = 4;
+    auto ha = random_floats(rng, m * k);
+    auto hw = random_floats(rng, n * k);
+    std::vector<float> want(m * n), got(m * n), alone(n);
+    host::matmul_reference(ha.data(), hw.data(), want.data(),
+                           {m, n, k, true});
+    auto a = fx.alloc(off + ha.size() * 4);
+    auto w = fx.alloc(off + hw.size() * 4);
+    auto c = fx.alloc(off + got.size() * 4);
+    REQUIRE(fx.dev->write(*a, off, ha.data(), ha.size() * 4).ok());
+    REQUIRE(fx.dev->write(*w, off, hw.data(), hw.size() * 4).ok());
+    REQUIRE(fx.dev
+              ->matmul_weights({a.get(), off}, {w.get(), off},
+                               weight_type::f32, {c.get(), off},
+                               {m, n, k, true})
+              .ok());
+    REQUIRE(fx.dev->read(*c, off, got.data(), got.size() * 4).ok());
+    CHECK(relative_error(got, want) < 1e-4);
+    for (std::size_t i = 0; i < m; ++i) {
+      INFO("row " << i);
+      REQUIRE(fx.dev
+                ->matmul_weights({a.get(), off + i * k * 4}, {w.get(), off},
+                                 weight_type::f32, {c.get(), off},
+                                 {1, n, k, true})
+                .ok());
+      REQUIRE(fx.dev->read(*c, off, alone.data(), n * 4).ok());
+      CHECK(std::memcmp(alone.data(), got.data() + i * n, n * 4) == 0);
+    }
+    // matmul's one-row product without subgroups: matvec.comp.
+    check_matmul(fx, {1, 257, 513, true}, 0, 0, 0, rng);
+  }
+}
+
 TEST_CASE("an event recorded after a matmul completes with the result") {
   fixture fx;
   std::mt19937 rng{61};

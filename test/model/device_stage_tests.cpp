@@ -602,14 +602,12 @@ void batch_matches_alone(backend::device& dev, const temp_model& tm,
   // The host devices give each row of a batch the arithmetic it gets
   // alone (quantized products are the same per row whatever the count;
   // F32/F16 one-token rows go as matmul_rows_*): the same bits. So do
-  // Vulkan's products with stored weights (weight_tiles.glsl: a row's sums
-  // do not depend on the rows that share its tile); its F32 products of
-  // several rows are matmul.comp's tiles, and other GPU kernels may sum a
-  // batch's rows their own way: the last bits move.
+  // Vulkan's products with stored weights in every format
+  // (weight_tiles.glsl: a row's sums do not depend on the rows that share
+  // its tile); other GPU kernels may sum a batch's rows their own way: the
+  // last bits move.
   const bool exact =
-    st.exact
-    || (dev.properties().kind == backend::backend_kind::vulkan
-        && tm.type != tensor_type::f32);
+    st.exact || dev.properties().kind == backend::backend_kind::vulkan;
   double worst_seen = 0;
   const std::uint32_t n_ctx = 24;
   std::vector<std::vector<std::vector<std::int32_t>>> steps = {
@@ -1073,7 +1071,8 @@ void apart_matches_steps(backend::device& dev, const temp_model& tm) {
   two_stages st(dev, ops, tm, 16, 8);
   auto& a = *st.a;
   auto& b = *st.b;
-  const bool exact = st.exact;
+  const bool exact =
+    st.exact || dev.properties().kind == backend::backend_kind::vulkan;
   const std::vector<std::int32_t> prompt{1, 17, 42, 99, 5},
     draft{7, 250, 3, 12};
   const std::uint32_t np = static_cast<std::uint32_t>(prompt.size());
