@@ -840,16 +840,19 @@ TEST_CASE("a cluster the layers cannot cover is refused at once, with the "
   // 250 single-device nodes, each too small for the heavy last layer: no
   // plan exists. The exact program's table is too large to prove it, so
   // solve() searched to its time limit and said "the time limit ran out";
-  // the window bound finds no cover of the layers and says why at once.
+  // the window bound finds no cover of the layers and says why at once,
+  // before any search: with a time limit of 1 ms (no search could prove
+  // it in that) the answer is still "infeasible", with the reason. (Not a
+  // wall-clock check: the bounds computed first take under a second here
+  // and about 25 s under AddressSanitizer.)
   auto p = widest(250, 1);
   solve_options so;
-  so.time_limit = std::chrono::seconds(30);
+  so.time_limit = std::chrono::milliseconds(1);
   auto r = solve(p, so);
   CHECK(r.status == solve_status::infeasible);
   CHECK_FALSE(r.best);
   REQUIRE_FALSE(r.explanation.empty());
   CHECK(r.explanation[0].find("layer 127 alone needs") != std::string::npos);
-  CHECK(r.solve_seconds < 20); // not the time limit
   // Small clusters with less memory: wherever the window bound finds no
   // cover, the exact program finds no plan.
   int none = 0;
