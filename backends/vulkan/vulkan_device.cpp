@@ -352,10 +352,11 @@ public:
 
   // All private helpers run with mtx_ held.
   status usable(const char* what);
-  /// matmul_weights' F32 weights on a device with subgroup arithmetic:
-  /// matvec_subgroup, whole tiles of 4 rows of A through its _x4 pipeline.
-  status matmul_f32_weights_subgroup(const_view a, const_view w, mut_view c,
-                                     const matmul_dims& dims);
+  /// C = A * B^T (F32) on a device with subgroup arithmetic: matmul's one
+  /// row and matmul_weights' F32 weights, through matvec_subgroup, whole
+  /// tiles of 4 rows of A through its _x4 pipeline.
+  status matvec_rows_subgroup(const_view a, const_view b, mut_view c,
+                              const matmul_dims& dims);
   status note(VkResult r, const std::string& what);
   void init_properties();
   status choose_memory_types();
@@ -1441,6 +1442,10 @@ status vulkan_device::do_matmul(const_view a, const_view b, mut_view c,
                                 const matmul_dims& dims) {
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(usable("matmul"));
+  // One row of B^T with subgroups: the pipeline F32 weights take, so a
+  // row's bits are the same whichever way it comes.
+  if (dims.m == 1 && dims.transpose_b && subgroup_add_)
+    return matvec_rows_subgroup(a, b, c, dims);
   auto sz = host::bytes_of(dims);
   auto ba = bind(*a.buf, a.offset, sz.a, "matmul a");
   auto bb = bind(*b.buf, b.offset, sz.b, "matmul b");
@@ -1448,11 +1453,7 @@ status vulkan_device::do_matmul(const_view a, const_view b, mut_view c,
   if (!ba || !bb || !bc)
     return !ba ? ba.err() : !bb ? bb.err() : bc.err();
   bool vec = dims.m == 1;
-  bool sub = vec && dims.transpose_b && subgroup_add_;
-  auto bt = prepare(sub   ? k_matvec_subgroup
-                    : vec ? k_matvec
-                          : k_matmul,
-                    {*ba, *bb, *bc});
+  auto bt = prepare(vec ? k_matvec : k_matmul, {*ba, *bb, *bc});
   if (!bt)
     return bt.err();
   auto cmd = (*bt)->cmd;
@@ -1466,11 +1467,7 @@ status vulkan_device::do_matmul(const_view a, const_view b, mut_view c,
                  0,
                  0};
   if (vec) {
-    // matvec_subgroup: one output per subgroup at a time.
-    std::size_t per_group = std::max<std::uint32_t>(1, 256 / subgroup_size_);
-    auto want = sub                ? (dims.n + per_group - 1) / per_group
-                : dims.transpose_b ? dims.n
-                                   : (dims.n + 255) / 256;
+    auto want = dims.transpose_b ? dims.n : (dims.n + 255) / 256;
     auto groups = std::min<std::size_t>(want, max_groups_[0]);
     vkCmdPushConstants(cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                        sizeof(pc), &pc);
@@ -1523,7 +1520,7 @@ status vulkan_device::do_matmul_weights(const_view a, const_view w,
   std::lock_guard<std::mutex> guard{mtx_};
   EXO_TRY(usable("matmul_weights"));
   if (type == weight_type::f32 && subgroup_add_)
-    return matmul_f32_weights_subgroup(a, w, c, dims);
+    return matvec_rows_subgroup(a, w, c, dims);
   // The shader reads the weights as 32-bit words from the window's start:
   // the window starts on a word (and the device's alignment) and ends on a
   // word (buffers are whole words long); w_off is the byte offset in it
@@ -1594,18 +1591,17 @@ status vulkan_device::do_matmul_weights(const_view a, const_view w,
   return {};
 }
 
-status vulkan_device::matmul_f32_weights_subgroup(const_view a,
-                                                  const_view w, mut_view c,
-                                                  const matmul_dims& dims) {
+status vulkan_device::matvec_rows_subgroup(const_view a, const_view b,
+                                           mut_view c,
+                                           const matmul_dims& dims) {
   auto sz = host::bytes_of({dims.m, dims.n, dims.k, true});
-  auto ba = bind(*a.buf, a.offset, sz.a, "matmul_weights a");
-  auto bw = bind(*w.buf, w.offset, sz.b, "matmul_weights w");
-  auto bc = bind(*c.buf, c.offset, sz.c, "matmul_weights c");
-  if (!ba || !bw || !bc)
-    return !ba ? ba.err() : !bw ? bw.err() : bc.err();
-  // matmul's m == 1 product is this one's T = 1 pipeline: one row's bits
-  // whichever way it comes.
+  auto ba = bind(*a.buf, a.offset, sz.a, "matmul a");
+  auto bb = bind(*b.buf, b.offset, sz.b, "matmul b");
+  auto bc = bind(*c.buf, c.offset, sz.c, "matmul c");
+  if (!ba || !bb || !bc)
+    return !ba ? ba.err() : !bb ? bb.err() : bc.err();
   const std::size_t tiled = dims.m / weight_tile_rows * weight_tile_rows;
+  // One output per subgroup at a time.
   const std::size_t per_group =
     std::max<std::uint32_t>(1, 256 / subgroup_size_);
   for (const bool tiles : {true, false}) {
@@ -1614,11 +1610,11 @@ status vulkan_device::matmul_f32_weights_subgroup(const_view a,
     if (rows == 0)
       continue;
     auto bt = prepare(tiles ? k_matvec_subgroup_x4 : k_matvec_subgroup,
-                      {*ba, *bw, *bc});
+                      {*ba, *bb, *bc});
     if (!bt)
       return bt.err();
     matmul_push pc{static_cast<std::uint32_t>(ba->elem_off + m0 * dims.k),
-                   bw->elem_off,
+                   bb->elem_off,
                    static_cast<std::uint32_t>(bc->elem_off + m0 * dims.n),
                    static_cast<std::uint32_t>(rows),
                    static_cast<std::uint32_t>(dims.n),
@@ -1631,7 +1627,7 @@ status vulkan_device::matmul_f32_weights_subgroup(const_view a,
     auto groups = std::min<std::size_t>((dims.n + per_group - 1) / per_group,
                                         max_groups_[0]);
     vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
-    used_by(**bt, {a.buf, w.buf, c.buf});
+    used_by(**bt, {a.buf, b.buf, c.buf});
     EXO_TRY(finish(**bt));
   }
   return {};
