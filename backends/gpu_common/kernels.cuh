@@ -413,6 +413,71 @@ __global__ void quantize_act_kernel(const float* a, void* out,
     m::quantize_act_block(f, a, b, out);
 }
 
+/// Q8_K activations (the K-quants' products): a warp per super-block of 256,
+/// each lane 8 consecutive elements, so that a decode step's few blocks
+/// (8 for k = 2048) are not each one thread's 256 serial steps. The same
+/// bytes as quantize_act_q8k (ggml's quantize_row_q8_K): the element of
+/// largest magnitude is the first one (strict >, NaN never taken), found
+/// as (magnitude, index) pairs met in a butterfly, the larger magnitude or
+/// at equal ones the smaller index (a total order, so every lane ends with
+/// the same pair); the scale and each quant are the replica's expressions;
+/// a bsum is the integer sum of two lanes' 8 quants. Every warp of a block
+/// makes the same trips and shuffles (a warp past the last block computes
+/// on block 0 and writes nothing), and a block whose magnitudes are all 0
+/// (or NaN) shuffles as the others do and writes zeros.
+__global__ void quantize_q8k_warps_kernel(const float* a, m::act_q8k* out,
+                                          std::size_t blocks) {
+  constexpr unsigned L = 32, E = 256 / L;
+  const unsigned lane = threadIdx.x % L, warp = threadIdx.x / L;
+  const std::size_t warps = blockDim.x / L;
+  for (std::size_t b0 = blockIdx.x * warps; b0 < blocks;
+       b0 += static_cast<std::size_t>(gridDim.x) * warps) {
+    const std::size_t b = b0 + warp;
+    const bool live = b < blocks;
+    const float* x = a + (live ? b : 0) * 256 + lane * E;
+    float amax = 0, at = 256; // the index, as a float (exact below 2^24)
+EXO_UNROLL
+    for (unsigned e = 0; e < E; ++e) {
+      const float ax = fabsf(x[e]);
+      if (ax > amax) {
+        amax = ax;
+        at = static_cast<float>(lane * E + e);
+      }
+    }
+    for (unsigned mask = L / 2; mask > 0; mask /= 2) {
+      const float oa = EXO_SHFL_XOR(amax, mask);
+      const float oi = EXO_SHFL_XOR(at, mask);
+      if (oa > amax || (oa == amax && oi < at)) {
+        amax = oa;
+        at = oi;
+      }
+    }
+    const bool zero = amax == 0.0f;
+    const float max = zero ? 1.0f : a[(live ? b : 0) * 256
+                                      + static_cast<unsigned>(at)];
+    const float iscale = -127.f / max;
+    std::int8_t q[E];
+    float sum = 0; // at most 8 x 127 here, 16 x 127 after the shuffle: exact
+EXO_UNROLL
+    for (unsigned e = 0; e < E; ++e) {
+      const int v = zero ? 0 : m::nearest_int(m::mul_rn(iscale, x[e]));
+      q[e] = static_cast<std::int8_t>(v < 127 ? v : 127);
+      sum += static_cast<float>(q[e]);
+    }
+    sum += EXO_SHFL_XOR(sum, 1u);
+    if (live) {
+      auto& y = out[b];
+EXO_UNROLL
+      for (unsigned e = 0; e < E; ++e)
+        y.qs[lane * E + e] = q[e];
+      if (lane % 2 == 0)
+        y.bsums[lane / 2] = static_cast<std::int16_t>(sum);
+      if (lane == 0)
+        y.d = zero ? 0.0f : 1 / iscale;
+    }
+  }
+}
+
 /// Rows of A that matvec_lanes_kernel takes at once.
 constexpr unsigned lanes_rows_at_once = 4;
 
@@ -750,9 +815,15 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
       return 0;
     const std::size_t be = m::act_block_elements(format);
     const std::size_t blocks = d.m * (d.k / be);
-    auto q = gpu::elementwise_launch(blocks, 64);
-    EXO_LAUNCH(quantize_act_kernel, q.grid, q.block, stream)(
-      a, scratch, blocks, static_cast<int>(format));
+    if (format == m::act_format::q8_k) {
+      auto q = gpu::warps_launch(blocks);
+      EXO_LAUNCH(quantize_q8k_warps_kernel, q.grid, q.block, stream)(
+        a, static_cast<m::act_q8k*>(scratch), blocks);
+    } else {
+      auto q = gpu::elementwise_launch(blocks, 64);
+      EXO_LAUNCH(quantize_act_kernel, q.grid, q.block, stream)(
+        a, scratch, blocks, static_cast<int>(format));
+    }
     const std::size_t wb = weight_block_elements(type);
     if (type == weight_type::q4_k && m::q4_k_repacked(d.n)) {
       EXO_LAUNCH(matvec_q4_k_repacked_kernel, g.grid, g.block, stream)(

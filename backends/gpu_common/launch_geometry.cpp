@@ -64,7 +64,13 @@ launch_1d weights_launch(weight_type type, const matmul_dims& d) {
 launch_1d warp_rows_launch(const matmul_dims& d) {
   if (d.m == 0 || d.n == 0 || d.k == 0)
     return {};
-  return {capped_blocks(d.n, warp_rows_per_block), warp_rows_per_block * 32};
+  return warps_launch(d.n);
+}
+
+launch_1d warps_launch(std::size_t items) {
+  if (items == 0)
+    return {};
+  return {capped_blocks(items, warp_rows_per_block), warp_rows_per_block * 32};
 }
 
 launch_1d lanes_launch(const matmul_dims& d) {

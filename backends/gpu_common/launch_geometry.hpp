@@ -59,6 +59,11 @@ launch_1d weights_launch(weight_type type, const matmul_dims& dims);
 constexpr std::uint32_t warp_rows_per_block = 8;
 launch_1d warp_rows_launch(const matmul_dims& dims);
 
+/// Kernels with a warp (32 threads) per item (quantize_q8k_warps_kernel:
+/// an item is a super-block of activations): warp_rows_per_block warps a
+/// block, capped (the kernel strides); grid 0 for no items.
+launch_1d warps_launch(std::size_t items);
+
 /// The quantized matrix-vector kernel (kernel_quant.hpp): rows_per_block
 /// rows of W per block, math::dot_lanes threads each (capped; the kernel
 /// strides over the rest).

@@ -145,7 +145,8 @@ void bench_device(device& dev, bool quick) {
            3.0 * rows * ff * 4, 5.0 * rows * ff);
     }
     // The feed-forward up projection: W [5632 x 2048].
-    for (auto t : {weight_type::f32, weight_type::f16, weight_type::q8_0}) {
+    for (auto t : {weight_type::f32, weight_type::f16, weight_type::q8_0,
+                   weight_type::q4_k, weight_type::q6_k}) {
       auto rb = weight_row_bytes(t, embd);
       std::vector<float> row(embd);
       std::vector<std::uint8_t> enc(*rb * ff);

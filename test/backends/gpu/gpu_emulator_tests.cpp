@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -412,6 +413,66 @@ TEST_CASE("F16 weights at a 16-byte boundary take the warp kernel, others "
   CHECK(emu::stats().kernels.count("matvec_rows_kernel") == 1);
   CHECK(emu::stats().kernels.count("matvec_f16_warps_kernel") == 0);
   CHECK(close_to(fast, slow, 1e-5));
+}
+
+TEST_CASE("the emulated Q8_K quantizer, a warp a super-block, writes the "
+          "replica's blocks with ties, signs, zeros, NaN and infinities") {
+  // What the K-quant products read: ggml's quantize_row_q8_K. A block's
+  // scale comes from its first element of largest magnitude, which the
+  // warp finds by shuffles: ties across lanes and within one, either sign
+  // first, blocks of zeros or NaN, infinities. 11 rows of 2 super-blocks:
+  // 22 warps, the third thread block's last two past the end.
+  const matmul_dims d{11, 4, 512, true};
+  const std::size_t blocks = d.m * d.k / 256;
+  auto a = random_floats(d.m * d.k, 77, -2, 2);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  auto blk = [&](std::size_t b) { return a.data() + 256 * b; };
+  blk(1)[40] = 3, blk(1)[200] = -3;     // across lanes, + first
+  blk(2)[7] = -3, blk(2)[100] = 3;      // across lanes, - first
+  std::fill(blk(3), blk(3) + 256, 0.0f);
+  blk(3)[9] = -0.0f;
+  std::fill(blk(4), blk(4) + 256, nan);
+  blk(5)[3] = nan, blk(5)[255] = 7;     // NaN skipped, the last element
+  blk(6)[41] = -2.5f, blk(6)[46] = 2.5f; // one lane's 8 elements
+  blk(6)[47] = -2.5f;
+  blk(7)[30] = inf, blk(7)[10] = -inf;
+  std::fill(blk(8), blk(8) + 256, 0.0f);
+  blk(8)[250] = 1e-40f; // a subnormal, alone
+  for (std::size_t i = 0; i < 256; ++i) // equal magnitudes everywhere
+    blk(9)[i] = i % 3 == 0 ? -0.5f : 0.5f;
+  for (std::size_t i = 0; i < 256; ++i) // a small scale
+    blk(10)[i] *= 1e-30f;
+  auto enc = encode(weight_type::q4_k, random_floats(d.n * d.k, 78), d.n,
+                    d.k);
+  const std::size_t bytes = gpu::act_scratch_bytes(weight_type::q4_k, d);
+  REQUIRE(bytes == blocks * sizeof(gpu::math::act_q8k));
+  std::vector<gpu::math::act_q8k> want(blocks);
+  for (std::size_t b = 0; b < blocks; ++b)
+    gpu::math::quantize_act_q8k(blk(b), want[b]);
+  for (auto order : {emu::thread_order::forward, emu::thread_order::reverse}) {
+    emu::set_thread_order(order);
+    std::vector<std::uint8_t> scratch(bytes, 0xA5);
+    std::vector<float> c(d.m * d.n);
+    emu::reset_stats();
+    REQUIRE(k::launch_matmul_weights(a.data(), enc.data(), weight_type::q4_k,
+                                     c.data(), d, scratch.data(), 0, nullptr)
+            == 0);
+    CHECK(emu::stats().kernels.count("quantize_q8k_warps_kernel") == 1);
+    for (std::size_t b = 0; b < blocks; ++b) {
+      INFO("block " << b);
+      CHECK(std::memcmp(scratch.data() + b * sizeof(gpu::math::act_q8k),
+                        &want[b], sizeof(gpu::math::act_q8k))
+            == 0);
+    }
+  }
+  emu::set_thread_order(emu::thread_order::forward);
+  // The cases say what they test: the scale's sign follows the first.
+  CHECK(want[1].d < 0);
+  CHECK(want[2].d > 0);
+  CHECK(want[3].d == 0);
+  CHECK(want[4].d == 0);
+  CHECK(want[6].d > 0);
 }
 
 TEST_CASE("the emulated dequant_rows kernel decodes every format as the "
