@@ -201,6 +201,33 @@ TEST_CASE("memory bandwidth comes from the memory clock and bus width") {
 
 // -- launch geometry ---------------------------------------------------------
 
+TEST_CASE("warp launches give each item a warp, eight to a block, and "
+          "a capped grid strides over every item once") {
+  CHECK(warps_launch(0).grid == 0);
+  CHECK(warp_rows_launch({1, 0, 64, true}).grid == 0);
+  auto one = warps_launch(1);
+  CHECK(one.grid == 1);
+  CHECK(one.block == warp_rows_per_block * 32);
+  CHECK(warps_launch(16).grid == 2);
+  CHECK(warps_launch(17).grid == 3);
+  CHECK(warps_launch(std::size_t{1} << 40).grid == max_grid_extent);
+  CHECK(warp_rows_launch({4, 17, 64, true}).grid == 3);
+  // quantize_q8k_warps_kernel's loop: item b0 + warp, b0 striding by the
+  // grid's warps.
+  for (std::size_t n : {1u, 7u, 8u, 9u, 22u, 1000u}) {
+    auto g = warps_launch(n);
+    const std::size_t warps = g.block / 32;
+    std::vector<int> hits(n);
+    for (std::size_t blk = 0; blk < g.grid; ++blk)
+      for (std::size_t w = 0; w < warps; ++w)
+        for (auto b0 = blk * warps; b0 < n; b0 += g.grid * warps)
+          if (b0 + w < n)
+            ++hits[b0 + w];
+    for (auto h : hits)
+      CHECK(h == 1);
+  }
+}
+
 TEST_CASE("element-wise launches cover every element once, capped grids "
           "stride") {
   CHECK(elementwise_launch(0).grid == 0);
