@@ -200,7 +200,8 @@ void matmul_weights(const float* a, const void* w, weight_type type,
   const std::uint32_t id = ggml_type_id(type);
   const auto format = math::act_format_of(id);
   if (format != math::act_format::none) {
-    // quantize_act_kernel, then matvec_lanes_kernel's lanes one by one.
+    // quantize_act_kernel (quantize_q8k_warps_kernel: the same bytes),
+    // then matvec_lanes_kernel's lanes one by one.
     const std::size_t be = math::act_block_elements(format);
     const std::size_t blocks = d.m * (d.k / be);
     std::vector<std::uint8_t> act(blocks * math::act_block_bytes(format));

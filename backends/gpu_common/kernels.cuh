@@ -404,7 +404,8 @@ EXO_UNROLL
 }
 
 /// Rounds the activations to the format the weights meet (kernel_quant.hpp):
-/// one thread per block of 32 or 256.
+/// one thread per block (launched for Q8_0 and Q8_1's blocks of 32; Q8_K's
+/// super-blocks go to quantize_q8k_warps_kernel).
 __global__ void quantize_act_kernel(const float* a, void* out,
                                     std::size_t blocks, int format) {
   const auto f = static_cast<m::act_format>(format);
