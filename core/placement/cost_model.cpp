@@ -27,21 +27,32 @@ cost_model::cost_model(const problem& p) : p_(&p) {
     node_.push_back(it->second);
   }
   node_count_ = node_names.size();
-  // Transfer seconds per node pair and cut.
-  std::vector<double> xs(node_count_ * node_count_ * (L + 1), 0.0);
-  double max_x = 0;
+  // Transfer seconds per node pair and cut: latency + activation bytes /
+  // bandwidth, computed again below in ticks (not kept as a table of
+  // doubles: 64 MB for 250 nodes and 128 layers). The largest over the cuts
+  // is the one of the largest activation, as the division and the addition
+  // are monotone.
   const link_index links(p);
+  std::vector<link_spec> specs;
+  specs.reserve(node_count_ * node_count_);
   for (std::size_t a = 0; a < node_count_; ++a)
-    for (std::size_t b = 0; b < node_count_; ++b) {
-      auto spec = links.between(node_names[a], node_names[b]);
-      for (std::size_t c = 1; c < L; ++c) {
-        double s = spec.latency
-                   + static_cast<double>(p.layers[c - 1].activation_bytes)
-                       / spec.bandwidth;
-        xs[(a * node_count_ + b) * (L + 1) + c] = s;
-        max_x = std::max(max_x, s);
-      }
-    }
+    for (std::size_t b = 0; b < node_count_; ++b)
+      specs.push_back(links.between(node_names[a], node_names[b]));
+  auto seconds = [&p](const link_spec& spec, std::size_t cut) {
+    return spec.latency
+           + static_cast<double>(p.layers[cut - 1].activation_bytes)
+               / spec.bandwidth;
+  };
+  double max_x = 0;
+  if (L > 1) {
+    std::size_t widest = 1;
+    for (std::size_t c = 2; c < L; ++c)
+      if (p.layers[c - 1].activation_bytes
+          > p.layers[widest - 1].activation_bytes)
+        widest = c;
+    for (const auto& spec : specs)
+      max_x = std::max(max_x, seconds(spec, widest));
+  }
   // Pick the tick so that the worst conceivable objective stays far below
   // Gecode's integer limit (~2.1e9).
   double worst = 0;
@@ -61,9 +72,10 @@ cost_model::cost_model(const problem& p) : p_(&p) {
   auto ticks = [this](double s) {
     return static_cast<std::int64_t>(std::llround(s / tick_));
   };
-  xfer_.resize(xs.size());
-  for (std::size_t i = 0; i < xs.size(); ++i)
-    xfer_[i] = ticks(xs[i]);
+  xfer_.assign(specs.size() * (L + 1), 0);
+  for (std::size_t ab = 0; ab < specs.size(); ++ab)
+    for (std::size_t c = 1; c < L; ++c)
+      xfer_[ab * (L + 1) + c] = ticks(seconds(specs[ab], c));
   cheapest_.assign(node_count_ * node_count_, 0);
   for (std::size_t ab = 0; ab < cheapest_.size() && L > 1; ++ab)
     cheapest_[ab] = *std::min_element(xfer_.begin() + ab * (L + 1) + 1,
