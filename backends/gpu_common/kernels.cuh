@@ -435,7 +435,8 @@ __global__ void quantize_q8k_warps_kernel(const float* a, m::act_q8k* out,
        b0 += static_cast<std::size_t>(gridDim.x) * warps) {
     const std::size_t b = b0 + warp;
     const bool live = b < blocks;
-    const float* x = a + (live ? b : 0) * 256 + lane * E;
+    const float* blk = a + (live ? b : 0) * 256;
+    const float* x = blk + lane * E;
     float amax = 0, at = 256; // the index, as a float (exact below 2^24)
 EXO_UNROLL
     for (unsigned e = 0; e < E; ++e) {
@@ -454,8 +455,7 @@ EXO_UNROLL
       }
     }
     const bool zero = amax == 0.0f;
-    const float max = zero ? 1.0f : a[(live ? b : 0) * 256
-                                      + static_cast<unsigned>(at)];
+    const float max = zero ? 1.0f : blk[static_cast<unsigned>(at)];
     const float iscale = -127.f / max;
     std::int8_t q[E];
     float sum = 0; // at most 8 x 127 here, 16 x 127 after the shuffle: exact

@@ -45,13 +45,15 @@ cost_model::cost_model(const problem& p) : p_(&p) {
   };
   double max_x = 0;
   if (L > 1) {
-    std::size_t widest = 1;
-    for (std::size_t c = 2; c < L; ++c)
-      if (p.layers[c - 1].activation_bytes
-          > p.layers[widest - 1].activation_bytes)
-        widest = c;
+    // Cut c passes layer c - 1's activations: cuts 1 .. L - 1.
+    const auto widest = std::max_element(
+      p.layers.begin(), p.layers.begin() + (L - 1),
+      [](const layer& x, const layer& y) {
+        return x.activation_bytes < y.activation_bytes;
+      });
+    const auto cut = static_cast<std::size_t>(widest - p.layers.begin()) + 1;
     for (const auto& spec : specs)
-      max_x = std::max(max_x, seconds(spec, widest));
+      max_x = std::max(max_x, seconds(spec, cut));
   }
   // Pick the tick so that the worst conceivable objective stays far below
   // Gecode's integer limit (~2.1e9).
