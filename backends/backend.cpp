@@ -447,6 +447,19 @@ status device::rope(mut_view x, const_view positions,
   return do_rope(x, positions, freq_factors, dims);
 }
 
+status device::rope_cached(mut_view x, const_view cache,
+                           const rope_dims& dims) {
+  constexpr auto kind = op_kind::rope_cached;
+  auto sz = host::check_rope(dims);
+  if (!sz)
+    return sz.err();
+  EXO_TRY(check_view(kind, "x", x.buf, x.offset, x.limit, sz->x, 4, true));
+  EXO_TRY(check_view(kind, "cache", cache.buf, cache.offset, cache.limit,
+                     sz->cache, 4, false));
+  EXO_TRY(disjoint(kind, cache, sz->cache, x, sz->x));
+  return do_rope_cached(x, cache, dims);
+}
+
 status device::attention(const_view q, const_view k, const_view v,
                          mut_view out, const attention_dims& dims) {
   if (dims.kv != kv_type::f32 && dims.kv != kv_type::f16
@@ -854,6 +867,18 @@ status device::do_rope(mut_view x, const_view positions,
   return write(*x.buf, x.offset, hx.data(), sz->x);
 }
 
+status device::do_rope_cached(mut_view x, const_view cache,
+                              const rope_dims& dims) {
+  auto sz = host::check_rope(dims); // sizes only: checked
+  if (!sz)
+    return sz.err();
+  std::vector<float> hx, hc;
+  EXO_TRY(fetch(*this, {x.buf, x.offset}, sz->x, hx));
+  EXO_TRY(fetch(*this, cache, sz->cache, hc));
+  host::rope_cached(hx.data(), hc.data(), dims);
+  return write(*x.buf, x.offset, hx.data(), sz->x);
+}
+
 status device::do_attention(const_view q, const_view k, const_view v,
                             mut_view out, const attention_dims& dims) {
   auto sz = host::check_attention(dims); // sizes only: checked
@@ -1077,6 +1102,13 @@ status run(device& dev, const op_call& call) {
                       call.n_inputs == 2 ? in[1] : const_view{},
                       {d[0], d[1], d[2], d[3], s0,
                        call.kind == op_kind::rope_neox});
+    case op_kind::rope_cached:
+      if (d[4] > 1)
+        return fail(errc::invalid_argument,
+                    "rope_cached: neox must be 0 or 1, got "
+                      + std::to_string(d[4]));
+      return dev.rope_cached(call.output, in[0],
+                             {d[0], d[1], d[2], d[3], 10000.0f, d[4] == 1});
     case op_kind::attention:
     case op_kind::attention_f16:
     case op_kind::attention_q8_0:

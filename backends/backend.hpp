@@ -535,6 +535,12 @@ public:
   /// freq_factors: n_rot / 2 f32, or a view with a null buffer for none.
   status rope(mut_view x, const_view positions, const_view freq_factors,
               const rope_dims& dims);
+  /// Rotates x in place by angles computed ahead: cache holds dims.rows x
+  /// dims.n_rot f32, row r's cosine and sine of each pair's angle
+  /// (host::rope_cache; dims.freq_base is unused). Given host::rope_cache's
+  /// angles for positions, every device gives rope's bits: the host's
+  /// rotation, one fused multiply-add per element.
+  status rope_cached(mut_view x, const_view cache, const rope_dims& dims);
 
   /// out = causal grouped-query attention (see attention_dims).
   status attention(const_view q, const_view k, const_view v, mut_view out,
@@ -637,6 +643,8 @@ protected:
                              std::size_t rows, std::size_t dim, float eps);
   virtual status do_rope(mut_view x, const_view positions,
                          const_view freq_factors, const rope_dims& dims);
+  virtual status do_rope_cached(mut_view x, const_view cache,
+                                const rope_dims& dims);
   virtual status do_attention(const_view q, const_view k, const_view v,
                               mut_view out, const attention_dims& dims);
   /// dims.block_table is null here: the table is in `table`.

@@ -6,6 +6,7 @@
 // orders); the AVX2 and scalar paths here compute the same operations on
 // narrower registers and give the same bits (tested).
 
+#include "backends/expf_ggml.hpp"
 #include "backends/host_kernels.hpp"
 #include "backends/host_parallel.hpp"
 #include "backends/host_reduce.hpp"
@@ -34,51 +35,18 @@ constexpr std::size_t fa_tile = 64;
 
 // -- ggml_v_expf ------------------------------------------------------------
 
-// The constants of ggml_v_expf (ARM's optimized-routines expf).
-constexpr float ex_shift = 0x1.8p23f;
-constexpr float ex_log2e = 0x1.715476p+0f;
-constexpr float ex_ln2_hi = 0x1.62e4p-1f;
-constexpr float ex_ln2_lo = 0x1.7f7d1cp-20f;
-constexpr float ex_c5 = 0x1.0e4020p-7f;
-constexpr float ex_c4 = 0x1.573e2ep-5f;
-constexpr float ex_c3 = 0x1.555e66p-3f;
-constexpr float ex_c2 = 0x1.fffdb6p-2f;
-constexpr float ex_c1 = 0x1.ffffecp-1f;
-
-/// 2^e for -126 <= e <= 127 (a normal float, exact).
-inline float pow2(int e) {
-  const auto bits = static_cast<std::uint32_t>(e + 127) << 23;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-/// j * 2^e rounded once, as _mm512_scalef_ps does, for |e| <= 192 and
-/// 0.5 < |j| < 2: out of the normal exponents, a first exact step leaves a
-/// single rounding to the second.
-inline float scalef(float j, int e) {
-  if (e > 127)
-    return j * pow2(e - 127) * pow2(127);
-  if (e < -126)
-    return j * pow2(e + 126) * pow2(-126);
-  return j * pow2(e);
-}
-
-/// ggml_v_expf's AVX-512 version, one lane.
-float expf_lane(float x) {
-  const float z = std::fma(x, ex_log2e, ex_shift);
-  const float n = z - ex_shift;
-  const float b = std::fma(-n, ex_ln2_lo, std::fma(-n, ex_ln2_hi, x));
-  if (std::isnan(n))
-    return n;
-  if (std::fabs(n) > 192.0f)
-    return n <= 0.0f ? 0.0f : inf;
-  const float u = b * b;
-  const float j = std::fma(
-      std::fma(std::fma(ex_c5, b, ex_c4), u, std::fma(ex_c3, b, ex_c2)), u,
-      std::fma(ex_c1, b, 1.0f));
-  return scalef(j, static_cast<int>(n));
-}
+// The constants and the one-lane steps of ggml_v_expf (expf_ggml.hpp, which
+// the GPU kernels share).
+using ggml::ex_c1;
+using ggml::ex_c2;
+using ggml::ex_c3;
+using ggml::ex_c4;
+using ggml::ex_c5;
+using ggml::ex_ln2_hi;
+using ggml::ex_ln2_lo;
+using ggml::ex_log2e;
+using ggml::ex_shift;
+using ggml::expf_lane;
 
 __attribute__((target("avx512f"))) inline __m512 expf_avx512(__m512 x) {
   // ggml_v_expf (ggml-cpu/vec.h, __AVX512F__), unchanged.
@@ -113,7 +81,7 @@ __attribute__((target("avx2,fma"))) inline __m256 pow2_avx2(__m256 e) {
 }
 
 /// expf_avx512 on eight lanes with AVX2 (not ggml's AVX2 expf, which rounds
-/// differently): scalef done as in scalef() above.
+/// differently): scalef done as in ggml::scalef.
 __attribute__((target("avx2,fma"))) inline __m256 expf_avx2(__m256 x) {
   const __m256 r = _mm256_set1_ps(ex_shift);
   const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(ex_log2e), r);
@@ -195,7 +163,7 @@ std::size_t swiglu_groups_scalar(const float* x, const float* g, float* y,
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16)
     for (std::size_t l = i; l < i + 16; ++l)
-      y[l] = x[l] / (1.0f + expf_lane(0.0f - x[l])) * g[l];
+      y[l] = ggml::swiglu_lane(x[l], g[l]);
   return i;
 }
 

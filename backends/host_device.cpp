@@ -355,6 +355,30 @@ status host_device::do_rope(mut_view x, const_view positions,
   return {};
 }
 
+status host_device::do_rope_cached(mut_view x, const_view cache,
+                                   const rope_dims& dims) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(admit("rope_cached"));
+  on_compute();
+  const float* cs = at(cache.buf, cache.offset);
+  float* px = at(x.buf, x.offset);
+  const std::size_t row = dims.heads * dims.head_dim;
+  host::for_each_range(dims.rows, threads_, 1,
+                       host::split_elements / (row ? row : 1),
+                       [&](std::size_t r, std::size_t e) {
+                         rope_dims part = dims;
+                         part.rows = e - r;
+                         host::rope_cached(px + r * row, cs + r * dims.n_rot,
+                                           part);
+                       });
+  ++submitted_;
+  const auto x_bytes = 4.0 * static_cast<double>(dims.rows) * dims.heads
+                       * dims.head_dim;
+  account(2.0 * x_bytes + 4.0 * static_cast<double>(dims.rows) * dims.n_rot,
+          3.0 * static_cast<double>(dims.rows) * dims.heads * dims.n_rot);
+  return {};
+}
+
 status host_device::do_attention(const_view q, const_view k, const_view v,
                                  mut_view out, const attention_dims& dims) {
   std::lock_guard<std::mutex> guard{mtx_};

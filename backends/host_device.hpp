@@ -59,6 +59,8 @@ protected:
                      std::size_t rows, std::size_t dim, float eps) override;
   status do_rope(mut_view x, const_view positions, const_view freq_factors,
                  const rope_dims& dims) override;
+  status do_rope_cached(mut_view x, const_view cache,
+                        const rope_dims& dims) override;
   status do_attention(const_view q, const_view k, const_view v, mut_view out,
                       const attention_dims& dims) override;
   status do_attention_paged(const_view q, const_view k, const_view v,

@@ -1410,11 +1410,12 @@ void rms_norm(const float* x, const float* weight, float* out,
 
 namespace {
 
-/// ggml's rope cache: cos and sin of theta_i = pos * base^(-2i/n_rot) /
-/// ff[i] for each pair i, theta built by repeated multiplication as in
-/// ggml_rope_cache_init. cs holds n_rot floats (cos, sin per pair).
-void rope_cache(float* cs, std::size_t n_rot, std::int64_t pos,
-                float freq_base, const float* freq_factors) noexcept {
+/// ggml's rope cache of one row: cos and sin of theta_i = pos *
+/// base^(-2i/n_rot) / ff[i] for each pair i, theta built by repeated
+/// multiplication as in ggml_rope_cache_init. cs holds n_rot floats (cos,
+/// sin per pair).
+void rope_cache_row(float* cs, std::size_t n_rot, std::int64_t pos,
+                    float freq_base, const float* freq_factors) noexcept {
   const float theta_scale
     = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
   float theta = static_cast<float>(pos);
@@ -1459,6 +1460,16 @@ rotate_heads_fma(float* x, const float* cs, std::size_t heads,
   rotate_heads(x, cs, heads, head_dim, n_rot, neox);
 }
 
+/// Rotates the heads of one row by cs (rotate_heads, as instructions where
+/// the CPU has FMA).
+void rotate_row(float* x, const float* cs, std::size_t heads,
+                std::size_t head_dim, std::size_t n_rot, bool neox) noexcept {
+  if (have_avx2())
+    rotate_heads_fma(x, cs, heads, head_dim, n_rot, neox);
+  else
+    rotate_heads(x, cs, heads, head_dim, n_rot, neox); // libm's fmaf
+}
+
 /// Rotates heads of one row at `pos` (see rotate_heads).
 void rope_heads(float* x, std::size_t heads, std::size_t head_dim,
                 std::size_t n_rot, std::int64_t pos, float freq_base,
@@ -1471,11 +1482,8 @@ void rope_heads(float* x, std::size_t heads, std::size_t head_dim,
     heap.resize(n_rot);
     cs = heap.data();
   }
-  rope_cache(cs, n_rot, pos, freq_base, freq_factors);
-  if (have_avx2())
-    rotate_heads_fma(x, cs, heads, head_dim, n_rot, neox);
-  else
-    rotate_heads(x, cs, heads, head_dim, n_rot, neox); // libm's fmaf
+  rope_cache_row(cs, n_rot, pos, freq_base, freq_factors);
+  rotate_row(x, cs, heads, head_dim, n_rot, neox);
 }
 
 } // namespace
@@ -1498,6 +1506,20 @@ void rope(float* x, const std::int32_t* positions, const float* freq_factors,
   for (std::size_t r = 0; r < d.rows; ++r)
     rope_heads(x + r * row, d.heads, d.head_dim, d.n_rot, positions[r],
                d.freq_base, freq_factors, d.neox);
+}
+
+void rope_cache(float* cs, const std::int32_t* positions,
+                const float* freq_factors, const rope_dims& d) noexcept {
+  for (std::size_t r = 0; r < d.rows; ++r)
+    rope_cache_row(cs + r * d.n_rot, d.n_rot, positions[r], d.freq_base,
+                   freq_factors);
+}
+
+void rope_cached(float* x, const float* cs, const rope_dims& d) noexcept {
+  const std::size_t row = d.heads * d.head_dim;
+  for (std::size_t r = 0; r < d.rows; ++r)
+    rotate_row(x + r * row, cs + r * d.n_rot, d.heads, d.head_dim, d.n_rot,
+               d.neox);
 }
 
 void softmax(float* x, std::size_t n) noexcept {
@@ -1629,7 +1651,10 @@ result<rope_bytes> check_rope(const rope_dims& d) {
   if (!x || d.rows > static_cast<std::size_t>(
                        std::numeric_limits<std::int32_t>::max()))
     return overflow("rope");
-  return rope_bytes{*x, d.rows * 4, d.n_rot / 2 * 4};
+  std::size_t cache = 0;
+  if (!mul_ok(d.rows, d.n_rot, cache) || !mul_ok(cache, 4, cache))
+    return overflow("rope");
+  return rope_bytes{*x, d.rows * 4, d.n_rot / 2 * 4, cache};
 }
 
 result<attention_bytes> check_attention(const attention_dims& d) {

@@ -164,8 +164,21 @@ void rope_row_neox(float* x, std::size_t heads, std::size_t head_dim,
                    const float* freq_factors) noexcept;
 
 /// Rope of dims.rows rows; row r at positions[r]; dims.neox picks the mode.
+/// The same as rope_cache, then rope_cached.
 void rope(float* x, const std::int32_t* positions, const float* freq_factors,
           const rope_dims& dims) noexcept;
+
+/// ggml's rope cache of dims.rows rows (dims.heads and head_dim unused):
+/// cs[r * n_rot + 2i] and cs[r * n_rot + 2i + 1] are the cosine and sine
+/// of pair i's angle at positions[r] (rope_dims), theta built by repeated
+/// multiplication as ggml_rope_cache_init builds it, with this process's
+/// libm. Computed once, it serves every layer's Q and K of those rows.
+void rope_cache(float* cs, const std::int32_t* positions,
+                const float* freq_factors, const rope_dims& dims) noexcept;
+
+/// Rope of dims.rows rows of x turned by rope_cache's cs (its layout):
+/// given rope_cache's angles, rope's bits. dims.freq_base is unused.
+void rope_cached(float* x, const float* cs, const rope_dims& dims) noexcept;
 
 /// In-place softmax of n elements (max subtracted, sum in double).
 void softmax(float* x, std::size_t n) noexcept;
@@ -283,6 +296,7 @@ struct rope_bytes {
   std::size_t x;
   std::size_t positions;
   std::size_t freq_factors;
+  std::size_t cache; ///< rope_cache's cs: rows x n_rot f32
 };
 result<rope_bytes> check_rope(const rope_dims& dims);
 

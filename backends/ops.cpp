@@ -83,6 +83,8 @@ constexpr std::array<op_rule, op_count> rules{{
    {"rows", "width", "kv_stride", "kv_type", "block_positions",
     "block_stride", "table_len"},
    {}, false},
+  {op_kind::rope_cached, "rope_cached", 1, 1, 5, 0, {"cache"}, "x",
+   {"rows", "heads", "head_dim", "n_rot", "neox"}, {}, false},
 }};
 
 // The table is indexed by wire number - 1.

@@ -23,6 +23,10 @@
 ///                inputs {positions} or {positions, freq_factors},
 ///                dims {rows, heads, head_dim, n_rot}, scalars {freq_base}
 ///                (rope_neox: llama.cpp's NEOX pairs, rope_dims::neox)
+///   rope_cached  inputs {cache}, dims {rows, heads, head_dim, n_rot, neox}:
+///                rope by angles computed ahead (host::rope_cache's cos and
+///                sin per pair, rows x n_rot f32), NEOX pairs where neox
+///                is 1 (device::rope_cached)
 ///   attention    inputs {q, k, v}, dims {n_tokens, pos0, n_heads,
 ///                n_kv_heads, head_dim, kv_stride}, scalars {scale}
 ///   attention_f16, attention_q8_0
@@ -127,10 +131,14 @@ enum class op_kind : std::uint8_t {
   // a decode batch's new K (or V) rows, each into its own sequence's slot
   // of a paged cache (attention_paged_rows' tables).
   store_kv_rows = 33,
+  // rope by angles the host computed once for a step's rows (its cosines
+  // and sines), which every layer's Q and K of the step share: every
+  // device then turns by the host's own angles.
+  rope_cached = 34,
 };
 
 /// How many operations there are (the highest wire number).
-constexpr std::size_t op_count = 33;
+constexpr std::size_t op_count = 34;
 
 /// The most inputs, dims and scalars any operation takes.
 constexpr std::size_t max_op_inputs = 4;

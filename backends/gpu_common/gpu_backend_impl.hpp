@@ -533,6 +533,17 @@ protected:
                           ff, dims, stream_));
   }
 
+  status do_rope_cached(mut_view x, const_view cache,
+                        const rope_dims& dims) override {
+    if (!P::has_kernels(props_))
+      return device::do_rope_cached(x, cache, dims);
+    std::lock_guard<std::mutex> guard{mtx_};
+    EXO_TRY(select());
+    return launch_status("rope kernel",
+                         P::launch_rope_cached(f32_of(x), f32_of(cache), dims,
+                                               stream_));
+  }
+
   status do_attention(const_view q, const_view k, const_view v, mut_view out,
                       const attention_dims& dims) override {
     if (!P::has_kernels(props_)

@@ -50,6 +50,12 @@ int launch_rope_rows(float* x, const std::int32_t* positions,
                      const float* freq_factors, const rope_dims& dims,
                      void* stream);
 
+/// Rope of x[rows][heads][head_dim] in place by angles computed ahead
+/// (device::rope_cached): cs holds rows x n_rot f32, each pair's cosine
+/// and sine (host::rope_cache); dims.freq_base is unused.
+int launch_rope_cached(float* x, const float* cs, const rope_dims& dims,
+                       void* stream);
+
 /// Causal grouped-query attention (see attention_dims); needs head_dim <=
 /// 2 * gpu::math::attention_threads (callers fall back beyond).
 /// k and v are floats or IEEE halves as dims.kv says.
@@ -95,6 +101,7 @@ struct launches {
   static constexpr auto launch_rmsnorm = &EXO_GPU_KERNEL_NS::launch_rmsnorm;
   static constexpr auto launch_silu_mul = &EXO_GPU_KERNEL_NS::launch_silu_mul;
   static constexpr auto launch_rope_rows = &EXO_GPU_KERNEL_NS::launch_rope_rows;
+  static constexpr auto launch_rope_cached = &EXO_GPU_KERNEL_NS::launch_rope_cached;
   static constexpr auto launch_attention = &EXO_GPU_KERNEL_NS::launch_attention;
   static constexpr auto launch_to_f16 = &EXO_GPU_KERNEL_NS::launch_to_f16;
   static constexpr auto launch_to_q8_0 = &EXO_GPU_KERNEL_NS::launch_to_q8_0;

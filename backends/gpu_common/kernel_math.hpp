@@ -10,13 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backends/expf_ggml.hpp" // EXO_HD, ggml's expf and SwiGLU
 #include "backends/quant_formats.hpp" // the GGUF type ids
-
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#  define EXO_HD __host__ __device__
-#else
-#  define EXO_HD
-#endif
 
 namespace exo::backend::gpu::math {
 
@@ -31,7 +26,10 @@ EXO_HD inline float binary(binary_code op, float a, float b) {
   return op == binary_code::add ? a + b : a * b;
 }
 
-/// SiLU(gate) * up: the gated activation of a Llama feed-forward block.
+/// SiLU(gate) * up: the gated activation of a Llama feed-forward block,
+/// with the platform's expf (ggml_silu_f32 with libm's: the host's
+/// silu_mul on the count % 16 elements past its groups of 16; the groups
+/// take ggml::swiglu_lane).
 EXO_HD inline float silu_mul(float gate, float up) {
   return gate / (1.0f + expf(-gate)) * up;
 }
@@ -106,6 +104,17 @@ EXO_HD inline float rope_theta(std::int32_t pos, std::size_t pair,
   float exponent = -2.0f * static_cast<float>(pair)
                    / static_cast<float>(n_rot);
   return static_cast<float>(pos) * powf(base, exponent) / factor;
+}
+
+/// Turns the pair (x0, x1) by the angle whose cosine and sine are c and s
+/// as the host does (host_kernels' rotate_heads, ggml's rotate_pairs as
+/// GCC contracts it): one fused multiply-add each, with x1 s and x1 c
+/// rounded first. fmaf rounds once on every compiler, and nothing is left
+/// to contract, so the device's bits are the host's.
+EXO_HD inline void rope_rotate_cs(float x0, float x1, float c, float s,
+                                  float* y0, float* y1) {
+  *y0 = fmaf(x0, c, -(x1 * s));
+  *y1 = fmaf(x0, s, x1 * c);
 }
 
 /// IEEE half bits to float (exact).

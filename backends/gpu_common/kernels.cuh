@@ -56,12 +56,19 @@ __global__ void dequant_rows_kernel(const std::uint8_t* w, float* out,
   }
 }
 
+/// The host's silu_mul (ggml_vec_swiglu_f32): each whole group of 16 from
+/// the start by ggml's expf (ggml::swiglu_lane, the host's bits), the
+/// n % 16 left by the platform's expf (libm's on the host, so those few
+/// may differ; none where the feed-forward width is a multiple of 16, as
+/// every Llama model's is).
 __global__ void silu_mul_kernel(const float* gate, const float* up,
                                 float* out, std::size_t n) {
   std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  std::size_t groups = n - n % 16;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < n; i += stride)
-    out[i] = m::silu_mul(gate[i], up[i]);
+    out[i] = i < groups ? ggml::swiglu_lane(gate[i], up[i])
+                        : m::silu_mul(gate[i], up[i]);
 }
 
 /// Tree reduction over a power-of-two block; returns the total to every
@@ -178,6 +185,28 @@ __global__ void rope_rows_kernel(float* x, const std::int32_t* pos,
     float* v = x + rh * head_dim + (neox ? pair : 2 * pair);
     std::size_t o = neox ? half : 1;
     m::rope_rotate(v[0], v[o], theta, &v[0], &v[o]);
+  }
+}
+
+/// rope_rows_kernel's pairs turned by the host's angles: cs[r * n_rot +
+/// 2 pair] and the next float are the pair's cosine and sine for row r
+/// (host::rope_cache), and the rotation is the host's (m::rope_rotate_cs),
+/// so that every element gets the host's bits.
+__global__ void rope_cached_kernel(float* x, const float* cs,
+                                   std::size_t rows, std::size_t heads,
+                                   std::size_t head_dim, std::size_t n_rot,
+                                   bool neox) {
+  std::size_t half = n_rot / 2;
+  std::size_t n = rows * heads * half;
+  std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    std::size_t pair = i % half;
+    std::size_t rh = i / half; // row * heads + head
+    const float* c = cs + (rh / heads) * n_rot + 2 * pair;
+    float* v = x + rh * head_dim + (neox ? pair : 2 * pair);
+    std::size_t o = neox ? half : 1;
+    m::rope_rotate_cs(v[0], v[o], c[0], c[1], &v[0], &v[o]);
   }
 }
 
@@ -675,6 +704,16 @@ int launch_rope_rows(float* x, const std::int32_t* positions,
   EXO_LAUNCH(rope_rows_kernel, g.grid, g.block, stream)(
     x, positions, freq_factors, d.rows, d.heads, d.head_dim, d.n_rot,
     d.freq_base, d.neox);
+  return last_error();
+}
+
+int launch_rope_cached(float* x, const float* cs, const rope_dims& d,
+                       void* stream) {
+  auto g = gpu::elementwise_launch(d.rows * d.heads * (d.n_rot / 2));
+  if (g.grid == 0)
+    return 0;
+  EXO_LAUNCH(rope_cached_kernel, g.grid, g.block, stream)(
+    x, cs, d.rows, d.heads, d.head_dim, d.n_rot, d.neox);
   return last_error();
 }
 

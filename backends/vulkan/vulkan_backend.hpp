@@ -32,6 +32,11 @@ struct vulkan_options {
   /// matvec_f32w instead of matvec_subgroup) even where the device has it:
   /// tests use it to run them on lavapipe.
   bool no_subgroup_arithmetic = false;
+  /// Take the paths of a device without shaderFloat64 (the device's own
+  /// fma in silu_mul and rope_cached, fused or not, instead of the exact
+  /// fma through doubles that gives the host's bits) even where the device
+  /// has it: tests use it to run them on lavapipe.
+  bool no_float64 = false;
 };
 
 std::unique_ptr<backend> make_vulkan_backend(vulkan_options opts = {});

@@ -55,7 +55,9 @@ constexpr std::uint32_t no_type = std::numeric_limits<std::uint32_t>::max();
 
 /// Push constants of elementwise.comp.
 struct elementwise_push {
-  std::uint32_t a_off, b_off, c_off, count, op;
+  /// groups: silu's elements (of this dispatch) below it take ggml's expf
+  /// (the operation's whole groups of 16).
+  std::uint32_t a_off, b_off, c_off, count, op, groups;
 };
 
 /// Push constants of matmul.comp and matvec.comp.
@@ -85,6 +87,11 @@ struct rope_push {
   std::uint32_t x_off, pos_off, ff_off, rows, heads, head_dim, n_rot, has_ff;
   float freq_base;
   std::uint32_t neox;
+};
+
+/// Push constants of rope_cached.comp.
+struct rope_cached_push {
+  std::uint32_t x_off, cs_off, rows, heads, head_dim, n_rot, neox;
 };
 
 /// Push constants of attention.comp.
@@ -253,6 +260,8 @@ protected:
                      std::size_t rows, std::size_t dim, float eps) override;
   status do_rope(mut_view x, const_view positions, const_view freq_factors,
                  const rope_dims& dims) override;
+  status do_rope_cached(mut_view x, const_view cache,
+                        const rope_dims& dims) override;
   status do_attention(const_view q, const_view k, const_view v, mut_view out,
                       const attention_dims& dims) override;
   status do_attention_paged(const_view q, const_view k, const_view v,
@@ -347,6 +356,9 @@ public:
     k_matvec_f32w,
     k_matvec_f32w_x4,
     k_matvec_subgroup_x4,
+    k_rope_cached,
+    k_elementwise_fp64,
+    k_rope_cached_fp64,
     k_count
   };
 
@@ -408,6 +420,9 @@ public:
   bool staging_coherent_ = false;
   bool budget_ext_ = false;
   bool subgroup_add_ = false; ///< subgroup arithmetic in compute shaders
+  /// shaderFloat64, enabled: the _fp64 pipelines (exact fused
+  /// multiply-adds) run silu_mul and rope_cached.
+  bool float64_ = false;
   std::uint32_t subgroup_size_ = 1;
   VkDeviceSize atom_ = 1;
   VkDeviceSize min_align_ = 1;
@@ -496,9 +511,13 @@ status vulkan_device::init(const std::vector<std::string>& taken_ids) {
   VkPhysicalDeviceVulkan12Features want{};
   want.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
   want.timelineSemaphore = VK_TRUE;
+  VkPhysicalDeviceFeatures want_base{};
+  float64_ = f2.features.shaderFloat64 == VK_TRUE && !opts_.no_float64;
+  want_base.shaderFloat64 = float64_ ? VK_TRUE : VK_FALSE;
   VkDeviceCreateInfo dci{};
   dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
   dci.pNext = &want;
+  dci.pEnabledFeatures = &want_base;
   dci.queueCreateInfoCount = 1;
   dci.pQueueCreateInfos = &qci;
   dci.enabledExtensionCount = static_cast<std::uint32_t>(enabled.size());
@@ -1049,7 +1068,10 @@ status vulkan_device::ensure_pipeline(kernel k) {
       &vulkan_spirv::matvec_quant_x4,
       &vulkan_spirv::matvec_f32w,
       &vulkan_spirv::matvec_f32w_x4,
-      &vulkan_spirv::matvec_subgroup_x4};
+      &vulkan_spirv::matvec_subgroup_x4,
+      &vulkan_spirv::rope_cached,
+      &vulkan_spirv::elementwise_fp64,
+      &vulkan_spirv::rope_cached_fp64};
   VkShaderModuleCreateInfo smi{};
   smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
@@ -1415,11 +1437,20 @@ status vulkan_device::run_elementwise(std::uint32_t op, const_view a,
     auto bc = bind(*out.buf, out.offset + at, n * 4, what);
     if (!ba || !bb || !bc)
       return !ba ? ba.err() : !bb ? bb.err() : bc.err();
-    auto bt = prepare(k_elementwise, {*ba, *bb, *bc});
+    auto bt = prepare(op == 2u && float64_ ? k_elementwise_fp64
+                                           : k_elementwise,
+                      {*ba, *bb, *bc});
     if (!bt)
       return bt.err();
-    elementwise_push pc{ba->elem_off, bb->elem_off, bc->elem_off,
-                        static_cast<std::uint32_t>(n), op};
+    const std::size_t whole = count - count % 16; // silu's groups of 16
+    const std::size_t in_groups = whole > done ? std::min(n, whole - done)
+                                               : 0;
+    elementwise_push pc{ba->elem_off,
+                        bb->elem_off,
+                        bc->elem_off,
+                        static_cast<std::uint32_t>(n),
+                        op,
+                        static_cast<std::uint32_t>(in_groups)};
     vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                        sizeof(pc), &pc);
     auto groups = std::min<std::size_t>((n + 255) / 256, max_groups_[0]);
@@ -1704,6 +1735,39 @@ status vulkan_device::do_rope(mut_view x, const_view positions,
   auto groups = std::min<std::size_t>((pairs + 255) / 256, max_groups_[0]);
   vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
   used_by(**bt, {x.buf, positions.buf, freq_factors.buf});
+  return finish(**bt);
+}
+
+status vulkan_device::do_rope_cached(mut_view x, const_view cache,
+                                     const rope_dims& dims) {
+  auto sz = host::check_rope(dims); // sizes only: checked
+  if (!sz)
+    return sz.err();
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(usable("rope_cached"));
+  if (!fits_u32({sz->x / 4, sz->cache / 4}))
+    return fail(errc::unsupported, "rope_cached: more than 2^32 elements");
+  auto bx = bind(*x.buf, x.offset, sz->x, "rope x");
+  auto bc = bind(*cache.buf, cache.offset, sz->cache, "rope cache");
+  if (!bx || !bc)
+    return !bx ? bx.err() : bc.err();
+  auto bt = prepare(float64_ ? k_rope_cached_fp64 : k_rope_cached,
+                    {*bx, *bc});
+  if (!bt)
+    return bt.err();
+  rope_cached_push pc{bx->elem_off,
+                      bc->elem_off,
+                      static_cast<std::uint32_t>(dims.rows),
+                      static_cast<std::uint32_t>(dims.heads),
+                      static_cast<std::uint32_t>(dims.head_dim),
+                      static_cast<std::uint32_t>(dims.n_rot),
+                      dims.neox ? 1u : 0u};
+  vkCmdPushConstants((*bt)->cmd, pipe_layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                     sizeof(pc), &pc);
+  auto pairs = dims.rows * dims.heads * (dims.n_rot / 2);
+  auto groups = std::min<std::size_t>((pairs + 255) / 256, max_groups_[0]);
+  vkCmdDispatch((*bt)->cmd, static_cast<std::uint32_t>(groups), 1, 1);
+  used_by(**bt, {x.buf, cache.buf});
   return finish(**bt);
 }
 

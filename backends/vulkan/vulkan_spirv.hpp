@@ -21,6 +21,8 @@ extern const blob matvec;      ///< the m == 1 case of matmul
 extern const blob matvec_subgroup;
 extern const blob rms_norm;    ///< rows normalised by their RMS, times a weight
 extern const blob rope;        ///< rotary embedding, llama "normal" mode
+/// rope by the host's angles (cosines and sines per pair and row).
+extern const blob rope_cached;
 extern const blob attention;   ///< causal grouped-query attention, KV cache
 extern const blob matvec_f16;  ///< C = A * W^T, W in IEEE half
 extern const blob matvec_q8_0; ///< C = A * W^T, W in GGUF's Q8_0 blocks
@@ -51,5 +53,9 @@ extern const blob matvec_quant_x4;
 extern const blob matvec_subgroup_x4;
 extern const blob matvec_f32w;
 extern const blob matvec_f32w_x4;
+/// elementwise and rope_cached with their fused multiply-adds exact
+/// (exact_fma.glsl, through doubles): for devices with shaderFloat64.
+extern const blob elementwise_fp64;
+extern const blob rope_cached_fp64;
 
 } // namespace exo::backend::vulkan_spirv

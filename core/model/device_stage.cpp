@@ -1,5 +1,6 @@
 #include "core/model/device_stage.hpp"
 
+#include "backends/host_kernels.hpp"
 #include "core/gguf/quant.hpp"
 
 #include <algorithm>
@@ -290,7 +291,8 @@ std::array<std::uint64_t, 8> scratch_floats(const llama_hparams& hp,
                       kv = hp.n_embd_kv();
   const std::uint64_t ones
     = kv_type == backend::kv_type::f32 ? std::min(T, ones_rows) * kv : 0;
-  return {T * (e + 1), T * e, T * nq, T * nq, T * e, T * ff, T * ff, ones};
+  return {T * (e + hp.n_rot), T * e, T * nq, T * nq, T * e, T * ff, T * ff,
+          ones};
 }
 
 /// Bytes of the block tables a paged stage's step writes, allocated with
@@ -382,8 +384,6 @@ stage_memory device_stage_memory(const llama_model& m, std::uint32_t first,
     if (L.q_norm)
       r.layer_weight_bytes += 2 * std::uint64_t{hp.head_dim} * 4;
   }
-  if (m.rope_freqs())
-    r.rope_bytes = std::uint64_t{hp.n_rot / 2} * 4;
   const bool is_last = last == hp.n_layer;
   if (is_last) {
     r.head_bytes = e * 4 + matrix_bytes(m.output(), o.stored_weights);
@@ -596,12 +596,6 @@ status device_stage::upload_all() {
     }
     layers_.push_back(dl);
   }
-  if (model_->rope_freqs()) {
-    auto h = upload(model_->rope_freqs(), std::uint64_t{hp.n_rot / 2} * 4);
-    if (!h)
-      return h.err();
-    rope_freqs_ = *h;
-  }
   if (is_last()) {
     auto h = upload(model_->output_norm(), e * 4);
     if (!h)
@@ -613,7 +607,7 @@ status device_stage::upload_all() {
     output_ = *m;
   }
   // Scratch for max_tokens rows (sizes shared with device_stage_memory).
-  // io: activations, then the positions.
+  // io: activations, then the rows' rope angles.
   device_handle* scratch[] = {&io_, &cur_, &q_, &att_,
                               &tmp_, &g_,  &u_, &ones_};
   const auto floats = scratch_floats(hp, opts_.max_tokens, opts_.kv);
@@ -1503,19 +1497,29 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
   const std::uint64_t e = hp.n_embd, nq = hp.n_embd_q(), nkv = hp.n_embd_kv(),
                       ff = hp.n_ff;
   // One write: N rows of activations (unless they are on the device
-  // already), then N int32 positions, each row at its own sequence's.
-  const std::uint64_t x_bytes = N * e * 4, pos_off = x_bytes;
+  // already), then the rope angles of the N rows, each at its own
+  // sequence's position: computed here once with the host's function
+  // (rope_freqs folded in), they serve every layer's Q and K, and every
+  // device turns by the host's angles (rope_cached).
+  const std::uint64_t x_bytes = N * e * 4, cs_off = x_bytes;
   const std::uint64_t skip = x_from_device ? x_bytes : 0;
-  staging_.resize(x_bytes + N * 4 - skip);
+  staging_.resize(x_bytes + N * hp.n_rot * 4 - skip);
   if (!x_from_device)
     std::memcpy(staging_.data(), x, x_bytes);
   {
-    std::uint64_t r = 0;
+    positions_.clear();
     for (auto& sg : segs)
-      for (std::uint32_t t = 0; t < sg.n; ++t, ++r) {
-        auto p = static_cast<std::int32_t>(sg.pos + t);
-        std::memcpy(staging_.data() + pos_off - skip + r * 4, &p, 4);
-      }
+      for (std::uint32_t t = 0; t < sg.n; ++t)
+        positions_.push_back(static_cast<std::int32_t>(sg.pos + t));
+    backend::rope_dims rd;
+    rd.rows = N;
+    rd.n_rot = hp.n_rot;
+    rd.freq_base = hp.rope_freq_base;
+    rope_staging_.resize(N * hp.n_rot);
+    backend::host::rope_cache(rope_staging_.data(), positions_.data(),
+                              model_->rope_freqs(), rd);
+    std::memcpy(staging_.data() + cs_off - skip, rope_staging_.data(),
+                rope_staging_.size() * 4);
   }
   // The residual stream lives in io_; activations from the device are
   // read where they are by the first layer, which writes io_.
@@ -1609,13 +1613,9 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
       s = e;
     }
   };
-  const op_kind rope_kind = hp.rope_neox() ? op_kind::rope_neox
-                                           : op_kind::rope;
   auto rope = [&](device_operand xv, std::uint64_t heads) {
-    auto& op = add(rope_kind, {at(io_, pos_off)}, xv,
-                   {N, heads, hp.head_dim, hp.n_rot}, {hp.rope_freq_base});
-    if (rope_freqs_)
-      op.inputs.push_back(at(rope_freqs_));
+    add(op_kind::rope_cached, {at(io_, cs_off)}, xv,
+        {N, heads, hp.head_dim, hp.n_rot, hp.rope_neox() ? 1u : 0u}, {});
   };
   for (std::uint32_t l = first_; l < last_; ++l) {
     auto& L = layers_[l - first_];

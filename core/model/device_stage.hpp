@@ -279,9 +279,8 @@ struct stage_memory {
   /// Last stage: the output norm and the output head (token_embd when
   /// tied).
   std::uint64_t head_bytes = 0;
-  /// The rope_freqs table, on every stage, when the model has one.
-  std::uint64_t rope_bytes = 0;
-  /// Scratch for max_tokens rows: activations and positions, the normed
+  /// Scratch for max_tokens rows: activations and the rows' rope angles
+  /// (host::rope_cache's n_rot floats a row, rope_freqs folded in), the normed
   /// row, q, the attention output, a temporary, gate and up; with an f32
   /// cache, the ones that copy a batch's K and V rows into each
   /// sequence's cache.
@@ -295,7 +294,7 @@ struct stage_memory {
 
   /// Uploaded once by create().
   std::uint64_t weight_bytes() const {
-    return layer_weight_bytes + head_bytes + rope_bytes;
+    return layer_weight_bytes + head_bytes;
   }
   /// Allocated by create() besides the weights.
   std::uint64_t working_bytes() const {
@@ -645,7 +644,6 @@ private:
 
   std::vector<device_handle> owned_; ///< every buffer but the caches'
   std::vector<layer> layers_;
-  device_handle rope_freqs_ = 0;
   device_handle output_norm_ = 0;
   matrix output_;
   /// Scratch: io (activations, then positions), cur, q, att, tmp, gate
@@ -678,6 +676,10 @@ private:
   std::uint64_t cache_bytes_ = 0;
   std::uint64_t ops_run_ = 0;
   std::vector<std::uint8_t> staging_;
+  /// A step's positions and their rope angles (host::rope_cache), row by
+  /// row, on their way into staging_.
+  std::vector<std::int32_t> positions_;
+  std::vector<float> rope_staging_;
   /// The last step's operations, rewritten in place by the next.
   std::vector<device_op> op_list_;
 };

@@ -38,7 +38,7 @@ model_spec load_model_spec(const std::string& path, std::uint32_t n_ctx,
       l.operations = c.operations;
       m.layers.push_back(l);
       if (i == 0) {
-        m.extras.every_stage = mem.rope_bytes + mem.scratch_bytes;
+        m.extras.every_stage = mem.scratch_bytes;
         m.extras.first_stage = 0;
       }
       if (i + 1 == costs.size())

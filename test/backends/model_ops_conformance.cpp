@@ -85,6 +85,19 @@ std::vector<float> download(device& dev, const buffer& buf, std::size_t n,
   return v;
 }
 
+/// Requires the first n floats of got and want to have the same bits,
+/// naming the first element that does not.
+void require_bits(const std::vector<float>& got, const std::vector<float>& want,
+                  std::size_t n) {
+  REQUIRE(got.size() >= n);
+  REQUIRE(want.size() >= n);
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::memcmp(&got[i], &want[i], 4) != 0) {
+      INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
+      REQUIRE(std::memcmp(&got[i], &want[i], 4) == 0);
+    }
+}
+
 void require_close(const std::vector<float>& got,
                    const std::vector<double>& want, double rel) {
   REQUIRE(got.size() == want.size());
@@ -351,6 +364,69 @@ TEST_CASE("rope rotates adjacent pairs (NEOX: halves) by position, leaving "
           for (std::size_t i = s.n_rot; i < s.head_dim; ++i)
             REQUIRE(got[r * s.head_dim + i] == x[r * s.head_dim + i]);
       }
+    }
+  }
+}
+
+TEST_CASE("rope_cached turns by the host's angles with the host's bits") {
+  // Every device, given host::rope_cache's angles, gives host::rope's bits
+  // (the stage's way: angles computed once a step, on the host): far
+  // positions too, where a device's own sinf and cosf would differ.
+  std::mt19937 rng{31};
+  for (auto* dev : every_device()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      struct shape {
+        std::size_t rows, heads, head_dim, n_rot;
+        float base;
+        bool factors;
+        bool neox;
+      };
+      for (auto s : {shape{5, 4, 16, 16, 10000.0f, false, false},
+                     shape{4, 3, 16, 10, 500000.0f, true, false},
+                     shape{3, 2, 128, 128, 10000.0f, false, false},
+                     shape{5, 4, 16, 16, 1000000.0f, false, true},
+                     shape{4, 3, 16, 10, 500000.0f, true, true},
+                     shape{3, 8, 128, 64, 10000.0f, false, true}}) {
+        INFO("head_dim " << s.head_dim << " n_rot " << s.n_rot << " neox "
+                         << s.neox);
+        rope_dims d{s.rows, s.heads, s.head_dim, s.n_rot, s.base, s.neox};
+        auto x = random_floats(rng, s.rows * s.heads * s.head_dim, -4.0f,
+                               4.0f);
+        std::vector<std::int32_t> pos(s.rows);
+        for (std::size_t r = 0; r < s.rows; ++r)
+          pos[r] = static_cast<std::int32_t>(r * 40009 % 131072);
+        auto ff = random_floats(rng, s.n_rot / 2, 1.0f, 8.0f);
+        const float* f = s.factors ? ff.data() : nullptr;
+        std::vector<float> cs(s.rows * s.n_rot);
+        host::rope_cache(cs.data(), pos.data(), f, d);
+        auto want = x;
+        host::rope(want.data(), pos.data(), f, d);
+        // x at an offset inside its buffer, to check offsets are honoured.
+        auto bx = upload(*dev, x, 64, 16);
+        auto bc = upload(*dev, cs, 32);
+        REQUIRE(dev->rope_cached({bx.get(), 64}, {bc.get(), 32}, d).ok());
+        auto got = download(*dev, *bx, x.size(), 64);
+        require_bits(got, want, x.size());
+        // Through the operation table too (the stage's way).
+        auto bx2 = upload(*dev, x);
+        op_call call;
+        call.kind = op_kind::rope_cached;
+        call.n_inputs = 1;
+        call.inputs[0] = {bc.get(), 32};
+        call.output = {bx2.get(), 0};
+        call.n_dims = 5;
+        call.dims = {s.rows, s.heads, s.head_dim, s.n_rot, s.neox ? 1u : 0u};
+        REQUIRE(run(*dev, call).ok());
+        got = download(*dev, *bx2, x.size());
+        require_bits(got, want, x.size());
+      }
+      // A cache one row short is refused before anything runs.
+      rope_dims d{2, 2, 8, 8, 10000.0f, false};
+      auto bx = alloc(*dev, 2 * 2 * 8 * 4);
+      auto bc = alloc(*dev, 8 * 4);
+      auto st = dev->rope_cached({bx.get(), 0}, {bc.get(), 0}, d);
+      REQUIRE_FALSE(st.ok());
+      CHECK(st.err().code == errc::out_of_range);
     }
   }
 }
@@ -1034,6 +1110,37 @@ TEST_CASE("silu_mul matches a double-precision reference, in place too") {
         REQUIRE(dev->silu_mul({bg.get(), 0}, {bu.get(), 0}, {bg.get(), 0}, n)
                   .ok());
         require_close(download(*dev, *bg, n), want, 1e-4);
+      }
+    }
+  }
+}
+
+TEST_CASE("silu_mul gives the host's bits on its groups of 16") {
+  // ggml_vec_swiglu_f32's arithmetic on every device (expf_ggml.hpp): the
+  // whole groups of 16 from the start bit for bit, whatever the device's
+  // own expf; the few past them within the reference's bound. Gates reach
+  // past ggml's cut-offs (0 below about -104, infinity above 88.4).
+  std::mt19937 rng{37};
+  for (auto* dev : every_device()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      for (std::size_t n : {16u * 3 * 1536, 16u * 5 + 7}) {
+        INFO("n " << n);
+        auto g = random_floats(rng, n, -12.0f, 12.0f);
+        auto u = random_floats(rng, n, -3.0f, 3.0f);
+        for (std::size_t i = 0; i < n; i += 97)
+          g[i] = random_floats(rng, 1, -120.0f, 120.0f)[0];
+        std::vector<float> want(n);
+        host::silu_mul(g.data(), u.data(), want.data(), n);
+        auto bg = upload(*dev, g), bu = upload(*dev, u);
+        auto out = alloc(*dev, n * 4);
+        REQUIRE(dev->silu_mul({bg.get(), 0}, {bu.get(), 0}, {out.get(), 0}, n)
+                  .ok());
+        auto got = download(*dev, *out, n);
+        const std::size_t groups = n - n % 16;
+        require_bits(got, want, groups);
+        for (std::size_t i = groups; i < n; ++i)
+          CHECK(std::fabs(got[i] - want[i])
+                <= 1e-5 * std::max(1.0f, std::fabs(want[i])));
       }
     }
   }

@@ -106,6 +106,12 @@ protected:
                      freq_factors.buf != nullptr});
     return {};
   }
+  status do_rope_cached(mut_view x, const_view cache,
+                        const rope_dims& d) override {
+    calls.push_back({d.neox ? "rope_cached neox" : "rope_cached",
+                     {cache.offset, x.offset}, {}, {}, false});
+    return {};
+  }
   status do_attention(const_view q, const_view k, const_view v, mut_view out,
                       const attention_dims& d) override {
     calls.push_back({d.kv == kv_type::f16    ? "attention_f16"
@@ -286,6 +292,11 @@ sample sample_of(op_kind kind) {
       s.in_bytes = {32, 32, 32, 12};
       s.out_bytes = 32;
       break;
+    case op_kind::rope_cached: // rows 2, heads 2, head_dim 4, n_rot 4
+      dims({2, 2, 4, 4, 0});
+      s.in_bytes = {32}; // 2 rows x n_rot f32
+      s.out_bytes = 64;
+      break;
     case op_kind::store_kv_rows: // one f32 row of 4, blocks of two rows
       dims({1, 4, 4, 0, 2, 8, 2});
       s.in_bytes = {16, 12};
@@ -345,16 +356,17 @@ TEST_CASE("the op table round-trips every operation through its number") {
     CHECK(check_counts(r.kind, r.min_inputs, r.n_dims, r.n_scalars).ok());
   }
   CHECK(names.size() == op_count);
-  CHECK(names.size() == 33);
+  CHECK(names.size() == 34);
   CHECK(names.count("attention_paged_rows") == 1);
   CHECK(names.count("store_kv_rows") == 1);
+  CHECK(names.count("rope_cached") == 1);
   CHECK(names.count("matmul_q8_0") == 1);
   CHECK(names.count("matmul_q4_k") == 1);
   CHECK(names.count("matmul_rows_q4_k") == 1);
   // Every number outside the table is none, 0 included.
   for (int n = 0; n < 256; ++n)
     CHECK(op_from_wire(static_cast<std::uint8_t>(n)).has_value()
-          == (n >= 1 && n <= 33));
+          == (n >= 1 && n <= 34));
   CHECK(std::string{to_string(static_cast<op_kind>(0))} == "unknown");
 }
 
@@ -409,6 +421,19 @@ TEST_CASE("run dispatches each operation to its device method") {
   REQUIRE(dev.calls.size() == 2);
   CHECK(dev.calls[0].freq_factors);
   CHECK_FALSE(dev.calls[1].freq_factors);
+  // rope_cached's neox dim picks the pairs; anything but 0 or 1 is
+  // refused before the device.
+  auto rc = sample_of(op_kind::rope_cached);
+  operands rcops{dev, rc};
+  dev.calls.clear();
+  rc.call.dims[4] = 1;
+  REQUIRE(run(dev, rc.call).ok());
+  REQUIRE(dev.calls.size() == 1);
+  CHECK(dev.calls[0].op == "rope_cached neox");
+  rc.call.dims[4] = 2;
+  auto bad_neox = run(dev, rc.call);
+  CHECK(code_of(bad_neox) == errc::invalid_argument);
+  CHECK(bad_neox.err().message == "rope_cached: neox must be 0 or 1, got 2");
   // Wrong counts never reach the device.
   dev.calls.clear();
   r.call.n_scalars = 0;
@@ -496,7 +521,7 @@ TEST_CASE("every operand rule is checked once, before any do_* method") {
     sample s = base;
     s.call.output = {const_cast<buffer*>(s.call.inputs[0].buf), 0};
     if (r.kind != op_kind::rope && r.kind != op_kind::rope_neox
-        && s.out_bytes == s.in_bytes[0]) {
+        && r.kind != op_kind::rope_cached && s.out_bytes == s.in_bytes[0]) {
       auto st = run(dev, s.call);
       CHECK(st.ok() == r.in_place);
     }

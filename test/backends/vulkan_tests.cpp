@@ -379,6 +379,52 @@ TEST_CASE("vulkan products with F32 weights give a row a lone row's bits, "
   }
 }
 
+TEST_CASE("vulkan silu_mul and rope_cached without float64 stay within an "
+          "ulp or two") {
+  // A device without shaderFloat64 runs the shaders' own fma (lavapipe
+  // computes it as a product and a sum): not the host's bits (the fp64
+  // pipelines give those, backend_conformance), but close to them.
+  vulkan_options plain;
+  plain.no_float64 = true;
+  fixture fx{plain};
+  std::mt19937 rng{54};
+  const std::size_t n = 16 * 300 + 5;
+  auto g = random_floats(rng, n, -12.0f, 12.0f);
+  auto u = random_floats(rng, n, -3.0f, 3.0f);
+  std::vector<float> want(n), got(n);
+  host::silu_mul(g.data(), u.data(), want.data(), n);
+  auto bg = fx.alloc(n * 4), bu = fx.alloc(n * 4), bo = fx.alloc(n * 4);
+  REQUIRE(fx.dev->write(*bg, 0, g.data(), n * 4).ok());
+  REQUIRE(fx.dev->write(*bu, 0, u.data(), n * 4).ok());
+  REQUIRE(fx.dev->silu_mul({bg.get(), 0}, {bu.get(), 0}, {bo.get(), 0}, n)
+            .ok());
+  REQUIRE(fx.dev->read(*bo, 0, got.data(), n * 4).ok());
+  for (std::size_t i = 0; i < n; ++i) {
+    INFO("silu element " << i << ": got " << got[i] << ", want " << want[i]);
+    REQUIRE(std::fabs(got[i] - want[i])
+            <= 4e-7 * std::max(1.0f, std::fabs(want[i])));
+  }
+  // rope by the host's angles at far positions.
+  rope_dims d{6, 4, 64, 64, 10000.0f, false};
+  auto x = random_floats(rng, d.rows * d.heads * d.head_dim, -4.0f, 4.0f);
+  std::vector<std::int32_t> pos{0, 1, 17, 4095, 70001, 131071};
+  std::vector<float> cs(d.rows * d.n_rot);
+  host::rope_cache(cs.data(), pos.data(), nullptr, d);
+  auto rx = x;
+  host::rope(rx.data(), pos.data(), nullptr, d);
+  auto bx = fx.alloc(x.size() * 4), bc = fx.alloc(cs.size() * 4);
+  REQUIRE(fx.dev->write(*bx, 0, x.data(), x.size() * 4).ok());
+  REQUIRE(fx.dev->write(*bc, 0, cs.data(), cs.size() * 4).ok());
+  REQUIRE(fx.dev->rope_cached({bx.get(), 0}, {bc.get(), 0}, d).ok());
+  std::vector<float> rgot(x.size());
+  REQUIRE(fx.dev->read(*bx, 0, rgot.data(), x.size() * 4).ok());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO("rope element " << i << ": got " << rgot[i] << ", want " << rx[i]);
+    REQUIRE(std::fabs(rgot[i] - rx[i]) <= 1e-6 * std::max(1.0f,
+                                                          std::fabs(rx[i])));
+  }
+}
+
 TEST_CASE("an event recorded after a matmul completes with the result") {
   fixture fx;
   std::mt19937 rng{61};
