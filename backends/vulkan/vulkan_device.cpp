@@ -203,6 +203,13 @@ class vulkan_device final : public device {
 
   status init(const std::vector<std::string>& taken_ids);
 
+  /// Where the device has shaderFloat64: whether its own fma() is fused
+  /// (rope_cached's plain pipeline on rows where a product and a sum
+  /// would round otherwise, against the host's bits). If it is, the plain
+  /// pipelines give the host's bits at no cost and run silu_mul and
+  /// rope_cached; if not, the _fp64 ones (exact_fma.glsl) do.
+  void settle_fma();
+
   const device_properties& properties() const override { return props_; }
 
   bool measure_rates_again() override {
@@ -420,8 +427,9 @@ public:
   bool staging_coherent_ = false;
   bool budget_ext_ = false;
   bool subgroup_add_ = false; ///< subgroup arithmetic in compute shaders
-  /// shaderFloat64, enabled: the _fp64 pipelines (exact fused
-  /// multiply-adds) run silu_mul and rope_cached.
+  /// shaderFloat64 enabled and the device's own fma() not fused
+  /// (settle_fma): the _fp64 pipelines (exact fused multiply-adds) run
+  /// silu_mul and rope_cached.
   bool float64_ = false;
   std::uint32_t subgroup_size_ = 1;
   VkDeviceSize atom_ = 1;
@@ -2057,12 +2065,44 @@ status vulkan_device::do_hadamard(mut_view out, const_view a,
 
 // -- opening -----------------------------------------------------------------
 
+void vulkan_device::settle_fma() {
+  if (!float64_)
+    return;
+  // Rows of one pair: y0 = fma(x0, c, -(x1 s)), y1 = fma(x0, s, x1 c).
+  // The first row's exact x0 c is 1 + 2^-11 + 2^-24, which a separate
+  // product rounds to 1 + 2^-11 = x1 s: fused 2^-24, unfused 0.
+  const float e = 1.0f + 0x1p-12f;
+  std::vector<float> x{e, 1.0f}, cs{e, 1.0f + 0x1p-11f};
+  std::uint32_t state = 12345;
+  for (int r = 1; r < 64; ++r)
+    for (int i = 0; i < 2; ++i) {
+      state = state * 1664525u + 1013904223u;
+      x.push_back(static_cast<float>(state >> 8) * 0x1p-23f - 1.0f);
+      state = state * 1664525u + 1013904223u;
+      cs.push_back(static_cast<float>(state >> 8) * 0x1p-23f - 1.0f);
+    }
+  const rope_dims d{x.size() / 2, 1, 2, 2, 10000.0f, false};
+  std::vector<float> want = x, got(x.size());
+  host::rope_cached(want.data(), cs.data(), d);
+  auto bx = allocate(x.size() * 4);
+  auto bc = allocate(cs.size() * 4);
+  float64_ = false; // the plain pipeline
+  const bool fused =
+      bx && bc && write(**bx, 0, x.data(), x.size() * 4).ok()
+      && write(**bc, 0, cs.data(), cs.size() * 4).ok()
+      && rope_cached({bx->get(), 0}, {bc->get(), 0}, d).ok()
+      && read(**bx, 0, got.data(), got.size() * 4).ok()
+      && std::memcmp(got.data(), want.data(), got.size() * 4) == 0;
+  float64_ = !fused;
+}
+
 result<std::unique_ptr<device>>
 open_device(VkPhysicalDevice physical, const vulkan_options& opts,
             const std::vector<std::string>& taken_ids) {
   auto dev = std::make_unique<vulkan_device>(physical, opts);
   if (auto st = dev->init(taken_ids); !st.ok())
     return st.err();
+  dev->settle_fma();
   dev->measure_rates_again();
   return std::unique_ptr<device>{std::move(dev)};
 }
