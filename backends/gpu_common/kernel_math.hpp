@@ -34,9 +34,34 @@ EXO_HD inline float silu_mul(float gate, float up) {
   return gate / (1.0f + expf(-gate)) * up;
 }
 
-/// 1 / sqrt(mean of squares + eps) for a row whose squares sum to sum_sq.
-EXO_HD inline float rms_scale(float sum_sq, std::size_t cols, float eps) {
-  return 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
+/// a * b rounded once, never fused into a later addition (nvcc and hipcc
+/// contract a product and a sum, even across a widening to double).
+EXO_HD inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+/// a + b rounded once (the other operand of a possible fusion).
+EXO_HD inline float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+/// 1 / sqrt(mean of squares + eps) as the host's rms_norm finishes a row
+/// (ggml's): the float squares' sum in double, divided by cols in double
+/// and rounded to float, then eps added and the root taken in float. A
+/// sum in another order than the host's one chain gives the host's bits
+/// unless the two double sums fall either side of a float's rounding
+/// boundary: a chance of about cols x 2^-29 a row.
+EXO_HD inline float rms_scale(double sum_sq, std::size_t cols, float eps) {
+  const float mean = static_cast<float>(sum_sq / static_cast<double>(cols));
+  return 1.0f / sqrtf(mean + eps);
 }
 
 /// One normalized element: x * scale * weight.

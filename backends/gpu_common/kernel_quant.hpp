@@ -22,24 +22,6 @@
 
 namespace exo::backend::gpu::math {
 
-/// a * b rounded once, never fused into a later addition.
-EXO_HD inline float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-/// a + b rounded once (the other operand of a possible fusion).
-EXO_HD inline float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
 /// The activation formats of the quantized dot products.
 enum class act_format : int { none = 0, q8_0 = 1, q8_1 = 2, q8_k = 3 };
 

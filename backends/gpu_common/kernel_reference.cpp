@@ -58,9 +58,9 @@ void rmsnorm(const float* x, const float* weight, float* out,
              std::size_t rows, std::size_t cols, float eps) {
   for (std::size_t r = 0; r < rows; ++r) {
     const float* in = x + r * cols;
-    float sum = 0;
+    double sum = 0;
     for (std::size_t i = 0; i < cols; ++i)
-      sum += in[i] * in[i];
+      sum += static_cast<double>(math::mul_rn(in[i], in[i]));
     float scale = math::rms_scale(sum, cols, eps);
     for (std::size_t i = 0; i < cols; ++i)
       out[r * cols + i] = math::rmsnorm_apply(in[i], scale, weight[i]);

@@ -71,19 +71,23 @@ __global__ void silu_mul_kernel(const float* gate, const float* up,
                         : m::silu_mul(gate[i], up[i]);
 }
 
+__device__ inline float larger(float a, float b) { return fmaxf(a, b); }
+__device__ inline double larger(double a, double b) { return fmax(a, b); }
+
 /// Tree reduction over a power-of-two block; returns the total to every
 /// thread. `sum` selects addition, otherwise maximum.
-__device__ float block_reduce(float v, float* shared, bool sum) {
+template <class T>
+__device__ T block_reduce(T v, T* shared, bool sum) {
   unsigned tid = threadIdx.x;
   shared[tid] = v;
   __syncthreads();
   for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
     if (tid < s)
       shared[tid] = sum ? shared[tid] + shared[tid + s]
-                        : fmaxf(shared[tid], shared[tid + s]);
+                        : larger(shared[tid], shared[tid + s]);
     __syncthreads();
   }
-  float total = shared[0];
+  T total = shared[0];
   __syncthreads();
   return total;
 }
@@ -91,12 +95,13 @@ __device__ float block_reduce(float v, float* shared, bool sum) {
 __global__ void rmsnorm_kernel(const float* x, const float* w, float* out,
                                std::size_t rows, std::size_t cols,
                                float eps) {
-  __shared__ float shared[max_row_threads];
+  // The host's arithmetic (m::rms_scale): float squares summed in double.
+  __shared__ double shared[max_row_threads];
   for (std::size_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* in = x + r * cols;
-    float part = 0;
+    double part = 0;
     for (std::size_t i = threadIdx.x; i < cols; i += blockDim.x)
-      part += in[i] * in[i];
+      part += static_cast<double>(m::mul_rn(in[i], in[i]));
     float scale = m::rms_scale(block_reduce(part, shared, true), cols, eps);
     for (std::size_t i = threadIdx.x; i < cols; i += blockDim.x)
       out[r * cols + i] = m::rmsnorm_apply(in[i], scale, w[i]);

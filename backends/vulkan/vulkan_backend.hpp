@@ -34,8 +34,9 @@ struct vulkan_options {
   bool no_subgroup_arithmetic = false;
   /// Take the paths of a device without shaderFloat64 (the device's own
   /// fma in silu_mul and rope_cached, fused or not, instead of the exact
-  /// fma through doubles that gives the host's bits) even where the device
-  /// has it: tests use it to run them on lavapipe.
+  /// fma through doubles; rms_norm's squares summed in float, not double:
+  /// the doubles give the host's bits) even where the device has it: tests
+  /// use it to run them on lavapipe.
   bool no_float64 = false;
 };
 

@@ -366,6 +366,7 @@ public:
     k_rope_cached,
     k_elementwise_fp64,
     k_rope_cached_fp64,
+    k_rms_norm_fp64,
     k_count
   };
 
@@ -427,10 +428,12 @@ public:
   bool staging_coherent_ = false;
   bool budget_ext_ = false;
   bool subgroup_add_ = false; ///< subgroup arithmetic in compute shaders
-  /// shaderFloat64 enabled and the device's own fma() not fused
-  /// (settle_fma): the _fp64 pipelines (exact fused multiply-adds) run
-  /// silu_mul and rope_cached.
+  /// shaderFloat64, enabled: rms_norm_fp64 sums in double as the host.
   bool float64_ = false;
+  /// float64_ and the device's own fma() not fused (settle_fma): the
+  /// _fp64 pipelines of silu_mul and rope_cached (exact fused
+  /// multiply-adds) run them.
+  bool exact_fma_ = false;
   std::uint32_t subgroup_size_ = 1;
   VkDeviceSize atom_ = 1;
   VkDeviceSize min_align_ = 1;
@@ -1079,7 +1082,8 @@ status vulkan_device::ensure_pipeline(kernel k) {
       &vulkan_spirv::matvec_subgroup_x4,
       &vulkan_spirv::rope_cached,
       &vulkan_spirv::elementwise_fp64,
-      &vulkan_spirv::rope_cached_fp64};
+      &vulkan_spirv::rope_cached_fp64,
+      &vulkan_spirv::rms_norm_fp64};
   VkShaderModuleCreateInfo smi{};
   smi.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smi.codeSize = blobs[k]->count * sizeof(std::uint32_t);
@@ -1445,8 +1449,8 @@ status vulkan_device::run_elementwise(std::uint32_t op, const_view a,
     auto bc = bind(*out.buf, out.offset + at, n * 4, what);
     if (!ba || !bb || !bc)
       return !ba ? ba.err() : !bb ? bb.err() : bc.err();
-    auto bt = prepare(op == 2u && float64_ ? k_elementwise_fp64
-                                           : k_elementwise,
+    auto bt = prepare(op == 2u && exact_fma_ ? k_elementwise_fp64
+                                             : k_elementwise,
                       {*ba, *bb, *bc});
     if (!bt)
       return bt.err();
@@ -1687,7 +1691,7 @@ status vulkan_device::do_rms_norm(const_view x, const_view weight,
   auto bo = bind(*out.buf, out.offset, *bytes, "rms_norm out");
   if (!bx || !bw || !bo)
     return !bx ? bx.err() : !bw ? bw.err() : bo.err();
-  auto bt = prepare(k_rms_norm, {*bx, *bw, *bo});
+  auto bt = prepare(float64_ ? k_rms_norm_fp64 : k_rms_norm, {*bx, *bw, *bo});
   if (!bt)
     return bt.err();
   rms_norm_push pc{bx->elem_off,
@@ -1759,7 +1763,7 @@ status vulkan_device::do_rope_cached(mut_view x, const_view cache,
   auto bc = bind(*cache.buf, cache.offset, sz->cache, "rope cache");
   if (!bx || !bc)
     return !bx ? bx.err() : bc.err();
-  auto bt = prepare(float64_ ? k_rope_cached_fp64 : k_rope_cached,
+  auto bt = prepare(exact_fma_ ? k_rope_cached_fp64 : k_rope_cached,
                     {*bx, *bc});
   if (!bt)
     return bt.err();
@@ -2086,14 +2090,14 @@ void vulkan_device::settle_fma() {
   host::rope_cached(want.data(), cs.data(), d);
   auto bx = allocate(x.size() * 4);
   auto bc = allocate(cs.size() * 4);
-  float64_ = false; // the plain pipeline
+  exact_fma_ = false; // the plain pipeline
   const bool fused =
       bx && bc && write(**bx, 0, x.data(), x.size() * 4).ok()
       && write(**bc, 0, cs.data(), cs.size() * 4).ok()
       && rope_cached({bx->get(), 0}, {bc->get(), 0}, d).ok()
       && read(**bx, 0, got.data(), got.size() * 4).ok()
       && std::memcmp(got.data(), want.data(), got.size() * 4) == 0;
-  float64_ = !fused;
+  exact_fma_ = !fused;
 }
 
 result<std::unique_ptr<device>>

@@ -57,5 +57,7 @@ extern const blob matvec_f32w_x4;
 /// (exact_fma.glsl, through doubles): for devices with shaderFloat64.
 extern const blob elementwise_fp64;
 extern const blob rope_cached_fp64;
+/// rms_norm with the host's sum of float squares in double.
+extern const blob rms_norm_fp64;
 
 } // namespace exo::backend::vulkan_spirv

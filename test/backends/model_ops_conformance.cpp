@@ -324,6 +324,40 @@ TEST_CASE("rms_norm matches a double-precision reference, in place too") {
   }
 }
 
+TEST_CASE("rms_norm gives the host's bits, in place too") {
+  // The host's arithmetic (ggml's): float squares summed in double, the
+  // mean rounded to float. Devices sum in another order, which changes a
+  // row's float mean only when the two double sums straddle a float's
+  // rounding boundary (about dim x 2^-29 a row): never in these rows.
+  // Float sums, even of a few squares a thread, give other bits in some
+  // 5% of them.
+  std::mt19937 rng{41};
+  for (auto* dev : every_device()) {
+    DYNAMIC_SECTION(dev->properties().id) {
+      for (std::size_t dim : {64u, 2048u, 5000u}) {
+        INFO("dim " << dim);
+        const std::size_t rows = 256;
+        auto x = random_floats(rng, rows * dim, -3.0f, 3.0f);
+        for (std::size_t i = 0; i < x.size(); i += 7)
+          x[i] *= 1e-3f; // small values, whose squares a sum may round
+        auto w = random_floats(rng, dim, 0.5f, 1.5f);
+        std::vector<float> want(x.size());
+        host::rms_norm(x.data(), w.data(), want.data(), rows, dim, 1e-5f);
+        auto bx = upload(*dev, x), bw = upload(*dev, w);
+        auto out = alloc(*dev, x.size() * 4);
+        REQUIRE(dev->rms_norm({bx.get(), 0}, {bw.get(), 0}, {out.get(), 0},
+                              rows, dim, 1e-5f)
+                  .ok());
+        require_bits(download(*dev, *out, x.size()), want, x.size());
+        REQUIRE(dev->rms_norm({bx.get(), 0}, {bw.get(), 0}, {bx.get(), 0},
+                              rows, dim, 1e-5f)
+                  .ok());
+        require_bits(download(*dev, *bx, x.size()), want, x.size());
+      }
+    }
+  }
+}
+
 TEST_CASE("rope rotates adjacent pairs (NEOX: halves) by position, leaving "
           "the rest") {
   std::mt19937 rng{12};

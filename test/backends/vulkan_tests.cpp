@@ -379,8 +379,8 @@ TEST_CASE("vulkan products with F32 weights give a row a lone row's bits, "
   }
 }
 
-TEST_CASE("vulkan silu_mul and rope_cached without float64 stay within an "
-          "ulp or two") {
+TEST_CASE("vulkan silu_mul, rope_cached and rms_norm without float64 "
+          "stay within an ulp or two") {
   // A device without shaderFloat64 runs the shaders' own fma (lavapipe
   // computes it as a product and a sum): not the host's bits (the fp64
   // pipelines give those, backend_conformance), but close to them.
@@ -403,6 +403,26 @@ TEST_CASE("vulkan silu_mul and rope_cached without float64 stay within an "
     INFO("silu element " << i << ": got " << got[i] << ", want " << want[i]);
     REQUIRE(std::fabs(got[i] - want[i])
             <= 4e-7 * std::max(1.0f, std::fabs(want[i])));
+  }
+  // rms_norm's squares summed in float.
+  {
+    const std::size_t rows = 3, dim = 2048;
+    auto x = random_floats(rng, rows * dim, -3.0f, 3.0f);
+    auto w = random_floats(rng, dim, 0.5f, 1.5f);
+    std::vector<float> nwant(x.size()), ngot(x.size());
+    host::rms_norm(x.data(), w.data(), nwant.data(), rows, dim, 1e-5f);
+    auto bx = fx.alloc(x.size() * 4), bw = fx.alloc(dim * 4);
+    REQUIRE(fx.dev->write(*bx, 0, x.data(), x.size() * 4).ok());
+    REQUIRE(fx.dev->write(*bw, 0, w.data(), dim * 4).ok());
+    REQUIRE(fx.dev->rms_norm({bx.get(), 0}, {bw.get(), 0}, {bx.get(), 0},
+                             rows, dim, 1e-5f)
+              .ok());
+    REQUIRE(fx.dev->read(*bx, 0, ngot.data(), x.size() * 4).ok());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      INFO("rms_norm element " << i);
+      REQUIRE(std::fabs(ngot[i] - nwant[i])
+              <= 1e-6 * std::max(1.0f, std::fabs(nwant[i])));
+    }
   }
   // rope by the host's angles at far positions.
   rope_dims d{6, 4, 64, 64, 10000.0f, false};

@@ -1,15 +1,15 @@
 // fma_exact(a, b, c): a * b + c rounded once to float, as the host's
 // fmaf gives it. A shader's fma() need not be fused (Vulkan lets a device
 // compute it as a product and a sum, and lavapipe does), so with
-// EXACT_FMA (the *_fp64 variants, for devices with shaderFloat64 whose
+// FLOAT64 (the *_fp64 variants, for devices with shaderFloat64 whose
 // fma() a probe at start found unfused: vulkan_device::settle_fma) it goes
 // through doubles: the product of two floats is exact in a double, the
 // sum's rounding error e comes from TwoSum, and the double s = a b + c - e
 // rounds to the float nearest a b + c except where s lies exactly halfway
 // between two floats and e is not 0: then the exact value is past the
-// midpoint on e's side. Without EXACT_FMA it is the device's fma.
+// midpoint on e's side. Without FLOAT64 it is the device's fma.
 
-#ifdef EXACT_FMA
+#ifdef FLOAT64
 float fma_exact(float a, float b, float c) {
   precise double p = double(a) * double(b);
   precise double dc = double(c);
