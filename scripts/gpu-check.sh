@@ -98,6 +98,17 @@ gen() { # BACKENDS MODEL N [OPTIONS...]
     --prompt "${PROMPT:-the quick brown fox}" -n "$n" --temperature 0 \
     --state-dir "$W/state-$b" "$@" 2>&1
 }
+# "same text" or where TEXT parts from REF (cmp's words: the first byte
+# that differs, or which one ends first).
+parts() { # REF TEXT
+  if [ "$1" = "$2" ]; then
+    echo "same text (${#1} bytes)"
+  else
+    echo "differs $(cmp <(printf '%s' "$1") <(printf '%s' "$2") 2>&1 |
+      sed -e 's|^.*differ: |at |' -e 's|^.*EOF on .* after|where one ends, after|')"
+  fi
+}
+text_of() { grep -a "^${PROMPT:-the quick brown fox}" | head -1; }
 for t in f32 f16 q8_0 q4_k_m; do
   late generate.txt "small $t" && break
   f=$M/small-$t.gguf
@@ -105,15 +116,21 @@ for t in f32 f16 q8_0 q4_k_m; do
     --heads 8 --kv-heads 4 --vocab 1024 --type "$t" >/dev/null
   {
     echo "==== small $t: exo-model (CPU engine)"
-    "$G/bin/exo-model" run --model "$f" --prompt "the quick brown fox" -n 32 \
-      --temperature 0 2>&1 | head -1
+    ref=$("$G/bin/exo-model" run --model "$f" --prompt "the quick brown fox" \
+      -n 32 --temperature 0 2>&1 | head -1)
+    echo "$ref"
     for b in cpu cuda vulkan; do
       echo "==== small $t: exo-node on $b"
-      gen "$b" "$f" 32 | grep -av "^note:"
+      out=$(gen "$b" "$f" 32 | grep -av "^note:")
+      echo "$out"
+      echo "==== small $t on $b against the CPU engine: $(parts "$ref" "$(text_of <<<"$out")")"
     done
     for b in cpu cuda; do
       echo "==== small $t: exo-node on $b, q8_0 KV cache"
-      gen "$b" "$f" 32 --kv-type q8_0 | grep -av "^note:"
+      out=$(gen "$b" "$f" 32 --kv-type q8_0 | grep -av "^note:")
+      echo "$out"
+      [ "$b" = cpu ] && qref=$(text_of <<<"$out")
+      [ "$b" = cuda ] && echo "==== small $t, q8_0 KV cache, cuda against cpu: $(parts "$qref" "$(text_of <<<"$out")")"
     done
   } 2>&1 | tee -a "$OUTDIR/generate.txt"
 done
@@ -130,7 +147,10 @@ for t in f16 q4_k_m; do
   {
     for b in cuda cpu; do
       echo "==== wide $t: exo-node on $b"
-      gen "$b" "$f" 64 | grep -av "^note:"
+      out=$(gen "$b" "$f" 64 | grep -av "^note:")
+      echo "$out"
+      [ "$b" = cuda ] && wcuda=$(text_of <<<"$out")
+      [ "$b" = cpu ] && echo "==== wide $t, cuda against cpu: $(parts "$(text_of <<<"$out")" "$wcuda")"
     done
     for s in 4 16; do
       echo "==== wide $t: exo-node on cuda, $s sequences"
