@@ -1450,22 +1450,119 @@ rotate_heads(float* x, const float* cs, std::size_t heads,
   }
 }
 
-/// rotate_heads with the fused multiply-adds as instructions (the same
-/// bits: a fused multiply-add rounds once either way), where the portable
-/// build calls libm's fmaf for each (2.5% of a 16-sequence Q4_K_M step
-/// in the call alone).
-__attribute__((target("avx2,fma"))) void
-rotate_heads_fma(float* x, const float* cs, std::size_t heads,
-                 std::size_t head_dim, std::size_t n_rot, bool neox) noexcept {
-  rotate_heads(x, cs, heads, head_dim, n_rot, neox);
+// rotate_heads in vector lanes, the same bits: x0 c - x1 s as fmsub(x0, c,
+// x1 s) (one rounding of x0 c less the rounded x1 s, which is fma(x0, c,
+// -(x1 s))) and x0 s + x1 c as fmadd(x0, s, x1 c). NORMAL pairs sit side
+// by side in x and in cs: a vector holds whole pairs, its odd lanes swapped
+// with the even (permute) give each lane its partner, cosines and sines
+// duplicated (moveldup, movehdup) match them, and the even lanes take the
+// first result, the odd the second. NEOX: x0 and x1 are two vectors
+// n_rot / 2 apart, and cs's pairs are split into cosines and sines. The
+// pairs past the last whole vector go as rotate_heads does.
+
+__attribute__((target("avx512f,fma"))) void
+rotate_heads_avx512(float* x, const float* cs, std::size_t heads,
+                    std::size_t head_dim, std::size_t n_rot,
+                    bool neox) noexcept {
+  const std::size_t half = n_rot / 2;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18,
+                                         20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19,
+                                        21, 23, 25, 27, 29, 31);
+  for (std::size_t h = 0; h < heads; ++h) {
+    float* xh = x + h * head_dim;
+    std::size_t done = 0; // pairs
+    if (!neox) {
+      for (; 2 * done + 16 <= n_rot; done += 8) {
+        const __m512 v = _mm512_loadu_ps(xh + 2 * done);
+        const __m512 p = _mm512_loadu_ps(cs + 2 * done);
+        // (The maskz forms: GCC 12's plain ones start from an uninitialized
+        // register and warn.)
+        const __m512 c = _mm512_maskz_moveldup_ps(0xffff, p);
+        const __m512 s = _mm512_maskz_movehdup_ps(0xffff, p);
+        const __m512 w = _mm512_maskz_permute_ps(0xffff, v, 0xb1); // partners
+        const __m512 first = _mm512_fmsub_ps(v, c, _mm512_mul_ps(w, s));
+        const __m512 second = _mm512_fmadd_ps(w, s, _mm512_mul_ps(v, c));
+        _mm512_storeu_ps(xh + 2 * done,
+                         _mm512_mask_blend_ps(0xaaaa, first, second));
+      }
+    } else {
+      for (; done + 16 <= half; done += 16) {
+        const __m512 lo = _mm512_loadu_ps(cs + 2 * done);
+        const __m512 hi = _mm512_loadu_ps(cs + 2 * done + 16);
+        const __m512 c = _mm512_permutex2var_ps(lo, even, hi);
+        const __m512 s = _mm512_permutex2var_ps(lo, odd, hi);
+        const __m512 x0 = _mm512_loadu_ps(xh + done);
+        const __m512 x1 = _mm512_loadu_ps(xh + done + half);
+        _mm512_storeu_ps(xh + done,
+                         _mm512_fmsub_ps(x0, c, _mm512_mul_ps(x1, s)));
+        _mm512_storeu_ps(xh + done + half,
+                         _mm512_fmadd_ps(x0, s, _mm512_mul_ps(x1, c)));
+      }
+    }
+    const std::size_t step = neox ? 1 : 2, offset = neox ? half : 1;
+    for (std::size_t i = done; i < half; ++i) {
+      float* p = xh + i * step;
+      const float x0 = p[0], x1 = p[offset];
+      p[0] = std::fma(x0, cs[2 * i], -(x1 * cs[2 * i + 1]));
+      p[offset] = std::fma(x0, cs[2 * i + 1], x1 * cs[2 * i]);
+    }
+  }
 }
 
-/// Rotates the heads of one row by cs (rotate_heads, as instructions where
-/// the CPU has FMA).
+__attribute__((target("avx2,fma"))) void
+rotate_heads_avx2(float* x, const float* cs, std::size_t heads,
+                  std::size_t head_dim, std::size_t n_rot,
+                  bool neox) noexcept {
+  const std::size_t half = n_rot / 2;
+  for (std::size_t h = 0; h < heads; ++h) {
+    float* xh = x + h * head_dim;
+    std::size_t done = 0; // pairs
+    if (!neox) {
+      for (; 2 * done + 8 <= n_rot; done += 4) {
+        const __m256 v = _mm256_loadu_ps(xh + 2 * done);
+        const __m256 p = _mm256_loadu_ps(cs + 2 * done);
+        const __m256 c = _mm256_moveldup_ps(p), s = _mm256_movehdup_ps(p);
+        const __m256 w = _mm256_permute_ps(v, 0xb1); // partners
+        const __m256 first = _mm256_fmsub_ps(v, c, _mm256_mul_ps(w, s));
+        const __m256 second = _mm256_fmadd_ps(w, s, _mm256_mul_ps(v, c));
+        _mm256_storeu_ps(xh + 2 * done, _mm256_blend_ps(first, second, 0xaa));
+      }
+    } else {
+      for (; done + 8 <= half; done += 8) {
+        const __m256 lo = _mm256_loadu_ps(cs + 2 * done);
+        const __m256 hi = _mm256_loadu_ps(cs + 2 * done + 8);
+        // Within 128-bit halves, then the 64-bit quarters into order.
+        const __m256 c = _mm256_castpd_ps(_mm256_permute4x64_pd(
+          _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xd8));
+        const __m256 s = _mm256_castpd_ps(_mm256_permute4x64_pd(
+          _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xdd)), 0xd8));
+        const __m256 x0 = _mm256_loadu_ps(xh + done);
+        const __m256 x1 = _mm256_loadu_ps(xh + done + half);
+        _mm256_storeu_ps(xh + done,
+                         _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+        _mm256_storeu_ps(xh + done + half,
+                         _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+      }
+    }
+    const std::size_t step = neox ? 1 : 2, offset = neox ? half : 1;
+    for (std::size_t i = done; i < half; ++i) {
+      float* p = xh + i * step;
+      const float x0 = p[0], x1 = p[offset];
+      p[0] = std::fma(x0, cs[2 * i], -(x1 * cs[2 * i + 1]));
+      p[offset] = std::fma(x0, cs[2 * i + 1], x1 * cs[2 * i]);
+    }
+  }
+}
+
+/// Rotates the heads of one row by cs (rotate_heads: in vector lanes where
+/// the CPU has AVX-512 or AVX2 and FMA, libm's fmaf elsewhere).
 void rotate_row(float* x, const float* cs, std::size_t heads,
                 std::size_t head_dim, std::size_t n_rot, bool neox) noexcept {
-  if (have_avx2())
-    rotate_heads_fma(x, cs, heads, head_dim, n_rot, neox);
+  if (have_avx512())
+    rotate_heads_avx512(x, cs, heads, head_dim, n_rot, neox);
+  else if (have_avx2())
+    rotate_heads_avx2(x, cs, heads, head_dim, n_rot, neox);
   else
     rotate_heads(x, cs, heads, head_dim, n_rot, neox); // libm's fmaf
 }

@@ -751,24 +751,31 @@ TEST_CASE("rope rotates pairs with ggml's fused multiply-adds") {
   // and rotate_pairs as GCC contracts it in llama.cpp's x86 builds:
   // x0 c - x1 s and x0 s + x1 c, each one fused multiply-add with the x1
   // product rounded first.
-  // Pairs adjacent (NORMAL) or half a rotation apart (NEOX), with the
-  // multiply-adds as instructions (AVX2) and as libm's fmaf (portable).
+  // Pairs adjacent (NORMAL) or half a rotation apart (NEOX), in 16 and 8
+  // vector lanes (AVX-512, AVX2) and as libm's fmaf (portable); rotations
+  // of whole vectors, with pairs left over, and of part of a head.
   std::mt19937 rng{25};
+  struct shape {
+    std::size_t head_dim, n_rot;
+  };
+  for (auto sh : {shape{64, 64}, shape{80, 80}, shape{64, 40}, shape{128, 6}})
   for (bool neox : {false, true})
-  for (auto widest : {host::isa::avx2, host::isa::scalar}) {
-    CAPTURE(neox, static_cast<int>(widest));
-    rope_dims d{3, 4, 64, 64, 10000.0f, neox};
-    auto x = random_floats(rng, 3 * 4 * 64, -3.0f, 3.0f);
+  for (auto widest : {host::isa::avx512, host::isa::avx2, host::isa::scalar}) {
+    CAPTURE(sh.head_dim, sh.n_rot, neox, static_cast<int>(widest));
+    const std::size_t hd = sh.head_dim, nr = sh.n_rot;
+    rope_dims d{3, 4, hd, nr, 10000.0f, neox};
+    auto x = random_floats(rng, 3 * 4 * hd, -3.0f, 3.0f);
     std::vector<std::int32_t> pos{0, 17, 900};
     auto want = x;
-    const std::size_t step = neox ? 1 : 2, offset = neox ? 32 : 1;
+    const std::size_t step = neox ? 1 : 2, offset = neox ? nr / 2 : 1;
     for (std::size_t r = 0; r < 3; ++r) {
-      const float theta_scale = std::pow(d.freq_base, -2.0f / 64.0f);
+      const float theta_scale
+        = std::pow(d.freq_base, -2.0f / static_cast<float>(nr));
       float theta = static_cast<float>(pos[r]);
-      for (std::size_t i0 = 0; i0 < 64; i0 += 2) {
+      for (std::size_t i0 = 0; i0 < nr; i0 += 2) {
         const float c = std::cos(theta), s = std::sin(theta);
         for (std::size_t h = 0; h < 4; ++h) {
-          float* p = want.data() + (r * 4 + h) * 64 + i0 / 2 * step;
+          float* p = want.data() + (r * 4 + h) * hd + i0 / 2 * step;
           const float x0 = p[0], x1 = p[offset];
           p[0] = std::fma(x0, c, -(x1 * s));
           p[offset] = std::fma(x0, s, x1 * c);
