@@ -1571,16 +1571,11 @@ void rotate_row(float* x, const float* cs, std::size_t heads,
 void rope_heads(float* x, std::size_t heads, std::size_t head_dim,
                 std::size_t n_rot, std::int64_t pos, float freq_base,
                 const float* freq_factors, bool neox) noexcept {
-  constexpr std::size_t max_stack = 512;
-  float stack[max_stack];
-  std::vector<float> heap;
-  float* cs = stack;
-  if (n_rot > max_stack) {
-    heap.resize(n_rot);
-    cs = heap.data();
-  }
-  rope_cache_row(cs, n_rot, pos, freq_base, freq_factors);
-  rotate_row(x, cs, heads, head_dim, n_rot, neox);
+  thread_local std::vector<float> cs; // the row's cache, reused
+  if (cs.size() < n_rot)
+    cs.resize(n_rot);
+  rope_cache_row(cs.data(), n_rot, pos, freq_base, freq_factors);
+  rotate_row(x, cs.data(), heads, head_dim, n_rot, neox);
 }
 
 } // namespace
