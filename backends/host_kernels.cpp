@@ -1428,26 +1428,33 @@ void rope_cache_row(float* cs, std::size_t n_rot, std::int64_t pos,
   }
 }
 
-/// Rotates the pairs of `heads` heads of one row by the cache `cs` (cos,
-/// sin per pair); pair i is (x[i * step], x[i * step + offset]) with step
-/// 2, offset 1 (NORMAL) or step 1, offset n_rot / 2 (NEOX).
+/// Rotates pairs `from` .. n_rot/2 - 1 of one head xh by the cache `cs`
+/// (cos, sin per pair); pair i is (xh[i * step], xh[i * step + offset])
+/// with step 2, offset 1 (NORMAL) or step 1, offset n_rot / 2 (NEOX).
+__attribute__((always_inline)) inline void
+rotate_pairs(float* xh, const float* cs, std::size_t from, std::size_t n_rot,
+             bool neox) noexcept {
+  const std::size_t half = n_rot / 2;
+  const std::size_t step = neox ? 1 : 2, offset = neox ? half : 1;
+  for (std::size_t i = from; i < half; ++i) {
+    const float c = cs[2 * i], s = cs[2 * i + 1];
+    float* p = xh + i * step;
+    const float x0 = p[0], x1 = p[offset];
+    // ggml's rotate_pairs as GCC contracts it in llama.cpp's x86 builds
+    // (checked against node-llama-cpp's zen4 library): one fused
+    // multiply-add each, x1 s and x1 c rounded first.
+    p[0] = std::fma(x0, c, -(x1 * s));
+    p[offset] = std::fma(x0, s, x1 * c);
+  }
+}
+
+/// Rotates the pairs of `heads` heads of one row by the cache `cs`
+/// (rotate_pairs, every pair).
 __attribute__((always_inline)) inline void
 rotate_heads(float* x, const float* cs, std::size_t heads,
              std::size_t head_dim, std::size_t n_rot, bool neox) noexcept {
-  const std::size_t step = neox ? 1 : 2, offset = neox ? n_rot / 2 : 1;
-  for (std::size_t h = 0; h < heads; ++h) {
-    float* xh = x + h * head_dim;
-    for (std::size_t i0 = 0; i0 + 1 < n_rot; i0 += 2) {
-      const float c = cs[i0], s = cs[i0 + 1];
-      float* p = xh + (i0 / 2) * step;
-      const float x0 = p[0], x1 = p[offset];
-      // ggml's rotate_pairs as GCC contracts it in llama.cpp's x86 builds
-      // (checked against node-llama-cpp's zen4 library): one fused
-      // multiply-add each, x1 s and x1 c rounded first.
-      p[0] = std::fma(x0, c, -(x1 * s));
-      p[offset] = std::fma(x0, s, x1 * c);
-    }
-  }
+  for (std::size_t h = 0; h < heads; ++h)
+    rotate_pairs(x + h * head_dim, cs, 0, n_rot, neox);
 }
 
 // rotate_heads in vector lanes, the same bits: x0 c - x1 s as fmsub(x0, c,
@@ -1458,7 +1465,7 @@ rotate_heads(float* x, const float* cs, std::size_t heads,
 // duplicated (moveldup, movehdup) match them, and the even lanes take the
 // first result, the odd the second. NEOX: x0 and x1 are two vectors
 // n_rot / 2 apart, and cs's pairs are split into cosines and sines. The
-// pairs past the last whole vector go as rotate_heads does.
+// pairs past the last whole vector go through rotate_pairs.
 
 __attribute__((target("avx512f,fma"))) void
 rotate_heads_avx512(float* x, const float* cs, std::size_t heads,
@@ -1500,13 +1507,7 @@ rotate_heads_avx512(float* x, const float* cs, std::size_t heads,
                          _mm512_fmadd_ps(x0, s, _mm512_mul_ps(x1, c)));
       }
     }
-    const std::size_t step = neox ? 1 : 2, offset = neox ? half : 1;
-    for (std::size_t i = done; i < half; ++i) {
-      float* p = xh + i * step;
-      const float x0 = p[0], x1 = p[offset];
-      p[0] = std::fma(x0, cs[2 * i], -(x1 * cs[2 * i + 1]));
-      p[offset] = std::fma(x0, cs[2 * i + 1], x1 * cs[2 * i]);
-    }
+    rotate_pairs(xh, cs, done, n_rot, neox); // the pairs left over
   }
 }
 
@@ -1545,13 +1546,7 @@ rotate_heads_avx2(float* x, const float* cs, std::size_t heads,
                          _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
       }
     }
-    const std::size_t step = neox ? 1 : 2, offset = neox ? half : 1;
-    for (std::size_t i = done; i < half; ++i) {
-      float* p = xh + i * step;
-      const float x0 = p[0], x1 = p[offset];
-      p[0] = std::fma(x0, cs[2 * i], -(x1 * cs[2 * i + 1]));
-      p[offset] = std::fma(x0, cs[2 * i + 1], x1 * cs[2 * i]);
-    }
+    rotate_pairs(xh, cs, done, n_rot, neox); // the pairs left over
   }
 }
 
