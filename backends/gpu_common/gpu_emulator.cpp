@@ -94,7 +94,7 @@ struct fiber {
   bool done = false;
   std::uint64_t barriers = 0;
   bool shuffling = false; ///< waits in a shuffle, not at __syncthreads
-  float lane_value = 0.0f; ///< what it offers to a shuffle
+  std::uint32_t lane_value = 0; ///< the bits it offers to a shuffle
 #ifdef EXO_EMU_ASAN
   void* fake_stack = nullptr;
 #endif
@@ -331,7 +331,9 @@ void syncthreads() {
   to_main(r, false);
 }
 
-float shfl_xor(float v, unsigned mask) {
+namespace {
+/// The shuffle itself: moves 32 bits, whatever they mean.
+std::uint32_t shfl_xor_bits(std::uint32_t v, unsigned mask) {
   runner& r = *this_runner;
   const std::size_t me = r.current;
   // Offer v, wait until every thread has, take the partner's, and wait
@@ -342,10 +344,28 @@ float shfl_xor(float v, unsigned mask) {
   to_main(r, false);
   const std::size_t lane = me % warp_lanes;
   const std::size_t partner = me - lane + ((lane ^ mask) % warp_lanes);
-  const float got = partner < r.threads ? r.fibers[partner].lane_value : v;
+  const std::uint32_t got =
+    partner < r.threads ? r.fibers[partner].lane_value : v;
   ++r.fibers[me].barriers;
   to_main(r, false);
   return got;
+}
+} // namespace
+
+float shfl_xor(float v, unsigned mask) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  bits = shfl_xor_bits(bits, mask);
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+int shfl_xor(int v, unsigned mask) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  bits = shfl_xor_bits(bits, mask);
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
 }
 
 int run_grid(dim3 grid, dim3 block, const std::function<void()>& body,

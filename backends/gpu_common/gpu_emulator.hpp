@@ -62,6 +62,7 @@ constexpr unsigned warp_lanes = 32;
 /// emulator checks that, like its barriers, and a thread that shuffles
 /// while another waits at __syncthreads fails the launch.
 float shfl_xor(float v, unsigned mask);
+int shfl_xor(int v, unsigned mask);
 
 /// Runs body as every thread of every block of the grid, on the calling
 /// host thread. 0, or a CUDA error code: 9 (invalid configuration: a

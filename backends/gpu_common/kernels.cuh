@@ -566,11 +566,50 @@ EXO_UNROLL
   }
 }
 
+/// v[u] of every lane of an aligned group of 8 summed: lane u gets the sum
+/// of the 8 lanes' v[u]. A butterfly that halves the values at each step
+/// (7 shuffles where one sum after another takes 24); integers, so the
+/// order of the sums changes nothing.
+__device__ inline int transpose_sum8(const int (&v)[8], unsigned lane) {
+  int w[4];
+EXO_UNROLL
+  for (unsigned k = 0; k < 4; ++k) {
+    const bool up = (lane & 4u) != 0;
+    w[k] = (up ? v[k + 4] : v[k]) + EXO_SHFL_XOR(up ? v[k] : v[k + 4], 4u);
+  }
+  int x[2];
+EXO_UNROLL
+  for (unsigned k = 0; k < 2; ++k) {
+    const bool up = (lane & 2u) != 0;
+    x[k] = (up ? w[k + 2] : w[k]) + EXO_SHFL_XOR(up ? w[k] : w[k + 2], 2u);
+  }
+  const bool up = (lane & 1u) != 0;
+  return (up ? x[1] : x[0]) + EXO_SHFL_XOR(up ? x[0] : x[1], 1u);
+}
+
+/// transpose_sum8 for the first `group` values (uniform across the 8
+/// lanes); one value (a lone sequence's step) takes 3 shuffles.
+__device__ inline int group_sum8(const int (&v)[8], unsigned lane,
+                                 unsigned group) {
+  if (group > 1)
+    return transpose_sum8(v, lane);
+  int s = v[0];
+  s += EXO_SHFL_XOR(s, 1u);
+  s += EXO_SHFL_XOR(s, 2u);
+  return s + EXO_SHFL_XOR(s, 4u);
+}
+
 /// Q4_K matrices of a multiple of 8 rows, summed as llama.cpp's repacked
-/// kernels sum them (math::q4_k_repacked_step): per chunk of 8 super-blocks
-/// the 8 lanes of a row split the integer sums, then the row's first lane
-/// runs the float steps in order, one per super-block, or one per pair of
-/// sub-blocks for the first pair_tokens tokens (quant::q4_k_pair_tokens).
+/// kernels sum them (math::q4_k_repacked_step): the rows of A go in
+/// groups of 8, one per lane of the row's 8. Each lane unpacks its share
+/// of every pair of sub-blocks once for the group (bytes 4l .. 4l+3 of the
+/// pair's 32: their low nibbles in the first sub-block, high in the
+/// second) and sums it against all 8 rows of A; transpose_sum8 gives lane
+/// u row u's whole integer sum, and lane u runs row u's float steps in
+/// order, one per super-block, or one per pair of sub-blocks for the
+/// first pair_tokens tokens (quant::q4_k_pair_tokens). So every weight is
+/// read once for 8 rows of A, and every row of A steps through the blocks
+/// in order: the bits it gets alone.
 __global__ void matvec_q4_k_repacked_kernel(const std::uint8_t* w,
                                             const void* act, float* c,
                                             std::size_t mm, std::size_t nn,
@@ -578,47 +617,81 @@ __global__ void matvec_q4_k_repacked_kernel(const std::uint8_t* w,
                                             std::size_t act_row,
                                             std::size_t pair_tokens) {
   constexpr unsigned rows = gpu::lanes_rows_per_block;
-  constexpr unsigned chunk = m::dot_lanes;
-  constexpr unsigned pairs = 4; // pairs of sub-blocks in a super-block
+  constexpr unsigned R = m::dot_lanes; // rows of A at once: one per lane
+  static_assert(R == 8, "transpose_sum8 meets 8 lanes");
   constexpr std::size_t bb = 144; // bytes of a Q4_K block
-  __shared__ int part[rows * m::dot_lanes * chunk * pairs];
   const unsigned lane = threadIdx.x % m::dot_lanes;
   const auto* ab = static_cast<const std::uint8_t*>(act);
   for (std::size_t j0 = static_cast<std::size_t>(blockIdx.x) * rows; j0 < nn;
        j0 += static_cast<std::size_t>(gridDim.x) * rows) {
     const std::size_t j = j0 + threadIdx.x / m::dot_lanes;
-    const std::uint8_t* wr = w + j * nb * bb;
-    for (std::size_t t = 0; t < mm; ++t) {
+    // Lanes past the last row read it and write nothing: every lane takes
+    // part in the shuffles.
+    const bool live = j < nn;
+    const std::uint8_t* wr = w + (live ? j : nn - 1) * nb * bb;
+    for (std::size_t t0 = 0; t0 < mm; t0 += R) {
+      const unsigned group = mm - t0 < R ? static_cast<unsigned>(mm - t0) : R;
+      // This lane's row of A (the group's last where the group is short:
+      // its steps run and are dropped).
+      const std::size_t t = t0 + (lane < group ? lane : group - 1);
       const auto* y = reinterpret_cast<const m::act_q8k*>(ab + t * act_row);
-      const unsigned parts = t < pair_tokens ? pairs : 1;
+      // Whether any of the group's rows steps by pair (uniform: the
+      // group is the block's); this lane's row does where t < pair_tokens.
+      const bool pairs = t0 < pair_tokens;
       float acc = 0.0f, accm = 0.0f;
-      for (std::size_t i0 = 0; i0 < nb; i0 += chunk) {
-        for (unsigned k = 0; k < chunk; ++k)
-          for (unsigned p = 0; p < parts; ++p) {
-            const unsigned c0 = 256 / parts * p;
-            part[(threadIdx.x * chunk + k) * pairs + p]
-              = j < nn && i0 + k < nb
-                  ? m::q4_k_lane_isum(wr + (i0 + k) * bb, y[i0 + k], lane,
-                                      c0, c0 + 256 / parts)
-                  : 0;
-          }
-        __syncthreads();
-        if (lane == 0 && j < nn)
-          for (unsigned k = 0; k < chunk && i0 + k < nb; ++k) {
-            const std::uint8_t* b = wr + (i0 + k) * bb;
-            for (unsigned p = 0; p < parts; ++p) {
-              int isum = 0;
-              for (unsigned l = 0; l < m::dot_lanes; ++l)
-                isum += part[((threadIdx.x + l) * chunk + k) * pairs + p];
-              const int imin = parts == 1
-                                 ? m::q4_k_imin(b, y[i0 + k])
-                                 : m::q4_k_imin_pair(b, y[i0 + k], p);
-              m::q4_k_repacked_step(b, y[i0 + k], isum, imin, acc, accm);
+      for (std::size_t i = 0; i < nb; ++i) {
+        const std::uint8_t* b = wr + i * bb;
+        const std::int16_t* bs = y[i].bsums;
+        int whole[R];
+EXO_UNROLL
+        for (unsigned u = 0; u < R; ++u)
+          whole[u] = 0;
+        int isum = 0, imin = 0;
+        for (unsigned p = 0; p < 4; ++p) {
+          int sc0, mn0, sc1, mn1;
+          m::scale_min_k4(2 * p, b + 4, sc0, mn0);
+          m::scale_min_k4(2 * p + 1, b + 4, sc1, mn1);
+          // q4_k_imin_pair's sum, for this lane's row.
+          const int pmin = mn0 * (bs[4 * p] + bs[4 * p + 1])
+                           + mn1 * (bs[4 * p + 2] + bs[4 * p + 3]);
+          std::uint8_t q[4];
+          memcpy(q, b + 16 + 32 * p + 4 * lane, 4);
+          int part[R];
+EXO_UNROLL
+          for (unsigned u = 0; u < R; ++u) {
+            part[u] = 0;
+            if (u >= group)
+              continue; // (uniform)
+            const std::int8_t* a =
+              reinterpret_cast<const m::act_q8k*>(ab + (t0 + u) * act_row)[i]
+                .qs
+              + 64 * p + 4 * lane;
+            int lo = 0, hi = 0;
+EXO_UNROLL
+            for (unsigned e = 0; e < 4; ++e) {
+              lo += (q[e] & 0xF) * a[e];
+              hi += (q[e] >> 4) * a[32 + e];
             }
+            part[u] = sc0 * lo + sc1 * hi;
           }
-        __syncthreads();
+          if (pairs) {
+            const int s = group_sum8(part, lane, group);
+            if (t < pair_tokens)
+              m::q4_k_repacked_step(b, y[i], s, pmin, acc, accm);
+            isum += s;
+          } else {
+EXO_UNROLL
+            for (unsigned u = 0; u < R; ++u)
+              whole[u] += part[u];
+          }
+          imin += pmin;
+        }
+        if (!pairs)
+          isum = group_sum8(whole, lane, group);
+        if (t >= pair_tokens)
+          m::q4_k_repacked_step(b, y[i], isum, imin, acc, accm);
       }
-      if (lane == 0 && j < nn)
+      if (live && lane < group)
         c[t * nn + j] = acc - accm;
     }
   }

@@ -155,8 +155,8 @@ TEST_CASE("an emulated barrier that not every thread reaches fails the "
     CHECK(emu::run_grid(g, b, [] {}) == emu::error_invalid_configuration);
 }
 
-TEST_CASE("emulated warp shuffles exchange values within 32 lanes, and a "
-          "shuffle beside a barrier fails the launch") {
+TEST_CASE("emulated warp shuffles exchange floats and integers within 32 "
+          "lanes, and a shuffle beside a barrier fails the launch") {
   std::vector<float> out(2 * 64);
   REQUIRE(emu::run_grid(emu::dim3{2}, emu::dim3{64}, [&] {
             const unsigned t = emu::thread_idx().x, b = emu::block_idx().x;
@@ -173,6 +173,19 @@ TEST_CASE("emulated warp shuffles exchange values within 32 lanes, and a "
     const float warp_sum = t < 32 ? 496.0f : 1520.0f;
     CHECK(out[t] == warp_sum * 1000 + static_cast<float>(t ^ 1));
     CHECK(out[64 + t] == out[t]);
+  }
+  // Integers move whole: values a float cannot hold, and negatives.
+  std::vector<int> ints(64);
+  REQUIRE(emu::run_grid(emu::dim3{1}, emu::dim3{64}, [&] {
+            const int t = static_cast<int>(emu::thread_idx().x);
+            const int v = (t % 2 ? -1 : 1) * ((1 << 24) + 2 * t + 1);
+            ints[static_cast<std::size_t>(t)] = emu::shfl_xor(v, 3u);
+          })
+          == 0);
+  for (int t = 0; t < 64; ++t) {
+    const int from = t ^ 3;
+    CHECK(ints[static_cast<std::size_t>(t)]
+          == (from % 2 ? -1 : 1) * ((1 << 24) + 2 * from + 1));
   }
   CHECK(emu::run_grid(emu::dim3{1}, emu::dim3{64}, [] {
           if (emu::thread_idx().x < 32)
@@ -344,9 +357,11 @@ TEST_CASE("the emulated product kernels give every row of a batch the bits "
     if (t == weight_type::f32)
       continue; // the tiled kernel (above); F32 weights go through BLAS
     const bool k_quant = weight_block_elements(t) == 256;
-    // n = 16: Q4_K the repacked way; 20 rows of W otherwise.
+    // n = 16 and 24: Q4_K the repacked way (24: a block of 16 rows of W
+    // half past the end, whose lanes still shuffle); 20 rows otherwise.
     for (matmul_dims d : {matmul_dims{9, 16, k_quant ? 512u : 96u, true},
-                          matmul_dims{17, 20, k_quant ? 256u : 64u, true}}) {
+                          matmul_dims{17, 20, k_quant ? 256u : 64u, true},
+                          matmul_dims{13, 24, k_quant ? 256u : 64u, true}}) {
       INFO(to_string(t) << " m=" << d.m << " n=" << d.n << " k=" << d.k);
       auto a = random_floats(d.m * d.k, 20 + static_cast<unsigned>(d.m), -2, 2);
       auto enc = encode(t, random_floats(d.n * d.k, 30), d.n, d.k);
@@ -378,7 +393,8 @@ TEST_CASE("the emulated product kernels give every row of a batch the bits "
       }
     }
   }
-  CHECK(compared == (std::size(all_weight_types) - 1) * (9 * 16 + 17 * 20));
+  CHECK(compared
+        == (std::size(all_weight_types) - 1) * (9 * 16 + 17 * 20 + 13 * 24));
 }
 
 TEST_CASE("F16 weights at a 16-byte boundary take the warp kernel, others "
