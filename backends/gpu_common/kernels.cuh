@@ -514,23 +514,45 @@ EXO_UNROLL
 }
 
 /// Rows of A that matvec_lanes_kernel takes at once.
-constexpr unsigned lanes_rows_at_once = 4;
+constexpr unsigned lanes_rows_at_once = 8;
+
+/// math::combine_lanes over the 8 lanes of a row, by shuffles: lane 0 gets
+/// the row's result with the same additions in the same order
+/// (hsum_float_8's pairs l and l + 4, then 0 + 2 and 1 + 3, then the two;
+/// Q4_K's minimum terms of lanes 0-3 likewise; the other formats with one
+/// minimum term add lane 0's). Every lane must call it.
+__device__ inline float combine_lanes_warp(std::uint32_t type, float acc,
+                                           float extra) {
+  const float r = acc + EXO_SHFL_XOR(acc, 4u);
+  const float r2 = r + EXO_SHFL_XOR(r, 2u);
+  const float sum = r2 + EXO_SHFL_XOR(r2, 1u);
+  switch (static_cast<quant::ggml_type>(type)) {
+  case quant::ggml_type::q4_1:
+  case quant::ggml_type::q5_1:
+  case quant::ggml_type::q5_k:
+    return sum + extra;
+  case quant::ggml_type::q4_k: {
+    const float e2 = extra + EXO_SHFL_XOR(extra, 2u);
+    return sum + (e2 + EXO_SHFL_XOR(e2, 1u));
+  }
+  default:
+    return sum;
+  }
+}
 
 /// Q4_0 ... Q8_0 and the K-quants against quantized activations, with the
 /// CPU engine's lanes: math::dot_lanes threads per row of W, rows_per_block
 /// rows per block (grid-stride), the rows of A in groups of
 /// lanes_rows_at_once, block by block (each block of W read once for the
 /// group; every row of A steps through the blocks in order, so it gets the
-/// bits it gets alone). act holds m rows of act_row bytes.
+/// bits it gets alone), the lanes met by shuffles (combine_lanes_warp).
+/// act holds m rows of act_row bytes.
 __global__ void matvec_lanes_kernel(const std::uint8_t* w, const void* act,
                                     float* c, std::size_t mm, std::size_t nn,
                                     std::size_t nb, std::size_t row_bytes,
                                     std::size_t act_row, std::uint32_t type) {
   constexpr unsigned rows = gpu::lanes_rows_per_block;
   constexpr unsigned R = lanes_rows_at_once;
-  constexpr unsigned threads = rows * m::dot_lanes;
-  __shared__ float accs[R * threads];
-  __shared__ float extras[R * threads];
   const unsigned lane = threadIdx.x % m::dot_lanes;
   const unsigned slot = threadIdx.x / m::dot_lanes;
   const auto* ab = static_cast<const std::uint8_t*>(act);
@@ -552,16 +574,12 @@ EXO_UNROLL
                             i, lane, acc[u], extra[u]);
 EXO_UNROLL
       for (unsigned u = 0; u < R; ++u) {
-        accs[u * threads + threadIdx.x] = acc[u];
-        extras[u * threads + threadIdx.x] = extra[u];
+        if (u >= group)
+          continue; // (uniform: the group is the block's)
+        const float r = combine_lanes_warp(type, acc[u], extra[u]);
+        if (lane == 0 && j < nn)
+          c[(t0 + u) * nn + j] = r;
       }
-      __syncthreads();
-      if (lane == 0 && j < nn)
-        for (unsigned u = 0; u < group; ++u)
-          c[(t0 + u) * nn + j] =
-            m::combine_lanes(type, accs + u * threads + threadIdx.x,
-                             extras + u * threads + threadIdx.x);
-      __syncthreads();
     }
   }
 }
