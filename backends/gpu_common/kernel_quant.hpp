@@ -229,44 +229,76 @@ EXO_HD inline void kquant_q(quant::ggml_type t, const std::uint8_t* b,
   }
 }
 
+/// Bytes of a block of GGUF type `type` (a quantized format with
+/// activations: Q4_0 ... Q8_0, Q2_K ... Q6_K).
+EXO_HD inline std::size_t lane_block_bytes(std::uint32_t type) {
+  switch (static_cast<quant::ggml_type>(type)) {
+  case quant::ggml_type::q4_0: return 18;
+  case quant::ggml_type::q4_1: return 20;
+  case quant::ggml_type::q5_0: return 22;
+  case quant::ggml_type::q5_1: return 24;
+  case quant::ggml_type::q8_0: return 34;
+  case quant::ggml_type::q2_k: return 84;
+  case quant::ggml_type::q3_k: return 110;
+  case quant::ggml_type::q4_k: return 144;
+  case quant::ggml_type::q5_k: return 176;
+  default: return 210; // q6_k
+  }
+}
+
+/// Lane `lane`'s weights of one block: scale x q of each of its elements
+/// (the 32-element formats: elements 4 lane .. 4 lane + 3, wq[0..3]; the
+/// K-quants: elements c + 4 lane .. c + 4 lane + 3 of every group of 32,
+/// c = 32 k, in wq[4 k .. 4 k + 3]). What lane_block_step multiplies by
+/// each row of activations; a kernel decodes it once for several rows.
+struct lane_weights {
+  int wq[32];
+};
+
+EXO_HD inline void decode_lane_weights(std::uint32_t type,
+                                       const std::uint8_t* b, unsigned lane,
+                                       lane_weights& lw) {
+  const auto t = static_cast<quant::ggml_type>(type);
+  const unsigned e0 = 4 * lane;
+  if (act_format_of(type) != act_format::q8_k) {
+    for (unsigned k = 0; k < 4; ++k)
+      lw.wq[k] = legacy_q(t, b, e0 + k);
+    return;
+  }
+  for (unsigned c = 0; c < 256; c += 32)
+    for (unsigned k = 0; k < 4; ++k) {
+      int q, scale;
+      kquant_q(t, b, c + e0 + k, q, scale);
+      lw.wq[c / 8 + k] = scale * q;
+    }
+}
+
 /// Block i's step of lane `lane`'s part of the dot product of a row of
-/// GGUF type `type` (w: the row's first block) with the quantized
-/// activations at act: acc is the lane's float accumulator, extra the
-/// minimum terms the format keeps beside the lanes (Q4_1/Q5_1/Q5_K: one
-/// accumulator, kept by every lane alike; Q4_K: four, lanes 0-3). The
-/// steps of blocks 0 .. nb-1 in order are lane_dot; a kernel may run
-/// several rows of activations block by block, each with the bits of its
-/// own loop.
-EXO_HD inline void lane_block(std::uint32_t type, const std::uint8_t* w,
-                              const void* act, std::size_t i, unsigned lane,
-                              float& acc, float& extra) {
+/// GGUF type `type` (b: block i of the row, lw: its weights decoded) with
+/// the quantized activations at act: acc is the lane's float accumulator,
+/// extra the minimum terms the format keeps beside the lanes
+/// (Q4_1/Q5_1/Q5_K: one accumulator, kept by every lane alike; Q4_K: four,
+/// lanes 0-3). The integer sums are exact, so decoding the weights apart
+/// changes nothing.
+EXO_HD inline void lane_block_step(std::uint32_t type, const std::uint8_t* b,
+                                   const lane_weights& lw, const void* act,
+                                   std::size_t i, unsigned lane, float& acc,
+                                   float& extra) {
   const auto t = static_cast<quant::ggml_type>(type);
   const unsigned e0 = 4 * lane;
   if (act_format_of(type) != act_format::q8_k) {
     const auto* y = static_cast<const act_q8*>(act);
-    const std::size_t bb = t == quant::ggml_type::q4_0   ? 18
-                           : t == quant::ggml_type::q4_1 ? 20
-                           : t == quant::ggml_type::q5_0 ? 22
-                           : t == quant::ggml_type::q5_1 ? 24
-                                                         : 34;
     const bool min_term
       = t == quant::ggml_type::q4_1 || t == quant::ggml_type::q5_1;
-    const std::uint8_t* b = w + i * bb;
     if (min_term)
       extra = fmaf(half_at(b + 2), y[i].s, extra);
     int v = 0;
-    for (unsigned e = e0; e < e0 + 4; ++e)
-      v += legacy_q(t, b, e) * y[i].qs[e];
+    for (unsigned k = 0; k < 4; ++k)
+      v += lw.wq[k] * y[i].qs[e0 + k];
     acc = fmaf(mul_rn(half_at(b), y[i].d), static_cast<float>(v), acc);
     return;
   }
   const auto* y = static_cast<const act_q8k*>(act);
-  const std::size_t bb = t == quant::ggml_type::q2_k   ? 84
-                         : t == quant::ggml_type::q3_k ? 110
-                         : t == quant::ggml_type::q4_k ? 144
-                         : t == quant::ggml_type::q5_k ? 176
-                                                       : 210;
-  const std::uint8_t* b = w + i * bb;
   const std::int16_t* bs = y[i].bsums;
   // The block's scale(s), in the order the portable dots fuse them.
   float d = 0.0f;
@@ -312,20 +344,29 @@ EXO_HD inline void lane_block(std::uint32_t type, const std::uint8_t* w,
     break;
   }
   int s = 0;
-  for (unsigned c = 0; c < 256; c += 32) {
-    int v = 0;
-    for (unsigned e = c + e0; e < c + e0 + 4; ++e) {
-      int q, scale;
-      kquant_q(t, b, e, q, scale);
-      v += scale * (q * y[i].qs[e]);
-    }
-    s += v;
-  }
+  for (unsigned c = 0; c < 256; c += 32)
+    for (unsigned k = 0; k < 4; ++k)
+      s += lw.wq[c / 8 + k] * y[i].qs[c + e0 + k];
   if (t == quant::ggml_type::q6_k)
     s -= 32 * (static_cast<std::int8_t>(b[192 + 2 * lane]) * bs[2 * lane]
                + static_cast<std::int8_t>(b[192 + 2 * lane + 1])
                    * bs[2 * lane + 1]);
   acc = fmaf(d, static_cast<float>(s), acc);
+}
+
+/// Block i's step of lane `lane`'s part of the dot product of a row of
+/// GGUF type `type` (w: the row's first block) with the quantized
+/// activations at act (decode_lane_weights, then lane_block_step). The
+/// steps of blocks 0 .. nb-1 in order are lane_dot; a kernel may run
+/// several rows of activations block by block, each with the bits of its
+/// own loop.
+EXO_HD inline void lane_block(std::uint32_t type, const std::uint8_t* w,
+                              const void* act, std::size_t i, unsigned lane,
+                              float& acc, float& extra) {
+  const std::uint8_t* b = w + i * lane_block_bytes(type);
+  lane_weights lw;
+  decode_lane_weights(type, b, lane, lw);
+  lane_block_step(type, b, lw, act, i, lane, acc, extra);
 }
 
 /// Lane `lane`'s part of the dot product of the row at w (nb blocks of GGUF

@@ -543,9 +543,10 @@ __device__ inline float combine_lanes_warp(std::uint32_t type, float acc,
 /// Q4_0 ... Q8_0 and the K-quants against quantized activations, with the
 /// CPU engine's lanes: math::dot_lanes threads per row of W, rows_per_block
 /// rows per block (grid-stride), the rows of A in groups of
-/// lanes_rows_at_once, block by block (each block of W read once for the
-/// group; every row of A steps through the blocks in order, so it gets the
-/// bits it gets alone), the lanes met by shuffles (combine_lanes_warp).
+/// lanes_rows_at_once, block by block (each block of W read and decoded
+/// once for the group: decode_lane_weights; every row of A steps through
+/// the blocks in order, so it gets the bits it gets alone), the lanes met
+/// by shuffles (combine_lanes_warp).
 /// act holds m rows of act_row bytes.
 __global__ void matvec_lanes_kernel(const std::uint8_t* w, const void* act,
                                     float* c, std::size_t mm, std::size_t nn,
@@ -555,6 +556,7 @@ __global__ void matvec_lanes_kernel(const std::uint8_t* w, const void* act,
   constexpr unsigned R = lanes_rows_at_once;
   const unsigned lane = threadIdx.x % m::dot_lanes;
   const unsigned slot = threadIdx.x / m::dot_lanes;
+  const std::size_t block_bytes = m::lane_block_bytes(type);
   const auto* ab = static_cast<const std::uint8_t*>(act);
   for (std::size_t j0 = static_cast<std::size_t>(blockIdx.x) * rows; j0 < nn;
        j0 += static_cast<std::size_t>(gridDim.x) * rows) {
@@ -566,12 +568,17 @@ EXO_UNROLL
       for (unsigned u = 0; u < R; ++u)
         acc[u] = extra[u] = 0.0f;
       if (j < nn)
-        for (std::size_t i = 0; i < nb; ++i)
+        for (std::size_t i = 0; i < nb; ++i) {
+          // The lane's weights of the block, decoded once for the group.
+          const std::uint8_t* b = w + j * row_bytes + i * block_bytes;
+          m::lane_weights lw;
+          m::decode_lane_weights(type, b, lane, lw);
 EXO_UNROLL
           for (unsigned u = 0; u < R; ++u)
             if (u < group)
-              m::lane_block(type, w + j * row_bytes, ab + (t0 + u) * act_row,
-                            i, lane, acc[u], extra[u]);
+              m::lane_block_step(type, b, lw, ab + (t0 + u) * act_row, i,
+                                 lane, acc[u], extra[u]);
+        }
 EXO_UNROLL
       for (unsigned u = 0; u < R; ++u) {
         if (u >= group)
