@@ -16,6 +16,7 @@ bins="test/backends/gpu_conformance test/backends/cuda_backend_tests
   test/backends/gpu_common_tests test/model/device_stage_tests
   bench/backends/gpu_bench
   bench/backends/model_ops_bench bench/backends/device_bench
+  bench/workload/batch_step_bench
   runtime/node/exo-node runtime/tools/exo-model"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -171,6 +171,15 @@ for t in f16 q4_k_m; do
   } 2>&1 | tee -a "$OUTDIR/generate.txt"
 done
 
+# Decode batches on the GPU's stage alone (no node, no sampling): the
+# median step of 1, 4, 8 and 16 sequences of the wide models, sizes
+# alternating step by step (issue 22's ratios, on this GPU).
+for t in f16 q4_k_m; do
+  step 120 bench.txt "batch_step_bench: wide $t on cuda" \
+    env EXO_BENCH_DEVICE=cuda EXO_BENCH_FILE="$M/wide-$t.gguf" \
+    "$G/bin/batch_step_bench" 20 1 4 8 16
+done
+
 q=""
 [ -n "$QUICK" ] && q=--quick
 step 180 bench.txt "model_ops_bench" "$G/bin/model_ops_bench" $q

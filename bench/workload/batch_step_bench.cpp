@@ -34,7 +34,10 @@
 // the host, far slower than either; printed per batch size, what the last
 // step asked of the GPU: kernel launches, barrier phases, copies and host
 // waits, from gpu::emu::stats), EXO_BENCH_DEVICE=vulkan (the stage on the
-// first Vulkan device: Mesa's lavapipe here).
+// first Vulkan device: Mesa's lavapipe here), EXO_BENCH_DEVICE=cuda|hip
+// (the first device of that backend: a GPU machine's; scripts/gpu-check.sh
+// runs it), EXO_BENCH_FILE=F (that GGUF file's layers instead of a
+// generated model; EXO_BENCH_TYPE and EXO_BENCH_SHAPE are then ignored).
 
 #include "backends/factory/factory.hpp"
 #include "backends/gpu_common/gpu_emulator.hpp"
@@ -77,8 +80,11 @@ std::uint32_t prefill = 0;
 std::uint32_t burst_k = 0, burst_l = 0;
 /// EXO_BENCH_DEVICE=gpu-emulator: the stage on the GPU emulator.
 bool on_emulator = false;
-/// EXO_BENCH_DEVICE=vulkan: the stage on the first Vulkan device.
-bool on_vulkan = false;
+/// EXO_BENCH_DEVICE=vulkan|cuda|hip|cpu: the stage on the first device of
+/// that backend.
+std::string device_kind = "cpu";
+/// EXO_BENCH_FILE: the model to load instead of a generated one.
+const char* model_file = nullptr;
 
 struct batch_path {
   std::uint32_t b = 1;
@@ -147,34 +153,45 @@ int run_type(const char* type, int steps) {
     o.ctx = 4096;
   }
   model::file_type ft;
-  if (!model::parse_file_type(type, ft)) {
-    std::printf("error: unknown type %s\n", type);
-    return 1;
+  if (!model_file) {
+    if (!model::parse_file_type(type, ft)) {
+      std::printf("error: unknown type %s\n", type);
+      return 1;
+    }
+    o.type = ft.base;
+    o.mix = ft.kind;
   }
-  o.type = ft.base;
-  o.mix = ft.kind;
   // EXO_BENCH_MODEL_DIR: keep the generated file there and use it again
   // (the 1B shape takes minutes to make); by shape and type.
   const char* keep = std::getenv("EXO_BENCH_MODEL_DIR");
-  if (keep)
+  if (keep && !model_file)
     path = (std::filesystem::path(keep)
             / ("batch-bench-" + std::to_string(o.layers) + "x"
                + std::to_string(o.dim) + "-" + type + ".gguf"))
              .string();
-  if (!keep || !std::filesystem::exists(path))
+  if (model_file)
+    path = model_file;
+  else if (!keep || !std::filesystem::exists(path))
     model::make_test_model(o, path);
   auto m = model::llama_model::load(path);
-  if (!keep)
+  if (!keep && !model_file)
     std::filesystem::remove(path); // mapped: the pages stay
   auto& hp = m->hparams();
   backend::factory_options fo;
   fo.use_environment = false;
-  fo.include = {on_vulkan ? "vulkan" : "cpu"};
+  fo.include = {device_kind};
   auto reg = backend::registry::create(fo);
-  if (!reg || reg->devices().empty()) {
-    std::printf("error: no %s device\n", on_vulkan ? "vulkan" : "cpu");
+  // (The registry falls back to the CPU: a GPU asked for must be there.)
+  if (!reg || reg->devices().empty()
+      || backend::to_string(reg->devices().front()->properties().kind)
+           != device_kind) {
+    std::printf("error: no %s device\n", device_kind.c_str());
     return 1;
   }
+  if (device_kind != "cpu")
+    std::printf("device: %s (%s)\n",
+                reg->devices().front()->properties().id.c_str(),
+                reg->devices().front()->properties().name.c_str());
   std::unique_ptr<backend::backend> emulator;
   if (on_emulator) {
     emulator = backend::make_gpu_emulator_backend();
@@ -285,8 +302,8 @@ int run_type(const char* type, int steps) {
     }
   std::printf("%s (%u layers, %u wide, ff %u), %s KV cache, %u-token "
               "prompts, %d steps each, 1 thread:\n",
-              type, o.layers, o.dim, o.ff, backend::to_string(kv), prompt,
-              steps);
+              type, hp.n_layer, hp.n_embd, hp.n_ff, backend::to_string(kv),
+              prompt, steps);
   const double one = median(paths.front().times);
   for (auto& p : paths) {
     const double t = median(p.times);
@@ -444,13 +461,21 @@ int main(int argc, char** argv) {
     n_ctx = static_cast<std::uint32_t>(std::max(1, std::atoi(n)));
   if (const char* d = std::getenv("EXO_BENCH_DEVICE")) {
     const std::string dev{d};
-    if (dev != "cpu" && dev != "gpu-emulator" && dev != "vulkan") {
-      std::printf("error: EXO_BENCH_DEVICE must be cpu, gpu-emulator or "
-                  "vulkan, not %s\n", d);
+    if (dev != "cpu" && dev != "gpu-emulator" && dev != "vulkan"
+        && dev != "cuda" && dev != "hip") {
+      std::printf("error: EXO_BENCH_DEVICE must be cpu, gpu-emulator, "
+                  "vulkan, cuda or hip, not %s\n", d);
       return 2;
     }
     on_emulator = dev == "gpu-emulator";
-    on_vulkan = dev == "vulkan";
+    if (!on_emulator)
+      device_kind = dev;
+  }
+  model_file = std::getenv("EXO_BENCH_FILE");
+  if (model_file) {
+    const std::string name =
+      std::filesystem::path(model_file).filename().string();
+    return run_type(name.c_str(), steps);
   }
   if (only) // any file type exo-model make-test writes (q8_0, q5_k_m, ...)
     return run_type(only, steps);
