@@ -87,6 +87,8 @@ public:
       (void)cudaGetLastError();
       return;
     }
+    if (act_scratch_ != nullptr && stream_ != nullptr)
+      (void)cudaFreeAsync(act_scratch_, stream_);
     if (stream_ != nullptr)
       (void)cudaStreamSynchronize(stream_);
     for (auto& [seq, ev] : pending_)
@@ -486,13 +488,19 @@ protected:
       if (auto st = prompt_product(f32_of(a), ptr_of(*w.buf) + w.offset, type,
                                    f32_of(c), dims))
         return *st;
-    // The quantized activations live in a stream-ordered temporary (the
-    // pool keeps its memory): freed after the kernels that read it.
+    // The quantized activations: the device's kept scratch (one stream, so
+    // the next product's writes follow this one's reads), or a
+    // stream-ordered temporary beyond act_scratch_keep.
     void* scratch = nullptr;
+    bool temporary = false;
     const std::size_t scratch_bytes = gpu::act_scratch_bytes(type, dims);
-    if (scratch_bytes != 0)
-      EXO_TRY(check(cudaMallocAsync(&scratch, scratch_bytes, stream_),
-                    EXO_GPU_NAME(cudaMallocAsync)));
+    if (scratch_bytes != 0) {
+      EXO_TRY(act_scratch(scratch_bytes, scratch));
+      temporary = scratch == nullptr;
+      if (temporary)
+        EXO_TRY(check(cudaMallocAsync(&scratch, scratch_bytes, stream_),
+                      EXO_GPU_NAME(cudaMallocAsync)));
+    }
     // Q4_K batches step as this machine's llama.cpp build steps them.
     auto st = launch_status("matmul_weights kernel",
                             P::launch_matmul_weights(
@@ -500,9 +508,37 @@ protected:
                               f32_of(c), dims, scratch,
                               quant::q4_k_pair_tokens(dims.m, dims.rows_apart),
                               stream_));
-    if (scratch != nullptr)
+    if (temporary)
       (void)cudaFreeAsync(scratch, stream_);
     return st;
+  }
+
+  /// The largest quantized-activation scratch a device keeps between
+  /// products (a decode batch's is tens of KiB; a prompt's beyond this
+  /// takes a temporary).
+  static constexpr std::size_t act_scratch_keep = std::size_t{16} << 20;
+
+  /// Sets out to the kept scratch, grown to at least `bytes` (doubling, from
+  /// 256 KiB), or to nullptr when bytes is beyond act_scratch_keep. Every
+  /// decode step's products then allocate nothing. Under mtx_.
+  status act_scratch(std::size_t bytes, void*& out) {
+    out = nullptr;
+    if (bytes > act_scratch_keep)
+      return {};
+    if (bytes > act_scratch_size_) {
+      std::size_t size = std::max<std::size_t>(
+        {bytes, 2 * act_scratch_size_, std::size_t{256} << 10});
+      size = std::min(size, act_scratch_keep);
+      if (act_scratch_ != nullptr)
+        (void)cudaFreeAsync(act_scratch_, stream_); // after its readers
+      act_scratch_ = nullptr;
+      act_scratch_size_ = 0;
+      EXO_TRY(check(cudaMallocAsync(&act_scratch_, size, stream_),
+                    EXO_GPU_NAME(cudaMallocAsync)));
+      act_scratch_size_ = size;
+    }
+    out = act_scratch_;
+    return {};
   }
 
   status do_rms_norm(const_view x, const_view weight, mut_view out,
@@ -904,6 +940,8 @@ private:
   std::vector<cudaEvent_t> free_events_;
   std::uint64_t submitted_ = 0;
   std::uint64_t used_ = 0;
+  void* act_scratch_ = nullptr; ///< act_scratch: kept between products
+  std::size_t act_scratch_size_ = 0;
   std::unique_ptr<gpu::telemetry_probe> probe_;
   std::string telemetry_reason_;
 };

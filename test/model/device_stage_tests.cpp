@@ -484,6 +484,42 @@ TEST_CASE("a prompt of 40 tokens on the emulated GPU takes the decoded "
   }
 }
 
+TEST_CASE("decode steps on the emulated GPU allocate nothing once the "
+          "first has run",
+          "[device_stage]") {
+  // The quantized products' activations go to a scratch the device keeps
+  // (gpu_device::act_scratch): a step of one token, then of a batch, asks
+  // the runtime for no memory after the first step.
+  auto& dev = exo::test::emulated_gpu();
+  for (auto type : {tensor_type::q4_k, tensor_type::q8_0}) {
+    INFO(to_string(type));
+    temp_model tm(type);
+    auto& hp = tm.model->hparams();
+    backend_ops ops(dev);
+    auto made = device_stage::create(tm.model, 0, hp.n_layer, ops, {});
+    REQUIRE(made.ok());
+    auto& st = **made;
+    auto c = st.new_cache(64);
+    REQUIRE(c.ok());
+    for (int step = 0; step < 3; ++step) {
+      const std::int32_t tok = 5 + step;
+      std::vector<float> x(hp.n_embd), logits(hp.n_vocab);
+      REQUIRE(st.embed(&tok, 1, x.data()).ok());
+      backend::gpu::emu::reset_stats();
+      REQUIRE(st.forward(*c, *st.n_past(*c), x.data(), 1, logits.data(), 1)
+                .ok());
+      const auto s = backend::gpu::emu::stats();
+      INFO("step " << step);
+      CHECK(s.kernels.count("quantize_q8k_warps_kernel")
+              + s.kernels.count("quantize_act_kernel")
+            == 1);
+      if (step > 0)
+        CHECK(s.allocations == 0);
+    }
+    REQUIRE(st.drop_cache(*c).ok());
+  }
+}
+
 TEST_CASE("a device stage covers cpu, Vulkan and a simulated device",
           "[device_stage]") {
   std::vector<std::string> kinds;
