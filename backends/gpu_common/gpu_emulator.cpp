@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <string_view>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -562,7 +563,9 @@ void launch_on_stream(const char* name, void* stream, dim3 grid, dim3 block,
                   const std::uint64_t blocks =
                     std::uint64_t{grid.x} * grid.y * grid.z;
                   count([&](runtime_stats& s) {
-                    auto& k = s.kernels[name];
+                    // By the kernel's name, template arguments left off.
+                    const std::string_view n{name};
+                    auto& k = s.kernels[std::string{n.substr(0, n.find('<'))}];
                     ++k.launches;
                     k.blocks += blocks;
                     k.threads += blocks * block.x * block.y * block.z;

@@ -83,11 +83,10 @@ int launch_dequant_rows(const void* w, weight_type type, float* out,
                         std::size_t rows, std::size_t k, void* stream);
 
 /// C[m x n] = A[m x k] * W^T with W [n x k] in any ggml format at an even
-/// address; activations rounded / quantized as llama.cpp does. Q4_0 ...
-/// Q8_0 and the K-quants first quantize A into `scratch` (at least
-/// gpu::act_scratch_bytes(type, dims) bytes of device memory, unused by
-/// the other formats) and then give the CPU engine's bits
-/// (kernel_quant.hpp).
+/// address; activations rounded / quantized as llama.cpp does, once, into
+/// `scratch` (at least gpu::act_scratch_bytes(type, dims) bytes of device
+/// memory, 4-byte aligned; unused for F32 weights). Q4_0 ... Q8_0 and the
+/// K-quants then give the CPU engine's bits (kernel_quant.hpp).
 int launch_matmul_weights(const float* a, const void* w, weight_type type,
                           float* c, const matmul_dims& dims, void* scratch,
                           std::size_t q4_k_pair_tokens, void* stream);

@@ -144,16 +144,22 @@ EXO_HD inline void rope_rotate_cs(float x0, float x1, float c, float s,
 
 /// IEEE half bits to float (exact).
 EXO_HD inline float half_to_float(std::uint16_t h) {
-  std::uint32_t exp = (h >> 10) & 0x1fu;
-  std::uint32_t mant = h & 0x3ffu;
+  const std::uint32_t exp = (h >> 10) & 0x1fu;
+  const std::uint32_t mant = h & 0x3ffu;
+  if (exp == 0 || exp == 31) { // subnormal or zero (exact), inf or NaN
+    const float v = exp == 0 ? static_cast<float>(mant) * 0x1p-24f
+                    : mant != 0 ? NAN
+                                : INFINITY;
+    return (h & 0x8000u) != 0 ? -v : v;
+  }
+  // A normal half: the same sign and mantissa, the exponent rebiased
+  // (15 -> 127), by integer operations only (a kernel converts every F16
+  // weight and cached K/V value it reads).
+  const std::uint32_t bits = (static_cast<std::uint32_t>(h & 0x8000u) << 16)
+                             | ((exp + 112u) << 23) | (mant << 13);
   float v;
-  if (exp == 0)
-    v = ldexpf(static_cast<float>(mant), -24);
-  else if (exp == 31)
-    v = mant != 0 ? NAN : INFINITY;
-  else
-    v = ldexpf(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
-  return (h & 0x8000u) != 0 ? -v : v;
+  memcpy(&v, &bits, 4);
+  return v;
 }
 
 /// x rounded to the nearest half (ties to even) and back: what llama.cpp

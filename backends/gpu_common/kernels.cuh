@@ -31,6 +31,19 @@ __global__ void binary_kernel(m::binary_code op, const float* a,
     out[i] = m::binary(op, a[i], b[i]);
 }
 
+/// The activations that F16 (bf16 false) or BF16 weights meet, rounded as
+/// llama.cpp rounds them, once per product of several rows of A: the
+/// product kernels read them for every row of W, and rounding there cost
+/// a software rounding per weight and row of A. (One row of A rounds in
+/// the product kernel: a launch costs more than its rounding.)
+__global__ void round_act_kernel(const float* a, float* out, std::size_t n,
+                                 bool bf16) {
+  std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride)
+    out[i] = bf16 ? m::round_to_bf16(a[i]) : m::round_to_half(a[i]);
+}
+
 __global__ void to_f16_kernel(const float* a, std::uint16_t* out,
                               std::size_t n) {
   std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
@@ -305,36 +318,41 @@ __global__ void attention_kernel(const float* q, KV k, KV v, float* out,
 /// (and decoded) once for all of them.
 constexpr unsigned rows_at_once = 8;
 
-/// F16 weights, activations rounded to half (as llama.cpp rounds them).
+/// F16 weights; activations rounded to half as llama.cpp rounds them:
+/// here (round_act, one row of A) or before (round_act_kernel).
 struct f16_elements {
   const std::uint16_t* w;
   std::size_t kk;
+  bool round_act;
   EXO_HD float weight(std::size_t j, std::size_t i) const {
     return m::half_to_float(w[j * kk + i]);
   }
   EXO_HD float act(float x) const {
-    return m::round_to_half(x);
+    return round_act ? m::round_to_half(x) : x;
   }
 };
 
 /// BF16 (`type` a GGUF id, blocks of `be` elements and `bb` bytes): every
-/// weight decoded as it is read (math::dequant_element), activations
-/// rounded to BF16, as llama.cpp rounds them.
+/// weight decoded as it is read (math::dequant_element); activations
+/// rounded to BF16 as llama.cpp rounds them: here (round_act, one row of
+/// A) or before (round_act_kernel).
 struct decoded_elements {
   const std::uint8_t* w;
   std::size_t row_bytes, be, bb;
   std::uint32_t type;
+  bool round_act;
   EXO_HD float weight(std::size_t j, std::size_t i) const {
     return m::dequant_element(type, w + j * row_bytes + i / be * bb,
                               static_cast<unsigned>(i % be));
   }
   EXO_HD float act(float x) const {
-    return m::round_to_bf16(x);
+    return round_act ? m::round_to_bf16(x) : x;
   }
 };
 
 /// C = A W^T for weights read element by element (W: f16_elements or
-/// decoded_elements). One block per row j of W (grid-stride), the rows of
+/// decoded_elements, which round A to the format the weights meet unless
+/// round_act_kernel did). One block per row j of W (grid-stride), the rows of
 /// A in groups of rows_at_once. Each thread sums its elements of every row
 /// of a group in the order it would for that row alone, and each row's
 /// partial sums reduce in block_reduce's tree: a row's result has the same
@@ -386,7 +404,8 @@ struct alignas(16) half8 {
 };
 
 /// F16 weights whose rows are whole 16-byte runs at a 16-byte aligned
-/// address (else matvec_rows_kernel). A warp (32 lanes) per row of W, each
+/// address (else matvec_rows_kernel); A rounded to half here (RoundAct: one
+/// row of A) or already (round_act_kernel). A warp (32 lanes) per row of W, each
 /// lane 8 consecutive halves per load (256 a step of the warp), the rows of
 /// A in groups of rows_at_once: each lane sums its elements of a row in
 /// order, and the lanes meet in a butterfly (EXO_SHFL_XOR; a + b == b + a,
@@ -394,6 +413,7 @@ struct alignas(16) half8 {
 /// the rows that share its group. Every warp of a block makes the same
 /// trips and shuffles; a warp past the last row computes nothing and
 /// writes nothing.
+template <bool RoundAct>
 __global__ void matvec_f16_warps_kernel(const float* a, const std::uint16_t* w,
                                         float* c, std::size_t mm,
                                         std::size_t nn, std::size_t kk) {
@@ -424,7 +444,7 @@ EXO_UNROLL
               const float* ap = a + (t0 + u) * kk + v * 8;
 EXO_UNROLL
               for (unsigned e = 0; e < 8; ++e)
-                s[u] += wv[e] * m::round_to_half(ap[e]);
+                s[u] += wv[e] * (RoundAct ? m::round_to_half(ap[e]) : ap[e]);
             }
         }
       for (unsigned u = 0; u < rows; ++u)
@@ -983,22 +1003,35 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
   auto g = gpu::weights_launch(type, d);
   if (g.grid == 0)
     return 0;
+  // F16 and BF16 batches: the activations rounded once into scratch.
+  const bool round_here = d.m == 1;
+  if (type != weight_type::f32 && !round_here) {
+    auto r = gpu::elementwise_launch(d.m * d.k);
+    EXO_LAUNCH(round_act_kernel, r.grid, r.block, stream)(
+      a, static_cast<float*>(scratch), d.m * d.k, type != weight_type::f16);
+    a = static_cast<const float*>(scratch);
+  }
   if (type == weight_type::f16 && d.k % 8 == 0
       && reinterpret_cast<std::uintptr_t>(w) % 16 == 0) {
     auto gw = gpu::warp_rows_launch(d);
-    EXO_LAUNCH(matvec_f16_warps_kernel, gw.grid, gw.block, stream)(
-      a, static_cast<const std::uint16_t*>(w), c, d.m, d.n, d.k);
+    if (round_here)
+      EXO_LAUNCH(matvec_f16_warps_kernel<true>, gw.grid, gw.block, stream)(
+        a, static_cast<const std::uint16_t*>(w), c, d.m, d.n, d.k);
+    else
+      EXO_LAUNCH(matvec_f16_warps_kernel<false>, gw.grid, gw.block, stream)(
+        a, static_cast<const std::uint16_t*>(w), c, d.m, d.n, d.k);
   } else if (type == weight_type::f16)
     EXO_LAUNCH(matvec_rows_kernel, g.grid, g.block, stream)(
-      a, f16_elements{static_cast<const std::uint16_t*>(w), d.k}, c, d.m,
-      d.n, d.k);
+      a, f16_elements{static_cast<const std::uint16_t*>(w), d.k, round_here},
+      c, d.m, d.n, d.k);
   else if (type != weight_type::f32) {
     const std::size_t be = weight_block_elements(type);
     EXO_LAUNCH(matvec_rows_kernel, g.grid, g.block, stream)(
       a,
       decoded_elements{static_cast<const std::uint8_t*>(w),
                        d.k / be * *weight_row_bytes(type, be), be,
-                       *weight_row_bytes(type, be), ggml_type_id(type)},
+                       *weight_row_bytes(type, be), ggml_type_id(type),
+                       round_here},
       c, d.m, d.n, d.k);
   } else
     return launch_matmul_tiled(a, static_cast<const float*>(w), c,

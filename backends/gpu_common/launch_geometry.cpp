@@ -82,8 +82,8 @@ launch_1d lanes_launch(const matmul_dims& d) {
 
 std::size_t act_scratch_bytes(weight_type type, const matmul_dims& d) {
   const auto f = math::act_format_of(ggml_type_id(type));
-  if (f == math::act_format::none)
-    return 0;
+  if (f == math::act_format::none) // F16 and BF16: A rounded, as floats
+    return type == weight_type::f32 ? 0 : d.m * d.k * sizeof(float);
   return d.m * (d.k / math::act_block_elements(f)) * math::act_block_bytes(f);
 }
 

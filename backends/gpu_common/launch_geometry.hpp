@@ -71,8 +71,8 @@ constexpr std::uint32_t lanes_rows_per_block = 16;
 launch_1d lanes_launch(const matmul_dims& dims);
 
 /// Bytes of the quantized activations that weights of `type` meet in a
-/// product of these dims (m rows of k), or 0 when the type's kernel takes
-/// F32 activations.
+/// product of these dims (m rows of k; F16 and BF16: the m x k
+/// activations rounded, as floats), or 0 for F32 weights.
 std::size_t act_scratch_bytes(weight_type type, const matmul_dims& dims);
 
 /// Splits `total` bytes into chunks of at most `chunk` bytes.

@@ -416,7 +416,7 @@ TEST_CASE("F16 weights at a 16-byte boundary take the warp kernel, others "
   std::memcpy(aligned, enc.data(), enc.size());
   std::memcpy(off, enc.data(), enc.size());
   std::vector<float> fast(d.m * d.n), slow(d.m * d.n);
-  std::vector<std::uint8_t> scratch(1);
+  std::vector<float> scratch(d.m * d.k);
   emu::reset_stats();
   REQUIRE(k::launch_matmul_weights(a.data(), aligned, weight_type::f16,
                                    fast.data(), d, scratch.data(), 0, nullptr)
@@ -429,6 +429,29 @@ TEST_CASE("F16 weights at a 16-byte boundary take the warp kernel, others "
   CHECK(emu::stats().kernels.count("matvec_rows_kernel") == 1);
   CHECK(emu::stats().kernels.count("matvec_f16_warps_kernel") == 0);
   CHECK(close_to(fast, slow, 1e-5));
+}
+
+TEST_CASE("F16 and BF16 weights meet the activations rounded to their "
+          "format, as llama.cpp rounds them") {
+  // round_act_kernel rounds A once per product: the product of A is the
+  // product of A rounded beforehand, bit for bit (a kernel that took A as
+  // it is fails this).
+  for (weight_type t : {weight_type::f16, weight_type::bf16}) {
+    INFO(to_string(t));
+    for (matmul_dims d : {matmul_dims{5, 24, 260, true},   // F16: rows kernel
+                          matmul_dims{9, 24, 256, true}}) { // F16: warps
+      auto a = random_floats(d.m * d.k, 50, -3, 3);
+      auto enc = encode(t, random_floats(d.n * d.k, 51), d.n, d.k);
+      std::vector<float> rounded(a.size());
+      for (std::size_t i = 0; i < a.size(); ++i)
+        rounded[i] = t == weight_type::f16 ? gpu::math::round_to_half(a[i])
+                                           : gpu::math::round_to_bf16(a[i]);
+      const auto got = product(a, enc, t, d);
+      CHECK(same_bits(got, product(rounded, enc, t, d)));
+      // (Not vacuous: A's values are not all of the format already.)
+      CHECK(a != rounded);
+    }
+  }
 }
 
 TEST_CASE("the emulated Q8_K quantizer, a warp a super-block, writes the "
