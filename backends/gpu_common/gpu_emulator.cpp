@@ -13,10 +13,10 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <string_view>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -351,22 +351,24 @@ std::uint32_t shfl_xor_bits(std::uint32_t v, unsigned mask) {
   to_main(r, false);
   return got;
 }
-} // namespace
 
-float shfl_xor(float v, unsigned mask) {
+/// shfl_xor_bits for any 32-bit value: its bits, moved whole.
+template <class T> T shfl_xor_as(T v, unsigned mask) {
+  static_assert(sizeof(T) == sizeof(std::uint32_t), "a 32-bit value");
   std::uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
   bits = shfl_xor_bits(bits, mask);
   std::memcpy(&v, &bits, sizeof v);
   return v;
 }
+} // namespace
+
+float shfl_xor(float v, unsigned mask) {
+  return shfl_xor_as(v, mask);
+}
 
 int shfl_xor(int v, unsigned mask) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  bits = shfl_xor_bits(bits, mask);
-  std::memcpy(&v, &bits, sizeof v);
-  return v;
+  return shfl_xor_as(v, mask);
 }
 
 int run_grid(dim3 grid, dim3 block, const std::function<void()>& body,
