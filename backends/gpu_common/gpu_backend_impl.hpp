@@ -63,6 +63,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifndef EXO_GPU_IMPL_NS
@@ -164,7 +165,7 @@ public:
   // -- memory ----------------------------------------------------------------
 
   result<std::unique_ptr<buffer>> allocate(std::size_t bytes) override {
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     if (bytes == 0)
       return fail(errc::invalid_argument, "allocate: size must be > 0");
     if (bytes > props_.total_memory)
@@ -181,7 +182,7 @@ public:
   }
 
   memory_info memory() override {
-    std::lock_guard<std::mutex> guard{mtx_};
+    std::lock_guard<std::mutex> guard{mtx_}; // writes nothing: not entered
     return memory_locked();
   }
 
@@ -189,7 +190,7 @@ public:
 
   status write(buffer& dst, std::size_t offset, const void* src,
                std::size_t bytes) override {
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(check_range(dst, offset, bytes, "write"));
     if (bytes == 0)
       return {};
@@ -217,7 +218,7 @@ public:
 
   status read(const buffer& src, std::size_t offset, void* dst,
               std::size_t bytes) override {
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(check_range(src, offset, bytes, "read"));
     if (bytes == 0)
       return {};
@@ -257,7 +258,7 @@ public:
 
   status copy(const buffer& src, std::size_t src_offset, buffer& dst,
               std::size_t dst_offset, std::size_t bytes) override {
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(check_range(src, src_offset, bytes, "copy source"));
     EXO_TRY(check_range(dst, dst_offset, bytes, "copy destination"));
     if (bytes == 0)
@@ -294,6 +295,8 @@ public:
     if (peer == this)
       return copy(src, src_offset, dst, dst_offset, bytes);
     std::scoped_lock guard{mtx_, peer->mtx_};
+    ++entries_;
+    ++peer->entries_; // its memory is written
     EXO_TRY(check_range(src, src_offset, bytes, "copy_to_peer source"));
     EXO_TRY(peer->check_range(dst, dst_offset, bytes,
                               "copy_to_peer destination"));
@@ -321,7 +324,7 @@ public:
   // -- synchronization -------------------------------------------------------
 
   status synchronize() override {
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     EXO_TRY(check(cudaStreamSynchronize(stream_), EXO_GPU_NAME(cudaStreamSynchronize)));
     retire_through(submitted_);
@@ -329,7 +332,7 @@ public:
   }
 
   result<event> record() override {
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     cudaEvent_t ev = nullptr;
     if (!free_events_.empty()) {
@@ -351,7 +354,7 @@ public:
   }
 
   status wait(const event& e) override {
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(check_event(e, submitted_));
     auto it = pending_.find(e.sequence);
     if (it == pending_.end())
@@ -363,7 +366,7 @@ public:
   }
 
   result<bool> completed(const event& e) override {
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(check_event(e, submitted_));
     auto it = pending_.find(e.sequence);
     if (it == pending_.end())
@@ -390,7 +393,7 @@ protected:
       return device::do_elementwise(op, a, b, out, count);
     if (count == 0)
       return {};
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     int rc = P::launch_binary(op, f32_of(a), f32_of(b), f32_of(out), count,
                               stream_);
@@ -401,7 +404,7 @@ protected:
                    const matmul_dims& dims) override {
     if ((opts_.tiled_matmul || !P::has_blas) && !P::has_kernels(props_))
       return device::do_matmul(a, b, c, dims);
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     return product(f32_of(a), f32_of(b), f32_of(c), dims);
   }
@@ -482,7 +485,8 @@ protected:
       return device::do_matmul_weights(a, w, type, c, dims);
     if (type == weight_type::f32)
       return do_matmul(a, w, c, {dims.m, dims.n, dims.k, true});
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
+    const std::uint64_t entry = entries_;
     EXO_TRY(select());
     if (prompt_gemm(type, dims))
       if (auto st = prompt_product(f32_of(a), ptr_of(*w.buf) + w.offset, type,
@@ -501,15 +505,28 @@ protected:
         EXO_TRY(check(cudaMallocAsync(&scratch, scratch_bytes, stream_),
                       EXO_GPU_NAME(cudaMallocAsync)));
     }
+    // A in the scratch already: the last call to this device was a product
+    // of the same A in the same form (a layer's Q, K and V; gate and up).
+    // Whatever happens below, the scratch holds nothing known after it
+    // unless this product's conversion succeeds.
+    const held_act last_act = std::exchange(held_act_, {});
+    const held_act now{a.buf, a.offset, dims.m, dims.k,
+                       gpu::scratch_act_form(type, dims), scratch, entry};
+    const bool ready = !temporary && now.form != gpu::act_form::none
+                       && last_act.follows(now);
     // Q4_K batches step as this machine's llama.cpp build steps them.
     auto st = launch_status("matmul_weights kernel",
                             P::launch_matmul_weights(
                               f32_of(a), ptr_of(*w.buf) + w.offset, type,
                               f32_of(c), dims, scratch,
                               quant::q4_k_pair_tokens(dims.m, dims.rows_apart),
-                              stream_));
+                              stream_, ready));
     if (temporary)
       (void)cudaFreeAsync(scratch, stream_);
+    else if (st.ok() && now.form != gpu::act_form::none
+             && !(c.buf == a.buf && c.offset < a.offset + dims.m * dims.k * 4
+                  && a.offset < c.offset + dims.m * dims.n * 4))
+      held_act_ = now; // (C written over A would change A after the fact)
     return st;
   }
 
@@ -532,6 +549,7 @@ protected:
       if (act_scratch_ != nullptr)
         (void)cudaFreeAsync(act_scratch_, stream_); // after its readers
       act_scratch_ = nullptr;
+      held_act_ = {};
       act_scratch_size_ = 0;
       EXO_TRY(check(cudaMallocAsync(&act_scratch_, size, stream_),
                     EXO_GPU_NAME(cudaMallocAsync)));
@@ -545,7 +563,7 @@ protected:
                      std::size_t rows, std::size_t dim, float eps) override {
     if (!P::has_kernels(props_))
       return device::do_rms_norm(x, weight, out, rows, dim, eps);
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     return launch_status("rms_norm kernel",
                          P::launch_rmsnorm(f32_of(x), f32_of(weight),
@@ -559,7 +577,7 @@ protected:
       return device::do_rope(x, positions, freq_factors, dims);
     const float* ff
       = freq_factors.buf != nullptr ? f32_of(freq_factors) : nullptr;
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     return launch_status(
       "rope kernel",
@@ -573,7 +591,7 @@ protected:
                         const rope_dims& dims) override {
     if (!P::has_kernels(props_))
       return device::do_rope_cached(x, cache, dims);
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     return launch_status("rope kernel",
                          P::launch_rope_cached(f32_of(x), f32_of(cache), dims,
@@ -592,7 +610,7 @@ protected:
   /// paged).
   status attention_kernel(const_view q, const_view k, const_view v,
                           mut_view out, const attention_dims& dims) {
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     return launch_status("attention kernel",
                          P::launch_attention(f32_of(q),
@@ -651,7 +669,7 @@ protected:
       return device::do_store_kv_rows(a, tables, kv, dims);
     auto d = dims;
     d.max_block = (e - sz->block_rows) / sz->block;
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     return launch_status(
       "store_kv_rows kernel",
@@ -701,7 +719,7 @@ protected:
   status do_to_q8_0(const_view a, mut_view out, std::size_t count) override {
     if (!P::has_kernels(props_))
       return device::do_to_q8_0(a, out, count);
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     return launch_status("to_q8_0 kernel",
                          P::launch_to_q8_0(f32_of(a),
@@ -714,7 +732,7 @@ protected:
                      std::size_t n) override {
     if (!P::has_kernels(props_))
       return device::do_hadamard(out, a, count, n);
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     return launch_status("hadamard kernel",
                          P::launch_hadamard(f32_of(a), f32_of(out), count, n,
@@ -724,7 +742,7 @@ protected:
   status do_to_f16(const_view a, mut_view out, std::size_t count) override {
     if (!P::has_kernels(props_))
       return device::do_to_f16(a, out, count);
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     return launch_status("to_f16 kernel",
                          P::launch_to_f16(f32_of(a),
@@ -737,7 +755,7 @@ protected:
                      std::size_t count) override {
     if (!P::has_kernels(props_))
       return device::do_silu_mul(gate, up, out, count);
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     EXO_TRY(select());
     return launch_status("silu_mul kernel",
                          P::launch_silu_mul(f32_of(gate), f32_of(up),
@@ -757,7 +775,7 @@ public:
   telemetry read_telemetry() override {
     telemetry t;
     {
-      std::lock_guard<std::mutex> guard{mtx_};
+      std::lock_guard<std::mutex> guard{mtx_}; // writes nothing
       t.memory = memory_locked();
     }
     if (probe_) {
@@ -789,6 +807,36 @@ private:
   };
 
   static constexpr std::size_t max_pending_events = 256;
+
+  /// Locks the device for a call that may write its memory, and counts the
+  /// call (entries_): what the kept scratch holds stays valid only from a
+  /// product to the very next call.
+  std::unique_lock<std::mutex> enter() {
+    std::unique_lock<std::mutex> guard{mtx_};
+    ++entries_;
+    return guard;
+  }
+
+  /// What a product left in the kept scratch: A (buffer, offset, m x k) in
+  /// `form`, converted by the call numbered `entry`.
+  struct held_act {
+    const buffer* buf = nullptr;
+    std::size_t offset = 0;
+    std::size_t m = 0;
+    std::size_t k = 0;
+    gpu::act_form form = gpu::act_form::none;
+    const void* scratch = nullptr;
+    std::uint64_t entry = 0;
+
+    /// Whether `next` (the product of call next.entry) finds its A in the
+    /// scratch: the same A, form and scratch, and no call between.
+    bool follows(const held_act& next) const {
+      return form != gpu::act_form::none && form == next.form
+             && buf == next.buf && offset == next.offset && m == next.m
+             && k == next.k && scratch == next.scratch
+             && entry + 1 == next.entry;
+    }
+  };
 
   static char* ptr_of(const buffer& buf) {
     return static_cast<const gpu_buffer&>(buf).ptr();
@@ -854,7 +902,7 @@ private:
   }
 
   void release(void* ptr, std::size_t size) {
-    std::lock_guard<std::mutex> guard{mtx_};
+    auto guard = enter();
     if (select())
       (void)cudaFreeAsync(ptr, stream_);
     (void)cudaGetLastError();
@@ -942,6 +990,10 @@ private:
   std::uint64_t used_ = 0;
   void* act_scratch_ = nullptr; ///< act_scratch: kept between products
   std::size_t act_scratch_size_ = 0;
+  /// Calls that may write device memory so far (enter(); a peer's copy
+  /// into this device counts here too).
+  std::uint64_t entries_ = 0;
+  held_act held_act_; ///< what the kept scratch holds, if anything
   std::unique_ptr<gpu::telemetry_probe> probe_;
   std::string telemetry_reason_;
 };

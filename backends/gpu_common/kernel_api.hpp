@@ -86,10 +86,13 @@ int launch_dequant_rows(const void* w, weight_type type, float* out,
 /// address; activations rounded / quantized as llama.cpp does, once, into
 /// `scratch` (at least gpu::act_scratch_bytes(type, dims) bytes of device
 /// memory, 4-byte aligned; unused for F32 weights). Q4_0 ... Q8_0 and the
-/// K-quants then give the CPU engine's bits (kernel_quant.hpp).
+/// K-quants then give the CPU engine's bits (kernel_quant.hpp). act_ready:
+/// scratch already holds A in gpu::scratch_act_form(type, dims), an earlier
+/// product's conversion of the same A, so none is launched.
 int launch_matmul_weights(const float* a, const void* w, weight_type type,
                           float* c, const matmul_dims& dims, void* scratch,
-                          std::size_t q4_k_pair_tokens, void* stream);
+                          std::size_t q4_k_pair_tokens, void* stream,
+                          bool act_ready = false);
 
 /// The launches gpu_backend_impl.hpp calls, as static members: a platform
 /// type P derives from this (its stream, a pointer, converts to void*), so

@@ -970,7 +970,8 @@ int launch_dequant_rows(const void* w, weight_type type, float* out,
 
 int launch_matmul_weights(const float* a, const void* w, weight_type type,
                           float* c, const matmul_dims& d, void* scratch,
-                          std::size_t q4_k_pair_tokens, void* stream) {
+                          std::size_t q4_k_pair_tokens, void* stream,
+                          bool act_ready) {
   const auto format = m::act_format_of(ggml_type_id(type));
   if (format != m::act_format::none) {
     auto g = gpu::lanes_launch(d);
@@ -978,7 +979,9 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
       return 0;
     const std::size_t be = m::act_block_elements(format);
     const std::size_t blocks = d.m * (d.k / be);
-    if (format == m::act_format::q8_k) {
+    if (act_ready) {
+      // scratch holds A in this format: an earlier product's conversion.
+    } else if (format == m::act_format::q8_k) {
       auto q = gpu::warps_launch(blocks);
       EXO_LAUNCH(quantize_q8k_warps_kernel, q.grid, q.block, stream)(
         a, static_cast<m::act_q8k*>(scratch), blocks);
@@ -1006,9 +1009,11 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
   // F16 and BF16 batches: the activations rounded once into scratch.
   const bool round_here = d.m == 1;
   if (type != weight_type::f32 && !round_here) {
-    auto r = gpu::elementwise_launch(d.m * d.k);
-    EXO_LAUNCH(round_act_kernel, r.grid, r.block, stream)(
-      a, static_cast<float*>(scratch), d.m * d.k, type != weight_type::f16);
+    if (!act_ready) {
+      auto r = gpu::elementwise_launch(d.m * d.k);
+      EXO_LAUNCH(round_act_kernel, r.grid, r.block, stream)(
+        a, static_cast<float*>(scratch), d.m * d.k, type != weight_type::f16);
+    }
     a = static_cast<const float*>(scratch);
   }
   if (type == weight_type::f16 && d.k % 8 == 0

@@ -87,6 +87,25 @@ std::size_t act_scratch_bytes(weight_type type, const matmul_dims& d) {
   return d.m * (d.k / math::act_block_elements(f)) * math::act_block_bytes(f);
 }
 
+act_form scratch_act_form(weight_type type, const matmul_dims& d) {
+  if (d.m == 0 || d.n == 0 || d.k == 0)
+    return act_form::none;
+  switch (math::act_format_of(ggml_type_id(type))) {
+    case math::act_format::q8_0:
+      return act_form::q8_0;
+    case math::act_format::q8_1:
+      return act_form::q8_1;
+    case math::act_format::q8_k:
+      return act_form::q8_k;
+    case math::act_format::none:
+      break;
+  }
+  if (type == weight_type::f32 || d.m == 1)
+    return act_form::none;
+  return type == weight_type::f16 ? act_form::f16_rounded
+                                  : act_form::bf16_rounded;
+}
+
 column_major_gemm row_major_as_column_major(const matmul_dims& d) {
   column_major_gemm g;
   g.transpose_first = d.transpose_b;

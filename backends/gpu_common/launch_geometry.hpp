@@ -75,6 +75,22 @@ launch_1d lanes_launch(const matmul_dims& dims);
 /// activations rounded, as floats), or 0 for F32 weights.
 std::size_t act_scratch_bytes(weight_type type, const matmul_dims& dims);
 
+/// What launch_matmul_weights leaves in its scratch: A in the form the
+/// product reads it (Q8_0, Q8_1 or Q8_K blocks; a batch's floats rounded
+/// to F16 or BF16), or none where it leaves nothing there (F32 weights,
+/// one row of F16/BF16, which the kernel rounds as it reads, an empty
+/// product). Two products of the same A whose forms are equal and not none
+/// can share one conversion (launch_matmul_weights' act_ready).
+enum class act_form : std::uint8_t {
+  none,
+  q8_0,
+  q8_1,
+  q8_k,
+  f16_rounded,
+  bf16_rounded
+};
+act_form scratch_act_form(weight_type type, const matmul_dims& dims);
+
 /// Splits `total` bytes into chunks of at most `chunk` bytes.
 struct chunk_plan {
   std::size_t total = 0;

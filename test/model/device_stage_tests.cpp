@@ -513,6 +513,16 @@ TEST_CASE("decode steps on the emulated GPU allocate nothing once the "
       CHECK(s.kernels.count("quantize_q8k_warps_kernel")
               + s.kernels.count("quantize_act_kernel")
             == 1);
+      // A layer's Q, K and V products share one conversion of their input,
+      // gate and up another; the output and down products each have their
+      // own, and so has the head: 4 a layer and one.
+      auto launches = [&](const char* kernel) {
+        auto it = s.kernels.find(kernel);
+        return it == s.kernels.end() ? 0 : it->second.launches;
+      };
+      CHECK(launches("quantize_q8k_warps_kernel")
+              + launches("quantize_act_kernel")
+            == 4 * hp.n_layer + 1);
       if (step > 0)
         CHECK(s.allocations == 0);
     }

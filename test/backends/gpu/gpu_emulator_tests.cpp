@@ -625,3 +625,148 @@ TEST_CASE("a prompt's product on the emulated device decodes the weights "
   }
   emu::configure({});
 }
+
+TEST_CASE("products of one A in a row convert it once, and anything "
+          "written to the device between converts it again",
+          "[gpu_emulator]") {
+  // gpu_device keeps what a product left in its activation scratch (A as
+  // Q8_K, Q8_0 or Q8_1 blocks, or a batch rounded to F16/BF16): the very
+  // next call, if it is a product of the same A in the same form, reads it
+  // instead of converting A again (a layer's Q, K and V; gate and up).
+  // Any other call to the device in between, a peer's copy into it
+  // included, makes the next product convert A afresh.
+  emu::configure({2, std::size_t{1} << 28});
+  auto be = make_gpu_emulator_backend({});
+  REQUIRE(be->initialize().ok());
+  REQUIRE(be->device_count() == 2);
+  auto& dev = *be->device_at(0);
+  auto& peer = *be->device_at(1);
+  REQUIRE(dev.properties().has(cap_peer_copy));
+  auto conversions = [] {
+    auto s = emu::stats();
+    return s.kernels["quantize_q8k_warps_kernel"].launches
+           + s.kernels["quantize_act_kernel"].launches
+           + s.kernels["round_act_kernel"].launches;
+  };
+  struct pair_case {
+    weight_type first, second;
+    std::size_t m;
+    bool shared; ///< the second product reads the first's conversion
+  };
+  const std::size_t kk = 512, n = 24;
+  for (auto pc : {pair_case{weight_type::q4_k, weight_type::q6_k, 1, true},
+                  pair_case{weight_type::q4_k, weight_type::q4_k, 4, true},
+                  pair_case{weight_type::q8_0, weight_type::q4_0, 3, true},
+                  pair_case{weight_type::q4_1, weight_type::q5_1, 2, true},
+                  pair_case{weight_type::f16, weight_type::f16, 3, true},
+                  pair_case{weight_type::bf16, weight_type::bf16, 5, true},
+                  pair_case{weight_type::f16, weight_type::f16, 1, false},
+                  pair_case{weight_type::f16, weight_type::bf16, 3, false},
+                  pair_case{weight_type::q4_k, weight_type::q8_0, 2, false},
+                  pair_case{weight_type::q4_0, weight_type::q4_1, 2,
+                            false}}) {
+    INFO(to_string(pc.first) << " then " << to_string(pc.second) << ", m="
+                             << pc.m);
+    const matmul_dims d{pc.m, n, kk, true};
+    const auto w1 = encode(pc.first, random_floats(n * kk, 70), n, kk);
+    const auto w2 = encode(pc.second, random_floats(n * kk, 71), n, kk);
+    auto a = random_floats(pc.m * kk, 72, -3, 3);
+    auto b = random_floats(pc.m * kk, 73, -3, 3);
+    auto ba = dev.allocate(a.size() * 4);
+    auto bb = dev.allocate(b.size() * 4);
+    auto bw1 = dev.allocate(w1.size());
+    auto bw2 = dev.allocate(w2.size());
+    auto bc = dev.allocate(pc.m * n * 4);
+    auto bp = peer.allocate(a.size() * 4);
+    REQUIRE((ba.ok() && bb.ok() && bw1.ok() && bw2.ok() && bc.ok()
+             && bp.ok()));
+    REQUIRE(dev.write(**bw1, 0, w1.data(), w1.size()).ok());
+    REQUIRE(dev.write(**bw2, 0, w2.data(), w2.size()).ok());
+    REQUIRE(dev.write(**ba, 0, a.data(), a.size() * 4).ok());
+    REQUIRE(dev.write(**bb, 0, b.data(), b.size() * 4).ok());
+    // C = x W^T on the device, against the kernels launched on host copies
+    // (every product converting its own A).
+    auto run = [&](buffer& x, const std::vector<std::uint8_t>& w,
+                   buffer& bw, weight_type t) {
+      REQUIRE(dev.matmul_weights({&x, 0}, {&bw, 0}, t, {bc->get(), 0}, d)
+                .ok());
+      (void)w;
+    };
+    auto result = [&] {
+      std::vector<float> c(pc.m * n);
+      REQUIRE(dev.read(**bc, 0, c.data(), c.size() * 4).ok());
+      return c;
+    };
+    const std::size_t one = pc.shared ? 0 : 1;
+
+    // Two products of A in a row: one conversion where the forms agree.
+    emu::reset_stats();
+    run(**ba, w1, **bw1, pc.first);
+    run(**ba, w2, **bw2, pc.second);
+    const auto got = result(); // (the reference's launches count too)
+    CHECK(conversions() == (pc.first == weight_type::f16 && pc.m == 1
+                                ? 0u
+                                : 1 + one));
+    CHECK(same_bits(got, product(a, w2, pc.second, d)));
+
+    // A written between: converted again, the new A's product.
+    for (auto& x : a)
+      x = -0.5f * x + 0.25f;
+    REQUIRE(dev.write(**ba, 0, a.data(), a.size() * 4).ok());
+    run(**ba, w2, **bw2, pc.second);
+    CHECK(same_bits(result(), product(a, w2, pc.second, d)));
+
+    // A doubled in place by an operation between.
+    run(**ba, w1, **bw1, pc.first);
+    REQUIRE(dev.elementwise(binary_op::add, {ba->get(), 0}, {ba->get(), 0},
+                            {ba->get(), 0}, a.size())
+              .ok());
+    for (auto& x : a)
+      x = x + x;
+    run(**ba, w2, **bw2, pc.second);
+    CHECK(same_bits(result(), product(a, w2, pc.second, d)));
+
+    // A overwritten by the peer's copy, without any call to this device.
+    run(**ba, w1, **bw1, pc.first);
+    auto p = random_floats(a.size(), 74, -2, 2);
+    REQUIRE(peer.write(**bp, 0, p.data(), p.size() * 4).ok());
+    REQUIRE(peer.copy_to_peer(**bp, 0, **ba, 0, p.size() * 4).ok());
+    run(**ba, w2, **bw2, pc.second);
+    CHECK(same_bits(result(), product(p, w2, pc.second, d)));
+    a = p;
+
+    // Another A's product between: A converted again.
+    run(**ba, w1, **bw1, pc.first);
+    run(**bb, w1, **bw1, pc.first);
+    run(**ba, w2, **bw2, pc.second);
+    CHECK(same_bits(result(), product(a, w2, pc.second, d)));
+
+    // Other rows of the same buffer: not the same A. Rows 1.. after rows
+    // 0..; then all the rows after all but the last.
+    if (pc.m > 1) {
+      const matmul_dims d1{pc.m - 1, n, kk, true};
+      auto rows = [&](std::size_t offset, const matmul_dims& dd,
+                      const buffer& bw, weight_type t) {
+        REQUIRE(dev.matmul_weights({ba->get(), offset}, {&bw, 0}, t,
+                                   {bc->get(), 0}, dd)
+                  .ok());
+        std::vector<float> c(dd.m * n);
+        return c;
+      };
+      auto read = [&](std::vector<float> c) {
+        REQUIRE(dev.read(**bc, 0, c.data(), c.size() * 4).ok());
+        return c;
+      };
+      rows(0, d1, **bw1, pc.first); // (its result is not read)
+      CHECK(same_bits(read(rows(kk * 4, d1, **bw2, pc.second)),
+                      product(std::vector<float>(a.begin() + kk, a.end()),
+                              w2, pc.second, d1)));
+      run(**bb, w1, **bw1, pc.first); // B's rows in all of the scratch
+      rows(0, d1, **bw1, pc.first);
+      CHECK(same_bits(read(rows(0, d, **bw2, pc.second)),
+                      product(a, w2, pc.second, d)));
+    }
+  }
+  be->shutdown();
+  emu::configure({});
+}
