@@ -6,7 +6,10 @@
 // sequence after its own 16-token prompt, for F32 and Q4_K_M weights.
 // Batch sizes alternate step by step (rotating), so a change of the
 // machine's speed hits all alike; printed: the median step of each and
-// its aggregate tokens/s, and the speed-up over one sequence.
+// its aggregate tokens/s, and the speed-up over one sequence. On any
+// device but the cpu one, also how much of the median step went into
+// handing its operations over (device_stage::submit_seconds: a GPU's
+// launches; close to the whole step, the host bounds the step).
 //
 //   batch_step_bench [STEPS [B...]]
 //
@@ -93,6 +96,7 @@ struct batch_path {
   std::vector<model::device_stage::segment> segs;
   std::vector<float> x, logits;
   std::vector<double> times;
+  std::vector<double> submits; ///< of each step: device_ops::run's seconds
   backend::gpu::emu::runtime_stats last; ///< on the emulator: last step
 };
 
@@ -286,6 +290,7 @@ int run_type(const char* type, int steps) {
       backend::host::allow_amx(p.amx);
       backend::gpu::emu::reset_stats();
       auto t0 = clock_type::now();
+      const double s0 = stage.submit_seconds();
       (void)stage.embed(toks.data(), p.b, p.x.data());
       auto ok = p.b == 1 ? stage.forward(p.caches[0], p.segs[0].pos,
                                          p.x.data(), 1, p.logits.data())
@@ -296,6 +301,7 @@ int run_type(const char* type, int steps) {
       }
       p.times.push_back(
         std::chrono::duration<double>(clock_type::now() - t0).count());
+      p.submits.push_back(stage.submit_seconds() - s0);
       p.last = backend::gpu::emu::stats();
       for (auto& sg : p.segs)
         ++sg.pos;
@@ -312,6 +318,16 @@ int run_type(const char* type, int steps) {
                 p.b, t * 1e3, p.b / t, (p.b / t) / (1.0 / one),
                 !amx_both ? "" : p.amx ? ", AMX" : ", no AMX");
   }
+  if (on_emulator || device_kind != "cpu")
+    // A device that runs its operations after they are handed over: how
+    // much of a step the host spends handing them over (the launches).
+    // Close to the whole step, the host bounds it.
+    for (auto& p : paths) {
+      const double t = median(p.times), sub = median(p.submits);
+      std::printf("  %2u sequences per step: operations handed over in "
+                  "%7.3f ms of the step (%.0f%%)\n",
+                  p.b, sub * 1e3, 100.0 * sub / t);
+    }
   if (on_emulator)
     for (auto& p : paths)
       print_emulated(p);

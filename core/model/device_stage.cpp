@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -66,7 +67,12 @@ status device_ops::step(device_handle in, std::uint64_t in_offset,
                         std::uint64_t out_bytes) {
   if (in_bytes > 0)
     EXO_TRY(write(in, in_offset, src, in_bytes));
-  EXO_TRY(run(ops));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto st = run(ops);
+  last_run_seconds_ = std::chrono::duration<double>(
+                        std::chrono::steady_clock::now() - t0)
+                        .count();
+  EXO_TRY(st);
   if (out_bytes > 0)
     EXO_TRY(read(out, out_offset, dst, out_bytes));
   return {};
@@ -861,15 +867,22 @@ status device_stage::embed(const std::int32_t* tokens, std::size_t n,
 }
 
 status device_stage::run_batched(const std::vector<device_op>& ops) {
+  const auto t0 = std::chrono::steady_clock::now();
+  status st;
   if (ops.size() <= opts_.max_ops_per_run) {
-    EXO_TRY(ops_.run(ops));
+    st = ops_.run(ops);
   } else {
-    for (std::size_t i = 0; i < ops.size(); i += opts_.max_ops_per_run) {
+    for (std::size_t i = 0; i < ops.size() && st.ok();
+         i += opts_.max_ops_per_run) {
       auto end = std::min(ops.size(), i + opts_.max_ops_per_run);
-      EXO_TRY(ops_.run(std::vector<device_op>(ops.begin() + i,
-                                              ops.begin() + end)));
+      st = ops_.run(
+        std::vector<device_op>(ops.begin() + i, ops.begin() + end));
     }
   }
+  submit_seconds_ += std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - t0)
+                       .count();
+  EXO_TRY(st);
   ops_run_ += ops.size();
   return {};
 }
@@ -1829,6 +1842,7 @@ status device_stage::run_forward(const std::vector<segment>& segs, float* x,
     EXO_TRY(ops_.step(io_, skip, staging_.data(), staging_.size(), ops, out,
                       0, dst, out_bytes));
     ops_run_ += ops.size();
+    submit_seconds_ += ops_.last_run_seconds();
   } else {
     EXO_TRY(ops_.write(io_, skip, staging_.data(), staging_.size()));
     EXO_TRY(run_batched(ops));

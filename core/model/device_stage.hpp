@@ -125,6 +125,15 @@ public:
                                void* dst, std::uint64_t out_bytes);
   /// What the operations run on ("cpu:0"), for messages.
   virtual std::string where() const = 0;
+  /// Seconds the last step() spent in run(): handing its operations to
+  /// the device (device_stage::submit_seconds). 0 where an implementation
+  /// makes the step one call and cannot tell.
+  double last_run_seconds() const noexcept {
+    return last_run_seconds_;
+  }
+
+protected:
+  double last_run_seconds_ = 0;
 };
 
 /// The view of `offset` in the buffer behind a handle (ctx: the finder's
@@ -377,6 +386,14 @@ public:
   /// Operations run through device_ops so far.
   std::uint64_t ops_run() const noexcept {
     return ops_run_;
+  }
+  /// Seconds spent in device_ops::run so far: handing the operations to
+  /// the device. A host device computes them there, so this is its step; a
+  /// GPU only enqueues them, and a step whose submission takes about as
+  /// long as the whole step is bound by the host's launches, not by the
+  /// device (batch_step_bench prints both).
+  double submit_seconds() const noexcept {
+    return submit_seconds_;
   }
 
   /// A KV cache of up to `n_ctx` positions for a new sequence, on the
@@ -675,6 +692,7 @@ private:
   std::uint64_t in_place_bytes_ = 0;
   std::uint64_t cache_bytes_ = 0;
   std::uint64_t ops_run_ = 0;
+  double submit_seconds_ = 0;
   std::vector<std::uint8_t> staging_;
   /// A step's positions and their rope angles (host::rope_cache), row by
   /// row, on their way into staging_.

@@ -506,9 +506,12 @@ TEST_CASE("decode steps on the emulated GPU allocate nothing once the "
       std::vector<float> x(hp.n_embd), logits(hp.n_vocab);
       REQUIRE(st.embed(&tok, 1, x.data()).ok());
       backend::gpu::emu::reset_stats();
+      const double submitted = st.submit_seconds();
       REQUIRE(st.forward(*c, *st.n_past(*c), x.data(), 1, logits.data(), 1)
                 .ok());
       const auto s = backend::gpu::emu::stats();
+      // The time the step spent handing its operations over is counted.
+      CHECK(st.submit_seconds() > submitted);
       INFO("step " << step);
       CHECK(s.kernels.count("quantize_q8k_warps_kernel")
               + s.kernels.count("quantize_act_kernel")
