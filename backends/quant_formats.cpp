@@ -2505,6 +2505,72 @@ EXO_AVX2 void quantize_q8_k_avx2(const float* x, block_q8_k& y) {
   y.d = 1 / iscale;
 }
 
+/// quantize_q8_k_avx2 16 lanes at a time: the same operations (the first
+/// largest magnitude, iscale * x, the magic addition, the cap at 127), so
+/// the same bytes for any input. A 16-value sum is one vector's; the
+/// values go to bytes by a saturating narrowing (they lie in [-128, 127]).
+EXO_AVX512F void quantize_q8_k_avx512(const float* x, block_q8_k& y) {
+  __m512 mx[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
+                  _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int j = 0; j < kqk; j += 64) // max_ps keeps mx where x is NaN
+    for (int u = 0; u < 4; ++u)
+      mx[u] = _mm512_maskz_max_ps(
+        0xffff, _mm512_abs_ps(_mm512_loadu_ps(x + j + 16 * u)), mx[u]);
+  // (The maskz forms with every lane set: GCC 12 warns about the plain
+  // ones' undefined pass-through operand.)
+  const __m512 m16 = _mm512_maskz_max_ps(
+    0xffff, _mm512_maskz_max_ps(0xffff, mx[0], mx[1]),
+    _mm512_maskz_max_ps(0xffff, mx[2], mx[3]));
+  const __m512d m16d = _mm512_castps_pd(m16);
+  const __m256 m8 =
+    _mm256_max_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, m16d, 0)),
+                  _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, m16d, 1)));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8),
+                         _mm256_extractf128_ps(m8, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  if (!amax) {
+    std::memset(&y, 0, sizeof y);
+    return;
+  }
+  float max = 0;
+  const __m512 va = _mm512_set1_ps(amax);
+  for (int j = 0; j < kqk; j += 16) {
+    const __mmask16 hit = _mm512_cmp_ps_mask(
+      _mm512_abs_ps(_mm512_loadu_ps(x + j)), va, _CMP_EQ_OQ);
+    if (hit != 0) {
+      max = x[j + __builtin_ctz(static_cast<unsigned>(hit))];
+      break;
+    }
+  }
+  const float iscale = -127.f / max;
+  const __m512 vs = _mm512_set1_ps(iscale);
+  const __m512 magic = _mm512_set1_ps(12582912.f);
+  const __m512i mant = _mm512_set1_epi32(0x007fffff);
+  const __m512i bias = _mm512_set1_epi32(0x00400000);
+  const __m512i cap = _mm512_set1_epi32(127);
+  for (int j = 0; j < kqk; j += 16) {
+    const __m512 v =
+      _mm512_add_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(x + j)), magic);
+    const __m512i q = _mm512_maskz_min_epi32(
+      0xffff,
+      _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(v), mant), bias),
+      cap);
+    const __m256i s8 =
+      _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xf, q, 0),
+                       _mm512_maskz_extracti64x4_epi64(0xf, q, 1));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8),
+                               _mm256_extracti128_si256(s8, 1));
+    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+    y.bsums[j / 16] = static_cast<std::int16_t>(_mm_cvtsi128_si32(s4));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y.qs + j),
+                     _mm512_maskz_cvtsepi32_epi8(0xffff, q));
+  }
+  y.d = 1 / iscale;
+}
+
 #undef EXO_AVX2
 
 float dot_blocks(ggml_type t, std::size_t n, const void* w, const void* a,
@@ -2741,6 +2807,12 @@ void quantize_activations(ggml_type t, const float* x, void* dst,
     return;
   }
   case ggml_type::q8_k:
+    if (host::widest_isa() == host::isa::avx512) {
+      auto* y = static_cast<block_q8_k*>(dst);
+      for (std::size_t i = 0; i < n / qk_k; ++i)
+        quantize_q8_k_avx512(x + qk_k * i, y[i]);
+      return;
+    }
     if (host::widest_isa() != host::isa::scalar) {
       auto* y = static_cast<block_q8_k*>(dst);
       for (std::size_t i = 0; i < n / qk_k; ++i)
