@@ -2353,10 +2353,13 @@ void q5_k_vnni_tokens(std::size_t nb, const void* x,
   }
 }
 
-/// dot_q6_k_avx2_tokens for n (1..q6_k_token_group) tokens.
+/// dot_q6_k_avx2_tokens for n (1..q6_k_token_group) tokens, through the
+/// VNNI kernel where `vnni` (host::have_vnni(), asked once by a caller that
+/// runs many rows).
 void dot_q6_k_tokens(std::size_t nb, const block_q6_k* x,
-                     const block_q8_k* const* y, float* out, std::size_t n) {
-  if (host::have_vnni()) {
+                     const block_q8_k* const* y, float* out, std::size_t n,
+                     bool vnni) {
+  if (vnni) {
     switch (n) {
     case 1: dot_q6_k_vnni_tokens<1>(nb, x, y, out); return;
     case 2: dot_q6_k_vnni_tokens<2>(nb, x, y, out); return;
@@ -2369,8 +2372,8 @@ void dot_q6_k_tokens(std::size_t nb, const block_q6_k* x,
     }
   }
   if (n > 4) { // the AVX2 kernel's registers hold 4 tokens
-    dot_q6_k_tokens(nb, x, y, out, 4);
-    dot_q6_k_tokens(nb, x, y + 4, out + 4, n - 4);
+    dot_q6_k_tokens(nb, x, y, out, 4, false);
+    dot_q6_k_tokens(nb, x, y + 4, out + 4, n - 4, false);
     return;
   }
   switch (n) {
@@ -2384,7 +2387,7 @@ void dot_q6_k_tokens(std::size_t nb, const block_q6_k* x,
 float dot_q6_k_avx2(std::size_t nb, const block_q6_k* x,
                     const block_q8_k* y) {
   float out;
-  dot_q6_k_tokens(nb, x, &y, &out, 1);
+  dot_q6_k_tokens(nb, x, &y, &out, 1, host::have_vnni());
   return out;
 }
 
@@ -2912,6 +2915,11 @@ result<bool> matmul_quant(const void* w, ggml_type t, std::size_t rows,
     return true;
   }
   const auto* wbytes = static_cast<const std::uint8_t*>(w);
+  // The CPU's answers and the kernels, once for all rows (asked per row,
+  // they showed in a one-token step's profile).
+  const bool vnni = host::have_vnni();
+  const tokens_fn tokens = simd && m > 1 ? tokens_kernel(t) : nullptr;
+  const k_tokens_fn k_tokens = simd ? k_tokens_kernel(t) : nullptr;
   host::for_each_index(static_cast<long>(rows), threads, [&](long r) {
     const std::uint8_t* row = wbytes + static_cast<std::size_t>(r) * rb;
     // The row after next into L2: the hardware prefetchers alone keep
@@ -2922,19 +2930,20 @@ result<bool> matmul_quant(const void* w, ggml_type t, std::size_t rows,
     if (!(simd && (t == ggml_type::q6_k || t == ggml_type::bf16
                    || ((t == ggml_type::q5_k || t == ggml_type::q3_k
                         || t == ggml_type::q2_k)
-                       && host::have_vnni())))
+                       && vnni)))
         && static_cast<std::size_t>(r) + 2 < rows)
       for (std::size_t off = 0; off < rb; off += 64)
         __builtin_prefetch(row + 2 * rb + off, 0, 2);
-    if (simd && t == ggml_type::q6_k && m > 1) {
-      // Tokens 8 at a time: each row's weights unpacked once per group.
+    if (simd && t == ggml_type::q6_k) {
+      // Tokens 8 at a time: each row's weights unpacked once per group (one
+      // token: the kernel dot_blocks would reach, without its dispatch).
       for (std::size_t i0 = 0; i0 < m; i0 += 8) {
         const std::size_t n = std::min<std::size_t>(8, m - i0);
         const block_q8_k* ys[8];
         float v[8];
         for (std::size_t i = 0; i < n; ++i)
           ys[i] = blocks<block_q8_k>(q.data() + (i0 + i) * act);
-        dot_q6_k_tokens(k / qk_k, blocks<block_q6_k>(row), ys, v, n);
+        dot_q6_k_tokens(k / qk_k, blocks<block_q6_k>(row), ys, v, n, vnni);
         for (std::size_t i = 0; i < n; ++i)
           out[(i0 + i) * rows + static_cast<std::size_t>(r)] = v[i];
       }
@@ -2954,41 +2963,39 @@ result<bool> matmul_quant(const void* w, ggml_type t, std::size_t rows,
       }
       return;
     }
-    if (simd && m > 1)
-      if (const tokens_fn f = tokens_kernel(t)) {
-        // The 32-element formats: tokens 8 at a time, each row's blocks
-        // unpacked once per 4 tokens.
-        const std::size_t nb = k / 32;
-        for (std::size_t i0 = 0; i0 < m; i0 += 8) {
-          const std::size_t n = std::min<std::size_t>(8, m - i0);
-          const void* ys[8];
-          float v[8];
-          for (std::size_t i = 0; i < n; ++i)
-            ys[i] = q.data() + (i0 + i) * act;
-          f(nb, row, ys, v, n);
-          for (std::size_t i = 0; i < n; ++i)
-            out[(i0 + i) * rows + static_cast<std::size_t>(r)] = v[i];
-        }
-        return;
+    if (const tokens_fn f = tokens) {
+      // The 32-element formats: tokens 8 at a time, each row's blocks
+      // unpacked once per 4 tokens.
+      const std::size_t nb = k / 32;
+      for (std::size_t i0 = 0; i0 < m; i0 += 8) {
+        const std::size_t n = std::min<std::size_t>(8, m - i0);
+        const void* ys[8];
+        float v[8];
+        for (std::size_t i = 0; i < n; ++i)
+          ys[i] = q.data() + (i0 + i) * act;
+        f(nb, row, ys, v, n);
+        for (std::size_t i = 0; i < n; ++i)
+          out[(i0 + i) * rows + static_cast<std::size_t>(r)] = v[i];
       }
-    if (simd)
-      if (const k_tokens_fn f = k_tokens_kernel(t)) {
-        // Q2_K, Q3_K, Q5_K: tokens 8 at a time (the AVX2 kernels take 4
-        // a pass), each row's blocks unpacked once per 4 tokens (8 on
-        // VNNI); a single token too (Q5_K's VNNI kernel is the faster
-        // one; the others' one-token kernels are their kernels' <1>).
-        for (std::size_t i0 = 0; i0 < m; i0 += 8) {
-          const std::size_t n = std::min<std::size_t>(8, m - i0);
-          const block_q8_k* ys[8];
-          float v[8];
-          for (std::size_t i = 0; i < n; ++i)
-            ys[i] = blocks<block_q8_k>(q.data() + (i0 + i) * act);
-          f(k / qk_k, row, ys, v, n);
-          for (std::size_t i = 0; i < n; ++i)
-            out[(i0 + i) * rows + static_cast<std::size_t>(r)] = v[i];
-        }
-        return;
+      return;
+    }
+    if (const k_tokens_fn f = k_tokens) {
+      // Q2_K, Q3_K, Q5_K: tokens 8 at a time (the AVX2 kernels take 4
+      // a pass), each row's blocks unpacked once per 4 tokens (8 on
+      // VNNI); a single token too (Q5_K's VNNI kernel is the faster
+      // one; the others' one-token kernels are their kernels' <1>).
+      for (std::size_t i0 = 0; i0 < m; i0 += 8) {
+        const std::size_t n = std::min<std::size_t>(8, m - i0);
+        const block_q8_k* ys[8];
+        float v[8];
+        for (std::size_t i = 0; i < n; ++i)
+          ys[i] = blocks<block_q8_k>(q.data() + (i0 + i) * act);
+        f(k / qk_k, row, ys, v, n);
+        for (std::size_t i = 0; i < n; ++i)
+          out[(i0 + i) * rows + static_cast<std::size_t>(r)] = v[i];
       }
+      return;
+    }
     for (std::size_t i = 0; i < m; ++i)
       out[i * rows + static_cast<std::size_t>(r)] =
           dot_blocks(t, k, row, q.data() + i * act, simd);

@@ -1100,6 +1100,7 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
   }
 #endif
   const bool simd = host::widest_isa() != host::isa::scalar;
+  [[maybe_unused]] const bool vnni = host::have_vnni(); // once, not per group
   // Groups of 8 rows (rows is a multiple of 8 wherever llama.cpp repacks;
   // any rest goes one row at a time), tokens 4 at a time on the SIMD path;
   // every row's bits are the same either way.
@@ -1111,7 +1112,6 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
     if (simd && n == 8) {
       // The tokens by super-block through quads_vnni where the CPU has
       // VNNI, the others (and AVX2 CPUs) through rows8.
-      const bool vnni = host::have_vnni();
       for (std::size_t t0 = 0; t0 < m;) {
         const std::size_t end = t0 < mg ? mg : m;
         const bool by_pair = pairs && t0 < mg;
