@@ -182,7 +182,7 @@ public:
   }
 
   memory_info memory() override {
-    std::lock_guard<std::mutex> guard{mtx_}; // writes nothing: not entered
+    auto guard = lock_reading();
     return memory_locked();
   }
 
@@ -775,7 +775,7 @@ public:
   telemetry read_telemetry() override {
     telemetry t;
     {
-      std::lock_guard<std::mutex> guard{mtx_}; // writes nothing
+      auto guard = lock_reading();
       t.memory = memory_locked();
     }
     if (probe_) {
@@ -815,6 +815,13 @@ private:
     std::unique_lock<std::mutex> guard{mtx_};
     ++entries_;
     return guard;
+  }
+
+  /// Locks the device for a call that writes no device memory and is not
+  /// counted (memory(), read_telemetry(): other threads poll them, and a
+  /// poll between two products must not make the second convert again).
+  std::unique_lock<std::mutex> lock_reading() {
+    return std::unique_lock<std::mutex>{mtx_};
   }
 
   /// What a product left in the kept scratch: A (buffer, offset, m x k) in
@@ -977,6 +984,9 @@ private:
   int ordinal_;
   gpu_options opts_;
   device_properties props_;
+  /// Taken only through enter() or lock_reading() (copy_to_peer takes both
+  /// devices' and counts both): a call that writes device memory without
+  /// enter() would let a product read a stale conversion (held_act_).
   std::mutex mtx_;
   cudaStream_t stream_ = nullptr;
   typename P::blas blas_;
