@@ -699,9 +699,13 @@ TEST_CASE("products of one A in a row convert it once, and anything "
     };
     const std::size_t one = pc.shared ? 0 : 1;
 
-    // Two products of A in a row: one conversion where the forms agree.
+    // Two products of A in a row: one conversion where the forms agree. A
+    // telemetry poll between (memory, read_telemetry: other threads') writes
+    // nothing and changes nothing.
     emu::reset_stats();
     run(**ba, w1, **bw1, pc.first);
+    (void)dev.memory();
+    (void)dev.read_telemetry();
     run(**ba, w2, **bw2, pc.second);
     const auto got = result(); // (the reference's launches count too)
     CHECK(conversions() == (pc.first == weight_type::f16 && pc.m == 1
