@@ -31,6 +31,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace exo::model {
@@ -198,7 +199,7 @@ public:
 private:
   backend::device& dev_;
   device_handle next_ = 1;
-  std::map<device_handle, std::unique_ptr<backend::buffer>> bufs_;
+  std::unordered_map<device_handle, std::unique_ptr<backend::buffer>> bufs_;
   /// Handles of host memory read in place (adopt_host).
   std::set<device_handle> adopted_;
 };
