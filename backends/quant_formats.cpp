@@ -2391,6 +2391,24 @@ float dot_q6_k_avx2(std::size_t nb, const block_q6_k* x,
   return out;
 }
 
+/// The largest of 8 float lanes (exact in any order; no lane NaN).
+EXO_AVX2 inline float hmax8_avx2(__m256 v) {
+  __m128 m4 =
+    _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  return _mm_cvtss_f32(m4);
+}
+
+/// The sum of 8 int32 lanes (exact in any order).
+EXO_AVX2 inline int hsum8_epi32_avx2(__m256i v) {
+  __m128i s4 =
+    _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+  return _mm_cvtsi128_si32(s4);
+}
+
 /// One block of 32 activations as ggml's AVX2 quantize_row_q8_0/_1: the
 /// largest magnitude by max_ps over the four registers, then halves,
 /// quarters, pairs; d = max / 127 (stored as half), q = x * (127 / max)
@@ -2406,11 +2424,7 @@ EXO_AVX2 float act_block_avx2(const float* x, std::int8_t* q,
   __m256 mx = _mm256_andnot_ps(sign, v[0]);
   for (int i = 1; i < 4; ++i)
     mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
-  __m128 m4 =
-    _mm_max_ps(_mm256_extractf128_ps(mx, 1), _mm256_castps256_ps128(mx));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float amax = _mm_cvtss_f32(m4);
+  const float amax = hmax8_avx2(mx);
   const float d = amax / 127.f;
   d_bits = f2h(d);
   const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
@@ -2419,13 +2433,8 @@ EXO_AVX2 float act_block_avx2(const float* x, std::int8_t* q,
     r[i] = _mm256_cvtps_epi32(_mm256_round_ps(
       _mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   if (sum != nullptr) {
-    const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]),
-                                        _mm256_add_epi32(r[2], r[3]));
-    __m128i s4 = _mm_add_epi32(_mm256_extracti128_si256(s8, 1),
-                               _mm256_castsi256_si128(s8));
-    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
-    *sum = _mm_cvtsi128_si32(s4);
+    *sum = hsum8_epi32_avx2(_mm256_add_epi32(_mm256_add_epi32(r[0], r[1]),
+                                             _mm256_add_epi32(r[2], r[3])));
   }
   const __m256i bytes = _mm256_permutevar8x32_epi32(
     _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]),
@@ -2451,13 +2460,8 @@ EXO_AVX2 void quantize_q8_k_avx2(const float* x, block_q8_k& y) {
     for (int u = 0; u < 4; ++u)
       mx[u] = _mm256_max_ps(
         _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j + 8 * u)), mx[u]);
-  const __m256 m8
-    = _mm256_max_ps(_mm256_max_ps(mx[0], mx[1]), _mm256_max_ps(mx[2], mx[3]));
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8),
-                         _mm256_extractf128_ps(m8, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float amax = _mm_cvtss_f32(m4);
+  const float amax = hmax8_avx2(
+    _mm256_max_ps(_mm256_max_ps(mx[0], mx[1]), _mm256_max_ps(mx[2], mx[3])));
   if (!amax) {
     std::memset(&y, 0, sizeof y);
     return;
@@ -2525,14 +2529,11 @@ EXO_AVX512F void quantize_q8_k_avx512(const float* x, block_q8_k& y) {
     0xffff, _mm512_maskz_max_ps(0xffff, mx[0], mx[1]),
     _mm512_maskz_max_ps(0xffff, mx[2], mx[3]));
   const __m512d m16d = _mm512_castps_pd(m16);
-  const __m256 m8 =
-    _mm256_max_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, m16d, 0)),
-                  _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, m16d, 1)));
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8),
-                         _mm256_extractf128_ps(m8, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float amax = _mm_cvtss_f32(m4);
+  const __m256 lo =
+    _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, m16d, 0));
+  const __m256 hi =
+    _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, m16d, 1));
+  const float amax = hmax8_avx2(_mm256_max_ps(lo, hi));
   if (!amax) {
     std::memset(&y, 0, sizeof y);
     return;
@@ -2560,14 +2561,9 @@ EXO_AVX512F void quantize_q8_k_avx512(const float* x, block_q8_k& y) {
       0xffff,
       _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(v), mant), bias),
       cap);
-    const __m256i s8 =
+    y.bsums[j / 16] = static_cast<std::int16_t>(hsum8_epi32_avx2(
       _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xf, q, 0),
-                       _mm512_maskz_extracti64x4_epi64(0xf, q, 1));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8),
-                               _mm256_extracti128_si256(s8, 1));
-    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
-    y.bsums[j / 16] = static_cast<std::int16_t>(_mm_cvtsi128_si32(s4));
+                       _mm512_maskz_extracti64x4_epi64(0xf, q, 1))));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y.qs + j),
                      _mm512_maskz_cvtsepi32_epi8(0xffff, q));
   }
