@@ -58,7 +58,12 @@ int launch_rope_cached(float* x, const float* cs, const rope_dims& dims,
 
 /// Causal grouped-query attention (see attention_dims); needs head_dim <=
 /// 2 * gpu::math::attention_threads (callers fall back beyond).
-/// k and v are floats or IEEE halves as dims.kv says.
+/// k and v are floats, IEEE halves or Q8_0 blocks as dims.kv says. Where
+/// the host takes ggml's one_chunk path (over f32 and f16 caches fewer
+/// than 64 tokens, and every row of a decode batch:
+/// math::attention_one_chunk; over q8_0 caches always) the result has
+/// host::attention's bits (attention_exact_kernel); a prompt's tiles are
+/// within F32 rounding of exact.
 int launch_attention(const float* q, const void* k, const void* v,
                      float* out, const attention_dims& dims, void* stream);
 

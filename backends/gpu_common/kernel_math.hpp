@@ -354,6 +354,161 @@ EXO_HD inline float dequant_element(std::uint32_t type, const std::uint8_t* b,
   return 0.0f;
 }
 
+// -- decode attention with the host's bits ------------------------------------
+//
+// host::attention below 64 tokens (and every row of a decode batch) is
+// ggml's one_chunk flash attention over an F16 cache (host_attention.cpp):
+// Q rounded to half, each cell's score by ggml_vec_dot_f16, an online
+// softmax with libm's expf, V summed in a half accumulator. The functions
+// below are those steps one lane at a time, for attention_exact_kernel and
+// for gpu_common_tests, which hold them to the host without a GPU.
+
+/// a * b and a + b in double, each rounded once: never contracted into a
+/// fused multiply-add by nvcc or hipcc.
+EXO_HD inline double dmul_rn(double a, double b) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+EXO_HD inline double dadd_rn(double a, double b) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+/// a / b rounded once (IEEE division whatever the compiler's flags).
+EXO_HD inline float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+/// glibc's expf as x86-64 runs it (sysdeps/ieee754/flt-32/e_expf.c built
+/// with fused multiply-adds, __expf_fma): in double, k = round(x * 32 /
+/// ln 2) by adding 1.5 * 2^52, 2^(k / 32) from a 32-entry table with k's
+/// high bits added to the exponent, times a cubic in the remainder; its
+/// special cases first (-inf: 0; inf, NaN: x + x; over- and underflow).
+/// The host's attention calls std::exp for every cell, so its kernel
+/// computes this (gpu_common_tests: the bits of this process's std::exp
+/// on every 4096th float and the special cases).
+EXO_HD inline float expf_libm(float x) {
+  std::uint32_t u;
+  memcpy(&u, &x, 4);
+  const std::uint32_t abstop = (u >> 20) & 0x7ffu;
+  if (abstop >= 0x42bu) { // |x| >= 88, or NaN
+    if (u == 0xff800000u)
+      return 0.0f;
+    if (abstop >= 0x7f8u)
+      return x + x;
+    if (x > 0x1.62e42ep6f)
+      return INFINITY;
+    if (x < -0x1.9fe368p6f)
+      return 0.0f;
+  }
+  // 2^(i / 32) correctly rounded, less i << 47: glibc's __exp2f_data.tab.
+  const std::uint64_t tab[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f,
+    0x3fef9301d0125b51, 0x3fef72b83c7d517b, 0x3fef54873168b9aa,
+    0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715,
+    0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74,
+    0x3feea11473eb0187, 0x3feea589994cce13, 0x3feeace5422aa0db,
+    0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c,
+    0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+  constexpr double n = 32.0;
+  constexpr double shift = 0x1.8p+52;
+  const double z = dmul_rn(static_cast<double>(x), 0x1.71547652b82fep+0 * n);
+  const double kd_shifted = dadd_rn(z, shift);
+  std::uint64_t ki;
+  memcpy(&ki, &kd_shifted, 8);
+  const double r = dadd_rn(z, -dadd_rn(kd_shifted, -shift));
+  const std::uint64_t t = tab[ki % 32] + (ki << 47);
+  double s;
+  memcpy(&s, &t, 8);
+  const double p = fma(0x1.c6af84b912394p-5 / n / n / n, r,
+                       0x1.ebfce50fac4f3p-3 / n / n);
+  const double y = fma(p, dmul_rn(r, r), fma(0x1.62e42ff0c52d6p-1 / n, r, 1.0));
+  return static_cast<float>(dmul_rn(y, s));
+}
+
+/// ggml_vec_dot_f16 of a K row (n values as the cache holds them: rounded
+/// to half where read) with q (already rounded to half), as the host's
+/// AVX-512 build sums it: four 16-lane accumulators over blocks of 64
+/// (accumulator j, lane m: elements 64 b + 16 j + m, one fused chain
+/// each), lanes m of the four added as GGML_F16_VEC_REDUCE adds them
+/// ((0 + 2) + (1 + 3)), the 16 lanes by _mm512_reduce_add_ps's tree
+/// (host_reduce.hpp), then the rest of the row in double, product by
+/// product.
+template <class KV>
+EXO_HD inline float dot_f16_host(const KV* k, const float* q, std::size_t n) {
+  const std::size_t np = n & ~std::size_t{63};
+  float l[16];
+  for (std::size_t m = 0; m < 16; ++m) {
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (std::size_t i = 0; i < np; i += 64)
+      for (std::size_t j = 0; j < 4; ++j)
+        a[j] = fmaf(kv_value(k[i + 16 * j + m]), q[i + 16 * j + m], a[j]);
+    l[m] = add_rn(add_rn(a[0], a[2]), add_rn(a[1], a[3]));
+  }
+  float t3[8], t6[4];
+  for (int i = 0; i < 8; ++i)
+    t3[i] = add_rn(l[i + 8], l[i]);
+  for (int i = 0; i < 4; ++i)
+    t6[i] = add_rn(t3[i + 4], t3[i]);
+  double sum = add_rn(add_rn(t6[0], t6[2]), add_rn(t6[1], t6[3]));
+  for (std::size_t i = np; i < n; ++i)
+    sum = dadd_rn(sum, mul_rn(kv_value(k[i]), q[i]));
+  return static_cast<float>(sum);
+}
+
+/// One cell of one_chunk's online softmax (the host's online_step): a
+/// score s above the running maximum m raises it and rescales what came
+/// before by expf(m - s) (its V weight is 1); any other score weighs its
+/// V row by expf(s - m). Returns the argument of that expf and whether
+/// the maximum grew; m moves.
+EXO_HD inline float online_arg(float s, float& m, bool& grew) {
+  grew = s > m;
+  const float arg = grew ? add_rn(m, -s) : add_rn(s, -m);
+  if (grew)
+    m = s;
+  return arg;
+}
+
+/// The running sum after a cell: (S * ms) + vs, two roundings.
+EXO_HD inline float online_sum(float S, float ms, float vs) {
+  return add_rn(mul_rn(S, ms), vs);
+}
+
+/// The half accumulator of one output element after a cell: rescaled
+/// (ggml_vec_scale_f16) when the maximum grew, then the cell's V value
+/// added (ggml_vec_mad_f16), each rounded to half.
+EXO_HD inline float online_acc(float acc, bool grew, float ms, float v,
+                               float vs) {
+  if (grew)
+    acc = round_to_half(mul_rn(acc, ms));
+  return round_to_half(fmaf(v, vs, acc));
+}
+
+/// Whether attention over an f32 or f16 cache takes the path whose bits
+/// attention_exact_kernel gives: the host's one_chunk, below 64 tokens or
+/// with a head size that is not a multiple of 16
+/// (host::attention_tiled_path), and every row of a decode batch (each
+/// row is one token of its own).
+EXO_HD inline bool attention_one_chunk(std::size_t n_tokens,
+                                       std::size_t head_dim,
+                                       bool rows_apart) {
+  return rows_apart || n_tokens < 64 || head_dim % 16 != 0;
+}
+
 /// Scores per chunk of the attention kernel's online softmax (shared
 /// memory holds one chunk).
 constexpr std::size_t attention_chunk = 1024;

@@ -228,11 +228,12 @@ __global__ void rope_cached_kernel(float* x, const float* cs,
   }
 }
 
-/// One block of attention_threads per (query row, head) at a time; scores
-/// of a chunk of positions in shared memory, online softmax across chunks.
-/// K and V are rounded to half where read (the attention contract): KV is
-/// const float* (an f32 cache), const std::uint16_t* (an f16 cache's
-/// halves) or m::q8_kv_ptr (a q8_0 cache's blocks, decoded).
+/// A prompt's attention (launch_attention_tiles). One block of
+/// attention_threads per (query row, head) at a time; scores of a chunk of
+/// positions in shared memory, online softmax across chunks, sums in F32
+/// in the kernel's own order. K and V are rounded to half where read (the
+/// attention contract): KV is const float* (an f32 cache) or const
+/// std::uint16_t* (an f16 cache's halves).
 template <class KV>
 __global__ void attention_kernel(const float* q, KV k, KV v, float* out,
                                  attention_dims d) {
@@ -311,6 +312,165 @@ __global__ void attention_kernel(const float* q, KV k, KV v, float* out,
     if (d1 < d.head_dim)
       oh[d1] = acc1 / l;
     __syncthreads(); // qs is read by all before the next (row, head)
+  }
+}
+
+/// What attention_exact_kernel keeps of a query head: its values rounded
+/// to half (f32 and f16 caches: ggml_vec_dot_f16's Q) and its Q8_0 blocks
+/// (q8_0 caches: the vec_dot_type of Q8_0).
+struct exact_query {
+  float* qs;   ///< head_dim values
+  m::act_q8* qq; ///< head_dim / 32 blocks
+};
+
+/// Prepares the query head qh for the cache type of KV (thread tid of
+/// `threads`).
+__device__ inline void exact_prepare(const float* qh, std::size_t hd,
+                                     unsigned tid, unsigned threads,
+                                     exact_query q, const float*) {
+  for (std::size_t i = tid; i < hd; i += threads)
+    q.qs[i] = m::round_to_half(qh[i]);
+}
+__device__ inline void exact_prepare(const float* qh, std::size_t hd,
+                                     unsigned tid, unsigned threads,
+                                     exact_query q, const std::uint16_t*) {
+  exact_prepare(qh, hd, tid, threads, q, static_cast<const float*>(nullptr));
+}
+__device__ inline void exact_prepare(const float* qh, std::size_t hd,
+                                     unsigned tid, unsigned threads,
+                                     exact_query q, m::q8_kv_ptr) {
+  for (std::size_t b = tid; b < hd / 32; b += threads)
+    m::quantize_act_q8(qh + 32 * b, false, q.qq[b]);
+}
+
+/// A cell's score before the scale: ggml_vec_dot_f16 (f32 and f16 caches)
+/// or ggml_vec_dot_q8_0_q8_0 (q8_0: 8 lanes of 4 values a block, each a
+/// fused chain over the blocks, summed as hsum_float_8).
+template <class KV>
+__device__ inline float exact_score(KV k, exact_query q, std::size_t hd) {
+  return m::dot_f16_host(k, q.qs, hd);
+}
+__device__ inline float exact_score(m::q8_kv_ptr k, exact_query q,
+                                    std::size_t hd) {
+  constexpr auto q8 = static_cast<std::uint32_t>(quant::ggml_type::q8_0);
+  float acc[m::dot_lanes], extra[m::dot_lanes];
+  for (unsigned lane = 0; lane < m::dot_lanes; ++lane)
+    m::lane_dot(q8, k.base + k.at / 32 * 34, q.qq, hd / 32, lane, &acc[lane],
+                &extra[lane]);
+  return m::combine_lanes(q8, acc, extra);
+}
+
+/// An output element's accumulator after a cell: a half accumulator
+/// (online_acc: ggml_vec_scale_f16 / ggml_vec_mad_f16) for f32 and f16
+/// caches; for q8_0 an f32 one (ggml_vec_scale_f32 by a plain product,
+/// ggml_vec_mad_f32 by a fused multiply-add of the decoded value).
+template <class KV>
+__device__ inline float exact_v_step(KV, float acc, bool grew, float ms,
+                                     float v, float vs) {
+  return m::online_acc(acc, grew, ms, v, vs);
+}
+__device__ inline float exact_v_step(m::q8_kv_ptr, float acc, bool grew,
+                                     float ms, float v, float vs) {
+  if (grew)
+    acc = m::mul_rn(acc, ms);
+  return fmaf(v, vs, acc);
+}
+
+/// Decode attention with the host's bits (host::attention's one_chunk path:
+/// kernel_math.hpp, "decode attention with the host's bits"). One block of
+/// attention_threads per (query row, head) at a time, the cells in tiles of
+/// one a thread: each thread scores its cell (exact_score, then the scale
+/// and the visible cell's mask of 0), thread 0 walks the tile's cells in
+/// order for the running maximum (online_arg), each thread takes its
+/// cell's expf (expf_libm), thread 0 carries the running sum while every
+/// thread adds the tile's V values into the accumulators of its output
+/// elements, cell by cell in order (exact_v_step). The cells' order is the
+/// host's wherever it matters, so the bits are the host's (checked on the
+/// GPU emulator against host::attention, contiguous, paged and rows
+/// apart). KV as attention_kernel's: f32, f16 or q8_0 caches.
+template <class KV>
+__global__ void attention_exact_kernel(const float* q, KV k, KV v, float* out,
+                                       attention_dims d) {
+  constexpr unsigned threads = m::attention_threads;
+  __shared__ float qs[2 * threads];
+  __shared__ m::act_q8 qq[2 * threads / 32];
+  __shared__ float arg[threads]; // a cell's score, then its expf argument
+  __shared__ float ms[threads];
+  __shared__ float vs[threads];
+  __shared__ unsigned char grew[threads];
+  __shared__ float sum[1];
+  const exact_query query{qs, qq};
+  unsigned tid = threadIdx.x;
+  std::size_t group = d.n_heads / d.n_kv_heads;
+  std::size_t row = d.n_heads * d.head_dim;
+  std::size_t d1 = tid + threads;
+  for (std::size_t th = blockIdx.x; th < d.n_tokens * d.n_heads;
+       th += gridDim.x) {
+    std::size_t t = th / d.n_heads;
+    std::size_t h = th % d.n_heads;
+    std::size_t kvh = (h / group) * d.head_dim;
+    std::size_t n_pos = d.pos0 + t + 1;
+    const std::int32_t* table = d.block_table;
+    if (d.row_tables != nullptr) {
+      const std::int32_t* rt = d.row_tables + t * (1 + d.row_table_len);
+      n_pos = m::row_position(rt[0],
+                              d.row_table_len * d.block_positions - 1)
+              + 1;
+      table = rt + 1;
+    }
+    auto row_at = [&d, table](std::size_t r) {
+      return m::kv_row_at(r, d.kv_stride, table, d.block_positions,
+                          d.block_stride, d.max_block);
+    };
+    exact_prepare(q + t * row + h * d.head_dim, d.head_dim, tid, threads,
+                  query, k);
+    __syncthreads();
+    float mx = -INFINITY, S = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
+    for (std::size_t c0 = 0; c0 < n_pos; c0 += threads) {
+      const std::size_t cn = n_pos - c0 < threads ? n_pos - c0 : threads;
+      if (tid < cn) {
+        const float s =
+          exact_score(k + row_at(c0 + tid) + kvh, query, d.head_dim);
+        arg[tid] = m::add_rn(m::mul_rn(s, d.scale), 0.0f);
+      }
+      __syncthreads();
+      if (tid == 0)
+        for (std::size_t j = 0; j < cn; ++j) {
+          bool g;
+          arg[j] = m::online_arg(arg[j], mx, g);
+          grew[j] = g ? 1 : 0;
+        }
+      __syncthreads();
+      if (tid < cn) {
+        const float e = m::expf_libm(arg[tid]);
+        ms[tid] = grew[tid] != 0 ? e : 1.0f;
+        vs[tid] = grew[tid] != 0 ? 1.0f : e;
+      }
+      __syncthreads();
+      if (tid == 0)
+        for (std::size_t j = 0; j < cn; ++j)
+          S = m::online_sum(S, ms[j], vs[j]);
+      for (std::size_t j = 0; j < cn; ++j) {
+        const auto vr = v + row_at(c0 + j) + kvh;
+        const bool gj = grew[j] != 0;
+        if (tid < d.head_dim)
+          acc0 = exact_v_step(k, acc0, gj, ms[j], m::kv_value(vr[tid]), vs[j]);
+        if (d1 < d.head_dim)
+          acc1 = exact_v_step(k, acc1, gj, ms[j], m::kv_value(vr[d1]), vs[j]);
+      }
+      __syncthreads(); // the tile's weights are read by all before the next
+    }
+    if (tid == 0)
+      sum[0] = S;
+    __syncthreads();
+    const float total = sum[0];
+    const float s_inv = total == 0.0f ? 0.0f : m::div_rn(1.0f, total);
+    float* oh = out + t * row + h * d.head_dim;
+    if (tid < d.head_dim)
+      oh[tid] = m::mul_rn(acc0, s_inv);
+    if (d1 < d.head_dim)
+      oh[d1] = m::mul_rn(acc1, s_inv);
+    __syncthreads(); // the query and sum are read by all before the next
   }
 }
 
@@ -840,21 +1000,40 @@ int launch_rope_cached(float* x, const float* cs, const rope_dims& d,
   return last_error();
 }
 
+/// A prompt's attention (64 rows and more over an f32 or f16 cache: ggml's
+/// tiled path on the host) by the chunked kernel.
+static int launch_attention_tiles(const float* q, const void* k, const void* v,
+                           float* out, const attention_dims& d,
+                           gpu::launch_1d g, void* stream) {
+  if (d.kv == kv_type::f16)
+    EXO_LAUNCH(attention_kernel, g.grid, g.block, stream)(
+      q, static_cast<const std::uint16_t*>(k),
+      static_cast<const std::uint16_t*>(v), out, d);
+  else
+    EXO_LAUNCH(attention_kernel, g.grid, g.block, stream)(
+      q, static_cast<const float*>(k), static_cast<const float*>(v), out, d);
+  return last_error();
+}
+
 int launch_attention(const float* q, const void* k, const void* v,
                      float* out, const attention_dims& d, void* stream) {
   auto g = gpu::attention_launch(d);
   if (g.grid == 0)
     return 0;
-  if (d.kv == kv_type::f16)
-    EXO_LAUNCH(attention_kernel, g.grid, g.block, stream)(
-      q, static_cast<const std::uint16_t*>(k),
-      static_cast<const std::uint16_t*>(v), out, d);
-  else if (d.kv == kv_type::q8_0)
-    EXO_LAUNCH(attention_kernel, g.grid, g.block, stream)(
+  // A q8_0 cache always takes ggml's one_chunk path on the host.
+  if (d.kv == kv_type::q8_0)
+    EXO_LAUNCH(attention_exact_kernel, g.grid, g.block, stream)(
       q, m::q8_kv_ptr{static_cast<const std::uint8_t*>(k), 0},
       m::q8_kv_ptr{static_cast<const std::uint8_t*>(v), 0}, out, d);
+  else if (!m::attention_one_chunk(d.n_tokens, d.head_dim,
+                                   d.row_tables != nullptr))
+    return launch_attention_tiles(q, k, v, out, d, g, stream);
+  else if (d.kv == kv_type::f16)
+    EXO_LAUNCH(attention_exact_kernel, g.grid, g.block, stream)(
+      q, static_cast<const std::uint16_t*>(k),
+      static_cast<const std::uint16_t*>(v), out, d);
   else
-    EXO_LAUNCH(attention_kernel, g.grid, g.block, stream)(
+    EXO_LAUNCH(attention_exact_kernel, g.grid, g.block, stream)(
       q, static_cast<const float*>(k), static_cast<const float*>(v), out, d);
   return last_error();
 }

@@ -15,6 +15,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -412,6 +414,48 @@ TEST_CASE("softmax rows sum to one and survive large logits") {
   }
   require_close(got, want, 1e-5);
   CHECK(got[0] == Approx(1.0f));
+}
+
+TEST_CASE("the kernels' expf gives this process's libm expf bits") {
+  // attention_exact_kernel's exponentials: glibc's steps in double, held to
+  // std::exp on every 4096th float of both signs below 88 in magnitude (the
+  // host kernel's own check) and every special case.
+  std::size_t differ = 0, seen = 0;
+  auto check = [&](float x) {
+    const float want = std::exp(x), got = math::expf_libm(x);
+    ++seen;
+    if (std::memcmp(&want, &got, 4) != 0 && !(std::isnan(want) && std::isnan(got)))
+      ++differ;
+  };
+  for (std::uint32_t b = 0; b < 0x42b00000u; b += 4096)
+    for (std::uint32_t sign : {0u, 0x80000000u}) {
+      float f;
+      const std::uint32_t u = b | sign;
+      std::memcpy(&f, &u, 4);
+      check(f);
+    }
+  // The special cases and the subnormal results between -88 and -104.
+  for (float f : {88.0f, -88.0f, 88.5f, 88.72f, 88.73f, 89.0f, -100.0f,
+                  -103.2f, -103.5f, -103.97f, -103.98f, -104.0f, -150.0f,
+                  INFINITY, -INFINITY, NAN})
+    check(f);
+  for (float f = -103.99f; f < -87.0f; f += 0.0371f)
+    check(f);
+  CHECK(seen > 500000);
+  CHECK(differ == 0);
+  CHECK(math::expf_libm(-INFINITY) == 0.0f);
+  CHECK(std::isnan(math::expf_libm(NAN)));
+  CHECK(math::expf_libm(100.0f) == INFINITY);
+}
+
+TEST_CASE("the exact attention path is the host's one_chunk path") {
+  for (std::size_t tokens : {1u, 3u, 63u, 64u, 200u})
+    for (std::size_t hd : {40u, 64u, 72u, 80u, 128u})
+      for (bool apart : {false, true}) {
+        exo::backend::attention_dims d{tokens, 5, 4, 2, hd, 2 * hd, 0.1f};
+        CHECK(math::attention_one_chunk(tokens, hd, apart)
+              == (apart || !exo::backend::host::attention_tiled_path(d)));
+      }
 }
 
 TEST_CASE("rope rotates adjacent pairs by position-dependent angles") {

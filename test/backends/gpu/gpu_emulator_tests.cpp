@@ -301,8 +301,9 @@ TEST_CASE("the emulated row kernels agree with their host replicas") {
 
 TEST_CASE("the emulated attention kernel agrees with its replica, and a "
           "paged cache gives the bits of one run of rows") {
-  // 1100 positions: two chunks of scores; 4 heads over 2 K/V heads.
-  const std::size_t n_tokens = 3, pos0 = 1100, heads = 4, kvh = 2, hd = 64,
+  // A prompt's 64 rows (the tiled path's: the chunked kernel) after 1100
+  // positions: two chunks of scores; 4 heads over 2 K/V heads.
+  const std::size_t n_tokens = 64, pos0 = 1100, heads = 4, kvh = 2, hd = 64,
                     stride = kvh * hd, ctx = pos0 + n_tokens;
   attention_dims d{n_tokens, pos0, heads, kvh, hd, stride, 0.125f};
   auto q = random_floats(n_tokens * heads * hd, 11, -2, 2);
@@ -345,6 +346,146 @@ TEST_CASE("the emulated attention kernel agrees with its replica, and a "
   dp.block_table = bad.data();
   for (float x : run(pk.data(), pv.data(), dp))
     CHECK(std::isfinite(x));
+}
+
+namespace {
+
+/// A KV cache of kc's values as `kv` stores them: f32 as they are, f16 as
+/// their halves, q8_0 as the host's to_q8_0 quantizes them (rows of
+/// whole blocks).
+std::vector<std::uint8_t> cache_bytes(const std::vector<float>& kc,
+                                      kv_type kv) {
+  std::vector<std::uint8_t> out;
+  if (kv == kv_type::f32) {
+    out.resize(kc.size() * 4);
+    std::memcpy(out.data(), kc.data(), out.size());
+  } else if (kv == kv_type::f16) {
+    out.resize(kc.size() * 2);
+    for (std::size_t i = 0; i < kc.size(); ++i) {
+      const std::uint16_t h = gpu::math::float_to_half(kc[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  } else {
+    std::vector<host::block_q8_0> b(kc.size() / 32);
+    host::quantize_q8_0_activations(kc.data(), b.data(), kc.size());
+    out.resize(b.size() * sizeof(host::block_q8_0));
+    std::memcpy(out.data(), b.data(), out.size());
+  }
+  return out;
+}
+
+/// host::attention's output for dims over caches of kc, vc stored as kv.
+std::vector<float> host_attention(const std::vector<float>& q,
+                                  const std::vector<float>& kc,
+                                  const std::vector<float>& vc,
+                                  attention_dims d, kv_type kv) {
+  std::vector<float> out(q.size());
+  d.kv = kv;
+  const auto kb = cache_bytes(kc, kv), vb = cache_bytes(vc, kv);
+  if (kv == kv_type::f32)
+    host::attention(q.data(), reinterpret_cast<const float*>(kb.data()),
+                    reinterpret_cast<const float*>(vb.data()), out.data(), d,
+                    1);
+  else if (kv == kv_type::f16)
+    host::attention(q.data(),
+                    reinterpret_cast<const std::uint16_t*>(kb.data()),
+                    reinterpret_cast<const std::uint16_t*>(vb.data()),
+                    out.data(), d, 1);
+  else
+    host::attention(q.data(),
+                    reinterpret_cast<const host::block_q8_0*>(kb.data()),
+                    reinterpret_cast<const host::block_q8_0*>(vb.data()),
+                    out.data(), d, 1);
+  return out;
+}
+
+/// launch_attention on the emulator over the same caches (both thread
+/// orders).
+std::vector<float> emulated_attention(const std::vector<float>& q,
+                                      const std::vector<float>& kc,
+                                      const std::vector<float>& vc,
+                                      attention_dims d, kv_type kv) {
+  d.kv = kv;
+  const auto kb = cache_bytes(kc, kv), vb = cache_bytes(vc, kv);
+  return both_orders([&] {
+    std::vector<float> out(q.size(), -1.0f);
+    REQUIRE(k::launch_attention(q.data(), kb.data(), vb.data(), out.data(),
+                                d, nullptr)
+            == 0);
+    return out;
+  });
+}
+
+} // namespace
+
+TEST_CASE("emulated decode attention gives host::attention's bits, paged "
+          "and rows apart too") {
+  // Head sizes with and without a rest past the blocks of 64 (40: only a
+  // rest), GQA groups of 1, 2 and 4, positions in one tile of cells and
+  // in several (the kernel's tiles are 128 cells), f32, f16 and q8_0 caches.
+  struct shape {
+    std::size_t tokens, pos0, heads, kvh, hd;
+  };
+  const shape shapes[] = {{1, 0, 2, 2, 64},    {1, 37, 4, 2, 128},
+                          {3, 300, 4, 1, 80},  {2, 127, 8, 2, 40},
+                          {1, 700, 2, 1, 256}, {63, 5, 2, 2, 64},
+                          {70, 3, 2, 1, 72},   {4, 20, 4, 2, 32}};
+  std::size_t seed = 100;
+  for (const auto& sh : shapes)
+    for (kv_type kv : {kv_type::f32, kv_type::f16, kv_type::q8_0}) {
+      if (kv == kv_type::q8_0 && sh.hd % 32 != 0)
+        continue; // q8_0 caches hold whole blocks of a head
+
+      const std::size_t stride = sh.kvh * sh.hd, ctx = sh.pos0 + sh.tokens;
+      attention_dims d{sh.tokens, sh.pos0, sh.heads, sh.kvh,
+                       sh.hd,     stride,  1.0f / std::sqrt(float(sh.hd))};
+      REQUIRE((kv == kv_type::q8_0
+               || gpu::math::attention_one_chunk(d.n_tokens, d.head_dim,
+                                                 false)));
+      auto q = random_floats(sh.tokens * sh.heads * sh.hd, ++seed, -3, 3);
+      auto kc = random_floats(ctx * stride, ++seed, -3, 3);
+      auto vc = random_floats(ctx * stride, ++seed, -2, 2);
+      // Scores that tie and a maximum that returns: cells of equal rows.
+      for (std::size_t p = 2; p < ctx; p += 5)
+        std::copy_n(kc.begin() + (p - 2) * stride, stride,
+                    kc.begin() + p * stride);
+      INFO("tokens " << sh.tokens << ", pos0 " << sh.pos0 << ", heads "
+                     << sh.heads << "/" << sh.kvh << ", head_dim " << sh.hd
+                     << ", " << static_cast<int>(kv));
+      auto want = host_attention(q, kc, vc, d, kv);
+      CHECK(same_bits(emulated_attention(q, kc, vc, d, kv), want));
+      // A paged cache: blocks of 16 in a shuffled order, other rows between.
+      const std::size_t B = 16, blocks = (ctx + B - 1) / B,
+                        block = 2 * B * stride;
+      std::vector<std::int32_t> table(blocks);
+      for (std::size_t i = 0; i < blocks; ++i)
+        table[i] = static_cast<std::int32_t>((i * 7) % blocks);
+      std::vector<float> pk((blocks + 1) * block, 9.0f), pv(pk);
+      for (std::size_t p = 0; p < ctx; ++p) {
+        const std::size_t at =
+          static_cast<std::size_t>(table[p / B]) * block + (p % B) * stride;
+        std::copy_n(kc.begin() + p * stride, stride, pk.begin() + at);
+        std::copy_n(vc.begin() + p * stride, stride, pv.begin() + at);
+      }
+      auto dp = d;
+      dp.block_positions = B;
+      dp.block_stride = block;
+      dp.block_table = table.data();
+      dp.max_block = blocks;
+      CHECK(same_bits(emulated_attention(q, pk, pv, dp, kv), want));
+      // Rows apart (attention_paged_rows' tables): row t one token at
+      // pos0 + t over the same table, whatever the batch's size.
+      std::vector<std::int32_t> rows;
+      for (std::size_t t = 0; t < sh.tokens; ++t) {
+        rows.push_back(static_cast<std::int32_t>(sh.pos0 + t));
+        rows.insert(rows.end(), table.begin(), table.end());
+      }
+      auto dr = dp;
+      dr.block_table = nullptr;
+      dr.row_tables = rows.data();
+      dr.row_table_len = blocks;
+      CHECK(same_bits(emulated_attention(q, pk, pv, dr, kv), want));
+    }
 }
 
 TEST_CASE("the emulated product kernels give every row of a batch the bits "
