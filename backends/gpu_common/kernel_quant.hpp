@@ -77,15 +77,6 @@ EXO_HD inline std::size_t act_block_bytes(act_format f) {
                                  : sizeof(act_q8);
 }
 
-/// x86's float -> int32 conversion of roundf(x) (cvttss2si after roundf):
-/// INT_MIN for NaN and out-of-range values, as the host's round_i32.
-EXO_HD inline std::int32_t round_i32(float x) {
-  const float r = roundf(x);
-  if (!(r > -2147483904.f && r < 2147483648.f))
-    return INT32_MIN;
-  return static_cast<std::int32_t>(r);
-}
-
 /// ggml's nearest_int: round half to even through the float mantissa.
 EXO_HD inline int nearest_int(float x) {
   const float v = add_rn(x, 12582912.f);
@@ -94,22 +85,39 @@ EXO_HD inline int nearest_int(float x) {
   return (i & 0x007fffff) - 0x00400000;
 }
 
-/// ggml's quantize_row_q8_0 / q8_1 for one block (32 floats at x).
+/// An activation times 127 / max|x| as ggml's AVX2 quantize_row_q8_0/_1
+/// rounds it (_mm256_round_ps to nearest, ties to even; cvtps_epi32 gives
+/// INT_MIN for NaN and out-of-range values) and packs it to a byte
+/// (saturating): the host's act_round.
+EXO_HD inline std::int8_t act_round(float v) {
+  const float r = rintf(v);
+  const std::int32_t i = r >= -2147483648.f && r < 2147483648.f
+                           ? static_cast<std::int32_t>(r)
+                           : INT32_MIN;
+  return static_cast<std::int8_t>(i < -128 ? -128 : i > 127 ? 127 : i);
+}
+
+/// ggml's AVX2 quantize_row_q8_0 / q8_1 for one block (32 floats at x), the
+/// activations llama.cpp's x86 CPU backend meets the 32-element formats
+/// with (quant::quantize_activations): d = max|x| / 127 stored as half, q
+/// = x * (127 / max|x|) rounded half to even (not the file format's
+/// reference quantizer, which divides by d and rounds half away from
+/// zero); Q8_1's s = half(d * sum(q)).
 EXO_HD inline void quantize_act_q8(const float* x, bool with_sum, act_q8& y) {
   float amax = 0.0f;
   for (int j = 0; j < 32; ++j) {
     const float a = fabsf(x[j]);
-    amax = amax > a ? amax : a;
+    amax = a > amax ? a : amax;
   }
   const float d = amax / 127;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
   y.d = round_to_half(d);
   int sum = 0;
   for (int j = 0; j < 32; ++j) {
-    y.qs[j] = static_cast<std::int8_t>(round_i32(mul_rn(x[j], id)));
+    y.qs[j] = act_round(mul_rn(x[j], id));
     sum += y.qs[j];
   }
-  y.s = with_sum ? round_to_half(mul_rn(static_cast<float>(sum), d)) : 0.0f;
+  y.s = with_sum ? round_to_half(mul_rn(d, static_cast<float>(sum))) : 0.0f;
 }
 
 /// ggml's quantize_row_q8_K for one super-block (256 floats at x).

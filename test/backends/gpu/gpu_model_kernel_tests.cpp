@@ -10,6 +10,7 @@
 #include "backends/gpu_common/kernel_reference.hpp"
 #include "backends/gpu_common/launch_geometry.hpp"
 #include "backends/host_kernels.hpp"
+#include "backends/quant_formats.hpp"
 #include "backends/quant_repack.hpp"
 
 #include <catch2/catch.hpp>
@@ -90,18 +91,41 @@ TEST_CASE("the kernels' half conversions agree with the host's bit for bit") {
          & 0x3ffu) != 0u);
 }
 
-TEST_CASE("the kernels' Q8_0 block math matches the host's quantization") {
+TEST_CASE("the kernels' Q8_0 and Q8_1 activations are the host's bytes, "
+          "ties and scales included") {
+  // llama.cpp's x86 activations (quant::quantize_activations: x * (127 /
+  // max|x|), half to even), not the file format's quantizer (x / d, half
+  // away from zero): with random blocks the two agree almost always (they
+  // part where 1 / (max / 127) and 127 / max differ in the last bit and a
+  // value sits next to a half), so block 1 makes them differ: max 127,
+  // values at k + 0.5, ties that the reference rounds away from zero.
   auto x = random_floats(32 * 64, 3, -4.0f, 4.0f);
   std::fill(x.begin(), x.begin() + 32, 0.0f); // an all-zero block
+  for (int j = 0; j < 32; ++j)
+    x[32 + j] = j == 0 ? 127.0f : (j % 2 ? -1.0f : 1.0f) * (j + 0.5f);
+  std::vector<quant::block_q8_0> want0(64);
+  std::vector<quant::block_q8_1> want1(64);
+  quant::quantize_activations(quant::ggml_type::q8_0, x.data(), want0.data(),
+                              x.size());
+  quant::quantize_activations(quant::ggml_type::q8_1, x.data(), want1.data(),
+                              x.size());
+  std::size_t apart_from_reference = 0;
   for (std::size_t b = 0; b < 64; ++b) {
-    math::act_q8 got;
-    math::quantize_act_q8(x.data() + b * 32, false, got);
-    host::block_q8_0 want;
-    host::quantize_q8_0(x.data() + b * 32, &want, 32);
-    CHECK(bits_of(got.d) == bits_of(host::f16_to_f32(want.d)));
-    for (int i = 0; i < 32; ++i)
-      REQUIRE(got.qs[i] == want.qs[i]);
+    INFO("block " << b);
+    math::act_q8 got0, got1;
+    math::quantize_act_q8(x.data() + b * 32, false, got0);
+    math::quantize_act_q8(x.data() + b * 32, true, got1);
+    CHECK(bits_of(got0.d) == bits_of(host::f16_to_f32(want0[b].d)));
+    CHECK(bits_of(got1.d) == bits_of(host::f16_to_f32(want1[b].d)));
+    CHECK(bits_of(got1.s) == bits_of(host::f16_to_f32(want1[b].s)));
+    CHECK(std::memcmp(got0.qs, want0[b].qs, 32) == 0);
+    CHECK(std::memcmp(got1.qs, want1[b].qs, 32) == 0);
+    host::block_q8_0 ref;
+    host::quantize_q8_0(x.data() + b * 32, &ref, 32);
+    apart_from_reference += std::memcmp(ref.qs, want0[b].qs, 32) != 0;
   }
+  // The blocks do what they are for: the reference quantizer differs.
+  CHECK(apart_from_reference >= 1);
 }
 
 TEST_CASE("the rope kernel's rows match the host's rope at any positions") {
