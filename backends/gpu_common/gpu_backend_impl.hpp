@@ -422,8 +422,14 @@ protected:
   /// Whether matmul_weights takes prompt_product (gpu_options::
   /// prompt_gemm_rows): a prompt's rows, enough of them, weights to decode.
   bool prompt_gemm(weight_type type, const matmul_dims& dims) const {
-    return type != weight_type::f32 && !dims.rows_apart
-           && opts_.prompt_gemm_rows != 0 && dims.m >= opts_.prompt_gemm_rows;
+    return type != weight_type::f32 && prompt_rows(dims);
+  }
+
+  /// Whether a product is a prompt's (gpu_options::prompt_gemm_rows rows
+  /// or more, not apart): a GEMM's work rather than the row kernels'.
+  bool prompt_rows(const matmul_dims& dims) const {
+    return !dims.rows_apart && opts_.prompt_gemm_rows != 0
+           && dims.m >= opts_.prompt_gemm_rows;
   }
 
   /// A prompt's product through decoded weights: W's rows decoded to F32 a
@@ -483,7 +489,9 @@ protected:
                            mut_view c, const matmul_dims& dims) override {
     if (!P::has_kernels(props_))
       return device::do_matmul_weights(a, w, type, c, dims);
-    if (type == weight_type::f32)
+    // A prompt's F32 product: cuBLAS or the tiles; others, the row
+    // kernels (matvec_vecdot_kernel: the host's bits).
+    if (type == weight_type::f32 && prompt_rows(dims))
       return do_matmul(a, w, c, {dims.m, dims.n, dims.k, true});
     auto guard = enter();
     const std::uint64_t entry = entries_;

@@ -470,6 +470,47 @@ EXO_HD inline float dot_f16_host(const KV* k, const float* q, std::size_t n) {
   return static_cast<float>(sum);
 }
 
+/// Whether llama.cpp's CPU backend (its AVX-512 build) multiplies F32 or
+/// F16 weights in tinyBLAS's order (llamafile_sgemm: from 2 rows of A
+/// that are not apart, k a multiple of 16, rows of W in fours;
+/// host::matmul_weights) rather than ggml_vec_dot's.
+EXO_HD inline bool tinyblas_takes(std::size_t m, std::size_t n, std::size_t k,
+                                  bool rows_apart) {
+  return !rows_apart && m >= 2 && k % 16 == 0 && n % 4 == 0;
+}
+
+/// The rest of an F16 row's ggml_vec_dot_f16 after its blocks of 64 (the
+/// tree's sum s): elements np .. n-1 added in double one product after the
+/// other (a product of two halves is exact in float). q rounded to half
+/// here where round_q.
+EXO_HD inline float vecdot_rest_f16(const std::uint16_t* w, const float* q,
+                                    std::size_t np, std::size_t n, float s,
+                                    bool round_q) {
+  double sum = s;
+  for (std::size_t i = np; i < n; ++i)
+    sum = dadd_rn(sum, mul_rn(half_to_float(w[i]),
+                              round_q ? round_to_half(q[i]) : q[i]));
+  return static_cast<float>(sum);
+}
+
+/// The rest of an F32 row's ggml_vec_dot_f32 after its blocks of 64, as
+/// GCC compiled ggml's leftover loop (host_kernels.cpp, leftover_f32): the
+/// rounded products added in order over whole 16s, then one more 8, the
+/// last fewer than 8 by fused multiply-adds; all in float.
+EXO_HD inline float vecdot_rest_f32(const float* w, const float* x,
+                                    std::size_t np, std::size_t n, float s) {
+  const std::size_t r = n - np;
+  std::size_t plain = r >= 16 ? r & ~std::size_t{15} : 0;
+  if (r - plain >= 8)
+    plain += 8;
+  std::size_t i = 0;
+  for (; i < plain; ++i)
+    s = add_rn(s, mul_rn(w[np + i], x[np + i]));
+  for (; i < r; ++i)
+    s = fmaf(w[np + i], x[np + i], s);
+  return s;
+}
+
 /// One cell of one_chunk's online softmax (the host's online_step): a
 /// score s above the running maximum m raises it and rescales what came
 /// before by expf(m - s) (its V weight is 1); any other score weighs its

@@ -478,19 +478,6 @@ __global__ void attention_exact_kernel(const float* q, KV k, KV v, float* out,
 /// (and decoded) once for all of them.
 constexpr unsigned rows_at_once = 8;
 
-/// F16 weights; activations rounded to half as llama.cpp rounds them:
-/// here (round_act, one row of A) or before (round_act_kernel).
-struct f16_elements {
-  const std::uint16_t* w;
-  std::size_t kk;
-  bool round_act;
-  EXO_HD float weight(std::size_t j, std::size_t i) const {
-    return m::half_to_float(w[j * kk + i]);
-  }
-  EXO_HD float act(float x) const {
-    return round_act ? m::round_to_half(x) : x;
-  }
-};
 
 /// BF16 (`type` a GGUF id, blocks of `be` elements and `bb` bytes): every
 /// weight decoded as it is read (math::dequant_element); activations
@@ -510,9 +497,8 @@ struct decoded_elements {
   }
 };
 
-/// C = A W^T for weights read element by element (W: f16_elements or
-/// decoded_elements, which round A to the format the weights meet unless
-/// round_act_kernel did). One block per row j of W (grid-stride), the rows of
+/// C = A W^T for weights read element by element (W: decoded_elements, for
+/// BF16, which rounds A to BF16 unless round_act_kernel did). One block per row j of W (grid-stride), the rows of
 /// A in groups of rows_at_once. Each thread sums its elements of every row
 /// of a group in the order it would for that row alone, and each row's
 /// partial sums reduce in block_reduce's tree: a row's result has the same
@@ -558,61 +544,115 @@ EXO_UNROLL
   }
 }
 
-/// Eight halves: one 16-byte load.
-struct alignas(16) half8 {
-  std::uint16_t h[8];
-};
+/// matvec_vecdot_kernel's modes (bits of its template argument).
+constexpr int vecdot_f16 = 1;       ///< F16 weights (else F32)
+constexpr int vecdot_round_act = 2; ///< A rounded to half in the kernel
+constexpr int vecdot_tiny = 4;      ///< tinyBLAS's order (else vec_dot's)
 
-/// F16 weights whose rows are whole 16-byte runs at a 16-byte aligned
-/// address (else matvec_rows_kernel); A rounded to half here (RoundAct: one
-/// row of A) or already (round_act_kernel). A warp (32 lanes) per row of W, each
-/// lane 8 consecutive halves per load (256 a step of the warp), the rows of
-/// A in groups of rows_at_once: each lane sums its elements of a row in
-/// order, and the lanes meet in a butterfly (EXO_SHFL_XOR; a + b == b + a,
-/// so every lane holds the same bits). A row's result does not depend on
-/// the rows that share its group. Every warp of a block makes the same
-/// trips and shuffles; a warp past the last row computes nothing and
-/// writes nothing.
-template <bool RoundAct>
-__global__ void matvec_f16_warps_kernel(const float* a, const std::uint16_t* w,
-                                        float* c, std::size_t mm,
-                                        std::size_t nn, std::size_t kk) {
-  constexpr unsigned R = rows_at_once, L = 32;
-  const unsigned lane = threadIdx.x % L, warp = threadIdx.x / L;
-  const std::size_t warps = blockDim.x / L;
-  for (std::size_t j0 = blockIdx.x * warps; j0 < nn;
-       j0 += static_cast<std::size_t>(gridDim.x) * warps) {
-    const std::size_t j = j0 + warp;
+/// F16 or F32 weights, each output with the host's bits
+/// (host::matmul_weights): in tinyBLAS's order where llamafile_sgemm takes
+/// the product (Tiny: math::tinyblas_takes; one 16-lane chain of fused
+/// multiply-adds over k in steps of 16, then _mm512_reduce_add_ps's tree),
+/// else in ggml_vec_dot_f16/_f32's (one row of A, rows apart, and the
+/// batches tinyBLAS declines: four 16-lane chains over blocks of 64, met
+/// as GGML_F16_VEC_REDUCE meets them, the tree, then the rest of the row:
+/// math::vecdot_rest_*; math::dot_f16_host is the same order). Eight
+/// lanes per row of W, each holding 8 of vec_dot's 64 chains (elements
+/// 64 b + 8 i + e) or 2 of tinyBLAS's 16 (16 b + 2 i + e); the chains meet
+/// by shuffles within the 8 lanes (a + b == b + a, so which lane holds
+/// which operand does not matter) and the first lane finishes the row.
+/// Activations rounded to half here (RoundAct: F16 with one row of A) or
+/// before (round_act_kernel); rows of A 4 at a time. Every lane of a warp
+/// makes the same trips and shuffles; lanes past the last row of W compute
+/// nothing and write nothing.
+template <int Mode> // vecdot_f16 | vecdot_round_act | vecdot_tiny
+__global__ void matvec_vecdot_kernel(const float* a, const void* w, float* c,
+                                     std::size_t mm, std::size_t nn,
+                                     std::size_t kk) {
+  constexpr bool F16 = (Mode & vecdot_f16) != 0;
+  constexpr bool RoundAct = (Mode & vecdot_round_act) != 0;
+  constexpr bool Tiny = (Mode & vecdot_tiny) != 0;
+  constexpr unsigned R = 4, G = 8;
+  constexpr unsigned E = Tiny ? 2 : 8;      // chains a lane holds
+  constexpr std::size_t B = Tiny ? 16 : 64; // elements a step of the 8 lanes
+  static_assert(32 / G == gpu::vecdot_rows_per_warp, "8 lanes a row");
+  const unsigned gl = threadIdx.x % G;
+  const std::size_t groups = blockDim.x / G;
+  const std::size_t np = kk / B * B;
+  const auto* wh = static_cast<const std::uint16_t*>(w);
+  const auto* wf = static_cast<const float*>(w);
+  for (std::size_t j0 = blockIdx.x * groups; j0 < nn;
+       j0 += static_cast<std::size_t>(gridDim.x) * groups) {
+    const std::size_t j = j0 + threadIdx.x / G;
     const bool live = j < nn;
-    const auto* wr = reinterpret_cast<const half8*>(w + (live ? j : 0) * kk);
     for (std::size_t t0 = 0; t0 < mm; t0 += R) {
       const unsigned rows = mm - t0 < R ? static_cast<unsigned>(mm - t0) : R;
-      float s[R];
+      float acc[R][E];
 EXO_UNROLL
       for (unsigned u = 0; u < R; ++u)
-        s[u] = 0;
-      if (live)
-        for (std::size_t v = lane; v < kk / 8; v += L) {
-          const half8 h = wr[v];
-          float wv[8];
 EXO_UNROLL
-          for (unsigned e = 0; e < 8; ++e)
-            wv[e] = m::half_to_float(h.h[e]);
+        for (unsigned e = 0; e < E; ++e)
+          acc[u][e] = 0.0f;
+      if (live)
+        for (std::size_t b = 0; b < np; b += B) {
+          const std::size_t at = j * kk + b + E * gl;
+          float wv[E];
+EXO_UNROLL
+          for (unsigned e = 0; e < E; ++e)
+            wv[e] = F16 ? m::half_to_float(wh[at + e]) : wf[at + e];
 EXO_UNROLL
           for (unsigned u = 0; u < R; ++u)
             if (u < rows) {
-              const float* ap = a + (t0 + u) * kk + v * 8;
+              const float* ap = a + (t0 + u) * kk + b + E * gl;
 EXO_UNROLL
-              for (unsigned e = 0; e < 8; ++e)
-                s[u] += wv[e] * (RoundAct ? m::round_to_half(ap[e]) : ap[e]);
+              for (unsigned e = 0; e < E; ++e)
+                acc[u][e] = fmaf(wv[e], RoundAct ? m::round_to_half(ap[e])
+                                                 : ap[e],
+                                 acc[u][e]);
             }
         }
-      for (unsigned u = 0; u < rows; ++u)
-        for (unsigned x = L / 2; x > 0; x /= 2)
-          s[u] += EXO_SHFL_XOR(s[u], x);
-      if (lane == 0 && live)
-        for (unsigned u = 0; u < rows; ++u)
-          c[(t0 + u) * nn + j] = s[u];
+      for (unsigned u = 0; u < rows; ++u) {
+        float p[E];
+EXO_UNROLL
+        for (unsigned e = 0; e < E; ++e)
+          p[e] = acc[u][e];
+        if (!Tiny) {
+          // Lanes 0-1, e: l[8 i + e] = (chain m + chain m + 32) + (chain
+          // m + 16 + chain m + 48), m = 8 i + e.
+EXO_UNROLL
+          for (unsigned e = 0; e < E; ++e)
+            p[e] = m::add_rn(p[e], EXO_SHFL_XOR(p[e], 4));
+EXO_UNROLL
+          for (unsigned e = 0; e < E; ++e)
+            p[e] = m::add_rn(p[e], EXO_SHFL_XOR(p[e], 2));
+        }
+        // The tree's halves: vec_dot's l[e] + l[e + 8] (lane 0, e < 8);
+        // tinyBLAS's lanes 2 i + e and 2 i + e + 8 (lanes 0-3), then its
+        // quarters (lanes 0-1) and pairs (lane 0).
+EXO_UNROLL
+        for (unsigned e = 0; e < E; ++e)
+          p[e] = m::add_rn(p[e], EXO_SHFL_XOR(p[e], Tiny ? 4 : 1));
+        float s;
+        if (Tiny) {
+EXO_UNROLL
+          for (unsigned e = 0; e < E; ++e)
+            p[e] = m::add_rn(p[e], EXO_SHFL_XOR(p[e], 2));
+          s = m::add_rn(m::add_rn(p[0], EXO_SHFL_XOR(p[0], 1)),
+                        m::add_rn(p[1], EXO_SHFL_XOR(p[1], 1)));
+        } else {
+          float t6[4];
+EXO_UNROLL
+          for (unsigned i = 0; i < 4; ++i)
+            t6[i] = m::add_rn(p[i + 4], p[i]);
+          s = m::add_rn(m::add_rn(t6[0], t6[2]), m::add_rn(t6[1], t6[3]));
+        }
+        if (gl == 0 && live) {
+          const float* ar = a + (t0 + u) * kk;
+          c[(t0 + u) * nn + j] =
+            F16 ? m::vecdot_rest_f16(wh + j * kk, ar, np, kk, s, RoundAct)
+                : m::vecdot_rest_f32(wf + j * kk, ar, np, kk, s);
+        }
+      }
     }
   }
 }
@@ -1195,31 +1235,37 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
     }
     a = static_cast<const float*>(scratch);
   }
-  if (type == weight_type::f16 && d.k % 8 == 0
-      && reinterpret_cast<std::uintptr_t>(w) % 16 == 0) {
-    auto gw = gpu::warp_rows_launch(d);
-    if (round_here)
-      EXO_LAUNCH(matvec_f16_warps_kernel<true>, gw.grid, gw.block, stream)(
-        a, static_cast<const std::uint16_t*>(w), c, d.m, d.n, d.k);
+  if (type == weight_type::f16 || type == weight_type::f32) {
+    // The host's bits, in the order llama.cpp's CPU backend takes.
+    auto gv = gpu::warp_rows_launch(d);
+    const bool tiny = m::tinyblas_takes(d.m, d.n, d.k, d.rows_apart);
+    constexpr int f16 = vecdot_f16, rnd = vecdot_round_act, ti = vecdot_tiny;
+    if (type == weight_type::f32 && tiny)
+      EXO_LAUNCH(matvec_vecdot_kernel<ti>, gv.grid, gv.block, stream)(
+        a, w, c, d.m, d.n, d.k);
+    else if (type == weight_type::f32)
+      EXO_LAUNCH(matvec_vecdot_kernel<0>, gv.grid, gv.block, stream)(
+        a, w, c, d.m, d.n, d.k);
+    else if (round_here) // one row of A: never tinyBLAS
+      EXO_LAUNCH(matvec_vecdot_kernel<f16 | rnd>, gv.grid, gv.block, stream)(
+        a, w, c, d.m, d.n, d.k);
+    else if (tiny)
+      EXO_LAUNCH(matvec_vecdot_kernel<f16 | ti>, gv.grid, gv.block, stream)(
+        a, w, c, d.m, d.n, d.k);
     else
-      EXO_LAUNCH(matvec_f16_warps_kernel<false>, gw.grid, gw.block, stream)(
-        a, static_cast<const std::uint16_t*>(w), c, d.m, d.n, d.k);
-  } else if (type == weight_type::f16)
-    EXO_LAUNCH(matvec_rows_kernel, g.grid, g.block, stream)(
-      a, f16_elements{static_cast<const std::uint16_t*>(w), d.k, round_here},
-      c, d.m, d.n, d.k);
-  else if (type != weight_type::f32) {
-    const std::size_t be = weight_block_elements(type);
-    EXO_LAUNCH(matvec_rows_kernel, g.grid, g.block, stream)(
-      a,
-      decoded_elements{static_cast<const std::uint8_t*>(w),
-                       d.k / be * *weight_row_bytes(type, be), be,
-                       *weight_row_bytes(type, be), ggml_type_id(type),
-                       round_here},
-      c, d.m, d.n, d.k);
-  } else
-    return launch_matmul_tiled(a, static_cast<const float*>(w), c,
-                               {d.m, d.n, d.k, true}, stream);
+      EXO_LAUNCH(matvec_vecdot_kernel<f16>, gv.grid, gv.block, stream)(
+        a, w, c, d.m, d.n, d.k);
+    return last_error();
+  }
+  // BF16: each weight decoded where read.
+  const std::size_t be = weight_block_elements(type);
+  EXO_LAUNCH(matvec_rows_kernel, g.grid, g.block, stream)(
+    a,
+    decoded_elements{static_cast<const std::uint8_t*>(w),
+                     d.k / be * *weight_row_bytes(type, be), be,
+                     *weight_row_bytes(type, be), ggml_type_id(type),
+                     round_here},
+    c, d.m, d.n, d.k);
   return last_error();
 }
 

@@ -64,7 +64,7 @@ launch_1d weights_launch(weight_type type, const matmul_dims& d) {
 launch_1d warp_rows_launch(const matmul_dims& d) {
   if (d.m == 0 || d.n == 0 || d.k == 0)
     return {};
-  return warps_launch(d.n);
+  return warps_launch((d.n + vecdot_rows_per_warp - 1) / vecdot_rows_per_warp);
 }
 
 launch_1d warps_launch(std::size_t items) {

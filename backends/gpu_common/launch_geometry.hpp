@@ -54,9 +54,13 @@ launch_1d attention_launch(const attention_dims& dims);
 constexpr std::uint32_t weights_max_threads = 256;
 launch_1d weights_launch(weight_type type, const matmul_dims& dims);
 
-/// matvec_f16_warps_kernel: one warp (32 threads) per row of W, this many
-/// rows per block, capped (the kernel strides).
+/// Warps per block of the warp kernels (warps_launch).
 constexpr std::uint32_t warp_rows_per_block = 8;
+/// Rows of W per warp of matvec_vecdot_kernel (8 lanes each).
+constexpr std::uint32_t vecdot_rows_per_warp = 4;
+/// matvec_vecdot_kernel (F16 and F32 weights): vecdot_rows_per_warp rows
+/// of W per warp, warp_rows_per_block warps a block, capped (the kernel
+/// strides); grid 0 for an empty product.
 launch_1d warp_rows_launch(const matmul_dims& dims);
 
 /// Kernels with a warp (32 threads) per item (quantize_q8k_warps_kernel:

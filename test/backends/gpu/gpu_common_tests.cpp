@@ -213,7 +213,9 @@ TEST_CASE("warp launches give each item a warp, eight to a block, and "
   CHECK(warps_launch(16).grid == 2);
   CHECK(warps_launch(17).grid == 3);
   CHECK(warps_launch(std::size_t{1} << 40).grid == max_grid_extent);
-  CHECK(warp_rows_launch({4, 17, 64, true}).grid == 3);
+  // matvec_vecdot_kernel: 4 rows of W a warp.
+  CHECK(warp_rows_launch({4, 17, 64, true}).grid == 1);
+  CHECK(warp_rows_launch({4, 100, 64, true}).grid == 4);
   // quantize_q8k_warps_kernel's loop: item b0 + warp, b0 striding by the
   // grid's warps.
   for (std::size_t n : {1u, 7u, 8u, 9u, 22u, 1000u}) {

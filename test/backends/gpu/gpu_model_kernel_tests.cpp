@@ -384,7 +384,7 @@ TEST_CASE("attention and product launches cover their work") {
   CHECK(bf.grid == 10);
   CHECK(bf.block == 64);
   auto warps = warp_rows_launch({1, 4096, 4096, true});
-  CHECK(warps.grid == 4096 / warp_rows_per_block);
+  CHECK(warps.grid == 4096 / vecdot_rows_per_warp / warp_rows_per_block);
   CHECK(warps.block == warp_rows_per_block * 32);
   CHECK(warp_rows_launch({3, 0, 64, true}).grid == 0);
   auto q8 = lanes_launch({1, 10, 64, true});
