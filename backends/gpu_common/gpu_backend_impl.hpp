@@ -771,8 +771,8 @@ protected:
   }
 
 public:
-  /// Every weight type: F16 and Q8_0 have their own kernels, the other
-  /// ggml formats are dequantized as they are read (matvec_rows_kernel);
+  /// Every weight type: F32, F16 and BF16 through matvec_vecdot_kernel,
+  /// the quantized formats through the lane kernels (the host's bits);
   /// without kernels the generic host fallback runs them all.
   bool runs_weights(weight_type) const noexcept override {
     return true;

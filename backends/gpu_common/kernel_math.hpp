@@ -470,6 +470,14 @@ EXO_HD inline float dot_f16_host(const KV* k, const float* q, std::size_t n) {
   return static_cast<float>(sum);
 }
 
+/// A BF16 value's float (exact).
+EXO_HD inline float bf16_to_float(std::uint16_t h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
 /// Whether llama.cpp's CPU backend (its AVX-512 build) multiplies F32 or
 /// F16 weights in tinyBLAS's order (llamafile_sgemm: from 2 rows of A
 /// that are not apart, k a multiple of 16, rows of W in fours;

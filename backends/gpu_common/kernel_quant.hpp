@@ -489,6 +489,19 @@ EXO_HD inline float round_to_bf16(float x) {
   return f;
 }
 
+/// The rest of a BF16 row's ggml_vec_dot_bf16 after its blocks of 32 (sum:
+/// the two accumulators' trees added in double): the products (exact in
+/// float) added in double one after the other; q rounded to BF16 here
+/// where round_q.
+EXO_HD inline float vecdot_rest_bf16(const std::uint16_t* w, const float* q,
+                                     std::size_t np, std::size_t n,
+                                     double sum, bool round_q) {
+  for (std::size_t i = np; i < n; ++i)
+    sum = dadd_rn(sum, mul_rn(bf16_to_float(w[i]),
+                              round_q ? round_to_bf16(q[i]) : q[i]));
+  return static_cast<float>(sum);
+}
+
 // -- a q8_0 KV cache (llama.cpp's --cache-type-k/-v q8_0) --------------------
 
 /// One 34-byte Q8_0 block of a KV cache row from 32 floats, as llama.cpp's

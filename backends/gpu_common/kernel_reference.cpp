@@ -258,8 +258,7 @@ void matmul_weights(const float* a, const void* w, weight_type type,
           s += math::half_to_float(h) * math::round_to_half(at[i]);
         }
       } else {
-        // matvec_rows_kernel (BF16): decoded weights, activations
-        // rounded to BF16.
+        // BF16: decoded weights, activations rounded to BF16.
         const std::size_t be = weight_block_elements(type);
         const std::size_t bb = *weight_row_bytes(type, be);
         const std::uint8_t* wr = wb + j * (d.k / be * bb);

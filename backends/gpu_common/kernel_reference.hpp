@@ -54,8 +54,10 @@ void attention(const float* q, const std::uint16_t* k,
 /// to_f16_kernel: out[i] = math::float_to_half(a[i]).
 void to_f16(const float* a, std::uint16_t* out, std::size_t count);
 
-/// The weight kernels: F16 and BF16 per element (matvec_rows_kernel),
-/// summed sequentially; Q4_0 ... Q8_0 and the
+/// The weight kernels: F16 and BF16 per element, summed sequentially (a
+/// reference within rounding: matvec_vecdot_kernel sums in the host's
+/// order, which gpu_emulator_tests checks against host::matmul_weights);
+/// Q4_0 ... Q8_0 and the
 /// K-quants as quantize_act_kernel + matvec_lanes_kernel, lane by lane
 /// (these give the CPU engine's bits exactly).
 void matmul_weights(const float* a, const void* w, weight_type type,

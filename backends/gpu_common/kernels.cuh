@@ -474,80 +474,11 @@ __global__ void attention_exact_kernel(const float* q, KV k, KV v, float* out,
   }
 }
 
-/// Rows of A that matvec_rows_kernel takes at once: each weight is read
-/// (and decoded) once for all of them.
-constexpr unsigned rows_at_once = 8;
-
-
-/// BF16 (`type` a GGUF id, blocks of `be` elements and `bb` bytes): every
-/// weight decoded as it is read (math::dequant_element); activations
-/// rounded to BF16 as llama.cpp rounds them: here (round_act, one row of
-/// A) or before (round_act_kernel).
-struct decoded_elements {
-  const std::uint8_t* w;
-  std::size_t row_bytes, be, bb;
-  std::uint32_t type;
-  bool round_act;
-  EXO_HD float weight(std::size_t j, std::size_t i) const {
-    return m::dequant_element(type, w + j * row_bytes + i / be * bb,
-                              static_cast<unsigned>(i % be));
-  }
-  EXO_HD float act(float x) const {
-    return round_act ? m::round_to_bf16(x) : x;
-  }
-};
-
-/// C = A W^T for weights read element by element (W: decoded_elements, for
-/// BF16, which rounds A to BF16 unless round_act_kernel did). One block per row j of W (grid-stride), the rows of
-/// A in groups of rows_at_once. Each thread sums its elements of every row
-/// of a group in the order it would for that row alone, and each row's
-/// partial sums reduce in block_reduce's tree: a row's result has the same
-/// bits whatever rows share its group (a batched step gives each sequence
-/// the bits it gets alone; gpu_emulator_tests).
-template <class W>
-__global__ void matvec_rows_kernel(const float* a, W w, float* c,
-                                   std::size_t mm, std::size_t nn,
-                                   std::size_t kk) {
-  constexpr unsigned R = rows_at_once;
-  __shared__ float red[R * gpu::weights_max_threads];
-  const unsigned tid = threadIdx.x, nt = blockDim.x;
-  for (std::size_t j = blockIdx.x; j < nn; j += gridDim.x) {
-    for (std::size_t t0 = 0; t0 < mm; t0 += R) {
-      const unsigned rows = mm - t0 < R ? static_cast<unsigned>(mm - t0) : R;
-      const float* at = a + t0 * kk;
-      float s[R];
-EXO_UNROLL
-      for (unsigned u = 0; u < R; ++u)
-        s[u] = 0;
-      for (std::size_t i = tid; i < kk; i += nt) {
-        const float wv = w.weight(j, i);
-EXO_UNROLL
-        for (unsigned u = 0; u < R; ++u)
-          if (u < rows)
-            s[u] += wv * w.act(at[u * kk + i]);
-      }
-EXO_UNROLL
-      for (unsigned u = 0; u < R; ++u)
-        if (u < rows)
-          red[u * nt + tid] = s[u];
-      __syncthreads();
-      for (unsigned h = nt / 2; h > 0; h /= 2) {
-        if (tid < h)
-          for (unsigned u = 0; u < rows; ++u)
-            red[u * nt + tid] = red[u * nt + tid] + red[u * nt + tid + h];
-        __syncthreads();
-      }
-      if (tid < rows)
-        c[(t0 + tid) * nn + j] = red[tid * nt];
-      __syncthreads();
-    }
-  }
-}
-
 /// matvec_vecdot_kernel's modes (bits of its template argument).
 constexpr int vecdot_f16 = 1;       ///< F16 weights (else F32)
 constexpr int vecdot_round_act = 2; ///< A rounded to half in the kernel
 constexpr int vecdot_tiny = 4;      ///< tinyBLAS's order (else vec_dot's)
+constexpr int vecdot_bf16 = 8;      ///< BF16 weights: ggml_vec_dot_bf16
 
 /// F16 or F32 weights, each output with the host's bits
 /// (host::matmul_weights): in tinyBLAS's order where llamafile_sgemm takes
@@ -572,9 +503,13 @@ __global__ void matvec_vecdot_kernel(const float* a, const void* w, float* c,
   constexpr bool F16 = (Mode & vecdot_f16) != 0;
   constexpr bool RoundAct = (Mode & vecdot_round_act) != 0;
   constexpr bool Tiny = (Mode & vecdot_tiny) != 0;
+  constexpr bool BF = (Mode & vecdot_bf16) != 0;
   constexpr unsigned R = 4, G = 8;
-  constexpr unsigned E = Tiny ? 2 : 8;      // chains a lane holds
-  constexpr std::size_t B = Tiny ? 16 : 64; // elements a step of the 8 lanes
+  // Chains a lane holds, and elements a step of the 8 lanes: vec_dot's 64
+  // chains over 64, tinyBLAS's 16 over 16, BF16's two accumulators of 16
+  // over 32 (lanes 0-3 the first, 4-7 the second).
+  constexpr unsigned E = Tiny ? 2 : BF ? 4 : 8;
+  constexpr std::size_t B = Tiny ? 16 : BF ? 32 : 64;
   static_assert(32 / G == gpu::vecdot_rows_per_warp, "8 lanes a row");
   const unsigned gl = threadIdx.x % G;
   const std::size_t groups = blockDim.x / G;
@@ -599,16 +534,23 @@ EXO_UNROLL
           float wv[E];
 EXO_UNROLL
           for (unsigned e = 0; e < E; ++e)
-            wv[e] = F16 ? m::half_to_float(wh[at + e]) : wf[at + e];
+            wv[e] = BF    ? m::bf16_to_float(wh[at + e])
+                    : F16 ? m::half_to_float(wh[at + e])
+                          : wf[at + e];
 EXO_UNROLL
           for (unsigned u = 0; u < R; ++u)
             if (u < rows) {
               const float* ap = a + (t0 + u) * kk + b + E * gl;
 EXO_UNROLL
-              for (unsigned e = 0; e < E; ++e)
-                acc[u][e] = fmaf(wv[e], RoundAct ? m::round_to_half(ap[e])
-                                                 : ap[e],
-                                 acc[u][e]);
+              for (unsigned e = 0; e < E; ++e) {
+                const float x = !RoundAct ? ap[e]
+                                : BF      ? m::round_to_bf16(ap[e])
+                                          : m::round_to_half(ap[e]);
+                // BF16: a product, then a sum (exact products: the same
+                // as fused).
+                acc[u][e] = BF ? m::add_rn(m::mul_rn(wv[e], x), acc[u][e])
+                               : fmaf(wv[e], x, acc[u][e]);
+              }
             }
         }
       for (unsigned u = 0; u < rows; ++u) {
@@ -616,6 +558,26 @@ EXO_UNROLL
 EXO_UNROLL
         for (unsigned e = 0; e < E; ++e)
           p[e] = acc[u][e];
+        if (BF) {
+          // Each accumulator's tree: c[l] + c[l + 8] (lanes 0-1 and 4-5),
+          // then + the quarter 4 on (lanes 0 and 4), then the pairs; the
+          // two trees added in double, then the rest.
+EXO_UNROLL
+          for (unsigned e = 0; e < E; ++e)
+            p[e] = m::add_rn(p[e], EXO_SHFL_XOR(p[e], 2));
+EXO_UNROLL
+          for (unsigned e = 0; e < E; ++e)
+            p[e] = m::add_rn(p[e], EXO_SHFL_XOR(p[e], 1));
+          const float r = m::add_rn(m::add_rn(p[0], p[2]),
+                                    m::add_rn(p[1], p[3]));
+          const float r2 = EXO_SHFL_XOR(r, 4);
+          if (gl == 0 && live)
+            c[(t0 + u) * nn + j] = m::vecdot_rest_bf16(
+              wh + j * kk, a + (t0 + u) * kk, np, kk,
+              m::dadd_rn(static_cast<double>(r), static_cast<double>(r2)),
+              RoundAct);
+          continue;
+        }
         if (!Tiny) {
           // Lanes 0-1, e: l[8 i + e] = (chain m + chain m + 32) + (chain
           // m + 16 + chain m + 48), m = 8 i + e.
@@ -1235,12 +1197,19 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
     }
     a = static_cast<const float*>(scratch);
   }
-  if (type == weight_type::f16 || type == weight_type::f32) {
+  if (type == weight_type::f16 || type == weight_type::f32
+      || type == weight_type::bf16) {
     // The host's bits, in the order llama.cpp's CPU backend takes.
     auto gv = gpu::warp_rows_launch(d);
     const bool tiny = m::tinyblas_takes(d.m, d.n, d.k, d.rows_apart);
     constexpr int f16 = vecdot_f16, rnd = vecdot_round_act, ti = vecdot_tiny;
-    if (type == weight_type::f32 && tiny)
+    if (type == weight_type::bf16 && round_here) // ggml_vec_dot_bf16
+      EXO_LAUNCH(matvec_vecdot_kernel<vecdot_bf16 | rnd>, gv.grid, gv.block,
+                 stream)(a, w, c, d.m, d.n, d.k);
+    else if (type == weight_type::bf16)
+      EXO_LAUNCH(matvec_vecdot_kernel<vecdot_bf16>, gv.grid, gv.block,
+                 stream)(a, w, c, d.m, d.n, d.k);
+    else if (type == weight_type::f32 && tiny)
       EXO_LAUNCH(matvec_vecdot_kernel<ti>, gv.grid, gv.block, stream)(
         a, w, c, d.m, d.n, d.k);
     else if (type == weight_type::f32)
@@ -1257,16 +1226,7 @@ int launch_matmul_weights(const float* a, const void* w, weight_type type,
         a, w, c, d.m, d.n, d.k);
     return last_error();
   }
-  // BF16: each weight decoded where read.
-  const std::size_t be = weight_block_elements(type);
-  EXO_LAUNCH(matvec_rows_kernel, g.grid, g.block, stream)(
-    a,
-    decoded_elements{static_cast<const std::uint8_t*>(w),
-                     d.k / be * *weight_row_bytes(type, be), be,
-                     *weight_row_bytes(type, be), ggml_type_id(type),
-                     round_here},
-    c, d.m, d.n, d.k);
-  return last_error();
+  return 0; // (every format is one of the above)
 }
 
 } // namespace exo::backend::EXO_GPU_KERNEL_NS

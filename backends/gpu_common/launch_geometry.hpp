@@ -48,9 +48,10 @@ launch_2d matmul_launch(const matmul_dims& dims);
 /// row, head), capped (the kernel strides).
 launch_1d attention_launch(const attention_dims& dims);
 
-/// The F16 / BF16 matrix-vector kernels: one block per row of W (n),
-/// capped (the kernel strides); threads a power of two, at most
-/// weights_max_threads, that covers the row's elements where it can.
+/// A row-per-block geometry for weight products: one block per row of W
+/// (n), capped; threads a power of two, at most weights_max_threads, that
+/// covers the row's elements where it can (grid 0: an empty product,
+/// which launch_matmul_weights launches nothing for).
 constexpr std::uint32_t weights_max_threads = 256;
 launch_1d weights_launch(weight_type type, const matmul_dims& dims);
 

@@ -379,15 +379,13 @@ void compare_on(backend::device& dev, const temp_model& tm, tensor_type type,
     CHECK(w == 0);
   // So do CUDA and HIP (and the emulated GPU) where every operation of
   // these steps (at most 16 rows: the row kernels) has the host's
-  // arithmetic: products of quantized weights in the host's lanes, of F32
-  // and F16 weights in vec_dot's or tinyBLAS's order
+  // arithmetic: products of quantized weights in the host's lanes, of F32,
+  // F16 and BF16 weights in vec_dot's or tinyBLAS's order
   // (matvec_vecdot_kernel), the decode attention (attention_exact_kernel),
-  // RMSNorm, rope by the host's angles, SwiGLU with ggml's expf. BF16
-  // products sum in another order.
+  // RMSNorm, rope by the host's angles, SwiGLU with ggml's expf.
   if (native
       && (kind == backend::backend_kind::cuda
-          || kind == backend::backend_kind::hip)
-      && type != tensor_type::bf16)
+          || kind == backend::backend_kind::hip))
     CHECK(w == 0);
   if (sim) // the work ran on the simulated device's clock
     CHECK(sim->now() > t0);

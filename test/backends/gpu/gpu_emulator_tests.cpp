@@ -593,8 +593,8 @@ TEST_CASE("F16 and BF16 weights meet the activations rounded to their "
   }
 }
 
-TEST_CASE("F16 and F32 products of one row of A, and of rows apart, give "
-          "the host's bits (ggml's vec_dot order)") {
+TEST_CASE("F16, F32 and BF16 products of one row of A, of rows apart and "
+          "of batches give the host's bits") {
   // matvec_vecdot_kernel: 8 lanes a row of W, the chains met by shuffles,
   // the rest of the row on the first lane. Row lengths with no rest (64,
   // 128), a rest in double or in F32's epilogue (16s, then an 8, then
@@ -604,7 +604,7 @@ TEST_CASE("F16 and F32 products of one row of A, and of rows apart, give "
   // takes them (k a multiple of 16 and rows of W in fours: 48, 80, 128
   // with 8 rows), vec_dot's otherwise.
   std::size_t tiny = 0;
-  for (weight_type t : {weight_type::f32, weight_type::f16})
+  for (weight_type t : {weight_type::f32, weight_type::f16, weight_type::bf16})
     for (std::size_t k : {64u, 128u, 100u, 200u, 88u, 24u, 40u, 48u, 80u})
       for (std::size_t n : {1u, 7u, 8u, 33u})
         for (auto [m, apart] : {std::pair{std::size_t{1}, false},
@@ -614,7 +614,8 @@ TEST_CASE("F16 and F32 products of one row of A, and of rows apart, give "
           INFO(to_string(t) << " m " << m << " n " << n << " k " << k
                             << (apart ? " apart" : ""));
           matmul_dims d{m, n, k, true, apart};
-          tiny += gpu::math::tinyblas_takes(m, n, k, apart);
+          tiny += t != weight_type::bf16
+                  && gpu::math::tinyblas_takes(m, n, k, apart);
           auto a = random_floats(m * k, 60 + k, -3, 3);
           auto enc = encode(t, random_floats(n * k, 61 + n, -1, 1), n, k);
           std::vector<float> want(m * n);

@@ -308,7 +308,7 @@ TEST_CASE("the quantized product kernels give the CPU engine's bits") {
 
 TEST_CASE("the kernels decode ggml's other formats as its to_float does, "
           "element by element") {
-  // math::dequant_element (CUDA and HIP's matvec_rows_kernel; Vulkan's
+  // math::dequant_element (CUDA and HIP's dequant_rows_kernel; Vulkan's
   // shader decodes the same way) against the host's dequantize_row, on the
   // bytes ggml's quantizers write and on arbitrary bytes with finite
   // scales; then the reference product against the dequantized one.
