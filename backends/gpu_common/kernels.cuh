@@ -228,6 +228,37 @@ __global__ void rope_cached_kernel(float* x, const float* cs,
   }
 }
 
+/// What an attention block needs of its (query row, head) pair th: the
+/// row t, its query head's values at q_off, its KV head's offset kvh, the
+/// positions it sees (n_pos) and its block table (attention_paged_rows:
+/// row t's own position, clamped into its table, and table).
+struct attention_item {
+  std::size_t t, q_off, kvh, n_pos;
+  const std::int32_t* table;
+  /// Where cache row r of the KV head's row starts, in values.
+  __device__ std::size_t row_at(const attention_dims& d, std::size_t r) const {
+    return m::kv_row_at(r, d.kv_stride, table, d.block_positions,
+                        d.block_stride, d.max_block);
+  }
+};
+__device__ inline attention_item attention_item_of(const attention_dims& d,
+                                                   std::size_t th) {
+  attention_item it;
+  it.t = th / d.n_heads;
+  const std::size_t h = th % d.n_heads;
+  it.q_off = it.t * d.n_heads * d.head_dim + h * d.head_dim;
+  it.kvh = h / (d.n_heads / d.n_kv_heads) * d.head_dim;
+  it.n_pos = d.pos0 + it.t + 1;
+  it.table = d.block_table;
+  if (d.row_tables != nullptr) {
+    const std::int32_t* rt = d.row_tables + it.t * (1 + d.row_table_len);
+    it.n_pos =
+      m::row_position(rt[0], d.row_table_len * d.block_positions - 1) + 1;
+    it.table = rt + 1;
+  }
+  return it;
+}
+
 /// A prompt's attention (launch_attention_tiles). One block of
 /// attention_threads per (query row, head) at a time; scores of a chunk of
 /// positions in shared memory, online softmax across chunks, sums in F32
@@ -242,30 +273,13 @@ __global__ void attention_kernel(const float* q, KV k, KV v, float* out,
   __shared__ float sc[m::attention_chunk];
   __shared__ float red[threads];
   unsigned tid = threadIdx.x;
-  std::size_t group = d.n_heads / d.n_kv_heads;
-  std::size_t row = d.n_heads * d.head_dim;
   std::size_t d1 = tid + threads;
   for (std::size_t th = blockIdx.x; th < d.n_tokens * d.n_heads;
        th += gridDim.x) {
-    std::size_t t = th / d.n_heads;
-    std::size_t h = th % d.n_heads;
-    std::size_t kvh = (h / group) * d.head_dim;
-    std::size_t n_pos = d.pos0 + t + 1;
-    const std::int32_t* table = d.block_table;
-    if (d.row_tables != nullptr) {
-      // attention_paged_rows: row t's own position (clamped into its
-      // table) and block table.
-      const std::int32_t* rt = d.row_tables + t * (1 + d.row_table_len);
-      n_pos = m::row_position(rt[0],
-                              d.row_table_len * d.block_positions - 1)
-              + 1;
-      table = rt + 1;
-    }
-    auto row_at = [&d, table](std::size_t r) {
-      return m::kv_row_at(r, d.kv_stride, table, d.block_positions,
-                          d.block_stride, d.max_block);
-    };
-    const float* qh = q + t * row + h * d.head_dim;
+    const attention_item it = attention_item_of(d, th);
+    const std::size_t kvh = it.kvh, n_pos = it.n_pos;
+    auto row_at = [&d, &it](std::size_t r) { return it.row_at(d, r); };
+    const float* qh = q + it.q_off;
     for (std::size_t i = tid; i < d.head_dim; i += threads)
       qs[i] = qh[i];
     __syncthreads();
@@ -306,7 +320,7 @@ __global__ void attention_kernel(const float* q, KV k, KV v, float* out,
       mx = nm;
       __syncthreads(); // sc is read by all before the next chunk
     }
-    float* oh = out + t * row + h * d.head_dim;
+    float* oh = out + it.q_off;
     if (tid < d.head_dim)
       oh[tid] = acc0 / l;
     if (d1 < d.head_dim)
@@ -401,29 +415,13 @@ __global__ void attention_exact_kernel(const float* q, KV k, KV v, float* out,
   __shared__ float sum[1];
   const exact_query query{qs, qq};
   unsigned tid = threadIdx.x;
-  std::size_t group = d.n_heads / d.n_kv_heads;
-  std::size_t row = d.n_heads * d.head_dim;
   std::size_t d1 = tid + threads;
   for (std::size_t th = blockIdx.x; th < d.n_tokens * d.n_heads;
        th += gridDim.x) {
-    std::size_t t = th / d.n_heads;
-    std::size_t h = th % d.n_heads;
-    std::size_t kvh = (h / group) * d.head_dim;
-    std::size_t n_pos = d.pos0 + t + 1;
-    const std::int32_t* table = d.block_table;
-    if (d.row_tables != nullptr) {
-      const std::int32_t* rt = d.row_tables + t * (1 + d.row_table_len);
-      n_pos = m::row_position(rt[0],
-                              d.row_table_len * d.block_positions - 1)
-              + 1;
-      table = rt + 1;
-    }
-    auto row_at = [&d, table](std::size_t r) {
-      return m::kv_row_at(r, d.kv_stride, table, d.block_positions,
-                          d.block_stride, d.max_block);
-    };
-    exact_prepare(q + t * row + h * d.head_dim, d.head_dim, tid, threads,
-                  query, k);
+    const attention_item it = attention_item_of(d, th);
+    const std::size_t kvh = it.kvh, n_pos = it.n_pos;
+    auto row_at = [&d, &it](std::size_t r) { return it.row_at(d, r); };
+    exact_prepare(q + it.q_off, d.head_dim, tid, threads, query, k);
     __syncthreads();
     float mx = -INFINITY, S = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
     for (std::size_t c0 = 0; c0 < n_pos; c0 += threads) {
@@ -465,7 +463,7 @@ __global__ void attention_exact_kernel(const float* q, KV k, KV v, float* out,
     __syncthreads();
     const float total = sum[0];
     const float s_inv = total == 0.0f ? 0.0f : m::div_rn(1.0f, total);
-    float* oh = out + t * row + h * d.head_dim;
+    float* oh = out + it.q_off;
     if (tid < d.head_dim)
       oh[tid] = m::mul_rn(acc0, s_inv);
     if (d1 < d.head_dim)

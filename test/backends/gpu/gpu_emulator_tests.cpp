@@ -102,6 +102,41 @@ std::vector<std::uint8_t> encode(weight_type t, const std::vector<float>& w,
   return enc;
 }
 
+/// The rows of caches kc and vc (rows of `stride` values) in blocks of B
+/// rows: cache block i at slot (i * step) % blocks of a pool whose slots
+/// are 2B rows apart, `fill` between.
+struct paged_caches {
+  std::vector<std::int32_t> table;
+  std::vector<float> k, v;
+  std::size_t B, block;
+  /// d reading these blocks.
+  attention_dims dims(attention_dims d) const {
+    d.block_positions = B;
+    d.block_stride = block;
+    d.block_table = table.data();
+    d.max_block = table.size();
+    return d;
+  }
+};
+paged_caches page(const std::vector<float>& kc, const std::vector<float>& vc,
+                  std::size_t stride, std::size_t B, std::size_t step,
+                  float fill) {
+  const std::size_t ctx = kc.size() / stride, blocks = (ctx + B - 1) / B;
+  paged_caches pc{std::vector<std::int32_t>(blocks), {}, {}, B,
+                  2 * B * stride};
+  for (std::size_t i = 0; i < blocks; ++i)
+    pc.table[i] = static_cast<std::int32_t>((i * step) % blocks);
+  pc.k.assign((blocks + 1) * pc.block, fill);
+  pc.v = pc.k;
+  for (std::size_t p = 0; p < ctx; ++p) {
+    const std::size_t at =
+      static_cast<std::size_t>(pc.table[p / B]) * pc.block + (p % B) * stride;
+    std::copy_n(kc.begin() + p * stride, stride, pc.k.begin() + at);
+    std::copy_n(vc.begin() + p * stride, stride, pc.v.begin() + at);
+  }
+  return pc;
+}
+
 } // namespace
 
 TEST_CASE("emulated blocks meet at barriers, share their static memory and "
@@ -322,29 +357,15 @@ TEST_CASE("the emulated attention kernel agrees with its replica, and a "
   auto contiguous = run(kc.data(), vc.data(), d);
   CHECK(close_to(contiguous, want, 1e-5));
   // The same rows in shuffled blocks of 32 with other rows between.
-  const std::size_t B = 32, blocks = (ctx + B - 1) / B, block = 2 * B * stride;
-  std::vector<std::int32_t> table(blocks);
-  for (std::size_t i = 0; i < blocks; ++i)
-    table[i] = static_cast<std::int32_t>((i * 13) % blocks);
-  std::vector<float> pk((blocks + 1) * block, -7.0f), pv(pk);
-  for (std::size_t p = 0; p < ctx; ++p) {
-    const std::size_t at =
-      static_cast<std::size_t>(table[p / B]) * block + (p % B) * stride;
-    std::copy_n(kc.begin() + p * stride, stride, pk.begin() + at);
-    std::copy_n(vc.begin() + p * stride, stride, pv.begin() + at);
-  }
-  auto dp = d;
-  dp.block_positions = B;
-  dp.block_stride = block;
-  dp.block_table = table.data();
-  dp.max_block = blocks;
-  CHECK(same_bits(run(pk.data(), pv.data(), dp), contiguous));
+  const auto pc = page(kc, vc, stride, 32, 13, -7.0f);
+  auto dp = pc.dims(d);
+  CHECK(same_bits(run(pc.k.data(), pc.v.data(), dp), contiguous));
   // Entries outside the cache read its last block: finite, in bounds.
-  auto bad = table;
-  bad[2] = static_cast<std::int32_t>(blocks + 9);
+  auto bad = pc.table;
+  bad[2] = static_cast<std::int32_t>(pc.table.size() + 9);
   bad[5] = -4;
   dp.block_table = bad.data();
-  for (float x : run(pk.data(), pv.data(), dp))
+  for (float x : run(pc.k.data(), pc.v.data(), dp))
     CHECK(std::isfinite(x));
 }
 
@@ -455,36 +476,21 @@ TEST_CASE("emulated decode attention gives host::attention's bits, paged "
       auto want = host_attention(q, kc, vc, d, kv);
       CHECK(same_bits(emulated_attention(q, kc, vc, d, kv), want));
       // A paged cache: blocks of 16 in a shuffled order, other rows between.
-      const std::size_t B = 16, blocks = (ctx + B - 1) / B,
-                        block = 2 * B * stride;
-      std::vector<std::int32_t> table(blocks);
-      for (std::size_t i = 0; i < blocks; ++i)
-        table[i] = static_cast<std::int32_t>((i * 7) % blocks);
-      std::vector<float> pk((blocks + 1) * block, 9.0f), pv(pk);
-      for (std::size_t p = 0; p < ctx; ++p) {
-        const std::size_t at =
-          static_cast<std::size_t>(table[p / B]) * block + (p % B) * stride;
-        std::copy_n(kc.begin() + p * stride, stride, pk.begin() + at);
-        std::copy_n(vc.begin() + p * stride, stride, pv.begin() + at);
-      }
-      auto dp = d;
-      dp.block_positions = B;
-      dp.block_stride = block;
-      dp.block_table = table.data();
-      dp.max_block = blocks;
-      CHECK(same_bits(emulated_attention(q, pk, pv, dp, kv), want));
+      const auto pc = page(kc, vc, stride, 16, 7, 9.0f);
+      const auto dp = pc.dims(d);
+      CHECK(same_bits(emulated_attention(q, pc.k, pc.v, dp, kv), want));
       // Rows apart (attention_paged_rows' tables): row t one token at
       // pos0 + t over the same table, whatever the batch's size.
       std::vector<std::int32_t> rows;
       for (std::size_t t = 0; t < sh.tokens; ++t) {
         rows.push_back(static_cast<std::int32_t>(sh.pos0 + t));
-        rows.insert(rows.end(), table.begin(), table.end());
+        rows.insert(rows.end(), pc.table.begin(), pc.table.end());
       }
       auto dr = dp;
       dr.block_table = nullptr;
       dr.row_tables = rows.data();
-      dr.row_table_len = blocks;
-      CHECK(same_bits(emulated_attention(q, pk, pv, dr, kv), want));
+      dr.row_table_len = pc.table.size();
+      CHECK(same_bits(emulated_attention(q, pc.k, pc.v, dr, kv), want));
     }
 }
 
