@@ -157,9 +157,19 @@ for t in f16 q4_k_m; do
       gen cuda "$f" 64 --sequences "$s" --no-prompt-sharing |
         grep -a "tokens/s"
     done
-    for b in cuda cpu; do
+    # cuda-exact: every product in the CPU engine's order
+    # (devices.gpu_prompt_gemm_rows 0), whose text must be the cpu's.
+    echo '{"devices": {"gpu_prompt_gemm_rows": 0}}' >"$W/exact.json"
+    for b in cpu cuda cuda-exact; do
+      extra=()
+      [ "$b" = cuda-exact ] && extra=(--config "$W/exact.json")
       echo "==== wide $t: exo-node on $b, a long prompt"
-      PROMPT=$long gen "$b" "$f" 8 | grep -a "tokens/s"
+      out=$(PROMPT=$long gen "${b%-exact}" "$f" 16 "${extra[@]}" |
+        grep -av "^note:")
+      grep -a "tokens/s" <<<"$out"
+      lt=$(PROMPT=$long text_of <<<"$out")
+      [ "$b" = cpu ] && lref=$lt
+      [ "$b" != cpu ] && echo "==== wide $t, a long prompt, $b against cpu: $(parts "$lref" "$lt")"
     done
     if [ "$t" = f16 ]; then
       for k in 4 8; do

@@ -42,13 +42,13 @@ result<std::unique_ptr<backend>> make_backend(backend_kind kind,
 #endif
     case backend_kind::cuda:
 #ifdef EXO_HAVE_CUDA
-      return make_cuda_backend();
+      return make_cuda_backend(opts.gpu);
 #else
       return fail(errc::unsupported, "this build has no CUDA support");
 #endif
     case backend_kind::hip:
 #ifdef EXO_HAVE_HIP
-      return make_hip_backend();
+      return make_hip_backend(opts.gpu);
 #else
       return fail(errc::unsupported, "this build has no HIP/ROCm support");
 #endif

@@ -7,6 +7,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/gpu_common/gpu_options.hpp"
 #include "backends/sim/sim_backend.hpp"
 
 #include <memory>
@@ -29,6 +30,8 @@ struct factory_options {
   /// Vulkan devices measure their rates when opened
   /// (vulkan_options::measure_rates).
   bool vulkan_measure_rates = false;
+  /// The CUDA and HIP backends' settings.
+  gpu_options gpu;
 };
 
 /// What the factory did with one backend.

@@ -440,6 +440,18 @@ EXO_HD inline float expf_libm(float x) {
   return static_cast<float>(dmul_rn(y, s));
 }
 
+/// The sum of 16 lanes by _mm512_reduce_add_ps's tree (halves, quarters,
+/// then pairs: host_reduce.hpp's reduce16), with which llama.cpp's CPU
+/// products and flash attention end a 16-lane accumulator.
+EXO_HD inline float reduce16(const float* l) {
+  float t3[8], t6[4];
+  for (int i = 0; i < 8; ++i)
+    t3[i] = add_rn(l[i + 8], l[i]);
+  for (int i = 0; i < 4; ++i)
+    t6[i] = add_rn(t3[i + 4], t3[i]);
+  return add_rn(add_rn(t6[0], t6[2]), add_rn(t6[1], t6[3]));
+}
+
 /// ggml_vec_dot_f16 of a K row (n values as the cache holds them: rounded
 /// to half where read) with q (already rounded to half), as the host's
 /// AVX-512 build sums it: four 16-lane accumulators over blocks of 64
@@ -459,12 +471,7 @@ EXO_HD inline float dot_f16_host(const KV* k, const float* q, std::size_t n) {
         a[j] = fmaf(kv_value(k[i + 16 * j + m]), q[i + 16 * j + m], a[j]);
     l[m] = add_rn(add_rn(a[0], a[2]), add_rn(a[1], a[3]));
   }
-  float t3[8], t6[4];
-  for (int i = 0; i < 8; ++i)
-    t3[i] = add_rn(l[i + 8], l[i]);
-  for (int i = 0; i < 4; ++i)
-    t6[i] = add_rn(t3[i + 4], t3[i]);
-  double sum = add_rn(add_rn(t6[0], t6[2]), add_rn(t6[1], t6[3]));
+  double sum = reduce16(l);
   for (std::size_t i = np; i < n; ++i)
     sum = dadd_rn(sum, mul_rn(kv_value(k[i]), q[i]));
   return static_cast<float>(sum);
@@ -547,34 +554,25 @@ EXO_HD inline float online_acc(float acc, bool grew, float ms, float v,
   return round_to_half(fmaf(v, vs, acc));
 }
 
-/// Whether attention over an f32 or f16 cache takes the path whose bits
-/// attention_exact_kernel gives: the host's one_chunk, below 64 tokens or
+/// Cells of a tile of the host's tiled attention path (ggml's flash
+/// attention from 64 query rows: host_attention.cpp's fa_tile), which
+/// attention_tiled_kernel walks as the host does.
+constexpr std::size_t attention_tile = 64;
+
+/// Whether attention over an f32 or f16 cache takes the host's one_chunk
+/// path (attention_exact_kernel's bits) rather than its tiled path
+/// (attention_tiled_kernel's): one_chunk below a tile of query rows or
 /// with a head size that is not a multiple of 16
-/// (host::attention_tiled_path), and every row of a decode batch (each
-/// row is one token of its own).
+/// (host::attention_tiled_path), and for every row of a decode batch
+/// (each row is one token of its own).
 EXO_HD inline bool attention_one_chunk(std::size_t n_tokens,
                                        std::size_t head_dim,
                                        bool rows_apart) {
-  return rows_apart || n_tokens < 64 || head_dim % 16 != 0;
+  return rows_apart || n_tokens < attention_tile || head_dim % 16 != 0;
 }
-
-/// Scores per chunk of the attention kernel's online softmax (shared
-/// memory holds one chunk).
-constexpr std::size_t attention_chunk = 1024;
 
 /// Threads of an attention block; a thread owns output dimensions i and
 /// i + attention_threads, so head_dim <= 2 * attention_threads.
 constexpr unsigned attention_threads = 128;
-
-/// Merges a chunk into the running softmax state: with the running maximum
-/// m (meaningless while first), running sum l, the chunk's maximum cmax,
-/// returns the new maximum and sets *correction, the factor by which the
-/// old sum and accumulators shrink.
-EXO_HD inline float online_max(bool first, float m, float cmax,
-                               float* correction) {
-  float nm = first ? cmax : fmaxf(m, cmax);
-  *correction = first ? 0.0f : expf(m - nm);
-  return nm;
-}
 
 } // namespace exo::backend::gpu::math

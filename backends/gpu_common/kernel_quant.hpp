@@ -531,8 +531,9 @@ EXO_HD inline float kv_value(q8_kv x) {
   return x.v;
 }
 
-/// A q8_0 cache addressed by value, as attention_kernel addresses an f32 or
-/// f16 cache by pointer: `at` values past `base` (a block boundary).
+/// A q8_0 cache addressed by value, as the attention kernels address an
+/// f32 or f16 cache by pointer: `at` values past `base` (a block
+/// boundary).
 struct q8_kv_ptr {
   const std::uint8_t* base;
   std::size_t at;

@@ -42,15 +42,6 @@ void rope(float* x, std::size_t tokens, std::size_t heads,
 void rope_rows(float* x, const std::int32_t* positions,
                const float* freq_factors, const rope_dims& dims);
 
-/// attention_kernel: the same chunks of scores and the same online softmax
-/// (sums in the kernel's order within a thread, sequential across them).
-void attention(const float* q, const float* k, const float* v, float* out,
-               const attention_dims& dims);
-/// The same over an f16 cache (attention_kernel<std::uint16_t>).
-void attention(const float* q, const std::uint16_t* k,
-               const std::uint16_t* v, float* out,
-               const attention_dims& dims);
-
 /// to_f16_kernel: out[i] = math::float_to_half(a[i]).
 void to_f16(const float* a, std::uint16_t* out, std::size_t count);
 

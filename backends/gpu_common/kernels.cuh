@@ -259,19 +259,39 @@ __device__ inline attention_item attention_item_of(const attention_dims& d,
   return it;
 }
 
-/// A prompt's attention (launch_attention_tiles). One block of
-/// attention_threads per (query row, head) at a time; scores of a chunk of
-/// positions in shared memory, online softmax across chunks, sums in F32
-/// in the kernel's own order. K and V are rounded to half where read (the
-/// attention contract): KV is const float* (an f32 cache) or const
-/// std::uint16_t* (an f16 cache's halves).
+/// A prompt's attention with the host's bits (host::attention's tiled
+/// path, ggml_compute_forward_flash_attn_ext_tiled: 64 query rows and more
+/// over an f32 or f16 cache, head sizes of multiples of 16). Each row of
+/// each head is computed alone there (rows do not interact, masked cells
+/// weigh exactly 0), so one block of attention_threads per (query row,
+/// head) at a time walks the cells in tiles of attention_tile as the host
+/// does:
+/// - the first attention_tile threads score a cell each: a chain of fused
+///   multiply-adds over head_dim from 0 (Q as it is, K rounded to half),
+///   times the scale, plus the mask's 0; cells past the row's position
+///   are -inf;
+/// - thread 0 takes the tile's maximum in order, the new running maximum,
+///   and where it grew libm's expf of the difference, which rescales the
+///   sum and every accumulator;
+/// - each scoring thread takes ggml's expf of its score less the maximum
+///   (ggml_vec_soft_max_f32), thread 0 adds the tile's four 16-lane trees
+///   in double to the running sum;
+/// - each thread carries its two output elements' chains of fused
+///   multiply-adds over the tile's visible cells in order.
+/// Checked on the GPU emulator against host::attention, contiguous and
+/// paged. KV is const float* (an f32 cache) or const std::uint16_t* (an
+/// f16 cache's halves).
 template <class KV>
-__global__ void attention_kernel(const float* q, KV k, KV v, float* out,
-                                 attention_dims d) {
+__global__ void attention_tiled_kernel(const float* q, KV k, KV v,
+                                       float* out, attention_dims d) {
   constexpr unsigned threads = m::attention_threads;
+  constexpr unsigned tile = m::attention_tile;
+  static_assert(tile <= threads && tile % 16 == 0, "a thread per cell");
   __shared__ float qs[2 * threads];
-  __shared__ float sc[m::attention_chunk];
-  __shared__ float red[threads];
+  __shared__ float kq[tile]; // the tile's scores, then their weights
+  __shared__ float shift[2]; // the running maximum, and the rescale
+  __shared__ int grew[1];    // -1: no visible cell, 0: kept, 1: grew
+  __shared__ float sum[1];
   unsigned tid = threadIdx.x;
   std::size_t d1 = tid + threads;
   for (std::size_t th = blockIdx.x; th < d.n_tokens * d.n_heads;
@@ -283,49 +303,78 @@ __global__ void attention_kernel(const float* q, KV k, KV v, float* out,
     for (std::size_t i = tid; i < d.head_dim; i += threads)
       qs[i] = qh[i];
     __syncthreads();
-    float mx = 0, l = 0, acc0 = 0, acc1 = 0;
-    for (std::size_t c0 = 0; c0 < n_pos; c0 += m::attention_chunk) {
-      std::size_t cn = n_pos - c0 < m::attention_chunk ? n_pos - c0
-                                                       : m::attention_chunk;
-      float lmax = -INFINITY;
-      for (std::size_t j = tid; j < cn; j += threads) {
-        const auto kr = k + row_at(c0 + j) + kvh;
-        float s = 0;
-        for (std::size_t i = 0; i < d.head_dim; ++i)
-          s += qs[i] * m::kv_value(kr[i]);
-        s *= d.scale;
-        sc[j] = s;
-        lmax = fmaxf(lmax, s);
+    float M = -INFINITY, S = 0.0f; // thread 0's
+    float acc0 = 0.0f, acc1 = 0.0f;
+    for (std::size_t c0 = 0; c0 < n_pos; c0 += tile) {
+      const std::size_t visible = n_pos - c0 < tile ? n_pos - c0 : tile;
+      if (tid < tile) {
+        float s = -INFINITY;
+        if (tid < visible) {
+          const auto kr = k + row_at(c0 + tid) + kvh;
+          float a = 0.0f;
+          for (std::size_t i = 0; i < d.head_dim; ++i)
+            a = fmaf(m::kv_value(kr[i]), qs[i], a);
+          s = m::add_rn(m::mul_rn(a, d.scale), 0.0f);
+        }
+        kq[tid] = s;
       }
-      float corr;
-      float nm = m::online_max(c0 == 0, mx, block_reduce(lmax, red, false),
-                               &corr);
-      float lsum = 0;
-      for (std::size_t j = tid; j < cn; j += threads) {
-        float e = expf(sc[j] - nm);
-        sc[j] = e;
-        lsum += e;
+      __syncthreads();
+      if (tid == 0) {
+        float tmax = -INFINITY;
+        for (unsigned j = 0; j < tile; ++j)
+          tmax = tmax > kq[j] ? tmax : kq[j]; // ggml_vec_max_f32's MAX
+        int g = -1;
+        float ms = 1.0f;
+        if (tmax != -INFINITY) {
+          const float mn = fmaxf(M, tmax);
+          g = mn > M ? 1 : 0;
+          if (g != 0) {
+            ms = m::expf_libm(m::add_rn(M, -mn));
+            S = m::mul_rn(S, ms);
+          }
+          M = mn;
+        }
+        grew[0] = g;
+        shift[0] = M;
+        shift[1] = ms;
       }
-      l = l * corr + block_reduce(lsum, red, true);
-      acc0 *= corr;
-      acc1 *= corr;
-      for (std::size_t j = 0; j < cn; ++j) {
-        float e = sc[j];
-        const auto vr = v + row_at(c0 + j) + kvh;
-        if (tid < d.head_dim)
-          acc0 += e * m::kv_value(vr[tid]);
-        if (d1 < d.head_dim)
-          acc1 += e * m::kv_value(vr[d1]);
+      __syncthreads();
+      const int g = grew[0];
+      if (g >= 0) { // the same for every thread
+        if (tid < tile)
+          kq[tid] = ggml::expf_lane(m::add_rn(kq[tid], -shift[0]));
+        if (g != 0) {
+          acc0 = m::mul_rn(acc0, shift[1]);
+          acc1 = m::mul_rn(acc1, shift[1]);
+        }
+        __syncthreads();
+        if (tid == 0) {
+          double t = 0.0;
+          for (unsigned j = 0; j < tile; j += 16)
+            t = m::dadd_rn(t, static_cast<double>(m::reduce16(kq + j)));
+          S = static_cast<float>(m::dadd_rn(static_cast<double>(S), t));
+        }
+        for (std::size_t j = 0; j < visible; ++j) {
+          const auto vr = v + row_at(c0 + j) + kvh;
+          if (tid < d.head_dim)
+            acc0 = fmaf(m::kv_value(vr[tid]), kq[j], acc0);
+          if (d1 < d.head_dim)
+            acc1 = fmaf(m::kv_value(vr[d1]), kq[j], acc1);
+        }
       }
-      mx = nm;
-      __syncthreads(); // sc is read by all before the next chunk
+      __syncthreads(); // kq is read by all before the next tile
     }
+    if (tid == 0)
+      sum[0] = S;
+    __syncthreads();
+    const float total = sum[0];
+    const float s_inv = total == 0.0f ? 0.0f : m::div_rn(1.0f, total);
     float* oh = out + it.q_off;
     if (tid < d.head_dim)
-      oh[tid] = acc0 / l;
+      oh[tid] = m::mul_rn(acc0, s_inv);
     if (d1 < d.head_dim)
-      oh[d1] = acc1 / l;
-    __syncthreads(); // qs is read by all before the next (row, head)
+      oh[d1] = m::mul_rn(acc1, s_inv);
+    __syncthreads(); // the query and sum are read by all before the next
   }
 }
 
@@ -401,7 +450,7 @@ __device__ inline float exact_v_step(m::q8_kv_ptr, float acc, bool grew,
 /// elements, cell by cell in order (exact_v_step). The cells' order is the
 /// host's wherever it matters, so the bits are the host's (checked on the
 /// GPU emulator against host::attention, contiguous, paged and rows
-/// apart). KV as attention_kernel's: f32, f16 or q8_0 caches.
+/// apart). KV as attention_tiled_kernel's, or a q8_0 cache (m::q8_kv_ptr).
 template <class KV>
 __global__ void attention_exact_kernel(const float* q, KV k, KV v, float* out,
                                        attention_dims d) {
@@ -1001,16 +1050,16 @@ int launch_rope_cached(float* x, const float* cs, const rope_dims& d,
 }
 
 /// A prompt's attention (64 rows and more over an f32 or f16 cache: ggml's
-/// tiled path on the host) by the chunked kernel.
+/// tiled path on the host).
 static int launch_attention_tiles(const float* q, const void* k, const void* v,
                            float* out, const attention_dims& d,
                            gpu::launch_1d g, void* stream) {
   if (d.kv == kv_type::f16)
-    EXO_LAUNCH(attention_kernel, g.grid, g.block, stream)(
+    EXO_LAUNCH(attention_tiled_kernel, g.grid, g.block, stream)(
       q, static_cast<const std::uint16_t*>(k),
       static_cast<const std::uint16_t*>(v), out, d);
   else
-    EXO_LAUNCH(attention_kernel, g.grid, g.block, stream)(
+    EXO_LAUNCH(attention_tiled_kernel, g.grid, g.block, stream)(
       q, static_cast<const float*>(k), static_cast<const float*>(v), out, d);
   return last_error();
 }

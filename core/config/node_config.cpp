@@ -391,6 +391,11 @@ node_config parse_document(const std::string& json, const std::string& source) {
                       static_cast<std::int64_t>(
                         as_number(v, q, 0, 86400) * 1000.0)};
                   }},
+                 {"gpu_prompt_gemm_rows",
+                  [&](element v, const std::string& q) {
+                    d.gpu_prompt_gemm_rows = static_cast<std::size_t>(
+                      as_integer(v, q, 0, 1 << 20));
+                  }},
                  {"cpu_llama_threads",
                   [&](element v, const std::string& q) {
                     d.cpu_llama_threads =
@@ -715,6 +720,7 @@ backend::factory_options node_config::factory_options() const {
   o.cpu.bind_threads = devices.cpu_bind_threads;
   o.cpu.measure_rates = devices.cpu_measure_rates;
   o.vulkan_measure_rates = devices.vulkan_measure_rates;
+  o.gpu.prompt_gemm_rows = devices.gpu_prompt_gemm_rows;
   o.cpu.peak_flops = devices.cpu_peak_gflops * 1e9;
   o.cpu.memory_bandwidth = devices.cpu_memory_gbps * 1e9;
   o.sim.devices = devices.simulated;

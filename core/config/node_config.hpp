@@ -98,6 +98,10 @@ struct devices_section {
   /// Vulkan devices measure theirs when opened (the driver reports none):
   /// backend::measure_device_rates.
   bool vulkan_measure_rates = true;
+  /// CUDA/HIP devices multiply a prompt's products of at least this many
+  /// rows through decoded weights (gpu_options::prompt_gemm_rows); 0:
+  /// every product, and so every stage, with the cpu device's bits.
+  std::size_t gpu_prompt_gemm_rows = 32;
   /// It measures them again after this long without work (and after each
   /// later spell of work): device_actor_config::measure_again. 0: never.
   std::chrono::seconds cpu_measure_again{60};

@@ -36,6 +36,7 @@ TEST_CASE("an empty config gives a single local node with every default") {
   CHECK(cfg.factory_options().cpu.measure_rates);
   CHECK(cfg.factory_options().vulkan_measure_rates);
   CHECK(cfg.factory_options().cpu.bind_threads);
+  CHECK(cfg.factory_options().gpu.prompt_gemm_rows == 32);
   CHECK(cfg.models.backup_jobs);
   CHECK(cfg.models.admission_wait == std::chrono::milliseconds{30000});
   CHECK(cfg.log_level == "info");
@@ -58,6 +59,7 @@ TEST_CASE("every documented key is read") {
                 "cpu_measure_rates": false, "vulkan_measure_rates": false,
                 "cpu_peak_gflops": 150,
                 "cpu_memory_gbps": 12.5, "batch_wait_ms": 0.5,
+                "gpu_prompt_gemm_rows": 0,
                 "keep_alive_s": 1.5,
                 "simulated": [{"profile": "a100-40g", "id": "sim:big"},
                               {"profile": "adreno-740", "count": 2}],
@@ -93,6 +95,7 @@ TEST_CASE("every documented key is read") {
   CHECK_FALSE(cfg.factory_options().vulkan_measure_rates);
   CHECK(cfg.factory_options().cpu.peak_flops == Approx(150e9));
   CHECK(cfg.factory_options().cpu.memory_bandwidth == Approx(12.5e9));
+  CHECK(cfg.factory_options().gpu.prompt_gemm_rows == 0);
   REQUIRE(cfg.devices.simulated.size() == 3);
   CHECK(cfg.devices.simulated[0].id == "sim:big");
   CHECK(cfg.devices.simulated[2].profile == "adreno-740");
@@ -218,6 +221,10 @@ TEST_CASE("bad config files are refused with a message naming the key") {
      "devices.keep_alive_s: must be"},
     {R"({"devices": {"keep_alive_s": 1e9}})",
      "devices.keep_alive_s: must be"},
+    {R"({"devices": {"gpu_prompt_gemm_rows": -1}})",
+     "devices.gpu_prompt_gemm_rows: must be an integer in [0, 1048576]"},
+    {R"({"devices": {"gpu_prompt_gemm_rows": 2.5}})",
+     "devices.gpu_prompt_gemm_rows: must be an integer"},
     {R"({"devices": {"cpu_llama_threads": 0}})",
      "devices.cpu_llama_threads: must be an integer in [1, 1024]"},
     {R"({"devices": {"exclude": [1]}})",

@@ -446,6 +446,59 @@ TEST_CASE("a device stage runs the other weight formats as stored where the "
   }
 }
 
+namespace {
+
+/// A whole model as one stage on dev (steps of up to `rows` rows) beside
+/// the host engine's pipeline, one sequence in each.
+struct whole_model_run {
+  const llama_hparams& hp;
+  backend_ops ops;
+  std::unique_ptr<device_stage> st;
+  llama_pipeline ref;
+  llama_pipeline::sequence rs;
+  cache_id c{};
+  whole_model_run(backend::device& dev, const temp_model& tm,
+                  std::uint32_t rows, std::uint32_t n_ctx)
+      : hp(tm.model->hparams()), ops(dev), ref(tm.model, {0, hp.n_layer}),
+        rs(ref.new_sequence(n_ctx)) {
+    device_stage_options o;
+    o.max_tokens = rows;
+    o.max_logit_rows = rows;
+    auto made = device_stage::create(tm.model, 0, hp.n_layer, ops, o);
+    REQUIRE(made.ok());
+    st = std::move(*made);
+    auto nc = st->new_cache(n_ctx);
+    REQUIRE(nc.ok());
+    c = *nc;
+  }
+  ~whole_model_run() {
+    (void)st->drop_cache(c);
+  }
+  /// `toks` through both (the emulator's statistics reset before the
+  /// stage's forward): the worst relative difference of their logits.
+  double step(const std::vector<std::int32_t>& toks) {
+    const std::size_t n = toks.size();
+    std::vector<float> x(n * hp.n_embd), logits(n * hp.n_vocab);
+    REQUIRE(st->embed(toks.data(), n, x.data()).ok());
+    backend::gpu::emu::reset_stats();
+    REQUIRE(
+      st->forward(c, *st->n_past(c), x.data(), n, logits.data(), n).ok());
+    return worst(logits, ref.eval(rs, toks, true));
+  }
+};
+
+/// n tokens a*i+b (mod the vocabulary): a prompt.
+std::vector<std::int32_t> prompt_of(const temp_model& tm, std::size_t n,
+                                    std::size_t a, std::size_t b) {
+  std::vector<std::int32_t> p(n);
+  for (std::size_t i = 0; i < n; ++i)
+    p[i] = static_cast<std::int32_t>((a * i + b)
+                                     % tm.model->hparams().n_vocab);
+  return p;
+}
+
+} // namespace
+
 TEST_CASE("a prompt of 40 tokens on the emulated GPU takes the decoded "
           "weights' products and gives the host engine's logits",
           "[device_stage]") {
@@ -457,42 +510,53 @@ TEST_CASE("a prompt of 40 tokens on the emulated GPU takes the decoded "
   for (auto type : {tensor_type::f16, tensor_type::q8_0, tensor_type::q4_k}) {
     INFO(to_string(type));
     temp_model tm(type);
-    auto& hp = tm.model->hparams();
-    backend_ops ops(dev);
-    device_stage_options o;
-    o.max_tokens = 64;
-    o.max_logit_rows = 64;
-    auto made = device_stage::create(tm.model, 0, hp.n_layer, ops, o);
-    REQUIRE(made.ok());
-    auto& st = **made;
-    llama_pipeline ref(tm.model, {0, hp.n_layer});
-    auto rs = ref.new_sequence(64);
-    auto c = st.new_cache(64);
-    REQUIRE(c.ok());
-    std::vector<std::int32_t> prompt(40);
-    for (std::size_t i = 0; i < prompt.size(); ++i)
-      prompt[i] = static_cast<std::int32_t>((9 * i + 4) % hp.n_vocab);
+    whole_model_run run(dev, tm, 64, 64);
     double w = 0;
-    for (const auto& toks : {prompt, std::vector<std::int32_t>{17}}) {
-      const std::size_t n = toks.size();
-      std::vector<float> x(n * hp.n_embd), logits(n * hp.n_vocab);
-      REQUIRE(st.embed(toks.data(), n, x.data()).ok());
-      backend::gpu::emu::reset_stats();
-      REQUIRE(st.forward(*c, *st.n_past(*c), x.data(), n, logits.data(), n)
-                .ok());
-      const auto decoded =
-        backend::gpu::emu::stats().kernels["dequant_rows_kernel"].launches;
+    for (const auto& toks : {prompt_of(tm, 40, 9, 4),
+                             std::vector<std::int32_t>{17}}) {
+      w = std::max(w, run.step(toks));
       // Every product of the prompt (7 a layer and the head) decodes W;
       // the token's none.
-      CHECK(decoded == (n == 40 ? 7 * hp.n_layer + 1 : 0));
-      w = std::max(w, worst(logits, ref.eval(rs, toks, true)));
+      CHECK(backend::gpu::emu::stats().kernels["dequant_rows_kernel"].launches
+            == (toks.size() == 40 ? 7 * tm.model->hparams().n_layer + 1 : 0));
     }
     WARN("emulated GPU, " << to_string(type)
                           << ", a 40-token prompt: worst relative logit "
                              "difference " << w);
     CHECK(w <= tolerance(type));
-    REQUIRE(st.drop_cache(*c).ok());
   }
+}
+
+TEST_CASE("a prompt of 70 tokens on an emulated GPU whose products all take "
+          "the row kernels gives the host engine's logits bit for bit",
+          "[device_stage]") {
+  // gpu_options::prompt_gemm_rows = 0 keeps a prompt's products on the
+  // kernels with the host's order, and 64 rows or more take the tiled
+  // attention kernel (ggml's tiled path, the host's bits): a whole long
+  // prompt, and the tokens after it, give the CPU engine's logits exactly.
+  exo::test::emulated_gpu(); // the emulator configured
+  backend::gpu_options go;
+  go.prompt_gemm_rows = 0;
+  auto be = backend::make_gpu_emulator_backend(go);
+  REQUIRE(be->initialize().ok());
+  for (auto type : {tensor_type::f32, tensor_type::f16, tensor_type::bf16,
+                    tensor_type::q8_0, tensor_type::q4_k, tensor_type::q6_k}) {
+    INFO(to_string(type));
+    temp_model tm(type);
+    whole_model_run run(*be->device_at(0), tm, 80, 96);
+    for (const auto& toks : {prompt_of(tm, 70, 13, 5),
+                             std::vector<std::int32_t>{17},
+                             std::vector<std::int32_t>{301}}) {
+      INFO(toks.size() << " rows");
+      CHECK(run.step(toks) == 0.0);
+      const auto k = backend::gpu::emu::stats().kernels;
+      CHECK(k.count("dequant_rows_kernel") == 0);
+      if (toks.size() == 70) // every layer's attention on the tiled kernel
+        CHECK(k.at("attention_tiled_kernel").launches
+              == tm.model->hparams().n_layer);
+    }
+  }
+  be->shutdown();
 }
 
 TEST_CASE("decode steps on the emulated GPU allocate nothing once the "

@@ -334,41 +334,6 @@ TEST_CASE("the emulated row kernels agree with their host replicas") {
   CHECK(same_bits(got, c_want));
 }
 
-TEST_CASE("the emulated attention kernel agrees with its replica, and a "
-          "paged cache gives the bits of one run of rows") {
-  // A prompt's 64 rows (the tiled path's: the chunked kernel) after 1100
-  // positions: two chunks of scores; 4 heads over 2 K/V heads.
-  const std::size_t n_tokens = 64, pos0 = 1100, heads = 4, kvh = 2, hd = 64,
-                    stride = kvh * hd, ctx = pos0 + n_tokens;
-  attention_dims d{n_tokens, pos0, heads, kvh, hd, stride, 0.125f};
-  auto q = random_floats(n_tokens * heads * hd, 11, -2, 2);
-  auto kc = random_floats(ctx * stride, 12, -2, 2);
-  auto vc = random_floats(ctx * stride, 13);
-  std::vector<float> want(q.size());
-  gpu::reference::attention(q.data(), kc.data(), vc.data(), want.data(), d);
-  auto run = [&](const float* kp, const float* vp, const attention_dims& dd) {
-    return both_orders([&] {
-      std::vector<float> out(q.size());
-      REQUIRE(k::launch_attention(q.data(), kp, vp, out.data(), dd, nullptr)
-              == 0);
-      return out;
-    });
-  };
-  auto contiguous = run(kc.data(), vc.data(), d);
-  CHECK(close_to(contiguous, want, 1e-5));
-  // The same rows in shuffled blocks of 32 with other rows between.
-  const auto pc = page(kc, vc, stride, 32, 13, -7.0f);
-  auto dp = pc.dims(d);
-  CHECK(same_bits(run(pc.k.data(), pc.v.data(), dp), contiguous));
-  // Entries outside the cache read its last block: finite, in bounds.
-  auto bad = pc.table;
-  bad[2] = static_cast<std::int32_t>(pc.table.size() + 9);
-  bad[5] = -4;
-  dp.block_table = bad.data();
-  for (float x : run(pc.k.data(), pc.v.data(), dp))
-    CHECK(std::isfinite(x));
-}
-
 namespace {
 
 /// A KV cache of kc's values as `kv` stores them: f32 as they are, f16 as
@@ -437,6 +402,31 @@ std::vector<float> emulated_attention(const std::vector<float>& q,
   });
 }
 
+/// The shape of an attention case: query rows (tokens) after pos0 cached
+/// positions, query and K/V heads, head size.
+struct attention_shape {
+  std::size_t tokens, pos0, heads, kvh, hd;
+};
+
+/// Random queries and caches of a shape (seeds from ++seed), with scores
+/// that tie and a maximum that returns: every fifth K row repeats the
+/// one two before it.
+struct attention_case {
+  attention_dims d;
+  std::vector<float> q, kc, vc;
+  attention_case(const attention_shape& sh, std::size_t& seed)
+      : d{sh.tokens, sh.pos0, sh.heads, sh.kvh, sh.hd, sh.kvh * sh.hd,
+          1.0f / std::sqrt(static_cast<float>(sh.hd))} {
+    const std::size_t stride = d.kv_stride, ctx = sh.pos0 + sh.tokens;
+    q = random_floats(sh.tokens * sh.heads * sh.hd, ++seed, -3, 3);
+    kc = random_floats(ctx * stride, ++seed, -3, 3);
+    vc = random_floats(ctx * stride, ++seed, -2, 2);
+    for (std::size_t p = 2; p < ctx; p += 5)
+      std::copy_n(kc.begin() + (p - 2) * stride, stride,
+                  kc.begin() + p * stride);
+  }
+};
+
 } // namespace
 
 TEST_CASE("emulated decode attention gives host::attention's bits, paged "
@@ -444,39 +434,29 @@ TEST_CASE("emulated decode attention gives host::attention's bits, paged "
   // Head sizes with and without a rest past the blocks of 64 (40: only a
   // rest), GQA groups of 1, 2 and 4, positions in one tile of cells and
   // in several (the kernel's tiles are 128 cells), f32, f16 and q8_0 caches.
-  struct shape {
-    std::size_t tokens, pos0, heads, kvh, hd;
-  };
-  const shape shapes[] = {{1, 0, 2, 2, 64},    {1, 37, 4, 2, 128},
-                          {3, 300, 4, 1, 80},  {2, 127, 8, 2, 40},
-                          {1, 700, 2, 1, 256}, {63, 5, 2, 2, 64},
-                          {70, 3, 2, 1, 72},   {4, 20, 4, 2, 32}};
+  const attention_shape shapes[] = {
+    {1, 0, 2, 2, 64},    {1, 37, 4, 2, 128}, {3, 300, 4, 1, 80},
+    {2, 127, 8, 2, 40},  {1, 700, 2, 1, 256}, {63, 5, 2, 2, 64},
+    {70, 3, 2, 1, 72},   {4, 20, 4, 2, 32}};
   std::size_t seed = 100;
   for (const auto& sh : shapes)
     for (kv_type kv : {kv_type::f32, kv_type::f16, kv_type::q8_0}) {
       if (kv == kv_type::q8_0 && sh.hd % 32 != 0)
         continue; // q8_0 caches hold whole blocks of a head
 
-      const std::size_t stride = sh.kvh * sh.hd, ctx = sh.pos0 + sh.tokens;
-      attention_dims d{sh.tokens, sh.pos0, sh.heads, sh.kvh,
-                       sh.hd,     stride,  1.0f / std::sqrt(float(sh.hd))};
+      const attention_case c(sh, seed);
+      const auto& d = c.d;
+      const auto &q = c.q, &kc = c.kc, &vc = c.vc;
       REQUIRE((kv == kv_type::q8_0
                || gpu::math::attention_one_chunk(d.n_tokens, d.head_dim,
                                                  false)));
-      auto q = random_floats(sh.tokens * sh.heads * sh.hd, ++seed, -3, 3);
-      auto kc = random_floats(ctx * stride, ++seed, -3, 3);
-      auto vc = random_floats(ctx * stride, ++seed, -2, 2);
-      // Scores that tie and a maximum that returns: cells of equal rows.
-      for (std::size_t p = 2; p < ctx; p += 5)
-        std::copy_n(kc.begin() + (p - 2) * stride, stride,
-                    kc.begin() + p * stride);
       INFO("tokens " << sh.tokens << ", pos0 " << sh.pos0 << ", heads "
                      << sh.heads << "/" << sh.kvh << ", head_dim " << sh.hd
                      << ", " << static_cast<int>(kv));
       auto want = host_attention(q, kc, vc, d, kv);
       CHECK(same_bits(emulated_attention(q, kc, vc, d, kv), want));
       // A paged cache: blocks of 16 in a shuffled order, other rows between.
-      const auto pc = page(kc, vc, stride, 16, 7, 9.0f);
+      const auto pc = page(kc, vc, d.kv_stride, 16, 7, 9.0f);
       const auto dp = pc.dims(d);
       CHECK(same_bits(emulated_attention(q, pc.k, pc.v, dp, kv), want));
       // Rows apart (attention_paged_rows' tables): row t one token at
@@ -491,6 +471,50 @@ TEST_CASE("emulated decode attention gives host::attention's bits, paged "
       dr.row_tables = rows.data();
       dr.row_table_len = pc.table.size();
       CHECK(same_bits(emulated_attention(q, pc.k, pc.v, dr, kv), want));
+    }
+}
+
+TEST_CASE("emulated prompt attention gives host::attention's bits (ggml's "
+          "tiled path), paged too") {
+  // 64 rows and more with head sizes of multiples of 16: the host's tiled
+  // path, tiles of 64 cells. Prompts that start at 0 and after a cache
+  // (pos0 past one tile and past many), a row count that is no multiple
+  // of 64, GQA groups of 1, 2 and 4, f32 and f16 caches.
+  const attention_shape shapes[] = {
+    {64, 0, 2, 2, 64},   {64, 700, 4, 2, 64},  {100, 37, 4, 1, 32},
+    {65, 63, 8, 2, 80},  {70, 130, 2, 1, 128}, {64, 5, 2, 1, 256}};
+  std::size_t seed = 300;
+  for (const auto& sh : shapes)
+    for (kv_type kv : {kv_type::f32, kv_type::f16}) {
+      attention_case c(sh, seed);
+      const auto& d = c.d;
+      const auto& q = c.q;
+      auto &kc = c.kc, &vc = c.vc;
+      REQUIRE(host::attention_tiled_path(d));
+      REQUIRE_FALSE(
+        gpu::math::attention_one_chunk(d.n_tokens, d.head_dim, false));
+      // A maximum that grows late: one row of large scores in the last tile.
+      const std::size_t stride = d.kv_stride, ctx = sh.pos0 + sh.tokens;
+      for (std::size_t i = 0; i < stride; ++i)
+        kc[(ctx - 3) * stride + i] *= 4.0f;
+      INFO("tokens " << sh.tokens << ", pos0 " << sh.pos0 << ", heads "
+                     << sh.heads << "/" << sh.kvh << ", head_dim " << sh.hd
+                     << ", " << static_cast<int>(kv));
+      auto want = host_attention(q, kc, vc, d, kv);
+      CHECK(same_bits(emulated_attention(q, kc, vc, d, kv), want));
+      // A paged cache: blocks of 32 in a shuffled order, other rows between.
+      const auto pc = page(kc, vc, stride, 32, 13, -7.0f);
+      auto dp = pc.dims(d);
+      CHECK(same_bits(emulated_attention(q, pc.k, pc.v, dp, kv), want));
+      if (sh.pos0 < 64)
+        continue;
+      // Entries outside the cache read its last block: finite, in bounds.
+      auto bad = pc.table;
+      bad[2] = static_cast<std::int32_t>(pc.table.size() + 9);
+      bad[5] = -4;
+      dp.block_table = bad.data();
+      for (float x : emulated_attention(q, pc.k, pc.v, dp, kv))
+        CHECK(std::isfinite(x));
     }
 }
 

@@ -1,9 +1,10 @@
-// The GPU kernels of the Llama operations (rope with positions, attention,
-// F16 products and the quantized products), checked without a GPU: their per-element math
-// (kernel_math.hpp) against the host's bit for bit where the arithmetic is
-// the same, and their host replicas (kernel_reference.hpp) against
-// exo::backend::host, which the conformance suite holds to double-precision
-// references.
+// The GPU kernels of the Llama operations (rope with positions, F16
+// products and the quantized products), checked without a GPU: their
+// per-element math (kernel_math.hpp) against the host's bit for bit where
+// the arithmetic is the same, and their host replicas (kernel_reference.hpp)
+// against exo::backend::host, which the conformance suite holds to
+// double-precision references. The attention kernels are checked on the
+// GPU emulator against host::attention (gpu_emulator_tests).
 
 #include "backends/gpu_common/kernel_math.hpp"
 #include "backends/gpu_common/kernel_quant.hpp"
@@ -139,79 +140,6 @@ TEST_CASE("the rope kernel's rows match the host's rope at any positions") {
                          factors ? ff.data() : nullptr, d);
     host::rope(want.data(), pos.data(), factors ? ff.data() : nullptr, d);
     require_close(got, want, 1e-4);
-  }
-}
-
-TEST_CASE("the attention kernel's online softmax matches the host") {
-  struct shape {
-    std::size_t n_tokens, pos0, n_heads, n_kv_heads, head_dim, stride;
-  };
-  // One chunk, and a context spanning three chunks of 1024 scores.
-  for (auto s : {shape{3, 5, 4, 2, 16, 40}, shape{2, 2100, 2, 1, 64, 64}}) {
-    attention_dims d{s.n_tokens, s.pos0, s.n_heads, s.n_kv_heads, s.head_dim,
-                     s.stride, 0.125f};
-    std::size_t ctx = s.pos0 + s.n_tokens;
-    auto q = random_floats(s.n_tokens * s.n_heads * s.head_dim, 6, -2, 2);
-    auto k = random_floats(ctx * s.stride, 7, -2, 2);
-    auto v = random_floats(ctx * s.stride, 8);
-    std::vector<float> got(q.size()), want(q.size());
-    reference::attention(q.data(), k.data(), v.data(), got.data(), d);
-    host::attention(q.data(), k.data(), v.data(), want.data(), d, 1);
-    // An f16 cache (to_f16_kernel's halves) gives the f32 cache's bits.
-    std::vector<std::uint16_t> k16(k.size()), v16(v.size());
-    reference::to_f16(k.data(), k16.data(), k.size());
-    reference::to_f16(v.data(), v16.data(), v.size());
-    std::vector<float> got16(q.size());
-    auto d16 = d;
-    d16.kv = kv_type::f16;
-    reference::attention(q.data(), k16.data(), v16.data(), got16.data(), d16);
-    CHECK(std::memcmp(got.data(), got16.data(), got.size() * 4) == 0);
-    // Both read K and V as halves; the host then computes llama.cpp's
-    // one_chunk path (Q in half, a half accumulator), the kernel sums in
-    // F32. The half accumulator keeps 11 significant bits and is rounded
-    // after every position; 4 * 2^-11 bounds what that leaves (7e-4 seen
-    // over 2102 positions).
-    require_close(got, want, 2e-3);
-  }
-}
-
-TEST_CASE("the attention kernel reads a paged cache through its table with "
-          "the bits of one run, and clamps entries outside the cache") {
-  // 2100 positions in blocks of 32, shuffled, with other rows between.
-  const std::size_t B = 32, n_tokens = 2, pos0 = 2100, heads = 2, hd = 64,
-                    stride = 64, ctx = pos0 + n_tokens;
-  attention_dims d{n_tokens, pos0, heads, 1, hd, stride, 0.125f};
-  auto q = random_floats(n_tokens * heads * hd, 11, -2, 2);
-  auto k = random_floats(ctx * stride, 12, -2, 2);
-  auto v = random_floats(ctx * stride, 13);
-  std::vector<float> want(q.size()), got(q.size());
-  reference::attention(q.data(), k.data(), v.data(), want.data(), d);
-  const std::size_t blocks = (ctx + B - 1) / B, block = 2 * B * stride;
-  std::vector<std::int32_t> table(blocks);
-  for (std::size_t i = 0; i < blocks; ++i)
-    table[i] = static_cast<std::int32_t>((i * 37) % blocks); // a permutation
-  std::vector<float> pk((blocks + 1) * block, -7.0f), pv(pk);
-  for (std::size_t p = 0; p < ctx; ++p) {
-    const std::size_t at =
-      static_cast<std::size_t>(table[p / B]) * block + (p % B) * stride;
-    std::copy_n(k.begin() + p * stride, stride, pk.begin() + at);
-    std::copy_n(v.begin() + p * stride, stride, pv.begin() + at);
-  }
-  auto dp = d;
-  dp.block_positions = B;
-  dp.block_stride = block;
-  dp.block_table = table.data();
-  dp.max_block = blocks; // the spare block at the end
-  reference::attention(q.data(), pk.data(), pv.data(), got.data(), dp);
-  CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
-  // An entry past the cache, or negative, reads the last block in it.
-  for (std::int32_t bad : {static_cast<std::int32_t>(blocks + 5), -3}) {
-    auto t2 = table;
-    t2[3] = bad;
-    dp.block_table = t2.data();
-    reference::attention(q.data(), pk.data(), pv.data(), got.data(), dp);
-    for (float x : got)
-      CHECK(std::isfinite(x));
   }
 }
 
