@@ -259,6 +259,28 @@ __device__ inline attention_item attention_item_of(const attention_dims& d,
   return it;
 }
 
+/// The end of an exact attention block's (row, head): thread 0's running
+/// sum S shared through `sum`, each thread's two output elements (tid and
+/// tid + attention_threads) times 1 / S as the host writes them (0 where
+/// the sum is 0), then a barrier before the next item reuses the block's
+/// shared memory.
+__device__ inline void attention_write(float* oh, std::size_t head_dim,
+                                       float S, float acc0, float acc1,
+                                       float* sum) {
+  const unsigned tid = threadIdx.x;
+  const std::size_t d1 = tid + m::attention_threads;
+  if (tid == 0)
+    sum[0] = S;
+  __syncthreads();
+  const float total = sum[0];
+  const float s_inv = total == 0.0f ? 0.0f : m::div_rn(1.0f, total);
+  if (tid < head_dim)
+    oh[tid] = m::mul_rn(acc0, s_inv);
+  if (d1 < head_dim)
+    oh[d1] = m::mul_rn(acc1, s_inv);
+  __syncthreads(); // the query and sum are read by all before the next
+}
+
 /// A prompt's attention with the host's bits (host::attention's tiled
 /// path, ggml_compute_forward_flash_attn_ext_tiled: 64 query rows and more
 /// over an f32 or f16 cache, head sizes of multiples of 16). Each row of
@@ -364,17 +386,7 @@ __global__ void attention_tiled_kernel(const float* q, KV k, KV v,
       }
       __syncthreads(); // kq is read by all before the next tile
     }
-    if (tid == 0)
-      sum[0] = S;
-    __syncthreads();
-    const float total = sum[0];
-    const float s_inv = total == 0.0f ? 0.0f : m::div_rn(1.0f, total);
-    float* oh = out + it.q_off;
-    if (tid < d.head_dim)
-      oh[tid] = m::mul_rn(acc0, s_inv);
-    if (d1 < d.head_dim)
-      oh[d1] = m::mul_rn(acc1, s_inv);
-    __syncthreads(); // the query and sum are read by all before the next
+    attention_write(out + it.q_off, d.head_dim, S, acc0, acc1, sum);
   }
 }
 
@@ -507,17 +519,7 @@ __global__ void attention_exact_kernel(const float* q, KV k, KV v, float* out,
       }
       __syncthreads(); // the tile's weights are read by all before the next
     }
-    if (tid == 0)
-      sum[0] = S;
-    __syncthreads();
-    const float total = sum[0];
-    const float s_inv = total == 0.0f ? 0.0f : m::div_rn(1.0f, total);
-    float* oh = out + it.q_off;
-    if (tid < d.head_dim)
-      oh[tid] = m::mul_rn(acc0, s_inv);
-    if (d1 < d.head_dim)
-      oh[d1] = m::mul_rn(acc1, s_inv);
-    __syncthreads(); // the query and sum are read by all before the next
+    attention_write(out + it.q_off, d.head_dim, S, acc0, acc1, sum);
   }
 }
 
