@@ -2009,9 +2009,10 @@ void attention(const float* q, const block_q8_0* k, const block_q8_0* v,
   const auto kr = rows_of(k, d, 32), vr = rows_of(v, d, 32);
   // A job: one token's block of up to 8 query heads of one KV head (they
   // share the decoded V rows).
+  threads = attention_splits(d) ? std::max(1, threads) : 1;
   const head_blocks hb{d, block_for_threads(d, 8, threads)};
   for_each_job(
-    hb.jobs(), std::max(1, threads), [&] { return q8_scratch(hb.block, hd); },
+    hb.jobs(), threads, [&] { return q8_scratch(hb.block, hd); },
     [&](long job, q8_scratch& sc) {
       const auto [t, g, heads, off] = hb.of(job);
       one_chunk_q8_0(q + off, heads, kr.at(g * hd / 32), vr.at(g * hd / 32),
@@ -2102,6 +2103,18 @@ bool attention_tiled_path(const attention_dims& d) noexcept {
   return d.n_tokens >= fa_tile && d.head_dim % 16 == 0;
 }
 
+bool attention_splits(const attention_dims& d) noexcept {
+  if (all_work_splits())
+    return true;
+  // Each query row sees its causal prefix: pos0 + 1 .. pos0 + n_tokens.
+  const double rows = static_cast<double>(d.n_tokens);
+  const double seen = static_cast<double>(d.pos0)
+                      + (static_cast<double>(d.n_tokens) + 1.0) / 2.0;
+  const double macs = rows * seen * static_cast<double>(d.n_heads)
+                      * static_cast<double>(d.head_dim);
+  return macs >= static_cast<double>(attention_split_macs);
+}
+
 bool attention_split_kv(const attention_dims& d, int llama_threads) noexcept {
   return llama_threads > 1 && d.n_tokens == 1
          && llama_kv_length(d.pos0 + 1) >= 512;
@@ -2112,7 +2125,7 @@ namespace {
 template <class KV>
 void attention_of(const float* q, const KV* k, const KV* v, float* out,
                   const attention_dims& d, int threads, int llama_threads) {
-  threads = std::max(1, threads);
+  threads = attention_splits(d) ? std::max(1, threads) : 1;
   if (attention_tiled_path(d))
     attention_tiled(q, rows_of(k, d, 1), rows_of(v, d, 1), out, d, threads);
   else

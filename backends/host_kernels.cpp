@@ -1324,12 +1324,37 @@ void gemm_q8(const prepared_input& p, std::size_t m, const std::uint8_t* w,
 
 // -- the operations of a Llama layer ----------------------------------------
 
+namespace {
+std::atomic<bool> all_work_split{false};
+} // namespace
+
+void split_all_work(bool all) noexcept {
+  all_work_split.store(all, std::memory_order_relaxed);
+}
+
+bool all_work_splits() noexcept {
+  return all_work_split.load(std::memory_order_relaxed);
+}
+
+bool product_splits(weight_type t, std::size_t tokens, std::size_t rows,
+                    std::size_t cols) noexcept {
+  if (all_work_splits())
+    return true;
+  const double bytes = static_cast<double>(rows)
+                       * static_cast<double>(row_bytes_of(t, cols));
+  const double macs = static_cast<double>(tokens)
+                      * static_cast<double>(rows) * static_cast<double>(cols);
+  return bytes >= static_cast<double>(product_split_bytes)
+         || macs >= static_cast<double>(product_split_macs);
+}
+
 void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
                     float* c, const matmul_dims& dims, int threads) noexcept {
   const std::size_t n_tokens = dims.m, rows = dims.n, cols = dims.k;
   if (n_tokens == 0 || rows == 0)
     return;
-  threads = std::max(1, threads);
+  threads = product_splits(t, n_tokens, rows, cols) ? std::max(1, threads)
+                                                     : 1;
   if (t != weight_type::f32 && t != weight_type::f16
       && t != weight_type::q8_0) {
     // ggml's other formats: activations rounded to the format's vec_dot

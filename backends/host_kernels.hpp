@@ -129,6 +129,34 @@ void allow_amx(bool allowed) noexcept;
 
 // -- the operations of a Llama layer ----------------------------------------
 
+/// A product stays on the calling thread unless its weights reach
+/// product_split_bytes (a stream from memory, which two cores read faster)
+/// or its multiply-adds product_split_macs (tokens x rows x cols): below
+/// both, waking and joining the other threads costs more than they give.
+/// A decode step of a small model runs a hundred such products, and in a
+/// node its kernel threads share the cores with the actors': `exo-node run`
+/// of a 12 x 512 Q4_K_M model on 2 cores, 2 threads, one sequence, gave
+/// 312-428 tokens/s with every product and attention split and 552-694
+/// with these limits and attention_splits' (docs/benchmarks.md, "Small
+/// products and attentions on one thread"). The thread count never
+/// changes the bits.
+constexpr std::size_t product_split_bytes = std::size_t{512} << 10;
+constexpr std::size_t product_split_macs = std::size_t{8} << 20;
+
+/// Whether matmul_weights splits this product over its threads (above),
+/// or every product with split_all_work(true).
+bool product_splits(weight_type t, std::size_t tokens, std::size_t rows,
+                    std::size_t cols) noexcept;
+
+/// Splits every product and every attention over the threads they are
+/// given, however small (true), or by product_splits' and
+/// attention_splits' limits (false, the default): tests that compare
+/// thread counts on small operands run the threaded paths so.
+void split_all_work(bool all) noexcept;
+
+/// Whether split_all_work(true) is in force.
+bool all_work_splits() noexcept;
+
 /// C[m x n] = A[m x k] * W^T, W stored [n x k] encoded as t (row-major rows
 /// of k elements). F32 and F16 (activations rounded to half first) compute
 /// exactly what llama.cpp's AVX-512 CPU backend computes: ggml_vec_dot_f32/
@@ -143,7 +171,8 @@ void allow_amx(bool allowed) noexcept;
 /// ... Q6_K): llama.cpp's CPU arithmetic (quant_formats.hpp's matmul_quant;
 /// Q4_K matrices of a multiple of 8 rows in the order of llama.cpp's
 /// repacked x86 kernels, quant_repack.hpp). `threads` > 1 splits rows over
-/// OpenMP threads where the build has OpenMP.
+/// OpenMP threads where the build has OpenMP and product_splits says the
+/// product is worth it.
 void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
                     float* c, const matmul_dims& dims, int threads) noexcept;
 
@@ -272,6 +301,17 @@ void hadamard(const float* x, float* y, std::size_t count,
 
 /// Whether attention takes the tiled path for dims.
 bool attention_tiled_path(const attention_dims& dims) noexcept;
+
+/// An attention runs on several threads only from this many multiply-adds
+/// (query rows x heads x visible positions x head size, scores and values
+/// counted once): a decode step's attention over a short context (8 heads
+/// of 64 over 50 positions: 26 K) costs less than waking the threads; one
+/// over 2048 positions of a 1B model's 32 heads (4 Mi) does not.
+constexpr std::size_t attention_split_macs = std::size_t{1} << 20;
+
+/// Whether attention splits its heads over its threads for dims (above),
+/// or always with split_all_work(true). The bits never depend on it.
+bool attention_splits(const attention_dims& dims) noexcept;
 
 /// Whether attention takes the split-KV path for dims and llama_threads.
 bool attention_split_kv(const attention_dims& dims,

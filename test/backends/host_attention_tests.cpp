@@ -11,6 +11,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/host_kernels.hpp"
+#include "test/support/all_work_split.hpp"
 #include "test/support/random.hpp"
 
 #include <catch2/catch.hpp>
@@ -409,7 +410,36 @@ void require_same_bits(const std::vector<float>& got,
 
 } // namespace
 
+TEST_CASE("an attention runs on several threads only when its work pays "
+          "for them") {
+  struct shape {
+    std::size_t n_tokens, pos0, n_heads;
+    bool splits;
+  };
+  // Heads of 64. A small model's decode over a short context stays on one
+  // thread; a 1B model's (32 heads) splits from 512 visible positions (1
+  // Mi multiply-adds); a prompt of 8 heads from 0 from 64 rows (32.5
+  // visible positions a row).
+  const shape shapes[] = {{1, 50, 8, false},  {1, 511, 32, true},
+                          {1, 510, 32, false}, {64, 0, 8, true},
+                          {63, 0, 8, false}};
+  for (const auto& s : shapes) {
+    attention_dims d;
+    d.n_tokens = s.n_tokens;
+    d.pos0 = s.pos0;
+    d.n_heads = s.n_heads;
+    d.n_kv_heads = 4;
+    d.head_dim = 64;
+    INFO(s.n_tokens << " rows from " << s.pos0 << ", " << s.n_heads
+                    << " heads");
+    CHECK(host::attention_splits(d) == s.splits);
+    exo::test::all_work_split all;
+    CHECK(host::attention_splits(d));
+  }
+}
+
 TEST_CASE("attention computes llama.cpp's CPU flash attention bit for bit") {
+  exo::test::all_work_split all; // threads 3 split every attention
   std::mt19937 rng{21};
   struct shape {
     std::size_t n_tokens, pos0, n_heads, n_kv_heads, head_dim, stride;
@@ -896,6 +926,7 @@ std::vector<float> ggml_attention_q8_0(const std::vector<float>& q,
 
 TEST_CASE("attention over a q8_0 cache computes llama.cpp's flash attention "
           "bit for bit") {
+  exo::test::all_work_split all; // threads 3 split every attention
   std::mt19937 rng{31};
   struct shape {
     std::size_t n_tokens, pos0, n_heads, n_kv_heads, head_dim, stride;

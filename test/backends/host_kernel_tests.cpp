@@ -4,6 +4,7 @@
 #include "backends/backend.hpp"
 #include "backends/host_kernels.hpp"
 #include "backends/host_parallel.hpp"
+#include "test/support/all_work_split.hpp"
 #include "test/support/random.hpp"
 
 #include <catch2/catch.hpp>
@@ -30,6 +31,30 @@ std::uint32_t bits_of(float f) {
 }
 
 } // namespace
+
+TEST_CASE("a product runs on several threads only when its weights or "
+          "its multiply-adds are large enough to pay for them") {
+  using host::product_splits;
+  // A decode step's products of a small model stay on the calling thread.
+  CHECK_FALSE(product_splits(weight_type::q4_k, 1, 512, 512));
+  CHECK_FALSE(product_splits(weight_type::q4_k, 1, 1536, 512));
+  CHECK_FALSE(product_splits(weight_type::q8_0, 4, 512, 512));
+  CHECK_FALSE(product_splits(weight_type::f32, 1, 256, 256));
+  // 512 KiB of weights: a stream that two cores read faster.
+  CHECK(product_splits(weight_type::f32, 1, 256, 512));
+  CHECK_FALSE(product_splits(weight_type::f32, 1, 255, 512));
+  CHECK(product_splits(weight_type::f16, 1, 512, 512));
+  CHECK(product_splits(weight_type::q4_k, 1, 2048, 2048));
+  // 8 Mi multiply-adds: a prompt, or a large batch.
+  CHECK(product_splits(weight_type::q4_k, 32, 512, 512));
+  CHECK_FALSE(product_splits(weight_type::q4_k, 31, 512, 512));
+  CHECK(product_splits(weight_type::q4_k, 512, 64, 256));
+  {
+    exo::test::all_work_split all;
+    CHECK(product_splits(weight_type::q4_k, 1, 8, 256));
+  }
+  CHECK_FALSE(product_splits(weight_type::q4_k, 1, 8, 256));
+}
 
 TEST_CASE("rounding arrays to half matches the scalar rounding bit for bit") {
   std::mt19937 rng{7};
@@ -66,6 +91,7 @@ TEST_CASE("rounding arrays to half matches the scalar rounding bit for bit") {
 
 TEST_CASE("batched products equal the matrix-vector products within bounds "
           "at every tile remainder") {
+  exo::test::all_work_split all; // the two-thread runs split every product
   // F32/F16 batches of 2 tokens and more take tinyBLAS's order where k is a
   // multiple of 16 and n of 4, the matrix-vector (vec_dot) order otherwise;
   // Q8_0 batches of 2 and more the int8 tiles. Rows cross tile (16/32) and panel boundaries, token
@@ -191,6 +217,7 @@ TEST_CASE("activations quantize to Q8_0 as llama.cpp's x86 quantizer does, "
 
 TEST_CASE("Q8_0 products give the same bits on every path, row count and "
           "thread count") {
+  exo::test::all_work_split all; // the two-thread runs split every product
   // The scalar kernel, AVX2 (maddubs) and AVX-512 VNNI, one token or a
   // batch at every remainder of the 4-row and 2/4/8-token tiles, 1 or 2
   // threads: all compute llama.cpp's eight-lane block sums. VNNI: up to
@@ -375,6 +402,7 @@ std::vector<float> halves(const std::vector<float>& v) {
 
 TEST_CASE("F32 and F16 products compute llama.cpp's vec_dot and tinyBLAS "
           "orders bit for bit on every path") {
+  exo::test::all_work_split all; // the two-thread runs split every product
   // One token: ggml_vec_dot_f32/_f16. Two tokens and more: tinyBLAS where
   // llamafile_sgemm takes the product (k % 16 == 0, rows % 4 == 0),
   // vec_dot per output otherwise and with the rows apart (one row x up
