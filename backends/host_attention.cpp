@@ -2007,9 +2007,9 @@ void attention(const float* q, const block_q8_0* k, const block_q8_0* v,
   const std::size_t hd = d.head_dim;
   // Strides in blocks of 32 values.
   const auto kr = rows_of(k, d, 32), vr = rows_of(v, d, 32);
+  threads = attention_splits(d) ? std::max(1, threads) : 1;
   // A job: one token's block of up to 8 query heads of one KV head (they
   // share the decoded V rows).
-  threads = attention_splits(d) ? std::max(1, threads) : 1;
   const head_blocks hb{d, block_for_threads(d, 8, threads)};
   for_each_job(
     hb.jobs(), threads, [&] { return q8_scratch(hb.block, hd); },
