@@ -1344,7 +1344,11 @@ bool product_splits(weight_type t, std::size_t tokens, std::size_t rows,
                        * static_cast<double>(row_bytes_of(t, cols));
   const double macs = static_cast<double>(tokens)
                       * static_cast<double>(rows) * static_cast<double>(cols);
-  return bytes >= static_cast<double>(product_split_bytes)
+  const bool plain = t == weight_type::f32 || t == weight_type::f16
+                     || t == weight_type::bf16;
+  const std::size_t limit = plain ? product_split_bytes
+                                  : product_split_quant_bytes;
+  return bytes >= static_cast<double>(limit)
          || macs >= static_cast<double>(product_split_macs);
 }
 

@@ -130,17 +130,21 @@ void allow_amx(bool allowed) noexcept;
 // -- the operations of a Llama layer ----------------------------------------
 
 /// A product stays on the calling thread unless its weights reach
-/// product_split_bytes (a stream from memory, which two cores read faster)
-/// or its multiply-adds product_split_macs (tokens x rows x cols): below
-/// both, waking and joining the other threads costs more than they give.
+/// product_split_bytes (F32, F16, BF16: a stream from memory, which two
+/// cores read faster) or product_split_quant_bytes (the quantized formats:
+/// more work a byte, and their small models' matrices stay in cache), or
+/// its multiply-adds product_split_macs (tokens x rows x cols): below all,
+/// waking and joining the other threads costs more than they give.
 /// A decode step of a small model runs a hundred such products, and in a
 /// node its kernel threads share the cores with the actors': `exo-node run`
 /// of a 12 x 512 Q4_K_M model on 2 cores, 2 threads, one sequence, gave
 /// 312-428 tokens/s with every product and attention split and 552-694
-/// with these limits and attention_splits' (docs/benchmarks.md, "Small
-/// products and attentions on one thread"). The thread count never
-/// changes the bits.
+/// with these limits and attention_splits' while the quantized formats
+/// split from 512 KiB too; from 1 MiB, 611-987 against 404-534 in another
+/// hour (docs/benchmarks.md, "Small products and attentions on one
+/// thread"). The thread count never changes the bits.
 constexpr std::size_t product_split_bytes = std::size_t{512} << 10;
+constexpr std::size_t product_split_quant_bytes = std::size_t{1} << 20;
 constexpr std::size_t product_split_macs = std::size_t{8} << 20;
 
 /// Whether matmul_weights splits this product over its threads (above),

@@ -45,6 +45,11 @@ TEST_CASE("a product runs on several threads only when its weights or "
   CHECK_FALSE(product_splits(weight_type::f32, 1, 255, 512));
   CHECK(product_splits(weight_type::f16, 1, 512, 512));
   CHECK(product_splits(weight_type::q4_k, 1, 2048, 2048));
+  // Quantized weights from 1 MiB (Q4_K: 144 bytes a row of 256).
+  CHECK(product_splits(weight_type::q4_k, 1, 7282, 256));
+  CHECK_FALSE(product_splits(weight_type::q4_k, 1, 7281, 256));
+  CHECK_FALSE(product_splits(weight_type::q6_k, 1, 512, 1536));
+  CHECK(product_splits(weight_type::bf16, 1, 256, 1024));
   // 8 Mi multiply-adds: a prompt, or a large batch.
   CHECK(product_splits(weight_type::q4_k, 32, 512, 512));
   CHECK_FALSE(product_splits(weight_type::q4_k, 31, 512, 512));
