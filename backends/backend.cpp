@@ -2,6 +2,7 @@
 
 #include "backends/host_kernels.hpp"
 #include "backends/quant_formats.hpp"
+#include "backends/quant_q4_k_x16.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -104,14 +105,22 @@ constexpr weight_type_row weight_types[] = {
   {weight_type::q4_k, "q4_k", quant::ggml_type::q4_k, op_kind::matmul_q4_k},
   {weight_type::q5_k, "q5_k", quant::ggml_type::q5_k, op_kind::matmul_q5_k},
   {weight_type::q6_k, "q6_k", quant::ggml_type::q6_k, op_kind::matmul_q6_k},
+  // Q4_K's bytes packed (quant_q4_k_x16.hpp): its blocks' sizes.
+  {weight_type::q4_k_x16, "q4_k_x16", quant::ggml_type::q4_k,
+   op_kind::matmul_q4_k_x16},
 };
 
+// The formats files store (all_weight_types), then the packed layout.
 constexpr bool weight_types_in_order() {
+  if (std::size(weight_types) != std::size(all_weight_types) + 1)
+    return false;
   for (std::size_t i = 0; i < std::size(weight_types); ++i)
     if (static_cast<std::size_t>(weight_types[i].type) != i
-        || all_weight_types[i] != weight_types[i].type)
+        || (i < std::size(all_weight_types)
+            && all_weight_types[i] != weight_types[i].type))
       return false;
-  return std::size(weight_types) == std::size(all_weight_types);
+  return weight_types[std::size(all_weight_types)].type
+         == weight_type::q4_k_x16;
 }
 static_assert(weight_types_in_order(), "one row per weight type, in order");
 
@@ -156,6 +165,24 @@ result<std::size_t> weight_row_bytes(weight_type t, std::size_t cols) {
   return *b;
 }
 
+status pack_weights(weight_type from, weight_type to, const void* src,
+                    std::size_t rows, std::size_t cols, void* dst) {
+  if (!src || !dst)
+    return fail(errc::invalid_argument, "pack_weights: null operand");
+  if (from != weight_type::q4_k || to != weight_type::q4_k_x16)
+    return fail(errc::invalid_argument,
+                std::string{"pack_weights: no packing of "} + to_string(from)
+                  + " into " + to_string(to));
+  if (!quant::q4_k_x16_packs(rows, cols))
+    return fail(errc::invalid_argument,
+                "pack_weights: a " + std::to_string(rows) + " x "
+                  + std::to_string(cols)
+                  + " Q4_K matrix does not pack into q4_k_x16 (rows a "
+                    "multiple of 16, columns of 256)");
+  quant::pack_q4_k_x16(src, rows, cols, dst);
+  return {};
+}
+
 /// The operation that multiplies by weights of type t (its name in
 /// messages, its number on the wire).
 op_kind weights_op(weight_type t) noexcept {
@@ -171,6 +198,8 @@ std::optional<weight_type> weights_of(op_kind k) noexcept {
     return weight_type::f16;
   if (k == op_kind::matmul_rows_q4_k)
     return weight_type::q4_k;
+  if (k == op_kind::matmul_rows_q4_k_x16)
+    return weight_type::q4_k_x16;
   for (const auto& r : weight_types)
     if (r.op == k)
       return r.type;
@@ -184,6 +213,8 @@ op_kind rows_apart_op(op_kind k) noexcept {
     return op_kind::matmul_rows_f16;
   if (k == op_kind::matmul_q4_k)
     return op_kind::matmul_rows_q4_k;
+  if (k == op_kind::matmul_q4_k_x16)
+    return op_kind::matmul_rows_q4_k_x16;
   return k;
 }
 
@@ -233,6 +264,11 @@ bool device::counts_adopted_memory() const noexcept {
 bool device::runs_weights(weight_type t) const noexcept {
   return t == weight_type::f32 || t == weight_type::f16
          || t == weight_type::q8_0;
+}
+
+weight_type device::preferred_weights(weight_type t, std::size_t,
+                                      std::size_t) const noexcept {
+  return t;
 }
 
 result<std::unique_ptr<buffer>>
@@ -386,7 +422,7 @@ status device::matmul(const_view a, const_view b, mut_view c,
 
 status device::matmul_weights(const_view a, const_view w, weight_type type,
                               mut_view c, const matmul_dims& dims) {
-  if (static_cast<std::size_t>(type) >= std::size(all_weight_types))
+  if (!row_of(type))
     return fail(errc::invalid_argument,
                 "matmul_weights: unknown weight type "
                   + std::to_string(static_cast<int>(type)));
@@ -1087,11 +1123,13 @@ status run(device& dev, const op_call& call) {
     case op_kind::matmul_q4_k:
     case op_kind::matmul_q5_k:
     case op_kind::matmul_q6_k:
+    case op_kind::matmul_q4_k_x16:
       return dev.matmul_weights(in[0], in[1], *weights_of(call.kind),
                                 call.output, {d[0], d[1], d[2], true});
     case op_kind::matmul_rows_f32:
     case op_kind::matmul_rows_f16:
     case op_kind::matmul_rows_q4_k:
+    case op_kind::matmul_rows_q4_k_x16:
       return dev.matmul_weights(in[0], in[1], *weights_of(call.kind),
                                 call.output, {d[0], d[1], d[2], true, true});
     case op_kind::rms_norm:

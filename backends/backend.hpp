@@ -217,6 +217,11 @@ struct matmul_dims {
 ///         (backends/quant_formats.hpp), as GGUF files store them. The host
 ///         kernels run them with llama.cpp's CPU arithmetic; a device whose
 ///         kernels lack one says so (device::runs_weights).
+///   q4_k_x16: Q4_K matrices of a multiple of 16 rows, packed 16 rows at a
+///         time for the CPU's int8 dot products (quant_q4_k_x16.hpp): the
+///         same bytes' worth and the same results as q4_k. Not a format
+///         files store: a device that wants it says so
+///         (device::preferred_weights) and is handed packed copies.
 enum class weight_type : std::uint8_t {
   f32,
   f16,
@@ -231,9 +236,10 @@ enum class weight_type : std::uint8_t {
   q4_k,
   q5_k,
   q6_k,
+  q4_k_x16,
 };
 
-/// Every weight type, in the enum's order.
+/// Every weight type files store, in the enum's order (not q4_k_x16).
 constexpr weight_type all_weight_types[] = {
   weight_type::f32,  weight_type::f16,  weight_type::q8_0, weight_type::bf16,
   weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
@@ -251,6 +257,13 @@ std::uint32_t ggml_type_id(weight_type t) noexcept;
 /// The weight type of GGUF type id `id`, or none (q8_1, q8_k and ids
 /// without a weight type).
 std::optional<weight_type> weight_type_of_ggml(std::uint32_t id) noexcept;
+
+/// Re-encodes a rows x cols matrix stored as `from` at src into `to` at dst
+/// (weight_row_bytes(to, cols) * rows bytes; not overlapping): only Q4_K
+/// into q4_k_x16 (rows a multiple of 16), the layout a device asks for
+/// with device::preferred_weights; any other pair is refused.
+status pack_weights(weight_type from, weight_type to, const void* src,
+                    std::size_t rows, std::size_t cols, void* dst);
 
 /// The operation that multiplies by weights of type t (matmul_f16 ...).
 op_kind weights_op(weight_type t) noexcept;
@@ -459,6 +472,14 @@ public:
   /// default: f32, f16 and q8_0 (every backend's kernels); host devices run
   /// every type. matmul_weights refuses the others with errc::unsupported.
   virtual bool runs_weights(weight_type t) const noexcept;
+
+  /// The encoding this device would rather hold a rows x cols matrix of
+  /// type t in (a layout of its own kernels, with the same results), or t
+  /// itself (the default). The cpu device packs Q4_K as q4_k_x16 where
+  /// its CPU has AVX-512 VNNI and no AMX tiles; its matrices are then
+  /// copies, not read in place.
+  virtual weight_type preferred_weights(weight_type t, std::size_t rows,
+                                        std::size_t cols) const noexcept;
 
   /// Optional: `bytes` of host memory at `data`, read in place as a
   /// read-only buffer (no copy) while `keep` holds that memory alive: a

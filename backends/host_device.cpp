@@ -3,6 +3,7 @@
 #include "backends/host_info.hpp"
 #include "backends/host_kernels.hpp"
 #include "backends/host_parallel.hpp"
+#include "backends/quant_q4_k_x16.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -287,6 +288,15 @@ status host_device::do_matmul(const_view a, const_view b, mut_view c,
 
 bool host_device::runs_weights(weight_type) const noexcept {
   return true;
+}
+
+weight_type host_device::preferred_weights(weight_type t, std::size_t rows,
+                                           std::size_t cols) const noexcept {
+  if (packs_weights_ && t == weight_type::q4_k
+      && quant::q4_k_x16_packs(rows, cols) && host::have_vnni()
+      && !host::have_amx())
+    return weight_type::q4_k_x16;
+  return t;
 }
 
 status host_device::do_matmul_weights(const_view a, const_view w,

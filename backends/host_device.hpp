@@ -32,6 +32,11 @@ public:
   }
   /// Every weight type: the host kernels run them all.
   bool runs_weights(weight_type t) const noexcept override;
+  /// q4_k_x16 for Q4_K where packs_weights_ and the CPU gains from it
+  /// (AVX-512 VNNI without AMX: with AMX, prompts take the tiles, which
+  /// read Q4_K as stored); else t.
+  weight_type preferred_weights(weight_type t, std::size_t rows,
+                                std::size_t cols) const noexcept override;
   /// Attention reads a paged cache's rows where they are.
   bool reads_kv_blocks() const noexcept override;
 
@@ -96,6 +101,9 @@ protected:
   /// a simulated device keeps "device memory" of its own (uploads cost
   /// simulated time).
   bool adopts_host_memory_ = false;
+  /// Whether preferred_weights packs Q4_K (the cpu device, by default); a
+  /// simulated device holds what it is given.
+  bool packs_weights_ = false;
   /// Where buffers of 256 KiB and more live (huge_page_arena.hpp).
   huge_page_arena arena_;
 

@@ -5,6 +5,7 @@
 #include "backends/host_parallel.hpp"
 #include "backends/host_reduce.hpp"
 #include "backends/quant_formats.hpp"
+#include "backends/quant_q4_k_x16.hpp"
 #include "backends/quant_repack.hpp"
 
 #include <pthread.h>
@@ -1365,10 +1366,14 @@ void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
     // type (Q8_K for the K-quants, Q8_0 or Q8_1 for the 32-element
     // formats, BF16 for BF16), then llama.cpp's integer dot products. Q4_K
     // matrices that llama.cpp repacks on x86 (rows a multiple of 8) sum
-    // their blocks in the repacked kernels' order. Sizes were checked
+    // their blocks in the repacked kernels' order, as do the same matrices
+    // packed 16 rows at a time (q4_k_x16). Sizes were checked
     // (check_matmul_weights), so neither can refuse.
     const auto g = static_cast<quant::ggml_type>(ggml_type_id(t));
-    if (t == weight_type::q4_k && quant::q4_k_repacked(rows))
+    if (t == weight_type::q4_k_x16)
+      (void)quant::matmul_q4_k_x16(w, rows, cols, a, n_tokens, c, threads,
+                                   dims.rows_apart);
+    else if (t == weight_type::q4_k && quant::q4_k_repacked(rows))
       (void)quant::matmul_q4_k_repacked(w, rows, cols, a, n_tokens, c,
                                         threads, dims.rows_apart);
     else
@@ -1732,6 +1737,10 @@ result<weights_bytes> check_matmul_weights(weight_type t,
   auto rb = weight_row_bytes(t, d.k);
   if (!rb)
     return error{rb.err().code, "matmul_weights: " + rb.err().message};
+  if (t == weight_type::q4_k_x16 && d.n % quant::q4_k_x16_rows != 0)
+    return fail(errc::invalid_argument,
+                "matmul_weights: q4_k_x16 weights hold whole groups of 16 "
+                "rows, got " + std::to_string(d.n));
   weights_bytes out{};
   if (!mul_ok(*rb, d.n, out.w))
     return overflow("matmul_weights");

@@ -85,6 +85,10 @@ constexpr std::array<op_rule, op_count> rules{{
    {}, false},
   {op_kind::rope_cached, "rope_cached", 1, 1, 5, 0, {"cache"}, "x",
    {"rows", "heads", "head_dim", "n_rot", "neox"}, {}, false},
+  {op_kind::matmul_q4_k_x16, "matmul_q4_k_x16", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_rows_q4_k_x16, "matmul_rows_q4_k_x16", 2, 2, 3, 0,
+   {"a", "w"}, "c", {"m", "n", "k"}, {}, false},
 }};
 
 // The table is indexed by wire number - 1.

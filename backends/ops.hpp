@@ -16,7 +16,8 @@
 ///   matmul_f32, matmul_f16, matmul_q8_0, matmul_bf16, matmul_q4_0 ...
 ///   matmul_q6_k  inputs {a, w} (W stored [n x k] in the named encoding),
 ///                dims {m, n, k}
-///   matmul_rows_f32, matmul_rows_f16, matmul_rows_q4_k
+///   matmul_rows_f32, matmul_rows_f16, matmul_rows_q4_k, matmul_q4_k_x16,
+///   matmul_rows_q4_k_x16
 ///                the same, each row of a on its own (see the enum)
 ///   rms_norm     inputs {x, weight}, dims {rows, dim}, scalars {eps}
 ///   rope, rope_neox
@@ -135,10 +136,15 @@ enum class op_kind : std::uint8_t {
   // and sines), which every layer's Q and K of the step share: every
   // device then turns by the host's own angles.
   rope_cached = 34,
+  // matmul_q4_k and matmul_rows_q4_k on weights a device packed for its
+  // own kernels (weight_type::q4_k_x16, device::preferred_weights): the
+  // same results, bit for bit.
+  matmul_q4_k_x16 = 35,
+  matmul_rows_q4_k_x16 = 36,
 };
 
 /// How many operations there are (the highest wire number).
-constexpr std::size_t op_count = 34;
+constexpr std::size_t op_count = 36;
 
 /// The most inputs, dims and scalars any operation takes.
 constexpr std::size_t max_op_inputs = 4;

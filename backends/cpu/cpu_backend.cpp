@@ -73,6 +73,7 @@ public:
     threads_ = opts.threads > 0 ? opts.threads
                                 : usable_threads(id.logical_cores);
     adopts_host_memory_ = opts.weights_in_place;
+    packs_weights_ = opts.pack_weights;
     llama_threads_ = std::max(1, opts.llama_threads);
     if (host_info::cpu_temperature_c())
       props_.capabilities |= cap_temperature;

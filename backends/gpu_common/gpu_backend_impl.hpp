@@ -774,8 +774,9 @@ public:
   /// Every weight type: F32, F16 and BF16 through matvec_vecdot_kernel,
   /// the quantized formats through the lane kernels (the host's bits);
   /// without kernels the generic host fallback runs them all.
-  bool runs_weights(weight_type) const noexcept override {
-    return true;
+  /// Every format files store; not the cpu device's packed Q4_K.
+  bool runs_weights(weight_type t) const noexcept override {
+    return t != weight_type::q4_k_x16;
   }
 
   // -- telemetry -------------------------------------------------------------

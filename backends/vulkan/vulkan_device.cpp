@@ -242,8 +242,9 @@ class vulkan_device final : public device {
   result<bool> completed(const event& e) override;
   /// Every weight type: f16 and q8_0 have their own shaders, the other
   /// ggml formats are dequantized in matvec_quant.comp.
-  bool runs_weights(weight_type) const noexcept override {
-    return true;
+  /// Every format files store; not the cpu device's packed Q4_K.
+  bool runs_weights(weight_type t) const noexcept override {
+    return t != weight_type::q4_k_x16;
   }
   /// The *_paged attention shaders read a paged cache where it lies.
   bool reads_kv_blocks() const noexcept override {

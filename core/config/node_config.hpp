@@ -86,6 +86,9 @@ struct devices_section {
   std::uint64_t cpu_memory_limit = 0; ///< bytes; 0: what the host has
   /// The cpu device reads weights in place from the mapped model file.
   bool cpu_weights_in_place = true;
+  /// The cpu device holds Q4_K matrices packed for its kernels
+  /// (backend::cpu_options::pack_weights).
+  bool cpu_pack_weights = true;
   /// The cpu device gives the attention bits of llama.cpp run with this
   /// many threads (1: one thread's, whatever the device runs).
   int cpu_llama_threads = 1;

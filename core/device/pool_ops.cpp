@@ -142,6 +142,15 @@ bool pool_ops::runs_weights(backend::weight_type t) const {
   return pool_ && dev_->runs_weights(t);
 }
 
+backend::weight_type pool_ops::preferred_weights(backend::weight_type t,
+                                                 std::uint64_t rows,
+                                                 std::uint64_t cols) const {
+  std::lock_guard<std::mutex> guard{mx_};
+  return pool_ ? dev_->preferred_weights(t, static_cast<std::size_t>(rows),
+                                         static_cast<std::size_t>(cols))
+               : t;
+}
+
 bool pool_ops::resizes() const {
   std::lock_guard<std::mutex> guard{mx_};
   return pool_ && dev_->resizes();

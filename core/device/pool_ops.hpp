@@ -57,6 +57,10 @@ public:
   std::string where() const override;
   /// The device's own answer (false once detached).
   bool runs_weights(backend::weight_type t) const override;
+  /// The device's own answer (t once detached).
+  backend::weight_type preferred_weights(backend::weight_type t,
+                                         std::uint64_t rows,
+                                         std::uint64_t cols) const override;
   bool reads_kv_blocks() const override;
   bool paged_rows() const override;
   /// The pool's size of the buffer (0 once detached).

@@ -24,6 +24,12 @@ bool device_ops::runs_weights(backend::weight_type t) const {
          || t == backend::weight_type::q8_0;
 }
 
+backend::weight_type device_ops::preferred_weights(backend::weight_type t,
+                                                   std::uint64_t,
+                                                   std::uint64_t) const {
+  return t;
+}
+
 bool device_ops::reads_kv_blocks() const {
   return false;
 }
@@ -246,6 +252,13 @@ std::string backend_ops::where() const {
 
 bool backend_ops::runs_weights(backend::weight_type t) const {
   return dev_.runs_weights(t);
+}
+
+backend::weight_type backend_ops::preferred_weights(backend::weight_type t,
+                                                    std::uint64_t rows,
+                                                    std::uint64_t cols) const {
+  return dev_.preferred_weights(t, static_cast<std::size_t>(rows),
+                                static_cast<std::size_t>(cols));
 }
 
 bool backend_ops::resizes() const {
@@ -549,6 +562,22 @@ device_stage::upload_matrix(const ops::matrix_view& m) {
     out.buf = *h;
     return out;
   }
+  // A layout of the device's own (the cpu device's packed Q4_K): a packed
+  // copy, the same results.
+  if (const auto kept = ops_.preferred_weights(*wt, m.rows, m.cols);
+      kept != *wt) {
+    const std::size_t bytes = matrix_bytes(m, true);
+    if (packing_.size() < bytes)
+      packing_.resize(bytes);
+    EXO_TRY(backend::pack_weights(*wt, kept, m.data, m.rows, m.cols,
+                                  packing_.data()));
+    auto h = upload(packing_.data(), bytes, false);
+    if (!h)
+      return h.err();
+    out.kind = backend::weights_op(kept);
+    out.buf = *h;
+    return out;
+  }
   // As stored: read in place where the device reads host memory.
   out.kind = backend::weights_op(*wt);
   auto h = upload(m.data, matrix_bytes(m, true));
@@ -559,6 +588,13 @@ device_stage::upload_matrix(const ops::matrix_view& m) {
 }
 
 status device_stage::upload_all() {
+  // upload_matrix's packing buffer lives while the weights go up.
+  struct release {
+    std::vector<std::uint8_t>& v;
+    ~release() {
+      std::vector<std::uint8_t>().swap(v);
+    }
+  } release_packing{packing_};
   auto& hp = model_->hparams();
   const std::uint64_t e = hp.n_embd;
   // Weights, layer by layer.

@@ -85,6 +85,12 @@ public:
   /// (backend::device::runs_weights). The default: f32, f16 and q8_0,
   /// which every backend runs.
   virtual bool runs_weights(backend::weight_type t) const;
+  /// The encoding the device would rather hold a rows x cols matrix of
+  /// type t in (backend::device::preferred_weights): the stage uploads a
+  /// packed copy (backend::pack_weights) when it differs. The default: t.
+  virtual backend::weight_type preferred_weights(backend::weight_type t,
+                                                 std::uint64_t rows,
+                                                 std::uint64_t cols) const;
   /// Whether the device's attention reads a paged cache's rows where they
   /// lie (backend::device::reads_kv_blocks). The default: no.
   virtual bool reads_kv_blocks() const;
@@ -177,6 +183,9 @@ public:
   backend::status synchronize() override;
   std::string where() const override;
   bool runs_weights(backend::weight_type t) const override;
+  backend::weight_type preferred_weights(backend::weight_type t,
+                                         std::uint64_t rows,
+                                         std::uint64_t cols) const override;
   bool reads_kv_blocks() const override;
   bool paged_rows() const override;
   backend::status copy(device_handle src, std::uint64_t src_offset,
@@ -607,6 +616,9 @@ private:
                                         std::uint64_t bytes,
                                         bool may_adopt = true);
   backend::result<matrix> upload_matrix(const ops::matrix_view& m);
+  /// Where upload_matrix packs a matrix for the device (one buffer for all
+  /// of upload_all's, freed when it ends).
+  std::vector<std::uint8_t> packing_;
   backend::result<device_handle> alloc(std::uint64_t bytes);
   backend::status run_batched(const std::vector<device_op>& ops);
   /// The cache `id`, or an error naming it.

@@ -2,6 +2,7 @@
 
 #include "backends/sim/sim_backend.hpp"
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/host_kernels.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -491,4 +492,34 @@ TEST_CASE("profile documents with errors are refused with the key path") {
         == "profiles[0].tflops: must be a positive number");
   CHECK(bad(R"({"profiles":[)" + base + "}," + base + "}]}").find("duplicate")
         != std::string::npos);
+}
+
+TEST_CASE("the cpu device asks for Q4_K packed where its CPU gains, a "
+          "simulated device for what it is given, and both run the packed "
+          "layout") {
+  const bool gains = host::have_vnni() && !host::have_amx();
+  for (const bool pack : {true, false}) {
+    cpu_options o;
+    o.pack_weights = pack;
+    auto be = make_cpu_backend(o);
+    REQUIRE(be->initialize().ok());
+    const device& cpu = *be->device_at(0);
+    CHECK(cpu.preferred_weights(weight_type::q4_k, 32, 512)
+          == (pack && gains ? weight_type::q4_k_x16 : weight_type::q4_k));
+    // Only whole groups of 16 rows of whole super-blocks; only Q4_K.
+    CHECK(cpu.preferred_weights(weight_type::q4_k, 24, 512)
+          == weight_type::q4_k);
+    CHECK(cpu.preferred_weights(weight_type::q6_k, 32, 512)
+          == weight_type::q6_k);
+    CHECK(cpu.preferred_weights(weight_type::f32, 32, 512)
+          == weight_type::f32);
+    CHECK(cpu.runs_weights(weight_type::q4_k_x16));
+  }
+  if (!gains)
+    WARN("this CPU does not gain from packed Q4_K (no AVX-512 VNNI, or AMX "
+         "tiles): the cpu device keeps Q4_K as stored");
+  sim_fixture f{"a100-40g"};
+  CHECK(f.dev->preferred_weights(weight_type::q4_k, 32, 512)
+        == weight_type::q4_k);
+  CHECK(f.dev->runs_weights(weight_type::q4_k_x16));
 }

@@ -117,6 +117,12 @@ TEST_CASE("a Vulkan device is found and describes itself sanely") {
   CHECK(p.has(cap_matmul));
   CHECK_FALSE(p.has(cap_temperature));
   CHECK_FALSE(p.has(cap_power));
+  // Every format files store, as stored; not the cpu device's packed Q4_K,
+  // and nothing packed is asked for.
+  CHECK(fx.dev->runs_weights(weight_type::q4_k));
+  CHECK_FALSE(fx.dev->runs_weights(weight_type::q4_k_x16));
+  CHECK(fx.dev->preferred_weights(weight_type::q4_k, 32, 512)
+        == weight_type::q4_k);
   if (p.architecture == "CPU") {
     CHECK(p.support == support_level::experimental);
     CHECK(p.vendor == "Mesa");
