@@ -37,7 +37,7 @@ void pack_block(const block_q4_k* const* rows, std::uint8_t* dst) {
       dst[off_scales + 16 * i + r] = w.scales[i];
     // Four weights at a time: bytes x = qs[32c + 8u ..] and y (4 on) hold
     // weights 8u + e and 8u + 4 + e of sub-blocks 2c (low nibbles) and
-    // 2c + 1 (high): weight() for every byte, dword by dword.
+    // 2c + 1 (high nibbles).
     for (int c = 0; c < 4; ++c)
       for (int u = 0; u < 4; ++u) {
         std::uint32_t x, y;
@@ -67,8 +67,9 @@ void unpack_block(const std::uint8_t* src, block_q4_k* const* rows) {
           const std::uint8_t b = src[off_qs + (4 * j + u) * 64 + 4 * r + e];
           const int lo = 8 * u + e, hi = 8 * u + 4 + e;
           const int shift = j % 2 ? 4 : 0;
-          w.qs[32 * (j / 2) + lo] |= static_cast<std::uint8_t>((b & 0xF) << shift);
-          w.qs[32 * (j / 2) + hi] |= static_cast<std::uint8_t>((b >> 4) << shift);
+          std::uint8_t* q = w.qs + 32 * (j / 2);
+          q[lo] |= static_cast<std::uint8_t>((b & 0xF) << shift);
+          q[hi] |= static_cast<std::uint8_t>((b >> 4) << shift);
         }
   }
 }
@@ -115,10 +116,11 @@ constexpr std::size_t x16_bytes_min_tokens = 64;
 /// One group's 16 rows against NT tokens: out[t][r] for r < 16, the bits
 /// of matmul_q4_k_repacked (dot_row's integers and float chains: Pairs,
 /// the chains step per pair of sub-blocks; else per super-block). Per
-/// sub-block and token: four vpdpbusd (64 bytes of weights, 8 positions
-/// of 16 rows, against 4 activations broadcast as a dword) into sums of at
-/// most 16 * 15 * 128 < 2^15, then one vpdpwssd against the rows' scales
-/// (low words; high words 0) per half; per pair of sub-blocks, the
+/// half sub-block (16 positions) and token: four vpdpbusd (two units of
+/// 64 bytes, their low and high nibbles, each against the 4 activations
+/// of its positions broadcast as a dword) into a sum of at most
+/// 16 * 15 * 128 < 2^15 per row, then one vpdpwssd against the rows'
+/// scales (low words; high words 0); per pair of sub-blocks, the
 /// minimums as one vpdpwssd of (m_2p, m_2p+1) against the token's
 /// (bsum_2p, bsum_2p+1) (`bpair`, 4 dwords a block).
 template <int NT, bool Pairs>
@@ -260,14 +262,30 @@ void x16_pass(const std::uint8_t* group, std::size_t nb,
               float* const* out, std::size_t n, const __m512i* bytes,
               const std::uint8_t* ahead) {
   switch (n) {
-  case 1: x16_tokens<1, Pairs>(group, nb, act, bpair, out, bytes, ahead); return;
-  case 2: x16_tokens<2, Pairs>(group, nb, act, bpair, out, bytes, ahead); return;
-  case 3: x16_tokens<3, Pairs>(group, nb, act, bpair, out, bytes, ahead); return;
-  case 4: x16_tokens<4, Pairs>(group, nb, act, bpair, out, bytes, ahead); return;
-  case 5: x16_tokens<5, Pairs>(group, nb, act, bpair, out, bytes, ahead); return;
-  case 6: x16_tokens<6, Pairs>(group, nb, act, bpair, out, bytes, ahead); return;
-  case 7: x16_tokens<7, Pairs>(group, nb, act, bpair, out, bytes, ahead); return;
-  default: x16_tokens<8, Pairs>(group, nb, act, bpair, out, bytes, ahead); return;
+  case 1:
+    x16_tokens<1, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    return;
+  case 2:
+    x16_tokens<2, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    return;
+  case 3:
+    x16_tokens<3, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    return;
+  case 4:
+    x16_tokens<4, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    return;
+  case 5:
+    x16_tokens<5, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    return;
+  case 6:
+    x16_tokens<6, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    return;
+  case 7:
+    x16_tokens<7, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    return;
+  default:
+    x16_tokens<8, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    return;
   }
 }
 
@@ -366,7 +384,8 @@ result<bool> matmul_q4_k_x16(const void* w, std::size_t rows, std::size_t k,
       if (unpack) {
         buf.resize(nb * 64 * 64 + 64);
         auto at = reinterpret_cast<std::uintptr_t>(buf.data());
-        auto* aligned = reinterpret_cast<__m512i*>((at + 63) & ~std::uintptr_t{63});
+        auto* aligned =
+          reinterpret_cast<__m512i*>((at + 63) & ~std::uintptr_t{63});
         unpack_bytes(group, nb, aligned);
         bytes = aligned;
       }
