@@ -21,7 +21,7 @@ struct cpu_options {
   bool weights_in_place = true;
   /// Hold Q4_K matrices packed 16 rows at a time (weight_type::q4_k_x16,
   /// device::preferred_weights) where the CPU has AVX-512 VNNI and no AMX
-  /// tiles: the same results, decode batches 1.4-1.6x and small prompt
+  /// tiles: the same results, decode batches 1.3-1.5x and small prompt
   /// batches up to 4x faster in the kernels (docs/benchmarks.md), at the
   /// cost of a copy of those matrices instead of reading them in place.
   bool pack_weights = true;
