@@ -20,11 +20,12 @@ namespace exo::backend::quant {
 
 namespace {
 
-constexpr std::size_t group_block_bytes = q4_k_x16_rows * sizeof(block_q4_k);
-constexpr std::size_t off_dmin = 32;
-constexpr std::size_t off_scales = 64;
-constexpr std::size_t off_qs = 256;
-static_assert(off_qs + 8 * 4 * 64 == group_block_bytes,
+using q4_k_x16_layout::group_block_bytes;
+using q4_k_x16_layout::off_dmin;
+using q4_k_x16_layout::off_qs;
+using q4_k_x16_layout::off_scales;
+static_assert(group_block_bytes == q4_k_x16_rows * sizeof(block_q4_k)
+                && off_qs + 8 * 4 * 64 == group_block_bytes,
               "a packed group's block holds 16 Q4_K blocks' bytes");
 
 /// Group block `dst` from the 16 rows' blocks rows[r].
@@ -109,9 +110,12 @@ dword_to_all(const std::int8_t* p) {
 /// Tokens a pass of x16_tokens takes.
 constexpr int x16_width = 8;
 
-/// Batches from which a group's weights are unpacked to bytes once per
-/// product rather than per pass.
-constexpr std::size_t x16_bytes_min_tokens = 64;
+/// Batches from which the groups go through matmul_q4_k_repacked's panels
+/// (the weights unpacked to bytes once per product, 6 tokens a pass): at
+/// 64 tokens 1.05-1.12x the stored rows' product, at 512 1.01-1.07x,
+/// where 8-token passes over the nibbles ran 1.02-1.13x and 0.85-0.95x
+/// (one core, 8192 x 2048 in L3, docs/benchmarks.md).
+constexpr std::size_t x16_panel_min_tokens = 64;
 
 /// One group's 16 rows against NT tokens: out[t][r] for r < 16, the bits
 /// of matmul_q4_k_repacked (dot_row's integers and float chains: Pairs,
@@ -127,8 +131,7 @@ template <int NT, bool Pairs>
 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 void x16_tokens(const std::uint8_t* group, std::size_t nb,
                 const block_q8_k* const* act, const std::int32_t* const* bpair,
-                float* const* out, const __m512i* bytes,
-                const std::uint8_t* ahead) {
+                float* const* out, const std::uint8_t* ahead) {
   __m512 acc[NT], accm[NT];
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
@@ -191,22 +194,13 @@ void x16_tokens(const std::uint8_t* group, std::size_t nb,
         const __m512i scj = _mm512_cvtepu8_epi32(sc[j]);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
-          __m512i lo0, hi0, lo1, hi1;
-          if (bytes) {
-            const __m512i* u = bytes + (b * 32 + 4 * j + 2 * h) * 2;
-            lo0 = _mm512_load_si512(u);
-            hi0 = _mm512_load_si512(u + 1);
-            lo1 = _mm512_load_si512(u + 2);
-            hi1 = _mm512_load_si512(u + 3);
-          } else {
-            const std::uint8_t* wq = p + off_qs + (4 * j + 2 * h) * 64;
-            const __m512i w0 = _mm512_loadu_si512(wq);
-            const __m512i w1 = _mm512_loadu_si512(wq + 64);
-            lo0 = _mm512_and_si512(w0, m4);
-            hi0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
-            lo1 = _mm512_and_si512(w1, m4);
-            hi1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
-          }
+          const std::uint8_t* wq = p + off_qs + (4 * j + 2 * h) * 64;
+          const __m512i w0 = _mm512_loadu_si512(wq);
+          const __m512i w1 = _mm512_loadu_si512(wq + 64);
+          const __m512i lo0 = _mm512_and_si512(w0, m4);
+          const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
+          const __m512i lo1 = _mm512_and_si512(w1, m4);
+          const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
 #pragma GCC unroll 8
           for (int t = 0; t < NT; ++t) {
             const std::int8_t* a = aq[t] + 32 * j + 16 * h;
@@ -259,48 +253,33 @@ void x16_tokens(const std::uint8_t* group, std::size_t nb,
 template <bool Pairs>
 void x16_pass(const std::uint8_t* group, std::size_t nb,
               const block_q8_k* const* act, const std::int32_t* const* bpair,
-              float* const* out, std::size_t n, const __m512i* bytes,
-              const std::uint8_t* ahead) {
+              float* const* out, std::size_t n, const std::uint8_t* ahead) {
   switch (n) {
   case 1:
-    x16_tokens<1, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    x16_tokens<1, Pairs>(group, nb, act, bpair, out, ahead);
     return;
   case 2:
-    x16_tokens<2, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    x16_tokens<2, Pairs>(group, nb, act, bpair, out, ahead);
     return;
   case 3:
-    x16_tokens<3, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    x16_tokens<3, Pairs>(group, nb, act, bpair, out, ahead);
     return;
   case 4:
-    x16_tokens<4, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    x16_tokens<4, Pairs>(group, nb, act, bpair, out, ahead);
     return;
   case 5:
-    x16_tokens<5, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    x16_tokens<5, Pairs>(group, nb, act, bpair, out, ahead);
     return;
   case 6:
-    x16_tokens<6, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    x16_tokens<6, Pairs>(group, nb, act, bpair, out, ahead);
     return;
   case 7:
-    x16_tokens<7, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    x16_tokens<7, Pairs>(group, nb, act, bpair, out, ahead);
     return;
   default:
-    x16_tokens<8, Pairs>(group, nb, act, bpair, out, bytes, ahead);
+    x16_tokens<8, Pairs>(group, nb, act, bpair, out, ahead);
     return;
   }
-}
-
-/// A group's weights as bytes (64 zmm a block: lo and hi of each unit in
-/// x16_tokens' order), for batches that pass over them many times.
-__attribute__((target("avx512f,avx512bw"))) void
-unpack_bytes(const std::uint8_t* group, std::size_t nb, __m512i* out) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  for (std::size_t b = 0; b < nb; ++b)
-    for (int u = 0; u < 32; ++u) {
-      const __m512i w = _mm512_loadu_si512(group + b * group_block_bytes
-                                           + off_qs + 64 * u);
-      out[(b * 32 + u) * 2] = _mm512_and_si512(w, m4);
-      out[(b * 32 + u) * 2 + 1] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
-    }
 }
 
 #pragma GCC diagnostic pop
@@ -351,13 +330,15 @@ result<bool> matmul_q4_k_x16(const void* w, std::size_t rows, std::size_t k,
   if (host::have_vnni()) {
     std::vector<block_q8_k> q(nb * m);
     // Per token and block: (bsum_2p, bsum_2p+1) as words, pair p of
-    // sub-blocks (bsum_j = bsums[2j] + bsums[2j + 1], |.| <= 4096).
-    std::vector<std::int32_t> bp(nb * m * 4);
+    // sub-blocks (bsum_j = bsums[2j] + bsums[2j + 1], |.| <= 4096); the
+    // panels pair their own.
+    const bool panels = m >= x16_panel_min_tokens;
+    std::vector<std::int32_t> bp(panels ? 0 : nb * m * 4);
     host::for_each_index(static_cast<long>(m), m > 1 ? threads : 1,
                          [&](long t) {
       const auto i = static_cast<std::size_t>(t);
       quantize_activations(ggml_type::q8_k, a + i * k, q.data() + i * nb, k);
-      for (std::size_t b = 0; b < nb; ++b) {
+      for (std::size_t b = 0; b < (panels ? 0 : nb); ++b) {
         const std::int16_t* s = q[i * nb + b].bsums;
         for (int p = 0; p < 4; ++p) {
           const auto lo = static_cast<std::uint16_t>(s[4 * p] + s[4 * p + 1]);
@@ -371,24 +352,15 @@ result<bool> matmul_q4_k_x16(const void* w, std::size_t rows, std::size_t k,
     });
     // The tokens the gemm steps by pair (as matmul_q4_k_repacked).
     const std::size_t mg = q4_k_pair_tokens(m, rows_apart);
-    // Batches that pass over a group's weights many times unpack them to
-    // bytes once (a thread's buffer, 4 KiB a block).
-    const bool unpack = m >= x16_bytes_min_tokens;
+    if (panels) {
+      matmul_q4_k_x16_panels(w, rows, k, q.data(), m, mg, out, threads);
+      return true;
+    }
     host::for_each_index(static_cast<long>(groups), threads, [&](long gi) {
       const auto g = static_cast<std::size_t>(gi);
       const std::uint8_t* group = packed + g * nb * group_block_bytes;
       // Prefetches never fault: past the matrix's end too.
       const std::uint8_t* ahead = group + nb * group_block_bytes;
-      thread_local std::vector<std::uint8_t> buf;
-      const __m512i* bytes = nullptr;
-      if (unpack) {
-        buf.resize(nb * 64 * 64 + 64);
-        auto at = reinterpret_cast<std::uintptr_t>(buf.data());
-        auto* aligned =
-          reinterpret_cast<__m512i*>((at + 63) & ~std::uintptr_t{63});
-        unpack_bytes(group, nb, aligned);
-        bytes = aligned;
-      }
       for (std::size_t t0 = 0; t0 < m;) {
         const bool pairs = t0 < mg;
         const std::size_t nt = std::min<std::size_t>(
@@ -402,9 +374,9 @@ result<bool> matmul_q4_k_x16(const void* w, std::size_t rows, std::size_t k,
           dst[t] = out + (t0 + t) * rows + g * q4_k_x16_rows;
         }
         if (pairs)
-          x16_pass<true>(group, nb, act, bps, dst, nt, bytes, ahead);
+          x16_pass<true>(group, nb, act, bps, dst, nt, ahead);
         else
-          x16_pass<false>(group, nb, act, bps, dst, nt, bytes, ahead);
+          x16_pass<false>(group, nb, act, bps, dst, nt, ahead);
         ahead = nullptr; // asked for once, in the first pass
         t0 += nt;
       }

@@ -33,6 +33,14 @@ namespace exo::backend::quant {
 /// Rows per packed group.
 inline constexpr std::size_t q4_k_x16_rows = 16;
 
+/// Byte offsets within a group's block (above).
+namespace q4_k_x16_layout {
+inline constexpr std::size_t group_block_bytes = 16 * 144;
+inline constexpr std::size_t off_dmin = 32;
+inline constexpr std::size_t off_scales = 64;
+inline constexpr std::size_t off_qs = 256;
+} // namespace q4_k_x16_layout
+
 /// Whether a rows x k Q4_K matrix packs: rows a whole number of groups,
 /// k a whole number of super-blocks, neither zero.
 bool q4_k_x16_packs(std::size_t rows, std::size_t k) noexcept;
@@ -50,8 +58,10 @@ void unpack_q4_k_x16(const void* src, std::size_t rows, std::size_t k,
 /// matmul_q4_k_repacked(unpacked w, rows, k, a, m, out, threads,
 /// rows_apart), bit for bit, from the packed matrix w: out[t * rows + r]
 /// for tokens t < m. With AVX-512 VNNI: 16 rows against up to 8 tokens a
-/// pass (the rows' weights unpacked once a pass); elsewhere the rows are
-/// unpacked and run as stored. Rows split over `threads` by group (the
+/// pass (the rows' nibbles split once a pass), and from 64 tokens
+/// matmul_q4_k_repacked's 16-row panels filled from the groups
+/// (matmul_q4_k_x16_panels); elsewhere the rows are unpacked and run as
+/// stored. Rows split over `threads` by group (the
 /// results do not depend on it). Refuses null operands and a shape that
 /// does not pack.
 result<bool> matmul_q4_k_x16(const void* w, std::size_t rows, std::size_t k,

@@ -3,6 +3,7 @@
 #include "backends/host_kernels.hpp"
 #include "backends/host_parallel.hpp"
 #include "backends/quant_formats.hpp"
+#include "backends/quant_q4_k_x16.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -531,19 +532,19 @@ void panel_tokens(const panel_block* p, std::size_t nb,
 
 /// The whole product through 16-row panels: each thread unpacks its panel
 /// and runs every token through it, panel_width at a time.
-void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
-                   const std::vector<block_q8_k>& q, std::size_t m,
-                   std::size_t mg, bool pairs, float* out, int threads) {
+/// The panels' sweep for any source of panels: pack(buf, r0, n) fills a
+/// thread's nb panel blocks with rows r0 .. r0 + n - 1.
+template <class Pack>
+void sweep_panels(std::size_t rows, std::size_t nb, const block_q8_k* q,
+                  std::size_t m, std::size_t mg, bool pairs, float* out,
+                  int threads, Pack pack) {
   // The minimums' activation sums, paired per super-block.
   std::vector<std::int32_t> bsp(m * nb * 4);
   for (std::size_t i = 0; i < m * nb; ++i)
     for (int p = 0; p < 4; ++p)
       bsp[4 * i + p] = bsum_pair(q[i], p);
   for_each_panel<panel_block>(
-    rows, nb, threads,
-    [&](panel_block* buf, std::size_t r0, std::size_t n) {
-      pack_panel(x + r0 * nb, nb, n, panel_ahead(r0, rows), buf);
-    },
+    rows, nb, threads, pack,
     [&](const panel_block* buf, std::size_t r0, __mmask16 mask) {
       // Tokens [0, mg) in the gemm's order, the rest in the gemv's.
       for (std::size_t t0 = 0; t0 < m;) {
@@ -553,7 +554,7 @@ void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
         const std::int32_t* bs[panel_width];
         float* dst[panel_width];
         for (std::size_t t = 0; t < nt; ++t) {
-          act[t] = q.data() + (t0 + t) * nb;
+          act[t] = q + (t0 + t) * nb;
           bs[t] = bsp.data() + (t0 + t) * nb * 4;
           dst[t] = out + (t0 + t) * rows + r0;
         }
@@ -564,6 +565,61 @@ void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
         t0 += nt;
       }
     });
+}
+
+void matmul_panels(const block_q4_k* x, std::size_t rows, std::size_t nb,
+                   const std::vector<block_q8_k>& q, std::size_t m,
+                   std::size_t mg, bool pairs, float* out, int threads) {
+  sweep_panels(rows, nb, q.data(), m, mg, pairs, out, threads,
+               [&](panel_block* buf, std::size_t r0, std::size_t n) {
+                 pack_panel(x + r0 * nb, nb, n, panel_ahead(r0, rows), buf);
+               });
+}
+
+/// A packed group's nb blocks (quant_q4_k_x16) as panel blocks: unit u of
+/// sub-block j holds the 16 rows' weights 8u .. 8u + 3 (low nibbles:
+/// panel group 8j + 2u) and 8u + 4 .. 8u + 7 (high: 8j + 2u + 1), row r in
+/// dword r, as a panel holds them; the scales unpacked from the transposed
+/// bytes (get_scale_min_k4 on 16 rows), d and dmin converted.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) void
+pack_panel_x16(const std::uint8_t* group, std::size_t nb, panel_block* out) {
+  namespace lay = q4_k_x16_layout;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m128i low6 = _mm_set1_epi8(63);
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m128i top2 = _mm_set1_epi8(0x30);
+  for (std::size_t b = 0; b < nb; ++b) {
+    const std::uint8_t* p = group + b * lay::group_block_bytes;
+    panel_block& pb = out[b];
+    for (int u = 0; u < 32; ++u) {
+      const __m512i w = _mm512_loadu_si512(p + lay::off_qs + 64 * u);
+      pb.w[2 * u] = _mm512_and_si512(w, m4);
+      pb.w[2 * u + 1] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+    }
+    __m128i s[12];
+    for (int i = 0; i < 12; ++i)
+      s[i] = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(p + lay::off_scales + 16 * i));
+    __m128i mn[8];
+    for (int j = 0; j < 4; ++j) {
+      pb.sc[j] = _mm512_cvtepu8_epi32(_mm_and_si128(s[j], low6));
+      pb.sc[j + 4] = _mm512_cvtepu8_epi32(_mm_or_si128(
+        _mm_and_si128(s[j + 8], low4),
+        _mm_and_si128(_mm_srli_epi16(s[j], 2), top2)));
+      mn[j] = _mm_and_si128(s[j + 4], low6);
+      mn[j + 4] = _mm_or_si128(
+        _mm_and_si128(_mm_srli_epi16(s[j + 8], 4), low4),
+        _mm_and_si128(_mm_srli_epi16(s[j + 4], 2), top2));
+    }
+    for (int q = 0; q < 4; ++q)
+      pb.mn[q] = _mm512_or_si512(
+        _mm512_cvtepu8_epi32(mn[2 * q]),
+        _mm512_slli_epi32(_mm512_cvtepu8_epi32(mn[2 * q + 1]), 16));
+    pb.d = _mm512_cvtph_ps(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    pb.dmin = _mm512_cvtph_ps(_mm256_loadu_si256(
+      reinterpret_cast<const __m256i*>(p + lay::off_dmin)));
+  }
 }
 
 
@@ -1145,6 +1201,25 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
                                          pairs && t < mg);
   });
   return true;
+}
+
+void matmul_q4_k_x16_panels(const void* packed, std::size_t rows,
+                            std::size_t k, const block_q8_k* q,
+                            std::size_t m, std::size_t mg, float* out,
+                            int threads) {
+#ifdef EXO_REPACK_X86
+  const std::size_t nb = k / qk_k;
+  const auto* bytes = static_cast<const std::uint8_t*>(packed);
+  sweep_panels(rows, nb, q, m, mg, mg > 0, out, threads,
+               [&](panel_block* buf, std::size_t r0, std::size_t) {
+                 pack_panel_x16(bytes + (r0 / q4_k_x16_rows) * nb
+                                          * q4_k_x16_layout::group_block_bytes,
+                                nb, buf);
+               });
+#else
+  (void)packed, (void)rows, (void)k, (void)q, (void)m, (void)mg, (void)out,
+    (void)threads;
+#endif
 }
 
 } // namespace exo::backend::quant

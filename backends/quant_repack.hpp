@@ -16,6 +16,7 @@
 /// checked against the loaded build's own gemm and gemv in
 /// quant_oracle_tests.
 
+#include "backends/quant_formats.hpp"
 #include "backends/result.hpp"
 
 #include <cstddef>
@@ -71,6 +72,17 @@ result<bool> matmul_q4_k_repacked(const void* w, std::size_t rows,
                                   std::size_t k, const float* a,
                                   std::size_t m, float* out, int threads,
                                   bool rows_apart = false);
+
+/// matmul_q4_k_repacked's 16-row panels (AVX-512 VNNI, panel_width tokens
+/// a pass, the weights unpacked to bytes once per product) fed from a
+/// packed matrix (quant_q4_k_x16) instead of stored rows: matmul_q4_k_x16's
+/// prompts. q holds m rows of k / 256 Q8_K blocks; tokens [0, mg) step by
+/// pair. The same bits as the stored rows' product. Only where
+/// host::have_vnni(); unchecked (the caller checked the shapes).
+void matmul_q4_k_x16_panels(const void* packed, std::size_t rows,
+                            std::size_t k, const block_q8_k* q,
+                            std::size_t m, std::size_t mg, float* out,
+                            int threads);
 
 /// Whether matmul_quant sends a Q6_K product of m tokens to
 /// matmul_q6_k_panels here (a batch of 48 or more, AVX-512 VNNI).
