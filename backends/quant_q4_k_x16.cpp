@@ -356,11 +356,19 @@ result<bool> matmul_q4_k_x16(const void* w, std::size_t rows, std::size_t k,
       matmul_q4_k_x16_panels(w, rows, k, q.data(), m, mg, out, threads);
       return true;
     }
-    host::for_each_index(static_cast<long>(groups), threads, [&](long gi) {
-      const auto g = static_cast<std::size_t>(gi);
+    // Threads take groups in turn (thread t: t, t + T, ...; for_each_index
+    // hands out contiguous ranges of i), so that they stream one region.
+    const std::size_t T = static_cast<std::size_t>(
+      std::max(1, std::min<int>(threads, static_cast<int>(groups))));
+    const std::size_t per = (groups + T - 1) / T;
+    host::for_each_index(static_cast<long>(per * T), threads, [&](long gi) {
+      const auto i = static_cast<std::size_t>(gi);
+      const std::size_t g = (i % per) * T + i / per;
+      if (g >= groups)
+        return;
       const std::uint8_t* group = packed + g * nb * group_block_bytes;
       // Prefetches never fault: past the matrix's end too.
-      const std::uint8_t* ahead = group + nb * group_block_bytes;
+      const std::uint8_t* ahead = group + T * nb * group_block_bytes;
       for (std::size_t t0 = 0; t0 < m;) {
         const bool pairs = t0 < mg;
         const std::size_t nt = std::min<std::size_t>(
