@@ -1,4 +1,5 @@
 #include "backends/quant_q4_k_x16.hpp"
+#include "backends/quant_q4_k_x16_simd.hpp"
 
 #include "backends/host_kernels.hpp"
 #include "backends/host_parallel.hpp"
@@ -139,9 +140,6 @@ void x16_tokens(const std::uint8_t* group, std::size_t nb,
     accm[t] = _mm512_setzero_ps();
   }
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m128i low6 = _mm_set1_epi8(63);
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  const __m128i top2 = _mm_set1_epi8(0x30);
   for (std::size_t b = 0; b < nb; ++b) {
     const std::uint8_t* p = group + b * group_block_bytes;
     if (ahead) {
@@ -158,24 +156,9 @@ void x16_tokens(const std::uint8_t* group, std::size_t nb,
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     const __m512 dmin = _mm512_cvtph_ps(
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + off_dmin)));
-    __m128i s[12];
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i)
-      s[i] = _mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(p + off_scales + 16 * i));
     // get_scale_min_k4 on 16 rows at once.
     __m128i sc[8], mn[8];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      sc[j] = _mm_and_si128(s[j], low6);
-      mn[j] = _mm_and_si128(s[j + 4], low6);
-      sc[j + 4] = _mm_or_si128(
-        _mm_and_si128(s[j + 8], low4),
-        _mm_and_si128(_mm_srli_epi16(s[j], 2), top2));
-      mn[j + 4] = _mm_or_si128(
-        _mm_and_si128(_mm_srli_epi16(s[j + 8], 4), low4),
-        _mm_and_si128(_mm_srli_epi16(s[j + 4], 2), top2));
-    }
+    x16::scales_mins(p, sc, mn);
     const std::int8_t* aq[NT];
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
@@ -213,10 +196,7 @@ void x16_tokens(const std::uint8_t* group, std::size_t nb,
           }
         }
       }
-      // (m_2p, m_2p+1) of each row as a pair of words.
-      const __m512i mp = _mm512_or_si512(
-        _mm512_cvtepu8_epi32(mn[2 * pr]),
-        _mm512_slli_epi32(_mm512_cvtepu8_epi32(mn[2 * pr + 1]), 16));
+      const __m512i mp = x16::min_pairs(mn, pr);
 #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
         const __m512i bp = _mm512_set1_epi32(bpair[t][4 * b + pr]);

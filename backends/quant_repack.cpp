@@ -4,6 +4,7 @@
 #include "backends/host_parallel.hpp"
 #include "backends/quant_formats.hpp"
 #include "backends/quant_q4_k_x16.hpp"
+#include "backends/quant_q4_k_x16_simd.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -585,9 +586,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) void
 pack_panel_x16(const std::uint8_t* group, std::size_t nb, panel_block* out) {
   namespace lay = q4_k_x16_layout;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m128i low6 = _mm_set1_epi8(63);
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  const __m128i top2 = _mm_set1_epi8(0x30);
   for (std::size_t b = 0; b < nb; ++b) {
     const std::uint8_t* p = group + b * lay::group_block_bytes;
     panel_block& pb = out[b];
@@ -596,25 +594,12 @@ pack_panel_x16(const std::uint8_t* group, std::size_t nb, panel_block* out) {
       pb.w[2 * u] = _mm512_and_si512(w, m4);
       pb.w[2 * u + 1] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
     }
-    __m128i s[12];
-    for (int i = 0; i < 12; ++i)
-      s[i] = _mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(p + lay::off_scales + 16 * i));
-    __m128i mn[8];
-    for (int j = 0; j < 4; ++j) {
-      pb.sc[j] = _mm512_cvtepu8_epi32(_mm_and_si128(s[j], low6));
-      pb.sc[j + 4] = _mm512_cvtepu8_epi32(_mm_or_si128(
-        _mm_and_si128(s[j + 8], low4),
-        _mm_and_si128(_mm_srli_epi16(s[j], 2), top2)));
-      mn[j] = _mm_and_si128(s[j + 4], low6);
-      mn[j + 4] = _mm_or_si128(
-        _mm_and_si128(_mm_srli_epi16(s[j + 8], 4), low4),
-        _mm_and_si128(_mm_srli_epi16(s[j + 4], 2), top2));
-    }
+    __m128i sc[8], mn[8];
+    x16::scales_mins(p, sc, mn);
+    for (int j = 0; j < 8; ++j)
+      pb.sc[j] = _mm512_cvtepu8_epi32(sc[j]);
     for (int q = 0; q < 4; ++q)
-      pb.mn[q] = _mm512_or_si512(
-        _mm512_cvtepu8_epi32(mn[2 * q]),
-        _mm512_slli_epi32(_mm512_cvtepu8_epi32(mn[2 * q + 1]), 16));
+      pb.mn[q] = x16::min_pairs(mn, q);
     pb.d = _mm512_cvtph_ps(
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     pb.dmin = _mm512_cvtph_ps(_mm256_loadu_si256(
