@@ -3,6 +3,7 @@
 #include "backends/host_kernels.hpp"
 #include "backends/quant_formats.hpp"
 #include "backends/quant_q4_k_x16.hpp"
+#include "backends/quant_q6_k_x16.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -108,11 +109,14 @@ constexpr weight_type_row weight_types[] = {
   // Q4_K's bytes packed (quant_q4_k_x16.hpp): its blocks' sizes.
   {weight_type::q4_k_x16, "q4_k_x16", quant::ggml_type::q4_k,
    op_kind::matmul_q4_k_x16},
+  // Q6_K's bytes packed (quant_q6_k_x16.hpp): its blocks' sizes.
+  {weight_type::q6_k_x16, "q6_k_x16", quant::ggml_type::q6_k,
+   op_kind::matmul_q6_k_x16},
 };
 
-// The formats files store (all_weight_types), then the packed layout.
+// The formats files store (all_weight_types), then the packed layouts.
 constexpr bool weight_types_in_order() {
-  if (std::size(weight_types) != std::size(all_weight_types) + 1)
+  if (std::size(weight_types) != std::size(all_weight_types) + 2)
     return false;
   for (std::size_t i = 0; i < std::size(weight_types); ++i)
     if (static_cast<std::size_t>(weight_types[i].type) != i
@@ -120,7 +124,9 @@ constexpr bool weight_types_in_order() {
             && all_weight_types[i] != weight_types[i].type))
       return false;
   return weight_types[std::size(all_weight_types)].type
-         == weight_type::q4_k_x16;
+           == weight_type::q4_k_x16
+         && weight_types[std::size(all_weight_types) + 1].type
+              == weight_type::q6_k_x16;
 }
 static_assert(weight_types_in_order(), "one row per weight type, in order");
 
@@ -169,17 +175,24 @@ status pack_weights(weight_type from, weight_type to, const void* src,
                     std::size_t rows, std::size_t cols, void* dst) {
   if (!src || !dst)
     return fail(errc::invalid_argument, "pack_weights: null operand");
-  if (from != weight_type::q4_k || to != weight_type::q4_k_x16)
+  const bool q4 = from == weight_type::q4_k && to == weight_type::q4_k_x16;
+  const bool q6 = from == weight_type::q6_k && to == weight_type::q6_k_x16;
+  if (!q4 && !q6)
     return fail(errc::invalid_argument,
                 std::string{"pack_weights: no packing of "} + to_string(from)
                   + " into " + to_string(to));
-  if (!quant::q4_k_x16_packs(rows, cols))
+  if (!(q4 ? quant::q4_k_x16_packs(rows, cols)
+           : quant::q6_k_x16_packs(rows, cols)))
     return fail(errc::invalid_argument,
                 "pack_weights: a " + std::to_string(rows) + " x "
-                  + std::to_string(cols)
-                  + " Q4_K matrix does not pack into q4_k_x16 (rows a "
-                    "multiple of 16, columns of 256)");
-  quant::pack_q4_k_x16(src, rows, cols, dst);
+                  + std::to_string(cols) + " " + to_string(from)
+                  + " matrix does not pack into " + to_string(to)
+                  + (q4 ? " (rows a multiple of 16, columns of 256)"
+                        : " (columns a multiple of 256)"));
+  if (q4)
+    quant::pack_q4_k_x16(src, rows, cols, dst);
+  else
+    quant::pack_q6_k_x16(src, rows, cols, dst);
   return {};
 }
 
@@ -1124,6 +1137,7 @@ status run(device& dev, const op_call& call) {
     case op_kind::matmul_q5_k:
     case op_kind::matmul_q6_k:
     case op_kind::matmul_q4_k_x16:
+    case op_kind::matmul_q6_k_x16:
       return dev.matmul_weights(in[0], in[1], *weights_of(call.kind),
                                 call.output, {d[0], d[1], d[2], true});
     case op_kind::matmul_rows_f32:

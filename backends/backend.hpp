@@ -222,6 +222,7 @@ struct matmul_dims {
 ///         same bytes' worth and the same results as q4_k. Not a format
 ///         files store: a device that wants it says so
 ///         (device::preferred_weights) and is handed packed copies.
+///   q6_k_x16: Q6_K matrices packed the same way (quant_q6_k_x16.hpp).
 enum class weight_type : std::uint8_t {
   f32,
   f16,
@@ -237,9 +238,11 @@ enum class weight_type : std::uint8_t {
   q5_k,
   q6_k,
   q4_k_x16,
+  q6_k_x16,
 };
 
-/// Every weight type files store, in the enum's order (not q4_k_x16).
+/// Every weight type files store, in the enum's order (not the packed
+/// layouts).
 constexpr weight_type all_weight_types[] = {
   weight_type::f32,  weight_type::f16,  weight_type::q8_0, weight_type::bf16,
   weight_type::q4_0, weight_type::q4_1, weight_type::q5_0, weight_type::q5_1,
@@ -260,8 +263,9 @@ std::optional<weight_type> weight_type_of_ggml(std::uint32_t id) noexcept;
 
 /// Re-encodes a rows x cols matrix stored as `from` at src into `to` at dst
 /// (weight_row_bytes(to, cols) * rows bytes; not overlapping): only Q4_K
-/// into q4_k_x16 (rows a multiple of 16), the layout a device asks for
-/// with device::preferred_weights; any other pair is refused.
+/// into q4_k_x16 and Q6_K into q6_k_x16 (rows a multiple of 16), the
+/// layouts a device asks for with device::preferred_weights; any other
+/// pair is refused.
 status pack_weights(weight_type from, weight_type to, const void* src,
                     std::size_t rows, std::size_t cols, void* dst);
 
@@ -476,8 +480,9 @@ public:
   /// The encoding this device would rather hold a rows x cols matrix of
   /// type t in (a layout of its own kernels, with the same results), or t
   /// itself (the default). The cpu device packs Q4_K as q4_k_x16 where
-  /// its CPU has AVX-512 VNNI and no AMX tiles; its matrices are then
-  /// copies, not read in place.
+  /// its CPU has AVX-512 VNNI and no AMX tiles, and, when asked
+  /// (cpu_options::pack_q6_k), Q6_K as q6_k_x16 where it has AVX-512
+  /// VNNI; its matrices are then copies, not read in place.
   virtual weight_type preferred_weights(weight_type t, std::size_t rows,
                                         std::size_t cols) const noexcept;
 

@@ -4,6 +4,7 @@
 #include "backends/host_kernels.hpp"
 #include "backends/host_parallel.hpp"
 #include "backends/quant_q4_k_x16.hpp"
+#include "backends/quant_q6_k_x16.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -296,6 +297,10 @@ weight_type host_device::preferred_weights(weight_type t, std::size_t rows,
       && quant::q4_k_x16_packs(rows, cols) && host::have_vnni()
       && !host::have_amx())
     return weight_type::q4_k_x16;
+  if (packs_q6_k_ && t == weight_type::q6_k
+      && rows >= quant::q6_k_x16_rows && quant::q6_k_x16_packs(rows, cols)
+      && host::have_vnni())
+    return weight_type::q6_k_x16;
   return t;
 }
 

@@ -34,7 +34,8 @@ public:
   bool runs_weights(weight_type t) const noexcept override;
   /// q4_k_x16 for Q4_K where packs_weights_ and the CPU gains from it
   /// (AVX-512 VNNI without AMX: with AMX, prompts take the tiles, which
-  /// read Q4_K as stored); else t.
+  /// read Q4_K as stored), q6_k_x16 for Q6_K of 16 rows or more where
+  /// packs_q6_k_ and the CPU has AVX-512 VNNI (no tiles run Q6_K); else t.
   weight_type preferred_weights(weight_type t, std::size_t rows,
                                 std::size_t cols) const noexcept override;
   /// Attention reads a paged cache's rows where they are.
@@ -104,6 +105,8 @@ protected:
   /// Whether preferred_weights packs Q4_K (the cpu device, by default); a
   /// simulated device holds what it is given.
   bool packs_weights_ = false;
+  /// Whether it packs Q6_K too (cpu_options::pack_q6_k).
+  bool packs_q6_k_ = false;
   /// Where buffers of 256 KiB and more live (huge_page_arena.hpp).
   huge_page_arena arena_;
 

@@ -6,6 +6,7 @@
 #include "backends/host_reduce.hpp"
 #include "backends/quant_formats.hpp"
 #include "backends/quant_q4_k_x16.hpp"
+#include "backends/quant_q6_k_x16.hpp"
 #include "backends/quant_repack.hpp"
 
 #include <pthread.h>
@@ -1367,12 +1368,15 @@ void matmul_weights(const float* a, const std::uint8_t* w, weight_type t,
     // formats, BF16 for BF16), then llama.cpp's integer dot products. Q4_K
     // matrices that llama.cpp repacks on x86 (rows a multiple of 8) sum
     // their blocks in the repacked kernels' order, as do the same matrices
-    // packed 16 rows at a time (q4_k_x16). Sizes were checked
+    // packed 16 rows at a time (q4_k_x16); Q6_K packed so (q6_k_x16) gives
+    // matmul_quant's bits. Sizes were checked
     // (check_matmul_weights), so neither can refuse.
     const auto g = static_cast<quant::ggml_type>(ggml_type_id(t));
     if (t == weight_type::q4_k_x16)
       (void)quant::matmul_q4_k_x16(w, rows, cols, a, n_tokens, c, threads,
                                    dims.rows_apart);
+    else if (t == weight_type::q6_k_x16)
+      (void)quant::matmul_q6_k_x16(w, rows, cols, a, n_tokens, c, threads);
     else if (t == weight_type::q4_k && quant::q4_k_repacked(rows))
       (void)quant::matmul_q4_k_repacked(w, rows, cols, a, n_tokens, c,
                                         threads, dims.rows_apart);

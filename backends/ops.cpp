@@ -89,6 +89,8 @@ constexpr std::array<op_rule, op_count> rules{{
    {"m", "n", "k"}, {}, false},
   {op_kind::matmul_rows_q4_k_x16, "matmul_rows_q4_k_x16", 2, 2, 3, 0,
    {"a", "w"}, "c", {"m", "n", "k"}, {}, false},
+  {op_kind::matmul_q6_k_x16, "matmul_q6_k_x16", 2, 2, 3, 0, {"a", "w"}, "c",
+   {"m", "n", "k"}, {}, false},
 }};
 
 // The table is indexed by wire number - 1.

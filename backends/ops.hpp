@@ -17,7 +17,7 @@
 ///   matmul_q6_k  inputs {a, w} (W stored [n x k] in the named encoding),
 ///                dims {m, n, k}
 ///   matmul_rows_f32, matmul_rows_f16, matmul_rows_q4_k, matmul_q4_k_x16,
-///   matmul_rows_q4_k_x16
+///   matmul_rows_q4_k_x16, matmul_q6_k_x16
 ///                the same, each row of a on its own (see the enum)
 ///   rms_norm     inputs {x, weight}, dims {rows, dim}, scalars {eps}
 ///   rope, rope_neox
@@ -141,10 +141,13 @@ enum class op_kind : std::uint8_t {
   // same results, bit for bit.
   matmul_q4_k_x16 = 35,
   matmul_rows_q4_k_x16 = 36,
+  // matmul_q6_k on weights a device packed for its own kernels
+  // (weight_type::q6_k_x16): the same results, bit for bit.
+  matmul_q6_k_x16 = 37,
 };
 
 /// How many operations there are (the highest wire number).
-constexpr std::size_t op_count = 36;
+constexpr std::size_t op_count = 37;
 
 /// The most inputs, dims and scalars any operation takes.
 constexpr std::size_t max_op_inputs = 4;

@@ -4,6 +4,7 @@
 #include "backends/host_kernels.hpp"
 #include "backends/host_parallel.hpp"
 #include "backends/quant_formats.hpp"
+#include "backends/quant_x16_groups.hpp"
 #include "backends/quant_repack.hpp"
 
 #include <algorithm>
@@ -80,13 +81,11 @@ void unpack_block(const std::uint8_t* src, block_q4_k* const* rows) {
 /// ggml's rows at dst.
 void unpack_rows(const std::uint8_t* src, std::size_t nb, std::size_t r0,
                  std::size_t n, block_q4_k* dst) {
-  for (std::size_t g = r0 / q4_k_x16_rows; g < (r0 + n) / q4_k_x16_rows; ++g)
-    for (std::size_t b = 0; b < nb; ++b) {
-      block_q4_k* rows[q4_k_x16_rows];
-      for (std::size_t r = 0; r < q4_k_x16_rows; ++r)
-        rows[r] = dst + (g * q4_k_x16_rows + r - r0) * nb + b;
+  x16::for_each_group_block(
+    dst, r0 / q4_k_x16_rows, (r0 + n) / q4_k_x16_rows, nb,
+    [&](block_q4_k* const* rows, std::size_t g, std::size_t b) {
       unpack_block(src + (g * nb + b) * group_block_bytes, rows);
-    }
+    });
 }
 
 #ifdef EXO_X16_X86
@@ -98,15 +97,6 @@ void unpack_rows(const std::uint8_t* src, std::size_t nb, std::size_t r0,
 #  pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
-
-/// The 4 bytes at p in every dword (a vpbroadcastd from memory; loaded
-/// as a whole, GCC broadcast them from general registers).
-__attribute__((target("avx512f"))) inline __m512i
-dword_to_all(const std::int8_t* p) {
-  std::int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
 
 /// Tokens a pass of x16_tokens takes.
 constexpr int x16_width = 8;
@@ -188,10 +178,10 @@ void x16_tokens(const std::uint8_t* group, std::size_t nb,
           for (int t = 0; t < NT; ++t) {
             const std::int8_t* a = aq[t] + 32 * j + 16 * h;
             __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0,
-                                            dword_to_all(a));
-            v = _mm512_dpbusd_epi32(v, hi0, dword_to_all(a + 4));
-            v = _mm512_dpbusd_epi32(v, lo1, dword_to_all(a + 8));
-            v = _mm512_dpbusd_epi32(v, hi1, dword_to_all(a + 12));
+                                            x16::dword_to_all(a));
+            v = _mm512_dpbusd_epi32(v, hi0, x16::dword_to_all(a + 4));
+            v = _mm512_dpbusd_epi32(v, lo1, x16::dword_to_all(a + 8));
+            v = _mm512_dpbusd_epi32(v, hi1, x16::dword_to_all(a + 12));
             isum[t] = _mm512_dpwssd_epi32(isum[t], v, scj);
           }
         }
@@ -276,13 +266,11 @@ void pack_q4_k_x16(const void* src, std::size_t rows, std::size_t k,
   const std::size_t nb = k / qk_k;
   const auto* in = static_cast<const block_q4_k*>(src);
   auto* outp = static_cast<std::uint8_t*>(dst);
-  for (std::size_t g = 0; g < rows / q4_k_x16_rows; ++g)
-    for (std::size_t b = 0; b < nb; ++b) {
-      const block_q4_k* rs[q4_k_x16_rows];
-      for (std::size_t r = 0; r < q4_k_x16_rows; ++r)
-        rs[r] = in + (g * q4_k_x16_rows + r) * nb + b;
+  x16::for_each_group_block(
+    in, 0, rows / q4_k_x16_rows, nb,
+    [&](const block_q4_k* const* rs, std::size_t g, std::size_t b) {
       pack_block(rs, outp + (g * nb + b) * group_block_bytes);
-    }
+    });
 }
 
 void unpack_q4_k_x16(const void* src, std::size_t rows, std::size_t k,
@@ -336,16 +324,11 @@ result<bool> matmul_q4_k_x16(const void* w, std::size_t rows, std::size_t k,
       matmul_q4_k_x16_panels(w, rows, k, q.data(), m, mg, out, threads);
       return true;
     }
-    // Threads take groups in turn (thread t: t, t + T, ...; for_each_index
-    // hands out contiguous ranges of i), so that they stream one region.
-    const std::size_t T = static_cast<std::size_t>(
-      std::max(1, std::min<int>(threads, static_cast<int>(groups))));
-    const std::size_t per = (groups + T - 1) / T;
-    host::for_each_index(static_cast<long>(per * T), threads, [&](long gi) {
-      const auto i = static_cast<std::size_t>(gi);
-      const std::size_t g = (i % per) * T + i / per;
-      if (g >= groups)
-        return;
+    // Threads take groups in turn, so that they stream one region.
+    host::for_each_in_turn(static_cast<long>(groups), threads,
+                           [&](long gi, long stride) {
+      const auto g = static_cast<std::size_t>(gi);
+      const auto T = static_cast<std::size_t>(stride);
       const std::uint8_t* group = packed + g * nb * group_block_bytes;
       // Prefetches never fault: past the matrix's end too.
       const std::uint8_t* ahead = group + T * nb * group_block_bytes;

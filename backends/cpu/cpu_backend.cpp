@@ -74,6 +74,7 @@ public:
                                 : usable_threads(id.logical_cores);
     adopts_host_memory_ = opts.weights_in_place;
     packs_weights_ = opts.pack_weights;
+    packs_q6_k_ = opts.pack_weights && opts.pack_q6_k;
     llama_threads_ = std::max(1, opts.llama_threads);
     if (host_info::cpu_temperature_c())
       props_.capabilities |= cap_temperature;

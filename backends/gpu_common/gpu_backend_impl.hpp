@@ -774,9 +774,9 @@ public:
   /// Every weight type: F32, F16 and BF16 through matvec_vecdot_kernel,
   /// the quantized formats through the lane kernels (the host's bits);
   /// without kernels the generic host fallback runs them all.
-  /// Every format files store; not the cpu device's packed Q4_K.
+  /// Every format files store; not the cpu device's packed layouts.
   bool runs_weights(weight_type t) const noexcept override {
-    return t != weight_type::q4_k_x16;
+    return t != weight_type::q4_k_x16 && t != weight_type::q6_k_x16;
   }
 
   // -- telemetry -------------------------------------------------------------

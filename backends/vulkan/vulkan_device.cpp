@@ -242,9 +242,9 @@ class vulkan_device final : public device {
   result<bool> completed(const event& e) override;
   /// Every weight type: f16 and q8_0 have their own shaders, the other
   /// ggml formats are dequantized in matvec_quant.comp.
-  /// Every format files store; not the cpu device's packed Q4_K.
+  /// Every format files store; not the cpu device's packed layouts.
   bool runs_weights(weight_type t) const noexcept override {
-    return t != weight_type::q4_k_x16;
+    return t != weight_type::q4_k_x16 && t != weight_type::q6_k_x16;
   }
   /// The *_paged attention shaders read a paged cache where it lies.
   bool reads_kv_blocks() const noexcept override {

@@ -352,6 +352,10 @@ node_config parse_document(const std::string& json, const std::string& source) {
                   [&](element v, const std::string& q) {
                     d.cpu_pack_weights = as_bool(v, q);
                   }},
+                 {"cpu_pack_q6_k",
+                  [&](element v, const std::string& q) {
+                    d.cpu_pack_q6_k = as_bool(v, q);
+                  }},
                  {"cpu_bind_threads",
                   [&](element v, const std::string& q) {
                     d.cpu_bind_threads = as_bool(v, q);
@@ -721,6 +725,7 @@ backend::factory_options node_config::factory_options() const {
   o.cpu.memory_limit = devices.cpu_memory_limit;
   o.cpu.weights_in_place = devices.cpu_weights_in_place;
   o.cpu.pack_weights = devices.cpu_pack_weights;
+  o.cpu.pack_q6_k = devices.cpu_pack_q6_k;
   o.cpu.llama_threads = devices.cpu_llama_threads;
   o.cpu.bind_threads = devices.cpu_bind_threads;
   o.cpu.measure_rates = devices.cpu_measure_rates;

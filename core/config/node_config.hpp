@@ -89,6 +89,9 @@ struct devices_section {
   /// The cpu device holds Q4_K matrices packed for its kernels
   /// (backend::cpu_options::pack_weights).
   bool cpu_pack_weights = true;
+  /// With cpu_pack_weights, Q6_K packed too
+  /// (backend::cpu_options::pack_q6_k).
+  bool cpu_pack_q6_k = false;
   /// The cpu device gives the attention bits of llama.cpp run with this
   /// many threads (1: one thread's, whatever the device runs).
   int cpu_llama_threads = 1;

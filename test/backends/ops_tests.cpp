@@ -234,10 +234,11 @@ sample sample_of(op_kind kind) {
     }
     case op_kind::matmul_q4_k_x16:
     case op_kind::matmul_rows_q4_k_x16:
+    case op_kind::matmul_q6_k_x16:
       // One group of 16 packed rows, one super-block each.
       dims({2, 16, 256});
       s.in_bytes = {2 * 256 * 4,
-                    16 * *weight_row_bytes(weight_type::q4_k_x16, 256)};
+                    16 * *weight_row_bytes(*weights_of(kind), 256)};
       s.out_bytes = 2 * 16 * 4;
       break;
     case op_kind::rms_norm:
@@ -364,7 +365,7 @@ TEST_CASE("the op table round-trips every operation through its number") {
     CHECK(check_counts(r.kind, r.min_inputs, r.n_dims, r.n_scalars).ok());
   }
   CHECK(names.size() == op_count);
-  CHECK(names.size() == 36);
+  CHECK(names.size() == 37);
   CHECK(names.count("attention_paged_rows") == 1);
   CHECK(names.count("store_kv_rows") == 1);
   CHECK(names.count("rope_cached") == 1);
@@ -373,10 +374,11 @@ TEST_CASE("the op table round-trips every operation through its number") {
   CHECK(names.count("matmul_rows_q4_k") == 1);
   CHECK(names.count("matmul_q4_k_x16") == 1);
   CHECK(names.count("matmul_rows_q4_k_x16") == 1);
+  CHECK(names.count("matmul_q6_k_x16") == 1);
   // Every number outside the table is none, 0 included.
   for (int n = 0; n < 256; ++n)
     CHECK(op_from_wire(static_cast<std::uint8_t>(n)).has_value()
-          == (n >= 1 && n <= 36));
+          == (n >= 1 && n <= 37));
   CHECK(std::string{to_string(static_cast<op_kind>(0))} == "unknown");
 }
 

@@ -494,26 +494,45 @@ TEST_CASE("profile documents with errors are refused with the key path") {
         != std::string::npos);
 }
 
-TEST_CASE("the cpu device asks for Q4_K packed where its CPU gains, a "
-          "simulated device for what it is given, and both run the packed "
-          "layout") {
+TEST_CASE("the cpu device asks for Q4_K and Q6_K packed where its CPU "
+          "gains, a simulated device for what it is given, and both run the "
+          "packed layouts") {
   const bool gains = host::have_vnni() && !host::have_amx();
+  const bool gains6 = host::have_vnni();
   for (const bool pack : {true, false}) {
     cpu_options o;
     o.pack_weights = pack;
+    o.pack_q6_k = true;
     auto be = make_cpu_backend(o);
     REQUIRE(be->initialize().ok());
     const device& cpu = *be->device_at(0);
     CHECK(cpu.preferred_weights(weight_type::q4_k, 32, 512)
           == (pack && gains ? weight_type::q4_k_x16 : weight_type::q4_k));
-    // Only whole groups of 16 rows of whole super-blocks; only Q4_K.
+    CHECK(cpu.preferred_weights(weight_type::q6_k, 32, 512)
+          == (pack && gains6 ? weight_type::q6_k_x16 : weight_type::q6_k));
+    // Only whole groups of 16 rows of whole super-blocks; only Q4_K and
+    // Q6_K.
     CHECK(cpu.preferred_weights(weight_type::q4_k, 24, 512)
           == weight_type::q4_k);
-    CHECK(cpu.preferred_weights(weight_type::q6_k, 32, 512)
+    // Q6_K: rows past the last group stay as stored inside the packed
+    // matrix; fewer than 16 rows are not worth it.
+    CHECK(cpu.preferred_weights(weight_type::q6_k, 100002, 512)
+          == (pack && gains6 ? weight_type::q6_k_x16 : weight_type::q6_k));
+    CHECK(cpu.preferred_weights(weight_type::q6_k, 8, 512)
           == weight_type::q6_k);
+    CHECK(cpu.preferred_weights(weight_type::q5_k, 32, 512)
+          == weight_type::q5_k);
     CHECK(cpu.preferred_weights(weight_type::f32, 32, 512)
           == weight_type::f32);
     CHECK(cpu.runs_weights(weight_type::q4_k_x16));
+    CHECK(cpu.runs_weights(weight_type::q6_k_x16));
+  }
+  {
+    // Q6_K only when asked (pack_q6_k, off by default: one sequence loses).
+    auto be = make_cpu_backend({});
+    REQUIRE(be->initialize().ok());
+    CHECK(be->device_at(0)->preferred_weights(weight_type::q6_k, 32, 512)
+          == weight_type::q6_k);
   }
   if (!gains)
     WARN("this CPU does not gain from packed Q4_K (no AVX-512 VNNI, or AMX "
@@ -521,5 +540,8 @@ TEST_CASE("the cpu device asks for Q4_K packed where its CPU gains, a "
   sim_fixture f{"a100-40g"};
   CHECK(f.dev->preferred_weights(weight_type::q4_k, 32, 512)
         == weight_type::q4_k);
+  CHECK(f.dev->preferred_weights(weight_type::q6_k, 32, 512)
+        == weight_type::q6_k);
   CHECK(f.dev->runs_weights(weight_type::q4_k_x16));
+  CHECK(f.dev->runs_weights(weight_type::q6_k_x16));
 }

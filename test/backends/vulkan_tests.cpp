@@ -121,8 +121,11 @@ TEST_CASE("a Vulkan device is found and describes itself sanely") {
   // and nothing packed is asked for.
   CHECK(fx.dev->runs_weights(weight_type::q4_k));
   CHECK_FALSE(fx.dev->runs_weights(weight_type::q4_k_x16));
+  CHECK_FALSE(fx.dev->runs_weights(weight_type::q6_k_x16));
   CHECK(fx.dev->preferred_weights(weight_type::q4_k, 32, 512)
         == weight_type::q4_k);
+  CHECK(fx.dev->preferred_weights(weight_type::q6_k, 32, 512)
+        == weight_type::q6_k);
   if (p.architecture == "CPU") {
     CHECK(p.support == support_level::experimental);
     CHECK(p.vendor == "Mesa");

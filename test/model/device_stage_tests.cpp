@@ -44,6 +44,7 @@ backend::registry& devices() {
     backend::factory_options opts;
     opts.use_environment = false;
     opts.sim.devices = {{"a100-40g", ""}};
+    opts.cpu.pack_q6_k = true; // the stages run packed Q6_K too
     auto r = backend::registry::create(opts);
     REQUIRE(r.ok());
     return std::move(*r);
@@ -280,12 +281,12 @@ void compare_on(backend::device& dev, const temp_model& tm, tensor_type type,
   const bool native = ops.runs_weights(*wt);
   CHECK(native == (everywhere || !common_formats_only));
   CHECK(dev.runs_weights(*wt)); // every backend of exo runs every format
-  // Q4_K on the cpu device (AVX-512 VNNI, no AMX): its matrices packed
-  // (copies), the rest read in place.
+  // Q4_K on the cpu device (AVX-512 VNNI, no AMX) and Q6_K (AVX-512
+  // VNNI): their matrices packed (copies), the rest read in place.
   const bool packs =
-    type == tensor_type::q4_k && !common_formats_only
-    && dev.preferred_weights(backend::weight_type::q4_k, 256, 256)
-         == backend::weight_type::q4_k_x16;
+    (type == tensor_type::q4_k || type == tensor_type::q6_k)
+    && !common_formats_only
+    && dev.preferred_weights(*wt, 256, 256) != *wt;
   CHECK((ops.packed_bytes > 0) == packs);
   if (native) {
     CHECK(a.weight_bytes_in_place() + b.weight_bytes_in_place()
