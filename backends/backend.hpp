@@ -480,9 +480,9 @@ public:
   /// The encoding this device would rather hold a rows x cols matrix of
   /// type t in (a layout of its own kernels, with the same results), or t
   /// itself (the default). The cpu device packs Q4_K as q4_k_x16 where
-  /// its CPU has AVX-512 VNNI and no AMX tiles, and, when asked
-  /// (cpu_options::pack_q6_k), Q6_K as q6_k_x16 where it has AVX-512
-  /// VNNI; its matrices are then copies, not read in place.
+  /// its CPU has AVX-512 VNNI and no AMX tiles, and Q6_K as q6_k_x16
+  /// where it has AVX-512 VNNI (cpu_options::pack_q6_k); its matrices are
+  /// then copies, not read in place.
   virtual weight_type preferred_weights(weight_type t, std::size_t rows,
                                         std::size_t cols) const noexcept;
 

@@ -25,13 +25,13 @@ struct cpu_options {
   /// batches up to 4x faster in the kernels (docs/benchmarks.md), at the
   /// cost of a copy of those matrices instead of reading them in place.
   bool pack_weights = true;
-  /// With pack_weights, hold Q6_K matrices packed too (weight_type::
-  /// q6_k_x16) where the CPU has AVX-512 VNNI: the same results, decode
-  /// batches of 4-16 sequences 1.4-1.5x faster in those products, but one
-  /// sequence 0.85-0.9x in cache (about even from DRAM), which cost a
-  /// 1B-shaped Q4_K_M node 1-8% at one sequence against +10% at 16
-  /// (docs/benchmarks.md): for nodes that serve batches.
-  bool pack_q6_k = false;
+  /// With pack_weights, hold Q6_K matrices of 16 rows or more packed too
+  /// (weight_type::q6_k_x16) where the CPU has AVX-512 VNNI: the same
+  /// results, decode batches of 4-16 sequences 1.4-1.5x faster in those
+  /// products (one token 0.85-0.9x in cache, 1.05-1.1x from DRAM); a
+  /// 1B-shaped Q4_K_M node +16% at 4 sequences and +19% at 16, even at
+  /// one (docs/benchmarks.md). false: Q6_K as stored.
+  bool pack_q6_k = true;
   /// The thread count of the llama.cpp whose attention bits the device
   /// gives (host::attention): 1, the default, whatever threads it runs.
   int llama_threads = 1;

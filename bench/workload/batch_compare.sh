@@ -6,7 +6,9 @@
 # node-llama-cpp with B sequences in one context (llama.cpp's batched
 # decoding), measured alternately in the same run on the same file.
 # Median of RUNS runs, min and max shown.
-#   [LLAMA_NODE_DIR=...] bench/workload/batch_compare.sh BUILD [RUNS]
+#   [LLAMA_NODE_DIR=...] [SHAPE=1b] [PACK_Q6_K=0] \
+#     bench/workload/batch_compare.sh BUILD [RUNS]
+# (PACK_Q6_K=0: the node holds Q6_K as stored, devices.cpu_pack_q6_k)
 set -euo pipefail
 BUILD=${1:-build}
 RUNS=${2:-3}

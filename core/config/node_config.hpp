@@ -91,7 +91,7 @@ struct devices_section {
   bool cpu_pack_weights = true;
   /// With cpu_pack_weights, Q6_K packed too
   /// (backend::cpu_options::pack_q6_k).
-  bool cpu_pack_q6_k = false;
+  bool cpu_pack_q6_k = true;
   /// The cpu device gives the attention bits of llama.cpp run with this
   /// many threads (1: one thread's, whatever the device runs).
   int cpu_llama_threads = 1;

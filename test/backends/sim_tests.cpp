@@ -502,7 +502,6 @@ TEST_CASE("the cpu device asks for Q4_K and Q6_K packed where its CPU "
   for (const bool pack : {true, false}) {
     cpu_options o;
     o.pack_weights = pack;
-    o.pack_q6_k = true;
     auto be = make_cpu_backend(o);
     REQUIRE(be->initialize().ok());
     const device& cpu = *be->device_at(0);
@@ -528,11 +527,20 @@ TEST_CASE("the cpu device asks for Q4_K and Q6_K packed where its CPU "
     CHECK(cpu.runs_weights(weight_type::q6_k_x16));
   }
   {
-    // Q6_K only when asked (pack_q6_k, off by default: one sequence loses).
+    // Q6_K packed by default where the CPU gains; pack_q6_k = false keeps
+    // it as stored (Q4_K still packed).
     auto be = make_cpu_backend({});
     REQUIRE(be->initialize().ok());
     CHECK(be->device_at(0)->preferred_weights(weight_type::q6_k, 32, 512)
+          == (gains6 ? weight_type::q6_k_x16 : weight_type::q6_k));
+    cpu_options o;
+    o.pack_q6_k = false;
+    auto stored = make_cpu_backend(o);
+    REQUIRE(stored->initialize().ok());
+    CHECK(stored->device_at(0)->preferred_weights(weight_type::q6_k, 32, 512)
           == weight_type::q6_k);
+    CHECK(stored->device_at(0)->preferred_weights(weight_type::q4_k, 32, 512)
+          == (gains ? weight_type::q4_k_x16 : weight_type::q4_k));
   }
   if (!gains)
     WARN("this CPU does not gain from packed Q4_K (no AVX-512 VNNI, or AMX "

@@ -30,8 +30,8 @@ TEST_CASE("an empty config gives a single local node with every default") {
   CHECK(cfg.devices.cpu_weights_in_place);
   CHECK(cfg.devices.cpu_pack_weights);
   CHECK(cfg.factory_options().cpu.pack_weights);
-  CHECK_FALSE(cfg.devices.cpu_pack_q6_k);
-  CHECK_FALSE(cfg.factory_options().cpu.pack_q6_k);
+  CHECK(cfg.devices.cpu_pack_q6_k);
+  CHECK(cfg.factory_options().cpu.pack_q6_k);
   CHECK(cfg.devices.cpu_llama_threads == 1);
   CHECK(cfg.devices.cpu_bind_threads);
   CHECK(cfg.devices.cpu_measure_rates);
@@ -59,7 +59,7 @@ TEST_CASE("every documented key is read") {
             "passphrase_file": "pw"},
     "devices": {"include": ["vulkan", "cpu", "sim"], "exclude": ["cuda"],
                 "cpu_memory_limit_mib": 2048, "cpu_weights_in_place": false,
-                "cpu_pack_weights": false, "cpu_pack_q6_k": true,
+                "cpu_pack_weights": false, "cpu_pack_q6_k": false,
                 "cpu_llama_threads": 4, "cpu_bind_threads": false,
                 "cpu_measure_rates": false, "vulkan_measure_rates": false,
                 "cpu_peak_gflops": 150,
@@ -97,8 +97,8 @@ TEST_CASE("every documented key is read") {
   CHECK_FALSE(cfg.devices.cpu_bind_threads);
   CHECK_FALSE(cfg.factory_options().cpu.bind_threads);
   CHECK_FALSE(cfg.factory_options().cpu.pack_weights);
-  CHECK(cfg.devices.cpu_pack_q6_k);
-  CHECK(cfg.factory_options().cpu.pack_q6_k);
+  CHECK_FALSE(cfg.devices.cpu_pack_q6_k);
+  CHECK_FALSE(cfg.factory_options().cpu.pack_q6_k);
   CHECK_FALSE(cfg.factory_options().cpu.measure_rates);
   CHECK_FALSE(cfg.factory_options().vulkan_measure_rates);
   CHECK(cfg.factory_options().cpu.peak_flops == Approx(150e9));

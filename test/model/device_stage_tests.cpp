@@ -44,7 +44,6 @@ backend::registry& devices() {
     backend::factory_options opts;
     opts.use_environment = false;
     opts.sim.devices = {{"a100-40g", ""}};
-    opts.cpu.pack_q6_k = true; // the stages run packed Q6_K too
     auto r = backend::registry::create(opts);
     REQUIRE(r.ok());
     return std::move(*r);
