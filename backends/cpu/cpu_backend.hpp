@@ -28,7 +28,7 @@ struct cpu_options {
   /// With pack_weights, hold Q6_K matrices of 16 rows or more packed too
   /// (weight_type::q6_k_x16) where the CPU has AVX-512 VNNI: the same
   /// results, decode batches of 4-16 sequences 1.4-1.5x faster in those
-  /// products (one token 0.85-0.9x in cache, 1.05-1.1x from DRAM); a
+  /// products (one token 0.85-0.9x in cache, 0.97-1.1x from DRAM); a
   /// 1B-shaped Q4_K_M node +16% at 4 sequences and +19% at 16, even at
   /// one (docs/benchmarks.md). false: Q6_K as stored.
   bool pack_q6_k = true;
