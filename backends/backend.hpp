@@ -610,7 +610,9 @@ public:
   /// Whether attention_paged_rows and store_kv_rows run as one operation
   /// each (else: the default, correct, but row by row after reading the
   /// tables back, which waits for the device's queue; a stage then sends
-  /// a sequence at a time).
+  /// a sequence at a time). The host devices do (their attention's rows
+  /// over the kernels' threads, each row's bits its own), and so do the
+  /// GPU devices' kernels.
   virtual bool runs_paged_rows() const noexcept;
 
   /// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i],

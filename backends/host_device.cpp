@@ -406,6 +406,10 @@ bool host_device::reads_kv_blocks() const noexcept {
   return true;
 }
 
+bool host_device::runs_paged_rows() const noexcept {
+  return true;
+}
+
 status host_device::do_attention_paged(const_view q, const_view k,
                                        const_view v, const_view table,
                                        mut_view out,
@@ -425,24 +429,112 @@ status host_device::do_attention_paged(const_view q, const_view k,
   return attention_locked(q, k, v, out, d);
 }
 
+status host_device::do_attention_paged_rows(const_view q, const_view k,
+                                            const_view v, const_view tables,
+                                            mut_view out,
+                                            const attention_dims& dims,
+                                            std::size_t table_len) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  EXO_TRY(admit("attention_paged_rows"));
+  // Every row checked before any runs (its position in its table, its
+  // blocks inside k and v), so that a bad row leaves no half-written
+  // output: what device::do_attention_paged_rows checks row by row.
+  const std::size_t rows = dims.n_tokens, stride = 1 + table_len;
+  const auto* tab = at<const std::int32_t>(tables.buf, tables.offset);
+  const std::size_t positions = table_len * dims.block_positions;
+  std::vector<attention_dims> one(rows);
+  double macs = 0.0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::int32_t p = tab[r * stride];
+    if (p < 0 || static_cast<std::size_t>(p) >= positions)
+      return fail(errc::out_of_range,
+                  "attention_paged_rows: row " + std::to_string(r)
+                    + "'s position " + std::to_string(p)
+                    + " is outside its table of " + std::to_string(table_len)
+                    + " blocks of " + std::to_string(dims.block_positions));
+    auto& d = one[r];
+    d = dims;
+    d.n_tokens = 1;
+    d.pos0 = static_cast<std::size_t>(p);
+    auto sz = host::check_paged_attention(d); // sizes only: checked
+    if (!sz)
+      return sz.err();
+    const std::int32_t* blocks = tab + r * stride + 1;
+    if (auto bad = host::check_block_table(blocks, attention_blocks(d), *sz,
+                                           host::view_extent(k),
+                                           host::view_extent(v));
+        !bad)
+      return fail(bad.err().code, "attention_paged_rows: row "
+                                    + std::to_string(r) + ": "
+                                    + bad.err().message);
+    d.block_table = blocks;
+    macs += (static_cast<double>(p) + 1.0)
+            * static_cast<double>(dims.n_heads)
+            * static_cast<double>(dims.head_dim);
+  }
+  on_compute();
+  const std::size_t row_bytes = dims.n_heads * dims.head_dim * sizeof(float);
+  const auto run = [&](std::size_t r, int threads) {
+    const_view qr = q;
+    mut_view outr = out;
+    qr.offset += r * row_bytes;
+    outr.offset += r * row_bytes;
+    attention_kernel(qr, k, v, outr, one[r], threads);
+  };
+  // A batch of sequences' decode rows: each row on one thread, the rows
+  // handed out over the threads (a row's bits do not depend on its thread
+  // count), where the whole is worth waking them; alone, each row would
+  // stay on the calling thread below host::attention_split_macs (a decode
+  // row over a short context) and the other threads would wait. One row,
+  // or a small batch: as before, each row's heads over the threads where
+  // it is large enough.
+  const bool by_rows = rows > 1 && threads_ > 1
+                       && (host::all_work_splits()
+                           || macs >= static_cast<double>(
+                                host::attention_split_macs));
+  if (by_rows)
+    host::for_each_job(
+      static_cast<long>(rows), threads_, [] { return 0; },
+      [&](long r, int&) { run(static_cast<std::size_t>(r), 1); });
+  else
+    for (std::size_t r = 0; r < rows; ++r)
+      run(r, threads_);
+  for (std::size_t r = 0; r < rows; ++r) {
+    ++submitted_;
+    account_attention(one[r]);
+  }
+  return {};
+}
+
 status host_device::attention_locked(const_view q, const_view k,
                                      const_view v, mut_view out,
                                      const attention_dims& dims) {
+  attention_kernel(q, k, v, out, dims, threads_);
+  ++submitted_;
+  account_attention(dims);
+  return {};
+}
+
+void host_device::attention_kernel(const_view q, const_view k, const_view v,
+                                   mut_view out, const attention_dims& dims,
+                                   int threads) {
   if (dims.kv == kv_type::f16)
     host::attention(at(q.buf, q.offset),
                     at<const std::uint16_t>(k.buf, k.offset),
                     at<const std::uint16_t>(v.buf, v.offset),
-                    at(out.buf, out.offset), dims, threads_, llama_threads_);
+                    at(out.buf, out.offset), dims, threads, llama_threads_);
   else if (dims.kv == kv_type::q8_0)
     host::attention(at(q.buf, q.offset),
                     at<const host::block_q8_0>(k.buf, k.offset),
                     at<const host::block_q8_0>(v.buf, v.offset),
-                    at(out.buf, out.offset), dims, threads_);
+                    at(out.buf, out.offset), dims, threads);
   else
     host::attention(at(q.buf, q.offset), at(k.buf, k.offset),
                     at(v.buf, v.offset), at(out.buf, out.offset), dims,
-                    threads_, llama_threads_);
-  ++submitted_;
+                    threads, llama_threads_);
+}
+
+void host_device::account_attention(const attention_dims& dims) {
   // Each query row reads its causal prefix of K and V once per KV head.
   double ctx = static_cast<double>(dims.pos0)
                + 0.5 * static_cast<double>(dims.n_tokens + 1);
@@ -456,7 +548,6 @@ status host_device::attention_locked(const_view q, const_view k,
   account(2.0 * q_bytes + kv_bytes,
           4.0 * ctx * static_cast<double>(dims.n_tokens) * dims.n_heads
             * dims.head_dim);
-  return {};
 }
 
 status host_device::do_to_q8_0(const_view a, mut_view out,

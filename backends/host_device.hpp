@@ -40,6 +40,9 @@ public:
                                 std::size_t cols) const noexcept override;
   /// Attention reads a paged cache's rows where they are.
   bool reads_kv_blocks() const noexcept override;
+  /// A decode batch's attention as one operation (do_attention_paged_rows:
+  /// its rows over the kernels' threads) and its K/V rows as one each.
+  bool runs_paged_rows() const noexcept override;
 
   status write(buffer& dst, std::size_t offset, const void* src,
                std::size_t bytes) override;
@@ -72,6 +75,10 @@ protected:
   status do_attention_paged(const_view q, const_view k, const_view v,
                             const_view table, mut_view out,
                             const attention_dims& dims) override;
+  status do_attention_paged_rows(const_view q, const_view k, const_view v,
+                                 const_view tables, mut_view out,
+                                 const attention_dims& dims,
+                                 std::size_t table_len) override;
   status do_silu_mul(const_view gate, const_view up, mut_view out,
                      std::size_t count) override;
   status do_to_f16(const_view a, mut_view out, std::size_t count) override;
@@ -115,6 +122,12 @@ private:
   /// for a paged cache.
   status attention_locked(const_view q, const_view k, const_view v,
                           mut_view out, const attention_dims& dims);
+  /// host::attention on `threads` threads for the kernels, the lock held.
+  void attention_kernel(const_view q, const_view k, const_view v,
+                        mut_view out, const attention_dims& dims,
+                        int threads);
+  /// What an attention of dims moved and computed, to account().
+  void account_attention(const attention_dims& dims);
   class host_buffer;
 
   /// Refuses a buffer size of 0 or past the largest allocation.

@@ -652,6 +652,102 @@ TEST_CASE("a cpu device gives the attention bits of the llama.cpp thread "
   CHECK(std::memcmp(one.data(), two.data(), one.size() * 4) != 0);
 }
 
+TEST_CASE("a cpu device on several threads runs a decode batch's attention "
+          "rows over them, each row with its own bits, and checks every row "
+          "first") {
+  // Six sequences' decode rows over one paged f16 pool (blocks of 32, each
+  // sequence its own run of blocks), 16 heads on 4 KV heads of 64: about
+  // 1.3 M multiply-adds in all, past host::attention_split_macs, while
+  // every row alone is below it (each would stay on one thread).
+  const std::size_t B = 32, heads = 16, kvh = 4, hd = 64, stride = kvh * hd;
+  const std::vector<std::size_t> pos = {100, 400, 7, 250, 333, 180};
+  const std::size_t R = pos.size(), L = (400 + B) / B;
+  std::mt19937 rng{23};
+  std::vector<std::vector<std::uint16_t>> own_k(R), own_v(R);
+  std::vector<std::int32_t> tables;
+  for (std::size_t r = 0; r < R; ++r) {
+    const std::size_t cells = pos[r] + 1;
+    auto kf = random_floats(rng, cells * stride, -2.0f, 2.0f);
+    auto vf = random_floats(rng, cells * stride, -2.0f, 2.0f);
+    own_k[r].resize(kf.size());
+    own_v[r].resize(vf.size());
+    host::to_f16(kf.data(), own_k[r].data(), kf.size());
+    host::to_f16(vf.data(), own_v[r].data(), vf.size());
+    tables.push_back(static_cast<std::int32_t>(pos[r]));
+    for (std::size_t i = 0; i < L; ++i)
+      tables.push_back(static_cast<std::int32_t>(r * L + i));
+  }
+  // K and V in pools of their own, the same block numbers: sequence r's
+  // cell c in block r * L + c / B.
+  std::vector<std::uint16_t> kpool(R * L * B * stride, 0), vpool(kpool);
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t c = 0; c <= pos[r]; ++c) {
+      const std::size_t at = ((r * L + c / B) * B + c % B) * stride;
+      std::copy_n(own_k[r].data() + c * stride, stride, kpool.data() + at);
+      std::copy_n(own_v[r].data() + c * stride, stride, vpool.data() + at);
+    }
+  auto q = random_floats(rng, R * heads * hd, -2.0f, 2.0f);
+  // Each row alone, as host::attention computes it over its own cells.
+  std::vector<float> want(q.size());
+  double macs = 0.0;
+  for (std::size_t r = 0; r < R; ++r) {
+    attention_dims d{1, pos[r], heads, kvh, hd, stride, 0.125f};
+    d.kv = kv_type::f16;
+    host::attention(q.data() + r * heads * hd, own_k[r].data(),
+                    own_v[r].data(), want.data() + r * heads * hd, d, 1);
+    macs += static_cast<double>(pos[r] + 1) * heads * hd;
+  }
+  REQUIRE(macs >= static_cast<double>(host::attention_split_macs));
+  attention_dims d{R, 0, heads, kvh, hd, stride, 0.125f};
+  d.kv = kv_type::f16;
+  d.block_positions = B;
+  d.block_stride = B * stride;
+  for (int threads : {1, 2, 3}) {
+    INFO("threads " << threads);
+    cpu_options o;
+    o.threads = threads;
+    auto be = make_cpu_backend(o);
+    REQUIRE(be->initialize().ok());
+    auto* dev = be->device_at(0);
+    REQUIRE(dev->runs_paged_rows());
+    auto buf = [&](std::size_t bytes) {
+      auto b = dev->allocate(bytes);
+      REQUIRE(b.ok());
+      return std::move(*b);
+    };
+    auto qb = buf(q.size() * 4), kb = buf(kpool.size() * 2),
+         vb = buf(vpool.size() * 2), tb = buf(tables.size() * 4),
+         ob = buf(q.size() * 4);
+    REQUIRE(dev->write(*qb, 0, q.data(), q.size() * 4).ok());
+    REQUIRE(dev->write(*kb, 0, kpool.data(), kpool.size() * 2).ok());
+    REQUIRE(dev->write(*vb, 0, vpool.data(), vpool.size() * 2).ok());
+    REQUIRE(dev->write(*tb, 0, tables.data(), tables.size() * 4).ok());
+    REQUIRE(dev->attention_paged_rows({qb.get(), 0}, {kb.get(), 0},
+                                      {vb.get(), 0}, {tb.get(), 0},
+                                      {ob.get(), 0}, d, L)
+              .ok());
+    std::vector<float> got(q.size());
+    REQUIRE(dev->read(*ob, 0, got.data(), got.size() * 4).ok());
+    CHECK(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
+    // Row 4's last block past the pool: refused, naming the row, before
+    // any row ran (the output as it was).
+    auto bad = tables;
+    bad[4 * (1 + L) + 1 + pos[4] / B] = static_cast<std::int32_t>(R * L);
+    const std::vector<float> marker(q.size(), -7.0f);
+    REQUIRE(dev->write(*tb, 0, bad.data(), bad.size() * 4).ok());
+    REQUIRE(dev->write(*ob, 0, marker.data(), marker.size() * 4).ok());
+    auto st = dev->attention_paged_rows({qb.get(), 0}, {kb.get(), 0},
+                                        {vb.get(), 0}, {tb.get(), 0},
+                                        {ob.get(), 0}, d, L);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.err().code == errc::out_of_range);
+    CHECK(st.err().message.find("row 4") != std::string::npos);
+    std::vector<float> after(q.size());
+    REQUIRE(dev->read(*ob, 0, after.data(), after.size() * 4).ok());
+    CHECK(after == marker);
+  }
+}
+
 TEST_CASE("a cpu device on several threads splits a prompt's row and "
           "elementwise operations and gives one thread's bits") {
   // 1201 rows of 96 (a prompt's): above the split bound (32768 elements),
