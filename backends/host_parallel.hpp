@@ -29,22 +29,6 @@ inline void for_each_index(long n, int threads, F&& body) {
     body(i);
 }
 
-/// body(i) for i in [0, n) over `threads` taken in turn: thread t of T
-/// runs t, t + T, t + 2T, ... (for_each_index hands out contiguous
-/// ranges), so that the threads stream one region of memory together (the
-/// packed matrices' groups: quant_q4_k_x16, quant_q6_k_x16). body also
-/// gets T, the stride of its thread's indices.
-template <class F>
-inline void for_each_in_turn(long n, int threads, F&& body) {
-  const long T = std::max(1L, std::min<long>(threads, n));
-  const long per = (n + T - 1) / T;
-  for_each_index(per * T, threads, [&](long j) {
-    const long i = (j % per) * T + j / per;
-    if (i < n)
-      body(i, T);
-  });
-}
-
 /// body(i, scratch) for i in [0, n) handed out dynamically over `threads`;
 /// each thread makes its own scratch with make_scratch() once.
 template <class MakeScratch, class F>
