@@ -684,15 +684,10 @@ status device::do_attention_paged_rows(const_view q, const_view k,
   std::vector<std::int32_t> tab(dims.n_tokens * stride);
   EXO_TRY(read(*tables.buf, tables.offset, tab.data(), tab.size() * 4));
   const std::size_t row_bytes = dims.n_heads * dims.head_dim * 4;
-  const std::size_t positions = table_len * dims.block_positions;
   for (std::size_t r = 0; r < dims.n_tokens; ++r) {
     const std::int32_t p = tab[r * stride];
-    if (p < 0 || static_cast<std::size_t>(p) >= positions)
-      return fail(errc::out_of_range,
-                  "attention_paged_rows: row " + std::to_string(r)
-                    + "'s position " + std::to_string(p)
-                    + " is outside its table of " + std::to_string(table_len)
-                    + " blocks of " + std::to_string(dims.block_positions));
+    EXO_TRY(host::check_row_position("attention_paged_rows", r, p, table_len,
+                                     dims.block_positions));
     auto d = dims;
     d.n_tokens = 1;
     d.pos0 = static_cast<std::size_t>(p);
@@ -981,17 +976,12 @@ status device::do_store_kv_rows(const_view a, const_view tables, mut_view kv,
   if (!sz)
     return sz.err();
   const std::size_t extent = host::view_extent({kv.buf, kv.offset, kv.limit});
-  const std::size_t positions = dims.table_len * dims.block_positions;
   const std::size_t row_bytes = kv_bytes_of(dims.kv, dims.width);
   std::vector<std::size_t> at(dims.rows);
   for (std::size_t r = 0; r < dims.rows; ++r) {
     const std::int32_t p = tab[r * stride];
-    if (p < 0 || static_cast<std::size_t>(p) >= positions)
-      return fail(errc::out_of_range,
-                  "store_kv_rows: row " + std::to_string(r) + "'s position "
-                    + std::to_string(p) + " is outside its table of "
-                    + std::to_string(dims.table_len) + " blocks of "
-                    + std::to_string(dims.block_positions));
+    EXO_TRY(host::check_row_position("store_kv_rows", r, p, dims.table_len,
+                                     dims.block_positions));
     const auto pp = static_cast<std::size_t>(p);
     const std::int32_t b = tab[r * stride + 1 + pp / dims.block_positions];
     if (!host::check_block_table(&b, 1, *sz, extent, extent))

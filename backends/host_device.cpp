@@ -441,17 +441,12 @@ status host_device::do_attention_paged_rows(const_view q, const_view k,
   // output: what device::do_attention_paged_rows checks row by row.
   const std::size_t rows = dims.n_tokens, stride = 1 + table_len;
   const auto* tab = at<const std::int32_t>(tables.buf, tables.offset);
-  const std::size_t positions = table_len * dims.block_positions;
   std::vector<attention_dims> one(rows);
   double macs = 0.0;
   for (std::size_t r = 0; r < rows; ++r) {
     const std::int32_t p = tab[r * stride];
-    if (p < 0 || static_cast<std::size_t>(p) >= positions)
-      return fail(errc::out_of_range,
-                  "attention_paged_rows: row " + std::to_string(r)
-                    + "'s position " + std::to_string(p)
-                    + " is outside its table of " + std::to_string(table_len)
-                    + " blocks of " + std::to_string(dims.block_positions));
+    EXO_TRY(host::check_row_position("attention_paged_rows", r, p, table_len,
+                                     dims.block_positions));
     auto& d = one[r];
     d = dims;
     d.n_tokens = 1;

@@ -1871,6 +1871,19 @@ std::size_t view_extent(const_view v) noexcept {
   return v.offset <= size ? size - v.offset : 0;
 }
 
+status check_row_position(const char* op, std::size_t row, std::int32_t pos,
+                          std::size_t table_len,
+                          std::size_t block_positions) {
+  if (pos >= 0
+      && static_cast<std::size_t>(pos) < table_len * block_positions)
+    return {};
+  return fail(errc::out_of_range,
+              std::string{op} + ": row " + std::to_string(row)
+                + "'s position " + std::to_string(pos)
+                + " is outside its table of " + std::to_string(table_len)
+                + " blocks of " + std::to_string(block_positions));
+}
+
 status check_block_table(const std::int32_t* table, std::size_t n,
                          const paged_attention_bytes& sz,
                          std::size_t k_extent, std::size_t v_extent) {

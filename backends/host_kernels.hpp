@@ -367,6 +367,14 @@ result<paged_attention_bytes> check_paged_attention(const attention_dims& d);
 /// far a paged cache's blocks may lie.
 std::size_t view_extent(const_view v) noexcept;
 
+/// Checks row `row`'s position `pos` in a decode batch's table of
+/// table_len blocks of block_positions (attention_paged_rows,
+/// store_kv_rows): an error naming `op`, the row and the position where
+/// the table does not cover it.
+status check_row_position(const char* op, std::size_t row, std::int32_t pos,
+                          std::size_t table_len,
+                          std::size_t block_positions);
+
 /// Checks each of the n entries of a block table: an index >= 0 whose
 /// block's rows end within `extent` bytes of k and of v (the views'
 /// bytes from their offsets). An error names the first bad entry.
