@@ -152,7 +152,10 @@ void install_signal_handlers() {
 /// stopped them, and libgomp's and the GPU runtimes' exit-time destructors
 /// racing them aborted one exo-node of a full test suite with "double
 /// free or corruption" in __nptl_deallocate_tsd (the same race as
-/// OpenBLAS's, commit 41240d1). Everything of exo's is stopped and written by then:
+/// OpenBLAS's, commit 41240d1). OpenSSL's atexit cleanup, which frees
+/// every thread's stop handlers under threads still ending, is one such
+/// destructor; programs that return from main are kept from it by
+/// core/tls/openssl_exit.cpp. Everything of exo's is stopped and written by then:
 /// the runtime stops its services and devices and closes the audit log;
 /// the standard streams are flushed here. Sanitizer builds still check
 /// for leaks.
