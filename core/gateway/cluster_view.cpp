@@ -303,6 +303,23 @@ const char* const stage_counts[] = {
   "kv_blocks_used", "kv_blocks_shared", "kv_block_positions",
   "forwards",       "rows",          "merged_steps"};
 
+/// A stage entry's `layers` label: its first and last layer, both
+/// included, as the dashboard, a job's stages (first_layer, last_layer)
+/// and the placement's texts write them ("0-15"); a stage of no layers
+/// (the entries say [first, last)) is its first alone. Read as integers:
+/// a peer's 2^64 - 1 through a double would not convert back.
+std::string layers_label(const json& e) {
+  auto count = [&](const char* key) {
+    return e.contains(key) && e[key].is_number_unsigned()
+             ? e[key].get<std::uint64_t>()
+             : std::uint64_t{0};
+  };
+  const auto a = count("first");
+  const auto b = count("last");
+  return b > a ? std::to_string(a) + "-" + std::to_string(b - 1)
+               : std::to_string(a);
+}
+
 /// Most buckets a stage's wait histogram may have (a peer's input).
 constexpr std::size_t max_wait_bounds = 32;
 
@@ -395,9 +412,7 @@ void write_stage_metrics(prometheus::text_writer& w, const json& stages) {
         {"node", str(e, "node")},
         {"device", str(e, "device")},
         {"model", str(e, "model")},
-        {"layers", std::to_string(static_cast<std::uint64_t>(num(e, "first")))
-                     + "-"
-                     + std::to_string(static_cast<std::uint64_t>(num(e, "last")))},
+        {"layers", layers_label(e)},
         {"kv_type", str(e, "kv_type")}};
       std::string key;
       for (auto& [_, v] : labels)

@@ -6,6 +6,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <limits>
+
 using namespace exo::gateway;
 using exo::text::json;
 
@@ -262,9 +265,9 @@ TEST_CASE("a node's device stages become the serving metrics, a peer's "
   const auto& out = w.str();
   INFO(out);
   const std::string sim = "{node=\"alpha\",device=\"sim:0\",model="
-                          "\"d0804fd7562d\",layers=\"0-4\",kv_type=\"f16\"}";
+                          "\"d0804fd7562d\",layers=\"0-3\",kv_type=\"f16\"}";
   const std::string cpu = "{node=\"alpha\",device=\"cpu:0\",model="
-                          "\"d0804fd7562d\",layers=\"0-4\",kv_type=\"f16\"}";
+                          "\"d0804fd7562d\",layers=\"0-3\",kv_type=\"f16\"}";
   CHECK(out.find("# TYPE exo_stage_jobs gauge\n") != std::string::npos);
   CHECK(out.find("exo_stage_jobs" + sim + " 4\n") != std::string::npos);
   CHECK(out.find("exo_stage_jobs" + cpu + " 2\n") != std::string::npos);
@@ -290,6 +293,36 @@ TEST_CASE("a node's device stages become the serving metrics, a peer's "
   CHECK(make_snapshot(parts)["stages"].size() == 3);
   parts.stages = json{{"not", "a list"}};
   CHECK(make_snapshot(parts)["stages"].empty());
+  // The label names the first and the last layer, as the dashboard and a
+  // job's stages do: one layer is "7-7"; no layer (a stage of the output
+  // alone would be one) is its first; a peer's 2^64 - 1 stays an integer.
+  {
+    auto one = stage("sim:3", 1, 32);
+    one["first"] = 7;
+    one["last"] = 8;
+    auto empty = stage("sim:4", 1, 32);
+    empty["first"] = 5;
+    empty["last"] = 5;
+    auto huge = stage("sim:5", 1, 32);
+    huge["first"] = std::numeric_limits<std::uint64_t>::max() - 1;
+    huge["last"] = std::numeric_limits<std::uint64_t>::max();
+    auto odd = stage_entries("beta", {{"stage 0", exo::text::compact(one)},
+                                      {"stage 1", exo::text::compact(empty)},
+                                      {"stage 2", exo::text::compact(huge)}});
+    REQUIRE(odd.size() == 3);
+    prometheus::text_writer labels;
+    write_stage_metrics(labels, odd);
+    INFO(labels.str());
+    CHECK_THAT(labels.str(),
+               Catch::Contains("device=\"sim:3\",model=\"d0804fd7562d\","
+                               "layers=\"7-7\""));
+    CHECK_THAT(labels.str(),
+               Catch::Contains("device=\"sim:4\",model=\"d0804fd7562d\","
+                               "layers=\"5\""));
+    CHECK_THAT(labels.str(),
+               Catch::Contains("layers=\"18446744073709551614-"
+                               "18446744073709551614\""));
+  }
   // No stage: no family at all.
   prometheus::text_writer none;
   write_stage_metrics(none, json::array());
@@ -357,7 +390,7 @@ TEST_CASE("a stage's batch waits become a histogram summed by labels, "
   const auto& out = w.str();
   INFO(out);
   const std::string sim = "{node=\"alpha\",device=\"sim:0\",model="
-                          "\"d0804fd7562d\",layers=\"0-4\",kv_type=\"f16\"";
+                          "\"d0804fd7562d\",layers=\"0-3\",kv_type=\"f16\"";
   CHECK(out.find("# TYPE exo_stage_batch_wait_seconds histogram\n")
         != std::string::npos);
   CHECK(out.find("exo_stage_batch_wait_seconds_bucket" + sim

@@ -237,7 +237,9 @@ TEST_CASE("a real Prometheus scrapes two gateways and finds every device's "
       stage_nodes.insert(m[3].str());
       stage_series.push_back("exo_stage_forwards_total{node=\"" + m[3].str()
                              + "\",device=\"" + m[4].str() + "\",model=\"");
-      stage_series.push_back(",layers=\"" + m[1].str() + "-" + m[2].str()
+      // The label names the last layer, not the range's end.
+      stage_series.push_back(",layers=\"" + m[1].str() + "-"
+                             + std::to_string(std::stoul(m[2].str()) - 1)
                              + "\",kv_type=\"f16\"} ");
     }
   }

@@ -620,7 +620,7 @@ TEST_CASE("exo-node serve's /metrics shows the stage its requests share: "
   CHECK(ratio > 0);
   CHECK(ratio <= 1);
   CHECK(contains(during, "exo_stage_forwards_total{node=\"n1\",device=\"sim:"));
-  CHECK(contains(during, ",layers=\"0-4\",kv_type=\"f16\"}"));
+  CHECK(contains(during, ",layers=\"0-3\",kv_type=\"f16\"}"));
   auto short_run = run(curl(16, false), 130s);
   INFO(short_run.out << short_run.err);
   CHECK(contains(short_run.out, "\"finish_reason\":\"length\""));
