@@ -153,10 +153,19 @@ hf_vocab convert(const std::string& tokenizer_json,
   // id -> text over the model's vocabulary and the added tokens.
   std::map<int64_t, std::string> by_id;
   std::map<std::string, int64_t> id_of;
+  if (vocab_size > max_hf_vocab_tokens)
+    throw gguf_error("vocabulary size " + std::to_string(vocab_size) +
+                     " is larger than exo converts (" +
+                     std::to_string(max_hf_vocab_tokens) + " tokens)");
   auto put = [&](const std::string& text, const json& idv) {
     if (!idv.is_number_integer() || idv.get<int64_t>() < 0 ||
         idv.get<int64_t>() > INT32_MAX)
       throw gguf_error("tokenizer.json: token '" + text + "' has no valid id");
+    if (idv.get<int64_t>() >= static_cast<int64_t>(max_hf_vocab_tokens))
+      throw gguf_error("tokenizer.json: token '" + text + "' has id " +
+                       std::to_string(idv.get<int64_t>()) +
+                       ", beyond the largest vocabulary exo converts (" +
+                       std::to_string(max_hf_vocab_tokens) + " tokens)");
     int64_t id = idv.get<int64_t>();
     by_id[id] = text;
     id_of[text] = id;
@@ -230,10 +239,20 @@ hf_vocab convert(const std::string& tokenizer_json,
   } else {
     v.model = "gpt2";
     v.pre = pre.empty() ? pre_name(tj.value("pre_tokenizer", json())) : pre;
-    const int64_t n = vocab_size == 0 ? max_id + 1 : vocab_size;
+    // Without a vocabulary size the tokenizer's own count is the size, as
+    // convert_hf_to_gguf.py takes it (len(vocab)): an id at or above it
+    // leaves ids without a token, which only a given size pads (and an id
+    // far out would otherwise pad millions of them: found by
+    // fuzz_tokenizer).
+    const int64_t n =
+        vocab_size == 0 ? static_cast<int64_t>(by_id.size()) : vocab_size;
     if (max_id >= n)
-      throw gguf_error("tokenizer.json has token id " + std::to_string(max_id) +
-                       ", outside the vocabulary size " + std::to_string(n));
+      throw gguf_error(
+          "tokenizer.json has token id " + std::to_string(max_id) +
+          ", outside the vocabulary size " + std::to_string(n) +
+          (vocab_size == 0 ? " (its count of tokens: ids must be contiguous "
+                             "unless a vocabulary size pads them)"
+                           : ""));
     for (int64_t id = 0; id < n; ++id) {
       auto it = by_id.find(id);
       if (it == by_id.end()) {

@@ -21,6 +21,10 @@ struct hf_vocab {
   std::string chat_template;                      ///< Empty: not written.
 };
 
+/// The most tokens a converted vocabulary may have (16x the largest real
+/// one, Gemma's 262144): a larger `vocab_size` or token id is refused.
+inline constexpr uint32_t max_hf_vocab_tokens = 1u << 22;
+
 /// Converts the text of a tokenizer.json (and of its tokenizer_config.json,
 /// "" when there is none) the way convert_hf_to_gguf.py does:
 /// - byte-level BPE (Llama 3, Qwen, GPT-2, SmolLM) becomes "gpt2" with the
@@ -33,9 +37,10 @@ struct hf_vocab {
 ///   LlamaHfVocab does;
 /// - bos/eos/unk/pad, add_bos/add_eos and the chat template come from
 ///   tokenizer_config.json.
-/// `vocab_size` 0 keeps the tokenizer's own count; `pre` overrides the
-/// pre-tokenizer name found. Throws gguf_error naming the problem for JSON
-/// that does not parse or a tokenizer it cannot convert.
+/// `vocab_size` 0 keeps the tokenizer's own count (its ids then contiguous
+/// from 0); `pre` overrides the pre-tokenizer name found. Throws gguf_error
+/// naming the problem for JSON that does not parse or a tokenizer it cannot
+/// convert.
 hf_vocab hf_vocab_from_json(const std::string& tokenizer_json,
                             const std::string& tokenizer_config_json,
                             uint32_t vocab_size = 0,

@@ -272,6 +272,37 @@ TEST_CASE("bad tokenizer.json files are refused with the problem named",
   CHECK_THROWS_WITH(hf_vocab_from_json(tiny_tokenizer_json(llama3_pre), "",
                                        100),
                     Catch::Contains("outside the vocabulary size 100"));
+  // An added token's id far past the others: without a vocabulary size
+  // that padded the gap with "[PADn]" tokens, 444 million of them for
+  // fuzz_tokenizer's input (a timeout). Ids at or above the tokenizer's
+  // count are refused, as convert_hf_to_gguf.py refuses them, and ids
+  // past exo's limit (16x the largest real vocabulary) always; given a
+  // size, a gap is padded as before.
+  auto with_eot_id = [](const std::string& id) {
+    auto j = tiny_tokenizer_json(llama3_pre);
+    const auto eot = j.find("\"content\":\"<|eot_id|>\"");
+    REQUIRE(eot != std::string::npos);
+    const auto at = j.rfind("\"id\":", eot) + 5;
+    j.replace(at, j.find(',', at) - at, id);
+    return j;
+  };
+  CHECK_THROWS_WITH(hf_vocab_from_json(with_eot_id("100000"), ""),
+                    Catch::Contains("token id 100000, outside the vocabulary "
+                                    "size 267 (its count of tokens: ids must "
+                                    "be contiguous"));
+  CHECK_THROWS_WITH(hf_vocab_from_json(with_eot_id("444444448"), ""),
+                    Catch::Contains("has id 444444448, beyond the largest "
+                                    "vocabulary exo converts (4194304"));
+  CHECK_THROWS_WITH(hf_vocab_from_json(with_eot_id("444444448"), "", 500),
+                    Catch::Contains("beyond the largest vocabulary"));
+  CHECK_THROWS_WITH(hf_vocab_from_json(tiny_tokenizer_json(llama3_pre), "",
+                                       max_hf_vocab_tokens + 1),
+                    Catch::Contains("larger than exo converts"));
+  auto padded = hf_vocab_from_json(with_eot_id("300"), "", 320);
+  REQUIRE(padded.tokens.size() == 320);
+  CHECK(padded.tokens[300] == "<|eot_id|>");
+  CHECK(padded.tokens[265] == "[PAD265]");
+  CHECK(padded.tokens[299] == "[PAD299]");
 }
 
 TEST_CASE("long runs of one character class split without a regex limit",
