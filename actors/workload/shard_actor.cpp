@@ -1,5 +1,6 @@
 #include "actors/workload/shard_actor.hpp"
 
+#include "actors/attachables.hpp"
 #include "actors/device/device_task.hpp"
 #include "core/model/sampler.hpp"
 #include "core/workload/prefix_cache.hpp"
@@ -181,6 +182,8 @@ std::atomic<std::uint64_t> total_merged_steps{0};
 
 struct shard_state {
   shard_setup cfg;
+  /// cfg.owner's address, read when the shard ends (demonitor_at_exit).
+  std::shared_ptr<caf::actor_addr> owner_cell;
   caf::actor device; ///< cfg.device, dynamically typed: tasks are delegated
   std::shared_ptr<shard_slot> slot;
   /// Buffers on this shard's device that the previous stage (same node)
@@ -1275,6 +1278,10 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
   st.cfg = std::move(cfg);
   st.device = caf::actor_cast<caf::actor>(st.cfg.device);
   set_up(self);
+  // The owner (a coordinator) outlives its shards: each stops monitoring
+  // it when it ends (actors/attachables.hpp), whichever owner it has then.
+  st.owner_cell = std::make_shared<caf::actor_addr>(st.cfg.owner.address());
+  demonitor_at_exit(self, st.owner_cell);
   if (st.cfg.owner) {
     self->monitor(st.cfg.owner);
     self->set_down_handler([self](caf::down_msg& dm) {
@@ -1369,6 +1376,7 @@ caf::behavior shard_impl(self_ptr self, shard_setup cfg) {
       self->demonitor(st.cfg.owner);
       st.cfg.owner = std::move(owner);
       self->monitor(st.cfg.owner);
+      *st.owner_cell = st.cfg.owner.address();
       if (st.cfg.host)
         self->send(st.cfg.host, adopt_atom::value,
                    caf::actor_cast<caf::actor>(self),

@@ -1,5 +1,6 @@
 #include "runtime/gateway/job_backend.hpp"
 
+#include "actors/attachables.hpp"
 #include "messages/errors.hpp"
 #include "core/tokenizer/tokenizer.hpp"
 #include "messages/workload.hpp"
@@ -323,7 +324,11 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
   // the stream by it through another node.
   st.mapped.job.name = req.id;
   // A coordinator that goes away (the node stopping) may never answer.
+  // The coordinator outlives every request: the monitor goes with the
+  // bridge, or the coordinator would keep each bridge's memory.
   self->monitor(coordinator);
+  demonitor_at_exit(self,
+                    std::make_shared<caf::actor_addr>(coordinator.address()));
   self->set_down_handler([self](caf::down_msg&) {
     fail_with(self, unavailable("the node is stopping"));
     self->quit();
