@@ -8,8 +8,13 @@
 // device (its reference, computed first); consoles whose node dies
 // re-attach through another. At the end, with no job left, each node's
 // actors are counted against a fresh node's and its memory against what
-// it had when it started. Prints a Markdown report (EXO_SOAK_REPORT=FILE
-// writes it there too) and fails on any lost or wrong output or leak.
+// it had 30 s into its last life: a node whose last life lasted at least
+// EXO_SOAK_MEMORY_LIFE_MIN minutes (10) may not have grown by more than
+// EXO_SOAK_MEMORY_SLACK_MIB (16) since then. The last node (n4) is the
+// witness: frozen like the others but never killed or stopped, so it
+// lives through the whole soak, serving and losing peers all along. Prints a Markdown report
+// (EXO_SOAK_REPORT=FILE writes it there too) and fails on any lost or
+// wrong output or leak.
 //
 //   EXO_SOAK_MINUTES=30 build/bench/workload/soak_bench   (make soak)
 //
@@ -365,13 +370,18 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
   std::uniform_int_distribution<std::size_t> pick_event(
     0, event_kinds.size() - 1);
   std::uniform_int_distribution<std::size_t> pick_victim(0, nodes.size() - 1);
+  std::uniform_int_distribution<std::size_t> pick_mortal(0, nodes.size() - 2);
   while (steady::now() < end) {
     collect(false, 0s);
     while (runs.size() < static_cast<std::size_t>(clients))
       launch();
     if (steady::now() >= next_event) {
-      auto& v = nodes[pick_victim(rng)];
       auto kind = event_kinds[pick_event(rng)];
+      // The last node is the witness: frozen like the others, never
+      // killed or stopped, so one process lives through the whole soak
+      // and its memory can be judged (another node's last life is a
+      // couple of minutes on average).
+      auto& v = nodes[kind == 1 ? pick_victim(rng) : pick_mortal(rng)];
       for (auto& n : nodes)
         n.log_at_event = n.now.proc->out().size();
       auto at = std::chrono::duration<double>(steady::now() - began).count();
@@ -390,10 +400,11 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
         restart(v);
         ++events["stopped (SIGTERM) and restarted"];
       }
-      std::printf("%7.1f s: %s %s; %d runs right, %d wrong, %d failed\n", at,
-                  v.opts.name.c_str(),
+      std::printf("%7.1f s: %s %s; %d runs right, %d wrong, %d failed; "
+                  "the witness at %ld MiB\n",
+                  at, v.opts.name.c_str(),
                   kind == 0 ? "killed" : kind == 1 ? "frozen" : "restarted",
-                  ok, wrong, failed);
+                  ok, wrong, failed, rss_kib(nodes.back().now.proc->pid()) / 1024);
       std::fflush(stdout);
       if (!converged()) {
         // Not back on every view within 60 s: say what each node sees,
@@ -451,20 +462,43 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
     }
   std::ostringstream rep;
   auto secs = std::chrono::duration<double>(steady::now() - began).count();
-  rep << "| node | lives | actors at the end (a fresh node: " << actors_fresh
+  // Memory: a node that lived long enough in its last life may not have
+  // grown by more than the slack since 30 s into it (the 2026-12-07 soak
+  // before the monitor fix grew 16-38 MiB in 10-30 minutes).
+  auto env_long = [](const char* name, long fallback) {
+    auto* v = std::getenv(name);
+    return v != nullptr ? std::atol(v) : fallback;
+  };
+  const long slack_mib = env_long("EXO_SOAK_MEMORY_SLACK_MIB", 16);
+  const long life_min = env_long("EXO_SOAK_MEMORY_LIFE_MIN", 10);
+  rep << "| node | lives | its last life | actors at the end (a fresh node: "
+      << actors_fresh
       << ") | memory 30 s into its last life | memory at the end |\n"
-      << "| --- | --- | --- | --- | --- |\n";
-  int leaks = 0;
+      << "| --- | --- | --- | --- | --- | --- |\n";
+  int leaks = 0, grown = 0;
   for (auto& n : nodes) {
     auto actors = actor_count(p, n.now.port);
     auto rss = rss_kib(n.now.proc->pid());
+    auto life = std::chrono::duration<double>(steady::now() - n.born).count();
     if (actors < 0 || actors > actors_fresh)
       ++leaks;
-    rep << "| " << n.opts.name << " | " << n.lives << " | " << actors
-        << " | " << (n.rss_start ? std::to_string(n.rss_start / 1024)
-                                       + " MiB"
-                                 : std::string{"-"})
-        << " | " << rss / 1024 << " MiB |\n";
+    const bool judged = n.rss_start != 0 && life >= 60.0 * life_min;
+    const bool over = judged && rss - n.rss_start > slack_mib * 1024;
+    if (over) {
+      ++grown;
+      problems.push_back(n.opts.name + " grew by "
+                         + std::to_string((rss - n.rss_start) / 1024)
+                         + " MiB in its last life of "
+                         + std::to_string(static_cast<int>(life / 60))
+                         + " min (slack " + std::to_string(slack_mib)
+                         + " MiB)");
+    }
+    rep << "| " << n.opts.name << " | " << n.lives << " | "
+        << static_cast<int>(life / 60) << " min | " << actors << " | "
+        << (n.rss_start ? std::to_string(n.rss_start / 1024) + " MiB"
+                        : std::string{"-"})
+        << " | " << rss / 1024 << " MiB" << (over ? " (over)" : "")
+        << " |\n";
   }
   std::ostringstream head;
   head << "Soak: " << minutes << " min of events (" << secs
@@ -477,7 +511,9 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
     head << "| " << what << " | " << n << " |\n";
   head << "\nRuns: " << ok << " with the reference's text, " << wrong
        << " with another text, " << failed << " failed, " << unfinished
-       << " unfinished; " << recoveries << " recoveries reported ("
+       << " unfinished; " << grown << " nodes grew by more than "
+       << slack_mib << " MiB in a last life of " << life_min
+       << " min or more; " << recoveries << " recoveries reported ("
        << handoffs << " handoffs of a stopping coordinator; " << none_refed
        << " re-fed no token); "
        << unconverged << " events after which the cluster did not "
@@ -494,6 +530,7 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
   CHECK(failed == 0);
   CHECK(unfinished == 0);
   CHECK(leaks == 0);
+  CHECK(grown == 0);
   CHECK(unconverged == 0);
   for (auto& n : nodes)
     n.now.proc->signal(SIGTERM);
