@@ -1141,11 +1141,34 @@ TEST_CASE("jobs that run the same layers on one device share its stage and "
     }
     // The first stage waited for the other job: their steps ran together.
     // (Stages of one node hand activations over on the device; those
-    // steps run alone, so only the one-stage layout batches here.)
-    if (l.bounds.size() == 2)
-      CHECK(num(snapshot_of(self, s1[0]), "merged_steps") > 0);
+    // steps run alone, so only the one-stage layout batches here.) A job
+    // is waited for once it has run in the stage: on a loaded machine the
+    // second thread's job can reach the stage only after the first one's
+    // 12 tokens (a CI run saw it), so the pair runs again, a few times at
+    // most, until their steps met; the tokens must be right every time.
+    const auto merged_first = num(snapshot_of(self, s1[0]), "merged_steps");
     f.stop(s1);
     f.stop(s2);
+    if (l.bounds.size() == 2) {
+      auto merged = merged_first;
+      for (int again = 0; merged == 0 && again < 5; ++again) {
+        auto p1 = f.pipeline(l.bounds, l.on);
+        auto p2 = f.pipeline(l.bounds, l.on);
+        workload::job_result q1, q2;
+        std::thread u1([&] { q1 = workload::run_job(*f.sys, job1(p1)); });
+        std::thread u2([&] { q2 = workload::run_job(*f.sys, job2(p2)); });
+        u1.join();
+        u2.join();
+        REQUIRE(q1.error.empty());
+        REQUIRE(q2.error.empty());
+        CHECK(q1.tokens == a1.tokens);
+        CHECK(q2.tokens == a2.tokens);
+        merged = num(snapshot_of(self, p1[0]), "merged_steps");
+        f.stop(p1);
+        f.stop(p2);
+      }
+      CHECK(merged > 0);
+    }
   }
 }
 
