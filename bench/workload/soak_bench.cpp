@@ -12,9 +12,9 @@
 // EXO_SOAK_MEMORY_LIFE_MIN minutes (10) may not have grown by more than
 // EXO_SOAK_MEMORY_SLACK_MIB (16) since then. The last node (n4) is the
 // witness: frozen like the others but never killed or stopped, so it
-// lives through the whole soak, serving and losing peers all along. Prints a Markdown report
-// (EXO_SOAK_REPORT=FILE writes it there too) and fails on any lost or
-// wrong output or leak.
+// lives through the whole soak, serving and losing peers all along.
+// Prints a Markdown report (EXO_SOAK_REPORT=FILE writes it there too) and
+// fails on any lost or wrong output or leak.
 //
 //   EXO_SOAK_MINUTES=30 build/bench/workload/soak_bench   (make soak)
 //
@@ -404,7 +404,8 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
                   "the witness at %ld MiB\n",
                   at, v.opts.name.c_str(),
                   kind == 0 ? "killed" : kind == 1 ? "frozen" : "restarted",
-                  ok, wrong, failed, rss_kib(nodes.back().now.proc->pid()) / 1024);
+                  ok, wrong, failed,
+                  rss_kib(nodes.back().now.proc->pid()) / 1024);
       std::fflush(stdout);
       if (!converged()) {
         // Not back on every view within 60 s: say what each node sees,

@@ -1114,17 +1114,24 @@ TEST_CASE("jobs that run the same layers on one device share its stage and "
     std::vector<std::uint64_t> t1_alone, t2_alone;
     auto a1 = alone(job1, t1_alone);
     auto a2 = alone(job2, t2_alone);
+    // Both jobs at once, each on its own pipeline: each gets its tokens
+    // alone.
+    auto together = [&](const std::vector<caf::actor>& p1,
+                        const std::vector<caf::actor>& p2) {
+      std::pair<workload::job_result, workload::job_result> r;
+      std::thread t1([&] { r.first = workload::run_job(*f.sys, job1(p1)); });
+      std::thread t2([&] { r.second = workload::run_job(*f.sys, job2(p2)); });
+      t1.join();
+      t2.join();
+      REQUIRE(r.first.error.empty());
+      REQUIRE(r.second.error.empty());
+      CHECK(r.first.tokens == a1.tokens);
+      CHECK(r.second.tokens == a2.tokens);
+      return r;
+    };
     auto s1 = f.pipeline(l.bounds, l.on);
     auto s2 = f.pipeline(l.bounds, l.on);
-    workload::job_result r1, r2;
-    std::thread t1([&] { r1 = workload::run_job(*f.sys, job1(s1)); });
-    std::thread t2([&] { r2 = workload::run_job(*f.sys, job2(s2)); });
-    t1.join();
-    t2.join();
-    REQUIRE(r1.error.empty());
-    REQUIRE(r2.error.empty());
-    CHECK(r1.tokens == a1.tokens);
-    CHECK(r2.tokens == a2.tokens);
+    auto [r1, r2] = together(s1, s2);
     CHECK(r1.logits == a1.logits); // host devices: the same bits
     CHECK(r2.logits == a2.logits);
     for (std::size_t i = 0; i + 1 < l.bounds.size(); ++i) {
@@ -1144,7 +1151,7 @@ TEST_CASE("jobs that run the same layers on one device share its stage and "
     // steps run alone, so only the one-stage layout batches here.) A job
     // is waited for once it has run in the stage: on a loaded machine the
     // second thread's job can reach the stage only after the first one's
-    // 12 tokens (a CI run saw it), so the pair runs again, a few times at
+    // 12 tokens (a full run saw it), so the pair runs again, a few times at
     // most, until their steps met; the tokens must be right every time.
     const auto merged_first = num(snapshot_of(self, s1[0]), "merged_steps");
     f.stop(s1);
@@ -1154,15 +1161,7 @@ TEST_CASE("jobs that run the same layers on one device share its stage and "
       for (int again = 0; merged == 0 && again < 5; ++again) {
         auto p1 = f.pipeline(l.bounds, l.on);
         auto p2 = f.pipeline(l.bounds, l.on);
-        workload::job_result q1, q2;
-        std::thread u1([&] { q1 = workload::run_job(*f.sys, job1(p1)); });
-        std::thread u2([&] { q2 = workload::run_job(*f.sys, job2(p2)); });
-        u1.join();
-        u2.join();
-        REQUIRE(q1.error.empty());
-        REQUIRE(q2.error.empty());
-        CHECK(q1.tokens == a1.tokens);
-        CHECK(q2.tokens == a2.tokens);
+        (void) together(p1, p2);
         merged = num(snapshot_of(self, p1[0]), "merged_steps");
         f.stop(p1);
         f.stop(p2);
