@@ -144,6 +144,22 @@ constexpr int max_quiet_rounds = 30;
 /// takeover): beyond that it is going round in circles.
 constexpr int max_job_moves = 32;
 
+/// Rounds in a row in which every member answered that it has no trace
+/// of the job (not running, starting, backed up or ended there) before a
+/// console's own `run` is submitted again: the job was lost before any
+/// backup held it (its node died between starting it and its first
+/// replication, or before it was submitted at all). A backup holds its
+/// replica from the job's first replication on, so a job that can still
+/// go on is found in the first round; the later rounds let a replica in
+/// flight arrive. The client has seen nothing of the run (its reply comes
+/// at the end), so running it again loses nothing and repeats nothing the
+/// client saw; the lost copy may have run part of the way, never twice to
+/// the client.
+constexpr int lost_run_rounds = 3;
+
+/// Times a console submits its `run` again (each after lost_run_rounds).
+constexpr int max_resubmissions = 2;
+
 /// A `run` (or `attach`) whose node died while the console waited, or
 /// whose node ended its copy because the job's backup took it over: the
 /// console connects to another member (the one that took the job over
@@ -151,16 +167,22 @@ constexpr int max_job_moves = 32;
 /// does so again each time the job moves on (the node it re-attached
 /// through goes too, or its copy is taken over in turn) or is not there
 /// yet (a takeover under way); the members come from the last node that
-/// answered. Returns the job's reply; throws client_error for an error
-/// about the job itself, when no member could be reached in a round, or
-/// when no member has had it for max_quiet_rounds rounds.
+/// answered. `rerun`: the console's own `run` (its argument line, with its
+/// --id), submitted again through a member when none has any trace of
+/// the job (lost_run_rounds); empty for an `attach`. Returns the job's
+/// reply; throws client_error for an error about the job itself, when no
+/// member could be reached in a round, or when no member has had it for
+/// max_quiet_rounds rounds.
 exo::console_reply reattach(exo::console::client& c, exo::member_view view,
                             std::string lost_node, const std::string& name,
-                            const std::string& auth, std::string why) {
+                            const std::string& auth, std::string why,
+                            const std::string& rerun) {
   using namespace exo;
   auto prefer = console::taken_over_by(why);
   int quiet = 0;
   int moves = 0;
+  int unanimous = 0; // rounds in a row in which every member had no trace
+  int resubmitted = 0;
   for (;;) {
     // The node a takeover named is asked even when the view holds it dead:
     // a node that froze and came back may be listed so a while.
@@ -178,6 +200,8 @@ exo::console_reply reattach(exo::console::client& c, exo::member_view view,
     std::string tried;
     bool moved = false;
     bool reached = false; // a member answered (it may have the job later)
+    bool none_has = !order.empty(); // each member: "no job" (none missed)
+    std::string answered;           // the last member that did
     for (auto& n : order) {
       auto m = std::find_if(view.members.begin(), view.members.end(),
                             [&](const member_info& x) { return x.name == n; });
@@ -191,6 +215,7 @@ exo::console_reply reattach(exo::console::client& c, exo::member_view view,
         std::cerr << "exo-console: " << node << ": " << e.what() << "\n";
         tried += std::string{tried.empty() ? "" : "; "} + node + ": "
                  + e.what();
+        none_has = false;
         continue;
       }
       reached = true;
@@ -211,6 +236,7 @@ exo::console_reply reattach(exo::console::client& c, exo::member_view view,
           case console::job_follow::ended:
             throw;
           case console::job_follow::not_found:
+            answered = node;
             continue;
           case console::job_follow::node_lost:
             prefer.clear();
@@ -228,6 +254,7 @@ exo::console_reply reattach(exo::console::client& c, exo::member_view view,
     }
     if (moved) {
       quiet = 0;
+      unanimous = 0;
       if (++moves > max_job_moves)
         throw console::client_error(why + "; job " + name + " moved "
                                     + std::to_string(max_job_moves)
@@ -236,6 +263,36 @@ exo::console_reply reattach(exo::console::client& c, exo::member_view view,
       if (moves > 2)
         std::this_thread::sleep_for(std::chrono::milliseconds(250));
       continue;
+    }
+    unanimous = none_has ? unanimous + 1 : 0;
+    if (!rerun.empty() && unanimous >= lost_run_rounds
+        && resubmitted < max_resubmissions && !answered.empty()) {
+      ++resubmitted;
+      unanimous = 0;
+      quiet = 0;
+      auto m = std::find_if(view.members.begin(), view.members.end(),
+                            [&](const member_info& x) {
+                              return x.name == answered;
+                            });
+      std::cerr << "exo-console: no node has job " << name
+                << " (lost before any backup held it); running it again "
+                   "through "
+                << answered << "\n";
+      try {
+        if (m == view.members.end())
+          throw console::client_error(answered + " left the member view");
+        c.connect(m->host, m->port);
+        return c.ask("run", rerun);
+      } catch (const console::client_error& e) {
+        std::string msg = e.what();
+        std::cerr << "exo-console: " << answered << ": " << msg << "\n";
+        if (console::follow_reading(msg) == console::job_follow::ended)
+          throw; // the run's own answer (e.g. refused): the client's
+        lost_node = answered;
+        prefer = console::taken_over_by(msg);
+        why = msg;
+        continue;
+      }
     }
     // No member to wait for (none could be reached), or waited enough.
     if (!reached || ++quiet >= max_quiet_rounds)
@@ -331,7 +388,8 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
             || (msg.rfind("lost node ", 0) != 0
                 && msg.find(console::job_taken_over) == std::string::npos))
           throw;
-        reply = reattach(c, members, c.node_name(), name, auth, msg);
+        reply = reattach(c, members, c.node_name(), name, auth, msg,
+                         cmd == "run" ? rest : std::string{});
       }
       std::cout << (json ? reply.json : reply.text);
       if (!json && !reply.text.empty() && reply.text.back() != '\n')

@@ -1916,6 +1916,51 @@ struct story_on_three {
   std::string third_name() const { return backup == "spare" ? "peer" : "spare"; }
 };
 
+TEST_CASE("a run whose node dies before any backup holds it is run again "
+          "by its console through another node, with the same text",
+          "[workload][process]") {
+  pki p{"exo-lost-run"};
+  auto model = long_model(p);
+  p.node("coord");
+  p.node("peer");
+  // coord backs none of its jobs up: every job it runs is one that dies
+  // with it (as one does between its start and its first replication).
+  node_options co{"coord"};
+  co.failure_timeout_ms = 3000;
+  co.state_dir = p.dir + "/coord/state";
+  co.extra = R"(, "safety": {"access_key_file": ")" + p.dir
+             + R"(/access.key"}, "models": {"dirs": [")" + p.dir
+             + R"("], "backup_jobs": false})";
+  auto coord = start_node(p, co);
+  auto peer = shared_key_node(p, "peer", {coord.port});
+  auto job = story_job(model, 3000);
+  auto reference = solo_text(p, peer.port, job, 3000);
+  REQUIRE(eventually(
+    p, coord.port, "nodes",
+    [](const std::string& out) {
+      return contains(out, "\"peer\"") && !contains(out, "\"dead\"");
+    },
+    30s));
+  process runner{background_console(p, coord.port,
+                                    job + " --stages 1 --id lost")};
+  REQUIRE(job_has_tokens(p, coord.port, "1"));
+  coord.proc->signal(SIGKILL);
+  auto code = runner.wait(180s);
+  INFO(runner.out() << runner.err());
+  INFO(peer.proc->out());
+  REQUIRE(code == 0);
+  CHECK(contains(runner.err(), "lost node coord"));
+  CHECK(contains(runner.err(), "no node has job lost (lost before any "
+                               "backup held it); running it again through "
+                               "peer"));
+  // Run again from its prompt: the text of an uninterrupted run.
+  CHECK(contains(runner.out(), "generation: 3000 tokens"));
+  CHECK(line_after(runner.out(), "text: ") == reference);
+  CHECK_FALSE(contains(peer.proc->out(), "taking job"));
+  peer.proc->signal(SIGTERM);
+  CHECK(peer.proc->wait(30s) == 0);
+}
+
 TEST_CASE("a backup that froze past the failure timeout drops the replica "
           "it still holds when it comes back, and the job goes on",
           "[workload][process]") {
