@@ -667,7 +667,8 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
   st.cfg = std::move(cfg);
   std::random_device rd;
   auto salt = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  st.pool = std::make_unique<buffer_pool>(*dev, st.cfg.pool_cache_limit, salt);
+  st.pool = std::make_unique<buffer_pool>(*dev, st.cfg.pool_cache_limit, salt,
+                                         st.cfg.pool_cache_idle);
   // Device tasks allocate and free through these, audited like requests.
   pool_ops::hooks hooks;
   hooks.on_error = [self](const backend::error& err) {
@@ -884,6 +885,7 @@ exo::device_actor::behavior_type device_impl(self_ptr self,
       if (auto err = foreign(self, access::permission::monitoring_read))
         return err;
       auto& st = self->state;
+      st.pool->trim_idle(); // the monitor's steady beat (pool_cache_idle)
       auto t = st.dev->read_telemetry();
       telemetry_sample s;
       s.device = st.dev->properties().id;

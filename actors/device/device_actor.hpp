@@ -39,6 +39,11 @@ struct device_actor_config {
   std::string node;  ///< name of the node the device sits on
   /// Bytes of freed buffers kept for reuse.
   std::uint64_t pool_cache_limit = 256u << 20;
+  /// A freed buffer nobody reused for this long goes back to the device
+  /// (checked on each free and on each telemetry request, which the
+  /// node's thermal monitor sends every devices.telemetry_interval, so an
+  /// idle device gives its cache back too). 0: kept until memory runs out.
+  std::chrono::milliseconds pool_cache_idle{10000};
   /// Timeout of each chunk a copy sends to a peer device actor.
   std::chrono::milliseconds peer_timeout{10000};
   /// Set when discovery could not verify the device: every operation but

@@ -1,13 +1,20 @@
 #include "core/device/buffer_pool.hpp"
 
+#include <iterator>
+
 namespace exo::device {
 
 using backend::errc;
 using backend::fail;
 
 buffer_pool::buffer_pool(backend::device& dev, std::uint64_t cache_limit,
-                         std::uint64_t salt)
-  : dev_(dev), cache_limit_(cache_limit), salt_(salt) {
+                         std::uint64_t salt, clock::duration max_idle,
+                         std::function<clock::time_point()> now)
+  : dev_(dev),
+    cache_limit_(cache_limit),
+    salt_(salt),
+    max_idle_(max_idle),
+    now_(std::move(now)) {
 }
 
 buffer_pool::~buffer_pool() = default;
@@ -36,12 +43,20 @@ result<std::uint64_t> buffer_pool::allocate(std::uint64_t bytes) {
   if (cls > dev_.properties().max_allocation)
     cls = bytes; // no room to round up: ask for exactly what is needed
   std::unique_ptr<backend::buffer> buf;
-  auto it = cache_.find(cls);
+  // The newest of a class is reused (equal keys keep their order), so
+  // that buffers beyond what the work reuses age out (trim_idle).
+  auto newest = [&](std::uint64_t key) {
+    auto end = cache_.upper_bound(key);
+    return end != cache_.begin() && std::prev(end)->first == key
+             ? std::prev(end)
+             : cache_.end();
+  };
+  auto it = newest(cls);
   if (it == cache_.end())
-    it = cache_.find(bytes); // one allocated unrounded (below)
+    it = newest(bytes); // one allocated unrounded (below)
   if (it != cache_.end()) {
     cls = it->first;
-    buf = std::move(it->second);
+    buf = std::move(it->second.buf);
     cache_.erase(it);
     cached_bytes_ -= cls;
     ++reused_;
@@ -133,10 +148,11 @@ status buffer_pool::release(std::uint64_t handle) {
   live_bytes_ -= it->second.size;
   // Adopted memory is its owner's: never handed out again.
   if (!it->second.buf->read_only() && cached_bytes_ + cls <= cache_limit_) {
-    cache_.emplace(cls, std::move(it->second.buf));
+    cache_.emplace(cls, cached{std::move(it->second.buf), now_()});
     cached_bytes_ += cls;
   }
   live_.erase(it);
+  trim_idle();
   return {};
 }
 
@@ -186,6 +202,20 @@ std::uint64_t buffer_pool::footprint(std::uint64_t handle) const noexcept {
 void buffer_pool::trim() {
   cache_.clear();
   cached_bytes_ = 0;
+}
+
+void buffer_pool::trim_idle() {
+  if (max_idle_ <= clock::duration::zero() || cache_.empty())
+    return;
+  const auto now = now_();
+  for (auto it = cache_.begin(); it != cache_.end();) {
+    if (now - it->second.since > max_idle_) {
+      cached_bytes_ -= it->first;
+      it = cache_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 } // namespace exo::device

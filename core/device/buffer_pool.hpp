@@ -7,11 +7,17 @@
 /// gives is checked against the size the caller asked for (not the pooled
 /// size behind it). Freed buffers stay cached by size class and are reused;
 /// when the device runs out of memory the cache is released and the
-/// allocation retried once.
+/// allocation retried once. A cached buffer nobody reused for `max_idle`
+/// goes back to the device: the cache holds what the work of the moment
+/// reuses, not every size class a long-lived process ever freed (on the
+/// cpu device that was host memory a node held for good: 120 MiB over a
+/// 30-minute soak, docs/soak.md).
 
 #include "backends/backend.hpp"
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -24,9 +30,14 @@ using backend::status;
 
 class buffer_pool {
 public:
-  /// Pools buffers of `dev`; keeps at most `cache_limit` bytes cached.
+  using clock = std::chrono::steady_clock;
+
+  /// Pools buffers of `dev`; keeps at most `cache_limit` bytes cached, each
+  /// for at most `max_idle` unused (zero: until the cache is trimmed),
+  /// timed by `now`.
   buffer_pool(backend::device& dev, std::uint64_t cache_limit,
-              std::uint64_t salt);
+              std::uint64_t salt, clock::duration max_idle = {},
+              std::function<clock::time_point()> now = &clock::now);
   ~buffer_pool();
 
   buffer_pool(const buffer_pool&) = delete;
@@ -41,7 +52,9 @@ public:
   result<std::uint64_t> adopt(const void* data, std::uint64_t bytes,
                               std::shared_ptr<const void> keep);
 
-  /// Returns the handle's buffer to the pool.
+  /// Returns the handle's buffer to the pool (cached, or back to the
+  /// device when the cache is full), then gives back the cached buffers
+  /// idle for longer than max_idle (trim_idle).
   status release(std::uint64_t handle);
 
   /// The handle's buffer as one of at least `bytes` (its first bytes
@@ -70,6 +83,10 @@ public:
 
   /// Frees every cached (unused) buffer.
   void trim();
+  /// Frees the cached buffers unused for longer than max_idle (none when
+  /// max_idle is zero); the owner calls it now and then, so that an idle
+  /// device gives its cache back too.
+  void trim_idle();
 
   std::size_t live_handles() const noexcept {
     return live_.size();
@@ -97,13 +114,19 @@ private:
     std::uint64_t size;
     bool adopted = false; ///< host memory read in place (adopt)
   };
+  struct cached {
+    std::unique_ptr<backend::buffer> buf;
+    clock::time_point since; ///< when it was released
+  };
 
   backend::device& dev_;
   std::uint64_t cache_limit_;
   std::uint64_t salt_;
+  clock::duration max_idle_;
+  std::function<clock::time_point()> now_;
   std::uint64_t next_ = 1;
   std::unordered_map<std::uint64_t, entry> live_;
-  std::multimap<std::uint64_t, std::unique_ptr<backend::buffer>> cache_;
+  std::multimap<std::uint64_t, cached> cache_; ///< by size class
   std::uint64_t live_bytes_ = 0;
   std::uint64_t cached_bytes_ = 0;
   std::uint64_t reused_ = 0;

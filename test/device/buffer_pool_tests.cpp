@@ -184,3 +184,54 @@ TEST_CASE("a handle's buffer is resized where it is, to its new class, and "
   REQUIRE(a.ok());
   CHECK(pool.resize(*a, 8000).err().code == backend::errc::invalid_argument);
 }
+
+TEST_CASE("cached buffers nobody reuses go back to the device after max_idle") {
+  fixture f; // 64 MiB device: its free memory shows what the pool holds
+  using clock = buffer_pool::clock;
+  auto now = clock::time_point{} + std::chrono::hours(1);
+  buffer_pool pool{*f.dev, 64u << 20, 11, std::chrono::seconds(10),
+                   [&now] { return now; }};
+  const auto free0 = f.dev->memory().free;
+  auto a = pool.allocate(1u << 20);
+  auto b = pool.allocate(1u << 20);
+  auto c = pool.allocate(3u << 20); // its own class (4 MiB)
+  REQUIRE((a.ok() && b.ok() && c.ok()));
+  auto* a_buf = *pool.resolve(*a, 0, 1);
+  REQUIRE(pool.release(*b).ok()); // b cached first, then a: a is newest
+  REQUIRE(pool.release(*a).ok());
+  REQUIRE(pool.release(*c).ok());
+  CHECK(pool.cached_bytes() == (6u << 20));
+
+  // The work of the moment keeps reusing one 1 MiB buffer: the newest of
+  // its class, so the other one ages.
+  for (int i = 0; i < 4; ++i) {
+    now += std::chrono::seconds(4);
+    auto h = pool.allocate(1u << 20);
+    REQUIRE(h.ok());
+    CHECK(*pool.resolve(*h, 0, 1) == a_buf);
+    REQUIRE(pool.release(*h).ok()); // trims on release
+  }
+  // 16 s on: b and c sat idle for more than 10 s and are gone; a stays.
+  CHECK(pool.cached_bytes() == (1u << 20));
+  CHECK(f.dev->memory().free == free0 - (1u << 20));
+
+  // An idle device: trim_idle() (the owner's timer) gives back the rest.
+  now += std::chrono::seconds(10);
+  pool.trim_idle();
+  CHECK(pool.cached_bytes() == (1u << 20)); // 10 s is not *more* than 10 s
+  now += std::chrono::milliseconds(1);
+  pool.trim_idle();
+  CHECK(pool.cached_bytes() == 0);
+  CHECK(f.dev->memory().free == free0);
+  CHECK(pool.live_handles() == 0);
+}
+
+TEST_CASE("without max_idle the cache keeps what it holds") {
+  fixture f;
+  buffer_pool pool{*f.dev, 64u << 20, 12};
+  auto a = pool.allocate(1u << 20);
+  REQUIRE(a.ok());
+  REQUIRE(pool.release(*a).ok());
+  pool.trim_idle();
+  CHECK(pool.cached_bytes() == (1u << 20));
+}
