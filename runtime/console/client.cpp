@@ -293,17 +293,29 @@ console_reply client::ask(const std::string& command,
   node_watch watch{d.sys.get(), d.gate, self.ptr(),
                    handle.id(), d.node, d.where};
   bool replied = false;
+  bool bounced = false;
   handle.receive(
     [&](console_reply& r) {
       out = std::move(r);
       replied = true;
     },
-    [&](caf::error& err) { failure = d.sys->render(err); });
+    [&](caf::error& err) {
+      failure = d.sys->render(err);
+      // CAF bounces a request whose receiver's connection closed (its
+      // proxy is gone) before the watch notices: the node is lost too.
+      bounced = err.category() == caf::atom("system")
+                && err.code()
+                     == static_cast<std::uint8_t>(
+                       caf::sec::request_receiver_down);
+    });
   auto lost = watch.stop();
   if (replied)
     return out;
   if (!lost.empty())
     throw client_error(lost);
+  if (bounced)
+    throw client_error("lost node " + d.node + " (" + d.where
+                       + "): the connection to it closed (" + failure + ")");
   throw client_error(failure);
 }
 

@@ -306,9 +306,11 @@ exo::console_reply reattach(exo::console::client& c, exo::member_view view,
 /// Runs one command line; returns false when the console should quit.
 /// Errors are printed and counted in `failures`. The line is checked
 /// against the command table (core/console/commands.hpp) before anything
-/// is sent.
+/// is sent. `given`: the nodes of --connect, the members a run re-attaches
+/// through when its node could not list them (it went before it answered).
 bool run_command(exo::console::client& c, const std::string& line, bool json,
-                 int& failures, const std::string& token) {
+                 int& failures, const std::string& token,
+                 const exo::member_view& given) {
   using namespace exo;
   auto fail = [&](const std::string& msg) {
     std::cerr << "error: " << msg << "\n";
@@ -372,6 +374,8 @@ bool run_command(exo::console::client& c, const std::string& line, bool json,
         members = c.ask("nodes", auth).nodes;
       } catch (const console::client_error&) {
       }
+      if (members.members.empty())
+        members = given;
     }
     if (!p.has_auth && !auth.empty())
       rest += (rest.empty() ? "" : " ") + auth;
@@ -463,6 +467,15 @@ int main(int argc, char** argv) {
       die(2, e.what());
     }
   }
+  // Named by their addresses until a node that answers lists the members.
+  exo::member_view given;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    exo::member_info m;
+    m.name = o.connect[i];
+    m.host = nodes[i].host;
+    m.port = nodes[i].port;
+    given.members.push_back(std::move(m));
+  }
   try {
     exo::console::client c{o.files, std::chrono::milliseconds{o.timeout_ms}};
     // The nodes in the order given: one that is down or restarting does
@@ -482,7 +495,7 @@ int main(int argc, char** argv) {
     int failures = 0;
     if (!o.exec.empty()) {
       for (auto& line : o.exec)
-        if (!run_command(c, line, o.json, failures, token))
+        if (!run_command(c, line, o.json, failures, token, given))
           break;
       return failures == 0 ? 0 : 1;
     }
@@ -494,7 +507,7 @@ int main(int argc, char** argv) {
                                       : std::string{}};
     while (auto line = ed.read("exo> ")) {
       ed.add_history(*line);
-      if (!run_command(c, *line, o.json, failures, token))
+      if (!run_command(c, *line, o.json, failures, token, given))
         break;
     }
     return 0;

@@ -1961,6 +1961,61 @@ TEST_CASE("a run whose node dies before any backup holds it is run again "
   CHECK(peer.proc->wait(30s) == 0);
 }
 
+TEST_CASE("a console whose node went while it sat idle runs its next run "
+          "through another node it was given on its command line",
+          "[workload][process]") {
+  pki p{"exo-idle-lost"};
+  auto model = long_model(p);
+  p.node("coord");
+  p.node("peer");
+  auto coord = shared_key_node(p, "coord", {});
+  auto peer = shared_key_node(p, "peer", {coord.port});
+  auto job = story_job(model, 400);
+  auto reference = solo_text(p, peer.port, job, 400);
+  REQUIRE(eventually(
+    p, coord.port, "nodes",
+    [](const std::string& out) {
+      return contains(out, "\"peer\"") && !contains(out, "\"dead\"");
+    },
+    30s));
+  // An interactive console (lines on its stdin) given both nodes: it lists
+  // the nodes, then sits idle until the test lets its run go.
+  console_options co;
+  co.timeout = std::chrono::minutes(2);
+  co.fallback = {peer.port};
+  auto argv = console_argv(p, coord.port, {}, co);
+  argv.push_back("--token-file");
+  argv.push_back(p.dir + "/coord/state/access/admin.token");
+  std::string quoted;
+  for (auto& a : argv)
+    quoted += " '" + a + "'";
+  auto go = p.dir + "/go";
+  process runner{{"/bin/sh", "-c",
+                  "(echo nodes; while [ ! -e '" + go
+                    + "' ]; do sleep 0.1; done; echo '" + job
+                    + " --stages 1 --id idle') |" + quoted}};
+  REQUIRE(runner.wait_for_output("peer", 60s));
+  // coord goes while the console waits for its next line: the member list
+  // the run asks for first fails (the node is lost), so the console has
+  // only the nodes it was given to re-attach through (named by address
+  // until one lists the members).
+  coord.proc->signal(SIGKILL);
+  coord.proc->wait(30s);
+  std::this_thread::sleep_for(2s);
+  exo::test::write_file(go, "");
+  auto code = runner.wait(180s);
+  INFO(runner.out() << runner.err());
+  CHECK(code == 0);
+  CHECK(contains(runner.err(), "lost node coord"));
+  CHECK(contains(runner.err(), "re-attaching to job idle through 127.0.0.1:"
+                                 + std::to_string(peer.port)));
+  CHECK(contains(runner.err(), "running it again through peer"));
+  CHECK(contains(runner.out(), "generation: 400 tokens"));
+  CHECK(line_after(runner.out(), "text: ") == reference);
+  peer.proc->signal(SIGTERM);
+  CHECK(peer.proc->wait(30s) == 0);
+}
+
 TEST_CASE("a backup that froze past the failure timeout drops the replica "
           "it still holds when it comes back, and the job goes on",
           "[workload][process]") {
