@@ -1,5 +1,7 @@
 #include "runtime/node/safety.hpp"
 
+#include "runtime/system/caf_nodes.hpp"
+
 #include "actors/access/access_actor.hpp"
 #include "actors/audit/audit_actor.hpp"
 #include "core/access/revocation_store.hpp"
@@ -174,6 +176,10 @@ caf::actor start_connection_watch(caf::actor_system& sys,
       return caf::behavior{[self, sink, every](tick_atom) {
         if (sink)
           audit_refusals(sink);
+        // What CAF keeps of departed peers (each console run is one):
+        // dropped on the multiplexer thread; the watch does not wait.
+        tls::forget_departed_nodes(self->system(),
+                                   std::chrono::milliseconds{0});
         self->delayed_send(self, every, tick_atom::value);
       }};
     },

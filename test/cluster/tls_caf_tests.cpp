@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -27,6 +28,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "runtime/system/caf_nodes.hpp"
 #include "runtime/system/caf_tls.hpp"
 #include "core/tls/sigpipe_mask_cache.hpp"
 #include "core/tls/cert_tool.hpp"
@@ -345,6 +347,51 @@ TEST_CASE("a peer announcing an oversized message is dropped before "
   INFO("connect error: " << err);
   REQUIRE(remote);
   CHECK(ask(sys_b, remote, "still there?") == "echo: still there?");
+  sys_a.middleman().unpublish(echo, *port);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a node forgets what CAF kept of each peer that has gone, and "
+          "keeps it for a peer still connected") {
+  temp_dir dir;
+  test_ca cluster{dir, "cluster"};
+  tls_config cfg_a{cluster.issue(dir, "node-a")};
+  tls_config cfg_b{cluster.issue(dir, "alice", cert_role::client)};
+  tls_config cfg_c{cluster.issue(dir, "node-c")};
+  caf::actor_system sys_a{cfg_a};
+  auto echo = sys_a.spawn(echo_impl, std::string{"echo: "});
+  auto port = caf::openssl::publish(echo, 0, "127.0.0.1");
+  REQUIRE(port);
+  caf::actor_system sys_c{cfg_c}; // stays connected throughout
+  auto [kept, kept_err] = connect(sys_c, *port);
+  INFO("connect error: " << kept_err);
+  REQUIRE(kept);
+  // Clients that come and go, each a new CAF node (as each exo-console
+  // run is): CAF 0.17 keeps a spawn-server helper for each.
+  constexpr std::size_t clients = 12;
+  for (std::size_t i = 0; i < clients; ++i) {
+    caf::actor_system sys_b{cfg_b};
+    auto [remote, err] = connect(sys_b, *port);
+    INFO("connect error: " << err);
+    REQUIRE(remote);
+    CHECK(ask(sys_b, remote, "hi") == "echo: hi");
+  }
+  // The node notices each client's connection close a moment later.
+  std::size_t forgotten = 0;
+  std::optional<remote_node_counts> n;
+  for (int i = 0; i < 200 && forgotten < clients; ++i) {
+    n = forget_departed_nodes(sys_a, std::chrono::seconds(10));
+    REQUIRE(n);
+    forgotten += n->forgotten;
+    if (forgotten < clients)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(forgotten == clients);
+  n = forget_departed_nodes(sys_a, std::chrono::seconds(10));
+  REQUIRE(n);
+  CHECK(n->forgotten == 0);
+  CHECK(n->known == 1); // node-c's, still connected
+  CHECK(ask(sys_c, kept, "still here") == "echo: still here");
   sys_a.middleman().unpublish(echo, *port);
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }
