@@ -5,6 +5,7 @@
 #include "actors/cluster/gate_actor.hpp"
 #include "actors/node/node_actor.hpp"
 #include "messages/registration.hpp"
+#include "runtime/node/heap_trim.hpp"
 #include "runtime/node/safety.hpp"
 #include "runtime/node/services.hpp"
 #include "core/tls/bootstrap.hpp"
@@ -142,6 +143,7 @@ struct runtime::impl {
   std::vector<service> services;
   safety_parts safety; // issue 6: audit sink, access policy
   caf::actor connection_watch; // audits the TLS guard's refusals
+  caf::actor heap_trim;        // gives free heap pages back (heap_trim.hpp)
   std::unique_ptr<caf::actor_system_config> own_cfg;
   std::unique_ptr<caf::actor_system> own_sys;
   caf::actor_system* sys = nullptr;
@@ -287,6 +289,7 @@ void runtime::start() {
   // message the gate only, before anyone can connect.
   d.connection_watch = start_connection_watch(*d.sys, d.cfg, d.safety.audit,
                                               d.gate.id());
+  d.heap_trim = start_heap_trim(*d.sys);
   caf::anon_send(d.directory, register_atom::value, std::string{"gate"},
                  std::string{"gate"}, d.gate);
   auto port = caf::openssl::publish(d.gate, d.cfg.network.port,
@@ -437,6 +440,11 @@ void runtime::stop() {
       self->send_exit(d.connection_watch, caf::exit_reason::user_shutdown);
       self->wait_for(d.connection_watch);
       d.connection_watch = nullptr;
+    }
+    if (d.heap_trim) {
+      self->send_exit(d.heap_trim, caf::exit_reason::user_shutdown);
+      self->wait_for(d.heap_trim);
+      d.heap_trim = nullptr;
     }
     d.bulk.reset(); // joins its threads; nothing is served any more
     d.step = "leaving the cluster";
