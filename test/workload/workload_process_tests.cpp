@@ -136,13 +136,14 @@ std::vector<std::string> long_run(const pki& p, const node_proc& g,
 /// token), failure timeout 3 s unless said.
 node_proc shared_key_node(const pki& p, const std::string& name,
                           std::vector<std::uint16_t> seeds,
-                          int failure_timeout_ms = 3000) {
+                          int failure_timeout_ms = 3000,
+                          const std::string& extra = {}) {
   node_options o{name};
   o.seeds = std::move(seeds);
   o.failure_timeout_ms = failure_timeout_ms;
   o.state_dir = p.dir + "/" + name + "/state";
   o.extra = R"(, "safety": {"access_key_file": ")" + p.dir
-            + R"(/access.key"})";
+            + R"(/access.key"})" + extra;
   return start_node(p, o);
 }
 
@@ -227,12 +228,17 @@ std::string solo_text(const pki& p, std::uint16_t port, const std::string& job,
 }
 
 /// Nodes "coord" and `name` (seeded from coord), once coord sees `name`
-/// and no node dead.
-std::pair<node_proc, node_proc> coord_and(pki& p, const std::string& name) {
+/// and no node dead. `shared_key`: both with one access key (a console's
+/// token is good on both), coord with `coord_extra` in its config.
+std::pair<node_proc, node_proc> coord_and(pki& p, const std::string& name,
+                                          bool shared_key = false,
+                                          const std::string& coord_extra = {}) {
   p.node("coord");
   p.node(name);
-  auto a = start(p, "coord", {});
-  auto b = start(p, name, {a.port});
+  auto a = shared_key ? shared_key_node(p, "coord", {}, 3000, coord_extra)
+                      : start(p, "coord", {});
+  auto b = shared_key ? shared_key_node(p, name, {a.port})
+                      : start(p, name, {a.port});
   REQUIRE(eventually(
     p, a.port, "nodes",
     [&](const std::string& out) {
@@ -1921,26 +1927,13 @@ TEST_CASE("a run whose node dies before any backup holds it is run again "
           "[workload][process]") {
   pki p{"exo-lost-run"};
   auto model = long_model(p);
-  p.node("coord");
-  p.node("peer");
   // coord backs none of its jobs up: every job it runs is one that dies
   // with it (as one does between its start and its first replication).
-  node_options co{"coord"};
-  co.failure_timeout_ms = 3000;
-  co.state_dir = p.dir + "/coord/state";
-  co.extra = R"(, "safety": {"access_key_file": ")" + p.dir
-             + R"(/access.key"}, "models": {"dirs": [")" + p.dir
-             + R"("], "backup_jobs": false})";
-  auto coord = start_node(p, co);
-  auto peer = shared_key_node(p, "peer", {coord.port});
+  auto [coord, peer] = coord_and(
+    p, "peer", true,
+    R"(, "models": {"dirs": [")" + p.dir + R"("], "backup_jobs": false})");
   auto job = story_job(model, 3000);
   auto reference = solo_text(p, peer.port, job, 3000);
-  REQUIRE(eventually(
-    p, coord.port, "nodes",
-    [](const std::string& out) {
-      return contains(out, "\"peer\"") && !contains(out, "\"dead\"");
-    },
-    30s));
   process runner{background_console(p, coord.port,
                                     job + " --stages 1 --id lost")};
   REQUIRE(job_has_tokens(p, coord.port, "1"));
@@ -1966,18 +1959,9 @@ TEST_CASE("a console whose node went while it sat idle runs its next run "
           "[workload][process]") {
   pki p{"exo-idle-lost"};
   auto model = long_model(p);
-  p.node("coord");
-  p.node("peer");
-  auto coord = shared_key_node(p, "coord", {});
-  auto peer = shared_key_node(p, "peer", {coord.port});
+  auto [coord, peer] = coord_and(p, "peer", true);
   auto job = story_job(model, 400);
   auto reference = solo_text(p, peer.port, job, 400);
-  REQUIRE(eventually(
-    p, coord.port, "nodes",
-    [](const std::string& out) {
-      return contains(out, "\"peer\"") && !contains(out, "\"dead\"");
-    },
-    30s));
   // An interactive console (lines on its stdin) given both nodes: it lists
   // the nodes, then sits idle until the test lets its run go.
   console_options co;
