@@ -202,9 +202,20 @@ exo::console_reply reattach(exo::console::client& c, exo::member_view view,
     bool reached = false; // a member answered (it may have the job later)
     bool none_has = !order.empty(); // each member: "no job" (none missed)
     std::string answered;           // the last member that did
-    for (auto& n : order) {
-      auto m = std::find_if(view.members.begin(), view.members.end(),
-                            [&](const member_info& x) { return x.name == n; });
+    // This round's members, copied: a member's answer below replaces the
+    // view, which may no longer list a member later in the order (a
+    // restarted node that has not met it yet). Looking each one up in the
+    // new view dereferenced its end (the soak's exit 139).
+    std::vector<member_info> round;
+    for (auto& n : order)
+      if (auto m = std::find_if(view.members.begin(), view.members.end(),
+                                [&](const member_info& x) {
+                                  return x.name == n;
+                                });
+          m != view.members.end())
+        round.push_back(*m);
+    for (auto& member : round) {
+      const auto* m = &member;
       auto where = m->host + ":" + std::to_string(m->port);
       std::cerr << "exo-console: " << why << "; re-attaching to job " << name
                 << " through " << m->name << " at " << where << "\n";
