@@ -4055,7 +4055,7 @@ void ask_follow(self_ptr self, std::uint64_t n) {
     return;
   }
   if (st.alive.empty() || now >= f.deadline) {
-    f.rp.deliver(fail(exo_errc::invalid_argument,
+    f.rp.deliver(fail(exo_errc::unknown_handle,
                       "no node has job " + f.key
                         + (f.misses.empty() ? std::string{}
                                             : " (" + f.misses + ")")));
@@ -4122,7 +4122,7 @@ caf::result<job_report> follow(self_ptr self, const std::string& key,
   if (follow_here(self, key, prompt, listener, rp))
     return rp;
   if (!forward || !st.cfg.gate) {
-    rp.deliver(fail(exo_errc::invalid_argument,
+    rp.deliver(fail(exo_errc::unknown_handle,
                     "no job " + key + " on " + st.cfg.node));
     return rp;
   }

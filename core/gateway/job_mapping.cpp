@@ -165,6 +165,22 @@ tokenize_answer answer_tokenize(const model_source& model,
   return out;
 }
 
+std::uint64_t seed_of_id(std::string_view id) {
+  // FNV-1a over the bytes, then splitmix64's finaliser: ids that differ in
+  // their counter alone give unrelated seeds.
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : id) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h;
+}
+
 mapped_job map_request(const model_source& model,
                        const completion_request& req,
                        const mapping_limits& limits, std::uint64_t seed) {

@@ -11,7 +11,9 @@
 ///                         parsed; stops at the template's end of turn
 ///   max_tokens            -n; absent: 16 for completions (OpenAI's
 ///                         default), the rest of the context for chat
-///   temperature, top_p, seed  the sampler's (no seed: a random one)
+///   temperature, top_p, seed  the sampler's (no seed: seed_of_id of the
+///                         completion's id, random since the id is, and
+///                         the same wherever the id is run again)
 ///   logprobs, top_logprobs  each token's log-probability and its best
 ///                         alternatives' (job_request::logprobs)
 ///   echo with logprobs    the prompt's tokens' too
@@ -36,6 +38,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace exo::model {
@@ -89,6 +92,13 @@ struct mapping_limits {
   /// Every job's KV cache type (job_request::kv_type; "" = f16).
   std::string kv_type;
 };
+
+/// The sampler's seed of a request that gives none: a hash of its
+/// completion's id (`req.id`, "cmpl-<random>-<n>"). Any node computes the
+/// same from the id, so a job that no node holds any more can run again
+/// under it, drawing the same numbers (a resumed stream,
+/// runtime/gateway/job_backend.hpp).
+std::uint64_t seed_of_id(std::string_view id);
 
 /// Maps `req` for `model`. `seed` is used when the request has none.
 mapped_job map_request(const model_source& model,

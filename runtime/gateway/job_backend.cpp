@@ -1,6 +1,7 @@
 #include "runtime/gateway/job_backend.hpp"
 
 #include "actors/attachables.hpp"
+#include "core/text/line.hpp"
 #include "messages/errors.hpp"
 #include "core/tokenizer/tokenizer.hpp"
 #include "messages/workload.hpp"
@@ -11,8 +12,8 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <iostream>
 #include <optional>
-#include <random>
 
 namespace exo::gateway {
 
@@ -30,15 +31,11 @@ struct job_backend::state {
   std::vector<model_entry> entries;
   mapping_limits limits;
   std::chrono::milliseconds resume_grace{0};
+  std::string node; ///< its name, in log lines
   std::mutex mx;
-  std::mt19937_64 seeds{std::random_device{}()};
   /// Speculative decoding, by model id: tokens proposed, and kept.
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> drafts;
 
-  std::uint64_t next_seed() {
-    std::lock_guard<std::mutex> guard{mx};
-    return seeds();
-  }
   void count_draft(const std::string& model, std::uint64_t proposed,
                    std::uint64_t kept) {
     std::lock_guard<std::mutex> guard{mx};
@@ -147,14 +144,17 @@ api_error job_failure(const caf::error& err, bool started) {
   return e;
 }
 
-/// A resumed stream that found no job to follow, or one that cannot go on
-/// (it ended cancelled, failed): 404 for the first, 409 for the others.
+/// A resumed stream that found no job to follow (or one started with
+/// another prompt), or one that cannot go on (it ended cancelled, failed):
+/// 404 for the first, 409 for the others.
 api_error resume_failure(const caf::error& err) {
   auto msg = error_message(err);
   if (msg.empty())
     msg = "the stream cannot be resumed (" + std::to_string(err.code()) + ")";
   if (err.category() == exo_error_category()
-      && err.code() == static_cast<std::uint8_t>(exo_errc::invalid_argument))
+      && (err.code() == static_cast<std::uint8_t>(exo_errc::invalid_argument)
+          || err.code()
+               == static_cast<std::uint8_t>(exo_errc::unknown_handle)))
     return {404, msg, "not_found_error", "X-Exo-Resume", "job_not_found"};
   return {409, msg, "invalid_request_error", "X-Exo-Resume", "resume_failed"};
 }
@@ -293,6 +293,57 @@ void fail_with(bridge_ptr self, api_error e) {
   st.sink->fail(std::move(e));
 }
 
+/// Whether `err` says that no node holds the followed job (any more): a
+/// node that died before a backup held it, a job that ended so long ago
+/// that its tokens are not kept, a node that restarted.
+bool no_node_has(const caf::error& err) {
+  return err.category() == exo_error_category()
+         && err.code() == static_cast<std::uint8_t>(exo_errc::unknown_handle);
+}
+
+/// Sends the job to the coordinator: run it, or with `follow` (a resumed
+/// stream) follow it wherever it runs. A followed job that no node holds
+/// runs again here, once, under the same id: the same request with the
+/// same seed (the request's, or seed_of_id of its id) draws the same
+/// tokens on the same kinds of devices (a row's bits depend neither on
+/// its batch nor on the split), and the sink leaves out the bytes the
+/// client has, as for a followed job. Its tokens come from index 0: those
+/// a follow passed on already are dropped (choice_state::next_index).
+void submit(bridge_ptr self, std::shared_ptr<job_backend::state> be,
+            std::string model, bool follow) {
+  auto& st = self->state;
+  auto me = caf::actor_cast<caf::actor>(self);
+  auto asked = follow ? self->request(be->coordinator, caf::infinite,
+                                      attach_atom::value, st.mapped.job.name,
+                                      workload::prompt_identity(st.mapped.job),
+                                      me, true)
+                      : self->request(be->coordinator, caf::infinite,
+                                      run_atom::value, st.mapped.job, me);
+  std::move(asked).then(
+      [self, be, model](job_report& r) {
+        be->count_draft(model, r.drafted, r.accepted);
+        end_with(self, r);
+        self->quit();
+      },
+      [self, be, model, follow](caf::error& err) {
+        auto& st = self->state;
+        if (follow && no_node_has(err) && !st.closed && !st.ended) {
+          exo::text::line(std::cout)
+            << "exo-node " << be->node << ": " << error_message(err)
+            << ": running it again for its resumed stream" << std::endl;
+          st.started = false;
+          st.job = 0;
+          st.runner = caf::actor{};
+          st.cancel_sent = false;
+          submit(self, be, model, false);
+          return;
+        }
+        fail_with(self, follow && !st.started ? resume_failure(err)
+                                              : job_failure(err, st.started));
+        self->quit();
+      });
+}
+
 caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
                      std::shared_ptr<token_sink> sink,
                      completion_request req) {
@@ -308,7 +359,9 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
     self->quit();
     return {};
   }
-  st.mapped = map_request(it->second, req, be->limits, be->next_seed());
+  // No seed given: the id's, so that a node that runs the job again (a
+  // resumed stream whose job no node has) draws the same numbers.
+  st.mapped = map_request(it->second, req, be->limits, seed_of_id(req.id));
   st.tokenizer = it->second.tokenizer;
   if (st.mapped.error) {
     fail_with(self, *st.mapped.error);
@@ -333,26 +386,7 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
     fail_with(self, unavailable("the node is stopping"));
     self->quit();
   });
-  auto me = caf::actor_cast<caf::actor>(self);
-  auto asked = req.resume
-                 ? self->request(coordinator, caf::infinite,
-                                 attach_atom::value, req.id,
-                                 workload::prompt_identity(st.mapped.job), me,
-                                 true)
-                 : self->request(coordinator, caf::infinite, run_atom::value,
-                                 st.mapped.job, me);
-  std::move(asked).then(
-      [self, be, model = req.model](job_report& r) {
-        be->count_draft(model, r.drafted, r.accepted);
-        end_with(self, r);
-        self->quit();
-      },
-      [self, resume = req.resume](caf::error& err) {
-        auto& st = self->state;
-        fail_with(self, resume && !st.started ? resume_failure(err)
-                                              : job_failure(err, st.started));
-        self->quit();
-      });
+  submit(self, be, req.model, req.resume);
   return {
     [](job_placed&) {},
     [](job_recovered&) {}, // the stream goes on: nothing to tell the client
@@ -451,8 +485,10 @@ caf::behavior bridge(bridge_ptr self, std::shared_ptr<job_backend::state> be,
 job_backend::job_backend(caf::actor_system& sys, caf::actor coordinator,
                          std::vector<model_source> models,
                          mapping_limits limits,
-                         std::chrono::milliseconds resume_grace)
+                         std::chrono::milliseconds resume_grace,
+                         std::string node)
   : state_(std::make_shared<state>()) {
+  state_->node = std::move(node);
   state_->sys = &sys;
   state_->coordinator = std::move(coordinator);
   state_->limits = limits;

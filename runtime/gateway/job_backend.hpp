@@ -23,8 +23,14 @@
 ///   coordinator, which finds it here or on another node; the tokens come
 ///   again from the first (job_token::index: those passed on are dropped,
 ///   a gap fails the stream) and the sink leaves out the bytes the client
-///   has; an id no node has: 404, a job that cannot go on (cancelled,
-///   failed): 409. The job is named by the completion's id (req.id).
+///   has; a job that cannot go on (cancelled, failed): 409, another
+///   prompt than the job's: 404. A job no node has (its node died before a
+///   backup held it, backups are off, a lone node restarted, its end is
+///   no longer kept: unknown_handle) runs again here, once, under the same
+///   id: the job is named by the completion's id (req.id) and, when the
+///   request gives no seed, seeded by it (seed_of_id), so the same request
+///   draws the same tokens again (on the same kinds of devices) and the
+///   client gets the rest of its text.
 ///   sink closed (client gone, stop string, server stopping): the sink's
 ///   on_close sends the bridge a message; it cancels the job
 ///   ((cancel_atom, id) to the coordinator), which stops at its next token
@@ -48,6 +54,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace exo::gateway {
@@ -58,9 +65,11 @@ namespace exo::gateway {
 /// the jobs that ended.
 class job_backend : public completion_backend, public metrics_source {
 public:
+  /// `node`: the node's name, in its log lines.
   job_backend(caf::actor_system& sys, caf::actor coordinator,
               std::vector<model_source> models, mapping_limits limits = {},
-              std::chrono::milliseconds resume_grace = {});
+              std::chrono::milliseconds resume_grace = {},
+              std::string node = {});
   ~job_backend() override;
 
   void complete(const completion_request& req,

@@ -196,7 +196,7 @@ gateway_service::gateway_service(runtime& rt,
   limits.kv_type = g.kv_type;
   auto backend = std::make_shared<gateway::job_backend>(
     rt.system(), coordinator, std::move(models), limits,
-    std::chrono::milliseconds{g.resume_grace_ms});
+    std::chrono::milliseconds{g.resume_grace_ms}, rt.config().node.name);
   gateway::server_options o;
   o.host = g.host;
   o.port = g.port;

@@ -673,3 +673,69 @@ TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
     CHECK(nodes[i].proc->wait(60s) == 0);
   std::system(("rm -rf " + p.dir).c_str());
 }
+
+TEST_CASE("a client whose gateway node is killed mid-stream before any "
+          "node backs its job up resumes through another node: the job "
+          "runs again there under its id, its sampled text unchanged") {
+  auto node = require_node();
+  require_tool("openai");
+  pki p{"exo-stream-rerun"};
+  std::string model;
+  // 400 tokens on the slow simulated device (about 25 ms a token): the
+  // stream still goes when r1 dies.
+  auto expected = long_stream_case(p, "9", model, 400);
+  // Sampled without a seed: the job's seed is its id's (seed_of_id), so
+  // r2 running it again draws what r1 drew. No reference text: the
+  // client checks that the stream read again from its start is the text
+  // it put together from r1's part and r2's.
+  expected.erase("text");
+  expected["temperature"] = 0.8;
+  // Its seed is random (the id is): the end of text (id 2 of make-test's
+  // vocabulary) is barred, so that no seed ends the text before r1 dies.
+  expected["logit_bias"] = {{"2", -100}};
+  // No backups: no node holds r1's job when it dies.
+  auto served = gateway_section(model) + R"(, "models": {"backup_jobs": false})";
+  std::vector<node_proc> nodes;
+  for (auto name : {"r1", "r2"}) {
+    p.node(name);
+    node_options o{name};
+    o.failure_timeout_ms = 3000;
+    o.devices = slow_small_sim(p.dir, 48);
+    o.extra = served;
+    if (!nodes.empty())
+      o.seeds = {nodes.front().port};
+    nodes.push_back(start_node(p, o));
+  }
+  auto first = gateway_port(nodes[0]);
+  REQUIRE(poll_json(first, "/v1/cluster", [](const json& j) {
+            return j["nodes"].size() == 2;
+          })["nodes"].size()
+          == 2);
+  auto url = [](std::uint16_t port) {
+    return "http://127.0.0.1:" + std::to_string(port) + "/v1";
+  };
+  process client{{node, EXO_SOURCE_DIR "/test/gateway/resume_after_loss.mjs",
+                  tools_dir(), url(first), url(gateway_port(nodes[1])),
+                  expected.dump()}};
+  REQUIRE(client.wait_for_output("streaming", 120s));
+  // Some text first: r2's run must give those bytes again.
+  std::this_thread::sleep_for(1500ms);
+  nodes[0].proc->signal(SIGKILL);
+  auto code = client.wait(240s);
+  INFO("client stdout:\n" << client.out() << "\nstderr:\n" << client.err()
+                          << "\nr2:\n" << nodes[1].proc->out());
+  CHECK(code == 0);
+  CHECK(contains(client.out(), "stream right"));
+  CHECK(contains(client.out(), "read again from the start: the same"));
+  std::smatch broke;
+  auto out = client.out();
+  REQUIRE(std::regex_search(out, broke,
+                            std::regex{"broke after ([0-9]+) bytes"}));
+  CHECK(std::stoul(broke[1].str()) > 0);
+  CHECK(contains(nodes[1].proc->out(),
+                 "running it again for its resumed stream"));
+  std::cout << client.out();
+  nodes[1].proc->signal(SIGTERM);
+  CHECK(nodes[1].proc->wait(60s) == 0);
+  std::system(("rm -rf " + p.dir).c_str());
+}

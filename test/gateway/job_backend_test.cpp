@@ -145,6 +145,10 @@ struct script_log {
   std::vector<caf::actor_addr> withdrawn;
   /// (job, grace ms) of each client left to the resume grace.
   std::vector<std::pair<std::uint64_t, std::uint32_t>> left;
+  /// (key, prompt) of each followed job (a resumed stream), and what the
+  /// script answers: no job has it, another prompt, it cannot go on.
+  std::vector<std::pair<std::string, std::string>> follows;
+  exo_errc follow_answer = exo_errc::unknown_handle;
 };
 
 enum class script {
@@ -241,6 +245,17 @@ caf::behavior coordinator(caf::event_based_actor* self, script s,
         return rep;
       *pending = self->make_response_promise();
       return caf::delegated<job_report>{};
+    },
+    [=](attach_atom, std::string& key, std::string& prompt, caf::actor&,
+        bool forward) -> caf::result<job_report> {
+      CHECK(forward); // the gateway's node asks the others
+      std::lock_guard<std::mutex> g{log->mx};
+      log->follows.emplace_back(key, prompt);
+      return make_exo_error(log->follow_answer,
+                            log->follow_answer == exo_errc::unknown_handle
+                              ? "no node has job " + key
+                              : "job " + key + " was cancelled (or another "
+                                               "prompt)");
     },
     [=](cancel_atom, caf::actor& listener) {
       std::lock_guard<std::mutex> g{log->mx};
@@ -755,4 +770,88 @@ TEST_CASE("job errors become OpenAI errors, so do refused mappings") {
   }
   caf::anon_send_exit(refuse, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(early, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a resumed stream whose job no node has runs it again under its "
+          "id, seeded by it; a job that cannot go on or another prompt "
+          "does not run") {
+  fixture fx;
+  caf::actor_system sys{config()};
+  auto log = std::make_shared<script_log>();
+  auto coord = sys.spawn(coordinator, script::tokens_then_eos, log,
+                         std::vector<std::int32_t>{10, 11, fx.eos},
+                         std::vector<std::string>{"Hel", "lo", ""});
+  auto sampled = [](const std::string& id, bool resume) {
+    auto r = request("Once upon a time");
+    r.id = id;
+    r.temperature = 0.8;
+    r.stream = true;
+    r.resume = resume;
+    return r;
+  };
+  // The seed of a request that gives none is its id's: the same wherever
+  // the id is run, another for another id (the counter's next).
+  CHECK(seed_of_id("cmpl-0123456789abcdef-1")
+        == seed_of_id(std::string{"cmpl-0123456789abcdef-1"}));
+  CHECK(seed_of_id("cmpl-0123456789abcdef-1")
+        != seed_of_id("cmpl-0123456789abcdef-2"));
+  // Pinned: nodes of one cluster must agree on it (a change of the hash is
+  // a change of the wire).
+  CHECK(seed_of_id("cmpl-0123456789abcdef-1") == 0xf5e29090012e0752ull);
+  {
+    job_backend be{sys, coord, {fx.model}};
+    // First run: the job is named by the id, seeded by it.
+    auto first = std::make_shared<recording_sink>();
+    be.complete(sampled("cmpl-0123456789abcdef-1", false), first);
+    REQUIRE(first->ended());
+    // Resumed after its node died, no node having it: followed first,
+    // then run again, the same request with the same seed.
+    auto again = std::make_shared<recording_sink>();
+    be.complete(sampled("cmpl-0123456789abcdef-1", true), again);
+    REQUIRE(again->ended());
+    CHECK_FALSE(again->failed_);
+    CHECK(again->tokens_ == std::vector<std::string>{"Hel", "lo"});
+    CHECK(again->ended_choices_.at(0) == finish_reason::stop);
+    // A request that gives its seed keeps it.
+    auto seeded = sampled("cmpl-0123456789abcdef-3", true);
+    seeded.seed = 42;
+    auto third = std::make_shared<recording_sink>();
+    be.complete(seeded, third);
+    REQUIRE(third->ended());
+    CHECK_FALSE(third->failed_);
+    {
+      std::lock_guard<std::mutex> g{log->mx};
+      REQUIRE(log->requests.size() == 3);
+      CHECK(log->requests[0].name == "cmpl-0123456789abcdef-1");
+      CHECK(log->requests[0].sampling.seed
+            == seed_of_id("cmpl-0123456789abcdef-1"));
+      CHECK(log->requests[1].name == log->requests[0].name);
+      CHECK(log->requests[1].sampling.seed == log->requests[0].sampling.seed);
+      CHECK(log->requests[1].prompt == log->requests[0].prompt);
+      CHECK(log->requests[2].sampling.seed == 42u);
+      REQUIRE(log->follows.size() == 2);
+      CHECK(log->follows[0].first == "cmpl-0123456789abcdef-1");
+      CHECK(log->follows[0].second
+            == workload::prompt_identity(log->requests[0]));
+    }
+    // A job that ended cancelled (or failed): 409, nothing runs; another
+    // prompt than the job's: 404, nothing runs.
+    for (auto [answer, status] :
+         {std::pair{exo_errc::failed_state, 409},
+          std::pair{exo_errc::invalid_argument, 404}}) {
+      {
+        std::lock_guard<std::mutex> g{log->mx};
+        log->follow_answer = answer;
+      }
+      auto refused = std::make_shared<recording_sink>();
+      be.complete(sampled("cmpl-0123456789abcdef-4", true), refused);
+      REQUIRE(refused->ended());
+      CHECK(refused->failed_);
+      CHECK(refused->error_.status == status);
+      CHECK(refused->tokens_.empty());
+      std::lock_guard<std::mutex> g{log->mx};
+      CHECK(log->requests.size() == 3);
+    }
+  }
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
 }

@@ -8,8 +8,11 @@
 //
 //   node resume_after_loss.mjs TOOLS_DIR FIRST_URL OTHER_URL EXPECTED_JSON
 //
-// EXPECTED_JSON: {"model", "prompt", "max_tokens", "text"} and optionally
-// "temperature" (0 unless given), "seed" (a sampled request's) and
+// EXPECTED_JSON: {"model", "prompt", "max_tokens", "text"} ("text" left
+// out: the stream read again from its start must equal what the client
+// put together, a sampled request without a seed) and optionally
+// "temperature" (0 unless given), "seed" (a sampled request's),
+// "logit_bias" and
 // "logprobs" (the request asks for them) with the uninterrupted run's
 // "logprob_tokens" and "token_logprobs", which the streams' must equal,
 // each token once. Exit 0 and "stream right" when it holds, 1 with the
@@ -31,6 +34,8 @@ if (expected.seed !== undefined)
   body.seed = expected.seed;
 if (expected.logprobs !== undefined)
   body.logprobs = expected.logprobs;
+if (expected.logit_bias !== undefined)
+  body.logit_bias = expected.logit_bias;
 const names = [], values = []; // the tokens' log-probabilities received
 let text = "", id = null, finish = null, cued = false;
 let resumedAt = null, firstAgain = null; // when the resume went, its text came
@@ -97,7 +102,25 @@ if (broke) {
   console.error(`FAILED: the resumed stream broke too: ${broke?.message}`);
   process.exit(1);
 }
-if (text !== expected.text) {
+if (expected.text === undefined) {
+  // No reference (a sampled request without a seed: its text is its id's):
+  // the whole stream read again from its first byte must be the text this
+  // client put together from the two streams.
+  const joined = text;
+  text = "";
+  finish = null;
+  broke = await read(await other.completions.create(body, {
+    headers: { "X-Exo-Resume": id, "Last-Event-ID": "0" },
+  }));
+  if (broke || text !== joined) {
+    console.error(`FAILED: read again from its start the stream is ` +
+                  `${JSON.stringify(text)}, the client put together ` +
+                  `${JSON.stringify(joined)} ${broke?.message ?? ""}`);
+    process.exit(1);
+  }
+  console.log(`read again from the start: the same ` +
+              `${Buffer.byteLength(text, "utf8")} bytes`);
+} else if (text !== expected.text) {
   console.error(`FAILED: got ${JSON.stringify(text)}, expected ` +
                 JSON.stringify(expected.text));
   process.exit(1);
