@@ -773,8 +773,8 @@ TEST_CASE("job errors become OpenAI errors, so do refused mappings") {
 }
 
 TEST_CASE("a resumed stream whose job no node has runs it again under its "
-          "id, seeded by it; a job that cannot go on or another prompt "
-          "does not run") {
+          "id, seeded by it, but not a job that cannot go on or another "
+          "prompt") {
   fixture fx;
   caf::actor_system sys{config()};
   auto log = std::make_shared<script_log>();
