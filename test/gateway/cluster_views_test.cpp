@@ -675,8 +675,8 @@ TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
 }
 
 TEST_CASE("a client whose gateway node is killed mid-stream before any "
-          "node backs its job up resumes through another node: the job "
-          "runs again there under its id, its sampled text unchanged") {
+          "node backs its job up resumes through another node, which runs "
+          "the job again under its id, its sampled text unchanged") {
   auto node = require_node();
   require_tool("openai");
   pki p{"exo-stream-rerun"};
