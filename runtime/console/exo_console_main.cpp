@@ -214,14 +214,13 @@ exo::console_reply reattach(exo::console::client& c, exo::member_view view,
                                 });
           m != view.members.end())
         round.push_back(*m);
-    for (auto& member : round) {
-      const auto* m = &member;
-      auto where = m->host + ":" + std::to_string(m->port);
+    for (const auto& m : round) {
+      auto where = m.host + ":" + std::to_string(m.port);
       std::cerr << "exo-console: " << why << "; re-attaching to job " << name
-                << " through " << m->name << " at " << where << "\n";
-      auto node = m->name;
+                << " through " << m.name << " at " << where << "\n";
+      auto node = m.name;
       try {
-        c.connect(m->host, m->port);
+        c.connect(m.host, m.port);
       } catch (const console::client_error& e) { // not there now
         std::cerr << "exo-console: " << node << ": " << e.what() << "\n";
         tried += std::string{tried.empty() ? "" : "; "} + node + ": "

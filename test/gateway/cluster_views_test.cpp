@@ -100,6 +100,33 @@ std::string gateway_section(const std::string& model) {
          + model + "\"}]}";
 }
 
+/// Nodes `names` (the first the others' seed), each with the slow
+/// simulated device (about 25 ms a token of long_stream_case's model), a
+/// failure timeout of 3 s and `served` (its gateway section and more),
+/// once the first one's /v1/cluster lists them all.
+std::vector<node_proc> serving_nodes(pki& p,
+                                     std::vector<std::string> names,
+                                     const std::string& served) {
+  std::vector<node_proc> nodes;
+  for (auto& name : names) {
+    p.node(name);
+    node_options o{name};
+    o.failure_timeout_ms = 3000;
+    o.devices = slow_small_sim(p.dir, 48);
+    o.extra = served;
+    if (!nodes.empty())
+      o.seeds = {nodes.front().port};
+    nodes.push_back(start_node(p, o));
+  }
+  const auto n = names.size();
+  REQUIRE(poll_json(gateway_port(nodes[0]), "/v1/cluster",
+                    [n](const json& j) { return j["nodes"].size() == n; })
+            ["nodes"]
+              .size()
+          == n);
+  return nodes;
+}
+
 /// SIGTERM to both nodes; each exits 0, else its output is shown.
 void stop_both(node_proc& n1, node_proc& n2) {
   n2.proc->signal(SIGTERM);
@@ -551,22 +578,8 @@ TEST_CASE("a client whose gateway node is killed mid-stream resumes the "
                 + model + "\", \"draft\": \"" + draft + "\"}]}";
   // Every node serves the model: r1 coordinates the job (its gateway took
   // the request), one of the others backs it up.
-  std::vector<node_proc> nodes;
-  for (auto name : {"r1", "r2", "r3"}) {
-    p.node(name);
-    node_options o{name};
-    o.failure_timeout_ms = 3000;
-    o.devices = slow_small_sim(p.dir, 48);
-    o.extra = served;
-    if (!nodes.empty())
-      o.seeds = {nodes.front().port};
-    nodes.push_back(start_node(p, o));
-  }
+  auto nodes = serving_nodes(p, {"r1", "r2", "r3"}, served);
   auto first = gateway_port(nodes[0]);
-  REQUIRE(poll_json(first, "/v1/cluster", [](const json& j) {
-            return j["nodes"].size() == 3;
-          })["nodes"].size()
-          == 3);
   // The prompt goes as its token ids (OpenAI's token array): the backup
   // gets them with the job's replica, and the client resumes with them.
   auto probe = run({exo_model(), "run", "--model", model, "--prompt",
@@ -695,22 +708,8 @@ TEST_CASE("a client whose gateway node is killed mid-stream before any "
   expected["logit_bias"] = {{"2", -100}};
   // No backups: no node holds r1's job when it dies.
   auto served = gateway_section(model) + R"(, "models": {"backup_jobs": false})";
-  std::vector<node_proc> nodes;
-  for (auto name : {"r1", "r2"}) {
-    p.node(name);
-    node_options o{name};
-    o.failure_timeout_ms = 3000;
-    o.devices = slow_small_sim(p.dir, 48);
-    o.extra = served;
-    if (!nodes.empty())
-      o.seeds = {nodes.front().port};
-    nodes.push_back(start_node(p, o));
-  }
+  auto nodes = serving_nodes(p, {"r1", "r2"}, served);
   auto first = gateway_port(nodes[0]);
-  REQUIRE(poll_json(first, "/v1/cluster", [](const json& j) {
-            return j["nodes"].size() == 2;
-          })["nodes"].size()
-          == 2);
   auto url = [](std::uint16_t port) {
     return "http://127.0.0.1:" + std::to_string(port) + "/v1";
   };

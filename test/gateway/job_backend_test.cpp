@@ -316,6 +316,15 @@ caf::actor_system_config& config() {
   return cfg;
 }
 
+/// The scripted coordinator most tests use: "Hel", "lo", then the end of
+/// text, and the job's report.
+caf::actor hello_coordinator(caf::actor_system& sys, const fixture& fx,
+                             std::shared_ptr<script_log> log) {
+  return sys.spawn(coordinator, script::tokens_then_eos, std::move(log),
+                   std::vector<std::int32_t>{10, 11, fx.eos},
+                   std::vector<std::string>{"Hel", "lo", ""});
+}
+
 completion_request request(const std::string& prompt) {
   completion_request r;
   r.model = "m";
@@ -331,9 +340,7 @@ TEST_CASE("the bridge streams a job's tokens and ends at its end token") {
   fixture fx;
   caf::actor_system sys{config()};
   auto log = std::make_shared<script_log>();
-  auto coord = sys.spawn(coordinator, script::tokens_then_eos, log,
-                         std::vector<std::int32_t>{10, 11, fx.eos},
-                         std::vector<std::string>{"Hel", "lo", ""});
+  auto coord = hello_coordinator(sys, fx, log);
   {
     job_backend be{sys, coord, {fx.model}};
     CHECK(be.entries().size() == 1);
@@ -365,9 +372,7 @@ TEST_CASE("the bridge passes each token's log-probabilities on with the "
   fixture fx;
   caf::actor_system sys{config()};
   auto log = std::make_shared<script_log>();
-  auto coord = sys.spawn(coordinator, script::tokens_then_eos, log,
-                         std::vector<std::int32_t>{10, 11, fx.eos},
-                         std::vector<std::string>{"Hel", "lo", ""});
+  auto coord = hello_coordinator(sys, fx, log);
   {
     job_backend be{sys, coord, {fx.model}};
     auto r = request("Once upon a time");
@@ -409,9 +414,7 @@ TEST_CASE("the bridge passes a scored prompt's tokens on before the first "
   fixture fx;
   caf::actor_system sys{config()};
   auto log = std::make_shared<script_log>();
-  auto coord = sys.spawn(coordinator, script::tokens_then_eos, log,
-                         std::vector<std::int32_t>{10, 11, fx.eos},
-                         std::vector<std::string>{"Hel", "lo", ""});
+  auto coord = hello_coordinator(sys, fx, log);
   auto& tok = *fx.model.tokenizer;
   // Runs `r` through a bridge to its end: what the sink recorded.
   auto complete = [&](const completion_request& r) {
@@ -778,9 +781,7 @@ TEST_CASE("a resumed stream whose job no node has runs it again under its "
   fixture fx;
   caf::actor_system sys{config()};
   auto log = std::make_shared<script_log>();
-  auto coord = sys.spawn(coordinator, script::tokens_then_eos, log,
-                         std::vector<std::int32_t>{10, 11, fx.eos},
-                         std::vector<std::string>{"Hel", "lo", ""});
+  auto coord = hello_coordinator(sys, fx, log);
   auto sampled = [](const std::string& id, bool resume) {
     auto r = request("Once upon a time");
     r.id = id;
