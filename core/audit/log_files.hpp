@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -40,6 +41,26 @@ struct file_tail {
   std::string bytes;
 };
 file_tail read_tail(const std::string& path, std::uint64_t max_bytes);
+
+/// Calls `fn(line, complete)` for every line of the file at `path` from
+/// byte `from` on (without the '\n'), reading it a chunk at a time, so
+/// that memory stays at a chunk and a line however large the file (a
+/// query reads a 64 MiB file this way). A line longer than `max_line` is
+/// passed cut, as incomplete, and the rest of it skipped; the last line is
+/// incomplete when no '\n' ends it. `fn` returns false to stop. Throws
+/// `audit_error` naming the file when it cannot be read.
+void for_each_file_line(const std::string& path, std::uint64_t from,
+                        const std::function<bool(std::string_view, bool)>& fn,
+                        std::size_t max_line = std::size_t{1} << 20);
+
+/// Where reading the file at `path` may start for its records after
+/// sequence number `after_seq`: the start of a line at or before the first
+/// record with a larger one. Records go by increasing sequence number,
+/// each line starting `{"seq":N,` (record.hpp's writer): a binary search
+/// over byte offsets that reads each probe's line start, until 64 KiB are
+/// left. 0 (read it all) when a probed line is not such a record. Throws
+/// `audit_error` naming the file when it cannot be read.
+std::uint64_t seek_after_seq(const std::string& path, std::uint64_t after_seq);
 
 /// Calls `fn(line, line_number, complete)` for every line of `content`
 /// (without the '\n'); the last line is incomplete when it has no '\n'.

@@ -28,9 +28,13 @@ query_page query_directory(const std::string& dir, const std::string& prefix,
   std::size_t skipped = 0;
   bool done = false;
   for (auto& file : list_log_files(dir, prefix)) {
-    auto content = read_file(file.path);
-    for_each_line(content, [&](std::string_view line, std::size_t,
-                               bool complete) {
+    // A file at a time, a chunk at a time (a file reaches 64 MiB); after a
+    // cursor, from near its first newer record (a gateway polls for the
+    // records after the last it saw every second).
+    auto from = q.after_seq > 0 ? seek_after_seq(file.path, q.after_seq)
+                                : std::uint64_t{0};
+    for_each_file_line(file.path, from, [&](std::string_view line,
+                                            bool complete) {
       if (!complete || !reader.read(line, r, false).empty()) {
         ++page.skipped_lines;
         return true;

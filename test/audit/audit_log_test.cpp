@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -630,4 +631,121 @@ TEST_CASE("opening a log refuses bad options with a clear error") {
   opts = options(dir);
   opts.directory = "/proc/definitely/not/here";
   CHECK_THROWS_AS(audit_log{opts}, audit_error);
+}
+
+TEST_CASE("a file is read line by line a chunk at a time: lines across "
+          "chunks whole, a line over the bound cut, the last one without "
+          "its newline incomplete") {
+  temp_dir dir;
+  auto path = write_log(dir, 6000); // about 2 MiB: lines across chunks
+  auto content = slurp(path);
+  REQUIRE(content.size() > (std::size_t{3} << 19));
+  std::vector<std::string> whole, chunked;
+  for_each_line(content, [&](std::string_view l, std::size_t, bool) {
+    whole.emplace_back(l);
+    return true;
+  });
+  for_each_file_line(path, 0, [&](std::string_view l, bool complete) {
+    CHECK(complete);
+    chunked.emplace_back(l);
+    return true;
+  });
+  CHECK(chunked == whole);
+  // From an offset (a line's start), and stopping when told.
+  auto second = content.find('\n') + 1;
+  std::size_t seen = 0;
+  for_each_file_line(path, second, [&](std::string_view l, bool) {
+    CHECK(l == whole[1 + seen]);
+    return ++seen < 3;
+  });
+  CHECK(seen == 3);
+  // A line of 3 MiB between two short ones, the last without '\n'.
+  auto odd = dir.path() + "/odd.jsonl";
+  spit(odd, "first\n" + std::string(3u << 20, 'x') + "\nafter\nlast");
+  std::vector<std::pair<std::size_t, bool>> got;
+  std::vector<std::string> texts;
+  for_each_file_line(
+    odd, 0,
+    [&](std::string_view l, bool complete) {
+      got.emplace_back(l.size(), complete);
+      texts.emplace_back(l.substr(0, 5));
+      return true;
+    },
+    1u << 20);
+  REQUIRE(got.size() == 4);
+  CHECK(got[0] == std::make_pair(std::size_t{5}, true));
+  CHECK(got[1] == std::make_pair(std::size_t{1} << 20, false)); // cut
+  CHECK(got[2] == std::make_pair(std::size_t{5}, true));
+  CHECK(texts[2] == "after");
+  CHECK(got[3] == std::make_pair(std::size_t{4}, false));
+  CHECK_THROWS_AS(for_each_file_line(dir.path() + "/none.jsonl", 0,
+                                     [](std::string_view, bool) {
+                                       return true;
+                                     }),
+                  audit_error);
+}
+
+TEST_CASE("a query after a cursor starts near the cursor's record in a "
+          "large file and finds what a whole read finds") {
+  temp_dir dir;
+  auto path = write_log(dir, 12000); // one file of about 4 MiB
+  auto content = slurp(path);
+  auto all = lines_of(content);
+  REQUIRE(all.size() == 12000);
+  auto opts = options(dir);
+  audit_log log{opts};
+  // Where each record's line starts.
+  std::vector<std::uint64_t> starts{0};
+  for (std::size_t i = 0; i + 1 < all.size(); ++i)
+    starts.push_back(starts.back() + all[i].size() + 1);
+  for (std::uint64_t cursor : {0u, 1u, 777u, 6000u, 11000u, 11990u, 11999u,
+                               12000u}) {
+    CAPTURE(cursor);
+    auto from = seek_after_seq(path, cursor);
+    if (cursor < 12000) {
+      // At or before the first record after the cursor, within 64 KiB of
+      // it, at a line's start.
+      CHECK(from <= starts[cursor]);
+      CHECK(starts[cursor] - from <= (64u << 10));
+    }
+    CHECK(std::find(starts.begin(), starts.end(), from) != starts.end());
+    if (cursor >= 6000)
+      CHECK(from > content.size() / 3); // the file's start was not read
+    audit_query q;
+    q.after_seq = cursor;
+    q.limit = 7;
+    auto page = log.query(q);
+    std::vector<std::uint64_t> seqs;
+    for (auto& r : page.records)
+      seqs.push_back(r.seq);
+    std::vector<std::uint64_t> want;
+    for (auto s = cursor + 1; s <= 12000 && want.size() < 7; ++s)
+      want.push_back(s);
+    CHECK(seqs == want);
+    // With a filter: access_denied records (i % 3 == 1: seq % 3 == 2).
+    q.type = event_type::access_denied;
+    seqs.clear();
+    for (auto& r : log.query(q).records)
+      seqs.push_back(r.seq);
+    want.clear();
+    for (auto s = cursor + 1; s <= 12000 && want.size() < 7; ++s)
+      if (s % 3 == 2)
+        want.push_back(s);
+    CHECK(seqs == want);
+  }
+  // Lines that are not records where the search probes first (the
+  // middle): it reads the file from its start, and the query is still
+  // right, the lines counted as skipped.
+  // (Of the same lengths: the bytes where it probes do not move.)
+  for (std::size_t i = 5900; i < 6100; ++i)
+    all[i] = "not a record" + std::string(all[i].size() - 12, ' ');
+  spit(path, join_lines(all));
+  CHECK(seek_after_seq(path, 11500) == 0);
+  audit_query q;
+  q.after_seq = 11500;
+  q.limit = 3;
+  auto page = log.query(q);
+  REQUIRE(page.records.size() == 3);
+  CHECK(page.records.front().seq == 11501);
+  CHECK(page.skipped_lines == 200);
 }
