@@ -128,7 +128,9 @@ using replicate_atom = caf::atom_constant<caf::atom("replicate")>;
 /// only its own request). With `forward`, a node that does not
 /// have the job asks the others (which do not forward again) and, while
 /// none has it, asks again for a few seconds: a job whose node just died
-/// is found once its backup takes it over. No node has it (then):
+/// is found once its backup takes it over; a node that just started and
+/// has not met its seeds yet waits for them instead of answering that it
+/// is alone. No node has it (then):
 /// unknown_handle; a prompt that is not the job's: invalid_argument; a job
 /// that cannot go on (cancelled, failed, tokens not kept): failed_state.
 using attach_atom = caf::atom_constant<caf::atom("attach")>;

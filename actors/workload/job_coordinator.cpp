@@ -225,6 +225,12 @@ struct coordinator_state {
   /// The other members alive now (the gate's member events): where
   /// backups are chosen.
   std::set<std::string> alive;
+  /// Whether any other member was ever alive since this node started,
+  /// and when it started: a seeded node that met no one yet is not alone
+  /// (cfg.seeded).
+  bool met_peer = false;
+  std::chrono::steady_clock::time_point started
+    = std::chrono::steady_clock::now();
   /// When each member was last seen dead or gone (the gate's member
   /// events), for lineage_believed; entries older than lineage_window go.
   std::map<std::string, std::chrono::steady_clock::time_point> went_down;
@@ -3347,6 +3353,7 @@ void on_member(self_ptr self, const member_event& e) {
     return;
   if (e.member.status == member_status::alive) {
     st.alive.insert(e.member.name);
+    st.met_peer = true;
     // A node back from the dead (restarted, thawed) may hold stages and
     // back jobs up again.
     for (auto& [id, rj] : st.running) {
@@ -4042,7 +4049,8 @@ bool follow_here(self_ptr self, const std::string& key,
 
 /// Asks every other alive node for follow `n` (they do not forward); when
 /// all say no, asks again after follow_retry, here first, until its
-/// deadline.
+/// deadline. A node alone answers at once; a seeded one that met no peer
+/// yet looks again after follow_retry until it has met one.
 void ask_follow(self_ptr self, std::uint64_t n) {
   auto& st = self->state;
   auto it = st.follows.find(n);
@@ -4054,12 +4062,21 @@ void ask_follow(self_ptr self, std::uint64_t n) {
     st.follows.erase(it);
     return;
   }
-  if (st.alive.empty() || now >= f.deadline) {
+  // Alone: no other member alive, and none to wait for (a node with seeds
+  // that met no one yet may be joining them).
+  const bool alone = st.alive.empty()
+                     && (!st.cfg.seeded || st.met_peer
+                         || now >= st.started + follow_search);
+  if (alone || now >= f.deadline) {
     f.rp.deliver(fail(exo_errc::unknown_handle,
                       "no node has job " + f.key
                         + (f.misses.empty() ? std::string{}
                                             : " (" + f.misses + ")")));
     st.follows.erase(it);
+    return;
+  }
+  if (st.alive.empty()) { // not met its seeds yet: look again shortly
+    self->delayed_send(self, follow_retry, refollow_atom::value, n);
     return;
   }
   ++f.round;
@@ -4188,8 +4205,10 @@ caf::behavior coordinator_impl(self_ptr self, job_coordinator_config cfg) {
         [self](member_view& v) {
           for (auto& m : v.members)
             if (m.status == member_status::alive
-                && m.name != self->state.cfg.node)
+                && m.name != self->state.cfg.node) {
               self->state.alive.insert(m.name);
+              self->state.met_peer = true;
+            }
         },
             [self](caf::error& err) {
               exo::text::line(std::cerr) << "exo-node " << self->state.cfg.node
@@ -4412,6 +4431,7 @@ service spawn_jobs_service(const service_context& ctx) {
   cfg.backups = ctx.cfg->models.backup_jobs;
   cfg.admission_wait = ctx.cfg->models.admission_wait;
   cfg.failure_timeout = ctx.cfg->network.failure_timeout;
+  cfg.seeded = !ctx.cfg->network.seeds.empty();
   cfg.job_numbers_file = ctx.cfg->node.state_dir + "/job-numbers";
   service s;
   s.name = "jobs";

@@ -111,6 +111,13 @@ struct job_coordinator_config {
   /// jobs may have taken them over meanwhile (job_coordinator.cpp,
   /// check_fences).
   std::chrono::milliseconds failure_timeout{1500};
+  /// The node has seeds (network.seeds) it may not have met yet: until it
+  /// has met a peer (or for the follow's search, 15 s, after its start)
+  /// an empty member view does not mean it is alone, and a follow of a
+  /// job it does not have waits for peers to ask instead of answering
+  /// "no node has job" (which makes a resumed stream run its job again
+  /// while the job goes on elsewhere).
+  bool seeded = false;
   /// Where the last job number given out is kept (core/workload/
   /// job_numbers.hpp: a restarted node goes on from it, so that its new
   /// jobs' keys are not those of its old ones, which other nodes may have

@@ -15,8 +15,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -33,19 +31,6 @@ using nlohmann::json;
 namespace gwt = exo::gateway::testing;
 
 namespace {
-
-/// A port nobody listens on now (bound to 0 and released).
-std::uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 /// The gateway port a node printed ("serving ... on http://HOST:PORT/v1").
 std::uint16_t gateway_port(node_proc& n) {
@@ -736,5 +721,70 @@ TEST_CASE("a client whose gateway node is killed mid-stream before any "
   std::cout << client.out();
   nodes[1].proc->signal(SIGTERM);
   CHECK(nodes[1].proc->wait(60s) == 0);
+  std::system(("rm -rf " + p.dir).c_str());
+}
+
+TEST_CASE("a resume through a node still joining its seeds: it waits for "
+          "them and follows the job where it runs, not running it again") {
+  pki p{"exo-resume-joining"};
+  std::string model;
+  auto expected = long_stream_case(p, "7", model, 600);
+  auto nodes = serving_nodes(p, {"r1", "r2"}, gateway_section(model));
+  // A stream on r1's gateway: r1 runs the job (about 25 ms a token).
+  json ask{{"model", "chat"},
+           {"prompt", expected["prompt"]},
+           {"max_tokens", expected["max_tokens"]},
+           {"temperature", 0},
+           {"stream", true}};
+  gwt::client_socket first{gateway_port(nodes[0])};
+  first.send(gwt::post("/v1/completions", ask.dump()));
+  // (A chunk names its "model" after its "id", whichever order its keys
+  // go in.)
+  auto head = first.read_until("\"model\"", 60000ms);
+  std::smatch m;
+  REQUIRE(std::regex_search(head, m,
+                            std::regex{"\"id\": ?\"(cmpl-[^\"]+)\""}));
+  const std::string id = m[1];
+  // r3 starts with r2 as its only seed while r2 is frozen: it has met no
+  // one when the resume reaches it, and must not take that for "no node
+  // has the job" (it would run the job again beside r1's).
+  nodes[1].proc->signal(SIGSTOP);
+  p.node("r3");
+  node_options o{"r3"};
+  o.failure_timeout_ms = 3000;
+  o.devices = slow_small_sim(p.dir, 48);
+  o.extra = gateway_section(model);
+  o.seeds = {nodes[1].port};
+  auto r3 = start_node(p, o);
+  gwt::client_socket resumed{gateway_port(r3)};
+  resumed.send(gwt::post("/v1/completions", ask.dump(),
+                         "X-Exo-Resume: " + id + "\r\nLast-Event-ID: 0\r\n"));
+  // Thawed within r1's failure timeout: r1 keeps r2, r3 meets both.
+  std::this_thread::sleep_for(1500ms);
+  nodes[1].proc->signal(SIGCONT);
+  auto reply = gwt::parse_reply(resumed.read_all(120000ms));
+  // (r3's lines about jobs only: its whole log, tables included, is more
+  // than Catch's reporter can wrap.)
+  std::string r3_jobs;
+  {
+    std::istringstream lines{r3.proc->out() + r3.proc->err()};
+    for (std::string line; std::getline(lines, line);)
+      if (line.find("job") != std::string::npos)
+        r3_jobs += line.substr(0, 300) + "\n";
+  }
+  INFO("the resumed reply: " << reply.body.substr(0, 2000)
+                             << "\nr3 on jobs:\n" << r3_jobs);
+  REQUIRE(reply.status == 200);
+  std::string resumed_id;
+  // Read again from byte 0: the whole text of the job r1 runs.
+  CHECK(gwt::sse_text(reply.body, &resumed_id) == expected["text"]);
+  CHECK(resumed_id == id);
+  CHECK_FALSE(contains(r3.proc->out(), "running it again"));
+  auto rest = gwt::parse_reply(head + first.read_all(120000ms));
+  CHECK(gwt::sse_text(rest.body) == expected["text"]);
+  for (auto* n : {&nodes[0], &nodes[1], &r3})
+    n->proc->signal(SIGTERM);
+  for (auto* n : {&nodes[0], &nodes[1], &r3})
+    CHECK(n->proc->wait(60s) == 0);
   std::system(("rm -rf " + p.dir).c_str());
 }

@@ -1,6 +1,8 @@
 #include "scripted_backend.hpp"
 #include "test/support/raw_tls.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -211,6 +213,20 @@ std::vector<std::string> sse_payloads(const std::string& body) {
     p = end + 2;
   }
   return out;
+}
+
+std::string sse_text(const std::string& body, std::string* id) {
+  std::string text;
+  for (auto& e : sse_payloads(body)) {
+    if (e == "[DONE]")
+      break;
+    auto j = nlohmann::json::parse(e);
+    if (id)
+      *id = j["id"];
+    if (!j["choices"].empty())
+      text += j["choices"][0]["text"].get<std::string>();
+  }
+  return text;
 }
 
 std::vector<std::string> promtool_complaints(const std::string& out,

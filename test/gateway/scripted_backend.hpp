@@ -285,6 +285,11 @@ std::string post(const std::string& path, const std::string& body,
 /// The `data:` payloads of an SSE body, in order.
 std::vector<std::string> sse_payloads(const std::string& body);
 
+/// The text of a streamed completion's SSE body: its first choice's text
+/// of every chunk up to [DONE], joined; `id` (optional) gets the
+/// completion's id.
+std::string sse_text(const std::string& body, std::string* id = nullptr);
+
 /// The lines of promtool's `check metrics` output (stdout and stderr)
 /// other than its one allowed complaint: dcgm-exporter's own label names
 /// (UUID, modelName, Hostname) are not snake_case. Empty: nothing else.

@@ -820,17 +820,7 @@ TEST_CASE("exo-node serve resumes a stream that ended from the bytes its "
                           R"("temperature": 0, "max_tokens": 40, )"
                           R"("stream": true})"};
   auto text_of = [](const std::string& sse, std::string* id = nullptr) {
-    std::string text;
-    for (auto& e : gwt::sse_payloads(sse)) {
-      if (e == "[DONE]")
-        break;
-      auto j = nlohmann::json::parse(e);
-      if (id)
-        *id = j["id"];
-      if (!j["choices"].empty())
-        text += j["choices"][0]["text"].get<std::string>();
-    }
-    return text;
+    return gwt::sse_text(sse, id);
   };
   auto whole = gwt::http_exchange(port, gwt::post("/v1/completions", body));
   REQUIRE(whole.status == 200);
