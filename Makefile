@@ -41,6 +41,7 @@ bench: build
 # goes to $(BUILD)/soak-report.md.
 SOAK_MINUTES ?= 30
 soak: build
+	@bash scripts/test-tools.sh >/dev/null
 	EXO_SOAK_MINUTES=$(SOAK_MINUTES) EXO_SOAK_REPORT=$(abspath $(BUILD))/soak-report.md \
 	  cmake --build $(BUILD) --target soak
 

@@ -1,12 +1,19 @@
 // The soak of issue 21 (`make soak`, not in CI): four exo-node processes on
 // 127.0.0.1 and a stream of jobs — two console runs at a time, each through
 // a random node, split over 2 or 3 stages, greedy or sampled with a seed,
-// one sequence or three in one job (batched steps) —
+// one sequence or three in one job (batched steps); and beside them
+// EXO_SOAK_STREAMS (2) streamed completions at a time through the nodes'
+// gateways with the official OpenAI client (soak_stream.mjs: greedy,
+// sampled with a seed, or sampled without one), each starting at a random
+// node's gateway and resuming through the next one's when its stream
+// breaks (X-Exo-Resume) —
 // while every EXO_SOAK_EVENT_S seconds (20) a random node is killed and
 // restarted, frozen for 4 s, or stopped gracefully and restarted. Every run
 // must end with exactly the text of the same job run uninterrupted on one
-// device (its reference, computed first); consoles whose node dies
-// re-attach through another. At the end, with no job left, each node's
+// device (its reference, computed first; a stream: the same request
+// through n1's gateway); consoles whose node dies re-attach through
+// another. A stream sampled without a seed has no reference: its client
+// reads the whole stream again from byte 0 and requires the same text. At the end, with no job left, each node's
 // actors are counted against a fresh node's and its memory against what
 // it had 30 s into its last life: a node whose last life lasted at least
 // EXO_SOAK_MEMORY_LIFE_MIN minutes (10) may not have grown by more than
@@ -22,8 +29,13 @@
 
 #include "core/model/test_model.hpp"
 #include "test/support/cluster.hpp"
+#include "test/support/tools.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <catch2/catch.hpp>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -91,9 +103,17 @@ struct job_kind {
   std::string reference;
 };
 
-/// A console run under way.
+/// A streamed completion as the gateway streams send it: its request (the
+/// body, "again" for one without a reference) and its reference text.
+struct stream_kind {
+  nlohmann::json request;
+  std::string reference; ///< empty: read again instead
+};
+
+/// A console run or a gateway stream under way.
 struct active_run {
   std::unique_ptr<process> proc;
+  bool stream = false; ///< a gateway stream (kind: of the stream kinds)
   std::size_t kind = 0;
   std::string args; ///< the run's stages
   std::string node;
@@ -124,6 +144,33 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
   const int clients = env_int("EXO_SOAK_CLIENTS", 2);
   const int stages = env_int("EXO_SOAK_STAGES", 0);
   const int through = env_int("EXO_SOAK_THROUGH", 0);
+  // Gateway streams at a time (EXO_SOAK_STREAMS=0: none). They need node
+  // and the OpenAI client (scripts/test-tools.sh): without them the soak
+  // says so loudly, in its report too, and runs the consoles only.
+  int streams = std::getenv("EXO_SOAK_STREAMS")
+                  ? std::atoi(std::getenv("EXO_SOAK_STREAMS"))
+                  : 2;
+  std::string streams_missing;
+  const auto node_js = find_node();
+  if (streams > 0) {
+    if (node_js.empty())
+      streams_missing = "node is not on PATH";
+    else if (tools_dir().empty()
+             || ::access((tools_dir() + "/node_modules/openai/package.json")
+                           .c_str(),
+                         R_OK)
+                  != 0)
+      streams_missing = "the openai client is not installed in "
+                        "EXO_TEST_TOOLS (`make soak` runs "
+                        "scripts/test-tools.sh)";
+    if (!streams_missing.empty()) {
+      std::fprintf(stderr,
+                   "\n*** NO GATEWAY STREAMS: %s; the soak runs consoles "
+                   "only\n\n",
+                   streams_missing.c_str());
+      streams = 0;
+    }
+  }
   // The kinds of events (0 kill, 1 freeze, 2 stop): EXO_SOAK_EVENTS=1
   // freezes only (one digit per kind; default all three).
   std::vector<int> event_kinds;
@@ -148,6 +195,9 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
 
   const std::vector<std::string> names{"n1", "n2", "n3", "n4"};
   std::vector<soak_node> nodes;
+  // Each node's gateway port, kept across its restarts: the streams'
+  // clients know the four addresses, as behind a load balancer.
+  std::vector<std::string> gateway_urls;
   for (auto& name : names) {
     p.node(name);
     node_options o{name};
@@ -165,6 +215,13 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
               + std::string{std::getenv("EXO_SOAK_EXTRA")
                               ? std::getenv("EXO_SOAK_EXTRA")
                               : ""};
+    if (streams > 0) {
+      auto port = std::to_string(free_port());
+      o.extra += R"(, "gateway": {"port": )" + port
+                 + R"(, "models": [{"id": "soak", "path": ")" + model
+                 + R"("}]})";
+      gateway_urls.push_back("http://127.0.0.1:" + port + "/v1");
+    }
     if (!nodes.empty())
       o.seeds = {nodes.front().now.port};
     soak_node n;
@@ -234,8 +291,74 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
     }
   }
 
+  // The streams' kinds: three requests to the gateways (greedy, sampled
+  // with a seed, sampled without one); the first two's references are
+  // the same request through n1's gateway, uninterrupted.
+  std::vector<stream_kind> stream_kinds;
+  auto stream_argv = [&](const nlohmann::json& request, std::size_t first) {
+    auto urls = nlohmann::json::array();
+    for (std::size_t i = 0; i < gateway_urls.size(); ++i)
+      urls.push_back(gateway_urls[(first + i) % gateway_urls.size()]);
+    return std::vector<std::string>{
+      node_js, EXO_SOURCE_DIR "/bench/workload/soak_stream.mjs",
+      tools_dir(), urls.dump(), request.dump()};
+  };
+  // The client's "result: {...}" line (null when it printed none).
+  auto stream_result = [](const std::string& out) {
+    auto at = out.rfind("result: ");
+    if (at == std::string::npos)
+      return nlohmann::json{};
+    auto end = out.find('\n', at);
+    auto j = nlohmann::json::parse(
+      out.substr(at + 8, end == std::string::npos ? end : end - at - 8),
+      nullptr, false);
+    return j.is_discarded() ? nlohmann::json{} : j;
+  };
+  if (streams > 0) {
+    struct shape {
+      const char* prompt;
+      double temperature;
+      int seed; ///< 0: none (read again instead of a reference)
+    };
+    for (auto sh : {shape{"once upon a time", 0.0, 0},
+                    shape{"the cluster", 0.8, 7},
+                    shape{"hello world", 0.8, 0}}) {
+      stream_kind k;
+      k.request = {{"model", "soak"},
+                   {"prompt", sh.prompt},
+                   {"max_tokens", 1500},
+                   {"temperature", sh.temperature}};
+      if (sh.seed != 0)
+        k.request["seed"] = sh.seed;
+      if (sh.temperature > 0 && sh.seed == 0) {
+        k.request["again"] = true;
+      } else {
+        process ref{stream_argv(k.request, 0)};
+        auto code = ref.wait(std::chrono::seconds(120));
+        INFO(ref.out() << ref.err());
+        REQUIRE(code == 0);
+        auto result = stream_result(ref.out());
+        REQUIRE(result.contains("text"));
+        k.reference = result["text"].get<std::string>();
+        REQUIRE(!k.reference.empty());
+      }
+      stream_kinds.push_back(k);
+    }
+  }
+
   std::map<std::string, int> events;
   int ok = 0, wrong = 0, failed = 0, recoveries = 0, next_run = 0;
+  // The streams: right (their reference's text, or the same text read
+  // again), wrong, failed; the breaks their clients saw, the resumes they
+  // sent, and the nodes' reruns of a resumed job no node had.
+  int streams_ok = 0, streams_wrong = 0, streams_failed = 0;
+  long stream_breaks = 0, stream_resumes = 0, reruns = 0;
+  auto count_reruns = [&](const std::string& log) {
+    static const std::regex rerun{"running it again for its resumed stream"};
+    reruns += std::distance(
+      std::sregex_iterator(log.begin(), log.end(), rerun),
+      std::sregex_iterator());
+  };
   // Of the recoveries: a stopping coordinator's handoffs, and those that
   // re-fed no token (planned moves and handoffs).
   int handoffs = 0, none_refed = 0;
@@ -271,6 +394,46 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
                         steady::now().time_since_epoch())
                         .count(),
                       it->name.c_str(), code);
+        if (it->stream) {
+          auto result = stream_result(out);
+          if (result.is_object()) {
+            stream_breaks += result.value("breaks", 0L);
+            stream_resumes += result.value("resumes", 0L);
+          }
+          std::string notes;
+          if (result.is_object() && result.contains("notes"))
+            for (auto& n : result["notes"])
+              notes += "\n  " + n.get<std::string>();
+          auto& want = stream_kinds[it->kind].reference;
+          if (code != 0 || !result.contains("text")) {
+            ++streams_failed;
+            auto err = it->proc->err();
+            problems.push_back(
+              it->name + " (" + it->args + ", starting at " + it->node
+              + "): exit " + std::to_string(code) + ": "
+              + err.substr(err.size() > 400 ? err.size() - 400 : 0) + notes);
+          } else if (!want.empty() && result["text"] != want) {
+            ++streams_wrong;
+            auto got = result["text"].get<std::string>();
+            std::size_t at = 0;
+            while (at < got.size() && at < want.size() && got[at] == want[at])
+              ++at;
+            std::ofstream{"/tmp/" + it->name + ".out"} << out << "\n----\n"
+                                                        << it->proc->err();
+            std::ofstream{"/tmp/" + it->name + ".want"} << want;
+            problems.push_back(
+              it->name + " (" + it->args + ", starting at " + it->node
+              + "): text differs from its reference from byte "
+              + std::to_string(at) + " of " + std::to_string(want.size())
+              + " (got " + std::to_string(got.size()) + ", "
+              + std::to_string(result.value("breaks", 0)) + " breaks)"
+              + notes);
+          } else {
+            ++streams_ok;
+          }
+          it = runs.erase(it);
+          continue;
+        }
         static const std::regex rec{"recovered from"};
         recoveries += static_cast<int>(
           std::distance(std::sregex_iterator(out.begin(), out.end(), rec),
@@ -352,8 +515,35 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
                   r.name.c_str(), r.node.c_str(), r.args.c_str());
     runs.push_back(std::move(r));
   };
+  std::mt19937 stream_rng(static_cast<unsigned>(seed) + 1);
+  auto launch_stream = [&] {
+    std::uniform_int_distribution<std::size_t> pick_kind(
+      0, stream_kinds.size() - 1);
+    std::uniform_int_distribution<std::size_t> pick_node(0, nodes.size() - 1);
+    active_run r;
+    r.stream = true;
+    r.kind = pick_kind(stream_rng);
+    auto first = pick_node(stream_rng);
+    r.node = nodes[first].opts.name;
+    r.name = "stream-" + std::to_string(++next_run);
+    r.args = "stream kind " + std::to_string(r.kind);
+    r.proc = std::make_unique<process>(
+      stream_argv(stream_kinds[r.kind].request, first));
+    if (std::getenv("EXO_SOAK_VERBOSE"))
+      std::printf("%.2f s: start %s at %s, %s\n",
+                  std::chrono::duration<double>(steady::now().time_since_epoch())
+                    .count(),
+                  r.name.c_str(), r.node.c_str(), r.args.c_str());
+    runs.push_back(std::move(r));
+  };
+  auto under_way = [&](bool stream) {
+    return static_cast<int>(
+      std::count_if(runs.begin(), runs.end(),
+                    [stream](const active_run& r) { return r.stream == stream; }));
+  };
   auto restart = [&](soak_node& n) {
     n.now.proc->wait(60s);
+    count_reruns(n.now.proc->out());
     n.opts.seeds.clear();
     for (auto& o : nodes)
       if (&o != &n)
@@ -373,8 +563,10 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
   std::uniform_int_distribution<std::size_t> pick_mortal(0, nodes.size() - 2);
   while (steady::now() < end) {
     collect(false, 0s);
-    while (runs.size() < static_cast<std::size_t>(clients))
+    while (under_way(false) < clients)
       launch();
+    while (under_way(true) < streams)
+      launch_stream();
     if (steady::now() >= next_event) {
       auto kind = event_kinds[pick_event(rng)];
       // The last node is the witness: frozen like the others, never
@@ -456,6 +648,8 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
   // With no job left: actors and memory.
   std::this_thread::sleep_for(5s);
   pump();
+  for (auto& n : nodes)
+    count_reruns(n.now.proc->out());
   if (std::getenv("EXO_SOAK_VERBOSE"))
     for (auto& n : nodes) {
       std::ofstream{"/tmp/soak-node-" + n.opts.name + ".log"}
@@ -507,7 +701,16 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
        << " s (seed " << seed << "), two console runs at a time of 1500 "
        << "tokens (8 kinds: 3 prompts, greedy or sampled, and 3 sequences "
        << "of 500 tokens in one job, greedy or sampled), 2 or 3 stages, "
-       << "each through a random node.\n\n| event | count |\n| --- | --- |\n";
+       << "each through a random node";
+  if (streams > 0)
+    head << "; " << streams << " streamed completion(s) at a time of 1500 "
+         << "tokens with the OpenAI client through the nodes' gateways (3 "
+         << "kinds: greedy, sampled with a seed, sampled without one and "
+         << "read again), each starting at a random node's gateway and "
+         << "resuming through the next ones'";
+  else if (!streams_missing.empty())
+    head << "; NO GATEWAY STREAMS: " << streams_missing;
+  head << ".\n\n| event | count |\n| --- | --- |\n";
   for (auto& [what, n] : events)
     head << "| " << what << " | " << n << " |\n";
   head << "\nRuns: " << ok << " with the reference's text, " << wrong
@@ -519,6 +722,12 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
        << " re-fed no token); "
        << unconverged << " events after which the cluster did not "
        << "converge within 60 s (the node was then restarted).\n\n";
+  if (streams > 0)
+    head << "Streams: " << streams_ok << " right, " << streams_wrong
+         << " with another text, " << streams_failed << " failed; their "
+         << "clients saw " << stream_breaks << " broken streams and sent "
+         << stream_resumes << " resumes; " << reruns << " resumed jobs "
+         << "that no node had were run again.\n\n";
   auto report = head.str() + rep.str();
   for (auto& pr : problems)
     report += "\n- " + pr;
@@ -529,6 +738,8 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
   }
   CHECK(wrong == 0);
   CHECK(failed == 0);
+  CHECK(streams_wrong == 0);
+  CHECK(streams_failed == 0);
   CHECK(unfinished == 0);
   CHECK(leaks == 0);
   CHECK(grown == 0);

@@ -2,6 +2,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -72,6 +76,23 @@ std::string slow_small_sim(const std::string& dir, int mib) {
              "sim_time_scale": 1, "rescan_interval_s": 0})";
 }
 
+std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    throw std::runtime_error("free_port: no socket");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0
+      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0) {
+    ::close(fd);
+    throw std::runtime_error("free_port: cannot bind 127.0.0.1:0");
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
 std::string write_node_config(const pki& p, const node_options& o) {
   auto cert = o.cert.empty() ? o.name : o.cert;
   auto dir = p.dir + "/" + cert;
@@ -96,8 +117,10 @@ std::string write_node_config(const pki& p, const node_options& o) {
   if (devices.find("vulkan_measure_rates") == std::string::npos
       && !devices.empty() && devices.front() == '{')
     devices.insert(1, R"("vulkan_measure_rates": false, )");
-  // Clients name models and problems from the test's folder.
-  std::string models = o.extra.find("\"models\"") == std::string::npos
+  // Clients name models and problems from the test's folder, unless the
+  // test writes its own "models" section (an object; the gateway's
+  // "models" is a list).
+  std::string models = o.extra.find("\"models\": {") == std::string::npos
                            ? R"(, "models": {"dirs": [")" + p.dir + R"("]})"
                            : std::string{};
   write_file(path, R"({"node": {"name": ")" + o.name + R"(", "state_dir": ")" +

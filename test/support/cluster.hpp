@@ -72,6 +72,10 @@ struct node_proc {
 /// its profile is written to dir/tiny.json.
 std::string slow_small_sim(const std::string& dir, int mib);
 
+/// A port on 127.0.0.1 nobody listens on now (bound to 0 and released):
+/// for a server whose port must stay the same across restarts.
+std::uint16_t free_port();
+
 /// Writes the node's config file and returns its path.
 std::string write_node_config(const pki& p, const node_options& o);
 

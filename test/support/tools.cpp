@@ -35,7 +35,7 @@ std::string require_tool(const std::string& package) {
   return path;
 }
 
-std::string require_node() {
+std::string find_node() {
   const char* path = std::getenv("PATH");
   std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
   for (std::size_t i = 0; i <= dirs.size();) {
@@ -47,8 +47,15 @@ std::string require_node() {
       return candidate;
     i = end + 1;
   }
-  skip_test("node is not on PATH, so llama.cpp (node-llama-cpp) cannot be "
-            "asked");
+  return "";
+}
+
+std::string require_node() {
+  auto node = find_node();
+  if (node.empty())
+    skip_test("node is not on PATH, so llama.cpp (node-llama-cpp) cannot "
+              "be asked");
+  return node;
 }
 
 } // namespace exo::test

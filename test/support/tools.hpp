@@ -20,6 +20,9 @@ std::string tools_dir();
 /// installed, prints a SKIPPED banner naming it and exits with 77.
 std::string require_tool(const std::string& package);
 
+/// The path of Node.js (`node` on PATH), "" when there is none.
+std::string find_node();
+
 /// The path of Node.js (`node` on PATH); when there is none, prints a
 /// SKIPPED banner (llama.cpp, node-llama-cpp, cannot be asked) and exits
 /// with 77.
