@@ -11,7 +11,7 @@
 /// and the result is acc - accm (vec_dot folds the eight float lanes and
 /// the minimums in another order). Greedy generations part from
 /// llama.cpp's on near-ties without this (after about 20 tokens on 2-layer
-/// test models). The gemm of llama.cpp's AVX-512 builds steps the two
+/// test models). Its gemm (AVX2 and AVX-512 builds alike) steps the two
 /// chains once per pair of sub-blocks instead (q4_k_gemm below); both are
 /// checked against the loaded build's own gemm and gemv in
 /// quant_oracle_tests.
@@ -28,17 +28,16 @@ namespace exo::backend::quant {
 /// rows: rows a multiple of 8.
 bool q4_k_repacked(std::size_t rows) noexcept;
 
-/// How the float chains of llama.cpp's repacked Q4_K gemm step: once per
-/// super-block in its AVX2 builds (haswell, ...), once per pair of
-/// sub-blocks in its AVX-512 builds (zen4, skylakex, icelake, ...; the
-/// integers are the same). Its gemv steps by super-block in every build.
-/// Checked against the zen4 build's ggml_gemm_q4_K_8x8_q8_K: every output
-/// of a 64 x 2048 product the same bits.
+/// How the float chains of llama.cpp's repacked Q4_K products step: once
+/// per super-block (its gemv, in every build) or once per pair of
+/// sub-blocks (its gemm, in its x86 builds: checked against the zen4
+/// build's ggml_gemm_q4_K_8x8_q8_K on AMD EPYC Zen 4 and Zen 5 and the
+/// haswell build's on an AVX2-only Zen 3, every output of each product of
+/// quant_oracle_tests the same bits; the integers are the same).
 enum class q4_k_gemm { by_super_block, by_pair };
 
-/// What llama.cpp's CPU build for this machine does: by_pair where the CPU
-/// has AVX-512 (F and BW), by_super_block otherwise; unless
-/// set_q4_k_gemm chose.
+/// What llama.cpp's CPU build for this machine does: by_pair on x86 (where
+/// it repacks), by_super_block elsewhere; unless set_q4_k_gemm chose.
 q4_k_gemm q4_k_gemm_here() noexcept;
 
 /// Overrides q4_k_gemm_here (tests; reproducing another machine's bits);

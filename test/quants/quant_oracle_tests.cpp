@@ -352,9 +352,9 @@ TEST_CASE("repacked Q4_K products are the loaded llama.cpp build's gemm and "
           "gemv bit for bit") {
   // llama.cpp repacks Q4_K matrices of 8k rows (block_q4_Kx8), multiplies
   // the first m - m % 4 tokens of a batch with its gemm (activations from
-  // ggml_quantize_mat_q8_K_4x8) and the others with its gemv. Its AVX-512
-  // builds' gemm steps the float sums per pair of sub-blocks, its AVX2
-  // builds' per super-block: exo follows the build this machine loads.
+  // ggml_quantize_mat_q8_K_4x8) and the others with its gemv. Its gemm
+  // steps the float sums per pair of sub-blocks, its gemv per super-block,
+  // in the AVX-512 builds (zen4) and the AVX2 ones (haswell) alike.
   auto& o = oracle();
   using quantize_mat_t = void (*)(const float*, void*, std::int64_t,
                                   std::int64_t);
