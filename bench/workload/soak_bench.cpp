@@ -484,6 +484,15 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
       std::this_thread::sleep_for(200ms);
     }
   };
+  // A run or stream under way from now (EXO_SOAK_VERBOSE says when).
+  auto start_run = [&](active_run r) {
+    if (std::getenv("EXO_SOAK_VERBOSE"))
+      std::printf("%.2f s: start %s through %s, %s\n",
+                  std::chrono::duration<double>(steady::now().time_since_epoch())
+                    .count(),
+                  r.name.c_str(), r.node.c_str(), r.args.c_str());
+    runs.push_back(std::move(r));
+  };
   auto launch = [&] {
     std::uniform_int_distribution<std::size_t> pick_kind(0, kinds.size() - 1);
     std::uniform_int_distribution<std::size_t> pick_node(0, nodes.size() - 1);
@@ -508,12 +517,7 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
       {"run " + kinds[r.kind].args + r.args.substr(r.args.find(" --"))
        + " --id " + r.name},
       co));
-    if (std::getenv("EXO_SOAK_VERBOSE"))
-      std::printf("%.2f s: start %s through %s, %s\n",
-                  std::chrono::duration<double>(steady::now().time_since_epoch())
-                    .count(),
-                  r.name.c_str(), r.node.c_str(), r.args.c_str());
-    runs.push_back(std::move(r));
+    start_run(std::move(r));
   };
   std::mt19937 stream_rng(static_cast<unsigned>(seed) + 1);
   auto launch_stream = [&] {
@@ -529,12 +533,7 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
     r.args = "stream kind " + std::to_string(r.kind);
     r.proc = std::make_unique<process>(
       stream_argv(stream_kinds[r.kind].request, first));
-    if (std::getenv("EXO_SOAK_VERBOSE"))
-      std::printf("%.2f s: start %s at %s, %s\n",
-                  std::chrono::duration<double>(steady::now().time_since_epoch())
-                    .count(),
-                  r.name.c_str(), r.node.c_str(), r.args.c_str());
-    runs.push_back(std::move(r));
+    start_run(std::move(r));
   };
   auto under_way = [&](bool stream) {
     return static_cast<int>(

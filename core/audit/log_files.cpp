@@ -1,11 +1,11 @@
 #include "core/audit/log_files.hpp"
 
 #include <algorithm>
-#include <optional>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <fcntl.h>
@@ -54,43 +54,6 @@ std::vector<log_file> list_log_files(const std::string& dir,
   std::sort(files.begin(), files.end(),
             [](auto& a, auto& b) { return a.index < b.index; });
   return files;
-}
-
-std::string read_file(const std::string& path) {
-  return read_tail(path, UINT64_MAX).bytes;
-}
-
-file_tail read_tail(const std::string& path, std::uint64_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    throw audit_error("cannot open " + path + ": " + std::strerror(errno));
-  struct stat sb {};
-  if (::fstat(fd, &sb) != 0) {
-    auto err = errno;
-    ::close(fd);
-    throw audit_error("cannot read " + path + ": " + std::strerror(err));
-  }
-  file_tail out;
-  out.size = static_cast<std::uint64_t>(sb.st_size);
-  auto n = std::min(out.size, max_bytes);
-  out.offset = out.size - n;
-  // One allocation and one pass: a log file reaches tens of MB.
-  out.bytes.resize(static_cast<std::size_t>(n));
-  std::size_t done = 0;
-  while (done < n) {
-    auto r = ::pread(fd, out.bytes.data() + done, n - done,
-                     static_cast<off_t>(out.offset + done));
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0) {
-      auto err = r < 0 ? std::strerror(errno) : "the file shrank while read";
-      ::close(fd);
-      throw audit_error("cannot read " + path + ": " + err);
-    }
-    done += static_cast<std::size_t>(r);
-  }
-  ::close(fd);
-  return out;
 }
 
 namespace {
@@ -142,6 +105,27 @@ private:
   int fd_ = -1;
   std::uint64_t size_ = 0;
 };
+
+} // namespace
+
+std::string read_file(const std::string& path) {
+  return read_tail(path, UINT64_MAX).bytes;
+}
+
+file_tail read_tail(const std::string& path, std::uint64_t max_bytes) {
+  reader_fd f{path};
+  file_tail out;
+  out.size = f.size();
+  auto n = std::min(out.size, max_bytes);
+  out.offset = out.size - n;
+  // One allocation and one pass: a log file reaches tens of MB.
+  out.bytes.resize(static_cast<std::size_t>(n));
+  if (f.read(out.bytes.data(), out.bytes.size(), out.offset) < n)
+    throw audit_error("cannot read " + path + ": the file shrank while read");
+  return out;
+}
+
+namespace {
 
 /// The sequence number a record line starts with (`{"seq":N,`), or
 /// nothing when the line does not start so.

@@ -58,8 +58,9 @@ void for_each_file_line(const std::string& path, std::uint64_t from,
 /// record with a larger one. Records go by increasing sequence number,
 /// each line starting `{"seq":N,` (record.hpp's writer): a binary search
 /// over byte offsets that reads each probe's line start, until 64 KiB are
-/// left. 0 (read it all) when a probed line is not such a record. Throws
-/// `audit_error` naming the file when it cannot be read.
+/// left. Where the search had got to (0 at first: the whole file) when a
+/// probed line is not such a record. Throws `audit_error` naming the file
+/// when it cannot be read.
 std::uint64_t seek_after_seq(const std::string& path, std::uint64_t after_seq);
 
 /// Calls `fn(line, line_number, complete)` for every line of `content`
