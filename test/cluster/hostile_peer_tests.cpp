@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <fstream>
 #include <memory>
+#include <ostream>
 #include <regex>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -421,27 +423,69 @@ TEST_CASE("service requests from a node that never joined are refused, "
 
 namespace {
 
+/// How a flood of pings ended.
+struct flood_result {
+  bool dropped = false; ///< a write failed: the node dropped us
+  int sent = 0;         ///< pings written
+  double seconds = 0;
+  std::string why; ///< the failed write's error
+};
+
+std::ostream& operator<<(std::ostream& os, const flood_result& r) {
+  return os << r.sent << " pings in " << r.seconds << " s, "
+            << (r.dropped ? "then a write failed: " + r.why
+                          : std::string{"no write failed"});
+}
+
 /// Sends pings to the gate as requests, `per_s` a second in writes of 256
 /// frames, for at most `limit` or until a write fails (the node dropped
-/// us: the result is false). Reads nothing.
-bool flood_pings(basp_peer& peer, int per_s, std::chrono::milliseconds limit) {
+/// us). Reads nothing. A write waits up to 30 s for the node to take
+/// bytes: a node on a loaded machine may read nothing for a while, which
+/// is not a drop.
+flood_result flood_pings(basp_peer& peer, int per_s,
+                         std::chrono::milliseconds limit) {
   auto ping = caf::make_message(exo::ping_atom::value, std::int64_t{7});
   auto start = std::chrono::steady_clock::now();
+  peer.tls.set_send_patience(30s);
+  flood_result out;
   std::uint64_t id = 100;
   for (int batch = 0;; ++batch) {
     auto due = start + std::chrono::microseconds{
                          std::int64_t{batch} * 256 * 1000000 / per_s};
     if (due - start > limit)
-      return true;
+      break;
     std::this_thread::sleep_until(due);
     std::vector<char> bytes;
     for (int i = 0; i < 256; ++i) {
       auto f = peer.message_to_gate(ping, ++id);
       bytes.insert(bytes.end(), f.begin(), f.end());
     }
-    if (!peer.send(bytes))
-      return false;
+    if (!peer.send(bytes)) {
+      out.dropped = true;
+      out.why = peer.tls.last_error();
+      break;
+    }
+    out.sent += 256;
   }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                              - start)
+                  .count();
+  return out;
+}
+
+/// The lines of a node's error output that tell of refused connections
+/// (the last `max` of them), for a failure's message.
+std::string refusal_lines(const node_proc& n, std::size_t max = 3) {
+  std::vector<std::string> lines;
+  std::istringstream in{n.proc->err()};
+  for (std::string line; std::getline(in, line);)
+    if (line.find("refused") != std::string::npos)
+      lines.push_back(line.substr(0, 200));
+  std::string out;
+  for (auto i = lines.size() > max ? lines.size() - max : 0; i < lines.size();
+       ++i)
+    out += lines[i] + "\n";
+  return out.empty() ? "(none)" : out;
 }
 
 template <class F>
@@ -502,12 +546,16 @@ TEST_CASE("a client that asks and never reads the replies cannot make the "
     deaf.tls.set_receive_buffer(4096);
     REQUIRE(deaf.hello());
     REQUIRE(holds_tcp_peer(n1.proc->pid(), deaf.tls.local_port()));
-    CHECK_FALSE(flood_pings(deaf, 10000, 30s));
+    auto flood = flood_pings(deaf, 10000, 30s);
+    INFO("flood: " << flood);
+    CHECK(flood.dropped);
     auto rss1 = resident_kib(n1.proc->pid());
     INFO("node resident: " << rss0 / mib << " MiB before, " << rss1 / mib
                            << " MiB after");
     CHECK(rss1 - rss0 < slack);
-    CHECK(refused_for(p, n1.port, "unread_replies", 10s));
+    bool refused = refused_for(p, n1.port, "unread_replies", 10s);
+    INFO("n1's refusals on stderr: " << refusal_lines(n1));
+    CHECK(refused);
   }
   // 2. Asks for a second (more answers than its receive buffer holds), then
   //    goes quiet and reads nothing: the output waits unacknowledged and is
@@ -516,8 +564,12 @@ TEST_CASE("a client that asks and never reads the replies cannot make the "
     basp_peer deaf{sys, n2.port, p.dir, "mallory"};
     deaf.tls.set_receive_buffer(4096);
     REQUIRE(deaf.hello());
-    REQUIRE(flood_pings(deaf, 10000, 1s));
-    CHECK(refused_for(p, n2.port, "output_stalled", 15s));
+    auto flood = flood_pings(deaf, 10000, 1s);
+    INFO("flood: " << flood);
+    REQUIRE_FALSE(flood.dropped);
+    bool refused = refused_for(p, n2.port, "output_stalled", 15s);
+    INFO("n2's refusals on stderr: " << refusal_lines(n2));
+    CHECK(refused);
     // The node let go of the connection (the kernel still holds what it
     // sent, until we read it or give up).
     auto mine = deaf.tls.local_port();

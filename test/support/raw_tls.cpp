@@ -10,7 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -96,16 +98,44 @@ bool raw_tls::send_zeros(std::size_t n) {
 
 bool raw_tls::send(const void* data, std::size_t n) {
   auto* p = static_cast<const char*>(data);
+  auto deadline = std::chrono::steady_clock::now() + send_patience_;
   while (n > 0) {
     auto k = static_cast<int>(n < (1u << 20) ? n : (1u << 20));
     ERR_clear_error();
     auto rc = SSL_write(ssl_, p, k);
-    if (rc <= 0)
+    if (rc <= 0) {
+      // SO_SNDTIMEO (10 s) ran out with nothing taken: retried with the
+      // same bytes, as OpenSSL requires, until the patience is spent.
+      if (SSL_get_error(ssl_, rc) == SSL_ERROR_WANT_WRITE
+          && std::chrono::steady_clock::now() < deadline)
+        continue;
+      note_failure("SSL_write", rc);
       return false;
+    }
     p += rc;
     n -= static_cast<std::size_t>(rc);
   }
   return true;
+}
+
+void raw_tls::set_send_patience(std::chrono::milliseconds patience) {
+  send_patience_ = patience;
+}
+
+void raw_tls::note_failure(const char* call, int rc) {
+  auto err = errno;
+  auto code = SSL_get_error(ssl_, rc);
+  const char* what = code == SSL_ERROR_ZERO_RETURN ? "closed by the peer"
+                     : code == SSL_ERROR_WANT_WRITE
+                       ? "timed out: the peer took nothing"
+                     : code == SSL_ERROR_WANT_READ
+                       ? "timed out: the peer sent nothing"
+                     : code == SSL_ERROR_SYSCALL ? "socket error"
+                     : code == SSL_ERROR_SSL     ? "TLS error"
+                                                 : "other error";
+  last_error_ = std::string{call} + " returned " + std::to_string(rc) + ": "
+                + what + " (SSL error " + std::to_string(code) + ", errno "
+                + std::to_string(err) + " " + std::strerror(err) + ")";
 }
 
 bool raw_tls::receive(void* data, std::size_t n) {
@@ -114,8 +144,10 @@ bool raw_tls::receive(void* data, std::size_t n) {
     auto k = static_cast<int>(n < (1u << 20) ? n : (1u << 20));
     ERR_clear_error();
     auto rc = SSL_read(ssl_, p, k);
-    if (rc <= 0)
+    if (rc <= 0) {
+      note_failure("SSL_read", rc);
       return false;
+    }
     p += rc;
     n -= static_cast<std::size_t>(rc);
   }

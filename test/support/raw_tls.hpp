@@ -34,8 +34,20 @@ class raw_tls {
   /// Sends `n` bytes of zeros (payload). False when the write fails.
   bool send_zeros(std::size_t n);
 
-  /// Sends `n` bytes as they are. False when the write fails.
+  /// Sends `n` bytes as they are. False when the write fails: the
+  /// connection ended, or the node took nothing for the send patience
+  /// (10 s unless set). `last_error()` says which.
   bool send(const void* data, std::size_t n);
+
+  /// How long a send waits for the node to take bytes before it fails
+  /// (a node on a loaded machine may read nothing for seconds).
+  void set_send_patience(std::chrono::milliseconds patience);
+
+  /// Why the last send or receive failed ("" when none did): the SSL
+  /// error and errno.
+  const std::string& last_error() const {
+    return last_error_;
+  }
 
   /// Reads exactly `n` bytes (10 s per read at most). False when the
   /// connection ends or times out first.
@@ -60,6 +72,11 @@ class raw_tls {
   int fd_ = -1;
   SSL_CTX* ctx_ = nullptr;
   SSL* ssl_ = nullptr;
+  std::chrono::milliseconds send_patience_{10000};
+  std::string last_error_;
+
+  /// Records why an SSL call that returned `rc` failed.
+  void note_failure(const char* call, int rc);
 };
 
 /// Whether the peer of socket `fd` closes it within `patience` (what it
