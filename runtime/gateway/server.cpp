@@ -220,6 +220,8 @@ struct server::state {
   mutable std::mutex mx; // guards everything below
   std::map<const session*, std::weak_ptr<session>> sessions;
   std::map<const stream_sink*, std::weak_ptr<stream_sink>> sinks;
+  /// Sessions waiting for an answer from the actors (reply_slot).
+  std::vector<std::weak_ptr<struct reply_slot>> replies;
   server_stats stats;
   std::map<std::pair<std::string, int>, std::uint64_t> requests;
   std::uint64_t tokens = 0;
@@ -249,6 +251,20 @@ struct server::state {
   }
 
   std::string metrics_text();
+};
+
+// -- answers from the actors ----------------------------------------------------
+
+/// A session waiting for an answer from the actors' side (a view's `ask`,
+/// a job's cancel): the callback holds this, not the session. The session
+/// is held until the answer comes or the server stops, never after: the
+/// callback lives in an actor (cluster_watch's one-shot asker) that may
+/// end, and destroy it, on a CAF thread after the server destroyed its
+/// io_context, and the session's timer and socket would then be destroyed
+/// against freed services (ASan found it at a node's SIGTERM).
+struct reply_slot {
+  std::mutex mx;
+  std::shared_ptr<session> waiting; ///< null once answered or stopped
 };
 
 // -- the sink -----------------------------------------------------------------
@@ -795,6 +811,40 @@ private:
 
   void write_stream(std::string bytes, bool done);
   void answer_finished();
+
+  /// The callback for an answer from the actors (status, JSON body): sends
+  /// it on this session's executor, through a reply_slot.
+  std::function<void(int, std::string)> answer_from_actors(bool keep) {
+    auto slot = std::make_shared<reply_slot>();
+    {
+      std::lock_guard<std::mutex> guard{st_->mx};
+      // stop() sets `stopping`, then empties the slots under this mutex:
+      // a slot made after that holds nothing (no answer while stopping).
+      if (st_->stopping)
+        return [slot](int, std::string) {};
+      slot->waiting = shared_from_this();
+      auto& rs = st_->replies;
+      rs.erase(std::remove_if(rs.begin(), rs.end(),
+                              [](const std::weak_ptr<reply_slot>& w) {
+                                return w.expired();
+                              }),
+               rs.end());
+      rs.push_back(slot);
+    }
+    return [slot, keep](int status, std::string body) {
+      // Held while posting: stop() empties the slot under this mutex
+      // before it destroys the io_context.
+      std::lock_guard<std::mutex> guard{slot->mx};
+      auto self = std::move(slot->waiting);
+      if (!self)
+        return;
+      auto ex = self->get_executor();
+      net::post(ex, [self = std::move(self), keep, status,
+                     body = std::move(body)]() mutable {
+        self->send(status, std::move(body), "application/json", keep);
+      });
+    };
+  }
 
   conn_stream socket_;
   net::steady_timer timer_;
@@ -1574,14 +1624,7 @@ void session::handle_cluster(const std::string& path, http::verb method,
     if (!authorized(access::permission::job_cancel))
       return;
     auto keep = keep_alive_;
-    st_->opts.views->cancel_job(
-      id, [self = shared_from_this(), keep](int status, std::string body) {
-        net::post(self->get_executor(),
-                  [self, keep, status, body = std::move(body)]() mutable {
-                    self->send(status, std::move(body), "application/json",
-                               keep);
-                  });
-      });
+    st_->opts.views->cancel_job(id, answer_from_actors(keep));
     return;
   }
   auto name = path == "/v1/cluster" ? std::string{"cluster"}
@@ -1652,15 +1695,7 @@ void session::handle_cluster(const std::string& path, http::verb method,
                                     : access::permission::monitoring_read))
       return;
     auto keep = keep_alive_;
-    st_->opts.views->ask(
-      name, limit, type,
-      [self = shared_from_this(), keep](int status, std::string body) {
-        net::post(self->get_executor(),
-                  [self, keep, status, body = std::move(body)]() mutable {
-                    self->send(status, std::move(body), "application/json",
-                               keep);
-                  });
-      });
+    st_->opts.views->ask(name, limit, type, answer_from_actors(keep));
     return;
   }
   if (!authorized(access::permission::monitoring_read))
@@ -2051,6 +2086,24 @@ void server::stop() {
   });
   std::vector<std::shared_ptr<session>> sessions;
   std::vector<std::shared_ptr<stream_sink>> sinks;
+  // Sessions waiting for the actors are let go of by their callbacks,
+  // which may outlive the io_context (reply_slot): held here until no
+  // handler runs, and released before the io_context goes.
+  std::vector<std::shared_ptr<session>> waiting;
+  std::vector<std::shared_ptr<reply_slot>> replies;
+  {
+    std::lock_guard<std::mutex> guard{st.mx};
+    for (auto& w : st.replies)
+      if (auto r = w.lock())
+        replies.push_back(std::move(r));
+    st.replies.clear();
+  }
+  for (auto& r : replies) {
+    std::lock_guard<std::mutex> guard{r->mx};
+    if (r->waiting)
+      waiting.push_back(std::move(r->waiting));
+  }
+  replies.clear();
   {
     std::lock_guard<std::mutex> guard{st.mx};
     for (auto& [_, w] : st.sessions)
@@ -2078,6 +2131,7 @@ void server::stop() {
     s->detach();
   sinks.clear();
   st.acceptor.reset();
+  waiting.clear();
   // Destroys the handlers still queued and with them the sessions.
   st.ioc.reset();
 }

@@ -1143,6 +1143,65 @@ TEST_CASE("the dashboard and the cluster views are served, with their "
   CHECK(asked.count("/") == 0);
 }
 
+namespace {
+
+/// Views whose asks and cancels are never answered while the server runs:
+/// the callbacks are kept, as an actor waiting on a gate that does not
+/// answer keeps them (and ends, destroying them, whenever it ends).
+struct unanswered_views : fake_views {
+  std::vector<std::function<void(int, std::string)>> pending;
+
+  void cancel_job(std::uint64_t,
+                  std::function<void(int, std::string)> done) override {
+    std::lock_guard<std::mutex> guard{mx};
+    pending.push_back(std::move(done));
+  }
+  bool ask(const std::string&, std::size_t, const std::string&,
+           std::function<void(int, std::string)> done) override {
+    std::lock_guard<std::mutex> guard{mx};
+    pending.push_back(std::move(done));
+    return true;
+  }
+  std::size_t waiting() {
+    std::lock_guard<std::mutex> guard{mx};
+    return pending.size();
+  }
+};
+
+} // namespace
+
+TEST_CASE("a cluster view still unanswered when the server stops lets its "
+          "session go, and a late answer goes nowhere") {
+  // ASan found a node's SIGTERM destroying a session after its io_context:
+  // the session was held by such a callback, in an actor that ended later.
+  auto views = std::make_shared<unanswered_views>();
+  auto o = options(std::make_shared<scripted_backend>(tokens));
+  o.views = views;
+  server srv{o};
+  auto port = srv.start();
+  client_socket ask{port}, cancel{port};
+  REQUIRE(ask.send("GET /v1/cluster/actors HTTP/1.1\r\nHost: x\r\n\r\n"));
+  REQUIRE(cancel.send("POST /v1/cluster/jobs/7/cancel HTTP/1.1\r\nHost: "
+                      "x\r\nContent-Length: 0\r\n\r\n"));
+  REQUIRE(eventually([&] { return views->waiting() == 2; }));
+  CHECK(srv.stats().connections == 2);
+  srv.stop();
+  // Both sessions are gone although their callbacks are still held.
+  CHECK(srv.stats().connections == 0);
+  CHECK(ask.closed_within(10s));
+  CHECK(cancel.closed_within(10s));
+  // The answers come late (nothing is sent, nothing breaks), and the
+  // callbacks go (the actor ends).
+  std::vector<std::function<void(int, std::string)>> late;
+  {
+    std::lock_guard<std::mutex> guard{views->mx};
+    late.swap(views->pending);
+  }
+  for (auto& done : late)
+    done(200, "{}");
+  late.clear();
+}
+
 TEST_CASE("events stream over a WebSocket, the token as its subprotocol") {
   auto views = std::make_shared<fake_views>();
   auto o = options(std::make_shared<scripted_backend>(tokens));
