@@ -79,12 +79,13 @@ std::string text_of(const std::string& out) {
   return out.substr(at, end == std::string::npos ? end : end - at);
 }
 
-/// Resident memory of a process in KiB (0 when gone).
+/// The environment variable `name` as a number, or `fallback`.
 long env_long(const char* name, long fallback) {
   auto* v = std::getenv(name);
   return v != nullptr ? std::atol(v) : fallback;
 }
 
+/// Resident memory of a process in KiB (0 when gone).
 long rss_kib(pid_t pid) {
   std::ifstream f{"/proc/" + std::to_string(pid) + "/status"};
   std::string line;
@@ -728,7 +729,8 @@ TEST_CASE("soak: a stream of jobs through random kills, restarts and freezes",
        << " with another text, " << failed << " failed, " << unfinished
        << " unfinished; " << grown << " nodes grew by more than "
        << slack_mib << " MiB since " << baseline_after.count()
-       << " s into a last life of " << life_min << " min or more; " << recoveries << " recoveries reported ("
+       << " s into a last life of " << life_min << " min or more; "
+       << recoveries << " recoveries reported ("
        << handoffs << " handoffs of a stopping coordinator; " << none_refed
        << " re-fed no token); "
        << unconverged << " events after which the cluster did not "

@@ -199,6 +199,7 @@ completion_request part_request(const completion_request& r, std::size_t p) {
 }
 
 class events_session;
+struct reply_slot;
 
 // -- server state -------------------------------------------------------------
 
@@ -221,7 +222,7 @@ struct server::state {
   std::map<const session*, std::weak_ptr<session>> sessions;
   std::map<const stream_sink*, std::weak_ptr<stream_sink>> sinks;
   /// Sessions waiting for an answer from the actors (reply_slot).
-  std::vector<std::weak_ptr<struct reply_slot>> replies;
+  std::vector<std::weak_ptr<reply_slot>> replies;
   server_stats stats;
   std::map<std::pair<std::string, int>, std::uint64_t> requests;
   std::uint64_t tokens = 0;
@@ -2098,6 +2099,7 @@ void server::stop() {
         replies.push_back(std::move(r));
     st.replies.clear();
   }
+  // Not under st.mx: a session destroyed under a slot's mutex takes it.
   for (auto& r : replies) {
     std::lock_guard<std::mutex> guard{r->mx};
     if (r->waiting)
